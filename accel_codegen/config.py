@@ -1,0 +1,191 @@
+"""Hardware configurations: the presets come from the C library, the one source of truth.
+
+>>> cfg = AccelConfig.preset("nv_full")
+>>> small_dram = cfg.replace(dram_bytes_per_s=5e9)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from ._accel_ffi import ffi, lib
+from .errors import AccelInvalidError, check
+
+PRECISIONS = ("int8", "int16", "fp16", "fp32")
+_PRECISION_CODES = {name: getattr(lib, f"ACCEL_{name.upper()}") for name in PRECISIONS}
+_FEATURES = {
+    "lut": lib.ACCEL_FEATURE_LUT,
+    "elementwise": lib.ACCEL_FEATURE_ELEMENTWISE,
+    "winograd": lib.ACCEL_FEATURE_WINOGRAD,
+    "rubik": lib.ACCEL_FEATURE_RUBIK,
+}
+#: fp32 is the simulator's reference precision: every configuration accepts it, and the cost
+#: model charges it as fp16. ``AccelConfig.precisions`` lists the hardware's own precisions.
+REFERENCE_PRECISION = "fp32"
+
+
+def precision_code(name: str) -> int:
+    """The C enum value of a precision name ("int8", "int16", "fp16", "fp32")."""
+    try:
+        return _PRECISION_CODES[name]
+    except KeyError:
+        raise AccelInvalidError(
+            f"unknown precision {name!r} (known: {', '.join(PRECISIONS)})") from None
+
+
+def precision_name(code: int) -> str:
+    return PRECISIONS[[_PRECISION_CODES[p] for p in PRECISIONS].index(code)]
+
+
+@dataclasses.dataclass(frozen=True)
+class AccelConfig:
+    """An NVDLA-like hardware configuration.
+
+    Parameters
+    ----------
+    name : str
+        A label for reports.
+    atomic_c, atomic_k : int
+        MAC array size: input channels consumed and int8 output channels produced per cycle
+        (16-bit data halves ``atomic_k``).
+    cbuf_bytes : int
+        Convolution buffer capacity (input and weights together).
+    memory_atom_bytes : int
+        Smallest memory access; every feature position pads its channels to it.
+    sdp_throughput, sdp_ew_throughput, pdp_throughput : int
+        Elements per cycle of the SDP scale/shift unit, the SDP element-wise/LUT unit, the PDP.
+    clock_hz, dram_bytes_per_s : float
+        Engine clock and memory bandwidth.
+    precisions : tuple of str
+        Hardware precisions among "int8", "int16", "fp16".
+    features : tuple of str
+        Optional units among "lut", "elementwise", "winograd", "rubik".
+    """
+
+    name: str
+    atomic_c: int
+    atomic_k: int
+    cbuf_bytes: int
+    memory_atom_bytes: int
+    sdp_throughput: int
+    sdp_ew_throughput: int
+    pdp_throughput: int
+    clock_hz: float
+    dram_bytes_per_s: float
+    precisions: tuple = ("int8",)
+    features: tuple = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "precisions", tuple(self.precisions))
+        object.__setattr__(self, "features", tuple(self.features))
+        check(lib.accel_config_validate(self.to_c()))
+
+    @classmethod
+    def preset(cls, name: str) -> "AccelConfig":
+        """The named preset: "nv_small", "nv_large" or "nv_full"."""
+        c_config = ffi.new("accel_config*")
+        check(lib.accel_config_preset(str(name).encode(), c_config))
+        return cls.from_c(c_config)
+
+    @staticmethod
+    def preset_names() -> list[str]:
+        return [ffi.string(lib.accel_preset_name(i)).decode()
+                for i in range(lib.accel_num_presets())]
+
+    @classmethod
+    def resolve(cls, config: "AccelConfig | str") -> "AccelConfig":
+        """Accept a config or a preset name, as every public entry point does."""
+        return config if isinstance(config, AccelConfig) else cls.preset(config)
+
+    def replace(self, **changes: Any) -> "AccelConfig":
+        """A copy with some fields changed (validated like any config)."""
+        return dataclasses.replace(self, **changes)
+
+    def macs_per_cycle(self, precision: str = REFERENCE_PRECISION) -> int:
+        """MACs the array performs per cycle at a precision (16-bit data halves atomic K)."""
+        return self.atomic_c * (self.atomic_k if precision == "int8" else self.atomic_k // 2)
+
+    def supports(self, precision: str) -> bool:
+        return precision == REFERENCE_PRECISION or precision in self.precisions
+
+    # --- conversions ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) if not isinstance(getattr(self, f.name), tuple)
+                else list(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AccelConfig":
+        """A config from a dict; with "base": a preset name, the other keys override it."""
+        data = dict(data)
+        base = data.pop("base", None)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise AccelInvalidError(f"unknown config fields {unknown} (known: {sorted(known)})")
+        if base is not None:
+            return cls.preset(base).replace(**data)
+        missing = sorted(known - set(data) - {"precisions", "features"})
+        if missing:
+            raise AccelInvalidError(f"config is missing fields {missing}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "AccelConfig":
+        return cls.from_dict(json.loads(text))
+
+    def to_c(self):
+        """The config as a C ``accel_config*`` (raises on unknown precision or feature names)."""
+        c_config = ffi.new("accel_config*")
+        encoded = self.name.encode()
+        if len(encoded) >= lib.ACCEL_NAME_LEN:
+            raise AccelInvalidError(
+                f"config name {self.name!r} is longer than {lib.ACCEL_NAME_LEN - 1} bytes")
+        c_config.name = encoded
+        for field in ("atomic_c", "atomic_k", "cbuf_bytes", "memory_atom_bytes",
+                      "sdp_throughput", "sdp_ew_throughput", "pdp_throughput"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise AccelInvalidError(f"config {self.name}: {field} = {value!r} is not an int")
+            limit = 2**63 if field == "cbuf_bytes" else 2**31
+            if not -limit <= value < limit:
+                raise AccelInvalidError(f"config {self.name}: {field} = {value} overflows")
+            setattr(c_config, field, value)
+        c_config.clock_hz = float(self.clock_hz)
+        c_config.dram_bytes_per_s = float(self.dram_bytes_per_s)
+        mask = 0
+        for p in self.precisions:
+            if p not in PRECISIONS or p == REFERENCE_PRECISION:
+                raise AccelInvalidError(
+                    f"config {self.name}: precision {p!r} is not one of int8, int16, fp16")
+            mask |= 1 << _PRECISION_CODES[p]
+        c_config.precisions = mask
+        features = 0
+        for f in self.features:
+            if f not in _FEATURES:
+                raise AccelInvalidError(
+                    f"config {self.name}: feature {f!r} is not one of {', '.join(_FEATURES)}")
+            features |= _FEATURES[f]
+        c_config.features = features
+        return c_config
+
+    @classmethod
+    def from_c(cls, c_config) -> "AccelConfig":
+        return cls(
+            name=ffi.string(c_config.name).decode(),
+            atomic_c=c_config.atomic_c,
+            atomic_k=c_config.atomic_k,
+            cbuf_bytes=c_config.cbuf_bytes,
+            memory_atom_bytes=c_config.memory_atom_bytes,
+            sdp_throughput=c_config.sdp_throughput,
+            sdp_ew_throughput=c_config.sdp_ew_throughput,
+            pdp_throughput=c_config.pdp_throughput,
+            clock_hz=c_config.clock_hz,
+            dram_bytes_per_s=c_config.dram_bytes_per_s,
+            precisions=tuple(p for p in PRECISIONS
+                             if c_config.precisions & (1 << _PRECISION_CODES[p])),
+            features=tuple(f for f, bit in _FEATURES.items() if c_config.features & bit),
+        )

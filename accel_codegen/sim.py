@@ -1,0 +1,237 @@
+"""The simulator from Python: devices, runs, cost estimates and the process-wide profile.
+
+>>> dev = Device("nv_full")
+>>> y, stats = dev.run([Conv(w, padding=1), Sdp(scale=s, shift=b, act="relu")], x)
+>>> stats.cycles, stats.bytes_read
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._accel_ffi import ffi, lib
+from .config import AccelConfig, precision_code, precision_name
+from .errors import AccelInvalidError, check
+from .ops import Op, as_operand
+
+MODES = {"fused": lib.ACCEL_MODE_FUSED, "independent": lib.ACCEL_MODE_INDEPENDENT}
+ENGINES = {lib.ACCEL_ENGINE_CONV: "CONV", lib.ACCEL_ENGINE_SDP: "SDP", lib.ACCEL_ENGINE_PDP: "PDP"}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpStats:
+    """What one engine op cost (see accel_op_stats in accel.h)."""
+
+    engine: str
+    op: str
+    precision: str
+    macs: int
+    mac_cycles: int
+    compute_cycles: int
+    input_bytes: int
+    weight_bytes: int
+    operand_bytes: int
+    reread_bytes: int
+    bytes_read: int
+    bytes_written: int
+    memory_cycles: int
+    cycles: int
+
+    @classmethod
+    def from_c(cls, c_stats) -> "OpStats":
+        values = {f.name: getattr(c_stats, f.name) for f in dataclasses.fields(cls)}
+        values["engine"] = ENGINES[c_stats.engine]
+        values["op"] = ffi.string(c_stats.op).decode()
+        values["precision"] = precision_name(c_stats.precision)
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStats:
+    """What one run (a chain of ops) cost; ``ops`` holds the per-op records."""
+
+    label: str
+    mode: str
+    macs: int
+    mac_cycles: int
+    bytes_read: int
+    bytes_written: int
+    cycles: int
+    utilization: float
+    ops: Tuple[OpStats, ...]
+
+    @classmethod
+    def from_c(cls, c_run, op_records: Sequence[OpStats]) -> "RunStats":
+        return cls(
+            label=ffi.string(c_run.label).decode(),
+            mode={v: k for k, v in MODES.items()}[c_run.mode],
+            macs=c_run.macs, mac_cycles=c_run.mac_cycles, bytes_read=c_run.bytes_read,
+            bytes_written=c_run.bytes_written, cycles=c_run.cycles,
+            utilization=c_run.utilization, ops=tuple(op_records))
+
+
+def _tensor_struct(shape: Tuple[int, ...], precision: str, data=ffi.NULL):
+    """An accel_tensor for an NCHW (or 2-D [N, C]) shape."""
+    if len(shape) == 2:
+        shape = (shape[0], shape[1], 1, 1)
+    if len(shape) != 4:
+        raise AccelInvalidError(f"tensors are NCHW or [N, C]: got shape {tuple(shape)}")
+    tensor = ffi.new("accel_tensor*")
+    for field, size in zip("nchw", shape):
+        if not 0 < size < 2**31:
+            raise AccelInvalidError(f"tensor dimension {field} = {size} is outside [1, 2^31)")
+        setattr(tensor, field, int(size))
+    tensor.precision = precision_code(precision)
+    tensor.data = data
+    return tensor
+
+
+def _mode(mode: str) -> int:
+    if mode not in MODES:
+        raise AccelInvalidError(f"mode = {mode!r} is not one of {list(MODES)}")
+    return MODES[mode]
+
+
+class _Chain:
+    """A chain lowered to C structs, its shapes inferred and its operands checked by size."""
+
+    def __init__(self, config_c, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str,
+                 mode: str):
+        ops = list(ops)
+        if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
+            raise AccelInvalidError(
+                f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
+        self.ops = ops
+        self.mode = _mode(mode)
+        self.c_ops = ffi.new("accel_op[]", len(ops))
+        for i, op in enumerate(ops):
+            try:
+                op.lower(self.c_ops[i])
+            except OverflowError as error:
+                raise AccelInvalidError(f"op {i} ({op.engine}): {error}") from None
+        self.input = _tensor_struct(in_shape, precision)
+        shapes = ffi.new("accel_tensor[]", len(ops))
+        check(lib.accel_chain_shapes(config_c, self.c_ops, len(ops), self.input, self.mode,
+                                     shapes))
+        self.shapes = [(s.n, s.c, s.h, s.w) for s in shapes]
+        seen = (self.input.n, self.input.c, self.input.h, self.input.w)
+        for op, out_shape in zip(ops, self.shapes):
+            op.check_sizes(seen)
+            seen = out_shape
+
+
+def _stats(c_run, c_ops, count: int) -> RunStats:
+    return RunStats.from_c(c_run, [OpStats.from_c(c_ops[i]) for i in range(count)])
+
+
+class Device:
+    """A simulated accelerator: a configuration plus the scratch memory its kernels reuse.
+
+    Parameters
+    ----------
+    config : AccelConfig or str
+        The hardware configuration, or a preset name.
+    num_threads : int, optional
+        Threads the kernels use (default: ACCEL_NUM_THREADS, else every online CPU).
+    """
+
+    def __init__(self, config: AccelConfig | str = "nv_full", num_threads: Optional[int] = None):
+        self.config = AccelConfig.resolve(config)
+        self._config_c = self.config.to_c()
+        handle = ffi.new("accel_device**")
+        check(lib.accel_device_create(self._config_c, handle))
+        self._handle = ffi.gc(handle[0], lib.accel_device_destroy)
+        if num_threads is not None:
+            self.num_threads = num_threads
+
+    @property
+    def num_threads(self) -> int:
+        return lib.accel_device_threads(self._handle)
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        check(lib.accel_device_set_threads(self._handle, int(value)))
+
+    def output_shape(self, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str = "fp32",
+                     mode: str = "fused") -> Tuple[int, int, int, int]:
+        """The NCHW shape a chain produces from an input shape (validates the chain)."""
+        return _Chain(self._config_c, ops, tuple(in_shape), precision, mode).shapes[-1]
+
+    def run(self, ops: Sequence[Op], x: np.ndarray, *, mode: str = "fused",
+            out: Optional[np.ndarray] = None, label: Optional[str] = None,
+            precision: str = "fp32") -> Tuple[np.ndarray, RunStats]:
+        """Execute a chain of engine ops on ``x`` (NCHW or [N, C]).
+
+        Parameters
+        ----------
+        ops : sequence of Conv, Sdp, Pool
+            The chain. "fused" mode takes at most one of each, in that order.
+        x : numpy.ndarray
+            The input; used in place when it is C-contiguous with the precision's dtype.
+        mode : {"fused", "independent"}
+        out : numpy.ndarray, optional
+            Where to write the result (C-contiguous, right dtype and size).
+        label : str, optional
+            The run's name in the profile.
+
+        Returns
+        -------
+        (numpy.ndarray, RunStats)
+            The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1) and its cost.
+        """
+        x = as_operand(x, precision, "input")
+        chain = _Chain(self._config_c, ops, x.shape, precision, mode)
+        out_shape = chain.shapes[-1]
+        if x.ndim == 2 and out_shape[2:] == (1, 1):
+            out_shape = out_shape[:2]
+        if out is None:
+            out = np.empty(out_shape, dtype=x.dtype)
+        elif (out.dtype != x.dtype or not out.flags.c_contiguous or not out.flags.writeable
+              or out.size != int(np.prod(out_shape))):
+            raise AccelInvalidError(
+                f"out must be a writeable C-contiguous {x.dtype} array of {out_shape}, got "
+                f"{out.dtype} {out.shape}")
+        chain.input.data = ffi.cast("void*", x.ctypes.data)
+        output = _tensor_struct(chain.shapes[-1], precision, ffi.cast("void*", out.ctypes.data))
+        c_run = ffi.new("accel_run_stats*")
+        c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
+        check(lib.accel_run(self._handle, chain.c_ops, len(chain.ops), chain.input, output,
+                            chain.mode, (label or "").encode()[:lib.ACCEL_LABEL_LEN - 1],
+                            c_run, c_ops))
+        return out, _stats(c_run, c_ops, len(chain.ops))
+
+
+def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int, ...], *,
+                   mode: str = "fused", precision: str = "fp32") -> RunStats:
+    """The cost of a chain on a configuration without executing it (no data needed)."""
+    config_c = AccelConfig.resolve(config).to_c()
+    chain = _Chain(config_c, ops, tuple(in_shape), precision, mode)
+    output = _tensor_struct(chain.shapes[-1], precision)
+    c_run = ffi.new("accel_run_stats*")
+    c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
+    check(lib.accel_estimate(config_c, chain.c_ops, len(chain.ops), chain.input, output,
+                             chain.mode, c_run, c_ops))
+    return _stats(c_run, c_ops, len(chain.ops))
+
+
+def profile_enable(enabled: bool) -> None:
+    """Start (clearing earlier records) or stop recording every run in the process."""
+    lib.accel_profile_enable(1 if enabled else 0)
+
+
+def profile_records() -> List[RunStats]:
+    """Every run recorded since profiling was enabled, with its op records."""
+    records = []
+    c_run = ffi.new("accel_run_stats*")
+    first = ffi.new("int32_t*")
+    c_op = ffi.new("accel_op_stats*")
+    for i in range(lib.accel_profile_num_runs()):
+        check(lib.accel_profile_run(i, c_run, first))
+        op_records = []
+        for j in range(first[0], first[0] + c_run.num_ops):
+            check(lib.accel_profile_op(j, c_op))
+            op_records.append(OpStats.from_c(c_op))
+        records.append(RunStats.from_c(c_run, op_records))
+    return records

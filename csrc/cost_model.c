@@ -1,0 +1,230 @@
+/* cost_model.c - what the modelled hardware spends on a chain: MACs, cycles, memory traffic.
+ *
+ * NVDLA's own estimate, per layer: time = the long pole of MAC-array cycles and DRAM transfer
+ * cycles. Specifics of this model:
+ * - MAC cycles count the array's real utilisation: every output position costs
+ *   ceil(C_group / atomic_c) * ceil(K_group / atomic_k) * R * S cycles per group, so layers with
+ *   few channels (the RGB stem, depthwise convolutions) leave most of the array idle.
+ *   16-bit data (and fp32, the reference precision, charged as fp16) halve atomic K.
+ * - Feature data is stored as atom cubes: each (n, h, w) position holds its channels padded up to
+ *   whole memory atoms. Weights and per-channel parameters are stored densely.
+ * - CBUF holds the input and the weights of a convolution. When both do not fit, the layer is
+ *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
+ * - SDP and PDP cost elements / throughput; an SDP that uses the element-wise or LUT unit runs at
+ *   the slower of its two units' rates.
+ * - FUSED: the intermediates between engines stay on chip and the engines work in a pipeline, so
+ *   the chain costs the long pole of every engine's compute and all of its memory traffic.
+ *   INDEPENDENT: every op reads its input and writes its output, one op after the other.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Bytes of one element as the hardware stores it: fp32 is charged as fp16. */
+static int64_t hw_element_bytes(accel_precision p) { return p == ACCEL_INT8 ? 1 : 2; }
+
+/* Atomic K at this precision: the int8 figure, halved for 16-bit data. */
+static int64_t atomic_k_at(const accel_config* cfg, accel_precision p) {
+  return p == ACCEL_INT8 ? cfg->atomic_k : cfg->atomic_k / 2;
+}
+
+/* Bytes of one (n, h, w) position's channels, padded to whole memory atoms. */
+static int64_t position_bytes(const accel_config* cfg, int64_t channels, accel_precision p) {
+  return ceil_div(channels * hw_element_bytes(p), cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
+}
+
+static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int64_t h, int64_t w,
+                             accel_precision p) {
+  return n * h * w * position_bytes(cfg, c, p);
+}
+
+/* Input rows one slice of `out_rows` output rows needs. */
+static int64_t slice_input_rows(const conv_geometry* g, int64_t out_rows) {
+  return (out_rows - 1) * g->stride_h + (int64_t)(g->kernel_h - 1) * g->dilation_h + 1;
+}
+
+/* Input bytes read for one image when the input streams through CBUF in horizontal slices of
+ * at most `budget` bytes: every slice re-reads the rows it shares with the previous one. */
+static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int64_t budget,
+                                  int64_t* num_slices) {
+  int64_t out_rows = g->out_h;
+  while (out_rows > 1 && slice_input_rows(g, out_rows) * row_bytes > budget) {
+    out_rows = (out_rows + 1) / 2;
+  }
+  *num_slices = ceil_div(g->out_h, out_rows);
+  int64_t rows = 0;
+  for (int64_t first = 0; first < g->out_h; first += out_rows) {
+    const int64_t count = first + out_rows <= g->out_h ? out_rows : g->out_h - first;
+    int64_t top = first * g->stride_h - g->pad_top;
+    int64_t bottom = top + slice_input_rows(g, count);
+    top = top < 0 ? 0 : top;
+    bottom = bottom > g->h ? g->h : bottom;
+    rows += bottom > top ? bottom - top : 0;
+  }
+  return rows * row_bytes;
+}
+
+/* Input and weight bytes a convolution reads, for the whole batch.
+ * 1. Input and weights fit CBUF together: each is read once.
+ * 2. One image fits with room for one atomic-K group of kernels: the image stays, the weights
+ *    stream through once per image (read once when the batch is 1).
+ * 3. The weights fit with room for a few input rows: the weights stay, the input streams in
+ *    horizontal slices that re-read their overlapping rows.
+ * 4. Neither fits: split CBUF in halves and take the cheaper of streaming all weights once per
+ *    input slice, or the whole (sliced) input once per group of kernels. */
+static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_precision p,
+                       int64_t* input_bytes, int64_t* weight_bytes) {
+  const int64_t eb = hw_element_bytes(p);
+  const int64_t cbuf = cfg->cbuf_bytes;
+  const int64_t row_bytes = (int64_t)g->w * position_bytes(cfg, g->c, p);
+  const int64_t image = row_bytes * g->h;
+  const int64_t weights = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w * eb;
+  const int64_t k_per_group = g->k / g->groups;
+  const int64_t kernel_bytes = weights / g->k;
+  const int64_t group_k = k_per_group < atomic_k_at(cfg, p) ? k_per_group : atomic_k_at(cfg, p);
+  const int64_t min_weights = group_k * kernel_bytes;
+  const int64_t min_rows = slice_input_rows(g, 1) * row_bytes;
+  int64_t slices = 1;
+
+  if (image + weights <= cbuf) {
+    *input_bytes = image * g->n;
+    *weight_bytes = weights;
+  } else if (image + min_weights <= cbuf) {
+    *input_bytes = image * g->n;
+    *weight_bytes = weights * g->n;
+  } else if (weights + min_rows <= cbuf) {
+    *input_bytes = sliced_input_reads(g, row_bytes, cbuf - weights, &slices) * g->n;
+    *weight_bytes = weights;
+  } else {
+    const int64_t half = cbuf / 2;
+    const int64_t sliced = sliced_input_reads(g, row_bytes, half, &slices);
+    const int64_t kernel_groups = ceil_div(weights, half > min_weights ? half : min_weights);
+    const int64_t weights_per_slice = sliced + weights * slices;  /* per image */
+    const int64_t input_per_group = sliced * kernel_groups + weights;
+    const int64_t best = weights_per_slice < input_per_group ? weights_per_slice : input_per_group;
+    *input_bytes = (best == weights_per_slice ? sliced : sliced * kernel_groups) * g->n;
+    *weight_bytes = (best == weights_per_slice ? weights * slices : weights) * g->n;
+  }
+}
+
+static int64_t memory_cycles(const accel_config* cfg, int64_t bytes) {
+  return (int64_t)ceil((double)bytes * cfg->clock_hz / cfg->dram_bytes_per_s);
+}
+
+static void finish_op(const accel_config* cfg, accel_op_stats* s) {
+  s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
+  s->memory_cycles = memory_cycles(cfg, s->bytes_read + s->bytes_written);
+  s->cycles = s->compute_cycles > s->memory_cycles ? s->compute_cycles : s->memory_cycles;
+}
+
+static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
+                      accel_op_stats* s) {
+  const conv_geometry* g = &r->conv;
+  const accel_precision p = r->op->conv.precision;
+  const int64_t c_group = g->c / g->groups, k_group = g->k / g->groups;
+  const int64_t positions = (int64_t)g->n * g->out_h * g->out_w;
+  snprintf(s->op, sizeof s->op, "%s", g->groups == 1 ? "conv2d" :
+           (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
+  s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
+  s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
+                  ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  s->compute_cycles = s->mac_cycles;
+  conv_reads(cfg, g, p, &s->input_bytes, &s->weight_bytes);
+  const int64_t once = feature_bytes(cfg, g->n, g->c, g->h, g->w, p) +
+                       (int64_t)g->k * c_group * g->kernel_h * g->kernel_w * hw_element_bytes(p);
+  s->reread_bytes = s->input_bytes + s->weight_bytes - once;
+  s->bytes_written =
+      output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
+}
+
+static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
+                     int output_on_chip, accel_op_stats* s) {
+  const accel_sdp_desc* d = &r->op->sdp;
+  const accel_precision p = d->precision;
+  static const char* const ew_names[] = {"", "add", "mul", "max", "min"};
+  static const char* const act_names[] = {"", "relu", "clip", "prelu", "sigmoid", "tanh"};
+  char name[ACCEL_NAME_LEN] = "sdp";
+  size_t used = strlen(name);
+  const char* parts[3] = {d->scale || d->shift ? "scale_shift" : "", ew_names[d->ew_op],
+                          act_names[d->act]};
+  for (int i = 0; i < 3; ++i) {
+    if (parts[i][0] == '\0') continue;
+    used += (size_t)snprintf(name + used, sizeof name - used, "%s%s",
+                             used == 3 ? ":" : "+", parts[i]);
+    if (used >= sizeof name) break;
+  }
+  snprintf(s->op, sizeof s->op, "%s", name);
+  const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+  const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
+  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || d->act == ACCEL_ACT_SIGMOID ||
+                          d->act == ACCEL_ACT_TANH;
+  s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
+  const int per_channel = (d->scale != NULL) + (d->shift != NULL) + (d->act == ACCEL_ACT_PRELU);
+  s->weight_bytes = (int64_t)per_channel * r->in_c * hw_element_bytes(p);
+  s->input_bytes = input_on_chip ? 0 : tensor;
+  s->operand_bytes = d->ew_op != ACCEL_EW_NONE ? tensor : 0;
+  s->bytes_written = output_on_chip ? 0 : tensor;
+}
+
+static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
+                     accel_op_stats* s) {
+  const pdp_geometry* g = &r->pdp;
+  const accel_precision p = r->op->pdp.precision;
+  snprintf(s->op, sizeof s->op, "%s", g->pool == ACCEL_POOL_MAX ? "pdp:max" : "pdp:avg");
+  s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->pdp_throughput);
+  s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
+  s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
+}
+
+void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char* label,
+                accel_run_stats* run, accel_op_stats* ops) {
+  memset(run, 0, sizeof *run);
+  snprintf(run->label, sizeof run->label, "%s", label != NULL ? label : "");
+  run->mode = chain->mode;
+  run->num_ops = chain->num_ops;
+  const int fused = chain->mode == ACCEL_MODE_FUSED;
+  int64_t longest_compute = 0, memory = 0, independent_cycles = 0;
+  accel_precision precision = ACCEL_FP32;
+  for (int32_t i = 0; i < chain->num_ops; ++i) {
+    const resolved_op* r = &chain->ops[i];
+    accel_op_stats* s = &ops[i];
+    memset(s, 0, sizeof *s);
+    s->engine = r->op->engine;
+    const int input_on_chip = fused && i > 0;
+    const int output_on_chip = fused && i + 1 < chain->num_ops;
+    switch (r->op->engine) {
+      case ACCEL_ENGINE_CONV:
+        s->precision = precision = r->op->conv.precision;
+        cost_conv(cfg, r, output_on_chip, s);
+        break;
+      case ACCEL_ENGINE_SDP:
+        s->precision = precision = r->op->sdp.precision;
+        cost_sdp(cfg, r, input_on_chip, output_on_chip, s);
+        break;
+      case ACCEL_ENGINE_PDP:
+        s->precision = precision = r->op->pdp.precision;
+        cost_pdp(cfg, r, input_on_chip, s);
+        break;
+    }
+    finish_op(cfg, s);
+    run->macs += s->macs;
+    run->mac_cycles += s->mac_cycles;
+    run->bytes_read += s->bytes_read;
+    run->bytes_written += s->bytes_written;
+    longest_compute = s->compute_cycles > longest_compute ? s->compute_cycles : longest_compute;
+    memory += s->memory_cycles;
+    independent_cycles += s->cycles;
+  }
+  if (fused) {
+    const int64_t chain_memory = memory_cycles(cfg, run->bytes_read + run->bytes_written);
+    run->cycles = longest_compute > chain_memory ? longest_compute : chain_memory;
+  } else {
+    run->cycles = independent_cycles;
+  }
+  const double peak = (double)cfg->atomic_c * (double)atomic_k_at(cfg, precision);
+  run->utilization = run->cycles > 0 ? (double)run->macs / ((double)run->cycles * peak) : 0.0;
+}

@@ -1,0 +1,288 @@
+/*
+ * accel.h - the simulated NVDLA-like accelerator: its instruction set and its runtime API.
+ *
+ * This is the one public header. Generated code includes it, the Python package reads it through
+ * cffi (preprocessed with ACCEL_CDEF defined, so it must stay plain C declarations), and the
+ * hardware presets behind accel_config_preset() are the only copy of the hardware constants.
+ *
+ * The machine has three engines, as NVDLA does:
+ *   CONV  direct convolution (CDMA -> CBUF -> CSC -> CMAC -> CACC); fully connected = 1x1 conv
+ *   SDP   single data processor: per-channel scale/shift (bias, inference batch norm), an
+ *         element-wise op with a second tensor, then an activation
+ *   PDP   planar data processor: max / average pooling, kernel 1..8 per side
+ * A run executes a chain of engine ops on one input tensor, either FUSED (CONV -> SDP -> PDP on
+ * the fly: intermediates never reach memory) or INDEPENDENT (every op reads its input from memory
+ * and writes its output back). Both modes give bit-identical values; their costs differ.
+ *
+ * Tensors are dense NCHW in host memory, which stands in for the accelerator's DRAM. The cost
+ * model counts feature data as laid out in NVDLA's atom cubes: every (n, h, w) position holds
+ * the channels padded up to a whole number of memory atoms.
+ *
+ * Every entry point returns an accel_status; on failure accel_last_error() names the bad field
+ * and value. Nothing here aborts, exits or writes outside the buffers it is given.
+ */
+#ifndef ACCEL_ACCEL_H_
+#define ACCEL_ACCEL_H_
+
+#ifndef ACCEL_CDEF
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  ACCEL_ABI_VERSION = 1,   /* bumped when a struct below changes layout */
+  ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
+  ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
+  ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
+  ACCEL_MAX_CONV_DILATION = 32,/* CONV dilation per side */
+  ACCEL_MAX_CONV_PAD = 31,     /* CONV zero padding per side */
+  ACCEL_MAX_POOL_KERNEL = 8,   /* PDP window per side */
+  ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
+  ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
+  ACCEL_NAME_LEN = 32,
+  ACCEL_LABEL_LEN = 64,
+  ACCEL_ERROR_LEN = 512
+};
+
+/* Status codes. New values are only ever appended. */
+typedef enum accel_status {
+  ACCEL_OK = 0,
+  ACCEL_ERR_INVALID = 1,     /* a field is out of range (non-positive, overflowing, unknown enum) */
+  ACCEL_ERR_SHAPE = 2,       /* tensor shapes do not agree with each other or with the ops */
+  ACCEL_ERR_UNSUPPORTED = 3, /* valid, but the configuration lacks it (precision, engine, limit) */
+  ACCEL_ERR_NULL = 4,        /* a required pointer is NULL */
+  ACCEL_ERR_ALIGNMENT = 5,   /* a buffer is not aligned to its element size */
+  ACCEL_ERR_NO_MEMORY = 6,   /* the simulator could not allocate its scratch memory */
+  ACCEL_ERR_NOT_FOUND = 7    /* an unknown preset name or an index out of range */
+} accel_status;
+
+/* Data precisions. FP32 is the simulator's reference precision: every configuration accepts it
+ * and the cost model charges it as FP16 (2-byte data, the 16-bit MAC rate). */
+typedef enum accel_precision {
+  ACCEL_INT8 = 0,
+  ACCEL_INT16 = 1,
+  ACCEL_FP16 = 2,
+  ACCEL_FP32 = 3
+} accel_precision;
+
+/* Optional hardware units (accel_config.features bits). */
+typedef enum accel_feature {
+  ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh */
+  ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
+  ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
+  ACCEL_FEATURE_RUBIK = 8       /* RUBIK reshape engine (not modelled yet) */
+} accel_feature;
+
+/* A hardware configuration. Presets come from accel_config_preset(); any other values a user
+ * gives are checked by accel_config_validate(). */
+typedef struct accel_config {
+  char name[ACCEL_NAME_LEN];
+  int32_t atomic_c;          /* input channels the MAC array consumes per cycle (atomic C) */
+  int32_t atomic_k;          /* output channels per cycle at int8 (atomic K); halved for 16-bit */
+  int64_t cbuf_bytes;        /* convolution buffer (CBUF) capacity, input and weights together */
+  int32_t memory_atom_bytes; /* smallest memory access; each feature position pads to it */
+  int32_t sdp_throughput;    /* SDP scale/shift + activation elements per cycle */
+  int32_t sdp_ew_throughput; /* SDP element-wise and LUT elements per cycle */
+  int32_t pdp_throughput;    /* PDP input elements per cycle */
+  double clock_hz;           /* engine clock */
+  double dram_bytes_per_s;   /* memory bandwidth shared by all engines */
+  uint32_t precisions;       /* bit (1u << accel_precision) set for each hardware precision */
+  uint32_t features;         /* accel_feature bits */
+} accel_config;
+
+/* A tensor in memory: dense NCHW, element type `precision`. 2-D data [N, C] uses h = w = 1. */
+typedef struct accel_tensor {
+  void* data;                /* first element, aligned to the element size */
+  int32_t n, c, h, w;
+  accel_precision precision;
+} accel_tensor;
+
+typedef enum accel_engine {
+  ACCEL_ENGINE_CONV = 0,
+  ACCEL_ENGINE_SDP = 1,
+  ACCEL_ENGINE_PDP = 2
+} accel_engine;
+
+/* CONV: direct convolution.
+ *   out[n][k][y][x] = sum over c < C/groups, r < kernel_h, s < kernel_w of
+ *       in[n][g*C/groups + c][y*stride_h - pad_top + r*dilation_h][x*stride_w - pad_left + s*dilation_w]
+ *       * weights[k][c][r][s],      g = k / (K/groups), input outside the image reads as 0
+ *   out_h = (H + pad_top + pad_bottom - dilation_h*(kernel_h-1) - 1) / stride_h + 1 (same for w)
+ * The sum runs in the precision's accumulator (fp32 for FP32/FP16, int32 for INT8). */
+typedef struct accel_conv_desc {
+  int32_t out_c;             /* K, output channels; a multiple of groups */
+  int32_t kernel_h, kernel_w;/* R, S >= 1 */
+  int32_t stride_h, stride_w;/* >= 1 */
+  int32_t pad_top, pad_bottom, pad_left, pad_right; /* >= 0, zero padding */
+  int32_t dilation_h, dilation_w; /* >= 1 */
+  int32_t groups;            /* >= 1, divides C and K; groups == C == K is depthwise */
+  accel_precision precision; /* of input, weights and output */
+  const void* weights;       /* [K][C/groups][R][S] in `precision` */
+} accel_conv_desc;
+
+typedef enum accel_eltwise {
+  ACCEL_EW_NONE = 0,
+  ACCEL_EW_ADD = 1,
+  ACCEL_EW_MUL = 2,
+  ACCEL_EW_MAX = 3,
+  ACCEL_EW_MIN = 4
+} accel_eltwise;
+
+typedef enum accel_activation {
+  ACCEL_ACT_NONE = 0,
+  ACCEL_ACT_RELU = 1,        /* max(t, 0) */
+  ACCEL_ACT_CLIP = 2,        /* min(max(t, clip_min), clip_max); ReLU6 is clip(0, 6) */
+  ACCEL_ACT_PRELU = 3,       /* t >= 0 ? t : t * prelu_slope[c] */
+  ACCEL_ACT_SIGMOID = 4,     /* 1 / (1 + exp(-t)), needs ACCEL_FEATURE_LUT */
+  ACCEL_ACT_TANH = 5         /* tanh(t), needs ACCEL_FEATURE_LUT */
+} accel_activation;
+
+/* SDP: per-channel affine, element-wise op, activation, in that order, one pass:
+ *   t = x[n][c][h][w] * scale[c] + shift[c]       (scale NULL: 1, shift NULL: 0; two roundings)
+ *   t = ew_op(t, ew_operand[n][c][h][w])          (ew_op NONE: skipped)
+ *   y = act(t)
+ * Bias is shift alone; inference batch norm folds to scale = gamma / sqrt(var + eps) and
+ * shift = beta - mean * scale, and a conv bias folds into that same shift. */
+typedef struct accel_sdp_desc {
+  const void* scale;         /* [C] in `precision`, or NULL */
+  const void* shift;         /* [C] in `precision`, or NULL */
+  accel_eltwise ew_op;
+  const void* ew_operand;    /* the op's output shape, NCHW; needs ACCEL_FEATURE_ELEMENTWISE */
+  accel_activation act;
+  float clip_min, clip_max;  /* ACCEL_ACT_CLIP bounds, clip_min <= clip_max */
+  const void* prelu_slope;   /* [C] for ACCEL_ACT_PRELU */
+  accel_precision precision;
+} accel_sdp_desc;
+
+typedef enum accel_pool {
+  ACCEL_POOL_MAX = 0,
+  ACCEL_POOL_AVG = 1
+} accel_pool;
+
+/* PDP: pooling over kernel_h x kernel_w windows (1..ACCEL_MAX_POOL_KERNEL per side).
+ *   out[n][c][y][x] = reduce over r, s of in[n][c][y*stride_h - pad_top + r][x*stride_w - pad_left + s]
+ *   max: padding never wins; avg: sum / (count_include_pad ? kernel_h*kernel_w : in-image count)
+ *   out_h = (H + pad_top + pad_bottom - kernel_h) / stride_h + 1 (same for w)
+ * Padding is smaller than the kernel, so every window holds at least one in-image element. */
+typedef struct accel_pdp_desc {
+  accel_pool pool;
+  int32_t kernel_h, kernel_w;
+  int32_t stride_h, stride_w;
+  int32_t pad_top, pad_bottom, pad_left, pad_right;
+  int32_t count_include_pad; /* 0 or 1, average pooling only */
+  accel_precision precision;
+} accel_pdp_desc;
+
+/* One engine op of a chain: `engine` says which descriptor is meant. */
+typedef struct accel_op {
+  accel_engine engine;
+  union {
+    accel_conv_desc conv;
+    accel_sdp_desc sdp;
+    accel_pdp_desc pdp;
+  };
+} accel_op;
+
+typedef enum accel_mode {
+  ACCEL_MODE_FUSED = 0,      /* on the fly: at most CONV, SDP, PDP, one each, in that order */
+  ACCEL_MODE_INDEPENDENT = 1 /* any order; every intermediate goes through memory */
+} accel_mode;
+
+/* Cost of one executed op. Bytes are as laid out in memory (atom-padded feature data). */
+typedef struct accel_op_stats {
+  accel_engine engine;
+  char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", ... */
+  accel_precision precision;
+  int64_t macs;              /* useful multiply-accumulates */
+  int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
+  int64_t compute_cycles;    /* the engine's busy cycles: mac_cycles or elements / throughput */
+  int64_t input_bytes;       /* feature data read, re-reads included (0 when fed on the fly) */
+  int64_t weight_bytes;      /* weights and per-channel parameters read, re-reads included */
+  int64_t operand_bytes;     /* SDP element-wise second tensor read */
+  int64_t reread_bytes;      /* the part of input+weight bytes that re-reads forced by CBUF */
+  int64_t bytes_read;        /* input + weight + operand bytes */
+  int64_t bytes_written;     /* 0 when the result goes on the fly to the next engine */
+  int64_t memory_cycles;     /* (bytes_read + bytes_written) at the DRAM bandwidth */
+  int64_t cycles;            /* max(compute_cycles, memory_cycles) */
+} accel_op_stats;
+
+/* Cost of one run (one chain). FUSED: the engines overlap, so cycles is the long pole of every
+ * engine's compute and the chain's whole memory traffic. INDEPENDENT: the sum of the ops'. */
+typedef struct accel_run_stats {
+  char label[ACCEL_LABEL_LEN];
+  accel_mode mode;
+  int32_t num_ops;
+  int64_t macs;
+  int64_t mac_cycles;
+  int64_t bytes_read;
+  int64_t bytes_written;
+  int64_t cycles;
+  double utilization;        /* macs / (mac_cycles * MACs the array has at this precision) */
+} accel_run_stats;
+
+/* ---- configurations -------------------------------------------------------------------- */
+
+/* Number of presets, and preset `index`'s name (NULL when out of range). */
+int32_t accel_num_presets(void);
+const char* accel_preset_name(int32_t index);
+/* Fill *out with the named preset ("nv_small", "nv_large", "nv_full"). */
+accel_status accel_config_preset(const char* name, accel_config* out);
+/* Check every field of a (user-given) configuration. */
+accel_status accel_config_validate(const accel_config* cfg);
+
+/* ---- devices and runs ------------------------------------------------------------------ */
+
+/* A device: a configuration plus the scratch memory and threads the simulator reuses. */
+typedef struct accel_device accel_device;
+
+accel_status accel_device_create(const accel_config* cfg, accel_device** out);
+void accel_device_destroy(accel_device* dev);
+/* The configuration the device was created with. */
+accel_status accel_device_config(const accel_device* dev, accel_config* out);
+/* Threads the kernels use (default: ACCEL_NUM_THREADS, else the number of online CPUs). */
+accel_status accel_device_set_threads(accel_device* dev, int32_t num_threads);
+int32_t accel_device_threads(const accel_device* dev);
+
+/* Execute `ops` on `input`, writing `output`. `label` names the run in the profile (may be NULL).
+ * run_stats and op_stats (an array of num_ops) receive the cost when not NULL. */
+accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
+                       const accel_tensor* input, const accel_tensor* output, accel_mode mode,
+                       const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats);
+
+/* Validate a chain without data and give each op's output shape (shapes: num_ops tensors,
+ * data NULL); the last one is the shape accel_run's output must have. */
+accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                                const accel_tensor* input, accel_mode mode, accel_tensor* shapes);
+
+/* The cost of the same run without executing it: tensors need shapes, not data. */
+accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                            const accel_tensor* input, const accel_tensor* output,
+                            accel_mode mode, accel_run_stats* run_stats,
+                            accel_op_stats* op_stats);
+
+/* ---- profiling ------------------------------------------------------------------------- */
+
+/* While enabled, every accel_run in the process appends its run and op records. Enabling
+ * clears the previous records. */
+void accel_profile_enable(int32_t enabled);
+int32_t accel_profile_num_runs(void);
+/* Run `index`'s record, and the index of its first op record (its ops follow contiguously). */
+accel_status accel_profile_run(int32_t index, accel_run_stats* out, int32_t* first_op);
+int32_t accel_profile_num_ops(void);
+accel_status accel_profile_op(int32_t index, accel_op_stats* out);
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* The message of the calling thread's last failure: names the bad field and its value. */
+const char* accel_last_error(void);
+const char* accel_status_name(accel_status status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_ACCEL_H_ */

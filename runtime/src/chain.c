@@ -1,0 +1,350 @@
+/* chain.c - validation of a chain of engine ops and inference of the shapes it produces.
+ *
+ * Every field of every descriptor is checked here, before any kernel runs, and a failure names
+ * the op, the field and its value. Kernels trust what passes.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char* engine_name(accel_engine engine) {
+  switch (engine) {
+    case ACCEL_ENGINE_CONV: return "CONV";
+    case ACCEL_ENGINE_SDP: return "SDP";
+    case ACCEL_ENGINE_PDP: return "PDP";
+  }
+  return "?";
+}
+
+static int64_t element_bytes(accel_precision p) {
+  switch (p) {
+    case ACCEL_INT8: return 1;
+    case ACCEL_INT16:
+    case ACCEL_FP16: return 2;
+    case ACCEL_FP32: return 4;
+  }
+  return 0;
+}
+
+/* The precision must exist, the configuration must have it (fp32 is the reference precision
+ * every configuration accepts), and the simulator must implement it. */
+static accel_status check_precision(const accel_config* cfg, accel_precision p, const char* what) {
+  if (element_bytes(p) == 0) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: precision = %d is not an accel_precision", what, (int)p);
+  }
+  if (p != ACCEL_FP32 && (cfg->precisions & (1u << p)) == 0) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: precision %s is not supported by configuration %s",
+                      what, precision_name(p), cfg->name);
+  }
+  if (p != ACCEL_FP32) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: precision %s is not implemented by the simulator yet (fp32 is)", what,
+                      precision_name(p));
+  }
+  return ACCEL_OK;
+}
+
+static accel_status check_buffer(const void* ptr, accel_precision p, const char* what) {
+  if (ptr == NULL) return accel_fail(ACCEL_ERR_NULL, "%s is NULL", what);
+  if ((uintptr_t)ptr % (uintptr_t)element_bytes(p) != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s = %p is not aligned to its %lld-byte %s elements",
+                      what, ptr, (long long)element_bytes(p), precision_name(p));
+  }
+  return ACCEL_OK;
+}
+
+static accel_status check_tensor(const accel_config* cfg, const accel_tensor* t, const char* what,
+                                 int need_data) {
+  if (t == NULL) return accel_fail(ACCEL_ERR_NULL, "%s tensor is NULL", what);
+  const int32_t dims[4] = {t->n, t->c, t->h, t->w};
+  const char* names = "nchw";
+  int64_t count = 1;
+  for (int i = 0; i < 4; ++i) {
+    if (dims[i] <= 0) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s tensor: %c = %d must be positive", what, names[i],
+                        dims[i]);
+    }
+    count *= dims[i]; /* cannot overflow: checked against the limit at each step */
+    if (count > ACCEL_MAX_TENSOR_ELEMENTS) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s tensor: %d x %d x %d x %d elements exceed the limit of %d", what,
+                        t->n, t->c, t->h, t->w, ACCEL_MAX_TENSOR_ELEMENTS);
+    }
+  }
+  accel_status st = check_precision(cfg, t->precision, what);
+  if (st != ACCEL_OK) return st;
+  if (need_data) {
+    char buffer_name[64];
+    snprintf(buffer_name, sizeof buffer_name, "%s tensor data", what);
+    return check_buffer(t->data, t->precision, buffer_name);
+  }
+  return ACCEL_OK;
+}
+
+#define RANGE(field, value, lo, hi)                                                            \
+  if ((value) < (lo) || (value) > (hi)) {                                                      \
+    return accel_fail(ACCEL_ERR_INVALID, "%s: %s = %d is outside [%d, %d]", where, field,      \
+                      (int)(value), (int)(lo), (int)(hi));                                     \
+  }
+
+static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const char* where,
+                                 int need_data) {
+  const accel_conv_desc* d = &r->op->conv;
+  RANGE("out_c", d->out_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
+  RANGE("kernel_h", d->kernel_h, 1, ACCEL_MAX_CONV_KERNEL)
+  RANGE("kernel_w", d->kernel_w, 1, ACCEL_MAX_CONV_KERNEL)
+  RANGE("stride_h", d->stride_h, 1, ACCEL_MAX_CONV_STRIDE)
+  RANGE("stride_w", d->stride_w, 1, ACCEL_MAX_CONV_STRIDE)
+  RANGE("dilation_h", d->dilation_h, 1, ACCEL_MAX_CONV_DILATION)
+  RANGE("dilation_w", d->dilation_w, 1, ACCEL_MAX_CONV_DILATION)
+  RANGE("pad_top", d->pad_top, 0, ACCEL_MAX_CONV_PAD)
+  RANGE("pad_bottom", d->pad_bottom, 0, ACCEL_MAX_CONV_PAD)
+  RANGE("pad_left", d->pad_left, 0, ACCEL_MAX_CONV_PAD)
+  RANGE("pad_right", d->pad_right, 0, ACCEL_MAX_CONV_PAD)
+  RANGE("groups", d->groups, 1, ACCEL_MAX_TENSOR_ELEMENTS)
+  if (r->in_c % d->groups != 0 || d->out_c % d->groups != 0) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "%s: groups = %d must divide input channels %d and out_c %d", where,
+                      d->groups, r->in_c, d->out_c);
+  }
+  accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  const int64_t reach_h = (int64_t)d->dilation_h * (d->kernel_h - 1) + 1;
+  const int64_t reach_w = (int64_t)d->dilation_w * (d->kernel_w - 1) + 1;
+  const int64_t padded_h = (int64_t)r->in_h + d->pad_top + d->pad_bottom;
+  const int64_t padded_w = (int64_t)r->in_w + d->pad_left + d->pad_right;
+  if (reach_h > padded_h || reach_w > padded_w) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "%s: the dilated %lldx%lld kernel is larger than the padded %lldx%lld input",
+                      where, (long long)reach_h, (long long)reach_w, (long long)padded_h,
+                      (long long)padded_w);
+  }
+  const int64_t weight_count =
+      (int64_t)d->out_c * (r->in_c / d->groups) * d->kernel_h * d->kernel_w;
+  if (weight_count > ACCEL_MAX_TENSOR_ELEMENTS) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
+                      (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
+  }
+  if (need_data) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: weights", where);
+    st = check_buffer(d->weights, d->precision, what);
+    if (st != ACCEL_OK) return st;
+  }
+  r->out_n = r->in_n;
+  r->out_c = d->out_c;
+  r->out_h = (int32_t)((padded_h - reach_h) / d->stride_h + 1);
+  r->out_w = (int32_t)((padded_w - reach_w) / d->stride_w + 1);
+  r->conv = (conv_geometry){
+      .n = r->in_n, .c = r->in_c, .h = r->in_h, .w = r->in_w,
+      .k = d->out_c, .out_h = r->out_h, .out_w = r->out_w,
+      .kernel_h = d->kernel_h, .kernel_w = d->kernel_w,
+      .stride_h = d->stride_h, .stride_w = d->stride_w,
+      .pad_top = d->pad_top, .pad_left = d->pad_left,
+      .dilation_h = d->dilation_h, .dilation_w = d->dilation_w, .groups = d->groups};
+  return ACCEL_OK;
+}
+
+static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const char* where,
+                                int need_data) {
+  const accel_sdp_desc* d = &r->op->sdp;
+  accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  RANGE("ew_op", d->ew_op, ACCEL_EW_NONE, ACCEL_EW_MIN)
+  RANGE("act", d->act, ACCEL_ACT_NONE, ACCEL_ACT_TANH)
+  if (d->ew_op != ACCEL_EW_NONE && !(cfg->features & ACCEL_FEATURE_ELEMENTWISE)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: element-wise ops need the SDP element-wise unit, which %s lacks",
+                      where, cfg->name);
+  }
+  if ((d->act == ACCEL_ACT_SIGMOID || d->act == ACCEL_ACT_TANH) &&
+      !(cfg->features & ACCEL_FEATURE_LUT)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: act = %s needs the SDP lookup table, which %s lacks", where,
+                      d->act == ACCEL_ACT_SIGMOID ? "sigmoid" : "tanh", cfg->name);
+  }
+  if (d->act == ACCEL_ACT_CLIP && !(d->clip_min <= d->clip_max)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: clip_min = %g must not exceed clip_max = %g",
+                      where, (double)d->clip_min, (double)d->clip_max);
+  }
+  if (need_data) {
+    char what[64];
+    const struct { const void* ptr; const char* name; int needed; } params[] = {
+        {d->scale, "scale", 0}, {d->shift, "shift", 0},
+        {d->ew_operand, "ew_operand", d->ew_op != ACCEL_EW_NONE},
+        {d->prelu_slope, "prelu_slope", d->act == ACCEL_ACT_PRELU}};
+    for (size_t i = 0; i < sizeof params / sizeof params[0]; ++i) {
+      if (params[i].ptr == NULL && !params[i].needed) continue;
+      snprintf(what, sizeof what, "%s: %s", where, params[i].name);
+      st = check_buffer(params[i].ptr, d->precision, what);
+      if (st != ACCEL_OK) return st;
+    }
+  }
+  r->out_n = r->in_n;
+  r->out_c = r->in_c;
+  r->out_h = r->in_h;
+  r->out_w = r->in_w;
+  return ACCEL_OK;
+}
+
+static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const char* where) {
+  const accel_pdp_desc* d = &r->op->pdp;
+  accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  RANGE("pool", d->pool, ACCEL_POOL_MAX, ACCEL_POOL_AVG)
+  if (d->kernel_h > ACCEL_MAX_POOL_KERNEL || d->kernel_w > ACCEL_MAX_POOL_KERNEL) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: pooling kernel %dx%d exceeds the PDP limit of %d per side", where,
+                      d->kernel_h, d->kernel_w, ACCEL_MAX_POOL_KERNEL);
+  }
+  RANGE("kernel_h", d->kernel_h, 1, ACCEL_MAX_POOL_KERNEL)
+  RANGE("kernel_w", d->kernel_w, 1, ACCEL_MAX_POOL_KERNEL)
+  RANGE("stride_h", d->stride_h, 1, ACCEL_MAX_POOL_STRIDE)
+  RANGE("stride_w", d->stride_w, 1, ACCEL_MAX_POOL_STRIDE)
+  RANGE("pad_top", d->pad_top, 0, d->kernel_h - 1)
+  RANGE("pad_bottom", d->pad_bottom, 0, d->kernel_h - 1)
+  RANGE("pad_left", d->pad_left, 0, d->kernel_w - 1)
+  RANGE("pad_right", d->pad_right, 0, d->kernel_w - 1)
+  RANGE("count_include_pad", d->count_include_pad, 0, 1)
+  const int64_t padded_h = (int64_t)r->in_h + d->pad_top + d->pad_bottom;
+  const int64_t padded_w = (int64_t)r->in_w + d->pad_left + d->pad_right;
+  if (d->kernel_h > padded_h || d->kernel_w > padded_w) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "%s: the %dx%d pooling window is larger than the padded %lldx%lld input",
+                      where, d->kernel_h, d->kernel_w, (long long)padded_h, (long long)padded_w);
+  }
+  r->out_n = r->in_n;
+  r->out_c = r->in_c;
+  r->out_h = (int32_t)((padded_h - d->kernel_h) / d->stride_h + 1);
+  r->out_w = (int32_t)((padded_w - d->kernel_w) / d->stride_w + 1);
+  /* A window that starts inside the bottom/right padding would hold no image element. */
+  if ((int64_t)(r->out_h - 1) * d->stride_h - d->pad_top >= r->in_h ||
+      (int64_t)(r->out_w - 1) * d->stride_w - d->pad_left >= r->in_w) {
+    return accel_fail(ACCEL_ERR_SHAPE, "%s: the last pooling window lies entirely in the padding",
+                      where);
+  }
+  r->pdp = (pdp_geometry){
+      .n = r->in_n, .c = r->in_c, .h = r->in_h, .w = r->in_w,
+      .out_h = r->out_h, .out_w = r->out_w,
+      .kernel_h = d->kernel_h, .kernel_w = d->kernel_w,
+      .stride_h = d->stride_h, .stride_w = d->stride_w,
+      .pad_top = d->pad_top, .pad_left = d->pad_left,
+      .pool = d->pool, .count_include_pad = d->count_include_pad};
+  return ACCEL_OK;
+}
+#undef RANGE
+
+static accel_precision op_precision(const accel_op* op) {
+  switch (op->engine) {
+    case ACCEL_ENGINE_CONV: return op->conv.precision;
+    case ACCEL_ENGINE_SDP: return op->sdp.precision;
+    case ACCEL_ENGINE_PDP: return op->pdp.precision;
+  }
+  return ACCEL_FP32;
+}
+
+static int64_t tensor_count(const accel_tensor* t) {
+  return (int64_t)t->n * t->c * t->h * t->w;
+}
+
+accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                           const accel_tensor* input, const accel_tensor* output,
+                           accel_mode mode, int need_data, resolved_chain* out) {
+  if (ops == NULL) return accel_fail(ACCEL_ERR_NULL, "ops is NULL");
+  if (num_ops < 1 || num_ops > ACCEL_MAX_CHAIN_OPS) {
+    return accel_fail(ACCEL_ERR_INVALID, "num_ops = %d is outside [1, %d]", num_ops,
+                      ACCEL_MAX_CHAIN_OPS);
+  }
+  if (mode != ACCEL_MODE_FUSED && mode != ACCEL_MODE_INDEPENDENT) {
+    return accel_fail(ACCEL_ERR_INVALID, "mode = %d is not an accel_mode", (int)mode);
+  }
+  accel_status st = check_tensor(cfg, input, "input", need_data);
+  if (st != ACCEL_OK) return st;
+  if (output != NULL) {
+    st = check_tensor(cfg, output, "output", need_data);
+    if (st != ACCEL_OK) return st;
+  }
+
+  memset(out, 0, sizeof *out);
+  out->num_ops = num_ops;
+  out->mode = mode;
+  int32_t n = input->n, c = input->c, h = input->h, w = input->w;
+  int last_engine = -1;
+  for (int32_t i = 0; i < num_ops; ++i) {
+    resolved_op* r = &out->ops[i];
+    r->op = &ops[i];
+    r->in_n = n, r->in_c = c, r->in_h = h, r->in_w = w;
+    char where[48];
+    snprintf(where, sizeof where, "op %d (%s)", i, engine_name(ops[i].engine));
+    if (ops[i].engine < ACCEL_ENGINE_CONV || ops[i].engine > ACCEL_ENGINE_PDP) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d: engine = %d is not an accel_engine", i,
+                        (int)ops[i].engine);
+    }
+    if (mode == ACCEL_MODE_FUSED && (int)ops[i].engine <= last_engine) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: a fused chain runs CONV -> SDP -> PDP, each at most once, in "
+                        "that order", where);
+    }
+    last_engine = (int)ops[i].engine;
+    if (op_precision(&ops[i]) != input->precision) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s differs from the input's %s", where,
+                        precision_name(op_precision(&ops[i])), precision_name(input->precision));
+    }
+    switch (ops[i].engine) {
+      case ACCEL_ENGINE_CONV: st = resolve_conv(cfg, r, where, need_data); break;
+      case ACCEL_ENGINE_SDP: st = resolve_sdp(cfg, r, where, need_data); break;
+      case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
+    }
+    if (st != ACCEL_OK) return st;
+    if ((int64_t)r->out_n * r->out_c * r->out_h * r->out_w > ACCEL_MAX_TENSOR_ELEMENTS) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: the output of %d x %d x %d x %d elements exceeds "
+                        "the limit of %d", where, r->out_n, r->out_c, r->out_h, r->out_w,
+                        ACCEL_MAX_TENSOR_ELEMENTS);
+    }
+    n = r->out_n, c = r->out_c, h = r->out_h, w = r->out_w;
+  }
+  if (output == NULL) return ACCEL_OK;
+  if (output->n != n || output->c != c || output->h != h || output->w != w) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "output tensor is %dx%dx%dx%d but the chain produces %dx%dx%dx%d",
+                      output->n, output->c, output->h, output->w, n, c, h, w);
+  }
+  if (output->precision != input->precision) {
+    return accel_fail(ACCEL_ERR_INVALID, "output precision %s differs from the input's %s",
+                      precision_name(output->precision), precision_name(input->precision));
+  }
+  if (need_data) {
+    /* Only a chain of SDP ops may work in place; anything else must not overlap its input. */
+    int all_sdp = 1;
+    for (int32_t i = 0; i < num_ops; ++i) all_sdp &= ops[i].engine == ACCEL_ENGINE_SDP;
+    const char* in_lo = (const char*)input->data;
+    const char* in_hi = in_lo + tensor_count(input) * element_bytes(input->precision);
+    const char* out_lo = (const char*)output->data;
+    const char* out_hi = out_lo + tensor_count(output) * element_bytes(output->precision);
+    const int overlap = in_lo < out_hi && out_lo < in_hi;
+    if (overlap && !(all_sdp && in_lo == out_lo)) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "output data %p overlaps input data %p (only SDP chains run in place)",
+                        output->data, input->data);
+    }
+  }
+  return ACCEL_OK;
+}
+
+accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                                const accel_tensor* input, accel_mode mode, accel_tensor* shapes) {
+  accel_status st = accel_config_validate(cfg);
+  if (st != ACCEL_OK) return st;
+  if (shapes == NULL) return accel_fail(ACCEL_ERR_NULL, "shapes is NULL");
+  resolved_chain chain;
+  st = chain_resolve(cfg, ops, num_ops, input, NULL, mode, 0, &chain);
+  if (st != ACCEL_OK) return st;
+  for (int32_t i = 0; i < num_ops; ++i) {
+    const resolved_op* r = &chain.ops[i];
+    shapes[i] = (accel_tensor){.data = NULL, .n = r->out_n, .c = r->out_c, .h = r->out_h,
+                               .w = r->out_w, .precision = input->precision};
+  }
+  return ACCEL_OK;
+}
