@@ -20,7 +20,8 @@ ACTIVATIONS = {None: lib.ACCEL_ACT_NONE, "relu": lib.ACCEL_ACT_RELU, "clip": lib
                "prelu": lib.ACCEL_ACT_PRELU, "sigmoid": lib.ACCEL_ACT_SIGMOID,
                "tanh": lib.ACCEL_ACT_TANH}
 POOLS = {"max": lib.ACCEL_POOL_MAX, "avg": lib.ACCEL_POOL_AVG}
-_DTYPES = {"fp32": np.float32}
+#: How each precision is stored in host memory.
+_DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
 
 
 def _pair(value, what: str) -> Tuple[int, int]:
@@ -47,7 +48,7 @@ def as_operand(array, precision: str, what: str) -> np.ndarray:
     one (no copy), else a converted copy."""
     dtype = _DTYPES.get(precision)
     if dtype is None:
-        raise AccelInvalidError(f"{what}: precision {precision!r} has no simulator dtype yet")
+        raise AccelInvalidError(f"{what}: unknown precision {precision!r}")
     return np.ascontiguousarray(array, dtype=dtype)
 
 

@@ -48,13 +48,14 @@ static int64_t slice_input_rows(const conv_geometry* g, int64_t out_rows) {
 }
 
 /* Input bytes read for one image when the input streams through CBUF in horizontal slices of
- * at most `budget` bytes: every slice re-reads the rows it shares with the previous one. */
+ * as many rows as `budget` bytes hold (at least one output row's worth): every slice re-reads
+ * the rows it shares with the previous one. */
 static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int64_t budget,
                                   int64_t* num_slices) {
-  int64_t out_rows = g->out_h;
-  while (out_rows > 1 && slice_input_rows(g, out_rows) * row_bytes > budget) {
-    out_rows = (out_rows + 1) / 2;
-  }
+  const int64_t rows_fit = budget / row_bytes;
+  const int64_t reach = slice_input_rows(g, 1);
+  int64_t out_rows = rows_fit >= reach ? (rows_fit - reach) / g->stride_h + 1 : 1;
+  if (out_rows > g->out_h) out_rows = g->out_h;
   *num_slices = ceil_div(g->out_h, out_rows);
   int64_t rows = 0;
   for (int64_t first = 0; first < g->out_h; first += out_rows) {
@@ -187,7 +188,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   run->mode = chain->mode;
   run->num_ops = chain->num_ops;
   const int fused = chain->mode == ACCEL_MODE_FUSED;
-  int64_t longest_compute = 0, memory = 0, independent_cycles = 0;
+  int64_t longest_compute = 0, independent_cycles = 0;
   accel_precision precision = ACCEL_FP32;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
@@ -216,7 +217,6 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     run->bytes_read += s->bytes_read;
     run->bytes_written += s->bytes_written;
     longest_compute = s->compute_cycles > longest_compute ? s->compute_cycles : longest_compute;
-    memory += s->memory_cycles;
     independent_cycles += s->cycles;
   }
   if (fused) {

@@ -1,0 +1,64 @@
+"""The C library under AddressSanitizer and UndefinedBehaviorSanitizer.
+
+Builds libaccel with -fsanitize=address,undefined, runs the C tests (tests/c: rejections,
+engines against naive loops, a fuzz loop of random chains), then runs the Python engine,
+validation and cost-model tests again with that library preloaded in place of the installed one.
+Any out-of-bounds access or undefined behaviour aborts the run and fails the test.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py"]
+
+
+def _run(cmd, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, cmd))} exited {result.returncode}\n"
+        f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def sanitized_build(tmp_path_factory):
+    if shutil.which("cmake") is None:
+        pytest.fail("cmake is needed to build the sanitized library (pip install cmake)")
+    build = tmp_path_factory.mktemp("sanitize")
+    _run(["cmake", "-S", ROOT, "-B", build, "-DACCEL_SANITIZE=ON", "-DACCEL_BUILD_TESTS=ON",
+          "-DCMAKE_BUILD_TYPE=Debug", f"-DPython_EXECUTABLE={sys.executable}"])
+    _run(["cmake", "--build", build, "-j2"])
+    return build
+
+
+def _runtime_library(name):
+    path = _run(["cc", f"-print-file-name={name}"]).stdout.strip()
+    assert os.path.isabs(path), f"the compiler has no {name}"
+    return path
+
+
+def test_c_tests_are_clean_under_sanitizers(sanitized_build):
+    result = _run([sanitized_build / "test_runtime"],
+                  env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0"})
+    summary = result.stdout.strip().splitlines()[-1]
+    passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
+    assert failed == 0 and passed > 100, summary
+
+
+def test_python_suites_are_clean_under_sanitizers(sanitized_build):
+    preload = " ".join([_runtime_library("libasan.so"), _runtime_library("libubsan.so"),
+                        str(sanitized_build / "libaccel.so")])
+    env = {**os.environ, "LD_PRELOAD": preload, "ASAN_OPTIONS": "detect_leaks=0",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    probe = _run([sys.executable, "-c",
+                  "import accel_codegen, sys; maps = open('/proc/self/maps').read(); "
+                  "sys.exit(0 if sys.argv[1] in maps else 1)", str(sanitized_build / "libaccel.so")],
+                 env=env)
+    assert probe.returncode == 0
+    _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CHECKED_SUITES],
+         env=env, cwd=ROOT / "tests")

@@ -1,0 +1,203 @@
+"""Bad input: every rejection is a typed exception whose message names the field and value."""
+import numpy as np
+import pytest
+
+from accel_codegen import (AccelBufferError, AccelConfig, AccelError, AccelInvalidError,
+                           AccelShapeError, AccelUnsupportedError, Conv, Device, Pool, Sdp)
+from accel_codegen._accel_ffi import ffi, lib
+
+DEVICE = Device("nv_full")
+X = np.ones((1, 4, 8, 8), dtype=np.float32)
+W = np.ones((8, 4, 3, 3), dtype=np.float32)
+
+REJECTIONS = [
+    ("stride_zero", [Conv(W, stride=0)], AccelInvalidError, "stride_h = 0"),
+    ("stride_over_limit", [Conv(W, stride=(1, 9))], AccelInvalidError, "stride_w = 9"),
+    ("negative_pad", [Conv(W, padding=(0, -1, 0, 0))], AccelInvalidError, "pad_left = -1"),
+    ("pad_over_limit", [Conv(W, padding=32)], AccelInvalidError, "pad_top = 32"),
+    ("dilation_zero", [Conv(W, dilation=0)], AccelInvalidError, "dilation_h = 0"),
+    ("groups_not_dividing", [Conv(np.ones((8, 2, 3, 3), np.float32), groups=3)],
+     AccelShapeError, "groups = 3"),
+    ("kernel_larger_than_input", [Conv(np.ones((8, 4, 9, 9), np.float32))], AccelShapeError,
+     "9x9 kernel"),
+    ("kernel_over_limit", [Conv(np.ones((1, 4, 33, 1), np.float32), padding=(16, 0, 16, 0))],
+     AccelInvalidError, "kernel_h = 33"),
+    ("weights_wrong_channels", [Conv(np.ones((8, 3, 3, 3), np.float32))], AccelInvalidError,
+     "3 input channels per group"),
+    ("pool_kernel_over_limit", [Pool("max", 9, 1)], AccelUnsupportedError,
+     "kernel 9x9 exceeds the PDP limit of 8"),
+    ("pool_pad_not_below_kernel", [Pool("max", 2, 2, padding=2)], AccelInvalidError,
+     "pad_top = 2"),
+    ("pool_unknown_kind", [Pool("median", 2, 2)], AccelInvalidError, "'median'"),
+    ("scale_wrong_length", [Sdp(scale=np.ones(3))], AccelInvalidError,
+     "scale has 3 values for 4 channels"),
+    ("operand_wrong_shape", [Sdp(ew_op="add", operand=np.ones((1, 4, 8, 7)))],
+     AccelInvalidError, "operand of shape (1, 4, 8, 7)"),
+    ("ew_without_operand", [Sdp(ew_op="add")], AccelBufferError, "ew_operand is NULL"),
+    ("prelu_without_slope", [Sdp(act="prelu")], AccelBufferError, "prelu_slope is NULL"),
+    ("clip_inverted", [Sdp(act="clip", clip=(6.0, 0.0))], AccelInvalidError, "clip_min = 6"),
+    ("unknown_activation", [Sdp(act="gelu")], AccelInvalidError, "'gelu'"),
+    ("fused_out_of_order", [Sdp(act="relu"), Conv(W)], AccelInvalidError, "CONV -> SDP -> PDP"),
+    ("fused_two_convs", [Conv(np.ones((4, 4, 1, 1), np.float32)), Conv(W)], AccelInvalidError,
+     "op 1 (CONV)"),
+    ("empty_chain", [], AccelInvalidError, "0"),
+    ("too_many_ops", [Sdp(act="relu")] * 9, AccelInvalidError, "9"),
+    ("huge_stride_overflows", [Conv(W, stride=2**40)], AccelInvalidError, "op 0 (CONV)"),
+]
+
+
+@pytest.mark.parametrize("name,chain,error,words", REJECTIONS, ids=[r[0] for r in REJECTIONS])
+def test_rejection_names_the_bad_value(name, chain, error, words):
+    with pytest.raises(error) as info:
+        DEVICE.run(chain, X)
+    assert words in str(info.value)
+    assert isinstance(info.value, AccelError)
+
+
+def test_rejection_leaves_output_untouched():
+    out = np.full((1, 8, 8, 8), 7.0, dtype=np.float32)
+    with pytest.raises(AccelInvalidError):
+        DEVICE.run([Conv(W, padding=1), Sdp(act="clip", clip=(1.0, 0.0))], X, out=out)
+    assert (out == 7.0).all()
+
+
+def test_output_of_wrong_size_is_rejected():
+    with pytest.raises(AccelInvalidError, match="out must be"):
+        DEVICE.run([Conv(W, padding=1)], X, out=np.empty((1, 8, 8, 7), np.float32))
+
+
+def test_unsupported_features_on_nv_small():
+    small = Device("nv_small")
+    with pytest.raises(AccelUnsupportedError, match="element-wise unit, which nv_small lacks"):
+        small.run([Sdp(ew_op="add", operand=X)], X)
+    with pytest.raises(AccelUnsupportedError, match="lookup table, which nv_small lacks"):
+        small.run([Sdp(act="sigmoid")], X)
+    with pytest.raises(AccelUnsupportedError, match="fp16 is not supported by configuration nv_small"):
+        small.run([Sdp(act="relu", precision="fp16")], X, precision="fp16")
+
+
+def test_unimplemented_precision_is_an_error_not_a_wrong_answer():
+    with pytest.raises(AccelUnsupportedError, match="fp16 is not implemented"):
+        DEVICE.run([Sdp(act="relu", precision="fp16")], X, precision="fp16")
+    with pytest.raises(AccelInvalidError, match="precision fp16 differs from the input's fp32"):
+        DEVICE.run([Sdp(act="relu", precision="fp16")], X)
+
+
+def test_input_rank_and_size_checks():
+    with pytest.raises(AccelInvalidError, match="NCHW or"):
+        DEVICE.run([Sdp(act="relu")], np.ones((2, 3, 4), np.float32))
+    with pytest.raises(AccelInvalidError, match="is outside"):
+        DEVICE.run([Sdp(act="relu")], np.ones((0, 3, 4, 4), np.float32))
+
+
+def test_unknown_mode():
+    with pytest.raises(AccelInvalidError, match="'turbo'"):
+        DEVICE.run([Sdp(act="relu")], X, mode="turbo")
+
+
+# --- the C entry points directly: NULLs, alignment, overflow, aliasing ----------------------
+
+def _c_chain(op_setup):
+    ops = ffi.new("accel_op[1]")
+    op_setup(ops[0])
+    return ops
+
+
+def _c_tensor(shape, data=ffi.NULL):
+    t = ffi.new("accel_tensor*")
+    t.n, t.c, t.h, t.w = shape
+    t.precision = lib.ACCEL_FP32
+    t.data = data
+    return t
+
+
+def _relu(op):
+    op.engine = lib.ACCEL_ENGINE_SDP
+    op.sdp.act = lib.ACCEL_ACT_RELU
+    op.sdp.precision = lib.ACCEL_FP32
+
+
+def _error():
+    return ffi.string(lib.accel_last_error()).decode()
+
+
+def test_c_null_and_misaligned_buffers():
+    buf = np.zeros(64, dtype=np.float32)
+    base = buf.ctypes.data
+    ops = _c_chain(_relu)
+    st = lib.accel_run(DEVICE._handle, ops, 1, _c_tensor((1, 1, 2, 2)),
+                       _c_tensor((1, 1, 2, 2), ffi.cast("void*", base)), 0, ffi.NULL, ffi.NULL,
+                       ffi.NULL)
+    assert st == lib.ACCEL_ERR_NULL and "input tensor data is NULL" in _error()
+    st = lib.accel_run(DEVICE._handle, ops, 1, _c_tensor((1, 1, 2, 2), ffi.cast("void*", base + 2)),
+                       _c_tensor((1, 1, 2, 2), ffi.cast("void*", base + 64)), 0, ffi.NULL,
+                       ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_ALIGNMENT and "not aligned" in _error()
+    assert lib.accel_run(ffi.NULL, ops, 1, ffi.NULL, ffi.NULL, 0, ffi.NULL, ffi.NULL,
+                         ffi.NULL) == lib.ACCEL_ERR_NULL
+    assert lib.accel_run(DEVICE._handle, ffi.NULL, 1, ffi.NULL, ffi.NULL, 0, ffi.NULL, ffi.NULL,
+                         ffi.NULL) == lib.ACCEL_ERR_NULL
+
+
+def test_c_overflowing_dimensions():
+    ops = _c_chain(_relu)
+    big = _c_tensor((65536, 65536, 65536, 65536))
+    st = lib.accel_estimate(DEVICE._config_c, ops, 1, big, big, 0, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "exceed the limit" in _error()
+
+    def conv(op):
+        op.engine = lib.ACCEL_ENGINE_CONV
+        d = op.conv
+        d.out_c, d.kernel_h, d.kernel_w = 2**30, 1, 1
+        d.stride_h = d.stride_w = d.dilation_h = d.dilation_w = d.groups = 1
+        d.precision = lib.ACCEL_FP32
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(conv), 1, _c_tensor((1, 64, 8, 8)),
+                            _c_tensor((1, 2**30, 8, 8)), 0, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "exceed the limit" in _error()
+
+
+def test_c_unknown_enums():
+    def bad_engine(op):
+        op.engine = 7
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(bad_engine), 1, _c_tensor((1, 1, 2, 2)),
+                            _c_tensor((1, 1, 2, 2)), 0, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "engine = 7" in _error()
+
+    def bad_act(op):
+        _relu(op)
+        op.sdp.act = 42
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(bad_act), 1, _c_tensor((1, 1, 2, 2)),
+                            _c_tensor((1, 1, 2, 2)), 0, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "act = 42" in _error()
+    t = _c_tensor((1, 1, 2, 2))
+    t.precision = 9
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(_relu), 1, t, t, 0, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "precision = 9" in _error()
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(_relu), 1, _c_tensor((1, 1, 2, 2)),
+                            _c_tensor((1, 1, 2, 2)), 5, ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "mode = 5" in _error()
+
+
+def test_c_overlapping_output_is_rejected_for_conv():
+    buf = np.zeros(1000, dtype=np.float32)
+    w = np.ones((1, 1, 1, 1), dtype=np.float32)
+
+    def conv(op):
+        op.engine = lib.ACCEL_ENGINE_CONV
+        d = op.conv
+        d.out_c = d.kernel_h = d.kernel_w = 1
+        d.stride_h = d.stride_w = d.dilation_h = d.dilation_w = d.groups = 1
+        d.precision = lib.ACCEL_FP32
+        d.weights = ffi.cast("void*", w.ctypes.data)
+    base = buf.ctypes.data
+    st = lib.accel_run(DEVICE._handle, _c_chain(conv), 1,
+                       _c_tensor((1, 1, 10, 10), ffi.cast("void*", base)),
+                       _c_tensor((1, 1, 10, 10), ffi.cast("void*", base + 40)), 0, ffi.NULL,
+                       ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "overlaps" in _error()
+
+
+def test_profile_index_out_of_range():
+    run = ffi.new("accel_run_stats*")
+    assert lib.accel_profile_run(10**6, run, ffi.NULL) == lib.ACCEL_ERR_NOT_FOUND
+    assert "outside" in _error()
