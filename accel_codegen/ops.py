@@ -43,6 +43,20 @@ def _padding(value) -> Tuple[int, int, int, int]:
     raise AccelInvalidError(f"padding = {value!r} must have 1, 2 or 4 entries")
 
 
+class _ShapeOnly:
+    """An operand that is present but has no data: for cost estimates of chains whose weights
+    are not known yet. ``Device.run`` refuses it."""
+
+    def __repr__(self) -> str:
+        return "SHAPE_ONLY"
+
+
+SHAPE_ONLY = _ShapeOnly()
+# Estimates never read operands, but the cost model counts the present ones by pointer: a
+# shape-only operand points at this (never dereferenced) word.
+_SHAPE_ONLY_WORD = np.zeros(16, dtype=np.float64)
+
+
 def as_operand(array, precision: str, what: str) -> np.ndarray:
     """A C-contiguous array of the precision's dtype: the caller's own memory when it already is
     one (no copy), else a converted copy."""
@@ -52,31 +66,43 @@ def as_operand(array, precision: str, what: str) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=dtype)
 
 
-def _pointer(array: Optional[np.ndarray]):
-    return ffi.NULL if array is None else ffi.cast("void*", array.ctypes.data)
+def _pointer(array):
+    if array is None:
+        return ffi.NULL
+    if array is SHAPE_ONLY:
+        return ffi.cast("void*", _SHAPE_ONLY_WORD.ctypes.data)
+    return ffi.cast("void*", array.ctypes.data)
+
+
+def _operand(value, precision: str, what: str):
+    return value if value is None or value is SHAPE_ONLY else as_operand(value, precision, what)
 
 
 @dataclasses.dataclass
 class Conv:
-    """CONV engine: direct convolution; ``weights`` is [K, C/groups, R, S]."""
+    """CONV engine: direct convolution; ``weights`` is [K, C/groups, R, S] (or None with
+    ``weight_shape`` for a cost estimate)."""
 
-    weights: np.ndarray
+    weights: Optional[np.ndarray]
     stride: Sequence[int] = (1, 1)
     padding: Sequence[int] = (0, 0, 0, 0)
     dilation: Sequence[int] = (1, 1)
     groups: int = 1
     precision: str = "fp32"
+    weight_shape: Optional[Sequence[int]] = None
 
     engine = "CONV"
 
     def lower(self, c_op) -> None:
-        self.weights = as_operand(self.weights, self.precision, "conv weights")
-        if self.weights.ndim != 4:
+        if self.weights is not None:
+            self.weights = as_operand(self.weights, self.precision, "conv weights")
+            self.weight_shape = self.weights.shape
+        if self.weight_shape is None or len(self.weight_shape) != 4:
             raise AccelInvalidError(
-                f"conv weights must be 4-D [K, C/groups, R, S], got shape {self.weights.shape}")
+                f"conv weights must be 4-D [K, C/groups, R, S], got shape {self.weight_shape}")
         c_op.engine = lib.ACCEL_ENGINE_CONV
         d = c_op.conv
-        d.out_c, _, d.kernel_h, d.kernel_w = self.weights.shape
+        d.out_c, _, d.kernel_h, d.kernel_w = (int(v) for v in self.weight_shape)
         d.stride_h, d.stride_w = _pair(self.stride, "stride")
         d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding)
         d.dilation_h, d.dilation_w = _pair(self.dilation, "dilation")
@@ -87,9 +113,9 @@ class Conv:
     def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
         """The weights must hold [K, C/groups, R, S] for the input the op sees."""
         expected_c = in_shape[1] // max(int(self.groups), 1)
-        if self.weights.shape[1] != expected_c:
+        if self.weight_shape[1] != expected_c:
             raise AccelInvalidError(
-                f"conv weights have {self.weights.shape[1]} input channels per group, the input "
+                f"conv weights have {self.weight_shape[1]} input channels per group, the input "
                 f"has {in_shape[1]} channels in {self.groups} groups ({expected_c} per group)")
 
 
@@ -114,11 +140,9 @@ class Sdp:
         if self.act not in ACTIVATIONS:
             raise AccelInvalidError(f"act = {self.act!r} is not one of {list(ACTIVATIONS)}")
         for field in ("scale", "shift", "prelu_slope"):
-            if getattr(self, field) is not None:
-                value = as_operand(getattr(self, field), self.precision, f"sdp {field}")
-                setattr(self, field, value.reshape(-1))
-        if self.operand is not None:
-            self.operand = as_operand(self.operand, self.precision, "sdp operand")
+            value = _operand(getattr(self, field), self.precision, f"sdp {field}")
+            setattr(self, field, value.reshape(-1) if isinstance(value, np.ndarray) else value)
+        self.operand = _operand(self.operand, self.precision, "sdp operand")
         c_op.engine = lib.ACCEL_ENGINE_SDP
         d = c_op.sdp
         d.scale, d.shift = _pointer(self.scale), _pointer(self.shift)
@@ -134,10 +158,10 @@ class Sdp:
         NCHW shape the op sees, so it never reads past them."""
         for field in ("scale", "shift", "prelu_slope"):
             value = getattr(self, field)
-            if value is not None and value.size != in_shape[1]:
+            if isinstance(value, np.ndarray) and value.size != in_shape[1]:
                 raise AccelInvalidError(
                     f"sdp {field} has {value.size} values for {in_shape[1]} channels")
-        if self.operand is not None and self.operand.size != int(np.prod(in_shape)):
+        if isinstance(self.operand, np.ndarray) and self.operand.size != int(np.prod(in_shape)):
             raise AccelInvalidError(
                 f"sdp operand of shape {self.operand.shape} does not match the op's shape "
                 f"{tuple(in_shape)}")
@@ -170,6 +194,16 @@ class Pool:
 
     def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
         """Pooling reads nothing but its input."""
+
+
+def has_data(op) -> bool:
+    """Whether every operand of an op holds data (estimates accept shape-only operands)."""
+    if isinstance(op, Conv):
+        return op.weights is not None
+    if isinstance(op, Sdp):
+        return all(getattr(op, f) is not SHAPE_ONLY
+                   for f in ("scale", "shift", "operand", "prelu_slope"))
+    return True
 
 
 Op = Conv | Sdp | Pool

@@ -14,7 +14,7 @@ import numpy as np
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code, precision_name
 from .errors import AccelInvalidError, check
-from .ops import Op, as_operand
+from .ops import Op, as_operand, has_data
 
 MODES = {"fused": lib.ACCEL_MODE_FUSED, "independent": lib.ACCEL_MODE_INDEPENDENT}
 ENGINES = {lib.ACCEL_ENGINE_CONV: "CONV", lib.ACCEL_ENGINE_SDP: "SDP", lib.ACCEL_ENGINE_PDP: "PDP"}
@@ -182,6 +182,10 @@ class Device:
             The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1) and its cost.
         """
         x = as_operand(x, precision, "input")
+        for i, op in enumerate(ops):
+            if not has_data(op):
+                raise AccelInvalidError(f"op {i} ({op.engine}) has shape-only operands: it can "
+                                        "be estimated, not run")
         chain = _Chain(self._config_c, ops, x.shape, precision, mode)
         out_shape = chain.shapes[-1]
         if x.ndim == 2 and out_shape[2:] == (1, 1):

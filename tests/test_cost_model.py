@@ -116,3 +116,22 @@ def test_run_reports_the_same_cost_as_estimate_and_profile_records_it():
     assert records[0].ops == stats.ops and records[1].cycles == stats2.cycles
     Device("nv_full").run(chain, x)  # profiling off: nothing more is recorded
     assert len(profile_records()) == 2
+
+
+def test_profile_context_manager_collects_runs_and_totals():
+    import accel_codegen
+
+    rng = np.random.default_rng(5)
+    chain = [Conv(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), padding=1),
+             Sdp(act="relu")]
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    dev = Device("nv_full")
+    with accel_codegen.profile() as prof:
+        _, a = dev.run(chain, x, label="first")
+        _, b = dev.run(chain, x, mode="independent", label="second")
+    assert [r.label for r in prof.records] == ["first", "second"]
+    assert prof.totals["cycles"] == a.cycles + b.cycles
+    assert prof.totals["bytes_read"] == a.bytes_read + b.bytes_read
+    assert len(prof.ops) == 4
+    table = prof.table(clock_hz=1e9)
+    assert "first" in table and "second" in table and "simulated time" in table

@@ -1,4 +1,6 @@
 /* device.c - devices and runs: validate a chain, execute it on the engines, cost it, record it. */
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,6 +40,69 @@ void accel_device_destroy(accel_device* dev) {
   if (dev == NULL) return;
   workspace_free(&dev->ws);
   free(dev);
+}
+
+/* The shared devices: a short list, searched by configuration content. */
+enum { MAX_SHARED_DEVICES = 16 };
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static accel_device* shared_devices[MAX_SHARED_DEVICES];
+static int32_t num_shared_devices;
+
+/* Field by field: padding bytes of a caller's struct may hold anything. */
+static int same_config(const accel_config* a, const accel_config* b) {
+  return strncmp(a->name, b->name, sizeof a->name) == 0 && a->atomic_c == b->atomic_c &&
+         a->atomic_k == b->atomic_k && a->cbuf_bytes == b->cbuf_bytes &&
+         a->memory_atom_bytes == b->memory_atom_bytes &&
+         a->sdp_throughput == b->sdp_throughput && a->sdp_ew_throughput == b->sdp_ew_throughput &&
+         a->pdp_throughput == b->pdp_throughput && a->clock_hz == b->clock_hz &&
+         a->dram_bytes_per_s == b->dram_bytes_per_s && a->precisions == b->precisions &&
+         a->features == b->features;
+}
+
+accel_status accel_device_shared(const accel_config* cfg, accel_device** out) {
+  if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "device output pointer is NULL");
+  *out = NULL;
+  accel_status st = accel_config_validate(cfg);
+  if (st != ACCEL_OK) return st;
+  pthread_mutex_lock(&shared_lock);
+  for (int32_t i = 0; i < num_shared_devices && *out == NULL; ++i) {
+    if (same_config(&shared_devices[i]->config, cfg)) *out = shared_devices[i];
+  }
+  if (*out == NULL) {
+    if (num_shared_devices == MAX_SHARED_DEVICES) {
+      st = accel_fail(ACCEL_ERR_NO_MEMORY, "more than %d distinct shared configurations",
+                      MAX_SHARED_DEVICES);
+    } else {
+      st = accel_device_create(cfg, out);
+      if (st == ACCEL_OK) shared_devices[num_shared_devices++] = *out;
+    }
+  }
+  pthread_mutex_unlock(&shared_lock);
+  return st;
+}
+
+accel_status accel_fold_batch_norm(int32_t channels, const float* gamma, const float* beta,
+                                   const float* mean, const float* var, const float* bias,
+                                   float epsilon, float* scale, float* shift) {
+  if (channels < 1) return accel_fail(ACCEL_ERR_INVALID, "channels = %d must be positive", channels);
+  if (mean == NULL || var == NULL || scale == NULL || shift == NULL) {
+    return accel_fail(ACCEL_ERR_NULL, "batch norm mean, var, scale and shift must not be NULL");
+  }
+  if (!(epsilon >= 0.0f)) {
+    return accel_fail(ACCEL_ERR_INVALID, "batch norm epsilon = %g must be >= 0", (double)epsilon);
+  }
+  for (int32_t c = 0; c < channels; ++c) {
+    const double denominator = (double)var[c] + (double)epsilon;
+    if (!(denominator > 0.0)) {
+      return accel_fail(ACCEL_ERR_INVALID, "batch norm var[%d] + epsilon = %g is not positive", c,
+                        denominator);
+    }
+    const double s = (gamma != NULL ? (double)gamma[c] : 1.0) / sqrt(denominator);
+    const double b = bias != NULL ? (double)bias[c] : 0.0;
+    scale[c] = (float)s;
+    shift[c] = (float)((b - (double)mean[c]) * s + (beta != NULL ? (double)beta[c] : 0.0));
+  }
+  return ACCEL_OK;
 }
 
 accel_status accel_device_config(const accel_device* dev, accel_config* out) {

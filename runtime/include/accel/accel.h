@@ -241,6 +241,10 @@ typedef struct accel_device accel_device;
 
 accel_status accel_device_create(const accel_config* cfg, accel_device** out);
 void accel_device_destroy(accel_device* dev);
+/* The process-wide device for a configuration (created on first use, one per distinct
+ * configuration, never destroyed): what generated code runs on, so that every external
+ * function of a model shares one simulated accelerator and its scratch memory. */
+accel_status accel_device_shared(const accel_config* cfg, accel_device** out);
 /* The configuration the device was created with. */
 accel_status accel_device_config(const accel_device* dev, accel_config* out);
 /* Threads the kernels use (default: ACCEL_NUM_THREADS, else the number of online CPUs). */
@@ -263,6 +267,15 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
                             const accel_tensor* input, const accel_tensor* output,
                             accel_mode mode, accel_run_stats* run_stats,
                             accel_op_stats* op_stats);
+
+/* Inference batch norm (and an optional preceding bias) as one SDP scale and shift:
+ *   scale[c] = gamma[c] / sqrt(var[c] + epsilon)
+ *   shift[c] = (bias[c] - mean[c]) * scale[c] + beta[c]
+ * computed in double and rounded once. gamma NULL: 1; beta, bias NULL: 0. The compiler folds
+ * constant parameters with this at build time, generated code folds runtime inputs with it. */
+accel_status accel_fold_batch_norm(int32_t channels, const float* gamma, const float* beta,
+                                   const float* mean, const float* var, const float* bias,
+                                   float epsilon, float* scale, float* shift);
 
 /* ---- profiling ------------------------------------------------------------------------- */
 

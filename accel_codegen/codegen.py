@@ -1,0 +1,512 @@
+"""``relax.ext.accel``: the external code generator. Each offloaded Relax function becomes C
+source that fills engine descriptors (``accel/accel.h``) and calls the simulator's runtime.
+
+RunCodegen calls :func:`generate` with the partitioned functions. Per function it emits one C
+source module exporting ``__tvm_ffi_<symbol>`` (the tvm-ffi C ABI, destination-passing style:
+inputs in parameter order, then outputs) and ``__tvm_ffi___init_<symbol>``, which the constant
+loader calls once with the function's constants. Constants are the codegen's own: conv weights
+as they are, and batch norm with any conv bias folded into one per-channel scale and one shift
+at compile time (the two adds become one). Where those parameters are runtime inputs, the
+generated code folds them on every call with the same library routine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ._accel_ffi import ffi, lib
+from .config import AccelConfig
+from .errors import check
+from .lowering import (BatchNormSpec, Layer, bound_values, chain_root, constant_value,
+                       is_constant, lower_chain, static_shape)
+
+_ACT = {None: "ACCEL_ACT_NONE", "relu": "ACCEL_ACT_RELU", "clip": "ACCEL_ACT_CLIP",
+        "prelu": "ACCEL_ACT_PRELU", "sigmoid": "ACCEL_ACT_SIGMOID", "tanh": "ACCEL_ACT_TANH"}
+_EW = {None: "ACCEL_EW_NONE", "add": "ACCEL_EW_ADD", "mul": "ACCEL_EW_MUL",
+       "max": "ACCEL_EW_MAX", "min": "ACCEL_EW_MIN"}
+_POOL = {"max": "ACCEL_POOL_MAX", "avg": "ACCEL_POOL_AVG"}
+
+
+@dataclasses.dataclass
+class Generated:
+    """What the last code generation produced, for the build step and for inspection."""
+
+    sources: Dict[str, str] = dataclasses.field(default_factory=dict)  # symbol -> C source
+    constants: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> array
+
+
+LAST = Generated()
+
+
+def fold_batch_norm(bn: BatchNormSpec, bias: Optional[np.ndarray], channels: int
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+    """Constant batch norm (and bias) -> (scale, shift), by the C library's own routine."""
+    def arg(expr):
+        return None if expr is None else np.ascontiguousarray(
+            constant_value(expr), dtype=np.float32).reshape(-1)
+
+    inputs = [arg(bn.gamma), arg(bn.beta), arg(bn.mean), arg(bn.var), bias]
+    scale = np.empty(channels, np.float32)
+    shift = np.empty(channels, np.float32)
+    pointers = [ffi.NULL if a is None else ffi.cast("float*", a.ctypes.data) for a in inputs]
+    check(lib.accel_fold_batch_norm(channels, *pointers, bn.epsilon,
+                                    ffi.cast("float*", scale.ctypes.data),
+                                    ffi.cast("float*", shift.ctypes.data)))
+    return scale, shift
+
+
+def _c_float(value: float) -> str:
+    if np.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return f"{float(np.float32(value))!r}f"
+
+
+class FunctionCodegen:
+    """C source for one offloaded function."""
+
+    def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int):
+        self.function = function
+        self.config = config
+        self.fuse = fuse
+        self.index = index
+        self.symbol = str(function.attrs["global_symbol"])
+        self.constants: Dict[str, np.ndarray] = {}
+        self.temps: List[int] = []  # element counts of the scratch buffers
+        self.layer_comments: List[str] = []
+        self.body: List[str] = []
+        params = list(function.params)
+        self.operands: Dict[relax.Var, str] = {p: f"a[{i}]" for i, p in enumerate(params)}
+        self.inputs = params
+        self.outputs = self._outputs()
+
+    # --- operands ---------------------------------------------------------------------------
+    def _outputs(self) -> List[relax.Var]:
+        result = self.function.body.body
+        fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+        for i, var in enumerate(fields):
+            if not isinstance(var, relax.Var):
+                raise ValueError(f"{self.symbol}: output {i} is not a variable")
+            self.operands.setdefault(var, f"a[{len(self.inputs) + i}]")
+        return fields
+
+    def _constant(self, array: np.ndarray) -> str:
+        name = f"{self.symbol}_c{len(self.constants)}"
+        self.constants[name] = np.ascontiguousarray(array, dtype=np.float32)
+        return f"k_const[{len(self.constants) - 1}]"
+
+    def _temp(self, count: int) -> str:
+        self.temps.append(int(count))
+        return f"k_temp[{len(self.temps) - 1}]"
+
+    def _pointer(self, expr: Optional[relax.Expr], scope: Dict[relax.Var, relax.Expr],
+                 reshape=None) -> str:
+        """A C pointer expression for an operand of a composite (its params map to the call's
+        arguments in this function)."""
+        if expr is None:
+            return "NULL"
+        expr = scope.get(expr, expr)
+        if is_constant(expr):
+            value = constant_value(expr)
+            return self._constant(reshape(value) if reshape else value)
+        if expr in self.operands:
+            return self.operands[expr]
+        raise ValueError(f"{self.symbol}: operand {expr} is not bound in the function")
+
+    # --- layers -----------------------------------------------------------------------------
+    def run(self) -> str:
+        lookup = bound_values(self.function)
+        layer_index = 0
+        for block in self.function.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Function):
+                    continue
+                if not (isinstance(value, relax.Call) and isinstance(value.op, relax.Var)):
+                    raise ValueError(f"{self.symbol}: unexpected binding {value}")
+                composite = lookup(value.op)
+                self._layer(layer_index, binding.var, composite, value.args)
+                layer_index += 1
+        return self._source()
+
+    def _layer(self, index: int, var: relax.Var, composite: relax.Function,
+               args: Sequence[relax.Expr]) -> None:
+        name = str(composite.attrs["Composite"])
+        scope = dict(zip(composite.params, args))
+        layer = lower_chain(chain_root(composite), bound_values(composite))
+        if var not in self.operands:
+            self.operands[var] = self._temp(int(np.prod(static_shape(var))))
+        label = f"f{self.index}.{index} {name}"
+        self.layer_comments.append(f"{index}: {name} ({', '.join(layer.source_ops)})")
+        lines = [f"/* layer {index}: {name}: {' -> '.join(layer.source_ops)} */", "{"]
+        ops: List[str] = []
+        if layer.conv is not None:
+            ops.append(self._conv(layer, scope))
+        ops.extend(self._sdp(layer, scope, lines))
+        if layer.pool is not None:
+            ops.append(self._pool(layer))
+        lines.append(f"  accel_op ops[{len(ops)}];")
+        lines.append("  memset(ops, 0, sizeof ops);")
+        for i, op in enumerate(ops):
+            lines.extend("  " + line.replace("OP", f"ops[{i}]") for line in op.splitlines())
+        mode = "ACCEL_MODE_FUSED" if self.fuse else "ACCEL_MODE_INDEPENDENT"
+        in_shape = ", ".join(map(str, layer.in_shape))
+        out_shape = ", ".join(map(str, _feature(layer.out_shape)))
+        lines.append(f"  static const int32_t in_shape[4] = {{{in_shape}}}, "
+                     f"out_shape[4] = {{{out_shape}}};")
+        lines.append(f"  if (run_layer(ops, {len(ops)}, {self._pointer(layer.data, scope)}, "
+                     f"in_shape, {self.operands[var]}, out_shape, {mode}, \"{label}\") != 0) "
+                     "return -1;")
+        lines.append("}")
+        self.body.extend(lines)
+
+    def _conv(self, layer: Layer, scope) -> str:
+        c = layer.conv
+        weight = self._pointer(c.weight, scope,
+                               reshape=(lambda v: v.T) if c.transpose_weight else None)
+        k, _, kh, kw = c.weight_shape
+        t, l, b, r = c.padding
+        return textwrap.dedent(f"""\
+            OP.engine = ACCEL_ENGINE_CONV;  /* {c.source} */
+            OP.conv.out_c = {k};
+            OP.conv.kernel_h = {kh}; OP.conv.kernel_w = {kw};
+            OP.conv.stride_h = {c.stride[0]}; OP.conv.stride_w = {c.stride[1]};
+            OP.conv.pad_top = {t}; OP.conv.pad_left = {l}; OP.conv.pad_bottom = {b}; OP.conv.pad_right = {r};
+            OP.conv.dilation_h = {c.dilation[0]}; OP.conv.dilation_w = {c.dilation[1]};
+            OP.conv.groups = {c.groups};
+            OP.conv.precision = ACCEL_FP32;
+            OP.conv.weights = {weight};""")
+
+    def _sdp(self, layer: Layer, scope, lines: List[str]) -> List[str]:
+        s = layer.sdp
+        if s.empty():
+            return []
+        channels = self._channels(layer)
+
+        def sdp(scale="NULL", shift="NULL", ew=None, operand="NULL", act=None, what=""):
+            text = [f"OP.engine = ACCEL_ENGINE_SDP;  /* {what} */",
+                    f"OP.sdp.scale = {scale}; OP.sdp.shift = {shift};"]
+            if ew:
+                text.append(f"OP.sdp.ew_op = {_EW[ew]}; OP.sdp.ew_operand = {operand};")
+            if act:
+                text.append(f"OP.sdp.act = {_ACT[act]};")
+                if act == "clip":
+                    text.append(f"OP.sdp.clip_min = {_c_float(s.clip[0])}; "
+                                f"OP.sdp.clip_max = {_c_float(s.clip[1])};")
+                if act == "prelu":
+                    text.append(f"OP.sdp.prelu_slope = {self._pointer(s.prelu_slope, scope)};")
+            text.append("OP.sdp.precision = ACCEL_FP32;")
+            return "\n".join(text)
+
+        operand = self._pointer(s.operand, scope) if s.ew_op else "NULL"
+        if self.fuse:
+            scale, shift = self._scale_shift(s, s.bias, channels, scope, lines)
+            return [sdp(scale, shift, s.ew_op, operand, s.act, " + ".join(
+                name.split(".")[-1] for name in s.sources))]
+        ops = []
+        if s.bias is not None:
+            ops.append(sdp(shift=self._pointer(s.bias, scope), what="bias"))
+        if s.batch_norm is not None or s.scale is not None:
+            scale, shift = self._scale_shift(s, None, channels, scope, lines)
+            ops.append(sdp(scale, shift, what="batch_norm" if s.batch_norm else "multiply"))
+        if s.ew_op:
+            ops.append(sdp(ew=s.ew_op, operand=operand, what=s.ew_op))
+        if s.act:
+            ops.append(sdp(act=s.act, what=s.act))
+        return ops
+
+    @staticmethod
+    def _channels(layer: Layer) -> int:
+        if layer.conv is not None:
+            return layer.conv.weight_shape[0]
+        return layer.in_shape[1]
+
+    def _scale_shift(self, s, bias, channels: int, scope, lines: List[str]) -> Tuple[str, str]:
+        """Pointers to the SDP's scale and shift: batch norm (with the bias, when given) folded
+        into one scale and one shift, at compile time when every parameter is constant."""
+        bn = s.batch_norm
+        if bn is None:
+            return self._pointer(s.scale, scope), self._pointer(bias, scope)
+        parts = [bn.gamma, bn.beta, bn.mean, bn.var, bias]
+        resolved = [None if p is None else scope.get(p, p) for p in parts]
+        if all(p is None or is_constant(p) for p in resolved):
+            bias_value = None if bias is None else np.ascontiguousarray(
+                constant_value(resolved[4]), np.float32).reshape(-1)
+            folded = BatchNormSpec(*resolved[:4], bn.epsilon)
+            scale, shift = fold_batch_norm(folded, bias_value, channels)
+            return self._constant(scale), self._constant(shift)
+        scale, shift = self._temp(channels), self._temp(channels)
+        pointers = ", ".join(self._pointer(p, scope) for p in parts)
+        lines.append(f"  /* batch norm{' and bias' if bias is not None else ''} are runtime "
+                     "inputs: fold them now */")
+        lines.append(f"  if (fold_batch_norm({channels}, {pointers}, {_c_float(bn.epsilon)}, "
+                     f"{scale}, {shift}) != 0) return -1;")
+        return scale, shift
+
+    def _pool(self, layer: Layer) -> str:
+        p = layer.pool
+        t, l, b, r = p.padding
+        return textwrap.dedent(f"""\
+            OP.engine = ACCEL_ENGINE_PDP;  /* {p.source} */
+            OP.pdp.pool = {_POOL[p.kind]};
+            OP.pdp.kernel_h = {p.kernel[0]}; OP.pdp.kernel_w = {p.kernel[1]};
+            OP.pdp.stride_h = {p.stride[0]}; OP.pdp.stride_w = {p.stride[1]};
+            OP.pdp.pad_top = {t}; OP.pdp.pad_left = {l}; OP.pdp.pad_bottom = {b}; OP.pdp.pad_right = {r};
+            OP.pdp.count_include_pad = {int(p.count_include_pad)};
+            OP.pdp.precision = ACCEL_FP32;""")
+
+    # --- the translation unit ---------------------------------------------------------------
+    def _source(self) -> str:
+        cfg = self.config
+        arg_checks = []
+        for i, var in enumerate(self.inputs + self.outputs):
+            role = f"input {i}" if i < len(self.inputs) else f"output {i - len(self.inputs)}"
+            shape = static_shape(var)
+            arg_checks.append(
+                f"  static const int64_t shape_{i}[{max(len(shape), 1)}] = "
+                f"{{{', '.join(map(str, shape)) or '0'}}};\n"
+                f"  a[{i}] = tensor_data(&args[{i}], \"{role} ({var.name})\", {len(shape)}, "
+                f"shape_{i});\n"
+                f"  if (a[{i}] == NULL) return -1;")
+        passthrough = []
+        for r, var in enumerate(self.outputs):
+            source = self.operands[var]
+            target = f"a[{len(self.inputs) + r}]"
+            if source != target:  # an output that is an input or another output
+                count = int(np.prod(static_shape(var)))
+                passthrough.append(f"  memcpy({target}, {source}, {count} * sizeof(float));")
+        num_args = len(self.inputs) + len(self.outputs)
+        features = " | ".join(f"ACCEL_FEATURE_{f.upper()}" for f in cfg.features) or "0"
+        precisions = " | ".join(f"(1u << ACCEL_{p.upper()})" for p in cfg.precisions)
+        temps = ", ".join(map(str, self.temps)) or "0"
+        layers = "\n".join(f" *   {c}" for c in self.layer_comments)
+        return f"""\
+/*
+ * Generated by accel-codegen: external function {self.symbol}
+ * Configuration {cfg.name}, {"fused" if self.fuse else "decomposed (independent)"} mode.
+ * Layers:
+{layers}
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tvm/ffi/c_api.h>
+
+#include "accel/accel.h"
+
+#define NUM_CONSTANTS {len(self.constants)}
+#define NUM_TEMPS {len(self.temps)}
+#define NUM_ARGS {num_args}
+
+static const float* k_const[NUM_CONSTANTS + 1];   /* set by the constant loader */
+static float* k_temp[NUM_TEMPS + 1];              /* intermediates, allocated once */
+static const int64_t k_temp_count[NUM_TEMPS + 1] = {{{temps}}};
+static accel_device* k_device;
+static pthread_mutex_t k_lock = PTHREAD_MUTEX_INITIALIZER; /* one accelerator: calls queue */
+
+static int raise_error(const char* kind, const char* format, ...) {{
+  char message[768];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(message, sizeof message, format, args);
+  va_end(args);
+  TVMFFIErrorSetRaisedFromCStr(kind, message);
+  return -1;
+}}
+
+static const DLTensor* as_dltensor(const TVMFFIAny* value) {{
+  if (value->type_index == kTVMFFITensor) {{
+    return (const DLTensor*)((const char*)value->v_obj + sizeof(TVMFFIObject));
+  }}
+  if (value->type_index == kTVMFFIDLTensorPtr) return (const DLTensor*)value->v_ptr;
+  return NULL;
+}}
+
+/* The data of a compact float32 CPU tensor of the expected shape, or NULL with an error. */
+static float* tensor_data(const TVMFFIAny* value, const char* what, int ndim,
+                          const int64_t* shape) {{
+  const DLTensor* t = as_dltensor(value);
+  if (t == NULL) {{
+    raise_error("TypeError", "{self.symbol}: %s is not a tensor (type index %d)", what,
+                (int)value->type_index);
+    return NULL;
+  }}
+  if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {{
+    raise_error("ValueError", "{self.symbol}: %s has dtype code %d bits %d, expected float32",
+                what, (int)t->dtype.code, (int)t->dtype.bits);
+    return NULL;
+  }}
+  if (t->device.device_type != kDLCPU) {{
+    raise_error("ValueError", "{self.symbol}: %s is on device type %d, expected the CPU", what,
+                (int)t->device.device_type);
+    return NULL;
+  }}
+  if (t->ndim != ndim) {{
+    raise_error("ValueError", "{self.symbol}: %s has %d dimensions, expected %d", what,
+                (int)t->ndim, ndim);
+    return NULL;
+  }}
+  int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {{
+    if (t->shape[i] != shape[i]) {{
+      raise_error("ValueError", "{self.symbol}: %s has size %lld in dimension %d, expected %lld",
+                  what, (long long)t->shape[i], i, (long long)shape[i]);
+      return NULL;
+    }}
+    if (t->strides != NULL && shape[i] != 1 && t->strides[i] != stride) {{
+      raise_error("ValueError", "{self.symbol}: %s is not compact (stride %lld in dimension %d)",
+                  what, (long long)t->strides[i], i);
+      return NULL;
+    }}
+    stride *= shape[i];
+  }}
+  if (t->data == NULL) {{
+    raise_error("ValueError", "{self.symbol}: %s has no data", what);
+    return NULL;
+  }}
+  return (float*)((char*)t->data + t->byte_offset);
+}}
+
+static int setup(void) {{
+  accel_config config;
+  memset(&config, 0, sizeof config);
+  strncpy(config.name, "{cfg.name}", sizeof config.name - 1);
+  config.atomic_c = {cfg.atomic_c};
+  config.atomic_k = {cfg.atomic_k};
+  config.cbuf_bytes = {cfg.cbuf_bytes};
+  config.memory_atom_bytes = {cfg.memory_atom_bytes};
+  config.sdp_throughput = {cfg.sdp_throughput};
+  config.sdp_ew_throughput = {cfg.sdp_ew_throughput};
+  config.pdp_throughput = {cfg.pdp_throughput};
+  config.clock_hz = {cfg.clock_hz!r};
+  config.dram_bytes_per_s = {cfg.dram_bytes_per_s!r};
+  config.precisions = {precisions};
+  config.features = {features};
+  if (accel_device_shared(&config, &k_device) != ACCEL_OK) {{
+    return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+  }}
+  for (int i = 0; i < NUM_TEMPS; ++i) {{
+    k_temp[i] = (float*)malloc(sizeof(float) * (size_t)k_temp_count[i]);
+    if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
+  }}
+  return 0;
+}}
+
+static int fold_batch_norm(int32_t channels, const float* gamma, const float* beta,
+                           const float* mean, const float* var, const float* bias,
+                           float epsilon, float* scale, float* shift) {{
+  if (accel_fold_batch_norm(channels, gamma, beta, mean, var, bias, epsilon, scale, shift) !=
+      ACCEL_OK) {{
+    return raise_error("ValueError", "{self.symbol}: %s", accel_last_error());
+  }}
+  return 0;
+}}
+
+static int run_layer(const accel_op* ops, int32_t num_ops, const float* in,
+                     const int32_t* in_shape, float* out, const int32_t* out_shape,
+                     accel_mode mode, const char* label) {{
+  accel_tensor input, output;
+  memset(&input, 0, sizeof input);
+  memset(&output, 0, sizeof output);
+  input.data = (void*)in;
+  input.n = in_shape[0]; input.c = in_shape[1]; input.h = in_shape[2]; input.w = in_shape[3];
+  input.precision = ACCEL_FP32;
+  output.data = out;
+  output.n = out_shape[0]; output.c = out_shape[1]; output.h = out_shape[2]; output.w = out_shape[3];
+  output.precision = ACCEL_FP32;
+  if (accel_run(k_device, ops, num_ops, &input, &output, mode, label, NULL, NULL) != ACCEL_OK) {{
+    return raise_error("RuntimeError", "{self.symbol}: layer %s: %s", label, accel_last_error());
+  }}
+  return 0;
+}}
+
+static int run_layers(float** a) {{
+  if (k_device == NULL && setup() != 0) return -1;
+{textwrap.indent(chr(10).join(self.body), "  ")}
+{chr(10).join(passthrough)}
+  return 0;
+}}
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAny* args,
+                                                 int32_t num_args, TVMFFIAny* result) {{
+  (void)self;
+  if (num_args != 1 || args[0].type_index != kTVMFFIArray) {{
+    return raise_error("TypeError", "__init_{self.symbol}: expected one array of constants");
+  }}
+  const TVMFFISeqCell* cell =
+      (const TVMFFISeqCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject));
+  if (cell->size != NUM_CONSTANTS) {{
+    return raise_error("ValueError", "__init_{self.symbol}: %lld constants, expected %d",
+                       (long long)cell->size, NUM_CONSTANTS);
+  }}
+  const TVMFFIAny* items = (const TVMFFIAny*)cell->data;
+  for (int i = 0; i < NUM_CONSTANTS; ++i) {{
+    const DLTensor* t = as_dltensor(&items[i]);
+    if (t == NULL || t->dtype.code != kDLFloat || t->dtype.bits != 32) {{
+      return raise_error("TypeError", "__init_{self.symbol}: constant %d is not float32", i);
+    }}
+    /* Keep the constant alive for as long as this library is loaded. */
+    if (items[i].type_index == kTVMFFITensor) TVMFFIObjectIncRef(items[i].v_obj);
+    k_const[i] = (const float*)((const char*)t->data + t->byte_offset);
+  }}
+  result->type_index = kTVMFFIInt;
+  result->v_int64 = 0;
+  return 0;
+}}
+
+TVM_FFI_DLL_EXPORT int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args,
+                                          int32_t num_args, TVMFFIAny* result) {{
+  (void)self;
+  float* a[NUM_ARGS];
+  if (num_args != NUM_ARGS) {{
+    return raise_error("TypeError", "{self.symbol}: %d arguments, expected %d", (int)num_args,
+                       NUM_ARGS);
+  }}
+{chr(10).join(arg_checks)}
+  pthread_mutex_lock(&k_lock);
+  const int status = run_layers(a);
+  pthread_mutex_unlock(&k_lock);
+  if (status != 0) return -1;
+  result->type_index = kTVMFFINone;
+  result->v_int64 = 0;
+  return 0;
+}}
+
+#ifdef __cplusplus
+}}
+#endif
+"""
+
+
+def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+
+
+@tvm.register_global_func("relax.ext.accel", override=True)
+def generate(functions, options, constant_names):
+    """The codegen entry point RunCodegen calls: one C source module per function."""
+    del constant_names  # the codegen names its own (folded) constants
+    options = dict(options) if options is not None else {}
+    config = AccelConfig.from_json(str(options["config"]))
+    fuse = bool(options.get("fuse", True))
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    modules = []
+    for function in functions:
+        gen = FunctionCodegen(function, config, fuse, len(LAST.sources))
+        source = gen.run()
+        LAST.sources[gen.symbol] = source
+        LAST.constants.update(gen.constants)
+        modules.append(create(source, "c", [gen.symbol], list(gen.constants)))
+    return modules

@@ -1,0 +1,350 @@
+"""Frontends: PyTorch and ONNX models to a clean Relax ``IRModule`` plus a params dict.
+
+Both importers return ``(mod, params)``:
+
+* by default the weights are embedded in ``mod`` as constants and ``params`` is ``{}``;
+* with ``keep_params_as_input=True`` (PyTorch) / ``keep_params_in_input=True`` (ONNX) the
+  weights become trailing parameters of ``main`` and ``params`` maps each parameter's name
+  to a NumPy array; :func:`bind_params` puts them back as constants.
+
+Every imported module goes through ``CanonicalizeBindings`` + ``DeadCodeElimination``.
+Without that cleanup the torch importer leaves a ``zeros_like`` + tuple behind each max pool
+(the unused "indices" of ``max_pool2d_with_indices``) and the ONNX importer binds the unused
+mean / variance outputs of every batch norm; both split or block the accelerator's
+partitions. Inference batch norm survives the import as
+``R.nn.batch_norm(..., training=False)`` in both paths.
+
+``torch`` and ``onnx`` are imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+
+__all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
+
+# Opset of :func:`export_onnx`: new enough for LayerNormalization, old enough for every
+# converter in TVM's ONNX frontend.
+ONNX_OPSET = 17
+
+
+def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
+    """Remove importer leftovers (dead tuples, unused batch-norm outputs, trivial bindings).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A freshly imported Relax module.
+
+    Returns
+    -------
+    tvm.IRModule
+        The module after ``CanonicalizeBindings`` and ``DeadCodeElimination``.
+    """
+    return tvm.transform.Sequential([
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+    ])(mod)
+
+
+def _split_params(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """Detach the weights the importer attached to ``main`` and key them by parameter name."""
+    mod, detached = relax.frontend.detach_params(mod)
+    values = detached.get("main", [])
+    if not values:
+        return mod, {}
+    # Weights are the trailing parameters of main, after the num_input graph inputs.
+    names = [p.name for p in mod["main"].params[-len(values):]]
+    if len(set(names)) != len(names):
+        raise AccelInvalidError(f"the importer produced duplicate parameter names: {names}")
+    return mod, {name: value.numpy() for name, value in zip(names, values)}
+
+
+def _check_example_inputs(example_inputs: Any) -> tuple:
+    """Reject anything but a non-empty tuple of tensors, naming the offending value."""
+    import torch
+
+    if not isinstance(example_inputs, tuple):
+        hint = " (wrap a single tensor as (x,))" if isinstance(example_inputs, torch.Tensor) else ""
+        raise AccelInvalidError(
+            f"example_inputs must be a tuple of torch.Tensor, got {type(example_inputs).__name__}"
+            f"{hint}")
+    if not example_inputs:
+        raise AccelInvalidError("example_inputs is an empty tuple: give one tensor per input")
+    for i, value in enumerate(example_inputs):
+        if not isinstance(value, torch.Tensor):
+            raise AccelInvalidError(
+                f"example_inputs[{i}] is a {type(value).__name__}, not a torch.Tensor")
+    return example_inputs
+
+
+def _check_model(model: Any) -> None:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise AccelInvalidError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def from_pytorch(
+    model: Any,
+    example_inputs: tuple,
+    *,
+    custom_convert_map: Mapping[str, Callable] | None = None,
+    keep_params_as_input: bool = False,
+) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """Import a PyTorch module through ``torch.export`` and TVM's exported-program frontend.
+
+    The model is put in eval mode (this changes ``model`` in place) and traced with the
+    example inputs, whose shapes and dtypes become static in the module. The exported
+    program keeps torch's default decomposition: without it batch norm is mis-imported
+    (``training=True``, wrong epsilon).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to import.
+    example_inputs : tuple[torch.Tensor, ...]
+        One tensor per ``forward`` argument.
+    custom_convert_map : Mapping[str, Callable], optional
+        Passed to ``from_exported_program``: maps an fx target name (for a custom op
+        ``ns::op``, the key is ``"op.default"``) to ``converter(node, importer) -> relax.Expr``.
+    keep_params_as_input : bool
+        If True, the model's ``nn.Parameter`` s become trailing parameters of ``main``
+        (named ``p_<qualified_name>``) and are returned in ``params``. Buffers such as
+        batch-norm running statistics stay constants.
+
+    Returns
+    -------
+    tuple[tvm.IRModule, dict[str, numpy.ndarray]]
+        The cleaned module (see :func:`cleanup`) and the detached parameters, ``{}`` unless
+        ``keep_params_as_input``. A model with one output returns a tensor from ``main``,
+        not a 1-tuple, as an ONNX import does.
+
+    Raises
+    ------
+    AccelInvalidError
+        If ``model`` is not a ``torch.nn.Module`` or ``example_inputs`` is not a non-empty
+        tuple of tensors.
+    AccelUnsupportedError
+        If ``torch.export`` cannot trace the model or TVM cannot convert one of its ops
+        (the original exception is chained).
+    """
+    _check_model(model)
+    args = _check_example_inputs(example_inputs)
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    name = type(model).__name__
+    try:
+        exported = torch.export.export(model.eval(), args)
+    except Exception as error:  # torch raises many unrelated types; the cause stays chained
+        raise AccelUnsupportedError(
+            f"torch.export could not trace {name}: {_first_line(error)}") from error
+    try:
+        # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
+        mod = from_exported_program(exported, keep_params_as_input=keep_params_as_input,
+                                    unwrap_unit_return_tuple=True,
+                                    custom_convert_map=dict(custom_convert_map or {}))
+    except (AssertionError, NotImplementedError, KeyError) as error:
+        # TVM reports unconverted ops as "AssertionError: Unsupported function types [...]".
+        raise AccelUnsupportedError(
+            f"TVM's PyTorch frontend could not import {name}: {_first_line(error)}") from error
+    mod = cleanup(mod)
+    return _split_params(mod) if keep_params_as_input else (mod, {})
+
+
+def _load_onnx(model_or_path: Any):
+    """Return an ``onnx.ModelProto`` from a proto, a ``str`` path or an ``os.PathLike``."""
+    import onnx
+
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise AccelInvalidError(
+            f"expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
+    path = Path(model_or_path)
+    if not path.is_file():
+        raise AccelInvalidError(f"ONNX file '{path}' does not exist or is not a file")
+    try:
+        return onnx.load(str(path))
+    except Exception as error:  # protobuf's DecodeError and friends
+        raise AccelInvalidError(
+            f"'{path}' is not a readable ONNX model: {_first_line(error)}") from error
+
+
+def from_onnx(
+    model_or_path: Any, *, keep_params_in_input: bool = False
+) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """Import an ONNX model with TVM's ONNX frontend.
+
+    Input shapes come from the graph's inputs, which must be static. To keep batch norm as
+    an op, export without constant folding (:func:`export_onnx` does).
+
+    Parameters
+    ----------
+    model_or_path : onnx.ModelProto or str or os.PathLike
+        The model, or the path of a ``.onnx`` file.
+    keep_params_in_input : bool
+        If True, every initializer (including batch-norm running statistics) becomes a
+        trailing parameter of ``main``, named after the initializer, and is returned in
+        ``params``. (TVM spells this ``_in_`` for ONNX and ``_as_`` for PyTorch.)
+
+    Returns
+    -------
+    tuple[tvm.IRModule, dict[str, numpy.ndarray]]
+        The cleaned module (see :func:`cleanup`) and the detached parameters, ``{}`` unless
+        ``keep_params_in_input``.
+
+    Raises
+    ------
+    AccelInvalidError
+        If the argument is neither a ``ModelProto`` nor a path, the path does not exist, or
+        the file is not an ONNX model.
+    AccelUnsupportedError
+        If TVM cannot convert one of the model's ops (the original exception is chained).
+    """
+    model = _load_onnx(model_or_path)
+    from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
+
+    try:
+        mod = tvm_from_onnx(model, keep_params_in_input=keep_params_in_input)
+    except (tvm.error.OpNotImplemented, NotImplementedError, AssertionError, KeyError) as error:
+        raise AccelUnsupportedError(
+            f"TVM's ONNX frontend could not import graph '{model.graph.name}': "
+            f"{_first_line(error)}") from error
+    mod = cleanup(mod)
+    return _split_params(mod) if keep_params_in_input else (mod, {})
+
+
+def _param_type(param: relax.Var) -> tuple[list[int | None] | None, str | None]:
+    """Static shape (``None`` for symbolic dims) and dtype of a tensor parameter, if known."""
+    ty = param.ty
+    if not isinstance(ty, relax.TensorType):
+        return None, None
+    shape = None
+    if isinstance(ty.shape, relax.ShapeExpr):
+        shape = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in ty.shape.values]
+    dtype = str(ty.dtype)
+    return shape, (None if dtype in ("", "void") else dtype)
+
+
+def bind_params(mod: tvm.IRModule, params: Mapping[str, Any], *,
+                func_name: str = "main") -> tvm.IRModule:
+    """Bind named parameters of a function as constants (the inverse of ``keep_params_*``).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module whose function ``func_name`` has parameters with these names.
+    params : Mapping[str, numpy.ndarray or tvm.runtime.Tensor]
+        Parameter name to value. Names that match no parameter are an error; parameters
+        without a value stay parameters.
+    func_name : str
+        The function to bind, ``"main"`` by default.
+
+    Returns
+    -------
+    tvm.IRModule
+        A new module; ``mod`` is not modified.
+
+    Raises
+    ------
+    AccelInvalidError
+        If ``func_name`` is not in ``mod``, ``params`` is not a mapping, or a name matches
+        no parameter.
+    AccelShapeError
+        If a value's shape or dtype differs from its parameter's.
+    """
+    if not isinstance(params, Mapping):
+        raise AccelInvalidError(f"params must be a mapping name -> array, got {type(params).__name__}")
+    if func_name not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise AccelInvalidError(f"function '{func_name}' is not in the module")
+    by_name = {p.name: p for p in mod[func_name].params}
+    unknown = sorted(set(params) - set(by_name))
+    if unknown:
+        raise AccelInvalidError(
+            f"params {unknown} match no parameter of '{func_name}' "
+            f"(parameters: {', '.join(by_name)})")
+    values = {}
+    for name, value in params.items():
+        array = value if isinstance(value, tvm.runtime.Tensor) else np.asarray(value)
+        shape, dtype = _param_type(by_name[name])
+        got_shape, got_dtype = tuple(array.shape), str(array.dtype)
+        if shape is not None and (len(shape) != len(got_shape) or any(
+                e is not None and e != g for e, g in zip(shape, got_shape))):
+            raise AccelShapeError(f"param '{name}' has shape {got_shape}, but the parameter "
+                                  f"expects {tuple('?' if e is None else e for e in shape)}")
+        if dtype is not None and got_dtype != dtype:
+            raise AccelShapeError(
+                f"param '{name}' has dtype {got_dtype}, but the parameter expects {dtype}")
+        values[name] = array
+    return relax.transform.BindParams(func_name, values)(mod)
+
+
+def _input_names(model: Any, count: int) -> list[str]:
+    """``forward``'s argument names, so both frontends call the graph inputs the same."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    plain = [p.name for p in params
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return plain[:count] if len(plain) >= count else [f"input{i}" for i in range(count)]
+
+
+def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> Path:
+    """Export a PyTorch model to ONNX with batch norm kept as ``BatchNormalization``.
+
+    Uses the TorchScript-based exporter (``dynamo=False``), opset :data:`ONNX_OPSET`, and
+    ``do_constant_folding=False``: with folding on, torch folds batch norm into the
+    preceding convolution. Graph inputs are named after ``forward``'s arguments.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to export; it is put in eval mode.
+    example_inputs : tuple[torch.Tensor, ...]
+        One tensor per ``forward`` argument; their shapes become the graph's static shapes.
+    path : str or os.PathLike
+        Where to write the ``.onnx`` file; its directory must exist.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    AccelInvalidError
+        For a non-module model, bad example inputs, or a missing output directory.
+    AccelUnsupportedError
+        If the exporter fails (the original exception is chained).
+    """
+    _check_model(model)
+    args = _check_example_inputs(example_inputs)
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise AccelInvalidError(f"directory '{path.parent}' of the ONNX file does not exist")
+    import torch
+
+    try:
+        torch.onnx.export(model.eval(), args, str(path), dynamo=False, do_constant_folding=False,
+                          opset_version=ONNX_OPSET, input_names=_input_names(model, len(args)))
+    except Exception as error:  # the exporter raises many unrelated types
+        raise AccelUnsupportedError(
+            f"torch.onnx.export failed on {type(model).__name__}: {_first_line(error)}") from error
+    return path

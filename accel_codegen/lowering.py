@@ -1,0 +1,570 @@
+"""From matched Relax ops to accelerator layers: the one interpretation that the partitioner's
+checks and the code generator share.
+
+A composite is a chain: a data input flows through CONV or dense, then bias, batch norm, an
+element-wise op with a second tensor, an activation, and pooling, each optional. ``lower_chain``
+walks such a chain back from its last op and returns a :class:`Layer` of engine op specs, or
+raises :class:`Unsupported` with the reason in words (dtype, layout, a hardware limit, ...).
+Hardware limits are not restated here: the layer is costed by the C library, whose validation
+says no with its own message.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .config import AccelConfig
+from .errors import AccelError
+from .ops import SHAPE_ONLY, Conv, Pool, Sdp
+from .sim import estimate_chain
+
+ACTIVATIONS = {"relax.nn.relu": "relu", "relax.clip": "clip", "relax.sigmoid": "sigmoid",
+               "relax.tanh": "tanh", "relax.nn.prelu": "prelu"}
+ELEMENTWISE = {"relax.add": "add", "relax.multiply": "mul", "relax.maximum": "max",
+               "relax.minimum": "min"}
+POOLS = {"relax.nn.max_pool2d": "max", "relax.nn.avg_pool2d": "avg"}
+SUPPORTED_DTYPES = ("float32",)
+
+
+class Unsupported(Exception):
+    """A chain the accelerator cannot run; the message says why, in words."""
+
+
+Lookup = Callable[[relax.Expr], Optional[relax.Expr]]
+
+
+@dataclasses.dataclass
+class ConvSpec:
+    """CONV: ``weight`` is [K, C/groups, R, S]; a dense layer is a 1x1 conv on [N, C, 1, 1]."""
+
+    weight: relax.Expr
+    weight_shape: Tuple[int, int, int, int]
+    stride: Tuple[int, int] = (1, 1)
+    padding: Tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    dilation: Tuple[int, int] = (1, 1)
+    groups: int = 1
+    transpose_weight: bool = False  # dense weight given as [C, K]: transpose it (constants only)
+    source: str = "relax.nn.conv2d"
+
+
+@dataclasses.dataclass
+class BatchNormSpec:
+    gamma: Optional[relax.Expr]
+    beta: Optional[relax.Expr]
+    mean: relax.Expr
+    var: relax.Expr
+    epsilon: float
+
+
+@dataclasses.dataclass
+class SdpSpec:
+    """The SDP stages of a chain, as the source ops gave them; the code generator folds bias
+    and batch norm into one scale/shift when fusing, or keeps them apart when not."""
+
+    bias: Optional[relax.Expr] = None
+    batch_norm: Optional[BatchNormSpec] = None
+    scale: Optional[relax.Expr] = None  # per-channel multiply by a constant or input
+    ew_op: Optional[str] = None
+    operand: Optional[relax.Expr] = None
+    act: Optional[str] = None
+    clip: Tuple[float, float] = (0.0, 6.0)
+    prelu_slope: Optional[relax.Expr] = None
+    sources: List[str] = dataclasses.field(default_factory=list)
+
+    def empty(self) -> bool:
+        return (self.bias is None and self.batch_norm is None and self.scale is None
+                and self.ew_op is None and self.act is None)
+
+
+@dataclasses.dataclass
+class PoolSpec:
+    kind: str
+    kernel: Tuple[int, int]
+    stride: Tuple[int, int]
+    padding: Tuple[int, int, int, int]
+    count_include_pad: bool
+    source: str
+
+
+@dataclasses.dataclass
+class Layer:
+    """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP."""
+
+    data: relax.Expr
+    in_shape: Tuple[int, int, int, int]
+    out_shape: Tuple[int, ...]  # as Relax types the result
+    conv: Optional[ConvSpec] = None
+    sdp: SdpSpec = dataclasses.field(default_factory=SdpSpec)
+    pool: Optional[PoolSpec] = None
+    flattened: bool = False  # a dense layer reads its NCHW input as [N, C*H*W]
+
+    @property
+    def source_ops(self) -> List[str]:
+        ops = ["relax.reshape"] if self.flattened else []
+        ops += [self.conv.source] if self.conv else []
+        ops += self.sdp.sources
+        return ops + ([self.pool.source] if self.pool else [])
+
+    def engine_ops(self, fuse: bool) -> list:
+        """Shape-only engine descriptors: one fused chain, or one op per source op."""
+        ops: list = []
+        if self.conv is not None:
+            ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
+                            padding=self.conv.padding, dilation=self.conv.dilation,
+                            groups=self.conv.groups))
+        s = self.sdp
+        if fuse:
+            if not s.empty():
+                folded = s.bias is not None or s.batch_norm is not None
+                scaled = s.batch_norm is not None or s.scale is not None
+                ops.append(Sdp(scale=_placeholder(scaled),
+                               shift=_placeholder(folded), ew_op=s.ew_op,
+                               operand=_placeholder(s.operand), act=s.act, clip=s.clip,
+                               prelu_slope=_placeholder(s.prelu_slope)))
+        else:
+            if s.bias is not None:
+                ops.append(Sdp(shift=_placeholder(True)))
+            if s.batch_norm is not None or s.scale is not None:
+                ops.append(Sdp(scale=_placeholder(True),
+                               shift=_placeholder(s.batch_norm is not None)))
+            if s.ew_op is not None:
+                ops.append(Sdp(ew_op=s.ew_op, operand=_placeholder(True)))
+            if s.act is not None:
+                ops.append(Sdp(act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
+        if self.pool is not None:
+            p = self.pool
+            ops.append(Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad))
+        return ops
+
+    def check_hardware(self, config: AccelConfig, fuse: bool) -> None:
+        """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
+        try:
+            estimate_chain(config, self.engine_ops(fuse), self.in_shape,
+                           mode="fused" if fuse else "independent")
+        except AccelError as error:
+            raise Unsupported(_without_status(str(error))) from None
+
+
+def _placeholder(present):
+    """Shape-only SDP operands for the estimate: present or absent, no data."""
+    return None if present is None or present is False else SHAPE_ONLY
+
+
+def _without_status(message: str) -> str:
+    return message.rsplit(" [ACCEL_", 1)[0]
+
+
+# --- reading Relax ----------------------------------------------------------------------------
+
+def static_shape(expr: relax.Expr) -> Tuple[int, ...]:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise Unsupported(f"{_describe(expr)} has no static tensor shape")
+    try:
+        return tuple(int(v) for v in ty.shape.values)
+    except (TypeError, AttributeError):
+        raise Unsupported(f"{_describe(expr)} has a symbolic shape {ty.shape}") from None
+
+
+def dtype_of(expr: relax.Expr) -> str:
+    ty = expr.ty
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else "?"
+
+
+def _describe(expr: relax.Expr) -> str:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return type(expr).__name__
+
+
+def op_name(expr: Optional[relax.Expr]) -> Optional[str]:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def is_constant(expr: relax.Expr) -> bool:
+    return isinstance(expr, tvm.ir.expr.GenericConst)
+
+
+def constant_value(expr: relax.Expr) -> np.ndarray:
+    return expr.value.numpy()
+
+
+def _ints(values) -> Tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _require_float32(expr: relax.Expr, what: str) -> None:
+    dtype = dtype_of(expr)
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"{what} has dtype {dtype}; the simulator runs {', '.join(SUPPORTED_DTYPES)}")
+
+
+def _feature_shape(expr: relax.Expr, what: str) -> Tuple[int, int, int, int]:
+    """NCHW, or [N, C] as N x C x 1 x 1: the feature cubes the engines read."""
+    shape = static_shape(expr)
+    if len(shape) == 4:
+        return shape
+    if len(shape) == 2:
+        return (shape[0], shape[1], 1, 1)
+    raise Unsupported(f"{what} is {len(shape)}-D {list(shape)}; the engines take NCHW or [N, C]")
+
+
+def _per_channel(expr: relax.Expr, channels: int, what: str) -> None:
+    """A per-channel operand: [C], [1, C], or [1, C, 1, 1]."""
+    _require_float32(expr, what)
+    shape = static_shape(expr)
+    squeezed = [d for d in shape if d != 1]
+    if squeezed not in ([channels], [] if channels == 1 else [channels]) or (
+            len(shape) not in (1, 2, 4)) or (len(shape) > 1 and shape[1] != channels):
+        raise Unsupported(f"{what} of shape {list(shape)} is not one value per channel "
+                          f"({channels} channels)")
+
+
+def _per_channel_operand(expr: relax.Expr, feature: Tuple[int, ...]) -> bool:
+    """Whether an add/mul operand broadcasts along the channel axis only."""
+    try:
+        shape = static_shape(expr)
+    except Unsupported:
+        return False
+    c = feature[1]
+    if len(feature) == 4:
+        return shape in ((c, 1, 1), (1, c, 1, 1)) or (c == 1 and shape in ((1,), ()))
+    return shape in ((c,), (1, c))
+
+
+# --- the chain walker ------------------------------------------------------------------------
+
+def _resolve(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
+    """The value an in-chain Var is bound to, or None for a chain input (parameter, constant,
+    or a Var bound outside the chain)."""
+    if isinstance(expr, relax.Var):
+        return lookup(expr)
+    if isinstance(expr, relax.Call) or isinstance(expr, relax.TupleGetItem):
+        return expr
+    return None
+
+
+def _strip_reshape(expr: relax.Expr, lookup: Lookup) -> relax.Expr:
+    """A bias often arrives as reshape(bias, [1, C, 1, 1]): look through it."""
+    value = _resolve(expr, lookup)
+    if op_name(value) == "relax.reshape":
+        return value.args[0]
+    return expr
+
+
+def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
+    """Interpret a matched chain, given its last op and a Var -> bound value lookup that knows
+    only the chain's own bindings.
+
+    Raises
+    ------
+    Unsupported
+        When a part of the chain is outside what the engines do; the message says why.
+    """
+    stages: list = []  # (kind, call) from last to first
+    expr = root
+    data = None
+    while True:
+        value = expr if isinstance(expr, (relax.Call, relax.TupleGetItem)) else _resolve(expr, lookup)
+        if value is None:
+            data = expr
+            break
+        if isinstance(value, relax.TupleGetItem):
+            bn = _resolve(value.tuple_value, lookup)
+            if op_name(bn) != "relax.nn.batch_norm" or int(value.index) != 0:
+                raise Unsupported("a tuple item other than batch_norm's output")
+            stages.append(("batch_norm", bn))
+            expr = bn.args[0]
+            continue
+        name = op_name(value)
+        if name == "relax.nn.conv2d":
+            stages.append(("conv", value))
+            data = value.args[0]
+            break
+        if name == "relax.matmul":
+            stages.append(("dense", value))
+            data = value.args[0]
+            flattened = _resolve(data, lookup)
+            if op_name(flattened) == "relax.reshape":
+                if not _flattens(flattened):
+                    raise Unsupported("the reshape before the dense layer is not a flatten")
+                stages[-1] = ("dense", value, flattened)
+                data = flattened.args[0]
+            break
+        if name in ACTIVATIONS:
+            stages.append(("act", value))
+            expr = value.args[0]
+        elif name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
+            stages.append(("pool", value))
+            expr = value.args[0]
+        elif name in ELEMENTWISE:
+            lhs, rhs = value.args[0], value.args[1]
+            lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
+            rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
+            if rhs_in_chain and not lhs_in_chain:
+                lhs, rhs = rhs, lhs
+            stages.append(("binary", value, rhs))
+            expr = lhs
+            if not lhs_in_chain and not rhs_in_chain:
+                data = lhs
+                break
+        else:
+            raise Unsupported(f"{name or _describe(value)} is not an accelerator op")
+    stages.reverse()
+    return _build_layer(data, stages, root, lookup)
+
+
+def _flattens(reshape: relax.Call) -> bool:
+    """reshape(x, [N, prod(rest)]): a flatten that keeps NCHW memory order."""
+    try:
+        before, after = static_shape(reshape.args[0]), static_shape(reshape)
+    except Unsupported:
+        return False
+    return len(after) == 2 and len(before) >= 2 and after[0] == before[0] and \
+        after[1] == int(np.prod(before[1:]))
+
+
+def _build_layer(data: relax.Expr, stages: list, root: relax.Expr, lookup: Lookup) -> Layer:
+    _require_float32(data, "the input")
+    if stages[0][0] == "dense" and len(stages[0]) == 3:
+        shape = static_shape(data)
+        in_shape = (shape[0], int(np.prod(shape[1:])), 1, 1)
+    else:
+        in_shape = _feature_shape(data, "the input")
+    layer = Layer(data=data, in_shape=in_shape, out_shape=(),
+                  flattened=stages[0][0] == "dense" and len(stages[0]) == 3)
+    channels = in_shape[1]
+    order = []  # the SDP stage order the hardware runs: scale/shift, element-wise, activation
+    for stage in stages:
+        kind, call = stage[0], stage[1]
+        if kind == "conv":
+            layer.conv = _conv_spec(call)
+            channels = layer.conv.weight_shape[0]
+            continue
+        if kind == "dense":
+            layer.conv = _dense_spec(call, stages, lookup)
+            channels = layer.conv.weight_shape[0]
+            continue
+        if layer.pool is not None:
+            raise Unsupported(f"{op_name(call)} after pooling: the PDP is the last engine")
+        if kind == "pool":
+            layer.pool = _pool_spec(call, layer, channels)
+        elif kind == "batch_norm":
+            _add_batch_norm(layer.sdp, call, channels, order)
+        elif kind == "act":
+            _add_activation(layer.sdp, call, channels, order)
+        elif kind == "binary":
+            _add_binary(layer, call, stage[2], channels, order, lookup)
+    if order != sorted(order):
+        raise Unsupported("the SDP runs scale/shift, then the element-wise op, then the "
+                          "activation; this chain has another order")
+    if layer.conv is None and layer.sdp.empty() and layer.pool is None:
+        raise Unsupported("nothing for the engines to do")
+    layer.out_shape = static_shape(root)
+    _require_float32(root, "the output")
+    return layer
+
+
+def _conv_spec(call: relax.Call) -> ConvSpec:
+    a = call.attrs
+    for field, want in (("data_layout", "NCHW"), ("kernel_layout", "OIHW"), ("out_layout", "NCHW")):
+        if str(getattr(a, field)) != want:
+            raise Unsupported(f"conv2d {field} is {getattr(a, field)}; the CONV engine takes {want}")
+    if a.out_dtype is not None and str(a.out_dtype) not in ("", "float32"):
+        raise Unsupported(f"conv2d out_dtype is {a.out_dtype}")
+    _require_float32(call.args[1], "the conv2d weight")
+    weight_shape = static_shape(call.args[1])
+    padding = _ints(a.padding)
+    if len(padding) == 2:
+        padding = padding * 2
+    return ConvSpec(weight=call.args[1], weight_shape=weight_shape, stride=_ints(a.strides),
+                    padding=padding, dilation=_ints(a.dilation), groups=int(a.groups))
+
+
+def _dense_spec(call: relax.Call, stages: list, lookup: Lookup) -> ConvSpec:
+    """matmul(x, permute_dims(W)) with W [K, C] (torch, ONNX), or matmul(x, W') with a
+    constant W' [C, K]: a 1x1 convolution on [N, C, 1, 1]."""
+    x, w = call.args
+    if len(static_shape(x)) != 2:
+        raise Unsupported(f"matmul of a {len(static_shape(x))}-D input (batched matmul)")
+    if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "float32"):
+        raise Unsupported(f"matmul out_dtype is {call.attrs.out_dtype}")
+    value = _resolve(w, lookup)
+    if op_name(value) == "relax.permute_dims":
+        weight = value.args[0]
+        axes = value.attrs.axes
+        if axes is not None and _ints(axes) != (1, 0):
+            raise Unsupported(f"dense weight permuted with axes {list(_ints(axes))}")
+        transpose = False
+    elif is_constant(w):
+        weight, transpose = w, True
+    else:
+        raise Unsupported("dense weight is a runtime [C, K] input; the CONV engine reads [K, C]")
+    _require_float32(weight, "the dense weight")
+    shape = static_shape(weight)
+    if len(shape) != 2:
+        raise Unsupported(f"dense weight of shape {list(shape)}")
+    k, c = (shape[1], shape[0]) if transpose else shape
+    return ConvSpec(weight=weight, weight_shape=(k, c, 1, 1), transpose_weight=transpose,
+                    source="relax.matmul")
+
+
+def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
+    name = op_name(call)
+    shape = _feature_shape(call.args[0], f"the {name} input")
+    if name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
+        if len(static_shape(call.args[0])) != 4:
+            raise Unsupported(f"{name} of a non-NCHW tensor")
+        if name == "relax.mean":
+            axes = sorted(int(a) % 4 for a in call.attrs.axis) if call.attrs.axis is not None else []
+            if axes != [2, 3]:
+                raise Unsupported(f"mean over axes {axes}; the PDP averages H and W only")
+        else:
+            if str(call.attrs.layout) != "NCHW" or (
+                    call.attrs.output_size is not None and _ints(call.attrs.output_size) not in ((1,), (1, 1))):
+                raise Unsupported("adaptive_avg_pool2d to a size other than 1x1")
+        return PoolSpec("avg", (shape[2], shape[3]), (1, 1), (0, 0, 0, 0), False, name)
+    a = call.attrs
+    if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW":
+        raise Unsupported(f"{name} layout is {a.layout}; the PDP takes NCHW")
+    if any(d != 1 for d in _ints(a.dilation)):
+        raise Unsupported(f"{name} with dilation {list(_ints(a.dilation))}")
+    kernel, stride = _ints(a.pool_size), _ints(a.strides)
+    padding = _ints(a.padding)
+    if len(padding) == 2:
+        padding = padding * 2
+    if bool(a.ceil_mode):
+        floor_h = (shape[2] + padding[0] + padding[2] - kernel[0]) // stride[0] + 1
+        floor_w = (shape[3] + padding[1] + padding[3] - kernel[1]) // stride[1] + 1
+        if (floor_h, floor_w) != tuple(static_shape(call)[2:]):
+            raise Unsupported(f"{name} with ceil_mode adds a partial window")
+    include = bool(getattr(a, "count_include_pad", False))
+    return PoolSpec(POOLS[name], kernel, stride, padding, include, name)
+
+
+def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: list) -> None:
+    a = bn.attrs
+    if bool(a.training):
+        raise Unsupported("batch_norm in training mode (batch statistics)")
+    if int(a.axis) not in (1, -3) and not (int(a.axis) == -1 and len(static_shape(bn.args[0])) == 2):
+        raise Unsupported(f"batch_norm over axis {int(a.axis)}; the SDP scales channels (axis 1)")
+    if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
+        raise Unsupported("a second scale/shift after an element-wise op or activation")
+    if sdp.scale is not None:
+        raise Unsupported("a per-channel multiply before batch norm")
+    gamma, beta, mean, var = bn.args[1:5]
+    for expr, what in ((gamma, "gamma"), (beta, "beta"), (mean, "moving mean"),
+                       (var, "moving var")):
+        _per_channel(expr, channels, f"batch_norm {what}")
+    sdp.batch_norm = BatchNormSpec(gamma if bool(a.scale) else None,
+                                   beta if bool(a.center) else None, mean, var,
+                                   float(a.epsilon))
+    sdp.sources.append("relax.nn.batch_norm")
+    order.append(0)
+
+
+def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list) -> None:
+    if sdp.act is not None:
+        raise Unsupported("two activations in one SDP pass")
+    name = op_name(call)
+    sdp.act = ACTIVATIONS[name]
+    if name == "relax.clip":
+        bounds = []
+        for bound in call.args[1:3]:
+            if not isinstance(bound, relax.PrimValue):
+                raise Unsupported("clip with non-constant bounds")
+            bounds.append(float(bound.value.value))
+        sdp.clip = (bounds[0], bounds[1])
+    elif name == "relax.nn.prelu":
+        if int(call.attrs.axis) != 1:
+            raise Unsupported(f"prelu over axis {int(call.attrs.axis)}")
+        _per_channel(call.args[1], channels, "prelu alpha")
+        sdp.prelu_slope = call.args[1]
+    sdp.sources.append(name)
+    order.append(2)
+
+
+def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int, order: list,
+                lookup: Lookup) -> None:
+    """A bias add or per-channel multiply (scale/shift), or an element-wise op with a second
+    tensor of the same shape (the SDP's element-wise unit)."""
+    name = op_name(call)
+    sdp = layer.sdp
+    feature = static_shape(call)
+    _require_float32(other, f"the second {name} operand")
+    stripped = _strip_reshape(other, lookup)
+    if name in ("relax.add", "relax.multiply") and (
+            _per_channel_operand(other, feature) or (
+                stripped is not other and _per_channel_operand(stripped, feature))):
+        operand = stripped if stripped is not other else other
+        if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
+            raise Unsupported(f"a per-channel {name} after batch norm, an element-wise op or an "
+                              "activation")
+        if name == "relax.add":
+            if sdp.bias is not None:
+                raise Unsupported("two bias adds")
+            sdp.bias = operand
+        else:
+            if sdp.scale is not None or sdp.bias is not None:
+                raise Unsupported("a per-channel multiply after a bias")
+            sdp.scale = operand
+        sdp.sources.append(name)
+        order.append(0)
+        return
+    if static_shape(other) != feature or static_shape(call.args[0]) != static_shape(call.args[1]):
+        raise Unsupported(f"{name} with broadcasting between {list(static_shape(call.args[0]))} "
+                          f"and {list(static_shape(call.args[1]))}")
+    _feature_shape(other, f"the {name} operand")
+    if sdp.ew_op is not None:
+        raise Unsupported("two element-wise ops in one SDP pass")
+    if sdp.act is not None:
+        raise Unsupported(f"{name} after the activation")
+    sdp.ew_op = ELEMENTWISE[name]
+    sdp.operand = other
+    sdp.sources.append(name)
+    order.append(1)
+
+
+def explain(call: relax.Call, config: AccelConfig) -> str:
+    """Why a single host op is not offloaded (used for ops no pattern took)."""
+    name = op_name(call)
+    if name is None:
+        return "not an operator call"
+    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) |
+             {"relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
+              "relax.nn.adaptive_avg_pool2d"})
+    if name not in known:
+        return f"no accelerator primitive for {name}"
+    try:
+        layer = lower_chain(call, lambda var: None)
+        layer.check_hardware(config, fuse=True)
+    except Unsupported as reason:
+        return str(reason)
+    return "supported alone, but left on the host by the partitioner (its operand is produced " \
+           "by a neighbour that could not be fused with it)"
+
+
+def bound_values(function: relax.Function) -> Callable[[relax.Expr], Optional[relax.Expr]]:
+    """A lookup of the Var -> value bindings of a function body (for the code generator)."""
+    table = {}
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            table[binding.var] = binding.value
+    return lambda var: table.get(var)
+
+
+def chain_root(function: relax.Function) -> relax.Expr:
+    """The last op of a composite function."""
+    body = function.body
+    result = body.body
+    if isinstance(result, relax.Var):
+        value = bound_values(function)(result)
+        if value is not None:
+            return value
+    return result

@@ -1,0 +1,235 @@
+"""Partitioning: which ops of a Relax module run on the accelerator, and why the rest do not.
+
+``partition_for_accel`` matches the pattern table, merges neighbouring composites into one
+external function per region, records the partition report, then runs the code generator at
+once: RunCodegen turns every region into an opaque external call, which is what keeps batch
+norm whole (LegalizeOps and DecomposeOpsForInference rewrite ops inside partitioned functions
+too, so nothing may run between partitioning and codegen).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Dict, List, Optional
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from . import codegen
+from .config import AccelConfig
+from .errors import AccelInvalidError
+from .lowering import explain
+from .patterns import PartitionLog, pattern_table
+
+REPORT_ATTR = "accel_partition_report"
+
+
+@dataclasses.dataclass
+class OpRecord:
+    """One operator of the model and where it runs."""
+
+    index: int
+    op: str
+    shape: List[int]
+    offloaded: bool
+    primitive: Optional[str] = None  # the accelerator primitive it is part of
+    function: Optional[str] = None   # the external function that runs it
+    layer: Optional[int] = None      # the accelerator run (layer) it is part of
+    reason: Optional[str] = None     # why it stayed on the host
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    """Every operator of a partitioned model: offloaded as which primitive, or why not."""
+
+    config: str
+    fuse: bool
+    ops: List[OpRecord]
+
+    @property
+    def offloaded(self) -> List[OpRecord]:
+        return [op for op in self.ops if op.offloaded]
+
+    @property
+    def host(self) -> List[OpRecord]:
+        return [op for op in self.ops if not op.offloaded]
+
+    @property
+    def functions(self) -> Dict[str, List[str]]:
+        """External function -> its primitives, in execution order (one entry per layer)."""
+        result: Dict[str, List[str]] = {}
+        seen = set()
+        for op in self.offloaded:
+            if op.layer not in seen:
+                seen.add(op.layer)
+                result.setdefault(op.function, []).append(op.primitive)
+        return result
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "fuse": self.fuse,
+                "ops": [dataclasses.asdict(op) for op in self.ops]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PartitionReport":
+        return cls(data["config"], data["fuse"], [OpRecord(**op) for op in data["ops"]])
+
+    def __str__(self) -> str:
+        lines = [f"partition for {self.config} ({'fused' if self.fuse else 'decomposed'}): "
+                 f"{len(self.offloaded)} of {len(self.ops)} operators offloaded in "
+                 f"{len(self.functions)} external function(s)"]
+        header = f"{'#':>4}  {'operator':<28} {'shape':<20} {'where':<9} primitive / reason"
+        lines += [header, "-" * len(header)]
+        for op in self.ops:
+            where = "accel" if op.offloaded else "host"
+            detail = op.primitive if op.offloaded else op.reason
+            shape = "x".join(map(str, op.shape))
+            lines.append(f"{op.index:>4}  {op.op:<28} {shape:<20} {where:<9} {detail}")
+        return "\n".join(lines)
+
+
+def _call_name(call: relax.Call) -> Optional[str]:
+    if isinstance(call.op, tvm.ir.Op):
+        if call.op.name in ("relax.call_tir", "relax.call_dps_packed"):
+            callee = call.args[0]
+            return f"{call.op.name}({getattr(callee, 'name_hint', None) or callee.global_symbol})"
+        return call.op.name
+    return None
+
+
+def _shape_of(expr: relax.Expr) -> List[int]:
+    """The static shape of an op's result (of its first field for a tuple, e.g. batch_norm)."""
+    ty = expr.ty
+    if isinstance(ty, relax.TupleType) and len(ty.fields) > 0:
+        ty = ty.fields[0]
+    try:
+        return [int(v) for v in ty.shape.values]
+    except (AttributeError, TypeError):
+        return []
+
+
+def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
+                  log: PartitionLog) -> PartitionReport:
+    ops: List[OpRecord] = []
+    layers = 0
+    external = {gv: f for gv, f in mod.functions_items()
+                if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                continue
+            if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
+                function = external[value.op]
+                symbol = str(function.attrs["global_symbol"])
+                lookup = {b.var: b.value for blk in function.body.blocks for b in blk.bindings}
+                for inner in function.body.blocks:
+                    for layer in inner.bindings:
+                        composite = lookup.get(layer.value.op) if isinstance(
+                            layer.value, relax.Call) else None
+                        if not isinstance(composite, relax.Function):
+                            continue
+                        primitive = str(composite.attrs["Composite"])
+                        for cblock in composite.body.blocks:
+                            for cb in cblock.bindings:
+                                name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
+                                    else None
+                                if name:
+                                    ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
+                                                        primitive, symbol, layers))
+                        layers += 1
+                continue
+            name = _call_name(value)
+            if name is None:
+                continue
+            refusal = log.refusals.get(binding.var)
+            reason = refusal[1] if refusal else explain(value, config)
+            ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason))
+    return PartitionReport(config.name, fuse, ops)
+
+
+def bind_params(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]]) -> tvm.IRModule:
+    """Bind parameter values (by name) as constants of ``main``."""
+    if not params:
+        return mod
+    names = {p.name for p in mod["main"].params}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise AccelInvalidError(f"params {unknown} are not parameters of main "
+                                f"(parameters: {sorted(names)})")
+    values = {name: tvm.runtime.tensor(np.asarray(value)) for name, value in params.items()}
+    return relax.transform.BindParams("main", values)(mod)
+
+
+def is_partitioned(mod: tvm.IRModule) -> bool:
+    return mod.attrs is not None and REPORT_ATTR in mod.attrs
+
+
+def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+                        config: AccelConfig | str = "nv_full", fuse: bool = True
+                        ) -> tvm.IRModule:
+    """Offload what the accelerator runs; the rest stays on TVM's host path.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module with a ``main`` function (from ``accel_codegen.frontend`` or built by
+        hand). Batch norm must be in inference form.
+    params : dict of str to numpy.ndarray, optional
+        Values of ``main`` parameters to bind as constants: constant weights are folded at
+        compile time; parameters left unbound stay runtime inputs, folded on every call.
+    config : AccelConfig or str
+        The hardware configuration (a preset name or a config).
+    fuse : bool
+        True: each primitive runs as one fused chain (CONV -> SDP -> PDP on the fly). False:
+        every source op is its own accelerator op, intermediates through memory.
+
+    Returns
+    -------
+    tvm.IRModule
+        The module with external calls in place of the offloaded regions, ready for
+        :func:`accel_codegen.build`; :func:`partition_report` describes it.
+    """
+    if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in
+                                                           mod.get_global_vars()]:
+        raise AccelInvalidError(f"expected a tvm.IRModule with a main function, got {type(mod)}")
+    if is_partitioned(mod):
+        raise AccelInvalidError("the module is partitioned already")
+    config = AccelConfig.resolve(config)
+    mod = bind_params(mod, params)
+    log = PartitionLog()
+    mod = tvm.transform.Sequential([
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log), bind_constants=True,
+                                         annotate_codegen=False),
+        relax.transform.MergeCompositeFunctions(),
+    ])(mod)
+    report = _build_report(mod, config, fuse, log)
+    codegen.LAST.sources.clear()
+    codegen.LAST.constants.clear()
+    mod = relax.transform.RunCodegen({"accel": {"config": config.to_json(), "fuse": fuse}})(mod)
+    # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
+    # the originals RunCodegen recorded: those would be serialised unused.
+    constants = {name: tvm.runtime.tensor(value) for name, value in codegen.LAST.constants.items()}
+    mod = mod.without_attr("const_name_to_constant") if mod.attrs and \
+        "const_name_to_constant" in mod.attrs else mod
+    if constants:
+        mod = mod.with_attr("const_name_to_constant", constants)
+    mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
+    return mod.with_attr("accel_sources", dict(codegen.LAST.sources))
+
+
+def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",
+                     fuse: bool = True) -> PartitionReport:
+    """The partition report of a partitioned module (partitions an unpartitioned one first)."""
+    if not is_partitioned(mod):
+        mod = partition_for_accel(mod, params, config=config, fuse=fuse)
+    return PartitionReport.from_dict(json.loads(str(mod.attrs[REPORT_ATTR])))
+
+
+def generated_sources(mod: tvm.IRModule) -> Dict[str, str]:
+    """The generated C source of every external function (symbol -> source), for inspection."""
+    if not is_partitioned(mod):
+        raise AccelInvalidError("the module is not partitioned: call partition_for_accel first")
+    return {str(k): str(v) for k, v in mod.attrs["accel_sources"].items()}

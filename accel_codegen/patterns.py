@@ -1,0 +1,158 @@
+"""The pattern table: which Relax op chains become one accelerator primitive.
+
+Each entry is ``accel.<primitive>``, a dataflow pattern and a check. The chains mirror what the
+hardware runs in one pass: CONV (or a dense layer as a 1x1 CONV), then the SDP (bias and batch
+norm folded into one scale/shift, an element-wise op with a second tensor such as a residual
+add, an activation), then the PDP (pooling). Every optional stage is its own entry, longest
+first: FuseOpsByPattern gives earlier entries priority, so a conv takes its whole epilogue.
+
+Checks are guards that can say no, and say why: the chain is interpreted by
+:func:`accel_codegen.lowering.lower_chain` and costed by the C library, whose validation holds
+the hardware limits; a refusal is recorded with its reason for the partition report.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Tuple
+
+from tvm import relax
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
+from tvm.relax.dpl import DFPattern, is_op, is_tuple_get_item, wildcard
+from tvm.relax.transform import FusionPattern, PatternCheckContext
+
+from .config import AccelConfig
+from .lowering import Unsupported, lower_chain
+
+# Activation name -> pattern builder (clip takes its bounds as arguments).
+_ACTIVATIONS = {
+    "relu": lambda x: is_op("relax.nn.relu")(x),
+    "clip": lambda x: is_op("relax.clip")(x, wildcard(), wildcard()),
+    "sigmoid": lambda x: is_op("relax.sigmoid")(x),
+    "tanh": lambda x: is_op("relax.tanh")(x),
+    "prelu": lambda x: is_op("relax.nn.prelu")(x, wildcard()),
+}
+_POOLS = {
+    "maxpool": lambda x: is_op("relax.nn.max_pool2d")(x),
+    "avgpool": lambda x: is_op("relax.nn.avg_pool2d")(x),
+}
+_ELEMENTWISE = {"add": "relax.add", "mul": "relax.multiply", "max": "relax.maximum",
+                "min": "relax.minimum"}
+
+
+def _bias_add(x: DFPattern) -> DFPattern:
+    """torch gives add(conv, reshape(bias)); ONNX and folded constants add a [1, C, 1, 1]."""
+    bias = wildcard()
+    return is_op("relax.add")(x, is_op("relax.reshape")(bias, wildcard())) | is_op("relax.add")(
+        x, bias)
+
+
+def _batch_norm(x: DFPattern) -> DFPattern:
+    bn = is_op("relax.nn.batch_norm")(x, wildcard(), wildcard(), wildcard(), wildcard())
+    return is_tuple_get_item(bn, 0)
+
+
+def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual: bool,
+              act: Optional[str], pool: Optional[str]) -> Tuple[str, DFPattern, int]:
+    """Append the optional SDP and PDP stages; returns the name, the pattern and its length."""
+    length = 1
+    for present, suffix, stage in ((bias, "bias", _bias_add), (bn, "bn", _batch_norm),
+                                   (residual, "add", lambda x: is_op("relax.add")(x, wildcard())),
+                                   (act, act, _ACTIVATIONS.get(act)),
+                                   (pool, pool, _POOLS.get(pool))):
+        if present:
+            out = stage(out)
+            name += f"_{suffix}"
+            length += 1
+    return name, out, length
+
+
+def _conv_entries() -> List[Tuple[str, DFPattern, int]]:
+    entries = []
+    for bias, bn, residual, act, pool in itertools.product(
+            (True, False), (True, False), (True, False), (None, *_ACTIVATIONS), (None, *_POOLS)):
+        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        entries.append(_epilogue(conv, "accel.conv2d", bias, bn, residual, act, pool))
+    return entries
+
+
+def _dense_entries() -> List[Tuple[str, DFPattern, int]]:
+    entries = []
+    for flatten, bias, act in itertools.product((True, False), (True, False),
+                                                (None, *_ACTIVATIONS)):
+        # A flatten of NCHW data before the dense layer moves nothing: the layer reads the
+        # same memory as [N, C*H*W].
+        data = is_op("relax.reshape")(wildcard(), wildcard()) if flatten else wildcard()
+        weight = wildcard()
+        dense = is_op("relax.matmul")(data, is_op("relax.permute_dims")(weight)) | is_op(
+            "relax.matmul")(data, weight)
+        name, pattern, length = _epilogue(dense, "accel.flatten_dense" if flatten else
+                                          "accel.dense", bias, False, False, act, None)
+        entries.append((name, pattern, length + flatten))
+    return entries
+
+
+def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
+    entries = []
+    for act in (None, *_ACTIVATIONS):
+        entries.append(_epilogue(_batch_norm(wildcard()), "accel.batch_norm", False, False,
+                                 False, act, None))
+        for name, op in _ELEMENTWISE.items():
+            pattern = is_op(op)(wildcard(), wildcard())
+            entries.append(_epilogue(pattern, f"accel.{name}", False, False, False, act, None))
+    for act, build in _ACTIVATIONS.items():
+        entries.append((f"accel.{act}", build(wildcard()), 1))
+    for pool, build in _POOLS.items():
+        entries.append((f"accel.{pool}", build(wildcard()), 1))
+    entries.append(("accel.global_avgpool",
+                    is_op("relax.mean")(wildcard()) | is_op("relax.nn.adaptive_avg_pool2d")(
+                        wildcard()), 1))
+    return entries
+
+
+class PartitionLog:
+    """What the checks said: for every op a pattern refused, the refusal's reason."""
+
+    def __init__(self) -> None:
+        self.refusals: Dict[relax.Var, Tuple[str, str]] = {}
+
+    def refuse(self, ctx: PatternCheckContext, pattern: str, reason: str) -> bool:
+        for var in ctx.matched_bindings.keys():
+            # Later (shorter) patterns overwrite: their reason is the most specific.
+            self.refusals[var] = (pattern, reason)
+        return False
+
+
+def _make_check(name: str, config: AccelConfig, fuse: bool, log: PartitionLog):
+    def check(ctx: PatternCheckContext) -> bool:
+        if has_leaking_intermediate_variables(ctx):
+            return log.refuse(ctx, name, "an intermediate result is also used outside the chain")
+        bindings = ctx.matched_bindings
+        try:
+            layer = lower_chain(ctx.matched_expr, lambda var: bindings.get(var))
+            layer.check_hardware(config, fuse)
+        except Unsupported as reason:
+            return log.refuse(ctx, name, str(reason))
+        return True
+
+    return check
+
+
+def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
+                  log: Optional[PartitionLog] = None) -> List[FusionPattern]:
+    """The FusionPatterns for a configuration, longest chains first.
+
+    Parameters
+    ----------
+    config : AccelConfig or str
+        The hardware the checks hold the chains against.
+    fuse : bool
+        Check the chain as one fused run (True) or as one independent op per source op.
+    log : PartitionLog, optional
+        Receives the reason of every refusal.
+    """
+    config = AccelConfig.resolve(config)
+    log = log if log is not None else PartitionLog()
+    entries = _conv_entries() + _dense_entries() + _standalone_entries()
+    entries.sort(key=lambda entry: -entry[2])  # stable: longest first
+    return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, log))
+            for name, pattern, _ in entries]

@@ -1,0 +1,84 @@
+"""Build and export: a partitioned module to a VM executable whose external functions call the
+simulator library, and to a shared library a fresh process loads with nothing but ``tvm``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .config import AccelConfig
+from .errors import AccelInvalidError
+from .partition import is_partitioned, partition_for_accel, bind_params
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def link_options() -> List[str]:
+    """Compiler and linker flags for the generated C: the ISA header, and libaccel linked by
+    name with an rpath. --no-as-needed because TVM puts options before the objects (the library
+    would be dropped); -z now so that a missing symbol fails at load, not at the first call."""
+    lib_dir = PACKAGE_DIR / "lib"
+    return [f"-I{PACKAGE_DIR / 'include'}", "-Wl,--no-as-needed", f"-L{lib_dir}", "-laccel",
+            f"-Wl,-rpath,{lib_dir}", "-Wl,-z,now"]
+
+
+def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+          config: AccelConfig | str = "nv_full", fuse: bool = True,
+          target="llvm") -> "tvm.runtime.Executable":
+    """Partition (unless partitioned already) and compile a module.
+
+    Parameters
+    ----------
+    mod, params, config, fuse
+        As for :func:`accel_codegen.partition_for_accel`.
+    target : str or dict
+        The host target for the ops that stay on the host.
+
+    Returns
+    -------
+    tvm.runtime.Executable
+        Run it with :func:`virtual_machine`, or export it with :func:`export_library`.
+    """
+    if is_partitioned(mod):
+        if params:
+            raise AccelInvalidError("bind params before partitioning: the module is partitioned")
+    else:
+        mod = partition_for_accel(mod, params, config=config, fuse=fuse)
+    return tvm.compile(mod, target=target)
+
+
+def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Path:
+    """Write a shared library that ``tvm.runtime.load_module(path)`` loads in a fresh process.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    path = Path(path)
+    if path.suffix != ".so":
+        raise AccelInvalidError(f"export path {str(path)!r} must end in .so")
+    exe.export_library(str(path), options=link_options())
+    return path
+
+
+def virtual_machine(exe_or_path, device=None) -> relax.VirtualMachine:
+    """A VM for an executable (JIT-linked against the simulator) or an exported library."""
+    device = device if device is not None else tvm.cpu()
+    if isinstance(exe_or_path, (str, os.PathLike)):
+        module = tvm.runtime.load_module(str(exe_or_path))
+    else:
+        module = exe_or_path.jit(options=link_options())
+    return relax.VirtualMachine(module, device)
+
+
+def build_host(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None,
+               target="llvm") -> "tvm.runtime.Executable":
+    """TVM's own CPU build of the same module (the baseline): batch norm in inference form,
+    decomposed by TVM."""
+    mod = relax.transform.DecomposeOpsForInference()(bind_params(mod, params))
+    return tvm.compile(mod, target=target)
