@@ -81,6 +81,7 @@ class FunctionCodegen:
         self.body: List[str] = []
         params = list(function.params)
         self.operands: Dict[relax.Var, str] = {p: f"a[{i}]" for i, p in enumerate(params)}
+        self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
         self.inputs = params
         self.outputs = self._outputs()
 
@@ -109,6 +110,8 @@ class FunctionCodegen:
         arguments in this function)."""
         if expr is None:
             return "NULL"
+        if expr in self.inner:
+            return self.inner[expr]
         expr = scope.get(expr, expr)
         if is_constant(expr):
             value = constant_value(expr)
@@ -140,8 +143,18 @@ class FunctionCodegen:
         layer = lower_chain(chain_root(composite), bound_values(composite))
         if var not in self.operands:
             self.operands[var] = self._temp(int(np.prod(static_shape(var))))
+        sources = layer.source_ops if layer.branch is None else \
+            layer.branch.source_ops + layer.source_ops
+        self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
+        if layer.branch is not None:
+            branch_out = self._temp(int(np.prod(layer.branch.out_shape)))
+            self.inner[layer.sdp.operand] = branch_out
+            self._emit(layer.branch, scope, f"{index}a", f"{name} (branch)", branch_out)
+            index = f"{index}b"
+        self._emit(layer, scope, index, name, self.operands[var])
+
+    def _emit(self, layer: Layer, scope, index, name: str, output: str) -> None:
         label = f"f{self.index}.{index} {name}"
-        self.layer_comments.append(f"{index}: {name} ({', '.join(layer.source_ops)})")
         lines = [f"/* layer {index}: {name}: {' -> '.join(layer.source_ops)} */", "{"]
         ops: List[str] = []
         if layer.conv is not None:
@@ -159,7 +172,7 @@ class FunctionCodegen:
         lines.append(f"  static const int32_t in_shape[4] = {{{in_shape}}}, "
                      f"out_shape[4] = {{{out_shape}}};")
         lines.append(f"  if (run_layer(ops, {len(ops)}, {self._pointer(layer.data, scope)}, "
-                     f"in_shape, {self.operands[var]}, out_shape, {mode}, \"{label}\") != 0) "
+                     f"in_shape, {output}, out_shape, {mode}, \"{label}\") != 0) "
                      "return -1;")
         lines.append("}")
         self.body.extend(lines)

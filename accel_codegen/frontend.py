@@ -270,7 +270,8 @@ def bind_params(mod: tvm.IRModule, params: Mapping[str, Any], *,
         If a value's shape or dtype differs from its parameter's.
     """
     if not isinstance(params, Mapping):
-        raise AccelInvalidError(f"params must be a mapping name -> array, got {type(params).__name__}")
+        raise AccelInvalidError(
+            f"params must be a mapping name -> array, got {type(params).__name__}")
     if func_name not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise AccelInvalidError(f"function '{func_name}' is not in the module")
     by_name = {p.name: p for p in mod[func_name].params}

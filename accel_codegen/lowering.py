@@ -101,6 +101,9 @@ class Layer:
     sdp: SdpSpec = dataclasses.field(default_factory=SdpSpec)
     pool: Optional[PoolSpec] = None
     flattened: bool = False  # a dense layer reads its NCHW input as [N, C*H*W]
+    # A second conv (+ bias) + batch norm whose result is this layer's element-wise operand
+    # (ResNet's downsample branch): it runs first, as a layer of its own.
+    branch: Optional["Layer"] = None
 
     @property
     def source_ops(self) -> List[str]:
@@ -142,6 +145,8 @@ class Layer:
 
     def check_hardware(self, config: AccelConfig, fuse: bool) -> None:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
+        if self.branch is not None:
+            self.branch.check_hardware(config, fuse)
         try:
             estimate_chain(config, self.engine_ops(fuse), self.in_shape,
                            mode="fused" if fuse else "independent")
@@ -283,6 +288,10 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             expr = bn.args[0]
             continue
         name = op_name(value)
+        if name == "relax.nn.batch_norm":  # the op itself, as the report asks about it
+            stages.append(("batch_norm", value))
+            expr = value.args[0]
+            continue
         if name == "relax.nn.conv2d":
             stages.append(("conv", value))
             data = value.args[0]
@@ -366,8 +375,11 @@ def _build_layer(data: relax.Expr, stages: list, root: relax.Expr, lookup: Looku
                           "activation; this chain has another order")
     if layer.conv is None and layer.sdp.empty() and layer.pool is None:
         raise Unsupported("nothing for the engines to do")
-    layer.out_shape = static_shape(root)
-    _require_float32(root, "the output")
+    result = root
+    if op_name(root) == "relax.nn.batch_norm":  # asked about alone: its first output
+        result = relax.TupleGetItem(root, 0)
+    layer.out_shape = static_shape(result)
+    _require_float32(result, "the output")
     return layer
 
 
@@ -477,9 +489,11 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list) 
     if name == "relax.clip":
         bounds = []
         for bound in call.args[1:3]:
-            if not isinstance(bound, relax.PrimValue):
+            value = getattr(bound, "value", None)
+            value = getattr(value, "value", value)  # a PrimValue wraps the immediate
+            if not isinstance(value, (int, float)):
                 raise Unsupported("clip with non-constant bounds")
-            bounds.append(float(bound.value.value))
+            bounds.append(float(value))
         sdp.clip = (bounds[0], bounds[1])
     elif name == "relax.nn.prelu":
         if int(call.attrs.axis) != 1:
@@ -525,6 +539,12 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
         raise Unsupported("two element-wise ops in one SDP pass")
     if sdp.act is not None:
         raise Unsupported(f"{name} after the activation")
+    if _resolve(other, lookup) is not None:  # the operand is computed inside the chain
+        branch = lower_chain(other, lookup)
+        if branch.conv is None or branch.pool is not None or branch.sdp.ew_op or branch.sdp.act:
+            raise Unsupported(f"the second {name} operand is computed by a chain other than "
+                              "conv + bias + batch norm")
+        layer.branch = branch
     sdp.ew_op = ELEMENTWISE[name]
     sdp.operand = other
     sdp.sources.append(name)
@@ -546,6 +566,10 @@ def explain(call: relax.Call, config: AccelConfig) -> str:
         layer.check_hardware(config, fuse=True)
     except Unsupported as reason:
         return str(reason)
+    if name == "relax.nn.batch_norm":
+        return ("batch_norm is offloaded inside a chain that goes on after it (TVM's pattern "
+                "matcher cannot end a composite at its tuple item), and the op after it stays "
+                "on the host")
     return "supported alone, but left on the host by the partitioner (its operand is produced " \
            "by a neighbour that could not be fused with it)"
 

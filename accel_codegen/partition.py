@@ -143,7 +143,12 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if name is None:
                 continue
             refusal = log.refusals.get(binding.var)
-            reason = refusal[1] if refusal else explain(value, config)
+            # A refusal names the chain's failing stage; batch norm is explained on its own
+            # because its chains fail for what comes after it.
+            if refusal and name != "relax.nn.batch_norm":
+                reason = refusal[1]
+            else:
+                reason = explain(value, config)
             ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason))
     return PartitionReport(config.name, fuse, ops)
 

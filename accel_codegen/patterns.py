@@ -51,12 +51,28 @@ def _batch_norm(x: DFPattern) -> DFPattern:
     return is_tuple_get_item(bn, 0)
 
 
-def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual: bool,
+def _conv_bn_branch(bias: bool) -> DFPattern:
+    """A conv (+ bias) + batch norm feeding a residual add: ResNet's downsample path. TVM's
+    matcher does not end a pattern at a tuple item, so this branch joins the add's pattern."""
+    out = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+    return _batch_norm(_bias_add(out) if bias else out)
+
+
+def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual,
               act: Optional[str], pool: Optional[str]) -> Tuple[str, DFPattern, int]:
-    """Append the optional SDP and PDP stages; returns the name, the pattern and its length."""
+    """Append the optional SDP and PDP stages; returns the name, the pattern and its length.
+    ``residual``: False, True (any tensor), or "branch" / "bias_branch" (a conv + BN)."""
     length = 1
+    if residual in ("branch", "bias_branch"):
+        branch = _conv_bn_branch(residual == "bias_branch")
+        length += 2 + (residual == "bias_branch")
+        residual_stage = lambda x: is_op("relax.add")(x, branch)  # noqa: E731
+        residual_name = "add_" + residual.replace("branch", "conv2d_bn")
+    else:
+        residual_stage = lambda x: is_op("relax.add")(x, wildcard())  # noqa: E731
+        residual_name = "add"
     for present, suffix, stage in ((bias, "bias", _bias_add), (bn, "bn", _batch_norm),
-                                   (residual, "add", lambda x: is_op("relax.add")(x, wildcard())),
+                                   (residual, residual_name, residual_stage),
                                    (act, act, _ACTIVATIONS.get(act)),
                                    (pool, pool, _POOLS.get(pool))):
         if present:
@@ -72,6 +88,10 @@ def _conv_entries() -> List[Tuple[str, DFPattern, int]]:
             (True, False), (True, False), (True, False), (None, *_ACTIVATIONS), (None, *_POOLS)):
         conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
         entries.append(_epilogue(conv, "accel.conv2d", bias, bn, residual, act, pool))
+    for bias, branch, act in itertools.product((True, False), ("branch", "bias_branch"),
+                                               (None, *_ACTIVATIONS)):
+        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        entries.append(_epilogue(conv, "accel.conv2d", bias, True, branch, act, None))
     return entries
 
 
@@ -132,6 +152,10 @@ def _make_check(name: str, config: AccelConfig, fuse: bool, log: PartitionLog):
             layer.check_hardware(config, fuse)
         except Unsupported as reason:
             return log.refuse(ctx, name, str(reason))
+        except Exception as error:  # pylint: disable=broad-except
+            # A chain this compiler cannot read stays on the host: never a wrong answer.
+            return log.refuse(ctx, name, f"not understood by the accelerator compiler "
+                                         f"({type(error).__name__}: {error})")
         return True
 
     return check

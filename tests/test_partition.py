@@ -1,0 +1,209 @@
+"""Partitioning, structurally: what is offloaded as which primitive, what stays on the host and
+why, the no-touch guarantee for batch norm, and compile-time folding of bias + batch norm."""
+import re
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import accel_codegen as ac
+from accel_codegen.frontend import from_pytorch
+
+torch.manual_seed(0)
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self, cin=4, cout=8, kernel=3, stride=1, bias=True, act="relu", pool=None):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=bias)
+        self.bn = torch.nn.BatchNorm2d(cout)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+        self.act = {"relu": torch.nn.ReLU(), "relu6": torch.nn.ReLU6(), "sigmoid":
+                    torch.nn.Sigmoid(), "tanh": torch.nn.Tanh(), None: torch.nn.Identity()}[act]
+        self.pool = pool or torch.nn.Identity()
+
+    def forward(self, x):
+        return self.pool(self.act(self.bn(self.conv(x))))
+
+
+def _import(model, shape=(1, 4, 16, 16)):
+    mod, _ = from_pytorch(model.eval(), (torch.randn(*shape),))
+    return mod
+
+
+def _primitives(report):
+    return [p for prims in report.functions.values() for p in prims]
+
+
+def test_conv_bias_bn_relu_is_one_primitive():
+    report = ac.partition_report(_import(ConvBnRelu()))
+    assert _primitives(report) == ["accel.conv2d_bias_bn_relu"]
+    assert report.host == []
+    assert {op.op for op in report.offloaded} >= {"relax.nn.conv2d", "relax.nn.batch_norm",
+                                                 "relax.nn.relu", "relax.add"}
+
+
+@pytest.mark.parametrize("act,primitive", [
+    ("relu6", "accel.conv2d_bn_clip"), ("sigmoid", "accel.conv2d_bn_sigmoid"),
+    ("tanh", "accel.conv2d_bn_tanh"), (None, "accel.conv2d_bn_maxpool"),
+])
+def test_activation_variants(act, primitive):
+    # (TVM's matcher does not root a pattern at a tuple item bound to the function's output,
+    # hence the pooling after a bare batch norm.)
+    pool = torch.nn.MaxPool2d(2) if act is None else None
+    report = ac.partition_report(_import(ConvBnRelu(bias=False, act=act, pool=pool)))
+    assert _primitives(report) == [primitive]
+
+
+def test_pooling_fuses_after_the_convolution():
+    report = ac.partition_report(_import(ConvBnRelu(pool=torch.nn.MaxPool2d(2))))
+    assert _primitives(report) == ["accel.conv2d_bias_bn_relu_maxpool"]
+
+
+def test_residual_add_then_relu_fuses_into_the_sdp():
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = ConvBnRelu(4, 4)
+            self.conv = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = self.a(x)
+            return torch.relu(self.bn(self.conv(y)) + x)
+
+    report = ac.partition_report(_import(Residual()))
+    assert _primitives(report) == ["accel.conv2d_bias_bn_relu", "accel.conv2d_bn_add_relu"]
+    assert len(report.functions) == 1  # neighbours merge into one external function
+
+
+def test_host_ops_with_reasons():
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = ConvBnRelu(4, 8)
+            self.norm = torch.nn.LayerNorm(16)
+            self.wide = torch.nn.MaxPool2d(kernel_size=9, stride=1, padding=4)
+
+        def forward(self, x):
+            y = self.wide(self.block(x))
+            return torch.softmax(self.norm(y), dim=-1)
+
+    report = ac.partition_report(_import(Mixed()))
+    reasons = {op.op: op.reason for op in report.host}
+    assert "exceeds the PDP limit of 8" in reasons["relax.nn.max_pool2d"]
+    assert reasons["relax.nn.softmax"] == "no accelerator primitive for relax.nn.softmax"
+    assert reasons["relax.nn.layer_norm"] == "no accelerator primitive for relax.nn.layer_norm"
+    assert _primitives(report) == ["accel.conv2d_bias_bn_relu"]
+    text = str(report)
+    assert "host" in text and "exceeds the PDP limit" in text
+
+
+def test_config_limits_decide_what_is_offloaded():
+    """nv_small has no LUT and no element-wise unit: sigmoid and a residual add stay on the
+    host there, with the hardware's reason, while nv_full takes them."""
+    mod = _import(ConvBnRelu(act="sigmoid"))
+    assert _primitives(ac.partition_report(mod, config="nv_full")) == [
+        "accel.conv2d_bias_bn_sigmoid"]
+    small = ac.partition_report(mod, config="nv_small")
+    # The batch norm would end the chain there: TVM's matcher cannot end a composite at its
+    # tuple item, so it stays on the host with the sigmoid, and the report says why.
+    assert _primitives(small) == ["accel.conv2d_bias"]
+    reasons = {op.op: op.reason for op in small.host}
+    assert "lookup table, which nv_small lacks" in reasons["relax.sigmoid"]
+    assert "tuple item" in reasons["relax.nn.batch_norm"]
+
+
+def test_conv_stride_over_the_hardware_limit_stays_on_host():
+    model = torch.nn.Conv2d(4, 8, 9, stride=9)
+    report = ac.partition_report(_import(model, (1, 4, 36, 36)))
+    conv = next(op for op in report.host if op.op == "relax.nn.conv2d")
+    assert "stride_h = 9 is outside [1, 8]" in conv.reason
+
+
+def _bn_module(training: bool):
+    """conv + batch_norm built by hand: the BlockBuilder's default is training=True."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = relax.const(np.random.rand(8, 4, 3, 3).astype("float32"))
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            consts = [relax.const(np.random.rand(8).astype("float32") + 0.5) for _ in range(4)]
+            bn = bb.emit(relax.op.nn.batch_norm(y, *consts, axis=1, training=training))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_training_mode_batch_norm_stays_on_host():
+    report = ac.partition_report(_bn_module(training=True))
+    bn = next(op for op in report.host if op.op == "relax.nn.batch_norm")
+    assert bn.reason == "batch_norm in training mode (batch statistics)"
+    assert _primitives(ac.partition_report(_bn_module(training=False))) == ["accel.conv2d_bn"]
+
+
+def _ops_in(mod):
+    names = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func, lambda e: names.append(e.op.name) if isinstance(e, relax.Call)
+                and isinstance(e.op, tvm.ir.Op) else None)
+    return names
+
+
+def test_batch_norm_is_never_decomposed_and_folds_into_one_scale_shift():
+    """The no-touch guarantee: after partition_for_accel, TVM's passes that decompose batch
+    norm find nothing to decompose, and the generated code programs ONE SDP op whose scale and
+    shift hold batch norm and the conv bias (the two adds became one)."""
+    mod = _import(ConvBnRelu())
+    partitioned = ac.partition_for_accel(mod)
+    report = ac.partition_report(partitioned)
+    assert "relax.nn.batch_norm" in [op.op for op in report.offloaded]
+    lowered = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                        relax.transform.LegalizeOps()])(partitioned)
+    ops = _ops_in(lowered)
+    assert "relax.nn.batch_norm" not in ops and "relax.call_dps_packed" in ops
+    assert not any(name in ops for name in ("relax.sqrt", "relax.subtract", "relax.divide"))
+    (source,) = ac.generated_sources(partitioned).values()
+    assert source.count("ACCEL_ENGINE_SDP") == 1
+    assert source.count("ACCEL_ENGINE_CONV") == 1
+    sdp = re.search(r"sdp\.scale = (k_const\[\d+\]); \S+sdp\.shift = (k_const\[\d+\]);", source)
+    assert sdp, "the SDP takes a compile-time scale and shift"
+    # weights, scale, shift: the bias has no constant of its own
+    assert "#define NUM_CONSTANTS 3" in source
+    assert "fold them now" not in source
+
+
+def test_decomposed_mode_runs_every_op_apart():
+    partitioned = ac.partition_for_accel(_import(ConvBnRelu()), fuse=False)
+    (source,) = ac.generated_sources(partitioned).values()
+    assert source.count("ACCEL_ENGINE_SDP") == 3  # bias, batch norm, relu
+    assert "ACCEL_MODE_INDEPENDENT" in source and "ACCEL_MODE_FUSED" not in source
+    assert "decomposed" in str(ac.partition_report(partitioned))
+
+
+def test_runtime_weights_are_folded_by_the_generated_code():
+    mod, params = from_pytorch(ConvBnRelu().eval(), (torch.randn(1, 4, 16, 16),),
+                               keep_params_as_input=True)
+    assert params
+    (source,) = ac.generated_sources(ac.partition_for_accel(mod)).values()
+    assert "fold them now" in source and "fold_batch_norm(" in source
+
+
+def test_partitioning_twice_is_an_error():
+    partitioned = ac.partition_for_accel(_import(ConvBnRelu()))
+    with pytest.raises(ac.AccelInvalidError, match="partitioned already"):
+        ac.partition_for_accel(partitioned)
+    with pytest.raises(ac.AccelInvalidError, match="expected a tvm.IRModule"):
+        ac.partition_for_accel("resnet")
+
+
+def test_unknown_config_is_a_clear_error():
+    with pytest.raises(ac.AccelNotFoundError, match="nv_mega"):
+        ac.partition_for_accel(_import(ConvBnRelu()), config="nv_mega")
