@@ -297,6 +297,10 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             data = value.args[0]
             break
         if name == "relax.matmul":
+            rank = len(static_shape(value.args[0]))
+            if rank != 2:
+                raise Unsupported(f"batched matmul ({rank}-D input): the CONV engine runs "
+                                  "dense layers, [N, C] x [C, K]")
             stages.append(("dense", value))
             data = value.args[0]
             flattened = _resolve(data, lookup)
@@ -403,8 +407,6 @@ def _dense_spec(call: relax.Call, stages: list, lookup: Lookup) -> ConvSpec:
     """matmul(x, permute_dims(W)) with W [K, C] (torch, ONNX), or matmul(x, W') with a
     constant W' [C, K]: a 1x1 convolution on [N, C, 1, 1]."""
     x, w = call.args
-    if len(static_shape(x)) != 2:
-        raise Unsupported(f"matmul of a {len(static_shape(x))}-D input (batched matmul)")
     if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "float32"):
         raise Unsupported(f"matmul out_dtype is {call.attrs.out_dtype}")
     value = _resolve(w, lookup)

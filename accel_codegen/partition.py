@@ -143,12 +143,15 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if name is None:
                 continue
             refusal = log.refusals.get(binding.var)
-            # A refusal names the chain's failing stage; batch norm is explained on its own
-            # because its chains fail for what comes after it.
-            if refusal and name != "relax.nn.batch_norm":
+            own = explain(value, config)
+            # A refusal names the failing stage of a chain the op was part of; the op's own
+            # reason is better when it has no primitive at all, and for batch norm, whose
+            # chains fail for what comes after it.
+            if refusal and name != "relax.nn.batch_norm" and \
+                    not own.startswith("no accelerator primitive"):
                 reason = refusal[1]
             else:
-                reason = explain(value, config)
+                reason = own
             ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason))
     return PartitionReport(config.name, fuse, ops)
 

@@ -67,12 +67,15 @@ def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Pa
 
 
 def virtual_machine(exe_or_path, device=None) -> relax.VirtualMachine:
-    """A VM for an executable (JIT-linked against the simulator) or an exported library."""
+    """A VM for an executable (JIT-linked against the simulator), an exported library's path,
+    or a loaded module."""
     device = device if device is not None else tvm.cpu()
     if isinstance(exe_or_path, (str, os.PathLike)):
         module = tvm.runtime.load_module(str(exe_or_path))
-    else:
+    elif hasattr(exe_or_path, "jit"):
         module = exe_or_path.jit(options=link_options())
+    else:  # a loaded runtime module
+        module = exe_or_path
     return relax.VirtualMachine(module, device)
 
 

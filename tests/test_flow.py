@@ -1,0 +1,155 @@
+"""The whole flow on the model zoo: import, partition, build, export, load, run on the
+simulator, compare with PyTorch and with TVM's own host build (fp32: max error within 1e-4 of
+the output's scale)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import accel_codegen as ac
+from accel_codegen import frontend, models
+from conftest import assert_close
+
+RTOL = 1e-4
+ZOO = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1"]
+
+
+def _run(vm, *inputs):
+    result = vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs))
+    return result.numpy()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """model name -> (torch model, input, exported path, partition report)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model, (x,) = models.get_model(name)
+            mod, _ = frontend.from_pytorch(model, (x,))
+            partitioned = ac.partition_for_accel(mod)
+            path = ac.export_library(ac.build(partitioned),
+                                     tmp_path_factory.mktemp(name) / f"{name}.so")
+            cache[name] = (model, x.numpy(), path, ac.partition_report(partitioned), mod)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_matches_pytorch(name, exported):
+    model, x, path, report, _ = exported(name)
+    assert len(report.offloaded) > 0 and report.host == [], str(report)
+    vm = ac.virtual_machine(path)
+    with ac.profile() as prof:
+        y = _run(vm, x)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    assert_close(y, expected, rtol=RTOL, what=f"{name} vs PyTorch")
+    layers = [p for primitives in report.functions.values() for p in primitives]
+    branches = [p for p in layers if "_add_conv2d_bn" in p or "_add_bias_conv2d_bn" in p]
+    assert len(prof.records) == len(layers) + len(branches)  # one run per layer and branch
+    assert prof.totals["macs"] > 0 and prof.totals["cycles"] > 0
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18", "mobilenet_v1"])
+def test_zoo_model_matches_tvm_host_build(name, exported):
+    _, x, path, _, mod = exported(name)
+    host = ac.virtual_machine(ac.build_host(mod))
+    assert_close(_run(ac.virtual_machine(path), x), _run(host, x), rtol=RTOL,
+                 what=f"{name} vs TVM host build")
+
+
+def test_exported_library_runs_in_a_fresh_process(exported, tmp_path):
+    model, x, path, _, _ = exported("resnet18")
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, tvm\n"
+        "from tvm import relax\n"
+        "assert 'accel_codegen' not in sys.modules\n"
+        f"lib = tvm.runtime.load_module({str(path)!r})\n"
+        "vm = relax.VirtualMachine(lib, tvm.cpu())\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, vm['main'](tvm.runtime.tensor(x)).numpy())\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    assert_close(np.load(tmp_path / "y.npy"), expected, rtol=RTOL)
+
+
+def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes():
+    model, (x,) = models.get_model("resnet18")
+    mod, _ = frontend.from_pytorch(model, (x,))
+    results = {}
+    for fuse in (True, False):
+        vm = ac.virtual_machine(ac.build(mod, fuse=fuse))
+        with ac.profile() as prof:
+            results[fuse] = (_run(vm, x.numpy()), prof.totals)
+    assert_close(results[False][0], results[True][0], rtol=RTOL)
+    fused, decomposed = results[True][1], results[False][1]
+    assert decomposed["bytes_read"] + decomposed["bytes_written"] > 2 * (
+        fused["bytes_read"] + fused["bytes_written"])
+    assert decomposed["cycles"] > fused["cycles"] and decomposed["macs"] == fused["macs"]
+
+
+def test_runtime_weights_fold_at_run_time():
+    """Weights left as inputs of main: the generated code folds batch norm on every call."""
+    model, (x,) = models.get_model("resnet18")
+    mod, params = frontend.from_pytorch(model, (x,), keep_params_as_input=True)
+    vm = ac.virtual_machine(ac.build(mod))
+    names = [p.name for p in mod["main"].params[1:]]
+    y = _run(vm, x.numpy(), *(params[n] for n in names))
+    with torch.no_grad():
+        assert_close(y, model(x).numpy(), rtol=RTOL)
+
+
+def test_onnx_model_runs_on_the_simulator(tmp_path):
+    model, (x,) = models.get_model("resnet18")
+    path = frontend.export_onnx(model, (x,), tmp_path / "resnet18.onnx")
+    mod, _ = frontend.from_onnx(path)
+    report = ac.partition_report(ac.partition_for_accel(mod))
+    assert report.host == [] and "relax.nn.batch_norm" in [op.op for op in report.offloaded]
+    y = _run(ac.virtual_machine(ac.build(mod)), x.numpy())
+    with torch.no_grad():
+        assert_close(y, model(x).numpy(), rtol=RTOL)
+
+
+def test_model_with_host_ops_runs_correctly():
+    """layer_norm, softmax and batched matmul stay on the host, with reasons; the rest runs on
+    the simulator, and the answer is right."""
+    model, (x,) = models.get_model("mixed_block")
+    mod, _ = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod)
+    report = ac.partition_report(partitioned)
+    host = {op.op: op.reason for op in report.host}
+    assert host["relax.nn.softmax"] == "no accelerator primitive for relax.nn.softmax"
+    assert host["relax.nn.layer_norm"] == "no accelerator primitive for relax.nn.layer_norm"
+    assert "batched matmul" in host["relax.matmul"]
+    assert any(p.startswith("accel.conv2d") for ps in report.functions.values() for p in ps)
+    y = _run(ac.virtual_machine(ac.build(partitioned)), x.numpy())
+    with torch.no_grad():
+        assert_close(y, model(x).numpy(), rtol=RTOL)
+
+
+def test_generated_function_validates_its_arguments(exported):
+    """The external function checks what it receives and raises a clear error."""
+    _, x, path, report, _ = exported("lenet5")
+    lib = tvm.runtime.load_module(str(path))
+    ac.virtual_machine(lib)  # the constant loader runs when the VM is made
+    (symbol,) = report.functions
+    function = lib.get_function(symbol, query_imports=True)
+    out = tvm.runtime.tensor(np.zeros((1, 10), np.float32))
+    with pytest.raises(ValueError, match=r"input 0 \(x\) has size 31 in dimension 2, expected 32"):
+        function(tvm.runtime.tensor(np.zeros((1, 1, 31, 32), np.float32)), out)
+    with pytest.raises(ValueError, match="expected float32"):
+        function(tvm.runtime.tensor(x.astype(np.float64)), out)
+    with pytest.raises(TypeError, match="1 arguments, expected 2"):
+        function(tvm.runtime.tensor(x))
+    function(tvm.runtime.tensor(x), out)  # and the right call works
+    assert np.abs(out.numpy()).sum() > 0
