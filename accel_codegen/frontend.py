@@ -28,6 +28,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from . import custom
 from .errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
@@ -122,6 +123,8 @@ def from_pytorch(
     custom_convert_map : Mapping[str, Callable], optional
         Passed to ``from_exported_program``: maps an fx target name (for a custom op
         ``ns::op``, the key is ``"op.default"``) to ``converter(node, importer) -> relax.Expr``.
+        Custom primitives registered with :func:`accel_codegen.custom.register_primitive`
+        are converted without it.
     keep_params_as_input : bool
         If True, the model's ``nn.Parameter`` s become trailing parameters of ``main``
         (named ``p_<qualified_name>``) and are returned in ``params``. Buffers such as
@@ -156,9 +159,11 @@ def from_pytorch(
             f"torch.export could not trace {name}: {_first_line(error)}") from error
     try:
         # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
+        # Registered custom primitives first, so that a user's own converter wins.
+        converters = {**custom.convert_map(), **dict(custom_convert_map or {})}
         mod = from_exported_program(exported, keep_params_as_input=keep_params_as_input,
                                     unwrap_unit_return_tuple=True,
-                                    custom_convert_map=dict(custom_convert_map or {}))
+                                    custom_convert_map=converters)
     except (AssertionError, NotImplementedError, KeyError) as error:
         # TVM reports unconverted ops as "AssertionError: Unsupported function types [...]".
         raise AccelUnsupportedError(

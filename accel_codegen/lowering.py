@@ -263,6 +263,25 @@ def _strip_reshape(expr: relax.Expr, lookup: Lookup) -> relax.Expr:
     return expr
 
 
+def _lower_custom(call: relax.Call) -> Optional[Layer]:
+    """A call_tir of a registered custom primitive: the stages its registration gives."""
+    from . import custom  # late: custom imports this module's stage vocabulary
+
+    callee = call.args[0]
+    primitive = custom.find(getattr(callee, "name_hint", ""))
+    if primitive is None:
+        return None
+    args = list(call.args[1].fields)
+    parts = dict(primitive.stages(*args))
+    data = parts.pop("data", args[0])
+    _require_float32(data, "the input")
+    layer = Layer(data=data, in_shape=_feature_shape(data, "the input"),
+                  out_shape=static_shape(call), **parts)
+    layer.sdp.sources = layer.sdp.sources or [f"custom {primitive.name}"]
+    _require_float32(call, "the output")
+    return layer
+
+
 def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
     """Interpret a matched chain, given its last op and a Var -> bound value lookup that knows
     only the chain's own bindings.
@@ -272,6 +291,12 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
     Unsupported
         When a part of the chain is outside what the engines do; the message says why.
     """
+    root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
+    if op_name(root_value) == "relax.call_tir":
+        layer = _lower_custom(root_value)
+        if layer is None:
+            raise Unsupported(f"no accelerator primitive for {root_value.args[0].name_hint}")
+        return layer
     stages: list = []  # (kind, call) from last to first
     expr = root
     data = None
@@ -558,6 +583,12 @@ def explain(call: relax.Call, config: AccelConfig) -> str:
     name = op_name(call)
     if name is None:
         return "not an operator call"
+    if name == "relax.call_tir":
+        try:
+            lower_chain(call, lambda var: None).check_hardware(config, fuse=True)
+        except Unsupported as reason:
+            return str(reason)
+        return "supported, but left on the host by the partitioner"
     known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) |
              {"relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d"})

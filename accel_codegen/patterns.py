@@ -17,9 +17,10 @@ from typing import Dict, List, Optional, Tuple
 
 from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl import DFPattern, is_op, is_tuple_get_item, wildcard
+from tvm.relax.dpl import DFPattern, is_call_tir, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
+from . import custom
 from .config import AccelConfig
 from .lowering import Unsupported, lower_chain
 
@@ -176,7 +177,9 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
     """
     config = AccelConfig.resolve(config)
     log = log if log is not None else PartitionLog()
-    entries = _conv_entries() + _dense_entries() + _standalone_entries()
+    entries = _conv_entries() + _dense_entries() + _standalone_entries() + [
+        (f"accel.custom.{p.name}", is_call_tir(p.primfunc), 1)
+        for p in custom.registered().values()]
     entries.sort(key=lambda entry: -entry[2])  # stable: longest first
     return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, log))
             for name, pattern, _ in entries]
