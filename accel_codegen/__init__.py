@@ -7,6 +7,14 @@ takes seconds.
 """
 import importlib
 
+try:
+    from . import _accel_ffi  # noqa: F401  (the compiled bindings)
+except ImportError as error:  # pragma: no cover - a set-up mistake, not a runtime state
+    raise ImportError(
+        f"accel_codegen's compiled extension is missing from {__path__[0]}: install the "
+        "package (pip install .) and import it from there; from the repository root run "
+        "`pytest`, not `python -m pytest`, which puts the source tree first") from error
+
 from .config import AccelConfig
 from .errors import (AccelBufferError, AccelError, AccelInvalidError, AccelMemoryError,
                      AccelNotFoundError, AccelShapeError, AccelUnsupportedError)

@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import codegen
+from . import codegen, frontend
 from .config import AccelConfig
 from .errors import AccelInvalidError
 from .lowering import explain
@@ -156,19 +156,6 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
     return PartitionReport(config.name, fuse, ops)
 
 
-def bind_params(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]]) -> tvm.IRModule:
-    """Bind parameter values (by name) as constants of ``main``."""
-    if not params:
-        return mod
-    names = {p.name for p in mod["main"].params}
-    unknown = sorted(set(params) - names)
-    if unknown:
-        raise AccelInvalidError(f"params {unknown} are not parameters of main "
-                                f"(parameters: {sorted(names)})")
-    values = {name: tvm.runtime.tensor(np.asarray(value)) for name, value in params.items()}
-    return relax.transform.BindParams("main", values)(mod)
-
-
 def is_partitioned(mod: tvm.IRModule) -> bool:
     return mod.attrs is not None and REPORT_ATTR in mod.attrs
 
@@ -204,7 +191,7 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if is_partitioned(mod):
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
-    mod = bind_params(mod, params)
+    mod = frontend.bind_params(mod, params) if params else mod
     log = PartitionLog()
     mod = tvm.transform.Sequential([
         relax.transform.CanonicalizeBindings(),

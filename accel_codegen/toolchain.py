@@ -12,7 +12,8 @@ from tvm import relax
 
 from .config import AccelConfig
 from .errors import AccelInvalidError
-from .partition import is_partitioned, partition_for_accel, bind_params
+from .frontend import bind_params
+from .partition import is_partitioned, partition_for_accel
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -83,5 +84,6 @@ def build_host(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None
                target="llvm") -> "tvm.runtime.Executable":
     """TVM's own CPU build of the same module (the baseline): batch norm in inference form,
     decomposed by TVM."""
-    mod = relax.transform.DecomposeOpsForInference()(bind_params(mod, params))
+    mod = bind_params(mod, params) if params else mod
+    mod = relax.transform.DecomposeOpsForInference()(mod)
     return tvm.compile(mod, target=target)
