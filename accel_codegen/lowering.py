@@ -465,9 +465,15 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
             if axes != [2, 3]:
                 raise Unsupported(f"mean over axes {axes}; the PDP averages H and W only")
         else:
-            if str(call.attrs.layout) != "NCHW" or (
-                    call.attrs.output_size is not None and _ints(call.attrs.output_size) not in ((1,), (1, 1))):
-                raise Unsupported("adaptive_avg_pool2d to a size other than 1x1")
+            if str(call.attrs.layout) != "NCHW":
+                raise Unsupported(f"adaptive_avg_pool2d layout is {call.attrs.layout}")
+            out_h, out_w = static_shape(call)[2:]
+            if shape[2] % out_h or shape[3] % out_w:
+                raise Unsupported(f"adaptive_avg_pool2d from {shape[2]}x{shape[3]} to "
+                                  f"{out_h}x{out_w}: the windows differ in size")
+            # Equal windows: an ordinary average pool.
+            window = (shape[2] // out_h, shape[3] // out_w)
+            return PoolSpec("avg", window, window, (0, 0, 0, 0), False, name)
         return PoolSpec("avg", (shape[2], shape[3]), (1, 1), (0, 0, 0, 0), False, name)
     a = call.attrs
     if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW":

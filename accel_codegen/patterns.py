@@ -124,9 +124,9 @@ def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
         entries.append((f"accel.{act}", build(wildcard()), 1))
     for pool, build in _POOLS.items():
         entries.append((f"accel.{pool}", build(wildcard()), 1))
-    entries.append(("accel.global_avgpool",
-                    is_op("relax.mean")(wildcard()) | is_op("relax.nn.adaptive_avg_pool2d")(
-                        wildcard()), 1))
+    entries.append(("accel.global_avgpool", is_op("relax.mean")(wildcard()), 1))
+    entries.append(("accel.adaptive_avgpool",
+                    is_op("relax.nn.adaptive_avg_pool2d")(wildcard()), 1))
     return entries
 
 

@@ -58,7 +58,7 @@ def test_python_suites_are_clean_under_sanitizers(sanitized_build):
     probe = _run([sys.executable, "-c",
                   "import accel_codegen, sys; maps = open('/proc/self/maps').read(); "
                   "sys.exit(0 if sys.argv[1] in maps else 1)", str(sanitized_build / "libaccel.so")],
-                 env=env)
+                 env=env, cwd=ROOT / "tests")  # not the root: its source tree would shadow
     assert probe.returncode == 0
     _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CHECKED_SUITES],
          env=env, cwd=ROOT / "tests")
