@@ -218,8 +218,12 @@ class FunctionCodegen:
         operand = self._pointer(s.operand, scope) if s.ew_op else "NULL"
         if self.fuse:
             scale, shift = self._scale_shift(s, s.bias, channels, scope, lines)
-            return [sdp(scale, shift, s.ew_op, operand, s.act, " + ".join(
-                name.split(".")[-1] for name in s.sources))]
+            stages = [name for name, present in (
+                ("bias", s.bias is not None), ("batch_norm", s.batch_norm is not None),
+                ("scale", s.scale is not None), (f"{s.ew_op} operand", s.ew_op is not None),
+                (s.act, s.act is not None)) if present]
+            folded = " (folded into one scale/shift)" if s.batch_norm is not None else ""
+            return [sdp(scale, shift, s.ew_op, operand, s.act, " + ".join(stages) + folded)]
         ops = []
         if s.bias is not None:
             ops.append(sdp(shift=self._pointer(s.bias, scope), what="bias"))

@@ -34,17 +34,17 @@ class Profile:
 
     def table(self, clock_hz: float | None = None) -> str:
         """A per-layer table; with ``clock_hz``, also the simulated time."""
-        header = (f"{'#':>4} {'layer':<34} {'mode':<11} {'engines':<15} {'MMACs':>9} "
+        header = (f"{'#':>4} {'layer':<44} {'mode':<11} {'engines':<15} {'MMACs':>9} "
                   f"{'KB read':>9} {'KB written':>10} {'cycles':>11} {'util':>6}")
         lines = [header, "-" * len(header)]
         for i, r in enumerate(self.records):
             engines = "+".join(op.engine for op in r.ops)
-            lines.append(f"{i:>4} {r.label[:34]:<34} {r.mode:<11} {engines[:15]:<15} "
+            lines.append(f"{i:>4} {r.label[:44]:<44} {r.mode:<11} {engines[:15]:<15} "
                          f"{r.macs / 1e6:>9.2f} {r.bytes_read / 1e3:>9.1f} "
                          f"{r.bytes_written / 1e3:>10.1f} {r.cycles:>11,} {r.utilization:>6.1%}")
         t = self.totals
         lines.append("-" * len(header))
-        lines.append(f"{'':>4} {'total':<34} {'':<11} {'':<15} {t['macs'] / 1e6:>9.2f} "
+        lines.append(f"{'':>4} {'total':<44} {'':<11} {'':<15} {t['macs'] / 1e6:>9.2f} "
                      f"{t['bytes_read'] / 1e3:>9.1f} {t['bytes_written'] / 1e3:>10.1f} "
                      f"{t['cycles']:>11,}")
         if clock_hz:
