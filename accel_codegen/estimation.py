@@ -1,0 +1,249 @@
+"""``accel_codegen.estimate`` (defined here, in ``estimation``, so that the function does not
+clash with a submodule of the same name): what a model would cost on a configuration, without running it.
+
+The module is partitioned as :func:`accel_codegen.partition_for_accel` partitions it (the same
+pattern table and checks, see :func:`accel_codegen.partition.match_composites`), but no code is
+generated: every composite is lowered to its engine ops and costed by the C library's cost
+model (``accel_estimate``), which is also what a real run records in :func:`accel_codegen.profile`.
+Costs depend on shapes, precision and configuration only, so no data and no calibration are
+needed, and a design-space sweep over configurations takes seconds.
+
+>>> report = estimate(mod, config="nv_small")
+>>> report.total_cycles, report.frames_per_s
+>>> print(report)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .config import PRECISIONS, REFERENCE_PRECISION, AccelConfig
+from .errors import AccelInvalidError, AccelUnsupportedError
+from .lowering import Layer, bound_values, chain_root, lower_chain
+from .partition import match_composites
+from .sim import RunStats, estimate_chain
+
+#: Precisions the code generator emits today; the others are issue 5.
+GENERATED_PRECISIONS = ("fp32",)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerEstimate:
+    """The cost of one accelerator run (a layer), as the profile of a real run records it."""
+
+    label: str          # "f<function>.<layer> <primitive>", as the generated code labels it
+    primitive: str      # the composite's pattern name, e.g. accel.conv2d_bn_relu
+    engines: str        # the engine ops of the run, e.g. "CONV+SDP+PDP"
+    mode: str           # "fused" or "independent"
+    macs: int
+    mac_cycles: int
+    bytes_read: int
+    bytes_written: int
+    cycles: int
+    utilization: float
+
+    @classmethod
+    def from_stats(cls, label: str, primitive: str, stats: RunStats) -> "LayerEstimate":
+        return cls(label, primitive, "+".join(op.engine for op in stats.ops), stats.mode,
+                   stats.macs, stats.mac_cycles, stats.bytes_read, stats.bytes_written,
+                   stats.cycles, stats.utilization)
+
+
+@dataclasses.dataclass
+class EstimateReport:
+    """Per-layer costs and totals of a model on one configuration (see :func:`estimate`)."""
+
+    config: AccelConfig
+    precision: str
+    fuse: bool
+    layers: List[LayerEstimate]
+    host_ops: int  # operators left on TVM's host path (not costed)
+
+    @property
+    def total_cycles(self) -> int:
+        """Cycles of one inference: the layers run one after another."""
+        return sum(layer.cycles for layer in self.layers)
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(layer.bytes_read for layer in self.layers)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(layer.bytes_written for layer in self.layers)
+
+    @property
+    def bytes(self) -> int:
+        """Memory traffic of one inference, read plus written."""
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def seconds(self) -> float:
+        """Simulated time of one inference at the configuration's clock."""
+        return self.total_cycles / self.config.clock_hz
+
+    @property
+    def frames_per_s(self) -> float:
+        return self.config.clock_hz / self.total_cycles if self.total_cycles else float("inf")
+
+    @property
+    def utilization(self) -> float:
+        """MAC-array utilisation over the whole inference: MACs / (cycles x peak MACs/cycle)."""
+        peak = self.config.macs_per_cycle(self.precision)
+        return self.macs / (self.total_cycles * peak) if self.total_cycles else 0.0
+
+    @property
+    def memory_bound_cycles(self) -> int:
+        """Cycles of the layers whose memory traffic, at the DRAM bandwidth, is their long pole."""
+        per_cycle = self.config.dram_bytes_per_s / self.config.clock_hz
+        return sum(layer.cycles for layer in self.layers
+                   if (layer.bytes_read + layer.bytes_written) / per_cycle >= layer.cycles * 0.999)
+
+    def totals(self) -> Dict[str, float]:
+        return {"total_cycles": self.total_cycles, "macs": self.macs,
+                "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "bytes": self.bytes, "seconds": self.seconds,
+                "frames_per_s": self.frames_per_s, "utilization": self.utilization,
+                "memory_bound_cycles": self.memory_bound_cycles}
+
+    def to_dict(self) -> dict:
+        return {"config": self.config.to_dict(), "precision": self.precision, "fuse": self.fuse,
+                "host_ops": self.host_ops, **self.totals(),
+                "layers": [dataclasses.asdict(layer) for layer in self.layers]}
+
+    def __str__(self) -> str:
+        cfg = self.config
+        header = (f"{'#':>4} {'layer':<40} {'engines':<12} {'MMACs':>9} {'KB read':>9} "
+                  f"{'KB written':>10} {'cycles':>11} {'util':>6}")
+        lines = [f"estimate: {cfg.name} ({cfg.atomic_c}x{cfg.atomic_k} MACs, "
+                 f"{cfg.cbuf_bytes // 1024} KiB CBUF, {cfg.dram_bytes_per_s / 1e9:g} GB/s, "
+                 f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
+                 f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
+                 f"layers, {self.host_ops} host operators", header, "-" * len(header)]
+        for i, layer in enumerate(self.layers):
+            lines.append(f"{i:>4} {layer.label[:40]:<40} {layer.engines[:12]:<12} "
+                         f"{layer.macs / 1e6:>9.2f} {layer.bytes_read / 1e3:>9.1f} "
+                         f"{layer.bytes_written / 1e3:>10.1f} {layer.cycles:>11,} "
+                         f"{layer.utilization:>6.1%}")
+        lines.append("-" * len(header))
+        lines.append(f"{'':>4} {'total':<40} {'':<12} {self.macs / 1e6:>9.2f} "
+                     f"{self.bytes_read / 1e3:>9.1f} {self.bytes_written / 1e3:>10.1f} "
+                     f"{self.total_cycles:>11,} {self.utilization:>6.1%}")
+        lines.append(f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
+                     f"{self.frames_per_s:,.1f} frames/s; "
+                     f"{self.bytes / 1e6:.2f} MB moved per frame")
+        return "\n".join(lines)
+
+
+def check_precision(config: AccelConfig, precision: str) -> None:
+    """Raise unless ``precision`` is known, the configuration has it, and code is generated
+    for it today."""
+    if precision not in PRECISIONS:
+        raise AccelInvalidError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
+    if not config.supports(precision):
+        raise AccelUnsupportedError(
+            f"configuration {config.name} has no {precision} (its precisions: "
+            f"{', '.join((REFERENCE_PRECISION,) + config.precisions)})")
+    if precision not in GENERATED_PRECISIONS:
+        raise AccelUnsupportedError(
+            f"precision {precision!r}: the code generator emits "
+            f"{', '.join(GENERATED_PRECISIONS)} only so far")
+
+
+def _external_layers(mod: tvm.IRModule) -> Iterator[Tuple[int, int, relax.Function]]:
+    """(function index, layer index, composite) of every offloaded layer, in execution order:
+    main's calls of external functions, then each function's composite calls."""
+    external = {gv: f for gv, f in mod.functions_items()
+                if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
+    index = 0
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
+                    and value.op in external):
+                continue
+            function = external[value.op]
+            lookup = bound_values(function)
+            layer = 0
+            for inner in function.body.blocks:
+                for b in inner.bindings:
+                    composite = lookup(b.value.op) if isinstance(b.value, relax.Call) and \
+                        isinstance(b.value.op, relax.Var) else None
+                    if isinstance(composite, relax.Function):
+                        yield index, layer, composite
+                        layer += 1
+            index += 1
+
+
+def _host_ops(mod: tvm.IRModule) -> int:
+    """Operator calls of main that stay on the host (external calls excluded)."""
+    count = 0
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                count += 1
+    return count
+
+
+def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+             config: AccelConfig | str = "nv_full", precision: str = "fp32",
+             fuse: bool = True) -> EstimateReport:
+    """The cost model's figures for a model on a configuration, without running the kernels.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        An unpartitioned Relax module with a ``main`` function (as for
+        :func:`accel_codegen.partition_for_accel`).
+    params : dict of str to numpy.ndarray, optional
+        Values of ``main`` parameters to bind as constants (their values do not change the
+        cost; binding them can change what is offloaded, as it does for a build).
+    config : AccelConfig or str
+        The hardware configuration, or a preset name.
+    precision : str
+        One of "int8", "int16", "fp16", "fp32"; only "fp32" is generated (and estimated) today.
+    fuse : bool
+        Fused chains (True) or one independent op per source op (False), as for a build.
+
+    Returns
+    -------
+    EstimateReport
+        Per-layer figures (in execution order, the labels of a real run's profile) and totals:
+        ``total_cycles``, ``macs``, ``bytes_read`` / ``bytes_written``, ``frames_per_s``.
+
+    Raises
+    ------
+    AccelInvalidError
+        An unknown precision, or not a module with a ``main`` function.
+    AccelUnsupportedError
+        A precision the configuration lacks, or one the code generator does not emit yet.
+    """
+    config = AccelConfig.resolve(config)
+    check_precision(config, precision)
+    matched = match_composites(mod, params, config=config, fuse=fuse)
+    mode = "fused" if fuse else "independent"
+    layers: List[LayerEstimate] = []
+
+    def add(layer: Layer, label: str, primitive: str) -> None:
+        stats = estimate_chain(config, layer.engine_ops(fuse), layer.in_shape, mode=mode,
+                               precision=precision)
+        layers.append(LayerEstimate.from_stats(label, primitive, stats))
+
+    for function, index, composite in _external_layers(matched):
+        primitive = str(composite.attrs["Composite"])
+        layer = lower_chain(chain_root(composite), bound_values(composite))
+        if layer.branch is not None:  # the downsample branch runs first, as a layer of its own
+            add(layer.branch, f"f{function}.{index}a {primitive} (branch)", primitive)
+            add(layer, f"f{function}.{index}b {primitive}", primitive)
+        else:
+            add(layer, f"f{function}.{index} {primitive}", primitive)
+    return EstimateReport(config, precision, fuse, layers, _host_ops(matched))
