@@ -193,3 +193,28 @@ def test_threads_give_the_same_bits(rng):
     chain = [Conv(w, padding=1), Sdp(shift=np.ones(40), act="relu")]
     one, two = Device("nv_full", num_threads=1), Device("nv_full", num_threads=2)
     np.testing.assert_array_equal(one.run(chain, x)[0], two.run(chain, x)[0])
+
+
+def test_concurrent_runs_on_one_device_are_serialised(rng):
+    """Two Python threads sharing a device: runs queue on the device's lock, the scratch
+    memory is never shared by two runs, and each thread gets its own right answer."""
+    import threading
+
+    x = [rng.standard_normal((1, 16, 24, 24), dtype=np.float32) for _ in range(2)]
+    w = rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
+    chain = [Conv(w, padding=1), Sdp(act="relu"), Pool("max", 2, 2)]
+    expected = [DEVICE.run(chain, xi, mode="independent")[0] for xi in x]
+    errors = []
+
+    def work(i):
+        for _ in range(20):
+            y, _ = DEVICE.run(chain, x[i], mode="independent")
+            if not np.array_equal(y, expected[i]):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

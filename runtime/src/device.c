@@ -11,6 +11,7 @@ struct accel_device {
   accel_config config;
   int32_t num_threads;
   workspace ws; /* scratch reused across runs: per-thread tiles and the chain's intermediates */
+  pthread_mutex_t lock; /* one run at a time: the workspace is shared by every run */
 };
 
 static int32_t default_threads(void) {
@@ -32,6 +33,10 @@ accel_status accel_device_create(const accel_config* cfg, accel_device** out) {
   if (dev == NULL) return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate a device");
   dev->config = *cfg;
   dev->num_threads = default_threads();
+  if (pthread_mutex_init(&dev->lock, NULL) != 0) {
+    free(dev);
+    return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot create a device lock");
+  }
   *out = dev;
   return ACCEL_OK;
 }
@@ -39,6 +44,7 @@ accel_status accel_device_create(const accel_config* cfg, accel_device** out) {
 void accel_device_destroy(accel_device* dev) {
   if (dev == NULL) return;
   workspace_free(&dev->ws);
+  pthread_mutex_destroy(&dev->lock);
   free(dev);
 }
 
@@ -194,7 +200,9 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   resolved_chain chain;
   accel_status st = chain_resolve(&dev->config, ops, num_ops, input, output, mode, 1, &chain);
   if (st != ACCEL_OK) return st;
+  pthread_mutex_lock(&dev->lock);
   st = execute_chain(dev, &chain, input->data, output->data);
+  pthread_mutex_unlock(&dev->lock);
   if (st != ACCEL_OK) return st;
   accel_run_stats run;
   accel_op_stats op_records[ACCEL_MAX_CHAIN_OPS];
