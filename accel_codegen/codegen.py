@@ -77,6 +77,9 @@ class FunctionCodegen:
         self.symbol = str(function.attrs["global_symbol"])
         self.constants: Dict[str, np.ndarray] = {}
         self.temps: List[int] = []  # element counts of the scratch buffers
+        self.temp_free_after: List[int] = []  # the layer after which each buffer is free
+        self.layer_index = 0
+        self.last_use: Dict[relax.Var, int] = {}
         self.layer_comments: List[str] = []
         self.body: List[str] = []
         params = list(function.params)
@@ -100,9 +103,21 @@ class FunctionCodegen:
         self.constants[name] = np.ascontiguousarray(array, dtype=np.float32)
         return f"k_const[{len(self.constants) - 1}]"
 
-    def _temp(self, count: int) -> str:
-        self.temps.append(int(count))
-        return f"k_temp[{len(self.temps) - 1}]"
+    def _temp(self, count: int, free_after: Optional[int] = None) -> str:
+        """A scratch buffer of ``count`` floats, live from this layer to ``free_after`` (this
+        layer by default): buffers whose values are dead are reused, so a deep network needs
+        a few activations' worth of scratch, not all of them."""
+        free_after = self.layer_index if free_after is None else free_after
+        free = [i for i, end in enumerate(self.temp_free_after) if end < self.layer_index]
+        if free:
+            index = max(free, key=lambda i: (self.temps[i] >= count, -self.temps[i]))
+            self.temps[index] = max(self.temps[index], int(count))
+            self.temp_free_after[index] = free_after
+        else:
+            self.temps.append(int(count))
+            self.temp_free_after.append(free_after)
+            index = len(self.temps) - 1
+        return f"k_temp[{index}]"
 
     def _pointer(self, expr: Optional[relax.Expr], scope: Dict[relax.Var, relax.Expr],
                  reshape=None) -> str:
@@ -123,17 +138,17 @@ class FunctionCodegen:
     # --- layers -----------------------------------------------------------------------------
     def run(self) -> str:
         lookup = bound_values(self.function)
-        layer_index = 0
-        for block in self.function.body.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if isinstance(value, relax.Function):
-                    continue
-                if not (isinstance(value, relax.Call) and isinstance(value.op, relax.Var)):
-                    raise ValueError(f"{self.symbol}: unexpected binding {value}")
-                composite = lookup(value.op)
-                self._layer(layer_index, binding.var, composite, value.args)
-                layer_index += 1
+        calls = [b for block in self.function.body.blocks for b in block.bindings
+                 if not isinstance(b.value, relax.Function)]
+        for index, binding in enumerate(calls):
+            if not (isinstance(binding.value, relax.Call) and
+                    isinstance(binding.value.op, relax.Var)):
+                raise ValueError(f"{self.symbol}: unexpected binding {binding.value}")
+            for arg in binding.value.args:
+                self.last_use[arg] = index
+        for index, binding in enumerate(calls):
+            self.layer_index = index
+            self._layer(index, binding.var, lookup(binding.value.op), binding.value.args)
         return self._source()
 
     def _layer(self, index: int, var: relax.Var, composite: relax.Function,
@@ -142,7 +157,10 @@ class FunctionCodegen:
         scope = dict(zip(composite.params, args))
         layer = lower_chain(chain_root(composite), bound_values(composite))
         if var not in self.operands:
-            self.operands[var] = self._temp(int(np.prod(static_shape(var))))
+            # Live until its last reader; never the same buffer as this layer's inputs, which
+            # are still live while it is allocated.
+            self.operands[var] = self._temp(int(np.prod(static_shape(var))),
+                                            self.last_use.get(var, index))
         sources = layer.source_ops if layer.branch is None else \
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
