@@ -121,7 +121,7 @@ class EstimateReport:
 
     def __str__(self) -> str:
         cfg = self.config
-        header = (f"{'#':>4} {'layer':<40} {'engines':<12} {'MMACs':>9} {'KB read':>9} "
+        header = (f"{'#':>4} {'layer':<44} {'engines':<12} {'MMACs':>9} {'KB read':>9} "
                   f"{'KB written':>10} {'cycles':>11} {'util':>6}")
         lines = [f"estimate: {cfg.name} ({cfg.atomic_c}x{cfg.atomic_k} MACs, "
                  f"{cfg.cbuf_bytes // 1024} KiB CBUF, {cfg.dram_bytes_per_s / 1e9:g} GB/s, "
@@ -129,12 +129,12 @@ class EstimateReport:
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
                  f"layers, {self.host_ops} host operators", header, "-" * len(header)]
         for i, layer in enumerate(self.layers):
-            lines.append(f"{i:>4} {layer.label[:40]:<40} {layer.engines[:12]:<12} "
+            lines.append(f"{i:>4} {layer.label[:44]:<44} {layer.engines[:12]:<12} "
                          f"{layer.macs / 1e6:>9.2f} {layer.bytes_read / 1e3:>9.1f} "
                          f"{layer.bytes_written / 1e3:>10.1f} {layer.cycles:>11,} "
                          f"{layer.utilization:>6.1%}")
         lines.append("-" * len(header))
-        lines.append(f"{'':>4} {'total':<40} {'':<12} {self.macs / 1e6:>9.2f} "
+        lines.append(f"{'':>4} {'total':<44} {'':<12} {self.macs / 1e6:>9.2f} "
                      f"{self.bytes_read / 1e3:>9.1f} {self.bytes_written / 1e3:>10.1f} "
                      f"{self.total_cycles:>11,} {self.utilization:>6.1%}")
         lines.append(f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
@@ -181,6 +181,29 @@ def _external_layers(mod: tvm.IRModule) -> Iterator[Tuple[int, int, relax.Functi
                         yield index, layer, composite
                         layer += 1
             index += 1
+
+
+def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
+    """(label, primitive, layer) of every accelerator run of a matched module, in execution
+    order, labelled as the generated code labels its runs (a branch runs first: ``a``/``b``)."""
+    result = []
+    for function, index, composite in _external_layers(matched):
+        primitive = str(composite.attrs["Composite"])
+        layer = lower_chain(chain_root(composite), bound_values(composite))
+        if layer.branch is not None:
+            result.append((f"f{function}.{index}a {primitive} (branch)", primitive, layer.branch))
+            result.append((f"f{function}.{index}b {primitive}", primitive, layer))
+        else:
+            result.append((f"f{function}.{index} {primitive}", primitive, layer))
+    return result
+
+
+def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+                 config: AccelConfig | str = "nv_full", fuse: bool = True
+                 ) -> List[Tuple[str, str, Layer]]:
+    """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
+    partitioned model would make, in execution order (for per-layer benchmarks)."""
+    return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse))
 
 
 def _host_ops(mod: tvm.IRModule) -> int:
@@ -231,19 +254,91 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     check_precision(config, precision)
     matched = match_composites(mod, params, config=config, fuse=fuse)
     mode = "fused" if fuse else "independent"
-    layers: List[LayerEstimate] = []
-
-    def add(layer: Layer, label: str, primitive: str) -> None:
+    layers = []
+    for label, primitive, layer in _layers(matched):
         stats = estimate_chain(config, layer.engine_ops(fuse), layer.in_shape, mode=mode,
                                precision=precision)
         layers.append(LayerEstimate.from_stats(label, primitive, stats))
-
-    for function, index, composite in _external_layers(matched):
-        primitive = str(composite.attrs["Composite"])
-        layer = lower_chain(chain_root(composite), bound_values(composite))
-        if layer.branch is not None:  # the downsample branch runs first, as a layer of its own
-            add(layer.branch, f"f{function}.{index}a {primitive} (branch)", primitive)
-            add(layer, f"f{function}.{index}b {primitive}", primitive)
-        else:
-            add(layer, f"f{function}.{index} {primitive}", primitive)
     return EstimateReport(config, precision, fuse, layers, _host_ops(matched))
+
+
+# --- design-space exploration -----------------------------------------------------------------
+
+def mac_array(macs: int) -> Tuple[int, int]:
+    """int8 MACs per cycle (NVDLA's count) -> (atomic_c, atomic_k): atomic_c = min(64, MACs/8),
+    atomic_k = MACs / atomic_c; 64 -> 8x8 (nv_small), 2048 -> 64x32 (nv_full). fp16 and fp32
+    (charged as fp16) run at half the count."""
+    if macs < 16 or macs & (macs - 1):
+        raise ValueError(f"MACs = {macs}: give powers of two >= 16 (64, 256, 1024, 2048, ...)")
+    atomic_c = min(64, macs // 8)
+    return atomic_c, macs // atomic_c
+
+
+def sweep_configs(base: AccelConfig | str, macs: List[int], dram_gbps: List[float],
+                  cbuf_kib: Optional[List[int]] = None) -> List[Tuple[dict, AccelConfig]]:
+    """The grid of configurations of a sweep: ``base`` with the MAC array, DRAM bandwidth and
+    CBUF size of each point replaced. Raises ValueError (or AccelInvalidError from the C
+    library's validation) for a point that is not a configuration."""
+    base = AccelConfig.resolve(base)
+    cbufs = cbuf_kib or [base.cbuf_bytes // 1024]
+    points = []
+    for m in macs:
+        atomic_c, atomic_k = mac_array(m)
+        for cbuf in cbufs:
+            for gbps in dram_gbps:
+                name = f"m{m}-c{cbuf}k-d{gbps:g}"[:31]
+                config = base.replace(name=name, atomic_c=atomic_c, atomic_k=atomic_k,
+                                      cbuf_bytes=int(cbuf) * 1024,
+                                      dram_bytes_per_s=float(gbps) * 1e9)
+                points.append(({"macs": m, "atomic_c": atomic_c, "atomic_k": atomic_k,
+                                "cbuf_kib": int(cbuf), "dram_gbps": float(gbps)}, config))
+    return points
+
+
+def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
+          points: List[Tuple[dict, AccelConfig]], *, precision: str = "fp32", fuse: bool = True,
+          model_name: str = "model", progress: Optional[bool] = None) -> dict:
+    """Estimate a model at every point of a sweep (see :func:`sweep_configs`).
+
+    Returns
+    -------
+    dict
+        ``model``, ``precision``, ``fuse``, ``base`` (the first point's configuration) and
+        ``points``: per configuration its parameters, ``frames_per_s``, ``total_cycles``,
+        ``utilization``, ``bytes`` (read + written per frame), ``memory_bound_share`` (the
+        fraction of cycles spent in layers whose memory traffic is their long pole) and
+        ``host_ops``.
+    """
+    from .bench import Progress
+
+    bar = Progress(len(points), "sweep", enabled=progress)
+    rows = []
+    for point, config in points:
+        report = estimate(mod, params, config=config, precision=precision, fuse=fuse)
+        rows.append({**point, "config": config.name, "frames_per_s": report.frames_per_s,
+                     "total_cycles": report.total_cycles, "utilization": report.utilization,
+                     "bytes_read": report.bytes_read, "bytes_written": report.bytes_written,
+                     "bytes": report.bytes, "layers": len(report.layers),
+                     "host_ops": report.host_ops,
+                     "memory_bound_share": report.memory_bound_cycles / report.total_cycles
+                     if report.total_cycles else 0.0})
+        bar.step(config.name)
+    bar.close()
+    base = points[0][1].to_dict() if points else None
+    return {"model": model_name, "precision": precision, "fuse": fuse, "base": base,
+            "points": rows}
+
+
+def format_sweep(result: dict) -> str:
+    """The sweep as a table, one row per configuration."""
+    header = (f"{'MACs':>6} {'array':>7} {'CBUF KiB':>8} {'DRAM GB/s':>9} {'frames/s':>10} "
+              f"{'cycles':>12} {'MAC util':>8} {'MB/frame':>9} {'mem-bound':>9} {'host ops':>8}")
+    lines = [f"sweep of {result['model']} ({result['precision']}, "
+             f"{'fused' if result['fuse'] else 'decomposed'}); mem-bound: share of cycles in "
+             "layers whose memory traffic is their long pole", header, "-" * len(header)]
+    for r in result["points"]:
+        lines.append(f"{r['macs']:>6} {r['atomic_c']:>3}x{r['atomic_k']:<3} {r['cbuf_kib']:>8} "
+                     f"{r['dram_gbps']:>9g} {r['frames_per_s']:>10,.1f} {r['total_cycles']:>12,} "
+                     f"{r['utilization']:>8.1%} {r['bytes'] / 1e6:>9.2f} "
+                     f"{r['memory_bound_share']:>9.0%} {r['host_ops']:>8}")
+    return "\n".join(lines)

@@ -1,0 +1,444 @@
+"""``accel-codegen``: the command-line tool (also ``python -m accel_codegen``), in the manner of
+TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zero exit status.
+
+    accel-codegen partition MODEL [--config CFG] [--no-fuse]
+    accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
+    accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
+    accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch] [--repeat N]
+                              [--json out.json] [--plot out.png] [--per-layer]
+    accel-codegen sweep MODEL --macs 64,256,1024,2048 --dram-gbps 1,5,10,20 [--cbuf-kib ...]
+                              [--precision fp32] [--json out.json] [--plot out.png]
+    accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--json out.json]
+
+MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
+``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
+JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``).
+
+``import tvm`` takes seconds: it is imported only once the arguments are known to be good.
+Exit status: 0 success, 1 an error (message on stderr), 2 a usage error (argparse).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+PROG = "accel-codegen"
+MODEL_HELP = ("a zoo model name (lenet5, resnet18, resnet50, vgg11_bn, mobilenet_v1, "
+              "mixed_block), an .onnx file, or file.py:function returning "
+              "(torch_module, example_inputs_tuple)")
+CONFIG_HELP = "a preset (nv_small, nv_large, nv_full) or a config JSON file (default nv_full)"
+
+
+class UserError(Exception):
+    """A mistake in the command line or its files: reported in one line, no traceback."""
+
+
+# --- argument helpers (no tvm) ----------------------------------------------------------------
+
+def _int_list(text: str) -> List[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 64,256,1024")
+    return values
+
+
+def _float_list(text: str) -> List[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of numbers") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive numbers, e.g. 1,5,10,20")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _modes(text: str) -> List[str]:
+    from .bench import MODES
+
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(
+            f"unknown mode(s) {', '.join(map(repr, bad)) or repr(text)}: choose among {', '.join(MODES)}")
+    return modes
+
+
+def resolve_config(text: str):
+    """A preset name or a JSON file -> AccelConfig (UserError with the reason otherwise)."""
+    from .config import AccelConfig
+    from .errors import AccelError
+
+    if text.endswith(".json") or Path(text).suffix or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise UserError(f"config file '{path}' does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise UserError(f"config file '{path}' is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"config file '{path}' must hold a JSON object")
+        try:
+            return AccelConfig.from_dict(data)
+        except (AccelError, TypeError) as error:
+            raise UserError(f"config file '{path}': {error}") from None
+    names = AccelConfig.preset_names()
+    if text not in names:
+        raise UserError(f"unknown configuration {text!r}: give a preset ({', '.join(names)}) "
+                        "or a .json file")
+    return AccelConfig.preset(text)
+
+
+def check_model_spec(spec: str) -> None:
+    """Catch a missing file before importing anything heavy (zoo names are checked on load)."""
+    if spec.endswith(".onnx") and not Path(spec).is_file():
+        raise UserError(f"ONNX file '{spec}' does not exist")
+    if ":" in spec and spec.rpartition(":")[0].endswith(".py"):
+        path = spec.rpartition(":")[0]
+        if not Path(path).is_file():
+            raise UserError(f"model file '{path}' does not exist")
+        if not spec.rpartition(":")[2].isidentifier():
+            raise UserError(f"{spec!r}: the part after ':' must be a function name")
+    elif spec.endswith(".py"):
+        raise UserError(f"{spec!r}: name the function too, as file.py:function")
+
+
+def _output_path(path: str, suffix: str, what: str) -> Path:
+    out = Path(path)
+    if out.suffix != suffix:
+        raise UserError(f"{what} path '{out}' must end in {suffix}")
+    if out.parent != Path("") and not out.parent.is_dir():
+        raise UserError(f"directory '{out.parent}' of {what} path '{out}' does not exist")
+    return out
+
+
+def _say(*args) -> None:
+    """Progress notes: on stderr, so that stdout holds only the results."""
+    print(*args, file=sys.stderr, flush=True)
+
+
+# --- subcommands ------------------------------------------------------------------------------
+
+def cmd_partition(args) -> int:
+    config = resolve_config(args.config)
+    check_model_spec(args.model)
+    from . import bench
+    from .partition import partition_report
+
+    model = bench.load_model(args.model)
+    report = partition_report(model.mod, model.params, config=config, fuse=not args.no_fuse)
+    print(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    config = resolve_config(args.config)
+    out = _output_path(args.output, ".so", "output")
+    save_input = _output_path(args.save_input, ".npy", "--save-input") if args.save_input else None
+    check_model_spec(args.model)
+    import numpy as np
+
+    from . import bench
+    from .partition import partition_for_accel, partition_report
+    from .toolchain import build, export_library
+
+    timings = {}
+    start = time.perf_counter()
+    model = bench.load_model(args.model)
+    timings["import"] = time.perf_counter() - start
+    start = time.perf_counter()
+    partitioned = partition_for_accel(model.mod, model.params, config=config,
+                                      fuse=not args.no_fuse)
+    timings["partition + codegen"] = time.perf_counter() - start
+    start = time.perf_counter()
+    exe = build(partitioned)
+    export_library(exe, out)
+    timings["build + export"] = time.perf_counter() - start
+    report = partition_report(partitioned)
+    print(str(report).splitlines()[0])
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); " +
+          ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()) +
+          f"; compile (partition + codegen + build + export) "
+          f"{timings['partition + codegen'] + timings['build + export']:.2f} s")
+    if save_input is not None:
+        if len(model.inputs) != 1:
+            raise UserError(f"the model has {len(model.inputs)} inputs: --save-input writes one")
+        np.save(save_input, model.inputs[0])
+        print(f"wrote {save_input} (example input {list(model.inputs[0].shape)})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    library = Path(args.library)
+    if library.suffix != ".so":
+        raise UserError(f"'{library}' is not a .so library (compile writes one)")
+    if not library.is_file():
+        raise UserError(f"library '{library}' does not exist")
+    config = resolve_config(args.config)
+    if args.output and Path(args.output).suffix not in (".npy", ".npz"):
+        raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
+    import numpy as np
+
+    arrays = []
+    for path in args.input:
+        if not Path(path).is_file():
+            raise UserError(f"input file '{path}' does not exist")
+        try:
+            arrays.append(np.load(path, allow_pickle=False))
+        except (ValueError, OSError) as error:
+            raise UserError(f"input file '{path}' is not a .npy array: {error}") from None
+    import tvm
+
+    from .profiling import profile
+    from .toolchain import virtual_machine
+
+    try:
+        vm = virtual_machine(library)
+    except Exception as error:  # TVM raises its own error types for a bad library
+        raise UserError(f"cannot load '{library}': {str(error).splitlines()[0]}") from None
+    data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
+    try:
+        if args.profile:
+            vm["main"](*data)  # warm-up: the first run allocates scratch memory
+            start = time.perf_counter()
+            with profile() as prof:
+                result = vm["main"](*data)
+        else:
+            start = time.perf_counter()
+            result = vm["main"](*data)
+        elapsed = time.perf_counter() - start
+    except (RuntimeError, ValueError, TypeError) as error:  # TVM's argument checks
+        lines = [line for line in str(error).strip().splitlines() if line.strip()]
+        raise UserError(f"running '{library}' failed: {lines[0] if lines else error}") from None
+    outputs = [result] if hasattr(result, "numpy") else list(result)
+    outputs = [o.numpy() for o in outputs]
+    for i, o in enumerate(outputs):
+        flat = o.reshape(-1)
+        print(f"output {i}: shape {list(o.shape)} {o.dtype}, argmax {int(np.argmax(flat))}, "
+              f"first values {np.array2string(flat[:5], precision=4)}")
+    print(f"wall time {elapsed * 1e3:.2f} ms")
+    if args.output:
+        if Path(args.output).suffix == ".npz":
+            np.savez(args.output, *outputs)
+        elif len(outputs) != 1:
+            raise UserError(f"{len(outputs)} outputs: give --output with a .npz path")
+        else:
+            np.save(args.output, outputs[0])
+        print(f"wrote {args.output}")
+    if args.profile:
+        print()
+        print(prof.table(clock_hz=config.clock_hz))
+        t = prof.totals
+        if t["cycles"]:
+            print(f"{config.name} clock: {config.clock_hz / t['cycles']:,.1f} frames/s")
+    return 0
+
+
+def cmd_estimate(args) -> int:
+    config = resolve_config(args.config)
+    check_model_spec(args.model)
+    from . import bench
+    from .estimation import estimate
+
+    model = bench.load_model(args.model)
+    report = estimate(model.mod, model.params, config=config, precision=args.precision,
+                      fuse=not args.no_fuse)
+    print(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    config = resolve_config(args.config)
+    check_model_spec(args.model)
+    json_out = _output_path(args.json, ".json", "--json") if args.json else None
+    plot_out = _output_path(args.plot, ".png", "--plot") if args.plot else None
+    from . import bench
+
+    result = bench.run_bench(args.model, modes=args.modes, config=config, repeat=args.repeat,
+                             host_repeat=args.host_repeat, warmup=args.warmup,
+                             per_layer=args.per_layer or plot_out is not None,
+                             per_layer_wall=args.per_layer, threads=args.threads)
+    shown = result if args.per_layer else {k: v for k, v in result.items() if k != "layers"}
+    print(bench.format_table(shown))
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+        _say(f"wrote {json_out}")
+    if plot_out:
+        from .plotting import plot_bench
+
+        plot_bench(result, plot_out)
+        _say(f"wrote {plot_out}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    base = resolve_config(args.config)
+    check_model_spec(args.model)
+    json_out = _output_path(args.json, ".json", "--json") if args.json else None
+    plot_out = _output_path(args.plot, ".png", "--plot") if args.plot else None
+    from .estimation import check_precision, sweep_configs
+
+    try:
+        points = sweep_configs(base, args.macs, args.dram_gbps, args.cbuf_kib)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    check_precision(points[0][1], args.precision)
+    from . import bench
+    from .estimation import format_sweep, sweep
+
+    model = bench.load_model(args.model)
+    result = sweep(model.mod, model.params, points, precision=args.precision,
+                   fuse=not args.no_fuse, model_name=model.name)
+    print(format_sweep(result))
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
+        _say(f"wrote {json_out}")
+    if plot_out:
+        from .plotting import plot_sweep
+
+        plot_sweep(result, plot_out)
+        _say(f"wrote {plot_out}")
+    return 0
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
+        "TVM, run them on the simulator, benchmark them and explore hardware configurations.",
+        epilog="MODEL: " + MODEL_HELP + ". Run '%(prog)s COMMAND --help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(p, fuse=True):
+        p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+        p.add_argument("--config", default="nv_full", help=CONFIG_HELP)
+        if fuse:
+            p.add_argument("--no-fuse", action="store_true",
+                           help="decomposed: every source op its own accelerator op")
+
+    p = sub.add_parser("partition", help="print what is offloaded as which primitive, and why "
+                       "the rest is not", description="Print the partition report of a model.")
+    common(p)
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
+                       description="Partition a model, generate the accelerator C code, build "
+                       "it with TVM and export a shared library that `run` (or any process "
+                       "with tvm) loads.")
+    common(p)
+    p.add_argument("-o", "--output", required=True, metavar="model.so",
+                   help="the shared library to write")
+    p.add_argument("--save-input", metavar="x.npy",
+                   help="also write the model's example input, for `run`")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run an exported .so on the simulator",
+                       description="Load a library written by `compile` and run it on inputs "
+                       "from .npy files (in-process: tvm.runtime.load_module + VirtualMachine).")
+    p.add_argument("library", metavar="model.so", help="a library written by `compile`")
+    p.add_argument("-i", "--input", action="append", required=True, metavar="x.npy",
+                   help="an input array (repeat for several inputs, in order)")
+    p.add_argument("-o", "--output", metavar="y.npy", help="write the output (.npz: several)")
+    p.add_argument("--profile", action="store_true",
+                   help="print the per-layer cost table of the run")
+    p.add_argument("--config", default="nv_full",
+                   help="the configuration the library was compiled for, for the clock of "
+                   "the simulated time (default nv_full)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
+                       description="Cost a model on a configuration without running kernels.")
+    common(p)
+    p.add_argument("--precision", default="fp32", help="fp32 (int8/int16/fp16: not yet)")
+    p.add_argument("--json", metavar="PATH", help="also write the estimate as JSON")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("bench", help="fused vs decomposed vs TVM host vs PyTorch, side by side",
+                       description="Benchmark a model in several modes, interleaved, after "
+                       "warm-up: median (min, max) wall time per mode; for the accelerator "
+                       "modes the simulated cycles, frames/s, bytes and MAC utilisation.")
+    common(p, fuse=False)
+    p.add_argument("--modes", type=_modes, default=["fused", "decomposed", "host", "pytorch"],
+                   help="comma-separated, among fused,decomposed,host,pytorch (default: all)")
+    p.add_argument("--repeat", type=_positive, default=10, help="timed runs per mode (10)")
+    p.add_argument("--host-repeat", type=_positive, default=3,
+                   help="timed runs of the slow TVM host build (3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs per mode first (1)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="threads of the simulator and PyTorch (default: ACCEL_NUM_THREADS, "
+                   "else every CPU)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="per-layer figures, and every layer timed alone, fused vs decomposed")
+    p.add_argument("--json", metavar="out.json", help="write the results as JSON")
+    p.add_argument("--plot", metavar="out.png", help="write a PNG plot of the results")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("sweep", help="design-space exploration: frames/s across configurations",
+                       description="Estimate a model across accelerator configurations (MAC "
+                       "array, DRAM bandwidth, CBUF size) from a base configuration. MACs are "
+                       "int8 MACs per cycle, NVDLA's count (nv_full: 2048 = 64 x 32): atomic_c "
+                       "= min(64, MACs / 8), atomic_k = MACs / atomic_c (64 -> 8x8 as "
+                       "nv_small, 2048 -> 64x32 as nv_full); fp16/fp32 run at half that.")
+    common(p)
+    p.add_argument("--macs", type=_int_list, required=True, metavar="LIST",
+                   help="int8 MACs per cycle, powers of two >= 16, e.g. 64,256,1024,2048")
+    p.add_argument("--dram-gbps", type=_float_list, required=True, metavar="LIST",
+                   help="DRAM bandwidths in GB/s, e.g. 1,5,10,20")
+    p.add_argument("--cbuf-kib", type=_int_list, default=None, metavar="LIST",
+                   help="CBUF sizes in KiB (default: the base configuration's)")
+    p.add_argument("--precision", default="fp32", help="fp32 (int8/int16/fp16: not yet)")
+    p.add_argument("--json", metavar="out.json", help="write the results as JSON")
+    p.add_argument("--plot", metavar="out.png", help="write a PNG plot of the results")
+    p.set_defaults(func=cmd_sweep)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    # torch.export's own deprecation noise, not the user's concern.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                            category=FutureWarning)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .errors import AccelError
+
+    try:
+        return args.func(args)
+    except (UserError, AccelError) as error:
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a file we could not read or write
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

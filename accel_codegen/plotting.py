@@ -1,0 +1,219 @@
+"""PNG plots of a benchmark and of a design-space sweep (matplotlib, Agg backend: no display).
+
+``plot_bench(result, path)`` takes the dict of :func:`accel_codegen.bench.run_bench`;
+``plot_sweep(result, path)`` the dict of :func:`accel_codegen.estimation.sweep`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+COLORS = {"fused": "#1b7837", "decomposed": "#c2a5cf", "host": "#8c8c8c", "pytorch": "#ee8a2a"}
+DARK = {"fused": "#0b4d22", "decomposed": "#762a83"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _short(label: str) -> str:
+    """"f0.6b accel.conv2d_bn_add_conv2d_bn_relu" -> "6b conv_bn_add_conv_bn_relu"."""
+    index, _, rest = label.partition(" ")
+    index = index.split(".", 1)[-1]
+    rest = rest.replace("accel.", "").replace("conv2d", "conv").replace(" (branch)", "")
+    return f"{index} {rest}"
+
+
+def plot_bench(result: Dict[str, Any], path) -> Path:
+    """Bars per mode (wall time; simulated time and memory traffic for the accelerator modes)
+    and, when the result has per-layer rows, the per-layer bytes and cycles, fused against
+    decomposed (and the per-layer wall time when measured)."""
+    plt = _pyplot()
+    modes = result["modes"]
+    layers: List[dict] = [r for r in result.get("layers", []) if "fused" in r or
+                          "decomposed" in r]
+    has_wall = any("fused_wall_ms" in r for r in layers)
+    rows = 1 + (2 if layers else 0) + (1 if has_wall else 0)
+    fig = plt.figure(figsize=(15, 3.6 + 3.2 * (rows - 1)), constrained_layout=True)
+    grid = fig.add_gridspec(rows, 3, height_ratios=[1.15] + [1] * (rows - 1))
+    cfg = result["config"]
+    fig.suptitle(f"{result['model']}: fused vs decomposed on the simulated accelerator "
+                 f"({cfg['name']}, {cfg['atomic_c']}x{cfg['atomic_k']} MACs, "
+                 f"{cfg['dram_bytes_per_s'] / 1e9:g} GB/s, {cfg['clock_hz'] / 1e9:g} GHz), "
+                 f"TVM host build and PyTorch — {result['threads']} thread(s)",
+                 fontsize=13, fontweight="bold")
+
+    # (a) wall time per mode
+    ax = fig.add_subplot(grid[0, 0])
+    names = list(modes)
+    med = [modes[m]["wall_ms"]["median"] for m in names]
+    lo = [modes[m]["wall_ms"]["median"] - modes[m]["wall_ms"]["min"] for m in names]
+    hi = [modes[m]["wall_ms"]["max"] - modes[m]["wall_ms"]["median"] for m in names]
+    y = range(len(names))
+    ax.barh(y, med, xerr=[lo, hi], color=[COLORS.get(m, "#555") for m in names],
+            capsize=3, ecolor="#333")
+    ax.set_yticks(list(y), names)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("wall time per inference, ms (log; median, bar = min..max)")
+    ax.set_title("Wall time on this CPU")
+    reference = modes.get("pytorch", {}).get("wall_ms", {}).get("median")
+    for i, (m, v) in enumerate(zip(names, med)):
+        note = f"{v:,.1f} ms" + (f"  ({v / reference:.2f}x PyTorch)" if reference and
+                                 m != "pytorch" else "")
+        ax.text(v * 1.08, i, note, va="center", fontsize=9)
+    ax.set_xlim(min(med) / 2, max(med) * 40)
+    ax.grid(axis="x", which="both", alpha=0.25)
+
+    accel = [m for m in ("fused", "decomposed") if m in modes]
+    # (b) simulated time per inference
+    ax = fig.add_subplot(grid[0, 1])
+    if accel:
+        sim = [modes[m]["simulated_ms"] for m in accel]
+        ax.bar(accel, sim, color=[COLORS[m] for m in accel], width=0.55)
+        for i, m in enumerate(accel):
+            e = modes[m]
+            ax.text(i, sim[i], f"{sim[i]:.2f} ms\n{e['frames_per_s']:,.0f} frames/s\n"
+                    f"MAC util {e['utilization']:.0%}", ha="center", va="bottom", fontsize=9)
+        ax.set_ylim(0, max(sim) * 1.45)
+    ax.set_ylabel(f"simulated ms per inference at {cfg['clock_hz'] / 1e9:g} GHz")
+    ax.set_title("Simulated time (cost model cycles)")
+    ax.grid(axis="y", alpha=0.25)
+
+    # (c) memory traffic per inference
+    ax = fig.add_subplot(grid[0, 2])
+    if accel:
+        read = [modes[m]["bytes_read"] / 1e6 for m in accel]
+        written = [modes[m]["bytes_written"] / 1e6 for m in accel]
+        ax.bar(accel, read, color=[COLORS[m] for m in accel], width=0.55, label="read")
+        ax.bar(accel, written, bottom=read, color=[DARK[m] for m in accel], width=0.55,
+               label="written", hatch="//", edgecolor="white")
+        for i in range(len(accel)):
+            ax.text(i, read[i] + written[i], f"{read[i] + written[i]:.1f} MB\n"
+                    f"({read[i]:.1f} read, {written[i]:.1f} written)", ha="center",
+                    va="bottom", fontsize=9)
+        ax.set_ylim(0, max(r + w for r, w in zip(read, written)) * 1.35)
+        if len(accel) == 2:
+            ratio = (read[1] + written[1]) / (read[0] + written[0])
+            ax.set_title(f"Memory traffic: fused moves {ratio:.2f}x fewer bytes")
+        else:
+            ax.set_title("Memory traffic")
+        ax.legend(loc="upper left", fontsize=8)
+    ax.set_ylabel("MB moved per inference")
+    ax.grid(axis="y", alpha=0.25)
+
+    if layers:
+        labels = [_short(r["label"]) for r in layers]
+        x = list(range(len(layers)))
+        width = 0.4
+
+        def per_layer(row_index, key, scale, ylabel, title, fmt_ratio=True):
+            ax = fig.add_subplot(grid[row_index, :])
+            for offset, m in ((-width / 2, "fused"), (width / 2, "decomposed")):
+                values = [key(r[m]) / scale if m in r else 0 for r in layers]
+                ax.bar([i + offset for i in x], values, width, color=COLORS[m], label=m,
+                       edgecolor=DARK[m], linewidth=0.5)
+            if fmt_ratio:
+                for i, r in enumerate(layers):
+                    if "fused" in r and "decomposed" in r and key(r["fused"]):
+                        ratio = key(r["decomposed"]) / key(r["fused"])
+                        top = max(key(r["fused"]), key(r["decomposed"])) / scale
+                        ax.text(i, top, f"{ratio:.1f}x", ha="center", va="bottom", fontsize=7,
+                                color="#444")
+            ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+            ax.set_xlim(-0.6, len(layers) - 0.4)
+            ax.set_ylabel(ylabel)
+            ax.set_title(title, loc="left")
+            ax.legend(loc="upper right", fontsize=8)
+            ax.grid(axis="y", alpha=0.25)
+            ax.margins(y=0.15)
+            return ax
+
+        per_layer(1, lambda e: e["bytes_read"] + e["bytes_written"], 1e3, "KB moved",
+                  "Per layer: memory traffic (label = decomposed / fused)")
+        per_layer(2, lambda e: e["cycles"], 1e3, "thousand cycles",
+                  "Per layer: simulated cycles (label = decomposed / fused)")
+        if has_wall:
+            ax = fig.add_subplot(grid[3, :])
+            for offset, m in ((-width / 2, "fused"), (width / 2, "decomposed")):
+                values = [r.get(f"{m}_wall_ms", {}).get("median", 0) for r in layers]
+                ax.bar([i + offset for i in x], values, width, color=COLORS[m], label=m,
+                       edgecolor=DARK[m], linewidth=0.5)
+            for i, r in enumerate(layers):
+                f = r.get("fused_wall_ms", {}).get("median")
+                d = r.get("decomposed_wall_ms", {}).get("median")
+                if f and d:
+                    ax.text(i, max(f, d), f"{d / f:.2f}x", ha="center", va="bottom",
+                            fontsize=7, color="#444")
+            ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+            ax.set_xlim(-0.6, len(layers) - 0.4)
+            ax.set_ylabel("wall ms (median)")
+            ax.set_title("Per layer, each run alone on the simulator: wall time on this CPU "
+                         "(label = decomposed / fused)", loc="left")
+            ax.legend(loc="upper right", fontsize=8)
+            ax.grid(axis="y", alpha=0.25)
+            ax.margins(y=0.15)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep(result: Dict[str, Any], path) -> Path:
+    """frames/s, MAC utilisation and the memory-bound share of cycles against DRAM bandwidth,
+    one line per MAC-array size (line style per CBUF size)."""
+    plt = _pyplot()
+    points = result["points"]
+    macs = sorted({p["macs"] for p in points})
+    cbufs = sorted({p["cbuf_kib"] for p in points})
+    styles = ["-", "--", ":", "-."]
+    cmap = plt.get_cmap("viridis")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5), constrained_layout=True)
+    fig.suptitle(f"{result['model']} ({result['precision']}, "
+                 f"{'fused' if result['fuse'] else 'decomposed'}): where it becomes memory bound "
+                 "— cost-model estimates across accelerator configurations",
+                 fontsize=13, fontweight="bold")
+    panels = [("frames_per_s", "simulated frames/s", "Throughput", False),
+              ("utilization", "MAC-array utilisation", "MAC utilisation", True),
+              ("memory_bound_share", "share of cycles in memory-bound layers",
+               "Memory-bound share of the time", True)]
+    for ax, (key, ylabel, title, percent) in zip(axes, panels):
+        for i, m in enumerate(macs):
+            color = cmap(i / max(len(macs) - 1, 1) * 0.9)
+            for j, cbuf in enumerate(cbufs):
+                series = sorted((p["dram_gbps"], p[key]) for p in points
+                                if p["macs"] == m and p["cbuf_kib"] == cbuf)
+                if not series:
+                    continue
+                first = next(p for p in points if p["macs"] == m)
+                label = f"{m} MACs ({first['atomic_c']}x{first['atomic_k']})"
+                if len(cbufs) > 1:
+                    label += f", CBUF {cbuf} KiB"
+                ax.plot([s[0] for s in series], [s[1] for s in series], styles[j % 4],
+                        marker="o", color=color, label=label, linewidth=2)
+        ax.set_xscale("log")
+        dram = sorted({p["dram_gbps"] for p in points})
+        ax.set_xticks(dram, [f"{d:g}" for d in dram])
+        ax.minorticks_off()
+        ax.set_xlabel("DRAM bandwidth, GB/s (log)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if percent:
+            ax.set_ylim(0, 1.05)
+            ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8, loc="upper left")
+    traffic = sorted({round(p["bytes"] / 1e6, 2) for p in points})
+    axes[0].text(0.98, 0.02, "memory traffic per frame: " + ", ".join(f"{t:g}" for t in traffic)
+                 + " MB", transform=axes[0].transAxes, ha="right", va="bottom", fontsize=8,
+                 color="#444")
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,300 @@
+"""The command-line tool: every subcommand on a small model, argument errors (exit status and
+message), the bench JSON contract, the plots, and the fast paths that must not import tvm."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from accel_codegen.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(capsys, *argv):
+    """(exit status, stdout, stderr) of one in-process invocation."""
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse: --help (0) and usage errors (2)
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+# --- fast paths and usage ---------------------------------------------------------------------
+
+def test_help_and_usage_errors_do_not_import_tvm():
+    """`--help` and argument errors answer without the seconds-long `import tvm`."""
+    code = textwrap.dedent("""
+        import sys
+        from accel_codegen.cli import main
+        statuses = []
+        for argv in (["--help"], ["sweep", "--help"], ["sweep", "lenet5", "--macs", "64,x",
+                     "--dram-gbps", "1"], ["compile", "lenet5", "-o", "model.txt"],
+                     ["partition", "missing.onnx"], ["bench", "lenet5", "--config", "nv_tiny"]):
+            try:
+                statuses.append(main(argv))
+            except SystemExit as e:
+                statuses.append(e.code)
+        print("STATUSES", statuses, "tvm" in sys.modules)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd="/", timeout=120)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == "STATUSES [0, 0, 2, 1, 1, 1] False", proc.stdout + proc.stderr
+
+
+def test_python_dash_m_runs_the_tool():
+    proc = subprocess.run([sys.executable, "-m", "accel_codegen", "--help"], capture_output=True,
+                          text=True, cwd="/", timeout=120)
+    assert proc.returncode == 0
+    for command in ("partition", "compile", "run", "bench", "sweep", "estimate"):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["partition", "compile", "run", "bench", "sweep", "estimate"])
+def test_every_subcommand_has_help(capsys, command):
+    status, out, _ = run_cli(capsys, command, "--help")
+    assert status == 0 and "usage: accel-codegen " + command in out
+
+
+def test_no_subcommand_is_a_usage_error(capsys):
+    status, _, err = run_cli(capsys)
+    assert status == 2 and "required" in err
+
+
+# --- partition --------------------------------------------------------------------------------
+
+def test_partition_zoo_model(capsys):
+    status, out, err = run_cli(capsys, "partition", "lenet5")
+    assert status == 0, err
+    assert "operators offloaded" in out and "accel.conv2d_bias_relu_maxpool" in out
+
+
+def test_partition_decomposed_on_a_config_file(capsys, tmp_path):
+    config = tmp_path / "small_dram.json"
+    config.write_text(json.dumps({"base": "nv_small", "dram_bytes_per_s": 1e9}))
+    status, out, err = run_cli(capsys, "partition", "lenet5", "--config", config, "--no-fuse")
+    assert status == 0, err
+    assert "partition for nv_small (decomposed)" in out
+
+
+def test_partition_python_function(capsys, tmp_path):
+    source = tmp_path / "my_model.py"
+    source.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def build():
+            model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+            return model.eval(), (torch.randn(1, 3, 16, 16),)
+
+        def not_a_pair():
+            return 42
+        """))
+    status, out, err = run_cli(capsys, "partition", f"{source}:build")
+    assert status == 0, err
+    assert "accel.conv2d_bias_bn_relu" in out
+    status, _, err = run_cli(capsys, "partition", f"{source}:nowhere")
+    assert status == 1 and "has no function 'nowhere'" in err
+    status, _, err = run_cli(capsys, "partition", f"{source}:not_a_pair")
+    assert status == 1 and "must return (torch_module, example_inputs_tuple)" in err
+
+
+def test_partition_onnx_file(capsys, tmp_path):
+    from accel_codegen import frontend, models
+
+    model, inputs = models.get_model("lenet5")
+    path = frontend.export_onnx(model, inputs, tmp_path / "lenet5.onnx")
+    status, out, err = run_cli(capsys, "partition", path)
+    assert status == 0, err
+    assert "accel.conv2d_bias_relu_maxpool" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["partition", "nosuchnet"], "unknown model 'nosuchnet'"),
+    (["partition", "missing.onnx"], "ONNX file 'missing.onnx' does not exist"),
+    (["partition", "missing.py:build"], "model file 'missing.py' does not exist"),
+    (["partition", "model.py"], "name the function too"),
+    (["partition", "lenet5", "--config", "nv_tiny"], "unknown configuration 'nv_tiny'"),
+    (["partition", "lenet5", "--config", "missing.json"], "config file 'missing.json' does not"),
+], ids=["bad-model-name", "missing-onnx", "missing-py", "py-without-function",
+        "bad-preset", "missing-config"])
+def test_partition_argument_errors(capsys, argv, message):
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 1, (out, err)
+    assert message in err and err.startswith("accel-codegen partition: error:")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "is not valid JSON"),
+    ('{"base": "nv_full", "macs": 4}', "unknown config fields ['macs']"),
+    ('{"base": "nv_full", "atomic_c": 0}', "atomic_c"),
+    ("[1, 2]", "must hold a JSON object"),
+], ids=["syntax", "unknown-field", "invalid-value", "not-an-object"])
+def test_bad_config_json(capsys, tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    status, _, err = run_cli(capsys, "partition", "lenet5", "--config", path)
+    assert status == 1 and message in err, err
+
+
+# --- compile and run --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cli")
+    library, x = directory / "lenet5.so", directory / "x.npy"
+    status = main(["compile", "lenet5", "-o", str(library), "--save-input", str(x)])
+    assert status == 0
+    return library, x
+
+
+def test_compile_writes_a_library_and_its_input(compiled):
+    library, x = compiled
+    assert library.stat().st_size > 0
+    assert np.load(x).shape == (1, 1, 32, 32)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compile", "lenet5", "-o", "model.txt"], "output path 'model.txt' must end in .so"),
+    (["compile", "lenet5", "-o", "no/such/dir/model.so"], "directory 'no/such/dir'"),
+    (["compile", "nosuchnet", "-o", "model.so"], "unknown model 'nosuchnet'"),
+], ids=["not-so", "missing-dir", "bad-model"])
+def test_compile_argument_errors(capsys, argv, message):
+    status, _, err = run_cli(capsys, *argv)
+    assert status == 1 and message in err, err
+
+
+def test_compile_needs_an_output(capsys):
+    status, _, err = run_cli(capsys, "compile", "lenet5")
+    assert status == 2 and "-o/--output" in err
+
+
+def test_run_matches_pytorch_and_profiles(capsys, compiled, tmp_path):
+    import torch
+
+    from accel_codegen import models
+
+    library, x = compiled
+    y = tmp_path / "y.npy"
+    status, out, err = run_cli(capsys, "run", library, "--input", x, "--output", y, "--profile")
+    assert status == 0, err
+    model, _ = models.get_model("lenet5")
+    with torch.no_grad():
+        expected = model(torch.from_numpy(np.load(x))).numpy()
+    np.testing.assert_allclose(np.load(y), expected, rtol=1e-4, atol=1e-4)
+    assert "accel.conv2d_bias_relu_maxpool" in out and "total" in out and "frames/s" in out
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing-library", "library 'missing.so' does not exist"),
+    ("not-so", "is not a .so library"),
+    ("missing-input", "input file 'nothing.npy' does not exist"),
+    ("not-npy", "is not a .npy array"),
+    ("wrong-shape", "running"),
+    ("bad-output", "must end in .npy"),
+])
+def test_run_argument_errors(capsys, compiled, tmp_path, case, message):
+    library, x = compiled
+    args = {"missing-library": ["missing.so", "--input", x],
+            "not-so": [x, "--input", x],
+            "missing-input": [library, "--input", "nothing.npy"],
+            "not-npy": [library, "--input", library],
+            "wrong-shape": [library, "--input", tmp_path / "wrong.npy"],
+            "bad-output": [library, "--input", x, "--output", "y.txt"]}[case]
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float32))
+    status, _, err = run_cli(capsys, "run", *args)
+    assert status == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+# --- estimate, bench, sweep -------------------------------------------------------------------
+
+def test_estimate_command(capsys, tmp_path):
+    out_json = tmp_path / "e.json"
+    status, out, err = run_cli(capsys, "estimate", "lenet5", "--config", "nv_small", "--json",
+                               out_json)
+    assert status == 0, err
+    assert "frames/s" in out and "nv_small" in out
+    data = json.loads(out_json.read_text())
+    assert data["total_cycles"] == sum(layer["cycles"] for layer in data["layers"])
+
+
+def test_estimate_precision_errors(capsys):
+    status, _, err = run_cli(capsys, "estimate", "lenet5", "--config", "nv_small",
+                             "--precision", "fp16")
+    assert status == 1 and "nv_small has no fp16" in err
+    status, _, err = run_cli(capsys, "estimate", "lenet5", "--precision", "fp64")
+    assert status == 1 and "unknown precision 'fp64'" in err
+
+
+def test_bench_json_contract_and_plot(capsys, tmp_path):
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    status, out, err = run_cli(capsys, "bench", "lenet5", "--repeat", "2", "--host-repeat", "1",
+                               "--threads", "1", "--json", out_json, "--plot", out_png)
+    assert status == 0, err
+    data = json.loads(out_json.read_text())
+    assert data["threads"] == 1
+    assert set(data["modes"]) == {"fused", "decomposed", "host", "pytorch"}
+    for mode, entry in data["modes"].items():
+        assert set(entry["wall_ms"]) >= {"median", "min", "max"}, mode
+        assert entry["wall_ms"]["min"] <= entry["wall_ms"]["median"] <= entry["wall_ms"]["max"]
+    for mode in ("fused", "decomposed"):
+        entry = data["modes"][mode]
+        for key in ("cycles", "bytes_read", "bytes_written", "frames_per_s", "utilization"):
+            assert entry[key] > 0, (mode, key)
+    assert data["modes"]["fused"]["bytes_read"] + data["modes"]["fused"]["bytes_written"] < \
+        data["modes"]["decomposed"]["bytes_read"] + data["modes"]["decomposed"]["bytes_written"]
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+    for mode in ("fused", "decomposed", "host", "pytorch"):
+        assert mode in out
+
+
+def test_bench_per_layer(capsys):
+    status, out, err = run_cli(capsys, "bench", "lenet5", "--modes", "fused,decomposed",
+                               "--repeat", "2", "--per-layer")
+    assert status == 0, err
+    assert "KB fused" in out and "ms decomp" in out and "f0.4 accel.dense_bias" in out
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["bench", "lenet5", "--modes", "fused,gpu"], 2, "unknown mode(s) 'gpu'"),
+    (["bench", "lenet5", "--repeat", "0"], 2, "must be at least 1"),
+    (["bench", "lenet5", "--json", "out.txt"], 1, "must end in .json"),
+    (["bench", "lenet5", "--plot", "out.jpg"], 1, "must end in .png"),
+    (["bench", "nosuchnet"], 1, "unknown model 'nosuchnet'"),
+], ids=["bad-mode", "zero-repeat", "json-suffix", "plot-suffix", "bad-model"])
+def test_bench_argument_errors(capsys, argv, status, message):
+    got, _, err = run_cli(capsys, *argv)
+    assert got == status and message in err, err
+
+
+def test_sweep_table_json_plot(capsys, tmp_path):
+    out_json, out_png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    status, out, err = run_cli(capsys, "sweep", "lenet5", "--macs", "64,2048", "--dram-gbps",
+                               "1,5,20", "--cbuf-kib", "64,512", "--json", out_json,
+                               "--plot", out_png)
+    assert status == 0, err
+    data = json.loads(out_json.read_text())
+    assert len(data["points"]) == 2 * 3 * 2
+    assert {(p["atomic_c"], p["atomic_k"]) for p in data["points"]} == {(8, 8), (64, 32)}
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+    assert "frames/s" in out
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["--macs", "64,abc", "--dram-gbps", "1"], 2, "not a comma-separated list of integers"),
+    (["--macs", "64,-8", "--dram-gbps", "1"], 2, "give positive integers"),
+    (["--macs", "100", "--dram-gbps", "1"], 1, "MACs = 100: give powers of two"),
+    (["--macs", "64", "--dram-gbps", "fast"], 2, "not a comma-separated list of numbers"),
+    (["--macs", "64", "--dram-gbps", "1", "--precision", "int8"], 1, "emits fp32 only"),
+    (["--dram-gbps", "1"], 2, "--macs"),
+], ids=["macs-not-int", "macs-negative", "macs-not-power-of-two", "dram-not-number",
+        "precision-not-yet", "macs-missing"])
+def test_sweep_argument_errors(capsys, argv, status, message):
+    got, _, err = run_cli(capsys, "sweep", "lenet5", *argv)
+    assert got == status and message in err, err
