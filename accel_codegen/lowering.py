@@ -338,6 +338,9 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         if name in ACTIVATIONS:
             stages.append(("act", value))
             expr = value.args[0]
+        elif name == "relax.where":  # PReLU as torch.export decomposes it
+            stages.append(("act", value))
+            expr = value.args[1]
         elif name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
             stages.append(("pool", value))
             expr = value.args[0]
@@ -396,7 +399,7 @@ def _build_layer(data: relax.Expr, stages: list, root: relax.Expr, lookup: Looku
         elif kind == "batch_norm":
             _add_batch_norm(layer.sdp, call, channels, order)
         elif kind == "act":
-            _add_activation(layer.sdp, call, channels, order)
+            _add_activation(layer.sdp, call, channels, order, lookup)
         elif kind == "binary":
             _add_binary(layer, call, stage[2], channels, order, lookup)
     if order != sorted(order):
@@ -514,10 +517,34 @@ def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: list) ->
     order.append(0)
 
 
-def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list) -> None:
+def _decomposed_prelu_slope(call: relax.Call, lookup: Lookup) -> relax.Expr:
+    """The alpha of where(x > 0, x, alpha * x), or Unsupported for any other where."""
+    condition, x, negative = (_resolve(arg, lookup) for arg in call.args)
+    x = call.args[1]
+    zero = condition.args[1] if op_name(condition) == "relax.greater" else None
+    if zero is None or not condition.args[0].same_as(x) or not is_constant(zero) or \
+            np.any(constant_value(zero) != 0) or op_name(negative) != "relax.multiply":
+        raise Unsupported("a where other than PReLU's where(x > 0, x, alpha * x)")
+    lhs, rhs = negative.args
+    if lhs.same_as(x):
+        lhs, rhs = rhs, lhs
+    if not rhs.same_as(x):
+        raise Unsupported("a where other than PReLU's where(x > 0, x, alpha * x)")
+    return _strip_reshape(lhs, lookup)
+
+
+def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list,
+                    lookup: Lookup) -> None:
     if sdp.act is not None:
         raise Unsupported("two activations in one SDP pass")
     name = op_name(call)
+    if name == "relax.where":
+        slope = _decomposed_prelu_slope(call, lookup)
+        _per_channel(slope, channels, "prelu alpha")
+        sdp.act, sdp.prelu_slope = "prelu", slope
+        sdp.sources.append("relax.where (prelu)")
+        order.append(2)
+        return
     sdp.act = ACTIVATIONS[name]
     if name == "relax.clip":
         bounds = []
@@ -548,8 +575,8 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     stripped = _strip_reshape(other, lookup)
     if name in ("relax.add", "relax.multiply") and (
             _per_channel_operand(other, feature) or (
-                stripped is not other and _per_channel_operand(stripped, feature))):
-        operand = stripped if stripped is not other else other
+                not stripped.same_as(other) and _per_channel_operand(stripped, feature))):
+        operand = stripped  # the [C] values behind a reshape bound inside the chain
         if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
             raise Unsupported(f"a per-channel {name} after batch norm, an element-wise op or an "
                               "activation")

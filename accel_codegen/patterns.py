@@ -30,7 +30,7 @@ _ACTIVATIONS = {
     "clip": lambda x: is_op("relax.clip")(x, wildcard(), wildcard()),
     "sigmoid": lambda x: is_op("relax.sigmoid")(x),
     "tanh": lambda x: is_op("relax.tanh")(x),
-    "prelu": lambda x: is_op("relax.nn.prelu")(x, wildcard()),
+    "prelu": lambda x: is_op("relax.nn.prelu")(x, wildcard()) | _decomposed_prelu(x),
 }
 _POOLS = {
     "maxpool": lambda x: is_op("relax.nn.max_pool2d")(x),
@@ -38,6 +38,13 @@ _POOLS = {
 }
 _ELEMENTWISE = {"add": "relax.add", "mul": "relax.multiply", "max": "relax.maximum",
                 "min": "relax.minimum"}
+
+
+def _decomposed_prelu(x: DFPattern) -> DFPattern:
+    """torch.export decomposes PReLU into where(x > 0, x, alpha * x)."""
+    alpha = is_op("relax.reshape")(wildcard(), wildcard()) | wildcard()
+    negative = is_op("relax.multiply")(alpha, x)
+    return is_op("relax.where")(is_op("relax.greater")(x, wildcard()), x, negative)
 
 
 def _bias_add(x: DFPattern) -> DFPattern:

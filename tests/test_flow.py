@@ -56,7 +56,7 @@ def test_zoo_model_matches_pytorch(name, exported):
     assert prof.totals["macs"] > 0 and prof.totals["cycles"] > 0
 
 
-@pytest.mark.parametrize("name", ["lenet5", "resnet18", "mobilenet_v1"])
+@pytest.mark.parametrize("name", ZOO)
 def test_zoo_model_matches_tvm_host_build(name, exported):
     _, x, path, _, mod = exported(name)
     host = ac.virtual_machine(ac.build_host(mod))
@@ -155,3 +155,40 @@ def test_generated_function_validates_its_arguments(exported):
         function(tvm.runtime.tensor(x))
     function(tvm.runtime.tensor(x), out)  # and the right call works
     assert np.abs(out.numpy()).sum() > 0
+
+
+class StandaloneOps(torch.nn.Module):
+    """PReLU after a conv, a standalone element-wise add + ReLU6 of two tensors, average
+    pooling, and a dense layer with a sigmoid: each an accelerator primitive of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.prelu = torch.nn.PReLU(8)
+        self.other = torch.nn.Conv2d(3, 8, 1)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        a = self.prelu(self.conv(x))
+        b = self.other(x)
+        y = torch.nn.functional.relu6(a * b + b)
+        y = torch.nn.functional.avg_pool2d(y, 2)
+        return torch.sigmoid(self.fc(torch.flatten(y, 1)))
+
+
+def test_standalone_primitives_and_prelu():
+    torch.manual_seed(3)
+    model = StandaloneOps().eval()
+    with torch.no_grad():
+        model.prelu.weight.uniform_(0.05, 0.5)
+    x = torch.randn(1, 3, 8, 8)
+    mod, _ = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod)
+    report = ac.partition_report(partitioned)
+    primitives = [p for ps in report.functions.values() for p in ps]
+    assert "accel.conv2d_bias_prelu" in primitives
+    assert any(p.startswith("accel.mul") for p in primitives)
+    assert report.host == [], str(report)
+    y = ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    with torch.no_grad():
+        assert_close(y, model(x).numpy(), rtol=RTOL)
