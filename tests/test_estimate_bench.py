@@ -1,0 +1,141 @@
+"""estimate() against what a real run's profile records, its precision checks, the sweep's
+sanity, and the benchmark's Python API (a Relax module without PyTorch)."""
+import numpy as np
+import pytest
+import tvm
+
+import accel_codegen as ac
+from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend, models
+from accel_codegen.bench import format_table, run_bench
+from accel_codegen.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
+                                      sweep_configs)
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    model, (x,) = models.get_model("resnet18")
+    mod, params = frontend.from_pytorch(model, (x,))
+    return mod, params, x.numpy()
+
+
+@pytest.fixture(scope="module")
+def lenet5():
+    model, (x,) = models.get_model("lenet5")
+    mod, params = frontend.from_pytorch(model, (x,))
+    return mod, params, x.numpy()
+
+
+def _profiled(mod, params, x, config, fuse):
+    vm = ac.virtual_machine(ac.build(mod, params, config=config, fuse=fuse))
+    with ac.profile() as prof:
+        vm["main"](tvm.runtime.tensor(x))
+    return prof
+
+
+def test_estimate_equals_a_profiled_run_of_resnet18(resnet18):
+    mod, params, x = resnet18
+    report = estimate(mod, params, config="nv_full")
+    prof = _profiled(mod, params, x, "nv_full", True)
+    assert report.total_cycles == prof.totals["cycles"]
+    assert report.bytes_read == prof.totals["bytes_read"]
+    assert report.bytes_written == prof.totals["bytes_written"]
+    assert report.macs == prof.totals["macs"]
+    assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written)
+            for layer in report.layers] == \
+        [(r.label, r.cycles, r.bytes_read, r.bytes_written) for r in prof.records]
+    assert report.host_ops == 0
+    assert report.frames_per_s == pytest.approx(1e9 / report.total_cycles)
+
+
+@pytest.mark.parametrize("config", ["nv_small", "nv_large"])
+def test_estimate_equals_a_profiled_decomposed_run(lenet5, config):
+    mod, params, x = lenet5
+    report = estimate(mod, params, config=config, fuse=False)
+    prof = _profiled(mod, params, x, config, False)
+    assert [(layer.label, layer.mode, layer.cycles, layer.bytes_read + layer.bytes_written)
+            for layer in report.layers] == \
+        [(r.label, r.mode, r.cycles, r.bytes_read + r.bytes_written) for r in prof.records]
+
+
+def test_report_table_and_dict(lenet5):
+    mod, params, _ = lenet5
+    report = estimate(mod, params, config="nv_small")
+    text = str(report)
+    assert "nv_small" in text and "total" in text and "frames/s" in text
+    data = report.to_dict()
+    assert data["total_cycles"] == report.total_cycles and len(data["layers"]) == 5
+    assert set(data["layers"][0]) >= {"label", "primitive", "engines", "macs", "cycles",
+                                      "bytes_read", "bytes_written", "utilization"}
+    assert 0 < data["utilization"] <= 1
+    assert [label for label, _, _ in model_layers(mod, params)] == \
+        [layer.label for layer in estimate(mod, params).layers]
+
+
+@pytest.mark.parametrize("config, precision, error, message", [
+    ("nv_small", "fp16", AccelUnsupportedError, "nv_small has no fp16"),
+    ("nv_full", "fp16", AccelUnsupportedError, "emits fp32 only"),
+    ("nv_full", "int8", AccelUnsupportedError, "emits fp32 only"),
+    ("nv_full", "fp64", AccelInvalidError, "unknown precision 'fp64'"),
+])
+def test_precision_checks(lenet5, config, precision, error, message):
+    mod, params, _ = lenet5
+    with pytest.raises(error, match=message):
+        estimate(mod, params, config=config, precision=precision)
+
+
+def test_estimate_rejects_a_non_module():
+    with pytest.raises(AccelInvalidError, match="tvm.IRModule"):
+        estimate("resnet18")
+
+
+@pytest.mark.parametrize("macs, array", [(16, (2, 8)), (64, (8, 8)), (256, (32, 8)),
+                                         (1024, (64, 16)), (2048, (64, 32)), (4096, (64, 64))])
+def test_mac_array_mapping(macs, array):
+    assert mac_array(macs) == array
+
+
+@pytest.mark.parametrize("macs", [0, 8, 100, 1000])
+def test_mac_array_rejects(macs):
+    with pytest.raises(ValueError, match="powers of two"):
+        mac_array(macs)
+
+
+def test_more_dram_bandwidth_never_lowers_frames_per_s(resnet18):
+    mod, params, _ = resnet18
+    dram = [1, 2, 5, 10, 20, 50]
+    result = sweep(mod, params, sweep_configs("nv_full", [256, 2048], dram, [128, 512]),
+                   model_name="resnet18", progress=False)
+    assert len(result["points"]) == 2 * 2 * len(dram)
+    for macs in (256, 2048):
+        for cbuf in (128, 512):
+            series = [p for p in result["points"] if p["macs"] == macs and p["cbuf_kib"] == cbuf]
+            fps = [p["frames_per_s"] for p in sorted(series, key=lambda p: p["dram_gbps"])]
+            assert fps == sorted(fps), (macs, cbuf, fps)
+            # Traffic depends on the CBUF, not on the bandwidth.
+            assert len({p["bytes"] for p in series}) == 1
+    # nv_full itself is one of the points: the sweep is estimate() on it.
+    full = next(p for p in result["points"] if p["macs"] == 2048 and p["dram_gbps"] == 20
+                and p["cbuf_kib"] == 512)
+    assert full["total_cycles"] == estimate(mod, params, config="nv_full").total_cycles
+    assert "frames/s" in format_sweep(result)
+
+
+def test_run_bench_on_a_relax_module_skips_pytorch(lenet5):
+    mod, params, x = lenet5
+    result = run_bench(mod, [x], modes=["fused", "decomposed", "pytorch"], repeat=2,
+                       progress=False, per_layer=True)
+    assert set(result["modes"]) == {"fused", "decomposed"}
+    assert "pytorch" in result["skipped"]
+    assert result["modes"]["fused"]["cycles"] == estimate(mod, params).total_cycles
+    assert len(result["layers"]) == 5
+    assert "skipped" in format_table(result)
+
+
+def test_run_bench_rejects_bad_arguments(lenet5):
+    mod, _, x = lenet5
+    with pytest.raises(AccelInvalidError, match="unknown modes"):
+        run_bench(mod, [x], modes=["gpu"])
+    with pytest.raises(AccelInvalidError, match="needs its example inputs"):
+        run_bench(mod)
+    with pytest.raises(AccelInvalidError, match="repeat"):
+        run_bench(mod, [x], repeat=0)
