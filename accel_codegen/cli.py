@@ -121,6 +121,12 @@ def check_model_spec(spec: str) -> None:
             raise UserError(f"{spec!r}: the part after ':' must be a function name")
     elif spec.endswith(".py"):
         raise UserError(f"{spec!r}: name the function too, as file.py:function")
+    elif not spec.endswith(".onnx"):
+        from .models import MODELS  # torch, not tvm
+
+        if spec not in MODELS:
+            raise UserError(f"unknown model {spec!r}: give a zoo model "
+                            f"({', '.join(sorted(MODELS))}), an .onnx file, or file.py:function")
 
 
 def _output_path(path: str, suffix: str, what: str) -> Path:

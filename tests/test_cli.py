@@ -33,7 +33,8 @@ def test_help_and_usage_errors_do_not_import_tvm():
         statuses = []
         for argv in (["--help"], ["sweep", "--help"], ["sweep", "lenet5", "--macs", "64,x",
                      "--dram-gbps", "1"], ["compile", "lenet5", "-o", "model.txt"],
-                     ["partition", "missing.onnx"], ["bench", "lenet5", "--config", "nv_tiny"]):
+                     ["partition", "missing.onnx"], ["bench", "lenet5", "--config", "nv_tiny"],
+                     ["partition", "nosuchnet"]):
             try:
                 statuses.append(main(argv))
             except SystemExit as e:
@@ -43,7 +44,7 @@ def test_help_and_usage_errors_do_not_import_tvm():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd="/", timeout=120)
     last = proc.stdout.strip().splitlines()[-1]
-    assert last == "STATUSES [0, 0, 2, 1, 1, 1] False", proc.stdout + proc.stderr
+    assert last == "STATUSES [0, 0, 2, 1, 1, 1, 1] False", proc.stdout + proc.stderr
 
 
 def test_python_dash_m_runs_the_tool():

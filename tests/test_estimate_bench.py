@@ -139,3 +139,21 @@ def test_run_bench_rejects_bad_arguments(lenet5):
         run_bench(mod)
     with pytest.raises(AccelInvalidError, match="repeat"):
         run_bench(mod, [x], repeat=0)
+
+
+def test_progress_bar_draws_on_a_terminal_only():
+    import io
+
+    from accel_codegen.bench import Progress
+
+    stream = io.StringIO()
+    bar = Progress(3, "work", enabled=True, stream=stream)
+    for _ in range(3):
+        bar.step("step")
+    bar.close()
+    assert "3/3 step" in stream.getvalue() and "[" + "#" * 30 + "]" in stream.getvalue()
+    quiet = io.StringIO()  # StringIO.isatty() is False: a pipe
+    bar = Progress(3, "work", stream=quiet)
+    bar.step()
+    bar.close()
+    assert quiet.getvalue() == ""
