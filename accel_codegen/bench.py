@@ -385,8 +385,8 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         "thread_notes": {
             "fused": f"simulator kernels, {threads} thread(s) (ACCEL_NUM_THREADS, else the CPUs)",
             "decomposed": f"simulator kernels, {threads} thread(s)",
-            "host": "TVM untuned LLVM build: 1 thread (no parallel loops; TVM_NUM_THREADS "
-                    "has nothing to split)",
+            "host": "TVM untuned LLVM build: 1 thread (it has no parallel loops, no call of "
+                    "TVMBackendParallelLaunch, so TVM_NUM_THREADS changes nothing)",
             "pytorch": f"torch.set_num_threads({threads})"},
         "repeat": repeat, "host_repeat": host_repeat, "warmup": warmup,
         "compile_s": compile_s, "skipped": skipped, "modes": {}}

@@ -175,7 +175,7 @@ def plot_sweep(result: Dict[str, Any], path) -> Path:
     cbufs = sorted({p["cbuf_kib"] for p in points})
     styles = ["-", "--", ":", "-."]
     cmap = plt.get_cmap("viridis")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5), constrained_layout=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.6), layout="constrained")
     fig.suptitle(f"{result['model']} ({result['precision']}, "
                  f"{'fused' if result['fuse'] else 'decomposed'}): where it becomes memory bound "
                  "— cost-model estimates across accelerator configurations",
@@ -210,11 +210,27 @@ def plot_sweep(result: Dict[str, Any], path) -> Path:
             ax.set_ylim(0, 1.05)
             ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
     axes[0].set_yscale("log")
-    axes[0].legend(fontsize=8, loc="upper left")
-    traffic = sorted({round(p["bytes"] / 1e6, 2) for p in points})
-    axes[0].text(0.98, 0.02, "memory traffic per frame: " + ", ".join(f"{t:g}" for t in traffic)
-                 + " MB", transform=axes[0].transAxes, ha="right", va="bottom", fontsize=8,
-                 color="#444")
+    axes[0].yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:,.0f}"))
+    axes[0].yaxis.set_minor_formatter(plt.matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:,.0f}" if str(int(v))[0] in "25" else ""))
+    # One legend for the figure: colour = MAC array, line style = CBUF (with its traffic).
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for i, m in enumerate(macs):
+        first = next(p for p in points if p["macs"] == m)
+        handles.append(Line2D([], [], color=cmap(i / max(len(macs) - 1, 1) * 0.9), marker="o",
+                              linewidth=2, label=f"{m} MACs ({first['atomic_c']}x"
+                              f"{first['atomic_k']})"))
+    for j, cbuf in enumerate(cbufs):
+        traffic = sorted({p["bytes"] / 1e6 for p in points if p["cbuf_kib"] == cbuf})
+        moved = f"{traffic[0]:.1f}" if traffic[-1] - traffic[0] < 0.05 else \
+            f"{traffic[0]:.1f}-{traffic[-1]:.1f}"
+        handles.append(Line2D([], [], color="#555", linestyle=styles[j % 4], linewidth=2,
+                              label=f"CBUF {cbuf} KiB: {moved} MB per frame"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6),
+               fontsize=9, frameon=False)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
