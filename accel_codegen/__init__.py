@@ -30,6 +30,7 @@ _LAZY = {
     "PartitionReport": "partition", "generated_sources": "partition",
     "build": "toolchain", "export_library": "toolchain", "virtual_machine": "toolchain",
     "build_host": "toolchain", "link_options": "toolchain",
+    "estimate": "estimation", "EstimateReport": "estimation",
     "frontend": None, "models": None,
 }
 

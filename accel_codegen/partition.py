@@ -160,6 +160,31 @@ def is_partitioned(mod: tvm.IRModule) -> bool:
     return mod.attrs is not None and REPORT_ATTR in mod.attrs
 
 
+def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+                     config: AccelConfig | str = "nv_full", fuse: bool = True,
+                     log: Optional[PartitionLog] = None) -> tvm.IRModule:
+    """The partitioning half of :func:`partition_for_accel`, without code generation: params
+    bound, the pattern table matched, neighbouring composites merged into external functions.
+
+    For analyses that only read the composites (``accel_codegen.estimate``). Do not lower or
+    build the result: nothing keeps batch norm whole until RunCodegen has run.
+    """
+    if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in
+                                                           mod.get_global_vars()]:
+        raise AccelInvalidError(f"expected a tvm.IRModule with a main function, got {type(mod)}")
+    if is_partitioned(mod):
+        raise AccelInvalidError("the module is partitioned already")
+    config = AccelConfig.resolve(config)
+    mod = frontend.bind_params(mod, params) if params else mod
+    return tvm.transform.Sequential([
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log), bind_constants=True,
+                                         annotate_codegen=False),
+        relax.transform.MergeCompositeFunctions(),
+    ])(mod)
+
+
 def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                         config: AccelConfig | str = "nv_full", fuse: bool = True
                         ) -> tvm.IRModule:
@@ -185,21 +210,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         The module with external calls in place of the offloaded regions, ready for
         :func:`accel_codegen.build`; :func:`partition_report` describes it.
     """
-    if not isinstance(mod, tvm.IRModule) or "main" not in [gv.name_hint for gv in
-                                                           mod.get_global_vars()]:
-        raise AccelInvalidError(f"expected a tvm.IRModule with a main function, got {type(mod)}")
-    if is_partitioned(mod):
-        raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
-    mod = frontend.bind_params(mod, params) if params else mod
     log = PartitionLog()
-    mod = tvm.transform.Sequential([
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.DeadCodeElimination(),
-        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log), bind_constants=True,
-                                         annotate_codegen=False),
-        relax.transform.MergeCompositeFunctions(),
-    ])(mod)
+    mod = match_composites(mod, params, config=config, fuse=fuse, log=log)
     report = _build_report(mod, config, fuse, log)
     codegen.LAST.sources.clear()
     codegen.LAST.constants.clear()
