@@ -243,11 +243,12 @@ class FunctionCodegen:
             folded = " (folded into one scale/shift)" if s.batch_norm is not None else ""
             return [sdp(scale, shift, s.ew_op, operand, s.act, " + ".join(stages) + folded)]
         ops = []
-        if s.bias is not None:
-            ops.append(sdp(shift=self._pointer(s.bias, scope), what="bias"))
-        if s.batch_norm is not None or s.scale is not None:
-            scale, shift = self._scale_shift(s, None, channels, scope, lines)
-            ops.append(sdp(scale, shift, what="batch_norm" if s.batch_norm else "multiply"))
+        for stage in s.decomposed_order():
+            if stage == "bias":
+                ops.append(sdp(shift=self._pointer(s.bias, scope), what="bias"))
+            else:
+                scale, shift = self._scale_shift(s, None, channels, scope, lines)
+                ops.append(sdp(scale, shift, what=stage))
         if s.ew_op:
             ops.append(sdp(ew=s.ew_op, operand=operand, what=s.ew_op))
         if s.act:
@@ -318,6 +319,7 @@ class FunctionCodegen:
         features = " | ".join(f"ACCEL_FEATURE_{f.upper()}" for f in cfg.features) or "0"
         precisions = " | ".join(f"(1u << ACCEL_{p.upper()})" for p in cfg.precisions)
         temps = ", ".join(map(str, self.temps)) or "0"
+        const_counts = ", ".join(str(a.size) for a in self.constants.values()) or "0"
         layers = "\n".join(f" *   {c}" for c in self.layer_comments)
         return f"""\
 /*
@@ -342,6 +344,7 @@ class FunctionCodegen:
 #define NUM_ARGS {num_args}
 
 static const float* k_const[NUM_CONSTANTS + 1];   /* set by the constant loader */
+static const int64_t k_const_count[NUM_CONSTANTS + 1] = {{{const_counts}}};
 static float* k_temp[NUM_TEMPS + 1];              /* intermediates, allocated once */
 static const int64_t k_temp_count[NUM_TEMPS + 1] = {{{temps}}};
 static accel_device* k_device;
@@ -425,13 +428,15 @@ static int setup(void) {{
   config.dram_bytes_per_s = {cfg.dram_bytes_per_s!r};
   config.precisions = {precisions};
   config.features = {features};
-  if (accel_device_shared(&config, &k_device) != ACCEL_OK) {{
+  accel_device* device = NULL;
+  if (accel_device_shared(&config, &device) != ACCEL_OK) {{
     return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
   }}
   for (int i = 0; i < NUM_TEMPS; ++i) {{
-    k_temp[i] = (float*)malloc(sizeof(float) * (size_t)k_temp_count[i]);
+    if (k_temp[i] == NULL) k_temp[i] = (float*)malloc(sizeof(float) * (size_t)k_temp_count[i]);
     if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
   }}
+  k_device = device; /* last: a failed set-up is tried again by the next call */
   return 0;
 }}
 
@@ -491,6 +496,12 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
     const DLTensor* t = as_dltensor(&items[i]);
     if (t == NULL || t->dtype.code != kDLFloat || t->dtype.bits != 32) {{
       return raise_error("TypeError", "__init_{self.symbol}: constant %d is not float32", i);
+    }}
+    int64_t count = 1;
+    for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
+    if (count != k_const_count[i]) {{
+      return raise_error("ValueError", "__init_{self.symbol}: constant %d has %lld values, "
+                         "expected %lld", i, (long long)count, (long long)k_const_count[i]);
     }}
     /* Keep the constant alive for as long as this library is loaded. */
     if (items[i].type_index == kTVMFFITensor) TVMFFIObjectIncRef(items[i].v_obj);

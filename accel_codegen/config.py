@@ -104,7 +104,7 @@ class AccelConfig:
 
     def macs_per_cycle(self, precision: str = REFERENCE_PRECISION) -> int:
         """MACs the array performs per cycle at a precision (16-bit data halves atomic K)."""
-        return self.atomic_c * (self.atomic_k if precision == "int8" else self.atomic_k // 2)
+        return int(lib.accel_config_macs_per_cycle(self.to_c(), precision_code(precision)))
 
     def supports(self, precision: str) -> bool:
         return precision == REFERENCE_PRECISION or precision in self.precisions

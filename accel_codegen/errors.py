@@ -36,7 +36,7 @@ def check(status: int) -> None:
         return
     from ._accel_ffi import ffi, lib
 
-    message = ffi.string(lib.accel_last_error()).decode()
+    message = ffi.string(lib.accel_last_error()).decode(errors="replace")
     kind = {
         lib.ACCEL_ERR_INVALID: AccelInvalidError,
         lib.ACCEL_ERR_SHAPE: AccelShapeError,

@@ -75,6 +75,14 @@ class SdpSpec:
     prelu_slope: Optional[relax.Expr] = None
     sources: List[str] = dataclasses.field(default_factory=list)
 
+    def decomposed_order(self) -> List[str]:
+        """The scale/shift stages as separate ops, in source order: a bias comes before batch
+        norm (conv + bias + BN), a per-channel multiply before its bias (x * s + b)."""
+        if self.scale is not None:
+            return ["scale"] + (["bias"] if self.bias is not None else [])
+        return (["bias"] if self.bias is not None else []) + (
+            ["batch_norm"] if self.batch_norm is not None else [])
+
     def empty(self) -> bool:
         return (self.bias is None and self.batch_norm is None and self.scale is None
                 and self.ew_op is None and self.act is None)
@@ -129,11 +137,12 @@ class Layer:
                                operand=_placeholder(s.operand), act=s.act, clip=s.clip,
                                prelu_slope=_placeholder(s.prelu_slope)))
         else:
-            if s.bias is not None:
-                ops.append(Sdp(shift=_placeholder(True)))
-            if s.batch_norm is not None or s.scale is not None:
-                ops.append(Sdp(scale=_placeholder(True),
-                               shift=_placeholder(s.batch_norm is not None)))
+            for stage in s.decomposed_order():
+                if stage == "bias":
+                    ops.append(Sdp(shift=_placeholder(True)))
+                else:  # batch norm: scale and shift; a multiply: scale only
+                    ops.append(Sdp(scale=_placeholder(True),
+                                   shift=_placeholder(s.batch_norm is not None)))
             if s.ew_op is not None:
                 ops.append(Sdp(ew_op=s.ew_op, operand=_placeholder(True)))
             if s.act is not None:
@@ -357,6 +366,9 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
                 break
         else:
             raise Unsupported(f"{name or _describe(value)} is not an accelerator op")
+    if _resolve(data, lookup) is not None and not is_constant(data):
+        # e.g. a residual branch that reads an intermediate of the main chain
+        raise Unsupported("the chain's input is computed inside the matched region")
     stages.reverse()
     return _build_layer(data, stages, root, lookup)
 
@@ -530,6 +542,9 @@ def _decomposed_prelu_slope(call: relax.Call, lookup: Lookup) -> relax.Expr:
         lhs, rhs = rhs, lhs
     if not rhs.same_as(x):
         raise Unsupported("a where other than PReLU's where(x > 0, x, alpha * x)")
+    if not _per_channel_operand(lhs, static_shape(x)):
+        raise Unsupported(f"PReLU's alpha of shape {list(static_shape(lhs))} is not one value "
+                          "per channel")
     return _strip_reshape(lhs, lookup)
 
 
@@ -572,11 +587,10 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     sdp = layer.sdp
     feature = static_shape(call)
     _require_float32(other, f"the second {name} operand")
-    stripped = _strip_reshape(other, lookup)
-    if name in ("relax.add", "relax.multiply") and (
-            _per_channel_operand(other, feature) or (
-                not stripped.same_as(other) and _per_channel_operand(stripped, feature))):
-        operand = stripped  # the [C] values behind a reshape bound inside the chain
+    # Per channel as the op sees the operand (after any reshape); then read the values from
+    # behind a reshape bound inside the chain, which keeps their order.
+    if name in ("relax.add", "relax.multiply") and _per_channel_operand(other, feature):
+        operand = _strip_reshape(other, lookup)
         if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
             raise Unsupported(f"a per-channel {name} after batch norm, an element-wise op or an "
                               "activation")

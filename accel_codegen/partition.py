@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -23,6 +24,9 @@ from .lowering import explain
 from .patterns import PartitionLog, pattern_table
 
 REPORT_ATTR = "accel_partition_report"
+# The code generator hands its constants and sources back through codegen.LAST: one code
+# generation at a time.
+_CODEGEN_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -214,18 +218,21 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     log = PartitionLog()
     mod = match_composites(mod, params, config=config, fuse=fuse, log=log)
     report = _build_report(mod, config, fuse, log)
-    codegen.LAST.sources.clear()
-    codegen.LAST.constants.clear()
-    mod = relax.transform.RunCodegen({"accel": {"config": config.to_json(), "fuse": fuse}})(mod)
+    with _CODEGEN_LOCK:
+        codegen.LAST.sources.clear()
+        codegen.LAST.constants.clear()
+        mod = relax.transform.RunCodegen({"accel": {"config": config.to_json(),
+                                                    "fuse": fuse}})(mod)
+        generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
     # the originals RunCodegen recorded: those would be serialised unused.
-    constants = {name: tvm.runtime.tensor(value) for name, value in codegen.LAST.constants.items()}
+    constants = {name: tvm.runtime.tensor(value) for name, value in generated[0].items()}
     mod = mod.without_attr("const_name_to_constant") if mod.attrs and \
         "const_name_to_constant" in mod.attrs else mod
     if constants:
         mod = mod.with_attr("const_name_to_constant", constants)
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
-    return mod.with_attr("accel_sources", dict(codegen.LAST.sources))
+    return mod.with_attr("accel_sources", generated[1])
 
 
 def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",

@@ -43,7 +43,7 @@ class OpStats:
     def from_c(cls, c_stats) -> "OpStats":
         values = {f.name: getattr(c_stats, f.name) for f in dataclasses.fields(cls)}
         values["engine"] = ENGINES[c_stats.engine]
-        values["op"] = ffi.string(c_stats.op).decode()
+        values["op"] = ffi.string(c_stats.op).decode(errors="replace")
         values["precision"] = precision_name(c_stats.precision)
         return cls(**values)
 
@@ -65,7 +65,7 @@ class RunStats:
     @classmethod
     def from_c(cls, c_run, op_records: Sequence[OpStats]) -> "RunStats":
         return cls(
-            label=ffi.string(c_run.label).decode(),
+            label=ffi.string(c_run.label).decode(errors="replace"),
             mode={v: k for k, v in MODES.items()}[c_run.mode],
             macs=c_run.macs, mac_cycles=c_run.mac_cycles, bytes_read=c_run.bytes_read,
             bytes_written=c_run.bytes_written, cycles=c_run.cycles,
@@ -86,6 +86,12 @@ def _tensor_struct(shape: Tuple[int, ...], precision: str, data=ffi.NULL):
     tensor.precision = precision_code(precision)
     tensor.data = data
     return tensor
+
+
+def _c_label(label: Optional[str]) -> bytes:
+    """A label that fits the C record, cut on a character boundary."""
+    encoded = (label or "").encode()[:lib.ACCEL_LABEL_LEN - 1]
+    return encoded.decode(errors="ignore").encode()
 
 
 def _mode(mode: str) -> int:
@@ -202,7 +208,7 @@ class Device:
         c_run = ffi.new("accel_run_stats*")
         c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
         check(lib.accel_run(self._handle, chain.c_ops, len(chain.ops), chain.input, output,
-                            chain.mode, (label or "").encode()[:lib.ACCEL_LABEL_LEN - 1],
+                            chain.mode, _c_label(label),
                             c_run, c_ops))
         return out, _stats(c_run, c_ops, len(chain.ops))
 

@@ -17,6 +17,7 @@
  *   INDEPENDENT: every op reads its input and writes its output, one op after the other.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,11 @@ static int64_t atomic_k_at(const accel_config* cfg, accel_precision p) {
   return p == ACCEL_INT8 ? cfg->atomic_k : cfg->atomic_k / 2;
 }
 
+int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision precision) {
+  if (cfg == NULL || precision < ACCEL_INT8 || precision > ACCEL_FP32) return 0;
+  return (int64_t)cfg->atomic_c * atomic_k_at(cfg, precision);
+}
+
 /* Bytes of one (n, h, w) position's channels, padded to whole memory atoms. */
 static int64_t position_bytes(const accel_config* cfg, int64_t channels, accel_precision p) {
   return ceil_div(channels * hw_element_bytes(p), cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
@@ -42,29 +48,37 @@ static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int6
   return n * h * w * position_bytes(cfg, c, p);
 }
 
-/* Input rows one slice of `out_rows` output rows needs. */
+/* Distinct input rows that `out_rows` consecutive output rows read (a window of `reach` rows
+ * every `stride` rows: contiguous when the windows overlap or touch, with gaps otherwise). */
 static int64_t slice_input_rows(const conv_geometry* g, int64_t out_rows) {
-  return (out_rows - 1) * g->stride_h + (int64_t)(g->kernel_h - 1) * g->dilation_h + 1;
+  const int64_t reach = (int64_t)(g->kernel_h - 1) * g->dilation_h + 1;
+  return reach >= g->stride_h ? (out_rows - 1) * g->stride_h + reach : out_rows * reach;
 }
 
 /* Input bytes read for one image when the input streams through CBUF in horizontal slices of
  * as many rows as `budget` bytes hold (at least one output row's worth): every slice re-reads
- * the rows it shares with the previous one. */
+ * the rows it shares with the previous one. Rows no window touches are never read. */
 static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int64_t budget,
                                   int64_t* num_slices) {
   const int64_t rows_fit = budget / row_bytes;
-  const int64_t reach = slice_input_rows(g, 1);
-  int64_t out_rows = rows_fit >= reach ? (rows_fit - reach) / g->stride_h + 1 : 1;
+  const int64_t reach = (int64_t)(g->kernel_h - 1) * g->dilation_h + 1;
+  int64_t out_rows = 1;
+  if (rows_fit >= reach) {
+    out_rows = reach >= g->stride_h ? (rows_fit - reach) / g->stride_h + 1 : rows_fit / reach;
+  }
   if (out_rows > g->out_h) out_rows = g->out_h;
   *num_slices = ceil_div(g->out_h, out_rows);
   int64_t rows = 0;
   for (int64_t first = 0; first < g->out_h; first += out_rows) {
-    const int64_t count = first + out_rows <= g->out_h ? out_rows : g->out_h - first;
-    int64_t top = first * g->stride_h - g->pad_top;
-    int64_t bottom = top + slice_input_rows(g, count);
-    top = top < 0 ? 0 : top;
-    bottom = bottom > g->h ? g->h : bottom;
-    rows += bottom > top ? bottom - top : 0;
+    const int64_t last = first + out_rows < g->out_h ? first + out_rows : g->out_h;
+    int64_t counted_to = 0; /* rows below this are already counted for this slice */
+    for (int64_t y = first; y < last; ++y) {
+      const int64_t top = y * g->stride_h - g->pad_top;
+      const int64_t lo = top > counted_to ? top : counted_to;
+      const int64_t hi = top + reach < g->h ? top + reach : g->h;
+      if (hi > lo) rows += hi - lo;
+      if (hi > counted_to) counted_to = hi;
+    }
   }
   return rows * row_bytes;
 }
@@ -82,7 +96,9 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_pr
   const int64_t eb = hw_element_bytes(p);
   const int64_t cbuf = cfg->cbuf_bytes;
   const int64_t row_bytes = (int64_t)g->w * position_bytes(cfg, g->c, p);
-  const int64_t image = row_bytes * g->h;
+  int64_t one_slice = 1;
+  /* The rows the convolution reads at all (a strided 1x1 skips some): the once-only cost. */
+  const int64_t image = sliced_input_reads(g, row_bytes, INT64_MAX, &one_slice);
   const int64_t weights = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w * eb;
   const int64_t k_per_group = g->k / g->groups;
   const int64_t kernel_bytes = weights / g->k;
@@ -134,10 +150,12 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
                   ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   s->compute_cycles = s->mac_cycles;
+  int64_t once_input = 0, once_weights = 0;
   conv_reads(cfg, g, p, &s->input_bytes, &s->weight_bytes);
-  const int64_t once = feature_bytes(cfg, g->n, g->c, g->h, g->w, p) +
-                       (int64_t)g->k * c_group * g->kernel_h * g->kernel_w * hw_element_bytes(p);
-  s->reread_bytes = s->input_bytes + s->weight_bytes - once;
+  accel_config unlimited = *cfg;
+  unlimited.cbuf_bytes = INT64_MAX / 4; /* everything fits: each byte read once */
+  conv_reads(&unlimited, g, p, &once_input, &once_weights);
+  s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
 }
@@ -225,6 +243,6 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   } else {
     run->cycles = independent_cycles;
   }
-  const double peak = (double)cfg->atomic_c * (double)atomic_k_at(cfg, precision);
+  const double peak = (double)accel_config_macs_per_cycle(cfg, precision);
   run->utilization = run->cycles > 0 ? (double)run->macs / ((double)run->cycles * peak) : 0.0;
 }

@@ -1,5 +1,5 @@
 /* pdp.c - the PDP engine: max and average pooling (fp32). */
-#include <float.h>
+#include <math.h>
 
 #include "kernels.h"
 
@@ -13,11 +13,13 @@ static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
       const int32_t x0 = ox * g->stride_w - g->pad_left;
       const int32_t s0 = x0 < 0 ? -x0 : 0;
       const int32_t s1 = x0 + g->kernel_w > g->w ? g->w - x0 : g->kernel_w;
-      float acc = g->pool == ACCEL_POOL_MAX ? -FLT_MAX : 0.0f;
+      float acc = g->pool == ACCEL_POOL_MAX ? -INFINITY : 0.0f;
       for (int32_t r = r0; r < r1; ++r) {
         const float* row = in + (int64_t)(y0 + r) * g->w + x0;
         if (g->pool == ACCEL_POOL_MAX) {
-          for (int32_t s = s0; s < s1; ++s) acc = row[s] > acc ? row[s] : acc;
+          for (int32_t s = s0; s < s1; ++s) {
+            acc = (row[s] > acc || row[s] != row[s]) ? row[s] : acc; /* NaN wins, as in NumPy */
+          }
         } else {
           for (int32_t s = s0; s < s1; ++s) acc += row[s];
         }

@@ -25,10 +25,14 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
       for (int64_t i = 0; i < count; ++i) x[i] = x[i] * operand[i];
       break;
     case ACCEL_EW_MAX:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] > operand[i] ? x[i] : operand[i];
+      for (int64_t i = 0; i < count; ++i) {
+        x[i] = (x[i] > operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
+      }
       break;
     case ACCEL_EW_MIN:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] < operand[i] ? x[i] : operand[i];
+      for (int64_t i = 0; i < count; ++i) {
+        x[i] = (x[i] < operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
+      }
       break;
     case ACCEL_EW_NONE:
       break;
@@ -36,13 +40,13 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
 
   switch (p->act) {
     case ACCEL_ACT_RELU:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      for (int64_t i = 0; i < count; ++i) x[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN stays */
       break;
     case ACCEL_ACT_CLIP: {
       const float lo = p->clip_min, hi = p->clip_max;
       for (int64_t i = 0; i < count; ++i) {
-        const float t = x[i] > lo ? x[i] : lo;
-        x[i] = t < hi ? t : hi;
+        const float t = x[i] < lo ? lo : x[i]; /* NaN stays */
+        x[i] = t > hi ? hi : t;
       }
       break;
     }

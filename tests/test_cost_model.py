@@ -135,3 +135,12 @@ def test_profile_context_manager_collects_runs_and_totals():
     assert len(prof.ops) == 4
     table = prof.table(clock_hz=1e9)
     assert "first" in table and "second" in table and "simulated time" in table
+
+
+def test_strided_1x1_reads_only_the_rows_it_uses_and_never_rereads_negatively():
+    """A 1x1 stride-2 conv touches every other row: sliced or not, it reads only those."""
+    for name in ("nv_small", "nv_full"):
+        conv = estimate_chain(name, [Conv(np.zeros((64, 64, 1, 1), np.float32), stride=2)],
+                              (1, 64, 64, 64)).ops[0]
+        assert conv.reread_bytes >= 0
+        assert conv.input_bytes <= 32 * 64 * 128  # 32 of 64 rows, 64 positions of 128 B

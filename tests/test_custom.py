@@ -70,9 +70,11 @@ def test_custom_module_is_one_op_and_offloaded(registered):
     custom_ops = [op for op in report.offloaded if op.primitive == "accel.custom.scale_shift_sigmoid"]
     assert len(custom_ops) == 1 and custom_ops[0].op.startswith("relax.call_tir")
     assert report.host == []
-    y = ac.virtual_machine(ac.build(mod))["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=1e-5)
+    for fuse in (True, False):  # decomposed: scale, then bias, as separate ops
+        y = ac.virtual_machine(ac.build(mod, fuse=fuse))["main"](
+            tvm.runtime.tensor(x.numpy())).numpy()
+        with torch.no_grad():
+            assert_close(y, model(x).numpy(), rtol=1e-5, what=f"fuse={fuse}")
 
 
 def test_custom_op_falls_back_to_its_host_implementation(registered):

@@ -218,3 +218,16 @@ def test_concurrent_runs_on_one_device_are_serialised(rng):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_nan_and_infinity_follow_the_reference():
+    """NaN survives ReLU, clip and max as in NumPy and PyTorch; an all -inf window pools to
+    -inf."""
+    x = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, 0.5], np.float32).reshape(1, 1, 2, 3)
+    for op in (Sdp(act="relu"), Sdp(act="clip", clip=(0.0, 6.0)),
+               Sdp(ew_op="max", operand=np.zeros_like(x)),
+               Sdp(ew_op="min", operand=np.zeros_like(x))):
+        np.testing.assert_array_equal(DEVICE.run([op], x)[0], ref.run_op(op, x))
+    pool = Pool("max", (1, 2), (1, 1))
+    windows = np.array([[np.nan, 1.0, -np.inf, -np.inf]], np.float32).reshape(1, 1, 1, 4)
+    np.testing.assert_array_equal(DEVICE.run([pool], windows)[0], ref.run_op(pool, windows))

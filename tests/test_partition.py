@@ -209,3 +209,42 @@ def test_partitioning_twice_is_an_error():
 def test_unknown_config_is_a_clear_error():
     with pytest.raises(ac.AccelNotFoundError, match="nv_mega"):
         ac.partition_for_accel(_import(ConvBnRelu()), config="nv_mega")
+
+
+def _host_vs_accel(model, x, **kwargs):
+    mod = _import(model, tuple(x.shape))
+    partitioned = ac.partition_for_accel(mod, **kwargs)
+    y = ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    host = ac.virtual_machine(ac.build_host(mod))["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    return ac.partition_report(partitioned), y, host
+
+
+def test_a_bias_broadcast_along_width_is_not_a_per_channel_bias():
+    class WidthBias(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+            self.b = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
+
+        def forward(self, x):
+            return torch.relu(self.conv(x) + self.b.reshape(1, 1, 1, 4))
+
+    report, y, host = _host_vs_accel(WidthBias().eval(), torch.randn(1, 4, 4, 4))
+    np.testing.assert_allclose(y, host, rtol=1e-5, atol=1e-5)
+    assert "relax.add" in [op.op for op in report.host] or all(
+        op.primitive != "accel.conv2d_bias_relu" for op in report.offloaded)
+
+
+def test_a_branch_reading_the_chains_intermediate_stays_correct():
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+            self.c2, self.b2 = torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = self.b1(self.c1(x))
+            return torch.relu(y + self.b2(self.c2(y)))
+
+    _, y, host = _host_vs_accel(Inner().eval(), torch.randn(1, 4, 8, 8))
+    np.testing.assert_allclose(y, host, rtol=1e-5, atol=1e-5)

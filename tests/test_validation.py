@@ -201,3 +201,35 @@ def test_profile_index_out_of_range():
     run = ffi.new("accel_run_stats*")
     assert lib.accel_profile_run(10**6, run, ffi.NULL) == lib.ACCEL_ERR_NOT_FOUND
     assert "outside" in _error()
+
+
+def test_operand_sharing_the_output_memory_is_rejected():
+    """The SDP reads its operand while the output is written: sharing memory would give a
+    wrong answer, so it is an error."""
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    y = np.ones_like(x)
+    with pytest.raises(AccelInvalidError, match="ew_operand .* overlaps the output"):
+        DEVICE.run([Sdp(ew_op="add", operand=y)], x, out=y)
+    conv = Conv(np.ones((4, 4, 1, 1), np.float32))
+    with pytest.raises(AccelInvalidError, match="overlaps the output"):
+        DEVICE.run([conv, Sdp(ew_op="add", operand=y)], x, out=y)
+
+
+def test_c_weight_count_cannot_overflow():
+    def conv(op):
+        op.engine = lib.ACCEL_ENGINE_CONV
+        d = op.conv
+        d.out_c, d.kernel_h, d.kernel_w = 2**31 - 1, 32, 32
+        d.stride_h = d.stride_w = d.groups = 1
+        d.dilation_h = d.dilation_w = 1
+        d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 31
+        d.precision = lib.ACCEL_FP32
+    st = lib.accel_estimate(DEVICE._config_c, _c_chain(conv), 1,
+                            _c_tensor((1, 2**31 - 1, 1, 1)), _c_tensor((1, 1, 1, 1)), 0,
+                            ffi.NULL, ffi.NULL)
+    assert st == lib.ACCEL_ERR_INVALID and "weights exceed the limit" in _error()
+
+
+def test_labels_are_cut_on_a_character_boundary():
+    _, stats = DEVICE.run([Sdp(act="relu")], X, label="é" * 40)
+    assert stats.label == "é" * 31

@@ -121,8 +121,12 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
                       where, (long long)reach_h, (long long)reach_w, (long long)padded_h,
                       (long long)padded_w);
   }
-  const int64_t weight_count =
-      (int64_t)d->out_c * (r->in_c / d->groups) * d->kernel_h * d->kernel_w;
+  /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
+  const int64_t window = (int64_t)d->kernel_h * d->kernel_w;
+  const int64_t per_kernel = (int64_t)(r->in_c / d->groups) * window;
+  const int64_t weight_count = per_kernel > ACCEL_MAX_TENSOR_ELEMENTS / d->out_c
+                                   ? (int64_t)ACCEL_MAX_TENSOR_ELEMENTS + 1
+                                   : per_kernel * d->out_c;
   if (weight_count > ACCEL_MAX_TENSOR_ELEMENTS) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
                       (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
@@ -328,6 +332,27 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       return accel_fail(ACCEL_ERR_INVALID,
                         "output data %p overlaps input data %p (only SDP chains run in place)",
                         output->data, input->data);
+    }
+    /* The SDP reads its operands while the output is written: none may share its memory. */
+    const int64_t eb = element_bytes(output->precision);
+    for (int32_t i = 0; i < num_ops; ++i) {
+      if (ops[i].engine != ACCEL_ENGINE_SDP) continue;
+      const accel_sdp_desc* d = &ops[i].sdp;
+      const resolved_op* r = &out->ops[i];
+      const struct { const void* ptr; int64_t count; const char* name; } operands[] = {
+          {d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL,
+           (int64_t)r->in_n * r->in_c * r->in_h * r->in_w, "ew_operand"},
+          {d->scale, r->in_c, "scale"}, {d->shift, r->in_c, "shift"},
+          {d->act == ACCEL_ACT_PRELU ? d->prelu_slope : NULL, r->in_c, "prelu_slope"}};
+      for (size_t j = 0; j < sizeof operands / sizeof operands[0]; ++j) {
+        const char* lo = (const char*)operands[j].ptr;
+        if (lo == NULL) continue;
+        const char* hi = lo + operands[j].count * eb;
+        if (lo < out_hi && out_lo < hi) {
+          return accel_fail(ACCEL_ERR_INVALID, "op %d (SDP): %s %p overlaps the output data %p",
+                            i, operands[j].name, operands[j].ptr, output->data);
+        }
+      }
     }
   }
   return ACCEL_OK;

@@ -123,7 +123,9 @@ accel_status accel_device_set_threads(accel_device* dev, int32_t num_threads) {
     return accel_fail(ACCEL_ERR_INVALID, "num_threads = %d is outside [1, %d]", num_threads,
                       WS_THREAD_SLOTS);
   }
+  pthread_mutex_lock(&dev->lock);
   dev->num_threads = num_threads;
+  pthread_mutex_unlock(&dev->lock);
   return ACCEL_OK;
 }
 

@@ -233,6 +233,9 @@ const char* accel_preset_name(int32_t index);
 accel_status accel_config_preset(const char* name, accel_config* out);
 /* Check every field of a (user-given) configuration. */
 accel_status accel_config_validate(const accel_config* cfg);
+/* MACs the array performs per cycle at a precision: atomic_c x atomic_k for int8, half of
+ * atomic_k for 16-bit data and fp32 (charged as fp16). 0 for an invalid precision. */
+int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision precision);
 
 /* ---- devices and runs ------------------------------------------------------------------ */
 
