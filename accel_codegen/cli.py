@@ -290,14 +290,7 @@ def cmd_bench(args) -> int:
                              per_layer_wall=args.per_layer, threads=args.threads)
     shown = result if args.per_layer else {k: v for k, v in result.items() if k != "layers"}
     print(bench.format_table(shown))
-    if json_out:
-        json_out.write_text(json.dumps(result, indent=2))
-        _say(f"wrote {json_out}")
-    if plot_out:
-        from .plotting import plot_bench
-
-        plot_bench(result, plot_out)
-        _say(f"wrote {plot_out}")
+    _write_outputs(result, json_out, plot_out, "plot_bench")
     return 0
 
 
@@ -320,15 +313,20 @@ def cmd_sweep(args) -> int:
     result = sweep(model.mod, model.params, points, precision=args.precision,
                    fuse=not args.no_fuse, model_name=model.name)
     print(format_sweep(result))
+    _write_outputs(result, json_out, plot_out, "plot_sweep")
+    return 0
+
+
+def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
+    """The result as JSON and as a plot (matplotlib is imported only for a plot)."""
     if json_out:
         json_out.write_text(json.dumps(result, indent=2))
         _say(f"wrote {json_out}")
     if plot_out:
-        from .plotting import plot_sweep
+        from . import plotting
 
-        plot_sweep(result, plot_out)
+        getattr(plotting, plotter)(result, plot_out)
         _say(f"wrote {plot_out}")
-    return 0
 
 
 # --- the parser -------------------------------------------------------------------------------
