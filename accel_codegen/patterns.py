@@ -122,8 +122,9 @@ def _dense_entries() -> List[Tuple[str, DFPattern, int]]:
 def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
     entries = []
     for act in (None, *_ACTIVATIONS):
-        entries.append(_epilogue(_batch_norm(wildcard()), "accel.batch_norm", False, False,
-                                 False, act, None))
+        if act is not None:  # a bare batch norm would end at its tuple item: never matched
+            entries.append(_epilogue(_batch_norm(wildcard()), "accel.batch_norm", False, False,
+                                     False, act, None))
         for name, op in _ELEMENTWISE.items():
             pattern = is_op(op)(wildcard(), wildcard())
             entries.append(_epilogue(pattern, f"accel.{name}", False, False, False, act, None))
