@@ -153,10 +153,7 @@ def cmd_partition(args) -> int:
 
     model = bench.load_model(args.model)
     report = partition_report(model.mod, model.params, config=config, fuse=not args.no_fuse)
-    print(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
-    return 0
+    return _show_report(report, args.json)
 
 
 def cmd_compile(args) -> int:
@@ -271,9 +268,14 @@ def cmd_estimate(args) -> int:
     model = bench.load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
                       fuse=not args.no_fuse)
+    return _show_report(report, args.json)
+
+
+def _show_report(report, json_path) -> int:
+    """Print a report (partition or estimate) and, when asked, write its JSON form."""
     print(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report.to_dict(), indent=2))
     return 0
 
 
