@@ -84,6 +84,62 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
 /* Pooling, [n][c][h][w] -> [n][c][out_h][out_w]. */
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads);
 
+/* ---- INT8 (semantics in accel.h; reference: accel_codegen/reference.py) ---------------- */
+
+/* An INT8 SDP op: accel_sdp_desc's converters, validated. clip_lo/clip_hi are -128/127 unless
+ * act is CLIP. */
+typedef struct sdp_i8 {
+  const int32_t* bias;                /* [C] or NULL */
+  const int16_t* mul;                 /* [C] or NULL */
+  const uint8_t* rshift;              /* [C] or NULL */
+  int32_t in_zero;
+  accel_eltwise ew_op;
+  const int8_t* ew_operand;           /* whole NCHW tensor, or NULL with ACCEL_EW_NONE */
+  int32_t ew_zero, ew_mul, ew_shift;
+  accel_activation act;               /* NONE, RELU, CLIP or PRELU */
+  const int16_t* prelu_mul;           /* [C] or NULL */
+  int32_t prelu_shift;
+  int32_t out_mul, out_shift, out_zero;
+  int32_t clip_lo, clip_hi;
+} sdp_i8;
+
+/* SDP on `count` int32 values v[0..count) of channel `channel` (a CONV accumulator, or input
+ * codes minus in_zero), writing int8 y[0..count); `operand` points at the matching ew_operand
+ * codes (NULL when ew_op is NONE). The CONV epilogue and the SDP engine both call this, so
+ * fused and independent runs give identical codes. */
+void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_t* operand,
+                 int8_t* y, int64_t count);
+
+/* out = SDP(in) over a whole [n][c][hw] int8 tensor (v = in - in_zero); in may equal out. */
+void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
+                int8_t* out, int32_t num_threads);
+
+/* out = SDP(conv(in - in_zero, weights)): the int32 accumulators go through `epilogue`
+ * (required: an INT8 CONV always feeds the SDP). packed: accel_conv_pack_weights() output for
+ * this geometry, or NULL to pack into the workspace on this call. Returns ACCEL_ERR_NO_MEMORY
+ * or ACCEL_OK. */
+accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
+                     const int8_t* weights, const void* packed, int8_t* out,
+                     const sdp_i8* epilogue, workspace* ws, int32_t num_threads);
+
+/* Bytes of the packed weights of a geometry, and the packing itself (dst 64-byte aligned).
+ * conv_i8_packed_matches: whether `packed` was made for this geometry. */
+size_t conv_i8_packed_bytes(const conv_geometry* g);
+void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst);
+int conv_i8_packed_matches(const conv_geometry* g, const void* packed);
+
+/* INT8 pooling with the input's zero point. */
+void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
+            int32_t num_threads);
+
+/* ---- FP16 storage ---------------------------------------------------------------------- */
+
+/* IEEE binary16 <-> fp32: widening is exact, narrowing rounds to nearest even. */
+void half_to_float(const uint16_t* src, float* dst, int64_t count);
+void float_to_half(const float* src, uint16_t* dst, int64_t count);
+/* x = float(half(x)) in place: the rounding an FP16 engine applies to its fp32 result. */
+void round_to_half(float* x, int64_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 1,   /* bumped when a struct below changes layout */
+  ACCEL_ABI_VERSION = 2,   /* bumped when a struct below changes layout */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -61,7 +61,22 @@ typedef enum accel_status {
 } accel_status;
 
 /* Data precisions. FP32 is the simulator's reference precision: every configuration accepts it
- * and the cost model charges it as FP16 (2-byte data, the 16-bit MAC rate). */
+ * and the cost model charges it as FP16 (2-byte data, the 16-bit MAC rate). INT16 is not
+ * implemented by the simulator.
+ *
+ * INT8 (bit-exact; accel_codegen/reference.py is the executable definition). A tensor holds
+ * int8 codes q with real value (q - zero) * scale; scales live in the compiler, the machine
+ * only sees zero points and integer converter parameters, as NVDLA's registers do. Weights are
+ * symmetric int8. rhaz(p, s) = p / 2^s rounded half away from zero (NVDLA's converter
+ * rounding); sat8 / sat32 clamp to the int8 / int32 range.
+ *
+ * FP16: IEEE binary16 storage (uint16_t bits) for data, weights and SDP parameters. Products
+ * are exact, CONV accumulates in fp32, SDP and PDP compute in fp32 on widened halves, and each
+ * engine rounds its output to half once (round to nearest even).
+ *
+ * A CONV in INT8 or FP16 must be followed by an SDP in the same chain: the accumulator
+ * (int32 / fp32) always leaves through the SDP, which converts it to the output precision (on
+ * NVDLA, CACC feeds SDP). In INDEPENDENT mode that CONV -> SDP pair still runs on the fly. */
 typedef enum accel_precision {
   ACCEL_INT8 = 0,
   ACCEL_INT16 = 1,
@@ -122,6 +137,12 @@ typedef struct accel_conv_desc {
   int32_t groups;            /* >= 1, divides C and K; groups == C == K is depthwise */
   accel_precision precision; /* of input, weights and output */
   const void* weights;       /* [K][C/groups][R][S] in `precision` */
+  /* ABI 2 */
+  int32_t in_zero;           /* INT8: the input's zero point (-128..127); the sum runs over
+                              * (in - in_zero), so padding reads as in_zero. 0 otherwise */
+  const void* weights_packed;/* INT8, optional: accel_conv_pack_weights() of these weights for
+                              * this conv (NVDLA reads weights its compiler pre-formatted);
+                              * NULL: the kernel packs them on every run */
 } accel_conv_desc;
 
 typedef enum accel_eltwise {
@@ -146,7 +167,19 @@ typedef enum accel_activation {
  *   t = ew_op(t, ew_operand[n][c][h][w])          (ew_op NONE: skipped)
  *   y = act(t)
  * Bias is shift alone; inference batch norm folds to scale = gamma / sqrt(var + eps) and
- * shift = beta - mean * scale, and a conv bias folds into that same shift. */
+ * shift = beta - mean * scale, and a conv bias folds into that same shift.
+ *
+ * INT8 replaces scale/shift/clip_min/clip_max/prelu_slope (which must be NULL / unused) by
+ * integer converters. v = the CONV's int32 accumulator, or x - in_zero for an SDP that reads
+ * its input from memory:
+ *   t = sat32(v + bias[c])                                  (bias NULL: 0)
+ *   t = sat32(rhaz(t * mul[c], rshift[c]))                  (mul NULL: 1, rshift NULL: 0)
+ *   e = sat32(rhaz((ew_operand - ew_zero) * ew_mul, ew_shift)), t = sat32(t op e)
+ *                                                           (op: add, mul, max, min)
+ *   act: RELU t = max(t, 0); PRELU t < 0: rhaz(t * prelu_mul[c], prelu_shift)
+ *   y = sat8(rhaz(t * out_mul, out_shift) + out_zero)       (out_mul 0: y = sat8(t + out_zero))
+ *   CLIP: y = min(max(y, clip_lo), clip_hi)                 (output codes)
+ * Multipliers are int16 values, shifts 0..62. SIGMOID and TANH have no INT8 form. */
 typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */
@@ -156,6 +189,16 @@ typedef struct accel_sdp_desc {
   float clip_min, clip_max;  /* ACCEL_ACT_CLIP bounds, clip_min <= clip_max */
   const void* prelu_slope;   /* [C] for ACCEL_ACT_PRELU */
   accel_precision precision;
+  /* ABI 2: INT8 converters (all 0 / NULL in other precisions) */
+  const int32_t* bias;       /* [C], accumulator units */
+  const int16_t* mul;        /* [C] */
+  const uint8_t* rshift;     /* [C], each 0..62 */
+  int32_t in_zero;           /* zero point of an input read from memory */
+  int32_t ew_zero, ew_mul, ew_shift;   /* element-wise operand converter */
+  const int16_t* prelu_mul;  /* [C] for ACCEL_ACT_PRELU */
+  int32_t prelu_shift;
+  int32_t out_mul, out_shift, out_zero;/* output converter */
+  int32_t clip_lo, clip_hi;  /* ACCEL_ACT_CLIP bounds in output codes, -128 <= lo <= hi <= 127 */
 } accel_sdp_desc;
 
 typedef enum accel_pool {
@@ -167,7 +210,10 @@ typedef enum accel_pool {
  *   out[n][c][y][x] = reduce over r, s of in[n][c][y*stride_h - pad_top + r][x*stride_w - pad_left + s]
  *   max: padding never wins; avg: sum / (count_include_pad ? kernel_h*kernel_w : in-image count)
  *   out_h = (H + pad_top + pad_bottom - kernel_h) / stride_h + 1 (same for w)
- * Padding is smaller than the kernel, so every window holds at least one in-image element. */
+ * Padding is smaller than the kernel, so every window holds at least one in-image element.
+ * INT8 average: S = sum of (in - zero) over the window's image elements, divisor d as above,
+ * out = zero + S / d rounded half away from zero (exact division; NVDLA multiplies by a
+ * fixed-point reciprocal instead). The output keeps the input's scale and zero point. */
 typedef struct accel_pdp_desc {
   accel_pool pool;
   int32_t kernel_h, kernel_w;
@@ -175,6 +221,8 @@ typedef struct accel_pdp_desc {
   int32_t pad_top, pad_bottom, pad_left, pad_right;
   int32_t count_include_pad; /* 0 or 1, average pooling only */
   accel_precision precision;
+  /* ABI 2 */
+  int32_t zero;              /* INT8: the input's (and output's) zero point */
 } accel_pdp_desc;
 
 /* One engine op of a chain: `engine` says which descriptor is meant. */
@@ -270,6 +318,13 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
                             const accel_tensor* input, const accel_tensor* output,
                             accel_mode mode, accel_run_stats* run_stats,
                             accel_op_stats* op_stats);
+
+/* INT8 CONV weights rearranged for the simulator's kernel (accel_conv_desc.weights_packed).
+ * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights for an
+ * input of in_c channels into packed (*packed_bytes bytes, 64-byte aligned). A run rejects a
+ * packed buffer made for another geometry. Generated code packs once, in its constant loader. */
+accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_desc* conv,
+                                     int32_t in_c, void* packed, size_t* packed_bytes);
 
 /* Inference batch norm (and an optional preceding bias) as one SDP scale and shift:
  *   scale[c] = gamma[c] / sqrt(var[c] + epsilon)
