@@ -14,7 +14,10 @@
  *   the slower of its two units' rates.
  * - FUSED: the intermediates between engines stay on chip and the engines work in a pipeline, so
  *   the chain costs the long pole of every engine's compute and all of its memory traffic.
- *   INDEPENDENT: every op reads its input and writes its output, one op after the other.
+ *   INDEPENDENT: every op reads its input and writes its output, one op after the other, except
+ *   that an INT8 or FP16 CONV hands its accumulators to the SDP on the fly (CACC feeds SDP).
+ * - INT8 SDP parameters are the converters: a 4-byte bias, a 2-byte multiplier and a 1-byte
+ *   shift per channel (and a 2-byte PReLU multiplier).
  */
 #include <math.h>
 #include <stdint.h>
@@ -168,7 +171,8 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   static const char* const act_names[] = {"", "relu", "clip", "prelu", "sigmoid", "tanh"};
   char name[ACCEL_NAME_LEN] = "sdp";
   size_t used = strlen(name);
-  const char* parts[3] = {d->scale || d->shift ? "scale_shift" : "", ew_names[d->ew_op],
+  const int affine = d->scale || d->shift || d->bias || d->mul;
+  const char* parts[3] = {affine ? "scale_shift" : "", ew_names[d->ew_op],
                           act_names[d->act]};
   for (int i = 0; i < 3; ++i) {
     if (parts[i][0] == '\0') continue;
@@ -182,8 +186,12 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || d->act == ACCEL_ACT_SIGMOID ||
                           d->act == ACCEL_ACT_TANH;
   s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
-  const int per_channel = (d->scale != NULL) + (d->shift != NULL) + (d->act == ACCEL_ACT_PRELU);
-  s->weight_bytes = (int64_t)per_channel * r->in_c * hw_element_bytes(p);
+  const int64_t per_channel =
+      p == ACCEL_INT8 ? 4 * (d->bias != NULL) + 2 * (d->mul != NULL) + (d->rshift != NULL) +
+                            2 * (d->act == ACCEL_ACT_PRELU)
+                      : ((d->scale != NULL) + (d->shift != NULL) + (d->act == ACCEL_ACT_PRELU)) *
+                            hw_element_bytes(p);
+  s->weight_bytes = per_channel * r->in_c;
   s->input_bytes = input_on_chip ? 0 : tensor;
   s->operand_bytes = d->ew_op != ACCEL_EW_NONE ? tensor : 0;
   s->bytes_written = output_on_chip ? 0 : tensor;
@@ -197,6 +205,12 @@ static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on
   s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->pdp_throughput);
   s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
+}
+
+/* Whether op i is a CONV whose accumulators go on the fly to the SDP at i + 1 in any mode. */
+static int conv_feeds_sdp(const resolved_chain* chain, int32_t i) {
+  return i >= 0 && i + 1 < chain->num_ops && chain->ops[i].op->engine == ACCEL_ENGINE_CONV &&
+         chain->ops[i].op->conv.precision != ACCEL_FP32;
 }
 
 void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char* label,
@@ -213,8 +227,8 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     accel_op_stats* s = &ops[i];
     memset(s, 0, sizeof *s);
     s->engine = r->op->engine;
-    const int input_on_chip = fused && i > 0;
-    const int output_on_chip = fused && i + 1 < chain->num_ops;
+    const int input_on_chip = (fused && i > 0) || conv_feeds_sdp(chain, i - 1);
+    const int output_on_chip = (fused && i + 1 < chain->num_ops) || conv_feeds_sdp(chain, i);
     switch (r->op->engine) {
       case ACCEL_ENGINE_CONV:
         s->precision = precision = r->op->conv.precision;

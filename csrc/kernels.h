@@ -62,7 +62,8 @@ void* workspace_get(workspace* ws, int slot, size_t bytes);
 void workspace_free(workspace* ws);
 
 /* The first slots belong to the threads of a parallel region; shared buffers come after. */
-enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33 };
+enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
+       WS_FP16_WIDE = 34 /* an FP16 run's operands widened to fp32 */ };
 
 /* SDP on `count` consecutive elements x[0..count) that all belong to channel `channel`, in
  * place; `operand` points at the matching ew_operand elements (NULL when ew_op is NONE).

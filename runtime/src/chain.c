@@ -38,21 +38,27 @@ static accel_status check_precision(const accel_config* cfg, accel_precision p, 
     return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: precision %s is not supported by configuration %s",
                       what, precision_name(p), cfg->name);
   }
-  if (p != ACCEL_FP32) {
+  if (p == ACCEL_INT16) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
-                      "%s: precision %s is not implemented by the simulator yet (fp32 is)", what,
-                      precision_name(p));
+                      "%s: precision %s is not implemented by the simulator (int8, fp16 and fp32 "
+                      "are)", what, precision_name(p));
+  }
+  return ACCEL_OK;
+}
+
+/* A buffer of `bytes`-byte elements of type `type`. */
+static accel_status check_array(const void* ptr, int64_t bytes, const char* type,
+                                const char* what) {
+  if (ptr == NULL) return accel_fail(ACCEL_ERR_NULL, "%s is NULL", what);
+  if ((uintptr_t)ptr % (uintptr_t)bytes != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s = %p is not aligned to its %lld-byte %s elements",
+                      what, ptr, (long long)bytes, type);
   }
   return ACCEL_OK;
 }
 
 static accel_status check_buffer(const void* ptr, accel_precision p, const char* what) {
-  if (ptr == NULL) return accel_fail(ACCEL_ERR_NULL, "%s is NULL", what);
-  if ((uintptr_t)ptr % (uintptr_t)element_bytes(p) != 0) {
-    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s = %p is not aligned to its %lld-byte %s elements",
-                      what, ptr, (long long)element_bytes(p), precision_name(p));
-  }
-  return ACCEL_OK;
+  return check_array(ptr, element_bytes(p), precision_name(p), what);
 }
 
 static accel_status check_tensor(const accel_config* cfg, const accel_tensor* t, const char* what,
@@ -89,9 +95,18 @@ static accel_status check_tensor(const accel_config* cfg, const accel_tensor* t,
                       (int)(value), (int)(lo), (int)(hi));                                     \
   }
 
-static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const char* where,
-                                 int need_data) {
-  const accel_conv_desc* d = &r->op->conv;
+/* The geometry of a conv's weights (spatial fields zero until the input is known). */
+static conv_geometry weight_geometry(const accel_conv_desc* d, int32_t in_c) {
+  return (conv_geometry){
+      .c = in_c, .k = d->out_c, .kernel_h = d->kernel_h, .kernel_w = d->kernel_w,
+      .stride_h = d->stride_h, .stride_w = d->stride_w,
+      .pad_top = d->pad_top, .pad_left = d->pad_left,
+      .dilation_h = d->dilation_h, .dilation_w = d->dilation_w, .groups = d->groups};
+}
+
+/* The fields of a conv that do not depend on the input's size. */
+static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_desc* d,
+                                      int32_t in_c, const char* where) {
   RANGE("out_c", d->out_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
   RANGE("kernel_h", d->kernel_h, 1, ACCEL_MAX_CONV_KERNEL)
   RANGE("kernel_w", d->kernel_w, 1, ACCEL_MAX_CONV_KERNEL)
@@ -104,12 +119,39 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   RANGE("pad_left", d->pad_left, 0, ACCEL_MAX_CONV_PAD)
   RANGE("pad_right", d->pad_right, 0, ACCEL_MAX_CONV_PAD)
   RANGE("groups", d->groups, 1, ACCEL_MAX_TENSOR_ELEMENTS)
-  if (r->in_c % d->groups != 0 || d->out_c % d->groups != 0) {
+  if (in_c % d->groups != 0 || d->out_c % d->groups != 0) {
     return accel_fail(ACCEL_ERR_SHAPE,
                       "%s: groups = %d must divide input channels %d and out_c %d", where,
-                      d->groups, r->in_c, d->out_c);
+                      d->groups, in_c, d->out_c);
   }
   accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  if (d->precision == ACCEL_INT8) {
+    RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
+  } else {
+    RANGE("in_zero", d->in_zero, 0, 0)
+    if (d->weights_packed != NULL) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: weights_packed is for INT8 weights, not %s",
+                        where, precision_name(d->precision));
+    }
+  }
+  /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
+  const int64_t window = (int64_t)d->kernel_h * d->kernel_w;
+  const int64_t per_kernel = (int64_t)(in_c / d->groups) * window;
+  const int64_t weight_count = per_kernel > ACCEL_MAX_TENSOR_ELEMENTS / d->out_c
+                                   ? (int64_t)ACCEL_MAX_TENSOR_ELEMENTS + 1
+                                   : per_kernel * d->out_c;
+  if (weight_count > ACCEL_MAX_TENSOR_ELEMENTS) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
+                      (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
+  }
+  return ACCEL_OK;
+}
+
+static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const char* where,
+                                 int need_data) {
+  const accel_conv_desc* d = &r->op->conv;
+  accel_status st = check_conv_fields(cfg, d, r->in_c, where);
   if (st != ACCEL_OK) return st;
   const int64_t reach_h = (int64_t)d->dilation_h * (d->kernel_h - 1) + 1;
   const int64_t reach_w = (int64_t)d->dilation_w * (d->kernel_w - 1) + 1;
@@ -121,16 +163,6 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
                       where, (long long)reach_h, (long long)reach_w, (long long)padded_h,
                       (long long)padded_w);
   }
-  /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
-  const int64_t window = (int64_t)d->kernel_h * d->kernel_w;
-  const int64_t per_kernel = (int64_t)(r->in_c / d->groups) * window;
-  const int64_t weight_count = per_kernel > ACCEL_MAX_TENSOR_ELEMENTS / d->out_c
-                                   ? (int64_t)ACCEL_MAX_TENSOR_ELEMENTS + 1
-                                   : per_kernel * d->out_c;
-  if (weight_count > ACCEL_MAX_TENSOR_ELEMENTS) {
-    return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
-                      (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
-  }
   if (need_data) {
     char what[64];
     snprintf(what, sizeof what, "%s: weights", where);
@@ -141,13 +173,99 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   r->out_c = d->out_c;
   r->out_h = (int32_t)((padded_h - reach_h) / d->stride_h + 1);
   r->out_w = (int32_t)((padded_w - reach_w) / d->stride_w + 1);
-  r->conv = (conv_geometry){
-      .n = r->in_n, .c = r->in_c, .h = r->in_h, .w = r->in_w,
-      .k = d->out_c, .out_h = r->out_h, .out_w = r->out_w,
-      .kernel_h = d->kernel_h, .kernel_w = d->kernel_w,
-      .stride_h = d->stride_h, .stride_w = d->stride_w,
-      .pad_top = d->pad_top, .pad_left = d->pad_left,
-      .dilation_h = d->dilation_h, .dilation_w = d->dilation_w, .groups = d->groups};
+  r->conv = weight_geometry(d, r->in_c);
+  r->conv.n = r->in_n, r->conv.h = r->in_h, r->conv.w = r->in_w;
+  r->conv.out_h = r->out_h, r->conv.out_w = r->out_w;
+  if (d->weights_packed != NULL && !conv_i8_packed_matches(&r->conv, d->weights_packed)) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: weights_packed %p was not packed for this %dx%dx%dx%d conv (groups %d)",
+                      where, d->weights_packed, d->out_c, r->in_c / d->groups, d->kernel_h,
+                      d->kernel_w, d->groups);
+  }
+  return ACCEL_OK;
+}
+
+accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_desc* conv,
+                                     int32_t in_c, void* packed, size_t* packed_bytes) {
+  accel_status st = accel_config_validate(cfg);
+  if (st != ACCEL_OK) return st;
+  if (conv == NULL || packed_bytes == NULL) {
+    return accel_fail(ACCEL_ERR_NULL, "conv or packed_bytes is NULL");
+  }
+  const char* where = "accel_conv_pack_weights";
+  RANGE("in_c", in_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
+  if (conv->precision != ACCEL_INT8) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s: only INT8 weights are packed", where,
+                      precision_name(conv->precision));
+  }
+  st = check_conv_fields(cfg, conv, in_c, where);
+  if (st != ACCEL_OK) return st;
+  const conv_geometry g = weight_geometry(conv, in_c);
+  const size_t needed = conv_i8_packed_bytes(&g);
+  if (packed == NULL) {
+    *packed_bytes = needed;
+    return ACCEL_OK;
+  }
+  if (*packed_bytes < needed) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: packed_bytes = %zu, %zu are needed", where,
+                      *packed_bytes, needed);
+  }
+  if ((uintptr_t)packed % 64 != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: packed = %p is not 64-byte aligned", where,
+                      packed);
+  }
+  st = check_buffer(conv->weights, ACCEL_INT8, "accel_conv_pack_weights: weights");
+  if (st != ACCEL_OK) return st;
+  conv_i8_pack(&g, conv->weights, packed);
+  *packed_bytes = needed;
+  return ACCEL_OK;
+}
+
+/* The INT8 converters of an SDP (the float fields must be unused). */
+static accel_status check_sdp_int8(const accel_sdp_desc* d, int32_t channels, const char* where,
+                                   int need_data) {
+  if (d->scale != NULL || d->shift != NULL || d->prelu_slope != NULL) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: scale, shift and prelu_slope are float parameters; INT8 uses bias, "
+                      "mul, rshift and prelu_mul", where);
+  }
+  if (d->act == ACCEL_ACT_SIGMOID || d->act == ACCEL_ACT_TANH) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: act = %s has no INT8 form", where,
+                      d->act == ACCEL_ACT_SIGMOID ? "sigmoid" : "tanh");
+  }
+  RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
+  RANGE("ew_zero", d->ew_zero, INT8_MIN, INT8_MAX)
+  RANGE("out_zero", d->out_zero, INT8_MIN, INT8_MAX)
+  RANGE("ew_mul", d->ew_mul, INT16_MIN, INT16_MAX)
+  RANGE("out_mul", d->out_mul, INT16_MIN, INT16_MAX)
+  RANGE("ew_shift", d->ew_shift, 0, 62)
+  RANGE("out_shift", d->out_shift, 0, 62)
+  RANGE("prelu_shift", d->prelu_shift, 0, 62)
+  if (d->act == ACCEL_ACT_CLIP) {
+    RANGE("clip_lo", d->clip_lo, INT8_MIN, INT8_MAX)
+    RANGE("clip_hi", d->clip_hi, d->clip_lo, INT8_MAX)
+  }
+  if (need_data && d->rshift != NULL) {
+    for (int32_t c = 0; c < channels; ++c) {
+      if (d->rshift[c] > 62) {
+        return accel_fail(ACCEL_ERR_INVALID, "%s: rshift[%d] = %d is outside [0, 62]", where, c,
+                          d->rshift[c]);
+      }
+    }
+  }
+  return ACCEL_OK;
+}
+
+/* Outside INT8 the converter fields must be absent, so nothing is silently ignored. */
+static accel_status check_sdp_no_int8(const accel_sdp_desc* d, const char* where) {
+  if (d->bias != NULL || d->mul != NULL || d->rshift != NULL || d->prelu_mul != NULL ||
+      d->in_zero != 0 || d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 ||
+      d->prelu_shift != 0 || d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 ||
+      d->clip_lo != 0 || d->clip_hi != 0) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: INT8 converter fields (bias, mul, rshift, zero points, ...) are set "
+                      "in precision %s", where, precision_name(d->precision));
+  }
   return ACCEL_OK;
 }
 
@@ -163,26 +281,34 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
                       "%s: element-wise ops need the SDP element-wise unit, which %s lacks",
                       where, cfg->name);
   }
+  const int int8 = d->precision == ACCEL_INT8;
+  st = int8 ? check_sdp_int8(d, r->in_c, where, need_data) : check_sdp_no_int8(d, where);
+  if (st != ACCEL_OK) return st;
   if ((d->act == ACCEL_ACT_SIGMOID || d->act == ACCEL_ACT_TANH) &&
       !(cfg->features & ACCEL_FEATURE_LUT)) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
                       "%s: act = %s needs the SDP lookup table, which %s lacks", where,
                       d->act == ACCEL_ACT_SIGMOID ? "sigmoid" : "tanh", cfg->name);
   }
-  if (d->act == ACCEL_ACT_CLIP && !(d->clip_min <= d->clip_max)) {
+  if (!int8 && d->act == ACCEL_ACT_CLIP && !(d->clip_min <= d->clip_max)) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: clip_min = %g must not exceed clip_max = %g",
                       where, (double)d->clip_min, (double)d->clip_max);
   }
   if (need_data) {
     char what[64];
-    const struct { const void* ptr; const char* name; int needed; } params[] = {
-        {d->scale, "scale", 0}, {d->shift, "shift", 0},
-        {d->ew_operand, "ew_operand", d->ew_op != ACCEL_EW_NONE},
-        {d->prelu_slope, "prelu_slope", d->act == ACCEL_ACT_PRELU}};
+    const int64_t eb = element_bytes(d->precision);
+    const char* type = precision_name(d->precision);
+    const struct { const void* ptr; const char* name; int needed; int64_t bytes; const char* type; }
+        params[] = {
+            {d->scale, "scale", 0, eb, type}, {d->shift, "shift", 0, eb, type},
+            {d->ew_operand, "ew_operand", d->ew_op != ACCEL_EW_NONE, eb, type},
+            {d->prelu_slope, "prelu_slope", !int8 && d->act == ACCEL_ACT_PRELU, eb, type},
+            {d->bias, "bias", 0, 4, "int32"}, {d->mul, "mul", 0, 2, "int16"},
+            {d->prelu_mul, "prelu_mul", int8 && d->act == ACCEL_ACT_PRELU, 2, "int16"}};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; ++i) {
       if (params[i].ptr == NULL && !params[i].needed) continue;
       snprintf(what, sizeof what, "%s: %s", where, params[i].name);
-      st = check_buffer(params[i].ptr, d->precision, what);
+      st = check_array(params[i].ptr, params[i].bytes, params[i].type, what);
       if (st != ACCEL_OK) return st;
     }
   }
@@ -212,6 +338,11 @@ static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const c
   RANGE("pad_left", d->pad_left, 0, d->kernel_w - 1)
   RANGE("pad_right", d->pad_right, 0, d->kernel_w - 1)
   RANGE("count_include_pad", d->count_include_pad, 0, 1)
+  if (d->precision == ACCEL_INT8) {
+    RANGE("zero", d->zero, INT8_MIN, INT8_MAX)
+  } else {
+    RANGE("zero", d->zero, 0, 0)
+  }
   const int64_t padded_h = (int64_t)r->in_h + d->pad_top + d->pad_bottom;
   const int64_t padded_w = (int64_t)r->in_w + d->pad_left + d->pad_right;
   if (d->kernel_h > padded_h || d->kernel_w > padded_w) {
@@ -302,6 +433,12 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
     }
     if (st != ACCEL_OK) return st;
+    if (ops[i].engine == ACCEL_ENGINE_CONV && ops[i].conv.precision != ACCEL_FP32 &&
+        (i + 1 == num_ops || ops[i + 1].engine != ACCEL_ENGINE_SDP)) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: a %s CONV must be followed by an SDP, which converts its "
+                        "accumulators", where, precision_name(ops[i].conv.precision));
+    }
     if ((int64_t)r->out_n * r->out_c * r->out_h * r->out_w > ACCEL_MAX_TENSOR_ELEMENTS) {
       return accel_fail(ACCEL_ERR_INVALID, "%s: the output of %d x %d x %d x %d elements exceeds "
                         "the limit of %d", where, r->out_n, r->out_c, r->out_h, r->out_w,
@@ -339,15 +476,18 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       if (ops[i].engine != ACCEL_ENGINE_SDP) continue;
       const accel_sdp_desc* d = &ops[i].sdp;
       const resolved_op* r = &out->ops[i];
-      const struct { const void* ptr; int64_t count; const char* name; } operands[] = {
+      const struct { const void* ptr; int64_t bytes; const char* name; } operands[] = {
           {d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL,
-           (int64_t)r->in_n * r->in_c * r->in_h * r->in_w, "ew_operand"},
-          {d->scale, r->in_c, "scale"}, {d->shift, r->in_c, "shift"},
-          {d->act == ACCEL_ACT_PRELU ? d->prelu_slope : NULL, r->in_c, "prelu_slope"}};
+           (int64_t)r->in_n * r->in_c * r->in_h * r->in_w * eb, "ew_operand"},
+          {d->scale, r->in_c * eb, "scale"}, {d->shift, r->in_c * eb, "shift"},
+          {d->act == ACCEL_ACT_PRELU ? d->prelu_slope : NULL, r->in_c * eb, "prelu_slope"},
+          {d->bias, (int64_t)r->in_c * 4, "bias"}, {d->mul, (int64_t)r->in_c * 2, "mul"},
+          {d->rshift, r->in_c, "rshift"},
+          {d->act == ACCEL_ACT_PRELU ? d->prelu_mul : NULL, (int64_t)r->in_c * 2, "prelu_mul"}};
       for (size_t j = 0; j < sizeof operands / sizeof operands[0]; ++j) {
         const char* lo = (const char*)operands[j].ptr;
         if (lo == NULL) continue;
-        const char* hi = lo + operands[j].count * eb;
+        const char* hi = lo + operands[j].bytes;
         if (lo < out_hi && out_lo < hi) {
           return accel_fail(ACCEL_ERR_INVALID, "op %d (SDP): %s %p overlaps the output data %p",
                             i, operands[j].name, operands[j].ptr, output->data);

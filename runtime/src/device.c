@@ -137,62 +137,167 @@ static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
                    .clip_max = d->clip_max, .prelu_slope = d->prelu_slope};
 }
 
-/* One op from src to dst (fp32). `epilogue` is an SDP fused into a CONV. */
-static accel_status execute_op(accel_device* dev, const resolved_op* r, const sdp_f32* epilogue,
-                               const float* src, float* dst) {
-  switch (r->op->engine) {
+static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
+  const int clip = d->act == ACCEL_ACT_CLIP;
+  return (sdp_i8){.bias = d->bias, .mul = d->mul, .rshift = d->rshift, .in_zero = d->in_zero,
+                  .ew_op = d->ew_op, .ew_operand = d->ew_operand, .ew_zero = d->ew_zero,
+                  .ew_mul = d->ew_mul, .ew_shift = d->ew_shift, .act = d->act,
+                  .prelu_mul = d->prelu_mul, .prelu_shift = d->prelu_shift,
+                  .out_mul = d->out_mul, .out_shift = d->out_shift, .out_zero = d->out_zero,
+                  .clip_lo = clip ? d->clip_lo : INT8_MIN, .clip_hi = clip ? d->clip_hi : INT8_MAX};
+}
+
+static int64_t output_count(const resolved_op* r) {
+  return (int64_t)r->out_n * r->out_c * r->out_h * r->out_w;
+}
+
+/* The last op of the engine pass that starts at op i: a CONV takes the SDP after it along when
+ * the chain is FUSED, and always in INT8 and FP16 (the accumulators leave through the SDP). */
+static int32_t pass_end(const resolved_chain* chain, int32_t i, accel_precision precision) {
+  const int pairs = chain->mode == ACCEL_MODE_FUSED || precision != ACCEL_FP32;
+  return pairs && chain->ops[i].op->engine == ACCEL_ENGINE_CONV && i + 1 < chain->num_ops &&
+                 chain->ops[i + 1].op->engine == ACCEL_ENGINE_SDP
+             ? i + 1
+             : i;
+}
+
+/* One engine pass, ops first..last, from src to dst. INT8 runs the integer kernels; FP32 (and
+ * FP16, whose operands the caller has widened) the fp32 ones. */
+static accel_status execute_pass(accel_device* dev, const resolved_chain* chain, int32_t first,
+                                 int32_t last, const void* src, void* dst) {
+  const resolved_op* r = &chain->ops[first];
+  const accel_op* op = r->op;
+  const accel_sdp_desc* epilogue = last > first ? &chain->ops[last].op->sdp : NULL;
+  const int int8 = (op->engine == ACCEL_ENGINE_CONV ? op->conv.precision
+                    : op->engine == ACCEL_ENGINE_SDP ? op->sdp.precision
+                                                     : op->pdp.precision) == ACCEL_INT8;
+  const int32_t threads = dev->num_threads;
+  switch (op->engine) {
     case ACCEL_ENGINE_CONV:
-      return conv_f32(&r->conv, src, r->op->conv.weights, dst, epilogue, &dev->ws,
-                      dev->num_threads);
+      if (int8) {
+        const sdp_i8 e = sdp_i8_operands(epilogue);
+        return conv_i8(&r->conv, op->conv.in_zero, src, op->conv.weights,
+                       op->conv.weights_packed, dst, &e, &dev->ws, threads);
+      } else {
+        const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
+        return conv_f32(&r->conv, src, op->conv.weights, dst, epilogue != NULL ? &e : NULL,
+                        &dev->ws, threads);
+      }
     case ACCEL_ENGINE_SDP: {
-      const sdp_f32 p = sdp_operands(&r->op->sdp);
-      sdp_f32_run(&p, r->in_n, r->in_c, (int64_t)r->in_h * r->in_w, src, dst, dev->num_threads);
+      const int64_t hw = (int64_t)r->in_h * r->in_w;
+      if (int8) {
+        const sdp_i8 p = sdp_i8_operands(&op->sdp);
+        sdp_i8_run(&p, r->in_n, r->in_c, hw, src, dst, threads);
+      } else {
+        const sdp_f32 p = sdp_operands(&op->sdp);
+        sdp_f32_run(&p, r->in_n, r->in_c, hw, src, dst, threads);
+      }
       return ACCEL_OK;
     }
     case ACCEL_ENGINE_PDP:
-      pdp_f32(&r->pdp, src, dst, dev->num_threads);
+      if (int8) {
+        pdp_i8(&r->pdp, op->pdp.zero, src, dst, threads);
+      } else {
+        pdp_f32(&r->pdp, src, dst, threads);
+      }
       return ACCEL_OK;
   }
-  return accel_fail(ACCEL_ERR_INVALID, "engine = %d is not an accel_engine", (int)r->op->engine);
-}
-
-static size_t output_bytes(const resolved_op* r) {
-  return (size_t)r->out_n * r->out_c * r->out_h * r->out_w * sizeof(float);
+  return accel_fail(ACCEL_ERR_INVALID, "engine = %d is not an accel_engine", (int)op->engine);
 }
 
 /* FUSED: an SDP right after a CONV runs as the convolution's epilogue, on each tile while it
  * is in cache; a PDP after them reads the on-chip result (a scratch buffer standing in for the
- * pipeline's line buffers). INDEPENDENT: every op writes a full intermediate tensor. */
+ * pipeline's line buffers). INDEPENDENT: every pass writes a full intermediate tensor.
+ * `precision` is the chain's; `element` the bytes of the data the kernels see (fp32 for FP16),
+ * and `round_half` rounds every pass's output to half, as an FP16 engine's output converter. */
 static accel_status execute_chain(accel_device* dev, const resolved_chain* chain,
-                                  const float* input, float* output) {
-  const float* src = input;
+                                  accel_precision precision, size_t element, int round_half,
+                                  const void* input, void* output) {
+  const void* src = input;
   int scratch = WS_CHAIN_A;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
-    const resolved_op* r = &chain->ops[i];
-    const sdp_f32* epilogue = NULL;
-    sdp_f32 fused_sdp;
-    int32_t last = i;
-    if (chain->mode == ACCEL_MODE_FUSED && r->op->engine == ACCEL_ENGINE_CONV &&
-        i + 1 < chain->num_ops && chain->ops[i + 1].op->engine == ACCEL_ENGINE_SDP) {
-      fused_sdp = sdp_operands(&chain->ops[i + 1].op->sdp);
-      epilogue = &fused_sdp;
-      last = i + 1;
-    }
-    float* dst = output;
+    const int32_t last = pass_end(chain, i, precision);
+    const int64_t count = output_count(&chain->ops[last]);
+    void* dst = output;
     if (last + 1 < chain->num_ops) {
-      dst = workspace_get(&dev->ws, scratch, output_bytes(&chain->ops[last]));
+      dst = workspace_get(&dev->ws, scratch, (size_t)count * element);
       if (dst == NULL) {
         return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
-                          output_bytes(&chain->ops[last]));
+                          (size_t)count * element);
       }
       scratch = scratch == WS_CHAIN_A ? WS_CHAIN_B : WS_CHAIN_A;
     }
-    accel_status st = execute_op(dev, r, epilogue, src, dst);
+    accel_status st = execute_pass(dev, chain, i, last, src, dst);
     if (st != ACCEL_OK) return st;
+    if (round_half) round_to_half(dst, count);
     src = dst;
     i = last;
   }
   return ACCEL_OK;
+}
+
+/* Widen `count` halves into *cursor and advance it; NULL stays NULL. */
+static const float* widen(const void* halves, int64_t count, float** cursor) {
+  if (halves == NULL) return NULL;
+  float* dst = *cursor;
+  half_to_float(halves, dst, count);
+  *cursor += count;
+  return dst;
+}
+
+/* FP16: every half the chain reads is widened once into scratch, the fp32 engines run on the
+ * widened copies with each pass's output rounded to half, and the result is narrowed. */
+static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
+                                       const accel_tensor* input, const accel_tensor* output) {
+  const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;
+  const int64_t out_count = (int64_t)output->n * output->c * output->h * output->w;
+  int64_t total = in_count + out_count;
+  for (int32_t i = 0; i < chain->num_ops; ++i) {
+    const resolved_op* r = &chain->ops[i];
+    if (r->op->engine == ACCEL_ENGINE_CONV) {
+      total += (int64_t)r->conv.k * (r->conv.c / r->conv.groups) * r->conv.kernel_h *
+               r->conv.kernel_w;
+    } else if (r->op->engine == ACCEL_ENGINE_SDP) {
+      total += 3 * (int64_t)r->in_c +
+               (r->op->sdp.ew_op != ACCEL_EW_NONE ? (int64_t)r->in_n * r->in_c * r->in_h * r->in_w
+                                                  : 0);
+    }
+  }
+  float* cursor = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)total * sizeof(float));
+  if (cursor == NULL) {
+    return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                      (size_t)total * sizeof(float));
+  }
+  resolved_chain wide = *chain;
+  accel_op ops[ACCEL_MAX_CHAIN_OPS];
+  for (int32_t i = 0; i < chain->num_ops; ++i) {
+    const resolved_op* r = &chain->ops[i];
+    ops[i] = *r->op;
+    wide.ops[i].op = &ops[i];
+    if (r->op->engine == ACCEL_ENGINE_CONV) {
+      ops[i].conv.precision = ACCEL_FP32;
+      ops[i].conv.weights = widen(r->op->conv.weights,
+                                  (int64_t)r->conv.k * (r->conv.c / r->conv.groups) *
+                                      r->conv.kernel_h * r->conv.kernel_w, &cursor);
+    } else if (r->op->engine == ACCEL_ENGINE_SDP) {
+      accel_sdp_desc* d = &ops[i].sdp;
+      d->precision = ACCEL_FP32;
+      d->scale = widen(d->scale, r->in_c, &cursor);
+      d->shift = widen(d->shift, r->in_c, &cursor);
+      d->prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;
+      d->ew_operand = d->ew_op != ACCEL_EW_NONE
+                          ? widen(d->ew_operand, (int64_t)r->in_n * r->in_c * r->in_h * r->in_w,
+                                  &cursor)
+                          : NULL;
+    } else {
+      ops[i].pdp.precision = ACCEL_FP32;
+    }
+  }
+  const float* in = widen(input->data, in_count, &cursor);
+  float* out = cursor;
+  accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out);
+  if (st == ACCEL_OK) float_to_half(out, output->data, out_count);
+  return st;
 }
 
 accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
@@ -203,7 +308,15 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   accel_status st = chain_resolve(&dev->config, ops, num_ops, input, output, mode, 1, &chain);
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
-  st = execute_chain(dev, &chain, input->data, output->data);
+  switch (input->precision) {
+    case ACCEL_FP16: st = execute_chain_fp16(dev, &chain, input, output); break;
+    case ACCEL_INT8:
+      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data);
+      break;
+    default:
+      st = execute_chain(dev, &chain, ACCEL_FP32, sizeof(float), 0, input->data, output->data);
+      break;
+  }
   pthread_mutex_unlock(&dev->lock);
   if (st != ACCEL_OK) return st;
   accel_run_stats run;

@@ -1,0 +1,53 @@
+/* half.c - IEEE binary16 storage of the FP16 engines: the engines compute in fp32 on widened
+ * halves and round each output to half once (round to nearest even, as vcvtps2ph does). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static float scalar_widen(uint16_t h) {
+  _Float16 v;
+  memcpy(&v, &h, sizeof v);
+  return (float)v;
+}
+
+static uint16_t scalar_narrow(float f) {
+  const _Float16 v = (_Float16)f; /* round to nearest even */
+  uint16_t h;
+  memcpy(&h, &v, sizeof h);
+  return h;
+}
+
+void half_to_float(const uint16_t* src, float* dst, int64_t count) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= count; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + i))));
+  }
+#endif
+  for (; i < count; ++i) dst[i] = scalar_widen(src[i]);
+}
+
+void float_to_half(const float* src, uint16_t* dst, int64_t count) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= count; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256((__m256i*)(dst + i), h);
+  }
+#endif
+  for (; i < count; ++i) dst[i] = scalar_narrow(src[i]);
+}
+
+void round_to_half(float* x, int64_t count) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= count; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_storeu_ps(x + i, _mm512_cvtph_ps(h));
+  }
+#endif
+  for (; i < count; ++i) x[i] = scalar_widen(scalar_narrow(x[i]));
+}
