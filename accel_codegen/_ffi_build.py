@@ -25,6 +25,9 @@ def main() -> None:
     args = parser.parse_args()
     ffi = cffi.FFI()
     ffi.cdef(declarations(args.header, args.cc))
+    # The calibration observer: Python code the C library calls (accel_set_observer).
+    ffi.cdef('extern "Python" void accel_python_observer(void*, const char*, int32_t, '
+             'const accel_tensor*);')
     ffi.set_source("accel_codegen._accel_ffi", '#include "accel/accel.h"')
     ffi.emit_c_code(args.output)
 

@@ -212,7 +212,14 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
  * and `round_half` rounds every pass's output to half, as an FP16 engine's output converter. */
 static accel_status execute_chain(accel_device* dev, const resolved_chain* chain,
                                   accel_precision precision, size_t element, int round_half,
-                                  const void* input, void* output) {
+                                  const void* input, void* output, const char* label) {
+  const int observed = precision == ACCEL_FP32 && label != NULL;
+  if (observed) {
+    const resolved_op* r = &chain->ops[0];
+    const accel_tensor t = {.data = (void*)input, .n = r->in_n, .c = r->in_c, .h = r->in_h,
+                            .w = r->in_w, .precision = ACCEL_FP32};
+    observe(label, -1, &t);
+  }
   const void* src = input;
   int scratch = WS_CHAIN_A;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
@@ -230,6 +237,12 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
     accel_status st = execute_pass(dev, chain, i, last, src, dst);
     if (st != ACCEL_OK) return st;
     if (round_half) round_to_half(dst, count);
+    if (observed) {
+      const resolved_op* r = &chain->ops[last];
+      const accel_tensor t = {.data = dst, .n = r->out_n, .c = r->out_c, .h = r->out_h,
+                              .w = r->out_w, .precision = ACCEL_FP32};
+      observe(label, last, &t);
+    }
     src = dst;
     i = last;
   }
@@ -295,7 +308,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
   }
   const float* in = widen(input->data, in_count, &cursor);
   float* out = cursor;
-  accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out);
+  accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out, NULL);
   if (st == ACCEL_OK) float_to_half(out, output->data, out_count);
   return st;
 }
@@ -311,10 +324,11 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   switch (input->precision) {
     case ACCEL_FP16: st = execute_chain_fp16(dev, &chain, input, output); break;
     case ACCEL_INT8:
-      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data);
+      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data, NULL);
       break;
     default:
-      st = execute_chain(dev, &chain, ACCEL_FP32, sizeof(float), 0, input->data, output->data);
+      st = execute_chain(dev, &chain, ACCEL_FP32, sizeof(float), 0, input->data, output->data,
+                         label != NULL ? label : "");
       break;
   }
   pthread_mutex_unlock(&dev->lock);

@@ -40,4 +40,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
 /* Append a run's records to the process profile when profiling is enabled. */
 void profile_record(const accel_run_stats* run, const accel_op_stats* ops);
 
+/* Hand a tensor to the calibration observer, if one is set. */
+void observe(const char* label, int32_t op_index, const accel_tensor* tensor);
+
 #endif /* ACCEL_RUNTIME_INTERNAL_H_ */

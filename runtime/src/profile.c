@@ -1,4 +1,5 @@
-/* profile.c - the process-wide profile: every run's records while profiling is enabled. */
+/* profile.c - the process-wide profile (every run's records while profiling is enabled) and the
+ * calibration observer. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,4 +91,23 @@ accel_status accel_profile_op(int32_t index, accel_op_stats* out) {
     return accel_fail(ACCEL_ERR_NOT_FOUND, "op index %d is outside [0, %d)", index, count);
   }
   return ACCEL_OK;
+}
+
+static pthread_mutex_t observer_lock = PTHREAD_MUTEX_INITIALIZER;
+static accel_observer observer;
+static void* observer_user;
+
+void accel_set_observer(accel_observer fn, void* user) {
+  pthread_mutex_lock(&observer_lock);
+  observer = fn;
+  observer_user = user;
+  pthread_mutex_unlock(&observer_lock);
+}
+
+void observe(const char* label, int32_t op_index, const accel_tensor* tensor) {
+  pthread_mutex_lock(&observer_lock);
+  const accel_observer fn = observer;
+  void* user = observer_user;
+  pthread_mutex_unlock(&observer_lock);
+  if (fn != NULL) fn(user, label != NULL ? label : "", op_index, tensor);
 }

@@ -335,6 +335,17 @@ accel_status accel_fold_batch_norm(int32_t channels, const float* gamma, const f
                                    const float* mean, const float* var, const float* bias,
                                    float epsilon, float* scale, float* shift);
 
+/* ---- the accelerator's boundary --------------------------------------------------------- */
+
+/* Convert `count` values between fp32 and a storage precision, as generated code does where
+ * data enters and leaves the accelerator (src and dst must not overlap):
+ *   FP32 -> INT8   q = sat8(x / scale rounded half away from zero + zero), in double; NaN -> zero
+ *   INT8 -> FP32   x = (float)(((double)q - zero) * scale)
+ *   FP32 -> FP16   round to nearest even;  FP16 -> FP32 exact
+ * scale must be positive and finite and zero in -128..127 for INT8; both are ignored otherwise. */
+accel_status accel_convert(const void* src, accel_precision from, void* dst, accel_precision to,
+                           int64_t count, float scale, int32_t zero);
+
 /* ---- profiling ------------------------------------------------------------------------- */
 
 /* While enabled, every accel_run in the process appends its run and op records. Enabling
@@ -345,6 +356,14 @@ int32_t accel_profile_num_runs(void);
 accel_status accel_profile_run(int32_t index, accel_run_stats* out, int32_t* first_op);
 int32_t accel_profile_num_ops(void);
 accel_status accel_profile_op(int32_t index, accel_op_stats* out);
+
+/* Calibration: while an observer is set, every FP32 accel_run in the process calls it with
+ * the run's input (op_index -1) and with the output of each engine pass (op_index = the pass's
+ * last op), before the next pass starts, so it also sees what a fused chain keeps on chip.
+ * The tensor is valid during the call only. NULL removes the observer. */
+typedef void (*accel_observer)(void* user, const char* label, int32_t op_index,
+                               const accel_tensor* tensor);
+void accel_set_observer(accel_observer observer, void* user);
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
