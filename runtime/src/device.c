@@ -234,6 +234,14 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       }
       scratch = scratch == WS_CHAIN_A ? WS_CHAIN_B : WS_CHAIN_A;
     }
+    for (int32_t j = i; observed && j <= last; ++j) {
+      const accel_sdp_desc* d = &chain->ops[j].op->sdp;
+      if (chain->ops[j].op->engine != ACCEL_ENGINE_SDP || d->ew_op == ACCEL_EW_NONE) continue;
+      const resolved_op* r = &chain->ops[j];
+      const accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
+                              .h = r->in_h, .w = r->in_w, .precision = ACCEL_FP32};
+      observe(label, -2 - j, &t);
+    }
     accel_status st = execute_pass(dev, chain, i, last, src, dst);
     if (st != ACCEL_OK) return st;
     if (round_half) round_to_half(dst, count);
