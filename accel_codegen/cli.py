@@ -301,7 +301,8 @@ def cmd_sweep(args) -> int:
     check_model_spec(args.model)
     json_out = _output_path(args.json, ".json", "--json") if args.json else None
     plot_out = _output_path(args.plot, ".png", "--plot") if args.plot else None
-    from .estimation import check_precision, sweep_configs
+    from .config import check_precision
+    from .estimation import sweep_configs
 
     try:
         points = sweep_configs(base, args.macs, args.dram_gbps, args.cbuf_kib)

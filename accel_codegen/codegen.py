@@ -1,6 +1,12 @@
 """``relax.ext.accel``: the external code generator. Each offloaded Relax function becomes C
 source that fills engine descriptors (``accel/accel.h``) and calls the simulator's runtime.
 
+Precisions: fp32 as the model is. fp16 and int8 store every tensor of the function in that
+precision: inputs are converted where they enter (``accel_convert``), outputs where they leave,
+so TVM's graph around the call stays fp32. int8 quantises weights per output channel with batch
+norm (and any per-channel scale) folded in first, and encodes every layer's requantisation as
+the SDP's integer converters, from the activation scales of a :class:`Calibration`.
+
 RunCodegen calls :func:`generate` with the partitioned functions. Per function it emits one C
 source module exporting ``__tvm_ffi_<symbol>`` (the tvm-ffi C ABI, destination-passing style:
 inputs in parameter order, then outputs) and ``__tvm_ffi___init_<symbol>``, which the constant
@@ -21,15 +27,26 @@ from tvm import relax
 
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig
-from .errors import check
-from .lowering import (BatchNormSpec, Layer, bound_values, chain_root, constant_value,
+from .errors import AccelInvalidError, check
+from .lowering import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_root, constant_value,
                        is_constant, lower_chain, static_shape)
+from .quantization import (Calibration, TensorQuant, encode_multiplier, encode_multipliers,
+                           quantize_weights, rhaz)
 
 _ACT = {None: "ACCEL_ACT_NONE", "relu": "ACCEL_ACT_RELU", "clip": "ACCEL_ACT_CLIP",
         "prelu": "ACCEL_ACT_PRELU", "sigmoid": "ACCEL_ACT_SIGMOID", "tanh": "ACCEL_ACT_TANH"}
 _EW = {None: "ACCEL_EW_NONE", "add": "ACCEL_EW_ADD", "mul": "ACCEL_EW_MUL",
        "max": "ACCEL_EW_MAX", "min": "ACCEL_EW_MIN"}
 _POOL = {"max": "ACCEL_POOL_MAX", "avg": "ACCEL_POOL_AVG"}
+#: Storage dtype of each precision the code generator emits.
+STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
+#: DLPack (type code, bits) of every constant dtype the loader accepts.
+_DL_TYPES = {np.dtype(np.float32): ("kDLFloat", 32), np.dtype(np.float16): ("kDLFloat", 16),
+             np.dtype(np.int8): ("kDLInt", 8), np.dtype(np.int16): ("kDLInt", 16),
+             np.dtype(np.int32): ("kDLInt", 32), np.dtype(np.uint8): ("kDLUInt", 8)}
+#: How far below the output's step an int8 SDP sums an element-wise operand (NVDLA aligns
+#: the two streams before the adder): 8 extra bits, one rounding at the output.
+_EW_EXTRA_BITS = 8
 
 
 @dataclasses.dataclass
@@ -60,6 +77,34 @@ def fold_batch_norm(bn: BatchNormSpec, bias: Optional[np.ndarray], channels: int
     return scale, shift
 
 
+def _affine(s: SdpSpec, channels: int, scope) -> Tuple[np.ndarray, np.ndarray]:
+    """The per-channel (g, h) of an SDP's scale/shift stages: y = g * x + h (float64)."""
+    def value(expr):
+        return np.broadcast_to(np.asarray(constant_value(scope.get(expr, expr)), np.float64
+                                          ).reshape(-1), (channels,)).copy()
+
+    bias = value(s.bias) if s.bias is not None else None
+    if s.batch_norm is not None:
+        bn = s.batch_norm
+        parts = [None if p is None else scope.get(p, p) for p in (bn.gamma, bn.beta, bn.mean,
+                                                                  bn.var)]
+        scale, shift = fold_batch_norm(BatchNormSpec(*parts, bn.epsilon),
+                                       None if bias is None else bias.astype(np.float32),
+                                       channels)
+        return scale.astype(np.float64), shift.astype(np.float64)
+    g = value(s.scale) if s.scale is not None else np.ones(channels)
+    return g, bias if bias is not None else np.zeros(channels)
+
+
+def _range_quant(value: np.ndarray) -> TensorQuant:
+    """The quantisation of a constant tensor from its own range."""
+    unsigned = value.min() >= 0 if value.size else True
+    amax = float(np.abs(value).max()) if value.size else 0.0
+    amax = amax if amax > 0 else 1.0
+    return TensorQuant(float(np.float32(amax / (255 if unsigned else 127))),
+                       -128 if unsigned else 0)
+
+
 def _c_float(value: float) -> str:
     if np.isinf(value):
         return "INFINITY" if value > 0 else "-INFINITY"
@@ -69,24 +114,36 @@ def _c_float(value: float) -> str:
 class FunctionCodegen:
     """C source for one offloaded function."""
 
-    def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int):
+    def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
+                 precision: str = "fp32", calibration: Optional[Calibration] = None):
         self.function = function
         self.config = config
         self.fuse = fuse
         self.index = index
+        self.precision = precision
+        self.storage = np.dtype(STORAGE[precision])
+        self.calibration = calibration
         self.symbol = str(function.attrs["global_symbol"])
         self.constants: Dict[str, np.ndarray] = {}
-        self.temps: List[int] = []  # element counts of the scratch buffers
+        self.temps: List[int] = []  # byte sizes of the scratch buffers
         self.temp_free_after: List[int] = []  # the layer after which each buffer is free
+        self.packed = 0  # int8 convs whose weights are packed once, at the first call
         self.layer_index = 0
         self.last_use: Dict[relax.Var, int] = {}
         self.layer_comments: List[str] = []
         self.body: List[str] = []
         params = list(function.params)
-        self.operands: Dict[relax.Var, str] = {p: f"a[{i}]" for i, p in enumerate(params)}
-        self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
         self.inputs = params
         self.outputs = self._outputs()
+        # Where each tensor lives, in the function's precision, and its int8 quantisation.
+        self.operands: Dict[relax.Var, str] = {}
+        self.quant: Dict[relax.Var, TensorQuant] = {}
+        self.args: Dict[relax.Var, str] = {p: f"a[{i}]" for i, p in enumerate(params)}
+        for r, var in enumerate(self.outputs):
+            self.args.setdefault(var, f"a[{len(params) + r}]")
+        if precision == "fp32":
+            self.operands.update(self.args)
+        self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
 
     # --- operands ---------------------------------------------------------------------------
     def _outputs(self) -> List[relax.Var]:
@@ -95,26 +152,32 @@ class FunctionCodegen:
         for i, var in enumerate(fields):
             if not isinstance(var, relax.Var):
                 raise ValueError(f"{self.symbol}: output {i} is not a variable")
-            self.operands.setdefault(var, f"a[{len(self.inputs) + i}]")
         return fields
 
     def _constant(self, array: np.ndarray) -> str:
+        """A constant for the loader; floats take the function's precision unless given as
+        integers (int8 codes and converters keep their types)."""
+        array = np.asarray(array)
+        if array.dtype.kind == "f":
+            array = array.astype(np.float16 if self.precision == "fp16" else np.float32)
         name = f"{self.symbol}_c{len(self.constants)}"
-        self.constants[name] = np.ascontiguousarray(array, dtype=np.float32)
+        self.constants[name] = np.ascontiguousarray(array)
         return f"k_const[{len(self.constants) - 1}]"
 
-    def _temp(self, count: int, free_after: Optional[int] = None) -> str:
-        """A scratch buffer of ``count`` floats, live from this layer to ``free_after`` (this
-        layer by default): buffers whose values are dead are reused, so a deep network needs
-        a few activations' worth of scratch, not all of them."""
+    def _temp(self, count: int, free_after: Optional[int] = None, itemsize: int = 0) -> str:
+        """A scratch buffer of ``count`` elements (of the function's precision unless
+        ``itemsize`` says otherwise), live from this layer to ``free_after`` (this layer by
+        default): buffers whose values are dead are reused, so a deep network needs a few
+        activations' worth of scratch, not all of them."""
+        size = int(count) * (itemsize or self.storage.itemsize)
         free_after = self.layer_index if free_after is None else free_after
         free = [i for i, end in enumerate(self.temp_free_after) if end < self.layer_index]
         if free:
-            index = max(free, key=lambda i: (self.temps[i] >= count, -self.temps[i]))
-            self.temps[index] = max(self.temps[index], int(count))
+            index = max(free, key=lambda i: (self.temps[i] >= size, -self.temps[i]))
+            self.temps[index] = max(self.temps[index], size)
             self.temp_free_after[index] = free_after
         else:
-            self.temps.append(int(count))
+            self.temps.append(size)
             self.temp_free_after.append(free_after)
             index = len(self.temps) - 1
         return f"k_temp[{index}]"
@@ -133,7 +196,56 @@ class FunctionCodegen:
             return self._constant(reshape(value) if reshape else value)
         if expr in self.operands:
             return self.operands[expr]
+        if expr in self.args:  # a function input, converted where it enters
+            return self._enter(expr, None)
         raise ValueError(f"{self.symbol}: operand {expr} is not bound in the function")
+
+    def _data(self, expr: relax.Expr, scope, key: Tuple[str, int]) -> Tuple[str, TensorQuant]:
+        """Pointer and quantisation of a data tensor in the function's precision; ``key``
+        names the calibration statistics of this use, for tensors quantised here."""
+        if expr in self.inner:
+            return self.inner[expr], self.quant.get(expr)
+        resolved = scope.get(expr, expr)
+        if is_constant(resolved):  # a constant element-wise operand: its own scale
+            value = np.asarray(constant_value(resolved), np.float64)
+            quant = None
+            if self.precision == "int8":
+                quant = _range_quant(value)
+                value = quant.quantize(value)
+            return self._constant(value), quant
+        if resolved in self.operands:
+            return self.operands[resolved], self.quant.get(resolved)
+        if resolved in self.args:
+            return self._enter(resolved, key), self.quant.get(resolved)
+        raise ValueError(f"{self.symbol}: operand {expr} is not bound in the function")
+
+    def _calibrated(self, key: Tuple[str, int]) -> Optional[TensorQuant]:
+        if self.precision != "int8":
+            return None
+        if self.calibration is None:
+            raise AccelInvalidError("int8 code needs a calibration")
+        return self.calibration.get(*key)
+
+    def _enter(self, var: relax.Var, key: Optional[Tuple[str, int]]) -> str:
+        """A function input converted to the function's precision, once, where it is first
+        read; it stays until its last reader."""
+        count = int(np.prod(static_shape(var)))
+        quant = self._calibrated(key) if key is not None else None
+        if self.precision == "int8" and quant is None:
+            raise ValueError(f"{self.symbol}: input {var.name} has no calibration")
+        temp = self._temp(count, self.last_use.get(var, self.layer_index))
+        self.operands[var], self.quant[var] = temp, quant
+        self.body.append(f"/* input {var.name} enters as {self.precision} */")
+        self.body.append(self._convert(self.args[var], "ACCEL_FP32", temp,
+                                       f"ACCEL_{self.precision.upper()}", count, quant))
+        return temp
+
+    @staticmethod
+    def _convert(src: str, src_type: str, dst: str, dst_type: str, count: int,
+                 quant: Optional[TensorQuant]) -> str:
+        scale, zero = (quant.scale, quant.zero) if quant is not None else (1.0, 0)
+        return (f"if (convert({src}, {src_type}, {dst}, {dst_type}, {count}, "
+                f"{_c_float(scale)}, {zero}) != 0) return -1;")
 
     # --- layers -----------------------------------------------------------------------------
     def run(self) -> str:
@@ -167,19 +279,35 @@ class FunctionCodegen:
         if layer.branch is not None:
             branch_out = self._temp(int(np.prod(layer.branch.out_shape)))
             self.inner[layer.sdp.operand] = branch_out
-            self._emit(layer.branch, scope, f"{index}a", f"{name} (branch)", branch_out)
+            self.quant[layer.sdp.operand] = self._emit(layer.branch, scope, f"{index}a",
+                                                       f"{name} (branch)", branch_out)
             index = f"{index}b"
-        self._emit(layer, scope, index, name, self.operands[var])
+        self.quant[var] = self._emit(layer, scope, index, name, self.operands[var])
+        if self.precision != "fp32" and var in self.args:  # an output leaves as fp32
+            self.body.append(self._convert(
+                self.operands[var], f"ACCEL_{self.precision.upper()}", self.args[var],
+                "ACCEL_FP32", int(np.prod(static_shape(var))), self.quant[var]))
 
-    def _emit(self, layer: Layer, scope, index, name: str, output: str) -> None:
+    def _emit(self, layer: Layer, scope, index, name: str, output: str
+              ) -> Optional[TensorQuant]:
+        """One accelerator run; returns the int8 quantisation of its output."""
         label = f"f{self.index}.{index} {name}"
+        key = f"f{self.index}.{index}"
         lines = [f"/* layer {index}: {name}: {' -> '.join(layer.source_ops)} */", "{"]
+        data, in_quant = self._data(layer.data, scope, (key, -1))
         ops: List[str] = []
-        if layer.conv is not None:
-            ops.append(self._conv(layer, scope))
-        ops.extend(self._sdp(layer, scope, lines))
-        if layer.pool is not None:
-            ops.append(self._pool(layer))
+        out_quant = in_quant
+        if self.precision == "int8":
+            ops, out_quant = self._int8_ops(layer, scope, key, in_quant, lines)
+        else:
+            if layer.conv is not None:
+                ops.append(self._conv(layer, scope))
+            ops.extend(self._sdp(layer, scope, lines))
+            if self.precision != "fp32" and layer.conv is not None and len(ops) == 1:
+                ops.append(f"OP.engine = ACCEL_ENGINE_SDP;  /* the accumulators' converter */\n"
+                           f"OP.sdp.precision = {self._c_precision};")
+            if layer.pool is not None:
+                ops.append(self._pool(layer))
         lines.append(f"  accel_op ops[{len(ops)}];")
         lines.append("  memset(ops, 0, sizeof ops);")
         for i, op in enumerate(ops):
@@ -189,16 +317,21 @@ class FunctionCodegen:
         out_shape = ", ".join(map(str, _feature(layer.out_shape)))
         lines.append(f"  static const int32_t in_shape[4] = {{{in_shape}}}, "
                      f"out_shape[4] = {{{out_shape}}};")
-        lines.append(f"  if (run_layer(ops, {len(ops)}, {self._pointer(layer.data, scope)}, "
-                     f"in_shape, {output}, out_shape, {mode}, \"{label}\") != 0) "
-                     "return -1;")
+        lines.append(f"  if (run_layer(ops, {len(ops)}, {data}, in_shape, {output}, out_shape, "
+                     f"{mode}, \"{label}\") != 0) return -1;")
         lines.append("}")
         self.body.extend(lines)
+        return out_quant
 
-    def _conv(self, layer: Layer, scope) -> str:
+    @property
+    def _c_precision(self) -> str:
+        return f"ACCEL_{self.precision.upper()}"
+
+    def _conv(self, layer: Layer, scope, weights: Optional[str] = None) -> str:
         c = layer.conv
-        weight = self._pointer(c.weight, scope,
-                               reshape=(lambda v: v.T) if c.transpose_weight else None)
+        if weights is None:
+            weights = self._pointer(c.weight, scope,
+                                    reshape=(lambda v: v.T) if c.transpose_weight else None)
         k, _, kh, kw = c.weight_shape
         t, l, b, r = c.padding
         return textwrap.dedent(f"""\
@@ -209,8 +342,8 @@ class FunctionCodegen:
             OP.conv.pad_top = {t}; OP.conv.pad_left = {l}; OP.conv.pad_bottom = {b}; OP.conv.pad_right = {r};
             OP.conv.dilation_h = {c.dilation[0]}; OP.conv.dilation_w = {c.dilation[1]};
             OP.conv.groups = {c.groups};
-            OP.conv.precision = ACCEL_FP32;
-            OP.conv.weights = {weight};""")
+            OP.conv.precision = {self._c_precision};
+            OP.conv.weights = {weights};""")
 
     def _sdp(self, layer: Layer, scope, lines: List[str]) -> List[str]:
         s = layer.sdp
@@ -230,10 +363,10 @@ class FunctionCodegen:
                                 f"OP.sdp.clip_max = {_c_float(s.clip[1])};")
                 if act == "prelu":
                     text.append(f"OP.sdp.prelu_slope = {self._pointer(s.prelu_slope, scope)};")
-            text.append("OP.sdp.precision = ACCEL_FP32;")
+            text.append(f"OP.sdp.precision = {self._c_precision};")
             return "\n".join(text)
 
-        operand = self._pointer(s.operand, scope) if s.ew_op else "NULL"
+        operand = self._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
         if self.fuse:
             scale, shift = self._scale_shift(s, s.bias, channels, scope, lines)
             stages = [name for name, present in (
@@ -275,15 +408,16 @@ class FunctionCodegen:
             folded = BatchNormSpec(*resolved[:4], bn.epsilon)
             scale, shift = fold_batch_norm(folded, bias_value, channels)
             return self._constant(scale), self._constant(shift)
-        scale, shift = self._temp(channels), self._temp(channels)
-        pointers = ", ".join(self._pointer(p, scope) for p in parts)
+        scale = self._temp(channels, itemsize=4)
+        shift = self._temp(channels, itemsize=4)
+        pointers = ", ".join(f"(const float*){self._pointer(p, scope)}" for p in parts)
         lines.append(f"  /* batch norm{' and bias' if bias is not None else ''} are runtime "
                      "inputs: fold them now */")
         lines.append(f"  if (fold_batch_norm({channels}, {pointers}, {_c_float(bn.epsilon)}, "
-                     f"{scale}, {shift}) != 0) return -1;")
+                     f"(float*){scale}, (float*){shift}) != 0) return -1;")
         return scale, shift
 
-    def _pool(self, layer: Layer) -> str:
+    def _pool(self, layer: Layer, zero: int = 0) -> str:
         p = layer.pool
         t, l, b, r = p.padding
         return textwrap.dedent(f"""\
@@ -293,7 +427,106 @@ class FunctionCodegen:
             OP.pdp.stride_h = {p.stride[0]}; OP.pdp.stride_w = {p.stride[1]};
             OP.pdp.pad_top = {t}; OP.pdp.pad_left = {l}; OP.pdp.pad_bottom = {b}; OP.pdp.pad_right = {r};
             OP.pdp.count_include_pad = {int(p.count_include_pad)};
-            OP.pdp.precision = ACCEL_FP32;""")
+            OP.pdp.precision = {self._c_precision};
+            OP.pdp.zero = {zero};""")
+
+    # --- int8 -------------------------------------------------------------------------------
+    def _int8_ops(self, layer: Layer, scope, key: str, in_quant: TensorQuant,
+                  lines: List[str]) -> Tuple[List[str], TensorQuant]:
+        """The engine ops of an int8 layer and the quantisation of its output. Real values:
+        SDP result = g[c] * (accumulator in units a[c]) + h[c], with batch norm, bias and a
+        per-channel scale as (g, h); a conv takes g into its weights before quantising them."""
+        s = layer.sdp
+        channels = self._channels(layer)
+        g, h = _affine(s, channels, scope)
+        ops: List[str] = []
+        if layer.conv is not None:
+            weights = np.asarray(constant_value(scope.get(layer.conv.weight, layer.conv.weight)),
+                                 np.float64)
+            if layer.conv.transpose_weight:
+                weights = weights.T
+            weights = weights.reshape(layer.conv.weight_shape) * g.reshape(-1, 1, 1, 1)
+            codes, weight_scales = quantize_weights(weights)
+            unit = in_quant.scale * weight_scales
+            g = np.ones(channels)
+            ops.append(self._conv(layer, scope, self._constant(codes)) +
+                       f"\nOP.conv.in_zero = {in_quant.zero};" +
+                       f"\nif (pack_weights(&OP, {layer.in_shape[1]}, &k_packed[{self.packed}]) "
+                       "!= 0) return -1;")
+            self.packed += 1
+        else:
+            unit = np.full(channels, in_quant.scale)
+        has_sdp = layer.conv is not None or not s.empty()
+        out_quant = in_quant
+        if has_sdp:
+            pre_pool = (1 if layer.conv is not None else 0) + (0 if s.empty() else 1) - 1
+            out_quant = self._calibrated((key, pre_pool))
+            ops.append(self._int8_sdp(layer, scope, key, g, h, unit, in_quant, out_quant))
+        if layer.pool is not None:
+            ops.append(self._pool(layer, out_quant.zero))
+        return ops, out_quant
+
+    def _int8_sdp(self, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQuant,
+                  out_quant: TensorQuant) -> str:
+        s = layer.sdp
+        what = f"layer {key}"
+        fields = {"precision": "ACCEL_INT8", "out_zero": out_quant.zero}
+        if layer.conv is None:
+            fields["in_zero"] = in_quant.zero
+        if np.any(g == 0):
+            raise AccelInvalidError(f"{what}: a per-channel scale of 0 (channel "
+                                    f"{int(np.argmax(g == 0))}) has no int8 converter")
+        # The domain the SDP sums in: the output's step, or 2^-8 of it when an element-wise
+        # operand is added (both streams aligned below the output LSB, one rounding at the end).
+        target = out_quant.scale
+        comment = "x: scale/shift to the output step"
+        if s.ew_op is not None:
+            operand, ew_quant = self._data(s.operand, scope, (key, -2 - (layer.conv is not None)))
+            extra = _EW_EXTRA_BITS
+            if s.ew_op != "mul":
+                fits = int(np.floor(np.log2(32767.0 * out_quant.scale / ew_quant.scale)))
+                extra = min(extra, fits)
+                if extra < 0:
+                    raise AccelInvalidError(f"{what}: the element-wise operand's scale "
+                                            f"{ew_quant.scale:g} is too large for the output's "
+                                            f"{out_quant.scale:g}")
+            target = out_quant.scale / 2 ** extra
+            fields.update(ew_op=_EW[s.ew_op], ew_operand=operand, ew_zero=ew_quant.zero)
+            if s.ew_op == "mul":  # e stays in its own codes; the output converter scales
+                fields.update(ew_mul=1, ew_shift=0)
+                out_mul, out_shift = encode_multiplier(target * ew_quant.scale / out_quant.scale,
+                                                       f"{what} output converter")
+            else:
+                fields["ew_mul"], fields["ew_shift"] = encode_multiplier(
+                    ew_quant.scale / target, f"{what} element-wise converter")
+                out_mul, out_shift = 1, extra
+            fields.update(out_mul=out_mul, out_shift=out_shift)
+            comment = f"x and the {s.ew_op} operand to 2^-{extra} of the output step"
+        bias = rhaz(h / (g * unit))
+        if np.any(np.abs(bias) > 2 ** 31 - 1):
+            raise AccelInvalidError(f"{what}: a shift does not fit the int32 bias")
+        mul, rshift = encode_multipliers(g * unit / target, f"{what} multiplier")
+        fields.update(bias=f"(const int32_t*){self._constant(bias.astype(np.int32))}",
+                      mul=f"(const int16_t*){self._constant(mul)}",
+                      rshift=f"(const uint8_t*){self._constant(rshift)}")
+        if s.act is not None:
+            fields["act"] = _ACT[s.act]
+        if s.act == "clip":
+            lo, hi = (int(np.clip(rhaz(v / out_quant.scale) + out_quant.zero, -128, 127))
+                      for v in s.clip)
+            fields.update(clip_lo=lo, clip_hi=hi)
+        elif s.act == "prelu":
+            slope = np.asarray(constant_value(scope.get(s.prelu_slope, s.prelu_slope)),
+                               np.float64).reshape(-1)
+            slope = np.broadcast_to(slope, (len(g),)) if slope.size == 1 else slope
+            top = float(np.max(np.abs(slope))) or 1.0
+            shift = int(np.clip(np.floor(np.log2(32767.0 / top)), 0, 62))
+            codes = rhaz(slope * 2.0 ** shift).astype(np.int16)
+            fields.update(prelu_mul=f"(const int16_t*){self._constant(codes)}",
+                          prelu_shift=shift)
+        text = [f"OP.engine = ACCEL_ENGINE_SDP;  /* {comment} */"]
+        text += [f"OP.sdp.{field} = {value};" for field, value in fields.items()]
+        return "\n".join(text)
 
     # --- the translation unit ---------------------------------------------------------------
     def _source(self) -> str:
@@ -310,7 +543,7 @@ class FunctionCodegen:
                 f"  if (a[{i}] == NULL) return -1;")
         passthrough = []
         for r, var in enumerate(self.outputs):
-            source = self.operands[var]
+            source = self.args[var]  # an fp32 input, or the output's first position
             target = f"a[{len(self.inputs) + r}]"
             if source != target:  # an output that is an input or another output
                 count = int(np.prod(static_shape(var)))
@@ -320,11 +553,13 @@ class FunctionCodegen:
         precisions = " | ".join(f"(1u << ACCEL_{p.upper()})" for p in cfg.precisions)
         temps = ", ".join(map(str, self.temps)) or "0"
         const_counts = ", ".join(str(a.size) for a in self.constants.values()) or "0"
+        const_types = ", ".join("{%s, %d}" % _DL_TYPES[a.dtype]
+                                for a in self.constants.values()) or "{0, 0}"
         layers = "\n".join(f" *   {c}" for c in self.layer_comments)
         return f"""\
 /*
  * Generated by accel-codegen: external function {self.symbol}
- * Configuration {cfg.name}, {"fused" if self.fuse else "decomposed (independent)"} mode.
+ * Configuration {cfg.name}, {"fused" if self.fuse else "decomposed (independent)"} mode, {self.precision}.
  * Layers:
 {layers}
  */
@@ -341,12 +576,16 @@ class FunctionCodegen:
 
 #define NUM_CONSTANTS {len(self.constants)}
 #define NUM_TEMPS {len(self.temps)}
+#define NUM_PACKED {self.packed}
 #define NUM_ARGS {num_args}
 
-static const float* k_const[NUM_CONSTANTS + 1];   /* set by the constant loader */
+static const void* k_const[NUM_CONSTANTS + 1];    /* set by the constant loader */
 static const int64_t k_const_count[NUM_CONSTANTS + 1] = {{{const_counts}}};
-static float* k_temp[NUM_TEMPS + 1];              /* intermediates, allocated once */
-static const int64_t k_temp_count[NUM_TEMPS + 1] = {{{temps}}};
+static const struct {{ int code, bits; }} k_const_type[NUM_CONSTANTS + 1] = {{{const_types}}};
+static void* k_temp[NUM_TEMPS + 1];               /* intermediates, allocated once */
+static const int64_t k_temp_bytes[NUM_TEMPS + 1] = {{{temps}}};
+static void* k_packed[NUM_PACKED + 1];            /* int8 weights packed at the first call */
+static accel_config k_config;
 static accel_device* k_device;
 static pthread_mutex_t k_lock = PTHREAD_MUTEX_INITIALIZER; /* one accelerator: calls queue */
 
@@ -433,10 +672,39 @@ static int setup(void) {{
     return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
   }}
   for (int i = 0; i < NUM_TEMPS; ++i) {{
-    if (k_temp[i] == NULL) k_temp[i] = (float*)malloc(sizeof(float) * (size_t)k_temp_count[i]);
+    if (k_temp[i] == NULL) k_temp[i] = malloc((size_t)k_temp_bytes[i]);
     if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
   }}
+  k_config = config;
   k_device = device; /* last: a failed set-up is tried again by the next call */
+  return 0;
+}}
+
+/* Data entering or leaving the accelerator (fp32 <-> the function's precision). */
+static int convert(const void* src, accel_precision from, void* dst, accel_precision to,
+                   int64_t count, float scale, int32_t zero) {{
+  if (accel_convert(src, from, dst, to, count, scale, zero) != ACCEL_OK) {{
+    return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+  }}
+  return 0;
+}}
+
+/* INT8 weights in the kernel's layout, made once (NVDLA's compiler pre-formats weights). */
+static int pack_weights(accel_op* op, int32_t in_c, void** packed) {{
+  if (*packed == NULL) {{
+    size_t bytes = 0;
+    if (accel_conv_pack_weights(&k_config, &op->conv, in_c, NULL, &bytes) != ACCEL_OK) {{
+      return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+    }}
+    void* buffer = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (buffer == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
+    if (accel_conv_pack_weights(&k_config, &op->conv, in_c, buffer, &bytes) != ACCEL_OK) {{
+      free(buffer);
+      return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+    }}
+    *packed = buffer;
+  }}
+  op->conv.weights_packed = *packed;
   return 0;
 }}
 
@@ -450,18 +718,18 @@ static int fold_batch_norm(int32_t channels, const float* gamma, const float* be
   return 0;
 }}
 
-static int run_layer(const accel_op* ops, int32_t num_ops, const float* in,
-                     const int32_t* in_shape, float* out, const int32_t* out_shape,
+static int run_layer(const accel_op* ops, int32_t num_ops, const void* in,
+                     const int32_t* in_shape, void* out, const int32_t* out_shape,
                      accel_mode mode, const char* label) {{
   accel_tensor input, output;
   memset(&input, 0, sizeof input);
   memset(&output, 0, sizeof output);
   input.data = (void*)in;
   input.n = in_shape[0]; input.c = in_shape[1]; input.h = in_shape[2]; input.w = in_shape[3];
-  input.precision = ACCEL_FP32;
+  input.precision = {self._c_precision};
   output.data = out;
   output.n = out_shape[0]; output.c = out_shape[1]; output.h = out_shape[2]; output.w = out_shape[3];
-  output.precision = ACCEL_FP32;
+  output.precision = {self._c_precision};
   if (accel_run(k_device, ops, num_ops, &input, &output, mode, label, NULL, NULL) != ACCEL_OK) {{
     return raise_error("RuntimeError", "{self.symbol}: layer %s: %s", label, accel_last_error());
   }}
@@ -494,8 +762,10 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
   const TVMFFIAny* items = (const TVMFFIAny*)cell->data;
   for (int i = 0; i < NUM_CONSTANTS; ++i) {{
     const DLTensor* t = as_dltensor(&items[i]);
-    if (t == NULL || t->dtype.code != kDLFloat || t->dtype.bits != 32) {{
-      return raise_error("TypeError", "__init_{self.symbol}: constant %d is not float32", i);
+    if (t == NULL || t->dtype.code != k_const_type[i].code ||
+        t->dtype.bits != k_const_type[i].bits || t->dtype.lanes != 1) {{
+      return raise_error("TypeError", "__init_{self.symbol}: constant %d is not of type code "
+                         "%d, %d bits", i, k_const_type[i].code, k_const_type[i].bits);
     }}
     int64_t count = 1;
     for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
@@ -505,7 +775,11 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
     }}
     /* Keep the constant alive for as long as this library is loaded. */
     if (items[i].type_index == kTVMFFITensor) TVMFFIObjectIncRef(items[i].v_obj);
-    k_const[i] = (const float*)((const char*)t->data + t->byte_offset);
+    k_const[i] = (const char*)t->data + t->byte_offset;
+  }}
+  for (int i = 0; i < NUM_PACKED; ++i) {{ /* new weights: pack again */
+    free(k_packed[i]);
+    k_packed[i] = NULL;
   }}
   result->type_index = kTVMFFIInt;
   result->v_int64 = 0;
@@ -547,10 +821,13 @@ def generate(functions, options, constant_names):
     options = dict(options) if options is not None else {}
     config = AccelConfig.from_json(str(options["config"]))
     fuse = bool(options.get("fuse", True))
+    precision = str(options.get("precision", "fp32"))
+    calibration = Calibration.from_json(str(options["calibration"])) \
+        if "calibration" in options else None
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     for function in functions:
-        gen = FunctionCodegen(function, config, fuse, len(LAST.sources))
+        gen = FunctionCodegen(function, config, fuse, len(LAST.sources), precision, calibration)
         source = gen.run()
         LAST.sources[gen.symbol] = source
         LAST.constants.update(gen.constants)

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from ._accel_ffi import ffi, lib
-from .errors import AccelInvalidError, check
+from .errors import AccelInvalidError, AccelUnsupportedError, check
 
 PRECISIONS = ("int8", "int16", "fp16", "fp32")
 _PRECISION_CODES = {name: getattr(lib, f"ACCEL_{name.upper()}") for name in PRECISIONS}
@@ -23,6 +23,25 @@ _FEATURES = {
 #: fp32 is the simulator's reference precision: every configuration accepts it, and the cost
 #: model charges it as fp16. ``AccelConfig.precisions`` lists the hardware's own precisions.
 REFERENCE_PRECISION = "fp32"
+
+
+#: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
+GENERATED_PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def check_precision(config: "AccelConfig", precision: str) -> None:
+    """Raise unless ``precision`` is known, the configuration has it, and code is generated
+    for it (AccelInvalidError for an unknown name, AccelUnsupportedError otherwise)."""
+    if precision not in PRECISIONS:
+        raise AccelInvalidError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
+    if not config.supports(precision):
+        raise AccelUnsupportedError(
+            f"configuration {config.name} has no {precision} (its precisions: "
+            f"{', '.join((REFERENCE_PRECISION,) + tuple(config.precisions))})")
+    if precision not in GENERATED_PRECISIONS:
+        raise AccelUnsupportedError(
+            f"precision {precision!r}: the code generator emits "
+            f"{', '.join(GENERATED_PRECISIONS)} only")
 
 
 def precision_code(name: str) -> int:

@@ -21,14 +21,13 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .config import PRECISIONS, REFERENCE_PRECISION, AccelConfig
+from .config import AccelConfig, check_precision
 from .errors import AccelInvalidError, AccelUnsupportedError
 from .lowering import Layer, bound_values, chain_root, lower_chain
 from .partition import match_composites
 from .sim import RunStats, estimate_chain
 
 #: Precisions the code generator emits today; the others are issue 5.
-GENERATED_PRECISIONS = ("fp32",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,21 +142,6 @@ class EstimateReport:
         return "\n".join(lines)
 
 
-def check_precision(config: AccelConfig, precision: str) -> None:
-    """Raise unless ``precision`` is known, the configuration has it, and code is generated
-    for it today."""
-    if precision not in PRECISIONS:
-        raise AccelInvalidError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    if not config.supports(precision):
-        raise AccelUnsupportedError(
-            f"configuration {config.name} has no {precision} (its precisions: "
-            f"{', '.join((REFERENCE_PRECISION,) + config.precisions)})")
-    if precision not in GENERATED_PRECISIONS:
-        raise AccelUnsupportedError(
-            f"precision {precision!r}: the code generator emits "
-            f"{', '.join(GENERATED_PRECISIONS)} only so far")
-
-
 def _external_layers(mod: tvm.IRModule) -> Iterator[Tuple[int, int, relax.Function]]:
     """(function index, layer index, composite) of every offloaded layer, in execution order:
     main's calls of external functions, then each function's composite calls."""
@@ -233,7 +217,8 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     config : AccelConfig or str
         The hardware configuration, or a preset name.
     precision : str
-        One of "int8", "int16", "fp16", "fp32"; only "fp32" is generated (and estimated) today.
+        One of "fp32", "fp16", "int8" (int16 is not generated, so not estimated). Costs need
+        no calibration: they depend on shapes only.
     fuse : bool
         Fused chains (True) or one independent op per source op (False), as for a build.
 
@@ -252,12 +237,12 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     """
     config = AccelConfig.resolve(config)
     check_precision(config, precision)
-    matched = match_composites(mod, params, config=config, fuse=fuse)
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
     mode = "fused" if fuse else "independent"
     layers = []
     for label, primitive, layer in _layers(matched):
-        stats = estimate_chain(config, layer.engine_ops(fuse), layer.in_shape, mode=mode,
-                               precision=precision)
+        stats = estimate_chain(config, layer.engine_ops(fuse, precision), layer.in_shape,
+                               mode=mode, precision=precision)
         layers.append(LayerEstimate.from_stats(label, primitive, stats))
     return EstimateReport(config, precision, fuse, layers, _host_ops(matched))
 

@@ -120,45 +120,76 @@ class Layer:
         ops += self.sdp.sources
         return ops + ([self.pool.source] if self.pool else [])
 
-    def engine_ops(self, fuse: bool) -> list:
-        """Shape-only engine descriptors: one fused chain, or one op per source op."""
+    def parameters(self) -> List[Tuple[str, relax.Expr]]:
+        """(what, expr) of every weight and per-channel parameter the layer reads."""
+        s, bn = self.sdp, self.sdp.batch_norm
+        found = [("conv weight", self.conv.weight if self.conv else None), ("bias", s.bias),
+                 ("scale", s.scale), ("prelu alpha", s.prelu_slope)]
+        if bn is not None:
+            found += [("batch_norm gamma", bn.gamma), ("batch_norm beta", bn.beta),
+                      ("batch_norm moving mean", bn.mean), ("batch_norm moving var", bn.var)]
+        return [(what, expr) for what, expr in found if expr is not None]
+
+    def engine_ops(self, fuse: bool, precision: str = "fp32") -> list:
+        """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
+        fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
+        carry integer converters in place of the float scale and shift."""
+        int8 = precision == "int8"
+
+        def sdp(scaled=False, shifted=False, **fields):
+            if int8:
+                fields.pop("clip", None)
+                if fields.get("prelu_slope") is not None:
+                    fields["prelu_mul"] = fields.pop("prelu_slope")
+                return Sdp(bias=_placeholder(shifted), mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
+                           precision=precision, **fields)
+            return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
+                       precision=precision, **fields)
+
         ops: list = []
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,
-                            groups=self.conv.groups))
+                            groups=self.conv.groups, precision=precision))
         s = self.sdp
         if fuse:
             if not s.empty():
                 folded = s.bias is not None or s.batch_norm is not None
                 scaled = s.batch_norm is not None or s.scale is not None
-                ops.append(Sdp(scale=_placeholder(scaled),
-                               shift=_placeholder(folded), ew_op=s.ew_op,
-                               operand=_placeholder(s.operand), act=s.act, clip=s.clip,
-                               prelu_slope=_placeholder(s.prelu_slope)))
+                ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
+                               act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
         else:
             for stage in s.decomposed_order():
                 if stage == "bias":
-                    ops.append(Sdp(shift=_placeholder(True)))
+                    ops.append(sdp(shifted=True))
                 else:  # batch norm: scale and shift; a multiply: scale only
-                    ops.append(Sdp(scale=_placeholder(True),
-                                   shift=_placeholder(s.batch_norm is not None)))
+                    ops.append(sdp(True, s.batch_norm is not None))
             if s.ew_op is not None:
-                ops.append(Sdp(ew_op=s.ew_op, operand=_placeholder(True)))
+                ops.append(sdp(ew_op=s.ew_op, operand=SHAPE_ONLY))
             if s.act is not None:
-                ops.append(Sdp(act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
+                ops.append(sdp(act=s.act, clip=s.clip,
+                               prelu_slope=_placeholder(s.prelu_slope)))
+        if precision != "fp32" and self.conv is not None and (
+                len(ops) == 1 or not isinstance(ops[1], Sdp)):
+            ops.insert(1, sdp())  # the converter the accumulators leave through
         if self.pool is not None:
             p = self.pool
-            ops.append(Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad))
+            ops.append(Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad,
+                            precision=precision))
         return ops
 
-    def check_hardware(self, config: AccelConfig, fuse: bool) -> None:
+    def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
-            self.branch.check_hardware(config, fuse)
+            self.branch.check_hardware(config, fuse, precision)
+        if precision != "fp32":
+            for what, expr in self.parameters():
+                if not is_constant(expr):
+                    raise Unsupported(f"the {what} is a runtime input; {precision} code needs "
+                                      "constant weights and parameters (bind them as params)")
         try:
-            estimate_chain(config, self.engine_ops(fuse), self.in_shape,
-                           mode="fused" if fuse else "independent")
+            estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
+                           mode="fused" if fuse else "independent", precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
 
@@ -625,14 +656,14 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     order.append(1)
 
 
-def explain(call: relax.Call, config: AccelConfig) -> str:
+def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> str:
     """Why a single host op is not offloaded (used for ops no pattern took)."""
     name = op_name(call)
     if name is None:
         return "not an operator call"
     if name == "relax.call_tir":
         try:
-            lower_chain(call, lambda var: None).check_hardware(config, fuse=True)
+            lower_chain(call, lambda var: None).check_hardware(config, True, precision)
         except Unsupported as reason:
             return str(reason)
         return "supported, but left on the host by the partitioner"
@@ -643,7 +674,7 @@ def explain(call: relax.Call, config: AccelConfig) -> str:
         return f"no accelerator primitive for {name}"
     try:
         layer = lower_chain(call, lambda var: None)
-        layer.check_hardware(config, fuse=True)
+        layer.check_hardware(config, True, precision)
     except Unsupported as reason:
         return str(reason)
     if name == "relax.nn.batch_norm":

@@ -18,12 +18,14 @@ import tvm
 from tvm import relax
 
 from . import codegen, frontend
-from .config import AccelConfig
-from .errors import AccelInvalidError
+from .config import AccelConfig, check_precision
+from .errors import AccelInvalidError, AccelUnsupportedError
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
+from .quantization import DEFAULT_METHOD, Calibration, calibrate
 
 REPORT_ATTR = "accel_partition_report"
+CALIBRATION_ATTR = "accel_calibration"
 # The code generator hands its constants and sources back through codegen.LAST: one code
 # generation at a time.
 _CODEGEN_LOCK = threading.Lock()
@@ -50,6 +52,7 @@ class PartitionReport:
     config: str
     fuse: bool
     ops: List[OpRecord]
+    precision: str = "fp32"
 
     @property
     def offloaded(self) -> List[OpRecord]:
@@ -71,15 +74,17 @@ class PartitionReport:
         return result
 
     def to_dict(self) -> dict:
-        return {"config": self.config, "fuse": self.fuse,
+        return {"config": self.config, "fuse": self.fuse, "precision": self.precision,
                 "ops": [dataclasses.asdict(op) for op in self.ops]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "PartitionReport":
-        return cls(data["config"], data["fuse"], [OpRecord(**op) for op in data["ops"]])
+        return cls(data["config"], data["fuse"], [OpRecord(**op) for op in data["ops"]],
+                   data.get("precision", "fp32"))
 
     def __str__(self) -> str:
-        lines = [f"partition for {self.config} ({'fused' if self.fuse else 'decomposed'}): "
+        lines = [f"partition for {self.config} ({'fused' if self.fuse else 'decomposed'}, "
+                 f"{self.precision}): "
                  f"{len(self.offloaded)} of {len(self.ops)} operators offloaded in "
                  f"{len(self.functions)} external function(s)"]
         header = f"{'#':>4}  {'operator':<28} {'shape':<20} {'where':<9} primitive / reason"
@@ -113,7 +118,7 @@ def _shape_of(expr: relax.Expr) -> List[int]:
 
 
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
-                  log: PartitionLog) -> PartitionReport:
+                  log: PartitionLog, precision: str) -> PartitionReport:
     ops: List[OpRecord] = []
     layers = 0
     external = {gv: f for gv, f in mod.functions_items()
@@ -147,7 +152,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if name is None:
                 continue
             refusal = log.refusals.get(binding.var)
-            own = explain(value, config)
+            own = explain(value, config, precision)
             # A refusal names the failing stage of a chain the op was part of; the op's own
             # reason is better when it has no primitive at all, and for batch norm, whose
             # chains fail for what comes after it.
@@ -157,7 +162,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             else:
                 reason = own
             ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason))
-    return PartitionReport(config.name, fuse, ops)
+    return PartitionReport(config.name, fuse, ops, precision)
 
 
 def is_partitioned(mod: tvm.IRModule) -> bool:
@@ -166,7 +171,8 @@ def is_partitioned(mod: tvm.IRModule) -> bool:
 
 def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                      config: AccelConfig | str = "nv_full", fuse: bool = True,
-                     log: Optional[PartitionLog] = None) -> tvm.IRModule:
+                     log: Optional[PartitionLog] = None, precision: str = "fp32"
+                     ) -> tvm.IRModule:
     """The partitioning half of :func:`partition_for_accel`, without code generation: params
     bound, the pattern table matched, neighbouring composites merged into external functions.
 
@@ -183,15 +189,44 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     return tvm.transform.Sequential([
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
-        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log), bind_constants=True,
-                                         annotate_codegen=False),
+        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log, precision),
+                                         bind_constants=True, annotate_codegen=False),
         relax.transform.MergeCompositeFunctions(),
     ])(mod)
 
 
+def _generate(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool, precision: str,
+              generated_precision: str, calibration: Optional[Calibration]) -> tvm.IRModule:
+    """Match the chains that run in ``precision``, then generate ``generated_precision`` code
+    for them (fp32 code of the int8 partition is what calibration runs)."""
+    log = PartitionLog()
+    mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=precision)
+    report = _build_report(mod, config, fuse, log, generated_precision)
+    options = {"config": config.to_json(), "fuse": fuse, "precision": generated_precision}
+    if calibration is not None:
+        options["calibration"] = calibration.to_json()
+    with _CODEGEN_LOCK:
+        codegen.LAST.sources.clear()
+        codegen.LAST.constants.clear()
+        mod = relax.transform.RunCodegen({"accel": options})(mod)
+        generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
+    # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
+    # the originals RunCodegen recorded: those would be serialised unused.
+    constants = {name: tvm.runtime.tensor(value) for name, value in generated[0].items()}
+    mod = mod.without_attr("const_name_to_constant") if mod.attrs and \
+        "const_name_to_constant" in mod.attrs else mod
+    if constants:
+        mod = mod.with_attr("const_name_to_constant", constants)
+    if calibration is not None:
+        mod = mod.with_attr(CALIBRATION_ATTR, calibration.to_json())
+    mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
+    return mod.with_attr("accel_sources", generated[1])
+
+
 def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-                        config: AccelConfig | str = "nv_full", fuse: bool = True
-                        ) -> tvm.IRModule:
+                        config: AccelConfig | str = "nv_full", fuse: bool = True,
+                        precision: str = "fp32", calibration=None,
+                        calibration_method: str = DEFAULT_METHOD) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -201,45 +236,68 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         hand). Batch norm must be in inference form.
     params : dict of str to numpy.ndarray, optional
         Values of ``main`` parameters to bind as constants: constant weights are folded at
-        compile time; parameters left unbound stay runtime inputs, folded on every call.
+        compile time; parameters left unbound stay runtime inputs, folded on every call
+        (fp32 only: fp16 and int8 chains need constant weights, others stay on the host).
     config : AccelConfig or str
         The hardware configuration (a preset name or a config).
     fuse : bool
         True: each primitive runs as one fused chain (CONV -> SDP -> PDP on the fly). False:
         every source op is its own accelerator op, intermediates through memory.
+    precision : str
+        "fp32" (the reference), "fp16" or "int8"; the configuration must have it.
+    calibration : iterable of input tuples, or Calibration
+        int8 only, required: example inputs of ``main`` (each a tuple of arrays, or one
+        array), run through the fp32 build of the same partition to set the activation
+        scales; or the :class:`~accel_codegen.quantization.Calibration` of an earlier build.
+    calibration_method : str
+        "percentile" (default), "max" or "entropy"; see :mod:`accel_codegen.quantization`.
 
     Returns
     -------
     tvm.IRModule
         The module with external calls in place of the offloaded regions, ready for
-        :func:`accel_codegen.build`; :func:`partition_report` describes it.
+        :func:`accel_codegen.build`; :func:`partition_report` describes it and
+        :func:`calibration_of` gives an int8 module's scales.
     """
     config = AccelConfig.resolve(config)
-    log = PartitionLog()
-    mod = match_composites(mod, params, config=config, fuse=fuse, log=log)
-    report = _build_report(mod, config, fuse, log)
-    with _CODEGEN_LOCK:
-        codegen.LAST.sources.clear()
-        codegen.LAST.constants.clear()
-        mod = relax.transform.RunCodegen({"accel": {"config": config.to_json(),
-                                                    "fuse": fuse}})(mod)
-        generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
-    # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
-    # the originals RunCodegen recorded: those would be serialised unused.
-    constants = {name: tvm.runtime.tensor(value) for name, value in generated[0].items()}
-    mod = mod.without_attr("const_name_to_constant") if mod.attrs and \
-        "const_name_to_constant" in mod.attrs else mod
-    if constants:
-        mod = mod.with_attr("const_name_to_constant", constants)
-    mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
-    return mod.with_attr("accel_sources", generated[1])
+    check_precision(config, precision)
+    if precision == "int8" and not fuse:
+        raise AccelUnsupportedError("int8 code is generated for fused chains (fuse=True); "
+                                    "decomposed int8 can be estimated, not run")
+    if precision != "int8":
+        if calibration is not None:
+            raise AccelInvalidError(f"calibration is for int8, not {precision}")
+        return _generate(mod, params, config, fuse, precision, precision, None)
+    if calibration is None:
+        raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
+                                "tuples) or a Calibration")
+    if not isinstance(calibration, Calibration):
+        from .toolchain import virtual_machine  # late: toolchain imports this module
+
+        reference = _generate(mod, params, config, fuse, "int8", "fp32", None)
+        vm = virtual_machine(tvm.compile(reference, target="llvm"))
+
+        def run(*inputs):
+            vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
+
+        calibration = calibrate(run, calibration, calibration_method)
+    return _generate(mod, params, config, fuse, "int8", "int8", calibration)
+
+
+def calibration_of(mod: tvm.IRModule) -> Optional[Calibration]:
+    """The activation quantisation an int8 module was generated with (None otherwise)."""
+    if mod.attrs is None or CALIBRATION_ATTR not in mod.attrs:
+        return None
+    return Calibration.from_json(str(mod.attrs[CALIBRATION_ATTR]))
 
 
 def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",
-                     fuse: bool = True) -> PartitionReport:
+                     fuse: bool = True, precision: str = "fp32",
+                     calibration=None) -> PartitionReport:
     """The partition report of a partitioned module (partitions an unpartitioned one first)."""
     if not is_partitioned(mod):
-        mod = partition_for_accel(mod, params, config=config, fuse=fuse)
+        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
+                                  calibration=calibration)
     return PartitionReport.from_dict(json.loads(str(mod.attrs[REPORT_ATTR])))
 
 

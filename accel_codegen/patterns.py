@@ -151,14 +151,14 @@ class PartitionLog:
         return False
 
 
-def _make_check(name: str, config: AccelConfig, fuse: bool, log: PartitionLog):
+def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log: PartitionLog):
     def check(ctx: PatternCheckContext) -> bool:
         if has_leaking_intermediate_variables(ctx):
             return log.refuse(ctx, name, "an intermediate result is also used outside the chain")
         bindings = ctx.matched_bindings
         try:
             layer = lower_chain(ctx.matched_expr, lambda var: bindings.get(var))
-            layer.check_hardware(config, fuse)
+            layer.check_hardware(config, fuse, precision)
         except Unsupported as reason:
             return log.refuse(ctx, name, str(reason))
         except Exception as error:  # pylint: disable=broad-except
@@ -171,7 +171,8 @@ def _make_check(name: str, config: AccelConfig, fuse: bool, log: PartitionLog):
 
 
 def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
-                  log: Optional[PartitionLog] = None) -> List[FusionPattern]:
+                  log: Optional[PartitionLog] = None, precision: str = "fp32"
+                  ) -> List[FusionPattern]:
     """The FusionPatterns for a configuration, longest chains first.
 
     Parameters
@@ -182,6 +183,8 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         Check the chain as one fused run (True) or as one independent op per source op.
     log : PartitionLog, optional
         Receives the reason of every refusal.
+    precision : str
+        The precision the chains will run in ("fp32", "fp16", "int8").
     """
     config = AccelConfig.resolve(config)
     log = log if log is not None else PartitionLog()
@@ -189,5 +192,5 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         (f"accel.custom.{p.name}", is_call_tir(p.primfunc), 1)
         for p in custom.registered().values()]
     entries.sort(key=lambda entry: -entry[2])  # stable: longest first
-    return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, log))
+    return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, precision, log))
             for name, pattern, _ in entries]

@@ -14,6 +14,7 @@ from .config import AccelConfig
 from .errors import AccelInvalidError
 from .frontend import bind_params
 from .partition import is_partitioned, partition_for_accel
+from .quantization import DEFAULT_METHOD
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -28,14 +29,16 @@ def link_options() -> List[str]:
 
 
 def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-          config: AccelConfig | str = "nv_full", fuse: bool = True,
+          config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
+          calibration=None, calibration_method: str = DEFAULT_METHOD,
           target="llvm") -> "tvm.runtime.Executable":
     """Partition (unless partitioned already) and compile a module.
 
     Parameters
     ----------
-    mod, params, config, fuse
-        As for :func:`accel_codegen.partition_for_accel`.
+    mod, params, config, fuse, precision, calibration, calibration_method
+        As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
+        iterable of example input tuples (or a Calibration).
     target : str or dict
         The host target for the ops that stay on the host.
 
@@ -48,7 +51,9 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
         if params:
             raise AccelInvalidError("bind params before partitioning: the module is partitioned")
     else:
-        mod = partition_for_accel(mod, params, config=config, fuse=fuse)
+        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
+                                  calibration=calibration,
+                                  calibration_method=calibration_method)
     return tvm.compile(mod, target=target)
 
 
