@@ -1,0 +1,793 @@
+/* conv_i8.c - the CONV engine in INT8: int32 accumulation, the SDP converters as epilogue.
+ *
+ * acc[k][pos] = sum over the window of (in - in_zero) * w, exact in int32 (padding reads as
+ * in_zero, i.e. contributes 0), then sdp_i8_span on every output: fused and independent runs
+ * give identical codes, whatever the thread count (integer sums do not depend on order).
+ *
+ * Paths (AVX-512 VNNI builds):
+ *  - implicit GEMM (C/groups >= 2): vpdpbusd multiplies u8 by s8, so the input is copied once
+ *    per image with its sign bit flipped (u = in + 128; padding byte in_zero + 128), padded,
+ *    split into stride phases and 4 channels interleaved per position; depth step (c/4, r, s)
+ *    is that copy at a constant offset. acc = sum(u * w) - (128 + in_zero) * sum(w), the weight
+ *    sums kept beside the packed weights, all modulo 2^32 (exact: the true sum fits int32).
+ *    8-channel x 48-position micro-kernel, 24 zmm accumulators; tiles of 8 panels; grouped
+ *    convolutions are one implicit GEMM per group.
+ *  - im2col: explicit columns over (image, position), for batched fully connected layers
+ *    (one position per image) and grids that would be mostly garbage columns.
+ *  - depthwise (one input channel per group): direct, an int32 copy of the plane and vpdpwssd.
+ * Other builds: the portable path (direct, scalar, uint32 accumulators).
+ */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__)
+#define CONV_I8_VNNI 1
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+
+enum {
+  MR = 8,             /* output channels per micro-tile */
+  NR = 48,            /* grid positions per micro-tile (3 vectors of 16) */
+  TILE = 8,           /* panels of NR positions per work unit */
+  WS_PACK = 40,       /* shared slots: weights packed on this call, */
+  WS_COPY = 41,       /* the input copy (implicit) or columns (im2col), */
+  WS_OFF = 42         /* the depth steps' offsets */
+};
+
+typedef int32_t __attribute__((may_alias)) i32_alias;
+
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* A convolution's derived sizes. */
+typedef struct plan {
+  const conv_geometry* g;
+  int64_t cg, mg;      /* input / output channels per group */
+  int64_t rs, kd;      /* taps per channel, depth per group (cg * rs) */
+  int64_t c4, kd4;     /* VNNI: 4-channel blocks per group, depth steps (c4 * rs) */
+  int64_t mblocks;     /* MR-channel blocks per group */
+  int64_t hw, ohw;
+} plan;
+
+static void make_plan(const conv_geometry* g, plan* P) {
+  P->g = g;
+  P->cg = g->c / g->groups;
+  P->mg = g->k / g->groups;
+  P->rs = (int64_t)g->kernel_h * g->kernel_w;
+  P->kd = P->cg * P->rs;
+  P->c4 = (P->cg + 3) / 4;
+  P->kd4 = P->c4 * P->rs;
+  P->mblocks = (P->mg + MR - 1) / MR;
+  P->hw = (int64_t)g->h * g->w;
+  P->ohw = (int64_t)g->out_h * g->out_w;
+}
+
+/* ---- packed weights ----------------------------------------------------------------------
+ * A 64-byte header, then the layout the kernel reads:
+ *   LAYOUT_PLAIN: the weights as given, [K][C/groups][R][S] (depthwise, and builds without
+ *                 VNNI);
+ *   LAYOUT_VNNI:  per group and block of MR output channels, [c4][r][s][MR][4] s8 (4 input
+ *                 channels of one output channel form the 32-bit word vpdpbusd multiplies;
+ *                 channels past C/groups and rows past K/groups are 0), followed by the
+ *                 int32 weight sums [group][block][MR] of the +128 offset correction. */
+enum { PACK_MAGIC = 0x38494341 /* "ACI8" */, LAYOUT_PLAIN = 1, LAYOUT_VNNI = 2, HEADER = 64 };
+
+typedef struct pack_header {
+  uint32_t magic;
+  int32_t layout;
+  int32_t k, c, kernel_h, kernel_w, groups, mr;
+  uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
+} pack_header;
+
+static int layout_of(const plan* P) {
+#ifdef CONV_I8_VNNI
+  return P->cg == 1 ? LAYOUT_PLAIN : LAYOUT_VNNI;
+#else
+  (void)P;
+  return LAYOUT_PLAIN;
+#endif
+}
+
+static size_t data_bytes(const plan* P, int layout) {
+  const conv_geometry* g = P->g;
+  if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
+  return round64((size_t)(g->groups * P->mblocks * P->kd4 * MR * 4));
+}
+
+static size_t wsum_bytes(const plan* P, int layout) {
+  if (layout == LAYOUT_PLAIN) return 0;
+  return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
+}
+
+size_t conv_i8_packed_bytes(const conv_geometry* g) {
+  plan P;
+  make_plan(g, &P);
+  const int layout = layout_of(&P);
+  return HEADER + data_bytes(&P, layout) + wsum_bytes(&P, layout);
+}
+
+/* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. */
+static void pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8_t* data,
+                       int32_t* wsum) {
+  const int64_t blk = grp * P->mblocks + mb, rs = P->rs;
+  int8_t* d = data + blk * P->kd4 * MR * 4;
+  memset(d, 0, (size_t)(P->kd4 * MR * 4));
+  for (int64_t m = 0; m < MR; ++m) {
+    const int64_t km = mb * MR + m;
+    int32_t sum = 0;
+    if (km < P->mg) {
+      const int8_t* src = w + (grp * P->mg + km) * P->kd;
+      for (int64_t c = 0; c < P->cg; ++c) {
+        int8_t* dc = d + ((c >> 2) * rs) * MR * 4 + m * 4 + (c & 3);
+        const int8_t* sc = src + c * rs;
+        for (int64_t t = 0; t < rs; ++t) {
+          dc[t * MR * 4] = sc[t];
+          sum += sc[t];
+        }
+      }
+    }
+    wsum[blk * MR + m] = sum;
+  }
+}
+
+static void write_header(const plan* P, int layout, void* dst) {
+  const conv_geometry* g = P->g;
+  pack_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = PACK_MAGIC;
+  h.layout = layout;
+  h.k = g->k;
+  h.c = g->c;
+  h.kernel_h = g->kernel_h;
+  h.kernel_w = g->kernel_w;
+  h.groups = g->groups;
+  h.mr = MR;
+  h.data_bytes = data_bytes(P, layout);
+  memset(dst, 0, HEADER);
+  memcpy(dst, &h, sizeof h);
+}
+
+void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst) {
+  plan P;
+  make_plan(g, &P);
+  const int layout = layout_of(&P);
+  write_header(&P, layout, dst);
+  int8_t* data = (int8_t*)dst + HEADER;
+  if (layout == LAYOUT_PLAIN) {
+    const size_t n = (size_t)g->k * (size_t)P.kd;
+    memcpy(data, weights, n);
+    memset(data + n, 0, data_bytes(&P, layout) - n);
+    return;
+  }
+  int32_t* wsum = (int32_t*)(data + data_bytes(&P, layout));
+  memset(wsum, 0, wsum_bytes(&P, layout));
+  for (int64_t grp = 0; grp < g->groups; ++grp)
+    for (int64_t mb = 0; mb < P.mblocks; ++mb) pack_block(&P, weights, grp, mb, data, wsum);
+}
+
+int conv_i8_packed_matches(const conv_geometry* g, const void* packed) {
+  if (packed == NULL) return 0;
+  plan P;
+  make_plan(g, &P);
+  pack_header h;
+  memcpy(&h, packed, sizeof h);
+  const int layout = layout_of(&P);
+  return h.magic == PACK_MAGIC && h.layout == layout && h.k == g->k && h.c == g->c &&
+         h.kernel_h == g->kernel_h && h.kernel_w == g->kernel_w && h.groups == g->groups &&
+         h.mr == MR && h.data_bytes == data_bytes(&P, layout);
+}
+
+/* ---- portable path: direct, one output plane at a time ------------------------------------
+ * Each tap adds (in - in_zero) * w over the output columns whose input lies inside the image
+ * (padding contributes 0). Accumulators are uint32: int32 arithmetic modulo 2^32, exact as long
+ * as the true sum fits int32 (the compiler's bound). */
+static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* in,
+                                  const int8_t* w, int8_t* out, const sdp_i8* ep, workspace* ws,
+                                  int nth) {
+  const conv_geometry* g = P->g;
+  const int64_t planes = (int64_t)g->n * g->k;
+  if (nth > planes) nth = (int)planes;
+  uint32_t* accs[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    accs[t] = workspace_get(ws, t, (size_t)P->ohw * sizeof(uint32_t));
+    if (accs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    uint32_t* acc = accs[omp_get_thread_num()];
+    const int64_t b = plane / g->k, k = plane % g->k, grp = k / P->mg;
+    memset(acc, 0, (size_t)P->ohw * sizeof(uint32_t));
+    for (int64_t c = 0; c < P->cg; ++c) {
+      const int8_t* src = in + (b * g->c + grp * P->cg + c) * P->hw;
+      for (int64_t r = 0; r < g->kernel_h; ++r)
+        for (int64_t s = 0; s < g->kernel_w; ++s) {
+          const int32_t wv = w[k * P->kd + c * P->rs + r * g->kernel_w + s];
+          if (wv == 0) continue;
+          const int64_t dy = r * g->dilation_h - g->pad_top;
+          const int64_t dx = s * g->dilation_w - g->pad_left;
+          /* output columns with input column ox * sw + dx inside [0, W) */
+          int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+          int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
+          if (hi > ow) hi = ow;
+          if (lo >= hi) continue;
+          for (int64_t oy = 0; oy < g->out_h; ++oy) {
+            const int64_t iy = oy * g->stride_h + dy;
+            if (iy < 0 || iy >= H) continue;
+            const int8_t* row = src + iy * W + dx;
+            uint32_t* a = acc + oy * ow;
+            for (int64_t ox = lo; ox < hi; ++ox)
+              a[ox] += (uint32_t)(((int32_t)row[ox * sw] - in_zero) * wv);
+          }
+        }
+    }
+    const int64_t at = plane * P->ohw;
+    sdp_i8_span(ep, (int32_t)k, (const int32_t*)acc,
+                ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at, P->ohw);
+  }
+  return ACCEL_OK;
+}
+
+#ifdef CONV_I8_VNNI
+/* ---- VNNI micro-kernel ---------------------------------------------------------------------
+ * c[m][0..16*nv) = sum over depth steps k of the dot products (4 bytes each) of the u8 columns
+ * at b + off[k] (16 positions x 4 channels per vector) with the s8 weight word a[k][m]. */
+static inline __attribute__((always_inline)) void ukr(const int nv, int64_t kd4, const int8_t* a,
+                                                      const uint8_t* b, const int64_t* off,
+                                                      int32_t* c, int64_t ldc) {
+  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00,
+          c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00, c40 = c00, c41 = c00,
+          c42 = c00, c50 = c00, c51 = c00, c52 = c00, c60 = c00, c61 = c00, c62 = c00, c70 = c00,
+          c71 = c00, c72 = c00;
+  for (int64_t k = 0; k < kd4; ++k) {
+    const uint8_t* bk = b + off[k];
+    const __m512i b0 = _mm512_loadu_si512(bk);
+    const __m512i b1 = nv > 1 ? _mm512_loadu_si512(bk + 64) : b0;
+    const __m512i b2 = nv > 2 ? _mm512_loadu_si512(bk + 128) : b0;
+    const i32_alias* ak = (const i32_alias*)(a + k * MR * 4);
+#define ROW(m)                                                   \
+  {                                                              \
+    const __m512i av = _mm512_set1_epi32(ak[m]);                 \
+    c##m##0 = _mm512_dpbusd_epi32(c##m##0, b0, av);              \
+    if (nv > 1) c##m##1 = _mm512_dpbusd_epi32(c##m##1, b1, av);  \
+    if (nv > 2) c##m##2 = _mm512_dpbusd_epi32(c##m##2, b2, av);  \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+#undef ROW
+  }
+#define ST(m)                                                    \
+  _mm512_storeu_si512(c + m * ldc, c##m##0);                     \
+  if (nv > 1) _mm512_storeu_si512(c + m * ldc + 16, c##m##1);    \
+  if (nv > 2) _mm512_storeu_si512(c + m * ldc + 32, c##m##2);
+  ST(0) ST(1) ST(2) ST(3) ST(4) ST(5) ST(6) ST(7)
+#undef ST
+}
+
+typedef void (*ukr_fn)(int64_t, const int8_t*, const uint8_t*, const int64_t*, int32_t*,
+                       int64_t);
+static void ukr1(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
+                 int64_t l) {
+  ukr(1, k, a, b, o, c, l);
+}
+static void ukr2(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
+                 int64_t l) {
+  ukr(2, k, a, b, o, c, l);
+}
+static void ukr3(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
+                 int64_t l) {
+  ukr(3, k, a, b, o, c, l);
+}
+static const ukr_fn ukr_table[4] = {0, ukr1, ukr2, ukr3};
+
+static inline __mmask16 lane_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* dst[i] = src[i] - corr (mod 2^32) for i < n; dst may equal src or lie below it. */
+static void sub_corr(const int32_t* src, int32_t* dst, int64_t n, uint32_t corr) {
+  const __m512i cv = _mm512_set1_epi32((int32_t)corr);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lane_mask(n - i);
+    const __m512i v = _mm512_maskz_loadu_epi32(m, src + i);
+    _mm512_mask_storeu_epi32(dst + i, m, _mm512_sub_epi32(v, cv));
+  }
+}
+
+/* The +128 offset correction of a channel: acc = sum(u * w) - (128 + in_zero) * sum(w). */
+static inline uint32_t correction(int32_t in_zero, int32_t wsum) {
+  return (uint32_t)(128 + in_zero) * (uint32_t)wsum;
+}
+
+/* ---- the GEMM over a byte source B --------------------------------------------------------
+ * Depth step k of column n of group grp is the 4 bytes at base + grp * group_bytes + off[k] +
+ * 4n (u8 = in + 128; padding and missing channels = in_zero + 128). */
+typedef struct bsrc {
+  const uint8_t* base;
+  int64_t group_bytes;
+  const int64_t* off;
+  int64_t ncols, npanels, tiles;
+} bsrc;
+
+/* Micro-tiles of panels [p0, p1) x block mb of group grp into tile[MR][TILE * NR]. */
+static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, int64_t grp, int64_t mb,
+                      int64_t p0, int64_t p1, int32_t* tile) {
+  const int8_t* a = apack + (grp * P->mblocks + mb) * P->kd4 * MR * 4;
+  const uint8_t* b = B->base + grp * B->group_bytes;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t left = B->ncols - p * NR;
+    const int nv = left >= NR ? 3 : (int)((left + 15) / 16);
+    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, tile + (p - p0) * NR, TILE * NR);
+  }
+}
+
+/* ---- implicit GEMM: a padded, stride-phase-split copy of the input ------------------------
+ * Output (y, x) and tap (r, s) read padded input row y*sh + r*dh, column x*sw + s*dw: phase
+ * (r*dh % sh, s*dw % sw) of the padded input at row y + r*dh/sh, column x + s*dw/sw. Each phase
+ * plane is stored as hq rows of wq = out_w + (largest column shift) positions, 4 channels per
+ * position, so depth step (c4, r, s) is the copy at a constant offset over a grid of
+ * (out_h - 1) * wq + out_w positions, of which the first out_w of each row are outputs. */
+typedef struct imp_plan {
+  int64_t nph, wq, hq, plane; /* phases, phase plane columns / rows / positions */
+  int64_t gbytes;             /* copy bytes per group: c4 * nph * plane * 4 */
+  int64_t ncols;              /* grid positions */
+} imp_plan;
+
+static void imp_make_plan(const plan* P, imp_plan* Q) {
+  const conv_geometry* g = P->g;
+  const int64_t sh = g->stride_h, sw = g->stride_w;
+  const int64_t rq = (int64_t)(g->kernel_h - 1) * g->dilation_h / sh;
+  const int64_t sq = (int64_t)(g->kernel_w - 1) * g->dilation_w / sw;
+  Q->nph = sh * sw;
+  Q->wq = g->out_w + sq;
+  Q->hq = g->out_h + rq;
+  Q->plane = Q->hq * Q->wq;
+  Q->gbytes = P->c4 * Q->nph * Q->plane * 4;
+  Q->ncols = (int64_t)(g->out_h - 1) * Q->wq + g->out_w;
+}
+
+/* Grid reads run up to 47 positions past a group's copy (the last panel) and the last vector
+ * 64 bytes: slack after the copy. */
+enum { COPY_SLACK = NR * 4 + 64 };
+
+static void imp_offsets(const plan* P, const imp_plan* Q, int64_t* off) {
+  const conv_geometry* g = P->g;
+  const int64_t sh = g->stride_h, sw = g->stride_w;
+  int64_t k = 0;
+  for (int64_t c4 = 0; c4 < P->c4; ++c4)
+    for (int64_t r = 0; r < g->kernel_h; ++r)
+      for (int64_t s = 0; s < g->kernel_w; ++s) {
+        const int64_t ry = r * g->dilation_h, sx = s * g->dilation_w;
+        const int64_t ph = (ry % sh) * sw + sx % sw;
+        off[k++] = ((c4 * Q->nph + ph) * Q->plane + (ry / sh) * Q->wq + sx / sw) * 4;
+      }
+}
+
+/* Interleave 4 rows of n bytes into n 4-byte positions, flipping the sign bit (u8 = s8 + 128).
+ * The rows may be read up to 15 bytes past n. */
+static void interleave4(const int8_t* r0, const int8_t* r1, const int8_t* r2, const int8_t* r3,
+                        int64_t n, uint8_t* d) {
+  const __m128i flip = _mm_set1_epi8((char)0x80);
+  int64_t x = 0;
+  for (; x < n; x += 16) {
+    const __m128i a0 = _mm_loadu_si128((const __m128i*)(r0 + x));
+    const __m128i a1 = _mm_loadu_si128((const __m128i*)(r1 + x));
+    const __m128i a2 = _mm_loadu_si128((const __m128i*)(r2 + x));
+    const __m128i a3 = _mm_loadu_si128((const __m128i*)(r3 + x));
+    const __m128i t0 = _mm_unpacklo_epi8(a0, a1), t1 = _mm_unpackhi_epi8(a0, a1);
+    const __m128i t2 = _mm_unpacklo_epi8(a2, a3), t3 = _mm_unpackhi_epi8(a2, a3);
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_unpacklo_epi16(t0, t2)), _mm_unpackhi_epi16(t0, t2), 1)),
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(t1, t3)),
+                                _mm_unpackhi_epi16(t1, t3), 1),
+        1);
+    const int64_t left = n - x;
+    const __mmask64 m = left >= 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * left)) - 1);
+    _mm512_mask_storeu_epi8(d + 4 * x, m,
+                            _mm512_xor_si512(v, _mm512_broadcast_i32x4(flip)));
+  }
+}
+
+/* Build copy row `item` = (grp, c4, phase, yq) of image `img` (its channel 0). tmp: 4 rows of
+ * ldt >= wq + 16 bytes. */
+static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, int64_t item,
+                          uint8_t* copy, int32_t in_zero, int8_t* tmp, int64_t ldt) {
+  const conv_geometry* g = P->g;
+  const int64_t yq = item % Q->hq;
+  int64_t rest = item / Q->hq;
+  const int64_t ph = rest % Q->nph;
+  rest /= Q->nph;
+  const int64_t c4 = rest % P->c4, grp = rest / P->c4;
+  const int64_t sw = g->stride_w, W = g->w, wq = Q->wq;
+  uint8_t* d = copy + grp * Q->gbytes + ((c4 * Q->nph + ph) * Q->hq + yq) * wq * 4;
+  const int64_t py = ph / sw, px = ph % sw;
+  const int64_t iy = yq * g->stride_h + py - g->pad_top;
+  const int8_t zb = (int8_t)in_zero;
+  if (iy < 0 || iy >= g->h) {
+    memset(d, (uint8_t)zb ^ 0x80, (size_t)wq * 4);
+    return;
+  }
+  /* columns xq whose input column xq*sw + x0 lies inside [0, W) */
+  const int64_t x0 = px - g->pad_left;
+  int64_t lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+  int64_t hi = x0 > W - 1 ? 0 : (W - 1 - x0) / sw + 1;
+  if (hi > wq) hi = wq;
+  if (lo > hi) lo = hi;
+  const int8_t* rows[4];
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c4 * 4 + j;
+    int8_t* t = tmp + j * ldt;
+    rows[j] = t;
+    if (c >= P->cg) { /* a missing channel: zero weights, any byte */
+      memset(t, zb, (size_t)wq);
+      continue;
+    }
+    const int8_t* src = img + ((grp * P->cg + c) * g->h + iy) * W + x0;
+    memset(t, zb, (size_t)lo);
+    if (sw == 1) {
+      memcpy(t + lo, src + lo, (size_t)(hi - lo));
+    } else {
+      for (int64_t xq = lo; xq < hi; ++xq) t[xq] = src[xq * sw];
+    }
+    memset(t + hi, zb, (size_t)(wq - hi));
+  }
+  interleave4(rows[0], rows[1], rows[2], rows[3], wq, d);
+}
+
+/* A run of a tile's grid positions that are outputs: tile column `col`, output `o`. */
+typedef struct seg {
+  int64_t col, o, len;
+} seg;
+
+static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* in,
+                                  const int8_t* apack, const int32_t* wsum, const int8_t* weights,
+                                  int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  imp_plan Q;
+  imp_make_plan(P, &Q);
+  const int64_t npanels = (Q.ncols + NR - 1) / NR, tiles = (npanels + TILE - 1) / TILE;
+  const int64_t units = g->groups * tiles * P->mblocks;
+  if (nth > units) nth = (int)units;
+  const int64_t nbuild = g->groups * P->c4 * Q.nph * Q.hq;
+  const int pack_now = apack == NULL;
+  int8_t* pdata = NULL;
+  int32_t* psum = NULL;
+  if (pack_now) {
+    const size_t db = data_bytes(P, LAYOUT_VNNI);
+    char* p = workspace_get(ws, WS_PACK, db + wsum_bytes(P, LAYOUT_VNNI));
+    if (p == NULL) return ACCEL_ERR_NO_MEMORY;
+    pdata = (int8_t*)p;
+    psum = (int32_t*)(p + db);
+    apack = pdata;
+    wsum = psum;
+  }
+  const size_t copy_bytes = (size_t)(g->groups * Q.gbytes);
+  uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
+  int64_t* off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
+  if (copy == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
+  memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
+  imp_offsets(P, &Q, off);
+  const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
+  const size_t tile_bytes = (size_t)MR * TILE * NR * sizeof(int32_t);
+  char* scratch[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    scratch[t] = workspace_get(ws, t, tile_bytes + (size_t)(4 * ldt));
+    if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
+  const int64_t npack = pack_now ? g->groups * P->mblocks : 0;
+
+#pragma omp parallel num_threads(nth)
+  {
+    char* mine = scratch[omp_get_thread_num()];
+    int32_t* tile = (int32_t*)mine;
+    int8_t* tmp = (int8_t*)(mine + tile_bytes);
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < npack; ++blk)
+      pack_block(P, weights, blk / P->mblocks, blk % P->mblocks, pdata, psum);
+    for (int64_t b = 0; b < g->n; ++b) {
+      const int8_t* img = in + b * g->c * P->hw;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < nbuild; ++item)
+        imp_build_row(P, &Q, img, item, copy, in_zero, tmp, ldt);
+#pragma omp for schedule(static)
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
+        const int64_t grp = u / (P->mblocks * tiles);
+        const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
+        gemm_tile(P, &B, apack, grp, mb, p0, p1, tile);
+        /* the tile's outputs, as runs of grid columns */
+        seg segs[TILE * NR + 1];
+        int nseg = 0;
+        const int64_t n0 = p0 * NR, n1 = p1 * NR < Q.ncols ? p1 * NR : Q.ncols;
+        for (int64_t n = n0; n < n1;) {
+          const int64_t y = n / Q.wq, x = n % Q.wq;
+          if (x >= g->out_w) {
+            n += Q.wq - x;
+            continue;
+          }
+          const int64_t len = g->out_w - x < n1 - n ? g->out_w - x : n1 - n;
+          segs[nseg++] = (seg){n - n0, y * g->out_w + x, len};
+          n += len;
+        }
+        if (nseg == 0) continue;
+        const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
+        const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        for (int64_t m = 0; m < rows; ++m) {
+          int32_t* row = tile + m * TILE * NR;
+          const uint32_t corr = correction(in_zero, wsum[(grp * P->mblocks + mb) * MR + m]);
+          for (int i = 0; i < nseg; ++i)
+            sub_corr(row + segs[i].col, row + (segs[i].o - o0), segs[i].len, corr);
+          const int64_t k = grp * P->mg + mb * MR + m;
+          const int64_t at = (b * g->k + k) * P->ohw + o0;
+          sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                      out + at, cnt);
+        }
+      }
+    }
+  }
+  return ACCEL_OK;
+}
+
+/* ---- im2col: explicit columns (batched fully connected, grids mostly garbage) ------------
+ * Columns j = (image, output position) over all images, in chunks; depth step k of column j
+ * at cols + grp * group_bytes + (k * ldb + j) * 4. */
+static void col_build_row(const plan* P, const int8_t* in, int32_t in_zero, int64_t grp,
+                          int64_t k, int64_t j0, int64_t nc, int64_t ldb, uint8_t* dst) {
+  const conv_geometry* g = P->g;
+  const int64_t c4 = k / P->rs, rs = k % P->rs, r = rs / g->kernel_w, s = rs % g->kernel_w;
+  const uint8_t pad = (uint8_t)in_zero ^ 0x80;
+  const int64_t ow = g->out_w;
+  const int64_t c_lo = c4 * 4, full = c_lo + 4 <= P->cg;
+  for (int64_t j = 0; j < nc; ++j) {
+    const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
+    const int64_t iy = pos / ow * g->stride_h - g->pad_top + r * g->dilation_h;
+    const int64_t ix = pos % ow * g->stride_w - g->pad_left + s * g->dilation_w;
+    uint8_t* d = dst + 4 * j;
+    if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) {
+      d[0] = d[1] = d[2] = d[3] = pad;
+      continue;
+    }
+    const int8_t* src = in + (b * g->c + grp * P->cg + c_lo) * P->hw + iy * g->w + ix;
+    if (full && P->hw == 1) {
+      uint32_t v;
+      memcpy(&v, src, 4);
+      v ^= 0x80808080u;
+      memcpy(d, &v, 4);
+      continue;
+    }
+    for (int64_t jj = 0; jj < 4; ++jj)
+      d[jj] = c_lo + jj < P->cg ? (uint8_t)src[jj * P->hw] ^ 0x80 : pad;
+  }
+  memset(dst + 4 * nc, pad, (size_t)(4 * (ldb - nc)));
+}
+
+static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in,
+                                const int8_t* apack, const int32_t* wsum, const int8_t* weights,
+                                int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  const int64_t total = (int64_t)g->n * P->ohw;
+  /* columns per chunk: about 4 MB of them, whole panels */
+  int64_t chunk = ((int64_t)4 << 20) / (g->groups * P->kd4 * 4) / NR * NR;
+  if (chunk < NR) chunk = NR;
+  if (chunk > total) chunk = total;
+  const int64_t ldb = (chunk + 15) & ~(int64_t)15;
+  const int64_t gbytes = P->kd4 * ldb * 4;
+  const int64_t units_max =
+      g->groups * (((chunk + NR - 1) / NR + TILE - 1) / TILE) * P->mblocks;
+  if (nth > units_max) nth = (int)units_max;
+  const int pack_now = apack == NULL;
+  int8_t* pdata = NULL;
+  int32_t* psum = NULL;
+  if (pack_now) {
+    const size_t db = data_bytes(P, LAYOUT_VNNI);
+    char* p = workspace_get(ws, WS_PACK, db + wsum_bytes(P, LAYOUT_VNNI));
+    if (p == NULL) return ACCEL_ERR_NO_MEMORY;
+    pdata = (int8_t*)p;
+    psum = (int32_t*)(p + db);
+    apack = pdata;
+    wsum = psum;
+  }
+  const size_t cols_bytes = (size_t)(g->groups * gbytes);
+  uint8_t* cols = workspace_get(ws, WS_COPY, cols_bytes + COPY_SLACK);
+  int64_t* off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
+  if (cols == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
+  memset(cols + cols_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
+  for (int64_t k = 0; k < P->kd4; ++k) off[k] = k * ldb * 4;
+  const size_t tile_bytes = (size_t)MR * TILE * NR * sizeof(int32_t);
+  int32_t* tiles_buf[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    tiles_buf[t] = workspace_get(ws, t, tile_bytes);
+    if (tiles_buf[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const int64_t npack = pack_now ? g->groups * P->mblocks : 0;
+  const int64_t nrows = g->groups * P->kd4;
+
+#pragma omp parallel num_threads(nth)
+  {
+    int32_t* tile = tiles_buf[omp_get_thread_num()];
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < npack; ++blk)
+      pack_block(P, weights, blk / P->mblocks, blk % P->mblocks, pdata, psum);
+    for (int64_t j0 = 0; j0 < total; j0 += chunk) {
+      const int64_t nc = total - j0 < chunk ? total - j0 : chunk;
+      const int64_t npanels = (nc + NR - 1) / NR, tiles = (npanels + TILE - 1) / TILE;
+      const bsrc B = {cols, gbytes, off, nc, npanels, tiles};
+#pragma omp for schedule(static)
+      for (int64_t row = 0; row < nrows; ++row) {
+        const int64_t grp = row / P->kd4, k = row % P->kd4;
+        col_build_row(P, in, in_zero, grp, k, j0, nc, ldb, cols + grp * gbytes + k * ldb * 4);
+      }
+      const int64_t units = g->groups * tiles * P->mblocks;
+#pragma omp for schedule(static)
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
+        const int64_t grp = u / (P->mblocks * tiles);
+        const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
+        gemm_tile(P, &B, apack, grp, mb, p0, p1, tile);
+        const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
+        const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        for (int64_t m = 0; m < rows; ++m) {
+          int32_t* row = tile + m * TILE * NR;
+          sub_corr(row, row, n1 - n0, correction(in_zero, wsum[(grp * P->mblocks + mb) * MR + m]));
+          const int64_t k = grp * P->mg + mb * MR + m;
+          for (int64_t j = n0; j < n1;) {
+            const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
+            const int64_t len = P->ohw - pos < n1 - j ? P->ohw - pos : n1 - j;
+            const int64_t at = (b * g->k + k) * P->ohw + pos;
+            sdp_i8_span(ep, (int32_t)k, row + (j - n0),
+                        ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at, len);
+            j += len;
+          }
+        }
+      }
+    }
+  }
+  return ACCEL_OK;
+}
+
+/* ---- depthwise (one input channel per group): direct ---------------------------------------
+ * The plane is copied as int32 (in - in_zero, padding 0) in the phase-split layout above, so
+ * grid position n is sum over taps t of w[t] * copy[off[t] + n]: a 1-D correlation, 64
+ * positions at a time. vpdpwssd multiplies int16 pairs: the weight word (w, 0) picks the low
+ * half of each int32 copy element, exactly (in - in_zero) * w. */
+static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, const int8_t* w,
+                            int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  imp_plan Q;
+  imp_make_plan(P, &Q);
+  const int64_t planes = (int64_t)g->n * g->c, taps = P->rs;
+  if (nth > planes) nth = (int)planes;
+  const int64_t ngrid = (int64_t)g->out_h * Q.wq, ngrid_r = (ngrid + 63) & ~(int64_t)63;
+  const int64_t sq = Q.wq - g->out_w;
+  const int64_t copy_n = Q.nph * Q.plane + sq + 64;
+  const size_t copy_bytes = round64((size_t)copy_n * sizeof(int32_t));
+  const size_t grid_bytes = round64((size_t)ngrid_r * sizeof(int32_t));
+  const size_t off_bytes = round64((size_t)taps * sizeof(int64_t));
+  char* bufs[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    bufs[t] = workspace_get(ws, t, copy_bytes + grid_bytes + off_bytes);
+    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+    int32_t* copy = (int32_t*)bufs[t];
+    memset(copy + Q.nph * Q.plane, 0, (size_t)(copy_n - Q.nph * Q.plane) * sizeof(int32_t));
+    int64_t* off = (int64_t*)(bufs[t] + copy_bytes + grid_bytes);
+    const int64_t sh = g->stride_h, sw = g->stride_w;
+    for (int64_t r = 0, t2 = 0; r < g->kernel_h; ++r)
+      for (int64_t s = 0; s < g->kernel_w; ++s, ++t2) {
+        const int64_t ry = r * g->dilation_h, sx = s * g->dilation_w;
+        off[t2] = ((ry % sh) * sw + sx % sw) * Q.plane + (ry / sh) * Q.wq + sx / sw;
+      }
+  }
+  int64_t chunk = 8192 / (P->ohw * P->mg + 1);
+  if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
+  if (chunk < 1) chunk = 1;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, chunk)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    char* buf = bufs[omp_get_thread_num()];
+    int32_t* copy = (int32_t*)buf;
+    int32_t* grid = (int32_t*)(buf + copy_bytes);
+    const int64_t* off = (const int64_t*)(buf + copy_bytes + grid_bytes);
+    const int64_t b = pl / g->c, c = pl % g->c;
+    const int8_t* src = in + pl * P->hw;
+    const int64_t sw = g->stride_w, W = g->w;
+    for (int64_t ph = 0; ph < Q.nph; ++ph) {
+      const int64_t py = ph / sw, px = ph % sw, x0 = px - g->pad_left;
+      int64_t lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+      int64_t hi = x0 > W - 1 ? 0 : (W - 1 - x0) / sw + 1;
+      if (hi > Q.wq) hi = Q.wq;
+      if (lo > hi) lo = hi;
+      for (int64_t yq = 0; yq < Q.hq; ++yq) {
+        int32_t* d = copy + ph * Q.plane + yq * Q.wq;
+        const int64_t iy = yq * g->stride_h + py - g->pad_top;
+        if (iy < 0 || iy >= g->h) {
+          memset(d, 0, (size_t)Q.wq * sizeof(int32_t));
+          continue;
+        }
+        const int8_t* row = src + iy * W + x0;
+        for (int64_t xq = 0; xq < lo; ++xq) d[xq] = 0;
+        if (sw == 1) {
+          for (int64_t xq = lo; xq < hi; ++xq) d[xq] = (int32_t)row[xq] - in_zero;
+        } else {
+          for (int64_t xq = lo; xq < hi; ++xq) d[xq] = (int32_t)row[xq * sw] - in_zero;
+        }
+        for (int64_t xq = hi; xq < Q.wq; ++xq) d[xq] = 0;
+      }
+    }
+    for (int64_t j = 0; j < P->mg; ++j) {
+      const int64_t k = c * P->mg + j;
+      const int8_t* wk = w + k * taps;
+      for (int64_t n = 0; n < ngrid; n += 64) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t t = 0; t < taps; ++t) {
+          const __m512i wv = _mm512_set1_epi32((int32_t)(uint16_t)(int16_t)wk[t]);
+          const int32_t* s = copy + off[t] + n;
+          a0 = _mm512_dpwssd_epi32(a0, _mm512_loadu_si512(s), wv);
+          a1 = _mm512_dpwssd_epi32(a1, _mm512_loadu_si512(s + 16), wv);
+          a2 = _mm512_dpwssd_epi32(a2, _mm512_loadu_si512(s + 32), wv);
+          a3 = _mm512_dpwssd_epi32(a3, _mm512_loadu_si512(s + 48), wv);
+        }
+        _mm512_store_si512(grid + n, a0);
+        _mm512_store_si512(grid + n + 16, a1);
+        _mm512_store_si512(grid + n + 32, a2);
+        _mm512_store_si512(grid + n + 48, a3);
+      }
+      if (Q.wq != g->out_w)
+        for (int64_t y = 1; y < g->out_h; ++y)
+          memmove(grid + y * g->out_w, grid + y * Q.wq, (size_t)g->out_w * sizeof(int32_t));
+      const int64_t at = (b * g->k + k) * P->ohw;
+      sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                  out + at, P->ohw);
+    }
+  }
+  return ACCEL_OK;
+}
+#endif /* CONV_I8_VNNI */
+
+accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
+                     const int8_t* weights, const void* packed, int8_t* out,
+                     const sdp_i8* epilogue, workspace* ws, int32_t num_threads) {
+  plan P;
+  make_plan(g, &P);
+  int nth = num_threads < 1 ? 1 : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS : num_threads;
+  const int8_t* raw = weights;
+  const int8_t* apack = NULL;
+  const int32_t* wsum = NULL;
+  if (packed != NULL) {
+    pack_header h;
+    memcpy(&h, packed, sizeof h);
+    const int8_t* data = (const int8_t*)packed + HEADER;
+    if (h.layout == LAYOUT_PLAIN) {
+      raw = data;
+    } else {
+      apack = data;
+      wsum = (const int32_t*)(const void*)(data + h.data_bytes);
+    }
+  }
+#ifdef CONV_I8_TEST_PATHS /* tests only: CONV_I8_PATH=p|i|c forces a path where it applies */
+  const char* fp = getenv("CONV_I8_PATH");
+  const char force = fp != NULL ? fp[0] : 0;
+#else
+  const char force = 0;
+#endif
+#ifdef CONV_I8_VNNI
+  if (force != 'p') {
+    if (P.cg == 1) return conv_dw(&P, in_zero, in, raw, out, epilogue, ws, nth);
+    imp_plan Q;
+    imp_make_plan(&P, &Q);
+    /* explicit columns when positions of several images share panels (fully connected), or
+     * when most of the implicit grid would be garbage (large dilation on small outputs) */
+    const int im2col = (g->n > 1 && P.ohw < NR) || Q.ncols > 2 * P.ohw + NR;
+    if (force == 'c' || (force != 'i' && im2col))
+      return conv_im2col(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
+    return conv_implicit(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
+  }
+#endif
+  (void)force;
+  (void)apack;
+  (void)wsum;
+  return conv_portable(&P, in_zero, in, raw, out, epilogue, ws, nth);
+}

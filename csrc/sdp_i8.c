@@ -1,0 +1,286 @@
+/* sdp_i8.c - the SDP engine in INT8: integer converters (semantics in accel.h).
+ *
+ * Every step runs in int64 lanes, as the definition does: t * mul is an int32 times an int16
+ * (47 bits), rhaz adds half and shifts the magnitude (shifts 0..62), and each sat32 clamps.
+ * After PRELU, t is not saturated (accel.h applies no sat32 there), so it may leave the int32
+ * range: the output converter then multiplies in full 64 bits (|t| < 2^47, |out_mul| <= 2^15).
+ *
+ * The AVX-512 code computes 8 lanes per half-vector with exactly the scalar steps (the scalar
+ * code is the portable build and the reference the tests hold the vectors to). The CONV
+ * epilogue and sdp_i8_run both go through sdp_i8_span, so fused and independent runs give
+ * identical codes.
+ */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+
+/* ---- scalar definition ------------------------------------------------------------------ */
+
+static inline int64_t rhaz(int64_t p, int64_t s) {
+  const int64_t half = s > 0 ? (int64_t)1 << (s - 1) : 0;
+  const int64_t a = ((p < 0 ? -p : p) + half) >> s;
+  return p < 0 ? -a : a;
+}
+
+static inline int64_t sat32(int64_t x) {
+  return x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x;
+}
+
+static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* The per-channel parameters of one element, resolved (NULL arrays: bias 0, mul 1, shift 0,
+ * prelu_mul 1). */
+typedef struct chan_params {
+  int64_t bias, mul, shift, prelu_mul;
+} chan_params;
+
+static inline chan_params channel_params(const sdp_i8* p, int32_t ch) {
+  chan_params c;
+  c.bias = p->bias != NULL ? p->bias[ch] : 0;
+  c.mul = p->mul != NULL ? p->mul[ch] : 1;
+  c.shift = p->rshift != NULL ? p->rshift[ch] : 0;
+  c.prelu_mul = p->prelu_mul != NULL ? p->prelu_mul[ch] : 1;
+  return c;
+}
+
+static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, int operand) {
+  int64_t t = sat32(v + c->bias);
+  t = sat32(rhaz(t * c->mul, c->shift));
+  if (p->ew_op != ACCEL_EW_NONE) {
+    const int64_t e = sat32(rhaz(((int64_t)operand - p->ew_zero) * p->ew_mul, p->ew_shift));
+    switch (p->ew_op) {
+      case ACCEL_EW_ADD: t = sat32(t + e); break;
+      case ACCEL_EW_MUL: t = sat32(t * e); break;
+      case ACCEL_EW_MAX: t = t > e ? t : e; break;
+      case ACCEL_EW_MIN: t = t < e ? t : e; break;
+      case ACCEL_EW_NONE: break;
+    }
+  }
+  if (p->act == ACCEL_ACT_RELU) {
+    t = t < 0 ? 0 : t;
+  } else if (p->act == ACCEL_ACT_PRELU && t < 0) {
+    t = rhaz(t * c->prelu_mul, p->prelu_shift);
+  }
+  int64_t y = p->out_mul != 0 ? rhaz(t * p->out_mul, p->out_shift) : t;
+  y = clamp64(y + p->out_zero, -128, 127);
+  if (p->act == ACCEL_ACT_CLIP) y = clamp64(y, p->clip_lo, p->clip_hi);
+  return (int8_t)y;
+}
+
+static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v,
+                                               const int8_t* operand, int8_t* y, int64_t count) {
+  const chan_params c = channel_params(p, ch);
+  for (int64_t i = 0; i < count; ++i)
+    y[i] = sdp_one(p, &c, v[i], operand != NULL ? operand[i] : 0);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__)
+/* ---- AVX-512: 16 values per step, as two halves of 8 int64 lanes ------------------------- */
+
+typedef struct vec_params {
+  __m512i bias, mul, half, shift, prelu_mul;           /* per lane (one channel here) */
+  __m512i ew_zero, ew_mul, ew_half, ew_shift;
+  __m512i prelu_half, prelu_shift;
+  __m512i out_mul, out_half, out_shift, out_zero;
+  __m512i lo32, hi32, zero;
+  __m128i clip_lo, clip_hi;
+} vec_params;
+
+static inline __m512i half_of(int64_t s) {
+  return _mm512_set1_epi64(s > 0 ? (int64_t)1 << (s - 1) : 0);
+}
+
+/* rhaz on 8 int64 lanes: |p| + half, logical shift, sign back. */
+static inline __m512i rhaz8(__m512i p, __m512i half, __m512i shift) {
+  const __mmask8 neg = _mm512_movepi64_mask(p);
+  const __m512i a = _mm512_srlv_epi64(_mm512_add_epi64(_mm512_abs_epi64(p), half), shift);
+  return _mm512_mask_sub_epi64(a, neg, _mm512_setzero_si512(), a);
+}
+
+static inline __m512i sat32x8(const vec_params* q, __m512i x) {
+  return _mm512_min_epi64(_mm512_max_epi64(x, q->lo32), q->hi32);
+}
+
+/* Steps 1-5 on 8 values (int64 lanes) of v and the 8 operand codes in the low bytes of `op`;
+ * returns the 8 output codes in the low 8 bytes, before CLIP. Flags are compile-time constants
+ * in each instantiation below. */
+static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const vec_params* q,
+                                                          __m512i v, __m128i op, int has_mul,
+                                                          int ew, int act, int out_cvt) {
+  __m512i t = sat32x8(q, _mm512_add_epi64(v, q->bias));
+  if (has_mul) t = sat32x8(q, rhaz8(_mm512_mul_epi32(t, q->mul), q->half, q->shift));
+  if (ew != ACCEL_EW_NONE) {
+    const __m512i o = _mm512_sub_epi64(_mm512_cvtepi8_epi64(op), q->ew_zero);
+    const __m512i e = sat32x8(q, rhaz8(_mm512_mullo_epi64(o, q->ew_mul), q->ew_half, q->ew_shift));
+    if (ew == ACCEL_EW_ADD) t = sat32x8(q, _mm512_add_epi64(t, e));
+    if (ew == ACCEL_EW_MUL) t = sat32x8(q, _mm512_mul_epi32(t, e)); /* both within int32 */
+    if (ew == ACCEL_EW_MAX) t = _mm512_max_epi64(t, e);
+    if (ew == ACCEL_EW_MIN) t = _mm512_min_epi64(t, e);
+  }
+  if (act == ACCEL_ACT_RELU) t = _mm512_max_epi64(t, q->zero);
+  if (act == ACCEL_ACT_PRELU) {
+    const __mmask8 neg = _mm512_movepi64_mask(t);
+    const __m512i s = rhaz8(_mm512_mul_epi32(t, q->prelu_mul), q->prelu_half, q->prelu_shift);
+    t = _mm512_mask_mov_epi64(t, neg, s);
+  }
+  if (out_cvt) {
+    /* after PRELU t may exceed int32: full 64-bit product (|t| < 2^47) */
+    const __m512i m = act == ACCEL_ACT_PRELU ? _mm512_mullo_epi64(t, q->out_mul)
+                                             : _mm512_mul_epi32(t, q->out_mul);
+    t = rhaz8(m, q->out_half, q->out_shift);
+  }
+  (void)p;
+  return _mm512_cvtsepi64_epi8(_mm512_add_epi64(t, q->out_zero)); /* sat8 */
+}
+
+static inline __attribute__((always_inline)) void span_body(const sdp_i8* p, const vec_params* q,
+                                                            const int32_t* v,
+                                                            const int8_t* operand, int8_t* y,
+                                                            int64_t count, int has_mul, int ew,
+                                                            int act, int out_cvt) {
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
+    const __m512i x = _mm512_maskz_loadu_epi32(m, v + i);
+    __m128i op = _mm_setzero_si128();
+    if (ew != ACCEL_EW_NONE) op = _mm_maskz_loadu_epi8(m, operand + i);
+    const __m128i lo = sdp8(p, q, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(x)), op, has_mul,
+                            ew, act, out_cvt);
+    const __m128i hi = sdp8(p, q, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(x, 1)),
+                            _mm_srli_si128(op, 8), has_mul, ew, act, out_cvt);
+    __m128i r = _mm_unpacklo_epi64(lo, hi);
+    if (act == ACCEL_ACT_CLIP) r = _mm_min_epi8(_mm_max_epi8(r, q->clip_lo), q->clip_hi);
+    _mm_mask_storeu_epi8(y + i, m, r);
+  }
+}
+
+/* Instantiations: the common epilogues get their own loops, everything else the general one
+ * (same steps, flags read at run time). */
+typedef void (*span_fn)(const sdp_i8*, const vec_params*, const int32_t*, const int8_t*, int8_t*,
+                        int64_t);
+#define SPAN(NAME, MUL, EW, ACT, OUT)                                                          \
+  static void NAME(const sdp_i8* p, const vec_params* q, const int32_t* v,                     \
+                   const int8_t* operand, int8_t* y, int64_t count) {                          \
+    span_body(p, q, v, operand, y, count, MUL, EW, ACT, OUT);                                  \
+  }
+SPAN(span_relu, 1, ACCEL_EW_NONE, ACCEL_ACT_RELU, 0)
+SPAN(span_none, 1, ACCEL_EW_NONE, ACCEL_ACT_NONE, 0)
+SPAN(span_clip, 1, ACCEL_EW_NONE, ACCEL_ACT_CLIP, 0)
+SPAN(span_add_relu, 1, ACCEL_EW_ADD, ACCEL_ACT_RELU, 1)
+SPAN(span_add_none, 1, ACCEL_EW_ADD, ACCEL_ACT_NONE, 1)
+SPAN(span_add_clip, 1, ACCEL_EW_ADD, ACCEL_ACT_CLIP, 1)
+
+static void span_general(const sdp_i8* p, const vec_params* q, const int32_t* v,
+                         const int8_t* operand, int8_t* y, int64_t count) {
+  const int out = p->out_mul != 0;
+#define GEN_ACT(EW)                                                                           \
+  switch (p->act) {                                                                           \
+    case ACCEL_ACT_RELU:                                                                      \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_RELU, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_RELU, 0);                   \
+      break;                                                                                  \
+    case ACCEL_ACT_CLIP:                                                                      \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_CLIP, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_CLIP, 0);                   \
+      break;                                                                                  \
+    case ACCEL_ACT_PRELU:                                                                     \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_PRELU, 1);              \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_PRELU, 0);                  \
+      break;                                                                                  \
+    default:                                                                                  \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_NONE, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_NONE, 0);                   \
+      break;                                                                                  \
+  }
+  switch (p->ew_op) {
+    case ACCEL_EW_ADD: GEN_ACT(ACCEL_EW_ADD) break;
+    case ACCEL_EW_MUL: GEN_ACT(ACCEL_EW_MUL) break;
+    case ACCEL_EW_MAX: GEN_ACT(ACCEL_EW_MAX) break;
+    case ACCEL_EW_MIN: GEN_ACT(ACCEL_EW_MIN) break;
+    default: GEN_ACT(ACCEL_EW_NONE) break;
+  }
+#undef GEN_ACT
+}
+
+static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                        int8_t* y, int64_t count) {
+  const chan_params c = channel_params(p, ch);
+  vec_params q;
+  q.bias = _mm512_set1_epi64(c.bias);
+  q.mul = _mm512_set1_epi64(c.mul);
+  q.half = half_of(c.shift);
+  q.shift = _mm512_set1_epi64(c.shift);
+  q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
+  q.ew_zero = _mm512_set1_epi64(p->ew_zero);
+  q.ew_mul = _mm512_set1_epi64(p->ew_mul);
+  q.ew_half = half_of(p->ew_shift);
+  q.ew_shift = _mm512_set1_epi64(p->ew_shift);
+  q.prelu_half = half_of(p->prelu_shift);
+  q.prelu_shift = _mm512_set1_epi64(p->prelu_shift);
+  q.out_mul = _mm512_set1_epi64(p->out_mul);
+  q.out_half = half_of(p->out_shift);
+  q.out_shift = _mm512_set1_epi64(p->out_shift);
+  q.out_zero = _mm512_set1_epi64(p->out_zero);
+  q.lo32 = _mm512_set1_epi64(INT32_MIN);
+  q.hi32 = _mm512_set1_epi64(INT32_MAX);
+  q.zero = _mm512_setzero_si512();
+  q.clip_lo = _mm_set1_epi8((char)p->clip_lo);
+  q.clip_hi = _mm_set1_epi8((char)p->clip_hi);
+  span_fn fn = span_general;
+  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {
+    fn = p->act == ACCEL_ACT_RELU ? span_relu
+         : p->act == ACCEL_ACT_NONE ? span_none
+         : p->act == ACCEL_ACT_CLIP ? span_clip : span_general;
+  } else if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0) {
+    fn = p->act == ACCEL_ACT_RELU ? span_add_relu
+         : p->act == ACCEL_ACT_NONE ? span_add_none
+         : p->act == ACCEL_ACT_CLIP ? span_add_clip : span_general;
+  }
+  fn(p, &q, v, operand, y, count);
+}
+#define SPAN_IMPL span_avx512
+#else
+#define SPAN_IMPL span_scalar
+#endif
+
+/* SDP_I8_SCALAR (tests only): the portable code in an AVX-512 build. */
+void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_t* operand,
+                 int8_t* y, int64_t count) {
+#ifdef SDP_I8_TEST_PATHS
+  static int scalar = -1;
+  if (scalar < 0) scalar = getenv("SDP_I8_SCALAR") != NULL;
+  if (scalar) {
+    span_scalar(p, channel, v, operand, y, count);
+    return;
+  }
+#endif
+  SPAN_IMPL(p, channel, v, operand, y, count);
+}
+
+/* Independent mode: v = in - in_zero, through sdp_i8_span in chunks of a stack buffer. */
+enum { RUN_CHUNK = 2048 };
+
+void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
+                int8_t* out, int32_t num_threads) {
+  const int64_t planes = (int64_t)n * c;
+  const int64_t chunks = (hw + RUN_CHUNK - 1) / RUN_CHUNK;
+  const int64_t items = planes * chunks;
+  if (num_threads < 1) num_threads = 1;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * hw > 32768)
+  for (int64_t it = 0; it < items; ++it) {
+    int32_t v[RUN_CHUNK];
+    const int64_t plane = it / chunks, i0 = it % chunks * RUN_CHUNK;
+    const int64_t cnt = hw - i0 < RUN_CHUNK ? hw - i0 : RUN_CHUNK;
+    const int64_t at = plane * hw + i0;
+    for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)in[at + i] - p->in_zero;
+    sdp_i8_span(p, (int32_t)(plane % c), v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
+                out + at, cnt);
+  }
+}
