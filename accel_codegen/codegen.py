@@ -55,6 +55,9 @@ class Generated:
 
     sources: Dict[str, str] = dataclasses.field(default_factory=dict)  # symbol -> C source
     constants: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> array
+    # int8: (run key, op index) -> the quantisation of every tensor the runs read or write,
+    # keyed as the observer reports them
+    quantization: Dict[Tuple[str, int], TensorQuant] = dataclasses.field(default_factory=dict)
 
 
 LAST = Generated()
@@ -124,10 +127,14 @@ class FunctionCodegen:
         self.storage = np.dtype(STORAGE[precision])
         self.calibration = calibration
         self.symbol = str(function.attrs["global_symbol"])
+        # Fused ops name the symbol: long enough to crowd the reason out of an error message.
+        self.short = self.symbol if len(self.symbol) <= 64 else \
+            f"{self.symbol[:40]}...{self.symbol[-20:]}"
         self.constants: Dict[str, np.ndarray] = {}
         self.temps: List[int] = []  # byte sizes of the scratch buffers
         self.temp_free_after: List[int] = []  # the layer after which each buffer is free
         self.packed = 0  # int8 convs whose weights are packed once, at the first call
+        self.quantization: Dict[Tuple[str, int], TensorQuant] = {}
         self.layer_index = 0
         self.last_use: Dict[relax.Var, int] = {}
         self.layer_comments: List[str] = []
@@ -151,7 +158,7 @@ class FunctionCodegen:
         fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
         for i, var in enumerate(fields):
             if not isinstance(var, relax.Var):
-                raise ValueError(f"{self.symbol}: output {i} is not a variable")
+                raise ValueError(f"{self.short}: output {i} is not a variable")
         return fields
 
     def _constant(self, array: np.ndarray) -> str:
@@ -198,7 +205,7 @@ class FunctionCodegen:
             return self.operands[expr]
         if expr in self.args:  # a function input, converted where it enters
             return self._enter(expr, None)
-        raise ValueError(f"{self.symbol}: operand {expr} is not bound in the function")
+        raise ValueError(f"{self.short}: operand {expr} is not bound in the function")
 
     def _data(self, expr: relax.Expr, scope, key: Tuple[str, int]) -> Tuple[str, TensorQuant]:
         """Pointer and quantisation of a data tensor in the function's precision; ``key``
@@ -217,7 +224,7 @@ class FunctionCodegen:
             return self.operands[resolved], self.quant.get(resolved)
         if resolved in self.args:
             return self._enter(resolved, key), self.quant.get(resolved)
-        raise ValueError(f"{self.symbol}: operand {expr} is not bound in the function")
+        raise ValueError(f"{self.short}: operand {expr} is not bound in the function")
 
     def _calibrated(self, key: Tuple[str, int]) -> Optional[TensorQuant]:
         if self.precision != "int8":
@@ -232,7 +239,7 @@ class FunctionCodegen:
         count = int(np.prod(static_shape(var)))
         quant = self._calibrated(key) if key is not None else None
         if self.precision == "int8" and quant is None:
-            raise ValueError(f"{self.symbol}: input {var.name} has no calibration")
+            raise ValueError(f"{self.short}: input {var.name} has no calibration")
         temp = self._temp(count, self.last_use.get(var, self.layer_index))
         self.operands[var], self.quant[var] = temp, quant
         self.body.append(f"/* input {var.name} enters as {self.precision} */")
@@ -255,7 +262,7 @@ class FunctionCodegen:
         for index, binding in enumerate(calls):
             if not (isinstance(binding.value, relax.Call) and
                     isinstance(binding.value.op, relax.Var)):
-                raise ValueError(f"{self.symbol}: unexpected binding {binding.value}")
+                raise ValueError(f"{self.short}: unexpected binding {binding.value}")
             for arg in binding.value.args:
                 self.last_use[arg] = index
         for index, binding in enumerate(calls):
@@ -299,15 +306,30 @@ class FunctionCodegen:
         out_quant = in_quant
         if self.precision == "int8":
             ops, out_quant = self._int8_ops(layer, scope, key, in_quant, lines)
+            self.quantization[(key, -1)] = in_quant
+            for i in range(1 if layer.conv is not None else 0, len(ops)):
+                self.quantization[(key, i)] = out_quant
+        elif self.precision == "fp16" and self.fuse and layer.conv is not None:
+            # Batch norm's (or a scale's) factor goes into the weights before they are
+            # rounded to half: one rounding fewer per layer; the SDP adds the shift.
+            g, h = _affine(layer.sdp, self._channels(layer), scope)
+            weights = np.asarray(constant_value(scope.get(layer.conv.weight, layer.conv.weight)),
+                                 np.float64)
+            weights = (weights.T if layer.conv.transpose_weight else weights).reshape(
+                layer.conv.weight_shape) * g.reshape(-1, 1, 1, 1)
+            ops.append(self._conv(layer, scope, self._constant(weights.astype(np.float32))))
+            shift = "NULL" if layer.sdp.bias is None and layer.sdp.batch_norm is None else \
+                self._constant(h.astype(np.float32))
+            ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
         else:
             if layer.conv is not None:
                 ops.append(self._conv(layer, scope))
             ops.extend(self._sdp(layer, scope, lines))
-            if self.precision != "fp32" and layer.conv is not None and len(ops) == 1:
-                ops.append(f"OP.engine = ACCEL_ENGINE_SDP;  /* the accumulators' converter */\n"
-                           f"OP.sdp.precision = {self._c_precision};")
-            if layer.pool is not None:
-                ops.append(self._pool(layer))
+        if self.precision == "fp16" and layer.conv is not None and len(ops) == 1:
+            ops.append(f"OP.engine = ACCEL_ENGINE_SDP;  /* the accumulators' converter */\n"
+                       f"OP.sdp.precision = {self._c_precision};")
+        if self.precision != "int8" and layer.pool is not None:
+            ops.append(self._pool(layer))
         lines.append(f"  accel_op ops[{len(ops)}];")
         lines.append("  memset(ops, 0, sizeof ops);")
         for i, op in enumerate(ops):
@@ -345,7 +367,9 @@ class FunctionCodegen:
             OP.conv.precision = {self._c_precision};
             OP.conv.weights = {weights};""")
 
-    def _sdp(self, layer: Layer, scope, lines: List[str]) -> List[str]:
+    def _sdp(self, layer: Layer, scope, lines: List[str],
+             folded: Optional[Tuple[str, str]] = None) -> List[str]:
+        """The SDP op(s) of a layer; ``folded``: the fused scale and shift, made by the caller."""
         s = layer.sdp
         if s.empty():
             return []
@@ -368,7 +392,7 @@ class FunctionCodegen:
 
         operand = self._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
         if self.fuse:
-            scale, shift = self._scale_shift(s, s.bias, channels, scope, lines)
+            scale, shift = folded or self._scale_shift(s, s.bias, channels, scope, lines)
             stages = [name for name, present in (
                 ("bias", s.bias is not None), ("batch_norm", s.batch_norm is not None),
                 ("scale", s.scale is not None), (f"{s.ew_op} operand", s.ew_op is not None),
@@ -481,7 +505,9 @@ class FunctionCodegen:
         target = out_quant.scale
         comment = "x: scale/shift to the output step"
         if s.ew_op is not None:
-            operand, ew_quant = self._data(s.operand, scope, (key, -2 - (layer.conv is not None)))
+            ew_key = (key, -2 - (layer.conv is not None))
+            operand, ew_quant = self._data(s.operand, scope, ew_key)
+            self.quantization[ew_key] = ew_quant
             extra = _EW_EXTRA_BITS
             if s.ew_op != "mul":
                 fits = int(np.floor(np.log2(32767.0 * out_quant.scale / ew_quant.scale)))
@@ -612,41 +638,41 @@ static float* tensor_data(const TVMFFIAny* value, const char* what, int ndim,
                           const int64_t* shape) {{
   const DLTensor* t = as_dltensor(value);
   if (t == NULL) {{
-    raise_error("TypeError", "{self.symbol}: %s is not a tensor (type index %d)", what,
+    raise_error("TypeError", "{self.short}: %s is not a tensor (type index %d)", what,
                 (int)value->type_index);
     return NULL;
   }}
   if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {{
-    raise_error("ValueError", "{self.symbol}: %s has dtype code %d bits %d, expected float32",
+    raise_error("ValueError", "{self.short}: %s has dtype code %d bits %d, expected float32",
                 what, (int)t->dtype.code, (int)t->dtype.bits);
     return NULL;
   }}
   if (t->device.device_type != kDLCPU) {{
-    raise_error("ValueError", "{self.symbol}: %s is on device type %d, expected the CPU", what,
+    raise_error("ValueError", "{self.short}: %s is on device type %d, expected the CPU", what,
                 (int)t->device.device_type);
     return NULL;
   }}
   if (t->ndim != ndim) {{
-    raise_error("ValueError", "{self.symbol}: %s has %d dimensions, expected %d", what,
+    raise_error("ValueError", "{self.short}: %s has %d dimensions, expected %d", what,
                 (int)t->ndim, ndim);
     return NULL;
   }}
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {{
     if (t->shape[i] != shape[i]) {{
-      raise_error("ValueError", "{self.symbol}: %s has size %lld in dimension %d, expected %lld",
+      raise_error("ValueError", "{self.short}: %s has size %lld in dimension %d, expected %lld",
                   what, (long long)t->shape[i], i, (long long)shape[i]);
       return NULL;
     }}
     if (t->strides != NULL && shape[i] != 1 && t->strides[i] != stride) {{
-      raise_error("ValueError", "{self.symbol}: %s is not compact (stride %lld in dimension %d)",
+      raise_error("ValueError", "{self.short}: %s is not compact (stride %lld in dimension %d)",
                   what, (long long)t->strides[i], i);
       return NULL;
     }}
     stride *= shape[i];
   }}
   if (t->data == NULL) {{
-    raise_error("ValueError", "{self.symbol}: %s has no data", what);
+    raise_error("ValueError", "{self.short}: %s has no data", what);
     return NULL;
   }}
   return (float*)((char*)t->data + t->byte_offset);
@@ -669,11 +695,11 @@ static int setup(void) {{
   config.features = {features};
   accel_device* device = NULL;
   if (accel_device_shared(&config, &device) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+    return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
   }}
   for (int i = 0; i < NUM_TEMPS; ++i) {{
     if (k_temp[i] == NULL) k_temp[i] = malloc((size_t)k_temp_bytes[i]);
-    if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
+    if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.short}: out of memory");
   }}
   k_config = config;
   k_device = device; /* last: a failed set-up is tried again by the next call */
@@ -684,7 +710,7 @@ static int setup(void) {{
 static int convert(const void* src, accel_precision from, void* dst, accel_precision to,
                    int64_t count, float scale, int32_t zero) {{
   if (accel_convert(src, from, dst, to, count, scale, zero) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+    return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
   }}
   return 0;
 }}
@@ -694,13 +720,13 @@ static int pack_weights(accel_op* op, int32_t in_c, void** packed) {{
   if (*packed == NULL) {{
     size_t bytes = 0;
     if (accel_conv_pack_weights(&k_config, &op->conv, in_c, NULL, &bytes) != ACCEL_OK) {{
-      return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+      return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
     }}
     void* buffer = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (buffer == NULL) return raise_error("MemoryError", "{self.symbol}: out of memory");
+    if (buffer == NULL) return raise_error("MemoryError", "{self.short}: out of memory");
     if (accel_conv_pack_weights(&k_config, &op->conv, in_c, buffer, &bytes) != ACCEL_OK) {{
       free(buffer);
-      return raise_error("RuntimeError", "{self.symbol}: %s", accel_last_error());
+      return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
     }}
     *packed = buffer;
   }}
@@ -713,7 +739,7 @@ static int fold_batch_norm(int32_t channels, const float* gamma, const float* be
                            float epsilon, float* scale, float* shift) {{
   if (accel_fold_batch_norm(channels, gamma, beta, mean, var, bias, epsilon, scale, shift) !=
       ACCEL_OK) {{
-    return raise_error("ValueError", "{self.symbol}: %s", accel_last_error());
+    return raise_error("ValueError", "{self.short}: %s", accel_last_error());
   }}
   return 0;
 }}
@@ -731,7 +757,7 @@ static int run_layer(const accel_op* ops, int32_t num_ops, const void* in,
   output.n = out_shape[0]; output.c = out_shape[1]; output.h = out_shape[2]; output.w = out_shape[3];
   output.precision = {self._c_precision};
   if (accel_run(k_device, ops, num_ops, &input, &output, mode, label, NULL, NULL) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.symbol}: layer %s: %s", label, accel_last_error());
+    return raise_error("RuntimeError", "{self.short}: layer %s: %s", label, accel_last_error());
   }}
   return 0;
 }}
@@ -751,12 +777,12 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
                                                  int32_t num_args, TVMFFIAny* result) {{
   (void)self;
   if (num_args != 1 || args[0].type_index != kTVMFFIArray) {{
-    return raise_error("TypeError", "__init_{self.symbol}: expected one array of constants");
+    return raise_error("TypeError", "__init_{self.short}: expected one array of constants");
   }}
   const TVMFFISeqCell* cell =
       (const TVMFFISeqCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject));
   if (cell->size != NUM_CONSTANTS) {{
-    return raise_error("ValueError", "__init_{self.symbol}: %lld constants, expected %d",
+    return raise_error("ValueError", "__init_{self.short}: %lld constants, expected %d",
                        (long long)cell->size, NUM_CONSTANTS);
   }}
   const TVMFFIAny* items = (const TVMFFIAny*)cell->data;
@@ -764,13 +790,13 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
     const DLTensor* t = as_dltensor(&items[i]);
     if (t == NULL || t->dtype.code != k_const_type[i].code ||
         t->dtype.bits != k_const_type[i].bits || t->dtype.lanes != 1) {{
-      return raise_error("TypeError", "__init_{self.symbol}: constant %d is not of type code "
+      return raise_error("TypeError", "__init_{self.short}: constant %d is not of type code "
                          "%d, %d bits", i, k_const_type[i].code, k_const_type[i].bits);
     }}
     int64_t count = 1;
     for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
     if (count != k_const_count[i]) {{
-      return raise_error("ValueError", "__init_{self.symbol}: constant %d has %lld values, "
+      return raise_error("ValueError", "__init_{self.short}: constant %d has %lld values, "
                          "expected %lld", i, (long long)count, (long long)k_const_count[i]);
     }}
     /* Keep the constant alive for as long as this library is loaded. */
@@ -791,7 +817,7 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args
   (void)self;
   float* a[NUM_ARGS];
   if (num_args != NUM_ARGS) {{
-    return raise_error("TypeError", "{self.symbol}: %d arguments, expected %d", (int)num_args,
+    return raise_error("TypeError", "{self.short}: %d arguments, expected %d", (int)num_args,
                        NUM_ARGS);
   }}
 {chr(10).join(arg_checks)}
@@ -831,5 +857,6 @@ def generate(functions, options, constant_names):
         source = gen.run()
         LAST.sources[gen.symbol] = source
         LAST.constants.update(gen.constants)
+        LAST.quantization.update(gen.quantization)
         modules.append(create(source, "c", [gen.symbol], list(gen.constants)))
     return modules

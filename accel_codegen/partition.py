@@ -26,6 +26,7 @@ from .quantization import DEFAULT_METHOD, Calibration, calibrate
 
 REPORT_ATTR = "accel_partition_report"
 CALIBRATION_ATTR = "accel_calibration"
+QUANTIZATION_ATTR = "accel_quantization"
 # The code generator hands its constants and sources back through codegen.LAST: one code
 # generation at a time.
 _CODEGEN_LOCK = threading.Lock()
@@ -208,8 +209,10 @@ def _generate(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool, precis
     with _CODEGEN_LOCK:
         codegen.LAST.sources.clear()
         codegen.LAST.constants.clear()
+        codegen.LAST.quantization.clear()
         mod = relax.transform.RunCodegen({"accel": options})(mod)
         generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
+        used = dict(codegen.LAST.quantization)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
     # the originals RunCodegen recorded: those would be serialised unused.
     constants = {name: tvm.runtime.tensor(value) for name, value in generated[0].items()}
@@ -219,6 +222,8 @@ def _generate(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool, precis
         mod = mod.with_attr("const_name_to_constant", constants)
     if calibration is not None:
         mod = mod.with_attr(CALIBRATION_ATTR, calibration.to_json())
+        mod = mod.with_attr(QUANTIZATION_ATTR, Calibration(
+            calibration.method, calibration.samples, used).to_json())
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
     return mod.with_attr("accel_sources", generated[1])
 
@@ -284,11 +289,14 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     return _generate(mod, params, config, fuse, "int8", "int8", calibration)
 
 
-def calibration_of(mod: tvm.IRModule) -> Optional[Calibration]:
-    """The activation quantisation an int8 module was generated with (None otherwise)."""
-    if mod.attrs is None or CALIBRATION_ATTR not in mod.attrs:
+def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibration]:
+    """The calibration an int8 module was generated from (None otherwise); with ``used``, the
+    quantisation of every tensor its runs read and write, keyed as the observer reports
+    them (a pooled output keeps its input's scale, so it differs from the calibration)."""
+    attr = QUANTIZATION_ATTR if used else CALIBRATION_ATTR
+    if mod.attrs is None or attr not in mod.attrs:
         return None
-    return Calibration.from_json(str(mod.attrs[CALIBRATION_ATTR]))
+    return Calibration.from_json(str(mod.attrs[attr]))
 
 
 def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",

@@ -82,13 +82,16 @@ class _Stats:
 
 class Observer:
     """Collects statistics of every fp32 tensor the simulator produces while active: ranges in
-    the first pass, |x| histograms over those ranges in the second."""
+    the first pass, |x| histograms over those ranges in the second. Subclasses see every
+    tensor through :meth:`add` (fp32 values, or int8 codes of an int8 run)."""
 
     def __init__(self) -> None:
         self.stats: Dict[Key, _Stats] = {}
         self.histograms = False
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
+        if x.dtype != np.float32:
+            return
         key = (label_key(label), op_index)
         stats = self.stats.setdefault(key, _Stats())
         if not self.histograms:
@@ -114,12 +117,14 @@ def accel_python_observer(user, label, op_index, tensor):  # pragma: no cover - 
     if observer is None:
         return
     count = int(tensor.n) * int(tensor.c) * int(tensor.h) * int(tensor.w)
-    x = np.frombuffer(ffi.buffer(ffi.cast("float*", tensor.data), 4 * count), np.float32)
+    dtype = np.int8 if tensor.precision == lib.ACCEL_INT8 else np.float32
+    x = np.frombuffer(ffi.buffer(ffi.cast("char*", tensor.data), count * np.dtype(dtype).itemsize),
+                      dtype).reshape(int(tensor.n), int(tensor.c), int(tensor.h), int(tensor.w))
     observer.add(ffi.string(label).decode("utf-8", "replace"), int(op_index), x)
 
 
 @contextlib.contextmanager
-def observing(observer: Observer) -> Iterator[Observer]:
+def observing(observer) -> Iterator:
     """Route every fp32 run's tensors in this process to ``observer`` (one at a time)."""
     global _ACTIVE
     with _LOCK:

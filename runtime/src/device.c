@@ -213,11 +213,12 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
 static accel_status execute_chain(accel_device* dev, const resolved_chain* chain,
                                   accel_precision precision, size_t element, int round_half,
                                   const void* input, void* output, const char* label) {
-  const int observed = precision == ACCEL_FP32 && label != NULL;
+  const int observed = label != NULL;
+  const accel_precision seen = element == 1 ? ACCEL_INT8 : ACCEL_FP32; /* FP16 runs widened */
   if (observed) {
     const resolved_op* r = &chain->ops[0];
     const accel_tensor t = {.data = (void*)input, .n = r->in_n, .c = r->in_c, .h = r->in_h,
-                            .w = r->in_w, .precision = ACCEL_FP32};
+                            .w = r->in_w, .precision = seen};
     observe(label, -1, &t);
   }
   const void* src = input;
@@ -239,7 +240,7 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       if (chain->ops[j].op->engine != ACCEL_ENGINE_SDP || d->ew_op == ACCEL_EW_NONE) continue;
       const resolved_op* r = &chain->ops[j];
       const accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
-                              .h = r->in_h, .w = r->in_w, .precision = ACCEL_FP32};
+                              .h = r->in_h, .w = r->in_w, .precision = seen};
       observe(label, -2 - j, &t);
     }
     accel_status st = execute_pass(dev, chain, i, last, src, dst);
@@ -248,7 +249,7 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
     if (observed) {
       const resolved_op* r = &chain->ops[last];
       const accel_tensor t = {.data = dst, .n = r->out_n, .c = r->out_c, .h = r->out_h,
-                              .w = r->out_w, .precision = ACCEL_FP32};
+                              .w = r->out_w, .precision = seen};
       observe(label, last, &t);
     }
     src = dst;
@@ -269,7 +270,8 @@ static const float* widen(const void* halves, int64_t count, float** cursor) {
 /* FP16: every half the chain reads is widened once into scratch, the fp32 engines run on the
  * widened copies with each pass's output rounded to half, and the result is narrowed. */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
-                                       const accel_tensor* input, const accel_tensor* output) {
+                                       const accel_tensor* input, const accel_tensor* output,
+                                       const char* label) {
   const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;
   const int64_t out_count = (int64_t)output->n * output->c * output->h * output->w;
   int64_t total = in_count + out_count;
@@ -316,7 +318,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
   }
   const float* in = widen(input->data, in_count, &cursor);
   float* out = cursor;
-  accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out, NULL);
+  accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out, label);
   if (st == ACCEL_OK) float_to_half(out, output->data, out_count);
   return st;
 }
@@ -330,9 +332,12 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
   switch (input->precision) {
-    case ACCEL_FP16: st = execute_chain_fp16(dev, &chain, input, output); break;
+    case ACCEL_FP16:
+      st = execute_chain_fp16(dev, &chain, input, output, label != NULL ? label : "");
+      break;
     case ACCEL_INT8:
-      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data, NULL);
+      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data,
+                         label != NULL ? label : "");
       break;
     default:
       st = execute_chain(dev, &chain, ACCEL_FP32, sizeof(float), 0, input->data, output->data,

@@ -357,11 +357,13 @@ accel_status accel_profile_run(int32_t index, accel_run_stats* out, int32_t* fir
 int32_t accel_profile_num_ops(void);
 accel_status accel_profile_op(int32_t index, accel_op_stats* out);
 
-/* Calibration: while an observer is set, every FP32 accel_run in the process calls it with
- * the run's input (op_index -1), with each SDP's element-wise operand (op_index -2 - the SDP's
- * index) and with the output of each engine pass (op_index = the pass's last op), before the
- * next pass starts, so it also sees what a fused chain keeps on chip.
- * The tensor is valid during the call only. NULL removes the observer. */
+/* Calibration and accuracy analysis: while an observer is set, every accel_run in the process
+ * calls it with the run's input (op_index -1), with each SDP's element-wise operand (op_index
+ * -2 - the SDP's index) and with the output of each engine pass (op_index = the pass's last
+ * op), before the next pass starts, so it also sees what a fused chain keeps on chip. Tensors
+ * come as the engines hold them: INT8 codes for INT8 runs, FP32 values otherwise (an FP16 run's
+ * halves widened). The tensor is valid during the call only; the observer must not run the
+ * device. NULL removes the observer. */
 typedef void (*accel_observer)(void* user, const char* label, int32_t op_index,
                                const accel_tensor* tensor);
 void accel_set_observer(accel_observer observer, void* user);
