@@ -30,7 +30,10 @@ _LAZY = {
     "PartitionReport": "partition", "generated_sources": "partition",
     "build": "toolchain", "export_library": "toolchain", "virtual_machine": "toolchain",
     "build_host": "toolchain", "link_options": "toolchain",
+    "calibration_of": "partition",
     "estimate": "estimation", "EstimateReport": "estimation",
+    "accuracy_report": "accuracy", "AccuracyReport": "accuracy",
+    "Calibration": "quantization",
     "frontend": None, "models": None,
 }
 

@@ -79,7 +79,7 @@ def test_partition_decomposed_on_a_config_file(capsys, tmp_path):
     config.write_text(json.dumps({"base": "nv_small", "dram_bytes_per_s": 1e9}))
     status, out, err = run_cli(capsys, "partition", "lenet5", "--config", config, "--no-fuse")
     assert status == 0, err
-    assert "partition for nv_small (decomposed)" in out
+    assert "partition for nv_small (decomposed, fp32)" in out
 
 
 def test_partition_python_function(capsys, tmp_path):
