@@ -238,11 +238,12 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
  * at b + off[k] (16 positions x 4 channels per vector) with the s8 weight word a[k][m]. */
 static inline __attribute__((always_inline)) void ukr(const int nv, int64_t kd4, const int8_t* a,
                                                       const uint8_t* b, const int64_t* off,
-                                                      int32_t* c, int64_t ldc) {
-  __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00,
-          c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00, c40 = c00, c41 = c00,
-          c42 = c00, c50 = c00, c51 = c00, c52 = c00, c60 = c00, c61 = c00, c62 = c00, c70 = c00,
-          c71 = c00, c72 = c00;
+                                                      const int32_t* corr, int32_t* c,
+                                                      int64_t ldc) {
+  /* the accumulators start at the (negated) correction */
+#define INIT(m) __m512i c##m##0 = _mm512_set1_epi32(corr[m]), c##m##1 = c##m##0, c##m##2 = c##m##0;
+  INIT(0) INIT(1) INIT(2) INIT(3) INIT(4) INIT(5) INIT(6) INIT(7)
+#undef INIT
   for (int64_t k = 0; k < kd4; ++k) {
     const uint8_t* bk = b + off[k];
     const __m512i b0 = _mm512_loadu_si512(bk);
@@ -267,39 +268,29 @@ static inline __attribute__((always_inline)) void ukr(const int nv, int64_t kd4,
 #undef ST
 }
 
-typedef void (*ukr_fn)(int64_t, const int8_t*, const uint8_t*, const int64_t*, int32_t*,
-                       int64_t);
-static void ukr1(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
-                 int64_t l) {
-  ukr(1, k, a, b, o, c, l);
-}
-static void ukr2(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
-                 int64_t l) {
-  ukr(2, k, a, b, o, c, l);
-}
-static void ukr3(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o, int32_t* c,
-                 int64_t l) {
-  ukr(3, k, a, b, o, c, l);
-}
+typedef void (*ukr_fn)(int64_t, const int8_t*, const uint8_t*, const int64_t*, const int32_t*,
+                       int32_t*, int64_t);
+#define UKR(NV_)                                                                            \
+  static void ukr##NV_(int64_t k, const int8_t* a, const uint8_t* b, const int64_t* o,      \
+                       const int32_t* corr, int32_t* c, int64_t l) {                        \
+    ukr(NV_, k, a, b, o, corr, c, l);                                                       \
+  }
+UKR(1)
+UKR(2)
+UKR(3)
 static const ukr_fn ukr_table[4] = {0, ukr1, ukr2, ukr3};
 
 static inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
-/* dst[i] = src[i] - corr (mod 2^32) for i < n; dst may equal src or lie below it. */
-static void sub_corr(const int32_t* src, int32_t* dst, int64_t n, uint32_t corr) {
-  const __m512i cv = _mm512_set1_epi32((int32_t)corr);
+/* dst[i] = src[i] for i < n; dst may equal src or lie below it (memmove's rep movsb is slow
+ * on such short overlapping moves). */
+static void move_down(const int32_t* src, int32_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = lane_mask(n - i);
-    const __m512i v = _mm512_maskz_loadu_epi32(m, src + i);
-    _mm512_mask_storeu_epi32(dst + i, m, _mm512_sub_epi32(v, cv));
+    _mm512_mask_storeu_epi32(dst + i, m, _mm512_maskz_loadu_epi32(m, src + i));
   }
-}
-
-/* The +128 offset correction of a channel: acc = sum(u * w) - (128 + in_zero) * sum(w). */
-static inline uint32_t correction(int32_t in_zero, int32_t wsum) {
-  return (uint32_t)(128 + in_zero) * (uint32_t)wsum;
 }
 
 /* ---- the GEMM over a byte source B --------------------------------------------------------
@@ -312,15 +303,23 @@ typedef struct bsrc {
   int64_t ncols, npanels, tiles;
 } bsrc;
 
-/* Micro-tiles of panels [p0, p1) x block mb of group grp into tile[MR][TILE * NR]. */
-static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, int64_t grp, int64_t mb,
-                      int64_t p0, int64_t p1, int32_t* tile) {
-  const int8_t* a = apack + (grp * P->mblocks + mb) * P->kd4 * MR * 4;
+/* Accumulators of panels [p0, p1) x block mb of group grp into tile[MR][TILE * NR]:
+ * sum(u * w) - (128 + in_zero) * sum(w), modulo 2^32 (exact: the true sum fits int32). */
+static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32_t* wsum,
+                      int32_t in_zero, int64_t grp, int64_t mb, int64_t p0, int64_t p1,
+                      int32_t* tile) {
+  const int64_t blk = grp * P->mblocks + mb;
+  const int8_t* a = apack + blk * P->kd4 * MR * 4;
   const uint8_t* b = B->base + grp * B->group_bytes;
+  int32_t corr[MR];
+  for (int m = 0; m < MR; ++m)
+    corr[m] = (int32_t)((uint32_t)(128 + in_zero) * (uint32_t)wsum[blk * MR + m]);
+  /* -corr[m] below: corr is never INT32_MIN in practice, but negate modulo 2^32 anyway */
+  for (int m = 0; m < MR; ++m) corr[m] = (int32_t)(0u - (uint32_t)corr[m]);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t left = B->ncols - p * NR;
     const int nv = left >= NR ? 3 : (int)((left + 15) / 16);
-    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, tile + (p - p0) * NR, TILE * NR);
+    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, tile + (p - p0) * NR, TILE * NR);
   }
 }
 
@@ -499,7 +498,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
         const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
         const int64_t grp = u / (P->mblocks * tiles);
         const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
-        gemm_tile(P, &B, apack, grp, mb, p0, p1, tile);
+        gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
         /* the tile's outputs, as runs of grid columns */
         seg segs[TILE * NR + 1];
         int nseg = 0;
@@ -519,9 +518,9 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
         const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
         for (int64_t m = 0; m < rows; ++m) {
           int32_t* row = tile + m * TILE * NR;
-          const uint32_t corr = correction(in_zero, wsum[(grp * P->mblocks + mb) * MR + m]);
-          for (int i = 0; i < nseg; ++i)
-            sub_corr(row + segs[i].col, row + (segs[i].o - o0), segs[i].len, corr);
+          if (nseg > 1 || segs[0].col != 0)
+            for (int i = 0; i < nseg; ++i)
+              move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
           const int64_t k = grp * P->mg + mb * MR + m;
           const int64_t at = (b * g->k + k) * P->ohw + o0;
           sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
@@ -628,12 +627,11 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
         const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
         const int64_t grp = u / (P->mblocks * tiles);
         const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
-        gemm_tile(P, &B, apack, grp, mb, p0, p1, tile);
+        gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
         const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
         const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
         for (int64_t m = 0; m < rows; ++m) {
           int32_t* row = tile + m * TILE * NR;
-          sub_corr(row, row, n1 - n0, correction(in_zero, wsum[(grp * P->mblocks + mb) * MR + m]));
           const int64_t k = grp * P->mg + mb * MR + m;
           for (int64_t j = n0; j < n1;) {
             const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
@@ -694,6 +692,7 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
     const int64_t b = pl / g->c, c = pl % g->c;
     const int8_t* src = in + pl * P->hw;
     const int64_t sw = g->stride_w, W = g->w;
+    const __m512i zv = _mm512_set1_epi32(in_zero);
     for (int64_t ph = 0; ph < Q.nph; ++ph) {
       const int64_t py = ph / sw, px = ph % sw, x0 = px - g->pad_left;
       int64_t lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
@@ -710,7 +709,19 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
         const int8_t* row = src + iy * W + x0;
         for (int64_t xq = 0; xq < lo; ++xq) d[xq] = 0;
         if (sw == 1) {
-          for (int64_t xq = lo; xq < hi; ++xq) d[xq] = (int32_t)row[xq] - in_zero;
+          for (int64_t xq = lo; xq < hi; xq += 16) {
+            const __mmask16 m = lane_mask(hi - xq);
+            const __m512i v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + xq));
+            _mm512_mask_storeu_epi32(d + xq, m, _mm512_sub_epi32(v, zv));
+          }
+        } else if (sw == 2) {
+          for (int64_t xq = lo; xq < hi; xq += 16) { /* even bytes of 32 */
+            const int64_t n = hi - xq < 16 ? hi - xq : 16;
+            const __mmask32 m2 = ((__mmask32)1 << (2 * n - 1)) - 1; /* never past the last */
+            const __m512i w16 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m2, row + 2 * xq));
+            const __m512i v = _mm512_cvtepi16_epi32(_mm512_cvtepi32_epi16(w16));
+            _mm512_mask_storeu_epi32(d + xq, lane_mask(n), _mm512_sub_epi32(v, zv));
+          }
         } else {
           for (int64_t xq = lo; xq < hi; ++xq) d[xq] = (int32_t)row[xq * sw] - in_zero;
         }
@@ -737,7 +748,7 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
       }
       if (Q.wq != g->out_w)
         for (int64_t y = 1; y < g->out_h; ++y)
-          memmove(grid + y * g->out_w, grid + y * Q.wq, (size_t)g->out_w * sizeof(int32_t));
+          move_down(grid + y * Q.wq, grid + y * g->out_w, g->out_w);
       const int64_t at = (b * g->k + k) * P->ohw;
       sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
                   out + at, P->ohw);

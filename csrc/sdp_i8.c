@@ -209,9 +209,54 @@ static void span_general(const sdp_i8* p, const vec_params* q, const int32_t* v,
 #undef GEN_ACT
 }
 
+/* The common converter (no element-wise op, out_mul 0, act NONE / RELU / CLIP), in fewer
+ * steps with the same result:
+ *  - sat32(v + bias) = min(max(v, INT32_MIN - min(bias, 0)), INT32_MAX - max(bias, 0)) + bias,
+ *    in int32 lanes;
+ *  - the products t * mul of the even and odd lanes (vpmuldq), int64;
+ *  - rhaz(p, s) + out_zero = (p + 2^(s-1) + (p < 0 ? -1 : 0) + out_zero * 2^s) >> s, arithmetic
+ *    shift (s >= 1; exact while out_zero * 2^s fits: s <= 55);
+ *  - the sat32 after the multiply is dropped: sat8(sat32(x) + out_zero) = sat8(x + out_zero),
+ *    and RELU (max(t, 0)) commutes with both clamps, so it becomes y = max(y, out_zero) on the
+ *    codes, as CLIP is min(max(y, clip_lo), clip_hi). */
+static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, int64_t mul,
+                      int64_t s, int64_t out_zero, int32_t lo, int32_t hi) {
+  const __m512i vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (bias < 0 ? bias : 0)));
+  const __m512i vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (bias > 0 ? bias : 0)));
+  const __m512i b = _mm512_set1_epi32((int32_t)bias), m = _mm512_set1_epi64(mul);
+  const __m512i hz = _mm512_set1_epi64((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
+  const __m512i sh = _mm512_set1_epi64(s);
+  const __m128i l8 = _mm_set1_epi8((char)lo), h8 = _mm_set1_epi8((char)hi);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
+    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
+    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
+    __m512i pe = _mm512_mul_epi32(t, m);
+    __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), m);
+    if (s > 0) {
+      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, hz), _mm512_srai_epi64(pe, 63)), sh);
+      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, hz), _mm512_srai_epi64(po, 63)), sh);
+    } else {
+      pe = _mm512_add_epi64(pe, hz);
+      po = _mm512_add_epi64(po, hz);
+    }
+    __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
+    r = _mm_min_epi8(_mm_max_epi8(r, l8), h8);
+    _mm_mask_storeu_epi8(y + i, k, r);
+  }
+}
+
 static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
+  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && c.shift <= 55 &&
+      (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
+    const int32_t lo = p->act == ACCEL_ACT_RELU ? p->out_zero
+                       : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
+    const int32_t hi = p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127;
+    span_fast(v, y, count, c.bias, c.mul, c.shift, p->out_zero, lo, hi);
+    return;
+  }
   vec_params q;
   q.bias = _mm512_set1_epi64(c.bias);
   q.mul = _mm512_set1_epi64(c.mul);
