@@ -233,6 +233,22 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
 }
 
 #ifdef CONV_I8_VNNI
+/* sdp_i8.c, internal (kernels.h has no entry for it yet): the SDP on `count` values of the
+ * consecutive channels first, first + 1, ... (one output position each), exactly as
+ * sdp_i8_span computes each of them. */
+void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count);
+
+/* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
+ * output position per image: those outputs are consecutive, from out + at. */
+static void epilogue_column(const sdp_i8* ep, const int32_t* tile, int64_t col, int64_t rows,
+                            int64_t k0, int64_t at, int8_t* out) {
+  int32_t v[MR];
+  for (int64_t m = 0; m < rows; ++m) v[m] = tile[m * TILE * NR + col];
+  sdp_i8_channels(ep, (int32_t)k0, v, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                  out + at, rows);
+}
+
 /* ---- VNNI micro-kernel ---------------------------------------------------------------------
  * c[m][0..16*nv) = sum over depth steps k of the dot products (4 bytes each) of the u8 columns
  * at b + off[k] (16 positions x 4 channels per vector) with the s8 weight word a[k][m]. */
@@ -516,6 +532,11 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
         if (nseg == 0) continue;
         const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
         const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        if (P->ohw == 1) { /* one output per channel: along the channels */
+          const int64_t k0 = grp * P->mg + mb * MR;
+          epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, out);
+          continue;
+        }
         for (int64_t m = 0; m < rows; ++m) {
           int32_t* row = tile + m * TILE * NR;
           if (nseg > 1 || segs[0].col != 0)
@@ -630,6 +651,12 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
         gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
         const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
         const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        if (P->ohw == 1) { /* one output per image and channel: along the channels */
+          const int64_t k0 = grp * P->mg + mb * MR;
+          for (int64_t j = n0; j < n1; ++j)
+            epilogue_column(ep, tile, j - n0, rows, k0, (j0 + j) * g->k + k0, out);
+          continue;
+        }
         for (int64_t m = 0; m < rows; ++m) {
           int32_t* row = tile + m * TILE * NR;
           const int64_t k = grp * P->mg + mb * MR + m;

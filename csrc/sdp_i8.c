@@ -12,7 +12,6 @@
  */
 #include <omp.h>
 #include <stdint.h>
-#include <stdlib.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -72,6 +71,15 @@ static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, i
   y = clamp64(y + p->out_zero, -128, 127);
   if (p->act == ACCEL_ACT_CLIP) y = clamp64(y, p->clip_lo, p->clip_hi);
   return (int8_t)y;
+}
+
+static __attribute__((unused)) void channels_scalar(const sdp_i8* p, int32_t first,
+                                                   const int32_t* v, const int8_t* operand,
+                                                   int8_t* y, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, (int32_t)(first + i));
+    y[i] = sdp_one(p, &c, v[i], operand != NULL ? operand[i] : 0);
+  }
 }
 
 static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v,
@@ -246,6 +254,54 @@ static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, 
   }
 }
 
+/* The parameters every channel shares. */
+static void call_params(const sdp_i8* p, vec_params* q) {
+  q->ew_zero = _mm512_set1_epi64(p->ew_zero);
+  q->ew_mul = _mm512_set1_epi64(p->ew_mul);
+  q->ew_half = half_of(p->ew_shift);
+  q->ew_shift = _mm512_set1_epi64(p->ew_shift);
+  q->prelu_half = half_of(p->prelu_shift);
+  q->prelu_shift = _mm512_set1_epi64(p->prelu_shift);
+  q->out_mul = _mm512_set1_epi64(p->out_mul);
+  q->out_half = half_of(p->out_shift);
+  q->out_shift = _mm512_set1_epi64(p->out_shift);
+  q->out_zero = _mm512_set1_epi64(p->out_zero);
+  q->lo32 = _mm512_set1_epi64(INT32_MIN);
+  q->hi32 = _mm512_set1_epi64(INT32_MAX);
+  q->zero = _mm512_setzero_si512();
+  q->clip_lo = _mm_set1_epi8((char)p->clip_lo);
+  q->clip_hi = _mm_set1_epi8((char)p->clip_hi);
+}
+
+/* One value per channel, channels first.., 8 lanes at a time: the general steps (sdp8) with
+ * each lane's own channel parameters. */
+static void channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count) {
+  vec_params q;
+  call_params(p, &q);
+  const __m512i one = _mm512_set1_epi64(1);
+  const int out = p->out_mul != 0;
+  for (int64_t i = 0; i < count; i += 8) {
+    const __mmask8 m = count - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (count - i)) - 1u);
+    const int64_t ch = first + i;
+    q.bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
+                             : q.zero;
+    q.mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
+    q.shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
+                                : q.zero;
+    q.half = _mm512_mask_sllv_epi64(q.zero, _mm512_cmpgt_epi64_mask(q.shift, q.zero), one,
+                                    _mm512_sub_epi64(q.shift, one));
+    q.prelu_mul = p->prelu_mul != NULL
+                      ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->prelu_mul + ch))
+                      : one;
+    const __m512i x = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, v + i));
+    const __m128i op = operand != NULL ? _mm_maskz_loadu_epi8(m, operand + i) : _mm_setzero_si128();
+    __m128i r = sdp8(p, &q, x, op, 1, p->ew_op, p->act, out);
+    if (p->act == ACCEL_ACT_CLIP) r = _mm_min_epi8(_mm_max_epi8(r, q.clip_lo), q.clip_hi);
+    _mm_mask_storeu_epi8(y + i, m, r);
+  }
+}
+
 static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
@@ -258,26 +314,12 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
     return;
   }
   vec_params q;
+  call_params(p, &q);
   q.bias = _mm512_set1_epi64(c.bias);
   q.mul = _mm512_set1_epi64(c.mul);
   q.half = half_of(c.shift);
   q.shift = _mm512_set1_epi64(c.shift);
   q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
-  q.ew_zero = _mm512_set1_epi64(p->ew_zero);
-  q.ew_mul = _mm512_set1_epi64(p->ew_mul);
-  q.ew_half = half_of(p->ew_shift);
-  q.ew_shift = _mm512_set1_epi64(p->ew_shift);
-  q.prelu_half = half_of(p->prelu_shift);
-  q.prelu_shift = _mm512_set1_epi64(p->prelu_shift);
-  q.out_mul = _mm512_set1_epi64(p->out_mul);
-  q.out_half = half_of(p->out_shift);
-  q.out_shift = _mm512_set1_epi64(p->out_shift);
-  q.out_zero = _mm512_set1_epi64(p->out_zero);
-  q.lo32 = _mm512_set1_epi64(INT32_MIN);
-  q.hi32 = _mm512_set1_epi64(INT32_MAX);
-  q.zero = _mm512_setzero_si512();
-  q.clip_lo = _mm_set1_epi8((char)p->clip_lo);
-  q.clip_hi = _mm_set1_epi8((char)p->clip_hi);
   span_fn fn = span_general;
   if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {
     fn = p->act == ACCEL_ACT_RELU ? span_relu
@@ -291,33 +333,51 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   fn(p, &q, v, operand, y, count);
 }
 #define SPAN_IMPL span_avx512
+#define CHANNELS_IMPL channels_avx512
 #else
 #define SPAN_IMPL span_scalar
+#define CHANNELS_IMPL channels_scalar
 #endif
 
-/* SDP_I8_SCALAR (tests only): the portable code in an AVX-512 build. */
 void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_t* operand,
                  int8_t* y, int64_t count) {
-#ifdef SDP_I8_TEST_PATHS
-  static int scalar = -1;
-  if (scalar < 0) scalar = getenv("SDP_I8_SCALAR") != NULL;
-  if (scalar) {
-    span_scalar(p, channel, v, operand, y, count);
-    return;
-  }
-#endif
   SPAN_IMPL(p, channel, v, operand, y, count);
 }
 
-/* Independent mode: v = in - in_zero, through sdp_i8_span in chunks of a stack buffer. */
+/* count values of consecutive channels first, first + 1, ... (one position each: a fully
+ * connected layer's outputs), as sdp_i8_span would compute each of them. Internal: the CONV
+ * epilogue and sdp_i8_run use it for outputs of one position per image. */
+void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count);
+void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count) {
+  CHANNELS_IMPL(p, first, v, operand, y, count);
+}
+
+/* Independent mode: v = in - in_zero, through sdp_i8_span in chunks of a stack buffer (planes of
+ * one element: sdp_i8_channels along the channels). */
 enum { RUN_CHUNK = 2048 };
 
 void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
                 int8_t* out, int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
+  if (num_threads < 1) num_threads = 1;
+  if (hw == 1) {
+    const int64_t per_image = (c + RUN_CHUNK - 1) / RUN_CHUNK, items = n * per_image;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes > 32768)
+    for (int64_t it = 0; it < items; ++it) {
+      int32_t v[RUN_CHUNK];
+      const int64_t b = it / per_image, c0 = it % per_image * RUN_CHUNK;
+      const int64_t cnt = c - c0 < RUN_CHUNK ? c - c0 : RUN_CHUNK;
+      const int64_t at = b * c + c0;
+      for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)in[at + i] - p->in_zero;
+      sdp_i8_channels(p, (int32_t)c0, v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
+                      out + at, cnt);
+    }
+    return;
+  }
   const int64_t chunks = (hw + RUN_CHUNK - 1) / RUN_CHUNK;
   const int64_t items = planes * chunks;
-  if (num_threads < 1) num_threads = 1;
 #pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * hw > 32768)
   for (int64_t it = 0; it < items; ++it) {
     int32_t v[RUN_CHUNK];
