@@ -1,0 +1,108 @@
+"""The simulator's int8 conv kernel against its fp32 one, on the ResNet layers of the kernel
+benchmark: fused conv + bias/BN + ReLU, batch 1, side by side in one process.
+
+Each round times int8 then fp32 (interleaved, so load on this shared machine hits both
+alike); medians and spread per layer. int8 runs with weights pre-packed once, as the generated
+code does (``Conv.packed_for``), and with the integer converters a real int8 layer has. The
+issue's goal: int8 at least as fast as fp32 (ratio >= 1).
+
+    python examples/bench_int8_conv.py [--threads 2] [--rounds 30] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+from accel_codegen import Conv, Device, Sdp
+
+from bench_conv_layers import LAYERS  # the same layers as the fp32 benchmark
+
+TARGET = 1.0
+
+
+def _time(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_layer(layer, device, rounds, rng):
+    name, c, h, w, k, kernel, stride, pad = layer
+    out_hw = (h + 2 * pad - kernel) // stride + 1
+    x = rng.standard_normal((1, c, h, w), dtype=np.float32)
+    weight = (rng.standard_normal((k, c, kernel, kernel)) / np.sqrt(c * kernel * kernel)
+              ).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    shift = rng.standard_normal(k).astype(np.float32)
+    fp32 = [Conv(weight, stride=stride, padding=pad), Sdp(scale=scale, shift=shift, act="relu")]
+    out32 = np.empty((1, k, out_hw, out_hw), np.float32)
+
+    xq = rng.integers(-128, 128, x.shape, dtype=np.int8)
+    wq = rng.integers(-127, 128, weight.shape, dtype=np.int8)
+    conv = Conv(wq, stride=stride, padding=pad, precision="int8", in_zero=-128)
+    int8 = [conv.packed_for("nv_full", c),
+            Sdp(bias=rng.integers(-2 ** 20, 2 ** 20, k, dtype=np.int32),
+                mul=rng.integers(1 << 13, 1 << 14, k, dtype=np.int16),
+                rshift=np.full(k, 24, np.uint8), act="relu", out_zero=-128, precision="int8")]
+    out8 = np.empty((1, k, out_hw, out_hw), np.int8)
+
+    def run8():
+        device.run(int8, xq, out=out8)
+
+    def run32():
+        device.run(fp32, x, out=out32)
+
+    for _ in range(3):
+        run8()
+        run32()
+    t8, t32 = [], []
+    for _ in range(rounds):
+        t8.append(_time(run8))
+        t32.append(_time(run32))
+    ops = 2.0 * k * c * kernel * kernel * out_hw * out_hw
+    return {"layer": name, "gop": ops / 1e9,
+            "int8_ms": {"median": statistics.median(t8) * 1e3, "min": min(t8) * 1e3,
+                        "max": max(t8) * 1e3},
+            "fp32_ms": {"median": statistics.median(t32) * 1e3, "min": min(t32) * 1e3,
+                        "max": max(t32) * 1e3},
+            "int8_gops": ops / statistics.median(t8) / 1e9,
+            "fp32_gops": ops / statistics.median(t32) / 1e9,
+            "ratio": statistics.median(t32) / statistics.median(t8)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    device = Device("nv_full", num_threads=args.threads)
+    rng = np.random.default_rng(0)
+    print(f"fused conv + converters + ReLU, batch 1, {args.threads} threads, median of "
+          f"{args.rounds} interleaved rounds; load average {os.getloadavg()[0]:.2f}")
+    header = f"{'layer':<22}{'int8 GOP/s':>12}{'fp32 GFLOP/s':>14}{'int8/fp32':>11}"
+    print(header)
+    print("-" * len(header))
+    results = []
+    for layer in LAYERS:
+        r = bench_layer(layer, device, args.rounds, rng)
+        results.append(r)
+        mark = "ok" if r["ratio"] >= TARGET else "BELOW"
+        print(f"{r['layer']:<22}{r['int8_gops']:>12.1f}{r['fp32_gops']:>14.1f}"
+              f"{r['ratio']:>11.2f}  {mark}")
+    met = sum(r["ratio"] >= TARGET for r in results)
+    print(f"int8 at least as fast as fp32 on {met} of {len(results)} layers; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "rounds": args.rounds, "layers": results}, f,
+                      indent=2)
+
+
+if __name__ == "__main__":
+    main()
