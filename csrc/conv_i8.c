@@ -36,7 +36,9 @@ enum {
   TILE = 8,           /* panels of NR positions per work unit */
   WS_PACK = 40,       /* shared slots: weights packed on this call, */
   WS_COPY = 41,       /* the input copy (implicit) or columns (im2col), */
-  WS_OFF = 42         /* the depth steps' offsets */
+  WS_OFF = 42,        /* the depth steps' offsets, */
+  WS_XP = 43,         /* the columns of the matrix-vector path */
+  GEMV_COLS = 8       /* at most this many columns in all: matrix-vector products */
 };
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
@@ -586,6 +588,94 @@ static void col_build_row(const plan* P, const int8_t* in, int32_t in_zero, int6
   memset(dst + 4 * nc, pad, (size_t)(4 * (ldb - nc)));
 }
 
+/* ---- matrix-vector products: at most GEMV_COLS columns in all -----------------------------
+ * A panel of 16 positions would be mostly empty. Instead each 64-byte load of a weight block
+ * holds two depth steps of its 8 rows, and the column's matching vector holds those steps' 4
+ * input bytes, each repeated over 8 lanes: one vpdpbusd per 64 weight bytes and column, all
+ * lanes useful; the halves are added at the end. xp[j][k2] = (step 2k2, step 2k2 + 1) of
+ * column j (an odd last step reads weights under a mask). */
+#define GV_ACC(j) __m512i s##j = _mm512_setzero_si512();
+#define GV_STEP(j) \
+  if (nc > j) s##j = _mm512_dpbusd_epi32(s##j, _mm512_load_si512(xp + (j) * kd2 + k2), w);
+#define GV_END(j)                                                                        \
+  if (nc > j) {                                                                          \
+    const __m256i r = _mm256_add_epi32(                                                  \
+        _mm256_add_epi32(_mm512_castsi512_si256(s##j), _mm512_extracti64x4_epi64(s##j, 1)), \
+        cv);                                                                             \
+    int32_t v[MR];                                                                       \
+    _mm256_storeu_si256((__m256i*)v, r);                                                 \
+    for (int m = 0; m < MR; ++m) tile[m * TILE * NR + (j)] = v[m];                       \
+  }
+
+static inline __attribute__((always_inline)) void gemv_body(const int nc, int64_t kd4,
+                                                            const int8_t* a, const __m512i* xp,
+                                                            const int32_t* corr, int32_t* tile) {
+  const int64_t kd2 = (kd4 + 1) / 2, full = kd4 / 2;
+  GV_ACC(0) GV_ACC(1) GV_ACC(2) GV_ACC(3) GV_ACC(4) GV_ACC(5) GV_ACC(6) GV_ACC(7)
+  for (int64_t k2 = 0; k2 < kd2; ++k2) {
+    const __m512i w = k2 < full ? _mm512_loadu_si512(a + k2 * 64)
+                                : _mm512_maskz_loadu_epi32((__mmask16)0xFF, a + k2 * 64);
+    GV_STEP(0) GV_STEP(1) GV_STEP(2) GV_STEP(3) GV_STEP(4) GV_STEP(5) GV_STEP(6) GV_STEP(7)
+  }
+  const __m256i cv = _mm256_loadu_si256((const __m256i*)corr);
+  GV_END(0) GV_END(1) GV_END(2) GV_END(3) GV_END(4) GV_END(5) GV_END(6) GV_END(7)
+}
+
+/* One column: four accumulators over interleaved steps, so that vpdpbusd's latency is hidden. */
+static void gemv1(int64_t kd4, const int8_t* a, const __m512i* xp, const int32_t* corr,
+                  int32_t* tile) {
+  const int64_t kd2 = (kd4 + 1) / 2, full = kd4 / 2;
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t k2 = 0;
+  for (; k2 + 4 <= full; k2 += 4) {
+    s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(xp + k2), _mm512_loadu_si512(a + k2 * 64));
+    s1 = _mm512_dpbusd_epi32(s1, _mm512_load_si512(xp + k2 + 1),
+                             _mm512_loadu_si512(a + k2 * 64 + 64));
+    s2 = _mm512_dpbusd_epi32(s2, _mm512_load_si512(xp + k2 + 2),
+                             _mm512_loadu_si512(a + k2 * 64 + 128));
+    s3 = _mm512_dpbusd_epi32(s3, _mm512_load_si512(xp + k2 + 3),
+                             _mm512_loadu_si512(a + k2 * 64 + 192));
+  }
+  for (; k2 < kd2; ++k2) {
+    const __m512i w = k2 < full ? _mm512_loadu_si512(a + k2 * 64)
+                                : _mm512_maskz_loadu_epi32((__mmask16)0xFF, a + k2 * 64);
+    s0 = _mm512_dpbusd_epi32(s0, _mm512_load_si512(xp + k2), w);
+  }
+  s0 = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+  const int nc = 1;
+  const __m256i cv = _mm256_loadu_si256((const __m256i*)corr);
+  GV_END(0)
+}
+
+typedef void (*gemv_fn)(int64_t, const int8_t*, const __m512i*, const int32_t*, int32_t*);
+#define GEMV(NC_)                                                                          \
+  static void gemv##NC_(int64_t kd4, const int8_t* a, const __m512i* xp, const int32_t* corr, \
+                        int32_t* tile) {                                                   \
+    gemv_body(NC_, kd4, a, xp, corr, tile);                                                \
+  }
+GEMV(2)
+GEMV(3)
+GEMV(4)
+GEMV(5)
+GEMV(6)
+GEMV(7)
+GEMV(8)
+static const gemv_fn gemv_table[GEMV_COLS + 1] = {0,      gemv1, gemv2, gemv3, gemv4,
+                                                  gemv5, gemv6, gemv7, gemv8};
+
+/* Columns' pair vectors of group grp from the explicit columns: xp[j][k2], kd2 per column. */
+static void gemv_build(const plan* P, const uint8_t* cols, int64_t ldb, int64_t nc, int64_t k2,
+                       __m512i* xp) {
+  const int64_t kd2 = (P->kd4 + 1) / 2;
+  for (int64_t j = 0; j < nc; ++j) {
+    uint32_t lo, hi = 0;
+    memcpy(&lo, cols + (2 * k2 * ldb + j) * 4, 4);
+    if (2 * k2 + 1 < P->kd4) memcpy(&hi, cols + ((2 * k2 + 1) * ldb + j) * 4, 4);
+    xp[j * kd2 + k2] = _mm512_inserti64x4(_mm512_set1_epi32((int32_t)lo),
+                                          _mm256_set1_epi32((int32_t)hi), 1);
+  }
+}
+
 static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in,
                                 const int8_t* apack, const int32_t* wsum, const int8_t* weights,
                                 int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
@@ -626,6 +716,13 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
   }
   const int64_t npack = pack_now ? g->groups * P->mblocks : 0;
   const int64_t nrows = g->groups * P->kd4;
+  const int gemv = total <= GEMV_COLS;
+  const int64_t kd2 = (P->kd4 + 1) / 2;
+  __m512i* xp = NULL;
+  if (gemv) {
+    xp = workspace_get(ws, WS_XP, (size_t)(g->groups * total * kd2) * sizeof(__m512i));
+    if (xp == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
 
 #pragma omp parallel num_threads(nth)
   {
@@ -642,13 +739,28 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
         const int64_t grp = row / P->kd4, k = row % P->kd4;
         col_build_row(P, in, in_zero, grp, k, j0, nc, ldb, cols + grp * gbytes + k * ldb * 4);
       }
+      if (gemv) {
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < g->groups * kd2; ++row) {
+          const int64_t grp = row / kd2;
+          gemv_build(P, cols + grp * gbytes, ldb, nc, row % kd2, xp + grp * nc * kd2);
+        }
+      }
       const int64_t units = g->groups * tiles * P->mblocks;
 #pragma omp for schedule(static)
       for (int64_t u = 0; u < units; ++u) {
         const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
         const int64_t grp = u / (P->mblocks * tiles);
         const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
-        gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
+        if (gemv) {
+          const int64_t blk = grp * P->mblocks + mb;
+          int32_t corr[MR];
+          for (int m = 0; m < MR; ++m)
+            corr[m] = (int32_t)(0u - (uint32_t)(128 + in_zero) * (uint32_t)wsum[blk * MR + m]);
+          gemv_table[nc](P->kd4, apack + blk * P->kd4 * MR * 4, xp + grp * nc * kd2, corr, tile);
+        } else {
+          gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
+        }
         const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
         const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
         if (P->ohw == 1) { /* one output per image and channel: along the channels */
@@ -818,7 +930,8 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
     imp_make_plan(&P, &Q);
     /* explicit columns when positions of several images share panels (fully connected), or
      * when most of the implicit grid would be garbage (large dilation on small outputs) */
-    const int im2col = (g->n > 1 && P.ohw < NR) || Q.ncols > 2 * P.ohw + NR;
+    const int im2col = (g->n > 1 && P.ohw < NR) || Q.ncols > 2 * P.ohw + NR ||
+                       (int64_t)g->n * P.ohw <= GEMV_COLS;
     if (force == 'c' || (force != 'i' && im2col))
       return conv_im2col(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
     return conv_implicit(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
