@@ -145,6 +145,11 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
     return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
                       (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
   }
+  if (d->precision == ACCEL_INT8 && per_kernel > ACCEL_MAX_INT8_DEPTH) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: INT8 depth C/groups x R x S = %lld exceeds %d (the int32 accumulator "
+                      "could overflow)", where, (long long)per_kernel, ACCEL_MAX_INT8_DEPTH);
+  }
   return ACCEL_OK;
 }
 

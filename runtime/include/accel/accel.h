@@ -43,6 +43,7 @@ enum {
   ACCEL_MAX_POOL_KERNEL = 8,   /* PDP window per side */
   ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
+  ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
   ACCEL_NAME_LEN = 32,
   ACCEL_LABEL_LEN = 64,
   ACCEL_ERROR_LEN = 512
