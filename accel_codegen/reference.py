@@ -1,8 +1,20 @@
 """NumPy reference of every engine op: the living definition of what the simulator computes.
 
-The convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
+FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
 rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and max
 pooling match the simulator bit for bit.
+
+INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
+``(x - in_zero) * w`` exactly (int64 here: the simulator's int32 accumulator cannot overflow for
+depth <= 65536), the SDP runs the integer converters step by step with ``sat32`` after each
+step accel.h marks, and pooling works on codes with the input's zero point.
+
+FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
+the exact float64 sum of the exact products, rounded once to float32; the simulator's fp32
+summation order differs, so CONV results agree within a summation bound, see
+tests/test_precision_engines.py), SDP and PDP compute in float32 on widened halves exactly as
+in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
+accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 """
 from __future__ import annotations
 
@@ -12,22 +24,26 @@ import numpy as np
 
 from .ops import Conv, Op, Pool, Sdp, _pair, _padding
 
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
-def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> np.ndarray:
-    """Direct convolution, NCHW x [K, C/groups, R, S] -> NCHW, float64 accumulation."""
+
+# --- the shared geometry -----------------------------------------------------------------------
+
+def _conv_sum(x: np.ndarray, weights: np.ndarray, stride, padding, dilation, groups: int,
+              dtype) -> np.ndarray:
+    """sum over c, r, s of x[..] * w[k, c, r, s] with zero padding, in ``dtype``."""
     n, c, h, w = x.shape
     k, c_group, kernel_h, kernel_w = weights.shape
     stride_h, stride_w = _pair(stride, "stride")
     dil_h, dil_w = _pair(dilation, "dilation")
     top, left, bottom, right = _padding(padding)
-    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    padded = np.pad(x.astype(dtype), ((0, 0), (0, 0), (top, bottom), (left, right)))
     out_h = (h + top + bottom - dil_h * (kernel_h - 1) - 1) // stride_h + 1
     out_w = (w + left + right - dil_w * (kernel_w - 1) - 1) // stride_w + 1
     k_group = k // groups
     grouped_x = padded.reshape(n, groups, c_group, *padded.shape[2:])
-    grouped_w = weights.astype(np.float64).reshape(groups, k_group, c_group, kernel_h, kernel_w)
-    out = np.zeros((n, groups, k_group, out_h, out_w))
+    grouped_w = weights.astype(dtype).reshape(groups, k_group, c_group, kernel_h, kernel_w)
+    out = np.zeros((n, groups, k_group, out_h, out_w), dtype=dtype)
     for r in range(kernel_h):
         for s in range(kernel_w):
             y0, x0 = r * dil_h, s * dil_w
@@ -37,8 +53,37 @@ def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
     return out.reshape(n, k, out_h, out_w)
 
 
-def _per_channel(values: np.ndarray, ndim: int) -> np.ndarray:
-    return np.asarray(values, dtype=np.float32).reshape((1, -1) + (1,) * (ndim - 2))
+def _pool_windows(x: np.ndarray, kernel, stride, padding, fill):
+    """Every window position's element of x (padded with ``fill``) in (r, s) order, and the
+    mask of image elements, each shaped [R*S, N, C, out_h, out_w]."""
+    n, c, h, w = x.shape
+    kernel_h, kernel_w = _pair(kernel, "kernel")
+    stride_h, stride_w = _pair(stride, "stride")
+    top, left, bottom, right = _padding(padding)
+    out_h = (h + top + bottom - kernel_h) // stride_h + 1
+    out_w = (w + left + right - kernel_w) // stride_w + 1
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+    inside = np.pad(np.ones((h, w), dtype=bool), ((top, bottom), (left, right)))
+    windows, masks = [], []
+    for r in range(kernel_h):
+        for s in range(kernel_w):
+            rows = slice(r, r + stride_h * (out_h - 1) + 1, stride_h)
+            cols = slice(s, s + stride_w * (out_w - 1) + 1, stride_w)
+            windows.append(padded[:, :, rows, cols])
+            masks.append(np.broadcast_to(inside[rows, cols], (n, c, out_h, out_w)))
+    return np.stack(windows), np.stack(masks)
+
+
+def _per_channel(values: np.ndarray, ndim: int, dtype=np.float32) -> np.ndarray:
+    return np.asarray(values, dtype=dtype).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+# --- FP32 ------------------------------------------------------------------------------------
+
+def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> np.ndarray:
+    """Direct convolution, NCHW x [K, C/groups, R, S] -> NCHW, float64 accumulation."""
+    return _conv_sum(x, weights, stride, padding, dilation, groups, np.float64)
 
 
 def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.ndarray] = None,
@@ -47,6 +92,8 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
         prelu_slope: Optional[np.ndarray] = None) -> np.ndarray:
     """``act(ew(x * scale[c] + shift[c], operand))`` in float32, one rounding per operation."""
     t = np.array(x, dtype=np.float32)
+    if clip is None:
+        clip = (0.0, 6.0)
     if scale is not None:
         t = t * _per_channel(scale, t.ndim)
     if shift is not None:
@@ -62,7 +109,8 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
     elif act == "prelu":
         t = np.where(t >= 0, t, t * _per_channel(prelu_slope, t.ndim))
     elif act == "sigmoid":
-        t = np.float32(1) / (np.float32(1) + np.exp(-t))
+        with np.errstate(over="ignore"):  # exp(-t) = inf for very negative t: sigmoid is 0
+            t = np.float32(1) / (np.float32(1) + np.exp(-t))
     elif act == "tanh":
         t = np.tanh(t)
     elif act is not None:
@@ -74,47 +122,221 @@ def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
            count_include_pad: bool = False) -> np.ndarray:
     """Max or average pooling; padding never wins a max and counts in an average only with
     ``count_include_pad``."""
-    n, c, h, w = x.shape
     kernel_h, kernel_w = _pair(kernel, "kernel")
-    stride_h, stride_w = _pair(stride, "stride")
-    top, left, bottom, right = _padding(padding)
-    out_h = (h + top + bottom - kernel_h) // stride_h + 1
-    out_w = (w + left + right - kernel_w) // stride_w + 1
     fill = -np.inf if kind == "max" else 0.0
-    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)),
-                    constant_values=fill)
-    inside = np.pad(np.ones((h, w)), ((top, bottom), (left, right)))
-    windows = []
-    counts = np.zeros((out_h, out_w))
-    for r in range(kernel_h):
-        for s in range(kernel_w):
-            rows = slice(r, r + stride_h * (out_h - 1) + 1, stride_h)
-            cols = slice(s, s + stride_w * (out_w - 1) + 1, stride_w)
-            windows.append(padded[:, :, rows, cols])
-            counts += inside[rows, cols]
-    stacked = np.stack(windows)
+    stacked, inside = _pool_windows(x.astype(np.float64), kernel, stride, padding, fill)
     if kind == "max":
         return stacked.max(axis=0).astype(np.float32)
-    divisor = kernel_h * kernel_w if count_include_pad else counts
+    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
     return (stacked.sum(axis=0) / divisor).astype(np.float32)
 
 
+# --- INT8 ------------------------------------------------------------------------------------
+
+def rhaz(p, s) -> np.ndarray:
+    """p / 2^s rounded half away from zero (NVDLA's converter rounding), for int64 p and
+    0 <= s <= 62 (broadcast): ``sign(p) * ((|p| + 2^(s-1)) >> s)``, nothing added for s = 0."""
+    p = np.asarray(p, dtype=np.int64)
+    s = np.asarray(s, dtype=np.int64)
+    if np.any((s < 0) | (s > 62)):
+        raise ValueError(f"shift {s} is outside [0, 62]")
+    half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+    magnitude = (np.abs(p) + half) >> s
+    return np.where(p < 0, -magnitude, magnitude)
+
+
+def sat32(v) -> np.ndarray:
+    """Clamp to the int32 range (kept as int64)."""
+    return np.clip(np.asarray(v, dtype=np.int64), INT32_MIN, INT32_MAX)
+
+
+def sat8(v) -> np.ndarray:
+    """Clamp to the int8 range (kept as int64)."""
+    return np.clip(np.asarray(v, dtype=np.int64), -128, 127)
+
+
+def round_div(total, divisor) -> np.ndarray:
+    """total / divisor rounded half away from zero, exactly (divisor > 0)."""
+    total = np.asarray(total, dtype=np.int64)
+    divisor = np.asarray(divisor, dtype=np.int64)
+    magnitude = (2 * np.abs(total) + divisor) // (2 * divisor)
+    return np.where(total < 0, -magnitude, magnitude)
+
+
+def conv2d_int8(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
+                groups: int = 1, in_zero: int = 0) -> np.ndarray:
+    """The INT8 CONV's accumulators (int64, exact): sum of (x - in_zero) * w, where padding
+    reads as in_zero (contributes 0)."""
+    if x.dtype != np.int8 or np.asarray(weights).dtype != np.int8:
+        raise TypeError(f"conv2d_int8 takes int8 codes, got {x.dtype} x {weights.dtype}")
+    v = x.astype(np.int64) - int(in_zero)
+    return _conv_sum(v, weights, stride, padding, dilation, groups, np.int64)
+
+
+def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[str] = None,
+             operand=None, ew_zero: int = 0, ew_mul: int = 1, ew_shift: int = 0,
+             act: Optional[str] = None, prelu_mul=None, prelu_shift: int = 0,
+             out_mul: int = 0, out_shift: int = 0, out_zero: int = 0, clip_lo: int = -128,
+             clip_hi: int = 127) -> np.ndarray:
+    """The INT8 SDP on ``v``: a CONV's accumulators, or (x - in_zero) for an SDP that reads its
+    int8 input from memory. Steps exactly as accel.h lists them; returns int8 codes."""
+    t = np.asarray(v, dtype=np.int64)
+    ndim = t.ndim
+    per_channel = lambda a: _per_channel(a, ndim, np.int64)  # noqa: E731
+    if bias is not None:
+        t = sat32(t + per_channel(bias))                                   # 1 X ALU
+    if mul is not None or rshift is not None:                              # 2 X MUL
+        m = per_channel(mul) if mul is not None else np.int64(1)
+        s = per_channel(rshift) if rshift is not None else np.int64(0)
+        t = sat32(rhaz(t * m, s))
+    if ew_op is not None:                                                  # 3 Y EW
+        e = np.asarray(operand, dtype=np.int64).reshape(t.shape)
+        e = sat32(rhaz((e - int(ew_zero)) * int(ew_mul), int(ew_shift)))
+        if ew_op == "add":
+            t = sat32(t + e)
+        elif ew_op == "mul":
+            t = sat32(t * e)  # |t|, |e| <= 2^31: the product fits int64
+        elif ew_op == "max":
+            t = np.maximum(t, e)
+        elif ew_op == "min":
+            t = np.minimum(t, e)
+        else:
+            raise ValueError(f"unknown element-wise op {ew_op!r}")
+    if act == "relu":                                                      # 4 activation
+        t = np.maximum(t, 0)
+    elif act == "prelu":
+        # accel.h: t < 0: rhaz(t * prelu_mul[c], prelu_shift), no sat32 after it (the value
+        # fits int64: |t| <= 2^31, |prelu_mul| <= 2^15).
+        t = np.where(t < 0, rhaz(t * per_channel(prelu_mul), int(prelu_shift)), t)
+    elif act not in (None, "clip"):
+        raise ValueError(f"act = {act!r} has no INT8 form")
+    if out_mul:                                                            # 5 output converter
+        t = rhaz(t * int(out_mul), int(out_shift))  # |t| <= 2^46 after PReLU: fits int64
+    y = sat8(t + int(out_zero))
+    if act == "clip":
+        y = np.minimum(np.maximum(y, int(clip_lo)), int(clip_hi))
+    return y.astype(np.int8)
+
+
+def pool2d_int8(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
+                count_include_pad: bool = False, zero: int = 0) -> np.ndarray:
+    """INT8 pooling on codes with zero point ``zero``: max of the image elements; average
+    ``zero + S / d`` rounded half away from zero, S = sum of (x - zero) over the window's image
+    elements, d = the window size (count_include_pad) or its image element count."""
+    if x.dtype != np.int8:
+        raise TypeError(f"pool2d_int8 takes int8 codes, got {x.dtype}")
+    kernel_h, kernel_w = _pair(kernel, "kernel")
+    values, inside = _pool_windows(x.astype(np.int64), kernel, stride, padding, 0)
+    if kind == "max":
+        return np.where(inside, values, -129).max(axis=0).astype(np.int8)
+    total = np.where(inside, values - int(zero), 0).sum(axis=0)
+    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
+    return sat8(int(zero) + round_div(total, divisor)).astype(np.int8)
+
+
+# --- FP16 ------------------------------------------------------------------------------------
+
+def _widen(values) -> Optional[np.ndarray]:
+    """fp16 operands as the engines see them: halves widened (exactly) to float32."""
+    if values is None:
+        return None
+    array = np.asarray(values)
+    if array.dtype != np.float16:
+        raise TypeError(f"fp16 operands are float16 halves, got {array.dtype}")
+    return array.astype(np.float32)
+
+
+def conv2d_fp16(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
+                groups: int = 1) -> np.ndarray:
+    """The FP16 CONV's accumulators (float32, not rounded to half: they go to the SDP): the
+    exact sum of the exact products of halves, rounded once to float32."""
+    return conv2d(_widen(x), _widen(weights), stride, padding, dilation, groups).astype(
+        np.float32)
+
+
+def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None, operand=None,
+             act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None) -> np.ndarray:
+    """The FP16 SDP: the fp32 SDP on widened halves (x: halves read from memory, or a CONV's
+    float32 accumulators), the result rounded once to half."""
+    x = np.asarray(x)
+    t = x.astype(np.float32) if x.dtype in (np.float16, np.float32) else _widen(x)
+    wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
+               _widen(prelu_slope))
+    with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
+        return wide.astype(np.float16)
+
+
+def pool2d_fp16(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
+                count_include_pad: bool = False) -> np.ndarray:
+    """The FP16 PDP: pooling in float32 on widened halves as the engine computes it (average:
+    the window's image elements summed in float32 row by row, from 0, then divided by the
+    float32 divisor), the result rounded once to half."""
+    kernel_h, kernel_w = _pair(kernel, "kernel")
+    wide = _widen(x)
+    if kind == "max":
+        return pool2d(wide, "max", kernel, stride, padding).astype(np.float16)
+    values, inside = _pool_windows(wide, kernel, stride, padding, 0.0)
+    total = np.zeros(values.shape[1:], dtype=np.float32)
+    for value, mask in zip(values, inside):
+        total = np.where(mask, total + value, total)
+    divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
+               else inside.sum(axis=0).astype(np.float32))
+    with np.errstate(over="ignore"):
+        return (total / divisor).astype(np.float32).astype(np.float16)
+
+
+# --- ops and chains --------------------------------------------------------------------------
+
+def _sdp_int8_op(op: Sdp, x: np.ndarray) -> np.ndarray:
+    """An INT8 SDP op on int8 codes read from memory, or on a CONV's int64 accumulators."""
+    c = op.int8_converters
+    v = x.astype(np.int64) - c["in_zero"] if x.dtype == np.int8 else x
+    return sdp_int8(v, op.bias, op.mul, op.rshift, op.ew_op, op.operand, c["ew_zero"],
+                    c["ew_mul"], c["ew_shift"], op.act, op.prelu_mul, c["prelu_shift"],
+                    c["out_mul"], c["out_shift"], c["out_zero"], c["clip_lo"], c["clip_hi"])
+
+
 def run_op(op: Op, x: np.ndarray) -> np.ndarray:
-    """One engine op, as its descriptor says."""
+    """One engine op, as its descriptor says, in its precision. An INT8 CONV returns its int64
+    accumulators and an FP16 CONV its float32 ones: they are the input of the SDP that must
+    follow (see run_chain)."""
+    precision = getattr(op, "precision", "fp32")
     if isinstance(op, Conv):
+        if precision == "int8":
+            return conv2d_int8(x, op.weights, op.stride, op.padding, op.dilation, op.groups,
+                               op.in_zero)
+        if precision == "fp16":
+            return conv2d_fp16(x, op.weights, op.stride, op.padding, op.dilation, op.groups)
         return conv2d(x, op.weights, op.stride, op.padding, op.dilation, op.groups).astype(
             np.float32)
     if isinstance(op, Sdp):
-        return sdp(x, op.scale, op.shift, op.ew_op, op.operand, op.act, op.clip, op.prelu_slope)
+        if precision == "int8":
+            return _sdp_int8_op(op, x)
+        if precision == "fp16":
+            return sdp_fp16(x, op.scale, op.shift, op.ew_op, op.operand, op.act,
+                            op.clip_bounds, op.prelu_slope)
+        return sdp(x, op.scale, op.shift, op.ew_op, op.operand, op.act, op.clip_bounds,
+                   op.prelu_slope)
     if isinstance(op, Pool):
+        if precision == "int8":
+            return pool2d_int8(x, op.kind, op.kernel, op.stride, op.padding,
+                               op.count_include_pad, op.zero)
+        if precision == "fp16":
+            return pool2d_fp16(x, op.kind, op.kernel, op.stride, op.padding,
+                               op.count_include_pad)
         return pool2d(x, op.kind, op.kernel, op.stride, op.padding, op.count_include_pad)
     raise TypeError(f"not an engine op: {op!r}")
 
 
 def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
-    """A chain of engine ops; 2-D [N, C] input runs as [N, C, 1, 1]."""
+    """A chain of engine ops; 2-D [N, C] input runs as [N, C, 1, 1]. Fused and independent
+    runs compute the same values, so the chain's mode does not matter here."""
     flat = x.ndim == 2
     t = x.reshape(*x.shape, 1, 1) if flat else x
-    for op in ops:
+    ops = list(ops)
+    for i, op in enumerate(ops):
+        if isinstance(op, Conv) and op.precision in ("int8", "fp16") and not (
+                i + 1 < len(ops) and isinstance(ops[i + 1], Sdp)):
+            raise ValueError(f"op {i}: an {op.precision} CONV must be followed by an SDP")
         t = run_op(op, t)
     return t.reshape(t.shape[:2]) if flat and t.shape[2:] == (1, 1) else t

@@ -3,6 +3,10 @@
 >>> dev = Device("nv_full")
 >>> y, stats = dev.run([Conv(w, padding=1), Sdp(scale=s, shift=b, act="relu")], x)
 >>> stats.cycles, stats.bytes_read
+
+A run's precision follows its input (``precision=None``): ``np.int8`` codes run int8,
+``np.float16`` halves fp16, anything else fp32; every op must declare the same precision and the
+output has the input's dtype. Estimates take their first op's precision.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import numpy as np
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code, precision_name
 from .errors import AccelInvalidError, check
-from .ops import Op, as_operand, has_data
+from .ops import AccelDtypeError, Op, as_operand, dtype_for, has_data
 
 MODES = {"fused": lib.ACCEL_MODE_FUSED, "independent": lib.ACCEL_MODE_INDEPENDENT}
 ENGINES = {lib.ACCEL_ENGINE_CONV: "CONV", lib.ACCEL_ENGINE_SDP: "SDP", lib.ACCEL_ENGINE_PDP: "PDP"}
@@ -128,6 +132,26 @@ class _Chain:
             seen = out_shape
 
 
+#: The precision an input array's dtype implies (any other dtype runs fp32).
+_DTYPE_PRECISIONS = {np.dtype(np.int8): "int8", np.dtype(np.int16): "int16",
+                     np.dtype(np.float16): "fp16"}
+
+
+def chain_precision(ops: Sequence[Op], precision: Optional[str] = None) -> str:
+    """The precision of a chain without data: the one given, else its first op's."""
+    if precision is not None:
+        return precision
+    ops = list(ops)
+    return getattr(ops[0], "precision", "fp32") if ops else "fp32"
+
+
+def input_precision(x, precision: Optional[str] = None) -> str:
+    """The precision of a run on ``x``: the one given, else the one x's dtype implies."""
+    if precision is not None:
+        return precision
+    return _DTYPE_PRECISIONS.get(getattr(x, "dtype", None), "fp32")
+
+
 def _stats(c_run, c_ops, count: int) -> RunStats:
     return RunStats.from_c(c_run, [OpStats.from_c(c_ops[i]) for i in range(count)])
 
@@ -160,14 +184,16 @@ class Device:
     def num_threads(self, value: int) -> None:
         check(lib.accel_device_set_threads(self._handle, int(value)))
 
-    def output_shape(self, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str = "fp32",
+    def output_shape(self, ops: Sequence[Op], in_shape: Tuple[int, ...],
+                     precision: Optional[str] = None,
                      mode: str = "fused") -> Tuple[int, int, int, int]:
         """The NCHW shape a chain produces from an input shape (validates the chain)."""
-        return _Chain(self._config_c, ops, tuple(in_shape), precision, mode).shapes[-1]
+        return _Chain(self._config_c, ops, tuple(in_shape), chain_precision(ops, precision),
+                      mode).shapes[-1]
 
     def run(self, ops: Sequence[Op], x: np.ndarray, *, mode: str = "fused",
             out: Optional[np.ndarray] = None, label: Optional[str] = None,
-            precision: str = "fp32") -> Tuple[np.ndarray, RunStats]:
+            precision: Optional[str] = None) -> Tuple[np.ndarray, RunStats]:
         """Execute a chain of engine ops on ``x`` (NCHW or [N, C]).
 
         Parameters
@@ -175,18 +201,32 @@ class Device:
         ops : sequence of Conv, Sdp, Pool
             The chain. "fused" mode takes at most one of each, in that order.
         x : numpy.ndarray
-            The input; used in place when it is C-contiguous with the precision's dtype.
+            The input; used in place when it is C-contiguous with the precision's dtype
+            (float32, np.int8 codes, np.float16; see ops.as_typed for the conversions).
         mode : {"fused", "independent"}
         out : numpy.ndarray, optional
             Where to write the result (C-contiguous, right dtype and size).
         label : str, optional
             The run's name in the profile.
+        precision : {"fp32", "int8", "fp16"}, optional
+            The input's and every op's precision; default: x's (np.int8: int8, np.float16:
+            fp16, else fp32).
 
         Returns
         -------
         (numpy.ndarray, RunStats)
             The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1) and its cost.
         """
+        given = precision
+        precision = input_precision(x, precision)
+        if given is None:  # an input of the wrong dtype: say which dtype the ops need
+            for i, op in enumerate(ops):
+                wanted = getattr(op, "precision", precision)
+                if wanted != precision:
+                    raise AccelDtypeError(
+                        f"op {i} ({op.engine}): precision {wanted} differs from the input's "
+                        f"{precision} (a {np.asarray(x).dtype} array runs {precision}; "
+                        f"{wanted} data is {np.dtype(dtype_for(wanted)).name})")
         x = as_operand(x, precision, "input")
         for i, op in enumerate(ops):
             if not has_data(op):
@@ -198,7 +238,11 @@ class Device:
             out_shape = out_shape[:2]
         if out is None:
             out = np.empty(out_shape, dtype=x.dtype)
-        elif (out.dtype != x.dtype or not out.flags.c_contiguous or not out.flags.writeable
+        elif not isinstance(out, np.ndarray) or out.dtype != x.dtype:
+            raise AccelDtypeError(
+                f"out must be a {x.dtype} array for a {precision} chain, got "
+                f"{getattr(out, 'dtype', type(out).__name__)}")
+        elif (not out.flags.c_contiguous or not out.flags.writeable
               or out.size != int(np.prod(out_shape))):
             raise AccelInvalidError(
                 f"out must be a writeable C-contiguous {x.dtype} array of {out_shape}, got "
@@ -214,8 +258,10 @@ class Device:
 
 
 def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int, ...], *,
-                   mode: str = "fused", precision: str = "fp32") -> RunStats:
-    """The cost of a chain on a configuration without executing it (no data needed)."""
+                   mode: str = "fused", precision: Optional[str] = None) -> RunStats:
+    """The cost of a chain on a configuration without executing it (no data needed; operands
+    may be SHAPE_ONLY). ``precision`` defaults to the first op's."""
+    precision = chain_precision(ops, precision)
     config_c = AccelConfig.resolve(config).to_c()
     chain = _Chain(config_c, ops, tuple(in_shape), precision, mode)
     output = _tensor_struct(chain.shapes[-1], precision)

@@ -1,4 +1,6 @@
 """Bad input: every rejection is a typed exception whose message names the field and value."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -77,10 +79,131 @@ def test_unsupported_features_on_nv_small():
 
 
 def test_unimplemented_precision_is_an_error_not_a_wrong_answer():
-    with pytest.raises(AccelUnsupportedError, match="fp16 is not implemented"):
-        DEVICE.run([Sdp(act="relu", precision="fp16")], X, precision="fp16")
+    """nv_full has int16, the simulator does not implement it."""
+    with pytest.raises(AccelUnsupportedError, match="int16 is not implemented"):
+        DEVICE.run([Sdp(act="relu", precision="int16")], X.astype(np.int16))
     with pytest.raises(AccelInvalidError, match="precision fp16 differs from the input's fp32"):
         DEVICE.run([Sdp(act="relu", precision="fp16")], X)
+
+
+# --- INT8 and FP16 --------------------------------------------------------------------------
+
+X8 = np.ones((1, 4, 8, 8), dtype=np.int8)
+W8 = np.ones((8, 4, 3, 3), dtype=np.int8)
+CONV8 = Conv(W8, padding=1, precision="int8")
+ONES8 = dict(mul=np.ones(8, np.int16), rshift=np.zeros(8, np.uint8))
+
+INT8_REJECTIONS = [
+    ("conv_alone", [Conv(W8, precision="int8")], AccelInvalidError,
+     "op 0 (CONV): a int8 CONV must be followed by an SDP"),
+    ("conv_then_pool", [Conv(W8, precision="int8"), Pool("max", 2, 2, precision="int8")],
+     AccelInvalidError, "must be followed by an SDP"),
+    ("sdp_with_scale", [CONV8, Sdp(scale=np.ones(8), precision="int8")], AccelInvalidError,
+     "op 1 (SDP): scale, shift and prelu_slope are float parameters; INT8 uses bias"),
+    ("sdp_with_shift", [Sdp(shift=np.ones(4), precision="int8")], AccelInvalidError,
+     "scale, shift and prelu_slope are float parameters"),
+    ("sdp_with_prelu_slope", [Sdp(act="prelu", prelu_slope=np.ones(4), precision="int8")],
+     AccelInvalidError, "scale, shift and prelu_slope are float parameters"),
+    ("rshift_63", [CONV8, Sdp(mul=np.ones(8, np.int16),
+                              rshift=np.array([0, 1, 2, 63, 0, 0, 0, 0], np.uint8),
+                              precision="int8")], AccelInvalidError, "rshift[3] = 63"),
+    ("out_shift_63", [Sdp(out_mul=1, out_shift=63, precision="int8")], AccelInvalidError,
+     "out_shift = 63"),
+    ("ew_shift_63", [Sdp(ew_op="add", operand=X8, ew_shift=63, precision="int8")],
+     AccelInvalidError, "ew_shift = 63"),
+    ("prelu_shift_negative", [Sdp(act="prelu", prelu_mul=np.ones(4, np.int16),
+                                  prelu_shift=-1, precision="int8")],
+     AccelInvalidError, "prelu_shift = -1"),
+    ("out_mul_over_int16", [Sdp(out_mul=32768, precision="int8")], AccelInvalidError,
+     "out_mul = 32768"),
+    ("ew_mul_over_int16", [Sdp(ew_op="add", operand=X8, ew_mul=-32769, precision="int8")],
+     AccelInvalidError, "ew_mul = -32769"),
+    ("clip_lo_above_clip_hi", [CONV8, Sdp(**ONES8, act="clip", clip_lo=10, clip_hi=5,
+                                          precision="int8")], AccelInvalidError, "clip_hi = 5"),
+    ("clip_hi_over_int8", [Sdp(act="clip", clip_lo=0, clip_hi=128, precision="int8")],
+     AccelInvalidError, "clip_hi = 128"),
+    ("in_zero_over_int8", [Sdp(in_zero=128, precision="int8")], AccelInvalidError,
+     "in_zero = 128"),
+    ("conv_in_zero_under_int8", [Conv(W8, precision="int8", in_zero=-129), Sdp(precision="int8")],
+     AccelInvalidError, "in_zero = -129"),
+    ("out_zero_over_int8", [Sdp(out_zero=200, precision="int8")], AccelInvalidError,
+     "out_zero = 200"),
+    ("pool_zero_over_int8", [Pool("avg", 2, 2, precision="int8", zero=128)], AccelInvalidError,
+     "zero = 128"),
+    ("sigmoid", [CONV8, Sdp(**ONES8, act="sigmoid", precision="int8")], AccelUnsupportedError,
+     "act = sigmoid has no INT8 form"),
+    ("tanh", [Sdp(act="tanh", precision="int8")], AccelUnsupportedError,
+     "act = tanh has no INT8 form"),
+    ("prelu_without_mul", [Sdp(act="prelu", precision="int8")], AccelBufferError,
+     "prelu_mul is NULL"),
+    ("bias_wrong_length", [CONV8, Sdp(bias=np.ones(3, np.int32), precision="int8")],
+     AccelInvalidError, "bias has 3 values for 8 channels"),
+    ("rshift_wrong_length", [Sdp(rshift=np.ones(5, np.uint8), precision="int8")],
+     AccelInvalidError, "rshift has 5 values for 4 channels"),
+    ("mixed_precisions", [CONV8, Sdp(precision="fp32")], AccelInvalidError,
+     "op 1 (SDP): precision fp32 differs from the input's int8"),
+]
+
+
+@pytest.mark.parametrize("name,chain,error,words", INT8_REJECTIONS,
+                         ids=[r[0] for r in INT8_REJECTIONS])
+def test_int8_rejection_names_the_bad_value(name, chain, error, words):
+    with pytest.raises(error) as info:
+        DEVICE.run(chain, X8)
+    assert words in str(info.value)
+    assert isinstance(info.value, AccelError)
+
+
+def test_int8_converter_fields_outside_int8_are_rejected():
+    for sdp, x in ((Sdp(bias=np.ones(4, np.int32)), X),
+                   (Sdp(out_zero=3), X),
+                   (Sdp(ew_op="add", operand=X, ew_mul=2), X),
+                   (Sdp(act="clip", clip_lo=-1, clip_hi=1), X),
+                   (Sdp(in_zero=1, precision="fp16"), X.astype(np.float16))):
+        with pytest.raises(AccelInvalidError, match="INT8 converter fields .* are set in "
+                                                    f"precision {sdp.precision}"):
+            DEVICE.run([sdp], x)
+    with pytest.raises(AccelInvalidError, match="in_zero = 3"):
+        DEVICE.run([Conv(W, in_zero=3), Sdp()], X)
+
+
+def test_fp16_rejections():
+    x16 = X.astype(np.float16)
+    with pytest.raises(AccelInvalidError,
+                       match="a fp16 CONV must be followed by an SDP"):
+        DEVICE.run([Conv(W.astype(np.float16), precision="fp16")], x16)
+    small = Device("nv_small")
+    with pytest.raises(AccelUnsupportedError,
+                       match="precision fp16 is not supported by configuration nv_small"):
+        small.run([Conv(W.astype(np.float16), precision="fp16"), Sdp(precision="fp16")], x16)
+    with pytest.raises(AccelUnsupportedError, match="fp16 is not supported by configuration "
+                                                    "nv_small"):
+        small.run([Pool("max", 2, 2, precision="fp16")], x16)
+
+
+def test_packed_weights_must_match_their_conv():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8)
+    conv = Conv(w, padding=1, precision="int8")
+    sdp = Sdp(precision="int8")
+    packed = conv.pack("nv_full")
+    DEVICE.run([dataclasses.replace(conv, packed=packed), sdp], X8)  # made for it: accepted
+    # the packing depends on the weights' geometry (K, C, R, S, groups) and the input channels
+    others = [("kernel", Conv(w[:, :, :2, :2].copy(), padding=1, precision="int8"), X8),
+              ("out_c", Conv(w[:4].copy(), padding=1, precision="int8"), X8),
+              ("groups", Conv(w[:, :2].copy(), padding=1, groups=2, precision="int8"), X8),
+              ("in_c", Conv(w, padding=1, groups=2, precision="int8"),
+               np.ones((1, 8, 8, 8), np.int8))]
+    for what, other, x in others:
+        with pytest.raises(AccelInvalidError, match=r"op 0 \(CONV\): weights_packed .* was not "
+                                                    r"packed for this"):
+            DEVICE.run([dataclasses.replace(other, packed=packed), sdp], x)
+    with pytest.raises(AccelInvalidError, match="in_c = 0"):
+        conv.pack("nv_full", in_c=0)
+    with pytest.raises(AccelInvalidError, match="weights_packed is for INT8 weights, not fp32"):
+        DEVICE.run([Conv(W, padding=1, packed=packed), Sdp()], X)
+    with pytest.raises(AccelInvalidError, match="only INT8 weights are packed"):
+        Conv(W, padding=1).pack("nv_full")
 
 
 def test_input_rank_and_size_checks():
