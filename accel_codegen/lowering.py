@@ -137,11 +137,11 @@ class Layer:
         int8 = precision == "int8"
 
         def sdp(scaled=False, shifted=False, **fields):
-            if int8:
+            if int8:  # the code generator always emits all three converter arrays
                 fields.pop("clip", None)
                 if fields.get("prelu_slope") is not None:
                     fields["prelu_mul"] = fields.pop("prelu_slope")
-                return Sdp(bias=_placeholder(shifted), mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
+                return Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                            precision=precision, **fields)
             return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
                        precision=precision, **fields)
@@ -155,7 +155,9 @@ class Layer:
         if fuse:
             if not s.empty():
                 folded = s.bias is not None or s.batch_norm is not None
-                scaled = s.batch_norm is not None or s.scale is not None
+                # fp16 folds the factor into the conv weights (see codegen)
+                scaled = (s.batch_norm is not None or s.scale is not None) and not (
+                    precision == "fp16" and self.conv is not None)
                 ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
                                act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
         else:
