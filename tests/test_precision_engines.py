@@ -206,6 +206,40 @@ def test_int8_conv_sdp_matches_reference_exactly(case):
         assert_same(y, expected, f"case {case} ({kind}) {what}")
 
 
+INT8_LAYERS = [  # in_shape, weight_shape, conv arguments: the zoo's shapes and every kernel path
+    ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),               # implicit GEMM, many tiles
+    ((1, 3, 64, 64), (32, 3, 7, 7), dict(stride=2, padding=3)),       # RGB stem, stride phases
+    ((2, 128, 14, 14), (128, 128, 3, 3), dict(padding=1)),            # batch of implicit GEMMs
+    ((1, 256, 7, 7), (512, 256, 1, 1), dict()),                       # 1x1, few positions
+    ((4, 512, 1, 1), (100, 512, 1, 1), dict()),                       # FC: matrix-vector
+    ((16, 300), (10, 300, 1, 1), dict()),                             # batched FC: columns
+    ((1, 96, 28, 28), (96, 1, 3, 3), dict(stride=2, padding=1, groups=96)),   # depthwise
+    ((1, 32, 20, 20), (64, 1, 3, 3), dict(padding=1, groups=32)),     # depthwise multiplier 2
+    ((1, 64, 15, 15), (64, 16, 3, 3), dict(padding=(1, 0, 2, 1), groups=4)),  # grouped
+    ((1, 16, 12, 12), (24, 16, 3, 3), dict(dilation=5)),              # mostly-garbage grid
+]
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_LAYERS)),
+                         ids=lambda i: "x".join(map(str, INT8_LAYERS[i][0])) + "-" +
+                         "x".join(map(str, INT8_LAYERS[i][1])))
+def test_int8_real_layers_match_reference_exactly(layer):
+    in_shape, weight_shape, conv_args = INT8_LAYERS[layer]
+    rng = np.random.default_rng(300 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    x4 = x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x
+    acc = ref.run_op(conv, x4)
+    chain = [conv, _int8_sdp(rng, acc, 24 * layer)]   # no element-wise op, no activation
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > 10
+    for threads in (1, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+    packed = [conv.packed_for(DEVICE.config), chain[1]]
+    assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
 def test_int8_cases_are_not_degenerate():
     """The random converters keep most outputs off the rails and spread over many codes, and
     every listed edge occurs."""
@@ -545,6 +579,52 @@ def test_fp16_conv_sdp_within_the_summation_bound(case):
         assert_same(DEVICES[threads].run(chain, x)[0], y, f"fp16 case {case}, {threads} threads")
     assert_same(DEVICE.run(chain, x, mode="independent")[0], y, f"fp16 case {case} independent")
     assert stats.ops[0].precision == "fp16"
+
+
+FP16_LAYERS = [
+    ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
+    ((1, 512, 7, 7), (128, 512, 3, 3), dict(padding=1)),                # depth 4608
+    ((8, 2048), (100, 2048, 1, 1), dict()),                             # batched FC
+    ((1, 96, 28, 28), (96, 1, 3, 3), dict(stride=2, padding=1, groups=96)),
+]
+
+
+def _fp16_layer(layer):
+    in_shape, weight_shape, conv_args = FP16_LAYERS[layer]
+    rng = np.random.default_rng(400 + layer)
+    x = rng.standard_normal(in_shape).astype(np.float16)
+    depth = weight_shape[1] * weight_shape[2] * weight_shape[3]
+    w = (rng.standard_normal(weight_shape) / np.sqrt(depth)).astype(np.float16)
+    k = weight_shape[0]
+    sdp = Sdp(scale=rng.uniform(0.5, 2, k).astype(np.float16),
+              shift=rng.standard_normal(k).astype(np.float16), act="relu", precision="fp16")
+    return x, Conv(w, precision="fp16", **conv_args), sdp
+
+
+FP16_LAYER_IDS = ["x".join(map(str, i)) + "-" + "x".join(map(str, w)) for i, w, _ in FP16_LAYERS]
+
+
+@pytest.mark.parametrize("layer", range(len(FP16_LAYERS)), ids=FP16_LAYER_IDS)
+def test_fp16_real_layers_within_the_summation_bound(layer):
+    x, conv, sdp = _fp16_layer(layer)
+    expected = ref.run_chain([conv, sdp], x)
+    y, _ = DEVICE.run([conv, sdp], x)
+    x4 = x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x
+    shape4 = ref.run_op(conv, x4).shape
+    bound = fp16_conv_bound(x4, conv.weights, conv, expected.reshape(shape4),
+                            np.abs(sdp.scale.astype(np.float64)).reshape(1, -1, 1, 1))
+    error = np.abs(y.astype(np.float64) - expected.astype(np.float64)).reshape(shape4)
+    assert float((error / bound).max()) <= 1.0
+
+
+@pytest.mark.parametrize("layer", range(len(FP16_LAYERS)), ids=FP16_LAYER_IDS)
+def test_fp16_real_layers_give_the_same_bits_at_any_thread_count(layer):
+    """The fp32 accumulation runs in an order fixed by the geometry (precision design,
+    section 4), not by the thread count."""
+    x, conv, sdp = _fp16_layer(layer)
+    one = DEVICES[1].run([conv, sdp], x)[0]
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run([conv, sdp], x)[0], one, f"{threads} threads vs 1")
 
 
 def test_fp16_conv_sdp_pool_fused_equals_independent():
