@@ -342,6 +342,35 @@ static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const i
   }
 }
 
+/* Tiles of panels, and the threads' shares of the units (group, tile, block of MR channels),
+ * tile-major so that a thread runs every block over a tile's input while it is in cache.
+ * Thread t of `team` takes units [units * t / team, units * (t + 1) / team); tile i covers
+ * panels [npanels * i / ntiles, npanels * (i + 1) / ntiles). The tile count is the one of the
+ * few smallest (tiles of at most TILE panels) that gives the busiest thread the fewest panels:
+ * 18 panels on 2 threads as 8 + 8 + 2 would give one thread twice the other's work. */
+static int64_t choose_tiles(int64_t npanels, int64_t mblocks, int64_t groups, int nth) {
+  const int64_t base = (npanels + TILE - 1) / TILE;
+  if (nth == 1 || groups * base * mblocks > 4096) return base;
+  int64_t best = base, best_load = INT64_MAX;
+  for (int64_t nt = base; nt <= npanels && nt <= base + 2 * nth; ++nt) {
+    const int64_t units = groups * nt * mblocks;
+    int64_t worst = 0;
+    for (int t = 0; t < nth; ++t) {
+      int64_t load = 0;
+      for (int64_t u = units * t / nth; u < units * (t + 1) / nth; ++u) {
+        const int64_t tl = u / mblocks % nt;
+        load += npanels * (tl + 1) / nt - npanels * tl / nt;
+      }
+      if (load > worst) worst = load;
+    }
+    if (worst < best_load) {
+      best_load = worst;
+      best = nt;
+    }
+  }
+  return best;
+}
+
 /* ---- implicit GEMM: a padded, stride-phase-split copy of the input ------------------------
  * Output (y, x) and tap (r, s) read padded input row y*sh + r*dh, column x*sw + s*dw: phase
  * (r*dh % sh, s*dw % sw) of the padded input at row y + r*dh/sh, column x + s*dw/sw. Each phase
@@ -467,7 +496,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   const conv_geometry* g = P->g;
   imp_plan Q;
   imp_make_plan(P, &Q);
-  const int64_t npanels = (Q.ncols + NR - 1) / NR, tiles = (npanels + TILE - 1) / TILE;
+  const int64_t npanels = (Q.ncols + NR - 1) / NR;
+  const int64_t tiles = choose_tiles(npanels, P->mblocks, g->groups, nth);
   const int64_t units = g->groups * tiles * P->mblocks;
   if (nth > units) nth = (int)units;
   const int64_t nbuild = g->groups * P->c4 * Q.nph * Q.hq;
@@ -512,11 +542,11 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < nbuild; ++item)
         imp_build_row(P, &Q, img, item, copy, in_zero, tmp, ldt);
-#pragma omp for schedule(static)
-      for (int64_t u = 0; u < units; ++u) {
+      const int t = omp_get_thread_num(), team = omp_get_num_threads();
+      for (int64_t u = units * t / team; u < units * (t + 1) / team; ++u) {
         const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
         const int64_t grp = u / (P->mblocks * tiles);
-        const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
+        const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
         gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
         /* the tile's outputs, as runs of grid columns */
         seg segs[TILE * NR + 1];
@@ -551,6 +581,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
                       out + at, cnt);
         }
       }
+#pragma omp barrier /* the copy is rebuilt for the next image */
     }
   }
   return ACCEL_OK;
@@ -733,7 +764,8 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
       pack_block(P, weights, blk / P->mblocks, blk % P->mblocks, pdata, psum);
     for (int64_t j0 = 0; j0 < total; j0 += chunk) {
       const int64_t nc = total - j0 < chunk ? total - j0 : chunk;
-      const int64_t npanels = (nc + NR - 1) / NR, tiles = (npanels + TILE - 1) / TILE;
+      const int64_t npanels = (nc + NR - 1) / NR;
+      const int64_t tiles = choose_tiles(npanels, P->mblocks, g->groups, omp_get_num_threads());
       const bsrc B = {cols, gbytes, off, nc, npanels, tiles};
 #pragma omp for schedule(static)
       for (int64_t row = 0; row < nrows; ++row) {
@@ -748,11 +780,11 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
         }
       }
       const int64_t units = g->groups * tiles * P->mblocks;
-#pragma omp for schedule(static)
-      for (int64_t u = 0; u < units; ++u) {
+      const int t = omp_get_thread_num(), team = omp_get_num_threads();
+      for (int64_t u = units * t / team; u < units * (t + 1) / team; ++u) {
         const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
         const int64_t grp = u / (P->mblocks * tiles);
-        const int64_t p0 = tl * TILE, p1 = p0 + TILE < npanels ? p0 + TILE : npanels;
+        const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
         if (gemv) {
           const int64_t blk = grp * P->mblocks + mb;
           int32_t corr[MR];
@@ -783,6 +815,7 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
           }
         }
       }
+#pragma omp barrier /* the columns are rebuilt for the next chunk */
     }
   }
   return ACCEL_OK;
