@@ -165,21 +165,23 @@ static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const f
 }
 
 /* One output position per image (fully connected as a convolution) with a batch: per group,
- * out[b][k] = sum_kk w[k][kk] * col_b[kk], as one sgemm per thread over a chunk of output
- * channels, W (the big operand) as the row matrix: t[k][b] = W x cols^T (measured 85 GFLOP/s
- * against 37 for out = cols x W^T, whose weight copying dominates), then transposed into the
- * output with the epilogue. The im2col column of an image is its input when the window covers
- * it exactly; otherwise it is packed. */
+ * out[b][k] = sum_kk w[k][kk] * col_b[kk], as sgemms over chunks of output channels, W (the
+ * big operand) as the row matrix: t[k][b] = W x cols^T (measured 85 GFLOP/s against 37 for
+ * out = cols x W^T, whose weight copying dominates), then transposed into the output with the
+ * epilogue. Chunks have a fixed size, not one per thread: sgemm's summation order depends on
+ * the shape of the call, and the bits must not depend on the thread count. The im2col column
+ * of an image is its input when the window covers it exactly; otherwise it is packed. */
+enum { FC_CHUNK_ROWS = 64 };
 static accel_status conv_fc_batch(const conv_plan* P, const float* in, const float* weights,
                                   float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P->g;
   const int covers = g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 &&
                      g->dilation_w == 1 && g->kernel_h == g->h && g->kernel_w == g->w;
   const int64_t ldb = covers ? (int64_t)g->c * P->hw : (P->kd + 15) & ~(int64_t)15;
-  int64_t chunks = num_threads;
-  if (chunks > (P->mg + 15) / 16) chunks = (P->mg + 15) / 16;
-  if (chunks > WS_THREAD_SLOTS - 1) chunks = WS_THREAD_SLOTS - 1;
-  const int nth = (int)chunks;
+  const int64_t chunks = (P->mg + FC_CHUNK_ROWS - 1) / FC_CHUNK_ROWS;
+  int64_t threads = num_threads < chunks ? num_threads : chunks;
+  if (threads > WS_THREAD_SLOTS - 1) threads = WS_THREAD_SLOTS - 1;
+  const int nth = (int)threads;
   float* cols = NULL;
   if (!covers) {
     cols = workspace_get(ws, 0, (size_t)(g->n * ldb) * sizeof(float));
@@ -187,8 +189,7 @@ static accel_status conv_fc_batch(const conv_plan* P, const float* in, const flo
   }
   float* tmp[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
-    const int64_t rows = (P->mg + chunks - 1) / chunks;
-    tmp[t] = workspace_get(ws, t + 1, (size_t)(rows * g->n) * sizeof(float));
+    tmp[t] = workspace_get(ws, t + 1, (size_t)(FC_CHUNK_ROWS * g->n) * sizeof(float));
     if (tmp[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   blas_single_threaded();
@@ -204,7 +205,8 @@ static accel_status conv_fc_batch(const conv_plan* P, const float* in, const flo
       const float* bt = covers ? in + grp * P->cg * P->hw : cols;
 #pragma omp for schedule(static)
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        const int64_t m0 = P->mg * chunk / chunks, m1 = P->mg * (chunk + 1) / chunks;
+        const int64_t m0 = chunk * FC_CHUNK_ROWS;
+        const int64_t m1 = m0 + FC_CHUNK_ROWS < P->mg ? m0 + FC_CHUNK_ROWS : P->mg;
         const int64_t ch0 = grp * P->mg + m0;
         scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(m1 - m0),
                           (blasint)g->n, (blasint)P->kd, 1.0f, weights + ch0 * P->kd,
