@@ -73,8 +73,7 @@ def test_report_table_and_dict(lenet5):
 
 @pytest.mark.parametrize("config, precision, error, message", [
     ("nv_small", "fp16", AccelUnsupportedError, "nv_small has no fp16"),
-    ("nv_full", "fp16", AccelUnsupportedError, "emits fp32 only"),
-    ("nv_full", "int8", AccelUnsupportedError, "emits fp32 only"),
+    ("nv_full", "int16", AccelUnsupportedError, "emits fp32, fp16, int8 only"),
     ("nv_full", "fp64", AccelInvalidError, "unknown precision 'fp64'"),
 ])
 def test_precision_checks(lenet5, config, precision, error, message):

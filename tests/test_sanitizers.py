@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py"]
+CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py",
+                  "test_precision_engines.py"]
 
 
 def _run(cmd, **kwargs):
