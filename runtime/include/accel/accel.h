@@ -323,7 +323,9 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
 /* INT8 CONV weights rearranged for the simulator's kernel (accel_conv_desc.weights_packed).
  * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights for an
  * input of in_c channels into packed (*packed_bytes bytes, 64-byte aligned). A run rejects a
- * packed buffer made for another geometry. Generated code packs once, in its constant loader. */
+ * packed buffer made for another weight shape (K, C, R, S, groups) but cannot tell whether the
+ * weights changed since: pack again when they do. Generated code packs once, at its first
+ * call, and again after its constant loader runs. */
 accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_desc* conv,
                                      int32_t in_c, void* packed, size_t* packed_bytes);
 
