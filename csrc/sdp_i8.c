@@ -254,6 +254,75 @@ static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, 
   }
 }
 
+/* The residual converter (element-wise ADD, an output converter, act NONE / RELU / CLIP) with
+ * the same devices as span_fast; besides:
+ *  - e = rhaz((operand - ew_zero) * ew_mul, ew_shift) in int32 lanes: |(operand - ew_zero) *
+ *    ew_mul| <= 255 * 2^15 < 2^23, so the sum with half cannot overflow for ew_shift < 24, and
+ *    e = 0 for ew_shift >= 24 (the magnitude is below half); no sat32 is needed;
+ *  - the output converter folds out_zero into the rounding as span_fast does (out_shift <= 55),
+ *    RELU stays before it (a negative out_mul reverses the order). */
+static void span_fast_add(const sdp_i8* p, const chan_params* c, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count) {
+  const int64_t bias = c->bias, s = c->shift, es = p->ew_shift, os = p->out_shift;
+  const __m512i vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (bias < 0 ? bias : 0)));
+  const __m512i vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (bias > 0 ? bias : 0)));
+  const __m512i b = _mm512_set1_epi32((int32_t)bias), m = _mm512_set1_epi64(c->mul);
+  const __m512i h = _mm512_set1_epi64(s > 0 ? (int64_t)1 << (s - 1) : 0);
+  const __m512i sh = _mm512_set1_epi64(s);
+  const __m512i lo32 = _mm512_set1_epi64(INT32_MIN), hi32 = _mm512_set1_epi64(INT32_MAX);
+  const __m512i ez = _mm512_set1_epi32(p->ew_zero), em = _mm512_set1_epi32(p->ew_mul);
+  const __m512i eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  const __m512i esh = _mm512_set1_epi32(es < 24 ? (int32_t)es : 0);
+  const __m512i om = _mm512_set1_epi64(p->out_mul);
+  const __m512i hz =
+      _mm512_set1_epi64((os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os));
+  const __m512i osh = _mm512_set1_epi64(os);
+  const __m512i zero = _mm512_setzero_si512();
+  const int relu = p->act == ACCEL_ACT_RELU;
+  const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
+    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
+    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
+    __m512i pe = _mm512_mul_epi32(t, m);
+    __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), m);
+    if (s > 0) {
+      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, h), _mm512_srai_epi64(pe, 63)), sh);
+      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, h), _mm512_srai_epi64(po, 63)), sh);
+    }
+    pe = _mm512_min_epi64(_mm512_max_epi64(pe, lo32), hi32);
+    po = _mm512_min_epi64(_mm512_max_epi64(po, lo32), hi32);
+    __m512i e = zero;
+    if (es < 24) {
+      const __m512i o = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, operand + i));
+      e = _mm512_mullo_epi32(_mm512_sub_epi32(o, ez), em);
+      if (es > 0)
+        e = _mm512_srav_epi32(_mm512_add_epi32(_mm512_add_epi32(e, eh), _mm512_srai_epi32(e, 31)),
+                              esh);
+    }
+    pe = _mm512_add_epi64(pe, _mm512_srai_epi64(_mm512_slli_epi64(e, 32), 32));
+    po = _mm512_add_epi64(po, _mm512_srai_epi64(e, 32));
+    pe = _mm512_min_epi64(_mm512_max_epi64(pe, lo32), hi32);
+    po = _mm512_min_epi64(_mm512_max_epi64(po, lo32), hi32);
+    if (relu) {
+      pe = _mm512_max_epi64(pe, zero);
+      po = _mm512_max_epi64(po, zero);
+    }
+    pe = _mm512_mul_epi32(pe, om);
+    po = _mm512_mul_epi32(po, om);
+    if (os > 0) {
+      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, hz), _mm512_srai_epi64(pe, 63)), osh);
+      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, hz), _mm512_srai_epi64(po, 63)), osh);
+    } else {
+      pe = _mm512_add_epi64(pe, hz);
+      po = _mm512_add_epi64(po, hz);
+    }
+    __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
+    r = _mm_min_epi8(_mm_max_epi8(r, l8), h8);
+    _mm_mask_storeu_epi8(y + i, k, r);
+  }
+}
+
 /* The parameters every channel shares. */
 static void call_params(const sdp_i8* p, vec_params* q) {
   q->ew_zero = _mm512_set1_epi64(p->ew_zero);
@@ -311,6 +380,11 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
                        : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
     const int32_t hi = p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127;
     span_fast(v, y, count, c.bias, c.mul, c.shift, p->out_zero, lo, hi);
+    return;
+  }
+  if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 &&
+      (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
+    span_fast_add(p, &c, v, operand, y, count);
     return;
   }
   vec_params q;
