@@ -2,75 +2,186 @@
  *
  * Max compares codes (the zero point does not change the order; padding never wins). Average:
  * S = sum of (in - zero) over the window's image elements, out = zero + S / d rounded half away
- * from zero, computed exactly as sign(S) * ((2|S| + d) / (2d)). Both walk an output row at a
- * time: for each window tap, one pass over the output columns the tap sees inside the image,
- * which gcc vectorises for stride 1.
+ * from zero, computed exactly as sign(S) * ((2|S| + d) / (2d)).
+ *
+ * Wide outputs go an output row at a time: for strides 1 and 2, 32 columns per AVX-512 step,
+ * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
+ * columns left alone; other strides tap by tap, portably. Outputs narrower than 16 columns
+ * (global pooling) go window by window. The average's divisions are float divisions, exact
+ * here (see finish_avg).
+ * Measured, 1 thread, against pdp_f32 (which checks NaNs element by element): ResNet's 3x3/2
+ * max pool on 64x112x112 0.21 ms (fp32 3.5 ms; a pass over the row per tap with scalar
+ * stride-2 loads took 1.05 ms, vectorised 0.25 ms: each pass reloads the accumulators a masked
+ * store just wrote); 2x2/2 average on 64x56x56 0.054 ms (fp32 0.68 ms; with one integer
+ * division per output 0.17 ms); 7x7 global average on 512 channels 0.036 ms (fp32 0.034 ms).
  */
 #include <stdint.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
-enum { COLS = 1024 }; /* output columns per pass (a stack row of int32) */
+enum { COLS = 1024, NARROW = 16 }; /* output columns per pass (a stack row of int32) */
 
-static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
-  const int32_t W = g->w, sw = g->stride_w, kw = g->kernel_w;
-  const int is_max = g->pool == ACCEL_POOL_MAX;
-  int32_t acc[COLS];
+static inline int32_t round_div(int32_t total, int32_t d) {
+  const int32_t a = (2 * (total < 0 ? -total : total) + d) / (2 * d);
+  return total < 0 ? -a : a;
+}
+
+/* Window by window: few output columns, where a pass per tap would be mostly overhead. */
+static void pool_narrow(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
     const int32_t y0 = oy * g->stride_h - g->pad_top;
     const int32_t r0 = y0 < 0 ? -y0 : 0;
     const int32_t r1 = y0 + g->kernel_h > g->h ? g->h - y0 : g->kernel_h;
-    for (int32_t c0 = 0; c0 < g->out_w; c0 += COLS) {
-      const int32_t nc = g->out_w - c0 < COLS ? g->out_w - c0 : COLS;
-      for (int32_t j = 0; j < nc; ++j) acc[j] = is_max ? -128 : 0;
+    for (int32_t ox = 0; ox < g->out_w; ++ox) {
+      const int32_t x0 = ox * g->stride_w - g->pad_left;
+      const int32_t s0 = x0 < 0 ? -x0 : 0;
+      const int32_t s1 = x0 + g->kernel_w > g->w ? g->w - x0 : g->kernel_w;
+      int32_t acc = g->pool == ACCEL_POOL_MAX ? -128 : 0;
       for (int32_t r = r0; r < r1; ++r) {
-        const int8_t* row = in + (int64_t)(y0 + r) * W;
-        for (int32_t s = 0; s < kw; ++s) {
-          /* columns j with input column (c0 + j) * sw - pad_left + s inside [0, W) */
-          const int64_t base = (int64_t)c0 * sw - g->pad_left + s;
-          int64_t lo = base >= 0 ? 0 : (-base + sw - 1) / sw;
-          int64_t hi = base > W - 1 ? 0 : (W - 1 - base) / sw + 1;
-          if (hi > nc) hi = nc;
-          if (lo >= hi) continue;
-          const int8_t* src = row + base;
-          if (is_max) {
-            if (sw == 1) {
-              for (int64_t j = lo; j < hi; ++j) acc[j] = acc[j] > src[j] ? acc[j] : src[j];
-            } else {
-              for (int64_t j = lo; j < hi; ++j) {
-                const int32_t v = src[j * sw];
-                acc[j] = acc[j] > v ? acc[j] : v;
-              }
-            }
-          } else {
-            if (sw == 1) {
-              for (int64_t j = lo; j < hi; ++j) acc[j] += src[j] - zero;
-            } else {
-              for (int64_t j = lo; j < hi; ++j) acc[j] += src[j * sw] - zero;
-            }
-          }
+        const int8_t* row = in + (int64_t)(y0 + r) * g->w + x0;
+        if (g->pool == ACCEL_POOL_MAX) {
+          for (int32_t s = s0; s < s1; ++s) acc = acc > row[s] ? acc : row[s];
+        } else {
+          for (int32_t s = s0; s < s1; ++s) acc += row[s];
         }
+      }
+      if (g->pool == ACCEL_POOL_AVG) {
+        const int32_t d = g->count_include_pad ? g->kernel_h * g->kernel_w : (r1 - r0) * (s1 - s0);
+        acc = zero + round_div(acc - zero * (r1 - r0) * (s1 - s0), d);
+      }
+      out[(int64_t)oy * g->out_w + ox] = (int8_t)acc;
+    }
+  }
+}
+
+/* One tap over output columns [lo, hi) of a row, portably (any stride): acc holds the running
+ * maxima (codes) or the sums of the codes. */
+static void tap_scalar(int is_max, int32_t sw, const int8_t* src, int32_t* acc, int64_t lo,
+                       int64_t hi) {
+  for (int64_t j = lo; j < hi; ++j) {
+    const int32_t v = src[j * sw];
+    acc[j] = is_max ? (acc[j] > v ? acc[j] : v) : acc[j] + v;
+  }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* Strides 1 and 2: 32 output columns at a time, every tap of the window folded into one
+ * register (a pass per tap would reload and store the row's accumulators after each tap, and
+ * masked stores do not forward to the next load: 3x slower), lanes outside a tap's
+ * [lo, hi) left alone. Sums of codes fit int16 (64 taps x 128). */
+static void row_block(int is_max, int32_t sw, const int8_t* const* srcs, const int64_t* lo,
+                      const int64_t* hi, int32_t ntaps, int64_t j, int64_t n, int32_t* acc) {
+  __m512i a = is_max ? _mm512_set1_epi16(-128) : _mm512_setzero_si512();
+  for (int32_t t = 0; t < ntaps; ++t) {
+    const int64_t l = lo[t] > j ? lo[t] - j : 0, h = hi[t] < j + n ? hi[t] - j : n;
+    if (l >= h) continue;
+    const __mmask32 m = (__mmask32)((((uint64_t)1 << h) - 1) & ~(((uint64_t)1 << l) - 1));
+    __m512i v;
+    if (sw == 1) {
+      v = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, srcs[t] + j));
+    } else { /* bytes 2l .. 2h - 2: the low byte of each pair, sign-extended */
+      const __mmask64 m2 = (((__mmask64)1 << (2 * h - 1)) - 1) & ~(((__mmask64)1 << (2 * l)) - 1);
+      const __m512i w = _mm512_maskz_loadu_epi8(m2, srcs[t] + 2 * j);
+      v = _mm512_srai_epi16(_mm512_slli_epi16(w, 8), 8);
+    }
+    a = is_max ? _mm512_mask_max_epi16(a, m, a, v) : _mm512_mask_add_epi16(a, m, a, v);
+  }
+  const __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+  const __mmask16 m1 = n >= 32 ? (__mmask16)0xFFFF : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1u);
+  _mm512_mask_storeu_epi32(acc + j, m0, _mm512_cvtepi16_epi32(_mm512_castsi512_si256(a)));
+  _mm512_mask_storeu_epi32(acc + j + 16, m1, _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(a, 1)));
+}
+#define ROW_BLOCKS 1
+#endif
+
+/* dst[j] = zero + S / d rounded half away from zero, S = acc[j] - zero * (image elements),
+ * d = rows * cols[j] (the image elements, or the whole window with count_include_pad). The
+ * float quotient (2|S| + d) / (2d) truncates to the exact integer one: both operands are below
+ * 2^16, so a non-integer quotient lies at least 2^-22 (relative) below the next integer, beyond
+ * the float division's 2^-24 error. */
+static void finish_avg(const int32_t* acc, const int32_t* cols, const int32_t* inside,
+                       int32_t rows, int32_t in_rows, int32_t zero, int64_t nc, int8_t* dst) {
+  int64_t j = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  const __m512i zv = _mm512_set1_epi32(zero), rv = _mm512_set1_epi32(rows);
+  const __m512i zr = _mm512_set1_epi32(zero * in_rows);
+  for (; j < nc; j += 16) {
+    const __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1u);
+    const __m512i S = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(m, acc + j),
+                                       _mm512_mullo_epi32(zr, _mm512_maskz_loadu_epi32(m, inside + j)));
+    const __m512i d = _mm512_mullo_epi32(_mm512_mask_loadu_epi32(rv, m, cols + j), rv);
+    const __m512i num = _mm512_add_epi32(_mm512_add_epi32(_mm512_abs_epi32(S), _mm512_abs_epi32(S)), d);
+    const __m512i den = _mm512_add_epi32(d, d);
+    const __m512i q = _mm512_cvttps_epi32(
+        _mm512_div_ps(_mm512_cvtepi32_ps(num), _mm512_cvtepi32_ps(den)));
+    const __mmask16 neg = _mm512_movepi32_mask(S);
+    const __m512i y = _mm512_add_epi32(zv, _mm512_mask_sub_epi32(q, neg, _mm512_setzero_si512(), q));
+    _mm_mask_storeu_epi8(dst + j, m, _mm512_cvtsepi32_epi8(y));
+  }
+#endif
+  for (; j < nc; ++j)
+    dst[j] = (int8_t)(zero + round_div(acc[j] - zero * in_rows * inside[j], rows * cols[j]));
+}
+
+static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
+  const int32_t W = g->w, sw = g->stride_w, kw = g->kernel_w;
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  enum { TAPS = ACCEL_MAX_POOL_KERNEL * ACCEL_MAX_POOL_KERNEL };
+  int32_t acc[COLS], cols[COLS], inside[COLS];
+  int64_t lo[ACCEL_MAX_POOL_KERNEL], hi[ACCEL_MAX_POOL_KERNEL];
+  int64_t tlo[TAPS], thi[TAPS];
+  const int8_t* srcs[TAPS];
+  for (int32_t c0 = 0; c0 < g->out_w; c0 += COLS) {
+    const int32_t nc = g->out_w - c0 < COLS ? g->out_w - c0 : COLS;
+    /* tap s sees columns j with input column (c0 + j) * sw - pad_left + s inside [0, W) */
+    for (int32_t s = 0; s < kw; ++s) {
+      const int64_t base = (int64_t)c0 * sw - g->pad_left + s;
+      lo[s] = base >= 0 ? 0 : (-base + sw - 1) / sw;
+      hi[s] = base > W - 1 ? 0 : (W - 1 - base) / sw + 1;
+      if (hi[s] > nc) hi[s] = nc;
+    }
+    if (!is_max) { /* each column's image elements per row, and its divisor's columns */
+      for (int32_t j = 0; j < nc; ++j) {
+        const int32_t x0 = (c0 + j) * sw - g->pad_left;
+        const int32_t s0 = x0 < 0 ? -x0 : 0;
+        const int32_t s1 = x0 + kw > W ? W - x0 : kw;
+        inside[j] = s1 - s0;
+        cols[j] = g->count_include_pad ? kw : s1 - s0;
+      }
+    }
+    for (int32_t oy = 0; oy < g->out_h; ++oy) {
+      const int32_t y0 = oy * g->stride_h - g->pad_top;
+      const int32_t r0 = y0 < 0 ? -y0 : 0;
+      const int32_t r1 = y0 + g->kernel_h > g->h ? g->h - y0 : g->kernel_h;
+      int32_t ntaps = 0;
+      for (int32_t r = r0; r < r1; ++r)
+        for (int32_t s = 0; s < kw; ++s) {
+          if (lo[s] >= hi[s]) continue;
+          srcs[ntaps] = in + (int64_t)(y0 + r) * W + (int64_t)c0 * sw - g->pad_left + s;
+          tlo[ntaps] = lo[s];
+          thi[ntaps] = hi[s];
+          ++ntaps;
+        }
+      int64_t j = 0;
+#ifdef ROW_BLOCKS
+      if (sw <= 2) {
+        for (; j < nc; j += 32)
+          row_block(is_max, sw, srcs, tlo, thi, ntaps, j, nc - j < 32 ? nc - j : 32, acc);
+      }
+#endif
+      if (j < nc) {
+        for (int32_t i = 0; i < nc; ++i) acc[i] = is_max ? -128 : 0;
+        for (int32_t t = 0; t < ntaps; ++t) tap_scalar(is_max, sw, srcs[t], acc, tlo[t], thi[t]);
       }
       int8_t* dst = out + (int64_t)oy * g->out_w + c0;
       if (is_max) {
-        for (int32_t j = 0; j < nc; ++j) dst[j] = (int8_t)acc[j];
-        continue;
-      }
-      for (int32_t j = 0; j < nc; ++j) {
-        int32_t d;
-        if (g->count_include_pad) {
-          d = g->kernel_h * kw;
-        } else {
-          const int32_t x0 = (c0 + j) * sw - g->pad_left;
-          const int32_t s0 = x0 < 0 ? -x0 : 0;
-          const int32_t s1 = x0 + kw > W ? W - x0 : kw;
-          d = (r1 - r0) * (s1 - s0);
-        }
-        const int32_t S = acc[j];
-        const int32_t a = (2 * (S < 0 ? -S : S) + d) / (2 * d);
-        int32_t y = zero + (S < 0 ? -a : a);
-        y = y < -128 ? -128 : y > 127 ? 127 : y; /* never needed: the mean stays in range */
-        dst[j] = (int8_t)y;
+        for (int32_t i = 0; i < nc; ++i) dst[i] = (int8_t)acc[i];
+      } else {
+        finish_avg(acc, cols, inside, g->count_include_pad ? g->kernel_h : r1 - r0, r1 - r0, zero,
+                   nc, dst);
       }
     }
   }
@@ -81,8 +192,13 @@ void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
   const int64_t planes = (int64_t)g->n * g->c;
   const int64_t in_plane = (int64_t)g->h * g->w, out_plane = (int64_t)g->out_h * g->out_w;
   if (num_threads < 1) num_threads = 1;
+  const int narrow = g->out_w < NARROW;
 #pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * in_plane > 32768)
   for (int64_t plane = 0; plane < planes; ++plane) {
-    pool_rows(g, zero, in + plane * in_plane, out + plane * out_plane);
+    if (narrow) {
+      pool_narrow(g, zero, in + plane * in_plane, out + plane * out_plane);
+    } else {
+      pool_rows(g, zero, in + plane * in_plane, out + plane * out_plane);
+    }
   }
 }
