@@ -36,6 +36,24 @@ def _time(fn) -> float:
     return time.perf_counter() - start
 
 
+def interleaved(first, second, rounds: int, warmup: int = 3):
+    """Times of two callables over `rounds` alternating rounds (after `warmup` of each), so
+    that load on a shared machine hits both alike."""
+    for _ in range(warmup):
+        first()
+        second()
+    times = ([], [])
+    for _ in range(rounds):
+        times[0].append(_time(first))
+        times[1].append(_time(second))
+    return times
+
+
+def summary_ms(times) -> dict:
+    return {"median": statistics.median(times) * 1e3, "min": min(times) * 1e3,
+            "max": max(times) * 1e3}
+
+
 def bench_layer(layer, device, torch, rounds, rng):
     name, c, h, w, k, kernel, stride, pad = layer
     x = rng.standard_normal((1, c, h, w), dtype=np.float32)
@@ -64,25 +82,16 @@ def bench_layer(layer, device, torch, rounds, rng):
             y = torch.nn.functional.batch_norm(y, tmean, tvar, tgamma, tbeta, False, 0.0, eps)
             return torch.relu(y)
 
-    for _ in range(3):
-        ours()
-        theirs()
+    ours_t, theirs_t = interleaved(ours, theirs, rounds)
     expected = theirs().numpy()
     ours()
     error = float(np.max(np.abs(out - expected)) / max(np.max(np.abs(expected)), 1e-30))
-    ours_t, theirs_t = [], []
-    for _ in range(rounds):
-        ours_t.append(_time(ours))
-        theirs_t.append(_time(theirs))
     flops = 2.0 * k * c * kernel * kernel * out_hw * out_hw
     ours_gflops = flops / statistics.median(ours_t) / 1e9
     theirs_gflops = flops / statistics.median(theirs_t) / 1e9
     return {
         "layer": name, "gflop": flops / 1e9, "rel_error": error,
-        "ours_ms": {"median": statistics.median(ours_t) * 1e3, "min": min(ours_t) * 1e3,
-                    "max": max(ours_t) * 1e3},
-        "pytorch_ms": {"median": statistics.median(theirs_t) * 1e3, "min": min(theirs_t) * 1e3,
-                       "max": max(theirs_t) * 1e3},
+        "ours_ms": summary_ms(ours_t), "pytorch_ms": summary_ms(theirs_t),
         "ours_gflops": ours_gflops, "pytorch_gflops": theirs_gflops,
         "ratio": ours_gflops / theirs_gflops,
     }

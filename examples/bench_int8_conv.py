@@ -14,21 +14,15 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import numpy as np
 
 from accel_codegen import Conv, Device, Sdp
 
-from bench_conv_layers import LAYERS  # the same layers as the fp32 benchmark
+# The same layers and timing as the fp32 benchmark.
+from bench_conv_layers import LAYERS, interleaved, summary_ms
 
 TARGET = 1.0
-
-
-def _time(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def bench_layer(layer, device, rounds, rng):
@@ -57,19 +51,10 @@ def bench_layer(layer, device, rounds, rng):
     def run32():
         device.run(fp32, x, out=out32)
 
-    for _ in range(3):
-        run8()
-        run32()
-    t8, t32 = [], []
-    for _ in range(rounds):
-        t8.append(_time(run8))
-        t32.append(_time(run32))
+    t8, t32 = interleaved(run8, run32, rounds)
     ops = 2.0 * k * c * kernel * kernel * out_hw * out_hw
     return {"layer": name, "gop": ops / 1e9,
-            "int8_ms": {"median": statistics.median(t8) * 1e3, "min": min(t8) * 1e3,
-                        "max": max(t8) * 1e3},
-            "fp32_ms": {"median": statistics.median(t32) * 1e3, "min": min(t32) * 1e3,
-                        "max": max(t32) * 1e3},
+            "int8_ms": summary_ms(t8), "fp32_ms": summary_ms(t32),
             "int8_gops": ops / statistics.median(t8) / 1e9,
             "fp32_gops": ops / statistics.median(t32) / 1e9,
             "ratio": statistics.median(t32) / statistics.median(t8)}
