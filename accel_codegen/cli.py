@@ -1,18 +1,26 @@
 """``accel-codegen``: the command-line tool (also ``python -m accel_codegen``), in the manner of
 TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zero exit status.
 
-    accel-codegen partition MODEL [--config CFG] [--no-fuse]
+    accel-codegen partition MODEL [--config CFG] [--no-fuse] [--precision P] [CALIBRATION]
     accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
+                                [--precision P] [CALIBRATION]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
+                               [--precision P]
+    accel-codegen accuracy MODEL --precision int8|fp16 [--config CFG] [--no-fuse] [--inputs M]
+                                 [CALIBRATION] [--json out.json]
     accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch] [--repeat N]
                               [--json out.json] [--plot out.png] [--per-layer]
     accel-codegen sweep MODEL --macs 64,256,1024,2048 --dram-gbps 1,5,10,20 [--cbuf-kib ...]
-                              [--precision fp32] [--json out.json] [--plot out.png]
-    accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--json out.json]
+                              [--precision P] [--json out.json] [--plot out.png]
+    accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--precision P] [--json out.json]
 
 MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
-JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``).
+JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
+int8. int8 is calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
+model's input shapes, default 32, drawn with ``--seed``, default 1234;
+``--calibration-method`` percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
+with seed + 1, never the calibration ones. bench runs fp32 only.
 
 ``import tvm`` takes seconds: it is imported only once the arguments are known to be good.
 Exit status: 0 success, 1 an error (message on stderr), 2 a usage error (argparse).
@@ -32,6 +40,8 @@ MODEL_HELP = ("a zoo model name (lenet5, resnet18, resnet50, vgg11_bn, mobilenet
               "mixed_block), an .onnx file, or file.py:function returning "
               "(torch_module, example_inputs_tuple)")
 CONFIG_HELP = "a preset (nv_small, nv_large, nv_full) or a config JSON file (default nv_full)"
+DEFAULT_CALIBRATION = 32   # random calibration inputs of an int8 build
+DEFAULT_SEED = 1234        # of the calibration inputs; accuracy evaluates on seed + 1
 
 
 class UserError(Exception):
@@ -62,14 +72,20 @@ def _float_list(text: str) -> List[float]:
     return values
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def _at_least(minimum: int):
+    """An argparse type: an integer >= minimum."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
+        return value
+    return parse
+
+
+_positive = _at_least(1)
 
 
 def _modes(text: str) -> List[str]:
@@ -129,6 +145,50 @@ def check_model_spec(spec: str) -> None:
                             f"({', '.join(sorted(MODELS))}), an .onnx file, or file.py:function")
 
 
+def check_precision_args(args, config) -> None:
+    """The precision against the configuration, and the calibration options against the
+    precision, before anything heavy is imported (fp16 on nv_small fails here, at once)."""
+    from .config import check_precision
+
+    check_precision(config, args.precision)
+    given = [flag for flag, value in (("--calibration", args.calibration),
+                                      ("--calibration-method", args.calibration_method))
+             if value is not None]
+    if given and args.precision != "int8":
+        raise UserError(f"{' and '.join(given)}: for int8 only (the precision is "
+                        f"{args.precision})")
+
+
+def random_inputs(model, count: int, seed: int) -> list:
+    """``count`` example input tuples of the model's input shapes and dtypes, N(0, 1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [tuple(rng.standard_normal(a.shape).astype(a.dtype) for a in model.inputs)
+            for _ in range(count)]
+
+
+def _calibration(args, model) -> dict:
+    """The calibration keywords of partition_for_accel / accuracy_report (none but int8's)."""
+    from .quantization import DEFAULT_METHOD
+
+    if args.precision != "int8":
+        return {}
+    count = args.calibration or DEFAULT_CALIBRATION
+    method = args.calibration_method or DEFAULT_METHOD
+    _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})")
+    return {"calibration": random_inputs(model, count, args.seed),
+            "calibration_method": method}
+
+
+def _partition(args, config, model):
+    """The model partitioned (and code generated) as the command line asks."""
+    from .partition import partition_for_accel
+
+    return partition_for_accel(model.mod, model.params, config=config, fuse=not args.no_fuse,
+                               precision=args.precision, **_calibration(args, model))
+
+
 def _output_path(path: str, suffix: str, what: str) -> Path:
     out = Path(path)
     if out.suffix != suffix:
@@ -147,24 +207,25 @@ def _say(*args) -> None:
 
 def cmd_partition(args) -> int:
     config = resolve_config(args.config)
+    check_precision_args(args, config)
     check_model_spec(args.model)
     from . import bench
     from .partition import partition_report
 
     model = bench.load_model(args.model)
-    report = partition_report(model.mod, model.params, config=config, fuse=not args.no_fuse)
-    return _show_report(report, args.json)
+    return _show_report(partition_report(_partition(args, config, model)), args.json)
 
 
 def cmd_compile(args) -> int:
     config = resolve_config(args.config)
+    check_precision_args(args, config)
     out = _output_path(args.output, ".so", "output")
     save_input = _output_path(args.save_input, ".npy", "--save-input") if args.save_input else None
     check_model_spec(args.model)
     import numpy as np
 
     from . import bench
-    from .partition import partition_for_accel, partition_report
+    from .partition import partition_report
     from .toolchain import build, export_library
 
     timings = {}
@@ -172,9 +233,10 @@ def cmd_compile(args) -> int:
     model = bench.load_model(args.model)
     timings["import"] = time.perf_counter() - start
     start = time.perf_counter()
-    partitioned = partition_for_accel(model.mod, model.params, config=config,
-                                      fuse=not args.no_fuse)
-    timings["partition + codegen"] = time.perf_counter() - start
+    partitioned = _partition(args, config, model)
+    generation = "partition + " + ("calibration + " if args.precision == "int8" else "") + \
+        "codegen"
+    timings[generation] = time.perf_counter() - start
     start = time.perf_counter()
     exe = build(partitioned)
     export_library(exe, out)
@@ -183,8 +245,8 @@ def cmd_compile(args) -> int:
     print(str(report).splitlines()[0])
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); " +
           ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()) +
-          f"; compile (partition + codegen + build + export) "
-          f"{timings['partition + codegen'] + timings['build + export']:.2f} s")
+          f"; compile ({generation} + build + export) "
+          f"{timings[generation] + timings['build + export']:.2f} s")
     if save_input is not None:
         if len(model.inputs) != 1:
             raise UserError(f"the model has {len(model.inputs)} inputs: --save-input writes one")
@@ -212,6 +274,8 @@ def cmd_run(args) -> int:
             arrays.append(np.load(path, allow_pickle=False))
         except (ValueError, OSError) as error:
             raise UserError(f"input file '{path}' is not a .npy array: {error}") from None
+    import contextlib
+
     import tvm
 
     from .profiling import profile
@@ -222,19 +286,19 @@ def cmd_run(args) -> int:
     except Exception as error:  # TVM raises its own error types for a bad library
         raise UserError(f"cannot load '{library}': {str(error).splitlines()[0]}") from None
     data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
+    profiled = args.profile or args.precision is not None
     try:
         if args.profile:
             vm["main"](*data)  # warm-up: the first run allocates scratch memory
-            start = time.perf_counter()
-            with profile() as prof:
-                result = vm["main"](*data)
-        else:
-            start = time.perf_counter()
+        start = time.perf_counter()
+        with profile() if profiled else contextlib.nullcontext() as prof:
             result = vm["main"](*data)
         elapsed = time.perf_counter() - start
     except (RuntimeError, ValueError, TypeError) as error:  # TVM's argument checks
         lines = [line for line in str(error).strip().splitlines() if line.strip()]
         raise UserError(f"running '{library}' failed: {lines[0] if lines else error}") from None
+    if profiled:
+        _check_ran_precision(prof, args.precision, library)
     outputs = [result] if hasattr(result, "numpy") else list(result)
     outputs = [o.numpy() for o in outputs]
     for i, o in enumerate(outputs):
@@ -259,6 +323,36 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _check_ran_precision(prof, expected: Optional[str], library: Path) -> None:
+    """Say which precision the accelerator ran in; a library compiled for another precision
+    than ``expected`` is an error (the precision is fixed when the library is compiled)."""
+    ran = sorted({op.precision for op in prof.ops})
+    if not ran:
+        print("accelerator precision: - (no accelerator run)")
+    else:
+        print(f"accelerator precision: {', '.join(ran)}")
+    if expected is not None and ran and ran != [expected]:
+        raise UserError(f"'{library}' runs {', '.join(ran)} on the accelerator, not {expected}: "
+                        f"the precision is chosen at compile time (compile --precision "
+                        f"{expected})")
+
+
+def cmd_accuracy(args) -> int:
+    config = resolve_config(args.config)
+    check_precision_args(args, config)
+    check_model_spec(args.model)
+    from . import bench
+    from .accuracy import accuracy_report
+
+    model = bench.load_model(args.model)
+    calibration = _calibration(args, model)
+    _say(f"evaluation: {args.inputs} random N(0, 1) inputs (seed {args.seed + 1})")
+    report = accuracy_report(model.mod, model.params,
+                             random_inputs(model, args.inputs, args.seed + 1), config=config,
+                             precision=args.precision, fuse=not args.no_fuse, **calibration)
+    return _show_report(report, args.json)
+
+
 def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
     check_model_spec(args.model)
@@ -272,7 +366,7 @@ def cmd_estimate(args) -> int:
 
 
 def _show_report(report, json_path) -> int:
-    """Print a report (partition or estimate) and, when asked, write its JSON form."""
+    """Print a report (partition, estimate or accuracy) and, when asked, write its JSON form."""
     print(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report.to_dict(), indent=2))
@@ -335,6 +429,9 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
 # --- the parser -------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import GENERATED_PRECISIONS  # the C bindings, not tvm
+    from .quantization import METHODS
+
     parser = argparse.ArgumentParser(
         prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
         "TVM, run them on the simulator, benchmark them and explore hardware configurations.",
@@ -348,9 +445,28 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-fuse", action="store_true",
                            help="decomposed: every source op its own accelerator op")
 
+    def precision(p, choices=GENERATED_PRECISIONS, calibrated=True, **kwargs):
+        kwargs = {"default": "fp32", **kwargs}
+        p.add_argument("--precision", choices=choices, **kwargs,
+                       help="the accelerator's precision" + (
+                           f" (default {kwargs['default']})" if kwargs["default"] else "") +
+                       ("; int8 is calibrated, see --calibration" if calibrated else
+                        "; costs need no calibration"))
+        if not calibrated:
+            return
+        p.add_argument("--calibration", type=_positive, metavar="N",
+                       help=f"int8: calibrate on N random N(0, 1) inputs of the model's input "
+                       f"shapes (default {DEFAULT_CALIBRATION})")
+        p.add_argument("--calibration-method", choices=METHODS,
+                       help="int8: how activation ranges become scales (default percentile: "
+                       "the 99.99th percentile of |x|)")
+        p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
+                       help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
+
     p = sub.add_parser("partition", help="print what is offloaded as which primitive, and why "
                        "the rest is not", description="Print the partition report of a model.")
     common(p)
+    precision(p)
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     p.set_defaults(func=cmd_partition)
 
@@ -363,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the shared library to write")
     p.add_argument("--save-input", metavar="x.npy",
                    help="also write the model's example input, for `run`")
+    precision(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run an exported .so on the simulator",
@@ -377,19 +494,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="nv_full",
                    help="the configuration the library was compiled for, for the clock of "
                    "the simulated time (default nv_full)")
+    p.add_argument("--precision", choices=GENERATED_PRECISIONS,
+                   help="the precision the library was compiled for: checked against what "
+                   "its accelerator runs execute (an error if they differ)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("accuracy", help="SQNR of an int8 or fp16 build against fp32",
+                       description="Build a model in int8 or fp16 and in fp32 (the same "
+                       "partition), run both on random N(0, 1) inputs drawn with seed + 1 "
+                       "(int8 calibrates on inputs drawn with the seed), and print the SQNR "
+                       "of every accelerator tensor and of the output, and the top-1 "
+                       "agreement.")
+    common(p)
+    precision(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"], default=None,
+              required=True)
+    p.add_argument("--inputs", type=_positive, default=16, metavar="M",
+                   help="evaluation inputs (default 16)")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    p.set_defaults(func=cmd_accuracy)
 
     p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
                        description="Cost a model on a configuration without running kernels.")
     common(p)
-    p.add_argument("--precision", default="fp32", help="fp32 (int8/int16/fp16: not yet)")
+    precision(p, calibrated=False)
     p.add_argument("--json", metavar="PATH", help="also write the estimate as JSON")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("bench", help="fused vs decomposed vs TVM host vs PyTorch, side by side",
                        description="Benchmark a model in several modes, interleaved, after "
                        "warm-up: median (min, max) wall time per mode; for the accelerator "
-                       "modes the simulated cycles, frames/s, bytes and MAC utilisation.")
+                       "modes the simulated cycles, frames/s, bytes and MAC utilisation. "
+                       "The builds are fp32 (decomposed int8 is not generated): for int8 and "
+                       "fp16 see `estimate --precision` (costs) and `accuracy` (SQNR).")
     common(p, fuse=False)
     p.add_argument("--modes", type=_modes, default=["fused", "decomposed", "host", "pytorch"],
                    help="comma-separated, among fused,decomposed,host,pytorch (default: all)")
@@ -419,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DRAM bandwidths in GB/s, e.g. 1,5,10,20")
     p.add_argument("--cbuf-kib", type=_int_list, default=None, metavar="LIST",
                    help="CBUF sizes in KiB (default: the base configuration's)")
-    p.add_argument("--precision", default="fp32", help="fp32 (int8/int16/fp16: not yet)")
+    precision(p, calibrated=False)
     p.add_argument("--json", metavar="out.json", help="write the results as JSON")
     p.add_argument("--plot", metavar="out.png", help="write a PNG plot of the results")
     p.set_defaults(func=cmd_sweep)

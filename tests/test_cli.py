@@ -1,5 +1,7 @@
 """The command-line tool: every subcommand on a small model, argument errors (exit status and
-message), the bench JSON contract, the plots, and the fast paths that must not import tvm."""
+message), the bench JSON contract, the plots, the fast paths that must not import tvm, and the
+precisions: int8 (calibrated on seeded random inputs) and fp16 through partition, compile,
+run and accuracy."""
 import json
 import subprocess
 import sys
@@ -34,7 +36,10 @@ def test_help_and_usage_errors_do_not_import_tvm():
         for argv in (["--help"], ["sweep", "--help"], ["sweep", "lenet5", "--macs", "64,x",
                      "--dram-gbps", "1"], ["compile", "lenet5", "-o", "model.txt"],
                      ["partition", "missing.onnx"], ["bench", "lenet5", "--config", "nv_tiny"],
-                     ["partition", "nosuchnet"]):
+                     ["partition", "nosuchnet"], ["accuracy", "lenet5"],
+                     ["partition", "lenet5", "--precision", "fp16", "--config", "nv_small"],
+                     ["compile", "lenet5", "-o", "m.so", "--precision", "fp16",
+                      "--calibration", "4"]):
             try:
                 statuses.append(main(argv))
             except SystemExit as e:
@@ -44,18 +49,19 @@ def test_help_and_usage_errors_do_not_import_tvm():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd="/", timeout=120)
     last = proc.stdout.strip().splitlines()[-1]
-    assert last == "STATUSES [0, 0, 2, 1, 1, 1, 1] False", proc.stdout + proc.stderr
+    assert last == "STATUSES [0, 0, 2, 1, 1, 1, 1, 2, 1, 1] False", proc.stdout + proc.stderr
 
 
 def test_python_dash_m_runs_the_tool():
     proc = subprocess.run([sys.executable, "-m", "accel_codegen", "--help"], capture_output=True,
                           text=True, cwd="/", timeout=120)
     assert proc.returncode == 0
-    for command in ("partition", "compile", "run", "bench", "sweep", "estimate"):
+    for command in ("partition", "compile", "run", "accuracy", "bench", "sweep", "estimate"):
         assert command in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["partition", "compile", "run", "bench", "sweep", "estimate"])
+@pytest.mark.parametrize("command", ["partition", "compile", "run", "accuracy", "bench", "sweep",
+                                     "estimate"])
 def test_every_subcommand_has_help(capsys, command):
     status, out, _ = run_cli(capsys, command, "--help")
     assert status == 0 and "usage: accel-codegen " + command in out
@@ -230,7 +236,14 @@ def test_estimate_precision_errors(capsys):
                              "--precision", "fp16")
     assert status == 1 and "nv_small has no fp16" in err
     status, _, err = run_cli(capsys, "estimate", "lenet5", "--precision", "fp64")
-    assert status == 1 and "unknown precision 'fp64'" in err
+    assert status == 2 and "invalid choice: 'fp64'" in err
+
+
+def test_estimate_int8_decomposed(capsys):
+    """Costs need no calibration, and decomposed int8 is estimated (not generated)."""
+    status, out, err = run_cli(capsys, "estimate", "lenet5", "--precision", "int8", "--no-fuse")
+    assert status == 0, err
+    assert "int8, decomposed" in out and "calibration" not in err
 
 
 def test_bench_json_contract_and_plot(capsys, tmp_path):
@@ -292,10 +305,150 @@ def test_sweep_table_json_plot(capsys, tmp_path):
     (["--macs", "64,-8", "--dram-gbps", "1"], 2, "give positive integers"),
     (["--macs", "100", "--dram-gbps", "1"], 1, "MACs = 100: give powers of two"),
     (["--macs", "64", "--dram-gbps", "fast"], 2, "not a comma-separated list of numbers"),
-    (["--macs", "64", "--dram-gbps", "1", "--precision", "int8"], 1, "emits fp32 only"),
+    (["--macs", "64", "--dram-gbps", "1", "--config", "nv_small", "--precision", "fp16"], 1,
+     "has no fp16 (its precisions: fp32, int8)"),
+    (["--macs", "64", "--dram-gbps", "1", "--precision", "int16"], 2, "invalid choice: 'int16'"),
     (["--dram-gbps", "1"], 2, "--macs"),
 ], ids=["macs-not-int", "macs-negative", "macs-not-power-of-two", "dram-not-number",
-        "precision-not-yet", "macs-missing"])
+        "precision-not-on-config", "precision-not-generated", "macs-missing"])
 def test_sweep_argument_errors(capsys, argv, status, message):
     got, _, err = run_cli(capsys, "sweep", "lenet5", *argv)
     assert got == status and message in err, err
+
+
+def test_sweep_int8(capsys):
+    status, out, err = run_cli(capsys, "sweep", "lenet5", "--macs", "64,2048", "--dram-gbps", "5",
+                               "--precision", "int8")
+    assert status == 0, err
+    assert "sweep of lenet5 (int8, fused)" in out
+
+
+# --- precisions: partition, compile, run, accuracy -------------------------------------------
+
+def test_partition_int8_with_its_calibration(capsys, tmp_path):
+    out_json = tmp_path / "p.json"
+    status, out, err = run_cli(capsys, "partition", "lenet5", "--precision", "int8",
+                               "--calibration", "4", "--calibration-method", "max",
+                               "--json", out_json)
+    assert status == 0, err
+    assert "partition for nv_full (fused, int8): 22 of 22 operators offloaded" in out
+    assert "int8 calibration: max on 4 random N(0, 1) inputs (seed 1234)" in err
+    assert json.loads(out_json.read_text())["precision"] == "int8"
+
+
+def test_partition_fp16(capsys):
+    status, out, err = run_cli(capsys, "partition", "lenet5", "--precision", "fp16")
+    assert status == 0, err
+    assert "(fused, fp16)" in out and "calibration" not in err
+
+
+@pytest.fixture(scope="module")
+def compiled_int8(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cli_int8")
+    library, x = directory / "lenet5_int8.so", directory / "x.npy"
+    status = main(["compile", "lenet5", "-o", str(library), "--save-input", str(x),
+                   "--precision", "int8", "--calibration", "8", "--seed", "7"])
+    assert status == 0
+    return library, x
+
+
+def test_compiled_int8_library_runs_the_seeded_calibration(capsys, compiled_int8, tmp_path):
+    """The library runs int8, and its output is bit for bit that of an in-process build
+    calibrated on the same seeded random inputs: the scales travel with the library."""
+    import accel_codegen as ac
+    from accel_codegen import bench, cli
+
+    library, x = compiled_int8
+    y = tmp_path / "y.npy"
+    status, out, err = run_cli(capsys, "run", library, "--input", x, "--output", y,
+                               "--precision", "int8")
+    assert status == 0, err
+    assert "accelerator precision: int8" in out
+    model = bench.load_model("lenet5")
+    exe = ac.build(model.mod, model.params, precision="int8",
+                   calibration=cli.random_inputs(model, 8, 7))
+    expected = ac.virtual_machine(exe)["main"](tvm_tensor(np.load(x))).numpy()
+    assert np.array_equal(np.load(y), expected)
+
+
+def tvm_tensor(array):
+    import tvm
+
+    return tvm.runtime.tensor(array)
+
+
+def test_run_refuses_a_library_of_another_precision(capsys, compiled_int8, compiled):
+    status, _, err = run_cli(capsys, "run", compiled_int8[0], "--input", compiled_int8[1],
+                             "--precision", "fp32")
+    assert status == 1 and "runs int8 on the accelerator, not fp32" in err, err
+    assert "compile --precision fp32" in err and "Traceback" not in err
+    status, out, err = run_cli(capsys, "run", compiled[0], "--input", compiled[1], "--profile")
+    assert status == 0 and "accelerator precision: fp32" in out, err
+
+
+def test_accuracy_int8_table_and_json(capsys, tmp_path):
+    """The figures are accuracy_report's on calibration inputs drawn with the seed and
+    evaluation inputs drawn with seed + 1."""
+    import accel_codegen as ac
+    from accel_codegen import bench, cli
+
+    out_json = tmp_path / "accuracy.json"
+    status, out, err = run_cli(capsys, "accuracy", "lenet5", "--precision", "int8",
+                               "--calibration", "8", "--inputs", "4", "--seed", "3",
+                               "--json", out_json)
+    assert status == 0, err
+    assert out.startswith("int8 on nv_full vs fp32 over 4 inputs, calibration percentile on 8 "
+                          "inputs: output SQNR")
+    assert "evaluation: 4 random N(0, 1) inputs (seed 4)" in err
+    data = json.loads(out_json.read_text())
+    assert (data["precision"], data["inputs"], data["calibration_samples"]) == ("int8", 4, 8)
+    assert len(data["tensors"]) == 7 and data["output_sqnr_db"] >= 25.0
+    assert 0.0 <= data["top1_agreement"] <= 1.0
+    model = bench.load_model("lenet5")
+    report = ac.accuracy_report(model.mod, model.params, cli.random_inputs(model, 4, 4),
+                                precision="int8", calibration=cli.random_inputs(model, 8, 3))
+    assert data["output_sqnr_db"] == report.output_sqnr_db
+
+
+def test_accuracy_fp16(capsys):
+    status, out, err = run_cli(capsys, "accuracy", "lenet5", "--precision", "fp16", "--inputs",
+                               "2")
+    assert status == 0, err
+    assert out.startswith("fp16 on nv_full vs fp32 over 2 inputs: output SQNR")
+    assert "calibration" not in err
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["partition", "lenet5", "--precision", "fp16", "--config", "nv_small"], 1,
+     "configuration nv_small has no fp16"),
+    (["compile", "lenet5", "-o", "m.so", "--precision", "fp16", "--config", "nv_small"], 1,
+     "configuration nv_small has no fp16"),
+    (["accuracy", "lenet5", "--precision", "fp16", "--config", "nv_small"], 1,
+     "configuration nv_small has no fp16"),
+    (["partition", "lenet5", "--precision", "int8", "--no-fuse", "--calibration", "2"], 1,
+     "int8 code is generated for fused chains"),
+    (["accuracy", "lenet5", "--precision", "int8", "--no-fuse", "--calibration", "2"], 1,
+     "int8 code is generated for fused chains"),
+    (["partition", "lenet5", "--precision", "int8", "--calibration-method", "minmax"], 2,
+     "invalid choice: 'minmax'"),
+    (["partition", "lenet5", "--precision", "fp16", "--calibration", "4"], 1,
+     "--calibration: for int8 only (the precision is fp16)"),
+    (["compile", "lenet5", "-o", "m.so", "--calibration-method", "max"], 1,
+     "--calibration-method: for int8 only (the precision is fp32)"),
+    (["partition", "lenet5", "--precision", "int8", "--calibration", "0"], 2,
+     "must be at least 1"),
+    (["accuracy", "lenet5", "--precision", "int8", "--seed", "-1"], 2, "must be at least 0"),
+    (["accuracy", "lenet5", "--precision", "fp32"], 2, "invalid choice: 'fp32'"),
+    (["accuracy", "lenet5"], 2, "--precision"),
+    (["accuracy", "lenet5", "--precision", "fp16", "--inputs", "0"], 2, "must be at least 1"),
+    (["run", "model.so", "--input", "x.npy", "--precision", "int16"], 2,
+     "invalid choice: 'int16'"),
+    (["bench", "lenet5", "--precision", "int8"], 2, "unrecognized arguments: --precision"),
+], ids=["fp16-nv_small-partition", "fp16-nv_small-compile", "fp16-nv_small-accuracy",
+        "int8-no-fuse", "int8-no-fuse-accuracy", "unknown-method", "calibration-with-fp16",
+        "method-with-fp32", "zero-calibration", "negative-seed", "accuracy-of-fp32",
+        "accuracy-without-precision", "zero-inputs", "run-int16", "bench-fp32-only"])
+def test_precision_argument_errors(capsys, argv, status, message):
+    got, _, err = run_cli(capsys, *argv)
+    assert got == status and message in err, err
+    assert "Traceback" not in err

@@ -1,0 +1,330 @@
+"""int8 and fp16 through the whole flow (partition, calibrate, build, export, load, run) on
+LeNet-5 and small modules: accuracy against the fp32 build of the same model in figures, the
+exported int8 library in a fresh process, calibration reuse, the precision errors, what stays
+on the host in int8 and why, the estimate's int8 figures and the accuracy report's own
+figures checked against the builds'."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import accel_codegen as ac
+from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend, models
+from accel_codegen.quantization import label_key, observing
+
+# Measured on LeNet-5 (16 calibration inputs, seed 1234; 8 evaluation inputs, seed 1235):
+# int8 30.8 dB, fp16 63.7 dB; runtime weights in int8 31.7 dB against PyTorch. The bounds
+# leave about 5 dB of margin for a change of scale rounding or accumulation order.
+INT8_MIN_DB = 25.0
+FP16_MIN_DB = 55.0
+CALIBRATION, EVALUATION = 16, 8
+
+
+def sqnr_db(actual, expected) -> float:
+    """10 log10(signal / noise) of ``actual`` against ``expected``, in float64."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    return float(10 * np.log10(np.sum(expected ** 2) / np.sum((actual - expected) ** 2)))
+
+
+def random_inputs(shape, count, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
+
+
+def run(vm, *inputs) -> np.ndarray:
+    return vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)).numpy()
+
+
+def run_all(vm, examples) -> np.ndarray:
+    return np.stack([run(vm, *(e if isinstance(e, tuple) else (e,))) for e in examples])
+
+
+class ConvSigmoidConv(torch.nn.Module):
+    """conv -> sigmoid -> relu -> conv: the sigmoid has no int8 form, the convs do."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(torch.sigmoid(self.conv1(x))))
+
+
+@pytest.fixture(scope="module")
+def lenet5():
+    """(torch model, Relax module, calibration inputs, evaluation inputs)."""
+    model, (x,) = models.get_model("lenet5")
+    mod, _ = frontend.from_pytorch(model, (x,))
+    return (model, mod, random_inputs(x.shape, CALIBRATION, 1234),
+            random_inputs(x.shape, EVALUATION, 1235))
+
+
+@pytest.fixture(scope="module")
+def builds(lenet5):
+    """precision -> (partitioned module, executable, VM) of LeNet-5."""
+    _, mod, calibration, _ = lenet5
+    result = {}
+    for precision in ("fp32", "fp16", "int8"):
+        part = ac.partition_for_accel(mod, precision=precision,
+                                      calibration=calibration if precision == "int8" else None)
+        exe = ac.build(part)
+        result[precision] = (part, exe, ac.virtual_machine(exe))
+    return result
+
+
+@pytest.fixture(scope="module")
+def outputs(lenet5, builds):
+    """precision -> the outputs on the evaluation inputs, stacked."""
+    evaluation = lenet5[3]
+    return {p: run_all(vm, evaluation) for p, (_, _, vm) in builds.items()}
+
+
+# --- accuracy of the builds -------------------------------------------------------------------
+
+@pytest.mark.parametrize("precision, bound", [("int8", INT8_MIN_DB), ("fp16", FP16_MIN_DB)])
+def test_reduced_precision_matches_fp32(outputs, precision, bound):
+    fp32 = outputs["fp32"]
+    actual = outputs[precision]
+    assert actual.shape == fp32.shape and actual.dtype == np.float32
+    figure = sqnr_db(actual, fp32)
+    assert figure >= bound, f"{precision}: {figure:.2f} dB < {bound} dB"
+    assert np.array_equal(actual.argmax(axis=-1), fp32.argmax(axis=-1)), precision
+
+
+def test_fp16_is_closer_to_fp32_than_int8(outputs):
+    assert sqnr_db(outputs["fp16"], outputs["fp32"]) > sqnr_db(outputs["int8"],
+                                                               outputs["fp32"]) + 20
+
+
+def test_every_accelerator_run_is_in_the_build_precision(lenet5, builds):
+    x = lenet5[3][0]
+    for precision, (_, _, vm) in builds.items():
+        with ac.profile() as prof:
+            run(vm, x)
+        assert prof.records and {op.precision for op in prof.ops} == {precision}
+
+
+def test_partition_report_says_int8(builds):
+    report = ac.partition_report(builds["int8"][0])
+    assert report.precision == "int8" and report.host == []
+    assert str(report).startswith("partition for nv_full (fused, int8):")
+    assert report.to_dict()["precision"] == "int8"
+
+
+# --- the exported artifact and calibration reuse ------------------------------------------------
+
+def test_exported_int8_library_is_bit_identical_in_a_fresh_process(lenet5, builds, tmp_path):
+    """The scales are constants of the library: a process without accel_codegen reproduces
+    the in-process VM's int8 output bit for bit."""
+    _, exe, vm = builds["int8"]
+    path = ac.export_library(exe, tmp_path / "lenet5_int8.so")
+    evaluation = np.stack(lenet5[3][:4])
+    np.save(tmp_path / "x.npy", evaluation)
+    script = (
+        "import sys, numpy as np, tvm\n"
+        "from tvm import relax\n"
+        f"vm = relax.VirtualMachine(tvm.runtime.load_module({str(path)!r}), tvm.cpu())\n"
+        f"xs = np.load({str(tmp_path / 'x.npy')!r})\n"
+        "ys = np.stack([vm['main'](tvm.runtime.tensor(x)).numpy() for x in xs])\n"
+        "assert 'accel_codegen' not in sys.modules\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, ys)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fresh = np.load(tmp_path / "y.npy")
+    in_process = np.stack([run(vm, x) for x in evaluation])
+    assert fresh.dtype == in_process.dtype and np.array_equal(fresh, in_process)
+
+
+def test_reused_calibration_gives_identical_sources(lenet5, builds):
+    part = builds["int8"][0]
+    calibration = ac.calibration_of(part)
+    assert calibration.method == "percentile" and calibration.samples == CALIBRATION
+    again = ac.partition_for_accel(lenet5[1], precision="int8", calibration=calibration)
+    assert ac.generated_sources(again) == ac.generated_sources(part)
+    assert ac.calibration_of(again).to_json() == calibration.to_json()
+    assert ac.calibration_of(builds["fp32"][0]) is None
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"precision": "int8"}, AccelInvalidError, "int8 needs calibration"),
+    ({"precision": "fp16", "config": "nv_small"}, AccelUnsupportedError, "nv_small has no fp16"),
+    ({"precision": "int8", "fuse": False, "calibration": "CALIB"}, AccelUnsupportedError,
+     "fused chains"),
+    ({"precision": "int16"}, AccelUnsupportedError, "precision 'int16'"),
+    ({"precision": "fp16", "calibration": "CALIB"}, AccelInvalidError,
+     "calibration is for int8, not fp16"),
+    ({"precision": "int8", "calibration": "CALIB", "calibration_method": "minmax"},
+     AccelInvalidError, "calibration_method = 'minmax'"),
+], ids=["int8-without-calibration", "fp16-on-nv_small", "int8-decomposed", "int16",
+        "calibration-with-fp16", "unknown-method"])
+def test_precision_errors(lenet5, kwargs, error, message):
+    if kwargs.get("calibration") == "CALIB":
+        kwargs = {**kwargs, "calibration": lenet5[2][:2]}
+    with pytest.raises(error, match=message):
+        ac.partition_for_accel(lenet5[1], **kwargs)
+
+
+# --- what stays on the host in int8 -------------------------------------------------------------
+
+def test_runtime_weights_stay_on_the_host_in_int8(lenet5):
+    """Unbound weights: the layers that read them run on the host (int8 code folds its
+    weights at compile time), the rest runs int8, and the model still matches PyTorch."""
+    model, _, calibration, evaluation = lenet5
+    mod, params = frontend.from_pytorch(model, (torch.from_numpy(evaluation[0]),),
+                                        keep_params_as_input=True)
+    weights = tuple(params[p.name] for p in mod["main"].params[1:])
+    part = ac.partition_for_accel(mod, precision="int8",
+                                  calibration=[(x,) + weights for x in calibration[:4]])
+    report = ac.partition_report(part)
+    host = [op for op in report.host if op.op in ("relax.nn.conv2d", "relax.matmul")]
+    assert len(host) == 5  # two convolutions, three dense layers
+    assert all("runtime input" in op.reason and "constant weights" in op.reason for op in host)
+    assert not any(op.op in ("relax.nn.conv2d", "relax.matmul") for op in report.offloaded)
+    assert report.offloaded  # the relu and pooling ops still run, in int8
+    vm = ac.virtual_machine(ac.build(part))
+    actual = run_all(vm, [(x,) + weights for x in evaluation])
+    with torch.no_grad():
+        expected = np.stack([model(torch.from_numpy(x)).numpy() for x in evaluation])
+    assert sqnr_db(actual, expected) >= INT8_MIN_DB
+
+
+def test_sigmoid_after_conv_splits_the_int8_chain():
+    """conv + sigmoid is one fp32/fp16 chain; in int8 the sigmoid stays on the host (no int8
+    form) and the convolutions around it still run in int8."""
+    model = ConvSigmoidConv().eval()
+    shape = (1, 3, 16, 16)
+    mod, _ = frontend.from_pytorch(model, (torch.randn(*shape),))
+    calibration = random_inputs(shape, 8, 1234)
+    part = ac.partition_for_accel(mod, precision="int8", calibration=calibration)
+    report = ac.partition_report(part)
+    (sigmoid,) = report.host
+    assert sigmoid.op == "relax.sigmoid" and "no INT8 form" in sigmoid.reason
+    primitives = [p for ps in report.functions.values() for p in ps]
+    assert primitives.count("accel.conv2d_bias") == 2
+    fp16 = ac.partition_report(ac.partition_for_accel(mod, precision="fp16"))
+    assert fp16.host == [] and "accel.conv2d_bias_sigmoid" in [
+        p for ps in fp16.functions.values() for p in ps]
+    evaluation = random_inputs(shape, 4, 1235)
+    actual = run_all(ac.virtual_machine(ac.build(part)), evaluation)
+    expected = run_all(ac.virtual_machine(ac.build(mod)), evaluation)
+    assert sqnr_db(actual, expected) >= INT8_MIN_DB
+
+
+def test_mixed_block_int8_with_host_ops_between_accelerator_runs():
+    """layer norm, softmax and batched matmuls on the host between int8 runs: every
+    accelerator run is int8, and the output stays close to fp32 (measured 28.5 dB)."""
+    model, (x,) = models.get_model("mixed_block")
+    mod, _ = frontend.from_pytorch(model, (x,))
+    part = ac.partition_for_accel(mod, precision="int8",
+                                  calibration=random_inputs(x.shape, 8, 1234))
+    report = ac.partition_report(part)
+    assert report.precision == "int8" and len(report.functions) > 1
+    assert "relax.nn.softmax" in [op.op for op in report.host]
+    evaluation = random_inputs(x.shape, 4, 1235)
+    vm = ac.virtual_machine(ac.build(part))
+    with ac.profile() as prof:
+        actual = run_all(vm, evaluation)
+    assert {op.precision for op in prof.ops} == {"int8"}
+    expected = run_all(ac.virtual_machine(ac.build(mod)), evaluation)
+    assert sqnr_db(actual, expected) >= 20.0
+
+
+# --- estimate -----------------------------------------------------------------------------------
+
+def test_int8_estimate_of_resnet18_halves_cycles_and_bytes():
+    """Costs need no data: int8 has twice fp16's MACs per cycle and 1-byte data."""
+    model, (x,) = models.get_model("resnet18")
+    mod, _ = frontend.from_pytorch(model, (x,))
+    int8, fp16 = (ac.estimate(mod, precision=p) for p in ("int8", "fp16"))
+    assert int8.macs == fp16.macs > 1.5e9
+    assert int8.total_cycles < fp16.total_cycles and int8.bytes < fp16.bytes
+    # measured: cycles 2.33 M vs 4.66 M (0.50), bytes 18.0 MB vs 34.1 MB (0.53)
+    assert 0.4 <= int8.total_cycles / fp16.total_cycles <= 0.6
+    assert 0.45 <= int8.bytes / fp16.bytes <= 0.6
+    assert int8.frames_per_s > 1.6 * fp16.frames_per_s
+
+
+# --- calibration methods ------------------------------------------------------------------------
+
+# Measured on LeNet-5 (4 evaluation inputs): max 33 dB, percentile 31 dB, entropy 8.6 dB: the
+# KL threshold clips the post-ReLU tensors to about half their range (the spike at zero pulls
+# it down, as quantization.py says), so entropy gets a weak bound of its own.
+METHOD_MIN_DB = {"max": INT8_MIN_DB, "percentile": INT8_MIN_DB, "entropy": 5.0}
+
+
+def test_calibration_methods_build_and_percentile_never_exceeds_max(lenet5, outputs):
+    _, mod, calibration, evaluation = lenet5
+    scales = {}
+    for method, bound in METHOD_MIN_DB.items():
+        part = ac.partition_for_accel(mod, precision="int8", calibration=calibration,
+                                      calibration_method=method)
+        found = ac.calibration_of(part)
+        assert found.method == method
+        scales[method] = {key: q.scale for key, q in found.tensors.items()}
+        actual = run_all(ac.virtual_machine(ac.build(part)), evaluation[:4])
+        assert np.all(np.isfinite(actual))
+        assert sqnr_db(actual, outputs["fp32"][:4]) >= bound, method
+    assert set(scales["percentile"]) == set(scales["max"]) == set(scales["entropy"])
+    for key, scale in scales["percentile"].items():
+        assert 0 < scale <= scales["max"][key], key
+    assert any(scales["percentile"][k] < scales["max"][k] for k in scales["max"])
+
+
+# --- the accuracy report ------------------------------------------------------------------------
+
+class _PassOutputs:
+    """The (run, op) of every pass output an int8 run hands the observer."""
+
+    def __init__(self):
+        self.keys = []
+
+    def add(self, label, op_index, x):
+        if op_index >= 0:
+            self.keys.append((label_key(label), op_index))
+
+
+def test_accuracy_report_figures(lenet5, builds, outputs):
+    _, mod, calibration, evaluation = lenet5
+    report = ac.accuracy_report(mod, None, evaluation, precision="int8",
+                                calibration=calibration)
+    assert (report.precision, report.config, report.inputs) == ("int8", "nv_full", EVALUATION)
+    assert (report.calibration_method, report.calibration_samples) == ("percentile",
+                                                                       CALIBRATION)
+    # one row per pass output, in execution order
+    observed = _PassOutputs()
+    with observing(observed):
+        run(builds["int8"][2], evaluation[0])
+    assert [(t.key, t.op_index) for t in report.tensors] == observed.keys
+    # the output SQNR is the one of the two builds' outputs
+    assert report.output_sqnr_db == pytest.approx(sqnr_db(outputs["int8"], outputs["fp32"]),
+                                                  abs=1e-9)
+    assert 0.0 <= report.top1_agreement <= 1.0
+    agree = np.mean(outputs["int8"].argmax(-1) == outputs["fp32"].argmax(-1))
+    assert report.top1_agreement == pytest.approx(agree)
+    # the last pass output is the model output (its int8 codes, before the float32 rounding
+    # of dequantisation)
+    assert report.tensors[-1].sqnr_db == pytest.approx(report.output_sqnr_db, abs=1e-3)
+    for t in report.tensors:
+        assert t.sqnr_db >= 20.0 and 0.0 <= t.saturated <= 1.0 and t.scale > 0, t
+    data = report.to_dict()
+    assert len(data["tensors"]) == len(report.tensors)
+    assert "output SQNR" in str(report) and len(str(report).splitlines()) == \
+        3 + len(report.tensors)
+
+
+def test_fp16_accuracy_report(lenet5, outputs):
+    _, mod, _, evaluation = lenet5
+    report = ac.accuracy_report(mod, None, evaluation[:4], precision="fp16")
+    assert report.precision == "fp16" and report.calibration_method is None
+    assert report.output_sqnr_db == pytest.approx(
+        sqnr_db(outputs["fp16"][:4], outputs["fp32"][:4]), abs=1e-9)
+    assert report.output_sqnr_db >= FP16_MIN_DB
+    assert all(t.saturated == 0 and t.scale is None for t in report.tensors)
