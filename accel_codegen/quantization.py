@@ -22,8 +22,10 @@ Methods (``calibration_method``):
   calibration set does not stretch the range for every other value.
 - ``"max"``: the largest |x| seen: nothing saturates on the calibration data; best when the
   calibration set is the deployment set.
-- ``"entropy"``: TensorRT's KL-divergence threshold over a 2048-bin histogram. Offered for
-  comparison; on post-ReLU tensors the spike at zero pulls the threshold down.
+- ``"entropy"``: TensorRT's KL-divergence threshold over a 2048-bin histogram (the first bin
+  left out for non-negative tensors: a ReLU's zeros are exact at any scale, and with them the
+  threshold fell to about 45 % of the range and LeNet-5 to 9 dB). Offered for comparison; it
+  clips more than the others.
 """
 from __future__ import annotations
 
@@ -157,7 +159,11 @@ def _threshold(stats: _Stats, method: str) -> float:
         cumulative = np.cumsum(counts)
         index = int(np.searchsorted(cumulative, cumulative[-1] * PERCENTILE / 100.0))
         return min(amax, (index + 1) * width)
-    return _entropy_threshold(counts, stats.low >= 0) * width
+    unsigned = stats.low >= 0
+    if unsigned:  # the ReLU zeros are exact in any scale: they must not pull the range down
+        counts = counts.copy()
+        counts[0] = 0
+    return _entropy_threshold(counts, unsigned) * width
 
 
 def _entropy_threshold(counts: np.ndarray, unsigned: bool) -> int:
@@ -193,7 +199,7 @@ class Calibration:
     samples: int
     tensors: Dict[Key, TensorQuant]
     # per-channel means of every run's input, for bias correction (run key -> [C])
-    means: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    means: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
