@@ -23,22 +23,32 @@ from accel_codegen import Conv, Device, Sdp
 from bench_conv_layers import LAYERS, interleaved, summary_ms
 
 TARGET = 1.0
+# MobileNet's depthwise layers run another kernel in each precision: (name, C, H, W, K, kernel,
+# stride, pad, groups).
+DEPTHWISE = [
+    ("dw 32x112x112 3x3", 32, 112, 112, 32, 3, 1, 1, 32),
+    ("dw 128x56x56 3x3/2", 128, 56, 56, 128, 3, 2, 1, 128),
+    ("dw 512x14x14 3x3", 512, 14, 14, 512, 3, 1, 1, 512),
+]
 
 
 def bench_layer(layer, device, rounds, rng):
-    name, c, h, w, k, kernel, stride, pad = layer
+    name, c, h, w, k, kernel, stride, pad, *rest = layer
+    groups = rest[0] if rest else 1
     out_hw = (h + 2 * pad - kernel) // stride + 1
     x = rng.standard_normal((1, c, h, w), dtype=np.float32)
-    weight = (rng.standard_normal((k, c, kernel, kernel)) / np.sqrt(c * kernel * kernel)
+    depth = c // groups * kernel * kernel
+    weight = (rng.standard_normal((k, c // groups, kernel, kernel)) / np.sqrt(depth)
               ).astype(np.float32)
     scale = rng.uniform(0.5, 1.5, k).astype(np.float32)
     shift = rng.standard_normal(k).astype(np.float32)
-    fp32 = [Conv(weight, stride=stride, padding=pad), Sdp(scale=scale, shift=shift, act="relu")]
+    fp32 = [Conv(weight, stride=stride, padding=pad, groups=groups),
+            Sdp(scale=scale, shift=shift, act="relu")]
     out32 = np.empty((1, k, out_hw, out_hw), np.float32)
 
     xq = rng.integers(-128, 128, x.shape, dtype=np.int8)
     wq = rng.integers(-127, 128, weight.shape, dtype=np.int8)
-    conv = Conv(wq, stride=stride, padding=pad, precision="int8", in_zero=-128)
+    conv = Conv(wq, stride=stride, padding=pad, groups=groups, precision="int8", in_zero=-128)
     int8 = [conv.packed_for("nv_full", c),
             Sdp(bias=rng.integers(-2 ** 20, 2 ** 20, k, dtype=np.int32),
                 mul=rng.integers(1 << 13, 1 << 14, k, dtype=np.int16),
@@ -52,7 +62,7 @@ def bench_layer(layer, device, rounds, rng):
         device.run(fp32, x, out=out32)
 
     t8, t32 = interleaved(run8, run32, rounds)
-    ops = 2.0 * k * c * kernel * kernel * out_hw * out_hw
+    ops = 2.0 * k * depth * out_hw * out_hw
     return {"layer": name, "gop": ops / 1e9,
             "int8_ms": summary_ms(t8), "fp32_ms": summary_ms(t32),
             "int8_gops": ops / statistics.median(t8) / 1e9,
@@ -74,7 +84,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     results = []
-    for layer in LAYERS:
+    for layer in LAYERS + DEPTHWISE:
         r = bench_layer(layer, device, args.rounds, rng)
         results.append(r)
         mark = "ok" if r["ratio"] >= TARGET else "BELOW"
