@@ -559,7 +559,13 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
             continue;
           }
           const int64_t len = g->out_w - x < n1 - n ? g->out_w - x : n1 - n;
-          segs[nseg++] = (seg){n - n0, y * g->out_w + x, len};
+          const int64_t o = y * g->out_w + x;
+          if (nseg > 0 && segs[nseg - 1].col + segs[nseg - 1].len == n - n0 &&
+              segs[nseg - 1].o + segs[nseg - 1].len == o) {
+            segs[nseg - 1].len += len; /* no garbage columns between: one run */
+          } else {
+            segs[nseg++] = (seg){n - n0, o, len};
+          }
           n += len;
         }
         if (nseg == 0) continue;
@@ -572,8 +578,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
         }
         for (int64_t m = 0; m < rows; ++m) {
           int32_t* row = tile + m * TILE * NR;
-          if (nseg > 1 || segs[0].col != 0)
-            for (int i = 0; i < nseg; ++i)
+          for (int i = 0; i < nseg; ++i)
+            if (segs[i].col != segs[i].o - o0)
               move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
           const int64_t k = grp * P->mg + mb * MR + m;
           const int64_t at = (b * g->k + k) * P->ohw + o0;
