@@ -113,26 +113,28 @@ size_t conv_i8_packed_bytes(const conv_geometry* g) {
   return HEADER + data_bytes(&P, layout) + wsum_bytes(&P, layout);
 }
 
-/* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. */
+/* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. Written in order, 4 bytes per
+ * (step, row) from the 4 channels' rows of taps (each read rs times while in L1): the
+ * destination-scattered order (one byte per 32) took 1.9 ms for 512x512x3x3. */
 static void pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8_t* data,
                        int32_t* wsum) {
   const int64_t blk = grp * P->mblocks + mb, rs = P->rs;
+  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+  const int8_t* src = w + (grp * P->mg + mb * MR) * P->kd; /* row m at src + m * kd */
   int8_t* d = data + blk * P->kd4 * MR * 4;
-  memset(d, 0, (size_t)(P->kd4 * MR * 4));
-  for (int64_t m = 0; m < MR; ++m) {
-    const int64_t km = mb * MR + m;
-    int32_t sum = 0;
-    if (km < P->mg) {
-      const int8_t* src = w + (grp * P->mg + km) * P->kd;
-      for (int64_t c = 0; c < P->cg; ++c) {
-        int8_t* dc = d + ((c >> 2) * rs) * MR * 4 + m * 4 + (c & 3);
-        const int8_t* sc = src + c * rs;
-        for (int64_t t = 0; t < rs; ++t) {
-          dc[t * MR * 4] = sc[t];
-          sum += sc[t];
-        }
-      }
+  for (int64_t c4 = 0; c4 < P->c4; ++c4) {
+    const int64_t nch = P->cg - 4 * c4 < 4 ? P->cg - 4 * c4 : 4;
+    for (int64_t t = 0; t < rs; ++t) {
+      int8_t* dt = d + (c4 * rs + t) * MR * 4;
+      for (int64_t m = 0; m < MR; ++m)
+        for (int64_t j = 0; j < 4; ++j)
+          dt[m * 4 + j] = m < rows && j < nch ? src[m * P->kd + (4 * c4 + j) * rs + t] : 0;
     }
+  }
+  for (int64_t m = 0; m < MR; ++m) {
+    int32_t sum = 0;
+    if (m < rows)
+      for (int64_t i = 0; i < P->kd; ++i) sum += src[m * P->kd + i];
     wsum[blk * MR + m] = sum;
   }
 }
