@@ -19,8 +19,9 @@ import tvm
 
 from .config import AccelConfig
 from .errors import AccelInvalidError
+from .estimation import model_layers
 from .partition import _generate, calibration_of, partition_for_accel
-from .quantization import DEFAULT_METHOD, Key, observing
+from .quantization import DEFAULT_METHOD, Key, examples_of, observing
 from .toolchain import virtual_machine
 
 
@@ -99,27 +100,30 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.tensors: Dict[Key, np.ndarray] = {}
-        self.labels: Dict[Key, str] = {}
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         if op_index < 0:
             return
         key = (label.split(" ", 1)[0], op_index)
         self.tensors[key] = np.array(x, np.float64)
-        self.labels[key] = label
 
 
 class _Comparer:
-    """Accumulates the error of the target run's pass outputs against a recording."""
+    """Accumulates the error of the target run's pass outputs against a recording.
+    ``shifted``: runs whose conv has no SDP of its own, to which the target precision adds
+    one (its converter), so their later ops are one index further than in fp32."""
 
-    def __init__(self, quantization) -> None:
+    def __init__(self, quantization, shifted) -> None:
         self.quantization = quantization
+        self.shifted = shifted
         self.reference: Dict[Key, np.ndarray] = {}
-        self.sums: Dict[Key, List[float]] = {}  # signal, noise, max error, saturated, count
+        # signal, noise, max error, saturated, count, shape, label
+        self.sums: Dict[Key, list] = {}
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         key = (label.split(" ", 1)[0], op_index)
-        ref = self.reference.get(key)
+        fp32_index = op_index - 1 if key[0] in self.shifted and op_index >= 1 else op_index
+        ref = self.reference.get((key[0], fp32_index))
         if op_index < 0 or ref is None or ref.shape != x.shape:
             return
         saturated = 0
@@ -133,7 +137,7 @@ class _Comparer:
         else:
             value = x.astype(np.float64)
         error = value - ref
-        sums = self.sums.setdefault(key, [0.0, 0.0, 0.0, 0, 0])
+        sums = self.sums.setdefault(key, [0.0, 0.0, 0.0, 0, 0, x.shape, label])
         sums[0] += float(np.sum(ref * ref))
         sums[1] += float(np.sum(error * error))
         sums[2] = max(sums[2], float(np.max(np.abs(error))) if error.size else 0.0)
@@ -164,9 +168,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     config = AccelConfig.resolve(config)
     if precision == "fp32":
         raise AccelInvalidError("the accuracy report compares a reduced precision with fp32")
-    examples = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in inputs]
-    if not examples:
-        raise AccelInvalidError("the accuracy report needs at least one input")
+    examples = examples_of(inputs, "the accuracy report")
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                  calibration=calibration,
                                  calibration_method=calibration_method)
@@ -180,17 +182,16 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                    for x in example))
         return np.asarray(result.numpy(), np.float64)
 
-    comparer = _Comparer(used)
-    labels: Dict[Key, str] = {}
-    shapes: Dict[Key, Tuple[int, ...]] = {}
+    shifted = {label.split(" ", 1)[0] for label, _, layer in model_layers(
+        mod, params, config=config, fuse=fuse, precision=precision)
+        if layer.conv is not None and layer.sdp.empty()}
+    comparer = _Comparer(used, shifted)
     signal = noise = 0.0
     agree = total = 0
     for example in examples:
         recorder = _Recorder()
         with observing(recorder):
             expected = run(ref_vm, example)
-        labels.update(recorder.labels)
-        shapes.update({k: v.shape for k, v in recorder.tensors.items()})
         comparer.reference = recorder.tensors
         with observing(comparer):
             actual = run(vm, example)
@@ -200,10 +201,10 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
             agree += int(np.sum(expected.argmax(axis=1) == actual.argmax(axis=1)))
             total += expected.shape[0]
     tensors = []
-    for key, (sig, err, max_err, saturated, count) in comparer.sums.items():
+    for key, (sig, err, max_err, saturated, count, shape, label) in comparer.sums.items():
         quant = used.tensors.get(key) if used is not None else None
         tensors.append(TensorAccuracy(
-            key[0], key[1], labels[key], tuple(int(d) for d in shapes[key]), sqnr_db(sig, err),
+            key[0], key[1], label, tuple(int(d) for d in shape), sqnr_db(sig, err),
             max_err, saturated / count if count else 0.0,
             quant.scale if quant else None, quant.zero if quant else None))
     return AccuracyReport(config.name, precision, used.method if used else None,

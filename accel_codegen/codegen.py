@@ -317,9 +317,9 @@ class FunctionCodegen:
                                  np.float64)
             weights = (weights.T if layer.conv.transpose_weight else weights).reshape(
                 layer.conv.weight_shape) * g.reshape(-1, 1, 1, 1)
-            ops.append(self._conv(layer, scope, self._constant(weights.astype(np.float32))))
+            ops.append(self._conv(layer, scope, self._constant(weights)))  # one rounding
             shift = "NULL" if layer.sdp.bias is None and layer.sdp.batch_norm is None else \
-                self._constant(h.astype(np.float32))
+                self._constant(h)
             ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
         else:
             if layer.conv is not None:
@@ -622,6 +622,7 @@ class FunctionCodegen:
 #define NUM_ARGS {num_args}
 
 static const void* k_const[NUM_CONSTANTS + 1];    /* set by the constant loader */
+static void* k_const_object[NUM_CONSTANTS + 1];   /* the tensors it holds a reference to */
 static const int64_t k_const_count[NUM_CONSTANTS + 1] = {{{const_counts}}};
 static const struct {{ int code, bits; }} k_const_type[NUM_CONSTANTS + 1] = {{{const_types}}};
 static void* k_temp[NUM_TEMPS + 1];               /* intermediates, allocated once */
@@ -802,12 +803,16 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
                        (long long)cell->size, NUM_CONSTANTS);
   }}
   const TVMFFIAny* items = (const TVMFFIAny*)cell->data;
-  for (int i = 0; i < NUM_CONSTANTS; ++i) {{
+  for (int i = 0; i < NUM_CONSTANTS; ++i) {{ /* all checked before any is taken */
     const DLTensor* t = as_dltensor(&items[i]);
-    if (t == NULL || t->dtype.code != k_const_type[i].code ||
-        t->dtype.bits != k_const_type[i].bits || t->dtype.lanes != 1) {{
-      return raise_error("TypeError", "__init_{self.short}: constant %d is not of type code "
-                         "%d, %d bits", i, k_const_type[i].code, k_const_type[i].bits);
+    if (t == NULL) {{
+      return raise_error("TypeError", "__init_{self.short}: constant %d is not a tensor", i);
+    }}
+    if (t->dtype.code != k_const_type[i].code || t->dtype.bits != k_const_type[i].bits ||
+        t->dtype.lanes != 1) {{
+      return raise_error("TypeError", "__init_{self.short}: constant %d has type code %d, "
+                         "%d bits, expected type code %d, %d bits", i, (int)t->dtype.code,
+                         (int)t->dtype.bits, k_const_type[i].code, k_const_type[i].bits);
     }}
     int64_t count = 1;
     for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
@@ -815,14 +820,22 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
       return raise_error("ValueError", "__init_{self.short}: constant %d has %lld values, "
                          "expected %lld", i, (long long)count, (long long)k_const_count[i]);
     }}
-    /* Keep the constant alive for as long as this library is loaded. */
-    if (items[i].type_index == kTVMFFITensor) TVMFFIObjectIncRef(items[i].v_obj);
+  }}
+  pthread_mutex_lock(&k_lock); /* no call runs while the constants change */
+  for (int i = 0; i < NUM_CONSTANTS; ++i) {{
+    const DLTensor* t = as_dltensor(&items[i]);
+    /* Hold the constant for as long as this library is loaded, or until the next load. */
+    void* object = items[i].type_index == kTVMFFITensor ? items[i].v_obj : NULL;
+    if (object != NULL) TVMFFIObjectIncRef(object);
+    if (k_const_object[i] != NULL) TVMFFIObjectDecRef(k_const_object[i]);
+    k_const_object[i] = object;
     k_const[i] = (const char*)t->data + t->byte_offset;
   }}
   for (int i = 0; i < NUM_PACKED; ++i) {{ /* new weights: pack again */
     free(k_packed[i]);
     k_packed[i] = NULL;
   }}
+  pthread_mutex_unlock(&k_lock);
   result->type_index = kTVMFFIInt;
   result->v_int64 = 0;
   return 0;

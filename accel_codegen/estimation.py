@@ -183,11 +183,12 @@ def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-                 config: AccelConfig | str = "nv_full", fuse: bool = True
-                 ) -> List[Tuple[str, str, Layer]]:
+                 config: AccelConfig | str = "nv_full", fuse: bool = True,
+                 precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
     """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
     partitioned model would make, in execution order (for per-layer benchmarks)."""
-    return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse))
+    return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
+                                    precision=precision))
 
 
 def _host_ops(mod: tvm.IRModule) -> int:

@@ -237,15 +237,25 @@ class Calibration:
                    {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()})
 
 
+def examples_of(inputs, what: str) -> list:
+    """Example inputs as a list of tuples of arrays: an iterable of tuples (or of single
+    arrays, for one-input models)."""
+    if isinstance(inputs, np.ndarray):
+        raise AccelInvalidError(f"{what}: expected an iterable of example inputs (tuples of "
+                                f"arrays), got one array of shape {inputs.shape}; wrap it: [x]")
+    examples = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in inputs]
+    if not examples:
+        raise AccelInvalidError(f"{what} needs at least one example input")
+    return examples
+
+
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD
               ) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
     on each example (two passes: ranges, then histograms), turned into scales by ``method``."""
     if method not in METHODS:
         raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
-    examples = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in inputs]
-    if not examples:
-        raise AccelInvalidError("calibration needs at least one example input")
+    examples = examples_of(inputs, "calibration")
     observer = Observer()
     with observing(observer):
         for example in examples:

@@ -141,3 +141,37 @@ def test_int8_generated_source_reads_typed_constants():
     constants = dict(part.attrs["const_name_to_constant"])
     dtypes = {str(v.dtype) for v in constants.values()}
     assert {"int8", "int32", "int16", "uint8"} <= dtypes and "float32" not in dtypes
+
+
+class ConvPoolConv(torch.nn.Module):
+    """A conv with no SDP of its own: int8 and fp16 give it a converter, fp32 does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Conv2d(4, 8, 3, padding=1, bias=False)
+        self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.eval()
+
+    def forward(self, x):
+        return torch.relu(self.second(torch.nn.functional.max_pool2d(self.first(x), 3, 1, 1)))
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_accuracy_report_pairs_the_tensors_of_a_conv_without_sdp(precision):
+    torch.manual_seed(4)
+    rng = np.random.default_rng(4)
+    x = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) for _ in range(4)]
+    mod, params = _module(ConvPoolConv(), x[0])
+    report = ac.accuracy_report(mod, params, x[:2], precision=precision,
+                                calibration=x[2:] if precision == "int8" else None)
+    rows = [(t.key, t.op_index) for t in report.tensors]
+    assert rows == [("f0.0", 1), ("f0.0", 2), ("f0.1", 1)]
+    floor = 25 if precision == "int8" else 55
+    assert all(t.sqnr_db > floor for t in report.tensors), str(report)
+
+
+def test_calibration_must_be_examples_not_one_array():
+    model, (x,) = ac.models.get_model("lenet5")
+    mod, params = frontend.from_pytorch(model, (x,))
+    with pytest.raises(ac.AccelInvalidError, match="wrap it"):
+        ac.partition_for_accel(mod, params, precision="int8", calibration=x.numpy())

@@ -142,6 +142,8 @@ INT8_REJECTIONS = [
      AccelInvalidError, "rshift has 5 values for 4 channels"),
     ("mixed_precisions", [CONV8, Sdp(precision="fp32")], AccelInvalidError,
      "op 1 (SDP): precision fp32 differs from the input's int8"),
+    ("in_zero_after_conv", [CONV8, Sdp(in_zero=5, precision="int8")], AccelInvalidError,
+     "in_zero = 5 is for an SDP that reads memory"),
 ]
 
 
@@ -356,3 +358,40 @@ def test_c_weight_count_cannot_overflow():
 def test_labels_are_cut_on_a_character_boundary():
     _, stats = DEVICE.run([Sdp(act="relu")], X, label="é" * 40)
     assert stats.label == "é" * 31
+
+
+def _convert(src, from_, dst, to, scale=1.0, zero=0):
+    return lib.accel_convert(ffi.cast("void*", src.ctypes.data), from_,
+                             ffi.cast("void*", dst.ctypes.data), to, src.size, scale, zero)
+
+
+def test_convert_quantizes_as_the_python_definition():
+    """accel_convert (what generated code runs where data enters) equals TensorQuant."""
+    from accel_codegen.quantization import TensorQuant
+    rng = np.random.default_rng(5)
+    quant = TensorQuant(0.0375, -128)
+    x = np.concatenate([rng.standard_normal(1000) * 3, (np.arange(-40, 40) + 0.5) * 0.0375,
+                        [np.nan, np.inf, -np.inf, 1e30]]).astype(np.float32)
+    q = np.empty(x.size, np.int8)
+    assert _convert(x, lib.ACCEL_FP32, q, lib.ACCEL_INT8, quant.scale, quant.zero) == 0
+    np.testing.assert_array_equal(q, quant.quantize(x))
+    back = np.empty(x.size, np.float32)
+    assert _convert(q, lib.ACCEL_INT8, back, lib.ACCEL_FP32, quant.scale, quant.zero) == 0
+    np.testing.assert_array_equal(back, quant.dequantize(q))
+    half = np.empty(x.size, np.float16)
+    assert _convert(x, lib.ACCEL_FP32, half.view(np.uint16), lib.ACCEL_FP16) == 0
+    np.testing.assert_array_equal(half, x.astype(np.float16))  # round to nearest even
+
+
+def test_convert_rejections_name_the_bad_value():
+    x = np.zeros(8, np.float32)
+    q = np.zeros(8, np.int8)
+    assert _convert(x, lib.ACCEL_FP32, q, lib.ACCEL_INT8, 0.0) == lib.ACCEL_ERR_INVALID
+    assert "scale = 0" in ffi.string(lib.accel_last_error()).decode()
+    assert _convert(x, lib.ACCEL_FP32, q, lib.ACCEL_INT8, 1.0, 200) == lib.ACCEL_ERR_INVALID
+    assert "zero = 200" in ffi.string(lib.accel_last_error()).decode()
+    assert _convert(x[1:].view(np.uint8)[1:], lib.ACCEL_FP32, q, lib.ACCEL_INT8) == \
+        lib.ACCEL_ERR_ALIGNMENT
+    assert "src = " in ffi.string(lib.accel_last_error()).decode()
+    assert _convert(x, lib.ACCEL_FP32, x.view(np.int8), lib.ACCEL_INT8) == lib.ACCEL_ERR_INVALID
+    assert "overlap" in ffi.string(lib.accel_last_error()).decode()

@@ -444,6 +444,12 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                         "%s: a %s CONV must be followed by an SDP, which converts its "
                         "accumulators", where, precision_name(ops[i].conv.precision));
     }
+    if (i > 0 && ops[i].engine == ACCEL_ENGINE_SDP && ops[i - 1].engine == ACCEL_ENGINE_CONV &&
+        ops[i].sdp.in_zero != 0) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: in_zero = %d is for an SDP that reads memory; after a CONV it "
+                        "reads accumulators, which have none", where, ops[i].sdp.in_zero);
+    }
     if ((int64_t)r->out_n * r->out_c * r->out_h * r->out_w > ACCEL_MAX_TENSOR_ELEMENTS) {
       return accel_fail(ACCEL_ERR_INVALID, "%s: the output of %d x %d x %d x %d elements exceeds "
                         "the limit of %d", where, r->out_n, r->out_c, r->out_h, r->out_w,

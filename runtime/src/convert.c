@@ -26,10 +26,20 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
       return accel_fail(ACCEL_ERR_INVALID, "zero = %d is outside [-128, 127]", zero);
     }
   }
-  if ((from == ACCEL_FP32 && (uintptr_t)src % 4) || (to == ACCEL_FP32 && (uintptr_t)dst % 4) ||
-      (from == ACCEL_FP16 && (uintptr_t)src % 2) || (to == ACCEL_FP16 && (uintptr_t)dst % 2)) {
-    return accel_fail(ACCEL_ERR_ALIGNMENT, "src %p or dst %p is not aligned to its elements",
-                      src, dst);
+  const uintptr_t from_bytes = from == ACCEL_FP32 ? 4 : from == ACCEL_FP16 ? 2 : 1;
+  const uintptr_t to_bytes = to == ACCEL_FP32 ? 4 : to == ACCEL_FP16 ? 2 : 1;
+  if ((uintptr_t)src % from_bytes != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "src = %p is not aligned to its %s elements", src,
+                      precision_name(from));
+  }
+  if ((uintptr_t)dst % to_bytes != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "dst = %p is not aligned to its %s elements", dst,
+                      precision_name(to));
+  }
+  const char* s = src;
+  const char* d = dst;
+  if (count > 0 && s < d + count * (int64_t)to_bytes && d < s + count * (int64_t)from_bytes) {
+    return accel_fail(ACCEL_ERR_INVALID, "src %p and dst %p overlap", src, dst);
   }
   if (quantizing) {
     const float* x = src;
@@ -44,7 +54,7 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
   } else if (from == ACCEL_FP16 && to == ACCEL_FP32) {
     half_to_float(src, dst, count);
   } else if (from == ACCEL_FP32 && to == ACCEL_FP32) {
-    memmove(dst, src, (size_t)count * sizeof(float));
+    memcpy(dst, src, (size_t)count * sizeof(float));
   } else {
     return accel_fail(ACCEL_ERR_UNSUPPORTED, "no conversion from %s to %s",
                       precision_name(from), precision_name(to));
