@@ -276,12 +276,6 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
 }
 
 #ifdef CONV_I8_VNNI
-/* sdp_i8.c, internal (kernels.h has no entry for it yet): the SDP on `count` values of the
- * consecutive channels first, first + 1, ... (one output position each), exactly as
- * sdp_i8_span computes each of them. */
-void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
-                     int8_t* y, int64_t count);
-
 /* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
  * output position per image: those outputs are consecutive, from out + at. */
 static void epilogue_column(const sdp_i8* ep, const int32_t* tile, int64_t col, int64_t rows,

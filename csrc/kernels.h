@@ -111,6 +111,12 @@ typedef struct sdp_i8 {
 void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_t* operand,
                  int8_t* y, int64_t count);
 
+/* The same SDP on `count` values of the consecutive channels first, first + 1, ... (one
+ * output position each: a fully connected layer's outputs), exactly as sdp_i8_span computes
+ * each of them. */
+void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count);
+
 /* out = SDP(in) over a whole [n][c][hw] int8 tensor (v = in - in_zero); in may equal out. */
 void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
                 int8_t* out, int32_t num_threads);

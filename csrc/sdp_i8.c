@@ -422,11 +422,6 @@ void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_
   SPAN_IMPL(p, channel, v, operand, y, count);
 }
 
-/* count values of consecutive channels first, first + 1, ... (one position each: a fully
- * connected layer's outputs), as sdp_i8_span would compute each of them. Internal: the CONV
- * epilogue and sdp_i8_run use it for outputs of one position per image. */
-void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
-                     int8_t* y, int64_t count);
 void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count) {
   CHANNELS_IMPL(p, first, v, operand, y, count);
