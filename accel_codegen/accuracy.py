@@ -20,7 +20,7 @@ import tvm
 from .config import AccelConfig
 from .errors import AccelInvalidError
 from .estimation import model_layers
-from .partition import _generate, calibration_of, partition_for_accel
+from .partition import calibration_of, generate_partition, partition_for_accel
 from .quantization import DEFAULT_METHOD, Key, examples_of, observing
 from .toolchain import virtual_machine
 
@@ -173,7 +173,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                  calibration=calibration,
                                  calibration_method=calibration_method)
     used = calibration_of(target, used=True)
-    reference = _generate(mod, params, config, fuse, precision, "fp32", None)
+    reference = generate_partition(mod, params, config, fuse, precision, "fp32", None)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
     vm = virtual_machine(tvm.compile(target, target="llvm"))
 

@@ -196,10 +196,12 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     ])(mod)
 
 
-def _generate(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool, precision: str,
-              generated_precision: str, calibration: Optional[Calibration]) -> tvm.IRModule:
+def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
+                       precision: str, generated_precision: str,
+                       calibration: Optional[Calibration]) -> tvm.IRModule:
     """Match the chains that run in ``precision``, then generate ``generated_precision`` code
-    for them (fp32 code of the int8 partition is what calibration runs)."""
+    for them: the fp32 code of an int8 or fp16 partition is what calibration and the accuracy
+    report compare against (the same runs, op for op)."""
     log = PartitionLog()
     mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=precision)
     report = _build_report(mod, config, fuse, log, generated_precision)
@@ -272,21 +274,21 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if precision != "int8":
         if calibration is not None:
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
-        return _generate(mod, params, config, fuse, precision, precision, None)
+        return generate_partition(mod, params, config, fuse, precision, precision, None)
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
     if not isinstance(calibration, Calibration):
         from .toolchain import virtual_machine  # late: toolchain imports this module
 
-        reference = _generate(mod, params, config, fuse, "int8", "fp32", None)
+        reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None)
         vm = virtual_machine(tvm.compile(reference, target="llvm"))
 
         def run(*inputs):
             vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
 
         calibration = calibrate(run, calibration, calibration_method)
-    return _generate(mod, params, config, fuse, "int8", "int8", calibration)
+    return generate_partition(mod, params, config, fuse, "int8", "int8", calibration)
 
 
 def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibration]:
