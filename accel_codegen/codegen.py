@@ -305,7 +305,7 @@ class FunctionCodegen:
         ops: List[str] = []
         out_quant = in_quant
         if self.precision == "int8":
-            ops, out_quant = self._int8_ops(layer, scope, key, in_quant, lines)
+            ops, out_quant = self._int8_ops(layer, scope, key, in_quant)
             self.quantization[(key, -1)] = in_quant
             for i in range(1 if layer.conv is not None else 0, len(ops)):
                 self.quantization[(key, i)] = out_quant
@@ -455,8 +455,8 @@ class FunctionCodegen:
             OP.pdp.zero = {zero};""")
 
     # --- int8 -------------------------------------------------------------------------------
-    def _int8_ops(self, layer: Layer, scope, key: str, in_quant: TensorQuant,
-                  lines: List[str]) -> Tuple[List[str], TensorQuant]:
+    def _int8_ops(self, layer: Layer, scope, key: str, in_quant: TensorQuant
+                  ) -> Tuple[List[str], TensorQuant]:
         """The engine ops of an int8 layer and the quantisation of its output. Real values:
         SDP result = g[c] * (accumulator in units a[c]) + h[c], with batch norm, bias and a
         per-channel scale as (g, h); a conv takes g into its weights before quantising them."""
@@ -495,7 +495,8 @@ class FunctionCodegen:
                            ) -> np.ndarray:
         """Bias correction (Nagel et al., "Data-free quantization", 2019): the rounding error
         of the weights shifts each output channel's mean by sum(error * E[input]); the
-        calibration's per-channel input means give it, and the bias takes it back."""
+        calibration's per-channel input means give it, and the bias takes it back. (Border
+        positions, where padding reads zero, are treated like the interior.)"""
         means = self.calibration.means.get(key) if self.calibration else None
         conv = layer.conv
         if means is None or len(means) != layer.in_shape[1]:
@@ -546,7 +547,9 @@ class FunctionCodegen:
             comment = f"x and the {s.ew_op} operand to 2^-{extra} of the output step"
         bias = rhaz(h / (g * unit))
         if np.any(np.abs(bias) > 2 ** 31 - 1):
-            raise AccelInvalidError(f"{what}: a shift does not fit the int32 bias")
+            bad = int(np.argmax(np.abs(bias)))
+            raise AccelInvalidError(f"{what}: shift {h[bad]:g} of channel {bad} is "
+                                    f"{bias[bad]:g} accumulator steps, beyond the int32 bias")
         mul, rshift = encode_multipliers(g * unit / target, f"{what} multiplier")
         fields.update(bias=f"(const int32_t*){self._constant(bias.astype(np.int32))}",
                       mul=f"(const int16_t*){self._constant(mul)}",
@@ -562,6 +565,9 @@ class FunctionCodegen:
                                np.float64).reshape(-1)
             slope = np.broadcast_to(slope, (len(g),)) if slope.size == 1 else slope
             top = float(np.max(np.abs(slope))) or 1.0
+            if top >= 32767.5:
+                raise AccelInvalidError(f"{what}: PReLU slope {top:g} does not fit an int16 "
+                                        "multiplier")
             shift = int(np.clip(np.floor(np.log2(32767.0 / top)), 0, 62))
             codes = rhaz(slope * 2.0 ** shift).astype(np.int16)
             fields.update(prelu_mul=f"(const int16_t*){self._constant(codes)}",
