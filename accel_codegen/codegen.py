@@ -133,7 +133,7 @@ class FunctionCodegen:
         self.constants: Dict[str, np.ndarray] = {}
         self.temps: List[int] = []  # byte sizes of the scratch buffers
         self.temp_free_after: List[int] = []  # the layer after which each buffer is free
-        self.packed = 0  # int8 convs whose weights are packed once, at the first call
+        self.packed = 0  # int8/fp16 convs whose weights are packed once, at the first call
         self.quantization: Dict[Tuple[str, int], TensorQuant] = {}
         self.layer_index = 0
         self.last_use: Dict[relax.Var, int] = {}
@@ -349,13 +349,18 @@ class FunctionCodegen:
     def _c_precision(self) -> str:
         return f"ACCEL_{self.precision.upper()}"
 
-    def _conv(self, layer: Layer, scope, weights: Optional[str] = None) -> str:
+    def _conv(self, layer: Layer, scope, weights: Optional[str] = None, in_zero: int = 0) -> str:
         c = layer.conv
         if weights is None:
             weights = self._pointer(c.weight, scope,
                                     reshape=(lambda v: v.T) if c.transpose_weight else None)
         k, _, kh, kw = c.weight_shape
         t, l, b, r = c.padding
+        pack = f"\nOP.conv.in_zero = {in_zero};" if in_zero else ""
+        if self.precision != "fp32":  # packed (int8) or widened (fp16) once, not every call
+            pack += (f"\nif (pack_weights(&OP, {layer.in_shape[1]}, &k_packed[{self.packed}]) "
+                    "!= 0) return -1;")
+            self.packed += 1
         return textwrap.dedent(f"""\
             OP.engine = ACCEL_ENGINE_CONV;  /* {c.source} */
             OP.conv.out_c = {k};
@@ -365,7 +370,7 @@ class FunctionCodegen:
             OP.conv.dilation_h = {c.dilation[0]}; OP.conv.dilation_w = {c.dilation[1]};
             OP.conv.groups = {c.groups};
             OP.conv.precision = {self._c_precision};
-            OP.conv.weights = {weights};""")
+            OP.conv.weights = {weights};""") + pack
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:
@@ -474,11 +479,7 @@ class FunctionCodegen:
             h = h - self._weight_error_mean(layer, key, codes, weight_scales, weights)
             unit = in_quant.scale * weight_scales
             g = np.ones(channels)
-            ops.append(self._conv(layer, scope, self._constant(codes)) +
-                       f"\nOP.conv.in_zero = {in_quant.zero};" +
-                       f"\nif (pack_weights(&OP, {layer.in_shape[1]}, &k_packed[{self.packed}]) "
-                       "!= 0) return -1;")
-            self.packed += 1
+            ops.append(self._conv(layer, scope, self._constant(codes), in_quant.zero))
         else:
             unit = np.full(channels, in_quant.scale)
         has_sdp = layer.conv is not None or not s.empty()
@@ -633,7 +634,7 @@ static const int64_t k_const_count[NUM_CONSTANTS + 1] = {{{const_counts}}};
 static const struct {{ int code, bits; }} k_const_type[NUM_CONSTANTS + 1] = {{{const_types}}};
 static void* k_temp[NUM_TEMPS + 1];               /* intermediates, allocated once */
 static const int64_t k_temp_bytes[NUM_TEMPS + 1] = {{{temps}}};
-static void* k_packed[NUM_PACKED + 1];            /* int8 weights packed at the first call */
+static void* k_packed[NUM_PACKED + 1];            /* weights packed at the first call */
 static accel_config k_config;
 static accel_device* k_device;
 static pthread_mutex_t k_lock = PTHREAD_MUTEX_INITIALIZER; /* one accelerator: calls queue */
@@ -738,7 +739,8 @@ static int convert(const void* src, accel_precision from, void* dst, accel_preci
   return 0;
 }}
 
-/* INT8 weights in the kernel's layout, made once (NVDLA's compiler pre-formats weights). */
+/* Weights prepared once for the kernel: int8 in its layout, fp16 widened (NVDLA's compiler
+ * pre-formats weights too). */
 static int pack_weights(accel_op* op, int32_t in_c, void** packed) {{
   if (*packed == NULL) {{
     size_t bytes = 0;

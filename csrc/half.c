@@ -51,3 +51,38 @@ void round_to_half(float* x, int64_t count) {
 #endif
   for (; i < count; ++i) x[i] = scalar_widen(scalar_narrow(x[i]));
 }
+
+/* FP16 packed weights: a 64-byte header, then the weights widened to fp32 (the engine computes
+ * on widened halves, so a layer widens its weights once, not on every run). */
+enum { F16_MAGIC = 0x36484341 /* "ACH6" */, F16_HEADER = 64 };
+
+typedef struct f16_header {
+  uint32_t magic;
+  int32_t k, c, kernel_h, kernel_w, groups;
+} f16_header;
+
+static int64_t weight_count(const conv_geometry* g) {
+  return (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
+}
+
+size_t conv_f16_packed_bytes(const conv_geometry* g) {
+  return F16_HEADER + (size_t)weight_count(g) * sizeof(float);
+}
+
+void conv_f16_pack(const conv_geometry* g, const uint16_t* weights, void* dst) {
+  const f16_header h = {F16_MAGIC, g->k, g->c, g->kernel_h, g->kernel_w, g->groups};
+  memset(dst, 0, F16_HEADER);
+  memcpy(dst, &h, sizeof h);
+  half_to_float(weights, (float*)((char*)dst + F16_HEADER), weight_count(g));
+}
+
+int conv_f16_packed_matches(const conv_geometry* g, const void* packed) {
+  f16_header h;
+  memcpy(&h, packed, sizeof h);
+  return h.magic == F16_MAGIC && h.k == g->k && h.c == g->c && h.kernel_h == g->kernel_h &&
+         h.kernel_w == g->kernel_w && h.groups == g->groups;
+}
+
+const float* conv_f16_packed_weights(const void* packed) {
+  return (const float*)((const char*)packed + F16_HEADER);
+}

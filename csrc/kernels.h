@@ -147,6 +147,12 @@ void float_to_half(const float* src, uint16_t* dst, int64_t count);
 /* x = float(half(x)) in place: the rounding an FP16 engine applies to its fp32 result. */
 void round_to_half(float* x, int64_t count);
 
+/* FP16 packed conv weights (accel_conv_pack_weights): widened to fp32 once. */
+size_t conv_f16_packed_bytes(const conv_geometry* g);
+void conv_f16_pack(const conv_geometry* g, const uint16_t* weights, void* dst);
+int conv_f16_packed_matches(const conv_geometry* g, const void* packed);
+const float* conv_f16_packed_weights(const void* packed);
+
 #ifdef __cplusplus
 }
 #endif

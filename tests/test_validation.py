@@ -202,10 +202,29 @@ def test_packed_weights_must_match_their_conv():
             DEVICE.run([dataclasses.replace(other, packed=packed), sdp], x)
     with pytest.raises(AccelInvalidError, match="in_c = 0"):
         conv.pack("nv_full", in_c=0)
-    with pytest.raises(AccelInvalidError, match="weights_packed is for INT8 weights, not fp32"):
+    with pytest.raises(AccelInvalidError,
+                       match="weights_packed is for INT8 and FP16 weights, not fp32"):
         DEVICE.run([Conv(W, padding=1, packed=packed), Sdp()], X)
-    with pytest.raises(AccelInvalidError, match="only INT8 weights are packed"):
+    with pytest.raises(AccelInvalidError, match="only INT8 and FP16 weights are packed"):
         Conv(W, padding=1).pack("nv_full")
+    # an int8 packing is not an fp16 one
+    w16 = rng.standard_normal((8, 4, 3, 3)).astype(np.float16)
+    with pytest.raises(AccelInvalidError, match="was not packed for this"):
+        DEVICE.run([Conv(w16, padding=1, precision="fp16", packed=packed),
+                    Sdp(precision="fp16")], X.astype(np.float16))
+
+
+def test_fp16_packed_weights_give_the_same_bits():
+    """FP16 packing widens the weights once; the run must not change by a bit."""
+    rng = np.random.default_rng(1)
+    w16 = rng.standard_normal((8, 4, 3, 3)).astype(np.float16)
+    x16 = rng.standard_normal((2, 4, 8, 8)).astype(np.float16)
+    conv = Conv(w16, padding=1, precision="fp16")
+    sdp = Sdp(shift=rng.standard_normal(8).astype(np.float16), act="relu", precision="fp16")
+    plain = DEVICE.run([conv, sdp], x16)[0]
+    packed = DEVICE.run([conv.packed_for("nv_full"), sdp], x16)[0]
+    assert plain.dtype == np.float16 and np.array_equal(plain.view(np.uint16),
+                                                        packed.view(np.uint16))
 
 
 def test_input_rank_and_size_checks():

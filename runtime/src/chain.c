@@ -130,9 +130,10 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
     RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
   } else {
     RANGE("in_zero", d->in_zero, 0, 0)
-    if (d->weights_packed != NULL) {
-      return accel_fail(ACCEL_ERR_INVALID, "%s: weights_packed is for INT8 weights, not %s",
-                        where, precision_name(d->precision));
+    if (d->weights_packed != NULL && d->precision != ACCEL_FP16) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: weights_packed is for INT8 and FP16 weights, not %s", where,
+                        precision_name(d->precision));
     }
   }
   /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
@@ -181,7 +182,9 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   r->conv = weight_geometry(d, r->in_c);
   r->conv.n = r->in_n, r->conv.h = r->in_h, r->conv.w = r->in_w;
   r->conv.out_h = r->out_h, r->conv.out_w = r->out_w;
-  if (d->weights_packed != NULL && !conv_i8_packed_matches(&r->conv, d->weights_packed)) {
+  if (d->weights_packed != NULL &&
+      !(d->precision == ACCEL_INT8 ? conv_i8_packed_matches(&r->conv, d->weights_packed)
+                                   : conv_f16_packed_matches(&r->conv, d->weights_packed))) {
     return accel_fail(ACCEL_ERR_INVALID,
                       "%s: weights_packed %p was not packed for this %dx%dx%dx%d conv (groups %d)",
                       where, d->weights_packed, d->out_c, r->in_c / d->groups, d->kernel_h,
@@ -199,14 +202,15 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
   }
   const char* where = "accel_conv_pack_weights";
   RANGE("in_c", in_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
-  if (conv->precision != ACCEL_INT8) {
-    return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s: only INT8 weights are packed", where,
-                      precision_name(conv->precision));
+  if (conv->precision != ACCEL_INT8 && conv->precision != ACCEL_FP16) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s: only INT8 and FP16 weights are "
+                      "packed", where, precision_name(conv->precision));
   }
   st = check_conv_fields(cfg, conv, in_c, where);
   if (st != ACCEL_OK) return st;
   const conv_geometry g = weight_geometry(conv, in_c);
-  const size_t needed = conv_i8_packed_bytes(&g);
+  const int int8 = conv->precision == ACCEL_INT8;
+  const size_t needed = int8 ? conv_i8_packed_bytes(&g) : conv_f16_packed_bytes(&g);
   if (packed == NULL) {
     *packed_bytes = needed;
     return ACCEL_OK;
@@ -219,9 +223,13 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
     return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: packed = %p is not 64-byte aligned", where,
                       packed);
   }
-  st = check_buffer(conv->weights, ACCEL_INT8, "accel_conv_pack_weights: weights");
+  st = check_buffer(conv->weights, conv->precision, "accel_conv_pack_weights: weights");
   if (st != ACCEL_OK) return st;
-  conv_i8_pack(&g, conv->weights, packed);
+  if (int8) {
+    conv_i8_pack(&g, conv->weights, packed);
+  } else {
+    conv_f16_pack(&g, conv->weights, packed);
+  }
   *packed_bytes = needed;
   return ACCEL_OK;
 }

@@ -267,8 +267,9 @@ static const float* widen(const void* halves, int64_t count, float** cursor) {
   return dst;
 }
 
-/* FP16: every half the chain reads is widened once into scratch, the fp32 engines run on the
- * widened copies with each pass's output rounded to half, and the result is narrowed. */
+/* FP16: every half the chain reads is widened into scratch (conv weights come widened already
+ * when they are packed), the fp32 engines run on the widened copies with each pass's output
+ * rounded to half, and the result is narrowed. */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
                                        const char* label) {
@@ -277,7 +278,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
   int64_t total = in_count + out_count;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
-    if (r->op->engine == ACCEL_ENGINE_CONV) {
+    if (r->op->engine == ACCEL_ENGINE_CONV && r->op->conv.weights_packed == NULL) {
       total += (int64_t)r->conv.k * (r->conv.c / r->conv.groups) * r->conv.kernel_h *
                r->conv.kernel_w;
     } else if (r->op->engine == ACCEL_ENGINE_SDP) {
@@ -299,9 +300,13 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
     wide.ops[i].op = &ops[i];
     if (r->op->engine == ACCEL_ENGINE_CONV) {
       ops[i].conv.precision = ACCEL_FP32;
-      ops[i].conv.weights = widen(r->op->conv.weights,
-                                  (int64_t)r->conv.k * (r->conv.c / r->conv.groups) *
-                                      r->conv.kernel_h * r->conv.kernel_w, &cursor);
+      ops[i].conv.weights_packed = NULL;
+      ops[i].conv.weights =
+          r->op->conv.weights_packed != NULL
+              ? conv_f16_packed_weights(r->op->conv.weights_packed)
+              : widen(r->op->conv.weights,
+                      (int64_t)r->conv.k * (r->conv.c / r->conv.groups) * r->conv.kernel_h *
+                          r->conv.kernel_w, &cursor);
     } else if (r->op->engine == ACCEL_ENGINE_SDP) {
       accel_sdp_desc* d = &ops[i].sdp;
       d->precision = ACCEL_FP32;

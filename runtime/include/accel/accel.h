@@ -141,9 +141,10 @@ typedef struct accel_conv_desc {
   /* ABI 2 */
   int32_t in_zero;           /* INT8: the input's zero point (-128..127); the sum runs over
                               * (in - in_zero), so padding reads as in_zero. 0 otherwise */
-  const void* weights_packed;/* INT8, optional: accel_conv_pack_weights() of these weights for
-                              * this conv (NVDLA reads weights its compiler pre-formatted);
-                              * NULL: the kernel packs them on every run */
+  const void* weights_packed;/* INT8 and FP16, optional: accel_conv_pack_weights() of these
+                              * weights for this conv (NVDLA reads weights its compiler
+                              * pre-formatted); NULL: the kernel packs (INT8) or widens
+                              * (FP16) them on every run */
 } accel_conv_desc;
 
 typedef enum accel_eltwise {
@@ -320,7 +321,8 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
                             accel_mode mode, accel_run_stats* run_stats,
                             accel_op_stats* op_stats);
 
-/* INT8 CONV weights rearranged for the simulator's kernel (accel_conv_desc.weights_packed).
+/* INT8 or FP16 CONV weights prepared for the simulator's kernel (accel_conv_desc.weights_packed):
+ * INT8 in the kernel's layout, FP16 widened to fp32.
  * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights for an
  * input of in_c channels into packed (*packed_bytes bytes, 64-byte aligned). A run rejects a
  * packed buffer made for another weight shape (K, C, R, S, groups) but cannot tell whether the
