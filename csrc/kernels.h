@@ -49,6 +49,15 @@ typedef struct pdp_geometry {
   int32_t count_include_pad;
 } pdp_geometry;
 
+/* The image part of a pooling window along one axis: the window starts at `first` (output
+ * index * stride - padding) and covers taps [lo, hi) inside the image of `size` elements. */
+static inline void pool_window(int32_t out_index, int32_t stride, int32_t pad, int32_t kernel,
+                               int32_t size, int32_t* first, int32_t* lo, int32_t* hi) {
+  *first = out_index * stride - pad;
+  *lo = *first < 0 ? -*first : 0;
+  *hi = *first + kernel > size ? size - *first : kernel;
+}
+
 /* Scratch memory, one slot per thread plus shared slots, grown on demand and kept. */
 enum { WORKSPACE_SLOTS = 64 };
 typedef struct workspace {

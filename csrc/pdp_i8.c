@@ -32,13 +32,11 @@ static inline int32_t round_div(int32_t total, int32_t d) {
 /* Window by window: few output columns, where a pass per tap would be mostly overhead. */
 static void pool_narrow(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
-    const int32_t y0 = oy * g->stride_h - g->pad_top;
-    const int32_t r0 = y0 < 0 ? -y0 : 0;
-    const int32_t r1 = y0 + g->kernel_h > g->h ? g->h - y0 : g->kernel_h;
+    int32_t y0, r0, r1;
+    pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
     for (int32_t ox = 0; ox < g->out_w; ++ox) {
-      const int32_t x0 = ox * g->stride_w - g->pad_left;
-      const int32_t s0 = x0 < 0 ? -x0 : 0;
-      const int32_t s1 = x0 + g->kernel_w > g->w ? g->w - x0 : g->kernel_w;
+      int32_t x0, s0, s1;
+      pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
       int32_t acc = g->pool == ACCEL_POOL_MAX ? -128 : 0;
       for (int32_t r = r0; r < r1; ++r) {
         const int8_t* row = in + (int64_t)(y0 + r) * g->w + x0;
