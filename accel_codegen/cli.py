@@ -373,11 +373,16 @@ def _show_report(report, json_path) -> int:
     return 0
 
 
+def _result_paths(args):
+    """The --json and --plot paths of bench and sweep, checked before the long run."""
+    return (_output_path(args.json, ".json", "--json") if args.json else None,
+            _output_path(args.plot, ".png", "--plot") if args.plot else None)
+
+
 def cmd_bench(args) -> int:
     config = resolve_config(args.config)
     check_model_spec(args.model)
-    json_out = _output_path(args.json, ".json", "--json") if args.json else None
-    plot_out = _output_path(args.plot, ".png", "--plot") if args.plot else None
+    json_out, plot_out = _result_paths(args)
     from . import bench
 
     result = bench.run_bench(args.model, modes=args.modes, config=config, repeat=args.repeat,
@@ -393,8 +398,7 @@ def cmd_bench(args) -> int:
 def cmd_sweep(args) -> int:
     base = resolve_config(args.config)
     check_model_spec(args.model)
-    json_out = _output_path(args.json, ".json", "--json") if args.json else None
-    plot_out = _output_path(args.plot, ".png", "--plot") if args.plot else None
+    json_out, plot_out = _result_paths(args)
     from .config import check_precision
     from .estimation import sweep_configs
 

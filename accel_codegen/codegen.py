@@ -565,11 +565,8 @@ class FunctionCodegen:
             slope = np.asarray(constant_value(scope.get(s.prelu_slope, s.prelu_slope)),
                                np.float64).reshape(-1)
             slope = np.broadcast_to(slope, (len(g),)) if slope.size == 1 else slope
-            top = float(np.max(np.abs(slope))) or 1.0
-            if top >= 32767.5:
-                raise AccelInvalidError(f"{what}: PReLU slope {top:g} does not fit an int16 "
-                                        "multiplier")
-            shift = int(np.clip(np.floor(np.log2(32767.0 / top)), 0, 62))
+            # one shift for every channel: the one the largest slope allows
+            _, shift = encode_multiplier(float(np.max(np.abs(slope))), f"{what} PReLU slope")
             codes = rhaz(slope * 2.0 ** shift).astype(np.int16)
             fields.update(prelu_mul=f"(const int16_t*){self._constant(codes)}",
                           prelu_shift=shift)

@@ -278,7 +278,7 @@ def rhaz(value) -> np.ndarray:
 
 def encode_multipliers(factors, what: str) -> Tuple[np.ndarray, np.ndarray]:
     """Real factors -> (int16 mul, uint8 rshift) with mul / 2^rshift ~ factor, each channel
-    with the most precise shift (|mul| <= 32767, 0 <= rshift <= 62)."""
+    with the most precise shift (|mul| <= 32767, 0 <= rshift <= ACCEL_MAX_SHIFT)."""
     f = np.asarray(factors, np.float64).reshape(-1)
     magnitude = np.abs(f)
     if not np.all(np.isfinite(f)) or np.any(magnitude >= 32767.5):
@@ -287,7 +287,7 @@ def encode_multipliers(factors, what: str) -> Tuple[np.ndarray, np.ndarray]:
                                 "int16 multiplier")
     with np.errstate(divide="ignore"):
         shift = np.floor(np.log2(32767.0 / np.where(magnitude > 0, magnitude, 1.0)))
-    shift = np.clip(np.where(magnitude > 0, shift, 0), 0, 62)
+    shift = np.clip(np.where(magnitude > 0, shift, 0), 0, lib.ACCEL_MAX_SHIFT)
     mul = rhaz(f * np.exp2(shift))
     return mul.astype(np.int16), shift.astype(np.uint8)
 

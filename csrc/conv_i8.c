@@ -358,6 +358,18 @@ typedef struct bsrc {
 
 /* Accumulators of panels [p0, p1) x block mb of group grp into tile[MR][TILE * NR]:
  * sum(u * w) - (128 + in_zero) * sum(w), modulo 2^32 (exact: the true sum fits int32). */
+/* Without pre-packed weights: workspace for packing them on this call (the parallel region
+ * fills it), which the kernel then reads as if they had come packed. 0 when out of memory. */
+static int reserve_packing(const plan* P, workspace* ws, int8_t** pdata, int32_t** psum,
+                           const int8_t** apack, const int32_t** wsum) {
+  const size_t db = data_bytes(P, LAYOUT_VNNI);
+  char* p = workspace_get(ws, WS_PACK, db + wsum_bytes(P, LAYOUT_VNNI));
+  if (p == NULL) return 0;
+  *apack = *pdata = (int8_t*)p;
+  *wsum = *psum = (int32_t*)(p + db);
+  return 1;
+}
+
 static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32_t* wsum,
                       int32_t in_zero, int64_t grp, int64_t mb, int64_t p0, int64_t p1,
                       int32_t* tile) {
@@ -538,14 +550,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   const int pack_now = apack == NULL;
   int8_t* pdata = NULL;
   int32_t* psum = NULL;
-  if (pack_now) {
-    const size_t db = data_bytes(P, LAYOUT_VNNI);
-    char* p = workspace_get(ws, WS_PACK, db + wsum_bytes(P, LAYOUT_VNNI));
-    if (p == NULL) return ACCEL_ERR_NO_MEMORY;
-    pdata = (int8_t*)p;
-    psum = (int32_t*)(p + db);
-    apack = pdata;
-    wsum = psum;
+  if (pack_now && !reserve_packing(P, ws, &pdata, &psum, &apack, &wsum)) {
+    return ACCEL_ERR_NO_MEMORY;
   }
   const size_t copy_bytes = (size_t)(g->groups * Q.gbytes);
   uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
@@ -765,14 +771,8 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
   const int pack_now = apack == NULL;
   int8_t* pdata = NULL;
   int32_t* psum = NULL;
-  if (pack_now) {
-    const size_t db = data_bytes(P, LAYOUT_VNNI);
-    char* p = workspace_get(ws, WS_PACK, db + wsum_bytes(P, LAYOUT_VNNI));
-    if (p == NULL) return ACCEL_ERR_NO_MEMORY;
-    pdata = (int8_t*)p;
-    psum = (int32_t*)(p + db);
-    apack = pdata;
-    wsum = psum;
+  if (pack_now && !reserve_packing(P, ws, &pdata, &psum, &apack, &wsum)) {
+    return ACCEL_ERR_NO_MEMORY;
   }
   const size_t cols_bytes = (size_t)(g->groups * gbytes);
   uint8_t* cols = workspace_get(ws, WS_COPY, cols_bytes + COPY_SLACK);

@@ -117,6 +117,34 @@ static inline __m512i rhaz8(__m512i p, __m512i half, __m512i shift) {
   return _mm512_mask_sub_epi64(a, neg, _mm512_setzero_si512(), a);
 }
 
+/* Lanes [0, left) of a 16-lane step. */
+static inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* (p + add + (p < 0 ? -1 : 0)) >> shift, arithmetic, on 8 int64 lanes: rhaz(p, shift) when add
+ * is 2^(shift-1), plus z when add also holds z * 2^shift (shift >= 1). */
+static inline __m512i rounding_shift(__m512i p, __m512i add, __m512i shift) {
+  return _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(p, add), _mm512_srai_epi64(p, 63)),
+                           shift);
+}
+
+/* sat32(v + bias) * mul of 16 int32 lanes as even (pe) and odd (po) int64 products; vlo/vhi
+ * pre-clamp v so that the int32 add saturates exactly. */
+static inline void biased_products(__m512i x, __m512i vlo, __m512i vhi, __m512i bias,
+                                   __m512i mul, __m512i* pe, __m512i* po) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), bias);
+  *pe = _mm512_mul_epi32(t, mul);
+  *po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), mul);
+}
+
+/* Even and odd int64 lanes saturated to int8, interleaved back, clipped, stored (mask k). */
+static inline void store_codes(__m512i pe, __m512i po, __m128i lo, __m128i hi, __mmask16 k,
+                               int8_t* y) {
+  __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
+  _mm_mask_storeu_epi8(y, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
+}
+
 static inline __m512i sat32x8(const vec_params* q, __m512i x) {
   return _mm512_min_epi64(_mm512_max_epi64(x, q->lo32), q->hi32);
 }
@@ -159,7 +187,7 @@ static inline __attribute__((always_inline)) void span_body(const sdp_i8* p, con
                                                             int64_t count, int has_mul, int ew,
                                                             int act, int out_cvt) {
   for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 m = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
+    const __mmask16 m = tail_mask(count - i);
     const __m512i x = _mm512_maskz_loadu_epi32(m, v + i);
     __m128i op = _mm_setzero_si128();
     if (ew != ACCEL_EW_NONE) op = _mm_maskz_loadu_epi8(m, operand + i);
@@ -240,21 +268,17 @@ static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, 
   const __m512i sh = _mm512_set1_epi64(s);
   const __m128i l8 = _mm_set1_epi8((char)lo), h8 = _mm_set1_epi8((char)hi);
   for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 k = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
-    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
-    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
-    __m512i pe = _mm512_mul_epi32(t, m);
-    __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), m);
+    const __mmask16 k = tail_mask(count - i);
+    __m512i pe, po;
+    biased_products(_mm512_maskz_loadu_epi32(k, v + i), vlo, vhi, b, m, &pe, &po);
     if (s > 0) {
-      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, hz), _mm512_srai_epi64(pe, 63)), sh);
-      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, hz), _mm512_srai_epi64(po, 63)), sh);
+      pe = rounding_shift(pe, hz, sh);
+      po = rounding_shift(po, hz, sh);
     } else {
       pe = _mm512_add_epi64(pe, hz);
       po = _mm512_add_epi64(po, hz);
     }
-    __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
-    r = _mm_min_epi8(_mm_max_epi8(r, l8), h8);
-    _mm_mask_storeu_epi8(y + i, k, r);
+    store_codes(pe, po, l8, h8, k, y + i);
   }
 }
 
@@ -285,14 +309,12 @@ static void span_fast_add(const sdp_i8* p, const chan_params* c, const int32_t* 
   const int relu = p->act == ACCEL_ACT_RELU;
   const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
   for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 k = count - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (count - i)) - 1u);
-    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
-    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
-    __m512i pe = _mm512_mul_epi32(t, m);
-    __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), m);
+    const __mmask16 k = tail_mask(count - i);
+    __m512i pe, po;
+    biased_products(_mm512_maskz_loadu_epi32(k, v + i), vlo, vhi, b, m, &pe, &po);
     if (s > 0) {
-      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, h), _mm512_srai_epi64(pe, 63)), sh);
-      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, h), _mm512_srai_epi64(po, 63)), sh);
+      pe = rounding_shift(pe, h, sh);
+      po = rounding_shift(po, h, sh);
     }
     pe = _mm512_min_epi64(_mm512_max_epi64(pe, lo32), hi32);
     po = _mm512_min_epi64(_mm512_max_epi64(po, lo32), hi32);
@@ -315,15 +337,13 @@ static void span_fast_add(const sdp_i8* p, const chan_params* c, const int32_t* 
     pe = _mm512_mul_epi32(pe, om);
     po = _mm512_mul_epi32(po, om);
     if (os > 0) {
-      pe = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, hz), _mm512_srai_epi64(pe, 63)), osh);
-      po = _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(po, hz), _mm512_srai_epi64(po, 63)), osh);
+      pe = rounding_shift(pe, hz, osh);
+      po = rounding_shift(po, hz, osh);
     } else {
       pe = _mm512_add_epi64(pe, hz);
       po = _mm512_add_epi64(po, hz);
     }
-    __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
-    r = _mm_min_epi8(_mm_max_epi8(r, l8), h8);
-    _mm_mask_storeu_epi8(y + i, k, r);
+    store_codes(pe, po, l8, h8, k, y + i);
   }
 }
 

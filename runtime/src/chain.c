@@ -251,18 +251,18 @@ static accel_status check_sdp_int8(const accel_sdp_desc* d, int32_t channels, co
   RANGE("out_zero", d->out_zero, INT8_MIN, INT8_MAX)
   RANGE("ew_mul", d->ew_mul, INT16_MIN, INT16_MAX)
   RANGE("out_mul", d->out_mul, INT16_MIN, INT16_MAX)
-  RANGE("ew_shift", d->ew_shift, 0, 62)
-  RANGE("out_shift", d->out_shift, 0, 62)
-  RANGE("prelu_shift", d->prelu_shift, 0, 62)
+  RANGE("ew_shift", d->ew_shift, 0, ACCEL_MAX_SHIFT)
+  RANGE("out_shift", d->out_shift, 0, ACCEL_MAX_SHIFT)
+  RANGE("prelu_shift", d->prelu_shift, 0, ACCEL_MAX_SHIFT)
   if (d->act == ACCEL_ACT_CLIP) {
     RANGE("clip_lo", d->clip_lo, INT8_MIN, INT8_MAX)
     RANGE("clip_hi", d->clip_hi, d->clip_lo, INT8_MAX)
   }
   if (need_data && d->rshift != NULL) {
     for (int32_t c = 0; c < channels; ++c) {
-      if (d->rshift[c] > 62) {
-        return accel_fail(ACCEL_ERR_INVALID, "%s: rshift[%d] = %d is outside [0, 62]", where, c,
-                          d->rshift[c]);
+      if (d->rshift[c] > ACCEL_MAX_SHIFT) {
+        return accel_fail(ACCEL_ERR_INVALID, "%s: rshift[%d] = %d is outside [0, %d]", where, c,
+                          d->rshift[c], ACCEL_MAX_SHIFT);
       }
     }
   }

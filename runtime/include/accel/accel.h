@@ -44,6 +44,7 @@ enum {
   ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
   ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
+  ACCEL_MAX_SHIFT = 62,        /* INT8 converter shifts: 0..ACCEL_MAX_SHIFT */
   ACCEL_NAME_LEN = 32,
   ACCEL_LABEL_LEN = 64,
   ACCEL_ERROR_LEN = 512
@@ -181,7 +182,7 @@ typedef enum accel_activation {
  *   act: RELU t = max(t, 0); PRELU t < 0: rhaz(t * prelu_mul[c], prelu_shift)
  *   y = sat8(rhaz(t * out_mul, out_shift) + out_zero)       (out_mul 0: y = sat8(t + out_zero))
  *   CLIP: y = min(max(y, clip_lo), clip_hi)                 (output codes)
- * Multipliers are int16 values, shifts 0..62. SIGMOID and TANH have no INT8 form. */
+ * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. SIGMOID and TANH have no INT8 form. */
 typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */
@@ -194,7 +195,7 @@ typedef struct accel_sdp_desc {
   /* ABI 2: INT8 converters (all 0 / NULL in other precisions) */
   const int32_t* bias;       /* [C], accumulator units */
   const int16_t* mul;        /* [C] */
-  const uint8_t* rshift;     /* [C], each 0..62 */
+  const uint8_t* rshift;     /* [C], each 0..ACCEL_MAX_SHIFT */
   int32_t in_zero;           /* zero point of an input read from memory */
   int32_t ew_zero, ew_mul, ew_shift;   /* element-wise operand converter */
   const int16_t* prelu_mul;  /* [C] for ACCEL_ACT_PRELU */
