@@ -27,7 +27,7 @@ from tvm import relax
 
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig
-from .errors import AccelInvalidError, check
+from .errors import AccelError, AccelInvalidError, check
 from .lowering import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_root, constant_value,
                        is_constant, lower_chain, static_shape)
 from .quantization import (Calibration, TensorQuant, encode_multiplier, encode_multipliers,
@@ -58,6 +58,9 @@ class Generated:
     # int8: (run key, op index) -> the quantisation of every tensor the runs read or write,
     # keyed as the observer reports them
     quantization: Dict[Tuple[str, int], TensorQuant] = dataclasses.field(default_factory=dict)
+    # an AccelError the generator raised: TVM hands the caller a RuntimeError with its text,
+    # the partitioner raises this one instead, typed
+    error: Optional[Exception] = None
 
 
 LAST = Generated()
@@ -888,7 +891,11 @@ def generate(functions, options, constant_names):
     modules = []
     for function in functions:
         gen = FunctionCodegen(function, config, fuse, len(LAST.sources), precision, calibration)
-        source = gen.run()
+        try:
+            source = gen.run()
+        except AccelError as error:
+            LAST.error = error
+            raise
         LAST.sources[gen.symbol] = source
         LAST.constants.update(gen.constants)
         LAST.quantization.update(gen.quantization)

@@ -189,6 +189,15 @@ class Layer:
                 if not is_constant(expr):
                     raise Unsupported(f"the {what} is a runtime input; {precision} code needs "
                                       "constant weights and parameters (bind them as params)")
+        if precision == "int8" and self.conv is None:
+            # Without a conv to take it into the weights, a channel factor of 0 would zero the
+            # shift too: the int8 SDP adds its bias before it multiplies.
+            bn = self.sdp.batch_norm
+            for what, expr in (("batch_norm gamma", bn.gamma if bn else None),
+                               ("per-channel scale", self.sdp.scale)):
+                if expr is not None and np.any(constant_value(expr) == 0):
+                    raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
+                                      "bias before it multiplies)")
         try:
             estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
                            mode="fused" if fuse else "independent", precision=precision)

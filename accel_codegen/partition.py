@@ -212,7 +212,13 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
         codegen.LAST.sources.clear()
         codegen.LAST.constants.clear()
         codegen.LAST.quantization.clear()
-        mod = relax.transform.RunCodegen({"accel": options})(mod)
+        codegen.LAST.error = None
+        try:
+            mod = relax.transform.RunCodegen({"accel": options})(mod)
+        except Exception:  # pylint: disable=broad-except
+            if codegen.LAST.error is not None:
+                raise codegen.LAST.error from None
+            raise
         generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
         used = dict(codegen.LAST.quantization)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not

@@ -175,3 +175,36 @@ def test_calibration_must_be_examples_not_one_array():
     mod, params = frontend.from_pytorch(model, (x,))
     with pytest.raises(ac.AccelInvalidError, match="wrap it"):
         ac.partition_for_accel(mod, params, precision="int8", calibration=x.numpy())
+
+
+def test_int8_code_generation_errors_come_back_typed():
+    """An error only the scales reveal (here an element-wise operand 10^6 times coarser than
+    the output) is raised by the code generator inside TVM; the caller gets it typed."""
+    x = np.ones((1, 4, 5, 5), np.float32)
+    mod, params = _module(AddRelu(), x, x)
+    calibration = Calibration("max", 1, {("f0.0", -1): TensorQuant(0.02, 0),
+                                         ("f0.0", -2): TensorQuant(2e4, 0),
+                                         ("f0.0", 0): TensorQuant(0.02, -128)})
+    with pytest.raises(ac.AccelInvalidError, match="element-wise operand's scale"):
+        ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
+
+
+class ScaleShiftRelu(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(scale).reshape(1, -1, 1, 1))
+        self.shift = torch.nn.Parameter(torch.ones(1, len(scale), 1, 1))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.shift)
+
+
+def test_int8_zero_channel_factor_stays_on_the_host_with_its_reason():
+    x = np.random.default_rng(6).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    mod, params = _module(ScaleShiftRelu([1.0, 0.0, 2.0, 3.0]), x)
+    part = ac.partition_for_accel(mod, params, precision="int8", calibration=[x])
+    multiply = [op for op in ac.partition_report(part).ops if op.op == "relax.multiply"]
+    assert not multiply[0].offloaded and "scale of 0 has no int8 converter" in multiply[0].reason
+    got = ac.virtual_machine(ac.build(part))["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.max(np.abs(got - np.maximum(x * np.array([1, 0, 2, 3.0]).reshape(1, 4, 1, 1) + 1,
+                                          0))) < 0.1
