@@ -10,13 +10,16 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from . import _accel_ffi
 from .config import AccelConfig
 from .errors import AccelInvalidError
 from .frontend import bind_params
 from .partition import is_partitioned, partition_for_accel
 from .quantization import DEFAULT_METHOD
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+#: Where the compiled parts (the bindings, include/ and lib/) were installed: beside the
+#: Python files, except in an editable install, where only the bindings' folder has them.
+PACKAGE_DIR = Path(_accel_ffi.__file__).resolve().parent
 
 
 def link_options() -> List[str]:
