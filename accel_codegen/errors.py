@@ -48,3 +48,8 @@ def check(status: int) -> None:
     }.get(status, AccelError)
     name = ffi.string(lib.accel_status_name(status)).decode()
     raise kind(f"{message} [{name}]")
+
+
+class AccelLibraryError(AccelError, ValueError):
+    """A compiled library file is missing, damaged or not loadable here, or could not be
+    written: the message names the file and what is wrong with it."""
