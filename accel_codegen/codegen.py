@@ -361,8 +361,8 @@ class FunctionCodegen:
         t, l, b, r = c.padding
         pack = f"\nOP.conv.in_zero = {in_zero};" if in_zero else ""
         if self.precision != "fp32":  # packed (int8) or widened (fp16) once, not every call
-            pack += (f"\nif (pack_weights(&OP, {layer.in_shape[1]}, &k_packed[{self.packed}]) "
-                    "!= 0) return -1;")
+            pack += (f"\nif (pack_weights(&OP, {layer.in_shape[1]}, &k_packed[{self.packed}], "
+                     f"&k_packed_bytes[{self.packed}]) != 0) return -1;")
             self.packed += 1
         return textwrap.dedent(f"""\
             OP.engine = ACCEL_ENGINE_CONV;  /* {c.source} */
@@ -635,6 +635,7 @@ static const struct {{ int code, bits; }} k_const_type[NUM_CONSTANTS + 1] = {{{c
 static void* k_temp[NUM_TEMPS + 1];               /* intermediates, allocated once */
 static const int64_t k_temp_bytes[NUM_TEMPS + 1] = {{{temps}}};
 static void* k_packed[NUM_PACKED + 1];            /* weights packed at the first call */
+static size_t k_packed_bytes[NUM_PACKED + 1];     /* and their sizes */
 static accel_config k_config;
 static accel_device* k_device;
 static pthread_mutex_t k_lock = PTHREAD_MUTEX_INITIALIZER; /* one accelerator: calls queue */
@@ -741,21 +742,24 @@ static int convert(const void* src, accel_precision from, void* dst, accel_preci
 
 /* Weights prepared once for the kernel: int8 in its layout, fp16 widened (NVDLA's compiler
  * pre-formats weights too). */
-static int pack_weights(accel_op* op, int32_t in_c, void** packed) {{
+static int pack_weights(accel_op* op, int32_t in_c, void** packed, size_t* packed_bytes) {{
   if (*packed == NULL) {{
     size_t bytes = 0;
     if (accel_conv_pack_weights(&k_config, &op->conv, in_c, NULL, &bytes) != ACCEL_OK) {{
       return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
     }}
-    void* buffer = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    const size_t align = ACCEL_PACKED_ALIGNMENT;
+    void* buffer = aligned_alloc(align, (bytes + align - 1) / align * align);
     if (buffer == NULL) return raise_error("MemoryError", "{self.short}: out of memory");
     if (accel_conv_pack_weights(&k_config, &op->conv, in_c, buffer, &bytes) != ACCEL_OK) {{
       free(buffer);
       return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
     }}
     *packed = buffer;
+    *packed_bytes = bytes;
   }}
   op->conv.weights_packed = *packed;
+  op->conv.weights_packed_bytes = *packed_bytes;
   return 0;
 }}
 
@@ -842,6 +846,7 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
   for (int i = 0; i < NUM_PACKED; ++i) {{ /* new weights: pack again */
     free(k_packed[i]);
     k_packed[i] = NULL;
+    k_packed_bytes[i] = 0;
   }}
   pthread_mutex_unlock(&k_lock);
   result->type_index = kTVMFFIInt;

@@ -44,11 +44,19 @@ def check_precision(config: "AccelConfig", precision: str) -> None:
             f"{', '.join(GENERATED_PRECISIONS)} only")
 
 
+def _check_known(fields: dict) -> None:
+    """Every key must name a config field."""
+    known = {f.name for f in dataclasses.fields(AccelConfig)}
+    unknown = sorted(map(str, set(fields) - known))
+    if unknown:
+        raise AccelInvalidError(f"unknown config fields {unknown} (known: {sorted(known)})")
+
+
 def precision_code(name: str) -> int:
     """The C enum value of a precision name ("int8", "int16", "fp16", "fp32")."""
     try:
         return _PRECISION_CODES[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise AccelInvalidError(
             f"unknown precision {name!r} (known: {', '.join(PRECISIONS)})") from None
 
@@ -96,8 +104,12 @@ class AccelConfig:
     features: tuple = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "precisions", tuple(self.precisions))
-        object.__setattr__(self, "features", tuple(self.features))
+        for field in ("precisions", "features"):
+            value = getattr(self, field)
+            if not isinstance(value, (tuple, list)):
+                raise AccelInvalidError(
+                    f"config {self.name!r}: {field} = {value!r} must be a list of names")
+            object.__setattr__(self, field, tuple(value))
         check(lib.accel_config_validate(self.to_c()))
 
     @classmethod
@@ -119,6 +131,7 @@ class AccelConfig:
 
     def replace(self, **changes: Any) -> "AccelConfig":
         """A copy with some fields changed (validated like any config)."""
+        _check_known(changes)
         return dataclasses.replace(self, **changes)
 
     def macs_per_cycle(self, precision: str = REFERENCE_PRECISION) -> int:
@@ -139,13 +152,15 @@ class AccelConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "AccelConfig":
         """A config from a dict; with "base": a preset name, the other keys override it."""
+        if not isinstance(data, dict):
+            raise AccelInvalidError(f"a config is a JSON object (a dict), got {data!r:.80}")
         data = dict(data)
         base = data.pop("base", None)
+        _check_known(data)
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise AccelInvalidError(f"unknown config fields {unknown} (known: {sorted(known)})")
         if base is not None:
+            if not isinstance(base, str):
+                raise AccelInvalidError(f"config base = {base!r} is not a preset name")
             return cls.preset(base).replace(**data)
         missing = sorted(known - set(data) - {"precisions", "features"})
         if missing:
@@ -154,11 +169,17 @@ class AccelConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "AccelConfig":
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except (ValueError, TypeError, RecursionError) as error:
+            raise AccelInvalidError(f"config JSON does not parse: {error}") from None
+        return cls.from_dict(data)
 
     def to_c(self):
         """The config as a C ``accel_config*`` (raises on unknown precision or feature names)."""
         c_config = ffi.new("accel_config*")
+        if not isinstance(self.name, str):
+            raise AccelInvalidError(f"config name = {self.name!r} is not a string")
         encoded = self.name.encode()
         if len(encoded) >= lib.ACCEL_NAME_LEN:
             raise AccelInvalidError(
@@ -173,8 +194,16 @@ class AccelConfig:
             if not -limit <= value < limit:
                 raise AccelInvalidError(f"config {self.name}: {field} = {value} overflows")
             setattr(c_config, field, value)
-        c_config.clock_hz = float(self.clock_hz)
-        c_config.dram_bytes_per_s = float(self.dram_bytes_per_s)
+        for field in ("clock_hz", "dram_bytes_per_s"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    isinstance(value, int) and abs(value) > 2**1000):
+                raise AccelInvalidError(f"config {self.name}: {field} = {value!r} is not a number")
+            setattr(c_config, field, float(value))
+        for field in ("precisions", "features"):
+            if not all(isinstance(v, str) for v in getattr(self, field)):
+                raise AccelInvalidError(
+                    f"config {self.name}: {field} = {getattr(self, field)!r} must be names")
         mask = 0
         for p in self.precisions:
             if p not in PRECISIONS or p == REFERENCE_PRECISION:

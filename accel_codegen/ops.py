@@ -20,7 +20,7 @@ import numpy as np
 
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code
-from .errors import AccelInvalidError, check
+from .errors import AccelInvalidError, AccelShapeError, check
 
 EW_OPS = {None: lib.ACCEL_EW_NONE, "add": lib.ACCEL_EW_ADD, "mul": lib.ACCEL_EW_MUL,
           "max": lib.ACCEL_EW_MAX, "min": lib.ACCEL_EW_MIN}
@@ -33,7 +33,7 @@ _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.fl
 #: The float ReLU6 bounds an fp32/fp16 SDP clips to when ``clip`` is not given.
 DEFAULT_CLIP = (0.0, 6.0)
 #: Alignment accel_conv_pack_weights() needs for its output.
-PACKED_ALIGNMENT = 64
+PACKED_ALIGNMENT = lib.ACCEL_PACKED_ALIGNMENT
 
 
 class AccelDtypeError(AccelInvalidError, TypeError):
@@ -49,23 +49,64 @@ def dtype_for(precision: str):
     return dtype
 
 
+#: The range of the C descriptors' int32_t fields.
+INT32_RANGE = (-2**31, 2**31 - 1)
+
+
+def integer(value, what: str, lo: int = INT32_RANGE[0], hi: int = INT32_RANGE[1]) -> int:
+    """``value`` as a Python int in [lo, hi]: an integer (not a bool, not a float, which would
+    be truncated), else AccelDtypeError; out of range, AccelInvalidError. Both name ``what``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise AccelDtypeError(f"{what} = {value!r} is not an integer")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise AccelInvalidError(f"{what} = {value} is outside [{lo}, {hi}]")
+    return value
+
+
+def real(value, what: str) -> float:
+    """``value`` as a float: an int, float or NumPy real scalar (not a bool, not a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                       np.floating)):
+        raise AccelDtypeError(f"{what} = {value!r} is not a real number")
+    return float(value)
+
+
+def flag(value, what: str) -> bool:
+    """``value`` as a bool: True / False (or NumPy's, or 0 / 1); anything else is refused
+    rather than read by its truth value (the string "no" is true)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise AccelDtypeError(f"{what} = {value!r} is not a bool")
+
+
+def _entries(value, what: str, counts: Tuple[int, ...]) -> tuple:
+    """The entries of a tuple or list (or 1-D array) whose length is one of ``counts``."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if not isinstance(value, (tuple, list)) or len(value) not in counts:
+        wanted = " or ".join(str(c) for c in counts)
+        raise AccelInvalidError(
+            f"{what} = {value!r} must be an integer or a sequence of {wanted} integers")
+    return tuple(value)
+
+
 def _pair(value, what: str) -> Tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        return int(value), int(value)
-    if len(value) != 2:
-        raise AccelInvalidError(f"{what} = {value!r} must be an int or a pair")
-    return int(value[0]), int(value[1])
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return integer(value, what), integer(value, what)
+    first, second = _entries(value, what, (2,))
+    return integer(first, f"{what}[0]"), integer(second, f"{what}[1]")
 
 
-def _padding(value) -> Tuple[int, int, int, int]:
+def _padding(value, what: str = "padding") -> Tuple[int, int, int, int]:
     """(top, left, bottom, right), TVM's order; an int or a (h, w) pair pads symmetrically."""
-    if isinstance(value, (int, np.integer)):
-        return (int(value),) * 4
-    if len(value) == 2:
-        return int(value[0]), int(value[1]), int(value[0]), int(value[1])
-    if len(value) == 4:
-        return tuple(int(v) for v in value)
-    raise AccelInvalidError(f"padding = {value!r} must have 1, 2 or 4 entries")
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return (integer(value, what),) * 4
+    entries = _entries(value, what, (2, 4))
+    entries = tuple(integer(v, f"{what}[{i}]") for i, v in enumerate(entries))
+    return entries * 2 if len(entries) == 2 else entries
 
 
 class _ShapeOnly:
@@ -80,6 +121,12 @@ SHAPE_ONLY = _ShapeOnly()
 # Estimates never read operands, but the cost model counts the present ones by pointer: a
 # shape-only operand points at this (never dereferenced) word.
 _SHAPE_ONLY_WORD = np.zeros(16, dtype=np.float64)
+
+
+def _check_choice(value, choices: dict, what: str) -> None:
+    """``value`` must be one of the keys: None or a name."""
+    if not (value is None and None in choices or isinstance(value, str) and value in choices):
+        raise AccelInvalidError(f"{what} = {value!r} is not one of {list(choices)}")
 
 
 def _first_bad(mask: np.ndarray, values: np.ndarray) -> str:
@@ -97,7 +144,9 @@ def as_typed(array, dtype, what: str) -> np.ndarray:
     dtype = np.dtype(dtype)
     source = np.asarray(array)
     if source.dtype == dtype:
-        return np.ascontiguousarray(source)
+        if source.flags.c_contiguous and source.flags.aligned:
+            return source
+        return np.array(source, order="C")  # a fresh array is aligned
     kind = source.dtype.kind
     if dtype.kind in "iu":
         if kind not in "iub":
@@ -184,17 +233,20 @@ class Conv:
         if self.weights is not None:
             self.weights = as_operand(self.weights, self.precision, "conv weights")
             self.weight_shape = self.weights.shape
-        if self.weight_shape is None or len(self.weight_shape) != 4:
+        shape = self.weight_shape
+        if (not isinstance(shape, (tuple, list)) or len(shape) != 4):
             raise AccelInvalidError(
-                f"conv weights must be 4-D [K, C/groups, R, S], got shape {self.weight_shape}")
-        d.out_c, _, d.kernel_h, d.kernel_w = (int(v) for v in self.weight_shape)
-        d.stride_h, d.stride_w = _pair(self.stride, "stride")
-        d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding)
-        d.dilation_h, d.dilation_w = _pair(self.dilation, "dilation")
-        d.groups = int(self.groups)
+                f"conv weights must be 4-D [K, C/groups, R, S], got shape {shape!r}")
+        self.weight_shape = tuple(integer(v, f"conv weight_shape[{i}]", 1)
+                                  for i, v in enumerate(shape))
+        d.out_c, _, d.kernel_h, d.kernel_w = self.weight_shape
+        d.stride_h, d.stride_w = _pair(self.stride, "conv stride")
+        d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding, "conv padding")
+        d.dilation_h, d.dilation_w = _pair(self.dilation, "conv dilation")
+        d.groups = integer(self.groups, "conv groups")
         d.precision = precision_code(self.precision)
         d.weights = _pointer(self.weights)
-        d.in_zero = int(self.in_zero)
+        d.in_zero = integer(self.in_zero, "conv in_zero")
 
     def lower(self, c_op) -> None:
         c_op.engine = lib.ACCEL_ENGINE_CONV
@@ -211,24 +263,28 @@ class Conv:
                 packed = aligned
             self.packed = packed
             c_op.conv.weights_packed = _pointer(packed)
+            c_op.conv.weights_packed_bytes = packed.size
 
     def pack(self, config: AccelConfig | str, in_c: Optional[int] = None) -> np.ndarray:
         """The INT8 weights packed by ``accel_conv_pack_weights`` for an input of ``in_c``
         channels (default: C/groups x groups): 64-byte aligned uint8 bytes."""
         if self.weights is None:
             raise AccelInvalidError("conv weights: packing needs the weights, not a shape")
-        if in_c is None:
-            in_c = int(np.shape(self.weights)[1]) * int(self.groups)
         config_c = AccelConfig.resolve(config).to_c()
         desc = ffi.new("accel_conv_desc*")
-        try:
-            self._fill(desc)
-        except OverflowError as error:
-            raise AccelInvalidError(f"conv: {error}") from None
+        self._fill(desc)
+        groups, per_group = desc.groups, self.weight_shape[1]
+        if in_c is None:
+            in_c = per_group * groups
+        in_c = integer(in_c, "conv pack in_c", 1)
+        if in_c != per_group * groups:  # the C side reads K x in_c/groups x R x S weights
+            raise AccelShapeError(
+                f"conv pack in_c = {in_c}: the weights hold {per_group} input channels per "
+                f"group x {groups} groups = {per_group * groups}")
         size = ffi.new("size_t*")
-        check(lib.accel_conv_pack_weights(config_c, desc, int(in_c), ffi.NULL, size))
+        check(lib.accel_conv_pack_weights(config_c, desc, in_c, ffi.NULL, size))
         packed = _aligned_bytes(int(size[0]))
-        check(lib.accel_conv_pack_weights(config_c, desc, int(in_c), _pointer(packed), size))
+        check(lib.accel_conv_pack_weights(config_c, desc, in_c, _pointer(packed), size))
         return packed
 
     def packed_for(self, config: AccelConfig | str, in_c: Optional[int] = None) -> "Conv":
@@ -247,6 +303,9 @@ class Conv:
 #: The SDP's per-channel operands and their element types (None: the op's precision).
 _SDP_CHANNEL_FIELDS = {"scale": None, "shift": None, "prelu_slope": None, "bias": np.int32,
                        "mul": np.int16, "rshift": np.uint8, "prelu_mul": np.int16}
+#: The SDP's scalar INT8 converter fields (None: the default, see Sdp.int8_converters).
+_SDP_CONVERTER_FIELDS = ("in_zero", "ew_zero", "ew_mul", "ew_shift", "prelu_shift", "out_mul",
+                         "out_shift", "out_zero", "clip_lo", "clip_hi")
 
 
 @dataclasses.dataclass
@@ -288,26 +347,24 @@ class Sdp:
     engine = "SDP"
 
     @property
-    def clip_bounds(self) -> Tuple[float, float]:
-        """The float CLIP bounds (fp32 / fp16)."""
-        return DEFAULT_CLIP if self.clip is None else tuple(self.clip)
-
-    @property
     def int8_converters(self) -> dict:
         """The INT8 scalar converter fields with their defaults resolved."""
-        return dict(in_zero=int(self.in_zero), ew_zero=int(self.ew_zero),
-                    ew_mul=1 if self.ew_mul is None else int(self.ew_mul),
-                    ew_shift=int(self.ew_shift), prelu_shift=int(self.prelu_shift),
-                    out_mul=int(self.out_mul), out_shift=int(self.out_shift),
-                    out_zero=int(self.out_zero),
-                    clip_lo=-128 if self.clip_lo is None else int(self.clip_lo),
-                    clip_hi=127 if self.clip_hi is None else int(self.clip_hi))
+        defaults = dict(ew_mul=1, clip_lo=-128, clip_hi=127)
+        return {field: integer(defaults[field] if getattr(self, field) is None
+                               else getattr(self, field), f"sdp {field}")
+                for field in _SDP_CONVERTER_FIELDS}
+
+    @property
+    def clip_bounds(self) -> Tuple[float, float]:
+        """The float CLIP bounds (fp32 / fp16)."""
+        if self.clip is None:
+            return DEFAULT_CLIP
+        low, high = _entries(self.clip, "sdp clip", (2,))
+        return real(low, "sdp clip[0]"), real(high, "sdp clip[1]")
 
     def lower(self, c_op) -> None:
-        if self.ew_op not in EW_OPS:
-            raise AccelInvalidError(f"ew_op = {self.ew_op!r} is not one of {list(EW_OPS)}")
-        if self.act not in ACTIVATIONS:
-            raise AccelInvalidError(f"act = {self.act!r} is not one of {list(ACTIVATIONS)}")
+        _check_choice(self.ew_op, EW_OPS, "sdp ew_op")
+        _check_choice(self.act, ACTIVATIONS, "sdp act")
         int8 = self.precision == "int8"
         data_dtype = dtype_for(self.precision)
         for field, dtype in _SDP_CHANNEL_FIELDS.items():
@@ -328,21 +385,17 @@ class Sdp:
         if int8:
             if self.clip is not None:
                 raise AccelInvalidError(
-                    f"sdp clip = {tuple(self.clip)} holds float bounds; an INT8 SDP clips its "
+                    f"sdp clip = {self.clip!r} holds float bounds; an INT8 SDP clips its "
                     "output codes to clip_lo / clip_hi")
             d.clip_min = d.clip_max = 0.0
             for field, value in self.int8_converters.items():
                 setattr(d, field, value)
         else:
-            d.clip_min, d.clip_max = (float(v) for v in self.clip_bounds)
+            d.clip_min, d.clip_max = self.clip_bounds
             # Outside INT8 the converters must be 0: pass what was given, so C names it.
-            d.in_zero, d.ew_zero, d.ew_shift = (int(v) for v in
-                                                 (self.in_zero, self.ew_zero, self.ew_shift))
-            d.ew_mul = 0 if self.ew_mul is None else int(self.ew_mul)
-            d.prelu_shift, d.out_mul = int(self.prelu_shift), int(self.out_mul)
-            d.out_shift, d.out_zero = int(self.out_shift), int(self.out_zero)
-            d.clip_lo = 0 if self.clip_lo is None else int(self.clip_lo)
-            d.clip_hi = 0 if self.clip_hi is None else int(self.clip_hi)
+            for field in _SDP_CONVERTER_FIELDS:
+                value = getattr(self, field)
+                setattr(d, field, 0 if value is None else integer(value, f"sdp {field}"))
 
     def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
         """The C side reads its operands through raw pointers: check their sizes against the
@@ -352,10 +405,14 @@ class Sdp:
             if isinstance(value, np.ndarray) and value.size != in_shape[1]:
                 raise AccelInvalidError(
                     f"sdp {field} has {value.size} values for {in_shape[1]} channels")
-        if isinstance(self.operand, np.ndarray) and self.operand.size != int(np.prod(in_shape)):
-            raise AccelInvalidError(
-                f"sdp operand of shape {self.operand.shape} does not match the op's shape "
-                f"{tuple(in_shape)}")
+        if isinstance(self.operand, np.ndarray):
+            shapes = [tuple(in_shape)]
+            if in_shape[2:] == (1, 1):
+                shapes.append(tuple(in_shape[:2]))  # [N, C] data
+            if self.operand.shape not in shapes:
+                raise AccelInvalidError(
+                    f"sdp operand of shape {self.operand.shape} does not match the op's shape "
+                    f"{tuple(in_shape)}")
 
 
 @dataclasses.dataclass
@@ -374,17 +431,16 @@ class Pool:
     engine = "PDP"
 
     def lower(self, c_op) -> None:
-        if self.kind not in POOLS:
-            raise AccelInvalidError(f"pool kind = {self.kind!r} is not one of {list(POOLS)}")
+        _check_choice(self.kind, POOLS, "pool kind")
         c_op.engine = lib.ACCEL_ENGINE_PDP
         d = c_op.pdp
         d.pool = POOLS[self.kind]
-        d.kernel_h, d.kernel_w = _pair(self.kernel, "kernel")
-        d.stride_h, d.stride_w = _pair(self.stride, "stride")
-        d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding)
-        d.count_include_pad = int(bool(self.count_include_pad))
+        d.kernel_h, d.kernel_w = _pair(self.kernel, "pool kernel")
+        d.stride_h, d.stride_w = _pair(self.stride, "pool stride")
+        d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding, "pool padding")
+        d.count_include_pad = int(flag(self.count_include_pad, "pool count_include_pad"))
         d.precision = precision_code(self.precision)
-        d.zero = int(self.zero)
+        d.zero = integer(self.zero, "pool zero")
 
     def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
         """Pooling reads nothing but its input."""

@@ -17,8 +17,8 @@ import numpy as np
 
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code, precision_name
-from .errors import AccelInvalidError, check
-from .ops import AccelDtypeError, Op, as_operand, dtype_for, has_data
+from .errors import AccelBufferError, AccelError, AccelInvalidError, check
+from .ops import AccelDtypeError, Conv, Op, Pool, Sdp, as_operand, dtype_for, has_data, integer
 
 MODES = {"fused": lib.ACCEL_MODE_FUSED, "independent": lib.ACCEL_MODE_INDEPENDENT}
 ENGINES = {lib.ACCEL_ENGINE_CONV: "CONV", lib.ACCEL_ENGINE_SDP: "SDP", lib.ACCEL_ENGINE_PDP: "PDP"}
@@ -78,15 +78,13 @@ class RunStats:
 
 def _tensor_struct(shape: Tuple[int, ...], precision: str, data=ffi.NULL):
     """An accel_tensor for an NCHW (or 2-D [N, C]) shape."""
+    if not isinstance(shape, (tuple, list)) or len(shape) not in (2, 4):
+        raise AccelInvalidError(f"tensors are NCHW or [N, C]: got shape {shape!r}")
     if len(shape) == 2:
         shape = (shape[0], shape[1], 1, 1)
-    if len(shape) != 4:
-        raise AccelInvalidError(f"tensors are NCHW or [N, C]: got shape {tuple(shape)}")
     tensor = ffi.new("accel_tensor*")
     for field, size in zip("nchw", shape):
-        if not 0 < size < 2**31:
-            raise AccelInvalidError(f"tensor dimension {field} = {size} is outside [1, 2^31)")
-        setattr(tensor, field, int(size))
+        setattr(tensor, field, integer(size, f"tensor dimension {field}", 1))
     tensor.precision = precision_code(precision)
     tensor.data = data
     return tensor
@@ -99,7 +97,7 @@ def _c_label(label: Optional[str]) -> bytes:
 
 
 def _mode(mode: str) -> int:
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise AccelInvalidError(f"mode = {mode!r} is not one of {list(MODES)}")
     return MODES[mode]
 
@@ -109,18 +107,15 @@ class _Chain:
 
     def __init__(self, config_c, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str,
                  mode: str):
-        ops = list(ops)
-        if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
-            raise AccelInvalidError(
-                f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
+        ops = op_list(ops)
         self.ops = ops
         self.mode = _mode(mode)
         self.c_ops = ffi.new("accel_op[]", len(ops))
         for i, op in enumerate(ops):
             try:
                 op.lower(self.c_ops[i])
-            except OverflowError as error:
-                raise AccelInvalidError(f"op {i} ({op.engine}): {error}") from None
+            except AccelError as error:  # say which op of the chain
+                raise type(error)(f"op {i} ({op.engine}): {error}") from None
         self.input = _tensor_struct(in_shape, precision)
         shapes = ffi.new("accel_tensor[]", len(ops))
         check(lib.accel_chain_shapes(config_c, self.c_ops, len(ops), self.input, self.mode,
@@ -132,6 +127,18 @@ class _Chain:
             seen = out_shape
 
 
+def op_list(ops: Sequence[Op]) -> List[Op]:
+    """The ops of a chain as a list, each a Conv, Sdp or Pool, 1 to ACCEL_MAX_CHAIN_OPS."""
+    if isinstance(ops, (Conv, Sdp, Pool)) or not isinstance(ops, (list, tuple)):
+        raise AccelInvalidError(f"ops must be a list of Conv, Sdp and Pool, got {ops!r}")
+    for i, op in enumerate(ops):
+        if not isinstance(op, (Conv, Sdp, Pool)):
+            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp or Pool")
+    if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
+        raise AccelInvalidError(f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
+    return list(ops)
+
+
 #: The precision an input array's dtype implies (any other dtype runs fp32).
 _DTYPE_PRECISIONS = {np.dtype(np.int8): "int8", np.dtype(np.int16): "int16",
                      np.dtype(np.float16): "fp16"}
@@ -141,8 +148,7 @@ def chain_precision(ops: Sequence[Op], precision: Optional[str] = None) -> str:
     """The precision of a chain without data: the one given, else its first op's."""
     if precision is not None:
         return precision
-    ops = list(ops)
-    return getattr(ops[0], "precision", "fp32") if ops else "fp32"
+    return op_list(ops)[0].precision
 
 
 def input_precision(x, precision: Optional[str] = None) -> str:
@@ -182,7 +188,7 @@ class Device:
 
     @num_threads.setter
     def num_threads(self, value: int) -> None:
-        check(lib.accel_device_set_threads(self._handle, int(value)))
+        check(lib.accel_device_set_threads(self._handle, integer(value, "num_threads")))
 
     def output_shape(self, ops: Sequence[Op], in_shape: Tuple[int, ...],
                      precision: Optional[str] = None,
@@ -217,6 +223,7 @@ class Device:
         (numpy.ndarray, RunStats)
             The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1) and its cost.
         """
+        ops = op_list(ops)
         given = precision
         precision = input_precision(x, precision)
         if given is None:  # an input of the wrong dtype: say which dtype the ops need
@@ -247,6 +254,10 @@ class Device:
             raise AccelInvalidError(
                 f"out must be a writeable C-contiguous {x.dtype} array of {out_shape}, got "
                 f"{out.dtype} {out.shape}")
+        elif not out.flags.aligned:
+            raise AccelBufferError(
+                f"out at address {out.ctypes.data:#x} is not aligned to its {x.dtype.itemsize}-"
+                "byte elements: the engines write it in place, so it cannot be a copy")
         chain.input.data = ffi.cast("void*", x.ctypes.data)
         output = _tensor_struct(chain.shapes[-1], precision, ffi.cast("void*", out.ctypes.data))
         c_run = ffi.new("accel_run_stats*")

@@ -197,8 +197,9 @@ def test_packed_weights_must_match_their_conv():
               ("in_c", Conv(w, padding=1, groups=2, precision="int8"),
                np.ones((1, 8, 8, 8), np.int8))]
     for what, other, x in others:
-        with pytest.raises(AccelInvalidError, match=r"op 0 \(CONV\): weights_packed .* was not "
-                                                    r"packed for this"):
+        with pytest.raises(AccelInvalidError, match=r"op 0 \(CONV\): weights_packed(_bytes = "
+                                                    r"\d+, this .* packing needs| .* was not "
+                                                    r"packed for this)"):
             DEVICE.run([dataclasses.replace(other, packed=packed), sdp], x)
     with pytest.raises(AccelInvalidError, match="in_c = 0"):
         conv.pack("nv_full", in_c=0)
@@ -207,9 +208,9 @@ def test_packed_weights_must_match_their_conv():
         DEVICE.run([Conv(W, padding=1, packed=packed), Sdp()], X)
     with pytest.raises(AccelInvalidError, match="only INT8 and FP16 weights are packed"):
         Conv(W, padding=1).pack("nv_full")
-    # an int8 packing is not an fp16 one
+    # an int8 packing is not an fp16 one (and is too short for it)
     w16 = rng.standard_normal((8, 4, 3, 3)).astype(np.float16)
-    with pytest.raises(AccelInvalidError, match="was not packed for this"):
+    with pytest.raises(AccelInvalidError, match="weights_packed_bytes = 448, .* needs 1216"):
         DEVICE.run([Conv(w16, padding=1, precision="fp16", packed=packed),
                     Sdp(precision="fp16")], X.astype(np.float16))
 

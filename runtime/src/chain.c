@@ -28,6 +28,14 @@ static int64_t element_bytes(accel_precision p) {
   return 0;
 }
 
+/* Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (NULL never does). */
+static int ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  if (a == NULL || b == NULL) return 0;
+  const char* a_lo = (const char*)a;
+  const char* b_lo = (const char*)b;
+  return a_lo < b_lo + b_bytes && b_lo < a_lo + a_bytes;
+}
+
 /* The precision must exist, the configuration must have it (fp32 is the reference precision
  * every configuration accepts), and the simulator must implement it. */
 static accel_status check_precision(const accel_config* cfg, accel_precision p, const char* what) {
@@ -104,6 +112,10 @@ static conv_geometry weight_geometry(const accel_conv_desc* d, int32_t in_c) {
       .dilation_h = d->dilation_h, .dilation_w = d->dilation_w, .groups = d->groups};
 }
 
+static int64_t weight_count(const conv_geometry* g) {
+  return (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
+}
+
 /* The fields of a conv that do not depend on the input's size. */
 static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_desc* d,
                                       int32_t in_c, const char* where) {
@@ -139,12 +151,12 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
   /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
   const int64_t window = (int64_t)d->kernel_h * d->kernel_w;
   const int64_t per_kernel = (int64_t)(in_c / d->groups) * window;
-  const int64_t weight_count = per_kernel > ACCEL_MAX_TENSOR_ELEMENTS / d->out_c
+  const int64_t weights_total = per_kernel > ACCEL_MAX_TENSOR_ELEMENTS / d->out_c
                                    ? (int64_t)ACCEL_MAX_TENSOR_ELEMENTS + 1
                                    : per_kernel * d->out_c;
-  if (weight_count > ACCEL_MAX_TENSOR_ELEMENTS) {
+  if (weights_total > ACCEL_MAX_TENSOR_ELEMENTS) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: %lld weights exceed the limit of %d", where,
-                      (long long)weight_count, ACCEL_MAX_TENSOR_ELEMENTS);
+                      (long long)weights_total, ACCEL_MAX_TENSOR_ELEMENTS);
   }
   if (d->precision == ACCEL_INT8 && per_kernel > ACCEL_MAX_INT8_DEPTH) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
@@ -182,9 +194,28 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   r->conv = weight_geometry(d, r->in_c);
   r->conv.n = r->in_n, r->conv.h = r->in_h, r->conv.w = r->in_w;
   r->conv.out_h = r->out_h, r->conv.out_w = r->out_w;
-  if (d->weights_packed != NULL &&
-      !(d->precision == ACCEL_INT8 ? conv_i8_packed_matches(&r->conv, d->weights_packed)
-                                   : conv_f16_packed_matches(&r->conv, d->weights_packed))) {
+  if (d->weights_packed == NULL) {
+    if (d->weights_packed_bytes != 0) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: weights_packed_bytes = %zu without weights_packed",
+                        where, d->weights_packed_bytes);
+    }
+    return ACCEL_OK;
+  }
+  /* The header is read only once the buffer is known to hold the whole packing. */
+  const int int8 = d->precision == ACCEL_INT8;
+  const size_t needed = int8 ? conv_i8_packed_bytes(&r->conv) : conv_f16_packed_bytes(&r->conv);
+  if (d->weights_packed_bytes < needed) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: weights_packed_bytes = %zu, this %dx%dx%dx%d conv's packing needs %zu",
+                      where, d->weights_packed_bytes, d->out_c, r->in_c / d->groups,
+                      d->kernel_h, d->kernel_w, needed);
+  }
+  if ((uintptr_t)d->weights_packed % ACCEL_PACKED_ALIGNMENT != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: weights_packed = %p is not %d-byte aligned",
+                      where, d->weights_packed, ACCEL_PACKED_ALIGNMENT);
+  }
+  if (!(int8 ? conv_i8_packed_matches(&r->conv, d->weights_packed)
+             : conv_f16_packed_matches(&r->conv, d->weights_packed))) {
     return accel_fail(ACCEL_ERR_INVALID,
                       "%s: weights_packed %p was not packed for this %dx%dx%dx%d conv (groups %d)",
                       where, d->weights_packed, d->out_c, r->in_c / d->groups, d->kernel_h,
@@ -219,12 +250,17 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
     return accel_fail(ACCEL_ERR_INVALID, "%s: packed_bytes = %zu, %zu are needed", where,
                       *packed_bytes, needed);
   }
-  if ((uintptr_t)packed % 64 != 0) {
-    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: packed = %p is not 64-byte aligned", where,
-                      packed);
+  if ((uintptr_t)packed % ACCEL_PACKED_ALIGNMENT != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: packed = %p is not %d-byte aligned", where,
+                      packed, ACCEL_PACKED_ALIGNMENT);
   }
   st = check_buffer(conv->weights, conv->precision, "accel_conv_pack_weights: weights");
   if (st != ACCEL_OK) return st;
+  if (ranges_overlap(packed, (int64_t)needed, conv->weights,
+                     weight_count(&g) * element_bytes(conv->precision))) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: packed %p overlaps the weights %p", where, packed,
+                      conv->weights);
+  }
   if (int8) {
     conv_i8_pack(&g, conv->weights, packed);
   } else {
@@ -397,6 +433,39 @@ static int64_t tensor_count(const accel_tensor* t) {
   return (int64_t)t->n * t->c * t->h * t->w;
 }
 
+typedef struct operand_range {
+  const void* ptr;
+  int64_t bytes;
+  const char* name;
+} operand_range;
+
+/* Every buffer an op reads besides its input (present ones only): weights and packed weights,
+ * the SDP's per-channel parameters and element-wise operand. eb: the data's element bytes. */
+static int operand_ranges(const accel_op* op, const resolved_op* r, int64_t eb,
+                          operand_range* ranges) {
+  int count = 0;
+#define OPERAND(pointer, size, label)                                                          \
+  if ((pointer) != NULL) ranges[count++] = (operand_range){(pointer), (size), (label)};
+  if (op->engine == ACCEL_ENGINE_CONV) {
+    OPERAND(op->conv.weights, weight_count(&r->conv) * eb, "weights")
+    OPERAND(op->conv.weights_packed, (int64_t)op->conv.weights_packed_bytes, "weights_packed")
+  } else if (op->engine == ACCEL_ENGINE_SDP) {
+    const accel_sdp_desc* d = &op->sdp;
+    const int prelu = d->act == ACCEL_ACT_PRELU;
+    OPERAND(d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL,
+            (int64_t)r->in_n * r->in_c * r->in_h * r->in_w * eb, "ew_operand")
+    OPERAND(d->scale, r->in_c * eb, "scale")
+    OPERAND(d->shift, r->in_c * eb, "shift")
+    OPERAND(prelu ? d->prelu_slope : NULL, r->in_c * eb, "prelu_slope")
+    OPERAND(d->bias, (int64_t)r->in_c * 4, "bias")
+    OPERAND(d->mul, (int64_t)r->in_c * 2, "mul")
+    OPERAND(d->rshift, (int64_t)r->in_c, "rshift")
+    OPERAND(prelu ? d->prelu_mul : NULL, (int64_t)r->in_c * 2, "prelu_mul")
+  }
+#undef OPERAND
+  return count;
+}
+
 accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                            const accel_tensor* input, const accel_tensor* output,
                            accel_mode mode, int need_data, resolved_chain* out) {
@@ -489,27 +558,18 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                         "output data %p overlaps input data %p (only SDP chains run in place)",
                         output->data, input->data);
     }
-    /* The SDP reads its operands while the output is written: none may share its memory. */
+    /* Engines read their operands while the output is written: none may share its memory. */
     const int64_t eb = element_bytes(output->precision);
+    const int64_t out_bytes = out_hi - out_lo;
     for (int32_t i = 0; i < num_ops; ++i) {
-      if (ops[i].engine != ACCEL_ENGINE_SDP) continue;
-      const accel_sdp_desc* d = &ops[i].sdp;
       const resolved_op* r = &out->ops[i];
-      const struct { const void* ptr; int64_t bytes; const char* name; } operands[] = {
-          {d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL,
-           (int64_t)r->in_n * r->in_c * r->in_h * r->in_w * eb, "ew_operand"},
-          {d->scale, r->in_c * eb, "scale"}, {d->shift, r->in_c * eb, "shift"},
-          {d->act == ACCEL_ACT_PRELU ? d->prelu_slope : NULL, r->in_c * eb, "prelu_slope"},
-          {d->bias, (int64_t)r->in_c * 4, "bias"}, {d->mul, (int64_t)r->in_c * 2, "mul"},
-          {d->rshift, r->in_c, "rshift"},
-          {d->act == ACCEL_ACT_PRELU ? d->prelu_mul : NULL, (int64_t)r->in_c * 2, "prelu_mul"}};
-      for (size_t j = 0; j < sizeof operands / sizeof operands[0]; ++j) {
-        const char* lo = (const char*)operands[j].ptr;
-        if (lo == NULL) continue;
-        const char* hi = lo + operands[j].bytes;
-        if (lo < out_hi && out_lo < hi) {
-          return accel_fail(ACCEL_ERR_INVALID, "op %d (SDP): %s %p overlaps the output data %p",
-                            i, operands[j].name, operands[j].ptr, output->data);
+      operand_range operands[8];
+      const int count = operand_ranges(&ops[i], r, eb, operands);
+      for (int j = 0; j < count; ++j) {
+        if (ranges_overlap(operands[j].ptr, operands[j].bytes, out_lo, out_bytes)) {
+          return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): %s %p overlaps the output data %p",
+                            i, engine_name(ops[i].engine), operands[j].name, operands[j].ptr,
+                            output->data);
         }
       }
     }

@@ -301,6 +301,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
     if (r->op->engine == ACCEL_ENGINE_CONV) {
       ops[i].conv.precision = ACCEL_FP32;
       ops[i].conv.weights_packed = NULL;
+      ops[i].conv.weights_packed_bytes = 0;
       ops[i].conv.weights =
           r->op->conv.weights_packed != NULL
               ? conv_f16_packed_weights(r->op->conv.weights_packed)

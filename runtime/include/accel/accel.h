@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 2,   /* bumped when a struct below changes layout */
+  ACCEL_ABI_VERSION = 3,   /* bumped when a struct below changes layout */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -45,6 +45,7 @@ enum {
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
   ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
   ACCEL_MAX_SHIFT = 62,        /* INT8 converter shifts: 0..ACCEL_MAX_SHIFT */
+  ACCEL_PACKED_ALIGNMENT = 64, /* bytes: accel_conv_pack_weights() output alignment */
   ACCEL_NAME_LEN = 32,
   ACCEL_LABEL_LEN = 64,
   ACCEL_ERROR_LEN = 512
@@ -146,6 +147,9 @@ typedef struct accel_conv_desc {
                               * weights for this conv (NVDLA reads weights its compiler
                               * pre-formatted); NULL: the kernel packs (INT8) or widens
                               * (FP16) them on every run */
+  /* ABI 3 */
+  size_t weights_packed_bytes; /* size of the weights_packed buffer (0 when it is NULL); a
+                              * run refuses a buffer smaller than the packing needs */
 } accel_conv_desc;
 
 typedef enum accel_eltwise {
@@ -324,8 +328,10 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
 
 /* INT8 or FP16 CONV weights prepared for the simulator's kernel (accel_conv_desc.weights_packed):
  * INT8 in the kernel's layout, FP16 widened to fp32.
- * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights for an
- * input of in_c channels into packed (*packed_bytes bytes, 64-byte aligned). A run rejects a
+ * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights (which
+ * must hold out_c x in_c/groups x kernel_h x kernel_w values: the library cannot see their
+ * size) for an input of in_c channels into packed (*packed_bytes bytes, aligned to
+ * ACCEL_PACKED_ALIGNMENT, not overlapping the weights). A run rejects a
  * packed buffer made for another weight shape (K, C, R, S, groups) but cannot tell whether the
  * weights changed since: pack again when they do. Generated code packs once, at its first
  * call, and again after its constant loader runs. */
