@@ -43,7 +43,7 @@ class AccelDtypeError(AccelInvalidError, TypeError):
 
 def dtype_for(precision: str):
     """The NumPy dtype a precision's tensors are stored in."""
-    dtype = _DTYPES.get(precision)
+    dtype = _DTYPES.get(precision) if isinstance(precision, str) else None
     if dtype is None:
         raise AccelInvalidError(f"unknown precision {precision!r} (known: {', '.join(_DTYPES)})")
     return dtype

@@ -2,7 +2,8 @@
 
 Builds libaccel with -fsanitize=address,undefined, runs the C tests (tests/c: rejections,
 engines against naive loops, a fuzz loop of random chains), then runs the Python engine,
-validation and cost-model tests again with that library preloaded in place of the installed one.
+validation, cost-model, hardening and property-based tests again with that library preloaded in
+place of the installed one.
 Any out-of-bounds access or undefined behaviour aborts the run and fails the test.
 """
 import os
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py",
-                  "test_precision_engines.py"]
+                  "test_precision_engines.py", "test_hardening_sim.py", "test_properties.py"]
 
 
 def _run(cmd, **kwargs):
