@@ -11,15 +11,12 @@ from typing import Any
 
 from ._accel_ffi import ffi, lib
 from .errors import AccelInvalidError, AccelUnsupportedError, check
+from .vocabulary import FEATURES
+from .vocabulary import PRECISIONS as PRECISION_TABLE
 
-PRECISIONS = ("int8", "int16", "fp16", "fp32")
-_PRECISION_CODES = {name: getattr(lib, f"ACCEL_{name.upper()}") for name in PRECISIONS}
-_FEATURES = {
-    "lut": lib.ACCEL_FEATURE_LUT,
-    "elementwise": lib.ACCEL_FEATURE_ELEMENTWISE,
-    "winograd": lib.ACCEL_FEATURE_WINOGRAD,
-    "rubik": lib.ACCEL_FEATURE_RUBIK,
-}
+PRECISIONS = tuple(PRECISION_TABLE.names)
+_PRECISION_CODES = {entry.name: entry.value for entry in PRECISION_TABLE}
+_FEATURES = {name: getattr(lib, c_name) for name, c_name in FEATURES.items()}
 #: fp32 is the simulator's reference precision: every configuration accepts it, and the cost
 #: model charges it as fp16. ``AccelConfig.precisions`` lists the hardware's own precisions.
 REFERENCE_PRECISION = "fp32"

@@ -17,16 +17,16 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from . import vocabulary
 from .config import AccelConfig
 from .errors import AccelError
 from .ops import SHAPE_ONLY, Conv, Pool, Sdp
 from .sim import estimate_chain
 
-ACTIVATIONS = {"relax.nn.relu": "relu", "relax.clip": "clip", "relax.sigmoid": "sigmoid",
-               "relax.tanh": "tanh", "relax.nn.prelu": "prelu"}
-ELEMENTWISE = {"relax.add": "add", "relax.multiply": "mul", "relax.maximum": "max",
-               "relax.minimum": "min"}
-POOLS = {"relax.nn.max_pool2d": "max", "relax.nn.avg_pool2d": "avg"}
+# Relax op -> the engine's name for it, from the op vocabulary.
+ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
+ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
+POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
 
 

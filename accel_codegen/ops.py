@@ -21,13 +21,8 @@ import numpy as np
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code
 from .errors import AccelInvalidError, AccelShapeError, check
+from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, POOLS
 
-EW_OPS = {None: lib.ACCEL_EW_NONE, "add": lib.ACCEL_EW_ADD, "mul": lib.ACCEL_EW_MUL,
-          "max": lib.ACCEL_EW_MAX, "min": lib.ACCEL_EW_MIN}
-ACTIVATIONS = {None: lib.ACCEL_ACT_NONE, "relu": lib.ACCEL_ACT_RELU, "clip": lib.ACCEL_ACT_CLIP,
-               "prelu": lib.ACCEL_ACT_PRELU, "sigmoid": lib.ACCEL_ACT_SIGMOID,
-               "tanh": lib.ACCEL_ACT_TANH}
-POOLS = {"max": lib.ACCEL_POOL_MAX, "avg": lib.ACCEL_POOL_AVG}
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
 #: The float ReLU6 bounds an fp32/fp16 SDP clips to when ``clip`` is not given.
@@ -121,12 +116,6 @@ SHAPE_ONLY = _ShapeOnly()
 # Estimates never read operands, but the cost model counts the present ones by pointer: a
 # shape-only operand points at this (never dereferenced) word.
 _SHAPE_ONLY_WORD = np.zeros(16, dtype=np.float64)
-
-
-def _check_choice(value, choices: dict, what: str) -> None:
-    """``value`` must be one of the keys: None or a name."""
-    if not (value is None and None in choices or isinstance(value, str) and value in choices):
-        raise AccelInvalidError(f"{what} = {value!r} is not one of {list(choices)}")
 
 
 def _first_bad(mask: np.ndarray, values: np.ndarray) -> str:
@@ -249,7 +238,7 @@ class Conv:
         d.in_zero = integer(self.in_zero, "conv in_zero")
 
     def lower(self, c_op) -> None:
-        c_op.engine = lib.ACCEL_ENGINE_CONV
+        c_op.engine = ENGINES.code(self.engine)
         self._fill(c_op.conv)
         if self.packed is not None:
             packed = np.asarray(self.packed)
@@ -350,9 +339,9 @@ class Sdp:
     def int8_converters(self) -> dict:
         """The INT8 scalar converter fields with their defaults resolved."""
         defaults = dict(ew_mul=1, clip_lo=-128, clip_hi=127)
-        return {field: integer(defaults[field] if getattr(self, field) is None
-                               else getattr(self, field), f"sdp {field}")
-                for field in _SDP_CONVERTER_FIELDS}
+        values = {field: getattr(self, field) for field in _SDP_CONVERTER_FIELDS}
+        return {field: integer(defaults.get(field, value) if value is None else value,
+                               f"sdp {field}") for field, value in values.items()}
 
     @property
     def clip_bounds(self) -> Tuple[float, float]:
@@ -363,8 +352,8 @@ class Sdp:
         return real(low, "sdp clip[0]"), real(high, "sdp clip[1]")
 
     def lower(self, c_op) -> None:
-        _check_choice(self.ew_op, EW_OPS, "sdp ew_op")
-        _check_choice(self.act, ACTIVATIONS, "sdp act")
+        ew_op = ELEMENTWISE.code(self.ew_op, "sdp ew_op")
+        act = ACTIVATIONS.code(self.act, "sdp act")
         int8 = self.precision == "int8"
         data_dtype = dtype_for(self.precision)
         for field, dtype in _SDP_CHANNEL_FIELDS.items():
@@ -372,12 +361,12 @@ class Sdp:
                 dtype = np.float32 if int8 else data_dtype
             setattr(self, field, _operand(getattr(self, field), dtype, f"sdp {field}", True))
         self.operand = _operand(self.operand, data_dtype, "sdp operand")
-        c_op.engine = lib.ACCEL_ENGINE_SDP
+        c_op.engine = ENGINES.code(self.engine)
         d = c_op.sdp
         d.scale, d.shift = _pointer(self.scale), _pointer(self.shift)
-        d.ew_op = EW_OPS[self.ew_op]
+        d.ew_op = ew_op
         d.ew_operand = _pointer(self.operand)
-        d.act = ACTIVATIONS[self.act]
+        d.act = act
         d.prelu_slope = _pointer(self.prelu_slope)
         d.precision = precision_code(self.precision)
         d.bias, d.mul = _pointer(self.bias), _pointer(self.mul)
@@ -431,10 +420,10 @@ class Pool:
     engine = "PDP"
 
     def lower(self, c_op) -> None:
-        _check_choice(self.kind, POOLS, "pool kind")
-        c_op.engine = lib.ACCEL_ENGINE_PDP
+        pool = POOLS.code(self.kind)
+        c_op.engine = ENGINES.code(self.engine)
         d = c_op.pdp
-        d.pool = POOLS[self.kind]
+        d.pool = pool
         d.kernel_h, d.kernel_w = _pair(self.kernel, "pool kernel")
         d.stride_h, d.stride_w = _pair(self.stride, "pool stride")
         d.pad_top, d.pad_left, d.pad_bottom, d.pad_right = _padding(self.padding, "pool padding")

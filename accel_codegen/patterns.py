@@ -20,24 +20,24 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_call_tir, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
-from . import custom
+from . import custom, vocabulary
 from .config import AccelConfig
 from .lowering import Unsupported, lower_chain
 
-# Activation name -> pattern builder (clip takes its bounds as arguments).
-_ACTIVATIONS = {
-    "relu": lambda x: is_op("relax.nn.relu")(x),
-    "clip": lambda x: is_op("relax.clip")(x, wildcard(), wildcard()),
-    "sigmoid": lambda x: is_op("relax.sigmoid")(x),
-    "tanh": lambda x: is_op("relax.tanh")(x),
-    "prelu": lambda x: is_op("relax.nn.prelu")(x, wildcard()) | _decomposed_prelu(x),
-}
-_POOLS = {
-    "maxpool": lambda x: is_op("relax.nn.max_pool2d")(x),
-    "avgpool": lambda x: is_op("relax.nn.avg_pool2d")(x),
-}
-_ELEMENTWISE = {"add": "relax.add", "mul": "relax.multiply", "max": "relax.maximum",
-                "min": "relax.minimum"}
+
+
+def _op_pattern(entry: vocabulary.Entry):
+    """A builder of the pattern of one vocabulary entry's Relax op applied to x."""
+    def build(x: DFPattern) -> DFPattern:
+        pattern = is_op(entry.relax_op)(x, *(wildcard() for _ in range(entry.relax_args)))
+        return pattern | _decomposed_prelu(x) if entry.name == "prelu" else pattern
+    return build
+
+
+# Stage name (in primitive names) -> pattern builder, for every op the vocabulary offloads.
+_ACTIVATIONS = {e.name: _op_pattern(e) for e in vocabulary.ACTIVATIONS if e.relax_op}
+_POOLS = {f"{e.name}pool": _op_pattern(e) for e in vocabulary.POOLS}
+_ELEMENTWISE = {e.name: e.relax_op for e in vocabulary.ELEMENTWISE if e.relax_op}
 
 
 def _decomposed_prelu(x: DFPattern) -> DFPattern:

@@ -19,9 +19,7 @@ from ._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code, precision_name
 from .errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .ops import AccelDtypeError, Conv, Op, Pool, Sdp, as_operand, dtype_for, has_data, integer
-
-MODES = {"fused": lib.ACCEL_MODE_FUSED, "independent": lib.ACCEL_MODE_INDEPENDENT}
-ENGINES = {lib.ACCEL_ENGINE_CONV: "CONV", lib.ACCEL_ENGINE_SDP: "SDP", lib.ACCEL_ENGINE_PDP: "PDP"}
+from .vocabulary import ENGINES, MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +44,7 @@ class OpStats:
     @classmethod
     def from_c(cls, c_stats) -> "OpStats":
         values = {f.name: getattr(c_stats, f.name) for f in dataclasses.fields(cls)}
-        values["engine"] = ENGINES[c_stats.engine]
+        values["engine"] = ENGINES.name_of(c_stats.engine)
         values["op"] = ffi.string(c_stats.op).decode(errors="replace")
         values["precision"] = precision_name(c_stats.precision)
         return cls(**values)
@@ -70,7 +68,7 @@ class RunStats:
     def from_c(cls, c_run, op_records: Sequence[OpStats]) -> "RunStats":
         return cls(
             label=ffi.string(c_run.label).decode(errors="replace"),
-            mode={v: k for k, v in MODES.items()}[c_run.mode],
+            mode=MODES.name_of(c_run.mode),
             macs=c_run.macs, mac_cycles=c_run.mac_cycles, bytes_read=c_run.bytes_read,
             bytes_written=c_run.bytes_written, cycles=c_run.cycles,
             utilization=c_run.utilization, ops=tuple(op_records))
@@ -97,9 +95,7 @@ def _c_label(label: Optional[str]) -> bytes:
 
 
 def _mode(mode: str) -> int:
-    if not isinstance(mode, str) or mode not in MODES:
-        raise AccelInvalidError(f"mode = {mode!r} is not one of {list(MODES)}")
-    return MODES[mode]
+    return MODES.code(mode)
 
 
 class _Chain:

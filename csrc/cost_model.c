@@ -37,7 +37,7 @@ static int64_t atomic_k_at(const accel_config* cfg, accel_precision p) {
 }
 
 int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision precision) {
-  if (cfg == NULL || precision < ACCEL_INT8 || precision > ACCEL_FP32) return 0;
+  if (cfg == NULL || precision < ACCEL_INT8 || precision >= ACCEL_PRECISION_COUNT) return 0;
   return (int64_t)cfg->atomic_c * atomic_k_at(cfg, precision);
 }
 
@@ -241,6 +241,8 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_PDP:
         s->precision = precision = r->op->pdp.precision;
         cost_pdp(cfg, r, input_on_chip, s);
+        break;
+      case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;
     }
     finish_op(cfg, s);

@@ -35,6 +35,7 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
       }
       break;
     case ACCEL_EW_NONE:
+    case ACCEL_EW_COUNT:
       break;
   }
 
@@ -62,6 +63,7 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
       for (int64_t i = 0; i < count; ++i) x[i] = tanhf(x[i]);
       break;
     case ACCEL_ACT_NONE:
+    case ACCEL_ACT_COUNT:
       break;
   }
 }

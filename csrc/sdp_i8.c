@@ -63,7 +63,8 @@ static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, i
       case ACCEL_EW_MUL: t = sat32(t * e); break;
       case ACCEL_EW_MAX: t = t > e ? t : e; break;
       case ACCEL_EW_MIN: t = t < e ? t : e; break;
-      case ACCEL_EW_NONE: break;
+      case ACCEL_EW_NONE:
+      case ACCEL_EW_COUNT: break;
     }
   }
   if (p->act == ACCEL_ACT_RELU) {

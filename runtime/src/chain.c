@@ -14,6 +14,7 @@ static const char* engine_name(accel_engine engine) {
     case ACCEL_ENGINE_CONV: return "CONV";
     case ACCEL_ENGINE_SDP: return "SDP";
     case ACCEL_ENGINE_PDP: return "PDP";
+    case ACCEL_ENGINE_COUNT: break;
   }
   return "?";
 }
@@ -24,6 +25,7 @@ static int64_t element_bytes(accel_precision p) {
     case ACCEL_INT16:
     case ACCEL_FP16: return 2;
     case ACCEL_FP32: return 4;
+    case ACCEL_PRECISION_COUNT: break;
   }
   return 0;
 }
@@ -323,8 +325,8 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
   const accel_sdp_desc* d = &r->op->sdp;
   accel_status st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
-  RANGE("ew_op", d->ew_op, ACCEL_EW_NONE, ACCEL_EW_MIN)
-  RANGE("act", d->act, ACCEL_ACT_NONE, ACCEL_ACT_TANH)
+  RANGE("ew_op", d->ew_op, ACCEL_EW_NONE, ACCEL_EW_COUNT - 1)
+  RANGE("act", d->act, ACCEL_ACT_NONE, ACCEL_ACT_COUNT - 1)
   if (d->ew_op != ACCEL_EW_NONE && !(cfg->features & ACCEL_FEATURE_ELEMENTWISE)) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
                       "%s: element-wise ops need the SDP element-wise unit, which %s lacks",
@@ -372,7 +374,7 @@ static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const c
   const accel_pdp_desc* d = &r->op->pdp;
   accel_status st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
-  RANGE("pool", d->pool, ACCEL_POOL_MAX, ACCEL_POOL_AVG)
+  RANGE("pool", d->pool, ACCEL_POOL_MAX, ACCEL_POOL_COUNT - 1)
   if (d->kernel_h > ACCEL_MAX_POOL_KERNEL || d->kernel_w > ACCEL_MAX_POOL_KERNEL) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
                       "%s: pooling kernel %dx%d exceeds the PDP limit of %d per side", where,
@@ -425,6 +427,7 @@ static accel_precision op_precision(const accel_op* op) {
     case ACCEL_ENGINE_CONV: return op->conv.precision;
     case ACCEL_ENGINE_SDP: return op->sdp.precision;
     case ACCEL_ENGINE_PDP: return op->pdp.precision;
+    case ACCEL_ENGINE_COUNT: break; /* refused before */
   }
   return ACCEL_FP32;
 }
@@ -495,7 +498,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     r->in_n = n, r->in_c = c, r->in_h = h, r->in_w = w;
     char where[48];
     snprintf(where, sizeof where, "op %d (%s)", i, engine_name(ops[i].engine));
-    if (ops[i].engine < ACCEL_ENGINE_CONV || ops[i].engine > ACCEL_ENGINE_PDP) {
+    if (ops[i].engine < ACCEL_ENGINE_CONV || ops[i].engine >= ACCEL_ENGINE_COUNT) {
       return accel_fail(ACCEL_ERR_INVALID, "op %d: engine = %d is not an accel_engine", i,
                         (int)ops[i].engine);
     }
@@ -513,6 +516,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       case ACCEL_ENGINE_CONV: st = resolve_conv(cfg, r, where, need_data); break;
       case ACCEL_ENGINE_SDP: st = resolve_sdp(cfg, r, where, need_data); break;
       case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
+      case ACCEL_ENGINE_COUNT: break; /* refused above */
     }
     if (st != ACCEL_OK) return st;
     if (ops[i].engine == ACCEL_ENGINE_CONV && ops[i].conv.precision != ACCEL_FP32 &&

@@ -201,6 +201,8 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
         pdp_f32(&r->pdp, src, dst, threads);
       }
       return ACCEL_OK;
+    case ACCEL_ENGINE_COUNT:
+      break;
   }
   return accel_fail(ACCEL_ERR_INVALID, "engine = %d is not an accel_engine", (int)op->engine);
 }

@@ -36,6 +36,7 @@ const char* precision_name(accel_precision precision) {
     case ACCEL_INT16: return "int16";
     case ACCEL_FP16: return "fp16";
     case ACCEL_FP32: return "fp32";
+    case ACCEL_PRECISION_COUNT: break;
   }
   return "unknown";
 }

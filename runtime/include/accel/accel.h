@@ -84,8 +84,12 @@ typedef enum accel_precision {
   ACCEL_INT8 = 0,
   ACCEL_INT16 = 1,
   ACCEL_FP16 = 2,
-  ACCEL_FP32 = 3
+  ACCEL_FP32 = 3,
+  ACCEL_PRECISION_COUNT      /* not a precision: the number of them (stays last) */
 } accel_precision;
+
+/* Each enum below ends in a _COUNT sentinel; accel_codegen/sim/vocabulary.py holds one row per
+ * value (a test checks both agree), and new values go just before the sentinel. */
 
 /* Optional hardware units (accel_config.features bits). */
 typedef enum accel_feature {
@@ -122,7 +126,8 @@ typedef struct accel_tensor {
 typedef enum accel_engine {
   ACCEL_ENGINE_CONV = 0,
   ACCEL_ENGINE_SDP = 1,
-  ACCEL_ENGINE_PDP = 2
+  ACCEL_ENGINE_PDP = 2,
+  ACCEL_ENGINE_COUNT         /* not an engine: the number of them (stays last) */
 } accel_engine;
 
 /* CONV: direct convolution.
@@ -157,7 +162,8 @@ typedef enum accel_eltwise {
   ACCEL_EW_ADD = 1,
   ACCEL_EW_MUL = 2,
   ACCEL_EW_MAX = 3,
-  ACCEL_EW_MIN = 4
+  ACCEL_EW_MIN = 4,
+  ACCEL_EW_COUNT             /* not an op: the number of them (stays last) */
 } accel_eltwise;
 
 typedef enum accel_activation {
@@ -166,7 +172,8 @@ typedef enum accel_activation {
   ACCEL_ACT_CLIP = 2,        /* min(max(t, clip_min), clip_max); ReLU6 is clip(0, 6) */
   ACCEL_ACT_PRELU = 3,       /* t >= 0 ? t : t * prelu_slope[c] */
   ACCEL_ACT_SIGMOID = 4,     /* 1 / (1 + exp(-t)), needs ACCEL_FEATURE_LUT */
-  ACCEL_ACT_TANH = 5         /* tanh(t), needs ACCEL_FEATURE_LUT */
+  ACCEL_ACT_TANH = 5,        /* tanh(t), needs ACCEL_FEATURE_LUT */
+  ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
 
 /* SDP: per-channel affine, element-wise op, activation, in that order, one pass:
@@ -210,7 +217,8 @@ typedef struct accel_sdp_desc {
 
 typedef enum accel_pool {
   ACCEL_POOL_MAX = 0,
-  ACCEL_POOL_AVG = 1
+  ACCEL_POOL_AVG = 1,
+  ACCEL_POOL_COUNT           /* not a pool: the number of them (stays last) */
 } accel_pool;
 
 /* PDP: pooling over kernel_h x kernel_w windows (1..ACCEL_MAX_POOL_KERNEL per side).
@@ -244,7 +252,8 @@ typedef struct accel_op {
 
 typedef enum accel_mode {
   ACCEL_MODE_FUSED = 0,      /* on the fly: at most CONV, SDP, PDP, one each, in that order */
-  ACCEL_MODE_INDEPENDENT = 1 /* any order; every intermediate goes through memory */
+  ACCEL_MODE_INDEPENDENT = 1,/* any order; every intermediate goes through memory */
+  ACCEL_MODE_COUNT           /* not a mode: the number of them (stays last) */
 } accel_mode;
 
 /* Cost of one executed op. Bytes are as laid out in memory (atom-padded feature data). */

@@ -1,0 +1,125 @@
+"""The op vocabulary: one row for each value of each enum in ``accel/accel.h``.
+
+The C header is the ISA; this table is its only Python copy, and everything else reads it: the
+descriptors (``ops.py``) turn names into C values, the compiler maps Relax ops to names
+(``lowering.py``, ``patterns.py``) and the code generator spells the C enumerators. A test
+checks that every C enumerator (up to the ``_COUNT`` sentinel) has exactly one row here.
+
+>>> ACTIVATIONS.code("relu")
+1
+>>> ACTIVATIONS["sigmoid"].relax_op, ACTIVATIONS["sigmoid"].feature
+('relax.sigmoid', 'lut')
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterator, Optional, Tuple
+
+from ._accel_ffi import lib
+from .errors import AccelInvalidError
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One enumerator: its name in descriptors and reports, and what the compiler needs."""
+
+    name: Optional[str]             # "relu"; None for the enum's NONE value
+    c_name: str                     # "ACCEL_ACT_RELU", as generated C spells it
+    relax_op: Optional[str] = None  # the Relax op offloaded as it, if any
+    feature: Optional[str] = None   # the optional hardware unit it needs (AccelConfig.features)
+    int8: bool = True               # whether the engine has an INT8 form of it
+    relax_args: int = 0             # the Relax op's arguments besides the data
+
+    @property
+    def value(self) -> int:
+        """The C enum value, read from the compiled header."""
+        return getattr(lib, self.c_name)
+
+
+class Table:
+    """The rows of one C enum, looked up by name (``table["relu"]``) or by Relax op."""
+
+    def __init__(self, c_type: str, what: str, sentinel: str, entries: Tuple[Entry, ...]):
+        self.c_type = c_type      # the C enum type, e.g. "accel_activation"
+        self.what = what          # how error messages name a field of this type
+        self.sentinel = sentinel  # the enum's last enumerator, the count of the others
+        self.entries = entries
+        self._by_name = {e.name: e for e in entries}
+        self.by_relax_op: Dict[str, Entry] = {e.relax_op: e for e in entries if e.relax_op}
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries)
+
+    def __contains__(self, name) -> bool:
+        return (name is None or isinstance(name, str)) and name in self._by_name
+
+    def __getitem__(self, name: Optional[str]) -> Entry:
+        if name not in self:
+            raise AccelInvalidError(f"{self.what} = {name!r} is not one of {self.names}")
+        return self._by_name[name]
+
+    @property
+    def names(self) -> list:
+        return [e.name for e in self.entries]
+
+    def code(self, name: Optional[str], what: Optional[str] = None) -> int:
+        """The C value of a name; an unknown name (or a non-string) raises AccelInvalidError
+        naming ``what`` (default: the table's own field name)."""
+        if name not in self:
+            raise AccelInvalidError(f"{what or self.what} = {name!r} is not one of {self.names}")
+        return self._by_name[name].value
+
+    def name_of(self, value: int) -> Optional[str]:
+        """The name of a C value."""
+        for entry in self.entries:
+            if entry.value == value:
+                return entry.name
+        raise AccelInvalidError(f"{self.what}: {value} is not an {self.c_type} value")
+
+
+ENGINES = Table("accel_engine", "engine", "ACCEL_ENGINE_COUNT", (
+    Entry("CONV", "ACCEL_ENGINE_CONV"),
+    Entry("SDP", "ACCEL_ENGINE_SDP"),
+    Entry("PDP", "ACCEL_ENGINE_PDP"),
+))
+
+PRECISIONS = Table("accel_precision", "precision", "ACCEL_PRECISION_COUNT", (
+    Entry("int8", "ACCEL_INT8"),
+    Entry("int16", "ACCEL_INT16"),
+    Entry("fp16", "ACCEL_FP16"),
+    Entry("fp32", "ACCEL_FP32"),
+))
+
+ELEMENTWISE = Table("accel_eltwise", "ew_op", "ACCEL_EW_COUNT", (
+    Entry(None, "ACCEL_EW_NONE"),
+    Entry("add", "ACCEL_EW_ADD", "relax.add", feature="elementwise", relax_args=1),
+    Entry("mul", "ACCEL_EW_MUL", "relax.multiply", feature="elementwise", relax_args=1),
+    Entry("max", "ACCEL_EW_MAX", "relax.maximum", feature="elementwise", relax_args=1),
+    Entry("min", "ACCEL_EW_MIN", "relax.minimum", feature="elementwise", relax_args=1),
+))
+
+ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
+    Entry(None, "ACCEL_ACT_NONE"),
+    Entry("relu", "ACCEL_ACT_RELU", "relax.nn.relu"),
+    Entry("clip", "ACCEL_ACT_CLIP", "relax.clip", relax_args=2),      # the bounds
+    Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
+    Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut", int8=False),
+    Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut", int8=False),
+))
+
+POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (
+    Entry("max", "ACCEL_POOL_MAX", "relax.nn.max_pool2d"),
+    Entry("avg", "ACCEL_POOL_AVG", "relax.nn.avg_pool2d"),
+))
+
+MODES = Table("accel_mode", "mode", "ACCEL_MODE_COUNT", (
+    Entry("fused", "ACCEL_MODE_FUSED"),
+    Entry("independent", "ACCEL_MODE_INDEPENDENT"),
+))
+
+#: Every table, for the test that holds them to the header.
+TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES)
+
+#: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
+FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
+            "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK"}
