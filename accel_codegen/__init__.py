@@ -15,12 +15,13 @@ except ImportError as error:  # pragma: no cover - a set-up mistake, not a runti
         "package (pip install .) and import it from there; from the repository root run "
         "`pytest`, not `python -m pytest`, which puts the source tree first") from error
 
-from .config import AccelConfig
+from . import _moved
 from .errors import (AccelBufferError, AccelError, AccelInvalidError, AccelMemoryError,
                      AccelNotFoundError, AccelShapeError, AccelUnsupportedError)
-from .ops import Conv, Pool, Sdp
 from .profiling import Profile, profile
-from .sim import Device, OpStats, RunStats, estimate_chain
+from .sim import AccelConfig, Conv, Device, OpStats, Pool, RunStats, Sdp, estimate_chain
+
+_moved.install()  # old import paths (accel_codegen.ops, .config, ...) of moved modules
 
 __version__ = "0.1.0"
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Iterator, Optional, Tuple
 
-from ._accel_ffi import lib
-from .errors import AccelInvalidError
+from .._accel_ffi import lib
+from ..errors import AccelInvalidError
 
 
 @dataclasses.dataclass(frozen=True)

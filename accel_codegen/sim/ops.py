@@ -18,9 +18,9 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._accel_ffi import ffi, lib
+from .._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code
-from .errors import AccelInvalidError, AccelShapeError, check
+from ..errors import AccelInvalidError, AccelShapeError, check
 from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, POOLS
 
 #: How each precision is stored in host memory.

@@ -15,11 +15,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._accel_ffi import ffi, lib
+from .._accel_ffi import ffi, lib
 from .config import AccelConfig, precision_code, precision_name
-from .errors import AccelBufferError, AccelError, AccelInvalidError, check
+from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .ops import AccelDtypeError, Conv, Op, Pool, Sdp, as_operand, dtype_for, has_data, integer
-from .vocabulary import ENGINES, MODES
+from .vocabulary import ENGINES, MODES, PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +130,7 @@ def op_list(ops: Sequence[Op]) -> List[Op]:
     for i, op in enumerate(ops):
         if not isinstance(op, (Conv, Sdp, Pool)):
             raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp or Pool")
+        PRECISIONS.code(op.precision, f"op {i} ({op.engine}): precision")
     if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
         raise AccelInvalidError(f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
     return list(ops)

@@ -9,8 +9,8 @@ import dataclasses
 import json
 from typing import Any
 
-from ._accel_ffi import ffi, lib
-from .errors import AccelInvalidError, AccelUnsupportedError, check
+from .._accel_ffi import ffi, lib
+from ..errors import AccelInvalidError, AccelUnsupportedError, check
 from .vocabulary import FEATURES
 from .vocabulary import PRECISIONS as PRECISION_TABLE
 

@@ -1,0 +1,12 @@
+"""The simulator's Python face: configurations, the op vocabulary, engine op descriptors,
+devices and runs, the process-wide profile, and the NumPy reference of every engine op.
+
+This layer never imports TVM: ``import accel_codegen.sim`` works where TVM is absent.
+"""
+from .config import AccelConfig
+from .device import (Device, OpStats, RunStats, estimate_chain, profile_enable,
+                     profile_records)
+from .ops import Conv, Pool, Sdp
+
+__all__ = ["AccelConfig", "Conv", "Device", "OpStats", "Pool", "RunStats", "Sdp",
+           "estimate_chain", "profile_enable", "profile_records"]
