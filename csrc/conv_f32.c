@@ -1,38 +1,22 @@
 /* conv_f32.c - the CONV engine (fp32): convolution with the SDP epilogue fused per tile.
  *
- * Method, chosen by measurement. This machine: 2 AMD Zen 4 vCPUs, AVX-512 at one 512-bit FMA
- * per cycle, ~116 GFLOP/s per core. GFLOP/s of conv + scale/shift + ReLU, 2 threads, medians,
- * ranges over 4 side-by-side runs (shared machine) against PyTorch 2.13 eager conv+bn+relu:
- *
- *   layer            ours     PyTorch   path
- *   3x224  7x7/2->64  183-195  56-65 (171 when its allocator reuses memory)  implicit, phases
- *   64x56  3x3 ->64   189-200  153-189   implicit GEMM
- *   128x28 3x3 ->128  179-191  170-200   implicit GEMM
- *   256x14 3x3 ->256  177-190  166-198   packed panels + dot-product tail
- *   512x7  3x3 ->512  170-188  117-152   packed panels + dot-product tail
- *   64x56  1x1 ->256  159-174  104-123   implicit GEMM on the input itself
- *   depthwise 3x3 (32x112 .. 1024x7): 15-52 against 7-28.
- *
- * All GEMM-like paths compute out[k][pos] = sum over depth of w[k][d] * col[d][pos] with an
- * 8-channel x 48-position AVX-512 micro-kernel (24 accumulators; 104-110 GFLOP/s on one core,
- * ~90 % of peak), positions along the vectors so results land in NCHW rows directly:
+ * Paths, chosen by measurement (figures: docs/kernels.md). All GEMM-like paths compute
+ * out[k][pos] = sum over depth of w[k][d] * col[d][pos] with an 8-channel x 48-position
+ * AVX-512 micro-kernel (24 accumulators), positions along the vectors so results land in NCHW
+ * rows directly:
  *  - implicit GEMM: the input is copied once per call, zero-padded and split into its stride
  *    phases, so that every depth row (c, r, s) of the im2col matrix is that copy at a constant
  *    offset; the kernel reads it in place over a grid of out_h rows of wq >= out_w columns and
- *    stores each vector's outputs past the few garbage columns. No im2col: on 64x56 3x3 the
- *    packing cost 18 % of the time. Used where the garbage is < 1/12 and the depth <= 2304
- *    (a deeper weight panel no longer streams well from L2: 512x28 3x3 100 vs 106 packed).
+ *    stores each vector's outputs past the few garbage columns. Used where the garbage is
+ *    < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), the
  *    depth blocked by 512 so the kernel's 8 weight rows stay in L1, weights read in place.
- *    An image's last < 16 positions (7x7 = 48 + 1) are dot products along the depth instead of
- *    a mostly empty vector: 512x7 went from 76 to 102 on one core.
- *  - depthwise: direct, a 1-D correlation over the same padded phase copy (1 thread: 9-29
- *    against 2-8 through the GEMM path).
+ *    An image's last < 16 positions are dot products along the depth instead of a mostly
+ *    empty vector.
+ *  - depthwise: direct, a 1-D correlation over the same padded phase copy.
  *  - OpenBLAS (scipy-openblas32): batched fully connected layers (one output position per
- *    image: 80-114 against 12-42 image by image), and the portable path without AVX-512.
- *    Measured and not used for convolutions: OpenMP tiles of im2col + single-threaded sgemm
- *    62-122; one big sgemm threaded by OpenBLAS 28-84, and 13-29 when OpenMP regions run
- *    around it (the two thread pools spin against each other on 2 cores).
+ *    image), and the portable path without AVX-512. Not for convolutions: its thread pool and
+ *    OpenMP's spin against each other.
  * The epilogue (sdp_f32_span) runs on each block of 8 channels' finished outputs of a tile,
  * while they are in L1/L2. Every output is summed in an order fixed by the geometry alone, so
  * results do not depend on the thread count, and fused equals unfused bit for bit.

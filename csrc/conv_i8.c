@@ -5,23 +5,7 @@
  * and independent runs give identical codes whatever the thread count (integer sums do not
  * depend on the order).
  *
- * Method, chosen by measurement. This machine: 2 AMD Zen 4 vCPUs, AVX-512 VNNI (a zmm vpdpbusd
- * is 64 MACs; the core issues about one per cycle). GOPS (2 ops per MAC) of conv + bias +
- * scale (mul/rshift) + ReLU with packed weights, against conv_f32 + scale/shift + ReLU, N = 1,
- * side by side, medians of 6 interleaved rounds (1-minute load 0.5-1.5, about 1 of it ours):
- *
- *   layer              fp32 1 thr  int8 1 thr      fp32 2 thr  int8 2 thr
- *   3x224 7x7/2 -> 64      91       198 (2.2x)        176       357 (2.0x)
- *   64x56 3x3 -> 64       100       332 (3.3x)        195       643 (3.3x)
- *   128x28 3x3 -> 128      96       337 (3.5x)        163       613 (3.8x)
- *   256x14 3x3 -> 256      94       339 (3.6x)        170       631 (3.7x)
- *   512x7 3x3 -> 512       93       272 (2.9x)        171       537 (3.1x)
- *   64x56 1x1 -> 256       76       182 (2.4x)        171       344 (2.0x)
- *   depthwise 3x3 32x112 / 512x14: 25 / 12 against 22 / 12 (2 threads: 51 / 24 against 49 / 26)
- *   fully connected 2048 -> 1000, 64 images / 1 image: 244 / 64 against 48 / 21 (2 threads:
- *   328 / 105 against 92 / 41); 3x3 with 32 groups on 256x28: 113 against 67 (196 / 76)
- *
- * Paths (AVX-512 VNNI builds):
+ * Paths (AVX-512 VNNI builds), chosen by measurement (figures: docs/kernels.md):
  *  - implicit GEMM (C/groups >= 2): vpdpbusd multiplies u8 by s8, so the input is copied once
  *    per image with its sign bit flipped (u = in + 128; padding byte in_zero + 128), padded,
  *    split into stride phases and 4 channels interleaved per position; depth step (c/4, r, s)
@@ -29,30 +13,24 @@
  *    shift) positions whose extra columns are computed and dropped. acc = sum(u * w) -
  *    (128 + in_zero) * sum(w), modulo 2^32 (exact: the true sum fits int32), with the weight
  *    sums kept beside the packed weights and the correction as the micro-kernel's initial
- *    accumulator. Splitting the weights' signs instead of the offset doubles the vpdpbusd count
- *    (prototype). A separate correction pass over the tile cost 15 % on 64x56 1x1 (the tile has
- *    left L1 by then); subtracting it at the micro-kernel's stores made gcc keep all 24
- *    accumulators in memory (345 -> 200 GOPS). Micro-kernel 8 channels x 48 positions, 24 zmm
- *    accumulators; tiles of up to 8 panels (4 to 16 measured within noise), split between the
- *    threads so that the busiest has the fewest panels (128x28: 18 panels as 8 + 8 + 2 gave one
- *    thread twice the other's work). Grouped convolutions are one GEMM per group.
+ *    accumulator. Micro-kernel 8 channels x 48 positions, 24 zmm accumulators; tiles of up to
+ *    8 panels, split between the threads so that the busiest has the fewest panels. Grouped
+ *    convolutions are one GEMM per group.
  *  - im2col: explicit columns over (image, position) for batched fully connected layers (one
  *    position per image) and grids mostly made of dropped columns. Outputs of one position per
- *    image get the SDP along the channels (sdp_i8_channels, the same arithmetic): one
- *    sdp_i8_span call per output took 45 % of the time (64 x 2048 -> 1000: 136 -> 299 GOPS).
+ *    image get the SDP along the channels (sdp_i8_channels, the same arithmetic).
  *  - matrix-vector, at most 8 columns in all (a fully connected layer on one image): one 64-byte
  *    weight load holds two depth steps of 8 channels, one vpdpbusd per load and column, every
- *    lane useful (the 48-position micro-kernel used 1 lane in 16: 22 -> 64-83 GOPS).
+ *    lane useful.
  *  - depthwise (one input channel per group): direct, an int16 copy of the plane and vpdpwssd
- *    on pairs of taps. vpdpbusd is no use with one input channel; an int32 copy with one tap per
- *    vpdpwssd ran at 0.6-0.7x fp32. Like fp32's, it is bound by the per-plane copy and epilogue.
+ *    on pairs of taps (vpdpbusd is no use with one input channel).
  * Other builds: the portable path (direct, scalar, uint32 accumulators). Built with
  * CONV_I8_TEST_PATHS, CONV_I8_PATH=p|i|c forces a path where it applies (tests only).
  * The epilogue runs on each row of a finished tile while it is in L1, after the tile's output
  * runs are moved down over the dropped columns (memmove's rep movsb is slow on such short
  * overlapping moves); sdp_i8.c has exact fast paths for the common converters.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
- * every call costs about 1.5 ms on 512x7 3x3 (2.4 MB), enough to bring that layer down to fp32.
+ * every call would cost as much as a deep layer's convolution.
  * Threads: OpenMP only. Scratch: workspace slots 0..nth-1 per thread, 40..43 shared, reserved
  * before the parallel regions.
  */

@@ -6,14 +6,10 @@
  *
  * Wide outputs go an output row at a time: for strides 1 and 2, 32 columns per AVX-512 step,
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
- * columns left alone; other strides tap by tap, portably. Outputs narrower than 16 columns
- * (global pooling) go window by window. The average's divisions are float divisions, exact
- * here (see finish_avg).
- * Measured, 1 thread, against pdp_f32 (which checks NaNs element by element): ResNet's 3x3/2
- * max pool on 64x112x112 0.21 ms (fp32 3.5 ms; a pass over the row per tap with scalar
- * stride-2 loads took 1.05 ms, vectorised 0.25 ms: each pass reloads the accumulators a masked
- * store just wrote); 2x2/2 average on 64x56x56 0.054 ms (fp32 0.68 ms; with one integer
- * division per output 0.17 ms); 7x7 global average on 512 channels 0.036 ms (fp32 0.034 ms).
+ * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
+ * wrote); other strides tap by tap, portably. Outputs narrower than 16 columns (global
+ * pooling) go window by window. The average's divisions are float divisions, exact here (see
+ * finish_avg), and cheaper than integer ones. Figures: docs/kernels.md.
  */
 #include <stdint.h>
 #ifdef __AVX512F__
