@@ -29,17 +29,16 @@ Methods (``calibration_method``):
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import threading
-from typing import Dict, Iterable, Iterator, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
-from ._accel_ffi import ffi, lib
+from ._accel_ffi import lib
 from .errors import AccelInvalidError
+from .sim.observer import INPUT, observing
 
 METHODS = ("percentile", "max", "entropy")
 DEFAULT_METHOD = "percentile"
@@ -106,7 +105,7 @@ class Observer:
             if finite.size:
                 stats.low = min(stats.low, float(finite.min()))
                 stats.high = max(stats.high, float(finite.max()))
-            if op_index == -1:
+            if op_index == INPUT:
                 sums = np.nan_to_num(x.astype(np.float64)).sum(axis=(0, 2, 3))
                 stats.channel_sum = sums if stats.channel_sum is None else \
                     stats.channel_sum + sums
@@ -116,37 +115,6 @@ class Observer:
         if amax > 0:
             counts, _ = np.histogram(np.abs(x), bins=HISTOGRAM_BINS, range=(0.0, amax))
             stats.histogram = counts if stats.histogram is None else stats.histogram + counts
-
-
-_ACTIVE: Optional[Observer] = None
-_LOCK = threading.Lock()
-
-
-@ffi.def_extern()
-def accel_python_observer(user, label, op_index, tensor):  # pragma: no cover - called from C
-    del user
-    observer = _ACTIVE
-    if observer is None:
-        return
-    count = int(tensor.n) * int(tensor.c) * int(tensor.h) * int(tensor.w)
-    dtype = np.int8 if tensor.precision == lib.ACCEL_INT8 else np.float32
-    x = np.frombuffer(ffi.buffer(ffi.cast("char*", tensor.data), count * np.dtype(dtype).itemsize),
-                      dtype).reshape(int(tensor.n), int(tensor.c), int(tensor.h), int(tensor.w))
-    observer.add(ffi.string(label).decode("utf-8", "replace"), int(op_index), x)
-
-
-@contextlib.contextmanager
-def observing(observer) -> Iterator:
-    """Route every fp32 run's tensors in this process to ``observer`` (one at a time)."""
-    global _ACTIVE
-    with _LOCK:
-        _ACTIVE = observer
-        lib.accel_set_observer(lib.accel_python_observer, ffi.NULL)
-        try:
-            yield observer
-        finally:
-            lib.accel_set_observer(ffi.NULL, ffi.NULL)
-            _ACTIVE = None
 
 
 def _threshold(stats: _Stats, method: str) -> float:

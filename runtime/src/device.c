@@ -221,7 +221,7 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
     const resolved_op* r = &chain->ops[0];
     const accel_tensor t = {.data = (void*)input, .n = r->in_n, .c = r->in_c, .h = r->in_h,
                             .w = r->in_w, .precision = seen};
-    observe(label, -1, &t);
+    observe(label, ACCEL_OBSERVE_INPUT, &t);
   }
   const void* src = input;
   int scratch = WS_CHAIN_A;
@@ -243,7 +243,7 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       const resolved_op* r = &chain->ops[j];
       const accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
                               .h = r->in_h, .w = r->in_w, .precision = seen};
-      observe(label, -2 - j, &t);
+      observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
     }
     accel_status st = execute_pass(dev, chain, i, last, src, dst);
     if (st != ACCEL_OK) return st;

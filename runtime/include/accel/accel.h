@@ -378,10 +378,16 @@ accel_status accel_profile_run(int32_t index, accel_run_stats* out, int32_t* fir
 int32_t accel_profile_num_ops(void);
 accel_status accel_profile_op(int32_t index, accel_op_stats* out);
 
+/* The op_index an observer receives for what is not an op's output. */
+enum {
+  ACCEL_OBSERVE_INPUT = -1,        /* the run's input */
+  ACCEL_OBSERVE_OPERAND_BASE = -2  /* SDP i's element-wise operand: ACCEL_OBSERVE_OPERAND_BASE - i */
+};
+
 /* Calibration and accuracy analysis: while an observer is set, every accel_run in the process
- * calls it with the run's input (op_index -1), with each SDP's element-wise operand (op_index
- * -2 - the SDP's index) and with the output of each engine pass (op_index = the pass's last
- * op), before the next pass starts, so it also sees what a fused chain keeps on chip. Tensors
+ * calls it with the run's input (ACCEL_OBSERVE_INPUT), with each SDP's element-wise operand
+ * (ACCEL_OBSERVE_OPERAND_BASE - the SDP's index) and with the output of each engine pass
+ * (op_index = the pass's last op), before the next pass starts, so it also sees what a fused chain keeps on chip. Tensors
  * come as the engines hold them: INT8 codes for INT8 runs, FP32 values otherwise (an FP16 run's
  * halves widened). The tensor is valid during the call only; the observer must not run the
  * device. NULL removes the observer. */
