@@ -14,6 +14,10 @@ MOVED = {
     "ops": "sim.ops",
     "reference": "sim.reference",
     "vocabulary": "sim.vocabulary",
+    "frontend": "compiler.frontend",
+    "custom": "compiler.custom",
+    "lowering": "compiler.lowering",
+    "patterns": "compiler.patterns",
 }
 
 

@@ -28,8 +28,9 @@ from tvm import relax
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig
 from .errors import AccelError, AccelInvalidError, check
-from .lowering import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_root, constant_value,
-                       is_constant, lower_chain, static_shape)
+from .compiler.layer import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_root,
+                             constant_value, is_constant, static_shape)
+from .compiler.lowering import lower_chain
 from .quantization import (Calibration, TensorQuant, encode_multiplier, encode_multipliers,
                            quantize_weights, rhaz)
 

@@ -23,7 +23,8 @@ from tvm import relax
 
 from .config import AccelConfig, check_precision
 from .errors import AccelInvalidError, AccelUnsupportedError
-from .lowering import Layer, bound_values, chain_root, lower_chain
+from .compiler.layer import Layer, bound_values, chain_root
+from .compiler.lowering import lower_chain
 from .partition import match_composites
 from .sim import RunStats, estimate_chain
 

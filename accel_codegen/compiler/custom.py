@@ -19,8 +19,8 @@ from typing import Callable, Dict, Optional
 
 from tvm import relax
 
-from .errors import AccelInvalidError
-from .lowering import ConvSpec, PoolSpec, SdpSpec  # noqa: F401  (the stage vocabulary)
+from ..errors import AccelInvalidError
+from .layer import ConvSpec, PoolSpec, SdpSpec  # noqa: F401  (the stage vocabulary)
 
 PRIMFUNC_PREFIX = "accel_custom_"
 

@@ -20,9 +20,11 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_call_tir, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
-from . import custom, vocabulary
-from .config import AccelConfig
-from .lowering import Unsupported, lower_chain
+from ..sim import vocabulary
+from ..sim.config import AccelConfig
+from . import custom
+from .layer import Unsupported
+from .lowering import lower_chain
 
 
 

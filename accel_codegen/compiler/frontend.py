@@ -29,7 +29,7 @@ import tvm
 from tvm import relax
 
 from . import custom
-from .errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
 

@@ -10,245 +10,21 @@ says no with its own message.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
-import tvm
 from tvm import relax
 
-from . import vocabulary
-from .config import AccelConfig
-from .errors import AccelError
-from .ops import SHAPE_ONLY, Conv, Pool, Sdp
-from .sim import estimate_chain
+from ..sim import vocabulary
+from ..sim.config import AccelConfig
+from .layer import (BatchNormSpec, ConvSpec, Layer, Lookup, PoolSpec, SdpSpec, Unsupported,
+                    constant_value, describe, dtype_of, is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary.
 ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
-
-
-class Unsupported(Exception):
-    """A chain the accelerator cannot run; the message says why, in words."""
-
-
-Lookup = Callable[[relax.Expr], Optional[relax.Expr]]
-
-
-@dataclasses.dataclass
-class ConvSpec:
-    """CONV: ``weight`` is [K, C/groups, R, S]; a dense layer is a 1x1 conv on [N, C, 1, 1]."""
-
-    weight: relax.Expr
-    weight_shape: Tuple[int, int, int, int]
-    stride: Tuple[int, int] = (1, 1)
-    padding: Tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
-    dilation: Tuple[int, int] = (1, 1)
-    groups: int = 1
-    transpose_weight: bool = False  # dense weight given as [C, K]: transpose it (constants only)
-    source: str = "relax.nn.conv2d"
-
-
-@dataclasses.dataclass
-class BatchNormSpec:
-    gamma: Optional[relax.Expr]
-    beta: Optional[relax.Expr]
-    mean: relax.Expr
-    var: relax.Expr
-    epsilon: float
-
-
-@dataclasses.dataclass
-class SdpSpec:
-    """The SDP stages of a chain, as the source ops gave them; the code generator folds bias
-    and batch norm into one scale/shift when fusing, or keeps them apart when not."""
-
-    bias: Optional[relax.Expr] = None
-    batch_norm: Optional[BatchNormSpec] = None
-    scale: Optional[relax.Expr] = None  # per-channel multiply by a constant or input
-    ew_op: Optional[str] = None
-    operand: Optional[relax.Expr] = None
-    act: Optional[str] = None
-    clip: Tuple[float, float] = (0.0, 6.0)
-    prelu_slope: Optional[relax.Expr] = None
-    sources: List[str] = dataclasses.field(default_factory=list)
-
-    def decomposed_order(self) -> List[str]:
-        """The scale/shift stages as separate ops, in source order: a bias comes before batch
-        norm (conv + bias + BN), a per-channel multiply before its bias (x * s + b)."""
-        if self.scale is not None:
-            return ["scale"] + (["bias"] if self.bias is not None else [])
-        return (["bias"] if self.bias is not None else []) + (
-            ["batch_norm"] if self.batch_norm is not None else [])
-
-    def empty(self) -> bool:
-        return (self.bias is None and self.batch_norm is None and self.scale is None
-                and self.ew_op is None and self.act is None)
-
-
-@dataclasses.dataclass
-class PoolSpec:
-    kind: str
-    kernel: Tuple[int, int]
-    stride: Tuple[int, int]
-    padding: Tuple[int, int, int, int]
-    count_include_pad: bool
-    source: str
-
-
-@dataclasses.dataclass
-class Layer:
-    """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP."""
-
-    data: relax.Expr
-    in_shape: Tuple[int, int, int, int]
-    out_shape: Tuple[int, ...]  # as Relax types the result
-    conv: Optional[ConvSpec] = None
-    sdp: SdpSpec = dataclasses.field(default_factory=SdpSpec)
-    pool: Optional[PoolSpec] = None
-    flattened: bool = False  # a dense layer reads its NCHW input as [N, C*H*W]
-    # A second conv (+ bias) + batch norm whose result is this layer's element-wise operand
-    # (ResNet's downsample branch): it runs first, as a layer of its own.
-    branch: Optional["Layer"] = None
-
-    @property
-    def source_ops(self) -> List[str]:
-        ops = ["relax.reshape"] if self.flattened else []
-        ops += [self.conv.source] if self.conv else []
-        ops += self.sdp.sources
-        return ops + ([self.pool.source] if self.pool else [])
-
-    def parameters(self) -> List[Tuple[str, relax.Expr]]:
-        """(what, expr) of every weight and per-channel parameter the layer reads."""
-        s, bn = self.sdp, self.sdp.batch_norm
-        found = [("conv weight", self.conv.weight if self.conv else None), ("bias", s.bias),
-                 ("scale", s.scale), ("prelu alpha", s.prelu_slope)]
-        if bn is not None:
-            found += [("batch_norm gamma", bn.gamma), ("batch_norm beta", bn.beta),
-                      ("batch_norm moving mean", bn.mean), ("batch_norm moving var", bn.var)]
-        return [(what, expr) for what, expr in found if expr is not None]
-
-    def engine_ops(self, fuse: bool, precision: str = "fp32") -> list:
-        """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
-        fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
-        carry integer converters in place of the float scale and shift."""
-        int8 = precision == "int8"
-
-        def sdp(scaled=False, shifted=False, **fields):
-            if int8:  # the code generator always emits all three converter arrays
-                fields.pop("clip", None)
-                if fields.get("prelu_slope") is not None:
-                    fields["prelu_mul"] = fields.pop("prelu_slope")
-                return Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
-                           precision=precision, **fields)
-            return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
-                       precision=precision, **fields)
-
-        ops: list = []
-        if self.conv is not None:
-            ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
-                            padding=self.conv.padding, dilation=self.conv.dilation,
-                            groups=self.conv.groups, precision=precision))
-        s = self.sdp
-        if fuse:
-            if not s.empty():
-                folded = s.bias is not None or s.batch_norm is not None
-                # fp16 folds the factor into the conv weights (see codegen)
-                scaled = (s.batch_norm is not None or s.scale is not None) and not (
-                    precision == "fp16" and self.conv is not None)
-                ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
-                               act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
-        else:
-            for stage in s.decomposed_order():
-                if stage == "bias":
-                    ops.append(sdp(shifted=True))
-                else:  # batch norm: scale and shift; a multiply: scale only
-                    ops.append(sdp(True, s.batch_norm is not None))
-            if s.ew_op is not None:
-                ops.append(sdp(ew_op=s.ew_op, operand=SHAPE_ONLY))
-            if s.act is not None:
-                ops.append(sdp(act=s.act, clip=s.clip,
-                               prelu_slope=_placeholder(s.prelu_slope)))
-        if precision != "fp32" and self.conv is not None and (
-                len(ops) == 1 or not isinstance(ops[1], Sdp)):
-            ops.insert(1, sdp())  # the converter the accumulators leave through
-        if self.pool is not None:
-            p = self.pool
-            ops.append(Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad,
-                            precision=precision))
-        return ops
-
-    def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
-        """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
-        if self.branch is not None:
-            self.branch.check_hardware(config, fuse, precision)
-        if precision != "fp32":
-            for what, expr in self.parameters():
-                if not is_constant(expr):
-                    raise Unsupported(f"the {what} is a runtime input; {precision} code needs "
-                                      "constant weights and parameters (bind them as params)")
-        if precision == "int8" and self.conv is None:
-            # Without a conv to take it into the weights, a channel factor of 0 would zero the
-            # shift too: the int8 SDP adds its bias before it multiplies.
-            bn = self.sdp.batch_norm
-            for what, expr in (("batch_norm gamma", bn.gamma if bn else None),
-                               ("per-channel scale", self.sdp.scale)):
-                if expr is not None and np.any(constant_value(expr) == 0):
-                    raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
-                                      "bias before it multiplies)")
-        try:
-            estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
-                           mode="fused" if fuse else "independent", precision=precision)
-        except AccelError as error:
-            raise Unsupported(_without_status(str(error))) from None
-
-
-def _placeholder(present):
-    """Shape-only SDP operands for the estimate: present or absent, no data."""
-    return None if present is None or present is False else SHAPE_ONLY
-
-
-def _without_status(message: str) -> str:
-    return message.rsplit(" [ACCEL_", 1)[0]
-
-
-# --- reading Relax ----------------------------------------------------------------------------
-
-def static_shape(expr: relax.Expr) -> Tuple[int, ...]:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        raise Unsupported(f"{_describe(expr)} has no static tensor shape")
-    try:
-        return tuple(int(v) for v in ty.shape.values)
-    except (TypeError, AttributeError):
-        raise Unsupported(f"{_describe(expr)} has a symbolic shape {ty.shape}") from None
-
-
-def dtype_of(expr: relax.Expr) -> str:
-    ty = expr.ty
-    return str(ty.dtype) if isinstance(ty, relax.TensorType) else "?"
-
-
-def _describe(expr: relax.Expr) -> str:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return type(expr).__name__
-
-
-def op_name(expr: Optional[relax.Expr]) -> Optional[str]:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
-
-
-def is_constant(expr: relax.Expr) -> bool:
-    return isinstance(expr, tvm.ir.expr.GenericConst)
-
-
-def constant_value(expr: relax.Expr) -> np.ndarray:
-    return expr.value.numpy()
 
 
 def _ints(values) -> Tuple[int, ...]:
@@ -407,7 +183,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
                 data = lhs
                 break
         else:
-            raise Unsupported(f"{name or _describe(value)} is not an accelerator op")
+            raise Unsupported(f"{name or describe(value)} is not an accelerator op")
     if _resolve(data, lookup) is not None and not is_constant(data):
         # e.g. a residual branch that reads an intermediate of the main chain
         raise Unsupported("the chain's input is computed inside the matched region")
@@ -694,23 +470,3 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
                 "on the host")
     return "supported alone, but left on the host by the partitioner (its operand is produced " \
            "by a neighbour that could not be fused with it)"
-
-
-def bound_values(function: relax.Function) -> Callable[[relax.Expr], Optional[relax.Expr]]:
-    """A lookup of the Var -> value bindings of a function body (for the code generator)."""
-    table = {}
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            table[binding.var] = binding.value
-    return lambda var: table.get(var)
-
-
-def chain_root(function: relax.Function) -> relax.Expr:
-    """The last op of a composite function."""
-    body = function.body
-    result = body.body
-    if isinstance(result, relax.Var):
-        value = bound_values(function)(result)
-        if value is not None:
-            return value
-    return result
