@@ -32,7 +32,7 @@ from .compiler.layer import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_
                              constant_value, is_constant, static_shape)
 from .compiler.lowering import lower_chain
 from .quantization import (Calibration, TensorQuant, encode_multiplier, encode_multipliers,
-                           quantize_weights, rhaz)
+                           quantize_weights, round_half_away)
 
 _ACT = {None: "ACCEL_ACT_NONE", "relu": "ACCEL_ACT_RELU", "clip": "ACCEL_ACT_CLIP",
         "prelu": "ACCEL_ACT_PRELU", "sigmoid": "ACCEL_ACT_SIGMOID", "tanh": "ACCEL_ACT_TANH"}
@@ -550,7 +550,7 @@ class FunctionCodegen:
                 out_mul, out_shift = 1, extra
             fields.update(out_mul=out_mul, out_shift=out_shift)
             comment = f"x and the {s.ew_op} operand to 2^-{extra} of the output step"
-        bias = rhaz(h / (g * unit))
+        bias = round_half_away(h / (g * unit))
         if np.any(np.abs(bias) > 2 ** 31 - 1):
             bad = int(np.argmax(np.abs(bias)))
             raise AccelInvalidError(f"{what}: shift {h[bad]:g} of channel {bad} is "
@@ -562,7 +562,7 @@ class FunctionCodegen:
         if s.act is not None:
             fields["act"] = _ACT[s.act]
         if s.act == "clip":
-            lo, hi = (int(np.clip(rhaz(v / out_quant.scale) + out_quant.zero, -128, 127))
+            lo, hi = (int(np.clip(round_half_away(v / out_quant.scale) + out_quant.zero, -128, 127))
                       for v in s.clip)
             fields.update(clip_lo=lo, clip_hi=hi)
         elif s.act == "prelu":
@@ -571,7 +571,7 @@ class FunctionCodegen:
             slope = np.broadcast_to(slope, (len(g),)) if slope.size == 1 else slope
             # one shift for every channel: the one the largest slope allows
             _, shift = encode_multiplier(float(np.max(np.abs(slope))), f"{what} PReLU slope")
-            codes = rhaz(slope * 2.0 ** shift).astype(np.int16)
+            codes = round_half_away(slope * 2.0 ** shift).astype(np.int16)
             fields.update(prelu_mul=f"(const int16_t*){self._constant(codes)}",
                           prelu_shift=shift)
         text = [f"OP.engine = ACCEL_ENGINE_SDP;  /* {comment} */"]

@@ -9,7 +9,7 @@ import accel_codegen as ac
 from accel_codegen import codegen, frontend, reference
 from accel_codegen.lowering import BatchNormSpec
 from accel_codegen.quantization import (Calibration, TensorQuant, encode_multipliers,
-                                        quantize_weights, rhaz)
+                                        quantize_weights, round_half_away)
 
 
 class ConvBnReluPool(torch.nn.Module):
@@ -65,7 +65,7 @@ def test_int8_conv_layer_equals_the_engine_definition():
     unit = q_in.scale * weight_scales
     mul, rshift = encode_multipliers(unit / q_out.scale, "test")
     acc = reference.conv2d_int8(q_in.quantize(x), codes, padding=1, in_zero=q_in.zero)
-    y = reference.sdp_int8(acc, bias=rhaz(shift / unit).astype(np.int32), mul=mul,
+    y = reference.sdp_int8(acc, bias=round_half_away(shift / unit).astype(np.int32), mul=mul,
                            rshift=rshift, act="relu", out_zero=q_out.zero).astype(np.int8)
     pooled = reference.pool2d_int8(y, "max", 2, 2, zero=q_out.zero)
     np.testing.assert_array_equal(got, q_out.dequantize(pooled))
