@@ -1,6 +1,11 @@
 """Shared test helpers: one comparison that checks shape, then dtype, then values."""
+import os
+
 import numpy as np
 import pytest
+
+# A pattern check that fails with anything but a stated reason is a compiler bug: raise it.
+os.environ["ACCEL_CODEGEN_STRICT"] = "1"
 
 
 def assert_close(actual, expected, rtol=1e-5, what="output"):

@@ -248,3 +248,22 @@ def test_a_branch_reading_the_chains_intermediate_stays_correct():
 
     _, y, host = _host_vs_accel(Inner().eval(), torch.randn(1, 4, 8, 8))
     np.testing.assert_allclose(y, host, rtol=1e-5, atol=1e-5)
+
+
+def test_a_check_that_breaks_is_a_stated_host_fallback_or_a_strict_error(monkeypatch):
+    """A lowering bug must never give a wrong answer: the chain stays on the host, saying so;
+    under the suite's strict mode the bug is raised instead of hidden."""
+    from accel_codegen.compiler import patterns
+
+    def broken(*args):
+        raise RuntimeError("a lowering bug")
+
+    monkeypatch.setattr(patterns, "lower_chain", broken)
+    mod = _import(ConvBnRelu())
+    with pytest.raises(Exception, match="a lowering bug"):
+        ac.partition_report(mod)
+    monkeypatch.delenv(patterns.STRICT_ENV)
+    report = ac.partition_report(mod)
+    assert _primitives(report) == []
+    assert any("not understood by the accelerator compiler (RuntimeError: a lowering bug)"
+               in (op.reason or "") for op in report.host), report

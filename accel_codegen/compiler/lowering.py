@@ -10,7 +10,8 @@ says no with its own message.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import enum
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from tvm import relax
@@ -25,6 +26,25 @@ ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_o
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
+
+
+class Stage(NamedTuple):
+    """One op of a chain as lower_chain meets it: its kind ("conv", "dense", "batch_norm",
+    "act", "pool", "binary"), the call, the other operand of a binary op, and the flatten a
+    dense layer reads its input through."""
+
+    kind: str
+    call: relax.Call
+    other: Optional[relax.Expr] = None
+    flatten: Optional[relax.Call] = None
+
+
+class SdpUnit(enum.IntEnum):
+    """The SDP's sub-units in the order one pass runs them (NVDLA: X1/X2, then Y)."""
+
+    SCALE_SHIFT = 0  # bias, batch norm, per-channel scale
+    ELEMENTWISE = 1  # the op with a second tensor
+    ACTIVATION = 2
 
 
 def _ints(values) -> Tuple[int, ...]:
@@ -124,7 +144,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         if layer is None:
             raise Unsupported(f"no accelerator primitive for {root_value.args[0].name_hint}")
         return layer
-    stages: list = []  # (kind, call) from last to first
+    stages: List[Stage] = []  # from last to first
     expr = root
     data = None
     while True:
@@ -136,16 +156,16 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             bn = _resolve(value.tuple_value, lookup)
             if op_name(bn) != "relax.nn.batch_norm" or int(value.index) != 0:
                 raise Unsupported("a tuple item other than batch_norm's output")
-            stages.append(("batch_norm", bn))
+            stages.append(Stage("batch_norm", bn))
             expr = bn.args[0]
             continue
         name = op_name(value)
         if name == "relax.nn.batch_norm":  # the op itself, as the report asks about it
-            stages.append(("batch_norm", value))
+            stages.append(Stage("batch_norm", value))
             expr = value.args[0]
             continue
         if name == "relax.nn.conv2d":
-            stages.append(("conv", value))
+            stages.append(Stage("conv", value))
             data = value.args[0]
             break
         if name == "relax.matmul":
@@ -153,23 +173,23 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             if rank != 2:
                 raise Unsupported(f"batched matmul ({rank}-D input): the CONV engine runs "
                                   "dense layers, [N, C] x [C, K]")
-            stages.append(("dense", value))
+            stages.append(Stage("dense", value))
             data = value.args[0]
             flattened = _resolve(data, lookup)
             if op_name(flattened) == "relax.reshape":
                 if not _flattens(flattened):
                     raise Unsupported("the reshape before the dense layer is not a flatten")
-                stages[-1] = ("dense", value, flattened)
+                stages[-1] = Stage("dense", value, flatten=flattened)
                 data = flattened.args[0]
             break
         if name in ACTIVATIONS:
-            stages.append(("act", value))
+            stages.append(Stage("act", value))
             expr = value.args[0]
         elif name == "relax.where":  # PReLU as torch.export decomposes it
-            stages.append(("act", value))
+            stages.append(Stage("act", value))
             expr = value.args[1]
         elif name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
-            stages.append(("pool", value))
+            stages.append(Stage("pool", value))
             expr = value.args[0]
         elif name in ELEMENTWISE:
             lhs, rhs = value.args[0], value.args[1]
@@ -177,7 +197,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
             if rhs_in_chain and not lhs_in_chain:
                 lhs, rhs = rhs, lhs
-            stages.append(("binary", value, rhs))
+            stages.append(Stage("binary", value, other=rhs))
             expr = lhs
             if not lhs_in_chain and not rhs_in_chain:
                 data = lhs
@@ -201,25 +221,26 @@ def _flattens(reshape: relax.Call) -> bool:
         after[1] == int(np.prod(before[1:]))
 
 
-def _build_layer(data: relax.Expr, stages: list, root: relax.Expr, lookup: Lookup) -> Layer:
+def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup: Lookup
+                 ) -> Layer:
     _require_float32(data, "the input")
-    if stages[0][0] == "dense" and len(stages[0]) == 3:
+    flattened = stages[0].flatten is not None
+    if flattened:
         shape = static_shape(data)
         in_shape = (shape[0], int(np.prod(shape[1:])), 1, 1)
     else:
         in_shape = _feature_shape(data, "the input")
     layer = Layer(data=data, in_shape=in_shape, out_shape=(),
-                  flattened=stages[0][0] == "dense" and len(stages[0]) == 3)
+                  flattened=flattened)
     channels = in_shape[1]
-    order = []  # the SDP stage order the hardware runs: scale/shift, element-wise, activation
-    for stage in stages:
-        kind, call = stage[0], stage[1]
+    order: List[SdpUnit] = []  # the SDP units the chain's ops use, in source order
+    for kind, call, other, _ in stages:
         if kind == "conv":
             layer.conv = _conv_spec(call)
             channels = layer.conv.weight_shape[0]
             continue
         if kind == "dense":
-            layer.conv = _dense_spec(call, stages, lookup)
+            layer.conv = _dense_spec(call, lookup)
             channels = layer.conv.weight_shape[0]
             continue
         if layer.pool is not None:
@@ -231,7 +252,7 @@ def _build_layer(data: relax.Expr, stages: list, root: relax.Expr, lookup: Looku
         elif kind == "act":
             _add_activation(layer.sdp, call, channels, order, lookup)
         elif kind == "binary":
-            _add_binary(layer, call, stage[2], channels, order, lookup)
+            _add_binary(layer, call, other, channels, order, lookup)
     if order != sorted(order):
         raise Unsupported("the SDP runs scale/shift, then the element-wise op, then the "
                           "activation; this chain has another order")
@@ -261,7 +282,7 @@ def _conv_spec(call: relax.Call) -> ConvSpec:
                     padding=padding, dilation=_ints(a.dilation), groups=int(a.groups))
 
 
-def _dense_spec(call: relax.Call, stages: list, lookup: Lookup) -> ConvSpec:
+def _dense_spec(call: relax.Call, lookup: Lookup) -> ConvSpec:
     """matmul(x, permute_dims(W)) with W [K, C] (torch, ONNX), or matmul(x, W') with a
     constant W' [C, K]: a 1x1 convolution on [N, C, 1, 1]."""
     x, w = call.args
@@ -326,7 +347,7 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
     return PoolSpec(POOLS[name], kernel, stride, padding, include, name)
 
 
-def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: list) -> None:
+def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: List[SdpUnit]) -> None:
     a = bn.attrs
     if bool(a.training):
         raise Unsupported("batch_norm in training mode (batch statistics)")
@@ -344,7 +365,7 @@ def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: list) ->
                                    beta if bool(a.center) else None, mean, var,
                                    float(a.epsilon))
     sdp.sources.append("relax.nn.batch_norm")
-    order.append(0)
+    order.append(SdpUnit.SCALE_SHIFT)
 
 
 def _decomposed_prelu_slope(call: relax.Call, lookup: Lookup) -> relax.Expr:
@@ -366,7 +387,7 @@ def _decomposed_prelu_slope(call: relax.Call, lookup: Lookup) -> relax.Expr:
     return _strip_reshape(lhs, lookup)
 
 
-def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list,
+def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: List[SdpUnit],
                     lookup: Lookup) -> None:
     if sdp.act is not None:
         raise Unsupported("two activations in one SDP pass")
@@ -376,7 +397,7 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list,
         _per_channel(slope, channels, "prelu alpha")
         sdp.act, sdp.prelu_slope = "prelu", slope
         sdp.sources.append("relax.where (prelu)")
-        order.append(2)
+        order.append(SdpUnit.ACTIVATION)
         return
     sdp.act = ACTIVATIONS[name]
     if name == "relax.clip":
@@ -394,10 +415,10 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: list,
         _per_channel(call.args[1], channels, "prelu alpha")
         sdp.prelu_slope = call.args[1]
     sdp.sources.append(name)
-    order.append(2)
+    order.append(SdpUnit.ACTIVATION)
 
 
-def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int, order: list,
+def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int, order: List[SdpUnit],
                 lookup: Lookup) -> None:
     """A bias add or per-channel multiply (scale/shift), or an element-wise op with a second
     tensor of the same shape (the SDP's element-wise unit)."""
@@ -421,7 +442,7 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
                 raise Unsupported("a per-channel multiply after a bias")
             sdp.scale = operand
         sdp.sources.append(name)
-        order.append(0)
+        order.append(SdpUnit.SCALE_SHIFT)
         return
     if static_shape(other) != feature or static_shape(call.args[0]) != static_shape(call.args[1]):
         raise Unsupported(f"{name} with broadcasting between {list(static_shape(call.args[0]))} "
@@ -440,7 +461,7 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     sdp.ew_op = ELEMENTWISE[name]
     sdp.operand = other
     sdp.sources.append(name)
-    order.append(1)
+    order.append(SdpUnit.ELEMENTWISE)
 
 
 def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> str:
