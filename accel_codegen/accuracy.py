@@ -22,6 +22,7 @@ from .errors import AccelInvalidError
 from .estimation import model_layers
 from .partition import calibration_of, generate_partition, partition_for_accel
 from .quantization import DEFAULT_METHOD, Key, examples_of, observing
+from .tables import Column, render_table
 from .toolchain import virtual_machine
 
 
@@ -78,17 +79,21 @@ class AccuracyReport:
             if self.top1_agreement is not None else ""
         lines = [f"{self.precision} on {self.config} vs fp32 over {self.inputs} inputs"
                  f"{calibration}: output SQNR {self.output_sqnr_db:.2f} dB{top1}"]
-        header = (f"{'run':<7} {'op':>3}  {'primitive':<44} {'shape':<16} {'SQNR dB':>8} "
-                  f"{'max err':>9} {'sat %':>6} {'scale':>10} {'zero':>5}")
-        lines += [header, "-" * len(header)]
+        rows = []
         for t in self.tensors:
             primitive = t.label.split(" ", 1)[1] if " " in t.label else t.label
-            scale = f"{t.scale:10.3g}" if t.scale is not None else f"{'':>10}"
-            zero = f"{t.zero:5d}" if t.zero is not None else f"{'':>5}"
-            lines.append(f"{t.key:<7} {t.op_index:>3}  {primitive[:44]:<44} "
-                         f"{'x'.join(map(str, t.shape)):<16} {t.sqnr_db:8.2f} "
-                         f"{t.max_abs_error:9.3g} {t.saturated * 100:6.2f} {scale} {zero}")
+            rows.append([t.key, t.op_index, primitive, "x".join(map(str, t.shape)), t.sqnr_db,
+                         t.max_abs_error, t.saturated * 100,
+                         "" if t.scale is None else t.scale, "" if t.zero is None else t.zero])
+        lines.append(render_table(_TENSOR_COLUMNS, rows))
         return "\n".join(lines)
+
+
+_TENSOR_COLUMNS = (Column("run", 7, "<"), Column("op", 3),
+                   Column("primitive", 44, "<", clip=True, gap="  "), Column("shape", 16, "<"),
+                   Column("SQNR dB", 8, spec=".2f"), Column("max err", 9, spec=".3g"),
+                   Column("sat %", 6, spec=".2f"), Column("scale", 10, spec=".3g"),
+                   Column("zero", 5, spec="d"))
 
 
 def _finite(value: float):

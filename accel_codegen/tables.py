@@ -1,0 +1,103 @@
+"""Fixed-width text tables: one renderer for every table the tools print (the per-layer cost
+table of a profile and of an estimate, the benchmark's, the sweep's, the accuracy report's).
+
+A table is a list of :class:`Column` and rows of cells; a title line over the columns, a rule
+of dashes as long as it, the rows, and optionally a second rule and footer rows (totals).
+
+>>> print(render_table([Column("name", 6, "<"), Column("MB", 7, spec=".2f")],
+...                    [["conv", 1.5], ["pool", 0.25]]))
+name        MB
+--------------
+conv      1.50
+pool      0.25
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence, Union
+
+from .costs import CostTotals, engine_names
+
+#: A row: its cells, one per column from the first (fewer cells end the line early), or a line
+#: of text printed as it is.
+Row = Union[Sequence[Any], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column: its title, width and alignment ("<" left, ">" right), the format spec of
+    its values (e.g. ".2f", ",", ".1%"), whether text is cut to the width, and the text
+    before it (one space; none before the first column)."""
+
+    title: str
+    width: int
+    align: str = ">"
+    spec: str = ""
+    clip: bool = False
+    gap: str = " "
+
+    def cell(self, value: Any) -> str:
+        """A value as this column shows it: text as it is, None as "-", numbers by ``spec``."""
+        if value is None:
+            value = "-"
+        text = value if isinstance(value, str) else format(value, self.spec)
+        if self.clip:
+            text = text[:self.width]
+        return f"{text:{self.align}{self.width}}"
+
+
+def render_row(columns: Sequence[Column], row: Row) -> str:
+    """One line of a table."""
+    if isinstance(row, str):
+        return row
+    if len(row) > len(columns):
+        raise ValueError(f"a row of {len(row)} cells for {len(columns)} columns")
+    return "".join((column.gap if i else "") + column.cell(value)
+                   for i, (column, value) in enumerate(zip(columns, row)))
+
+
+def render_table(columns: Sequence[Column], rows: Sequence[Row],
+                 footer: Optional[Sequence[Row]] = None) -> str:
+    """The header line, a rule, the rows and, when given, a rule and the footer rows."""
+    header = "".join((column.gap if i else "") + f"{column.title:{column.align}{column.width}}"
+                     for i, column in enumerate(columns)).rstrip()
+    rule = "-" * len(header)
+    lines = [header, rule] + [render_row(columns, row) for row in rows]
+    if footer is not None:
+        lines += [rule] + [render_row(columns, row) for row in footer]
+    return "\n".join(lines)
+
+
+def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = False,
+               utilization_total: Optional[float] = None) -> str:
+    """The per-layer cost table of a profile or an estimate, with a totals row.
+
+    Parameters
+    ----------
+    records : sequence
+        Per-layer records with ``label``, ``mode``, the cost fields and ``utilization``, and
+        their engines (see :func:`~accel_codegen.costs.engine_names`).
+    engines_width : int
+        Width of the engines column (longer names are cut).
+    modes : bool
+        Show each run's mode (fused or independent).
+    utilization_total : float, optional
+        The whole inference's MAC utilisation, shown in the totals row when given.
+    """
+    columns = [Column("#", 4), Column("layer", 44, "<", clip=True)]
+    if modes:
+        columns.append(Column("mode", 11, "<"))
+    columns += [Column("engines", engines_width, "<", clip=True),
+                Column("MMACs", 9, spec=".2f"), Column("KB read", 9, spec=".1f"),
+                Column("KB written", 10, spec=".1f"), Column("cycles", 11, spec=","),
+                Column("util", 6, spec=".1%")]
+
+    def costs(r):
+        return [r.macs / 1e6, r.bytes_read / 1e3, r.bytes_written / 1e3, r.cycles]
+
+    rows = [[i, r.label] + ([r.mode] if modes else []) + [engine_names(r)] + costs(r) +
+            [r.utilization] for i, r in enumerate(records)]
+    total = ["", "total"] + ([""] if modes else []) + [""] + costs(CostTotals.of(records))
+    if utilization_total is not None:
+        total.append(utilization_total)
+    return render_table(columns, rows, footer=[total])
