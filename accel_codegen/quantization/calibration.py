@@ -36,6 +36,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
+from ..compiler.labels import label_key
 from ..errors import AccelInvalidError
 from ..sim.observer import INPUT, observing
 from .encoding import round_half_away
@@ -64,11 +65,6 @@ class TensorQuant:
     def dequantize(self, q: np.ndarray) -> np.ndarray:
         return ((q.astype(np.float64) - self.zero) * np.float64(np.float32(self.scale))
                 ).astype(np.float32)
-
-
-def label_key(label: str) -> str:
-    """``"f0.3a conv2d_bn (branch)"`` -> ``"f0.3a"``."""
-    return label.split(" ", 1)[0]
 
 
 @dataclasses.dataclass

@@ -1,0 +1,25 @@
+"""The names of accelerator runs: a protocol between the generated code, which labels every
+run it makes, and the profile, the calibration statistics, the estimate and the accuracy
+report, which read them. No TVM here (the command line imports it to parse its options)::
+
+    f<function>.<layer>[a|b] <primitive>[ (branch)]
+
+``f2.5`` is the sixth layer of the third external function; a layer with a residual branch (a
+conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5a`` first, then
+``f2.5b``. The part before the space is the run's *key*.
+"""
+
+
+def run_key(function: int, layer: int, part: str = "") -> str:
+    """The key of a run: ``f<function>.<layer>`` plus "a" (a branch) or "b" (after one)."""
+    return f"f{function}.{layer}{part}"
+
+
+def run_label(key: str, primitive: str, branch: bool = False) -> str:
+    """The label a run carries: its key and primitive (and "(branch)" for a branch)."""
+    return f"{key} {primitive}{' (branch)' if branch else ''}"
+
+
+def label_key(label: str) -> str:
+    """``"f0.3a accel.conv2d_bn (branch)"`` -> ``"f0.3a"``."""
+    return label.split(" ", 1)[0]
