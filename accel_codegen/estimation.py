@@ -15,18 +15,21 @@ needed, and a design-space sweep over configurations takes seconds.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from .config import AccelConfig, check_precision
+from .costs import CostTotals, engine_names
 from .errors import AccelInvalidError, AccelUnsupportedError
 from .compiler.layer import Layer, bound_values, chain_root
 from .compiler.lowering import lower_chain
 from .partition import match_composites
+from .progress import ProgressCallback, progress_callback, steps
 from .sim import RunStats, estimate_chain
+from .tables import Column, cost_table, render_table
 
 #: Precisions the code generator emits today; the others are issue 5.
 
@@ -48,9 +51,14 @@ class LayerEstimate:
 
     @classmethod
     def from_stats(cls, label: str, primitive: str, stats: RunStats) -> "LayerEstimate":
-        return cls(label, primitive, "+".join(op.engine for op in stats.ops), stats.mode,
+        return cls(label, primitive, engine_names(stats), stats.mode,
                    stats.macs, stats.mac_cycles, stats.bytes_read, stats.bytes_written,
                    stats.cycles, stats.utilization)
+
+
+def _total(field: str, doc: str) -> property:
+    """A read-only attribute of a report: one of the sums of its layers' costs."""
+    return property(lambda report: getattr(report.cost_totals, field), doc=doc)
 
 
 @dataclasses.dataclass
@@ -64,41 +72,30 @@ class EstimateReport:
     host_ops: int  # operators left on TVM's host path (not costed)
 
     @property
-    def total_cycles(self) -> int:
-        """Cycles of one inference: the layers run one after another."""
-        return sum(layer.cycles for layer in self.layers)
+    def cost_totals(self) -> CostTotals:
+        """The sums over the layers (see :class:`~accel_codegen.costs.CostTotals`)."""
+        return CostTotals.of(self.layers)
 
-    @property
-    def macs(self) -> int:
-        return sum(layer.macs for layer in self.layers)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(layer.bytes_read for layer in self.layers)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(layer.bytes_written for layer in self.layers)
-
-    @property
-    def bytes(self) -> int:
-        """Memory traffic of one inference, read plus written."""
-        return self.bytes_read + self.bytes_written
+    total_cycles = _total("cycles", "Cycles of one inference: the layers run one after another.")
+    macs = _total("macs", "MACs of one inference.")
+    bytes_read = _total("bytes_read", "Bytes read from memory in one inference.")
+    bytes_written = _total("bytes_written", "Bytes written to memory in one inference.")
+    bytes = _total("bytes", "Memory traffic of one inference, read plus written.")
 
     @property
     def seconds(self) -> float:
         """Simulated time of one inference at the configuration's clock."""
-        return self.total_cycles / self.config.clock_hz
+        return self.cost_totals.seconds(self.config.clock_hz)
 
     @property
     def frames_per_s(self) -> float:
-        return self.config.clock_hz / self.total_cycles if self.total_cycles else float("inf")
+        fps = self.cost_totals.frames_per_s(self.config.clock_hz)
+        return float("inf") if fps is None else fps
 
     @property
     def utilization(self) -> float:
         """MAC-array utilisation over the whole inference: MACs / (cycles x peak MACs/cycle)."""
-        peak = self.config.macs_per_cycle(self.precision)
-        return self.macs / (self.total_cycles * peak) if self.total_cycles else 0.0
+        return self.cost_totals.utilization(self.config.macs_per_cycle(self.precision))
 
     @property
     def memory_bound_cycles(self) -> int:
@@ -121,26 +118,16 @@ class EstimateReport:
 
     def __str__(self) -> str:
         cfg = self.config
-        header = (f"{'#':>4} {'layer':<44} {'engines':<12} {'MMACs':>9} {'KB read':>9} "
-                  f"{'KB written':>10} {'cycles':>11} {'util':>6}")
-        lines = [f"estimate: {cfg.name} ({cfg.atomic_c}x{cfg.atomic_k} MACs, "
+        title = (f"estimate: {cfg.name} ({cfg.atomic_c}x{cfg.atomic_k} MACs, "
                  f"{cfg.cbuf_bytes // 1024} KiB CBUF, {cfg.dram_bytes_per_s / 1e9:g} GB/s, "
                  f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
-                 f"layers, {self.host_ops} host operators", header, "-" * len(header)]
-        for i, layer in enumerate(self.layers):
-            lines.append(f"{i:>4} {layer.label[:44]:<44} {layer.engines[:12]:<12} "
-                         f"{layer.macs / 1e6:>9.2f} {layer.bytes_read / 1e3:>9.1f} "
-                         f"{layer.bytes_written / 1e3:>10.1f} {layer.cycles:>11,} "
-                         f"{layer.utilization:>6.1%}")
-        lines.append("-" * len(header))
-        lines.append(f"{'':>4} {'total':<44} {'':<12} {self.macs / 1e6:>9.2f} "
-                     f"{self.bytes_read / 1e3:>9.1f} {self.bytes_written / 1e3:>10.1f} "
-                     f"{self.total_cycles:>11,} {self.utilization:>6.1%}")
-        lines.append(f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
-                     f"{self.frames_per_s:,.1f} frames/s; "
-                     f"{self.bytes / 1e6:.2f} MB moved per frame")
-        return "\n".join(lines)
+                 f"layers, {self.host_ops} host operators")
+        table = cost_table(self.layers, engines_width=12, utilization_total=self.utilization)
+        return "\n".join([title, table,
+                          f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
+                          f"{self.frames_per_s:,.1f} frames/s; "
+                          f"{self.bytes / 1e6:.2f} MB moved per frame"])
 
 
 def _external_layers(mod: tvm.IRModule) -> Iterator[Tuple[int, int, relax.Function]]:
@@ -284,8 +271,13 @@ def sweep_configs(base: AccelConfig | str, macs: List[int], dram_gbps: List[floa
 
 def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
           points: List[Tuple[dict, AccelConfig]], *, precision: str = "fp32", fuse: bool = True,
-          model_name: str = "model", progress: Optional[bool] = None) -> dict:
+          model_name: str = "model",
+          progress: Union[None, bool, ProgressCallback] = None) -> dict:
     """Estimate a model at every point of a sweep (see :func:`sweep_configs`).
+
+    ``progress(done, total)`` is called after every point (``done`` from 1 to the number of
+    points); ``None`` draws a bar on stderr when it is a terminal, ``False`` nothing (see
+    :mod:`accel_codegen.progress`).
 
     Returns
     -------
@@ -296,9 +288,7 @@ def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
         fraction of cycles spent in layers whose memory traffic is their long pole) and
         ``host_ops``.
     """
-    from .bench import Progress
-
-    bar = Progress(len(points), "sweep", enabled=progress)
+    step = steps(progress_callback(progress, "sweep"), len(points))
     rows = []
     for point, config in points:
         report = estimate(mod, params, config=config, precision=precision, fuse=fuse)
@@ -309,23 +299,25 @@ def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
                      "host_ops": report.host_ops,
                      "memory_bound_share": report.memory_bound_cycles / report.total_cycles
                      if report.total_cycles else 0.0})
-        bar.step(config.name)
-    bar.close()
+        step()
     base = points[0][1].to_dict() if points else None
     return {"model": model_name, "precision": precision, "fuse": fuse, "base": base,
             "points": rows}
 
 
+_SWEEP_COLUMNS = (Column("MACs", 6), Column("array", 7), Column("CBUF KiB", 8),
+                  Column("DRAM GB/s", 9, spec="g"), Column("frames/s", 10, spec=",.1f"),
+                  Column("cycles", 12, spec=","), Column("MAC util", 8, spec=".1%"),
+                  Column("MB/frame", 9, spec=".2f"), Column("mem-bound", 9, spec=".0%"),
+                  Column("host ops", 8))
+
+
 def format_sweep(result: dict) -> str:
     """The sweep as a table, one row per configuration."""
-    header = (f"{'MACs':>6} {'array':>7} {'CBUF KiB':>8} {'DRAM GB/s':>9} {'frames/s':>10} "
-              f"{'cycles':>12} {'MAC util':>8} {'MB/frame':>9} {'mem-bound':>9} {'host ops':>8}")
-    lines = [f"sweep of {result['model']} ({result['precision']}, "
+    title = (f"sweep of {result['model']} ({result['precision']}, "
              f"{'fused' if result['fuse'] else 'decomposed'}); mem-bound: share of cycles in "
-             "layers whose memory traffic is their long pole", header, "-" * len(header)]
-    for r in result["points"]:
-        lines.append(f"{r['macs']:>6} {r['atomic_c']:>3}x{r['atomic_k']:<3} {r['cbuf_kib']:>8} "
-                     f"{r['dram_gbps']:>9g} {r['frames_per_s']:>10,.1f} {r['total_cycles']:>12,} "
-                     f"{r['utilization']:>8.1%} {r['bytes'] / 1e6:>9.2f} "
-                     f"{r['memory_bound_share']:>9.0%} {r['host_ops']:>8}")
-    return "\n".join(lines)
+             "layers whose memory traffic is their long pole")
+    rows = [[r["macs"], f"{r['atomic_c']:>3}x{r['atomic_k']:<3}", r["cbuf_kib"], r["dram_gbps"],
+             r["frames_per_s"], r["total_cycles"], r["utilization"], r["bytes"] / 1e6,
+             r["memory_bound_share"], r["host_ops"]] for r in result["points"]]
+    return title + "\n" + render_table(_SWEEP_COLUMNS, rows)
