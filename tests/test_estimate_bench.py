@@ -143,16 +143,16 @@ def test_run_bench_rejects_bad_arguments(lenet5):
 def test_progress_bar_draws_on_a_terminal_only():
     import io
 
-    from accel_codegen.bench import Progress
+    from accel_codegen.progress import ProgressBar
 
     stream = io.StringIO()
-    bar = Progress(3, "work", enabled=True, stream=stream)
-    for _ in range(3):
-        bar.step("step")
-    bar.close()
-    assert "3/3 step" in stream.getvalue() and "[" + "#" * 30 + "]" in stream.getvalue()
+    bar = ProgressBar("work", enabled=True, stream=stream)
+    for done in range(4):
+        bar(done, 3)
+    assert "3/3 work" in stream.getvalue() and "[" + "#" * 30 + "]" in stream.getvalue()
+    assert stream.getvalue().endswith("\r")  # finished: the line is cleared
     quiet = io.StringIO()  # StringIO.isatty() is False: a pipe
-    bar = Progress(3, "work", stream=quiet)
-    bar.step()
-    bar.close()
+    bar = ProgressBar("work", stream=quiet)
+    bar(1, 3)
+    bar(3, 3)
     assert quiet.getvalue() == ""
