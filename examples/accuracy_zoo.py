@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from accel_codegen.tables import Column, render_table
+
 PRECISIONS = ("int8", "fp16")
 CALIBRATION_SEED, EVALUATION_SEED = 1234, 1235
 #: What the precisions are expected to reach; the table reports, it does not tune.
@@ -47,12 +49,12 @@ def measure(name: str, precision: str, args) -> dict:
     calibration = random_inputs(x.shape, args.calibration, CALIBRATION_SEED) \
         if precision == "int8" else None
     start = time.perf_counter()
-    partitioned = ac.partition_for_accel(mod, config=args.config, precision=precision,
+    partitioned = ac.partition_for_accel(mod, config=args.accel_config, precision=precision,
                                          calibration=calibration)
     ac.virtual_machine(ac.build(partitioned))  # the generated C compiled and linked
     build_s = time.perf_counter() - start
     report = ac.accuracy_report(mod, None, random_inputs(x.shape, args.inputs, EVALUATION_SEED),
-                                config=args.config, precision=precision,
+                                config=args.accel_config, precision=precision,
                                 calibration=ac.calibration_of(partitioned))
     worst = min(report.tensors, key=lambda t: t.sqnr_db)
     return {"model": name, "precision": precision, "output_sqnr_db": report.output_sqnr_db,
@@ -64,23 +66,24 @@ def measure(name: str, precision: str, args) -> dict:
             "report": report.to_dict()}
 
 
+COLUMNS = (Column("model", 13, "<"), Column("prec", 5, "<"), Column("output dB", 9, spec=".2f"),
+           Column("top-1", 6), Column("worst dB", 8, spec=".2f"),
+           Column("worst tensor", 44, "<", clip=True, gap="  "),
+           Column("calib+build s", 13, spec=".2f"), Column("host ops", 8),
+           Column("goal", 0, "<", gap="  "))
+
+
 def format_table(rows: list, args) -> str:
     lines = [f"accuracy against fp32 on {args.config}: int8 calibrated (percentile) on "
              f"{args.calibration} random N(0, 1) inputs (seed {CALIBRATION_SEED}), evaluation "
              f"on {args.inputs} other random inputs (seed {EVALUATION_SEED}); goals: "
              + ", ".join(f"{p} >= {g:g} dB" for p, g in GOALS_DB.items())]
-    header = (f"{'model':<13} {'prec':<5} {'output dB':>9} {'top-1':>6} {'worst dB':>8}  "
-              f"{'worst tensor':<44} {'calib+build s':>13} {'host ops':>8}  goal")
-    lines += [header, "-" * len(header)]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"{r['model']:<13} {r['precision']:<5} error: {r['error']}")
-            continue
-        top1 = f"{r['top1_agreement'] * 100:5.1f}%" if r["top1_agreement"] is not None else "-"
-        lines.append(f"{r['model']:<13} {r['precision']:<5} {r['output_sqnr_db']:9.2f} "
-                     f"{top1:>6} {r['worst_tensor_sqnr_db']:8.2f}  {r['worst_tensor'][:44]:<44} "
-                     f"{r['calibration_build_s']:13.2f} {r['host_ops']:>8}  "
-                     f"{'met' if r['meets_goal'] else 'below'}")
+    rows = [f"{r['model']:<13} {r['precision']:<5} error: {r['error']}" if "error" in r else
+            [r["model"], r["precision"], r["output_sqnr_db"],
+             "-" if r["top1_agreement"] is None else f"{r['top1_agreement'] * 100:5.1f}%",
+             r["worst_tensor_sqnr_db"], r["worst_tensor"], r["calibration_build_s"],
+             r["host_ops"], "met" if r["meets_goal"] else "below"] for r in rows]
+    lines.append(render_table(COLUMNS, rows))
     return "\n".join(lines)
 
 
@@ -107,7 +110,8 @@ def main() -> None:
     parser.add_argument("--calibration", type=int, default=32,
                         help="random calibration inputs of int8 (32)")
     parser.add_argument("--inputs", type=int, default=16, help="evaluation inputs (16)")
-    parser.add_argument("--config", default="nv_full", help="a preset (nv_full)")
+    parser.add_argument("--config", default="nv_full",
+                        help="a preset (nv_full), a config JSON file or JSON text")
     parser.add_argument("--out", default=str(REPO / "docs" / "accuracy_zoo"),
                         help="writes OUT.txt and OUT.json (default docs/accuracy_zoo)")
     args = parser.parse_args()
@@ -115,6 +119,12 @@ def main() -> None:
         parser.error("--calibration and --inputs must be at least 1")
 
     from accel_codegen import AccelError
+    from accel_codegen.config_files import resolve_config
+
+    try:
+        args.accel_config = resolve_config(args.config)
+    except AccelError as error:
+        parser.error(f"--config: {error}")
 
     rows = []
     for name in args.models:

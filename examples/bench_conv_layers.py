@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from accel_codegen import Conv, Device, Sdp
+from accel_codegen.tables import Column, render_row, render_table
 
 # (name, C, H, W, K, kernel, stride, pad): the layers of the ratio target.
 LAYERS = [
@@ -97,12 +98,43 @@ def bench_layer(layer, device, torch, rounds, rng):
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> argparse.Namespace:
+    """The options of the kernel benchmarks: --threads, --rounds, --json."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def write_json(args: argparse.Namespace, results: list) -> None:
+    """The results (with the threads and rounds) to --json, when given."""
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "rounds": args.rounds, "layers": results}, f,
+                      indent=2)
+
+
+def run_layers(layers, measure, columns, cells, target: float) -> list:
+    """``measure(layer)`` of every layer, each printed as a row of ``columns`` as it comes:
+    ``cells(result)``, then "ok" or "BELOW" the target ratio. Returns the results."""
+    print(render_table(columns, []))
+    results = []
+    for layer in layers:
+        r = measure(layer)
+        results.append(r)
+        print(render_row(columns, cells(r) + ["ok" if r["ratio"] >= target else "BELOW"]))
+    return results
+
+
+COLUMNS = (Column("layer", 22, "<"), Column("ours GFLOP/s", 14, spec=".1f", gap=""),
+           Column("PyTorch GFLOP/s", 17, spec=".1f", gap=""),
+           Column("ratio", 8, spec=".2f", gap=""), Column("max rel err", 11, spec=".1e", gap="  "),
+           Column("", 0, "<", gap="  "))
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
     import torch
 
     torch.set_num_threads(args.threads)
@@ -110,22 +142,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"fused fp32 conv + BN + ReLU, NCHW batch 1, {args.threads} threads, "
           f"median of {args.rounds} interleaved rounds; torch {torch.__version__}")
-    header = f"{'layer':<22}{'ours GFLOP/s':>14}{'PyTorch GFLOP/s':>17}{'ratio':>8}  {'max rel err':>11}"
-    print(header)
-    print("-" * len(header))
-    results = []
-    for layer in LAYERS:
-        r = bench_layer(layer, device, torch, args.rounds, rng)
-        results.append(r)
-        mark = "ok" if r["ratio"] >= TARGET else "BELOW"
-        print(f"{r['layer']:<22}{r['ours_gflops']:>14.1f}{r['pytorch_gflops']:>17.1f}"
-              f"{r['ratio']:>8.2f}  {r['rel_error']:>11.1e}  {mark}")
+    results = run_layers(
+        LAYERS, lambda layer: bench_layer(layer, device, torch, args.rounds, rng), COLUMNS,
+        lambda r: [r["layer"], r["ours_gflops"], r["pytorch_gflops"], r["ratio"], r["rel_error"]],
+        TARGET)
     met = sum(r["ratio"] >= TARGET for r in results)
     print(f"ratio >= {TARGET} on {met} of {len(results)} layers")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rounds": args.rounds, "layers": results}, f,
-                      indent=2)
+    write_json(args, results)
 
 
 if __name__ == "__main__":

@@ -10,17 +10,17 @@ issue's goal: int8 at least as fast as fp32 (ratio >= 1).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 
 import numpy as np
 
 from accel_codegen import Conv, Device, Sdp
+from accel_codegen.tables import Column
 
-# The same layers and timing as the fp32 benchmark.
-from bench_conv_layers import LAYERS, interleaved, summary_ms
+# The same layers, timing, options and output as the fp32 benchmark.
+from bench_conv_layers import (LAYERS, interleaved, parse_args, run_layers, summary_ms,
+                               write_json)
 
 TARGET = 1.0
 # MobileNet's depthwise layers run another kernel in each precision: (name, C, H, W, K, kernel,
@@ -70,33 +70,24 @@ def bench_layer(layer, device, rounds, rng):
             "ratio": statistics.median(t32) / statistics.median(t8)}
 
 
+COLUMNS = (Column("layer", 22, "<"), Column("int8 GOP/s", 12, spec=".1f", gap=""),
+           Column("fp32 GFLOP/s", 14, spec=".1f", gap=""),
+           Column("int8/fp32", 11, spec=".2f", gap=""), Column("", 0, "<", gap="  "))
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     device = Device("nv_full", num_threads=args.threads)
     rng = np.random.default_rng(0)
     print(f"fused conv + converters + ReLU, batch 1, {args.threads} threads, median of "
           f"{args.rounds} interleaved rounds; load average {os.getloadavg()[0]:.2f}")
-    header = f"{'layer':<22}{'int8 GOP/s':>12}{'fp32 GFLOP/s':>14}{'int8/fp32':>11}"
-    print(header)
-    print("-" * len(header))
-    results = []
-    for layer in LAYERS + DEPTHWISE:
-        r = bench_layer(layer, device, args.rounds, rng)
-        results.append(r)
-        mark = "ok" if r["ratio"] >= TARGET else "BELOW"
-        print(f"{r['layer']:<22}{r['int8_gops']:>12.1f}{r['fp32_gops']:>14.1f}"
-              f"{r['ratio']:>11.2f}  {mark}")
+    results = run_layers(
+        LAYERS + DEPTHWISE, lambda layer: bench_layer(layer, device, args.rounds, rng), COLUMNS,
+        lambda r: [r["layer"], r["int8_gops"], r["fp32_gops"], r["ratio"]], TARGET)
     met = sum(r["ratio"] >= TARGET for r in results)
     print(f"int8 at least as fast as fp32 on {met} of {len(results)} layers; "
           f"load average {os.getloadavg()[0]:.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rounds": args.rounds, "layers": results}, f,
-                      indent=2)
+    write_json(args, results)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import numpy as np
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18", help="a zoo model name")
-    parser.add_argument("--config", default="nv_full", help="preset name or config JSON file")
+    parser.add_argument("--config", default="nv_full",
+                        help="a preset name, a config JSON file or JSON text")
     parser.add_argument("--no-fuse", action="store_true", help="decomposed: one op per source op")
     parser.add_argument("--out", default="out/resnet18.so", help="where to export the library")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "int8"))
@@ -34,9 +35,14 @@ def main() -> None:
 
     import accel_codegen as ac
     from accel_codegen import frontend, models
+    from accel_codegen.accuracy import sqnr_db
+    from accel_codegen.config_files import resolve_config
+    from accel_codegen.costs import CostTotals
 
-    config = (ac.AccelConfig.from_json(Path(args.config).read_text())
-              if args.config.endswith(".json") else ac.AccelConfig.preset(args.config))
+    try:
+        config = resolve_config(args.config)
+    except ac.AccelError as error:
+        parser.error(f"--config: {error}")
     model, (x,) = models.get_model(args.model)
     timings = {}
     start = time.perf_counter()
@@ -77,14 +83,14 @@ def main() -> None:
         timings["run in PyTorch"] = time.perf_counter() - start
 
     print(prof.table(clock_hz=config.clock_hz))
-    cycles = prof.totals["cycles"]
-    print(f"\n{config.name}: {cycles:,} cycles = {cycles / config.clock_hz * 1e3:.3f} ms per "
-          f"frame at {config.clock_hz / 1e9:g} GHz ({config.clock_hz / cycles:.1f} frames/s), "
-          f"{(prof.totals['bytes_read'] + prof.totals['bytes_written']) / 1e6:.1f} MB moved")
+    totals = CostTotals.of(prof.records)
+    print(f"\n{config.name}: {totals.cycles:,} cycles = "
+          f"{totals.seconds(config.clock_hz) * 1e3:.3f} ms per frame at "
+          f"{config.clock_hz / 1e9:g} GHz ({totals.frames_per_s(config.clock_hz):.1f} frames/s), "
+          f"{totals.bytes / 1e6:.1f} MB moved")
     error = float(np.max(np.abs(y - expected)) / np.max(np.abs(expected)))
-    noise = float(np.sum((y.astype(np.float64) - expected) ** 2))
-    sqnr = 10 * np.log10(float(np.sum(expected.astype(np.float64) ** 2)) / noise) \
-        if noise > 0 else float("inf")
+    sqnr = sqnr_db(float(np.sum(expected.astype(np.float64) ** 2)),
+                   float(np.sum((y.astype(np.float64) - expected) ** 2)))
     agree = int(np.argmax(y)) == int(np.argmax(expected))
     print(f"{args.precision} vs PyTorch: max |error| / max |output| = {error:.2e}, "
           f"SQNR {sqnr:.1f} dB, top-1 {'agrees' if agree else 'DIFFERS'}")
