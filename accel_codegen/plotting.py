@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 COLORS = {"fused": "#1b7837", "decomposed": "#c2a5cf", "host": "#8c8c8c", "pytorch": "#ee8a2a"}
 DARK = {"fused": "#0b4d22", "decomposed": "#762a83"}
@@ -29,27 +29,8 @@ def _short(label: str) -> str:
     return f"{index} {rest}"
 
 
-def plot_bench(result: Dict[str, Any], path) -> Path:
-    """Bars per mode (wall time; simulated time and memory traffic for the accelerator modes)
-    and, when the result has per-layer rows, the per-layer bytes and cycles, fused against
-    decomposed (and the per-layer wall time when measured)."""
-    plt = _pyplot()
-    modes = result["modes"]
-    layers: List[dict] = [r for r in result.get("layers", []) if "fused" in r or
-                          "decomposed" in r]
-    has_wall = any("fused_wall_ms" in r for r in layers)
-    rows = 1 + (2 if layers else 0) + (1 if has_wall else 0)
-    fig = plt.figure(figsize=(15, 3.6 + 3.2 * (rows - 1)), constrained_layout=True)
-    grid = fig.add_gridspec(rows, 3, height_ratios=[1.15] + [1] * (rows - 1))
-    cfg = result["config"]
-    fig.suptitle(f"{result['model']}: fused vs decomposed on the simulated accelerator, TVM's "
-                 f"host build and PyTorch eager\n{cfg['name']}: {cfg['atomic_c']}x"
-                 f"{cfg['atomic_k']} MACs, {cfg['dram_bytes_per_s'] / 1e9:g} GB/s DRAM, "
-                 f"{cfg['clock_hz'] / 1e9:g} GHz; simulator and PyTorch on {result['threads']} "
-                 "thread(s), TVM host build on 1", fontsize=12, fontweight="bold")
-
-    # (a) wall time per mode
-    ax = fig.add_subplot(grid[0, 0])
+def _wall_panel(ax, modes: Dict[str, Any]) -> None:
+    """(a) wall time per mode, median with a min..max bar, against PyTorch when measured."""
     names = list(modes)
     med = [modes[m]["wall_ms"]["median"] for m in names]
     lo = [modes[m]["wall_ms"]["median"] - modes[m]["wall_ms"]["min"] for m in names]
@@ -70,9 +51,9 @@ def plot_bench(result: Dict[str, Any], path) -> Path:
     ax.set_xlim(min(modes[m]["wall_ms"]["min"] for m in names) / 2, max(med) * 40)
     ax.grid(axis="x", which="major", alpha=0.3)
 
-    accel = [m for m in ("fused", "decomposed") if m in modes]
-    # (b) simulated time per inference
-    ax = fig.add_subplot(grid[0, 1])
+
+def _simulated_panel(ax, modes: Dict[str, Any], accel: List[str], clock_hz: float) -> None:
+    """(b) simulated time per inference of the accelerator modes."""
     if accel:
         sim = [modes[m]["simulated_ms"] for m in accel]
         ax.bar(accel, sim, color=[COLORS[m] for m in accel], width=0.55)
@@ -81,12 +62,13 @@ def plot_bench(result: Dict[str, Any], path) -> Path:
             ax.text(i, sim[i], f"{sim[i]:.2f} ms\n{e['frames_per_s']:,.0f} frames/s\n"
                     f"MAC util {e['utilization']:.0%}", ha="center", va="bottom", fontsize=9)
         ax.set_ylim(0, max(sim) * 1.45)
-    ax.set_ylabel(f"simulated ms per inference at {cfg['clock_hz'] / 1e9:g} GHz")
+    ax.set_ylabel(f"simulated ms per inference at {clock_hz / 1e9:g} GHz")
     ax.set_title("Simulated time (cost model cycles)")
     ax.grid(axis="y", alpha=0.25)
 
-    # (c) memory traffic per inference
-    ax = fig.add_subplot(grid[0, 2])
+
+def _traffic_panel(ax, modes: Dict[str, Any], accel: List[str]) -> None:
+    """(c) memory traffic per inference of the accelerator modes, read and written."""
     if accel:
         read = [modes[m]["bytes_read"] / 1e6 for m in accel]
         written = [modes[m]["bytes_written"] / 1e6 for m in accel]
@@ -107,59 +89,74 @@ def plot_bench(result: Dict[str, Any], path) -> Path:
     ax.set_ylabel("MB moved per inference")
     ax.grid(axis="y", alpha=0.25)
 
+
+def _per_layer_panel(ax, layers: List[dict], value, ratio_format: Optional[str], ylabel: str,
+                     title: str, log: bool = False) -> None:
+    """Bars per layer, fused beside decomposed: ``value(row, mode)`` (None: no bar), labelled
+    with decomposed / fused in ``ratio_format`` when both are there."""
+    x = list(range(len(layers)))
+    width = 0.4
+    for offset, m in ((-width / 2, "fused"), (width / 2, "decomposed")):
+        values = [value(r, m) or 0 for r in layers]
+        ax.bar([i + offset for i in x], values, width, color=COLORS[m], label=m,
+               edgecolor=DARK[m], linewidth=0.5)
+    if ratio_format:
+        for i, r in enumerate(layers):
+            f, d = value(r, "fused"), value(r, "decomposed")
+            if f and d is not None:
+                ax.text(i, max(f, d), format(d / f, ratio_format) + "x", ha="center",
+                        va="bottom", fontsize=7, color="#444")
+    ax.set_xticks(x, [_short(r["label"]) for r in layers], rotation=35, ha="right", fontsize=8)
+    ax.set_xlim(-0.6, len(layers) - 0.4)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(axis="y", alpha=0.25)
+    ax.margins(y=0.15)
+
+
+def _figure(value, scale: float):
+    """``value(row, mode)`` of a per-layer figure: ``key(row[mode]) / scale``, None when the
+    mode has no figures for the layer."""
+    return lambda row, mode: value(row[mode]) / scale if mode in row else None
+
+
+def plot_bench(result: Dict[str, Any], path) -> Path:
+    """Bars per mode (wall time; simulated time and memory traffic for the accelerator modes)
+    and, when the result has per-layer rows, the per-layer bytes and cycles, fused against
+    decomposed (and the per-layer wall time when measured)."""
+    plt = _pyplot()
+    modes = result["modes"]
+    layers: List[dict] = [r for r in result.get("layers", []) if "fused" in r or
+                          "decomposed" in r]
+    has_wall = any("fused_wall_ms" in r for r in layers)
+    rows = 1 + (2 if layers else 0) + (1 if has_wall else 0)
+    fig = plt.figure(figsize=(15, 3.6 + 3.2 * (rows - 1)), constrained_layout=True)
+    grid = fig.add_gridspec(rows, 3, height_ratios=[1.15] + [1] * (rows - 1))
+    cfg = result["config"]
+    fig.suptitle(f"{result['model']}: fused vs decomposed on the simulated accelerator, TVM's "
+                 f"host build and PyTorch eager\n{cfg['name']}: {cfg['atomic_c']}x"
+                 f"{cfg['atomic_k']} MACs, {cfg['dram_bytes_per_s'] / 1e9:g} GB/s DRAM, "
+                 f"{cfg['clock_hz'] / 1e9:g} GHz; simulator and PyTorch on {result['threads']} "
+                 "thread(s), TVM host build on 1", fontsize=12, fontweight="bold")
+    accel = [m for m in ("fused", "decomposed") if m in modes]
+    _wall_panel(fig.add_subplot(grid[0, 0]), modes)
+    _simulated_panel(fig.add_subplot(grid[0, 1]), modes, accel, cfg["clock_hz"])
+    _traffic_panel(fig.add_subplot(grid[0, 2]), modes, accel)
     if layers:
-        labels = [_short(r["label"]) for r in layers]
-        x = list(range(len(layers)))
-        width = 0.4
-
-        def per_layer(row_index, key, scale, ylabel, title, fmt_ratio=True, log=False):
-            ax = fig.add_subplot(grid[row_index, :])
-            for offset, m in ((-width / 2, "fused"), (width / 2, "decomposed")):
-                values = [key(r[m]) / scale if m in r else 0 for r in layers]
-                ax.bar([i + offset for i in x], values, width, color=COLORS[m], label=m,
-                       edgecolor=DARK[m], linewidth=0.5)
-            if fmt_ratio:
-                for i, r in enumerate(layers):
-                    if "fused" in r and "decomposed" in r and key(r["fused"]):
-                        ratio = key(r["decomposed"]) / key(r["fused"])
-                        top = max(key(r["fused"]), key(r["decomposed"])) / scale
-                        ax.text(i, top, f"{ratio:.1f}x", ha="center", va="bottom", fontsize=7,
-                                color="#444")
-            ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
-            ax.set_xlim(-0.6, len(layers) - 0.4)
-            if log:
-                ax.set_yscale("log")
-            ax.set_ylabel(ylabel)
-            ax.set_title(title, loc="left")
-            ax.legend(loc="upper right", fontsize=8)
-            ax.grid(axis="y", alpha=0.25)
-            ax.margins(y=0.15)
-            return ax
-
-        per_layer(1, lambda e: e["bytes_read"] + e["bytes_written"], 1e3, "KB moved",
-                  "Per layer: memory traffic (label = decomposed / fused)")
-        per_layer(2, lambda e: e["cycles"], 1e3, "thousand cycles (log)",
-                  "Per layer: simulated cycles (label = decomposed / fused)", log=True)
-        if has_wall:
-            ax = fig.add_subplot(grid[3, :])
-            for offset, m in ((-width / 2, "fused"), (width / 2, "decomposed")):
-                values = [r.get(f"{m}_wall_ms", {}).get("median", 0) for r in layers]
-                ax.bar([i + offset for i in x], values, width, color=COLORS[m], label=m,
-                       edgecolor=DARK[m], linewidth=0.5)
-            for i, r in enumerate(layers):
-                f = r.get("fused_wall_ms", {}).get("median")
-                d = r.get("decomposed_wall_ms", {}).get("median")
-                if f and d:
-                    ax.text(i, max(f, d), f"{d / f:.2f}x", ha="center", va="bottom",
-                            fontsize=7, color="#444")
-            ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
-            ax.set_xlim(-0.6, len(layers) - 0.4)
-            ax.set_ylabel("wall ms (median)")
-            ax.set_title("Per layer, each run alone on the simulator: wall time on this CPU "
-                         "(label = decomposed / fused)", loc="left")
-            ax.legend(loc="upper right", fontsize=8)
-            ax.grid(axis="y", alpha=0.25)
-            ax.margins(y=0.15)
+        _per_layer_panel(fig.add_subplot(grid[1, :]), layers,
+                         _figure(lambda e: e["bytes_read"] + e["bytes_written"], 1e3), ".1f",
+                         "KB moved", "Per layer: memory traffic (label = decomposed / fused)")
+        _per_layer_panel(fig.add_subplot(grid[2, :]), layers,
+                         _figure(lambda e: e["cycles"], 1e3), ".1f", "thousand cycles (log)",
+                         "Per layer: simulated cycles (label = decomposed / fused)", log=True)
+    if has_wall:
+        _per_layer_panel(fig.add_subplot(grid[3, :]), layers,
+                         lambda r, m: r.get(f"{m}_wall_ms", {}).get("median"), ".2f",
+                         "wall ms (median)", "Per layer, each run alone on the simulator: wall "
+                         "time on this CPU (label = decomposed / fused)")
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
