@@ -27,7 +27,8 @@ from tvm import relax
 
 from ._accel_ffi import ffi, lib
 from .config import AccelConfig
-from .errors import AccelError, AccelInvalidError, check
+from . import errors
+from .errors import AccelError, AccelInvalidError, AccelUnsupportedError, check
 from .compiler.layer import (BatchNormSpec, Layer, SdpSpec, bound_values, chain_root,
                              constant_value, is_constant, static_shape)
 from .compiler.lowering import lower_chain
@@ -162,7 +163,7 @@ class FunctionCodegen:
         fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
         for i, var in enumerate(fields):
             if not isinstance(var, relax.Var):
-                raise ValueError(f"{self.short}: output {i} is not a variable")
+                raise AccelUnsupportedError(f"{self.short}: output {i} is not a variable")
         return fields
 
     def _constant(self, array: np.ndarray) -> str:
@@ -209,7 +210,7 @@ class FunctionCodegen:
             return self.operands[expr]
         if expr in self.args:  # a function input, converted where it enters
             return self._enter(expr, None)
-        raise ValueError(f"{self.short}: operand {expr} is not bound in the function")
+        raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
 
     def _data(self, expr: relax.Expr, scope, key: Tuple[str, int]) -> Tuple[str, TensorQuant]:
         """Pointer and quantisation of a data tensor in the function's precision; ``key``
@@ -228,7 +229,7 @@ class FunctionCodegen:
             return self.operands[resolved], self.quant.get(resolved)
         if resolved in self.args:
             return self._enter(resolved, key), self.quant.get(resolved)
-        raise ValueError(f"{self.short}: operand {expr} is not bound in the function")
+        raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
 
     def _calibrated(self, key: Tuple[str, int]) -> Optional[TensorQuant]:
         if self.precision != "int8":
@@ -243,7 +244,7 @@ class FunctionCodegen:
         count = int(np.prod(static_shape(var)))
         quant = self._calibrated(key) if key is not None else None
         if self.precision == "int8" and quant is None:
-            raise ValueError(f"{self.short}: input {var.name} has no calibration")
+            raise AccelInvalidError(f"{self.short}: input {var.name} has no calibration")
         temp = self._temp(count, self.last_use.get(var, self.layer_index))
         self.operands[var], self.quant[var] = temp, quant
         self.body.append(f"/* input {var.name} enters as {self.precision} */")
@@ -266,7 +267,7 @@ class FunctionCodegen:
         for index, binding in enumerate(calls):
             if not (isinstance(binding.value, relax.Call) and
                     isinstance(binding.value.op, relax.Var)):
-                raise ValueError(f"{self.short}: unexpected binding {binding.value}")
+                raise AccelUnsupportedError(f"{self.short}: unexpected binding {binding.value}")
             for arg in binding.value.args:
                 self.last_use[arg] = index
         for index, binding in enumerate(calls):
@@ -651,6 +652,23 @@ static int raise_error(const char* kind, const char* format, ...) {{
   return -1;
 }}
 
+/* A runtime status as the accel_codegen exception of the same name (accel_codegen registers
+ * these kinds with tvm-ffi; a process without it sees a RuntimeError with the same text). */
+static int raise_status(accel_status status, const char* where) {{
+  const char* kind = "AccelError";
+  switch ((int)status) {{
+    case ACCEL_ERR_INVALID: kind = "AccelInvalidError"; break;
+    case ACCEL_ERR_SHAPE: kind = "AccelShapeError"; break;
+    case ACCEL_ERR_UNSUPPORTED: kind = "AccelUnsupportedError"; break;
+    case ACCEL_ERR_NULL: case ACCEL_ERR_ALIGNMENT: kind = "AccelBufferError"; break;
+    case ACCEL_ERR_NO_MEMORY: kind = "AccelMemoryError"; break;
+    case ACCEL_ERR_NOT_FOUND: kind = "AccelNotFoundError"; break;
+    default: break;
+  }}
+  return raise_error(kind, "{self.short}: %s%s [%s]", where, accel_last_error(),
+                     accel_status_name(status));
+}}
+
 static const DLTensor* as_dltensor(const TVMFFIAny* value) {{
   if (value->type_index == kTVMFFITensor) {{
     return (const DLTensor*)((const char*)value->v_obj + sizeof(TVMFFIObject));
@@ -664,41 +682,41 @@ static float* tensor_data(const TVMFFIAny* value, const char* what, int ndim,
                           const int64_t* shape) {{
   const DLTensor* t = as_dltensor(value);
   if (t == NULL) {{
-    raise_error("TypeError", "{self.short}: %s is not a tensor (type index %d)", what,
+    raise_error("AccelInvalidError", "{self.short}: %s is not a tensor (type index %d)", what,
                 (int)value->type_index);
     return NULL;
   }}
   if (t->dtype.code != kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1) {{
-    raise_error("ValueError", "{self.short}: %s has dtype code %d bits %d, expected float32",
+    raise_error("AccelInvalidError", "{self.short}: %s has dtype code %d bits %d, expected float32",
                 what, (int)t->dtype.code, (int)t->dtype.bits);
     return NULL;
   }}
   if (t->device.device_type != kDLCPU) {{
-    raise_error("ValueError", "{self.short}: %s is on device type %d, expected the CPU", what,
+    raise_error("AccelInvalidError", "{self.short}: %s is on device type %d, expected the CPU", what,
                 (int)t->device.device_type);
     return NULL;
   }}
   if (t->ndim != ndim) {{
-    raise_error("ValueError", "{self.short}: %s has %d dimensions, expected %d", what,
+    raise_error("AccelShapeError", "{self.short}: %s has %d dimensions, expected %d", what,
                 (int)t->ndim, ndim);
     return NULL;
   }}
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {{
     if (t->shape[i] != shape[i]) {{
-      raise_error("ValueError", "{self.short}: %s has size %lld in dimension %d, expected %lld",
+      raise_error("AccelShapeError", "{self.short}: %s has size %lld in dimension %d, expected %lld",
                   what, (long long)t->shape[i], i, (long long)shape[i]);
       return NULL;
     }}
     if (t->strides != NULL && shape[i] != 1 && t->strides[i] != stride) {{
-      raise_error("ValueError", "{self.short}: %s is not compact (stride %lld in dimension %d)",
+      raise_error("AccelBufferError", "{self.short}: %s is not compact (stride %lld in dimension %d)",
                   what, (long long)t->strides[i], i);
       return NULL;
     }}
     stride *= shape[i];
   }}
   if (t->data == NULL) {{
-    raise_error("ValueError", "{self.short}: %s has no data", what);
+    raise_error("AccelBufferError", "{self.short}: %s has no data", what);
     return NULL;
   }}
   return (float*)((char*)t->data + t->byte_offset);
@@ -720,12 +738,11 @@ static int setup(void) {{
   config.precisions = {precisions};
   config.features = {features};
   accel_device* device = NULL;
-  if (accel_device_shared(&config, &device) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
-  }}
+  const accel_status status = accel_device_shared(&config, &device);
+  if (status != ACCEL_OK) return raise_status(status, "");
   for (int i = 0; i < NUM_TEMPS; ++i) {{
     if (k_temp[i] == NULL) k_temp[i] = malloc((size_t)k_temp_bytes[i]);
-    if (k_temp[i] == NULL) return raise_error("MemoryError", "{self.short}: out of memory");
+    if (k_temp[i] == NULL) return raise_error("AccelMemoryError", "{self.short}: out of memory");
   }}
   k_config = config;
   k_device = device; /* last: a failed set-up is tried again by the next call */
@@ -735,10 +752,8 @@ static int setup(void) {{
 /* Data entering or leaving the accelerator (fp32 <-> the function's precision). */
 static int convert(const void* src, accel_precision from, void* dst, accel_precision to,
                    int64_t count, float scale, int32_t zero) {{
-  if (accel_convert(src, from, dst, to, count, scale, zero) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
-  }}
-  return 0;
+  const accel_status status = accel_convert(src, from, dst, to, count, scale, zero);
+  return status == ACCEL_OK ? 0 : raise_status(status, "");
 }}
 
 /* Weights prepared once for the kernel: int8 in its layout, fp16 widened (NVDLA's compiler
@@ -746,15 +761,15 @@ static int convert(const void* src, accel_precision from, void* dst, accel_preci
 static int pack_weights(accel_op* op, int32_t in_c, void** packed, size_t* packed_bytes) {{
   if (*packed == NULL) {{
     size_t bytes = 0;
-    if (accel_conv_pack_weights(&k_config, &op->conv, in_c, NULL, &bytes) != ACCEL_OK) {{
-      return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
-    }}
+    accel_status status = accel_conv_pack_weights(&k_config, &op->conv, in_c, NULL, &bytes);
+    if (status != ACCEL_OK) return raise_status(status, "");
     const size_t align = ACCEL_PACKED_ALIGNMENT;
     void* buffer = aligned_alloc(align, (bytes + align - 1) / align * align);
-    if (buffer == NULL) return raise_error("MemoryError", "{self.short}: out of memory");
-    if (accel_conv_pack_weights(&k_config, &op->conv, in_c, buffer, &bytes) != ACCEL_OK) {{
+    if (buffer == NULL) return raise_error("AccelMemoryError", "{self.short}: out of memory");
+    status = accel_conv_pack_weights(&k_config, &op->conv, in_c, buffer, &bytes);
+    if (status != ACCEL_OK) {{
       free(buffer);
-      return raise_error("RuntimeError", "{self.short}: %s", accel_last_error());
+      return raise_status(status, "");
     }}
     *packed = buffer;
     *packed_bytes = bytes;
@@ -767,11 +782,9 @@ static int pack_weights(accel_op* op, int32_t in_c, void** packed, size_t* packe
 static int fold_batch_norm(int32_t channels, const float* gamma, const float* beta,
                            const float* mean, const float* var, const float* bias,
                            float epsilon, float* scale, float* shift) {{
-  if (accel_fold_batch_norm(channels, gamma, beta, mean, var, bias, epsilon, scale, shift) !=
-      ACCEL_OK) {{
-    return raise_error("ValueError", "{self.short}: %s", accel_last_error());
-  }}
-  return 0;
+  const accel_status status =
+      accel_fold_batch_norm(channels, gamma, beta, mean, var, bias, epsilon, scale, shift);
+  return status == ACCEL_OK ? 0 : raise_status(status, "");
 }}
 
 static int run_layer(const accel_op* ops, int32_t num_ops, const void* in,
@@ -786,8 +799,12 @@ static int run_layer(const accel_op* ops, int32_t num_ops, const void* in,
   output.data = out;
   output.n = out_shape[0]; output.c = out_shape[1]; output.h = out_shape[2]; output.w = out_shape[3];
   output.precision = {self._c_precision};
-  if (accel_run(k_device, ops, num_ops, &input, &output, mode, label, NULL, NULL) != ACCEL_OK) {{
-    return raise_error("RuntimeError", "{self.short}: layer %s: %s", label, accel_last_error());
+  const accel_status status =
+      accel_run(k_device, ops, num_ops, &input, &output, mode, label, NULL, NULL);
+  if (status != ACCEL_OK) {{
+    char where[160];
+    snprintf(where, sizeof where, "layer %s: ", label);
+    return raise_status(status, where);
   }}
   return 0;
 }}
@@ -807,30 +824,30 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi___init_{self.symbol}(void* self, const TVMFFIAn
                                                  int32_t num_args, TVMFFIAny* result) {{
   (void)self;
   if (num_args != 1 || args[0].type_index != kTVMFFIArray) {{
-    return raise_error("TypeError", "__init_{self.short}: expected one array of constants");
+    return raise_error("AccelInvalidError", "__init_{self.short}: expected one array of constants");
   }}
   const TVMFFISeqCell* cell =
       (const TVMFFISeqCell*)((const char*)args[0].v_obj + sizeof(TVMFFIObject));
   if (cell->size != NUM_CONSTANTS) {{
-    return raise_error("ValueError", "__init_{self.short}: %lld constants, expected %d",
+    return raise_error("AccelInvalidError", "__init_{self.short}: %lld constants, expected %d",
                        (long long)cell->size, NUM_CONSTANTS);
   }}
   const TVMFFIAny* items = (const TVMFFIAny*)cell->data;
   for (int i = 0; i < NUM_CONSTANTS; ++i) {{ /* all checked before any is taken */
     const DLTensor* t = as_dltensor(&items[i]);
     if (t == NULL) {{
-      return raise_error("TypeError", "__init_{self.short}: constant %d is not a tensor", i);
+      return raise_error("AccelInvalidError", "__init_{self.short}: constant %d is not a tensor", i);
     }}
     if (t->dtype.code != k_const_type[i].code || t->dtype.bits != k_const_type[i].bits ||
         t->dtype.lanes != 1) {{
-      return raise_error("TypeError", "__init_{self.short}: constant %d has type code %d, "
+      return raise_error("AccelInvalidError", "__init_{self.short}: constant %d has type code %d, "
                          "%d bits, expected type code %d, %d bits", i, (int)t->dtype.code,
                          (int)t->dtype.bits, k_const_type[i].code, k_const_type[i].bits);
     }}
     int64_t count = 1;
     for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
     if (count != k_const_count[i]) {{
-      return raise_error("ValueError", "__init_{self.short}: constant %d has %lld values, "
+      return raise_error("AccelInvalidError", "__init_{self.short}: constant %d has %lld values, "
                          "expected %lld", i, (long long)count, (long long)k_const_count[i]);
     }}
   }}
@@ -860,7 +877,7 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args
   (void)self;
   float* a[NUM_ARGS];
   if (num_args != NUM_ARGS) {{
-    return raise_error("TypeError", "{self.short}: %d arguments, expected %d", (int)num_args,
+    return raise_error("AccelInvalidError", "{self.short}: %d arguments, expected %d", (int)num_args,
                        NUM_ARGS);
   }}
 {chr(10).join(arg_checks)}
@@ -881,6 +898,23 @@ TVM_FFI_DLL_EXPORT int __tvm_ffi_{self.symbol}(void* self, const TVMFFIAny* args
 
 def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
     return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+
+
+def register_error_kinds() -> None:
+    """Let tvm-ffi carry accel_codegen's exceptions by name, both ways: the generated C raises
+    them by class name (``TVMFFIErrorSetRaisedFromCStr("AccelShapeError", ...)``) and Python
+    receives that class, not a RuntimeError; an :class:`AccelError` raised in Python under a
+    TVM call (this code generator) keeps its class too. Run when this module is imported: the
+    compiler side (partition, build, virtual_machine) imports it. A process that loads a
+    library without accel_codegen sees a RuntimeError with the same message."""
+    import tvm_ffi
+
+    for value in vars(errors).values():
+        if isinstance(value, type) and issubclass(value, AccelError):
+            tvm_ffi.register_error(value.__name__, value)
+
+
+register_error_kinds()
 
 
 @tvm.register_global_func("relax.ext.accel", override=True)
