@@ -23,14 +23,19 @@ model's input shapes, default 32, drawn with ``--seed``, default 1234;
 with seed + 1, never the calibration ones. bench runs fp32 only.
 
 ``import tvm`` takes seconds: it is imported only once the arguments are known to be good.
-Exit status: 0 success, 1 an error (message on stderr), 2 a usage error (argparse).
+Exit status: 0 success, 1 an error (one line on stderr: ``accel-codegen COMMAND: error: ...``),
+2 a usage error (argparse), 3 an internal error (a bug: the traceback, then one line saying so).
+Errors in the user's files (a model function that raises or exits, an unreadable ONNX file, a
+damaged library) are errors (1), not internal ones.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -112,11 +117,16 @@ def resolve_config(text: str):
             data = json.loads(path.read_text())
         except json.JSONDecodeError as error:
             raise UserError(f"config file '{path}' is not valid JSON: {error}") from None
+        except RecursionError:
+            raise UserError(f"config file '{path}' is nested too deeply to be a "
+                            "configuration") from None
+        except UnicodeDecodeError as error:
+            raise UserError(f"config file '{path}' is not text: {error}") from None
         if not isinstance(data, dict):
             raise UserError(f"config file '{path}' must hold a JSON object")
         try:
             return AccelConfig.from_dict(data)
-        except (AccelError, TypeError) as error:
+        except (AccelError, TypeError, ValueError) as error:
             raise UserError(f"config file '{path}': {error}") from None
     names = AccelConfig.preset_names()
     if text not in names:
@@ -129,6 +139,8 @@ def check_model_spec(spec: str) -> None:
     """Catch a missing file before importing anything heavy (zoo names are checked on load)."""
     if spec.endswith(".onnx") and not Path(spec).is_file():
         raise UserError(f"ONNX file '{spec}' does not exist")
+    if spec.endswith(".onnx") and Path(spec).stat().st_size == 0:
+        raise UserError(f"ONNX file '{spec}' is empty (0 bytes)")
     if ":" in spec and spec.rpartition(":")[0].endswith(".py"):
         path = spec.rpartition(":")[0]
         if not Path(path).is_file():
@@ -195,7 +207,78 @@ def _output_path(path: str, suffix: str, what: str) -> Path:
         raise UserError(f"{what} path '{out}' must end in {suffix}")
     if out.parent != Path("") and not out.parent.is_dir():
         raise UserError(f"directory '{out.parent}' of {what} path '{out}' does not exist")
+    if out.is_dir():
+        raise UserError(f"{what} path '{out}' is a directory")
+    try:  # before the long work: the one reliable test (root passes os.access; /proc refuses)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".accel-write-test-"):
+            pass
+    except OSError as error:
+        raise UserError(f"cannot write {what} path '{out}': directory '{out.parent}' is not "
+                        f"writable ({error.strerror or error})") from None
     return out
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _user_code_error(error: BaseException, spec: str) -> Optional[str]:
+    """Why an exception is the user's model's doing (a one-line message), or None.
+
+    It is when its traceback (or that of an exception it was raised from) passes through the
+    user's ``file.py``, or, for an ``.onnx`` MODEL, through the ONNX reader or TVM's ONNX
+    importer: the file's content is the cause. Anything else is ours: an internal error."""
+    head, colon, _ = spec.rpartition(":")
+    user_file = Path(head).resolve() if colon and head.endswith(".py") else None
+    onnx = spec.endswith(".onnx")
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None:
+            filename = tb.tb_frame.f_code.co_filename
+            if user_file is not None and Path(filename).resolve() == user_file:
+                return f"the model function {spec} raised {_first_line(error)}"
+            if onnx and any(part in filename for part in ("/onnx/", "/google/protobuf/")):
+                return f"ONNX file '{spec}' cannot be imported: {_first_line(error)}"
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _UserModel:
+    """Around code that runs the user's model (its file, its function, its forward): an
+    exception from the model's code, or its exit, is a UserError naming it."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if error is None or isinstance(error, (UserError, KeyboardInterrupt)):
+            return False
+        if isinstance(error, SystemExit):
+            raise UserError(f"the model {self.spec} exited (SystemExit({error.code!r})) "
+                            "instead of returning (torch_module, example_inputs_tuple)") from None
+        if isinstance(error, Exception):
+            from .errors import AccelError
+
+            message = None if isinstance(error, AccelError) else \
+                _user_code_error(error, self.spec)
+            if message is not None:
+                raise UserError(message) from None
+        return False
+
+
+def _load_model(spec: str):
+    """The model of a MODEL argument; the user's code failing is a UserError."""
+    from . import bench
+
+    with _UserModel(spec):
+        return bench.load_model(spec)
 
 
 def _say(*args) -> None:
@@ -209,10 +292,9 @@ def cmd_partition(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
     check_model_spec(args.model)
-    from . import bench
     from .partition import partition_report
 
-    model = bench.load_model(args.model)
+    model = _load_model(args.model)
     return _show_report(partition_report(_partition(args, config, model)), args.json)
 
 
@@ -224,13 +306,12 @@ def cmd_compile(args) -> int:
     check_model_spec(args.model)
     import numpy as np
 
-    from . import bench
     from .partition import partition_report
     from .toolchain import build, export_library
 
     timings = {}
     start = time.perf_counter()
-    model = bench.load_model(args.model)
+    model = _load_model(args.model)
     timings["import"] = time.perf_counter() - start
     start = time.perf_counter()
     partitioned = _partition(args, config, model)
@@ -259,6 +340,8 @@ def cmd_run(args) -> int:
     library = Path(args.library)
     if library.suffix != ".so":
         raise UserError(f"'{library}' is not a .so library (compile writes one)")
+    if library.is_dir():
+        raise UserError(f"library '{library}' is a directory, not a library file")
     if not library.is_file():
         raise UserError(f"library '{library}' does not exist")
     config = resolve_config(args.config)
@@ -281,10 +364,14 @@ def cmd_run(args) -> int:
     from .profiling import profile
     from .toolchain import virtual_machine
 
+    from .errors import AccelError
+
     try:
-        vm = virtual_machine(library)
-    except Exception as error:  # TVM raises its own error types for a bad library
-        raise UserError(f"cannot load '{library}': {str(error).splitlines()[0]}") from None
+        vm = virtual_machine(library)  # checks the file first: a damaged one never loads
+    except AccelError:
+        raise
+    except Exception as error:  # pylint: disable=broad-except  (TVM's own error types)
+        raise UserError(f"cannot load '{library}': {_first_line(error)}") from None
     data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
     profiled = args.profile or args.precision is not None
     try:
@@ -341,10 +428,9 @@ def cmd_accuracy(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
     check_model_spec(args.model)
-    from . import bench
     from .accuracy import accuracy_report
 
-    model = bench.load_model(args.model)
+    model = _load_model(args.model)
     calibration = _calibration(args, model)
     _say(f"evaluation: {args.inputs} random N(0, 1) inputs (seed {args.seed + 1})")
     report = accuracy_report(model.mod, model.params,
@@ -356,10 +442,9 @@ def cmd_accuracy(args) -> int:
 def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
     check_model_spec(args.model)
-    from . import bench
     from .estimation import estimate
 
-    model = bench.load_model(args.model)
+    model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
                       fuse=not args.no_fuse)
     return _show_report(report, args.json)
@@ -385,10 +470,12 @@ def cmd_bench(args) -> int:
     json_out, plot_out = _result_paths(args)
     from . import bench
 
-    result = bench.run_bench(args.model, modes=args.modes, config=config, repeat=args.repeat,
-                             host_repeat=args.host_repeat, warmup=args.warmup,
-                             per_layer=args.per_layer or plot_out is not None,
-                             per_layer_wall=args.per_layer, threads=args.threads)
+    with _UserModel(args.model):
+        result = bench.run_bench(args.model, modes=args.modes, config=config,
+                                 repeat=args.repeat, host_repeat=args.host_repeat,
+                                 warmup=args.warmup,
+                                 per_layer=args.per_layer or plot_out is not None,
+                                 per_layer_wall=args.per_layer, threads=args.threads)
     shown = result if args.per_layer else {k: v for k, v in result.items() if k != "layers"}
     print(bench.format_table(shown))
     _write_outputs(result, json_out, plot_out, "plot_bench")
@@ -407,10 +494,9 @@ def cmd_sweep(args) -> int:
     except ValueError as error:
         raise UserError(str(error)) from None
     check_precision(points[0][1], args.precision)
-    from . import bench
     from .estimation import format_sweep, sweep
 
-    model = bench.load_model(args.model)
+    model = _load_model(args.model)
     result = sweep(model.mod, model.params, points, precision=args.precision,
                    fuse=not args.no_fuse, model_name=model.name)
     print(format_sweep(result))
@@ -577,14 +663,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except (UserError, AccelError) as error:
-        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 1
     except OSError as error:  # a file we could not read or write
-        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exit_:  # code of the user's that exits where _UserModel did not look
+        print(f"{PROG} {args.command}: error: the model's code exited "
+              f"(SystemExit({exit_.code!r})) before the command finished", file=sys.stderr)
+        return 1
+    except Exception as error:  # pylint: disable=broad-except  (a bug of ours: say so)
+        traceback.print_exc()
+        print(f"{PROG} {args.command}: internal error: {_first_line(error)} (a bug in "
+              f"{PROG}, not in the command line: the traceback above shows where)",
+              file=sys.stderr)
+        return 3
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line (a compiler's or TVM's message may hold several)."""
+    return " | ".join(line.strip() for line in str(error).strip().splitlines() if line.strip())
 
 
 if __name__ == "__main__":  # pragma: no cover
