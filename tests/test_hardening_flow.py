@@ -294,10 +294,11 @@ def test_every_corrupted_byte_of_an_exported_library_is_refused(exported, tmp_pa
 def test_structural_checks_pass_real_libraries():
     """No false alarm on the libraries this process itself loads (TVM's, the simulator's,
     NumPy's, torch's): they pass the checks that do not need a checksum."""
-    libraries = [PACKAGE.parent / "accel_codegen" / "lib" / "libaccel.so",
+    libraries = [toolchain.PACKAGE_DIR / "lib" / "libaccel.so",
                  *Path(tvm.__file__).parent.glob("lib/*.so"),
                  *Path(torch.__file__).parent.glob("lib/libtorch*.so"),
                  *Path(np.__file__).parent.glob("_core/*.so")]
+    assert libraries[0].is_file()
     libraries = [p for p in libraries if p.is_file()]
     assert len(libraries) >= 4
     for library in libraries:
