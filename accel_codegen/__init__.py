@@ -18,32 +18,33 @@ except ImportError as error:  # pragma: no cover - a set-up mistake, not a runti
 from . import _moved
 from .errors import (AccelBufferError, AccelError, AccelInvalidError, AccelMemoryError,
                      AccelNotFoundError, AccelShapeError, AccelUnsupportedError)
-from .profiling import Profile, profile
 from .sim import AccelConfig, Conv, Device, OpStats, Pool, RunStats, Sdp, estimate_chain
+from .sim.profiling import Profile, profile
 
 _moved.install()  # old import paths (accel_codegen.ops, .config, ...) of moved modules
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it, imported on first access (these import tvm).
+# Public name -> the module that defines it, imported on first access (these import tvm);
+# a module's own name maps to the module itself.
 _LAZY = {
     "partition_for_accel": "partition", "partition_report": "partition",
     "PartitionReport": "partition", "generated_sources": "partition",
     "build": "toolchain", "export_library": "toolchain", "virtual_machine": "toolchain",
     "build_host": "toolchain", "link_options": "toolchain",
     "calibration_of": "partition",
-    "estimate": "estimation", "EstimateReport": "estimation",
-    "accuracy_report": "accuracy", "AccuracyReport": "accuracy",
+    "estimate": "tools.estimation", "EstimateReport": "tools.estimation",
+    "accuracy_report": "quantization.accuracy", "AccuracyReport": "quantization.accuracy",
     "Calibration": "quantization",
-    "frontend": None, "models": None,
+    "frontend": "compiler.frontend", "models": "tools.models",
 }
 
 
 def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'accel_codegen' has no attribute {name!r}")
-    module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
-    return module if _LAZY[name] is None else getattr(module, name)
+    module = importlib.import_module(f".{_LAZY[name]}", __name__)
+    return module if _LAZY[name].rpartition(".")[2] == name else getattr(module, name)
 
 
 __all__ = [

@@ -18,6 +18,16 @@ MOVED = {
     "custom": "compiler.custom",
     "lowering": "compiler.lowering",
     "patterns": "compiler.patterns",
+    "profiling": "sim.profiling",
+    "costs": "sim.costs",
+    "accuracy": "quantization.accuracy",
+    "models": "tools.models",
+    "model_spec": "tools.model_spec",
+    "config_files": "tools.config_files",
+    "estimation": "tools.estimation",
+    "bench": "tools.bench",
+    "plotting": "tools.plotting",
+    "progress": "tools.progress",
 }
 
 

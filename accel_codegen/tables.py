@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence, Union
 
-from .costs import CostTotals, engine_names
+from .sim.costs import CostTotals, engine_names
 
 #: A row: its cells, one per column from the first (fewer cells end the line early), or a line
 #: of text printed as it is.

@@ -28,8 +28,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import custom
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+from . import custom
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
 

@@ -18,8 +18,22 @@ from tvm import relax
 
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
-from .layer import (BatchNormSpec, ConvSpec, Layer, Lookup, PoolSpec, SdpSpec, Unsupported,
-                    constant_value, describe, dtype_of, is_constant, op_name, static_shape)
+from . import custom
+from .layer import (
+    BatchNormSpec,
+    ConvSpec,
+    Layer,
+    Lookup,
+    PoolSpec,
+    SdpSpec,
+    Unsupported,
+    constant_value,
+    describe,
+    dtype_of,
+    is_constant,
+    op_name,
+    static_shape,
+)
 
 # Relax op -> the engine's name for it, from the op vocabulary.
 ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
@@ -112,8 +126,6 @@ def _strip_reshape(expr: relax.Expr, lookup: Lookup) -> relax.Expr:
 
 def _lower_custom(call: relax.Call) -> Optional[Layer]:
     """A call_tir of a registered custom primitive: the stages its registration gives."""
-    from . import custom  # late: custom imports this module's stage vocabulary
-
     callee = call.args[0]
     primitive = custom.find(getattr(callee, "name_hint", ""))
     if primitive is None:

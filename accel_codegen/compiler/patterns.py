@@ -27,7 +27,6 @@ from . import custom
 from .layer import Unsupported
 from .lowering import lower_chain
 
-
 #: Set to "1" (the test suite does) to make a check that fails unexpectedly raise instead of
 #: leaving the chain on the host.
 STRICT_ENV = "ACCEL_CODEGEN_STRICT"

@@ -4,8 +4,7 @@ devices and runs, the process-wide profile, and the NumPy reference of every eng
 This layer never imports TVM: ``import accel_codegen.sim`` works where TVM is absent.
 """
 from .config import AccelConfig
-from .device import (Device, OpStats, RunStats, estimate_chain, profile_enable,
-                     profile_records)
+from .device import Device, OpStats, RunStats, estimate_chain, profile_enable, profile_records
 from .ops import Conv, Pool, Sdp
 
 __all__ = ["AccelConfig", "Conv", "Device", "OpStats", "Pool", "RunStats", "Sdp",

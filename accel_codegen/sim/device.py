@@ -16,8 +16,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._accel_ffi import ffi, lib
-from .config import AccelConfig, precision_code, precision_name
 from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
+from .config import AccelConfig, precision_code, precision_name
 from .ops import AccelDtypeError, Conv, Op, Pool, Sdp, as_operand, dtype_for, has_data, integer
 from .vocabulary import ENGINES, MODES, PRECISIONS
 

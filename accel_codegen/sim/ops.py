@@ -19,8 +19,8 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from .._accel_ffi import ffi, lib
-from .config import AccelConfig, precision_code
 from ..errors import AccelInvalidError, AccelShapeError, check
+from .config import AccelConfig, precision_code
 from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, POOLS
 
 #: How each precision is stored in host memory.

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .ops import Conv, Op, Pool, Sdp, _pair, _padding
+from .ops import Conv, Op, Pool, Sdp, _padding, _pair
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 

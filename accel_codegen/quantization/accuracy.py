@@ -17,13 +17,13 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import tvm
 
-from .config import AccelConfig
-from .errors import AccelInvalidError
-from .estimation import model_layers
-from .partition import calibration_of, generate_partition, partition_for_accel
-from .quantization import DEFAULT_METHOD, Key, examples_of, observing
-from .tables import Column, render_table
-from .toolchain import virtual_machine
+from ..compiler.walk import runs
+from ..errors import AccelInvalidError
+from ..partition import calibration_of, generate_partition, match_composites, partition_for_accel
+from ..sim.config import AccelConfig
+from ..tables import Column, render_table
+from ..toolchain import virtual_machine
+from .calibration import DEFAULT_METHOD, Key, examples_of, observing
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:
@@ -187,9 +187,9 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                    for x in example))
         return np.asarray(result.numpy(), np.float64)
 
-    shifted = {label.split(" ", 1)[0] for label, _, layer in model_layers(
-        mod, params, config=config, fuse=fuse, precision=precision)
-        if layer.conv is not None and layer.sdp.empty()}
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+    shifted = {run.key for run in runs(matched)
+               if run.layer.conv is not None and run.layer.sdp.empty()}
     comparer = _Comparer(used, shifted)
     signal = noise = 0.0
     agree = total = 0

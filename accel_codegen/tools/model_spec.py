@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .errors import AccelInvalidError
+from ..errors import AccelInvalidError
 
 ZOO, ONNX, PYTHON = "zoo", "onnx", "python"
 
@@ -103,7 +103,7 @@ class LoadedModel:
 
 
 def _from_torch(name: str, model, inputs) -> LoadedModel:
-    from .compiler import frontend
+    from ..compiler import frontend
 
     if not isinstance(inputs, tuple):
         inputs = (inputs,)
@@ -184,7 +184,7 @@ def load_model(spec: Any, inputs: Optional[Sequence] = None) -> LoadedModel:
     if not isinstance(spec, ModelSpec):
         return _load_object(spec, inputs)
     if spec.kind == ONNX:
-        from .compiler import frontend
+        from ..compiler import frontend
 
         mod, params = frontend.from_onnx(Path(spec.path))
         return LoadedModel(spec.name, mod, params, _onnx_inputs(Path(spec.path)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional, TextIO, Union
 
-from .errors import AccelInvalidError
+from ..errors import AccelInvalidError
 
 #: ``progress(done, total)``: ``done`` units of work out of ``total`` are finished.
 ProgressCallback = Callable[[int, int], None]

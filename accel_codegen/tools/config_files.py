@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Union
 
-from .errors import AccelError, AccelInvalidError
-from .sim.config import AccelConfig
+from ..errors import AccelError, AccelInvalidError
+from ..sim.config import AccelConfig
 
 
 def _from_file(path: Path) -> AccelConfig:

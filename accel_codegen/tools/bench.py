@@ -32,11 +32,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .costs import CostTotals, engine_names
+from ..sim.costs import CostTotals, engine_names
+from ..tables import Column, render_table
+
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
 from .model_spec import LoadedModel, load_callable, load_model, zoo_names  # noqa: F401
 from .progress import ProgressCallback, progress_callback, steps
-from .tables import Column, render_table
 
 MODES = ("fused", "decomposed", "host", "pytorch")
 ACCEL_MODES = ("fused", "decomposed")
@@ -46,7 +47,7 @@ ACCEL_MODES = ("fused", "decomposed")
 
 def accel_threads() -> int:
     """The thread count of the simulator's kernels (ACCEL_NUM_THREADS, else the CPUs)."""
-    from .sim import Device
+    from ..sim import Device
 
     return Device("nv_full").num_threads
 
@@ -74,8 +75,8 @@ def _layer_row(record) -> Dict[str, Any]:
 
 def _materialise(ops: list, in_shape, config, mode: str, rng) -> list:
     """Engine ops with random data in place of the shape-only operands (for timing alone)."""
-    from .ops import SHAPE_ONLY, Conv, Sdp
-    from .sim import Device
+    from ..sim import Device
+    from ..sim.ops import SHAPE_ONLY, Conv, Sdp
 
     device = Device(config)
     result = []
@@ -102,7 +103,7 @@ def _materialise(ops: list, in_shape, config, mode: str, rng) -> list:
 def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None]) -> List[dict]:
     """Every accelerator layer (``(label, primitive, layer)`` of the fused partition) timed
     alone on the simulator, fused against decomposed."""
-    from .sim import Device
+    from ..sim import Device
 
     rng = np.random.default_rng(0)
     device = Device(config)
@@ -130,7 +131,7 @@ def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None])
 def _check_arguments(modes: Sequence[str], repeat: int, host_repeat: int, warmup: int,
                      threads: Optional[int]) -> List[str]:
     """The modes without repeats; AccelInvalidError for an unknown mode or a bad count."""
-    from .errors import AccelInvalidError
+    from ..errors import AccelInvalidError
 
     modes = list(dict.fromkeys(modes))
     unknown = [m for m in modes if m not in MODES]
@@ -149,7 +150,7 @@ def _runner(mode: str, model: LoadedModel, config, threads: int) -> Callable[[],
     if mode in ACCEL_MODES or mode == "host":
         import tvm
 
-        from . import toolchain
+        from .. import toolchain
 
         if mode == "host":
             vm = tvm.relax.VirtualMachine(toolchain.build_host(model.mod, model.params),
@@ -238,15 +239,15 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         ``bytes_read``, ``bytes_written``, ``utilization``), plus ``model``, ``config``,
         ``thread_notes``, ``compile_s`` and, on request, ``layers``.
     """
-    from .config import AccelConfig
+    from ..sim.config import AccelConfig
 
     modes = _check_arguments(modes, repeat, host_repeat, warmup, threads)
     if threads is not None:
         os.environ["ACCEL_NUM_THREADS"] = str(threads)  # read when the simulator makes a device
     config = AccelConfig.resolve(config)
 
+    from ..sim.profiling import profile
     from .estimation import model_layers
-    from .profiling import profile
 
     model = load_model(model, inputs)
     skipped = {}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from typing import Dict, Iterator, List
 
+from ..tables import cost_table
+from . import RunStats, profile_enable, profile_records
 from .costs import CostTotals
-from .sim import RunStats, profile_enable, profile_records
-from .tables import cost_table
 
 
 class Profile:

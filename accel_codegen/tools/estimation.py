@@ -15,21 +15,20 @@ needed, and a design-space sweep over configurations takes seconds.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from .config import AccelConfig, check_precision
-from .costs import CostTotals, engine_names
-from .errors import AccelInvalidError, AccelUnsupportedError
-from .compiler.layer import Layer, bound_values, chain_root
-from .compiler.lowering import lower_chain
-from .partition import match_composites
+from ..compiler.layer import Layer
+from ..compiler.walk import runs
+from ..partition import match_composites
+from ..sim import RunStats, estimate_chain
+from ..sim.config import AccelConfig, check_precision
+from ..sim.costs import CostTotals, engine_names
+from ..tables import Column, cost_table, render_table
 from .progress import ProgressCallback, progress_callback, steps
-from .sim import RunStats, estimate_chain
-from .tables import Column, cost_table, render_table
 
 #: Precisions the code generator emits today; the others are issue 5.
 
@@ -130,44 +129,10 @@ class EstimateReport:
                           f"{self.bytes / 1e6:.2f} MB moved per frame"])
 
 
-def _external_layers(mod: tvm.IRModule) -> Iterator[Tuple[int, int, relax.Function]]:
-    """(function index, layer index, composite) of every offloaded layer, in execution order:
-    main's calls of external functions, then each function's composite calls."""
-    external = {gv: f for gv, f in mod.functions_items()
-                if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
-    index = 0
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
-                    and value.op in external):
-                continue
-            function = external[value.op]
-            lookup = bound_values(function)
-            layer = 0
-            for inner in function.body.blocks:
-                for b in inner.bindings:
-                    composite = lookup(b.value.op) if isinstance(b.value, relax.Call) and \
-                        isinstance(b.value.op, relax.Var) else None
-                    if isinstance(composite, relax.Function):
-                        yield index, layer, composite
-                        layer += 1
-            index += 1
-
-
 def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
-    order, labelled as the generated code labels its runs (a branch runs first: ``a``/``b``)."""
-    result = []
-    for function, index, composite in _external_layers(matched):
-        primitive = str(composite.attrs["Composite"])
-        layer = lower_chain(chain_root(composite), bound_values(composite))
-        if layer.branch is not None:
-            result.append((f"f{function}.{index}a {primitive} (branch)", primitive, layer.branch))
-            result.append((f"f{function}.{index}b {primitive}", primitive, layer))
-        else:
-            result.append((f"f{function}.{index} {primitive}", primitive, layer))
-    return result
+    order, labelled as the generated code labels its runs."""
+    return [(run.label, run.primitive, run.layer) for run in runs(matched)]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .errors import AccelInvalidError
+from ..errors import AccelInvalidError
 
 __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resnet50",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "RESIDUAL_BRANCH_GAIN"]
