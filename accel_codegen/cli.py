@@ -94,7 +94,7 @@ _positive = _at_least(1)
 
 
 def _modes(text: str) -> List[str]:
-    from .bench import MODES
+    from .tools.bench import MODES
 
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -150,7 +150,7 @@ def check_model_spec(spec: str) -> None:
     elif spec.endswith(".py"):
         raise UserError(f"{spec!r}: name the function too, as file.py:function")
     elif not spec.endswith(".onnx"):
-        from .models import MODELS  # torch, not tvm
+        from .tools.models import MODELS  # torch, not tvm
 
         if spec not in MODELS:
             raise UserError(f"unknown model {spec!r}: give a zoo model "
@@ -275,7 +275,7 @@ class _UserModel:
 
 def _load_model(spec: str):
     """The model of a MODEL argument; the user's code failing is a UserError."""
-    from . import bench
+    from .tools import bench
 
     with _UserModel(spec):
         return bench.load_model(spec)
@@ -361,7 +361,7 @@ def cmd_run(args) -> int:
 
     import tvm
 
-    from .profiling import profile
+    from .sim.profiling import profile
     from .toolchain import virtual_machine
 
     from .errors import AccelError
@@ -428,7 +428,7 @@ def cmd_accuracy(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
     check_model_spec(args.model)
-    from .accuracy import accuracy_report
+    from .quantization.accuracy import accuracy_report
 
     model = _load_model(args.model)
     calibration = _calibration(args, model)
@@ -442,7 +442,7 @@ def cmd_accuracy(args) -> int:
 def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
     check_model_spec(args.model)
-    from .estimation import estimate
+    from .tools.estimation import estimate
 
     model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
@@ -468,7 +468,7 @@ def cmd_bench(args) -> int:
     config = resolve_config(args.config)
     check_model_spec(args.model)
     json_out, plot_out = _result_paths(args)
-    from . import bench
+    from .tools import bench
 
     with _UserModel(args.model):
         result = bench.run_bench(args.model, modes=args.modes, config=config,
@@ -487,14 +487,14 @@ def cmd_sweep(args) -> int:
     check_model_spec(args.model)
     json_out, plot_out = _result_paths(args)
     from .config import check_precision
-    from .estimation import sweep_configs
+    from .tools.estimation import sweep_configs
 
     try:
         points = sweep_configs(base, args.macs, args.dram_gbps, args.cbuf_kib)
     except ValueError as error:
         raise UserError(str(error)) from None
     check_precision(points[0][1], args.precision)
-    from .estimation import format_sweep, sweep
+    from .tools.estimation import format_sweep, sweep
 
     model = _load_model(args.model)
     result = sweep(model.mod, model.params, points, precision=args.precision,
@@ -510,7 +510,7 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
         json_out.write_text(json.dumps(result, indent=2))
         _say(f"wrote {json_out}")
     if plot_out:
-        from . import plotting
+        from .tools import plotting
 
         getattr(plotting, plotter)(result, plot_out)
         _say(f"wrote {plot_out}")
