@@ -152,7 +152,8 @@ _ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "i386"
                  "riscv64": 243, "loongarch64": 258}
 _ET_DYN, _PT_LOAD, _PT_DYNAMIC, _PT_TLS = 3, 1, 2, 7
 _PT_GNU_STACK, _PT_GNU_RELRO = 0x6474E551, 0x6474E552
-_SHT_DYNAMIC, _SHT_NOBITS, _SHT_DYNSYM, _SHF_ALLOC = 6, 8, 11, 0x2
+_SHT_DYNAMIC, _SHT_NOBITS, _SHT_DYNSYM = 6, 8, 11
+_SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR, _SHF_TLS = 0x1, 0x2, 0x4, 0x400
 _PN_XNUM, _SHN_XINDEX = 0xFFFF, 0xFFFF
 # Dynamic table tags (elf.h names).
 _DT_PLTRELSZ, _DT_STRTAB, _DT_SYMTAB, _DT_RELA, _DT_RELASZ, _DT_RELAENT = 2, 5, 6, 7, 8, 9
@@ -166,6 +167,8 @@ _DT_TABLES = {3: (None, None), 4: (None, 5), _DT_STRTAB: (_DT_STRSZ, None),
               25: (27, 14), 26: (28, 15), 32: (33, 16), 36: (35, 19),
               0x6FFFFEF5: (None, 0x6FFFFFF6), 0x6FFFFFF0: (None, 0x6FFFFFFF),
               0x6FFFFFFC: (0x6FFFFFFD, 0x6FFFFFFD), 0x6FFFFFFE: (0x6FFFFFFF, 0x6FFFFFFE)}
+# Section types a library has at most one of, each with its dynamic entry.
+_UNIQUE_SECTIONS = {5, 11, 14, 15, 0x6FFFFFF6, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF}
 _DT_BYTE_SIZES = {_DT_STRSZ, _DT_RELASZ, _DT_RELSZ, _DT_PLTRELSZ, 27, 28, 33, 35}
 _DT_FOLLOWED = set(_DT_TABLES) | {size for size, _ in _DT_TABLES.values() if size} | {
     _DT_SYMENT, _DT_RELAENT, _DT_RELENT, _DT_PLTREL}
@@ -308,6 +311,7 @@ class _ElfCheck:
         """The section table (the loader does not read it, but it records the layout the
         linker wrote: the segments are checked against it)."""
         self.section_list = []  # (type, flags, addr, offset, size, link)
+        self.section_names: Dict[str, int] = {}  # name -> index, when the names are readable
         if self.shoff == 0 and self.shnum == 0:
             return
         entry = 64 if self.wide else 40
@@ -330,6 +334,14 @@ class _ElfCheck:
         strings = self.shstrndx if self.shstrndx != _SHN_XINDEX else first[6]
         if count and strings >= count:
             self.fail(f"section name table index {strings} is outside the {count} sections")
+        if count and self.section_list[strings][0] == 3:  # SHT_STRTAB: read the names
+            _, _, _, offset, size, _ = self.section_list[strings]
+            names = self.read(offset, size, "section name table")
+            for i in range(count):
+                start = struct.unpack_from(form, table, i * entry)[0]
+                end = names.find(b"\0", start)
+                if start < size and end >= 0:
+                    self.section_names.setdefault(names[start:end].decode("latin-1"), i)
         if self.phnum == _PN_XNUM:
             self.phnum = first[7]  # the count is SHN_UNDEF's sh_info
 
@@ -343,14 +355,15 @@ class _ElfCheck:
         table = self.read(self.phoff, self.phnum * entry, "program header table")
         form = f"{self.order}IIQQQQQQ" if self.wide else f"{self.order}IIIIIIII"
         self.loads: List[Tuple[int, int, int, int]] = []  # (vaddr, memsz, offset, filesz)
+        flags: List[int] = []  # of each load: PF_X 1, PF_W 2, PF_R 4
         self.dynamic_segment = None
         others = []  # (index, type, offset, vaddr, extent) of the segments inside the loads
         for i in range(self.phnum):
             fields = struct.unpack_from(form, table, i * entry)
             if self.wide:
-                p_type, _, offset, vaddr, _, filesz, memsz, align = fields
+                p_type, p_flags, offset, vaddr, _, filesz, memsz, align = fields
             else:
-                p_type, offset, vaddr, _, filesz, memsz, _, align = fields
+                p_type, offset, vaddr, _, filesz, memsz, p_flags, align = fields
             if p_type != 0 and offset + filesz > self.size:
                 self.beyond(f"segment {i} (type {p_type:#x})", offset, filesz)
             if p_type == _PT_LOAD:
@@ -360,13 +373,20 @@ class _ElfCheck:
                 if align > 1 and (align & (align - 1) or offset % align != vaddr % align):
                     self.fail(f"loadable segment {i} is misaligned (offset {offset:#x}, "
                               f"address {vaddr:#x}, alignment {align:#x})")
+                if not p_flags & 4:
+                    self.fail(f"loadable segment {i} is not readable (flags {p_flags:#x})")
+                if self.loads and vaddr < self.loads[-1][0] + self.loads[-1][1]:
+                    self.fail(f"loadable segment {i} (address {vaddr:#x}) overlaps or precedes "
+                              "the one before it")
                 self.loads.append((vaddr, memsz, offset, filesz))
+                flags.append(p_flags)
             elif p_type == _PT_DYNAMIC:
                 if self.dynamic_segment is not None:
                     self.fail("two dynamic segments")
                 self.dynamic_segment = (offset, vaddr, filesz)
             if p_type not in (0, _PT_LOAD, _PT_GNU_STACK) and memsz > 0:
                 others.append((i, p_type, offset, vaddr, filesz if p_type == _PT_TLS else memsz))
+        self.load_flags = flags
         if not self.loads:
             self.fail("no loadable segment")
         if self.dynamic_segment is None:
@@ -378,13 +398,38 @@ class _ElfCheck:
                        offset - o == vaddr - v for v, m, o, _ in self.loads):
                 self.fail(f"segment {i} (type {p_type:#x}, address {vaddr:#x}, {extent} "
                           "bytes) is not inside a loadable segment")
-        for i, (sh_type, flags, addr, offset, size, _) in enumerate(self.section_list):
-            if not flags & _SHF_ALLOC or sh_type == _SHT_NOBITS or size == 0:
+        for i, (sh_type, sh_flags, addr, offset, size, _) in enumerate(self.section_list):
+            if not sh_flags & _SHF_ALLOC or sh_flags & _SHF_TLS or size == 0:
                 continue
-            if not any(v <= addr and addr + size <= v + fs and offset - o == addr - v
-                       for v, _, o, fs in self.loads):
+            nobits = sh_type == _SHT_NOBITS
+            holder = next((k for k, (v, m, o, fs) in enumerate(self.loads)
+                           if v <= addr and addr + size <= v + (m if nobits else fs) and
+                           (nobits or offset - o == addr - v)), None)
+            if holder is None:
                 self.fail(f"section {i} (address {addr:#x}, file offset {offset:#x}) is not "
                           "where the loadable segments map it")
+            v, _, _, fs = self.loads[holder]
+            if nobits and addr < v + fs:  # zero-filled memory that the file would fill
+                self.fail(f"section {i} (zero-filled, address {addr:#x}) lies in the part of "
+                          f"its segment read from the file (up to {v + fs:#x})")
+            # writable data in a writable segment, code in an executable one
+            for section_flag, segment_flag, what in ((_SHF_WRITE, 2, "writable"),
+                                                     (_SHF_EXECINSTR, 1, "executable")):
+                if sh_flags & section_flag and not flags[holder] & segment_flag:
+                    self.fail(f"section {i} is {what} but its segment is not (flags "
+                              f"{flags[holder]:#x})")
+        self.relro = None
+        for i, p_type, offset, vaddr, extent in others:
+            if p_type != _PT_GNU_RELRO:
+                continue
+            # the pages made read-only after relocation: no .data or .bss among them
+            protected = (vaddr - vaddr % 4096, (vaddr + extent) - (vaddr + extent) % 4096)
+            self.relro = protected
+            for name in (".data", ".bss"):
+                if name in self.section_names:
+                    addr, size = (self.section_list[self.section_names[name]][k] for k in (2, 4))
+                    if size and addr < protected[1] and addr + size > protected[0]:
+                        self.fail(f"the read-only-after-relocation segment {i} covers {name}")
 
     def mapped(self, address: int, count: int) -> bool:
         return any(v <= address and address + count <= v + m for v, m, _, _ in self.loads)
@@ -437,7 +482,23 @@ class _ElfCheck:
                     [addr for addr, _, _, _ in by_type[section_type]]:
                 self.fail(f"dynamic entry {address:#x} ({tags[address]:#x}) is not where the "
                           "sections put its table")
+            if size_tag in _DT_BYTE_SIZES:  # a table the loader reads whole: not cut short
+                for sh_type, sh_flags, addr, _, size, _ in self.section_list:
+                    if addr == tags[address] and sh_flags & _SHF_ALLOC and \
+                            sh_type in (3, 4, 9, 14, 15, 16) and tags[size_tag] < size:
+                        self.fail(f"dynamic entry {size_tag:#x} gives {tags[size_tag]} bytes, "
+                                  f"less than the {size} of its table at {addr:#x}")
         symbol_entry = 24 if self.wide else 16
+        for tag in (12, 13):  # DT_INIT, DT_FINI: code the loader runs
+            if tag in tags and not any(v <= tags[tag] < v + fs and flags & 1 for (v, _, _, fs),
+                                       flags in zip(self.loads, self.load_flags)):
+                self.fail(f"dynamic entry {tag:#x} ({tags[tag]:#x}) is not in executable code")
+        for address, (_, section_type) in _DT_TABLES.items():  # a table without its entry
+            present = [s for s in self.section_list
+                       if s[0] == section_type and s[1] & _SHF_ALLOC and s[4] > 0]
+            if section_type in _UNIQUE_SECTIONS and present and address not in tags:
+                self.fail(f"the dynamic table has no entry {address:#x} for its "
+                          f"section of type {section_type:#x}")
         for tag, expected in ((_DT_SYMENT, symbol_entry), (_DT_RELAENT, 3 * word),
                               (_DT_RELENT, 2 * word)):
             if tag in tags and tags[tag] != expected:
@@ -455,9 +516,11 @@ class _ElfCheck:
                 self.fail("the dynamic table's symbol or string table disagrees with the "
                           "sections")
             symbols = size // symbol_entry
-        self.relocations(tags, symbols)
+        bind_now = 24 in tags or tags.get(30, 0) & 0x8 or tags.get(0x6FFFFFFB, 0) & 0x1
+        self.relocations(tags, symbols, bool(bind_now))
 
-    def relocations(self, tags: Dict[int, int], symbols: Optional[int]) -> None:
+    def relocations(self, tags: Dict[int, int], symbols: Optional[int],
+                    bind_now: bool) -> None:
         """Every relocation writes inside loaded memory and names a symbol that exists."""
         word = 8 if self.wide else 4
         tables = []
@@ -468,6 +531,7 @@ class _ElfCheck:
         if _DT_JMPREL in tags:
             tables.append((tags[_DT_JMPREL], tags[_DT_PLTRELSZ], tags[_DT_PLTREL] == _DT_RELA))
         for address, size, addend in tables:
+            lazy = address == tags.get(_DT_JMPREL) and not bind_now
             entry = (3 if addend else 2) * word
             if size % entry:
                 self.fail(f"relocation table at {address:#x}: {size} bytes is not a whole "
@@ -481,6 +545,9 @@ class _ElfCheck:
                 if not self.mapped(target, word):
                     self.fail(f"relocation {i} of the table at {address:#x} writes to "
                               f"{target:#x}, outside the loaded segments")
+                if lazy and self.relro and self.relro[0] <= target < self.relro[1]:
+                    self.fail(f"relocation {i} is bound lazily but writes to {target:#x}, "
+                              "which is read-only after relocation")
                 if symbols is not None and info >> shift >= symbols:
                     self.fail(f"relocation {i} of the table at {address:#x} names symbol "
                               f"{info >> shift} of {symbols}")
