@@ -16,8 +16,9 @@ except ImportError as error:  # pragma: no cover - a set-up mistake, not a runti
         "`pytest`, not `python -m pytest`, which puts the source tree first") from error
 
 from . import _moved
-from .errors import (AccelBufferError, AccelError, AccelInvalidError, AccelMemoryError,
-                     AccelNotFoundError, AccelShapeError, AccelUnsupportedError)
+from .errors import (AccelBufferError, AccelDtypeError, AccelError, AccelInvalidError,
+                     AccelLibraryError, AccelMemoryError, AccelNotFoundError, AccelShapeError,
+                     AccelUnsupportedError)
 from .sim import AccelConfig, Conv, Device, OpStats, Pool, RunStats, Sdp, estimate_chain
 from .sim.profiling import Profile, profile
 
@@ -28,11 +29,12 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it, imported on first access (these import tvm);
 # a module's own name maps to the module itself.
 _LAZY = {
-    "partition_for_accel": "partition", "partition_report": "partition",
-    "PartitionReport": "partition", "generated_sources": "partition",
-    "build": "toolchain", "export_library": "toolchain", "virtual_machine": "toolchain",
-    "build_host": "toolchain", "link_options": "toolchain",
-    "calibration_of": "partition",
+    "partition_for_accel": "compiler.partition", "partition_report": "compiler.partition",
+    "PartitionReport": "compiler.partition", "generated_sources": "compiler.partition",
+    "calibration_of": "compiler.partition",
+    "build": "compiler.toolchain", "export_library": "compiler.toolchain",
+    "build_host": "compiler.toolchain", "link_options": "compiler.toolchain",
+    "virtual_machine": "compiler.vm", "AccelVirtualMachine": "compiler.vm",
     "estimate": "tools.estimation", "EstimateReport": "tools.estimation",
     "accuracy_report": "quantization.accuracy", "AccuracyReport": "quantization.accuracy",
     "Calibration": "quantization",
@@ -48,8 +50,9 @@ def __getattr__(name):
 
 
 __all__ = [
-    "AccelConfig", "AccelError", "AccelInvalidError", "AccelShapeError",
+    "AccelConfig", "AccelError", "AccelInvalidError", "AccelShapeError", "AccelDtypeError",
     "AccelUnsupportedError", "AccelBufferError", "AccelMemoryError", "AccelNotFoundError",
+    "AccelLibraryError",
     "Conv", "Sdp", "Pool", "Device", "OpStats", "RunStats", "estimate_chain",
     "Profile", "profile", *_LAZY,
 ]

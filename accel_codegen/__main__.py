@@ -1,6 +1,6 @@
-"""``python -m accel_codegen``: the command-line tool (see :mod:`accel_codegen.cli`)."""
+"""``python -m accel_codegen``: the command-line tool (see :mod:`accel_codegen.tools.cli`)."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -10,6 +10,11 @@ class AccelInvalidError(AccelError, ValueError):
     """A descriptor or config field is out of range (ACCEL_ERR_INVALID)."""
 
 
+class AccelDtypeError(AccelInvalidError, TypeError):
+    """An array has the wrong kind of element for its operand (float data for an int8 tensor,
+    say). Also a ``TypeError``."""
+
+
 class AccelShapeError(AccelError, ValueError):
     """Tensor shapes do not agree with each other or with the ops (ACCEL_ERR_SHAPE)."""
 
@@ -53,3 +58,17 @@ def check(status: int) -> None:
 class AccelLibraryError(AccelError, ValueError):
     """A compiled library file is missing, damaged or not loadable here, or could not be
     written: the message names the file and what is wrong with it."""
+
+
+def register_with_tvm_ffi() -> None:
+    """Let tvm-ffi carry these exceptions by class name, both ways: generated C raises them by
+    name (``TVMFFIErrorSetRaisedFromCStr("AccelShapeError", ...)``, see accel/tvm_glue.h) and
+    Python receives the class, not a RuntimeError; one raised in Python under a TVM call (the
+    code generator) keeps its class too. The compiler side calls this (partitioning, building,
+    loading a library); the simulator never imports tvm-ffi. A process that loads a library
+    without accel_codegen sees a RuntimeError with the same message."""
+    import tvm_ffi
+
+    for value in list(globals().values()):
+        if isinstance(value, type) and issubclass(value, AccelError):
+            tvm_ffi.register_error(value.__name__, value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence, Union
 
+from .errors import AccelInvalidError
 from .sim.costs import CostTotals, engine_names
 
 #: A row: its cells, one per column from the first (fewer cells end the line early), or a line
@@ -51,7 +52,7 @@ def render_row(columns: Sequence[Column], row: Row) -> str:
     if isinstance(row, str):
         return row
     if len(row) > len(columns):
-        raise ValueError(f"a row of {len(row)} cells for {len(columns)} columns")
+        raise AccelInvalidError(f"a row of {len(row)} cells for {len(columns)} columns")
     return "".join((column.gap if i else "") + column.cell(value)
                    for i, (column, value) in enumerate(zip(columns, row)))
 

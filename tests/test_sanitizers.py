@@ -1,7 +1,7 @@
 """The C library under AddressSanitizer and UndefinedBehaviorSanitizer.
 
 Builds libaccel with -fsanitize=address,undefined, runs the C tests (tests/c: rejections,
-engines against naive loops, a fuzz loop of random chains), then runs the Python engine,
+engines against naive loops, a fuzz loop of random chains; the generated code's glue), then runs the Python engine,
 validation, cost-model, hardening and property-based tests again with that library preloaded in
 place of the installed one.
 Any out-of-bounds access or undefined behaviour aborts the run and fails the test.
@@ -32,8 +32,11 @@ def sanitized_build(tmp_path_factory):
     if shutil.which("cmake") is None:
         pytest.fail("cmake is needed to build the sanitized library (pip install cmake)")
     build = tmp_path_factory.mktemp("sanitize")
+    import tvm_ffi.libinfo  # the generated code's glue includes tvm-ffi's C header
+
     _run(["cmake", "-S", ROOT, "-B", build, "-DACCEL_SANITIZE=ON", "-DACCEL_BUILD_TESTS=ON",
-          "-DCMAKE_BUILD_TYPE=Debug", f"-DPython_EXECUTABLE={sys.executable}"])
+          "-DCMAKE_BUILD_TYPE=Debug", f"-DPython_EXECUTABLE={sys.executable}",
+          f"-DACCEL_TVM_FFI_INCLUDE={tvm_ffi.libinfo.find_include_path()}"])
     _run(["cmake", "--build", build, "-j2"])
     return build
 
@@ -50,6 +53,15 @@ def test_c_tests_are_clean_under_sanitizers(sanitized_build):
     summary = result.stdout.strip().splitlines()[-1]
     passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
     assert failed == 0 and passed > 100, summary
+
+
+def test_generated_code_glue_is_clean_under_sanitizers(sanitized_build):
+    """accel/tvm_glue.h (the fixed C of every generated function) with a stand-in tvm-ffi."""
+    result = _run([sanitized_build / "test_glue"],
+                  env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0"})
+    summary = result.stdout.strip().splitlines()[-1]
+    passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
+    assert failed == 0 and passed >= 14, summary
 
 
 def test_python_suites_are_clean_under_sanitizers(sanitized_build):

@@ -19,21 +19,8 @@ from tvm import relax
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
 from . import custom
-from .layer import (
-    BatchNormSpec,
-    ConvSpec,
-    Layer,
-    Lookup,
-    PoolSpec,
-    SdpSpec,
-    Unsupported,
-    constant_value,
-    describe,
-    dtype_of,
-    is_constant,
-    op_name,
-    static_shape,
-)
+from .layer import (BatchNormSpec, ConvSpec, Layer, Lookup, PoolSpec, SdpSpec, Unsupported,
+                    constant_value, describe, dtype_of, is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary.
 ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}

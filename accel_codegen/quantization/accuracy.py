@@ -19,10 +19,10 @@ import tvm
 
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
-from ..partition import calibration_of, generate_partition, match_composites, partition_for_accel
+from ..compiler.partition import calibration_of, generate_partition, match_composites, partition_for_accel
 from ..sim.config import AccelConfig
 from ..tables import Column, render_table
-from ..toolchain import virtual_machine
+from ..compiler.toolchain import virtual_machine
 from .calibration import DEFAULT_METHOD, Key, examples_of, observing
 
 

@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from .._accel_ffi import ffi, lib
-from ..errors import AccelInvalidError, AccelShapeError, check
+from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
 from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, POOLS
 
@@ -29,11 +29,6 @@ _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.fl
 DEFAULT_CLIP = (0.0, 6.0)
 #: Alignment accel_conv_pack_weights() needs for its output.
 PACKED_ALIGNMENT = lib.ACCEL_PACKED_ALIGNMENT
-
-
-class AccelDtypeError(AccelInvalidError, TypeError):
-    """An array has the wrong kind of element for its operand (float data for an int8 tensor,
-    say). Also a ``TypeError``."""
 
 
 def dtype_for(precision: str):

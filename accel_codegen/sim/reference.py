@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..errors import AccelDtypeError, AccelInvalidError
 from .ops import Conv, Op, Pool, Sdp, _padding, _pair
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -115,7 +116,7 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
     elif act == "tanh":
         t = np.tanh(t)
     elif act is not None:
-        raise ValueError(f"unknown activation {act!r}")
+        raise AccelInvalidError(f"unknown activation {act!r}")
     return t.astype(np.float32)
 
 
@@ -140,7 +141,7 @@ def rhaz(p, s) -> np.ndarray:
     p = np.asarray(p, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
     if np.any((s < 0) | (s > 62)):
-        raise ValueError(f"shift {s} is outside [0, 62]")
+        raise AccelInvalidError(f"shift {s} is outside [0, 62]")
     half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
     magnitude = (np.abs(p) + half) >> s
     return np.where(p < 0, -magnitude, magnitude)
@@ -169,7 +170,7 @@ def conv2d_int8(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilatio
     """The INT8 CONV's accumulators (int64, exact): sum of (x - in_zero) * w, where padding
     reads as in_zero (contributes 0)."""
     if x.dtype != np.int8 or np.asarray(weights).dtype != np.int8:
-        raise TypeError(f"conv2d_int8 takes int8 codes, got {x.dtype} x {weights.dtype}")
+        raise AccelDtypeError(f"conv2d_int8 takes int8 codes, got {x.dtype} x {weights.dtype}")
     v = x.astype(np.int64) - int(in_zero)
     # Summed in float64 for speed (BLAS), exactly: every product is below 2^15 in magnitude
     # and every partial sum below 2^53 for any depth the ISA allows (< 2^31 weights).
@@ -204,7 +205,7 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
         elif ew_op == "min":
             t = np.minimum(t, e)
         else:
-            raise ValueError(f"unknown element-wise op {ew_op!r}")
+            raise AccelInvalidError(f"unknown element-wise op {ew_op!r}")
     if act == "relu":                                                      # 4 activation
         t = np.maximum(t, 0)
     elif act == "prelu":
@@ -212,7 +213,7 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
         # fits int64: |t| <= 2^31, |prelu_mul| <= 2^15).
         t = np.where(t < 0, rhaz(t * per_channel(prelu_mul), int(prelu_shift)), t)
     elif act not in (None, "clip"):
-        raise ValueError(f"act = {act!r} has no INT8 form")
+        raise AccelInvalidError(f"act = {act!r} has no INT8 form")
     if out_mul:                                                            # 5 output converter
         t = rhaz(t * int(out_mul), int(out_shift))  # |t| <= 2^46 after PReLU: fits int64
     y = sat8(t + int(out_zero))
@@ -227,7 +228,7 @@ def pool2d_int8(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
     ``zero + S / d`` rounded half away from zero, S = sum of (x - zero) over the window's image
     elements, d = the window size (count_include_pad) or its image element count."""
     if x.dtype != np.int8:
-        raise TypeError(f"pool2d_int8 takes int8 codes, got {x.dtype}")
+        raise AccelDtypeError(f"pool2d_int8 takes int8 codes, got {x.dtype}")
     kernel_h, kernel_w = _pair(kernel, "kernel")
     values, inside = _pool_windows(x.astype(np.int64), kernel, stride, padding, 0)
     if kind == "max":
@@ -245,7 +246,7 @@ def _widen(values) -> Optional[np.ndarray]:
         return None
     array = np.asarray(values)
     if array.dtype != np.float16:
-        raise TypeError(f"fp16 operands are float16 halves, got {array.dtype}")
+        raise AccelDtypeError(f"fp16 operands are float16 halves, got {array.dtype}")
     return array.astype(np.float32)
 
 
@@ -328,7 +329,7 @@ def run_op(op: Op, x: np.ndarray) -> np.ndarray:
             return pool2d_fp16(x, op.kind, op.kernel, op.stride, op.padding,
                                op.count_include_pad)
         return pool2d(x, op.kind, op.kernel, op.stride, op.padding, op.count_include_pad)
-    raise TypeError(f"not an engine op: {op!r}")
+    raise AccelDtypeError(f"not an engine op: {op!r}")
 
 
 def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
@@ -340,6 +341,6 @@ def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
     for i, op in enumerate(ops):
         if isinstance(op, Conv) and op.precision in ("int8", "fp16") and not (
                 i + 1 < len(ops) and isinstance(ops[i + 1], Sdp)):
-            raise ValueError(f"op {i}: an {op.precision} CONV must be followed by an SDP")
+            raise AccelInvalidError(f"op {i}: an {op.precision} CONV must be followed by an SDP")
         t = run_op(op, t)
     return t.reshape(t.shape[:2]) if flat and t.shape[2:] == (1, 1) else t

@@ -150,7 +150,7 @@ def _runner(mode: str, model: LoadedModel, config, threads: int) -> Callable[[],
     if mode in ACCEL_MODES or mode == "host":
         import tvm
 
-        from .. import toolchain
+        from ..compiler import toolchain
 
         if mode == "host":
             vm = tvm.relax.VirtualMachine(toolchain.build_host(model.mod, model.params),

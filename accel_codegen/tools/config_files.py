@@ -30,11 +30,16 @@ def _from_file(path: Path) -> AccelConfig:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise AccelInvalidError(f"config file '{path}' is not valid JSON: {error}") from None
+    except RecursionError:
+        raise AccelInvalidError(f"config file '{path}' is nested too deeply to be a "
+                                "configuration") from None
+    except UnicodeDecodeError as error:
+        raise AccelInvalidError(f"config file '{path}' is not text: {error}") from None
     if not isinstance(data, dict):
         raise AccelInvalidError(f"config file '{path}' must hold a JSON object")
     try:
         return AccelConfig.from_dict(data)
-    except (AccelError, TypeError) as error:
+    except (AccelError, TypeError, ValueError) as error:
         raise AccelInvalidError(f"config file '{path}': {error}") from None
 
 

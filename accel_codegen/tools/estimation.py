@@ -23,7 +23,8 @@ from tvm import relax
 
 from ..compiler.layer import Layer
 from ..compiler.walk import runs
-from ..partition import match_composites
+from ..errors import AccelInvalidError
+from ..compiler.partition import match_composites
 from ..sim import RunStats, estimate_chain
 from ..sim.config import AccelConfig, check_precision
 from ..sim.costs import CostTotals, engine_names
@@ -208,7 +209,7 @@ def mac_array(macs: int) -> Tuple[int, int]:
     atomic_k = MACs / atomic_c; 64 -> 8x8 (nv_small), 2048 -> 64x32 (nv_full). fp16 and fp32
     (charged as fp16) run at half the count."""
     if macs < 16 or macs & (macs - 1):
-        raise ValueError(f"MACs = {macs}: give powers of two >= 16 (64, 256, 1024, 2048, ...)")
+        raise AccelInvalidError(f"MACs = {macs}: give powers of two >= 16 (64, 256, 1024, 2048, ...)")
     atomic_c = min(64, macs // 8)
     return atomic_c, macs // atomic_c
 

@@ -71,6 +71,8 @@ def parse_model_spec(text: str) -> ModelSpec:
     if text.endswith(".onnx"):
         if not Path(text).is_file():
             raise AccelInvalidError(f"ONNX file '{text}' does not exist")
+        if Path(text).stat().st_size == 0:
+            raise AccelInvalidError(f"ONNX file '{text}' is empty (0 bytes)")
         return ModelSpec(ONNX, text, path=text)
     head, colon, function = text.rpartition(":")
     if colon and head.endswith(".py"):

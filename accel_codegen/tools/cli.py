@@ -40,11 +40,15 @@ import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .config_files import resolve_config
+from .model_spec import parse_model_spec
+
 PROG = "accel-codegen"
 MODEL_HELP = ("a zoo model name (lenet5, resnet18, resnet50, vgg11_bn, mobilenet_v1, "
               "mixed_block), an .onnx file, or file.py:function returning "
               "(torch_module, example_inputs_tuple)")
-CONFIG_HELP = "a preset (nv_small, nv_large, nv_full) or a config JSON file (default nv_full)"
+CONFIG_HELP = ("a preset (nv_small, nv_large, nv_full), a config JSON file or JSON text "
+               "(default nv_full)")
 DEFAULT_CALIBRATION = 32   # random calibration inputs of an int8 build
 DEFAULT_SEED = 1234        # of the calibration inputs; accuracy evaluates on seed + 1
 
@@ -94,7 +98,7 @@ _positive = _at_least(1)
 
 
 def _modes(text: str) -> List[str]:
-    from .tools.bench import MODES
+    from .bench import MODES
 
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -104,63 +108,10 @@ def _modes(text: str) -> List[str]:
     return modes
 
 
-def resolve_config(text: str):
-    """A preset name or a JSON file -> AccelConfig (UserError with the reason otherwise)."""
-    from .config import AccelConfig
-    from .errors import AccelError
-
-    if text.endswith(".json") or Path(text).suffix or "/" in text:
-        path = Path(text)
-        if not path.is_file():
-            raise UserError(f"config file '{path}' does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise UserError(f"config file '{path}' is not valid JSON: {error}") from None
-        except RecursionError:
-            raise UserError(f"config file '{path}' is nested too deeply to be a "
-                            "configuration") from None
-        except UnicodeDecodeError as error:
-            raise UserError(f"config file '{path}' is not text: {error}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"config file '{path}' must hold a JSON object")
-        try:
-            return AccelConfig.from_dict(data)
-        except (AccelError, TypeError, ValueError) as error:
-            raise UserError(f"config file '{path}': {error}") from None
-    names = AccelConfig.preset_names()
-    if text not in names:
-        raise UserError(f"unknown configuration {text!r}: give a preset ({', '.join(names)}) "
-                        "or a .json file")
-    return AccelConfig.preset(text)
-
-
-def check_model_spec(spec: str) -> None:
-    """Catch a missing file before importing anything heavy (zoo names are checked on load)."""
-    if spec.endswith(".onnx") and not Path(spec).is_file():
-        raise UserError(f"ONNX file '{spec}' does not exist")
-    if spec.endswith(".onnx") and Path(spec).stat().st_size == 0:
-        raise UserError(f"ONNX file '{spec}' is empty (0 bytes)")
-    if ":" in spec and spec.rpartition(":")[0].endswith(".py"):
-        path = spec.rpartition(":")[0]
-        if not Path(path).is_file():
-            raise UserError(f"model file '{path}' does not exist")
-        if not spec.rpartition(":")[2].isidentifier():
-            raise UserError(f"{spec!r}: the part after ':' must be a function name")
-    elif spec.endswith(".py"):
-        raise UserError(f"{spec!r}: name the function too, as file.py:function")
-    elif not spec.endswith(".onnx"):
-        from .tools.models import MODELS  # torch, not tvm
-
-        if spec not in MODELS:
-            raise UserError(f"unknown model {spec!r}: give a zoo model "
-                            f"({', '.join(sorted(MODELS))}), an .onnx file, or file.py:function")
-
-
 def check_precision_args(args, config) -> None:
     """The precision against the configuration, and the calibration options against the
     precision, before anything heavy is imported (fp16 on nv_small fails here, at once)."""
-    from .config import check_precision
+    from ..sim.config import check_precision
 
     check_precision(config, args.precision)
     given = [flag for flag, value in (("--calibration", args.calibration),
@@ -182,7 +133,7 @@ def random_inputs(model, count: int, seed: int) -> list:
 
 def _calibration(args, model) -> dict:
     """The calibration keywords of partition_for_accel / accuracy_report (none but int8's)."""
-    from .quantization import DEFAULT_METHOD
+    from ..quantization import DEFAULT_METHOD
 
     if args.precision != "int8":
         return {}
@@ -195,7 +146,7 @@ def _calibration(args, model) -> dict:
 
 def _partition(args, config, model):
     """The model partitioned (and code generated) as the command line asks."""
-    from .partition import partition_for_accel
+    from ..compiler.partition import partition_for_accel
 
     return partition_for_accel(model.mod, model.params, config=config, fuse=not args.no_fuse,
                                precision=args.precision, **_calibration(args, model))
@@ -264,7 +215,7 @@ class _UserModel:
             raise UserError(f"the model {self.spec} exited (SystemExit({error.code!r})) "
                             "instead of returning (torch_module, example_inputs_tuple)") from None
         if isinstance(error, Exception):
-            from .errors import AccelError
+            from ..errors import AccelError
 
             message = None if isinstance(error, AccelError) else \
                 _user_code_error(error, self.spec)
@@ -275,10 +226,10 @@ class _UserModel:
 
 def _load_model(spec: str):
     """The model of a MODEL argument; the user's code failing is a UserError."""
-    from .tools import bench
+    from .model_spec import load_model
 
     with _UserModel(spec):
-        return bench.load_model(spec)
+        return load_model(spec)
 
 
 def _say(*args) -> None:
@@ -291,8 +242,8 @@ def _say(*args) -> None:
 def cmd_partition(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
-    check_model_spec(args.model)
-    from .partition import partition_report
+    parse_model_spec(args.model)
+    from ..compiler.partition import partition_report
 
     model = _load_model(args.model)
     return _show_report(partition_report(_partition(args, config, model)), args.json)
@@ -303,11 +254,11 @@ def cmd_compile(args) -> int:
     check_precision_args(args, config)
     out = _output_path(args.output, ".so", "output")
     save_input = _output_path(args.save_input, ".npy", "--save-input") if args.save_input else None
-    check_model_spec(args.model)
+    parse_model_spec(args.model)
     import numpy as np
 
-    from .partition import partition_report
-    from .toolchain import build, export_library
+    from ..compiler.partition import partition_report
+    from ..compiler.toolchain import build, export_library
 
     timings = {}
     start = time.perf_counter()
@@ -361,10 +312,10 @@ def cmd_run(args) -> int:
 
     import tvm
 
-    from .sim.profiling import profile
-    from .toolchain import virtual_machine
+    from ..sim.profiling import profile
+    from ..compiler.toolchain import virtual_machine
 
-    from .errors import AccelError
+    from ..errors import AccelError
 
     try:
         vm = virtual_machine(library)  # checks the file first: a damaged one never loads
@@ -427,8 +378,8 @@ def _check_ran_precision(prof, expected: Optional[str], library: Path) -> None:
 def cmd_accuracy(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
-    check_model_spec(args.model)
-    from .quantization.accuracy import accuracy_report
+    parse_model_spec(args.model)
+    from ..quantization.accuracy import accuracy_report
 
     model = _load_model(args.model)
     calibration = _calibration(args, model)
@@ -441,8 +392,8 @@ def cmd_accuracy(args) -> int:
 
 def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
-    check_model_spec(args.model)
-    from .tools.estimation import estimate
+    parse_model_spec(args.model)
+    from .estimation import estimate
 
     model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
@@ -466,9 +417,9 @@ def _result_paths(args):
 
 def cmd_bench(args) -> int:
     config = resolve_config(args.config)
-    check_model_spec(args.model)
+    parse_model_spec(args.model)
     json_out, plot_out = _result_paths(args)
-    from .tools import bench
+    from . import bench
 
     with _UserModel(args.model):
         result = bench.run_bench(args.model, modes=args.modes, config=config,
@@ -484,17 +435,17 @@ def cmd_bench(args) -> int:
 
 def cmd_sweep(args) -> int:
     base = resolve_config(args.config)
-    check_model_spec(args.model)
+    parse_model_spec(args.model)
     json_out, plot_out = _result_paths(args)
-    from .config import check_precision
-    from .tools.estimation import sweep_configs
+    from ..sim.config import check_precision
+    from .estimation import sweep_configs
 
     try:
         points = sweep_configs(base, args.macs, args.dram_gbps, args.cbuf_kib)
     except ValueError as error:
         raise UserError(str(error)) from None
     check_precision(points[0][1], args.precision)
-    from .tools.estimation import format_sweep, sweep
+    from .estimation import format_sweep, sweep
 
     model = _load_model(args.model)
     result = sweep(model.mod, model.params, points, precision=args.precision,
@@ -510,7 +461,7 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
         json_out.write_text(json.dumps(result, indent=2))
         _say(f"wrote {json_out}")
     if plot_out:
-        from .tools import plotting
+        from . import plotting
 
         getattr(plotting, plotter)(result, plot_out)
         _say(f"wrote {plot_out}")
@@ -519,8 +470,8 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
 # --- the parser -------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import GENERATED_PRECISIONS  # the C bindings, not tvm
-    from .quantization import METHODS
+    from ..sim.config import GENERATED_PRECISIONS  # the C bindings, not tvm
+    from ..quantization import METHODS
 
     parser = argparse.ArgumentParser(
         prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
@@ -658,7 +609,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             category=FutureWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .errors import AccelError
+    from ..errors import AccelError
 
     try:
         return args.func(args)

@@ -10,26 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from typing import Dict, List, Optional
 
 import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import AccelInvalidError, AccelUnsupportedError
+from ..quantization import DEFAULT_METHOD, Calibration, calibrate
+from ..sim.config import AccelConfig, check_precision
 from . import codegen, frontend
-from .config import AccelConfig, check_precision
-from .errors import AccelInvalidError, AccelUnsupportedError
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
-from .quantization import DEFAULT_METHOD, Calibration, calibrate
+from .vm import virtual_machine
 
 REPORT_ATTR = "accel_partition_report"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
-# The code generator hands its constants and sources back through codegen.LAST: one code
-# generation at a time.
-_CODEGEN_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -208,22 +205,11 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     options = {"config": config.to_json(), "fuse": fuse, "precision": generated_precision}
     if calibration is not None:
         options["calibration"] = calibration.to_json()
-    with _CODEGEN_LOCK:
-        codegen.LAST.sources.clear()
-        codegen.LAST.constants.clear()
-        codegen.LAST.quantization.clear()
-        codegen.LAST.error = None
-        try:
-            mod = relax.transform.RunCodegen({"accel": options})(mod)
-        except Exception:  # pylint: disable=broad-except
-            if codegen.LAST.error is not None:
-                raise codegen.LAST.error from None
-            raise
-        generated = dict(codegen.LAST.constants), dict(codegen.LAST.sources)
-        used = dict(codegen.LAST.quantization)
+    with codegen.collecting() as generated:
+        mod = relax.transform.RunCodegen({"accel": options})(mod)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
     # the originals RunCodegen recorded: those would be serialised unused.
-    constants = {name: tvm.runtime.tensor(value) for name, value in generated[0].items()}
+    constants = {name: tvm.runtime.tensor(value) for name, value in generated.constants.items()}
     mod = mod.without_attr("const_name_to_constant") if mod.attrs and \
         "const_name_to_constant" in mod.attrs else mod
     if constants:
@@ -231,9 +217,9 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     if calibration is not None:
         mod = mod.with_attr(CALIBRATION_ATTR, calibration.to_json())
         mod = mod.with_attr(QUANTIZATION_ATTR, Calibration(
-            calibration.method, calibration.samples, used).to_json())
+            calibration.method, calibration.samples, generated.quantization).to_json())
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
-    return mod.with_attr("accel_sources", generated[1])
+    return mod.with_attr("accel_sources", generated.sources)
 
 
 def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -285,8 +271,6 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
     if not isinstance(calibration, Calibration):
-        from .toolchain import virtual_machine  # late: toolchain imports this module
-
         reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None)
         vm = virtual_machine(tvm.compile(reference, target="llvm"))
 

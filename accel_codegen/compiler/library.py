@@ -1,110 +1,24 @@
-"""Build and export: a partitioned module to a VM executable whose external functions call the
-simulator library, and to a shared library a fresh process loads with nothing but ``tvm``."""
+"""Library files: written (the destination checked first, compiler failures shortened), then
+checked before any is loaded, so that a damaged or foreign file raises AccelLibraryError
+naming it instead of crashing the process inside the dynamic loader: the file type, the ELF
+header, program and section tables, segments, the dynamic table and relocations against the
+file, and the SHA-256 that export_library appends."""
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
 import platform
-import re
-import reprlib
 import stat
 import struct
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import tvm
-from tvm import relax
 
-from . import _accel_ffi
-from .config import AccelConfig
-from .errors import (AccelError, AccelInvalidError, AccelLibraryError, AccelNotFoundError,
-                     AccelShapeError)
-from .frontend import bind_params
-from .partition import is_partitioned, partition_for_accel
-from .quantization import DEFAULT_METHOD
-
-#: Where the compiled parts (the bindings, include/ and lib/) were installed: beside the
-#: Python files, except in an editable install, where only the bindings' folder has them.
-PACKAGE_DIR = Path(_accel_ffi.__file__).resolve().parent
-
-
-def link_options() -> List[str]:
-    """Compiler and linker flags for the generated C: the ISA header, and libaccel linked by
-    name with an rpath. --no-as-needed because TVM puts options before the objects (the library
-    would be dropped); -z now so that a missing symbol fails at load, not at the first call."""
-    lib_dir = PACKAGE_DIR / "lib"
-    return [f"-I{PACKAGE_DIR / 'include'}", "-Wl,--no-as-needed", f"-L{lib_dir}", "-laccel",
-            f"-Wl,-rpath,{lib_dir}", "-Wl,-z,now"]
-
-
-def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-          config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
-          calibration=None, calibration_method: str = DEFAULT_METHOD,
-          target="llvm") -> "tvm.runtime.Executable":
-    """Partition (unless partitioned already) and compile a module.
-
-    Parameters
-    ----------
-    mod, params, config, fuse, precision, calibration, calibration_method
-        As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
-        iterable of example input tuples (or a Calibration).
-    target : str or dict
-        The host target for the ops that stay on the host.
-
-    Returns
-    -------
-    tvm.runtime.Executable
-        Run it with :func:`virtual_machine`, or export it with :func:`export_library`.
-    """
-    if is_partitioned(mod):
-        if params:
-            raise AccelInvalidError("bind params before partitioning: the module is partitioned")
-    else:
-        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                  calibration=calibration,
-                                  calibration_method=calibration_method)
-    return tvm.compile(mod, target=target)
-
-
-def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Path:
-    """Write a shared library that ``tvm.runtime.load_module(path)`` loads in a fresh process.
-
-    Returns
-    -------
-    pathlib.Path
-        The path written.
-
-    Raises
-    ------
-    AccelInvalidError
-        ``path`` does not end in ``.so``, or ``exe`` is not an executable.
-    AccelLibraryError
-        The destination is a directory, its directory is missing or not writable, or the C
-        compiler failed (the message keeps the compiler's error lines).
-    """
-    path = Path(path)
-    if path.suffix != ".so":
-        raise AccelInvalidError(f"export path {str(path)!r} must end in .so")
-    if not hasattr(exe, "export_library"):
-        raise AccelInvalidError(f"export_library takes the executable build() returns, got "
-                                f"{type(exe).__name__}")
-    check_writable(path)
-    try:
-        exe.export_library(str(path), options=link_options())
-    except Exception as error:  # TVM's RuntimeError with the whole compiler command line
-        raise AccelLibraryError(f"cannot build library '{path}': "
-                                f"{compiler_message(error)}") from None
-    try:
-        _append_checksum(path)
-    except OSError as error:
-        raise AccelLibraryError(f"cannot write library '{path}': "
-                                f"{error.strerror or error}") from None
-    return path
+from ..errors import AccelLibraryError
 
 
 def check_writable(path: Path) -> None:
@@ -190,7 +104,7 @@ def _own_elf() -> Tuple[int, int, Optional[int]]:
             _ELF_MACHINES.get(platform.machine().lower()))
 
 
-def _append_checksum(path: Path) -> None:
+def append_checksum(path: Path) -> None:
     digest = hashlib.sha256()
     with open(path, "r+b") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -598,188 +512,3 @@ def load_library(path: str | os.PathLike) -> "tvm.runtime.Module":
 # TVM's argument checks in a VM function's prologue name the parameter and its annotation:
 # "ErrorContext(fn=main, loc=param[0], param=x, annotation=R.Tensor((1, 3), dtype="float32"))
 #  match_cast error,  shape[2] mismatch to specified constant."
-_ERROR_CONTEXT = re.compile(r"ErrorContext\(fn=(?P<fn>[^,]*), loc=param\[(?P<index>\d+)\]"
-                            r"(?P<path>[^,]*), param=(?P<param>[^,]*), "
-                            r"annotation=(?P<annotation>.*)\)\s+(?P<detail>[^\n]*)")
-
-
-def _describe(value) -> str:
-    """What an argument is, for an error message: a tensor's shape and dtype."""
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if shape is not None and dtype is not None:
-        try:
-            return f"a tensor of shape {tuple(int(d) for d in shape)} and dtype {dtype}"
-        except (TypeError, ValueError):
-            pass
-    return f"{reprlib.repr(value)} ({type(value).__name__})"
-
-
-class AccelFunction:
-    """A function of an :class:`AccelVirtualMachine`: each call runs on the calling thread's
-    own VM, with the arguments checked (count) and TVM's argument errors translated into
-    :class:`AccelShapeError` / :class:`AccelInvalidError` naming the argument, what was
-    expected and what was received."""
-
-    def __init__(self, machine: "AccelVirtualMachine", name: str):
-        self._machine = machine
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<accel_codegen function {self.name!r} of {self._machine.source}>"
-
-    def __call__(self, *args):
-        machine = self._machine
-        function = machine._function(self.name)
-        arity = machine._arity(self.name)
-        if arity is not None and len(args) != arity:
-            params = ", ".join(machine._param_names(self.name))
-            raise AccelInvalidError(
-                f"{self.name}: takes {arity} argument{'s' if arity != 1 else ''} ({params}), "
-                f"got {len(args)}")
-        try:
-            return function(*args)
-        except AccelError:
-            raise
-        except Exception as error:  # pylint: disable=broad-except
-            typed = _argument_error(self.name, error, args)
-            if typed is None:
-                raise
-            raise typed from None
-
-
-def _argument_error(function: str, error: Exception, args) -> Optional[AccelError]:
-    """TVM's check of a VM argument -> a typed error naming it (None: not such a check)."""
-    match = _ERROR_CONTEXT.search(str(error))
-    if match is None:
-        return None
-    index, part, detail = int(match["index"]), match["path"].strip(), match["detail"].strip()
-    reason = re.sub(r"\s+", " ", detail).strip(" .")
-    if match["fn"] == function and not part and index < len(args):
-        got = f"{_describe(args[index])} ({reason})"
-    else:
-        got = reason
-    # a value of another kind or dtype is invalid; a tensor of another rank or size, a shape
-    kind = AccelInvalidError if ("dtype" in detail or "expect a " in detail) else AccelShapeError
-    return kind(f"{match['fn']}: argument {index} ({match['param']}{part}) must be "
-                f"{match['annotation']}, got {got}")
-
-
-class AccelVirtualMachine:
-    """A Relax VM that several threads may call at once.
-
-    TVM's ``relax.VirtualMachine`` is not thread-safe (its registers are per VM): this object
-    keeps one VM per calling thread, all on the same loaded module and device, created on a
-    thread's first use. ``vm["main"]`` returns a function that runs on the calling thread's
-    VM, so it too may be shared; every other attribute (``time_evaluator``, ``set_input``,
-    ``invoke_stateful``, ...) is the calling thread's VM's. The generated code serialises the
-    accelerator's runs itself (one simulated accelerator: calls queue).
-    """
-
-    def __init__(self, library, device, source: str = "module"):
-        self.library = library  # the loaded runtime module every thread's VM runs
-        self.device = device
-        self.source = source
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._arities: Dict[str, Optional[int]] = {}
-        self._names: Dict[str, List[str]] = {}
-        self.vm  # the first VM now: a library that cannot start fails here, typed
-
-    @property
-    def vm(self) -> relax.VirtualMachine:
-        """The calling thread's own ``relax.VirtualMachine``."""
-        local = self._local
-        vm = getattr(local, "vm", None)
-        if vm is None:
-            with self._lock:  # TVM's lazy initialisation of a module is not thread-safe
-                try:
-                    vm = relax.VirtualMachine(self.library, self.device)
-                except AttributeError as error:  # not AttributeError: see __getattr__
-                    raise AccelLibraryError(f"{self.source} is not a Relax VM executable: "
-                                            f"{error}") from None
-            local.vm, local.functions = vm, {}
-        return vm
-
-    def _function(self, name: str):
-        vm = self.vm
-        functions = self._local.functions
-        function = functions.get(name)
-        if function is None:
-            try:
-                function = vm[name]
-            except AttributeError:
-                raise AccelNotFoundError(f"{self.source} has no function {name!r}") from None
-            functions[name] = function
-        return function
-
-    def _arity(self, name: str) -> Optional[int]:
-        if name not in self._arities:
-            try:
-                self._arities[name] = int(self.vm._get_function_arity(name))
-            except Exception:  # pylint: disable=broad-except  (not a VM function)
-                self._arities[name] = None
-        return self._arities[name]
-
-    def _param_names(self, name: str) -> List[str]:
-        if name not in self._names:
-            arity = self._arity(name) or 0
-            self._names[name] = [str(self.vm._get_function_param_name(name, i))
-                                 for i in range(arity)]
-        return self._names[name]
-
-    def __getitem__(self, name: str) -> AccelFunction:
-        self._function(name)  # an unknown name fails here, as relax's VM does
-        return AccelFunction(self, name)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("vm", "_local", "_lock", "library", "device",
-                                             "source", "_arities", "_names"):
-            raise AttributeError(name)
-        return getattr(self.vm, name)
-
-    def __repr__(self) -> str:
-        return f"<accel_codegen.AccelVirtualMachine of {self.source} on {self.device}>"
-
-
-def virtual_machine(exe_or_path, device=None) -> AccelVirtualMachine:
-    """A VM for an executable (JIT-linked against the simulator), an exported library's path,
-    or a loaded module.
-
-    The result is used as a ``relax.VirtualMachine`` (``vm["main"](*inputs)``) and is safe to
-    call from several threads at once (:class:`AccelVirtualMachine`). A library path is
-    checked before it is loaded (:func:`check_library`): a damaged or foreign file raises
-    :class:`AccelLibraryError` naming it, and never reaches the dynamic loader.
-    """
-    device = device if device is not None else tvm.cpu()
-    if isinstance(exe_or_path, (str, os.PathLike)):
-        module = load_library(exe_or_path)
-        source = f"library '{exe_or_path}'"
-    elif hasattr(exe_or_path, "jit"):
-        try:
-            module = exe_or_path.jit(options=link_options())
-        except Exception as error:  # TVM's RuntimeError with the whole command line
-            raise AccelLibraryError(f"cannot build the executable's library: "
-                                    f"{compiler_message(error)}") from None
-        source = "the executable"
-    elif isinstance(exe_or_path, tvm.runtime.Module):
-        module, source = exe_or_path, "the module"
-    else:
-        raise AccelInvalidError(f"virtual_machine takes an executable, a library path or a "
-                                f"loaded module, got {type(exe_or_path).__name__}")
-    try:
-        return AccelVirtualMachine(module, device, source)
-    except AccelError:
-        raise
-    except Exception as error:  # pylint: disable=broad-except  (not a Relax VM executable)
-        lines = [line for line in str(error).strip().splitlines() if line.strip()]
-        raise AccelLibraryError(f"{source} cannot start a virtual machine: "
-                                f"{lines[0] if lines else type(error).__name__}") from None
-
-
-def build_host(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None,
-               target="llvm") -> "tvm.runtime.Executable":
-    """TVM's own CPU build of the same module (the baseline): batch norm in inference form,
-    decomposed by TVM."""
-    mod = bind_params(mod, params) if params else mod
-    mod = relax.transform.DecomposeOpsForInference()(mod)
-    return tvm.compile(mod, target=target)

@@ -1,0 +1,100 @@
+"""``relax.ext.accel``: the external code generator. Each offloaded Relax function becomes C
+source that fills engine descriptors (``accel/accel.h``) and calls the simulator's runtime
+through the fixed glue of ``accel/tvm_glue.h``.
+
+Precisions: fp32 as the model is. fp16 and int8 store every tensor of the function in that
+precision: inputs are converted where they enter (``accel_convert``), outputs where they leave,
+so TVM's graph around the call stays fp32. int8 quantises weights per output channel with batch
+norm (and any per-channel scale) folded in first, and encodes every layer's requantisation as
+the SDP's integer converters, from the activation scales of a :class:`Calibration`.
+
+RunCodegen calls the registered function with the partitioned functions. Per function it emits
+one C source module exporting ``__tvm_ffi_<symbol>`` (the tvm-ffi C ABI, destination-passing
+style: inputs in parameter order, then outputs) and ``__tvm_ffi___init_<symbol>``, which the
+constant loader calls once with the function's constants. Constants are the codegen's own: conv
+weights as they are, and batch norm with any conv bias folded into one per-channel scale and one
+shift at compile time (the two adds become one). Where those parameters are runtime inputs, the
+generated code folds them on every call with the same library routine.
+
+Registration is explicit: :func:`collecting` registers the generator for one RunCodegen and
+hands back what it generated; :func:`register` registers it for a caller that runs RunCodegen
+itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Dict, Iterator, List, Tuple
+
+import numpy as np
+import tvm
+
+from ...errors import register_with_tvm_ffi
+from ...quantization import Calibration, TensorQuant
+from ...sim.config import AccelConfig
+from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
+from .function import FunctionCodegen
+
+#: The global function RunCodegen calls for functions annotated ``Codegen="accel"``.
+GLOBAL_NAME = "relax.ext.accel"
+
+
+@dataclasses.dataclass
+class Generated:
+    """What one RunCodegen produced, for the build step and for inspection."""
+
+    sources: Dict[str, str] = dataclasses.field(default_factory=dict)  # symbol -> C source
+    constants: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> array
+    # int8: (run key, op index) -> the quantisation of every tensor the runs read or write,
+    # keyed as the observer reports them
+    quantization: Dict[Tuple[str, int], TensorQuant] = dataclasses.field(default_factory=dict)
+
+
+def generate(functions, options, into: Generated) -> List:
+    """C source modules for ``functions`` (one per function), recording them in ``into``."""
+    options = dict(options) if options is not None else {}
+    config = AccelConfig.from_json(str(options["config"]))
+    fuse = bool(options.get("fuse", True))
+    precision = str(options.get("precision", "fp32"))
+    calibration = Calibration.from_json(str(options["calibration"])) \
+        if "calibration" in options else None
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    modules = []
+    for function in functions:
+        gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration)
+        source = gen.run()
+        into.sources[gen.symbol] = source
+        into.constants.update(gen.constants)
+        into.quantization.update(gen.quantization)
+        modules.append(create(source, "c", [gen.symbol], list(gen.constants)))
+    return modules
+
+
+def register(into: Generated = None) -> None:
+    """Register the generator as ``relax.ext.accel`` (``into`` collects what it generates;
+    default: a fresh record per call, dropped), and accel_codegen's exceptions with tvm-ffi so
+    that they reach the caller with their class."""
+    register_with_tvm_ffi()
+
+    def entry(functions, options, constant_names):
+        del constant_names  # the codegen names its own (folded) constants
+        return generate(functions, options, Generated() if into is None else into)
+
+    tvm.register_global_func(GLOBAL_NAME, entry, override=True)
+
+
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[Generated]:
+    """Register the generator for the block and yield what it generates there (one block at a
+    time in the process: the global registry has one ``relax.ext.accel``)."""
+    with _LOCK:
+        generated = Generated()
+        register(generated)
+        try:
+            yield generated
+        finally:
+            register()

@@ -1,0 +1,176 @@
+"""C text of the generated code: engine descriptors, the configuration, and the translation
+unit around the layers. The fixed C lives in ``accel/tvm_glue.h``; what is written here is
+what differs from one function to the next. No TVM here."""
+from __future__ import annotations
+
+import textwrap
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..._accel_ffi import ffi
+from ...sim.config import AccelConfig
+from ...sim.vocabulary import ACTIVATIONS, ELEMENTWISE, POOLS, PRECISIONS
+from ..layer import ConvSpec, PoolSpec
+
+
+def c_float(value: float) -> str:
+    """A float literal that reads back as the same float32."""
+    if np.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return f"{float(np.float32(value))!r}f"
+
+
+def c_precision(precision: str) -> str:
+    return PRECISIONS[precision].c_name
+
+
+def c_activation(act: Optional[str]) -> str:
+    return ACTIVATIONS[act].c_name
+
+
+def c_elementwise(ew_op: Optional[str]) -> str:
+    return ELEMENTWISE[ew_op].c_name
+
+
+def conv_op(c: ConvSpec, weights: str, precision: str, in_zero: int = 0,
+            pack: Optional[Tuple[int, int]] = None) -> str:
+    """A CONV descriptor (``OP`` stands for the op); ``pack``: (input channels, slot) of weights
+    the glue packs once."""
+    k, _, kh, kw = c.weight_shape
+    t, left, b, r = c.padding
+    text = textwrap.dedent(f"""\
+        OP.engine = ACCEL_ENGINE_CONV;  /* {c.source} */
+        OP.conv.out_c = {k};
+        OP.conv.kernel_h = {kh}; OP.conv.kernel_w = {kw};
+        OP.conv.stride_h = {c.stride[0]}; OP.conv.stride_w = {c.stride[1]};
+        OP.conv.pad_top = {t}; OP.conv.pad_left = {left}; OP.conv.pad_bottom = {b}; \
+OP.conv.pad_right = {r};
+        OP.conv.dilation_h = {c.dilation[0]}; OP.conv.dilation_w = {c.dilation[1]};
+        OP.conv.groups = {c.groups};
+        OP.conv.precision = {c_precision(precision)};
+        OP.conv.weights = {weights};""")
+    if in_zero:
+        text += f"\nOP.conv.in_zero = {in_zero};"
+    if pack is not None:
+        text += f"\nif (accel_glue_pack_weights(&k_fn, &OP, {pack[0]}, {pack[1]}) != 0) return -1;"
+    return text
+
+
+def sdp_op(comment: str, fields: Dict[str, object]) -> str:
+    """An SDP descriptor with the given fields (C expressions)."""
+    return "\n".join([f"OP.engine = ACCEL_ENGINE_SDP;  /* {comment} */"] +
+                     [f"OP.sdp.{field} = {value};" for field, value in fields.items()])
+
+
+def pool_op(p: PoolSpec, precision: str, zero: int = 0) -> str:
+    t, left, b, r = p.padding
+    return textwrap.dedent(f"""\
+        OP.engine = ACCEL_ENGINE_PDP;  /* {p.source} */
+        OP.pdp.pool = {POOLS[p.kind].c_name};
+        OP.pdp.kernel_h = {p.kernel[0]}; OP.pdp.kernel_w = {p.kernel[1]};
+        OP.pdp.stride_h = {p.stride[0]}; OP.pdp.stride_w = {p.stride[1]};
+        OP.pdp.pad_top = {t}; OP.pdp.pad_left = {left}; OP.pdp.pad_bottom = {b}; \
+OP.pdp.pad_right = {r};
+        OP.pdp.count_include_pad = {int(p.count_include_pad)};
+        OP.pdp.precision = {c_precision(precision)};
+        OP.pdp.zero = {zero};""")
+
+
+def convert(src: str, src_precision: str, dst: str, dst_precision: str, count: int,
+            scale: float = 1.0, zero: int = 0) -> str:
+    """Data crossing the accelerator's border (accel_convert)."""
+    return (f"if (accel_glue_convert(&k_fn, {src}, {c_precision(src_precision)}, {dst}, "
+            f"{c_precision(dst_precision)}, {count}, {c_float(scale)}, {zero}) != 0) return -1;")
+
+
+def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
+              out_shape: Sequence[int], fused: bool, label: str) -> List[str]:
+    """One accelerator run: the ops' descriptors, then accel_run through the glue."""
+    lines = [f"  accel_op ops[{len(ops)}];", "  memset(ops, 0, sizeof ops);"]
+    for i, op in enumerate(ops):
+        lines.extend("  " + line.replace("OP", f"ops[{i}]") for line in op.splitlines())
+    mode = "ACCEL_MODE_FUSED" if fused else "ACCEL_MODE_INDEPENDENT"
+    lines.append(f"  static const int32_t in_shape[4] = {{{', '.join(map(str, in_shape))}}}, "
+                 f"out_shape[4] = {{{', '.join(map(str, out_shape))}}};")
+    lines.append(f"  if (accel_glue_run_layer(&k_fn, ops, {len(ops)}, {data}, in_shape, {output}, "
+                 f"out_shape, {mode}, \"{label}\") != 0) return -1;")
+    return lines
+
+
+def config_filler(cfg: AccelConfig) -> str:
+    """The body of ``fill_config``: every field of the C accel_config, as the configuration's
+    own conversion (AccelConfig.to_c) sets it, so a new field cannot be left out."""
+    c_config = cfg.to_c()
+    lines = []
+    for name, field in ffi.typeof("accel_config").fields:
+        value = getattr(c_config, name)
+        if field.type.kind == "array":
+            text = ffi.string(value).decode().replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'  strncpy(config->{name}, "{text}", sizeof config->{name} - 1);')
+        elif field.type.cname == "double":
+            lines.append(f"  config->{name} = {float(value)!r};")
+        else:
+            note = {"precisions": cfg.precisions, "features": cfg.features}.get(name)
+            comment = f"  /* {', '.join(note) or 'none'} */" if note is not None else ""
+            lines.append(f"  config->{name} = {int(value)};{comment}")
+    return "\n".join(lines)
+
+
+def _table(values: Sequence[str]) -> str:
+    return ", ".join(values) or "0"
+
+
+def translation_unit(*, symbol: str, short: str, header: str, precision: str,
+                     cfg: AccelConfig, args: Sequence[Tuple[str, Tuple[int, ...]]],
+                     num_inputs: int, constants: Sequence[Tuple[int, Tuple[str, int]]],
+                     temps: Sequence[int], num_packed: int, body: str) -> str:
+    """The C source of one external function. ``args``: (what, shape) of every argument;
+    ``constants``: (value count, DLPack type) of each; ``temps``: scratch bytes; ``body``: the
+    statements of run_layers, indented."""
+    shapes = "\n".join(f"static const int64_t k_shape{i}[{max(len(shape), 1)}] = "
+                       f"{{{_table(map(str, shape))}}};" for i, (_, shape) in enumerate(args))
+    arg_table = ",\n  ".join(f'{{"{what}", {len(shape)}, k_shape{i}}}'
+                             for i, (what, shape) in enumerate(args))
+    counts = _table(str(count) for count, _ in constants)
+    types = _table("{%s, %d}" % dl for _, dl in constants) if constants else "{0, 0}"
+    n_const, n_temps = len(constants), len(temps)
+    return f"""\
+{header}
+#include <math.h>
+
+#include "accel/tvm_glue.h"
+
+{shapes}
+static const accel_glue_arg k_args[{len(args)}] = {{
+  {arg_table}}};
+static const int64_t k_const_count[{n_const + 1}] = {{{counts}}};
+static const accel_glue_dtype k_const_type[{n_const + 1}] = {{{types}}};
+static const void* k_const[{n_const + 1}];
+static void* k_const_object[{n_const + 1}];
+static const int64_t k_temp_bytes[{n_temps + 1}] = {{{_table(map(str, temps))}}};
+static void* k_temp[{n_temps + 1}];
+static void* k_packed[{num_packed + 1}];
+static size_t k_packed_bytes[{num_packed + 1}];
+static pthread_mutex_t k_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fill_config(accel_config* config) {{
+{config_filler(cfg)}
+}}
+
+static int run_layers(float** a);
+
+static accel_glue_function k_fn = {{
+  "{short}", {c_precision(precision)}, fill_config, run_layers,
+  {num_inputs}, {len(args) - num_inputs}, k_args,
+  {n_const}, k_const_count, k_const_type, k_const, k_const_object,
+  {n_temps}, k_temp_bytes, k_temp,
+  {num_packed}, k_packed, k_packed_bytes, &k_lock}};
+
+static int run_layers(float** a) {{
+{body}
+  return 0;
+}}
+
+ACCEL_GLUE_EXPORT({symbol}, k_fn)
+"""

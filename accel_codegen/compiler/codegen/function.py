@@ -1,0 +1,409 @@
+"""C source for one offloaded function: walks its layers, decides where every tensor lives and
+in which precision, and writes one accelerator run per layer.
+
+The pure parts live beside it: scratch planning (:mod:`.buffers`), the constant pool
+(:mod:`.constants`), the int8 converter maths (:mod:`.int8`), folding (:mod:`.folding`) and
+the C text (:mod:`.emit`); the fixed C is ``accel/tvm_glue.h``.
+"""
+from __future__ import annotations
+
+import textwrap
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from tvm import relax
+
+from ...errors import AccelInvalidError, AccelUnsupportedError
+from ...quantization import Calibration, TensorQuant, quantize_weights
+from ...sim.config import AccelConfig
+from ...sim.observer import INPUT, operand_index
+from ..labels import run_key, run_label
+from ..layer import (BatchNormSpec, Layer, SdpSpec, constant_value, is_constant,
+                     static_shape)
+from ..walk import composite_calls, layer_of
+from . import emit, int8
+from .buffers import ScratchPlanner
+from .constants import ConstantPool
+from .folding import affine, fold_batch_norm
+
+#: Storage dtype of each precision the code generator emits.
+STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
+
+Key = Tuple[str, int]  # (run key, op index): a tensor, as the observer names it
+
+
+def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+
+
+def _channels(layer: Layer) -> int:
+    return layer.conv.weight_shape[0] if layer.conv is not None else layer.in_shape[1]
+
+
+class FunctionCodegen:
+    """C source for one offloaded function (the ``index``-th the code generator sees)."""
+
+    def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
+                 precision: str = "fp32", calibration: Optional[Calibration] = None):
+        self.function = function
+        self.config = config
+        self.fuse = fuse
+        self.index = index
+        self.precision = precision
+        self.storage = np.dtype(STORAGE[precision])
+        self.calibration = calibration
+        self.symbol = str(function.attrs["global_symbol"])
+        # Fused ops name the symbol: long enough to crowd the reason out of an error message.
+        self.short = self.symbol if len(self.symbol) <= 64 else \
+            f"{self.symbol[:40]}...{self.symbol[-20:]}"
+        self.pool = ConstantPool(self.symbol, precision)
+        self.scratch = ScratchPlanner()
+        self.packed = 0  # int8/fp16 convs whose weights the glue packs once
+        self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
+        self.layer_index = 0
+        self.last_use: Dict[relax.Var, int] = {}
+        self.layer_comments: List[str] = []
+        self.body: List[str] = []
+        self.inputs = list(function.params)
+        self.outputs = self._outputs()
+        # Where each tensor lives, in the function's precision, and its int8 quantisation.
+        self.args: Dict[relax.Var, str] = {p: f"a[{i}]" for i, p in enumerate(self.inputs)}
+        for r, var in enumerate(self.outputs):
+            self.args.setdefault(var, f"a[{len(self.inputs) + r}]")
+        self.operands: Dict[relax.Var, str] = dict(self.args) if precision == "fp32" else {}
+        self.quant: Dict[relax.Var, TensorQuant] = {}
+        self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
+
+    @property
+    def constants(self) -> Dict[str, np.ndarray]:
+        return self.pool.arrays
+
+    # --- operands ---------------------------------------------------------------------------
+    def _outputs(self) -> List[relax.Var]:
+        result = self.function.body.body
+        fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+        for i, var in enumerate(fields):
+            if not isinstance(var, relax.Var):
+                raise AccelUnsupportedError(f"{self.short}: output {i} is not a variable")
+        return fields
+
+    def _constant(self, array: np.ndarray) -> str:
+        return f"k_const[{self.pool.add(array)}]"
+
+    def _temp(self, count: int, free_after: Optional[int] = None, itemsize: int = 0) -> str:
+        """Scratch for ``count`` elements (of the function's precision unless ``itemsize``
+        says otherwise), live from this layer to ``free_after`` (this layer by default)."""
+        size = int(count) * (itemsize or self.storage.itemsize)
+        free_after = self.layer_index if free_after is None else free_after
+        return f"k_temp[{self.scratch.allocate(size, self.layer_index, free_after)}]"
+
+    def _pointer(self, expr: Optional[relax.Expr], scope, reshape=None) -> str:
+        """A C pointer expression for an operand of a composite (its params map to the call's
+        arguments in this function)."""
+        if expr is None:
+            return "NULL"
+        if expr in self.inner:
+            return self.inner[expr]
+        expr = scope.get(expr, expr)
+        if is_constant(expr):
+            value = constant_value(expr)
+            return self._constant(reshape(value) if reshape else value)
+        if expr in self.operands:
+            return self.operands[expr]
+        if expr in self.args:  # a function input, converted where it enters
+            return self._enter(expr, None)
+        raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
+
+    def _data(self, expr: relax.Expr, scope, key: Key) -> Tuple[str, Optional[TensorQuant]]:
+        """Pointer and quantisation of a data tensor in the function's precision; ``key``
+        names the calibration statistics of this use, for tensors quantised here."""
+        if expr in self.inner:
+            return self.inner[expr], self.quant.get(expr)
+        resolved = scope.get(expr, expr)
+        if is_constant(resolved):  # a constant element-wise operand: its own scale
+            value = np.asarray(constant_value(resolved), np.float64)
+            quant = None
+            if self.precision == "int8":
+                quant = int8.range_quant(value)
+                value = quant.quantize(value)
+            return self._constant(value), quant
+        if resolved in self.operands:
+            return self.operands[resolved], self.quant.get(resolved)
+        if resolved in self.args:
+            return self._enter(resolved, key), self.quant.get(resolved)
+        raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
+
+    def _calibrated(self, key: Key) -> Optional[TensorQuant]:
+        if self.precision != "int8":
+            return None
+        if self.calibration is None:
+            raise AccelInvalidError("int8 code needs a calibration")
+        return self.calibration.get(*key)
+
+    def _enter(self, var: relax.Var, key: Optional[Key]) -> str:
+        """A function input converted to the function's precision, once, where it is first
+        read; it stays until its last reader."""
+        count = int(np.prod(static_shape(var)))
+        quant = self._calibrated(key) if key is not None else None
+        if self.precision == "int8" and quant is None:
+            raise AccelInvalidError(f"{self.short}: input {var.name} has no calibration")
+        temp = self._temp(count, self.last_use.get(var, self.layer_index))
+        self.operands[var], self.quant[var] = temp, quant
+        self.body.append(f"/* input {var.name} enters as {self.precision} */")
+        self.body.append(emit.convert(self.args[var], "fp32", temp, self.precision, count,
+                                             *self._scale_zero(quant)))
+        return temp
+
+    @staticmethod
+    def _scale_zero(quant: Optional[TensorQuant]) -> Tuple[float, int]:
+        return (quant.scale, quant.zero) if quant is not None else (1.0, 0)
+
+    # --- layers -----------------------------------------------------------------------------
+    def run(self) -> str:
+        """The function's C source."""
+        calls = list(composite_calls(self.function))
+        plain = [b for block in self.function.body.blocks for b in block.bindings
+                 if not isinstance(b.value, relax.Function)]
+        if len(plain) != len(calls):
+            raise AccelUnsupportedError(f"{self.short}: a binding that calls no composite")
+        for index, (binding, _) in enumerate(calls):
+            for arg in binding.value.args:
+                self.last_use[arg] = index
+        for index, (binding, composite) in enumerate(calls):
+            self.layer_index = index
+            self._layer(index, binding.var, composite, binding.value.args)
+        return self._source()
+
+    def _layer(self, index: int, var: relax.Var, composite: relax.Function,
+               args: Sequence[relax.Expr]) -> None:
+        name = str(composite.attrs["Composite"])
+        scope = dict(zip(composite.params, args))
+        layer = layer_of(composite)
+        if var not in self.operands:
+            # Live until its last reader; never the same buffer as this layer's inputs, which
+            # are still live while it is allocated.
+            self.operands[var] = self._temp(int(np.prod(static_shape(var))),
+                                            self.last_use.get(var, index))
+        sources = layer.source_ops if layer.branch is None else \
+            layer.branch.source_ops + layer.source_ops
+        self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
+        part = ""
+        if layer.branch is not None:
+            branch_out = self._temp(int(np.prod(layer.branch.out_shape)))
+            self.inner[layer.sdp.operand] = branch_out
+            self.quant[layer.sdp.operand] = self._emit(
+                layer.branch, scope, run_key(self.index, index, "a"), name, branch_out, True)
+            part = "b"
+        self.quant[var] = self._emit(layer, scope, run_key(self.index, index, part), name,
+                                     self.operands[var])
+        if self.precision != "fp32" and var in self.args:  # an output leaves as fp32
+            self.body.append(emit.convert(
+                self.operands[var], self.precision, self.args[var], "fp32",
+                int(np.prod(static_shape(var))), *self._scale_zero(self.quant[var])))
+
+    def _emit(self, layer: Layer, scope, key: str, primitive: str, output: str,
+              branch: bool = False) -> Optional[TensorQuant]:
+        """One accelerator run; returns the int8 quantisation of its output."""
+        label = run_label(key, primitive, branch)
+        lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
+        data, in_quant = self._data(layer.data, scope, (key, INPUT))
+        ops: List[str] = []
+        out_quant = in_quant
+        if self.precision == "int8":
+            ops, out_quant = self._int8_ops(layer, scope, key, in_quant)
+            self.quantization[(key, INPUT)] = in_quant
+            for i in range(1 if layer.conv is not None else 0, len(ops)):
+                self.quantization[(key, i)] = out_quant
+        elif self.precision == "fp16" and self.fuse and layer.conv is not None:
+            # Batch norm's (or a scale's) factor goes into the weights before they are
+            # rounded to half: one rounding fewer per layer; the SDP adds the shift.
+            g, h = affine(layer.sdp, _channels(layer), scope)
+            weights = self._weights(layer, scope) * g.reshape(-1, 1, 1, 1)
+            ops.append(self._conv(layer, scope, self._constant(weights)))  # one rounding
+            shift = "NULL" if layer.sdp.bias is None and layer.sdp.batch_norm is None else \
+                self._constant(h)
+            ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
+        else:
+            if layer.conv is not None:
+                ops.append(self._conv(layer, scope))
+            ops.extend(self._sdp(layer, scope, lines))
+        if self.precision == "fp16" and layer.conv is not None and len(ops) == 1:
+            ops.append(emit.sdp_op("the accumulators' converter",
+                                   {"precision": emit.c_precision(self.precision)}))
+        if self.precision != "int8" and layer.pool is not None:
+            ops.append(emit.pool_op(layer.pool, self.precision))
+        lines += emit.run_layer(ops, data, layer.in_shape, output, _feature(layer.out_shape),
+                                self.fuse, label)
+        self.body.extend(lines + ["}"])
+        return out_quant
+
+    def _weights(self, layer: Layer, scope) -> np.ndarray:
+        """The conv's constant weights as [K, C/groups, R, S], float64."""
+        c = layer.conv
+        weights = np.asarray(constant_value(scope.get(c.weight, c.weight)), np.float64)
+        return (weights.T if c.transpose_weight else weights).reshape(c.weight_shape)
+
+    def _conv(self, layer: Layer, scope, weights: Optional[str] = None, in_zero: int = 0) -> str:
+        c = layer.conv
+        if weights is None:
+            weights = self._pointer(c.weight, scope,
+                                    reshape=(lambda v: v.T) if c.transpose_weight else None)
+        pack = None
+        if self.precision != "fp32":  # packed (int8) or widened (fp16) once, not every call
+            pack = (layer.in_shape[1], self.packed)
+            self.packed += 1
+        return emit.conv_op(c, weights, self.precision, in_zero, pack)
+
+    def _sdp(self, layer: Layer, scope, lines: List[str],
+             folded: Optional[Tuple[str, str]] = None) -> List[str]:
+        """The fp32/fp16 SDP op(s) of a layer; ``folded``: the scale and shift the caller made."""
+        s = layer.sdp
+        if s.empty():
+            return []
+        channels = _channels(layer)
+
+        def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None):
+            fields = {"scale": scale, "shift": shift}
+            if ew:
+                fields.update(ew_op=emit.c_elementwise(ew), ew_operand=operand)
+            if act:
+                fields["act"] = emit.c_activation(act)
+            if act == "clip":
+                fields.update(clip_min=emit.c_float(s.clip[0]), clip_max=emit.c_float(s.clip[1]))
+            if act == "prelu":
+                fields["prelu_slope"] = self._pointer(s.prelu_slope, scope)
+            fields["precision"] = emit.c_precision(self.precision)
+            return emit.sdp_op(what, fields)
+
+        operand = self._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
+        if self.fuse:
+            scale, shift = folded or self._scale_shift(s, s.bias, channels, scope, lines)
+            stages = [name for name, present in (
+                ("bias", s.bias is not None), ("batch_norm", s.batch_norm is not None),
+                ("scale", s.scale is not None), (f"{s.ew_op} operand", s.ew_op is not None),
+                (s.act, s.act is not None)) if present]
+            note = " (folded into one scale/shift)" if s.batch_norm is not None else ""
+            return [sdp(" + ".join(stages) + note, scale, shift, s.ew_op, operand, s.act)]
+        ops = []
+        for stage in s.decomposed_order():
+            if stage == "bias":
+                ops.append(sdp("bias", shift=self._pointer(s.bias, scope)))
+            else:
+                ops.append(sdp(stage, *self._scale_shift(s, None, channels, scope, lines)))
+        if s.ew_op:
+            ops.append(sdp(s.ew_op, ew=s.ew_op, operand=operand))
+        if s.act:
+            ops.append(sdp(s.act, act=s.act))
+        return ops
+
+    def _scale_shift(self, s: SdpSpec, bias, channels: int, scope, lines: List[str]
+                     ) -> Tuple[str, str]:
+        """Pointers to the SDP's scale and shift: batch norm (with the bias, when given) folded
+        into one scale and one shift, at compile time when every parameter is constant."""
+        bn = s.batch_norm
+        if bn is None:
+            return self._pointer(s.scale, scope), self._pointer(bias, scope)
+        parts = [bn.gamma, bn.beta, bn.mean, bn.var, bias]
+        resolved = [None if p is None else scope.get(p, p) for p in parts]
+        if all(p is None or is_constant(p) for p in resolved):
+            bias_value = None if bias is None else np.ascontiguousarray(
+                constant_value(resolved[4]), np.float32).reshape(-1)
+            scale, shift = fold_batch_norm(BatchNormSpec(*resolved[:4], bn.epsilon), bias_value,
+                                           channels)
+            return self._constant(scale), self._constant(shift)
+        scale = self._temp(channels, itemsize=4)
+        shift = self._temp(channels, itemsize=4)
+        pointers = ", ".join(f"(const float*){self._pointer(p, scope)}" for p in parts)
+        lines.append(f"  /* batch norm{' and bias' if bias is not None else ''} are runtime "
+                     "inputs: fold them now */")
+        lines.append(f"  if (accel_glue_fold_batch_norm(&k_fn, {channels}, {pointers}, "
+                     f"{emit.c_float(bn.epsilon)}, (float*){scale}, (float*){shift}) != 0) "
+                     "return -1;")
+        return scale, shift
+
+    # --- int8 -------------------------------------------------------------------------------
+    def _int8_ops(self, layer: Layer, scope, key: str, in_quant: TensorQuant
+                  ) -> Tuple[List[str], TensorQuant]:
+        """The engine ops of an int8 layer and the quantisation of its output (see int8.py for
+        the real-value model)."""
+        s = layer.sdp
+        channels = _channels(layer)
+        g, h = affine(s, channels, scope)
+        ops: List[str] = []
+        if layer.conv is not None:
+            weights = self._weights(layer, scope) * g.reshape(-1, 1, 1, 1)
+            codes, weight_scales = quantize_weights(weights)
+            means = self.calibration.means.get(key) if self.calibration else None
+            h = h - int8.bias_correction(means, layer.conv.groups, codes, weight_scales, weights)
+            unit = in_quant.scale * weight_scales
+            g = np.ones(channels)
+            ops.append(self._conv(layer, scope, self._constant(codes), in_quant.zero))
+        else:
+            unit = np.full(channels, in_quant.scale)
+        out_quant = in_quant
+        if layer.conv is not None or not s.empty():
+            pre_pool = (1 if layer.conv is not None else 0) + (0 if s.empty() else 1) - 1
+            out_quant = self._calibrated((key, pre_pool))
+            ops.append(self._int8_sdp(layer, scope, key, g, h, unit, in_quant, out_quant))
+        if layer.pool is not None:
+            ops.append(emit.pool_op(layer.pool, self.precision, out_quant.zero))
+        return ops, out_quant
+
+    def _int8_sdp(self, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQuant,
+                  out_quant: TensorQuant) -> str:
+        s = layer.sdp
+        what = f"layer {key}"
+        fields = {"precision": "ACCEL_INT8", "out_zero": out_quant.zero}
+        if layer.conv is None:
+            fields["in_zero"] = in_quant.zero
+        target, comment = out_quant.scale, "x: scale/shift to the output step"
+        if s.ew_op is not None:
+            ew_key = (key, operand_index(1 if layer.conv is not None else 0))
+            operand, ew_quant = self._data(s.operand, scope, ew_key)
+            self.quantization[ew_key] = ew_quant
+            ew = int8.elementwise(s.ew_op, out_quant, ew_quant, what)
+            target = ew.target
+            fields.update(ew_op=emit.c_elementwise(s.ew_op), ew_operand=operand,
+                          ew_zero=ew_quant.zero, ew_mul=ew.ew_mul, ew_shift=ew.ew_shift,
+                          out_mul=ew.out_mul, out_shift=ew.out_shift)
+            comment = f"x and the {s.ew_op} operand to 2^-{ew.extra_bits} of the output step"
+        converters = int8.channel_converters(g, h, unit, target, what)
+        fields.update(bias=f"(const int32_t*){self._constant(converters['bias'])}",
+                      mul=f"(const int16_t*){self._constant(converters['mul'])}",
+                      rshift=f"(const uint8_t*){self._constant(converters['rshift'])}")
+        if s.act is not None:
+            fields["act"] = emit.c_activation(s.act)
+        if s.act == "clip":
+            fields["clip_lo"], fields["clip_hi"] = int8.clip_codes(s.clip, out_quant)
+        elif s.act == "prelu":
+            slope = constant_value(scope.get(s.prelu_slope, s.prelu_slope))
+            codes, shift = int8.prelu_converter(slope, len(g), what)
+            fields.update(prelu_mul=f"(const int16_t*){self._constant(codes)}",
+                          prelu_shift=shift)
+        return emit.sdp_op(comment, fields)
+
+    # --- the translation unit ---------------------------------------------------------------
+    def _source(self) -> str:
+        args = [(f"input {i} ({var.name})", static_shape(var))
+                for i, var in enumerate(self.inputs)]
+        args += [(f"output {r} ({var.name})", static_shape(var))
+                 for r, var in enumerate(self.outputs)]
+        body = list(self.body)
+        for r, var in enumerate(self.outputs):
+            source = self.args[var]  # an fp32 input, or the output's first position
+            target = f"a[{len(self.inputs) + r}]"
+            if source != target:  # an output that is an input or another output
+                count = int(np.prod(static_shape(var)))
+                body.append(f"memcpy({target}, {source}, {count} * sizeof(float));")
+        layers = "\n".join(f" *   {c}" for c in self.layer_comments)
+        mode = "fused" if self.fuse else "decomposed (independent)"
+        header = (f"/*\n * Generated by accel-codegen: external function {self.symbol}\n"
+                  f" * Configuration {self.config.name}, {mode} mode, {self.precision}.\n"
+                  f" * Layers:\n{layers}\n */")
+        constants = [(a.size, dl) for a, dl in zip(self.pool.arrays.values(),
+                                                   self.pool.dl_types())]
+        return emit.translation_unit(
+            symbol=self.symbol, short=self.short, header=header, precision=self.precision,
+            cfg=self.config, args=args, num_inputs=len(self.inputs), constants=constants,
+            temps=self.scratch.sizes, num_packed=self.packed,
+            body=textwrap.indent("\n".join(body), "  "))

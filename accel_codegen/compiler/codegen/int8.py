@@ -1,0 +1,111 @@
+"""The integer maths of an int8 layer, as NVDLA's converters need it: pure NumPy, no TVM, no C
+text, so each step is tested alone.
+
+Real values in an int8 layer: SDP result = g[c] * (accumulator in units unit[c]) + h[c], with
+batch norm, bias and a per-channel scale as the affine (g, h); a conv takes g into its weights
+before quantising them, so its g becomes 1.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from ...errors import AccelInvalidError
+from ...quantization import TensorQuant, encode_multiplier, encode_multipliers, round_half_away
+
+#: How far below the output's step an int8 SDP sums an element-wise operand (NVDLA aligns
+#: the two streams before the adder): 8 extra bits, one rounding at the output.
+EW_EXTRA_BITS = 8
+
+
+def range_quant(value: np.ndarray) -> TensorQuant:
+    """The quantisation of a constant tensor from its own range (unsigned when it has no
+    negative value: zero point -128 over [0, max])."""
+    unsigned = value.min() >= 0 if value.size else True
+    amax = float(np.abs(value).max()) if value.size else 0.0
+    amax = amax if amax > 0 else 1.0
+    return TensorQuant(float(np.float32(amax / (255 if unsigned else 127))),
+                       -128 if unsigned else 0)
+
+
+def bias_correction(means: Optional[np.ndarray], groups: int, codes: np.ndarray,
+                    weight_scales: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Bias correction (Nagel et al., "Data-free quantization", 2019): the rounding error of
+    the weights [K, C/groups, R, S] shifts each output channel's mean by sum(error * E[input]);
+    the calibration's per-channel input means give it, and the bias takes it back (border
+    positions, where padding reads zero, are treated like the interior). Zero without means."""
+    k, c_group = weights.shape[:2]
+    if means is None or len(means) != c_group * groups:
+        return np.zeros(k)
+    error = codes.astype(np.float64) * weight_scales.reshape(-1, 1, 1, 1) - weights
+    group_means = means.reshape(groups, 1, c_group)
+    per_k = error.sum(axis=(2, 3)).reshape(groups, k // groups, c_group)
+    return (per_k * group_means).sum(axis=2).reshape(-1)
+
+
+@dataclasses.dataclass
+class Elementwise:
+    """How an element-wise operand joins an int8 SDP: the domain the SDP sums in (``target``,
+    the output step or a fraction of it) and the operand's and the output's converters."""
+
+    target: float
+    ew_mul: int
+    ew_shift: int
+    out_mul: int
+    out_shift: int
+    extra_bits: int
+
+
+def elementwise(ew_op: str, out_quant: TensorQuant, ew_quant: TensorQuant,
+                what: str) -> Elementwise:
+    """Align the operand and the SDP's own stream 2^-extra below the output step (one rounding
+    at the output); a multiply keeps the operand in its codes and scales at the output."""
+    extra = EW_EXTRA_BITS
+    if ew_op != "mul":
+        fits = int(np.floor(np.log2(32767.0 * out_quant.scale / ew_quant.scale)))
+        extra = min(extra, fits)
+        if extra < 0:
+            raise AccelInvalidError(f"{what}: the element-wise operand's scale "
+                                    f"{ew_quant.scale:g} is too large for the output's "
+                                    f"{out_quant.scale:g}")
+    target = out_quant.scale / 2 ** extra
+    if ew_op == "mul":
+        out_mul, out_shift = encode_multiplier(target * ew_quant.scale / out_quant.scale,
+                                               f"{what} output converter")
+        return Elementwise(target, 1, 0, out_mul, out_shift, extra)
+    ew_mul, ew_shift = encode_multiplier(ew_quant.scale / target,
+                                         f"{what} element-wise converter")
+    return Elementwise(target, ew_mul, ew_shift, 1, extra, extra)
+
+
+def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: float,
+                       what: str) -> Dict[str, np.ndarray]:
+    """The per-channel converters that take g * (accumulator * unit) + h to ``target`` units:
+    an int32 bias (in accumulator units) and an int16 multiplier with a right shift."""
+    if np.any(g == 0):
+        raise AccelInvalidError(f"{what}: a per-channel scale of 0 (channel "
+                                f"{int(np.argmax(g == 0))}) has no int8 converter")
+    bias = round_half_away(h / (g * unit))
+    if np.any(np.abs(bias) > 2 ** 31 - 1):
+        bad = int(np.argmax(np.abs(bias)))
+        raise AccelInvalidError(f"{what}: shift {h[bad]:g} of channel {bad} is "
+                                f"{bias[bad]:g} accumulator steps, beyond the int32 bias")
+    mul, rshift = encode_multipliers(g * unit / target, f"{what} multiplier")
+    return {"bias": bias.astype(np.int32), "mul": mul, "rshift": rshift}
+
+
+def clip_codes(clip: Tuple[float, float], out_quant: TensorQuant) -> Tuple[int, int]:
+    """Float CLIP bounds as output codes."""
+    return tuple(int(np.clip(round_half_away(v / out_quant.scale) + out_quant.zero, -128, 127))
+                 for v in clip)
+
+
+def prelu_converter(slope: np.ndarray, channels: int, what: str) -> Tuple[np.ndarray, int]:
+    """PReLU slopes as int16 multipliers with one shift for every channel (the one the largest
+    slope allows)."""
+    slope = np.asarray(slope, np.float64).reshape(-1)
+    slope = np.broadcast_to(slope, (channels,)) if slope.size == 1 else slope
+    _, shift = encode_multiplier(float(np.max(np.abs(slope))), f"{what} PReLU slope")
+    return round_half_away(slope * 2.0 ** shift).astype(np.int16), shift

@@ -1,0 +1,98 @@
+"""Build and export: a partitioned module to a VM executable whose external functions call the
+simulator library, and to a shared library a fresh process loads with nothing but ``tvm``.
+Loading and checking library files is :mod:`.library`; the thread-safe VM is :mod:`.vm`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..errors import AccelInvalidError, AccelLibraryError
+from ..quantization import DEFAULT_METHOD
+from ..sim.config import AccelConfig
+from .frontend import bind_params
+from .library import append_checksum, check_writable, compiler_message
+from .link import link_options
+from .partition import is_partitioned, partition_for_accel
+
+# Loading and running a library live in .library and .vm; their names stay importable here.
+from .library import CHECKSUM_MARKER, check_library, load_library  # noqa: E402,F401,I001
+from .vm import AccelVirtualMachine, virtual_machine  # noqa: E402,F401,I001
+
+
+def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+          config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
+          calibration=None, calibration_method: str = DEFAULT_METHOD,
+          target="llvm") -> "tvm.runtime.Executable":
+    """Partition (unless partitioned already) and compile a module.
+
+    Parameters
+    ----------
+    mod, params, config, fuse, precision, calibration, calibration_method
+        As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
+        iterable of example input tuples (or a Calibration).
+    target : str or dict
+        The host target for the ops that stay on the host.
+
+    Returns
+    -------
+    tvm.runtime.Executable
+        Run it with :func:`virtual_machine`, or export it with :func:`export_library`.
+    """
+    if is_partitioned(mod):
+        if params:
+            raise AccelInvalidError("bind params before partitioning: the module is partitioned")
+    else:
+        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
+                                  calibration=calibration,
+                                  calibration_method=calibration_method)
+    return tvm.compile(mod, target=target)
+
+
+def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Path:
+    """Write a shared library that ``tvm.runtime.load_module(path)`` loads in a fresh process.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+
+    Raises
+    ------
+    AccelInvalidError
+        ``path`` does not end in ``.so``, or ``exe`` is not an executable.
+    AccelLibraryError
+        The destination is a directory, its directory is missing or not writable, or the C
+        compiler failed (the message keeps the compiler's error lines).
+    """
+    path = Path(path)
+    if path.suffix != ".so":
+        raise AccelInvalidError(f"export path {str(path)!r} must end in .so")
+    if not hasattr(exe, "export_library"):
+        raise AccelInvalidError(f"export_library takes the executable build() returns, got "
+                                f"{type(exe).__name__}")
+    check_writable(path)
+    try:
+        exe.export_library(str(path), options=link_options())
+    except Exception as error:  # TVM's RuntimeError with the whole compiler command line
+        raise AccelLibraryError(f"cannot build library '{path}': "
+                                f"{compiler_message(error)}") from None
+    try:
+        append_checksum(path)
+    except OSError as error:
+        raise AccelLibraryError(f"cannot write library '{path}': "
+                                f"{error.strerror or error}") from None
+    return path
+
+
+def build_host(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None,
+               target="llvm") -> "tvm.runtime.Executable":
+    """TVM's own CPU build of the same module (the baseline): batch norm in inference form,
+    decomposed by TVM."""
+    mod = bind_params(mod, params) if params else mod
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    return tvm.compile(mod, target=target)
