@@ -469,58 +469,64 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
 
 # --- the parser -------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    from ..sim.config import GENERATED_PRECISIONS  # the C bindings, not tvm
+def _model_args(p: argparse.ArgumentParser, fuse: bool = True) -> None:
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--config", default="nv_full", help=CONFIG_HELP)
+    if fuse:
+        p.add_argument("--no-fuse", action="store_true",
+                       help="decomposed: every source op its own accelerator op")
+
+
+def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool = True,
+                    **kwargs) -> None:
     from ..quantization import METHODS
+    from ..sim.config import GENERATED_PRECISIONS  # the C bindings, not tvm
 
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
-        "TVM, run them on the simulator, benchmark them and explore hardware configurations.",
-        epilog="MODEL: " + MODEL_HELP + ". Run '%(prog)s COMMAND --help' for a command's options.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    kwargs = {"default": "fp32", **kwargs}
+    p.add_argument("--precision", choices=choices or GENERATED_PRECISIONS, **kwargs,
+                   help="the accelerator's precision" + (
+                       f" (default {kwargs['default']})" if kwargs["default"] else "") +
+                   ("; int8 is calibrated, see --calibration" if calibrated else
+                    "; costs need no calibration"))
+    if not calibrated:
+        return
+    p.add_argument("--calibration", type=_positive, metavar="N",
+                   help=f"int8: calibrate on N random N(0, 1) inputs of the model's input "
+                   f"shapes (default {DEFAULT_CALIBRATION})")
+    p.add_argument("--calibration-method", choices=METHODS,
+                   help="int8: how activation ranges become scales (default percentile: "
+                   "the 99.99th percentile of |x|)")
+    p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
+                   help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
 
-    def common(p, fuse=True):
-        p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-        p.add_argument("--config", default="nv_full", help=CONFIG_HELP)
-        if fuse:
-            p.add_argument("--no-fuse", action="store_true",
-                           help="decomposed: every source op its own accelerator op")
 
-    def precision(p, choices=GENERATED_PRECISIONS, calibrated=True, **kwargs):
-        kwargs = {"default": "fp32", **kwargs}
-        p.add_argument("--precision", choices=choices, **kwargs,
-                       help="the accelerator's precision" + (
-                           f" (default {kwargs['default']})" if kwargs["default"] else "") +
-                       ("; int8 is calibrated, see --calibration" if calibrated else
-                        "; costs need no calibration"))
-        if not calibrated:
-            return
-        p.add_argument("--calibration", type=_positive, metavar="N",
-                       help=f"int8: calibrate on N random N(0, 1) inputs of the model's input "
-                       f"shapes (default {DEFAULT_CALIBRATION})")
-        p.add_argument("--calibration-method", choices=METHODS,
-                       help="int8: how activation ranges become scales (default percentile: "
-                       "the 99.99th percentile of |x|)")
-        p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
-                       help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
+def _output_args(p: argparse.ArgumentParser, what: str, plot: bool = False) -> None:
+    p.add_argument("--json", metavar="PATH", help=f"also write the {what} as JSON")
+    if plot:
+        p.add_argument("--plot", metavar="out.png", help=f"write a PNG plot of the {what}")
+
+
+def _build_commands(sub) -> None:
+    """partition, compile, run, accuracy."""
+    from ..sim.config import GENERATED_PRECISIONS
 
     p = sub.add_parser("partition", help="print what is offloaded as which primitive, and why "
                        "the rest is not", description="Print the partition report of a model.")
-    common(p)
-    precision(p)
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    _model_args(p)
+    _precision_args(p)
+    _output_args(p, "report")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
                        description="Partition a model, generate the accelerator C code, build "
                        "it with TVM and export a shared library that `run` (or any process "
                        "with tvm) loads.")
-    common(p)
+    _model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="model.so",
                    help="the shared library to write")
     p.add_argument("--save-input", metavar="x.npy",
                    help="also write the model's example input, for `run`")
-    precision(p)
+    _precision_args(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run an exported .so on the simulator",
@@ -546,19 +552,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "(int8 calibrates on inputs drawn with the seed), and print the SQNR "
                        "of every accelerator tensor and of the output, and the top-1 "
                        "agreement.")
-    common(p)
-    precision(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"], default=None,
-              required=True)
+    _model_args(p)
+    _precision_args(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"], default=None,
+                    required=True)
     p.add_argument("--inputs", type=_positive, default=16, metavar="M",
                    help="evaluation inputs (default 16)")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    _output_args(p, "report")
     p.set_defaults(func=cmd_accuracy)
 
+
+def _analysis_commands(sub) -> None:
+    """estimate, bench, sweep."""
     p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
                        description="Cost a model on a configuration without running kernels.")
-    common(p)
-    precision(p, calibrated=False)
-    p.add_argument("--json", metavar="PATH", help="also write the estimate as JSON")
+    _model_args(p)
+    _precision_args(p, calibrated=False)
+    _output_args(p, "estimate")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("bench", help="fused vs decomposed vs TVM host vs PyTorch, side by side",
@@ -567,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "modes the simulated cycles, frames/s, bytes and MAC utilisation. "
                        "The builds are fp32 (decomposed int8 is not generated): for int8 and "
                        "fp16 see `estimate --precision` (costs) and `accuracy` (SQNR).")
-    common(p, fuse=False)
+    _model_args(p, fuse=False)
     p.add_argument("--modes", type=_modes, default=["fused", "decomposed", "host", "pytorch"],
                    help="comma-separated, among fused,decomposed,host,pytorch (default: all)")
     p.add_argument("--repeat", type=_positive, default=10, help="timed runs per mode (10)")
@@ -579,8 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "else every CPU)")
     p.add_argument("--per-layer", action="store_true",
                    help="per-layer figures, and every layer timed alone, fused vs decomposed")
-    p.add_argument("--json", metavar="out.json", help="write the results as JSON")
-    p.add_argument("--plot", metavar="out.png", help="write a PNG plot of the results")
+    _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sweep", help="design-space exploration: frames/s across configurations",
@@ -589,17 +597,26 @@ def build_parser() -> argparse.ArgumentParser:
                        "int8 MACs per cycle, NVDLA's count (nv_full: 2048 = 64 x 32): atomic_c "
                        "= min(64, MACs / 8), atomic_k = MACs / atomic_c (64 -> 8x8 as "
                        "nv_small, 2048 -> 64x32 as nv_full); fp16/fp32 run at half that.")
-    common(p)
+    _model_args(p)
     p.add_argument("--macs", type=_int_list, required=True, metavar="LIST",
                    help="int8 MACs per cycle, powers of two >= 16, e.g. 64,256,1024,2048")
     p.add_argument("--dram-gbps", type=_float_list, required=True, metavar="LIST",
                    help="DRAM bandwidths in GB/s, e.g. 1,5,10,20")
     p.add_argument("--cbuf-kib", type=_int_list, default=None, metavar="LIST",
                    help="CBUF sizes in KiB (default: the base configuration's)")
-    precision(p, calibrated=False)
-    p.add_argument("--json", metavar="out.json", help="write the results as JSON")
-    p.add_argument("--plot", metavar="out.png", help="write a PNG plot of the results")
+    _precision_args(p, calibrated=False)
+    _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_sweep)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
+        "TVM, run them on the simulator, benchmark them and explore hardware configurations.",
+        epilog="MODEL: " + MODEL_HELP + ". Run '%(prog)s COMMAND --help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _build_commands(sub)
+    _analysis_commands(sub)
     return parser
 
 

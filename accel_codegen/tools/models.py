@@ -146,20 +146,8 @@ class LeNet5(nn.Module):
 
 
 def lenet5(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
-    """LeNet-5 on a 1x32x32 input: conv5x5(6) - pool - conv5x5(16) - pool - fc 120/84/10.
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 1, 32, 32)``.
-    """
+    """LeNet-5 on a 1x32x32 input: conv5x5(6) - pool - conv5x5(16) - pool - fc 120/84/10. Input
+    (batch, 1, 32, 32); ``batch`` and ``seed`` as for :func:`get_model`."""
     return _build(LeNet5, (1, 32, 32), batch, seed)
 
 
@@ -241,38 +229,14 @@ class ResNet(nn.Module):
 
 
 def resnet18(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
-    """ResNet-18 (basic blocks, [2, 2, 2, 2]) on a 3x224x224 input, 1000 classes.
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 3, 224, 224)``.
-    """
+    """ResNet-18 (basic blocks, [2, 2, 2, 2]) on a 3x224x224 input, 1000 classes. Input (batch,
+    3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
     return _build(lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (3, 224, 224), batch, seed)
 
 
 def resnet50(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
-    """ResNet-50 (bottleneck blocks, [3, 4, 6, 3]) on a 3x224x224 input, 1000 classes.
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 3, 224, 224)``.
-    """
+    """ResNet-50 (bottleneck blocks, [3, 4, 6, 3]) on a 3x224x224 input, 1000 classes. Input
+    (batch, 3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
     return _build(lambda: ResNet(Bottleneck, [3, 4, 6, 3]), (3, 224, 224), batch, seed)
 
 
@@ -310,26 +274,13 @@ class VGG(nn.Module):
 
 
 def vgg11_bn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
-    """VGG-11 with batch norm (Simonyan & Zisserman, 2015, configuration A) on 3x224x224.
-
-    The feature extractor is the published one: eight 3x3 convolutions with bias, each
-    followed by batch norm and ReLU, and five 2x2 max pools. The classifier keeps the
-    published shape (flatten 512x7x7, two hidden fully connected layers with ReLU and
-    dropout, 1000 classes) but its hidden layers have 512 units instead of 4096: 22.8 M
-    parameters (91 MB) instead of 133 M (531 MB). Dropout is the identity in eval mode.
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 3, 224, 224)``.
-    """
+    """VGG-11 with batch norm (Simonyan & Zisserman, 2015, configuration A) on 3x224x224. The
+    feature extractor is the published one: eight 3x3 convolutions with bias, each followed by
+    batch norm and ReLU, and five 2x2 max pools. The classifier keeps the published shape
+    (flatten 512x7x7, two hidden fully connected layers with ReLU and dropout, 1000 classes) but
+    its hidden layers have 512 units instead of 4096: 22.8 M parameters (91 MB) instead of 133 M
+    (531 MB). Dropout is the identity in eval mode. Input (batch, 3, 224, 224); ``batch`` and
+    ``seed`` as for :func:`get_model`."""
     return _build(lambda: VGG(_VGG11_CFG), (3, 224, 224), batch, seed)
 
 
@@ -362,19 +313,7 @@ class MobileNetV1(nn.Module):
 
 def mobilenet_v1(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """MobileNet v1, width 1.0, on a 3x224x224 input; conv (no bias) + BN + ReLU6 throughout.
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 3, 224, 224)``.
-    """
+    Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
     return _build(MobileNetV1, (3, 224, 224), batch, seed)
 
 
@@ -416,20 +355,8 @@ class MixedBlock(nn.Module):
 
 
 def mixed_block(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
-    """A small conv + self-attention model on a 3x32x32 input (64 tokens of width 32).
-
-    Parameters
-    ----------
-    batch : int
-        Batch size of the example input.
-    seed : int
-        Seed of the weights and of the example input.
-
-    Returns
-    -------
-    tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
-        The model in eval mode and its example input of shape ``(batch, 3, 32, 32)``.
-    """
+    """A small conv + self-attention model on a 3x32x32 input (64 tokens of width 32). Input
+    (batch, 3, 32, 32); ``batch`` and ``seed`` as for :func:`get_model`."""
     return _build(MixedBlock, (3, 32, 32), batch, seed)
 
 
