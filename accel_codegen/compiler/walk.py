@@ -13,7 +13,7 @@ from typing import Iterator, Tuple
 import tvm
 from tvm import relax
 
-from .labels import run_key, run_label
+from ..sim.labels import run_key, run_label
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 

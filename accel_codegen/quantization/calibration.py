@@ -36,8 +36,8 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
-from ..compiler.labels import label_key
 from ..errors import AccelInvalidError
+from ..sim.labels import label_key
 from ..sim.observer import INPUT, observing
 from .encoding import round_half_away
 

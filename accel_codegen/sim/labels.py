@@ -1,6 +1,6 @@
-"""The names of accelerator runs: a protocol between the generated code, which labels every
-run it makes, and the profile, the calibration statistics, the estimate and the accuracy
-report, which read them. No TVM here (the command line imports it to parse its options)::
+"""The names of accelerator runs: the simulator's profile and observer key every run by its
+label; generated code labels its runs this way, and the calibration statistics, the estimate
+and the accuracy report read them back::
 
     f<function>.<layer>[a|b] <primitive>[ (branch)]
 

@@ -1,0 +1,99 @@
+"""The code generator's pure units, alone: scratch planning, the constant pool, the int8
+converter maths and the C text. None of them needs TVM."""
+import numpy as np
+import pytest
+
+from accel_codegen import AccelConfig, AccelInvalidError
+from accel_codegen._accel_ffi import ffi
+from accel_codegen.compiler.codegen import emit, int8
+from accel_codegen.compiler.codegen.buffers import ScratchPlanner
+from accel_codegen.compiler.codegen.constants import ConstantPool
+from accel_codegen.quantization import TensorQuant
+from accel_codegen.sim import reference
+
+
+def test_scratch_is_reused_once_dead_and_grows_to_its_largest_use():
+    plan = ScratchPlanner()
+    a = plan.allocate(100, now=0, free_after=1)   # live through layer 1
+    b = plan.allocate(50, now=1, free_after=2)    # a is still live: a new buffer
+    assert (a, b) == (0, 1)
+    c = plan.allocate(300, now=2, free_after=3)   # a is dead after layer 1: reused, grown
+    assert c == a and plan.sizes == [300, 50]
+    d = plan.allocate(40, now=4, free_after=4)    # both free: the smallest that fits
+    assert d == b and plan.sizes == [300, 50]
+
+
+def test_constant_pool_keeps_integer_types_and_takes_the_float_precision():
+    pool = ConstantPool("fn", "fp16")
+    assert pool.add(np.ones(3)) == 0 and pool.add(np.arange(4, dtype=np.int8)) == 1
+    assert [a.dtype for a in pool.arrays.values()] == [np.float16, np.int8]
+    assert list(pool.arrays) == ["fn_c0", "fn_c1"]
+    assert pool.dl_types() == (("kDLFloat", 16), ("kDLInt", 8))
+
+
+def test_range_quant_is_unsigned_without_negatives():
+    assert int8.range_quant(np.array([0.0, 2.55])) == TensorQuant(np.float32(0.01), -128)
+    q = int8.range_quant(np.array([-1.27, 0.5]))
+    assert q.zero == 0 and q.scale == pytest.approx(0.01)
+
+
+def test_channel_converters_reproduce_the_affine_map():
+    """bias + mul/rshift applied by the reference SDP equal g * acc * unit + h in target
+    units, within the rounding of the converters."""
+    rng = np.random.default_rng(0)
+    g, h = rng.uniform(0.5, 2, 8), rng.uniform(-3, 3, 8)
+    unit, target = np.full(8, 0.01), 0.05
+    conv = int8.channel_converters(g, h, unit, target, "layer")
+    acc = rng.integers(-2000, 2000, (1, 8, 4, 4))
+    codes = reference.sdp_int8(acc, bias=conv["bias"], mul=conv["mul"], rshift=conv["rshift"])
+    exact = (g.reshape(1, -1, 1, 1) * acc * unit.reshape(1, -1, 1, 1) + h.reshape(1, -1, 1, 1))
+    assert np.max(np.abs(codes - np.clip(np.round(exact / target), -128, 127))) <= 1
+
+
+def test_channel_converters_refuse_what_int8_cannot_hold():
+    with pytest.raises(AccelInvalidError, match="channel 1"):
+        int8.channel_converters(np.array([1.0, 0.0]), np.zeros(2), np.ones(2), 1.0, "layer f0.0")
+    with pytest.raises(AccelInvalidError, match="beyond the int32 bias"):
+        int8.channel_converters(np.ones(1), np.array([1e12]), np.ones(1), 1.0, "layer f0.0")
+
+
+def test_elementwise_alignment():
+    out, operand = TensorQuant(0.1, 0), TensorQuant(0.05, 0)
+    add = int8.elementwise("add", out, operand, "layer")
+    assert add.extra_bits == int8.EW_EXTRA_BITS and add.target == pytest.approx(0.1 / 256)
+    assert (add.out_mul, add.out_shift) == (1, int8.EW_EXTRA_BITS)
+    assert add.ew_mul / 2 ** add.ew_shift == pytest.approx(0.05 / add.target, rel=1e-4)
+    with pytest.raises(AccelInvalidError, match="too large"):
+        int8.elementwise("add", TensorQuant(1e-6, 0), TensorQuant(1.0, 0), "layer")
+
+
+def test_bias_correction_is_zero_without_means_and_cancels_the_rounding_shift():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 2, 3, 3))
+    scales = np.abs(w).reshape(4, -1).max(axis=1) / 127
+    codes = np.round(w / scales.reshape(-1, 1, 1, 1)).astype(np.int8)
+    assert not int8.bias_correction(None, 1, codes, scales, w).any()
+    means = np.array([1.5, -0.5])
+    shift = int8.bias_correction(means, 1, codes, scales, w)
+    error = codes * scales.reshape(-1, 1, 1, 1) - w
+    assert np.allclose(shift, (error.sum(axis=(2, 3)) * means).sum(axis=1))
+
+
+def test_clip_and_prelu_converters():
+    assert int8.clip_codes((0.0, 6.0), TensorQuant(0.05, -128)) == (-128, -8)
+    codes, shift = int8.prelu_converter(np.array([0.25]), 3, "layer")
+    assert codes.shape == (3,) and codes[0] / 2 ** shift == 0.25
+
+
+def test_config_is_written_from_every_c_field():
+    cfg = AccelConfig.preset("nv_small").replace(name='a "quoted" name')
+    text = emit.config_filler(cfg)
+    for name, _ in ffi.typeof("accel_config").fields:
+        assert f"config->{name}" in text, name
+    assert 'a \\"quoted\\" name' in text and "config->atomic_c = 8;" in text
+
+
+def test_float_literals_read_back_as_the_same_float32():
+    for value in (0.1, 1e-30, 3.4e38, -2.5):
+        assert np.float32(float(emit.c_float(value)[:-1])) == np.float32(value)
+    assert emit.c_float(float("inf")) == "INFINITY"
