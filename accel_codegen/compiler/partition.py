@@ -19,10 +19,12 @@ from tvm import relax
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, calibrate
 from ..sim.config import AccelConfig, check_precision
+from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
 from .vm import virtual_machine
+from .walk import composite_calls
 
 REPORT_ATTR = "accel_partition_report"
 CALIBRATION_ATTR = "accel_calibration"
@@ -85,14 +87,13 @@ class PartitionReport:
                  f"{self.precision}): "
                  f"{len(self.offloaded)} of {len(self.ops)} operators offloaded in "
                  f"{len(self.functions)} external function(s)"]
-        header = f"{'#':>4}  {'operator':<28} {'shape':<20} {'where':<9} primitive / reason"
-        lines += [header, "-" * len(header)]
-        for op in self.ops:
-            where = "accel" if op.offloaded else "host"
-            detail = op.primitive if op.offloaded else op.reason
-            shape = "x".join(map(str, op.shape))
-            lines.append(f"{op.index:>4}  {op.op:<28} {shape:<20} {where:<9} {detail}")
-        return "\n".join(lines)
+        columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
+                   Column("shape", 20, "<"), Column("where", 9, "<"),
+                   Column("primitive / reason", 0, "<")]
+        rows = [[op.index, op.op, "x".join(map(str, op.shape)),
+                 "accel" if op.offloaded else "host",
+                 op.primitive if op.offloaded else op.reason] for op in self.ops]
+        return "\n".join(lines + [render_table(columns, rows)])
 
 
 def _call_name(call: relax.Call) -> Optional[str]:
@@ -129,22 +130,16 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
                 function = external[value.op]
                 symbol = str(function.attrs["global_symbol"])
-                lookup = {b.var: b.value for blk in function.body.blocks for b in blk.bindings}
-                for inner in function.body.blocks:
-                    for layer in inner.bindings:
-                        composite = lookup.get(layer.value.op) if isinstance(
-                            layer.value, relax.Call) else None
-                        if not isinstance(composite, relax.Function):
-                            continue
-                        primitive = str(composite.attrs["Composite"])
-                        for cblock in composite.body.blocks:
-                            for cb in cblock.bindings:
-                                name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
-                                    else None
-                                if name:
-                                    ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
-                                                        primitive, symbol, layers))
-                        layers += 1
+                for _, composite in composite_calls(function):
+                    primitive = str(composite.attrs["Composite"])
+                    for cblock in composite.body.blocks:
+                        for cb in cblock.bindings:
+                            name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
+                                else None
+                            if name:
+                                ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
+                                                    primitive, symbol, layers))
+                    layers += 1
                 continue
             name = _call_name(value)
             if name is None:
@@ -194,15 +189,15 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
 
 
 def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
-                       precision: str, generated_precision: str,
+                       chains_for: str, code: str,
                        calibration: Optional[Calibration]) -> tvm.IRModule:
-    """Match the chains that run in ``precision``, then generate ``generated_precision`` code
-    for them: the fp32 code of an int8 or fp16 partition is what calibration and the accuracy
-    report compare against (the same runs, op for op)."""
+    """Match the chains that the accelerator runs in precision ``chains_for``, then generate
+    code of precision ``code`` for them: the fp32 code of an int8 or fp16 partition is what
+    calibration and the accuracy report compare against (the same runs, op for op)."""
     log = PartitionLog()
-    mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=precision)
-    report = _build_report(mod, config, fuse, log, generated_precision)
-    options = {"config": config.to_json(), "fuse": fuse, "precision": generated_precision}
+    mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
+    report = _build_report(mod, config, fuse, log, code)
+    options = {"config": config.to_json(), "fuse": fuse, "precision": code}
     if calibration is not None:
         options["calibration"] = calibration.to_json()
     with codegen.collecting() as generated:
