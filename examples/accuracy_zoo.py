@@ -23,20 +23,15 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 from accel_codegen.tables import Column, render_table
+from accel_codegen.tools.model_spec import random_inputs
 
 PRECISIONS = ("int8", "fp16")
 CALIBRATION_SEED, EVALUATION_SEED = 1234, 1235
 #: What the precisions are expected to reach; the table reports, it does not tune.
 GOALS_DB = {"int8": 30.0, "fp16": 60.0}
 REPO = Path(__file__).resolve().parents[1]
-
-
-def random_inputs(shape, count: int, seed: int) -> list:
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
 
 
 def measure(name: str, precision: str, args) -> dict:
@@ -46,14 +41,15 @@ def measure(name: str, precision: str, args) -> dict:
 
     model, (x,) = models.get_model(name)
     mod, _ = frontend.from_pytorch(model, (x,))
-    calibration = random_inputs(x.shape, args.calibration, CALIBRATION_SEED) \
+    calibration = random_inputs([x.numpy()], args.calibration, CALIBRATION_SEED) \
         if precision == "int8" else None
     start = time.perf_counter()
     partitioned = ac.partition_for_accel(mod, config=args.accel_config, precision=precision,
                                          calibration=calibration)
     ac.virtual_machine(ac.build(partitioned))  # the generated C compiled and linked
     build_s = time.perf_counter() - start
-    report = ac.accuracy_report(mod, None, random_inputs(x.shape, args.inputs, EVALUATION_SEED),
+    evaluation = random_inputs([x.numpy()], args.inputs, EVALUATION_SEED)
+    report = ac.accuracy_report(mod, None, evaluation,
                                 config=args.accel_config, precision=precision,
                                 calibration=ac.calibration_of(partitioned))
     worst = min(report.tensors, key=lambda t: t.sqnr_db)

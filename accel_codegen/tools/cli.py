@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .config_files import resolve_config
-from .model_spec import parse_model_spec
+from .model_spec import parse_model_spec, random_inputs
 
 PROG = "accel-codegen"
 MODEL_HELP = ("a zoo model name (lenet5, resnet18, resnet50, vgg11_bn, mobilenet_v1, "
@@ -120,15 +120,6 @@ def check_precision_args(args, config) -> None:
     if given and args.precision != "int8":
         raise UserError(f"{' and '.join(given)}: for int8 only (the precision is "
                         f"{args.precision})")
-
-
-def random_inputs(model, count: int, seed: int) -> list:
-    """``count`` example input tuples of the model's input shapes and dtypes, N(0, 1)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return [tuple(rng.standard_normal(a.shape).astype(a.dtype) for a in model.inputs)
-            for _ in range(count)]
 
 
 def _calibration(args, model) -> dict:

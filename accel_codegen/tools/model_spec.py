@@ -200,3 +200,12 @@ def load_model(spec: Any, inputs: Optional[Sequence] = None) -> LoadedModel:
 
     model, example = get_model(spec.name)
     return _from_torch(spec.name, model, example)
+
+
+def random_inputs(model, count: int, seed: int) -> List[tuple]:
+    """``count`` example input tuples of N(0, 1) values shaped and typed as ``model``'s inputs
+    (a :class:`LoadedModel`, or a sequence of example arrays), drawn with ``seed``."""
+    examples = [np.asarray(a) for a in getattr(model, "inputs", model)]
+    rng = np.random.default_rng(seed)
+    return [tuple(rng.standard_normal(a.shape).astype(a.dtype) for a in examples)
+            for _ in range(count)]
