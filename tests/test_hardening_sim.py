@@ -183,3 +183,11 @@ def test_json_round_trip_still_works():
     cfg = AccelConfig.preset("nv_small").replace(dram_bytes_per_s=5e9)
     assert AccelConfig.from_json(cfg.to_json()) == cfg
     assert AccelConfig.from_json(json.dumps({"base": "nv_full", "clock_hz": 2**30})).clock_hz == 2.0**30
+
+
+def test_a_weight_shape_that_disagrees_with_the_weights_is_refused():
+    _raises(AccelInvalidError, ["weight_shape = (1, 2)", "(8, 4, 3, 3)"], DEVICE.run,
+            [Conv(W, weight_shape=(1, 2))], X)
+    conv = Conv(W, padding=1)
+    first = DEVICE.run([conv], X)[0]
+    np.testing.assert_array_equal(DEVICE.run([conv], X)[0], first)  # a descriptor runs again

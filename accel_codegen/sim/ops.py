@@ -216,6 +216,12 @@ class Conv:
         """Fill an accel_conv_desc (weights_packed left NULL)."""
         if self.weights is not None:
             self.weights = as_operand(self.weights, self.precision, "conv weights")
+            if self.weight_shape is not None and (
+                    not isinstance(self.weight_shape, (tuple, list)) or
+                    tuple(self.weight_shape) != self.weights.shape):
+                raise AccelInvalidError(
+                    f"conv weight_shape = {self.weight_shape!r} disagrees with the weights' "
+                    f"shape {self.weights.shape} (give one or the other)")
             self.weight_shape = self.weights.shape
         shape = self.weight_shape
         if (not isinstance(shape, (tuple, list)) or len(shape) != 4):
