@@ -29,3 +29,14 @@ def test_features_are_the_headers_bits():
 def test_unknown_names_are_refused_by_name(table, bad):
     with pytest.raises(AccelInvalidError, match=table.what):
         table.code(bad)
+
+
+def test_the_config_schema_is_the_c_structs():
+    """AccelConfig has exactly the fields of the C accel_config, so a field added to accel.h
+    cannot be silently 0 in Python or in generated code."""
+    import dataclasses
+
+    from accel_codegen import AccelConfig
+
+    c_fields = [name for name, _ in ffi.typeof("accel_config").fields]
+    assert [f.name for f in dataclasses.fields(AccelConfig)] == c_fields

@@ -172,65 +172,61 @@ class AccelConfig:
             raise AccelInvalidError(f"config JSON does not parse: {error}") from None
         return cls.from_dict(data)
 
+    # The C struct's fields, by kind: the schema lives in accel.h once (a test checks that
+    # every C field is a dataclass field and the other way round).
+    _FLAGS = {"precisions": (_PRECISION_CODES, "precision"), "features": (_FEATURES, "feature")}
+
     def to_c(self):
-        """The config as a C ``accel_config*`` (raises on unknown precision or feature names)."""
+        """The config as a C ``accel_config*`` (every field type-checked and named)."""
         c_config = ffi.new("accel_config*")
-        if not isinstance(self.name, str):
-            raise AccelInvalidError(f"config name = {self.name!r} is not a string")
-        encoded = self.name.encode()
-        if len(encoded) >= lib.ACCEL_NAME_LEN:
-            raise AccelInvalidError(
-                f"config name {self.name!r} is longer than {lib.ACCEL_NAME_LEN - 1} bytes")
-        c_config.name = encoded
-        for field in ("atomic_c", "atomic_k", "cbuf_bytes", "memory_atom_bytes",
-                      "sdp_throughput", "sdp_ew_throughput", "pdp_throughput"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise AccelInvalidError(f"config {self.name}: {field} = {value!r} is not an int")
-            limit = 2**63 if field == "cbuf_bytes" else 2**31
-            if not -limit <= value < limit:
-                raise AccelInvalidError(f"config {self.name}: {field} = {value} overflows")
-            setattr(c_config, field, value)
-        for field in ("clock_hz", "dram_bytes_per_s"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                    isinstance(value, int) and abs(value) > 2**1000):
-                raise AccelInvalidError(f"config {self.name}: {field} = {value!r} is not a number")
-            setattr(c_config, field, float(value))
-        for field in ("precisions", "features"):
-            if not all(isinstance(v, str) for v in getattr(self, field)):
-                raise AccelInvalidError(
-                    f"config {self.name}: {field} = {getattr(self, field)!r} must be names")
-        mask = 0
-        for p in self.precisions:
-            if p not in PRECISIONS or p == REFERENCE_PRECISION:
-                raise AccelInvalidError(
-                    f"config {self.name}: precision {p!r} is not one of int8, int16, fp16")
-            mask |= 1 << _PRECISION_CODES[p]
-        c_config.precisions = mask
-        features = 0
-        for f in self.features:
-            if f not in _FEATURES:
-                raise AccelInvalidError(
-                    f"config {self.name}: feature {f!r} is not one of {', '.join(_FEATURES)}")
-            features |= _FEATURES[f]
-        c_config.features = features
+        for name, field in ffi.typeof("accel_config").fields:
+            value = getattr(self, name)
+            if name in self._FLAGS:
+                setattr(c_config, name, self._flag_bits(name, value))
+            elif field.type.kind == "array":  # the name
+                if not isinstance(value, str):
+                    raise AccelInvalidError(f"config {name} = {value!r} is not a string")
+                if len(value.encode()) >= field.type.length:
+                    raise AccelInvalidError(f"config {name} {value!r} is longer than "
+                                            f"{field.type.length - 1} bytes")
+                setattr(c_config, name, value.encode())
+            elif field.type.cname == "double":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                        isinstance(value, int) and abs(value) > 2**1000):
+                    raise AccelInvalidError(
+                        f"config {self.name}: {name} = {value!r} is not a number")
+                setattr(c_config, name, float(value))
+            else:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise AccelInvalidError(
+                        f"config {self.name}: {name} = {value!r} is not an int")
+                bits = 8 * ffi.sizeof(field.type)
+                if not -2**(bits - 1) <= value < 2**(bits - 1):
+                    raise AccelInvalidError(f"config {self.name}: {name} = {value} overflows")
+                setattr(c_config, name, value)
         return c_config
+
+    def _flag_bits(self, field: str, names) -> int:
+        codes, what = self._FLAGS[field]
+        bits = 0
+        for name in names:
+            if not isinstance(name, str) or name not in codes or name == REFERENCE_PRECISION:
+                known = ", ".join(n for n in codes if n != REFERENCE_PRECISION)
+                raise AccelInvalidError(
+                    f"config {self.name}: {what} {name!r} is not one of {known}")
+            bits |= (1 << codes[name]) if field == "precisions" else codes[name]
+        return bits
 
     @classmethod
     def from_c(cls, c_config) -> "AccelConfig":
-        return cls(
-            name=ffi.string(c_config.name).decode(),
-            atomic_c=c_config.atomic_c,
-            atomic_k=c_config.atomic_k,
-            cbuf_bytes=c_config.cbuf_bytes,
-            memory_atom_bytes=c_config.memory_atom_bytes,
-            sdp_throughput=c_config.sdp_throughput,
-            sdp_ew_throughput=c_config.sdp_ew_throughput,
-            pdp_throughput=c_config.pdp_throughput,
-            clock_hz=c_config.clock_hz,
-            dram_bytes_per_s=c_config.dram_bytes_per_s,
-            precisions=tuple(p for p in PRECISIONS
-                             if c_config.precisions & (1 << _PRECISION_CODES[p])),
-            features=tuple(f for f, bit in _FEATURES.items() if c_config.features & bit),
-        )
+        values = {}
+        for name, field in ffi.typeof("accel_config").fields:
+            value = getattr(c_config, name)
+            if name in cls._FLAGS:
+                codes = cls._FLAGS[name][0]
+                value = tuple(n for n, code in codes.items() if n != REFERENCE_PRECISION and
+                              value & ((1 << code) if name == "precisions" else code))
+            elif field.type.kind == "array":
+                value = ffi.string(value).decode()
+            values[name] = value
+        return cls(**values)
