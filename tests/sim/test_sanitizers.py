@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent        # tests/sim: the suites below live next to this file
+ROOT = HERE.parents[1]
 CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py",
                   "test_precision_engines.py", "test_hardening_sim.py", "test_properties.py"]
 
@@ -74,5 +75,7 @@ def test_python_suites_are_clean_under_sanitizers(sanitized_build):
                   "sys.exit(0 if sys.argv[1] in maps else 1)", str(sanitized_build / "libaccel.so")],
                  env=env, cwd=ROOT / "tests")  # not the root: its source tree would shadow
     assert probe.returncode == 0
-    _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CHECKED_SUITES],
+    suites = [HERE / name for name in CHECKED_SUITES]
+    assert all(path.is_file() for path in suites), [p.name for p in suites if not p.is_file()]
+    _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
          env=env, cwd=ROOT / "tests")
