@@ -1,4 +1,11 @@
-"""Shared test helpers: one comparison that checks shape, then dtype, then values."""
+"""Shared test helpers and fixtures for every folder of the suite.
+
+pytest puts tests/ on sys.path for this file, so a test module in any folder imports the plain
+helpers with ``from conftest import ...``; the fixtures (``rng``, ``zoo``) need no import.
+Nothing here imports TVM or torch when the module loads: the simulator's suites (tests/sim)
+run without them, and test_sanitizers.py runs them again with a sanitized libaccel preloaded.
+"""
+import dataclasses
 import os
 
 import numpy as np
@@ -7,6 +14,8 @@ import pytest
 # A pattern check that fails with anything but a stated reason is a compiler bug: raise it.
 os.environ["ACCEL_CODEGEN_STRICT"] = "1"
 
+
+# --- comparisons --------------------------------------------------------------------------------
 
 def assert_close(actual, expected, rtol=1e-5, what="output"):
     """Shape, then dtype, then max |actual - expected| within rtol of the expected's scale."""
@@ -18,6 +27,123 @@ def assert_close(actual, expected, rtol=1e-5, what="output"):
     assert error <= rtol * scale, f"{what}: max error {error:.3g} > {rtol} x scale {scale:.3g}"
 
 
+def assert_same(actual, expected, what="output"):
+    """Shape, dtype, then every element equal; on failure say where and how many differ."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if np.array_equal(actual, expected, equal_nan=actual.dtype.kind == "f"):
+        return
+    differ = actual != expected
+    if actual.dtype.kind == "f":
+        differ &= ~(np.isnan(actual) & np.isnan(expected))
+    first = tuple(int(i) for i in np.argwhere(differ)[0])
+    raise AssertionError(
+        f"{what}: {int(differ.sum())} of {differ.size} elements differ; first at {first}: "
+        f"got {actual[first]!r}, expected {expected[first]!r}")
+
+
+def sqnr(actual, expected) -> float:
+    """SQNR in dB of ``actual`` against ``expected``: the package's sqnr_db (the accuracy
+    report's) of their powers, summed in float64."""
+    from accel_codegen.quantization.accuracy import sqnr_db
+
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    return sqnr_db(float(np.sum(expected ** 2)), float(np.sum((actual - expected) ** 2)))
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+def random_inputs(shape, count, seed):
+    """``count`` float32 N(0, 1) arrays of ``shape`` drawn with ``seed``: the CLI's own draw
+    (model_spec.random_inputs) for a model of one input."""
+    from accel_codegen.tools.model_spec import random_inputs as draw
+
+    return [x for (x,) in draw([np.zeros(shape, np.float32)], count, seed)]
+
+
+# --- running models -----------------------------------------------------------------------------
+
+def run_main(vm, *inputs) -> np.ndarray:
+    """``vm["main"]`` on NumPy arrays (or torch tensors); its output as a NumPy array."""
+    import tvm
+
+    return vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)).numpy()
+
+
+def run_all(vm, examples) -> np.ndarray:
+    """run_main on every example (an array, or a tuple of the inputs), outputs stacked."""
+    return np.stack([run_main(vm, *(e if isinstance(e, tuple) else (e,))) for e in examples])
+
+
+def build_and_run(mod, *inputs, **build_options) -> np.ndarray:
+    """``accel_codegen.build`` (partitioned or not), its VM, and run_main on ``inputs``."""
+    import accel_codegen as ac
+
+    return run_main(ac.virtual_machine(ac.build(mod, **build_options)), *inputs)
+
+
+def torch_forward(model, *inputs) -> np.ndarray:
+    """PyTorch's answer: ``model(*inputs)`` without autograd (NumPy inputs are converted)."""
+    import torch
+
+    inputs = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs]
+    with torch.no_grad():
+        return model(*inputs).numpy()
+
+
+def count_batch_norms(model) -> int:
+    import torch
+
+    return sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261122)
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooModel:
+    """A zoo model (seed 0, batch 1), its example input and its Relax import. Shared by the
+    whole session: read it, do not modify it."""
+
+    name: str
+    model: object    # torch.nn.Module, in eval mode
+    x: object        # the example input, a torch.Tensor
+    mod: object      # frontend.from_pytorch(model, (x,), ...)
+    params: dict     # {} unless imported with keep_params_as_input=True
+
+    @property
+    def x_np(self) -> np.ndarray:
+        return self.x.numpy()
+
+    @property
+    def imported(self):
+        """(mod, params, x as a NumPy array)."""
+        return self.mod, self.params, self.x_np
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """``zoo(name, keep_params_as_input=False)`` -> ZooModel: each zoo model is built and
+    imported once per test session, whichever module asks first."""
+    models, imported = {}, {}
+
+    def get(name, keep_params_as_input=False) -> ZooModel:
+        from accel_codegen import frontend
+        from accel_codegen.tools import models as zoo_models
+
+        if name not in models:
+            models[name] = zoo_models.get_model(name)
+        key = (name, bool(keep_params_as_input))
+        if key not in imported:
+            model, (x,) = models[name]
+            mod, params = frontend.from_pytorch(model, (x,),
+                                                keep_params_as_input=keep_params_as_input)
+            imported[key] = ZooModel(name, model, x, mod, params)
+        return imported[key]
+
+    return get
