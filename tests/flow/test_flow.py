@@ -10,31 +10,26 @@ import torch
 import tvm
 
 import accel_codegen as ac
-from accel_codegen import frontend, models
-from conftest import assert_close
+from accel_codegen import frontend
+from conftest import assert_close, build_and_run, run_main, torch_forward
 
 RTOL = 1e-4
 ZOO = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1"]
 
 
-def _run(vm, *inputs):
-    result = vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs))
-    return result.numpy()
-
-
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """model name -> (torch model, input, exported path, partition report)."""
+def exported(zoo, tmp_path_factory):
+    """model name -> (torch model, input, exported path, partition report, Relax module)."""
     cache = {}
 
     def get(name):
         if name not in cache:
-            model, (x,) = models.get_model(name)
-            mod, _ = frontend.from_pytorch(model, (x,))
-            partitioned = ac.partition_for_accel(mod)
+            imported = zoo(name)
+            partitioned = ac.partition_for_accel(imported.mod)
             path = ac.export_library(ac.build(partitioned),
                                      tmp_path_factory.mktemp(name) / f"{name}.so")
-            cache[name] = (model, x.numpy(), path, ac.partition_report(partitioned), mod)
+            cache[name] = (imported.model, imported.x_np, path,
+                           ac.partition_report(partitioned), imported.mod)
         return cache[name]
 
     return get
@@ -46,10 +41,8 @@ def test_zoo_model_matches_pytorch(name, exported):
     assert len(report.offloaded) > 0 and report.host == [], str(report)
     vm = ac.virtual_machine(path)
     with ac.profile() as prof:
-        y = _run(vm, x)
-    with torch.no_grad():
-        expected = model(torch.from_numpy(x)).numpy()
-    assert_close(y, expected, rtol=RTOL, what=f"{name} vs PyTorch")
+        y = run_main(vm, x)
+    assert_close(y, torch_forward(model, x), rtol=RTOL, what=f"{name} vs PyTorch")
     layers = [p for primitives in report.functions.values() for p in primitives]
     branches = [p for p in layers if "_add_conv2d_bn" in p or "_add_bias_conv2d_bn" in p]
     assert len(prof.records) == len(layers) + len(branches)  # one run per layer and branch
@@ -60,7 +53,7 @@ def test_zoo_model_matches_pytorch(name, exported):
 def test_zoo_model_matches_tvm_host_build(name, exported):
     _, x, path, _, mod = exported(name)
     host = ac.virtual_machine(ac.build_host(mod))
-    assert_close(_run(ac.virtual_machine(path), x), _run(host, x), rtol=RTOL,
+    assert_close(run_main(ac.virtual_machine(path), x), run_main(host, x), rtol=RTOL,
                  what=f"{name} vs TVM host build")
 
 
@@ -78,19 +71,16 @@ def test_exported_library_runs_in_a_fresh_process(exported, tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    with torch.no_grad():
-        expected = model(torch.from_numpy(x)).numpy()
-    assert_close(np.load(tmp_path / "y.npy"), expected, rtol=RTOL)
+    assert_close(np.load(tmp_path / "y.npy"), torch_forward(model, x), rtol=RTOL)
 
 
-def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes():
-    model, (x,) = models.get_model("resnet18")
-    mod, _ = frontend.from_pytorch(model, (x,))
+def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes(zoo):
+    mod, _, x = zoo("resnet18").imported
     results = {}
     for fuse in (True, False):
         vm = ac.virtual_machine(ac.build(mod, fuse=fuse))
         with ac.profile() as prof:
-            y = _run(vm, x.numpy())
+            y = run_main(vm, x)
         results[fuse] = (y, prof.totals)
     assert_close(results[False][0], results[True][0], rtol=RTOL)
     fused, decomposed = results[True][1], results[False][1]
@@ -100,33 +90,31 @@ def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes():
     assert decomposed["cycles"] > fused["cycles"] and decomposed["macs"] == fused["macs"]
 
 
-def test_runtime_weights_fold_at_run_time():
+def test_runtime_weights_fold_at_run_time(zoo):
     """Weights left as inputs of main: the generated code folds batch norm on every call."""
-    model, (x,) = models.get_model("resnet18")
-    mod, params = frontend.from_pytorch(model, (x,), keep_params_as_input=True)
+    resnet18 = zoo("resnet18", keep_params_as_input=True)
+    mod, params, x = resnet18.imported
     vm = ac.virtual_machine(ac.build(mod))
     names = [p.name for p in mod["main"].params[1:]]
-    y = _run(vm, x.numpy(), *(params[n] for n in names))
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=RTOL)
+    y = run_main(vm, x, *(params[n] for n in names))
+    assert_close(y, torch_forward(resnet18.model, x), rtol=RTOL)
 
 
-def test_onnx_model_runs_on_the_simulator(tmp_path):
-    model, (x,) = models.get_model("resnet18")
+def test_onnx_model_runs_on_the_simulator(tmp_path, zoo):
+    model, x = zoo("resnet18").model, zoo("resnet18").x
     path = frontend.export_onnx(model, (x,), tmp_path / "resnet18.onnx")
     mod, _ = frontend.from_onnx(path)
     report = ac.partition_report(ac.partition_for_accel(mod))
     assert report.host == [] and "relax.nn.batch_norm" in [op.op for op in report.offloaded]
-    y = _run(ac.virtual_machine(ac.build(mod)), x.numpy())
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=RTOL)
+    y = build_and_run(mod, x)
+    assert_close(y, torch_forward(model, x), rtol=RTOL)
 
 
-def test_model_with_host_ops_runs_correctly():
+def test_model_with_host_ops_runs_correctly(zoo):
     """layer_norm, softmax and batched matmul stay on the host, with reasons; the rest runs on
     the simulator, and the answer is right."""
-    model, (x,) = models.get_model("mixed_block")
-    mod, _ = frontend.from_pytorch(model, (x,))
+    mixed_block = zoo("mixed_block")
+    model, x, mod = mixed_block.model, mixed_block.x, mixed_block.mod
     partitioned = ac.partition_for_accel(mod)
     report = ac.partition_report(partitioned)
     host = {op.op: op.reason for op in report.host}
@@ -134,9 +122,8 @@ def test_model_with_host_ops_runs_correctly():
     assert host["relax.nn.layer_norm"] == "no accelerator primitive for relax.nn.layer_norm"
     assert "batched matmul" in host["relax.matmul"]
     assert any(p.startswith("accel.conv2d") for ps in report.functions.values() for p in ps)
-    y = _run(ac.virtual_machine(ac.build(partitioned)), x.numpy())
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=RTOL)
+    y = build_and_run(partitioned, x)
+    assert_close(y, torch_forward(model, x), rtol=RTOL)
 
 
 def test_generated_function_validates_its_arguments(exported):
@@ -189,6 +176,4 @@ def test_standalone_primitives_and_prelu():
     assert "accel.conv2d_bias_prelu" in primitives
     assert any(p.startswith("accel.mul") for p in primitives)
     assert report.host == [], str(report)
-    y = ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=RTOL)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-import tvm
 
 import accel_codegen as ac
-from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend, models
+from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend
 from accel_codegen.quantization import label_key, observing
+from conftest import random_inputs, run_all, run_main, sqnr, torch_forward
 
 # Measured on LeNet-5 (16 calibration inputs, seed 1234; 8 evaluation inputs, seed 1235):
 # int8 30.8 dB, fp16 63.7 dB; runtime weights in int8 31.7 dB against PyTorch. The bounds
@@ -21,25 +21,6 @@ from accel_codegen.quantization import label_key, observing
 INT8_MIN_DB = 25.0
 FP16_MIN_DB = 55.0
 CALIBRATION, EVALUATION = 16, 8
-
-
-def sqnr_db(actual, expected) -> float:
-    """10 log10(signal / noise) of ``actual`` against ``expected``, in float64."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    return float(10 * np.log10(np.sum(expected ** 2) / np.sum((actual - expected) ** 2)))
-
-
-def random_inputs(shape, count, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(shape).astype(np.float32) for _ in range(count)]
-
-
-def run(vm, *inputs) -> np.ndarray:
-    return vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)).numpy()
-
-
-def run_all(vm, examples) -> np.ndarray:
-    return np.stack([run(vm, *(e if isinstance(e, tuple) else (e,))) for e in examples])
 
 
 class ConvSigmoidConv(torch.nn.Module):
@@ -56,12 +37,12 @@ class ConvSigmoidConv(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def lenet5():
-    """(torch model, Relax module, calibration inputs, evaluation inputs)."""
-    model, (x,) = models.get_model("lenet5")
-    mod, _ = frontend.from_pytorch(model, (x,))
-    return (model, mod, random_inputs(x.shape, CALIBRATION, 1234),
-            random_inputs(x.shape, EVALUATION, 1235))
+def lenet5(zoo):
+    """(torch model, Relax module, calibration inputs, evaluation inputs) of the zoo's LeNet-5."""
+    lenet = zoo("lenet5")
+    shape = tuple(lenet.x.shape)
+    return (lenet.model, lenet.mod, random_inputs(shape, CALIBRATION, 1234),
+            random_inputs(shape, EVALUATION, 1235))
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +72,13 @@ def test_reduced_precision_matches_fp32(outputs, precision, bound):
     fp32 = outputs["fp32"]
     actual = outputs[precision]
     assert actual.shape == fp32.shape and actual.dtype == np.float32
-    figure = sqnr_db(actual, fp32)
+    figure = sqnr(actual, fp32)
     assert figure >= bound, f"{precision}: {figure:.2f} dB < {bound} dB"
     assert np.array_equal(actual.argmax(axis=-1), fp32.argmax(axis=-1)), precision
 
 
 def test_fp16_is_closer_to_fp32_than_int8(outputs):
-    assert sqnr_db(outputs["fp16"], outputs["fp32"]) > sqnr_db(outputs["int8"],
+    assert sqnr(outputs["fp16"], outputs["fp32"]) > sqnr(outputs["int8"],
                                                                outputs["fp32"]) + 20
 
 
@@ -105,7 +86,7 @@ def test_every_accelerator_run_is_in_the_build_precision(lenet5, builds):
     x = lenet5[3][0]
     for precision, (_, _, vm) in builds.items():
         with ac.profile() as prof:
-            run(vm, x)
+            run_main(vm, x)
         assert prof.records and {op.precision for op in prof.ops} == {precision}
 
 
@@ -137,7 +118,7 @@ def test_exported_int8_library_is_bit_identical_in_a_fresh_process(lenet5, build
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     fresh = np.load(tmp_path / "y.npy")
-    in_process = np.stack([run(vm, x) for x in evaluation])
+    in_process = np.stack([run_main(vm, x) for x in evaluation])
     assert fresh.dtype == in_process.dtype and np.array_equal(fresh, in_process)
 
 
@@ -174,12 +155,11 @@ def test_precision_errors(lenet5, kwargs, error, message):
 
 # --- what stays on the host in int8 -------------------------------------------------------------
 
-def test_runtime_weights_stay_on_the_host_in_int8(lenet5):
+def test_runtime_weights_stay_on_the_host_in_int8(lenet5, zoo):
     """Unbound weights: the layers that read them run on the host (int8 code folds its
     weights at compile time), the rest runs int8, and the model still matches PyTorch."""
     model, _, calibration, evaluation = lenet5
-    mod, params = frontend.from_pytorch(model, (torch.from_numpy(evaluation[0]),),
-                                        keep_params_as_input=True)
+    mod, params, _ = zoo("lenet5", keep_params_as_input=True).imported
     weights = tuple(params[p.name] for p in mod["main"].params[1:])
     part = ac.partition_for_accel(mod, precision="int8",
                                   calibration=[(x,) + weights for x in calibration[:4]])
@@ -191,9 +171,8 @@ def test_runtime_weights_stay_on_the_host_in_int8(lenet5):
     assert report.offloaded  # the relu and pooling ops still run, in int8
     vm = ac.virtual_machine(ac.build(part))
     actual = run_all(vm, [(x,) + weights for x in evaluation])
-    with torch.no_grad():
-        expected = np.stack([model(torch.from_numpy(x)).numpy() for x in evaluation])
-    assert sqnr_db(actual, expected) >= INT8_MIN_DB
+    expected = np.stack([torch_forward(model, x) for x in evaluation])
+    assert sqnr(actual, expected) >= INT8_MIN_DB
 
 
 def test_sigmoid_after_conv_splits_the_int8_chain():
@@ -215,14 +194,14 @@ def test_sigmoid_after_conv_splits_the_int8_chain():
     evaluation = random_inputs(shape, 4, 1235)
     actual = run_all(ac.virtual_machine(ac.build(part)), evaluation)
     expected = run_all(ac.virtual_machine(ac.build(mod)), evaluation)
-    assert sqnr_db(actual, expected) >= INT8_MIN_DB
+    assert sqnr(actual, expected) >= INT8_MIN_DB
 
 
-def test_mixed_block_int8_with_host_ops_between_accelerator_runs():
+def test_mixed_block_int8_with_host_ops_between_accelerator_runs(zoo):
     """layer norm, softmax and batched matmuls on the host between int8 runs: every
     accelerator run is int8, and the output stays close to fp32 (measured 28.5 dB)."""
-    model, (x,) = models.get_model("mixed_block")
-    mod, _ = frontend.from_pytorch(model, (x,))
+    mixed_block = zoo("mixed_block")
+    mod, x = mixed_block.mod, mixed_block.x
     part = ac.partition_for_accel(mod, precision="int8",
                                   calibration=random_inputs(x.shape, 8, 1234))
     report = ac.partition_report(part)
@@ -234,15 +213,14 @@ def test_mixed_block_int8_with_host_ops_between_accelerator_runs():
         actual = run_all(vm, evaluation)
     assert {op.precision for op in prof.ops} == {"int8"}
     expected = run_all(ac.virtual_machine(ac.build(mod)), evaluation)
-    assert sqnr_db(actual, expected) >= 20.0
+    assert sqnr(actual, expected) >= 20.0
 
 
 # --- estimate -----------------------------------------------------------------------------------
 
-def test_int8_estimate_of_resnet18_halves_cycles_and_bytes():
+def test_int8_estimate_of_resnet18_halves_cycles_and_bytes(zoo):
     """Costs need no data: int8 has twice fp16's MACs per cycle and 1-byte data."""
-    model, (x,) = models.get_model("resnet18")
-    mod, _ = frontend.from_pytorch(model, (x,))
+    mod = zoo("resnet18").mod
     int8, fp16 = (ac.estimate(mod, precision=p) for p in ("int8", "fp16"))
     assert int8.macs == fp16.macs > 1.5e9
     assert int8.total_cycles < fp16.total_cycles and int8.bytes < fp16.bytes
@@ -271,7 +249,7 @@ def test_calibration_methods_build_and_percentile_never_exceeds_max(lenet5, outp
         scales[method] = {key: q.scale for key, q in found.tensors.items()}
         actual = run_all(ac.virtual_machine(ac.build(part)), evaluation[:4])
         assert np.all(np.isfinite(actual))
-        assert sqnr_db(actual, outputs["fp32"][:4]) >= bound, method
+        assert sqnr(actual, outputs["fp32"][:4]) >= bound, method
     assert set(scales["percentile"]) == set(scales["max"]) == set(scales["entropy"])
     for key, scale in scales["percentile"].items():
         assert 0 < scale <= scales["max"][key], key
@@ -301,10 +279,10 @@ def test_accuracy_report_figures(lenet5, builds, outputs):
     # one row per pass output, in execution order
     observed = _PassOutputs()
     with observing(observed):
-        run(builds["int8"][2], evaluation[0])
+        run_main(builds["int8"][2], evaluation[0])
     assert [(t.key, t.op_index) for t in report.tensors] == observed.keys
     # the output SQNR is the one of the two builds' outputs
-    assert report.output_sqnr_db == pytest.approx(sqnr_db(outputs["int8"], outputs["fp32"]),
+    assert report.output_sqnr_db == pytest.approx(sqnr(outputs["int8"], outputs["fp32"]),
                                                   abs=1e-9)
     assert 0.0 <= report.top1_agreement <= 1.0
     agree = np.mean(outputs["int8"].argmax(-1) == outputs["fp32"].argmax(-1))
@@ -325,6 +303,6 @@ def test_fp16_accuracy_report(lenet5, outputs):
     report = ac.accuracy_report(mod, None, evaluation[:4], precision="fp16")
     assert report.precision == "fp16" and report.calibration_method is None
     assert report.output_sqnr_db == pytest.approx(
-        sqnr_db(outputs["fp16"][:4], outputs["fp32"][:4]), abs=1e-9)
+        sqnr(outputs["fp16"][:4], outputs["fp32"][:4]), abs=1e-9)
     assert report.output_sqnr_db >= FP16_MIN_DB
     assert all(t.saturated == 0 and t.scale is None for t in report.tensors)
