@@ -98,6 +98,18 @@ def count_batch_norms(model) -> int:
     return sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
 
 
+def run_cli(capsys, *argv):
+    """(exit status, stdout, stderr) of one in-process ``accel-codegen`` invocation."""
+    from accel_codegen.tools import cli
+
+    try:
+        status = cli.main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse: --help (0) and usage errors (2)
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 # --- fixtures -----------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -1,15 +1,13 @@
 """A user's custom PyTorch module kept as one monolithic op and offloaded through a registered
 primitive; on hardware that cannot run it, it falls back to its host implementation."""
-import numpy as np
 import pytest
 import torch
-import tvm
 from tvm import topi
 
 import accel_codegen as ac
 from accel_codegen import custom, frontend
 from accel_codegen.lowering import SdpSpec
-from conftest import assert_close
+from conftest import assert_close, build_and_run, torch_forward
 
 
 @torch.library.custom_op("accel_test::scale_shift_act", mutates_args=())
@@ -71,10 +69,8 @@ def test_custom_module_is_one_op_and_offloaded(registered):
     assert len(custom_ops) == 1 and custom_ops[0].op.startswith("relax.call_tir")
     assert report.host == []
     for fuse in (True, False):  # decomposed: scale, then bias, as separate ops
-        y = ac.virtual_machine(ac.build(mod, fuse=fuse))["main"](
-            tvm.runtime.tensor(x.numpy())).numpy()
-        with torch.no_grad():
-            assert_close(y, model(x).numpy(), rtol=1e-5, what=f"fuse={fuse}")
+        assert_close(build_and_run(mod, x, fuse=fuse), torch_forward(model, x), rtol=1e-5,
+                     what=f"fuse={fuse}")
 
 
 def test_custom_op_falls_back_to_its_host_implementation(registered):
@@ -85,9 +81,7 @@ def test_custom_op_falls_back_to_its_host_implementation(registered):
     partitioned = ac.partition_for_accel(mod, config="nv_small")
     (host,) = ac.partition_report(partitioned).host
     assert host.op.startswith("relax.call_tir") and "lookup table" in host.reason
-    y = ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    with torch.no_grad():
-        assert_close(y, model(x).numpy(), rtol=1e-5)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=1e-5)
 
 
 def test_unregistered_custom_op_is_a_clear_import_error():

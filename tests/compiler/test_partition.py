@@ -10,6 +10,7 @@ from tvm import relax
 
 import accel_codegen as ac
 from accel_codegen.frontend import from_pytorch
+from conftest import build_and_run, run_main
 
 torch.manual_seed(0)
 
@@ -216,8 +217,8 @@ def test_unknown_config_is_a_clear_error():
 def _host_vs_accel(model, x, **kwargs):
     mod = _import(model, tuple(x.shape))
     partitioned = ac.partition_for_accel(mod, **kwargs)
-    y = ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy())).numpy()
-    host = ac.virtual_machine(ac.build_host(mod))["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    y = build_and_run(partitioned, x)
+    host = run_main(ac.virtual_machine(ac.build_host(mod)), x)
     return ac.partition_report(partitioned), y, host
 
 

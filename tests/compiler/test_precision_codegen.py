@@ -10,6 +10,7 @@ from accel_codegen import codegen, frontend, reference
 from accel_codegen.lowering import BatchNormSpec
 from accel_codegen.quantization import (Calibration, TensorQuant, encode_multipliers,
                                         quantize_weights, round_half_away)
+from conftest import build_and_run, run_main, torch_forward
 
 
 class ConvBnReluPool(torch.nn.Module):
@@ -33,10 +34,6 @@ class AddRelu(torch.nn.Module):
         return torch.relu(x + y)
 
 
-def _vm(mod, **kw):
-    return ac.virtual_machine(ac.build(mod, **kw))
-
-
 def _module(model, *inputs):
     mod, params = frontend.from_pytorch(model, tuple(torch.from_numpy(x) for x in inputs))
     return mod, params
@@ -50,8 +47,7 @@ def test_int8_conv_layer_equals_the_engine_definition():
     q_in, q_out = TensorQuant(0.03125, 0), TensorQuant(0.0119, -128)
     calibration = Calibration("max", 1, {("f0.0", -1): q_in, ("f0.0", 1): q_out,
                                          ("f0.0", 2): TensorQuant(0.5, 0)})
-    got = _vm(mod, params=params, precision="int8", calibration=calibration)["main"](
-        tvm.runtime.tensor(x)).numpy()
+    got = build_and_run(mod, x, params=params, precision="int8", calibration=calibration)
 
     # The same layer composed from the engine definitions (reference.py) by hand.
     bn = model.bn
@@ -84,8 +80,7 @@ def test_int8_residual_add_rescales_both_streams_below_the_output_step():
     qx, qy, qo = TensorQuant(0.02, 0), TensorQuant(0.035, 0), TensorQuant(0.015, -128)
     calibration = Calibration("max", 1, {("f0.0", -1): qx, ("f0.0", -2): qy,
                                          ("f0.0", 0): qo})
-    got = _vm(mod, params=params, precision="int8", calibration=calibration)["main"](
-        tvm.runtime.tensor(x), tvm.runtime.tensor(y)).numpy()
+    got = build_and_run(mod, x, y, params=params, precision="int8", calibration=calibration)
     target = qo.scale / 256  # 8 bits below the output step
     mul, rshift = encode_multipliers(np.full(4, qx.scale / target), "x")
     ew_mul, ew_shift = encode_multipliers([qy.scale / target], "y")
@@ -101,14 +96,14 @@ def test_int8_residual_add_rescales_both_streams_below_the_output_step():
 
 
 @pytest.mark.parametrize("precision", ["int8", "fp16"])
-def test_estimate_equals_the_profiled_run(precision):
-    model, (x,) = ac.models.get_model("lenet5")
-    mod, params = frontend.from_pytorch(model, (x,))
+def test_estimate_equals_the_profiled_run(precision, zoo):
+    mod, params, x = zoo("lenet5").imported
     calibration = [np.random.default_rng(2).standard_normal(tuple(x.shape), dtype=np.float32)
                    for _ in range(2)] if precision == "int8" else None
-    vm = _vm(mod, params=params, precision=precision, calibration=calibration)
+    vm = ac.virtual_machine(ac.build(mod, params=params, precision=precision,
+                                     calibration=calibration))
     with ac.profile() as prof:
-        vm["main"](tvm.runtime.tensor(x.numpy()))
+        run_main(vm, x)
     estimate = ac.estimate(mod, params, precision=precision)
     assert prof.totals["cycles"] == estimate.total_cycles
     assert prof.totals["bytes_read"] == estimate.bytes_read
@@ -122,17 +117,15 @@ def test_fp16_layer_rounds_once_per_engine_pass():
     model = ConvBnReluPool()
     x = np.random.default_rng(3).standard_normal((1, 5, 8, 8)).astype(np.float32)
     mod, params = _module(model, x)
-    got = _vm(mod, params=params, precision="fp16")["main"](tvm.runtime.tensor(x)).numpy()
+    got = build_and_run(mod, x, params=params, precision="fp16")
     # Every value is a half, and within half an ulp plus the fp32 sum's error of fp32's result.
     assert np.array_equal(got.astype(np.float16).astype(np.float32), got)
-    with torch.no_grad():
-        expected = model(torch.from_numpy(x)).numpy()
+    expected = torch_forward(model, x)
     assert np.max(np.abs(got - expected)) <= 4e-3 * np.max(np.abs(expected))
 
 
-def test_int8_generated_source_reads_typed_constants():
-    model, (x,) = ac.models.get_model("lenet5")
-    mod, params = frontend.from_pytorch(model, (x,))
+def test_int8_generated_source_reads_typed_constants(zoo):
+    mod, params, x = zoo("lenet5").imported
     calibration = [np.zeros(tuple(x.shape), np.float32)]
     part = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
     source = next(iter(ac.generated_sources(part).values()))
@@ -170,11 +163,10 @@ def test_accuracy_report_pairs_the_tensors_of_a_conv_without_sdp(precision):
     assert all(t.sqnr_db > floor for t in report.tensors), str(report)
 
 
-def test_calibration_must_be_examples_not_one_array():
-    model, (x,) = ac.models.get_model("lenet5")
-    mod, params = frontend.from_pytorch(model, (x,))
+def test_calibration_must_be_examples_not_one_array(zoo):
+    mod, params, x = zoo("lenet5").imported
     with pytest.raises(ac.AccelInvalidError, match="wrap it"):
-        ac.partition_for_accel(mod, params, precision="int8", calibration=x.numpy())
+        ac.partition_for_accel(mod, params, precision="int8", calibration=x)
 
 
 def test_int8_code_generation_errors_come_back_typed():
@@ -205,6 +197,6 @@ def test_int8_zero_channel_factor_stays_on_the_host_with_its_reason():
     part = ac.partition_for_accel(mod, params, precision="int8", calibration=[x])
     multiply = [op for op in ac.partition_report(part).ops if op.op == "relax.multiply"]
     assert not multiply[0].offloaded and "scale of 0 has no int8 converter" in multiply[0].reason
-    got = ac.virtual_machine(ac.build(part))["main"](tvm.runtime.tensor(x)).numpy()
+    got = build_and_run(part, x)
     assert np.max(np.abs(got - np.maximum(x * np.array([1, 0, 2, 3.0]).reshape(1, 4, 1, 1) + 1,
                                           0))) < 0.1

@@ -20,6 +20,7 @@ from accel_codegen import cli, frontend, toolchain
 from accel_codegen.compiler import link
 from accel_codegen.errors import (AccelError, AccelInvalidError, AccelLibraryError,
                                   AccelShapeError)
+from conftest import random_inputs, run_cli, run_main
 
 PACKAGE = Path(ac.__file__).resolve().parent
 IN_SHAPE = (1, 3, 16, 16)
@@ -40,8 +41,7 @@ class Small(torch.nn.Module):
 
 
 def _inputs(count, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(IN_SHAPE).astype(np.float32) for _ in range(count)]
+    return random_inputs(IN_SHAPE, count, seed)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def _stress(vm, threads=8, calls=100):
     """Every thread calls the VM (half through a handle taken by the main thread, half through
     vm["main"] of its own) on inputs whose single-thread results are known."""
     inputs = _inputs(8, seed=2)
-    expected = [vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs]
+    expected = [run_main(vm, x) for x in inputs]
     shared = vm["main"]
     errors, wrong, done = [], [], []
 
@@ -427,15 +427,6 @@ def test_export_library_compile_failure_is_short_and_typed(small_mod, tmp_path, 
 
 
 # --- item 8: the command line ------------------------------------------------------------------
-
-def run_cli(capsys, *argv):
-    try:
-        status = cli.main([str(a) for a in argv])
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
 
 def _one_error_line(err, command):
     lines = [line for line in err.strip().splitlines() if line.strip()]
