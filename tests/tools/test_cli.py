@@ -11,18 +11,9 @@ import numpy as np
 import pytest
 
 from accel_codegen.cli import main
+from conftest import run_cli, run_main, torch_forward
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def run_cli(capsys, *argv):
-    """(exit status, stdout, stderr) of one in-process invocation."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exit_:  # argparse: --help (0) and usage errors (2)
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 # --- fast paths and usage ---------------------------------------------------------------------
@@ -110,11 +101,11 @@ def test_partition_python_function(capsys, tmp_path):
     assert status == 1 and "must return (torch_module, example_inputs_tuple)" in err
 
 
-def test_partition_onnx_file(capsys, tmp_path):
-    from accel_codegen import frontend, models
+def test_partition_onnx_file(capsys, tmp_path, zoo):
+    from accel_codegen import frontend
 
-    model, inputs = models.get_model("lenet5")
-    path = frontend.export_onnx(model, inputs, tmp_path / "lenet5.onnx")
+    lenet = zoo("lenet5")
+    path = frontend.export_onnx(lenet.model, (lenet.x,), tmp_path / "lenet5.onnx")
     status, out, err = run_cli(capsys, "partition", path)
     assert status == 0, err
     assert "accel.conv2d_bias_relu_maxpool" in out
@@ -181,18 +172,12 @@ def test_compile_needs_an_output(capsys):
     assert status == 2 and "-o/--output" in err
 
 
-def test_run_matches_pytorch_and_profiles(capsys, compiled, tmp_path):
-    import torch
-
-    from accel_codegen import models
-
+def test_run_matches_pytorch_and_profiles(capsys, compiled, tmp_path, zoo):
     library, x = compiled
     y = tmp_path / "y.npy"
     status, out, err = run_cli(capsys, "run", library, "--input", x, "--output", y, "--profile")
     assert status == 0, err
-    model, _ = models.get_model("lenet5")
-    with torch.no_grad():
-        expected = model(torch.from_numpy(np.load(x))).numpy()
+    expected = torch_forward(zoo("lenet5").model, np.load(x))
     np.testing.assert_allclose(np.load(y), expected, rtol=1e-4, atol=1e-4)
     assert "accel.conv2d_bias_relu_maxpool" in out and "total" in out and "frames/s" in out
 
@@ -367,14 +352,8 @@ def test_compiled_int8_library_runs_the_seeded_calibration(capsys, compiled_int8
     model = bench.load_model("lenet5")
     exe = ac.build(model.mod, model.params, precision="int8",
                    calibration=cli.random_inputs(model, 8, 7))
-    expected = ac.virtual_machine(exe)["main"](tvm_tensor(np.load(x))).numpy()
+    expected = run_main(ac.virtual_machine(exe), np.load(x))
     assert np.array_equal(np.load(y), expected)
-
-
-def tvm_tensor(array):
-    import tvm
-
-    return tvm.runtime.tensor(array)
 
 
 def test_run_refuses_a_library_of_another_precision(capsys, compiled_int8, compiled):

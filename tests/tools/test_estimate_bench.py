@@ -1,39 +1,24 @@
 """estimate() against what a real run's profile records, its precision checks, the sweep's
 sanity, and the benchmark's Python API (a Relax module without PyTorch)."""
-import numpy as np
 import pytest
-import tvm
 
 import accel_codegen as ac
-from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend, models
+from accel_codegen import AccelInvalidError, AccelUnsupportedError
 from accel_codegen.bench import format_table, run_bench
 from accel_codegen.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
                                       sweep_configs)
-
-
-@pytest.fixture(scope="module")
-def resnet18():
-    model, (x,) = models.get_model("resnet18")
-    mod, params = frontend.from_pytorch(model, (x,))
-    return mod, params, x.numpy()
-
-
-@pytest.fixture(scope="module")
-def lenet5():
-    model, (x,) = models.get_model("lenet5")
-    mod, params = frontend.from_pytorch(model, (x,))
-    return mod, params, x.numpy()
+from conftest import run_main
 
 
 def _profiled(mod, params, x, config, fuse):
     vm = ac.virtual_machine(ac.build(mod, params, config=config, fuse=fuse))
     with ac.profile() as prof:
-        vm["main"](tvm.runtime.tensor(x))
+        run_main(vm, x)
     return prof
 
 
-def test_estimate_equals_a_profiled_run_of_resnet18(resnet18):
-    mod, params, x = resnet18
+def test_estimate_equals_a_profiled_run_of_resnet18(zoo):
+    mod, params, x = zoo("resnet18").imported
     report = estimate(mod, params, config="nv_full")
     prof = _profiled(mod, params, x, "nv_full", True)
     assert report.total_cycles == prof.totals["cycles"]
@@ -48,8 +33,8 @@ def test_estimate_equals_a_profiled_run_of_resnet18(resnet18):
 
 
 @pytest.mark.parametrize("config", ["nv_small", "nv_large"])
-def test_estimate_equals_a_profiled_decomposed_run(lenet5, config):
-    mod, params, x = lenet5
+def test_estimate_equals_a_profiled_decomposed_run(zoo, config):
+    mod, params, x = zoo("lenet5").imported
     report = estimate(mod, params, config=config, fuse=False)
     prof = _profiled(mod, params, x, config, False)
     assert [(layer.label, layer.mode, layer.cycles, layer.bytes_read + layer.bytes_written)
@@ -57,8 +42,8 @@ def test_estimate_equals_a_profiled_decomposed_run(lenet5, config):
         [(r.label, r.mode, r.cycles, r.bytes_read + r.bytes_written) for r in prof.records]
 
 
-def test_report_table_and_dict(lenet5):
-    mod, params, _ = lenet5
+def test_report_table_and_dict(zoo):
+    mod, params, _ = zoo("lenet5").imported
     report = estimate(mod, params, config="nv_small")
     text = str(report)
     assert "nv_small" in text and "total" in text and "frames/s" in text
@@ -76,8 +61,8 @@ def test_report_table_and_dict(lenet5):
     ("nv_full", "int16", AccelUnsupportedError, "emits fp32, fp16, int8 only"),
     ("nv_full", "fp64", AccelInvalidError, "unknown precision 'fp64'"),
 ])
-def test_precision_checks(lenet5, config, precision, error, message):
-    mod, params, _ = lenet5
+def test_precision_checks(zoo, config, precision, error, message):
+    mod, params, _ = zoo("lenet5").imported
     with pytest.raises(error, match=message):
         estimate(mod, params, config=config, precision=precision)
 
@@ -99,8 +84,8 @@ def test_mac_array_rejects(macs):
         mac_array(macs)
 
 
-def test_more_dram_bandwidth_never_lowers_frames_per_s(resnet18):
-    mod, params, _ = resnet18
+def test_more_dram_bandwidth_never_lowers_frames_per_s(zoo):
+    mod, params, _ = zoo("resnet18").imported
     dram = [1, 2, 5, 10, 20, 50]
     result = sweep(mod, params, sweep_configs("nv_full", [256, 2048], dram, [128, 512]),
                    model_name="resnet18", progress=False)
@@ -119,8 +104,8 @@ def test_more_dram_bandwidth_never_lowers_frames_per_s(resnet18):
     assert "frames/s" in format_sweep(result)
 
 
-def test_run_bench_on_a_relax_module_skips_pytorch(lenet5):
-    mod, params, x = lenet5
+def test_run_bench_on_a_relax_module_skips_pytorch(zoo):
+    mod, params, x = zoo("lenet5").imported
     result = run_bench(mod, [x], modes=["fused", "decomposed", "pytorch"], repeat=2,
                        progress=False, per_layer=True)
     assert set(result["modes"]) == {"fused", "decomposed"}
@@ -130,8 +115,8 @@ def test_run_bench_on_a_relax_module_skips_pytorch(lenet5):
     assert "skipped" in format_table(result)
 
 
-def test_run_bench_rejects_bad_arguments(lenet5):
-    mod, _, x = lenet5
+def test_run_bench_rejects_bad_arguments(zoo):
+    mod, _, x = zoo("lenet5").imported
     with pytest.raises(AccelInvalidError, match="unknown modes"):
         run_bench(mod, [x], modes=["gpu"])
     with pytest.raises(AccelInvalidError, match="needs its example inputs"):

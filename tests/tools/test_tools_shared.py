@@ -242,30 +242,21 @@ def _counts_increase(calls):
     return len(totals) == 1 and done == list(range(len(calls))) and done[-1] == totals.pop()
 
 
-@pytest.fixture(scope="module")
-def lenet5():
-    from accel_codegen import frontend, models
-
-    model, (x,) = models.get_model("lenet5")
-    mod, params = frontend.from_pytorch(model, (x,))
-    return mod, params, x.numpy()
-
-
-def test_sweep_reports_progress_with_increasing_counts(lenet5):
+def test_sweep_reports_progress_with_increasing_counts(zoo):
     from accel_codegen.estimation import sweep, sweep_configs
 
-    mod, params, _ = lenet5
+    mod, params, _ = zoo("lenet5").imported
     calls = []
     points = sweep_configs("nv_full", [64, 2048], [1, 20])
     sweep(mod, params, points, progress=lambda done, total: calls.append((done, total)))
     assert calls[0] == (0, 4) and _counts_increase(calls)
 
 
-def test_bench_reports_progress_with_increasing_counts(lenet5):
+def test_bench_reports_progress_with_increasing_counts(zoo):
     from accel_codegen.bench import run_bench
     from accel_codegen.estimation import model_layers
 
-    mod, _, x = lenet5
+    mod, _, x = zoo("lenet5").imported
     calls = []
     result = run_bench(mod, [x], modes=["fused", "decomposed"], repeat=2, warmup=1,
                        per_layer_wall=True,
