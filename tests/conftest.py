@@ -159,3 +159,39 @@ def zoo():
         return imported[key]
 
     return get
+
+
+# --- engine ops shared by the engine tests (tests/sim) -----------------------------------------
+
+def run_and_compare(device, chain, x, what):
+    """Run ``chain`` fused, then independent: each gives the reference's output exactly.
+    Returns the last (independent) output."""
+    from accel_codegen import reference as ref
+
+    for mode in ("fused", "independent"):
+        y, _ = device.run(chain, x, mode=mode)
+        assert_same(y, ref.run_chain(chain, x), f"{what} ({mode})")
+    return y
+
+
+FP16_EPILOGUES = ["bias", "bn_relu", "bn_relu6", "bn_prelu", "bn_add", "mul", "max_min",
+                  "scale_only"]
+
+
+def fp16_sdp(rng, spec, shape):
+    """A random FP16 SDP of one of FP16_EPILOGUES for a tensor of ``shape`` (CONV + SDP and
+    SDP-alone tests draw theirs from here)."""
+    from accel_codegen import Sdp
+
+    c = shape[1]
+    half = lambda a: np.asarray(a, np.float16)  # noqa: E731
+    scale = half(rng.uniform(0.5, 2, c) * rng.choice([-1, 1], c)) if spec in (
+        "bn_relu", "bn_relu6", "bn_prelu", "bn_add", "scale_only") else None
+    shift = half(rng.standard_normal(c) * 0.5) if spec not in ("scale_only", "mul",
+                                                              "max_min") else None
+    ew_op = {"bn_add": "add", "mul": "mul", "max_min": rng.choice(["max", "min"])}.get(spec)
+    operand = half(rng.standard_normal(shape) * 1.5) if ew_op else None
+    act = {"bn_relu": "relu", "bn_relu6": "clip", "bn_prelu": "prelu"}.get(spec)
+    slope = half(rng.uniform(-1, 1, c)) if act == "prelu" else None
+    return Sdp(scale=scale, shift=shift, ew_op=ew_op, operand=operand, act=act,
+               clip=(-1.5, 2.25) if act == "clip" else None, prelu_slope=slope, precision="fp16")

@@ -1,9 +1,13 @@
-"""The cost model against figures computed by hand (see the comments for the arithmetic)."""
+"""The cost model against figures computed by hand (see the comments for the arithmetic), in
+every precision: 1-byte int8, 2-byte fp16, fp32 charged as fp16."""
 import numpy as np
 import pytest
 
-from accel_codegen import AccelConfig, Conv, Device, Pool, Sdp, estimate_chain
+from accel_codegen import AccelConfig, AccelInvalidError, Conv, Device, Pool, Sdp, estimate_chain
+from accel_codegen.ops import SHAPE_ONLY
 from accel_codegen.sim import profile_enable, profile_records
+
+DEVICE = Device("nv_full", num_threads=2)
 
 
 def _conv_bn_relu(c, k, kernel=3, pad=1):
@@ -144,3 +148,82 @@ def test_strided_1x1_reads_only_the_rows_it_uses_and_never_rereads_negatively():
                               (1, 64, 64, 64)).ops[0]
         assert conv.reread_bytes >= 0
         assert conv.input_bytes <= 32 * 64 * 128  # 32 of 64 rows, 64 positions of 128 B
+
+
+# --- int8 and fp16: 1-byte int8 at the full atomic K, 2-byte fp16 at half ----------------------
+
+def test_cost_int8_is_one_byte_at_full_atomic_k_fp16_two_bytes_at_half():
+    config = AccelConfig.preset("nv_full")
+    n, c, h, w, k = 1, 64, 14, 14, 128
+    shape = (n, c, h, w)
+
+    def layer(precision):
+        conv = Conv(None, weight_shape=(k, c, 3, 3), padding=1, precision=precision)
+        if precision == "int8":
+            sdp = Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY, act="relu",
+                      precision="int8")
+        else:
+            sdp = Sdp(scale=SHAPE_ONLY, shift=SHAPE_ONLY, act="relu", precision=precision)
+        return estimate_chain(config, [conv, sdp], shape)
+
+    i8, f16 = layer("int8"), layer("fp16")
+    positions = n * h * w
+
+    def feature(channels, element):
+        atom = config.memory_atom_bytes
+        return positions * -(-channels * element // atom) * atom
+
+    assert i8.macs == f16.macs == positions * k * c * 9
+    assert i8.ops[0].mac_cycles == positions * -(-c // config.atomic_c) * -(-k // config.atomic_k) * 9
+    assert f16.ops[0].mac_cycles == positions * -(-c // config.atomic_c) * -(-k // (
+        config.atomic_k // 2)) * 9
+    assert f16.ops[0].mac_cycles == 2 * i8.ops[0].mac_cycles
+    assert config.macs_per_cycle("int8") == 2 * config.macs_per_cycle("fp16")
+    assert (i8.ops[0].input_bytes, f16.ops[0].input_bytes) == (feature(c, 1), feature(c, 2))
+    assert (i8.ops[0].weight_bytes, f16.ops[0].weight_bytes) == (k * c * 9, k * c * 9 * 2)
+    assert (i8.ops[1].bytes_written, f16.ops[1].bytes_written) == (feature(k, 1), feature(k, 2))
+    assert i8.ops[1].weight_bytes == k * (4 + 2 + 1)       # int32 bias, int16 mul, uint8 shift
+    assert f16.ops[1].weight_bytes == k * 2 * 2            # fp16 scale and shift
+    assert i8.utilization == pytest.approx(f16.utilization)
+    # the fp32 reference precision is charged as fp16
+    f32 = estimate_chain(config, [Conv(None, weight_shape=(k, c, 3, 3), padding=1),
+                                  Sdp(scale=SHAPE_ONLY, shift=SHAPE_ONLY, act="relu")], shape)
+    assert (f32.cycles, f32.bytes_read) == (f16.cycles, f16.bytes_read)
+    # an executed run costs what the estimate says
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    chain = [Conv(rng.integers(-128, 128, (k, c, 3, 3)).astype(np.int8), padding=1,
+                  precision="int8"),
+             Sdp(bias=np.zeros(k, np.int32), mul=np.ones(k, np.int16), rshift=np.zeros(k, np.uint8),
+                 act="relu", precision="int8")]
+    _, run = DEVICE.run(chain, x)
+    assert (run.cycles, run.bytes_read, run.bytes_written) == (i8.cycles, i8.bytes_read,
+                                                               i8.bytes_written)
+
+
+def test_cost_independent_int8_and_fp16_convs_hand_the_sdp_their_accumulators():
+    """INDEPENDENT mode: an INT8/FP16 CONV's result goes on the fly to its SDP (CACC feeds SDP);
+    an fp32 CONV writes it to memory and the SDP reads it back."""
+    shape = (1, 32, 16, 16)
+    for precision in ("int8", "fp16", "fp32"):
+        conv = Conv(None, weight_shape=(32, 32, 3, 3), padding=1, precision=precision)
+        sdp = (Sdp(bias=SHAPE_ONLY, precision="int8") if precision == "int8"
+               else Sdp(shift=SHAPE_ONLY, precision=precision))
+        stats = estimate_chain("nv_full", [conv, sdp, Pool("max", 2, 2, precision=precision)],
+                               shape, mode="independent")
+        on_chip = precision != "fp32"
+        assert (stats.ops[0].bytes_written == 0) == on_chip, precision
+        assert (stats.ops[1].input_bytes == 0) == on_chip, precision
+        assert stats.ops[1].bytes_written > 0 and stats.ops[2].input_bytes > 0
+
+
+def test_shape_only_int8_and_fp16_operands_estimate_but_do_not_run():
+    conv = Conv(None, weight_shape=(8, 4, 3, 3), precision="int8")
+    sdp = Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY, ew_op="add",
+              operand=SHAPE_ONLY, act="prelu", prelu_mul=SHAPE_ONLY, precision="int8")
+    stats = estimate_chain("nv_full", [conv, sdp], (1, 4, 8, 8))
+    assert stats.ops[1].operand_bytes > 0 and stats.ops[1].weight_bytes == 8 * (4 + 2 + 1 + 2)
+    with pytest.raises(AccelInvalidError, match="shape-only operands"):
+        DEVICE.run([sdp], np.zeros((1, 8, 6, 6), np.int8))
+    fp16 = estimate_chain("nv_full", [Sdp(scale=SHAPE_ONLY, precision="fp16")], (1, 4, 8, 8))
+    assert fp16.ops[0].precision == "fp16"

@@ -16,8 +16,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent        # tests/sim: the suites below live next to this file
 ROOT = HERE.parents[1]
-CHECKED_SUITES = ["test_engines.py", "test_validation.py", "test_cost_model.py",
-                  "test_precision_engines.py", "test_hardening_sim.py", "test_properties.py"]
+CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.py",
+                  "test_device_runs.py", "test_validation.py", "test_cost_model.py",
+                  "test_hardening_sim.py", "test_properties.py"]
 
 
 def _run(cmd, **kwargs):

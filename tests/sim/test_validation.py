@@ -7,6 +7,7 @@ import pytest
 from accel_codegen import (AccelBufferError, AccelConfig, AccelError, AccelInvalidError,
                            AccelShapeError, AccelUnsupportedError, Conv, Device, Pool, Sdp)
 from accel_codegen._accel_ffi import ffi, lib
+from accel_codegen.ops import AccelDtypeError
 
 DEVICE = Device("nv_full")
 X = np.ones((1, 4, 8, 8), dtype=np.float32)
@@ -415,3 +416,57 @@ def test_convert_rejections_name_the_bad_value():
     assert "src = " in ffi.string(lib.accel_last_error()).decode()
     assert _convert(x, lib.ACCEL_FP32, x.view(np.int8), lib.ACCEL_INT8) == lib.ACCEL_ERR_INVALID
     assert "overlap" in ffi.string(lib.accel_last_error()).decode()
+
+
+# --- dtypes: what int8 and fp16 data and parameters must be ------------------------------------
+
+DTYPE_ERRORS = [
+    ("float input for int8 ops",
+     lambda: DEVICE.run([Pool(precision="int8")], np.zeros((1, 1, 4, 4), np.float32)),
+     AccelDtypeError, "precision int8 differs from the input's fp32"),
+    ("float weights for int8",
+     lambda: DEVICE.run([Conv(np.ones((2, 1, 1, 1), np.float32), precision="int8"),
+                         Sdp(precision="int8")], np.zeros((1, 1, 4, 4), np.int8)),
+     AccelDtypeError, "conv weights: int8 values are needed, got a float32 array"),
+    ("code out of int8 range",
+     lambda: DEVICE.run([Pool(precision="int8")], np.full((1, 1, 4, 4), 200), precision="int8"),
+     AccelInvalidError, "value 200 at [0, 0, 0, 0] is outside the int8 range"),
+    ("fp32 data that is not a half",
+     lambda: DEVICE.run([Pool(precision="fp16")], np.full((1, 1, 4, 4), 0.1, np.float32),
+                        precision="fp16"),
+     AccelDtypeError, "value 0.10000000149011612 at [0, 0, 0, 0] of the float32 array is not"),
+    ("fp16 scale that is not a half",
+     lambda: DEVICE.run([Sdp(scale=[0.1], precision="fp16")], np.zeros((1, 1, 2, 2), np.float16)),
+     AccelDtypeError, "sdp scale: value 0.1 at [0] of the float64 array is not a float16"),
+    ("int8 bias that is not int32",
+     lambda: DEVICE.run([Sdp(bias=[2**31], precision="int8")], np.zeros((1, 1, 2, 2), np.int8)),
+     AccelInvalidError, "sdp bias: value 2147483648 at [0] is outside the int32 range"),
+    ("float mul",
+     lambda: DEVICE.run([Sdp(mul=[0.5], precision="int8")], np.zeros((1, 1, 2, 2), np.int8)),
+     AccelDtypeError, "sdp mul: int16 values are needed"),
+    ("negative rshift",
+     lambda: DEVICE.run([Sdp(rshift=[-1], precision="int8")], np.zeros((1, 1, 2, 2), np.int8)),
+     AccelInvalidError, "sdp rshift: value -1 at [0] is outside the uint8 range"),
+    ("int8 out for an fp16 run",
+     lambda: DEVICE.run([Pool(precision="fp16")], np.zeros((1, 1, 4, 4), np.float16),
+                        out=np.zeros((1, 1, 2, 2), np.int8)),
+     AccelDtypeError, "out must be a float16 array for a fp16 chain, got int8"),
+    ("float clip bounds in int8",
+     lambda: DEVICE.run([Sdp(act="clip", clip=(0.0, 6.0), precision="int8")],
+                        np.zeros((1, 1, 2, 2), np.int8)),
+     AccelInvalidError, "sdp clip = (0.0, 6.0) holds float bounds"),
+    ("packed bytes of the wrong type",
+     lambda: DEVICE.run([Conv(np.ones((2, 1, 1, 1), np.int8), precision="int8",
+                              packed=np.zeros(64, np.int32)), Sdp(precision="int8")],
+                        np.zeros((1, 1, 4, 4), np.int8)),
+     AccelDtypeError, "conv packed: the bytes of Conv.packed_for() are needed"),
+]
+
+
+@pytest.mark.parametrize("what,call,error,words", DTYPE_ERRORS, ids=[e[0] for e in DTYPE_ERRORS])
+def test_wrong_dtypes_are_named(what, call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value), str(info.value)
+    if error is AccelDtypeError:
+        assert isinstance(info.value, TypeError)

@@ -1,0 +1,509 @@
+"""The CONV engine, with the SDP that takes its accumulators, against the NumPy reference
+(accel_codegen.reference), fixed seeds.
+
+fp32 is within 1e-5 of the output's scale. INT8 is bit-exact by definition: every comparison
+is np.array_equal, fused and independent, at 1, 2 and 3 threads and with pre-packed weights. An
+FP16 CONV sums in fp32 in the kernel's own order, so CONV + SDP is checked against a derived
+error bound (see fp16_conv_bound).
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from accel_codegen import Conv, Device, Pool, Sdp
+from accel_codegen import reference as ref
+from conftest import FP16_EPILOGUES, assert_close, assert_same, fp16_sdp, run_and_compare
+
+DEFAULT_DEVICE = Device("nv_full")  # as many threads as CPUs
+DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
+DEVICE = DEVICES[2]
+
+
+# --- fp32 --------------------------------------------------------------------------------------
+
+def _conv_cases(count=48, seed=7):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        groups = int(rng.choice([1, 1, 2, 0]))  # 0: depthwise
+        c_group = int(rng.integers(1, 9))
+        c = c_group * (groups or 1) if groups else int(rng.integers(1, 17))
+        groups = groups or c
+        k = groups * int(rng.integers(1, 5)) if groups > 1 else int(rng.integers(1, 40))
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        dh, dw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        pads = tuple(int(v) for v in rng.integers(0, 4, size=4))
+        h = int(rng.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 20))
+        w = int(rng.integers(max(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 20))
+        cases.append(dict(n=int(rng.integers(1, 3)), c=c, h=h, w=w, k=k, kernel=(kh, kw),
+                          stride=tuple(int(v) for v in rng.integers(1, 4, size=2)),
+                          padding=pads, dilation=(dh, dw), groups=groups))
+    return cases
+
+
+def _case_id(case):
+    return "-".join(f"{key}{'x'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                    for key, v in case.items())
+
+
+@pytest.mark.parametrize("case", _conv_cases(), ids=_case_id)
+def test_conv_matches_reference(case, rng):
+    x = rng.standard_normal((case["n"], case["c"], case["h"], case["w"]), dtype=np.float32)
+    w = rng.standard_normal((case["k"], case["c"] // case["groups"], *case["kernel"]),
+                            dtype=np.float32)
+    op = Conv(w, stride=case["stride"], padding=case["padding"], dilation=case["dilation"],
+              groups=case["groups"])
+    y, stats = DEFAULT_DEVICE.run([op], x)
+    assert_close(y, ref.run_op(op, x), rtol=1e-5)
+    k_group, c_group = case["k"] // case["groups"], case["c"] // case["groups"]
+    assert stats.macs == y.size * c_group * case["kernel"][0] * case["kernel"][1]
+    assert k_group * case["groups"] == y.shape[1]
+
+
+@pytest.mark.parametrize("shape,kernel,stride,pad", [
+    ((1, 64, 56, 56), 3, 1, 1), ((1, 3, 32, 32), 7, 2, 3), ((1, 256, 14, 14), 1, 1, 0),
+    ((2, 512, 7, 7), 3, 1, 1), ((1, 64, 28, 28), 1, 2, 0), ((3, 100, 1, 1), 1, 1, 0),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_conv_real_layers_with_epilogue(shape, kernel, stride, pad, rng):
+    """Layer shapes of the zoo, through the fast paths, with the fused scale/shift + ReLU."""
+    x = rng.standard_normal(shape, dtype=np.float32)
+    k = 48
+    w = rng.standard_normal((k, shape[1], kernel, kernel), dtype=np.float32) / np.sqrt(
+        shape[1] * kernel * kernel)
+    sdp = Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")
+    chain = [Conv(w, stride=stride, padding=pad), sdp]
+    y, _ = DEFAULT_DEVICE.run(chain, x)
+    expected = ref.sdp(ref.conv2d(x, w, stride, pad).astype(np.float32), sdp.scale, sdp.shift,
+                       act="relu")
+    assert_close(y, expected, rtol=1e-5)
+
+
+def test_fully_connected_as_1x1_conv(rng):
+    """[N, C] input, dense weights [K, C] as a 1x1 convolution: the output stays [N, K]."""
+    x = rng.standard_normal((3, 200), dtype=np.float32)
+    w = rng.standard_normal((10, 200), dtype=np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    y, stats = DEFAULT_DEVICE.run([Conv(w.reshape(10, 200, 1, 1)), Sdp(shift=b)], x)
+    assert_close(y, (x.astype(np.float64) @ w.T.astype(np.float64) + b), rtol=1e-5)
+    assert stats.macs == 3 * 200 * 10
+
+
+# --- INT8 CONV + SDP over random layers --------------------------------------------------------
+
+KINDS = ("dense", "dense", "depthwise", "grouped", "fc", "dense_strided")
+
+
+def _int8_geometry(rng, kind):
+    """A random conv geometry of a kind: dict of shapes and Conv keyword arguments."""
+    if kind == "fc":  # batched fully connected: [N, C] input, 1x1 weights, [N, K] output
+        c, k = int(rng.integers(1, 200)), int(rng.integers(1, 70))
+        return dict(in_shape=(int(rng.integers(2, 6)), c), weight_shape=(k, c, 1, 1),
+                    conv=dict(), depth=c)
+    kernel = tuple(int(v) for v in rng.integers(1, 6, size=2))
+    dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
+    stride = tuple(int(v) for v in rng.integers(1, 4 if kind == "dense_strided" else 3, size=2))
+    pads = tuple(int(v) for v in rng.integers(0, 4, size=4))  # top, left, bottom, right
+    if kind == "depthwise":
+        c = k = groups = int(rng.integers(1, 24))
+    elif kind == "grouped":
+        groups = int(rng.integers(2, 5))
+        c, k = groups * int(rng.integers(1, 6)), groups * int(rng.integers(1, 6))
+    else:
+        groups, c, k = 1, int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    reach = [d * (r - 1) + 1 for d, r in zip(dilation, kernel)]
+    h = int(rng.integers(max(1, reach[0] - pads[0] - pads[2]), 18))
+    w = int(rng.integers(max(1, reach[1] - pads[1] - pads[3]), 18))
+    n = int(rng.integers(1, 3))
+    return dict(in_shape=(n, c, h, w), weight_shape=(k, c // groups, *kernel),
+                conv=dict(stride=stride, padding=pads, dilation=dilation, groups=groups),
+                depth=(c // groups) * kernel[0] * kernel[1])
+
+
+def _shift_for(spread, target):
+    """The right shift that brings values of size `spread` to about `target` (0..62)."""
+    return np.clip(np.rint(np.log2(np.maximum(spread, 1.0) / target)), 0, 62).astype(np.int64)
+
+
+def _channel_spread(t):
+    """Per channel: the root mean square of t (at least 1)."""
+    return np.sqrt((t.astype(np.float64) ** 2).mean(axis=(0, 2, 3))) + 1.0
+
+
+def _nonzero_int16(rng, size=None, low=-32768, high=32768):
+    values = rng.integers(low, high, size=size)
+    return np.where(values == 0, 1, values)
+
+
+def _int8_sdp(rng, acc, case):
+    """Random INT8 SDP converters for a CONV's accumulators. Each stage's parameters are chosen
+    from the size of what reaches it (computed with the reference's primitives), so that most
+    outputs land inside int8 and spread over many codes, whatever the geometry; the edges are
+    mixed in on purpose: shifts 0 and 62, mul -32768, an int32-saturating bias, negative
+    multipliers, a few saturating outputs."""
+    k = acc.shape[1]
+    per_channel = lambda a: np.asarray(a, np.int64).reshape(1, -1, 1, 1)  # noqa: E731
+    ew_op = [None, None, "add", "mul", "max", "min"][case % 6]
+    act = [None, "relu", "prelu", "clip"][(case // 2) % 4]
+    identity_out = ew_op != "mul" and act != "relu" and case % 4 == 1  # out_mul = 0: t small
+    target = 25 if identity_out else 2**10
+    params = {}
+
+    # X: bias, then multiplier and per-channel shift
+    t = acc
+    if case % 5 != 4:
+        spread = int(_channel_spread(acc).max())
+        bias = rng.integers(-2 * spread, 2 * spread + 1, size=k)
+        if case % 10 == 3:
+            bias[0] = rng.choice([-2**31, 2**31 - 1])     # sat32(v + bias) on channel 0
+        params["bias"] = bias.astype(np.int32)
+        t = ref.sat32(t + per_channel(bias))
+    mul = _nonzero_int16(rng, k)
+    if case % 7 == 0:
+        mul[0] = -32768
+    if case % 8 == 5:  # rshift alone: t = rhaz(t, rshift)
+        rshift = _shift_for(_channel_spread(t), target)
+    else:
+        params["mul"] = mul.astype(np.int16)
+        rshift = _shift_for(_channel_spread(t) * np.abs(mul), target)
+        t = t * per_channel(mul)
+    rshift = np.clip(rshift + rng.integers(-1, 2, size=k), 0, 62)
+    if case % 9 == 0:
+        rshift[-1] = 62
+    if case % 9 == 1:
+        rshift[-1] = 0
+    params["rshift"] = rshift.astype(np.uint8)
+    t = ref.sat32(ref.rhaz(t, per_channel(rshift)))
+
+    # Y: the element-wise operand's converter, scaled like t (add, max, min) or small (mul)
+    if ew_op is not None:
+        operand = rng.integers(-128, 128, size=acc.shape).astype(np.int8)
+        ew_zero = int(rng.choice([-128, 127])) if case % 12 == 2 else int(rng.integers(-40, 41))
+        if ew_op == "mul":
+            ew_mul, ew_shift = int(_nonzero_int16(rng, None, -3, 4)), 0
+        else:
+            ew_mul = int(_nonzero_int16(rng))
+            size = float(np.median(_channel_spread(t)))  # edge channels do not count
+            ew_shift = int(_shift_for(100 * abs(ew_mul), size))
+        params.update(ew_op=ew_op, operand=operand, ew_zero=ew_zero, ew_mul=ew_mul,
+                      ew_shift=ew_shift)
+        e = ref.sat32(ref.rhaz((operand.astype(np.int64) - ew_zero) * ew_mul, ew_shift))
+        t = {"add": lambda: ref.sat32(t + e), "mul": lambda: ref.sat32(t * e),
+             "max": lambda: np.maximum(t, e), "min": lambda: np.minimum(t, e)}[ew_op]()
+
+    # activation
+    if act is not None:
+        params["act"] = act
+    if act == "relu":
+        t = np.maximum(t, 0)
+    if act == "prelu":
+        params["prelu_shift"] = prelu_shift = int(rng.integers(0, 12))
+        prelu_mul = rng.integers(-(2 << prelu_shift), (2 << prelu_shift) + 1, size=k)
+        params["prelu_mul"] = prelu_mul.clip(-32768, 32767).astype(np.int16)
+        t = np.where(t < 0, ref.rhaz(t * per_channel(params["prelu_mul"]), prelu_shift), t)
+
+    # output converter: to about +-30 codes around the zero point; a zero point on a rail
+    # (ReLU's output is one-sided: the multiplier's sign points it into the range)
+    out_zero = int(rng.integers(-40, 41))
+    sign = int(rng.choice([-1, 1]))
+    if act == "relu" and case % 3 == 0:
+        out_zero = int(rng.choice([-128, 127]))
+        sign = 1 if out_zero < 0 else -1
+    if not identity_out:
+        out_mul = sign * abs(int(_nonzero_int16(rng)))
+        size = float(np.median(_channel_spread(t)))  # edge channels do not count
+        params.update(out_mul=out_mul, out_shift=int(_shift_for(size * abs(out_mul), 30)))
+    params["out_zero"] = out_zero
+    sdp = Sdp(precision="int8", **params)
+    if act == "clip":  # bounds inside the codes' range, so that both sides clip some
+        codes = ref.run_op(dataclasses.replace(sdp, act=None), acc)
+        lo = int(np.quantile(codes, 0.2))
+        sdp.clip_lo, sdp.clip_hi = lo, max(lo, int(np.quantile(codes, 0.8)))
+    return sdp
+
+
+def _int8_case(case):
+    """Layer `case`: input, conv, SDP and maybe a pool after them, all INT8."""
+    rng = np.random.default_rng(1000 + case)
+    kind = KINDS[case % len(KINDS)]
+    g = _int8_geometry(rng, kind)
+    x = rng.integers(-128, 128, size=g["in_shape"]).astype(np.int8)
+    weights = rng.integers(-128, 128, size=g["weight_shape"]).astype(np.int8)
+    in_zero = int(rng.choice([0, -128, 127, int(rng.integers(-128, 128))]))
+    conv = Conv(weights, precision="int8", in_zero=in_zero, **g["conv"])
+    acc = ref.run_op(conv, x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x)
+    sdp = _int8_sdp(rng, acc, case)
+    chain = [conv, sdp]
+    if kind != "fc" and min(acc.shape[2:]) >= 2 and case % 3 == 0:
+        kind_pool = "max" if case % 2 else "avg"
+        chain.append(Pool(kind_pool, 2, int(rng.integers(1, 3)), padding=(0, 0, 1, 1),
+                          count_include_pad=bool(case % 4 == 0), precision="int8",
+                          zero=sdp.out_zero))
+    return x, chain, kind
+
+
+INT8_CASES = range(120)
+
+
+@pytest.mark.parametrize("case", INT8_CASES, ids=lambda c: f"{c}-{KINDS[c % len(KINDS)]}")
+def test_int8_conv_sdp_matches_reference_exactly(case):
+    """Fused at 1, 2 and 3 threads, independent, and with pre-packed weights: all the
+    reference's codes exactly."""
+    x, chain, kind = _int8_case(case)
+    expected = ref.run_chain(chain, x)
+    runs = {f"fused, {t} threads": DEVICES[t].run(chain, x)[0] for t in DEVICES}
+    runs["independent"] = DEVICE.run(chain, x, mode="independent")[0]
+    packed = [chain[0].packed_for(DEVICE.config), *chain[1:]]
+    runs["packed weights"] = DEVICE.run(packed, x)[0]
+    for what, y in runs.items():
+        assert_same(y, expected, f"case {case} ({kind}) {what}")
+
+
+INT8_LAYERS = [  # in_shape, weight_shape, conv arguments: the zoo's shapes and every kernel path
+    ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),               # implicit GEMM, many tiles
+    ((1, 3, 64, 64), (32, 3, 7, 7), dict(stride=2, padding=3)),       # RGB stem, stride phases
+    ((2, 128, 14, 14), (128, 128, 3, 3), dict(padding=1)),            # batch of implicit GEMMs
+    ((1, 256, 7, 7), (512, 256, 1, 1), dict()),                       # 1x1, few positions
+    ((4, 512, 1, 1), (100, 512, 1, 1), dict()),                       # FC: matrix-vector
+    ((16, 300), (10, 300, 1, 1), dict()),                             # batched FC: columns
+    ((1, 96, 28, 28), (96, 1, 3, 3), dict(stride=2, padding=1, groups=96)),   # depthwise
+    ((1, 32, 20, 20), (64, 1, 3, 3), dict(padding=1, groups=32)),     # depthwise multiplier 2
+    ((1, 64, 15, 15), (64, 16, 3, 3), dict(padding=(1, 0, 2, 1), groups=4)),  # grouped
+    ((1, 16, 12, 12), (24, 16, 3, 3), dict(dilation=5)),              # mostly-garbage grid
+]
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_LAYERS)),
+                         ids=lambda i: "x".join(map(str, INT8_LAYERS[i][0])) + "-" +
+                         "x".join(map(str, INT8_LAYERS[i][1])))
+def test_int8_real_layers_match_reference_exactly(layer):
+    in_shape, weight_shape, conv_args = INT8_LAYERS[layer]
+    rng = np.random.default_rng(300 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    x4 = x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x
+    acc = ref.run_op(conv, x4)
+    chain = [conv, _int8_sdp(rng, acc, 24 * layer)]   # no element-wise op, no activation
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > 10
+    for threads in (1, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+    packed = [conv.packed_for(DEVICE.config), chain[1]]
+    assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
+def test_int8_cases_are_not_degenerate():
+    """The random converters keep most outputs off the rails and spread over many codes, and
+    every listed edge occurs."""
+    saturated = total = 0
+    spreads, edges = [], set()
+    for case in INT8_CASES:
+        x, chain, _ = _int8_case(case)
+        sdp = chain[1]
+        y = ref.run_chain(chain[:2], x)
+        total += y.size
+        saturated += int(np.isin(y, (-128, 127)).sum())
+        spreads.append(len(np.unique(y)))
+        edges.add(f"ew_{sdp.ew_op}")
+        edges.add(f"act_{sdp.act}")
+        if sdp.rshift is not None:
+            edges.update(f"shift{s}" for s in (0, 62) if s in sdp.rshift)
+        if sdp.mul is not None and -32768 in sdp.mul:
+            edges.add("mul_min")
+        if sdp.mul is not None and (sdp.mul < 0).any():
+            edges.add("mul_negative")
+        if sdp.bias is not None and (np.abs(sdp.bias.astype(np.int64)) >= 2**31 - 1).any():
+            edges.add("bias_sat32")
+        edges.add(f"in_zero_{chain[0].in_zero}" if chain[0].in_zero in (-128, 127) else "")
+        edges.add("pool" if len(chain) == 3 else "")
+    assert saturated / total < 0.25, f"{saturated / total:.0%} of outputs saturate"
+    assert np.median(spreads) >= 40, f"median distinct codes per case {np.median(spreads)}"
+    for edge in ("ew_add", "ew_mul", "ew_max", "ew_min", "ew_None", "act_relu", "act_prelu",
+                 "act_clip", "act_None", "shift0", "shift62", "mul_min", "mul_negative",
+                 "bias_sat32", "in_zero_-128", "in_zero_127", "pool"):
+        assert edge in edges, f"no case covers {edge}"
+
+
+# --- INT8 CONV + SDP edges, one at a time ------------------------------------------------------
+
+def test_int8_padding_reads_as_the_zero_point():
+    """A constant image equal to in_zero convolves to exactly 0 everywhere, borders included:
+    out = sat8(bias + out_zero)."""
+    for in_zero in (-128, -7, 0, 127):
+        x = np.full((1, 3, 5, 5), in_zero, np.int8)
+        w = np.full((4, 3, 3, 3), -128, np.int8)
+        sdp = Sdp(bias=np.array([0, 1, -1, 100], np.int32), precision="int8", out_zero=3)
+        conv = Conv(w, padding=(2, 1, 0, 3), precision="int8", in_zero=in_zero)
+        y = run_and_compare(DEVICE, [conv, sdp], x, f"in_zero {in_zero}")
+        np.testing.assert_array_equal(np.unique(y[0, 1]), [4])
+        np.testing.assert_array_equal(np.unique(y[0, 3]), [103])
+
+
+def test_int8_rounding_is_half_away_from_zero():
+    """Accumulators +-(2k+1) * 2^(s-1) are exact halves: each rounds away from zero."""
+    s = 3
+    # a 1x1 conv of weight 4: accumulators (1, 3, 5, ...) * 2^(s-1), i.e. +-0.5, 1.5, ... * 2^s
+    x = np.array([1, 3, 5, -1, -3, -5, 7, -7], np.int8).reshape(1, 1, 1, 8)
+    conv = Conv(np.full((1, 1, 1, 1), 4, np.int8), precision="int8")
+    sdp = Sdp(mul=np.array([1], np.int16), rshift=np.array([s], np.uint8), precision="int8")
+    y = run_and_compare(DEVICE, [conv, sdp], x, "halves")
+    np.testing.assert_array_equal(y.ravel(), [1, 2, 3, -1, -2, -3, 4, -4])
+
+
+def test_int8_saturation_at_each_step():
+    """sat32 after the bias and after the multiplier, then sat8 at the output."""
+    x = np.array([[127, -128, 127, -128]], np.int8).reshape(1, 1, 1, 4)
+    w = np.full((3, 1, 1, 1), 127, np.int8)
+    chain = [Conv(w, precision="int8", in_zero=-128),       # v = 255*127, 0, 255*127, 0
+             Sdp(bias=np.array([2**31 - 1, -2**31, 5], np.int32),
+                 mul=np.array([-32768, 32767, 2], np.int16),
+                 rshift=np.array([62, 0, 1], np.uint8), precision="int8")]
+    y = run_and_compare(DEVICE, chain, x, "saturation")
+    # channel 0: sat32(v + 2^31-1) = 2^31-1, * -32768 / 2^62 = -0.0000152.. -> rounds to 0
+    # channel 1: sat32(v - 2^31) = -2^31 + v or -2^31, * 32767 -> sat32 -> -2^31 -> sat8 -128
+    # channel 2: (v + 5) * 2 / 2 = v + 5 -> sat8 127 for v = 32385, 5 for v = 0
+    np.testing.assert_array_equal(y[0, :, 0], [[0, 0, 0, 0], [-128] * 4, [127, 5, 127, 5]])
+
+
+def test_int8_conv_weights_packed_once_serve_many_inputs():
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, (16, 3, 5, 5)).astype(np.int8)
+    conv = Conv(w, stride=2, padding=2, precision="int8", in_zero=5)
+    packed = conv.pack("nv_full")
+    assert packed.dtype == np.uint8 and packed.ctypes.data % 64 == 0
+    sdp = Sdp(mul=np.full(16, 3, np.int16), rshift=np.full(16, 12, np.uint8), precision="int8")
+    with_packed = dataclasses.replace(conv, packed=packed)
+    for n in (1, 3):
+        x = rng.integers(-128, 128, (n, 3, 20, 17)).astype(np.int8)
+        assert_same(DEVICE.run([with_packed, sdp], x)[0], ref.run_chain([conv, sdp], x),
+                    f"packed, batch {n}")
+    # a misaligned copy of the bytes is re-aligned, not refused
+    shifted = np.zeros(packed.size + 1, np.uint8)[1:]
+    shifted[:] = packed
+    x = rng.integers(-128, 128, (1, 3, 9, 9)).astype(np.int8)
+    assert_same(DEVICE.run([dataclasses.replace(conv, packed=shifted), sdp], x)[0],
+                ref.run_chain([conv, sdp], x), "re-aligned packed bytes")
+
+
+# --- FP16 CONV + SDP within the summation bound ------------------------------------------------
+
+U32 = 2.0 ** -24  # unit roundoff of fp32
+
+
+def ulp16(values: np.ndarray) -> np.ndarray:
+    """The spacing of halves at each value (2^-24 at zero and for subnormals)."""
+    return np.spacing(np.abs(np.asarray(values, np.float16))).astype(np.float64)
+
+
+def fp16_conv_bound(x, w, conv, reference, lipschitz):
+    """How far an FP16 CONV + SDP output may be from the reference, element-wise:
+
+        |sim - ref| <= ulp16(ref) + L * gamma(kd) * sum|x * w| * |scale|,  gamma(n) = n u / (1 - n u)
+
+    Derivation. Products of halves are exact in fp32 (11 + 11 significand bits). The kernel
+    adds the kd = C/groups * R * S products in fp32 in its own order: kd - 1 roundings, each at
+    most u = 2^-24 of a partial sum, and every partial sum is at most S = sum|x * w|, so its
+    accumulator is within (kd - 1) u S of the exact sum (Higham's bound, to first order; gamma
+    covers the higher orders). The reference rounds the exact sum once to fp32: within u S. So
+    the two accumulators differ by at most gamma(kd) S. The SDP applies the same float32
+    operations to both: scale multiplies the difference by |scale|, the element-wise op and
+    the activation by at most L (1 for add, max, min, ReLU, clip and PReLU with |slope| <= 1;
+    |operand| for mul); their own fp32 roundings are monotone, so they do not separate the two
+    results by more than that (up to fp32 ulps, far below a half's). Last, both round to half
+    to nearest: values within d of each other round to halves within d + ulp16 (the rounding
+    boundary may fall between them). Cancellation makes a pure ulp bound wrong: an output near
+    zero from large products may differ by many half-ulps (the summation term covers it).
+    Prototype measurement (docs/precision-design.md section 4): the excess over ulp16 stays
+    below 1 % of the summation term.
+    """
+    magnitude = ref.conv2d(np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                           conv.stride, conv.padding, conv.dilation, conv.groups)
+    kd = w.shape[1] * w.shape[2] * w.shape[3]
+    gamma = kd * U32 / (1 - kd * U32)
+    return ulp16(reference) + lipschitz * gamma * magnitude
+
+
+def _fp16_case(case):
+    rng = np.random.default_rng(2000 + case)
+    kind = KINDS[case % len(KINDS)]
+    g = _int8_geometry(rng, kind)
+    x = rng.standard_normal(g["in_shape"]).astype(np.float16)
+    w = (rng.standard_normal(g["weight_shape"]) / np.sqrt(g["depth"])).astype(np.float16)
+    conv = Conv(w, precision="fp16", **g["conv"])
+    out_shape = ref.run_op(conv, x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x).shape
+    sdp = fp16_sdp(rng, FP16_EPILOGUES[case % len(FP16_EPILOGUES)], out_shape)
+    return x, conv, sdp, kind
+
+
+@pytest.mark.parametrize("case", range(40), ids=lambda c: f"{c}-{KINDS[c % len(KINDS)]}-"
+                         f"{FP16_EPILOGUES[c % len(FP16_EPILOGUES)]}")
+def test_fp16_conv_sdp_within_the_summation_bound(case):
+    x, conv, sdp, kind = _fp16_case(case)
+    chain = [conv, sdp]
+    expected = ref.run_chain(chain, x)
+    y, stats = DEVICE.run(chain, x)
+    assert y.dtype == np.float16 and y.shape == expected.shape
+    assert np.isfinite(expected).all()
+    x4 = x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x   # batched FC runs as 1x1 NCHW
+    out_shape = ref.run_op(conv, x4).shape
+    lipschitz = np.ones(out_shape)
+    if sdp.scale is not None:
+        lipschitz *= np.abs(sdp.scale.astype(np.float64)).reshape(1, -1, 1, 1)
+    if sdp.ew_op == "mul":
+        lipschitz *= np.abs(sdp.operand.astype(np.float64)).reshape(out_shape)
+    bound = fp16_conv_bound(x4, conv.weights, conv, expected.reshape(out_shape), lipschitz)
+    error = np.abs(y.astype(np.float64) - expected.astype(np.float64)).reshape(out_shape)
+    worst = float((error / bound).max())
+    assert worst <= 1.0, f"case {case} ({kind}): error {worst:.3g} x the bound"
+    # the same bits whatever the mode or the thread count
+    for threads in (1, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], y, f"fp16 case {case}, {threads} threads")
+    assert_same(DEVICE.run(chain, x, mode="independent")[0], y, f"fp16 case {case} independent")
+    assert stats.ops[0].precision == "fp16"
+
+
+FP16_LAYERS = [
+    ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
+    ((1, 512, 7, 7), (128, 512, 3, 3), dict(padding=1)),                # depth 4608
+    ((8, 2048), (100, 2048, 1, 1), dict()),                             # batched FC
+    ((1, 96, 28, 28), (96, 1, 3, 3), dict(stride=2, padding=1, groups=96)),
+]
+
+
+def _fp16_layer(layer):
+    in_shape, weight_shape, conv_args = FP16_LAYERS[layer]
+    rng = np.random.default_rng(400 + layer)
+    x = rng.standard_normal(in_shape).astype(np.float16)
+    depth = weight_shape[1] * weight_shape[2] * weight_shape[3]
+    w = (rng.standard_normal(weight_shape) / np.sqrt(depth)).astype(np.float16)
+    k = weight_shape[0]
+    sdp = Sdp(scale=rng.uniform(0.5, 2, k).astype(np.float16),
+              shift=rng.standard_normal(k).astype(np.float16), act="relu", precision="fp16")
+    return x, Conv(w, precision="fp16", **conv_args), sdp
+
+
+FP16_LAYER_IDS = ["x".join(map(str, i)) + "-" + "x".join(map(str, w)) for i, w, _ in FP16_LAYERS]
+
+
+@pytest.mark.parametrize("layer", range(len(FP16_LAYERS)), ids=FP16_LAYER_IDS)
+def test_fp16_real_layers_within_the_summation_bound(layer):
+    x, conv, sdp = _fp16_layer(layer)
+    expected = ref.run_chain([conv, sdp], x)
+    y, _ = DEVICE.run([conv, sdp], x)
+    x4 = x.reshape(*x.shape, 1, 1) if x.ndim == 2 else x
+    shape4 = ref.run_op(conv, x4).shape
+    bound = fp16_conv_bound(x4, conv.weights, conv, expected.reshape(shape4),
+                            np.abs(sdp.scale.astype(np.float64)).reshape(1, -1, 1, 1))
+    error = np.abs(y.astype(np.float64) - expected.astype(np.float64)).reshape(shape4)
+    assert float((error / bound).max()) <= 1.0
+
+
+@pytest.mark.parametrize("layer", range(len(FP16_LAYERS)), ids=FP16_LAYER_IDS)
+def test_fp16_real_layers_give_the_same_bits_at_any_thread_count(layer):
+    """The fp32 accumulation runs in an order fixed by the geometry (precision design,
+    section 4), not by the thread count."""
+    x, conv, sdp = _fp16_layer(layer)
+    one = DEVICES[1].run([conv, sdp], x)[0]
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run([conv, sdp], x)[0], one, f"{threads} threads vs 1")

@@ -1,0 +1,97 @@
+"""The PDP engine (max and average pooling) against the NumPy reference, fixed seeds: fp32
+max bit for bit and averages within 1e-6; INT8 bit for bit around its zero point (averages round
+half away from zero); FP16 bit for bit (the average's fp32 sum rounds in the engine's order)."""
+import numpy as np
+import pytest
+
+from accel_codegen import Device, Pool
+from accel_codegen import reference as ref
+from conftest import assert_close, assert_same
+
+DEFAULT_DEVICE = Device("nv_full")  # as many threads as CPUs
+DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
+DEVICE = DEVICES[2]
+
+
+# --- fp32 --------------------------------------------------------------------------------------
+
+POOLS = [
+    ("max", 2, 2, 0, False), ("max", 3, 2, 1, False), ("avg", 3, 1, 1, True),
+    ("avg", 3, 2, 1, False), ("avg", 7, 1, 0, False), ("max", 8, 8, 0, False),
+    ("max", (1, 3), (1, 2), (0, 1, 0, 1), False), ("avg", (2, 4), 3, (1, 0, 0, 2), False),
+]
+
+
+@pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", POOLS, ids=str)
+def test_pool_matches_reference(kind, kernel, stride, padding, include_pad, rng):
+    x = rng.standard_normal((2, 3, 15, 16), dtype=np.float32)
+    op = Pool(kind, kernel, stride, padding, include_pad)
+    y, stats = DEFAULT_DEVICE.run([op], x)
+    expected = ref.run_op(op, x)
+    if kind == "max":
+        np.testing.assert_array_equal(y, expected)
+    else:
+        assert_close(y, expected, rtol=1e-6)
+    assert stats.ops[0].op == f"pdp:{kind}"
+
+
+def test_global_average_pool_7x7(rng):
+    x = rng.standard_normal((1, 512, 7, 7), dtype=np.float32)
+    y, _ = DEFAULT_DEVICE.run([Pool("avg", 7, 1)], x)
+    assert_close(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
+
+
+# --- INT8 --------------------------------------------------------------------------------------
+
+INT8_POOLS = [
+    ("max", 2, 2, 0, False), ("max", 3, 2, 1, False), ("max", (1, 3), (1, 2), (0, 1, 0, 1), False),
+    ("avg", 2, 2, 0, False), ("avg", 3, 1, 1, True), ("avg", 3, 2, 1, False),
+    ("avg", (2, 4), 3, (1, 0, 0, 2), False), ("avg", (2, 4), 3, (1, 0, 0, 2), True),
+    ("avg", 7, 1, 0, False), ("avg", 8, 8, 0, False), ("avg", 5, 3, 2, True),
+]
+
+
+@pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
+@pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", INT8_POOLS, ids=str)
+def test_int8_pool_matches_reference_exactly(kind, kernel, stride, padding, include_pad, zero):
+    rng = np.random.default_rng(abs(zero) + 7)
+    x = rng.integers(-128, 128, (2, 3, 15, 16)).astype(np.int8)
+    if zero in (-128, 127):  # codes crowded at one rail: averages that round at the edge
+        x = np.clip(x // 8 + zero, -128, 127).astype(np.int8)
+    op = Pool(kind, kernel, stride, padding, include_pad, precision="int8", zero=zero)
+    expected = ref.run_op(op, x)
+    for threads in (1, 3):
+        y, stats = DEVICES[threads].run([op], x)
+        assert_same(y, expected, f"pool {kind} zero {zero}, {threads} threads")
+    assert stats.ops[0].op == f"pdp:{kind}"
+
+
+def test_int8_average_rounds_half_away_from_zero():
+    """Window sums S = +-1, +-3 over 2 elements: +-0.5, +-1.5 round away from zero (around the
+    zero point); count_include_pad divides by the whole window."""
+    zero = 10
+    x = (np.array([[0, 1, 0, -1, 1, 2, -1, -2]]) + zero).astype(np.int8).reshape(1, 1, 1, 8)
+    y, _ = DEVICE.run([Pool("avg", (1, 2), (1, 2), precision="int8", zero=zero)], x)
+    np.testing.assert_array_equal(y.ravel() - zero, [1, -1, 2, -2])
+    x = (np.array([[3, 3]]) + zero).astype(np.int8).reshape(1, 1, 1, 2)   # S = 3 (+ 0 pad)
+    y, _ = DEVICE.run([Pool("avg", (1, 2), (1, 2), (0, 1, 0, 1), True, precision="int8",
+                            zero=zero)], x)
+    np.testing.assert_array_equal(y.ravel() - zero, [2, 2])   # 3/2 = 1.5 -> 2
+
+
+# --- FP16 --------------------------------------------------------------------------------------
+
+FP16_POOLS = INT8_POOLS
+
+
+@pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", FP16_POOLS, ids=str)
+def test_fp16_pool_alone_is_bit_exact(kind, kernel, stride, padding, include_pad):
+    """Halves of any exponent: the average's fp32 sum rounds, in the engine's order."""
+    rng = np.random.default_rng(41)
+    x = (rng.standard_normal((2, 3, 15, 16)) * np.exp2(rng.integers(-14, 12, (2, 3, 15, 16)))
+         ).astype(np.float16)
+    op = Pool(kind, kernel, stride, padding, include_pad, precision="fp16")
+    expected = ref.run_op(op, x)
+    for threads in (1, 3):
+        y, _ = DEVICES[threads].run([op], x)
+        assert_same(y, expected, f"fp16 pool {kind}, {threads} threads")

@@ -1,0 +1,213 @@
+"""The SDP engine alone and after a CONV against the NumPy reference, fixed seeds: fp32 bit
+for bit (sigmoid and tanh within libm's last bit), every INT8 converter bit for bit (saturation,
+rounding, zero points), FP16 bit for bit (the same float32 operations, one final rounding)."""
+import numpy as np
+import pytest
+
+from accel_codegen import Conv, Device, Pool, Sdp
+from accel_codegen import reference as ref
+from conftest import assert_close, assert_same, fp16_sdp, run_and_compare
+
+DEFAULT_DEVICE = Device("nv_full")  # as many threads as CPUs
+DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
+DEVICE = DEVICES[2]
+
+
+# --- fp32 --------------------------------------------------------------------------------------
+
+EPILOGUES = {
+    "bias": dict(shift=True),
+    "bn": dict(scale=True, shift=True),
+    "scale_only": dict(scale=True),
+    "bn_relu": dict(scale=True, shift=True, act="relu"),
+    "bn_relu6": dict(scale=True, shift=True, act="clip"),
+    "bn_prelu": dict(scale=True, shift=True, act="prelu"),
+    "bn_add_relu": dict(scale=True, shift=True, ew_op="add", act="relu"),
+    "mul": dict(ew_op="mul"),
+    "max": dict(ew_op="max"),
+    "min_sigmoid": dict(ew_op="min", act="sigmoid"),
+    "tanh": dict(shift=True, act="tanh"),
+}
+
+
+def _sdp(spec, shape, rng):
+    c = shape[1]
+    return Sdp(
+        scale=rng.uniform(-2, 2, c).astype(np.float32) if spec.get("scale") else None,
+        shift=rng.standard_normal(c).astype(np.float32) if spec.get("shift") else None,
+        ew_op=spec.get("ew_op"),
+        operand=rng.standard_normal(shape).astype(np.float32) if spec.get("ew_op") else None,
+        act=spec.get("act"), clip=(0.0, 6.0) if spec.get("act") == "clip" else (-1.0, 1.0),
+        prelu_slope=rng.uniform(0, 0.5, c).astype(np.float32) if spec.get("act") == "prelu"
+        else None)
+
+
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_sdp_matches_reference_bit_for_bit(name, rng):
+    shape = (2, 5, 7, 9)
+    x = rng.standard_normal(shape, dtype=np.float32) * 4
+    op = _sdp(EPILOGUES[name], shape, rng)
+    y, stats = DEFAULT_DEVICE.run([op], x)
+    expected = ref.run_op(op, x)
+    if op.act in ("sigmoid", "tanh"):  # libm and NumPy may differ in the last bit
+        np.testing.assert_allclose(y, expected, rtol=2e-6, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(y, expected)
+    assert stats.ops[0].engine == "SDP"
+
+
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_fused_and_independent_agree_exactly(name, rng):
+    """Conv -> SDP -> pool, fused vs independent: the same bits, different memory traffic."""
+    x = rng.standard_normal((1, 6, 12, 12), dtype=np.float32)
+    w = rng.standard_normal((10, 6, 3, 3), dtype=np.float32)
+    conv = Conv(w, padding=1)
+    sdp = _sdp(EPILOGUES[name], (1, 10, 12, 12), rng)
+    chain = [conv, sdp, Pool("max", 2, 2)]
+    fused, fused_stats = DEFAULT_DEVICE.run(chain, x, mode="fused")
+    independent, independent_stats = DEFAULT_DEVICE.run(chain, x, mode="independent")
+    np.testing.assert_array_equal(fused, independent)
+    assert fused_stats.bytes_read < independent_stats.bytes_read
+    assert fused_stats.bytes_written < independent_stats.bytes_written
+    assert_close(fused, ref.run_chain(chain, x), rtol=1e-5)
+
+
+def test_nan_and_infinity_follow_the_reference():
+    """NaN survives ReLU, clip and max as in NumPy and PyTorch; an all -inf window pools to
+    -inf."""
+    x = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, 0.5], np.float32).reshape(1, 1, 2, 3)
+    for op in (Sdp(act="relu"), Sdp(act="clip", clip=(0.0, 6.0)),
+               Sdp(ew_op="max", operand=np.zeros_like(x)),
+               Sdp(ew_op="min", operand=np.zeros_like(x))):
+        np.testing.assert_array_equal(DEFAULT_DEVICE.run([op], x)[0], ref.run_op(op, x))
+    pool = Pool("max", (1, 2), (1, 1))
+    windows = np.array([[np.nan, 1.0, -np.inf, -np.inf]], np.float32).reshape(1, 1, 1, 4)
+    np.testing.assert_array_equal(DEFAULT_DEVICE.run([pool], windows)[0], ref.run_op(pool, windows))
+
+
+# --- INT8: the converters' edges, one at a time ------------------------------------------------
+
+def test_int8_element_wise_saturates_at_int32():
+    """sat32(t + e) and sat32(t * e): a kernel that wraps around in int32 flips the sign."""
+    x = np.zeros((1, 1, 1, 4), np.int8)
+    operand = np.array([127, -128, 0, 1], np.int8).reshape(x.shape)
+    add = Sdp(bias=np.array([2**31 - 1], np.int32), ew_op="add", operand=operand, ew_zero=-128,
+              ew_mul=32767, ew_shift=0, out_mul=1, out_shift=24, out_zero=-128, precision="int8")
+    # t = 2^31 - 1, e = (255, 0, 128, 129) * 32767: t + e saturates; (2^31 - 1) / 2^24 -> 128
+    y = run_and_compare(DEVICE, [add], x, "ew add")
+    np.testing.assert_array_equal(y.ravel(), [0, 0, 0, 0])
+    operand = np.array([127, -128, 1, 0], np.int8).reshape(x.shape)
+    mul = Sdp(bias=np.array([2**20], np.int32), ew_op="mul", operand=operand, ew_zero=0,
+              ew_mul=32767, ew_shift=0, out_mul=1, out_shift=25, precision="int8")
+    # t * e = 2^20 * (127, -128, 1, 0) * 32767 saturates to +-2^31 (not for 0); / 2^25 -> +-64
+    y = run_and_compare(DEVICE, [mul], x, "ew mul")
+    np.testing.assert_array_equal(y.ravel(), [64, -64, 64, 0])
+
+
+def test_int8_prelu_beyond_int32_is_not_saturated():
+    """accel.h puts no sat32 after the PReLU multiply: t * prelu_mul with t = -2^31 and a
+    large multiplier leaves int32, and the output converter brings it back into range."""
+    x = np.full((1, 1, 1, 2), -128, np.int8)
+    chain = [Sdp(bias=np.array([-2**31 + 128], np.int32), act="prelu",
+                 prelu_mul=np.array([32767], np.int16), prelu_shift=0, out_mul=1,
+                 out_shift=40, precision="int8")]
+    # v = -128, t = -2^31; PReLU: -2^31 * 32767 (about -2^46); / 2^40 = -63.998 -> -64
+    # (a sat32 after the PReLU would give -2^31 / 2^40 -> 0)
+    y = run_and_compare(DEVICE, chain, x, "prelu range")
+    np.testing.assert_array_equal(y.ravel(), [-64, -64])
+
+
+def test_int8_element_wise_ops_with_converters():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (2, 6, 5, 7)).astype(np.int8)
+    operand = rng.integers(-128, 128, x.shape).astype(np.int8)
+    for ew_op in ("add", "mul", "max", "min"):
+        for ew_zero, ew_mul, ew_shift in ((0, 1, 0), (-128, -32768, 14), (77, 12345, 9),
+                                          (127, 3, 0)):
+            op = Sdp(ew_op=ew_op, operand=operand, ew_zero=ew_zero, ew_mul=ew_mul,
+                     ew_shift=ew_shift, in_zero=-3, out_mul=5, out_shift=3 + 8 * (ew_op == "mul"),
+                     out_zero=-9, precision="int8")
+            run_and_compare(DEVICE, [op], x, f"ew {ew_op} {ew_zero}/{ew_mul}/{ew_shift}")
+
+
+# --- INT8 SDP alone, reading codes from memory -------------------------------------------------
+
+def _standalone_sdp(rng, shape, case):
+    c = shape[1]
+    return Sdp(
+        bias=rng.integers(-300, 300, c).astype(np.int32) if case % 2 else None,
+        mul=rng.integers(-32768, 32768, c).astype(np.int16) if case % 3 else None,
+        rshift=rng.integers(8, 17, c).astype(np.uint8) if case % 3 else None,
+        in_zero=int(rng.integers(-128, 128)),
+        ew_op=[None, "add", "mul", "max", "min"][case % 5],
+        operand=rng.integers(-128, 128, shape).astype(np.int8) if case % 5 else None,
+        ew_zero=int(rng.integers(-128, 128)), ew_mul=int(rng.integers(-400, 400)),
+        ew_shift=int(rng.integers(0, 9)),
+        act=[None, "relu", "prelu", "clip"][case % 4],
+        prelu_mul=rng.integers(-600, 600, c).astype(np.int16) if case % 4 == 2 else None,
+        prelu_shift=int(rng.integers(0, 10)), out_mul=int(rng.choice([0, 1, 300, -2000])),
+        out_shift=int(rng.integers(0, 12)), out_zero=int(rng.integers(-128, 128)),
+        clip_lo=-50 if case % 4 == 3 else None, clip_hi=int(rng.integers(-50, 128))
+        if case % 4 == 3 else None, precision="int8")
+
+
+@pytest.mark.parametrize("case", range(20))
+def test_int8_sdp_alone_matches_reference_exactly(case):
+    """An SDP reading int8 codes from memory: v = x - in_zero, every converter."""
+    rng = np.random.default_rng(50 + case)
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 20)), int(rng.integers(1, 9)),
+             int(rng.integers(1, 40)))
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    op = _standalone_sdp(rng, shape, case)
+    expected = ref.run_op(op, x)
+    for threads, device in DEVICES.items():
+        y, stats = device.run([op], x)
+        assert_same(y, expected, f"sdp case {case}, {threads} threads")
+    assert stats.ops[0].precision == "int8"
+
+
+def test_int8_sdp_on_2d_input_and_in_place():
+    rng = np.random.default_rng(8)
+    x = rng.integers(-128, 128, (5, 33)).astype(np.int8)
+    op = Sdp(bias=rng.integers(-9, 9, 33).astype(np.int32), in_zero=12, act="relu",
+             out_zero=-20, precision="int8")
+    expected = ref.run_chain([op], x)
+    y, _ = DEVICE.run([op], x, out=x)
+    assert y is x
+    assert_same(x, expected, "in place")
+
+
+# --- FP16 --------------------------------------------------------------------------------------
+
+FP16_SDPS = ["bias", "bn_relu", "bn_relu6", "bn_prelu", "bn_add", "mul", "max_min", "scale_only",
+             "sigmoid", "tanh"]
+
+
+@pytest.mark.parametrize("spec", FP16_SDPS)
+def test_fp16_sdp_alone_is_bit_exact(spec):
+    rng = np.random.default_rng(31 + FP16_SDPS.index(spec))
+    shape = (2, 5, 7, 9)
+    x = (rng.standard_normal(shape) * 4).astype(np.float16)
+    x.flat[:4] = [65504, -65504, 6e-8, -0.0]   # the largest halves, a subnormal, -0
+    if spec in ("sigmoid", "tanh"):
+        op = Sdp(shift=rng.standard_normal(5).astype(np.float16), act=spec, precision="fp16")
+    else:
+        op = fp16_sdp(rng, spec, shape)
+    expected = ref.run_op(op, x)
+    y, stats = DEVICE.run([op], x)
+    if spec in ("sigmoid", "tanh"):  # libm and NumPy may differ in fp32's last bit
+        np.testing.assert_allclose(y.astype(np.float32), expected.astype(np.float32),
+                                   rtol=2**-10, atol=2**-24)
+    else:
+        assert_same(y, expected, f"fp16 sdp {spec}")
+    assert stats.ops[0].precision == "fp16"
+
+
+def test_fp16_sdp_overflow_and_nan():
+    """Results beyond the half range round to infinity; NaN survives ReLU as in fp32."""
+    x = np.array([60000, -60000, np.nan, np.inf, -np.inf, 1], np.float16).reshape(1, 1, 2, 3)
+    for op in (Sdp(scale=np.array([2], np.float16), precision="fp16"),
+               Sdp(act="relu", precision="fp16"),
+               Sdp(shift=np.array([65504], np.float16), act="clip", clip=(-1e6, 1e6),
+                   precision="fp16")):
+        assert_same(DEVICE.run([op], x)[0], ref.run_op(op, x), f"specials {op}")
