@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 import accel_codegen as ac
+from accel_codegen._accel_ffi import lib
 from accel_codegen.frontend import from_pytorch
 from conftest import build_and_run, run_main
 
@@ -86,9 +87,10 @@ def test_host_ops_with_reasons():
     class Mixed(torch.nn.Module):
         def __init__(self):
             super().__init__()
+            over = lib.ACCEL_MAX_POOL_KERNEL + 1  # one past the PDP's window limit
             self.block = ConvBnRelu(4, 8)
-            self.norm = torch.nn.LayerNorm(16)
-            self.wide = torch.nn.MaxPool2d(kernel_size=9, stride=1, padding=4)
+            self.norm = torch.nn.LayerNorm(16 + 2 * (over // 2) - over + 1)  # the pool's width
+            self.wide = torch.nn.MaxPool2d(kernel_size=over, stride=1, padding=over // 2)
 
         def forward(self, x):
             y = self.wide(self.block(x))
@@ -96,7 +98,8 @@ def test_host_ops_with_reasons():
 
     report = ac.partition_report(_import(Mixed()))
     reasons = {op.op: op.reason for op in report.host}
-    assert "exceeds the PDP limit of 8" in reasons["relax.nn.max_pool2d"]
+    limit = f"exceeds the PDP limit of {lib.ACCEL_MAX_POOL_KERNEL}"
+    assert limit in reasons["relax.nn.max_pool2d"]
     assert reasons["relax.nn.softmax"] == "no accelerator primitive for relax.nn.softmax"
     assert reasons["relax.nn.layer_norm"] == "no accelerator primitive for relax.nn.layer_norm"
     assert _primitives(report) == ["accel.conv2d_bias_bn_relu"]
@@ -120,10 +123,11 @@ def test_config_limits_decide_what_is_offloaded():
 
 
 def test_conv_stride_over_the_hardware_limit_stays_on_host():
-    model = torch.nn.Conv2d(4, 8, 9, stride=9)
-    report = ac.partition_report(_import(model, (1, 4, 36, 36)))
+    limit = lib.ACCEL_MAX_CONV_STRIDE
+    model = torch.nn.Conv2d(4, 8, limit + 1, stride=limit + 1)
+    report = ac.partition_report(_import(model, (1, 4, 4 * (limit + 1), 4 * (limit + 1))))
     conv = next(op for op in report.host if op.op == "relax.nn.conv2d")
-    assert "stride_h = 9 is outside [1, 8]" in conv.reason
+    assert f"stride_h = {limit + 1} is outside [1, {limit}]" in conv.reason
 
 
 def _bn_module(training: bool):

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from accel_codegen import AccelConfig, AccelInvalidError, AccelNotFoundError, Device
+from accel_codegen._accel_ffi import lib
 
 
 def test_presets_come_from_the_c_library():
@@ -53,7 +54,7 @@ def test_replace_and_keywords():
     ("features", ("tensor_cores",), "'tensor_cores'"),
     ("atomic_c", 2**40, "overflows"),
     ("atomic_c", 8.5, "is not an int"),
-    ("name", "x" * 40, "longer than"),
+    ("name", "x" * lib.ACCEL_NAME_LEN, f"longer than {lib.ACCEL_NAME_LEN - 1} bytes"),
 ])
 def test_invalid_config_fields(field, value, words):
     with pytest.raises(AccelInvalidError) as info:

@@ -13,11 +13,13 @@ import pytest
 
 from accel_codegen import Conv, Device, Pool, Sdp
 from accel_codegen import reference as ref
+from accel_codegen._accel_ffi import lib
 from conftest import FP16_EPILOGUES, assert_close, assert_same, fp16_sdp, run_and_compare
 
 DEFAULT_DEVICE = Device("nv_full")  # as many threads as CPUs
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 DEVICE = DEVICES[2]
+MAX_SHIFT = lib.ACCEL_MAX_SHIFT  # INT8 converter shifts: 0..MAX_SHIFT
 
 
 # --- fp32 --------------------------------------------------------------------------------------
@@ -121,8 +123,9 @@ def _int8_geometry(rng, kind):
 
 
 def _shift_for(spread, target):
-    """The right shift that brings values of size `spread` to about `target` (0..62)."""
-    return np.clip(np.rint(np.log2(np.maximum(spread, 1.0) / target)), 0, 62).astype(np.int64)
+    """The right shift that brings values of size `spread` to about `target` (0..MAX_SHIFT)."""
+    return np.clip(np.rint(np.log2(np.maximum(spread, 1.0) / target)), 0,
+                   MAX_SHIFT).astype(np.int64)
 
 
 def _channel_spread(t):
@@ -139,7 +142,7 @@ def _int8_sdp(rng, acc, case):
     """Random INT8 SDP converters for a CONV's accumulators. Each stage's parameters are chosen
     from the size of what reaches it (computed with the reference's primitives), so that most
     outputs land inside int8 and spread over many codes, whatever the geometry; the edges are
-    mixed in on purpose: shifts 0 and 62, mul -32768, an int32-saturating bias, negative
+    mixed in on purpose: shifts 0 and MAX_SHIFT, mul -32768, an int32-saturating bias, negative
     multipliers, a few saturating outputs."""
     k = acc.shape[1]
     per_channel = lambda a: np.asarray(a, np.int64).reshape(1, -1, 1, 1)  # noqa: E731
@@ -167,9 +170,9 @@ def _int8_sdp(rng, acc, case):
         params["mul"] = mul.astype(np.int16)
         rshift = _shift_for(_channel_spread(t) * np.abs(mul), target)
         t = t * per_channel(mul)
-    rshift = np.clip(rshift + rng.integers(-1, 2, size=k), 0, 62)
+    rshift = np.clip(rshift + rng.integers(-1, 2, size=k), 0, MAX_SHIFT)
     if case % 9 == 0:
-        rshift[-1] = 62
+        rshift[-1] = MAX_SHIFT
     if case % 9 == 1:
         rshift[-1] = 0
     params["rshift"] = rshift.astype(np.uint8)
@@ -308,7 +311,7 @@ def test_int8_cases_are_not_degenerate():
         edges.add(f"ew_{sdp.ew_op}")
         edges.add(f"act_{sdp.act}")
         if sdp.rshift is not None:
-            edges.update(f"shift{s}" for s in (0, 62) if s in sdp.rshift)
+            edges.update(f"shift{s}" for s in (0, MAX_SHIFT) if s in sdp.rshift)
         if sdp.mul is not None and -32768 in sdp.mul:
             edges.add("mul_min")
         if sdp.mul is not None and (sdp.mul < 0).any():
@@ -320,7 +323,7 @@ def test_int8_cases_are_not_degenerate():
     assert saturated / total < 0.25, f"{saturated / total:.0%} of outputs saturate"
     assert np.median(spreads) >= 40, f"median distinct codes per case {np.median(spreads)}"
     for edge in ("ew_add", "ew_mul", "ew_max", "ew_min", "ew_None", "act_relu", "act_prelu",
-                 "act_clip", "act_None", "shift0", "shift62", "mul_min", "mul_negative",
+                 "act_clip", "act_None", "shift0", f"shift{MAX_SHIFT}", "mul_min", "mul_negative",
                  "bias_sat32", "in_zero_-128", "in_zero_127", "pool"):
         assert edge in edges, f"no case covers {edge}"
 

@@ -13,22 +13,32 @@ DEVICE = Device("nv_full")
 X = np.ones((1, 4, 8, 8), dtype=np.float32)
 W = np.ones((8, 4, 3, 3), dtype=np.float32)
 
+# One past each limit of accel.h: the rejections follow the header, whatever its values.
+OVER_STRIDE = lib.ACCEL_MAX_CONV_STRIDE + 1
+OVER_PAD = lib.ACCEL_MAX_CONV_PAD + 1
+OVER_KERNEL = lib.ACCEL_MAX_CONV_KERNEL + 1
+OVER_POOL = lib.ACCEL_MAX_POOL_KERNEL + 1
+OVER_CHAIN = lib.ACCEL_MAX_CHAIN_OPS + 1
+OVER_SHIFT = lib.ACCEL_MAX_SHIFT + 1
+
 REJECTIONS = [
     ("stride_zero", [Conv(W, stride=0)], AccelInvalidError, "stride_h = 0"),
-    ("stride_over_limit", [Conv(W, stride=(1, 9))], AccelInvalidError, "stride_w = 9"),
+    ("stride_over_limit", [Conv(W, stride=(1, OVER_STRIDE))], AccelInvalidError,
+     f"stride_w = {OVER_STRIDE}"),
     ("negative_pad", [Conv(W, padding=(0, -1, 0, 0))], AccelInvalidError, "pad_left = -1"),
-    ("pad_over_limit", [Conv(W, padding=32)], AccelInvalidError, "pad_top = 32"),
+    ("pad_over_limit", [Conv(W, padding=OVER_PAD)], AccelInvalidError, f"pad_top = {OVER_PAD}"),
     ("dilation_zero", [Conv(W, dilation=0)], AccelInvalidError, "dilation_h = 0"),
     ("groups_not_dividing", [Conv(np.ones((8, 2, 3, 3), np.float32), groups=3)],
      AccelShapeError, "groups = 3"),
     ("kernel_larger_than_input", [Conv(np.ones((8, 4, 9, 9), np.float32))], AccelShapeError,
      "9x9 kernel"),
-    ("kernel_over_limit", [Conv(np.ones((1, 4, 33, 1), np.float32), padding=(16, 0, 16, 0))],
-     AccelInvalidError, "kernel_h = 33"),
+    ("kernel_over_limit", [Conv(np.ones((1, 4, OVER_KERNEL, 1), np.float32),
+                                padding=(OVER_KERNEL // 2, 0, OVER_KERNEL // 2, 0))],
+     AccelInvalidError, f"kernel_h = {OVER_KERNEL}"),
     ("weights_wrong_channels", [Conv(np.ones((8, 3, 3, 3), np.float32))], AccelInvalidError,
      "3 input channels per group"),
-    ("pool_kernel_over_limit", [Pool("max", 9, 1)], AccelUnsupportedError,
-     "kernel 9x9 exceeds the PDP limit of 8"),
+    ("pool_kernel_over_limit", [Pool("max", OVER_POOL, 1)], AccelUnsupportedError,
+     f"kernel {OVER_POOL}x{OVER_POOL} exceeds the PDP limit of {lib.ACCEL_MAX_POOL_KERNEL}"),
     ("pool_pad_not_below_kernel", [Pool("max", 2, 2, padding=2)], AccelInvalidError,
      "pad_top = 2"),
     ("pool_unknown_kind", [Pool("median", 2, 2)], AccelInvalidError, "'median'"),
@@ -44,7 +54,7 @@ REJECTIONS = [
     ("fused_two_convs", [Conv(np.ones((4, 4, 1, 1), np.float32)), Conv(W)], AccelInvalidError,
      "op 1 (CONV)"),
     ("empty_chain", [], AccelInvalidError, "0"),
-    ("too_many_ops", [Sdp(act="relu")] * 9, AccelInvalidError, "9"),
+    ("too_many_ops", [Sdp(act="relu")] * OVER_CHAIN, AccelInvalidError, f"{OVER_CHAIN}"),
     ("huge_stride_overflows", [Conv(W, stride=2**40)], AccelInvalidError, "op 0 (CONV)"),
 ]
 
@@ -106,12 +116,12 @@ INT8_REJECTIONS = [
     ("sdp_with_prelu_slope", [Sdp(act="prelu", prelu_slope=np.ones(4), precision="int8")],
      AccelInvalidError, "scale, shift and prelu_slope are float parameters"),
     ("rshift_63", [CONV8, Sdp(mul=np.ones(8, np.int16),
-                              rshift=np.array([0, 1, 2, 63, 0, 0, 0, 0], np.uint8),
-                              precision="int8")], AccelInvalidError, "rshift[3] = 63"),
-    ("out_shift_63", [Sdp(out_mul=1, out_shift=63, precision="int8")], AccelInvalidError,
-     "out_shift = 63"),
-    ("ew_shift_63", [Sdp(ew_op="add", operand=X8, ew_shift=63, precision="int8")],
-     AccelInvalidError, "ew_shift = 63"),
+                              rshift=np.array([0, 1, 2, OVER_SHIFT, 0, 0, 0, 0], np.uint8),
+                              precision="int8")], AccelInvalidError, f"rshift[3] = {OVER_SHIFT}"),
+    ("out_shift_63", [Sdp(out_mul=1, out_shift=OVER_SHIFT, precision="int8")], AccelInvalidError,
+     f"out_shift = {OVER_SHIFT}"),
+    ("ew_shift_63", [Sdp(ew_op="add", operand=X8, ew_shift=OVER_SHIFT, precision="int8")],
+     AccelInvalidError, f"ew_shift = {OVER_SHIFT}"),
     ("prelu_shift_negative", [Sdp(act="prelu", prelu_mul=np.ones(4, np.int16),
                                   prelu_shift=-1, precision="int8")],
      AccelInvalidError, "prelu_shift = -1"),
@@ -365,10 +375,11 @@ def test_c_weight_count_cannot_overflow():
     def conv(op):
         op.engine = lib.ACCEL_ENGINE_CONV
         d = op.conv
-        d.out_c, d.kernel_h, d.kernel_w = 2**31 - 1, 32, 32
+        d.out_c = 2**31 - 1
+        d.kernel_h = d.kernel_w = lib.ACCEL_MAX_CONV_KERNEL  # the largest valid window
         d.stride_h = d.stride_w = d.groups = 1
         d.dilation_h = d.dilation_w = 1
-        d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 31
+        d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = lib.ACCEL_MAX_CONV_PAD
         d.precision = lib.ACCEL_FP32
     st = lib.accel_estimate(DEVICE._config_c, _c_chain(conv), 1,
                             _c_tensor((1, 2**31 - 1, 1, 1)), _c_tensor((1, 1, 1, 1)), 0,
@@ -377,8 +388,9 @@ def test_c_weight_count_cannot_overflow():
 
 
 def test_labels_are_cut_on_a_character_boundary():
-    _, stats = DEVICE.run([Sdp(act="relu")], X, label="é" * 40)
-    assert stats.label == "é" * 31
+    # "é" is two bytes: the longest label that fits ACCEL_LABEL_LEN with its NUL
+    _, stats = DEVICE.run([Sdp(act="relu")], X, label="é" * lib.ACCEL_LABEL_LEN)
+    assert stats.label == "é" * ((lib.ACCEL_LABEL_LEN - 1) // 2)
 
 
 def _convert(src, from_, dst, to, scale=1.0, zero=0):
