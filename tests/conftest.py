@@ -138,27 +138,40 @@ class ZooModel:
         return self.mod, self.params, self.x_np
 
 
-@pytest.fixture(scope="session")
-def zoo():
-    """``zoo(name, keep_params_as_input=False)`` -> ZooModel: each zoo model is built and
-    imported once per test session, whichever module asks first."""
-    models, imported = {}, {}
+class ZooCache:
+    """The session's zoo models: ``zoo(name)`` is the ZooModel, ``zoo.host_build(name)`` TVM's
+    own CPU build of its import (accel_codegen.build_host); each made once, when first asked."""
 
-    def get(name, keep_params_as_input=False) -> ZooModel:
+    def __init__(self):
+        self._models, self._imported, self._host = {}, {}, {}
+
+    def __call__(self, name, keep_params_as_input=False) -> ZooModel:
         from accel_codegen import frontend
-        from accel_codegen.tools import models as zoo_models
+        from accel_codegen.tools import models
 
-        if name not in models:
-            models[name] = zoo_models.get_model(name)
+        if name not in self._models:
+            self._models[name] = models.get_model(name)
         key = (name, bool(keep_params_as_input))
-        if key not in imported:
-            model, (x,) = models[name]
+        if key not in self._imported:
+            model, (x,) = self._models[name]
             mod, params = frontend.from_pytorch(model, (x,),
                                                 keep_params_as_input=keep_params_as_input)
-            imported[key] = ZooModel(name, model, x, mod, params)
-        return imported[key]
+            self._imported[key] = ZooModel(name, model, x, mod, params)
+        return self._imported[key]
 
-    return get
+    def host_build(self, name):
+        import accel_codegen as ac
+
+        if name not in self._host:
+            self._host[name] = ac.build_host(self(name).mod)
+        return self._host[name]
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """The ZooCache of the session: each zoo model is built, imported (and host-built) once,
+    whichever module asks first."""
+    return ZooCache()
 
 
 # --- engine ops shared by the engine tests (tests/sim) -----------------------------------------

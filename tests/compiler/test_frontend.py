@@ -8,6 +8,7 @@ import tvm
 from conftest import assert_close, count_batch_norms, run_main, torch_forward
 from tvm import relax
 
+import accel_codegen as ac
 from accel_codegen import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 from accel_codegen.frontend import bind_params, export_onnx, from_onnx, from_pytorch
 
@@ -33,8 +34,9 @@ def _batch_norms(mod):
 
 
 def _run_host(mod, inputs):
-    """TVM's own llvm build of the module (no accel_codegen), main run on the inputs."""
-    return run_main(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu()), *inputs)
+    """TVM's own CPU build of the module (accel_codegen.build_host: batch norm decomposed for
+    inference, then tvm.compile for llvm), main run on the inputs."""
+    return run_main(ac.virtual_machine(ac.build_host(mod)), *inputs)
 
 
 # --------------------------------------------------------------------------------------
@@ -50,7 +52,8 @@ def test_from_pytorch_host_build_matches_torch(name, zoo):
     assert all(not bn.attrs.training and abs(float(bn.attrs.epsilon) - 1e-5) < 1e-9 for bn in bns)
     names = {op for op, _ in _ops(mod)}
     assert "relax.zeros_like" not in names, "max-pool leftovers survived the cleanup"
-    assert_close(_run_host(mod, inputs), torch_forward(model, *inputs), rtol=1e-4, what=name)
+    host = ac.virtual_machine(zoo.host_build(name))  # _run_host's build, made once a session
+    assert_close(run_main(host, *inputs), torch_forward(model, *inputs), rtol=1e-4, what=name)
 
 
 def test_cleanup_removes_the_max_pool_leftovers(zoo):

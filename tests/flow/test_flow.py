@@ -50,9 +50,9 @@ def test_zoo_model_matches_pytorch(name, exported):
 
 
 @pytest.mark.parametrize("name", ZOO)
-def test_zoo_model_matches_tvm_host_build(name, exported):
-    _, x, path, _, mod = exported(name)
-    host = ac.virtual_machine(ac.build_host(mod))
+def test_zoo_model_matches_tvm_host_build(name, exported, zoo):
+    _, x, path, _, _ = exported(name)
+    host = ac.virtual_machine(zoo.host_build(name))  # ac.build_host of the same module
     assert_close(run_main(ac.virtual_machine(path), x), run_main(host, x), rtol=RTOL,
                  what=f"{name} vs TVM host build")
 
