@@ -78,5 +78,7 @@ def test_python_suites_are_clean_under_sanitizers(sanitized_build):
     assert probe.returncode == 0
     suites = [HERE / name for name in CHECKED_SUITES]
     assert all(path.is_file() for path in suites), [p.name for p in suites if not p.is_file()]
-    _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
-         env=env, cwd=ROOT / "tests")
+    result = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
+                  env=env, cwd=ROOT / "tests")
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary, summary
