@@ -10,7 +10,7 @@ from accel_codegen import codegen, frontend, reference
 from accel_codegen.lowering import BatchNormSpec
 from accel_codegen.quantization import (Calibration, TensorQuant, encode_multipliers,
                                         quantize_weights, round_half_away)
-from conftest import build_and_run, run_main, torch_forward
+from conftest import build_and_run, random_inputs, run_main, torch_forward
 
 
 class ConvBnReluPool(torch.nn.Module):
@@ -152,8 +152,7 @@ class ConvPoolConv(torch.nn.Module):
 @pytest.mark.parametrize("precision", ["int8", "fp16"])
 def test_accuracy_report_pairs_the_tensors_of_a_conv_without_sdp(precision):
     torch.manual_seed(4)
-    rng = np.random.default_rng(4)
-    x = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) for _ in range(4)]
+    x = random_inputs((1, 4, 8, 8), 4, seed=4)
     mod, params = _module(ConvPoolConv(), x[0])
     report = ac.accuracy_report(mod, params, x[:2], precision=precision,
                                 calibration=x[2:] if precision == "int8" else None)
