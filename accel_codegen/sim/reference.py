@@ -12,7 +12,7 @@ step accel.h marks, and pooling works on codes with the input's zero point.
 FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
 the exact float64 sum of the exact products, rounded once to float32; the simulator's fp32
 summation order differs, so CONV results agree within a summation bound, see
-tests/test_precision_engines.py), SDP and PDP compute in float32 on widened halves exactly as
+tests/sim/test_conv_engine.py), SDP and PDP compute in float32 on widened halves exactly as
 in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 """
