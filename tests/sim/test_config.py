@@ -78,3 +78,12 @@ def test_json_errors():
         AccelConfig.from_dict({"base": "nv_full", "macs": 9})
     with pytest.raises(AccelInvalidError, match="missing fields"):
         AccelConfig.from_dict({"name": "x", "atomic_c": 8})
+
+
+@pytest.mark.parametrize("name", AccelConfig.preset_names())
+def test_every_preset_validates_and_round_trips(name):
+    """A new preset row in config.c is checked here with no test edit."""
+    cfg = AccelConfig.preset(name)
+    assert cfg.name == name
+    assert AccelConfig.from_json(cfg.to_json()) == cfg == AccelConfig.from_c(cfg.to_c())
+    assert cfg.macs_per_cycle("int8") == cfg.atomic_c * cfg.atomic_k
