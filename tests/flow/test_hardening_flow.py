@@ -245,8 +245,9 @@ def damaged_results(exported, tmp_path_factory):
     cases["missing-dependency"] = str(directory / "dependency.so")
     x = directory / "x.npy"
     np.save(x, _inputs(1)[0])
+    # cwd away from the source tree: `python -c` puts the cwd first on sys.path
     proc = subprocess.run([sys.executable, "-c", _LOAD_SCRIPT, json.dumps(cases), str(x)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=directory)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

@@ -107,7 +107,7 @@ def test_parsing_does_not_import_tvm():
         print("tvm" in sys.modules)
         """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, cwd="/").stdout  # not the source tree: see test_cli
     assert out.strip() == "False"
 
 
