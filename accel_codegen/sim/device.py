@@ -94,10 +94,6 @@ def _c_label(label: Optional[str]) -> bytes:
     return encoded.decode(errors="ignore").encode()
 
 
-def _mode(mode: str) -> int:
-    return MODES.code(mode)
-
-
 class _Chain:
     """A chain lowered to C structs, its shapes inferred and its operands checked by size."""
 
@@ -105,7 +101,7 @@ class _Chain:
                  mode: str):
         ops = op_list(ops)
         self.ops = ops
-        self.mode = _mode(mode)
+        self.mode = MODES.code(mode)
         self.c_ops = ffi.new("accel_op[]", len(ops))
         for i, op in enumerate(ops):
             try:

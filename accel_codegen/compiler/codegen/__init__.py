@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -71,7 +71,7 @@ def generate(functions, options, into: Generated) -> List:
     return modules
 
 
-def register(into: Generated = None) -> None:
+def register(into: Optional[Generated] = None) -> None:
     """Register the generator as ``relax.ext.accel`` (``into`` collects what it generates;
     default: a fresh record per call, dropped), and accel_codegen's exceptions with tvm-ffi so
     that they reach the caller with their class."""
