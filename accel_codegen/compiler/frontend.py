@@ -18,9 +18,11 @@ partitions. Inference batch norm survives the import as
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,16 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+@contextlib.contextmanager
+def _quiet_torch_export() -> Iterator[None]:
+    """torch 2.13 warns about its own pytree internals (``isinstance(treespec, LeafSpec)``) on
+    every export: noise the user can do nothing about, silenced where we trigger it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                                category=FutureWarning)
+        yield
+
+
 def from_pytorch(
     model: Any,
     example_inputs: tuple,
@@ -152,22 +164,24 @@ def from_pytorch(
     from tvm.relax.frontend.torch import from_exported_program
 
     name = type(model).__name__
-    try:
-        exported = torch.export.export(model.eval(), args)
-    except Exception as error:  # torch raises many unrelated types; the cause stays chained
-        raise AccelUnsupportedError(
-            f"torch.export could not trace {name}: {_first_line(error)}") from error
-    try:
-        # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
-        # Registered custom primitives first, so that a user's own converter wins.
-        converters = {**custom.convert_map(), **dict(custom_convert_map or {})}
-        mod = from_exported_program(exported, keep_params_as_input=keep_params_as_input,
-                                    unwrap_unit_return_tuple=True,
-                                    custom_convert_map=converters)
-    except (AssertionError, NotImplementedError, KeyError) as error:
-        # TVM reports unconverted ops as "AssertionError: Unsupported function types [...]".
-        raise AccelUnsupportedError(
-            f"TVM's PyTorch frontend could not import {name}: {_first_line(error)}") from error
+    with _quiet_torch_export():
+        try:
+            exported = torch.export.export(model.eval(), args)
+        except Exception as error:  # torch raises many unrelated types; the cause stays chained
+            raise AccelUnsupportedError(
+                f"torch.export could not trace {name}: {_first_line(error)}") from error
+        try:
+            # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
+            # Registered custom primitives first, so that a user's own converter wins.
+            converters = {**custom.convert_map(), **dict(custom_convert_map or {})}
+            mod = from_exported_program(exported, keep_params_as_input=keep_params_as_input,
+                                        unwrap_unit_return_tuple=True,
+                                        custom_convert_map=converters)
+        except (AssertionError, NotImplementedError, KeyError) as error:
+            # TVM reports unconverted ops as "AssertionError: Unsupported function types".
+            raise AccelUnsupportedError(
+                f"TVM's PyTorch frontend could not import {name}: "
+                f"{_first_line(error)}") from error
     mod = cleanup(mod)
     return _split_params(mod) if keep_params_as_input else (mod, {})
 

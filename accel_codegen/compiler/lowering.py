@@ -194,7 +194,11 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             lhs, rhs = value.args[0], value.args[1]
             lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
             rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
-            if rhs_in_chain and not lhs_in_chain:
+            # Every SDP element-wise op is commutative: the data is the operand from inside
+            # the chain, else the one with the op's own shape (``s * x`` reads x, not s).
+            if (rhs_in_chain and not lhs_in_chain) or (
+                    not lhs_in_chain and not rhs_in_chain and _same_shape(rhs, value) and
+                    not _same_shape(lhs, value)):
                 lhs, rhs = rhs, lhs
             stages.append(Stage("binary", value, other=rhs))
             expr = lhs
@@ -208,6 +212,14 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         raise Unsupported("the chain's input is computed inside the matched region")
     stages.reverse()
     return _build_layer(data, stages, root, lookup)
+
+
+def _same_shape(expr: relax.Expr, like: relax.Expr) -> bool:
+    """Whether two expressions have the same static shape (False when either has none)."""
+    try:
+        return static_shape(expr) == static_shape(like)
+    except Unsupported:
+        return False
 
 
 def _flattens(reshape: relax.Call) -> bool:

@@ -53,6 +53,10 @@ def _decomposed_prelu(x: DFPattern) -> DFPattern:
     return is_op("relax.where")(is_op("relax.greater")(x, wildcard()), x, negative)
 
 
+def _either_order(op: str, x: DFPattern, other: DFPattern) -> DFPattern:
+    return is_op(op)(x, other) | is_op(op)(other, x)
+
+
 def _bias_add(x: DFPattern) -> DFPattern:
     """torch gives add(conv, reshape(bias)); ONNX and folded constants add a [1, C, 1, 1]."""
     bias = wildcard()
@@ -82,8 +86,8 @@ def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual,
         length += 2 + (residual == "bias_branch")
         residual_stage = lambda x: is_op("relax.add")(x, branch)  # noqa: E731
         residual_name = "add_" + residual.replace("branch", "conv2d_bn")
-    else:
-        residual_stage = lambda x: is_op("relax.add")(x, wildcard())  # noqa: E731
+    else:  # either operand order: the add is commutative
+        residual_stage = lambda x: _either_order("relax.add", x, wildcard())  # noqa: E731
         residual_name = "add"
     for present, suffix, stage in ((bias, "bias", _bias_add), (bn, "bn", _batch_norm),
                                    (residual, residual_name, residual_stage),

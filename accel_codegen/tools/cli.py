@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -612,9 +611,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # torch.export's own deprecation noise, not the user's concern.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
-                            category=FutureWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
     from ..errors import AccelError

@@ -11,7 +11,7 @@ from tvm import relax
 import accel_codegen as ac
 from accel_codegen._accel_ffi import lib
 from accel_codegen.frontend import from_pytorch
-from conftest import build_and_run, run_main
+from conftest import assert_close, build_and_run, run_main, torch_forward
 
 torch.manual_seed(0)
 
@@ -274,3 +274,35 @@ def test_a_check_that_breaks_is_a_stated_host_fallback_or_a_strict_error(monkeyp
     assert _primitives(report) == []
     assert any("not understood by the accelerator compiler (RuntimeError: a lowering bug)"
                in (op.reason or "") for op in report.host), report
+
+
+class ScaleBeforeData(torch.nn.Module):
+    """``s * x`` with a per-channel scale first (torchvision's squeeze-excite computes
+    ``scale * input``): a constant scale, then a computed one."""
+
+    def __init__(self, computed):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.fc = torch.nn.Conv2d(8, 8, 1)
+        self.s = torch.nn.Parameter(torch.rand(1, 8, 1, 1) + 0.5)
+        self.computed = computed
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        if self.computed:  # squeeze-excite
+            s = torch.sigmoid(self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1)))
+        else:
+            s = self.s
+        return s * y
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["constant", "squeeze_excite"])
+def test_commutative_ops_are_offloaded_in_either_operand_order(computed):
+    model = ScaleBeforeData(computed).eval()
+    x = torch.randn(1, 4, 8, 8)
+    mod, params = from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and "accel.mul" in _primitives(report), report
+    y = run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy())
+    assert_close(y, torch_forward(model, x))
