@@ -489,6 +489,10 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
     known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) |
              {"relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d"})
+    if name == "relax.nn.pad":
+        return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "
+                "only a zero padding of H and W right before a convolution runs on the "
+                "accelerator (as the convolution's own padding)")
     if name not in known:
         return f"no accelerator primitive for {name}"
     try:

@@ -23,6 +23,7 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
+from .rewrites import fold_zero_padding
 from .vm import virtual_machine
 from .walk import composite_calls
 
@@ -179,6 +180,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
+    mod = fold_zero_padding(mod)
     return tvm.transform.Sequential([
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),

@@ -306,3 +306,45 @@ def test_commutative_ops_are_offloaded_in_either_operand_order(computed):
     assert report.host == [] and "accel.mul" in _primitives(report), report
     y = run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy())
     assert_close(y, torch_forward(model, x))
+
+
+class PaddedConv(torch.nn.Module):
+    """An explicit padding before conv + BN + ReLU (nn.ZeroPad2d, F.pad)."""
+
+    def __init__(self, value=0.0):
+        super().__init__()
+        self.value = value
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = torch.nn.functional.pad(x, (1, 2, 0, 1), value=self.value)  # left, right, top, bottom
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def test_a_zero_padding_folds_into_the_convolution():
+    model = PaddedConv().eval()
+    x = torch.randn(1, 3, 8, 8)
+    mod, params = from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and _primitives(report) == ["accel.conv2d_bias_bn_relu"], report
+    (source,) = ac.generated_sources(partitioned).values()
+    assert "pad_top = 1; ops[0].conv.pad_left = 2; ops[0].conv.pad_bottom = 2; " \
+           "ops[0].conv.pad_right = 3;" in source  # the conv's 1 plus the explicit padding
+    assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
+                 torch_forward(model, x))
+
+
+def test_a_padding_that_is_not_zero_stays_on_the_host_saying_why():
+    model = PaddedConv(value=1.0).eval()
+    x = torch.randn(1, 3, 8, 8)
+    mod, params = from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    (pad,) = ac.partition_report(partitioned).host
+    assert pad.op == "relax.nn.pad" and "constant padding with value 1" in pad.reason
+    assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
+                 torch_forward(model, x))
