@@ -8,9 +8,10 @@ too, so nothing may run between partitioning and codegen).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -83,11 +84,19 @@ class PartitionReport:
         return cls(data["config"], data["fuse"], [OpRecord(**op) for op in data["ops"]],
                    data.get("precision", "fp32"))
 
+    def host_reasons(self) -> List[Tuple[str, int]]:
+        """(reason, how many host operators give it), most frequent first."""
+        return collections.Counter(op.reason for op in self.host).most_common()
+
     def __str__(self) -> str:
         lines = [f"partition for {self.config} ({'fused' if self.fuse else 'decomposed'}, "
                  f"{self.precision}): "
                  f"{len(self.offloaded)} of {len(self.ops)} operators offloaded in "
                  f"{len(self.functions)} external function(s)"]
+        if self.host:
+            lines.append(f"{len(self.host)} on the host:")
+            lines += [f"{count:>6} x {reason}" for reason, count in self.host_reasons()]
+            lines.append("")
         columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
                    Column("shape", 20, "<"), Column("where", 9, "<"),
                    Column("primitive / reason", 0, "<")]

@@ -344,7 +344,11 @@ def test_a_padding_that_is_not_zero_stays_on_the_host_saying_why():
     x = torch.randn(1, 3, 8, 8)
     mod, params = from_pytorch(model, (x,))
     partitioned = ac.partition_for_accel(mod, params)
-    (pad,) = ac.partition_report(partitioned).host
+    report = ac.partition_report(partitioned)
+    (pad,) = report.host
     assert pad.op == "relax.nn.pad" and "constant padding with value 1" in pad.reason
+    # the summary at the top counts the host operators by reason
+    assert report.host_reasons() == [(pad.reason, 1)]
+    assert str(report).splitlines()[1:3] == ["1 on the host:", f"     1 x {pad.reason}"]
     assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
                  torch_forward(model, x))
