@@ -31,6 +31,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+from .rewrites import clip_from_bounds
 from . import custom
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
@@ -245,7 +246,7 @@ def from_onnx(
         raise AccelUnsupportedError(
             f"TVM's ONNX frontend could not import graph '{model.graph.name}': "
             f"{_first_line(error)}") from error
-    mod = cleanup(mod)
+    mod = clip_from_bounds(cleanup(mod))
     return _split_params(mod) if keep_params_in_input else (mod, {})
 
 

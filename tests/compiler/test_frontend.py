@@ -263,3 +263,31 @@ def test_importing_a_model_prints_no_warning_of_torchs_own(recwarn):
     warnings.simplefilter("always")
     from_pytorch(model, inputs)
     assert not [w for w in recwarn if "LeafSpec" in str(w.message)]
+
+
+class TwoRelu6(torch.nn.Module):
+    """conv + BN + ReLU6, conv + ReLU6: torch exports ReLU6 to ONNX as Clip(x, min, max) with
+    the bounds as inputs, which TVM's importer spells isnan / where / maximum / minimum."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.nn.functional.relu6(self.bn(self.conv(x)))
+        return torch.nn.functional.relu6(self.conv2(y))
+
+
+def test_onnx_clip_partitions_as_the_pytorch_model_does(tmp_path):
+    model, x = TwoRelu6().eval(), torch.randn(1, 3, 8, 8)
+    export_onnx(model, (x,), tmp_path / "m.onnx")
+    from_torch = ac.partition_report(ac.partition_for_accel(*from_pytorch(model, (x,))))
+    partitioned = ac.partition_for_accel(*from_onnx(tmp_path / "m.onnx"))
+    from_file = ac.partition_report(partitioned)
+    assert from_file.host == [] and list(from_file.functions.values()) == \
+        list(from_torch.functions.values()) == [["accel.conv2d_bias_bn_clip",
+                                                 "accel.conv2d_bias_clip"]]
+    assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
+                 torch_forward(model, x))
