@@ -178,8 +178,9 @@ class Layer:
         if precision != "fp32":
             for what, expr in self.parameters():
                 if not is_constant(expr):
-                    raise Unsupported(f"the {what} is a runtime input; {precision} code needs "
-                                      "constant weights and parameters (bind them as params)")
+                    raise Unsupported(f"the {what} is not a constant (a runtime input, or "
+                                      f"computed by another operator); {precision} code needs "
+                                      "constant weights and parameters (bind inputs as params)")
         if precision == "int8" and self.conv is None:
             # Without a conv to take it into the weights, a channel factor of 0 would zero the
             # shift too: the int8 SDP adds its bias before it multiplies.

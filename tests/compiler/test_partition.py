@@ -352,3 +352,12 @@ def test_a_padding_that_is_not_zero_stays_on_the_host_saying_why():
     assert str(report).splitlines()[1:3] == ["1 on the host:", f"     1 x {pad.reason}"]
     assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
                  torch_forward(model, x))
+
+
+def test_a_batch_norm_left_on_the_host_says_truly_why():
+    """conv + BN with nothing after it to join its chain: BN stays on the host, and the reason
+    does not claim that an op after it stays on the host."""
+    report = ac.partition_report(_import(ConvBnRelu(bias=False, act=None)))
+    (bn,) = [op for op in report.host if op.op == "relax.nn.batch_norm"]
+    assert "no op after this one joins its chain" in bn.reason
+    assert "stays on the host" not in bn.reason
