@@ -1,6 +1,8 @@
 """Typed exceptions, one per C status, all rooted in :class:`AccelError`."""
 from __future__ import annotations
 
+import functools
+
 
 class AccelError(Exception):
     """Root of every error accel-codegen raises on purpose."""
@@ -60,6 +62,7 @@ class AccelLibraryError(AccelError, ValueError):
     written: the message names the file and what is wrong with it."""
 
 
+@functools.lru_cache(maxsize=None)  # once per process: the registry is global
 def register_with_tvm_ffi() -> None:
     """Let tvm-ffi carry these exceptions by class name, both ways: generated C raises them by
     name (``TVMFFIErrorSetRaisedFromCStr("AccelShapeError", ...)``, see accel/tvm_glue.h) and

@@ -51,15 +51,13 @@ def _check_known(fields: dict) -> None:
 
 def precision_code(name: str) -> int:
     """The C enum value of a precision name ("int8", "int16", "fp16", "fp32")."""
-    try:
-        return _PRECISION_CODES[name]
-    except (KeyError, TypeError):
-        raise AccelInvalidError(
-            f"unknown precision {name!r} (known: {', '.join(PRECISIONS)})") from None
+    if name not in PRECISION_TABLE:
+        raise AccelInvalidError(f"unknown precision {name!r} (known: {', '.join(PRECISIONS)})")
+    return PRECISION_TABLE.code(name)
 
 
 def precision_name(code: int) -> str:
-    return PRECISIONS[[_PRECISION_CODES[p] for p in PRECISIONS].index(code)]
+    return PRECISION_TABLE.name_of(code)
 
 
 @dataclasses.dataclass(frozen=True)

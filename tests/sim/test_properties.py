@@ -193,7 +193,8 @@ def test_the_strategies_reach_every_engine_and_precision():
     seen = set()
 
     @given(chains())
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None)
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
     def collect(chain):
         ops, x = chain
         seen.update((type(op).__name__, x.dtype.name) for op in ops)

@@ -14,7 +14,7 @@ import numpy as np
 from tvm import relax
 
 from ...errors import AccelInvalidError, AccelUnsupportedError
-from ...quantization import Calibration, TensorQuant, quantize_weights
+from ...quantization import Calibration, Key, TensorQuant, quantize_weights
 from ...sim.config import AccelConfig
 from ...sim.labels import run_key, run_label
 from ...sim.observer import INPUT, operand_index
@@ -27,8 +27,6 @@ from .folding import affine, fold_batch_norm
 
 #: Storage dtype of each precision the code generator emits.
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
-
-Key = Tuple[str, int]  # (run key, op index): a tensor, as the observer names it
 
 
 def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
