@@ -500,9 +500,5 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         layer.check_hardware(config, True, precision)
     except Unsupported as reason:
         return str(reason)
-    if name == "relax.nn.batch_norm":
-        return ("batch_norm is offloaded only inside a chain that goes on after it (TVM's "
-                "pattern matcher cannot end a composite at its tuple item), and no op after "
-                "this one joins its chain")
     return "supported alone, but left on the host by the partitioner (its operand is produced " \
            "by a neighbour that could not be fused with it)"

@@ -24,7 +24,7 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
-from .rewrites import fold_zero_padding
+from .rewrites import end_at_first_item, first_item_only, fold_zero_padding
 from .vm import virtual_machine
 from .walk import composite_calls
 
@@ -157,10 +157,8 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             refusal = log.refusals.get(binding.var)
             own = explain(value, config, precision)
             # A refusal names the failing stage of a chain the op was part of; the op's own
-            # reason is better when it has no primitive at all, and for batch norm, whose
-            # chains fail for what comes after it.
-            if refusal and name != "relax.nn.batch_norm" and \
-                    not own.startswith("no accelerator primitive"):
+            # reason is better when it has no primitive at all.
+            if refusal and not own.startswith("no accelerator primitive"):
                 reason = refusal[1]
             else:
                 reason = own
@@ -190,11 +188,13 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
     mod = fold_zero_padding(mod)
+    mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
+                                    relax.transform.DeadCodeElimination()])(mod)
+    table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
+    mod = end_at_first_item(relax.transform.FuseOpsByPattern(
+        table, bind_constants=True, annotate_codegen=False)(mod))
     return tvm.transform.Sequential([
         relax.transform.CanonicalizeBindings(),
-        relax.transform.DeadCodeElimination(),
-        relax.transform.FuseOpsByPattern(pattern_table(config, fuse, log, precision),
-                                         bind_constants=True, annotate_codegen=False),
         relax.transform.MergeCompositeFunctions(),
     ])(mod)
 

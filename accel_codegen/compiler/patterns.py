@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
@@ -24,7 +24,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
 from . import custom
-from .layer import Unsupported
+from .layer import Unsupported, op_name
 from .lowering import lower_chain
 
 #: Set to "1" (the test suite does) to make a check that fails unexpectedly raise instead of
@@ -64,9 +64,12 @@ def _bias_add(x: DFPattern) -> DFPattern:
         x, bias)
 
 
+def _batch_norm_call(x: DFPattern) -> DFPattern:
+    return is_op("relax.nn.batch_norm")(x, wildcard(), wildcard(), wildcard(), wildcard())
+
+
 def _batch_norm(x: DFPattern) -> DFPattern:
-    bn = is_op("relax.nn.batch_norm")(x, wildcard(), wildcard(), wildcard(), wildcard())
-    return is_tuple_get_item(bn, 0)
+    return is_tuple_get_item(_batch_norm_call(x), 0)
 
 
 def _conv_bn_branch(bias: bool) -> DFPattern:
@@ -89,7 +92,11 @@ def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual,
     else:  # either operand order: the add is commutative
         residual_stage = lambda x: _either_order("relax.add", x, wildcard())  # noqa: E731
         residual_name = "add"
-    for present, suffix, stage in ((bias, "bias", _bias_add), (bn, "bn", _batch_norm),
+    # TVM's matcher cannot end a pattern at a tuple item: a chain that ends in batch norm
+    # ends at the op (see ``first_item_only``).
+    last_bn = bn and not residual and not act and not pool
+    for present, suffix, stage in ((bias, "bias", _bias_add),
+                                   (bn, "bn", _batch_norm_call if last_bn else _batch_norm),
                                    (residual, residual_name, residual_stage),
                                    (act, act, _ACTIVATIONS.get(act)),
                                    (pool, pool, _POOLS.get(pool))):
@@ -132,9 +139,8 @@ def _dense_entries() -> List[Tuple[str, DFPattern, int]]:
 def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
     entries = []
     for act in (None, *_ACTIVATIONS):
-        if act is not None:  # a bare batch norm would end at its tuple item: never matched
-            entries.append(_epilogue(_batch_norm(wildcard()), "accel.batch_norm", False, False,
-                                     False, act, None))
+        stage = _batch_norm(wildcard()) if act else _batch_norm_call(wildcard())
+        entries.append(_epilogue(stage, "accel.batch_norm", False, False, False, act, None))
         for name, op in _ELEMENTWISE.items():
             pattern = is_op(op)(wildcard(), wildcard())
             entries.append(_epilogue(pattern, f"accel.{name}", False, False, False, act, None))
@@ -161,7 +167,8 @@ class PartitionLog:
         return False
 
 
-def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log: PartitionLog):
+def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log: PartitionLog,
+                batch_norm_ends: frozenset):
     def check(ctx: PatternCheckContext) -> bool:
         if has_leaking_intermediate_variables(ctx):
             return log.refuse(ctx, name, "an intermediate result is also used outside the chain")
@@ -178,14 +185,20 @@ def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log:
                 raise
             return log.refuse(ctx, name, f"not understood by the accelerator compiler "
                                          f"({type(error).__name__}: {error})")
+        root = ctx.matched_expr
+        if op_name(root) == "relax.nn.batch_norm" and (
+                root not in ctx.value_to_bound_var or
+                ctx.value_to_bound_var[root] not in batch_norm_ends):
+            return log.refuse(ctx, name, "batch_norm's mean and variance outputs are read too; "
+                                         "the SDP gives the normalised tensor only")
         return True
 
     return check
 
 
 def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
-                  log: Optional[PartitionLog] = None, precision: str = "fp32"
-                  ) -> List[FusionPattern]:
+                  log: Optional[PartitionLog] = None, precision: str = "fp32",
+                  batch_norm_ends: Iterable[relax.Var] = ()) -> List[FusionPattern]:
     """The FusionPatterns for a configuration, longest chains first.
 
     Parameters
@@ -198,6 +211,10 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         Receives the reason of every refusal.
     precision : str
         The precision the chains will run in ("fp32", "fp16", "int8").
+    batch_norm_ends : iterable of relax.Var
+        The batch norms a chain may end at: those read through their first output only
+        (:func:`~accel_codegen.compiler.rewrites.first_item_only`). The composite then ends at
+        that output (:func:`~accel_codegen.compiler.rewrites.end_at_first_item`).
     """
     config = AccelConfig.resolve(config)
     log = log if log is not None else PartitionLog()
@@ -205,5 +222,6 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         (f"accel.custom.{p.name}", is_call_tir(p.primfunc), 1)
         for p in custom.registered().values()]
     entries.sort(key=lambda entry: -entry[2])  # stable: longest first
-    return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, precision, log))
+    return [FusionPattern(name, pattern, {}, _make_check(name, config, fuse, precision, log,
+                                                       frozenset(batch_norm_ends)))
             for name, pattern, _ in entries]

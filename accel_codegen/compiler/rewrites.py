@@ -1,12 +1,14 @@
-"""Relax rewrites that run before the pattern table, so that what the hardware does in one
-engine reaches the partitioner as one op. Each keeps the module's meaning exactly (TVM's host
-build of the result computes the same values).
+"""Relax rewrites around the pattern table, so that what the hardware does in one engine reaches
+the partitioner as one op. Each keeps the module's meaning exactly (TVM's host build of the
+result computes the same values).
 
 - An explicit zero padding before a convolution (``nn.ZeroPad2d``, ``F.pad(x, ..., value=0)``)
   becomes the convolution's own, possibly asymmetric, padding: the CONV engine pads as it reads
   (NVDLA's CDMA), where a separate pad op would stay on the host.
 - ONNX's Clip with its bounds as inputs (torch's export of ReLU6) becomes ``relax.clip``, as
   the PyTorch frontend gives it: the same model partitions the same from either frontend.
+- After matching, a composite that ends at a batch_norm returns its normalised output, not the
+  (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 """
 from __future__ import annotations
 
@@ -88,3 +90,100 @@ def _to_clip(expr: relax.Expr, matches) -> relax.Expr:
 def clip_from_bounds(mod: tvm.IRModule) -> tvm.IRModule:
     """minimum(maximum(x, lo), hi) of scalar constant bounds (ONNX Clip) -> clip(x, lo, hi)."""
     return _rewrite(mod, _CLIP, _to_clip)
+
+
+# --- batch norm at the end of a chain -----------------------------------------------------------
+# batch_norm returns (y, mean, var), and TVM's matcher cannot end a pattern at the tuple item
+# y. A chain ending in batch norm (conv + BN before a linear bottleneck's add, or before
+# another conv) is matched up to the op; afterwards its composite is made to return y itself,
+# so batch norm reaches the code generator whole, inside one composite.
+
+def first_item_only(function: relax.Function) -> frozenset:
+    """The Vars bound to an inference batch_norm whose tuple is read only as ``t[0]``."""
+    bound, readers = {}, {}
+
+    def note_use(expr, reader):
+        if isinstance(expr, relax.Var):
+            readers.setdefault(expr, []).append(reader)
+
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            bound[binding.var] = value
+            if isinstance(value, relax.TupleGetItem):
+                note_use(value.tuple_value, int(value.index))
+            else:
+                relax.analysis.post_order_visit(value, lambda e: note_use(e, None))
+    note_use(function.body.body, None)
+    relax.analysis.post_order_visit(function.body.body, lambda e: note_use(e, None))
+    return frozenset(var for var, value in bound.items()
+                     if isinstance(value, relax.Call) and
+                     getattr(value.op, "name", None) == "relax.nn.batch_norm" and
+                     not bool(value.attrs.training) and readers.get(var) and
+                     all(index == 0 for index in readers[var]))
+
+
+def _ends_at_tuple(function: relax.BaseFunc) -> bool:
+    return isinstance(function, relax.Function) and function.attrs is not None and \
+        "Composite" in function.attrs and isinstance(function.ret_ty,
+                                                     relax.TupleType)
+
+
+def _first_item_function(function: relax.Function) -> relax.Function:
+    """A composite that returns batch_norm's tuple, made to return its first item."""
+    *blocks, last = function.body.blocks
+    *bindings, final = last.bindings
+    whole = relax.DataflowVar(final.var.name + "_tuple", final.var.ty)
+    item = relax.TupleGetItem(whole, 0)
+    out = relax.Var(final.var.name, function.ret_ty.fields[0])
+    block = relax.DataflowBlock(bindings + [relax.VarBinding(whole, final.value),
+                                            relax.VarBinding(out, item)])
+    return relax.Function(function.params, relax.SeqExpr(blocks + [block], out),
+                          function.ret_ty.fields[0], function.is_pure, function.attrs)
+
+
+@relax.expr_functor.mutator
+class _FirstItemCalls(relax.PyExprMutator):
+    """Calls of the rewritten composites: their result is the tensor; ``t[0]`` reads it."""
+
+    def __init__(self, mod: tvm.IRModule, rewritten: dict):
+        super().__init__(mod)
+        self.rewritten = rewritten  # old GlobalVar -> the new function's
+        self.results = set()
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if isinstance(value, relax.Call) and value.op in self.rewritten:
+            call = relax.Call(self.rewritten[value.op], [self.visit_expr(a) for a in value.args])
+            var = self.builder_.emit(call, binding.var.name)
+            self.set_var_remap(binding.var, var)
+            self.results.add(var)
+            return
+        super().visit_var_binding_(binding)
+
+    def visit_tuple_getitem_(self, item: relax.TupleGetItem) -> relax.Expr:
+        tuple_value = self.visit_expr(item.tuple_value)
+        if tuple_value in self.results:
+            return tuple_value  # only index 0 is ever read (first_item_only)
+        return super().visit_tuple_getitem_(item)
+
+
+def end_at_first_item(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every composite that ends at a batch_norm made to return its normalised output."""
+    ends = [gv for gv, function in mod.functions_items() if _ends_at_tuple(function)]
+    if not ends:
+        return mod
+    functions = dict(mod.functions_items())
+    for gv in ends:
+        functions.pop(gv)
+    # A GlobalVar carries its function's type: the block builder gives the new ones theirs.
+    builder = relax.BlockBuilder(tvm.IRModule(functions, attrs=mod.attrs))
+    rewritten = {gv: builder.add_func(_first_item_function(mod[gv]), gv.name_hint)
+                 for gv in ends}
+    result = builder.get()
+    mutator = _FirstItemCalls(result, rewritten)
+    for gv, function in result.functions_items():
+        if isinstance(function, relax.Function) and (
+                function.attrs is None or "Composite" not in function.attrs):
+            result[gv] = mutator.visit_expr(function)
+    return result
