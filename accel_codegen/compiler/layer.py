@@ -15,6 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
@@ -84,9 +85,42 @@ class PoolSpec:
     kind: str
     kernel: Tuple[int, int]
     stride: Tuple[int, int]
-    padding: Tuple[int, int, int, int]
+    padding: Tuple[int, int, int, int]  # top, left, bottom, right
     count_include_pad: bool
     source: str
+    is_global: bool = False  # the window is the whole input (its output is 1 x 1)
+
+    def passes(self) -> Tuple[List["PoolSpec"], float]:
+        """The PDP passes that compute this pool, and the factor their result must be scaled
+        by. An average over non-overlapping windows wider than the PDP's runs as several
+        passes whose windows multiply to it, as NVDLA's compiler splits it; a global window
+        that no such product fits is padded with zeros (counted) and the result rescaled."""
+        limit = lib.ACCEL_MAX_POOL_KERNEL
+        if max(self.kernel) <= limit or self.kind != "avg" or any(self.padding) or (
+                self.kernel != self.stride and not self.is_global):
+            return [self], 1.0
+        per_axis = [_window_factors(k, limit, self.is_global) for k in self.kernel]
+        count = max(len(f) for f in per_axis)
+        per_axis = [f + [(1, 0)] * (count - len(f)) for f in per_axis]
+        passes = [PoolSpec("avg", (kh, kw), (kh, kw), (0, 0, ph, pw), bool(ph or pw),
+                           self.source) for (kh, ph), (kw, pw) in zip(*per_axis)]
+        covered = [int(np.prod([k for k, _ in f])) for f in per_axis]
+        rescale = covered[0] * covered[1] / (self.kernel[0] * self.kernel[1])
+        return passes, rescale
+
+
+def _window_factors(size: int, limit: int, pad: bool) -> List[Tuple[int, int]]:
+    """(window, bottom padding) of successive passes that reduce ``size`` to 1: exact
+    factors when they exist; otherwise (``pad``) the widest window, padded."""
+    if size <= limit:
+        return [(size, 0)]
+    for window in range(limit, 1, -1):
+        if size % window == 0:
+            return [(window, 0)] + _window_factors(size // window, limit, pad)
+    if not pad:
+        raise Unsupported(f"a window of {size} has no factors of at most {limit}")
+    outputs = -(-size // limit)
+    return [(limit, outputs * limit - size)] + _window_factors(outputs, limit, pad)
 
 
 @dataclasses.dataclass
@@ -166,10 +200,17 @@ class Layer:
                 len(ops) == 1 or not isinstance(ops[1], Sdp)):
             ops.insert(1, sdp())  # the converter the accumulators leave through
         if self.pool is not None:
-            p = self.pool
-            ops.append(Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad,
-                            precision=precision))
+            passes, rescale = self.pool.passes()
+            if rescale != 1.0:
+                ops.append(sdp(scaled=True))
+            ops += [Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad,
+                         precision=precision) for p in passes]
         return ops
+
+    def fused(self, fuse: bool) -> bool:
+        """Whether the run is fused: a pool split into several PDP passes goes through
+        memory between them (INDEPENDENT mode), as on NVDLA."""
+        return fuse and (self.pool is None or len(self.pool.passes()[0]) == 1)
 
     def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
@@ -190,9 +231,15 @@ class Layer:
                 if expr is not None and np.any(constant_value(expr) == 0):
                     raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
                                       "bias before it multiplies)")
+        if self.pool is not None and self.pool.passes()[1] != 1.0 and (
+                self.conv is not None or not self.sdp.empty() or precision == "int8"):
+            raise Unsupported(f"a global average pool of {self.pool.kernel[0]}x"
+                              f"{self.pool.kernel[1]} runs as padded PDP passes and a rescale: "
+                              "on its own, in fp32 or fp16")
         try:
             estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
-                           mode="fused" if fuse else "independent", precision=precision)
+                           mode="fused" if self.fused(fuse) else "independent",
+                           precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
 

@@ -338,8 +338,10 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
                                   f"{out_h}x{out_w}: the windows differ in size")
             # Equal windows: an ordinary average pool.
             window = (shape[2] // out_h, shape[3] // out_w)
-            return PoolSpec("avg", window, window, (0, 0, 0, 0), False, name)
-        return PoolSpec("avg", (shape[2], shape[3]), (1, 1), (0, 0, 0, 0), False, name)
+            return PoolSpec("avg", window, window, (0, 0, 0, 0), False, name,
+                            is_global=(out_h, out_w) == (1, 1))
+        return PoolSpec("avg", (shape[2], shape[3]), (1, 1), (0, 0, 0, 0), False, name,
+                        is_global=True)
     a = call.attrs
     if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW":
         raise Unsupported(f"{name} layout is {a.layout}; the PDP takes NCHW")

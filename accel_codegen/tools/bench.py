@@ -111,7 +111,8 @@ def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None])
     for label, primitive, layer in layers:
         x = rng.standard_normal(layer.in_shape).astype(np.float32)
         runs = {}
-        for name, fuse, mode in (("fused", True, "fused"), ("decomposed", False, "independent")):
+        for name, fuse in (("fused", True), ("decomposed", False)):
+            mode = "fused" if layer.fused(fuse) else "independent"
             ops = _materialise(layer.engine_ops(fuse), layer.in_shape, config, mode, rng)
             out = np.empty(device.output_shape(ops, layer.in_shape, mode=mode), np.float32)
             device.run(ops, x, mode=mode, out=out)  # warm-up

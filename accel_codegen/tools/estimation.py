@@ -193,9 +193,9 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     config = AccelConfig.resolve(config)
     check_precision(config, precision)
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
-    mode = "fused" if fuse else "independent"
     layers = []
     for label, primitive, layer in _layers(matched):
+        mode = "fused" if layer.fused(fuse) else "independent"
         stats = estimate_chain(config, layer.engine_ops(fuse, precision), layer.in_shape,
                                mode=mode, precision=precision)
         layers.append(LayerEstimate.from_stats(label, primitive, stats))

@@ -97,3 +97,31 @@ def test_float_literals_read_back_as_the_same_float32():
     for value in (0.1, 1e-30, 3.4e38, -2.5):
         assert np.float32(float(emit.c_float(value)[:-1])) == np.float32(value)
     assert emit.c_float(float("inf")) == "INFINITY"
+
+
+@pytest.mark.parametrize("size,kernels,rescale", [
+    ((7, 7), [(7, 7)], 1.0),                       # within the PDP's window: one pass
+    ((14, 14), [(7, 7), (2, 2)], 1.0),             # exact factors
+    ((112, 56), [(8, 8), (7, 7), (2, 1)], 1.0),    # three passes; W needs only two
+    ((13, 13), [(8, 8), (2, 2)], 256 / 169),       # prime: padded to 16, rescaled
+    ((17, 9), [(8, 3), (3, 3)], 24 * 9 / (17 * 9)),
+])
+def test_a_global_average_wider_than_the_pdp_splits_into_passes(size, kernels, rescale):
+    from accel_codegen.compiler.layer import PoolSpec
+    spec = PoolSpec("avg", size, (1, 1), (0, 0, 0, 0), False, "relax.mean", is_global=True)
+    passes, factor = spec.passes()
+    assert [p.kernel for p in passes] == kernels and factor == pytest.approx(rescale)
+    assert all(max(p.kernel) <= 8 for p in passes)
+    assert len(passes) == 1 or all(p.stride == p.kernel for p in passes)
+    # The passes, run by the reference engines and rescaled, give the global mean.
+    x = np.random.default_rng(0).standard_normal((1, 3, *size)).astype(np.float64)
+    y = x
+    for p in passes:
+        y = reference.pool2d(y, "avg", p.kernel, p.stride, p.padding, p.count_include_pad)
+    np.testing.assert_allclose(y * factor, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5)
+
+
+def test_a_strided_pool_wider_than_the_pdp_is_not_split():
+    from accel_codegen.compiler.layer import PoolSpec
+    spec = PoolSpec("avg", (10, 10), (2, 2), (0, 0, 0, 0), False, "relax.nn.avg_pool2d")
+    assert spec.passes() == ([spec], 1.0)

@@ -177,3 +177,31 @@ def test_standalone_primitives_and_prelu():
     assert any(p.startswith("accel.mul") for p in primitives)
     assert report.host == [], str(report)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+class SqueezeExcite(torch.nn.Module):
+    """torchvision's squeeze-excite: a global average pool, two 1x1 convs, ``scale * input``."""
+
+    def __init__(self, channels=16, squeezed=4):
+        super().__init__()
+        self.fc1 = torch.nn.Conv2d(channels, squeezed, 1)
+        self.fc2 = torch.nn.Conv2d(squeezed, channels, 1)
+
+    def forward(self, x):
+        scale = torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
+        return scale * x
+
+
+@pytest.mark.parametrize("size", [14, 13, 56, 112])
+def test_a_global_pool_wider_than_the_pdp_runs_in_passes(size):
+    """14 = 7 x 2 and 112 = 8 x 7 x 2 split exactly; 13 is padded to 16 and rescaled."""
+    torch.manual_seed(size)
+    model = SqueezeExcite().eval()
+    x = torch.randn(1, 16, size, size) + 0.5
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    source = "\n".join(ac.generated_sources(partitioned).values())
+    assert source.count("ACCEL_ENGINE_PDP") == (1 if size <= 8 else 3 if size == 112 else 2)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)

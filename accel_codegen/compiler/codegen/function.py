@@ -228,11 +228,24 @@ class FunctionCodegen:
             ops.append(emit.sdp_op("the accumulators' converter",
                                    {"precision": emit.c_precision(self.precision)}))
         if self.precision != "int8" and layer.pool is not None:
-            ops.append(emit.pool_op(layer.pool, self.precision))
+            ops.extend(self._pools(layer))
         lines += emit.run_layer(ops, data, layer.in_shape, output, _feature(layer.out_shape),
-                                self.fuse, label)
+                                layer.fused(self.fuse), label)
         self.body.extend(lines + ["}"])
         return out_quant
+
+    def _pools(self, layer: Layer, zero: int = 0) -> List[str]:
+        """The PDP pass(es) of a layer's pool, after the rescale of a padded global average
+        (only on a layer of its own: Layer.check_hardware)."""
+        passes, rescale = layer.pool.passes()
+        ops = []
+        if rescale != 1.0:
+            scale = self._constant(np.full(_channels(layer), rescale))
+            ops.append(emit.sdp_op(f"x {rescale:.6g}: the padded passes count "
+                                   f"{rescale:.6g}x the window", {
+                                       "scale": scale,
+                                       "precision": emit.c_precision(self.precision)}))
+        return ops + [emit.pool_op(p, self.precision, zero) for p in passes]
 
     def _weights(self, layer: Layer, scope) -> np.ndarray:
         """The conv's constant weights as [K, C/groups, R, S], float64."""
@@ -343,7 +356,7 @@ class FunctionCodegen:
             out_quant = self._calibrated((key, pre_pool))
             ops.append(self._int8_sdp(layer, scope, key, g, h, unit, in_quant, out_quant))
         if layer.pool is not None:
-            ops.append(emit.pool_op(layer.pool, self.precision, out_quant.zero))
+            ops.extend(self._pools(layer, out_quant.zero))
         return ops, out_quant
 
     def _int8_sdp(self, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQuant,
