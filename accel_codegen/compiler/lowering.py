@@ -27,17 +27,22 @@ ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_o
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
+# Ops the SDP runs only with a constant second operand, as its scale/shift: x - c = x + (-c),
+# x / c = x * (1 / c) (one rounding of 1 / c: within an ulp of the division).
+AFFINE_ONLY = {"relax.subtract": "relax.add", "relax.divide": "relax.multiply"}
 
 
 class Stage(NamedTuple):
     """One op of a chain as lower_chain meets it: its kind ("conv", "dense", "batch_norm",
-    "act", "pool", "binary"), the call, the other operand of a binary op, and the flatten a
-    dense layer reads its input through."""
+    "act", "pool", "binary"), the call, the other operand of a binary op, the flatten a
+    dense layer reads its input through, and the activation a group of ops computes (one
+    that the frontend decomposed: ``call`` is its last op)."""
 
     kind: str
     call: relax.Call
     other: Optional[relax.Expr] = None
     flatten: Optional[relax.Call] = None
+    act: Optional[str] = None
 
 
 class SdpUnit(enum.IntEnum):
@@ -80,11 +85,14 @@ def _per_channel(expr: relax.Expr, channels: int, what: str) -> None:
 
 
 def _per_channel_operand(expr: relax.Expr, feature: Tuple[int, ...]) -> bool:
-    """Whether an add/mul operand broadcasts along the channel axis only."""
+    """Whether an add/mul operand broadcasts along the channel axis only (or is one constant
+    for every element)."""
     try:
         shape = static_shape(expr)
     except Unsupported:
         return False
+    if is_constant(expr) and int(np.prod(shape)) == 1:
+        return True
     c = feature[1]
     if len(feature) == 4:
         return shape in ((c, 1, 1), (1, c, 1, 1)) or (c == 1 and shape in ((1,), ()))
@@ -181,7 +189,14 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
                 stages[-1] = Stage("dense", value, flatten=flattened)
                 data = flattened.args[0]
             break
-        if name in ACTIVATIONS:
+        decomposed = _decomposed_activation(value, lookup)
+        if decomposed is not None:
+            act, expr = decomposed
+            stages.append(Stage("act", value, act=act))
+        elif name in ACTIVATIONS:
+            stages.append(Stage("act", value))
+            expr = value.args[0]
+        elif name == "relax.nn.leakyrelu":
             stages.append(Stage("act", value))
             expr = value.args[0]
         elif name == "relax.where":  # PReLU as torch.export decomposes it
@@ -190,6 +205,15 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         elif name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
             stages.append(Stage("pool", value))
             expr = value.args[0]
+        elif name in AFFINE_ONLY:  # not commutative: the data is the first operand
+            if is_constant(value.args[0]):
+                raise Unsupported(f"{name} of a constant by a tensor: the SDP scales and "
+                                  "shifts the tensor")
+            stages.append(Stage("binary", value, other=value.args[1]))
+            expr = value.args[0]
+            if _resolve(expr, lookup) is None or is_constant(expr):
+                data = expr
+                break
         elif name in ELEMENTWISE:
             lhs, rhs = value.args[0], value.args[1]
             lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
@@ -245,7 +269,7 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
                   flattened=flattened)
     channels = in_shape[1]
     order: List[SdpUnit] = []  # the SDP units the chain's ops use, in source order
-    for kind, call, other, _ in stages:
+    for kind, call, other, _, act in stages:
         if kind == "conv":
             layer.conv = _conv_spec(call)
             channels = layer.conv.weight_shape[0]
@@ -261,7 +285,7 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
         elif kind == "batch_norm":
             _add_batch_norm(layer.sdp, call, channels, order)
         elif kind == "act":
-            _add_activation(layer.sdp, call, channels, order, lookup)
+            _add_activation(layer.sdp, call, channels, order, lookup, act)
         elif kind == "binary":
             _add_binary(layer, call, other, channels, order, lookup)
     if order != sorted(order):
@@ -401,10 +425,21 @@ def _decomposed_prelu_slope(call: relax.Call, lookup: Lookup) -> relax.Expr:
 
 
 def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: List[SdpUnit],
-                    lookup: Lookup) -> None:
+                    lookup: Lookup, decomposed: Optional[str] = None) -> None:
     if sdp.act is not None:
         raise Unsupported("two activations in one SDP pass")
     name = op_name(call)
+    if decomposed is not None:
+        sdp.act = decomposed
+        sdp.sources.append(f"{decomposed} (decomposed)")
+        order.append(SdpUnit.ACTIVATION)
+        return
+    if name == "relax.nn.leakyrelu":  # PReLU with one slope
+        sdp.act = "prelu"
+        sdp.prelu_slope = relax.const(np.full(channels, float(call.attrs.alpha), np.float32))
+        sdp.sources.append(name)
+        order.append(SdpUnit.ACTIVATION)
+        return
     if name == "relax.where":
         slope = _decomposed_prelu_slope(call, lookup)
         _per_channel(slope, channels, "prelu alpha")
@@ -414,14 +449,7 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: List[S
         return
     sdp.act = ACTIVATIONS[name]
     if name == "relax.clip":
-        bounds = []
-        for bound in call.args[1:3]:
-            value = getattr(bound, "value", None)
-            value = getattr(value, "value", value)  # a PrimValue wraps the immediate
-            if not isinstance(value, (int, float)):
-                raise Unsupported("clip with non-constant bounds")
-            bounds.append(float(value))
-        sdp.clip = (bounds[0], bounds[1])
+        sdp.clip = _clip_bounds(call)
     elif name == "relax.nn.prelu":
         if int(call.attrs.axis) != 1:
             raise Unsupported(f"prelu over axis {int(call.attrs.axis)}")
@@ -441,12 +469,13 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     _require_float32(other, f"the second {name} operand")
     # Per channel as the op sees the operand (after any reshape); then read the values from
     # behind a reshape bound inside the chain, which keeps their order.
-    if name in ("relax.add", "relax.multiply") and _per_channel_operand(other, feature):
-        operand = _strip_reshape(other, lookup)
+    affine = AFFINE_ONLY.get(name, name)
+    if affine in ("relax.add", "relax.multiply") and _per_channel_operand(other, feature):
+        operand = _channel_operand(other, name, channels, lookup)
         if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
             raise Unsupported(f"a per-channel {name} after batch norm, an element-wise op or an "
                               "activation")
-        if name == "relax.add":
+        if affine == "relax.add":
             if sdp.bias is not None:
                 raise Unsupported("two bias adds")
             sdp.bias = operand
@@ -457,6 +486,9 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
         sdp.sources.append(name)
         order.append(SdpUnit.SCALE_SHIFT)
         return
+    if name in AFFINE_ONLY:
+        raise Unsupported(f"{name} of two tensors: the SDP's element-wise unit adds, multiplies "
+                          "or takes the max or min")
     if static_shape(other) != feature or static_shape(call.args[0]) != static_shape(call.args[1]):
         raise Unsupported(f"{name} with broadcasting between {list(static_shape(call.args[0]))} "
                           f"and {list(static_shape(call.args[1]))}")
@@ -477,6 +509,81 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     order.append(SdpUnit.ELEMENTWISE)
 
 
+def _channel_operand(other: relax.Expr, name: str, channels: int, lookup: Lookup
+                     ) -> relax.Expr:
+    """The per-channel scale or shift an operand gives: itself (read from behind a reshape),
+    or a constant [C] for a single value, a subtrahend (negated) or a divisor (inverted)."""
+    operand = _strip_reshape(other, lookup)
+    single = is_constant(operand) and constant_value(operand).size == 1
+    if name not in AFFINE_ONLY and not single:
+        return operand
+    if not is_constant(operand):
+        raise Unsupported(f"{name} by a runtime tensor: the SDP subtracts or divides by "
+                          "constants only (as its shift or scale)")
+    values = np.broadcast_to(constant_value(operand).astype(np.float64).reshape(-1), (channels,))
+    if name == "relax.subtract":
+        values = -values
+    elif name == "relax.divide":
+        if np.any(values == 0):
+            raise Unsupported("a division by zero")
+        values = 1.0 / values
+    return relax.const(np.ascontiguousarray(values, np.float32))
+
+
+def _decomposed_activation(call: relax.Expr, lookup: Lookup
+                           ) -> Optional[Tuple[str, relax.Expr]]:
+    """(activation, its input) for the op groups torch's frontend decomposes activations the
+    LUT runs into: hardsigmoid = clip(x + 3, 0, 6) / 6 and hardswish = x * clip(x + 3, 0, 6) / 6
+    (each clip possibly as two one-sided ones); None for anything else."""
+    if op_name(call) != "relax.divide" or not _is_scalar(call.args[1], 6.0):
+        return None
+    inner = _resolve(call.args[0], lookup)
+    if op_name(inner) == "relax.multiply":
+        for x, clipped in (inner.args, inner.args[::-1]):
+            source = _relu6_plus3_input(clipped, lookup)
+            if source is not None and source.same_as(x):
+                return _available("hardswish", x)
+        return None
+    source = _relu6_plus3_input(call.args[0], lookup)
+    return None if source is None else _available("hardsigmoid", source)
+
+
+def _available(act: str, x: relax.Expr) -> Optional[Tuple[str, relax.Expr]]:
+    return (act, x) if act in vocabulary.ACTIVATIONS else None
+
+
+def _is_scalar(expr: relax.Expr, value: float) -> bool:
+    return is_constant(expr) and constant_value(expr).size == 1 and \
+        float(constant_value(expr).reshape(-1)[0]) == value
+
+
+def _clip_bounds(call: relax.Call) -> Tuple[float, float]:
+    bounds = []
+    for bound in call.args[1:3]:
+        value = getattr(bound, "value", None)
+        value = getattr(value, "value", value)  # a PrimValue wraps the immediate
+        if not isinstance(value, (int, float)):
+            raise Unsupported("clip with non-constant bounds")
+        bounds.append(float(value))
+    return bounds[0], bounds[1]
+
+
+def _relu6_plus3_input(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
+    """x, where expr is clip(x + 3, 0, 6) (or clip(clip(x + 3, 0, inf), -inf, 6)) in-chain."""
+    value = _resolve(expr, lookup)
+    low, high = -np.inf, np.inf
+    while op_name(value) == "relax.clip":
+        lo, hi = _clip_bounds(value)
+        low, high = max(low, lo), min(high, hi)
+        value = _resolve(value.args[0], lookup)
+    if (low, high) != (0.0, 6.0) or op_name(value) != "relax.add":
+        return None
+    for x, three in (value.args, value.args[::-1]):
+        if _is_scalar(three, 3.0) and not is_constant(x):
+            return x
+    return None
+
+
 def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> str:
     """Why a single host op is not offloaded (used for ops no pattern took)."""
     name = op_name(call)
@@ -488,8 +595,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         except Unsupported as reason:
             return str(reason)
         return "supported, but left on the host by the partitioner"
-    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) |
-             {"relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
+    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) |
+             {"relax.nn.leakyrelu", "relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d"})
     if name == "relax.nn.pad":
         return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "

@@ -18,14 +18,14 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl import DFPattern, is_call_tir, is_op, is_tuple_get_item, wildcard
+from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, is_tuple_get_item, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
 from . import custom
 from .layer import Unsupported, op_name
-from .lowering import lower_chain
+from .lowering import AFFINE_ONLY, lower_chain
 
 #: Set to "1" (the test suite does) to make a check that fails unexpectedly raise instead of
 #: leaving the chain on the host.
@@ -36,12 +36,34 @@ def _op_pattern(entry: vocabulary.Entry):
     """A builder of the pattern of one vocabulary entry's Relax op applied to x."""
     def build(x: DFPattern) -> DFPattern:
         pattern = is_op(entry.relax_op)(x, *(wildcard() for _ in range(entry.relax_args)))
-        return pattern | _decomposed_prelu(x) if entry.name == "prelu" else pattern
+        if entry.name == "prelu":  # also leaky ReLU: one slope for every channel
+            return pattern | _decomposed_prelu(x) | is_op("relax.nn.leakyrelu")(x)
+        return pattern
     return build
 
 
+def _relu6_plus3(x: DFPattern) -> DFPattern:
+    """clip(x + 3, 0, 6), as one clip or as torch's two one-sided ones."""
+    shifted = _either_order("relax.add", x, is_const())
+    once = is_op("relax.clip")(shifted, wildcard(), wildcard())
+    return is_op("relax.clip")(once, wildcard(), wildcard()) | once
+
+
+def _hardsigmoid(x: DFPattern) -> DFPattern:
+    return is_op("relax.divide")(_relu6_plus3(x), is_const())
+
+
+def _hardswish(x: DFPattern) -> DFPattern:
+    return is_op("relax.divide")(_either_order("relax.multiply", x, _relu6_plus3(x)), is_const())
+
+
+# Activations torch's frontend decomposes into several ops (lowering.py reads them back).
+_DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish}
+
 # Stage name (in primitive names) -> pattern builder, for every op the vocabulary offloads.
 _ACTIVATIONS = {e.name: _op_pattern(e) for e in vocabulary.ACTIVATIONS if e.relax_op}
+_ACTIVATIONS.update({name: build for name, build in _DECOMPOSED.items()
+                     if name in vocabulary.ACTIVATIONS})
 _POOLS = {f"{e.name}pool": _op_pattern(e) for e in vocabulary.POOLS}
 _ELEMENTWISE = {e.name: e.relax_op for e in vocabulary.ELEMENTWISE if e.relax_op}
 
@@ -144,6 +166,18 @@ def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
         for name, op in _ELEMENTWISE.items():
             pattern = is_op(op)(wildcard(), wildcard())
             entries.append(_epilogue(pattern, f"accel.{name}", False, False, False, act, None))
+        for op in AFFINE_ONLY:  # by a constant: the SDP's scale/shift
+            pattern = is_op(op)(wildcard(), is_const())
+            entries.append(_epilogue(pattern, f"accel.{op.split('.')[-1]}", False, False, False,
+                                     act, None))
+        # x * c + d (or x / c - d): one scale/shift
+        for scale, shift in itertools.product(("relax.multiply", "relax.divide"),
+                                              ("relax.add", "relax.subtract")):
+            pattern = is_op(shift)(is_op(scale)(wildcard(), is_const()), is_const())
+            name, pattern, length = _epilogue(
+                pattern, f"accel.{scale.split('.')[-1]}_{shift.split('.')[-1]}", False, False,
+                False, act, None)
+            entries.append((name, pattern, length + 1))
     for act, build in _ACTIVATIONS.items():
         entries.append((f"accel.{act}", build(wildcard()), 1))
     for pool, build in _POOLS.items():

@@ -7,6 +7,8 @@ result computes the same values).
   (NVDLA's CDMA), where a separate pad op would stay on the host.
 - ONNX's Clip with its bounds as inputs (torch's export of ReLU6) becomes ``relax.clip``, as
   the PyTorch frontend gives it: the same model partitions the same from either frontend.
+- SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
+  one activation for the SDP's lookup table.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 """
@@ -90,6 +92,21 @@ def _to_clip(expr: relax.Expr, matches) -> relax.Expr:
 def clip_from_bounds(mod: tvm.IRModule) -> tvm.IRModule:
     """minimum(maximum(x, lo), hi) of scalar constant bounds (ONNX Clip) -> clip(x, lo, hi)."""
     return _rewrite(mod, _CLIP, _to_clip)
+
+
+# --- SiLU --------------------------------------------------------------------------------------
+_SILU_X = wildcard()
+_SIGMOID = is_op("relax.sigmoid")(_SILU_X)
+_SILU = is_op("relax.multiply")(_SILU_X, _SIGMOID) | is_op("relax.multiply")(_SIGMOID, _SILU_X)
+
+
+def _to_silu(expr: relax.Expr, matches) -> relax.Expr:
+    return relax.op.nn.silu(matches[_SILU_X])
+
+
+def silu_from_sigmoid(mod: tvm.IRModule) -> tvm.IRModule:
+    """x * sigmoid(x) -> silu(x) (TOPI's silu is that product: the host computes the same)."""
+    return _rewrite(mod, _SILU, _to_silu)
 
 
 # --- batch norm at the end of a chain -----------------------------------------------------------

@@ -412,3 +412,43 @@ def test_a_batch_norm_whose_statistics_are_read_stays_on_the_host():
     assert "mean and variance outputs are read too" in bn_op.reason
 
 
+
+
+class ConstantOperands(torch.nn.Module):
+    """Leaky ReLU, and ops with a scalar constant operand: each becomes an SDP scale/shift."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.nn.functional.leaky_relu(self.conv(x), 0.1)
+        y = (y - 0.5) / 3.0
+        return torch.relu(y * 2.0 + 1.0)
+
+
+def test_leaky_relu_and_constant_operands_are_offloaded():
+    model = ConstantOperands().eval()
+    x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    mod = ac.partition_for_accel(_import(model, (1, 4, 8, 8)))
+    report = ac.partition_report(mod)
+    assert report.host == [], str(report)
+    assert _primitives(report) == ["accel.conv2d_bias_prelu", "accel.subtract", "accel.divide",
+                                   "accel.multiply_add_relu"]
+    # x / 3 runs as x * (1 / 3): within an ulp of the division.
+    assert_close(build_and_run(mod, x), torch_forward(model, x), rtol=1e-6)
+
+
+class TensorDifference(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x) - y, 1.0 - torch.relu(y)
+
+
+def test_a_difference_of_tensors_stays_on_the_host_with_its_reason():
+    mod, _ = from_pytorch(TensorDifference().eval(), (torch.randn(1, 4, 4, 4),
+                                                      torch.randn(1, 4, 4, 4)))
+    report = ac.partition_report(mod)
+    reasons = [op.reason for op in report.host if op.op == "relax.subtract"]
+    assert len(reasons) == 2
+    assert any("subtract of two tensors" in r for r in reasons), reasons
+    assert any("of a constant by a tensor" in r for r in reasons), reasons
