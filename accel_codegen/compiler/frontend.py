@@ -31,7 +31,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
-from .rewrites import clip_from_bounds
+from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
@@ -183,7 +183,7 @@ def from_pytorch(
             raise AccelUnsupportedError(
                 f"TVM's PyTorch frontend could not import {name}: "
                 f"{_first_line(error)}") from error
-    mod = cleanup(mod)
+    mod = bounded_takes(cleanup(mod))
     return _split_params(mod) if keep_params_as_input else (mod, {})
 
 

@@ -7,6 +7,9 @@ result computes the same values).
   (NVDLA's CDMA), where a separate pad op would stay on the host.
 - ONNX's Clip with its bounds as inputs (torch's export of ReLU6) becomes ``relax.clip``, as
   the PyTorch frontend gives it: the same model partitions the same from either frontend.
+- torch's unchecked gathers (``take`` in "fast" mode) become bounds-clamped ones: the same
+  values in bounds, no read outside the tensor, and no warning from TVM at every build.
+- Each part of a ``split`` (torch's chunk and split) becomes a ``strided_slice`` of its own.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
@@ -92,6 +95,75 @@ def _to_clip(expr: relax.Expr, matches) -> relax.Expr:
 def clip_from_bounds(mod: tvm.IRModule) -> tvm.IRModule:
     """minimum(maximum(x, lo), hi) of scalar constant bounds (ONNX Clip) -> clip(x, lo, hi)."""
     return _rewrite(mod, _CLIP, _to_clip)
+
+
+# --- take --------------------------------------------------------------------------------------
+# torch's frontend gathers (embeddings, x[:, 0]) with take(mode="fast"): no bounds check, and
+# TVM warns at every one it compiles. "clip" gives the same values for every index in bounds
+# and clamps one out of bounds where "fast" would read outside the tensor.
+_TAKE = is_op("relax.take")(wildcard(), wildcard())
+
+
+def _checked_take(expr: relax.Expr, matches) -> relax.Expr:
+    if str(expr.attrs.mode) != "fast":
+        return expr
+    return relax.op.take(expr.args[0], expr.args[1], axis=expr.attrs.axis, mode="clip")
+
+
+def bounded_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """take(..., mode="fast") -> take(..., mode="clip")."""
+    return _rewrite(mod, _TAKE, _checked_take)
+
+
+# --- split -------------------------------------------------------------------------------------
+# split(x, ...)[i] (torch's chunk and split) -> strided_slice(x, ...): one tensor per part, which
+# the BDMA copies (or anything reads) without the tuple.
+
+@relax.expr_functor.mutator
+class _SplitParts(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.splits = {}
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.split":
+            self.splits[binding.var] = value
+        super().visit_var_binding_(binding)
+
+    def visit_tuple_getitem_(self, item: relax.TupleGetItem) -> relax.Expr:
+        split = self.splits.get(item.tuple_value)
+        bounds = _split_bounds(split) if split is not None else None
+        if bounds is None:
+            return super().visit_tuple_getitem_(item)
+        begin, end = bounds[int(item.index)], bounds[int(item.index) + 1]
+        return relax.op.strided_slice(self.visit_expr(split.args[0]), axes=[int(split.attrs.axis)],
+                                      begin=[begin], end=[end])
+
+
+def _split_bounds(split: relax.Call) -> Optional[list]:
+    """The part boundaries of a split with static sizes (None otherwise)."""
+    try:
+        size = int(split.args[0].ty.shape.values[int(split.attrs.axis)])
+    except (AttributeError, TypeError, IndexError):
+        return None
+    sections = split.attrs.indices_or_sections
+    if isinstance(sections, (int, tvm.tirx.IntImm)) or hasattr(sections, "value"):
+        parts = int(getattr(sections, "value", sections))
+        if parts <= 0 or size % parts:
+            return None
+        return [i * size // parts for i in range(parts + 1)]
+    return [0] + [int(i) for i in sections] + [size]
+
+
+def split_into_slices(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every part of a split read as a strided_slice (the unused split is dead code after)."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function) and (function.attrs is None or
+                                                     "Composite" not in function.attrs):
+            result[gv] = _SplitParts(result).visit_expr(function)
+    return result
 
 
 # --- SiLU --------------------------------------------------------------------------------------

@@ -291,3 +291,28 @@ def test_onnx_clip_partitions_as_the_pytorch_model_does(tmp_path):
                                                  "accel.conv2d_bias_clip"]]
     assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
                  torch_forward(model, x))
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(10, 8)
+
+    def forward(self, tokens):
+        return self.table(tokens)[:, 0]
+
+
+def test_gathers_are_bounds_checked_and_build_without_tvm_warnings(capfd):
+    """torch's frontend gathers in TVM's unchecked "fast" mode, which TVM warns about at every
+    build; the import makes them clamped: the same values, and a quiet build."""
+    model = Embedding().eval()
+    tokens = torch.tensor([[3, 9, 0, 4]])
+    mod, params = from_pytorch(model, (tokens,))
+    modes = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: modes.append(str(e.attrs.mode)) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.take") else None)
+    assert modes and set(modes) == {"clip"}
+    capfd.readouterr()
+    built = ac.virtual_machine(ac.build(ac.partition_for_accel(mod, params)))
+    assert "Fast mode" not in capfd.readouterr().err
+    np.testing.assert_array_equal(run_main(built, tokens.numpy()), model(tokens).detach().numpy())
