@@ -168,12 +168,11 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   const accel_sdp_desc* d = &r->op->sdp;
   const accel_precision p = d->precision;
   static const char* const ew_names[] = {"", "add", "mul", "max", "min"};
-  static const char* const act_names[] = {"", "relu", "clip", "prelu", "sigmoid", "tanh"};
   char name[ACCEL_NAME_LEN] = "sdp";
   size_t used = strlen(name);
   const int affine = d->scale || d->shift || d->bias || d->mul;
   const char* parts[3] = {affine ? "scale_shift" : "", ew_names[d->ew_op],
-                          act_names[d->act]};
+                          activation_name(d->act)};
   for (int i = 0; i < 3; ++i) {
     if (parts[i][0] == '\0') continue;
     used += (size_t)snprintf(name + used, sizeof name - used, "%s%s",
@@ -183,8 +182,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   snprintf(s->op, sizeof s->op, "%s", name);
   const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
-  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || d->act == ACCEL_ACT_SIGMOID ||
-                          d->act == ACCEL_ACT_TANH;
+  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
   s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
   const int64_t per_channel =
       p == ACCEL_INT8 ? 4 * (d->bias != NULL) + 2 * (d->mul != NULL) + (d->rshift != NULL) +

@@ -29,6 +29,26 @@ typedef struct conv_geometry {
   int32_t groups;
 } conv_geometry;
 
+/* A LUT activation's tables (accel_lut in accel.h), built once per process. */
+typedef struct lut_table {
+  float lo_start, lo_scale, lo_end;   /* scale = 1 / step */
+  float le_start, le_scale, le_end;
+  float underflow_slope, overflow_slope;
+  float lo[ACCEL_LUT_LO_ENTRIES];     /* halves, widened */
+  float le[ACCEL_LUT_LE_ENTRIES];
+} lut_table;
+
+/* An activation's name in reports and messages ("sigmoid"; "" for NONE), and whether it is a
+ * lookup-table one (needs ACCEL_FEATURE_LUT, runs on the Y unit, no INT8 form). */
+const char* activation_name(accel_activation act);
+int lut_activation(accel_activation act);
+/* The tables of a LUT activation (NULL for others); thread-safe, built on the first call. */
+const lut_table* lut_get(accel_activation act);
+/* x = LUT(x) in place: the FP16 SDP's evaluation. */
+void lut_apply(const lut_table* lut, float* x, int64_t count);
+/* x = act(x) in place, exactly (FP32's LUT activations, with libm). */
+void activation_exact(accel_activation act, float* x, int64_t count);
+
 /* An SDP op with fp32 operands (see accel_sdp_desc for the semantics). */
 typedef struct sdp_f32 {
   const float* scale;                 /* [C] or NULL */
@@ -38,6 +58,8 @@ typedef struct sdp_f32 {
   accel_activation act;
   float clip_min, clip_max;
   const float* prelu_slope;           /* [C] or NULL */
+  const lut_table* lut;               /* FP16 LUT activation: its tables; NULL computes it
+                                       * exactly (FP32) */
 } sdp_f32;
 
 /* A pooling op's resolved geometry. */

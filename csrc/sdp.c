@@ -56,14 +56,15 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
       for (int64_t i = 0; i < count; ++i) x[i] = x[i] >= 0.0f ? x[i] : x[i] * a;
       break;
     }
-    case ACCEL_ACT_SIGMOID:
-      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / (1.0f + expf(-x[i]));
-      break;
-    case ACCEL_ACT_TANH:
-      for (int64_t i = 0; i < count; ++i) x[i] = tanhf(x[i]);
-      break;
     case ACCEL_ACT_NONE:
     case ACCEL_ACT_COUNT:
+      break;
+    default: /* the lookup-table activations */
+      if (p->lut != NULL) {
+        lut_apply(p->lut, x, count);
+      } else {
+        activation_exact(p->act, x, count);
+      }
       break;
   }
 }

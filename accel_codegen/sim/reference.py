@@ -15,15 +15,22 @@ summation order differs, so CONV results agree within a summation bound, see
 tests/sim/test_conv_engine.py), SDP and PDP compute in float32 on widened halves exactly as
 in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
+The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
+through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 exactly.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import AccelDtypeError, AccelInvalidError
+from .._accel_ffi import ffi, lib
+from ..errors import AccelDtypeError, AccelInvalidError, check
 from .ops import Conv, Op, Pool, Sdp, _padding, _pair
+from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
@@ -80,6 +87,135 @@ def _per_channel(values: np.ndarray, ndim: int, dtype=np.float32) -> np.ndarray:
     return np.asarray(values, dtype=dtype).reshape((1, -1) + (1,) * (ndim - 2))
 
 
+# --- the SDP's lookup-table activations ------------------------------------------------------
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+_SQRT1_2 = 0.70710678118654752440
+
+
+def is_lut_activation(act: Optional[str]) -> bool:
+    """Whether an activation is a lookup-table one (the vocabulary's feature "lut")."""
+    return act is not None and ACTIVATIONS[act].feature == "lut"
+
+
+def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
+    """A LUT activation computed exactly, as the FP32 SDP does (float32 in the C library's
+    operation order; GELU in float64 through erfc, rounded once)."""
+    t = np.asarray(t, dtype=np.float32)
+    one, three, six = np.float32(1), np.float32(3), np.float32(6)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
+            return one / (one + np.exp(-t))
+        if act == "tanh":
+            return np.tanh(t)
+        if act == "silu":
+            return t / (one + np.exp(-t))
+        if act == "hardswish":
+            return t * np.clip(t + three, np.float32(0), six) / six
+        if act == "hardsigmoid":
+            return np.clip(t + three, np.float32(0), six) / six
+        if act == "gelu":
+            wide = t.astype(np.float64)
+            return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
+        if act == "exp":
+            return np.exp(t)
+    raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
+
+
+def function64(act: str, t: np.ndarray) -> np.ndarray:
+    """A LUT activation in float64: the source of the table entries (as the C library's)."""
+    with np.errstate(over="ignore"):
+        if act == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-t))
+        if act == "tanh":
+            return np.tanh(t)
+        if act == "silu":
+            return t / (1.0 + np.exp(-t))
+        if act == "hardswish":
+            return t * np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
+        if act == "hardsigmoid":
+            return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
+        if act == "gelu":
+            return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
+        if act == "exp":
+            return np.exp(t)
+    raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
+
+
+@dataclasses.dataclass(frozen=True)
+class LutTables:
+    """One LUT activation's tables: the geometry the C library states (accel_lut_info), the
+    entries computed here (float64, rounded to half, kept as float32)."""
+
+    act: str
+    lo_start: np.float32
+    lo_step: np.float32
+    le_start: np.float32
+    le_step: np.float32
+    underflow_slope: np.float32
+    overflow_slope: np.float32
+    lo: np.ndarray
+    le: np.ndarray
+
+    @property
+    def lo_end(self) -> np.float32:
+        return np.float32(self.lo_start + (self.lo.size - 1) * self.lo_step)
+
+    @property
+    def le_end(self) -> np.float32:
+        return np.float32(self.le_start + (self.le.size - 1) * self.le_step)
+
+
+@functools.lru_cache(maxsize=None)
+def lut_tables(act: str) -> LutTables:
+    """The tables of a LUT activation, built once."""
+    if not is_lut_activation(act):
+        raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
+    geometry = ffi.new("accel_lut*")
+    check(lib.accel_lut_info(ACTIVATIONS.code(act), geometry))
+
+    def entries(start, step, count):
+        grid = float(start) + float(step) * np.arange(count, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            return function64(act, grid).astype(np.float16).astype(np.float32)
+
+    g = {name: np.float32(getattr(geometry, name)) for name in
+         ("lo_start", "lo_step", "le_start", "le_step", "underflow_slope", "overflow_slope")}
+    return LutTables(act, **g, lo=entries(g["lo_start"], g["lo_step"], lib.ACCEL_LUT_LO_ENTRIES),
+                     le=entries(g["le_start"], g["le_step"], lib.ACCEL_LUT_LE_ENTRIES))
+
+
+def _interpolate(entries: np.ndarray, start, step, t: np.ndarray) -> np.ndarray:
+    """Linear interpolation in a table, in float32 one operation at a time (the C order)."""
+    intervals = entries.size - 1
+    u = (t - np.float32(start)) * (np.float32(1) / np.float32(step))
+    i = np.clip(np.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0), 0, intervals - 1).astype(
+        np.int64)  # in range u >= 0, so truncation is floor; out of range the value is unused
+    f = u - i.astype(np.float32)
+    return entries[i] + (entries[i + 1] - entries[i]) * f
+
+
+def lut(act: str, t: np.ndarray, tables: Optional[LutTables] = None) -> np.ndarray:
+    """The FP16 SDP's LUT model of an activation on float32 values (accel_lut in accel.h),
+    before the output's rounding to half. ``tables``: other entries to evaluate (default: the
+    activation's, as the engine has them)."""
+    tables = tables if tables is not None else lut_tables(act)
+    t = np.asarray(t, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        in_lo = (t >= tables.lo_start) & (t < tables.lo_end)
+        in_le = (t >= tables.le_start) & (t < tables.le_end)
+        under = t < tables.le_start
+        first, last = tables.le[0], tables.le[-1]
+        below = (first if tables.underflow_slope == 0 else
+                 first + (t - tables.le_start) * tables.underflow_slope)
+        above = (last if tables.overflow_slope == 0 else
+                 last + (t - tables.le_end) * tables.overflow_slope)
+        y = np.where(in_lo, _interpolate(tables.lo, tables.lo_start, tables.lo_step, t),
+                     np.where(in_le, _interpolate(tables.le, tables.le_start, tables.le_step, t),
+                              np.where(under, below, above)))
+    return np.where(np.isnan(t), t, y).astype(np.float32)
+
+
 # --- FP32 ------------------------------------------------------------------------------------
 
 def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
@@ -91,8 +227,10 @@ def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
 def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.ndarray] = None,
         ew_op: Optional[str] = None, operand: Optional[np.ndarray] = None,
         act: Optional[str] = None, clip=(0.0, 6.0),
-        prelu_slope: Optional[np.ndarray] = None) -> np.ndarray:
-    """``act(ew(x * scale[c] + shift[c], operand))`` in float32, one rounding per operation."""
+        prelu_slope: Optional[np.ndarray] = None, use_lut: bool = False) -> np.ndarray:
+    """``act(ew(x * scale[c] + shift[c], operand))`` in float32, one rounding per operation.
+    A lookup-table activation is computed exactly, or through the LUT model with ``use_lut``
+    (the FP16 SDP)."""
     t = np.array(x, dtype=np.float32)
     if clip is None:
         clip = (0.0, 6.0)
@@ -110,11 +248,8 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
         t = np.minimum(np.maximum(t, np.float32(clip[0])), np.float32(clip[1]))
     elif act == "prelu":
         t = np.where(t >= 0, t, t * _per_channel(prelu_slope, t.ndim))
-    elif act == "sigmoid":
-        with np.errstate(over="ignore"):  # exp(-t) = inf for very negative t: sigmoid is 0
-            t = np.float32(1) / (np.float32(1) + np.exp(-t))
-    elif act == "tanh":
-        t = np.tanh(t)
+    elif is_lut_activation(act):
+        t = lut(act, t) if use_lut else activation_exact(act, t)
     elif act is not None:
         raise AccelInvalidError(f"unknown activation {act!r}")
     return t.astype(np.float32)
@@ -261,11 +396,12 @@ def conv2d_fp16(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilatio
 def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None, operand=None,
              act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None) -> np.ndarray:
     """The FP16 SDP: the fp32 SDP on widened halves (x: halves read from memory, or a CONV's
-    float32 accumulators), the result rounded once to half."""
+    float32 accumulators), LUT activations through the LUT model, the result rounded once to
+    half."""
     x = np.asarray(x)
     t = x.astype(np.float32) if x.dtype in (np.float16, np.float32) else _widen(x)
     wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
-               _widen(prelu_slope))
+               _widen(prelu_slope), use_lut=True)
     with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
         return wide.astype(np.float16)
 

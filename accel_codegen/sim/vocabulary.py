@@ -105,6 +105,12 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
     Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut", int8=False),
     Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut", int8=False),
+    Entry("silu", "ACCEL_ACT_SILU", "relax.nn.silu", feature="lut", int8=False),
+    # No Relax op: the compiler recognises their decomposed forms.
+    Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut", int8=False),
+    Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut", int8=False),
+    Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut", int8=False),
+    Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", int8=False),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -280,9 +280,9 @@ static accel_status check_sdp_int8(const accel_sdp_desc* d, int32_t channels, co
                       "%s: scale, shift and prelu_slope are float parameters; INT8 uses bias, "
                       "mul, rshift and prelu_mul", where);
   }
-  if (d->act == ACCEL_ACT_SIGMOID || d->act == ACCEL_ACT_TANH) {
+  if (lut_activation(d->act)) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: act = %s has no INT8 form", where,
-                      d->act == ACCEL_ACT_SIGMOID ? "sigmoid" : "tanh");
+                      activation_name(d->act));
   }
   RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
   RANGE("ew_zero", d->ew_zero, INT8_MIN, INT8_MAX)
@@ -335,11 +335,10 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
   const int int8 = d->precision == ACCEL_INT8;
   st = int8 ? check_sdp_int8(d, r->in_c, where, need_data) : check_sdp_no_int8(d, where);
   if (st != ACCEL_OK) return st;
-  if ((d->act == ACCEL_ACT_SIGMOID || d->act == ACCEL_ACT_TANH) &&
-      !(cfg->features & ACCEL_FEATURE_LUT)) {
+  if (lut_activation(d->act) && !(cfg->features & ACCEL_FEATURE_LUT)) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
                       "%s: act = %s needs the SDP lookup table, which %s lacks", where,
-                      d->act == ACCEL_ACT_SIGMOID ? "sigmoid" : "tanh", cfg->name);
+                      activation_name(d->act), cfg->name);
   }
   if (!int8 && d->act == ACCEL_ACT_CLIP && !(d->clip_min <= d->clip_max)) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: clip_min = %g must not exceed clip_max = %g",

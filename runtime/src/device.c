@@ -131,10 +131,12 @@ accel_status accel_device_set_threads(accel_device* dev, int32_t num_threads) {
 
 int32_t accel_device_threads(const accel_device* dev) { return dev ? dev->num_threads : 0; }
 
+/* FP16 evaluates the LUT activations through the LUT model, FP32 exactly. */
 static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
   return (sdp_f32){.scale = d->scale, .shift = d->shift, .ew_op = d->ew_op,
                    .ew_operand = d->ew_operand, .act = d->act, .clip_min = d->clip_min,
-                   .clip_max = d->clip_max, .prelu_slope = d->prelu_slope};
+                   .clip_max = d->clip_max, .prelu_slope = d->prelu_slope,
+                   .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL};
 }
 
 static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
@@ -312,7 +314,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
                           r->conv.kernel_w, &cursor);
     } else if (r->op->engine == ACCEL_ENGINE_SDP) {
       accel_sdp_desc* d = &ops[i].sdp;
-      d->precision = ACCEL_FP32;
+      /* The precision stays FP16: it selects the LUT model for LUT activations. */
       d->scale = widen(d->scale, r->in_c, &cursor);
       d->shift = widen(d->shift, r->in_c, &cursor);
       d->prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;

@@ -196,6 +196,23 @@ static void test_rejections(accel_device* dev) {
   EXPECT(accel_device_set_threads(dev, 0) == ACCEL_ERR_INVALID, "zero threads");
 }
 
+/* The LUT geometry: every LUT activation has one (LO inside LE), nothing else does. */
+static void test_lut_info(void) {
+  accel_lut lut;
+  EXPECT(accel_lut_info(ACCEL_ACT_RELU, &lut) == ACCEL_ERR_INVALID &&
+             strstr(accel_last_error(), "relu"), "relu has no table");
+  EXPECT(accel_lut_info(ACCEL_ACT_COUNT, &lut) == ACCEL_ERR_INVALID, "COUNT has no table");
+  EXPECT(accel_lut_info(ACCEL_ACT_SIGMOID, NULL) == ACCEL_ERR_NULL, "NULL lut");
+  for (int a = ACCEL_ACT_SIGMOID; a < ACCEL_ACT_COUNT; ++a) {
+    EXPECT(accel_lut_info((accel_activation)a, &lut) == ACCEL_OK, "act %d has a table", a);
+    const float lo_end = lut.lo_start + (ACCEL_LUT_LO_ENTRIES - 1) * lut.lo_step;
+    const float le_end = lut.le_start + (ACCEL_LUT_LE_ENTRIES - 1) * lut.le_step;
+    EXPECT(lut.le_start <= lut.lo_start && lo_end <= le_end && lut.lo_step > 0.0f,
+           "act %d: LO [%g, %g) inside LE [%g, %g)", a, (double)lut.lo_start, (double)lo_end,
+           (double)lut.le_start, (double)le_end);
+  }
+}
+
 /* Conv -> SDP -> PDP on random data: fused equals independent bit for bit, and both match the
  * naive convolution followed by the same SDP and pooling. */
 static void test_engines_against_naive_loops(accel_device* dev) {
@@ -277,7 +294,7 @@ static void fuzz_chains(accel_device* dev, int rounds) {
         const float* scale = owned[num_owned++];
         owned[num_owned] = random_buffer(ch);
         ops[i] = sdp_op(rnd_int(0, 1) ? scale : NULL, owned[num_owned++],
-                        (accel_activation)rnd_int(0, 6)); /* 6 is invalid */
+                        (accel_activation)rnd_int(0, ACCEL_ACT_COUNT)); /* COUNT is invalid */
         ops[i].sdp.prelu_slope = scale;
       } else {
         ops[i] = pdp_op((accel_pool)rnd_int(0, 1), rnd_int(1, 9), rnd_int(1, 3), rnd_int(0, 2));
@@ -316,6 +333,7 @@ int main(void) {
   accel_profile_enable(1);
   test_presets_and_config_checks();
   test_rejections(dev);
+  test_lut_info();
   test_engines_against_naive_loops(dev);
   fuzz_chains(dev, 400);
   EXPECT(accel_profile_num_runs() > 0, "profile recorded %d runs", accel_profile_num_runs());

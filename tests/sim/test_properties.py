@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from accel_codegen import AccelError, AccelShapeError, Conv, Device, Pool, Sdp
 from accel_codegen.reference import run_chain
+from accel_codegen.sim.vocabulary import ACTIVATIONS
 from conftest import assert_close
 
 DEVICE = Device("nv_full", num_threads=2)
@@ -58,7 +59,7 @@ def sdps(draw, shape, precision, after_conv):
     ew_op = draw(st.sampled_from([None, "add", "mul", "max", "min"]))
     operand = _array(draw, shape, precision) if ew_op else None
     if precision == "fp32":
-        act = draw(st.sampled_from([None, "relu", "clip", "prelu", "sigmoid", "tanh"]))
+        act = draw(st.sampled_from(ACTIVATIONS.names))  # every activation, LUT ones included
         maybe = lambda: draw(st.booleans())  # noqa: E731
         return Sdp(scale=_array(draw, channels, precision) if maybe() else None,
                    shift=_array(draw, channels, precision) if maybe() else None,

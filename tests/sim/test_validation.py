@@ -49,7 +49,7 @@ REJECTIONS = [
     ("ew_without_operand", [Sdp(ew_op="add")], AccelBufferError, "ew_operand is NULL"),
     ("prelu_without_slope", [Sdp(act="prelu")], AccelBufferError, "prelu_slope is NULL"),
     ("clip_inverted", [Sdp(act="clip", clip=(6.0, 0.0))], AccelInvalidError, "clip_min = 6"),
-    ("unknown_activation", [Sdp(act="gelu")], AccelInvalidError, "'gelu'"),
+    ("unknown_activation", [Sdp(act="mish")], AccelInvalidError, "'mish'"),
     ("fused_out_of_order", [Sdp(act="relu"), Conv(W)], AccelInvalidError, "CONV -> SDP -> PDP"),
     ("fused_two_convs", [Conv(np.ones((4, 4, 1, 1), np.float32)), Conv(W)], AccelInvalidError,
      "op 1 (CONV)"),

@@ -48,7 +48,9 @@ enum {
   ACCEL_PACKED_ALIGNMENT = 64, /* bytes: accel_conv_pack_weights() output alignment */
   ACCEL_NAME_LEN = 32,
   ACCEL_LABEL_LEN = 64,
-  ACCEL_ERROR_LEN = 512
+  ACCEL_ERROR_LEN = 512,
+  ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
+  ACCEL_LUT_LO_ENTRIES = 257   /* and its LO table size (256 intervals) */
 };
 
 /* Status codes. New values are only ever appended. */
@@ -75,7 +77,9 @@ typedef enum accel_status {
  *
  * FP16: IEEE binary16 storage (uint16_t bits) for data, weights and SDP parameters. Products
  * are exact, CONV accumulates in fp32, SDP and PDP compute in fp32 on widened halves, and each
- * engine rounds its output to half once (round to nearest even).
+ * engine rounds its output to half once (round to nearest even). The SDP's lookup-table
+ * activations (sigmoid, tanh, silu, ...) are the exception: in FP16 they go through the LUT
+ * model described at accel_lut, as NVDLA computes them, not through libm.
  *
  * A CONV in INT8 or FP16 must be followed by an SDP in the same chain: the accumulator
  * (int32 / fp32) always leaves through the SDP, which converts it to the output precision (on
@@ -93,7 +97,7 @@ typedef enum accel_precision {
 
 /* Optional hardware units (accel_config.features bits). */
 typedef enum accel_feature {
-  ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh */
+  ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh, silu, ... */
   ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
   ACCEL_FEATURE_RUBIK = 8       /* RUBIK reshape engine (not modelled yet) */
@@ -166,15 +170,65 @@ typedef enum accel_eltwise {
   ACCEL_EW_COUNT             /* not an op: the number of them (stays last) */
 } accel_eltwise;
 
+/* Activations. From SIGMOID on, every activation is a lookup-table one: it needs
+ * ACCEL_FEATURE_LUT, runs on the SDP's Y unit, has no INT8 form (yet), and is computed
+ *   FP32: exactly, with libm in fp32 (GELU: in double, rounded once), as written below;
+ *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there. */
 typedef enum accel_activation {
   ACCEL_ACT_NONE = 0,
   ACCEL_ACT_RELU = 1,        /* max(t, 0) */
   ACCEL_ACT_CLIP = 2,        /* min(max(t, clip_min), clip_max); ReLU6 is clip(0, 6) */
   ACCEL_ACT_PRELU = 3,       /* t >= 0 ? t : t * prelu_slope[c] */
-  ACCEL_ACT_SIGMOID = 4,     /* 1 / (1 + exp(-t)), needs ACCEL_FEATURE_LUT */
-  ACCEL_ACT_TANH = 5,        /* tanh(t), needs ACCEL_FEATURE_LUT */
+  ACCEL_ACT_SIGMOID = 4,     /* 1 / (1 + exp(-t)) */
+  ACCEL_ACT_TANH = 5,        /* tanh(t) */
+  ACCEL_ACT_SILU = 6,        /* t / (1 + exp(-t)), i.e. t * sigmoid(t) */
+  ACCEL_ACT_HARDSWISH = 7,   /* t * min(max(t + 3, 0), 6) / 6 */
+  ACCEL_ACT_HARDSIGMOID = 8, /* min(max(t + 3, 0), 6) / 6 (PyTorch's definition) */
+  ACCEL_ACT_GELU = 9,        /* 0.5 * t * (1 + erf(t / sqrt(2))), as 0.5 t erfc(-t / sqrt(2)) */
+  ACCEL_ACT_EXP = 10,        /* exp(t) */
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
+
+/* The SDP lookup table (NVDLA's Y-unit LUT), as the FP16 SDP evaluates a LUT activation.
+ * NVDLA has two tables, LE (65 entries) and LO (257 entries), each indexed linearly with a
+ * power-of-two step (the hardware's index is a shift), with linear interpolation between
+ * entries and programmable slopes beyond them. The model, for an fp32 value t:
+ *   NaN                                  -> NaN
+ *   lo_start <= t < lo_end (LO hit)      u = (t - lo_start) * (1 / lo_step), i = min(floor(u), 255)
+ *                                        y = LO[i] + (LO[i+1] - LO[i]) * (u - i)
+ *   else le_start <= t < le_end (LE hit) the same on LE, i <= 63 (LO has priority: finer)
+ *   t < le_start  (underflow)            y = LE[0] + (t - le_start) * underflow_slope
+ *   t >= le_end   (overflow)             y = LE[64] + (t - le_end) * overflow_slope
+ * (a zero slope gives the end entry itself, also for infinite t). Every step is one fp32
+ * operation (no fused multiply-add); lo_end = lo_start + 256 lo_step, le_end = le_start +
+ * 64 le_step. Entries are the function at the grid points, computed once in double and rounded
+ * to half (NVDLA's table entries are 16-bit): LO[i] = half(f(lo_start + i lo_step)). The FP16
+ * SDP then rounds y to half, like any engine output.
+ *
+ * Tables (LO / LE ranges and steps; beyond LE: underflow / overflow slope) and error bounds.
+ * E is the measured max |y - f(t)| of the tables with exact entries (interpolation and tails)
+ * over every half and a 2.5e-6-spaced fp32 grid on [-40, 40]; with half entries and the half
+ * output the measured error stays within E + 2^-10 |f(t)| (two roundings of 2^-11 each):
+ *   sigmoid      LO [-8, 8) 1/16    LE [-16, 16) 1/2   slopes 0 / 0    E = 4.8e-5
+ *   tanh         LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 0    E = 9.5e-5
+ *   silu         LO [-8, 8) 1/16    LE [-32, 32) 1     slopes 0 / 1    E = 2.5e-4
+ *   hardswish    LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 4.2e-5
+ *   hardsigmoid  LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 0    E = 1e-7 (kinks on grid)
+ *   gelu         LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
+ *   exp          LO [-5, 11) 1/16   LE [-21, 11) 1/2   slopes 0 / half(e^11) = 59872
+ *       exp's bound is relative where its values are large: |y - e^t| <= 1.7e-4 + 1.5e-3 e^t
+ *       for t < 11 (LE region, t < -5: interpolation is 3 % relative but below 1.7e-4
+ *       absolute); from 11 the slope continues e^11 linearly (within 0.5 % while e^t is a
+ *       half) and leaves the half range, rounding to infinity, from t = 11.0944 on (e^t
+ *       from 11.0898 on). Below -21: half(e^-21) = 0.
+ * Flat ends (slope 0) leave at most |f(end) - f(+-inf)|: 1.2e-7 for sigmoid, 2.5e-14 for tanh,
+ * 0 for hardsigmoid; silu, hardswish and gelu continue as 0 below and t above their LE table.
+ */
+typedef struct accel_lut {
+  float lo_start, lo_step;   /* LO covers [lo_start, lo_start + 256 lo_step) */
+  float le_start, le_step;   /* LE covers [le_start, le_start + 64 le_step), contains LO's */
+  float underflow_slope, overflow_slope;
+} accel_lut;
 
 /* SDP: per-channel affine, element-wise op, activation, in that order, one pass:
  *   t = x[n][c][h][w] * scale[c] + shift[c]       (scale NULL: 1, shift NULL: 0; two roundings)
@@ -193,7 +247,8 @@ typedef enum accel_activation {
  *   act: RELU t = max(t, 0); PRELU t < 0: rhaz(t * prelu_mul[c], prelu_shift)
  *   y = sat8(rhaz(t * out_mul, out_shift) + out_zero)       (out_mul 0: y = sat8(t + out_zero))
  *   CLIP: y = min(max(y, clip_lo), clip_hi)                 (output codes)
- * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. SIGMOID and TANH have no INT8 form. */
+ * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. The LUT activations (SIGMOID and
+ * after) have no INT8 form. */
 typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */
@@ -346,6 +401,9 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
  * call, and again after its constant loader runs. */
 accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_desc* conv,
                                      int32_t in_c, void* packed, size_t* packed_bytes);
+
+/* The lookup table geometry of a LUT activation (SIGMOID and after; see accel_lut). */
+accel_status accel_lut_info(accel_activation act, accel_lut* out);
 
 /* Inference batch norm (and an optional preceding bias) as one SDP scale and shift:
  *   scale[c] = gamma[c] / sqrt(var[c] + epsilon)

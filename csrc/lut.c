@@ -1,0 +1,175 @@
+/* lut.c - the SDP's lookup-table activations: their exact fp32 form, their names, and the model
+ * of NVDLA's LUT that the FP16 SDP evaluates them with (semantics and error bounds: accel_lut
+ * in accel.h; NumPy model: accel_codegen/sim/reference.py). */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const double SQRT1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
+
+const char* activation_name(accel_activation act) {
+  switch (act) {
+    case ACCEL_ACT_NONE: return "";
+    case ACCEL_ACT_RELU: return "relu";
+    case ACCEL_ACT_CLIP: return "clip";
+    case ACCEL_ACT_PRELU: return "prelu";
+    case ACCEL_ACT_SIGMOID: return "sigmoid";
+    case ACCEL_ACT_TANH: return "tanh";
+    case ACCEL_ACT_SILU: return "silu";
+    case ACCEL_ACT_HARDSWISH: return "hardswish";
+    case ACCEL_ACT_HARDSIGMOID: return "hardsigmoid";
+    case ACCEL_ACT_GELU: return "gelu";
+    case ACCEL_ACT_EXP: return "exp";
+    case ACCEL_ACT_COUNT: break;
+  }
+  return "?";
+}
+
+int lut_activation(accel_activation act) {
+  return act >= ACCEL_ACT_SIGMOID && act < ACCEL_ACT_COUNT;
+}
+
+/* The geometry of each LUT activation's tables, from ACCEL_ACT_SIGMOID on. Ranges: where the
+ * function bends (LO, fine) and where it has flattened enough for 1/2-steps (LE); steps are
+ * powers of two because NVDLA's index is a shift. Beyond LE the slope continues the function's
+ * asymptote: 0 for the bounded ends, 1 for silu / hardswish / gelu above (they approach t),
+ * and for exp its own derivative at the table's end, e^11 rounded to half. */
+static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
+    [ACCEL_ACT_SIGMOID - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -16.0f, 0.5f, 0.0f, 0.0f},
+    [ACCEL_ACT_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
+    [ACCEL_ACT_SILU - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
+    [ACCEL_ACT_HARDSWISH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
+    [ACCEL_ACT_HARDSIGMOID - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
+    [ACCEL_ACT_GELU - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
+    [ACCEL_ACT_EXP - ACCEL_ACT_SIGMOID] = {-5.0f, 1.0f / 16, -21.0f, 0.5f, 0.0f, 59872.0f},
+};
+
+accel_status accel_lut_info(accel_activation act, accel_lut* out) {
+  if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "accel_lut_info: out is NULL");
+  if (!lut_activation(act)) {
+    return accel_fail(ACCEL_ERR_INVALID, "accel_lut_info: act = %d (%s) is not a lookup-table "
+                      "activation", (int)act, activation_name(act));
+  }
+  *out = lut_geometry[act - ACCEL_ACT_SIGMOID];
+  return ACCEL_OK;
+}
+
+/* The function itself, in double: the source of the table entries. */
+static double lut_function(accel_activation act, double t) {
+  switch (act) {
+    case ACCEL_ACT_SIGMOID: return 1.0 / (1.0 + exp(-t));
+    case ACCEL_ACT_TANH: return tanh(t);
+    case ACCEL_ACT_SILU: return t / (1.0 + exp(-t));
+    case ACCEL_ACT_HARDSWISH: return t * fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
+    case ACCEL_ACT_HARDSIGMOID: return fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
+    case ACCEL_ACT_GELU: return 0.5 * t * erfc(-t * SQRT1_2);
+    case ACCEL_ACT_EXP: return exp(t);
+    default: return 0.0;
+  }
+}
+
+/* Entries are 16-bit in NVDLA: each is the function rounded once, from double, to half. */
+static float half_entry(double v) { return (float)(_Float16)v; }
+
+static lut_table tables[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+  for (int a = ACCEL_ACT_SIGMOID; a < ACCEL_ACT_COUNT; ++a) {
+    const accel_lut* g = &lut_geometry[a - ACCEL_ACT_SIGMOID];
+    lut_table* t = &tables[a - ACCEL_ACT_SIGMOID];
+    t->lo_start = g->lo_start;
+    t->lo_scale = 1.0f / g->lo_step; /* exact: a power of two */
+    t->lo_end = g->lo_start + (ACCEL_LUT_LO_ENTRIES - 1) * g->lo_step;
+    t->le_start = g->le_start;
+    t->le_scale = 1.0f / g->le_step;
+    t->le_end = g->le_start + (ACCEL_LUT_LE_ENTRIES - 1) * g->le_step;
+    t->underflow_slope = g->underflow_slope;
+    t->overflow_slope = g->overflow_slope;
+    for (int i = 0; i < ACCEL_LUT_LO_ENTRIES; ++i) {
+      t->lo[i] = half_entry(lut_function((accel_activation)a, g->lo_start + (double)i * g->lo_step));
+    }
+    for (int i = 0; i < ACCEL_LUT_LE_ENTRIES; ++i) {
+      t->le[i] = half_entry(lut_function((accel_activation)a, g->le_start + (double)i * g->le_step));
+    }
+  }
+}
+
+const lut_table* lut_get(accel_activation act) {
+  if (!lut_activation(act)) return NULL;
+  pthread_once(&tables_once, build_tables);
+  return &tables[act - ACCEL_ACT_SIGMOID];
+}
+
+/* Linear interpolation in a table of `intervals` + 1 entries, for start <= t < start + range. */
+static float interpolate(const float* entries, int32_t intervals, float start, float scale,
+                         float t) {
+  const float u = (t - start) * scale;
+  int32_t i = (int32_t)u; /* u >= 0: truncation is floor */
+  if (i > intervals - 1) i = intervals - 1; /* t just below the end can round up to it */
+  const float f = u - (float)i;
+  return entries[i] + (entries[i + 1] - entries[i]) * f;
+}
+
+static float lut_eval(const lut_table* l, float t) {
+  if (t != t) return t;
+  if (t >= l->lo_start && t < l->lo_end) {
+    return interpolate(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t);
+  }
+  if (t >= l->le_start && t < l->le_end) {
+    return interpolate(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t);
+  }
+  /* A zero slope is the flat end itself, also for infinite t (inf * 0 would be NaN). */
+  if (t < l->le_start) {
+    return l->underflow_slope == 0.0f ? l->le[0]
+                                      : l->le[0] + (t - l->le_start) * l->underflow_slope;
+  }
+  const float last = l->le[ACCEL_LUT_LE_ENTRIES - 1];
+  return l->overflow_slope == 0.0f ? last : last + (t - l->le_end) * l->overflow_slope;
+}
+
+void lut_apply(const lut_table* l, float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
+}
+
+/* FP32: the functions themselves (accel.h), in fp32 with libm; GELU in double, rounded once
+ * (1 + erf cancels in fp32 for negative t, which erfc avoids). */
+void activation_exact(accel_activation act, float* x, int64_t count) {
+  switch (act) {
+    case ACCEL_ACT_SIGMOID:
+      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / (1.0f + expf(-x[i]));
+      break;
+    case ACCEL_ACT_TANH:
+      for (int64_t i = 0; i < count; ++i) x[i] = tanhf(x[i]);
+      break;
+    case ACCEL_ACT_SILU:
+      for (int64_t i = 0; i < count; ++i) x[i] = x[i] / (1.0f + expf(-x[i]));
+      break;
+    case ACCEL_ACT_HARDSWISH:
+      for (int64_t i = 0; i < count; ++i) {
+        const float t = x[i] + 3.0f;
+        const float c = t < 0.0f ? 0.0f : t > 6.0f ? 6.0f : t; /* NaN stays */
+        x[i] = x[i] * c / 6.0f;
+      }
+      break;
+    case ACCEL_ACT_HARDSIGMOID:
+      for (int64_t i = 0; i < count; ++i) {
+        const float t = x[i] + 3.0f;
+        x[i] = (t < 0.0f ? 0.0f : t > 6.0f ? 6.0f : t) / 6.0f;
+      }
+      break;
+    case ACCEL_ACT_GELU:
+      for (int64_t i = 0; i < count; ++i) {
+        const double t = x[i];
+        x[i] = (float)(0.5 * t * erfc(-t * SQRT1_2));
+      }
+      break;
+    case ACCEL_ACT_EXP:
+      for (int64_t i = 0; i < count; ++i) x[i] = expf(x[i]);
+      break;
+    default:
+      break;
+  }
+}

@@ -1,0 +1,192 @@
+"""The SDP's lookup-table activations (accel_lut in accel.h).
+
+FP16 evaluates them through the model of NVDLA's LUT: the engine equals the NumPy model bit for
+bit on every half (alone, and as a CONV's fused or independent epilogue), and the model stays
+within the error bound accel.h states for each function, which these tests read from the
+header itself. FP32 computes them exactly: libm against NumPy within the last bit, and against
+PyTorch.
+"""
+import dataclasses
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from accel_codegen import AccelUnsupportedError, Conv, Device, Sdp, estimate_chain
+from accel_codegen import reference as ref
+from accel_codegen.sim.vocabulary import ACTIVATIONS
+from conftest import assert_same
+
+DEVICE = Device("nv_full", num_threads=2)
+LUT_ACTS = [e.name for e in ACTIVATIONS if e.feature == "lut"]
+HEADER = pathlib.Path(__file__).parents[2] / "runtime" / "include" / "accel" / "accel.h"
+
+
+def _fraction(text):
+    num, _, den = text.partition("/")
+    return float(num) / float(den or 1)
+
+
+def _stated():
+    """accel.h's table: act -> (lo range, lo step, le range, le step, slopes, E or None)."""
+    rows = {}
+    pattern = re.compile(
+        r"^ \*   (\w+)\s+LO \[(-?\d+), (-?\d+)\) (\S+)\s+LE \[(-?\d+), (-?\d+)\) (\S+)\s+"
+        r"slopes (\S+) / (\S+)(?:\s+E = ([\d.e-]+))?", re.M)
+    for m in pattern.finditer(HEADER.read_text()):
+        rows[m[1]] = dict(lo=(float(m[2]), float(m[3])), lo_step=_fraction(m[4]),
+                          le=(float(m[5]), float(m[6])), le_step=_fraction(m[7]),
+                          slopes=(m[8], m[9]), bound=float(m[10]) if m[10] else None)
+    return rows
+
+
+STATED = _stated()
+
+
+def _every_half():
+    halves = np.arange(-2**15, 2**15).astype(np.int16).view(np.float16)
+    return np.ascontiguousarray(halves.reshape(1, 1, 256, 256))
+
+
+def _dense_grid():
+    """Every finite half and a dense fp32 grid on [-40, 40] (1e-5 apart)."""
+    halves = _every_half().astype(np.float32).ravel()
+    grid = np.linspace(-40, 40, 8_000_001, dtype=np.float64).astype(np.float32)
+    values = np.concatenate([halves, grid])
+    return values[np.isfinite(values)]
+
+
+def test_the_header_states_every_lut_activation_and_its_geometry():
+    assert sorted(STATED) == sorted(LUT_ACTS)
+    for act in LUT_ACTS:
+        tables, row = ref.lut_tables(act), STATED[act]
+        assert (tables.lo_start, tables.lo_end) == row["lo"] and tables.lo_step == row["lo_step"]
+        assert (tables.le_start, tables.le_end) == row["le"] and tables.le_step == row["le_step"]
+        assert tables.le_start <= tables.lo_start and tables.lo_end <= tables.le_end
+        assert tables.lo.size == 257 and tables.le.size == 65  # NVDLA's LO and LE sizes
+        if act == "exp":  # exp's slope is its own derivative at the end: the last entry
+            assert tables.overflow_slope == tables.le[-1] == np.float16(np.exp(11.0))
+        else:
+            assert (str(tables.underflow_slope.item()).rstrip("0").rstrip("."),
+                    str(tables.overflow_slope.item()).rstrip("0").rstrip(".")) == row["slopes"]
+
+
+@pytest.mark.parametrize("act", [a for a in LUT_ACTS if a != "exp"])
+def test_the_lut_stays_within_the_stated_bound(act):
+    """|half(LUT(t)) - f(t)| <= E + 2^-10 |f(t)| (plus the half's subnormal rounding), and E is
+    the interpolation error of the tables with exact entries (measured, not a loose guess)."""
+    t = _dense_grid()
+    exact = ref.function64(act, t.astype(np.float64))
+    y = ref.lut(act, t).astype(np.float16).astype(np.float64)
+    bound = STATED[act]["bound"]
+    excess = np.abs(y - exact) - (bound + 2**-10 * np.abs(exact) + 2**-25)
+    worst = int(np.argmax(excess))
+    assert excess[worst] <= 0, f"{act} at t = {t[worst]!r}: {y[worst]!r} vs {exact[worst]!r}"
+    tables = ref.lut_tables(act)
+    exact_entries = dataclasses.replace(
+        tables, lo=ref.function64(act, float(tables.lo_start) + float(tables.lo_step) *
+                                  np.arange(257)).astype(np.float32),
+        le=ref.function64(act, float(tables.le_start) + float(tables.le_step) *
+                          np.arange(65)).astype(np.float32))
+    interpolation = np.max(np.abs(ref.lut(act, t, exact_entries) - exact))
+    assert bound / 1.3 <= interpolation <= bound, (act, interpolation, bound)
+
+
+def test_exp_stays_within_its_stated_bound():
+    """accel.h: |y - e^t| <= 1.7e-4 + 1.5e-3 e^t below 11, within 0.5 % while e^t is a half,
+    infinity from 11.0944 on, 0 far below."""
+    t = _dense_grid()
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = np.exp(t.astype(np.float64))
+        y = ref.lut("exp", t).astype(np.float16).astype(np.float64)
+        below = t < 11
+        assert np.all(np.abs(y - exact)[below] <= 1.7e-4 + 1.5e-3 * exact[below])
+        top = (t >= 11) & (exact <= 65504)
+        assert np.all(np.abs(exact - y)[top] <= 5e-3 * exact[top])
+    assert np.all(np.isinf(y[t >= 11.0944])) and np.all(np.isfinite(y[t < 11.0943]))
+    assert ref.lut("exp", np.float32(-1e30)) == 0
+
+
+def _run_fp16(act, x, **sdp):
+    op = Sdp(act=act, precision="fp16", **sdp)
+    return DEVICE.run([op], x)[0], ref.run_op(op, x)
+
+
+@pytest.mark.parametrize("act", LUT_ACTS)
+def test_fp16_engine_equals_the_lut_model_on_every_half(act):
+    """Every half (infinities, NaN, subnormals, every table grid point) bit for bit; with a
+    scale and shift, so the LUT also sees fp32 values between the halves."""
+    x = _every_half()
+    y, expected = _run_fp16(act, x)
+    assert_same(y, expected, f"fp16 {act}")
+    scale, shift = np.array([0.3], np.float16), np.array([-0.7], np.float16)
+    y, expected = _run_fp16(act, x, scale=scale, shift=shift)
+    assert_same(y, expected, f"fp16 {act} after scale/shift")
+
+
+@pytest.mark.parametrize("act", LUT_ACTS)
+@pytest.mark.parametrize("mode", ["fused", "independent"])
+def test_fp16_lut_as_a_conv_epilogue(act, mode, rng):
+    x = (rng.standard_normal((2, 6, 9, 9)) * 2).astype(np.float16)
+    w = (rng.standard_normal((8, 6, 3, 3)) * 0.3).astype(np.float16)
+    chain = [Conv(w, padding=1, precision="fp16"),
+             Sdp(shift=rng.standard_normal(8).astype(np.float16), act=act, precision="fp16")]
+    y = DEVICE.run(chain, x, mode=mode)[0]
+    # The CONV's fp32 sums differ from the reference's in order: the LUT then sees values
+    # that can differ in fp32's last bits, so allow one half ulp of difference.
+    expected = ref.run_chain(chain, x)
+    ulps = np.abs(y.view(np.int16).astype(np.int32) - expected.view(np.int16).astype(np.int32))
+    assert ulps.max() <= 1, (act, mode, ulps.max())
+    assert (ulps == 0).mean() > 0.98
+
+
+def test_the_lut_differs_from_the_exact_function():
+    """FP16 does not compute these with libm: some half results differ from the exact
+    function rounded to half (this is what the LUT model changes)."""
+    x = _every_half()
+    for act in LUT_ACTS:
+        y, _ = _run_fp16(act, x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact = ref.function64(act, x.astype(np.float64)).astype(np.float16)
+        differ = (y != exact) & ~(np.isnan(y) & np.isnan(exact))
+        assert differ.any(), act
+
+
+@pytest.mark.parametrize("act", LUT_ACTS)
+def test_fp32_is_exact(act, rng):
+    """FP32 equals the NumPy reference within libm's last bit, and PyTorch within 1e-6."""
+    torch = pytest.importorskip("torch")
+    functional = torch.nn.functional
+    x = (rng.standard_normal((2, 4, 8, 16)) * 6).astype(np.float32)
+    x.flat[:6] = [0.0, -0.0, 88.0, -100.0, np.inf, -np.inf]
+    y = DEVICE.run([Sdp(act=act)], x)[0]
+    expected = ref.run_op(Sdp(act=act), x)
+    np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
+    torch_fn = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": functional.silu,
+                "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
+                "gelu": functional.gelu, "exp": torch.exp}[act]
+    theirs = torch_fn(torch.from_numpy(x)).numpy()
+    # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).
+    finite = np.isfinite(x)
+    np.testing.assert_allclose(y[finite], theirs[finite], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", LUT_ACTS)
+def test_lut_activations_refuse_int8_and_a_config_without_the_lut(act):
+    with pytest.raises(AccelUnsupportedError, match=f"act = {act} has no INT8 form"):
+        DEVICE.run([Sdp(act=act, precision="int8")], np.zeros((1, 2, 2, 2), np.int8))
+    with pytest.raises(AccelUnsupportedError, match=f"act = {act} needs the SDP lookup table"):
+        Device("nv_small").run([Sdp(act=act)], np.zeros((1, 2, 2, 2), np.float32))
+
+
+@pytest.mark.parametrize("act", LUT_ACTS)
+def test_lut_activations_run_on_the_y_unit(act):
+    """The Y unit's rate (sdp_ew_throughput), named in the stats as the vocabulary names it."""
+    shape = (1, 16, 8, 8)
+    stats = estimate_chain("nv_full", [Sdp(act=act)], shape)
+    config = DEVICE.config
+    assert stats.ops[0].op == f"sdp:{act}"
+    assert stats.ops[0].compute_cycles == -(-np.prod(shape) // config.sdp_ew_throughput)
+    relu = estimate_chain("nv_full", [Sdp(act="relu")], shape)
+    assert relu.ops[0].compute_cycles == -(-np.prod(shape) // config.sdp_throughput)
