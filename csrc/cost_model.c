@@ -10,8 +10,8 @@
  *   whole memory atoms. Weights and per-channel parameters are stored densely.
  * - CBUF holds the input and the weights of a convolution. When both do not fit, the layer is
  *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
- * - SDP and PDP cost elements / throughput; an SDP that uses the element-wise or LUT unit runs at
- *   the slower of its two units' rates.
+ * - SDP, PDP and CDP cost elements / throughput; an SDP that uses the element-wise or LUT unit
+ *   runs at the slower of its two units' rates. The CDP always reads and writes memory.
  * - FUSED: the intermediates between engines stay on chip and the engines work in a pipeline, so
  *   the chain costs the long pole of every engine's compute and all of its memory traffic.
  *   INDEPENDENT: every op reads its input and writes its output, one op after the other, except
@@ -205,6 +205,16 @@ static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
 }
 
+/* The CDP reads its input from memory and writes its output there (never on the fly). */
+static void cost_cdp(const accel_config* cfg, const resolved_op* r, accel_op_stats* s) {
+  const cdp_geometry* g = &r->cdp;
+  const accel_precision p = r->op->cdp.precision;
+  snprintf(s->op, sizeof s->op, "%s", "cdp:lrn");
+  s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->cdp_throughput);
+  s->input_bytes = feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
+  s->bytes_written = s->input_bytes;
+}
+
 /* Whether op i is a CONV whose accumulators go on the fly to the SDP at i + 1 in any mode. */
 static int conv_feeds_sdp(const resolved_chain* chain, int32_t i) {
   return i >= 0 && i + 1 < chain->num_ops && chain->ops[i].op->engine == ACCEL_ENGINE_CONV &&
@@ -239,6 +249,10 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_PDP:
         s->precision = precision = r->op->pdp.precision;
         cost_pdp(cfg, r, input_on_chip, s);
+        break;
+      case ACCEL_ENGINE_CDP:
+        s->precision = precision = r->op->cdp.precision;
+        cost_cdp(cfg, r, s);
         break;
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;

@@ -71,6 +71,13 @@ typedef struct pdp_geometry {
   int32_t count_include_pad;
 } pdp_geometry;
 
+/* A local response normalisation (accel_cdp_desc), resolved. */
+typedef struct cdp_geometry {
+  int32_t n, c, h, w;
+  int32_t local_size;
+  double alpha, beta, k;
+} cdp_geometry;
+
 /* The image part of a pooling window along one axis: the window starts at `first` (output
  * index * stride - padding) and covers taps [lo, hi) inside the image of `size` elements. */
 static inline void pool_window(int32_t out_index, int32_t stride, int32_t pad, int32_t kernel,
@@ -115,6 +122,10 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
 
 /* Pooling, [n][c][h][w] -> [n][c][out_h][out_w]. */
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads);
+
+/* Local response normalisation across channels (fp32 data; S, the base and the power in
+ * double), [n][c][h][w] -> the same shape; out must not overlap in. */
+void cdp_f32(const cdp_geometry* g, const float* in, float* out, int32_t num_threads);
 
 /* ---- INT8 (semantics in accel.h; reference: accel_codegen/reference.py) ---------------- */
 

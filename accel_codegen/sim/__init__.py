@@ -5,7 +5,7 @@ This layer never imports TVM: ``import accel_codegen.sim`` works where TVM is ab
 """
 from .config import AccelConfig
 from .device import Device, OpStats, RunStats, estimate_chain, profile_enable, profile_records
-from .ops import Conv, Pool, Sdp
+from .ops import Conv, Lrn, Pool, Sdp
 
-__all__ = ["AccelConfig", "Conv", "Device", "OpStats", "Pool", "RunStats", "Sdp",
+__all__ = ["AccelConfig", "Conv", "Device", "Lrn", "OpStats", "Pool", "RunStats", "Sdp",
            "estimate_chain", "profile_enable", "profile_records"]

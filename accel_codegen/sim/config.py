@@ -75,14 +75,15 @@ class AccelConfig:
         Convolution buffer capacity (input and weights together).
     memory_atom_bytes : int
         Smallest memory access; every feature position pads its channels to it.
-    sdp_throughput, sdp_ew_throughput, pdp_throughput : int
-        Elements per cycle of the SDP scale/shift unit, the SDP element-wise/LUT unit, the PDP.
+    sdp_throughput, sdp_ew_throughput, pdp_throughput, cdp_throughput : int
+        Elements per cycle of the SDP scale/shift unit, the SDP element-wise/LUT unit, the PDP,
+        the CDP.
     clock_hz, dram_bytes_per_s : float
         Engine clock and memory bandwidth.
     precisions : tuple of str
         Hardware precisions among "int8", "int16", "fp16".
     features : tuple of str
-        Optional units among "lut", "elementwise", "winograd", "rubik".
+        Optional units among "lut", "elementwise", "winograd", "rubik", "cdp".
     """
 
     name: str
@@ -93,6 +94,7 @@ class AccelConfig:
     sdp_throughput: int
     sdp_ew_throughput: int
     pdp_throughput: int
+    cdp_throughput: int
     clock_hz: float
     dram_bytes_per_s: float
     precisions: tuple = ("int8",)

@@ -18,7 +18,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .config import AccelConfig, precision_code, precision_name
-from .ops import AccelDtypeError, Conv, Op, Pool, Sdp, as_operand, dtype_for, has_data, integer
+from .ops import OP_CLASSES, AccelDtypeError, Op, as_operand, dtype_for, has_data, integer
 from .vocabulary import ENGINES, MODES, PRECISIONS
 
 
@@ -120,12 +120,12 @@ class _Chain:
 
 
 def op_list(ops: Sequence[Op]) -> List[Op]:
-    """The ops of a chain as a list, each a Conv, Sdp or Pool, 1 to ACCEL_MAX_CHAIN_OPS."""
-    if isinstance(ops, (Conv, Sdp, Pool)) or not isinstance(ops, (list, tuple)):
-        raise AccelInvalidError(f"ops must be a list of Conv, Sdp and Pool, got {ops!r}")
+    """The ops of a chain as a list, each a Conv, Sdp, Pool or Lrn, 1 to ACCEL_MAX_CHAIN_OPS."""
+    if isinstance(ops, OP_CLASSES) or not isinstance(ops, (list, tuple)):
+        raise AccelInvalidError(f"ops must be a list of Conv, Sdp, Pool and Lrn, got {ops!r}")
     for i, op in enumerate(ops):
-        if not isinstance(op, (Conv, Sdp, Pool)):
-            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp or Pool")
+        if not isinstance(op, OP_CLASSES):
+            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp, Pool or Lrn")
         PRECISIONS.code(op.precision, f"op {i} ({op.engine}): precision")
     if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
         raise AccelInvalidError(f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
@@ -197,8 +197,9 @@ class Device:
 
         Parameters
         ----------
-        ops : sequence of Conv, Sdp, Pool
-            The chain. "fused" mode takes at most one of each, in that order.
+        ops : sequence of Conv, Sdp, Pool, Lrn
+            The chain. "fused" mode takes at most one of each of the first three, in that
+            order, or one Lrn alone.
         x : numpy.ndarray
             The input; used in place when it is C-contiguous with the precision's dtype
             (float32, np.int8 codes, np.float16; see ops.as_typed for the conversions).

@@ -436,6 +436,35 @@ class Pool:
         """Pooling reads nothing but its input."""
 
 
+@dataclasses.dataclass
+class Lrn:
+    """CDP engine: local response normalisation across channels, PyTorch's
+    ``LocalResponseNorm(size, alpha, beta, k)``: ``x / (k + alpha / size * S)^beta`` with S the
+    sum of squares over ``size`` neighbouring channels. ``size`` is 3, 5, 7 or 9 (NVDLA's
+    CDP); fp32 and fp16 (int8 is refused). The CDP reads and writes memory: a fused run holds
+    it alone, an independent chain anywhere."""
+
+    size: int = 5
+    alpha: float = 1e-4
+    beta: float = 0.75
+    k: float = 1.0
+    precision: str = "fp32"
+
+    engine = "CDP"
+
+    def lower(self, c_op) -> None:
+        c_op.engine = ENGINES.code(self.engine)
+        d = c_op.cdp
+        d.local_size = integer(self.size, "lrn size")
+        d.alpha = real(self.alpha, "lrn alpha")
+        d.beta = real(self.beta, "lrn beta")
+        d.k = real(self.k, "lrn k")
+        d.precision = precision_code(self.precision)
+
+    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+        """Normalisation reads nothing but its input."""
+
+
 def has_data(op) -> bool:
     """Whether every operand of an op holds data (estimates accept shape-only operands)."""
     if isinstance(op, Conv):
@@ -445,4 +474,6 @@ def has_data(op) -> bool:
     return True
 
 
-Op = Conv | Sdp | Pool
+Op = Conv | Sdp | Pool | Lrn
+#: Every engine op class (a chain holds instances of these).
+OP_CLASSES = (Conv, Sdp, Pool, Lrn)

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, check
-from .ops import Conv, Op, Pool, Sdp, _padding, _pair
+from .ops import Conv, Lrn, Op, Pool, Sdp, _padding, _pair
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -268,6 +268,24 @@ def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
     return (stacked.sum(axis=0) / divisor).astype(np.float32)
 
 
+def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
+        k: float = 1.0) -> np.ndarray:
+    """Local response normalisation across channels (the CDP; PyTorch's local_response_norm):
+    ``x / (S / size * alpha + k)^beta``, S the sum of squares over channels
+    [c - size//2, c + (size-1)//2] (zero outside), in float64 from the lowest channel up, the
+    quotient rounded once to float32. alpha, beta and k are the descriptor's float32 values."""
+    x = np.asarray(x, dtype=np.float32)
+    wide = x.astype(np.float64)
+    channels = x.shape[1]
+    alpha, beta, k = (float(np.float32(v)) for v in (alpha, beta, k))
+    total = np.zeros_like(wide)
+    for c in range(channels):
+        for j in range(max(c - size // 2, 0), min(c + (size - 1) // 2, channels - 1) + 1):
+            total[:, c] += wide[:, j] * wide[:, j]
+    base = total / size * alpha + k
+    return (wide / np.power(base, beta)).astype(np.float32)
+
+
 # --- INT8 ------------------------------------------------------------------------------------
 
 def rhaz(p, s) -> np.ndarray:
@@ -457,6 +475,12 @@ def run_op(op: Op, x: np.ndarray) -> np.ndarray:
                             op.clip_bounds, op.prelu_slope)
         return sdp(x, op.scale, op.shift, op.ew_op, op.operand, op.act, op.clip_bounds,
                    op.prelu_slope)
+    if isinstance(op, Lrn):
+        if precision == "fp16":  # the fp32 computation on widened halves, rounded once
+            return lrn(_widen(x), op.size, op.alpha, op.beta, op.k).astype(np.float16)
+        if precision == "int8":
+            raise AccelInvalidError("the CDP has no INT8 local response normalisation")
+        return lrn(x, op.size, op.alpha, op.beta, op.k)
     if isinstance(op, Pool):
         if precision == "int8":
             return pool2d_int8(x, op.kind, op.kernel, op.stride, op.padding,

@@ -81,6 +81,7 @@ ENGINES = Table("accel_engine", "engine", "ACCEL_ENGINE_COUNT", (
     Entry("CONV", "ACCEL_ENGINE_CONV"),
     Entry("SDP", "ACCEL_ENGINE_SDP"),
     Entry("PDP", "ACCEL_ENGINE_PDP"),
+    Entry("CDP", "ACCEL_ENGINE_CDP"),
 ))
 
 PRECISIONS = Table("accel_precision", "precision", "ACCEL_PRECISION_COUNT", (
@@ -128,4 +129,5 @@ TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
-            "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK"}
+            "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK",
+            "cdp": "ACCEL_FEATURE_CDP"}

@@ -3,6 +3,7 @@
  * Every field of every descriptor is checked here, before any kernel runs, and a failure names
  * the op, the field and its value. Kernels trust what passes.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static const char* engine_name(accel_engine engine) {
     case ACCEL_ENGINE_CONV: return "CONV";
     case ACCEL_ENGINE_SDP: return "SDP";
     case ACCEL_ENGINE_PDP: return "PDP";
+    case ACCEL_ENGINE_CDP: return "CDP";
     case ACCEL_ENGINE_COUNT: break;
   }
   return "?";
@@ -419,6 +421,41 @@ static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const c
       .pool = d->pool, .count_include_pad = d->count_include_pad};
   return ACCEL_OK;
 }
+static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const char* where) {
+  const accel_cdp_desc* d = &r->op->cdp;
+  if (!(cfg->features & ACCEL_FEATURE_CDP)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no CDP engine", where,
+                      cfg->name);
+  }
+  accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  if (d->precision == ACCEL_INT8) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: precision int8: the simulator's CDP has no "
+                      "INT8 local response normalisation yet (fp32 and fp16 are)", where);
+  }
+  RANGE("local_size", d->local_size, 1, ACCEL_MAX_TENSOR_ELEMENTS)
+  if (d->local_size % 2 == 0 || d->local_size < 3 || d->local_size > ACCEL_MAX_CDP_LOCAL_SIZE) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: local_size = %d: NVDLA's CDP normalises over "
+                      "3, 5, 7 or 9 channels", where, d->local_size);
+  }
+  /* A positive base keeps the power defined for every beta. */
+  if (!(isfinite(d->alpha) && d->alpha >= 0.0f)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: alpha = %g must be finite and >= 0", where,
+                      (double)d->alpha);
+  }
+  if (!isfinite(d->beta)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: beta = %g must be finite", where, (double)d->beta);
+  }
+  if (!(isfinite(d->k) && d->k > 0.0f)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: k = %g must be finite and > 0", where,
+                      (double)d->k);
+  }
+  r->out_n = r->in_n, r->out_c = r->in_c, r->out_h = r->in_h, r->out_w = r->in_w;
+  r->cdp = (cdp_geometry){.n = r->in_n, .c = r->in_c, .h = r->in_h, .w = r->in_w,
+                          .local_size = d->local_size, .alpha = d->alpha, .beta = d->beta,
+                          .k = d->k};
+  return ACCEL_OK;
+}
 #undef RANGE
 
 static accel_precision op_precision(const accel_op* op) {
@@ -426,6 +463,7 @@ static accel_precision op_precision(const accel_op* op) {
     case ACCEL_ENGINE_CONV: return op->conv.precision;
     case ACCEL_ENGINE_SDP: return op->sdp.precision;
     case ACCEL_ENGINE_PDP: return op->pdp.precision;
+    case ACCEL_ENGINE_CDP: return op->cdp.precision;
     case ACCEL_ENGINE_COUNT: break; /* refused before */
   }
   return ACCEL_FP32;
@@ -501,6 +539,12 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       return accel_fail(ACCEL_ERR_INVALID, "op %d: engine = %d is not an accel_engine", i,
                         (int)ops[i].engine);
     }
+    if (mode == ACCEL_MODE_FUSED && ops[i].engine == ACCEL_ENGINE_CDP && num_ops > 1) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: the CDP reads and writes memory, outside the fused CONV -> SDP -> "
+                        "PDP pipe: a FUSED run holds it alone (chain it in INDEPENDENT mode)",
+                        where);
+    }
     if (mode == ACCEL_MODE_FUSED && (int)ops[i].engine <= last_engine) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "%s: a fused chain runs CONV -> SDP -> PDP, each at most once, in "
@@ -515,6 +559,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       case ACCEL_ENGINE_CONV: st = resolve_conv(cfg, r, where, need_data); break;
       case ACCEL_ENGINE_SDP: st = resolve_sdp(cfg, r, where, need_data); break;
       case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
+      case ACCEL_ENGINE_CDP: st = resolve_cdp(cfg, r, where); break;
       case ACCEL_ENGINE_COUNT: break; /* refused above */
     }
     if (st != ACCEL_OK) return st;

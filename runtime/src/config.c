@@ -3,6 +3,8 @@
  * Figures from NVDLA's published configurations (hw/spec/defs/nv_*.spec and the primer):
  * MAC array atomic C x K, CBUF size, memory atom, SDP/PDP throughputs, precisions. The clock is
  * the primer's 1 GHz; DRAM bandwidths are our assumptions within the primer's 1..20 GB/s range.
+ * Every preset has the CDP (the notes list no CDP among nv_small's missing units); its
+ * throughput follows the PDP's, as the notes give for nv_large (PDP/CDP 8) and nv_small (1).
  */
 #include <math.h>
 #include <string.h>
@@ -14,17 +16,20 @@
 static const accel_config presets[] = {
     {.name = "nv_small", .atomic_c = 8, .atomic_k = 8, .cbuf_bytes = 128 * 1024,
      .memory_atom_bytes = 8, .sdp_throughput = 1, .sdp_ew_throughput = 1, .pdp_throughput = 1,
-     .clock_hz = 1e9, .dram_bytes_per_s = 2e9, .precisions = BIT(ACCEL_INT8), .features = 0},
+     .cdp_throughput = 1, .clock_hz = 1e9, .dram_bytes_per_s = 2e9,
+     .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
-     .clock_hz = 1e9, .dram_bytes_per_s = 10e9, .precisions = BIT(ACCEL_INT8),
-     .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK},
+     .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
+     .precisions = BIT(ACCEL_INT8),
+     .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK |
+                 ACCEL_FEATURE_CDP},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
-     .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
+     .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
      .precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_WINOGRAD |
-                 ACCEL_FEATURE_RUBIK},
+                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP},
 };
 
 int32_t accel_num_presets(void) { return (int32_t)(sizeof presets / sizeof presets[0]); }
@@ -67,6 +72,7 @@ accel_status accel_config_validate(const accel_config* cfg) {
   CHECK_RANGE(sdp_throughput, 1, 1024)
   CHECK_RANGE(sdp_ew_throughput, 1, 1024)
   CHECK_RANGE(pdp_throughput, 1, 1024)
+  CHECK_RANGE(cdp_throughput, 1, 1024)
 #undef CHECK_RANGE
   if (!is_power_of_two(cfg->memory_atom_bytes)) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: memory_atom_bytes = %d is not a power of two",
@@ -89,7 +95,8 @@ accel_status accel_config_validate(const accel_config* cfg) {
                       cfg->name, cfg->precisions);
   }
   const uint32_t known_features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE |
-                                  ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK;
+                                  ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK |
+                                  ACCEL_FEATURE_CDP;
   if ((cfg->features & ~known_features) != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: features = 0x%x has unknown bits",
                       cfg->name, cfg->features);

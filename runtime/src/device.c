@@ -60,7 +60,8 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->atomic_k == b->atomic_k && a->cbuf_bytes == b->cbuf_bytes &&
          a->memory_atom_bytes == b->memory_atom_bytes &&
          a->sdp_throughput == b->sdp_throughput && a->sdp_ew_throughput == b->sdp_ew_throughput &&
-         a->pdp_throughput == b->pdp_throughput && a->clock_hz == b->clock_hz &&
+         a->pdp_throughput == b->pdp_throughput && a->cdp_throughput == b->cdp_throughput &&
+         a->clock_hz == b->clock_hz &&
          a->dram_bytes_per_s == b->dram_bytes_per_s && a->precisions == b->precisions &&
          a->features == b->features;
 }
@@ -172,7 +173,8 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
   const accel_sdp_desc* epilogue = last > first ? &chain->ops[last].op->sdp : NULL;
   const int int8 = (op->engine == ACCEL_ENGINE_CONV ? op->conv.precision
                     : op->engine == ACCEL_ENGINE_SDP ? op->sdp.precision
-                                                     : op->pdp.precision) == ACCEL_INT8;
+                    : op->engine == ACCEL_ENGINE_PDP ? op->pdp.precision
+                                                     : op->cdp.precision) == ACCEL_INT8;
   const int32_t threads = dev->num_threads;
   switch (op->engine) {
     case ACCEL_ENGINE_CONV:
@@ -202,6 +204,9 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
       } else {
         pdp_f32(&r->pdp, src, dst, threads);
       }
+      return ACCEL_OK;
+    case ACCEL_ENGINE_CDP: /* FP32 and FP16 (widened) only: INT8 is refused by validation */
+      cdp_f32(&r->cdp, src, dst, threads);
       return ACCEL_OK;
     case ACCEL_ENGINE_COUNT:
       break;
@@ -322,8 +327,10 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
                           ? widen(d->ew_operand, (int64_t)r->in_n * r->in_c * r->in_h * r->in_w,
                                   &cursor)
                           : NULL;
-    } else {
+    } else if (r->op->engine == ACCEL_ENGINE_PDP) {
       ops[i].pdp.precision = ACCEL_FP32;
+    } else {
+      ops[i].cdp.precision = ACCEL_FP32;
     }
   }
   const float* in = widen(input->data, in_count, &cursor);

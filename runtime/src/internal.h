@@ -18,6 +18,7 @@ typedef struct resolved_op {
   int32_t out_n, out_c, out_h, out_w;
   conv_geometry conv;  /* engine CONV */
   pdp_geometry pdp;    /* engine PDP */
+  cdp_geometry cdp;    /* engine CDP */
 } resolved_op;
 
 typedef struct resolved_chain {

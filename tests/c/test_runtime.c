@@ -84,6 +84,18 @@ static accel_op pdp_op(accel_pool pool, int kernel, int stride, int pad) {
   return op;
 }
 
+static accel_op cdp_op(int local_size, float alpha, float beta, float k) {
+  accel_op op;
+  memset(&op, 0, sizeof op);
+  op.engine = ACCEL_ENGINE_CDP;
+  op.cdp.local_size = local_size;
+  op.cdp.alpha = alpha;
+  op.cdp.beta = beta;
+  op.cdp.k = k;
+  op.cdp.precision = ACCEL_FP32;
+  return op;
+}
+
 /* The textbook seven loops: the C-side reference of the CONV semantics in accel.h. */
 static void naive_conv(const accel_conv_desc* d, const float* in, int n, int c, int h, int w,
                        float* out, int oh, int ow) {
@@ -190,6 +202,17 @@ static void test_rejections(accel_device* dev) {
   ew.sdp.ew_op = ACCEL_EW_ADD;
   EXPECT(accel_run(dev, &ew, 1, &t, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) == ACCEL_ERR_NULL,
          "missing operand");
+  accel_op lrn[2] = {cdp_op(5, 1e-4f, 0.75f, 1.0f), pdp_op(ACCEL_POOL_MAX, 2, 2, 0)};
+  EXPECT(accel_run(dev, lrn, 2, &t, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "FUSED run holds it alone"),
+         "fused CDP with another op");
+  lrn[0].cdp.local_size = 4;
+  EXPECT(accel_run(dev, lrn, 1, &t, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_UNSUPPORTED && strstr(accel_last_error(), "local_size = 4"),
+         "even local size");
+  lrn[0] = cdp_op(5, 1e-4f, 0.75f, 0.0f);
+  EXPECT(accel_run(dev, lrn, 1, &t, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "k = 0"), "zero k");
   accel_op_stats op_stats;
   EXPECT(accel_profile_op(-1, &op_stats) == ACCEL_ERR_NOT_FOUND, "profile index");
   EXPECT(accel_profile_op(0, NULL) == ACCEL_ERR_NULL, "profile NULL");
@@ -279,7 +302,7 @@ static void fuzz_chains(accel_device* dev, int rounds) {
     int num_owned = 0;
     int ch = c;
     for (int i = 0; i < num_ops; ++i) {
-      const int kind = rnd_int(0, 2);
+      const int kind = rnd_int(0, 3);
       if (kind == 0) {
         const int groups = rnd_int(0, 3) == 0 ? ch : 1;
         const int k = groups == ch ? ch : rnd_int(1, 20);
@@ -296,9 +319,11 @@ static void fuzz_chains(accel_device* dev, int rounds) {
         ops[i] = sdp_op(rnd_int(0, 1) ? scale : NULL, owned[num_owned++],
                         (accel_activation)rnd_int(0, ACCEL_ACT_COUNT)); /* COUNT is invalid */
         ops[i].sdp.prelu_slope = scale;
-      } else {
+      } else if (kind == 2) {
         ops[i] = pdp_op((accel_pool)rnd_int(0, 1), rnd_int(1, 9), rnd_int(1, 3), rnd_int(0, 2));
         ops[i].pdp.count_include_pad = rnd_int(0, 1);
+      } else { /* sizes 3..9 (even ones refused), sometimes a non-positive k */
+        ops[i] = cdp_op(rnd_int(2, 10), rnd_float() + 1.0f, rnd_float(), rnd_float() + 1.0f);
       }
     }
     const accel_mode mode = (accel_mode)rnd_int(0, 1);

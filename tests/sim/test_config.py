@@ -15,7 +15,8 @@ def test_presets_come_from_the_c_library():
     assert set(full.precisions) == {"int8", "int16", "fp16"}
     small = AccelConfig.preset("nv_small")
     assert (small.atomic_c, small.atomic_k, small.cbuf_bytes) == (8, 8, 128 * 1024)
-    assert small.precisions == ("int8",) and small.features == ()
+    assert small.precisions == ("int8",) and small.features == ("cdp",)
+    assert (small.cdp_throughput, full.cdp_throughput) == (1, 8)  # the notes: nv_small 1, PDP/CDP 8
     assert small.macs_per_cycle("int8") == 64
     assert AccelConfig.preset("nv_large").precisions == ("int8",)
 
@@ -36,7 +37,7 @@ def test_replace_and_keywords():
     assert cfg.atomic_k == 64 and cfg.dram_bytes_per_s == 5e9 and cfg.name == "wide"
     custom = AccelConfig(name="mine", atomic_c=32, atomic_k=16, cbuf_bytes=256 * 1024,
                          memory_atom_bytes=32, sdp_throughput=8, sdp_ew_throughput=2,
-                         pdp_throughput=4, clock_hz=8e8, dram_bytes_per_s=8e9,
+                         pdp_throughput=4, cdp_throughput=2, clock_hz=8e8, dram_bytes_per_s=8e9,
                          precisions=("int8", "fp16"), features=("elementwise",))
     assert Device(custom).config == custom
 
@@ -48,6 +49,7 @@ def test_replace_and_keywords():
     ("memory_atom_bytes", 24, "memory_atom_bytes = 24 is not a power of two"),
     ("clock_hz", float("nan"), "clock_hz = nan"),
     ("dram_bytes_per_s", 0.0, "dram_bytes_per_s = 0"),
+    ("cdp_throughput", 0, "cdp_throughput = 0"),
     ("precisions", ("int4",), "'int4'"),
     ("precisions", ("fp32",), "'fp32'"),
     ("precisions", (), "precisions = 0x0"),

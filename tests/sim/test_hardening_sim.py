@@ -98,7 +98,7 @@ NESTED = "[" * 100000 + "]" * 100000
     (lambda: AccelConfig.from_json("{"), ["does not parse"]),
     (lambda: AccelConfig.from_json(NESTED), ["does not parse"]),
     (lambda: DEVICE.run([None], X), ["op 0 = None"]),
-    (lambda: DEVICE.run(Conv(W, padding=1), X), ["list of Conv, Sdp and Pool"]),
+    (lambda: DEVICE.run(Conv(W, padding=1), X), ["list of Conv, Sdp, Pool and Lrn"]),
     (lambda: estimate_chain("nv_full", [None], (1, 4, 8, 8)), ["op 0 = None"]),
     (lambda: Device("nv_full", num_threads=2**40), ["num_threads = 1099511627776"]),
     (lambda: Conv(W8, precision="int8").pack("nv_full", in_c=2**40), ["in_c = 1099511627776"]),

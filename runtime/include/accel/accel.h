@@ -5,14 +5,16 @@
  * cffi (preprocessed with ACCEL_CDEF defined, so it must stay plain C declarations), and the
  * hardware presets behind accel_config_preset() are the only copy of the hardware constants.
  *
- * The machine has three engines, as NVDLA does:
+ * The machine has four engines, as NVDLA does:
  *   CONV  direct convolution (CDMA -> CBUF -> CSC -> CMAC -> CACC); fully connected = 1x1 conv
  *   SDP   single data processor: per-channel scale/shift (bias, inference batch norm), an
  *         element-wise op with a second tensor, then an activation
  *   PDP   planar data processor: max / average pooling, kernel 1..8 per side
+ *   CDP   channel data processor: local response normalisation across channels
  * A run executes a chain of engine ops on one input tensor, either FUSED (CONV -> SDP -> PDP on
  * the fly: intermediates never reach memory) or INDEPENDENT (every op reads its input from memory
- * and writes its output back). Both modes give bit-identical values; their costs differ.
+ * and writes its output back). Both modes give bit-identical values; their costs differ. The
+ * CDP is not part of NVDLA's fused pipe: it always reads and writes memory (see accel_mode).
  *
  * Tensors are dense NCHW in host memory, which stands in for the accelerator's DRAM. The cost
  * model counts feature data as laid out in NVDLA's atom cubes: every (n, h, w) position holds
@@ -34,7 +36,7 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 3,   /* bumped when a struct below changes layout */
+  ACCEL_ABI_VERSION = 4,   /* bumped when a struct below changes layout */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -42,6 +44,7 @@ enum {
   ACCEL_MAX_CONV_PAD = 31,     /* CONV zero padding per side */
   ACCEL_MAX_POOL_KERNEL = 8,   /* PDP window per side */
   ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
+  ACCEL_MAX_CDP_LOCAL_SIZE = 9,/* CDP window: NVDLA normalises over 3, 5, 7 or 9 channels */
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
   ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
   ACCEL_MAX_SHIFT = 62,        /* INT8 converter shifts: 0..ACCEL_MAX_SHIFT */
@@ -100,7 +103,8 @@ typedef enum accel_feature {
   ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh, silu, ... */
   ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
-  ACCEL_FEATURE_RUBIK = 8       /* RUBIK reshape engine (not modelled yet) */
+  ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
+  ACCEL_FEATURE_CDP = 16        /* CDP engine: local response normalisation */
 } accel_feature;
 
 /* A hardware configuration. Presets come from accel_config_preset(); any other values a user
@@ -114,6 +118,7 @@ typedef struct accel_config {
   int32_t sdp_throughput;    /* SDP scale/shift + activation elements per cycle */
   int32_t sdp_ew_throughput; /* SDP element-wise and LUT elements per cycle */
   int32_t pdp_throughput;    /* PDP input elements per cycle */
+  int32_t cdp_throughput;    /* CDP input elements per cycle (ABI 4) */
   double clock_hz;           /* engine clock */
   double dram_bytes_per_s;   /* memory bandwidth shared by all engines */
   uint32_t precisions;       /* bit (1u << accel_precision) set for each hardware precision */
@@ -131,6 +136,7 @@ typedef enum accel_engine {
   ACCEL_ENGINE_CONV = 0,
   ACCEL_ENGINE_SDP = 1,
   ACCEL_ENGINE_PDP = 2,
+  ACCEL_ENGINE_CDP = 3,
   ACCEL_ENGINE_COUNT         /* not an engine: the number of them (stays last) */
 } accel_engine;
 
@@ -295,6 +301,26 @@ typedef struct accel_pdp_desc {
   int32_t zero;              /* INT8: the input's (and output's) zero point */
 } accel_pdp_desc;
 
+/* CDP: local response normalisation across channels, PyTorch's LocalResponseNorm exactly:
+ *   out[n][c][y][x] = in[n][c][y][x] / (k + alpha / local_size * S)^beta,
+ *   S = sum of in[n][c'][y][x]^2 over c' in [c - local_size/2, c + (local_size-1)/2] within
+ *       [0, C) (channels outside read as 0; the divisor stays local_size, as torch's
+ *       zero-padded average does)
+ * local_size: 3, 5, 7 or 9, the lengths NVDLA's CDP has (other sizes, valid in PyTorch, are
+ * ACCEL_ERR_UNSUPPORTED). alpha >= 0, k > 0 (so the base is positive and the power defined),
+ * beta any finite value.
+ * FP32: S, the base and the power in double (the products of floats are exact, S sums them
+ * from the lowest channel up), the quotient rounded once to fp32.
+ * FP16: the FP32 computation on the widened halves, rounded once to half. NVDLA evaluates the
+ * power through the CDP's own lookup table; that table is not modelled, so the simulator's
+ * FP16 LRN is more accurate than the hardware's by up to that table's error.
+ * INT8: not implemented (ACCEL_ERR_UNSUPPORTED). */
+typedef struct accel_cdp_desc {
+  int32_t local_size;
+  float alpha, beta, k;
+  accel_precision precision;
+} accel_cdp_desc;
+
 /* One engine op of a chain: `engine` says which descriptor is meant. */
 typedef struct accel_op {
   accel_engine engine;
@@ -302,11 +328,16 @@ typedef struct accel_op {
     accel_conv_desc conv;
     accel_sdp_desc sdp;
     accel_pdp_desc pdp;
+    accel_cdp_desc cdp;      /* ABI 4 (the union's size is unchanged: conv is the largest) */
   };
 } accel_op;
 
+/* The CDP reads its input from memory and writes its output to memory on NVDLA: it is not part
+ * of the fused CONV -> SDP -> PDP pipe. A FUSED run with a CDP is that CDP alone; an
+ * INDEPENDENT chain may hold CDPs anywhere. */
 typedef enum accel_mode {
-  ACCEL_MODE_FUSED = 0,      /* on the fly: at most CONV, SDP, PDP, one each, in that order */
+  ACCEL_MODE_FUSED = 0,      /* on the fly: at most CONV, SDP, PDP, one each, in that order;
+                              * or one CDP alone */
   ACCEL_MODE_INDEPENDENT = 1,/* any order; every intermediate goes through memory */
   ACCEL_MODE_COUNT           /* not a mode: the number of them (stays last) */
 } accel_mode;
@@ -314,7 +345,7 @@ typedef enum accel_mode {
 /* Cost of one executed op. Bytes are as laid out in memory (atom-padded feature data). */
 typedef struct accel_op_stats {
   accel_engine engine;
-  char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", ... */
+  char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", "cdp:lrn" */
   accel_precision precision;
   int64_t macs;              /* useful multiply-accumulates */
   int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
