@@ -2,7 +2,8 @@
 
 FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
 rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and max
-pooling match the simulator bit for bit.
+pooling match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
+order, rounded once (bit for bit too).
 
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
 ``(x - in_zero) * w`` exactly (int64 here: the simulator's int32 accumulator cannot overflow for
