@@ -18,6 +18,16 @@
  *   that an INT8 or FP16 CONV hands its accumulators to the SDP on the fly (CACC feeds SDP).
  * - INT8 SDP parameters are the converters: a 4-byte bias, a 2-byte multiplier and a 1-byte
  *   shift per channel (and a 2-byte PReLU multiplier).
+ * - BDMA is pure data movement (compute_cycles 0; cycles = its bytes at the DRAM bandwidth). In
+ *   the atom-cube layout a channel lives in a channel surface: the group of channels one memory
+ *   atom holds at every (n, h, w) position (atom / element bytes channels; one channel when an
+ *   element is wider than the atom). The engine moves whole atoms, so a copy reads, at every
+ *   position, one atom of each input surface that holds a copied channel, and writes one atom
+ *   of each output surface it writes into (a masked write: the surface's other channels keep
+ *   their bytes, no read-modify-write is charged). A contiguous copy of C channels from channel
+ *   0 thus costs exactly the feature data of a C-channel tensor, a concat of atom-aligned
+ *   inputs moves each byte once, and a strided copy (a channel shuffle) pays for every surface
+ *   its channels are spread over.
  */
 #include <math.h>
 #include <stdint.h>
@@ -215,6 +225,30 @@ static void cost_cdp(const accel_config* cfg, const resolved_op* r, accel_op_sta
   s->bytes_written = s->input_bytes;
 }
 
+/* Channel surfaces the channels offset + i*stride (i < count) touch, `per_surface` channels each:
+ * a step of a whole surface or more lands in a new surface every time; a smaller step visits
+ * every surface between the first and the last. */
+static int64_t surfaces_touched(int64_t offset, int64_t stride, int64_t count,
+                                int64_t per_surface) {
+  if (stride >= per_surface) return count;
+  return (offset + (count - 1) * stride) / per_surface - offset / per_surface + 1;
+}
+
+static void cost_bdma(const accel_config* cfg, const resolved_op* r, accel_op_stats* s) {
+  const accel_bdma_desc* d = &r->op->bdma;
+  const int64_t eb = hw_element_bytes(d->precision);
+  const int64_t atom = cfg->memory_atom_bytes;
+  const int64_t per_surface = atom >= eb ? atom / eb : 1;
+  const int64_t surface_bytes = position_bytes(cfg, per_surface, d->precision);
+  const int64_t positions = (int64_t)r->in_n * r->in_h * r->in_w;
+  snprintf(s->op, sizeof s->op, "%s", "bdma:copy");
+  s->compute_cycles = 0;
+  s->input_bytes = positions * surface_bytes *
+                   surfaces_touched(d->src_offset, d->src_stride, d->channels, per_surface);
+  s->bytes_written = positions * surface_bytes *
+                     surfaces_touched(d->dst_offset, d->dst_stride, d->channels, per_surface);
+}
+
 /* Whether op i is a CONV whose accumulators go on the fly to the SDP at i + 1 in any mode. */
 static int conv_feeds_sdp(const resolved_chain* chain, int32_t i) {
   return i >= 0 && i + 1 < chain->num_ops && chain->ops[i].op->engine == ACCEL_ENGINE_CONV &&
@@ -253,6 +287,10 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_CDP:
         s->precision = precision = r->op->cdp.precision;
         cost_cdp(cfg, r, s);
+        break;
+      case ACCEL_ENGINE_BDMA: /* alone in its run: memory to memory */
+        s->precision = precision = r->op->bdma.precision;
+        cost_bdma(cfg, r, s);
         break;
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;

@@ -181,6 +181,20 @@ int conv_i8_packed_matches(const conv_geometry* g, const void* packed);
 void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
             int32_t num_threads);
 
+/* ---- BDMA ---------------------------------------------------------------------------- */
+
+/* A channel copy's resolved geometry (accel_bdma_desc, validated): planes of hw elements. */
+typedef struct bdma_geometry {
+  int32_t n, in_c, out_c;             /* input [n][in_c][hw], output [n][out_c][hw] */
+  int64_t hw;
+  int32_t src_offset, src_stride, dst_offset, dst_stride, channels;
+} bdma_geometry;
+
+/* out[b][dst_offset + i*dst_stride] = in[b][src_offset + i*src_stride] for i < channels, as
+ * bytes (element_bytes each); every other output plane is left untouched. */
+void bdma_copy(const bdma_geometry* g, size_t element_bytes, const void* src, void* dst,
+               int32_t num_threads);
+
 /* ---- FP16 storage ---------------------------------------------------------------------- */
 
 /* IEEE binary16 <-> fp32: widening is exact, narrowing rounds to nearest even. */

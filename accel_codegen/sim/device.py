@@ -18,7 +18,8 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .config import AccelConfig, precision_code, precision_name
-from .ops import OP_CLASSES, AccelDtypeError, Op, as_operand, dtype_for, has_data, integer
+from .ops import (OP_CLASSES, AccelDtypeError, Bdma, Op, as_operand, dtype_for, has_data,
+                  integer)
 from .vocabulary import ENGINES, MODES, PRECISIONS
 
 
@@ -120,12 +121,14 @@ class _Chain:
 
 
 def op_list(ops: Sequence[Op]) -> List[Op]:
-    """The ops of a chain as a list, each a Conv, Sdp, Pool or Lrn, 1 to ACCEL_MAX_CHAIN_OPS."""
+    """The ops of a chain as a list, each a Conv, Sdp, Pool, Lrn or Bdma, 1 to
+    ACCEL_MAX_CHAIN_OPS (a Bdma runs alone: the C library refuses it in a longer chain)."""
     if isinstance(ops, OP_CLASSES) or not isinstance(ops, (list, tuple)):
-        raise AccelInvalidError(f"ops must be a list of Conv, Sdp, Pool and Lrn, got {ops!r}")
+        raise AccelInvalidError(f"ops must be a list of Conv, Sdp, Pool and Lrn, or one Bdma, "
+                                f"got {ops!r}")
     for i, op in enumerate(ops):
         if not isinstance(op, OP_CLASSES):
-            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp, Pool or Lrn")
+            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp, Pool, Lrn or Bdma")
         PRECISIONS.code(op.precision, f"op {i} ({op.engine}): precision")
     if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
         raise AccelInvalidError(f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
@@ -197,15 +200,18 @@ class Device:
 
         Parameters
         ----------
-        ops : sequence of Conv, Sdp, Pool, Lrn
+        ops : sequence of Conv, Sdp, Pool, Lrn, or one Bdma
             The chain. "fused" mode takes at most one of each of the first three, in that
-            order, or one Lrn alone.
+            order, or one Lrn alone; a Bdma runs alone, in either mode.
         x : numpy.ndarray
             The input; used in place when it is C-contiguous with the precision's dtype
             (float32, np.int8 codes, np.float16; see ops.as_typed for the conversions).
         mode : {"fused", "independent"}
         out : numpy.ndarray, optional
-            Where to write the result (C-contiguous, right dtype and size).
+            Where to write the result (C-contiguous, right dtype and size). A Bdma run writes
+            only its destination channels and leaves the others as they are: several runs into
+            one ``out`` make a concat or a channel shuffle. Without ``out``, a Bdma run's other
+            channels are zeros.
         label : str, optional
             The run's name in the profile.
         precision : {"fp32", "int8", "fp16"}, optional
@@ -238,7 +244,8 @@ class Device:
         if x.ndim == 2 and out_shape[2:] == (1, 1):
             out_shape = out_shape[:2]
         if out is None:
-            out = np.empty(out_shape, dtype=x.dtype)
+            copy = isinstance(ops[0], Bdma)  # the channels it does not write must be defined
+            out = (np.zeros if copy else np.empty)(out_shape, dtype=x.dtype)
         elif not isinstance(out, np.ndarray) or out.dtype != x.dtype:
             raise AccelDtypeError(
                 f"out must be a {x.dtype} array for a {precision} chain, got "

@@ -465,6 +465,53 @@ class Lrn:
         """Normalisation reads nothing but its input."""
 
 
+@dataclasses.dataclass
+class Bdma:
+    """BDMA engine: a strided copy of channels, bit for bit, in any precision the simulator
+    runs: ``out[:, dst_offset + i*dst_stride] = x[:, src_offset + i*src_stride]`` for
+    ``i < channels``. The output has ``dst_channels`` channels (default: just enough for the
+    last one written) and the input's n, h, w; its other channels are left as they are, so
+    several runs into one ``Device.run(..., out=)`` fill it: a concat is one run per input, a
+    split one run per part, a channel shuffle of g groups g runs with ``dst_stride=g``. A BDMA
+    op runs alone in its chain."""
+
+    channels: int
+    src_offset: int = 0
+    src_stride: int = 1
+    dst_offset: int = 0
+    dst_stride: int = 1
+    dst_channels: Optional[int] = None
+    precision: str = "fp32"
+
+    engine = "BDMA"
+
+    #: The fields and their lower bounds (the upper one is int32's).
+    _FIELDS = (("channels", 1), ("src_offset", 0), ("src_stride", 1), ("dst_offset", 0),
+               ("dst_stride", 1))
+
+    @property
+    def output_channels(self) -> int:
+        """``dst_channels``, or the default: the last channel written, plus one."""
+        values = {field: integer(getattr(self, field), f"bdma {field}", lo)
+                  for field, lo in self._FIELDS}
+        if self.dst_channels is not None:
+            return integer(self.dst_channels, "bdma dst_channels", 1)
+        needed = values["dst_offset"] + (values["channels"] - 1) * values["dst_stride"] + 1
+        return integer(needed, "bdma dst_channels (dst_offset + (channels - 1) * dst_stride + 1)",
+                       1)
+
+    def lower(self, c_op) -> None:
+        c_op.engine = ENGINES.code(self.engine)
+        d = c_op.bdma
+        for field, lo in self._FIELDS:
+            setattr(d, field, integer(getattr(self, field), f"bdma {field}", lo))
+        d.dst_channels = self.output_channels
+        d.precision = precision_code(self.precision)
+
+    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+        """A copy reads nothing but its input (its ranges are checked by the C library)."""
+
+
 def has_data(op) -> bool:
     """Whether every operand of an op holds data (estimates accept shape-only operands)."""
     if isinstance(op, Conv):
@@ -474,6 +521,6 @@ def has_data(op) -> bool:
     return True
 
 
-Op = Conv | Sdp | Pool | Lrn
+Op = Conv | Sdp | Pool | Lrn | Bdma
 #: Every engine op class (a chain holds instances of these).
-OP_CLASSES = (Conv, Sdp, Pool, Lrn)
+OP_CLASSES = (Conv, Sdp, Pool, Lrn, Bdma)

@@ -18,6 +18,9 @@ in fp32, and every engine output is rounded to half once (round to nearest even)
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
 through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 exactly.
+
+BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
+channels keep their values.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, check
-from .ops import Conv, Lrn, Op, Pool, Sdp, _padding, _pair
+from .ops import Bdma, Conv, Lrn, Op, Pool, Sdp, _padding, _pair, dtype_for
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -444,6 +447,31 @@ def pool2d_fp16(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
         return (total / divisor).astype(np.float32).astype(np.float16)
 
 
+# --- BDMA ------------------------------------------------------------------------------------
+
+def bdma_copy(x: np.ndarray, channels: int, src_offset: int = 0, src_stride: int = 1,
+              dst_offset: int = 0, dst_stride: int = 1, dst_channels: Optional[int] = None,
+              out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``out[:, dst_offset + i*dst_stride] = x[:, src_offset + i*src_stride]`` for
+    ``i < channels``, on a copy of ``out`` (default: zeros of (n, dst_channels, h, w)); the
+    other channels keep their values. Bits are copied as they are (NaN payloads included)."""
+    x = np.asarray(x)
+    if dst_channels is None:
+        dst_channels = dst_offset + (channels - 1) * dst_stride + 1
+    shape = (x.shape[0], dst_channels, *x.shape[2:])
+    result = np.zeros(shape, x.dtype) if out is None else np.array(out, dtype=x.dtype)
+    if result.shape != shape:
+        raise AccelInvalidError(f"bdma out of shape {result.shape}, the copy writes {shape}")
+    source = np.arange(channels) * src_stride + src_offset
+    target = np.arange(channels) * dst_stride + dst_offset
+    if channels < 1 or source[-1] >= x.shape[1] or target[-1] >= dst_channels or min(
+            src_offset, dst_offset) < 0 or min(src_stride, dst_stride) < 1:
+        raise AccelInvalidError(f"bdma channels {source.tolist()} of {x.shape[1]} -> "
+                                f"{target.tolist()} of {dst_channels} are out of range")
+    result[:, target] = x[:, source]
+    return result
+
+
 # --- ops and chains --------------------------------------------------------------------------
 
 def _sdp_int8_op(op: Sdp, x: np.ndarray) -> np.ndarray:
@@ -455,11 +483,20 @@ def _sdp_int8_op(op: Sdp, x: np.ndarray) -> np.ndarray:
                     c["out_mul"], c["out_shift"], c["out_zero"], c["clip_lo"], c["clip_hi"])
 
 
-def run_op(op: Op, x: np.ndarray) -> np.ndarray:
+def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """One engine op, as its descriptor says, in its precision. An INT8 CONV returns its int64
     accumulators and an FP16 CONV its float32 ones: they are the input of the SDP that must
-    follow (see run_chain)."""
+    follow (see run_chain). ``out``: a BDMA's destination before the copy (default zeros)."""
     precision = getattr(op, "precision", "fp32")
+    if isinstance(op, Bdma):
+        if np.asarray(x).dtype != dtype_for(precision):
+            raise AccelDtypeError(f"a {precision} BDMA copies {np.dtype(dtype_for(precision))} "
+                                  f"data, got {np.asarray(x).dtype}")
+        return bdma_copy(x, op.channels, op.src_offset, op.src_stride, op.dst_offset,
+                         op.dst_stride, op.output_channels, out)
+    if out is not None:
+        raise AccelInvalidError("run_op: out is a BDMA's destination; other ops write all of "
+                                "their output")
     if isinstance(op, Conv):
         if precision == "int8":
             return conv2d_int8(x, op.weights, op.stride, op.padding, op.dilation, op.groups,

@@ -82,6 +82,7 @@ ENGINES = Table("accel_engine", "engine", "ACCEL_ENGINE_COUNT", (
     Entry("SDP", "ACCEL_ENGINE_SDP"),
     Entry("PDP", "ACCEL_ENGINE_PDP"),
     Entry("CDP", "ACCEL_ENGINE_CDP"),
+    Entry("BDMA", "ACCEL_ENGINE_BDMA"),
 ))
 
 PRECISIONS = Table("accel_precision", "precision", "ACCEL_PRECISION_COUNT", (

@@ -16,6 +16,7 @@ static const char* engine_name(accel_engine engine) {
     case ACCEL_ENGINE_SDP: return "SDP";
     case ACCEL_ENGINE_PDP: return "PDP";
     case ACCEL_ENGINE_CDP: return "CDP";
+    case ACCEL_ENGINE_BDMA: return "BDMA";
     case ACCEL_ENGINE_COUNT: break;
   }
   return "?";
@@ -456,6 +457,39 @@ static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const c
                           .k = d->k};
   return ACCEL_OK;
 }
+
+/* BDMA: the copied channel ranges must lie inside both surfaces; the output is
+ * (n, dst_channels, h, w). Last channels in int64: (2^31 - 1) * (2^31 - 1) + 2^31 fits. */
+static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const char* where) {
+  const accel_bdma_desc* d = &r->op->bdma;
+  accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  RANGE("src_offset", d->src_offset, 0, INT32_MAX)
+  RANGE("src_stride", d->src_stride, 1, INT32_MAX)
+  RANGE("channels", d->channels, 1, INT32_MAX)
+  RANGE("dst_offset", d->dst_offset, 0, INT32_MAX)
+  RANGE("dst_stride", d->dst_stride, 1, INT32_MAX)
+  RANGE("dst_channels", d->dst_channels, 1, INT32_MAX)
+  const int64_t src_last = (int64_t)d->src_offset + (int64_t)(d->channels - 1) * d->src_stride;
+  if (src_last >= r->in_c) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "%s: src_offset = %d + (channels = %d - 1) x src_stride = %d reads channel "
+                      "%lld, the input has %d channels", where, d->src_offset, d->channels,
+                      d->src_stride, (long long)src_last, r->in_c);
+  }
+  const int64_t dst_last = (int64_t)d->dst_offset + (int64_t)(d->channels - 1) * d->dst_stride;
+  if (dst_last >= d->dst_channels) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: dst_offset = %d + (channels = %d - 1) x dst_stride = %d writes channel "
+                      "%lld, dst_channels = %d", where, d->dst_offset, d->channels,
+                      d->dst_stride, (long long)dst_last, d->dst_channels);
+  }
+  r->out_n = r->in_n;
+  r->out_c = d->dst_channels;
+  r->out_h = r->in_h;
+  r->out_w = r->in_w;
+  return ACCEL_OK;
+}
 #undef RANGE
 
 static accel_precision op_precision(const accel_op* op) {
@@ -464,6 +498,7 @@ static accel_precision op_precision(const accel_op* op) {
     case ACCEL_ENGINE_SDP: return op->sdp.precision;
     case ACCEL_ENGINE_PDP: return op->pdp.precision;
     case ACCEL_ENGINE_CDP: return op->cdp.precision;
+    case ACCEL_ENGINE_BDMA: return op->bdma.precision;
     case ACCEL_ENGINE_COUNT: break; /* refused before */
   }
   return ACCEL_FP32;
@@ -545,6 +580,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                         "PDP pipe: a FUSED run holds it alone (chain it in INDEPENDENT mode)",
                         where);
     }
+    if (ops[i].engine == ACCEL_ENGINE_BDMA && num_ops != 1) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: a BDMA copy runs alone (num_ops = %d, must be 1): it is not part of "
+                        "the CONV -> SDP -> PDP pipe", where, num_ops);
+    }
     if (mode == ACCEL_MODE_FUSED && (int)ops[i].engine <= last_engine) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "%s: a fused chain runs CONV -> SDP -> PDP, each at most once, in "
@@ -560,6 +600,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       case ACCEL_ENGINE_SDP: st = resolve_sdp(cfg, r, where, need_data); break;
       case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
       case ACCEL_ENGINE_CDP: st = resolve_cdp(cfg, r, where); break;
+      case ACCEL_ENGINE_BDMA: st = resolve_bdma(cfg, r, where); break;
       case ACCEL_ENGINE_COUNT: break; /* refused above */
     }
     if (st != ACCEL_OK) return st;
@@ -583,6 +624,13 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     n = r->out_n, c = r->out_c, h = r->out_h, w = r->out_w;
   }
   if (output == NULL) return ACCEL_OK;
+  if (ops[0].engine == ACCEL_ENGINE_BDMA &&
+      (output->n != n || output->c != c || output->h != h || output->w != w)) {
+    return accel_fail(ACCEL_ERR_SHAPE,
+                      "output tensor is %dx%dx%dx%d but the BDMA copy writes %dx%dx%dx%d (the "
+                      "input's n, h, w and dst_channels = %d)", output->n, output->c,
+                      output->h, output->w, n, c, h, w, ops[0].bdma.dst_channels);
+  }
   if (output->n != n || output->c != c || output->h != h || output->w != w) {
     return accel_fail(ACCEL_ERR_SHAPE,
                       "output tensor is %dx%dx%dx%d but the chain produces %dx%dx%dx%d",
@@ -601,6 +649,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     const char* out_lo = (const char*)output->data;
     const char* out_hi = out_lo + tensor_count(output) * element_bytes(output->precision);
     const int overlap = in_lo < out_hi && out_lo < in_hi;
+    if (overlap && ops[0].engine == ACCEL_ENGINE_BDMA) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "op 0 (BDMA): output data %p overlaps input data %p (a copy needs "
+                        "separate source and destination)", output->data, input->data);
+    }
     if (overlap && !(all_sdp && in_lo == out_lo)) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "output data %p overlaps input data %p (only SDP chains run in place)",

@@ -208,10 +208,11 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
     case ACCEL_ENGINE_CDP: /* FP32 and FP16 (widened) only: INT8 is refused by validation */
       cdp_f32(&r->cdp, src, dst, threads);
       return ACCEL_OK;
+    case ACCEL_ENGINE_BDMA: /* runs alone, through execute_bdma */
     case ACCEL_ENGINE_COUNT:
       break;
   }
-  return accel_fail(ACCEL_ERR_INVALID, "engine = %d is not an accel_engine", (int)op->engine);
+  return accel_fail(ACCEL_ERR_INVALID, "engine = %d is not a pipe engine", (int)op->engine);
 }
 
 /* FUSED: an SDP right after a CONV runs as the convolution's epilogue, on each tile while it
@@ -340,6 +341,62 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
   return st;
 }
 
+/* Hand the observer `count` elements of an FP16 run widened (into scratch), others as they are. */
+static accel_status observe_as_held(accel_device* dev, const char* label, int32_t op_index,
+                                    const void* data, int32_t n, int32_t c, int32_t h, int32_t w,
+                                    accel_precision precision) {
+  const int64_t count = (int64_t)n * c * h * w;
+  accel_tensor t = {.data = (void*)data, .n = n, .c = c, .h = h, .w = w, .precision = precision};
+  if (precision == ACCEL_FP16) {
+    float* wide = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)count * sizeof(float));
+    if (wide == NULL) {
+      return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                        (size_t)count * sizeof(float));
+    }
+    half_to_float(data, wide, count);
+    t.data = wide;
+    t.precision = ACCEL_FP32;
+  }
+  observe(label, op_index, &t);
+  return ACCEL_OK;
+}
+
+/* BDMA: a byte copy in the tensors' own precision (never widened: a copy does not convert, and
+ * the destination's other channels must stay as they are). An observer sees the input and the
+ * copied channels, gathered from the destination into scratch. */
+static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
+                                 const accel_tensor* input, const accel_tensor* output,
+                                 const char* label) {
+  const resolved_op* r = &chain->ops[0];
+  const accel_bdma_desc* d = &r->op->bdma;
+  const accel_precision p = d->precision;
+  const size_t eb = p == ACCEL_INT8 ? 1 : p == ACCEL_FP16 ? 2 : sizeof(float);
+  const int64_t hw = (int64_t)r->in_h * r->in_w;
+  const bdma_geometry g = {.n = r->in_n, .in_c = r->in_c, .out_c = r->out_c, .hw = hw,
+                           .src_offset = d->src_offset, .src_stride = d->src_stride,
+                           .dst_offset = d->dst_offset, .dst_stride = d->dst_stride,
+                           .channels = d->channels};
+  const int watched = observing();
+  accel_status st = ACCEL_OK;
+  if (watched) {
+    st = observe_as_held(dev, label, ACCEL_OBSERVE_INPUT, input->data, r->in_n, r->in_c,
+                         r->in_h, r->in_w, p);
+    if (st != ACCEL_OK) return st;
+  }
+  bdma_copy(&g, eb, input->data, output->data, dev->num_threads);
+  if (!watched) return ACCEL_OK;
+  const size_t bytes = (size_t)r->in_n * (size_t)d->channels * (size_t)hw * eb;
+  void* copied = workspace_get(&dev->ws, WS_CHAIN_A, bytes);
+  if (copied == NULL) {
+    return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", bytes);
+  }
+  const bdma_geometry gather = {.n = r->in_n, .in_c = r->out_c, .out_c = d->channels, .hw = hw,
+                                .src_offset = d->dst_offset, .src_stride = d->dst_stride,
+                                .dst_offset = 0, .dst_stride = 1, .channels = d->channels};
+  bdma_copy(&gather, eb, output->data, copied, dev->num_threads);
+  return observe_as_held(dev, label, 0, copied, r->in_n, d->channels, r->in_h, r->in_w, p);
+}
+
 accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                        const accel_tensor* input, const accel_tensor* output, accel_mode mode,
                        const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats) {
@@ -348,7 +405,10 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   accel_status st = chain_resolve(&dev->config, ops, num_ops, input, output, mode, 1, &chain);
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
-  switch (input->precision) {
+  switch (chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : (int)input->precision) {
+    case -1: /* the BDMA copies any precision as it is */
+      st = execute_bdma(dev, &chain, input, output, label != NULL ? label : "");
+      break;
     case ACCEL_FP16:
       st = execute_chain_fp16(dev, &chain, input, output, label != NULL ? label : "");
       break;

@@ -43,5 +43,7 @@ void profile_record(const accel_run_stats* run, const accel_op_stats* ops);
 
 /* Hand a tensor to the calibration observer, if one is set. */
 void observe(const char* label, int32_t op_index, const accel_tensor* tensor);
+/* Whether an observer is set (so a run prepares what it would hand over only then). */
+int observing(void);
 
 #endif /* ACCEL_RUNTIME_INTERNAL_H_ */

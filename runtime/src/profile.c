@@ -104,6 +104,13 @@ void accel_set_observer(accel_observer fn, void* user) {
   pthread_mutex_unlock(&observer_lock);
 }
 
+int observing(void) {
+  pthread_mutex_lock(&observer_lock);
+  const int active = observer != NULL;
+  pthread_mutex_unlock(&observer_lock);
+  return active;
+}
+
 void observe(const char* label, int32_t op_index, const accel_tensor* tensor) {
   pthread_mutex_lock(&observer_lock);
   const accel_observer fn = observer;

@@ -5,16 +5,19 @@
  * cffi (preprocessed with ACCEL_CDEF defined, so it must stay plain C declarations), and the
  * hardware presets behind accel_config_preset() are the only copy of the hardware constants.
  *
- * The machine has four engines, as NVDLA does:
+ * The machine has these engines, as NVDLA does:
  *   CONV  direct convolution (CDMA -> CBUF -> CSC -> CMAC -> CACC); fully connected = 1x1 conv
  *   SDP   single data processor: per-channel scale/shift (bias, inference batch norm), an
  *         element-wise op with a second tensor, then an activation
  *   PDP   planar data processor: max / average pooling, kernel 1..8 per side
  *   CDP   channel data processor: local response normalisation across channels
+ *   BDMA  bridge DMA: strided copies of channel surfaces from one tensor into another
+ *         (concatenation, split / chunk, channel shuffle)
  * A run executes a chain of engine ops on one input tensor, either FUSED (CONV -> SDP -> PDP on
  * the fly: intermediates never reach memory) or INDEPENDENT (every op reads its input from memory
  * and writes its output back). Both modes give bit-identical values; their costs differ. The
- * CDP is not part of NVDLA's fused pipe: it always reads and writes memory (see accel_mode).
+ * CDP is not part of NVDLA's fused pipe: it always reads and writes memory (see accel_mode). A
+ * BDMA op is not part of any chain: it runs alone (num_ops == 1), in either mode.
  *
  * Tensors are dense NCHW in host memory, which stands in for the accelerator's DRAM. The cost
  * model counts feature data as laid out in NVDLA's atom cubes: every (n, h, w) position holds
@@ -36,7 +39,7 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 4,   /* bumped when a struct below changes layout */
+  ACCEL_ABI_VERSION = 4,   /* bumped when a struct below changes layout (4: CDP, BDMA) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -137,6 +140,7 @@ typedef enum accel_engine {
   ACCEL_ENGINE_SDP = 1,
   ACCEL_ENGINE_PDP = 2,
   ACCEL_ENGINE_CDP = 3,
+  ACCEL_ENGINE_BDMA = 4,
   ACCEL_ENGINE_COUNT         /* not an engine: the number of them (stays last) */
 } accel_engine;
 
@@ -321,6 +325,28 @@ typedef struct accel_cdp_desc {
   accel_precision precision;
 } accel_cdp_desc;
 
+/* BDMA: a strided copy of channels, bit for bit (a copy never converts). Input (n, C, h, w),
+ * output (n, dst_channels, h, w):
+ *   for i < channels:  out[:, dst_offset + i*dst_stride] = in[:, src_offset + i*src_stride]
+ * Every other output channel is left untouched, so several runs fill one destination: a concat
+ * is one run per input (dst_offset = the channels before it), a split / chunk one run per part
+ * (src_offset = its first channel), a channel shuffle of g groups g runs with dst_stride = g
+ * (run j: src_offset = j*C/g, channels = C/g, dst_offset = j). Any precision the simulator runs.
+ * Checks: the fields' ranges below; src_offset + (channels-1)*src_stride < C (ACCEL_ERR_SHAPE),
+ * dst_offset + (channels-1)*dst_stride < dst_channels (ACCEL_ERR_INVALID); the output tensor's
+ * n, h, w are the input's and its c is dst_channels; input and output must not overlap. A BDMA
+ * op runs alone in its run (num_ops == 1), in either mode: it is not part of the CONV -> SDP
+ * -> PDP pipe. */
+typedef struct accel_bdma_desc {
+  int32_t src_offset;        /* first input channel read, >= 0 */
+  int32_t src_stride;        /* input channel step, >= 1 */
+  int32_t channels;          /* channels copied, >= 1 */
+  int32_t dst_offset;        /* first output channel written, >= 0 */
+  int32_t dst_stride;        /* output channel step, >= 1 */
+  int32_t dst_channels;      /* channels of the output surface, >= 1 */
+  accel_precision precision; /* element type of both tensors */
+} accel_bdma_desc;
+
 /* One engine op of a chain: `engine` says which descriptor is meant. */
 typedef struct accel_op {
   accel_engine engine;
@@ -329,6 +355,7 @@ typedef struct accel_op {
     accel_sdp_desc sdp;
     accel_pdp_desc pdp;
     accel_cdp_desc cdp;      /* ABI 4 (the union's size is unchanged: conv is the largest) */
+    accel_bdma_desc bdma;    /* ABI 4 */
   };
 } accel_op;
 
@@ -345,7 +372,8 @@ typedef enum accel_mode {
 /* Cost of one executed op. Bytes are as laid out in memory (atom-padded feature data). */
 typedef struct accel_op_stats {
   accel_engine engine;
-  char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", "cdp:lrn" */
+  char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", "cdp:lrn",
+                              * "bdma:copy", ... */
   accel_precision precision;
   int64_t macs;              /* useful multiply-accumulates */
   int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
@@ -476,10 +504,12 @@ enum {
 /* Calibration and accuracy analysis: while an observer is set, every accel_run in the process
  * calls it with the run's input (ACCEL_OBSERVE_INPUT), with each SDP's element-wise operand
  * (ACCEL_OBSERVE_OPERAND_BASE - the SDP's index) and with the output of each engine pass
- * (op_index = the pass's last op), before the next pass starts, so it also sees what a fused chain keeps on chip. Tensors
- * come as the engines hold them: INT8 codes for INT8 runs, FP32 values otherwise (an FP16 run's
- * halves widened). The tensor is valid during the call only; the observer must not run the
- * device. NULL removes the observer. */
+ * (op_index = the pass's last op), before the next pass starts, so it also sees what a fused
+ * chain keeps on chip. A BDMA run's output (op_index 0) is the channels it copied, gathered as
+ * an (n, channels, h, w) tensor: the destination's other channels are not the run's (they hold
+ * whatever they held before). Tensors come as the engines hold them: INT8 codes for INT8 runs,
+ * FP32 values otherwise (an FP16 run's halves widened). The tensor is valid during the call
+ * only; the observer must not run the device. NULL removes the observer. */
 typedef void (*accel_observer)(void* user, const char* label, int32_t op_index,
                                const accel_tensor* tensor);
 void accel_set_observer(accel_observer observer, void* user);
