@@ -289,6 +289,69 @@ static void test_engines_against_naive_loops(accel_device* dev) {
   free(x), free(wt), free(scale), free(shift), free(fused), free(independent), free(conv_out);
 }
 
+/* BDMA: a concat of two inputs into one destination, one run each (the destination's other
+ * channels untouched, the bytes copied as they are), its cost as estimated, and its refusals:
+ * a BDMA in a longer chain, a range past the input, overlapping tensors. */
+static void test_bdma(accel_device* dev) {
+  const int n = 2, h = 3, w = 5, hw = h * w, ca = 3, cb = 4, dst_c = 9;
+  float* a = random_buffer((int64_t)n * ca * hw);
+  float* b = random_buffer((int64_t)n * cb * hw);
+  float* out = malloc(sizeof(float) * (size_t)(n * dst_c * hw));
+  for (int i = 0; i < n * dst_c * hw; ++i) out[i] = -7.0f;
+  accel_op op;
+  memset(&op, 0, sizeof op);
+  op.engine = ACCEL_ENGINE_BDMA;
+  op.bdma = (accel_bdma_desc){.src_offset = 0, .src_stride = 1, .channels = ca, .dst_offset = 1,
+                              .dst_stride = 1, .dst_channels = dst_c, .precision = ACCEL_FP32};
+  accel_tensor in_a = tensor(a, n, ca, h, w), in_b = tensor(b, n, cb, h, w);
+  accel_tensor o = tensor(out, n, dst_c, h, w);
+  accel_op_stats run_op, estimated_op;
+  accel_run_stats run, estimated;
+  EXPECT(accel_run(dev, &op, 1, &in_a, &o, ACCEL_MODE_FUSED, "bdma a", &run, &run_op) ==
+             ACCEL_OK, "bdma run a");
+  op.bdma.channels = cb;
+  op.bdma.dst_offset = 1 + ca;
+  EXPECT(accel_run(dev, &op, 1, &in_b, &o, ACCEL_MODE_INDEPENDENT, "bdma b", NULL, NULL) ==
+             ACCEL_OK, "bdma run b");
+  int wrong = 0;
+  for (int bi = 0; bi < n; ++bi)
+    for (int c = 0; c < dst_c; ++c)
+      for (int i = 0; i < hw; ++i) {
+        const float got = out[((int64_t)bi * dst_c + c) * hw + i];
+        const float want = c == 0 || c == dst_c - 1 ? -7.0f
+                           : c <= ca ? a[((int64_t)bi * ca + c - 1) * hw + i]
+                                     : b[((int64_t)bi * cb + c - 1 - ca) * hw + i];
+        wrong += memcmp(&got, &want, sizeof got) != 0;
+      }
+  EXPECT(wrong == 0, "%d elements of the concat differ", wrong);
+  accel_config cfg;
+  accel_device_config(dev, &cfg);
+  op.bdma.channels = ca;
+  op.bdma.dst_offset = 1;
+  EXPECT(accel_estimate(&cfg, &op, 1, &in_a, &o, ACCEL_MODE_FUSED, &estimated, &estimated_op) ==
+             ACCEL_OK && estimated.cycles == run.cycles &&
+             estimated_op.bytes_read == run_op.bytes_read &&
+             run_op.bytes_written == (int64_t)n * hw * cfg.memory_atom_bytes &&
+             run_op.compute_cycles == 0 && strcmp(run_op.op, "bdma:copy") == 0,
+         "bdma cost: %lld cycles, %lld bytes written", (long long)run.cycles,
+         (long long)run_op.bytes_written);
+
+  accel_op chain[2] = {op, sdp_op(NULL, NULL, ACCEL_ACT_RELU)};
+  EXPECT(accel_run(dev, chain, 2, &in_a, &o, ACCEL_MODE_INDEPENDENT, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "runs alone") != NULL,
+         "a BDMA in a chain of two is refused");
+  op.bdma.src_offset = 1;
+  EXPECT(accel_run(dev, &op, 1, &in_a, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_SHAPE && strstr(accel_last_error(), "reads channel 3") != NULL,
+         "a range past the input is refused");
+  op.bdma.src_offset = 0;
+  accel_tensor inside = tensor(out, n, ca, h, w);
+  EXPECT(accel_run(dev, &op, 1, &inside, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "overlaps") != NULL,
+         "overlapping tensors are refused");
+  free(a), free(b), free(out);
+}
+
 /* Random chains, valid or not. Valid ones run on buffers of exactly the inferred size. */
 static void fuzz_chains(accel_device* dev, int rounds) {
   accel_config cfg;
@@ -360,6 +423,7 @@ int main(void) {
   test_rejections(dev);
   test_lut_info();
   test_engines_against_naive_loops(dev);
+  test_bdma(dev);
   fuzz_chains(dev, 400);
   EXPECT(accel_profile_num_runs() > 0, "profile recorded %d runs", accel_profile_num_runs());
   accel_profile_enable(0);

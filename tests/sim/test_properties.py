@@ -2,6 +2,9 @@
 
 1. Random valid CONV -> SDP -> PDP chains (fp32 and int8) equal the NumPy reference, and the
    fused and independent modes give the same bits.
+   Random BDMA copies (any precision, random ranges, into a destination holding other data)
+   equal the reference bit for bit, or are refused with a typed error when out of range, and
+   their estimate equals the run's cost.
 2. Descriptors whose fields are drawn from valid values mixed with garbage (wrong types, huge
    integers, NaN, strings, arrays of the wrong size) either raise a typed AccelError or run and
    equal the reference: never another exception, a crash or a wrong answer.
@@ -12,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from accel_codegen import AccelError, AccelShapeError, Conv, Device, Pool, Sdp
-from accel_codegen.reference import run_chain
+from accel_codegen import (AccelError, AccelShapeError, Bdma, Conv, Device, Pool, Sdp,
+                           estimate_chain)
+from accel_codegen.reference import run_chain, run_op
 from accel_codegen.sim.vocabulary import ACTIVATIONS
 from conftest import assert_close
 
@@ -148,6 +152,46 @@ def test_valid_chains_equal_the_reference_in_both_modes(chain):
     independent = DEVICE.run(ops, x, mode="independent")[0]
     np.testing.assert_array_equal(fused, independent)
     _assert_matches_reference(ops, x, fused)
+
+
+@st.composite
+def copies(draw):
+    """A BDMA op (in range or not), its input, and the destination's previous contents."""
+    precision = draw(st.sampled_from(["fp32", "fp16", "int8"]))
+    n, c, h, w = (draw(st.integers(1, 2)), draw(st.integers(1, 40)), draw(st.integers(1, 5)),
+                  draw(st.integers(1, 5)))
+    channels = draw(st.integers(1, c + 1))
+    src_stride = draw(st.integers(1, 4))
+    src_offset = draw(st.integers(0, c))
+    dst_stride = draw(st.integers(1, 40))
+    dst_offset = draw(st.integers(0, 40))
+    extra = draw(st.one_of(st.none(), st.integers(-1, 5)))
+    dst_channels = None if extra is None else max(
+        1, dst_offset + (channels - 1) * dst_stride + 1 + extra)
+    op = Bdma(channels, src_offset, src_stride, dst_offset, dst_stride, dst_channels, precision)
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    dtype = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}[precision]
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(dtype) if precision == "int8" else \
+        rng.standard_normal((n, c, h, w)).astype(dtype)
+    return op, x, rng.integers(-128, 128, (n, op.output_channels, h, w)).astype(dtype)
+
+
+@given(copies(), st.sampled_from(["fused", "independent"]))
+@BOUNDED
+def test_bdma_copies_equal_the_reference_or_are_refused(copy, mode):
+    op, x, before = copy
+    out = before.copy()
+    try:
+        _, stats = DEVICE.run([op], x, mode=mode, out=out)
+    except AccelError:
+        in_range = (op.src_offset + (op.channels - 1) * op.src_stride < x.shape[1] and
+                    op.dst_offset + (op.channels - 1) * op.dst_stride < op.output_channels)
+        assert not in_range, op
+        np.testing.assert_array_equal(out, before)  # a refused run writes nothing
+        return
+    np.testing.assert_array_equal(out.view(np.uint8), run_op(op, x, before).view(np.uint8))
+    assert stats == estimate_chain("nv_full", [op], x.shape, mode=mode)
 
 
 GARBAGE = st.one_of(
