@@ -5,9 +5,9 @@
  * the primer's 1 GHz; DRAM bandwidths are our assumptions within the primer's 1..20 GB/s range.
  * Every preset has the CDP (the notes list no CDP among nv_small's missing units); its
  * throughput follows the PDP's, as the notes give for nv_large (PDP/CDP 8) and nv_small (1).
- * Every preset has the BDMA (no feature bit), although nv_small.spec defines BDMA_DISABLE (it
- * has no secondary memory interface for the BDMA to serve): here the BDMA stands in for the
- * channel copies that NVDLA's compiler otherwise does with RUBIK or on the host.
+ * Every preset has the BDMA (no feature bit), a choice of this model: NVDLA's nv_small.spec
+ * defines BDMA_DISABLE (with SECONDARY_MEMIF_DISABLE), so a faithful nv_small would need an
+ * accel_feature bit for it.
  */
 #include <math.h>
 #include <string.h>
