@@ -365,7 +365,7 @@ static void fuzz_chains(accel_device* dev, int rounds) {
     int num_owned = 0;
     int ch = c;
     for (int i = 0; i < num_ops; ++i) {
-      const int kind = rnd_int(0, 3);
+      const int kind = rnd_int(0, 4);
       if (kind == 0) {
         const int groups = rnd_int(0, 3) == 0 ? ch : 1;
         const int k = groups == ch ? ch : rnd_int(1, 20);
@@ -385,8 +385,16 @@ static void fuzz_chains(accel_device* dev, int rounds) {
       } else if (kind == 2) {
         ops[i] = pdp_op((accel_pool)rnd_int(0, 1), rnd_int(1, 9), rnd_int(1, 3), rnd_int(0, 2));
         ops[i].pdp.count_include_pad = rnd_int(0, 1);
-      } else { /* sizes 3..9 (even ones refused), sometimes a non-positive k */
+      } else if (kind == 3) { /* sizes 3..9 (even ones refused), sometimes a non-positive k */
         ops[i] = cdp_op(rnd_int(2, 10), rnd_float() + 1.0f, rnd_float(), rnd_float() + 1.0f);
+      } else { /* a BDMA copy, in range or not (and refused in a chain of several) */
+        memset(&ops[i], 0, sizeof ops[i]);
+        ops[i].engine = ACCEL_ENGINE_BDMA;
+        ops[i].bdma = (accel_bdma_desc){
+            .src_offset = rnd_int(0, ch), .src_stride = rnd_int(1, 3), .channels = rnd_int(1, ch),
+            .dst_offset = rnd_int(-1, 4), .dst_stride = rnd_int(1, 4),
+            .dst_channels = rnd_int(1, 3 * ch + 6), .precision = ACCEL_FP32};
+        ch = ops[i].bdma.dst_channels;
       }
     }
     const accel_mode mode = (accel_mode)rnd_int(0, 1);
