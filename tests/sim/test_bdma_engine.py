@@ -215,7 +215,7 @@ def test_output_tensor_must_be_n_dst_channels_h_w():
 def test_output_shape_and_op_list():
     assert DEVICE.output_shape([Bdma(3, dst_offset=4)], (2, 5, 7, 9)) == (2, 7, 7, 9)
     assert DEVICE.output_shape([Bdma(3, dst_channels=11)], (2, 5, 7, 9)) == (2, 11, 7, 9)
-    with pytest.raises(AccelInvalidError, match="list of Conv, Sdp and Pool, or one Bdma"):
+    with pytest.raises(AccelInvalidError, match="list of Conv, Sdp, Pool and Lrn, or one Bdma"):
         DEVICE.run(Bdma(3), X)
 
 
