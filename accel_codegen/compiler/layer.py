@@ -19,7 +19,7 @@ from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
-from ..sim.ops import SHAPE_ONLY, Conv, Pool, Sdp
+from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Sdp
 
 
 class Unsupported(Exception):
@@ -124,8 +124,34 @@ def _window_factors(size: int, limit: int, pad: bool) -> List[Tuple[int, int]]:
 
 
 @dataclasses.dataclass
+class CopySpec:
+    """A BDMA copy of channels of ``source`` into the layer's output: for i < channels,
+    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride]."""
+
+    source: relax.Expr
+    channels: int
+    src_offset: int = 0
+    src_stride: int = 1
+    dst_offset: int = 0
+    dst_stride: int = 1
+
+
+@dataclasses.dataclass
+class LrnSpec:
+    """CDP: local response normalisation, x / (k + alpha / size * sum of x^2 over ``size``
+    neighbouring channels)^beta."""
+
+    size: int
+    alpha: float
+    beta: float
+    k: float
+
+
+@dataclasses.dataclass
 class Layer:
-    """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP."""
+    """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP;
+    or, for a concat, slice or channel shuffle, BDMA ``copies`` into one output (one run per
+    copy: :meth:`runs`)."""
 
     data: relax.Expr
     in_shape: Tuple[int, int, int, int]
@@ -137,9 +163,16 @@ class Layer:
     # A second conv (+ bias) + batch norm whose result is this layer's element-wise operand
     # (ResNet's downsample branch): it runs first, as a layer of its own.
     branch: Optional["Layer"] = None
+    copies: List[CopySpec] = dataclasses.field(default_factory=list)
+    copy_source: str = ""  # the Relax op(s) the copies compute
+    lrn: Optional[LrnSpec] = None  # a CDP run (alone)
 
     @property
     def source_ops(self) -> List[str]:
+        if self.copies:
+            return [self.copy_source]
+        if self.lrn is not None:
+            return ["local response norm (decomposed)"]
         ops = ["relax.reshape"] if self.flattened else []
         ops += [self.conv.source] if self.conv else []
         ops += self.sdp.sources
@@ -155,11 +188,25 @@ class Layer:
                       ("batch_norm moving mean", bn.mean), ("batch_norm moving var", bn.var)]
         return [(what, expr) for what, expr in found if expr is not None]
 
+    def runs(self) -> List["Layer"]:
+        """The accelerator runs of this layer in order: itself, or one per copy."""
+        if len(self.copies) <= 1:
+            return [self]
+        return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
+                                    copies=[c]) for c in self.copies]
+
     def engine_ops(self, fuse: bool, precision: str = "fp32") -> list:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
         fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
         carry integer converters in place of the float scale and shift."""
         int8 = precision == "int8"
+        if self.lrn is not None:
+            n = self.lrn
+            return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
+        if self.copies:
+            (c,) = self.copies  # one run per copy
+            return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
+                         _feature(self.out_shape)[1], precision=precision)]
 
         def sdp(scaled=False, shifted=False, **fields):
             if int8:  # the code generator always emits all three converter arrays
@@ -216,6 +263,13 @@ class Layer:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
+        if len(self.copies) > 1:
+            if precision == "int8":
+                raise Unsupported("an int8 concat needs one scale for all its inputs; the "
+                                  "calibration gives each its own")
+            for run in self.runs():
+                run.check_hardware(config, fuse, precision)
+            return
         if precision != "fp32":
             for what, expr in self.parameters():
                 if not is_constant(expr):
@@ -242,6 +296,11 @@ class Layer:
                            precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
+
+
+def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """NCHW, or [N, C] as N x C x 1 x 1."""
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def _placeholder(present):

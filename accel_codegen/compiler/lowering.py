@@ -19,8 +19,9 @@ from tvm import relax
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
 from . import custom
-from .layer import (BatchNormSpec, ConvSpec, Layer, Lookup, PoolSpec, SdpSpec, Unsupported,
-                    constant_value, describe, dtype_of, is_constant, op_name, static_shape)
+from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, PoolSpec,
+                    SdpSpec, Unsupported, constant_value, describe, dtype_of, is_constant, op_name,
+                    static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary.
 ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
@@ -146,6 +147,11 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         When a part of the chain is outside what the engines do; the message says why.
     """
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
+    if op_name(root_value) in COPIES:
+        return _lower_copies(root_value, lookup)
+    lrn = _local_response_norm(root_value, lookup)
+    if lrn is not None:
+        return lrn
     if op_name(root_value) == "relax.call_tir":
         layer = _lower_custom(root_value)
         if layer is None:
@@ -509,6 +515,139 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     order.append(SdpUnit.ELEMENTWISE)
 
 
+# --- BDMA copies --------------------------------------------------------------------------------
+
+def _channel_axis(expr: relax.Expr, axis: int, what: str) -> int:
+    rank = len(static_shape(expr))
+    if rank not in (2, 4) or axis % rank != 1:
+        raise Unsupported(f"{what} along axis {axis} of a {rank}-D tensor: the BDMA copies "
+                          "channel ranges of NCHW or [N, C] data")
+    return rank
+
+
+def _concat(call: relax.Call, lookup: Lookup) -> List[CopySpec]:
+    _channel_axis(call, int(call.attrs.axis), "a concat")
+    fields = call.args[0]
+    if isinstance(fields, relax.Var):
+        fields = _resolve(fields, lookup) or fields
+    if not isinstance(fields, relax.Tuple):
+        raise Unsupported("a concat of a tuple computed elsewhere")
+    copies, offset = [], 0
+    for field in fields.fields:
+        _require_float32(field, "a concat input")
+        channels = static_shape(field)[1]
+        copies.append(CopySpec(field, channels, dst_offset=offset))
+        offset += channels
+    return copies
+
+
+def _slice(call: relax.Call) -> List[CopySpec]:
+    x = call.args[0]
+    axes, begin, _ = (_tuple_ints(arg) for arg in call.args[1:4])
+    strides = _tuple_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes)
+    channels = static_shape(x)[1]
+    rank = len(static_shape(x))
+    out = static_shape(call)
+    if [a % rank for a in axes] != [1] or rank not in (2, 4) or strides[0] < 1:
+        raise Unsupported(f"a slice along axes {list(axes)} (strides {list(strides)}): the BDMA "
+                          "copies channel ranges of NCHW or [N, C] data, in order")
+    start = begin[0] + channels if begin[0] < 0 else min(begin[0], channels)
+    return [CopySpec(x, out[1], src_offset=start, src_stride=strides[0])]
+
+
+def _tuple_ints(arg: relax.Expr) -> Tuple[int, ...]:
+    """The integers of a strided_slice argument (a tuple of immediates)."""
+    if not isinstance(arg, relax.Tuple):
+        raise Unsupported("a slice with computed bounds")
+    return tuple(int(getattr(f, "value", f)) for f in arg.fields)
+
+
+def _shuffle(call: relax.Call, lookup: Lookup) -> List[CopySpec]:
+    """reshape(permute_dims(reshape(x, [N, g, C/g, H, W]), [0, 2, 1, 3, 4]), [N, C, H, W]):
+    g copies, group j's channels to every g-th output channel from j."""
+    permuted = _resolve(call.args[0], lookup)
+    grouped = _resolve(permuted.args[0], lookup) if op_name(permuted) == "relax.permute_dims" \
+        else None
+    if op_name(grouped) != "relax.reshape" or permuted.attrs.axes is None or \
+            _ints(permuted.attrs.axes) != (0, 2, 1, 3, 4):
+        raise Unsupported("a reshape other than a channel shuffle")
+    x = grouped.args[0]
+    shape, split = static_shape(x), static_shape(grouped)
+    if len(shape) != 4 or static_shape(call) != shape or split != (
+            shape[0], split[1], shape[1] // split[1], shape[2], shape[3]):
+        raise Unsupported("a reshape other than a channel shuffle")
+    groups, per_group = split[1], split[2]
+    return [CopySpec(x, per_group, src_offset=j * per_group, dst_offset=j, dst_stride=groups)
+            for j in range(groups)]
+
+
+# Relax op -> its copies, and what the report calls it.
+COPIES = {"relax.concat": "relax.concat", "relax.strided_slice": "relax.strided_slice",
+          "relax.reshape": "relax.reshape (channel shuffle)"}
+
+
+def _lower_copies(call: relax.Call, lookup: Lookup) -> Layer:
+    name = op_name(call)
+    if name == "relax.concat":
+        copies = _concat(call, lookup)
+    elif name == "relax.strided_slice":
+        copies = _slice(call)
+    else:
+        copies = _shuffle(call, lookup)
+    for copy in copies:
+        if _resolve(copy.source, lookup) is not None and not is_constant(copy.source):
+            raise Unsupported("a copy of a tensor computed inside the matched region")
+        _require_float32(copy.source, "the copied tensor")
+    _require_float32(call, "the output")
+    data = copies[0].source
+    return Layer(data=data, in_shape=_feature_shape(data, "the copied tensor"),
+                 out_shape=static_shape(call), copies=copies, copy_source=COPIES[name])
+
+
+# --- CDP ------------------------------------------------------------------------------------------
+
+def _scalar_of(expr: relax.Expr) -> Optional[float]:
+    if is_constant(expr) and constant_value(expr).size == 1:
+        return float(constant_value(expr).reshape(-1)[0])
+    return None
+
+
+def _local_response_norm(call: relax.Expr, lookup: Lookup) -> Optional[Layer]:
+    """torch's LocalResponseNorm as its frontend decomposes it: x / (k + alpha *
+    avg_pool3d(pad(reshape(x * x)))).pow(beta), the average over ``size`` channels with
+    size // 2 zeros before and (size - 1) // 2 after; None for anything else."""
+    if op_name(call) != "relax.divide":
+        return None
+    x = call.args[0]
+    chain = [("relax.power", 1), ("relax.add", 1), ("relax.multiply", 1), ("relax.squeeze", None),
+             ("relax.nn.avg_pool3d", None), ("relax.nn.pad", None), ("relax.reshape", None),
+             ("relax.multiply", None)]
+    value, scalars, calls = _resolve(call.args[1], lookup), [], {}
+    for name, scalar_arg in chain:
+        if op_name(value) != name:
+            return None
+        calls.setdefault(name, value)
+        if scalar_arg is not None:
+            scalars.append(_scalar_of(value.args[scalar_arg]))
+        if name == "relax.multiply" and scalar_arg is None:
+            break
+        value = _resolve(value.args[0], lookup)
+    square = value
+    beta, k, alpha = scalars
+    pool, pad = calls["relax.nn.avg_pool3d"], calls["relax.nn.pad"]
+    size = int(pool.attrs.pool_size[0])
+    width = [int(w) for w in pad.attrs.pad_width]
+    if None in scalars or not (square.args[0].same_as(x) and square.args[1].same_as(x)) or \
+            width != [0, 0, 0, 0, size // 2, (size - 1) // 2, 0, 0, 0, 0] or \
+            float(pad.attrs.pad_value) != 0.0 or not bool(pool.attrs.count_include_pad) or \
+            [int(v) for v in pool.attrs.pool_size] != [size, 1, 1] or \
+            any(int(v) != 1 for v in pool.attrs.strides):
+        return None
+    _require_float32(x, "the input")
+    return Layer(data=x, in_shape=_feature_shape(x, "the input"), out_shape=static_shape(call),
+                 lrn=LrnSpec(size, alpha, beta, k))
+
+
 def _channel_operand(other: relax.Expr, name: str, channels: int, lookup: Lookup
                      ) -> relax.Expr:
     """The per-channel scale or shift an operand gives: itself (read from behind a reshape),
@@ -595,7 +734,7 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         except Unsupported as reason:
             return str(reason)
         return "supported, but left on the host by the partitioner"
-    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) |
+    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d"})
     if name == "relax.nn.pad":

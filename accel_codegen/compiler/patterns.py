@@ -182,6 +182,21 @@ def _standalone_entries() -> List[Tuple[str, DFPattern, int]]:
         entries.append((f"accel.{act}", build(wildcard()), 1))
     for pool, build in _POOLS.items():
         entries.append((f"accel.{pool}", build(wildcard()), 1))
+    # BDMA copies (lowering.COPIES)
+    entries.append(("accel.concat", is_op("relax.concat")(wildcard()), 1))
+    bounds = [wildcard() for _ in range(3)]  # axes, begin, end; strides optional
+    entries.append(("accel.slice", is_op("relax.strided_slice")(wildcard(), *bounds) | is_op(
+        "relax.strided_slice")(wildcard(), *bounds, wildcard()), 1))
+    grouped = is_op("relax.reshape")(wildcard(), wildcard())
+    entries.append(("accel.channel_shuffle", is_op("relax.reshape")(
+        is_op("relax.permute_dims")(grouped), wildcard()), 3))
+    # CDP: torch's LocalResponseNorm, decomposed (lowering._local_response_norm reads it back)
+    x = wildcard()
+    summed = is_op("relax.nn.avg_pool3d")(is_op("relax.nn.pad")(
+        is_op("relax.reshape")(is_op("relax.multiply")(x, x), wildcard())))
+    denominator = is_op("relax.power")(is_op("relax.add")(is_op("relax.multiply")(
+        is_op("relax.squeeze")(summed), is_const()), is_const()), is_const())
+    entries.append(("accel.lrn", is_op("relax.divide")(x, denominator), 9))
     entries.append(("accel.global_avgpool", is_op("relax.mean")(wildcard()), 1))
     entries.append(("accel.adaptive_avgpool",
                     is_op("relax.nn.adaptive_avg_pool2d")(wildcard()), 1))

@@ -69,7 +69,10 @@ def runs(mod: tvm.IRModule) -> Iterator[Run]:
         for index, (_, composite) in enumerate(composite_calls(external)):
             primitive = str(composite.attrs["Composite"])
             layer = layer_of(composite)
-            if layer.branch is not None:
+            if len(layer.copies) > 1:
+                for part, run in enumerate(layer.runs()):
+                    yield Run(run_key(function, index, f"c{part}"), primitive, run)
+            elif layer.branch is not None:
                 yield Run(run_key(function, index, "a"), primitive, layer.branch, branch=True)
                 yield Run(run_key(function, index, "b"), primitive, layer)
             else:

@@ -2,16 +2,18 @@
 label; generated code labels its runs this way, and the calibration statistics, the estimate
 and the accuracy report read them back::
 
-    f<function>.<layer>[a|b] <primitive>[ (branch)]
+    f<function>.<layer>[a|b|c<i>] <primitive>[ (branch)]
 
 ``f2.5`` is the sixth layer of the third external function; a layer with a residual branch (a
 conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5a`` first, then
-``f2.5b``. The part before the space is the run's *key*.
+``f2.5b``; a concat or channel shuffle makes one BDMA run per copy, ``f2.5c0``, ``f2.5c1``, ...
+The part before the space is the run's *key*.
 """
 
 
 def run_key(function: int, layer: int, part: str = "") -> str:
-    """The key of a run: ``f<function>.<layer>`` plus "a" (a branch) or "b" (after one)."""
+    """The key of a run: ``f<function>.<layer>`` plus "a" (a branch), "b" (after one) or
+    "c<i>" (copy i of several)."""
     return f"f{function}.{layer}{part}"
 
 

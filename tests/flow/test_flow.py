@@ -205,3 +205,108 @@ def test_a_global_pool_wider_than_the_pdp_runs_in_passes(size):
     source = "\n".join(ac.generated_sources(partitioned).values())
     assert source.count("ACCEL_ENGINE_PDP") == (1 if size <= 8 else 3 if size == 112 else 2)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+class ShuffleUnit(torch.nn.Module):
+    """ShuffleNetV2's basic unit (chunk, a branch, concat, channel shuffle) and a DenseNet-style
+    concat of a tensor with what was computed from it."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        half = channels // 2
+        self.branch = torch.nn.Sequential(
+            torch.nn.Conv2d(half, half, 1, bias=False), torch.nn.BatchNorm2d(half),
+            torch.nn.ReLU(), torch.nn.Conv2d(half, half, 3, padding=1, groups=half, bias=False),
+            torch.nn.BatchNorm2d(half), torch.nn.Conv2d(half, half, 1, bias=False),
+            torch.nn.BatchNorm2d(half), torch.nn.ReLU())
+        self.grow = torch.nn.Conv2d(channels, 4, 3, padding=1)
+
+    def forward(self, x):
+        kept, changed = x.chunk(2, dim=1)
+        y = torch.cat((kept, self.branch(changed)), dim=1)
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+        return torch.cat([y, torch.relu(self.grow(y)), y[:, 3:9]], 1)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_concat_split_and_channel_shuffle_run_on_the_bdma(batch):
+    torch.manual_seed(11)
+    model = ShuffleUnit().eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            with torch.no_grad():
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(batch, 16, 8, 8)
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    primitives = [p for ps in report.functions.values() for p in ps]
+    for name in ("accel.slice", "accel.concat", "accel.channel_shuffle"):
+        assert name in primitives, primitives
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+    # The copies are costed: the profile has BDMA runs that move the bytes they copy.
+    source = "\n".join(ac.generated_sources(partitioned).values())
+    assert "ACCEL_ENGINE_BDMA" in source
+
+
+class LrnStem(torch.nn.Module):
+    """AlexNet's first layers: conv + ReLU, local response norm (on the CDP), max pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 5, stride=2, padding=2)
+        self.norm = torch.nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=2.0)
+        self.pool = torch.nn.MaxPool2d(3, 2)
+
+    def forward(self, x):
+        return self.pool(self.norm(torch.relu(self.conv(x))))
+
+
+@pytest.mark.parametrize("precision, rtol", [("fp32", RTOL), ("fp16", 2e-3)])
+def test_local_response_norm_runs_on_the_cdp(precision, rtol):
+    torch.manual_seed(5)
+    model = LrnStem().eval()
+    x = torch.randn(1, 3, 32, 32) * 4
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params, precision=precision)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    assert "accel.lrn" in [p for ps in report.functions.values() for p in ps]
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=rtol)
+
+
+class LutActivations(torch.nn.Module):
+    """MobileNetV3's hardswish and hardsigmoid, EfficientNet's SiLU, GELU and exp, each after a
+    conv + batch norm (torch's frontend decomposes the first three into several ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(5))
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(8) for _ in range(5))
+        self.acts = [torch.nn.functional.hardswish, torch.nn.functional.hardsigmoid,
+                     torch.nn.functional.silu, torch.nn.functional.gelu,
+                     lambda t: torch.exp(t * 0.25)]
+
+    def forward(self, x):
+        for conv, norm, act in zip(self.convs, self.norms, self.acts):
+            x = act(norm(conv(x)))
+        return x
+
+
+@pytest.mark.parametrize("precision, rtol", [("fp32", RTOL), ("fp16", 1e-2)])
+def test_lookup_table_activations_are_offloaded(precision, rtol):
+    """fp32 computes them exactly; fp16 through the modelled LUT (accel.h states its bound)."""
+    torch.manual_seed(7)
+    model = LutActivations().eval()
+    x = torch.randn(1, 8, 8, 8)
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params, precision=precision)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    primitives = [p for ps in report.functions.values() for p in ps]
+    for act in ("hardswish", "hardsigmoid", "silu", "gelu"):
+        assert f"accel.conv2d_bias_bn_{act}" in primitives, primitives
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=rtol)

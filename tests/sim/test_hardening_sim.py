@@ -9,7 +9,7 @@ import pytest
 from accel_codegen import (AccelConfig, AccelError, AccelInvalidError, AccelShapeError, Conv,
                            Device, Pool, Sdp, estimate_chain)
 from accel_codegen._accel_ffi import lib
-from accel_codegen.ops import AccelDtypeError, _aligned_bytes
+from accel_codegen.ops import _aligned_bytes
 from accel_codegen.reference import run_chain
 from conftest import assert_close
 

@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from accel_codegen import (AccelBufferError, AccelConfig, AccelError, AccelInvalidError,
+from accel_codegen import (AccelBufferError, AccelError, AccelInvalidError,
                            AccelShapeError, AccelUnsupportedError, Conv, Device, Pool, Sdp)
 from accel_codegen._accel_ffi import ffi, lib
 from accel_codegen.ops import AccelDtypeError

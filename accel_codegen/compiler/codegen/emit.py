@@ -11,7 +11,7 @@ import numpy as np
 from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
 from ...sim.vocabulary import ACTIVATIONS, ELEMENTWISE, POOLS, PRECISIONS
-from ..layer import ConvSpec, PoolSpec
+from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
 
 
 def c_float(value: float) -> str:
@@ -75,6 +75,27 @@ OP.pdp.pad_right = {r};
         OP.pdp.count_include_pad = {int(p.count_include_pad)};
         OP.pdp.precision = {c_precision(precision)};
         OP.pdp.zero = {zero};""")
+
+
+def cdp_op(n: LrnSpec, precision: str) -> str:
+    """A CDP local response normalisation."""
+    return textwrap.dedent(f"""\
+        OP.engine = ACCEL_ENGINE_CDP;  /* local response norm */
+        OP.cdp.local_size = {n.size};
+        OP.cdp.alpha = {c_float(n.alpha)}; OP.cdp.beta = {c_float(n.beta)}; \
+OP.cdp.k = {c_float(n.k)};
+        OP.cdp.precision = {c_precision(precision)};""")
+
+
+def bdma_op(c: CopySpec, dst_channels: int, precision: str) -> str:
+    """A BDMA copy of channels src_offset + i * src_stride to dst_offset + i * dst_stride."""
+    return textwrap.dedent(f"""\
+        OP.engine = ACCEL_ENGINE_BDMA;  /* {c.channels} channels */
+        OP.bdma.src_offset = {c.src_offset}; OP.bdma.src_stride = {c.src_stride}; \
+OP.bdma.channels = {c.channels};
+        OP.bdma.dst_offset = {c.dst_offset}; OP.bdma.dst_stride = {c.dst_stride}; \
+OP.bdma.dst_channels = {dst_channels};
+        OP.bdma.precision = {c_precision(precision)};""")
 
 
 def convert(src: str, src_precision: str, dst: str, dst_precision: str, count: int,

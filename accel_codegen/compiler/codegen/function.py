@@ -184,6 +184,12 @@ class FunctionCodegen:
         sources = layer.source_ops if layer.branch is None else \
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
+        if len(layer.copies) > 1:  # one BDMA run per copy, all into this layer's output
+            for part, run in enumerate(layer.runs()):
+                self.quant[var] = self._emit(run, scope, run_key(self.index, index, f"c{part}"),
+                                             name, self.operands[var])
+            self._leave(var)
+            return
         part = ""
         if layer.branch is not None:
             branch_out = self._temp(int(np.prod(layer.branch.out_shape)))
@@ -193,6 +199,9 @@ class FunctionCodegen:
             part = "b"
         self.quant[var] = self._emit(layer, scope, run_key(self.index, index, part), name,
                                      self.operands[var])
+        self._leave(var)
+
+    def _leave(self, var: relax.Var) -> None:
         if self.precision != "fp32" and var in self.args:  # an output leaves as fp32
             self.body.append(emit.convert(
                 self.operands[var], self.precision, self.args[var], "fp32",
@@ -206,7 +215,13 @@ class FunctionCodegen:
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
         out_quant = in_quant
-        if self.precision == "int8":
+        if layer.lrn is not None:
+            ops.append(emit.cdp_op(layer.lrn, self.precision))
+        elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
+            ops.append(emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1],
+                                    self.precision))
+            self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = in_quant
+        elif self.precision == "int8":
             ops, out_quant = self._int8_ops(layer, scope, key, in_quant)
             self.quantization[(key, INPUT)] = in_quant
             for i in range(1 if layer.conv is not None else 0, len(ops)):
