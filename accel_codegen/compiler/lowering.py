@@ -381,12 +381,18 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
     padding = _ints(a.padding)
     if len(padding) == 2:
         padding = padding * 2
-    if bool(a.ceil_mode):
-        floor_h = (shape[2] + padding[0] + padding[2] - kernel[0]) // stride[0] + 1
-        floor_w = (shape[3] + padding[1] + padding[3] - kernel[1]) // stride[1] + 1
-        if (floor_h, floor_w) != tuple(static_shape(call)[2:]):
-            raise Unsupported(f"{name} with ceil_mode adds a partial window")
     include = bool(getattr(a, "count_include_pad", False))
+    if bool(a.ceil_mode):
+        # ceil_mode's partial last window is a window over more bottom/right padding, which
+        # never wins a max and is not counted by an average that counts image elements only.
+        out_h, out_w = static_shape(call)[2:]
+        extra_h = (out_h - 1) * stride[0] + kernel[0] - (shape[2] + padding[0] + padding[2])
+        extra_w = (out_w - 1) * stride[1] + kernel[1] - (shape[3] + padding[1] + padding[3])
+        if (extra_h > 0 or extra_w > 0) and POOLS[name] == "avg" and include:
+            raise Unsupported(f"{name} with ceil_mode and count_include_pad: its partial "
+                              "window's divisor counts padding that is not there")
+        padding = (padding[0], padding[1], padding[2] + max(extra_h, 0),
+                   padding[3] + max(extra_w, 0))
     return PoolSpec(POOLS[name], kernel, stride, padding, include, name)
 
 

@@ -310,3 +310,27 @@ def test_lookup_table_activations_are_offloaded(precision, rtol):
     for act in ("hardswish", "hardsigmoid", "silu", "gelu"):
         assert f"accel.conv2d_bias_bn_{act}" in primitives, primitives
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=rtol)
+
+
+@pytest.mark.parametrize("pool", [
+    torch.nn.MaxPool2d(3, 2, ceil_mode=True),                              # GoogLeNet's
+    torch.nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+])
+def test_ceil_mode_pooling_with_a_partial_window(pool):
+    """A partial last window is a window over more padding: the PDP runs it."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), pool).eval()
+    x = torch.randn(1, 3, 14, 14)  # 12 after the conv: ceil mode adds a partial window
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.host == [], str(report)
+    floor = torch.nn.Sequential(model[0], type(pool)(3, 2, padding=pool.padding)).eval()
+    assert torch_forward(model, x).shape[-1] == torch_forward(floor, x).shape[-1] + 1
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+def test_ceil_mode_average_counting_padding_stays_on_the_host():
+    model = torch.nn.AvgPool2d(3, 2, ceil_mode=True, count_include_pad=True).eval()
+    mod, _ = frontend.from_pytorch(model, (torch.randn(1, 3, 12, 12),))
+    (op,) = ac.partition_report(mod).host
+    assert "count_include_pad" in op.reason
