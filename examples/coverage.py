@@ -110,18 +110,18 @@ def measure(name: str, args, row: dict) -> None:
     del row["stage"]
 
 
-def _warm_up(config: str) -> None:
-    """Import TVM and the compiler and build, export and run a one-layer model once, so that
-    the first measured model pays no start-up cost."""
+def _warm_up(args) -> None:
+    """Import TVM and the compiler and import (through the measured frontend), build, export
+    and run a one-layer model once, so that the first measured model pays no start-up cost."""
     import torch
 
     import accel_codegen as ac
-    from accel_codegen import frontend
 
     layer = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 16, 16)
-    partitioned = ac.partition_for_accel(frontend.from_pytorch(layer, (x,))[0], config=config)
     with tempfile.TemporaryDirectory(prefix="coverage-") as tmp:
+        partitioned = ac.partition_for_accel(_import(layer, x, args.onnx, Path(tmp)),
+                                             config=args.config)
         library = ac.export_library(ac.build(partitioned), Path(tmp) / "warm_up.so")
         import tvm
 
@@ -161,7 +161,8 @@ def format_rows(rows: list, reasons: int) -> str:
             lines.append(f"    {count:>4} x {reason}")
         rest = r["host_reasons"][reasons:]
         if rest:
-            lines.append(f"    {sum(c for _, c in rest):>4} x ({len(rest)} other reasons)")
+            lines.append(f"    {sum(c for _, c in rest):>4} x ({len(rest)} other reason"
+                         f"{'s' if len(rest) > 1 else ''})")
     return "\n".join(lines)
 
 
@@ -196,7 +197,7 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
           f"load average {os.getloadavg()[0]:.2f} at the start")
     print(f"goals (issue #11): {GOALS}")
-    _warm_up(args.config)
+    _warm_up(args)
     rows = []
     for name in names:
         start = time.perf_counter()
