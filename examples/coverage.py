@@ -24,7 +24,8 @@ logits (fp32; PyTorch is the reference also for ``--onnx``).
     python examples/coverage.py [MODEL ...] [--onnx] [--config nv_full] [--reasons 3]
                                 [--json coverage.json]
 
-Exit status 1 if any model failed (its row says how); 0 otherwise. The numbers are reported,
+The header and the table go to standard output, the progress (each model's total time) to
+standard error. Exit status 1 if any model failed (its row says how); 0 otherwise. The numbers are reported,
 not judged: the issue's goals (>= 95% offloaded, <= 2 external functions per CNN,
 EfficientNet-B0 build + export < 5 s) are printed for reference.
 """
@@ -207,7 +208,8 @@ def main() -> int:
             measure(name, args, row)
         except Exception as error:  # pylint: disable=broad-except  (a row, not the end)
             row["error"] = _first_line(error)
-        print(f"  {name}: {time.perf_counter() - start:.1f} s in all", flush=True)
+        print(f"  {name}: {time.perf_counter() - start:.1f} s in all", file=sys.stderr,
+              flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end\n")
     print(format_rows(rows, args.reasons))
     if args.json:
