@@ -24,8 +24,8 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
-from .rewrites import (end_at_first_item, first_item_only, fold_zero_padding, silu_from_sigmoid,
-                       split_into_slices)
+from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
+                       fold_zero_padding, silu_from_sigmoid, split_into_slices)
 from .vm import virtual_machine
 from .walk import composite_calls
 
@@ -188,7 +188,9 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    mod = split_into_slices(silu_from_sigmoid(fold_zero_padding(mod)))
+    for rewrite in (fold_zero_padding, silu_from_sigmoid, split_into_slices,
+                    flattened_global_pools):
+        mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))

@@ -10,6 +10,8 @@ result computes the same values).
 - torch's unchecked gathers (``take`` in "fast" mode) become bounds-clamped ones: the same
   values in bounds, no read outside the tensor, and no warning from TVM at every build.
 - Each part of a ``split`` (torch's chunk and split) becomes a ``strided_slice`` of its own.
+- A flatten of a global average pool's [N, C, 1, 1] to [N, C] becomes the pool without
+  keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
@@ -164,6 +166,35 @@ def split_into_slices(mod: tvm.IRModule) -> tvm.IRModule:
                                                      "Composite" not in function.attrs):
             result[gv] = _SplitParts(result).visit_expr(function)
     return result
+
+
+# --- flatten after a global pool ---------------------------------------------------------------
+# reshape(global average of x, [N, C]) (torch.flatten after AdaptiveAvgPool2d(1)) moves no data:
+# it is mean(x, [2, 3]) without keepdims, which the PDP writes as it is.
+_POOLED_X = wildcard()
+_POOLED = is_op("relax.mean")(_POOLED_X) | is_op("relax.nn.adaptive_avg_pool2d")(_POOLED_X)
+_FLATTENED = is_op("relax.reshape")(_POOLED, wildcard())
+
+
+def _global_mean(expr: relax.Expr, matches) -> relax.Expr:
+    pooled, x = matches[_POOLED], matches[_POOLED_X]
+    try:
+        shape = [int(v) for v in x.ty.shape.values]
+        pooled_shape = [int(v) for v in pooled.ty.shape.values]
+        flat = [int(v) for v in expr.ty.shape.values]
+    except (AttributeError, TypeError):
+        return expr
+    if len(shape) != 4 or pooled_shape != shape[:2] + [1, 1] or flat != shape[:2]:
+        return expr
+    if getattr(pooled.op, "name", "") == "relax.mean" and sorted(
+            int(a) % 4 for a in (pooled.attrs.axis or [])) != [2, 3]:
+        return expr
+    return relax.op.mean(x, axis=[2, 3], keepdims=False)
+
+
+def flattened_global_pools(mod: tvm.IRModule) -> tvm.IRModule:
+    """reshape(mean or adaptive_avg_pool2d(x) to 1 x 1, [N, C]) -> mean(x, [2, 3])."""
+    return _rewrite(mod, _FLATTENED, _global_mean)
 
 
 # --- SiLU --------------------------------------------------------------------------------------

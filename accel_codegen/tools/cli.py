@@ -43,8 +43,8 @@ from .config_files import resolve_config
 from .model_spec import parse_model_spec, random_inputs
 
 PROG = "accel-codegen"
-MODEL_HELP = ("a zoo model name (lenet5, resnet18, resnet50, vgg11_bn, mobilenet_v1, "
-              "mixed_block), an .onnx file, or file.py:function returning "
+MODEL_HELP = ("a zoo model name (resnet50, mobilenet_v2, efficientnet_b0, densenet121, ...: "
+              "an unknown name lists them all), an .onnx file, or file.py:function returning "
               "(torch_module, example_inputs_tuple)")
 CONFIG_HELP = ("a preset (nv_small, nv_large, nv_full), a config JSON file or JSON text "
                "(default nv_full)")

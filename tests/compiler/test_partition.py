@@ -452,3 +452,15 @@ def test_a_difference_of_tensors_stays_on_the_host_with_its_reason():
     assert len(reasons) == 2
     assert any("subtract of two tensors" in r for r in reasons), reasons
     assert any("of a constant by a tensor" in r for r in reasons), reasons
+
+
+def test_a_flattened_global_pool_needs_no_reshape():
+    """torch.flatten after AdaptiveAvgPool2d(1) moves no data: the pool writes [N, C]."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    x = np.random.default_rng(3).standard_normal((2, 4, 9, 9)).astype(np.float32)
+    mod = ac.partition_for_accel(_import(model, (2, 4, 9, 9)))
+    report = ac.partition_report(mod)
+    assert report.host == []
+    assert (report.ops[-1].op, report.ops[-1].shape) == ("relax.mean", [2, 8])
+    assert_close(build_and_run(mod, x), torch_forward(model, x))
