@@ -158,18 +158,23 @@ def _measure_batch_norm_statistics(model: nn.Module, x: torch.Tensor) -> None:
 
     def measure(module: nn.BatchNorm2d, args: tuple) -> None:
         (inp,) = args
-        var, mean = torch.var_mean(inp, dim=(0, 2, 3), unbiased=False)
+        var, mean = torch.var_mean(inp.double(), dim=(0, 2, 3), unbiased=False)
         module.running_mean.copy_(mean)
         module.running_var.copy_(var)
         module.num_batches_tracked.fill_(1)
         seen[id(module)] = seen.get(id(module), 0) + 1
 
     handles = [m.register_forward_pre_hook(measure) for m in norms]
+    threads = torch.get_num_threads()
     try:
         model.eval()
+        # One thread: a parallel reduction's order (and so the statistics' last bits) would
+        # depend on the thread count the process happens to have set.
+        torch.set_num_threads(1)
         with torch.no_grad():
             model(x)
     finally:
+        torch.set_num_threads(threads)
         for handle in handles:
             handle.remove()
     missed = sum(1 for m in norms if seen.get(id(m)) != 1)
