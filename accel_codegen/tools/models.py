@@ -137,6 +137,10 @@ def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return torch.randn((CALIBRATION_BATCH, *input_shape), generator=gen)
 
 
+#: Threads of the batch-norm statistics pass (any fixed count gives the same weights every time).
+STATISTICS_THREADS = 2
+
+
 def _measure_batch_norm_statistics(model: nn.Module, x: torch.Tensor) -> None:
     """Set every batch norm's running statistics to those of its input in eval mode.
 
@@ -168,9 +172,9 @@ def _measure_batch_norm_statistics(model: nn.Module, x: torch.Tensor) -> None:
     threads = torch.get_num_threads()
     try:
         model.eval()
-        # One thread: a parallel reduction's order (and so the statistics' last bits) would
-        # depend on the thread count the process happens to have set.
-        torch.set_num_threads(1)
+        # A fixed thread count: a parallel reduction's order (and so the statistics' last
+        # bits) would otherwise depend on the count the process happens to have set.
+        torch.set_num_threads(STATISTICS_THREADS)
         with torch.no_grad():
             model(x)
     finally:
