@@ -83,7 +83,7 @@ class AccelConfig:
     precisions : tuple of str
         Hardware precisions among "int8", "int16", "fp16".
     features : tuple of str
-        Optional units among "lut", "elementwise", "winograd", "rubik", "cdp".
+        Optional units among "lut", "elementwise", "winograd", "rubik", "cdp", "bdma".
     """
 
     name: str

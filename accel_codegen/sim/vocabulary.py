@@ -131,4 +131,4 @@ TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES)
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
             "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK",
-            "cdp": "ACCEL_FEATURE_CDP"}
+            "cdp": "ACCEL_FEATURE_CDP", "bdma": "ACCEL_FEATURE_BDMA"}

@@ -462,6 +462,10 @@ static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const c
  * (n, dst_channels, h, w). Last channels in int64: (2^31 - 1) * (2^31 - 1) + 2^31 fits. */
 static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const char* where) {
   const accel_bdma_desc* d = &r->op->bdma;
+  if (!(cfg->features & ACCEL_FEATURE_BDMA)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no BDMA engine", where,
+                      cfg->name);
+  }
   accel_status st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
   RANGE("src_offset", d->src_offset, 0, INT32_MAX)

@@ -5,9 +5,8 @@
  * the primer's 1 GHz; DRAM bandwidths are our assumptions within the primer's 1..20 GB/s range.
  * Every preset has the CDP (the notes list no CDP among nv_small's missing units); its
  * throughput follows the PDP's, as the notes give for nv_large (PDP/CDP 8) and nv_small (1).
- * Every preset has the BDMA (no feature bit), a choice of this model: NVDLA's nv_small.spec
- * defines BDMA_DISABLE (with SECONDARY_MEMIF_DISABLE), so a faithful nv_small would need an
- * accel_feature bit for it.
+ * nv_small has no BDMA: NVDLA's nv_small.spec defines BDMA_DISABLE (with
+ * SECONDARY_MEMIF_DISABLE); nv_large and nv_full have it.
  */
 #include <math.h>
 #include <string.h>
@@ -26,13 +25,13 @@ static const accel_config presets[] = {
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
      .precisions = BIT(ACCEL_INT8),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK |
-                 ACCEL_FEATURE_CDP},
+                 ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
      .precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_WINOGRAD |
-                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP},
+                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA},
 };
 
 int32_t accel_num_presets(void) { return (int32_t)(sizeof presets / sizeof presets[0]); }
@@ -99,7 +98,7 @@ accel_status accel_config_validate(const accel_config* cfg) {
   }
   const uint32_t known_features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE |
                                   ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK |
-                                  ACCEL_FEATURE_CDP;
+                                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA;
   if ((cfg->features & ~known_features) != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: features = 0x%x has unknown bits",
                       cfg->name, cfg->features);

@@ -15,7 +15,7 @@ def test_presets_come_from_the_c_library():
     assert set(full.precisions) == {"int8", "int16", "fp16"}
     small = AccelConfig.preset("nv_small")
     assert (small.atomic_c, small.atomic_k, small.cbuf_bytes) == (8, 8, 128 * 1024)
-    assert small.precisions == ("int8",) and small.features == ("cdp",)
+    assert small.precisions == ("int8",) and small.features == ("cdp",)  # no BDMA (NVDLA)
     assert (small.cdp_throughput, full.cdp_throughput) == (1, 8)  # the notes: nv_small 1, PDP/CDP 8
     assert small.macs_per_cycle("int8") == 64
     assert AccelConfig.preset("nv_large").precisions == ("int8",)

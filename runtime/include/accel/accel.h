@@ -107,7 +107,8 @@ typedef enum accel_feature {
   ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
   ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
-  ACCEL_FEATURE_CDP = 16        /* CDP engine: local response normalisation */
+  ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
+  ACCEL_FEATURE_BDMA = 32       /* BDMA engine: channel copies (nv_small's spec disables it) */
 } accel_feature;
 
 /* A hardware configuration. Presets come from accel_config_preset(); any other values a user
@@ -336,7 +337,7 @@ typedef struct accel_cdp_desc {
  * dst_offset + (channels-1)*dst_stride < dst_channels (ACCEL_ERR_INVALID); the output tensor's
  * n, h, w are the input's and its c is dst_channels; input and output must not overlap. A BDMA
  * op runs alone in its run (num_ops == 1), in either mode: it is not part of the CONV -> SDP
- * -> PDP pipe. */
+ * -> PDP pipe. Needs ACCEL_FEATURE_BDMA (ACCEL_ERR_UNSUPPORTED otherwise). */
 typedef struct accel_bdma_desc {
   int32_t src_offset;        /* first input channel read, >= 0 */
   int32_t src_stride;        /* input channel step, >= 1 */
