@@ -226,7 +226,9 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
             rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
             # Every SDP element-wise op is commutative: the data is the operand from inside
             # the chain, else the one with the op's own shape (``s * x`` reads x, not s).
+            # A constant is never the data (``pos_embed + x`` reads x).
             if (rhs_in_chain and not lhs_in_chain) or (
+                    is_constant(lhs) and not is_constant(rhs)) or (
                     not lhs_in_chain and not rhs_in_chain and _same_shape(rhs, value) and
                     not _same_shape(lhs, value)):
                 lhs, rhs = rhs, lhs

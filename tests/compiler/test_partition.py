@@ -464,3 +464,30 @@ def test_a_flattened_global_pool_needs_no_reshape():
     assert report.host == []
     assert (report.ops[-1].op, report.ops[-1].shape) == ("relax.mean", [2, 8])
     assert_close(build_and_run(mod, x), torch_forward(model, x))
+
+
+class PositionEmbedding(torch.nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(*shape))
+
+    def forward(self, tokens):
+        return self.pos + tokens
+
+
+@pytest.mark.parametrize("shape", [(1, 6, 8), (1, 4, 3, 3)])
+def test_a_constant_operand_is_never_the_data(shape):
+    """pos + x reads x as its input and the constant (a learned embedding) as the operand,
+    so a reason about "the input" is about x."""
+    from accel_codegen.compiler.layer import bound_values
+    from accel_codegen.compiler.lowering import lower_chain
+
+    mod, params = from_pytorch(PositionEmbedding(shape).eval(), (torch.randn(*shape),))
+    main = ac.frontend.bind_params(mod, params)["main"]
+    (binding,) = main.body.blocks[0].bindings
+    if len(shape) == 3:
+        with pytest.raises(Exception, match=r"the input is 3-D \[1, 6, 8\]"):
+            lower_chain(binding.value, lambda var: None)
+    else:
+        layer = lower_chain(binding.value, bound_values(main))
+        assert layer.data.same_as(main.params[0]) and layer.sdp.ew_op == "add"
