@@ -199,9 +199,13 @@ def chrome_trace(records: Sequence, config: AccelConfig | str) -> Dict[str, Any]
                           "layout": "see accel_codegen.sim.timeline"}}
 
 
-def write_chrome_trace(records: Sequence, config: AccelConfig | str, path) -> Path:
-    """Write :func:`chrome_trace` to ``path`` (JSON); returns the path."""
-    trace = chrome_trace(records, config)
+def save_trace(trace: Dict[str, Any], path) -> Path:
+    """Write a trace dict to ``path`` as compact JSON; returns the path."""
     path = Path(path)
     path.write_text(json.dumps(trace, separators=(",", ":")))
     return path
+
+
+def write_chrome_trace(records: Sequence, config: AccelConfig | str, path) -> Path:
+    """Write :func:`chrome_trace` to ``path`` (JSON); returns the path."""
+    return save_trace(chrome_trace(records, config), path)
