@@ -44,7 +44,9 @@ another bandwidth-to-clock ratio than the runs had is refused.
 
 Every slice carries ``args``: the run's label, the op, its precision, MACs, bytes read and
 written, compute and memory cycles, start and length in cycles, and the run's MAC-array
-utilisation.
+utilisation. A run's slice also says whether it waits on memory (``memory_bound``) and for how
+many of its cycles the memory is the long pole (``memory_bound_cycles``: the whole of a
+memory-bound fused run; the cycles of an independent run's memory-bound ops).
 """
 from __future__ import annotations
 
@@ -119,14 +121,16 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
     expected = max(longest, run_memory) if fused else sum(op.cycles for op in ops)
     if record.cycles != expected:
         raise _mismatch(config, f"run {label!r}", record.cycles, expected)
-    memory_bound = run_memory > longest if fused else \
-        any(op.memory_cycles > op.compute_cycles for op in ops)
+    # Cycles whose long pole is the memory: the whole fused run, or the independent ops'.
+    bound_cycles = (record.cycles if run_memory > longest else 0) if fused else \
+        sum(op.cycles for op in ops if op.memory_cycles > op.compute_cycles)
     run_args = {"label": label, "mode": record.mode, "engines": engine_names(record),
                 "precision": ops[0].precision, "macs": record.macs,
                 "bytes_read": record.bytes_read, "bytes_written": record.bytes_written,
                 "compute_cycles": longest if fused else sum(op.compute_cycles for op in ops),
                 "memory_cycles": run_memory if fused else sum(op.memory_cycles for op in ops),
-                "memory_bound": memory_bound, "utilization": record.utilization,
+                "memory_bound": bound_cycles > 0, "memory_bound_cycles": bound_cycles,
+                "utilization": record.utilization,
                 "start_cycle": start, "cycles": record.cycles}
     slices = [Slice(RUNS_TRACK, label, "run", start, record.cycles, run_args)]
 

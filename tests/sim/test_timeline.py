@@ -139,7 +139,8 @@ def test_a_fused_run_overlaps_its_engines(profiled):
     memory = [e for e in inner if e["cat"] == "memory"]
     assert len(memory) == 1 and memory[0]["ts"] == run["ts"]
     assert memory[0]["args"]["bytes_read"] == record.bytes_read
-    assert not run["args"]["memory_bound"] and not [e for e in inner if e["cat"] == "wait"]
+    assert not run["args"]["memory_bound"] and run["args"]["memory_bound_cycles"] == 0
+    assert not [e for e in inner if e["cat"] == "wait"]
 
 
 def test_an_independent_run_orders_its_ops(profiled):
@@ -164,7 +165,8 @@ def test_a_memory_bound_run_waits_on_memory(slow):
     config, prof = slow
     trace = prof.chrome_trace(config)
     run, inner = _runs(trace)["f0.0 accel.conv2d_bn_relu_maxpool"]
-    assert run["args"]["memory_bound"]
+    assert run["args"]["memory_bound"] and run["args"]["memory_bound_cycles"] == \
+        run["args"]["cycles"]
     memory = [e for e in inner if e["cat"] == "memory"]
     assert len(memory) == 1 and memory[0]["dur"] == pytest.approx(run["dur"])
     for e in inner:
