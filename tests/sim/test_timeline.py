@@ -157,6 +157,8 @@ def test_an_independent_run_orders_its_ops(profiled):
         assert memory[0]["args"]["cycles"] == op.memory_cycles
         start += op.cycles
     assert start == run["args"]["start_cycle"] + record.cycles
+    assert run["args"]["memory_bound_cycles"] == sum(
+        op.cycles for op in record.ops if op.memory_cycles > op.compute_cycles)
     for a, b in zip(compute, compute[1:]):  # sequential: no two ops overlap
         assert a["ts"] + a["dur"] <= b["ts"] + 1e-9
 
