@@ -4,15 +4,19 @@
 ...     vm["main"](x)
 >>> print(prof.table())
 >>> prof.totals["cycles"]
+>>> prof.to_chrome_trace("run.json", config="nv_full")  # the timeline, for Perfetto
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
 
 from ..tables import cost_table
 from . import RunStats, profile_enable, profile_records
+from .config import AccelConfig
 from .costs import CostTotals
+from .timeline import chrome_trace, write_chrome_trace
 
 
 class Profile:
@@ -39,6 +43,18 @@ class Profile:
             seconds = CostTotals.of(self.records).seconds(clock_hz)
             text += f"\nsimulated time at {clock_hz / 1e9:g} GHz: {seconds * 1e3:.3f} ms"
         return text
+
+    def chrome_trace(self, config: AccelConfig | str = "nv_full") -> Dict[str, Any]:
+        """The runs' timeline in simulated time as a Chrome trace dict (see
+        :mod:`accel_codegen.sim.timeline`). ``config``: the configuration the runs ran on (a
+        preset name or an AccelConfig; the records do not carry it): its clock converts cycles
+        to microseconds; a configuration with another bandwidth-to-clock ratio is refused."""
+        return chrome_trace(self.records, config)
+
+    def to_chrome_trace(self, path, config: AccelConfig | str = "nv_full") -> Path:
+        """Write :meth:`chrome_trace` as JSON (open it in ui.perfetto.dev or chrome://tracing);
+        returns the path."""
+        return write_chrome_trace(self.records, config, path)
 
     def __str__(self) -> str:
         return self.table()

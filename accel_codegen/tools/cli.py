@@ -5,7 +5,7 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
     accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
                                 [--precision P] [CALIBRATION]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
-                               [--precision P]
+                               [--precision P] [--trace out.json] [--trace-plot out.png]
     accel-codegen accuracy MODEL --precision int8|fp16 [--config CFG] [--no-fuse] [--inputs M]
                                  [CALIBRATION] [--json out.json]
     accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch] [--repeat N]
@@ -288,6 +288,10 @@ def cmd_run(args) -> int:
     config = resolve_config(args.config)
     if args.output and Path(args.output).suffix not in (".npy", ".npz"):
         raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
+    for flag, path, suffix in (("--trace", args.trace, ".json"),
+                               ("--trace-plot", args.trace_plot, ".png")):
+        if path is not None and Path(path).suffix != suffix:
+            raise UserError(f"{flag} path '{path}' must end in {suffix}")
     import numpy as np
 
     arrays = []
@@ -314,7 +318,8 @@ def cmd_run(args) -> int:
     except Exception as error:  # pylint: disable=broad-except  (TVM's own error types)
         raise UserError(f"cannot load '{library}': {_first_line(error)}") from None
     data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
-    profiled = args.profile or args.precision is not None
+    traced = args.trace is not None or args.trace_plot is not None
+    profiled = args.profile or args.precision is not None or traced
     try:
         if args.profile:
             vm["main"](*data)  # warm-up: the first run allocates scratch memory
@@ -348,7 +353,30 @@ def cmd_run(args) -> int:
         t = prof.totals
         if t["cycles"]:
             print(f"{config.name} clock: {config.clock_hz / t['cycles']:,.1f} frames/s")
+    if traced:
+        _write_trace(prof, config, args.trace, args.trace_plot)
     return 0
+
+
+def _write_trace(prof, config, trace_path: Optional[str], plot_path: Optional[str]) -> None:
+    """The run's timeline: the Chrome trace (for Perfetto) and/or its PNG rendering."""
+    from ..errors import AccelInvalidError
+    from ..sim.timeline import save_trace
+
+    try:
+        trace = prof.chrome_trace(config)
+    except AccelInvalidError as error:  # the library was compiled for another configuration
+        raise UserError(f"--trace: {error} (--config)") from None
+    runs = trace["otherData"]["runs"]
+    if trace_path is not None:
+        save_trace(trace, trace_path)
+        print(f"wrote {trace_path} (timeline of {runs} accelerator runs in simulated time at "
+              f"{config.clock_hz / 1e9:g} GHz: open it in ui.perfetto.dev or chrome://tracing)")
+    if plot_path is not None:
+        from .plotting import plot_timeline
+
+        plot_timeline(trace, plot_path)
+        print(f"wrote {plot_path} (the timeline of {runs} accelerator runs)")
 
 
 def _check_ran_precision(prof, expected: Optional[str], library: Path) -> None:
@@ -534,6 +562,11 @@ def _build_commands(sub) -> None:
     p.add_argument("--precision", choices=GENERATED_PRECISIONS,
                    help="the precision the library was compiled for: checked against what "
                    "its accelerator runs execute (an error if they differ)")
+    p.add_argument("--trace", metavar="out.json",
+                   help="write the run's timeline in simulated time as a Chrome trace (one "
+                   "track per engine and the memory; open it in ui.perfetto.dev)")
+    p.add_argument("--trace-plot", metavar="out.png",
+                   help="draw the same timeline as a PNG")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("accuracy", help="SQNR of an int8 or fp16 build against fp32",

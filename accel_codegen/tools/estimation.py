@@ -15,7 +15,8 @@ needed, and a design-space sweep over configurations takes seconds.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple, Union
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import tvm
@@ -25,9 +26,10 @@ from ..compiler.layer import Layer
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
 from ..compiler.partition import match_composites
-from ..sim import RunStats, estimate_chain
+from ..sim import OpStats, RunStats, estimate_chain
 from ..sim.config import AccelConfig, check_precision
 from ..sim.costs import CostTotals, engine_names
+from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..tables import Column, cost_table, render_table
 from .progress import ProgressCallback, progress_callback, steps
 
@@ -48,12 +50,14 @@ class LayerEstimate:
     bytes_written: int
     cycles: int
     utilization: float
+    #: the per-op records, as a profiled run's (for the timeline; not in ``to_dict``)
+    ops: Tuple[OpStats, ...] = dataclasses.field(default=(), repr=False)
 
     @classmethod
     def from_stats(cls, label: str, primitive: str, stats: RunStats) -> "LayerEstimate":
         return cls(label, primitive, engine_names(stats), stats.mode,
                    stats.macs, stats.mac_cycles, stats.bytes_read, stats.bytes_written,
-                   stats.cycles, stats.utilization)
+                   stats.cycles, stats.utilization, stats.ops)
 
 
 def _total(field: str, doc: str) -> property:
@@ -114,7 +118,19 @@ class EstimateReport:
     def to_dict(self) -> dict:
         return {"config": self.config.to_dict(), "precision": self.precision, "fuse": self.fuse,
                 "host_ops": self.host_ops, **self.totals(),
-                "layers": [dataclasses.asdict(layer) for layer in self.layers]}
+                "layers": [{field.name: getattr(layer, field.name)
+                            for field in dataclasses.fields(layer) if field.name != "ops"}
+                           for layer in self.layers]}
+
+    def chrome_trace(self) -> Dict[str, Any]:
+        """The layers' timeline in simulated time as a Chrome trace dict, the one a profiled
+        run of the same build gives (see :mod:`accel_codegen.sim.timeline`)."""
+        return chrome_trace(self.layers, self.config)
+
+    def to_chrome_trace(self, path) -> Path:
+        """Write :meth:`chrome_trace` as JSON (open it in ui.perfetto.dev or chrome://tracing);
+        returns the path."""
+        return write_chrome_trace(self.layers, self.config, path)
 
     def __str__(self) -> str:
         cfg = self.config

@@ -1,12 +1,16 @@
-"""PNG plots of a benchmark and of a design-space sweep (matplotlib, Agg backend: no display).
+"""PNG plots of a benchmark, a design-space sweep and a run's timeline (matplotlib, Agg
+backend: no display).
 
 ``plot_bench(result, path)`` takes the dict of :func:`accel_codegen.bench.run_bench`;
-``plot_sweep(result, path)`` the dict of :func:`accel_codegen.estimation.sweep`.
+``plot_sweep(result, path)`` the dict of :func:`accel_codegen.estimation.sweep`;
+``plot_timeline(trace, path)`` a Chrome trace of :mod:`accel_codegen.sim.timeline` (a dict or
+its JSON file): our rendering of what Perfetto shows.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 COLORS = {"fused": "#1b7837", "decomposed": "#c2a5cf", "host": "#8c8c8c", "pytorch": "#ee8a2a"}
 DARK = {"fused": "#0b4d22", "decomposed": "#762a83"}
@@ -230,5 +234,106 @@ def plot_sweep(result: Dict[str, Any], path) -> Path:
                fontsize=9, frameon=False)
     path = Path(path)
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+#: Timeline colours by slice category (compute slices take their engine's colour).
+TIMELINE_COLORS = {"memory": "#d6604d", "wait": "#f4f4f4", "CONV": "#2166ac", "SDP": "#4393c3",
+                   "PDP": "#1b7837", "CDP": "#762a83", "BDMA": "#e08214"}
+RUN_COLORS = ("#d9d9d9", "#bdbdbd")
+
+
+def _load_trace(trace: Union[Dict[str, Any], str, Path]) -> Dict[str, Any]:
+    return trace if isinstance(trace, dict) else json.loads(Path(trace).read_text())
+
+
+def _run_window(slices: List[dict], runs) -> tuple:
+    """(start, end) in µs of the runs selected: all (None), the first N (an int) or
+    runs[first:stop] (a pair)."""
+    run_slices = [e for e in slices if e.get("cat") == "run"]
+    if not run_slices:
+        return 0.0, 1.0
+    first, stop = (0, len(run_slices)) if runs is None else \
+        (0, runs) if isinstance(runs, int) else runs
+    chosen = run_slices[first:stop] or run_slices
+    return chosen[0]["ts"], chosen[-1]["ts"] + chosen[-1]["dur"]
+
+
+def _timeline_panel(ax, trace: Dict[str, Any], runs, title: Optional[str], px_width: float,
+                    span: Optional[float] = None) -> None:
+    """One trace's lanes on ``ax`` (see :func:`plot_timeline`)."""
+    events = trace["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    order = {e["tid"]: e["args"]["sort_index"] for e in events
+             if e["name"] == "thread_sort_index"}
+    tids = sorted(names, key=lambda tid: order.get(tid, tid))
+    lane = {tid: i for i, tid in enumerate(tids)}
+    slices = [e for e in events if e["ph"] == "X"]
+    start, end = _run_window(slices, runs)
+    eps = (end - start) * 1e-9
+    slices = [e for e in slices if e["ts"] >= start - eps and e["ts"] < end - eps]
+    shown_runs = [e for e in slices if e.get("cat") == "run"]
+    span = span or end - start
+    px_per_us = px_width / span
+    for i, e in enumerate(shown_runs):
+        ax.broken_barh([(e["ts"] - start, e["dur"])], (lane[e["tid"]] - 0.4, 0.8),
+                       facecolor=RUN_COLORS[i % 2], edgecolor="white", linewidth=0.5)
+        text = _short(e["name"])
+        if e["dur"] * px_per_us > 4.6 * len(text) + 6:
+            ax.text(e["ts"] - start + e["dur"] / 2, lane[e["tid"]], text, ha="center",
+                    va="center", fontsize=7, clip_on=True)
+    for e in slices:
+        category = e.get("cat")
+        if category == "run":
+            continue
+        color = TIMELINE_COLORS.get(category if category in ("memory", "wait")
+                                    else e["args"].get("engine"), "#888888")
+        wait = category == "wait"
+        ax.broken_barh([(e["ts"] - start, e["dur"])], (lane[e["tid"]] - 0.35, 0.7),
+                       facecolor=color, edgecolor="#999999" if wait else "white",
+                       hatch="////" if wait else None, linewidth=0.4)
+    ax.set_yticks(range(len(tids)), [names[tid] for tid in tids])
+    ax.set_ylim(len(tids) - 0.5, -0.5)
+    ax.set_xlim(0, span)
+    ax.grid(axis="x", alpha=0.3)
+    process = next((e["args"]["name"] for e in events if e["name"] == "process_name"), "")
+    total = sum(e.get("cat") == "run" for e in events if e["ph"] == "X")
+    what = f"{total} runs" if len(shown_runs) == total or not shown_runs else \
+        (f"runs {shown_runs[0]['name'].split()[0]} to {shown_runs[-1]['name'].split()[0]} "
+         f"of {total}")
+    ax.set_title(f"{title + ': ' if title else ''}{what}, {end - start:,.1f} µs  —  {process}",
+                 loc="left", fontsize=10)
+
+
+def plot_timeline(trace: Union[Dict[str, Any], str, Path, List], path, runs=None,
+                  titles: Optional[List[str]] = None, width: float = 15.0) -> Path:
+    """One lane per track of a Chrome trace (``runs``, memory, each engine), its complete
+    events as bars in simulated microseconds: compute in the engine's colour, memory traffic,
+    and the hatched ``waits on memory`` slices. ``trace``: a trace dict or its JSON file, or a
+    list of them (one panel each, on one time scale, e.g. fused above decomposed). ``runs``:
+    every run (None), the first N (an int) or runs first..stop-1 (a pair) of each trace."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    traces = [_load_trace(t) for t in (trace if isinstance(trace, list) else [trace])]
+    lanes = [sum(e["name"] == "thread_name" for e in t["traceEvents"]) for t in traces]
+    spans = []
+    for t in traces:
+        start, end = _run_window([e for e in t["traceEvents"] if e["ph"] == "X"], runs)
+        spans.append(end - start)
+    fig, axes = plt.subplots(len(traces), 1, figsize=(width, 0.42 * sum(lanes) + 1.4 * len(traces)),
+                             layout="constrained", squeeze=False,
+                             gridspec_kw={"height_ratios": lanes})
+    for i, (ax, t) in enumerate(zip(axes[:, 0], traces)):
+        _timeline_panel(ax, t, runs, titles[i] if titles else None, width * 0.85 * 100,
+                        max(spans))
+    axes[-1, 0].set_xlabel("simulated time, µs")
+    axes[0, 0].legend(handles=[Patch(facecolor=TIMELINE_COLORS["memory"], label="memory traffic"),
+                               Patch(facecolor=TIMELINE_COLORS["wait"], edgecolor="#999999",
+                                     hatch="////", label="waits on memory")],
+                      loc="lower right", fontsize=8, framealpha=0.9)
+    path = Path(path)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
