@@ -71,7 +71,8 @@ class TensorQuant:
 class _Stats:
     low: float = math.inf
     high: float = -math.inf
-    histogram: Optional[np.ndarray] = None  # of |x| over [0, amax]
+    histogram: Optional[np.ndarray] = None  # of |x| over [0, top]
+    top: float = 0.0                          # the histogram's range: amax up to a factor 2
     channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
     count: int = 0                            # values per channel summed
 
@@ -79,36 +80,45 @@ class _Stats:
     def amax(self) -> float:
         return max(abs(self.low), abs(self.high), 0.0)
 
+    def add_histogram(self, magnitudes: np.ndarray, amax: float) -> None:
+        """Count |x| into the histogram, first widening its range (by doubling: two bins
+        merge into one exactly) until it holds ``amax``."""
+        if not amax > 0:
+            return
+        if self.histogram is None:
+            self.top, self.histogram = amax, np.zeros(HISTOGRAM_BINS, np.int64)
+        while self.top < amax:
+            merged = self.histogram.reshape(-1, 2).sum(axis=1)
+            self.histogram = np.concatenate([merged, np.zeros_like(merged)])
+            self.top *= 2
+        counts, _ = np.histogram(magnitudes, bins=HISTOGRAM_BINS, range=(0.0, self.top))
+        self.histogram += counts
+
 
 class Observer:
-    """Collects statistics of every fp32 tensor the simulator produces while active: ranges in
-    the first pass, |x| histograms over those ranges in the second. Subclasses see every
-    tensor through :meth:`add` (fp32 values, or int8 codes of an int8 run)."""
+    """Collects statistics of every fp32 tensor the simulator produces while active, in one
+    pass: the range, a histogram of |x| (whose range doubles as larger values arrive, so no
+    second pass over the data is needed), and each run input's per-channel sums. Subclasses
+    see every tensor through :meth:`add` (fp32 values, or int8 codes of an int8 run)."""
 
     def __init__(self) -> None:
         self.stats: Dict[Key, _Stats] = {}
-        self.histograms = False
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         if x.dtype != np.float32:
             return
         key = (label_key(label), op_index)
         stats = self.stats.setdefault(key, _Stats())
-        if not self.histograms:
-            finite = x[np.isfinite(x)]
-            if finite.size:
-                stats.low = min(stats.low, float(finite.min()))
-                stats.high = max(stats.high, float(finite.max()))
-            if op_index == INPUT:
-                sums = np.nan_to_num(x.astype(np.float64)).sum(axis=(0, 2, 3))
-                stats.channel_sum = sums if stats.channel_sum is None else \
-                    stats.channel_sum + sums
-                stats.count += x.shape[0] * x.shape[2] * x.shape[3]
-            return
-        amax = stats.amax
-        if amax > 0:
-            counts, _ = np.histogram(np.abs(x), bins=HISTOGRAM_BINS, range=(0.0, amax))
-            stats.histogram = counts if stats.histogram is None else stats.histogram + counts
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            low, high = float(finite.min()), float(finite.max())
+            stats.low, stats.high = min(stats.low, low), max(stats.high, high)
+            stats.add_histogram(np.abs(finite), max(abs(low), abs(high)))
+        if op_index == INPUT:
+            sums = np.nan_to_num(x.astype(np.float64)).sum(axis=(0, 2, 3))
+            stats.channel_sum = sums if stats.channel_sum is None else \
+                stats.channel_sum + sums
+            stats.count += x.shape[0] * x.shape[2] * x.shape[3]
 
 
 def _threshold(stats: _Stats, method: str) -> float:
@@ -116,7 +126,7 @@ def _threshold(stats: _Stats, method: str) -> float:
     if method == "max" or stats.histogram is None or amax == 0:
         return amax
     counts = stats.histogram.astype(np.float64)
-    width = amax / HISTOGRAM_BINS
+    width = stats.top / HISTOGRAM_BINS
     if method == "percentile":
         cumulative = np.cumsum(counts)
         index = int(np.searchsorted(cumulative, cumulative[-1] * PERCENTILE / 100.0))
@@ -125,7 +135,8 @@ def _threshold(stats: _Stats, method: str) -> float:
     if unsigned:  # the ReLU zeros are exact in any scale: they must not pull the range down
         counts = counts.copy()
         counts[0] = 0
-    return _entropy_threshold(counts, unsigned) * width
+    used = min(HISTOGRAM_BINS, int(math.ceil(amax / width)))  # the bins up to amax
+    return min(amax, _entropy_threshold(counts[:used], unsigned) * width)
 
 
 def _entropy_threshold(counts: np.ndarray, unsigned: bool) -> int:
@@ -214,7 +225,7 @@ def examples_of(inputs, what: str) -> list:
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD
               ) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
-    on each example (two passes: ranges, then histograms), turned into scales by ``method``."""
+    on each example (one pass), turned into scales by ``method``."""
     if method not in METHODS:
         raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
     examples = examples_of(inputs, "calibration")
@@ -222,8 +233,4 @@ def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAU
     with observing(observer):
         for example in examples:
             run(*example)
-        if method != "max":
-            observer.histograms = True
-            for example in examples:
-                run(*example)
     return Calibration.from_observer(observer, method, len(examples))

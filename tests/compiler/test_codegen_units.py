@@ -125,3 +125,21 @@ def test_a_strided_pool_wider_than_the_pdp_is_not_split():
     from accel_codegen.compiler.layer import PoolSpec
     spec = PoolSpec("avg", (10, 10), (2, 2), (0, 0, 0, 0), False, "relax.nn.avg_pool2d")
     assert spec.passes() == ([spec], 1.0)
+
+
+def test_calibration_histograms_widen_in_one_pass():
+    """Calibration reads every tensor once: the |x| histogram doubles its range (two bins
+    merge into one) as larger values arrive, and ends as the histogram over the final range."""
+    from accel_codegen.quantization import Observer
+
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((1, 4, 8, 8)).astype(np.float32) * s for s in (0.3, 1, 5)]
+    observer = Observer()
+    for x in batches:
+        observer.add("f0.0 accel.conv2d", 0, x)
+    stats = observer.stats[("f0.0", 0)]
+    everything = np.abs(np.concatenate([x.ravel() for x in batches]))
+    assert stats.amax == everything.max() and everything.max() <= stats.top < 2 * everything.max()
+    direct, _ = np.histogram(everything, bins=stats.histogram.size, range=(0.0, stats.top))
+    assert stats.histogram.sum() == everything.size
+    assert np.abs(stats.histogram - direct).sum() <= 4  # values on a merged bin edge
