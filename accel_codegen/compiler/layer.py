@@ -272,7 +272,11 @@ class Layer:
             return
         if precision != "fp32":
             for what, expr in self.parameters():
-                if not is_constant(expr):
+                # fp16 reads a computed per-channel scale as it is (squeeze-excite's x * s):
+                # with nothing to fold it into, and one batch, it is the SDP's [C] halves.
+                computed_scale = precision == "fp16" and what == "scale" and \
+                    self.conv is None and self.sdp.batch_norm is None and self.in_shape[0] == 1
+                if not is_constant(expr) and not computed_scale:
                     raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                       f"computed by another operator); {precision} code needs "
                                       "constant weights and parameters (bind inputs as params)")

@@ -341,3 +341,15 @@ def test_ceil_mode_average_counting_padding_stays_on_the_host():
     mod, _ = frontend.from_pytorch(model, (torch.randn(1, 3, 12, 12),))
     (op,) = ac.partition_report(mod).host
     assert "count_include_pad" in op.reason
+
+
+def test_squeeze_excite_stays_whole_in_fp16():
+    """fp16 reads squeeze-excite's computed per-channel scale as the SDP's scale (batch 1)."""
+    torch.manual_seed(14)
+    model = SqueezeExcite().eval()
+    x = torch.randn(1, 16, 14, 14) + 0.5
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params, precision="fp16")
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=3e-3)
