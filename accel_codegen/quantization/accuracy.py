@@ -7,12 +7,20 @@ every engine pass's output, including what a fused chain keeps on chip. int8 cod
 dequantised with the scale the generated code used for them.
 
 Per-tensor figures are cumulative: a tensor's error includes everything upstream of it.
+
+For int8, given the model's ONNX file (``onnx_model``), the report also quantises it with ONNX
+Runtime's static QDQ int8 quantisation, calibrated on the same calibration inputs, and sets
+its output SQNR against the same fp32 reference (our fp32 build's output) beside ours
+(:mod:`.ort_baseline` holds the settings; onnxruntime is optional: without it the comparison
+is skipped and the report says why).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Dict, Iterable, List, Optional, Tuple
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -23,7 +31,8 @@ from ..compiler.partition import calibration_of, generate_partition, match_compo
 from ..sim.config import AccelConfig
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
-from .calibration import DEFAULT_METHOD, Key, examples_of, observing
+from . import ort_baseline
+from .calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:
@@ -51,6 +60,26 @@ class TensorAccuracy:
 
 
 @dataclasses.dataclass
+class OrtComparison:
+    """ONNX Runtime's static int8 quantisation of the same model, on the same inputs."""
+
+    version: str
+    settings: Dict[str, Any]          # ort_baseline.Int8Settings as a dict
+    calibration_samples: int
+    output_sqnr_db: float             # ORT int8 against our fp32 build's output
+    top1_agreement: Optional[float]
+    fp32_sqnr_db: float               # ORT fp32 against the same reference (the same model?)
+    int8_model: Dict[str, int]        # QDQ node and int8 weight counts (it is quantised)
+
+    def describe(self) -> str:
+        s = self.settings
+        return (f"ONNX Runtime {self.version} int8 (static {s['quant_format']}, "
+                f"{s['activation_type']} activations, per-channel {s['weight_type']} weights, "
+                f"{s['calibrate_method']}, the same {self.calibration_samples} calibration "
+                f"inputs)")
+
+
+@dataclasses.dataclass
 class AccuracyReport:
     config: str
     precision: str
@@ -60,6 +89,13 @@ class AccuracyReport:
     output_sqnr_db: float
     top1_agreement: Optional[float]   # classification outputs ([N, classes]) only
     tensors: List[TensorAccuracy]
+    ort: Optional[OrtComparison] = None
+    ort_skipped: Optional[str] = None  # why there is no ONNX Runtime comparison, if asked for
+
+    @property
+    def ort_gap_db(self) -> Optional[float]:
+        """Our output SQNR minus ONNX Runtime int8's (> 0: ours is the more accurate)."""
+        return None if self.ort is None else self.output_sqnr_db - self.ort.output_sqnr_db
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -67,6 +103,10 @@ class AccuracyReport:
             data[key] = _finite(data[key])
         for t in data["tensors"]:
             t["sqnr_db"] = _finite(t["sqnr_db"])
+        if data["ort"] is not None:
+            for key in ("output_sqnr_db", "fp32_sqnr_db"):
+                data["ort"][key] = _finite(data["ort"][key])
+            data["ort"]["gap_db"] = _finite(self.ort_gap_db)
         return data
 
     def to_json(self) -> str:
@@ -79,6 +119,15 @@ class AccuracyReport:
             if self.top1_agreement is not None else ""
         lines = [f"{self.precision} on {self.config} vs fp32 over {self.inputs} inputs"
                  f"{calibration}: output SQNR {self.output_sqnr_db:.2f} dB{top1}"]
+        if self.ort is not None:
+            o = self.ort
+            top1 = f", top-1 agreement {o.top1_agreement * 100:.1f} %" \
+                if o.top1_agreement is not None else ""
+            lines.append(f"{o.describe()}: output SQNR {o.output_sqnr_db:.2f} dB{top1}; ours "
+                         f"minus ONNX Runtime's: {self.ort_gap_db:+.2f} dB (ONNX Runtime fp32 "
+                         f"against our fp32 build: {o.fp32_sqnr_db:.1f} dB)")
+        elif self.ort_skipped:
+            lines.append(f"ONNX Runtime int8 comparison skipped: {self.ort_skipped}")
         rows = []
         for t in self.tensors:
             primitive = t.label.split(" ", 1)[1] if " " in t.label else t.label
@@ -153,7 +202,8 @@ class _Comparer:
 def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     config: AccelConfig | str = "nv_full", precision: str = "int8",
                     fuse: bool = True, calibration=None,
-                    calibration_method: str = DEFAULT_METHOD) -> AccuracyReport:
+                    calibration_method: str = DEFAULT_METHOD,
+                    onnx_model=None) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
@@ -163,17 +213,28 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     inputs : iterable
         Evaluation inputs of ``main`` (each a tuple of arrays, or one array); use inputs other
         than the calibration ones.
+    onnx_model : str or os.PathLike, optional
+        int8 only: the same model as an ONNX file (``accel_codegen.frontend.export_onnx``).
+        ONNX Runtime quantises it (static QDQ int8, per-channel weights) calibrated on
+        ``calibration``, which must then be example inputs (not a Calibration), and the
+        report holds its output SQNR against the same fp32 reference in ``ort``.
 
     Returns
     -------
     AccuracyReport
         SQNR against fp32 per accelerator tensor (every pass output, in execution order) and
-        at the model output, and the top-1 agreement for classification outputs.
+        at the model output, and the top-1 agreement for classification outputs; ``ort``:
+        ONNX Runtime's int8 figures (or ``ort_skipped``: why not, e.g. onnxruntime missing).
     """
     config = AccelConfig.resolve(config)
     if precision == "fp32":
         raise AccelInvalidError("the accuracy report compares a reduced precision with fp32")
     examples = examples_of(inputs, "the accuracy report")
+    ort_runs, ort_skipped = None, None
+    if onnx_model is not None:
+        if calibration is not None and not isinstance(calibration, Calibration):
+            calibration = examples_of(calibration, "calibration")  # read twice: ours, ORT's
+        ort_runs, ort_skipped = _ort_runs(onnx_model, precision, calibration)
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                  calibration=calibration,
                                  calibration_method=calibration_method)
@@ -193,6 +254,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     comparer = _Comparer(used, shifted)
     signal = noise = 0.0
     agree = total = 0
+    ort_sums = {"int8": [0.0, 0], "fp32": [0.0, 0]}  # noise, top-1 agreements
     for example in examples:
         recorder = _Recorder()
         with observing(recorder):
@@ -205,6 +267,12 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         if expected.ndim == 2 and expected.shape[1] > 1:
             agree += int(np.sum(expected.argmax(axis=1) == actual.argmax(axis=1)))
             total += expected.shape[0]
+        if ort_runs is not None:
+            for name, sess in ort_runs["sessions"].items():
+                got = ort_baseline.run(sess, example).reshape(expected.shape)
+                ort_sums[name][0] += float(np.sum((got - expected) ** 2))
+                if expected.ndim == 2 and expected.shape[1] > 1:
+                    ort_sums[name][1] += int(np.sum(expected.argmax(axis=1) == got.argmax(axis=1)))
     tensors = []
     for key, (sig, err, max_err, saturated, count, shape, label) in comparer.sums.items():
         quant = used.tensors.get(key) if used is not None else None
@@ -212,6 +280,37 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
             key[0], key[1], label, tuple(int(d) for d in shape), sqnr_db(sig, err),
             max_err, saturated / count if count else 0.0,
             quant.scale if quant else None, quant.zero if quant else None))
+    ort = None
+    if ort_runs is not None:
+        ort = OrtComparison(ort_runs["version"], ort_runs["settings"], ort_runs["samples"],
+                            sqnr_db(signal, ort_sums["int8"][0]),
+                            ort_sums["int8"][1] / total if total else None,
+                            sqnr_db(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
     return AccuracyReport(config.name, precision, used.method if used else None,
                           used.samples if used else 0, len(examples), sqnr_db(signal, noise),
-                          agree / total if total else None, tensors)
+                          agree / total if total else None, tensors, ort, ort_skipped)
+
+
+def _ort_runs(onnx_model, precision: str, calibration):
+    """ONNX Runtime's fp32 and static int8 sessions of an ONNX file, the int8 one calibrated
+    on ``calibration``: (a dict of them and what they are, None), or (None, why not)."""
+    if precision != "int8":
+        raise AccelInvalidError(f"the ONNX Runtime comparison is of int8 quantisation, not "
+                                f"{precision}: leave onnx_model out")
+    if calibration is None or isinstance(calibration, Calibration):
+        raise AccelInvalidError("the ONNX Runtime comparison calibrates ONNX Runtime on the "
+                                "same inputs: give calibration as example inputs, not a "
+                                "Calibration")
+    reason = ort_baseline.unavailable()
+    if reason:
+        return None, reason
+    examples = examples_of(calibration, "calibration")
+    settings = ort_baseline.Int8Settings()
+    with tempfile.TemporaryDirectory(prefix="accel-ort-") as directory:
+        int8 = ort_baseline.quantize_int8(onnx_model, examples, directory, settings)
+        sessions = {"fp32": ort_baseline.session(onnx_model, 0),
+                    "int8": ort_baseline.session(int8, 0)}
+        summary = ort_baseline.qdq_summary(int8)
+    return {"sessions": sessions, "version": ort_baseline.version(),
+            "settings": dataclasses.asdict(settings), "samples": len(examples),
+            "int8_model": summary}, None

@@ -1,4 +1,4 @@
-"""The benchmark: one model, side by side in one process, in up to four modes.
+"""The benchmark: one model, side by side in one process, in up to seven modes.
 
 * **fused** — the accelerator flow (``partition_for_accel(fuse=True)``): conv + batch norm +
   activation (+ pooling) as one fused chain per layer, run on the simulator;
@@ -6,7 +6,19 @@
   intermediates through memory;
 * **host** — TVM's own CPU build of the same module (``build_host``: batch norm decomposed by
   TVM, untuned LLVM code);
-* **pytorch** — PyTorch eager (when the model came from PyTorch).
+* **pytorch** — PyTorch eager (when the model came from PyTorch);
+* **fused_int8** — the fused accelerator flow in int8, calibrated on ``calibration`` inputs
+  (default: 32 random N(0, 1) inputs drawn with seed 1234, as the command line's int8 builds);
+* **ort_fp32** — ONNX Runtime on the ONNX export of the same model (``export_onnx``; an
+  ``.onnx`` MODEL as given);
+* **ort_int8** — ONNX Runtime's static int8 quantisation of that file (QDQ, per-channel
+  weights), calibrated on the same calibration inputs as fused_int8
+  (:mod:`accel_codegen.quantization.ort_baseline` holds the settings).
+
+What users run today is ONNX Runtime, so the result also holds the ratios ``vs_ort``: ONNX
+Runtime's wall time over the simulator's (fused against ort_fp32, fused_int8 against
+ort_int8), median over median and min over min; >= 1.0 means the simulator is at least as
+fast. onnxruntime is optional: without it the ORT modes are skipped, with the reason.
 
 Each mode is built, warmed up, then timed over ``repeat`` rounds that interleave the modes
 (fused, decomposed, host, pytorch, fused, ...), so that the machine's background load hits them
@@ -15,9 +27,9 @@ report what the simulator counted for one inference (cycles, frames/s at the con
 clock, bytes read and written, MAC utilisation) and, on request, per layer; with
 ``per_layer_wall`` every layer is also timed alone on the simulator, fused against decomposed.
 
-Threads: the simulator's kernels use ``ACCEL_NUM_THREADS`` (else every online CPU); PyTorch is
-set to the same count; TVM's untuned host build has no parallel loops (one thread whatever
-``TVM_NUM_THREADS`` says).
+Threads: the simulator's kernels use ``ACCEL_NUM_THREADS`` (else every online CPU); PyTorch and
+ONNX Runtime (``intra_op_num_threads``, sequential execution) are set to the same count; TVM's
+untuned host build has no parallel loops (one thread whatever ``TVM_NUM_THREADS`` says).
 
 >>> result = run_bench("resnet18", repeat=10)
 >>> print(format_table(result)); result["modes"]["fused"]["wall_ms"]["median"]
@@ -27,7 +39,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -36,11 +50,17 @@ from ..sim.costs import CostTotals, engine_names
 from ..tables import Column, render_table
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
-from .model_spec import LoadedModel, load_callable, load_model, zoo_names  # noqa: F401
+from .model_spec import (ONNX, LoadedModel, ModelSpec, load_callable, load_model,  # noqa: F401
+                         parse_model_spec, random_inputs, zoo_names)
 from .progress import ProgressCallback, progress_callback, steps
 
-MODES = ("fused", "decomposed", "host", "pytorch")
-ACCEL_MODES = ("fused", "decomposed")
+MODES = ("fused", "decomposed", "host", "pytorch", "fused_int8", "ort_fp32", "ort_int8")
+ACCEL_MODES = ("fused", "decomposed", "fused_int8")
+ORT_MODES = ("ort_fp32", "ort_int8")
+#: The simulator's mode each ONNX Runtime mode is held against (``vs_ort``).
+ORT_PAIRS = {"fp32": ("fused", "ort_fp32"), "int8": ("fused_int8", "ort_int8")}
+DEFAULT_CALIBRATION = 32   # random calibration inputs of the int8 modes
+DEFAULT_SEED = 1234        # their seed (the command line's int8 builds use the same)
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -57,12 +77,13 @@ def _summary(times_s: Sequence[float]) -> Dict[str, float]:
     return {"median": statistics.median(ms), "min": min(ms), "max": max(ms), "runs": len(ms)}
 
 
-def _accel_figures(records, config) -> Dict[str, Any]:
+def _accel_figures(records, config, precision: str = "fp32") -> Dict[str, Any]:
     totals = CostTotals.of(records)
     return {"cycles": totals.cycles, "simulated_ms": totals.seconds(config.clock_hz) * 1e3,
             "frames_per_s": totals.frames_per_s(config.clock_hz),
             "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
-            "macs": totals.macs, "utilization": totals.utilization(config.macs_per_cycle("fp32")),
+            "macs": totals.macs,
+            "utilization": totals.utilization(config.macs_per_cycle(precision)),
             "layers": len(records)}
 
 
@@ -146,16 +167,91 @@ def _check_arguments(modes: Sequence[str], repeat: int, host_repeat: int, warmup
     return modes
 
 
-def _runner(mode: str, model: LoadedModel, config, threads: int) -> Callable[[], Any]:
+@dataclasses.dataclass
+class _Setting:
+    """What every mode's build needs: the model, the configuration, the threads, the int8
+    calibration inputs, and (for the ONNX Runtime modes) a scratch directory."""
+
+    model: LoadedModel
+    config: Any
+    threads: int
+    calibration: List[tuple]
+    calibration_method: str
+    directory: Path
+    onnx_source: Optional[str] = None     # an .onnx MODEL: the file itself
+    onnx_path: Optional[Path] = None      # the fp32 ONNX file, once made
+    ort: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class _Skip(Exception):
+    """A mode that cannot run here (its reason is the message): skipped, not an error."""
+
+
+def onnx_file(model: LoadedModel, directory, source: Optional[str] = None) -> Path:
+    """The ONNX file of a model for ONNX Runtime: ``source`` (an ``.onnx`` MODEL) as given, else
+    the project's export (:func:`accel_codegen.frontend.export_onnx`) of the PyTorch model
+    into ``directory``. AccelUnsupportedError when there is none (a bare Relax module) or the
+    export fails."""
+    from ..errors import AccelUnsupportedError
+
+    if source is not None:
+        return Path(source)
+    if model.torch_model is None:
+        raise AccelUnsupportedError("no ONNX model: the model came from neither PyTorch nor an "
+                                    "ONNX file")
+    from ..compiler import frontend
+
+    return frontend.export_onnx(model.torch_model, model.torch_inputs,
+                                Path(directory) / f"{model.name}.onnx")
+
+
+def _ort_runner(mode: str, setting: _Setting) -> Callable[[], Any]:
+    from ..errors import AccelError
+    from ..quantization import ort_baseline
+
+    reason = ort_baseline.unavailable()
+    if reason:
+        raise _Skip(reason)
+    if setting.onnx_path is None:
+        try:
+            setting.onnx_path = onnx_file(setting.model, setting.directory, setting.onnx_source)
+        except AccelError as error:
+            raise _Skip(str(error)) from error
+    path = setting.onnx_path
+    if mode == "ort_int8":
+        settings = ort_baseline.Int8Settings()
+        path = ort_baseline.quantize_int8(path, setting.calibration, setting.directory, settings)
+        setting.ort.update({"int8": dataclasses.asdict(settings),
+                            "int8_model": ort_baseline.qdq_summary(path),
+                            "calibration_samples": len(setting.calibration)})
+    setting.ort["version"] = ort_baseline.version()
+    sess = ort_baseline.session(path, setting.threads)
+    feeds = ort_baseline.feeds([i.name for i in sess.get_inputs()], setting.model.inputs)
+    return lambda: sess.run(None, feeds)
+
+
+def _runner(mode: str, setting: _Setting) -> Callable[[], Any]:
     """One inference of the model in a mode, built (the build is what compile_s times)."""
+    model, config = setting.model, setting.config
+    if mode in ORT_MODES:
+        return _ort_runner(mode, setting)
     if mode in ACCEL_MODES or mode == "host":
         import tvm
 
         from ..compiler import toolchain
+        from ..errors import AccelError
 
         if mode == "host":
             vm = tvm.relax.VirtualMachine(toolchain.build_host(model.mod, model.params),
                                           tvm.cpu())
+        elif mode == "fused_int8":
+            try:
+                vm = toolchain.virtual_machine(toolchain.build(
+                    model.mod, model.params, config=config, precision="int8",
+                    calibration=setting.calibration,
+                    calibration_method=setting.calibration_method))
+            except AccelError as error:
+                raise _Skip(f"the int8 build failed: {error}") from error
         else:
             vm = toolchain.virtual_machine(toolchain.build(model.mod, model.params,
                                                            config=config, fuse=mode == "fused"))
@@ -163,7 +259,7 @@ def _runner(mode: str, model: LoadedModel, config, threads: int) -> Callable[[],
         return lambda: vm["main"](*tvm_inputs)
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(setting.threads)
     torch_model = model.torch_model.eval()
 
     def run_torch():
@@ -198,13 +294,38 @@ def _thread_notes(threads: int) -> Dict[str, str]:
         "decomposed": f"simulator kernels, {threads} thread(s)",
         "host": "TVM untuned LLVM build: 1 thread (it has no parallel loops, no call of "
                 "TVMBackendParallelLaunch, so TVM_NUM_THREADS changes nothing)",
-        "pytorch": f"torch.set_num_threads({threads})"}
+        "pytorch": f"torch.set_num_threads({threads})",
+        "fused_int8": f"simulator kernels, {threads} thread(s)",
+        "ort_fp32": f"ONNX Runtime CPU: intra_op_num_threads={threads}, inter_op_num_threads=1, "
+                    "ORT_SEQUENTIAL",
+        "ort_int8": f"ONNX Runtime CPU: intra_op_num_threads={threads}, inter_op_num_threads=1, "
+                    "ORT_SEQUENTIAL"}
+
+
+def ort_ratios(modes: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """The simulator against ONNX Runtime, per precision whose two modes were measured:
+    ONNX Runtime's wall time over the simulator's, median over median and min over min
+    (>= 1.0: the simulator is at least as fast)."""
+    ratios = {}
+    for precision, (ours, theirs) in ORT_PAIRS.items():
+        if ours in modes and theirs in modes:
+            a, b = modes[ours]["wall_ms"], modes[theirs]["wall_ms"]
+            ratios[precision] = {"simulator": ours, "onnxruntime": theirs,
+                                 "median": b["median"] / a["median"], "min": b["min"] / a["min"]}
+    return ratios
+
+
+def _speed(ratio: float) -> str:
+    """A time ratio (theirs / ours) as words: '1.25x faster', '2.00x slower'."""
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
               modes: Sequence[str] = MODES, config: Any = "nv_full", repeat: int = 10,
               host_repeat: int = 3, warmup: int = 1, per_layer: bool = False,
               per_layer_wall: bool = False, threads: Optional[int] = None,
+              calibration: Union[int, Sequence, None] = None,
+              calibration_method: Optional[str] = None, seed: int = DEFAULT_SEED,
               progress: Union[None, bool, ProgressCallback] = None) -> Dict[str, Any]:
     """Benchmark a model in several modes, side by side.
 
@@ -214,7 +335,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         As for :func:`load_model`: a zoo name, an ``.onnx`` path, ``file.py:function``, a torch
         module or a Relax module (with ``inputs``).
     modes : sequence of str
-        Among "fused", "decomposed", "host", "pytorch".
+        Among "fused", "decomposed", "host", "pytorch", "fused_int8", "ort_fp32", "ort_int8".
     config : AccelConfig or str
         The accelerator configuration of the accelerator modes.
     repeat : int
@@ -222,11 +343,21 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
     host_repeat : int
         Timed runs of the host mode (TVM's untuned build is slow: ~3 s per ResNet-18).
     per_layer : bool
-        Include the per-layer simulated figures of the accelerator modes.
+        Include the per-layer simulated figures of the fp32 accelerator modes.
     per_layer_wall : bool
         Also time every layer alone on the simulator, fused against decomposed.
     threads : int, optional
-        Threads of the simulator and of PyTorch (default: ACCEL_NUM_THREADS, else the CPUs).
+        Threads of the simulator, PyTorch and ONNX Runtime (default: ACCEL_NUM_THREADS, else
+        the CPUs).
+    calibration : int or sequence, optional
+        The int8 modes' calibration inputs (fused_int8 and ort_int8 both calibrate on them):
+        example input tuples, or a count of random N(0, 1) inputs drawn with ``seed``
+        (default 32).
+    calibration_method : str, optional
+        How fused_int8 turns activation ranges into scales (default: percentile). ONNX
+        Runtime's calibration is its own (see :mod:`accel_codegen.quantization.ort_baseline`).
+    seed : int
+        The seed of random calibration inputs (default 1234, as the command line).
     progress : callable or bool, optional
         ``progress(done, total)``, called as builds, runs and layer timings finish (``done``
         from 0 to ``total``); or a bool: show a progress bar on stderr (default: when stderr
@@ -237,9 +368,13 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
     dict
         The JSON contract: ``threads``, ``modes`` (per mode ``wall_ms`` with ``median``,
         ``min``, ``max``; for the accelerator modes ``cycles``, ``frames_per_s``,
-        ``bytes_read``, ``bytes_written``, ``utilization``), plus ``model``, ``config``,
-        ``thread_notes``, ``compile_s`` and, on request, ``layers``.
+        ``bytes_read``, ``bytes_written``, ``utilization``), ``vs_ort`` (per precision
+        measured in both: ``median`` and ``min`` of ONNX Runtime's wall time over the
+        simulator's), plus ``model``, ``config``, ``thread_notes``, ``compile_s``,
+        ``skipped`` (mode: why), ``calibration`` (int8 modes), ``onnxruntime`` (its version
+        and the int8 model's settings and QDQ node counts) and, on request, ``layers``.
     """
+    from ..quantization import DEFAULT_METHOD
     from ..sim.config import AccelConfig
 
     modes = _check_arguments(modes, repeat, host_repeat, warmup, threads)
@@ -250,12 +385,19 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
     from ..sim.profiling import profile
     from .estimation import model_layers
 
+    onnx_source = None
+    if isinstance(model, str) and parse_model_spec(model).kind == ONNX:
+        onnx_source = model
+    elif isinstance(model, ModelSpec) and model.kind == ONNX:
+        onnx_source = model.path
     model = load_model(model, inputs)
     skipped = {}
     if "pytorch" in modes and model.torch_model is None:
         modes.remove("pytorch")
         skipped["pytorch"] = "the model did not come from PyTorch"
     threads = accel_threads()
+    int8 = [m for m in modes if m in ("fused_int8", "ort_int8")]
+    examples = _calibration_inputs(model, calibration, seed) if int8 else []
     rounds = {m: (host_repeat if m == "host" else repeat) for m in modes}
     wall_layers = (model_layers(model.mod, model.params, config=config, fuse=True)
                    if per_layer_wall else [])
@@ -263,19 +405,37 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
                  len(modes) * (1 + warmup) + sum(rounds.values()) + len(wall_layers))
     runners: Dict[str, Callable[[], Any]] = {}
     compile_s: Dict[str, float] = {}
-    for mode in modes:
-        start = time.perf_counter()
-        runners[mode] = _runner(mode, model, config, threads)
-        compile_s[mode] = time.perf_counter() - start
-        step()
+    with tempfile.TemporaryDirectory(prefix="accel-bench-") as directory:
+        setting = _Setting(model, config, threads, examples,
+                           calibration_method or DEFAULT_METHOD, Path(directory), onnx_source)
+        for mode in list(modes):
+            start = time.perf_counter()
+            try:
+                runners[mode] = _runner(mode, setting)
+            except _Skip as why:
+                skipped[mode] = str(why)
+                modes.remove(mode)
+                for _ in range(warmup + rounds.pop(mode)):
+                    step()
+            else:
+                compile_s[mode] = time.perf_counter() - start
+            step()
 
     result: Dict[str, Any] = {
         "model": model.name, "config": config.to_dict(), "threads": threads,
-        "thread_notes": _thread_notes(threads),
+        "thread_notes": {m: note for m, note in _thread_notes(threads).items()
+                         if m in modes},
         "repeat": repeat, "host_repeat": host_repeat, "warmup": warmup,
         "compile_s": compile_s, "skipped": skipped, "modes": {}}
+    if int8:
+        result["calibration"] = {"samples": len(examples),
+                                 "inputs": "given" if _given(calibration) else
+                                 f"random N(0, 1), seed {seed}",
+                                 "method": calibration_method or DEFAULT_METHOD}
+    if setting.ort:
+        result["onnxruntime"] = setting.ort
     load_before = os.getloadavg()[0]
-    times = _timed_rounds(runners, rounds, warmup, step)
+    times = _timed_rounds(runners, rounds, warmup, step) if runners else {}
     # The machine may be shared: a busy neighbour slows the multi-threaded modes most.
     result["load_average"] = {"before": load_before, "after": os.getloadavg()[0],
                               "cpus": os.cpu_count()}
@@ -286,9 +446,12 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         if mode in ACCEL_MODES:
             with profile() as prof:  # one more run, to read what the simulator counted
                 runners[mode]()
-            entry.update(_accel_figures(prof.records, config))
-            layers[mode] = [_layer_row(r) for r in prof.records]
+            precision = "int8" if mode == "fused_int8" else "fp32"
+            entry.update(_accel_figures(prof.records, config, precision))
+            if precision == "fp32":
+                layers[mode] = [_layer_row(r) for r in prof.records]
         result["modes"][mode] = entry
+    result["vs_ort"] = ort_ratios(result["modes"])
     if per_layer or per_layer_wall:
         result["layers"] = _merge_layers(layers)
     if per_layer_wall:
@@ -297,6 +460,24 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
             row.update({k: v for k, v in walls.get(row["label"], {}).items()
                         if k.endswith("_wall_ms")})
     return result
+
+
+def _given(calibration) -> bool:
+    return calibration is not None and not isinstance(calibration, int)
+
+
+def _calibration_inputs(model: LoadedModel, calibration, seed: int) -> List[tuple]:
+    """The int8 modes' calibration inputs: given ones as tuples, or ``calibration`` (default
+    32) random N(0, 1) inputs drawn with ``seed``."""
+    from ..errors import AccelInvalidError
+    from ..quantization import examples_of
+
+    if _given(calibration):
+        return examples_of(calibration, "the benchmark's int8 calibration")
+    count = DEFAULT_CALIBRATION if calibration is None else calibration
+    if count < 1:
+        raise AccelInvalidError(f"calibration = {count}: give at least one input")
+    return random_inputs(model, count, seed)
 
 
 def _merge_layers(layers: Dict[str, list]) -> List[dict]:
@@ -336,13 +517,13 @@ def format_table(result: Dict[str, Any]) -> str:
     load = result["load_average"]
     title = (f"{result['model']} on {cfg['name']} ({cfg['atomic_c']}x{cfg['atomic_k']} MACs, "
              f"{cfg['dram_bytes_per_s'] / 1e9:g} GB/s, {cfg['clock_hz'] / 1e9:g} GHz); "
-             f"threads: simulator and PyTorch {result['threads']}, TVM host 1; "
+             f"threads: simulator, PyTorch and ONNX Runtime {result['threads']}, TVM host 1; "
              f"{result['repeat']} timed rounds ({result['host_repeat']} for host) after "
              f"{result['warmup']} warm-up; load average {load['before']:.2f} "
              f"before, {load['after']:.2f} after ({load['cpus']} CPUs)")
     reference = modes.get("pytorch", {}).get("wall_ms", {}).get("median")
     rows = [_mode_row(mode, entry, reference) for mode, entry in modes.items()]
-    rows += [f"{mode:<11} skipped: {why}" for mode, why in result.get("skipped", {}).items()]
+    rows += _skipped_lines(result.get("skipped", {}))
     lines = [title, render_table(_MODE_COLUMNS, rows)]
     if "fused" in modes and "decomposed" in modes:
         f, d = modes["fused"], modes["decomposed"]
@@ -354,10 +535,38 @@ def format_table(result: Dict[str, Any]) -> str:
         lines.append(f"fused vs TVM host build: "
                      f"{modes['host']['wall_ms']['median'] / modes['fused']['wall_ms']['median']:.1f}x "
                      "faster")
+    lines += format_ort(result)
     if result.get("layers"):
         lines.append("")
         lines.append(format_layers(result["layers"]))
     return "\n".join(lines)
+
+
+def _skipped_lines(skipped: Dict[str, str]) -> List[str]:
+    """One line per reason: modes skipped for the same reason (ONNX Runtime's two when it is
+    not installed) share it."""
+    reasons: Dict[str, List[str]] = {}
+    for mode, why in skipped.items():
+        reasons.setdefault(why, []).append(mode)
+    return [f"{', '.join(modes)} skipped: {why}" for why, modes in reasons.items()]
+
+
+def format_ort(result: Dict[str, Any]) -> List[str]:
+    """The simulator against ONNX Runtime: one line per precision measured in both."""
+    lines = []
+    ort = result.get("onnxruntime", {})
+    for precision, r in result.get("vs_ort", {}).items():
+        how = ""
+        if precision == "int8" and "int8" in ort:
+            q = ort["int8"]
+            how = (f"; ORT int8: static {q['quant_format']}, {q['activation_type']} activations, "
+                   f"per-channel {q['weight_type']} weights, {q['calibrate_method']}, "
+                   f"same {ort.get('calibration_samples', '?')} calibration inputs")
+        lines.append(f"simulator {precision} ({r['simulator']}) vs ONNX Runtime "
+                     f"{ort.get('version', '')} {precision}: {_speed(r['median'])} "
+                     f"(median; ORT time / simulator time = {r['median']:.2f}, "
+                     f"min/min {r['min']:.2f}; >= 1.00: the simulator at least as fast){how}")
+    return lines
 
 
 _LAYER_COLUMNS = (Column("#", 3), Column("layer", 44, "<", clip=True),

@@ -7,9 +7,10 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
                                [--precision P] [--trace out.json] [--trace-plot out.png]
     accel-codegen accuracy MODEL --precision int8|fp16 [--config CFG] [--no-fuse] [--inputs M]
-                                 [CALIBRATION] [--json out.json]
-    accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch] [--repeat N]
-                              [--json out.json] [--plot out.png] [--per-layer]
+                                 [CALIBRATION] [--no-ort] [--json out.json]
+    accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch,fused_int8,ort_fp32,ort_int8]
+                              [--repeat N] [--threads T] [CALIBRATION] [--json out.json]
+                              [--plot out.png] [--per-layer]
     accel-codegen sweep MODEL --macs 64,256,1024,2048 --dram-gbps 1,5,10,20 [--cbuf-kib ...]
                               [--precision P] [--json out.json] [--plot out.png]
     accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--precision P] [--json out.json]
@@ -20,7 +21,12 @@ JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default
 int8. int8 is calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
 model's input shapes, default 32, drawn with ``--seed``, default 1234;
 ``--calibration-method`` percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
-with seed + 1, never the calibration ones. bench runs fp32 only.
+with seed + 1, never the calibration ones; for int8 it also quantises the model with ONNX
+Runtime (static QDQ) on the same calibration inputs and prints its SQNR beside ours. bench's
+int8 modes (fused_int8, ort_int8) calibrate on the same CALIBRATION inputs; it prints ONNX
+Runtime's time over the simulator's (>= 1.00: the simulator at least as fast). Without
+onnxruntime (``pip install 'accel-codegen[ort]'``) the ONNX Runtime parts are skipped, and
+one line says so.
 
 ``import tvm`` takes seconds: it is imported only once the arguments are known to be good.
 Exit status: 0 success, 1 an error (one line on stderr: ``accel-codegen COMMAND: error: ...``),
@@ -402,10 +408,35 @@ def cmd_accuracy(args) -> int:
     model = _load_model(args.model)
     calibration = _calibration(args, model)
     _say(f"evaluation: {args.inputs} random N(0, 1) inputs (seed {args.seed + 1})")
-    report = accuracy_report(model.mod, model.params,
-                             random_inputs(model, args.inputs, args.seed + 1), config=config,
-                             precision=args.precision, fuse=not args.no_fuse, **calibration)
+    with tempfile.TemporaryDirectory(prefix="accel-accuracy-") as directory:
+        onnx_model, skipped = _onnx_for_ort(args, model, directory)
+        report = accuracy_report(model.mod, model.params,
+                                 random_inputs(model, args.inputs, args.seed + 1), config=config,
+                                 precision=args.precision, fuse=not args.no_fuse,
+                                 onnx_model=onnx_model, **calibration)
+    if skipped:
+        report.ort_skipped = skipped
     return _show_report(report, args.json)
+
+
+def _onnx_for_ort(args, model, directory):
+    """accuracy's ONNX file for the ONNX Runtime comparison (int8 only, unless --no-ort):
+    (path, None), or (None, why there is none)."""
+    if args.precision != "int8" or args.no_ort:
+        return None, None
+    from ..errors import AccelUnsupportedError
+    from ..quantization import ort_baseline
+    from .bench import onnx_file
+
+    reason = ort_baseline.unavailable()
+    if reason:
+        return None, reason
+    source = args.model if parse_model_spec(args.model).kind == "onnx" else None
+    try:
+        with _UserModel(args.model):
+            return onnx_file(model, directory, source), None
+    except AccelUnsupportedError as error:
+        return None, str(error)
 
 
 def cmd_estimate(args) -> int:
@@ -444,7 +475,9 @@ def cmd_bench(args) -> int:
                                  repeat=args.repeat, host_repeat=args.host_repeat,
                                  warmup=args.warmup,
                                  per_layer=args.per_layer or plot_out is not None,
-                                 per_layer_wall=args.per_layer, threads=args.threads)
+                                 per_layer_wall=args.per_layer, threads=args.threads,
+                                 calibration=args.calibration,
+                                 calibration_method=args.calibration_method, seed=args.seed)
     shown = result if args.per_layer else {k: v for k, v in result.items() if k != "layers"}
     print(bench.format_table(shown))
     _write_outputs(result, json_out, plot_out, "plot_bench")
@@ -580,6 +613,9 @@ def _build_commands(sub) -> None:
                     required=True)
     p.add_argument("--inputs", type=_positive, default=16, metavar="M",
                    help="evaluation inputs (default 16)")
+    p.add_argument("--no-ort", action="store_true",
+                   help="int8: leave out the comparison with ONNX Runtime's static int8 "
+                   "quantisation (QDQ, per-channel weights) calibrated on the same inputs")
     _output_args(p, "report")
     p.set_defaults(func=cmd_accuracy)
 
@@ -593,15 +629,23 @@ def _analysis_commands(sub) -> None:
     _output_args(p, "estimate")
     p.set_defaults(func=cmd_estimate)
 
-    p = sub.add_parser("bench", help="fused vs decomposed vs TVM host vs PyTorch, side by side",
+    p = sub.add_parser("bench", help="the simulator (fp32, int8) vs TVM host vs PyTorch vs "
+                       "ONNX Runtime (fp32, int8), side by side",
                        description="Benchmark a model in several modes, interleaved, after "
                        "warm-up: median (min, max) wall time per mode; for the accelerator "
                        "modes the simulated cycles, frames/s, bytes and MAC utilisation. "
-                       "The builds are fp32 (decomposed int8 is not generated): for int8 and "
-                       "fp16 see `estimate --precision` (costs) and `accuracy` (SQNR).")
+                       "fused_int8 is the fused build in int8 (decomposed int8 is not "
+                       "generated); ort_fp32 and ort_int8 are ONNX Runtime on the model's ONNX "
+                       "export, ort_int8 its static QDQ int8 quantisation calibrated on the "
+                       "same inputs as fused_int8. The simulator against ONNX Runtime is "
+                       "printed as ORT time / simulator time: >= 1.00, the simulator is at "
+                       "least as fast. Without onnxruntime the ORT modes are skipped.")
     _model_args(p, fuse=False)
-    p.add_argument("--modes", type=_modes, default=["fused", "decomposed", "host", "pytorch"],
-                   help="comma-separated, among fused,decomposed,host,pytorch (default: all)")
+    from ..quantization import METHODS
+    from .bench import MODES
+
+    p.add_argument("--modes", type=_modes, default=list(MODES),
+                   help=f"comma-separated, among {','.join(MODES)} (default: all)")
     p.add_argument("--repeat", type=_positive, default=10, help="timed runs per mode (10)")
     p.add_argument("--host-repeat", type=_positive, default=3,
                    help="timed runs of the slow TVM host build (3)")
@@ -611,6 +655,13 @@ def _analysis_commands(sub) -> None:
                    "else every CPU)")
     p.add_argument("--per-layer", action="store_true",
                    help="per-layer figures, and every layer timed alone, fused vs decomposed")
+    p.add_argument("--calibration", type=_positive, metavar="N",
+                   help=f"fused_int8 and ort_int8: both calibrate on N random N(0, 1) inputs "
+                   f"(default {DEFAULT_CALIBRATION})")
+    p.add_argument("--calibration-method", choices=METHODS,
+                   help="fused_int8: how activation ranges become scales (default percentile)")
+    p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
+                   help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
     _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_bench)
 

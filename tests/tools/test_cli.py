@@ -238,19 +238,22 @@ def test_bench_json_contract_and_plot(capsys, tmp_path):
     assert status == 0, err
     data = json.loads(out_json.read_text())
     assert data["threads"] == 1
-    assert set(data["modes"]) == {"fused", "decomposed", "host", "pytorch"}
+    assert set(data["modes"]) == {"fused", "decomposed", "host", "pytorch", "fused_int8",
+                                  "ort_fp32", "ort_int8"}, data["skipped"]
+    assert set(data["vs_ort"]) == {"fp32", "int8"}
     for mode, entry in data["modes"].items():
         assert set(entry["wall_ms"]) >= {"median", "min", "max"}, mode
         assert entry["wall_ms"]["min"] <= entry["wall_ms"]["median"] <= entry["wall_ms"]["max"]
-    for mode in ("fused", "decomposed"):
+    for mode in ("fused", "decomposed", "fused_int8"):
         entry = data["modes"][mode]
         for key in ("cycles", "bytes_read", "bytes_written", "frames_per_s", "utilization"):
             assert entry[key] > 0, (mode, key)
     assert data["modes"]["fused"]["bytes_read"] + data["modes"]["fused"]["bytes_written"] < \
         data["modes"]["decomposed"]["bytes_read"] + data["modes"]["decomposed"]["bytes_written"]
     assert out_png.read_bytes()[:8] == PNG_MAGIC
-    for mode in ("fused", "decomposed", "host", "pytorch"):
+    for mode in ("fused", "decomposed", "host", "pytorch", "fused_int8", "ort_fp32", "ort_int8"):
         assert mode in out
+    assert "simulator fp32 (fused) vs ONNX Runtime" in out
 
 
 def test_bench_per_layer(capsys):
