@@ -22,7 +22,8 @@ fast. onnxruntime is optional: without it the ORT modes are skipped, with the re
 
 Each mode is built, warmed up, then timed over ``repeat`` rounds that interleave the modes
 (fused, decomposed, host, pytorch, fused, ...), so that the machine's background load hits them
-alike; the result is the median, min and max wall time per mode. The accelerator modes also
+alike (with more than one thread, each timed run directly after an untimed one of its mode,
+so that thread pools start warm); the result is the median, min and max wall time per mode. The accelerator modes also
 report what the simulator counted for one inference (cycles, frames/s at the configuration's
 clock, bytes read and written, MAC utilisation) and, on request, per layer; with
 ``per_layer_wall`` every layer is also timed alone on the simulator, fused against decomposed.
@@ -305,10 +306,10 @@ def _thread_notes(threads: int) -> Dict[str, str]:
                 "TVMBackendParallelLaunch, so TVM_NUM_THREADS changes nothing)",
         "pytorch": f"torch.set_num_threads({threads})",
         "fused_int8": f"simulator kernels, {threads} thread(s)",
-        "ort_fp32": f"ONNX Runtime CPU: intra_op_num_threads={threads}, inter_op_num_threads=1, "
-                    "ORT_SEQUENTIAL",
-        "ort_int8": f"ONNX Runtime CPU: intra_op_num_threads={threads}, inter_op_num_threads=1, "
-                    "ORT_SEQUENTIAL"}
+        "ort_fp32": f"ONNX Runtime CPU: intra_op_num_threads={threads} (workers not "
+                    "spinning), inter_op_num_threads=1, ORT_SEQUENTIAL",
+        "ort_int8": f"ONNX Runtime CPU: intra_op_num_threads={threads} (workers not "
+                    "spinning), inter_op_num_threads=1, ORT_SEQUENTIAL"}
 
 
 def ort_ratios(modes: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
