@@ -14,6 +14,7 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
     accel-codegen sweep MODEL --macs 64,256,1024,2048 --dram-gbps 1,5,10,20 [--cbuf-kib ...]
                               [--precision P] [--json out.json] [--plot out.png]
     accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--precision P] [--json out.json]
+                                 [--trace out.json] [--trace-plot out.png]
 
 MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
@@ -294,10 +295,7 @@ def cmd_run(args) -> int:
     config = resolve_config(args.config)
     if args.output and Path(args.output).suffix not in (".npy", ".npz"):
         raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
-    for flag, path, suffix in (("--trace", args.trace, ".json"),
-                               ("--trace-plot", args.trace_plot, ".png")):
-        if path is not None and Path(path).suffix != suffix:
-            raise UserError(f"{flag} path '{path}' must end in {suffix}")
+    _check_trace_paths(args)
     import numpy as np
 
     arrays = []
@@ -360,19 +358,37 @@ def cmd_run(args) -> int:
         if t["cycles"]:
             print(f"{config.name} clock: {config.clock_hz / t['cycles']:,.1f} frames/s")
     if traced:
-        _write_trace(prof, config, args.trace, args.trace_plot)
+        from ..errors import AccelInvalidError
+
+        try:
+            trace = prof.chrome_trace(config)
+        except AccelInvalidError as error:  # the library was compiled for another configuration
+            raise UserError(f"--trace: {error} (--config)") from None
+        _write_trace(trace, config, args.trace, args.trace_plot)
     return 0
 
 
-def _write_trace(prof, config, trace_path: Optional[str], plot_path: Optional[str]) -> None:
-    """The run's timeline: the Chrome trace (for Perfetto) and/or its PNG rendering."""
-    from ..errors import AccelInvalidError
+def _check_trace_paths(args) -> None:
+    """--trace and --trace-plot name a .json and a .png (checked before the long work)."""
+    for flag, path, suffix in (("--trace", args.trace, ".json"),
+                               ("--trace-plot", args.trace_plot, ".png")):
+        if path is not None and Path(path).suffix != suffix:
+            raise UserError(f"{flag} path '{path}' must end in {suffix}")
+
+
+def _trace_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--trace", metavar="out.json",
+                   help=f"write {what} in simulated time as a Chrome trace (one track per "
+                   "engine and the memory; open it in ui.perfetto.dev)")
+    p.add_argument("--trace-plot", metavar="out.png",
+                   help="draw the same timeline as a PNG")
+
+
+def _write_trace(trace: dict, config, trace_path: Optional[str],
+                 plot_path: Optional[str]) -> None:
+    """A timeline: the Chrome trace (for Perfetto) and/or its PNG rendering."""
     from ..sim.timeline import save_trace
 
-    try:
-        trace = prof.chrome_trace(config)
-    except AccelInvalidError as error:  # the library was compiled for another configuration
-        raise UserError(f"--trace: {error} (--config)") from None
     runs = trace["otherData"]["runs"]
     if trace_path is not None:
         save_trace(trace, trace_path)
@@ -442,12 +458,16 @@ def _onnx_for_ort(args, model, directory):
 def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
     parse_model_spec(args.model)
+    _check_trace_paths(args)
     from .estimation import estimate
 
     model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
                       fuse=not args.no_fuse)
-    return _show_report(report, args.json)
+    _show_report(report, args.json)
+    if args.trace is not None or args.trace_plot is not None:
+        _write_trace(report.chrome_trace(), config, args.trace, args.trace_plot)
+    return 0
 
 
 def _show_report(report, json_path) -> int:
@@ -595,11 +615,7 @@ def _build_commands(sub) -> None:
     p.add_argument("--precision", choices=GENERATED_PRECISIONS,
                    help="the precision the library was compiled for: checked against what "
                    "its accelerator runs execute (an error if they differ)")
-    p.add_argument("--trace", metavar="out.json",
-                   help="write the run's timeline in simulated time as a Chrome trace (one "
-                   "track per engine and the memory; open it in ui.perfetto.dev)")
-    p.add_argument("--trace-plot", metavar="out.png",
-                   help="draw the same timeline as a PNG")
+    _trace_args(p, "the run's timeline")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("accuracy", help="SQNR of an int8 or fp16 build against fp32",
@@ -627,6 +643,7 @@ def _analysis_commands(sub) -> None:
     _model_args(p)
     _precision_args(p, calibrated=False)
     _output_args(p, "estimate")
+    _trace_args(p, "the estimated timeline (what a profiled run would show)")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("bench", help="the simulator (fp32, int8) vs TVM host vs PyTorch vs "

@@ -1,6 +1,6 @@
 """The timeline of a model: the estimate's Chrome trace is the profiled run's, cycle for cycle
-(fused and decomposed builds); ``accel-codegen run --trace`` writes it; plot_timeline
-draws it."""
+(fused and decomposed builds); ``accel-codegen run --trace`` and ``estimate --trace`` write
+it; plot_timeline draws it."""
 import json
 
 import pytest
@@ -65,6 +65,18 @@ def test_run_writes_the_trace_and_its_plot(capsys, compiled, tmp_path, zoo):
     mod, params, _ = zoo("lenet5").imported
     assert trace == estimate(mod, params, config="nv_full").chrome_trace()
     assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_estimate_command_writes_the_same_trace(capsys, tmp_path, zoo):
+    out_json, out_png = tmp_path / "estimate.json", tmp_path / "estimate.png"
+    status, out, err = run_cli(capsys, "estimate", "lenet5", "--trace", out_json,
+                               "--trace-plot", out_png)
+    assert status == 0, err
+    assert f"wrote {out_json}" in out and out_png.read_bytes()[:8] == PNG_MAGIC
+    mod, params, _ = zoo("lenet5").imported
+    assert json.loads(out_json.read_text()) == estimate(mod, params).chrome_trace()
+    status, _, err = run_cli(capsys, "estimate", "lenet5", "--trace", tmp_path / "t.txt")
+    assert status == 1 and "t.txt' must end in .json" in err, err
 
 
 @pytest.mark.parametrize("argv, message", [
