@@ -19,7 +19,8 @@ from . import _moved
 from .errors import (AccelBufferError, AccelDtypeError, AccelError, AccelInvalidError,
                      AccelLibraryError, AccelMemoryError, AccelNotFoundError, AccelShapeError,
                      AccelUnsupportedError)
-from .sim import AccelConfig, Bdma, Conv, Device, OpStats, Pool, RunStats, Sdp, estimate_chain
+from .sim import (AccelConfig, Bdma, Conv, Device, Lrn, OpStats, Pool, RunStats, Sdp,
+                  estimate_chain)
 from .sim.profiling import Profile, profile
 
 _moved.install()  # old import paths (accel_codegen.ops, .config, ...) of moved modules
@@ -53,6 +54,6 @@ __all__ = [
     "AccelConfig", "AccelError", "AccelInvalidError", "AccelShapeError", "AccelDtypeError",
     "AccelUnsupportedError", "AccelBufferError", "AccelMemoryError", "AccelNotFoundError",
     "AccelLibraryError",
-    "Conv", "Sdp", "Pool", "Bdma", "Device", "OpStats", "RunStats", "estimate_chain",
+    "Conv", "Sdp", "Pool", "Lrn", "Bdma", "Device", "OpStats", "RunStats", "estimate_chain",
     "Profile", "profile", *_LAZY,
 ]
