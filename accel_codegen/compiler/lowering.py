@@ -525,12 +525,11 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
 
 # --- BDMA copies --------------------------------------------------------------------------------
 
-def _channel_axis(expr: relax.Expr, axis: int, what: str) -> int:
+def _channel_axis(expr: relax.Expr, axis: int, what: str) -> None:
     rank = len(static_shape(expr))
     if rank not in (2, 4) or axis % rank != 1:
         raise Unsupported(f"{what} along axis {axis} of a {rank}-D tensor: the BDMA copies "
                           "channel ranges of NCHW or [N, C] data")
-    return rank
 
 
 def _concat(call: relax.Call, lookup: Lookup) -> List[CopySpec]:

@@ -13,7 +13,7 @@ from typing import Iterator, Tuple
 import tvm
 from tvm import relax
 
-from ..sim.labels import run_key, run_label
+from ..sim.labels import copy_part, run_key, run_label
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -71,7 +71,7 @@ def runs(mod: tvm.IRModule) -> Iterator[Run]:
             layer = layer_of(composite)
             if len(layer.copies) > 1:
                 for part, run in enumerate(layer.runs()):
-                    yield Run(run_key(function, index, f"c{part}"), primitive, run)
+                    yield Run(run_key(function, index, copy_part(part)), primitive, run)
             elif layer.branch is not None:
                 yield Run(run_key(function, index, "a"), primitive, layer.branch, branch=True)
                 yield Run(run_key(function, index, "b"), primitive, layer)

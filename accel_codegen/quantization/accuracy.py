@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np

@@ -17,6 +17,11 @@ def run_key(function: int, layer: int, part: str = "") -> str:
     return f"f{function}.{layer}{part}"
 
 
+def copy_part(index: int) -> str:
+    """The key part of copy ``index`` of a layer that makes one BDMA run per copy."""
+    return f"c{index}"
+
+
 def run_label(key: str, primitive: str, branch: bool = False) -> str:
     """The label a run carries: its key and primitive (and "(branch)" for a branch)."""
     return f"{key} {primitive}{' (branch)' if branch else ''}"

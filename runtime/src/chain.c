@@ -41,6 +41,16 @@ static int ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t
   return a_lo < b_lo + b_bytes && b_lo < a_lo + a_bytes;
 }
 
+/* An optional engine (an accel_feature bit) the configuration must have. */
+static accel_status check_engine(const accel_config* cfg, uint32_t feature, const char* engine,
+                                 const char* where) {
+  if (!(cfg->features & feature)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no %s engine", where,
+                      cfg->name, engine);
+  }
+  return ACCEL_OK;
+}
+
 /* The precision must exist, the configuration must have it (fp32 is the reference precision
  * every configuration accepts), and the simulator must implement it. */
 static accel_status check_precision(const accel_config* cfg, accel_precision p, const char* what) {
@@ -424,11 +434,8 @@ static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const c
 }
 static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const char* where) {
   const accel_cdp_desc* d = &r->op->cdp;
-  if (!(cfg->features & ACCEL_FEATURE_CDP)) {
-    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no CDP engine", where,
-                      cfg->name);
-  }
-  accel_status st = check_precision(cfg, d->precision, where);
+  accel_status st = check_engine(cfg, ACCEL_FEATURE_CDP, "CDP", where);
+  if (st == ACCEL_OK) st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
   if (d->precision == ACCEL_INT8) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: precision int8: the simulator's CDP has no "
@@ -462,11 +469,8 @@ static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const c
  * (n, dst_channels, h, w). Last channels in int64: (2^31 - 1) * (2^31 - 1) + 2^31 fits. */
 static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const char* where) {
   const accel_bdma_desc* d = &r->op->bdma;
-  if (!(cfg->features & ACCEL_FEATURE_BDMA)) {
-    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no BDMA engine", where,
-                      cfg->name);
-  }
-  accel_status st = check_precision(cfg, d->precision, where);
+  accel_status st = check_engine(cfg, ACCEL_FEATURE_BDMA, "BDMA", where);
+  if (st == ACCEL_OK) st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
   RANGE("src_offset", d->src_offset, 0, INT32_MAX)
   RANGE("src_stride", d->src_stride, 1, INT32_MAX)

@@ -16,7 +16,7 @@ from tvm import relax
 from ...errors import AccelInvalidError, AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant, quantize_weights
 from ...sim.config import AccelConfig
-from ...sim.labels import run_key, run_label
+from ...sim.labels import copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from ..walk import composite_calls, layer_of
@@ -186,8 +186,8 @@ class FunctionCodegen:
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
         if len(layer.copies) > 1:  # one BDMA run per copy, all into this layer's output
             for part, run in enumerate(layer.runs()):
-                self.quant[var] = self._emit(run, scope, run_key(self.index, index, f"c{part}"),
-                                             name, self.operands[var])
+                key = run_key(self.index, index, copy_part(part))
+                self.quant[var] = self._emit(run, scope, key, name, self.operands[var])
             self._leave(var)
             return
         part = ""
