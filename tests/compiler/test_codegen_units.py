@@ -81,6 +81,9 @@ def test_bias_correction_is_zero_without_means_and_cancels_the_rounding_shift():
 
 def test_clip_and_prelu_converters():
     assert int8.clip_codes((0.0, 6.0), TensorQuant(0.05, -128)) == (-128, -8)
+    with np.errstate(all="raise"):  # torch's one-sided clips: no inf or NaN on the way
+        assert int8.clip_codes((0.0, np.inf), TensorQuant(0.05, -128)) == (-128, 127)
+        assert int8.clip_codes((-np.inf, 6.0), TensorQuant(0.05, 0)) == (-128, 120)
     codes, shift = int8.prelu_converter(np.array([0.25]), 3, "layer")
     assert codes.shape == (3,) and codes[0] / 2 ** shift == 0.25
 

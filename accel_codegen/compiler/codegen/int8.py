@@ -97,9 +97,9 @@ def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: f
 
 
 def clip_codes(clip: Tuple[float, float], out_quant: TensorQuant) -> Tuple[int, int]:
-    """Float CLIP bounds as output codes."""
-    return tuple(int(np.clip(round_half_away(v / out_quant.scale) + out_quant.zero, -128, 127))
-                 for v in clip)
+    """Float CLIP bounds as output codes (an infinite bound, of a one-sided clip, saturates)."""
+    steps = np.clip(np.asarray(clip, np.float64) / out_quant.scale, -256, 256)
+    return tuple(int(np.clip(round_half_away(v) + out_quant.zero, -128, 127)) for v in steps)
 
 
 def prelu_converter(slope: np.ndarray, channels: int, what: str) -> Tuple[np.ndarray, int]:
