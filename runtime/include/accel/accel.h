@@ -39,7 +39,9 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 4,   /* bumped when a struct below changes layout (4: CDP, BDMA) */
+  ACCEL_ABI_VERSION = 5,   /* bumped when a struct below changes layout (4: CDP, BDMA; 5: the
+                            * configuration fields of image input, Winograd, CBUF banks, DRAM,
+                            * SRAM, weight compression and energy) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
