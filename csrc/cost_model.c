@@ -28,6 +28,13 @@
  *   0 thus costs exactly the feature data of a C-channel tensor, a concat of atom-aligned
  *   inputs moves each byte once, and a strided copy (a channel shuffle) pays for every surface
  *   its channels are spread over.
+ * - Energy (accel.h, accel_config's per-action energies): each op's action counts times their
+ *   energies. MACs are the useful ones (idle lanes are not charged). A CONV writes into CBUF the
+ *   bytes it reads from memory (re-reads included); it reads one atomic-C entry of data per
+ *   MAC-array cycle and, per stripe of ACCEL_CONV_STRIPE output positions, every atomic-C x
+ *   atomic-K weight block of its loops once. SDP, PDP, CDP: elements processed (the PDP's and
+ *   CDP's input elements). Every byte read or written counts as DRAM traffic. A run's energy is
+ *   the sum of its ops' in either mode (fusion saves the energy of the bytes it does not move).
  */
 #include <math.h>
 #include <stdint.h>
@@ -149,6 +156,8 @@ static void finish_op(const accel_config* cfg, accel_op_stats* s) {
   s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
   s->memory_cycles = memory_cycles(cfg, s->bytes_read + s->bytes_written);
   s->cycles = s->compute_cycles > s->memory_cycles ? s->compute_cycles : s->memory_cycles;
+  s->dram_energy_pj = (double)(s->bytes_read + s->bytes_written) * cfg->dram_pj_per_byte;
+  s->energy_pj = s->mac_energy_pj + s->cbuf_energy_pj + s->dram_energy_pj + s->engine_energy_pj;
 }
 
 static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
@@ -171,6 +180,19 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
+  /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
+   * per cycle and each weight block of its loops once per stripe of output positions. */
+  const int64_t eb = hw_element_bytes(p);
+  const int64_t weight_blocks = (int64_t)g->groups * ceil_div(c_group, cfg->atomic_c) *
+                                ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  s->cbuf_write_bytes = s->input_bytes + s->weight_bytes;
+  s->cbuf_read_bytes = s->mac_cycles * cfg->atomic_c * eb +
+                       ceil_div(positions, ACCEL_CONV_STRIPE) * weight_blocks * cfg->atomic_c *
+                           atomic_k_at(cfg, p) * eb;
+  s->cbuf_energy_pj = (double)s->cbuf_read_bytes * cfg->cbuf_read_pj_per_byte +
+                      (double)s->cbuf_write_bytes * cfg->cbuf_write_pj_per_byte;
+  s->mac_energy_pj =
+      (double)s->macs * (p == ACCEL_INT8 ? cfg->mac_int8_pj : cfg->mac_fp16_pj);
 }
 
 static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
@@ -194,6 +216,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
   s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
+  s->engine_energy_pj = (double)elements * cfg->sdp_pj_per_element;
   const int64_t per_channel =
       p == ACCEL_INT8 ? 4 * (d->bias != NULL) + 2 * (d->mul != NULL) + (d->rshift != NULL) +
                             2 * (d->act == ACCEL_ACT_PRELU)
@@ -211,6 +234,7 @@ static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on
   const accel_precision p = r->op->pdp.precision;
   snprintf(s->op, sizeof s->op, "%s", g->pool == ACCEL_POOL_MAX ? "pdp:max" : "pdp:avg");
   s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->pdp_throughput);
+  s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->pdp_pj_per_element;
   s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
 }
@@ -221,6 +245,7 @@ static void cost_cdp(const accel_config* cfg, const resolved_op* r, accel_op_sta
   const accel_precision p = r->op->cdp.precision;
   snprintf(s->op, sizeof s->op, "%s", "cdp:lrn");
   s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->cdp_throughput);
+  s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->cdp_pj_per_element;
   s->input_bytes = feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = s->input_bytes;
 }
@@ -300,6 +325,11 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     run->mac_cycles += s->mac_cycles;
     run->bytes_read += s->bytes_read;
     run->bytes_written += s->bytes_written;
+    run->mac_energy_pj += s->mac_energy_pj;
+    run->cbuf_energy_pj += s->cbuf_energy_pj;
+    run->dram_energy_pj += s->dram_energy_pj;
+    run->engine_energy_pj += s->engine_energy_pj;
+    run->energy_pj += s->energy_pj;
     longest_compute = s->compute_cycles > longest_compute ? s->compute_cycles : longest_compute;
     independent_cycles += s->cycles;
   }

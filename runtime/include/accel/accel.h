@@ -58,7 +58,10 @@ enum {
   ACCEL_LABEL_LEN = 64,
   ACCEL_ERROR_LEN = 512,
   ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
-  ACCEL_LUT_LO_ENTRIES = 257   /* and its LO table size (256 intervals) */
+  ACCEL_LUT_LO_ENTRIES = 257,  /* and its LO table size (256 intervals) */
+  ACCEL_CONV_STRIPE = 16       /* output positions that share one weight load in the MAC cells
+                                * (NVDLA's stripe: 16 to 32 atomic operations; the cost model
+                                * charges CBUF weight reads per 16) */
 };
 
 /* Status codes. New values are only ever appended. */
@@ -129,6 +132,21 @@ typedef struct accel_config {
   double dram_bytes_per_s;   /* memory bandwidth shared by all engines */
   uint32_t precisions;       /* bit (1u << accel_precision) set for each hardware precision */
   uint32_t features;         /* accel_feature bits */
+  /* Energy per action, in picojoules (ABI 5), as Accelergy / Timeloop charge it: an op's energy
+   * is the sum over its actions of count x energy (the cost model's accel_op_stats gives each
+   * count). Each >= 0 and finite; 0 leaves that action uncharged. Defaults (config.c) derive
+   * from Horowitz, "Computing's energy problem", ISSCC 2014, 45 nm at 0.9 V; docs/energy.md
+   * shows the arithmetic. */
+  double mac_int8_pj;        /* one int8 multiply-accumulate (8-bit multiply, int32 add) */
+  double mac_fp16_pj;        /* one 16-bit MAC (fp16 multiply, fp32 add); fp32 (the reference
+                              * precision, charged as fp16) and int16 are charged this */
+  double cbuf_read_pj_per_byte;  /* CBUF read: the CONV's data and weight fetches from it */
+  double cbuf_write_pj_per_byte; /* CBUF write: every byte the CONV brings in from memory */
+  double dram_pj_per_byte;   /* every byte read from or written to DRAM (BDMA copies included) */
+  double sram_pj_per_byte;   /* every byte over the secondary memory interface (on-chip SRAM) */
+  double sdp_pj_per_element; /* one element through the SDP (scale/shift, element-wise, act) */
+  double pdp_pj_per_element; /* one input element through the PDP */
+  double cdp_pj_per_element; /* one element through the CDP */
 } accel_config;
 
 /* A tensor in memory: dense NCHW, element type `precision`. 2-D data [N, C] uses h = w = 1. */
@@ -389,6 +407,18 @@ typedef struct accel_op_stats {
   int64_t bytes_written;     /* 0 when the result goes on the fly to the next engine */
   int64_t memory_cycles;     /* (bytes_read + bytes_written) at the DRAM bandwidth */
   int64_t cycles;            /* max(compute_cycles, memory_cycles) */
+  /* Energy (ABI 5; picojoules, the configuration's per-action energies times these counts). A
+   * CONV writes into CBUF every byte it reads from memory (input_bytes + weight_bytes) and
+   * reads from CBUF, per MAC-array cycle, one atomic-C entry of data (atomic_c elements) and,
+   * once per stripe of ACCEL_CONV_STRIPE output positions, each atomic-C x atomic-K weight
+   * block the cycles use (the MAC cells hold it for the stripe). Other engines touch no CBUF. */
+  int64_t cbuf_read_bytes;   /* CONV: data + weight bytes read from CBUF */
+  int64_t cbuf_write_bytes;  /* CONV: input + weight bytes written into CBUF */
+  double mac_energy_pj;      /* macs x mac_<precision>_pj (idle lanes are not charged) */
+  double cbuf_energy_pj;     /* the CBUF reads and writes */
+  double dram_energy_pj;     /* (bytes_read + bytes_written) x dram_pj_per_byte */
+  double engine_energy_pj;   /* SDP / PDP / CDP elements processed x the engine's energy */
+  double energy_pj;          /* the sum of the above */
 } accel_op_stats;
 
 /* Cost of one run (one chain). FUSED: the engines overlap, so cycles is the long pole of every
@@ -403,6 +433,9 @@ typedef struct accel_run_stats {
   int64_t bytes_written;
   int64_t cycles;
   double utilization;        /* macs / (mac_cycles * MACs the array has at this precision) */
+  /* ABI 5: the sums of the ops' energies (picojoules), in either mode */
+  double mac_energy_pj, cbuf_energy_pj, dram_energy_pj, engine_energy_pj;
+  double energy_pj;
 } accel_run_stats;
 
 /* ---- configurations -------------------------------------------------------------------- */
@@ -451,6 +484,23 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
                             const accel_tensor* input, const accel_tensor* output,
                             accel_mode mode, accel_run_stats* run_stats,
                             accel_op_stats* op_stats);
+
+/* One chain of a batch estimate (ABI 5): its ops, input and output shapes (data unused), mode. */
+typedef struct accel_chain {
+  const accel_op* ops;
+  int32_t num_ops;
+  accel_tensor input;
+  accel_tensor output;
+  accel_mode mode;
+} accel_chain;
+
+/* accel_estimate for each of `num_chains` chains on one configuration, in one call (a sweep
+ * costs a whole model per configuration this way). run_stats: num_chains records; op_stats
+ * (may be NULL): the chains' ops one after another. On failure nothing after the failing chain
+ * is written and the message names the chain's index. */
+accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* chains,
+                                   int32_t num_chains, accel_run_stats* run_stats,
+                                   accel_op_stats* op_stats);
 
 /* INT8 or FP16 CONV weights prepared for the simulator's kernel (accel_conv_desc.weights_packed):
  * INT8 in the kernel's layout, FP16 widened to fp32.
