@@ -143,7 +143,12 @@ def test_run_bench_on_a_relax_module_skips_pytorch(zoo):
                        progress=False, per_layer=True)
     assert set(result["modes"]) == {"fused", "decomposed"}
     assert "pytorch" in result["skipped"]
-    assert result["modes"]["fused"]["cycles"] == estimate(mod, params).total_cycles
+    report = estimate(mod, params)
+    fused, decomposed = result["modes"]["fused"], result["modes"]["decomposed"]
+    assert fused["cycles"] == report.total_cycles
+    assert fused["energy_pj"] == report.total_energy_pj
+    assert fused["frames_per_joule"] == report.frames_per_joule
+    assert decomposed["energy_pj"] > fused["energy_pj"]  # the intermediates' DRAM traffic
     assert len(result["layers"]) == 5
     assert "skipped" in format_table(result)
 
