@@ -333,3 +333,14 @@ def test_a_batch_of_chains_costs_each_as_alone_and_names_a_failing_chain():
         ([Sdp(ew_op="add", operand=SHAPE_ONLY)], (1, 8, 4, 4), "fused")], "fp32")
     with pytest.raises(AccelUnsupportedError, match="chain 2: .*element-wise"):
         with_add.estimate("nv_small")  # nv_small has no element-wise unit
+
+
+def test_estimate_chains_refuses_bad_arguments():
+    from accel_codegen._accel_ffi import ffi, lib
+
+    config = AccelConfig.preset("nv_full").to_c()
+    runs = ffi.new("accel_run_stats[]", 1)
+    assert lib.accel_estimate_chains(config, ffi.NULL, -1, runs, ffi.NULL) == lib.ACCEL_ERR_INVALID
+    assert "num_chains = -1" in ffi.string(lib.accel_last_error()).decode()
+    assert lib.accel_estimate_chains(config, ffi.NULL, 1, runs, ffi.NULL) == lib.ACCEL_ERR_NULL
+    assert lib.accel_estimate_chains(config, ffi.NULL, 0, ffi.NULL, ffi.NULL) == lib.ACCEL_OK
