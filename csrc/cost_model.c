@@ -12,6 +12,19 @@
  *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
  * - SDP, PDP and CDP cost elements / throughput; an SDP that uses the element-wise or LUT unit
  *   runs at the slower of its two units' rates. The CDP always reads and writes memory.
+ * - Image input (pixel_format, NVDLA's image mode for the first layer): the input is read as
+ *   pixels, a pixel's channels packed together (1, 4 or 8 bytes) and each line padded to a
+ *   memory atom, instead of a whole atom per position. MAC cycles as NVDLA's convolution
+ *   pipeline computes image input: channel pre-extension folds a kernel row (S pixels of the
+ *   format's P channels, the unused 4th included) into one channel of S x P elements, and
+ *   channel post-extension stacks L = 4 or 2 kernel rows more into it when L x S x P and
+ *   L x stride_w x P fit in atomic C (NVDLA's limits: 16 and 32 of atomic C 64); a kernel row
+ *   group that runs past the kernel costs a whole atomic operation (the hardware drops the
+ *   extra lines). Every output position costs ceil(R / L) x ceil(L x S x P / atomic_c) x
+ *   ceil(K / atomic_k) cycles: the 7x7 RGB stem takes 4 where direct convolution takes 49.
+ * - Multi-batch (multi_batch, fully connected layers): the weights stream through once for up
+ *   to ACCEL_MAX_BATCH images whose input vectors CBUF holds together beside one atomic-K group
+ *   of kernels; without it each image fetches the weights again.
  * - FUSED: the intermediates between engines stay on chip and the engines work in a pipeline, so
  *   the chain costs the long pole of every engine's compute and all of its memory traffic.
  *   INDEPENDENT: every op reads its input and writes its output, one op after the other, except
@@ -61,6 +74,13 @@ int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision pre
 /* Bytes of one (n, h, w) position's channels, padded to whole memory atoms. */
 static int64_t position_bytes(const accel_config* cfg, int64_t channels, accel_precision p) {
   return ceil_div(channels * hw_element_bytes(p), cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
+}
+
+/* Bytes of one input line as the CONV reads it: pixels packed (image input) or positions of
+ * atom-padded channels (feature data). */
+static int64_t input_row_bytes(const accel_config* cfg, const conv_geometry* g, accel_precision p) {
+  if (g->pixel_bytes == 0) return (int64_t)g->w * position_bytes(cfg, g->c, p);
+  return ceil_div((int64_t)g->w * g->pixel_bytes, cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
 }
 
 static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int64_t h, int64_t w,
@@ -115,7 +135,7 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_pr
                        int64_t* input_bytes, int64_t* weight_bytes) {
   const int64_t eb = hw_element_bytes(p);
   const int64_t cbuf = cfg->cbuf_bytes;
-  const int64_t row_bytes = (int64_t)g->w * position_bytes(cfg, g->c, p);
+  const int64_t row_bytes = input_row_bytes(cfg, g, p);
   int64_t one_slice = 1;
   /* The rows the convolution reads at all (a strided 1x1 skips some): the once-only cost. */
   const int64_t image = sliced_input_reads(g, row_bytes, INT64_MAX, &one_slice);
@@ -131,8 +151,11 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_pr
     *input_bytes = image * g->n;
     *weight_bytes = weights;
   } else if (image + min_weights <= cbuf) {
+    /* Multi-batch: as many images as CBUF holds beside the kernels share one weight fetch. */
+    int64_t batch = g->multi_batch ? (cbuf - min_weights) / image : 1;
+    batch = batch < ACCEL_MAX_BATCH ? batch : ACCEL_MAX_BATCH;
     *input_bytes = image * g->n;
-    *weight_bytes = weights * g->n;
+    *weight_bytes = weights * ceil_div(g->n, batch);
   } else if (weights + min_rows <= cbuf) {
     *input_bytes = sliced_input_reads(g, row_bytes, cbuf - weights, &slices) * g->n;
     *weight_bytes = weights;
@@ -166,11 +189,21 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   const accel_precision p = r->op->conv.precision;
   const int64_t c_group = g->c / g->groups, k_group = g->k / g->groups;
   const int64_t positions = (int64_t)g->n * g->out_h * g->out_w;
-  snprintf(s->op, sizeof s->op, "%s", g->groups == 1 ? "conv2d" :
+  snprintf(s->op, sizeof s->op, "%s", g->pixel_bytes ? "conv2d_image" :
+           g->multi_batch ? "conv2d_batch" : g->groups == 1 ? "conv2d" :
            (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
   s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
-  s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
-                  ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  if (g->pixel_bytes) {
+    const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
+    const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
+    int64_t lines = 4;
+    while (lines > 1 && (lines * row > cfg->atomic_c || lines * step > cfg->atomic_c)) lines /= 2;
+    s->mac_cycles = positions * ceil_div(g->kernel_h, lines) *
+                    ceil_div(lines * row, cfg->atomic_c) * ceil_div(g->k, atomic_k_at(cfg, p));
+  } else {
+    s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
+                    ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  }
   s->compute_cycles = s->mac_cycles;
   int64_t once_input = 0, once_weights = 0;
   conv_reads(cfg, g, p, &s->input_bytes, &s->weight_bytes);

@@ -68,11 +68,19 @@ class CostTotals:
         return dataclasses.asdict(self)
 
 
+#: CONV modes a run's engines name (the op names of accel_op_stats that mark them).
+CONV_MODES = {"conv2d_image": "image", "conv2d_batch": "batch"}
+
+
 def engine_names(record) -> str:
-    """The engines of a run, e.g. "CONV+SDP+PDP": a record's ``engines`` text, else the
-    engines of its per-op records (``ops``, as in :class:`~accel_codegen.RunStats`)."""
+    """The engines of a run, e.g. "CONV+SDP+PDP" or "CONV(image)+SDP" (a CONV in a mode of
+    :data:`CONV_MODES`): a record's ``engines`` text, else the engines of its per-op records
+    (``ops``, as in :class:`~accel_codegen.RunStats`)."""
     engines = getattr(record, "engines", None)
-    return engines if isinstance(engines, str) else "+".join(op.engine for op in record.ops)
+    if isinstance(engines, str):
+        return engines
+    return "+".join(op.engine + (f"({CONV_MODES[name]})" if name in CONV_MODES else "")
+                    for op in record.ops for name in [getattr(op, "op", "")])
 
 
 def energy_line(totals: CostTotals) -> str:

@@ -136,7 +136,7 @@ def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None])
         runs = {}
         for name, fuse in (("fused", True), ("decomposed", False)):
             mode = "fused" if layer.fused(fuse) else "independent"
-            ops = _materialise(layer.engine_ops(fuse), layer.in_shape, config, mode, rng)
+            ops = _materialise(layer.engine_ops(fuse, config=config), layer.in_shape, config, mode, rng)
             out = np.empty(device.output_shape(ops, layer.in_shape, mode=mode), np.float32)
             device.run(ops, x, mode=mode, out=out)  # warm-up
             runs[name] = (ops, mode, out)

@@ -169,7 +169,7 @@ class EstimateReport:
                  f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
                  f"layers, {self.host_ops} host operators")
-        table = cost_table(self.layers, engines_width=12, utilization_total=self.utilization)
+        table = cost_table(self.layers, engines_width=19, utilization_total=self.utilization)
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "
@@ -261,7 +261,8 @@ class _LoweredModel:
         for label, primitive, layer in _layers(matched):
             mode = "fused" if layer.fused(fuse) else "independent"
             runs.append((label, primitive))
-            chains.append((layer.engine_ops(fuse, precision), layer.in_shape, mode))
+            chains.append((layer.engine_ops(fuse, precision, config), layer.in_shape,
+                           mode))
         return cls(runs, ChainBatch(config, chains, precision), _host_ops(matched), precision,
                    fuse)
 

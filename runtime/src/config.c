@@ -23,6 +23,11 @@
  *   pdp_pj_per_element a 32-bit add (a max compares: charged as an add)           = 0.9
  *   cdp_pj_per_element square 3.7 + window sum in and out 2 x 0.9 + the scaling multiply 3.7
  *                      = 9.2 (the power's lookup table is not charged)
+ *
+ * Image input: every preset (the CDMA's image path, cdma/NV_NVDLA_CDMA_img.v, is in every
+ * configuration's RTL; no spec switch removes it). Multi-batch: nv_full only (nv_large.spec and
+ * nv_small.spec define BATCH_DISABLE; nvdla/sw's TargetConfig gives batch mode to nv_full, with
+ * a maximum batch of 32).
  */
 #include <math.h>
 #include <string.h>
@@ -41,19 +46,22 @@ static const accel_config presets[] = {
     {.name = "nv_small", .atomic_c = 8, .atomic_k = 8, .cbuf_bytes = 128 * 1024,
      .memory_atom_bytes = 8, .sdp_throughput = 1, .sdp_ew_throughput = 1, .pdp_throughput = 1,
      .cdp_throughput = 1, .clock_hz = 1e9, .dram_bytes_per_s = 2e9,
-     .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP, ENERGY_45NM(1.25)},
+     .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP | ACCEL_FEATURE_IMAGE_INPUT,
+     ENERGY_45NM(1.25)},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
      .precisions = BIT(ACCEL_INT8),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK |
-                 ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA, ENERGY_45NM(2.5)},
+                 ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA | ACCEL_FEATURE_IMAGE_INPUT,
+     ENERGY_45NM(2.5)},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
      .precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_WINOGRAD |
-                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA,
+                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
+                 ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH,
      ENERGY_45NM(2.5)},
 };
 
@@ -135,7 +143,8 @@ accel_status accel_config_validate(const accel_config* cfg) {
   }
   const uint32_t known_features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE |
                                   ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK |
-                                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA;
+                                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
+                                  ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH;
   if ((cfg->features & ~known_features) != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: features = 0x%x has unknown bits",
                       cfg->name, cfg->features);

@@ -50,6 +50,8 @@ enum {
   ACCEL_MAX_POOL_KERNEL = 8,   /* PDP window per side */
   ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
   ACCEL_MAX_CDP_LOCAL_SIZE = 9,/* CDP window: NVDLA normalises over 3, 5, 7 or 9 channels */
+  ACCEL_MAX_BATCH = 32,        /* CONV multi-batch: images sharing one weight fetch (NVDLA's
+                                * MAX_BATCH_SIZE_32) */
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
   ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
   ACCEL_MAX_SHIFT = 62,        /* INT8 converter shifts: 0..ACCEL_MAX_SHIFT */
@@ -113,7 +115,9 @@ typedef enum accel_feature {
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
   ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
   ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
-  ACCEL_FEATURE_BDMA = 32       /* BDMA engine: channel copies (nv_small's spec disables it) */
+  ACCEL_FEATURE_BDMA = 32,      /* BDMA engine: channel copies (nv_small's spec disables it) */
+  ACCEL_FEATURE_IMAGE_INPUT = 64, /* CONV image-input mode: pixel formats (ABI 5) */
+  ACCEL_FEATURE_BATCH = 128     /* CONV multi-batch mode for fully connected layers (ABI 5) */
 } accel_feature;
 
 /* A hardware configuration. Presets come from accel_config_preset(); any other values a user
@@ -171,6 +175,21 @@ typedef enum accel_engine {
  *       * weights[k][c][r][s],      g = k / (K/groups), input outside the image reads as 0
  *   out_h = (H + pad_top + pad_bottom - dilation_h*(kernel_h-1) - 1) / stride_h + 1 (same for w)
  * The sum runs in the precision's accumulator (fp32 for FP32/FP16, int32 for INT8). */
+/* CONV input formats (accel_conv_desc.pixel_format). NONE is feature data, the format every
+ * engine writes: each (n, h, w) position's channels padded to whole memory atoms. The others
+ * are NVDLA's pixel formats for image input (the CDMA's image path): a pixel's channels packed
+ * together, lines padded to a memory atom. Pixel bytes / channels the format holds / precision:
+ *   R8               1 B,  1 channel,  INT8
+ *   A8B8G8R8         4 B,  4 channels, INT8  (a 3-channel image leaves the 4th unused)
+ *   A16B16G16R16_F   8 B,  4 channels, FP16 (and FP32, the reference, charged as FP16) */
+typedef enum accel_pixel_format {
+  ACCEL_PIXEL_NONE = 0,
+  ACCEL_PIXEL_R8 = 1,
+  ACCEL_PIXEL_A8B8G8R8 = 2,
+  ACCEL_PIXEL_A16B16G16R16_F = 3,
+  ACCEL_PIXEL_COUNT          /* not a format: the number of them (stays last) */
+} accel_pixel_format;
+
 typedef struct accel_conv_desc {
   int32_t out_c;             /* K, output channels; a multiple of groups */
   int32_t kernel_h, kernel_w;/* R, S >= 1 */
@@ -190,6 +209,20 @@ typedef struct accel_conv_desc {
   /* ABI 3 */
   size_t weights_packed_bytes; /* size of the weights_packed buffer (0 when it is NULL); a
                               * run refuses a buffer smaller than the packing needs */
+  /* ABI 5 */
+  accel_pixel_format pixel_format; /* image-input mode (ACCEL_FEATURE_IMAGE_INPUT): the input is
+                              * pixel data. Same result as direct convolution; the tensor in host
+                              * memory stays NCHW like every tensor (host memory stands in for
+                              * DRAM; the layout is the cost model's). Limits, as NVDLA's: the
+                              * first op of its run (it reads the run's input), input channels
+                              * <= the format's, the format's precision, groups 1, no dilation,
+                              * not with multi_batch. NVDLA folds the kernel width into the
+                              * channels (pre-extension: S x channels) and, where they fit,
+                              * 2 or 4 kernel rows more (post-extension): see cost_model.c */
+  int32_t multi_batch;       /* 0 or 1 (ACCEL_FEATURE_BATCH): a fully connected layer (1x1
+                              * kernel on a 1x1 input) fetches its weights once for up to
+                              * ACCEL_MAX_BATCH images held in CBUF together (NVDLA's multi-batch
+                              * mode); same result, fewer weight reads (see cost_model.c) */
 } accel_conv_desc;
 
 typedef enum accel_eltwise {
