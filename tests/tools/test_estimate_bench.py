@@ -7,6 +7,7 @@ from accel_codegen import AccelConfig, AccelInvalidError, AccelUnsupportedError
 from accel_codegen.bench import format_table, run_bench
 from accel_codegen.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
                                       sweep_configs)
+from accel_codegen.sim.costs import engine_names
 from conftest import run_main
 
 
@@ -32,6 +33,41 @@ def test_estimate_equals_a_profiled_run_of_resnet18(zoo):
           r.ops) for r in prof.records]
     assert report.host_ops == 0
     assert report.frames_per_s == pytest.approx(1e9 / report.total_cycles)
+    # The stem reads the function's 3-channel input: image input, in the estimate and the run.
+    assert report.layers[0].engines == "CONV(image)+SDP+PDP" == engine_names(prof.records[0])
+    assert all("(image)" not in layer.engines for layer in report.layers[1:])
+
+
+def test_the_code_generator_picks_image_input_and_multi_batch_where_the_config_has_them():
+    """LeNet-5 on a batch of 4 (int8), on nv_full with a 16 KiB CBUF (so that fc1's 48,000
+    weight bytes do not fit): its first conv reads the 1-channel input as R8 pixels, its three
+    dense layers fetch their weights once for the four images; without the batch feature each
+    image fetches fc1's again. The built run computes what PyTorch does, and its profile is
+    the estimate, cycle for cycle (the generated C sets the fields the estimate assumed)."""
+    from accel_codegen import frontend, models
+    from accel_codegen.sim.config import AccelConfig
+    from conftest import random_inputs, sqnr, torch_forward
+
+    model, (x,) = models.get_model("lenet5", batch=4)
+    mod, params = frontend.from_pytorch(model, (x,))
+    calibration = random_inputs(tuple(x.shape), 4, seed=5)
+    config = AccelConfig.preset("nv_full").replace(name="cbuf16k", cbuf_bytes=16 * 1024)
+    single = config.replace(name="cbuf16k_single", features=tuple(
+        f for f in config.features if f != "batch"))
+    batched = estimate(mod, params, config=config, precision="int8")
+    assert [layer.engines.split("+")[0] for layer in batched.layers] == \
+        ["CONV(image)", "CONV", "CONV(batch)", "CONV(batch)", "CONV(batch)"]
+    unbatched = estimate(mod, params, config=single, precision="int8")
+    assert [layer.engines.split("+")[0] for layer in unbatched.layers] == \
+        ["CONV(image)", "CONV", "CONV", "CONV", "CONV"]
+    assert unbatched.layers[2].bytes_read - batched.layers[2].bytes_read == 3 * 400 * 120
+    exe = ac.build(mod, params, config=config, precision="int8", calibration=calibration)
+    vm = ac.virtual_machine(exe)
+    with ac.profile() as prof:
+        y = run_main(vm, x.numpy())
+    assert [(layer.label, layer.cycles, layer.bytes_read) for layer in batched.layers] == \
+        [(r.label, r.cycles, r.bytes_read) for r in prof.records]
+    assert sqnr(y, torch_forward(model, x)) > 25
 
 
 @pytest.mark.parametrize("config", ["nv_small", "nv_large"])
