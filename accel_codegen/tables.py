@@ -69,7 +69,7 @@ def render_table(columns: Sequence[Column], rows: Sequence[Row],
     return "\n".join(lines)
 
 
-def cost_table(records: Sequence, *, engines_width: int = 19, modes: bool = False,
+def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = False,
                utilization_total: Optional[float] = None) -> str:
     """The per-layer cost table of a profile or an estimate, with a totals row.
 
