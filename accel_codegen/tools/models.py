@@ -1,39 +1,27 @@
 """A model zoo in plain PyTorch, for exercising the frontends and the offload flow.
 
 Every model is built from a fixed seed (the same seed gives bit-identical weights and inputs
-with the same torch build and thread count), put in eval mode, and initialised in one of two
-ways; each zoo function registers its way with ``_build(..., realistic_init=...)``. Both
-share one initialisation path (:func:`_init_weights`):
+with the same torch build), put in eval mode, and initialised realistically, as after
+training (:func:`_init_weights`, then :func:`_measure_batch_norm_statistics`):
 
 * convolution and linear weights are drawn from N(0, 2 / fan_in) (He / Kaiming, fan-in
   mode), so activations keep a second moment of O(1) through deep ReLU stacks; biases
   are drawn from N(0, 0.1);
 * batch-norm affine parameters are non-trivial (``weight ~ U(0.5, 1.5)``,
   ``bias ~ N(0, 0.1)``), so a frontend or backend that drops or mis-folds batch norm
-  produces visibly wrong numbers; layer-norm affine parameters are randomised the same way.
+  produces visibly wrong numbers; layer-norm affine parameters are randomised the same way;
+* batch-norm running statistics are those of the activations. They are measured in one
+  forward pass in eval mode over :func:`calibration_input` (a batch of
+  :data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a
+  stream of its own), each batch norm's set from its input just before it runs, so that it
+  normalises what it will see in eval mode to per-channel mean 0 and variance 1 (statistics
+  accumulated in train mode would be measured on inputs that upstream batch norms had
+  normalised with batch statistics instead);
+* nothing is scaled to tame the activations: a residual branch adds its full variance.
 
-**Realistic** (``mobilenet_v2``, ``efficientnet_b0``, ``mobilenet_v3_small``,
-``densenet121``, ``googlenet``, ``shufflenet_v2``, ``squeezenet1_1``, ``alexnet_lrn``,
-``googlenet_lrn``): the
-batch-norm running statistics are those of the activations, as after training. They are
-measured in one forward pass in eval mode over :func:`calibration_input` (a batch of
-:data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a stream
-of its own), each batch norm's set from its input just before it runs, so that it normalises
-what it will see in eval mode to per-channel mean 0 and variance 1 (statistics accumulated in
-train mode would be measured on inputs that upstream batch norms had normalised with batch
-statistics instead). Nothing is scaled to tame the activations.
-
-**Legacy** (``lenet5``, ``resnet18``, ``resnet50``, ``vgg11_bn``, ``mobilenet_v1``,
-``mixed_block``): kept unchanged until their own re-initialisation (another issue) so that
-their reference figures stay comparable. Batch-norm running statistics are random
-(``running_mean ~ N(0, 0.1)``, ``running_var ~ U(0.5, 1.5)``). Because those statistics do
-not match the actual activations, batch norm does not normalise anything: on average it
-multiplies the variance by E[gamma^2] E[1 / var] = (13/12) ln 3 ~ 1.19. A convolution that
-feeds a batch norm is scaled down by the square root of that, and the last convolution of
-every residual branch is also scaled by :data:`RESIDUAL_BRANCH_GAIN` (like "zero-init
-residual", without zeroing the branch), since each ``x + branch(x)`` adds variance. With
-seeds 0-3 the logits of every legacy model have a standard deviation between 0.5 and 10 (the
-realistic ones: 0.27-2.2).
+Such random networks are chaotic (a perturbation of the input grows layer after layer), so
+quantisation error on them is an upper bound of what trained weights see; absolute accuracy
+is judged on a trained model (``examples/digits.py``).
 
 The models follow the published architectures, the newer ones torchvision's module layout
 and op order (state-dict keys included, parameter counts equal); the deliberate deviations
@@ -62,39 +50,27 @@ from ..errors import AccelInvalidError
 __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resnet50",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
-           "alexnet_lrn", "googlenet_lrn", "RESIDUAL_BRANCH_GAIN", "CALIBRATION_BATCH", "calibration_input"]
+           "alexnet_lrn", "googlenet_lrn", "CALIBRATION_BATCH", "calibration_input"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
 ModelAndInputs = tuple[nn.Module, tuple[torch.Tensor, ...]]
-
-#: Scale applied to the last convolution of every residual branch (see module docstring).
-RESIDUAL_BRANCH_GAIN = 0.3
-
-# E[gamma^2] * E[1 / running_var] for gamma, running_var ~ U(0.5, 1.5): (13/12) * ln 3. With
-# stats that do not match the activations, each batch norm multiplies the variance by about this.
-_BN_VARIANCE_GAIN = 13.0 / 12.0 * math.log(3.0)
 
 # Inputs and weights use separate streams, so changing the model never changes its inputs.
 _INPUT_STREAM = 0x5EED
 # The batch-norm calibration batch has a stream of its own too (see calibration_input).
 _CALIBRATION_STREAM = 0xCA11B
 
-#: Samples in the batch a realistic model's batch-norm statistics are measured on.
+#: Samples in the batch a model's batch-norm statistics are measured on.
 CALIBRATION_BATCH = 4
 
 
 # --------------------------------------------------------------------------------------
 # Initialisation
 # --------------------------------------------------------------------------------------
-def _init_weights(model: nn.Module, gen: torch.Generator, *, realistic: bool) -> None:
-    """Overwrite every parameter of ``model`` from ``gen``; with the legacy initialisation
-    (``realistic=False``) also the batch-norm statistics, and tame the activations.
-
-    Both initialisations draw the same parameters in the same order (module order: a conv or
-    linear layer's weight then bias, a norm's weight then bias); the legacy one also draws
-    each batch norm's running mean and variance right after its affine parameters. The
-    realistic one leaves the statistics to :func:`_measure_batch_norm_statistics`.
-    """
+def _init_weights(model: nn.Module, gen: torch.Generator) -> None:
+    """Overwrite every parameter of ``model`` from ``gen``, in module order (a conv or linear
+    layer's weight then bias, a norm's weight then bias). Batch-norm running statistics are
+    left to :func:`_measure_batch_norm_statistics`."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)):
@@ -107,30 +83,14 @@ def _init_weights(model: nn.Module, gen: torch.Generator, *, realistic: bool) ->
                 c = module.num_features
                 module.weight.copy_(torch.rand(c, generator=gen) + 0.5)
                 module.bias.copy_(torch.randn(c, generator=gen) * 0.1)
-                if not realistic:
-                    module.running_mean.copy_(torch.randn(c, generator=gen) * 0.1)
-                    module.running_var.copy_(torch.rand(c, generator=gen) + 0.5)
             elif isinstance(module, nn.LayerNorm):
                 shape = module.normalized_shape
                 module.weight.copy_(torch.rand(shape, generator=gen) + 0.5)
                 module.bias.copy_(torch.randn(shape, generator=gen) * 0.1)
-        if realistic:
-            return
-        # A conv feeding a batch norm is scaled down by the norm's expected variance gain.
-        previous = None
-        for module in model.modules():
-            if (isinstance(module, nn.BatchNorm2d) and isinstance(previous, nn.Conv2d)
-                    and previous.out_channels == module.num_features):
-                previous.weight.mul_(1.0 / math.sqrt(_BN_VARIANCE_GAIN))
-            previous = module
-        for module in model.modules():
-            last = getattr(module, "branch_last_conv", None)
-            if last is not None:
-                getattr(module, last).weight.mul_(RESIDUAL_BRANCH_GAIN)
 
 
 def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """The batch a realistic model's batch-norm statistics are measured on: N(0, 1), the
+    """The batch a model's batch-norm statistics are measured on: N(0, 1), the
     example input's distribution, :data:`CALIBRATION_BATCH` samples of ``input_shape``
     (without the batch dimension), from its own stream of ``seed`` (so neither the example
     input nor the ``batch`` asked for changes the weights)."""
@@ -189,13 +149,9 @@ def _measure_batch_norm_statistics(model: nn.Module, x: torch.Tensor) -> None:
 
 
 def _build(factory: Callable[[], nn.Module], input_shape: tuple[int, ...], batch: int,
-           seed: int, *, realistic_init: bool) -> ModelAndInputs:
-    """Construct, initialise and freeze a model, and draw its example input.
-
-    ``realistic_init`` is each zoo function's registration of its initialisation: False for
-    the legacy one (random batch-norm statistics and the taming gains, see the module
-    docstring), True for He weights with batch-norm statistics measured on
-    :func:`calibration_input` and nothing scaled.
+           seed: int) -> ModelAndInputs:
+    """Construct, initialise (He weights, batch-norm statistics measured on
+    :func:`calibration_input`) and freeze a model, and draw its example input.
 
     The global torch RNG is forked, so building a model leaves the caller's RNG state
     untouched (the constructors' default initialisers draw from it before we overwrite).
@@ -207,9 +163,8 @@ def _build(factory: Callable[[], nn.Module], input_shape: tuple[int, ...], batch
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = factory()
-        _init_weights(model, torch.Generator().manual_seed(seed), realistic=realistic_init)
-        if realistic_init:
-            _measure_batch_norm_statistics(model, calibration_input(input_shape, seed))
+        _init_weights(model, torch.Generator().manual_seed(seed))
+        _measure_batch_norm_statistics(model, calibration_input(input_shape, seed))
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -250,7 +205,7 @@ class LeNet5(nn.Module):
 def lenet5(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """LeNet-5 on a 1x32x32 input: conv5x5(6) - pool - conv5x5(16) - pool - fc 120/84/10. Input
     (batch, 1, 32, 32); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(LeNet5, (1, 32, 32), batch, seed, realistic_init=False)
+    return _build(LeNet5, (1, 32, 32), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -260,7 +215,6 @@ class BasicBlock(nn.Module):
     """Two 3x3 conv-BN layers with an identity or 1x1-conv-BN shortcut."""
 
     expansion = 1
-    branch_last_conv = "conv2"  # a name, not a module: an alias would duplicate state_dict keys
 
     def __init__(self, cin: int, width: int, stride: int = 1):
         super().__init__()
@@ -282,7 +236,6 @@ class Bottleneck(nn.Module):
     """1x1 reduce, 3x3 (strided), 1x1 expand (x4), each conv followed by BN."""
 
     expansion = 4
-    branch_last_conv = "conv3"
 
     def __init__(self, cin: int, width: int, stride: int = 1):
         super().__init__()
@@ -333,15 +286,13 @@ class ResNet(nn.Module):
 def resnet18(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """ResNet-18 (basic blocks, [2, 2, 2, 2]) on a 3x224x224 input, 1000 classes. Input (batch,
     3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (3, 224, 224), batch, seed,
-                  realistic_init=False)
+    return _build(lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (3, 224, 224), batch, seed)
 
 
 def resnet50(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """ResNet-50 (bottleneck blocks, [3, 4, 6, 3]) on a 3x224x224 input, 1000 classes. Input
     (batch, 3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(lambda: ResNet(Bottleneck, [3, 4, 6, 3]), (3, 224, 224), batch, seed,
-                  realistic_init=False)
+    return _build(lambda: ResNet(Bottleneck, [3, 4, 6, 3]), (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -385,7 +336,7 @@ def vgg11_bn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     its hidden layers have 512 units instead of 4096: 22.8 M parameters (91 MB) instead of 133 M
     (531 MB). Dropout is the identity in eval mode. Input (batch, 3, 224, 224); ``batch`` and
     ``seed`` as for :func:`get_model`."""
-    return _build(lambda: VGG(_VGG11_CFG), (3, 224, 224), batch, seed, realistic_init=False)
+    return _build(lambda: VGG(_VGG11_CFG), (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -418,7 +369,7 @@ class MobileNetV1(nn.Module):
 def mobilenet_v1(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """MobileNet v1, width 1.0, on a 3x224x224 input; conv (no bias) + BN + ReLU6 throughout.
     Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(MobileNetV1, (3, 224, 224), batch, seed, realistic_init=False)
+    return _build(MobileNetV1, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -461,7 +412,7 @@ class MixedBlock(nn.Module):
 def mixed_block(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     """A small conv + self-attention model on a 3x32x32 input (64 tokens of width 32). Input
     (batch, 3, 32, 32); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(MixedBlock, (3, 32, 32), batch, seed, realistic_init=False)
+    return _build(MixedBlock, (3, 32, 32), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -561,7 +512,7 @@ def mobilenet_v2(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     (10 with the residual add), ReLU6, a 1280-channel last conv; 3.5 M parameters. Realistic
     initialisation. Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
     :func:`get_model`."""
-    return _build(MobileNetV2, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(MobileNetV2, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -624,7 +575,7 @@ def efficientnet_b0(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     with SiLU and squeeze-excite, a 1280-channel last conv; 5.3 M parameters. Realistic
     initialisation. Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
     :func:`get_model`."""
-    return _build(EfficientNet, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(EfficientNet, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -699,7 +650,7 @@ def mobilenet_v3_small(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     residual blocks (9 with hardsigmoid squeeze-excite), a 576-channel last conv and a
     1024-unit hidden layer; 2.5 M parameters. Realistic initialisation. Input (batch, 3,
     224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
-    return _build(MobileNetV3Small, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(MobileNetV3Small, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -783,7 +734,7 @@ def densenet121(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     compression 0.5 in the transitions, 1024 channels at the end); 8.0 M parameters.
     Realistic initialisation. Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
     :func:`get_model`."""
-    return _build(DenseNet, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(DenseNet, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -862,7 +813,7 @@ def googlenet(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     classifiers (training only) are left out, and the "5x5" branch is a 3x3 conv. Realistic
     initialisation. Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
     :func:`get_model`."""
-    return _build(GoogLeNet, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(GoogLeNet, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -939,7 +890,7 @@ def shufflenet_v2(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     232, 464 channels), channel split (``chunk``), concatenation and channel shuffle; 2.3 M
     parameters. Realistic initialisation. Input (batch, 3, 224, 224); ``batch`` and ``seed``
     as for :func:`get_model`."""
-    return _build(ShuffleNetV2, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(ShuffleNetV2, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -990,7 +941,7 @@ def squeezenet1_1(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     expands, concatenation), conv with bias + ReLU throughout; 1.2 M parameters. Realistic
     initialisation (He weights; it has no batch norm). Input (batch, 3, 224, 224); ``batch``
     and ``seed`` as for :func:`get_model`."""
-    return _build(SqueezeNet, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(SqueezeNet, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -1032,7 +983,7 @@ def alexnet_lrn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     (Caffe feeds 227 without padding: same shapes from there on). Realistic initialisation
     (He weights; it has no batch norm). Input (batch, 3, 224, 224); ``batch`` and ``seed``
     as for :func:`get_model`."""
-    return _build(AlexNetLRN, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(AlexNetLRN, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -1105,22 +1056,19 @@ def googlenet_lrn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
     3x224x224 input, 1000 classes; 7.0 M parameters. Realistic initialisation (He weights; it
     has no batch norm). Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
     :func:`get_model`."""
-    return _build(GoogLeNetLRN, (3, 224, 224), batch, seed, realistic_init=True)
+    return _build(GoogLeNetLRN, (3, 224, 224), batch, seed)
 
 
 # --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., ModelAndInputs]] = {
-    # Legacy initialisation (random batch-norm statistics, taming gains), left unchanged: these
-    # six are re-initialised by an issue of their own (the figures in docs/ are measured on it).
     "lenet5": lenet5,
     "resnet18": resnet18,
     "resnet50": resnet50,
     "vgg11_bn": vgg11_bn,
     "mobilenet_v1": mobilenet_v1,
     "mixed_block": mixed_block,
-    # Realistic initialisation from here on.
     "mobilenet_v2": mobilenet_v2,
     "efficientnet_b0": efficientnet_b0,
     "mobilenet_v3_small": mobilenet_v3_small,
