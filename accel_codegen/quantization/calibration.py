@@ -102,7 +102,7 @@ class _Stats:
 
 def histogram_counts(magnitudes: np.ndarray, top: float) -> np.ndarray:
     """Counts of ``magnitudes`` (>= 0, overwritten) in HISTOGRAM_BINS equal bins over
-    [0, top], the last one closed: np.histogram's bins, in a third of its time (one scaling
+    [0, top], the last one closed: np.histogram's bins, in 40 % of its time (one scaling
     in place, one conversion, one bincount)."""
     flat = magnitudes.reshape(-1)
     np.multiply(flat, flat.dtype.type(HISTOGRAM_BINS / top), out=flat)
