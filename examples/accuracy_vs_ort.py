@@ -1,7 +1,7 @@
 """Our int8 against ONNX Runtime's static int8 on the zoo: output SQNR against fp32, side by side.
 
 For each model: the PyTorch model is exported to ONNX (``frontend.export_onnx``), and
-``accuracy_report(..., onnx_model=...)`` builds our int8 (calibrated, percentile, on random
+``accuracy_report(..., onnx_model=...)`` builds our int8 (calibrated, default method, on random
 N(0, 1) inputs drawn with seed 1234) and quantises the ONNX file with ONNX Runtime
 (``quantize_static``, QDQ, per-channel int8 weights, uint8 activations, MinMax) calibrated on
 the very same inputs; both are evaluated on other random inputs (seed 1235) against our fp32
@@ -28,6 +28,7 @@ import time
 import warnings
 from pathlib import Path
 
+from accel_codegen.quantization import DEFAULT_METHOD
 from accel_codegen.tables import Column, render_table
 from accel_codegen.tools.model_spec import random_inputs
 
@@ -109,8 +110,8 @@ def main() -> int:
             f"{commit}: python examples/accuracy_vs_ort.py {' '.join(sys.argv[1:])}\n"
             f"int8 output SQNR against our fp32 build on {args.config}; both calibrated on the "
             f"same {args.calibration} random N(0, 1) inputs (seed {CALIBRATION_SEED}), evaluated "
-            f"on {args.inputs} others (seed {EVALUATION_SEED}); ours: percentile; ONNX Runtime "
-            f"{ort_baseline.version()}: {ort_baseline.Int8Settings().describe()}, after "
+            f"on {args.inputs} others (seed {EVALUATION_SEED}); ours: {DEFAULT_METHOD}; ONNX "
+            f"Runtime {ort_baseline.version()}: {ort_baseline.Int8Settings().describe()}, after "
             f"quant_pre_process; goal (issue #13): ours >= ORT + {GOAL_GAP_DB:g} dB")
     text = head + "\n" + format_table(rows, args)
     print(text)

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 
+from accel_codegen.quantization import DEFAULT_METHOD
 from accel_codegen.tables import Column, render_table
 from accel_codegen.tools.model_spec import random_inputs
 
@@ -70,7 +71,7 @@ COLUMNS = (Column("model", 13, "<"), Column("prec", 5, "<"), Column("output dB",
 
 
 def format_table(rows: list, args) -> str:
-    lines = [f"accuracy against fp32 on {args.config}: int8 calibrated (percentile) on "
+    lines = [f"accuracy against fp32 on {args.config}: int8 calibrated ({DEFAULT_METHOD}) on "
              f"{args.calibration} random N(0, 1) inputs (seed {CALIBRATION_SEED}), evaluation "
              f"on {args.inputs} other random inputs (seed {EVALUATION_SEED}); goals: "
              + ", ".join(f"{p} >= {g:g} dB" for p, g in GOALS_DB.items())]
@@ -138,7 +139,7 @@ def main() -> None:
     out.with_suffix(".json").write_text(json.dumps({
         "config": args.config, "goals_db": GOALS_DB,
         "calibration": {"inputs": args.calibration, "seed": CALIBRATION_SEED,
-                        "method": "percentile", "distribution": "N(0, 1)"},
+                        "method": DEFAULT_METHOD, "distribution": "N(0, 1)"},
         "evaluation": {"inputs": args.inputs, "seed": EVALUATION_SEED},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "commit": _commit(),

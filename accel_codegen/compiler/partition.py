@@ -258,7 +258,7 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         array), run through the fp32 build of the same partition to set the activation
         scales; or the :class:`~accel_codegen.quantization.Calibration` of an earlier build.
     calibration_method : str
-        "percentile" (default), "max" or "entropy"; see :mod:`accel_codegen.quantization`.
+        "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
 
     Returns
     -------

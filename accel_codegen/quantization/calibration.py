@@ -17,9 +17,14 @@ a ReLU output the bit a symmetric code would waste on its sign.
 
 Methods (``calibration_method``):
 
-- ``"percentile"`` (default): the 99.99th percentile of |x|. In fake-quant trials on the zoo
-  it was the best or within 0.5 dB of the best, and, unlike ``max``, one outlier in a large
-  calibration set does not stretch the range for every other value.
+- ``"mse"`` (default): the threshold that minimises the tensor's expected squared
+  quantisation error (clipping above, rounding below) over the calibration histogram, searched
+  per tensor (:func:`mse_threshold`); the exact zeros of a ReLU are left out, as they are
+  exact. Against ``percentile`` on the zoo it gained up to 1.8 dB at the output (VGG-11-BN)
+  and lost 0.9 dB on MobileNet-v3-small, where a smaller range than the least-error one did
+  better (docs/calibration_methods.txt).
+- ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
+  does not stretch the range for every other value, but a heavy tail is clipped hard.
 - ``"max"``: the largest |x| seen: nothing saturates on the calibration data; best when the
   calibration set is the deployment set.
 - ``"entropy"``: TensorRT's KL-divergence threshold over a 2048-bin histogram (the first bin
@@ -41,8 +46,8 @@ from ..sim.labels import label_key
 from ..sim.observer import INPUT, observing
 from .encoding import round_half_away
 
-METHODS = ("percentile", "max", "entropy")
-DEFAULT_METHOD = "percentile"
+METHODS = ("mse", "percentile", "max", "entropy")
+DEFAULT_METHOD = "mse"
 PERCENTILE = 99.99
 HISTOGRAM_BINS = 2048
 
@@ -75,6 +80,7 @@ class _Stats:
     top: float = 0.0                          # the histogram's range: amax up to a factor 2
     channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
     count: int = 0                            # values per channel summed
+    zeros: int = 0                            # exact zeros (in the histogram's first bin)
 
     @property
     def amax(self) -> float:
@@ -91,8 +97,18 @@ class _Stats:
             merged = self.histogram.reshape(-1, 2).sum(axis=1)
             self.histogram = np.concatenate([merged, np.zeros_like(merged)])
             self.top *= 2
-        counts, _ = np.histogram(magnitudes, bins=HISTOGRAM_BINS, range=(0.0, self.top))
-        self.histogram += counts
+        self.histogram += histogram_counts(magnitudes, self.top)
+
+
+def histogram_counts(magnitudes: np.ndarray, top: float) -> np.ndarray:
+    """Counts of ``magnitudes`` (>= 0, overwritten) in HISTOGRAM_BINS equal bins over
+    [0, top], the last one closed: np.histogram's bins, in 40 % of its time (one scaling
+    in place, one conversion, one bincount)."""
+    flat = magnitudes.reshape(-1)
+    np.multiply(flat, flat.dtype.type(HISTOGRAM_BINS / top), out=flat)
+    index = flat.astype(np.int32)
+    np.minimum(index, HISTOGRAM_BINS - 1, out=index)
+    return np.bincount(index, minlength=HISTOGRAM_BINS)
 
 
 class Observer:
@@ -109,13 +125,18 @@ class Observer:
             return
         key = (label_key(label), op_index)
         stats = self.stats.setdefault(key, _Stats())
-        finite = x[np.isfinite(x)]
+        low, high = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+        finite = x
+        if not (math.isfinite(low) and math.isfinite(high)):  # rare: filter, then again
+            finite = x[np.isfinite(x)]
+            low, high = (float(finite.min()), float(finite.max())) if finite.size else (0, 0)
         if finite.size:
-            low, high = float(finite.min()), float(finite.max())
             stats.low, stats.high = min(stats.low, low), max(stats.high, high)
             stats.add_histogram(np.abs(finite), max(abs(low), abs(high)))
+            stats.zeros += int(finite.size - np.count_nonzero(finite))
         if op_index == INPUT:
-            sums = np.nan_to_num(x.astype(np.float64)).sum(axis=(0, 2, 3))
+            sums = (x if finite is x else np.nan_to_num(x)).sum(axis=(0, 2, 3),
+                                                                 dtype=np.float64)
             stats.channel_sum = sums if stats.channel_sum is None else \
                 stats.channel_sum + sums
             stats.count += x.shape[0] * x.shape[2] * x.shape[3]
@@ -127,6 +148,8 @@ def _threshold(stats: _Stats, method: str) -> float:
         return amax
     counts = stats.histogram.astype(np.float64)
     width = stats.top / HISTOGRAM_BINS
+    if method == "mse":
+        return mse_threshold(counts, width, amax, stats.zeros, stats.low >= 0)
     if method == "percentile":
         cumulative = np.cumsum(counts)
         index = int(np.searchsorted(cumulative, cumulative[-1] * PERCENTILE / 100.0))
@@ -137,6 +160,51 @@ def _threshold(stats: _Stats, method: str) -> float:
         counts[0] = 0
     used = min(HISTOGRAM_BINS, int(math.ceil(amax / width)))  # the bins up to amax
     return min(amax, _entropy_threshold(counts[:used], unsigned) * width)
+
+
+#: The MSE search: candidate thresholds geometric from amax / 256 to amax (MSE_CANDIDATES of
+#: them, about 9 % apart), then half as many between the best one's neighbours.
+MSE_CANDIDATES = 64
+
+
+def mse_threshold(counts: np.ndarray, width: float, amax: float, zeros: int,
+                  unsigned: bool) -> float:
+    """The clipping threshold T (the largest code's value) that minimises the expected squared
+    quantisation error of the histogrammed |x|: values above T saturate to T, values below
+    round to the step T / levels. Each bin's values are taken as uniform over the bin, which
+    gives both errors in closed form; the exact zeros (exact at any scale) are left out."""
+    used = min(len(counts), int(math.ceil(amax / width)))
+    counts = counts[:used].astype(np.float64)
+    counts[0] = max(counts[0] - zeros, 0.0)
+    if not counts.any():
+        return amax
+    filled = np.flatnonzero(counts)  # empty bins add no error at any threshold
+    lo, counts = filled * width, counts[filled]  # the bins [lo, lo + width]
+    ratios = np.geomspace(1.0 / 256, 1.0, MSE_CANDIDATES)
+    errors = _clipping_errors(counts, lo, width, amax * ratios, unsigned)
+    best = int(np.argmin(errors))
+    fine = np.geomspace(ratios[max(best - 1, 0)], ratios[min(best + 1, len(ratios) - 1)],
+                        MSE_CANDIDATES // 2)
+    errors = _clipping_errors(counts, lo, width, amax * fine, unsigned)
+    return float(amax * fine[int(np.argmin(errors))])
+
+
+def _clipping_errors(counts: np.ndarray, lo: np.ndarray, width: float, thresholds: np.ndarray,
+                     unsigned: bool) -> np.ndarray:
+    """The total squared error of quantising the histogram with each threshold."""
+    t = thresholds[:, None]
+    step = t / (255 if unsigned else 127)
+    cube = step ** 3
+
+    def rounding(x):  # the integral of the squared rounding error from 0 (a sawtooth's)
+        n = np.floor(x / step + 0.5)
+        r = x - n * step
+        return n * (cube / 12) + r ** 3 / 3
+
+    hi = lo + width
+    below = rounding(np.minimum(hi, t)) - rounding(np.minimum(lo, t))
+    above = np.maximum(hi - t, 0) ** 3 - np.maximum(lo - t, 0) ** 3
+    return (below + above / 3) @ counts / width
 
 
 def _entropy_threshold(counts: np.ndarray, unsigned: bool) -> int:

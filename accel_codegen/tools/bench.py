@@ -365,7 +365,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         example input tuples, or a count of random N(0, 1) inputs drawn with ``seed``
         (default 32).
     calibration_method : str, optional
-        How fused_int8 turns activation ranges into scales (default: percentile). ONNX
+        How fused_int8 turns activation ranges into scales (default: mse). ONNX
         Runtime's calibration is its own (see :mod:`accel_codegen.quantization.ort_baseline`).
     seed : int
         The seed of random calibration inputs (default 1234, as the command line).

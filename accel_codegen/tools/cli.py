@@ -21,7 +21,7 @@ MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
 int8. int8 is calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
 model's input shapes, default 32, drawn with ``--seed``, default 1234;
-``--calibration-method`` percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
+``--calibration-method`` mse, percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
 with seed + 1, never the calibration ones; for int8 it also quantises the model with ONNX
 Runtime (static QDQ) on the same calibration inputs and prints its SQNR beside ours. bench's
 int8 modes (fused_int8, ort_int8) calibrate on the same CALIBRATION inputs; it prints ONNX
@@ -565,8 +565,8 @@ def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool =
                    help=f"int8: calibrate on N random N(0, 1) inputs of the model's input "
                    f"shapes (default {DEFAULT_CALIBRATION})")
     p.add_argument("--calibration-method", choices=METHODS,
-                   help="int8: how activation ranges become scales (default percentile: "
-                   "the 99.99th percentile of |x|)")
+                   help="int8: how activation ranges become scales (default mse: the "
+                   "clipping range of least quantisation error, per tensor)")
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
 
@@ -676,7 +676,7 @@ def _analysis_commands(sub) -> None:
                    help=f"fused_int8 and ort_int8: both calibrate on N random N(0, 1) inputs "
                    f"(default {DEFAULT_CALIBRATION})")
     p.add_argument("--calibration-method", choices=METHODS,
-                   help="fused_int8: how activation ranges become scales (default percentile)")
+                   help="fused_int8: how activation ranges become scales (default mse)")
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
     _output_args(p, "results", plot=True)

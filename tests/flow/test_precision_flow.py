@@ -12,7 +12,7 @@ import torch
 
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, AccelUnsupportedError, frontend
-from accel_codegen.quantization import label_key, observing
+from accel_codegen.quantization import DEFAULT_METHOD, label_key, observing
 from conftest import random_inputs, run_all, run_main, sqnr, torch_forward
 
 # Measured on LeNet-5 (16 calibration inputs, seed 1234; 8 evaluation inputs, seed 1235):
@@ -125,7 +125,7 @@ def test_exported_int8_library_is_bit_identical_in_a_fresh_process(lenet5, build
 def test_reused_calibration_gives_identical_sources(lenet5, builds):
     part = builds["int8"][0]
     calibration = ac.calibration_of(part)
-    assert calibration.method == "percentile" and calibration.samples == CALIBRATION
+    assert calibration.method == DEFAULT_METHOD and calibration.samples == CALIBRATION
     again = ac.partition_for_accel(lenet5[1], precision="int8", calibration=calibration)
     assert ac.generated_sources(again) == ac.generated_sources(part)
     assert ac.calibration_of(again).to_json() == calibration.to_json()
@@ -235,7 +235,8 @@ def test_int8_estimate_of_resnet18_halves_cycles_and_bytes(zoo):
 # Measured on LeNet-5 (4 evaluation inputs): max 33 dB, percentile 31 dB, entropy 8.6 dB: the
 # KL threshold clips the post-ReLU tensors to about half their range (the spike at zero pulls
 # it down, as quantization.py says), so entropy gets a weak bound of its own.
-METHOD_MIN_DB = {"max": INT8_MIN_DB, "percentile": INT8_MIN_DB, "entropy": 5.0}
+METHOD_MIN_DB = {"max": INT8_MIN_DB, "percentile": INT8_MIN_DB, "mse": INT8_MIN_DB,
+                 "entropy": 5.0}
 
 
 def test_calibration_methods_build_and_percentile_never_exceeds_max(lenet5, outputs):
@@ -250,10 +251,12 @@ def test_calibration_methods_build_and_percentile_never_exceeds_max(lenet5, outp
         actual = run_all(ac.virtual_machine(ac.build(part)), evaluation[:4])
         assert np.all(np.isfinite(actual))
         assert sqnr(actual, outputs["fp32"][:4]) >= bound, method
-    assert set(scales["percentile"]) == set(scales["max"]) == set(scales["entropy"])
-    for key, scale in scales["percentile"].items():
-        assert 0 < scale <= scales["max"][key], key
-    assert any(scales["percentile"][k] < scales["max"][k] for k in scales["max"])
+    assert set(scales["percentile"]) == set(scales["max"]) == set(scales["entropy"]) == \
+        set(scales["mse"])
+    for method in ("percentile", "mse"):
+        for key, scale in scales[method].items():
+            assert 0 < scale <= scales["max"][key], (method, key)
+        assert any(scales[method][k] < scales["max"][k] for k in scales["max"]), method
 
 
 # --- the accuracy report ------------------------------------------------------------------------
@@ -274,7 +277,7 @@ def test_accuracy_report_figures(lenet5, builds, outputs):
     report = ac.accuracy_report(mod, None, evaluation, precision="int8",
                                 calibration=calibration)
     assert (report.precision, report.config, report.inputs) == ("int8", "nv_full", EVALUATION)
-    assert (report.calibration_method, report.calibration_samples) == ("percentile",
+    assert (report.calibration_method, report.calibration_samples) == (DEFAULT_METHOD,
                                                                        CALIBRATION)
     # one row per pass output, in execution order
     observed = _PassOutputs()

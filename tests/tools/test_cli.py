@@ -384,7 +384,7 @@ def test_accuracy_int8_table_and_json(capsys, tmp_path):
                                "--calibration", "8", "--inputs", "4", "--seed", "3",
                                "--json", out_json)
     assert status == 0, err
-    assert out.startswith("int8 on nv_full vs fp32 over 4 inputs, calibration percentile on 8 "
+    assert out.startswith("int8 on nv_full vs fp32 over 4 inputs, calibration mse on 8 "
                           "inputs: output SQNR")
     assert "evaluation: 4 random N(0, 1) inputs (seed 4)" in err
     data = json.loads(out_json.read_text())

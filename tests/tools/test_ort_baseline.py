@@ -174,7 +174,7 @@ def test_bench_ratios_come_from_the_measured_times(monkeypatch):
     assert len(int8_builds) == 1 and _same_examples(int8_builds[0]["calibration"], expected)
     assert len(seen) == 1 and _same_examples(seen[0], expected)
     assert result["calibration"] == {"samples": 6, "inputs": "random N(0, 1), seed 5",
-                                     "method": "percentile"}
+                                     "method": "mse"}
     ort = result["onnxruntime"]
     assert ort["version"] == "1.32.0" and ort["int8"]["quant_format"] == "QDQ"
     assert ort["int8_model"]["dequantize_linear"] > 0 and ort["int8_model"]["int8_initializers"]

@@ -1,0 +1,67 @@
+"""Where int8 calibration spends its time (issue #13, item 7): wall and CPU seconds (this
+process, all threads) of each stage, on one model.
+
+Stages: the fp32 build of the int8 partition; the calibration inputs through it without an
+observer (the floor: the simulator's own work) and with calibration's observer (its
+statistics are the difference); the scales of each method from those statistics.
+
+    python examples/calibration_time.py [--model resnet50] [--calibration 32]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--calibration", type=int, default=32)
+    parser.add_argument("--methods", nargs="+", default=["mse", "percentile"])
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    import tvm
+    from accel_codegen import AccelConfig, frontend, models
+    from accel_codegen.compiler.partition import generate_partition
+    from accel_codegen.compiler.vm import virtual_machine
+    from accel_codegen.quantization import Calibration, Observer, observing
+    from accel_codegen.tools.model_spec import random_inputs
+
+    def stage(what: str, start) -> None:
+        print(f"{what:<34} {time.perf_counter() - start[0]:7.1f} s wall "
+              f"{time.process_time() - start[1]:7.1f} s CPU", flush=True)
+
+    def now():
+        return time.perf_counter(), time.process_time()
+
+    model, (x,) = models.get_model(args.model)
+    mod, _ = frontend.from_pytorch(model, (x,))
+    examples = random_inputs([x.numpy()], args.calibration, 1234)
+    tensors = [[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in e] for e in examples]
+    start = now()
+    reference = generate_partition(mod, None, AccelConfig.resolve("nv_full"), True, "int8",
+                                   "fp32", None)
+    vm = virtual_machine(tvm.compile(reference, target="llvm"))
+    stage("fp32 build of the int8 partition", start)
+    start = now()
+    for example in tensors:
+        vm["main"](*example)
+    stage(f"{len(tensors)} inputs, no observer", start)
+    observer = Observer()
+    start = now()
+    with observing(observer):
+        for example in tensors:
+            vm["main"](*example)
+    stage(f"{len(tensors)} inputs, calibration observer", start)
+    for method in args.methods:
+        start = now()
+        Calibration.from_observer(observer, method, len(tensors))
+        stage(f"scales: {method} ({len(observer.stats)} tensors)", start)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

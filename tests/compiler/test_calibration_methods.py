@@ -1,0 +1,91 @@
+"""Calibration's range choices and bias correction, alone (no TVM): what each method does to
+a tensor's quantisation error, measured by quantising the tensor itself."""
+import numpy as np
+import pytest
+
+from accel_codegen.compiler.codegen import int8
+from accel_codegen.quantization import Calibration, Observer, TensorQuant, quantize_weights
+from accel_codegen.quantization.calibration import histogram_counts
+
+
+def _observed(x: np.ndarray, chunks: int = 4) -> Observer:
+    observer = Observer()
+    for part in np.array_split(x, chunks, axis=0):
+        observer.add("f0.0 accel.conv2d", 1, np.ascontiguousarray(part))
+    return observer
+
+
+def _quantisation_mse(x: np.ndarray, method: str) -> float:
+    quant = Calibration.from_observer(_observed(x), method, 1).get("f0.0", 1)
+    return float(np.mean((quant.dequantize(quant.quantize(x)).astype(np.float64) - x) ** 2))
+
+
+def _heavy_tailed(unsigned: bool) -> np.ndarray:
+    """Student-t (3 degrees of freedom) values: a few outliers far out, as activations have."""
+    x = np.random.default_rng(3).standard_t(3, size=(8, 16, 24, 24)).astype(np.float32)
+    return np.maximum(x, 0) if unsigned else x
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_mse_range_beats_the_fixed_ranges_on_a_heavy_tailed_tensor(unsigned):
+    x = _heavy_tailed(unsigned)
+    mse = _quantisation_mse(x, "mse")
+    assert mse < _quantisation_mse(x, "max") * (0.98 if unsigned else 0.8)
+    assert mse < _quantisation_mse(x, "percentile") * (0.2 if unsigned else 0.8)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_mse_threshold_is_the_brute_force_optimum(unsigned):
+    """The closed-form error over the histogram picks a threshold whose real error (the tensor
+    quantised with it) is within 1 % of the best of a fine sweep of thresholds."""
+    x = _heavy_tailed(unsigned)
+    chosen = _quantisation_mse(x, "mse")
+    amax = float(np.abs(x).max())
+    levels, zero = (255, -128) if unsigned else (127, 0)
+    best = np.inf
+    for threshold in np.geomspace(amax / 100, amax, 400):
+        quant = TensorQuant(float(np.float32(threshold / levels)), zero)
+        error = quant.dequantize(quant.quantize(x)).astype(np.float64) - x
+        best = min(best, float(np.mean(error ** 2)))
+    assert chosen <= 1.01 * best
+
+
+def test_mse_range_ignores_exact_zeros():
+    """A ReLU's zeros are exact at any scale: adding more of them leaves the threshold."""
+    x = np.abs(_heavy_tailed(False))
+    with_zeros = np.concatenate([x, np.zeros_like(x), np.zeros_like(x)])
+    quant = Calibration.from_observer(_observed(x), "mse", 1).get("f0.0", 1)
+    quant_zeros = Calibration.from_observer(_observed(with_zeros, 12), "mse", 1).get("f0.0", 1)
+    assert quant_zeros.zero == quant.zero == -128
+    assert quant_zeros.scale == pytest.approx(quant.scale, rel=0.03)
+    assert _observed(with_zeros, 12).stats[("f0.0", 1)].zeros == 2 * x.size
+
+
+def test_histogram_counts_are_numpys_histogram():
+    magnitudes = np.abs(np.random.default_rng(4).standard_normal(50_000)).astype(np.float32)
+    top = float(magnitudes.max())
+    expected, _ = np.histogram(magnitudes, bins=2048, range=(0.0, top))
+    counts = histogram_counts(magnitudes.copy(), top)
+    assert counts.sum() == magnitudes.size
+    assert np.abs(counts - expected).sum() <= 4  # float32 scaling against float64 bin edges
+
+
+def test_bias_correction_removes_a_planted_mean_shift():
+    """Weights that all round the same way (each 0.4 step below its code) shift every output
+    channel's mean on inputs with a non-zero mean; the corrected bias takes the shift out."""
+    rng = np.random.default_rng(5)
+    k, c = 8, 16
+    step = rng.uniform(0.001, 0.01, (k, 1))
+    planted = rng.integers(-120, 120, (k, c)).astype(np.float64)
+    planted[:, 0] = 127  # each channel's largest weight, exact: it sets the step
+    weights = np.where(planted == 127, planted, planted - 0.4) * step
+    codes, scales = quantize_weights(weights.reshape(k, c, 1, 1))
+    assert np.array_equal(codes[:, :, 0, 0], planted) and np.allclose(scales, step[:, 0])
+    x = rng.standard_normal((4096, c)) * 0.5 + rng.uniform(1, 3, c)  # channel means 1..3
+    exact = x @ weights.T
+    rounded = x @ (codes[:, :, 0, 0] * scales.reshape(-1, 1)).T
+    shift = int8.bias_correction(x.mean(axis=0), 1, codes, scales, weights.reshape(k, c, 1, 1))
+    before = np.abs((rounded - exact).mean(axis=0))
+    after = np.abs((rounded - shift - exact).mean(axis=0))
+    assert np.all(before > 0.4 * step[:, 0] * 15)  # the planted shift: 0.4 step x 15 x mean
+    assert after.max() < 1e-9 * before.max()
