@@ -1,33 +1,124 @@
-/* pdp.c - the PDP engine: max and average pooling (fp32). */
+/* pdp.c - the PDP engine: max and average pooling (fp32).
+ *
+ * Every output takes its window's taps in one order, rows then columns (max: a NaN wins, the
+ * last one met; average: the sum in that order, then one division), so every path below gives
+ * the same bits. Output rows of at least 8 columns with stride 1 or 2 go 16 columns per
+ * AVX-512 step, one tap at a time over the whole vector: a tap outside the image columns
+ * reads -inf for max (never taken: neither greater nor NaN) and +0 for the average (x + 0 = x
+ * for every sum that starts at +0). The scalar window-by-window loop was 9.4 ms on ResNet's
+ * 3x3/2 max pool over 64x112x112 (1 thread), three times the convolution before it.
+ */
 #include <math.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
-static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
+/* Output columns [ox_lo, ox_hi) of output row oy, window by window. */
+static void pool_row_scalar(const pdp_geometry* g, const float* in, float* out, int32_t oy,
+                            int32_t ox_lo, int32_t ox_hi) {
   const float full_window = (float)(g->kernel_h * g->kernel_w);
-  for (int32_t oy = 0; oy < g->out_h; ++oy) {
-    int32_t y0, r0, r1;
-    pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
-    for (int32_t ox = 0; ox < g->out_w; ++ox) {
-      int32_t x0, s0, s1;
-      pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
-      float acc = g->pool == ACCEL_POOL_MAX ? -INFINITY : 0.0f;
-      for (int32_t r = r0; r < r1; ++r) {
-        const float* row = in + (int64_t)(y0 + r) * g->w + x0;
-        if (g->pool == ACCEL_POOL_MAX) {
-          for (int32_t s = s0; s < s1; ++s) {
-            acc = (row[s] > acc || row[s] != row[s]) ? row[s] : acc; /* NaN wins, as in NumPy */
-          }
+  int32_t y0, r0, r1;
+  pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  for (int32_t ox = ox_lo; ox < ox_hi; ++ox) {
+    int32_t x0, s0, s1;
+    pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
+    float acc = g->pool == ACCEL_POOL_MAX ? -INFINITY : 0.0f;
+    for (int32_t r = r0; r < r1; ++r) {
+      const float* row = in + (int64_t)(y0 + r) * g->w + x0;
+      if (g->pool == ACCEL_POOL_MAX) {
+        for (int32_t s = s0; s < s1; ++s) {
+          acc = (row[s] > acc || row[s] != row[s]) ? row[s] : acc; /* NaN wins, as in NumPy */
+        }
+      } else {
+        for (int32_t s = s0; s < s1; ++s) acc += row[s];
+      }
+    }
+    if (g->pool == ACCEL_POOL_AVG) {
+      acc /= g->count_include_pad ? full_window : (float)((r1 - r0) * (s1 - s0));
+    }
+    out[(int64_t)oy * g->out_w + ox] = acc;
+  }
+}
+
+#ifdef __AVX512F__
+static inline __m512i iota16(void) {
+  return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+
+/* Lanes whose input column base + lane lies in [0, w). */
+static inline __mmask16 columns_inside(int64_t base, int64_t w) {
+  const __m512i ix = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)base));
+  return _mm512_cmp_epi32_mask(ix, _mm512_setzero_si512(), _MM_CMPINT_NLT) &
+         _mm512_cmp_epi32_mask(ix, _mm512_set1_epi32((int32_t)w), _MM_CMPINT_LT);
+}
+
+/* Output row oy, 16 columns at a time from ox = 0 (strides 1 and 2); the columns past the
+ * last whole-or-partial vector are masked off at the store. */
+static void pool_row_vector(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const int64_t sw = g->stride_w, W = g->w;
+  const __m512 fill = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
+  const __m512i even = _mm512_add_epi32(iota16(), iota16()); /* lanes 0, 2, .. 30 of a pair */
+  int32_t y0, r0, r1;
+  pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  for (int64_t ox = 0; ox < g->out_w; ox += 16) {
+    const int64_t live = g->out_w - ox < 16 ? g->out_w - ox : 16;
+    const __mmask16 store = (__mmask16)((1u << live) - 1u);
+    __m512 acc = fill;
+    for (int32_t r = r0; r < r1; ++r) {
+      const float* row = in + (int64_t)(y0 + r) * W;
+      for (int32_t s = 0; s < g->kernel_w; ++s) {
+        const int64_t base = ox * sw - g->pad_left + s; /* input column of lane 0 */
+        __m512 v;
+        if (sw == 1) {
+          v = _mm512_mask_loadu_ps(fill, columns_inside(base, W), row + base);
         } else {
-          for (int32_t s = s0; s < s1; ++s) acc += row[s];
+          const __m512 lo = _mm512_mask_loadu_ps(fill, columns_inside(base, W), row + base);
+          const __m512 hi =
+              _mm512_mask_loadu_ps(fill, columns_inside(base + 16, W), row + base + 16);
+          v = _mm512_permutex2var_ps(lo, even, hi);
+        }
+        if (is_max) {
+          const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) |
+                                 _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+          acc = _mm512_mask_blend_ps(take, acc, v);
+        } else {
+          acc = _mm512_add_ps(acc, v);
         }
       }
-      if (g->pool == ACCEL_POOL_AVG) {
-        acc /= g->count_include_pad ? full_window : (float)((r1 - r0) * (s1 - s0));
-      }
-      out[(int64_t)oy * g->out_w + ox] = acc;
     }
+    if (!is_max) {
+      __m512 d;
+      if (g->count_include_pad) {
+        d = _mm512_set1_ps((float)(g->kernel_h * g->kernel_w));
+      } else { /* per lane: the window's image columns times its image rows */
+        const __m512i first = _mm512_sub_epi32(
+            _mm512_mullo_epi32(_mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)ox)),
+                               _mm512_set1_epi32((int32_t)sw)),
+            _mm512_set1_epi32(g->pad_left));
+        const __m512i lo = _mm512_max_epi32(first, _mm512_setzero_si512());
+        const __m512i hi = _mm512_min_epi32(
+            _mm512_add_epi32(first, _mm512_set1_epi32(g->kernel_w)), _mm512_set1_epi32(g->w));
+        const __m512i cols = _mm512_max_epi32(_mm512_sub_epi32(hi, lo), _mm512_set1_epi32(1));
+        d = _mm512_cvtepi32_ps(_mm512_mullo_epi32(cols, _mm512_set1_epi32(r1 - r0)));
+      }
+      acc = _mm512_div_ps(acc, d);
+    }
+    _mm512_mask_storeu_ps(out + (int64_t)oy * g->out_w + ox, store, acc);
   }
+}
+#endif
+
+static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
+#ifdef __AVX512F__
+  if (g->out_w >= 8 && (g->stride_w == 1 || g->stride_w == 2)) {
+    for (int32_t oy = 0; oy < g->out_h; ++oy) pool_row_vector(g, in, out, oy);
+    return;
+  }
+#endif
+  for (int32_t oy = 0; oy < g->out_h; ++oy) pool_row_scalar(g, in, out, oy, 0, g->out_w);
 }
 
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {

@@ -3,12 +3,63 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #include "internal.h"
 
 static int8_t quantize(float x, double scale, int32_t zero) {
   if (x != x) return (int8_t)zero;
   const double q = round((double)x / scale) + zero; /* round(): half away from zero */
   return (int8_t)(q < INT8_MIN ? INT8_MIN : q > INT8_MAX ? INT8_MAX : q);
+}
+
+/* The same arithmetic 8 doubles at a time (the scalar loop's double division and libm round
+ * cost ~4 ns per element: 0.6 ms on a 3x224x224 input, 5-8 % of a whole int8 ResNet-18 or
+ * MobileNetV2). Round half away from zero exactly: t - trunc(t) is exact in double, so
+ * |frac| >= 0.5 decides the step away from zero. Returns the elements done (whole vectors). */
+static int64_t quantize_vector(const float* x, double scale, int32_t zero, int8_t* q,
+                               int64_t count) {
+#ifdef __AVX512F__
+  const __m512d s = _mm512_set1_pd(scale), z = _mm512_set1_pd((double)zero);
+  const __m512d half = _mm512_set1_pd(0.5), one = _mm512_set1_pd(1.0);
+  const __m512d lo = _mm512_set1_pd(INT8_MIN), hi = _mm512_set1_pd(INT8_MAX);
+  const __m512d sign = _mm512_set1_pd(-0.0);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m512d t = _mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), s);
+    const __m512d whole = _mm512_roundscale_pd(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512d frac = _mm512_sub_pd(t, whole);
+    const __m512d away = _mm512_or_pd(one, _mm512_and_pd(t, sign)); /* +-1 as t's sign */
+    const __mmask8 step = _mm512_cmp_pd_mask(_mm512_abs_pd(frac), half, _CMP_GE_OQ);
+    __m512d r = _mm512_add_pd(_mm512_mask_add_pd(whole, step, whole, away), z);
+    r = _mm512_min_pd(_mm512_max_pd(r, lo), hi); /* inf clamps; NaN is replaced below */
+    r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(t, t, _CMP_UNORD_Q), r, z);
+    _mm_storel_epi64((__m128i*)(q + i), _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(r)));
+  }
+  return i;
+#else
+  (void)x, (void)scale, (void)zero, (void)q, (void)count;
+  return 0;
+#endif
+}
+
+static int64_t dequantize_vector(const int8_t* q, double scale, int32_t zero, float* x,
+                                 int64_t count) {
+#ifdef __AVX512F__
+  const __m512d s = _mm512_set1_pd(scale), z = _mm512_set1_pd((double)zero);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i codes = _mm_loadl_epi64((const __m128i*)(q + i));
+    const __m512d v = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(codes));
+    _mm256_storeu_ps(x + i, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(v, z), s)));
+  }
+  return i;
+#else
+  (void)q, (void)scale, (void)zero, (void)x, (void)count;
+  return 0;
+#endif
 }
 
 accel_status accel_convert(const void* src, accel_precision from, void* dst, accel_precision to,
@@ -44,11 +95,13 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
   if (quantizing) {
     const float* x = src;
     int8_t* q = dst;
-    for (int64_t i = 0; i < count; ++i) q[i] = quantize(x[i], (double)scale, zero);
+    const int64_t done = quantize_vector(x, (double)scale, zero, q, count);
+    for (int64_t i = done; i < count; ++i) q[i] = quantize(x[i], (double)scale, zero);
   } else if (dequantizing) {
     const int8_t* q = src;
     float* x = dst;
-    for (int64_t i = 0; i < count; ++i) x[i] = (float)(((double)q[i] - zero) * (double)scale);
+    const int64_t done = dequantize_vector(q, (double)scale, zero, x, count);
+    for (int64_t i = done; i < count; ++i) x[i] = (float)(((double)q[i] - zero) * (double)scale);
   } else if (from == ACCEL_FP32 && to == ACCEL_FP16) {
     float_to_half(src, dst, count);
   } else if (from == ACCEL_FP16 && to == ACCEL_FP32) {

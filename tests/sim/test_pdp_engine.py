@@ -95,3 +95,35 @@ def test_fp16_pool_alone_is_bit_exact(kind, kernel, stride, padding, include_pad
     for threads in (1, 3):
         y, _ = DEVICES[threads].run([op], x)
         assert_same(y, expected, f"fp16 pool {kind}, {threads} threads")
+
+
+# --- wide rows: the vectorised path (output rows of >= 8 columns, strides 1 and 2) ---------
+
+WIDE_POOLS = [
+    ("max", 3, 2, 1, False), ("max", 2, 2, 0, False), ("max", 3, 1, 1, False),
+    ("max", (2, 5), (1, 2), (1, 2, 0, 2), False), ("avg", 3, 2, 1, False),
+    ("avg", 3, 2, 1, True), ("avg", 2, 2, 0, False), ("avg", (3, 4), 1, (1, 2, 1, 1), False),
+]
+
+
+@pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", WIDE_POOLS, ids=str)
+def test_wide_rows_are_bit_exact(kind, kernel, stride, padding, include_pad):
+    """Rows of 37 and 70 columns (partial last vectors, both borders padded): fp32 max with
+    NaNs and infinities equals the reference bit for bit; the average, through FP16 (whose
+    reference sums in the engine's order), too, with 1 and 3 threads."""
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal((2, 3, 21, 70), dtype=np.float32)
+    x[0, 1, 4, 9] = np.nan
+    x[1, 2, 0, 0] = -np.inf
+    x[1, 0, 7, 33] = np.inf
+    x[0, 0, 20, 69] = np.nan
+    halves = (rng.standard_normal((2, 3, 21, 37)) *
+              np.exp2(rng.integers(-14, 12, (2, 3, 21, 37)))).astype(np.float16)
+    for threads in (1, 3):
+        if kind == "max":
+            op = Pool(kind, kernel, stride, padding, include_pad)
+            assert_same(DEVICES[threads].run([op], x)[0], ref.run_op(op, x),
+                        f"fp32 {kind}, {threads} threads")
+        op = Pool(kind, kernel, stride, padding, include_pad, precision="fp16")
+        assert_same(DEVICES[threads].run([op], halves)[0], ref.run_op(op, halves),
+                    f"fp16 {kind}, {threads} threads")

@@ -416,6 +416,27 @@ def test_convert_quantizes_as_the_python_definition():
     np.testing.assert_array_equal(half, x.astype(np.float16))  # round to nearest even
 
 
+@pytest.mark.parametrize("scale,zero", [(0.5, 0), (0.25, -128), (0.0375, 17), (3e-5, 127)])
+def test_convert_vectors_equal_the_python_definition(scale, zero):
+    """Every length from 0 to 40 (whole vectors and tails) and a long run: exact halfway
+    quotients (k + 0.5 with a power-of-two scale) round away from zero, NaN gives the zero
+    point, infinities and huge values clamp; dequantising gives TensorQuant's floats."""
+    from accel_codegen.quantization import TensorQuant
+    rng = np.random.default_rng(6)
+    quant = TensorQuant(scale, zero)
+    halfway = (np.arange(-300, 300) + 0.5) * scale
+    x = np.concatenate([halfway, rng.standard_normal(5000) * 200 * scale,
+                        [np.nan, -np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0]])
+    x = rng.permutation(x).astype(np.float32)
+    for n in list(range(41)) + [x.size]:
+        q = np.full(n, 99, np.int8)
+        assert _convert(x[:n], lib.ACCEL_FP32, q, lib.ACCEL_INT8, scale, zero) == 0
+        np.testing.assert_array_equal(q, quant.quantize(x[:n]))
+        back = np.empty(n, np.float32)
+        assert _convert(q, lib.ACCEL_INT8, back, lib.ACCEL_FP32, scale, zero) == 0
+        np.testing.assert_array_equal(back, quant.dequantize(q))
+
+
 def test_convert_rejections_name_the_bad_value():
     x = np.zeros(8, np.float32)
     q = np.zeros(8, np.int8)

@@ -1,0 +1,121 @@
+"""Where a whole network's time goes on the simulator: every accel_run of one inference timed
+from the outside (an LD_PRELOAD timer, examples/whole_network_time/run_timer.c), against the
+whole VM call: per layer, per engine, the gaps between runs (generated glue, TVM's VM) and what
+lies outside them (host ops and the border conversions, accel_convert).
+
+    python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
+        [--repeat 20] [--clock thread|wall] [--layers]
+
+--clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
+processes on a shared machine barely move; with more threads only wall time means anything.
+The script compiles the timer with the C compiler the project builds with and re-runs itself
+with it preloaded. Results: docs/whole_network_time.md.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENGINES = ["CONV", "SDP", "PDP", "CDP", "BDMA"]
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--clock", choices=["thread", "wall"], default=None)
+    ap.add_argument("--layers", action="store_true", help="print every layer's median")
+    return ap.parse_args()
+
+
+def relaunch(args) -> None:
+    """Compile the timer and run this script again with it preloaded."""
+    from accel_codegen.compiler import link
+
+    lib = link.PACKAGE_DIR / "lib" / "libaccel.so"
+    build = Path(tempfile.mkdtemp(prefix="run-timer-"))
+    timer = build / "run_timer.so"
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+                    f"-I{link.PACKAGE_DIR / 'include'}", str(HERE / "whole_network_time" /
+                                                           "run_timer.c"),
+                    "-o", str(timer), "-ldl"], check=True)
+    clock = args.clock or ("thread" if args.threads == 1 else "wall")
+    env = dict(os.environ, LD_PRELOAD=str(timer), RUN_TIMER_LIB=str(lib),
+               RUN_TIMER_CLOCK=clock, ACCEL_NUM_THREADS=str(args.threads),
+               RUN_TIMER_CHILD="1")
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def build_runner(model_name: str, precision: str):
+    import tvm
+
+    from accel_codegen.compiler import toolchain
+    from accel_codegen.tools.bench import _calibration_inputs, load_model
+
+    model = load_model(model_name, None)
+    if precision == "int8":
+        exe = toolchain.build(model.mod, model.params, config="nv_full", precision="int8",
+                              calibration=_calibration_inputs(model, None, 1234))
+    else:
+        exe = toolchain.build(model.mod, model.params, config="nv_full", fuse=True)
+    vm = toolchain.virtual_machine(exe)
+    inputs = [tvm.runtime.tensor(a) for a in model.inputs]
+    return lambda: vm["main"](*inputs)
+
+
+def main() -> None:
+    args = parse_args()
+    if not os.environ.get("RUN_TIMER_CHILD"):
+        relaunch(args)
+    run = build_runner(args.model, args.precision)
+    timer = ctypes.CDLL(None)
+    timer.run_timer_now.restype = ctypes.c_double
+    for _ in range(3):
+        run()
+    timer.run_timer_reset()
+    calls = []
+    for _ in range(args.repeat):
+        start = timer.run_timer_now()
+        run()
+        calls.append(timer.run_timer_now() - start)
+    with tempfile.NamedTemporaryFile(suffix=".tsv") as f:
+        assert timer.run_timer_dump(f.name.encode()) == 0
+        rows = [line.rstrip("\n").split("\t") for line in open(f.name)]
+    per_call = len(rows) // args.repeat
+    nets = [rows[i * per_call:(i + 1) * per_call] for i in range(args.repeat)]
+    runs = [sum(float(r[3]) for r in n) for n in nets]
+    gaps = [sum(float(r[4]) for r in n[1:]) for n in nets]
+    outside = [c - r - g for c, r, g in zip(calls, runs, gaps)]
+    ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    clock = os.environ["RUN_TIMER_CLOCK"]
+    print(f"{args.model} {args.precision}, {args.threads} thread(s), {clock} clock, "
+          f"medians of {args.repeat} calls, load average {os.getloadavg()[0]:.1f}")
+    print(f"  whole call {ms(calls):.2f} ms = accel_run x {per_call} {ms(runs):.2f} + gaps "
+          f"between runs {ms(gaps):.2f} + outside the runs {ms(outside):.2f}")
+    by_label = collections.defaultdict(list)
+    for n in nets:
+        for r in n:
+            by_label[r[0]].append(float(r[3]))
+    by_engine = collections.Counter()
+    for r in nets[0]:
+        key = ENGINES[int(r[1])] + (" chain" if int(r[2]) > 1 else "")
+        by_engine[key] += statistics.median(by_label[r[0]])
+    for key, seconds in by_engine.most_common():
+        print(f"  {key:12s} {seconds * 1e3:8.2f} ms")
+    if args.layers:
+        for r in nets[0]:
+            print(f"  {r[0][:56]:56s} {ms(by_label[r[0]]):8.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
