@@ -21,7 +21,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
-from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, POOLS
+from .vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, POOLS
 
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
@@ -198,6 +198,9 @@ class Conv:
     INT8: ``weights`` are int8, ``in_zero`` is the input's zero point (padding reads as it);
     ``packed`` optionally holds :meth:`packed_for`'s bytes (NVDLA's pre-formatted weights), else
     the kernel packs the weights on every run. An INT8 or FP16 CONV must be followed by an SDP.
+
+    ``mode``: "direct" or "winograd" (NVDLA's F(2x2, 3x3); its conditions and numerical bound
+    are accel_conv_mode's in accel.h; the C library refuses a conv that does not qualify).
     """
 
     weights: Optional[np.ndarray]
@@ -209,6 +212,7 @@ class Conv:
     weight_shape: Optional[Sequence[int]] = None
     in_zero: int = 0
     packed: Optional[np.ndarray] = None
+    mode: str = "direct"
 
     engine = "CONV"
 
@@ -237,6 +241,7 @@ class Conv:
         d.precision = precision_code(self.precision)
         d.weights = _pointer(self.weights)
         d.in_zero = integer(self.in_zero, "conv in_zero")
+        d.mode = CONV_MODES.code(self.mode)
 
     def lower(self, c_op) -> None:
         c_op.engine = ENGINES.code(self.engine)

@@ -125,8 +125,13 @@ MODES = Table("accel_mode", "mode", "ACCEL_MODE_COUNT", (
     Entry("independent", "ACCEL_MODE_INDEPENDENT"),
 ))
 
+CONV_MODES = Table("accel_conv_mode", "conv mode", "ACCEL_CONV_MODE_COUNT", (
+    Entry("direct", "ACCEL_CONV_DIRECT"),
+    Entry("winograd", "ACCEL_CONV_WINOGRAD", feature="winograd"),
+))
+
 #: Every table, for the test that holds them to the header.
-TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES)
+TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, CONV_MODES)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
