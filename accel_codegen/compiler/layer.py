@@ -195,10 +195,11 @@ class Layer:
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
                                     copies=[c]) for c in self.copies]
 
-    def engine_ops(self, fuse: bool, precision: str = "fp32") -> list:
+    def engine_ops(self, fuse: bool, precision: str = "fp32", conv_mode: str = "direct") -> list:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
         fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
-        carry integer converters in place of the float scale and shift."""
+        carry integer converters in place of the float scale and shift. ``conv_mode``: the
+        CONV's mode (see :meth:`conv_mode`)."""
         int8 = precision == "int8"
         if self.lrn is not None:
             n = self.lrn
@@ -222,7 +223,7 @@ class Layer:
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,
-                            groups=self.conv.groups, precision=precision))
+                            groups=self.conv.groups, precision=precision, mode=conv_mode))
         s = self.sdp
         if fuse:
             if not s.empty():
@@ -300,6 +301,30 @@ class Layer:
                            precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
+
+
+    def conv_mode(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
+                  winograd: bool = True) -> Tuple[str, str]:
+        """The CONV's mode and why: ("winograd", "") where ``winograd`` allows it, the
+        configuration runs this layer's convolution in Winograd mode (the C library decides:
+        accel_conv_mode's conditions) and the cost model gives the layer fewer cycles that way
+        (its pre-transformed weights are larger: a memory-bound layer can lose); else
+        ("direct", the reason)."""
+        if self.conv is None:
+            return "direct", "no convolution"
+        if not winograd:
+            return "direct", "winograd=False"
+        mode = "fused" if self.fused(fuse) else "independent"
+        try:
+            fast = estimate_chain(config, self.engine_ops(fuse, precision, "winograd"),
+                                  self.in_shape, mode=mode, precision=precision).cycles
+        except AccelError as error:
+            return "direct", _without_status(str(error)).split("mode = winograd: ")[-1]
+        direct = estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
+                                mode=mode, precision=precision).cycles
+        if fast >= direct:
+            return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
+        return "winograd", ""
 
 
 def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:

@@ -56,8 +56,15 @@ class CostTotals:
         return dataclasses.asdict(self)
 
 
+#: The cost model's name of a CONV op in Winograd mode (accel_op_stats.op).
+WINOGRAD_OP = "conv2d_winograd"
+
+
 def engine_names(record) -> str:
-    """The engines of a run, e.g. "CONV+SDP+PDP": a record's ``engines`` text, else the
-    engines of its per-op records (``ops``, as in :class:`~accel_codegen.RunStats`)."""
+    """The engines of a run, e.g. "CONV+SDP+PDP", a CONV in Winograd mode as "CONV(wg)": a
+    record's ``engines`` text, else the engines of its per-op records (``ops``, as in
+    :class:`~accel_codegen.RunStats`)."""
     engines = getattr(record, "engines", None)
-    return engines if isinstance(engines, str) else "+".join(op.engine for op in record.ops)
+    if isinstance(engines, str):
+        return engines
+    return "+".join(op.engine + ("(wg)" if op.op == WINOGRAD_OP else "") for op in record.ops)

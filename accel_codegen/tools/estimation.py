@@ -174,7 +174,7 @@ def _host_ops(mod: tvm.IRModule) -> int:
 
 def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
              config: AccelConfig | str = "nv_full", precision: str = "fp32",
-             fuse: bool = True) -> EstimateReport:
+             fuse: bool = True, winograd: bool = True) -> EstimateReport:
     """The cost model's figures for a model on a configuration, without running the kernels.
 
     Parameters
@@ -192,6 +192,9 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
         no calibration: they depend on shapes only.
     fuse : bool
         Fused chains (True) or one independent op per source op (False), as for a build.
+    winograd : bool
+        Convolutions the configuration runs in Winograd mode use it (True), as for a build;
+        False keeps every convolution direct. The layers' ``engines`` say "CONV(wg)" for it.
 
     Returns
     -------
@@ -212,8 +215,9 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     layers = []
     for label, primitive, layer in _layers(matched):
         mode = "fused" if layer.fused(fuse) else "independent"
-        stats = estimate_chain(config, layer.engine_ops(fuse, precision), layer.in_shape,
-                               mode=mode, precision=precision)
+        conv_mode, _ = layer.conv_mode(config, fuse, precision, winograd)
+        stats = estimate_chain(config, layer.engine_ops(fuse, precision, conv_mode),
+                               layer.in_shape, mode=mode, precision=precision)
         layers.append(LayerEstimate.from_stats(label, primitive, stats))
     return EstimateReport(config, precision, fuse, layers, _host_ops(matched))
 

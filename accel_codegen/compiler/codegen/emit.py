@@ -10,7 +10,7 @@ import numpy as np
 
 from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
-from ...sim.vocabulary import ACTIVATIONS, ELEMENTWISE, POOLS, PRECISIONS
+from ...sim.vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, POOLS, PRECISIONS
 from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
 
 
@@ -34,9 +34,9 @@ def c_elementwise(ew_op: Optional[str]) -> str:
 
 
 def conv_op(c: ConvSpec, weights: str, precision: str, in_zero: int = 0,
-            pack: Optional[Tuple[int, int]] = None) -> str:
+            pack: Optional[Tuple[int, int]] = None, mode: str = "direct") -> str:
     """A CONV descriptor (``OP`` stands for the op); ``pack``: (input channels, slot) of weights
-    the glue packs once."""
+    the glue packs once; ``mode``: "direct" or "winograd"."""
     k, _, kh, kw = c.weight_shape
     t, left, b, r = c.padding
     text = textwrap.dedent(f"""\
@@ -52,6 +52,8 @@ OP.conv.pad_right = {r};
         OP.conv.weights = {weights};""")
     if in_zero:
         text += f"\nOP.conv.in_zero = {in_zero};"
+    if mode != "direct":
+        text += f"\nOP.conv.mode = {CONV_MODES[mode].c_name};"
     if pack is not None:
         text += f"\nif (accel_glue_pack_weights(&k_fn, &OP, {pack[0]}, {pack[1]}) != 0) return -1;"
     return text

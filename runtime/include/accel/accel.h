@@ -175,7 +175,7 @@ typedef enum accel_engine {
  *   FP16  the pre-transformed weights are stored as halves (NVDLA's compiler rounds
  *         fp32(G g G^T) to the weight precision), the input transform is rounded to half
  *         (the fp16 multipliers' operand), products exact, sum and output transform in fp32:
- *         |acc - exact| <= (2^-10 + 2^-22 + gamma(C' + 11)) S
+ *         |acc - exact| <= ((1 + 2^-11)^2 (1 + gamma(C' + 11)) - 1) S   (about 2^-10 S)
  *         A transformed input tile reaches 4 max|d| and a transformed kernel 2.25 max|g|:
  *         inputs beyond 16376 in magnitude can overflow the half operand to infinity where
  *         direct convolution stays finite.
