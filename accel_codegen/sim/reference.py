@@ -499,8 +499,9 @@ def conv2d_winograd(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
         wide = _widen(weights) if precision == "fp16" else np.asarray(weights, np.float32)
         u = winograd_weights(wide, stride, precision)
         vt = _rows_then_columns(tiles, _bt)
-        if precision == "fp16":
-            vt = vt.astype(np.float16).astype(np.float32)
+        if precision == "fp16":  # beyond the half range the operand is infinite (accel.h)
+            with np.errstate(over="ignore"):
+                vt = vt.astype(np.float16).astype(np.float32)
         m = np.einsum("kcij,ncyxij->nkyxij", u.astype(np.float64),
                       vt.astype(np.float64)).astype(np.float32)
         y = _rows_then_columns(m, _at)
