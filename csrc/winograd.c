@@ -48,6 +48,13 @@ static wino_plan make_plan(const conv_geometry* g) {
   return P;
 }
 
+/* Threads for `items` independent pieces of work. */
+static int team_size(int64_t items, int32_t num_threads) {
+  if (num_threads < 1) num_threads = 1;
+  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  return (int)(items < num_threads ? items : num_threads);
+}
+
 /* The folded 3x3 kernel of kernel k and folded channel cf = (c*s + a)*s + b. */
 static void folded_kernel(const wino_plan* P, int64_t k, int64_t cf, double (*get)(const void*,
                           int64_t), const void* weights, double g3[3][3]) {
@@ -68,9 +75,11 @@ static double get_i8(const void* w, int64_t i) { return ((const int8_t*)w)[i]; }
 
 /* U[xi][k][cf] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each sum from
  * 0 up), rounded to half when the weights are halves. */
-static void transform_weights_f32(const wino_plan* P, const float* weights, int half, float* U) {
+static void transform_weights_f32(const wino_plan* P, const float* weights, int half, float* U,
+                                  int nth) {
   static const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
   const int64_t K = P->g->k, CF = P->cf;
+#pragma omp parallel for num_threads(nth) schedule(static)
   for (int64_t k = 0; k < K; ++k) {
     for (int64_t cf = 0; cf < CF; ++cf) {
       double g3[3][3];
@@ -95,10 +104,12 @@ static void transform_weights_f32(const wino_plan* P, const float* weights, int 
   if (half) round_to_half(U, 16 * K * CF);
 }
 
-/* U[xi][k][cf] = 4 G g G^T = (2G) g (2G)^T: exact integers (|.| <= 1143 for int8 weights). */
-static void transform_weights_i8(const wino_plan* P, const int8_t* weights, double* U) {
+/* U[xi][k][cf] = 4 G g G^T = (2G) g (2G)^T: exact integers (|.| <= 1152 for int8 weights). */
+static void transform_weights_i8(const wino_plan* P, const int8_t* weights, double* U,
+                                 int nth) {
   static const int G2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
   const int64_t K = P->g->k, CF = P->cf;
+#pragma omp parallel for num_threads(nth) schedule(static)
   for (int64_t k = 0; k < K; ++k) {
     for (int64_t cf = 0; cf < CF; ++cf) {
       double g3[3][3];
@@ -178,12 +189,6 @@ static size_t block_bytes(const wino_plan* P, size_t element) {
   return (size_t)16 * (size_t)(P->cf + P->g->k) * TILE_BLOCK * element;
 }
 
-static int team_size(int64_t items, int32_t num_threads) {
-  if (num_threads < 1) num_threads = 1;
-  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
-  return (int)(items < num_threads ? items : num_threads);
-}
-
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                int half, float* out, const sdp_f32* epilogue, workspace* ws,
                                int32_t num_threads) {
@@ -198,7 +203,7 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
     buffers[t] = workspace_get(ws, t, block_bytes(&P, sizeof(float)));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  transform_weights_f32(&P, weights, half, U);
+  transform_weights_f32(&P, weights, half, U, team_size(K, num_threads));
   blas_single_threaded();
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
   for (int64_t item = 0; item < items; ++item) {
@@ -265,7 +270,7 @@ accel_status conv_winograd_i8(const conv_geometry* g, int32_t in_zero, const int
     buffers[t] = workspace_get(ws, t, block_bytes(&P, sizeof(double)));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  transform_weights_i8(&P, weights, U);
+  transform_weights_i8(&P, weights, U, team_size(K, num_threads));
   blas_single_threaded();
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
   for (int64_t item = 0; item < items; ++item) {
@@ -282,7 +287,7 @@ accel_status conv_winograd_i8(const conv_geometry* g, int32_t in_zero, const int
         for (int xi = 0; xi < 16; ++xi) V[(xi * CF + cf) * TILE_BLOCK + t] = v[xi / 4][xi % 4];
       }
     }
-    /* |U V| <= 1143 * 1020 per product and the depth is at most ACCEL_MAX_INT8_DEPTH: every
+    /* |U V| <= 1152 * 1020 per product and the depth is at most ACCEL_MAX_INT8_DEPTH: every
      * partial sum stays far below 2^53, so the double GEMM is exact. */
     for (int xi = 0; xi < 16; ++xi) {
       scipy_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)K, (blasint)nt,

@@ -192,8 +192,8 @@ def _aligned_bytes(size: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class Conv:
-    """CONV engine: direct convolution; ``weights`` is [K, C/groups, R, S] (or None with
-    ``weight_shape`` for a cost estimate).
+    """CONV engine: direct or Winograd convolution; ``weights`` is [K, C/groups, R, S] (or
+    None with ``weight_shape`` for a cost estimate).
 
     INT8: ``weights`` are int8, ``in_zero`` is the input's zero point (padding reads as it);
     ``packed`` optionally holds :meth:`packed_for`'s bytes (NVDLA's pre-formatted weights), else

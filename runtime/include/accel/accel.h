@@ -180,7 +180,7 @@ typedef enum accel_engine {
  *         inputs beyond 16376 in magnitude can overflow the half operand to infinity where
  *         direct convolution stays finite.
  *   INT8  exact: G g G^T is a multiple of 1/4, so the weights are pre-transformed to the int16
- *         values 4 G g G^T (|.| <= 1143) and the input transform of (in - in_zero) to 11-bit
+ *         values 4 G g G^T (|.| <= 1152) and the input transform of (in - in_zero) to 11-bit
  *         values (|.| <= 1020); products and sums are exact integers, and the output transform
  *         divides by 4 exactly. The int32 accumulator equals direct convolution's bit for bit.
  *         (NVDLA's released compiler keeps INT8 layers direct; this is the model's assumption
