@@ -67,4 +67,5 @@ def engine_names(record) -> str:
     engines = getattr(record, "engines", None)
     if isinstance(engines, str):
         return engines
-    return "+".join(op.engine + ("(wg)" if op.op == WINOGRAD_OP else "") for op in record.ops)
+    return "+".join(op.engine + ("(wg)" if getattr(op, "op", None) == WINOGRAD_OP else "")
+                    for op in record.ops)

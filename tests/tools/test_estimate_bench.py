@@ -96,8 +96,11 @@ def test_more_dram_bandwidth_never_lowers_frames_per_s(zoo):
             series = [p for p in result["points"] if p["macs"] == macs and p["cbuf_kib"] == cbuf]
             fps = [p["frames_per_s"] for p in sorted(series, key=lambda p: p["dram_gbps"])]
             assert fps == sorted(fps), (macs, cbuf, fps)
-            # Traffic depends on the CBUF, not on the bandwidth.
-            assert len({p["bytes"] for p in series}) == 1
+            # Traffic depends on the CBUF, and on the bandwidth only through the compiler's
+            # Winograd choice: a layer takes Winograd's larger pre-transformed weights only
+            # where it still gets faster, which more bandwidth never undoes.
+            traffic = [p["bytes"] for p in sorted(series, key=lambda p: p["dram_gbps"])]
+            assert traffic == sorted(traffic), (macs, cbuf, traffic)
     # nv_full itself is one of the points: the sweep is estimate() on it.
     full = next(p for p in result["points"] if p["macs"] == 2048 and p["dram_gbps"] == 20
                 and p["cbuf_kib"] == 512)
