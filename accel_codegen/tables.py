@@ -91,10 +91,11 @@ def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = Fals
     columns += [Column("engines", engines_width, "<", clip=True),
                 Column("MMACs", 9, spec=".2f"), Column("KB read", 9, spec=".1f"),
                 Column("KB written", 10, spec=".1f"), Column("cycles", 11, spec=","),
-                Column("util", 6, spec=".1%")]
+                Column("uJ", 8, spec=".2f"), Column("util", 6, spec=".1%")]
 
     def costs(r):
-        return [r.macs / 1e6, r.bytes_read / 1e3, r.bytes_written / 1e3, r.cycles]
+        return [r.macs / 1e6, r.bytes_read / 1e3, r.bytes_written / 1e3, r.cycles,
+                r.energy_pj / 1e6]
 
     rows = [[i, r.label] + ([r.mode] if modes else []) + [engine_names(r)] + costs(r) +
             [r.utilization] for i, r in enumerate(records)]

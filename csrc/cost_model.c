@@ -22,6 +22,19 @@
  *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
  * - SDP, PDP and CDP cost elements / throughput; an SDP that uses the element-wise or LUT unit
  *   runs at the slower of its two units' rates. The CDP always reads and writes memory.
+ * - Image input (pixel_format, NVDLA's image mode for the first layer): the input is read as
+ *   pixels, a pixel's channels packed together (1, 4 or 8 bytes) and each line padded to a
+ *   memory atom, instead of a whole atom per position. MAC cycles as NVDLA's convolution
+ *   pipeline computes image input: channel pre-extension folds a kernel row (S pixels of the
+ *   format's P channels, the unused 4th included) into one channel of S x P elements, and
+ *   channel post-extension stacks L = 4 or 2 kernel rows more into it when L x S x P and
+ *   L x stride_w x P fit in atomic C (NVDLA's limits: 16 and 32 of atomic C 64); a kernel row
+ *   group that runs past the kernel costs a whole atomic operation (the hardware drops the
+ *   extra lines). Every output position costs ceil(R / L) x ceil(L x S x P / atomic_c) x
+ *   ceil(K / atomic_k) cycles: the 7x7 RGB stem takes 4 where direct convolution takes 49.
+ * - Multi-batch (multi_batch, fully connected layers): the weights stream through once for up
+ *   to ACCEL_MAX_BATCH images whose input vectors CBUF holds together beside one atomic-K group
+ *   of kernels; without it each image fetches the weights again.
  * - FUSED: the intermediates between engines stay on chip and the engines work in a pipeline, so
  *   the chain costs the long pole of every engine's compute and all of its memory traffic.
  *   INDEPENDENT: every op reads its input and writes its output, one op after the other, except
@@ -38,6 +51,13 @@
  *   0 thus costs exactly the feature data of a C-channel tensor, a concat of atom-aligned
  *   inputs moves each byte once, and a strided copy (a channel shuffle) pays for every surface
  *   its channels are spread over.
+ * - Energy (accel.h, accel_config's per-action energies): each op's action counts times their
+ *   energies. MACs are the useful ones (idle lanes are not charged). A CONV writes into CBUF the
+ *   bytes it reads from memory (re-reads included); it reads one atomic-C entry of data per
+ *   MAC-array cycle and, per stripe of ACCEL_CONV_STRIPE output positions, every atomic-C x
+ *   atomic-K weight block of its loops once. SDP, PDP, CDP: elements processed (the PDP's and
+ *   CDP's input elements). Every byte read or written counts as DRAM traffic. A run's energy is
+ *   the sum of its ops' in either mode (fusion saves the energy of the bytes it does not move).
  */
 #include <math.h>
 #include <stdint.h>
@@ -64,6 +84,13 @@ int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision pre
 /* Bytes of one (n, h, w) position's channels, padded to whole memory atoms. */
 static int64_t position_bytes(const accel_config* cfg, int64_t channels, accel_precision p) {
   return ceil_div(channels * hw_element_bytes(p), cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
+}
+
+/* Bytes of one input line as the CONV reads it: pixels packed (image input) or positions of
+ * atom-padded channels (feature data). */
+static int64_t input_row_bytes(const accel_config* cfg, const conv_geometry* g, accel_precision p) {
+  if (g->pixel_bytes == 0) return (int64_t)g->w * position_bytes(cfg, g->c, p);
+  return ceil_div((int64_t)g->w * g->pixel_bytes, cfg->memory_atom_bytes) * cfg->memory_atom_bytes;
 }
 
 static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int64_t h, int64_t w,
@@ -117,7 +144,7 @@ static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int
 static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_precision p,
                        int64_t kernel_bytes_stored, int64_t* input_bytes, int64_t* weight_bytes) {
   const int64_t cbuf = cfg->cbuf_bytes;
-  const int64_t row_bytes = (int64_t)g->w * position_bytes(cfg, g->c, p);
+  const int64_t row_bytes = input_row_bytes(cfg, g, p);
   int64_t one_slice = 1;
   /* The rows the convolution reads at all (a strided 1x1 skips some): the once-only cost. */
   const int64_t image = sliced_input_reads(g, row_bytes, INT64_MAX, &one_slice);
@@ -133,8 +160,11 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_pr
     *input_bytes = image * g->n;
     *weight_bytes = weights;
   } else if (image + min_weights <= cbuf) {
+    /* Multi-batch: as many images as CBUF holds beside the kernels share one weight fetch. */
+    int64_t batch = g->multi_batch ? (cbuf - min_weights) / image : 1;
+    batch = batch < ACCEL_MAX_BATCH ? batch : ACCEL_MAX_BATCH;
     *input_bytes = image * g->n;
-    *weight_bytes = weights * g->n;
+    *weight_bytes = weights * ceil_div(g->n, batch);
   } else if (weights + min_rows <= cbuf) {
     *input_bytes = sliced_input_reads(g, row_bytes, cbuf - weights, &slices) * g->n;
     *weight_bytes = weights;
@@ -158,6 +188,8 @@ static void finish_op(const accel_config* cfg, accel_op_stats* s) {
   s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
   s->memory_cycles = memory_cycles(cfg, s->bytes_read + s->bytes_written);
   s->cycles = s->compute_cycles > s->memory_cycles ? s->compute_cycles : s->memory_cycles;
+  s->dram_energy_pj = (double)(s->bytes_read + s->bytes_written) * cfg->dram_pj_per_byte;
+  s->energy_pj = s->mac_energy_pj + s->cbuf_energy_pj + s->dram_energy_pj + s->engine_energy_pj;
 }
 
 static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
@@ -167,10 +199,13 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   const int64_t c_group = g->c / g->groups, k_group = g->k / g->groups;
   const int64_t positions = (int64_t)g->n * g->out_h * g->out_w;
   const int winograd = r->op->conv.mode == ACCEL_CONV_WINOGRAD;
-  snprintf(s->op, sizeof s->op, "%s", winograd ? "conv2d_winograd" : g->groups == 1 ? "conv2d" :
+  snprintf(s->op, sizeof s->op, "%s", winograd ? "conv2d_winograd" :
+           g->pixel_bytes ? "conv2d_image" :
+           g->multi_batch ? "conv2d_batch" : g->groups == 1 ? "conv2d" :
            (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
+  s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
   int64_t kernel_bytes = c_group * g->kernel_h * g->kernel_w * hw_element_bytes(p);
-  if (winograd) { /* groups 1, equal strides: validated */
+  if (winograd) { /* groups 1, equal strides, feature data: validated */
     const int64_t folded_c = (int64_t)g->c * g->stride_h * g->stride_h;
     const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
     s->macs = (int64_t)g->n * ceil_div(g->out_h, 2) * ceil_div(g->out_w, 2) * 16 * folded_c *
@@ -178,8 +213,14 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
     s->mac_cycles = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2 *
                     ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
     kernel_bytes = folded_c * 16 * 2; /* halves, or int16 for INT8 */
+  } else if (g->pixel_bytes) {
+    const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
+    const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
+    int64_t lines = 4;
+    while (lines > 1 && (lines * row > cfg->atomic_c || lines * step > cfg->atomic_c)) lines /= 2;
+    s->mac_cycles = positions * ceil_div(g->kernel_h, lines) *
+                    ceil_div(lines * row, cfg->atomic_c) * ceil_div(g->k, atomic_k_at(cfg, p));
   } else {
-    s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
     s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
                     ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   }
@@ -192,6 +233,19 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
+  /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
+   * per cycle and each weight block of its loops once per stripe of output positions. */
+  const int64_t eb = hw_element_bytes(p);
+  const int64_t weight_blocks = (int64_t)g->groups * ceil_div(c_group, cfg->atomic_c) *
+                                ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  s->cbuf_write_bytes = s->input_bytes + s->weight_bytes;
+  s->cbuf_read_bytes = s->mac_cycles * cfg->atomic_c * eb +
+                       ceil_div(positions, ACCEL_CONV_STRIPE) * weight_blocks * cfg->atomic_c *
+                           atomic_k_at(cfg, p) * eb;
+  s->cbuf_energy_pj = (double)s->cbuf_read_bytes * cfg->cbuf_read_pj_per_byte +
+                      (double)s->cbuf_write_bytes * cfg->cbuf_write_pj_per_byte;
+  s->mac_energy_pj =
+      (double)s->macs * (p == ACCEL_INT8 ? cfg->mac_int8_pj : cfg->mac_fp16_pj);
 }
 
 static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
@@ -215,6 +269,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
   s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
+  s->engine_energy_pj = (double)elements * cfg->sdp_pj_per_element;
   const int64_t per_channel =
       p == ACCEL_INT8 ? 4 * (d->bias != NULL) + 2 * (d->mul != NULL) + (d->rshift != NULL) +
                             2 * (d->act == ACCEL_ACT_PRELU)
@@ -232,6 +287,7 @@ static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on
   const accel_precision p = r->op->pdp.precision;
   snprintf(s->op, sizeof s->op, "%s", g->pool == ACCEL_POOL_MAX ? "pdp:max" : "pdp:avg");
   s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->pdp_throughput);
+  s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->pdp_pj_per_element;
   s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
 }
@@ -242,6 +298,7 @@ static void cost_cdp(const accel_config* cfg, const resolved_op* r, accel_op_sta
   const accel_precision p = r->op->cdp.precision;
   snprintf(s->op, sizeof s->op, "%s", "cdp:lrn");
   s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->cdp_throughput);
+  s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->cdp_pj_per_element;
   s->input_bytes = feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = s->input_bytes;
 }
@@ -321,6 +378,11 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     run->mac_cycles += s->mac_cycles;
     run->bytes_read += s->bytes_read;
     run->bytes_written += s->bytes_written;
+    run->mac_energy_pj += s->mac_energy_pj;
+    run->cbuf_energy_pj += s->cbuf_energy_pj;
+    run->dram_energy_pj += s->dram_energy_pj;
+    run->engine_energy_pj += s->engine_energy_pj;
+    run->energy_pj += s->energy_pj;
     longest_compute = s->compute_cycles > longest_compute ? s->compute_cycles : longest_compute;
     independent_cycles += s->cycles;
   }

@@ -27,6 +27,8 @@ typedef struct conv_geometry {
   int32_t pad_top, pad_left;          /* bottom/right padding is implied by out_h/out_w */
   int32_t dilation_h, dilation_w;
   int32_t groups;
+  int32_t pixel_bytes, pixel_channels; /* image input: a pixel's bytes and channels (0: feature) */
+  int32_t multi_batch;                /* multi-batch mode (weights fetched once per batch) */
 } conv_geometry;
 
 /* A LUT activation's tables (accel_lut in accel.h), built once per process. */

@@ -166,6 +166,9 @@ class Layer:
     copies: List[CopySpec] = dataclasses.field(default_factory=list)
     copy_source: str = ""  # the Relax op(s) the copies compute
     lrn: Optional[LrnSpec] = None  # a CDP run (alone)
+    # The data is a parameter of the external function: pixels the host wrote, which a conv
+    # may read in image-input mode (set by the walker, which sees the function).
+    host_input: bool = False
 
     @property
     def source_ops(self) -> List[str]:
@@ -195,11 +198,46 @@ class Layer:
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
                                     copies=[c]) for c in self.copies]
 
-    def engine_ops(self, fuse: bool, precision: str = "fp32", conv_mode: str = "direct") -> list:
+    def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
+                   winograd: bool = True) -> dict:
+        """The CONV input modes the code generator chooses on ``config`` (Conv fields): image
+        input (``pixel_format``) for a conv that reads the function's input with at most four
+        channels (an image: NVDLA's first-layer mode), multi-batch for a fully connected layer
+        of a batch. Each only where the configuration has it and the C library accepts the
+        chain with it (its limits are the library's, not restated here); and Winograd mode
+        (``mode``) where :meth:`conv_mode` chooses it."""
+        if self.conv is None or self.copies:
+            return {}
+        n, channels, h, w = self.in_shape
+        modes: dict = {}
+        if self.host_input and channels <= 4 and "image_input" in config.features:
+            modes["pixel_format"] = ("r8" if channels == 1 else "a8b8g8r8") \
+                if precision == "int8" else "a16b16g16r16_f"
+        if n > 1 and (h, w) == (1, 1) and "batch" in config.features:
+            modes["multi_batch"] = True
+        chosen = {}
+        for field, value in modes.items():  # each on its own: one may fit where both do not
+            try:
+                estimate_chain(config, self.engine_ops(fuse, precision, modes={field: value}),
+                               self.in_shape, mode="fused" if self.fused(fuse) else "independent",
+                               precision=precision)
+                chosen[field] = value
+            except AccelError:
+                pass
+        if self.conv_mode(config, fuse, precision, winograd, chosen)[0] == "winograd":
+            chosen["mode"] = "winograd"
+        return chosen
+
+    def engine_ops(self, fuse: bool, precision: str = "fp32", config: Optional[AccelConfig] = None,
+                   modes: Optional[dict] = None, winograd: bool = True) -> list:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
         fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
-        carry integer converters in place of the float scale and shift. ``conv_mode``: the
-        CONV's mode (see :meth:`conv_mode`)."""
+        carry integer converters in place of the float scale and shift. With ``config``, the
+        CONV takes the input modes the code generator chooses there (:meth:`conv_modes`);
+        ``modes`` gives them instead."""
+        if modes is None:
+            modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
+                else {}
         int8 = precision == "int8"
         if self.lrn is not None:
             n = self.lrn
@@ -223,7 +261,7 @@ class Layer:
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,
-                            groups=self.conv.groups, precision=precision, mode=conv_mode))
+                            groups=self.conv.groups, precision=precision, **modes))
         s = self.sdp
         if fuse:
             if not s.empty():
@@ -304,24 +342,25 @@ class Layer:
 
 
     def conv_mode(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
-                  winograd: bool = True) -> Tuple[str, str]:
+                  winograd: bool = True, modes: Optional[dict] = None) -> Tuple[str, str]:
         """The CONV's mode and why: ("winograd", "") where ``winograd`` allows it, the
         configuration runs this layer's convolution in Winograd mode (the C library decides:
         accel_conv_mode's conditions) and the cost model gives the layer fewer cycles that way
         (its pre-transformed weights are larger: a memory-bound layer can lose); else
-        ("direct", the reason)."""
+        ("direct", the reason). ``modes``: the input modes chosen besides."""
+        modes = dict(modes or {})
         if self.conv is None:
             return "direct", "no convolution"
         if not winograd:
             return "direct", "winograd=False"
         mode = "fused" if self.fused(fuse) else "independent"
         try:
-            fast = estimate_chain(config, self.engine_ops(fuse, precision, "winograd"),
-                                  self.in_shape, mode=mode, precision=precision).cycles
+            fast = estimate_chain(config, self.engine_ops(fuse, precision, modes={
+                **modes, "mode": "winograd"}), self.in_shape, mode=mode, precision=precision).cycles
         except AccelError as error:
             return "direct", _without_status(str(error)).split("mode = winograd: ")[-1]
-        direct = estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
-                                mode=mode, precision=precision).cycles
+        direct = estimate_chain(config, self.engine_ops(fuse, precision, modes=modes),
+                                self.in_shape, mode=mode, precision=precision).cycles
         if fast >= direct:
             return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
         return "winograd", ""

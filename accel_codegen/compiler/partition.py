@@ -135,7 +135,7 @@ def _conv_modes(composite: relax.Function, config: AccelConfig, fuse: bool, prec
     code generator chooses them; None without a convolution."""
     layer = layer_of(composite)
     layers = [layer] + ([layer.branch] if layer.branch is not None else [])
-    modes = sorted({lay.conv_mode(config, fuse, precision, winograd)[0]
+    modes = sorted({lay.conv_modes(config, fuse, precision, winograd).get("mode", "direct")
                     for lay in layers if lay.conv is not None})
     return "+".join(modes) or None
 

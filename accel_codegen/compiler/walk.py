@@ -8,7 +8,7 @@ the code generator and the estimator all walk it here, and name its runs as
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relax
@@ -57,18 +57,25 @@ class Run:
         return run_label(self.key, self.primitive, self.branch)
 
 
-def layer_of(composite: relax.Function) -> Layer:
-    """The accelerator layer a composite function describes."""
-    return lower_chain(chain_root(composite), bound_values(composite))
+def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
+             function: Optional[relax.Function] = None) -> Layer:
+    """The accelerator layer a composite function describes; given the call's ``args`` and
+    the external ``function`` it is called in, whether its data is one of that function's
+    inputs (``Layer.host_input``)."""
+    layer = lower_chain(chain_root(composite), bound_values(composite))
+    if function is not None:
+        arg = dict(zip(composite.params, args)).get(layer.data)
+        layer.host_input = arg is not None and any(arg.same_as(p) for p in function.params)
+    return layer
 
 
 def runs(mod: tvm.IRModule) -> Iterator[Run]:
     """Every accelerator run of a partitioned (or pattern-matched) module, in execution order,
     named as the generated code names it."""
     for function, (_, external) in enumerate(external_calls(mod)):
-        for index, (_, composite) in enumerate(composite_calls(external)):
+        for index, (binding, composite) in enumerate(composite_calls(external)):
             primitive = str(composite.attrs["Composite"])
-            layer = layer_of(composite)
+            layer = layer_of(composite, binding.value.args, external)
             if len(layer.copies) > 1:
                 for part, run in enumerate(layer.runs()):
                     yield Run(run_key(function, index, copy_part(part)), primitive, run)

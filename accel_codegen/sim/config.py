@@ -84,6 +84,13 @@ class AccelConfig:
         Hardware precisions among "int8", "int16", "fp16".
     features : tuple of str
         Optional units among "lut", "elementwise", "winograd", "rubik", "cdp", "bdma".
+    mac_int8_pj, mac_fp16_pj : float
+        Energy of one MAC in picojoules (fp32 and int16 are charged the fp16 figure).
+    cbuf_read_pj_per_byte, cbuf_write_pj_per_byte, dram_pj_per_byte, sram_pj_per_byte : float
+        Energy per byte of CBUF reads and writes, DRAM traffic, on-chip SRAM traffic.
+    sdp_pj_per_element, pdp_pj_per_element, cdp_pj_per_element : float
+        Energy per element an engine processes. The presets' energies (accel.h and config.c
+        give their source); a field left out here is 0: that action is not charged.
     """
 
     name: str
@@ -99,6 +106,15 @@ class AccelConfig:
     dram_bytes_per_s: float
     precisions: tuple = ("int8",)
     features: tuple = ()
+    mac_int8_pj: float = 0.0
+    mac_fp16_pj: float = 0.0
+    cbuf_read_pj_per_byte: float = 0.0
+    cbuf_write_pj_per_byte: float = 0.0
+    dram_pj_per_byte: float = 0.0
+    sram_pj_per_byte: float = 0.0
+    sdp_pj_per_element: float = 0.0
+    pdp_pj_per_element: float = 0.0
+    cdp_pj_per_element: float = 0.0
 
     def __post_init__(self) -> None:
         for field in ("precisions", "features"):
@@ -154,12 +170,12 @@ class AccelConfig:
         data = dict(data)
         base = data.pop("base", None)
         _check_known(data)
-        known = {f.name for f in dataclasses.fields(cls)}
         if base is not None:
             if not isinstance(base, str):
                 raise AccelInvalidError(f"config base = {base!r} is not a preset name")
             return cls.preset(base).replace(**data)
-        missing = sorted(known - set(data) - {"precisions", "features"})
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.default is dataclasses.MISSING and f.name not in data)
         if missing:
             raise AccelInvalidError(f"config is missing fields {missing}")
         return cls(**data)
@@ -230,3 +246,8 @@ class AccelConfig:
                 value = ffi.string(value).decode()
             values[name] = value
         return cls(**values)
+
+
+#: The per-action energies of a configuration (picojoules; accel.h's accel_config): the fields
+#: named ``*_pj`` and ``*_pj_per_<unit>``.
+ENERGY_FIELDS = tuple(f.name for f in dataclasses.fields(AccelConfig) if "_pj" in f.name)

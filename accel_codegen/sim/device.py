@@ -41,6 +41,13 @@ class OpStats:
     bytes_written: int
     memory_cycles: int
     cycles: int
+    cbuf_read_bytes: int
+    cbuf_write_bytes: int
+    mac_energy_pj: float
+    cbuf_energy_pj: float
+    dram_energy_pj: float
+    engine_energy_pj: float
+    energy_pj: float
 
     @classmethod
     def from_c(cls, c_stats) -> "OpStats":
@@ -63,6 +70,11 @@ class RunStats:
     bytes_written: int
     cycles: int
     utilization: float
+    mac_energy_pj: float
+    cbuf_energy_pj: float
+    dram_energy_pj: float
+    engine_energy_pj: float
+    energy_pj: float
     ops: Tuple[OpStats, ...]
 
     @classmethod
@@ -72,7 +84,10 @@ class RunStats:
             mode=MODES.name_of(c_run.mode),
             macs=c_run.macs, mac_cycles=c_run.mac_cycles, bytes_read=c_run.bytes_read,
             bytes_written=c_run.bytes_written, cycles=c_run.cycles,
-            utilization=c_run.utilization, ops=tuple(op_records))
+            utilization=c_run.utilization, mac_energy_pj=c_run.mac_energy_pj,
+            cbuf_energy_pj=c_run.cbuf_energy_pj, dram_energy_pj=c_run.dram_energy_pj,
+            engine_energy_pj=c_run.engine_energy_pj, energy_pj=c_run.energy_pj,
+            ops=tuple(op_records))
 
 
 def _tensor_struct(shape: Tuple[int, ...], precision: str, data=ffi.NULL):
@@ -282,6 +297,67 @@ def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple
     check(lib.accel_estimate(config_c, chain.c_ops, len(chain.ops), chain.input, output,
                              chain.mode, c_run, c_ops))
     return _stats(c_run, c_ops, len(chain.ops))
+
+
+class ChainBatch:
+    """Chains lowered to C once, then costed on any configuration by one library call
+    (``accel_estimate_chains``): what :func:`accel_codegen.estimate` and the sweep use, so a
+    configuration costs a whole model without lowering it again. The C library checks every
+    chain against each configuration it is costed on.
+
+    Parameters
+    ----------
+    config : AccelConfig or str
+        The configuration the chains are lowered and shaped for.
+    chains : sequence of (ops, in_shape, mode)
+        Each chain's engine ops, input shape and mode ("fused" or "independent").
+    precision : str
+        The chains' precision.
+    """
+
+    def __init__(self, config: AccelConfig | str,
+                 chains: Sequence[Tuple[Sequence[Op], Tuple[int, ...], str]], precision: str):
+        config_c = AccelConfig.resolve(config).to_c()
+        self._chains = [_Chain(config_c, ops, tuple(shape), precision, mode)
+                        for ops, shape, mode in chains]
+        self._c_chains = ffi.new("accel_chain[]", len(self._chains))
+        for c_chain, chain in zip(self._c_chains, self._chains):
+            c_chain.ops = chain.c_ops
+            c_chain.num_ops = len(chain.ops)
+            c_chain.input = chain.input[0]
+            c_chain.output = _tensor_struct(chain.shapes[-1], precision)[0]
+            c_chain.mode = chain.mode
+        self._num_ops = sum(len(chain.ops) for chain in self._chains)
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def run_stats(self, config: AccelConfig | str, op_stats=None):
+        """The C ``accel_run_stats[]`` of every chain on ``config`` (fields read as attributes;
+        for a caller that wants a few figures of many configurations). ``op_stats``: an
+        ``accel_op_stats[]`` of :attr:`num_ops` to fill too."""
+        c_runs = ffi.new("accel_run_stats[]", len(self._chains))
+        check(lib.accel_estimate_chains(AccelConfig.resolve(config).to_c(), self._c_chains,
+                                        len(self._chains), c_runs,
+                                        ffi.NULL if op_stats is None else op_stats))
+        return c_runs
+
+    @property
+    def num_ops(self) -> int:
+        """The ops of every chain together."""
+        return self._num_ops
+
+    def estimate(self, config: AccelConfig | str) -> List[RunStats]:
+        """Every chain's cost on ``config``, with its op records."""
+        c_ops = ffi.new("accel_op_stats[]", max(self._num_ops, 1))
+        c_runs = self.run_stats(config, c_ops)
+        records, first = [], 0
+        for i, chain in enumerate(self._chains):
+            count = len(chain.ops)
+            records.append(RunStats.from_c(c_runs[i], [OpStats.from_c(c_ops[first + j])
+                                                       for j in range(count)]))
+            first += count
+        return records
 
 
 def profile_enable(enabled: bool) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
-from .vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, POOLS
+from .vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS
 
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
@@ -199,6 +199,9 @@ class Conv:
     ``packed`` optionally holds :meth:`packed_for`'s bytes (NVDLA's pre-formatted weights), else
     the kernel packs the weights on every run. An INT8 or FP16 CONV must be followed by an SDP.
 
+    ``pixel_format`` (``"r8"``, ``"a8b8g8r8"``, ``"a16b16g16r16_f"``) reads the run's input as
+    pixels (NVDLA's image-input mode); ``multi_batch`` fetches a fully connected layer's
+    weights once per batch. Both give the same values and cost less (see ``accel.h``).
     ``mode``: "direct" or "winograd" (NVDLA's F(2x2, 3x3); its conditions and numerical bound
     are accel_conv_mode's in accel.h; the C library refuses a conv that does not qualify).
     """
@@ -212,6 +215,8 @@ class Conv:
     weight_shape: Optional[Sequence[int]] = None
     in_zero: int = 0
     packed: Optional[np.ndarray] = None
+    pixel_format: Optional[str] = None
+    multi_batch: bool = False
     mode: str = "direct"
 
     engine = "CONV"
@@ -241,6 +246,10 @@ class Conv:
         d.precision = precision_code(self.precision)
         d.weights = _pointer(self.weights)
         d.in_zero = integer(self.in_zero, "conv in_zero")
+        d.pixel_format = PIXEL_FORMATS.code(self.pixel_format, "conv pixel_format")
+        if not isinstance(self.multi_batch, (bool, np.bool_)):
+            raise AccelInvalidError(f"conv multi_batch = {self.multi_batch!r} is not a bool")
+        d.multi_batch = int(self.multi_batch)
         d.mode = CONV_MODES.code(self.mode)
 
     def lower(self, c_op) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List
 from ..tables import cost_table
 from . import RunStats, profile_enable, profile_records
 from .config import AccelConfig
-from .costs import CostTotals
+from .costs import CostTotals, energy_line
 from .timeline import chrome_trace, write_chrome_trace
 
 
@@ -32,16 +32,20 @@ class Profile:
         return [op for run in self.records for op in run.ops]
 
     @property
-    def totals(self) -> Dict[str, int]:
-        """Sums over every run: macs, mac_cycles, bytes_read, bytes_written, cycles."""
+    def totals(self) -> Dict[str, float]:
+        """Sums over every run: macs, mac_cycles, bytes_read, bytes_written, cycles, energy_pj
+        and its parts (mac_, cbuf_, dram_, engine_energy_pj)."""
         return CostTotals.of(self.records).to_dict()
 
     def table(self, clock_hz: float | None = None) -> str:
-        """A per-layer table; with ``clock_hz``, also the simulated time."""
+        """A per-layer table and the energy per frame; with ``clock_hz``, also the simulated
+        time."""
         text = cost_table(self.records, modes=True)
+        totals = CostTotals.of(self.records)
         if clock_hz:
-            seconds = CostTotals.of(self.records).seconds(clock_hz)
+            seconds = totals.seconds(clock_hz)
             text += f"\nsimulated time at {clock_hz / 1e9:g} GHz: {seconds * 1e3:.3f} ms"
+        text += "\n" + energy_line(totals)
         return text
 
     def chrome_trace(self, config: AccelConfig | str = "nv_full") -> Dict[str, Any]:

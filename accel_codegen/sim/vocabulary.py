@@ -125,15 +125,26 @@ MODES = Table("accel_mode", "mode", "ACCEL_MODE_COUNT", (
     Entry("independent", "ACCEL_MODE_INDEPENDENT"),
 ))
 
+#: CONV input formats: feature data (None) or an image-input pixel format. ``feature`` names
+#: the hardware mode; the formats' sizes and precisions are accel.h's (checked by the library).
+PIXEL_FORMATS = Table("accel_pixel_format", "pixel_format", "ACCEL_PIXEL_COUNT", (
+    Entry(None, "ACCEL_PIXEL_NONE"),
+    Entry("r8", "ACCEL_PIXEL_R8", feature="image_input"),
+    Entry("a8b8g8r8", "ACCEL_PIXEL_A8B8G8R8", feature="image_input"),
+    Entry("a16b16g16r16_f", "ACCEL_PIXEL_A16B16G16R16_F", feature="image_input", int8=False),
+))
+
 CONV_MODES = Table("accel_conv_mode", "conv mode", "ACCEL_CONV_MODE_COUNT", (
     Entry("direct", "ACCEL_CONV_DIRECT"),
     Entry("winograd", "ACCEL_CONV_WINOGRAD", feature="winograd"),
 ))
 
 #: Every table, for the test that holds them to the header.
-TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, CONV_MODES)
+TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS,
+          CONV_MODES)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
             "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK",
-            "cdp": "ACCEL_FEATURE_CDP", "bdma": "ACCEL_FEATURE_BDMA"}
+            "cdp": "ACCEL_FEATURE_CDP", "bdma": "ACCEL_FEATURE_BDMA",
+            "image_input": "ACCEL_FEATURE_IMAGE_INPUT", "batch": "ACCEL_FEATURE_BATCH"}

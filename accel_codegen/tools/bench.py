@@ -85,6 +85,7 @@ def _accel_figures(records, config, precision: str = "fp32") -> Dict[str, Any]:
             "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
             "macs": totals.macs,
             "utilization": totals.utilization(config.macs_per_cycle(precision)),
+            "energy_pj": totals.energy_pj, "frames_per_joule": totals.frames_per_joule(),
             "layers": len(records)}
 
 
@@ -92,7 +93,7 @@ def _layer_row(record) -> Dict[str, Any]:
     return {"label": record.label, "engines": engine_names(record),
             "ops": len(record.ops), "macs": record.macs, "cycles": record.cycles,
             "bytes_read": record.bytes_read, "bytes_written": record.bytes_written,
-            "utilization": record.utilization}
+            "utilization": record.utilization, "energy_pj": record.energy_pj}
 
 
 def _materialise(ops: list, in_shape, config, mode: str, rng) -> list:
@@ -135,7 +136,7 @@ def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None])
         runs = {}
         for name, fuse in (("fused", True), ("decomposed", False)):
             mode = "fused" if layer.fused(fuse) else "independent"
-            ops = _materialise(layer.engine_ops(fuse), layer.in_shape, config, mode, rng)
+            ops = _materialise(layer.engine_ops(fuse, config=config), layer.in_shape, config, mode, rng)
             out = np.empty(device.output_shape(ops, layer.in_shape, mode=mode), np.float32)
             device.run(ops, x, mode=mode, out=out)  # warm-up
             runs[name] = (ops, mode, out)
@@ -378,7 +379,8 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
     dict
         The JSON contract: ``threads``, ``modes`` (per mode ``wall_ms`` with ``median``,
         ``min``, ``max``; for the accelerator modes ``cycles``, ``frames_per_s``,
-        ``bytes_read``, ``bytes_written``, ``utilization``), ``vs_ort`` (per precision
+        ``bytes_read``, ``bytes_written``, ``utilization``, ``energy_pj`` (picojoules per
+        inference) and ``frames_per_joule``), ``vs_ort`` (per precision
         measured in both: ``median`` and ``min`` of ONNX Runtime's wall time over the
         simulator's), plus ``model``, ``config``, ``thread_notes``, ``compile_s``,
         ``skipped`` (mode: why), ``calibration`` (int8 modes), ``onnxruntime`` (its version
@@ -507,7 +509,7 @@ _MODE_COLUMNS = (Column("mode", 11, "<"), Column("wall ms", 10, spec=",.2f"),
                  Column("vs pytorch", 10), Column("sim cycles", 12, spec=","),
                  Column("sim ms", 8, spec=".3f"), Column("frames/s", 9, spec=".1f"),
                  Column("MB read", 8, spec=".2f"), Column("MB written", 10, spec=".2f"),
-                 Column("MAC util", 8, spec=".1%"))
+                 Column("MAC util", 8, spec=".1%"), Column("mJ/frame", 8, spec=".3f"))
 
 
 def _mode_row(mode: str, entry: Dict[str, Any], reference: Optional[float]) -> list:
@@ -516,7 +518,8 @@ def _mode_row(mode: str, entry: Dict[str, Any], reference: Optional[float]) -> l
     row = [mode, wall["median"], wall["min"], wall["max"], ratio]
     if "cycles" in entry:
         row += [entry["cycles"], entry["simulated_ms"], entry["frames_per_s"],
-                entry["bytes_read"] / 1e6, entry["bytes_written"] / 1e6, entry["utilization"]]
+                entry["bytes_read"] / 1e6, entry["bytes_written"] / 1e6, entry["utilization"],
+                entry["energy_pj"] / 1e9]
     return row
 
 

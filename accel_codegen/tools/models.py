@@ -13,7 +13,8 @@ share one initialisation path (:func:`_init_weights`):
   produces visibly wrong numbers; layer-norm affine parameters are randomised the same way.
 
 **Realistic** (``mobilenet_v2``, ``efficientnet_b0``, ``mobilenet_v3_small``,
-``densenet121``, ``googlenet``, ``shufflenet_v2``, ``squeezenet1_1``, ``alexnet_lrn``): the
+``densenet121``, ``googlenet``, ``shufflenet_v2``, ``squeezenet1_1``, ``alexnet_lrn``,
+``googlenet_lrn``): the
 batch-norm running statistics are those of the activations, as after training. They are
 measured in one forward pass in eval mode over :func:`calibration_input` (a batch of
 :data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a stream
@@ -61,7 +62,7 @@ from ..errors import AccelInvalidError
 __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resnet50",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
-           "alexnet_lrn", "RESIDUAL_BRANCH_GAIN", "CALIBRATION_BATCH", "calibration_input"]
+           "alexnet_lrn", "googlenet_lrn", "RESIDUAL_BRANCH_GAIN", "CALIBRATION_BATCH", "calibration_input"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
 ModelAndInputs = tuple[nn.Module, tuple[torch.Tensor, ...]]
@@ -1035,6 +1036,79 @@ def alexnet_lrn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
 
 
 # --------------------------------------------------------------------------------------
+# GoogLeNet as BVLC's Caffe model: local response normalisation, 5x5 convolutions, biases
+# --------------------------------------------------------------------------------------
+class ConvReLU(nn.Sequential):
+    """conv (with bias) + ReLU, the Caffe GoogLeNet unit."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0):
+        super().__init__(nn.Conv2d(cin, cout, kernel, stride, padding), nn.ReLU(inplace=True))
+
+
+class InceptionLRN(nn.Module):
+    """The original Inception v1 module: 1x1; 1x1 -> 3x3; 1x1 -> 5x5; 3x3/1 max pool ->
+    1x1; each conv with a bias and a ReLU; the four concatenated."""
+
+    def __init__(self, cin: int, ch1x1: int, ch3x3red: int, ch3x3: int, ch5x5red: int,
+                 ch5x5: int, pool_proj: int):
+        super().__init__()
+        self.branch1 = ConvReLU(cin, ch1x1, 1)
+        self.branch2 = nn.Sequential(ConvReLU(cin, ch3x3red, 1),
+                                     ConvReLU(ch3x3red, ch3x3, 3, padding=1))
+        self.branch3 = nn.Sequential(ConvReLU(cin, ch5x5red, 1),
+                                     ConvReLU(ch5x5red, ch5x5, 5, padding=2))
+        self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True),
+                                     ConvReLU(cin, pool_proj, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)
+
+
+class GoogLeNetLRN(nn.Module):
+    """GoogLeNet (Szegedy et al., 2015) as BVLC's Caffe bvlc_googlenet deploys it: no batch
+    norm; local response normalisation after the stem's first pool and after conv2; real 5x5
+    branches; ceil-mode 3x3/2 max pools (pool4 too); 7x7 average pool; dropout 0.4."""
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+
+        def lrn() -> nn.LocalResponseNorm:
+            # Caffe's local_size 5, alpha 1e-4, beta 0.75, k 1; Caffe also divides alpha by n.
+            return nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=1.0)
+
+        self.stem = nn.Sequential(
+            ConvReLU(3, 64, 7, 2, 3), nn.MaxPool2d(3, 2, ceil_mode=True), lrn(),
+            ConvReLU(64, 64, 1), ConvReLU(64, 192, 3, padding=1), lrn(),
+            nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.inception3 = nn.Sequential(InceptionLRN(192, 64, 96, 128, 16, 32, 32),
+                                        InceptionLRN(256, 128, 128, 192, 32, 96, 64),
+                                        nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.inception4 = nn.Sequential(InceptionLRN(480, 192, 96, 208, 16, 48, 64),
+                                        InceptionLRN(512, 160, 112, 224, 24, 64, 64),
+                                        InceptionLRN(512, 128, 128, 256, 24, 64, 64),
+                                        InceptionLRN(512, 112, 144, 288, 32, 64, 64),
+                                        InceptionLRN(528, 256, 160, 320, 32, 128, 128),
+                                        nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.inception5 = nn.Sequential(InceptionLRN(832, 256, 160, 320, 32, 128, 128),
+                                        InceptionLRN(832, 384, 192, 384, 48, 128, 128))
+        self.avgpool = nn.AvgPool2d(7, 1)
+        self.dropout = nn.Dropout(0.4)
+        self.fc = nn.Linear(1024, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inception5(self.inception4(self.inception3(self.stem(x))))
+        return self.fc(self.dropout(torch.flatten(self.avgpool(x), 1)))
+
+
+def googlenet_lrn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """The original GoogLeNet (BVLC's Caffe model) with local response normalisation on a
+    3x224x224 input, 1000 classes; 7.0 M parameters. Realistic initialisation (He weights; it
+    has no batch norm). Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for
+    :func:`get_model`."""
+    return _build(GoogLeNetLRN, (3, 224, 224), batch, seed, realistic_init=True)
+
+
+# --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., ModelAndInputs]] = {
@@ -1055,6 +1129,7 @@ MODELS: dict[str, Callable[..., ModelAndInputs]] = {
     "shufflenet_v2": shufflenet_v2,
     "squeezenet1_1": squeezenet1_1,
     "alexnet_lrn": alexnet_lrn,
+    "googlenet_lrn": googlenet_lrn,
 }
 
 

@@ -168,20 +168,22 @@ def plot_bench(result: Dict[str, Any], path) -> Path:
 
 
 def plot_sweep(result: Dict[str, Any], path) -> Path:
-    """frames/s, MAC utilisation and the memory-bound share of cycles against DRAM bandwidth,
-    one line per MAC-array size (line style per CBUF size)."""
+    """frames/s, frames per joule, MAC utilisation and the memory-bound share of cycles
+    against DRAM bandwidth, one line per MAC-array size (line style per CBUF size)."""
     plt = _pyplot()
     points = result["points"]
     macs = sorted({p["macs"] for p in points})
     cbufs = sorted({p["cbuf_kib"] for p in points})
     styles = ["-", "--", ":", "-."]
     cmap = plt.get_cmap("viridis")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.6), layout="constrained")
+    fig, axes = plt.subplots(1, 4, figsize=(21, 5.6), layout="constrained")
     fig.suptitle(f"{result['model']} ({result['precision']}, "
                  f"{'fused' if result['fuse'] else 'decomposed'}): where it becomes memory bound "
                  "— cost-model estimates across accelerator configurations",
                  fontsize=13, fontweight="bold")
     panels = [("frames_per_s", "simulated frames/s", "Throughput", False),
+              ("frames_per_joule", "simulated frames per joule",
+               "Energy efficiency", False),
               ("utilization", "MAC-array utilisation", "MAC utilisation", True),
               ("memory_bound_share", "share of cycles in memory-bound layers",
                "Memory-bound share of the time", True)]

@@ -148,6 +148,9 @@ static accel_status check_winograd(const accel_config* cfg, const accel_conv_des
     snprintf(text, sizeof text, "dilation %dx%d (Winograd needs 1x1)", d->dilation_h,
              d->dilation_w);
     why = text;
+  } else if (d->pixel_format != ACCEL_PIXEL_NONE) {
+    snprintf(text, sizeof text, "image-input mode (Winograd reads feature data)");
+    why = text;
   } else if (d->stride_h != d->stride_w) {
     snprintf(text, sizeof text, "stride %dx%d (Winograd folds equal strides only)", d->stride_h,
              d->stride_w);
@@ -215,11 +218,63 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
   return ACCEL_OK;
 }
 
+/* Image-input mode: a pixel's bytes and channels per format, and the precisions it feeds. */
+static accel_status check_pixel_format(const accel_config* cfg, const resolved_op* r,
+                                       const char* where, int32_t* bytes, int32_t* channels) {
+  const accel_conv_desc* d = &r->op->conv;
+  static const char* const names[] = {"NONE", "R8", "A8B8G8R8", "A16B16G16R16_F"};
+  *bytes = *channels = 0;
+  if (d->pixel_format < ACCEL_PIXEL_NONE || d->pixel_format >= ACCEL_PIXEL_COUNT) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: pixel_format = %d is not an accel_pixel_format",
+                      where, (int)d->pixel_format);
+  }
+  if (d->pixel_format == ACCEL_PIXEL_NONE) return ACCEL_OK;
+  const char* name = names[d->pixel_format];
+  if (!(cfg->features & ACCEL_FEATURE_IMAGE_INPUT)) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no image-input mode "
+                      "(pixel_format %s)", where, cfg->name, name);
+  }
+  const int int8_format = d->pixel_format != ACCEL_PIXEL_A16B16G16R16_F;
+  if (int8_format != (d->precision == ACCEL_INT8)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: pixel_format %s holds %s pixels, the conv is %s",
+                      where, name, int8_format ? "INT8" : "FP16", precision_name(d->precision));
+  }
+  *channels = d->pixel_format == ACCEL_PIXEL_R8 ? 1 : 4;
+  *bytes = d->pixel_format == ACCEL_PIXEL_R8 ? 1 : d->pixel_format == ACCEL_PIXEL_A8B8G8R8 ? 4 : 8;
+  if (r->in_c > *channels) {
+    return accel_fail(ACCEL_ERR_SHAPE, "%s: pixel_format %s holds %d channels, the input has %d",
+                      where, name, *channels, r->in_c);
+  }
+  if (d->groups != 1 || d->dilation_h != 1 || d->dilation_w != 1 || d->multi_batch) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: image input (pixel_format %s) is direct "
+                      "convolution only: groups %d, dilation %dx%d, multi_batch %d (must be 1, "
+                      "1x1, 0)", where, name, d->groups, d->dilation_h, d->dilation_w,
+                      d->multi_batch);
+  }
+  return ACCEL_OK;
+}
+
 static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const char* where,
                                  int need_data) {
   const accel_conv_desc* d = &r->op->conv;
   accel_status st = check_conv_fields(cfg, d, r->in_c, where);
   if (st != ACCEL_OK) return st;
+  int32_t pixel_bytes = 0, pixel_channels = 0;
+  st = check_pixel_format(cfg, r, where, &pixel_bytes, &pixel_channels);
+  if (st != ACCEL_OK) return st;
+  RANGE("multi_batch", d->multi_batch, 0, 1)
+  if (d->multi_batch) {
+    if (!(cfg->features & ACCEL_FEATURE_BATCH)) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: configuration %s has no multi-batch mode",
+                        where, cfg->name);
+    }
+    if (d->kernel_h != 1 || d->kernel_w != 1 || r->in_h != 1 || r->in_w != 1) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                        "%s: multi_batch is for fully connected layers (a 1x1 kernel on a 1x1 "
+                        "input), not a %dx%d kernel on %dx%d", where, d->kernel_h, d->kernel_w,
+                        r->in_h, r->in_w);
+    }
+  }
   const int64_t reach_h = (int64_t)d->dilation_h * (d->kernel_h - 1) + 1;
   const int64_t reach_w = (int64_t)d->dilation_w * (d->kernel_w - 1) + 1;
   const int64_t padded_h = (int64_t)r->in_h + d->pad_top + d->pad_bottom;
@@ -243,6 +298,8 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   r->conv = weight_geometry(d, r->in_c);
   r->conv.n = r->in_n, r->conv.h = r->in_h, r->conv.w = r->in_w;
   r->conv.out_h = r->out_h, r->conv.out_w = r->out_w;
+  r->conv.pixel_bytes = pixel_bytes, r->conv.pixel_channels = pixel_channels;
+  r->conv.multi_batch = d->multi_batch;
   if (d->weights_packed == NULL) {
     if (d->weights_packed_bytes != 0) {
       return accel_fail(ACCEL_ERR_INVALID, "%s: weights_packed_bytes = %zu without weights_packed",
@@ -636,6 +693,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     if (op_precision(&ops[i]) != input->precision) {
       return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s differs from the input's %s", where,
                         precision_name(op_precision(&ops[i])), precision_name(input->precision));
+    }
+    if (i > 0 && ops[i].engine == ACCEL_ENGINE_CONV &&
+        ops[i].conv.pixel_format != ACCEL_PIXEL_NONE) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: image input (pixel_format %d) reads the run's "
+                        "input: the CONV must be op 0", where, (int)ops[i].conv.pixel_format);
     }
     switch (ops[i].engine) {
       case ACCEL_ENGINE_CONV: st = resolve_conv(cfg, r, where, need_data); break;

@@ -7,6 +7,27 @@
  * throughput follows the PDP's, as the notes give for nv_large (PDP/CDP 8) and nv_small (1).
  * nv_small has no BDMA: NVDLA's nv_small.spec defines BDMA_DISABLE (with
  * SECONDARY_MEMIF_DISABLE); nv_large and nv_full have it.
+ *
+ * Energies per action (picojoules) from Horowitz, "Computing's energy problem (and what we can
+ * do about it)", ISSCC 2014, 45 nm, 0.9 V: integer add 8/32-bit 0.03/0.1, multiply 8-bit 0.2;
+ * fp add 16/32-bit 0.4/0.9, fp multiply 16/32-bit 1.1/3.7; a 64-bit (8-byte) SRAM read of an
+ * 8 KB / 32 KB / 1 MB array 10 / 20 / 100; DRAM 1.3-2.6 nJ per 64 bits. Derived:
+ *   mac_int8_pj        0.2 (8-bit mult) + 0.1 (32-bit add: the int32 accumulator) = 0.3
+ *   mac_fp16_pj        1.1 (fp16 mult) + 0.9 (fp32 add: the fp32 accumulator)     = 2.0
+ *   cbuf (read, write) per byte of one bank: nv_full / nv_large 32 KiB banks 20 / 8 = 2.5;
+ *                      nv_small 4 KiB banks, the table's smallest (8 KB) row: 10 / 8 = 1.25;
+ *                      the table gives one figure per access: a write is charged as a read
+ *   dram_pj_per_byte   1.3 nJ / 8 = 162.5 (the low end of the range)
+ *   sram_pj_per_byte   the 1 MB row: 100 / 8 = 12.5
+ *   sdp_pj_per_element a 32-bit multiply and add (fp32 datapath; int32 for int8): 3.7 + 0.9 = 4.6
+ *   pdp_pj_per_element a 32-bit add (a max compares: charged as an add)           = 0.9
+ *   cdp_pj_per_element square 3.7 + window sum in and out 2 x 0.9 + the scaling multiply 3.7
+ *                      = 9.2 (the power's lookup table is not charged)
+ *
+ * Image input: every preset (the CDMA's image path, cdma/NV_NVDLA_CDMA_img.v, is in every
+ * configuration's RTL; no spec switch removes it). Multi-batch: nv_full only (nv_large.spec and
+ * nv_small.spec define BATCH_DISABLE; nvdla/sw's TargetConfig gives batch mode to nv_full, with
+ * a maximum batch of 32).
  */
 #include <math.h>
 #include <string.h>
@@ -14,24 +35,34 @@
 #include "internal.h"
 
 #define BIT(p) (1u << (p))
+/* The 45 nm energies above (their arithmetic is there); only the CBUF's, which depends on the
+ * bank size, differs between presets. */
+#define ENERGY_45NM(cbuf_pj)                                                                 \
+  .mac_int8_pj = 0.3, .mac_fp16_pj = 2.0, .cbuf_read_pj_per_byte = (cbuf_pj),                \
+  .cbuf_write_pj_per_byte = (cbuf_pj), .dram_pj_per_byte = 162.5, .sram_pj_per_byte = 12.5,  \
+  .sdp_pj_per_element = 4.6, .pdp_pj_per_element = 0.9, .cdp_pj_per_element = 9.2
 
 static const accel_config presets[] = {
     {.name = "nv_small", .atomic_c = 8, .atomic_k = 8, .cbuf_bytes = 128 * 1024,
      .memory_atom_bytes = 8, .sdp_throughput = 1, .sdp_ew_throughput = 1, .pdp_throughput = 1,
      .cdp_throughput = 1, .clock_hz = 1e9, .dram_bytes_per_s = 2e9,
-     .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP},
+     .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP | ACCEL_FEATURE_IMAGE_INPUT,
+     ENERGY_45NM(1.25)},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
      .precisions = BIT(ACCEL_INT8),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK |
-                 ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA},
+                 ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA | ACCEL_FEATURE_IMAGE_INPUT,
+     ENERGY_45NM(2.5)},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
      .precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_WINOGRAD |
-                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA},
+                 ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
+                 ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH,
+     ENERGY_45NM(2.5)},
 };
 
 int32_t accel_num_presets(void) { return (int32_t)(sizeof presets / sizeof presets[0]); }
@@ -90,6 +121,20 @@ accel_status accel_config_validate(const accel_config* cfg) {
                       "config %s: dram_bytes_per_s = %g is outside [1e6, 1e13]", cfg->name,
                       cfg->dram_bytes_per_s);
   }
+  const struct { const char* name; double value; } energies[] = {
+      {"mac_int8_pj", cfg->mac_int8_pj}, {"mac_fp16_pj", cfg->mac_fp16_pj},
+      {"cbuf_read_pj_per_byte", cfg->cbuf_read_pj_per_byte},
+      {"cbuf_write_pj_per_byte", cfg->cbuf_write_pj_per_byte},
+      {"dram_pj_per_byte", cfg->dram_pj_per_byte}, {"sram_pj_per_byte", cfg->sram_pj_per_byte},
+      {"sdp_pj_per_element", cfg->sdp_pj_per_element},
+      {"pdp_pj_per_element", cfg->pdp_pj_per_element},
+      {"cdp_pj_per_element", cfg->cdp_pj_per_element}};
+  for (size_t i = 0; i < sizeof energies / sizeof energies[0]; ++i) {
+    if (!(isfinite(energies[i].value) && energies[i].value >= 0 && energies[i].value <= 1e9)) {
+      return accel_fail(ACCEL_ERR_INVALID, "config %s: %s = %g is outside [0, 1e9] pJ",
+                        cfg->name, energies[i].name, energies[i].value);
+    }
+  }
   const uint32_t known_precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16);
   if (cfg->precisions == 0 || (cfg->precisions & ~known_precisions) != 0) {
     return accel_fail(ACCEL_ERR_INVALID,
@@ -98,7 +143,8 @@ accel_status accel_config_validate(const accel_config* cfg) {
   }
   const uint32_t known_features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE |
                                   ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK |
-                                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA;
+                                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
+                                  ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH;
   if ((cfg->features & ~known_features) != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: features = 0x%x has unknown bits",
                       cfg->name, cfg->features);

@@ -1,6 +1,7 @@
 /* device.c - devices and runs: validate a chain, execute it on the engines, cost it, record it. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -457,5 +458,33 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
   cost_chain(cfg, &chain, NULL, &run, op_records);
   if (run_stats != NULL) *run_stats = run;
   if (op_stats != NULL) memcpy(op_stats, op_records, sizeof op_records[0] * (size_t)num_ops);
+  return ACCEL_OK;
+}
+
+accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* chains,
+                                   int32_t num_chains, accel_run_stats* run_stats,
+                                   accel_op_stats* op_stats) {
+  accel_status st = accel_config_validate(cfg);
+  if (st != ACCEL_OK) return st;
+  if (num_chains < 0) return accel_fail(ACCEL_ERR_INVALID, "num_chains = %d < 0", num_chains);
+  if (num_chains > 0 && (chains == NULL || run_stats == NULL)) {
+    return accel_fail(ACCEL_ERR_NULL, "chains or run_stats is NULL");
+  }
+  for (int32_t i = 0; i < num_chains; ++i) {
+    const accel_chain* c = &chains[i];
+    resolved_chain chain;
+    st = chain_resolve(cfg, c->ops, c->num_ops, &c->input, &c->output, c->mode, 0, &chain);
+    if (st != ACCEL_OK) {
+      char message[ACCEL_ERROR_LEN];
+      snprintf(message, sizeof message, "%s", accel_last_error());
+      return accel_fail(st, "chain %d: %s", i, message);
+    }
+    accel_op_stats op_records[ACCEL_MAX_CHAIN_OPS];
+    cost_chain(cfg, &chain, NULL, &run_stats[i], op_records);
+    if (op_stats != NULL) {
+      memcpy(op_stats, op_records, sizeof op_records[0] * (size_t)c->num_ops);
+      op_stats += c->num_ops;
+    }
+  }
   return ACCEL_OK;
 }

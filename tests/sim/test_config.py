@@ -15,7 +15,9 @@ def test_presets_come_from_the_c_library():
     assert set(full.precisions) == {"int8", "int16", "fp16"}
     small = AccelConfig.preset("nv_small")
     assert (small.atomic_c, small.atomic_k, small.cbuf_bytes) == (8, 8, 128 * 1024)
-    assert small.precisions == ("int8",) and small.features == ("cdp",)  # no BDMA (NVDLA)
+    # no BDMA, no multi-batch (NVDLA's nv_small.spec); the CDMA's image path is in every config
+    assert small.precisions == ("int8",) and small.features == ("cdp", "image_input")
+    assert "batch" in full.features and "batch" not in AccelConfig.preset("nv_large").features
     assert (small.cdp_throughput, full.cdp_throughput) == (1, 8)  # the notes: nv_small 1, PDP/CDP 8
     assert small.macs_per_cycle("int8") == 64
     assert AccelConfig.preset("nv_large").precisions == ("int8",)
@@ -50,6 +52,10 @@ def test_replace_and_keywords():
     ("clock_hz", float("nan"), "clock_hz = nan"),
     ("dram_bytes_per_s", 0.0, "dram_bytes_per_s = 0"),
     ("cdp_throughput", 0, "cdp_throughput = 0"),
+    ("dram_pj_per_byte", -1.0, "dram_pj_per_byte = -1 is outside [0, 1e9] pJ"),
+    ("mac_int8_pj", float("inf"), "mac_int8_pj = inf"),
+    ("cbuf_read_pj_per_byte", float("nan"), "cbuf_read_pj_per_byte = nan"),
+    ("sdp_pj_per_element", "1", "sdp_pj_per_element = '1' is not a number"),
     ("precisions", ("int4",), "'int4'"),
     ("precisions", ("fp32",), "'fp32'"),
     ("precisions", (), "precisions = 0x0"),

@@ -3,9 +3,12 @@ every precision: 1-byte int8, 2-byte fp16, fp32 charged as fp16."""
 import numpy as np
 import pytest
 
-from accel_codegen import AccelConfig, AccelInvalidError, Conv, Device, Pool, Sdp, estimate_chain
+from accel_codegen import (AccelConfig, AccelInvalidError, AccelUnsupportedError, Bdma, Conv,
+                           Device, Pool, Sdp, estimate_chain)
 from accel_codegen.ops import SHAPE_ONLY
 from accel_codegen.sim import profile_enable, profile_records
+from accel_codegen.sim.config import ENERGY_FIELDS
+from accel_codegen.sim.device import ChainBatch
 
 DEVICE = Device("nv_full", num_threads=2)
 
@@ -227,3 +230,117 @@ def test_shape_only_int8_and_fp16_operands_estimate_but_do_not_run():
         DEVICE.run([sdp], np.zeros((1, 8, 6, 6), np.int8))
     fp16 = estimate_chain("nv_full", [Sdp(scale=SHAPE_ONLY, precision="fp16")], (1, 4, 8, 8))
     assert fp16.ops[0].precision == "fp16"
+
+
+# --- energy ------------------------------------------------------------------------------------
+
+#: Horowitz, "Computing's energy problem", ISSCC 2014, 45 nm, 0.9 V (pJ): the source the presets'
+#: energies derive from (config.c), restated here to check the derivation.
+HOROWITZ_45NM = {"int8 mult": 0.2, "int32 add": 0.1, "fp16 mult": 1.1, "fp32 add": 0.9,
+                 "fp32 mult": 3.7, "8 KB read 64b": 10.0, "32 KB read 64b": 20.0,
+                 "1 MB read 64b": 100.0, "DRAM 64b low": 1300.0}
+
+
+@pytest.mark.parametrize("name", AccelConfig.preset_names())
+def test_default_energies_trace_to_the_published_table(name):
+    t = HOROWITZ_45NM
+    cfg = AccelConfig.preset(name)
+    bank = {"nv_small": "8 KB read 64b"}.get(name, "32 KB read 64b")  # 4 KiB / 32 KiB banks
+    expected = {"mac_int8_pj": t["int8 mult"] + t["int32 add"],
+                "mac_fp16_pj": t["fp16 mult"] + t["fp32 add"],
+                "cbuf_read_pj_per_byte": t[bank] / 8, "cbuf_write_pj_per_byte": t[bank] / 8,
+                "dram_pj_per_byte": t["DRAM 64b low"] / 8,
+                "sram_pj_per_byte": t["1 MB read 64b"] / 8,
+                "sdp_pj_per_element": t["fp32 mult"] + t["fp32 add"],
+                "pdp_pj_per_element": t["fp32 add"],
+                "cdp_pj_per_element": 2 * t["fp32 mult"] + 2 * t["fp32 add"]}
+    assert {field: getattr(cfg, field) for field in expected} == pytest.approx(expected)
+
+
+def test_energy_of_a_fused_chain_by_hand():
+    """nv_full, fp32 charged as fp16, 64x56x56 -> 64 3x3 conv + scale/shift/relu + 2x2 max pool
+    (the first test's layer, pooled). Energies: MAC fp16 2.0, CBUF 2.5 / B, DRAM 162.5 / B, SDP
+    4.6 and PDP 0.9 per element.
+    CONV  MACs 115,605,504 x 2.0                                         = 231,211,008
+          CBUF write: input 401,408 + weights 73,728 = 475,136 B
+          CBUF read: data 112,896 cycles x 64 lanes x 2 B                = 14,450,688 B
+                     weights ceil(3,136 / 16) = 196 stripes x 36 blocks (1 x 1 x 4 x 3 x 3)
+                     x 64 x 16 x 2 B                                     = 14,450,688 B
+          CBUF (475,136 + 28,901,376) x 2.5                              = 73,441,280
+          DRAM 475,136 B read x 162.5                                    = 77,209,600
+    SDP   200,704 elements x 4.6 = 923,238.4; DRAM 256 B params x 162.5   = 41,600
+    PDP   200,704 elements x 0.9 = 180,633.6; DRAM 28 x 28 x 128 B written
+          = 100,352 x 162.5                                              = 16,307,200
+    total 231,211,008 + 73,441,280 + 93,558,400 + 1,103,872              = 399,314,560 pJ.
+    Independent: the CONV writes, the SDP reads and writes and the PDP reads the 401,408 B
+    intermediate: 4 x 401,408 x 162.5 = 260,915,200 pJ more DRAM energy, nothing else."""
+    chain = _conv_bn_relu(64, 64) + [Pool("max", 2, 2)]
+    fused = estimate_chain("nv_full", chain, (1, 64, 56, 56))
+    conv, sdp, pdp = fused.ops
+    assert (conv.cbuf_write_bytes, conv.cbuf_read_bytes) == (475_136, 28_901_376)
+    assert conv.mac_energy_pj == 231_211_008 and conv.cbuf_energy_pj == 73_441_280
+    assert conv.dram_energy_pj == 77_209_600 and conv.engine_energy_pj == 0
+    assert sdp.engine_energy_pj == pytest.approx(923_238.4) and sdp.dram_energy_pj == 41_600
+    assert pdp.engine_energy_pj == pytest.approx(180_633.6)
+    assert pdp.dram_energy_pj == 16_307_200
+    assert (sdp.cbuf_read_bytes, sdp.cbuf_energy_pj, pdp.mac_energy_pj) == (0, 0, 0)
+    assert fused.energy_pj == pytest.approx(399_314_560, rel=1e-12)
+    assert (fused.mac_energy_pj, fused.cbuf_energy_pj, fused.dram_energy_pj) == \
+        (231_211_008, 73_441_280, 93_558_400)
+    assert fused.engine_energy_pj == pytest.approx(1_103_872)
+    for op in fused.ops:
+        assert op.energy_pj == pytest.approx(op.mac_energy_pj + op.cbuf_energy_pj +
+                                             op.dram_energy_pj + op.engine_energy_pj)
+    independent = estimate_chain("nv_full", chain, (1, 64, 56, 56), mode="independent")
+    assert independent.dram_energy_pj - fused.dram_energy_pj == 4 * 401_408 * 162.5
+    assert independent.energy_pj - fused.energy_pj == pytest.approx(260_915_200, rel=1e-12)
+
+
+def test_int8_macs_and_copies_are_charged_their_own_energies():
+    """An int8 conv charges mac_int8_pj per MAC; a BDMA copy only its DRAM bytes."""
+    cfg = AccelConfig.preset("nv_full")
+    conv = Conv(None, weight_shape=(32, 16, 3, 3), padding=1, precision="int8")
+    sdp = Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY, precision="int8")
+    run = estimate_chain(cfg, [conv, sdp], (1, 16, 8, 8))
+    assert run.mac_energy_pj == pytest.approx(run.macs * cfg.mac_int8_pj)
+    assert run.ops[0].cbuf_write_bytes == run.ops[0].input_bytes + run.ops[0].weight_bytes
+    copy = estimate_chain(cfg, [Bdma(channels=16, dst_channels=32, precision="int8")],
+                          (1, 16, 8, 8)).ops[0]
+    assert copy.energy_pj == copy.dram_energy_pj == \
+        (copy.bytes_read + copy.bytes_written) * cfg.dram_pj_per_byte > 0
+
+
+def test_a_configuration_without_energies_charges_none():
+    zero = AccelConfig.preset("nv_full").replace(**{f: 0.0 for f in ENERGY_FIELDS})
+    chain = _conv_bn_relu(16, 16) + [Pool("avg", 2, 2)]
+    run = estimate_chain(zero, chain, (1, 16, 8, 8), mode="independent")
+    assert run.cycles > 0 and run.bytes_read > 0
+    assert run.energy_pj == 0 and all(op.energy_pj == 0 for op in run.ops)
+    # each energy charges its own action only
+    only_dram = zero.replace(dram_pj_per_byte=1.0)
+    run = estimate_chain(only_dram, chain, (1, 16, 8, 8), mode="independent")
+    assert run.energy_pj == run.dram_energy_pj == run.bytes_read + run.bytes_written
+
+
+def test_a_batch_of_chains_costs_each_as_alone_and_names_a_failing_chain():
+    layers = [(_conv_bn_relu(16, 32), (1, 16, 12, 12), "fused"),
+              ([Pool("max", 2, 2)], (1, 32, 12, 12), "independent")]
+    batch = ChainBatch("nv_full", layers, "fp32")
+    for config in ("nv_full", "nv_small"):
+        assert batch.estimate(config) == [estimate_chain(config, ops, shape, mode=mode)
+                                          for ops, shape, mode in layers]
+    with_add = ChainBatch("nv_full", layers + [
+        ([Sdp(ew_op="add", operand=SHAPE_ONLY)], (1, 8, 4, 4), "fused")], "fp32")
+    with pytest.raises(AccelUnsupportedError, match="chain 2: .*element-wise"):
+        with_add.estimate("nv_small")  # nv_small has no element-wise unit
+
+
+def test_estimate_chains_refuses_bad_arguments():
+    from accel_codegen._accel_ffi import ffi, lib
+
+    config = AccelConfig.preset("nv_full").to_c()
+    runs = ffi.new("accel_run_stats[]", 1)
+    assert lib.accel_estimate_chains(config, ffi.NULL, -1, runs, ffi.NULL) == lib.ACCEL_ERR_INVALID
+    assert "num_chains = -1" in ffi.string(lib.accel_last_error()).decode()
+    assert lib.accel_estimate_chains(config, ffi.NULL, 1, runs, ffi.NULL) == lib.ACCEL_ERR_NULL
+    assert lib.accel_estimate_chains(config, ffi.NULL, 0, ffi.NULL, ffi.NULL) == lib.ACCEL_OK

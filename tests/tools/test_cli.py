@@ -211,9 +211,11 @@ def test_estimate_command(capsys, tmp_path):
     status, out, err = run_cli(capsys, "estimate", "lenet5", "--config", "nv_small", "--json",
                                out_json)
     assert status == 0, err
-    assert "frames/s" in out and "nv_small" in out
+    assert "frames/s" in out and "nv_small" in out and "uJ per frame (DRAM" in out
     data = json.loads(out_json.read_text())
     assert data["total_cycles"] == sum(layer["cycles"] for layer in data["layers"])
+    assert data["total_energy_pj"] == pytest.approx(sum(layer["energy_pj"]
+                                                        for layer in data["layers"]))
 
 
 def test_estimate_precision_errors(capsys):
@@ -246,7 +248,8 @@ def test_bench_json_contract_and_plot(capsys, tmp_path):
         assert entry["wall_ms"]["min"] <= entry["wall_ms"]["median"] <= entry["wall_ms"]["max"]
     for mode in ("fused", "decomposed", "fused_int8"):
         entry = data["modes"][mode]
-        for key in ("cycles", "bytes_read", "bytes_written", "frames_per_s", "utilization"):
+        for key in ("cycles", "bytes_read", "bytes_written", "frames_per_s", "utilization",
+                    "energy_pj", "frames_per_joule"):
             assert entry[key] > 0, (mode, key)
     assert data["modes"]["fused"]["bytes_read"] + data["modes"]["fused"]["bytes_written"] < \
         data["modes"]["decomposed"]["bytes_read"] + data["modes"]["decomposed"]["bytes_written"]
@@ -285,7 +288,9 @@ def test_sweep_table_json_plot(capsys, tmp_path):
     assert len(data["points"]) == 2 * 3 * 2
     assert {(p["atomic_c"], p["atomic_k"]) for p in data["points"]} == {(8, 8), (64, 32)}
     assert out_png.read_bytes()[:8] == PNG_MAGIC
-    assert "frames/s" in out
+    assert "frames/s" in out and "frames/J" in out
+    for point in data["points"]:
+        assert point["frames_per_joule"] == pytest.approx(1e12 / point["total_energy_pj"])
 
 
 @pytest.mark.parametrize("argv, status, message", [

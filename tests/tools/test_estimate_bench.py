@@ -3,7 +3,7 @@ sanity, and the benchmark's Python API (a Relax module without PyTorch)."""
 import pytest
 
 import accel_codegen as ac
-from accel_codegen import AccelInvalidError, AccelUnsupportedError
+from accel_codegen import AccelConfig, AccelInvalidError, AccelUnsupportedError
 from accel_codegen.bench import format_table, run_bench
 from accel_codegen.sim.costs import engine_names
 from accel_codegen.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
@@ -26,11 +26,48 @@ def test_estimate_equals_a_profiled_run_of_resnet18(zoo):
     assert report.bytes_read == prof.totals["bytes_read"]
     assert report.bytes_written == prof.totals["bytes_written"]
     assert report.macs == prof.totals["macs"]
-    assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written)
-            for layer in report.layers] == \
-        [(r.label, r.cycles, r.bytes_read, r.bytes_written) for r in prof.records]
+    assert report.total_energy_pj == prof.totals["energy_pj"] > 0
+    assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written, layer.energy_pj,
+             layer.dram_energy_pj, layer.ops) for layer in report.layers] == \
+        [(r.label, r.cycles, r.bytes_read, r.bytes_written, r.energy_pj, r.dram_energy_pj,
+          r.ops) for r in prof.records]
     assert report.host_ops == 0
     assert report.frames_per_s == pytest.approx(1e9 / report.total_cycles)
+    # The stem reads the function's 3-channel input: image input, in the estimate and the run.
+    assert report.layers[0].engines == "CONV(image)+SDP+PDP" == engine_names(prof.records[0])
+    assert all("(image)" not in layer.engines for layer in report.layers[1:])
+
+
+def test_the_code_generator_picks_image_input_and_multi_batch_where_the_config_has_them():
+    """LeNet-5 on a batch of 4 (int8), on nv_full with a 16 KiB CBUF (so that fc1's 48,000
+    weight bytes do not fit): its first conv reads the 1-channel input as R8 pixels, its three
+    dense layers fetch their weights once for the four images; without the batch feature each
+    image fetches fc1's again. The built run computes what PyTorch does, and its profile is
+    the estimate, cycle for cycle (the generated C sets the fields the estimate assumed)."""
+    from accel_codegen import frontend, models
+    from accel_codegen.sim.config import AccelConfig
+    from conftest import random_inputs, sqnr, torch_forward
+
+    model, (x,) = models.get_model("lenet5", batch=4)
+    mod, params = frontend.from_pytorch(model, (x,))
+    calibration = random_inputs(tuple(x.shape), 4, seed=5)
+    config = AccelConfig.preset("nv_full").replace(name="cbuf16k", cbuf_bytes=16 * 1024)
+    single = config.replace(name="cbuf16k_single", features=tuple(
+        f for f in config.features if f != "batch"))
+    batched = estimate(mod, params, config=config, precision="int8")
+    assert [layer.engines.split("+")[0] for layer in batched.layers] == \
+        ["CONV(image)", "CONV", "CONV(batch)", "CONV(batch)", "CONV(batch)"]
+    unbatched = estimate(mod, params, config=single, precision="int8")
+    assert [layer.engines.split("+")[0] for layer in unbatched.layers] == \
+        ["CONV(image)", "CONV", "CONV", "CONV", "CONV"]
+    assert unbatched.layers[2].bytes_read - batched.layers[2].bytes_read == 3 * 400 * 120
+    exe = ac.build(mod, params, config=config, precision="int8", calibration=calibration)
+    vm = ac.virtual_machine(exe)
+    with ac.profile() as prof:
+        y = run_main(vm, x.numpy())
+    assert [(layer.label, layer.cycles, layer.bytes_read) for layer in batched.layers] == \
+        [(r.label, r.cycles, r.bytes_read) for r in prof.records]
+    assert sqnr(y, torch_forward(model, x)) > 25
 
 
 @pytest.mark.parametrize("config", ["nv_small", "nv_large"])
@@ -48,8 +85,14 @@ def test_report_table_and_dict(zoo):
     report = estimate(mod, params, config="nv_small")
     text = str(report)
     assert "nv_small" in text and "total" in text and "frames/s" in text
+    assert f"energy {report.total_energy_pj / 1e6:,.1f} uJ per frame (DRAM" in text
     data = report.to_dict()
     assert data["total_cycles"] == report.total_cycles and len(data["layers"]) == 5
+    assert data["total_energy_pj"] == report.total_energy_pj == sum(
+        layer["energy_pj"] for layer in data["layers"])
+    assert data["frames_per_joule"] == pytest.approx(1e12 / report.total_energy_pj)
+    assert data["total_energy_pj"] == pytest.approx(
+        sum(data[f"{part}_energy_pj"] for part in ("mac", "cbuf", "dram", "engine")))
     assert set(data["layers"][0]) >= {"label", "primitive", "engines", "macs", "cycles",
                                       "bytes_read", "bytes_written", "utilization"}
     assert 0 < data["utilization"] <= 1
@@ -104,8 +147,33 @@ def test_more_dram_bandwidth_never_lowers_frames_per_s(zoo):
     # nv_full itself is one of the points: the sweep is estimate() on it.
     full = next(p for p in result["points"] if p["macs"] == 2048 and p["dram_gbps"] == 20
                 and p["cbuf_kib"] == 512)
-    assert full["total_cycles"] == estimate(mod, params, config="nv_full").total_cycles
-    assert "frames/s" in format_sweep(result)
+    report = estimate(mod, params, config="nv_full")
+    assert full["total_cycles"] == report.total_cycles
+    assert full["total_energy_pj"] == report.total_energy_pj
+    assert full["frames_per_joule"] == report.frames_per_joule
+    assert "frames/s" in format_sweep(result) and "frames/J" in format_sweep(result)
+
+
+def test_every_sweep_point_equals_estimate_there(zoo):
+    """The sweep partitions once per partition (COST_FIELDS never change it) and costs each
+    configuration in one call: every figure equals estimate() at that point, also where the
+    points differ in features (nv_small has no element-wise unit: the residual adds stay
+    apart) and in energies."""
+    mod, params, _ = zoo("resnet18").imported
+    full, small = AccelConfig.preset("nv_full"), AccelConfig.preset("nv_small")
+    points = [({"point": 0}, full), ({"point": 1}, small),
+              ({"point": 2}, full.replace(atomic_c=32, atomic_k=8, cbuf_bytes=128 * 1024,
+                                          dram_pj_per_byte=100.0, name="x")),
+              ({"point": 3}, small.replace(dram_bytes_per_s=1e9, mac_int8_pj=0.0))]
+    rows = sweep(mod, params, points, precision="int8", progress=False)["points"]
+    for row, (_, config) in zip(rows, points):
+        report = estimate(mod, params, config=config, precision="int8")
+        expected = {**report.totals(), "layers": len(report.layers),
+                    "host_ops": report.host_ops,
+                    "memory_bound_share": report.memory_bound_cycles / report.total_cycles}
+        del expected["seconds"], expected["memory_bound_cycles"], expected["macs"]
+        assert {key: row[key] for key in expected} == expected, config.name
+    assert rows[0]["layers"] != rows[1]["layers"]  # two partitions
 
 
 def test_run_bench_on_a_relax_module_skips_pytorch(zoo):
@@ -114,7 +182,12 @@ def test_run_bench_on_a_relax_module_skips_pytorch(zoo):
                        progress=False, per_layer=True)
     assert set(result["modes"]) == {"fused", "decomposed"}
     assert "pytorch" in result["skipped"]
-    assert result["modes"]["fused"]["cycles"] == estimate(mod, params).total_cycles
+    report = estimate(mod, params)
+    fused, decomposed = result["modes"]["fused"], result["modes"]["decomposed"]
+    assert fused["cycles"] == report.total_cycles
+    assert fused["energy_pj"] == report.total_energy_pj
+    assert fused["frames_per_joule"] == report.frames_per_joule
+    assert decomposed["energy_pj"] > fused["energy_pj"]  # the intermediates' DRAM traffic
     assert len(result["layers"]) == 5
     assert "skipped" in format_table(result)
 

@@ -28,11 +28,13 @@ ZOO = {
     "shufflenet_v2": ((1, 3, 224, 224), (1, 1000)),
     "squeezenet1_1": ((1, 3, 224, 224), (1, 1000)),
     "alexnet_lrn": ((1, 3, 224, 224), (1, 1000)),
+    "googlenet_lrn": ((1, 3, 224, 224), (1, 1000)),
 }
 # The models with the legacy initialisation (random batch-norm statistics, taming gains).
 LEGACY = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mixed_block"]
 REALISTIC = sorted(set(ZOO) - set(LEGACY))
-WITH_BATCH_NORM = [name for name in REALISTIC if name not in ("squeezenet1_1", "alexnet_lrn")]
+WITH_BATCH_NORM = [name for name in REALISTIC
+                   if name not in ("squeezenet1_1", "alexnet_lrn", "googlenet_lrn")]
 
 # Parameters of the published models: torchvision's weights metadata ("num_params"; GoogLeNet
 # without the auxiliary classifiers, as its weights load), Caffe's bvlc_alexnet for AlexNet.
@@ -60,6 +62,9 @@ MODULES = {
     "shufflenet_v2": {"BatchNorm2d": 56, "Conv2d": 56},
     "squeezenet1_1": {"BatchNorm2d": 0, "Conv2d": 26, "MaxPool2d": 3},
     "alexnet_lrn": {"BatchNorm2d": 0, "Conv2d": 5, "LocalResponseNorm": 2, "Linear": 3},
+    # stem 3 + 9 Inception modules x 6; pools: stem 2, one per module, after 3b and 4e
+    "googlenet_lrn": {"BatchNorm2d": 0, "Conv2d": 57, "LocalResponseNorm": 2, "MaxPool2d": 13,
+                      "AvgPool2d": 1, "Linear": 1},
 }
 
 

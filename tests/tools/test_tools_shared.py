@@ -11,7 +11,7 @@ import pytest
 
 from accel_codegen import AccelConfig, AccelInvalidError
 from accel_codegen.config_files import resolve_config
-from accel_codegen.costs import CostTotals, engine_names
+from accel_codegen.costs import CostTotals, energy_line, engine_names
 from accel_codegen.model_spec import (LoadedModel, ModelSpec, load_model, parse_model_spec,
                                       zoo_names)
 from accel_codegen.progress import ProgressBar, progress_callback, steps
@@ -182,19 +182,31 @@ class _Run:
         self.label, self.mode, self.cycles, self.macs = label, "fused", cycles, macs
         self.mac_cycles, self.bytes_read, self.bytes_written = cycles // 2, 2000, 500
         self.utilization, self.ops = 0.5, tuple(_Op(e) for e in ops)
+        self.mac_energy_pj, self.cbuf_energy_pj = 0.3 * macs, 250.0
+        self.dram_energy_pj, self.engine_energy_pj = 162.5 * 2500, 46.0
+        self.energy_pj = (self.mac_energy_pj + self.cbuf_energy_pj + self.dram_energy_pj +
+                          self.engine_energy_pj)
 
 
 def test_cost_totals():
     runs = [_Run("a", 100), _Run("b", 300, macs=3000)]
     totals = CostTotals.of(runs)
+    energy = 1200.0 + 500.0 + 812500.0 + 92.0
     assert totals == CostTotals(macs=4000, mac_cycles=200, bytes_read=4000, bytes_written=1000,
-                                cycles=400)
+                                cycles=400, energy_pj=energy, mac_energy_pj=1200.0,
+                                cbuf_energy_pj=500.0, dram_energy_pj=812500.0,
+                                engine_energy_pj=92.0)
     assert totals.bytes == 5000 and totals.seconds(1e9) == 400e-9
     assert totals.frames_per_s(1e9) == 1e9 / 400 and totals.utilization(20) == 0.5
+    assert totals.frames_per_joule() == 1e12 / energy
     assert list(totals.to_dict()) == ["macs", "mac_cycles", "bytes_read", "bytes_written",
-                                      "cycles"]
+                                      "cycles", "energy_pj", "mac_energy_pj", "cbuf_energy_pj",
+                                      "dram_energy_pj", "engine_energy_pj"]
+    assert energy_line(totals).startswith(f"energy {energy / 1e6:,.1f} uJ per frame (DRAM "
+                                          f"{812500 / energy:.1%}, MAC {1200 / energy:.1%},")
     empty = CostTotals.of([])
     assert empty.frames_per_s(1e9) is None and empty.utilization(20) == 0.0
+    assert empty.frames_per_joule() is None and "(-)" in energy_line(empty)
     assert engine_names(runs[0]) == "CONV+SDP"
 
 
@@ -203,14 +215,18 @@ def test_cost_table():
             _Run("f0.1 accel.dense", 10, ops=("CONV", "SDP", "PDP", "SDP", "CONV"))]
     lines = cost_table(runs, modes=True).splitlines()
     assert lines[0] == (f"{'#':>4} {'layer':<44} {'mode':<11} {'engines':<15} {'MMACs':>9} "
-                        f"{'KB read':>9} {'KB written':>10} {'cycles':>11} {'util':>6}")
+                        f"{'KB read':>9} {'KB written':>10} {'cycles':>11} {'uJ':>8} "
+                        f"{'util':>6}")
     assert lines[2] == (f"{0:>4} {runs[0].label[:44]:<44} {'fused':<11} {'CONV+SDP':<15} "
-                        f"{0.001:>9.2f} {2.0:>9.1f} {0.5:>10.1f} {1234567:>11,} {0.5:>6.1%}")
+                        f"{0.001:>9.2f} {2.0:>9.1f} {0.5:>10.1f} {1234567:>11,} "
+                        f"{runs[0].energy_pj / 1e6:>8.2f} {0.5:>6.1%}")
     assert "CONV+SDP+PDP+SD " in lines[3]  # engines cut to the column
+    total_uj = (runs[0].energy_pj + runs[1].energy_pj) / 1e6
     assert lines[-1] == (f"{'':>4} {'total':<44} {'':<11} {'':<15} {0.002:>9.2f} "
-                         f"{4.0:>9.1f} {1.0:>10.1f} {1234577:>11,}")
+                         f"{4.0:>9.1f} {1.0:>10.1f} {1234577:>11,} {total_uj:>8.2f}")
     narrow = cost_table(runs, engines_width=12, utilization_total=0.25).splitlines()
-    assert narrow[-1].endswith(f"{1234577:>11,} {0.25:>6.1%}") and "mode" not in narrow[0]
+    assert narrow[-1].endswith(f"{1234577:>11,} {total_uj:>8.2f} {0.25:>6.1%}")
+    assert "mode" not in narrow[0]
 
 
 # --- progress ---------------------------------------------------------------------------------

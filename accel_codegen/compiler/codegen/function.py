@@ -177,7 +177,7 @@ class FunctionCodegen:
                args: Sequence[relax.Expr]) -> None:
         name = str(composite.attrs["Composite"])
         scope = dict(zip(composite.params, args))
-        layer = layer_of(composite)
+        layer = layer_of(composite, args, self.function)
         if var not in self.operands:
             # Live until its last reader; never the same buffer as this layer's inputs, which
             # are still live while it is allocated.
@@ -279,8 +279,9 @@ class FunctionCodegen:
         if self.precision != "fp32":  # packed (int8) or widened (fp16) once, not every call
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
-        mode, _ = layer.conv_mode(self.config, self.fuse, self.precision, self.winograd)
-        return emit.conv_op(c, weights, self.precision, in_zero, pack, mode)
+        return emit.conv_op(c, weights, self.precision, in_zero, pack,
+                            layer.conv_modes(self.config, self.fuse, self.precision,
+                                             self.winograd))
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:

@@ -50,6 +50,8 @@ enum {
   ACCEL_MAX_POOL_KERNEL = 8,   /* PDP window per side */
   ACCEL_MAX_POOL_STRIDE = 16,  /* PDP stride per side */
   ACCEL_MAX_CDP_LOCAL_SIZE = 9,/* CDP window: NVDLA normalises over 3, 5, 7 or 9 channels */
+  ACCEL_MAX_BATCH = 32,        /* CONV multi-batch: images sharing one weight fetch (NVDLA's
+                                * MAX_BATCH_SIZE_32) */
   ACCEL_MAX_TENSOR_ELEMENTS = 2147483647, /* per tensor, so sizes fit the engines' counters */
   ACCEL_MAX_INT8_DEPTH = 65536, /* INT8 CONV C/groups x R x S: 255 x 128 x depth fits int32 */
   ACCEL_MAX_SHIFT = 62,        /* INT8 converter shifts: 0..ACCEL_MAX_SHIFT */
@@ -58,7 +60,10 @@ enum {
   ACCEL_LABEL_LEN = 64,
   ACCEL_ERROR_LEN = 512,
   ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
-  ACCEL_LUT_LO_ENTRIES = 257   /* and its LO table size (256 intervals) */
+  ACCEL_LUT_LO_ENTRIES = 257,  /* and its LO table size (256 intervals) */
+  ACCEL_CONV_STRIPE = 16       /* output positions that share one weight load in the MAC cells
+                                * (NVDLA's stripe: 16 to 32 atomic operations; the cost model
+                                * charges CBUF weight reads per 16) */
 };
 
 /* Status codes. New values are only ever appended. */
@@ -110,7 +115,9 @@ typedef enum accel_feature {
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (accel_conv_mode) */
   ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
   ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
-  ACCEL_FEATURE_BDMA = 32       /* BDMA engine: channel copies (nv_small's spec disables it) */
+  ACCEL_FEATURE_BDMA = 32,      /* BDMA engine: channel copies (nv_small's spec disables it) */
+  ACCEL_FEATURE_IMAGE_INPUT = 64, /* CONV image-input mode: pixel formats (ABI 5) */
+  ACCEL_FEATURE_BATCH = 128     /* CONV multi-batch mode for fully connected layers (ABI 5) */
 } accel_feature;
 
 /* A hardware configuration. Presets come from accel_config_preset(); any other values a user
@@ -129,6 +136,21 @@ typedef struct accel_config {
   double dram_bytes_per_s;   /* memory bandwidth shared by all engines */
   uint32_t precisions;       /* bit (1u << accel_precision) set for each hardware precision */
   uint32_t features;         /* accel_feature bits */
+  /* Energy per action, in picojoules (ABI 5), as Accelergy / Timeloop charge it: an op's energy
+   * is the sum over its actions of count x energy (the cost model's accel_op_stats gives each
+   * count). Each >= 0 and finite; 0 leaves that action uncharged. Defaults (config.c) derive
+   * from Horowitz, "Computing's energy problem", ISSCC 2014, 45 nm at 0.9 V; docs/energy.md
+   * shows the arithmetic. */
+  double mac_int8_pj;        /* one int8 multiply-accumulate (8-bit multiply, int32 add) */
+  double mac_fp16_pj;        /* one 16-bit MAC (fp16 multiply, fp32 add); fp32 (the reference
+                              * precision, charged as fp16) and int16 are charged this */
+  double cbuf_read_pj_per_byte;  /* CBUF read: the CONV's data and weight fetches from it */
+  double cbuf_write_pj_per_byte; /* CBUF write: every byte the CONV brings in from memory */
+  double dram_pj_per_byte;   /* every byte read from or written to DRAM (BDMA copies included) */
+  double sram_pj_per_byte;   /* every byte over the secondary memory interface (on-chip SRAM) */
+  double sdp_pj_per_element; /* one element through the SDP (scale/shift, element-wise, act) */
+  double pdp_pj_per_element; /* one input element through the PDP */
+  double cdp_pj_per_element; /* one element through the CDP */
 } accel_config;
 
 /* A tensor in memory: dense NCHW, element type `precision`. 2-D data [N, C] uses h = w = 1. */
@@ -202,6 +224,21 @@ typedef enum accel_conv_mode {
  *       * weights[k][c][r][s],      g = k / (K/groups), input outside the image reads as 0
  *   out_h = (H + pad_top + pad_bottom - dilation_h*(kernel_h-1) - 1) / stride_h + 1 (same for w)
  * The sum runs in the precision's accumulator (fp32 for FP32/FP16, int32 for INT8). */
+/* CONV input formats (accel_conv_desc.pixel_format). NONE is feature data, the format every
+ * engine writes: each (n, h, w) position's channels padded to whole memory atoms. The others
+ * are NVDLA's pixel formats for image input (the CDMA's image path): a pixel's channels packed
+ * together, lines padded to a memory atom. Pixel bytes / channels the format holds / precision:
+ *   R8               1 B,  1 channel,  INT8
+ *   A8B8G8R8         4 B,  4 channels, INT8  (a 3-channel image leaves the 4th unused)
+ *   A16B16G16R16_F   8 B,  4 channels, FP16 (and FP32, the reference, charged as FP16) */
+typedef enum accel_pixel_format {
+  ACCEL_PIXEL_NONE = 0,
+  ACCEL_PIXEL_R8 = 1,
+  ACCEL_PIXEL_A8B8G8R8 = 2,
+  ACCEL_PIXEL_A16B16G16R16_F = 3,
+  ACCEL_PIXEL_COUNT          /* not a format: the number of them (stays last) */
+} accel_pixel_format;
+
 typedef struct accel_conv_desc {
   int32_t out_c;             /* K, output channels; a multiple of groups */
   int32_t kernel_h, kernel_w;/* R, S >= 1 */
@@ -222,6 +259,19 @@ typedef struct accel_conv_desc {
   size_t weights_packed_bytes; /* size of the weights_packed buffer (0 when it is NULL); a
                               * run refuses a buffer smaller than the packing needs */
   /* ABI 5 */
+  accel_pixel_format pixel_format; /* image-input mode (ACCEL_FEATURE_IMAGE_INPUT): the input is
+                              * pixel data. Same result as direct convolution; the tensor in host
+                              * memory stays NCHW like every tensor (host memory stands in for
+                              * DRAM; the layout is the cost model's). Limits, as NVDLA's: the
+                              * first op of its run (it reads the run's input), input channels
+                              * <= the format's, the format's precision, groups 1, no dilation,
+                              * not with multi_batch. NVDLA folds the kernel width into the
+                              * channels (pre-extension: S x channels) and, where they fit,
+                              * 2 or 4 kernel rows more (post-extension): see cost_model.c */
+  int32_t multi_batch;       /* 0 or 1 (ACCEL_FEATURE_BATCH): a fully connected layer (1x1
+                              * kernel on a 1x1 input) fetches its weights once for up to
+                              * ACCEL_MAX_BATCH images held in CBUF together (NVDLA's multi-batch
+                              * mode); same result, fewer weight reads (see cost_model.c) */
   accel_conv_mode mode;      /* DIRECT (0) or WINOGRAD; a Winograd run pre-transforms the
                               * weights itself (weights_packed is checked, not used) */
 } accel_conv_desc;
@@ -441,6 +491,18 @@ typedef struct accel_op_stats {
   int64_t bytes_written;     /* 0 when the result goes on the fly to the next engine */
   int64_t memory_cycles;     /* (bytes_read + bytes_written) at the DRAM bandwidth */
   int64_t cycles;            /* max(compute_cycles, memory_cycles) */
+  /* Energy (ABI 5; picojoules, the configuration's per-action energies times these counts). A
+   * CONV writes into CBUF every byte it reads from memory (input_bytes + weight_bytes) and
+   * reads from CBUF, per MAC-array cycle, one atomic-C entry of data (atomic_c elements) and,
+   * once per stripe of ACCEL_CONV_STRIPE output positions, each atomic-C x atomic-K weight
+   * block the cycles use (the MAC cells hold it for the stripe). Other engines touch no CBUF. */
+  int64_t cbuf_read_bytes;   /* CONV: data + weight bytes read from CBUF */
+  int64_t cbuf_write_bytes;  /* CONV: input + weight bytes written into CBUF */
+  double mac_energy_pj;      /* macs x mac_<precision>_pj (idle lanes are not charged) */
+  double cbuf_energy_pj;     /* the CBUF reads and writes */
+  double dram_energy_pj;     /* (bytes_read + bytes_written) x dram_pj_per_byte */
+  double engine_energy_pj;   /* SDP / PDP / CDP elements processed x the engine's energy */
+  double energy_pj;          /* the sum of the above */
 } accel_op_stats;
 
 /* Cost of one run (one chain). FUSED: the engines overlap, so cycles is the long pole of every
@@ -455,6 +517,9 @@ typedef struct accel_run_stats {
   int64_t bytes_written;
   int64_t cycles;
   double utilization;        /* macs / (mac_cycles * MACs the array has at this precision) */
+  /* ABI 5: the sums of the ops' energies (picojoules), in either mode */
+  double mac_energy_pj, cbuf_energy_pj, dram_energy_pj, engine_energy_pj;
+  double energy_pj;
 } accel_run_stats;
 
 /* ---- configurations -------------------------------------------------------------------- */
@@ -503,6 +568,23 @@ accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_
                             const accel_tensor* input, const accel_tensor* output,
                             accel_mode mode, accel_run_stats* run_stats,
                             accel_op_stats* op_stats);
+
+/* One chain of a batch estimate (ABI 5): its ops, input and output shapes (data unused), mode. */
+typedef struct accel_chain {
+  const accel_op* ops;
+  int32_t num_ops;
+  accel_tensor input;
+  accel_tensor output;
+  accel_mode mode;
+} accel_chain;
+
+/* accel_estimate for each of `num_chains` chains on one configuration, in one call (a sweep
+ * costs a whole model per configuration this way). run_stats: num_chains records; op_stats
+ * (may be NULL): the chains' ops one after another. On failure nothing after the failing chain
+ * is written and the message names the chain's index. */
+accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* chains,
+                                   int32_t num_chains, accel_run_stats* run_stats,
+                                   accel_op_stats* op_stats);
 
 /* INT8 or FP16 CONV weights prepared for the simulator's kernel (accel_conv_desc.weights_packed):
  * INT8 in the kernel's layout, FP16 widened to fp32.
