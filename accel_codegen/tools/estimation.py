@@ -338,8 +338,11 @@ COST_FIELDS = frozenset({
 
 
 def _partition_key(config: AccelConfig) -> tuple:
+    # Winograd is chosen per layer by its cost on the configuration: with the feature, every
+    # field can change the lowered chains.
+    winograd = "winograd" in config.features
     return tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
-                 if f.name not in COST_FIELDS)
+                 if winograd or f.name not in COST_FIELDS)
 
 
 def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
