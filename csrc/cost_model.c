@@ -8,6 +8,16 @@
  *   16-bit data (and fp32, the reference precision, charged as fp16) halve atomic K.
  * - Feature data is stored as atom cubes: each (n, h, w) position holds its channels padded up to
  *   whole memory atoms. Weights and per-channel parameters are stored densely.
+ * - Winograd (accel_conv_mode): the array works on 4x4 transformed tiles, its atomic C lanes
+ *   taking atomic_c / 16 channels x 16 tile elements per cycle (NVDLA's compiler pads channels
+ *   to 4 per atom for it), and NVDLA's CMAC works on 4x4 output blocks (two 2x2 tiles per side;
+ *   its compiler rounds the output up to multiples of 4). Per image:
+ *     mac_cycles = ceil(out_h/4)*2 * ceil(out_w/4)*2 * ceil(C*s*s / (atomic_c/16)) * ceil(K/atomic_k)
+ *   against direct's out_h*out_w * ceil(C/atomic_c) * ceil(K/atomic_k) * R*S: 16/36 of the
+ *   cycles for 3x3 stride 1 with aligned sizes. macs counts the 16 products per tile, folded
+ *   channel and kernel over the real tiles (ceil(out/2) per side). The pre-transformed weights
+ *   are 4x4 per kernel and folded channel, stored as FP16 halves, or as int16 for INT8 (4 G g
+ *   G^T, accel.h): 16/9 of direct's weight bytes in FP16, 32/9 in INT8, and as much more CBUF.
  * - CBUF holds the input and the weights of a convolution. When both do not fit, the layer is
  *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
  * - SDP, PDP and CDP cost elements / throughput; an SDP that uses the element-wise or LUT unit
@@ -132,14 +142,13 @@ static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int
  * 4. Neither fits: split CBUF in halves and take the cheaper of streaming all weights once per
  *    input slice, or the whole (sliced) input once per group of kernels. */
 static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_precision p,
-                       int64_t* input_bytes, int64_t* weight_bytes) {
-  const int64_t eb = hw_element_bytes(p);
+                       int64_t kernel_bytes_stored, int64_t* input_bytes, int64_t* weight_bytes) {
   const int64_t cbuf = cfg->cbuf_bytes;
   const int64_t row_bytes = input_row_bytes(cfg, g, p);
   int64_t one_slice = 1;
   /* The rows the convolution reads at all (a strided 1x1 skips some): the once-only cost. */
   const int64_t image = sliced_input_reads(g, row_bytes, INT64_MAX, &one_slice);
-  const int64_t weights = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w * eb;
+  const int64_t weights = (int64_t)g->k * kernel_bytes_stored;
   const int64_t k_per_group = g->k / g->groups;
   const int64_t kernel_bytes = weights / g->k;
   const int64_t group_k = k_per_group < atomic_k_at(cfg, p) ? k_per_group : atomic_k_at(cfg, p);
@@ -189,11 +198,22 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   const accel_precision p = r->op->conv.precision;
   const int64_t c_group = g->c / g->groups, k_group = g->k / g->groups;
   const int64_t positions = (int64_t)g->n * g->out_h * g->out_w;
-  snprintf(s->op, sizeof s->op, "%s", g->pixel_bytes ? "conv2d_image" :
+  const int winograd = r->op->conv.mode == ACCEL_CONV_WINOGRAD;
+  snprintf(s->op, sizeof s->op, "%s", winograd ? "conv2d_winograd" :
+           g->pixel_bytes ? "conv2d_image" :
            g->multi_batch ? "conv2d_batch" : g->groups == 1 ? "conv2d" :
            (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
   s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
-  if (g->pixel_bytes) {
+  int64_t kernel_bytes = c_group * g->kernel_h * g->kernel_w * hw_element_bytes(p);
+  if (winograd) { /* groups 1, equal strides, feature data: validated */
+    const int64_t folded_c = (int64_t)g->c * g->stride_h * g->stride_h;
+    const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
+    s->macs = (int64_t)g->n * ceil_div(g->out_h, 2) * ceil_div(g->out_w, 2) * 16 * folded_c *
+              g->k;
+    s->mac_cycles = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2 *
+                    ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
+    kernel_bytes = folded_c * 16 * 2; /* halves, or int16 for INT8 */
+  } else if (g->pixel_bytes) {
     const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
     const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
     int64_t lines = 4;
@@ -206,10 +226,10 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   }
   s->compute_cycles = s->mac_cycles;
   int64_t once_input = 0, once_weights = 0;
-  conv_reads(cfg, g, p, &s->input_bytes, &s->weight_bytes);
+  conv_reads(cfg, g, p, kernel_bytes, &s->input_bytes, &s->weight_bytes);
   accel_config unlimited = *cfg;
   unlimited.cbuf_bytes = INT64_MAX / 4; /* everything fits: each byte read once */
-  conv_reads(&unlimited, g, p, &once_input, &once_weights);
+  conv_reads(&unlimited, g, p, kernel_bytes, &once_input, &once_weights);
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);

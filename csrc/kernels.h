@@ -103,7 +103,8 @@ void workspace_free(workspace* ws);
 
 /* The first slots belong to the threads of a parallel region; shared buffers come after. */
 enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
-       WS_FP16_WIDE = 34 /* an FP16 run's operands widened to fp32 */ };
+       WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
+       WS_WINOGRAD_WEIGHTS = 35, WS_WINOGRAD_ACC = 36 /* winograd.c's */ };
 
 /* SDP on `count` consecutive elements x[0..count) that all belong to channel `channel`, in
  * place; `operand` points at the matching ew_operand elements (NULL when ew_op is NONE).
@@ -182,6 +183,27 @@ int conv_i8_packed_matches(const conv_geometry* g, const void* packed);
 /* INT8 pooling with the input's zero point. */
 void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
             int32_t num_threads);
+
+/* ---- Winograd F(2x2, 3x3) (accel_conv_mode in accel.h; reference: sim/reference.py) ---- */
+
+/* Whether a kernel_h x kernel_w kernel at this stride is 3x3 once the stride is folded into
+ * channels (the kernel condition of Winograd mode). */
+static inline int winograd_kernel_fits(int32_t kernel_h, int32_t kernel_w, int32_t stride) {
+  return (kernel_h + stride - 1) / stride == 3 && (kernel_w + stride - 1) / stride == 3;
+}
+
+/* FP32 (half = 0) or FP16 (half = 1: the operands are halves widened, the pre-transformed
+ * weights and transformed input tiles are rounded to half) Winograd convolution of a geometry
+ * that meets the conditions, then the epilogue (may be NULL) on the finished output, as
+ * conv_f32's. Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
+accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
+                               int half, float* out, const sdp_f32* epilogue, workspace* ws,
+                               int32_t num_threads);
+
+/* INT8 Winograd: the int32 accumulators equal conv_i8's exactly; then the epilogue. */
+accel_status conv_winograd_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
+                              const int8_t* weights, int8_t* out, const sdp_i8* epilogue,
+                              workspace* ws, int32_t num_threads);
 
 /* ---- BDMA ---------------------------------------------------------------------------- */
 

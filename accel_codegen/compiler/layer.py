@@ -198,12 +198,14 @@ class Layer:
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
                                     copies=[c]) for c in self.copies]
 
-    def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> dict:
+    def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
+                   winograd: bool = True) -> dict:
         """The CONV input modes the code generator chooses on ``config`` (Conv fields): image
         input (``pixel_format``) for a conv that reads the function's input with at most four
         channels (an image: NVDLA's first-layer mode), multi-batch for a fully connected layer
         of a batch. Each only where the configuration has it and the C library accepts the
-        chain with it (its limits are the library's, not restated here)."""
+        chain with it (its limits are the library's, not restated here); and Winograd mode
+        (``mode``) where :meth:`conv_mode` chooses it."""
         if self.conv is None or self.copies:
             return {}
         n, channels, h, w = self.in_shape
@@ -222,17 +224,20 @@ class Layer:
                 chosen[field] = value
             except AccelError:
                 pass
+        if self.conv_mode(config, fuse, precision, winograd, chosen)[0] == "winograd":
+            chosen["mode"] = "winograd"
         return chosen
 
     def engine_ops(self, fuse: bool, precision: str = "fp32", config: Optional[AccelConfig] = None,
-                   modes: Optional[dict] = None) -> list:
+                   modes: Optional[dict] = None, winograd: bool = True) -> list:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
         fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
         carry integer converters in place of the float scale and shift. With ``config``, the
         CONV takes the input modes the code generator chooses there (:meth:`conv_modes`);
         ``modes`` gives them instead."""
         if modes is None:
-            modes = self.conv_modes(config, fuse, precision) if config is not None else {}
+            modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
+                else {}
         int8 = precision == "int8"
         if self.lrn is not None:
             n = self.lrn
@@ -334,6 +339,31 @@ class Layer:
                            precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
+
+
+    def conv_mode(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
+                  winograd: bool = True, modes: Optional[dict] = None) -> Tuple[str, str]:
+        """The CONV's mode and why: ("winograd", "") where ``winograd`` allows it, the
+        configuration runs this layer's convolution in Winograd mode (the C library decides:
+        accel_conv_mode's conditions) and the cost model gives the layer fewer cycles that way
+        (its pre-transformed weights are larger: a memory-bound layer can lose); else
+        ("direct", the reason). ``modes``: the input modes chosen besides."""
+        modes = dict(modes or {})
+        if self.conv is None:
+            return "direct", "no convolution"
+        if not winograd:
+            return "direct", "winograd=False"
+        mode = "fused" if self.fused(fuse) else "independent"
+        try:
+            fast = estimate_chain(config, self.engine_ops(fuse, precision, modes={
+                **modes, "mode": "winograd"}), self.in_shape, mode=mode, precision=precision).cycles
+        except AccelError as error:
+            return "direct", _without_status(str(error)).split("mode = winograd: ")[-1]
+        direct = estimate_chain(config, self.engine_ops(fuse, precision, modes=modes),
+                                self.in_shape, mode=mode, precision=precision).cycles
+        if fast >= direct:
+            return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
+        return "winograd", ""
 
 
 def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:

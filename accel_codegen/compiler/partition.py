@@ -27,7 +27,7 @@ from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
                        fold_zero_padding, silu_from_sigmoid, split_into_slices)
 from .vm import virtual_machine
-from .walk import composite_calls
+from .walk import composite_calls, layer_of
 
 REPORT_ATTR = "accel_partition_report"
 CALIBRATION_ATTR = "accel_calibration"
@@ -46,6 +46,7 @@ class OpRecord:
     function: Optional[str] = None   # the external function that runs it
     layer: Optional[int] = None      # the accelerator run (layer) it is part of
     reason: Optional[str] = None     # why it stayed on the host
+    conv_mode: Optional[str] = None  # its layer's CONV mode(s): "direct", "winograd"
 
 
 @dataclasses.dataclass
@@ -103,7 +104,8 @@ class PartitionReport:
                    Column("primitive / reason", 0, "<")]
         rows = [[op.index, op.op, "x".join(map(str, op.shape)),
                  "accel" if op.offloaded else "host",
-                 op.primitive if op.offloaded else op.reason] for op in self.ops]
+                 (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
+                  if op.offloaded else op.reason)] for op in self.ops]
         return "\n".join(lines + [render_table(columns, rows)])
 
 
@@ -127,8 +129,19 @@ def _shape_of(expr: relax.Expr) -> List[int]:
         return []
 
 
+def _conv_modes(composite: relax.Function, config: AccelConfig, fuse: bool, precision: str,
+                winograd: bool) -> Optional[str]:
+    """The CONV modes a composite's runs use ("direct", "winograd", "direct+winograd"), as the
+    code generator chooses them; None without a convolution."""
+    layer = layer_of(composite)
+    layers = [layer] + ([layer.branch] if layer.branch is not None else [])
+    modes = sorted({lay.conv_modes(config, fuse, precision, winograd).get("mode", "direct")
+                    for lay in layers if lay.conv is not None})
+    return "+".join(modes) or None
+
+
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
-                  log: PartitionLog, precision: str) -> PartitionReport:
+                  log: PartitionLog, precision: str, winograd: bool = True) -> PartitionReport:
     ops: List[OpRecord] = []
     layers = 0
     external = {gv: f for gv, f in mod.functions_items()
@@ -143,13 +156,15 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                 symbol = str(function.attrs["global_symbol"])
                 for _, composite in composite_calls(function):
                     primitive = str(composite.attrs["Composite"])
+                    conv_mode = _conv_modes(composite, config, fuse, precision, winograd)
                     for cblock in composite.body.blocks:
                         for cb in cblock.bindings:
                             name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
                                 else None
                             if name:
                                 ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
-                                                    primitive, symbol, layers))
+                                                    primitive, symbol, layers,
+                                                    conv_mode=conv_mode))
                     layers += 1
                 continue
             name = _call_name(value)
@@ -204,14 +219,14 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
 
 def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                        chains_for: str, code: str,
-                       calibration: Optional[Calibration]) -> tvm.IRModule:
+                       calibration: Optional[Calibration], winograd: bool = True) -> tvm.IRModule:
     """Match the chains that the accelerator runs in precision ``chains_for``, then generate
     code of precision ``code`` for them: the fp32 code of an int8 or fp16 partition is what
     calibration and the accuracy report compare against (the same runs, op for op)."""
     log = PartitionLog()
     mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
-    report = _build_report(mod, config, fuse, log, code)
-    options = {"config": config.to_json(), "fuse": fuse, "precision": code}
+    report = _build_report(mod, config, fuse, log, code, winograd)
+    options = {"config": config.to_json(), "fuse": fuse, "precision": code, "winograd": winograd}
     if calibration is not None:
         options["calibration"] = calibration.to_json()
     with codegen.collecting() as generated:
@@ -234,7 +249,8 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
 def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                         config: AccelConfig | str = "nv_full", fuse: bool = True,
                         precision: str = "fp32", calibration=None,
-                        calibration_method: str = DEFAULT_METHOD) -> tvm.IRModule:
+                        calibration_method: str = DEFAULT_METHOD,
+                        winograd: bool = True) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -259,6 +275,10 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         scales; or the :class:`~accel_codegen.quantization.Calibration` of an earlier build.
     calibration_method : str
         "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
+    winograd : bool
+        True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
+        3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the
+        report, the profile and the estimate say which ("CONV(wg)"). False: all direct.
 
     Returns
     -------
@@ -275,19 +295,22 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if precision != "int8":
         if calibration is not None:
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
-        return generate_partition(mod, params, config, fuse, precision, precision, None)
+        return generate_partition(mod, params, config, fuse, precision, precision, None,
+                                  winograd)
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
     if not isinstance(calibration, Calibration):
-        reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None)
+        reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None,
+                                       winograd)
         vm = virtual_machine(tvm.compile(reference, target="llvm"))
 
         def run(*inputs):
             vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
 
         calibration = calibrate(run, calibration, calibration_method)
-    return generate_partition(mod, params, config, fuse, "int8", "int8", calibration)
+    return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
+                              winograd)
 
 
 def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibration]:
@@ -302,11 +325,11 @@ def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibratio
 
 def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",
                      fuse: bool = True, precision: str = "fp32",
-                     calibration=None) -> PartitionReport:
+                     calibration=None, winograd: bool = True) -> PartitionReport:
     """The partition report of a partitioned module (partitions an unpartitioned one first)."""
     if not is_partitioned(mod):
         mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                  calibration=calibration)
+                                  calibration=calibration, winograd=winograd)
     return PartitionReport.from_dict(json.loads(str(mod.attrs[REPORT_ATTR])))
 
 

@@ -27,12 +27,12 @@ from .vm import AccelVirtualMachine, virtual_machine  # noqa: E402,F401,I001
 def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
           config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
           calibration=None, calibration_method: str = DEFAULT_METHOD,
-          target="llvm") -> "tvm.runtime.Executable":
+          target="llvm", winograd: bool = True) -> "tvm.runtime.Executable":
     """Partition (unless partitioned already) and compile a module.
 
     Parameters
     ----------
-    mod, params, config, fuse, precision, calibration, calibration_method
+    mod, params, config, fuse, precision, calibration, calibration_method, winograd
         As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
         iterable of example input tuples (or a Calibration).
     target : str or dict
@@ -49,7 +49,7 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
     else:
         mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                   calibration=calibration,
-                                  calibration_method=calibration_method)
+                                  calibration_method=calibration_method, winograd=winograd)
     return tvm.compile(mod, target=target)
 
 

@@ -69,7 +69,7 @@ class CostTotals:
 
 
 #: CONV modes a run's engines name (the op names of accel_op_stats that mark them).
-CONV_MODES = {"conv2d_image": "image", "conv2d_batch": "batch"}
+CONV_MODES = {"conv2d_image": "image", "conv2d_batch": "batch", "conv2d_winograd": "wg"}
 
 
 def engine_names(record) -> str:

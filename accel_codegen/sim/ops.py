@@ -21,7 +21,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
-from .vocabulary import ACTIVATIONS, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS
+from .vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS
 
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
@@ -192,8 +192,8 @@ def _aligned_bytes(size: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class Conv:
-    """CONV engine: direct convolution; ``weights`` is [K, C/groups, R, S] (or None with
-    ``weight_shape`` for a cost estimate).
+    """CONV engine: direct or Winograd convolution; ``weights`` is [K, C/groups, R, S] (or
+    None with ``weight_shape`` for a cost estimate).
 
     INT8: ``weights`` are int8, ``in_zero`` is the input's zero point (padding reads as it);
     ``packed`` optionally holds :meth:`packed_for`'s bytes (NVDLA's pre-formatted weights), else
@@ -202,6 +202,8 @@ class Conv:
     ``pixel_format`` (``"r8"``, ``"a8b8g8r8"``, ``"a16b16g16r16_f"``) reads the run's input as
     pixels (NVDLA's image-input mode); ``multi_batch`` fetches a fully connected layer's
     weights once per batch. Both give the same values and cost less (see ``accel.h``).
+    ``mode``: "direct" or "winograd" (NVDLA's F(2x2, 3x3); its conditions and numerical bound
+    are accel_conv_mode's in accel.h; the C library refuses a conv that does not qualify).
     """
 
     weights: Optional[np.ndarray]
@@ -215,6 +217,7 @@ class Conv:
     packed: Optional[np.ndarray] = None
     pixel_format: Optional[str] = None
     multi_batch: bool = False
+    mode: str = "direct"
 
     engine = "CONV"
 
@@ -247,6 +250,7 @@ class Conv:
         if not isinstance(self.multi_batch, (bool, np.bool_)):
             raise AccelInvalidError(f"conv multi_batch = {self.multi_batch!r} is not a bool")
         d.multi_batch = int(self.multi_batch)
+        d.mode = CONV_MODES.code(self.mode)
 
     def lower(self, c_op) -> None:
         c_op.engine = ENGINES.code(self.engine)

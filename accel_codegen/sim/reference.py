@@ -397,6 +397,143 @@ def pool2d_int8(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
 
 # --- FP16 ------------------------------------------------------------------------------------
 
+# --- Winograd F(2x2, 3x3) (accel_conv_mode in accel.h) ---------------------------------------
+
+WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+WINOGRAD_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64)
+WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+
+def winograd_fits(kernel, stride, dilation=1, groups: int = 1) -> bool:
+    """Whether a convolution meets Winograd mode's shape conditions (the configuration must
+    also have the feature; the C library is the authority, this mirrors it for tests)."""
+    (kh, kw), (sh, sw) = _pair(kernel, "kernel"), _pair(stride, "stride")
+    return (groups == 1 and _pair(dilation, "dilation") == (1, 1) and sh == sw and
+            -(-kh // sh) == 3 and -(-kw // sw) == 3)
+
+
+def _winograd_fold(x: np.ndarray, weights: np.ndarray, stride, padding):
+    """The stride folded into channels: the 4x4 input tiles [N, C*s*s, th, tw, 4, 4] of the
+    2x2 output tiles, the folded 3x3 kernels [K, C*s*s, 3, 3] and the output size."""
+    n, c, h, w = x.shape
+    k, _, kernel_h, kernel_w = weights.shape
+    s = _pair(stride, "stride")[0]
+    top, left, bottom, right = _padding(padding)
+    out_h = (h + top + bottom - kernel_h) // s + 1
+    out_w = (w + left + right - kernel_w) // s + 1
+    th, tw = -(-out_h // 2), -(-out_w // 2)
+    hf, wf = 2 * th + 2, 2 * tw + 2
+    padded = np.zeros((n, c, max(hf * s, top + h), max(wf * s, left + w)), x.dtype)
+    padded[:, :, top:top + h, left:left + w] = x
+    padded = padded[:, :, :hf * s, :wf * s]
+    folded = padded.reshape(n, c, hf, s, wf, s).transpose(0, 1, 3, 5, 2, 4).reshape(
+        n, c * s * s, hf, wf)
+    tiles = np.lib.stride_tricks.sliding_window_view(folded, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
+    return tiles, _winograd_kernels(weights, s), (out_h, out_w)
+
+
+def _winograd_kernels(weights: np.ndarray, s: int) -> np.ndarray:
+    """The folded 3x3 kernels [K, C*s*s, 3, 3]: tap (r', s') of channel (c, a, b) is
+    weights[k, c, r'*s + a, s'*s + b], 0 beyond the kernel."""
+    k, c, kernel_h, kernel_w = weights.shape
+    kernels = np.zeros((k, c, 3 * s, 3 * s), weights.dtype)
+    kernels[:, :, :kernel_h, :kernel_w] = weights
+    return kernels.reshape(k, c, 3, s, 3, s).transpose(0, 1, 3, 5, 2, 4).reshape(
+        k, c * s * s, 3, 3)
+
+
+def _rows_then_columns(d: np.ndarray, transform) -> np.ndarray:
+    """transform(d) on the last two axes, rows first, then columns (accel.h's order)."""
+    rows = transform(np.swapaxes(d, -1, -2))        # combines rows: each column at a time
+    return transform(np.swapaxes(rows, -1, -2))     # then combines columns
+
+
+def _bt(v: np.ndarray) -> np.ndarray:
+    """B^T applied along the last axis, one addition per element, in v's dtype."""
+    v0, v1, v2, v3 = (v[..., i] for i in range(4))
+    return np.stack([v0 - v2, v1 + v2, v2 - v1, v1 - v3], axis=-1)
+
+
+def _at(m: np.ndarray) -> np.ndarray:
+    """A^T applied along the last axis: (m0 + m1) + m2, (m1 - m2) - m3."""
+    m0, m1, m2, m3 = (m[..., i] for i in range(4))
+    return np.stack([m0 + m1 + m2, m1 - m2 - m3], axis=-1)
+
+
+def winograd_weights(weights: np.ndarray, stride=1, precision: str = "fp32") -> np.ndarray:
+    """The pre-transformed weights [K, C*s*s, 4, 4]: G g G^T in float32 in the order of NVDLA's
+    compiler (G g first, each sum from 0 up), rounded to half for fp16; for int8 the exact
+    integers 4 G g G^T (int64)."""
+    kernels = _winograd_kernels(np.asarray(weights), _pair(stride, "stride")[0])
+    if precision == "int8":
+        g2 = (2 * WINOGRAD_G).astype(np.int64)
+        return np.einsum("mr,kcrs,qs->kcmq", g2, kernels.astype(np.int64), g2)
+    g = kernels.astype(np.float32)
+    G = WINOGRAD_G.astype(np.float32)
+    t = np.zeros(g.shape[:2] + (4, 3), np.float32)
+    for n in range(3):   # t[m][p] = sum_n G[m][n] g[n][p]
+        t = t + G[:, n][:, None] * g[..., n, None, :]
+    u = np.zeros(g.shape[:2] + (4, 4), np.float32)
+    for n in range(3):   # u[r][q] = sum_n t[r][n] G[q][n]
+        u = u + t[..., :, n, None] * G[:, n][None, :]
+    return u.astype(np.float16).astype(np.float32) if precision == "fp16" else u
+
+
+def conv2d_winograd(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
+                    precision: str = "fp32", in_zero: int = 0) -> np.ndarray:
+    """The CONV's accumulators in Winograd mode, as accel.h defines them: float32 for fp32 and
+    fp16 (x, weights: float32, or halves for fp16), exact int64 for int8 (codes). The sum over
+    channels runs in float64 here, rounded once to float32: the simulator's fp32 GEMM order
+    differs, within gamma(C') of the bound's S."""
+    if precision == "int8":
+        v = np.asarray(x).astype(np.int64) - int(in_zero)
+        tiles, _, (out_h, out_w) = _winograd_fold(v, np.asarray(weights), stride, padding)
+        u = winograd_weights(weights, stride, "int8")
+        vt = _rows_then_columns(tiles, _bt)
+        m = np.einsum("kcij,ncyxij->nkyxij", u.astype(np.float64), vt.astype(np.float64))
+        y4 = _rows_then_columns(np.rint(m).astype(np.int64), _at)
+        y = y4 // 4
+    else:
+        data = _widen(x) if precision == "fp16" else np.asarray(x, np.float32)
+        tiles, _, (out_h, out_w) = _winograd_fold(data, np.asarray(weights), stride, padding)
+        wide = _widen(weights) if precision == "fp16" else np.asarray(weights, np.float32)
+        u = winograd_weights(wide, stride, precision)
+        vt = _rows_then_columns(tiles, _bt)
+        if precision == "fp16":  # beyond the half range the operand is infinite (accel.h)
+            with np.errstate(over="ignore"):
+                vt = vt.astype(np.float16).astype(np.float32)
+        m = np.einsum("kcij,ncyxij->nkyxij", u.astype(np.float64),
+                      vt.astype(np.float64)).astype(np.float32)
+        y = _rows_then_columns(m, _at)
+    n, k, th, tw = y.shape[:4]
+    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * th, 2 * tw)
+    return np.ascontiguousarray(y[:, :, :out_h, :out_w])
+
+
+def winograd_error_bound(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
+                         precision: str = "fp32") -> np.ndarray:
+    """accel.h's bound on |Winograd accumulator - exact convolution| per output: eps * S with
+    S = sum over channels of |A^T| (|G| |g| |G^T| . |B^T| |d| |B|) |A| (float64), eps =
+    gamma(C' + 11) for fp32, (1 + 2^-11)^2 (1 + gamma(C' + 11)) - 1 for fp16, 0 for int8."""
+    data = np.abs(np.asarray(x, np.float64))
+    tiles, kernels, (out_h, out_w) = _winograd_fold(data, np.abs(np.asarray(weights, np.float64)),
+                                                    stride, padding)
+    G, BT, AT = np.abs(WINOGRAD_G), np.abs(WINOGRAD_BT), np.abs(WINOGRAD_AT)
+    u = np.einsum("mr,kcrs,qs->kcmq", G, kernels, G)
+    v = np.einsum("ai,ncyxij,bj->ncyxab", BT, tiles, BT)
+    m = np.einsum("kcab,ncyxab->nkyxab", u, v)
+    total = np.einsum("pa,nkyxab,qb->nkyxpq", AT, m, AT)
+    n, k, th, tw = total.shape[:4]
+    total = total.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * th, 2 * tw)[:, :, :out_h, :out_w]
+    if precision == "int8":
+        return np.zeros_like(total)
+    unit = 2.0 ** -24
+    terms = kernels.shape[1] + 11
+    gamma = terms * unit / (1 - terms * unit)
+    eps = gamma if precision == "fp32" else (1 + 2.0 ** -11) ** 2 * (1 + gamma) - 1
+    return eps * total
+
+
 def _widen(values) -> Optional[np.ndarray]:
     """fp16 operands as the engines see them: halves widened (exactly) to float32."""
     if values is None:
@@ -498,6 +635,8 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
         raise AccelInvalidError("run_op: out is a BDMA's destination; other ops write all of "
                                 "their output")
     if isinstance(op, Conv):
+        if op.mode == "winograd":
+            return conv2d_winograd(x, op.weights, op.stride, op.padding, precision, op.in_zero)
         if precision == "int8":
             return conv2d_int8(x, op.weights, op.stride, op.padding, op.dilation, op.groups,
                                op.in_zero)

@@ -134,8 +134,14 @@ PIXEL_FORMATS = Table("accel_pixel_format", "pixel_format", "ACCEL_PIXEL_COUNT",
     Entry("a16b16g16r16_f", "ACCEL_PIXEL_A16B16G16R16_F", feature="image_input", int8=False),
 ))
 
+CONV_MODES = Table("accel_conv_mode", "conv mode", "ACCEL_CONV_MODE_COUNT", (
+    Entry("direct", "ACCEL_CONV_DIRECT"),
+    Entry("winograd", "ACCEL_CONV_WINOGRAD", feature="winograd"),
+))
+
 #: Every table, for the test that holds them to the header.
-TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS)
+TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS,
+          CONV_MODES)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",

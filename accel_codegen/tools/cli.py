@@ -146,7 +146,8 @@ def _partition(args, config, model):
     from ..compiler.partition import partition_for_accel
 
     return partition_for_accel(model.mod, model.params, config=config, fuse=not args.no_fuse,
-                               precision=args.precision, **_calibration(args, model))
+                               precision=args.precision, winograd=not args.no_winograd,
+                               **_calibration(args, model))
 
 
 def _output_path(path: str, suffix: str, what: str) -> Path:
@@ -463,7 +464,7 @@ def cmd_estimate(args) -> int:
 
     model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
-                      fuse=not args.no_fuse)
+                      fuse=not args.no_fuse, winograd=not args.no_winograd)
     _show_report(report, args.json)
     if args.trace is not None or args.trace_plot is not None:
         _write_trace(report.chrome_trace(), config, args.trace, args.trace_plot)
@@ -546,6 +547,9 @@ def _model_args(p: argparse.ArgumentParser, fuse: bool = True) -> None:
     if fuse:
         p.add_argument("--no-fuse", action="store_true",
                        help="decomposed: every source op its own accelerator op")
+        p.add_argument("--no-winograd", action="store_true",
+                       help="every convolution direct (default: Winograd where the "
+                            "configuration has it and the convolution qualifies)")
 
 
 def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool = True,

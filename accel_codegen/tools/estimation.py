@@ -205,7 +205,7 @@ def _host_ops(mod: tvm.IRModule) -> int:
 
 def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
              config: AccelConfig | str = "nv_full", precision: str = "fp32",
-             fuse: bool = True) -> EstimateReport:
+             fuse: bool = True, winograd: bool = True) -> EstimateReport:
     """The cost model's figures for a model on a configuration, without running the kernels.
 
     Parameters
@@ -223,6 +223,9 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
         no calibration: they depend on shapes only.
     fuse : bool
         Fused chains (True) or one independent op per source op (False), as for a build.
+    winograd : bool
+        Convolutions the configuration runs in Winograd mode use it (True), as for a build;
+        False keeps every convolution direct. The layers' ``engines`` say "CONV(wg)" for it.
 
     Returns
     -------
@@ -239,7 +242,7 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     """
     config = AccelConfig.resolve(config)
     check_precision(config, precision)
-    return _LoweredModel.of(mod, params, config, precision, fuse).estimate(config)
+    return _LoweredModel.of(mod, params, config, precision, fuse, winograd).estimate(config)
 
 
 @dataclasses.dataclass
@@ -255,14 +258,14 @@ class _LoweredModel:
 
     @classmethod
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
-           fuse: bool) -> "_LoweredModel":
+           fuse: bool, winograd: bool = True) -> "_LoweredModel":
         matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
         runs, chains = [], []
         for label, primitive, layer in _layers(matched):
             mode = "fused" if layer.fused(fuse) else "independent"
             runs.append((label, primitive))
-            chains.append((layer.engine_ops(fuse, precision, config), layer.in_shape,
-                           mode))
+            chains.append((layer.engine_ops(fuse, precision, config, winograd=winograd),
+                           layer.in_shape, mode))
         return cls(runs, ChainBatch(config, chains, precision), _host_ops(matched), precision,
                    fuse)
 
@@ -335,8 +338,11 @@ COST_FIELDS = frozenset({
 
 
 def _partition_key(config: AccelConfig) -> tuple:
+    # Winograd is chosen per layer by its cost on the configuration: with the feature, every
+    # field can change the lowered chains.
+    winograd = "winograd" in config.features
     return tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
-                 if f.name not in COST_FIELDS)
+                 if winograd or f.name not in COST_FIELDS)
 
 
 def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],

@@ -131,6 +131,41 @@ static int64_t weight_count(const conv_geometry* g) {
   return (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
 }
 
+/* The conv mode, and Winograd's conditions (accel_conv_mode in accel.h), each named. */
+static accel_status check_winograd(const accel_config* cfg, const accel_conv_desc* d,
+                                   const char* where) {
+  RANGE("mode", d->mode, ACCEL_CONV_DIRECT, ACCEL_CONV_MODE_COUNT - 1)
+  if (d->mode != ACCEL_CONV_WINOGRAD) return ACCEL_OK;
+  const char* why = NULL;
+  char text[96];
+  if (!(cfg->features & ACCEL_FEATURE_WINOGRAD)) {
+    snprintf(text, sizeof text, "configuration %.32s has no Winograd mode", cfg->name);
+    why = text;
+  } else if (d->groups != 1) {
+    snprintf(text, sizeof text, "groups = %d (Winograd needs 1)", d->groups);
+    why = text;
+  } else if (d->dilation_h != 1 || d->dilation_w != 1) {
+    snprintf(text, sizeof text, "dilation %dx%d (Winograd needs 1x1)", d->dilation_h,
+             d->dilation_w);
+    why = text;
+  } else if (d->pixel_format != ACCEL_PIXEL_NONE) {
+    snprintf(text, sizeof text, "image-input mode (Winograd reads feature data)");
+    why = text;
+  } else if (d->stride_h != d->stride_w) {
+    snprintf(text, sizeof text, "stride %dx%d (Winograd folds equal strides only)", d->stride_h,
+             d->stride_w);
+    why = text;
+  } else if (!winograd_kernel_fits(d->kernel_h, d->kernel_w, d->stride_h)) {
+    snprintf(text, sizeof text, "kernel %dx%d at stride %d is not 3x3 after stride folding",
+             d->kernel_h, d->kernel_w, d->stride_h);
+    why = text;
+  }
+  if (why != NULL) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: mode = winograd: %s", where, why);
+  }
+  return ACCEL_OK;
+}
+
 /* The fields of a conv that do not depend on the input's size. */
 static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_desc* d,
                                       int32_t in_c, const char* where) {
@@ -152,6 +187,8 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
                       d->groups, in_c, d->out_c);
   }
   accel_status st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  st = check_winograd(cfg, d, where);
   if (st != ACCEL_OK) return st;
   if (d->precision == ACCEL_INT8) {
     RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)

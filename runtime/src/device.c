@@ -166,9 +166,10 @@ static int32_t pass_end(const resolved_chain* chain, int32_t i, accel_precision 
 }
 
 /* One engine pass, ops first..last, from src to dst. INT8 runs the integer kernels; FP32 (and
- * FP16, whose operands the caller has widened) the fp32 ones. */
+ * FP16, whose operands the caller has widened: `half`) the fp32 ones. A Winograd CONV runs
+ * winograd.c's kernel (FP16's transformed operands rounded to half). */
 static accel_status execute_pass(accel_device* dev, const resolved_chain* chain, int32_t first,
-                                 int32_t last, const void* src, void* dst) {
+                                 int32_t last, int half, const void* src, void* dst) {
   const resolved_op* r = &chain->ops[first];
   const accel_op* op = r->op;
   const accel_sdp_desc* epilogue = last > first ? &chain->ops[last].op->sdp : NULL;
@@ -179,6 +180,16 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
   const int32_t threads = dev->num_threads;
   switch (op->engine) {
     case ACCEL_ENGINE_CONV:
+      if (op->conv.mode == ACCEL_CONV_WINOGRAD) {
+        if (int8) {
+          const sdp_i8 e = sdp_i8_operands(epilogue);
+          return conv_winograd_i8(&r->conv, op->conv.in_zero, src, op->conv.weights, dst, &e,
+                                  &dev->ws, threads);
+        }
+        const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
+        return conv_winograd_f32(&r->conv, src, op->conv.weights, half, dst,
+                                 epilogue != NULL ? &e : NULL, &dev->ws, threads);
+      }
       if (int8) {
         const sdp_i8 e = sdp_i8_operands(epilogue);
         return conv_i8(&r->conv, op->conv.in_zero, src, op->conv.weights,
@@ -254,7 +265,7 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
                               .h = r->in_h, .w = r->in_w, .precision = seen};
       observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
     }
-    accel_status st = execute_pass(dev, chain, i, last, src, dst);
+    accel_status st = execute_pass(dev, chain, i, last, round_half, src, dst);
     if (st != ACCEL_OK) return st;
     if (round_half) round_to_half(dst, count);
     if (observed) {

@@ -56,13 +56,15 @@ def generate(functions, options, into: Generated) -> List:
     options = dict(options) if options is not None else {}
     config = AccelConfig.from_json(str(options["config"]))
     fuse = bool(options.get("fuse", True))
+    winograd = bool(options.get("winograd", True))
     precision = str(options.get("precision", "fp32"))
     calibration = Calibration.from_json(str(options["calibration"])) \
         if "calibration" in options else None
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     for function in functions:
-        gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration)
+        gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
+                              winograd)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

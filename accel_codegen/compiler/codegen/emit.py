@@ -10,7 +10,8 @@ import numpy as np
 
 from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
-from ...sim.vocabulary import ACTIVATIONS, ELEMENTWISE, PIXEL_FORMATS, POOLS, PRECISIONS
+from ...sim.vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, PIXEL_FORMATS, POOLS,
+                                PRECISIONS)
 from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
 
 
@@ -36,7 +37,8 @@ def c_elementwise(ew_op: Optional[str]) -> str:
 def conv_op(c: ConvSpec, weights: str, precision: str, in_zero: int = 0,
             pack: Optional[Tuple[int, int]] = None, modes: Optional[dict] = None) -> str:
     """A CONV descriptor (``OP`` stands for the op); ``pack``: (input channels, slot) of weights
-    the glue packs once; ``modes``: the input modes chosen (``Layer.conv_modes``)."""
+    the glue packs once; ``modes``: the modes chosen (``Layer.conv_modes``: input modes and
+    Winograd)."""
     k, _, kh, kw = c.weight_shape
     t, left, b, r = c.padding
     text = textwrap.dedent(f"""\
@@ -58,6 +60,8 @@ OP.conv.pad_right = {r};
                  "  /* image input: the function's input read as pixels */")
     if modes.get("multi_batch"):
         text += "\nOP.conv.multi_batch = 1;  /* weights fetched once for the batch */"
+    if modes.get("mode", "direct") != "direct":
+        text += f"\nOP.conv.mode = {CONV_MODES[modes['mode']].c_name};"
     if pack is not None:
         text += f"\nif (accel_glue_pack_weights(&k_fn, &OP, {pack[0]}, {pack[1]}) != 0) return -1;"
     return text

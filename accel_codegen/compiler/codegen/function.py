@@ -41,10 +41,12 @@ class FunctionCodegen:
     """C source for one offloaded function (the ``index``-th the code generator sees)."""
 
     def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
-                 precision: str = "fp32", calibration: Optional[Calibration] = None):
+                 precision: str = "fp32", calibration: Optional[Calibration] = None,
+                 winograd: bool = True):
         self.function = function
         self.config = config
         self.fuse = fuse
+        self.winograd = winograd  # convolutions that qualify run in Winograd mode
         self.index = index
         self.precision = precision
         self.storage = np.dtype(STORAGE[precision])
@@ -278,7 +280,8 @@ class FunctionCodegen:
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
         return emit.conv_op(c, weights, self.precision, in_zero, pack,
-                            layer.conv_modes(self.config, self.fuse, self.precision))
+                            layer.conv_modes(self.config, self.fuse, self.precision,
+                                             self.winograd))
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:

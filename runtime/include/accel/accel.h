@@ -112,7 +112,7 @@ typedef enum accel_precision {
 typedef enum accel_feature {
   ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh, silu, ... */
   ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
-  ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (costed as direct convolution here) */
+  ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (accel_conv_mode) */
   ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
   ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
   ACCEL_FEATURE_BDMA = 32,      /* BDMA engine: channel copies (nv_small's spec disables it) */
@@ -169,7 +169,56 @@ typedef enum accel_engine {
   ACCEL_ENGINE_COUNT         /* not an engine: the number of them (stays last) */
 } accel_engine;
 
-/* CONV: direct convolution.
+/* How the CONV computes (accel_conv_desc.mode). Both modes compute the same convolution; their
+ * rounding and their cost differ.
+ *
+ * WINOGRAD is NVDLA's F(2x2, 3x3): every 2x2 output tile of every kernel is
+ *   Y = A^T [ sum over c of (G g_c G^T) . (B^T d_c B) ] A     (. element-wise, 16 products)
+ * with g_c the 3x3 kernel slice of channel c, d_c the 4x4 input tile whose top left is the
+ * tile's first output position times the stride, minus the padding, and
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+ *   A^T = [1 1 1 0; 0 1 -1 -1]
+ * (the G of NVDLA's compiler, which pre-transforms the weights: 4x4 per kernel and channel
+ * instead of 3x3). A stride s is folded into channels as NVDLA does: channel (c, a, b) of the
+ * folded input is in[c][y*s + a][x*s + b] (a, b < s) and its kernel tap (r', s') is
+ * weights[k][c][r'*s + a][s'*s + b] (0 beyond the kernel), a stride-1 convolution of C*s*s
+ * channels with a ceil(R/s) x ceil(S/s) kernel.
+ * Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the configuration
+ * has ACCEL_FEATURE_WINOGRAD; groups == 1; dilation 1; stride_h == stride_w = s;
+ * ceil(kernel_h / s) == ceil(kernel_w / s) == 3 (3x3 stride 1, 5x5 or 6x6 stride 2, ...).
+ * NVDLA's released compiler uses it for 3x3 stride 1, non-INT8 layers only.
+ *
+ * Numerics per precision. S = sum over c of |A^T| (|G| |g_c| |G^T| . |B^T| |d_c| |B|) |A|
+ * (absolute values throughout; >= |exact result|), u = 2^-24, C' = C * s * s, and
+ * gamma(n) = n u / (1 - n u). The accumulator (before the SDP) of either mode is within its
+ * bound of the exact convolution; Winograd's:
+ *   FP32  transforms, products, the sum over channels and the output transform in fp32:
+ *         |acc - exact| <= gamma(C' + 11) S
+ *   FP16  the pre-transformed weights are stored as halves (NVDLA's compiler rounds
+ *         fp32(G g G^T) to the weight precision), the input transform is rounded to half
+ *         (the fp16 multipliers' operand), products exact, sum and output transform in fp32:
+ *         |acc - exact| <= ((1 + 2^-11)^2 (1 + gamma(C' + 11)) - 1) S   (about 2^-10 S)
+ *         A transformed input tile reaches 4 max|d| and a transformed kernel 2.25 max|g|:
+ *         inputs beyond 16376 in magnitude can overflow the half operand to infinity where
+ *         direct convolution stays finite.
+ *   INT8  exact: G g G^T is a multiple of 1/4, so the weights are pre-transformed to the int16
+ *         values 4 G g G^T (|.| <= 1152) and the input transform of (in - in_zero) to 11-bit
+ *         values (|.| <= 1020); products and sums are exact integers, and the output transform
+ *         divides by 4 exactly. The int32 accumulator equals direct convolution's bit for bit.
+ *         (NVDLA's released compiler keeps INT8 layers direct; this is the model's assumption
+ *         of how its int8 Winograd keeps the transform exact.)
+ * Direct convolution's FP32/FP16 accumulator is within gamma(C*R*S) sum |w| |x| of the exact
+ * result. Per channel, S <= 64 max|g| max|d| where that sum is <= 9 max|g| max|d| (S weighs
+ * every pair of a kernel tap and a tile element with 0, 1, 2 or 4, the pairs direct convolution
+ * multiplies with 1), so Winograd's error can be several times direct's on inputs of uniform
+ * magnitude (tests/sim/test_winograd.py measures both on random and adversarial inputs). */
+typedef enum accel_conv_mode {
+  ACCEL_CONV_DIRECT = 0,
+  ACCEL_CONV_WINOGRAD = 1,
+  ACCEL_CONV_MODE_COUNT      /* not a mode: the number of them (stays last) */
+} accel_conv_mode;
+
+/* CONV: convolution (direct, or Winograd: see accel_conv_mode).
  *   out[n][k][y][x] = sum over c < C/groups, r < kernel_h, s < kernel_w of
  *       in[n][g*C/groups + c][y*stride_h - pad_top + r*dilation_h][x*stride_w - pad_left + s*dilation_w]
  *       * weights[k][c][r][s],      g = k / (K/groups), input outside the image reads as 0
@@ -223,6 +272,8 @@ typedef struct accel_conv_desc {
                               * kernel on a 1x1 input) fetches its weights once for up to
                               * ACCEL_MAX_BATCH images held in CBUF together (NVDLA's multi-batch
                               * mode); same result, fewer weight reads (see cost_model.c) */
+  accel_conv_mode mode;      /* DIRECT (0) or WINOGRAD; a Winograd run pre-transforms the
+                              * weights itself (weights_packed is checked, not used) */
 } accel_conv_desc;
 
 typedef enum accel_eltwise {

@@ -1,0 +1,227 @@
+"""The CONV's Winograd mode (accel_conv_mode in accel.h): the kernel against the NumPy reference
+and the stated bound against the exact convolution in each precision (random and adversarial
+inputs), INT8 bit for bit equal to direct convolution, the cost model's figures computed by
+hand, and the conditions the C library refuses by name. Fixed seeds."""
+import numpy as np
+import pytest
+
+from accel_codegen import AccelConfig, AccelInvalidError, AccelUnsupportedError, Conv, Device, Sdp
+from accel_codegen import reference as ref
+from accel_codegen.sim.device import estimate_chain
+
+DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2)}
+DEVICE = DEVICES[2]
+
+# (C, K, H, W, kernel, stride, padding): 3x3 stride 1, and strides folded into channels
+CASES = [(5, 7, 9, 11, 3, 1, 1), (16, 8, 8, 8, 3, 1, 0), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0)),
+         (4, 6, 13, 10, 5, 2, 2), (3, 5, 12, 12, 6, 2, (1, 2, 0, 3)), (2, 3, 20, 17, 9, 3, 4),
+         (70, 20, 7, 7, 3, 1, 1)]
+
+
+def _case_id(case):
+    c, k, h, w, kernel, stride, padding = case
+    return f"c{c}-k{k}-{h}x{w}-r{kernel}-s{stride}-p{padding}"
+
+
+def _data(rng, case, n=2):
+    c, k, h, w, kernel, _, _ = case
+    return (rng.standard_normal((n, c, h, w)).astype(np.float32),
+            rng.standard_normal((k, c, kernel, kernel)).astype(np.float32))
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_fp32_is_within_its_bound_of_the_exact_convolution(case, rng):
+    x, w = _data(rng, case)
+    stride, padding = case[5], case[6]
+    op = Conv(w, stride=stride, padding=padding, mode="winograd")
+    exact = ref.conv2d(x, w, stride, padding)
+    bound = ref.winograd_error_bound(x, w, stride, padding, "fp32")
+    for device in DEVICES.values():
+        y, stats = device.run([op], x)
+        assert y.shape == exact.shape
+        assert np.all(np.abs(y - exact) <= bound)
+        assert stats.ops[0].op == "conv2d_winograd"
+    reference = ref.run_op(op, x)
+    assert np.all(np.abs(reference - exact) <= bound)
+    # the same bits at any thread count (fixed tile blocks), fused or independent
+    one, _ = DEVICES[1].run([op], x)
+    two, _ = DEVICES[2].run([op], x, mode="independent")
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_fp16_is_within_its_bound_through_the_sdp(case, rng):
+    x, w = _data(rng, case)
+    x, w = x.astype(np.float16), (w * 0.3).astype(np.float16)
+    stride, padding = case[5], case[6]
+    chain = [Conv(w, stride=stride, padding=padding, precision="fp16", mode="winograd"),
+             Sdp(precision="fp16")]
+    y, _ = DEVICE.run(chain, x)
+    wide_x, wide_w = x.astype(np.float32), w.astype(np.float32)
+    exact = ref.conv2d(wide_x, wide_w, stride, padding)
+    bound = ref.winograd_error_bound(wide_x, wide_w, stride, padding, "fp16")
+    # the SDP rounds the accumulator to half once more
+    rounding = 2.0 ** -11 * np.abs(exact) * (1 + 2.0 ** -10) + 2.0 ** -25
+    assert np.all(np.abs(y.astype(np.float64) - exact) <= bound + rounding)
+    reference = ref.run_chain(chain, x).astype(np.float64)
+    assert np.all(np.abs(reference - exact) <= bound + rounding)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("mode", ["fused", "independent"])
+def test_int8_equals_direct_convolution_bit_for_bit(case, mode, rng):
+    c, k, h, w, kernel, stride, padding = case
+    x = rng.integers(-128, 128, (2, c, h, w)).astype(np.int8)
+    weights = rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8)
+    sdp = Sdp(precision="int8", out_mul=1, out_shift=10, out_zero=-3)
+    for in_zero in (0, -7, 127):
+        chain = [Conv(weights, stride=stride, padding=padding, precision="int8",
+                      in_zero=in_zero, mode="winograd"), sdp]
+        direct = [Conv(weights, stride=stride, padding=padding, precision="int8",
+                       in_zero=in_zero), sdp]
+        y, _ = DEVICE.run(chain, x, mode=mode)
+        np.testing.assert_array_equal(y, DEVICE.run(direct, x, mode=mode)[0])
+        np.testing.assert_array_equal(y, ref.run_chain(chain, x))
+        np.testing.assert_array_equal(
+            ref.conv2d_winograd(x, weights, stride, padding, "int8", in_zero),
+            ref.conv2d_int8(x, weights, stride, padding, in_zero=in_zero))
+
+
+def test_int8_extremes_stay_exact(rng):
+    """Every input -128 against zero point 127 and weights of -128: the largest transformed
+    values (|4 G g G^T| = 1152, |B^T d B| = 1020) at the full depth of a deep layer."""
+    x = np.full((1, 256, 6, 6), -128, np.int8)
+    weights = np.full((4, 256, 3, 3), -128, np.int8)
+    weights[1] = 127
+    weights[2, :, 1] = 127
+    sdp = Sdp(precision="int8", out_mul=1, out_shift=20)
+    chain = [Conv(weights, padding=1, precision="int8", in_zero=127, mode="winograd"), sdp]
+    direct = [Conv(weights, padding=1, precision="int8", in_zero=127), sdp]
+    np.testing.assert_array_equal(DEVICE.run(chain, x)[0], DEVICE.run(direct, x)[0])
+    assert np.abs(ref.winograd_weights(weights, 1, "int8")).max() <= 4 * 2.25 * 128
+
+
+def _adversarial(rng, dtype):
+    """Large inputs of random sign against weights of +-1 over 64 channels: the exact result
+    cancels to a fraction of S, while the transforms round sums of four inputs."""
+    x = rng.uniform(30, 60, (1, 64, 12, 12)) * rng.choice([-1, 1], (1, 64, 12, 12))
+    w = rng.choice([-1.0, 1.0], (4, 64, 3, 3))
+    return x.astype(dtype), w.astype(dtype)
+
+
+def test_fp32_adversarial_inputs_stay_within_the_bound(rng):
+    x, w = _adversarial(rng, np.float32)
+    exact = ref.conv2d(x, w, 1, 1)
+    y, _ = DEVICE.run([Conv(w, padding=1, mode="winograd")], x)
+    bound = ref.winograd_error_bound(x, w, 1, 1, "fp32")
+    assert np.all(np.abs(y - exact) <= bound)
+
+
+def test_fp16_adversarial_error_exceeds_direct_and_stays_within_the_bound(rng):
+    x, w = _adversarial(rng, np.float16)
+    chain = [Conv(w, padding=1, precision="fp16", mode="winograd"), Sdp(precision="fp16")]
+    direct = [Conv(w, padding=1, precision="fp16"), Sdp(precision="fp16")]
+    wide_x, wide_w = x.astype(np.float32), w.astype(np.float32)
+    exact = ref.conv2d(wide_x, wide_w, 1, 1)
+    error = np.abs(DEVICE.run(chain, x)[0].astype(np.float64) - exact)
+    direct_error = np.abs(DEVICE.run(direct, x)[0].astype(np.float64) - exact)
+    bound = ref.winograd_error_bound(wide_x, wide_w, 1, 1, "fp16")
+    assert np.all(error <= bound + 2.0 ** -11 * np.abs(exact) * 1.001)
+    # direct's error is its output rounding alone; Winograd's half operands add to it
+    assert error.mean() > 1.5 * direct_error.mean()
+
+
+def test_fp16_transformed_tiles_overflow_where_direct_does_not():
+    """accel.h: inputs beyond 16376 can overflow the half operand B^T d B."""
+    x = np.zeros((1, 1, 4, 4), np.float16)
+    x[0, 0, 0::2, 0::2], x[0, 0, 1::2, 1::2] = 20000, 20000
+    x[0, 0, 0::2, 1::2], x[0, 0, 1::2, 0::2] = -20000, -20000
+    w = np.zeros((1, 1, 3, 3), np.float16)
+    w[0, 0, 0, 0] = 1e-3
+    y, _ = DEVICE.run([Conv(w, precision="fp16", mode="winograd"), Sdp(precision="fp16")], x)
+    yd, _ = DEVICE.run([Conv(w, precision="fp16"), Sdp(precision="fp16")], x)
+    assert np.all(np.isfinite(yd)) and not np.all(np.isfinite(y))
+    reference = ref.run_chain([Conv(w, precision="fp16", mode="winograd"),
+                               Sdp(precision="fp16")], x)
+    np.testing.assert_array_equal(np.isfinite(reference), np.isfinite(y))
+
+
+# --- cost ---------------------------------------------------------------------------------------
+
+def _op_stats(ops, shape, precision, config="nv_full"):
+    return estimate_chain(config, ops, shape, precision=precision).ops[0]
+
+
+def test_int8_3x3_cost_by_hand():
+    """nv_full int8: atomic C 64 (4 channels x 16 tile elements in Winograd), atomic K 32."""
+    conv = dict(weight_shape=(64, 64, 3, 3), padding=1, precision="int8")
+    sdp = Sdp(bias=None, precision="int8")
+    wino = _op_stats([Conv(None, mode="winograd", **conv), sdp], (1, 64, 56, 56), "int8")
+    direct = _op_stats([Conv(None, **conv), sdp], (1, 64, 56, 56), "int8")
+    assert direct.mac_cycles == 56 * 56 * 1 * 2 * 9
+    assert wino.mac_cycles == (14 * 2) * (14 * 2) * (64 // 4) * 2
+    assert wino.macs == 28 * 28 * 16 * 64 * 64
+    assert direct.weight_bytes == 64 * 64 * 9
+    assert wino.weight_bytes == 64 * 64 * 16 * 2  # int16 4 G g G^T
+    assert wino.op == "conv2d_winograd" and direct.op == "conv2d"
+
+
+def test_strided_fp16_cost_by_hand():
+    """5x5 stride 2 folds to 3x3 over 4x the channels; outputs round up to 4x4 blocks."""
+    conv = dict(weight_shape=(16, 8, 5, 5), stride=2, padding=2, precision="fp16")
+    wino = _op_stats([Conv(None, mode="winograd", **conv), Sdp(precision="fp16")],
+                     (1, 8, 16, 16), "fp16")
+    folded = 8 * 2 * 2
+    assert wino.mac_cycles == (2 * 2) * (2 * 2) * (folded // 4) * 1  # out 8x8, atomic K 16
+    assert wino.macs == 4 * 4 * 16 * folded * 16
+    assert wino.weight_bytes == 16 * folded * 16 * 2
+
+
+def test_cbuf_pressure_of_the_larger_weights():
+    """Weights that fit CBUF direct (512 x 512 x 3 x 3 int8 = 2.25 MiB does not; 256 x 256 x
+    9 = 576 KiB neither; 128 x 128: 144 KiB direct, 512 KiB transformed) can force re-reads."""
+    conv = dict(weight_shape=(128, 128, 3, 3), padding=1, precision="int8")
+    sdp = Sdp(precision="int8")
+    shape = (2, 128, 28, 28)
+    direct = _op_stats([Conv(None, **conv), sdp], shape, "int8")
+    wino = _op_stats([Conv(None, mode="winograd", **conv), sdp], shape, "int8")
+    assert direct.reread_bytes == 0
+    assert wino.reread_bytes > 0
+
+
+# --- conditions ---------------------------------------------------------------------------------
+
+REFUSALS = [
+    (dict(weight_shape=(8, 8, 3, 3), stride=2), "kernel 3x3 at stride 2 is not 3x3"),
+    (dict(weight_shape=(8, 8, 5, 5)), "kernel 5x5 at stride 1 is not 3x3"),
+    (dict(weight_shape=(8, 8, 1, 1)), "kernel 1x1"),
+    (dict(weight_shape=(8, 8, 3, 3), dilation=2), "dilation 2x2"),
+    (dict(weight_shape=(8, 4, 3, 3), groups=2), "groups = 2"),
+    (dict(weight_shape=(8, 8, 5, 3), stride=(2, 1)), "stride 2x1"),
+]
+
+
+@pytest.mark.parametrize("conv, message", REFUSALS, ids=[m for _, m in REFUSALS])
+def test_refuses_what_does_not_qualify(conv, message):
+    with pytest.raises(AccelUnsupportedError, match=f"mode = winograd: {message}"):
+        estimate_chain("nv_full", [Conv(None, mode="winograd", **conv)], (1, 8, 16, 16))
+    estimate_chain("nv_full", [Conv(None, **conv)], (1, 8, 16, 16))  # direct runs it
+
+
+@pytest.mark.parametrize("config", ["nv_large", "nv_small"])
+def test_refuses_configurations_without_the_feature(config):
+    with pytest.raises(AccelUnsupportedError, match=f"configuration {config} has no Winograd"):
+        estimate_chain(config, [Conv(None, weight_shape=(8, 8, 3, 3), mode="winograd",
+                                     precision="int8"), Sdp(precision="int8")],
+                       (1, 8, 8, 8), precision="int8")
+    with_it = AccelConfig.preset(config).replace(
+        features=(*AccelConfig.preset(config).features, "winograd"))
+    estimate_chain(with_it, [Conv(None, weight_shape=(8, 8, 3, 3), mode="winograd",
+                                  precision="int8"), Sdp(precision="int8")], (1, 8, 8, 8),
+                   precision="int8")
+
+
+def test_unknown_mode_is_named():
+    with pytest.raises(AccelInvalidError, match="conv mode = 'fft'"):
+        estimate_chain("nv_full", [Conv(None, weight_shape=(8, 8, 3, 3), mode="fft")],
+                       (1, 8, 8, 8))
