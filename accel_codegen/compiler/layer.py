@@ -20,6 +20,7 @@ from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Sdp
+from ..sim.reference import is_lut_activation
 
 
 class Unsupported(Exception):
@@ -213,6 +214,8 @@ class Layer:
                 fields.pop("clip", None)
                 if fields.get("prelu_slope") is not None:
                     fields["prelu_mul"] = fields.pop("prelu_slope")
+                if is_lut_activation(fields.get("act")):
+                    fields["lut"] = SHAPE_ONLY  # the layer's tables
                 return Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                            precision=precision, **fields)
             return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
@@ -280,6 +283,10 @@ class Layer:
                     raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                       f"computed by another operator); {precision} code needs "
                                       "constant weights and parameters (bind inputs as params)")
+        if precision == "int8" and is_lut_activation(self.sdp.act) and self.sdp.ew_op:
+            raise Unsupported(f"an int8 element-wise {self.sdp.ew_op} before a "
+                              f"{self.sdp.act} is not generated (its operand would have to be "
+                              "converted to the lookup table's input units)")
         if precision == "int8" and self.conv is None:
             # Without a conv to take it into the weights, a channel factor of 0 would zero the
             # shift too: the int8 SDP adds its bias before it multiplies.

@@ -15,9 +15,11 @@ from tvm import relax
 
 from ...errors import AccelInvalidError, AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant, quantize_weights
+from ...quantization.lut import layer_lut
 from ...sim.config import AccelConfig
 from ...sim.labels import copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
+from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from ..walk import composite_calls, layer_of
 from . import emit, int8
@@ -392,6 +394,11 @@ class FunctionCodegen:
                           ew_zero=ew_quant.zero, ew_mul=ew.ew_mul, ew_shift=ew.ew_shift,
                           out_mul=ew.out_mul, out_shift=ew.out_shift)
             comment = f"x and the {s.ew_op} operand to 2^-{ew.extra_bits} of the output step"
+        if is_lut_activation(s.act):  # X converts to the table's input units
+            table = layer_lut(s.act, out_quant, float(np.max(np.abs(g * unit))), what)
+            target, comment = table.input_step, f"x to the {s.act} table's input units"
+            fields.update(out_mul=1, out_shift=table.out_shift,
+                          lut=f"(const accel_lut_int8*){self._constant(table.lut.words())}")
         converters = int8.channel_converters(g, h, unit, target, what)
         fields.update(bias=f"(const int32_t*){self._constant(converters['bias'])}",
                       mul=f"(const int16_t*){self._constant(converters['mul'])}",
