@@ -167,6 +167,9 @@ class Layer:
     copies: List[CopySpec] = dataclasses.field(default_factory=list)
     copy_source: str = ""  # the Relax op(s) the copies compute
     lrn: Optional[LrnSpec] = None  # a CDP run (alone)
+    # In int8, a copy of a concat of several tensors: each input has its own scale, so an SDP
+    # pass rescales it to the concat's and writes its channel range (one image: contiguous).
+    requantize: bool = False
 
     @property
     def source_ops(self) -> List[str]:
@@ -194,7 +197,14 @@ class Layer:
         if len(self.copies) <= 1:
             return [self]
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
-                                    copies=[c]) for c in self.copies]
+                                    copies=[c], requantize=self.several_sources)
+                for c in self.copies]
+
+    @property
+    def several_sources(self) -> bool:
+        """Whether the copies read more than one tensor (a concat, not a shuffle)."""
+        first = self.copies[0].source if self.copies else None
+        return any(not c.source.same_as(first) for c in self.copies[1:])
 
     def engine_ops(self, fuse: bool, precision: str = "fp32") -> list:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
@@ -206,6 +216,9 @@ class Layer:
             return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
         if self.copies:
             (c,) = self.copies  # one run per copy
+            if int8 and self.requantize:  # the source to the concat's scale
+                return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
+                            precision=precision)]
             return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
                          _feature(self.out_shape)[1], precision=precision)]
 
@@ -262,14 +275,27 @@ class Layer:
         memory between them (INDEPENDENT mode), as on NVDLA."""
         return fuse and (self.pool is None or len(self.pool.passes()[0]) == 1)
 
+    def _check_int8_concat(self) -> None:
+        """An int8 concat rescales each whole input into a channel range of one image, which
+        an SDP pass writes as a dense tensor."""
+        if self.in_shape[0] != 1:
+            raise Unsupported(f"an int8 concat of batch {self.in_shape[0]} is not generated: "
+                              "each input is rescaled by an SDP pass into its channel range, "
+                              "contiguous for one image only")
+        for c in self.copies:
+            whole = _feature(static_shape(c.source))[1] == c.channels
+            if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
+                raise Unsupported("an int8 concat whose copies take channel slices or steps is "
+                                  "not generated: each input is rescaled whole by an SDP pass "
+                                  "into one channel range")
+
     def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
         if len(self.copies) > 1:
-            if precision == "int8":
-                raise Unsupported("an int8 concat needs one scale for all its inputs; the "
-                                  "calibration gives each its own")
+            if precision == "int8" and self.several_sources:
+                self._check_int8_concat()
             for run in self.runs():
                 run.check_hardware(config, fuse, precision)
             return
