@@ -142,12 +142,17 @@ typedef struct sdp_i8 {
   accel_eltwise ew_op;
   const int8_t* ew_operand;           /* whole NCHW tensor, or NULL with ACCEL_EW_NONE */
   int32_t ew_zero, ew_mul, ew_shift;
-  accel_activation act;               /* NONE, RELU, CLIP or PRELU */
+  accel_activation act;               /* NONE, RELU, CLIP, PRELU or a LUT one (with lut) */
   const int16_t* prelu_mul;           /* [C] or NULL */
   int32_t prelu_shift;
   int32_t out_mul, out_shift, out_zero;
   int32_t clip_lo, clip_hi;
+  const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
 } sdp_i8;
+
+/* The INT8 LUT at t (accel_lut_int8 in accel.h): the int32 result before the output
+ * converter. */
+int64_t lut_int8_eval(const accel_lut_int8* l, int64_t t);
 
 /* SDP on `count` int32 values v[0..count) of channel `channel` (a CONV accumulator, or input
  * codes minus in_zero), writing int8 y[0..count); `operand` points at the matching ew_operand

@@ -71,6 +71,8 @@ static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, i
     t = t < 0 ? 0 : t;
   } else if (p->act == ACCEL_ACT_PRELU && t < 0) {
     t = rhaz(t * c->prelu_mul, p->prelu_shift);
+  } else if (p->lut != NULL) {
+    t = lut_int8_eval(p->lut, t);
   }
   int64_t y = p->out_mul != 0 ? rhaz(t * p->out_mul, p->out_shift) : t;
   y = clamp64(y + p->out_zero, -128, 127);
@@ -438,13 +440,22 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
 #define CHANNELS_IMPL channels_scalar
 #endif
 
+/* A LUT activation runs the scalar definition: a table lookup per element, no vector form. */
 void sdp_i8_span(const sdp_i8* p, int32_t channel, const int32_t* v, const int8_t* operand,
                  int8_t* y, int64_t count) {
+  if (p->lut != NULL) {
+    span_scalar(p, channel, v, operand, y, count);
+    return;
+  }
   SPAN_IMPL(p, channel, v, operand, y, count);
 }
 
 void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count) {
+  if (p->lut != NULL) {
+    channels_scalar(p, first, v, operand, y, count);
+    return;
+  }
   CHANNELS_IMPL(p, first, v, operand, y, count);
 }
 

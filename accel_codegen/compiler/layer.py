@@ -20,6 +20,7 @@ from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Sdp
+from ..sim.reference import is_lut_activation
 
 
 class Unsupported(Exception):
@@ -169,6 +170,9 @@ class Layer:
     # The data is a parameter of the external function: pixels the host wrote, which a conv
     # may read in image-input mode (set by the walker, which sees the function).
     host_input: bool = False
+    # In int8, a copy of a concat of several tensors: each input has its own scale, so an SDP
+    # pass rescales it to the concat's and writes its channel range (one image: contiguous).
+    requantize: bool = False
 
     @property
     def source_ops(self) -> List[str]:
@@ -196,7 +200,14 @@ class Layer:
         if len(self.copies) <= 1:
             return [self]
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
-                                    copies=[c]) for c in self.copies]
+                                    copies=[c], requantize=self.several_sources)
+                for c in self.copies]
+
+    @property
+    def several_sources(self) -> bool:
+        """Whether the copies read more than one tensor (a concat, not a shuffle)."""
+        first = self.copies[0].source if self.copies else None
+        return any(not c.source.same_as(first) for c in self.copies[1:])
 
     def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
                    winograd: bool = True) -> dict:
@@ -244,6 +255,9 @@ class Layer:
             return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
         if self.copies:
             (c,) = self.copies  # one run per copy
+            if int8 and self.requantize:  # the source to the concat's scale
+                return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
+                            precision=precision)]
             return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
                          _feature(self.out_shape)[1], precision=precision)]
 
@@ -252,6 +266,8 @@ class Layer:
                 fields.pop("clip", None)
                 if fields.get("prelu_slope") is not None:
                     fields["prelu_mul"] = fields.pop("prelu_slope")
+                if is_lut_activation(fields.get("act")):
+                    fields["lut"] = SHAPE_ONLY  # the layer's tables
                 return Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                            precision=precision, **fields)
             return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
@@ -298,14 +314,27 @@ class Layer:
         memory between them (INDEPENDENT mode), as on NVDLA."""
         return fuse and (self.pool is None or len(self.pool.passes()[0]) == 1)
 
+    def _check_int8_concat(self) -> None:
+        """An int8 concat rescales each whole input into a channel range of one image, which
+        an SDP pass writes as a dense tensor."""
+        if self.in_shape[0] != 1:
+            raise Unsupported(f"an int8 concat of batch {self.in_shape[0]} is not generated: "
+                              "each input is rescaled by an SDP pass into its channel range, "
+                              "contiguous for one image only")
+        for c in self.copies:
+            whole = _feature(static_shape(c.source))[1] == c.channels
+            if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
+                raise Unsupported("an int8 concat whose copies take channel slices or steps is "
+                                  "not generated: each input is rescaled whole by an SDP pass "
+                                  "into one channel range")
+
     def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
         if len(self.copies) > 1:
-            if precision == "int8":
-                raise Unsupported("an int8 concat needs one scale for all its inputs; the "
-                                  "calibration gives each its own")
+            if precision == "int8" and self.several_sources:
+                self._check_int8_concat()
             for run in self.runs():
                 run.check_hardware(config, fuse, precision)
             return
@@ -319,6 +348,10 @@ class Layer:
                     raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                       f"computed by another operator); {precision} code needs "
                                       "constant weights and parameters (bind inputs as params)")
+        if precision == "int8" and is_lut_activation(self.sdp.act) and self.sdp.ew_op:
+            raise Unsupported(f"an int8 element-wise {self.sdp.ew_op} before a "
+                              f"{self.sdp.act} is not generated (its operand would have to be "
+                              "converted to the lookup table's input units)")
         if precision == "int8" and self.conv is None:
             # Without a conv to take it into the weights, a channel factor of 0 would zero the
             # shift too: the int8 SDP adds its bias before it multiplies.

@@ -313,6 +313,44 @@ _SDP_CONVERTER_FIELDS = ("in_zero", "ew_zero", "ew_mul", "ew_shift", "prelu_shif
 
 
 @dataclasses.dataclass
+class LutInt8:
+    """The INT8 SDP's lookup table (``accel_lut_int8`` in accel.h): int16 entries of the LO
+    (257) and LE (65) tables, their starts in units of the LUT's int32 input, each table's step
+    as a power of two (``*_index_select``, 0..31), and the slopes below and above LE (int16
+    scale, right shift). The compiler builds one per layer from its scales
+    (:mod:`accel_codegen.quantization.lut`)."""
+
+    lo: np.ndarray
+    le: np.ndarray
+    lo_start: int
+    le_start: int
+    lo_index_select: int
+    le_index_select: int
+    underflow_scale: int = 0
+    underflow_shift: int = 0
+    overflow_scale: int = 0
+    overflow_shift: int = 0
+
+    #: The int32 fields after the entries, in accel_lut_int8's order.
+    FIELDS = ("lo_start", "le_start", "lo_index_select", "le_index_select", "underflow_scale",
+              "underflow_shift", "overflow_scale", "overflow_shift")
+
+    def words(self) -> np.ndarray:
+        """The struct's memory as int32 words (644 bytes of int16 entries, then the fields):
+        what the descriptor points at, and the generated code's constant."""
+        tables = []
+        for name, size in (("lo", lib.ACCEL_LUT_LO_ENTRIES), ("le", lib.ACCEL_LUT_LE_ENTRIES)):
+            table = as_typed(np.asarray(getattr(self, name)).reshape(-1), np.int16,
+                             f"sdp lut {name}")
+            if table.size != size:
+                raise AccelShapeError(f"sdp lut {name} has {table.size} entries, not {size}")
+            tables.append(table)
+        fields = [integer(getattr(self, f), f"sdp lut {f}") for f in self.FIELDS]
+        entries = np.concatenate(tables)
+        return np.concatenate([entries.view(np.int32), np.asarray(fields, np.int32)])
+
+
+@dataclasses.dataclass
 class Sdp:
     """SDP engine: ``act(ew(x * scale[c] + shift[c], operand))``.
 
@@ -322,7 +360,8 @@ class Sdp:
     input read from memory); the element-wise operand's ``ew_zero``, ``ew_mul`` (default 1),
     ``ew_shift``; PReLU's ``prelu_mul`` (int16 per channel) and ``prelu_shift``; the output
     converter ``out_mul`` (0: identity), ``out_shift``, ``out_zero``; CLIP's ``clip_lo`` /
-    ``clip_hi`` in output codes (default -128 / 127).
+    ``clip_hi`` in output codes (default -128 / 127); a LUT activation's tables ``lut``
+    (:class:`LutInt8`).
     """
 
     scale: Optional[np.ndarray] = None
@@ -347,6 +386,7 @@ class Sdp:
     out_zero: int = 0
     clip_lo: Optional[int] = None
     clip_hi: Optional[int] = None
+    lut: Optional[LutInt8] = None
 
     engine = "SDP"
 
@@ -386,6 +426,13 @@ class Sdp:
         d.precision = precision_code(self.precision)
         d.bias, d.mul = _pointer(self.bias), _pointer(self.mul)
         d.rshift, d.prelu_mul = _pointer(self.rshift), _pointer(self.prelu_mul)
+        if self.lut is not None and self.lut is not SHAPE_ONLY:
+            if not isinstance(self.lut, LutInt8):
+                raise AccelDtypeError(f"sdp lut = {self.lut!r} is not a LutInt8")
+            self._lut_words = self.lut.words()  # kept alive with the op
+            d.lut = ffi.cast("accel_lut_int8*", self._lut_words.ctypes.data)
+        else:
+            d.lut = _pointer(self.lut)
         if int8:
             if self.clip is not None:
                 raise AccelInvalidError(
@@ -531,7 +578,8 @@ def has_data(op) -> bool:
     if isinstance(op, Conv):
         return op.weights is not None
     if isinstance(op, Sdp):
-        return all(getattr(op, f) is not SHAPE_ONLY for f in (*_SDP_CHANNEL_FIELDS, "operand"))
+        return all(getattr(op, f) is not SHAPE_ONLY
+                   for f in (*_SDP_CHANNEL_FIELDS, "operand", "lut"))
     return True
 
 

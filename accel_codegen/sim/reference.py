@@ -8,7 +8,8 @@ order, rounded once (bit for bit too).
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
 ``(x - in_zero) * w`` exactly (int64 here: the simulator's int32 accumulator cannot overflow for
 depth <= 65536), the SDP runs the integer converters step by step with ``sat32`` after each
-step accel.h marks, and pooling works on codes with the input's zero point.
+step accel.h marks, a LUT activation looks its int32 input up in the tables the descriptor
+carries (:func:`lut_int8`), and pooling works on codes with the input's zero point.
 
 FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
 the exact float64 sum of the exact products, rounded once to float32; the simulator's fp32
@@ -33,7 +34,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, check
-from .ops import Bdma, Conv, Lrn, Op, Pool, Sdp, _padding, _pair, dtype_for
+from .ops import Bdma, Conv, LutInt8, Lrn, Op, Pool, Sdp, _padding, _pair, dtype_for
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -334,11 +335,42 @@ def conv2d_int8(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilatio
     return _conv_sum(v, weights, stride, padding, dilation, groups, np.float64).astype(np.int64)
 
 
+def _lut_int8_hit(entries: np.ndarray, d: np.ndarray, select: int) -> np.ndarray:
+    """Interpolation between entries d >> select and the next one, with the 16 bits of d
+    below the index as the fraction (d >= 0 where used; clamped elsewhere)."""
+    intervals = entries.size - 1
+    d = np.clip(d, 0, (intervals << select) - 1)
+    i = d >> select
+    r = d & ((1 << select) - 1)
+    f = r >> (select - 16) if select >= 16 else r << (16 - select)
+    e = entries.astype(np.int64)
+    return rhaz(e[i] * (65536 - f) + e[i + 1] * f, 16)
+
+
+def lut_int8(t, lut: LutInt8) -> np.ndarray:
+    """The INT8 SDP's LUT (accel_lut_int8 in accel.h) on int32 values t: LO hit, else LE hit,
+    else the slopes below / above LE; the int32 result before the output converter."""
+    t = np.asarray(t, dtype=np.int64)
+    lo = np.asarray(lut.lo).astype(np.int64)
+    le = np.asarray(lut.le).astype(np.int64)
+    lo_sel, le_sel = int(lut.lo_index_select), int(lut.le_index_select)
+    d_lo, d_le = t - int(lut.lo_start), t - int(lut.le_start)
+    le_end = int(lut.le_start) + ((le.size - 1) << le_sel)
+    in_lo = (d_lo >= 0) & (d_lo < ((lo.size - 1) << lo_sel))
+    in_le = (d_le >= 0) & (t < le_end)
+    below = le[0] + rhaz(d_le * int(lut.underflow_scale), int(lut.underflow_shift))
+    above = le[-1] + rhaz((t - le_end) * int(lut.overflow_scale), int(lut.overflow_shift))
+    y = np.where(in_lo, _lut_int8_hit(lo, d_lo, lo_sel),
+                 np.where(in_le, _lut_int8_hit(le, d_le, le_sel),
+                          np.where(d_le < 0, below, above)))
+    return sat32(y)
+
+
 def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[str] = None,
              operand=None, ew_zero: int = 0, ew_mul: int = 1, ew_shift: int = 0,
              act: Optional[str] = None, prelu_mul=None, prelu_shift: int = 0,
              out_mul: int = 0, out_shift: int = 0, out_zero: int = 0, clip_lo: int = -128,
-             clip_hi: int = 127) -> np.ndarray:
+             clip_hi: int = 127, lut: Optional[LutInt8] = None) -> np.ndarray:
     """The INT8 SDP on ``v``: a CONV's accumulators, or (x - in_zero) for an SDP that reads its
     int8 input from memory. Steps exactly as accel.h lists them; returns int8 codes."""
     t = np.asarray(v, dtype=np.int64)
@@ -369,6 +401,10 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
         # accel.h: t < 0: rhaz(t * prelu_mul[c], prelu_shift), no sat32 after it (the value
         # fits int64: |t| <= 2^31, |prelu_mul| <= 2^15).
         t = np.where(t < 0, rhaz(t * per_channel(prelu_mul), int(prelu_shift)), t)
+    elif is_lut_activation(act):
+        if lut is None:
+            raise AccelInvalidError(f"act = {act!r} in INT8 needs its tables (lut)")
+        t = lut_int8(t, lut)
     elif act not in (None, "clip"):
         raise AccelInvalidError(f"act = {act!r} has no INT8 form")
     if out_mul:                                                            # 5 output converter
@@ -617,7 +653,8 @@ def _sdp_int8_op(op: Sdp, x: np.ndarray) -> np.ndarray:
     v = x.astype(np.int64) - c["in_zero"] if x.dtype == np.int8 else x
     return sdp_int8(v, op.bias, op.mul, op.rshift, op.ew_op, op.operand, c["ew_zero"],
                     c["ew_mul"], c["ew_shift"], op.act, op.prelu_mul, c["prelu_shift"],
-                    c["out_mul"], c["out_shift"], c["out_zero"], c["clip_lo"], c["clip_hi"])
+                    c["out_mul"], c["out_shift"], c["out_zero"], c["clip_lo"], c["clip_hi"],
+                    op.lut)
 
 
 def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:

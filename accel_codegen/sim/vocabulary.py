@@ -105,14 +105,14 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("relu", "ACCEL_ACT_RELU", "relax.nn.relu"),
     Entry("clip", "ACCEL_ACT_CLIP", "relax.clip", relax_args=2),      # the bounds
     Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
-    Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut", int8=False),
-    Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut", int8=False),
-    Entry("silu", "ACCEL_ACT_SILU", "relax.nn.silu", feature="lut", int8=False),
+    Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut"),
+    Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut"),
+    Entry("silu", "ACCEL_ACT_SILU", "relax.nn.silu", feature="lut"),
     # No Relax op: the compiler recognises their decomposed forms.
-    Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut", int8=False),
-    Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut", int8=False),
-    Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut", int8=False),
-    Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", int8=False),
+    Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut"),
+    Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut"),
+    Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut"),
+    Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut"),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -384,9 +384,13 @@ static accel_status check_sdp_int8(const accel_sdp_desc* d, int32_t channels, co
                       "%s: scale, shift and prelu_slope are float parameters; INT8 uses bias, "
                       "mul, rshift and prelu_mul", where);
   }
-  if (lut_activation(d->act)) {
-    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: act = %s has no INT8 form", where,
+  if (lut_activation(d->act) && d->lut == NULL) {
+    return accel_fail(ACCEL_ERR_NULL, "%s: act = %s needs its INT8 tables (lut)", where,
                       activation_name(d->act));
+  }
+  if (!lut_activation(d->act) && d->lut != NULL) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: lut is set but act = %s is not a lookup-table "
+                      "activation", where, activation_name(d->act));
   }
   RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
   RANGE("ew_zero", d->ew_zero, INT8_MIN, INT8_MAX)
@@ -399,6 +403,18 @@ static accel_status check_sdp_int8(const accel_sdp_desc* d, int32_t channels, co
   if (d->act == ACCEL_ACT_CLIP) {
     RANGE("clip_lo", d->clip_lo, INT8_MIN, INT8_MAX)
     RANGE("clip_hi", d->clip_hi, d->clip_lo, INT8_MAX)
+  }
+  if (need_data && d->lut != NULL) {
+    accel_status st = check_array(d->lut, 4, "int32",
+                                  "sdp lut");
+    if (st != ACCEL_OK) return st;
+    const accel_lut_int8* l = d->lut;
+    RANGE("lut lo_index_select", l->lo_index_select, 0, 31)
+    RANGE("lut le_index_select", l->le_index_select, 0, 31)
+    RANGE("lut underflow_scale", l->underflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("lut overflow_scale", l->overflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("lut underflow_shift", l->underflow_shift, 0, ACCEL_MAX_SHIFT)
+    RANGE("lut overflow_shift", l->overflow_shift, 0, ACCEL_MAX_SHIFT)
   }
   if (need_data && d->rshift != NULL) {
     for (int32_t c = 0; c < channels; ++c) {
@@ -416,9 +432,9 @@ static accel_status check_sdp_no_int8(const accel_sdp_desc* d, const char* where
   if (d->bias != NULL || d->mul != NULL || d->rshift != NULL || d->prelu_mul != NULL ||
       d->in_zero != 0 || d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 ||
       d->prelu_shift != 0 || d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 ||
-      d->clip_lo != 0 || d->clip_hi != 0) {
+      d->clip_lo != 0 || d->clip_hi != 0 || d->lut != NULL) {
     return accel_fail(ACCEL_ERR_INVALID,
-                      "%s: INT8 converter fields (bias, mul, rshift, zero points, ...) are set "
+                      "%s: INT8 converter fields (bias, mul, rshift, zero points, lut, ...) are set "
                       "in precision %s", where, precision_name(d->precision));
   }
   return ACCEL_OK;
@@ -635,6 +651,7 @@ static int operand_ranges(const accel_op* op, const resolved_op* r, int64_t eb,
     OPERAND(d->mul, (int64_t)r->in_c * 2, "mul")
     OPERAND(d->rshift, (int64_t)r->in_c, "rshift")
     OPERAND(prelu ? d->prelu_mul : NULL, (int64_t)r->in_c * 2, "prelu_mul")
+    OPERAND(d->lut, (int64_t)sizeof(accel_lut_int8), "lut")
   }
 #undef OPERAND
   return count;

@@ -148,7 +148,8 @@ static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
                   .ew_mul = d->ew_mul, .ew_shift = d->ew_shift, .act = d->act,
                   .prelu_mul = d->prelu_mul, .prelu_shift = d->prelu_shift,
                   .out_mul = d->out_mul, .out_shift = d->out_shift, .out_zero = d->out_zero,
-                  .clip_lo = clip ? d->clip_lo : INT8_MIN, .clip_hi = clip ? d->clip_hi : INT8_MAX};
+                  .clip_lo = clip ? d->clip_lo : INT8_MIN, .clip_hi = clip ? d->clip_hi : INT8_MAX,
+                  .lut = d->lut};
 }
 
 static int64_t output_count(const resolved_op* r) {

@@ -8,6 +8,7 @@ from accel_codegen import (AccelBufferError, AccelError, AccelInvalidError,
                            AccelShapeError, AccelUnsupportedError, Conv, Device, Pool, Sdp)
 from accel_codegen._accel_ffi import ffi, lib
 from accel_codegen.ops import AccelDtypeError
+from accel_codegen.sim.ops import LutInt8
 
 DEVICE = Device("nv_full")
 X = np.ones((1, 4, 8, 8), dtype=np.float32)
@@ -103,6 +104,7 @@ X8 = np.ones((1, 4, 8, 8), dtype=np.int8)
 W8 = np.ones((8, 4, 3, 3), dtype=np.int8)
 CONV8 = Conv(W8, padding=1, precision="int8")
 ONES8 = dict(mul=np.ones(8, np.int16), rshift=np.zeros(8, np.uint8))
+LUT8 = LutInt8(np.zeros(257, np.int16), np.zeros(65, np.int16), 0, -100, 2, 5)
 
 INT8_REJECTIONS = [
     ("conv_alone", [Conv(W8, precision="int8")], AccelInvalidError,
@@ -141,10 +143,17 @@ INT8_REJECTIONS = [
      "out_zero = 200"),
     ("pool_zero_over_int8", [Pool("avg", 2, 2, precision="int8", zero=128)], AccelInvalidError,
      "zero = 128"),
-    ("sigmoid", [CONV8, Sdp(**ONES8, act="sigmoid", precision="int8")], AccelUnsupportedError,
-     "act = sigmoid has no INT8 form"),
-    ("tanh", [Sdp(act="tanh", precision="int8")], AccelUnsupportedError,
-     "act = tanh has no INT8 form"),
+    ("sigmoid_without_tables", [CONV8, Sdp(**ONES8, act="sigmoid", precision="int8")],
+     AccelBufferError, "act = sigmoid needs its INT8 tables (lut)"),
+    ("tables_without_lut_act", [Sdp(act="relu", lut=LUT8, precision="int8")],
+     AccelInvalidError, "lut is set but act = relu is not a lookup-table activation"),
+    ("lut_select_32", [Sdp(act="tanh", lut=dataclasses.replace(LUT8, le_index_select=32),
+                           precision="int8")], AccelInvalidError, "lut le_index_select = 32"),
+    ("lut_slope_shift_63", [Sdp(act="tanh", precision="int8", lut=dataclasses.replace(
+        LUT8, overflow_shift=OVER_SHIFT))], AccelInvalidError,
+     f"lut overflow_shift = {OVER_SHIFT}"),
+    ("lut_slope_scale_over_int16", [Sdp(act="exp", precision="int8", lut=dataclasses.replace(
+        LUT8, underflow_scale=32768))], AccelInvalidError, "lut underflow_scale = 32768"),
     ("prelu_without_mul", [Sdp(act="prelu", precision="int8")], AccelBufferError,
      "prelu_mul is NULL"),
     ("bias_wrong_length", [CONV8, Sdp(bias=np.ones(3, np.int32), precision="int8")],
@@ -172,6 +181,7 @@ def test_int8_converter_fields_outside_int8_are_rejected():
                    (Sdp(out_zero=3), X),
                    (Sdp(ew_op="add", operand=X, ew_mul=2), X),
                    (Sdp(act="clip", clip_lo=-1, clip_hi=1), X),
+                   (Sdp(act="sigmoid", lut=LUT8), X),
                    (Sdp(in_zero=1, precision="fp16"), X.astype(np.float16))):
         with pytest.raises(AccelInvalidError, match="INT8 converter fields .* are set in "
                                                     f"precision {sdp.precision}"):

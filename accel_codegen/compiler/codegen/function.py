@@ -15,9 +15,11 @@ from tvm import relax
 
 from ...errors import AccelInvalidError, AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant, quantize_weights
+from ...quantization.lut import layer_lut
 from ...sim.config import AccelConfig
 from ...sim.labels import copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
+from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from ..walk import composite_calls, layer_of
 from . import emit, int8
@@ -186,10 +188,16 @@ class FunctionCodegen:
         sources = layer.source_ops if layer.branch is None else \
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
-        if len(layer.copies) > 1:  # one BDMA run per copy, all into this layer's output
-            for part, run in enumerate(layer.runs()):
+        if len(layer.copies) > 1:  # one run per copy, all into this layer's output
+            runs = layer.runs()
+            if self.precision == "int8" and layer.several_sources:
+                self.quant[var] = int8.concat_quant(
+                    self._data(run.data, scope, (run_key(self.index, index, copy_part(part)),
+                                                 INPUT))[1] for part, run in enumerate(runs))
+            for part, run in enumerate(runs):
                 key = run_key(self.index, index, copy_part(part))
-                self.quant[var] = self._emit(run, scope, key, name, self.operands[var])
+                self.quant[var] = self._emit(run, scope, key, name, self.operands[var],
+                                             concat=self.quant.get(var))
             self._leave(var)
             return
         part = ""
@@ -210,14 +218,24 @@ class FunctionCodegen:
                 int(np.prod(static_shape(var))), *self._scale_zero(self.quant[var])))
 
     def _emit(self, layer: Layer, scope, key: str, primitive: str, output: str,
-              branch: bool = False) -> Optional[TensorQuant]:
-        """One accelerator run; returns the int8 quantisation of its output."""
+              branch: bool = False, concat: Optional[TensorQuant] = None
+              ) -> Optional[TensorQuant]:
+        """One accelerator run; returns the int8 quantisation of its output (``concat``: the
+        quantisation of the int8 concat this copy rescales its input into)."""
         label = run_label(key, primitive, branch)
         lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
         out_quant = in_quant
-        if layer.lrn is not None:
+        out_shape = _feature(layer.out_shape)
+        if self.precision == "int8" and layer.requantize:
+            ops.append(self._requantize(layer, in_quant, concat, key))
+            out_quant, out_shape = concat, layer.in_shape
+            offset = layer.copies[0].dst_offset * int(np.prod(out_shape[2:]))
+            output = f"(int8_t*){output} + {offset}"
+            self.quantization[(key, INPUT)] = in_quant
+            self.quantization[(key, 0)] = concat
+        elif layer.lrn is not None:
             ops.append(emit.cdp_op(layer.lrn, self.precision))
         elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
             ops.append(emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1],
@@ -246,10 +264,23 @@ class FunctionCodegen:
                                    {"precision": emit.c_precision(self.precision)}))
         if self.precision != "int8" and layer.pool is not None:
             ops.extend(self._pools(layer))
-        lines += emit.run_layer(ops, data, layer.in_shape, output, _feature(layer.out_shape),
+        lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
                                 layer.fused(self.fuse), label)
         self.body.extend(lines + ["}"])
         return out_quant
+
+    def _requantize(self, layer: Layer, in_quant: TensorQuant, out_quant: TensorQuant,
+                    key: str) -> str:
+        """An int8 SDP that rescales a concat's input to the concat's quantisation."""
+        channels = layer.in_shape[1]
+        converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
+                                             np.full(channels, in_quant.scale), out_quant.scale,
+                                             f"layer {key}")
+        return emit.sdp_op("the input to the concat's scale", {
+            "precision": "ACCEL_INT8", "in_zero": in_quant.zero, "out_zero": out_quant.zero,
+            "bias": f"(const int32_t*){self._constant(converters['bias'])}",
+            "mul": f"(const int16_t*){self._constant(converters['mul'])}",
+            "rshift": f"(const uint8_t*){self._constant(converters['rshift'])}"})
 
     def _pools(self, layer: Layer, zero: int = 0) -> List[str]:
         """The PDP pass(es) of a layer's pool, after the rescale of a padded global average
@@ -396,6 +427,11 @@ class FunctionCodegen:
                           ew_zero=ew_quant.zero, ew_mul=ew.ew_mul, ew_shift=ew.ew_shift,
                           out_mul=ew.out_mul, out_shift=ew.out_shift)
             comment = f"x and the {s.ew_op} operand to 2^-{ew.extra_bits} of the output step"
+        if is_lut_activation(s.act):  # X converts to the table's input units
+            table = layer_lut(s.act, out_quant, float(np.max(np.abs(g * unit))), what)
+            target, comment = table.input_step, f"x to the {s.act} table's input units"
+            fields.update(out_mul=1, out_shift=table.out_shift,
+                          lut=f"(const accel_lut_int8*){self._constant(table.lut.words())}")
         converters = int8.channel_converters(g, h, unit, target, what)
         fields.update(bias=f"(const int32_t*){self._constant(converters['bias'])}",
                       mul=f"(const int16_t*){self._constant(converters['mul'])}",

@@ -109,3 +109,13 @@ def prelu_converter(slope: np.ndarray, channels: int, what: str) -> Tuple[np.nda
     slope = np.broadcast_to(slope, (channels,)) if slope.size == 1 else slope
     _, shift = encode_multiplier(float(np.max(np.abs(slope))), f"{what} PReLU slope")
     return round_half_away(slope * 2.0 ** shift).astype(np.int16), shift
+
+
+def concat_quant(inputs) -> TensorQuant:
+    """The quantisation of an int8 concat: the widest of its inputs' ranges (unsigned when
+    every input is), so no input saturates that did not already."""
+    quants = list(inputs)
+    unsigned = all(q.zero == -128 for q in quants)
+    top = max(q.scale * (255 if q.zero == -128 else 127) for q in quants)
+    return TensorQuant(float(np.float32(top / (255 if unsigned else 127))),
+                       -128 if unsigned else 0)

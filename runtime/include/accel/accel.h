@@ -286,9 +286,11 @@ typedef enum accel_eltwise {
 } accel_eltwise;
 
 /* Activations. From SIGMOID on, every activation is a lookup-table one: it needs
- * ACCEL_FEATURE_LUT, runs on the SDP's Y unit, has no INT8 form (yet), and is computed
+ * ACCEL_FEATURE_LUT, runs on the SDP's Y unit, and is computed
  *   FP32: exactly, with libm in fp32 (GELU: in double, rounded once), as written below;
- *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there. */
+ *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there;
+ *   INT8: through integer tables the compiler programs (accel_lut_int8), as NVDLA's integer
+ *         pipeline does: the function is whatever the tables hold. */
 typedef enum accel_activation {
   ACCEL_ACT_NONE = 0,
   ACCEL_ACT_RELU = 1,        /* max(t, 0) */
@@ -345,6 +347,37 @@ typedef struct accel_lut {
   float underflow_slope, overflow_slope;
 } accel_lut;
 
+/* The SDP lookup table in INT8 (ABI 5): NVDLA's Y-unit LUT on the integer pipeline, with the
+ * tables and registers the compiler programs for one layer (on NVDLA: the LUT entries and
+ * S_LUT_* registers). Its input is t, the int32 value after the element-wise step; LO and LE
+ * are linear tables whose step is 2^index_select units of t (the hardware's index is a
+ * shift), entries int16, linear interpolation with a 16-bit fraction, programmable slopes
+ * beyond LE:
+ *   frac(r, s) = s >= 16 ? r >> (s - 16) : r << (16 - s)  (the 16 bits below the index)
+ *   d = t - lo_start; 0 <= d < 256 << lo_index_select (LO hit):
+ *       i = d >> lo_index_select, f = frac(d & (2^lo_index_select - 1), lo_index_select)
+ *       y = rhaz(LO[i] * (65536 - f) + LO[i+1] * f, 16)
+ *   else d = t - le_start; 0 <= d < 64 << le_index_select (LE hit): the same on LE
+ *                                        (LO has priority: NVDLA's hybrid priority set to LO)
+ *   else t < le_start (underflow): y = LE[0] + rhaz((t - le_start) * underflow_scale,
+ *                                                   underflow_shift)
+ *   else (overflow):               y = LE[64] + rhaz((t - le_end) * overflow_scale,
+ *                                                   overflow_shift),
+ *                                  le_end = le_start + (64 << le_index_select)
+ *   y = sat32(y), exact in int64; the output converter then takes y to int8 codes.
+ * LE's exponent mode (NVDLA's LRN table: index = log2(t - le_start) - le_index_offset) is not
+ * modelled: the activations index linearly. Limits: index selects 0..31, slope scales int16,
+ * slope shifts 0..ACCEL_MAX_SHIFT. The layout (644 bytes of entries, then int32 fields) is what
+ * generated code stores as one int32 constant. */
+typedef struct accel_lut_int8 {
+  int16_t lo[ACCEL_LUT_LO_ENTRIES];  /* LO entries, the function at lo_start + i 2^lo_index_select */
+  int16_t le[ACCEL_LUT_LE_ENTRIES];  /* LE entries, the function at le_start + i 2^le_index_select */
+  int32_t lo_start, le_start;        /* table starts, in units of t */
+  int32_t lo_index_select, le_index_select; /* log2 of each table's step in units of t, 0..31 */
+  int32_t underflow_scale, underflow_shift; /* slope below LE: int16 scale, right shift */
+  int32_t overflow_scale, overflow_shift;   /* slope above LE */
+} accel_lut_int8;
+
 /* SDP: per-channel affine, element-wise op, activation, in that order, one pass:
  *   t = x[n][c][h][w] * scale[c] + shift[c]       (scale NULL: 1, shift NULL: 0; two roundings)
  *   t = ew_op(t, ew_operand[n][c][h][w])          (ew_op NONE: skipped)
@@ -360,10 +393,10 @@ typedef struct accel_lut {
  *   e = sat32(rhaz((ew_operand - ew_zero) * ew_mul, ew_shift)), t = sat32(t op e)
  *                                                           (op: add, mul, max, min)
  *   act: RELU t = max(t, 0); PRELU t < 0: rhaz(t * prelu_mul[c], prelu_shift)
+ *   LUT activations (SIGMOID and after): t = the table lookup of `lut` at t (accel_lut_int8)
  *   y = sat8(rhaz(t * out_mul, out_shift) + out_zero)       (out_mul 0: y = sat8(t + out_zero))
  *   CLIP: y = min(max(y, clip_lo), clip_hi)                 (output codes)
- * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. The LUT activations (SIGMOID and
- * after) have no INT8 form. */
+ * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. */
 typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */
@@ -383,6 +416,7 @@ typedef struct accel_sdp_desc {
   int32_t prelu_shift;
   int32_t out_mul, out_shift, out_zero;/* output converter */
   int32_t clip_lo, clip_hi;  /* ACCEL_ACT_CLIP bounds in output codes, -128 <= lo <= hi <= 127 */
+  const accel_lut_int8* lut; /* (ABI 5) INT8 LUT activation: its tables; NULL otherwise */
 } accel_sdp_desc;
 
 typedef enum accel_pool {
