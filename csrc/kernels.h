@@ -104,7 +104,7 @@ void workspace_free(workspace* ws);
 /* The first slots belong to the threads of a parallel region; shared buffers come after. */
 enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
-       WS_WINOGRAD_WEIGHTS = 35, WS_WINOGRAD_ACC = 36 /* winograd.c's */ };
+       WS_WINOGRAD_WEIGHTS = 35 /* winograd.c's */ };
 
 /* SDP on `count` consecutive elements x[0..count) that all belong to channel `channel`, in
  * place; `operand` points at the matching ew_operand elements (NULL when ew_op is NONE).
@@ -204,11 +204,6 @@ static inline int winograd_kernel_fits(int32_t kernel_h, int32_t kernel_w, int32
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                int half, float* out, const sdp_f32* epilogue, workspace* ws,
                                int32_t num_threads);
-
-/* INT8 Winograd: the int32 accumulators equal conv_i8's exactly; then the epilogue. */
-accel_status conv_winograd_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
-                              const int8_t* weights, int8_t* out, const sdp_i8* epilogue,
-                              workspace* ws, int32_t num_threads);
 
 /* ---- BDMA ---------------------------------------------------------------------------- */
 

@@ -13,6 +13,11 @@
  * A stride s is folded into channels (channel (c, a, b) reads in[c][y*s + a][x*s + b]), so the
  * transforms always see a stride-1 3x3 convolution of C*s*s channels.
  *
+ * INT8 is exact (accel.h: the int32 accumulators equal direct convolution's bit for bit), so
+ * the engine computes an INT8 Winograd CONV with the direct kernel (conv_i8.c) and only the
+ * cost model sees the mode; sim/reference.py's conv2d_winograd computes the integer transforms
+ * and the tests hold them equal to direct convolution.
+ *
  * Tiles are processed in blocks of a fixed size (so the GEMMs' summation order, and the bits,
  * do not depend on the thread count), one block per thread at a time.
  */
@@ -71,7 +76,6 @@ static void folded_kernel(const wino_plan* P, int64_t k, int64_t cf, double (*ge
 }
 
 static double get_f32(const void* w, int64_t i) { return ((const float*)w)[i]; }
-static double get_i8(const void* w, int64_t i) { return ((const int8_t*)w)[i]; }
 
 /* U[xi][k][cf] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each sum from
  * 0 up), rounded to half when the weights are halves. */
@@ -102,34 +106,6 @@ static void transform_weights_f32(const wino_plan* P, const float* weights, int 
     }
   }
   if (half) round_to_half(U, 16 * K * CF);
-}
-
-/* U[xi][k][cf] = 4 G g G^T = (2G) g (2G)^T: exact integers (|.| <= 1152 for int8 weights). */
-static void transform_weights_i8(const wino_plan* P, const int8_t* weights, double* U,
-                                 int nth) {
-  static const int G2[4][3] = {{2, 0, 0}, {1, 1, 1}, {1, -1, 1}, {0, 0, 2}};
-  const int64_t K = P->g->k, CF = P->cf;
-#pragma omp parallel for num_threads(nth) schedule(static)
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t cf = 0; cf < CF; ++cf) {
-      double g3[3][3];
-      folded_kernel(P, k, cf, get_i8, weights, g3);
-      int64_t t[4][3];
-      for (int m = 0; m < 4; ++m) {
-        for (int p = 0; p < 3; ++p) {
-          t[m][p] = 0;
-          for (int n = 0; n < 3; ++n) t[m][p] += G2[m][n] * (int64_t)g3[n][p];
-        }
-      }
-      for (int r = 0; r < 4; ++r) {
-        for (int q = 0; q < 4; ++q) {
-          int64_t acc = 0;
-          for (int n = 0; n < 3; ++n) acc += t[r][n] * G2[q][n];
-          U[((int64_t)(r * 4 + q) * K + k) * CF + cf] = (double)acc;
-        }
-      }
-    }
-  }
 }
 
 /* The 4x4 tile d of folded channel cf at tile t of image `img` (zero outside the image; INT8
@@ -249,76 +225,6 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
       sdp_f32_span(epilogue, (int32_t)(pl % K), out + pl * ohw,
                    epilogue->ew_operand != NULL ? epilogue->ew_operand + pl * ohw : NULL, ohw);
     }
-  }
-  return ACCEL_OK;
-}
-
-#define LOAD_I8(ptr) ((int32_t)*(ptr) - in_zero)
-
-accel_status conv_winograd_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
-                              const int8_t* weights, int8_t* out, const sdp_i8* epilogue,
-                              workspace* ws, int32_t num_threads) {
-  const wino_plan P = make_plan(g);
-  const int64_t K = g->k, CF = P.cf, ohw = (int64_t)g->out_h * g->out_w;
-  const int64_t items = g->n * P.blocks;
-  const int nth = team_size(items, num_threads);
-  double* U = workspace_get(ws, WS_WINOGRAD_WEIGHTS, (size_t)16 * K * CF * sizeof(double));
-  int32_t* acc = workspace_get(ws, WS_WINOGRAD_ACC, (size_t)g->n * K * ohw * sizeof(int32_t));
-  if (U == NULL || acc == NULL) return ACCEL_ERR_NO_MEMORY;
-  double* buffers[WS_THREAD_SLOTS];
-  for (int t = 0; t < nth; ++t) {
-    buffers[t] = workspace_get(ws, t, block_bytes(&P, sizeof(double)));
-    if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
-  }
-  transform_weights_i8(&P, weights, U, team_size(K, num_threads));
-  blas_single_threaded();
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-  for (int64_t item = 0; item < items; ++item) {
-    double* V = buffers[omp_get_thread_num()];
-    double* M = V + 16 * CF * TILE_BLOCK;
-    const int64_t img = item / P.blocks, t0 = (item % P.blocks) * TILE_BLOCK;
-    const int64_t nt = P.tiles - t0 < TILE_BLOCK ? P.tiles - t0 : TILE_BLOCK;
-    const int8_t* base = in + img * g->c * g->h * g->w;
-    for (int64_t cf = 0; cf < CF; ++cf) {
-      for (int64_t t = 0; t < nt; ++t) {
-        int32_t d[4][4], v[4][4];
-        GATHER_TILE(int32_t, &P, base, cf, t0 + t, LOAD_I8);
-        INPUT_TRANSFORM(int32_t, d, v);
-        for (int xi = 0; xi < 16; ++xi) V[(xi * CF + cf) * TILE_BLOCK + t] = v[xi / 4][xi % 4];
-      }
-    }
-    /* |U V| <= 1152 * 1020 per product and the depth is at most ACCEL_MAX_INT8_DEPTH: every
-     * partial sum stays far below 2^53, so the double GEMM is exact. */
-    for (int xi = 0; xi < 16; ++xi) {
-      scipy_cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)K, (blasint)nt,
-                        (blasint)CF, 1.0, U + xi * K * CF, (blasint)CF,
-                        V + xi * CF * TILE_BLOCK, TILE_BLOCK, 0.0, M + xi * K * TILE_BLOCK,
-                        TILE_BLOCK);
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t* plane = acc + (img * K + k) * ohw;
-      for (int64_t t = 0; t < nt; ++t) {
-        int64_t m[4][4], y[2][2];
-        for (int xi = 0; xi < 16; ++xi) {
-          m[xi / 4][xi % 4] = (int64_t)M[(xi * K + k) * TILE_BLOCK + t];
-        }
-        OUTPUT_TRANSFORM(int64_t, m, y);
-        const int64_t ty = (t0 + t) / P.tiles_w, tx = (t0 + t) % P.tiles_w;
-        for (int p = 0; p < 2 && 2 * ty + p < g->out_h; ++p) {
-          for (int q = 0; q < 2 && 2 * tx + q < g->out_w; ++q) {
-            /* 4x the direct sum, which fits int32 (ACCEL_MAX_INT8_DEPTH): exact division. */
-            plane[(2 * ty + p) * g->out_w + 2 * tx + q] = (int32_t)(y[p][q] / 4);
-          }
-        }
-      }
-    }
-  }
-  const int64_t planes = g->n * K;
-#pragma omp parallel for num_threads(team_size(planes, num_threads)) schedule(static)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    sdp_i8_span(epilogue, (int32_t)(pl % K), acc + pl * ohw,
-                epilogue->ew_operand != NULL ? epilogue->ew_operand + pl * ohw : NULL,
-                out + pl * ohw, ohw);
   }
   return ACCEL_OK;
 }

@@ -168,7 +168,8 @@ static int32_t pass_end(const resolved_chain* chain, int32_t i, accel_precision 
 
 /* One engine pass, ops first..last, from src to dst. INT8 runs the integer kernels; FP32 (and
  * FP16, whose operands the caller has widened: `half`) the fp32 ones. A Winograd CONV runs
- * winograd.c's kernel (FP16's transformed operands rounded to half). */
+ * winograd.c's kernel (FP16's transformed operands rounded to half); an INT8 one the direct
+ * kernel, whose accumulators it equals bit for bit (winograd.c). */
 static accel_status execute_pass(accel_device* dev, const resolved_chain* chain, int32_t first,
                                  int32_t last, int half, const void* src, void* dst) {
   const resolved_op* r = &chain->ops[first];
@@ -181,12 +182,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
   const int32_t threads = dev->num_threads;
   switch (op->engine) {
     case ACCEL_ENGINE_CONV:
-      if (op->conv.mode == ACCEL_CONV_WINOGRAD) {
-        if (int8) {
-          const sdp_i8 e = sdp_i8_operands(epilogue);
-          return conv_winograd_i8(&r->conv, op->conv.in_zero, src, op->conv.weights, dst, &e,
-                                  &dev->ws, threads);
-        }
+      if (op->conv.mode == ACCEL_CONV_WINOGRAD && !int8) { /* INT8's is direct's, exactly */
         const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
         return conv_winograd_f32(&r->conv, src, op->conv.weights, half, dst,
                                  epilogue != NULL ? &e : NULL, &dev->ws, threads);
