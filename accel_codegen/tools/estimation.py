@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tvm
@@ -27,12 +27,12 @@ from tvm import relax
 
 from ..compiler.layer import Layer
 from ..compiler.walk import runs
-from ..errors import AccelInvalidError
+from ..errors import AccelError, AccelInvalidError
 from ..compiler.partition import match_composites
 from ..sim import OpStats, RunStats
 from ..sim.config import ENERGY_FIELDS, AccelConfig, check_precision
 from ..sim.costs import CostTotals, energy_line, engine_names
-from ..sim.device import ChainBatch
+from ..sim.device import ChainBatch, estimate_chain
 from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..tables import Column, cost_table, render_table
 from .progress import ProgressCallback, progress_callback, steps
@@ -252,6 +252,11 @@ class _LoweredModel:
 
     runs: List[Tuple[str, str]]  # (label, primitive) of every accelerator run, in order
     chains: ChainBatch
+    # Per run, its chain's index in `chains`, and the index of the same run in Winograd mode
+    # where the configuration's features allow it (None elsewhere): the code generator takes
+    # Winograd where it costs fewer cycles (Layer.conv_mode), which depends on the cost fields,
+    # so both are lowered once and the choice is made per configuration from their costs.
+    choices: List[Tuple[int, Optional[int]]]
     host_ops: int
     precision: str
     fuse: bool
@@ -260,24 +265,40 @@ class _LoweredModel:
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
            fuse: bool, winograd: bool = True) -> "_LoweredModel":
         matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
-        runs, chains = [], []
+        runs, chains, choices = [], [], []
         for label, primitive, layer in _layers(matched):
             mode = "fused" if layer.fused(fuse) else "independent"
             runs.append((label, primitive))
-            chains.append((layer.engine_ops(fuse, precision, config, winograd=winograd),
-                           layer.in_shape, mode))
-        return cls(runs, ChainBatch(config, chains, precision), _host_ops(matched), precision,
-                   fuse)
+            modes = layer.conv_modes(config, fuse, precision, winograd=False)
+            chains.append((layer.engine_ops(fuse, precision, modes=modes), layer.in_shape, mode))
+            direct, fast = len(chains) - 1, None
+            if winograd and layer.conv is not None:
+                fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"})
+                try:  # whether the configuration runs it at all: the C library's conditions
+                    estimate_chain(config, fast_ops, layer.in_shape, mode=mode,
+                                   precision=precision)
+                    chains.append((fast_ops, layer.in_shape, mode))
+                    fast = len(chains) - 1
+                except AccelError:
+                    pass
+            choices.append((direct, fast))
+        return cls(runs, ChainBatch(config, chains, precision), choices, _host_ops(matched),
+                   precision, fuse)
+
+    def _chosen(self, records: Sequence) -> list:
+        """Each run's record: Winograd's where it takes fewer cycles, as Layer.conv_mode."""
+        return [records[fast] if fast is not None and records[fast].cycles < records[direct].cycles
+                else records[direct] for direct, fast in self.choices]
 
     def estimate(self, config: AccelConfig) -> EstimateReport:
-        layers = [LayerEstimate.from_stats(label, primitive, stats)
-                  for (label, primitive), stats in zip(self.runs, self.chains.estimate(config))]
+        layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats
+                  in zip(self.runs, self._chosen(self.chains.estimate(config)))]
         return EstimateReport(config, self.precision, self.fuse, layers, self.host_ops)
 
     def sweep_row(self, config: AccelConfig) -> dict:
         """The sweep's figures of one configuration, from one library call (no per-layer
         Python records: the same sums as :meth:`estimate`'s report)."""
-        records = self.chains.run_stats(config)
+        records = self._chosen(self.chains.run_stats(config))
         totals = CostTotals.of(records)
         fps, fpj = totals.frames_per_s(config.clock_hz), totals.frames_per_joule()
         return {"frames_per_s": float("inf") if fps is None else fps,
@@ -338,11 +359,8 @@ COST_FIELDS = frozenset({
 
 
 def _partition_key(config: AccelConfig) -> tuple:
-    # Winograd is chosen per layer by its cost on the configuration: with the feature, every
-    # field can change the lowered chains.
-    winograd = "winograd" in config.features
     return tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
-                 if winograd or f.name not in COST_FIELDS)
+                 if f.name not in COST_FIELDS)
 
 
 def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
