@@ -753,19 +753,19 @@ class BasicConv2d(nn.Module):
 
 
 class Inception(nn.Module):
-    """Inception v1 module: 1x1; 1x1 -> 3x3; 1x1 -> "5x5" (3x3, as torchvision); 3x3/1
-    ceil-mode max pool -> 1x1; the four concatenated."""
+    """Inception v1 module: 1x1; 1x1 -> 3x3; 1x1 -> "5x5"; 3x3/1 ceil-mode max pool -> 1x1;
+    the four concatenated. ``conv`` is the unit (torchvision's conv + BN + ReLU by default) and
+    ``wide`` the "5x5" branch's kernel (3, as torchvision has it, by default)."""
 
     def __init__(self, cin: int, ch1x1: int, ch3x3red: int, ch3x3: int, ch5x5red: int,
-                 ch5x5: int, pool_proj: int):
+                 ch5x5: int, pool_proj: int, *, conv: type = BasicConv2d, wide: int = 3):
         super().__init__()
-        self.branch1 = BasicConv2d(cin, ch1x1, 1)
-        self.branch2 = nn.Sequential(BasicConv2d(cin, ch3x3red, 1),
-                                     BasicConv2d(ch3x3red, ch3x3, 3, padding=1))
-        self.branch3 = nn.Sequential(BasicConv2d(cin, ch5x5red, 1),
-                                     BasicConv2d(ch5x5red, ch5x5, 3, padding=1))
+        self.branch1 = conv(cin, ch1x1, 1)
+        self.branch2 = nn.Sequential(conv(cin, ch3x3red, 1), conv(ch3x3red, ch3x3, 3, padding=1))
+        self.branch3 = nn.Sequential(conv(cin, ch5x5red, 1),
+                                     conv(ch5x5red, ch5x5, wide, padding=wide // 2))
         self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True),
-                                     BasicConv2d(cin, pool_proj, 1))
+                                     conv(cin, pool_proj, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)
@@ -996,23 +996,11 @@ class ConvReLU(nn.Sequential):
         super().__init__(nn.Conv2d(cin, cout, kernel, stride, padding), nn.ReLU(inplace=True))
 
 
-class InceptionLRN(nn.Module):
-    """The original Inception v1 module: 1x1; 1x1 -> 3x3; 1x1 -> 5x5; 3x3/1 max pool ->
-    1x1; each conv with a bias and a ReLU; the four concatenated."""
+class InceptionLRN(Inception):
+    """The original Inception v1 module: conv (with bias) + ReLU units and a real 5x5."""
 
-    def __init__(self, cin: int, ch1x1: int, ch3x3red: int, ch3x3: int, ch5x5red: int,
-                 ch5x5: int, pool_proj: int):
-        super().__init__()
-        self.branch1 = ConvReLU(cin, ch1x1, 1)
-        self.branch2 = nn.Sequential(ConvReLU(cin, ch3x3red, 1),
-                                     ConvReLU(ch3x3red, ch3x3, 3, padding=1))
-        self.branch3 = nn.Sequential(ConvReLU(cin, ch5x5red, 1),
-                                     ConvReLU(ch5x5red, ch5x5, 5, padding=2))
-        self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True),
-                                     ConvReLU(cin, pool_proj, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)
+    def __init__(self, *channels: int):
+        super().__init__(*channels, conv=ConvReLU, wide=5)
 
 
 class GoogLeNetLRN(nn.Module):
