@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional
 
+from ..errors import AccelError
 from ..sim.config import AccelConfig
 from .estimation import LayerEstimate, estimate
 
@@ -77,14 +78,21 @@ def per_frame(model_name: str, config: Optional[AccelConfig] = None,
         model, inputs = models.get_model(model_name, batch=batch)
         mod, params = frontend.from_pytorch(model, inputs)
         reports[batch] = estimate(mod, params, config=config, precision="int8")
-    single, batched = reports[1].layers, reports[fc_batch].layers
-    if [layer.label for layer in single] != [layer.label for layer in batched]:
-        raise RuntimeError(f"{model_name}: the batch-{fc_batch} partition differs from batch 1's")
+    single = reports[1].layers
+    # The fully connected layers come from the batched estimate, in order. Only they are paired:
+    # the rest of a batch may partition otherwise (an int8 concat runs at batch 1 only).
+    batched_fc = [layer for layer in reports[fc_batch].layers if _is_fc(layer)]
+    single_fc = [i for i, layer in enumerate(single) if "dense" in layer.primitive.split("_")
+                 or layer.primitive.startswith("accel.dense")]
+    if len(batched_fc) != len(single_fc):
+        raise AccelError(f"{model_name}: {len(single_fc)} fully connected layers at batch 1, "
+                         f"{len(batched_fc)} in multi-batch mode at batch {fc_batch}")
+    fc_at = dict(zip(single_fc, batched_fc))
     layers = []
-    for one, many in zip(single, batched):
-        fc = _is_fc(many)
-        layers.append(FrameLayer(one.label, many.engines if fc else one.engines,
-                                 many.cycles / fc_batch if fc else float(one.cycles),
+    for i, one in enumerate(single):
+        many = fc_at.get(i)
+        layers.append(FrameLayer(one.label, many.engines if many else one.engines,
+                                 many.cycles / fc_batch if many else float(one.cycles),
                                  "CONV" in one.engines))
     return FrameEstimate(model_name, layers, config.clock_hz)
 

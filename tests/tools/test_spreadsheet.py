@@ -20,6 +20,19 @@ def test_alexnet_per_frame_within_10_percent_of_the_spreadsheet():
     assert sum("CONV(batch)" in layer.engines for layer in frame.layers) == 3
 
 
+
+def test_googlenet_frame_takes_only_its_classifier_from_the_batch():
+    """GoogLeNet's int8 concats run at batch 1 only, so its batch-16 estimate partitions
+    otherwise: the frame pairs the fully connected layers alone (the one classifier) and keeps
+    every other run of the batch-1 estimate."""
+    frame = spreadsheet.per_frame("googlenet_lrn")
+    model, inputs = models.get_model("googlenet_lrn")
+    single = estimate(*frontend.from_pytorch(model, inputs),
+                      config=spreadsheet.spreadsheet_config(), precision="int8")
+    assert [layer.label for layer in frame.layers] == [layer.label for layer in single.layers]
+    assert [layer.engines for layer in frame.layers if "CONV(batch)" in layer.engines] == \
+        ["CONV(batch)+SDP"]
+
 # ResNet-50's stride-1 1x1 reduce layers (the first 1x1 of every block but a stage's first):
 # no Winograd, no stride folding and no element-wise op in the spreadsheet, so it models them
 # as we do (DRAM-bound: input + weights + output at 10 GB/s). Its cycles per layer ("ResNet50"
