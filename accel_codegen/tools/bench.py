@@ -409,7 +409,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         skipped["pytorch"] = "the model did not come from PyTorch"
     threads = accel_threads()
     int8 = [m for m in modes if m in ("fused_int8", "ort_int8")]
-    examples = _calibration_inputs(model, calibration, seed) if int8 else []
+    examples = calibration_inputs(model, calibration, seed) if int8 else []
     rounds = {m: (host_repeat if m == "host" else repeat) for m in modes}
     wall_layers = (model_layers(model.mod, model.params, config=config, fuse=True)
                    if per_layer_wall else [])
@@ -478,7 +478,7 @@ def _given(calibration) -> bool:
     return calibration is not None and not isinstance(calibration, int)
 
 
-def _calibration_inputs(model: LoadedModel, calibration, seed: int) -> List[tuple]:
+def calibration_inputs(model: LoadedModel, calibration, seed: int) -> List[tuple]:
     """The int8 modes' calibration inputs: given ones as tuples, or ``calibration`` (default
     32) random N(0, 1) inputs drawn with ``seed``."""
     from ..errors import AccelInvalidError
