@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
@@ -111,6 +112,15 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
     expected = max(longest, run_memory, run_sram) if fused else sum(op.cycles for op in ops)
     if record.cycles != expected:
         raise _mismatch(f"run {label!r}", record.cycles, expected)
+    # The MAC array the run was costed on shows in its utilisation.
+    peak = config.macs_per_cycle(ops[-1].precision)
+    if record.macs and not math.isclose(record.utilization,
+                                        record.macs / (record.cycles * peak), rel_tol=1e-9):
+        raise AccelInvalidError(
+            f"the runs were not costed on config {config.name!r} ({config.atomic_c}x"
+            f"{config.atomic_k} MACs): run {label!r} records a utilisation of "
+            f"{record.utilization:.6g}, that array gives {record.macs / (record.cycles * peak):.6g};"
+            " give the configuration the runs ran on")
     memory_pole = max(run_memory, run_sram)
     # Cycles whose long pole is the memory: the whole fused run, or the independent ops'.
     bound_cycles = (record.cycles if memory_pole > longest else 0) if fused else \
