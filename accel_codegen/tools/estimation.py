@@ -26,7 +26,9 @@ import tvm
 from tvm import relax
 
 from ..compiler.layer import Layer
-from ..compiler.walk import runs
+from ..compiler.codegen.memory import plan_module
+from ..compiler.walk import external_calls
+from ..compiler.walk import runs as walk_runs
 from ..errors import AccelInvalidError
 from ..compiler.partition import match_composites
 from ..sim import OpStats, RunStats
@@ -61,6 +63,10 @@ class LayerEstimate:
     engine_energy_pj: float
     #: the per-op records, as a profiled run's (for the timeline; not in ``to_dict``)
     ops: Tuple[OpStats, ...] = dataclasses.field(default=(), repr=False)
+    memory_cycles: int = 0  # DRAM cycles of the run
+    sram_cycles: int = 0    # secondary-memory cycles of the run
+    dram_bytes: int = 0     # DRAM bytes read + written (burst-rounded)
+    sram_bytes: int = 0     # SRAM bytes read + written
 
     @classmethod
     def from_stats(cls, label: str, primitive: str, stats: RunStats) -> "LayerEstimate":
@@ -68,15 +74,15 @@ class LayerEstimate:
                    stats.macs, stats.mac_cycles, stats.bytes_read, stats.bytes_written,
                    stats.cycles, stats.utilization, stats.energy_pj, stats.mac_energy_pj,
                    stats.cbuf_energy_pj, stats.dram_energy_pj, stats.engine_energy_pj,
-                   stats.ops)
+                   stats.ops, stats.memory_cycles, stats.sram_cycles, stats.dram_bytes,
+                   stats.sram_bytes)
 
 
 def memory_bound_cycles(records, config: AccelConfig) -> int:
-    """Cycles of the records (layers) whose memory traffic, at the DRAM bandwidth, is their
-    long pole."""
-    per_cycle = config.dram_bytes_per_s / config.clock_hz
+    """Cycles of the records (layers) whose memory (DRAM or SRAM, as the cost model charged
+    it) is their long pole."""
     return sum(r.cycles for r in records
-               if (r.bytes_read + r.bytes_written) / per_cycle >= r.cycles * 0.999)
+               if max(r.memory_cycles, r.sram_cycles) >= r.cycles * 0.999)
 
 
 def _total(field: str, doc: str) -> property:
@@ -136,7 +142,8 @@ class EstimateReport:
         totals = self.cost_totals
         return {"total_cycles": self.total_cycles, "macs": self.macs,
                 "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                "bytes": self.bytes, "seconds": self.seconds,
+                "bytes": self.bytes, "dram_bytes": self.cost_totals.dram_bytes,
+                "sram_bytes": self.cost_totals.sram_bytes, "seconds": self.seconds,
                 "frames_per_s": self.frames_per_s, "utilization": self.utilization,
                 "memory_bound_cycles": self.memory_bound_cycles,
                 "total_energy_pj": self.total_energy_pj,
@@ -173,14 +180,16 @@ class EstimateReport:
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "
-                          f"{self.bytes / 1e6:.2f} MB moved per frame",
+                          f"{self.bytes / 1e6:.2f} MB moved per frame (DRAM "
+                          f"{self.cost_totals.dram_bytes / 1e6:.2f} MB in bursts, SRAM "
+                          f"{self.cost_totals.sram_bytes / 1e6:.2f} MB)",
                           energy_line(self.cost_totals)])
 
 
 def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in runs(matched)]
+    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched)]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -260,11 +269,17 @@ class _LoweredModel:
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
            fuse: bool, winograd: bool = True) -> "_LoweredModel":
         matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+        # the code generator's weight formats and SRAM placement (the CBUF split is left to
+        # the library's policy: the one the code generator asks it for, on each config)
+        memory = plan_module([function for _, function in external_calls(matched)], config,
+                             fuse, precision, winograd=winograd)
         runs, chains = [], []
-        for label, primitive, layer in _layers(matched):
+        for run in walk_runs(matched):
+            layer = run.layer
             mode = "fused" if layer.fused(fuse) else "independent"
-            runs.append((label, primitive))
-            chains.append((layer.engine_ops(fuse, precision, config, winograd=winograd),
+            runs.append((run.label, run.primitive))
+            chains.append((memory[run.key].apply(layer.engine_ops(fuse, precision, config,
+                                                                  winograd=winograd)),
                            layer.in_shape, mode))
         return cls(runs, ChainBatch(config, chains, precision), _host_ops(matched), precision,
                    fuse)
@@ -284,7 +299,8 @@ class _LoweredModel:
                 "total_cycles": totals.cycles,
                 "utilization": totals.utilization(config.macs_per_cycle(self.precision)),
                 "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
-                "bytes": totals.bytes, "total_energy_pj": totals.energy_pj,
+                "bytes": totals.bytes, "dram_bytes": totals.dram_bytes,
+                "sram_bytes": totals.sram_bytes, "total_energy_pj": totals.energy_pj,
                 "frames_per_joule": float("inf") if fpj is None else fpj,
                 "mac_energy_pj": totals.mac_energy_pj, "cbuf_energy_pj": totals.cbuf_energy_pj,
                 "dram_energy_pj": totals.dram_energy_pj,
