@@ -1,7 +1,7 @@
 /* cost_model.c - what the modelled hardware spends on a chain: MACs, cycles, memory traffic.
  *
- * NVDLA's own estimate, per layer: time = the long pole of MAC-array cycles and DRAM transfer
- * cycles. Specifics of this model:
+ * NVDLA's own estimate, per layer: time = the long pole of MAC-array cycles, DRAM transfer
+ * cycles and on-chip SRAM (secondary memory) cycles. Specifics of this model:
  * - MAC cycles count the array's real utilisation: every output position costs
  *   ceil(C_group / atomic_c) * ceil(K_group / atomic_k) * R * S cycles per group, so layers with
  *   few channels (the RGB stem, depthwise convolutions) leave most of the array idle.
@@ -17,9 +17,18 @@
  *   cycles for 3x3 stride 1 with aligned sizes. macs counts the 16 products per tile, folded
  *   channel and kernel over the real tiles (ceil(out/2) per side). The pre-transformed weights
  *   are 4x4 per kernel and folded channel, stored as FP16 halves, or as int16 for INT8 (4 G g
- *   G^T, accel.h): 16/9 of direct's weight bytes in FP16, 32/9 in INT8, and as much more CBUF.
- * - CBUF holds the input and the weights of a convolution. When both do not fit, the layer is
- *   split as NVDLA's compiler splits it, and the forced re-reads are counted (see conv_reads).
+ *   G^T, accel.h): 16/9 of direct's weight bytes in FP16, 32/9 in INT8, read from memory and
+ *   held in CBUF at that size (so they take as many more weight banks).
+ * - CBUF is cbuf_banks banks, split per convolution between input data and weights in whole
+ *   banks (the descriptor's data_banks / weight_banks, chosen by the code generator with
+ *   accel_conv_banks(), NVDLA's compiler policy). What does not fit its banks is re-read: the
+ *   input's shared rows when it streams in slices, the weights once per image or per slice
+ *   (see conv_reads); a multi_batch conv fetches its weights once per group of the images its
+ *   data banks hold. Sparse weights cost their mask and non-zero values.
+ * - DRAM: every stream rounds up to whole bursts; each burst written costs the amortised
+ *   read/write turnaround; a run (FUSED) or op (INDEPENDENT) that touches DRAM waits the read
+ *   latency once. Streams the op's sram bits place in the secondary memory cost its
+ *   bandwidth instead (memory_cycles: DRAM; sram_cycles: SRAM; the op takes the long pole).
  * - SDP, PDP and CDP cost elements / throughput; an SDP that uses the element-wise or LUT unit
  *   runs at the slower of its two units' rates. The CDP always reads and writes memory.
  * - Image input (pixel_format, NVDLA's image mode for the first layer): the input is read as
@@ -133,69 +142,148 @@ static int64_t sliced_input_reads(const conv_geometry* g, int64_t row_bytes, int
   return rows * row_bytes;
 }
 
-/* Input and weight bytes a convolution reads, for the whole batch.
- * 1. Input and weights fit CBUF together: each is read once.
- * 2. One image fits with room for one atomic-K group of kernels: the image stays, the weights
- *    stream through once per image (read once when the batch is 1).
- * 3. The weights fit with room for a few input rows: the weights stay, the input streams in
- *    horizontal slices that re-read their overlapping rows.
- * 4. Neither fits: split CBUF in halves and take the cheaper of streaming all weights once per
- *    input slice, or the whole (sliced) input once per group of kernels. */
-static void conv_reads(const accel_config* cfg, const conv_geometry* g, accel_precision p,
-                       int64_t kernel_bytes_stored, int64_t* input_bytes, int64_t* weight_bytes) {
-  const int64_t cbuf = cfg->cbuf_bytes;
-  const int64_t row_bytes = input_row_bytes(cfg, g, p);
-  int64_t one_slice = 1;
-  /* The rows the convolution reads at all (a strided 1x1 skips some): the once-only cost. */
-  const int64_t image = sliced_input_reads(g, row_bytes, INT64_MAX, &one_slice);
-  const int64_t weights = (int64_t)g->k * kernel_bytes_stored;
-  const int64_t k_per_group = g->k / g->groups;
-  const int64_t kernel_bytes = weights / g->k;
-  const int64_t group_k = k_per_group < atomic_k_at(cfg, p) ? k_per_group : atomic_k_at(cfg, p);
-  const int64_t min_weights = group_k * kernel_bytes;
-  const int64_t min_rows = slice_input_rows(g, 1) * row_bytes;
-  int64_t slices = 1;
+/* Bytes of a conv's weights as stored: dense, or NVDLA's sparse format (a mask bit per weight,
+ * the non-zero weights, a 4-byte group size per kernel group). */
+static int64_t weight_stream_bytes(const accel_config* cfg, const conv_geometry* g,
+                                   const accel_conv_desc* d) {
+  const int64_t eb = hw_element_bytes(d->precision);
+  const int64_t count = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
+  if (d->weight_format != ACCEL_WEIGHTS_SPARSE) return count * eb;
+  const int64_t kernel_groups =
+      (int64_t)g->groups * ceil_div(g->k / g->groups, atomic_k_at(cfg, d->precision));
+  return ceil_div(count, 8) + d->weights_nonzero * eb + 4 * kernel_groups;
+}
 
-  if (image + weights <= cbuf) {
-    *input_bytes = image * g->n;
-    *weight_bytes = weights;
-  } else if (image + min_weights <= cbuf) {
-    /* Multi-batch: as many images as CBUF holds beside the kernels share one weight fetch. */
-    int64_t batch = g->multi_batch ? (cbuf - min_weights) / image : 1;
-    batch = batch < ACCEL_MAX_BATCH ? batch : ACCEL_MAX_BATCH;
-    *input_bytes = image * g->n;
-    *weight_bytes = weights * ceil_div(g->n, batch);
-  } else if (weights + min_rows <= cbuf) {
-    *input_bytes = sliced_input_reads(g, row_bytes, cbuf - weights, &slices) * g->n;
-    *weight_bytes = weights;
-  } else {
-    const int64_t half = cbuf / 2;
-    const int64_t sliced = sliced_input_reads(g, row_bytes, half, &slices);
-    const int64_t kernel_groups = ceil_div(weights, half > min_weights ? half : min_weights);
-    const int64_t weights_per_slice = sliced + weights * slices;  /* per image */
-    const int64_t input_per_group = sliced * kernel_groups + weights;
-    const int64_t best = weights_per_slice < input_per_group ? weights_per_slice : input_per_group;
-    *input_bytes = (best == weights_per_slice ? sliced : sliced * kernel_groups) * g->n;
-    *weight_bytes = (best == weights_per_slice ? weights * slices : weights) * g->n;
+/* Bytes of one kernel as CBUF holds it: Winograd's pre-transformed 4x4 per folded channel
+ * (fp16 halves, int16 for INT8), else dense (sparse weights are expanded in CBUF). */
+static int64_t stored_kernel_bytes(const conv_geometry* g, const accel_conv_desc* d) {
+  if (d->mode == ACCEL_CONV_WINOGRAD) { /* groups 1, equal strides: validated */
+    return (int64_t)g->c * g->stride_h * g->stride_h * 16 * 2;
   }
+  return (int64_t)(g->c / g->groups) * g->kernel_h * g->kernel_w * hw_element_bytes(d->precision);
 }
 
-static int64_t memory_cycles(const accel_config* cfg, int64_t bytes) {
-  return (int64_t)ceil((double)bytes * cfg->clock_hz / cfg->dram_bytes_per_s);
+/* Bytes of a conv's weights as it reads them from memory: Winograd's pre-transformed weights,
+ * else dense or sparse (weight_stream_bytes). */
+static int64_t conv_weight_bytes(const accel_config* cfg, const conv_geometry* g,
+                                 const accel_conv_desc* d) {
+  if (d->mode == ACCEL_CONV_WINOGRAD) return (int64_t)g->k * stored_kernel_bytes(g, d);
+  return weight_stream_bytes(cfg, g, d);
 }
 
-static void finish_op(const accel_config* cfg, accel_op_stats* s) {
-  s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
-  s->memory_cycles = memory_cycles(cfg, s->bytes_read + s->bytes_written);
-  s->cycles = s->compute_cycles > s->memory_cycles ? s->compute_cycles : s->memory_cycles;
-  s->dram_energy_pj = (double)(s->bytes_read + s->bytes_written) * cfg->dram_pj_per_byte;
-  s->energy_pj = s->mac_energy_pj + s->cbuf_energy_pj + s->dram_energy_pj + s->engine_energy_pj;
+int64_t accel_conv_weight_bytes(const accel_config* cfg, const accel_conv_desc* conv,
+                                int32_t in_c) {
+  if (cfg == NULL || conv == NULL || in_c < 1 || conv->groups < 1 || conv->out_c < 1 ||
+      in_c % conv->groups != 0 || conv->out_c % conv->groups != 0 || conv->kernel_h < 1 ||
+      conv->kernel_w < 1 || conv->precision < ACCEL_INT8 || conv->precision >= ACCEL_PRECISION_COUNT ||
+      cfg->atomic_k < 2) {
+    accel_fail(ACCEL_ERR_INVALID, "accel_conv_weight_bytes: invalid conv or configuration");
+    return 0;
+  }
+  const conv_geometry g = {.c = in_c, .k = conv->out_c, .kernel_h = conv->kernel_h,
+                           .kernel_w = conv->kernel_w, .groups = conv->groups,
+                           .stride_h = conv->stride_h, .stride_w = conv->stride_w};
+  return conv_weight_bytes(cfg, &g, conv);
+}
+
+int64_t accel_feature_bytes(const accel_config* cfg, const accel_tensor* t) {
+  if (cfg == NULL || t == NULL || cfg->memory_atom_bytes < 1 || t->n < 0 || t->c < 0 ||
+      t->h < 0 || t->w < 0 || t->precision < ACCEL_INT8 || t->precision >= ACCEL_PRECISION_COUNT) {
+    accel_fail(ACCEL_ERR_INVALID, "accel_feature_bytes: invalid tensor or configuration");
+    return 0;
+  }
+  return feature_bytes(cfg, t->n, t->c, t->h, t->w, t->precision);
+}
+
+void conv_bank_needs(const accel_config* cfg, const conv_geometry* g, const accel_conv_desc* d,
+                     conv_banks* out) {
+  const accel_precision p = d->precision;
+  const int64_t bank = cfg->cbuf_bytes / cfg->cbuf_banks;
+  const int64_t row_bytes = input_row_bytes(cfg, g, p);
+  const int64_t kernel_bytes = stored_kernel_bytes(g, d);
+  const int64_t k_per_group = g->k / g->groups;
+  const int64_t group_k = k_per_group < atomic_k_at(cfg, p) ? k_per_group : atomic_k_at(cfg, p);
+  /* Multi-batch: the data banks are sized for a whole group of images (one weight fetch). */
+  const int64_t images = g->multi_batch ? (g->n < ACCEL_MAX_BATCH ? g->n : ACCEL_MAX_BATCH) : 1;
+  out->bank_bytes = bank;
+  out->data_all = (int32_t)ceil_div(row_bytes * g->h * images, bank);
+  out->data_min = (int32_t)ceil_div(row_bytes * slice_input_rows(g, 1), bank);
+  out->weight_all = (int32_t)ceil_div((int64_t)g->k * kernel_bytes, bank);
+  out->weight_min = (int32_t)ceil_div(group_k * kernel_bytes, bank);
+  out->reserved = d->weight_format == ACCEL_WEIGHTS_SPARSE;
+}
+
+void conv_bank_policy(const conv_banks* need, int32_t banks, int32_t* data, int32_t* weights) {
+  const int64_t free = (int64_t)banks - need->reserved;
+  const int64_t options[3] = {need->weight_all, 2 * (int64_t)need->weight_min, need->weight_min};
+  for (int i = 0; i < 3; ++i) {  /* the whole input with all, two or one kernel group(s) */
+    if (options[i] + need->data_all <= free) {
+      *data = need->data_all;
+      *weights = (int32_t)options[i];
+      return;
+    }
+  }
+  /* Partial height: the weights within the compiler's default half of the banks. */
+  int64_t w = need->weight_min;
+  for (int i = 0; i < 3; ++i) {
+    if (options[i] <= banks / 2) {
+      w = options[i];
+      break;
+    }
+  }
+  /* A kernel group too large to sit beside one output row's input streams in parts. */
+  const int64_t room = free - need->data_min > 1 ? free - need->data_min : 1;
+  if (w > room) w = room;
+  *weights = (int32_t)w;
+  *data = (int32_t)(free - w > 1 ? free - w : 1);
+}
+
+void conv_bank_minimum(const conv_banks* need, int32_t banks, int32_t* data, int32_t* weights) {
+  const int64_t free = (int64_t)banks - need->reserved;
+  const int64_t room = free - need->data_min > 1 ? free - need->data_min : 1;
+  *weights = (int32_t)(need->weight_min < room ? need->weight_min : room);
+  *data = (int32_t)(need->data_min < free - 1 ? need->data_min : (free - 1 > 1 ? free - 1 : 1));
+}
+
+/* Input and weight bytes a convolution reads, for the whole batch, with `data_banks` and
+ * `weight_banks` of CBUF (NVDLA's bank split):
+ * - the input fits its banks: each image is read once; else it streams in horizontal slices of
+ *   as many rows as its banks hold (at least one output row's), re-reading shared rows;
+ * - the weights (conv_weight_bytes: Winograd's pre-transformed, or dense or sparse) fit theirs:
+ *   read once for the batch; else they stream through once per image, or once per slice when
+ *   the input is sliced too; a multi_batch conv whose input fits fetches them once per group of
+ *   up to ACCEL_MAX_BATCH images its data banks hold together (NVDLA's multi-batch mode). */
+static void conv_reads(const accel_config* cfg, const conv_geometry* g, const accel_conv_desc* d,
+                       int32_t data_banks, int32_t weight_banks, int64_t* input_bytes,
+                       int64_t* weight_bytes, int64_t* slices_out) {
+  conv_banks need;
+  conv_bank_needs(cfg, g, d, &need);
+  const int64_t row_bytes = input_row_bytes(cfg, g, d->precision);
+  const int64_t weights = conv_weight_bytes(cfg, g, d);
+  const int64_t data_room = (int64_t)data_banks * need.bank_bytes;
+  int64_t slices = 1;
+  const int input_fits = row_bytes * g->h <= data_room;
+  const int64_t image = sliced_input_reads(g, row_bytes, input_fits ? INT64_MAX : data_room,
+                                           &slices);
+  int64_t weight_passes = 1;
+  if (need.weight_all > weight_banks) {
+    int64_t batch = 1;
+    if (g->multi_batch && input_fits) {
+      batch = image > 0 ? data_room / image : 1;
+      batch = batch < ACCEL_MAX_BATCH ? (batch > 1 ? batch : 1) : ACCEL_MAX_BATCH;
+    }
+    weight_passes = ceil_div(g->n, batch) * slices;
+  }
+  *input_bytes = image * g->n;
+  *weight_bytes = weights * weight_passes;
+  *slices_out = slices;
 }
 
 static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
                       accel_op_stats* s) {
   const conv_geometry* g = &r->conv;
-  const accel_precision p = r->op->conv.precision;
+  const accel_conv_desc* d = &r->op->conv;
+  const accel_precision p = d->precision;
   const int64_t c_group = g->c / g->groups, k_group = g->k / g->groups;
   const int64_t positions = (int64_t)g->n * g->out_h * g->out_w;
   const int winograd = r->op->conv.mode == ACCEL_CONV_WINOGRAD;
@@ -204,7 +292,6 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
            g->multi_batch ? "conv2d_batch" : g->groups == 1 ? "conv2d" :
            (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
   s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
-  int64_t kernel_bytes = c_group * g->kernel_h * g->kernel_w * hw_element_bytes(p);
   if (winograd) { /* groups 1, equal strides, feature data: validated */
     const int64_t folded_c = (int64_t)g->c * g->stride_h * g->stride_h;
     const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
@@ -212,7 +299,6 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
               g->k;
     s->mac_cycles = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2 *
                     ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
-    kernel_bytes = folded_c * 16 * 2; /* halves, or int16 for INT8 */
   } else if (g->pixel_bytes) {
     const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
     const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
@@ -225,11 +311,12 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
                     ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   }
   s->compute_cycles = s->mac_cycles;
-  int64_t once_input = 0, once_weights = 0;
-  conv_reads(cfg, g, p, kernel_bytes, &s->input_bytes, &s->weight_bytes);
-  accel_config unlimited = *cfg;
-  unlimited.cbuf_bytes = INT64_MAX / 4; /* everything fits: each byte read once */
-  conv_reads(&unlimited, g, p, kernel_bytes, &once_input, &once_weights);
+  s->data_banks = r->data_banks, s->weight_banks = r->weight_banks;
+  int64_t slices = 1, once_input = 0, once_weights = 0, one = 1;
+  conv_reads(cfg, g, d, r->data_banks, r->weight_banks, &s->input_bytes, &s->weight_bytes,
+             &slices);
+  once_input = sliced_input_reads(g, input_row_bytes(cfg, g, p), INT64_MAX, &one) * g->n;
+  once_weights = conv_weight_bytes(cfg, g, d);
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
@@ -327,10 +414,81 @@ static void cost_bdma(const accel_config* cfg, const resolved_op* r, accel_op_st
                      surfaces_touched(d->dst_offset, d->dst_stride, d->channels, per_surface);
 }
 
+/* Where an op's bytes go. Every stream is in DRAM unless the op's accel_op.sram bit puts it in
+ * the secondary memory (a CONV's weights may be there; SDP parameters always come from DRAM);
+ * DRAM moves whole bursts, each stream rounded up. */
+static int64_t round_to_bursts(const accel_config* cfg, int64_t bytes) {
+  return ceil_div(bytes, cfg->dram_burst_bytes) * cfg->dram_burst_bytes;
+}
+
+static void place_streams(const accel_config* cfg, uint32_t sram, accel_op_stats* s) {
+  const int64_t reads[3] = {s->input_bytes, s->operand_bytes, s->weight_bytes};
+  const uint32_t bits[3] = {ACCEL_SRAM_INPUT, ACCEL_SRAM_OPERAND,
+                            s->engine == ACCEL_ENGINE_CONV ? ACCEL_SRAM_WEIGHTS : 0};
+  for (int i = 0; i < 3; ++i) {
+    if (sram & bits[i]) {
+      s->sram_read_bytes += reads[i];
+    } else {
+      s->dram_read_bytes += round_to_bursts(cfg, reads[i]);
+    }
+  }
+  if (sram & ACCEL_SRAM_OUTPUT) {
+    s->sram_write_bytes = s->bytes_written;
+  } else {
+    s->dram_write_bytes = round_to_bursts(cfg, s->bytes_written);
+  }
+}
+
+/* DRAM cycles of some traffic: its bytes at the bandwidth, the turnaround per burst written,
+ * and the latency of the first read, which nothing hides when the transfer is short. */
+static int64_t dram_cycles(const accel_config* cfg, int64_t read_bytes, int64_t write_bytes) {
+  if (read_bytes + write_bytes == 0) return 0;
+  const double transfer = (double)(read_bytes + write_bytes) * cfg->clock_hz /
+                          cfg->dram_bytes_per_s;
+  const double turnaround =
+      (double)(write_bytes / cfg->dram_burst_bytes) * cfg->dram_turnaround_cycles;
+  return cfg->dram_latency_cycles + (int64_t)ceil(transfer + turnaround);
+}
+
+static int64_t sram_cycles(const accel_config* cfg, int64_t bytes) {
+  if (bytes == 0 || cfg->sram_bytes_per_s <= 0) return 0;
+  return (int64_t)ceil((double)bytes * cfg->clock_hz / cfg->sram_bytes_per_s);
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) {
+  const int64_t ab = a > b ? a : b;
+  return ab > c ? ab : c;
+}
+
+static void finish_op(const accel_config* cfg, uint32_t sram, accel_op_stats* s) {
+  s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
+  place_streams(cfg, sram, s);
+  s->memory_cycles = dram_cycles(cfg, s->dram_read_bytes, s->dram_write_bytes);
+  s->sram_cycles = sram_cycles(cfg, s->sram_read_bytes + s->sram_write_bytes);
+  s->cycles = max3(s->compute_cycles, s->memory_cycles, s->sram_cycles);
+  /* The memory interfaces' energy: DRAM bytes as moved (whole bursts) and SRAM bytes. */
+  s->dram_energy_pj = (double)(s->dram_read_bytes + s->dram_write_bytes) * cfg->dram_pj_per_byte +
+                      (double)(s->sram_read_bytes + s->sram_write_bytes) * cfg->sram_pj_per_byte;
+  s->energy_pj = s->mac_energy_pj + s->cbuf_energy_pj + s->dram_energy_pj + s->engine_energy_pj;
+}
+
 /* Whether op i is a CONV whose accumulators go on the fly to the SDP at i + 1 in any mode. */
 static int conv_feeds_sdp(const resolved_chain* chain, int32_t i) {
   return i >= 0 && i + 1 < chain->num_ops && chain->ops[i].op->engine == ACCEL_ENGINE_CONV &&
          chain->ops[i].op->conv.precision != ACCEL_FP32;
+}
+
+int op_input_on_chip(const resolved_chain* chain, int32_t i) {
+  return (chain->mode == ACCEL_MODE_FUSED && i > 0) || conv_feeds_sdp(chain, i - 1);
+}
+
+int op_output_on_chip(const resolved_chain* chain, int32_t i) {
+  return (chain->mode == ACCEL_MODE_FUSED && i + 1 < chain->num_ops) || conv_feeds_sdp(chain, i);
+}
+
+int64_t stored_feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int64_t h, int64_t w,
+                             accel_precision p) {
+  return feature_bytes(cfg, n, c, h, w, p);
 }
 
 void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char* label,
@@ -340,15 +498,15 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   run->mode = chain->mode;
   run->num_ops = chain->num_ops;
   const int fused = chain->mode == ACCEL_MODE_FUSED;
-  int64_t longest_compute = 0, independent_cycles = 0;
+  int64_t longest_compute = 0, independent_cycles = 0, dram_read = 0, dram_write = 0;
   accel_precision precision = ACCEL_FP32;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
     accel_op_stats* s = &ops[i];
     memset(s, 0, sizeof *s);
     s->engine = r->op->engine;
-    const int input_on_chip = (fused && i > 0) || conv_feeds_sdp(chain, i - 1);
-    const int output_on_chip = (fused && i + 1 < chain->num_ops) || conv_feeds_sdp(chain, i);
+    const int input_on_chip = op_input_on_chip(chain, i);
+    const int output_on_chip = op_output_on_chip(chain, i);
     switch (r->op->engine) {
       case ACCEL_ENGINE_CONV:
         s->precision = precision = r->op->conv.precision;
@@ -373,7 +531,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;
     }
-    finish_op(cfg, s);
+    finish_op(cfg, r->op->sram, s);
     run->macs += s->macs;
     run->mac_cycles += s->mac_cycles;
     run->bytes_read += s->bytes_read;
@@ -383,12 +541,19 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     run->dram_energy_pj += s->dram_energy_pj;
     run->engine_energy_pj += s->engine_energy_pj;
     run->energy_pj += s->energy_pj;
+    dram_read += s->dram_read_bytes;
+    dram_write += s->dram_write_bytes;
+    run->sram_bytes += s->sram_read_bytes + s->sram_write_bytes;
+    run->memory_cycles += s->memory_cycles;
+    run->sram_cycles += s->sram_cycles;
     longest_compute = s->compute_cycles > longest_compute ? s->compute_cycles : longest_compute;
     independent_cycles += s->cycles;
   }
-  if (fused) {
-    const int64_t chain_memory = memory_cycles(cfg, run->bytes_read + run->bytes_written);
-    run->cycles = longest_compute > chain_memory ? longest_compute : chain_memory;
+  run->dram_bytes = dram_read + dram_write;
+  if (fused) {  /* one pipeline: one first-read latency, the whole traffic */
+    run->memory_cycles = dram_cycles(cfg, dram_read, dram_write);
+    run->sram_cycles = sram_cycles(cfg, run->sram_bytes);
+    run->cycles = max3(longest_compute, run->memory_cycles, run->sram_cycles);
   } else {
     run->cycles = independent_cycles;
   }

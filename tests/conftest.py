@@ -17,6 +17,14 @@ os.environ["ACCEL_CODEGEN_STRICT"] = "1"
 
 # --- comparisons --------------------------------------------------------------------------------
 
+def ideal_dram(config):
+    """A configuration whose DRAM moves any byte count at its bandwidth: no bursts to round
+    to, no turnaround, no latency (for figures about something else than DRAM efficiency)."""
+    from accel_codegen import AccelConfig
+    return AccelConfig.resolve(config).replace(dram_burst_bytes=1, dram_latency_cycles=0,
+                                               dram_turnaround_cycles=0.0)
+
+
 def assert_close(actual, expected, rtol=1e-5, what="output"):
     """Shape, then dtype, then max |actual - expected| within rtol of the expected's scale."""
     actual, expected = np.asarray(actual), np.asarray(expected)

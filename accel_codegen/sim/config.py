@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Optional
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelInvalidError, AccelUnsupportedError, check
@@ -20,6 +20,11 @@ _FEATURES = {name: getattr(lib, c_name) for name, c_name in FEATURES.items()}
 #: fp32 is the simulator's reference precision: every configuration accepts it, and the cost
 #: model charges it as fp16. ``AccelConfig.precisions`` lists the hardware's own precisions.
 REFERENCE_PRECISION = "fp32"
+
+
+#: The memory-system fields added with ABI 5: left out, they take nv_full's values.
+_MEMORY_FIELDS = ("cbuf_banks", "dram_burst_bytes", "dram_latency_cycles",
+                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s")
 
 
 #: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
@@ -83,7 +88,8 @@ class AccelConfig:
     precisions : tuple of str
         Hardware precisions among "int8", "int16", "fp16".
     features : tuple of str
-        Optional units among "lut", "elementwise", "winograd", "rubik", "cdp", "bdma".
+        Optional units among "lut", "elementwise", "winograd", "rubik", "cdp", "bdma",
+        "weight_compression".
     mac_int8_pj, mac_fp16_pj : float
         Energy of one MAC in picojoules (fp32 and int16 are charged the fp16 figure).
     cbuf_read_pj_per_byte, cbuf_write_pj_per_byte, dram_pj_per_byte, sram_pj_per_byte : float
@@ -91,6 +97,17 @@ class AccelConfig:
     sdp_pj_per_element, pdp_pj_per_element, cdp_pj_per_element : float
         Energy per element an engine processes. The presets' energies (accel.h and config.c
         give their source); a field left out here is 0: that action is not charged.
+    cbuf_banks : int
+        CBUF banks (``cbuf_bytes`` divides into them); a convolution splits them between its
+        input data and its weights.
+    dram_burst_bytes, dram_latency_cycles, dram_turnaround_cycles
+        DRAM efficiency: the smallest transfer (streams round up to it), the read latency a run
+        waits once, the cycles lost per burst written (read/write turnaround, amortised).
+    sram_bytes, sram_bytes_per_s
+        The on-chip SRAM behind NVDLA's secondary memory interface (0: none) and its bandwidth.
+
+    The fields after ``features`` default to the nv_full preset's (a config written before
+    they existed reads as it did, with nv_full's memory system).
     """
 
     name: str
@@ -115,8 +132,20 @@ class AccelConfig:
     sdp_pj_per_element: float = 0.0
     pdp_pj_per_element: float = 0.0
     cdp_pj_per_element: float = 0.0
+    cbuf_banks: Optional[int] = None
+    dram_burst_bytes: Optional[int] = None
+    dram_latency_cycles: Optional[int] = None
+    dram_turnaround_cycles: Optional[float] = None
+    sram_bytes: Optional[int] = None
+    sram_bytes_per_s: Optional[float] = None
 
     def __post_init__(self) -> None:
+        memory_fields = [name for name in _MEMORY_FIELDS if getattr(self, name) is None]
+        if memory_fields:  # from the C preset, the one copy of its figures
+            preset = ffi.new("accel_config*")
+            check(lib.accel_config_preset(b"nv_full", preset))
+            for name in memory_fields:
+                object.__setattr__(self, name, getattr(preset, name))
         for field in ("precisions", "features"):
             value = getattr(self, field)
             if not isinstance(value, (tuple, list)):

@@ -32,6 +32,8 @@ class CostTotals:
     cbuf_energy_pj: float = 0.0
     dram_energy_pj: float = 0.0
     engine_energy_pj: float = 0.0
+    dram_bytes: int = 0
+    sram_bytes: int = 0
 
     @classmethod
     def of(cls, records: Iterable) -> "CostTotals":
@@ -40,7 +42,7 @@ class CostTotals:
         sums = dict.fromkeys(names, 0)
         for record in records:
             for name in names:
-                sums[name] += getattr(record, name)
+                sums[name] += getattr(record, name, 0)
         return cls(**sums)
 
     @property

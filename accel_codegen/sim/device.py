@@ -19,7 +19,7 @@ from .._accel_ffi import ffi, lib
 from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .config import AccelConfig, precision_code, precision_name
 from .ops import (OP_CLASSES, AccelDtypeError, Bdma, Op, as_operand, dtype_for, has_data,
-                  integer)
+                  integer, sram_bits)
 from .vocabulary import ENGINES, MODES, PRECISIONS
 
 
@@ -48,6 +48,13 @@ class OpStats:
     dram_energy_pj: float
     engine_energy_pj: float
     energy_pj: float
+    dram_read_bytes: int = 0
+    dram_write_bytes: int = 0
+    sram_read_bytes: int = 0
+    sram_write_bytes: int = 0
+    sram_cycles: int = 0
+    data_banks: int = 0
+    weight_banks: int = 0
 
     @classmethod
     def from_c(cls, c_stats) -> "OpStats":
@@ -76,6 +83,10 @@ class RunStats:
     engine_energy_pj: float
     energy_pj: float
     ops: Tuple[OpStats, ...]
+    memory_cycles: int = 0   # DRAM cycles of the run
+    sram_cycles: int = 0     # secondary-memory cycles of the run
+    dram_bytes: int = 0      # DRAM bytes read + written (burst-rounded)
+    sram_bytes: int = 0      # SRAM bytes read + written
 
     @classmethod
     def from_c(cls, c_run, op_records: Sequence[OpStats]) -> "RunStats":
@@ -87,7 +98,9 @@ class RunStats:
             utilization=c_run.utilization, mac_energy_pj=c_run.mac_energy_pj,
             cbuf_energy_pj=c_run.cbuf_energy_pj, dram_energy_pj=c_run.dram_energy_pj,
             engine_energy_pj=c_run.engine_energy_pj, energy_pj=c_run.energy_pj,
-            ops=tuple(op_records))
+            ops=tuple(op_records), memory_cycles=c_run.memory_cycles,
+            sram_cycles=c_run.sram_cycles, dram_bytes=c_run.dram_bytes,
+            sram_bytes=c_run.sram_bytes)
 
 
 def _tensor_struct(shape: Tuple[int, ...], precision: str, data=ffi.NULL):
@@ -122,6 +135,7 @@ class _Chain:
         for i, op in enumerate(ops):
             try:
                 op.lower(self.c_ops[i])
+                self.c_ops[i].sram = sram_bits(getattr(op, "sram", ()), "sram")
             except AccelError as error:  # say which op of the chain
                 raise type(error)(f"op {i} ({op.engine}): {error}") from None
         self.input = _tensor_struct(in_shape, precision)

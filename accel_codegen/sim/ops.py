@@ -21,7 +21,8 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
-from .vocabulary import ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS
+from .vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS,
+                         SRAM_STREAMS, WEIGHT_FORMATS)
 
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
@@ -183,6 +184,24 @@ def _operand(value, dtype, what: str, flat: bool = False):
     return array.reshape(-1) if flat else array
 
 
+def count_nonzero(weights: np.ndarray, precision: str) -> int:
+    """Non-zero weights as the hardware counts them (a negative zero is zero)."""
+    return int(np.count_nonzero(np.asarray(weights, dtype_for(precision))))
+
+
+def sram_bits(streams, what: str = "sram") -> int:
+    """accel_op.sram of stream names ("input", "operand", "output")."""
+    if isinstance(streams, str) or not isinstance(streams, (tuple, list, set, frozenset)):
+        raise AccelInvalidError(f"{what} = {streams!r} must be a list of stream names "
+                                f"({', '.join(SRAM_STREAMS)})")
+    bits = 0
+    for name in streams:
+        if name not in SRAM_STREAMS:
+            raise AccelInvalidError(f"{what}: {name!r} is not one of {', '.join(SRAM_STREAMS)}")
+        bits |= getattr(lib, SRAM_STREAMS[name])
+    return bits
+
+
 def _aligned_bytes(size: int) -> np.ndarray:
     """``size`` bytes starting on a PACKED_ALIGNMENT boundary (the view keeps its base alive)."""
     raw = np.zeros(size + PACKED_ALIGNMENT, dtype=np.uint8)
@@ -218,6 +237,12 @@ class Conv:
     pixel_format: Optional[str] = None
     multi_batch: bool = False
     mode: str = "direct"
+    data_banks: int = 0     # CBUF split; both 0: accel_conv_banks()'s choice
+    weight_banks: int = 0
+    weight_format: str = "dense"  # or "sparse": NVDLA's mask + non-zero weights
+    weights_nonzero: Optional[int] = None  # sparse: counted from the weights when None
+
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
     engine = "CONV"
 
@@ -251,6 +276,19 @@ class Conv:
             raise AccelInvalidError(f"conv multi_batch = {self.multi_batch!r} is not a bool")
         d.multi_batch = int(self.multi_batch)
         d.mode = CONV_MODES.code(self.mode)
+        d.data_banks = integer(self.data_banks, "conv data_banks")
+        d.weight_banks = integer(self.weight_banks, "conv weight_banks")
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise AccelInvalidError(f"conv weight_format = {self.weight_format!r} is not one of "
+                                    f"{', '.join(WEIGHT_FORMATS.names)}")
+        d.weight_format = WEIGHT_FORMATS.code(self.weight_format)
+        nonzero = self.weights_nonzero
+        if nonzero is None and self.weight_format == "sparse":
+            if not isinstance(self.weights, np.ndarray):
+                raise AccelInvalidError("conv weights_nonzero: a sparse conv without weights "
+                                        "needs the count of its non-zero weights")
+            nonzero = count_nonzero(self.weights, self.precision)
+        d.weights_nonzero = integer(nonzero or 0, "conv weights_nonzero", 0, 2**62)
 
     def lower(self, c_op) -> None:
         c_op.engine = ENGINES.code(self.engine)
@@ -388,6 +426,8 @@ class Sdp:
     clip_hi: Optional[int] = None
     lut: Optional[LutInt8] = None
 
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
+
     engine = "SDP"
 
     @property
@@ -479,6 +519,8 @@ class Pool:
     precision: str = "fp32"
     zero: int = 0
 
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
+
     engine = "PDP"
 
     def lower(self, c_op) -> None:
@@ -510,6 +552,8 @@ class Lrn:
     beta: float = 0.75
     k: float = 1.0
     precision: str = "fp32"
+
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
     engine = "CDP"
 
@@ -543,6 +587,8 @@ class Bdma:
     dst_stride: int = 1
     dst_channels: Optional[int] = None
     precision: str = "fp32"
+
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
     engine = "BDMA"
 

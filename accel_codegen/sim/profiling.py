@@ -33,8 +33,9 @@ class Profile:
 
     @property
     def totals(self) -> Dict[str, float]:
-        """Sums over every run: macs, mac_cycles, bytes_read, bytes_written, cycles, energy_pj
-        and its parts (mac_, cbuf_, dram_, engine_energy_pj)."""
+        """Sums over every run: macs, mac_cycles, bytes_read, bytes_written, cycles, where the
+        bytes went (dram_bytes, burst-rounded, and sram_bytes), energy_pj and its parts (mac_,
+        cbuf_, dram_, engine_energy_pj)."""
         return CostTotals.of(self.records).to_dict()
 
     def table(self, clock_hz: float | None = None) -> str:

@@ -23,8 +23,8 @@ the layout only places them in time, as the cost model says the hardware spends 
 - **A fused run** pipelines its engines (the cost model charges it "the long pole of every
   engine's compute and all of its memory traffic"): every op's engine is busy from the run's
   start for the op's ``compute_cycles``, and the memory track is busy from the run's start for
-  the run's memory cycles, ``ceil((bytes_read + bytes_written) x clock / DRAM bandwidth)`` (the
-  cost model's ``memory_cycles`` of the chain's whole traffic). The run lasts its ``cycles``,
+  the run's DRAM cycles (the run record's ``memory_cycles``, the chain's whole traffic). The
+  run lasts its ``cycles``,
   the longest of these. When the memory is the long pole (a *memory-bound* run), each engine's
   track shows a ``waits on memory`` slice from the end of its compute to the end of the run;
   when an engine is the long pole, the others simply finish early (they wait on it, not on
@@ -38,9 +38,9 @@ the layout only places them in time, as the cost model says the hardware spends 
   transfer, the op's ``cycles``, with the same traffic on the memory track.
 
 The records carry cycles and bytes, not the configuration; the configuration gives the clock
-(cycles -> microseconds) and the bandwidth (a fused chain's memory cycles). Every op record's
-``memory_cycles`` and every run's ``cycles`` are checked against it, so a trace drawn with
-another bandwidth-to-clock ratio than the runs had is refused.
+(cycles -> microseconds). Memory cycles are the records' own (``memory_cycles``: DRAM with its
+bursts, turnaround and latency; ``sram_cycles``: the secondary memory; a fused run's are the
+run record's), and every run's ``cycles`` is checked against its ops' and memory's.
 
 Every slice carries ``args``: the run's label, the op, its precision, MACs, bytes read and
 written, compute and memory cycles, start and length in cycles, and the run's MAC-array
@@ -82,17 +82,10 @@ class Slice:
     args: Dict[str, Any]
 
 
-def memory_cycles(config: AccelConfig, nbytes: int) -> int:
-    """Cycles to move ``nbytes`` at the DRAM bandwidth: the cost model's ``memory_cycles``
-    (the same double arithmetic, so the same integer)."""
-    return math.ceil(float(nbytes) * config.clock_hz / config.dram_bytes_per_s)
-
-
-def _mismatch(config: AccelConfig, what: str, recorded: int, derived: int) -> AccelInvalidError:
+def _mismatch(what: str, recorded: int, derived: int) -> AccelInvalidError:
     return AccelInvalidError(
-        f"the runs were not costed on config {config.name!r} ({config.clock_hz / 1e9:g} GHz, "
-        f"{config.dram_bytes_per_s / 1e9:g} GB/s): {what} records {recorded:,} cycles, the "
-        f"config gives {derived:,}; give the configuration the runs ran on")
+        f"{what} records {recorded:,} cycles, its ops and memory give {derived:,}: not a "
+        "record of the cost model")
 
 
 def _op_args(label: str, op, utilization: float) -> Dict[str, Any]:
@@ -110,25 +103,33 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
     if not ops:
         raise AccelInvalidError(f"run {label!r} has no op records: a timeline needs them "
                                 "(a profile's runs, or an estimate's layers)")
-    for op in ops:
-        derived = memory_cycles(config, op.bytes_read + op.bytes_written)
-        if op.memory_cycles != derived:
-            raise _mismatch(config, f"run {label!r}, op {op.op}", op.memory_cycles, derived)
     fused = record.mode == "fused"
-    traffic = record.bytes_read + record.bytes_written
-    run_memory = memory_cycles(config, traffic)
+    # The run's DRAM cycles as the cost model charged them (burst rounding, turnaround and
+    # latency included; FUSED: one latency for the whole chain), and its SRAM cycles.
+    run_memory = record.memory_cycles if fused else sum(op.memory_cycles for op in ops)
+    run_sram = record.sram_cycles if fused else sum(op.sram_cycles for op in ops)
     longest = max(op.compute_cycles for op in ops)
-    expected = max(longest, run_memory) if fused else sum(op.cycles for op in ops)
+    expected = max(longest, run_memory, run_sram) if fused else sum(op.cycles for op in ops)
     if record.cycles != expected:
-        raise _mismatch(config, f"run {label!r}", record.cycles, expected)
+        raise _mismatch(f"run {label!r}", record.cycles, expected)
+    # The MAC array the run was costed on shows in its utilisation.
+    peak = config.macs_per_cycle(ops[-1].precision)
+    if record.macs and not math.isclose(record.utilization,
+                                        record.macs / (record.cycles * peak), rel_tol=1e-9):
+        raise AccelInvalidError(
+            f"the runs were not costed on config {config.name!r} ({config.atomic_c}x"
+            f"{config.atomic_k} MACs): run {label!r} records a utilisation of "
+            f"{record.utilization:.6g}, that array gives {record.macs / (record.cycles * peak):.6g};"
+            " give the configuration the runs ran on")
+    memory_pole = max(run_memory, run_sram)
     # Cycles whose long pole is the memory: the whole fused run, or the independent ops'.
-    bound_cycles = (record.cycles if run_memory > longest else 0) if fused else \
-        sum(op.cycles for op in ops if op.memory_cycles > op.compute_cycles)
+    bound_cycles = (record.cycles if memory_pole > longest else 0) if fused else \
+        sum(op.cycles for op in ops if max(op.memory_cycles, op.sram_cycles) > op.compute_cycles)
     run_args = {"label": label, "mode": record.mode, "engines": engine_names(record),
                 "precision": ops[0].precision, "macs": record.macs,
                 "bytes_read": record.bytes_read, "bytes_written": record.bytes_written,
                 "compute_cycles": longest if fused else sum(op.compute_cycles for op in ops),
-                "memory_cycles": run_memory if fused else sum(op.memory_cycles for op in ops),
+                "memory_cycles": run_memory, "sram_cycles": run_sram,
                 "memory_bound": bound_cycles > 0, "memory_bound_cycles": bound_cycles,
                 "utilization": record.utilization,
                 "start_cycle": start, "cycles": record.cycles}
@@ -149,7 +150,8 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
         busy = op.compute_cycles if op.compute_cycles > 0 else op.cycles  # BDMA: the transfer
         args = _op_args(label, op, record.utilization)
         add(op.engine, f"{key} {op.op}", "compute", at, busy, args)
-        waits = run_memory > longest if fused else op.memory_cycles > op.compute_cycles
+        waits = memory_pole > longest if fused else \
+            max(op.memory_cycles, op.sram_cycles) > op.compute_cycles
         if waits and op.compute_cycles > 0:
             add(op.engine, WAIT, "wait", at + busy, slot - busy, {"label": label, "op": op.op})
         if not fused:

@@ -139,12 +139,22 @@ CONV_MODES = Table("accel_conv_mode", "conv mode", "ACCEL_CONV_MODE_COUNT", (
     Entry("winograd", "ACCEL_CONV_WINOGRAD", feature="winograd"),
 ))
 
+WEIGHT_FORMATS = Table("accel_weight_format", "weight_format", "ACCEL_WEIGHT_FORMAT_COUNT", (
+    Entry("dense", "ACCEL_WEIGHTS_DENSE"),
+    Entry("sparse", "ACCEL_WEIGHTS_SPARSE", feature="weight_compression"),
+))
+
 #: Every table, for the test that holds them to the header.
 TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS,
-          CONV_MODES)
+          CONV_MODES, WEIGHT_FORMATS)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",
             "winograd": "ACCEL_FEATURE_WINOGRAD", "rubik": "ACCEL_FEATURE_RUBIK",
             "cdp": "ACCEL_FEATURE_CDP", "bdma": "ACCEL_FEATURE_BDMA",
-            "image_input": "ACCEL_FEATURE_IMAGE_INPUT", "batch": "ACCEL_FEATURE_BATCH"}
+            "image_input": "ACCEL_FEATURE_IMAGE_INPUT", "batch": "ACCEL_FEATURE_BATCH",
+            "weight_compression": "ACCEL_FEATURE_WEIGHT_COMPRESSION"}
+
+#: The memory streams an op may place in the secondary memory: accel_sram_stream bits.
+SRAM_STREAMS = {"input": "ACCEL_SRAM_INPUT", "operand": "ACCEL_SRAM_OPERAND",
+                "output": "ACCEL_SRAM_OUTPUT", "weights": "ACCEL_SRAM_WEIGHTS"}

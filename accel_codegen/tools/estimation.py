@@ -26,7 +26,9 @@ import tvm
 from tvm import relax
 
 from ..compiler.layer import Layer
-from ..compiler.walk import runs
+from ..compiler.codegen.memory import RunMemory, plan_module
+from ..compiler.walk import external_calls
+from ..compiler.walk import runs as walk_runs
 from ..errors import AccelError, AccelInvalidError
 from ..compiler.partition import match_composites
 from ..sim import OpStats, RunStats
@@ -61,6 +63,10 @@ class LayerEstimate:
     engine_energy_pj: float
     #: the per-op records, as a profiled run's (for the timeline; not in ``to_dict``)
     ops: Tuple[OpStats, ...] = dataclasses.field(default=(), repr=False)
+    memory_cycles: int = 0  # DRAM cycles of the run
+    sram_cycles: int = 0    # secondary-memory cycles of the run
+    dram_bytes: int = 0     # DRAM bytes read + written (burst-rounded)
+    sram_bytes: int = 0     # SRAM bytes read + written
 
     @classmethod
     def from_stats(cls, label: str, primitive: str, stats: RunStats) -> "LayerEstimate":
@@ -68,15 +74,15 @@ class LayerEstimate:
                    stats.macs, stats.mac_cycles, stats.bytes_read, stats.bytes_written,
                    stats.cycles, stats.utilization, stats.energy_pj, stats.mac_energy_pj,
                    stats.cbuf_energy_pj, stats.dram_energy_pj, stats.engine_energy_pj,
-                   stats.ops)
+                   stats.ops, stats.memory_cycles, stats.sram_cycles, stats.dram_bytes,
+                   stats.sram_bytes)
 
 
 def memory_bound_cycles(records, config: AccelConfig) -> int:
-    """Cycles of the records (layers) whose memory traffic, at the DRAM bandwidth, is their
-    long pole."""
-    per_cycle = config.dram_bytes_per_s / config.clock_hz
+    """Cycles of the records (layers) whose memory (DRAM or SRAM, as the cost model charged
+    it) is their long pole."""
     return sum(r.cycles for r in records
-               if (r.bytes_read + r.bytes_written) / per_cycle >= r.cycles * 0.999)
+               if max(r.memory_cycles, r.sram_cycles) >= r.cycles * 0.999)
 
 
 def _total(field: str, doc: str) -> property:
@@ -136,7 +142,8 @@ class EstimateReport:
         totals = self.cost_totals
         return {"total_cycles": self.total_cycles, "macs": self.macs,
                 "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                "bytes": self.bytes, "seconds": self.seconds,
+                "bytes": self.bytes, "dram_bytes": self.cost_totals.dram_bytes,
+                "sram_bytes": self.cost_totals.sram_bytes, "seconds": self.seconds,
                 "frames_per_s": self.frames_per_s, "utilization": self.utilization,
                 "memory_bound_cycles": self.memory_bound_cycles,
                 "total_energy_pj": self.total_energy_pj,
@@ -173,14 +180,16 @@ class EstimateReport:
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "
-                          f"{self.bytes / 1e6:.2f} MB moved per frame",
+                          f"{self.bytes / 1e6:.2f} MB moved per frame (DRAM "
+                          f"{self.cost_totals.dram_bytes / 1e6:.2f} MB in bursts, SRAM "
+                          f"{self.cost_totals.sram_bytes / 1e6:.2f} MB)",
                           energy_line(self.cost_totals)])
 
 
 def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in runs(matched)]
+    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched)]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -245,6 +254,58 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     return _LoweredModel.of(mod, params, config, precision, fuse, winograd).estimate(config)
 
 
+@dataclasses.dataclass(frozen=True)
+class _LoweredRun:
+    """One run's chains as lowered for a sweep: direct, and in Winograd mode where it can be."""
+
+    key: str
+    layer: Layer
+    mode: str                       # "fused" or "independent"
+    conv_modes: Optional[dict]      # its CONV's input modes (None: no conv)
+    direct: list
+    winograd: Optional[list]
+
+
+class _MemoryPlans:
+    """The code generator's memory choices (``compiler/codegen/memory.py``) for each
+    configuration and Winograd pick, and the chains they change, lowered once per distinct
+    plan. The plan reads the configuration's memory fields and the CONV modes only, so a sweep
+    over the MAC array, CBUF and DRAM re-plans a handful of times; the emitted weights' non-zero
+    counts (which decide the sparse format) are counted once."""
+
+    #: The cost fields a plan reads besides the partition's fields (weight and feature bytes).
+    FIELDS = ("atomic_c", "atomic_k", "memory_atom_bytes", "cbuf_bytes")
+
+    def __init__(self, functions: Sequence[relax.Function], runs: Sequence[_LoweredRun],
+                 precision: str, fuse: bool):
+        self.functions, self.runs = list(functions), list(runs)
+        self.precision, self.fuse = precision, fuse
+        self.nonzero: Dict[str, Optional[int]] = {}
+        self.planned: Dict[tuple, Optional[ChainBatch]] = {}
+
+    def chains(self, config: AccelConfig, fast: Sequence[bool]) -> Optional[ChainBatch]:
+        """The runs' chains with the memory choices applied, each in the mode ``fast`` picks;
+        None when the plan changes nothing (no SRAM, dense weights everywhere)."""
+        if config.sram_bytes == 0 and "weight_compression" not in config.features:
+            return None
+        key = (tuple(getattr(config, field) for field in self.FIELDS), tuple(fast))
+        if key not in self.planned:
+            modes = {run.key: {**run.conv_modes, "mode": "winograd"} if use
+                     else run.conv_modes for run, use in zip(self.runs, fast)
+                     if run.conv_modes is not None}
+            plan: Dict[str, RunMemory] = plan_module(
+                self.functions, config, self.fuse, self.precision, modes=modes,
+                nonzero=self.nonzero)
+            if all(memory.changes_nothing for memory in plan.values()):
+                self.planned[key] = None
+            else:
+                self.planned[key] = ChainBatch(config, [
+                    (plan[run.key].apply(run.winograd if use else run.direct),
+                     run.layer.in_shape, run.mode) for run, use in zip(self.runs, fast)],
+                    self.precision)
+        return self.planned[key]
+
+
 @dataclasses.dataclass
 class _LoweredModel:
     """A model partitioned for a configuration and its runs lowered to C once: costed on that
@@ -257,6 +318,7 @@ class _LoweredModel:
     # Winograd where it costs fewer cycles (Layer.conv_mode), which depends on the cost fields,
     # so both are lowered once and the choice is made per configuration from their costs.
     choices: List[Tuple[int, Optional[int]]]
+    memory: "_MemoryPlans"
     host_ops: int
     precision: str
     fuse: bool
@@ -265,13 +327,15 @@ class _LoweredModel:
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
            fuse: bool, winograd: bool = True) -> "_LoweredModel":
         matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
-        runs, chains, choices = [], [], []
-        for label, primitive, layer in _layers(matched):
+        runs, chains, choices, lowered = [], [], [], []
+        for run in walk_runs(matched):
+            layer = run.layer
             mode = "fused" if layer.fused(fuse) else "independent"
-            runs.append((label, primitive))
+            runs.append((run.label, run.primitive))
             modes = layer.conv_modes(config, fuse, precision, winograd=False)
-            chains.append((layer.engine_ops(fuse, precision, modes=modes), layer.in_shape, mode))
-            direct, fast = len(chains) - 1, None
+            direct_ops = layer.engine_ops(fuse, precision, modes=modes)
+            chains.append((direct_ops, layer.in_shape, mode))
+            direct, fast, fast_ops = len(chains) - 1, None, None
             if winograd and layer.conv is not None:
                 fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"})
                 try:  # whether the configuration runs it at all: the C library's conditions
@@ -280,32 +344,44 @@ class _LoweredModel:
                     chains.append((fast_ops, layer.in_shape, mode))
                     fast = len(chains) - 1
                 except AccelError:
-                    pass
+                    fast_ops = None
             choices.append((direct, fast))
-        return cls(runs, ChainBatch(config, chains, precision), choices, _host_ops(matched),
-                   precision, fuse)
+            lowered.append(_LoweredRun(run.key, layer, mode, modes if layer.conv else None,
+                                       direct_ops, fast_ops))
+        memory = _MemoryPlans([function for _, function in external_calls(matched)], lowered,
+                              precision, fuse)
+        return cls(runs, ChainBatch(config, chains, precision), choices, memory,
+                   _host_ops(matched), precision, fuse)
 
-    def _chosen(self, records: Sequence) -> list:
-        """Each run's record: Winograd's where it takes fewer cycles, as Layer.conv_mode."""
-        return [records[fast] if fast is not None and records[fast].cycles < records[direct].cycles
-                else records[direct] for direct, fast in self.choices]
+    def _records(self, config: AccelConfig, costed: str) -> list:
+        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"): in Winograd
+        mode where it takes fewer cycles, as Layer.conv_mode chooses (from the chains without
+        memory choices, as there); then with the code generator's memory choices for that
+        pick, where they change anything."""
+        records = getattr(self.chains, costed)(config)
+        fast = [f is not None and records[f].cycles < records[d].cycles for d, f in self.choices]
+        planned = self.memory.chains(config, fast)
+        if planned is not None:
+            return getattr(planned, costed)(config)
+        return [records[f] if use else records[d] for (d, f), use in zip(self.choices, fast)]
 
     def estimate(self, config: AccelConfig) -> EstimateReport:
         layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats
-                  in zip(self.runs, self._chosen(self.chains.estimate(config)))]
+                  in zip(self.runs, self._records(config, "estimate"))]
         return EstimateReport(config, self.precision, self.fuse, layers, self.host_ops)
 
     def sweep_row(self, config: AccelConfig) -> dict:
         """The sweep's figures of one configuration, from one library call (no per-layer
         Python records: the same sums as :meth:`estimate`'s report)."""
-        records = self._chosen(self.chains.run_stats(config))
+        records = self._records(config, "run_stats")
         totals = CostTotals.of(records)
         fps, fpj = totals.frames_per_s(config.clock_hz), totals.frames_per_joule()
         return {"frames_per_s": float("inf") if fps is None else fps,
                 "total_cycles": totals.cycles,
                 "utilization": totals.utilization(config.macs_per_cycle(self.precision)),
                 "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
-                "bytes": totals.bytes, "total_energy_pj": totals.energy_pj,
+                "bytes": totals.bytes, "dram_bytes": totals.dram_bytes,
+                "sram_bytes": totals.sram_bytes, "total_energy_pj": totals.energy_pj,
                 "frames_per_joule": float("inf") if fpj is None else fpj,
                 "mac_energy_pj": totals.mac_energy_pj, "cbuf_energy_pj": totals.cbuf_energy_pj,
                 "dram_energy_pj": totals.dram_energy_pj,

@@ -151,6 +151,10 @@ static accel_status check_winograd(const accel_config* cfg, const accel_conv_des
   } else if (d->pixel_format != ACCEL_PIXEL_NONE) {
     snprintf(text, sizeof text, "image-input mode (Winograd reads feature data)");
     why = text;
+  } else if (d->weight_format == ACCEL_WEIGHTS_SPARSE) {
+    /* NVDLA's compiler never combines them: the pre-transformed weights are dense. */
+    snprintf(text, sizeof text, "weight_format = SPARSE (Winograd's weights are dense)");
+    why = text;
   } else if (d->stride_h != d->stride_w) {
     snprintf(text, sizeof text, "stride %dx%d (Winograd folds equal strides only)", d->stride_h,
              d->stride_w);
@@ -254,6 +258,83 @@ static accel_status check_pixel_format(const accel_config* cfg, const resolved_o
   return ACCEL_OK;
 }
 
+/* Non-zero weights as the hardware sees them (a negative zero is zero). */
+static int64_t count_nonzero(const void* weights, accel_precision p, int64_t count) {
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    switch (p) {
+      case ACCEL_INT8: nonzero += ((const int8_t*)weights)[i] != 0; break;
+      case ACCEL_FP16: nonzero += (((const uint16_t*)weights)[i] & 0x7fff) != 0; break;
+      case ACCEL_FP32: nonzero += ((const float*)weights)[i] != 0.0f; break;
+      default: break;
+    }
+  }
+  return nonzero;
+}
+
+/* The weight format and the CBUF split of a resolved conv (its geometry known). */
+static accel_status check_conv_memory(const accel_config* cfg, resolved_op* r, const char* where,
+                                      int need_data) {
+  const accel_conv_desc* d = &r->op->conv;
+  const int64_t count = weight_count(&r->conv);
+  if (d->weight_format < ACCEL_WEIGHTS_DENSE || d->weight_format >= ACCEL_WEIGHT_FORMAT_COUNT) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: weight_format = %d is not an accel_weight_format",
+                      where, (int)d->weight_format);
+  }
+  if (d->weight_format == ACCEL_WEIGHTS_DENSE && d->weights_nonzero != 0) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: weights_nonzero = %lld is for SPARSE weights, "
+                      "these are DENSE (give 0)", where, (long long)d->weights_nonzero);
+  }
+  if (d->weight_format == ACCEL_WEIGHTS_SPARSE) {
+    if (!(cfg->features & ACCEL_FEATURE_WEIGHT_COMPRESSION)) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: weight_format = SPARSE needs weight "
+                        "compression, which configuration %s lacks", where, cfg->name);
+    }
+    if (d->weights_nonzero < 0 || d->weights_nonzero > count) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: weights_nonzero = %lld is outside [0, %lld] "
+                        "(the conv has %lld weights)", where, (long long)d->weights_nonzero,
+                        (long long)count, (long long)count);
+    }
+    if (need_data) {
+      const int64_t nonzero = count_nonzero(d->weights, d->precision, count);
+      if (nonzero != d->weights_nonzero) {
+        return accel_fail(ACCEL_ERR_INVALID, "%s: weights_nonzero = %lld, the weights hold "
+                          "%lld non-zero values", where, (long long)d->weights_nonzero,
+                          (long long)nonzero);
+      }
+    }
+  }
+  conv_banks need;
+  conv_bank_needs(cfg, &r->conv, d, &need);
+  if (d->data_banks == 0 && d->weight_banks == 0) {
+    conv_bank_policy(&need, cfg->cbuf_banks, &r->data_banks, &r->weight_banks);
+    return ACCEL_OK;
+  }
+  if (d->data_banks < 1 || d->weight_banks < 1 ||
+      (int64_t)d->data_banks + d->weight_banks + need.reserved > cfg->cbuf_banks) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: data_banks = %d + weight_banks = %d%s must be >= 1 each and fit the "
+                      "%d CBUF banks (or both 0: the compiler's split)", where, d->data_banks,
+                      d->weight_banks, need.reserved ? " + 1 mask bank" : "", cfg->cbuf_banks);
+  }
+  int32_t data_min = 0, weight_min = 0;
+  conv_bank_minimum(&need, cfg->cbuf_banks, &data_min, &weight_min);
+  if (d->weight_banks < weight_min) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: weight_banks = %d cannot hold one kernel group (%d banks of %lld "
+                      "bytes)", where, d->weight_banks, weight_min, (long long)need.bank_bytes);
+  }
+  if (d->data_banks < data_min) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                      "%s: data_banks = %d cannot hold the input rows of one output row (%d "
+                      "banks of %lld bytes)", where, d->data_banks, data_min,
+                      (long long)need.bank_bytes);
+  }
+  r->data_banks = d->data_banks;
+  r->weight_banks = d->weight_banks;
+  return ACCEL_OK;
+}
+
 static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const char* where,
                                  int need_data) {
   const accel_conv_desc* d = &r->op->conv;
@@ -300,6 +381,8 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
   r->conv.out_h = r->out_h, r->conv.out_w = r->out_w;
   r->conv.pixel_bytes = pixel_bytes, r->conv.pixel_channels = pixel_channels;
   r->conv.multi_batch = d->multi_batch;
+  st = check_conv_memory(cfg, r, where, need_data);
+  if (st != ACCEL_OK) return st;
   if (d->weights_packed == NULL) {
     if (d->weights_packed_bytes != 0) {
       return accel_fail(ACCEL_ERR_INVALID, "%s: weights_packed_bytes = %zu without weights_packed",
@@ -657,6 +740,98 @@ static int operand_ranges(const accel_op* op, const resolved_op* r, int64_t eb,
   return count;
 }
 
+/* The ops' secondary-memory bits (see accel_sram_stream): known bits, an SRAM to use, streams
+ * that go to memory, and the run's SRAM tensors within its size. */
+static accel_status check_sram(const accel_config* cfg, const resolved_chain* chain,
+                               accel_precision p) {
+  const uint32_t known = ACCEL_SRAM_INPUT | ACCEL_SRAM_OPERAND | ACCEL_SRAM_OUTPUT |
+                         ACCEL_SRAM_WEIGHTS;
+  int64_t footprint = 0;
+  for (int32_t i = 0; i < chain->num_ops; ++i) {
+    const resolved_op* r = &chain->ops[i];
+    const uint32_t bits = r->op->sram;
+    if (bits == 0) continue;
+    const char* engine = engine_name(r->op->engine);
+    if (bits & ~known) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): sram = 0x%x has unknown bits", i,
+                        engine, bits);
+    }
+    if (cfg->sram_bytes == 0) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "op %d (%s): sram = 0x%x, but configuration %s "
+                        "has no SRAM (sram_bytes = 0)", i, engine, bits, cfg->name);
+    }
+    const int64_t in_bytes = stored_feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
+    if ((bits & ACCEL_SRAM_INPUT) && op_input_on_chip(chain, i)) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): sram INPUT bit, but its input comes on "
+                        "the fly from op %d, not from memory", i, engine, i - 1);
+    }
+    if ((bits & ACCEL_SRAM_OUTPUT) && op_output_on_chip(chain, i)) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): sram OUTPUT bit, but its output goes on "
+                        "the fly to op %d, not to memory", i, engine, i + 1);
+    }
+    if ((bits & ACCEL_SRAM_OPERAND) &&
+        (r->op->engine != ACCEL_ENGINE_SDP || r->op->sdp.ew_op == ACCEL_EW_NONE)) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): sram OPERAND bit without an element-wise "
+                        "operand", i, engine);
+    }
+    if ((bits & ACCEL_SRAM_WEIGHTS) && r->op->engine != ACCEL_ENGINE_CONV) {
+      return accel_fail(ACCEL_ERR_INVALID, "op %d (%s): sram WEIGHTS bit on an op without "
+                        "weights (CONV only)", i, engine);
+    }
+    if (bits & ACCEL_SRAM_WEIGHTS) {
+      footprint += accel_conv_weight_bytes(cfg, &r->op->conv, r->in_c);
+    }
+    /* An intermediate in SRAM is written by one op and read by the next: count it once. */
+    const int from_previous = i > 0 && (chain->ops[i - 1].op->sram & ACCEL_SRAM_OUTPUT);
+    if ((bits & ACCEL_SRAM_INPUT) && !from_previous) footprint += in_bytes;
+    if (bits & ACCEL_SRAM_OPERAND) footprint += in_bytes;
+    if (bits & ACCEL_SRAM_OUTPUT) {
+      footprint += stored_feature_bytes(cfg, r->out_n, r->out_c, r->out_h, r->out_w, p);
+    }
+  }
+  if (footprint > cfg->sram_bytes) {
+    return accel_fail(ACCEL_ERR_INVALID, "the run places %lld bytes in SRAM, configuration %s "
+                      "has sram_bytes = %lld", (long long)footprint, cfg->name,
+                      (long long)cfg->sram_bytes);
+  }
+  return ACCEL_OK;
+}
+
+accel_status accel_conv_banks(const accel_config* cfg, const accel_conv_desc* conv,
+                              const accel_tensor* input, int32_t* data_banks,
+                              int32_t* weight_banks) {
+  accel_status st = accel_config_validate(cfg);
+  if (st != ACCEL_OK) return st;
+  if (conv == NULL || input == NULL || data_banks == NULL || weight_banks == NULL) {
+    return accel_fail(ACCEL_ERR_NULL, "accel_conv_banks: conv, input, data_banks or "
+                      "weight_banks is NULL");
+  }
+  accel_op op;
+  memset(&op, 0, sizeof op);
+  op.engine = ACCEL_ENGINE_CONV;
+  op.conv = *conv;
+  op.conv.data_banks = op.conv.weight_banks = 0;
+  op.conv.weights_packed = NULL;
+  op.conv.weights_packed_bytes = 0;
+  accel_tensor shape = *input;
+  shape.data = NULL;
+  shape.precision = conv->precision;
+  resolved_chain chain;
+  memset(&chain, 0, sizeof chain);
+  chain.num_ops = 1;
+  chain.mode = ACCEL_MODE_INDEPENDENT;
+  resolved_op* r = &chain.ops[0];
+  r->op = &op;
+  r->in_n = shape.n, r->in_c = shape.c, r->in_h = shape.h, r->in_w = shape.w;
+  st = check_tensor(cfg, &shape, "input", 0);
+  if (st != ACCEL_OK) return st;
+  st = resolve_conv(cfg, r, "accel_conv_banks", 0);
+  if (st != ACCEL_OK) return st;
+  *data_banks = r->data_banks;
+  *weight_banks = r->weight_banks;
+  return ACCEL_OK;
+}
+
 accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                            const accel_tensor* input, const accel_tensor* output,
                            accel_mode mode, int need_data, resolved_chain* out) {
@@ -744,6 +919,8 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     }
     n = r->out_n, c = r->out_c, h = r->out_h, w = r->out_w;
   }
+  st = check_sram(cfg, out, input->precision);
+  if (st != ACCEL_OK) return st;
   if (output == NULL) return ACCEL_OK;
   if (ops[0].engine == ACCEL_ENGINE_BDMA &&
       (output->n != n || output->c != c || output->h != h || output->w != w)) {

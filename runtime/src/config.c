@@ -28,6 +28,21 @@
  * configuration's RTL; no spec switch removes it). Multi-batch: nv_full only (nv_large.spec and
  * nv_small.spec define BATCH_DISABLE; nvdla/sw's TargetConfig gives batch mode to nv_full, with
  * a maximum batch of 32).
+ * Memory system (ABI 5), from the same spec files where they say it:
+ * - cbuf_banks: CBUF_BANK_NUMBER (nv_full, nv_large 16 banks of 512 x 64 B = 32 KiB; nv_small
+ *   32 banks of 512 x 8 B = 4 KiB).
+ * - dram_burst_bytes: PRIMARY_MEMIF_WIDTH x PRIMARY_MEMIF_MAX_BURST_LENGTH (1 in every spec):
+ *   the smallest request the DMA makes, 512 bits (nv_full), 256 (nv_large), 64 (nv_small).
+ * - dram_latency_cycles: PRIMARY_MEMIF_LATENCY, the read latency the DMA's buffers are sized to
+ *   cover (1200, 1024, 64 cycles): a run waits it once for its first data.
+ * - dram_turnaround_cycles: an assumption (the specs say nothing): a DDR4-class read->write->
+ *   read switch costs about 15 ns (tWTR_L 7.5 ns plus the read-to-write gap), and a controller
+ *   that groups writes 32 bursts at a time spreads it to 0.5 cycle per burst written at 1 GHz.
+ * - sram_bytes: 0 in every preset: SECONDARY_MEMIF_ENABLE (nv_full, nv_large) gives the
+ *   interface, the SoC decides whether an SRAM sits behind it (set sram_bytes to model one).
+ *   sram_bytes_per_s: SECONDARY_MEMIF_WIDTH at the 1 GHz clock (512 bits: 64 GB/s, 256 bits:
+ *   32 GB/s); nv_small has no secondary interface (0).
+ * - ACCEL_FEATURE_WEIGHT_COMPRESSION: WEIGHT_COMPRESSION_ENABLE in nv_full only.
  */
 #include <math.h>
 #include <string.h>
@@ -47,6 +62,8 @@ static const accel_config presets[] = {
      .memory_atom_bytes = 8, .sdp_throughput = 1, .sdp_ew_throughput = 1, .pdp_throughput = 1,
      .cdp_throughput = 1, .clock_hz = 1e9, .dram_bytes_per_s = 2e9,
      .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP | ACCEL_FEATURE_IMAGE_INPUT,
+     .cbuf_banks = 32, .dram_burst_bytes = 8, .dram_latency_cycles = 64,
+     .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 0,
      ENERGY_45NM(1.25)},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
@@ -54,6 +71,8 @@ static const accel_config presets[] = {
      .precisions = BIT(ACCEL_INT8),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_RUBIK |
                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA | ACCEL_FEATURE_IMAGE_INPUT,
+     .cbuf_banks = 16, .dram_burst_bytes = 32, .dram_latency_cycles = 1024,
+     .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 32e9,
      ENERGY_45NM(2.5)},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
@@ -61,7 +80,10 @@ static const accel_config presets[] = {
      .precisions = BIT(ACCEL_INT8) | BIT(ACCEL_INT16) | BIT(ACCEL_FP16),
      .features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE | ACCEL_FEATURE_WINOGRAD |
                  ACCEL_FEATURE_RUBIK | ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
-                 ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH,
+                 ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH |
+                 ACCEL_FEATURE_WEIGHT_COMPRESSION,
+     .cbuf_banks = 16, .dram_burst_bytes = 64, .dram_latency_cycles = 1200,
+     .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 64e9,
      ENERGY_45NM(2.5)},
 };
 
@@ -106,7 +128,30 @@ accel_status accel_config_validate(const accel_config* cfg) {
   CHECK_RANGE(sdp_ew_throughput, 1, 1024)
   CHECK_RANGE(pdp_throughput, 1, 1024)
   CHECK_RANGE(cdp_throughput, 1, 1024)
+  CHECK_RANGE(cbuf_banks, 2, 1024)
+  CHECK_RANGE(dram_burst_bytes, 1, 4096)
+  CHECK_RANGE(dram_latency_cycles, 0, 1000000)
+  CHECK_RANGE(sram_bytes, 0, (int64_t)1 << 40)
 #undef CHECK_RANGE
+  if (cfg->cbuf_bytes % cfg->cbuf_banks != 0) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "config %s: cbuf_bytes = %lld is not a whole number of cbuf_banks = %d",
+                      cfg->name, (long long)cfg->cbuf_bytes, cfg->cbuf_banks);
+  }
+  if (!(isfinite(cfg->dram_turnaround_cycles) && cfg->dram_turnaround_cycles >= 0 &&
+        cfg->dram_turnaround_cycles <= 1e6)) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "config %s: dram_turnaround_cycles = %g is outside [0, 1e6]", cfg->name,
+                      cfg->dram_turnaround_cycles);
+  }
+  const int has_sram = cfg->sram_bytes > 0;
+  if (!(isfinite(cfg->sram_bytes_per_s) && cfg->sram_bytes_per_s >= (has_sram ? 1e6 : 0) &&
+        cfg->sram_bytes_per_s <= 1e14)) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "config %s: sram_bytes_per_s = %g is outside [%g, 1e14]%s", cfg->name,
+                      cfg->sram_bytes_per_s, has_sram ? 1e6 : 0.0,
+                      has_sram ? " (sram_bytes > 0 needs a bandwidth)" : "");
+  }
   if (!is_power_of_two(cfg->memory_atom_bytes)) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: memory_atom_bytes = %d is not a power of two",
                       cfg->name, cfg->memory_atom_bytes);
@@ -144,7 +189,8 @@ accel_status accel_config_validate(const accel_config* cfg) {
   const uint32_t known_features = ACCEL_FEATURE_LUT | ACCEL_FEATURE_ELEMENTWISE |
                                   ACCEL_FEATURE_WINOGRAD | ACCEL_FEATURE_RUBIK |
                                   ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA |
-                                  ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH;
+                                  ACCEL_FEATURE_IMAGE_INPUT | ACCEL_FEATURE_BATCH |
+                                  ACCEL_FEATURE_WEIGHT_COMPRESSION;
   if ((cfg->features & ~known_features) != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "config %s: features = 0x%x has unknown bits",
                       cfg->name, cfg->features);

@@ -64,7 +64,11 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->pdp_throughput == b->pdp_throughput && a->cdp_throughput == b->cdp_throughput &&
          a->clock_hz == b->clock_hz &&
          a->dram_bytes_per_s == b->dram_bytes_per_s && a->precisions == b->precisions &&
-         a->features == b->features;
+         a->features == b->features && a->cbuf_banks == b->cbuf_banks &&
+         a->dram_burst_bytes == b->dram_burst_bytes &&
+         a->dram_latency_cycles == b->dram_latency_cycles &&
+         a->dram_turnaround_cycles == b->dram_turnaround_cycles &&
+         a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s;
 }
 
 accel_status accel_device_shared(const accel_config* cfg, accel_device** out) {

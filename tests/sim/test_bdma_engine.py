@@ -13,7 +13,7 @@ from accel_codegen import reference as ref
 from accel_codegen._accel_ffi import ffi, lib
 from accel_codegen.ops import AccelDtypeError
 from accel_codegen.sim import observer, profile_enable, profile_records
-from conftest import assert_same
+from conftest import assert_same, ideal_dram
 
 DEVICE = Device("nv_full", num_threads=2)
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
@@ -226,16 +226,19 @@ def test_output_shape_and_op_list():
 
 def test_cost_counts_whole_atoms_of_the_surfaces_touched():
     """nv_full: 32-byte atoms, 16 channels per surface at fp32 (charged as 2-byte fp16);
-    DRAM 20 bytes per cycle.
+    DRAM 20 bytes per cycle, 64-byte bursts, 0.5 turnaround cycle per burst written, latency
+    1,200 cycles.
     Concat part: channels 0..23 (surfaces 0, 1) -> channels 8..31 (surfaces 0, 1):
-        read = write = 49 positions x 2 surfaces x 32 B = 3,136 B; cycles ceil(6,272 / 20) = 314.
+        read = write = 49 positions x 2 surfaces x 32 B = 3,136 B = 49 bursts each way;
+        cycles 1,200 + ceil(6,272 / 20 + 49 x 0.5 = 338.1) = 1,539.
     Shuffle run j = 1 of g = 4 on 64 channels: reads 16..31 (surface 1), writes 1, 5, ..., 61:
         every one of the 4 surfaces: read 49 x 32 = 1,568 B, write 49 x 4 x 32 = 6,272 B.
     A step of a surface or more: every channel its own surface."""
     concat = estimate_chain("nv_full", [Bdma(24, dst_offset=8, dst_channels=40)],
                             (1, 24, 7, 7)).ops[0]
     assert (concat.input_bytes, concat.bytes_read, concat.bytes_written) == (3136, 3136, 3136)
-    assert concat.compute_cycles == 0 and concat.memory_cycles == concat.cycles == 314
+    assert concat.compute_cycles == 0 and concat.memory_cycles == concat.cycles == 1539
+    assert concat.dram_read_bytes == concat.dram_write_bytes == 3136
     assert concat.macs == concat.mac_cycles == concat.weight_bytes == concat.operand_bytes == 0
     shuffle = estimate_chain("nv_full", [Bdma(16, src_offset=16, dst_offset=1, dst_stride=4,
                                               dst_channels=64)], (1, 64, 7, 7)).ops[0]
@@ -256,7 +259,7 @@ def test_a_contiguous_copy_costs_the_feature_data_of_its_channels(name, precisio
     """Offset 0, step 1: exactly what the model counts for a tensor of those channels (its
     positions padded to whole atoms), read and written; a step of 2 reads the surfaces of
     twice the channels."""
-    config = AccelConfig.preset(name)
+    config = ideal_dram(name)  # the bytes at the bandwidth, nothing else
     if "bdma" not in config.features:  # nv_small's memory atom, with a BDMA added
         config = config.replace(features=(*config.features, "bdma"))
     shape = (2, 50, 5, 3)

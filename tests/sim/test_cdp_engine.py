@@ -10,7 +10,7 @@ from accel_codegen import (AccelDtypeError, AccelInvalidError, AccelUnsupportedE
                            Device, Pool, Sdp, estimate_chain)
 from accel_codegen import reference as ref
 from accel_codegen.sim import Lrn, profile_enable, profile_records
-from conftest import assert_same
+from conftest import assert_same, ideal_dram
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 DEVICE = DEVICES[2]
@@ -155,8 +155,8 @@ def test_conv_relu_lrn_pool_as_alexnet_runs_it(precision, rng):
 @pytest.mark.parametrize("config", ["nv_small", "nv_large", "nv_full"])
 def test_cost_counts_elements_and_atom_padded_traffic(config):
     shape = (2, 5, 6, 7)
-    cfg = Device(config).config
-    stats = estimate_chain(config, [Lrn()], shape)
+    cfg = ideal_dram(config)  # the bytes at the bandwidth, nothing else
+    stats = estimate_chain(cfg, [Lrn()], shape)
     op = stats.ops[0]
     elements = int(np.prod(shape))
     assert op.compute_cycles == -(-elements // cfg.cdp_throughput)

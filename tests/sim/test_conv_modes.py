@@ -126,7 +126,8 @@ def test_multi_batch_reads_the_weights_once_per_batch():
     """nv_full int8, a 9216 -> 4096 dense layer (AlexNet's fc6) on a batch of 16: the weights
     (37,748,736 B) do not fit CBUF; one image's vector (9,216 B) fits with an atomic-K group of
     kernels (32 x 9216 B). Without multi-batch every image streams the weights again: 16 x; with
-    it, 16 vectors (147 KiB) stay in CBUF and the weights stream once. Same values."""
+    it, 16 vectors (147 KiB) stay in CBUF and the weights stream once. In banks of 32 KiB: the
+    kernel group takes 9, the 16 vectors 5 (they hold 17). Same values."""
     shape, weights = (16, 9216, 1, 1), 4096 * 9216
 
     def cost(batch):
@@ -137,11 +138,14 @@ def test_multi_batch_reads_the_weights_once_per_batch():
     assert (single.weight_bytes, batched.weight_bytes) == (16 * weights, weights)
     assert single.input_bytes == batched.input_bytes == 16 * 9216
     assert batched.op == "conv2d_batch" and batched.mac_cycles == single.mac_cycles
-    # more than ACCEL_MAX_BATCH (32) images: one weight fetch per 32
+    assert (batched.data_banks, batched.weight_banks) == (5, 9)
+    # 40 images: the data banks are sized for ACCEL_MAX_BATCH (32) vectors, 9 banks, which do
+    # not fit beside the kernel group's 9 of 16; the split gives the data the 7 left, which
+    # hold 7 x 32768 / 9216 = 24 vectors: ceil(40 / 24) = 2 weight fetches
     conv = Conv(None, weight_shape=(4096, 9216, 1, 1), precision="int8", multi_batch=True)
     big = estimate_chain("nv_full", [conv, _int8_sdp(4096)], (40, 9216, 1, 1),
                          precision="int8").ops[0]
-    assert big.weight_bytes == 2 * weights
+    assert big.weight_bytes == 2 * weights and (big.data_banks, big.weight_banks) == (7, 9)
 
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (5, 96, 1, 1)).astype(np.int8)

@@ -26,11 +26,13 @@ def test_resnet_layer_fits_cbuf_fused_and_independent():
     weights    = 64 * 64 * 9 * 2 B                                = 73,728 B (fits with input)
     SDP params = (scale + shift) * 64 * 2 B                       = 256 B
     output     = 401,408 B
-    fused: read 475,392, write 401,408; memory 876,800 B / 20 B per cycle = 43,840 cycles,
-           so cycles = the MAC array's 112,896.
+    DRAM: 20 B per cycle, 64-byte bursts (every stream here is whole bursts), 0.5 cycle of
+    turnaround per burst written, 1,200 cycles of latency per run (FUSED) or op (INDEPENDENT).
+    fused: read 475,392, write 401,408 = 6,272 bursts; memory 1,200 + 876,800 / 20 + 3,136
+           = 48,176 cycles, so cycles = the MAC array's 112,896.
     independent: CONV writes and SDP re-reads the 401,408 B intermediate:
-           CONV max(112,896, ceil(876,544 / 20) = 43,828) + SDP max(12,544, ceil(803,072 / 20)
-           = 40,154) = 153,050 cycles."""
+           CONV max(112,896, 1,200 + ceil(876,544 / 20 + 3,136) = 48,164) + SDP max(12,544,
+           1,200 + ceil(803,072 / 20 + 3,136 = 43,289.6) = 44,490) = 157,386 cycles."""
     chain = _conv_bn_relu(64, 64)
     fused = estimate_chain("nv_full", chain, (1, 64, 56, 56), mode="fused")
     conv, sdp = fused.ops
@@ -40,13 +42,14 @@ def test_resnet_layer_fits_cbuf_fused_and_independent():
     assert sdp.input_bytes == 0 and sdp.weight_bytes == 256 and sdp.bytes_written == 401_408
     assert sdp.compute_cycles == 12_544
     assert (fused.bytes_read, fused.bytes_written) == (475_392, 401_408)
-    assert fused.cycles == 112_896
+    assert fused.cycles == 112_896 and fused.memory_cycles == 48_176
     assert fused.utilization == pytest.approx(1.0)
 
     independent = estimate_chain("nv_full", chain, (1, 64, 56, 56), mode="independent")
     assert (independent.bytes_read, independent.bytes_written) == (876_800, 802_816)
-    assert [op.cycles for op in independent.ops] == [112_896, 40_154]
-    assert independent.cycles == 153_050
+    assert [op.memory_cycles for op in independent.ops] == [48_164, 44_490]
+    assert [op.cycles for op in independent.ops] == [112_896, 44_490]
+    assert independent.cycles == 157_386
 
 
 def test_weights_stream_when_only_the_input_fits():
@@ -101,8 +104,9 @@ def test_pdp_and_elementwise_rates():
 def test_memory_bound_when_dram_is_slow():
     slow = AccelConfig.preset("nv_full").replace(dram_bytes_per_s=1e9)
     run = estimate_chain(slow, _conv_bn_relu(64, 64), (1, 64, 56, 56))
-    assert run.cycles == 876_800  # 876,800 bytes at 1 byte per cycle
-    assert run.utilization == pytest.approx(112_896 / 876_800)
+    # 876,800 bytes at 1 byte per cycle, 6,272 bursts written x 0.5, the latency once
+    assert run.cycles == 876_800 + 3_136 + 1_200
+    assert run.utilization == pytest.approx(112_896 / 881_136)
 
 
 def test_run_reports_the_same_cost_as_estimate_and_profile_records_it():

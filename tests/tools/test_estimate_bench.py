@@ -1,5 +1,6 @@
 """estimate() against what a real run's profile records, its precision checks, the sweep's
 sanity, and the benchmark's Python API (a Relax module without PyTorch)."""
+import numpy as np
 import pytest
 
 import accel_codegen as ac
@@ -174,6 +175,34 @@ def test_every_sweep_point_equals_estimate_there(zoo):
         del expected["seconds"], expected["memory_bound_cycles"], expected["macs"]
         assert {key: row[key] for key in expected} == expected, config.name
     assert rows[0]["layers"] != rows[1]["layers"]  # two partitions
+
+
+def test_sweep_equals_estimate_with_memory_choices(zoo):
+    """Where the code generator's memory choices change the chains (feature maps and weights in
+    SRAM, sparse weights), the sweep applies them per configuration and Winograd pick, as a
+    build and estimate() do: points share a partition but differ in the MAC array and CBUF (so
+    in bytes, plans and picks)."""
+    mod, params, _ = zoo("resnet18", keep_params_as_input=True).imported
+    rng = np.random.default_rng(0)
+    params = {name: np.asarray(value) for name, value in params.items()}
+    pruned = {name: np.where(rng.random(value.shape) < 0.7, 0, value).astype(value.dtype)
+              if value.ndim == 4 else value for name, value in params.items()}
+    full = AccelConfig.preset("nv_full")
+    sram = full.replace(sram_bytes=1 << 20, name="sram")
+    points = [({"point": 0}, sram), ({"point": 1}, sram.replace(atomic_c=32, atomic_k=16,
+                                                                 cbuf_bytes=256 * 1024,
+                                                                 name="sram-small")),
+              ({"point": 2}, full), ({"point": 3}, full.replace(dram_bytes_per_s=2e9, name="d2"))]
+    for precision in ("int8", "fp16"):
+        rows = sweep(mod, pruned, points, precision=precision, progress=False)["points"]
+        for row, (_, config) in zip(rows, points):
+            report = estimate(mod, pruned, config=config, precision=precision)
+            assert row["total_cycles"] == report.total_cycles, (precision, config.name)
+            assert row["dram_bytes"] == report.totals()["dram_bytes"], (precision, config.name)
+            assert row["total_energy_pj"] == report.totals()["total_energy_pj"]
+        assert rows[0]["sram_bytes"] > 0 and rows[2]["sram_bytes"] == 0
+        assert rows[2]["dram_bytes"] < sweep(mod, params, points[2:3], precision=precision,
+                                             progress=False)["points"][0]["dram_bytes"]
 
 
 def test_run_bench_on_a_relax_module_skips_pytorch(zoo):

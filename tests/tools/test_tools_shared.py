@@ -201,7 +201,8 @@ def test_cost_totals():
     assert totals.frames_per_joule() == 1e12 / energy
     assert list(totals.to_dict()) == ["macs", "mac_cycles", "bytes_read", "bytes_written",
                                       "cycles", "energy_pj", "mac_energy_pj", "cbuf_energy_pj",
-                                      "dram_energy_pj", "engine_energy_pj"]
+                                      "dram_energy_pj", "engine_energy_pj", "dram_bytes",
+                                      "sram_bytes"]
     assert energy_line(totals).startswith(f"energy {energy / 1e6:,.1f} uJ per frame (DRAM "
                                           f"{812500 / energy:.1%}, MAC {1200 / energy:.1%},")
     empty = CostTotals.of([])

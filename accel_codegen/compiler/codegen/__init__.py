@@ -35,6 +35,7 @@ from ...quantization import Calibration, TensorQuant
 from ...sim.config import AccelConfig
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
+from .memory import plan_module
 
 #: The global function RunCodegen calls for functions annotated ``Codegen="accel"``.
 GLOBAL_NAME = "relax.ext.accel"
@@ -62,9 +63,11 @@ def generate(functions, options, into: Generated) -> List:
         if "calibration" in options else None
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
+    functions = list(functions)
+    memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd)
     for function in functions:
         gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
-                              winograd)
+                              winograd, memory)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

@@ -3,6 +3,7 @@ unit around the layers. The fixed C lives in ``accel/tvm_glue.h``; what is writt
 what differs from one function to the next. No TVM here."""
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -11,7 +12,7 @@ import numpy as np
 from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
 from ...sim.vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, PIXEL_FORMATS, POOLS,
-                                PRECISIONS)
+                                PRECISIONS, SRAM_STREAMS, WEIGHT_FORMATS)
 from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
 
 
@@ -35,10 +36,12 @@ def c_elementwise(ew_op: Optional[str]) -> str:
 
 
 def conv_op(c: ConvSpec, weights: str, precision: str, in_zero: int = 0,
-            pack: Optional[Tuple[int, int]] = None, modes: Optional[dict] = None) -> str:
+            pack: Optional[Tuple[int, int]] = None, modes: Optional[dict] = None,
+            memory=None) -> str:
     """A CONV descriptor (``OP`` stands for the op); ``pack``: (input channels, slot) of weights
     the glue packs once; ``modes``: the modes chosen (``Layer.conv_modes``: input modes and
-    Winograd)."""
+    Winograd); ``memory``: the CBUF split and weight format
+    (:class:`~accel_codegen.compiler.codegen.memory.ConvChoice`)."""
     k, _, kh, kw = c.weight_shape
     t, left, b, r = c.padding
     text = textwrap.dedent(f"""\
@@ -62,6 +65,12 @@ OP.conv.pad_right = {r};
         text += "\nOP.conv.multi_batch = 1;  /* weights fetched once for the batch */"
     if modes.get("mode", "direct") != "direct":
         text += f"\nOP.conv.mode = {CONV_MODES[modes['mode']].c_name};"
+    if memory is not None:
+        text += (f"\nOP.conv.data_banks = {memory.data_banks}; "
+                 f"OP.conv.weight_banks = {memory.weight_banks};  /* CBUF split */")
+        if memory.weight_format != "dense":
+            text += (f"\nOP.conv.weight_format = {WEIGHT_FORMATS[memory.weight_format].c_name}; "
+                     f"OP.conv.weights_nonzero = {memory.weights_nonzero};")
     if pack is not None:
         text += f"\nif (accel_glue_pack_weights(&k_fn, &OP, {pack[0]}, {pack[1]}) != 0) return -1;"
     return text
@@ -115,12 +124,30 @@ def convert(src: str, src_precision: str, dst: str, dst_precision: str, count: i
             f"{c_precision(dst_precision)}, {count}, {c_float(scale)}, {zero}) != 0) return -1;")
 
 
+def sram_streams(ops: List[str], streams: Sequence[str]) -> List[str]:
+    """The ops with their secondary-memory bits set: the run's input (and resident weights) on
+    its first op, its output on its last, an element-wise operand on the SDP(s) that read one."""
+    bits: List[List[str]] = [[] for _ in ops]
+    if "input" in streams:
+        bits[0].append(SRAM_STREAMS["input"])
+    if "weights" in streams:
+        bits[0].append(SRAM_STREAMS["weights"])
+    if "operand" in streams:
+        for i, op in enumerate(ops):
+            if "OP.sdp.ew_op" in op:
+                bits[i].append(SRAM_STREAMS["operand"])
+    if "output" in streams:
+        bits[-1].append(SRAM_STREAMS["output"])
+    return [op + (f"\nOP.sram = {' | '.join(b)};  /* in SRAM */" if b else "")
+            for op, b in zip(ops, bits)]
+
+
 def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
               out_shape: Sequence[int], fused: bool, label: str) -> List[str]:
     """One accelerator run: the ops' descriptors, then accel_run through the glue."""
     lines = [f"  accel_op ops[{len(ops)}];", "  memset(ops, 0, sizeof ops);"]
     for i, op in enumerate(ops):
-        lines.extend("  " + line.replace("OP", f"ops[{i}]") for line in op.splitlines())
+        lines.extend("  " + re.sub(r"\bOP\b", f"ops[{i}]", line) for line in op.splitlines())
     mode = "ACCEL_MODE_FUSED" if fused else "ACCEL_MODE_INDEPENDENT"
     lines.append(f"  static const int32_t in_shape[4] = {{{', '.join(map(str, in_shape))}}}, "
                  f"out_shape[4] = {{{', '.join(map(str, out_shape))}}};")

@@ -21,6 +21,7 @@ from ...sim.labels import copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
+from .memory import RunMemory, plan_function
 from ..walk import composite_calls, layer_of
 from . import emit, int8
 from .buffers import ScratchPlanner
@@ -44,7 +45,7 @@ class FunctionCodegen:
 
     def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
                  precision: str = "fp32", calibration: Optional[Calibration] = None,
-                 winograd: bool = True):
+                 winograd: bool = True, memory: Optional[Dict[str, RunMemory]] = None):
         self.function = function
         self.config = config
         self.fuse = fuse
@@ -74,6 +75,11 @@ class FunctionCodegen:
         self.operands: Dict[relax.Var, str] = dict(self.args) if precision == "fp32" else {}
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
+        # CBUF splits, weight formats and SRAM placement of every run (shared with estimate;
+        # the module's plan when given, as SRAM is shared by every function)
+        self.memory = memory if memory is not None else \
+            plan_function(function, index, config, fuse, precision, winograd)
+        self.run_memory = RunMemory()  # the run being emitted
 
     @property
     def constants(self) -> Dict[str, np.ndarray]:
@@ -223,6 +229,7 @@ class FunctionCodegen:
         """One accelerator run; returns the int8 quantisation of its output (``concat``: the
         quantisation of the int8 concat this copy rescales its input into)."""
         label = run_label(key, primitive, branch)
+        self.run_memory = self.memory.get(key, RunMemory())
         lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
@@ -264,6 +271,7 @@ class FunctionCodegen:
                                    {"precision": emit.c_precision(self.precision)}))
         if self.precision != "int8" and layer.pool is not None:
             ops.extend(self._pools(layer))
+        ops = emit.sram_streams(ops, self.run_memory.sram)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
                                 layer.fused(self.fuse), label)
         self.body.extend(lines + ["}"])
@@ -312,7 +320,7 @@ class FunctionCodegen:
             self.packed += 1
         return emit.conv_op(c, weights, self.precision, in_zero, pack,
                             layer.conv_modes(self.config, self.fuse, self.precision,
-                                             self.winograd))
+                                             self.winograd), self.run_memory.conv)
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:

@@ -117,7 +117,9 @@ typedef enum accel_feature {
   ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
   ACCEL_FEATURE_BDMA = 32,      /* BDMA engine: channel copies (nv_small's spec disables it) */
   ACCEL_FEATURE_IMAGE_INPUT = 64, /* CONV image-input mode: pixel formats (ABI 5) */
-  ACCEL_FEATURE_BATCH = 128     /* CONV multi-batch mode for fully connected layers (ABI 5) */
+  ACCEL_FEATURE_BATCH = 128,    /* CONV multi-batch mode for fully connected layers (ABI 5) */
+  ACCEL_FEATURE_WEIGHT_COMPRESSION = 256 /* CONV reads sparse weights (ABI 5): see
+                                 * accel_weight_format */
 } accel_feature;
 
 /* A hardware configuration. Presets come from accel_config_preset(); any other values a user
@@ -151,6 +153,16 @@ typedef struct accel_config {
   double sdp_pj_per_element; /* one element through the SDP (scale/shift, element-wise, act) */
   double pdp_pj_per_element; /* one input element through the PDP */
   double cdp_pj_per_element; /* one element through the CDP */
+  /* ABI 5: CBUF banks, DRAM efficiency, the secondary memory (SRAMIF) */
+  int32_t cbuf_banks;        /* CBUF banks (cbuf_bytes / cbuf_banks bytes each, a whole number);
+                              * a CONV splits them between its data and its weights */
+  int32_t dram_burst_bytes;  /* smallest DRAM transfer: every stream rounds up to bursts */
+  int32_t dram_latency_cycles;/* a run's first DRAM read waits this long: exposed when its
+                              * transfer is too small to hide it (see accel_op_stats) */
+  double dram_turnaround_cycles; /* cycles lost per burst written: the bus's read/write
+                              * turnaround, amortised over the writes the controller groups */
+  int64_t sram_bytes;        /* on-chip SRAM behind the secondary memory interface; 0: none */
+  double sram_bytes_per_s;   /* its bandwidth (> 0 when sram_bytes > 0) */
 } accel_config;
 
 /* A tensor in memory: dense NCHW, element type `precision`. 2-D data [N, C] uses h = w = 1. */
@@ -185,7 +197,8 @@ typedef enum accel_engine {
  * channels with a ceil(R/s) x ceil(S/s) kernel.
  * Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the configuration
  * has ACCEL_FEATURE_WINOGRAD; groups == 1; dilation 1; stride_h == stride_w = s;
- * ceil(kernel_h / s) == ceil(kernel_w / s) == 3 (3x3 stride 1, 5x5 or 6x6 stride 2, ...).
+ * ceil(kernel_h / s) == ceil(kernel_w / s) == 3 (3x3 stride 1, 5x5 or 6x6 stride 2, ...);
+ * feature-data input; DENSE weights (NVDLA's compiler never compresses Winograd weights).
  * NVDLA's released compiler uses it for 3x3 stride 1, non-INT8 layers only.
  *
  * Numerics per precision. S = sum over c of |A^T| (|G| |g_c| |G^T| . |B^T| |d_c| |B|) |A|
@@ -274,7 +287,33 @@ typedef struct accel_conv_desc {
                               * mode); same result, fewer weight reads (see cost_model.c) */
   accel_conv_mode mode;      /* DIRECT (0) or WINOGRAD; a Winograd run pre-transforms the
                               * weights itself (weights_packed is checked, not used) */
+  /* ABI 5, too: CBUF split and weight format (what NVDLA's compiler writes in its conv op) */
+  int32_t data_banks;        /* CBUF banks for the input feature data, and */
+  int32_t weight_banks;      /* for the weights: both 0 (the policy of accel_conv_banks()
+                              * applies) or both >= 1 with data_banks + weight_banks (+ 1 for
+                              * the weight mask when sparse) <= cfg.cbuf_banks; weight_banks
+                              * must hold one kernel group (atomic K kernels) and data_banks
+                              * the input rows of one output row, each as far as CBUF has room
+                              * beside the other's minimum (beyond it, the cost model streams
+                              * a kernel group in parts, a row in one-row slices) */
+  int32_t weight_format;     /* accel_weight_format; SPARSE needs ACCEL_FEATURE_WEIGHT_COMPRESSION */
+  int64_t weights_nonzero;   /* SPARSE: the number of non-zero weights (a run checks it
+                              * against the weights; the cost model charges it); 0 otherwise */
 } accel_conv_desc;
+
+/* How a CONV's weights are stored in memory (the functional result never changes).
+ *   DENSE   every weight, in `precision`.
+ *   SPARSE  NVDLA's compressed format: a bit mask (one bit per weight, 1 = non-zero, in the
+ *           packed weight order), the non-zero weights only, and a 4-byte group size per
+ *           kernel group (atomic K kernels); the CONV expands them in CBUF. Bytes read:
+ *           ceil(weights / 8) + weights_nonzero x element bytes + 4 x kernel groups; one CBUF
+ *           bank holds the mask. Worth it when under about 7/8 of the weights are non-zero
+ *           at int8 (15/16 at 16 bits). */
+typedef enum accel_weight_format {
+  ACCEL_WEIGHTS_DENSE = 0,
+  ACCEL_WEIGHTS_SPARSE = 1,
+  ACCEL_WEIGHT_FORMAT_COUNT  /* not a format: the number of them (stays last) */
+} accel_weight_format;
 
 typedef enum accel_eltwise {
   ACCEL_EW_NONE = 0,
@@ -486,6 +525,23 @@ typedef struct accel_bdma_desc {
   accel_precision precision; /* element type of both tensors */
 } accel_bdma_desc;
 
+/* Which of an op's memory streams use the secondary memory (SRAMIF) instead of DRAM
+ * (accel_op.sram bits). NVDLA's compiler places feature maps between layers there when they
+ * fit; the engines read and write it directly, at cfg.sram_bytes_per_s. Weights may live there
+ * too, resident: copied in once when the model's constants load (NVDLA's BDMA moves DRAM to
+ * SRAM), which no inference pays for. A bit needs cfg.sram_bytes > 0 (ACCEL_ERR_UNSUPPORTED
+ * otherwise) and a stream that goes to memory: INPUT on an op that reads its input from memory,
+ * OPERAND on an SDP with an element-wise operand, OUTPUT on an op that writes its output to
+ * memory, WEIGHTS on a CONV (ACCEL_ERR_INVALID otherwise). What a run places in SRAM
+ * (atom-padded tensors, each stream counted on its own, and the weights as stored) must fit
+ * cfg.sram_bytes. */
+typedef enum accel_sram_stream {
+  ACCEL_SRAM_INPUT = 1,      /* the op's input feature data */
+  ACCEL_SRAM_OPERAND = 2,    /* the SDP's element-wise operand */
+  ACCEL_SRAM_OUTPUT = 4,     /* the op's output */
+  ACCEL_SRAM_WEIGHTS = 8     /* the CONV's weights (resident) */
+} accel_sram_stream;
+
 /* One engine op of a chain: `engine` says which descriptor is meant. */
 typedef struct accel_op {
   accel_engine engine;
@@ -496,6 +552,7 @@ typedef struct accel_op {
     accel_cdp_desc cdp;      /* ABI 4 (the union's size is unchanged: conv is the largest) */
     accel_bdma_desc bdma;    /* ABI 4 */
   };
+  uint32_t sram;             /* ABI 5: accel_sram_stream bits; 0: every stream in DRAM */
 } accel_op;
 
 /* The CDP reads its input from memory and writes its output to memory on NVDLA: it is not part
@@ -523,8 +580,17 @@ typedef struct accel_op_stats {
   int64_t reread_bytes;      /* the part of input+weight bytes that re-reads forced by CBUF */
   int64_t bytes_read;        /* input + weight + operand bytes */
   int64_t bytes_written;     /* 0 when the result goes on the fly to the next engine */
-  int64_t memory_cycles;     /* (bytes_read + bytes_written) at the DRAM bandwidth */
-  int64_t cycles;            /* max(compute_cycles, memory_cycles) */
+  int64_t memory_cycles;     /* DRAM cycles: the DRAM bytes below at the DRAM bandwidth, plus
+                              * dram_turnaround_cycles per burst written, plus
+                              * dram_latency_cycles once when any DRAM byte moves */
+  int64_t cycles;            /* max(compute_cycles, memory_cycles, sram_cycles) */
+  /* ABI 5: where the bytes go (for energy), and the CBUF split used */
+  int64_t dram_read_bytes;   /* bytes read over DRAM, each stream rounded up to whole bursts */
+  int64_t dram_write_bytes;  /* bytes written to DRAM, rounded up to whole bursts */
+  int64_t sram_read_bytes;   /* bytes read from the secondary memory (accel_op.sram) */
+  int64_t sram_write_bytes;  /* bytes written to it */
+  int64_t sram_cycles;       /* the SRAM bytes at cfg.sram_bytes_per_s */
+  int32_t data_banks, weight_banks; /* CONV: the CBUF split the run used */
   /* Energy (ABI 5; picojoules, the configuration's per-action energies times these counts). A
    * CONV writes into CBUF every byte it reads from memory (input_bytes + weight_bytes) and
    * reads from CBUF, per MAC-array cycle, one atomic-C entry of data (atomic_c elements) and,
@@ -534,7 +600,8 @@ typedef struct accel_op_stats {
   int64_t cbuf_write_bytes;  /* CONV: input + weight bytes written into CBUF */
   double mac_energy_pj;      /* macs x mac_<precision>_pj (idle lanes are not charged) */
   double cbuf_energy_pj;     /* the CBUF reads and writes */
-  double dram_energy_pj;     /* (bytes_read + bytes_written) x dram_pj_per_byte */
+  double dram_energy_pj;     /* the memory interfaces: DRAM bytes (burst-rounded) x
+                              * dram_pj_per_byte + SRAM bytes x sram_pj_per_byte */
   double engine_energy_pj;   /* SDP / PDP / CDP elements processed x the engine's energy */
   double energy_pj;          /* the sum of the above */
 } accel_op_stats;
@@ -554,6 +621,12 @@ typedef struct accel_run_stats {
   /* ABI 5: the sums of the ops' energies (picojoules), in either mode */
   double mac_energy_pj, cbuf_energy_pj, dram_energy_pj, engine_energy_pj;
   double energy_pj;
+  /* ABI 5 */
+  int64_t memory_cycles;     /* DRAM cycles of the run (FUSED: of the chain's whole DRAM
+                              * traffic, one latency; INDEPENDENT: the ops' sum) */
+  int64_t sram_cycles;       /* the same for the secondary memory */
+  int64_t dram_bytes;        /* DRAM bytes read + written (burst-rounded) */
+  int64_t sram_bytes;        /* SRAM bytes read + written */
 } accel_run_stats;
 
 /* ---- configurations -------------------------------------------------------------------- */
@@ -565,6 +638,29 @@ const char* accel_preset_name(int32_t index);
 accel_status accel_config_preset(const char* name, accel_config* out);
 /* Check every field of a (user-given) configuration. */
 accel_status accel_config_validate(const accel_config* cfg);
+/* The CBUF split NVDLA's compiler would choose for a CONV (what accel_conv_desc.data_banks /
+ * weight_banks = 0 mean), as nvdla/sw's ConvCoreNode::splitNodesInternal orders its options:
+ *   1. the whole input and all weights fit: each gets what it needs;
+ *   2. the whole input and two kernel groups (weights ping-pong, streamed once per image);
+ *   3. the whole input and one kernel group;
+ *   4. otherwise the input is split in horizontal slices (partial height, re-reading the rows
+ *      slices share): the weights get what they need if that is at most half the banks (the
+ *      compiler's default allotment), else two kernel groups, else one; the data the rest.
+ * A sparse weight format reserves one more bank for the mask; Winograd's weights take banks at
+ * their pre-transformed size; a multi_batch conv's whole input is its batch's (up to
+ * ACCEL_MAX_BATCH images). `conv` needs its shape fields, modes, weight_format and
+ * weights_nonzero, not its pointers. */
+accel_status accel_conv_banks(const accel_config* cfg, const accel_conv_desc* conv,
+                              const accel_tensor* input, int32_t* data_banks,
+                              int32_t* weight_banks);
+/* Bytes of a CONV's weights as its weight_format stores them (what one pass over them reads),
+ * for an input of in_c channels (WINOGRAD mode: the pre-transformed 4x4 weights, C*s*s x K x
+ * 16 x 2 bytes, which CBUF holds at that size too); 0 when the conv's fields are invalid (see accel_last_error). */
+int64_t accel_conv_weight_bytes(const accel_config* cfg, const accel_conv_desc* conv,
+                                int32_t in_c);
+/* Bytes of a feature tensor (its shape and precision; data unused) as memory holds it: every
+ * (n, h, w) position padded to whole memory atoms. 0 for an invalid tensor. */
+int64_t accel_feature_bytes(const accel_config* cfg, const accel_tensor* tensor);
 /* MACs the array performs per cycle at a precision: atomic_c x atomic_k for int8, half of
  * atomic_k for 16-bit data and fp32 (charged as fp16). 0 for an invalid precision. */
 int64_t accel_config_macs_per_cycle(const accel_config* cfg, accel_precision precision);

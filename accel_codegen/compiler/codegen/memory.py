@@ -1,0 +1,333 @@
+"""The code generator's memory choices for one offloaded function, made here once for the
+generated code and for the estimate alike (so that an estimate equals a profiled run):
+
+- **Weight format.** A convolution whose weights, as the code generator emits them (folded,
+  rounded or quantised), take fewer bytes in NVDLA's sparse format (a bit mask and the non-zero
+  weights, see ``accel_weight_format`` in accel.h) is stored sparse, where the configuration
+  has weight compression; otherwise dense.
+- **CBUF split.** The data and weight banks NVDLA's compiler would give the convolution
+  (``accel_conv_banks``, the policy of nvdla/sw's ConvCoreNode::splitNodesInternal), for the
+  chosen format; recorded in the CONV descriptor.
+- **Secondary memory (SRAM).** NVDLA's compiler allocates its local surfaces (the feature maps
+  between layers) from the CVSRAM pool first and falls back to DRAM. Here: a feature map that
+  one layer of the function writes and only later layers of the function read goes to SRAM
+  when it fits beside the feature maps already placed there and live at the same time (greedy,
+  in execution order); every run that writes or reads it sets its stream's ``sram`` bit.
+  Function inputs and outputs stay in DRAM (the host reads and writes them), as does a
+  downsample branch's result. The engines write and read SRAM directly, so no BDMA copy is
+  needed for these feature maps.
+- **Resident weights.** What SRAM has left beside the largest set of feature maps live at once
+  (over every function of the module) holds conv weights, in execution order while they fit:
+  copied there once when the model's constants load (the BDMA's job on NVDLA, not part of an
+  inference), then read at SRAM bandwidth by every inference. (NVDLA's own compiler keeps
+  weights in DRAM: placing them in SRAM is this model's choice.)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from tvm import relax
+
+from ..._accel_ffi import ffi, lib
+from ...errors import check
+from ...quantization import quantize_weights
+from ...sim.config import AccelConfig, precision_code
+from ...sim.labels import copy_part, run_key
+from ...sim.ops import Conv, Sdp, count_nonzero
+from ..layer import Layer, constant_value, is_constant, static_shape
+from ..walk import composite_calls, layer_of
+from .folding import affine
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvChoice:
+    """What the CONV descriptor of a run records about memory."""
+
+    data_banks: int
+    weight_banks: int
+    weight_format: str = "dense"
+    weights_nonzero: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMemory:
+    """The memory choices of one run: its streams in SRAM and its conv's choice."""
+
+    sram: Tuple[str, ...] = ()  # among "input", "operand", "output", "weights"
+    conv: Optional[ConvChoice] = None
+
+    @property
+    def changes_nothing(self) -> bool:
+        """Whether :meth:`apply` leaves the ops as they are (no SRAM, dense weights)."""
+        return not self.sram and (self.conv is None or self.conv.weight_format == "dense")
+
+    def apply(self, ops: Sequence) -> list:
+        """The run's engine ops (sim descriptors) with these choices set."""
+        ops = [dataclasses.replace(op) for op in ops]
+        if "input" in self.sram:
+            ops[0].sram = (*ops[0].sram, "input")
+        if "weights" in self.sram:
+            ops[0].sram = (*ops[0].sram, "weights")
+        if "output" in self.sram:
+            ops[-1].sram = (*ops[-1].sram, "output")
+        if "operand" in self.sram:
+            for op in ops:
+                if isinstance(op, Sdp) and op.ew_op is not None:
+                    op.sram = (*op.sram, "operand")
+        if self.conv is not None and isinstance(ops[0], Conv):
+            # The CBUF split stays 0 / 0: the library's policy, which is what the code
+            # generator asked it for on this configuration (and gives a sweep's other CBUFs
+            # their own).
+            ops[0] = dataclasses.replace(ops[0], weight_format=self.conv.weight_format,
+                                         weights_nonzero=self.conv.weights_nonzero)
+        return ops
+
+
+def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional[np.ndarray]:
+    """The conv weights the generated code hands the CONV, in its storage type (None when they
+    are not constants): fp32 as they are, fp16 with a fused layer's batch-norm factor folded in
+    and rounded to half, int8 folded and quantised per output channel."""
+    c = layer.conv
+    weight = scope.get(c.weight, c.weight)
+    if not is_constant(weight):
+        return None
+    w = np.asarray(constant_value(weight), np.float64)
+    w = (w.T if c.transpose_weight else w).reshape(c.weight_shape)
+    if precision == "fp32":
+        return w.astype(np.float32)
+    channels = c.weight_shape[0]
+    if precision == "fp16":
+        if fuse:
+            w = w * affine(layer.sdp, channels, scope)[0].reshape(-1, 1, 1, 1)
+        return w.astype(np.float16)
+    g = affine(layer.sdp, channels, scope)[0]
+    return quantize_weights(w * g.reshape(-1, 1, 1, 1))[0]
+
+
+def conv_choice(config: AccelConfig, layer: Layer, scope, precision: str,
+                fuse: bool, modes: Optional[dict] = None,
+                count_weights: Optional[Callable[[], Optional[int]]] = None) -> ConvChoice:
+    """Weight format and CBUF split of a layer's conv (see the module's docstring), in the conv
+    modes the code generator chose (``Layer.conv_modes``: they change the bytes CBUF holds).
+    ``count_weights``: returns the emitted weights' non-zero count (None when they are not
+    constants), where the caller keeps it; else they are counted here."""
+    config_c = config.to_c()
+    modes = modes or {}
+    conv = Conv(None, weight_shape=layer.conv.weight_shape, stride=layer.conv.stride,
+                padding=layer.conv.padding, dilation=layer.conv.dilation,
+                groups=layer.conv.groups, precision=precision, **modes)
+    desc = ffi.new("accel_conv_desc*")
+    conv._fill(desc)
+    in_c = layer.in_shape[1]
+    fmt, nonzero = "dense", 0
+    if count_weights is None:
+        def count_weights():
+            weights = emitted_weights(layer, scope, precision, fuse)
+            return None if weights is None else count_nonzero(weights, precision)
+    # Winograd's pre-transformed weights are dense (NVDLA's compiler never compresses them).
+    count = count_weights() \
+        if "weight_compression" in config.features and modes.get("mode") != "winograd" \
+        else None
+    if count is not None:
+        dense = lib.accel_conv_weight_bytes(config_c, desc, in_c)
+        desc.weight_format = lib.ACCEL_WEIGHTS_SPARSE
+        desc.weights_nonzero = count
+        # Worth it when fewer bytes, and a CBUF of 3 banks or more leaves one for the mask.
+        if lib.accel_conv_weight_bytes(config_c, desc, in_c) < dense and config.cbuf_banks > 2:
+            fmt, nonzero = "sparse", int(desc.weights_nonzero)
+        else:
+            desc.weight_format, desc.weights_nonzero = lib.ACCEL_WEIGHTS_DENSE, 0
+    shape = ffi.new("accel_tensor*", {"n": layer.in_shape[0], "c": in_c, "h": layer.in_shape[2],
+                                      "w": layer.in_shape[3],
+                                      "precision": precision_code(precision)})
+    data_banks, weight_banks = ffi.new("int32_t*"), ffi.new("int32_t*")
+    check(lib.accel_conv_banks(config_c, desc, shape, data_banks, weight_banks))
+    return ConvChoice(int(data_banks[0]), int(weight_banks[0]), fmt, nonzero)
+
+
+def _feature_bytes(config_c, shape: Sequence[int], precision: str) -> int:
+    n, c, h, w = (tuple(shape) + (1, 1))[:4]
+    tensor = ffi.new("accel_tensor*", {"n": n, "c": c, "h": h, "w": w,
+                                       "precision": precision_code(precision)})
+    return int(lib.accel_feature_bytes(config_c, tensor))
+
+
+@dataclasses.dataclass
+class _Run:
+    key: str
+    layer: Layer
+    call: int                   # index of its composite call in the function
+    reads: Dict[str, relax.Var] = dataclasses.field(default_factory=dict)  # stream -> var
+    writes: Optional[relax.Var] = None
+
+
+def _runs(function: relax.Function, function_index: int
+          ) -> Tuple[List[_Run], Dict[int, dict]]:
+    """The runs of a function with the function-level tensors each reads and writes, and the
+    scope (composite parameters -> call arguments) of each call."""
+    runs: List[_Run] = []
+    scopes: Dict[int, dict] = {}
+    for index, (binding, composite) in enumerate(composite_calls(function)):
+        scope = dict(zip(composite.params, binding.value.args))
+        scopes[index] = scope
+        layer = layer_of(composite, binding.value.args, function)  # host_input: image mode
+
+        def var(expr):
+            resolved = scope.get(expr, expr) if expr is not None else None
+            return resolved if isinstance(resolved, relax.Var) else None
+
+        if len(layer.copies) > 1:
+            for part, run in enumerate(layer.runs()):
+                runs.append(_Run(run_key(function_index, index, copy_part(part)), run, index,
+                                 {"input": var(run.data)}, binding.var))
+        elif layer.branch is not None:
+            runs.append(_Run(run_key(function_index, index, "a"), layer.branch, index,
+                             {"input": var(layer.branch.data)}))
+            runs.append(_Run(run_key(function_index, index, "b"), layer, index,
+                             {"input": var(layer.data)}, binding.var))
+        else:
+            runs.append(_Run(run_key(function_index, index), layer, index,
+                             {"input": var(layer.data), "operand": var(layer.sdp.operand)},
+                             binding.var))
+    return runs, scopes
+
+
+def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
+                precision: str, first_index: int = 0, winograd: bool = True,
+                modes: Optional[Dict[str, dict]] = None,
+                nonzero: Optional[Dict[str, Optional[int]]] = None) -> Dict[str, RunMemory]:
+    """The memory choices of every run of a module's offloaded functions (in the order the
+    code generator numbers them, from ``first_index``), by run key. ``modes``: each conv run's
+    CONV modes by run key, where the caller has chosen them (else ``Layer.conv_modes``);
+    ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across
+    calls (the counts do not depend on the configuration)."""
+    plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes, nonzero)
+             for i, f in enumerate(functions)]
+    if config.sram_bytes > 0:
+        for plan in plans:
+            plan.place_feature_maps()
+        # Resident weights share the SRAM with every function's feature maps.
+        budget = config.sram_bytes - max(max(plan.load, default=0) for plan in plans)
+        for plan in plans:
+            budget = plan.place_weights(budget)
+    return {key: memory for plan in plans for key, memory in plan.result().items()}
+
+
+def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
+                  fuse: bool, precision: str, winograd: bool = True) -> Dict[str, RunMemory]:
+    """The memory choices of one function's runs, as if it were the module's only one."""
+    plan = _FunctionPlan(function, function_index, config, fuse, precision, winograd)
+    if config.sram_bytes > 0:
+        plan.place_feature_maps()
+        plan.place_weights(config.sram_bytes - max(plan.load, default=0))
+    return plan.result()
+
+
+class _FunctionPlan:
+    """The runs of one function, its conv choices and what it places in SRAM."""
+
+    def __init__(self, function: relax.Function, function_index: int, config: AccelConfig,
+                 fuse: bool, precision: str, winograd: bool = True,
+                 modes: Optional[Dict[str, dict]] = None,
+                 nonzero: Optional[Dict[str, Optional[int]]] = None):
+        self.function = function
+        self.config = config
+        self.config_c = config.to_c()
+        self.precision = precision
+        self.runs, scopes = _runs(function, function_index)
+        # the conv modes (image input, multi-batch, Winograd) the code generator chooses
+        self.modes = {run.key: modes[run.key] if modes is not None
+                      else run.layer.conv_modes(config, fuse, precision, winograd)
+                      for run in self.runs if run.layer.conv is not None}
+
+        def counted(run: _Run) -> Optional[Callable[[], Optional[int]]]:
+            if nonzero is None:
+                return None
+
+            def count() -> Optional[int]:
+                if run.key not in nonzero:
+                    weights = emitted_weights(run.layer, scopes[run.call], precision, fuse)
+                    nonzero[run.key] = None if weights is None \
+                        else count_nonzero(weights, precision)
+                return nonzero[run.key]
+            return count
+
+        self.convs = {key: conv_choice(config, run.layer, scopes[run.call], precision, fuse,
+                                       self.modes[key], counted(run))
+                      for run in self.runs if (key := run.key) in self.modes}
+        self.sram_of: Dict[str, set] = {run.key: set() for run in self.runs}
+        self.placed: set = set()             # feature maps in SRAM
+        self.sizes: Dict[relax.Var, int] = {}
+        self.load: List[int] = []            # SRAM bytes of feature maps live at each call
+
+    def result(self) -> Dict[str, RunMemory]:
+        return {run.key: RunMemory(tuple(sorted(self.sram_of[run.key])), self.convs.get(run.key))
+                for run in self.runs}
+
+    def run_footprint(self, run: _Run, extra=None) -> int:
+        """The run's SRAM feature bytes as the library counts them (each stream on its own)."""
+        tensors = [v for v in run.reads.values()
+                   if v is not None and (v in self.placed or v is extra)]
+        if run.writes is not None and (run.writes in self.placed or run.writes is extra):
+            tensors.append(run.writes)
+        return sum(self.sizes[v] for v in tensors)
+
+    def place_weights(self, budget: int) -> int:
+        """Resident weights, in execution order, while they fit ``budget``; returns what is
+        left of it."""
+        for run in self.runs:
+            choice = self.convs.get(run.key)
+            if choice is None:
+                continue
+            layer = run.layer
+            conv = Conv(None, weight_shape=layer.conv.weight_shape, groups=layer.conv.groups,
+                        stride=layer.conv.stride, precision=self.precision,
+                        **self.modes[run.key], **dataclasses.asdict(choice))
+            desc = ffi.new("accel_conv_desc*")
+            conv._fill(desc)
+            size = int(lib.accel_conv_weight_bytes(self.config_c, desc, layer.in_shape[1]))
+            if 0 < size <= budget and \
+                    self.run_footprint(run) + size <= self.config.sram_bytes:
+                self.sram_of[run.key].add("weights")
+                budget -= size
+        return budget
+
+    def place_feature_maps(self) -> None:
+        """Greedy placement of the function's intermediate feature maps (see the docstring)."""
+        runs, config = self.runs, self.config
+        result = self.function.body.body
+        outputs = set(result.fields) if isinstance(result, relax.Tuple) else {result}
+        produced = {run.writes: run.call for run in runs if run.writes is not None}
+        # Every use of a tensor: (run, stream); a tensor read any other way stays in DRAM.
+        uses: Dict[relax.Var, List[Tuple[_Run, str]]] = {}
+        for run in runs:
+            for stream, var in run.reads.items():
+                if var is not None:
+                    uses.setdefault(var, []).append((run, stream))
+        for var in produced:
+            views = [static_shape(var)] + [u.layer.in_shape for u, stream in uses.get(var, ())
+                                          if stream == "input"]
+            self.sizes[var] = max(_feature_bytes(self.config_c, shape, self.precision)
+                                  for shape in views)
+        self.load = [0] * (max((run.call for run in runs), default=-1) + 1)
+        for var, first in sorted(produced.items(), key=lambda item: item[1]):
+            readers = uses.get(var, [])
+            if var in outputs or not readers:
+                continue
+            size = self.sizes[var]
+            last = max(run.call for run, _ in readers)
+            if any(self.load[i] + size > config.sram_bytes for i in range(first, last + 1)):
+                continue
+            touching = [run for run in runs if run.writes is var] + [run for run, _ in readers]
+            if any(self.run_footprint(run, var) > config.sram_bytes for run in touching):
+                continue
+            self.placed.add(var)
+            for i in range(first, last + 1):
+                self.load[i] += size
+            for run in runs:
+                if run.writes is var:
+                    self.sram_of[run.key].add("output")
+            for run, stream in readers:
+                self.sram_of[run.key].add(stream)
