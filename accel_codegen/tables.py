@@ -69,7 +69,7 @@ def render_table(columns: Sequence[Column], rows: Sequence[Row],
     return "\n".join(lines)
 
 
-def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = False,
+def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes: bool = False,
                utilization_total: Optional[float] = None) -> str:
     """The per-layer cost table of a profile or an estimate, with a totals row.
 
@@ -78,13 +78,17 @@ def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = Fals
     records : sequence
         Per-layer records with ``label``, ``mode``, the cost fields and ``utilization``, and
         their engines (see :func:`~accel_codegen.costs.engine_names`).
-    engines_width : int
-        Width of the engines column (longer names are cut).
+    engines_width : int, optional
+        Width of the engines column (longer names are cut); by default the longest name's, so
+        "CONV(image)+SDP+PDP" is shown whole.
     modes : bool
         Show each run's mode (fused or independent).
     utilization_total : float, optional
         The whole inference's MAC utilisation, shown in the totals row when given.
     """
+    names = [engine_names(r) for r in records]
+    if engines_width is None:
+        engines_width = max([len("engines"), *map(len, names)])
     columns = [Column("#", 4), Column("layer", 44, "<", clip=True)]
     if modes:
         columns.append(Column("mode", 11, "<"))
@@ -97,8 +101,8 @@ def cost_table(records: Sequence, *, engines_width: int = 15, modes: bool = Fals
         return [r.macs / 1e6, r.bytes_read / 1e3, r.bytes_written / 1e3, r.cycles,
                 r.energy_pj / 1e6]
 
-    rows = [[i, r.label] + ([r.mode] if modes else []) + [engine_names(r)] + costs(r) +
-            [r.utilization] for i, r in enumerate(records)]
+    rows = [[i, r.label] + ([r.mode] if modes else []) + [name] + costs(r) + [r.utilization]
+            for i, (r, name) in enumerate(zip(records, names))]
     total = ["", "total"] + ([""] if modes else []) + [""] + costs(CostTotals.of(records))
     if utilization_total is not None:
         total.append(utilization_total)

@@ -64,7 +64,8 @@
  *   energies. MACs are the useful ones (idle lanes are not charged). A CONV writes into CBUF the
  *   bytes it reads from memory (re-reads included); it reads one atomic-C entry of data per
  *   MAC-array cycle and, per stripe of ACCEL_CONV_STRIPE output positions, every atomic-C x
- *   atomic-K weight block of its loops once. SDP, PDP, CDP: elements processed (the PDP's and
+ *   atomic-K weight block of its loops once (Winograd: a block is 4x4 transformed weights of
+ *   atomic_c / 16 folded channels, and its positions are the 2x2 output tiles). SDP, PDP, CDP: elements processed (the PDP's and
  *   CDP's input elements). Every byte read or written counts as DRAM traffic. A run's energy is
  *   the sum of its ops' in either mode (fusion saves the energy of the bytes it does not move).
  */
@@ -292,13 +293,19 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
            g->multi_batch ? "conv2d_batch" : g->groups == 1 ? "conv2d" :
            (c_group == 1 && k_group == 1) ? "conv2d_depthwise" : "conv2d_grouped");
   s->macs = positions * g->k * c_group * g->kernel_h * g->kernel_w;
+  /* The weight blocks the MAC array loads, each once per stripe of its data positions. */
+  int64_t weight_blocks = (int64_t)g->groups * ceil_div(c_group, cfg->atomic_c) *
+                          ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
+  int64_t block_positions = positions;
   if (winograd) { /* groups 1, equal strides, feature data: validated */
     const int64_t folded_c = (int64_t)g->c * g->stride_h * g->stride_h;
     const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
     s->macs = (int64_t)g->n * ceil_div(g->out_h, 2) * ceil_div(g->out_w, 2) * 16 * folded_c *
               g->k;
-    s->mac_cycles = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2 *
-                    ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
+    /* each block: 4x4 transformed weights of `lanes` channels, one per 2x2 output tile */
+    block_positions = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2;
+    weight_blocks = ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
+    s->mac_cycles = block_positions * weight_blocks;
   } else if (g->pixel_bytes) {
     const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
     const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
@@ -323,12 +330,10 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
    * per cycle and each weight block of its loops once per stripe of output positions. */
   const int64_t eb = hw_element_bytes(p);
-  const int64_t weight_blocks = (int64_t)g->groups * ceil_div(c_group, cfg->atomic_c) *
-                                ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   s->cbuf_write_bytes = s->input_bytes + s->weight_bytes;
   s->cbuf_read_bytes = s->mac_cycles * cfg->atomic_c * eb +
-                       ceil_div(positions, ACCEL_CONV_STRIPE) * weight_blocks * cfg->atomic_c *
-                           atomic_k_at(cfg, p) * eb;
+                       ceil_div(block_positions, ACCEL_CONV_STRIPE) * weight_blocks *
+                           cfg->atomic_c * atomic_k_at(cfg, p) * eb;
   s->cbuf_energy_pj = (double)s->cbuf_read_bytes * cfg->cbuf_read_pj_per_byte +
                       (double)s->cbuf_write_bytes * cfg->cbuf_write_pj_per_byte;
   s->mac_energy_pj =

@@ -176,7 +176,7 @@ class EstimateReport:
                  f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
                  f"layers, {self.host_ops} host operators")
-        table = cost_table(self.layers, engines_width=19, utilization_total=self.utilization)
+        table = cost_table(self.layers, utilization_total=self.utilization)
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "

@@ -166,6 +166,20 @@ def test_int8_3x3_cost_by_hand():
     assert wino.op == "conv2d_winograd" and direct.op == "conv2d"
 
 
+def test_int8_3x3_cbuf_reads_by_hand():
+    """The same layer's CBUF reads: data, one 64-byte atomic-C entry per MAC cycle; weights,
+    per stripe of 16 positions (Winograd: 2x2 output tiles) every atomic-C x atomic-K block.
+    direct:   3136 x 2 x 9 = 56,448 cycles x 64 B + 196 stripes x (1 x 2 x 9) blocks x 2,048 B
+    Winograd: 784 tiles x 32 blocks (16 x 4 channels, 2 x 32 kernels) = 25,088 cycles x 64 B
+              + 49 stripes x 32 blocks x 2,048 B."""
+    conv = dict(weight_shape=(64, 64, 3, 3), padding=1, precision="int8")
+    sdp = Sdp(bias=None, precision="int8")
+    wino = _op_stats([Conv(None, mode="winograd", **conv), sdp], (1, 64, 56, 56), "int8")
+    direct = _op_stats([Conv(None, **conv), sdp], (1, 64, 56, 56), "int8")
+    assert direct.cbuf_read_bytes == 56_448 * 64 + 196 * 18 * 64 * 32
+    assert wino.cbuf_read_bytes == 25_088 * 64 + 49 * 32 * 64 * 32
+
+
 def test_strided_fp16_cost_by_hand():
     """5x5 stride 2 folds to 3x3 over 4x the channels; outputs round up to 4x4 blocks."""
     conv = dict(weight_shape=(16, 8, 5, 5), stride=2, padding=2, precision="fp16")
