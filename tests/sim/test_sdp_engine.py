@@ -118,6 +118,35 @@ def test_int8_prelu_beyond_int32_is_not_saturated():
     np.testing.assert_array_equal(y.ravel(), [-64, -64])
 
 
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("out_zero", [-128, -7, 0, 93, 127])
+def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
+    """The common converter (bias, mul, shift, NONE / RELU / CLIP) runs in int32 lanes where the
+    bounds allow (sdp_i8.c span_fast32: t clamped to +-T, where codes saturate; a direct and a
+    split product), otherwise in int64: every shift 0..44, positive, negative and zero
+    multipliers, and biases that put t = v + bias on both sides of +-T and of the int32 ends."""
+    rng = np.random.default_rng(400 + out_zero)
+    shifts = np.arange(45)
+    c = shifts.size * 4
+    rshift = np.repeat(shifts, 4).astype(np.uint8)
+    mul = rng.integers(1, 32768, c)
+    mul[::4] = rng.choice([1, 2, 16384, 32767, -1, -32768, 0], shifts.size)
+    r = 128 + abs(out_zero)
+    t_edge = -(-(r << rshift.astype(object)) // np.maximum(np.abs(mul), 1).astype(object))
+    t_edge = np.array([min(int(t), 2**31) for t in t_edge], np.int64)
+    sign = rng.choice([-1, 1], c)
+    bias = np.clip(sign * t_edge + rng.integers(-200, 200, c), -2**31, 2**31 - 1)
+    bias[1::8] = rng.choice([-2**31, 2**31 - 1, 0], bias[1::8].size)
+    x = rng.integers(-128, 128, (1, c, 3, 37)).astype(np.int8)
+    op = Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16), rshift=rshift,
+             in_zero=int(rng.integers(-128, 128)), act=act, out_zero=out_zero,
+             clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
+             precision="int8")
+    y = run_and_compare(DEVICE, [op], x, f"converter edges {act} {out_zero}")
+    if not (act == "relu" and out_zero == 127):  # there every code is max(y, 127)
+        assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
+
+
 def test_int8_element_wise_ops_with_converters():
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (2, 6, 5, 7)).astype(np.int8)
