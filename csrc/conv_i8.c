@@ -515,6 +515,94 @@ typedef struct seg {
   int64_t col, o, len;
 } seg;
 
+/* The implicit GEMM's loops (pool_for items): packing, copy rows, units. */
+typedef struct imp_job {
+  const plan* P;
+  const imp_plan* Q;
+  const bsrc* B;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* weights;
+  const int8_t* apack;
+  const int32_t* wsum;
+  int8_t* pdata;
+  int32_t* psum;
+  int8_t* out;
+  const sdp_i8* ep;
+  char* const* scratch; /* per participant: the tile, then 4 rows of tmp */
+  size_t tile_bytes;
+  int64_t ldt, rows_per_item, nbuild, tiles, b;
+} imp_job;
+
+static void imp_pack_item(void* ctx, int64_t blk, int participant) {
+  const imp_job* J = ctx;
+  (void)participant;
+  pack_block(J->P, J->weights, blk / J->P->mblocks, blk % J->P->mblocks, J->pdata, J->psum);
+}
+
+static void imp_build_item(void* ctx, int64_t chunk, int participant) {
+  const imp_job* J = ctx;
+  int8_t* tmp = (int8_t*)(J->scratch[participant] + J->tile_bytes);
+  const int8_t* img = J->in + J->b * J->P->g->c * J->P->hw;
+  const int64_t r0 = chunk * J->rows_per_item;
+  const int64_t r1 = r0 + J->rows_per_item < J->nbuild ? r0 + J->rows_per_item : J->nbuild;
+  for (int64_t item = r0; item < r1; ++item)
+    imp_build_row(J->P, J->Q, img, item, (uint8_t*)J->B->base, J->in_zero, tmp, J->ldt);
+}
+
+/* Unit u = (group, tile, block of MR channels) of image b: its GEMM, then the epilogue. */
+static void imp_unit_item(void* ctx, int64_t u, int participant) {
+  const imp_job* J = ctx;
+  const plan* P = J->P;
+  const imp_plan* Q = J->Q;
+  const conv_geometry* g = P->g;
+  const sdp_i8* ep = J->ep;
+  const int64_t b = J->b, tiles = J->tiles, npanels = J->B->npanels;
+  int32_t* tile = (int32_t*)J->scratch[participant];
+  const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
+  const int64_t grp = u / (P->mblocks * tiles);
+  const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
+  gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+  /* the tile's outputs, as runs of grid columns */
+  seg segs[TILE * NR + 1];
+  int nseg = 0;
+  const int64_t n0 = p0 * NR, n1 = p1 * NR < Q->ncols ? p1 * NR : Q->ncols;
+  for (int64_t n = n0; n < n1;) {
+    const int64_t y = n / Q->wq, x = n % Q->wq;
+    if (x >= g->out_w) {
+      n += Q->wq - x;
+      continue;
+    }
+    const int64_t len = g->out_w - x < n1 - n ? g->out_w - x : n1 - n;
+    const int64_t o = y * g->out_w + x;
+    if (nseg > 0 && segs[nseg - 1].col + segs[nseg - 1].len == n - n0 &&
+        segs[nseg - 1].o + segs[nseg - 1].len == o) {
+      segs[nseg - 1].len += len; /* no garbage columns between: one run */
+    } else {
+      segs[nseg++] = (seg){n - n0, o, len};
+    }
+    n += len;
+  }
+  if (nseg == 0) return;
+  const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
+  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+  if (P->ohw == 1) { /* one output per channel: along the channels */
+    const int64_t k0 = grp * P->mg + mb * MR;
+    epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, J->out);
+    return;
+  }
+  for (int64_t m = 0; m < rows; ++m) {
+    int32_t* row = tile + m * TILE * NR;
+    for (int i = 0; i < nseg; ++i)
+      if (segs[i].col != segs[i].o - o0)
+        move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
+    const int64_t k = grp * P->mg + mb * MR + m;
+    const int64_t at = (b * g->k + k) * P->ohw + o0;
+    sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                J->out + at, cnt);
+  }
+}
+
 static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* in,
                                   const int8_t* apack, const int32_t* wsum, const int8_t* weights,
                                   int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
@@ -546,68 +634,16 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
-  const int64_t npack = pack_now ? g->groups * P->mblocks : 0;
-
-#pragma omp parallel num_threads(nth)
-  {
-    char* mine = scratch[omp_get_thread_num()];
-    int32_t* tile = (int32_t*)mine;
-    int8_t* tmp = (int8_t*)(mine + tile_bytes);
-#pragma omp for schedule(static) nowait
-    for (int64_t blk = 0; blk < npack; ++blk)
-      pack_block(P, weights, blk / P->mblocks, blk % P->mblocks, pdata, psum);
-    for (int64_t b = 0; b < g->n; ++b) {
-      const int8_t* img = in + b * g->c * P->hw;
-#pragma omp for schedule(static)
-      for (int64_t item = 0; item < nbuild; ++item)
-        imp_build_row(P, &Q, img, item, copy, in_zero, tmp, ldt);
-      const int t = omp_get_thread_num(), team = omp_get_num_threads();
-      for (int64_t u = units * t / team; u < units * (t + 1) / team; ++u) {
-        const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
-        const int64_t grp = u / (P->mblocks * tiles);
-        const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
-        gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
-        /* the tile's outputs, as runs of grid columns */
-        seg segs[TILE * NR + 1];
-        int nseg = 0;
-        const int64_t n0 = p0 * NR, n1 = p1 * NR < Q.ncols ? p1 * NR : Q.ncols;
-        for (int64_t n = n0; n < n1;) {
-          const int64_t y = n / Q.wq, x = n % Q.wq;
-          if (x >= g->out_w) {
-            n += Q.wq - x;
-            continue;
-          }
-          const int64_t len = g->out_w - x < n1 - n ? g->out_w - x : n1 - n;
-          const int64_t o = y * g->out_w + x;
-          if (nseg > 0 && segs[nseg - 1].col + segs[nseg - 1].len == n - n0 &&
-              segs[nseg - 1].o + segs[nseg - 1].len == o) {
-            segs[nseg - 1].len += len; /* no garbage columns between: one run */
-          } else {
-            segs[nseg++] = (seg){n - n0, o, len};
-          }
-          n += len;
-        }
-        if (nseg == 0) continue;
-        const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
-        const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
-        if (P->ohw == 1) { /* one output per channel: along the channels */
-          const int64_t k0 = grp * P->mg + mb * MR;
-          epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, out);
-          continue;
-        }
-        for (int64_t m = 0; m < rows; ++m) {
-          int32_t* row = tile + m * TILE * NR;
-          for (int i = 0; i < nseg; ++i)
-            if (segs[i].col != segs[i].o - o0)
-              move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
-          const int64_t k = grp * P->mg + mb * MR + m;
-          const int64_t at = (b * g->k + k) * P->ohw + o0;
-          sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                      out + at, cnt);
-        }
-      }
-#pragma omp barrier /* the copy is rebuilt for the next image */
-    }
+  /* copy rows in items of about 4 KiB (a claim per row would cost as much as a short row) */
+  int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
+  if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
+  imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0};
+  if (pack_now) pool_for(nth, g->groups * P->mblocks, imp_pack_item, &J);
+  for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */
+    J.b = b;
+    pool_for(nth, (nbuild + rows_per_item - 1) / rows_per_item, imp_build_item, &J);
+    pool_for(nth, units, imp_unit_item, &J);
   }
   return ACCEL_OK;
 }
@@ -733,6 +769,92 @@ static void gemv_build(const plan* P, const uint8_t* cols, int64_t ldb, int64_t 
   }
 }
 
+/* im2col's loops (pool_for items): packing, column rows, gemv columns, units of chunk j0. */
+typedef struct col_job {
+  const plan* P;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* weights;
+  const int8_t* apack;
+  const int32_t* wsum;
+  int8_t* pdata;
+  int32_t* psum;
+  int8_t* out;
+  const sdp_i8* ep;
+  int32_t* const* tiles_buf; /* per participant */
+  uint8_t* cols;
+  const int64_t* off;
+  __m512i* xp;
+  int64_t gbytes, ldb, j0, nc, npanels, tiles;
+  int gemv;
+  int64_t kd2;
+} col_job;
+
+static void col_pack_item(void* ctx, int64_t blk, int participant) {
+  const col_job* J = ctx;
+  (void)participant;
+  pack_block(J->P, J->weights, blk / J->P->mblocks, blk % J->P->mblocks, J->pdata, J->psum);
+}
+
+static void col_build_item(void* ctx, int64_t row, int participant) {
+  const col_job* J = ctx;
+  const int64_t grp = row / J->P->kd4, k = row % J->P->kd4;
+  (void)participant;
+  col_build_row(J->P, J->in, J->in_zero, grp, k, J->j0, J->nc, J->ldb,
+                J->cols + grp * J->gbytes + k * J->ldb * 4);
+}
+
+static void col_gemv_build_item(void* ctx, int64_t row, int participant) {
+  const col_job* J = ctx;
+  const int64_t grp = row / J->kd2;
+  (void)participant;
+  gemv_build(J->P, J->cols + grp * J->gbytes, J->ldb, J->nc, row % J->kd2,
+             J->xp + grp * J->nc * J->kd2);
+}
+
+static void col_unit_item(void* ctx, int64_t u, int participant) {
+  const col_job* J = ctx;
+  const plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const sdp_i8* ep = J->ep;
+  int32_t* tile = J->tiles_buf[participant];
+  const int64_t nc = J->nc, j0 = J->j0, tiles = J->tiles, npanels = J->npanels;
+  const bsrc B = {J->cols, J->gbytes, J->off, nc, npanels, tiles};
+  const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
+  const int64_t grp = u / (P->mblocks * tiles);
+  const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
+  if (J->gemv) {
+    const int64_t blk = grp * P->mblocks + mb;
+    int32_t corr[MR];
+    for (int m = 0; m < MR; ++m)
+      corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
+    gemv_table[nc](P->kd4, J->apack + blk * P->kd4 * MR * 4, J->xp + grp * nc * J->kd2, corr,
+                   tile);
+  } else {
+    gemm_tile(P, &B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+  }
+  const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
+  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+  if (P->ohw == 1) { /* one output per image and channel: along the channels */
+    const int64_t k0 = grp * P->mg + mb * MR;
+    for (int64_t j = n0; j < n1; ++j)
+      epilogue_column(ep, tile, j - n0, rows, k0, (j0 + j) * g->k + k0, J->out);
+    return;
+  }
+  for (int64_t m = 0; m < rows; ++m) {
+    int32_t* row = tile + m * TILE * NR;
+    const int64_t k = grp * P->mg + mb * MR + m;
+    for (int64_t j = n0; j < n1;) {
+      const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
+      const int64_t len = P->ohw - pos < n1 - j ? P->ohw - pos : n1 - j;
+      const int64_t at = (b * g->k + k) * P->ohw + pos;
+      sdp_i8_span(ep, (int32_t)k, row + (j - n0),
+                  ep->ew_operand != NULL ? ep->ew_operand + at : NULL, J->out + at, len);
+      j += len;
+    }
+  }
+}
+
 static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in,
                                 const int8_t* apack, const int32_t* wsum, const int8_t* weights,
                                 int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
@@ -775,67 +897,17 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
     if (xp == NULL) return ACCEL_ERR_NO_MEMORY;
   }
 
-#pragma omp parallel num_threads(nth)
-  {
-    int32_t* tile = tiles_buf[omp_get_thread_num()];
-#pragma omp for schedule(static) nowait
-    for (int64_t blk = 0; blk < npack; ++blk)
-      pack_block(P, weights, blk / P->mblocks, blk % P->mblocks, pdata, psum);
-    for (int64_t j0 = 0; j0 < total; j0 += chunk) {
-      const int64_t nc = total - j0 < chunk ? total - j0 : chunk;
-      const int64_t npanels = (nc + NR - 1) / NR;
-      const int64_t tiles = choose_tiles(npanels, P->mblocks, g->groups, omp_get_num_threads());
-      const bsrc B = {cols, gbytes, off, nc, npanels, tiles};
-#pragma omp for schedule(static)
-      for (int64_t row = 0; row < nrows; ++row) {
-        const int64_t grp = row / P->kd4, k = row % P->kd4;
-        col_build_row(P, in, in_zero, grp, k, j0, nc, ldb, cols + grp * gbytes + k * ldb * 4);
-      }
-      if (gemv) {
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < g->groups * kd2; ++row) {
-          const int64_t grp = row / kd2;
-          gemv_build(P, cols + grp * gbytes, ldb, nc, row % kd2, xp + grp * nc * kd2);
-        }
-      }
-      const int64_t units = g->groups * tiles * P->mblocks;
-      const int t = omp_get_thread_num(), team = omp_get_num_threads();
-      for (int64_t u = units * t / team; u < units * (t + 1) / team; ++u) {
-        const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
-        const int64_t grp = u / (P->mblocks * tiles);
-        const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
-        if (gemv) {
-          const int64_t blk = grp * P->mblocks + mb;
-          int32_t corr[MR];
-          for (int m = 0; m < MR; ++m)
-            corr[m] = (int32_t)(0u - (uint32_t)(128 + in_zero) * (uint32_t)wsum[blk * MR + m]);
-          gemv_table[nc](P->kd4, apack + blk * P->kd4 * MR * 4, xp + grp * nc * kd2, corr, tile);
-        } else {
-          gemm_tile(P, &B, apack, wsum, in_zero, grp, mb, p0, p1, tile);
-        }
-        const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
-        const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
-        if (P->ohw == 1) { /* one output per image and channel: along the channels */
-          const int64_t k0 = grp * P->mg + mb * MR;
-          for (int64_t j = n0; j < n1; ++j)
-            epilogue_column(ep, tile, j - n0, rows, k0, (j0 + j) * g->k + k0, out);
-          continue;
-        }
-        for (int64_t m = 0; m < rows; ++m) {
-          int32_t* row = tile + m * TILE * NR;
-          const int64_t k = grp * P->mg + mb * MR + m;
-          for (int64_t j = n0; j < n1;) {
-            const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
-            const int64_t len = P->ohw - pos < n1 - j ? P->ohw - pos : n1 - j;
-            const int64_t at = (b * g->k + k) * P->ohw + pos;
-            sdp_i8_span(ep, (int32_t)k, row + (j - n0),
-                        ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at, len);
-            j += len;
-          }
-        }
-      }
-#pragma omp barrier /* the columns are rebuilt for the next chunk */
-    }
+  col_job J = {P, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, tiles_buf, cols, off,
+               xp, gbytes, ldb, 0, 0, 0, 0, total <= GEMV_COLS, kd2};
+  if (npack > 0) pool_for(nth, npack, col_pack_item, &J);
+  for (int64_t j0 = 0; j0 < total; j0 += chunk) { /* the columns are rebuilt for each chunk */
+    J.j0 = j0;
+    J.nc = total - j0 < chunk ? total - j0 : chunk;
+    J.npanels = (J.nc + NR - 1) / NR;
+    J.tiles = choose_tiles(J.npanels, P->mblocks, g->groups, nth);
+    pool_for(nth, nrows, col_build_item, &J);
+    if (J.gemv) pool_for(nth, g->groups * kd2, col_gemv_build_item, &J);
+    pool_for(nth, g->groups * J.tiles * P->mblocks, col_unit_item, &J);
   }
   return ACCEL_OK;
 }
@@ -946,6 +1018,54 @@ static void dw_grid(const int16_t* copy, const dw_term* terms, const int32_t* wo
   }
 }
 
+/* The depthwise loop (pool_for items): planes [item * chunk, ...) of the input. */
+typedef struct dw_job {
+  const plan* P;
+  const imp_plan* Q;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* w;
+  int8_t* out;
+  const sdp_i8* ep;
+  char* const* bufs; /* per participant: the int16 copy, the grid, the weight words */
+  const dw_term* terms;
+  int64_t nterms, ngrid, planes, chunk;
+  size_t copy_bytes, grid_bytes;
+} dw_job;
+
+static void dw_item(void* ctx, int64_t item, int participant) {
+  const dw_job* J = ctx;
+  const plan* P = J->P;
+  const imp_plan* Q = J->Q;
+  const conv_geometry* g = P->g;
+  const sdp_i8* ep = J->ep;
+  char* buf = J->bufs[participant];
+  int16_t* copy = (int16_t*)buf;
+  int32_t* grid = (int32_t*)(buf + J->copy_bytes);
+  int32_t* words = (int32_t*)(buf + J->copy_bytes + J->grid_bytes);
+  const int64_t taps = P->rs, p1 = (item + 1) * J->chunk;
+  for (int64_t pl = item * J->chunk; pl < p1 && pl < J->planes; ++pl) {
+    const int64_t b = pl / g->c, c = pl % g->c;
+    dw_build(P, Q, J->in + pl * P->hw, J->in_zero, copy);
+    for (int64_t j = 0; j < P->mg; ++j) {
+      const int64_t k = c * P->mg + j;
+      const int8_t* wk = J->w + k * taps;
+      for (int64_t t = 0; t < J->nterms; ++t) {
+        const uint32_t wa = (uint16_t)(int16_t)wk[J->terms[t].ta];
+        const uint32_t wb = J->terms[t].tb >= 0 ? (uint16_t)(int16_t)wk[J->terms[t].tb] : 0u;
+        words[t] = (int32_t)(wa | wb << 16);
+      }
+      dw_grid(copy, J->terms, words, J->nterms, J->ngrid, grid);
+      if (Q->wq != g->out_w)
+        for (int64_t y = 1; y < g->out_h; ++y)
+          move_down(grid + y * Q->wq, grid + y * g->out_w, g->out_w);
+      const int64_t at = (b * g->k + k) * P->ohw;
+      sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                  J->out + at, P->ohw);
+    }
+  }
+}
+
 static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, const int8_t* w,
                             int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
   const conv_geometry* g = P->g;
@@ -974,31 +1094,9 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-#pragma omp parallel for num_threads(nth) schedule(dynamic, chunk)
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    char* buf = bufs[omp_get_thread_num()];
-    int16_t* copy = (int16_t*)buf;
-    int32_t* grid = (int32_t*)(buf + copy_bytes);
-    int32_t* words = (int32_t*)(buf + copy_bytes + grid_bytes);
-    const int64_t b = pl / g->c, c = pl % g->c;
-    dw_build(P, &Q, in + pl * P->hw, in_zero, copy);
-    for (int64_t j = 0; j < P->mg; ++j) {
-      const int64_t k = c * P->mg + j;
-      const int8_t* wk = w + k * taps;
-      for (int64_t t = 0; t < nterms; ++t) {
-        const uint32_t wa = (uint16_t)(int16_t)wk[terms[t].ta];
-        const uint32_t wb = terms[t].tb >= 0 ? (uint16_t)(int16_t)wk[terms[t].tb] : 0u;
-        words[t] = (int32_t)(wa | wb << 16);
-      }
-      dw_grid(copy, terms, words, nterms, ngrid, grid);
-      if (Q.wq != g->out_w)
-        for (int64_t y = 1; y < g->out_h; ++y)
-          move_down(grid + y * Q.wq, grid + y * g->out_w, g->out_w);
-      const int64_t at = (b * g->k + k) * P->ohw;
-      sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                  out + at, P->ohw);
-    }
-  }
+  const dw_job J = {P, &Q, in_zero, in, w, out, ep, bufs, terms, nterms, ngrid, planes, chunk,
+                    copy_bytes, grid_bytes};
+  pool_for(nth, (planes + chunk - 1) / chunk, dw_item, (void*)&J);
   return ACCEL_OK;
 }
 #endif /* CONV_I8_VNNI */

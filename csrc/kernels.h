@@ -106,6 +106,13 @@ enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
        WS_WINOGRAD_WEIGHTS = 35 /* winograd.c's */ };
 
+/* A parallel loop (pool.c): fn(ctx, item, participant) for every item in [0, items), on the
+ * caller (participant 0) and up to participants - 1 workers (1..), each item once; returns
+ * when all are done. The caller never waits for a worker that has not started (OpenMP's
+ * barriers do): items are claimed from a shared counter by whoever is running. */
+typedef void (*pool_fn)(void* ctx, int64_t item, int participant);
+void pool_for(int participants, int64_t items, pool_fn fn, void* ctx);
+
 /* SDP on `count` consecutive elements x[0..count) that all belong to channel `channel`, in
  * place; `operand` points at the matching ew_operand elements (NULL when ew_op is NONE).
  * The CONV kernel calls this on its output tiles (fused mode) and the SDP engine on whole

@@ -181,18 +181,37 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
   }
 }
 
+typedef struct pdp_job {
+  const pdp_geometry* g;
+  int32_t zero;
+  const int8_t* in;
+  int8_t* out;
+  int64_t planes, per_item;
+} pdp_job;
+
+/* Planes [item * per_item, ...) (pool_for items). */
+static void pdp_item(void* ctx, int64_t item, int participant) {
+  const pdp_job* J = ctx;
+  const pdp_geometry* g = J->g;
+  const int64_t in_plane = (int64_t)g->h * g->w, out_plane = (int64_t)g->out_h * g->out_w;
+  (void)participant;
+  for (int64_t plane = item * J->per_item; plane < (item + 1) * J->per_item && plane < J->planes;
+       ++plane) {
+    if (g->out_w < NARROW) {
+      pool_narrow(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);
+    } else {
+      pool_rows(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);
+    }
+  }
+}
+
 void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
             int32_t num_threads) {
   const int64_t planes = (int64_t)g->n * g->c;
-  const int64_t in_plane = (int64_t)g->h * g->w, out_plane = (int64_t)g->out_h * g->out_w;
-  if (num_threads < 1) num_threads = 1;
-  const int narrow = g->out_w < NARROW;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * in_plane > 32768)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    if (narrow) {
-      pool_narrow(g, zero, in + plane * in_plane, out + plane * out_plane);
-    } else {
-      pool_rows(g, zero, in + plane * in_plane, out + plane * out_plane);
-    }
-  }
+  const int64_t in_plane = (int64_t)g->h * g->w;
+  const int participants = planes * in_plane > 32768 && num_threads > 1 ? num_threads : 1;
+  /* items of about 16 KiB of input */
+  const int64_t per_item = 16384 / (in_plane + 1) + 1;
+  const pdp_job J = {g, zero, in, out, planes, per_item};
+  pool_for(participants, (planes + per_item - 1) / per_item, pdp_item, (void*)&J);
 }

@@ -15,7 +15,6 @@
  * connected layers). The CONV epilogue and sdp_i8_run both go through these, so fused and
  * independent runs give identical codes. Figures: docs/kernels.md.
  */
-#include <omp.h>
 #include <stdint.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -550,37 +549,52 @@ void sdp_i8_channels(const sdp_i8* p, int32_t first, const int32_t* v, const int
 }
 
 /* Independent mode: v = in - in_zero, through sdp_i8_span in chunks of a stack buffer (planes of
- * one element: sdp_i8_channels along the channels). */
+ * one element: sdp_i8_channels along the channels); the chunks are pool_for items. */
 enum { RUN_CHUNK = 2048 };
+
+typedef struct run_job {
+  const sdp_i8* p;
+  int32_t c;
+  int64_t hw, chunks;
+  const int8_t* in;
+  int8_t* out;
+} run_job;
+
+static void run_channels_item(void* ctx, int64_t it, int participant) {
+  const run_job* J = ctx;
+  const sdp_i8* p = J->p;
+  int32_t v[RUN_CHUNK];
+  (void)participant;
+  const int64_t b = it / J->chunks, c0 = it % J->chunks * RUN_CHUNK;
+  const int64_t cnt = J->c - c0 < RUN_CHUNK ? J->c - c0 : RUN_CHUNK;
+  const int64_t at = b * J->c + c0;
+  for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)J->in[at + i] - p->in_zero;
+  sdp_i8_channels(p, (int32_t)c0, v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
+                  J->out + at, cnt);
+}
+
+static void run_planes_item(void* ctx, int64_t it, int participant) {
+  const run_job* J = ctx;
+  const sdp_i8* p = J->p;
+  int32_t v[RUN_CHUNK];
+  (void)participant;
+  const int64_t plane = it / J->chunks, i0 = it % J->chunks * RUN_CHUNK;
+  const int64_t cnt = J->hw - i0 < RUN_CHUNK ? J->hw - i0 : RUN_CHUNK;
+  const int64_t at = plane * J->hw + i0;
+  for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)J->in[at + i] - p->in_zero;
+  sdp_i8_span(p, (int32_t)(plane % J->c), v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
+              J->out + at, cnt);
+}
 
 void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
                 int8_t* out, int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
   if (num_threads < 1) num_threads = 1;
   if (hw == 1) {
-    const int64_t per_image = (c + RUN_CHUNK - 1) / RUN_CHUNK, items = n * per_image;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes > 32768)
-    for (int64_t it = 0; it < items; ++it) {
-      int32_t v[RUN_CHUNK];
-      const int64_t b = it / per_image, c0 = it % per_image * RUN_CHUNK;
-      const int64_t cnt = c - c0 < RUN_CHUNK ? c - c0 : RUN_CHUNK;
-      const int64_t at = b * c + c0;
-      for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)in[at + i] - p->in_zero;
-      sdp_i8_channels(p, (int32_t)c0, v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
-                      out + at, cnt);
-    }
+    const run_job J = {p, c, hw, (c + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
+    pool_for(planes > 32768 ? num_threads : 1, n * J.chunks, run_channels_item, (void*)&J);
     return;
   }
-  const int64_t chunks = (hw + RUN_CHUNK - 1) / RUN_CHUNK;
-  const int64_t items = planes * chunks;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * hw > 32768)
-  for (int64_t it = 0; it < items; ++it) {
-    int32_t v[RUN_CHUNK];
-    const int64_t plane = it / chunks, i0 = it % chunks * RUN_CHUNK;
-    const int64_t cnt = hw - i0 < RUN_CHUNK ? hw - i0 : RUN_CHUNK;
-    const int64_t at = plane * hw + i0;
-    for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)in[at + i] - p->in_zero;
-    sdp_i8_span(p, (int32_t)(plane % c), v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
-                out + at, cnt);
-  }
+  const run_job J = {p, c, hw, (hw + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
+  pool_for(planes * hw > 32768 ? num_threads : 1, planes * J.chunks, run_planes_item, (void*)&J);
 }
