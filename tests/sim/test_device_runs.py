@@ -133,3 +133,52 @@ def test_concurrent_runs_on_one_device_are_serialised(rng):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def _int8_chains(rng):
+    """INT8 chains over every kernel loop that runs on the pool (csrc/pool.c): implicit GEMM,
+    depthwise, a fully connected layer (matrix-vector), an independent SDP, pooling."""
+    def sdp(k, **extra):
+        return Sdp(bias=rng.integers(-2000, 2000, k).astype(np.int32),
+                   mul=rng.integers(16384, 32768, k).astype(np.int16),
+                   rshift=rng.integers(14, 20, k).astype(np.uint8), out_zero=-3, precision="int8",
+                   **extra)
+    x = rng.integers(-128, 128, (2, 24, 20, 20)).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, (40, 24, 3, 3)).astype(np.int8), padding=1, in_zero=5,
+                precision="int8")
+    dw = Conv(rng.integers(-128, 128, (24, 1, 3, 3)).astype(np.int8), stride=2, padding=1,
+              groups=24, in_zero=-7, precision="int8")
+    fc = Conv(rng.integers(-128, 128, (30, 96, 1, 1)).astype(np.int8), in_zero=1,
+              precision="int8")
+    return [(x, [conv, sdp(40, act="relu"), Pool("max", 2, 2, precision="int8")], "independent"),
+            (x, [dw, sdp(24, act="clip", clip_lo=-20, clip_hi=90)], "fused"),
+            (rng.integers(-128, 128, (1, 96, 1, 1)).astype(np.int8), [fc, sdp(30)], "fused"),
+            (x, [Pool("avg", 3, 1, 1, precision="int8", zero=4)], "fused")]
+
+
+def test_concurrent_int8_runs_on_several_devices_match_the_reference(rng):
+    """Three Python threads, each with its own 2-thread device: one parallel loop at a time
+    gets the pool's workers, the others run on their callers; every result is bit-exact."""
+    import threading
+
+    chains = _int8_chains(rng)
+    expected = [ref.run_chain(chain, x) for x, chain, _ in chains]
+    errors = []
+
+    def work(i):
+        try:
+            device = Device("nv_full", num_threads=2)
+            for _ in range(10):
+                for c, ((x, chain, mode), want) in enumerate(zip(chains, expected)):
+                    y, _ = device.run(chain, x, mode=mode)
+                    if not np.array_equal(y, want):
+                        errors.append(f"thread {i}, chain {c}: differs from the reference")
+        except Exception as error:  # a thread's exception would otherwise be lost
+            errors.append(f"thread {i}: {error!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
