@@ -31,8 +31,10 @@
  * overlapping moves); sdp_i8.c has exact fast paths for the common converters.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
- * Threads: OpenMP only. Scratch: workspace slots 0..nth-1 per thread, 40..43 shared, reserved
- * before the parallel regions.
+ * Threads: the VNNI paths' loops run on pool.c (the caller and whichever workers are awake
+ * claim items; no barrier waits for a thread that is not running), the portable path on
+ * OpenMP. Scratch: workspace slots 0..nth-1 per participant, 40..43 shared, reserved before
+ * the loops.
  */
 #include <omp.h>
 #include <stdint.h>
