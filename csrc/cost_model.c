@@ -356,7 +356,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
                              used == 3 ? ":" : "+", parts[i]);
     if (used >= sizeof name) break;
   }
-  snprintf(s->op, sizeof s->op, "%s", name);
+  snprintf(s->op, sizeof s->op, "%s", d->convert ? "sdp:convert" : name);
   const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
@@ -370,7 +370,12 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   s->weight_bytes = per_channel * r->in_c;
   s->input_bytes = input_on_chip ? 0 : tensor;
   s->operand_bytes = d->ew_op != ACCEL_EW_NONE ? tensor : 0;
-  s->bytes_written = output_on_chip ? 0 : tensor;
+  /* A converting SDP writes the other precision (accel_sdp_desc.convert). */
+  const int64_t written =
+      d->convert ? feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w,
+                                 run_output_precision(r->op, p))
+                 : tensor;
+  s->bytes_written = output_on_chip ? 0 : written;
 }
 
 static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,

@@ -169,6 +169,14 @@ _DTYPE_PRECISIONS = {np.dtype(np.int8): "int8", np.dtype(np.int16): "int16",
                      np.dtype(np.float16): "fp16"}
 
 
+def output_precision(ops: Sequence[Op], precision: str) -> str:
+    """The precision a chain on ``precision`` input writes: the input's, or the other one of a
+    converting SDP (``Sdp.convert``)."""
+    ops = op_list(ops)
+    return ops[0].output_precision if len(ops) == 1 and getattr(ops[0], "convert", False) \
+        else precision
+
+
 def chain_precision(ops: Sequence[Op], precision: Optional[str] = None) -> str:
     """The precision of a chain without data: the one given, else its first op's."""
     if precision is not None:
@@ -269,15 +277,17 @@ class Device:
                 raise AccelInvalidError(f"op {i} ({op.engine}) has shape-only operands: it can "
                                         "be estimated, not run")
         chain = _Chain(self._config_c, ops, x.shape, precision, mode)
+        writes = output_precision(ops, precision)
+        out_dtype = np.dtype(dtype_for(writes))
         out_shape = chain.shapes[-1]
         if x.ndim == 2 and out_shape[2:] == (1, 1):
             out_shape = out_shape[:2]
         if out is None:
             copy = isinstance(ops[0], Bdma)  # the channels it does not write must be defined
-            out = (np.zeros if copy else np.empty)(out_shape, dtype=x.dtype)
-        elif not isinstance(out, np.ndarray) or out.dtype != x.dtype:
+            out = (np.zeros if copy else np.empty)(out_shape, dtype=out_dtype)
+        elif not isinstance(out, np.ndarray) or out.dtype != out_dtype:
             raise AccelDtypeError(
-                f"out must be a {x.dtype} array for a {precision} chain, got "
+                f"out must be a {out_dtype} array for a {precision} chain, got "
                 f"{getattr(out, 'dtype', type(out).__name__)}")
         elif (not out.flags.c_contiguous or not out.flags.writeable
               or out.size != int(np.prod(out_shape))):
@@ -286,10 +296,10 @@ class Device:
                 f"{out.dtype} {out.shape}")
         elif not out.flags.aligned:
             raise AccelBufferError(
-                f"out at address {out.ctypes.data:#x} is not aligned to its {x.dtype.itemsize}-"
+                f"out at address {out.ctypes.data:#x} is not aligned to its {out_dtype.itemsize}-"
                 "byte elements: the engines write it in place, so it cannot be a copy")
         chain.input.data = ffi.cast("void*", x.ctypes.data)
-        output = _tensor_struct(chain.shapes[-1], precision, ffi.cast("void*", out.ctypes.data))
+        output = _tensor_struct(chain.shapes[-1], writes, ffi.cast("void*", out.ctypes.data))
         c_run = ffi.new("accel_run_stats*")
         c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
         check(lib.accel_run(self._handle, chain.c_ops, len(chain.ops), chain.input, output,
@@ -305,7 +315,7 @@ def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple
     precision = chain_precision(ops, precision)
     config_c = AccelConfig.resolve(config).to_c()
     chain = _Chain(config_c, ops, tuple(in_shape), precision, mode)
-    output = _tensor_struct(chain.shapes[-1], precision)
+    output = _tensor_struct(chain.shapes[-1], output_precision(ops, precision))
     c_run = ffi.new("accel_run_stats*")
     c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
     check(lib.accel_estimate(config_c, chain.c_ops, len(chain.ops), chain.input, output,
@@ -325,21 +335,23 @@ class ChainBatch:
         The configuration the chains are lowered and shaped for.
     chains : sequence of (ops, in_shape, mode)
         Each chain's engine ops, input shape and mode ("fused" or "independent").
-    precision : str
-        The chains' precision.
+    precision : str, optional
+        The chains' precision; None: each chain's first op's (mixed int8/fp16 code).
     """
 
     def __init__(self, config: AccelConfig | str,
-                 chains: Sequence[Tuple[Sequence[Op], Tuple[int, ...], str]], precision: str):
+                 chains: Sequence[Tuple[Sequence[Op], Tuple[int, ...], str]],
+                 precision: Optional[str] = None):
         config_c = AccelConfig.resolve(config).to_c()
-        self._chains = [_Chain(config_c, ops, tuple(shape), precision, mode)
-                        for ops, shape, mode in chains]
+        self._chains = [_Chain(config_c, ops, tuple(shape), chain_precision(ops, precision),
+                               mode) for ops, shape, mode in chains]
         self._c_chains = ffi.new("accel_chain[]", len(self._chains))
         for c_chain, chain in zip(self._c_chains, self._chains):
             c_chain.ops = chain.c_ops
             c_chain.num_ops = len(chain.ops)
             c_chain.input = chain.input[0]
-            c_chain.output = _tensor_struct(chain.shapes[-1], precision)[0]
+            writes = output_precision(chain.ops, precision_name(chain.input.precision))
+            c_chain.output = _tensor_struct(chain.shapes[-1], writes)[0]
             c_chain.mode = chain.mode
         self._num_ops = sum(len(chain.ops) for chain in self._chains)
 

@@ -400,6 +400,9 @@ class Sdp:
     converter ``out_mul`` (0: identity), ``out_shift``, ``out_zero``; CLIP's ``clip_lo`` /
     ``clip_hi`` in output codes (default -128 / 127); a LUT activation's tables ``lut``
     (:class:`LutInt8`).
+
+    ``convert=True`` (alone in its run, nothing else set): an INT8 SDP writes FP16, an FP16 SDP
+    writes INT8, with ``cvt_scale`` / ``cvt_zero`` the INT8 side's quantisation (accel.h).
     """
 
     scale: Optional[np.ndarray] = None
@@ -425,10 +428,20 @@ class Sdp:
     clip_lo: Optional[int] = None
     clip_hi: Optional[int] = None
     lut: Optional[LutInt8] = None
+    convert: bool = False
+    cvt_scale: float = 0.0
+    cvt_zero: int = 0
 
     sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
     engine = "SDP"
+
+    @property
+    def output_precision(self) -> str:
+        """The precision this op writes: its own, or the other one when it converts."""
+        if not self.convert:
+            return self.precision
+        return "fp16" if self.precision == "int8" else "int8"
 
     @property
     def int8_converters(self) -> dict:
@@ -473,7 +486,10 @@ class Sdp:
             d.lut = ffi.cast("accel_lut_int8*", self._lut_words.ctypes.data)
         else:
             d.lut = _pointer(self.lut)
-        if int8:
+        d.convert = 1 if self.convert else 0
+        d.cvt_scale = real(self.cvt_scale, "sdp cvt_scale")
+        d.cvt_zero = integer(self.cvt_zero, "sdp cvt_zero")
+        if int8 and not self.convert:
             if self.clip is not None:
                 raise AccelInvalidError(
                     f"sdp clip = {self.clip!r} holds float bounds; an INT8 SDP clips its "

@@ -645,6 +645,18 @@ def bdma_copy(x: np.ndarray, channels: int, src_offset: int = 0, src_stride: int
     return result
 
 
+def convert(x: np.ndarray, source: str, target: str, scale: float, zero: int) -> np.ndarray:
+    """A converting SDP (int8 <-> fp16): accel_convert's values through fp32."""
+    if (source, target) == ("int8", "fp16"):
+        return ((x.astype(np.float64) - zero) * np.float64(np.float32(scale))).astype(
+            np.float32).astype(np.float16)
+    if (source, target) == ("fp16", "int8"):
+        steps = x.astype(np.float64) / np.float64(np.float32(scale))
+        steps = np.clip(np.where(np.isnan(steps), 0.0, steps), -256, 256)
+        return sat8(np.sign(steps) * np.floor(np.abs(steps) + 0.5) + zero).astype(np.int8)
+    raise AccelInvalidError(f"a converting SDP converts int8 <-> fp16, not {source} -> {target}")
+
+
 # --- ops and chains --------------------------------------------------------------------------
 
 def _sdp_int8_op(op: Sdp, x: np.ndarray) -> np.ndarray:
@@ -682,6 +694,8 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
         return conv2d(x, op.weights, op.stride, op.padding, op.dilation, op.groups).astype(
             np.float32)
     if isinstance(op, Sdp):
+        if op.convert:
+            return convert(x, precision, op.output_precision, op.cvt_scale, op.cvt_zero)
         if precision == "int8":
             return _sdp_int8_op(op, x)
         if precision == "fp16":

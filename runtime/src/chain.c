@@ -523,11 +523,47 @@ static accel_status check_sdp_no_int8(const accel_sdp_desc* d, const char* where
   return ACCEL_OK;
 }
 
+/* A converting SDP (convert = 1): INT8 <-> FP16, nothing else set. */
+static accel_status check_sdp_convert(const accel_config* cfg, const accel_sdp_desc* d,
+                                      const char* where) {
+  if (d->convert != 1) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: convert = %d must be 0 or 1", where, d->convert);
+  }
+  if (d->precision != ACCEL_INT8 && d->precision != ACCEL_FP16) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: convert is INT8 <-> FP16; the SDP's precision is "
+                      "%s", where, precision_name(d->precision));
+  }
+  const accel_precision to = d->precision == ACCEL_INT8 ? ACCEL_FP16 : ACCEL_INT8;
+  accel_status st = check_precision(cfg, to, where);
+  if (st != ACCEL_OK) return st;
+  if (d->scale != NULL || d->shift != NULL || d->ew_op != ACCEL_EW_NONE ||
+      d->act != ACCEL_ACT_NONE || d->prelu_slope != NULL || d->bias != NULL || d->mul != NULL ||
+      d->rshift != NULL || d->prelu_mul != NULL || d->lut != NULL || d->in_zero != 0 ||
+      d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 || d->prelu_shift != 0 ||
+      d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 || d->clip_lo != 0 ||
+      d->clip_hi != 0) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: a converting SDP (convert = 1) sets only "
+                      "cvt_scale and cvt_zero", where);
+  }
+  if (!(d->cvt_scale > 0.0f) || isinf(d->cvt_scale)) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: cvt_scale = %g must be positive and finite", where,
+                      (double)d->cvt_scale);
+  }
+  RANGE("cvt_zero", d->cvt_zero, INT8_MIN, INT8_MAX)
+  return ACCEL_OK;
+}
+
 static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const char* where,
                                 int need_data) {
   const accel_sdp_desc* d = &r->op->sdp;
   accel_status st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
+  if (d->convert != 0 || d->cvt_scale != 0.0f || d->cvt_zero != 0) {
+    st = check_sdp_convert(cfg, d, where);
+    if (st != ACCEL_OK) return st;
+    r->out_n = r->in_n, r->out_c = r->in_c, r->out_h = r->in_h, r->out_w = r->in_w;
+    return ACCEL_OK;
+  }
   RANGE("ew_op", d->ew_op, ACCEL_EW_NONE, ACCEL_EW_COUNT - 1)
   RANGE("act", d->act, ACCEL_ACT_NONE, ACCEL_ACT_COUNT - 1)
   if (d->ew_op != ACCEL_EW_NONE && !(cfg->features & ACCEL_FEATURE_ELEMENTWISE)) {
@@ -871,6 +907,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                         "PDP pipe: a FUSED run holds it alone (chain it in INDEPENDENT mode)",
                         where);
     }
+    if (ops[i].engine == ACCEL_ENGINE_SDP && ops[i].sdp.convert && num_ops != 1) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: a converting SDP runs alone (num_ops = %d, must be 1)", where,
+                        num_ops);
+    }
     if (ops[i].engine == ACCEL_ENGINE_BDMA && num_ops != 1) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "%s: a BDMA copy runs alone (num_ops = %d, must be 1): it is not part of "
@@ -934,9 +975,10 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                       "output tensor is %dx%dx%dx%d but the chain produces %dx%dx%dx%d",
                       output->n, output->c, output->h, output->w, n, c, h, w);
   }
-  if (output->precision != input->precision) {
-    return accel_fail(ACCEL_ERR_INVALID, "output precision %s differs from the input's %s",
-                      precision_name(output->precision), precision_name(input->precision));
+  const accel_precision writes = run_output_precision(&ops[0], input->precision);
+  if (output->precision != writes) {
+    return accel_fail(ACCEL_ERR_INVALID, "output precision %s differs from the %s the run "
+                      "writes", precision_name(output->precision), precision_name(writes));
   }
   if (need_data) {
     /* Only a chain of SDP ops may work in place; anything else must not overlap its input. */
@@ -987,7 +1029,8 @@ accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, in
   for (int32_t i = 0; i < num_ops; ++i) {
     const resolved_op* r = &chain.ops[i];
     shapes[i] = (accel_tensor){.data = NULL, .n = r->out_n, .c = r->out_c, .h = r->out_h,
-                               .w = r->out_w, .precision = input->precision};
+                               .w = r->out_w,
+                               .precision = run_output_precision(r->op, input->precision)};
   }
   return ACCEL_OK;
 }

@@ -410,6 +410,24 @@ static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
   return observe_as_held(dev, label, 0, copied, r->in_n, d->channels, r->in_h, r->in_w, p);
 }
 
+/* A converting SDP (accel_sdp_desc.convert): accel_convert's values through FP32 scratch. */
+static accel_status execute_convert(accel_device* dev, const resolved_chain* chain,
+                                    const accel_tensor* input, const accel_tensor* output) {
+  const resolved_op* r = &chain->ops[0];
+  const accel_sdp_desc* d = &r->op->sdp;
+  const int64_t count = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+  float* wide = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)count * sizeof(float));
+  if (wide == NULL) {
+    return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                      (size_t)count * sizeof(float));
+  }
+  accel_status st = accel_convert(input->data, input->precision, wide, ACCEL_FP32, count,
+                                  d->cvt_scale, d->cvt_zero);
+  if (st != ACCEL_OK) return st;
+  return accel_convert(wide, ACCEL_FP32, output->data, output->precision, count, d->cvt_scale,
+                       d->cvt_zero);
+}
+
 accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                        const accel_tensor* input, const accel_tensor* output, accel_mode mode,
                        const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats) {
@@ -418,9 +436,13 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   accel_status st = chain_resolve(&dev->config, ops, num_ops, input, output, mode, 1, &chain);
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
-  switch (chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : (int)input->precision) {
+  const int converts = chain.ops[0].op->engine == ACCEL_ENGINE_SDP && chain.ops[0].op->sdp.convert;
+  switch (chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : converts ? -2 : (int)input->precision) {
     case -1: /* the BDMA copies any precision as it is */
       st = execute_bdma(dev, &chain, input, output, label != NULL ? label : "");
+      break;
+    case -2:
+      st = execute_convert(dev, &chain, input, output);
       break;
     case ACCEL_FP16:
       st = execute_chain_fp16(dev, &chain, input, output, label != NULL ? label : "");

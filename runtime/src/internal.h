@@ -28,6 +28,12 @@ typedef struct resolved_chain {
   resolved_op ops[ACCEL_MAX_CHAIN_OPS];
 } resolved_chain;
 
+/* The precision a run writes: its input's, or the other one of a converting SDP (convert). */
+static inline accel_precision run_output_precision(const accel_op* op, accel_precision input) {
+  if (op->engine != ACCEL_ENGINE_SDP || !op->sdp.convert) return input;
+  return input == ACCEL_INT8 ? ACCEL_FP16 : ACCEL_INT8;
+}
+
 /* Validate a chain against `cfg` and infer its shapes. With need_data, every buffer the run
  * reads or writes must be non-NULL and aligned (accel_estimate passes 0). With output NULL,
  * the final shape is not checked. */

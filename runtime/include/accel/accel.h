@@ -456,6 +456,18 @@ typedef struct accel_sdp_desc {
   int32_t out_mul, out_shift, out_zero;/* output converter */
   int32_t clip_lo, clip_hi;  /* ACCEL_ACT_CLIP bounds in output codes, -128 <= lo <= hi <= 127 */
   const accel_lut_int8* lut; /* (ABI 5) INT8 LUT activation: its tables; NULL otherwise */
+  /* (ABI 5) Precision conversion, for mixed INT8/FP16 code (NVDLA's SDP reads one format and
+   * writes another). convert = 1: this SDP, alone in its run with no other field set, writes
+   * the other 8/16-bit precision: an INT8 SDP writes FP16, an FP16 SDP writes INT8 (the run's
+   * output tensor is in that precision). cvt_scale (positive, finite) and cvt_zero
+   * (-128..127) are the INT8 side's quantisation; the values are accel_convert's through FP32:
+   *   INT8 -> FP16  y = half((float)((q - cvt_zero) * cvt_scale))   (round to nearest even)
+   *   FP16 -> INT8  q = sat8(rhaz(x / cvt_scale) + cvt_zero), in double
+   * Costed as an SDP pass that reads one precision and writes the other. An observer does not
+   * see the run: the values it converts were observed where they were made. */
+  int32_t convert;
+  float cvt_scale;
+  int32_t cvt_zero;
 } accel_sdp_desc;
 
 typedef enum accel_pool {
