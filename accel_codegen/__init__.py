@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "partition_for_accel": "compiler.partition", "partition_report": "compiler.partition",
     "PartitionReport": "compiler.partition", "generated_sources": "compiler.partition",
-    "calibration_of": "compiler.partition",
+    "calibration_of": "compiler.partition", "mixed_precision_of": "compiler.partition",
     "build": "compiler.toolchain", "export_library": "compiler.toolchain",
     "build_host": "compiler.toolchain", "link_options": "compiler.toolchain",
     "virtual_machine": "compiler.vm", "AccelVirtualMachine": "compiler.vm",

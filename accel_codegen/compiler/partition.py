@@ -27,9 +27,11 @@ from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
                        fold_zero_padding, silu_from_sigmoid, split_into_slices)
 from .vm import virtual_machine
-from .walk import composite_calls, layer_of
+from ..sim.labels import run_key
+from .walk import composite_calls, external_calls, layer_of
 
 REPORT_ATTR = "accel_partition_report"
+MIXED_ATTR = "accel_mixed_precision"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
 
@@ -47,6 +49,8 @@ class OpRecord:
     layer: Optional[int] = None      # the accelerator run (layer) it is part of
     reason: Optional[str] = None     # why it stayed on the host
     conv_mode: Optional[str] = None  # its layer's CONV mode(s): "direct", "winograd"
+    precision: Optional[str] = None  # mixed: its layer's precision ("int8" or "fp16")
+    key: Optional[str] = None        # its layer's key (``f0.3``, as run labels start)
 
 
 @dataclasses.dataclass
@@ -86,6 +90,11 @@ class PartitionReport:
         return cls(data["config"], data["fuse"], [OpRecord(**op) for op in data["ops"]],
                    data.get("precision", "fp32"))
 
+    @property
+    def layer_precisions(self) -> Dict[str, str]:
+        """Mixed: each offloaded layer's precision by its key (``f0.3``), in order."""
+        return {op.key: op.precision for op in self.offloaded if op.precision is not None}
+
     def host_reasons(self) -> List[Tuple[str, int]]:
         """(reason, how many host operators give it), most frequent first."""
         return collections.Counter(op.reason for op in self.host).most_common()
@@ -99,11 +108,16 @@ class PartitionReport:
             lines.append(f"{len(self.host)} on the host:")
             lines += [f"{count:>6} x {reason}" for reason, count in self.host_reasons()]
             lines.append("")
+        if self.precision == "mixed":
+            chosen = collections.Counter(self.layer_precisions.values())
+            lines.append("layers by precision: " + ", ".join(
+                f"{chosen[p]} {p}" for p in ("int8", "fp16")))
         columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
-                   Column("shape", 20, "<"), Column("where", 9, "<"),
+                   Column("shape", 20, "<"), Column("where", 10, "<"),
                    Column("primitive / reason", 0, "<")]
         rows = [[op.index, op.op, "x".join(map(str, op.shape)),
-                 "accel" if op.offloaded else "host",
+                 ("accel" + (f" {op.precision}" if op.precision else "")) if op.offloaded
+                 else "host",
                  (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
                   if op.offloaded else op.reason)] for op in self.ops]
         return "\n".join(lines + [render_table(columns, rows)])
@@ -141,9 +155,11 @@ def _conv_modes(composite: relax.Function, config: AccelConfig, fuse: bool, prec
 
 
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
-                  log: PartitionLog, precision: str, winograd: bool = True) -> PartitionReport:
+                  log: PartitionLog, precision: str, winograd: bool = True,
+                  layer_precisions: Optional[Dict[str, str]] = None) -> PartitionReport:
     ops: List[OpRecord] = []
     layers = 0
+    functions = 0
     external = {gv: f for gv, f in mod.functions_items()
                 if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
     for block in mod["main"].body.blocks:
@@ -154,9 +170,12 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
                 function = external[value.op]
                 symbol = str(function.attrs["global_symbol"])
-                for _, composite in composite_calls(function):
+                for index, (_, composite) in enumerate(composite_calls(function)):
                     primitive = str(composite.attrs["Composite"])
-                    conv_mode = _conv_modes(composite, config, fuse, precision, winograd)
+                    key = run_key(functions, index)
+                    chosen = layer_precisions[key] if layer_precisions else None
+                    conv_mode = _conv_modes(composite, config, fuse, chosen or precision,
+                                            winograd)
                     for cblock in composite.body.blocks:
                         for cb in cblock.bindings:
                             name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
@@ -164,8 +183,10 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                             if name:
                                 ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
                                                     primitive, symbol, layers,
-                                                    conv_mode=conv_mode))
+                                                    conv_mode=conv_mode, precision=chosen,
+                                                    key=key))
                     layers += 1
+                functions += 1
                 continue
             name = _call_name(value)
             if name is None:
@@ -217,16 +238,47 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     ])(mod)
 
 
+def layer_keys(matched: tvm.IRModule) -> List[str]:
+    """The key (``f0.3``) of every accelerator layer of a matched module, in order."""
+    return [run_key(f, i) for f, (_, function) in enumerate(external_calls(matched))
+            for i, _ in enumerate(composite_calls(function))]
+
+
+def check_layer_precisions(matched: tvm.IRModule, layer_precisions) -> Dict[str, str]:
+    """A mixed build's assignment: every layer of the partition, int8 or fp16."""
+    if not isinstance(layer_precisions, dict):
+        raise AccelInvalidError(f"layer_precisions must be a dict of layer key -> 'int8' or "
+                                f"'fp16', got {type(layer_precisions).__name__}")
+    keys = layer_keys(matched)
+    missing = [k for k in keys if k not in layer_precisions]
+    unknown = [k for k in layer_precisions if k not in keys]
+    if missing or unknown:
+        raise AccelInvalidError(
+            f"layer_precisions must name every layer of the partition ({len(keys)}: "
+            f"{keys[0] if keys else ''}...): missing {missing[:5]}, unknown {unknown[:5]}")
+    bad = {k: v for k, v in layer_precisions.items() if v not in ("int8", "fp16")}
+    if bad:
+        raise AccelInvalidError(f"layer_precisions: {bad} (each layer is 'int8' or 'fp16')")
+    return {k: layer_precisions[k] for k in keys}
+
+
 def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                        chains_for: str, code: str,
-                       calibration: Optional[Calibration], winograd: bool = True) -> tvm.IRModule:
+                       calibration: Optional[Calibration], winograd: bool = True,
+                       layer_precisions: Optional[Dict[str, str]] = None) -> tvm.IRModule:
     """Match the chains that the accelerator runs in precision ``chains_for``, then generate
     code of precision ``code`` for them: the fp32 code of an int8 or fp16 partition is what
-    calibration and the accuracy report compare against (the same runs, op for op)."""
+    calibration and the accuracy report compare against (the same runs, op for op). ``code``
+    "mixed" takes each layer's precision from ``layer_precisions`` (layer key -> int8/fp16)."""
     log = PartitionLog()
     mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
-    report = _build_report(mod, config, fuse, log, code, winograd)
+    if code == "mixed":
+        layer_precisions = check_layer_precisions(mod, layer_precisions)
+    report = _build_report(mod, config, fuse, log, code, winograd,
+                           layer_precisions if code == "mixed" else None)
     options = {"config": config.to_json(), "fuse": fuse, "precision": code, "winograd": winograd}
+    if code == "mixed":
+        options["layer_precisions"] = json.dumps(layer_precisions)
     if calibration is not None:
         options["calibration"] = calibration.to_json()
     with codegen.collecting() as generated:
@@ -246,11 +298,26 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     return mod.with_attr("accel_sources", generated.sources)
 
 
+def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
+                      winograd: bool = True):
+    """A VM of the fp32 code of the int8 partition: what calibration observes and what int8
+    and mixed builds are measured against."""
+    reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd)
+    return virtual_machine(tvm.compile(reference, target="llvm"))
+
+
+def run_main(vm, inputs) -> np.ndarray:
+    """``vm["main"]`` on one example (a tuple of arrays); its output as a NumPy array."""
+    result = vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
+    return result.numpy() if hasattr(result, "numpy") else np.asarray(result)
+
+
 def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                         config: AccelConfig | str = "nv_full", fuse: bool = True,
                         precision: str = "fp32", calibration=None,
                         calibration_method: str = DEFAULT_METHOD,
-                        winograd: bool = True) -> tvm.IRModule:
+                        winograd: bool = True, target_sqnr_db: Optional[float] = None,
+                        layer_precisions: Optional[Dict[str, str]] = None) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -268,17 +335,28 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         True: each primitive runs as one fused chain (CONV -> SDP -> PDP on the fly). False:
         every source op is its own accelerator op, intermediates through memory.
     precision : str
-        "fp32" (the reference), "fp16" or "int8"; the configuration must have it.
+        "fp32" (the reference), "fp16" or "int8"; the configuration must have it. "mixed":
+        int8 or fp16 per layer (the configuration must have both), the assignment that meets
+        ``target_sqnr_db`` at the fewest cycles (docs/mixed-precision.md), or the one
+        ``layer_precisions`` gives.
     calibration : iterable of input tuples, or Calibration
-        int8 only, required: example inputs of ``main`` (each a tuple of arrays, or one
+        int8 and mixed, required: example inputs of ``main`` (each a tuple of arrays, or one
         array), run through the fp32 build of the same partition to set the activation
-        scales; or the :class:`~accel_codegen.quantization.Calibration` of an earlier build.
+        scales (and, for mixed, to measure the output SQNR); or the
+        :class:`~accel_codegen.quantization.Calibration` of an earlier build (mixed: with
+        ``layer_precisions`` only).
     calibration_method : str
         "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
     winograd : bool
         True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
         3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the
         report, the profile and the estimate say which ("CONV(wg)"). False: all direct.
+    target_sqnr_db : float
+        Mixed only: the output SQNR against the fp32 build, on the calibration inputs, that
+        the assignment must reach (a positive number of dB, e.g. 40).
+    layer_precisions : dict of str to str
+        Mixed only, instead of a target: each layer's precision by its key (``f0.3``), e.g.
+        the ``layer_precisions`` of an earlier build's :func:`mixed_precision_of`.
 
     Returns
     -------
@@ -288,6 +366,12 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`calibration_of` gives an int8 module's scales.
     """
     config = AccelConfig.resolve(config)
+    if precision == "mixed":
+        return _partition_mixed(mod, params, config, fuse, calibration, calibration_method,
+                                winograd, target_sqnr_db, layer_precisions)
+    if target_sqnr_db is not None or layer_precisions is not None:
+        raise AccelInvalidError(f"target_sqnr_db and layer_precisions are for precision="
+                                f"'mixed', not {precision!r}")
     check_precision(config, precision)
     if precision == "int8" and not fuse:
         raise AccelUnsupportedError("int8 code is generated for fused chains (fuse=True); "
@@ -301,16 +385,61 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
     if not isinstance(calibration, Calibration):
-        reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None,
-                                       winograd)
-        vm = virtual_machine(tvm.compile(reference, target="llvm"))
-
-        def run(*inputs):
-            vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
-
-        calibration = calibrate(run, calibration, calibration_method)
+        vm = reference_machine(mod, params, config, fuse, winograd)
+        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
+                                calibration_method)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
+
+
+def _partition_mixed(mod, params, config: AccelConfig, fuse: bool, calibration,
+                     calibration_method: str, winograd: bool, target_sqnr_db,
+                     layer_precisions) -> tvm.IRModule:
+    """precision="mixed": the int8 partition (every layer it offloads runs in either
+    precision), each layer in the precision the search chose or the caller gave."""
+    from ..quantization.mixed import check_target, search_mixed_precision
+
+    for precision in ("int8", "fp16"):
+        check_precision(config, precision)
+    if not fuse:
+        raise AccelUnsupportedError("mixed code has int8 layers, which are generated for fused "
+                                    "chains (fuse=True)")
+    if calibration is None:
+        raise AccelInvalidError("mixed precision needs calibration: example inputs (an "
+                                "iterable of input tuples), or a Calibration with "
+                                "layer_precisions")
+    if (target_sqnr_db is None) == (layer_precisions is None):
+        raise AccelInvalidError("mixed precision needs target_sqnr_db (the output SQNR to "
+                                "reach, in dB) or layer_precisions (each layer's), one of them")
+    search = None
+    if layer_precisions is None:
+        target = check_target(target_sqnr_db)
+        if isinstance(calibration, Calibration):
+            raise AccelInvalidError("the mixed-precision search measures the output SQNR on "
+                                    "the calibration inputs: give example inputs, not a "
+                                    "Calibration (or give layer_precisions)")
+        search = search_mixed_precision(mod, params, calibration, target, config=config,
+                                        winograd=winograd,
+                                        calibration_method=calibration_method)
+        calibration, layer_precisions = search.calibration, search.layer_precisions
+    elif not isinstance(calibration, Calibration):
+        vm = reference_machine(mod, params, config, fuse, winograd)
+        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
+                                calibration_method)
+    mod = generate_partition(mod, params, config, fuse, "int8", "mixed", calibration, winograd,
+                             layer_precisions)
+    return mod if search is None else mod.with_attr(MIXED_ATTR, search.to_json())
+
+
+def mixed_precision_of(mod: tvm.IRModule):
+    """The search behind a mixed build (:class:`~accel_codegen.quantization.mixed.MixedPrecision`:
+    the chosen assignment, its cycles and SQNR, the path from all-int8 to all-fp16), or None
+    for a build that was not searched."""
+    from ..quantization.mixed import MixedPrecision
+
+    if mod.attrs is None or MIXED_ATTR not in mod.attrs:
+        return None
+    return MixedPrecision.from_json(str(mod.attrs[MIXED_ATTR]))
 
 
 def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibration]:
@@ -325,11 +454,12 @@ def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibratio
 
 def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",
                      fuse: bool = True, precision: str = "fp32",
-                     calibration=None, winograd: bool = True) -> PartitionReport:
-    """The partition report of a partitioned module (partitions an unpartitioned one first)."""
+                     calibration=None, winograd: bool = True, **mixed) -> PartitionReport:
+    """The partition report of a partitioned module (partitions an unpartitioned one first;
+    ``mixed``: target_sqnr_db or layer_precisions, for precision="mixed")."""
     if not is_partitioned(mod):
         mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                  calibration=calibration, winograd=winograd)
+                                  calibration=calibration, winograd=winograd, **mixed)
     return PartitionReport.from_dict(json.loads(str(mod.attrs[REPORT_ATTR])))
 
 

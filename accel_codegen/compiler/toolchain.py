@@ -27,14 +27,17 @@ from .vm import AccelVirtualMachine, virtual_machine  # noqa: E402,F401,I001
 def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
           config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
           calibration=None, calibration_method: str = DEFAULT_METHOD,
-          target="llvm", winograd: bool = True) -> "tvm.runtime.Executable":
+          target="llvm", winograd: bool = True, target_sqnr_db: Optional[float] = None,
+          layer_precisions: Optional[Dict[str, str]] = None) -> "tvm.runtime.Executable":
     """Partition (unless partitioned already) and compile a module.
 
     Parameters
     ----------
     mod, params, config, fuse, precision, calibration, calibration_method, winograd
+    target_sqnr_db, layer_precisions
         As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
-        iterable of example input tuples (or a Calibration).
+        iterable of example input tuples (or a Calibration); precision="mixed" needs it and
+        ``target_sqnr_db`` (or ``layer_precisions``).
     target : str or dict
         The host target for the ops that stay on the host.
 
@@ -49,7 +52,9 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
     else:
         mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                   calibration=calibration,
-                                  calibration_method=calibration_method, winograd=winograd)
+                                  calibration_method=calibration_method, winograd=winograd,
+                                  target_sqnr_db=target_sqnr_db,
+                                  layer_precisions=layer_precisions)
     return tvm.compile(mod, target=target)
 
 

@@ -8,12 +8,12 @@ the code generator and the estimator all walk it here, and name its runs as
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relax
 
-from ..sim.labels import copy_part, run_key, run_label
+from ..sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -51,6 +51,8 @@ class Run:
     primitive: str
     layer: Layer
     branch: bool = False
+    precision: Optional[str] = None  # mixed int8/fp16 code: the run's (its input's) precision
+    converts: bool = False  # the run converts ``layer``'s output to the other precision
 
     @property
     def label(self) -> str:
@@ -69,18 +71,45 @@ def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
     return layer
 
 
-def runs(mod: tvm.IRModule) -> Iterator[Run]:
+def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> List[bool]:
+    """Mixed int8/fp16 code: per layer of ``function`` (``precisions`` gives each layer's),
+    whether a later layer reads its output in the other precision, so that a converting run
+    follows it (once, however many such readers there are)."""
+    calls = list(composite_calls(function))
+    produced: Dict[relax.Var, int] = {b.var: i for i, (b, _) in enumerate(calls)}
+    converted = [False] * len(calls)
+    for index, (binding, _) in enumerate(calls):
+        for arg in binding.value.args:
+            source = produced.get(arg)
+            if source is not None and precisions[source] != precisions[index]:
+                converted[source] = True
+    return converted
+
+
+def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> Iterator[Run]:
     """Every accelerator run of a partitioned (or pattern-matched) module, in execution order,
-    named as the generated code names it."""
+    named as the generated code names it. ``precisions``: mixed int8/fp16 code, each layer's
+    precision by its key (``f0.3``); the runs then carry their precision, and a converting
+    run follows each layer whose output a layer of the other precision reads."""
     for function, (_, external) in enumerate(external_calls(mod)):
-        for index, (binding, composite) in enumerate(composite_calls(external)):
+        calls = list(composite_calls(external))
+        chosen = [precisions[run_key(function, i)] for i in range(len(calls))] \
+            if precisions is not None else None
+        converted = converted_outputs(external, chosen) if chosen else [False] * len(calls)
+        for index, (binding, composite) in enumerate(calls):
             primitive = str(composite.attrs["Composite"])
             layer = layer_of(composite, binding.value.args, external)
+            precision = chosen[index] if chosen else None
             if len(layer.copies) > 1:
                 for part, run in enumerate(layer.runs()):
-                    yield Run(run_key(function, index, copy_part(part)), primitive, run)
+                    yield Run(run_key(function, index, copy_part(part)), primitive, run,
+                              precision=precision)
             elif layer.branch is not None:
-                yield Run(run_key(function, index, "a"), primitive, layer.branch, branch=True)
-                yield Run(run_key(function, index, "b"), primitive, layer)
+                yield Run(run_key(function, index, "a"), primitive, layer.branch, branch=True,
+                          precision=precision)
+                yield Run(run_key(function, index, "b"), primitive, layer, precision=precision)
             else:
-                yield Run(run_key(function, index), primitive, layer)
+                yield Run(run_key(function, index), primitive, layer, precision=precision)
+            if converted[index]:
+                yield Run(run_key(function, index, CONVERT_PART), CONVERT_PRIMITIVE, layer,
+                          precision=precision, converts=True)

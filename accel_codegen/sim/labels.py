@@ -7,8 +7,14 @@ and the accuracy report read them back::
 ``f2.5`` is the sixth layer of the third external function; a layer with a residual branch (a
 conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5a`` first, then
 ``f2.5b``; a concat or channel shuffle makes one BDMA run per copy, ``f2.5c0``, ``f2.5c1``, ...
+In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
+for the layers that read it in that one.
 The part before the space is the run's *key*.
 """
+
+#: The key part and primitive of the run that converts a layer's output (mixed precision).
+CONVERT_PART = "x"
+CONVERT_PRIMITIVE = "convert"
 
 
 def run_key(function: int, layer: int, part: str = "") -> str:

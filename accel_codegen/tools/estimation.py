@@ -30,11 +30,12 @@ from ..compiler.codegen.memory import RunMemory, plan_module
 from ..compiler.walk import external_calls
 from ..compiler.walk import runs as walk_runs
 from ..errors import AccelError, AccelInvalidError
-from ..compiler.partition import match_composites
+from ..compiler.partition import check_layer_precisions, match_composites
 from ..sim import OpStats, RunStats
 from ..sim.config import ENERGY_FIELDS, AccelConfig, check_precision
 from ..sim.costs import CostTotals, energy_line, engine_names
 from ..sim.device import ChainBatch, estimate_chain
+from ..sim.ops import Sdp
 from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..tables import Column, cost_table, render_table
 from .progress import ProgressCallback, progress_callback, steps
@@ -131,7 +132,8 @@ class EstimateReport:
     @property
     def utilization(self) -> float:
         """MAC-array utilisation over the whole inference: MACs / (cycles x peak MACs/cycle)."""
-        return self.cost_totals.utilization(self.config.macs_per_cycle(self.precision))
+        return self.cost_totals.utilization(self.config.macs_per_cycle(
+            _peak_precision(self.precision)))
 
     @property
     def memory_bound_cycles(self) -> int:
@@ -186,6 +188,10 @@ class EstimateReport:
                           energy_line(self.cost_totals)])
 
 
+def _feature_shape(shape) -> Tuple[int, int, int, int]:
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+
+
 def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
@@ -212,9 +218,16 @@ def _host_ops(mod: tvm.IRModule) -> int:
     return count
 
 
+def _peak_precision(precision: str) -> str:
+    """The precision whose MAC rate utilisation is measured against (mixed: int8's, the
+    array's peak)."""
+    return "int8" if precision == "mixed" else precision
+
+
 def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
              config: AccelConfig | str = "nv_full", precision: str = "fp32",
-             fuse: bool = True, winograd: bool = True) -> EstimateReport:
+             fuse: bool = True, winograd: bool = True,
+             layer_precisions: Optional[Dict[str, str]] = None) -> EstimateReport:
     """The cost model's figures for a model on a configuration, without running the kernels.
 
     Parameters
@@ -229,7 +242,10 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
         The hardware configuration, or a preset name.
     precision : str
         One of "fp32", "fp16", "int8" (int16 is not generated, so not estimated). Costs need
-        no calibration: they depend on shapes only.
+        no calibration: they depend on shapes only. "mixed": each layer in the precision
+        ``layer_precisions`` gives it (layer key -> "int8" / "fp16", as
+        ``mixed_precision_of(mod).layer_precisions`` or a mixed build's partition report
+        has it), with the converting runs between int8 and fp16 layers.
     fuse : bool
         Fused chains (True) or one independent op per source op (False), as for a build.
     winograd : bool
@@ -250,6 +266,18 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
         A precision the configuration lacks, or one the code generator does not emit yet.
     """
     config = AccelConfig.resolve(config)
+    if precision == "mixed":
+        if layer_precisions is None:
+            raise AccelInvalidError("precision='mixed' is estimated for an assignment: give "
+                                    "layer_precisions (layer key -> 'int8' or 'fp16')")
+        for each in ("int8", "fp16"):
+            check_precision(config, each)
+        matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
+        return _LoweredModel.of_matched(matched, config, "mixed", fuse, winograd,
+                                        check_layer_precisions(matched, layer_precisions)
+                                        ).estimate(config)
+    if layer_precisions is not None:
+        raise AccelInvalidError(f"layer_precisions is for precision='mixed', not {precision!r}")
     check_precision(config, precision)
     return _LoweredModel.of(mod, params, config, precision, fuse, winograd).estimate(config)
 
@@ -264,6 +292,11 @@ class _LoweredRun:
     conv_modes: Optional[dict]      # its CONV's input modes (None: no conv)
     direct: list
     winograd: Optional[list]
+    in_shape: Optional[Tuple[int, ...]] = None  # a converting run's (else the layer's)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.in_shape or self.layer.in_shape
 
 
 class _MemoryPlans:
@@ -277,9 +310,11 @@ class _MemoryPlans:
     FIELDS = ("atomic_c", "atomic_k", "memory_atom_bytes", "cbuf_bytes")
 
     def __init__(self, functions: Sequence[relax.Function], runs: Sequence[_LoweredRun],
-                 precision: str, fuse: bool):
+                 precision: str, fuse: bool,
+                 layer_precisions: Optional[Dict[str, str]] = None):
         self.functions, self.runs = list(functions), list(runs)
         self.precision, self.fuse = precision, fuse
+        self.layer_precisions = layer_precisions
         self.nonzero: Dict[str, Optional[int]] = {}
         self.planned: Dict[tuple, Optional[ChainBatch]] = {}
 
@@ -295,14 +330,14 @@ class _MemoryPlans:
                      if run.conv_modes is not None}
             plan: Dict[str, RunMemory] = plan_module(
                 self.functions, config, self.fuse, self.precision, modes=modes,
-                nonzero=self.nonzero)
+                nonzero=self.nonzero, layer_precisions=self.layer_precisions)
             if all(memory.changes_nothing for memory in plan.values()):
                 self.planned[key] = None
-            else:
+            else:  # a converting run (mixed code) has no plan of its own: all in DRAM
                 self.planned[key] = ChainBatch(config, [
-                    (plan[run.key].apply(run.winograd if use else run.direct),
-                     run.layer.in_shape, run.mode) for run, use in zip(self.runs, fast)],
-                    self.precision)
+                    (plan.get(run.key, RunMemory()).apply(run.winograd if use else run.direct),
+                     run.shape, run.mode) for run, use in zip(self.runs, fast)],
+                    None if self.precision == "mixed" else self.precision)
         return self.planned[key]
 
 
@@ -327,9 +362,29 @@ class _LoweredModel:
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
            fuse: bool, winograd: bool = True) -> "_LoweredModel":
         matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+        return cls.of_matched(matched, config, precision, fuse, winograd)
+
+    @classmethod
+    def of_matched(cls, matched: tvm.IRModule, config: AccelConfig, precision: str,
+                   fuse: bool, winograd: bool = True,
+                   layer_precisions: Optional[Dict[str, str]] = None) -> "_LoweredModel":
+        """``precision`` "mixed": each layer's from ``layer_precisions``, and a converting run
+        after each layer that a layer of the other precision reads (as the code generator
+        writes them)."""
         runs, chains, choices, lowered = [], [], [], []
-        for run in walk_runs(matched):
+        model_precision = precision
+        for run in walk_runs(matched, layer_precisions):
             layer = run.layer
+            precision = run.precision or model_precision
+            if run.converts:  # one SDP pass: the layer's output into the other precision
+                ops = [Sdp(precision=precision, convert=True, cvt_scale=1.0)]
+                shape = _feature_shape(layer.out_shape)
+                runs.append((run.label, run.primitive))
+                chains.append((ops, shape, "independent"))
+                choices.append((len(chains) - 1, None))
+                lowered.append(_LoweredRun(run.key, layer, "independent", None, ops, None,
+                                           shape))
+                continue
             mode = "fused" if layer.fused(fuse) else "independent"
             runs.append((run.label, run.primitive))
             modes = layer.conv_modes(config, fuse, precision, winograd=False)
@@ -348,10 +403,11 @@ class _LoweredModel:
             choices.append((direct, fast))
             lowered.append(_LoweredRun(run.key, layer, mode, modes if layer.conv else None,
                                        direct_ops, fast_ops))
+        batch_precision = None if model_precision == "mixed" else model_precision
         memory = _MemoryPlans([function for _, function in external_calls(matched)], lowered,
-                              precision, fuse)
-        return cls(runs, ChainBatch(config, chains, precision), choices, memory,
-                   _host_ops(matched), precision, fuse)
+                              model_precision, fuse, layer_precisions)
+        return cls(runs, ChainBatch(config, chains, batch_precision), choices, memory,
+                   _host_ops(matched), model_precision, fuse)
 
     def _records(self, config: AccelConfig, costed: str) -> list:
         """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"): in Winograd
@@ -378,7 +434,8 @@ class _LoweredModel:
         fps, fpj = totals.frames_per_s(config.clock_hz), totals.frames_per_joule()
         return {"frames_per_s": float("inf") if fps is None else fps,
                 "total_cycles": totals.cycles,
-                "utilization": totals.utilization(config.macs_per_cycle(self.precision)),
+                "utilization": totals.utilization(config.macs_per_cycle(
+                    _peak_precision(self.precision))),
                 "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
                 "bytes": totals.bytes, "dram_bytes": totals.dram_bytes,
                 "sram_bytes": totals.sram_bytes, "total_energy_pj": totals.energy_pj,

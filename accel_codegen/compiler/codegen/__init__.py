@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -61,13 +62,17 @@ def generate(functions, options, into: Generated) -> List:
     precision = str(options.get("precision", "fp32"))
     calibration = Calibration.from_json(str(options["calibration"])) \
         if "calibration" in options else None
+    # mixed: each layer's precision by its key
+    layer_precisions = json.loads(str(options["layer_precisions"])) \
+        if "layer_precisions" in options else None
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     functions = list(functions)
-    memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd)
+    memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd,
+                         layer_precisions=layer_precisions)
     for function in functions:
         gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
-                              winograd, memory)
+                              winograd, memory, layer_precisions)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

@@ -143,8 +143,10 @@ def sram_streams(ops: List[str], streams: Sequence[str]) -> List[str]:
 
 
 def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
-              out_shape: Sequence[int], fused: bool, label: str) -> List[str]:
-    """One accelerator run: the ops' descriptors, then accel_run through the glue."""
+              out_shape: Sequence[int], fused: bool, label: str, precision: str,
+              out_precision: Optional[str] = None) -> List[str]:
+    """One accelerator run: the ops' descriptors, then accel_run through the glue; its data in
+    ``precision``, its output in ``out_precision`` (default the same)."""
     lines = [f"  accel_op ops[{len(ops)}];", "  memset(ops, 0, sizeof ops);"]
     for i, op in enumerate(ops):
         lines.extend("  " + re.sub(r"\bOP\b", f"ops[{i}]", line) for line in op.splitlines())
@@ -152,7 +154,8 @@ def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
     lines.append(f"  static const int32_t in_shape[4] = {{{', '.join(map(str, in_shape))}}}, "
                  f"out_shape[4] = {{{', '.join(map(str, out_shape))}}};")
     lines.append(f"  if (accel_glue_run_layer(&k_fn, ops, {len(ops)}, {data}, in_shape, {output}, "
-                 f"out_shape, {mode}, \"{label}\") != 0) return -1;")
+                 f"out_shape, {mode}, \"{label}\", {c_precision(precision)}, "
+                 f"{c_precision(out_precision or precision)}) != 0) return -1;")
     return lines
 
 
@@ -179,7 +182,15 @@ def _table(values: Sequence[str]) -> str:
     return ", ".join(values) or "0"
 
 
-def translation_unit(*, symbol: str, short: str, header: str, precision: str,
+def convert_op(precision: str, quant_scale: float, quant_zero: int) -> str:
+    """A converting SDP from ``precision`` to the other of int8 / fp16; the int8 side's
+    scale and zero point."""
+    return sdp_op(f"{precision} -> {'fp16' if precision == 'int8' else 'int8'}", {
+        "precision": c_precision(precision), "convert": 1, "cvt_scale": c_float(quant_scale),
+        "cvt_zero": quant_zero})
+
+
+def translation_unit(*, symbol: str, short: str, header: str,
                      cfg: AccelConfig, args: Sequence[Tuple[str, Tuple[int, ...]]],
                      num_inputs: int, constants: Sequence[Tuple[int, Tuple[str, int]]],
                      temps: Sequence[int], num_packed: int, body: str) -> str:
@@ -219,7 +230,7 @@ static void fill_config(accel_config* config) {{
 static int run_layers(float** a);
 
 static accel_glue_function k_fn = {{
-  "{short}", {c_precision(precision)}, fill_config, run_layers,
+  "{short}", fill_config, run_layers,
   {num_inputs}, {len(args) - num_inputs}, k_args,
   {n_const}, k_const_count, k_const_type, k_const, k_const_object,
   {n_temps}, k_temp_bytes, k_temp,

@@ -17,12 +17,12 @@ from ...errors import AccelInvalidError, AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant, quantize_weights
 from ...quantization.lut import layer_lut
 from ...sim.config import AccelConfig
-from ...sim.labels import copy_part, run_key, run_label
+from ...sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from .memory import RunMemory, plan_function
-from ..walk import composite_calls, layer_of
+from ..walk import composite_calls, converted_outputs, layer_of
 from . import emit, int8
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
@@ -30,6 +30,12 @@ from .folding import affine, fold_batch_norm
 
 #: Storage dtype of each precision the code generator emits.
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
+#: The precisions a layer of mixed code takes; a converting SDP goes from one to the other.
+MIXED = ("int8", "fp16")
+
+
+def other_precision(precision: str) -> str:
+    return MIXED[1 - MIXED.index(precision)]
 
 
 def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
@@ -41,16 +47,26 @@ def _channels(layer: Layer) -> int:
 
 
 class FunctionCodegen:
-    """C source for one offloaded function (the ``index``-th the code generator sees)."""
+    """C source for one offloaded function (the ``index``-th the code generator sees).
+
+    ``precision`` "mixed": each layer in the precision ``layer_precisions`` gives it by its key
+    (``f0.3``), int8 or fp16; a layer's output that a layer of the other precision reads is
+    converted once, by a converting SDP run right after it (its int8 side quantised as an int8
+    layer would have written it), so :attr:`precision` is the current layer's."""
 
     def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
                  precision: str = "fp32", calibration: Optional[Calibration] = None,
-                 winograd: bool = True, memory: Optional[Dict[str, RunMemory]] = None):
+                 winograd: bool = True, memory: Optional[Dict[str, RunMemory]] = None,
+                 layer_precisions: Optional[Dict[str, str]] = None):
         self.function = function
         self.config = config
         self.fuse = fuse
         self.winograd = winograd  # convolutions that qualify run in Winograd mode
         self.index = index
+        self.function_precision = precision
+        self.layer_precisions = layer_precisions or {}
+        if precision == "mixed":
+            precision = MIXED[0]  # each layer sets its own (run)
         self.precision = precision
         self.storage = np.dtype(STORAGE[precision])
         self.calibration = calibration
@@ -73,12 +89,15 @@ class FunctionCodegen:
         for r, var in enumerate(self.outputs):
             self.args.setdefault(var, f"a[{len(self.inputs) + r}]")
         self.operands: Dict[relax.Var, str] = dict(self.args) if precision == "fp32" else {}
+        self.held: Dict[relax.Var, str] = {}  # mixed: the precision of each operand
+        self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
         # CBUF splits, weight formats and SRAM placement of every run (shared with estimate;
         # the module's plan when given, as SRAM is shared by every function)
         self.memory = memory if memory is not None else \
-            plan_function(function, index, config, fuse, precision, winograd)
+            plan_function(function, index, config, fuse, self.function_precision, winograd,
+                          self.layer_precisions)
         self.run_memory = RunMemory()  # the run being emitted
 
     @property
@@ -115,11 +134,18 @@ class FunctionCodegen:
         if is_constant(expr):
             value = constant_value(expr)
             return self._constant(reshape(value) if reshape else value)
-        if expr in self.operands:
-            return self.operands[expr]
+        held = self._held(expr)
+        if held is not None:
+            return held
         if expr in self.args:  # a function input, converted where it enters
             return self._enter(expr, None)
         raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
+
+    def _held(self, var: relax.Expr) -> Optional[str]:
+        """Where ``var`` is held in the current layer's precision, if it is."""
+        if var in self.operands and self.held.get(var, self.precision) == self.precision:
+            return self.operands[var]
+        return self.converted.get(var)
 
     def _data(self, expr: relax.Expr, scope, key: Key) -> Tuple[str, Optional[TensorQuant]]:
         """Pointer and quantisation of a data tensor in the function's precision; ``key``
@@ -134,14 +160,17 @@ class FunctionCodegen:
                 quant = int8.range_quant(value)
                 value = quant.quantize(value)
             return self._constant(value), quant
-        if resolved in self.operands:
-            return self.operands[resolved], self.quant.get(resolved)
+        held = self._held(resolved)
+        if held is not None:
+            return held, self.quant.get(resolved)
         if resolved in self.args:
             return self._enter(resolved, key), self.quant.get(resolved)
         raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
 
-    def _calibrated(self, key: Key) -> Optional[TensorQuant]:
-        if self.precision != "int8":
+    def _calibrated(self, key: Key, layer_int8: bool = False) -> Optional[TensorQuant]:
+        """The calibrated quantisation of ``key`` in int8 code (``layer_int8``: also for a
+        layer of another precision, whose output mixed code converts to int8)."""
+        if self.precision != "int8" and not layer_int8:
             return None
         if self.calibration is None:
             raise AccelInvalidError("int8 code needs a calibration")
@@ -155,7 +184,12 @@ class FunctionCodegen:
         if self.precision == "int8" and quant is None:
             raise AccelInvalidError(f"{self.short}: input {var.name} has no calibration")
         temp = self._temp(count, self.last_use.get(var, self.layer_index))
-        self.operands[var], self.quant[var] = temp, quant
+        if var in self.operands:  # mixed: entered in the other precision already
+            self.converted[var] = temp
+        else:
+            self.operands[var], self.held[var] = temp, self.precision
+        if quant is not None:
+            self.quant[var] = quant
         self.body.append(f"/* input {var.name} enters as {self.precision} */")
         self.body.append(emit.convert(self.args[var], "fp32", temp, self.precision, count,
                                              *self._scale_zero(quant)))
@@ -176,10 +210,67 @@ class FunctionCodegen:
         for index, (binding, _) in enumerate(calls):
             for arg in binding.value.args:
                 self.last_use[arg] = index
+        mixed = self.function_precision == "mixed"
+        precisions = [self._layer_precision(i) for i in range(len(calls))] if mixed else None
+        converted = converted_outputs(self.function, precisions) if mixed else []
         for index, (binding, composite) in enumerate(calls):
             self.layer_index = index
+            if mixed:
+                self._use_precision(precisions[index])
             self._layer(index, binding.var, composite, binding.value.args)
+            if mixed and converted[index]:
+                self._convert_output(index, binding.var, composite, binding.value.args)
         return translation_unit(self)
+
+    # --- mixed precision --------------------------------------------------------------------
+    def _layer_precision(self, index: int) -> str:
+        key = run_key(self.index, index)
+        precision = self.layer_precisions.get(key)
+        if precision not in MIXED:
+            raise AccelInvalidError(f"{self.short}: layer {key} has precision {precision!r}, "
+                                    f"not one of {MIXED}")
+        return precision
+
+    def _use_precision(self, precision: str) -> None:
+        self.precision = precision
+        self.storage = np.dtype(STORAGE[precision])
+        self.pool.float_dtype = np.float16 if precision == "fp16" else np.float32
+
+    def _int8_output(self, index: int, var: relax.Var, composite: relax.Function,
+                     args) -> TensorQuant:
+        """The int8 quantisation of layer ``index``'s output: an int8 layer's own; for an fp16
+        layer, the one int8 code of that layer would have given it."""
+        if self.precision == "int8":
+            return self.quant[var]
+        layer = layer_of(composite, args, self.function)
+        if len(layer.copies) > 1:
+            return int8.concat_quant(self._calibrated((run_key(self.index, index, copy_part(p)),
+                                                       INPUT), True)
+                                     for p in range(len(layer.runs())))
+        key = run_key(self.index, index, "b" if layer.branch is not None else "")
+        if layer.conv is None and layer.sdp.empty():  # a pool or a copy keeps its input's
+            return self._calibrated((key, INPUT), True)
+        pre_pool = (1 if layer.conv is not None else 0) + (0 if layer.sdp.empty() else 1) - 1
+        return self._calibrated((key, pre_pool), True)
+
+    def _convert_output(self, index: int, var: relax.Var, composite: relax.Function,
+                        args) -> None:
+        """A converting run: layer ``index``'s output into the other precision, for the
+        layers that read it in that one."""
+        quant = self._int8_output(index, var, composite, args)
+        target = other_precision(self.precision)
+        shape = _feature(static_shape(var))
+        temp = self._temp(int(np.prod(shape)), self.last_use.get(var, index),
+                          itemsize=np.dtype(STORAGE[target]).itemsize)
+        self.converted[var], self.quant[var] = temp, quant
+        key = run_key(self.index, index, CONVERT_PART)
+        label = run_label(key, CONVERT_PRIMITIVE)
+        self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = quant
+        lines = [f"/* {label}: layer {index}'s output for its {target} readers */", "{"]
+        lines += emit.run_layer([emit.convert_op(self.precision, quant.scale, quant.zero)],
+                                self.operands[var], shape, temp, shape, False, label,
+                                self.precision, target)
+        self.body.extend(lines + ["}"])
 
     def _layer(self, index: int, var: relax.Var, composite: relax.Function,
                args: Sequence[relax.Expr]) -> None:
@@ -191,9 +282,11 @@ class FunctionCodegen:
             # are still live while it is allocated.
             self.operands[var] = self._temp(int(np.prod(static_shape(var))),
                                             self.last_use.get(var, index))
+            self.held[var] = self.precision
         sources = layer.source_ops if layer.branch is None else \
             layer.branch.source_ops + layer.source_ops
-        self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})")
+        self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})" + (
+            f" in {self.precision}" if self.function_precision == "mixed" else ""))
         if len(layer.copies) > 1:  # one run per copy, all into this layer's output
             runs = layer.runs()
             if self.precision == "int8" and layer.several_sources:
@@ -213,15 +306,18 @@ class FunctionCodegen:
             self.quant[layer.sdp.operand] = self._emit(
                 layer.branch, scope, run_key(self.index, index, "a"), name, branch_out, True)
             part = "b"
-        self.quant[var] = self._emit(layer, scope, run_key(self.index, index, part), name,
-                                     self.operands[var])
+        quant = self._emit(layer, scope, run_key(self.index, index, part), name,
+                           self.operands[var])
+        if self.precision == "int8":  # fp16 and fp32 outputs have none
+            self.quant[var] = quant
         self._leave(var)
 
     def _leave(self, var: relax.Var) -> None:
         if self.precision != "fp32" and var in self.args:  # an output leaves as fp32
+            quant = self.quant[var] if self.precision == "int8" else None
             self.body.append(emit.convert(
                 self.operands[var], self.precision, self.args[var], "fp32",
-                int(np.prod(static_shape(var))), *self._scale_zero(self.quant[var])))
+                int(np.prod(static_shape(var))), *self._scale_zero(quant)))
 
     def _emit(self, layer: Layer, scope, key: str, primitive: str, output: str,
               branch: bool = False, concat: Optional[TensorQuant] = None
@@ -273,7 +369,7 @@ class FunctionCodegen:
             ops.extend(self._pools(layer))
         ops = emit.sram_streams(ops, self.run_memory.sram)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
-                                layer.fused(self.fuse), label)
+                                layer.fused(self.fuse), label, self.precision)
         self.body.extend(lines + ["}"])
         return out_quant
 
@@ -471,13 +567,15 @@ def translation_unit(gen: FunctionCodegen) -> str:
             body.append(f"memcpy({target}, {source}, {count} * sizeof(float));")
     layers = "\n".join(f" *   {c}" for c in gen.layer_comments)
     mode = "fused" if gen.fuse else "decomposed (independent)"
+    precision = "int8 and fp16 per layer" if gen.function_precision == "mixed" else \
+        gen.precision
     header = (f"/*\n * Generated by accel-codegen: external function {gen.symbol}\n"
-              f" * Configuration {gen.config.name}, {mode} mode, {gen.precision}.\n"
+              f" * Configuration {gen.config.name}, {mode} mode, {precision}.\n"
               f" * Layers:\n{layers}\n */")
     constants = [(a.size, dl) for a, dl in zip(gen.pool.arrays.values(),
                                                gen.pool.dl_types())]
     return emit.translation_unit(
-        symbol=gen.symbol, short=gen.short, header=header, precision=gen.precision,
+        symbol=gen.symbol, short=gen.short, header=header,
         cfg=gen.config, args=args, num_inputs=len(gen.inputs), constants=constants,
         temps=gen.scratch.sizes, num_packed=gen.packed,
         body=textwrap.indent("\n".join(body), "  "))

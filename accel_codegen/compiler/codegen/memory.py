@@ -37,7 +37,7 @@ from ...sim.config import AccelConfig, precision_code
 from ...sim.labels import copy_part, run_key
 from ...sim.ops import Conv, Sdp, count_nonzero
 from ..layer import Layer, constant_value, is_constant, static_shape
-from ..walk import composite_calls, layer_of
+from ..walk import composite_calls, converted_outputs, layer_of
 from .folding import affine
 
 
@@ -161,6 +161,7 @@ class _Run:
     call: int                   # index of its composite call in the function
     reads: Dict[str, relax.Var] = dataclasses.field(default_factory=dict)  # stream -> var
     writes: Optional[relax.Var] = None
+    precision: str = ""         # its layer's (mixed code: each layer its own)
 
 
 def _runs(function: relax.Function, function_index: int
@@ -197,14 +198,17 @@ def _runs(function: relax.Function, function_index: int
 def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
                 precision: str, first_index: int = 0, winograd: bool = True,
                 modes: Optional[Dict[str, dict]] = None,
-                nonzero: Optional[Dict[str, Optional[int]]] = None) -> Dict[str, RunMemory]:
+                nonzero: Optional[Dict[str, Optional[int]]] = None,
+                layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
     """The memory choices of every run of a module's offloaded functions (in the order the
     code generator numbers them, from ``first_index``), by run key. ``modes``: each conv run's
     CONV modes by run key, where the caller has chosen them (else ``Layer.conv_modes``);
     ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across
-    calls (the counts do not depend on the configuration)."""
-    plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes, nonzero)
-             for i, f in enumerate(functions)]
+    calls (the counts do not depend on the configuration). ``precision`` "mixed": each layer's
+    from ``layer_precisions`` by its key; a layer's output that a layer of the other precision
+    reads (through a converting run) stays in DRAM."""
+    plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes, nonzero,
+                           layer_precisions) for i, f in enumerate(functions)]
     if config.sram_bytes > 0:
         for plan in plans:
             plan.place_feature_maps()
@@ -216,9 +220,11 @@ def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: 
 
 
 def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
-                  fuse: bool, precision: str, winograd: bool = True) -> Dict[str, RunMemory]:
+                  fuse: bool, precision: str, winograd: bool = True,
+                  layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
     """The memory choices of one function's runs, as if it were the module's only one."""
-    plan = _FunctionPlan(function, function_index, config, fuse, precision, winograd)
+    plan = _FunctionPlan(function, function_index, config, fuse, precision, winograd,
+                         layer_precisions=layer_precisions)
     if config.sram_bytes > 0:
         plan.place_feature_maps()
         plan.place_weights(config.sram_bytes - max(plan.load, default=0))
@@ -231,15 +237,24 @@ class _FunctionPlan:
     def __init__(self, function: relax.Function, function_index: int, config: AccelConfig,
                  fuse: bool, precision: str, winograd: bool = True,
                  modes: Optional[Dict[str, dict]] = None,
-                 nonzero: Optional[Dict[str, Optional[int]]] = None):
+                 nonzero: Optional[Dict[str, Optional[int]]] = None,
+                 layer_precisions: Optional[Dict[str, str]] = None):
         self.function = function
         self.config = config
         self.config_c = config.to_c()
-        self.precision = precision
         self.runs, scopes = _runs(function, function_index)
+        calls = len(list(composite_calls(function)))
+        precisions = [layer_precisions[run_key(function_index, i)] if precision == "mixed"
+                      else precision for i in range(calls)]
+        for run in self.runs:
+            run.precision = precisions[run.call]
+        # mixed: outputs converted for a reader of the other precision (kept in DRAM)
+        converted = converted_outputs(function, precisions) if precision == "mixed" else []
+        self.converted = {run.writes for run in self.runs
+                          if run.writes is not None and converted and converted[run.call]}
         # the conv modes (image input, multi-batch, Winograd) the code generator chooses
         self.modes = {run.key: modes[run.key] if modes is not None
-                      else run.layer.conv_modes(config, fuse, precision, winograd)
+                      else run.layer.conv_modes(config, fuse, run.precision, winograd)
                       for run in self.runs if run.layer.conv is not None}
 
         def counted(run: _Run) -> Optional[Callable[[], Optional[int]]]:
@@ -248,14 +263,15 @@ class _FunctionPlan:
 
             def count() -> Optional[int]:
                 if run.key not in nonzero:
-                    weights = emitted_weights(run.layer, scopes[run.call], precision, fuse)
+                    weights = emitted_weights(run.layer, scopes[run.call], run.precision,
+                                              fuse)
                     nonzero[run.key] = None if weights is None \
-                        else count_nonzero(weights, precision)
+                        else count_nonzero(weights, run.precision)
                 return nonzero[run.key]
             return count
 
-        self.convs = {key: conv_choice(config, run.layer, scopes[run.call], precision, fuse,
-                                       self.modes[key], counted(run))
+        self.convs = {key: conv_choice(config, run.layer, scopes[run.call], run.precision,
+                                       fuse, self.modes[key], counted(run))
                       for run in self.runs if (key := run.key) in self.modes}
         self.sram_of: Dict[str, set] = {run.key: set() for run in self.runs}
         self.placed: set = set()             # feature maps in SRAM
@@ -283,7 +299,7 @@ class _FunctionPlan:
                 continue
             layer = run.layer
             conv = Conv(None, weight_shape=layer.conv.weight_shape, groups=layer.conv.groups,
-                        stride=layer.conv.stride, precision=self.precision,
+                        stride=layer.conv.stride, precision=run.precision,
                         **self.modes[run.key], **dataclasses.asdict(choice))
             desc = ffi.new("accel_conv_desc*")
             conv._fill(desc)
@@ -300,6 +316,7 @@ class _FunctionPlan:
         result = self.function.body.body
         outputs = set(result.fields) if isinstance(result, relax.Tuple) else {result}
         produced = {run.writes: run.call for run in runs if run.writes is not None}
+        precision_of = {run.writes: run.precision for run in runs if run.writes is not None}
         # Every use of a tensor: (run, stream); a tensor read any other way stays in DRAM.
         uses: Dict[relax.Var, List[Tuple[_Run, str]]] = {}
         for run in runs:
@@ -309,12 +326,12 @@ class _FunctionPlan:
         for var in produced:
             views = [static_shape(var)] + [u.layer.in_shape for u, stream in uses.get(var, ())
                                           if stream == "input"]
-            self.sizes[var] = max(_feature_bytes(self.config_c, shape, self.precision)
+            self.sizes[var] = max(_feature_bytes(self.config_c, shape, precision_of[var])
                                   for shape in views)
         self.load = [0] * (max((run.call for run in runs), default=-1) + 1)
         for var, first in sorted(produced.items(), key=lambda item: item[1]):
             readers = uses.get(var, [])
-            if var in outputs or not readers:
+            if var in outputs or not readers or var in self.converted:
                 continue
             size = self.sizes[var]
             last = max(run.call for run, _ in readers)

@@ -50,7 +50,6 @@ typedef struct accel_glue_dtype {
 /* One external function: its tables (read-only) and its state (set by the glue). */
 typedef struct accel_glue_function {
   const char* name;             /* starts every error message */
-  accel_precision precision;    /* of every tensor inside the function */
   void (*fill_config)(accel_config* config); /* the configuration it was compiled for */
   int (*run_layers)(float** a); /* the generated layers: 0, or -1 with the error raised */
   int32_t num_inputs, num_outputs;
@@ -215,21 +214,23 @@ static inline int accel_glue_fold_batch_norm(const accel_glue_function* f, int32
   return status == ACCEL_OK ? 0 : accel_glue_raise_status(f, status, "");
 }
 
-/* One accelerator run (a layer) on NCHW shapes, labelled for the profile. */
+/* One accelerator run (a layer) on NCHW shapes, labelled for the profile: its input in
+ * `in_precision`, its output in `out_precision` (the same but for a converting SDP). */
 static inline int accel_glue_run_layer(const accel_glue_function* f, const accel_op* ops,
                                        int32_t num_ops, const void* in, const int32_t* in_shape,
                                        void* out, const int32_t* out_shape, accel_mode mode,
-                                       const char* label) {
+                                       const char* label, accel_precision in_precision,
+                                       accel_precision out_precision) {
   accel_tensor input, output;
   memset(&input, 0, sizeof input);
   memset(&output, 0, sizeof output);
   input.data = (void*)in;
   input.n = in_shape[0], input.c = in_shape[1], input.h = in_shape[2], input.w = in_shape[3];
-  input.precision = f->precision;
+  input.precision = in_precision;
   output.data = out;
   output.n = out_shape[0], output.c = out_shape[1];
   output.h = out_shape[2], output.w = out_shape[3];
-  output.precision = f->precision;
+  output.precision = out_precision;
   const accel_status status =
       accel_run(f->device, ops, num_ops, &input, &output, mode, label, NULL, NULL);
   if (status != ACCEL_OK) {
