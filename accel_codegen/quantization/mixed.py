@@ -17,9 +17,11 @@ The search, in builds of the model (each one compiled and run on every calibrati
    noise is the all-fp16 noise plus the N_l of the layers still int8 (independent rounding
    noise adds), and its cycles are the cost model's for that assignment, the converting runs
    between int8 and fp16 layers included.
-6. The choice: the first point whose prediction meets the target, then measured: one more
-   layer promoted while the measurement falls short, one fewer while the point before still
-   meets it.
+6. The choice: all-int8 if it meets the target; else the first point whose prediction meets
+   it, then measured: one more layer promoted while the measurement falls short, one fewer
+   while the point before still meets it, and the later points that cost fewer cycles (the
+   converting runs make cycles rise and fall along the path). Of the points measured, the
+   one that meets the target in the fewest cycles.
 """
 from __future__ import annotations
 
@@ -236,12 +238,22 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
                                        for key in keys})
         return path[k].sqnr_db
 
-    measured(0)
-    chosen = next((k for k, p in enumerate(path) if p.predicted_sqnr_db >= target), len(keys))
-    while measured(chosen) < target:
-        chosen += 1  # all-fp16 meets it (checked above), so this ends
-    while chosen > 0 and measured(chosen - 1) >= target:
-        chosen -= 1
+    chosen = 0
+    if measured(0) < target:
+        chosen = next((k for k, p in enumerate(path) if p.predicted_sqnr_db >= target),
+                      len(keys))
+        while measured(chosen) < target:
+            chosen += 1  # all-fp16 meets it (checked above), so this ends
+        while chosen > 0 and measured(chosen - 1) >= target:
+            chosen -= 1
+        # Converting runs make the path's cycles rise and fall: the later points that cost
+        # fewer cycles (and promote more layers) are measured too.
+        for k in range(chosen + 1, len(path)):
+            if path[k].cycles < path[chosen].cycles:
+                measured(k)
+    # Of the points measured, the fewest cycles that meet the target.
+    chosen = min((k for k, p in enumerate(path) if p.sqnr_db is not None and
+                  p.sqnr_db >= target), key=lambda k: (path[k].cycles, k))
     fp16_set = set(order[:chosen])
     result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
                             order, path, chosen, alone, extra, len(examples), builds,

@@ -2,8 +2,9 @@
 TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zero exit status.
 
     accel-codegen partition MODEL [--config CFG] [--no-fuse] [--precision P] [CALIBRATION]
+                                  [--target-sqnr DB]
     accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
-                                [--precision P] [CALIBRATION]
+                                [--precision P] [CALIBRATION] [--target-sqnr DB]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
                                [--precision P] [--trace out.json] [--trace-plot out.png]
     accel-codegen accuracy MODEL --precision int8|fp16 [--config CFG] [--no-fuse] [--inputs M]
@@ -19,7 +20,9 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
 MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
 JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
-int8. int8 is calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
+int8; partition and compile also take mixed (int8 or fp16 per layer, the assignment that
+reaches ``--target-sqnr DB`` of output SQNR against fp32 on the calibration inputs in the
+fewest cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
 model's input shapes, default 32, drawn with ``--seed``, default 1234;
 ``--calibration-method`` mse, percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
 with seed + 1, never the calibration ones; for int8 it also quantises the model with ONNX
@@ -119,26 +122,45 @@ def check_precision_args(args, config) -> None:
     precision, before anything heavy is imported (fp16 on nv_small fails here, at once)."""
     from ..sim.config import check_precision
 
-    check_precision(config, args.precision)
+    target = getattr(args, "target_sqnr", None)
+    if args.precision == "mixed":
+        for precision in ("int8", "fp16"):
+            check_precision(config, precision)
+        if target is None:
+            raise UserError("--precision mixed needs --target-sqnr DB (the output SQNR to "
+                            "reach against fp32, e.g. 40)")
+        from ..quantization.mixed import check_target
+        check_target(target)
+    else:
+        check_precision(config, args.precision)
+        if target is not None:
+            raise UserError(f"--target-sqnr: for --precision mixed only (the precision is "
+                            f"{args.precision})")
     given = [flag for flag, value in (("--calibration", args.calibration),
                                       ("--calibration-method", args.calibration_method))
              if value is not None]
-    if given and args.precision != "int8":
-        raise UserError(f"{' and '.join(given)}: for int8 only (the precision is "
+    if given and args.precision not in ("int8", "mixed"):
+        raise UserError(f"{' and '.join(given)}: for int8 and mixed only (the precision is "
                         f"{args.precision})")
 
 
 def _calibration(args, model) -> dict:
-    """The calibration keywords of partition_for_accel / accuracy_report (none but int8's)."""
+    """The calibration keywords of partition_for_accel / accuracy_report (int8's, and mixed's
+    with its target)."""
     from ..quantization import DEFAULT_METHOD
 
-    if args.precision != "int8":
+    if args.precision not in ("int8", "mixed"):
         return {}
     count = args.calibration or DEFAULT_CALIBRATION
     method = args.calibration_method or DEFAULT_METHOD
     _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})")
-    return {"calibration": random_inputs(model, count, args.seed),
-            "calibration_method": method}
+    keywords = {"calibration": random_inputs(model, count, args.seed),
+                "calibration_method": method}
+    if args.precision == "mixed":
+        _say(f"mixed precision: searching for {args.target_sqnr:g} dB output SQNR on the "
+             f"calibration inputs (a build per layer)")
+        keywords["target_sqnr_db"] = args.target_sqnr
+    return keywords
 
 
 def _partition(args, config, model):
@@ -244,7 +266,18 @@ def cmd_partition(args) -> int:
     from ..compiler.partition import partition_report
 
     model = _load_model(args.model)
-    return _show_report(partition_report(_partition(args, config, model)), args.json)
+    partitioned = _partition(args, config, model)
+    _show_mixed(partitioned)
+    return _show_report(partition_report(partitioned), args.json)
+
+
+def _show_mixed(partitioned) -> None:
+    """A mixed build's search: the two ends and the chosen assignment."""
+    from ..compiler.partition import mixed_precision_of
+
+    search = mixed_precision_of(partitioned)
+    if search is not None:
+        print(search)
 
 
 def cmd_compile(args) -> int:
@@ -264,14 +297,16 @@ def cmd_compile(args) -> int:
     timings["import"] = time.perf_counter() - start
     start = time.perf_counter()
     partitioned = _partition(args, config, model)
-    generation = "partition + " + ("calibration + " if args.precision == "int8" else "") + \
-        "codegen"
+    generation = "partition + " + {"int8": "calibration + ",
+                                   "mixed": "calibration + precision search + "}.get(
+        args.precision, "") + "codegen"
     timings[generation] = time.perf_counter() - start
     start = time.perf_counter()
     exe = build(partitioned)
     export_library(exe, out)
     timings["build + export"] = time.perf_counter() - start
     report = partition_report(partitioned)
+    _show_mixed(partitioned)
     print(str(report).splitlines()[0])
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); " +
           ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()) +
@@ -410,7 +445,8 @@ def _check_ran_precision(prof, expected: Optional[str], library: Path) -> None:
         print("accelerator precision: - (no accelerator run)")
     else:
         print(f"accelerator precision: {', '.join(ran)}")
-    if expected is not None and ran and ran != [expected]:
+    allowed = [["fp16"], ["int8"], ["fp16", "int8"]] if expected == "mixed" else [[expected]]
+    if expected is not None and ran and [p for p in ran if p != "fp32"] not in allowed:
         raise UserError(f"'{library}' runs {', '.join(ran)} on the accelerator, not {expected}: "
                         f"the precision is chosen at compile time (compile --precision "
                         f"{expected})")
@@ -575,6 +611,19 @@ def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool =
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
 
 
+def _decibels(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dB") from None
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-sqnr", type=_decibels, metavar="DB",
+                   help="--precision mixed: the output SQNR against fp32 (dB, on the "
+                   "calibration inputs) that the int8/fp16 assignment must reach, e.g. 40")
+
+
 def _output_args(p: argparse.ArgumentParser, what: str, plot: bool = False) -> None:
     p.add_argument("--json", metavar="PATH", help=f"also write the {what} as JSON")
     if plot:
@@ -585,10 +634,12 @@ def _build_commands(sub) -> None:
     """partition, compile, run, accuracy."""
     from ..sim.config import GENERATED_PRECISIONS
 
+    mixed = GENERATED_PRECISIONS + ("mixed",)
     p = sub.add_parser("partition", help="print what is offloaded as which primitive, and why "
                        "the rest is not", description="Print the partition report of a model.")
     _model_args(p)
-    _precision_args(p)
+    _precision_args(p, choices=mixed)
+    _target_args(p)
     _output_args(p, "report")
     p.set_defaults(func=cmd_partition)
 
@@ -601,7 +652,8 @@ def _build_commands(sub) -> None:
                    help="the shared library to write")
     p.add_argument("--save-input", metavar="x.npy",
                    help="also write the model's example input, for `run`")
-    _precision_args(p)
+    _precision_args(p, choices=mixed)
+    _target_args(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run an exported .so on the simulator",
@@ -616,7 +668,7 @@ def _build_commands(sub) -> None:
     p.add_argument("--config", default="nv_full",
                    help="the configuration the library was compiled for, for the clock of "
                    "the simulated time (default nv_full)")
-    p.add_argument("--precision", choices=GENERATED_PRECISIONS,
+    p.add_argument("--precision", choices=mixed,
                    help="the precision the library was compiled for: checked against what "
                    "its accelerator runs execute (an error if they differ)")
     _trace_args(p, "the run's timeline")

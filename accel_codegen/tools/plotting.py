@@ -4,7 +4,8 @@ backend: no display).
 ``plot_bench(result, path)`` takes the dict of :func:`accel_codegen.bench.run_bench`;
 ``plot_sweep(result, path)`` the dict of :func:`accel_codegen.estimation.sweep`;
 ``plot_timeline(trace, path)`` a Chrome trace of :mod:`accel_codegen.sim.timeline` (a dict or
-its JSON file): our rendering of what Perfetto shows.
+its JSON file): our rendering of what Perfetto shows; ``plot_mixed_precision(search, path)``
+the path of a mixed-precision search (:mod:`accel_codegen.quantization.mixed`).
 """
 from __future__ import annotations
 
@@ -337,5 +338,39 @@ def plot_timeline(trace: Union[Dict[str, Any], str, Path, List], path, runs=None
                       loc="lower right", fontsize=8, framealpha=0.9)
     path = Path(path)
     fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_mixed_precision(search: Union[Dict[str, Any], Any], path, title: str = "") -> Path:
+    """Output SQNR against simulated cycles along a mixed-precision search's path, from
+    all-int8 to all-fp16 (``search``: a :class:`~accel_codegen.quantization.mixed.
+    MixedPrecision` or its JSON dict): the prediction at every point, the measurements where
+    builds were made, the target, and the chosen assignment."""
+    data = json.loads(search.to_json()) if hasattr(search, "to_json") else search
+    points, base = data["path"], data["path"][0]["cycles"]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ratio = [p["cycles"] / base for p in points]
+    ax.plot(ratio, [p["predicted_sqnr_db"] for p in points], "-", color="#c2a5cf", lw=1,
+            label="predicted (sum of the per-layer noise)")
+    measured = [(r, p["sqnr_db"]) for r, p in zip(ratio, points) if p["sqnr_db"] is not None]
+    ax.plot(*zip(*measured), "o", color="#1b7837", label="measured (a build)")
+    chosen = points[data["chosen"]]
+    ax.plot([chosen["cycles"] / base], [chosen["sqnr_db"]], "*", ms=16, color="#ee8a2a",
+            label=f"chosen: {chosen['promoted']} of {len(points) - 1} layers fp16")
+    ax.axhline(data["target_sqnr_db"], color="#8c8c8c", ls="--",
+               label=f"target {data['target_sqnr_db']:g} dB")
+    for r, p, text in ((ratio[0], points[0], "all-int8"), (ratio[-1], points[-1], "all-fp16")):
+        ax.annotate(text, (r, p["sqnr_db"]), textcoords="offset points", xytext=(6, -12),
+                    fontsize=9)
+    ax.set_xlabel(f"simulated cycles / all-int8's ({base:,} cycles)")
+    ax.set_ylabel("output SQNR against fp32, dB")
+    ax.set_title(title or "Mixed int8/fp16: output SQNR against cycles along the search's path")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
