@@ -526,6 +526,10 @@ static accel_status check_sdp_no_int8(const accel_sdp_desc* d, const char* where
 /* A converting SDP (convert = 1): INT8 <-> FP16, nothing else set. */
 static accel_status check_sdp_convert(const accel_config* cfg, const accel_sdp_desc* d,
                                       const char* where) {
+  if (d->convert == 0) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: cvt_scale and cvt_zero are for a converting SDP "
+                      "(convert = 1)", where);
+  }
   if (d->convert != 1) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: convert = %d must be 0 or 1", where, d->convert);
   }

@@ -1,0 +1,205 @@
+"""Mixed int8/fp16 precision through the whole flow: a build with each layer in its own
+precision (converting runs between them), its ends against the plain int8 and fp16 builds, its
+profile against the estimate, the search for a target output SQNR, the CLI flags, and the
+errors for bad targets and assignments."""
+import pytest
+
+import accel_codegen as ac
+from accel_codegen import AccelInvalidError, AccelUnsupportedError
+from accel_codegen.compiler.partition import layer_keys, match_composites
+from conftest import random_inputs, run_all, run_cli, run_main, sqnr
+
+CALIBRATION = 4
+# LeNet-5 on these inputs: all-int8 41.2 dB, all-fp16 63.1 dB against the fp32 build, so this
+# target needs some layers of each.
+LENET_TARGET_DB = 50.0
+# ResNet-18 with every other layer int8 measured 33.5 dB against fp32 (all-int8 29.9 dB, all-fp16
+# 55.2 dB); the bound leaves about 5 dB of margin.
+RESNET_ALTERNATING_MIN_DB = 28.0
+
+
+@pytest.fixture(scope="module")
+def lenet(zoo):
+    lenet = zoo("lenet5")
+    return lenet.mod, random_inputs(tuple(lenet.x.shape), CALIBRATION, 1234)
+
+
+@pytest.fixture(scope="module")
+def search(lenet):
+    """The search for LENET_TARGET_DB and the module it built."""
+    mod, calibration = lenet
+    part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                                  target_sqnr_db=LENET_TARGET_DB)
+    return ac.mixed_precision_of(part), part
+
+
+def _keys(mod):
+    return layer_keys(match_composites(mod, config="nv_full", precision="int8"))
+
+
+# --- builds with a given assignment -------------------------------------------------------------
+
+def test_the_all_int8_and_all_fp16_ends_are_the_plain_builds(lenet):
+    mod, calibration = lenet
+    int8 = ac.partition_for_accel(mod, precision="int8", calibration=calibration)
+    keys = _keys(mod)
+    plain = {"int8": int8, "fp16": ac.partition_for_accel(mod, precision="fp16")}
+    for precision, reference in plain.items():
+        mixed = ac.partition_for_accel(mod, precision="mixed",
+                                       calibration=ac.calibration_of(int8),
+                                       layer_precisions={k: precision for k in keys})
+        assert run_all(ac.virtual_machine(ac.build(mixed)), calibration).tobytes() == \
+            run_all(ac.virtual_machine(ac.build(reference)), calibration).tobytes()
+        assert not any("sdp.convert = 1" in s for s in ac.generated_sources(mixed).values())
+        assert ac.estimate(mod, precision="mixed", layer_precisions={
+            k: precision for k in keys}).total_cycles == \
+            ac.estimate(mod, precision=precision).total_cycles
+
+
+def test_a_mixed_resnet_runs_as_estimated_and_matches_fp32(zoo):
+    """ResNet-18, every other layer int8: residual operands cross between precisions too."""
+    mod, _, _ = zoo("resnet18").imported
+    calibration = random_inputs(tuple(zoo("resnet18").x.shape), 2, 1234)
+    keys = _keys(mod)
+    chosen = {k: "int8" if i % 2 else "fp16" for i, k in enumerate(keys)}
+    part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                                  layer_precisions=chosen)
+    vm = ac.virtual_machine(ac.build(part))
+    with ac.profile() as prof:
+        out = run_main(vm, calibration[0])
+    reference = run_main(ac.virtual_machine(ac.build(mod, precision="fp32")), calibration[0])
+    assert sqnr(out, reference) >= RESNET_ALTERNATING_MIN_DB
+    assert {op.precision for op in prof.ops} == {"int8", "fp16"}
+    estimate = ac.estimate(mod, precision="mixed", layer_precisions=chosen)
+    assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written)
+            for layer in estimate.layers] == \
+        [(r.label, r.cycles, r.bytes_read, r.bytes_written) for r in prof.records]
+    converts = [layer for layer in estimate.layers if layer.label.endswith("x convert")]
+    assert converts and all(layer.engines == "SDP" for layer in converts)
+    report = ac.partition_report(part)
+    assert report.precision == "mixed" and report.layer_precisions == chosen
+    assert "layers by precision: 9 int8, 10 fp16" in str(report)
+    assert "accel int8" in str(report) and "accel fp16" in str(report)
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+def test_the_search_meets_the_target_between_the_two_ends(lenet, search):
+    mod, calibration = lenet
+    result, part = search
+    assert result.int8.sqnr_db < LENET_TARGET_DB < result.fp16.sqnr_db
+    assert set(result.layer_precisions.values()) == {"int8", "fp16"}
+    assert result.int8.cycles < result.point.cycles < result.fp16.cycles
+    assert result.int8.cycles == ac.estimate(mod, precision="int8").total_cycles
+    assert result.fp16.cycles == ac.estimate(mod, precision="fp16").total_cycles
+    # Measured again, independently: the built module on the calibration inputs.
+    reference = run_all(ac.virtual_machine(ac.build(mod, precision="fp32")), calibration)
+    measured = sqnr(run_all(ac.virtual_machine(ac.build(part)), calibration), reference)
+    assert measured == pytest.approx(result.point.sqnr_db, abs=1e-9)
+    assert measured >= LENET_TARGET_DB
+    assert ac.estimate(mod, precision="mixed", layer_precisions=result.layer_precisions
+                       ).total_cycles == result.point.cycles
+    # No measured point that meets the target costs fewer cycles.
+    assert all(p.cycles >= result.point.cycles for p in result.path
+               if p.sqnr_db is not None and p.sqnr_db >= LENET_TARGET_DB)
+    assert ac.partition_report(part).layer_precisions == result.layer_precisions
+
+
+def test_a_target_all_int8_meets_chooses_all_int8(lenet, search):
+    mod, calibration = lenet
+    low = search[0].int8.sqnr_db - 1.0
+    part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                                  target_sqnr_db=low)
+    assert set(ac.mixed_precision_of(part).layer_precisions.values()) == {"int8"}
+
+
+@pytest.mark.parametrize("target", [0, -3.0, float("inf"), float("nan"), "40", True, None],
+                         ids=["zero", "negative", "inf", "nan", "string", "bool", "none"])
+def test_bad_targets_are_refused_by_name(lenet, target):
+    mod, calibration = lenet
+    message = "needs target_sqnr_db" if target is None else "target_sqnr_db = "
+    with pytest.raises(AccelInvalidError, match=message):
+        ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                               target_sqnr_db=target)
+
+
+def test_a_target_beyond_all_fp16_is_out_of_reach(lenet):
+    mod, calibration = lenet
+    with pytest.raises(AccelInvalidError, match=r"target_sqnr_db = 200 is out of reach: "
+                                                r"all-fp16 gives \d+\.\d\d dB"):
+        ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                               target_sqnr_db=200)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"precision": "int8", "calibration": "CALIB", "target_sqnr_db": 40}, AccelInvalidError,
+     "are for precision='mixed'"),
+    ({"precision": "mixed", "target_sqnr_db": 40}, AccelInvalidError,
+     "mixed precision needs calibration"),
+    ({"precision": "mixed", "calibration": "CALIB", "target_sqnr_db": 40,
+      "layer_precisions": {}}, AccelInvalidError, "one of them"),
+    ({"precision": "mixed", "calibration": "CALIB", "layer_precisions": {"f0.0": "int8"}},
+     AccelInvalidError, "must name every layer"),
+    ({"precision": "mixed", "calibration": "CALIB", "layer_precisions": "KEYS:int4"},
+     AccelInvalidError, "each layer is 'int8' or 'fp16'"),
+    ({"precision": "mixed", "calibration": "CALIB", "target_sqnr_db": 40, "fuse": False},
+     AccelUnsupportedError, "fused chains"),
+    ({"precision": "mixed", "calibration": "CALIB", "target_sqnr_db": 40,
+      "config": "nv_small"}, AccelUnsupportedError, "has no fp16"),
+], ids=["target-with-int8", "no-calibration", "target-and-assignment", "missing-layers",
+        "unknown-precision", "decomposed", "nv_small"])
+def test_mixed_precision_errors(lenet, kwargs, error, message):
+    mod, calibration = lenet
+    kwargs = dict(kwargs)
+    if kwargs.get("calibration") == "CALIB":
+        kwargs["calibration"] = calibration
+    if kwargs.get("layer_precisions") == "KEYS:int4":
+        kwargs["layer_precisions"] = {k: "int4" for k in _keys(mod)}
+    with pytest.raises(error, match=message):
+        ac.partition_for_accel(mod, **kwargs)
+
+
+def test_estimate_of_mixed_needs_an_assignment(lenet):
+    with pytest.raises(AccelInvalidError, match="give layer_precisions"):
+        ac.estimate(lenet[0], precision="mixed")
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def test_cli_compiles_and_runs_a_mixed_build(capsys, tmp_path):
+    status, out, err = run_cli(capsys, "compile", "lenet5", "-o", tmp_path / "lenet.so",
+                               "--save-input", tmp_path / "x.npy", "--precision", "mixed",
+                               "--target-sqnr", LENET_TARGET_DB, "--calibration", CALIBRATION)
+    assert status == 0, err
+    assert f"mixed precision for {LENET_TARGET_DB:g} dB output SQNR" in out
+    assert "partition for nv_full (fused, mixed)" in out
+    chosen = float(out.split("chosen")[1].split("cycles")[1].split("dB")[0])
+    assert chosen >= LENET_TARGET_DB
+    status, out, err = run_cli(capsys, "run", tmp_path / "lenet.so", "-i", tmp_path / "x.npy",
+                               "--precision", "mixed")
+    assert status == 0, err
+    assert "accelerator precision: fp16, int8" in out
+
+
+def test_cli_partition_lists_each_layers_precision(capsys):
+    status, out, err = run_cli(capsys, "partition", "lenet5", "--precision", "mixed",
+                               "--target-sqnr", LENET_TARGET_DB, "--calibration", CALIBRATION)
+    assert status == 0, err
+    assert "layers by precision:" in out
+    assert "accel int8" in out and "accel fp16" in out
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["--precision", "mixed"], 1, "--precision mixed needs --target-sqnr DB"),
+    (["--precision", "mixed", "--target-sqnr", "-5"], 1,
+     "target_sqnr_db = -5.0 must be a positive, finite number of dB"),
+    (["--precision", "mixed", "--target-sqnr", "loud"], 2, "'loud' is not a number of dB"),
+    (["--precision", "int8", "--target-sqnr", "40"], 1,
+     "--target-sqnr: for --precision mixed only"),
+    (["--precision", "mixed", "--target-sqnr", "40", "--config", "nv_small"], 1,
+     "has no fp16"),
+], ids=["no-target", "negative", "not-a-number", "not-mixed", "nv_small"])
+def test_cli_refuses_bad_mixed_arguments(capsys, argv, status, message):
+    got, out, err = run_cli(capsys, "partition", "lenet5", *argv)
+    assert got == status
+    assert message in err
