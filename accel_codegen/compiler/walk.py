@@ -75,15 +75,20 @@ def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> Li
     """Mixed int8/fp16 code: per layer of ``function`` (``precisions`` gives each layer's),
     whether a later layer reads its output in the other precision, so that a converting run
     follows it (once, however many such readers there are)."""
-    calls = list(composite_calls(function))
-    produced: Dict[relax.Var, int] = {b.var: i for i, (b, _) in enumerate(calls)}
-    converted = [False] * len(calls)
-    for index, (binding, _) in enumerate(calls):
-        for arg in binding.value.args:
-            source = produced.get(arg)
-            if source is not None and precisions[source] != precisions[index]:
+    converted = [False] * len(precisions)
+    for index, sources in enumerate(layer_sources(function)):
+        for source in sources:
+            if precisions[source] != precisions[index]:
                 converted[source] = True
     return converted
+
+
+def layer_sources(function: relax.Function) -> List[List[int]]:
+    """Per layer of ``function``, the earlier layers whose outputs it reads."""
+    calls = list(composite_calls(function))
+    produced: Dict[relax.Var, int] = {b.var: i for i, (b, _) in enumerate(calls)}
+    return [[produced[arg] for arg in binding.value.args if arg in produced]
+            for binding, _ in calls]
 
 
 def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> Iterator[Run]:

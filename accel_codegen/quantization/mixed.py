@@ -10,13 +10,15 @@ The search, in builds of the model (each one compiled and run on every calibrati
 2. The two ends, all-int8 and all-fp16. The target must lie between: all-fp16 must reach it.
 3. Sensitivity: per layer l, the output noise power with l alone in int8 (every other layer
    fp16), less the all-fp16 noise: N_l, what quantising l adds at the output.
-4. Price: per layer, the cycles fp16 costs over int8, from the C cost model's estimate of the
-   two ends (the same records a profiled run has).
-5. The path: from all-int8, layers go to fp16 in the order of N_l per extra cycle, largest
-   first (layers fp16 runs no slower first). Point k has the first k promoted; its predicted
-   noise is the all-fp16 noise plus the N_l of the layers still int8 (independent rounding
-   noise adds), and its cycles are the cost model's for that assignment, the converting runs
-   between int8 and fp16 layers included.
+4. Price: the C cost model's cycles of each layer's runs in int8 and in fp16 (the estimates of
+   the two ends: the records a profiled run has) and of each layer's converting run in either
+   direction.
+5. The path: greedy from all-int8, each step promotes to fp16 the layer that removes the most
+   noise (N_l) per extra cycle, the extra cycles of that step being the layer's own and those
+   of the converting runs the step adds or removes (free promotions first). Point k has the
+   first k promoted; its predicted noise is the all-fp16 noise plus the N_l of the layers
+   still int8 (independent rounding noise adds), and its cycles are the cost model's estimate
+   of that assignment (what its profiled run records).
 6. The choice: all-int8 if it meets the target; else the first point whose prediction meets
    it, then measured: one more layer promoted while the measurement falls short, one fewer
    while the point before still meets it, and the later points that cost fewer cycles (the
@@ -157,6 +159,50 @@ def _noise(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> fl
     return float(sum(np.sum((o - r) ** 2) for o, r in zip(outputs, reference)))
 
 
+def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, int],
+                     fp16_cycles: Dict[str, int], added: Dict[str, float]) -> List[str]:
+    """Greedy, from all-int8: each step promotes the layer that removes the most output noise
+    per extra cycle (a promotion that costs nothing first, the most noise first among those).
+    The extra cycles of a step are the cost model's figures of the runs it changes: the
+    layer's run in either precision, and the converting runs it adds or removes (each layer's
+    converting run costed once per direction)."""
+    from ..compiler.walk import composite_calls, external_calls, layer_of, layer_sources
+    from ..sim.device import estimate_chain
+    from ..sim.labels import run_key
+    from ..sim.ops import Sdp
+
+    sources, convert = {}, {}  # layer -> the layers it reads; its converting run's cycles
+    for f, (_, function) in enumerate(external_calls(matched)):
+        for i, read in enumerate(layer_sources(function)):
+            sources[run_key(f, i)] = [run_key(f, j) for j in read]
+        for i, (binding, composite) in enumerate(composite_calls(function)):
+            shape = tuple(layer_of(composite, binding.value.args, function).out_shape)
+            shape = shape if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+            convert[run_key(f, i)] = {p: estimate_chain(config, [Sdp(
+                precision=p, convert=True, cvt_scale=1.0)], shape, mode="independent").cycles
+                for p in PRECISIONS}
+    layer = {"int8": int8_cycles, "fp16": fp16_cycles}
+
+    def priced(assignment: Dict[str, str]) -> int:
+        converted = {s for k in keys for s in sources[k] if assignment[s] != assignment[k]}
+        return sum(layer[p][k] for k, p in assignment.items()) + \
+            sum(convert[k][assignment[k]] for k in converted)
+
+    assignment = {k: "int8" for k in keys}
+    order: List[str] = []
+    while len(order) < len(keys):
+        now = priced(assignment)
+
+        def merit(key: str) -> tuple:
+            extra = priced({**assignment, key: "fp16"}) - now
+            return (1, added[key], -extra) if extra <= 0 else (0, added[key] / extra, 0)
+
+        best = max((k for k in keys if assignment[k] == "int8"), key=merit)
+        assignment[best] = "fp16"
+        order.append(best)
+    return order
+
+
 def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: float, *,
                            config, winograd: bool = True,
                            calibration_method: str = DEFAULT_METHOD) -> MixedPrecision:
@@ -219,8 +265,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         noise = noise_of({**everything["fp16"], key: "int8"})
         alone[key] = sqnr_db(signal, noise)
         added[key] = max(noise - noise_fp16, 0.0)
-    # Promote the most noise per extra cycle first; free promotions before any.
-    order = sorted(keys, key=lambda k: (extra[k] > 0, -added[k] / max(extra[k], 1)))
+    order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, added)
     path: List[PathPoint] = []
     remaining = sum(added.values())
     for promoted in range(len(keys) + 1):

@@ -55,7 +55,7 @@ static void fill_config(accel_config* config) { accel_config_preset("nv_full", c
 static int run_layers(float** a);
 
 static accel_glue_function k_fn = {
-  "test_fn", ACCEL_FP32, fill_config, run_layers,
+  "test_fn", fill_config, run_layers,
   1, 1, k_args,
   2, k_const_count, k_const_type, k_const, k_const_object,
   1, k_temp_bytes, k_temp,
@@ -79,7 +79,7 @@ static int run_layers(float** a) {
   ops[1].sdp.precision = ACCEL_FP32;
   static const int32_t in_shape[4] = {1, 2, 4, 4}, out_shape[4] = {1, 3, 4, 4};
   if (accel_glue_run_layer(&k_fn, ops, 2, a[0], in_shape, a[1], out_shape, ACCEL_MODE_FUSED,
-                           "f0.0 test") != 0) return -1;
+                           "f0.0 test", ACCEL_FP32, ACCEL_FP32) != 0) return -1;
   return 0;
 }
 
