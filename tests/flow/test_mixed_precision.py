@@ -99,20 +99,28 @@ def test_the_all_int8_and_all_fp16_ends_are_the_plain_builds(lenet):
 
 
 def test_a_mixed_resnet_runs_as_estimated_and_matches_fp32(zoo):
-    """ResNet-18, every other layer int8: residual operands cross between precisions too."""
+    """ResNet-18, every other layer int8: residual operands cross between precisions too. On
+    nv_full with 1 MiB of SRAM and weight compression, so that the memory plan (feature maps
+    and weights in SRAM, sparse weights) takes each layer's precision."""
+    from accel_codegen import AccelConfig
+
+    base = AccelConfig.preset("nv_full")
+    config = base.replace(name="nv_full_sram", sram_bytes=1 << 20, features=tuple(
+        sorted(set(base.features) | {"weight_compression"})))
     mod, _, _ = zoo("resnet18").imported
     calibration = random_inputs(tuple(zoo("resnet18").x.shape), 2, 1234)
     keys = _keys(mod)
     chosen = {k: "int8" if i % 2 else "fp16" for i, k in enumerate(keys)}
-    part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
-                                  layer_precisions=chosen)
+    part = ac.partition_for_accel(mod, config=config, precision="mixed",
+                                  calibration=calibration, layer_precisions=chosen)
     vm = ac.virtual_machine(ac.build(part))
     with ac.profile() as prof:
         out = run_main(vm, calibration[0])
     reference = run_main(ac.virtual_machine(ac.build(mod, precision="fp32")), calibration[0])
     assert sqnr(out, reference) >= RESNET_ALTERNATING_MIN_DB
     assert {op.precision for op in prof.ops} == {"int8", "fp16"}
-    estimate = ac.estimate(mod, precision="mixed", layer_precisions=chosen)
+    assert prof.totals["sram_bytes"] > 0
+    estimate = ac.estimate(mod, config=config, precision="mixed", layer_precisions=chosen)
     assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written)
             for layer in estimate.layers] == \
         [(r.label, r.cycles, r.bytes_read, r.bytes_written) for r in prof.records]
