@@ -51,7 +51,7 @@ typedef struct wino_plan {
   int64_t cf;                     /* folded channels C*s*s */
   int64_t kblocks;                /* ceil(K / KB) */
   int64_t tiles_h, tiles_w;       /* 2x2 output tiles per image */
-  int64_t rows;                   /* tile rows per block (the last block may have fewer) */
+  int64_t rows;                   /* tile rows of the largest block */
   int64_t blocks;                 /* blocks per image */
   int64_t ntp;                    /* a block's tiles, rounded up to 16: V's row length */
   int64_t sw;                     /* staged input row length (zero-padded folded row) */
@@ -67,7 +67,10 @@ static wino_plan weight_plan(const conv_geometry* g) {
   return P;
 }
 
-static wino_plan make_plan(const conv_geometry* g) {
+/* Blocks of whole tile rows whose V fits the budget, as many per image as a multiple of the
+ * threads when the image has the rows for it (block b: rows tiles_h * b / blocks up to the
+ * next block's first). The bits do not depend on the blocks. */
+static wino_plan make_plan(const conv_geometry* g, int32_t num_threads) {
   wino_plan P = weight_plan(g);
   P.tiles_h = (g->out_h + 1) / 2;
   P.tiles_w = (g->out_w + 1) / 2;
@@ -75,7 +78,10 @@ static wino_plan make_plan(const conv_geometry* g) {
   if (fit < 1) fit = 1;
   if (fit > P.tiles_h) fit = P.tiles_h;
   P.blocks = (P.tiles_h + fit - 1) / fit;
-  P.rows = (P.tiles_h + P.blocks - 1) / P.blocks; /* balanced */
+  const int64_t team = g->n == 1 && num_threads > 1 ? num_threads : 1;
+  P.blocks = (P.blocks + team - 1) / team * team;
+  if (P.blocks > P.tiles_h) P.blocks = P.tiles_h;
+  P.rows = (P.tiles_h + P.blocks - 1) / P.blocks; /* the largest block's */
   P.ntp = round16(P.rows * P.tiles_w);
   /* The vector transform reads up to 2 * tx0 + 33 for the last vector of a tile row. */
   P.sw = 2 * round16(P.tiles_w) + 2;
@@ -379,7 +385,7 @@ static int64_t thread_floats(const wino_plan* P) {
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                const void* packed, int half, float* out,
                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
-  const wino_plan P = make_plan(g);
+  const wino_plan P = make_plan(g, num_threads);
   const int64_t K = g->k, CF = P.cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P.ntp;
   /* Blocks of tiles, and when there are fewer than threads, their kernels split in parts
    * (each part transforms the block's input itself: cheap beside its GEMMs). */
@@ -410,8 +416,8 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
     float* V = X + (2 * P.rows + 2) * P.sw;
     float* M = V + 16 * CF * ntp;
     const int64_t part = item % parts, block = item / parts;
-    const int64_t img = block / P.blocks, ty0 = (block % P.blocks) * P.rows;
-    const int64_t nrows = P.tiles_h - ty0 < P.rows ? P.tiles_h - ty0 : P.rows;
+    const int64_t img = block / P.blocks, b = block % P.blocks;
+    const int64_t ty0 = P.tiles_h * b / P.blocks, nrows = P.tiles_h * (b + 1) / P.blocks - ty0;
     const int64_t nt16 = round16(nrows * P.tiles_w);
     const float* base = in + img * g->c * g->h * g->w;
     for (int64_t cf = 0; cf < CF; ++cf) {
