@@ -207,10 +207,20 @@ static inline int winograd_kernel_fits(int32_t kernel_h, int32_t kernel_w, int32
 /* FP32 (half = 0) or FP16 (half = 1: the operands are halves widened, the pre-transformed
  * weights and transformed input tiles are rounded to half) Winograd convolution of a geometry
  * that meets the conditions, then the epilogue (may be NULL) on the finished output, as
- * conv_f32's. Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
+ * conv_f32's. packed: conv_winograd_pack() output for this geometry and `half` (the weights are
+ * then not read), or NULL to pre-transform `weights` (fp32) into the workspace on this call.
+ * Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
-                               int half, float* out, const sdp_f32* epilogue, workspace* ws,
-                               int32_t num_threads);
+                               const void* packed, int half, float* out,
+                               const sdp_f32* epilogue, workspace* ws, int32_t num_threads);
+
+/* Winograd's packed weights (accel_conv_pack_weights of an FP32 or FP16 conv in WINOGRAD mode):
+ * the pre-transform G g G^T, done once. weights: fp32 (half = 0) or halves (half = 1, the
+ * transformed weights rounded to half); dst 64-byte aligned.
+ * conv_winograd_packed_matches: whether `packed` was made for this geometry and precision. */
+size_t conv_winograd_packed_bytes(const conv_geometry* g);
+void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, void* dst);
+int conv_winograd_packed_matches(const conv_geometry* g, int half, const void* packed);
 
 /* ---- BDMA ---------------------------------------------------------------------------- */
 

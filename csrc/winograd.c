@@ -3,13 +3,15 @@
  * accel.h (accel_conv_mode) defines the arithmetic and its bound; sim/reference.py is its NumPy
  * twin. The hardware's steps, each one function here:
  *   1. weight pre-transform (NVDLA's compiler does it): U = G g G^T per kernel and folded
- *      channel, in fp32 and stored in the weight precision (halves for FP16; 4 G g G^T as exact
- *      integers for INT8);
+ *      channel, in fp32 and stored in the weight precision (halves for FP16). Done once, by
+ *      accel_conv_pack_weights (conv_winograd_pack) when the weights are packed; a run without
+ *      packed weights transforms them into scratch on every run;
  *   2. input transform (CSC/CMAC's pre-addition): V = B^T d B per 4x4 tile and folded channel,
  *      rounded to the multipliers' operand precision (half for FP16);
  *   3. the MAC array: M[xi] = sum over channels of U[xi] V[xi], 16 independent products per
- *      tile instead of 36: here one GEMM per xi (sgemm; dgemm for INT8, exact on integers);
- *   4. output transform (CACC's post-addition): Y = A^T M A, 2x2 outputs per tile.
+ *      tile instead of 36: a GEMM per xi;
+ *   4. output transform (CACC's post-addition): Y = A^T M A, 2x2 outputs per tile, then the SDP
+ *      epilogue on the block's finished output rows while they are in cache.
  * A stride s is folded into channels (channel (c, a, b) reads in[c][y*s + a][x*s + b]), so the
  * transforms always see a stride-1 3x3 convolution of C*s*s channels.
  *
@@ -18,38 +20,71 @@
  * cost model sees the mode; sim/reference.py's conv2d_winograd computes the integer transforms
  * and the tests hold them equal to direct convolution.
  *
- * Tiles are processed in blocks of a fixed size (so the GEMMs' summation order, and the bits,
- * do not depend on the thread count), one block per thread at a time.
+ * Layout and order. The packed weights are [16 xi][K/8 kernel blocks][C' channels][8 kernels]
+ * (K rounded up with zero kernels), the rows of the GEMM's 8-kernel micro-kernel. The tiles of
+ * an image are taken in blocks of whole tile rows; per block, V is [16][C'][tiles] with the
+ * tiles along the vectors (16 tiles per AVX-512 vector: the input transform reads a tile row's
+ * 4x4 windows from two loads and a permute per row of the window). Every M element is the fused
+ * multiply-add chain over the channels from 0 up, starting from 0: the same bits whatever the
+ * block, the thread count and the vector width (the portable path computes the same chain with
+ * fmaf).
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
-enum { TILE_BLOCK = 128 }; /* tiles per GEMM block */
-
-/* One threading layer: OpenMP; OpenBLAS stays single-threaded inside our regions. */
-static void blas_single_threaded(void) {
-  if (scipy_openblas_get_num_threads() != 1) scipy_openblas_set_num_threads(1);
-}
+enum {
+  KB = 8,                     /* kernels per GEMM micro-kernel row block */
+  V_BUDGET = 512 * 1024,      /* bytes of a block's transformed tiles (stays in L2) */
+  PACK_MAGIC = 0x47574341,    /* "ACWG" */
+  PACK_HEADER = 64
+};
 
 typedef struct wino_plan {
   const conv_geometry* g;
-  int64_t s;          /* stride, folded into channels */
-  int64_t cf;         /* folded channels C*s*s */
-  int64_t tiles_h, tiles_w, tiles;  /* 2x2 output tiles per image */
-  int64_t blocks;     /* TILE_BLOCK blocks per image */
+  int64_t s;                      /* stride, folded into channels */
+  int64_t cf;                     /* folded channels C*s*s */
+  int64_t kblocks;                /* ceil(K / KB) */
+  int64_t tiles_h, tiles_w;       /* 2x2 output tiles per image */
+  int64_t rows;                   /* tile rows of the largest block */
+  int64_t blocks;                 /* blocks per image */
+  int64_t ntp;                    /* a block's tiles, rounded up to 16: V's row length */
+  int64_t sw;                     /* staged input row length (zero-padded folded row) */
 } wino_plan;
 
-static wino_plan make_plan(const conv_geometry* g) {
+static int64_t round16(int64_t x) { return (x + 15) & ~(int64_t)15; }
+
+/* The weight side of the plan (all that packing needs: no spatial size). */
+static wino_plan weight_plan(const conv_geometry* g) {
   wino_plan P = {.g = g, .s = g->stride_h};
   P.cf = (int64_t)g->c * P.s * P.s;
+  P.kblocks = (g->k + KB - 1) / KB;
+  return P;
+}
+
+/* Blocks of whole tile rows whose V fits the budget, as many per image as a multiple of the
+ * threads when the image has the rows for it (block b: rows tiles_h * b / blocks up to the
+ * next block's first). The bits do not depend on the blocks. */
+static wino_plan make_plan(const conv_geometry* g, int32_t num_threads) {
+  wino_plan P = weight_plan(g);
   P.tiles_h = (g->out_h + 1) / 2;
   P.tiles_w = (g->out_w + 1) / 2;
-  P.tiles = P.tiles_h * P.tiles_w;
-  P.blocks = (P.tiles + TILE_BLOCK - 1) / TILE_BLOCK;
+  int64_t fit = V_BUDGET / (16 * (int64_t)sizeof(float) * P.cf) / P.tiles_w;
+  if (fit < 1) fit = 1;
+  if (fit > P.tiles_h) fit = P.tiles_h;
+  P.blocks = (P.tiles_h + fit - 1) / fit;
+  const int64_t team = g->n == 1 && num_threads > 1 ? num_threads : 1;
+  P.blocks = (P.blocks + team - 1) / team * team;
+  if (P.blocks > P.tiles_h) P.blocks = P.tiles_h;
+  P.rows = (P.tiles_h + P.blocks - 1) / P.blocks; /* the largest block's */
+  P.ntp = round16(P.rows * P.tiles_w);
+  /* The vector transform reads up to 2 * tx0 + 33 for the last vector of a tile row. */
+  P.sw = 2 * round16(P.tiles_w) + 2;
   return P;
 }
 
@@ -60,39 +95,64 @@ static int team_size(int64_t items, int32_t num_threads) {
   return (int)(items < num_threads ? items : num_threads);
 }
 
-/* The folded 3x3 kernel of kernel k and folded channel cf = (c*s + a)*s + b. */
-static void folded_kernel(const wino_plan* P, int64_t k, int64_t cf, double (*get)(const void*,
-                          int64_t), const void* weights, double g3[3][3]) {
-  const conv_geometry* g = P->g;
-  const int64_t s = P->s, c = cf / (s * s), a = (cf / s) % s, b = cf % s;
-  for (int r = 0; r < 3; ++r) {
-    for (int q = 0; q < 3; ++q) {
-      const int64_t y = r * s + a, x = q * s + b;
-      g3[r][q] = y < g->kernel_h && x < g->kernel_w
-                     ? get(weights, ((k * g->c + c) * g->kernel_h + y) * g->kernel_w + x)
-                     : 0.0;
-    }
-  }
+/* ---- 1. the weight pre-transform ------------------------------------------------------- */
+
+typedef struct pack_header {
+  uint32_t magic;
+  int32_t k, c, kernel_h, kernel_w, stride, half;
+} pack_header;
+
+static int64_t packed_floats(const wino_plan* P) { return 16 * P->kblocks * P->cf * KB; }
+
+size_t conv_winograd_packed_bytes(const conv_geometry* g) {
+  const wino_plan P = weight_plan(g);
+  return PACK_HEADER + (size_t)packed_floats(&P) * sizeof(float);
 }
 
-static double get_f32(const void* w, int64_t i) { return ((const float*)w)[i]; }
+int conv_winograd_packed_matches(const conv_geometry* g, int half, const void* packed) {
+  pack_header h;
+  memcpy(&h, packed, sizeof h);
+  return h.magic == PACK_MAGIC && h.k == g->k && h.c == g->c && h.kernel_h == g->kernel_h &&
+         h.kernel_w == g->kernel_w && h.stride == g->stride_h && h.half == half;
+}
 
-/* U[xi][k][cf] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each sum from
- * 0 up), rounded to half when the weights are halves. */
-static void transform_weights_f32(const wino_plan* P, const float* weights, int half, float* U,
-                                  int nth) {
+static const float* conv_winograd_packed_weights(const void* packed) {
+  return (const float*)((const char*)packed + PACK_HEADER);
+}
+
+static float weight_at(const void* weights, int half, int64_t i) {
+  if (!half) return ((const float*)weights)[i];
+  float f;
+  half_to_float((const uint16_t*)weights + i, &f, 1);
+  return f;
+}
+
+/* U[xi][kb][cf][k % KB] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each
+ * sum from 0 up), rounded to half when the weights are halves; kernels past K are zero. */
+static void transform_weights(const wino_plan* P, const void* weights, int half, float* U,
+                              int nth) {
   static const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-  const int64_t K = P->g->k, CF = P->cf;
+  const conv_geometry* g = P->g;
+  const int64_t K = g->k, CF = P->cf, s = P->s, KBL = P->kblocks;
 #pragma omp parallel for num_threads(nth) schedule(static)
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < KBL * KB; ++k) {
     for (int64_t cf = 0; cf < CF; ++cf) {
-      double g3[3][3];
-      folded_kernel(P, k, cf, get_f32, weights, g3);
+      const int64_t c = cf / (s * s), a = (cf / s) % s, b = cf % s;
+      float g3[3][3];
+      for (int r = 0; r < 3; ++r) {
+        for (int q = 0; q < 3; ++q) {
+          const int64_t y = r * s + a, x = q * s + b;
+          g3[r][q] = k < K && y < g->kernel_h && x < g->kernel_w
+                         ? weight_at(weights, half,
+                                     ((k * g->c + c) * g->kernel_h + y) * g->kernel_w + x)
+                         : 0.0f;
+        }
+      }
       float t[4][3];
       for (int m = 0; m < 4; ++m) {
         for (int p = 0; p < 3; ++p) {
           float acc = 0.0f;
-          for (int n = 0; n < 3; ++n) acc += G[m][n] * (float)g3[n][p];
+          for (int n = 0; n < 3; ++n) acc += G[m][n] * g3[n][p];
           t[m][p] = acc;
         }
       }
@@ -100,130 +160,292 @@ static void transform_weights_f32(const wino_plan* P, const float* weights, int 
         for (int q = 0; q < 4; ++q) {
           float acc = 0.0f;
           for (int n = 0; n < 3; ++n) acc += t[r][n] * G[q][n];
-          U[((int64_t)(r * 4 + q) * K + k) * CF + cf] = acc;
+          if (half) round_to_half(&acc, 1);
+          U[(((r * 4 + q) * KBL + k / KB) * CF + cf) * KB + k % KB] = acc;
         }
       }
     }
   }
-  if (half) round_to_half(U, 16 * K * CF);
 }
 
-/* The 4x4 tile d of folded channel cf at tile t of image `img` (zero outside the image; INT8
- * passes values already minus in_zero through `get`). */
-#define GATHER_TILE(T, P, img_base, cf, t, load)                                              \
-  do {                                                                                       \
-    const conv_geometry* g_ = (P)->g;                                                        \
-    const int64_t s_ = (P)->s, c_ = (cf) / (s_ * s_), a_ = ((cf) / s_) % s_, b_ = (cf) % s_;  \
-    const int64_t ty_ = (t) / (P)->tiles_w, tx_ = (t) % (P)->tiles_w;                         \
-    for (int i_ = 0; i_ < 4; ++i_) {                                                         \
-      const int64_t y_ = (2 * ty_ + i_) * s_ + a_ - g_->pad_top;                             \
-      for (int j_ = 0; j_ < 4; ++j_) {                                                       \
-        const int64_t x_ = (2 * tx_ + j_) * s_ + b_ - g_->pad_left;                          \
-        d[i_][j_] = y_ >= 0 && y_ < g_->h && x_ >= 0 && x_ < g_->w                           \
-                        ? (T)load((img_base) + (c_ * g_->h + y_) * g_->w + x_)                \
-                        : (T)0;                                                              \
+void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, void* dst) {
+  const wino_plan P = weight_plan(g);
+  const pack_header h = {PACK_MAGIC, g->k, g->c, g->kernel_h, g->kernel_w, g->stride_h, half};
+  memset(dst, 0, PACK_HEADER);
+  memcpy(dst, &h, sizeof h);
+  transform_weights(&P, weights, half, (float*)((char*)dst + PACK_HEADER), 1);
+}
+
+/* ---- 2. the input transform ------------------------------------------------------------ */
+
+/* Rows 2*ty0 .. 2*ty0 + 2*nrows + 1 of folded channel cf of image `img`, zero-padded, into
+ * X[row][0 .. sw). */
+static void stage_rows(const wino_plan* P, const float* img, int64_t cf, int64_t ty0,
+                       int64_t nrows, float* X) {
+  const conv_geometry* g = P->g;
+  const int64_t s = P->s, c = cf / (s * s), a = (cf / s) % s, b = cf % s, sw = P->sw;
+  /* folded columns xx with 0 <= xx*s + b - pad_left < w */
+  int64_t x_lo = 0, x_hi = sw;
+  while (x_lo < sw && x_lo * s + b - g->pad_left < 0) ++x_lo;
+  while (x_hi > x_lo && (x_hi - 1) * s + b - g->pad_left >= g->w) --x_hi;
+  for (int64_t yy = 0; yy < 2 * nrows + 2; ++yy) {
+    float* row = X + yy * sw;
+    const int64_t y = (2 * ty0 + yy) * s + a - g->pad_top;
+    if (y < 0 || y >= g->h || x_lo >= x_hi) {
+      memset(row, 0, (size_t)sw * sizeof(float));
+      continue;
+    }
+    const float* src = img + (c * g->h + y) * g->w;
+    memset(row, 0, (size_t)x_lo * sizeof(float));
+    if (s == 1) {
+      memcpy(row + x_lo, src + x_lo + b - g->pad_left, (size_t)(x_hi - x_lo) * sizeof(float));
+    } else {
+      for (int64_t xx = x_lo; xx < x_hi; ++xx) row[xx] = src[xx * s + b - g->pad_left];
+    }
+    memset(row + x_hi, 0, (size_t)(sw - x_hi) * sizeof(float));
+  }
+}
+
+/* V[xi][cf][t] for the block's tiles t = r * tiles_w + tx from the staged rows X: B^T d B,
+ * rows first, then columns, one rounding per addition; rounded to half for FP16. */
+static void transform_input(const wino_plan* P, const float* X, int64_t nrows, int64_t cf,
+                            int half, float* V) {
+  const int64_t tw = P->tiles_w, sw = P->sw, ntp = P->ntp, CF = P->cf;
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* rows = X + 2 * r * sw;
+    float* dst = V + cf * ntp + r * tw;
+#ifdef __AVX512F__
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                           30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t tx0 = 0; tx0 < tw; tx0 += 16) {
+      const __mmask16 mask = tw - tx0 >= 16 ? 0xFFFF : (__mmask16)((1u << (tw - tx0)) - 1);
+      __m512 d[4][4];
+      for (int i = 0; i < 4; ++i) {
+        const float* p = rows + i * sw + 2 * tx0;
+        const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16);
+        const __m512 b0 = _mm512_loadu_ps(p + 2), b1 = _mm512_loadu_ps(p + 18);
+        d[i][0] = _mm512_permutex2var_ps(a0, even, a1);
+        d[i][1] = _mm512_permutex2var_ps(a0, odd, a1);
+        d[i][2] = _mm512_permutex2var_ps(b0, even, b1);
+        d[i][3] = _mm512_permutex2var_ps(b0, odd, b1);
+      }
+      __m512 t[4][4];
+      for (int j = 0; j < 4; ++j) {
+        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        __m512 v[4];
+        v[0] = _mm512_sub_ps(t[i][0], t[i][2]);
+        v[1] = _mm512_add_ps(t[i][1], t[i][2]);
+        v[2] = _mm512_sub_ps(t[i][2], t[i][1]);
+        v[3] = _mm512_sub_ps(t[i][1], t[i][3]);
+        for (int j = 0; j < 4; ++j) {
+          if (half) {
+            v[j] = _mm512_cvtph_ps(
+                _mm512_cvtps_ph(v[j], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+          }
+          _mm512_mask_storeu_ps(dst + (i * 4 + j) * CF * ntp + tx0, mask, v[j]);
+        }
+      }
+    }
+#else
+    for (int64_t tx = 0; tx < tw; ++tx) {
+      float d[4][4], t[4][4];
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) d[i][j] = rows[i * sw + 2 * tx + j];
+      }
+      for (int j = 0; j < 4; ++j) {
+        t[0][j] = d[0][j] - d[2][j];
+        t[1][j] = d[1][j] + d[2][j];
+        t[2][j] = d[2][j] - d[1][j];
+        t[3][j] = d[1][j] - d[3][j];
+      }
+      for (int i = 0; i < 4; ++i) {
+        float v[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2], t[i][2] - t[i][1],
+                      t[i][1] - t[i][3]};
+        if (half) round_to_half(v, 4);
+        for (int j = 0; j < 4; ++j) dst[(i * 4 + j) * CF * ntp + tx] = v[j];
+      }
+    }
+#endif
+  }
+}
+
+/* ---- 3. the MAC array: M[KB][ntp] = U[KB][CF]^T-rows x V[CF][ntp] ---------------------- */
+
+#ifdef __AVX512F__
+/* KB kernels x NV vectors of tiles, starting at tile t. */
+#define GEMM_PANEL(NV)                                                                       \
+  static void gemm_panel_##NV(const float* U, const float* V, int64_t CF, int64_t ntp,        \
+                              int64_t t, float* M) {                                          \
+    __m512 acc[KB][NV];                                                                      \
+    for (int r = 0; r < KB; ++r)                                                             \
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();                          \
+    const float* v = V + t;                                                                  \
+    for (int64_t c = 0; c < CF; ++c, v += ntp, U += KB) {                                    \
+      __m512 x[NV];                                                                          \
+      for (int j = 0; j < NV; ++j) x[j] = _mm512_loadu_ps(v + 16 * j);                       \
+      for (int r = 0; r < KB; ++r) {                                                         \
+        const __m512 u = _mm512_set1_ps(U[r]);                                               \
+        for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(u, x[j], acc[r][j]);        \
       }                                                                                      \
     }                                                                                        \
-  } while (0)
+    for (int r = 0; r < KB; ++r)                                                             \
+      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(M + r * ntp + t + 16 * j, acc[r][j]);    \
+  }
+GEMM_PANEL(1)
+GEMM_PANEL(2)
+GEMM_PANEL(3)
+#endif
 
-/* V = B^T d B: rows first, then columns, one rounding per addition (two per element). */
-#define INPUT_TRANSFORM(T, d, v)                                                             \
-  do {                                                                                       \
-    T t_[4][4];                                                                              \
-    for (int j_ = 0; j_ < 4; ++j_) {                                                         \
-      t_[0][j_] = d[0][j_] - d[2][j_];                                                       \
-      t_[1][j_] = d[1][j_] + d[2][j_];                                                       \
-      t_[2][j_] = d[2][j_] - d[1][j_];                                                       \
-      t_[3][j_] = d[1][j_] - d[3][j_];                                                       \
-    }                                                                                        \
-    for (int i_ = 0; i_ < 4; ++i_) {                                                         \
-      v[i_][0] = t_[i_][0] - t_[i_][2];                                                      \
-      v[i_][1] = t_[i_][1] + t_[i_][2];                                                      \
-      v[i_][2] = t_[i_][2] - t_[i_][1];                                                      \
-      v[i_][3] = t_[i_][1] - t_[i_][3];                                                      \
-    }                                                                                        \
-  } while (0)
+/* M[r][t] = sum over c from 0 up of U[c][r] V[c][t] (fused multiply-adds from 0), for the
+ * tiles t < nt16 (a multiple of 16). */
+static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
+                 float* M) {
+#ifdef __AVX512F__
+  int64_t t = 0;
+  for (; t + 48 <= nt16; t += 48) gemm_panel_3(U, V, CF, ntp, t, M);
+  if (nt16 - t == 32) gemm_panel_2(U, V, CF, ntp, t, M);
+  if (nt16 - t == 16) gemm_panel_1(U, V, CF, ntp, t, M);
+#else
+  for (int r = 0; r < KB; ++r) {
+    for (int64_t t = 0; t < nt16; ++t) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < CF; ++c) acc = fmaf(U[c * KB + r], V[c * ntp + t], acc);
+      M[r * ntp + t] = acc;
+    }
+  }
+#endif
+}
 
-/* Y = A^T m A: rows first ((m0 + m1) + m2, (m1 - m2) - m3), then columns. */
-#define OUTPUT_TRANSFORM(T, m, y)                                                            \
-  do {                                                                                       \
-    T o_[2][4];                                                                              \
-    for (int j_ = 0; j_ < 4; ++j_) {                                                         \
-      o_[0][j_] = m[0][j_] + m[1][j_] + m[2][j_];                                            \
-      o_[1][j_] = m[1][j_] - m[2][j_] - m[3][j_];                                            \
-    }                                                                                        \
-    for (int p_ = 0; p_ < 2; ++p_) {                                                         \
-      y[p_][0] = o_[p_][0] + o_[p_][1] + o_[p_][2];                                          \
-      y[p_][1] = o_[p_][1] - o_[p_][2] - o_[p_][3];                                          \
-    }                                                                                        \
-  } while (0)
+/* ---- 4. the output transform ----------------------------------------------------------- */
 
-#define LOAD_F32(ptr) (*(ptr))
+/* Y = A^T m A for kernel row r of the block's M ([16][KB][ntp]) into the output plane's rows
+ * 2*ty0 ..: rows first ((m0 + m1) + m2, (m1 - m2) - m3), then columns. */
+static void transform_output(const wino_plan* P, const float* M, int r, int64_t ty0,
+                             int64_t nrows, float* plane) {
+  const conv_geometry* g = P->g;
+  const int64_t tw = P->tiles_w, ntp = P->ntp, ow = g->out_w;
+  for (int64_t rr = 0; rr < nrows; ++rr) {
+    const int64_t ty = ty0 + rr;
+#ifdef __AVX512F__
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    for (int64_t tx0 = 0; tx0 < tw; tx0 += 16) {
+      const __mmask16 mask = tw - tx0 >= 16 ? 0xFFFF : (__mmask16)((1u << (tw - tx0)) - 1);
+      __m512 m[4][4];
+      for (int xi = 0; xi < 16; ++xi) {
+        m[xi / 4][xi % 4] =
+            _mm512_maskz_loadu_ps(mask, M + (xi * KB + r) * ntp + rr * tw + tx0);
+      }
+      __m512 o[2][4];
+      for (int j = 0; j < 4; ++j) {
+        o[0][j] = _mm512_add_ps(_mm512_add_ps(m[0][j], m[1][j]), m[2][j]);
+        o[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[1][j], m[2][j]), m[3][j]);
+      }
+      const int64_t cols = ow - 2 * tx0 < 32 ? ow - 2 * tx0 : 32;
+      const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+      const __mmask16 m1 = cols <= 16 ? 0 : (__mmask16)(((uint64_t)1 << (cols - 16)) - 1);
+      for (int p = 0; p < 2 && 2 * ty + p < g->out_h; ++p) {
+        const __m512 y0 = _mm512_add_ps(_mm512_add_ps(o[p][0], o[p][1]), o[p][2]);
+        const __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(o[p][1], o[p][2]), o[p][3]);
+        float* dst = plane + (2 * ty + p) * ow + 2 * tx0;
+        _mm512_mask_storeu_ps(dst, m0, _mm512_permutex2var_ps(y0, lo, y1));
+        _mm512_mask_storeu_ps(dst + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
+      }
+    }
+#else
+    for (int64_t tx = 0; tx < tw; ++tx) {
+      float m[4][4], o[2][4];
+      for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = M[(xi * KB + r) * ntp + rr * tw + tx];
+      for (int j = 0; j < 4; ++j) {
+        o[0][j] = m[0][j] + m[1][j] + m[2][j];
+        o[1][j] = m[1][j] - m[2][j] - m[3][j];
+      }
+      for (int p = 0; p < 2 && 2 * ty + p < g->out_h; ++p) {
+        const float y[2] = {o[p][0] + o[p][1] + o[p][2], o[p][1] - o[p][2] - o[p][3]};
+        for (int q = 0; q < 2 && 2 * tx + q < ow; ++q) plane[(2 * ty + p) * ow + 2 * tx + q] = y[q];
+      }
+    }
+#endif
+  }
+}
 
-/* Bytes of one thread's block buffers: V [16][CF][TILE_BLOCK] and M [16][K][TILE_BLOCK]. */
-static size_t block_bytes(const wino_plan* P, size_t element) {
-  return (size_t)16 * (size_t)(P->cf + P->g->k) * TILE_BLOCK * element;
+/* ---- the engine ------------------------------------------------------------------------ */
+
+/* Floats of one thread's buffers: staged rows, V [16][CF][ntp], M [16][KB][ntp]. */
+static int64_t thread_floats(const wino_plan* P) {
+  return (2 * P->rows + 2) * P->sw + 16 * (P->cf + KB) * P->ntp;
 }
 
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
-                               int half, float* out, const sdp_f32* epilogue, workspace* ws,
-                               int32_t num_threads) {
-  const wino_plan P = make_plan(g);
-  const int64_t K = g->k, CF = P.cf, ohw = (int64_t)g->out_h * g->out_w;
-  const int64_t items = g->n * P.blocks;
+                               const void* packed, int half, float* out,
+                               const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
+  const wino_plan P = make_plan(g, num_threads);
+  const int64_t K = g->k, CF = P.cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P.ntp;
+  /* Blocks of tiles, and when there are fewer than threads, their kernels split in parts
+   * (each part transforms the block's input itself: cheap beside its GEMMs). */
+  const int64_t blocks = g->n * P.blocks;
+  int64_t parts = 1;
+  if (blocks < num_threads) parts = (num_threads + blocks - 1) / blocks;
+  if (parts > P.kblocks) parts = P.kblocks;
+  const int64_t items = blocks * parts;
   const int nth = team_size(items, num_threads);
-  float* U = workspace_get(ws, WS_WINOGRAD_WEIGHTS, (size_t)16 * K * CF * sizeof(float));
-  if (U == NULL) return ACCEL_ERR_NO_MEMORY;
+  const float* U;
+  if (packed != NULL) {
+    U = conv_winograd_packed_weights(packed);
+  } else {
+    float* scratch = workspace_get(ws, WS_WINOGRAD_WEIGHTS, packed_floats(&P) * sizeof(float));
+    if (scratch == NULL) return ACCEL_ERR_NO_MEMORY;
+    transform_weights(&P, weights, 0, scratch, team_size(P.kblocks * KB, num_threads));
+    if (half) round_to_half(scratch, packed_floats(&P));
+    U = scratch;
+  }
   float* buffers[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
-    buffers[t] = workspace_get(ws, t, block_bytes(&P, sizeof(float)));
+    buffers[t] = workspace_get(ws, t, (size_t)thread_floats(&P) * sizeof(float));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  transform_weights_f32(&P, weights, half, U, team_size(K, num_threads));
-  blas_single_threaded();
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
   for (int64_t item = 0; item < items; ++item) {
-    float* V = buffers[omp_get_thread_num()];
-    float* M = V + 16 * CF * TILE_BLOCK;
-    const int64_t img = item / P.blocks, t0 = (item % P.blocks) * TILE_BLOCK;
-    const int64_t nt = P.tiles - t0 < TILE_BLOCK ? P.tiles - t0 : TILE_BLOCK;
+    float* X = buffers[omp_get_thread_num()];
+    float* V = X + (2 * P.rows + 2) * P.sw;
+    float* M = V + 16 * CF * ntp;
+    const int64_t part = item % parts, block = item / parts;
+    const int64_t img = block / P.blocks, b = block % P.blocks;
+    const int64_t ty0 = P.tiles_h * b / P.blocks, nrows = P.tiles_h * (b + 1) / P.blocks - ty0;
+    const int64_t nt16 = round16(nrows * P.tiles_w);
     const float* base = in + img * g->c * g->h * g->w;
     for (int64_t cf = 0; cf < CF; ++cf) {
-      for (int64_t t = 0; t < nt; ++t) {
-        float d[4][4], v[4][4];
-        GATHER_TILE(float, &P, base, cf, t0 + t, LOAD_F32);
-        INPUT_TRANSFORM(float, d, v);
-        for (int xi = 0; xi < 16; ++xi) V[(xi * CF + cf) * TILE_BLOCK + t] = v[xi / 4][xi % 4];
+      stage_rows(&P, base, cf, ty0, nrows, X);
+      transform_input(&P, X, nrows, cf, half, V);
+      /* the lanes past the block's tiles feed only discarded M columns: keep them finite */
+      for (int xi = 0; xi < 16; ++xi) {
+        float* row = V + (xi * CF + cf) * ntp;
+        for (int64_t t = nrows * P.tiles_w; t < nt16; ++t) row[t] = 0.0f;
       }
     }
-    if (half) round_to_half(V, 16 * CF * TILE_BLOCK);
-    for (int xi = 0; xi < 16; ++xi) {
-      scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)K, (blasint)nt,
-                        (blasint)CF, 1.0f, U + xi * K * CF, (blasint)CF,
-                        V + xi * CF * TILE_BLOCK, TILE_BLOCK, 0.0f, M + xi * K * TILE_BLOCK,
-                        TILE_BLOCK);
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      float* plane = out + (img * K + k) * ohw;
-      for (int64_t t = 0; t < nt; ++t) {
-        float m[4][4], y[2][2];
-        for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = M[(xi * K + k) * TILE_BLOCK + t];
-        OUTPUT_TRANSFORM(float, m, y);
-        const int64_t ty = (t0 + t) / P.tiles_w, tx = (t0 + t) % P.tiles_w;
-        for (int p = 0; p < 2 && 2 * ty + p < g->out_h; ++p) {
-          for (int q = 0; q < 2 && 2 * tx + q < g->out_w; ++q) {
-            plane[(2 * ty + p) * g->out_w + 2 * tx + q] = y[p][q];
-          }
+    const int64_t kb0 = P.kblocks * part / parts, kb1 = P.kblocks * (part + 1) / parts;
+    const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+      for (int xi = 0; xi < 16; ++xi) {
+        gemm(U + (xi * P.kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
+             M + xi * KB * ntp);
+      }
+      for (int r = 0; r < KB && kb * KB + r < K; ++r) {
+        const int64_t k = kb * KB + r, at = (img * K + k) * ohw;
+        transform_output(&P, M, r, ty0, nrows, out + at);
+        if (epilogue != NULL) {
+          const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
+          sdp_f32_span(epilogue, (int32_t)k, out + first,
+                       epilogue->ew_operand != NULL ? epilogue->ew_operand + first : NULL,
+                       count);
         }
       }
-    }
-  }
-  if (epilogue != NULL) {
-    const int64_t planes = g->n * K;
-#pragma omp parallel for num_threads(team_size(planes, num_threads)) schedule(static)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      sdp_f32_span(epilogue, (int32_t)(pl % K), out + pl * ohw,
-                   epilogue->ew_operand != NULL ? epilogue->ew_operand + pl * ohw : NULL, ohw);
     }
   }
   return ACCEL_OK;

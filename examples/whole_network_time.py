@@ -4,12 +4,14 @@ whole VM call: per layer, per engine, the gaps between runs (generated glue, TVM
 lies outside them (host ops and the border conversions, accel_convert).
 
     python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
-        [--repeat 20] [--clock thread|wall] [--layers]
+        [--repeat 20] [--clock thread|wall] [--layers] [--ort]
 
 --clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
 processes on a shared machine barely move; with more threads only wall time means anything.
 The script compiles the timer with the C compiler the project builds with and re-runs itself
-with it preloaded. Results: docs/whole_network_time.md.
+with it preloaded. --ort times ONNX Runtime's session of `accel-codegen bench` (fp32, or its
+static QDQ int8 model calibrated on the same inputs) on the same clock, interleaved call by call
+with the simulator's, and prints the ratio. Results: docs/whole_network_time.md.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ def parse_args():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--clock", choices=["thread", "wall"], default=None)
     ap.add_argument("--layers", action="store_true", help="print every layer's median")
+    ap.add_argument("--ort", action="store_true",
+                    help="time ONNX Runtime on the same clock, interleaved")
     return ap.parse_args()
 
 
@@ -70,24 +74,47 @@ def build_runner(model_name: str, precision: str):
         exe = toolchain.build(model.mod, model.params, config="nv_full", fuse=True)
     vm = toolchain.virtual_machine(exe)
     inputs = [tvm.runtime.tensor(a) for a in model.inputs]
-    return lambda: vm["main"](*inputs)
+    return model, lambda: vm["main"](*inputs)
+
+
+def build_ort(model, precision: str, threads: int):
+    """ONNX Runtime on the model's export, as `accel-codegen bench` runs it (ort_fp32 or
+    ort_int8)."""
+    from accel_codegen.quantization import ort_baseline
+    from accel_codegen.tools.bench import calibration_inputs, onnx_file
+
+    directory = tempfile.mkdtemp(prefix="whole-network-ort-")
+    path = onnx_file(model, directory)
+    if precision == "int8":
+        path = ort_baseline.quantize_int8(path, calibration_inputs(model, None, 1234), directory,
+                                          ort_baseline.Int8Settings())
+    sess = ort_baseline.session(path, threads)
+    feeds = ort_baseline.feeds([i.name for i in sess.get_inputs()], model.inputs)
+    return lambda: sess.run(None, feeds)
 
 
 def main() -> None:
     args = parse_args()
     if not os.environ.get("RUN_TIMER_CHILD"):
         relaunch(args)
-    run = build_runner(args.model, args.precision)
+    model, run = build_runner(args.model, args.precision)
+    ort_run = build_ort(model, args.precision, args.threads) if args.ort else None
     timer = ctypes.CDLL(None)
     timer.run_timer_now.restype = ctypes.c_double
     for _ in range(3):
         run()
+        if ort_run is not None:
+            ort_run()
     timer.run_timer_reset()
-    calls = []
+    calls, ort_calls = [], []
     for _ in range(args.repeat):
         start = timer.run_timer_now()
         run()
         calls.append(timer.run_timer_now() - start)
+        if ort_run is not None:  # no accel_run inside: the timer's records stay the model's
+            start = timer.run_timer_now()
+            ort_run()
+            ort_calls.append(timer.run_timer_now() - start)
     with tempfile.NamedTemporaryFile(suffix=".tsv") as f:
         assert timer.run_timer_dump(f.name.encode()) == 0
         rows = [line.rstrip("\n").split("\t") for line in open(f.name)]
@@ -102,6 +129,10 @@ def main() -> None:
           f"medians of {args.repeat} calls, load average {os.getloadavg()[0]:.1f}")
     print(f"  whole call {ms(calls):.2f} ms = accel_run x {per_call} {ms(runs):.2f} + gaps "
           f"between runs {ms(gaps):.2f} + outside the runs {ms(outside):.2f}")
+    if ort_calls:
+        print(f"  ONNX Runtime {ms(ort_calls):.2f} ms (same clock, interleaved): ORT time / "
+              f"simulator time = {ms(ort_calls) / ms(calls):.2f} (min/min "
+              f"{min(ort_calls) / min(calls):.2f}; >= 1.00: the simulator at least as fast)")
     by_label = collections.defaultdict(list)
     for n in nets:
         for r in n:

@@ -308,8 +308,9 @@ class Conv:
             c_op.conv.weights_packed_bytes = packed.size
 
     def pack(self, config: AccelConfig | str, in_c: Optional[int] = None) -> np.ndarray:
-        """The INT8 weights packed by ``accel_conv_pack_weights`` for an input of ``in_c``
-        channels (default: C/groups x groups): 64-byte aligned uint8 bytes."""
+        """The weights packed by ``accel_conv_pack_weights`` for an input of ``in_c`` channels
+        (default: C/groups x groups): INT8 in the kernel's layout, FP16 widened, FP32/FP16
+        Winograd pre-transformed; 64-byte aligned uint8 bytes."""
         if self.weights is None:
             raise AccelInvalidError("conv weights: packing needs the weights, not a shape")
         config_c = AccelConfig.resolve(config).to_c()
@@ -330,7 +331,7 @@ class Conv:
         return packed
 
     def packed_for(self, config: AccelConfig | str, in_c: Optional[int] = None) -> "Conv":
-        """A copy of this (INT8) conv that carries its pre-packed weights (see :meth:`pack`)."""
+        """A copy of this conv that carries its pre-packed weights (see :meth:`pack`)."""
         return dataclasses.replace(self, packed=self.pack(config, in_c))
 
     def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:

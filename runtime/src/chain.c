@@ -131,6 +131,31 @@ static int64_t weight_count(const conv_geometry* g) {
   return (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
 }
 
+/* What accel_conv_pack_weights makes of a conv's weights (accel_conv_desc.weights_packed): the
+ * Winograd pre-transform for FP32 and FP16 in WINOGRAD mode, otherwise INT8's kernel layout
+ * (INT8 Winograd runs the direct kernel) or FP16's widened weights. */
+typedef enum packing { PACKING_NONE, PACKING_INT8, PACKING_FP16, PACKING_WINOGRAD } packing;
+
+static packing packing_of(const accel_conv_desc* d) {
+  if (d->precision == ACCEL_INT8) return PACKING_INT8;
+  if (d->mode == ACCEL_CONV_WINOGRAD) return PACKING_WINOGRAD;
+  return d->precision == ACCEL_FP16 ? PACKING_FP16 : PACKING_NONE;
+}
+
+static size_t packed_size(packing p, const conv_geometry* g) {
+  return p == PACKING_INT8 ? conv_i8_packed_bytes(g)
+         : p == PACKING_FP16 ? conv_f16_packed_bytes(g)
+                             : conv_winograd_packed_bytes(g);
+}
+
+static int packed_matches(packing p, const accel_conv_desc* d, const conv_geometry* g,
+                          const void* packed) {
+  return p == PACKING_INT8 ? conv_i8_packed_matches(g, packed)
+         : p == PACKING_FP16
+             ? conv_f16_packed_matches(g, packed)
+             : conv_winograd_packed_matches(g, d->precision == ACCEL_FP16, packed);
+}
+
 /* The conv mode, and Winograd's conditions (accel_conv_mode in accel.h), each named. */
 static accel_status check_winograd(const accel_config* cfg, const accel_conv_desc* d,
                                    const char* where) {
@@ -198,10 +223,10 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
     RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
   } else {
     RANGE("in_zero", d->in_zero, 0, 0)
-    if (d->weights_packed != NULL && d->precision != ACCEL_FP16) {
+    if (d->weights_packed != NULL && packing_of(d) == PACKING_NONE) {
       return accel_fail(ACCEL_ERR_INVALID,
-                        "%s: weights_packed is for INT8 and FP16 weights, not %s", where,
-                        precision_name(d->precision));
+                        "%s: weights_packed is for INT8 and FP16 weights and Winograd mode, not "
+                        "direct %s", where, precision_name(d->precision));
     }
   }
   /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
@@ -391,8 +416,8 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
     return ACCEL_OK;
   }
   /* The header is read only once the buffer is known to hold the whole packing. */
-  const int int8 = d->precision == ACCEL_INT8;
-  const size_t needed = int8 ? conv_i8_packed_bytes(&r->conv) : conv_f16_packed_bytes(&r->conv);
+  const packing kind = packing_of(d);
+  const size_t needed = packed_size(kind, &r->conv);
   if (d->weights_packed_bytes < needed) {
     return accel_fail(ACCEL_ERR_INVALID,
                       "%s: weights_packed_bytes = %zu, this %dx%dx%dx%d conv's packing needs %zu",
@@ -403,8 +428,7 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
     return accel_fail(ACCEL_ERR_ALIGNMENT, "%s: weights_packed = %p is not %d-byte aligned",
                       where, d->weights_packed, ACCEL_PACKED_ALIGNMENT);
   }
-  if (!(int8 ? conv_i8_packed_matches(&r->conv, d->weights_packed)
-             : conv_f16_packed_matches(&r->conv, d->weights_packed))) {
+  if (!packed_matches(kind, d, &r->conv, d->weights_packed)) {
     return accel_fail(ACCEL_ERR_INVALID,
                       "%s: weights_packed %p was not packed for this %dx%dx%dx%d conv (groups %d)",
                       where, d->weights_packed, d->out_c, r->in_c / d->groups, d->kernel_h,
@@ -422,15 +446,16 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
   }
   const char* where = "accel_conv_pack_weights";
   RANGE("in_c", in_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
-  if (conv->precision != ACCEL_INT8 && conv->precision != ACCEL_FP16) {
-    return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s: only INT8 and FP16 weights are "
-                      "packed", where, precision_name(conv->precision));
+  const packing kind = packing_of(conv);
+  if (kind == PACKING_NONE) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s in direct mode: only INT8 and FP16 "
+                      "weights and Winograd mode's are packed", where,
+                      precision_name(conv->precision));
   }
   st = check_conv_fields(cfg, conv, in_c, where);
   if (st != ACCEL_OK) return st;
   const conv_geometry g = weight_geometry(conv, in_c);
-  const int int8 = conv->precision == ACCEL_INT8;
-  const size_t needed = int8 ? conv_i8_packed_bytes(&g) : conv_f16_packed_bytes(&g);
+  const size_t needed = packed_size(kind, &g);
   if (packed == NULL) {
     *packed_bytes = needed;
     return ACCEL_OK;
@@ -450,10 +475,12 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
     return accel_fail(ACCEL_ERR_INVALID, "%s: packed %p overlaps the weights %p", where, packed,
                       conv->weights);
   }
-  if (int8) {
+  if (kind == PACKING_INT8) {
     conv_i8_pack(&g, conv->weights, packed);
-  } else {
+  } else if (kind == PACKING_FP16) {
     conv_f16_pack(&g, conv->weights, packed);
+  } else {
+    conv_winograd_pack(&g, conv->weights, conv->precision == ACCEL_FP16, packed);
   }
   *packed_bytes = needed;
   return ACCEL_OK;

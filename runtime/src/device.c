@@ -188,8 +188,8 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
     case ACCEL_ENGINE_CONV:
       if (op->conv.mode == ACCEL_CONV_WINOGRAD && !int8) { /* INT8's is direct's, exactly */
         const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
-        return conv_winograd_f32(&r->conv, src, op->conv.weights, half, dst,
-                                 epilogue != NULL ? &e : NULL, &dev->ws, threads);
+        return conv_winograd_f32(&r->conv, src, op->conv.weights, op->conv.weights_packed, half,
+                                 dst, epilogue != NULL ? &e : NULL, &dev->ws, threads);
       }
       if (int8) {
         const sdp_i8 e = sdp_i8_operands(epilogue);
@@ -291,7 +291,7 @@ static const float* widen(const void* halves, int64_t count, float** cursor) {
 }
 
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
- * when they are packed), the fp32 engines run on the widened copies with each pass's output
+ * when they are packed, and pre-transformed in Winograd mode), the fp32 engines run on the widened copies with each pass's output
  * rounded to half, and the result is narrowed. */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
@@ -321,7 +321,10 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
     const resolved_op* r = &chain->ops[i];
     ops[i] = *r->op;
     wide.ops[i].op = &ops[i];
-    if (r->op->engine == ACCEL_ENGINE_CONV) {
+    if (r->op->engine == ACCEL_ENGINE_CONV && r->op->conv.mode == ACCEL_CONV_WINOGRAD &&
+        r->op->conv.weights_packed != NULL) {
+      ops[i].conv.precision = ACCEL_FP32; /* pre-transformed halves: the kernel reads them */
+    } else if (r->op->engine == ACCEL_ENGINE_CONV) {
       ops[i].conv.precision = ACCEL_FP32;
       ops[i].conv.weights_packed = NULL;
       ops[i].conv.weights_packed_bytes = 0;

@@ -225,9 +225,10 @@ def test_packed_weights_must_match_their_conv():
     with pytest.raises(AccelInvalidError, match="in_c = 0"):
         conv.pack("nv_full", in_c=0)
     with pytest.raises(AccelInvalidError,
-                       match="weights_packed is for INT8 and FP16 weights, not fp32"):
+                       match="weights_packed is for INT8 and FP16 weights and Winograd mode, "
+                             "not direct fp32"):
         DEVICE.run([Conv(W, padding=1, packed=packed), Sdp()], X)
-    with pytest.raises(AccelInvalidError, match="only INT8 and FP16 weights are packed"):
+    with pytest.raises(AccelInvalidError, match="fp32 in direct mode: only INT8 and FP16 weights"):
         Conv(W, padding=1).pack("nv_full")
     # an int8 packing is not an fp16 one (and is too short for it)
     w16 = rng.standard_normal((8, 4, 3, 3)).astype(np.float16)

@@ -1,7 +1,10 @@
 """The CONV's Winograd mode (accel_conv_mode in accel.h): the kernel against the NumPy reference
 and the stated bound against the exact convolution in each precision (random and adversarial
-inputs), INT8 bit for bit equal to direct convolution, the cost model's figures computed by
-hand, and the conditions the C library refuses by name. Fixed seeds."""
+inputs), INT8 bit for bit equal to direct convolution, the weights pre-transformed once at
+packing bit for bit as the reference's, the cost model's figures computed by hand, and the
+conditions the C library refuses by name. Fixed seeds."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -99,6 +102,93 @@ def test_int8_extremes_stay_exact(rng):
     direct = [Conv(weights, padding=1, precision="int8", in_zero=127), sdp]
     np.testing.assert_array_equal(DEVICE.run(chain, x)[0], DEVICE.run(direct, x)[0])
     assert np.abs(ref.winograd_weights(weights, 1, "int8")).max() <= 4 * 2.25 * 128
+
+
+# --- pre-transformed (packed) weights ---------------------------------------------------------
+
+def _unpack(packed, k, cf):
+    """accel_conv_pack_weights' Winograd layout (csrc/winograd.c): a 64-byte header, then
+    [16 xi][K/8 blocks][C' channels][8 kernels] float32 (K rounded up with zero kernels), as
+    [K, C', 4, 4]."""
+    blocks = -(-k // 8)
+    u = np.frombuffer(packed[64:].tobytes(), np.float32).reshape(4, 4, blocks, cf, 8)
+    u = u.transpose(2, 4, 3, 0, 1).reshape(blocks * 8, cf, 4, 4)
+    assert not np.any(u[k:])  # the padding kernels are zero
+    return u[:k]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_packed_weights_are_the_reference_pre_transform(case, precision, rng):
+    """The pre-transform done once at packing is winograd_weights' bit for bit, and a run on
+    the packed weights gives the bits of a run that transforms them itself (1 or 2 threads,
+    fused or independent)."""
+    x, w = _data(rng, case)
+    c, k, stride, padding = case[0], case[1], case[5], case[6]
+    if precision == "fp16":
+        x, w = x.astype(np.float16), (w * 0.3).astype(np.float16)
+        wide = w.astype(np.float32)
+    else:
+        wide = w
+    conv = Conv(w, stride=stride, padding=padding, precision=precision, mode="winograd")
+    packed = conv.pack("nv_full")
+    np.testing.assert_array_equal(_unpack(packed, k, c * stride * stride),
+                                  ref.winograd_weights(wide, stride, precision))
+    chain = [conv] if precision == "fp32" else [conv, Sdp(precision="fp16")]
+    on_packed = [dataclasses.replace(conv, packed=packed)] + chain[1:]
+    plain, _ = DEVICES[1].run(chain, x)
+    for device in DEVICES.values():
+        for mode in ("fused", "independent"):
+            np.testing.assert_array_equal(device.run(on_packed, x, mode=mode)[0], plain)
+
+
+def test_packed_epilogue_matches_the_unfused_sdp(rng):
+    """The SDP runs on each block of finished output rows: fused equals independent bit for
+    bit, with an element-wise operand and per-channel scale and shift."""
+    x = rng.standard_normal((2, 24, 30, 30)).astype(np.float32)
+    w = (rng.standard_normal((20, 24, 3, 3)) * 0.2).astype(np.float32)
+    operand = rng.standard_normal((2, 20, 30, 30)).astype(np.float32)
+    conv = Conv(w, padding=1, mode="winograd").packed_for("nv_full")
+    sdp = Sdp(scale=rng.uniform(0.5, 2, 20).astype(np.float32),
+              shift=rng.standard_normal(20).astype(np.float32), ew_op="add", operand=operand,
+              act="relu")
+    fused, _ = DEVICE.run([conv, sdp], x, mode="fused")
+    independent, _ = DEVICES[1].run([conv, sdp], x, mode="independent")
+    np.testing.assert_array_equal(fused, independent)
+    exact = ref.conv2d(x, w, 1, 1)
+    bound = ref.winograd_error_bound(x, w, 1, 1, "fp32")
+    plain, _ = DEVICE.run([conv], x)
+    assert np.all(np.abs(plain - exact) <= bound)
+
+
+def test_packed_weights_must_be_made_for_the_conv(rng):
+    """A Winograd packing is refused by a conv of another shape, stride or precision, and by
+    direct mode; direct fp32 weights are not packed."""
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    conv = Conv(w, padding=1, mode="winograd")
+    packed = conv.pack("nv_full")
+    DEVICE.run([dataclasses.replace(conv, packed=packed)], x)  # made for it: accepted
+    w16 = w.astype(np.float16)
+    mismatched = r"weights_packed(_bytes = \d+, this .* packing needs| .* was not packed for this)"
+    others = [([Conv(w[:4].copy(), padding=1, mode="winograd", packed=packed)], x),
+              ([Conv(w16, padding=1, precision="fp16", mode="winograd", packed=packed),
+                Sdp(precision="fp16")], x.astype(np.float16)),
+              ([Conv(w, padding=1, precision="fp32", packed=packed)], x)]
+    for chain, data in others:
+        with pytest.raises(AccelInvalidError, match=mismatched if chain[0].mode == "winograd"
+                           else "weights_packed is for INT8 and FP16 weights and Winograd"):
+            DEVICE.run(chain, data)
+    # a 6x6 stride-2 packing holds C*4 folded channels: not a 3x3 stride-1 one
+    folded = Conv(rng.standard_normal((8, 1, 6, 6)).astype(np.float32), stride=2,
+                  mode="winograd").pack("nv_full")
+    with pytest.raises(AccelInvalidError, match=mismatched):
+        DEVICE.run([Conv(w, padding=1, mode="winograd", packed=folded)], x)
+    with pytest.raises(AccelInvalidError, match="fp32 in direct mode: only INT8 and FP16"):
+        Conv(w, padding=1).pack("nv_full")
+    with pytest.raises(AccelUnsupportedError, match="mode = winograd: kernel 5x5"):
+        Conv(rng.standard_normal((8, 4, 5, 5)).astype(np.float32), mode="winograd").pack(
+            "nv_full")
 
 
 def _adversarial(rng, dtype):

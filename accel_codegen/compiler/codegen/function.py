@@ -76,7 +76,7 @@ class FunctionCodegen:
             f"{self.symbol[:40]}...{self.symbol[-20:]}"
         self.pool = ConstantPool(self.symbol, precision)
         self.scratch = ScratchPlanner()
-        self.packed = 0  # int8/fp16 convs whose weights the glue packs once
+        self.packed = 0  # convs whose weights the glue packs once (int8, fp16, Winograd)
         self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
         self.layer_index = 0
         self.last_use: Dict[relax.Var, int] = {}
@@ -410,13 +410,17 @@ class FunctionCodegen:
         if weights is None:
             weights = self._pointer(c.weight, scope,
                                     reshape=(lambda v: v.T) if c.transpose_weight else None)
+        modes = layer.conv_modes(self.config, self.fuse, self.precision, self.winograd)
         pack = None
-        if self.precision != "fp32":  # packed (int8) or widened (fp16) once, not every call
+        # packed (int8), widened (fp16) or pre-transformed (fp32 Winograd, constant weights
+        # only: the glue packs once) once, not every call
+        winograd = modes.get("mode", "direct") == "winograd" and \
+            is_constant(scope.get(c.weight, c.weight))
+        if self.precision != "fp32" or winograd:
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
-        return emit.conv_op(c, weights, self.precision, in_zero, pack,
-                            layer.conv_modes(self.config, self.fuse, self.precision,
-                                             self.winograd), self.run_memory.conv)
+        return emit.conv_op(c, weights, self.precision, in_zero, pack, modes,
+                            self.run_memory.conv)
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:

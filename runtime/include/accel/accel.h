@@ -264,10 +264,11 @@ typedef struct accel_conv_desc {
   /* ABI 2 */
   int32_t in_zero;           /* INT8: the input's zero point (-128..127); the sum runs over
                               * (in - in_zero), so padding reads as in_zero. 0 otherwise */
-  const void* weights_packed;/* INT8 and FP16, optional: accel_conv_pack_weights() of these
-                              * weights for this conv (NVDLA reads weights its compiler
-                              * pre-formatted); NULL: the kernel packs (INT8) or widens
-                              * (FP16) them on every run */
+  const void* weights_packed;/* INT8, FP16 and Winograd mode, optional:
+                              * accel_conv_pack_weights() of these weights for this conv (NVDLA
+                              * reads weights its compiler pre-formatted); NULL: the kernel
+                              * packs (INT8), widens (FP16) or pre-transforms (Winograd) them
+                              * on every run */
   /* ABI 3 */
   size_t weights_packed_bytes; /* size of the weights_packed buffer (0 when it is NULL); a
                               * run refuses a buffer smaller than the packing needs */
@@ -285,8 +286,10 @@ typedef struct accel_conv_desc {
                               * kernel on a 1x1 input) fetches its weights once for up to
                               * ACCEL_MAX_BATCH images held in CBUF together (NVDLA's multi-batch
                               * mode); same result, fewer weight reads (see cost_model.c) */
-  accel_conv_mode mode;      /* DIRECT (0) or WINOGRAD; a Winograd run pre-transforms the
-                              * weights itself (weights_packed is checked, not used) */
+  accel_conv_mode mode;      /* DIRECT (0) or WINOGRAD; FP32 and FP16 Winograd take the
+                              * pre-transformed weights from weights_packed (FP32 too) when it
+                              * is set, else transform them on every run; INT8 Winograd runs
+                              * on INT8's (direct) packing */
   /* ABI 5, too: CBUF split and weight format (what NVDLA's compiler writes in its conv op) */
   int32_t data_banks;        /* CBUF banks for the input feature data, and */
   int32_t weight_banks;      /* for the weights: both 0 (the policy of accel_conv_banks()
@@ -728,13 +731,17 @@ accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* c
                                    int32_t num_chains, accel_run_stats* run_stats,
                                    accel_op_stats* op_stats);
 
-/* INT8 or FP16 CONV weights prepared for the simulator's kernel (accel_conv_desc.weights_packed):
- * INT8 in the kernel's layout, FP16 widened to fp32.
+/* INT8 or FP16 CONV weights, or any Winograd CONV's, prepared for the simulator's kernel
+ * (accel_conv_desc.weights_packed): INT8 in the kernel's layout (Winograd too: it runs the
+ * direct kernel), FP16 widened to fp32, FP32 and FP16 in WINOGRAD mode pre-transformed (G g G^T
+ * per kernel and folded channel, rounded to half for FP16: accel_conv_mode), as NVDLA's
+ * compiler does once per network. Direct FP32 weights are not packed (ACCEL_ERR_INVALID).
  * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights (which
  * must hold out_c x in_c/groups x kernel_h x kernel_w values: the library cannot see their
  * size) for an input of in_c channels into packed (*packed_bytes bytes, aligned to
  * ACCEL_PACKED_ALIGNMENT, not overlapping the weights). A run rejects a
- * packed buffer made for another weight shape (K, C, R, S, groups) but cannot tell whether the
+ * packed buffer made for another weight shape (K, C, R, S, groups), stride (Winograd folds it)
+ * or precision but cannot tell whether the
  * weights changed since: pack again when they do. Generated code packs once, at its first
  * call, and again after its constant loader runs. */
 accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_desc* conv,
