@@ -17,6 +17,7 @@ ZOO = {
     "lenet5": ((1, 1, 32, 32), (1, 10)),
     "resnet18": ((1, 3, 224, 224), (1, 1000)),
     "resnet50": ((1, 3, 224, 224), (1, 1000)),
+    "resnet50_caffe": ((1, 3, 224, 224), (1, 1000)),
     "vgg11_bn": ((1, 3, 224, 224), (1, 1000)),
     "mobilenet_v1": ((1, 3, 224, 224), (1, 1000)),
     "mixed_block": ((1, 3, 32, 32), (1, 10)),
@@ -47,7 +48,8 @@ PUBLISHED_PARAMETERS = {
 # Modules of each kind in each model (counted by hand from the papers / torchvision).
 MODULES = {
     "lenet5": {"BatchNorm2d": 0}, "resnet18": {"BatchNorm2d": 20},
-    "resnet50": {"BatchNorm2d": 53}, "vgg11_bn": {"BatchNorm2d": 8},
+    "resnet50": {"BatchNorm2d": 53}, "resnet50_caffe": {"BatchNorm2d": 53, "Conv2d": 53},
+    "vgg11_bn": {"BatchNorm2d": 8},
     "mobilenet_v1": {"BatchNorm2d": 27}, "mixed_block": {"BatchNorm2d": 1},
     # 17 blocks: 16 with expand conv (3 BN each) + 1 without (2), stem, last conv
     "mobilenet_v2": {"BatchNorm2d": 52, "Conv2d": 52, "ReLU6": 35},
@@ -117,6 +119,23 @@ def test_zoo_modules(name, zoo):
     assert count_batch_norms(model) == MODULES[name]["BatchNorm2d"]
     if name in PUBLISHED_PARAMETERS:
         assert sum(p.numel() for p in model.parameters()) == PUBLISHED_PARAMETERS[name]
+
+
+def test_resnet50_caffe_strides_the_reduce_convolution(zoo):
+    """Caffe's ResNet-50 ("v1") differs from torchvision's only where a downsampling block
+    strides: its first 1x1 (stride 2, the 3x3 stride 1) rather than its 3x3. Same parameter
+    shapes; every other block and the shortcuts alike."""
+    caffe, torchvision = _seed0("resnet50_caffe", zoo), get_model("resnet50")[0]
+    assert {k: v.shape for k, v in caffe.state_dict().items()} == \
+        {k: v.shape for k, v in torchvision.state_dict().items()}
+    for stage in range(1, 5):
+        for j, (ours, theirs) in enumerate(zip(getattr(caffe, f"layer{stage}"),
+                                               getattr(torchvision, f"layer{stage}"))):
+            stride = 2 if stage > 1 and j == 0 else 1
+            assert (ours.conv1.stride, ours.conv2.stride) == ((stride, stride), (1, 1))
+            assert (theirs.conv1.stride, theirs.conv2.stride) == ((1, 1), (stride, stride))
+            if ours.downsample is not None:
+                assert ours.downsample[0].stride == theirs.downsample[0].stride
 
 
 # --- realistic initialisation -----------------------------------------------------------------
