@@ -316,6 +316,7 @@ class _MemoryPlans:
         self.precision, self.fuse = precision, fuse
         self.layer_precisions = layer_precisions
         self.nonzero: Dict[str, Optional[int]] = {}
+        self.walked: dict = {}  # each function's runs, walked once
         self.planned: Dict[tuple, Optional[ChainBatch]] = {}
 
     def chains(self, config: AccelConfig, fast: Sequence[bool]) -> Optional[ChainBatch]:
@@ -330,7 +331,8 @@ class _MemoryPlans:
                      if run.conv_modes is not None}
             plan: Dict[str, RunMemory] = plan_module(
                 self.functions, config, self.fuse, self.precision, modes=modes,
-                nonzero=self.nonzero, layer_precisions=self.layer_precisions)
+                nonzero=self.nonzero, layer_precisions=self.layer_precisions,
+                walked=self.walked)
             if all(memory.changes_nothing for memory in plan.values()):
                 self.planned[key] = None
             else:  # a converting run (mixed code) has no plan of its own: all in DRAM

@@ -199,16 +199,18 @@ def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: 
                 precision: str, first_index: int = 0, winograd: bool = True,
                 modes: Optional[Dict[str, dict]] = None,
                 nonzero: Optional[Dict[str, Optional[int]]] = None,
-                layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
+                layer_precisions: Optional[Dict[str, str]] = None,
+                walked: Optional[dict] = None) -> Dict[str, RunMemory]:
     """The memory choices of every run of a module's offloaded functions (in the order the
     code generator numbers them, from ``first_index``), by run key. ``modes``: each conv run's
     CONV modes by run key, where the caller has chosen them (else ``Layer.conv_modes``);
     ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across
     calls (the counts do not depend on the configuration). ``precision`` "mixed": each layer's
     from ``layer_precisions`` by its key; a layer's output that a layer of the other precision
-    reads (through a converting run) stays in DRAM."""
+    reads (through a converting run) stays in DRAM. ``walked``: a cache of each function's
+    runs, kept across calls on the same functions (a sweep re-plans them per configuration)."""
     plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes, nonzero,
-                           layer_precisions) for i, f in enumerate(functions)]
+                           layer_precisions, walked) for i, f in enumerate(functions)]
     if config.sram_bytes > 0:
         for plan in plans:
             plan.place_feature_maps()
@@ -238,12 +240,17 @@ class _FunctionPlan:
                  fuse: bool, precision: str, winograd: bool = True,
                  modes: Optional[Dict[str, dict]] = None,
                  nonzero: Optional[Dict[str, Optional[int]]] = None,
-                 layer_precisions: Optional[Dict[str, str]] = None):
+                 layer_precisions: Optional[Dict[str, str]] = None,
+                 walked: Optional[dict] = None):
         self.function = function
         self.config = config
         self.config_c = config.to_c()
-        self.runs, scopes = _runs(function, function_index)
-        calls = len(list(composite_calls(function)))
+        if walked is None or function_index not in walked:
+            runs, scopes = _runs(function, function_index)
+            walked = {} if walked is None else walked
+            walked[function_index] = runs, scopes, len(list(composite_calls(function)))
+        # (cached runs are re-given the same precisions below: the read-only state is shared)
+        self.runs, scopes, calls = walked[function_index]
         precisions = [layer_precisions[run_key(function_index, i)] if precision == "mixed"
                       else precision for i in range(calls)]
         for run in self.runs:
