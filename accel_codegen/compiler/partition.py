@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate
+from ..quantization import DEFAULT_METHOD, Calibration, calibrate, equalization
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
 from . import codegen, frontend
@@ -250,7 +250,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         config: AccelConfig | str = "nv_full", fuse: bool = True,
                         precision: str = "fp32", calibration=None,
                         calibration_method: str = DEFAULT_METHOD,
-                        winograd: bool = True) -> tvm.IRModule:
+                        winograd: bool = True, equalize: bool = True,
+                        bias_correction: bool = True) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -279,6 +280,14 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
         3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the
         report, the profile and the estimate say which ("CONV(wg)"). False: all direct.
+    equalize : bool
+        int8 only: cross-layer equalisation of the convolution weights before they are
+        quantised (:mod:`accel_codegen.quantization.equalization`; the fp32 function is
+        unchanged). False: the weights as given. A Calibration passed in must have been made
+        with the same setting.
+    bias_correction : bool
+        int8 only: each convolution's bias takes back the mean shift that rounding its
+        weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
 
     Returns
     -------
@@ -300,6 +309,13 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
+    if isinstance(calibration, Calibration) and calibration.equalized != equalize:
+        raise AccelInvalidError(f"the calibration was made with equalize="
+                                f"{calibration.equalized}, the build asks equalize={equalize}: "
+                                "its scales are for other weights")
+    if equalize:
+        mod = equalization.equalize(frontend.bind_params(mod, params) if params else mod)[0]
+        params = None
     if not isinstance(calibration, Calibration):
         reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None,
                                        winograd)
@@ -309,6 +325,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
             vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs))
 
         calibration = calibrate(run, calibration, calibration_method)
+        calibration.equalized = equalize
+    calibration = dataclasses.replace(calibration, bias_correction=bias_correction)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
 
