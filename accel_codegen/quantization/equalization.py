@@ -164,14 +164,15 @@ def _pair_of(var: relax.Var, graph: _Graph) -> Optional[_Pair]:
         if user is None:
             break
         uv = graph.value[user]
-        if _is_op(uv, "relax.nn.batch_norm") and cur is pair.producer and not pair.biases and \
-                uv.args[0].same_as(cur) and int(uv.attrs.axis) == 1 and \
-                all(graph.private(a) for a in uv.args[1:3]):
+        if _is_op(uv, "relax.nn.batch_norm") and pair.batch_norm is None and \
+                not scaled_anything_homogeneous and uv.args[0].same_as(cur) and \
+                int(uv.attrs.axis) == 1 and all(graph.private(a) for a in uv.args[1:3]):
             item = graph.only_user(user)
             got = graph.value.get(item) if item is not None else None
             if not (isinstance(got, relax.TupleGetItem) and got.index == 0):
                 return None
-            pair.batch_norm, cur = user, item
+            # the scale goes into gamma and beta: a bias added before them stays as it is
+            pair.batch_norm, pair.biases, cur = user, [], item
             continue
         if _is_op(uv, "relax.add") and uv.args[0].same_as(cur) and \
                 _bias_constant(uv.args[1], graph, channels) is not None and \
