@@ -250,7 +250,7 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         config: AccelConfig | str = "nv_full", fuse: bool = True,
                         precision: str = "fp32", calibration=None,
                         calibration_method: str = DEFAULT_METHOD,
-                        winograd: bool = True, equalize: bool = True,
+                        winograd: bool = True, equalize: Optional[bool] = None,
                         bias_correction: bool = True) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
@@ -280,11 +280,12 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
         3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the
         report, the profile and the estimate say which ("CONV(wg)"). False: all direct.
-    equalize : bool
+    equalize : bool, optional
         int8 only: cross-layer equalisation of the convolution weights before they are
         quantised (:mod:`accel_codegen.quantization.equalization`; the fp32 function is
-        unchanged). False: the weights as given. A Calibration passed in must have been made
-        with the same setting.
+        unchanged). False: the weights as given. Default: True with example inputs; with a
+        Calibration, as it was made (``Calibration.equalized``), and asking otherwise is an
+        error.
     bias_correction : bool
         int8 only: each convolution's bias takes back the mean shift that rounding its
         weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
@@ -309,6 +310,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
+    if equalize is None:
+        equalize = calibration.equalized if isinstance(calibration, Calibration) else True
     if isinstance(calibration, Calibration) and calibration.equalized != equalize:
         raise AccelInvalidError(f"the calibration was made with equalize="
                                 f"{calibration.equalized}, the build asks equalize={equalize}: "

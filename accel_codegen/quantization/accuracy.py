@@ -203,7 +203,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     config: AccelConfig | str = "nv_full", precision: str = "int8",
                     fuse: bool = True, calibration=None,
                     calibration_method: str = DEFAULT_METHOD,
-                    onnx_model=None, equalize: bool = True,
+                    onnx_model=None, equalize: Optional[bool] = None,
                     bias_correction: bool = True) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
@@ -245,7 +245,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                  **({"equalize": equalize, "bias_correction": bias_correction}
                                     if precision == "int8" else {}))
     used = calibration_of(target, used=True)
-    if precision == "int8" and equalize:  # the fp32 tensors of the weights int8 quantises
+    made = calibration_of(target)
+    if made is not None and made.equalized:  # the fp32 tensors of the weights int8 quantises
         mod, params = equalization.equalize(bind_params(mod, params) if params else mod)[0], None
     reference = generate_partition(mod, params, config, fuse, precision, "fp32", None)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
