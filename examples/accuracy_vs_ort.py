@@ -8,11 +8,15 @@ the very same inputs; both are evaluated on other random inputs (seed 1235) agai
 build's output. The same figures for one model:
 ``accel-codegen accuracy MODEL --precision int8 --calibration 32 --inputs 16``.
 
-Issue #13's goal (a later step): our int8 SQNR >= ONNX Runtime's + 3 dB. The table reports
-the gap as measured; it does not tune.
+Issue #13's goal: our int8 SQNR >= ONNX Runtime's + 3 dB. The table reports the gap as
+measured; it does not tune. ``--before`` adds our int8 without cross-layer equalisation
+(``equalize=False``); ``--unseen`` measures the architectures of examples/unseen_models.py
+(ResNet-34, RegNetY-400MF-like, MobileNet-v2, EfficientNet-B0-like, written from torch.nn)
+instead of the zoo.
 
     python examples/accuracy_vs_ort.py [--models resnet18 resnet50] [--calibration 32]
-                                       [--inputs 16] [--out docs/accuracy_vs_ort]
+                                       [--inputs 16] [--before] [--unseen]
+                                       [--out docs/accuracy_vs_ort]
 
 Writes OUT.txt (the table) and OUT.json (the rows, with every report).
 """
@@ -32,6 +36,9 @@ from accel_codegen.quantization import DEFAULT_METHOD
 from accel_codegen.tables import Column, render_table
 from accel_codegen.tools.model_spec import random_inputs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unseen_models import UNSEEN, get_unseen  # noqa: E402  (examples/ is not a package)
+
 CALIBRATION_SEED, EVALUATION_SEED = 1234, 1235
 GOAL_GAP_DB = 3.0
 MODELS = ("lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mobilenet_v2",
@@ -44,7 +51,10 @@ def measure(name: str, args) -> dict:
     import accel_codegen as ac
     from accel_codegen import frontend, models
 
-    model, (x,) = models.get_model(name)
+    if name in UNSEEN:
+        model, (x,) = get_unseen(name)
+    else:
+        model, (x,) = models.get_model(name)
     mod, _ = frontend.from_pytorch(model, (x,))
     calibration = random_inputs([x.numpy()], args.calibration, CALIBRATION_SEED)
     evaluation = random_inputs([x.numpy()], args.inputs, EVALUATION_SEED)
@@ -54,14 +64,20 @@ def measure(name: str, args) -> dict:
         report = ac.accuracy_report(mod, None, evaluation, config=args.accel_config,
                                     precision="int8", calibration=calibration, onnx_model=path)
     ort = report.ort
-    return {"model": name, "ours_db": report.output_sqnr_db, "ort_db": ort.output_sqnr_db,
+    plain = None
+    if args.before:  # the same build without cross-layer equalisation, as before it came
+        plain = ac.accuracy_report(mod, None, evaluation, config=args.accel_config,
+                                   precision="int8", calibration=calibration,
+                                   equalize=False).output_sqnr_db
+    return {"model": name, "plain_db": plain, "ours_db": report.output_sqnr_db,
+            "ort_db": ort.output_sqnr_db,
             "gap_db": report.ort_gap_db, "meets_goal": report.ort_gap_db >= GOAL_GAP_DB,
             "ours_top1": report.top1_agreement, "ort_top1": ort.top1_agreement,
             "ort_fp32_db": ort.fp32_sqnr_db, "seconds": time.perf_counter() - start,
             "report": report.to_dict()}
 
 
-COLUMNS = (Column("model", 18, "<"), Column("ours dB", 8, spec=".2f"),
+COLUMNS = (Column("model", 20, "<"), Column("no CLE dB", 9), Column("ours dB", 8, spec=".2f"),
            Column("ORT dB", 7, spec=".2f"), Column("ours-ORT", 8, spec="+.2f"),
            Column("goal +3", 7), Column("top-1 ours", 10), Column("top-1 ORT", 9),
            Column("ORT fp32 dB", 11, spec=".1f"), Column("s", 6, spec=".0f"))
@@ -73,7 +89,8 @@ def _pct(value) -> str:
 
 def format_table(rows: list, args) -> str:
     cells = [f"{r['model']:<18} error: {r['error']}" if "error" in r else
-             [r["model"], r["ours_db"], r["ort_db"], r["gap_db"],
+             [r["model"], "-" if r["plain_db"] is None else f"{r['plain_db']:.2f}",
+              r["ours_db"], r["ort_db"], r["gap_db"],
               "met" if r["meets_goal"] else "below", _pct(r["ours_top1"]), _pct(r["ort_top1"]),
               r["ort_fp32_db"], r["seconds"]] for r in rows]
     return render_table(COLUMNS, cells)
@@ -86,7 +103,14 @@ def main() -> int:
     parser.add_argument("--calibration", type=int, default=32)
     parser.add_argument("--inputs", type=int, default=16)
     parser.add_argument("--out", default=None, help="write OUT.txt and OUT.json")
+    parser.add_argument("--unseen", action="store_true",
+                        help="the architectures of examples/unseen_models.py instead of the zoo")
+    parser.add_argument("--before", action="store_true",
+                        help="also our int8 without cross-layer equalisation (column "
+                        "'no CLE dB')")
     args = parser.parse_args()
+    if args.unseen and args.models == list(MODELS):
+        args.models = list(UNSEEN)
     from accel_codegen import AccelConfig
     from accel_codegen.quantization import ort_baseline
 

@@ -1,9 +1,11 @@
 """Where int8 calibration spends its time (issue #13, item 7): wall and CPU seconds (this
 process, all threads) of each stage, on one model.
 
-Stages: the fp32 build of the int8 partition; the calibration inputs through it without an
-observer (the floor: the simulator's own work) and with calibration's observer (its
-statistics are the difference); the scales of each method from those statistics.
+Stages: cross-layer equalisation of the weights; the fp32 build of the int8 partition; the
+calibration inputs through it without an observer (the floor: the simulator's own work) and
+with calibration's observer (its statistics are the difference); the scales of each method
+from those statistics. Last, the whole of ``partition_for_accel(..., precision="int8",
+calibration=inputs)`` (equalisation, fp32 build, calibration, int8 code generation) once.
 
     python examples/calibration_time.py [--model resnet50] [--calibration 32]
 """
@@ -25,7 +27,8 @@ def main() -> int:
     warnings.simplefilter("ignore")
     import tvm
     from accel_codegen import AccelConfig, frontend, models
-    from accel_codegen.compiler.partition import generate_partition
+    from accel_codegen.compiler.partition import generate_partition, partition_for_accel
+    from accel_codegen.quantization.equalization import equalize
     from accel_codegen.compiler.vm import virtual_machine
     from accel_codegen.quantization import Calibration, Observer, observing
     from accel_codegen.tools.model_spec import random_inputs
@@ -42,8 +45,11 @@ def main() -> int:
     examples = random_inputs([x.numpy()], args.calibration, 1234)
     tensors = [[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in e] for e in examples]
     start = now()
-    reference = generate_partition(mod, None, AccelConfig.resolve("nv_full"), True, "int8",
-                                   "fp32", None)
+    equalised, _ = equalize(mod)
+    stage("cross-layer equalisation", start)
+    start = now()
+    reference = generate_partition(equalised, None, AccelConfig.resolve("nv_full"), True,
+                                   "int8", "fp32", None)
     vm = virtual_machine(tvm.compile(reference, target="llvm"))
     stage("fp32 build of the int8 partition", start)
     start = now()
@@ -60,6 +66,9 @@ def main() -> int:
         start = now()
         Calibration.from_observer(observer, method, len(tensors))
         stage(f"scales: {method} ({len(observer.stats)} tensors)", start)
+    start = now()
+    partition_for_accel(mod, precision="int8", calibration=examples)
+    stage("partition_for_accel, int8, all of it", start)
     return 0
 
 

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate
+from ..quantization import DEFAULT_METHOD, Calibration, calibrate, equalization
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
 from . import codegen, frontend
@@ -317,7 +317,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         precision: str = "fp32", calibration=None,
                         calibration_method: str = DEFAULT_METHOD,
                         winograd: bool = True, target_sqnr_db: Optional[float] = None,
-                        layer_precisions: Optional[Dict[str, str]] = None) -> tvm.IRModule:
+                        layer_precisions: Optional[Dict[str, str]] = None,
+                        equalize: Optional[bool] = None,
+                        bias_correction: bool = True) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -357,6 +359,15 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     layer_precisions : dict of str to str
         Mixed only, instead of a target: each layer's precision by its key (``f0.3``), e.g.
         the ``layer_precisions`` of an earlier build's :func:`mixed_precision_of`.
+    equalize : bool, optional
+        int8 only: cross-layer equalisation of the convolution weights before they are
+        quantised (:mod:`accel_codegen.quantization.equalization`; the fp32 function is
+        unchanged). False: the weights as given. Default: True with example inputs; with a
+        Calibration, as it was made (``Calibration.equalized``), and asking otherwise is an
+        error.
+    bias_correction : bool
+        int8 only: each convolution's bias takes back the mean shift that rounding its
+        weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
 
     Returns
     -------
@@ -367,6 +378,14 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     """
     config = AccelConfig.resolve(config)
     if precision == "mixed":
+        if equalize or not bias_correction:
+            raise AccelInvalidError("equalize and bias_correction are switches of int8 builds; "
+                                    "a mixed build does not equalise (its fp16 layers would "
+                                    "round other weights) and keeps bias correction")
+        if isinstance(calibration, Calibration) and calibration.equalized:
+            raise AccelInvalidError("this calibration was made with equalize=True: its scales "
+                                    "are for equalised weights, which a mixed build does not "
+                                    "use (calibrate an int8 build with equalize=False)")
         return _partition_mixed(mod, params, config, fuse, calibration, calibration_method,
                                 winograd, target_sqnr_db, layer_precisions)
     if target_sqnr_db is not None or layer_precisions is not None:
@@ -384,10 +403,21 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")
+    if equalize is None:
+        equalize = calibration.equalized if isinstance(calibration, Calibration) else True
+    if isinstance(calibration, Calibration) and calibration.equalized != equalize:
+        raise AccelInvalidError(f"the calibration was made with equalize="
+                                f"{calibration.equalized}, the build asks equalize={equalize}: "
+                                "its scales are for other weights")
+    if equalize:
+        mod = equalization.equalize(frontend.bind_params(mod, params) if params else mod)[0]
+        params = None
     if not isinstance(calibration, Calibration):
         vm = reference_machine(mod, params, config, fuse, winograd)
         calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
                                 calibration_method)
+        calibration.equalized = equalize
+    calibration = dataclasses.replace(calibration, bias_correction=bias_correction)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
 

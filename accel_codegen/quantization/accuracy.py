@@ -30,7 +30,8 @@ from ..compiler.partition import calibration_of, generate_partition, match_compo
 from ..sim.config import AccelConfig
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
-from . import ort_baseline
+from ..compiler.frontend import bind_params
+from . import equalization, ort_baseline
 from .calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
 
 
@@ -202,13 +203,17 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     config: AccelConfig | str = "nv_full", precision: str = "int8",
                     fuse: bool = True, calibration=None,
                     calibration_method: str = DEFAULT_METHOD,
-                    onnx_model=None) -> AccuracyReport:
+                    onnx_model=None, equalize: Optional[bool] = None,
+                    bias_correction: bool = True) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
     ----------
-    mod, params, config, fuse, calibration, calibration_method
+    mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction
         As for :func:`accel_codegen.partition_for_accel`; ``precision`` "int8" or "fp16".
+        The fp32 reference is built from the equalised weights when the int8 build
+        equalises them (the same function to float32 rounding), so that each tensor is
+        compared with its own fp32 counterpart.
     inputs : iterable
         Evaluation inputs of ``main`` (each a tuple of arrays, or one array); use inputs other
         than the calibration ones.
@@ -236,8 +241,13 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         ort_runs, ort_skipped = _ort_runs(onnx_model, precision, calibration)
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                  calibration=calibration,
-                                 calibration_method=calibration_method)
+                                 calibration_method=calibration_method,
+                                 **({"equalize": equalize, "bias_correction": bias_correction}
+                                    if precision == "int8" else {}))
     used = calibration_of(target, used=True)
+    made = calibration_of(target)
+    if made is not None and made.equalized:  # the fp32 tensors of the weights int8 quantises
+        mod, params = equalization.equalize(bind_params(mod, params) if params else mod)[0], None
     reference = generate_partition(mod, params, config, fuse, precision, "fp32", None)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
     vm = virtual_machine(tvm.compile(target, target="llvm"))

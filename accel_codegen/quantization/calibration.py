@@ -241,6 +241,10 @@ class Calibration:
     tensors: Dict[Key, TensorQuant]
     # per-channel means of every run's input, for bias correction (run key -> [C])
     means: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
+    # made on cross-layer equalised weights (quantization/equalization.py)?
+    equalized: bool = False
+    # the build corrects each conv's bias for its weights' rounding (codegen/int8.py)?
+    bias_correction: bool = True
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
@@ -268,14 +272,17 @@ class Calibration:
         return json.dumps({"method": self.method, "samples": self.samples,
                            "tensors": [[k, i, q.scale, q.zero]
                                        for (k, i), q in sorted(self.tensors.items())],
-                           "means": {k: [float(v) for v in m] for k, m in self.means.items()}})
+                           "means": {k: [float(v) for v in m] for k, m in self.means.items()},
+                           "equalized": self.equalized,
+                           "bias_correction": self.bias_correction})
 
     @classmethod
     def from_json(cls, text: str) -> "Calibration":
         data = json.loads(text)
         return cls(data["method"], int(data["samples"]),
                    {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]},
-                   {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()})
+                   {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()},
+                   bool(data.get("equalized", False)), bool(data.get("bias_correction", True)))
 
 
 def examples_of(inputs, what: str) -> list:

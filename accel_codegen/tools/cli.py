@@ -142,6 +142,12 @@ def check_precision_args(args, config) -> None:
     if given and args.precision not in ("int8", "mixed"):
         raise UserError(f"{' and '.join(given)}: for int8 and mixed only (the precision is "
                         f"{args.precision})")
+    switches = [flag for flag, on in (("--no-equalize", getattr(args, "no_equalize", False)),
+                                      ("--no-bias-correction",
+                                       getattr(args, "no_bias_correction", False))) if on]
+    if switches and args.precision != "int8":
+        raise UserError(f"{' and '.join(switches)}: for int8 only (the precision is "
+                        f"{args.precision})")
 
 
 def _calibration(args, model) -> dict:
@@ -153,13 +159,19 @@ def _calibration(args, model) -> dict:
         return {}
     count = args.calibration or DEFAULT_CALIBRATION
     method = args.calibration_method or DEFAULT_METHOD
-    _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})")
+    _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})"
+         + "".join(f"; {what} off" for what, off in (
+             ("cross-layer equalisation", args.no_equalize),
+             ("bias correction", args.no_bias_correction)) if off))
     keywords = {"calibration": random_inputs(model, count, args.seed),
                 "calibration_method": method}
     if args.precision == "mixed":
         _say(f"mixed precision: searching for {args.target_sqnr:g} dB output SQNR on the "
              f"calibration inputs (a build per layer)")
         keywords["target_sqnr_db"] = args.target_sqnr
+    else:
+        keywords.update(equalize=not args.no_equalize,
+                        bias_correction=not args.no_bias_correction)
     return keywords
 
 
@@ -609,6 +621,11 @@ def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool =
                    "clipping range of least quantisation error, per tensor)")
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
+    p.add_argument("--no-equalize", action="store_true",
+                   help="int8: no cross-layer equalisation of the convolution weights "
+                   "(default: equalised where exact, see docs/ptq.md)")
+    p.add_argument("--no-bias-correction", action="store_true",
+                   help="int8: no bias correction of the weights' rounding shift")
 
 
 def _decibels(text: str) -> float:
@@ -735,6 +752,11 @@ def _analysis_commands(sub) -> None:
                    help="fused_int8: how activation ranges become scales (default mse)")
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
+    p.add_argument("--no-equalize", action="store_true",
+                   help="int8: no cross-layer equalisation of the convolution weights "
+                   "(default: equalised where exact, see docs/ptq.md)")
+    p.add_argument("--no-bias-correction", action="store_true",
+                   help="int8: no bias correction of the weights' rounding shift")
     _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_bench)
 

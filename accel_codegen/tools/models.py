@@ -51,7 +51,8 @@ __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resne
            "resnet50_caffe",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
-           "alexnet_lrn", "googlenet_lrn", "CALIBRATION_BATCH", "calibration_input"]
+           "alexnet_lrn", "googlenet_lrn", "CALIBRATION_BATCH", "calibration_input",
+           "build_realistic"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
 ModelAndInputs = tuple[nn.Module, tuple[torch.Tensor, ...]]
@@ -172,6 +173,13 @@ def _build(factory: Callable[[], nn.Module], input_shape: tuple[int, ...], batch
     x = torch.randn((batch, *input_shape), generator=torch.Generator().manual_seed(
         seed ^ _INPUT_STREAM))
     return model, (x,)
+
+
+def build_realistic(factory: Callable[[], nn.Module], input_shape: tuple[int, ...], *,
+                    batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """Any model initialised as the zoo's are (He weights, batch-norm statistics measured on
+    its own N(0, 1) batch), with its example input: for architectures outside the zoo."""
+    return _build(factory, input_shape, batch, seed)
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1) -> list[nn.Module]:

@@ -83,8 +83,13 @@ def _keys(mod):
 
 def test_the_all_int8_and_all_fp16_ends_are_the_plain_builds(lenet):
     mod, calibration = lenet
-    int8 = ac.partition_for_accel(mod, precision="int8", calibration=calibration)
+    int8 = ac.partition_for_accel(mod, precision="int8", calibration=calibration,
+                                  equalize=False)  # mixed builds do not equalise
     keys = _keys(mod)
+    with pytest.raises(AccelInvalidError, match="equalize=True"):
+        ac.partition_for_accel(mod, precision="mixed", calibration=ac.calibration_of(
+            ac.partition_for_accel(mod, precision="int8", calibration=calibration)),
+            layer_precisions={k: "int8" for k in keys})
     plain = {"int8": int8, "fp16": ac.partition_for_accel(mod, precision="fp16")}
     for precision, reference in plain.items():
         mixed = ac.partition_for_accel(mod, precision="mixed",

@@ -376,9 +376,10 @@ def test_accuracy_report_figures(lenet5, builds, outputs):
     with observing(observed):
         run_main(builds["int8"][2], evaluation[0])
     assert [(t.key, t.op_index) for t in report.tensors] == observed.keys
-    # the output SQNR is the one of the two builds' outputs
+    # the output SQNR is the one of the two builds' outputs (the report's fp32 reference is
+    # built from the equalised weights: the same function to float32 rounding)
     assert report.output_sqnr_db == pytest.approx(sqnr(outputs["int8"], outputs["fp32"]),
-                                                  abs=1e-9)
+                                                  abs=1e-3)
     assert 0.0 <= report.top1_agreement <= 1.0
     agree = np.mean(outputs["int8"].argmax(-1) == outputs["fp32"].argmax(-1))
     assert report.top1_agreement == pytest.approx(agree)

@@ -329,6 +329,14 @@ def test_partition_int8_with_its_calibration(capsys, tmp_path):
     assert json.loads(out_json.read_text())["precision"] == "int8"
 
 
+def test_partition_int8_without_equalisation_nor_bias_correction(capsys):
+    status, out, err = run_cli(capsys, "partition", "lenet5", "--precision", "int8",
+                               "--calibration", "2", "--no-equalize", "--no-bias-correction")
+    assert status == 0, err
+    assert ("int8 calibration: mse on 2 random N(0, 1) inputs (seed 1234); cross-layer "
+            "equalisation off; bias correction off") in err
+
+
 def test_partition_fp16(capsys):
     status, out, err = run_cli(capsys, "partition", "lenet5", "--precision", "fp16")
     assert status == 0, err
@@ -431,10 +439,13 @@ def test_accuracy_fp16(capsys):
     (["run", "model.so", "--input", "x.npy", "--precision", "int16"], 2,
      "invalid choice: 'int16'"),
     (["bench", "lenet5", "--precision", "int8"], 2, "unrecognized arguments: --precision"),
+    (["partition", "lenet5", "--precision", "fp16", "--no-equalize", "--no-bias-correction"],
+     1, "--no-equalize and --no-bias-correction: for int8 only (the precision is fp16)"),
 ], ids=["fp16-nv_small-partition", "fp16-nv_small-compile", "fp16-nv_small-accuracy",
         "int8-no-fuse", "int8-no-fuse-accuracy", "unknown-method", "calibration-with-fp16",
         "method-with-fp32", "zero-calibration", "negative-seed", "accuracy-of-fp32",
-        "accuracy-without-precision", "zero-inputs", "run-int16", "bench-fp32-only"])
+        "accuracy-without-precision", "zero-inputs", "run-int16", "bench-fp32-only",
+        "ptq-options-with-fp16"])
 def test_precision_argument_errors(capsys, argv, status, message):
     got, _, err = run_cli(capsys, *argv)
     assert got == status and message in err, err

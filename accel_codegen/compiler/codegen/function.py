@@ -501,7 +501,8 @@ class FunctionCodegen:
         if layer.conv is not None:
             weights = self._weights(layer, scope) * g.reshape(-1, 1, 1, 1)
             codes, weight_scales = quantize_weights(weights)
-            means = self.calibration.means.get(key) if self.calibration else None
+            means = self.calibration.means.get(key) \
+                if self.calibration and self.calibration.bias_correction else None
             h = h - int8.bias_correction(means, layer.conv.groups, codes, weight_scales, weights)
             unit = in_quant.scale * weight_scales
             g = np.ones(channels)
