@@ -287,6 +287,8 @@ class _LoweredRun:
     """One run's chains as lowered for a sweep: direct, and in Winograd mode where it can be."""
 
     key: str
+    label: str
+    primitive: str
     layer: Layer
     mode: str                       # "fused" or "independent"
     conv_modes: Optional[dict]      # its CONV's input modes (None: no conv)
@@ -294,9 +296,17 @@ class _LoweredRun:
     winograd: Optional[list]
     in_shape: Optional[Tuple[int, ...]] = None  # a converting run's (else the layer's)
 
-    @property
-    def shape(self) -> Tuple[int, ...]:
-        return self.in_shape or self.layer.in_shape
+    def chain(self, winograd: bool = False, memory: Optional[RunMemory] = None) -> tuple:
+        """(ops, input shape, mode) for a ChainBatch: direct or in Winograd mode, with the
+        memory choices applied when given."""
+        ops = self.winograd if winograd else self.direct
+        return (memory.apply(ops) if memory is not None else ops,
+                self.in_shape or self.layer.in_shape, self.mode)
+
+
+def _batch_precision(precision: str) -> Optional[str]:
+    """A ChainBatch's precision: None for mixed code (each op carries its own)."""
+    return None if precision == "mixed" else precision
 
 
 class _MemoryPlans:
@@ -337,9 +347,8 @@ class _MemoryPlans:
                 self.planned[key] = None
             else:  # a converting run (mixed code) has no plan of its own: all in DRAM
                 self.planned[key] = ChainBatch(config, [
-                    (plan.get(run.key, RunMemory()).apply(run.winograd if use else run.direct),
-                     run.shape, run.mode) for run, use in zip(self.runs, fast)],
-                    None if self.precision == "mixed" else self.precision)
+                    run.chain(use, plan.get(run.key, RunMemory()))
+                    for run, use in zip(self.runs, fast)], _batch_precision(self.precision))
         return self.planned[key]
 
 
@@ -373,43 +382,43 @@ class _LoweredModel:
         """``precision`` "mixed": each layer's from ``layer_precisions``, and a converting run
         after each layer that a layer of the other precision reads (as the code generator
         writes them)."""
-        runs, chains, choices, lowered = [], [], [], []
+        lowered = []
         model_precision = precision
         for run in walk_runs(matched, layer_precisions):
             layer = run.layer
             precision = run.precision or model_precision
             if run.converts:  # one SDP pass: the layer's output into the other precision
                 ops = [Sdp(precision=precision, convert=True, cvt_scale=1.0)]
-                shape = _feature_shape(layer.out_shape)
-                runs.append((run.label, run.primitive))
-                chains.append((ops, shape, "independent"))
-                choices.append((len(chains) - 1, None))
-                lowered.append(_LoweredRun(run.key, layer, "independent", None, ops, None,
-                                           shape))
+                lowered.append(_LoweredRun(run.key, run.label, run.primitive, layer,
+                                           "independent", None, ops, None,
+                                           _feature_shape(layer.out_shape)))
                 continue
             mode = "fused" if layer.fused(fuse) else "independent"
-            runs.append((run.label, run.primitive))
             modes = layer.conv_modes(config, fuse, precision, winograd=False)
-            direct_ops = layer.engine_ops(fuse, precision, modes=modes)
-            chains.append((direct_ops, layer.in_shape, mode))
-            direct, fast, fast_ops = len(chains) - 1, None, None
+            fast_ops = None
             if winograd and layer.conv is not None:
                 fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"})
                 try:  # whether the configuration runs it at all: the C library's conditions
                     estimate_chain(config, fast_ops, layer.in_shape, mode=mode,
                                    precision=precision)
-                    chains.append((fast_ops, layer.in_shape, mode))
-                    fast = len(chains) - 1
                 except AccelError:
                     fast_ops = None
+            lowered.append(_LoweredRun(run.key, run.label, run.primitive, layer, mode,
+                                       modes if layer.conv else None,
+                                       layer.engine_ops(fuse, precision, modes=modes), fast_ops))
+        chains, choices = [], []
+        for run in lowered:
+            chains.append(run.chain())
+            direct, fast = len(chains) - 1, None
+            if run.winograd is not None:
+                chains.append(run.chain(winograd=True))
+                fast = len(chains) - 1
             choices.append((direct, fast))
-            lowered.append(_LoweredRun(run.key, layer, mode, modes if layer.conv else None,
-                                       direct_ops, fast_ops))
-        batch_precision = None if model_precision == "mixed" else model_precision
         memory = _MemoryPlans([function for _, function in external_calls(matched)], lowered,
                               model_precision, fuse, layer_precisions)
-        return cls(runs, ChainBatch(config, chains, batch_precision), choices, memory,
-                   _host_ops(matched), model_precision, fuse)
+        return cls([(run.label, run.primitive) for run in lowered],
+                   ChainBatch(config, chains, _batch_precision(model_precision)), choices,
+                   memory, _host_ops(matched), model_precision, fuse)
 
     def _records(self, config: AccelConfig, costed: str) -> list:
         """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"): in Winograd
