@@ -106,13 +106,12 @@ def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional
     return quantize_weights(w * g.reshape(-1, 1, 1, 1))[0]
 
 
-def conv_choice(config: AccelConfig, layer: Layer, scope, precision: str,
-                fuse: bool, modes: Optional[dict] = None,
-                count_weights: Optional[Callable[[], Optional[int]]] = None) -> ConvChoice:
+def conv_choice(config: AccelConfig, layer: Layer, precision: str,
+                modes: dict, count_weights: Callable[[], Optional[int]]) -> ConvChoice:
     """Weight format and CBUF split of a layer's conv (see the module's docstring), in the conv
     modes the code generator chose (``Layer.conv_modes``: they change the bytes CBUF holds).
-    ``count_weights``: returns the emitted weights' non-zero count (None when they are not
-    constants), where the caller keeps it; else they are counted here."""
+    ``count_weights()``: the non-zero count of the weights the code generator emits (None when
+    they are not constants), asked only where the sparse format is possible."""
     config_c = config.to_c()
     modes = modes or {}
     conv = Conv(None, weight_shape=layer.conv.weight_shape, stride=layer.conv.stride,
@@ -122,10 +121,6 @@ def conv_choice(config: AccelConfig, layer: Layer, scope, precision: str,
     conv._fill(desc)
     in_c = layer.in_shape[1]
     fmt, nonzero = "dense", 0
-    if count_weights is None:
-        def count_weights():
-            weights = emitted_weights(layer, scope, precision, fuse)
-            return None if weights is None else count_nonzero(weights, precision)
     # Winograd's pre-transformed weights are dense (NVDLA's compiler never compresses them).
     count = count_weights() \
         if "weight_compression" in config.features and modes.get("mode") != "winograd" \
@@ -264,21 +259,20 @@ class _FunctionPlan:
                       else run.layer.conv_modes(config, fuse, run.precision, winograd)
                       for run in self.runs if run.layer.conv is not None}
 
-        def counted(run: _Run) -> Optional[Callable[[], Optional[int]]]:
-            if nonzero is None:
-                return None
+        counts = nonzero if nonzero is not None else {}  # by run key, kept across plans
 
+        def counted(run: _Run) -> Callable[[], Optional[int]]:
             def count() -> Optional[int]:
-                if run.key not in nonzero:
+                if run.key not in counts:
                     weights = emitted_weights(run.layer, scopes[run.call], run.precision,
                                               fuse)
-                    nonzero[run.key] = None if weights is None \
+                    counts[run.key] = None if weights is None \
                         else count_nonzero(weights, run.precision)
-                return nonzero[run.key]
+                return counts[run.key]
             return count
 
-        self.convs = {key: conv_choice(config, run.layer, scopes[run.call], run.precision,
-                                       fuse, self.modes[key], counted(run))
+        self.convs = {key: conv_choice(config, run.layer, run.precision, self.modes[key],
+                                       counted(run))
                       for run in self.runs if (key := run.key) in self.modes}
         self.sram_of: Dict[str, set] = {run.key: set() for run in self.runs}
         self.placed: set = set()             # feature maps in SRAM
