@@ -28,7 +28,7 @@ def main() -> int:
     import tvm
     from accel_codegen import AccelConfig, frontend, models
     from accel_codegen.compiler.partition import generate_partition, partition_for_accel
-    from accel_codegen.quantization.equalization import equalize
+    from accel_codegen.compiler.equalization import equalize
     from accel_codegen.compiler.vm import virtual_machine
     from accel_codegen.quantization import Calibration, Observer, observing
     from accel_codegen.tools.model_spec import random_inputs

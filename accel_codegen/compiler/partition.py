@@ -18,10 +18,10 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate, equalization
+from ..quantization import DEFAULT_METHOD, Calibration, calibrate
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
-from . import codegen, frontend
+from . import codegen, equalization, frontend
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
@@ -361,7 +361,7 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         the ``layer_precisions`` of an earlier build's :func:`mixed_precision_of`.
     equalize : bool, optional
         int8 only: cross-layer equalisation of the convolution weights before they are
-        quantised (:mod:`accel_codegen.quantization.equalization`; the fp32 function is
+        quantised (:mod:`accel_codegen.compiler.equalization`; the fp32 function is
         unchanged). False: the weights as given. Default: True with example inputs; with a
         Calibration, as it was made (``Calibration.equalized``), and asking otherwise is an
         error.

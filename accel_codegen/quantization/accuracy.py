@@ -31,7 +31,8 @@ from ..sim.config import AccelConfig
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
 from ..compiler.frontend import bind_params
-from . import equalization, ort_baseline
+from ..compiler import equalization
+from . import ort_baseline
 from .calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
 
 

@@ -241,7 +241,7 @@ class Calibration:
     tensors: Dict[Key, TensorQuant]
     # per-channel means of every run's input, for bias correction (run key -> [C])
     means: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
-    # made on cross-layer equalised weights (quantization/equalization.py)?
+    # made on cross-layer equalised weights (compiler/equalization.py)?
     equalized: bool = False
     # the build corrects each conv's bias for its weights' rounding (codegen/int8.py)?
     bias_correction: bool = True

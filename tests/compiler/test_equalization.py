@@ -1,4 +1,4 @@
-"""Cross-layer equalisation and bias correction (quantization/equalization.py, codegen/int8.py):
+"""Cross-layer equalisation and bias correction (compiler/equalization.py, codegen/int8.py):
 each leaves the fp32 function as it was, each lowers the int8 error where it should, and each
 switches off."""
 import numpy as np
@@ -9,7 +9,7 @@ import tvm
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, frontend
 from accel_codegen.compiler.partition import calibration_of
-from accel_codegen.quantization.equalization import equalize
+from accel_codegen.compiler.equalization import equalize
 from conftest import assert_close, random_inputs, run_main
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..compiler.layer import constant_value, is_constant
+from .layer import constant_value, is_constant
 
 #: Ops that commute with a positive per-channel scale of their (first) input.
 HOMOGENEOUS = ("relax.nn.relu", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
