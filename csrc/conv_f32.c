@@ -16,15 +16,16 @@
  *  - depthwise: direct, a 1-D correlation over the same padded phase copy.
  *  - OpenBLAS (scipy-openblas32): batched fully connected layers (one output position per
  *    image), and the portable path without AVX-512. Not for convolutions: its thread pool and
- *    OpenMP's spin against each other.
+ *    ours would spin against each other.
  * The epilogue (sdp_f32_span) runs on each block of 8 channels' finished outputs of a tile,
  * while they are in L1/L2. Every output is summed in an order fixed by the geometry alone, so
  * results do not depend on the thread count, and fused equals unfused bit for bit.
- * Threads: OpenMP only; work split evenly in (positions x channel blocks), OpenBLAS kept at one
- * thread. Scratch: workspace slots only, reserved before the parallel regions.
+ * Threads: pool.c's loops (the caller claims items with whichever workers are awake; no
+ * OpenMP, whose idle threads spin and whose barriers wait for a descheduled thread); work
+ * split in (positions x channel blocks), OpenBLAS kept at one thread. Scratch: workspace slots
+ * only, reserved before the parallel loops; a participant's slot is its number.
  */
 #include <cblas.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __AVX512F__
@@ -52,7 +53,7 @@ static void epilogue_span(const sdp_f32* ep, int64_t ch, float* out, int64_t at,
 
 /* ---- OpenBLAS paths -------------------------------------------------------------------- */
 
-/* One threading layer: OpenMP. OpenBLAS runs single-threaded inside our parallel regions.
+/* One threading layer: pool.c. OpenBLAS runs single-threaded inside our parallel loops.
  * This build of scipy-openblas32 declares scipy_openblas_set_num_threads_local but does not
  * export it, so the (process-wide) count is set to 1, once, and left there. */
 static void blas_single_threaded(void) {
@@ -104,8 +105,39 @@ static void im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_
       }
 }
 
-/* Portable path: per thread, an im2col tile of columns and one single-threaded sgemm into the
+/* Portable path: per item, an im2col tile of columns and one single-threaded sgemm into the
  * output, then the epilogue on the tile. */
+typedef struct blas_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  float* const* cols; /* per participant */
+  int64_t nt, tiles, mchunks;
+} blas_job;
+
+static void blas_tile_item(void* ctx, int64_t it, int participant) {
+  const blas_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  float* col = J->cols[participant];
+  const int64_t mchunks = J->mchunks, tiles = J->tiles, nt = J->nt;
+  const int64_t mc = it % mchunks, tile = it / mchunks % tiles, bg = it / (mchunks * tiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t n0 = tile * nt, ncols = P->ohw - n0 < nt ? P->ohw - n0 : nt;
+  const int64_t m0 = P->mg * mc / mchunks, m1 = P->mg * (mc + 1) / mchunks;
+  im2col_tile(P, J->in + (b * g->c + grp * P->cg) * P->hw, n0, ncols, col);
+  const int64_t ch0 = grp * P->mg + m0;
+  scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(m1 - m0),
+                    (blasint)ncols, (blasint)P->kd, 1.0f, J->weights + ch0 * P->kd,
+                    (blasint)P->kd, col, (blasint)ncols, 0.0f,
+                    J->out + (b * g->k + ch0) * P->ohw + n0, (blasint)P->ohw);
+  if (J->ep != NULL)
+    for (int64_t ch = ch0; ch < ch0 + m1 - m0; ++ch)
+      epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + n0, ncols);
+}
+
 static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const float* weights,
                                     float* out, const sdp_f32* ep, workspace* ws,
                                     int num_threads) {
@@ -125,26 +157,8 @@ static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const f
     if (cols[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   blas_single_threaded();
-#pragma omp parallel num_threads(nth)
-  {
-    float* col = cols[omp_get_thread_num()];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t mc = it % mchunks, tile = it / mchunks % tiles, bg = it / (mchunks * tiles);
-      const int64_t b = bg / g->groups, grp = bg % g->groups;
-      const int64_t n0 = tile * nt, ncols = P->ohw - n0 < nt ? P->ohw - n0 : nt;
-      const int64_t m0 = P->mg * mc / mchunks, m1 = P->mg * (mc + 1) / mchunks;
-      im2col_tile(P, in + (b * g->c + grp * P->cg) * P->hw, n0, ncols, col);
-      const int64_t ch0 = grp * P->mg + m0;
-      scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(m1 - m0),
-                        (blasint)ncols, (blasint)P->kd, 1.0f, weights + ch0 * P->kd,
-                        (blasint)P->kd, col, (blasint)ncols, 0.0f,
-                        out + (b * g->k + ch0) * P->ohw + n0, (blasint)P->ohw);
-      if (ep != NULL)
-        for (int64_t ch = ch0; ch < ch0 + m1 - m0; ++ch)
-          epilogue_span(ep, ch, out, (b * g->k + ch) * P->ohw + n0, ncols);
-    }
-  }
+  blas_job J = {P, in, weights, out, ep, cols, nt, tiles, mchunks};
+  pool_for(nth, items, blas_tile_item, &J);
   return ACCEL_OK;
 }
 
@@ -156,6 +170,44 @@ static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const f
  * the shape of the call, and the bits must not depend on the thread count. The im2col column
  * of an image is its input when the window covers it exactly; otherwise it is packed. */
 enum { FC_CHUNK_ROWS = 64 };
+typedef struct fc_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  float* cols;
+  float* const* tmp; /* per participant */
+  const float* bt;   /* the current group's columns */
+  int64_t ldb, grp;
+} fc_job;
+
+static void fc_pack_item(void* ctx, int64_t b, int participant) {
+  const fc_job* J = ctx;
+  const conv_plan* P = J->P;
+  (void)participant;
+  pack_col(P, J->in + (b * P->g->c + J->grp * P->cg) * P->hw, 0, 0, 0, P->kd,
+           J->cols + b * J->ldb);
+}
+
+static void fc_chunk_item(void* ctx, int64_t chunk, int participant) {
+  const fc_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  float* t_k_b = J->tmp[participant];
+  const int64_t m0 = chunk * FC_CHUNK_ROWS;
+  const int64_t m1 = m0 + FC_CHUNK_ROWS < P->mg ? m0 + FC_CHUNK_ROWS : P->mg;
+  const int64_t ch0 = J->grp * P->mg + m0;
+  scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(m1 - m0),
+                    (blasint)g->n, (blasint)P->kd, 1.0f, J->weights + ch0 * P->kd,
+                    (blasint)P->kd, J->bt, (blasint)J->ldb, 0.0f, t_k_b, (blasint)g->n);
+  for (int64_t b = 0; b < g->n; ++b)
+    for (int64_t m = 0; m < m1 - m0; ++m) {
+      J->out[b * g->k + ch0 + m] = t_k_b[m * g->n + b];
+      if (J->ep != NULL) epilogue_span(J->ep, ch0 + m, J->out, b * g->k + ch0 + m, 1);
+    }
+}
+
 static accel_status conv_fc_batch(const conv_plan* P, const float* in, const float* weights,
                                   float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P->g;
@@ -177,31 +229,12 @@ static accel_status conv_fc_batch(const conv_plan* P, const float* in, const flo
     if (tmp[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   blas_single_threaded();
-#pragma omp parallel num_threads(nth)
-  {
-    float* t_k_b = tmp[omp_get_thread_num()];
-    for (int64_t grp = 0; grp < g->groups; ++grp) {
-      if (!covers) {
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < g->n; ++b)
-          pack_col(P, in + (b * g->c + grp * P->cg) * P->hw, 0, 0, 0, P->kd, cols + b * ldb);
-      }
-      const float* bt = covers ? in + grp * P->cg * P->hw : cols;
-#pragma omp for schedule(static)
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        const int64_t m0 = chunk * FC_CHUNK_ROWS;
-        const int64_t m1 = m0 + FC_CHUNK_ROWS < P->mg ? m0 + FC_CHUNK_ROWS : P->mg;
-        const int64_t ch0 = grp * P->mg + m0;
-        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(m1 - m0),
-                          (blasint)g->n, (blasint)P->kd, 1.0f, weights + ch0 * P->kd,
-                          (blasint)P->kd, bt, (blasint)ldb, 0.0f, t_k_b, (blasint)g->n);
-        for (int64_t b = 0; b < g->n; ++b)
-          for (int64_t m = 0; m < m1 - m0; ++m) {
-            out[b * g->k + ch0 + m] = t_k_b[m * g->n + b];
-            if (ep != NULL) epilogue_span(ep, ch0 + m, out, b * g->k + ch0 + m, 1);
-          }
-      }
-    }
+  fc_job J = {P, in, weights, out, ep, cols, tmp, NULL, ldb, 0};
+  for (int64_t grp = 0; grp < g->groups; ++grp) {
+    J.grp = grp;
+    if (!covers) pool_for(nth, g->n, fc_pack_item, &J);
+    J.bt = covers ? in + grp * P->cg * P->hw : cols;
+    pool_for(nth, chunks, fc_chunk_item, &J);
   }
   return ACCEL_OK;
 }
@@ -638,6 +671,36 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
   }
 }
 
+typedef struct packed_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  const tile_bufs* bufs; /* per participant */
+  int64_t ntail, panels_img, ntiles, mchunks, mblocks;
+} packed_job;
+
+/* Item it = (image-group, tile, chunk of output channels), chunk innermost. */
+static void packed_item(void* ctx, int64_t it, int participant) {
+  const packed_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int64_t mchunks = J->mchunks, ntiles = J->ntiles, mblocks = J->mblocks;
+  const int64_t mc = it % mchunks;
+  const int64_t tile = (it / mchunks) % ntiles;
+  const int64_t bg = it / (mchunks * ntiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t pa = J->panels_img * tile / ntiles, pb = J->panels_img * (tile + 1) / ntiles;
+  const int64_t n0 = pa * NR;
+  const int64_t n1 = tile == ntiles - 1 ? P->ohw : pb * NR;
+  const int64_t m0 = mblocks * mc / mchunks * MR;
+  int64_t m1 = mblocks * (mc + 1) / mchunks * MR;
+  if (m1 > P->mg) m1 = P->mg;
+  gemm_tile(P, J->in, J->weights, J->out, J->ep, b, grp, m0, m1, n0, n1 - n0,
+            tile == ntiles - 1 ? J->ntail : 0, &J->bufs[participant]);
+}
+
 static accel_status conv_packed(const conv_plan* P, const float* in, const float* weights,
                                 float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P->g;
@@ -672,21 +735,8 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
     bufs[t].state = (float*)(base + bp_bytes + bt_bytes);
   }
 
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-  for (int64_t it = 0; it < items; ++it) {
-    const int64_t mc = it % mchunks;
-    const int64_t tile = (it / mchunks) % ntiles;
-    const int64_t bg = it / (mchunks * ntiles);
-    const int64_t b = bg / g->groups, grp = bg % g->groups;
-    const int64_t pa = panels_img * tile / ntiles, pb = panels_img * (tile + 1) / ntiles;
-    const int64_t n0 = pa * NR;
-    const int64_t n1 = tile == ntiles - 1 ? P->ohw : pb * NR;
-    const int64_t m0 = mblocks * mc / mchunks * MR;
-    int64_t m1 = mblocks * (mc + 1) / mchunks * MR;
-    if (m1 > P->mg) m1 = P->mg;
-    gemm_tile(P, in, weights, out, ep, b, grp, m0, m1, n0, n1 - n0,
-              tile == ntiles - 1 ? ntail : 0, &bufs[omp_get_thread_num()]);
-  }
+  packed_job J = {P, in, weights, out, ep, bufs, ntail, panels_img, ntiles, mchunks, mblocks};
+  pool_for(nth, items, packed_item, &J);
   return ACCEL_OK;
 }
 
@@ -869,6 +919,44 @@ static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, co
   }
 }
 
+/* The implicit GEMM's loops (pool_for items): the padded copy and packed weights, then tiles. */
+typedef struct imp_job {
+  const conv_plan* P;
+  const imp_plan* Q;
+  const float* weights;
+  const float* img; /* the current image-group's input */
+  float* copy;
+  const float* src; /* the grid the kernel reads: img (direct) or copy */
+  const int64_t* off;
+  float* apack;
+  float* out;
+  const sdp_f32* ep;
+  int64_t nbuild, b, grp, ntiles, mchunks, mblocks;
+} imp_job;
+
+/* Item idx < nbuild: phase plane idx of the copy; past it, block idx - nbuild of the weights. */
+static void imp_build_item(void* ctx, int64_t idx, int participant) {
+  const imp_job* J = ctx;
+  (void)participant;
+  if (idx < J->nbuild) {
+    imp_build_plane(J->P, J->Q, J->img, idx, J->copy);
+  } else {
+    pack_a(J->P, J->weights, J->grp, idx - J->nbuild, J->apack);
+  }
+}
+
+/* Item = (tile of panels, chunk of channel blocks), chunk innermost. */
+static void imp_tile_item(void* ctx, int64_t it, int participant) {
+  const imp_job* J = ctx;
+  const conv_plan* P = J->P;
+  (void)participant;
+  const int64_t tile = it / J->mchunks, mc = it % J->mchunks, np = J->Q->npanels;
+  const int64_t pa = np * tile / J->ntiles, pb = np * (tile + 1) / J->ntiles;
+  const int64_t mb0 = J->mblocks * mc / J->mchunks, mb1 = J->mblocks * (mc + 1) / J->mchunks;
+  const int64_t m1 = mb1 * MR < P->mg ? mb1 * MR : P->mg;
+  imp_tile(P, J->Q, J->src, J->off, J->apack, J->out, J->ep, J->b, J->grp, mb0 * MR, m1, pa, pb);
+}
+
 static accel_status conv_implicit(const conv_plan* P, const float* in, const float* weights,
                                   float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P->g;
@@ -876,18 +964,24 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
   imp_make_plan(P, &Q, 1);
   const int64_t mblocks = (P->mg + MR - 1) / MR;
 
-  /* Work: units of (panel, block of MR channels), panel-major, split evenly among the threads
-   * (whole tiles of panels would leave one thread a panel more: 17 panels on 2 threads). A
-   * thread walks its units in tiles of at most max_panels panels, whose input rows (all
-   * channels) stay in L2 while every block of channels passes over them. */
+  /* Work: tiles of at most max_panels panels, whose input rows (all channels) stay in L2 while
+   * every block of channels passes over them. With threads, at least 4 items per thread (items
+   * are claimed as the threads come: a late thread finds fewer left), first by smaller tiles,
+   * then by splitting the channel blocks. */
   const int64_t row_bytes = P->cg * Q.nph * Q.wq * (int64_t)sizeof(float);
   int64_t rows = (512 * 1024) / row_bytes - (g->kernel_h - 1) * g->dilation_h / g->stride_h;
   if (rows < 1) rows = 1;
   int64_t max_panels = rows * Q.wq / NR;
   if (max_panels > IMP_MAX_PANELS) max_panels = IMP_MAX_PANELS;
   if (max_panels < 1) max_panels = 1;
-  const int64_t units = Q.npanels * mblocks;
-  const int nth = (int)(units < num_threads ? units : num_threads);
+  int64_t ntiles = (Q.npanels + max_panels - 1) / max_panels, mchunks = 1;
+  if (num_threads > 1) {
+    const int64_t want = 4 * (int64_t)num_threads;
+    if (ntiles < want) ntiles = Q.npanels < want ? Q.npanels : want;
+    while (ntiles * mchunks < want && mchunks < mblocks) ++mchunks;
+  }
+  const int64_t items = ntiles * mchunks;
+  const int nth = (int)(items < num_threads ? items : num_threads);
 
   /* Slot 0, shared: the padded copy, the depth offsets and the packed weights. */
   const size_t copy_bytes = Q.direct ? 0 : round64((size_t)imp_copy_floats(P, &Q) * sizeof(float));
@@ -903,43 +997,16 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
     const int64_t n = imp_copy_floats(P, &Q), used = P->cg * Q.nph * Q.plane;
     memset(copy + used, 0, (size_t)(n - used) * sizeof(float));
   }
-  const int64_t nplanes = P->cg * Q.nph;
-
-#pragma omp parallel num_threads(nth)
-  {
-    /* the team may be smaller than asked for (nested in another parallel region) */
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t u0 = units * t / team, u1 = units * (t + 1) / team;
-    for (int64_t gb = 0; gb < (int64_t)g->n * g->groups; ++gb) {
-      const int64_t grp = gb / g->n, b = gb % g->n; /* group outer: weights packed once each */
-      const float* img = in + (b * g->c + grp * P->cg) * P->hw;
-      /* one work-sharing loop builds the padded copy and, per group, the packed weights */
-      const int64_t npack = b == 0 ? mblocks : 0;
-      const int64_t nbuild = Q.direct ? 0 : nplanes;
-#pragma omp for schedule(dynamic, 4)
-      for (int64_t idx = 0; idx < nbuild + npack; ++idx) {
-        if (idx < nbuild) {
-          imp_build_plane(P, &Q, img, idx, copy);
-        } else {
-          pack_a(P, weights, grp, idx - nbuild, apack);
-        }
-      }
-      const float* src = Q.direct ? img : copy;
-      for (int64_t u = u0; u < u1;) {
-        const int64_t p = u / mblocks, mb = u % mblocks;
-        int64_t pb = p + 1, mb1 = mblocks;
-        if (mb != 0 || u1 - u < mblocks) { /* part of one panel's channel blocks */
-          if (mb1 > mb + (u1 - u)) mb1 = mb + (u1 - u);
-        } else {
-          const int64_t q = (u1 - u) / mblocks;
-          pb = p + (q < max_panels ? q : max_panels);
-        }
-        const int64_t m1 = mb1 * MR < P->mg ? mb1 * MR : P->mg;
-        imp_tile(P, &Q, src, off, apack, out, ep, b, grp, mb * MR, m1, p, pb);
-        u += (pb - p) * (mb1 - mb);
-      }
-#pragma omp barrier
-    }
+  imp_job J = {P, &Q, weights, NULL, copy, NULL, off, apack, out, ep,
+               Q.direct ? 0 : P->cg * Q.nph, 0, 0, ntiles, mchunks, mblocks};
+  for (int64_t gb = 0; gb < (int64_t)g->n * g->groups; ++gb) {
+    J.grp = gb / g->n; /* group outer: weights packed once each */
+    J.b = gb % g->n;
+    J.img = in + (J.b * g->c + J.grp * P->cg) * P->hw;
+    J.src = Q.direct ? J.img : copy;
+    const int64_t npack = J.b == 0 ? mblocks : 0;
+    pool_for(nth, J.nbuild + npack, imp_build_item, &J);
+    pool_for(nth, items, imp_tile_item, &J);
   }
   return ACCEL_OK;
 }
@@ -976,6 +1043,41 @@ static void dw_plane(const conv_plan* P, const imp_plan* Q, const float* copy, c
   }
 }
 
+typedef struct dw_job {
+  const conv_plan* P;
+  const imp_plan* Q;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  char* const* bufs; /* per participant: copy, grid, offsets */
+  size_t copy_bytes, grid_bytes;
+  int64_t chunk, planes;
+} dw_job;
+
+/* Item: input planes [item * chunk, ...), each to its mg output planes with the epilogue. */
+static void dw_item(void* ctx, int64_t item, int participant) {
+  const dw_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  char* buf = J->bufs[participant];
+  float* copy = (float*)buf;
+  float* grid = (float*)(buf + J->copy_bytes);
+  const int64_t* off = (const int64_t*)(buf + J->copy_bytes + J->grid_bytes);
+  const int64_t p1 = (item + 1) * J->chunk < J->planes ? (item + 1) * J->chunk : J->planes;
+  for (int64_t plane = item * J->chunk; plane < p1; ++plane) {
+    const int64_t b = plane / g->c, ci = plane % g->c;
+    for (int64_t ph = 0; ph < J->Q->nph; ++ph)
+      imp_build_plane(P, J->Q, J->in + plane * P->hw, ph, copy);
+    for (int64_t j = 0; j < P->mg; ++j) {
+      const int64_t k = ci * P->mg + j;
+      const int64_t at = (b * g->k + k) * P->ohw;
+      dw_plane(P, J->Q, copy, off, J->weights + k * P->kd, grid, J->out + at);
+      if (J->ep != NULL) epilogue_span(J->ep, k, J->out, at, P->ohw);
+    }
+  }
+}
+
 static accel_status conv_depthwise(const conv_plan* P, const float* in, const float* weights,
                                    float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P->g;
@@ -997,25 +1099,12 @@ static accel_status conv_depthwise(const conv_plan* P, const float* in, const fl
     imp_offsets(P, &Q, (int64_t*)(bufs[t] + copy_bytes + grid_bytes));
   }
 
-  /* a few planes per grab when they are small */
+  /* a few planes per item when they are small */
   int64_t chunk = (int64_t)(8192 / (P->ohw * P->mg + 1));
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-#pragma omp parallel for num_threads(nth) schedule(dynamic, chunk)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    char* buf = bufs[omp_get_thread_num()];
-    float* copy = (float*)buf;
-    float* grid = (float*)(buf + copy_bytes);
-    const int64_t* off = (const int64_t*)(buf + copy_bytes + grid_bytes);
-    const int64_t b = plane / g->c, ci = plane % g->c;
-    for (int64_t ph = 0; ph < Q.nph; ++ph) imp_build_plane(P, &Q, in + plane * P->hw, ph, copy);
-    for (int64_t j = 0; j < P->mg; ++j) {
-      const int64_t k = ci * P->mg + j;
-      const int64_t at = (b * g->k + k) * P->ohw;
-      dw_plane(P, &Q, copy, off, weights + k * P->kd, grid, out + at);
-      if (ep != NULL) epilogue_span(ep, k, out, at, P->ohw);
-    }
-  }
+  dw_job J = {P, &Q, in, weights, out, ep, bufs, copy_bytes, grid_bytes, chunk, planes};
+  pool_for(nth, (planes + chunk - 1) / chunk, dw_item, &J);
   return ACCEL_OK;
 }
 

@@ -27,10 +27,10 @@
  * 4x4 windows from two loads and a permute per row of the window). Every M element is the fused
  * multiply-add chain over the channels from 0 up, starting from 0: the same bits whatever the
  * block, the thread count and the vector width (the portable path computes the same chain with
- * fmaf).
+ * fmaf). Threads: pool.c's loops, items of (block, part of the kernels), a participant's
+ * buffers in its own workspace slot.
  */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -129,43 +129,59 @@ static float weight_at(const void* weights, int half, int64_t i) {
 
 /* U[xi][kb][cf][k % KB] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each
  * sum from 0 up), rounded to half when the weights are halves; kernels past K are zero. */
-static void transform_weights(const wino_plan* P, const void* weights, int half, float* U,
-                              int nth) {
+typedef struct weights_job {
+  const wino_plan* P;
+  const void* weights;
+  int half;
+  float* U;
+} weights_job;
+
+/* Item k: kernel k's transforms for every folded channel. */
+static void transform_kernel(void* ctx, int64_t k, int participant) {
   static const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
+  const weights_job* J = ctx;
+  const wino_plan* P = J->P;
   const conv_geometry* g = P->g;
+  const void* weights = J->weights;
+  const int half = J->half;
+  float* U = J->U;
   const int64_t K = g->k, CF = P->cf, s = P->s, KBL = P->kblocks;
-#pragma omp parallel for num_threads(nth) schedule(static)
-  for (int64_t k = 0; k < KBL * KB; ++k) {
-    for (int64_t cf = 0; cf < CF; ++cf) {
-      const int64_t c = cf / (s * s), a = (cf / s) % s, b = cf % s;
-      float g3[3][3];
-      for (int r = 0; r < 3; ++r) {
-        for (int q = 0; q < 3; ++q) {
-          const int64_t y = r * s + a, x = q * s + b;
-          g3[r][q] = k < K && y < g->kernel_h && x < g->kernel_w
-                         ? weight_at(weights, half,
-                                     ((k * g->c + c) * g->kernel_h + y) * g->kernel_w + x)
-                         : 0.0f;
-        }
+  (void)participant;
+  for (int64_t cf = 0; cf < CF; ++cf) {
+    const int64_t c = cf / (s * s), a = (cf / s) % s, b = cf % s;
+    float g3[3][3];
+    for (int r = 0; r < 3; ++r) {
+      for (int q = 0; q < 3; ++q) {
+        const int64_t y = r * s + a, x = q * s + b;
+        g3[r][q] = k < K && y < g->kernel_h && x < g->kernel_w
+                       ? weight_at(weights, half,
+                                   ((k * g->c + c) * g->kernel_h + y) * g->kernel_w + x)
+                       : 0.0f;
       }
-      float t[4][3];
-      for (int m = 0; m < 4; ++m) {
-        for (int p = 0; p < 3; ++p) {
-          float acc = 0.0f;
-          for (int n = 0; n < 3; ++n) acc += G[m][n] * g3[n][p];
-          t[m][p] = acc;
-        }
+    }
+    float t[4][3];
+    for (int m = 0; m < 4; ++m) {
+      for (int p = 0; p < 3; ++p) {
+        float acc = 0.0f;
+        for (int n = 0; n < 3; ++n) acc += G[m][n] * g3[n][p];
+        t[m][p] = acc;
       }
-      for (int r = 0; r < 4; ++r) {
-        for (int q = 0; q < 4; ++q) {
-          float acc = 0.0f;
-          for (int n = 0; n < 3; ++n) acc += t[r][n] * G[q][n];
-          if (half) round_to_half(&acc, 1);
-          U[(((r * 4 + q) * KBL + k / KB) * CF + cf) * KB + k % KB] = acc;
-        }
+    }
+    for (int r = 0; r < 4; ++r) {
+      for (int q = 0; q < 4; ++q) {
+        float acc = 0.0f;
+        for (int n = 0; n < 3; ++n) acc += t[r][n] * G[q][n];
+        if (half) round_to_half(&acc, 1);
+        U[(((r * 4 + q) * KBL + k / KB) * CF + cf) * KB + k % KB] = acc;
       }
     }
   }
+}
+
+static void transform_weights(const wino_plan* P, const void* weights, int half, float* U,
+                              int nth) {
+  weights_job J = {P, weights, half, U};
+  pool_for(nth, P->kblocks * KB, transform_kernel, &J);
 }
 
 void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, void* dst) {
@@ -382,11 +398,69 @@ static int64_t thread_floats(const wino_plan* P) {
   return (2 * P->rows + 2) * P->sw + 16 * (P->cf + KB) * P->ntp;
 }
 
+/* Item = (block of tile rows, part of the kernel blocks), part innermost. */
+typedef struct wino_job {
+  const wino_plan* P;
+  const float* in;
+  const float* U;
+  int half;
+  float* out;
+  const sdp_f32* ep;
+  float* const* buffers; /* per participant */
+  int64_t parts;
+} wino_job;
+
+static void wino_item(void* ctx, int64_t item, int participant) {
+  const wino_job* J = ctx;
+  const wino_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const float* in = J->in;
+  const float* U = J->U;
+  const sdp_f32* ep = J->ep;
+  const int half = J->half;
+  const int64_t K = g->k, CF = P->cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P->ntp;
+  const int64_t parts = J->parts;
+  float* out = J->out;
+  float* X = J->buffers[participant];
+  float* V = X + (2 * P->rows + 2) * P->sw;
+  float* M = V + 16 * CF * ntp;
+  const int64_t part = item % parts, block = item / parts;
+  const int64_t img = block / P->blocks, b = block % P->blocks;
+  const int64_t ty0 = P->tiles_h * b / P->blocks, nrows = P->tiles_h * (b + 1) / P->blocks - ty0;
+  const int64_t nt16 = round16(nrows * P->tiles_w);
+  const float* base = in + img * g->c * g->h * g->w;
+  for (int64_t cf = 0; cf < CF; ++cf) {
+    stage_rows(P, base, cf, ty0, nrows, X);
+    transform_input(P, X, nrows, cf, half, V);
+    /* the lanes past the block's tiles feed only discarded M columns: keep them finite */
+    for (int xi = 0; xi < 16; ++xi) {
+      float* row = V + (xi * CF + cf) * ntp;
+      for (int64_t t = nrows * P->tiles_w; t < nt16; ++t) row[t] = 0.0f;
+    }
+  }
+  const int64_t kb0 = P->kblocks * part / parts, kb1 = P->kblocks * (part + 1) / parts;
+  const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
+  for (int64_t kb = kb0; kb < kb1; ++kb) {
+    for (int xi = 0; xi < 16; ++xi) {
+      gemm(U + (xi * P->kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
+           M + xi * KB * ntp);
+    }
+    for (int r = 0; r < KB && kb * KB + r < K; ++r) {
+      const int64_t k = kb * KB + r, at = (img * K + k) * ohw;
+      transform_output(P, M, r, ty0, nrows, out + at);
+      if (ep != NULL) {
+        const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
+        sdp_f32_span(ep, (int32_t)k, out + first,
+                     ep->ew_operand != NULL ? ep->ew_operand + first : NULL, count);
+      }
+    }
+  }
+}
+
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                const void* packed, int half, float* out,
                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
   const wino_plan P = make_plan(g, num_threads);
-  const int64_t K = g->k, CF = P.cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P.ntp;
   /* Blocks of tiles, and when there are fewer than threads, their kernels split in parts
    * (each part transforms the block's input itself: cheap beside its GEMMs). */
   const int64_t blocks = g->n * P.blocks;
@@ -410,43 +484,7 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
     buffers[t] = workspace_get(ws, t, (size_t)thread_floats(&P) * sizeof(float));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-  for (int64_t item = 0; item < items; ++item) {
-    float* X = buffers[omp_get_thread_num()];
-    float* V = X + (2 * P.rows + 2) * P.sw;
-    float* M = V + 16 * CF * ntp;
-    const int64_t part = item % parts, block = item / parts;
-    const int64_t img = block / P.blocks, b = block % P.blocks;
-    const int64_t ty0 = P.tiles_h * b / P.blocks, nrows = P.tiles_h * (b + 1) / P.blocks - ty0;
-    const int64_t nt16 = round16(nrows * P.tiles_w);
-    const float* base = in + img * g->c * g->h * g->w;
-    for (int64_t cf = 0; cf < CF; ++cf) {
-      stage_rows(&P, base, cf, ty0, nrows, X);
-      transform_input(&P, X, nrows, cf, half, V);
-      /* the lanes past the block's tiles feed only discarded M columns: keep them finite */
-      for (int xi = 0; xi < 16; ++xi) {
-        float* row = V + (xi * CF + cf) * ntp;
-        for (int64_t t = nrows * P.tiles_w; t < nt16; ++t) row[t] = 0.0f;
-      }
-    }
-    const int64_t kb0 = P.kblocks * part / parts, kb1 = P.kblocks * (part + 1) / parts;
-    const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
-    for (int64_t kb = kb0; kb < kb1; ++kb) {
-      for (int xi = 0; xi < 16; ++xi) {
-        gemm(U + (xi * P.kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
-             M + xi * KB * ntp);
-      }
-      for (int r = 0; r < KB && kb * KB + r < K; ++r) {
-        const int64_t k = kb * KB + r, at = (img * K + k) * ohw;
-        transform_output(&P, M, r, ty0, nrows, out + at);
-        if (epilogue != NULL) {
-          const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
-          sdp_f32_span(epilogue, (int32_t)k, out + first,
-                       epilogue->ew_operand != NULL ? epilogue->ew_operand + first : NULL,
-                       count);
-        }
-      }
-    }
-  }
+  const wino_job J = {&P, in, U, half, out, epilogue, buffers, parts};
+  pool_for(nth, items, wino_item, (void*)&J);
   return ACCEL_OK;
 }
