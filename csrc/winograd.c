@@ -297,12 +297,13 @@ static void transform_input(const wino_plan* P, const float* X, int64_t nrows, i
 /* KB kernels x NV vectors of tiles, starting at tile t. */
 #define GEMM_PANEL(NV)                                                                       \
   static void gemm_panel_##NV(const float* U, const float* V, int64_t CF, int64_t ntp,        \
-                              int64_t t, float* M) {                                          \
+                              int64_t t, float* M, const float* next) {                       \
     __m512 acc[KB][NV];                                                                      \
     for (int r = 0; r < KB; ++r)                                                             \
       for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();                          \
     const float* v = V + t;                                                                  \
     for (int64_t c = 0; c < CF; ++c, v += ntp, U += KB) {                                    \
+      if (next != NULL && (c & 1) == 0) _mm_prefetch((const char*)(next + c * KB), _MM_HINT_T0); \
       __m512 x[NV];                                                                          \
       for (int j = 0; j < NV; ++j) x[j] = _mm512_loadu_ps(v + 16 * j);                       \
       for (int r = 0; r < KB; ++r) {                                                         \
@@ -319,15 +320,19 @@ GEMM_PANEL(3)
 #endif
 
 /* M[r][t] = sum over c from 0 up of U[c][r] V[c][t] (fused multiply-adds from 0), for the
- * tiles t < nt16 (a multiple of 16). */
+ * tiles t < nt16 (a multiple of 16). `next` (or NULL): the U panel the following call reads,
+ * fetched into cache meanwhile (packed weights come from memory: a deep layer's are 4-16 MB,
+ * and per (xi, kernel block) the panels lie 16 pages apart, which the hardware prefetcher
+ * picks up too late). */
 static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
-                 float* M) {
+                 float* M, const float* next) {
 #ifdef __AVX512F__
   int64_t t = 0;
-  for (; t + 48 <= nt16; t += 48) gemm_panel_3(U, V, CF, ntp, t, M);
-  if (nt16 - t == 32) gemm_panel_2(U, V, CF, ntp, t, M);
-  if (nt16 - t == 16) gemm_panel_1(U, V, CF, ntp, t, M);
+  for (; t + 48 <= nt16; t += 48) gemm_panel_3(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
+  if (nt16 - t == 32) gemm_panel_2(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
+  if (nt16 - t == 16) gemm_panel_1(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
 #else
+  (void)next;
   for (int r = 0; r < KB; ++r) {
     for (int64_t t = 0; t < nt16; ++t) {
       float acc = 0.0f;
@@ -442,8 +447,9 @@ static void wino_item(void* ctx, int64_t item, int participant) {
   const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     for (int xi = 0; xi < 16; ++xi) {
+      const int64_t nxi = xi < 15 ? xi + 1 : 0, nkb = xi < 15 ? kb : kb + 1;
       gemm(U + (xi * P->kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
-           M + xi * KB * ntp);
+           M + xi * KB * ntp, nkb < kb1 ? U + (nxi * P->kblocks + nkb) * CF * KB : NULL);
     }
     for (int r = 0; r < KB && kb * KB + r < K; ++r) {
       const int64_t k = kb * KB + r, at = (img * K + k) * ohw;
