@@ -44,6 +44,7 @@ typedef struct conv_plan {
   int64_t kd;     /* GEMM depth: cg * kernel_h * kernel_w */
   int64_t hw, ohw; /* input / output plane sizes */
   int64_t kc;     /* depth block of the packed path */
+  int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 
 static void epilogue_span(const sdp_f32* ep, int64_t ch, float* out, int64_t at, int64_t count) {
@@ -600,6 +601,15 @@ static void pack_panel(const conv_plan* P, const seg* segs, int nsegs, int64_t p
 
 /* ---- tiles of the packed path -------------------------------------------------------- */
 
+/* rows x w floats at src (rows ld apart) into rows of pw (a multiple of 16) at dst, the lanes
+ * past w zero: a pointwise conv's panel, whose depth rows are the input's channel rows. */
+static void pack_rows(const float* src, int64_t ld, int64_t rows, int64_t w, int64_t pw,
+                      float* dst) {
+  for (int64_t r = 0; r < rows; ++r, src += ld, dst += pw)
+    for (int64_t x = 0; x < pw; x += 16)
+      _mm512_store_ps(dst + x, _mm512_maskz_loadu_ps(lane_mask(w - x), src + x));
+}
+
 typedef struct tile_bufs {
   float* bp;    /* packed panels: panels x kc x NR */
   float* bt;    /* tail columns: TMAX x ldbt */
@@ -628,6 +638,10 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
       const int64_t c0 = j * NR;
       const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
       const int64_t pw = (w + 15) & ~(int64_t)15;
+      if (P->pointwise) { /* the panel's depth rows are input rows: copy, zero past w */
+        pack_rows(img + p0 * P->hw + n0 + c0, P->hw, kc, w, pw, tb->bp + j * NR * kc);
+        continue;
+      }
       seg segs[NR];
       int nsegs = 0;
       for (int64_t lane = 0; lane < w;) {
@@ -1124,6 +1138,8 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
     const int64_t nb = (P.kd + kc_max - 1) / kc_max;
     P.kc = (P.kd + nb - 1) / nb;
   }
+  P.pointwise = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
 #ifdef CONV_F32_TEST_PATHS /* tests only: CONV_F32_PATH=b|p|i forces a path where it applies */
