@@ -272,7 +272,9 @@ static inline __mmask16 lane_mask(int64_t n) {
   }
 
 /* Packed: c[m][0..16*nv) (+)= sum_k a[m*lda + k] * b[k*16*nv + ..] for m < mr, the last
- * vector under `tail`; b is a packed panel, a the weights as they are. */
+ * vector under `tail`; b is a packed panel, a the weights as they are. pf (or NULL): the next
+ * block of weights (8 rows of kc from pf, lda apart), fetched into cache meanwhile: a deep
+ * layer's weights come from memory, in 8 streams whose rows are often a power of two apart. */
 #define PK_ADD(m)                                                                       \
   if (mr > m) {                                                                         \
     c##m##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(t0, c + m * ldc), c##m##0);           \
@@ -290,7 +292,8 @@ static inline __mmask16 lane_mask(int64_t n) {
 static inline __attribute__((always_inline)) void ukr_body(const int mr, const int nv, int64_t kc,
                                                            const float* a, int64_t lda,
                                                            const float* b, float* c, int64_t ldc,
-                                                           int accumulate, __mmask16 tail) {
+                                                           int accumulate, __mmask16 tail,
+                                                           const float* pf) {
   const __mmask16 t0 = nv == 1 ? tail : (__mmask16)0xFFFF;
   const __mmask16 t1 = nv == 2 ? tail : (__mmask16)0xFFFF;
   ALL_ROWS(ACC_ROW)
@@ -299,6 +302,8 @@ static inline __attribute__((always_inline)) void ukr_body(const int mr, const i
     const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
     ALL_ROWS(ACC_ZERO)
     for (int64_t k = k0; k < k1; ++k) {
+      if (pf != NULL && (k & 1) == 0) /* line k/2 of the next weight block: row k/2 % 8 */
+        _mm_prefetch((const char*)(pf + (k >> 1 & 7) * lda + (k >> 4) * 16), _MM_HINT_T0);
       const __m512 b0 = _mm512_load_ps(b);
       const __m512 b1 = nv > 1 ? _mm512_load_ps(b + 16) : b0;
       const __m512 b2 = nv > 2 ? _mm512_load_ps(b + 32) : b0;
@@ -314,11 +319,12 @@ static inline __attribute__((always_inline)) void ukr_body(const int mr, const i
 }
 
 typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int,
-                       __mmask16);
+                       __mmask16, const float*);
 #define UKR(M_, V_)                                                                        \
   static void ukr_##M_##_##V_(int64_t kc, const float* a, int64_t lda, const float* b,      \
-                              float* c, int64_t ldc, int accumulate, __mmask16 tail) {      \
-    ukr_body(M_, V_, kc, a, lda, b, c, ldc, accumulate, tail);                               \
+                              float* c, int64_t ldc, int accumulate, __mmask16 tail,        \
+                              const float* pf) {                                             \
+    ukr_body(M_, V_, kc, a, lda, b, c, ldc, accumulate, tail, pf);                           \
   }
 
 /* Implicit: depth row k of the tile starts at b + off[k] in a padded copy of the input, read
@@ -661,13 +667,16 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
     for (int64_t m = m0; m < m1; m += MR) {
       const int64_t mr = m1 - m < MR ? m1 - m : MR;
       const float* a = abase + m * P->kd + p0;
+      /* the next weight block: this depth block's next 8 rows, or the next depth block's first */
+      const float* pf = m + MR + MR <= m1 ? a + MR * P->kd
+                        : !last && m + MR >= m1 ? abase + m0 * P->kd + p0 + kc : NULL;
       for (int64_t j = 0; j < npanels; ++j) {
         const int64_t c0 = j * NR;
         const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
         const int64_t nv = (w + 15) / 16;
         const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
         ukr_table[mr][nv](kc, a, P->kd, tb->bp + j * NR * kc, cbase + m * P->ohw + c0, P->ohw,
-                          p0 > 0, tail);
+                          p0 > 0, tail, j == 0 && kc >= 256 ? pf : NULL);
       }
       for (int64_t j = 0; j < ntail; j += 3) {
         const int64_t t = ntail - j < 3 ? ntail - j : 3;
