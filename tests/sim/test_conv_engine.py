@@ -91,6 +91,54 @@ def test_fully_connected_as_1x1_conv(rng):
     assert stats.macs == 3 * 200 * 10
 
 
+@pytest.mark.parametrize("shape,k", [
+    ((1, 17, 3, 5), 13),     # one panel narrower than a vector, no tail columns
+    ((2, 33, 7, 7), 9),      # 48 panel columns + 1 dot-product column, two images
+    ((1, 300, 14, 14), 77),  # depth >= 256 (the weight prefetch), K % 8 = 5
+    ((1, 1030, 6, 6), 21),   # three depth blocks, a 32-wide panel and 4 tail columns
+    ((1, 2500, 2, 3), 19),   # tail columns only, five depth blocks
+    ((1, 2400, 23, 23), 8),  # 11 panels + 1 tail column, too deep for the implicit GEMM
+    ((1, 64, 1, 1), 10),     # a single output position
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_pointwise_packed_panels_match_reference(shape, k, rng):
+    """1x1 stride-1 convolutions on the packed path, whose panels copy the input's channel
+    rows: odd channel counts, K not a multiple of the 8-channel block, tiny images; fused with
+    the epilogue, the same bits at 1, 2 and 3 threads and as the unfused chain."""
+    x = rng.standard_normal(shape, dtype=np.float32)
+    w = (rng.standard_normal((k, shape[1], 1, 1)) / np.sqrt(shape[1])).astype(np.float32)
+    sdp = Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")
+    chain = [Conv(w), sdp]
+    y, _ = DEVICES[1].run(chain, x)
+    expected = ref.sdp(ref.conv2d(x, w, 1, 0).astype(np.float32), sdp.scale, sdp.shift,
+                       act="relu")
+    assert_close(y, expected, rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], y, f"{threads} threads vs 1")
+    assert_same(DEVICES[2].run(chain, x, mode="independent")[0], y, "independent vs fused")
+
+
+@pytest.mark.parametrize("shape,k,kernel,stride,pad,groups", [
+    ((1, 16, 40, 40), 24, 3, 1, 1, 1),    # implicit GEMM
+    ((1, 40, 14, 14), 36, 3, 1, 1, 1),    # packed, im2col panels
+    ((2, 12, 30, 30), 12, 3, 2, 1, 12),   # depthwise, stride 2
+    ((1, 24, 33, 33), 24, 3, 1, 1, 24),   # depthwise, stride 1
+    ((3, 50, 1, 1), 70, 1, 1, 0, 1),      # batched fully connected (OpenBLAS)
+], ids=["implicit", "packed", "depthwise-s2", "depthwise-s1", "fc-batch"])
+def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, stride, pad, groups,
+                                                           rng):
+    """The fp32 paths' parallel loops (pool.c) split the work into items that each write their
+    own outputs in a fixed order: 1, 2 and 3 threads give the reference's values, bit-identical
+    to each other."""
+    x = rng.standard_normal(shape, dtype=np.float32)
+    w = rng.standard_normal((k, shape[1] // groups, kernel, kernel), dtype=np.float32)
+    chain = [Conv(w, stride=stride, padding=pad, groups=groups),
+             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+
+
 @pytest.mark.parametrize("shape,k,kernel,pad,bound", [
     ((1, 672, 14, 14), 112, 1, 0, 2.5e-7),   # implicit GEMM, EfficientNet-B0's projection
     ((1, 1152, 7, 7), 192, 1, 0, 2.5e-7),    # implicit GEMM, its last projection
