@@ -31,12 +31,10 @@
  * overlapping moves); sdp_i8.c has exact fast paths for the common converters.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
- * Threads: the VNNI paths' loops run on pool.c (the caller and whichever workers are awake
- * claim items; no barrier waits for a thread that is not running), the portable path on
- * OpenMP. Scratch: workspace slots 0..nth-1 per participant, 40..43 shared, reserved before
- * the loops.
+ * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
+ * claim items; no barrier waits for a thread that is not running). Scratch: workspace slots
+ * 0..nth-1 per participant, 40..43 shared, reserved before the loops.
  */
-#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +205,57 @@ int conv_i8_packed_matches(const conv_geometry* g, const void* packed) {
 /* ---- portable path: direct, one output plane at a time ------------------------------------
  * Each tap adds (in - in_zero) * w over the output columns whose input lies inside the image
  * (padding contributes 0). Accumulators are uint32: int32 arithmetic modulo 2^32, exact as long
- * as the true sum fits int32 (the compiler's bound). */
+ * as the true sum fits int32 (the compiler's bound). Items of the loop (pool_for): output
+ * planes (image, channel). */
+typedef struct portable_job {
+  const plan* P;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* w;
+  int8_t* out;
+  const sdp_i8* ep;
+  uint32_t* const* accs; /* per participant: one output plane of accumulators */
+} portable_job;
+
+static void portable_item(void* ctx, int64_t plane, int participant) {
+  const portable_job* J = ctx;
+  const plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int8_t* w = J->w;
+  const int32_t in_zero = J->in_zero;
+  const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
+  uint32_t* acc = J->accs[participant];
+  const int64_t b = plane / g->k, k = plane % g->k, grp = k / P->mg;
+  memset(acc, 0, (size_t)P->ohw * sizeof(uint32_t));
+  for (int64_t c = 0; c < P->cg; ++c) {
+    const int8_t* src = J->in + (b * g->c + grp * P->cg + c) * P->hw;
+    for (int64_t r = 0; r < g->kernel_h; ++r)
+      for (int64_t s = 0; s < g->kernel_w; ++s) {
+        const int32_t wv = w[k * P->kd + c * P->rs + r * g->kernel_w + s];
+        if (wv == 0) continue;
+        const int64_t dy = r * g->dilation_h - g->pad_top;
+        const int64_t dx = s * g->dilation_w - g->pad_left;
+        /* output columns with input column ox * sw + dx inside [0, W) */
+        int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+        int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
+        if (hi > ow) hi = ow;
+        if (lo >= hi) continue;
+        for (int64_t oy = 0; oy < g->out_h; ++oy) {
+          const int64_t iy = oy * g->stride_h + dy;
+          if (iy < 0 || iy >= H) continue;
+          const int8_t* row = src + iy * W + dx;
+          uint32_t* a = acc + oy * ow;
+          for (int64_t ox = lo; ox < hi; ++ox)
+            a[ox] += (uint32_t)(((int32_t)row[ox * sw] - in_zero) * wv);
+        }
+      }
+  }
+  const sdp_i8* ep = J->ep;
+  const int64_t at = plane * P->ohw;
+  sdp_i8_span(ep, (int32_t)k, (const int32_t*)acc,
+              ep->ew_operand != NULL ? ep->ew_operand + at : NULL, J->out + at, P->ohw);
+}
+
 static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* in,
                                   const int8_t* w, int8_t* out, const sdp_i8* ep, workspace* ws,
                                   int nth) {
@@ -219,39 +267,8 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
     accs[t] = workspace_get(ws, t, (size_t)P->ohw * sizeof(uint32_t));
     if (accs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    uint32_t* acc = accs[omp_get_thread_num()];
-    const int64_t b = plane / g->k, k = plane % g->k, grp = k / P->mg;
-    memset(acc, 0, (size_t)P->ohw * sizeof(uint32_t));
-    for (int64_t c = 0; c < P->cg; ++c) {
-      const int8_t* src = in + (b * g->c + grp * P->cg + c) * P->hw;
-      for (int64_t r = 0; r < g->kernel_h; ++r)
-        for (int64_t s = 0; s < g->kernel_w; ++s) {
-          const int32_t wv = w[k * P->kd + c * P->rs + r * g->kernel_w + s];
-          if (wv == 0) continue;
-          const int64_t dy = r * g->dilation_h - g->pad_top;
-          const int64_t dx = s * g->dilation_w - g->pad_left;
-          /* output columns with input column ox * sw + dx inside [0, W) */
-          int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
-          int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
-          if (hi > ow) hi = ow;
-          if (lo >= hi) continue;
-          for (int64_t oy = 0; oy < g->out_h; ++oy) {
-            const int64_t iy = oy * g->stride_h + dy;
-            if (iy < 0 || iy >= H) continue;
-            const int8_t* row = src + iy * W + dx;
-            uint32_t* a = acc + oy * ow;
-            for (int64_t ox = lo; ox < hi; ++ox)
-              a[ox] += (uint32_t)(((int32_t)row[ox * sw] - in_zero) * wv);
-          }
-        }
-    }
-    const int64_t at = plane * P->ohw;
-    sdp_i8_span(ep, (int32_t)k, (const int32_t*)acc,
-                ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at, P->ohw);
-  }
+  const portable_job J = {P, in_zero, in, w, out, ep, accs};
+  pool_for(nth, planes, portable_item, (void*)&J);
   return ACCEL_OK;
 }
 
