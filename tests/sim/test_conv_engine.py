@@ -367,6 +367,47 @@ def test_int8_real_layers_match_reference_exactly(layer):
     assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
 
 
+INT8_KERNEL_EDGES = [  # in_shape, weight_shape, conv arguments: the row-wise depthwise kernel
+    # and the implicit GEMM's copy at their edges (widths past one 64-column step, tails,
+    # channels not a multiple of 4, tiny images, stride 2, padding on every side)
+    ((1, 20, 5, 70), (20, 1, 3, 3), dict(padding=1, groups=20)),           # 2 column steps
+    ((1, 7, 1, 1), (7, 1, 3, 3), dict(padding=1, groups=7)),               # 1x1 image
+    ((1, 3, 2, 2), (3, 1, 3, 3), dict(padding=3, groups=3)),               # rows all padding
+    ((2, 13, 9, 131), (13, 1, 3, 3), dict(stride=2, padding=(1, 0, 2, 3), groups=13)),
+    ((1, 6, 11, 17), (6, 1, 5, 5), dict(stride=2, padding=2, groups=6)),   # 5x5 stride 2
+    ((1, 5, 23, 40), (10, 1, 5, 5), dict(padding=2, groups=5)),            # multiplier 2
+    ((1, 4, 12, 50), (4, 1, 7, 7), dict(padding=3, groups=4)),             # two weight words
+    ((1, 3, 30, 30), (3, 1, 3, 3), dict(padding=2, dilation=2, groups=3)), # dilated
+    ((1, 3, 9, 120), (3, 1, 1, 9), dict(stride=(1, 3), padding=(0, 4, 0, 4), groups=3)),
+    ((1, 4, 20, 40), (4, 1, 5, 5), dict(stride=4, padding=2, groups=4)),   # too wide: copy kernel
+    ((1, 2, 40, 9), (2, 1, 11, 1), dict(stride=2, padding=(5, 0, 5, 0), groups=2)),  # too tall
+    ((1, 13, 3, 130), (21, 13, 1, 1), dict()),                             # 1x1, 3 column steps
+    ((1, 6, 5, 67), (9, 6, 1, 1), dict(stride=2)),                         # 1x1 stride 2
+    ((1, 5, 8, 75), (7, 5, 3, 3), dict(stride=2, padding=1)),              # 3x3 stride 2
+    ((1, 9, 1, 2), (5, 9, 3, 3), dict(padding=1)),                         # tiny image
+]
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_KERNEL_EDGES)),
+                         ids=lambda i: "x".join(map(str, INT8_KERNEL_EDGES[i][0])) + "-" +
+                         "x".join(map(str, INT8_KERNEL_EDGES[i][1])))
+def test_int8_kernel_edges_match_reference_exactly(layer):
+    in_shape, weight_shape, conv_args = INT8_KERNEL_EDGES[layer]
+    rng = np.random.default_rng(500 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    acc = ref.run_op(conv, x)
+    chain = [conv, _int8_sdp(rng, acc, 7 * layer)]
+    expected = ref.run_chain(chain, x)
+    if expected.size >= 64:
+        assert len(np.unique(expected)) > 10
+    for threads in (1, 2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+    packed = [conv.packed_for(DEVICE.config), chain[1]]
+    assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
 def test_int8_cases_are_not_degenerate():
     """The random converters keep most outputs off the rails and spread over many codes, and
     every listed edge occurs."""
