@@ -585,6 +585,7 @@ typedef struct imp_job {
   char* const* scratch; /* per participant: the tile, then 4 rows of tmp */
   size_t tile_bytes;
   int64_t ldt, rows_per_item, nbuild, tiles, b;
+  int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
 } imp_job;
 
 static void imp_pack_item(void* ctx, int64_t blk, int participant) {
@@ -593,8 +594,33 @@ static void imp_pack_item(void* ctx, int64_t blk, int participant) {
   pack_block(J->P, J->weights, blk / J->P->mblocks, blk % J->P->mblocks, J->pdata, J->psum);
 }
 
+/* A 1x1 convolution with stride 1 and no padding copies each channel's plane as it is (wq =
+ * W, hq = H): a block of 4 channels is one row of h * w positions, built in segments of
+ * FLAT_SEG positions (row by row, a 7x7 plane cost about 60 cycles per row of 7 positions:
+ * more than the GEMM after it for MobileNetV2's 960 -> 320). Item = (grp, c4, segment). */
+enum { FLAT_SEG = 4096 };
+
+static void imp_build_flat(const imp_job* J, int64_t item) {
+  const plan* P = J->P;
+  const int64_t part = item % J->flat_segs, c4 = item / J->flat_segs % P->c4;
+  const int64_t grp = item / J->flat_segs / P->c4;
+  const int64_t p0 = part * FLAT_SEG, n = P->hw - p0 < FLAT_SEG ? P->hw - p0 : FLAT_SEG;
+  const int8_t* img = J->in + J->b * J->P->g->c * P->hw;
+  const int8_t* rows[4];
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c4 * 4 + j;
+    rows[j] = c < P->cg ? img + (grp * P->cg + c) * P->hw + p0 : NULL;
+  }
+  uint8_t* d = (uint8_t*)J->B->base + grp * J->Q->gbytes + (c4 * P->hw + p0) * 4;
+  interleave4(rows, 0, n, n, (int8_t)J->in_zero, d);
+}
+
 static void imp_build_item(void* ctx, int64_t chunk, int participant) {
   const imp_job* J = ctx;
+  if (J->flat_segs > 0) {
+    imp_build_flat(J, chunk);
+    return;
+  }
   int8_t* tmp = (int8_t*)(J->scratch[participant] + J->tile_bytes);
   const int8_t* img = J->in + J->b * J->P->g->c * J->P->hw;
   const int64_t r0 = chunk * J->rows_per_item;
@@ -691,11 +717,19 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0};
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0};
+  const int flat = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 &&
+                   g->stride_w == 1 && g->pad_top == 0 && g->pad_left == 0 &&
+                   g->out_h == g->h && g->out_w == g->w;
+  int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
+  if (flat) {
+    J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
+    nbuild_items = g->groups * P->c4 * J.flat_segs;
+  }
   if (pack_now) pool_for(nth, g->groups * P->mblocks, imp_pack_item, &J);
   for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */
     J.b = b;
-    pool_for(nth, (nbuild + rows_per_item - 1) / rows_per_item, imp_build_item, &J);
+    pool_for(nth, nbuild_items, imp_build_item, &J);
     pool_for(nth, units, imp_unit_item, &J);
   }
   return ACCEL_OK;
@@ -1169,9 +1203,9 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
  * time on loop control). */
 enum { DWR_ROWS = 4, DWR_IN = 16, DWR_WORDS = 4, DWR_BAND = 2048 /* epilogue values */ };
 
-/* One block: output rows oy .. oy + DWR_ROWS - 1 (those below `nr` stored), columns
- * x0 .. x0 + 15 (those below `n` stored, at grid + p * ow). Input row j of the block starts at
- * rows[j] (column 0) and is inside the image where rmask[j] is all ones. */
+/* One block: output rows oy .. oy + DWR_ROWS - 1 (those below `nr` stored, at grid + p * ow),
+ * every 16 output columns. Input row j of the block starts at rows[j] (column 0) and is inside
+ * the image where rmask[j] is all ones. */
 typedef struct dwr_args {
   const int8_t* const* rows;
   const __mmask64* rmask;
@@ -1179,38 +1213,45 @@ typedef struct dwr_args {
   const __m512i* wv;    /* [kh][nq] broadcast weight words */
   __m512i init;         /* the correction */
   __m512i padv;
-  int64_t kh, sh, dh, nq, ow, nr;
+  int64_t kh, sh, dh, nq, ow, nr, w, sw, pad_left;
 } dwr_args;
 
 static inline __attribute__((always_inline)) void dwr_block_body(
     const int64_t KH, const int64_t SH, const int64_t DH, const int64_t NQ, const dwr_args* A,
-    int64_t bx, __mmask64 lm, __mmask16 sm, int32_t* grid) {
+    int32_t* grid) {
   const int64_t nin = (DWR_ROWS - 1) * SH + (KH - 1) * DH + 1;
   const __m512i flip = _mm512_set1_epi8((char)0x80);
-  __m512i pv[DWR_IN][DWR_WORDS];
-  for (int64_t j = 0; j < nin; ++j) {
-    const __m512i row = _mm512_xor_si512(
-        _mm512_mask_loadu_epi8(A->padv, A->rmask[j] & lm, A->rows[j] + bx), flip);
-    for (int64_t q = 0; q < NQ; ++q) pv[j][q] = _mm512_permutexvar_epi8(A->idx[q], row);
-  }
-  for (int64_t p = 0; p < DWR_ROWS; ++p) {
-    __m512i acc = A->init;
-    for (int64_t r = 0; r < KH; ++r)
-      for (int64_t q = 0; q < NQ; ++q)
-        acc = _mm512_dpbusd_epi32(acc, pv[p * SH + r * DH][q], A->wv[r * NQ + q]);
-    if (p < A->nr) _mm512_mask_storeu_epi32(grid + p * A->ow, sm, acc);
+  const int64_t W = A->w, ow = A->ow;
+  for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+    const int64_t bx = x0 * A->sw - A->pad_left;
+    const int64_t lo = bx < 0 ? -bx : 0, hi = W - bx < 64 ? W - bx : 64;
+    const __mmask64 lm = lo >= hi ? 0
+                                  : (hi == 64 ? ~(__mmask64)0 : (((__mmask64)1 << hi) - 1)) &
+                                        ~(((__mmask64)1 << lo) - 1);
+    const __mmask16 sm = lane_mask(ow - x0);
+    __m512i pv[DWR_IN][DWR_WORDS];
+    for (int64_t j = 0; j < nin; ++j) {
+      const __m512i row = _mm512_xor_si512(
+          _mm512_mask_loadu_epi8(A->padv, A->rmask[j] & lm, A->rows[j] + bx), flip);
+      for (int64_t q = 0; q < NQ; ++q) pv[j][q] = _mm512_permutexvar_epi8(A->idx[q], row);
+    }
+    for (int64_t p = 0; p < DWR_ROWS; ++p) {
+      __m512i acc = A->init;
+      for (int64_t r = 0; r < KH; ++r)
+        for (int64_t q = 0; q < NQ; ++q)
+          acc = _mm512_dpbusd_epi32(acc, pv[p * SH + r * DH][q], A->wv[r * NQ + q]);
+      if (p < A->nr) _mm512_mask_storeu_epi32(grid + p * ow + x0, sm, acc);
+    }
   }
 }
 
-typedef void (*dwr_block_fn)(const dwr_args*, int64_t, __mmask64, __mmask16, int32_t*);
-static void dwr_block_any(const dwr_args* A, int64_t bx, __mmask64 lm, __mmask16 sm,
-                          int32_t* grid) {
-  dwr_block_body(A->kh, A->sh, A->dh, A->nq, A, bx, lm, sm, grid);
+typedef void (*dwr_block_fn)(const dwr_args*, int32_t*);
+static void dwr_block_any(const dwr_args* A, int32_t* grid) {
+  dwr_block_body(A->kh, A->sh, A->dh, A->nq, A, grid);
 }
 #define DWR_BLOCK(KH_, SH_, NQ_)                                                              \
-  static void dwr_block_##KH_##_##SH_(const dwr_args* A, int64_t bx, __mmask64 lm,           \
-                                      __mmask16 sm, int32_t* grid) {                          \
-    dwr_block_body(KH_, SH_, 1, NQ_, A, bx, lm, sm, grid);                                    \
+  static void dwr_block_##KH_##_##SH_(const dwr_args* A, int32_t* grid) {                    \
+    dwr_block_body(KH_, SH_, 1, NQ_, A, grid);                                                \
   }
 DWR_BLOCK(3, 1, 1)
 DWR_BLOCK(3, 2, 1)
@@ -1270,7 +1311,8 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
   __mmask64 rmask[DWR_IN];
   dwr_args A = {rows, rmask, D->idx, wv,
                 _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum)),
-                _mm512_set1_epi8((char)in_zero), kh, g->stride_h, g->dilation_h, nq, ow, 0};
+                _mm512_set1_epi8((char)in_zero), kh, g->stride_h, g->dilation_h, nq, ow, 0, W, sw,
+                g->pad_left};
   const int64_t nin = (DWR_ROWS - 1) * g->stride_h + (kh - 1) * g->dilation_h + 1;
   for (int64_t oy = oy0; oy < oy1; oy += DWR_ROWS) {
     A.nr = oy1 - oy < DWR_ROWS ? oy1 - oy : DWR_ROWS;
@@ -1281,14 +1323,7 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
       rows[j] = src + (inside ? iy : 0) * W;
       rmask[j] = inside ? ~(__mmask64)0 : 0;
     }
-    for (int64_t x0 = 0; x0 < ow; x0 += 16) {
-      const int64_t bx = x0 * sw - g->pad_left;
-      const int64_t lo = bx < 0 ? -bx : 0, hi = W - bx < 64 ? W - bx : 64;
-      const __mmask64 lm = lo >= hi ? 0
-                                    : (hi == 64 ? ~(__mmask64)0 : (((__mmask64)1 << hi) - 1)) &
-                                          ~(((__mmask64)1 << lo) - 1);
-      D->block(&A, bx, lm, lane_mask(ow - x0), grid + (oy - oy0) * ow + x0);
-    }
+    D->block(&A, grid + (oy - oy0) * ow);
   }
 }
 

@@ -382,6 +382,7 @@ INT8_KERNEL_EDGES = [  # in_shape, weight_shape, conv arguments: the row-wise de
     ((1, 4, 20, 40), (4, 1, 5, 5), dict(stride=4, padding=2, groups=4)),   # too wide: copy kernel
     ((1, 2, 40, 9), (2, 1, 11, 1), dict(stride=2, padding=(5, 0, 5, 0), groups=2)),  # too tall
     ((1, 13, 3, 130), (21, 13, 1, 1), dict()),                             # 1x1, 3 column steps
+    ((2, 6, 70, 65), (9, 6, 1, 1), dict()),                # 1x1 copied flat: 2 segments, batch
     ((1, 6, 5, 67), (9, 6, 1, 1), dict(stride=2)),                         # 1x1 stride 2
     ((1, 5, 8, 75), (7, 5, 3, 3), dict(stride=2, padding=1)),              # 3x3 stride 2
     ((1, 9, 1, 2), (5, 9, 3, 3), dict(padding=1)),                         # tiny image
