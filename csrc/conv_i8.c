@@ -1327,6 +1327,93 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
   }
 }
 
+/* Small planes (at most DWS_OUT outputs): the block above computes whole rows of 16 lanes, and
+ * a 7x7 plane's rows of 7 outputs used 7 of them and paid the block's set-up for 2 rows
+ * (about 130 cycles per plane). Here the outputs go 16 at a time in raster order, rows
+ * wrapping inside a vector: for vector v and kernel row r, one 64-byte load of the plane from
+ * byte base[v][r] (masked to the plane), and a masked vpermb per weight word with an index
+ * and a mask computed once per call (bytes of taps outside the image: the padding byte). It
+ * applies when every vector's taps of one kernel row lie within 64 bytes of the plane. */
+enum { DWS_OUT = 256 };
+
+typedef struct dws_entry { /* vector v, kernel row r */
+  int64_t base;
+  __mmask64 load;          /* bytes inside the plane */
+  __mmask64 take[DWR_WORDS];
+  __m512i idx[DWR_WORDS];
+} dws_entry;
+
+/* The table, [v][r]; 0 when some vector's taps of a row do not fit one load. */
+static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
+  const int64_t ohw = (int64_t)g->out_h * g->out_w, hw = (int64_t)g->h * g->w;
+  const int64_t nvec = (ohw + 15) / 16, kh = g->kernel_h, kw = g->kernel_w;
+  for (int64_t v = 0; v < nvec; ++v)
+    for (int64_t r = 0; r < kh; ++r) {
+      dws_entry* e = tab + v * kh + r;
+      int64_t off[16][4 * DWR_WORDS]; /* byte offset in the plane, -1: padding or no tap */
+      int64_t lo = INT64_MAX, hi = -1;
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t p = 16 * v + i, oy = p / g->out_w, ox = p % g->out_w;
+        const int64_t iy = oy * g->stride_h - g->pad_top + r * g->dilation_h;
+        for (int64_t s = 0; s < 4 * nq; ++s) {
+          const int64_t ix = ox * g->stride_w - g->pad_left + s * g->dilation_w;
+          const int inside = p < ohw && s < kw && iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
+          off[i][s] = inside ? iy * g->w + ix : -1;
+          if (inside && off[i][s] < lo) lo = off[i][s];
+          if (inside && off[i][s] > hi) hi = off[i][s];
+        }
+      }
+      if (hi >= 0 && hi - lo >= 64) return 0;
+      e->base = hi >= 0 ? lo : 0;
+      const int64_t n = hw - e->base < 64 ? hw - e->base : 64;
+      e->load = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+      for (int64_t q = 0; q < nq; ++q) {
+        uint8_t b[64];
+        __mmask64 take = 0;
+        for (int64_t i = 0; i < 16; ++i)
+          for (int64_t t = 0; t < 4; ++t) {
+            const int64_t o = off[i][4 * q + t];
+            b[4 * i + t] = (uint8_t)(o >= 0 ? o - e->base : 0);
+            if (o >= 0) take |= (__mmask64)1 << (4 * i + t);
+          }
+        e->idx[q] = _mm512_loadu_si512(b);
+        e->take[q] = take;
+      }
+    }
+  return 1;
+}
+
+/* All outputs of one plane (src) for output channel weights wk into grid (16-lane stores). */
+static void dws_plane(const conv_geometry* g, const dws_entry* tab, int64_t nq,
+                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid) {
+  const int64_t kh = g->kernel_h, kw = g->kernel_w;
+  const int64_t nvec = ((int64_t)g->out_h * g->out_w + 15) / 16;
+  __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
+  uint32_t sum = 0;
+  for (int64_t r = 0; r < kh; ++r)
+    for (int64_t q = 0; q < nq; ++q) {
+      uint32_t word = 0;
+      for (int64_t t = 0; t < 4 && 4 * q + t < kw; ++t) {
+        word |= (uint32_t)(uint8_t)wk[r * kw + 4 * q + t] << (8 * t);
+        sum += (uint32_t)(int32_t)wk[r * kw + 4 * q + t];
+      }
+      wv[r * nq + q] = _mm512_set1_epi32((int32_t)word);
+    }
+  const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
+  const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80)), flip = _mm512_set1_epi8((char)0x80);
+  for (int64_t v = 0; v < nvec; ++v) {
+    __m512i acc = init;
+    for (int64_t r = 0; r < kh; ++r) {
+      const dws_entry* e = tab + v * kh + r;
+      const __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
+      for (int64_t q = 0; q < nq; ++q)
+        acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], x),
+                                  wv[r * nq + q]);
+    }
+    _mm512_storeu_si512(grid + 16 * v, acc);
+  }
+}
+
 /* The loop (pool_for items): planes [item * chunk, ...) of the input. */
 typedef struct dwr_job {
   const plan* P;
@@ -1338,6 +1425,7 @@ typedef struct dwr_job {
   const sdp_i8* ep;
   int32_t* const* grids; /* per participant: a band of int32 outputs */
   int64_t planes, chunk;
+  const dws_entry* small; /* small planes: the table of dws_plane, else NULL */
 } dwr_job;
 
 static void dwr_item(void* ctx, int64_t item, int participant) {
@@ -1354,6 +1442,13 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
     const int8_t* src = J->in + pl * P->hw;
     for (int64_t m = 0; m < P->mg; ++m) {
       const int64_t k = c * P->mg + m;
+      if (J->small != NULL) {
+        const int64_t at = (b * g->k + k) * P->ohw;
+        dws_plane(g, J->small, D->nq, src, J->in_zero, J->w + k * P->rs, grid);
+        sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                    J->out + at, P->ohw);
+        continue;
+      }
       for (int64_t oy0 = 0; oy0 < g->out_h; oy0 += D->band) {
         const int64_t oy1 = oy0 + D->band < g->out_h ? oy0 + D->band : g->out_h;
         dwr_band(P, D, src, J->in_zero, J->w + k * P->rs, oy0, oy1, grid);
@@ -1371,8 +1466,17 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   const conv_geometry* g = P->g;
   const int64_t planes = (int64_t)g->n * g->c;
   if (nth > planes) nth = (int)planes;
-  /* whole 16-lane stores reach 15 columns past the band's last row */
-  const size_t grid_bytes = round64((size_t)(D->band * g->out_w + 16) * sizeof(int32_t));
+  dws_entry* small = NULL;
+  if (P->ohw <= DWS_OUT) {
+    small = workspace_get(ws, WS_OFF, (size_t)((P->ohw + 15) / 16 * g->kernel_h) *
+                                          sizeof(dws_entry));
+    if (small == NULL) return ACCEL_ERR_NO_MEMORY;
+    if (!dws_build(g, D->nq, small)) small = NULL;
+  }
+  /* whole 16-lane stores reach 15 columns past the band's last row (or the plane's end) */
+  const size_t grid_bytes =
+      round64((size_t)((D->band > g->out_h ? D->band : g->out_h) * g->out_w + 16) *
+              sizeof(int32_t));
   int32_t* grids[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
     grids[t] = workspace_get(ws, t, grid_bytes);
@@ -1381,7 +1485,7 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  const dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk};
+  const dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small};
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }
