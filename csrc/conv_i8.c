@@ -1263,7 +1263,40 @@ typedef struct dwr_plan {
   int64_t band;  /* output rows per epilogue band (a multiple of DWR_ROWS) */
   dwr_block_fn block;
   __m512i idx[DWR_WORDS];
+  /* kernel_h * nq <= 16 words of kernel_h * kernel_w <= 64 weights: one masked load and vpermb
+   * (byte 4j + t of word j = r * nq + q is weight r * kernel_w + 4q + t); else byte by byte */
+  int wvec;
+  __mmask64 wload, wtake;
+  __m512i widx;
 } dwr_plan;
+
+/* Channel weights wk as broadcast words wv[r * nq + q] (taps 4q .. 4q + 3 of kernel row r, 0
+ * past kernel_w); returns their sum modulo 2^32 (the correction's factor). */
+static uint32_t dw_weight_words(const dwr_plan* D, const conv_geometry* g, const int8_t* wk,
+                                __m512i* wv) {
+  const int64_t kh = g->kernel_h, kw = g->kernel_w, nq = D->nq;
+  if (D->wvec) {
+    const __m512i words =
+        _mm512_maskz_permutexvar_epi8(D->wtake, D->widx, _mm512_maskz_loadu_epi8(D->wload, wk));
+    const __m512i sums =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), words);
+    int32_t w32[16];
+    _mm512_storeu_si512(w32, words);
+    for (int64_t j = 0; j < kh * nq; ++j) wv[j] = _mm512_set1_epi32(w32[j]);
+    return (uint32_t)_mm512_reduce_add_epi32(sums);
+  }
+  uint32_t sum = 0;
+  for (int64_t r = 0; r < kh; ++r)
+    for (int64_t q = 0; q < nq; ++q) {
+      uint32_t word = 0;
+      for (int64_t t = 0; t < 4 && 4 * q + t < kw; ++t) {
+        word |= (uint32_t)(uint8_t)wk[r * kw + 4 * q + t] << (8 * t);
+        sum += (uint32_t)(int32_t)wk[r * kw + 4 * q + t];
+      }
+      wv[r * nq + q] = _mm512_set1_epi32((int32_t)word);
+    }
+  return sum;
+}
 
 static int dwr_make_plan(const conv_geometry* g, dwr_plan* D) {
   const int64_t sh = g->stride_h, dh = g->dilation_h, kh = g->kernel_h, kw = g->kernel_w;
@@ -1278,6 +1311,20 @@ static int dwr_make_plan(const conv_geometry* g, dwr_plan* D) {
     if (kh == 3 && sh == 2) D->block = dwr_block_3_2;
     if (kh == 5 && sh == 1) D->block = dwr_block_5_1;
     if (kh == 5 && sh == 2) D->block = dwr_block_5_2;
+  }
+  D->wvec = kh * D->nq <= 16 && kh * kw <= 64;
+  if (D->wvec) {
+    uint8_t b[64] = {0};
+    D->wtake = 0;
+    for (int64_t r = 0; r < kh; ++r)
+      for (int64_t s = 0; s < 4 * D->nq; ++s)
+        if (s < kw) {
+          const int64_t byte = 4 * (r * D->nq + s / 4) + s % 4;
+          b[byte] = (uint8_t)(r * kw + s);
+          D->wtake |= (__mmask64)1 << byte;
+        }
+    D->widx = _mm512_loadu_si512(b);
+    D->wload = kh * kw >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (kh * kw)) - 1);
   }
   for (int64_t q = 0; q < D->nq; ++q) {
     uint8_t b[64];
@@ -1297,16 +1344,7 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
   const int64_t kh = g->kernel_h, kw = g->kernel_w, nq = D->nq;
   const int64_t W = g->w, H = g->h, ow = g->out_w, sw = g->stride_w;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
-  uint32_t sum = 0;
-  for (int64_t r = 0; r < kh; ++r)
-    for (int64_t q = 0; q < nq; ++q) {
-      uint32_t word = 0;
-      for (int64_t t = 0; t < 4 && 4 * q + t < kw; ++t) {
-        word |= (uint32_t)(uint8_t)wk[r * kw + 4 * q + t] << (8 * t);
-        sum += (uint32_t)(int32_t)wk[r * kw + 4 * q + t];
-      }
-      wv[r * nq + q] = _mm512_set1_epi32((int32_t)word);
-    }
+  const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const int8_t* rows[DWR_IN];
   __mmask64 rmask[DWR_IN];
   dwr_args A = {rows, rmask, D->idx, wv,
@@ -1331,40 +1369,67 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
  * a 7x7 plane's rows of 7 outputs used 7 of them and paid the block's set-up for 2 rows
  * (about 130 cycles per plane). Here the outputs go 16 at a time in raster order, rows
  * wrapping inside a vector: for vector v and kernel row r, one 64-byte load of the plane from
- * byte base[v][r] (masked to the plane), and a masked vpermb per weight word with an index
+ * byte base[v][r] (masked to the plane; shared by the rows whose bases are equal), and a masked
+ * vpermb per weight word with an index
  * and a mask computed once per call (bytes of taps outside the image: the padding byte). It
  * applies when every vector's taps of one kernel row lie within 64 bytes of the plane. */
 enum { DWS_OUT = 256 };
 
 typedef struct dws_entry { /* vector v, kernel row r */
   int64_t base;
+  int64_t reuse;           /* the same base as the entry before: no new load */
   __mmask64 load;          /* bytes inside the plane */
   __mmask64 take[DWR_WORDS];
   __m512i idx[DWR_WORDS];
 } dws_entry;
 
-/* The table, [v][r]; 0 when some vector's taps of a row do not fit one load. */
+/* The plane offset of tap s of kernel row r for lane i of vector v, -1 for padding, a lane
+ * past the outputs or a tap past kernel_w. */
+static int64_t dws_offset(const conv_geometry* g, int64_t v, int64_t i, int64_t r, int64_t s) {
+  const int64_t p = 16 * v + i, oy = p / g->out_w, ox = p % g->out_w;
+  const int64_t iy = oy * g->stride_h - g->pad_top + r * g->dilation_h;
+  const int64_t ix = ox * g->stride_w - g->pad_left + s * g->dilation_w;
+  const int inside = p < (int64_t)g->out_h * g->out_w && s < g->kernel_w && iy >= 0 &&
+                     iy < g->h && ix >= 0 && ix < g->w;
+  return inside ? iy * g->w + ix : -1;
+}
+
+/* The smallest and largest offset of vector v's taps in kernel rows [r0, r1) (hi < 0: none). */
+static void dws_span(const conv_geometry* g, int64_t nq, int64_t v, int64_t r0, int64_t r1,
+                     int64_t* lo, int64_t* hi) {
+  *lo = INT64_MAX;
+  *hi = -1;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t i = 0; i < 16; ++i)
+      for (int64_t s = 0; s < 4 * nq; ++s) {
+        const int64_t o = dws_offset(g, v, i, r, s);
+        if (o >= 0 && o < *lo) *lo = o;
+        if (o > *hi) *hi = o;
+      }
+}
+
+/* The table, [v][r]; 0 when some vector's taps of a row do not fit one load. A vector whose
+ * taps of all rows fit one load (every vector of a plane of at most 64 bytes) loads once. */
 static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
   const int64_t ohw = (int64_t)g->out_h * g->out_w, hw = (int64_t)g->h * g->w;
-  const int64_t nvec = (ohw + 15) / 16, kh = g->kernel_h, kw = g->kernel_w;
-  for (int64_t v = 0; v < nvec; ++v)
+  const int64_t nvec = (ohw + 15) / 16, kh = g->kernel_h;
+  int64_t prev = -1;
+  for (int64_t v = 0; v < nvec; ++v) {
+    int64_t vlo, vhi;
+    dws_span(g, nq, v, 0, kh, &vlo, &vhi);
+    const int whole = hw <= 64 || vhi < 0 || vhi - vlo < 64;
     for (int64_t r = 0; r < kh; ++r) {
       dws_entry* e = tab + v * kh + r;
-      int64_t off[16][4 * DWR_WORDS]; /* byte offset in the plane, -1: padding or no tap */
-      int64_t lo = INT64_MAX, hi = -1;
-      for (int64_t i = 0; i < 16; ++i) {
-        const int64_t p = 16 * v + i, oy = p / g->out_w, ox = p % g->out_w;
-        const int64_t iy = oy * g->stride_h - g->pad_top + r * g->dilation_h;
-        for (int64_t s = 0; s < 4 * nq; ++s) {
-          const int64_t ix = ox * g->stride_w - g->pad_left + s * g->dilation_w;
-          const int inside = p < ohw && s < kw && iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
-          off[i][s] = inside ? iy * g->w + ix : -1;
-          if (inside && off[i][s] < lo) lo = off[i][s];
-          if (inside && off[i][s] > hi) hi = off[i][s];
-        }
+      int64_t lo = vlo, hi = vhi;
+      if (hw <= 64) {
+        lo = 0;
+      } else if (!whole) {
+        dws_span(g, nq, v, r, r + 1, &lo, &hi);
+        if (hi >= 0 && hi - lo >= 64) return 0;
       }
-      if (hi >= 0 && hi - lo >= 64) return 0;
       e->base = hi >= 0 ? lo : 0;
+      e->reuse = e->base == prev;
+      prev = e->base;
       const int64_t n = hw - e->base < 64 ? hw - e->base : 64;
       e->load = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
       for (int64_t q = 0; q < nq; ++q) {
@@ -1372,7 +1437,7 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
         __mmask64 take = 0;
         for (int64_t i = 0; i < 16; ++i)
           for (int64_t t = 0; t < 4; ++t) {
-            const int64_t o = off[i][4 * q + t];
+            const int64_t o = dws_offset(g, v, i, r, 4 * q + t);
             b[4 * i + t] = (uint8_t)(o >= 0 ? o - e->base : 0);
             if (o >= 0) take |= (__mmask64)1 << (4 * i + t);
           }
@@ -1380,32 +1445,25 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
         e->take[q] = take;
       }
     }
+  }
   return 1;
 }
 
 /* All outputs of one plane (src) for output channel weights wk into grid (16-lane stores). */
-static void dws_plane(const conv_geometry* g, const dws_entry* tab, int64_t nq,
+static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry* tab,
                       const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid) {
-  const int64_t kh = g->kernel_h, kw = g->kernel_w;
+  const int64_t kh = g->kernel_h, nq = D->nq;
   const int64_t nvec = ((int64_t)g->out_h * g->out_w + 15) / 16;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
-  uint32_t sum = 0;
-  for (int64_t r = 0; r < kh; ++r)
-    for (int64_t q = 0; q < nq; ++q) {
-      uint32_t word = 0;
-      for (int64_t t = 0; t < 4 && 4 * q + t < kw; ++t) {
-        word |= (uint32_t)(uint8_t)wk[r * kw + 4 * q + t] << (8 * t);
-        sum += (uint32_t)(int32_t)wk[r * kw + 4 * q + t];
-      }
-      wv[r * nq + q] = _mm512_set1_epi32((int32_t)word);
-    }
+  const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
   const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80)), flip = _mm512_set1_epi8((char)0x80);
+  __m512i x = _mm512_setzero_si512();
   for (int64_t v = 0; v < nvec; ++v) {
     __m512i acc = init;
     for (int64_t r = 0; r < kh; ++r) {
       const dws_entry* e = tab + v * kh + r;
-      const __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
+      if (!e->reuse) x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
       for (int64_t q = 0; q < nq; ++q)
         acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], x),
                                   wv[r * nq + q]);
@@ -1444,7 +1502,7 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
       const int64_t k = c * P->mg + m;
       if (J->small != NULL) {
         const int64_t at = (b * g->k + k) * P->ohw;
-        dws_plane(g, J->small, D->nq, src, J->in_zero, J->w + k * P->rs, grid);
+        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid);
         sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
                     J->out + at, P->ohw);
         continue;

@@ -383,6 +383,10 @@ INT8_KERNEL_EDGES = [  # in_shape, weight_shape, conv arguments: the row-wise de
     ((1, 2, 40, 9), (2, 1, 11, 1), dict(stride=2, padding=(5, 0, 5, 0), groups=2)),  # too tall
     ((1, 13, 3, 130), (21, 13, 1, 1), dict()),                             # 1x1, 3 column steps
     ((2, 6, 70, 65), (9, 6, 1, 1), dict()),                # 1x1 copied flat: 2 segments, batch
+    ((1, 40, 7, 7), (40, 1, 3, 3), dict(padding=1, groups=40)),     # small plane: one load
+    ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=1, groups=24)),   # small plane: load per row
+    ((1, 24, 28, 28), (24, 1, 3, 3), dict(stride=2, padding=1, groups=24)),  # 196 outputs, s2
+    ((1, 3, 12, 20), (3, 1, 9, 9), dict(padding=4, groups=3)),      # 81 taps: words one by one
     ((1, 6, 5, 67), (9, 6, 1, 1), dict(stride=2)),                         # 1x1 stride 2
     ((1, 5, 8, 75), (7, 5, 3, 3), dict(stride=2, padding=1)),              # 3x3 stride 2
     ((1, 9, 1, 2), (5, 9, 3, 3), dict(padding=1)),                         # tiny image
