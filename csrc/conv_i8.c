@@ -1341,7 +1341,7 @@ static int dwr_make_plan(const conv_geometry* g, dwr_plan* D) {
 static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_t in_zero,
                      const int8_t* wk, int64_t oy0, int64_t oy1, int32_t* grid) {
   const conv_geometry* g = P->g;
-  const int64_t kh = g->kernel_h, kw = g->kernel_w, nq = D->nq;
+  const int64_t kh = g->kernel_h, nq = D->nq;
   const int64_t W = g->w, H = g->h, ow = g->out_w, sw = g->stride_w;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
@@ -1383,50 +1383,69 @@ typedef struct dws_entry { /* vector v, kernel row r */
   __m512i idx[DWR_WORDS];
 } dws_entry;
 
-/* The plane offset of tap s of kernel row r for lane i of vector v, -1 for padding, a lane
- * past the outputs or a tap past kernel_w. */
-static int64_t dws_offset(const conv_geometry* g, int64_t v, int64_t i, int64_t r, int64_t s) {
-  const int64_t p = 16 * v + i, oy = p / g->out_w, ox = p % g->out_w;
-  const int64_t iy = oy * g->stride_h - g->pad_top + r * g->dilation_h;
-  const int64_t ix = ox * g->stride_w - g->pad_left + s * g->dilation_w;
-  const int inside = p < (int64_t)g->out_h * g->out_w && s < g->kernel_w && iy >= 0 &&
-                     iy < g->h && ix >= 0 && ix < g->w;
+/* Vector v's lanes: the image row and column of tap (0, 0) of each output, and which lanes
+ * are outputs. */
+typedef struct dws_lanes {
+  int64_t y[16], x[16];
+  int valid[16];
+} dws_lanes;
+
+static void dws_lanes_of(const conv_geometry* g, int64_t v, dws_lanes* L) {
+  int64_t oy = 16 * v / g->out_w, ox = 16 * v % g->out_w;
+  for (int i = 0; i < 16; ++i) {
+    L->valid[i] = oy < g->out_h;
+    L->y[i] = oy * g->stride_h - g->pad_top;
+    L->x[i] = ox * g->stride_w - g->pad_left;
+    if (++ox == g->out_w) {
+      ox = 0;
+      ++oy;
+    }
+  }
+}
+
+/* The plane offset of tap s of kernel row r for lane i, -1 for padding, a lane past the
+ * outputs or a tap past kernel_w. */
+static inline int64_t dws_offset(const conv_geometry* g, const dws_lanes* L, int64_t i,
+                                 int64_t r, int64_t s) {
+  const int64_t iy = L->y[i] + r * g->dilation_h, ix = L->x[i] + s * g->dilation_w;
+  const int inside =
+      L->valid[i] && s < g->kernel_w && iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
   return inside ? iy * g->w + ix : -1;
 }
 
-/* The smallest and largest offset of vector v's taps in kernel rows [r0, r1) (hi < 0: none). */
-static void dws_span(const conv_geometry* g, int64_t nq, int64_t v, int64_t r0, int64_t r1,
-                     int64_t* lo, int64_t* hi) {
-  *lo = INT64_MAX;
-  *hi = -1;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t s = 0; s < 4 * nq; ++s) {
-        const int64_t o = dws_offset(g, v, i, r, s);
-        if (o >= 0 && o < *lo) *lo = o;
-        if (o > *hi) *hi = o;
-      }
-}
-
 /* The table, [v][r]; 0 when some vector's taps of a row do not fit one load. A vector whose
- * taps of all rows fit one load (every vector of a plane of at most 64 bytes) loads once. */
+ * taps of all rows fit one load (every vector of a plane of at most 64 bytes) loads once.
+ * Every offset is computed once per call (kernel_h * 4 nq <= DWS_TAPS). */
+enum { DWS_TAPS = 64 };
+
 static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
   const int64_t ohw = (int64_t)g->out_h * g->out_w, hw = (int64_t)g->h * g->w;
-  const int64_t nvec = (ohw + 15) / 16, kh = g->kernel_h;
+  const int64_t nvec = (ohw + 15) / 16, kh = g->kernel_h, nt = 4 * nq;
+  if (kh * nt > DWS_TAPS) return 0;
   int64_t prev = -1;
   for (int64_t v = 0; v < nvec; ++v) {
-    int64_t vlo, vhi;
-    dws_span(g, nq, v, 0, kh, &vlo, &vhi);
+    dws_lanes L;
+    dws_lanes_of(g, v, &L);
+    int32_t off[DWS_TAPS][16]; /* [r * nt + s][lane] */
+    int64_t rlo[ACCEL_MAX_CONV_KERNEL], rhi[ACCEL_MAX_CONV_KERNEL], vlo = INT64_MAX, vhi = -1;
+    for (int64_t r = 0; r < kh; ++r) {
+      rlo[r] = INT64_MAX;
+      rhi[r] = -1;
+      for (int64_t t = 0; t < nt; ++t)
+        for (int i = 0; i < 16; ++i) {
+          const int64_t o = dws_offset(g, &L, i, r, t);
+          off[r * nt + t][i] = (int32_t)o;
+          if (o >= 0 && o < rlo[r]) rlo[r] = o;
+          if (o > rhi[r]) rhi[r] = o;
+        }
+      if (rhi[r] >= 0 && rlo[r] < vlo) vlo = rlo[r];
+      if (rhi[r] > vhi) vhi = rhi[r];
+    }
     const int whole = hw <= 64 || vhi < 0 || vhi - vlo < 64;
     for (int64_t r = 0; r < kh; ++r) {
       dws_entry* e = tab + v * kh + r;
-      int64_t lo = vlo, hi = vhi;
-      if (hw <= 64) {
-        lo = 0;
-      } else if (!whole) {
-        dws_span(g, nq, v, r, r + 1, &lo, &hi);
-        if (hi >= 0 && hi - lo >= 64) return 0;
-      }
+      const int64_t lo = hw <= 64 ? 0 : whole ? vlo : rlo[r], hi = whole ? vhi : rhi[r];
+      if (hi >= 0 && hi - lo >= 64) return 0;
       e->base = hi >= 0 ? lo : 0;
       e->reuse = e->base == prev;
       prev = e->base;
@@ -1437,7 +1456,7 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
         __mmask64 take = 0;
         for (int64_t i = 0; i < 16; ++i)
           for (int64_t t = 0; t < 4; ++t) {
-            const int64_t o = dws_offset(g, v, i, r, 4 * q + t);
+            const int64_t o = off[r * nt + 4 * q + t][i];
             b[4 * i + t] = (uint8_t)(o >= 0 ? o - e->base : 0);
             if (o >= 0) take |= (__mmask64)1 << (4 * i + t);
           }
