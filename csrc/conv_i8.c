@@ -1476,7 +1476,8 @@ static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
-  const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80)), flip = _mm512_set1_epi8((char)0x80);
+  const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80));
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
   __m512i x = _mm512_setzero_si512();
   for (int64_t v = 0; v < nvec; ++v) {
     __m512i acc = init;
