@@ -25,11 +25,30 @@ static void normalise_plane(const cdp_geometry* g, const float* image, int32_t c
   }
 }
 
+/* Planes, a few per pool_for item (about 2,048 outputs each: a pow per output). */
+typedef struct cdp_job {
+  const cdp_geometry* g;
+  const float* in;
+  float* out;
+  int64_t planes, per_item;
+} cdp_job;
+
+static void cdp_item(void* ctx, int64_t item, int participant) {
+  const cdp_job* J = ctx;
+  const cdp_geometry* g = J->g;
+  const int64_t hw = (int64_t)g->h * g->w;
+  (void)participant;
+  const int64_t end = (item + 1) * J->per_item < J->planes ? (item + 1) * J->per_item : J->planes;
+  for (int64_t plane = item * J->per_item; plane < end; ++plane) {
+    const int64_t image = plane / g->c;
+    normalise_plane(g, J->in + image * g->c * hw, (int32_t)(plane % g->c), J->out + plane * hw);
+  }
+}
+
 void cdp_f32(const cdp_geometry* g, const float* in, float* out, int32_t num_threads) {
   const int64_t planes = (int64_t)g->n * g->c, hw = (int64_t)g->h * g->w;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * hw > 8192)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    const int64_t image = plane / g->c;
-    normalise_plane(g, in + image * g->c * hw, (int32_t)(plane % g->c), out + plane * hw);
-  }
+  const int64_t per_item = 2048 / (hw + 1) + 1;
+  const cdp_job J = {g, in, out, planes, per_item};
+  pool_for(planes * hw > 8192 ? num_threads : 1, (planes + per_item - 1) / per_item, cdp_item,
+           (void*)&J);
 }

@@ -121,11 +121,30 @@ static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
   for (int32_t oy = 0; oy < g->out_h; ++oy) pool_row_scalar(g, in, out, oy, 0, g->out_w);
 }
 
+/* Planes, a few per pool_for item (about 16 KiB of input each). */
+typedef struct pdp_job {
+  const pdp_geometry* g;
+  const float* in;
+  float* out;
+  int64_t planes, per_item;
+} pdp_job;
+
+static void pdp_item(void* ctx, int64_t item, int participant) {
+  const pdp_job* J = ctx;
+  const pdp_geometry* g = J->g;
+  const int64_t in_plane = (int64_t)g->h * g->w, out_plane = (int64_t)g->out_h * g->out_w;
+  (void)participant;
+  const int64_t end = (item + 1) * J->per_item < J->planes ? (item + 1) * J->per_item : J->planes;
+  for (int64_t plane = item * J->per_item; plane < end; ++plane) {
+    pool_plane(g, J->in + plane * in_plane, J->out + plane * out_plane);
+  }
+}
+
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {
   const int64_t planes = (int64_t)g->n * g->c;
-  const int64_t in_plane = (int64_t)g->h * g->w, out_plane = (int64_t)g->out_h * g->out_w;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * in_plane > 32768)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    pool_plane(g, in + plane * in_plane, out + plane * out_plane);
-  }
+  const int64_t in_plane = (int64_t)g->h * g->w;
+  const int64_t per_item = 4096 / (in_plane + 1) + 1;
+  const pdp_job J = {g, in, out, planes, per_item};
+  pool_for(planes * in_plane > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item,
+           pdp_item, (void*)&J);
 }

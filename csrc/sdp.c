@@ -69,17 +69,35 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
   }
 }
 
+/* Independent mode: planes, a few per pool_for item (about 16 KiB of data each). */
+typedef struct run_job {
+  const sdp_f32* p;
+  int32_t c;
+  int64_t hw, planes, per_item;
+  const float* in;
+  float* out;
+} run_job;
+
+static void run_item(void* ctx, int64_t item, int participant) {
+  const run_job* J = ctx;
+  (void)participant;
+  const int64_t end = (item + 1) * J->per_item < J->planes ? (item + 1) * J->per_item : J->planes;
+  for (int64_t plane = item * J->per_item; plane < end; ++plane) {
+    const int64_t offset = plane * J->hw;
+    float* dst = J->out + offset;
+    if (dst != J->in + offset) {
+      for (int64_t i = 0; i < J->hw; ++i) dst[i] = J->in[offset + i];
+    }
+    const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
+    sdp_f32_span(J->p, (int32_t)(plane % J->c), dst, operand, J->hw);
+  }
+}
+
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,
                  int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (planes * hw > 32768)
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    const int64_t offset = plane * hw;
-    float* dst = out + offset;
-    if (dst != in + offset) {
-      for (int64_t i = 0; i < hw; ++i) dst[i] = in[offset + i];
-    }
-    const float* operand = p->ew_operand != NULL ? p->ew_operand + offset : NULL;
-    sdp_f32_span(p, (int32_t)(plane % c), dst, operand, hw);
-  }
+  const int64_t per_item = 4096 / (hw + 1) + 1;
+  const run_job J = {p, c, hw, planes, per_item, in, out};
+  pool_for(planes * hw > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item, run_item,
+           (void*)&J);
 }

@@ -3,7 +3,7 @@ independent, runs in place and into `out`, the input's dtype and layout, threads
 callers."""
 import numpy as np
 
-from accel_codegen import Conv, Device, Pool, Sdp
+from accel_codegen import Bdma, Conv, Device, Lrn, Pool, Sdp
 from accel_codegen import reference as ref
 from conftest import assert_close, assert_same
 
@@ -173,6 +173,55 @@ def test_concurrent_int8_runs_on_several_devices_match_the_reference(rng):
                     y, _ = device.run(chain, x, mode=mode)
                     if not np.array_equal(y, want):
                         errors.append(f"thread {i}, chain {c}: differs from the reference")
+        except Exception as error:  # a thread's exception would otherwise be lost
+            errors.append(f"thread {i}: {error!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def _fp32_engine_runs(rng):
+    """fp32 runs of the engines besides CONV, each large enough to run on the pool's workers:
+    SDP (independent: every converter step and an element-wise op), pooling, LRN, BDMA."""
+    x = rng.standard_normal((2, 24, 40, 40), dtype=np.float32)
+    sdp = Sdp(scale=rng.uniform(-2, 2, 24).astype(np.float32),
+              shift=rng.standard_normal(24).astype(np.float32), ew_op="add",
+              operand=rng.standard_normal(x.shape).astype(np.float32), act="relu")
+    big = rng.standard_normal((2, 96, 64, 64), dtype=np.float32)
+    copy = Bdma(48, src_offset=1, src_stride=2, dst_offset=5, dst_stride=3, dst_channels=150)
+    return [(x, [sdp]), (x, [Pool("max", 3, 2, 1)]), (x, [Pool("avg", 2, 2)]),
+            (x, [Lrn(5, 1e-4, 0.75, 2.0)]), (big, [copy])]
+
+
+def test_fp32_engines_on_several_threads_and_devices_match_the_reference(rng):
+    """The SDP, PDP, CDP and BDMA loops on the pool (csrc/pool.c): 1, 2 and 3 threads, then
+    three Python threads with a 2-thread device each (one loop gets the workers, the others run
+    on their callers); every result is bit-exact (the average pool: to the 1-thread run's)."""
+    import threading
+
+    runs = _fp32_engine_runs(rng)
+    expected = [ref.run_chain(chain, x) for x, chain in runs]
+    # the fp32 average divides where the reference's mean may round differently: its bits are
+    # the 1-thread run's, within a rounding of the reference
+    one = DEVICES[1].run(runs[2][1], runs[2][0])[0]
+    assert_close(one, expected[2], rtol=1e-6)
+    expected[2] = one
+    for threads, device in DEVICES.items():
+        for (x, chain), want in zip(runs, expected):
+            assert_same(device.run(chain, x)[0], want, f"{chain[0]!r}, {threads} threads")
+    errors = []
+
+    def work(i):
+        try:
+            device = Device("nv_full", num_threads=2)
+            for _ in range(5):
+                for c, ((x, chain), want) in enumerate(zip(runs, expected)):
+                    if not np.array_equal(device.run(chain, x)[0], want):
+                        errors.append(f"thread {i}, run {c}: differs from the reference")
         except Exception as error:  # a thread's exception would otherwise be lost
             errors.append(f"thread {i}: {error!r}")
 
