@@ -434,6 +434,157 @@ static void span_fast_add(const sdp_i8* p, const chan_params* c, const int32_t* 
   }
 }
 
+/* span_fast_add in int32 lanes, 16 values per step, where these identities keep every
+ * intermediate inside int32 (add32_plan checks the bounds in int64; otherwise span_fast_add
+ * runs). Only codes matter, as in span_fast32:
+ *  - the output: with R = 128 + |out_zero| and T_out = ceil(R * 2^out_shift / |out_mul|), any
+ *    |t| >= T_out gives a code saturated on t's side (times out_mul's sign), so t is clamped to
+ *    [-T_out, T_out] before the output multiply, which then fits;
+ *  - the sum: |e| <= E (the largest |e| over the 256 operand codes), so t2 >= T2 = T_out + E
+ *    gives t2 + e >= T_out whatever the operand (likewise <= -T2); t2 need not be exact beyond
+ *    T2, so no sat32 is needed on t2 or on the sum;
+ *  - the channel converter: any t >= T1 = ceil(T2 * 2^s / mul) (mul > 0) gives rhaz(t * mul, s)
+ *    >= T2, so t is clamped to [-T1, T1] together with sat32(v + bias) (one min/max on v);
+ *    then either "direct" (the product and the rounding fit int32) or "split": t = th * 2^k +
+ *    tl, 0 <= tl < 2^k, k = min(s, 16), and floor((t * mul + 2^(s-1) - n) / 2^s) (n = t < 0)
+ *    = floor((th * mul + c_hi + floor((tl * mul + c_lo - n) / 2^k)) / 2^(s-k)), the half
+ *    2^(s-1) in c_lo when s <= k, else 2^(s-1-k) in c_hi. */
+typedef struct add32 {
+  int32_t vlo, vhi, bias, mul, add, shift; /* the channel converter (direct: add, shift) */
+  int32_t low_mask, k, c_lo, c_hi;         /* split: t's low k bits and the constants */
+  int split;
+  int32_t t_out, out_mul, out_add, out_shift;
+} add32;
+
+static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+static int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add32* f) {
+  const int64_t os = p->out_shift, om = p->out_mul;
+  if (mul <= 0 || om == 0 || s > 40 || os > 30) return 0;
+  const int64_t r = 128 + abs64(p->out_zero);
+  const int64_t t_out = ((r << os) + abs64(om) - 1) / abs64(om);
+  const int64_t out_add = (os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os);
+  const int64_t limit = (int64_t)1 << 31;
+  if (t_out * abs64(om) + abs64(out_add) + 1 >= limit) return 0;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t t2 = t_out + e_max; /* < 2^32: t_out * |om| < 2^31 is checked above */
+  if (t2 > ((int64_t)1 << (61 - s))) return 0;
+  const int64_t t1 = ((t2 << s) + mul - 1) / mul; /* <= 2^61 */
+  const int64_t lo = INT32_MIN - (bias < 0 ? bias : 0), hi = INT32_MAX - (bias > 0 ? bias : 0);
+  const int64_t vlo = -t1 - bias > lo ? -t1 - bias : lo, vhi = t1 - bias < hi ? t1 - bias : hi;
+  const int64_t tm = vhi + bias > -(vlo + bias) ? vhi + bias : -(vlo + bias); /* |t| <= tm */
+  /* |t2'| <= rhaz(tm * mul, s) <= tm * mul / 2^s + 1; the sum with e must fit */
+  if (((tm * mul) >> s) + 1 + e_max >= limit) return 0;
+  f->vlo = (int32_t)vlo;
+  f->vhi = (int32_t)vhi;
+  f->bias = (int32_t)bias;
+  f->mul = (int32_t)mul;
+  f->t_out = (int32_t)t_out;
+  f->out_mul = (int32_t)om;
+  f->out_add = (int32_t)out_add;
+  f->out_shift = (int32_t)os;
+  if (tm * mul + (s > 0 ? (int64_t)1 << (s - 1) : 0) < limit) {
+    f->split = 0;
+    f->add = (int32_t)(s > 0 ? (int64_t)1 << (s - 1) : 0);
+    f->shift = (int32_t)s;
+    return 1;
+  }
+  if (s == 0) return 0; /* never: tm * mul <= t2 + mul, the direct form */
+  const int64_t k = s < 16 ? s : 16;
+  const int64_t c_lo = s - 1 < k ? (int64_t)1 << (s - 1) : 0;
+  const int64_t c_hi = s - 1 >= k ? (int64_t)1 << (s - 1 - k) : 0;
+  /* |th| <= tm / 2^k + 1; floor(low / 2^k) in [-1, mul + 1) (tl * mul + c_lo < 2^31) */
+  if ((tm / ((int64_t)1 << k) + 1) * mul + c_hi + mul + 1 >= limit) return 0;
+  f->split = 1;
+  f->low_mask = (int32_t)(((int64_t)1 << k) - 1);
+  f->k = (int32_t)k;
+  f->c_lo = (int32_t)c_lo;
+  f->c_hi = (int32_t)c_hi;
+  f->shift = (int32_t)(s - k);
+  return 1;
+}
+
+static inline __attribute__((always_inline)) void add32_body(const add32* f, const int32_t* v,
+                                                             const int8_t* operand, int8_t* y,
+                                                             int64_t count, __m512i ez,
+                                                             __m512i em, __m512i eh,
+                                                             int32_t es, int relu, int split,
+                                                             int unit_out, __m128i l8,
+                                                             __m128i h8) {
+  const __m512i vlo = _mm512_set1_epi32(f->vlo), vhi = _mm512_set1_epi32(f->vhi);
+  const __m512i b = _mm512_set1_epi32(f->bias), m = _mm512_set1_epi32(f->mul);
+  const __m512i add = _mm512_set1_epi32(split ? f->c_hi : f->add);
+  const __m512i c_lo = _mm512_set1_epi32(f->c_lo), low = _mm512_set1_epi32(f->low_mask);
+  const __m128i k = _mm_cvtsi32_si128(f->k), sh = _mm_cvtsi32_si128(f->shift);
+  const __m512i tlo = _mm512_set1_epi32(-f->t_out), thi = _mm512_set1_epi32(f->t_out);
+  const __m512i om = _mm512_set1_epi32(f->out_mul), oadd = _mm512_set1_epi32(f->out_add);
+  const __m128i osh = _mm_cvtsi32_si128(f->out_shift), esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 mk = tail_mask(count - i);
+    const __m512i x = _mm512_maskz_loadu_epi32(mk, v + i);
+    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
+    __m512i u;
+    if (split) {
+      const __m512i lp = _mm512_add_epi32(
+          _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, low), m), c_lo),
+          _mm512_srai_epi32(t, 31));
+      const __m512i hp = _mm512_mullo_epi32(_mm512_sra_epi32(t, k), m);
+      u = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(hp, add), _mm512_sra_epi32(lp, k)),
+                           sh);
+    } else {
+      const __m512i pr = _mm512_mullo_epi32(t, m);
+      u = _mm512_add_epi32(pr, add);
+      if (f->shift > 0) u = _mm512_sra_epi32(_mm512_add_epi32(u, _mm512_srai_epi32(pr, 31)), sh);
+    }
+    if (es < 24) {
+      const __m512i o = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, operand + i));
+      __m512i e = _mm512_mullo_epi32(_mm512_sub_epi32(o, ez), em);
+      if (es > 0)
+        e = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(e, eh), _mm512_srai_epi32(e, 31)),
+                             esh);
+      u = _mm512_add_epi32(u, e);
+    }
+    if (relu) u = _mm512_max_epi32(u, zero);
+    u = _mm512_min_epi32(_mm512_max_epi32(u, tlo), thi);
+    const __m512i pr = unit_out ? u : _mm512_mullo_epi32(u, om);
+    __m512i q = _mm512_add_epi32(pr, oadd);
+    if (f->out_shift > 0)
+      q = _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(pr, 31)), osh);
+    store_codes32(q, l8, h8, mk, y + i);
+  }
+}
+
+/* The instantiations: split or direct channel converter, out_mul 1 or any, RELU or not. */
+static void span_add32(const sdp_i8* p, const add32* f, const int32_t* v, const int8_t* operand,
+                       int8_t* y, int64_t count) {
+  const int32_t es = p->ew_shift;
+  const __m512i ez = _mm512_set1_epi32(p->ew_zero), em = _mm512_set1_epi32(p->ew_mul);
+  const __m512i eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
+  const int relu = p->act == ACCEL_ACT_RELU, unit = f->out_mul == 1;
+#define ADD32(RELU, SPLIT, UNIT) \
+  add32_body(f, v, operand, y, count, ez, em, eh, es, RELU, SPLIT, UNIT, l8, h8)
+  if (relu) {
+    if (f->split) {
+      if (unit) ADD32(1, 1, 1); else ADD32(1, 1, 0);
+    } else {
+      if (unit) ADD32(1, 0, 1); else ADD32(1, 0, 0);
+    }
+  } else {
+    if (f->split) {
+      if (unit) ADD32(0, 1, 1); else ADD32(0, 1, 0);
+    } else {
+      if (unit) ADD32(0, 0, 1); else ADD32(0, 0, 0);
+    }
+  }
+#undef ADD32
+}
+
 /* The parameters every channel shares. */
 static void call_params(const sdp_i8* p, vec_params* q) {
   q->ew_zero = _mm512_set1_epi64(p->ew_zero);
@@ -500,6 +651,11 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   }
   if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 &&
       (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
+    add32 f;
+    if (add32_plan(p, c.bias, c.mul, c.shift, &f)) {
+      span_add32(p, &f, v, operand, y, count);
+      return;
+    }
     span_fast_add(p, &c, v, operand, y, count);
     return;
   }

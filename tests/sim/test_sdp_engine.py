@@ -147,6 +147,63 @@ def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
         assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
 
 
+def _rhaz(p, s):
+    half = 1 << (s - 1) if s > 0 else 0
+    return -((-p + half) >> s) if p < 0 else (p + half) >> s
+
+
+# (out_mul, out_shift, ew_zero, ew_mul, ew_shift): the compiler's residual add (out_mul 1,
+# out_shift 8), wide and negative output multipliers, element-wise shifts from 0 to past 23
+# (where e is 0), and output shifts where the int32 form no longer fits (30, 31)
+ADD_CONVERTERS = [(1, 8, -128, 23170, 7), (1, 0, 0, 1, 0), (3, 15, 17, -32768, 23),
+                  (-5, 12, 127, 32767, 24), (32767, 22, -3, 9001, 1), (-32768, 30, 0, 257, 40),
+                  (32767, 31, 60, -700, 3)]
+
+
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("out_zero", [-128, 0, 93])
+@pytest.mark.parametrize("out_mul,out_shift,ew_zero,ew_mul,ew_shift", ADD_CONVERTERS)
+def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_shift, ew_zero,
+                                                   ew_mul, ew_shift):
+    """The residual converter (bias, mul, shift, ADD with its operand converter, an output
+    converter, NONE / RELU / CLIP) runs in int32 lanes where the bounds allow (sdp_i8.c
+    span_add32: t clamped to +-T1, where t2 = rhaz(t * mul, s) passes +-(T_out + E) and the sum
+    saturates the codes whatever the operand; a direct and a split product), otherwise in int64:
+    every channel shift 0..44, positive, negative and zero multipliers, every operand code in
+    every channel, and biases that put t on both sides of +-T1, of the t that gives t2 = +-T_out
+    and +-(T_out - E), and of the int32 ends."""
+    rng = np.random.default_rng(abs(out_zero) * 131 + out_shift * 7 + ew_shift)
+    shifts = np.arange(45)
+    c = shifts.size * 6
+    rshift = np.repeat(shifts, 6).astype(np.uint8)
+    mul = rng.integers(1, 32768, c)
+    mul[::6] = rng.choice([1, 2, 16384, 32767, -1, -32768, 0], shifts.size)
+    # the thresholds as sdp_i8.c's add32_plan computes them (for mul > 0)
+    r = 128 + abs(out_zero)
+    t_out = -(-(r << out_shift) // abs(out_mul))
+    e_max = max(abs(_rhaz((code - ew_zero) * ew_mul, ew_shift)) for code in (-128, 127))
+    targets = [t_out + e_max, t_out, max(t_out - e_max, 0)]  # values of t2
+    bias = np.zeros(c, np.int64)
+    for ch in range(c):
+        m, sh = max(abs(int(mul[ch])), 1), int(rshift[ch])
+        edge = -(-(int(targets[ch % 3]) << sh) // m)  # the t that gives t2 = target
+        sign = 1 if ch % 2 else -1
+        bias[ch] = min(max(sign * edge + int(rng.integers(-200, 200)), -2**31), 2**31 - 1)
+    bias[5::12] = rng.choice([-2**31, 2**31 - 1, 0], bias[5::12].size)
+    x = rng.integers(-128, 128, (1, c, 2, 128)).astype(np.int8)
+    codes = np.arange(-128, 128, dtype=np.int8)
+    operand = np.stack([rng.permutation(codes) for _ in range(c)]).reshape(x.shape)
+    op = Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16), rshift=rshift,
+             in_zero=int(rng.integers(-128, 128)), ew_op="add", operand=operand,
+             ew_zero=ew_zero, ew_mul=ew_mul, ew_shift=ew_shift, act=act, out_mul=out_mul,
+             out_shift=out_shift, out_zero=out_zero,
+             clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
+             precision="int8")
+    y = run_and_compare(DEVICE, [op], x, f"add edges {act} {out_zero} {out_mul}/{out_shift}")
+    if not (act == "relu" and out_mul < 0 and out_zero == -128):  # there every code is -128
+        assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
+
+
 def test_int8_element_wise_ops_with_converters():
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (2, 6, 5, 7)).astype(np.int8)
