@@ -3,9 +3,76 @@
 
 #include "kernels.h"
 
+/* The common epilogues (scale and/or shift, then ADD or nothing, then NONE / RELU / CLIP) in
+ * one pass over x: the same operations in the same order as the step-by-step passes below, so
+ * the same bits; one load and store of x instead of one per step (a ResNet residual block's
+ * BN + add + ReLU took three). Flags are compile-time constants in each instantiation. */
+static inline __attribute__((always_inline)) void span_one_pass(const float* src, float* x,
+                                                                const float* operand,
+                                                                int64_t count, float s, float b,
+                                                                float lo, float hi, int scale,
+                                                                int shift, int add, int act) {
+  for (int64_t i = 0; i < count; ++i) {
+    float t = src[i];
+    if (scale) t = t * s;
+    if (shift) t = t + b;
+    if (add) t = t + operand[i];
+    if (act == ACCEL_ACT_RELU) t = t < 0.0f ? 0.0f : t; /* NaN stays */
+    if (act == ACCEL_ACT_CLIP) {
+      t = t < lo ? lo : t; /* NaN stays */
+      t = t > hi ? hi : t;
+    }
+    x[i] = t;
+  }
+}
+
+#define ONE_PASS(NAME, SCALE, SHIFT, ADD)                                                     \
+  static void NAME(const float* src, float* x, const float* operand, int64_t count, float s,  \
+                   float b, float lo, float hi, accel_activation act) {                       \
+    if (act == ACCEL_ACT_RELU)                                                                \
+      span_one_pass(src, x, operand, count, s, b, lo, hi, SCALE, SHIFT, ADD, ACCEL_ACT_RELU); \
+    else if (act == ACCEL_ACT_CLIP)                                                           \
+      span_one_pass(src, x, operand, count, s, b, lo, hi, SCALE, SHIFT, ADD, ACCEL_ACT_CLIP); \
+    else                                                                                      \
+      span_one_pass(src, x, operand, count, s, b, lo, hi, SCALE, SHIFT, ADD, ACCEL_ACT_NONE); \
+  }
+ONE_PASS(pass_bn, 1, 1, 0)
+ONE_PASS(pass_scale, 1, 0, 0)
+ONE_PASS(pass_shift, 0, 1, 0)
+ONE_PASS(pass_act, 0, 0, 0)
+ONE_PASS(pass_bn_add, 1, 1, 1)
+ONE_PASS(pass_scale_add, 1, 0, 1)
+ONE_PASS(pass_shift_add, 0, 1, 1)
+ONE_PASS(pass_add, 0, 0, 1)
+#undef ONE_PASS
+
+typedef void (*one_pass_fn)(const float*, float*, const float*, int64_t, float, float, float,
+                            float, accel_activation);
+
+static int one_pass(const sdp_f32* p) {
+  return (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD) &&
+         (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP);
+}
+
+/* x = SDP(src) for a one_pass op (src may equal x). */
+static void span_from(const sdp_f32* p, int32_t channel, const float* src, float* x,
+                      const float* operand, int64_t count) {
+  static const one_pass_fn passes[2][4] = {{pass_act, pass_shift, pass_scale, pass_bn},
+                                           {pass_add, pass_shift_add, pass_scale_add,
+                                            pass_bn_add}};
+  const int affine = (p->scale != NULL) * 2 + (p->shift != NULL);
+  passes[p->ew_op == ACCEL_EW_ADD][affine](
+      src, x, operand, count, p->scale != NULL ? p->scale[channel] : 1.0f,
+      p->shift != NULL ? p->shift[channel] : 0.0f, p->clip_min, p->clip_max, p->act);
+}
+
 /* Built with -ffp-contract=off: x * scale + shift rounds twice, as the NumPy reference does. */
 void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
                   int64_t count) {
+  if (one_pass(p)) {
+    span_from(p, channel, x, x, operand, count);
+    return;
+  }
   if (p->scale != NULL && p->shift != NULL) {
     const float s = p->scale[channel], b = p->shift[channel];
     for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s + b;
@@ -85,10 +152,14 @@ static void run_item(void* ctx, int64_t item, int participant) {
   for (int64_t plane = item * J->per_item; plane < end; ++plane) {
     const int64_t offset = plane * J->hw;
     float* dst = J->out + offset;
+    const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
+    if (one_pass(J->p)) { /* reads the input once, no copy first */
+      span_from(J->p, (int32_t)(plane % J->c), J->in + offset, dst, operand, J->hw);
+      continue;
+    }
     if (dst != J->in + offset) {
       for (int64_t i = 0; i < J->hw; ++i) dst[i] = J->in[offset + i];
     }
-    const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
     sdp_f32_span(J->p, (int32_t)(plane % J->c), dst, operand, J->hw);
   }
 }

@@ -41,6 +41,38 @@ def test_global_average_pool_7x7(rng):
     assert_close(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("padding,include_pad", [(0, False), (1, False), (1, True)])
+def test_global_pooling_is_bit_exact(kind, padding, include_pad):
+    """Global pooling (one output per plane) runs 8 planes at a time, each in the window's
+    scalar order: 1, 2 and 3 threads on 83 planes (a partial block in every item), FP16 bit
+    for bit with the reference; fp32 max with NaNs and infinities too, and fp32 (unpadded) bit
+    for bit with the same windows pooled as two outputs of one row (the scalar path)."""
+    rng = np.random.default_rng(44)
+    size = 7 - padding
+    kernel = size + 2 * padding
+    x = rng.standard_normal((2, 83, size, size), dtype=np.float32) * 3
+    if kind == "max":
+        x[0, 5, 2, 3] = np.nan
+        x[1, 9, 0, 0] = np.inf
+        x[1, 17, 5, 5] = -np.inf
+    halves = (x * np.exp2(rng.integers(-14, 10, x.shape))).astype(np.float16)
+    op = Pool(kind, kernel, 1, padding, include_pad)
+    op16 = Pool(kind, kernel, 1, padding, include_pad, precision="fp16")
+    pair = Pool(kind, kernel, kernel)  # two windows per row, side by side
+    two = np.concatenate([x, x[..., ::-1]], axis=3)
+    for threads, device in DEVICES.items():
+        assert_same(device.run([op16], halves)[0], ref.run_op(op16, halves),
+                    f"fp16 {kind}, {threads} threads")
+        y = device.run([op], x)[0]
+        if kind == "max":
+            assert_same(y, ref.run_op(op, x), f"fp32 max, {threads} threads")
+        else:
+            assert_close(y, ref.run_op(op, x), rtol=1e-6)
+        if padding == 0:
+            assert_same(device.run([pair], two)[0][..., :1], y, f"fp32 {kind} scalar path")
+
+
 # --- INT8 --------------------------------------------------------------------------------------
 
 INT8_POOLS = [

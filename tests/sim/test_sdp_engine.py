@@ -86,6 +86,29 @@ def test_nan_and_infinity_follow_the_reference():
     np.testing.assert_array_equal(DEFAULT_DEVICE.run([pool], windows)[0], ref.run_op(pool, windows))
 
 
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("add", [False, True])
+@pytest.mark.parametrize("scale,shift", [(False, False), (True, False), (False, True),
+                                         (True, True)])
+def test_one_pass_epilogues_match_the_reference(scale, shift, add, act, rng):
+    """Every combination sdp.c computes in one pass (scale and/or shift, ADD or nothing, NONE /
+    RELU / CLIP), with NaNs, infinities and values on the clip bounds, alone and after a CONV,
+    bit for bit with the reference."""
+    shape = (1, 6, 9, 23)
+    x = rng.standard_normal(shape, dtype=np.float32) * 4
+    x.flat[::37] = np.nan
+    x.flat[5::41] = np.inf
+    x.flat[7::43] = -np.inf
+    x.flat[11::29] = 6.0
+    spec = dict(scale=scale, shift=shift, ew_op="add" if add else None, act=act)
+    op = _sdp(spec, shape, rng)
+    assert_same(DEFAULT_DEVICE.run([op], x)[0], ref.run_op(op, x), f"{spec} alone")
+    w = rng.standard_normal((6, 6, 3, 3), dtype=np.float32)
+    chain = [Conv(w, padding=1), op]
+    fused = DEFAULT_DEVICE.run(chain, x, mode="fused")[0]
+    assert_same(fused, DEFAULT_DEVICE.run(chain, x, mode="independent")[0], f"{spec} fused")
+
+
 # --- INT8: the converters' edges, one at a time ------------------------------------------------
 
 def test_int8_element_wise_saturates_at_int32():
