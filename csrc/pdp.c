@@ -67,24 +67,30 @@ static void pool_row_vector(const pdp_geometry* g, const float* in, float* out, 
   for (int64_t ox = 0; ox < g->out_w; ox += 16) {
     const int64_t live = g->out_w - ox < 16 ? g->out_w - ox : 16;
     const __mmask16 store = (__mmask16)((1u << live) - 1u);
+    /* the image columns of each tap's one or two vectors, the same on every row */
+    __mmask16 inside_lo[ACCEL_MAX_POOL_KERNEL], inside_hi[ACCEL_MAX_POOL_KERNEL];
+    for (int32_t s = 0; s < g->kernel_w; ++s) {
+      const int64_t base = ox * sw - g->pad_left + s; /* input column of lane 0 */
+      inside_lo[s] = columns_inside(base, W);
+      inside_hi[s] = sw == 1 ? 0 : columns_inside(base + 16, W);
+    }
     __m512 acc = fill;
     for (int32_t r = r0; r < r1; ++r) {
-      const float* row = in + (int64_t)(y0 + r) * W;
+      const float* row = in + (int64_t)(y0 + r) * W + ox * sw - g->pad_left;
       for (int32_t s = 0; s < g->kernel_w; ++s) {
-        const int64_t base = ox * sw - g->pad_left + s; /* input column of lane 0 */
         __m512 v;
         if (sw == 1) {
-          v = _mm512_mask_loadu_ps(fill, columns_inside(base, W), row + base);
+          v = _mm512_mask_loadu_ps(fill, inside_lo[s], row + s);
         } else {
-          const __m512 lo = _mm512_mask_loadu_ps(fill, columns_inside(base, W), row + base);
-          const __m512 hi =
-              _mm512_mask_loadu_ps(fill, columns_inside(base + 16, W), row + base + 16);
+          const __m512 lo = _mm512_mask_loadu_ps(fill, inside_lo[s], row + s);
+          const __m512 hi = _mm512_mask_loadu_ps(fill, inside_hi[s], row + s + 16);
           v = _mm512_permutex2var_ps(lo, even, hi);
         }
         if (is_max) {
-          const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) |
-                                 _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-          acc = _mm512_mask_blend_ps(take, acc, v);
+          /* v > acc ? v : acc (max_ps returns its second operand unless the first is greater,
+           * so a NaN acc stays), then a NaN v wins */
+          acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                   v);
         } else {
           acc = _mm512_add_ps(acc, v);
         }

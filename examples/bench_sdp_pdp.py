@@ -1,6 +1,7 @@
 """The SDP and PDP engines alone: nanoseconds per element of one op, the simulator's own time.
 
-Each op runs on a 256x56x56 tensor and on a 256x1x16 one (global pooling: 4096x7x7 and 64x7x7);
+Each op runs on a 256x56x56 tensor and on a 256x1x16 one (global pooling: 4096x7x7 and 64x7x7;
+ResNet's max pool: 64x112x112 and 64x2x2);
 the difference of their per-call thread CPU times over the difference of their element counts is
 the engine's cost per element, without the fixed cost of a call (Python, validation, the cost
 model). One thread, medians of 7 batches of 100 calls; thread time is barely moved by other
@@ -48,8 +49,10 @@ OPS = {
     "fp32_bn_relu": lambda rng, shape: (_fp32(rng, shape, False), "fp32"),
     "fp32_bn_add_relu": lambda rng, shape: (_fp32(rng, shape, True), "fp32"),
     "fp32_global_avgpool": lambda rng, shape: (Pool("avg", shape[2:], 1), "fp32"),
+    "fp32_maxpool_3x3s2": lambda rng, shape: (Pool("max", 3, 2, 1), "fp32"),
 }
-SHAPES = {"fp32_global_avgpool": ((1, 4096, 7, 7), (1, 64, 7, 7))}
+SHAPES = {"fp32_global_avgpool": ((1, 4096, 7, 7), (1, 64, 7, 7)),
+          "fp32_maxpool_3x3s2": ((1, 64, 112, 112), (1, 64, 2, 2))}
 
 
 def per_call_us(device, op, x, calls=100, batches=7):
