@@ -25,15 +25,18 @@ C = 256
 
 
 def _int8(rng, shape, add):
-    common = dict(bias=rng.integers(-3000, 3000, C).astype(np.int32),
+    # a conv's converter: the accumulator's unit about 2^-10 of the output step (shifts 24-25),
+    # v spread over the accumulator's range
+    common = dict(bias=rng.integers(-300000, 300000, C).astype(np.int32),
                   mul=rng.integers(16384, 32768, C).astype(np.int16),
-                  rshift=rng.integers(14, 18, C).astype(np.uint8), in_zero=-3, act="relu",
+                  rshift=rng.integers(24, 26, C).astype(np.uint8), in_zero=-3, act="relu",
                   precision="int8")
     if not add:  # the common converter (a conv's BN + ReLU), out_mul 0
         return Sdp(**common, out_zero=-128)
     # the compiler's residual add: the operand 2^-8 of the output step, out_mul 1, out_shift 8
-    return Sdp(**common, ew_op="add", operand=rng.integers(-128, 128, shape).astype(np.int8),
-               ew_zero=-128, ew_mul=23170, ew_shift=7, out_mul=1, out_shift=8, out_zero=-128)
+    return Sdp(**{**common, "rshift": common["rshift"] - 8}, ew_op="add",
+               operand=rng.integers(-128, 128, shape).astype(np.int8), ew_zero=-128,
+               ew_mul=23170, ew_shift=7, out_mul=1, out_shift=8, out_zero=-128)
 
 
 def _fp32(rng, shape, add):

@@ -170,6 +170,33 @@ def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
         assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
 
 
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("out_zero", [-128, -7, 0, 93, 127])
+def test_int8_common_converter_rounds_halves_away_from_zero(act, out_zero):
+    """The shifts a conv's converter has (17..40, sdp_i8.c's split form in int32 lanes where
+    the bounds allow): multipliers 2^j with t * mul / 2^s landing exactly on halves of both
+    signs (v + bias = q * 2^(s-j) + 2^(s-j-1) for v in range), and odd multipliers."""
+    rng = np.random.default_rng(900 + out_zero)
+    shifts = np.repeat(np.arange(17, 41), 6)
+    c = shifts.size
+    j = np.minimum(rng.integers(0, 15, c), shifts - 1)
+    mul = (1 << j).astype(np.int64)
+    mul[5::6] = rng.integers(1, 32768, c // 6) | 1
+    d = shifts - j
+    q = rng.integers(-130, 131, c)
+    bias = np.array([int(qi) * (1 << int(di)) + (1 << int(di - 1)) + int(rng.integers(-100, 100))
+                     for qi, di in zip(q, d)], dtype=object)
+    bias = np.clip(bias, -2**31, 2**31 - 1).astype(np.int64)
+    x = np.tile(np.arange(-128, 128, dtype=np.int8), (1, c, 1, 1)).reshape(1, c, 1, 256)
+    op = Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16),
+             rshift=shifts.astype(np.uint8), in_zero=0, act=act, out_zero=out_zero,
+             clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
+             precision="int8")
+    y = run_and_compare(DEVICE, [op], x, f"converter halves {act} {out_zero}")
+    if not (act == "relu" and out_zero == 127):  # there every code is max(y, 127)
+        assert len(np.unique(y)) > 3
+
+
 def _rhaz(p, s):
     half = 1 << (s - 1) if s > 0 else 0
     return -((-p + half) >> s) if p < 0 else (p + half) >> s
