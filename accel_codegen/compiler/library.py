@@ -504,7 +504,7 @@ def load_library(path: str | os.PathLike) -> "tvm.runtime.Module":
     (tvm-ffi's ``keep_module_alive``), the module lives as long as references to it do: when
     the last goes, the library is unloaded and its generated functions release their constants,
     packed weights and scratch (``accel_glue_release``). Otherwise each model built in a
-    session would stay in memory to its end (ResNet-50: about 80 MB int8, 180 MB fp16)."""
+    session would stay in memory to its end (ResNet-50 int8: about 80 MB a build)."""
     path = check_library(path)
     try:
         return tvm_ffi.load_module(str(path), keep_module_alive=False)
