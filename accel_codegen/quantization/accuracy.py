@@ -284,10 +284,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         return np.asarray(result.numpy(), np.float64)
 
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=chains_for)
-    # int8 code adds its converter SDP to a conv without one (fp16 code does not)
-    shifted = {run.key for run in runs(matched, chosen)
-               if run.layer.conv is not None and run.layer.sdp.empty() and
-               (run.precision or precision) == "int8"}
+    shifted = {run.key for run in runs(matched)
+               if run.layer.conv is not None and run.layer.sdp.empty()}
     comparer = _Comparer(used, shifted)
     signal = noise = 0.0
     agree = total = 0
