@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import warnings
 
@@ -55,7 +56,8 @@ def main() -> int:
     part = ac.partition_for_accel(model.mod, model.params, config=args.config,
                                   precision="mixed", calibration=search.calibration,
                                   layer_precisions=search.layer_precisions)
-    say(f"search: {time.perf_counter() - start:.0f} s wall, {search.builds} builds")
+    say(f"search: {time.perf_counter() - start:.0f} s wall, {search.builds} builds, peak RSS "
+        f"{_peak_rss_mb():,.0f} MB, load average {os.getloadavg()[0]:.1f}")
     say(str(search))
     extra = np.linspace(0, len(search.order), args.points + 2).round().astype(int)[1:-1]
     for k in sorted(set(int(k) for k in extra)):
@@ -81,8 +83,18 @@ def main() -> int:
     converts = [layer for layer in estimate.layers if "convert" in layer.label]
     say(f"\nestimate {estimate.total_cycles:,} cycles, profiled run {prof.totals['cycles']:,}; "
         f"{len(converts)} converting runs, {sum(c.cycles for c in converts):,} cycles")
+    say(f"whole run: {time.perf_counter() - start:.0f} s wall, peak RSS {_peak_rss_mb():,.0f} MB")
     _write(args.out, lines, search, f"{args.model}: output SQNR against cycles, int8 to fp16")
     return 0
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM), MB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _write(out, lines, search, title: str = "") -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import re
 import reprlib
+import tempfile
 import threading
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import tvm
@@ -160,6 +162,29 @@ class AccelVirtualMachine:
         return f"<accel_codegen.AccelVirtualMachine of {self.source} on {self.device}>"
 
 
+def _jit(exe) -> "tvm.runtime.Module":
+    """``exe.jit()`` with the simulator linked in, and the library loaded so that it is unloaded
+    (its constants, packed weights and scratch freed) when the executable and every VM on it
+    are dropped: ``Executable.jit`` loads with ``tvm.runtime.load_module``, which keeps every
+    library to the end of the process (:func:`.library.load_library`). The module is kept
+    where ``Executable.jit`` keeps its own, so a second VM (or ``exe.jit()``) reuses it."""
+    module = getattr(exe, "_jitted_mod", None)
+    if module is not None:
+        return module
+    if not exe.mod._collect_from_import_tree(lambda m: m.kind in ("c", "static_library")):
+        return exe.jit()  # nothing to compile (as Executable.jit decides): runs as it is
+    with tempfile.TemporaryDirectory(prefix="accel-jit-") as directory:
+        path = Path(directory) / "exported.so"
+        try:
+            exe.export_library(str(path), options=link_options())
+        except Exception as error:  # TVM's RuntimeError with the whole command line
+            raise AccelLibraryError(f"cannot build the executable's library: "
+                                    f"{compiler_message(error)}") from None
+        module = load_library(path)  # mapped: the file may go
+    exe._jitted_mod = module
+    return module
+
+
 def virtual_machine(exe_or_path, device=None) -> AccelVirtualMachine:
     """A VM for an executable (JIT-linked against the simulator), an exported library's path,
     or a loaded module.
@@ -175,12 +200,7 @@ def virtual_machine(exe_or_path, device=None) -> AccelVirtualMachine:
         module = load_library(exe_or_path)
         source = f"library '{exe_or_path}'"
     elif hasattr(exe_or_path, "jit"):
-        try:
-            module = exe_or_path.jit(options=link_options())
-        except Exception as error:  # TVM's RuntimeError with the whole command line
-            raise AccelLibraryError(f"cannot build the executable's library: "
-                                    f"{compiler_message(error)}") from None
-        source = "the executable"
+        module, source = _jit(exe_or_path), "the executable"
     elif isinstance(exe_or_path, tvm.runtime.Module):
         module, source = exe_or_path, "the module"
     else:

@@ -26,8 +26,10 @@ import tvm
 
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
-from ..compiler.partition import calibration_of, generate_partition, match_composites, partition_for_accel
+from ..compiler.partition import (calibration_of, generate_partition, match_composites,
+                                  partition_for_accel, partition_report)
 from ..sim.config import AccelConfig
+from ..sim.labels import layer_key
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
 from ..compiler.frontend import bind_params
@@ -92,6 +94,7 @@ class AccuracyReport:
     tensors: List[TensorAccuracy]
     ort: Optional[OrtComparison] = None
     ort_skipped: Optional[str] = None  # why there is no ONNX Runtime comparison, if asked for
+    layer_precisions: Optional[Dict[str, str]] = None  # mixed: each layer's (``f0.3``: int8)
 
     @property
     def ort_gap_db(self) -> Optional[float]:
@@ -118,7 +121,12 @@ class AccuracyReport:
                       f"{self.calibration_samples} inputs" if self.calibration_method else ""
         top1 = f", top-1 agreement {self.top1_agreement * 100:.1f} %" \
             if self.top1_agreement is not None else ""
-        lines = [f"{self.precision} on {self.config} vs fp32 over {self.inputs} inputs"
+        precision = self.precision
+        if self.layer_precisions:
+            counts = [f"{sum(p == each for p in self.layer_precisions.values())} {each}"
+                      for each in ("int8", "fp16")]
+            precision += f" ({' and '.join(counts)} layers)"
+        lines = [f"{precision} on {self.config} vs fp32 over {self.inputs} inputs"
                  f"{calibration}: output SQNR {self.output_sqnr_db:.2f} dB{top1}"]
         if self.ort is not None:
             o = self.ort
@@ -135,7 +143,11 @@ class AccuracyReport:
             rows.append([t.key, t.op_index, primitive, "x".join(map(str, t.shape)), t.sqnr_db,
                          t.max_abs_error, t.saturated * 100,
                          "" if t.scale is None else t.scale, "" if t.zero is None else t.zero])
-        lines.append(render_table(_TENSOR_COLUMNS, rows))
+            if self.layer_precisions:  # mixed: the precision of the tensor's layer
+                rows[-1].insert(1, self.layer_precisions.get(layer_key(t.key), ""))
+        columns = _TENSOR_COLUMNS if not self.layer_precisions else \
+            _TENSOR_COLUMNS[:1] + (Column("prec", 4, "<"),) + _TENSOR_COLUMNS[1:]
+        lines.append(render_table(columns, rows))
         return "\n".join(lines)
 
 
@@ -205,16 +217,23 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     fuse: bool = True, calibration=None,
                     calibration_method: str = DEFAULT_METHOD,
                     onnx_model=None, equalize: Optional[bool] = None,
-                    bias_correction: bool = True) -> AccuracyReport:
+                    bias_correction: bool = True, target_sqnr_db: Optional[float] = None,
+                    layer_precisions: Optional[Dict[str, str]] = None) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
     ----------
     mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction
-        As for :func:`accel_codegen.partition_for_accel`; ``precision`` "int8" or "fp16".
-        The fp32 reference is built from the equalised weights when the int8 build
+        As for :func:`accel_codegen.partition_for_accel`; ``precision`` "int8", "fp16" or
+        "mixed". The fp32 reference is built from the equalised weights when the int8 build
         equalises them (the same function to float32 rounding), so that each tensor is
         compared with its own fp32 counterpart.
+    target_sqnr_db, layer_precisions
+        precision="mixed", one of them (as for :func:`accel_codegen.partition_for_accel`):
+        the search's target on the calibration inputs, or each layer's precision. The
+        reference is the fp32 code of the int8 partition (the mixed build's); a converting
+        run is not a tensor of its own (the observer sees its values where they were made),
+        and each layer's tensors carry its precision (``layer_precisions`` of the report).
     inputs : iterable
         Evaluation inputs of ``main`` (each a tuple of arrays, or one array); use inputs other
         than the calibration ones.
@@ -240,16 +259,22 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = examples_of(calibration, "calibration")  # read twice: ours, ORT's
         ort_runs, ort_skipped = _ort_runs(onnx_model, precision, calibration)
+    switches = {"equalize": equalize, "bias_correction": bias_correction} \
+        if precision == "int8" else {}
+    if precision == "mixed" or target_sqnr_db is not None or layer_precisions is not None:
+        switches = {"target_sqnr_db": target_sqnr_db, "layer_precisions": layer_precisions}
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                  calibration=calibration,
-                                 calibration_method=calibration_method,
-                                 **({"equalize": equalize, "bias_correction": bias_correction}
-                                    if precision == "int8" else {}))
+                                 calibration_method=calibration_method, **switches)
+    # The chains of the build: a mixed build is the int8 partition, each layer in its own
+    # precision (None otherwise: the whole build is in ``precision``).
+    chosen = partition_report(target).layer_precisions if precision == "mixed" else None
+    chains_for = "int8" if precision == "mixed" else precision
     used = calibration_of(target, used=True)
     made = calibration_of(target)
     if made is not None and made.equalized:  # the fp32 tensors of the weights int8 quantises
         mod, params = equalization.equalize(bind_params(mod, params) if params else mod)[0], None
-    reference = generate_partition(mod, params, config, fuse, precision, "fp32", None)
+    reference = generate_partition(mod, params, config, fuse, chains_for, "fp32", None)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
     vm = virtual_machine(tvm.compile(target, target="llvm"))
 
@@ -258,7 +283,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                    for x in example))
         return np.asarray(result.numpy(), np.float64)
 
-    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision=chains_for)
     shifted = {run.key for run in runs(matched)
                if run.layer.conv is not None and run.layer.sdp.empty()}
     comparer = _Comparer(used, shifted)
@@ -298,7 +323,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                             sqnr_db(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
     return AccuracyReport(config.name, precision, used.method if used else None,
                           used.samples if used else 0, len(examples), sqnr_db(signal, noise),
-                          agree / total if total else None, tensors, ort, ort_skipped)
+                          agree / total if total else None, tensors, ort, ort_skipped, chosen)
 
 
 def _ort_runs(onnx_model, precision: str, calibration):

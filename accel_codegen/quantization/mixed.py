@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -213,6 +212,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
                                       reference_machine)
     from ..compiler.vm import virtual_machine
     from ..sim.config import AccelConfig
+    from ..sim.labels import layer_key
     from ..tools.estimation import _LoweredModel
 
     target = check_target(target_sqnr_db)
@@ -248,7 +248,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         report = lowered({k: precision for k in keys}).estimate(config)
         per_layer = dict.fromkeys(keys, 0)
         for layer in report.layers:  # "f0.3b ..." -> "f0.3": a layer's runs together
-            per_layer[re.match(r"f\d+\.\d+", layer.label).group(0)] += layer.cycles
+            per_layer[layer_key(layer.label)] += layer.cycles
         return per_layer
 
     everything = {p: {k: p for k in keys} for p in PRECISIONS}

@@ -9,8 +9,9 @@ conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5
 ``f2.5b``; a concat or channel shuffle makes one BDMA run per copy, ``f2.5c0``, ``f2.5c1``, ...
 In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
 for the layers that read it in that one.
-The part before the space is the run's *key*.
+The part before the space is the run's *key*; its ``f<function>.<layer>`` the layer's.
 """
+import re
 
 #: The key part and primitive of the run that converts a layer's output (mixed precision).
 CONVERT_PART = "x"
@@ -36,3 +37,8 @@ def run_label(key: str, primitive: str, branch: bool = False) -> str:
 def label_key(label: str) -> str:
     """``"f0.3a accel.conv2d_bn (branch)"`` -> ``"f0.3a"``."""
     return label.split(" ", 1)[0]
+
+
+def layer_key(key_or_label: str) -> str:
+    """The key of the layer a run belongs to: ``"f0.3a"`` (or its label) -> ``"f0.3"``."""
+    return re.match(r"f\d+\.\d+", key_or_label).group(0)

@@ -7,8 +7,9 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
                                 [--precision P] [CALIBRATION] [--target-sqnr DB]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
                                [--precision P] [--trace out.json] [--trace-plot out.png]
-    accel-codegen accuracy MODEL --precision int8|fp16 [--config CFG] [--no-fuse] [--inputs M]
-                                 [CALIBRATION] [--no-ort] [--json out.json]
+    accel-codegen accuracy MODEL --precision int8|fp16|mixed [--config CFG] [--no-fuse]
+                                 [--inputs M] [CALIBRATION] [--target-sqnr DB] [--no-ort]
+                                 [--json out.json]
     accel-codegen bench MODEL [--modes fused,decomposed,host,pytorch,fused_int8,ort_fp32,ort_int8]
                               [--repeat N] [--threads T] [CALIBRATION] [--json out.json]
                               [--plot out.png] [--per-layer]
@@ -20,13 +21,14 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
 MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
 JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
-int8; partition and compile also take mixed (int8 or fp16 per layer, the assignment that
-reaches ``--target-sqnr DB`` of output SQNR against fp32 on the calibration inputs in the
-fewest cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION: ``--calibration N`` random N(0, 1) inputs of the
-model's input shapes, default 32, drawn with ``--seed``, default 1234;
-``--calibration-method`` mse, percentile, max or entropy); ``accuracy`` evaluates on inputs drawn
-with seed + 1, never the calibration ones; for int8 it also quantises the model with ONNX
-Runtime (static QDQ) on the same calibration inputs and prints its SQNR beside ours. bench's
+int8; partition, compile and accuracy also take mixed (int8 or fp16 per layer, the assignment
+that reaches ``--target-sqnr DB`` of output SQNR against fp32 on the calibration inputs in the
+fewest cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
+``--calibration N`` random N(0, 1) inputs of the model's input shapes, default 32, drawn with
+``--seed``, default 1234; ``--calibration-method`` mse, percentile, max or entropy);
+``accuracy`` evaluates on inputs drawn with seed + 1, never the calibration ones; for int8 it
+also quantises the model with ONNX Runtime (static QDQ) on the same calibration inputs and
+prints its SQNR beside ours. bench's
 int8 modes (fused_int8, ort_int8) calibrate on the same CALIBRATION inputs; it prints ONNX
 Runtime's time over the simulator's (>= 1.00: the simulator at least as fast). Without
 onnxruntime (``pip install 'accel-codegen[ort]'``) the ONNX Runtime parts are skipped, and
@@ -691,15 +693,16 @@ def _build_commands(sub) -> None:
     _trace_args(p, "the run's timeline")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("accuracy", help="SQNR of an int8 or fp16 build against fp32",
-                       description="Build a model in int8 or fp16 and in fp32 (the same "
-                       "partition), run both on random N(0, 1) inputs drawn with seed + 1 "
-                       "(int8 calibrates on inputs drawn with the seed), and print the SQNR "
+    p = sub.add_parser("accuracy", help="SQNR of an int8, fp16 or mixed build against fp32",
+                       description="Build a model in int8, fp16 or mixed int8/fp16 and in "
+                       "fp32 (the same partition), run both on random N(0, 1) inputs drawn "
+                       "with seed + 1 (int8 and mixed calibrate on inputs drawn with the "
+                       "seed, and mixed searches its assignment on them), and print the SQNR "
                        "of every accelerator tensor and of the output, and the top-1 "
                        "agreement.")
     _model_args(p)
-    _precision_args(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"], default=None,
-                    required=True)
+    _precision_args(p, choices=[c for c in mixed if c != "fp32"], default=None, required=True)
+    _target_args(p)
     p.add_argument("--inputs", type=_positive, default=16, metavar="M",
                    help="evaluation inputs (default 16)")
     p.add_argument("--no-ort", action="store_true",

@@ -213,8 +213,14 @@ int main(void) {
 
   /* reloading the constants releases the old references */
   EXPECT(load(constants, 2) == 0 && ref_balance == 2, "reload keeps one reference each");
-  for (int i = 0; i < 2; ++i) TVMFFIObjectDecRef(k_const_object[i]); /* as unloading would */
-  for (int i = 0; i < 1; ++i) free(k_temp[i]);
+  /* unloading (the destructor) releases the constants, the packed weights and the scratch;
+   * releasing twice (the destructor runs again at exit) is harmless */
+  EXPECT(k_temp[0] != NULL && k_fn.device != NULL, "scratch and device set up by the calls");
+  accel_glue_release(&k_fn);
+  EXPECT(ref_balance == 0 && k_const_object[0] == NULL && k_const[1] == NULL &&
+             k_temp[0] == NULL && k_fn.device == NULL, "released: balance %d", ref_balance);
+  accel_glue_release(&k_fn);
+  EXPECT(ref_balance == 0, "released twice: balance %d", ref_balance);
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -149,16 +149,18 @@ class ConvPoolConv(torch.nn.Module):
         return torch.relu(self.second(torch.nn.functional.max_pool2d(self.first(x), 3, 1, 1)))
 
 
-@pytest.mark.parametrize("precision", ["int8", "fp16"])
+@pytest.mark.parametrize("precision", ["int8", "fp16", "mixed"])
 def test_accuracy_report_pairs_the_tensors_of_a_conv_without_sdp(precision):
     torch.manual_seed(4)
     x = random_inputs((1, 4, 8, 8), 4, seed=4)
     mod, params = _module(ConvPoolConv(), x[0])
+    mixed = {"layer_precisions": {"f0.0": "fp16", "f0.1": "int8"}} if precision == "mixed" \
+        else {}
     report = ac.accuracy_report(mod, params, x[:2], precision=precision,
-                                calibration=x[2:] if precision == "int8" else None)
+                                calibration=x[2:] if precision != "fp16" else None, **mixed)
     rows = [(t.key, t.op_index) for t in report.tensors]
     assert rows == [("f0.0", 1), ("f0.0", 2), ("f0.1", 1)]
-    floor = 25 if precision == "int8" else 55
+    floor = 55 if precision == "fp16" else 25
     assert all(t.sqnr_db > floor for t in report.tensors), str(report)
 
 

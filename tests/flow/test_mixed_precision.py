@@ -219,7 +219,51 @@ def test_estimate_of_mixed_needs_an_assignment(lenet):
         ac.estimate(lenet[0], precision="mixed")
 
 
+# --- the accuracy report -----------------------------------------------------------------------
+
+def test_accuracy_report_of_a_mixed_build(small):
+    """Every tensor of a mixed build is compared with its fp32 counterpart in the precision
+    of its layer (int8 ones dequantised with their scale; a converting run is no tensor of its
+    own); the all-int8 assignment reports what the plain int8 build does, tensor for tensor;
+    promoting every other layer (the classifier, which adds most of int8's noise, among
+    them) raises the output SQNR."""
+    mod, calibration = small
+    evaluation = random_inputs((1, 3, 32, 32), 2, 1235)
+    keys = _keys(mod)
+    alternating = {k: "int8" if i % 2 == 0 else "fp16" for i, k in enumerate(keys)}
+    mixed = ac.accuracy_report(mod, inputs=evaluation, precision="mixed",
+                               calibration=calibration, layer_precisions=alternating)
+    all_int8 = ac.accuracy_report(mod, inputs=evaluation, precision="mixed",
+                                  calibration=calibration,
+                                  layer_precisions=dict.fromkeys(keys, "int8"))
+    plain = ac.accuracy_report(mod, inputs=evaluation, precision="int8",
+                               calibration=calibration, equalize=False)
+    assert mixed.layer_precisions == alternating and plain.layer_precisions is None
+    assert [t.label for t in mixed.tensors] == [t.label for t in plain.tensors]
+    assert {t.key for t in mixed.tensors} >= set(keys)
+    for t in mixed.tensors:
+        int8 = alternating[t.key] == "int8"
+        assert (t.scale is not None) == int8, t.label
+        assert 20 < t.sqnr_db < 90, t.label
+    assert [(t.label, t.sqnr_db, t.scale) for t in all_int8.tensors] == \
+        [(t.label, t.sqnr_db, t.scale) for t in plain.tensors]
+    assert all_int8.output_sqnr_db == plain.output_sqnr_db
+    assert mixed.output_sqnr_db > plain.output_sqnr_db + 3
+    text = str(mixed)
+    assert f"mixed ({len(keys) - len(keys) // 2} int8 and {len(keys) // 2} fp16 layers)" in text
+    assert "prec" in text.splitlines()[1]
+
+
 # --- the command line ---------------------------------------------------------------------------
+
+def test_cli_accuracy_of_a_mixed_build(capsys, model_file):
+    status, out, err = run_cli(capsys, "accuracy", f"{model_file}:small_cnn", "--precision",
+                               "mixed", "--target-sqnr", TARGET_DB, "--calibration",
+                               CALIBRATION, "--inputs", 2)
+    assert status == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("mixed ("))
+    assert "fp16 layers) on nv_full vs fp32 over 2 inputs" in header
+    assert float(header.split("output SQNR")[1].split("dB")[0]) > 40
 
 def test_cli_compiles_and_runs_a_mixed_build(capsys, tmp_path, model_file):
     status, out, err = run_cli(capsys, "compile", f"{model_file}:small_cnn", "-o",

@@ -14,6 +14,11 @@
  *   __tvm_ffi___init_<symbol>(array)    the constant loader: checks every constant, then holds
  *                                       them; weights packed from the old ones are dropped
  *
+ * and a destructor the dynamic loader runs when the library is unloaded (the last reference to
+ * its module dropped): it releases what the function holds (accel_glue_release), so a process
+ * that builds and drops many models does not keep every one's constants, packed weights and
+ * scratch.
+ *
  * Errors are raised with TVMFFIErrorSetRaisedFromCStr under the name of an accel_codegen
  * exception class (AccelInvalidError, AccelShapeError, ...), which accel_codegen registers with
  * tvm-ffi: Python sees that class; a process without accel_codegen sees a RuntimeError with the
@@ -297,6 +302,29 @@ static inline int accel_glue_init(accel_glue_function* f, const TVMFFIAny* args,
   return 0;
 }
 
+/* Everything the function holds, released: its references to the constants, the packed
+ * weights and the scratch (the state as before the first load). Run by the destructor when the
+ * library is unloaded: no module of it is left to call the function. */
+static inline void accel_glue_release(accel_glue_function* f) {
+  pthread_mutex_lock(f->lock);
+  for (int32_t i = 0; i < f->num_constants; ++i) {
+    if (f->const_objects[i] != NULL) TVMFFIObjectDecRef(f->const_objects[i]);
+    f->const_objects[i] = NULL;
+    f->constants[i] = NULL;
+  }
+  for (int32_t i = 0; i < f->num_packed; ++i) {
+    free(f->packed[i]);
+    f->packed[i] = NULL;
+    f->packed_bytes[i] = 0;
+  }
+  for (int32_t i = 0; i < f->num_temps; ++i) {
+    free(f->temps[i]);
+    f->temps[i] = NULL;
+  }
+  f->device = NULL; /* the shared device stays with libaccel; set up again at a next call */
+  pthread_mutex_unlock(f->lock);
+}
+
 /* The function itself: arguments checked, then the layers under the lock. */
 static inline int accel_glue_call(accel_glue_function* f, const TVMFFIAny* args, int32_t num_args,
                                   TVMFFIAny* result) {
@@ -326,7 +354,8 @@ static inline int accel_glue_call(accel_glue_function* f, const TVMFFIAny* args,
   return 0;
 }
 
-/* The two exported entry points of external function `symbol`, described by `function`. */
+/* The two exported entry points of external function `symbol`, described by `function`, and
+ * the destructor that releases its state when the library is unloaded (dlclose). */
 #ifdef __cplusplus
 #define ACCEL_GLUE_EXTERN extern "C"
 #else
@@ -342,6 +371,9 @@ static inline int accel_glue_call(accel_glue_function* f, const TVMFFIAny* args,
       void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {              \
     (void)self;                                                                              \
     return accel_glue_init(&(function), args, num_args, result);                             \
+  }                                                                                          \
+  __attribute__((destructor)) static void accel_glue_unload_##symbol(void) {                 \
+    accel_glue_release(&(function));                                                        \
   }
 
 #endif /* ACCEL_TVM_GLUE_H_ */
