@@ -205,12 +205,14 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     fuse: bool = True, calibration=None,
                     calibration_method: str = DEFAULT_METHOD,
                     onnx_model=None, equalize: Optional[bool] = None,
-                    bias_correction: bool = True) -> AccuracyReport:
+                    bias_correction: bool = True,
+                    weight_rounding: str = "nearest") -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
     ----------
-    mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction
+    mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction,
+    weight_rounding
         As for :func:`accel_codegen.partition_for_accel`; ``precision`` "int8" or "fp16".
         The fp32 reference is built from the equalised weights when the int8 build
         equalises them (the same function to float32 rounding), so that each tensor is
@@ -243,7 +245,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
                                  calibration=calibration,
                                  calibration_method=calibration_method,
-                                 **({"equalize": equalize, "bias_correction": bias_correction}
+                                 **({"equalize": equalize, "bias_correction": bias_correction,
+                                     "weight_rounding": weight_rounding}
                                     if precision == "int8" else {}))
     used = calibration_of(target, used=True)
     made = calibration_of(target)
