@@ -39,8 +39,9 @@ MAX_POSITIONS = 256
 #: layers with more weights per row keep nearest rounding (their H would not fit memory)
 MAX_COLUMNS = 4608
 #: H from fewer calibration rows than this many per column: nearest rounding. Measured on
-#: ResNet-18 (each layer's error on 16 other inputs, docs/ptq.md): 7 rows per column gained
-#: 1-1.7 dB over nearest, 2.7 gained 0.3-0.4 dB, 0.34 lost 2.6-3 dB (GPTQ fits the few rows)
+#: ResNet-18 (each layer's error on 16 other inputs, docs/ptq.md): 5-14 rows per column
+#: gained 0.7-1.7 dB over nearest, 2.7 gained 0.25-0.43 dB, 0.34-0.68 lost 2.5-3.0 dB (GPTQ
+#: fits the few rows it has)
 MIN_ROWS_PER_COLUMN = 2.0
 #: dampening: this fraction of H's mean diagonal is added to its diagonal (as the paper)
 DAMPING = 0.01
