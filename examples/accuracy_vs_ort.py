@@ -10,12 +10,13 @@ build's output. The same figures for one model:
 
 Issue #13's goal: our int8 SQNR >= ONNX Runtime's + 3 dB. The table reports the gap as
 measured; it does not tune. ``--before`` adds our int8 without cross-layer equalisation
-(``equalize=False``); ``--unseen`` measures the architectures of examples/unseen_models.py
+(``equalize=False``), ``--gptq`` our int8 with GPTQ weight rounding
+(``weight_rounding="gptq"``); ``--unseen`` measures the architectures of examples/unseen_models.py
 (ResNet-34, RegNetY-400MF-like, MobileNet-v2, EfficientNet-B0-like, written from torch.nn)
 instead of the zoo.
 
     python examples/accuracy_vs_ort.py [--models resnet18 resnet50] [--calibration 32]
-                                       [--inputs 16] [--before] [--unseen]
+                                       [--inputs 16] [--before] [--gptq] [--unseen]
                                        [--out docs/accuracy_vs_ort]
 
 Writes OUT.txt (the table) and OUT.json (the rows, with every report).
@@ -64,12 +65,20 @@ def measure(name: str, args) -> dict:
         report = ac.accuracy_report(mod, None, evaluation, config=args.accel_config,
                                     precision="int8", calibration=calibration, onnx_model=path)
     ort = report.ort
+    gptq = gptq_seconds = None
+    if args.gptq:  # the same build with GPTQ weight rounding (weight_rounding="gptq")
+        begin = time.perf_counter()
+        gptq = ac.accuracy_report(mod, None, evaluation, config=args.accel_config,
+                                  precision="int8", calibration=calibration,
+                                  weight_rounding="gptq").output_sqnr_db
+        gptq_seconds = time.perf_counter() - begin
     plain = None
     if args.before:  # the same build without cross-layer equalisation, as before it came
         plain = ac.accuracy_report(mod, None, evaluation, config=args.accel_config,
                                    precision="int8", calibration=calibration,
                                    equalize=False).output_sqnr_db
-    return {"model": name, "plain_db": plain, "ours_db": report.output_sqnr_db,
+    return {"model": name, "plain_db": plain, "gptq_db": gptq, "gptq_seconds": gptq_seconds,
+            "ours_db": report.output_sqnr_db,
             "ort_db": ort.output_sqnr_db,
             "gap_db": report.ort_gap_db, "meets_goal": report.ort_gap_db >= GOAL_GAP_DB,
             "ours_top1": report.top1_agreement, "ort_top1": ort.top1_agreement,
@@ -78,6 +87,7 @@ def measure(name: str, args) -> dict:
 
 
 COLUMNS = (Column("model", 20, "<"), Column("no CLE dB", 9), Column("ours dB", 8, spec=".2f"),
+           Column("GPTQ dB", 8), Column("GPTQ-ORT", 8),
            Column("ORT dB", 7, spec=".2f"), Column("ours-ORT", 8, spec="+.2f"),
            Column("goal +3", 7), Column("top-1 ours", 10), Column("top-1 ORT", 9),
            Column("ORT fp32 dB", 11, spec=".1f"), Column("s", 6, spec=".0f"))
@@ -90,7 +100,9 @@ def _pct(value) -> str:
 def format_table(rows: list, args) -> str:
     cells = [f"{r['model']:<18} error: {r['error']}" if "error" in r else
              [r["model"], "-" if r["plain_db"] is None else f"{r['plain_db']:.2f}",
-              r["ours_db"], r["ort_db"], r["gap_db"],
+              r["ours_db"], "-" if r["gptq_db"] is None else f"{r['gptq_db']:.2f}",
+              "-" if r["gptq_db"] is None else f"{r['gptq_db'] - r['ort_db']:+.2f}",
+              r["ort_db"], r["gap_db"],
               "met" if r["meets_goal"] else "below", _pct(r["ours_top1"]), _pct(r["ort_top1"]),
               r["ort_fp32_db"], r["seconds"]] for r in rows]
     return render_table(COLUMNS, cells)
@@ -108,6 +120,8 @@ def main() -> int:
     parser.add_argument("--before", action="store_true",
                         help="also our int8 without cross-layer equalisation (column "
                         "'no CLE dB')")
+    parser.add_argument("--gptq", action="store_true",
+                        help="also our int8 with GPTQ weight rounding (column 'GPTQ dB')")
     args = parser.parse_args()
     if args.unseen and args.models == list(MODELS):
         args.models = list(UNSEEN)

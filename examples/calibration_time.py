@@ -6,8 +6,10 @@ calibration inputs through it without an observer (the floor: the simulator's ow
 with calibration's observer (its statistics are the difference); the scales of each method
 from those statistics. Last, the whole of ``partition_for_accel(..., precision="int8",
 calibration=inputs)`` (equalisation, fp32 build, calibration, int8 code generation) once.
+``--gptq``: also the pass with GPTQ's observer (statistics and each conv's H), the rounding
+itself, and the whole ``partition_for_accel(..., weight_rounding="gptq")``.
 
-    python examples/calibration_time.py [--model resnet50] [--calibration 32]
+    python examples/calibration_time.py [--model resnet50] [--calibration 32] [--gptq]
 """
 from __future__ import annotations
 
@@ -23,11 +25,15 @@ def main() -> int:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--calibration", type=int, default=32)
     parser.add_argument("--methods", nargs="+", default=["mse", "percentile"])
+    parser.add_argument("--gptq", action="store_true")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import tvm
     from accel_codegen import AccelConfig, frontend, models
-    from accel_codegen.compiler.partition import generate_partition, partition_for_accel
+    from accel_codegen.compiler import weight_rounding
+    from accel_codegen.compiler.partition import (generate_partition, match_composites,
+                                                  partition_for_accel)
+    from accel_codegen.quantization.gptq import HessianObserver
     from accel_codegen.compiler.equalization import equalize
     from accel_codegen.compiler.vm import virtual_machine
     from accel_codegen.quantization import Calibration, Observer, observing
@@ -69,6 +75,22 @@ def main() -> int:
     start = now()
     partition_for_accel(mod, precision="int8", calibration=examples)
     stage("partition_for_accel, int8, all of it", start)
+    if args.gptq:
+        start = now()
+        matched = match_composites(equalised, None, config="nv_full", precision="int8")
+        hessians = HessianObserver(weight_rounding.conv_geometries(matched), len(tensors))
+        stage("GPTQ: pattern matching for the convs", start)
+        start = now()
+        with observing(hessians):
+            for example in tensors:
+                vm["main"](*example)
+        stage(f"{len(tensors)} inputs, + H of {len(hessians.hessians)} convs", start)
+        start = now()
+        weight_rounding.round_weights(equalised, matched, hessians.hessians)
+        stage("GPTQ rounding and the rewrite", start)
+        start = now()
+        partition_for_accel(mod, precision="int8", calibration=examples, weight_rounding="gptq")
+        stage("partition_for_accel, int8, gptq", start)
     return 0
 
 

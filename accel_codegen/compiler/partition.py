@@ -18,10 +18,12 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate
+from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
+from ..quantization.gptq import ROUNDINGS, HessianObserver
 from . import codegen, equalization, frontend
+from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
@@ -319,7 +321,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         winograd: bool = True, target_sqnr_db: Optional[float] = None,
                         layer_precisions: Optional[Dict[str, str]] = None,
                         equalize: Optional[bool] = None,
-                        bias_correction: bool = True) -> tvm.IRModule:
+                        bias_correction: bool = True,
+                        weight_rounding: str = "nearest") -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -377,7 +380,13 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`calibration_of` gives an int8 module's scales.
     """
     config = AccelConfig.resolve(config)
+    if weight_rounding not in ROUNDINGS:
+        raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
+                                f"{ROUNDINGS}")
     if precision == "mixed":
+        if weight_rounding == "gptq":
+            raise AccelInvalidError("weight_rounding='gptq' is a switch of int8 builds; a "
+                                    "mixed build rounds its int8 weights to nearest")
         if equalize or not bias_correction:
             raise AccelInvalidError("equalize and bias_correction are switches of int8 builds; "
                                     "a mixed build does not equalise (its fp16 layers would "
@@ -409,15 +418,31 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         raise AccelInvalidError(f"the calibration was made with equalize="
                                 f"{calibration.equalized}, the build asks equalize={equalize}: "
                                 "its scales are for other weights")
+    if weight_rounding == "gptq" and isinstance(calibration, Calibration):
+        raise AccelInvalidError("weight_rounding='gptq' rounds on the calibration inputs: give "
+                                "example inputs, not a Calibration (which keeps no Hessians), "
+                                "or weight_rounding='nearest'")
+    if equalize or weight_rounding == "gptq":
+        mod, params = frontend.bind_params(mod, params) if params else mod, None
     if equalize:
-        mod = equalization.equalize(frontend.bind_params(mod, params) if params else mod)[0]
-        params = None
+        mod = equalization.equalize(mod)[0]
     if not isinstance(calibration, Calibration):
+        observer = None
+        if weight_rounding == "gptq":  # each conv's H = X^T X, gathered in the same pass
+            matched = match_composites(mod, None, config=config, fuse=fuse, precision="int8")
+            calibration = examples_of(calibration, "calibration")
+            observer = HessianObserver(weight_rounding_pass.conv_geometries(matched),
+                                       len(calibration))
         vm = reference_machine(mod, params, config, fuse, winograd)
         calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                calibration_method)
+                                calibration_method, observer)
         calibration.equalized = equalize
-    calibration = dataclasses.replace(calibration, bias_correction=bias_correction)
+        if observer is not None:
+            mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
+                                                     bias_correction)[0]
+            del observer
+    calibration = dataclasses.replace(calibration, bias_correction=bias_correction,
+                                      weight_rounding=weight_rounding)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
 

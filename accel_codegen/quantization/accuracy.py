@@ -217,13 +217,15 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     fuse: bool = True, calibration=None,
                     calibration_method: str = DEFAULT_METHOD,
                     onnx_model=None, equalize: Optional[bool] = None,
-                    bias_correction: bool = True, target_sqnr_db: Optional[float] = None,
+                    bias_correction: bool = True, weight_rounding: str = "nearest",
+                    target_sqnr_db: Optional[float] = None,
                     layer_precisions: Optional[Dict[str, str]] = None) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
     ----------
-    mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction
+    mod, params, config, fuse, calibration, calibration_method, equalize, bias_correction,
+    weight_rounding
         As for :func:`accel_codegen.partition_for_accel`; ``precision`` "int8", "fp16" or
         "mixed". The fp32 reference is built from the equalised weights when the int8 build
         equalises them (the same function to float32 rounding), so that each tensor is
@@ -259,8 +261,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = examples_of(calibration, "calibration")  # read twice: ours, ORT's
         ort_runs, ort_skipped = _ort_runs(onnx_model, precision, calibration)
-    switches = {"equalize": equalize, "bias_correction": bias_correction} \
-        if precision == "int8" else {}
+    switches = {"equalize": equalize, "bias_correction": bias_correction,
+                "weight_rounding": weight_rounding} if precision == "int8" else {}
     if precision == "mixed" or target_sqnr_db is not None or layer_precisions is not None:
         switches = {"target_sqnr_db": target_sqnr_db, "layer_precisions": layer_precisions}
     target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,

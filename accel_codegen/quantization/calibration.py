@@ -245,6 +245,10 @@ class Calibration:
     equalized: bool = False
     # the build corrects each conv's bias for its weights' rounding (codegen/int8.py)?
     bias_correction: bool = True
+    # how the build rounded the conv weights: "nearest", or "gptq" on this calibration's
+    # inputs (quantization/gptq.py; its Hessians are not kept, so a Calibration read back
+    # from a module cannot round again)
+    weight_rounding: str = "nearest"
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
@@ -274,7 +278,8 @@ class Calibration:
                                        for (k, i), q in sorted(self.tensors.items())],
                            "means": {k: [float(v) for v in m] for k, m in self.means.items()},
                            "equalized": self.equalized,
-                           "bias_correction": self.bias_correction})
+                           "bias_correction": self.bias_correction,
+                           "weight_rounding": self.weight_rounding})
 
     @classmethod
     def from_json(cls, text: str) -> "Calibration":
@@ -282,7 +287,8 @@ class Calibration:
         return cls(data["method"], int(data["samples"]),
                    {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]},
                    {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()},
-                   bool(data.get("equalized", False)), bool(data.get("bias_correction", True)))
+                   bool(data.get("equalized", False)), bool(data.get("bias_correction", True)),
+                   str(data.get("weight_rounding", "nearest")))
 
 
 def examples_of(inputs, what: str) -> list:
@@ -297,14 +303,15 @@ def examples_of(inputs, what: str) -> list:
     return examples
 
 
-def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD
-              ) -> Calibration:
+def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD,
+              observer: Optional[Observer] = None) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
-    on each example (one pass), turned into scales by ``method``."""
+    on each example (one pass), turned into scales by ``method``. ``observer``: one that
+    gathers more in the same pass (e.g. :class:`~.gptq.HessianObserver`)."""
     if method not in METHODS:
         raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
     examples = examples_of(inputs, "calibration")
-    observer = Observer()
+    observer = observer if observer is not None else Observer()
     with observing(observer):
         for example in examples:
             run(*example)

@@ -146,7 +146,10 @@ def check_precision_args(args, config) -> None:
                         f"{args.precision})")
     switches = [flag for flag, on in (("--no-equalize", getattr(args, "no_equalize", False)),
                                       ("--no-bias-correction",
-                                       getattr(args, "no_bias_correction", False))) if on]
+                                       getattr(args, "no_bias_correction", False)),
+                                      ("--weight-rounding gptq",
+                                       getattr(args, "weight_rounding", "nearest") == "gptq"))
+                if on]
     if switches and args.precision != "int8":
         raise UserError(f"{' and '.join(switches)}: for int8 only (the precision is "
                         f"{args.precision})")
@@ -164,7 +167,8 @@ def _calibration(args, model) -> dict:
     _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})"
          + "".join(f"; {what} off" for what, off in (
              ("cross-layer equalisation", args.no_equalize),
-             ("bias correction", args.no_bias_correction)) if off))
+             ("bias correction", args.no_bias_correction)) if off)
+         + ("; weights rounded by GPTQ" if args.weight_rounding == "gptq" else ""))
     keywords = {"calibration": random_inputs(model, count, args.seed),
                 "calibration_method": method}
     if args.precision == "mixed":
@@ -173,7 +177,8 @@ def _calibration(args, model) -> dict:
         keywords["target_sqnr_db"] = args.target_sqnr
     else:
         keywords.update(equalize=not args.no_equalize,
-                        bias_correction=not args.no_bias_correction)
+                        bias_correction=not args.no_bias_correction,
+                        weight_rounding=args.weight_rounding)
     return keywords
 
 
@@ -628,6 +633,9 @@ def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool =
                    "(default: equalised where exact, see docs/ptq.md)")
     p.add_argument("--no-bias-correction", action="store_true",
                    help="int8: no bias correction of the weights' rounding shift")
+    p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
+                   help="int8: how the convolution weights round to their codes (default "
+                   "nearest; gptq: on the calibration inputs, see docs/ptq.md)")
 
 
 def _decibels(text: str) -> float:
