@@ -276,8 +276,8 @@ def _timed_rounds(runners: Dict[str, Callable[[], Any]], rounds: Dict[str, int],
     has its rounds): the wall times per mode, in seconds.
 
     With more than one thread, every timed run (but the host build's, single-threaded and
-    slow) directly follows an untimed run of the same mode: thread pools (ONNX Runtime's,
-    OpenMP's) then start as warm as in a stream of inferences, and the previous mode's
+    slow) directly follows an untimed run of the same mode: thread pools (ONNX Runtime's, the
+    simulator's) then start as warm as in a stream of inferences, and the previous mode's
     spinning threads are gone. Without it, ONNX Runtime's 2-thread int8 ResNet-18 measured
     20 ms interleaved against 5.7 ms alone."""
     for run in runners.values():
