@@ -763,11 +763,6 @@ def _analysis_commands(sub) -> None:
                    help="fused_int8: how activation ranges become scales (default mse)")
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
-    p.add_argument("--no-equalize", action="store_true",
-                   help="int8: no cross-layer equalisation of the convolution weights "
-                   "(default: equalised where exact, see docs/ptq.md)")
-    p.add_argument("--no-bias-correction", action="store_true",
-                   help="int8: no bias correction of the weights' rounding shift")
     _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_bench)
 
