@@ -159,20 +159,27 @@ def _int8_chains(rng):
 def test_concurrent_int8_runs_on_several_devices_match_the_reference(rng):
     """Three Python threads, each with its own 2-thread device: one parallel loop at a time
     gets the pool's workers, the others run on their callers; every result is bit-exact."""
+    chains = _int8_chains(rng)
+    _agree_on_python_threads(
+        [(f"chain {c}", lambda device, x=x, chain=chain, mode=mode:
+          device.run(chain, x, mode=mode)[0], ref.run_chain(chain, x))
+         for c, (x, chain, mode) in enumerate(chains)], rounds=10)
+
+
+def _agree_on_python_threads(cases, rounds: int) -> None:
+    """Three Python threads, each with its own 2-thread device, run every case ``rounds``
+    times: (label, run(device) -> array, the array it must equal bit for bit)."""
     import threading
 
-    chains = _int8_chains(rng)
-    expected = [ref.run_chain(chain, x) for x, chain, _ in chains]
     errors = []
 
     def work(i):
         try:
             device = Device("nv_full", num_threads=2)
-            for _ in range(10):
-                for c, ((x, chain, mode), want) in enumerate(zip(chains, expected)):
-                    y, _ = device.run(chain, x, mode=mode)
-                    if not np.array_equal(y, want):
-                        errors.append(f"thread {i}, chain {c}: differs from the reference")
+            for _ in range(rounds):
+                for label, run, want in cases:
+                    if not np.array_equal(run(device), want):
+                        errors.append(f"thread {i}, {label}: differs from the reference")
         except Exception as error:  # a thread's exception would otherwise be lost
             errors.append(f"thread {i}: {error!r}")
 
@@ -201,8 +208,6 @@ def test_fp32_engines_on_several_threads_and_devices_match_the_reference(rng):
     """The SDP, PDP, CDP and BDMA loops on the pool (csrc/pool.c): 1, 2 and 3 threads, then
     three Python threads with a 2-thread device each (one loop gets the workers, the others run
     on their callers); every result is bit-exact (the average pool: to the 1-thread run's)."""
-    import threading
-
     runs = _fp32_engine_runs(rng)
     expected = [ref.run_chain(chain, x) for x, chain in runs]
     # the fp32 average divides where the reference's mean may round differently: its bits are
@@ -213,21 +218,6 @@ def test_fp32_engines_on_several_threads_and_devices_match_the_reference(rng):
     for threads, device in DEVICES.items():
         for (x, chain), want in zip(runs, expected):
             assert_same(device.run(chain, x)[0], want, f"{chain[0]!r}, {threads} threads")
-    errors = []
-
-    def work(i):
-        try:
-            device = Device("nv_full", num_threads=2)
-            for _ in range(5):
-                for c, ((x, chain), want) in enumerate(zip(runs, expected)):
-                    if not np.array_equal(device.run(chain, x)[0], want):
-                        errors.append(f"thread {i}, run {c}: differs from the reference")
-        except Exception as error:  # a thread's exception would otherwise be lost
-            errors.append(f"thread {i}: {error!r}")
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    _agree_on_python_threads(
+        [(f"run {c}", lambda device, x=x, chain=chain: device.run(chain, x)[0], want)
+         for c, ((x, chain), want) in enumerate(zip(runs, expected))], rounds=5)
