@@ -81,13 +81,13 @@ def _vars_in(expr) -> List[relax.Var]:
     return []
 
 
-def _constants_in(expr) -> list:
+def constants_in(expr) -> list:
     if is_constant(expr):
         return [expr]
     if isinstance(expr, relax.Call):
-        return [c for a in expr.args for c in _constants_in(a)]
+        return [c for a in expr.args for c in constants_in(a)]
     if isinstance(expr, relax.Tuple):
-        return [c for f in expr.fields for c in _constants_in(f)]
+        return [c for f in expr.fields for c in constants_in(f)]
     return []
 
 
@@ -95,7 +95,7 @@ def _array(constant) -> np.ndarray:
     return constant_value(constant)
 
 
-class _Graph:
+class Graph:
     """main's bindings: value of each variable, its users, how often each constant is used."""
 
     def __init__(self, function: relax.Function) -> None:
@@ -111,7 +111,7 @@ class _Graph:
                 self.order.append(binding.var)
                 for used in _vars_in(binding.value):
                     self.users.setdefault(used, []).append(binding.var)
-                for c in _constants_in(binding.value):
+                for c in constants_in(binding.value):
                     key = c.__chandle__()
                     constant_uses[key] = constant_uses.get(key, 0) + 1
         for used in _vars_in(function.body.body):  # the function's result: a user outside
@@ -128,13 +128,13 @@ class _Graph:
         return users[0] if len(users) == 1 else None
 
 
-def _conv(value, graph: _Graph) -> bool:
+def _conv(value, graph: Graph) -> bool:
     """A 2-D NCHW/OIHW convolution with a private constant weight."""
     return _is_op(value, "relax.nn.conv2d") and graph.private(value.args[1]) and \
         str(value.attrs.data_layout) == "NCHW" and str(value.attrs.kernel_layout) == "OIHW"
 
 
-def _bias_constant(expr, graph: _Graph, channels: int):
+def _bias_constant(expr, graph: Graph, channels: int):
     """The private constant of a per-channel bias operand (as given, or reshaped to
     [1, C, 1, 1] as torch's import gives a conv's bias), else None."""
     if isinstance(expr, relax.Var) and _is_op(graph.value.get(expr), "relax.reshape") and \
@@ -151,7 +151,7 @@ def _bias_constant(expr, graph: _Graph, channels: int):
     return expr
 
 
-def _pair_of(var: relax.Var, graph: _Graph) -> Optional[_Pair]:
+def _pair_of(var: relax.Var, graph: Graph) -> Optional[_Pair]:
     """The chain from a convolution to the convolutions it feeds, if it can be equalised."""
     value = graph.value[var]
     if not _conv(value, graph):
@@ -220,7 +220,7 @@ def equalize(mod: tvm.IRModule):
     """Cross-layer equalisation of ``main``'s constant convolution weights: returns the
     equalised module (the same fp32 function) and an :class:`EqualizationReport`."""
     function = mod["main"]
-    graph = _Graph(function)
+    graph = Graph(function)
     pairs = [p for p in (_pair_of(v, graph) for v in graph.order) if p is not None]
     arrays: Dict[int, np.ndarray] = {}  # constant handle -> its new value
 
@@ -280,13 +280,13 @@ def equalize(mod: tvm.IRModule):
             break
     if not pairs:
         return mod, EqualizationReport(0, 0, 1.0)
-    originals = {c.__chandle__(): c for v in graph.order for c in _constants_in(graph.value[v])}
+    originals = {c.__chandle__(): c for v in graph.order for c in constants_in(graph.value[v])}
     report = EqualizationReport(len(pairs), sum(len(s) for s in total),
                                 max(float(s.max() / s.min()) for s in total))
-    return _with_constants(mod, function, originals, arrays), report
+    return with_constants(mod, function, originals, arrays), report
 
 
-def _with_constants(mod, function, originals, arrays) -> tvm.IRModule:
+def with_constants(mod, function, originals, arrays) -> tvm.IRModule:
     """``mod`` with main's constants replaced by the new values (same dtype and shape)."""
     replaced = {}
     for key, value in arrays.items():

@@ -25,7 +25,7 @@ import tvm
 from ..quantization.gptq import ConvGeometry, Hessian, gptq_codes, mean_shift
 from ..sim.labels import run_key
 from .codegen.folding import affine
-from .equalization import _constants_in, _Graph, _with_constants
+from .equalization import constants_in, Graph, with_constants
 from .layer import Layer, constant_value, is_constant
 from .walk import composite_calls, external_calls, layer_of
 
@@ -63,8 +63,8 @@ def round_weights(mod: tvm.IRModule, matched: tvm.IRModule, hessians: Dict[str, 
     rounded by GPTQ (as values; see the module); ``matched``: ``mod`` pattern-matched for
     int8. Also returns how many layers were rewritten."""
     function = mod["main"]
-    graph = _Graph(function)
-    originals = {c.__chandle__(): c for v in graph.order for c in _constants_in(graph.value[v])}
+    graph = Graph(function)
+    originals = {c.__chandle__(): c for v in graph.order for c in constants_in(graph.value[v])}
     arrays: Dict[int, np.ndarray] = {}
     layers = 0
     for key, layer, scope in conv_runs(matched):
@@ -92,10 +92,10 @@ def round_weights(mod: tvm.IRModule, matched: tvm.IRModule, hessians: Dict[str, 
                                                      ).reshape(old.shape)
     if not arrays:
         return mod, 0
-    return _with_constants(mod, function, originals, arrays), layers
+    return with_constants(mod, function, originals, arrays), layers
 
 
-def _correction(layer: Layer, scope, graph: _Graph
+def _correction(layer: Layer, scope, graph: Graph
                 ) -> Optional[Tuple[object, Callable[[np.ndarray], np.ndarray]]]:
     """Where a shift of the layer's output mean can be taken back: (a private constant c,
     f(g)) such that c - shift * f(g) lowers the folded output by ``shift`` (batch norm's beta,
