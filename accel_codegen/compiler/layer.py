@@ -188,7 +188,9 @@ class Layer:
     def parameters(self) -> List[Tuple[str, relax.Expr]]:
         """(what, expr) of every weight and per-channel parameter the layer reads."""
         s, bn = self.sdp, self.sdp.batch_norm
-        found = [("conv weight", self.conv.weight if self.conv else None), ("bias", s.bias),
+        weight = "dense weight" if self.conv and self.conv.source == "relax.matmul" else \
+            "conv weight"
+        found = [(weight, self.conv.weight if self.conv else None), ("bias", s.bias),
                  ("scale", s.scale), ("prelu alpha", s.prelu_slope)]
         if bn is not None:
             found += [("batch_norm gamma", bn.gamma), ("batch_norm beta", bn.beta),

@@ -167,6 +167,9 @@ def test_runtime_weights_stay_on_the_host_in_int8(lenet5, zoo):
     host = [op for op in report.host if op.op in ("relax.nn.conv2d", "relax.matmul")]
     assert len(host) == 5  # two convolutions, three dense layers
     assert all("runtime input" in op.reason and "constant weights" in op.reason for op in host)
+    for op in host:  # the reason names the weight the op reads
+        kind = "conv" if op.op == "relax.nn.conv2d" else "dense"
+        assert op.reason.startswith(f"the {kind} weight is not a constant"), op.reason
     assert not any(op.op in ("relax.nn.conv2d", "relax.matmul") for op in report.offloaded)
     assert report.offloaded  # the relu and pooling ops still run, in int8
     vm = ac.virtual_machine(ac.build(part))
