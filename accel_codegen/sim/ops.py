@@ -399,8 +399,8 @@ class Sdp:
     input read from memory); the element-wise operand's ``ew_zero``, ``ew_mul`` (default 1),
     ``ew_shift``; PReLU's ``prelu_mul`` (int16 per channel) and ``prelu_shift``; the output
     converter ``out_mul`` (0: identity), ``out_shift``, ``out_zero``; CLIP's ``clip_lo`` /
-    ``clip_hi`` in output codes (default -128 / 127); a LUT activation's tables ``lut``
-    (:class:`LutInt8`).
+    ``clip_hi`` in output codes (default -128 / 127; refused with another ``act``); a LUT
+    activation's tables ``lut`` (:class:`LutInt8`).
 
     ``convert=True`` (alone in its run, nothing else set): an INT8 SDP writes FP16, an FP16 SDP
     writes INT8, with ``cvt_scale`` / ``cvt_zero`` the INT8 side's quantisation (accel.h).
@@ -495,6 +495,12 @@ class Sdp:
                 raise AccelInvalidError(
                     f"sdp clip = {self.clip!r} holds float bounds; an INT8 SDP clips its "
                     "output codes to clip_lo / clip_hi")
+            given = {f: getattr(self, f) for f in ("clip_lo", "clip_hi")
+                     if getattr(self, f) is not None}
+            if given and self.act != "clip":  # C reads them for CLIP only: never ignore them
+                raise AccelInvalidError(
+                    "sdp " + ", ".join(f"{f} = {v!r}" for f, v in given.items()) +
+                    f": the INT8 clip bounds are read by act = 'clip' only, not {self.act!r}")
             d.clip_min = d.clip_max = 0.0
             for field, value in self.int8_converters.items():
                 setattr(d, field, value)

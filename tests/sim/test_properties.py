@@ -85,7 +85,8 @@ def sdps(draw, shape, precision, after_conv):
                prelu_shift=draw(st.integers(0, 20)),
                out_mul=draw(st.integers(-2**15, 2**15 - 1)), out_shift=draw(st.integers(0, 40)),
                out_zero=draw(st.integers(-128, 127)),
-               clip_lo=lo, clip_hi=draw(st.integers(lo, 127)))
+               clip_lo=lo if act == "clip" else None,
+               clip_hi=draw(st.integers(lo, 127)) if act == "clip" else None)
 
 
 @st.composite

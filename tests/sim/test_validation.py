@@ -135,6 +135,9 @@ INT8_REJECTIONS = [
                                           precision="int8")], AccelInvalidError, "clip_hi = 5"),
     ("clip_hi_over_int8", [Sdp(act="clip", clip_lo=0, clip_hi=128, precision="int8")],
      AccelInvalidError, "clip_hi = 128"),
+    ("clip_bounds_without_clip", [Sdp(act="relu", clip_lo=0, clip_hi=6, precision="int8")],
+     AccelInvalidError, "clip_lo = 0, clip_hi = 6: the INT8 clip bounds are read by act = "
+     "'clip' only, not 'relu'"),
     ("in_zero_over_int8", [Sdp(in_zero=128, precision="int8")], AccelInvalidError,
      "in_zero = 128"),
     ("conv_in_zero_under_int8", [Conv(W8, precision="int8", in_zero=-129), Sdp(precision="int8")],
