@@ -14,7 +14,8 @@
  *   its compiler rounds the output up to multiples of 4). Per image:
  *     mac_cycles = ceil(out_h/4)*2 * ceil(out_w/4)*2 * ceil(C*s*s / (atomic_c/16)) * ceil(K/atomic_k)
  *   against direct's out_h*out_w * ceil(C/atomic_c) * ceil(K/atomic_k) * R*S: 16/36 of the
- *   cycles for 3x3 stride 1 with aligned sizes. macs counts the 16 products per tile, folded
+ *   cycles for 3x3 stride 1 with aligned sizes. A grouped conv runs group by group (NVDLA's
+ *   compiler splits it): C and K per group, the cycles times the groups. macs counts the 16 products per tile, folded
  *   channel and kernel over the real tiles (ceil(out/2) per side). The pre-transformed weights
  *   are 4x4 per kernel and folded channel, stored as FP16 halves, or as int16 for INT8 (4 G g
  *   G^T, accel.h): 16/9 of direct's weight bytes in FP16, 32/9 in INT8, read from memory and
@@ -158,8 +159,8 @@ static int64_t weight_stream_bytes(const accel_config* cfg, const conv_geometry*
 /* Bytes of one kernel as CBUF holds it: Winograd's pre-transformed 4x4 per folded channel
  * (fp16 halves, int16 for INT8), else dense (sparse weights are expanded in CBUF). */
 static int64_t stored_kernel_bytes(const conv_geometry* g, const accel_conv_desc* d) {
-  if (d->mode == ACCEL_CONV_WINOGRAD) { /* groups 1, equal strides: validated */
-    return (int64_t)g->c * g->stride_h * g->stride_h * 16 * 2;
+  if (d->mode == ACCEL_CONV_WINOGRAD) { /* equal strides: validated */
+    return (int64_t)(g->c / g->groups) * g->stride_h * g->stride_h * 16 * 2;
   }
   return (int64_t)(g->c / g->groups) * g->kernel_h * g->kernel_w * hw_element_bytes(d->precision);
 }
@@ -297,14 +298,15 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   int64_t weight_blocks = (int64_t)g->groups * ceil_div(c_group, cfg->atomic_c) *
                           ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   int64_t block_positions = positions;
-  if (winograd) { /* groups 1, equal strides, feature data: validated */
-    const int64_t folded_c = (int64_t)g->c * g->stride_h * g->stride_h;
+  if (winograd) { /* equal strides, feature data: validated; each group on its own */
+    const int64_t folded_c = c_group * g->stride_h * g->stride_h;
     const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
     s->macs = (int64_t)g->n * ceil_div(g->out_h, 2) * ceil_div(g->out_w, 2) * 16 * folded_c *
               g->k;
     /* each block: 4x4 transformed weights of `lanes` channels, one per 2x2 output tile */
     block_positions = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2;
-    weight_blocks = ceil_div(folded_c, lanes) * ceil_div(g->k, atomic_k_at(cfg, p));
+    weight_blocks = (int64_t)g->groups * ceil_div(folded_c, lanes) *
+                    ceil_div(k_group, atomic_k_at(cfg, p));
     s->mac_cycles = block_positions * weight_blocks;
   } else if (g->pixel_bytes) {
     const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */

@@ -13,15 +13,17 @@
  *   4. output transform (CACC's post-addition): Y = A^T M A, 2x2 outputs per tile, then the SDP
  *      epilogue on the block's finished output rows while they are in cache.
  * A stride s is folded into channels (channel (c, a, b) reads in[c][y*s + a][x*s + b]), so the
- * transforms always see a stride-1 3x3 convolution of C*s*s channels.
+ * transforms always see a stride-1 3x3 convolution of C*s*s channels. A grouped convolution
+ * runs as one such convolution per group (as NVDLA's compiler splits it): group gi reads input
+ * channels gi*C/groups .. and writes kernels gi*K/groups .., with its own packed weights.
  *
  * INT8 is exact (accel.h: the int32 accumulators equal direct convolution's bit for bit), so
  * the engine computes an INT8 Winograd CONV with the direct kernel (conv_i8.c) and only the
  * cost model sees the mode; sim/reference.py's conv2d_winograd computes the integer transforms
  * and the tests hold them equal to direct convolution.
  *
- * Layout and order. The packed weights are [16 xi][K/8 kernel blocks][C' channels][8 kernels]
- * (K rounded up with zero kernels), the rows of the GEMM's 8-kernel micro-kernel. The tiles of
+ * Layout and order. The packed weights are, per group, [16 xi][K/8 kernel blocks][C' channels]
+ * [8 kernels] (K and C' per group, K rounded up with zero kernels), the rows of the GEMM's 8-kernel micro-kernel. The tiles of
  * an image are taken in blocks of whole tile rows; per block, V is [16][C'][tiles] with the
  * tiles along the vectors (16 tiles per AVX-512 vector: the input transform reads a tile row's
  * 4x4 windows from two loads and a permute per row of the window). Every M element is the fused
@@ -48,8 +50,10 @@ enum {
 typedef struct wino_plan {
   const conv_geometry* g;
   int64_t s;                      /* stride, folded into channels */
-  int64_t cf;                     /* folded channels C*s*s */
-  int64_t kblocks;                /* ceil(K / KB) */
+  int64_t groups;                 /* each group a convolution of its own */
+  int64_t cg, kg;                 /* input channels and kernels of a group */
+  int64_t cf;                     /* folded channels of a group, C/groups*s*s */
+  int64_t kblocks;                /* ceil(K/groups / KB) */
   int64_t tiles_h, tiles_w;       /* 2x2 output tiles per image */
   int64_t rows;                   /* tile rows of the largest block */
   int64_t blocks;                 /* blocks per image */
@@ -61,9 +65,11 @@ static int64_t round16(int64_t x) { return (x + 15) & ~(int64_t)15; }
 
 /* The weight side of the plan (all that packing needs: no spatial size). */
 static wino_plan weight_plan(const conv_geometry* g) {
-  wino_plan P = {.g = g, .s = g->stride_h};
-  P.cf = (int64_t)g->c * P.s * P.s;
-  P.kblocks = (g->k + KB - 1) / KB;
+  wino_plan P = {.g = g, .s = g->stride_h, .groups = g->groups};
+  P.cg = g->c / g->groups;
+  P.kg = g->k / g->groups;
+  P.cf = P.cg * P.s * P.s;
+  P.kblocks = (P.kg + KB - 1) / KB;
   return P;
 }
 
@@ -99,10 +105,12 @@ static int team_size(int64_t items, int32_t num_threads) {
 
 typedef struct pack_header {
   uint32_t magic;
-  int32_t k, c, kernel_h, kernel_w, stride, half;
+  int32_t k, c, kernel_h, kernel_w, stride, half, groups;
 } pack_header;
 
-static int64_t packed_floats(const wino_plan* P) { return 16 * P->kblocks * P->cf * KB; }
+/* Floats of one group's packed weights, and of all of them. */
+static int64_t group_floats(const wino_plan* P) { return 16 * P->kblocks * P->cf * KB; }
+static int64_t packed_floats(const wino_plan* P) { return P->groups * group_floats(P); }
 
 size_t conv_winograd_packed_bytes(const conv_geometry* g) {
   const wino_plan P = weight_plan(g);
@@ -113,7 +121,8 @@ int conv_winograd_packed_matches(const conv_geometry* g, int half, const void* p
   pack_header h;
   memcpy(&h, packed, sizeof h);
   return h.magic == PACK_MAGIC && h.k == g->k && h.c == g->c && h.kernel_h == g->kernel_h &&
-         h.kernel_w == g->kernel_w && h.stride == g->stride_h && h.half == half;
+         h.kernel_w == g->kernel_w && h.stride == g->stride_h && h.half == half &&
+         h.groups == g->groups;
 }
 
 static const float* conv_winograd_packed_weights(const void* packed) {
@@ -127,8 +136,9 @@ static float weight_at(const void* weights, int half, int64_t i) {
   return f;
 }
 
-/* U[xi][kb][cf][k % KB] = G g G^T in fp32, in the order of NVDLA's compiler (G g first, each
- * sum from 0 up), rounded to half when the weights are halves; kernels past K are zero. */
+/* U[group][xi][kb][cf][k % KB] = G g G^T in fp32, in the order of NVDLA's compiler (G g first,
+ * each sum from 0 up), rounded to half when the weights are halves; kernels past a group's K
+ * are zero. */
 typedef struct weights_job {
   const wino_plan* P;
   const void* weights;
@@ -136,16 +146,18 @@ typedef struct weights_job {
   float* U;
 } weights_job;
 
-/* Item k: kernel k's transforms for every folded channel. */
-static void transform_kernel(void* ctx, int64_t k, int participant) {
+/* Item: kernel k (rounded up to KB per group) of group gi, its transforms for every folded
+ * channel. */
+static void transform_kernel(void* ctx, int64_t item, int participant) {
   static const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
   const weights_job* J = ctx;
   const wino_plan* P = J->P;
   const conv_geometry* g = P->g;
   const void* weights = J->weights;
   const int half = J->half;
-  float* U = J->U;
-  const int64_t K = g->k, CF = P->cf, s = P->s, KBL = P->kblocks;
+  const int64_t K = P->kg, CF = P->cf, s = P->s, KBL = P->kblocks;
+  const int64_t gi = item / (KBL * KB), k = item % (KBL * KB);
+  float* U = J->U + gi * group_floats(P);
   (void)participant;
   for (int64_t cf = 0; cf < CF; ++cf) {
     const int64_t c = cf / (s * s), a = (cf / s) % s, b = cf % s;
@@ -155,7 +167,8 @@ static void transform_kernel(void* ctx, int64_t k, int participant) {
         const int64_t y = r * s + a, x = q * s + b;
         g3[r][q] = k < K && y < g->kernel_h && x < g->kernel_w
                        ? weight_at(weights, half,
-                                   ((k * g->c + c) * g->kernel_h + y) * g->kernel_w + x)
+                                   (((gi * K + k) * P->cg + c) * g->kernel_h + y) *
+                                           g->kernel_w + x)
                        : 0.0f;
       }
     }
@@ -181,12 +194,13 @@ static void transform_kernel(void* ctx, int64_t k, int participant) {
 static void transform_weights(const wino_plan* P, const void* weights, int half, float* U,
                               int nth) {
   weights_job J = {P, weights, half, U};
-  pool_for(nth, P->kblocks * KB, transform_kernel, &J);
+  pool_for(nth, P->groups * P->kblocks * KB, transform_kernel, &J);
 }
 
 void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, void* dst) {
   const wino_plan P = weight_plan(g);
-  const pack_header h = {PACK_MAGIC, g->k, g->c, g->kernel_h, g->kernel_w, g->stride_h, half};
+  const pack_header h = {PACK_MAGIC,  g->k, g->c, g->kernel_h, g->kernel_w,
+                         g->stride_h, half, g->groups};
   memset(dst, 0, PACK_HEADER);
   memcpy(dst, &h, sizeof h);
   transform_weights(&P, weights, half, (float*)((char*)dst + PACK_HEADER), 1);
@@ -194,8 +208,8 @@ void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, v
 
 /* ---- 2. the input transform ------------------------------------------------------------ */
 
-/* Rows 2*ty0 .. 2*ty0 + 2*nrows + 1 of folded channel cf of image `img`, zero-padded, into
- * X[row][0 .. sw). */
+/* Rows 2*ty0 .. 2*ty0 + 2*nrows + 1 of folded channel cf of `img` (the group's first input
+ * channel), zero-padded, into X[row][0 .. sw). */
 static void stage_rows(const wino_plan* P, const float* img, int64_t cf, int64_t ty0,
                        int64_t nrows, float* X) {
   const conv_geometry* g = P->g;
@@ -403,7 +417,7 @@ static int64_t thread_floats(const wino_plan* P) {
   return (2 * P->rows + 2) * P->sw + 16 * (P->cf + KB) * P->ntp;
 }
 
-/* Item = (block of tile rows, part of the kernel blocks), part innermost. */
+/* Item = (image and group, block of tile rows, part of the kernel blocks), part innermost. */
 typedef struct wino_job {
   const wino_plan* P;
   const float* in;
@@ -420,20 +434,21 @@ static void wino_item(void* ctx, int64_t item, int participant) {
   const wino_plan* P = J->P;
   const conv_geometry* g = P->g;
   const float* in = J->in;
-  const float* U = J->U;
   const sdp_f32* ep = J->ep;
   const int half = J->half;
-  const int64_t K = g->k, CF = P->cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P->ntp;
+  const int64_t K = P->kg, CF = P->cf, ohw = (int64_t)g->out_h * g->out_w, ntp = P->ntp;
   const int64_t parts = J->parts;
   float* out = J->out;
   float* X = J->buffers[participant];
   float* V = X + (2 * P->rows + 2) * P->sw;
   float* M = V + 16 * CF * ntp;
   const int64_t part = item % parts, block = item / parts;
-  const int64_t img = block / P->blocks, b = block % P->blocks;
+  const int64_t b = block % P->blocks, image_group = block / P->blocks;
+  const int64_t img = image_group / P->groups, gi = image_group % P->groups;
+  const float* U = J->U + gi * group_floats(P);
   const int64_t ty0 = P->tiles_h * b / P->blocks, nrows = P->tiles_h * (b + 1) / P->blocks - ty0;
   const int64_t nt16 = round16(nrows * P->tiles_w);
-  const float* base = in + img * g->c * g->h * g->w;
+  const float* base = in + (img * g->c + gi * P->cg) * g->h * g->w;
   for (int64_t cf = 0; cf < CF; ++cf) {
     stage_rows(P, base, cf, ty0, nrows, X);
     transform_input(P, X, nrows, cf, half, V);
@@ -452,7 +467,7 @@ static void wino_item(void* ctx, int64_t item, int participant) {
            M + xi * KB * ntp, nkb < kb1 ? U + (nxi * P->kblocks + nkb) * CF * KB : NULL);
     }
     for (int r = 0; r < KB && kb * KB + r < K; ++r) {
-      const int64_t k = kb * KB + r, at = (img * K + k) * ohw;
+      const int64_t k = gi * K + kb * KB + r, at = (img * g->k + k) * ohw;
       transform_output(P, M, r, ty0, nrows, out + at);
       if (ep != NULL) {
         const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
@@ -469,7 +484,7 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
   const wino_plan P = make_plan(g, num_threads);
   /* Blocks of tiles, and when there are fewer than threads, their kernels split in parts
    * (each part transforms the block's input itself: cheap beside its GEMMs). */
-  const int64_t blocks = g->n * P.blocks;
+  const int64_t blocks = g->n * P.groups * P.blocks;
   int64_t parts = 1;
   if (blocks < num_threads) parts = (num_threads + blocks - 1) / blocks;
   if (parts > P.kblocks) parts = P.kblocks;
@@ -481,7 +496,8 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
   } else {
     float* scratch = workspace_get(ws, WS_WINOGRAD_WEIGHTS, packed_floats(&P) * sizeof(float));
     if (scratch == NULL) return ACCEL_ERR_NO_MEMORY;
-    transform_weights(&P, weights, 0, scratch, team_size(P.kblocks * KB, num_threads));
+    transform_weights(&P, weights, 0, scratch,
+                      team_size(P.groups * P.kblocks * KB, num_threads));
     if (half) round_to_half(scratch, packed_floats(&P));
     U = scratch;
   }

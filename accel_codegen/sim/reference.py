@@ -440,12 +440,24 @@ WINOGRAD_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.fl
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 
-def winograd_fits(kernel, stride, dilation=1, groups: int = 1) -> bool:
-    """Whether a convolution meets Winograd mode's shape conditions (the configuration must
-    also have the feature; the C library is the authority, this mirrors it for tests)."""
+def winograd_fits(kernel, stride, dilation=1) -> bool:
+    """Whether a convolution meets Winograd mode's shape conditions, any groups (the
+    configuration must also have the feature; the C library is the authority, this mirrors it
+    for tests)."""
     (kh, kw), (sh, sw) = _pair(kernel, "kernel"), _pair(stride, "stride")
-    return (groups == 1 and _pair(dilation, "dilation") == (1, 1) and sh == sw and
+    return (_pair(dilation, "dilation") == (1, 1) and sh == sw and
             -(-kh // sh) == 3 and -(-kw // sw) == 3)
+
+
+def _per_group(function, x: np.ndarray, weights: np.ndarray, groups: int, *args):
+    """A grouped convolution as one per group (as NVDLA's compiler splits it): group g reads
+    input channels g*C/groups .. and computes kernels g*K/groups ..; results along K."""
+    if groups == 1:
+        return function(x, weights, *args)
+    x, weights = np.asarray(x), np.asarray(weights)
+    c, k = x.shape[1] // groups, weights.shape[0] // groups
+    return np.concatenate([function(x[:, g * c:(g + 1) * c], weights[g * k:(g + 1) * k], *args)
+                           for g in range(groups)], axis=1)
 
 
 def _winograd_fold(x: np.ndarray, weights: np.ndarray, stride, padding):
@@ -516,11 +528,15 @@ def winograd_weights(weights: np.ndarray, stride=1, precision: str = "fp32") -> 
 
 
 def conv2d_winograd(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
-                    precision: str = "fp32", in_zero: int = 0) -> np.ndarray:
+                    precision: str = "fp32", in_zero: int = 0, groups: int = 1) -> np.ndarray:
     """The CONV's accumulators in Winograd mode, as accel.h defines them: float32 for fp32 and
-    fp16 (x, weights: float32, or halves for fp16), exact int64 for int8 (codes). The sum over
-    channels runs in float64 here, rounded once to float32: the simulator's fp32 GEMM order
-    differs, within gamma(C') of the bound's S."""
+    fp16 (x, weights: float32, or halves for fp16), exact int64 for int8 (codes); a grouped
+    conv group by group. The sum over channels runs in float64 here, rounded once to float32:
+    the simulator's fp32 GEMM order differs, within gamma(C') of the bound's S."""
+    return _per_group(_conv2d_winograd, x, weights, groups, stride, padding, precision, in_zero)
+
+
+def _conv2d_winograd(x, weights, stride, padding, precision, in_zero) -> np.ndarray:
     if precision == "int8":
         v = np.asarray(x).astype(np.int64) - int(in_zero)
         tiles, _, (out_h, out_w) = _winograd_fold(v, np.asarray(weights), stride, padding)
@@ -547,10 +563,15 @@ def conv2d_winograd(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
 
 
 def winograd_error_bound(x: np.ndarray, weights: np.ndarray, stride=1, padding=0,
-                         precision: str = "fp32") -> np.ndarray:
+                         precision: str = "fp32", groups: int = 1) -> np.ndarray:
     """accel.h's bound on |Winograd accumulator - exact convolution| per output: eps * S with
     S = sum over channels of |A^T| (|G| |g| |G^T| . |B^T| |d| |B|) |A| (float64), eps =
-    gamma(C' + 11) for fp32, (1 + 2^-11)^2 (1 + gamma(C' + 11)) - 1 for fp16, 0 for int8."""
+    gamma(C' + 11) for fp32, (1 + 2^-11)^2 (1 + gamma(C' + 11)) - 1 for fp16, 0 for int8
+    (a grouped conv: each group's, C' its folded channels)."""
+    return _per_group(_winograd_error_bound, x, weights, groups, stride, padding, precision)
+
+
+def _winograd_error_bound(x, weights, stride, padding, precision) -> np.ndarray:
     data = np.abs(np.asarray(x, np.float64))
     tiles, kernels, (out_h, out_w) = _winograd_fold(data, np.abs(np.asarray(weights, np.float64)),
                                                     stride, padding)
@@ -685,7 +706,8 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                                 "their output")
     if isinstance(op, Conv):
         if op.mode == "winograd":
-            return conv2d_winograd(x, op.weights, op.stride, op.padding, precision, op.in_zero)
+            return conv2d_winograd(x, op.weights, op.stride, op.padding, precision, op.in_zero,
+                                   op.groups)
         if precision == "int8":
             return conv2d_int8(x, op.weights, op.stride, op.padding, op.dilation, op.groups,
                                op.in_zero)

@@ -166,9 +166,6 @@ static accel_status check_winograd(const accel_config* cfg, const accel_conv_des
   if (!(cfg->features & ACCEL_FEATURE_WINOGRAD)) {
     snprintf(text, sizeof text, "configuration %.32s has no Winograd mode", cfg->name);
     why = text;
-  } else if (d->groups != 1) {
-    snprintf(text, sizeof text, "groups = %d (Winograd needs 1)", d->groups);
-    why = text;
   } else if (d->dilation_h != 1 || d->dilation_w != 1) {
     snprintf(text, sizeof text, "dilation %dx%d (Winograd needs 1x1)", d->dilation_h,
              d->dilation_w);

@@ -15,30 +15,32 @@ from accel_codegen.sim.device import estimate_chain
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2)}
 DEVICE = DEVICES[2]
 
-# (C, K, H, W, kernel, stride, padding): 3x3 stride 1, and strides folded into channels
-CASES = [(5, 7, 9, 11, 3, 1, 1), (16, 8, 8, 8, 3, 1, 0), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0)),
-         (4, 6, 13, 10, 5, 2, 2), (3, 5, 12, 12, 6, 2, (1, 2, 0, 3)), (2, 3, 20, 17, 9, 3, 4),
-         (70, 20, 7, 7, 3, 1, 1)]
+# (C, K, H, W, kernel, stride, padding, groups): 3x3 stride 1, strides folded into channels,
+# and grouped convs (one Winograd convolution per group: AlexNet's conv4 and conv5 have 2)
+CASES = [(5, 7, 9, 11, 3, 1, 1, 1), (16, 8, 8, 8, 3, 1, 0, 1), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0), 1),
+         (4, 6, 13, 10, 5, 2, 2, 1), (3, 5, 12, 12, 6, 2, (1, 2, 0, 3), 1),
+         (2, 3, 20, 17, 9, 3, 4, 1), (70, 20, 7, 7, 3, 1, 1, 1), (12, 18, 9, 10, 3, 1, 1, 2),
+         (6, 9, 11, 8, 5, 2, 2, 3), (8, 8, 6, 6, 3, 1, 1, 8)]
 
 
 def _case_id(case):
-    c, k, h, w, kernel, stride, padding = case
-    return f"c{c}-k{k}-{h}x{w}-r{kernel}-s{stride}-p{padding}"
+    c, k, h, w, kernel, stride, padding, groups = case
+    return f"c{c}-k{k}-{h}x{w}-r{kernel}-s{stride}-p{padding}-g{groups}"
 
 
 def _data(rng, case, n=2):
-    c, k, h, w, kernel, _, _ = case
+    c, k, h, w, kernel, _, _, groups = case
     return (rng.standard_normal((n, c, h, w)).astype(np.float32),
-            rng.standard_normal((k, c, kernel, kernel)).astype(np.float32))
+            rng.standard_normal((k, c // groups, kernel, kernel)).astype(np.float32))
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_fp32_is_within_its_bound_of_the_exact_convolution(case, rng):
     x, w = _data(rng, case)
-    stride, padding = case[5], case[6]
-    op = Conv(w, stride=stride, padding=padding, mode="winograd")
-    exact = ref.conv2d(x, w, stride, padding)
-    bound = ref.winograd_error_bound(x, w, stride, padding, "fp32")
+    stride, padding, groups = case[5:]
+    op = Conv(w, stride=stride, padding=padding, groups=groups, mode="winograd")
+    exact = ref.conv2d(x, w, stride, padding, groups=groups)
+    bound = ref.winograd_error_bound(x, w, stride, padding, "fp32", groups)
     for device in DEVICES.values():
         y, stats = device.run([op], x)
         assert y.shape == exact.shape
@@ -56,13 +58,13 @@ def test_fp32_is_within_its_bound_of_the_exact_convolution(case, rng):
 def test_fp16_is_within_its_bound_through_the_sdp(case, rng):
     x, w = _data(rng, case)
     x, w = x.astype(np.float16), (w * 0.3).astype(np.float16)
-    stride, padding = case[5], case[6]
-    chain = [Conv(w, stride=stride, padding=padding, precision="fp16", mode="winograd"),
-             Sdp(precision="fp16")]
+    stride, padding, groups = case[5:]
+    chain = [Conv(w, stride=stride, padding=padding, groups=groups, precision="fp16",
+                  mode="winograd"), Sdp(precision="fp16")]
     y, _ = DEVICE.run(chain, x)
     wide_x, wide_w = x.astype(np.float32), w.astype(np.float32)
-    exact = ref.conv2d(wide_x, wide_w, stride, padding)
-    bound = ref.winograd_error_bound(wide_x, wide_w, stride, padding, "fp16")
+    exact = ref.conv2d(wide_x, wide_w, stride, padding, groups=groups)
+    bound = ref.winograd_error_bound(wide_x, wide_w, stride, padding, "fp16", groups)
     # the SDP rounds the accumulator to half once more
     rounding = 2.0 ** -11 * np.abs(exact) * (1 + 2.0 ** -10) + 2.0 ** -25
     assert np.all(np.abs(y.astype(np.float64) - exact) <= bound + rounding)
@@ -73,21 +75,21 @@ def test_fp16_is_within_its_bound_through_the_sdp(case, rng):
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 @pytest.mark.parametrize("mode", ["fused", "independent"])
 def test_int8_equals_direct_convolution_bit_for_bit(case, mode, rng):
-    c, k, h, w, kernel, stride, padding = case
+    c, k, h, w, kernel, stride, padding, groups = case
     x = rng.integers(-128, 128, (2, c, h, w)).astype(np.int8)
-    weights = rng.integers(-128, 128, (k, c, kernel, kernel)).astype(np.int8)
+    weights = rng.integers(-128, 128, (k, c // groups, kernel, kernel)).astype(np.int8)
     sdp = Sdp(precision="int8", out_mul=1, out_shift=10, out_zero=-3)
     for in_zero in (0, -7, 127):
-        chain = [Conv(weights, stride=stride, padding=padding, precision="int8",
+        chain = [Conv(weights, stride=stride, padding=padding, groups=groups, precision="int8",
                       in_zero=in_zero, mode="winograd"), sdp]
-        direct = [Conv(weights, stride=stride, padding=padding, precision="int8",
-                       in_zero=in_zero), sdp]
+        direct = [Conv(weights, stride=stride, padding=padding, groups=groups,
+                       precision="int8", in_zero=in_zero), sdp]
         y, _ = DEVICE.run(chain, x, mode=mode)
         np.testing.assert_array_equal(y, DEVICE.run(direct, x, mode=mode)[0])
         np.testing.assert_array_equal(y, ref.run_chain(chain, x))
         np.testing.assert_array_equal(
-            ref.conv2d_winograd(x, weights, stride, padding, "int8", in_zero),
-            ref.conv2d_int8(x, weights, stride, padding, in_zero=in_zero))
+            ref.conv2d_winograd(x, weights, stride, padding, "int8", in_zero, groups),
+            ref.conv2d_int8(x, weights, stride, padding, groups=groups, in_zero=in_zero))
 
 
 def test_int8_extremes_stay_exact(rng):
@@ -106,15 +108,16 @@ def test_int8_extremes_stay_exact(rng):
 
 # --- pre-transformed (packed) weights ---------------------------------------------------------
 
-def _unpack(packed, k, cf):
-    """accel_conv_pack_weights' Winograd layout (csrc/winograd.c): a 64-byte header, then
-    [16 xi][K/8 blocks][C' channels][8 kernels] float32 (K rounded up with zero kernels), as
-    [K, C', 4, 4]."""
+def _unpack(packed, k, cf, groups=1):
+    """accel_conv_pack_weights' Winograd layout (csrc/winograd.c): a 64-byte header, then per
+    group [16 xi][K/8 blocks][C' channels][8 kernels] float32 (K and C' per group, K rounded
+    up with zero kernels), as [K, C', 4, 4]."""
+    k //= groups
     blocks = -(-k // 8)
-    u = np.frombuffer(packed[64:].tobytes(), np.float32).reshape(4, 4, blocks, cf, 8)
-    u = u.transpose(2, 4, 3, 0, 1).reshape(blocks * 8, cf, 4, 4)
-    assert not np.any(u[k:])  # the padding kernels are zero
-    return u[:k]
+    u = np.frombuffer(packed[64:].tobytes(), np.float32).reshape(groups, 4, 4, blocks, cf, 8)
+    u = u.transpose(0, 3, 5, 4, 1, 2).reshape(groups, blocks * 8, cf, 4, 4)
+    assert not np.any(u[:, k:])  # the padding kernels are zero
+    return u[:, :k].reshape(groups * k, cf, 4, 4)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -124,15 +127,16 @@ def test_packed_weights_are_the_reference_pre_transform(case, precision, rng):
     the packed weights gives the bits of a run that transforms them itself (1 or 2 threads,
     fused or independent)."""
     x, w = _data(rng, case)
-    c, k, stride, padding = case[0], case[1], case[5], case[6]
+    c, k, (stride, padding, groups) = case[0], case[1], case[5:]
     if precision == "fp16":
         x, w = x.astype(np.float16), (w * 0.3).astype(np.float16)
         wide = w.astype(np.float32)
     else:
         wide = w
-    conv = Conv(w, stride=stride, padding=padding, precision=precision, mode="winograd")
+    conv = Conv(w, stride=stride, padding=padding, groups=groups, precision=precision,
+                mode="winograd")
     packed = conv.pack("nv_full")
-    np.testing.assert_array_equal(_unpack(packed, k, c * stride * stride),
+    np.testing.assert_array_equal(_unpack(packed, k, c // groups * stride * stride, groups),
                                   ref.winograd_weights(wide, stride, precision))
     chain = [conv] if precision == "fp32" else [conv, Sdp(precision="fp16")]
     on_packed = [dataclasses.replace(conv, packed=packed)] + chain[1:]
@@ -184,6 +188,12 @@ def test_packed_weights_must_be_made_for_the_conv(rng):
                   mode="winograd").pack("nv_full")
     with pytest.raises(AccelInvalidError, match=mismatched):
         DEVICE.run([Conv(w, padding=1, mode="winograd", packed=folded)], x)
+    # two groups of 4 kernels over 2 channels: the size of one group of 8 over 4, not its packing
+    halves = Conv(rng.standard_normal((8, 2, 3, 3)).astype(np.float32), padding=1, groups=2,
+                  mode="winograd").pack("nv_full")
+    assert halves.nbytes == packed.nbytes
+    with pytest.raises(AccelInvalidError, match=mismatched):
+        DEVICE.run([Conv(w, padding=1, mode="winograd", packed=halves)], x)
     with pytest.raises(AccelInvalidError, match="fp32 in direct mode: only INT8 and FP16"):
         Conv(w, padding=1).pack("nv_full")
     with pytest.raises(AccelUnsupportedError, match="mode = winograd: kernel 5x5"):
@@ -281,6 +291,20 @@ def test_strided_fp16_cost_by_hand():
     assert wino.weight_bytes == 16 * folded * 16 * 2
 
 
+def test_grouped_int8_cost_by_hand():
+    """AlexNet's conv4 (384 -> 384, 2 groups, 13x13) runs group by group: per group 192 channels
+    (48 lanes of 4) and 192 kernels (6 x atomic K 32); outputs round up to 16x16."""
+    conv = dict(weight_shape=(384, 192, 3, 3), padding=1, groups=2, precision="int8")
+    sdp = Sdp(bias=None, precision="int8")
+    wino = _op_stats([Conv(None, mode="winograd", **conv), sdp], (1, 384, 13, 13), "int8")
+    direct = _op_stats([Conv(None, **conv), sdp], (1, 384, 13, 13), "int8")
+    assert direct.mac_cycles == 13 * 13 * 2 * 3 * 6 * 9
+    assert wino.mac_cycles == (4 * 2) * (4 * 2) * 2 * (192 // 4) * 6
+    assert wino.macs == 7 * 7 * 16 * 192 * 384
+    assert wino.weight_bytes == 384 * 192 * 16 * 2 and direct.weight_bytes == 384 * 192 * 9
+    assert wino.op == "conv2d_winograd"
+
+
 def test_cbuf_pressure_of_the_larger_weights():
     """Weights that fit CBUF direct (512 x 512 x 3 x 3 int8 = 2.25 MiB does not; 256 x 256 x
     9 = 576 KiB neither; 128 x 128: 144 KiB direct, 512 KiB transformed) can force re-reads."""
@@ -305,7 +329,6 @@ REFUSALS = [
     (dict(weight_shape=(8, 8, 5, 5)), "kernel 5x5 at stride 1 is not 3x3"),
     (dict(weight_shape=(8, 8, 1, 1)), "kernel 1x1"),
     (dict(weight_shape=(8, 8, 3, 3), dilation=2), "dilation 2x2"),
-    (dict(weight_shape=(8, 4, 3, 3), groups=2), "groups = 2"),
     (dict(weight_shape=(8, 8, 5, 3), stride=(2, 1)), "stride 2x1"),
 ]
 

@@ -195,14 +195,15 @@ typedef enum accel_engine {
  * folded input is in[c][y*s + a][x*s + b] (a, b < s) and its kernel tap (r', s') is
  * weights[k][c][r'*s + a][s'*s + b] (0 beyond the kernel), a stride-1 convolution of C*s*s
  * channels with a ceil(R/s) x ceil(S/s) kernel.
- * Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the configuration
- * has ACCEL_FEATURE_WINOGRAD; groups == 1; dilation 1; stride_h == stride_w = s;
+ * A grouped conv is one such convolution per group (C and K per group), as NVDLA's compiler
+ * splits it. Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the
+ * configuration has ACCEL_FEATURE_WINOGRAD; dilation 1; stride_h == stride_w = s;
  * ceil(kernel_h / s) == ceil(kernel_w / s) == 3 (3x3 stride 1, 5x5 or 6x6 stride 2, ...);
  * feature-data input; DENSE weights (NVDLA's compiler never compresses Winograd weights).
  * NVDLA's released compiler uses it for 3x3 stride 1, non-INT8 layers only.
  *
  * Numerics per precision. S = sum over c of |A^T| (|G| |g_c| |G^T| . |B^T| |d_c| |B|) |A|
- * (absolute values throughout; >= |exact result|), u = 2^-24, C' = C * s * s, and
+ * (absolute values throughout; >= |exact result|), u = 2^-24, C' = C * s * s (C per group) and
  * gamma(n) = n u / (1 - n u). The accumulator (before the SDP) of either mode is within its
  * bound of the exact convolution; Winograd's:
  *   FP32  transforms, products, the sum over channels and the output transform in fp32:
