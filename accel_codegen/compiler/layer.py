@@ -212,13 +212,14 @@ class Layer:
         return any(not c.source.same_as(first) for c in self.copies[1:])
 
     def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
-                   winograd: bool = True) -> dict:
+                   winograd: bool = False) -> dict:
         """The CONV input modes the code generator chooses on ``config`` (Conv fields): image
         input (``pixel_format``) for a conv that reads the function's input with at most four
         channels (an image: NVDLA's first-layer mode), multi-batch for a fully connected layer
         of a batch. Each only where the configuration has it and the C library accepts the
-        chain with it (its limits are the library's, not restated here); and Winograd mode
-        (``mode``) where :meth:`conv_mode` chooses it."""
+        chain with it (its limits are the library's, not restated here). With ``winograd``,
+        also Winograd mode (``mode``) where :meth:`conv_mode` chooses it for the layer alone
+        (the code generator chooses it with its memory plan: ``codegen/memory.py``)."""
         if self.conv is None or self.copies:
             return {}
         n, channels, h, w = self.in_shape
@@ -237,7 +238,7 @@ class Layer:
                 chosen[field] = value
             except AccelError:
                 pass
-        if self.conv_mode(config, fuse, precision, winograd, chosen)[0] == "winograd":
+        if winograd and self.conv_mode(config, fuse, precision, True, chosen)[0] == "winograd":
             chosen["mode"] = "winograd"
         return chosen
 
@@ -246,8 +247,8 @@ class Layer:
         """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
         fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
         carry integer converters in place of the float scale and shift. With ``config``, the
-        CONV takes the input modes the code generator chooses there (:meth:`conv_modes`);
-        ``modes`` gives them instead."""
+        CONV takes the modes :meth:`conv_modes` chooses there for the layer alone (Winograd
+        unless ``winograd`` is False); ``modes`` gives them instead."""
         if modes is None:
             modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
                 else {}
@@ -376,24 +377,40 @@ class Layer:
             raise Unsupported(_without_status(str(error))) from None
 
 
+    def winograd_refusal(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
+                         modes: Optional[dict] = None) -> Optional[str]:
+        """None where the configuration runs this layer's convolution in Winograd mode (the C
+        library decides: accel_conv_mode's conditions), else why not. ``modes``: the input
+        modes chosen besides."""
+        if self.conv is None:
+            return "no convolution"
+        try:
+            estimate_chain(config, self.engine_ops(fuse, precision, modes={
+                **(modes or {}), "mode": "winograd"}), self.in_shape,
+                mode="fused" if self.fused(fuse) else "independent", precision=precision)
+        except AccelError as error:
+            return _without_status(str(error)).split("mode = winograd: ")[-1]
+        return None
+
     def conv_mode(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
                   winograd: bool = True, modes: Optional[dict] = None) -> Tuple[str, str]:
-        """The CONV's mode and why: ("winograd", "") where ``winograd`` allows it, the
-        configuration runs this layer's convolution in Winograd mode (the C library decides:
-        accel_conv_mode's conditions) and the cost model gives the layer fewer cycles that way
-        (its pre-transformed weights are larger: a memory-bound layer can lose); else
-        ("direct", the reason). ``modes``: the input modes chosen besides."""
+        """The CONV's mode for this layer alone, and why: ("winograd", "") where ``winograd``
+        allows it, the configuration runs it (:meth:`winograd_refusal`) and the cost model
+        gives the layer fewer cycles that way with its weights dense and in DRAM (the larger
+        pre-transformed weights can make a memory-bound layer lose); else ("direct", the
+        reason). ``modes``: the input modes chosen besides. (The code generator decides with
+        the memory plan its run gets instead, SRAM and sparse weights included:
+        ``codegen/memory.py``; the two agree where that plan keeps the weights dense and in
+        DRAM.)"""
         modes = dict(modes or {})
-        if self.conv is None:
-            return "direct", "no convolution"
-        if not winograd:
+        if not winograd and self.conv is not None:
             return "direct", "winograd=False"
+        refusal = self.winograd_refusal(config, fuse, precision, modes)
+        if refusal is not None:
+            return "direct", refusal
         mode = "fused" if self.fused(fuse) else "independent"
-        try:
-            fast = estimate_chain(config, self.engine_ops(fuse, precision, modes={
-                **modes, "mode": "winograd"}), self.in_shape, mode=mode, precision=precision).cycles
-        except AccelError as error:
-            return "direct", _without_status(str(error)).split("mode = winograd: ")[-1]
+        fast = estimate_chain(config, self.engine_ops(fuse, precision, modes={
+            **modes, "mode": "winograd"}), self.in_shape, mode=mode, precision=precision).cycles
         direct = estimate_chain(config, self.engine_ops(fuse, precision, modes=modes),
                                 self.in_shape, mode=mode, precision=precision).cycles
         if fast >= direct:

@@ -29,8 +29,8 @@ from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
                        fold_zero_padding, silu_from_sigmoid, split_into_slices)
 from .vm import virtual_machine
-from ..sim.labels import run_key
-from .walk import composite_calls, external_calls, layer_of
+from ..sim.labels import layer_key, run_key
+from .walk import composite_calls, external_calls
 
 REPORT_ATTR = "accel_partition_report"
 MIXED_ATTR = "accel_mixed_precision"
@@ -145,19 +145,19 @@ def _shape_of(expr: relax.Expr) -> List[int]:
         return []
 
 
-def _conv_modes(composite: relax.Function, config: AccelConfig, fuse: bool, precision: str,
-                winograd: bool) -> Optional[str]:
-    """The CONV modes a composite's runs use ("direct", "winograd", "direct+winograd"), as the
-    code generator chooses them; None without a convolution."""
-    layer = layer_of(composite)
-    layers = [layer] + ([layer.branch] if layer.branch is not None else [])
-    modes = sorted({lay.conv_modes(config, fuse, precision, winograd).get("mode", "direct")
-                    for lay in layers if lay.conv is not None})
-    return "+".join(modes) or None
+def _conv_modes(report: PartitionReport, conv_modes: Dict[str, str]) -> None:
+    """Each offloaded op's ``conv_mode``: the CONV modes its layer's runs use ("direct",
+    "winograd", "direct+winograd"; None without a convolution), as the code generator chose
+    them with its memory plan (``conv_modes``: run key -> mode)."""
+    by_layer: Dict[str, set] = {}
+    for run, mode in conv_modes.items():
+        by_layer.setdefault(layer_key(run), set()).add(mode)
+    for op in report.offloaded:
+        op.conv_mode = "+".join(sorted(by_layer.get(op.key, ()))) or None
 
 
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
-                  log: PartitionLog, precision: str, winograd: bool = True,
+                  log: PartitionLog, precision: str,
                   layer_precisions: Optional[Dict[str, str]] = None) -> PartitionReport:
     ops: List[OpRecord] = []
     layers = 0
@@ -176,8 +176,6 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                     primitive = str(composite.attrs["Composite"])
                     key = run_key(functions, index)
                     chosen = layer_precisions[key] if layer_precisions else None
-                    conv_mode = _conv_modes(composite, config, fuse, chosen or precision,
-                                            winograd)
                     for cblock in composite.body.blocks:
                         for cb in cblock.bindings:
                             name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
@@ -185,7 +183,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                             if name:
                                 ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
                                                     primitive, symbol, layers,
-                                                    conv_mode=conv_mode, precision=chosen,
+                                                    precision=chosen,
                                                     key=key))
                     layers += 1
                 functions += 1
@@ -276,7 +274,7 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
     if code == "mixed":
         layer_precisions = check_layer_precisions(mod, layer_precisions)
-    report = _build_report(mod, config, fuse, log, code, winograd,
+    report = _build_report(mod, config, fuse, log, code,
                            layer_precisions if code == "mixed" else None)
     options = {"config": config.to_json(), "fuse": fuse, "precision": code, "winograd": winograd}
     if code == "mixed":
@@ -285,6 +283,7 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
         options["calibration"] = calibration.to_json()
     with codegen.collecting() as generated:
         mod = relax.transform.RunCodegen({"accel": options})(mod)
+    _conv_modes(report, generated.conv_modes)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
     # the originals RunCodegen recorded: those would be serialised unused.
     constants = {name: tvm.runtime.tensor(value) for name, value in generated.constants.items()}

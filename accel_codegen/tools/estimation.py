@@ -26,7 +26,7 @@ import tvm
 from tvm import relax
 
 from ..compiler.layer import Layer
-from ..compiler.codegen.memory import RunMemory, plan_module
+from ..compiler.codegen.memory import ModulePlan, RunMemory
 from ..compiler.walk import external_calls
 from ..compiler.walk import runs as walk_runs
 from ..errors import AccelError, AccelInvalidError
@@ -297,10 +297,10 @@ class _LoweredRun:
     in_shape: Optional[Tuple[int, ...]] = None  # a converting run's (else the layer's)
 
     def chain(self, winograd: bool = False, memory: Optional[RunMemory] = None) -> tuple:
-        """(ops, input shape, mode) for a ChainBatch: direct or in Winograd mode, with the
-        memory choices applied when given."""
+        """(ops, input shape, mode) for a ChainBatch: direct or in Winograd mode, or with the
+        memory choices (and the conv mode they record) applied to the direct ops."""
         ops = self.winograd if winograd else self.direct
-        return (memory.apply(ops) if memory is not None else ops,
+        return (memory.apply(self.direct) if memory is not None else ops,
                 self.in_shape or self.layer.in_shape, self.mode)
 
 
@@ -310,46 +310,57 @@ def _batch_precision(precision: str) -> Optional[str]:
 
 
 class _MemoryPlans:
-    """The code generator's memory choices (``compiler/codegen/memory.py``) for each
-    configuration and Winograd pick, and the chains they change, lowered once per distinct
-    plan. The plan reads the configuration's memory fields and the CONV modes only, so a sweep
-    over the MAC array, CBUF and DRAM re-plans a handful of times; the emitted weights' non-zero
-    counts (which decide the sparse format) are counted once."""
+    """The code generator's memory plans (``compiler/codegen/memory.py``: ``ModulePlan``, with
+    every conv direct and each Winograd-capable conv's options), and the chains they give,
+    lowered once per distinct plan. A plan reads the configuration's memory fields only, so a
+    sweep over the MAC array, CBUF and DRAM re-plans a handful of times; the modes are then
+    chosen per configuration from one costing of the plan's chains, as the code generator
+    chooses them; the emitted weights' non-zero counts (which decide the sparse format) are
+    counted once."""
 
     #: The cost fields a plan reads besides the partition's fields (weight and feature bytes).
     FIELDS = ("atomic_c", "atomic_k", "memory_atom_bytes", "cbuf_bytes")
 
     def __init__(self, functions: Sequence[relax.Function], runs: Sequence[_LoweredRun],
-                 precision: str, fuse: bool,
+                 precision: str, fuse: bool, winograd: bool,
                  layer_precisions: Optional[Dict[str, str]] = None):
         self.functions, self.runs = list(functions), list(runs)
-        self.precision, self.fuse = precision, fuse
+        self.precision, self.fuse, self.winograd = precision, fuse, winograd
         self.layer_precisions = layer_precisions
         self.nonzero: Dict[str, Optional[int]] = {}
         self.walked: dict = {}  # each function's runs, walked once
-        self.planned: Dict[tuple, Optional[ChainBatch]] = {}
+        self.planned: Dict[tuple, Tuple[ModulePlan, ChainBatch, Dict[tuple, int]]] = {}
 
-    def chains(self, config: AccelConfig, fast: Sequence[bool]) -> Optional[ChainBatch]:
-        """The runs' chains with the memory choices applied, each in the mode ``fast`` picks;
-        None when the plan changes nothing (no SRAM, dense weights everywhere)."""
+    def records(self, config: AccelConfig, costed: str) -> Optional[list]:
+        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats") with the
+        memory choices and conv modes of the code generator's plan; None when no plan can
+        change anything (no SRAM, no weight compression: the caller chooses the modes)."""
         if config.sram_bytes == 0 and "weight_compression" not in config.features:
             return None
-        key = (tuple(getattr(config, field) for field in self.FIELDS), tuple(fast))
+        key = tuple(getattr(config, field) for field in self.FIELDS)
         if key not in self.planned:
-            modes = {run.key: {**run.conv_modes, "mode": "winograd"} if use
-                     else run.conv_modes for run, use in zip(self.runs, fast)
-                     if run.conv_modes is not None}
-            plan: Dict[str, RunMemory] = plan_module(
-                self.functions, config, self.fuse, self.precision, modes=modes,
-                nonzero=self.nonzero, layer_precisions=self.layer_precisions,
-                walked=self.walked)
-            if all(memory.changes_nothing for memory in plan.values()):
-                self.planned[key] = None
-            else:  # a converting run (mixed code) has no plan of its own: all in DRAM
-                self.planned[key] = ChainBatch(config, [
-                    run.chain(use, plan.get(run.key, RunMemory()))
-                    for run, use in zip(self.runs, fast)], _batch_precision(self.precision))
-        return self.planned[key]
+            plan = ModulePlan(self.functions, config, self.fuse, self.precision,
+                              winograd=self.winograd,
+                              modes={run.key: run.conv_modes for run in self.runs
+                                     if run.conv_modes is not None},
+                              eligible={run.key for run in self.runs if run.winograd is not None},
+                              nonzero=self.nonzero, layer_precisions=self.layer_precisions,
+                              walked=self.walked)
+            # every run as planned with its conv direct (a converting run of mixed code has
+            # no plan of its own: all in DRAM), then every Winograd option
+            chains = [run.chain(memory=plan.direct.get(run.key, RunMemory()))
+                      for run in self.runs]
+            index = {(run.key, None): i for i, run in enumerate(self.runs)}
+            for run in self.runs:
+                for option, (memory, _) in enumerate(plan.options.get(run.key, ())):
+                    index[(run.key, option)] = len(chains)
+                    chains.append(run.chain(memory=memory))
+            self.planned[key] = plan, ChainBatch(config, chains,
+                                                 _batch_precision(self.precision)), index
+        plan, batch, index = self.planned[key]
+        records = getattr(batch, costed)(config)
+        chosen = plan.choose(lambda run, option: records[index[(run, option)]].cycles)
+        return [records[index[(run.key, chosen.get(run.key))]] for run in self.runs]
 
 
 @dataclasses.dataclass
@@ -360,9 +371,10 @@ class _LoweredModel:
     runs: List[Tuple[str, str]]  # (label, primitive) of every accelerator run, in order
     chains: ChainBatch
     # Per run, its chain's index in `chains`, and the index of the same run in Winograd mode
-    # where the configuration's features allow it (None elsewhere): the code generator takes
-    # Winograd where it costs fewer cycles (Layer.conv_mode), which depends on the cost fields,
-    # so both are lowered once and the choice is made per configuration from their costs.
+    # where the configuration's features allow it (None elsewhere): without a memory plan that
+    # changes anything, the code generator takes Winograd where it costs fewer cycles, which
+    # depends on the cost fields, so both are lowered once and the choice is made per
+    # configuration from their costs (with a plan: _MemoryPlans).
     choices: List[Tuple[int, Optional[int]]]
     memory: "_MemoryPlans"
     host_ops: int
@@ -415,22 +427,22 @@ class _LoweredModel:
                 fast = len(chains) - 1
             choices.append((direct, fast))
         memory = _MemoryPlans([function for _, function in external_calls(matched)], lowered,
-                              model_precision, fuse, layer_precisions)
+                              model_precision, fuse, winograd, layer_precisions)
         return cls([(run.label, run.primitive) for run in lowered],
                    ChainBatch(config, chains, _batch_precision(model_precision)), choices,
                    memory, _host_ops(matched), model_precision, fuse)
 
     def _records(self, config: AccelConfig, costed: str) -> list:
-        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"): in Winograd
-        mode where it takes fewer cycles, as Layer.conv_mode chooses (from the chains without
-        memory choices, as there); then with the code generator's memory choices for that
-        pick, where they change anything."""
-        records = getattr(self.chains, costed)(config)
-        fast = [f is not None and records[f].cycles < records[d].cycles for d, f in self.choices]
-        planned = self.memory.chains(config, fast)
+        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"), with the
+        code generator's memory choices and conv modes: its plan's where the configuration has
+        SRAM or weight compression; else every run in DRAM with dense weights, in Winograd
+        mode where that takes fewer cycles (the choice the plan makes there)."""
+        planned = self.memory.records(config, costed)
         if planned is not None:
-            return getattr(planned, costed)(config)
-        return [records[f] if use else records[d] for (d, f), use in zip(self.choices, fast)]
+            return planned
+        records = getattr(self.chains, costed)(config)
+        return [records[f] if f is not None and records[f].cycles < records[d].cycles
+                else records[d] for d, f in self.choices]
 
     def estimate(self, config: AccelConfig) -> EstimateReport:
         layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats

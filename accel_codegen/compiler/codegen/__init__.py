@@ -51,6 +51,8 @@ class Generated:
     # int8: (run key, op index) -> the quantisation of every tensor the runs read or write,
     # keyed as the observer reports them
     quantization: Dict[Tuple[str, int], TensorQuant] = dataclasses.field(default_factory=dict)
+    # run key -> its CONV's mode ("direct", "winograd"), chosen with the memory plan
+    conv_modes: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def generate(functions, options, into: Generated) -> List:
@@ -70,6 +72,8 @@ def generate(functions, options, into: Generated) -> List:
     functions = list(functions)
     memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd,
                          layer_precisions=layer_precisions)
+    into.conv_modes.update({key: run.conv.mode for key, run in memory.items()
+                            if run.conv is not None})
     for function in functions:
         gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
                               winograd, memory, layer_precisions)

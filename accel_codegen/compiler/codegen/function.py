@@ -61,7 +61,6 @@ class FunctionCodegen:
         self.function = function
         self.config = config
         self.fuse = fuse
-        self.winograd = winograd  # convolutions that qualify run in Winograd mode
         self.index = index
         self.function_precision = precision
         self.layer_precisions = layer_precisions or {}
@@ -93,8 +92,8 @@ class FunctionCodegen:
         self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
-        # CBUF splits, weight formats and SRAM placement of every run (shared with estimate;
-        # the module's plan when given, as SRAM is shared by every function)
+        # CBUF splits, weight formats, SRAM placement and conv modes of every run (shared with
+        # estimate; the module's plan when given, as SRAM is shared by every function)
         self.memory = memory if memory is not None else \
             plan_function(function, index, config, fuse, self.function_precision, winograd,
                           self.layer_precisions)
@@ -410,7 +409,10 @@ class FunctionCodegen:
         if weights is None:
             weights = self._pointer(c.weight, scope,
                                     reshape=(lambda v: v.T) if c.transpose_weight else None)
-        modes = layer.conv_modes(self.config, self.fuse, self.precision, self.winograd)
+        modes = layer.conv_modes(self.config, self.fuse, self.precision)
+        choice = self.run_memory.conv  # the mode chosen with the memory plan
+        if choice is not None and choice.mode != "direct":
+            modes["mode"] = choice.mode
         pack = None
         # packed (int8), widened (fp16) or pre-transformed (fp32 Winograd, constant weights
         # only: the glue packs once) once, not every call

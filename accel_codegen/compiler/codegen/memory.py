@@ -21,11 +21,22 @@ generated code and for the estimate alike (so that an estimate equals a profiled
   copied there once when the model's constants load (the BDMA's job on NVDLA, not part of an
   inference), then read at SRAM bandwidth by every inference. (NVDLA's own compiler keeps
   weights in DRAM: placing them in SRAM is this model's choice.)
+- **Winograd mode**, chosen under the plan it runs with (its pre-transformed weights are larger,
+  dense, and may or may not fit SRAM, so the mode and the memory choices are one decision).
+  The plan above is made with every conv direct; then each conv the configuration runs in
+  Winograd mode (``Layer.winograd_refusal``), in execution order, switches to it where the cost
+  model gives its run fewer cycles that way, with its weights in DRAM, or resident in SRAM when
+  what they add to its direct plan fits what SRAM has left (they never displace another layer's
+  weights, so no other run gets slower: each switch lowers the total). On equal cycles the
+  option that holds fewer SRAM bytes wins (direct first, then Winograd from DRAM).
+  :class:`ModulePlan` holds the direct plan and each conv's options; ``choose`` takes any
+  costing of them, so the code generator (one batch of chains) and a sweep (one batch per
+  plan, costed per configuration) choose alike.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tvm import relax
@@ -34,6 +45,7 @@ from ..._accel_ffi import ffi, lib
 from ...errors import check
 from ...quantization import quantize_weights
 from ...sim.config import AccelConfig, precision_code
+from ...sim.device import ChainBatch
 from ...sim.labels import copy_part, run_key
 from ...sim.ops import Conv, Sdp, count_nonzero
 from ..layer import Layer, constant_value, is_constant, static_shape
@@ -49,6 +61,7 @@ class ConvChoice:
     weight_banks: int
     weight_format: str = "dense"
     weights_nonzero: int = 0
+    mode: str = "direct"  # the CONV's mode ("winograd": chosen with this plan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +70,6 @@ class RunMemory:
 
     sram: Tuple[str, ...] = ()  # among "input", "operand", "output", "weights"
     conv: Optional[ConvChoice] = None
-
-    @property
-    def changes_nothing(self) -> bool:
-        """Whether :meth:`apply` leaves the ops as they are (no SRAM, dense weights)."""
-        return not self.sram and (self.conv is None or self.conv.weight_format == "dense")
 
     def apply(self, ops: Sequence) -> list:
         """The run's engine ops (sim descriptors) with these choices set."""
@@ -81,7 +89,8 @@ class RunMemory:
             # generator asked it for on this configuration (and gives a sweep's other CBUFs
             # their own).
             ops[0] = dataclasses.replace(ops[0], weight_format=self.conv.weight_format,
-                                         weights_nonzero=self.conv.weights_nonzero)
+                                         weights_nonzero=self.conv.weights_nonzero,
+                                         mode=self.conv.mode)
         return ops
 
 
@@ -109,7 +118,8 @@ def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional
 def conv_choice(config: AccelConfig, layer: Layer, precision: str,
                 modes: dict, count_weights: Callable[[], Optional[int]]) -> ConvChoice:
     """Weight format and CBUF split of a layer's conv (see the module's docstring), in the conv
-    modes the code generator chose (``Layer.conv_modes``: they change the bytes CBUF holds).
+    modes given (``Layer.conv_modes``' input modes, and "mode": "winograd" for Winograd's
+    option: they change the bytes CBUF holds).
     ``count_weights()``: the non-zero count of the weights the code generator emits (None when
     they are not constants), asked only where the sparse format is possible."""
     config_c = config.to_c()
@@ -139,7 +149,8 @@ def conv_choice(config: AccelConfig, layer: Layer, precision: str,
                                       "precision": precision_code(precision)})
     data_banks, weight_banks = ffi.new("int32_t*"), ffi.new("int32_t*")
     check(lib.accel_conv_banks(config_c, desc, shape, data_banks, weight_banks))
-    return ConvChoice(int(data_banks[0]), int(weight_banks[0]), fmt, nonzero)
+    return ConvChoice(int(data_banks[0]), int(weight_banks[0]), fmt, nonzero,
+                      modes.get("mode", "direct"))
 
 
 def _feature_bytes(config_c, shape: Sequence[int], precision: str) -> int:
@@ -192,40 +203,114 @@ def _runs(function: relax.Function, function_index: int
 
 def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
                 precision: str, first_index: int = 0, winograd: bool = True,
-                modes: Optional[Dict[str, dict]] = None,
-                nonzero: Optional[Dict[str, Optional[int]]] = None,
-                layer_precisions: Optional[Dict[str, str]] = None,
-                walked: Optional[dict] = None) -> Dict[str, RunMemory]:
-    """The memory choices of every run of a module's offloaded functions (in the order the
-    code generator numbers them, from ``first_index``), by run key. ``modes``: each conv run's
-    CONV modes by run key, where the caller has chosen them (else ``Layer.conv_modes``);
-    ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across
-    calls (the counts do not depend on the configuration). ``precision`` "mixed": each layer's
-    from ``layer_precisions`` by its key; a layer's output that a layer of the other precision
-    reads (through a converting run) stays in DRAM. ``walked``: a cache of each function's
-    runs, kept across calls on the same functions (a sweep re-plans them per configuration)."""
-    plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes, nonzero,
-                           layer_precisions, walked) for i, f in enumerate(functions)]
-    if config.sram_bytes > 0:
-        for plan in plans:
-            plan.place_feature_maps()
-        # Resident weights share the SRAM with every function's feature maps.
-        budget = config.sram_bytes - max(max(plan.load, default=0) for plan in plans)
-        for plan in plans:
-            budget = plan.place_weights(budget)
-    return {key: memory for plan in plans for key, memory in plan.result().items()}
+                layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
+    """The memory choices and conv modes of every run of a module's offloaded functions (in
+    the order the code generator numbers them, from ``first_index``), by run key, as the code
+    generator emits them: :class:`ModulePlan`, its options costed by the C cost model.
+    ``precision`` "mixed": each layer's from ``layer_precisions`` by its key."""
+    plan = ModulePlan(functions, config, fuse, precision, first_index, winograd,
+                      layer_precisions=layer_precisions)
+    return plan.memories(plan.choose(plan.cycles(config)))
 
 
 def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
                   fuse: bool, precision: str, winograd: bool = True,
                   layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
     """The memory choices of one function's runs, as if it were the module's only one."""
-    plan = _FunctionPlan(function, function_index, config, fuse, precision, winograd,
-                         layer_precisions=layer_precisions)
-    if config.sram_bytes > 0:
-        plan.place_feature_maps()
-        plan.place_weights(config.sram_bytes - max(plan.load, default=0))
-    return plan.result()
+    return plan_module([function], config, fuse, precision, function_index, winograd,
+                       layer_precisions)
+
+
+#: A conv's Winograd option: its run's memory choices in Winograd mode, and the SRAM bytes
+#: they take beyond its direct plan's (negative: its direct weights' bytes, freed).
+Option = Tuple[RunMemory, int]
+
+
+class ModulePlan:
+    """A module's memory plan with every conv direct, and the Winograd options of each conv
+    the configuration runs in Winograd mode (see the module's docstring); :meth:`choose` picks
+    the modes from the options' cycles, :meth:`memories` gives the chosen plan.
+
+    ``modes``: each conv run's input modes by run key, where the caller has chosen them (else
+    ``Layer.conv_modes``); ``eligible``: the conv runs the configuration runs in Winograd mode,
+    where the caller has checked them (else each is asked: ``Layer.winograd_refusal``);
+    ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across plans
+    (the counts do not depend on the configuration). ``precision`` "mixed": each layer's from
+    ``layer_precisions`` by its key; a layer's output that a layer of the other precision reads
+    (through a converting run) stays in DRAM. ``walked``: a cache of each function's runs, kept
+    across plans of the same functions (a sweep plans them per configuration)."""
+
+    def __init__(self, functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
+                 precision: str, first_index: int = 0, winograd: bool = True,
+                 modes: Optional[Dict[str, dict]] = None,
+                 eligible: Optional[Collection[str]] = None,
+                 nonzero: Optional[Dict[str, Optional[int]]] = None,
+                 layer_precisions: Optional[Dict[str, str]] = None,
+                 walked: Optional[dict] = None):
+        self.fuse = fuse
+        plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes,
+                               eligible, nonzero, layer_precisions, walked)
+                 for i, f in enumerate(functions)]
+        self.left = 0  # SRAM bytes no feature map or resident weights take
+        if config.sram_bytes > 0:
+            for plan in plans:
+                plan.place_feature_maps()
+            # Resident weights share the SRAM with every function's feature maps.
+            budget = config.sram_bytes - max((max(plan.load, default=0) for plan in plans),
+                                             default=0)
+            for plan in plans:
+                budget = plan.place_weights(budget)
+            self.left = budget
+        self.direct: Dict[str, RunMemory] = {}
+        self.options: Dict[str, List[Option]] = {}  # in execution order
+        self.runs: Dict[str, Tuple[_Run, dict]] = {}  # conv runs with options, their modes
+        for plan in plans:
+            self.direct.update(plan.result())
+            for run in plan.runs:
+                if run.key in plan.winograd:
+                    self.options[run.key] = plan.winograd_options(run)
+                    self.runs[run.key] = run, plan.modes[run.key]
+
+    def chain(self, key: str, option: Optional[int]) -> tuple:
+        """(ops, input shape, mode) of a conv run with options: direct as planned (None) or
+        its Winograd option."""
+        run, modes = self.runs[key]
+        memory = self.direct[key] if option is None else self.options[key][option][0]
+        ops = run.layer.engine_ops(self.fuse, run.precision, modes=modes)
+        return (memory.apply(ops), run.layer.in_shape,
+                "fused" if run.layer.fused(self.fuse) else "independent")
+
+    def cycles(self, config: AccelConfig) -> Callable[[str, Optional[int]], int]:
+        """The cycles of every conv run with options, direct and in each option, on ``config``
+        (one batch of chains)."""
+        index = {(key, option): i for i, (key, option) in enumerate(
+            (key, option) for key, options in self.options.items()
+            for option in [None, *range(len(options))])}
+        if not index:
+            return lambda key, option: 0
+        # each chain in its ops' precision (mixed code: each layer its own)
+        batch = ChainBatch(config, [self.chain(*choice) for choice in index])
+        records = batch.run_stats(config)
+        return lambda key, option: int(records[index[(key, option)]].cycles)
+
+    def choose(self, cycles: Callable[[str, Optional[int]], int]) -> Dict[str, int]:
+        """The Winograd option each switching conv run takes (by run key; the others stay
+        direct), from ``cycles(key, option)`` (None: direct as planned)."""
+        left, chosen = self.left, {}
+        for key, options in self.options.items():
+            best, pick = cycles(key, None), None
+            for option, (_, extra) in enumerate(options):
+                if extra <= left and cycles(key, option) < best:
+                    best, pick = cycles(key, option), option
+            if pick is not None:
+                chosen[key] = pick
+                left -= options[pick][1]
+        return chosen
+
+    def memories(self, chosen: Dict[str, int]) -> Dict[str, RunMemory]:
+        """Every run's memory choices (and conv mode) with the options ``chosen``."""
+        return {key: self.options[key][chosen[key]][0] if key in chosen else memory
+                for key, memory in self.direct.items()}
 
 
 class _FunctionPlan:
@@ -234,6 +319,7 @@ class _FunctionPlan:
     def __init__(self, function: relax.Function, function_index: int, config: AccelConfig,
                  fuse: bool, precision: str, winograd: bool = True,
                  modes: Optional[Dict[str, dict]] = None,
+                 eligible: Optional[Collection[str]] = None,
                  nonzero: Optional[Dict[str, Optional[int]]] = None,
                  layer_precisions: Optional[Dict[str, str]] = None,
                  walked: Optional[dict] = None):
@@ -254,9 +340,9 @@ class _FunctionPlan:
         converted = converted_outputs(function, precisions) if precision == "mixed" else []
         self.converted = {run.writes for run in self.runs
                           if run.writes is not None and converted and converted[run.call]}
-        # the conv modes (image input, multi-batch, Winograd) the code generator chooses
+        # the conv input modes (image input, multi-batch) the code generator chooses
         self.modes = {run.key: modes[run.key] if modes is not None
-                      else run.layer.conv_modes(config, fuse, run.precision, winograd)
+                      else run.layer.conv_modes(config, fuse, run.precision)
                       for run in self.runs if run.layer.conv is not None}
 
         counts = nonzero if nonzero is not None else {}  # by run key, kept across plans
@@ -274,10 +360,44 @@ class _FunctionPlan:
         self.convs = {key: conv_choice(config, run.layer, run.precision, self.modes[key],
                                        counted(run))
                       for run in self.runs if (key := run.key) in self.modes}
+        # the CBUF split of each conv the configuration runs in Winograd mode, in that mode
+        self.winograd = {
+            run.key: conv_choice(config, run.layer, run.precision,
+                                 {**self.modes[run.key], "mode": "winograd"}, lambda: None)
+            for run in self.runs if run.key in self.modes and winograd and (
+                run.key in eligible if eligible is not None else
+                run.layer.winograd_refusal(config, fuse, run.precision,
+                                           self.modes[run.key]) is None)}
         self.sram_of: Dict[str, set] = {run.key: set() for run in self.runs}
         self.placed: set = set()             # feature maps in SRAM
         self.sizes: Dict[relax.Var, int] = {}
         self.load: List[int] = []            # SRAM bytes of feature maps live at each call
+        self.resident: Dict[str, int] = {}   # bytes of each conv's resident weights
+
+    def weight_bytes(self, run: _Run, choice: ConvChoice) -> int:
+        """The bytes of a conv's weights as its CONV reads them with ``choice``."""
+        layer = run.layer
+        conv = Conv(None, weight_shape=layer.conv.weight_shape, groups=layer.conv.groups,
+                    stride=layer.conv.stride, precision=run.precision,
+                    **{**self.modes[run.key], **dataclasses.asdict(choice)})
+        desc = ffi.new("accel_conv_desc*")
+        conv._fill(desc)
+        return int(lib.accel_conv_weight_bytes(self.config_c, desc, layer.in_shape[1]))
+
+    def winograd_options(self, run: _Run) -> List[Option]:
+        """A conv's Winograd options under this plan: its weights in DRAM, and resident when
+        SRAM has them and the run's feature maps room (the bytes beyond its direct plan's are
+        checked against what is left when the option is chosen)."""
+        choice = self.winograd[run.key]
+        streams = tuple(sorted(self.sram_of[run.key] - {"weights"}))
+        direct = self.resident.get(run.key, 0)
+        options = [(RunMemory(streams, choice), -direct)]
+        size = self.weight_bytes(run, choice)
+        if self.config.sram_bytes > 0 and 0 < size and \
+                self.run_footprint(run) + size <= self.config.sram_bytes:
+            options.append((RunMemory(tuple(sorted((*streams, "weights"))), choice),
+                            size - direct))
+        return options
 
     def result(self) -> Dict[str, RunMemory]:
         return {run.key: RunMemory(tuple(sorted(self.sram_of[run.key])), self.convs.get(run.key))
@@ -298,16 +418,11 @@ class _FunctionPlan:
             choice = self.convs.get(run.key)
             if choice is None:
                 continue
-            layer = run.layer
-            conv = Conv(None, weight_shape=layer.conv.weight_shape, groups=layer.conv.groups,
-                        stride=layer.conv.stride, precision=run.precision,
-                        **self.modes[run.key], **dataclasses.asdict(choice))
-            desc = ffi.new("accel_conv_desc*")
-            conv._fill(desc)
-            size = int(lib.accel_conv_weight_bytes(self.config_c, desc, layer.in_shape[1]))
+            size = self.weight_bytes(run, choice)
             if 0 < size <= budget and \
                     self.run_footprint(run) + size <= self.config.sram_bytes:
                 self.sram_of[run.key].add("weights")
+                self.resident[run.key] = size
                 budget -= size
         return budget
 
