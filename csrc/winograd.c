@@ -357,6 +357,30 @@ static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_
 #endif
 }
 
+/* The same products for a group of nk < KB kernels (a depthwise conv's groups have one): only
+ * its kernels' rows of M, each the same fused multiply-add chain over the channels from 0. */
+static void gemm_narrow(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
+                        float* M, int nk) {
+  for (int r = 0; r < nk; ++r) {
+#ifdef __AVX512F__
+    for (int64_t t = 0; t < nt16; t += 16) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t c = 0; c < CF; ++c) {
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(U[c * KB + r]), _mm512_loadu_ps(V + c * ntp + t),
+                              acc);
+      }
+      _mm512_storeu_ps(M + r * ntp + t, acc);
+    }
+#else
+    for (int64_t t = 0; t < nt16; ++t) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < CF; ++c) acc = fmaf(U[c * KB + r], V[c * ntp + t], acc);
+      M[r * ntp + t] = acc;
+    }
+#endif
+  }
+}
+
 /* ---- 4. the output transform ----------------------------------------------------------- */
 
 /* Y = A^T m A for kernel row r of the block's M ([16][KB][ntp]) into the output plane's rows
@@ -463,8 +487,13 @@ static void wino_item(void* ctx, int64_t item, int participant) {
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     for (int xi = 0; xi < 16; ++xi) {
       const int64_t nxi = xi < 15 ? xi + 1 : 0, nkb = xi < 15 ? kb : kb + 1;
-      gemm(U + (xi * P->kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
-           M + xi * KB * ntp, nkb < kb1 ? U + (nxi * P->kblocks + nkb) * CF * KB : NULL);
+      if (K < KB) {
+        gemm_narrow(U + xi * CF * KB, V + xi * CF * ntp, CF, ntp, nt16, M + xi * KB * ntp,
+                    (int)K);
+      } else {
+        gemm(U + (xi * P->kblocks + kb) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
+             M + xi * KB * ntp, nkb < kb1 ? U + (nxi * P->kblocks + nkb) * CF * KB : NULL);
+      }
     }
     for (int r = 0; r < KB && kb * KB + r < K; ++r) {
       const int64_t k = gi * K + kb * KB + r, at = (img * g->k + k) * ohw;

@@ -7,6 +7,9 @@ import torch
 
 import accel_codegen as ac
 from accel_codegen import AccelConfig, frontend
+from accel_codegen.compiler.partition import match_composites
+from accel_codegen.compiler.walk import runs
+from accel_codegen.estimation import sweep
 from conftest import random_inputs, run_main
 
 SRAM = AccelConfig.preset("nv_full").replace(sram_bytes=1 << 20)
@@ -100,3 +103,89 @@ def test_int8_counts_the_quantised_weights(two_convs):
     assert "ACCEL_WEIGHTS_SPARSE" in source
     report = ac.estimate(mod, params, config=SRAM, precision="int8", winograd=False)
     assert [r.cycles for r in prof.records] == [layer.cycles for layer in report.layers]
+
+
+# --- Winograd mode chosen with the memory plan --------------------------------------------------
+
+class _ThreeConvs(torch.nn.Module):
+    """16 -> 32 -> 32 -> 32 channels, 3x3, 20x20: the middle conv reads and writes feature maps
+    that stay in SRAM, so with its weights resident its run is MAC-bound."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.convs = torch.nn.ModuleList([torch.nn.Conv2d(16, 32, 3, padding=1),
+                                          torch.nn.Conv2d(32, 32, 3, padding=1),
+                                          torch.nn.Conv2d(32, 32, 3, padding=1)])
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return x
+
+
+#: DRAM at 1 GB/s: with its weights in DRAM, Winograd's 16/9 larger fp32 (charged fp16)
+#: weights make every conv slower; resident in SRAM, the middle conv's are read at 64 GB/s.
+SLOW_DRAM = AccelConfig.preset("nv_full").replace(dram_bytes_per_s=1e9, name="slow-dram")
+# fp16-charged bytes: feature maps 25,600 each (two live at the middle conv), direct weights
+# 9,216 + 18,432 + 18,432, the middle conv's pre-transformed ones 32,768 (14,336 more)
+ROOMY = SLOW_DRAM.replace(sram_bytes=1 << 20, name="roomy")
+TIGHT = SLOW_DRAM.replace(sram_bytes=2 * 25_600 + 9_216 + 2 * 18_432 + 8_192, name="tight")
+
+
+@pytest.fixture(scope="module")
+def three_convs():
+    x = random_inputs((1, 16, 20, 20), 1, seed=7)[0]
+    mod, params = frontend.from_pytorch(_ThreeConvs().eval(), (torch.from_numpy(x),))
+    return mod, params, x
+
+
+def _modes(report):
+    return ["wg" if "CONV(wg)" in layer.engines else "direct" for layer in report.layers]
+
+
+def test_winograd_where_its_weights_fit_sram_and_estimate_equals_profile(three_convs):
+    """The middle conv is slower in Winograd mode on its own (its weights from DRAM: the choice
+    Layer.conv_mode makes for a layer alone) and faster with its weights resident: the code
+    generator, the partition report, estimate() and a profiled run all take Winograd there,
+    and only there; with too little SRAM left for the larger weights, it stays direct."""
+    mod, params, x = three_convs
+    without = ac.estimate(mod, params, config=SLOW_DRAM)
+    assert _modes(without) == ["direct"] * 3
+    middle = [run.layer for run in runs(match_composites(mod, params, config=ROOMY))][1]
+    assert middle.conv_mode(ROOMY, True)[0] == "direct"  # alone, with DRAM weights
+    expected = {ROOMY: ["direct", "wg", "direct"], TIGHT: ["direct"] * 3}
+    for config, modes in expected.items():
+        source, prof, y = _profiled(mod, params, x, config)
+        report = ac.estimate(mod, params, config=config)
+        assert _modes(report) == modes, config.name
+        assert [r.cycles for r in prof.records] == [layer.cycles for layer in report.layers]
+        assert source.count("ACCEL_CONV_WINOGRAD") == modes.count("wg")
+        parts = ac.partition_report(mod, params, config=config)
+        assert [op.conv_mode for op in parts.offloaded if op.op == "relax.nn.conv2d"] == [
+            "winograd" if mode == "wg" else "direct" for mode in modes]
+    roomy = ac.estimate(mod, params, config=ROOMY).layers
+    tight = ac.estimate(mod, params, config=TIGHT).layers
+    # resident Winograd weights: fewer cycles than the direct run the tight plan keeps
+    assert roomy[1].cycles < tight[1].cycles < without.layers[1].cycles
+    assert roomy[1].sram_bytes > tight[1].sram_bytes
+
+
+def test_sweep_chooses_winograd_with_the_plan_as_estimate_does(three_convs):
+    """Per configuration of a sweep, the same modes and figures as estimate(): the plan is
+    shared by points of one memory layout, the choice made per point from its costs (a fast
+    DRAM makes Winograd pay without SRAM too)."""
+    mod, params, _ = three_convs
+    points = [({"point": 0}, ROOMY), ({"point": 1}, TIGHT),
+              ({"point": 2}, ROOMY.replace(dram_bytes_per_s=100e9, name="fast")),
+              ({"point": 3}, ROOMY.replace(atomic_c=32, atomic_k=16, name="half")),
+              ({"point": 4}, SLOW_DRAM)]
+    rows = sweep(mod, params, points, progress=False)["points"]
+    modes = set()
+    for row, (_, config) in zip(rows, points):
+        report = ac.estimate(mod, params, config=config)
+        assert row["total_cycles"] == report.total_cycles, config.name
+        assert row["sram_bytes"] == report.cost_totals.sram_bytes, config.name
+        assert row["total_energy_pj"] == report.total_energy_pj, config.name
+        modes.add(tuple(_modes(report)))
+    assert len(modes) >= 3
