@@ -238,6 +238,68 @@ static void stage_rows(const wino_plan* P, const float* img, int64_t cf, int64_t
 
 /* V[xi][cf][t] for the block's tiles t = r * tiles_w + tx from the staged rows X: B^T d B,
  * rows first, then columns, one rounding per addition; rounded to half for FP16. */
+#ifdef __AVX512F__
+/* B^T d B of the 16 tiles tx0 .. tx0 + 15 of a tile row (`rows`: its 4 staged input rows, sw
+ * apart) into v[xi], rows first, then columns; rounded to half for FP16. */
+static inline void input_tiles(const float* rows, int64_t sw, int64_t tx0, int half,
+                               __m512 v[16]) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                         30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  __m512 d[4][4];
+  for (int i = 0; i < 4; ++i) {
+    const float* p = rows + i * sw + 2 * tx0;
+    const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16);
+    const __m512 b0 = _mm512_loadu_ps(p + 2), b1 = _mm512_loadu_ps(p + 18);
+    d[i][0] = _mm512_permutex2var_ps(a0, even, a1);
+    d[i][1] = _mm512_permutex2var_ps(a0, odd, a1);
+    d[i][2] = _mm512_permutex2var_ps(b0, even, b1);
+    d[i][3] = _mm512_permutex2var_ps(b0, odd, b1);
+  }
+  __m512 t[4][4];
+  for (int j = 0; j < 4; ++j) {
+    t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+    t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+    t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+    t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    __m512* w = v + 4 * i;
+    w[0] = _mm512_sub_ps(t[i][0], t[i][2]);
+    w[1] = _mm512_add_ps(t[i][1], t[i][2]);
+    w[2] = _mm512_sub_ps(t[i][2], t[i][1]);
+    w[3] = _mm512_sub_ps(t[i][1], t[i][3]);
+    for (int j = 0; j < 4 && half; ++j) {
+      w[j] = _mm512_cvtph_ps(_mm512_cvtps_ph(w[j], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+}
+
+/* Y = A^T m A of the 16 tiles tx0 .. of tile row ty (m[xi]), rows first ((m0 + m1) + m2,
+ * (m1 - m2) - m3), then columns, stored into the output plane (the columns and rows past
+ * the output are not). */
+static inline void output_tiles(const __m512 m[16], int64_t ty, int64_t tx0, int64_t out_h,
+                                int64_t ow, float* plane) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  __m512 o[2][4];
+  for (int j = 0; j < 4; ++j) {
+    o[0][j] = _mm512_add_ps(_mm512_add_ps(m[j], m[4 + j]), m[8 + j]);
+    o[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
+  }
+  const int64_t cols = ow - 2 * tx0 < 32 ? ow - 2 * tx0 : 32;
+  const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+  const __mmask16 m1 = cols <= 16 ? 0 : (__mmask16)(((uint64_t)1 << (cols - 16)) - 1);
+  for (int p = 0; p < 2 && 2 * ty + p < out_h; ++p) {
+    const __m512 y0 = _mm512_add_ps(_mm512_add_ps(o[p][0], o[p][1]), o[p][2]);
+    const __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(o[p][1], o[p][2]), o[p][3]);
+    float* dst = plane + (2 * ty + p) * ow + 2 * tx0;
+    _mm512_mask_storeu_ps(dst, m0, _mm512_permutex2var_ps(y0, lo, y1));
+    _mm512_mask_storeu_ps(dst + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
+  }
+}
+#endif
+
 static void transform_input(const wino_plan* P, const float* X, int64_t nrows, int64_t cf,
                             int half, float* V) {
   const int64_t tw = P->tiles_w, sw = P->sw, ntp = P->ntp, CF = P->cf;
@@ -245,41 +307,12 @@ static void transform_input(const wino_plan* P, const float* X, int64_t nrows, i
     const float* rows = X + 2 * r * sw;
     float* dst = V + cf * ntp + r * tw;
 #ifdef __AVX512F__
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
-                                           30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t tx0 = 0; tx0 < tw; tx0 += 16) {
       const __mmask16 mask = tw - tx0 >= 16 ? 0xFFFF : (__mmask16)((1u << (tw - tx0)) - 1);
-      __m512 d[4][4];
-      for (int i = 0; i < 4; ++i) {
-        const float* p = rows + i * sw + 2 * tx0;
-        const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16);
-        const __m512 b0 = _mm512_loadu_ps(p + 2), b1 = _mm512_loadu_ps(p + 18);
-        d[i][0] = _mm512_permutex2var_ps(a0, even, a1);
-        d[i][1] = _mm512_permutex2var_ps(a0, odd, a1);
-        d[i][2] = _mm512_permutex2var_ps(b0, even, b1);
-        d[i][3] = _mm512_permutex2var_ps(b0, odd, b1);
-      }
-      __m512 t[4][4];
-      for (int j = 0; j < 4; ++j) {
-        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-      }
-      for (int i = 0; i < 4; ++i) {
-        __m512 v[4];
-        v[0] = _mm512_sub_ps(t[i][0], t[i][2]);
-        v[1] = _mm512_add_ps(t[i][1], t[i][2]);
-        v[2] = _mm512_sub_ps(t[i][2], t[i][1]);
-        v[3] = _mm512_sub_ps(t[i][1], t[i][3]);
-        for (int j = 0; j < 4; ++j) {
-          if (half) {
-            v[j] = _mm512_cvtph_ps(
-                _mm512_cvtps_ph(v[j], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-          }
-          _mm512_mask_storeu_ps(dst + (i * 4 + j) * CF * ntp + tx0, mask, v[j]);
-        }
+      __m512 v[16];
+      input_tiles(rows, sw, tx0, half, v);
+      for (int xi = 0; xi < 16; ++xi) {
+        _mm512_mask_storeu_ps(dst + xi * CF * ntp + tx0, mask, v[xi]);
       }
     }
 #else
@@ -392,30 +425,13 @@ static void transform_output(const wino_plan* P, const float* M, int r, int64_t 
   for (int64_t rr = 0; rr < nrows; ++rr) {
     const int64_t ty = ty0 + rr;
 #ifdef __AVX512F__
-    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
     for (int64_t tx0 = 0; tx0 < tw; tx0 += 16) {
       const __mmask16 mask = tw - tx0 >= 16 ? 0xFFFF : (__mmask16)((1u << (tw - tx0)) - 1);
-      __m512 m[4][4];
+      __m512 m[16];
       for (int xi = 0; xi < 16; ++xi) {
-        m[xi / 4][xi % 4] =
-            _mm512_maskz_loadu_ps(mask, M + (xi * KB + r) * ntp + rr * tw + tx0);
+        m[xi] = _mm512_maskz_loadu_ps(mask, M + (xi * KB + r) * ntp + rr * tw + tx0);
       }
-      __m512 o[2][4];
-      for (int j = 0; j < 4; ++j) {
-        o[0][j] = _mm512_add_ps(_mm512_add_ps(m[0][j], m[1][j]), m[2][j]);
-        o[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[1][j], m[2][j]), m[3][j]);
-      }
-      const int64_t cols = ow - 2 * tx0 < 32 ? ow - 2 * tx0 : 32;
-      const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
-      const __mmask16 m1 = cols <= 16 ? 0 : (__mmask16)(((uint64_t)1 << (cols - 16)) - 1);
-      for (int p = 0; p < 2 && 2 * ty + p < g->out_h; ++p) {
-        const __m512 y0 = _mm512_add_ps(_mm512_add_ps(o[p][0], o[p][1]), o[p][2]);
-        const __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(o[p][1], o[p][2]), o[p][3]);
-        float* dst = plane + (2 * ty + p) * ow + 2 * tx0;
-        _mm512_mask_storeu_ps(dst, m0, _mm512_permutex2var_ps(y0, lo, y1));
-        _mm512_mask_storeu_ps(dst + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
-      }
+      output_tiles(m, ty, tx0, g->out_h, ow, plane);
     }
 #else
     for (int64_t tx = 0; tx < tw; ++tx) {
@@ -473,6 +489,29 @@ static void wino_item(void* ctx, int64_t item, int participant) {
   const int64_t ty0 = P->tiles_h * b / P->blocks, nrows = P->tiles_h * (b + 1) / P->blocks - ty0;
   const int64_t nt16 = round16(nrows * P->tiles_w);
   const float* base = in + (img * g->c + gi * P->cg) * g->h * g->w;
+  const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
+#ifdef __AVX512F__
+  if (CF == 1 && K == 1) { /* a depthwise group: each tile's products in registers, no V or M */
+    const int64_t at = (img * g->k + gi) * ohw;
+    __m512 u[16];
+    for (int xi = 0; xi < 16; ++xi) u[xi] = _mm512_set1_ps(U[xi * KB]);
+    stage_rows(P, base, 0, ty0, nrows, X);
+    for (int64_t rr = 0; rr < nrows; ++rr) {
+      for (int64_t tx0 = 0; tx0 < P->tiles_w; tx0 += 16) {
+        __m512 m[16];
+        input_tiles(X + 2 * rr * P->sw, P->sw, tx0, half, m);
+        for (int xi = 0; xi < 16; ++xi) m[xi] = _mm512_fmadd_ps(u[xi], m[xi], _mm512_setzero_ps());
+        output_tiles(m, ty0 + rr, tx0, g->out_h, g->out_w, out + at);
+      }
+    }
+    if (ep != NULL) {
+      const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
+      sdp_f32_span(ep, (int32_t)gi, out + first,
+                   ep->ew_operand != NULL ? ep->ew_operand + first : NULL, count);
+    }
+    return;
+  }
+#endif
   for (int64_t cf = 0; cf < CF; ++cf) {
     stage_rows(P, base, cf, ty0, nrows, X);
     transform_input(P, X, nrows, cf, half, V);
@@ -483,7 +522,6 @@ static void wino_item(void* ctx, int64_t item, int participant) {
     }
   }
   const int64_t kb0 = P->kblocks * part / parts, kb1 = P->kblocks * (part + 1) / parts;
-  const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     for (int xi = 0; xi < 16; ++xi) {
       const int64_t nxi = xi < 15 ? xi + 1 : 0, nkb = xi < 15 ? kb : kb + 1;
