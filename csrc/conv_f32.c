@@ -374,9 +374,14 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
   const __mmask16 t1 = nv == 2 ? tail : (__mmask16)0xFFFF;
   float total[MR * NR] __attribute__((aligned(64))); /* the blocks' running sums */
   ALL_ROWS(ACC_ROW)
+  /* Block 0 sums into the accumulators; each later block is stored first, summed from zero,
+   * and added to the stored total (written before it is read: no uninitialised reads). */
   for (int64_t k0 = 0; k0 < kd; k0 += SUM_BLOCK) {
     const int64_t k1 = kd - k0 < SUM_BLOCK ? kd : k0 + SUM_BLOCK;
-    ALL_ROWS(ACC_ZERO)
+    if (k0 > 0) {
+      ALL_ROWS(TOTAL_STORE)
+      ALL_ROWS(ACC_ZERO)
+    }
     for (int64_t k = k0; k < k1; ++k) {
       const float* bk = b + off[k];
       const __m512 b0 = _mm512_maskz_loadu_ps(t0, bk);
@@ -388,9 +393,6 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
     }
     if (k0 > 0) {
       ALL_ROWS(TOTAL_ADD)
-    }
-    if (k1 < kd) {
-      ALL_ROWS(TOTAL_STORE)
     }
   }
   ALL_ROWS(IM_STORE)
