@@ -700,7 +700,9 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
     for (int64_t m = m0; m < m1; m += MR) {
       const int64_t mr = m1 - m < MR ? m1 - m : MR;
       const float* a = abase + m * P->kd + p0;
-      /* the next weight block: this depth block's next 8 rows, or the next depth block's first */
+      /* the next weight block (fetched whatever the depth: the weights of a 7x7 layer with 160
+       * input channels come cold too): this depth block's next 8 rows, or the next depth
+       * block's first */
       const float* pf = m + MR + MR <= m1 ? a + MR * P->kd
                         : !last && m + MR >= m1 ? abase + m0 * P->kd + p0 + kc : NULL;
       for (int64_t j = 0; j < npanels; ++j) {
@@ -711,7 +713,7 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
         for (int64_t h = 0; h < mr; h += PR) /* the block of MR rows in micro-tiles of PR */
           ukr_table[mr - h < PR ? mr - h : PR][nv](
               kc, a + h * P->kd, P->kd, tb->bp + j * NR * kc, cbase + (m + h) * P->ohw + c0,
-              P->ohw, p0 > 0, tail, j == 0 && kc >= 256 && pf != NULL ? pf + h * P->kd : NULL);
+              P->ohw, p0 > 0, tail, j == 0 && pf != NULL ? pf + h * P->kd : NULL);
       }
       for (int64_t j = 0; j < ntail; j += 3) {
         const int64_t t = ntail - j < 3 ? ntail - j : 3;
