@@ -1,16 +1,18 @@
 /* conv_f32.c - the CONV engine (fp32): convolution with the SDP epilogue fused per tile.
  *
  * Paths, chosen by measurement (figures: docs/kernels.md). All GEMM-like paths compute
- * out[k][pos] = sum over depth of w[k][d] * col[d][pos] with an 8-channel x 48-position
- * AVX-512 micro-kernel (24 accumulators), positions along the vectors so results land in NCHW
- * rows directly:
+ * out[k][pos] = sum over depth of w[k][d] * col[d][pos] with AVX-512 micro-kernels over 48
+ * positions (positions along the vectors, so results land in NCHW rows directly): 8 channels
+ * (24 accumulators) on the implicit GEMM, 4 channels with the running totals of the 32-deep
+ * blocks in 12 more registers on packed panels:
  *  - implicit GEMM: the input is copied once per call, zero-padded and split into its stride
  *    phases, so that every depth row (c, r, s) of the im2col matrix is that copy at a constant
  *    offset; the kernel reads it in place over a grid of out_h rows of wq >= out_w columns and
  *    stores each vector's outputs past the few garbage columns. Used where the garbage is
  *    < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), the
- *    depth blocked by 512 so the kernel's 8 weight rows stay in L1, weights read in place.
+ *    depth blocked by 512 so the kernel's weight rows stay in L1, weights read in place and
+ *    the next block's prefetched.
  *    An image's last < 16 positions are dot products along the depth instead of a mostly
  *    empty vector.
  *  - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
