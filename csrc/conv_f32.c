@@ -1,19 +1,23 @@
 /* conv_f32.c - the CONV engine (fp32): convolution with the SDP epilogue fused per tile.
  *
  * Paths, chosen by measurement (figures: docs/kernels.md). All GEMM-like paths compute
- * out[k][pos] = sum over depth of w[k][d] * col[d][pos] with an 8-channel x 48-position
- * AVX-512 micro-kernel (24 accumulators), positions along the vectors so results land in NCHW
- * rows directly:
+ * out[k][pos] = sum over depth of w[k][d] * col[d][pos] with AVX-512 micro-kernels over 48
+ * positions (positions along the vectors, so results land in NCHW rows directly): 8 channels
+ * (24 accumulators) on the implicit GEMM, 4 channels with the running totals of the 32-deep
+ * blocks in 12 more registers on packed panels:
  *  - implicit GEMM: the input is copied once per call, zero-padded and split into its stride
  *    phases, so that every depth row (c, r, s) of the im2col matrix is that copy at a constant
  *    offset; the kernel reads it in place over a grid of out_h rows of wq >= out_w columns and
  *    stores each vector's outputs past the few garbage columns. Used where the garbage is
  *    < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), the
- *    depth blocked by 512 so the kernel's 8 weight rows stay in L1, weights read in place.
+ *    depth blocked by 512 so the kernel's weight rows stay in L1, weights read in place and
+ *    the next block's prefetched.
  *    An image's last < 16 positions are dot products along the depth instead of a mostly
  *    empty vector.
- *  - depthwise: direct, a 1-D correlation over the same padded phase copy.
+ *  - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
+ *    (blocks of 4 rows share each input row's loads and shifts); other kernels as a 1-D
+ *    correlation over the same padded phase copy. Both sum the taps in the same order.
  *  - OpenBLAS (scipy-openblas32): batched fully connected layers (one output position per
  *    image), and the portable path without AVX-512. Not for convolutions: its thread pool and
  *    ours would spin against each other.
@@ -271,21 +275,40 @@ static inline __mmask16 lane_mask(int64_t n) {
     if (nv > 2) c##m##2 = _mm512_fmadd_ps(av, b2, c##m##2);                \
   }
 
-/* Packed: c[m][0..16*nv) (+)= sum_k a[m*lda + k] * b[k*16*nv + ..] for m < mr, the last
- * vector under `tail`; b is a packed panel, a the weights as they are. pf (or NULL): the next
- * block of weights (8 rows of kc from pf, lda apart), fetched into cache meanwhile: a deep
- * layer's weights come from memory, in 8 streams whose rows are often a power of two apart. */
+/* Packed: c[m][0..16*nv) (+)= sum_k a[m*lda + k] * b[k*16*nv + ..] for m < mr <= PR, the
+ * last vector under `tail`; b is a packed panel, a the weights as they are. Each block's sum
+ * joins the running total in registers (12 accumulators and 12 totals), so c is read once
+ * (accumulate) and written once: half the rows of the implicit kernel's tile, since adding
+ * every 32-deep block through c cost 8-10 % of ResNet-50's 14x14 and 7x7 layers. pf (or
+ * NULL): the next block of weights (PR rows of kc from pf, lda apart), fetched into cache
+ * meanwhile: a deep layer's weights come from memory, in streams whose rows are often a power
+ * of two apart. */
+enum { PR = 4 }; /* rows of a packed micro-tile */
+#define PR_ROWS(X) X(0) X(1) X(2) X(3)
+#define PK_TOTAL(m) __m512 t##m##0 = _mm512_setzero_ps(), t##m##1 = t##m##0, t##m##2 = t##m##0;
+#define PK_LOAD(m)                                                                      \
+  if (mr > m) {                                                                         \
+    t##m##0 = _mm512_maskz_loadu_ps(t0, c + m * ldc);                                   \
+    if (nv > 1) t##m##1 = _mm512_maskz_loadu_ps(t1, c + m * ldc + 16);                  \
+    if (nv > 2) t##m##2 = _mm512_maskz_loadu_ps(tail, c + m * ldc + 32);                \
+  }
 #define PK_ADD(m)                                                                       \
   if (mr > m) {                                                                         \
-    c##m##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(t0, c + m * ldc), c##m##0);           \
-    if (nv > 1) c##m##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(t1, c + m * ldc + 16), c##m##1); \
-    if (nv > 2) c##m##2 = _mm512_add_ps(_mm512_maskz_loadu_ps(tail, c + m * ldc + 32), c##m##2); \
+    t##m##0 = _mm512_add_ps(t##m##0, c##m##0);                                          \
+    if (nv > 1) t##m##1 = _mm512_add_ps(t##m##1, c##m##1);                              \
+    if (nv > 2) t##m##2 = _mm512_add_ps(t##m##2, c##m##2);                              \
+  }
+#define PK_MOVE(m)                                                                      \
+  if (mr > m) {                                                                         \
+    t##m##0 = c##m##0;                                                                  \
+    if (nv > 1) t##m##1 = c##m##1;                                                      \
+    if (nv > 2) t##m##2 = c##m##2;                                                      \
   }
 #define PK_STORE(m)                                                                     \
   if (mr > m) {                                                                         \
-    _mm512_mask_storeu_ps(c + m * ldc, t0, c##m##0);                                    \
-    if (nv > 1) _mm512_mask_storeu_ps(c + m * ldc + 16, t1, c##m##1);                   \
-    if (nv > 2) _mm512_mask_storeu_ps(c + m * ldc + 32, tail, c##m##2);                 \
+    _mm512_mask_storeu_ps(c + m * ldc, t0, t##m##0);                                    \
+    if (nv > 1) _mm512_mask_storeu_ps(c + m * ldc + 16, t1, t##m##1);                   \
+    if (nv > 2) _mm512_mask_storeu_ps(c + m * ldc + 32, tail, t##m##2);                 \
   }
 #define PK_AROW(m) const float* a##m = a + (mr > m ? m : 0) * lda;
 
@@ -296,26 +319,31 @@ static inline __attribute__((always_inline)) void ukr_body(const int mr, const i
                                                            const float* pf) {
   const __mmask16 t0 = nv == 1 ? tail : (__mmask16)0xFFFF;
   const __mmask16 t1 = nv == 2 ? tail : (__mmask16)0xFFFF;
-  ALL_ROWS(ACC_ROW)
-  ALL_ROWS(PK_AROW)
-  for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) { /* c (+)= each block's own sum */
+  PR_ROWS(ACC_ROW)
+  PR_ROWS(PK_TOTAL)
+  PR_ROWS(PK_AROW)
+  if (accumulate) {
+    PR_ROWS(PK_LOAD)
+  }
+  for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) { /* total (+)= each block's own sum */
     const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
-    ALL_ROWS(ACC_ZERO)
+    PR_ROWS(ACC_ZERO)
     for (int64_t k = k0; k < k1; ++k) {
-      if (pf != NULL && (k & 1) == 0) /* line k/2 of the next weight block: row k/2 % 8 */
-        _mm_prefetch((const char*)(pf + (k >> 1 & 7) * lda + (k >> 4) * 16), _MM_HINT_T0);
+      if (pf != NULL && (k & 3) == 0) /* line k/16 of the next weight block's row k/4 % 4 */
+        _mm_prefetch((const char*)(pf + (k >> 2 & 3) * lda + (k >> 4) * 16), _MM_HINT_T0);
       const __m512 b0 = _mm512_load_ps(b);
       const __m512 b1 = nv > 1 ? _mm512_load_ps(b + 16) : b0;
       const __m512 b2 = nv > 2 ? _mm512_load_ps(b + 32) : b0;
       b += 16 * nv;
       ACC_FMA(0, a0[k]) ACC_FMA(1, a1[k]) ACC_FMA(2, a2[k]) ACC_FMA(3, a3[k])
-      ACC_FMA(4, a4[k]) ACC_FMA(5, a5[k]) ACC_FMA(6, a6[k]) ACC_FMA(7, a7[k])
     }
     if (accumulate || k0 > 0) {
-      ALL_ROWS(PK_ADD)
+      PR_ROWS(PK_ADD)
+    } else {
+      PR_ROWS(PK_MOVE)
     }
-    ALL_ROWS(PK_STORE)
   }
+  PR_ROWS(PK_STORE)
 }
 
 typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int,
@@ -326,6 +354,8 @@ typedef void (*ukr_fn)(int64_t, const float*, int64_t, const float*, float*, int
                               const float* pf) {                                             \
     ukr_body(M_, V_, kc, a, lda, b, c, ldc, accumulate, tail, pf);                           \
   }
+UKR(1, 1) UKR(1, 2) UKR(1, 3) UKR(2, 1) UKR(2, 2) UKR(2, 3)
+UKR(3, 1) UKR(3, 2) UKR(3, 3) UKR(4, 1) UKR(4, 2) UKR(4, 3)
 
 /* Implicit: depth row k of the tile starts at b + off[k] in a padded copy of the input, read
  * unaligned, the last vector under `tail`; A packed as [k][MR] (one pointer: eight row pointers
@@ -372,9 +402,14 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
   const __mmask16 t1 = nv == 2 ? tail : (__mmask16)0xFFFF;
   float total[MR * NR] __attribute__((aligned(64))); /* the blocks' running sums */
   ALL_ROWS(ACC_ROW)
+  /* Block 0 sums into the accumulators; each later block is stored first, summed from zero,
+   * and added to the stored total (written before it is read: no uninitialised reads). */
   for (int64_t k0 = 0; k0 < kd; k0 += SUM_BLOCK) {
     const int64_t k1 = kd - k0 < SUM_BLOCK ? kd : k0 + SUM_BLOCK;
-    ALL_ROWS(ACC_ZERO)
+    if (k0 > 0) {
+      ALL_ROWS(TOTAL_STORE)
+      ALL_ROWS(ACC_ZERO)
+    }
     for (int64_t k = k0; k < k1; ++k) {
       const float* bk = b + off[k];
       const __m512 b0 = _mm512_maskz_loadu_ps(t0, bk);
@@ -386,9 +421,6 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
     }
     if (k0 > 0) {
       ALL_ROWS(TOTAL_ADD)
-    }
-    if (k1 < kd) {
-      ALL_ROWS(TOTAL_STORE)
     }
   }
   ALL_ROWS(IM_STORE)
@@ -461,7 +493,7 @@ typedef void (*dot_fn)(int64_t, const float*, int64_t, const float*, int64_t, fl
     dot_body(M_, T_, kc, a, lda, bt, ldb, state, c, ldc, first, last);                        \
   }
 
-#define KERNELS_ROW(M_) UKR(M_, 1) UKR(M_, 2) UKR(M_, 3) UKI(M_, 1) UKI(M_, 2) UKI(M_, 3) \
+#define KERNELS_ROW(M_) UKI(M_, 1) UKI(M_, 2) UKI(M_, 3) \
   DOT(M_, 1) DOT(M_, 2) DOT(M_, 3)
 KERNELS_ROW(1)
 KERNELS_ROW(2)
@@ -478,7 +510,10 @@ KERNELS_ROW(8)
     {0, P_##4_1, P_##4_2, P_##4_3},    {0, P_##5_1, P_##5_2, P_##5_3},                 \
     {0, P_##6_1, P_##6_2, P_##6_3},    {0, P_##7_1, P_##7_2, P_##7_3},                 \
     {0, P_##8_1, P_##8_2, P_##8_3}}
-static const ukr_fn ukr_table[MR + 1][NV + 1] = TABLE(ukr_);
+static const ukr_fn ukr_table[PR + 1][NV + 1] = {{0, 0, 0, 0}, {0, ukr_1_1, ukr_1_2, ukr_1_3},
+                                                 {0, ukr_2_1, ukr_2_2, ukr_2_3},
+                                                 {0, ukr_3_1, ukr_3_2, ukr_3_3},
+                                                 {0, ukr_4_1, ukr_4_2, ukr_4_3}};
 static const uki_fn uki_table[MR + 1][NV + 1] = TABLE(uki_);
 static const dot_fn dot_table[MR + 1][4] = TABLE(dot_);
 
@@ -667,7 +702,9 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
     for (int64_t m = m0; m < m1; m += MR) {
       const int64_t mr = m1 - m < MR ? m1 - m : MR;
       const float* a = abase + m * P->kd + p0;
-      /* the next weight block: this depth block's next 8 rows, or the next depth block's first */
+      /* the next weight block (fetched whatever the depth: the weights of a 7x7 layer with 160
+       * input channels come cold too): this depth block's next 8 rows, or the next depth
+       * block's first */
       const float* pf = m + MR + MR <= m1 ? a + MR * P->kd
                         : !last && m + MR >= m1 ? abase + m0 * P->kd + p0 + kc : NULL;
       for (int64_t j = 0; j < npanels; ++j) {
@@ -675,8 +712,10 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
         const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
         const int64_t nv = (w + 15) / 16;
         const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
-        ukr_table[mr][nv](kc, a, P->kd, tb->bp + j * NR * kc, cbase + m * P->ohw + c0, P->ohw,
-                          p0 > 0, tail, j == 0 && kc >= 256 ? pf : NULL);
+        for (int64_t h = 0; h < mr; h += PR) /* the block of MR rows in micro-tiles of PR */
+          ukr_table[mr - h < PR ? mr - h : PR][nv](
+              kc, a + h * P->kd, P->kd, tb->bp + j * NR * kc, cbase + (m + h) * P->ohw + c0,
+              P->ohw, p0 > 0, tail, j == 0 && pf != NULL ? pf + h * P->kd : NULL);
       }
       for (int64_t j = 0; j < ntail; j += 3) {
         const int64_t t = ntail - j < 3 ? ntail - j : 3;
@@ -1131,6 +1170,142 @@ static accel_status conv_depthwise(const conv_plan* P, const float* in, const fl
   return ACCEL_OK;
 }
 
+/* ---- depthwise by output rows: no copy of the plane ---------------------------------------- */
+
+/* Output rows computed at once: each input row is loaded (zeros past the plane's edges) and
+ * shifted into its taps once for every row of the block that reads it. */
+enum { DWR_ROWS = 4 };
+
+/* Output plane (offset `at` of out) of channel ch from input plane src and its taps w, for a
+ * K x K kernel at stride ST in both directions, no dilation (compile-time constants: every
+ * loop below unrolls, the accumulators and source vectors stay in registers). Each output is
+ * sum over taps t = r * K + s, in that order, of w[t] * x (x zero in the padding) by one fused
+ * multiply-add each, from zero: the copy-based kernel's sums exactly. Rows past the plane are
+ * computed from zeros and not stored. The epilogue runs on finished rows while in L1. */
+static inline __attribute__((always_inline)) void dwr_body(const int K, const int ST,
+                                                           const conv_plan* P, const float* src,
+                                                           const float* w, float* out, int64_t at,
+                                                           const sdp_f32* ep, int64_t ch) {
+  const conv_geometry* g = P->g;
+  const int64_t H = g->h, W = g->w, oh = g->out_h, ow = g->out_w;
+  enum { NI = (DWR_ROWS - 1) * 2 + 9 }; /* input rows of a block, at most (K <= 9, ST <= 2) */
+  const int ni = (DWR_ROWS - 1) * ST + K;
+  const int nq = ST == 1 ? 1 + (K - 1 + 15) / 16 : 1 + ((K - 1) / 2 + 15) / 16 + ((K - 1) & 1);
+  const __m512i even = lanes_2x(0), odd = lanes_2x(1);
+  float* dst = out + at;
+  int64_t ep_row = 0; /* first row the epilogue has not seen */
+  for (int64_t y0 = 0; y0 < oh; y0 += DWR_ROWS) {
+    const int64_t nr = oh - y0 < DWR_ROWS ? oh - y0 : DWR_ROWS;
+    const int64_t iy0 = y0 * ST - g->pad_top;
+    for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+      const int64_t base = x0 * ST - g->pad_left; /* input column of lane 0, tap 0 */
+      __mmask16 cm[2 * SRCV];
+#pragma GCC unroll 16
+      for (int q = 0; q < nq * ST; ++q) cm[q] = col_mask(base + 16 * q, W);
+      __m512 acc[DWR_ROWS];
+#pragma GCC unroll 4
+      for (int j = 0; j < DWR_ROWS; ++j) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int i = 0; i < ni && i < NI; ++i) {
+        const int64_t iy = iy0 + i;
+        const int inside = iy >= 0 && iy < H;
+        const float* row = src + (inside ? iy * W : 0);
+        __m512 ev[SRCV], od[SRCV];
+#pragma GCC unroll 8
+        for (int q = 0; q < nq; ++q) {
+          if (ST == 1) {
+            ev[q] = _mm512_maskz_loadu_ps(inside ? cm[q] : 0, row + base + 16 * q);
+          } else {
+            const __m512 lo = _mm512_maskz_loadu_ps(inside ? cm[2 * q] : 0, row + base + 32 * q);
+            const __m512 hi =
+                _mm512_maskz_loadu_ps(inside ? cm[2 * q + 1] : 0, row + base + 32 * q + 16);
+            ev[q] = _mm512_permutex2var_ps(lo, even, hi);
+            od[q] = _mm512_permutex2var_ps(lo, odd, hi);
+          }
+        }
+#pragma GCC unroll 16
+        for (int s = 0; s < K; ++s) {
+          const __m512 t = ST == 1 ? shifted(ev, s) : shifted((s & 1) ? od : ev, s >> 1);
+#pragma GCC unroll 4
+          for (int j = 0; j < DWR_ROWS; ++j) {
+            const int r = i - j * ST;
+            if (r >= 0 && r < K) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(w[r * K + s]), t, acc[j]);
+          }
+        }
+      }
+      const __mmask16 m = lane_mask(ow - x0);
+      float* o0 = dst + y0 * ow + x0;
+#pragma GCC unroll 4
+      for (int j = 0; j < DWR_ROWS; ++j)
+        if (j < nr) _mm512_mask_storeu_ps(o0 + j * ow, m, acc[j]);
+    }
+    const int64_t done = y0 + nr;
+    if (ep != NULL && ((done - ep_row) * ow >= 1024 || done == oh)) {
+      epilogue_span(ep, ch, out, at + ep_row * ow, (done - ep_row) * ow);
+      ep_row = done;
+    }
+  }
+}
+
+typedef void (*dwr_fn)(const conv_plan*, const float*, const float*, float*, int64_t,
+                       const sdp_f32*, int64_t);
+#define DWR(K_, ST_)                                                                          \
+  static void dwr_##K_##_##ST_(const conv_plan* P, const float* src, const float* w,          \
+                               float* out, int64_t at, const sdp_f32* ep, int64_t ch) {       \
+    dwr_body(K_, ST_, P, src, w, out, at, ep, ch);                                            \
+  }
+DWR(3, 1) DWR(3, 2) DWR(5, 1) DWR(5, 2)
+
+/* The row kernel for this geometry, or NULL: square 3x3 and 5x5 kernels, strides 1 and 2 in
+ * both directions, no dilation (MobileNets', EfficientNets'); the rest take the copy. */
+static dwr_fn dwr_kernel(const conv_geometry* g) {
+  if (g->kernel_h != g->kernel_w || g->stride_h != g->stride_w || g->dilation_h != 1 ||
+      g->dilation_w != 1)
+    return NULL;
+  const int k = g->kernel_h, st = g->stride_h;
+  if (k == 3) return st == 1 ? dwr_3_1 : st == 2 ? dwr_3_2 : NULL;
+  if (k == 5) return st == 1 ? dwr_5_1 : st == 2 ? dwr_5_2 : NULL;
+  return NULL;
+}
+
+typedef struct dwr_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  dwr_fn kernel;
+  int64_t chunk, planes;
+} dwr_job;
+
+/* Item: output planes [item * chunk, ...). */
+static void dwr_item(void* ctx, int64_t item, int participant) {
+  const dwr_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  (void)participant;
+  const int64_t p1 = (item + 1) * J->chunk < J->planes ? (item + 1) * J->chunk : J->planes;
+  for (int64_t plane = item * J->chunk; plane < p1; ++plane) {
+    const int64_t b = plane / g->k, k = plane % g->k;
+    J->kernel(P, J->in + (b * g->c + k / P->mg) * P->hw, J->weights + k * P->kd, J->out,
+              plane * P->ohw, J->ep, k);
+  }
+}
+
+static accel_status conv_depthwise_rows(const conv_plan* P, dwr_fn kernel, const float* in,
+                                        const float* weights, float* out, const sdp_f32* ep,
+                                        int num_threads) {
+  const conv_geometry* g = P->g;
+  const int64_t planes = (int64_t)g->n * g->k;
+  const int nth = (int)(planes < num_threads ? planes : num_threads);
+  int64_t chunk = (int64_t)(8192 / (P->ohw + 1)); /* a few planes per item when they are small */
+  if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
+  if (chunk < 1) chunk = 1;
+  dwr_job J = {P, in, weights, out, ep, kernel, chunk, planes};
+  pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, &J);
+  return ACCEL_OK;
+}
+
 #endif /* __AVX512F__ */
 
 accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
@@ -1151,7 +1326,8 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
                 g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
-#ifdef CONV_F32_TEST_PATHS /* tests only: CONV_F32_PATH=b|p|i forces a path where it applies */
+#ifdef CONV_F32_TEST_PATHS /* tests only: CONV_F32_PATH=b|p|i|c forces a path where it applies
+                             (c: depthwise through the padded copy) */
   const char* fp = getenv("CONV_F32_PATH");
   const char force = fp != NULL ? fp[0] : 0;
 #else
@@ -1162,8 +1338,12 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
   if (P.ohw == 1 && g->n > 1 && P.cg > 1)
     return conv_fc_batch(&P, in, weights, out, epilogue, ws, num_threads);
 #ifdef __AVX512F__
-  if (P.cg == 1 && force != 'p')
+  if (P.cg == 1 && force != 'p') {
+    const dwr_fn kernel = dwr_kernel(g);
+    if (kernel != NULL && force != 'c')
+      return conv_depthwise_rows(&P, kernel, in, weights, out, epilogue, num_threads);
     return conv_depthwise(&P, in, weights, out, epilogue, ws, num_threads);
+  }
   imp_plan Q;
   imp_make_plan(&P, &Q, 1);
   /* Implicit GEMM where measured faster: enough columns (tails cost a panel), few garbage

@@ -76,11 +76,16 @@ class Int8Settings:
                 f"{self.weight_type} weights, {self.calibrate_method} calibration")
 
 
-def session(path, threads: int):
-    """An ONNX Runtime CPU session: ``threads`` intra-op threads, sequential execution."""
+def session(path, threads: int, profile_prefix: Optional[str] = None):
+    """An ONNX Runtime CPU session: ``threads`` intra-op threads, sequential execution. With
+    ``profile_prefix``, ONNX Runtime's profiler records every node's time into a JSON file of
+    that prefix (``end_profiling()`` returns its path)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
     options.intra_op_num_threads = int(threads)
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -139,6 +139,49 @@ def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, str
         assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
 
 
+FP32_DEPTHWISE_ROWS = [  # in_shape, multiplier, kernel, stride, padding: the row-wise kernel
+    ((1, 5, 7, 7), 1, 3, 1, 1),                 # a plane narrower than one vector
+    ((2, 3, 16, 16), 1, 3, 2, 1),               # exactly one vector of input columns, batch 2
+    ((1, 4, 17, 33), 1, 3, 1, 1),               # outputs past one vector, rows not of 4
+    ((1, 6, 35, 34), 2, 3, 2, (0, 0, 1, 1)),    # TF-style padding, channel multiplier 2
+    ((1, 3, 1, 1), 1, 3, 1, 1),                 # one position, all but one tap padding
+    ((1, 3, 2, 9), 1, 5, 1, 4),                 # whole rows and columns of padding
+    ((1, 4, 40, 70), 1, 5, 2, 2),               # 5x5 stride 2, inputs past two vectors
+    ((1, 2, 23, 21), 3, 5, 1, (2, 1, 2, 3)),    # 5x5 stride 1, asymmetric padding
+    ((1, 2, 9, 40), 1, 3, 2, 0),                # stride 2 without padding, odd last column
+]
+
+
+@pytest.mark.parametrize("case", FP32_DEPTHWISE_ROWS,
+                         ids=lambda c: "x".join(map(str, c[0])) + f"-m{c[1]}-k{c[2]}s{c[3]}")
+def test_fp32_depthwise_rows_match_reference(case):
+    """Depthwise 3x3 / 5x5 at stride 1 and 2 run by output rows straight from the input (no
+    padded copy). Small-integer values make every sum exact in fp32, so the outputs must equal
+    the float64 reference bit for bit (any misplaced tap or padding lane shows); then random
+    values within 1e-5, the same bits at 1, 2 and 3 threads and fused as independent."""
+    in_shape, mult, kernel, stride, pad = case
+    c = in_shape[1]
+    rng = np.random.default_rng(sum(in_shape) + 7 * kernel + stride)
+    x = rng.integers(-8, 9, in_shape).astype(np.float32)
+    w = rng.integers(-8, 9, (c * mult, 1, kernel, kernel)).astype(np.float32)
+    conv = Conv(w, stride=stride, padding=pad, groups=c)
+    exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride,
+                       conv.padding, 1, c).astype(np.float32)
+    for threads in (1, 2, 3):
+        assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
+    x = rng.standard_normal(in_shape, dtype=np.float32)
+    w = rng.standard_normal(w.shape, dtype=np.float32)
+    k = c * mult
+    chain = [Conv(w, stride=stride, padding=pad, groups=c),
+             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="clip",
+                 clip=(-1.0, 1.0))]
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+
+
 @pytest.mark.parametrize("shape,k,kernel,pad,bound", [
     ((1, 672, 14, 14), 112, 1, 0, 2.5e-7),   # implicit GEMM, EfficientNet-B0's projection
     ((1, 1152, 7, 7), 192, 1, 0, 2.5e-7),    # implicit GEMM, its last projection

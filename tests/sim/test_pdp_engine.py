@@ -35,6 +35,49 @@ def test_pool_matches_reference(kind, kernel, stride, padding, include_pad, rng)
     assert stats.ops[0].op == f"pdp:{kind}"
 
 
+def _max_pool_in_tap_order(x, kernel, stride, padding):
+    """The engine's max rule, one window at a time: taps in rows-then-columns order, v > acc ?
+    v : acc from -inf (so the first of equal values, +0 or -0, stays), a NaN wins (the last)."""
+    top, left = padding
+    n, c, h, w = x.shape
+    out_h = (h + 2 * top - kernel) // stride + 1
+    out_w = (w + 2 * left - kernel) // stride + 1
+    y = np.empty((n, c, out_h, out_w), dtype=np.float32)
+    for index in np.ndindex(n, c, out_h, out_w):
+        acc = np.float32(-np.inf)
+        for r in range(kernel):
+            for s in range(kernel):
+                iy, ix = index[2] * stride - top + r, index[3] * stride - left + s
+                if 0 <= iy < h and 0 <= ix < w:
+                    v = x[index[0], index[1], iy, ix]
+                    acc = v if (v > acc or v != v) else acc
+        y[index] = acc
+    return y
+
+
+@pytest.mark.parametrize("kernel,stride,padding,shape", [
+    (3, 2, 1, (2, 3, 20, 37)),     # ResNet's pool: each input row serves 1.5 output rows
+    (2, 2, 0, (1, 4, 16, 33)),
+    (3, 1, 1, (1, 3, 9, 20)),
+    (8, 1, 0, (1, 2, 9, 1110)),    # a ring of 8 rows x 1104 floats: too large, tap by tap
+], ids=str)
+def test_max_pool_by_rows_keeps_the_tap_order(kernel, stride, padding, shape):
+    """fp32 max pooling of rows >= 8 outputs takes each input row's maxima once, then the
+    rows' (pdp.c): the same outputs, sign of zero included, as the tap-by-tap rule; a plane
+    holding a NaN is pooled tap by tap (the NaN wins), its neighbours by rows; 1-3 threads."""
+    rng = np.random.default_rng(kernel * 10 + stride)
+    x = rng.integers(-3, 4, shape).astype(np.float32)  # many ties
+    x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
+    x[0, 0, 1, 2] = -np.inf
+    x[0, 1, 3, 5] = np.nan
+    x[0, 1, 4, 9] = np.inf
+    expected = _max_pool_in_tap_order(x, kernel, stride, (padding, padding))
+    for threads, device in DEVICES.items():
+        y = device.run([Pool("max", kernel, stride, padding)], x)[0]
+        assert_same(y, expected, f"{threads} threads")
+        assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{threads} threads: zeros"
+
+
 def test_global_average_pool_7x7(rng):
     x = rng.standard_normal((1, 512, 7, 7), dtype=np.float32)
     y, _ = DEFAULT_DEVICE.run([Pool("avg", 7, 1)], x)
