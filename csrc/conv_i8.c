@@ -51,6 +51,7 @@
 #endif
 
 #include "kernels.h"
+#include "sdp_i8_lanes.h"
 
 enum {
   MR = 8,             /* output channels per micro-tile */
@@ -59,7 +60,8 @@ enum {
   WS_PACK = 40,       /* shared slots: weights packed on this call, */
   WS_COPY = 41,       /* the input copy (implicit) or columns (im2col), */
   WS_OFF = 42,        /* the depth steps' offsets, */
-  WS_XP = 43,         /* the columns of the matrix-vector path */
+  WS_XP = 43,         /* the columns of the matrix-vector path, */
+  WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h) */
   GEMV_COLS = 8       /* at most this many columns in all: matrix-vector products */
 };
 
@@ -335,6 +337,32 @@ UKR(2)
 UKR(3)
 static const ukr_fn ukr_table[4] = {0, ukr1, ukr2, ukr3};
 
+/* The codes of a panel just computed (rows of NR accumulators at c, ldc apart; still in L1),
+ * converted in lanes (sdp_i8_lanes.h) with each row's converter: rows m < E->rows, their
+ * first E->cols codes at E->out + m * E->ldo. One pass per panel, the converters prepared
+ * once per call: no sdp_i8_span call (and its set-up) per row. (Converting inside the
+ * micro-kernel, before the store, made GCC spill its 24 accumulators in the depth loop.) */
+typedef struct panel_codes {
+  const sdp_i8_lane_cvt* cvt; /* the rows' converters */
+  int8_t* out;
+  int64_t ldo, rows, cols;
+  int8_t lo, hi;
+} panel_codes;
+
+static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
+  const __mmask64 keep = E->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << E->cols) - 1;
+  const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
+  for (int64_t m = 0; m < E->rows; ++m) {
+    const sdp_i8_lane_cvt* e = E->cvt + m;
+    const int32_t* r = c + m * ldc;
+    const __m512i q0 = sdp_i8_lanes(e, _mm512_loadu_si512(r));
+    const __m512i q1 = sdp_i8_lanes(e, _mm512_loadu_si512(r + 16));
+    const __m512i q2 = sdp_i8_lanes(e, _mm512_loadu_si512(r + 32));
+    const __m512i y = sdp_i8_codes64(q0, q1, q2, q2);
+    _mm512_mask_storeu_epi8(E->out + m * E->ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
+  }
+}
+
 static inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
@@ -374,7 +402,7 @@ static int reserve_packing(const plan* P, workspace* ws, int8_t** pdata, int32_t
 
 static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32_t* wsum,
                       int32_t in_zero, int64_t grp, int64_t mb, int64_t p0, int64_t p1,
-                      int32_t* tile) {
+                      int32_t* tile, const panel_codes* E) {
   const int64_t blk = grp * P->mblocks + mb;
   const int8_t* a = apack + blk * P->kd4 * MR * 4;
   const uint8_t* b = B->base + grp * B->group_bytes;
@@ -386,7 +414,14 @@ static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const i
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t left = B->ncols - p * NR;
     const int nv = left >= NR ? 3 : (int)((left + 15) / 16);
-    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, tile + (p - p0) * NR, TILE * NR);
+    int32_t* c = tile + (p - p0) * NR;
+    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, c, TILE * NR);
+    if (E != NULL) { /* grid columns p * NR.. are output positions */
+      panel_codes e = *E;
+      e.out += p * NR;
+      e.cols = left < NR ? left : NR;
+      codes_of_panel(&e, c, TILE * NR);
+    }
   }
 }
 
@@ -586,6 +621,8 @@ typedef struct imp_job {
   size_t tile_bytes;
   int64_t ldt, rows_per_item, nbuild, tiles, b;
   int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes (no dropped columns), or NULL */
+  int8_t lo, hi;              /* and the codes' bounds */
 } imp_job;
 
 static void imp_pack_item(void* ctx, int64_t blk, int participant) {
@@ -641,7 +678,15 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
   const int64_t grp = u / (P->mblocks * tiles);
   const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
-  gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+  if (J->cvt != NULL) { /* grid column n is output position n: codes straight from registers */
+    const int64_t k0 = grp * P->mg + mb * MR;
+    const panel_codes E = {J->cvt + k0, J->out + (b * g->k + k0) * P->ohw, P->ohw, rows, 0,
+                           J->lo, J->hi};
+    gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
+    return;
+  }
+  gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, NULL);
   /* the tile's outputs, as runs of grid columns */
   seg segs[TILE * NR + 1];
   int nseg = 0;
@@ -664,7 +709,6 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   }
   if (nseg == 0) return;
   const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
-  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
   if (P->ohw == 1) { /* one output per channel: along the channels */
     const int64_t k0 = grp * P->mg + mb * MR;
     epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, J->out);
@@ -717,7 +761,12 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0};
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0};
+  if (Q.wq == g->out_w && P->ohw > 1) {
+    sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+    if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
+    if (sdp_i8_lanes_prepare(ep, 0, g->k, cvt, &J.lo, &J.hi)) J.cvt = cvt;
+  }
   const int flat = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 &&
                    g->stride_w == 1 && g->pad_top == 0 && g->pad_left == 0 &&
                    g->out_h == g->h && g->out_w == g->w;
@@ -918,7 +967,7 @@ static void col_unit_item(void* ctx, int64_t u, int participant) {
     gemv_table[nc](P->kd4, J->apack + blk * P->kd4 * MR * 4, J->xp + grp * nc * J->kd2, corr,
                    tile);
   } else {
-    gemm_tile(P, &B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+    gemm_tile(P, &B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, NULL);
   }
   const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
   const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;

@@ -21,6 +21,7 @@
 #endif
 
 #include "kernels.h"
+#include "sdp_i8_lanes.h"
 
 /* ---- scalar definition ------------------------------------------------------------------ */
 
@@ -338,17 +339,6 @@ static inline void store_codes32(__m512i y, __m128i lo, __m128i hi, __mmask16 k,
   _mm_mask_storeu_epi8(out, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
 }
 
-/* 64 codes of four vectors of int32 results (values 0-15, 16-31, 32-47, 48-63), saturated to
- * int8 in order: two saturating packs (int32 -> int16 -> int8; sat8(sat16(x)) = sat8(x)) leave
- * 128-bit lane L holding values 4L..4L+3 of each vector, one vpermd puts them back in order.
- * On Zen 4 this costs about a quarter of four vpmovsdb (the converters' store was their
- * bottleneck: docs/whole_network_time.md). */
-static inline __m512i codes64(__m512i q0, __m512i q1, __m512i q2, __m512i q3) {
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(q0, q1), _mm512_packs_epi32(q2, q3));
-  return _mm512_permutexvar_epi32(order, b);
-}
-
 /* The int32 lanes of span_fast32: the result before the int8 saturation. */
 typedef struct fast32_vec {
   __m512i vlo, vhi, b, m, add, low16;
@@ -390,7 +380,7 @@ static inline __attribute__((always_inline)) void fast32_body(const fast32_vec* 
   const __m512i l64 = _mm512_set1_epi8((char)lo), h64 = _mm512_set1_epi8((char)hi);
   int64_t i = 0;
   for (; i + 64 <= count; i += 64) {
-    const __m512i r = codes64(fast32_lanes(c, _mm512_loadu_si512(v + i), split, shift),
+    const __m512i r = sdp_i8_codes64(fast32_lanes(c, _mm512_loadu_si512(v + i), split, shift),
                               fast32_lanes(c, _mm512_loadu_si512(v + i + 16), split, shift),
                               fast32_lanes(c, _mm512_loadu_si512(v + i + 32), split, shift),
                               fast32_lanes(c, _mm512_loadu_si512(v + i + 48), split, shift));
@@ -607,7 +597,7 @@ static inline __attribute__((always_inline)) void add32_body(const add32_vec* c,
                                    : c->zero;
       q[j] = add32_lanes(c, _mm512_loadu_si512(v + i + 16 * j), o, relu, split, unit_out);
     }
-    const __m512i r = codes64(q[0], q[1], q[2], q[3]);
+    const __m512i r = sdp_i8_codes64(q[0], q[1], q[2], q[3]);
     _mm512_storeu_si512(y + i, _mm512_min_epi8(_mm512_max_epi8(r, l64), h64));
   }
   for (; i < count; i += 16) {
@@ -758,9 +748,40 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   }
   fn(p, &q, v, operand, y, count);
 }
+/* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_lane_cvt* cvt,
+                         int8_t* lo, int8_t* hi) {
+  if (p->lut != NULL || p->ew_op != ACCEL_EW_NONE || p->out_mul != 0 ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  *lo = (int8_t)(p->act == ACCEL_ACT_RELU ? p->out_zero
+                 : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
+  *hi = (int8_t)(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    fast32 f;
+    if (c.shift > 55 || !fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) return 0;
+    sdp_i8_lane_cvt* e = cvt + i;
+    e->vlo = f.vlo;
+    e->vhi = f.vhi;
+    e->bias = f.bias;
+    e->mul = f.mul;
+    e->add = f.add;
+    e->shift = f.shift;
+    e->k = f.split ? 16 : 0;
+    e->low = f.split ? 0xFFFF : 0;
+    e->neg = f.split || f.shift > 0 ? -1 : 0;
+  }
+  return 1;
+}
 #define SPAN_IMPL span_avx512
 #define CHANNELS_IMPL channels_avx512
 #else
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_lane_cvt* cvt,
+                         int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)cvt, (void)lo, (void)hi;
+  return 0; /* no vector lanes in this build */
+}
 #define SPAN_IMPL span_scalar
 #define CHANNELS_IMPL channels_scalar
 #endif
