@@ -33,7 +33,10 @@
  * d: the depthwise copy kernel).
  * The epilogue runs on each row of a finished tile while it is in L1, after the tile's output
  * runs are moved down over the dropped columns (memmove's rep movsb is slow on such short
- * overlapping moves); sdp_i8.c has exact fast paths for the common converters.
+ * overlapping moves); sdp_i8.c has exact fast paths for the common converters. Where the
+ * common converter applies to every channel (sdp_i8_lanes.h, prepared once per call), GEMMs
+ * without dropped columns convert each panel right after the micro-kernel, the depthwise
+ * kernels each band, and small depthwise planes in registers: no sdp_i8_span call per row.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
@@ -347,20 +350,28 @@ typedef struct panel_codes {
   int8_t* out;
   int64_t ldo, rows, cols;
   int8_t lo, hi;
+  int split; /* every row's converter has k = 16 */
 } panel_codes;
 
-static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
+static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
+                                                              const int32_t* c, int64_t ldc,
+                                                              int split) {
   const __mmask64 keep = E->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << E->cols) - 1;
   const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
   for (int64_t m = 0; m < E->rows; ++m) {
     const sdp_i8_lane_cvt* e = E->cvt + m;
     const int32_t* r = c + m * ldc;
-    const __m512i q0 = sdp_i8_lanes(e, _mm512_loadu_si512(r));
-    const __m512i q1 = sdp_i8_lanes(e, _mm512_loadu_si512(r + 16));
-    const __m512i q2 = sdp_i8_lanes(e, _mm512_loadu_si512(r + 32));
+    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r), split);
+    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 16), split);
+    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 32), split);
     const __m512i y = sdp_i8_codes64(q0, q1, q2, q2);
     _mm512_mask_storeu_epi8(E->out + m * E->ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
   }
+}
+
+static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
+  if (E->split) panel_body(E, c, ldc, 1);
+  else panel_body(E, c, ldc, 0);
 }
 
 static inline __mmask16 lane_mask(int64_t n) {
@@ -374,6 +385,31 @@ static void move_down(const int32_t* src, int32_t* dst, int64_t n) {
     const __mmask16 m = lane_mask(n - i);
     _mm512_mask_storeu_epi32(dst + i, m, _mm512_maskz_loadu_epi32(m, src + i));
   }
+}
+
+/* codes of count accumulators of one channel (converter e), 64 per step. */
+static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e, int8_t lo,
+                                                           int8_t hi, const int32_t* v, int8_t* y,
+                                                           int64_t count, int split) {
+  const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
+  for (int64_t i = 0; i < count; i += 64) {
+    const int64_t n = count - i;
+    const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16), m2 = lane_mask(n - 32),
+                    m3 = lane_mask(n - 48);
+    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m0, v + i), split);
+    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m1, v + i + 16), split);
+    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m2, v + i + 32), split);
+    const __m512i q3 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m3, v + i + 48), split);
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    _mm512_mask_storeu_epi8(y + i, keep,
+                            _mm512_min_epi8(_mm512_max_epi8(sdp_i8_codes64(q0, q1, q2, q3), l), h));
+  }
+}
+
+static void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const int32_t* v,
+                         int8_t* y, int64_t count) {
+  if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
+  else run_body(e, lo, hi, v, y, count, 0);
 }
 
 /* ---- the GEMM over a byte source B --------------------------------------------------------
@@ -681,8 +717,10 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
   if (J->cvt != NULL) { /* grid column n is output position n: codes straight from registers */
     const int64_t k0 = grp * P->mg + mb * MR;
+    int split = 1;
+    for (int64_t m = 0; m < rows; ++m) split &= J->cvt[k0 + m].k == 16;
     const panel_codes E = {J->cvt + k0, J->out + (b * g->k + k0) * P->ohw, P->ohw, rows, 0,
-                           J->lo, J->hi};
+                           J->lo, J->hi, split};
     gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
     return;
   }
@@ -1517,27 +1555,58 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
   return 1;
 }
 
-/* All outputs of one plane (src) for output channel weights wk into grid (16-lane stores). */
+/* Vector v of a plane: its 16 accumulators. x holds the last loaded bytes (entries that reuse
+ * them load nothing). */
+static inline __attribute__((always_inline)) __m512i dws_vector(const dws_entry* tab, int64_t kh,
+                                                                int64_t nq, int64_t v,
+                                                                const int8_t* src,
+                                                                const __m512i* wv, __m512i init,
+                                                                __m512i padu, __m512i* x) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512i acc = init;
+  for (int64_t r = 0; r < kh; ++r) {
+    const dws_entry* e = tab + v * kh + r;
+    if (!e->reuse) *x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
+    for (int64_t q = 0; q < nq; ++q)
+      acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], *x),
+                                wv[r * nq + q]);
+  }
+  return acc;
+}
+
+/* All outputs of one plane (src) for output channel weights wk: into grid (16-lane stores), or
+ * with a converter (cvt not NULL) as codes into y, 64 per step, straight from the registers. */
 static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry* tab,
-                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid) {
-  const int64_t kh = g->kernel_h, nq = D->nq;
-  const int64_t nvec = ((int64_t)g->out_h * g->out_w + 15) / 16;
+                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid,
+                      const sdp_i8_lane_cvt* cvt, int8_t lo, int8_t hi, int8_t* y) {
+  const int64_t kh = g->kernel_h, nq = D->nq, ohw = (int64_t)g->out_h * g->out_w;
+  const int64_t nvec = (ohw + 15) / 16;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
   const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80));
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
   __m512i x = _mm512_setzero_si512();
-  for (int64_t v = 0; v < nvec; ++v) {
-    __m512i acc = init;
-    for (int64_t r = 0; r < kh; ++r) {
-      const dws_entry* e = tab + v * kh + r;
-      if (!e->reuse) x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
-      for (int64_t q = 0; q < nq; ++q)
-        acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], x),
-                                  wv[r * nq + q]);
+  if (cvt == NULL) {
+    for (int64_t v = 0; v < nvec; ++v)
+      _mm512_storeu_si512(grid + 16 * v, dws_vector(tab, kh, nq, v, src, wv, init, padu, &x));
+    return;
+  }
+  const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
+  const int split = cvt->k == 16;
+  for (int64_t v = 0; v < nvec; v += 4) {
+    __m512i q[4];
+    for (int64_t j = 0; j < 4; ++j) {
+      if (v + j >= nvec) {
+        q[j] = q[0];
+        continue;
+      }
+      const __m512i acc = dws_vector(tab, kh, nq, v + j, src, wv, init, padu, &x);
+      q[j] = split ? sdp_i8_lanes_form(cvt, acc, 1) : sdp_i8_lanes_form(cvt, acc, 0);
     }
-    _mm512_storeu_si512(grid + 16 * v, acc);
+    const int64_t n = ohw - 16 * v;
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    const __m512i codes = sdp_i8_codes64(q[0], q[1], q[2], q[3]);
+    _mm512_mask_storeu_epi8(y + 16 * v, keep, _mm512_min_epi8(_mm512_max_epi8(codes, l), h));
   }
 }
 
@@ -1553,6 +1622,8 @@ typedef struct dwr_job {
   int32_t* const* grids; /* per participant: a band of int32 outputs */
   int64_t planes, chunk;
   const dws_entry* small; /* small planes: the table of dws_plane, else NULL */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
+  int8_t lo, hi;
 } dwr_job;
 
 static void dwr_item(void* ctx, int64_t item, int participant) {
@@ -1569,19 +1640,25 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
     const int8_t* src = J->in + pl * P->hw;
     for (int64_t m = 0; m < P->mg; ++m) {
       const int64_t k = c * P->mg + m;
+      const sdp_i8_lane_cvt* cvt = J->cvt != NULL ? J->cvt + k : NULL;
       if (J->small != NULL) {
         const int64_t at = (b * g->k + k) * P->ohw;
-        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid);
-        sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                    J->out + at, P->ohw);
+        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid, cvt, J->lo, J->hi,
+                  J->out + at);
+        if (cvt == NULL)
+          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                      J->out + at, P->ohw);
         continue;
       }
       for (int64_t oy0 = 0; oy0 < g->out_h; oy0 += D->band) {
         const int64_t oy1 = oy0 + D->band < g->out_h ? oy0 + D->band : g->out_h;
         dwr_band(P, D, src, J->in_zero, J->w + k * P->rs, oy0, oy1, grid);
         const int64_t at = (b * g->k + k) * P->ohw + oy0 * ow;
-        sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                    J->out + at, (oy1 - oy0) * ow);
+        if (cvt != NULL)
+          codes_of_run(cvt, J->lo, J->hi, grid, J->out + at, (oy1 - oy0) * ow);
+        else
+          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                      J->out + at, (oy1 - oy0) * ow);
       }
     }
   }
@@ -1612,7 +1689,10 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  const dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small};
+  dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small, NULL, 0, 0};
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
+  if (sdp_i8_lanes_prepare(ep, 0, g->k, cvt, &J.lo, &J.hi)) J.cvt = cvt;
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -34,20 +34,37 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_l
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
-/* q of 16 accumulators of one channel (before the int8 saturation). */
-static inline __attribute__((always_inline)) __m512i sdp_i8_lanes(const sdp_i8_lane_cvt* c,
-                                                                  __m512i v) {
+/* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
+ * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
+ * immediates. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp_i8_lane_cvt* c,
+                                                                       __m512i v, int split) {
   const __m512i t = _mm512_add_epi32(
       _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
       _mm512_set1_epi32(c->bias));
-  const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
+  const __m512i m = _mm512_set1_epi32(c->mul), sh = _mm512_set1_epi32(c->shift);
+  if (split) {
+    const __m512i hp = _mm512_mullo_epi32(_mm512_srai_epi32(t, 16), m);
+    const __m512i lp = _mm512_add_epi32(
+        _mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(0xFFFF)), m),
+        _mm512_srai_epi32(t, 31));
+    const __m512i q = _mm512_add_epi32(_mm512_add_epi32(hp, _mm512_set1_epi32(c->add)),
+                                       _mm512_srai_epi32(lp, 16));
+    return _mm512_srav_epi32(q, sh);
+  }
+  const __m512i k = _mm512_set1_epi32(c->k);
   const __m512i hp = _mm512_mullo_epi32(_mm512_srav_epi32(t, k), m);
   const __m512i lp = _mm512_add_epi32(
       _mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
       _mm512_and_si512(_mm512_srai_epi32(t, 31), _mm512_set1_epi32(c->neg)));
   const __m512i q =
       _mm512_add_epi32(_mm512_add_epi32(hp, _mm512_set1_epi32(c->add)), _mm512_srav_epi32(lp, k));
-  return _mm512_srav_epi32(q, _mm512_set1_epi32(c->shift));
+  return _mm512_srav_epi32(q, sh);
+}
+
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes(const sdp_i8_lane_cvt* c,
+                                                                  __m512i v) {
+  return sdp_i8_lanes_form(c, v, 0);
 }
 
 /* 64 codes of four vectors of q (values 0-15, 16-31, 32-47, 48-63), saturated to int8 in
