@@ -350,7 +350,7 @@ typedef struct panel_codes {
   int8_t* out;
   int64_t ldo, rows, cols;
   int8_t lo, hi;
-  int split; /* every row's converter has k = 16 */
+  int split; /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
 } panel_codes;
 
 static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
@@ -370,7 +370,8 @@ static inline __attribute__((always_inline)) void panel_body(const panel_codes* 
 }
 
 static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
-  if (E->split) panel_body(E, c, ldc, 1);
+  if (E->split == 2) panel_body(E, c, ldc, 2);
+  else if (E->split == 1) panel_body(E, c, ldc, 1);
   else panel_body(E, c, ldc, 0);
 }
 
@@ -408,7 +409,8 @@ static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt
 
 static void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const int32_t* v,
                          int8_t* y, int64_t count) {
-  if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
+  if (e->k == 16 && e->exact) run_body(e, lo, hi, v, y, count, 2);
+  else if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
   else run_body(e, lo, hi, v, y, count, 0);
 }
 
@@ -717,8 +719,12 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
   if (J->cvt != NULL) { /* grid column n is output position n: codes straight from registers */
     const int64_t k0 = grp * P->mg + mb * MR;
-    int split = 1;
-    for (int64_t m = 0; m < rows; ++m) split &= J->cvt[k0 + m].k == 16;
+    int split = 2; /* the form every row has: 2 split without clamp, 1 split, 0 any */
+    for (int64_t m = 0; m < rows; ++m) {
+      const sdp_i8_lane_cvt* e = J->cvt + k0 + m;
+      const int form = e->k == 16 ? 1 + e->exact : 0;
+      split = form < split ? form : split;
+    }
     const panel_codes E = {J->cvt + k0, J->out + (b * g->k + k0) * P->ohw, P->ohw, rows, 0,
                            J->lo, J->hi, split};
     gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
@@ -803,7 +809,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   if (Q.wq == g->out_w && P->ohw > 1) {
     sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
     if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
-    if (sdp_i8_lanes_prepare(ep, 0, g->k, cvt, &J.lo, &J.hi)) J.cvt = cvt;
+    if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
   }
   const int flat = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 &&
                    g->stride_w == 1 && g->pad_top == 0 && g->pad_left == 0 &&
@@ -1592,7 +1598,7 @@ static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry
     return;
   }
   const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
-  const int split = cvt->k == 16;
+  const int split = cvt->k == 16 ? 1 + cvt->exact : 0;
   for (int64_t v = 0; v < nvec; v += 4) {
     __m512i q[4];
     for (int64_t j = 0; j < 4; ++j) {
@@ -1601,7 +1607,9 @@ static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry
         continue;
       }
       const __m512i acc = dws_vector(tab, kh, nq, v + j, src, wv, init, padu, &x);
-      q[j] = split ? sdp_i8_lanes_form(cvt, acc, 1) : sdp_i8_lanes_form(cvt, acc, 0);
+      q[j] = split == 2   ? sdp_i8_lanes_form(cvt, acc, 2)
+             : split == 1 ? sdp_i8_lanes_form(cvt, acc, 1)
+                          : sdp_i8_lanes_form(cvt, acc, 0);
     }
     const int64_t n = ohw - 16 * v;
     const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
@@ -1692,7 +1700,7 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small, NULL, 0, 0};
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
-  if (sdp_i8_lanes_prepare(ep, 0, g->k, cvt, &J.lo, &J.hi)) J.cvt = cvt;
+  if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -749,8 +749,8 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   fn(p, &q, v, operand, y, count);
 }
 /* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */
-int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_lane_cvt* cvt,
-                         int8_t* lo, int8_t* hi) {
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
   if (p->lut != NULL || p->ew_op != ACCEL_EW_NONE || p->out_mul != 0 ||
       !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
     return 0;
@@ -771,15 +771,19 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_l
     e->k = f.split ? 16 : 0;
     e->low = f.split ? 0xFFFF : 0;
     e->neg = f.split || f.shift > 0 ? -1 : 0;
+    /* no clamp: v + bias inside int32, |q| <= 2^30 + |add| + 2^15 inside int32 */
+    const int64_t add = f.add < 0 ? -(int64_t)f.add : f.add;
+    e->exact = f.split && vmax + (c.bias < 0 ? -c.bias : c.bias) <= INT32_MAX &&
+               add < ((int64_t)1 << 29);
   }
   return 1;
 }
 #define SPAN_IMPL span_avx512
 #define CHANNELS_IMPL channels_avx512
 #else
-int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_lane_cvt* cvt,
-                         int8_t* lo, int8_t* hi) {
-  (void)p, (void)first, (void)count, (void)cvt, (void)lo, (void)hi;
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lo, (void)hi;
   return 0; /* no vector lanes in this build */
 }
 #define SPAN_IMPL span_scalar

@@ -11,7 +11,10 @@
  *   q = ((t >> k) * mul + add + (((t & low) * mul + (neg & (t >> 31))) >> k)) >> shift
  * k = 16 (the split product, shift = s - 16) or k = 0, low = 0 (the direct product, shift = s;
  * neg = 0 when s = 0, where no rounding happens), out_zero folded into add; the code is
- * min(max(sat8(q), lo), hi).
+ * min(max(sat8(q), lo), hi). The split form needs no clamp when v + bias cannot leave int32
+ * (|v| bounded by the caller): (t >> 16) * mul and (t & 0xFFFF) * mul fit for any int32 t,
+ * q is then rhaz(t * mul, s) + out_zero itself, and sat8(sat32(x) + out_zero) = sat8(x +
+ * out_zero).
  */
 #ifndef ACCEL_SDP_I8_LANES_H
 #define ACCEL_SDP_I8_LANES_H
@@ -20,28 +23,32 @@
 
 #include "kernels.h"
 
-/* One channel's constants. */
+/* One channel's constants. exact: the split form (k = 16) where |v| <= the caller's bound
+ * keeps v + bias inside int32 and every step of the split product inside int32 without the
+ * clamp (then the clamp may be skipped: the same codes, two operations fewer). */
 typedef struct sdp_i8_lane_cvt {
-  int32_t vlo, vhi, bias, mul, add, low, neg, k, shift;
+  int32_t vlo, vhi, bias, mul, add, low, neg, k, shift, exact;
 } sdp_i8_lane_cvt;
 
 /* The constants of channels [first, first + count) into cvt[0..count), and the codes' bounds
- * (*lo, *hi); 1 when every one of them has the lane form, else 0 (then the caller converts
- * through sdp_i8_span). */
-int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, sdp_i8_lane_cvt* cvt,
-                         int8_t* lo, int8_t* hi);
+ * (*lo, *hi), for values |v| <= vmax (a conv's accumulators: depth * 255 * 128); 1 when every
+ * one of them has the lane form, else 0 (then the caller converts through sdp_i8_span). */
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi);
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
- * immediates. */
+ * immediates; split 2: and c->exact, no clamp. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp_i8_lane_cvt* c,
                                                                        __m512i v, int split) {
-  const __m512i t = _mm512_add_epi32(
-      _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
-      _mm512_set1_epi32(c->bias));
+  const __m512i t =
+      split == 2 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias))
+                 : _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),
+                                                     _mm512_set1_epi32(c->vhi)),
+                                    _mm512_set1_epi32(c->bias));
   const __m512i m = _mm512_set1_epi32(c->mul), sh = _mm512_set1_epi32(c->shift);
   if (split) {
     const __m512i hp = _mm512_mullo_epi32(_mm512_srai_epi32(t, 16), m);
