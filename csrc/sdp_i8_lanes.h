@@ -11,10 +11,11 @@
  *   q = ((t >> k) * mul + add + (((t & low) * mul + (neg & (t >> 31))) >> k)) >> shift
  * k = 16 (the split product, shift = s - 16) or k = 0, low = 0 (the direct product, shift = s;
  * neg = 0 when s = 0, where no rounding happens), out_zero folded into add; the code is
- * min(max(sat8(q), lo), hi). The split form needs no clamp when v + bias cannot leave int32
- * (|v| bounded by the caller): (t >> 16) * mul and (t & 0xFFFF) * mul fit for any int32 t,
- * q is then rhaz(t * mul, s) + out_zero itself, and sat8(sat32(x) + out_zero) = sat8(x +
- * out_zero).
+ * min(max(sat8(q), lo), hi). The split form needs no clamp to +-T at all while |add| < 2^29:
+ * (t >> 16) * mul and (t & 0xFFFF) * mul fit for any int32 t (mul < 2^15), q is then
+ * rhaz(t * mul, s) + out_zero itself, and sat8(sat32(x) + out_zero) = sat8(x + out_zero); so a
+ * conv's converter (shifts 17..40) takes it with t = sat32(v + bias) and no plan, and without
+ * even that clamp ("exact") when v + bias cannot leave int32 (|v| bounded by the caller).
  */
 #ifndef ACCEL_SDP_I8_LANES_H
 #define ACCEL_SDP_I8_LANES_H
