@@ -388,6 +388,7 @@ static void move_down(const int32_t* src, int32_t* dst, int64_t n) {
   }
 }
 
+#ifdef __AVX512VBMI__ /* the depthwise row kernel's */
 /* codes of count accumulators of one channel (converter e), 64 per step. */
 static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e, int8_t lo,
                                                            int8_t hi, const int32_t* v, int8_t* y,
@@ -413,6 +414,7 @@ static void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const i
   else if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
   else run_body(e, lo, hi, v, y, count, 0);
 }
+#endif
 
 /* ---- the GEMM over a byte source B --------------------------------------------------------
  * Depth step k of column n of group grp is the 4 bytes at base + grp * group_bytes + off[k] +

@@ -520,6 +520,7 @@ static int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add
   f->out_mul = (int32_t)om;
   f->out_add = (int32_t)out_add;
   f->out_shift = (int32_t)os;
+  f->low_mask = f->k = f->c_lo = f->c_hi = 0; /* the split form's, unused by the direct one */
   if (tm * mul + (s > 0 ? (int64_t)1 << (s - 1) : 0) < limit) {
     f->split = 0;
     f->add = (int32_t)(s > 0 ? (int64_t)1 << (s - 1) : 0);
