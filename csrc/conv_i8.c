@@ -33,7 +33,10 @@
  * d: the depthwise copy kernel).
  * The epilogue runs on each row of a finished tile while it is in L1, after the tile's output
  * runs are moved down over the dropped columns (memmove's rep movsb is slow on such short
- * overlapping moves); sdp_i8.c has exact fast paths for the common converters.
+ * overlapping moves); sdp_i8.c has exact fast paths for the common converters. Where the
+ * common converter applies to every channel (sdp_i8_lanes.h, prepared once per call), GEMMs
+ * without dropped columns convert each panel right after the micro-kernel, the depthwise
+ * kernels each band, and small depthwise planes in registers: no sdp_i8_span call per row.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
@@ -51,6 +54,7 @@
 #endif
 
 #include "kernels.h"
+#include "sdp_i8_lanes.h"
 
 enum {
   MR = 8,             /* output channels per micro-tile */
@@ -59,7 +63,8 @@ enum {
   WS_PACK = 40,       /* shared slots: weights packed on this call, */
   WS_COPY = 41,       /* the input copy (implicit) or columns (im2col), */
   WS_OFF = 42,        /* the depth steps' offsets, */
-  WS_XP = 43,         /* the columns of the matrix-vector path */
+  WS_XP = 43,         /* the columns of the matrix-vector path, */
+  WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h) */
   GEMV_COLS = 8       /* at most this many columns in all: matrix-vector products */
 };
 
@@ -335,6 +340,41 @@ UKR(2)
 UKR(3)
 static const ukr_fn ukr_table[4] = {0, ukr1, ukr2, ukr3};
 
+/* The codes of a panel just computed (rows of NR accumulators at c, ldc apart; still in L1),
+ * converted in lanes (sdp_i8_lanes.h) with each row's converter: rows m < E->rows, their
+ * first E->cols codes at E->out + m * E->ldo. One pass per panel, the converters prepared
+ * once per call: no sdp_i8_span call (and its set-up) per row. (Converting inside the
+ * micro-kernel, before the store, made GCC spill its 24 accumulators in the depth loop.) */
+typedef struct panel_codes {
+  const sdp_i8_lane_cvt* cvt; /* the rows' converters */
+  int8_t* out;
+  int64_t ldo, rows, cols;
+  int8_t lo, hi;
+  int split; /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
+} panel_codes;
+
+static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
+                                                              const int32_t* c, int64_t ldc,
+                                                              int split) {
+  const __mmask64 keep = E->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << E->cols) - 1;
+  const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
+  for (int64_t m = 0; m < E->rows; ++m) {
+    const sdp_i8_lane_cvt* e = E->cvt + m;
+    const int32_t* r = c + m * ldc;
+    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r), split);
+    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 16), split);
+    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 32), split);
+    const __m512i y = sdp_i8_codes64(q0, q1, q2, q2);
+    _mm512_mask_storeu_epi8(E->out + m * E->ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
+  }
+}
+
+static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
+  if (E->split == 2) panel_body(E, c, ldc, 2);
+  else if (E->split == 1) panel_body(E, c, ldc, 1);
+  else panel_body(E, c, ldc, 0);
+}
+
 static inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
@@ -347,6 +387,34 @@ static void move_down(const int32_t* src, int32_t* dst, int64_t n) {
     _mm512_mask_storeu_epi32(dst + i, m, _mm512_maskz_loadu_epi32(m, src + i));
   }
 }
+
+#ifdef __AVX512VBMI__ /* the depthwise row kernel's */
+/* codes of count accumulators of one channel (converter e), 64 per step. */
+static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e, int8_t lo,
+                                                           int8_t hi, const int32_t* v, int8_t* y,
+                                                           int64_t count, int split) {
+  const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
+  for (int64_t i = 0; i < count; i += 64) {
+    const int64_t n = count - i;
+    const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16), m2 = lane_mask(n - 32),
+                    m3 = lane_mask(n - 48);
+    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m0, v + i), split);
+    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m1, v + i + 16), split);
+    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m2, v + i + 32), split);
+    const __m512i q3 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m3, v + i + 48), split);
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    _mm512_mask_storeu_epi8(y + i, keep,
+                            _mm512_min_epi8(_mm512_max_epi8(sdp_i8_codes64(q0, q1, q2, q3), l), h));
+  }
+}
+
+static void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const int32_t* v,
+                         int8_t* y, int64_t count) {
+  if (e->k == 16 && e->exact) run_body(e, lo, hi, v, y, count, 2);
+  else if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
+  else run_body(e, lo, hi, v, y, count, 0);
+}
+#endif
 
 /* ---- the GEMM over a byte source B --------------------------------------------------------
  * Depth step k of column n of group grp is the 4 bytes at base + grp * group_bytes + off[k] +
@@ -374,7 +442,7 @@ static int reserve_packing(const plan* P, workspace* ws, int8_t** pdata, int32_t
 
 static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32_t* wsum,
                       int32_t in_zero, int64_t grp, int64_t mb, int64_t p0, int64_t p1,
-                      int32_t* tile) {
+                      int32_t* tile, const panel_codes* E) {
   const int64_t blk = grp * P->mblocks + mb;
   const int8_t* a = apack + blk * P->kd4 * MR * 4;
   const uint8_t* b = B->base + grp * B->group_bytes;
@@ -386,7 +454,14 @@ static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const i
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t left = B->ncols - p * NR;
     const int nv = left >= NR ? 3 : (int)((left + 15) / 16);
-    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, tile + (p - p0) * NR, TILE * NR);
+    int32_t* c = tile + (p - p0) * NR;
+    ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, c, TILE * NR);
+    if (E != NULL) { /* grid columns p * NR.. are output positions */
+      panel_codes e = *E;
+      e.out += p * NR;
+      e.cols = left < NR ? left : NR;
+      codes_of_panel(&e, c, TILE * NR);
+    }
   }
 }
 
@@ -586,6 +661,8 @@ typedef struct imp_job {
   size_t tile_bytes;
   int64_t ldt, rows_per_item, nbuild, tiles, b;
   int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes (no dropped columns), or NULL */
+  int8_t lo, hi;              /* and the codes' bounds */
 } imp_job;
 
 static void imp_pack_item(void* ctx, int64_t blk, int participant) {
@@ -641,7 +718,21 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
   const int64_t grp = u / (P->mblocks * tiles);
   const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
-  gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+  if (J->cvt != NULL) { /* grid column n is output position n: codes straight from registers */
+    const int64_t k0 = grp * P->mg + mb * MR;
+    int split = 2; /* the form every row has: 2 split without clamp, 1 split, 0 any */
+    for (int64_t m = 0; m < rows; ++m) {
+      const sdp_i8_lane_cvt* e = J->cvt + k0 + m;
+      const int form = e->k == 16 ? 1 + e->exact : 0;
+      split = form < split ? form : split;
+    }
+    const panel_codes E = {J->cvt + k0, J->out + (b * g->k + k0) * P->ohw, P->ohw, rows, 0,
+                           J->lo, J->hi, split};
+    gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
+    return;
+  }
+  gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, NULL);
   /* the tile's outputs, as runs of grid columns */
   seg segs[TILE * NR + 1];
   int nseg = 0;
@@ -664,7 +755,6 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   }
   if (nseg == 0) return;
   const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
-  const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
   if (P->ohw == 1) { /* one output per channel: along the channels */
     const int64_t k0 = grp * P->mg + mb * MR;
     epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, J->out);
@@ -717,7 +807,12 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0};
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0};
+  if (Q.wq == g->out_w && P->ohw > 1) {
+    sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+    if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
+    if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
+  }
   const int flat = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 &&
                    g->stride_w == 1 && g->pad_top == 0 && g->pad_left == 0 &&
                    g->out_h == g->h && g->out_w == g->w;
@@ -918,7 +1013,7 @@ static void col_unit_item(void* ctx, int64_t u, int participant) {
     gemv_table[nc](P->kd4, J->apack + blk * P->kd4 * MR * 4, J->xp + grp * nc * J->kd2, corr,
                    tile);
   } else {
-    gemm_tile(P, &B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile);
+    gemm_tile(P, &B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, NULL);
   }
   const int64_t n0 = p0 * NR, n1 = p1 * NR < nc ? p1 * NR : nc;
   const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
@@ -1468,27 +1563,60 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
   return 1;
 }
 
-/* All outputs of one plane (src) for output channel weights wk into grid (16-lane stores). */
+/* Vector v of a plane: its 16 accumulators. x holds the last loaded bytes (entries that reuse
+ * them load nothing). */
+static inline __attribute__((always_inline)) __m512i dws_vector(const dws_entry* tab, int64_t kh,
+                                                                int64_t nq, int64_t v,
+                                                                const int8_t* src,
+                                                                const __m512i* wv, __m512i init,
+                                                                __m512i padu, __m512i* x) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512i acc = init;
+  for (int64_t r = 0; r < kh; ++r) {
+    const dws_entry* e = tab + v * kh + r;
+    if (!e->reuse) *x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
+    for (int64_t q = 0; q < nq; ++q)
+      acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], *x),
+                                wv[r * nq + q]);
+  }
+  return acc;
+}
+
+/* All outputs of one plane (src) for output channel weights wk: into grid (16-lane stores), or
+ * with a converter (cvt not NULL) as codes into y, 64 per step, straight from the registers. */
 static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry* tab,
-                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid) {
-  const int64_t kh = g->kernel_h, nq = D->nq;
-  const int64_t nvec = ((int64_t)g->out_h * g->out_w + 15) / 16;
+                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid,
+                      const sdp_i8_lane_cvt* cvt, int8_t lo, int8_t hi, int8_t* y) {
+  const int64_t kh = g->kernel_h, nq = D->nq, ohw = (int64_t)g->out_h * g->out_w;
+  const int64_t nvec = (ohw + 15) / 16;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
   const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80));
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
   __m512i x = _mm512_setzero_si512();
-  for (int64_t v = 0; v < nvec; ++v) {
-    __m512i acc = init;
-    for (int64_t r = 0; r < kh; ++r) {
-      const dws_entry* e = tab + v * kh + r;
-      if (!e->reuse) x = _mm512_xor_si512(_mm512_maskz_loadu_epi8(e->load, src + e->base), flip);
-      for (int64_t q = 0; q < nq; ++q)
-        acc = _mm512_dpbusd_epi32(acc, _mm512_mask_permutexvar_epi8(padu, e->take[q], e->idx[q], x),
-                                  wv[r * nq + q]);
+  if (cvt == NULL) {
+    for (int64_t v = 0; v < nvec; ++v)
+      _mm512_storeu_si512(grid + 16 * v, dws_vector(tab, kh, nq, v, src, wv, init, padu, &x));
+    return;
+  }
+  const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
+  const int split = cvt->k == 16 ? 1 + cvt->exact : 0;
+  for (int64_t v = 0; v < nvec; v += 4) {
+    __m512i q[4];
+    for (int64_t j = 0; j < 4; ++j) {
+      if (v + j >= nvec) {
+        q[j] = q[0];
+        continue;
+      }
+      const __m512i acc = dws_vector(tab, kh, nq, v + j, src, wv, init, padu, &x);
+      q[j] = split == 2   ? sdp_i8_lanes_form(cvt, acc, 2)
+             : split == 1 ? sdp_i8_lanes_form(cvt, acc, 1)
+                          : sdp_i8_lanes_form(cvt, acc, 0);
     }
-    _mm512_storeu_si512(grid + 16 * v, acc);
+    const int64_t n = ohw - 16 * v;
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    const __m512i codes = sdp_i8_codes64(q[0], q[1], q[2], q[3]);
+    _mm512_mask_storeu_epi8(y + 16 * v, keep, _mm512_min_epi8(_mm512_max_epi8(codes, l), h));
   }
 }
 
@@ -1504,6 +1632,8 @@ typedef struct dwr_job {
   int32_t* const* grids; /* per participant: a band of int32 outputs */
   int64_t planes, chunk;
   const dws_entry* small; /* small planes: the table of dws_plane, else NULL */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
+  int8_t lo, hi;
 } dwr_job;
 
 static void dwr_item(void* ctx, int64_t item, int participant) {
@@ -1520,19 +1650,25 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
     const int8_t* src = J->in + pl * P->hw;
     for (int64_t m = 0; m < P->mg; ++m) {
       const int64_t k = c * P->mg + m;
+      const sdp_i8_lane_cvt* cvt = J->cvt != NULL ? J->cvt + k : NULL;
       if (J->small != NULL) {
         const int64_t at = (b * g->k + k) * P->ohw;
-        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid);
-        sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                    J->out + at, P->ohw);
+        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid, cvt, J->lo, J->hi,
+                  J->out + at);
+        if (cvt == NULL)
+          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                      J->out + at, P->ohw);
         continue;
       }
       for (int64_t oy0 = 0; oy0 < g->out_h; oy0 += D->band) {
         const int64_t oy1 = oy0 + D->band < g->out_h ? oy0 + D->band : g->out_h;
         dwr_band(P, D, src, J->in_zero, J->w + k * P->rs, oy0, oy1, grid);
         const int64_t at = (b * g->k + k) * P->ohw + oy0 * ow;
-        sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                    J->out + at, (oy1 - oy0) * ow);
+        if (cvt != NULL)
+          codes_of_run(cvt, J->lo, J->hi, grid, J->out + at, (oy1 - oy0) * ow);
+        else
+          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                      J->out + at, (oy1 - oy0) * ow);
       }
     }
   }
@@ -1563,7 +1699,10 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  const dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small};
+  dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small, NULL, 0, 0};
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
+  if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -21,6 +21,7 @@
 #endif
 
 #include "kernels.h"
+#include "sdp_i8_lanes.h"
 
 /* ---- scalar definition ------------------------------------------------------------------ */
 
@@ -338,35 +339,67 @@ static inline void store_codes32(__m512i y, __m128i lo, __m128i hi, __mmask16 k,
   _mm_mask_storeu_epi8(out, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
 }
 
+/* The int32 lanes of span_fast32: the result before the int8 saturation. */
+typedef struct fast32_vec {
+  __m512i vlo, vhi, b, m, add, low16;
+  __m128i sh;
+} fast32_vec;
+
+static inline fast32_vec fast32_vectors(const fast32* f) {
+  fast32_vec c;
+  c.vlo = _mm512_set1_epi32(f->vlo);
+  c.vhi = _mm512_set1_epi32(f->vhi);
+  c.b = _mm512_set1_epi32(f->bias);
+  c.m = _mm512_set1_epi32(f->mul);
+  c.add = _mm512_set1_epi32(f->add);
+  c.low16 = _mm512_set1_epi32(0xFFFF);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  return c;
+}
+
+static inline __attribute__((always_inline)) __m512i fast32_lanes(const fast32_vec* c, __m512i x,
+                                                                  int split, int shift) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, c->vlo), c->vhi), c->b);
+  if (split) {
+    const __m512i ph = _mm512_mullo_epi32(_mm512_srai_epi32(t, 16), c->m);
+    const __m512i pl = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, c->low16), c->m),
+                                        _mm512_srai_epi32(t, 31));
+    const __m512i q = _mm512_add_epi32(_mm512_add_epi32(ph, c->add), _mm512_srai_epi32(pl, 16));
+    return _mm512_sra_epi32(q, c->sh);
+  }
+  const __m512i p = _mm512_mullo_epi32(t, c->m);
+  const __m512i q = _mm512_add_epi32(p, c->add);
+  if (!shift) return q;
+  return _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(p, 31)), c->sh);
+}
+
+static inline __attribute__((always_inline)) void fast32_body(const fast32_vec* c,
+                                                              const int32_t* v, int8_t* y,
+                                                              int64_t count, int32_t lo,
+                                                              int32_t hi, int split, int shift) {
+  const __m512i l64 = _mm512_set1_epi8((char)lo), h64 = _mm512_set1_epi8((char)hi);
+  int64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i r = sdp_i8_codes64(fast32_lanes(c, _mm512_loadu_si512(v + i), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 16), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 32), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 48), split, shift));
+    _mm512_storeu_si512(y + i, _mm512_min_epi8(_mm512_max_epi8(r, l64), h64));
+  }
+  const __m128i l8 = _mm512_castsi512_si128(l64), h8 = _mm512_castsi512_si128(h64);
+  for (; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    store_codes32(fast32_lanes(c, _mm512_maskz_loadu_epi32(k, v + i), split, shift), l8, h8, k,
+                  y + i);
+  }
+}
+
 static void span_fast32(const fast32* f, const int32_t* v, int8_t* y, int64_t count, int32_t lo,
                         int32_t hi) {
-  const __m512i vlo = _mm512_set1_epi32(f->vlo), vhi = _mm512_set1_epi32(f->vhi);
-  const __m512i b = _mm512_set1_epi32(f->bias), m = _mm512_set1_epi32(f->mul);
-  const __m512i add = _mm512_set1_epi32(f->add), low16 = _mm512_set1_epi32(0xFFFF);
-  const __m128i sh = _mm_cvtsi32_si128(f->shift);
-  const __m128i l8 = _mm_set1_epi8((char)lo), h8 = _mm_set1_epi8((char)hi);
-  if (f->split) {
-    for (int64_t i = 0; i < count; i += 16) {
-      const __mmask16 k = tail_mask(count - i);
-      const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
-      const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
-      const __m512i ph = _mm512_mullo_epi32(_mm512_srai_epi32(t, 16), m);
-      const __m512i pl = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, low16), m),
-                                          _mm512_srai_epi32(t, 31));
-      const __m512i q = _mm512_add_epi32(_mm512_add_epi32(ph, add), _mm512_srai_epi32(pl, 16));
-      store_codes32(_mm512_sra_epi32(q, sh), l8, h8, k, y + i);
-    }
-    return;
-  }
-  for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 k = tail_mask(count - i);
-    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
-    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
-    const __m512i p = _mm512_mullo_epi32(t, m);
-    __m512i q = _mm512_add_epi32(p, add);
-    if (f->shift > 0) q = _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(p, 31)), sh);
-    store_codes32(q, l8, h8, k, y + i);
-  }
+  const fast32_vec c = fast32_vectors(f);
+  if (f->split) fast32_body(&c, v, y, count, lo, hi, 1, 1);
+  else if (f->shift > 0) fast32_body(&c, v, y, count, lo, hi, 0, 1);
+  else fast32_body(&c, v, y, count, lo, hi, 0, 0);
 }
 
 /* The residual converter (element-wise ADD, an output converter, act NONE / RELU / CLIP) with
@@ -487,6 +520,7 @@ static int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add
   f->out_mul = (int32_t)om;
   f->out_add = (int32_t)out_add;
   f->out_shift = (int32_t)os;
+  f->low_mask = f->k = f->c_lo = f->c_hi = 0; /* the split form's, unused by the direct one */
   if (tm * mul + (s > 0 ? (int64_t)1 << (s - 1) : 0) < limit) {
     f->split = 0;
     f->add = (int32_t)(s > 0 ? (int64_t)1 << (s - 1) : 0);
@@ -508,54 +542,71 @@ static int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add
   return 1;
 }
 
-static inline __attribute__((always_inline)) void add32_body(const add32* f, const int32_t* v,
+typedef struct add32_vec {
+  __m512i vlo, vhi, b, m, add, c_lo, low, tlo, thi, om, oadd, ez, em, eh, zero;
+  __m128i k, sh, osh, esh;
+  int32_t es, shift, out_shift;
+} add32_vec;
+
+/* The int32 result of 16 values x with their operand codes o (int32 lanes), before the int8
+ * saturation. */
+static inline __attribute__((always_inline)) __m512i add32_lanes(const add32_vec* c, __m512i x,
+                                                                 __m512i o, int relu, int split,
+                                                                 int unit_out) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, c->vlo), c->vhi), c->b);
+  __m512i u;
+  if (split) {
+    const __m512i lp = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, c->low), c->m), c->c_lo),
+        _mm512_srai_epi32(t, 31));
+    const __m512i hp = _mm512_mullo_epi32(_mm512_sra_epi32(t, c->k), c->m);
+    u = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(hp, c->add), _mm512_sra_epi32(lp, c->k)),
+                         c->sh);
+  } else {
+    const __m512i pr = _mm512_mullo_epi32(t, c->m);
+    u = _mm512_add_epi32(pr, c->add);
+    if (c->shift > 0) u = _mm512_sra_epi32(_mm512_add_epi32(u, _mm512_srai_epi32(pr, 31)), c->sh);
+  }
+  if (c->es < 24) {
+    __m512i e = _mm512_mullo_epi32(_mm512_sub_epi32(o, c->ez), c->em);
+    if (c->es > 0)
+      e = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(e, c->eh), _mm512_srai_epi32(e, 31)),
+                           c->esh);
+    u = _mm512_add_epi32(u, e);
+  }
+  if (relu) u = _mm512_max_epi32(u, c->zero);
+  u = _mm512_min_epi32(_mm512_max_epi32(u, c->tlo), c->thi);
+  const __m512i pr = unit_out ? u : _mm512_mullo_epi32(u, c->om);
+  const __m512i q = _mm512_add_epi32(pr, c->oadd);
+  if (c->out_shift == 0) return q;
+  return _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(pr, 31)), c->osh);
+}
+
+static inline __attribute__((always_inline)) void add32_body(const add32_vec* c,
+                                                             const int32_t* v,
                                                              const int8_t* operand, int8_t* y,
-                                                             int64_t count, __m512i ez,
-                                                             __m512i em, __m512i eh,
-                                                             int32_t es, int relu, int split,
+                                                             int64_t count, int relu, int split,
                                                              int unit_out, __m128i l8,
                                                              __m128i h8) {
-  const __m512i vlo = _mm512_set1_epi32(f->vlo), vhi = _mm512_set1_epi32(f->vhi);
-  const __m512i b = _mm512_set1_epi32(f->bias), m = _mm512_set1_epi32(f->mul);
-  const __m512i add = _mm512_set1_epi32(split ? f->c_hi : f->add);
-  const __m512i c_lo = _mm512_set1_epi32(f->c_lo), low = _mm512_set1_epi32(f->low_mask);
-  const __m128i k = _mm_cvtsi32_si128(f->k), sh = _mm_cvtsi32_si128(f->shift);
-  const __m512i tlo = _mm512_set1_epi32(-f->t_out), thi = _mm512_set1_epi32(f->t_out);
-  const __m512i om = _mm512_set1_epi32(f->out_mul), oadd = _mm512_set1_epi32(f->out_add);
-  const __m128i osh = _mm_cvtsi32_si128(f->out_shift), esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
-  const __m512i zero = _mm512_setzero_si512();
-  for (int64_t i = 0; i < count; i += 16) {
+  const __m512i l64 = _mm512_broadcast_i32x4(l8), h64 = _mm512_broadcast_i32x4(h8);
+  int64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    __m512i q[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i o = c->es < 24 ? _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                         (const __m128i*)(const void*)(operand + i + 16 * j)))
+                                   : c->zero;
+      q[j] = add32_lanes(c, _mm512_loadu_si512(v + i + 16 * j), o, relu, split, unit_out);
+    }
+    const __m512i r = sdp_i8_codes64(q[0], q[1], q[2], q[3]);
+    _mm512_storeu_si512(y + i, _mm512_min_epi8(_mm512_max_epi8(r, l64), h64));
+  }
+  for (; i < count; i += 16) {
     const __mmask16 mk = tail_mask(count - i);
-    const __m512i x = _mm512_maskz_loadu_epi32(mk, v + i);
-    const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), b);
-    __m512i u;
-    if (split) {
-      const __m512i lp = _mm512_add_epi32(
-          _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, low), m), c_lo),
-          _mm512_srai_epi32(t, 31));
-      const __m512i hp = _mm512_mullo_epi32(_mm512_sra_epi32(t, k), m);
-      u = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(hp, add), _mm512_sra_epi32(lp, k)),
-                           sh);
-    } else {
-      const __m512i pr = _mm512_mullo_epi32(t, m);
-      u = _mm512_add_epi32(pr, add);
-      if (f->shift > 0) u = _mm512_sra_epi32(_mm512_add_epi32(u, _mm512_srai_epi32(pr, 31)), sh);
-    }
-    if (es < 24) {
-      const __m512i o = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, operand + i));
-      __m512i e = _mm512_mullo_epi32(_mm512_sub_epi32(o, ez), em);
-      if (es > 0)
-        e = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(e, eh), _mm512_srai_epi32(e, 31)),
-                             esh);
-      u = _mm512_add_epi32(u, e);
-    }
-    if (relu) u = _mm512_max_epi32(u, zero);
-    u = _mm512_min_epi32(_mm512_max_epi32(u, tlo), thi);
-    const __m512i pr = unit_out ? u : _mm512_mullo_epi32(u, om);
-    __m512i q = _mm512_add_epi32(pr, oadd);
-    if (f->out_shift > 0)
-      q = _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(pr, 31)), osh);
-    store_codes32(q, l8, h8, mk, y + i);
+    const __m512i o = c->es < 24 ? _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, operand + i))
+                                 : c->zero;
+    store_codes32(add32_lanes(c, _mm512_maskz_loadu_epi32(mk, v + i), o, relu, split, unit_out),
+                  l8, h8, mk, y + i);
   }
 }
 
@@ -563,12 +614,32 @@ static inline __attribute__((always_inline)) void add32_body(const add32* f, con
 static void span_add32(const sdp_i8* p, const add32* f, const int32_t* v, const int8_t* operand,
                        int8_t* y, int64_t count) {
   const int32_t es = p->ew_shift;
-  const __m512i ez = _mm512_set1_epi32(p->ew_zero), em = _mm512_set1_epi32(p->ew_mul);
-  const __m512i eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  add32_vec c;
+  c.vlo = _mm512_set1_epi32(f->vlo);
+  c.vhi = _mm512_set1_epi32(f->vhi);
+  c.b = _mm512_set1_epi32(f->bias);
+  c.m = _mm512_set1_epi32(f->mul);
+  c.add = _mm512_set1_epi32(f->split ? f->c_hi : f->add);
+  c.c_lo = _mm512_set1_epi32(f->c_lo);
+  c.low = _mm512_set1_epi32(f->low_mask);
+  c.k = _mm_cvtsi32_si128(f->k);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  c.tlo = _mm512_set1_epi32(-f->t_out);
+  c.thi = _mm512_set1_epi32(f->t_out);
+  c.om = _mm512_set1_epi32(f->out_mul);
+  c.oadd = _mm512_set1_epi32(f->out_add);
+  c.osh = _mm_cvtsi32_si128(f->out_shift);
+  c.esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
+  c.ez = _mm512_set1_epi32(p->ew_zero);
+  c.em = _mm512_set1_epi32(p->ew_mul);
+  c.eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  c.zero = _mm512_setzero_si512();
+  c.es = es;
+  c.shift = f->shift;
+  c.out_shift = f->out_shift;
   const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
   const int relu = p->act == ACCEL_ACT_RELU, unit = f->out_mul == 1;
-#define ADD32(RELU, SPLIT, UNIT) \
-  add32_body(f, v, operand, y, count, ez, em, eh, es, RELU, SPLIT, UNIT, l8, h8)
+#define ADD32(RELU, SPLIT, UNIT) add32_body(&c, v, operand, y, count, RELU, SPLIT, UNIT, l8, h8)
   if (relu) {
     if (f->split) {
       if (unit) ADD32(1, 1, 1); else ADD32(1, 1, 0);
@@ -678,9 +749,60 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   }
   fn(p, &q, v, operand, y, count);
 }
+/* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
+  if (p->lut != NULL || p->ew_op != ACCEL_EW_NONE || p->out_mul != 0 ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  *lo = (int8_t)(p->act == ACCEL_ACT_RELU ? p->out_zero
+                 : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
+  *hi = (int8_t)(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    sdp_i8_lane_cvt* e = cvt + i;
+    /* a conv's converter (mul > 0, shifts 17..40): the split form with t clamped to int32
+     * only, no plan (fast32_plan's division was ~4 % of MobileNetV2's library time) */
+    const int64_t s = c.shift;
+    const int64_t add =
+        s >= 17 && s <= 40 ? ((int64_t)1 << (s - 17)) + p->out_zero * ((int64_t)1 << (s - 16)) : 0;
+    if (c.mul > 0 && c.shift >= 17 && c.shift <= 40 && abs64(add) < ((int64_t)1 << 29)) {
+      e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));
+      e->vhi = (int32_t)(INT32_MAX - (c.bias > 0 ? c.bias : 0));
+      e->bias = (int32_t)c.bias;
+      e->mul = (int32_t)c.mul;
+      e->add = (int32_t)add;
+      e->shift = (int32_t)(c.shift - 16);
+      e->k = 16;
+      e->low = 0xFFFF;
+      e->neg = -1;
+      e->exact = vmax + abs64(c.bias) <= INT32_MAX;
+      continue;
+    }
+    fast32 f;
+    if (c.shift > 55 || !fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) return 0;
+    e->vlo = f.vlo;
+    e->vhi = f.vhi;
+    e->bias = f.bias;
+    e->mul = f.mul;
+    e->add = f.add;
+    e->shift = f.shift;
+    e->k = f.split ? 16 : 0;
+    e->low = f.split ? 0xFFFF : 0;
+    e->neg = f.split || f.shift > 0 ? -1 : 0;
+    /* no clamp: v + bias inside int32, |q| <= 2^30 + |add| + 2^15 inside int32 */
+    e->exact = f.split && vmax + abs64(c.bias) <= INT32_MAX && abs64(f.add) < ((int64_t)1 << 29);
+  }
+  return 1;
+}
 #define SPAN_IMPL span_avx512
 #define CHANNELS_IMPL channels_avx512
 #else
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lo, (void)hi;
+  return 0; /* no vector lanes in this build */
+}
 #define SPAN_IMPL span_scalar
 #define CHANNELS_IMPL channels_scalar
 #endif

@@ -456,6 +456,71 @@ def test_int8_kernel_edges_match_reference_exactly(layer):
     assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
 
 
+# Layers whose converters run in int32 lanes inside the kernel (sdp_i8_lanes.h): implicit GEMMs
+# without dropped grid columns (1x1 stride 1, 1x1 stride 2, kernel_w 1), the row-wise depthwise
+# kernel's bands and its small planes (<= 256 outputs); output counts off every step of 16, 48
+# and 64, channel blocks of MR = 8 not full, a batch of 2
+LANE_LAYERS = [
+    ((1, 8, 13, 13), (20, 8, 1, 1), dict()),                               # 169 = 3 panels + 25
+    ((2, 12, 9, 11), (9, 12, 1, 1), dict(stride=2)),                       # 1x1 stride 2, batch 2
+    ((1, 6, 17, 10), (11, 6, 3, 1), dict(padding=(1, 0, 1, 0))),           # kernel_w 1
+    ((1, 6, 40, 37), (6, 1, 3, 3), dict(padding=1, groups=6)),             # depthwise bands
+    ((1, 5, 15, 15), (5, 1, 3, 3), dict(stride=2, padding=1, groups=5)),   # small plane, 64
+    ((1, 9, 7, 7), (9, 1, 3, 3), dict(padding=1, groups=9)),               # small plane, 49
+    ((1, 4, 14, 14), (4, 1, 5, 5), dict(padding=2, groups=4)),             # small plane, 196
+]
+
+
+def _lane_sdp(rng, acc, act, out_zero):
+    """Converters that qualify for the lanes (mul > 0, shifts <= 40, no operand, NONE / RELU /
+    CLIP): shifts 0..40 over the channels and seeds (the direct product below 17, the split one
+    above), multipliers that put the codes in range where 2^15 allows (else 1 or 32767: codes
+    saturated), and biases that put t = v + bias on both sides of the clamp +-T, of 0 and of
+    the int32 ends."""
+    k = acc.shape[1]
+    spread = _channel_spread(acc)
+    shift = (np.arange(k) * 7 + int(rng.integers(0, 41))) % 41  # odd channels: a sweep
+    fit = np.clip(np.floor(np.log2(spread * 16384 / 100)), 0, 40)  # even: mid-range multipliers
+    shift[::2] = fit[::2]
+    mul = np.clip(np.round(100.0 * 2.0 ** shift / spread), 1, 32767).astype(np.int64)
+    mul[::5] = rng.choice([1, 2, 16384, 32767], mul[::5].size)
+    r = 128 + abs(out_zero)
+    t_edge = np.array([min(-(-(r << int(s)) // int(m)), 2**31) for s, m in zip(shift, mul)])
+    bias = rng.integers(-1, 2, k) * (spread // 2).astype(np.int64)
+    bias[1::4] = rng.choice([-1, 1], bias[1::4].size) * t_edge[1::4] + rng.integers(-50, 50)
+    bias[2::9] = rng.choice([-2**31, 2**31 - 1], bias[2::9].size)
+    return Sdp(bias=np.clip(bias, -2**31, 2**31 - 1).astype(np.int32),
+               mul=mul.astype(np.int16), rshift=shift.astype(np.uint8), act=act,
+               out_zero=out_zero, clip_lo=-20 if act == "clip" else None,
+               clip_hi=100 if act == "clip" else None, precision="int8")
+
+
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("layer", range(len(LANE_LAYERS)),
+                         ids=lambda i: "x".join(map(str, LANE_LAYERS[i][0])) + "-" +
+                         "x".join(map(str, LANE_LAYERS[i][1])))
+def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
+    """The converters the kernels apply in registers give the reference's codes, at 1-3
+    threads, with packed weights, and in independent mode (sdp_i8_span on stored values)."""
+    in_shape, weight_shape, conv_args = LANE_LAYERS[layer]
+    for out_zero in (-128, -7, 0, 93, 127):
+        rng = np.random.default_rng(700 + 10 * layer + out_zero)
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                    in_zero=int(rng.integers(-128, 128)), **conv_args)
+        chain = [conv, _lane_sdp(rng, ref.run_op(conv, x), act, out_zero)]
+        expected = ref.run_chain(chain, x)
+        if abs(out_zero) < 10:  # (far from 0 most codes sit on a rail or a clip bound)
+            assert len(np.unique(expected)) > 5, "codes inside the range, not only saturated"
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected,
+                        f"out_zero {out_zero}, {threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, f"out_zero {out_zero}, packed")
+        assert_same(DEVICE.run(chain, x, mode="independent")[0], expected,
+                    f"out_zero {out_zero}, independent")
+
+
 def test_int8_cases_are_not_degenerate():
     """The random converters keep most outputs off the rails and spread over many codes, and
     every listed edge occurs."""

@@ -141,6 +141,25 @@ def test_int8_pool_matches_reference_exactly(kind, kernel, stride, padding, incl
     assert stats.ops[0].op == f"pdp:{kind}"
 
 
+@pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
+@pytest.mark.parametrize("size", [(7, 7), (1, 1), (8, 8), (2, 5), (1, 8)])
+def test_int8_global_average_pool_matches_reference_exactly(size, zero):
+    """Global average pooling (pdp_i8.c pool_global: each plane summed with one vpsadbw, 16
+    planes finished at once): planes of 1 to 64 codes, 83 planes per image (a partial group of
+    16 in every item), 1-3 threads; codes crowded at the rails and sums on halves included."""
+    rng = np.random.default_rng(abs(zero) + size[0] * 8 + size[1])
+    x = rng.integers(-128, 128, (2, 83) + size).astype(np.int8)
+    x[0, :8] = 127  # sums of +-128 * count: the ends of the range
+    x[1, :8] = -128
+    x[0, 8:16] = np.clip(x[0, 8:16] // 8 + zero, -128, 127)
+    op = Pool("avg", size, 1, precision="int8", zero=zero)
+    expected = ref.run_op(op, x)
+    assert len(np.unique(expected)) > 3
+    for threads in (1, 2, 3):
+        y, _ = DEVICES[threads].run([op], x)
+        assert_same(y, expected, f"global {size} zero {zero}, {threads} threads")
+
+
 def test_int8_average_rounds_half_away_from_zero():
     """Window sums S = +-1, +-3 over 2 elements: +-0.5, +-1.5 round away from zero (around the
     zero point); count_include_pad divides by the whole window."""

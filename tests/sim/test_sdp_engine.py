@@ -254,6 +254,29 @@ def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_s
         assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
 
 
+@pytest.mark.parametrize("add", [False, True])
+def test_int8_converters_in_steps_of_64_and_their_tails(add):
+    """The int32-lane converters write 64 codes per step (two saturating packs and a vpermd,
+    sdp_i8.c) and the rest 16 at a time: planes of 1 to 130 values around those steps, for the
+    common converter and the residual add, every code of the operand."""
+    rng = np.random.default_rng(31 + add)
+    for hw in (1, 15, 16, 17, 48, 63, 64, 65, 79, 128, 130):
+        c = 6
+        x = rng.integers(-128, 128, (1, c, 1, hw)).astype(np.int8)
+        common = dict(bias=rng.integers(-3000, 3000, c).astype(np.int32),
+                      mul=rng.integers(16384, 32768, c).astype(np.int16),
+                      rshift=rng.integers(12, 26, c).astype(np.uint8), in_zero=-3,
+                      act=["relu", "clip", None][hw % 3], precision="int8",
+                      clip_lo=-20 if hw % 3 == 1 else None, clip_hi=100 if hw % 3 == 1 else None)
+        if add:
+            op = Sdp(**{**common, "rshift": common["rshift"] - 8}, ew_op="add",
+                     operand=rng.integers(-128, 128, x.shape).astype(np.int8), ew_zero=-128,
+                     ew_mul=23170, ew_shift=7, out_mul=1, out_shift=8, out_zero=-5)
+        else:
+            op = Sdp(**common, out_zero=-5)
+        run_and_compare(DEVICE, [op], x, f"{hw} values, add {add}")
+
+
 def test_int8_element_wise_ops_with_converters():
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (2, 6, 5, 7)).astype(np.int8)
