@@ -413,6 +413,60 @@ def test_int8_kernel_edges_match_reference_exactly(layer):
     assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
 
 
+INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the small-grid kernel (channels
+    # along the vector: conv_i8.c conv_small) at its edges
+    ((1, 64, 7, 7), (64, 64, 3, 3), dict(padding=1)),                 # ResNet's 7x7 3x3
+    ((1, 13, 7, 7), (20, 13, 3, 3), dict(padding=1)),       # channels not a multiple of 4 / 8
+    ((1, 40, 14, 14), (24, 40, 3, 3), dict(stride=2, padding=1)),     # stride 2: 7x7 out
+    ((1, 96, 7, 7), (40, 96, 1, 1), dict()),                          # 1x1 copied flat
+    ((1, 24, 16, 16), (17, 24, 3, 3), dict(padding=1)),               # 256 outputs: the most
+    ((1, 8, 3, 3), (9, 8, 3, 3), dict(padding=1)),     # 9 outputs: the fewest (8: gemv path)
+    ((1, 12, 5, 3), (8, 12, 3, 3), dict(padding=1)),   # rows narrower than a tile of positions
+    ((2, 32, 9, 11), (48, 32, 3, 3), dict(padding=(2, 0, 1, 3))),     # batch, uneven padding
+    ((1, 16, 11, 11), (30, 16, 3, 3), dict(padding=2, dilation=2)),   # dilated
+    ((1, 32, 7, 7), (64, 16, 3, 3), dict(padding=1, groups=2)),       # grouped
+    ((1, 20, 20, 20), (26, 20, 3, 3), dict(stride=3, padding=1)),     # stride 3: gathered rows
+    ((1, 512, 7, 7), (8, 512, 3, 3), dict(padding=1)),   # one channel block: position chunks
+]
+
+
+def _implicit_lanes(out_h, out_w, kernel_w, stride_w, dilation_w):
+    """The vector lanes the implicit GEMM computes for one image and block of channels: grid
+    columns in panels of 48, 16 per started vector (conv_i8.c small_grid_pays)."""
+    wq = out_w + (kernel_w - 1) * dilation_w // stride_w
+    ncols = (out_h - 1) * wq + out_w
+    return ncols // 48 * 48 + -(-(ncols % 48) // 16) * 16
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_SMALL_GRIDS)),
+                         ids=lambda i: "x".join(map(str, INT8_SMALL_GRIDS[i][0])) + "-" +
+                         "x".join(map(str, INT8_SMALL_GRIDS[i][1])))
+def test_int8_small_grids_match_reference_exactly(layer):
+    """Every listed geometry is one the small-grid kernel takes (9..256 outputs, over a tenth
+    fewer lanes than the implicit GEMM), and gives the reference's codes at 1, 2 and 3
+    threads, with and without packed weights, with a residual operand."""
+    in_shape, weight_shape, conv_args = INT8_SMALL_GRIDS[layer]
+    rng = np.random.default_rng(700 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    acc = ref.run_op(conv, x)
+    out_h, out_w = acc.shape[2:]
+    stride = conv_args.get("stride", 1)
+    dilation = conv_args.get("dilation", 1)
+    assert 8 < out_h * out_w <= 256
+    assert 10 * _implicit_lanes(out_h, out_w, weight_shape[3], stride, dilation) > \
+        11 * out_h * out_w
+    for case in (7 * layer, 7 * layer + 2):   # case % 6 == 2: a residual add
+        chain = [conv, _int8_sdp(rng, acc, case)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 10
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
 def test_int8_cases_are_not_degenerate():
     """The random converters keep most outputs off the rails and spread over many codes, and
     every listed edge occurs."""
