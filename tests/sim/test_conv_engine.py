@@ -457,7 +457,46 @@ def test_int8_small_grids_match_reference_exactly(layer):
     assert 8 < out_h * out_w <= 256
     assert 10 * _implicit_lanes(out_h, out_w, weight_shape[3], stride, dilation) > \
         11 * out_h * out_w
-    for case in (7 * layer, 7 * layer + 2):   # case % 6 == 2: a residual add
+    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
+        chain = [conv, _int8_sdp(rng, acc, case)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 10
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
+INT8_FEW_CHANNELS = [  # in_shape, weight_shape, conv arguments: the few-channel kernel (taps
+    # packed densely into words: conv_i8.c conv_stem) at its edges; all over 256 outputs
+    ((1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),       # ResNet's stem
+    ((2, 3, 41, 47), (20, 3, 7, 7), dict(stride=2, padding=(3, 2, 1, 3))),  # odd, uneven, batch
+    ((1, 1, 30, 40), (8, 1, 5, 5), dict(padding=2)),                  # one channel: 2 words
+    ((1, 2, 33, 35), (12, 2, 3, 3), dict(padding=1)),                 # two channels 3x3
+    ((1, 3, 70, 230), (9, 3, 7, 7), dict(stride=3, padding=3)),       # wide rows, stride 3
+    ((1, 3, 80, 80), (16, 3, 4, 4), dict(stride=4)),     # the widest load: 15 * 4 + 4 = 64
+    ((1, 3, 40, 40), (16, 3, 7, 7), dict(padding=(6, 3, 6, 3), dilation=(2, 1))),  # dilated rows
+    ((1, 3, 20, 60), (24, 3, 1, 7), dict(padding=(0, 3, 0, 3))),      # one kernel row
+]
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_FEW_CHANNELS)),
+                         ids=lambda i: "x".join(map(str, INT8_FEW_CHANNELS[i][0])) + "-" +
+                         "x".join(map(str, INT8_FEW_CHANNELS[i][1])))
+def test_int8_few_channels_match_reference_exactly(layer):
+    """1 to 3 input channels whose kernel rows fill fewer words packed densely than one word
+    per column (the few-channel kernel's rule): the reference's codes at 1, 2 and 3 threads,
+    with and without packed weights, with a residual operand."""
+    in_shape, weight_shape, conv_args = INT8_FEW_CHANNELS[layer]
+    k, c, _, kw = weight_shape
+    assert c <= 3 and -(-c * kw // 4) < kw
+    rng = np.random.default_rng(900 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    acc = ref.run_op(conv, x)
+    assert acc.shape[2] * acc.shape[3] > 256
+    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
         chain = [conv, _int8_sdp(rng, acc, case)]
         expected = ref.run_chain(chain, x)
         assert len(np.unique(expected)) > 10
