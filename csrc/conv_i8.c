@@ -16,10 +16,10 @@
  *    accumulator. Micro-kernel 8 channels x 48 positions, 24 zmm accumulators; tiles of up to
  *    8 panels, split between the threads so that the busiest has the fewest panels. Grouped
  *    convolutions are one GEMM per group.
- *  - small grids (9..256 outputs an image, where the implicit GEMM's vectors of 16 positions
- *    would hold over a tenth more lanes than there are outputs: ResNet's 7x7 and 14x14
- *    layers): 8 output channels per ymm vector, each position's 4 input bytes broadcast, on the
- *    implicit GEMM's copy (conv_small).
+ *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
+ *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
+ *    14x14 ones most): 8 output channels per ymm vector, each position's 4 input bytes
+ *    broadcast, on the implicit GEMM's copy (conv_small).
  *  - few input channels (C <= 3, an RGB stem), AVX-512 VBMI builds: a kernel row's C * kw
  *    taps packed densely into 4-byte words (ResNet's 7x7 stem: 6 words a row, not 7 words of 3
  *    useful bytes), the grid the output itself (conv_stem).
@@ -800,7 +800,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   return ACCEL_OK;
 }
 
-/* ---- small grids: output channels along the vector ---------------------------------------
+/* ---- output channels along the vector (small grids, dropped columns) ----------------------
  * The implicit GEMM puts 16 grid positions in a vector: a 7x7 output (49 positions, 61 grid
  * columns with the 3x3 window's dropped ones) fills 64 lanes, so ResNet's 7x7 layers computed
  * 31 % more than their outputs (3x3 512 -> 512 at 7x7 in ResNet-18: 0.76 ms against ONNX
@@ -813,7 +813,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
  * positions: each has its own pointer into the copy) x SV blocks of MR channels, 24 ymm
  * accumulators. The sums are those of the implicit GEMM (the same correction), transposed to
  * channel rows for the epilogue. */
-enum { SP = 8, SV = 3, SMALL_MAX_OUT = 256 };
+enum { SP = 8, SV = 3, SMALL_CHUNK = 32 /* position tiles a unit at most */ };
 
 /* c[m * ldc + p] = t[p][m / MR] lane m % MR, for positions p < np and blocks < nv: 8 x 8
  * transposes of int32. */
@@ -904,22 +904,26 @@ static const skr_fn skr_table[SP][SV] = {SKR_ROW(1), SKR_ROW(2), SKR_ROW(3), SKR
                                          SKR_ROW(5), SKR_ROW(6), SKR_ROW(7), SKR_ROW(8)};
 #undef SKR_ROW
 
-/* Whether the small-grid kernel computes fewer lanes than the implicit GEMM's panels by more
- * than a tenth (their lanes: 16 per started vector of each panel of NR grid columns). */
+/* Whether the implicit GEMM's panels would compute over 3 % more lanes than there are outputs
+ * (their lanes: 16 per started vector of each panel of NR grid columns). Measured, 1 thread:
+ * 3x3 layers gain 2.6 % at 56x56 (3.6 % more lanes), 4 % at 28x28 (8 %), 9 % at 14x14
+ * (14 %), 19 % at 7x7 (31 %); 1x1 layers at 14x14 (6 %) are even. */
 static int small_grid_pays(const plan* P, const imp_plan* Q) {
-  if (P->ohw > SMALL_MAX_OUT || P->ohw < SP) return 0;
+  if (P->ohw < SP) return 0;
   const int64_t full = Q->ncols / NR, rest = Q->ncols % NR;
   const int64_t lanes = full * NR + (rest + 15) / 16 * 16;
-  return 10 * lanes > 11 * P->ohw;
+  return 100 * lanes > 103 * P->ohw;
 }
 
-/* Unit u = (group, set of channel blocks, chunk of position tiles) of image b: its tiles,
+/* Unit u = (group, chunk of position tiles, set of channel blocks) of image b: its tiles,
  * then the epilogue of each channel over their positions. The channel blocks are split into
  * sets of at most SV as evenly as can be, the positions into tiles of at most SP, and the
- * tiles into chunks only when there are too few sets to keep every thread busy. */
+ * tiles into chunks of at most SMALL_CHUNK (so that a unit's sums stay in L1), more when
+ * there are too few units to keep every thread busy. Consecutive units share a chunk's
+ * input. */
 typedef struct small_job {
   const imp_job* J;
-  int64_t sets, ptiles, chunks;
+  int64_t sets, ptiles, chunks, ldr;
 } small_job;
 
 static void small_unit_item(void* ctx, int64_t u, int participant) {
@@ -929,13 +933,14 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
   const imp_plan* Q = J->Q;
   const conv_geometry* g = P->g;
   const sdp_i8* ep = J->ep;
-  const int64_t chunk = u % S->chunks, set = u / S->chunks % S->sets;
-  const int64_t grp = u / S->chunks / S->sets;
+  const int64_t set = u % S->sets, chunk = u / S->sets % S->chunks;
+  const int64_t grp = u / S->sets / S->chunks;
   const int64_t t0 = S->ptiles * chunk / S->chunks, t1 = S->ptiles * (chunk + 1) / S->chunks;
+  const int64_t first = P->ohw * t0 / S->ptiles, cnt = P->ohw * t1 / S->ptiles - first;
   const int64_t mb0 = P->mblocks * set / S->sets, mb1 = P->mblocks * (set + 1) / S->sets;
   const int nv = (int)(mb1 - mb0);
-  int32_t* rows = (int32_t*)J->scratch[participant]; /* [SV * MR][ohw + SP] */
-  const int64_t ldr = P->ohw + SP;
+  int32_t* rows = (int32_t*)J->scratch[participant]; /* [SV * MR][ldr]: the chunk's sums */
+  const int64_t ldr = S->ldr;
   const int64_t blk = grp * P->mblocks + mb0;
   int32_t corr[SV * MR];
   for (int64_t m = 0; m < nv * MR; ++m)
@@ -948,12 +953,12 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
     const uint8_t* bp[SP];
     for (int64_t o = o0; o < o1; ++o)
       bp[o - o0] = base + 4 * ((o / g->out_w) * Q->wq + o % g->out_w);
-    skr_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0, ldr);
+    skr_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0 - first,
+                                   ldr);
   }
   const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
-  const int64_t first = P->ohw * t0 / S->ptiles, cnt = P->ohw * t1 / S->ptiles - first;
   for (int64_t m = 0; m < chans; ++m) {
-    const int32_t* row = rows + m * ldr + first;
+    const int32_t* row = rows + m * ldr;
     const int64_t k = grp * P->mg + mb0 * MR + m;
     const int64_t at = (J->b * g->k + k) * P->ohw + first;
     sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
@@ -969,12 +974,13 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   imp_make_plan(P, &Q);
   imp_used_phases(P, &Q);
   const int64_t sets = (P->mblocks + SV - 1) / SV, ptiles = (P->ohw + SP - 1) / SP;
-  int64_t chunks = 1;
-  if (nth > 1 && g->groups * sets < 4 * nth) {
+  int64_t chunks = (ptiles + SMALL_CHUNK - 1) / SMALL_CHUNK;
+  if (nth > 1 && g->groups * sets * chunks < 4 * nth) {
     chunks = (4 * nth + g->groups * sets - 1) / (g->groups * sets);
     if (chunks > ptiles) chunks = ptiles;
   }
   const int64_t units = g->groups * sets * chunks;
+  const int64_t ldr = ((ptiles + chunks - 1) / chunks + 1) * SP; /* a chunk's positions, + SP */
   if (nth > units) nth = (int)units;
   const int64_t nbuild = g->groups * P->c4 * Q.nph * Q.hq;
   const int pack_now = apack == NULL;
@@ -990,7 +996,7 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
   imp_offsets(P, &Q, off);
   const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
-  const size_t rows_bytes = (size_t)(SV * MR * (P->ohw + SP)) * sizeof(int32_t);
+  const size_t rows_bytes = (size_t)(SV * MR * ldr) * sizeof(int32_t);
   const size_t scratch_bytes = rows_bytes > (size_t)(4 * ldt) ? rows_bytes : (size_t)(4 * ldt);
   char* scratch[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
@@ -1003,7 +1009,7 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   /* the copy's tmp rows (strides > 2) sit at the start of each scratch: tile_bytes 0 */
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
                0, ldt, rows_per_item, nbuild, 0, 0, 0};
-  const small_job S = {&J, sets, ptiles, chunks};
+  const small_job S = {&J, sets, ptiles, chunks, ldr};
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {
     J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
@@ -2065,13 +2071,13 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
                        (int64_t)g->n * P.ohw <= GEMV_COLS;
     if (force == 'c' || (force != 'i' && im2col))
       return conv_im2col(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
-    if (force != 'i' && small_grid_pays(&P, &Q))
-      return conv_small(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
 #ifdef __AVX512VBMI__
     stem_plan T;
     if (force != 'i' && stem_make_plan(&P, &T))
       return conv_stem(&P, &T, in_zero, in, weights, out, epilogue, ws, nth);
 #endif
+    if (force != 'i' && small_grid_pays(&P, &Q))
+      return conv_small(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
     return conv_implicit(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
   }
 #endif
