@@ -575,18 +575,14 @@ static void interleave4_s2(const int8_t* const* rows, int64_t lo, int64_t hi, in
   }
 }
 
-/* Build copy row `item` = (grp, c4, phase, yq) of image `img` (its channel 0). Stride 1 reads
+/* Build copy row (grp, c4, phase, yq) of image `img` (its channel 0). Strides 1 and 2 read
  * the input rows in place (a copy through tmp first cost about a fifth of MobileNetV2's
- * whole int8 time); other strides gather the row's columns into tmp: 4 rows of
+ * whole int8 time); larger strides gather the row's columns into tmp: 4 rows of
  * ldt >= wq + 16 bytes. */
-static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, int64_t item,
-                          uint8_t* copy, int32_t in_zero, int8_t* tmp, int64_t ldt) {
+static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, int64_t grp,
+                          int64_t c4, int64_t ph, int64_t yq, uint8_t* copy, int32_t in_zero,
+                          int8_t* tmp, int64_t ldt) {
   const conv_geometry* g = P->g;
-  const int64_t yq = item % Q->hq;
-  int64_t rest = item / Q->hq;
-  const int64_t ph = rest % Q->nph;
-  rest /= Q->nph;
-  const int64_t c4 = rest % P->c4, grp = rest / P->c4;
   const int64_t sw = g->stride_w, W = g->w, wq = Q->wq;
   uint8_t* d = copy + grp * Q->gbytes + ((c4 * Q->nph + ph) * Q->hq + yq) * wq * 4;
   const int64_t py = Q->phase[ph] / sw, px = Q->phase[ph] % sw;
@@ -690,10 +686,26 @@ static void imp_build_item(void* ctx, int64_t chunk, int participant) {
   }
   int8_t* tmp = (int8_t*)(J->scratch[participant] + J->tile_bytes);
   const int8_t* img = J->in + J->b * J->P->g->c * J->P->hw;
+  const imp_plan* Q = J->Q;
   const int64_t r0 = chunk * J->rows_per_item;
   const int64_t r1 = r0 + J->rows_per_item < J->nbuild ? r0 + J->rows_per_item : J->nbuild;
-  for (int64_t item = r0; item < r1; ++item)
-    imp_build_row(J->P, J->Q, img, item, (uint8_t*)J->B->base, J->in_zero, tmp, J->ldt);
+  /* row r0 = (grp, c4, phase, yq), then counted on (the divisions per row cost as much as a
+   * short row's copy) */
+  int64_t yq = r0 % Q->hq, rest = r0 / Q->hq;
+  int64_t ph = rest % Q->nph;
+  rest /= Q->nph;
+  int64_t c4 = rest % J->P->c4, grp = rest / J->P->c4;
+  for (int64_t item = r0; item < r1; ++item) {
+    imp_build_row(J->P, Q, img, grp, c4, ph, yq, (uint8_t*)J->B->base, J->in_zero, tmp,
+                  J->ldt);
+    if (++yq < Q->hq) continue;
+    yq = 0;
+    if (++ph < Q->nph) continue;
+    ph = 0;
+    if (++c4 < J->P->c4) continue;
+    c4 = 0;
+    ++grp;
+  }
 }
 
 /* Unit u = (group, tile, block of MR channels) of image b: its GEMM, then the epilogue. */
