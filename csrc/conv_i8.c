@@ -16,6 +16,13 @@
  *    accumulator. Micro-kernel 8 channels x 48 positions, 24 zmm accumulators; tiles of up to
  *    8 panels, split between the threads so that the busiest has the fewest panels. Grouped
  *    convolutions are one GEMM per group.
+ *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
+ *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
+ *    14x14 ones most): 8 output channels per ymm vector, each position's 4 input bytes
+ *    broadcast, on the implicit GEMM's copy (conv_small).
+ *  - few input channels (C <= 3, an RGB stem), AVX-512 VBMI builds: a kernel row's C * kw
+ *    taps packed densely into 4-byte words (ResNet's 7x7 stem: 6 words a row, not 7 words of 3
+ *    useful bytes), the grid the output itself (conv_stem).
  *  - im2col: explicit columns over (image, position) for batched fully connected layers (one
  *    position per image) and grids mostly made of dropped columns. Outputs of one position per
  *    image get the SDP along the channels (sdp_i8_channels, the same arithmetic).
@@ -500,10 +507,14 @@ static int64_t choose_tiles(int64_t npanels, int64_t mblocks, int64_t groups, in
  * plane is stored as hq rows of wq = out_w + (largest column shift) positions, 4 channels per
  * position, so depth step (c4, r, s) is the copy at a constant offset over a grid of
  * (out_h - 1) * wq + out_w positions, of which the first out_w of each row are outputs. */
+enum { MAX_PHASES = ACCEL_MAX_CONV_STRIDE * ACCEL_MAX_CONV_STRIDE };
+
 typedef struct imp_plan {
   int64_t nph, wq, hq, plane; /* phases, phase plane columns / rows / positions */
   int64_t gbytes;             /* copy bytes per group: c4 * nph * plane * 4 */
   int64_t ncols;              /* grid positions */
+  int8_t phase[MAX_PHASES];   /* the copy's phases: index -> py * stride_w + px */
+  int8_t slot[MAX_PHASES];    /* py * stride_w + px -> index in the copy (-1: not copied) */
 } imp_plan;
 
 static void imp_make_plan(const plan* P, imp_plan* Q) {
@@ -512,11 +523,31 @@ static void imp_make_plan(const plan* P, imp_plan* Q) {
   const int64_t rq = (int64_t)(g->kernel_h - 1) * g->dilation_h / sh;
   const int64_t sq = (int64_t)(g->kernel_w - 1) * g->dilation_w / sw;
   Q->nph = sh * sw;
+  for (int64_t ph = 0; ph < Q->nph; ++ph) Q->phase[ph] = Q->slot[ph] = (int8_t)ph;
   Q->wq = g->out_w + sq;
   Q->hq = g->out_h + rq;
   Q->plane = Q->hq * Q->wq;
   Q->gbytes = P->c4 * Q->nph * Q->plane * 4;
   Q->ncols = (int64_t)(g->out_h - 1) * Q->wq + g->out_w;
+}
+
+/* The implicit GEMM copies only the phases some tap reads: a 1x1 convolution at stride 2
+ * (ResNet's downsampling branches) reads one phase in four, and copying all four took about
+ * a third of the layer (1x1/2 256 -> 512 at 56x56: 0.82 ms against 0.49 for ONNX Runtime). */
+static void imp_used_phases(const plan* P, imp_plan* Q) {
+  const conv_geometry* g = P->g;
+  const int64_t sh = g->stride_h, sw = g->stride_w;
+  for (int64_t ph = 0; ph < sh * sw; ++ph) Q->slot[ph] = -1;
+  for (int64_t r = 0; r < g->kernel_h; ++r)
+    for (int64_t s = 0; s < g->kernel_w; ++s)
+      Q->slot[(r * g->dilation_h % sh) * sw + s * g->dilation_w % sw] = 0;
+  Q->nph = 0;
+  for (int64_t ph = 0; ph < sh * sw; ++ph)
+    if (Q->slot[ph] == 0) {
+      Q->slot[ph] = (int8_t)Q->nph;
+      Q->phase[Q->nph++] = (int8_t)ph;
+    }
+  Q->gbytes = P->c4 * Q->nph * Q->plane * 4;
 }
 
 /* Grid reads run up to 47 positions past a group's copy (the last panel) and the last vector
@@ -531,29 +562,19 @@ static void imp_offsets(const plan* P, const imp_plan* Q, int64_t* off) {
     for (int64_t r = 0; r < g->kernel_h; ++r)
       for (int64_t s = 0; s < g->kernel_w; ++s) {
         const int64_t ry = r * g->dilation_h, sx = s * g->dilation_w;
-        const int64_t ph = (ry % sh) * sw + sx % sw;
+        const int64_t ph = Q->slot[(ry % sh) * sw + sx % sw];
         off[k++] = ((c4 * Q->nph + ph) * Q->plane + (ry / sh) * Q->wq + sx / sw) * 4;
       }
 }
 
-/* Copy row positions [0, wq) from 4 channel rows, 4 bytes per position, the sign bit flipped
- * (u8 = s8 + 128): position xq holds column xq of rows[j] (already offset by the row's first
- * column) for xq in [lo, hi), the padding byte `fill` elsewhere and for a missing channel
- * (rows[j] NULL). Masked loads read only [lo, hi): no byte outside the rows is touched. 64
- * positions per step: byte then word unpacks interleave within each 128-bit lane, and a 4x4
- * transpose of the lanes puts the positions in order (16 positions per step with 128-bit
- * unpacks and inserts cost about 3x the instructions). */
-static void interleave4(const int8_t* const* rows, int64_t lo, int64_t hi, int64_t wq,
-                        int8_t fill, uint8_t* d) {
-  const __m512i flip = _mm512_set1_epi8((char)0x80), pad = _mm512_set1_epi8(fill);
-  for (int64_t x = 0; x < wq; x += 64) {
-    const int64_t a = lo > x ? lo - x : 0, b = hi < x + 64 ? hi - x : 64;
-    const __mmask64 in = a >= b ? 0
-                                : (b == 64 ? ~(__mmask64)0 : (((__mmask64)1 << b) - 1)) &
-                                      ~(((__mmask64)1 << a) - 1);
-    __m512i v[4];
-    for (int j = 0; j < 4; ++j)
-      v[j] = rows[j] != NULL && in ? _mm512_mask_loadu_epi8(pad, in, rows[j] + x) : pad;
+/* Positions [x, x + 64) of a copy row, up to wq: 4 bytes each from the channels' vectors v,
+ * the sign bit flipped (u8 = s8 + 128). Byte then word unpacks interleave within each 128-bit
+ * lane, and a 4x4 transpose of the lanes puts the positions in order (16 positions per step
+ * with 128-bit unpacks and inserts cost about 3x the instructions). */
+static inline __attribute__((always_inline)) void interleave4_store(const __m512i* v, int64_t x,
+                                                                   int64_t wq, uint8_t* d) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  {
     /* lane L: t0 / t1 = channel pairs (0, 1) of positions 16L + 0..7 / 8..15, t2 / t3 (2, 3) */
     const __m512i t0 = _mm512_unpacklo_epi8(v[0], v[1]), t1 = _mm512_unpackhi_epi8(v[0], v[1]);
     const __m512i t2 = _mm512_unpacklo_epi8(v[2], v[3]), t3 = _mm512_unpackhi_epi8(v[2], v[3]);
@@ -576,33 +597,70 @@ static void interleave4(const int8_t* const* rows, int64_t lo, int64_t hi, int64
   }
 }
 
-/* t[xq] = src[2 xq] for xq in [lo, hi): the even bytes, 32 per step (vpmovwb keeps the low
- * byte of each 16-bit pair); the loads read only the bytes up to src[2 (hi - 1)]. */
-static void gather_stride2(const int8_t* src, int64_t lo, int64_t hi, int8_t* t) {
-  for (int64_t xq = lo; xq < hi; xq += 32) {
-    const int64_t n = hi - xq < 32 ? hi - xq : 32;
-    const __mmask64 m2 = ((__mmask64)1 << (2 * n - 1)) - 1;
-    const __mmask32 m = n == 32 ? ~(__mmask32)0 : (((__mmask32)1 << n) - 1);
-    _mm256_mask_storeu_epi8(t + xq, m,
-                            _mm512_cvtepi16_epi8(_mm512_maskz_loadu_epi8(m2, src + 2 * xq)));
+/* Positions of [x, x + 64) inside [lo, hi). */
+static inline __mmask64 inside_mask(int64_t x, int64_t lo, int64_t hi) {
+  const int64_t a = lo > x ? lo - x : 0, b = hi < x + 64 ? hi - x : 64;
+  return a >= b ? 0
+                : (b == 64 ? ~(__mmask64)0 : (((__mmask64)1 << b) - 1)) &
+                      ~(((__mmask64)1 << a) - 1);
+}
+
+/* Copy row positions [0, wq) from 4 channel rows: position xq holds column xq of rows[j]
+ * (already offset by the row's first column) for xq in [lo, hi), the padding byte `fill`
+ * elsewhere and for a missing channel (rows[j] NULL). Masked loads read only [lo, hi): no
+ * byte outside the rows is touched. */
+static void interleave4(const int8_t* const* rows, int64_t lo, int64_t hi, int64_t wq,
+                        int8_t fill, uint8_t* d) {
+  const __m512i pad = _mm512_set1_epi8(fill);
+  for (int64_t x = 0; x < wq; x += 64) {
+    const __mmask64 in = inside_mask(x, lo, hi);
+    __m512i v[4];
+    for (int j = 0; j < 4; ++j)
+      v[j] = rows[j] != NULL && in ? _mm512_mask_loadu_epi8(pad, in, rows[j] + x) : pad;
+    interleave4_store(v, x, wq, d);
   }
 }
 
-/* Build copy row `item` = (grp, c4, phase, yq) of image `img` (its channel 0). Stride 1 reads
+/* interleave4 at column stride 2: position xq holds column 2 xq of rows[j]. The even bytes are
+ * picked in registers (vpmovwb of two 64-byte loads whose masks hold only the bytes read), so
+ * no staging row: gathering into a row first and loading it back (a store-forwarding stall per
+ * load) made the stride-2 copy a fifth of ResNet's 3x3/2 layers. */
+static void interleave4_s2(const int8_t* const* rows, int64_t lo, int64_t hi, int64_t wq,
+                           int8_t fill, uint8_t* d) {
+  const __m512i pad = _mm512_set1_epi8(fill);
+  for (int64_t x = 0; x < wq; x += 64) {
+    const __mmask64 in = inside_mask(x, lo, hi);
+    /* the bytes from column 2 (x + a) to 2 (x + b - 1), [a, b) the positions inside */
+    const int64_t a = lo > x ? lo - x : 0, b = hi < x + 64 ? hi - x : 64;
+    const __mmask64 m0 = in ? inside_mask(0, 2 * a, 2 * b - 1) : 0;
+    const __mmask64 m1 = in ? inside_mask(64, 2 * a, 2 * b - 1) : 0;
+    __m512i v[4];
+    for (int j = 0; j < 4; ++j) {
+      if (rows[j] == NULL || !in) {
+        v[j] = pad;
+        continue;
+      }
+      const __m256i e0 = _mm512_cvtepi16_epi8(_mm512_maskz_loadu_epi8(m0, rows[j] + 2 * x));
+      const __m256i e1 =
+          _mm512_cvtepi16_epi8(_mm512_maskz_loadu_epi8(m1, rows[j] + 2 * x + 64));
+      v[j] = _mm512_mask_blend_epi8(
+          in, pad, _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1));
+    }
+    interleave4_store(v, x, wq, d);
+  }
+}
+
+/* Build copy row (grp, c4, phase, yq) of image `img` (its channel 0). Strides 1 and 2 read
  * the input rows in place (a copy through tmp first cost about a fifth of MobileNetV2's
- * whole int8 time); other strides gather the row's columns into tmp: 4 rows of
+ * whole int8 time); larger strides gather the row's columns into tmp: 4 rows of
  * ldt >= wq + 16 bytes. */
-static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, int64_t item,
-                          uint8_t* copy, int32_t in_zero, int8_t* tmp, int64_t ldt) {
+static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, int64_t grp,
+                          int64_t c4, int64_t ph, int64_t yq, uint8_t* copy, int32_t in_zero,
+                          int8_t* tmp, int64_t ldt) {
   const conv_geometry* g = P->g;
-  const int64_t yq = item % Q->hq;
-  int64_t rest = item / Q->hq;
-  const int64_t ph = rest % Q->nph;
-  rest /= Q->nph;
-  const int64_t c4 = rest % P->c4, grp = rest / P->c4;
   const int64_t sw = g->stride_w, W = g->w, wq = Q->wq;
   uint8_t* d = copy + grp * Q->gbytes + ((c4 * Q->nph + ph) * Q->hq + yq) * wq * 4;
-  const int64_t py = ph / sw, px = ph % sw;
+  const int64_t py = Q->phase[ph] / sw, px = Q->phase[ph] % sw;
   const int64_t iy = yq * g->stride_h + py - g->pad_top;
   const int8_t zb = (int8_t)in_zero;
   if (iy < 0 || iy >= g->h) {
@@ -623,19 +681,19 @@ static void imp_build_row(const plan* P, const imp_plan* Q, const int8_t* img, i
       continue;
     }
     const int8_t* src = img + ((grp * P->cg + c) * g->h + iy) * W + x0;
-    if (sw == 1) {
+    if (sw <= 2) {
       rows[j] = src;
       continue;
     }
     int8_t* t = tmp + j * ldt;
     rows[j] = t;
-    if (sw == 2) {
-      gather_stride2(src, lo, hi, t);
-    } else {
-      for (int64_t xq = lo; xq < hi; ++xq) t[xq] = src[xq * sw];
-    }
+    for (int64_t xq = lo; xq < hi; ++xq) t[xq] = src[xq * sw];
   }
-  interleave4(rows, lo, hi, wq, zb, d);
+  if (sw == 2) {
+    interleave4_s2(rows, lo, hi, wq, zb, d);
+  } else {
+    interleave4(rows, lo, hi, wq, zb, d);
+  }
 }
 
 /* A run of a tile's grid positions that are outputs: tile column `col`, output `o`. */
@@ -677,6 +735,11 @@ static void imp_pack_item(void* ctx, int64_t blk, int participant) {
  * more than the GEMM after it for MobileNetV2's 960 -> 320). Item = (grp, c4, segment). */
 enum { FLAT_SEG = 4096 };
 
+static int imp_flat(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+         g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
+}
+
 static void imp_build_flat(const imp_job* J, int64_t item) {
   const plan* P = J->P;
   const int64_t part = item % J->flat_segs, c4 = item / J->flat_segs % P->c4;
@@ -700,10 +763,26 @@ static void imp_build_item(void* ctx, int64_t chunk, int participant) {
   }
   int8_t* tmp = (int8_t*)(J->scratch[participant] + J->tile_bytes);
   const int8_t* img = J->in + J->b * J->P->g->c * J->P->hw;
+  const imp_plan* Q = J->Q;
   const int64_t r0 = chunk * J->rows_per_item;
   const int64_t r1 = r0 + J->rows_per_item < J->nbuild ? r0 + J->rows_per_item : J->nbuild;
-  for (int64_t item = r0; item < r1; ++item)
-    imp_build_row(J->P, J->Q, img, item, (uint8_t*)J->B->base, J->in_zero, tmp, J->ldt);
+  /* row r0 = (grp, c4, phase, yq), then counted on (the divisions per row cost as much as a
+   * short row's copy) */
+  int64_t yq = r0 % Q->hq, rest = r0 / Q->hq;
+  int64_t ph = rest % Q->nph;
+  rest /= Q->nph;
+  int64_t c4 = rest % J->P->c4, grp = rest / J->P->c4;
+  for (int64_t item = r0; item < r1; ++item) {
+    imp_build_row(J->P, Q, img, grp, c4, ph, yq, (uint8_t*)J->B->base, J->in_zero, tmp,
+                  J->ldt);
+    if (++yq < Q->hq) continue;
+    yq = 0;
+    if (++ph < Q->nph) continue;
+    ph = 0;
+    if (++c4 < J->P->c4) continue;
+    c4 = 0;
+    ++grp;
+  }
 }
 
 /* Unit u = (group, tile, block of MR channels) of image b: its GEMM, then the epilogue. */
@@ -778,6 +857,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   const conv_geometry* g = P->g;
   imp_plan Q;
   imp_make_plan(P, &Q);
+  imp_used_phases(P, &Q);
   const int64_t npanels = (Q.ncols + NR - 1) / NR;
   const int64_t tiles = choose_tiles(npanels, P->mblocks, g->groups, nth);
   const int64_t units = g->groups * tiles * P->mblocks;
@@ -813,11 +893,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
     if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
     if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
   }
-  const int flat = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 &&
-                   g->stride_w == 1 && g->pad_top == 0 && g->pad_left == 0 &&
-                   g->out_h == g->h && g->out_w == g->w;
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
-  if (flat) {
+  if (imp_flat(g)) {
     J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
     nbuild_items = g->groups * P->c4 * J.flat_segs;
   }
@@ -829,6 +906,401 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   }
   return ACCEL_OK;
 }
+
+/* ---- output channels along the vector (small grids, dropped columns) ----------------------
+ * The implicit GEMM puts 16 grid positions in a vector: a 7x7 output (49 positions, 61 grid
+ * columns with the 3x3 window's dropped ones) fills 64 lanes, so ResNet's 7x7 layers computed
+ * 31 % more than their outputs (3x3 512 -> 512 at 7x7 in ResNet-18: 0.76 ms against ONNX
+ * Runtime's 0.58; 0.81 -> 0.65 ms with this kernel, 1 thread, Device.run included).
+ * Here a vector holds 8 output channels (one MR block of the packed weights: 32 bytes per
+ * depth step, a ymm operand as it lies) and each output position's 4 input bytes of a depth
+ * step are broadcast to it: vpdpbusd on ymm ran two a cycle on this project's Zen 4 (224-235
+ * GMAC/s against 231 on zmm), and no lane is wasted on a dropped column. The
+ * input is the implicit GEMM's copy (imp_build_item); a micro-tile is SP positions (any
+ * positions: each has its own pointer into the copy) x SV blocks of MR channels, 24 ymm
+ * accumulators. The sums are those of the implicit GEMM (the same correction), transposed to
+ * channel rows for the epilogue. */
+enum { SP = 8, SV = 3, SMALL_CHUNK = 32 /* position tiles a unit at most */ };
+
+/* c[m * ldc + p] = t[p][m / MR] lane m % MR, for positions p < np and blocks < nv: 8 x 8
+ * transposes of int32. */
+static __attribute__((noinline)) void skr_store(const __m256i (*t)[SV], int np, int nv,
+                                                int32_t* c, int64_t ldc) {
+  const __mmask8 keep = (__mmask8)((1u << np) - 1u);
+  for (int v = 0; v < nv; ++v) {
+    const __m256i t0 = _mm256_unpacklo_epi32(t[0][v], t[1][v]);
+    const __m256i t1 = _mm256_unpackhi_epi32(t[0][v], t[1][v]);
+    const __m256i t2 = _mm256_unpacklo_epi32(t[2][v], t[3][v]);
+    const __m256i t3 = _mm256_unpackhi_epi32(t[2][v], t[3][v]);
+    const __m256i t4 = _mm256_unpacklo_epi32(t[4][v], t[5][v]);
+    const __m256i t5 = _mm256_unpackhi_epi32(t[4][v], t[5][v]);
+    const __m256i t6 = _mm256_unpacklo_epi32(t[6][v], t[7][v]);
+    const __m256i t7 = _mm256_unpackhi_epi32(t[6][v], t[7][v]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    int32_t* cv = c + v * MR * ldc;
+    _mm256_mask_storeu_epi32(cv, keep, _mm256_permute2x128_si256(u0, u4, 0x20));
+    _mm256_mask_storeu_epi32(cv + ldc, keep, _mm256_permute2x128_si256(u1, u5, 0x20));
+    _mm256_mask_storeu_epi32(cv + 2 * ldc, keep, _mm256_permute2x128_si256(u2, u6, 0x20));
+    _mm256_mask_storeu_epi32(cv + 3 * ldc, keep, _mm256_permute2x128_si256(u3, u7, 0x20));
+    _mm256_mask_storeu_epi32(cv + 4 * ldc, keep, _mm256_permute2x128_si256(u0, u4, 0x31));
+    _mm256_mask_storeu_epi32(cv + 5 * ldc, keep, _mm256_permute2x128_si256(u1, u5, 0x31));
+    _mm256_mask_storeu_epi32(cv + 6 * ldc, keep, _mm256_permute2x128_si256(u2, u6, 0x31));
+    _mm256_mask_storeu_epi32(cv + 7 * ldc, keep, _mm256_permute2x128_si256(u3, u7, 0x31));
+  }
+}
+
+static inline __attribute__((always_inline)) void skr(const int np, const int nv, int64_t kd4,
+                                                      const int8_t* a, int64_t ablk,
+                                                      const uint8_t* const* bp,
+                                                      const int64_t* off, const int32_t* corr,
+                                                      int32_t* c, int64_t ldc) {
+  const __m256i i0 = _mm256_loadu_si256((const __m256i*)corr);
+  const __m256i i1 = nv > 1 ? _mm256_loadu_si256((const __m256i*)(corr + MR)) : i0;
+  const __m256i i2 = nv > 2 ? _mm256_loadu_si256((const __m256i*)(corr + 2 * MR)) : i0;
+#define SDECL(p) __m256i c##p##0 = i0, c##p##1 = i1, c##p##2 = i2;
+  SDECL(0) SDECL(1) SDECL(2) SDECL(3) SDECL(4) SDECL(5) SDECL(6) SDECL(7)
+#undef SDECL
+  const uint8_t *b0 = bp[0], *b1 = bp[np > 1 ? 1 : 0], *b2 = bp[np > 2 ? 2 : 0],
+                *b3 = bp[np > 3 ? 3 : 0], *b4 = bp[np > 4 ? 4 : 0], *b5 = bp[np > 5 ? 5 : 0],
+                *b6 = bp[np > 6 ? 6 : 0], *b7 = bp[np > 7 ? 7 : 0];
+  for (int64_t k = 0; k < kd4; ++k) {
+    const int64_t o = off[k];
+    const int8_t* ak = a + k * MR * 4;
+    const __m256i w0 = _mm256_loadu_si256((const __m256i*)ak);
+    const __m256i w1 = nv > 1 ? _mm256_loadu_si256((const __m256i*)(ak + ablk)) : w0;
+    const __m256i w2 = nv > 2 ? _mm256_loadu_si256((const __m256i*)(ak + 2 * ablk)) : w0;
+#define SPOS(p)                                                                    \
+  if (np > p) {                                                                    \
+    const __m256i x = _mm256_set1_epi32(*(const i32_alias*)(b##p + o));            \
+    c##p##0 = _mm256_dpbusd_epi32(c##p##0, x, w0);                                 \
+    if (nv > 1) c##p##1 = _mm256_dpbusd_epi32(c##p##1, x, w1);                     \
+    if (nv > 2) c##p##2 = _mm256_dpbusd_epi32(c##p##2, x, w2);                     \
+  }
+    SPOS(0) SPOS(1) SPOS(2) SPOS(3) SPOS(4) SPOS(5) SPOS(6) SPOS(7)
+#undef SPOS
+  }
+  /* the accumulators through L1 (transposing them here made the compiler spill them in the
+   * loop), then each block's 8 x 8 (positions x channels) to channel rows */
+  __m256i t[SP][SV];
+#define SST(p)                 \
+  t[p][0] = c##p##0;           \
+  if (nv > 1) t[p][1] = c##p##1; \
+  if (nv > 2) t[p][2] = c##p##2;
+  SST(0) SST(1) SST(2) SST(3) SST(4) SST(5) SST(6) SST(7)
+#undef SST
+  skr_store(t, np, nv, c, ldc);
+}
+
+typedef void (*skr_fn)(int64_t, const int8_t*, int64_t, const uint8_t* const*, const int64_t*,
+                       const int32_t*, int32_t*, int64_t);
+#define SKR(NP_, NV_)                                                                       \
+  static void skr##NP_##_##NV_(int64_t k, const int8_t* a, int64_t ablk,                   \
+                               const uint8_t* const* bp, const int64_t* o,                 \
+                               const int32_t* corr, int32_t* c, int64_t ldc) {             \
+    skr(NP_, NV_, k, a, ablk, bp, o, corr, c, ldc);                                         \
+  }
+#define SKR3(NP_) SKR(NP_, 1) SKR(NP_, 2) SKR(NP_, 3)
+SKR3(1) SKR3(2) SKR3(3) SKR3(4) SKR3(5) SKR3(6) SKR3(7) SKR3(8)
+#undef SKR3
+#undef SKR
+#define SKR_ROW(NP_) {skr##NP_##_1, skr##NP_##_2, skr##NP_##_3}
+static const skr_fn skr_table[SP][SV] = {SKR_ROW(1), SKR_ROW(2), SKR_ROW(3), SKR_ROW(4),
+                                         SKR_ROW(5), SKR_ROW(6), SKR_ROW(7), SKR_ROW(8)};
+#undef SKR_ROW
+
+/* Whether the implicit GEMM's panels would compute over 3 % more lanes than there are outputs
+ * (their lanes: 16 per started vector of each panel of NR grid columns). Measured, 1 thread:
+ * 3x3 layers gain 2.6 % at 56x56 (3.6 % more lanes), 4 % at 28x28 (8 %), 9 % at 14x14
+ * (14 %), 19 % at 7x7 (31 %); 1x1 layers at 14x14 (6 %) are even. */
+static int small_grid_pays(const plan* P, const imp_plan* Q) {
+  if (P->ohw < SP) return 0;
+  const int64_t full = Q->ncols / NR, rest = Q->ncols % NR;
+  const int64_t lanes = full * NR + (rest + 15) / 16 * 16;
+  return 100 * lanes > 103 * P->ohw;
+}
+
+/* Unit u = (group, chunk of position tiles, set of channel blocks) of image b: its tiles,
+ * then the epilogue of each channel over their positions. The channel blocks are split into
+ * sets of at most SV as evenly as can be, the positions into tiles of at most SP, and the
+ * tiles into chunks of at most SMALL_CHUNK (so that a unit's sums stay in L1), more when
+ * there are too few units to share evenly among the threads. Consecutive units share a
+ * chunk's input. */
+typedef struct small_job {
+  const imp_job* J;
+  int64_t sets, ptiles, chunks, ldr;
+} small_job;
+
+static void small_unit_item(void* ctx, int64_t u, int participant) {
+  const small_job* S = ctx;
+  const imp_job* J = S->J;
+  const plan* P = J->P;
+  const imp_plan* Q = J->Q;
+  const conv_geometry* g = P->g;
+  const sdp_i8* ep = J->ep;
+  const int64_t set = u % S->sets, chunk = u / S->sets % S->chunks;
+  const int64_t grp = u / S->sets / S->chunks;
+  const int64_t t0 = S->ptiles * chunk / S->chunks, t1 = S->ptiles * (chunk + 1) / S->chunks;
+  const int64_t first = P->ohw * t0 / S->ptiles, cnt = P->ohw * t1 / S->ptiles - first;
+  const int64_t mb0 = P->mblocks * set / S->sets, mb1 = P->mblocks * (set + 1) / S->sets;
+  const int nv = (int)(mb1 - mb0);
+  int32_t* rows = (int32_t*)J->scratch[participant]; /* [SV * MR][ldr]: the chunk's sums */
+  const int64_t ldr = S->ldr;
+  const int64_t blk = grp * P->mblocks + mb0;
+  int32_t corr[SV * MR];
+  for (int64_t m = 0; m < nv * MR; ++m)
+    corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
+  const int8_t* a = J->apack + blk * P->kd4 * MR * 4;
+  const int64_t ablk = P->kd4 * MR * 4;
+  const uint8_t* base = J->B->base + grp * Q->gbytes;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t o0 = P->ohw * t / S->ptiles, o1 = P->ohw * (t + 1) / S->ptiles;
+    const uint8_t* bp[SP];
+    for (int64_t o = o0; o < o1; ++o)
+      bp[o - o0] = base + 4 * ((o / g->out_w) * Q->wq + o % g->out_w);
+    skr_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0 - first,
+                                   ldr);
+  }
+  const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
+  for (int64_t m = 0; m < chans; ++m) {
+    const int32_t* row = rows + m * ldr;
+    const int64_t k = grp * P->mg + mb0 * MR + m;
+    const int64_t at = (J->b * g->k + k) * P->ohw + first;
+    sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                J->out + at, cnt);
+  }
+}
+
+static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
+                               const int8_t* apack, const int32_t* wsum, const int8_t* weights,
+                               int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  imp_plan Q;
+  imp_make_plan(P, &Q);
+  imp_used_phases(P, &Q);
+  const int64_t sets = (P->mblocks + SV - 1) / SV, ptiles = (P->ohw + SP - 1) / SP;
+  /* at least 8 units a thread when there are several: units are claimed one at a time, so
+   * the last one claimed is at most an eighth of a thread's work (11 units of a 14x14 layer
+   * with 256 channels on 2 threads kept one thread 6/5 as long as the other) */
+  int64_t chunks = (ptiles + SMALL_CHUNK - 1) / SMALL_CHUNK;
+  if (nth > 1 && g->groups * sets * chunks < 8 * nth) {
+    chunks = (8 * nth + g->groups * sets - 1) / (g->groups * sets);
+    if (chunks > ptiles) chunks = ptiles;
+  }
+  const int64_t units = g->groups * sets * chunks;
+  const int64_t ldr = ((ptiles + chunks - 1) / chunks + 1) * SP; /* a chunk's positions, + SP */
+  if (nth > units) nth = (int)units;
+  const int64_t nbuild = g->groups * P->c4 * Q.nph * Q.hq;
+  const int pack_now = apack == NULL;
+  int8_t* pdata = NULL;
+  int32_t* psum = NULL;
+  if (pack_now && !reserve_packing(P, ws, &pdata, &psum, &apack, &wsum)) {
+    return ACCEL_ERR_NO_MEMORY;
+  }
+  const size_t copy_bytes = (size_t)(g->groups * Q.gbytes);
+  uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
+  int64_t* off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
+  if (copy == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
+  memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
+  imp_offsets(P, &Q, off);
+  const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
+  const size_t rows_bytes = (size_t)(SV * MR * ldr) * sizeof(int32_t);
+  const size_t scratch_bytes = rows_bytes > (size_t)(4 * ldt) ? rows_bytes : (size_t)(4 * ldt);
+  char* scratch[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    scratch[t] = workspace_get(ws, t, scratch_bytes);
+    if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const bsrc B = {copy, Q.gbytes, off, Q.ncols, 0, 0};
+  int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
+  if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
+  /* the copy's tmp rows (strides > 2) sit at the start of each scratch: tile_bytes 0 */
+  imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
+               0, ldt, rows_per_item, nbuild, 0, 0, 0};
+  const small_job S = {&J, sets, ptiles, chunks, ldr};
+  int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
+  if (imp_flat(g)) {
+    J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
+    nbuild_items = g->groups * P->c4 * J.flat_segs;
+  }
+  if (pack_now) pool_for(nth, g->groups * P->mblocks, imp_pack_item, &J);
+  for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */
+    J.b = b;
+    pool_for(nth, nbuild_items, imp_build_item, &J);
+    pool_for(nth, units, small_unit_item, (void*)&S);
+  }
+  return ACCEL_OK;
+}
+
+#ifdef __AVX512VBMI__
+/* ---- few input channels (an RGB stem): a kernel row's taps packed densely into words -----
+ * With C = 3 each of the implicit GEMM's 4-byte words holds 3 channels and a zero: ResNet's
+ * 7x7 stem spent a quarter of its multiply-adds on zeros (49 depth steps of 3 useful bytes).
+ * Here the C * kw taps of a kernel row, in (s, c) order, fill W4 = ceil(C kw / 4) words (7x7,
+ * C = 3: 6 words, 42 steps instead of 49). Copy plane (row phase, word w) holds at column x of
+ * row yq the bytes (s, c) = divmod(4w + j, C), j < 4, of input row yq sh + py - pad_top at
+ * column x sw - pad_left + s: a column's taps lie inside its words, so the grid is the output
+ * itself, no dropped columns. 16 columns of a plane are one vpermb per channel from one
+ * 64-byte load of that channel's row. The weights are repacked to match on each call (K * kh
+ * * W4 words: 10 KB for ResNet's stem), then the implicit GEMM's tiles and epilogue run as
+ * they are (imp_unit_item). */
+enum { STEM_MAX_C = 3, STEM_MAX_W4 = (STEM_MAX_C * ACCEL_MAX_CONV_KERNEL + 3) / 4 };
+
+typedef struct stem_plan {
+  int64_t w4, taps;             /* words per kernel row, bytes used of them (C * kw) */
+  __m512i idx[STEM_MAX_W4];     /* plane w, byte 4p + j: column p sw + s of the load */
+  __mmask64 chan[STEM_MAX_W4][STEM_MAX_C]; /* plane w: the bytes from channel c */
+} stem_plan;
+
+static int stem_make_plan(const plan* P, stem_plan* T) {
+  const conv_geometry* g = P->g;
+  if (g->groups != 1 || g->c > STEM_MAX_C || g->dilation_w != 1) return 0;
+  T->taps = (int64_t)g->c * g->kernel_w;
+  T->w4 = (T->taps + 3) / 4;
+  /* fewer depth steps than the implicit GEMM, and 16 columns' taps within one 64-byte load */
+  if (T->w4 >= g->kernel_w || 15 * g->stride_w + g->kernel_w > 64) return 0;
+  for (int64_t w = 0; w < T->w4; ++w) {
+    uint8_t idx[64];
+    for (int c = 0; c < STEM_MAX_C; ++c) T->chan[w][c] = 0;
+    for (int64_t lane = 0; lane < 64; ++lane) {
+      const int64_t p = lane / 4, t = 4 * w + lane % 4;
+      idx[lane] = 0;
+      if (t >= T->taps) continue; /* a zero weight: the lane keeps the padding byte */
+      idx[lane] = (uint8_t)(p * g->stride_w + t / g->c);
+      T->chan[w][t % g->c] |= (__mmask64)1 << lane;
+    }
+    T->idx[w] = _mm512_loadu_si512(idx);
+  }
+  return 1;
+}
+
+typedef struct stem_job {
+  const plan* P;
+  const imp_plan* Q; /* planes (row phase, word): nph = row phases * w4, wq = out_w */
+  const stem_plan* T;
+  const int8_t* in;
+  int32_t in_zero;
+  uint8_t* copy;
+  int64_t rphases, b;
+  int8_t rphase[ACCEL_MAX_CONV_STRIDE]; /* row phase index -> py */
+} stem_job;
+
+/* Copy row yq of row phase i (item = i * hq + yq) of image b, every word's plane. */
+static void stem_build_item(void* ctx, int64_t item, int participant) {
+  const stem_job* S = ctx;
+  const plan* P = S->P;
+  const imp_plan* Q = S->Q;
+  const stem_plan* T = S->T;
+  const conv_geometry* g = P->g;
+  (void)participant;
+  const int64_t i = item / Q->hq, yq = item % Q->hq;
+  const int64_t iy = yq * g->stride_h + S->rphase[i] - g->pad_top;
+  const uint8_t fill = (uint8_t)S->in_zero ^ 0x80;
+  uint8_t* d0 = S->copy + (i * T->w4 * Q->hq + yq) * Q->wq * 4; /* plane (i, w) at + w * plane */
+  if (iy < 0 || iy >= g->h) {
+    for (int64_t w = 0; w < T->w4; ++w) memset(d0 + w * Q->plane * 4, fill, (size_t)Q->wq * 4);
+    return;
+  }
+  const __m512i pad = _mm512_set1_epi8((char)S->in_zero), flip = _mm512_set1_epi8((char)0x80);
+  const int8_t* img = S->in + (S->b * g->c * g->h + iy) * g->w;
+  for (int64_t x0 = 0; x0 < Q->wq; x0 += 16) {
+    const int64_t col0 = x0 * g->stride_w - g->pad_left; /* the load's first column */
+    const __mmask64 in = inside_mask(col0, 0, g->w) ;
+    __m512i rows[STEM_MAX_C];
+    for (int c = 0; c < g->c; ++c)
+      rows[c] = in ? _mm512_mask_loadu_epi8(pad, in, img + c * P->hw + col0) : pad;
+    const int64_t n = Q->wq - x0 < 16 ? Q->wq - x0 : 16;
+    const __mmask64 store = n == 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
+    for (int64_t w = 0; w < T->w4; ++w) {
+      __m512i v = pad;
+      for (int c = 0; c < g->c; ++c)
+        v = _mm512_mask_permutexvar_epi8(v, T->chan[w][c], T->idx[w], rows[c]);
+      _mm512_mask_storeu_epi8(d0 + w * Q->plane * 4 + x0 * 4, store, _mm512_xor_si512(v, flip));
+    }
+  }
+}
+
+static accel_status conv_stem(const plan* P, const stem_plan* T, int32_t in_zero,
+                              const int8_t* in, const int8_t* weights, int8_t* out,
+                              const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  const int64_t sh = g->stride_h, dh = g->dilation_h, kh = g->kernel_h, kw = g->kernel_w;
+  stem_job S;
+  int8_t rslot[ACCEL_MAX_CONV_STRIDE];
+  for (int64_t py = 0; py < sh; ++py) rslot[py] = -1;
+  for (int64_t r = 0; r < kh; ++r) rslot[r * dh % sh] = 0;
+  S.rphases = 0;
+  for (int64_t py = 0; py < sh; ++py)
+    if (rslot[py] == 0) {
+      rslot[py] = (int8_t)S.rphases;
+      S.rphase[S.rphases++] = (int8_t)py;
+    }
+  imp_plan Q;
+  Q.wq = g->out_w;
+  Q.hq = g->out_h + (kh - 1) * dh / sh;
+  Q.plane = Q.hq * Q.wq;
+  Q.nph = S.rphases * T->w4;
+  Q.gbytes = Q.nph * Q.plane * 4;
+  Q.ncols = (int64_t)g->out_h * g->out_w;
+  plan D = *P; /* the GEMM's depth: kh * w4 steps */
+  D.kd4 = kh * T->w4;
+  /* the weights in the packed layout of these steps, and their sums */
+  const size_t db = round64((size_t)(P->mblocks * D.kd4 * MR * 4));
+  char* wp = workspace_get(ws, WS_PACK, db + round64((size_t)(P->mblocks * MR) * 4));
+  const size_t copy_bytes = (size_t)Q.gbytes;
+  uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
+  int64_t* off = workspace_get(ws, WS_OFF, (size_t)D.kd4 * sizeof(int64_t));
+  if (wp == NULL || copy == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
+  int8_t* apack = (int8_t*)wp;
+  int32_t* wsum = (int32_t*)(wp + db);
+  memset(wp, 0, db + round64((size_t)(P->mblocks * MR) * 4));
+  for (int64_t m = 0; m < g->k; ++m) {
+    const int8_t* wm = weights + m * g->c * kh * kw; /* [C][kh][kw] of channel m */
+    int32_t sum = 0;
+    for (int64_t c = 0; c < g->c; ++c)
+      for (int64_t r = 0; r < kh; ++r)
+        for (int64_t s = 0; s < kw; ++s) {
+          const int8_t v = wm[(c * kh + r) * kw + s];
+          const int64_t t = s * g->c + c; /* byte t % 4 of word t / 4 */
+          apack[((m / MR * D.kd4 + r * T->w4 + t / 4) * MR + m % MR) * 4 + t % 4] = v;
+          sum += v;
+        }
+    wsum[m] = sum;
+  }
+  for (int64_t r = 0; r < kh; ++r)
+    for (int64_t w = 0; w < T->w4; ++w)
+      off[r * T->w4 + w] =
+          ((rslot[r * dh % sh] * T->w4 + w) * Q.plane + (r * dh / sh) * Q.wq) * 4;
+  memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
+  const int64_t npanels = (Q.ncols + NR - 1) / NR;
+  const int64_t tiles = choose_tiles(npanels, P->mblocks, 1, nth);
+  const int64_t units = tiles * P->mblocks;
+  if (nth > units) nth = (int)units;
+  const size_t tile_bytes = (size_t)MR * TILE * NR * sizeof(int32_t);
+  char* scratch[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    scratch[t] = workspace_get(ws, t, tile_bytes);
+    if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
+  imp_job J = {&D, &Q, &B, in_zero, in, weights, apack, wsum, NULL, NULL, out, ep, scratch,
+               tile_bytes, 0, 0, 0, tiles, 0, 0};
+  S.P = P;
+  S.Q = &Q;
+  S.T = T;
+  S.in = in;
+  S.in_zero = in_zero;
+  S.copy = copy;
+  for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */
+    S.b = J.b = b;
+    pool_for(nth, S.rphases * Q.hq, stem_build_item, &S);
+    pool_for(nth, units, imp_unit_item, &J);
+  }
+  return ACCEL_OK;
+}
+#endif /* __AVX512VBMI__ */
 
 /* ---- im2col: explicit columns (batched fully connected, grids mostly garbage) ------------
  * Columns j = (image, output position) over all images, in chunks; depth step k of column j
@@ -1753,6 +2225,13 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
                        (int64_t)g->n * P.ohw <= GEMV_COLS;
     if (force == 'c' || (force != 'i' && im2col))
       return conv_im2col(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
+#ifdef __AVX512VBMI__
+    stem_plan T;
+    if (force != 'i' && stem_make_plan(&P, &T))
+      return conv_stem(&P, &T, in_zero, in, weights, out, epilogue, ws, nth);
+#endif
+    if (force != 'i' && small_grid_pays(&P, &Q))
+      return conv_small(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
     return conv_implicit(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
   }
 #endif

@@ -4,14 +4,16 @@ whole VM call: per layer, per engine, the gaps between runs (generated glue, TVM
 lies outside them (host ops and the border conversions, accel_convert).
 
     python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
-        [--repeat 20] [--clock thread|wall] [--layers] [--ort]
+        [--repeat 20] [--clock thread|wall] [--layers] [--ort] [--ort-layers]
 
 --clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
 processes on a shared machine barely move; with more threads only wall time means anything.
 The script compiles the timer with the C compiler the project builds with and re-runs itself
 with it preloaded. --ort times ONNX Runtime's session of `accel-codegen bench` (fp32, or its
 static QDQ int8 model calibrated on the same inputs) on the same clock, interleaved call by call
-with the simulator's, and prints the ratio. Results: docs/whole_network_time.md.
+with the simulator's, and prints the ratio; --ort-layers prints ONNX Runtime's per-node times
+from its profiler (a second session, run after the timed calls). Results:
+docs/whole_network_time.md.
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ def parse_args():
     ap.add_argument("--layers", action="store_true", help="print every layer's median")
     ap.add_argument("--ort", action="store_true",
                     help="time ONNX Runtime on the same clock, interleaved")
+    ap.add_argument("--ort-layers", action="store_true",
+                    help="also print ONNX Runtime's nodes (medians from its profiler, in a "
+                         "second session run after the timed calls)")
     return ap.parse_args()
 
 
@@ -77,9 +82,8 @@ def build_runner(model_name: str, precision: str):
     return model, lambda: vm["main"](*inputs)
 
 
-def build_ort(model, precision: str, threads: int):
-    """ONNX Runtime on the model's export, as `accel-codegen bench` runs it (ort_fp32 or
-    ort_int8)."""
+def ort_model(model, precision: str) -> Path:
+    """The model's ONNX file as `accel-codegen bench` runs it (ort_fp32 or ort_int8's QDQ)."""
     from accel_codegen.quantization import ort_baseline
     from accel_codegen.tools.bench import calibration_inputs, onnx_file
 
@@ -88,9 +92,55 @@ def build_ort(model, precision: str, threads: int):
     if precision == "int8":
         path = ort_baseline.quantize_int8(path, calibration_inputs(model, None, 1234), directory,
                                           ort_baseline.Int8Settings())
+    return Path(path)
+
+
+def build_ort(model, path: Path, threads: int):
+    """ONNX Runtime's session of `accel-codegen bench` on `path`, as a callable."""
+    from accel_codegen.quantization import ort_baseline
+
     sess = ort_baseline.session(path, threads)
     feeds = ort_baseline.feeds([i.name for i in sess.get_inputs()], model.inputs)
     return lambda: sess.run(None, feeds)
+
+
+def ort_layers(model, path: Path, threads: int, repeat: int) -> None:
+    """ONNX Runtime's own profile of `repeat` runs (after 3 warm-up runs) of the bench's
+    session with profiling on: each node's median kernel time, in execution order. ORT's
+    profiler reads the wall clock."""
+    import json
+
+    import onnxruntime as ort
+
+    from accel_codegen.quantization import ort_baseline
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_profiling = True
+    options.profile_file_prefix = str(path.parent / "ort-profile")
+    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = ort_baseline.feeds([i.name for i in sess.get_inputs()], model.inputs)
+    for _ in range(3 + repeat):
+        sess.run(None, feeds)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    times = collections.defaultdict(list)
+    ops = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][:-len("_kernel_time")]
+            ops[name] = e["args"].get("op_name", "")
+            times[name].append(e["dur"] * 1e-3)
+    runs = [e["dur"] * 1e-3 for e in events if e.get("name") == "model_run"][3:]
+    print(f"  ONNX Runtime's profile ({repeat} runs, wall clock): model_run "
+          f"{statistics.median(runs):.2f} ms, its nodes:")
+    for name, ms in times.items():
+        print(f"  {name[:48]:48s} {ops[name][:18]:18s} {statistics.median(ms[3:]):8.3f} ms")
 
 
 def main() -> None:
@@ -98,7 +148,8 @@ def main() -> None:
     if not os.environ.get("RUN_TIMER_CHILD"):
         relaunch(args)
     model, run = build_runner(args.model, args.precision)
-    ort_run = build_ort(model, args.precision, args.threads) if args.ort else None
+    ort_path = ort_model(model, args.precision) if args.ort or args.ort_layers else None
+    ort_run = build_ort(model, ort_path, args.threads) if args.ort else None
     timer = ctypes.CDLL(None)
     timer.run_timer_now.restype = ctypes.c_double
     for _ in range(3):
@@ -146,6 +197,8 @@ def main() -> None:
     if args.layers:
         for r in nets[0]:
             print(f"  {r[0][:56]:56s} {ms(by_label[r[0]]):8.3f} ms")
+    if args.ort_layers:
+        ort_layers(model, ort_path, args.threads, args.repeat)
 
 
 if __name__ == "__main__":

@@ -521,6 +521,101 @@ def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
                     f"out_zero {out_zero}, independent")
 
 
+INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the kernel with channels along
+    # the vector (conv_i8.c conv_small) at its edges
+    ((1, 64, 7, 7), (64, 64, 3, 3), dict(padding=1)),                 # ResNet's 7x7 3x3
+    ((1, 13, 7, 7), (20, 13, 3, 3), dict(padding=1)),       # channels not a multiple of 4 / 8
+    ((1, 40, 14, 14), (24, 40, 3, 3), dict(stride=2, padding=1)),     # stride 2: 7x7 out
+    ((1, 96, 7, 7), (40, 96, 1, 1), dict()),                          # 1x1 copied flat
+    ((1, 24, 16, 16), (17, 24, 3, 3), dict(padding=1)),               # 256 outputs
+    ((1, 16, 29, 27), (24, 16, 3, 3), dict(padding=1)),     # 783 outputs: 4 chunks of tiles
+    ((1, 8, 3, 3), (9, 8, 3, 3), dict(padding=1)),     # 9 outputs: the fewest (8: gemv path)
+    ((1, 12, 5, 3), (8, 12, 3, 3), dict(padding=1)),   # rows narrower than a tile of positions
+    ((2, 32, 9, 11), (48, 32, 3, 3), dict(padding=(2, 0, 1, 3))),     # batch, uneven padding
+    ((1, 16, 11, 11), (30, 16, 3, 3), dict(padding=2, dilation=2)),   # dilated
+    ((1, 32, 7, 7), (64, 16, 3, 3), dict(padding=1, groups=2)),       # grouped
+    ((1, 20, 20, 20), (26, 20, 3, 3), dict(stride=3, padding=1)),     # stride 3: gathered rows
+    ((1, 512, 7, 7), (8, 512, 3, 3), dict(padding=1)),   # one channel block: position chunks
+]
+
+
+def _implicit_lanes(out_h, out_w, kernel_w, stride_w, dilation_w):
+    """The vector lanes the implicit GEMM computes for one image and block of channels: grid
+    columns in panels of 48, 16 per started vector (conv_i8.c small_grid_pays)."""
+    wq = out_w + (kernel_w - 1) * dilation_w // stride_w
+    ncols = (out_h - 1) * wq + out_w
+    return ncols // 48 * 48 + -(-(ncols % 48) // 16) * 16
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_SMALL_GRIDS)),
+                         ids=lambda i: "x".join(map(str, INT8_SMALL_GRIDS[i][0])) + "-" +
+                         "x".join(map(str, INT8_SMALL_GRIDS[i][1])))
+def test_int8_small_grids_match_reference_exactly(layer):
+    """Every listed geometry is one the kernel takes (over 8 outputs, over 3 % fewer lanes
+    than the implicit GEMM), and gives the reference's codes at 1, 2 and 3 threads, with and
+    without packed weights, with a residual operand."""
+    in_shape, weight_shape, conv_args = INT8_SMALL_GRIDS[layer]
+    rng = np.random.default_rng(700 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    acc = ref.run_op(conv, x)
+    out_h, out_w = acc.shape[2:]
+    stride = conv_args.get("stride", 1)
+    dilation = conv_args.get("dilation", 1)
+    assert out_h * out_w > 8
+    assert 100 * _implicit_lanes(out_h, out_w, weight_shape[3], stride, dilation) > \
+        103 * out_h * out_w
+    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
+        chain = [conv, _int8_sdp(rng, acc, case)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 10
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
+INT8_FEW_CHANNELS = [  # in_shape, weight_shape, conv arguments: the few-channel kernel (taps
+    # packed densely into words: conv_i8.c conv_stem) at its edges; all over 256 outputs (fewer
+    # could go to the matrix-vector or im2col paths first)
+    ((1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),       # ResNet's stem
+    ((2, 3, 41, 47), (20, 3, 7, 7), dict(stride=2, padding=(3, 2, 1, 3))),  # odd, uneven, batch
+    ((1, 1, 30, 40), (8, 1, 5, 5), dict(padding=2)),                  # one channel: 2 words
+    ((1, 2, 33, 35), (12, 2, 3, 3), dict(padding=1)),                 # two channels 3x3
+    ((1, 3, 70, 230), (9, 3, 7, 7), dict(stride=3, padding=3)),       # wide rows, stride 3
+    ((1, 3, 80, 80), (16, 3, 4, 4), dict(stride=4)),     # the widest load: 15 * 4 + 4 = 64
+    ((1, 3, 40, 40), (16, 3, 7, 7), dict(padding=(6, 3, 6, 3), dilation=(2, 1))),  # dilated rows
+    ((1, 3, 20, 60), (24, 3, 1, 7), dict(padding=(0, 3, 0, 3))),      # one kernel row
+]
+
+
+@pytest.mark.parametrize("layer", range(len(INT8_FEW_CHANNELS)),
+                         ids=lambda i: "x".join(map(str, INT8_FEW_CHANNELS[i][0])) + "-" +
+                         "x".join(map(str, INT8_FEW_CHANNELS[i][1])))
+def test_int8_few_channels_match_reference_exactly(layer):
+    """1 to 3 input channels whose kernel rows fill fewer words packed densely than one word
+    per column (the few-channel kernel's rule): the reference's codes at 1, 2 and 3 threads,
+    with and without packed weights, with a residual operand."""
+    in_shape, weight_shape, conv_args = INT8_FEW_CHANNELS[layer]
+    k, c, _, kw = weight_shape
+    assert c <= 3 and -(-c * kw // 4) < kw
+    rng = np.random.default_rng(900 + layer)
+    x = rng.integers(-128, 128, in_shape).astype(np.int8)
+    conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                in_zero=int(rng.integers(-128, 128)), **conv_args)
+    acc = ref.run_op(conv, x)
+    assert acc.shape[2] * acc.shape[3] > 256
+    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
+        chain = [conv, _int8_sdp(rng, acc, case)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 10
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
 def test_int8_cases_are_not_degenerate():
     """The random converters keep most outputs off the rails and spread over many codes, and
     every listed edge occurs."""
