@@ -20,7 +20,7 @@ DEVICE = DEVICES[2]
 CASES = [(5, 7, 9, 11, 3, 1, 1, 1), (16, 8, 8, 8, 3, 1, 0, 1), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0), 1),
          (4, 6, 13, 10, 5, 2, 2, 1), (3, 5, 12, 12, 6, 2, (1, 2, 0, 3), 1),
          (2, 3, 20, 17, 9, 3, 4, 1), (70, 20, 7, 7, 3, 1, 1, 1), (12, 18, 9, 10, 3, 1, 1, 2),
-         (6, 9, 11, 8, 5, 2, 2, 3), (8, 8, 6, 6, 3, 1, 1, 8)]
+         (6, 9, 11, 8, 5, 2, 2, 3), (16, 16, 6, 6, 3, 1, 1, 8)]
 
 
 def _case_id(case):
@@ -330,6 +330,8 @@ REFUSALS = [
     (dict(weight_shape=(8, 8, 1, 1)), "kernel 1x1"),
     (dict(weight_shape=(8, 8, 3, 3), dilation=2), "dilation 2x2"),
     (dict(weight_shape=(8, 8, 5, 3), stride=(2, 1)), "stride 2x1"),
+    (dict(weight_shape=(8, 1, 3, 3), groups=8), "one input channel per group"),
+    (dict(weight_shape=(16, 1, 3, 3), groups=8), "one input channel per group"),
 ]
 
 

@@ -196,7 +196,8 @@ typedef enum accel_engine {
  * weights[k][c][r'*s + a][s'*s + b] (0 beyond the kernel), a stride-1 convolution of C*s*s
  * channels with a ceil(R/s) x ceil(S/s) kernel.
  * A grouped conv is one such convolution per group (C and K per group), as NVDLA's compiler
- * splits it. Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the
+ * splits it, except a depthwise one (one input channel per group), which runs direct.
+ * Conditions (ACCEL_ERR_UNSUPPORTED otherwise, naming the one that fails): the
  * configuration has ACCEL_FEATURE_WINOGRAD; dilation 1; stride_h == stride_w = s;
  * ceil(kernel_h / s) == ceil(kernel_w / s) == 3 (3x3 stride 1, 5x5 or 6x6 stride 2, ...);
  * feature-data input; DENSE weights (NVDLA's compiler never compresses Winograd weights).
