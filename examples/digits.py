@@ -44,7 +44,7 @@ def main() -> None:
         logits, report = digits.accelerator_logits(model, split, precision, config=args.config)
         host = f"{len(report.host)} op(s) on the host" if report.host else "all offloaded"
         rows.append((f"accelerator {precision} ({host})", digits.top1(logits, split.test_y),
-                     float(np.abs(logits - reference).max())))
+                     logits))
     from accel_codegen.quantization import ort_baseline
 
     reason = ort_baseline.unavailable()
@@ -53,12 +53,20 @@ def main() -> None:
     else:
         logits = digits.ort_int8_logits(model, split)
         rows.append((f"ONNX Runtime {ort_baseline.version()} int8",
-                     digits.top1(logits, split.test_y), float(np.abs(logits - reference).max())))
+                     digits.top1(logits, split.test_y), logits))
     fp32 = rows[1][1]
-    print(f"{'':40} {'top-1':>7} {'vs fp32':>8} {'max |logit - PyTorch|':>22}")
-    for name, accuracy, error in rows:
+    print(f"{'':40} {'top-1':>7} {'vs fp32':>8} {'max |logit - PyTorch|':>22} "
+          f"{'SQNR vs PyTorch':>16}")
+    for name, accuracy, logits in rows:
+        if logits is None:
+            error = sqnr = "-"
+        else:
+            error = f"{float(np.abs(logits - reference).max()):.3g}"
+            noise = float(np.sum((logits.astype(np.float64) - reference) ** 2))
+            sqnr = "exact" if noise == 0 else \
+                f"{10 * np.log10(np.sum(reference.astype(np.float64) ** 2) / noise):.2f} dB"
         print(f"{name:40} {accuracy * 100:6.2f}% {(accuracy - fp32) * 100:+7.2f} "
-              f"{'-' if error is None else f'{error:.3g}':>22}")
+              f"{error:>22} {sqnr:>16}")
 
 
 if __name__ == "__main__":
