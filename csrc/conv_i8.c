@@ -567,6 +567,19 @@ static void imp_offsets(const plan* P, const imp_plan* Q, int64_t* off) {
       }
 }
 
+/* The implicit GEMM's input copy (its slack filled with the input's zero) and the depth
+ * steps' offsets, in the workspace; 0 when memory runs out. */
+static int imp_reserve_copy(const plan* P, const imp_plan* Q, int32_t in_zero, workspace* ws,
+                            uint8_t** copy, int64_t** off) {
+  const size_t copy_bytes = (size_t)(P->g->groups * Q->gbytes);
+  *copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
+  *off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
+  if (*copy == NULL || *off == NULL) return 0;
+  memset(*copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
+  imp_offsets(P, Q, *off);
+  return 1;
+}
+
 /* Positions [x, x + 64) of a copy row, up to wq: 4 bytes each from the channels' vectors v,
  * the sign bit flipped (u8 = s8 + 128). Byte then word unpacks interleave within each 128-bit
  * lane, and a 4x4 transpose of the lanes puts the positions in order (16 positions per step
@@ -869,12 +882,9 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   if (pack_now && !reserve_packing(P, ws, &pdata, &psum, &apack, &wsum)) {
     return ACCEL_ERR_NO_MEMORY;
   }
-  const size_t copy_bytes = (size_t)(g->groups * Q.gbytes);
-  uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
-  int64_t* off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
-  if (copy == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
-  memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
-  imp_offsets(P, &Q, off);
+  uint8_t* copy;
+  int64_t* off;
+  if (!imp_reserve_copy(P, &Q, in_zero, ws, &copy, &off)) return ACCEL_ERR_NO_MEMORY;
   const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
   const size_t tile_bytes = (size_t)MR * TILE * NR * sizeof(int32_t);
   char* scratch[WS_THREAD_SLOTS];
@@ -1099,12 +1109,9 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   if (pack_now && !reserve_packing(P, ws, &pdata, &psum, &apack, &wsum)) {
     return ACCEL_ERR_NO_MEMORY;
   }
-  const size_t copy_bytes = (size_t)(g->groups * Q.gbytes);
-  uint8_t* copy = workspace_get(ws, WS_COPY, copy_bytes + COPY_SLACK);
-  int64_t* off = workspace_get(ws, WS_OFF, (size_t)P->kd4 * sizeof(int64_t));
-  if (copy == NULL || off == NULL) return ACCEL_ERR_NO_MEMORY;
-  memset(copy + copy_bytes, (uint8_t)in_zero ^ 0x80, COPY_SLACK);
-  imp_offsets(P, &Q, off);
+  uint8_t* copy;
+  int64_t* off;
+  if (!imp_reserve_copy(P, &Q, in_zero, ws, &copy, &off)) return ACCEL_ERR_NO_MEMORY;
   const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
   const size_t rows_bytes = (size_t)(SV * MR * ldr) * sizeof(int32_t);
   const size_t scratch_bytes = rows_bytes > (size_t)(4 * ldt) ? rows_bytes : (size_t)(4 * ldt);

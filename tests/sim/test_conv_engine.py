@@ -521,6 +521,19 @@ def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
                     f"out_zero {out_zero}, independent")
 
 
+def _int8_conv_matches_reference(conv, x, acc, rng, layer):
+    """``conv`` followed by two random converters (one with a residual add) gives the
+    reference's codes at 1, 2 and 3 threads, and with packed weights."""
+    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
+        chain = [conv, _int8_sdp(rng, acc, case)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 10
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+
+
 INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the kernel with channels along
     # the vector (conv_i8.c conv_small) at its edges
     ((1, 64, 7, 7), (64, 64, 3, 3), dict(padding=1)),                 # ResNet's 7x7 3x3
@@ -566,14 +579,7 @@ def test_int8_small_grids_match_reference_exactly(layer):
     assert out_h * out_w > 8
     assert 100 * _implicit_lanes(out_h, out_w, weight_shape[3], stride, dilation) > \
         103 * out_h * out_w
-    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
-        chain = [conv, _int8_sdp(rng, acc, case)]
-        expected = ref.run_chain(chain, x)
-        assert len(np.unique(expected)) > 10
-        for threads in (1, 2, 3):
-            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
-        packed = [conv.packed_for(DEVICE.config), chain[1]]
-        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+    _int8_conv_matches_reference(conv, x, acc, rng, layer)
 
 
 INT8_FEW_CHANNELS = [  # in_shape, weight_shape, conv arguments: the few-channel kernel (taps
@@ -606,14 +612,7 @@ def test_int8_few_channels_match_reference_exactly(layer):
                 in_zero=int(rng.integers(-128, 128)), **conv_args)
     acc = ref.run_op(conv, x)
     assert acc.shape[2] * acc.shape[3] > 256
-    for case in (12 * layer + 3, 12 * layer + 8):   # case % 6 == 2: a residual add
-        chain = [conv, _int8_sdp(rng, acc, case)]
-        expected = ref.run_chain(chain, x)
-        assert len(np.unique(expected)) > 10
-        for threads in (1, 2, 3):
-            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
-        packed = [conv.packed_for(DEVICE.config), chain[1]]
-        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+    _int8_conv_matches_reference(conv, x, acc, rng, layer)
 
 
 def test_int8_cases_are_not_degenerate():
