@@ -234,6 +234,14 @@ typedef struct portable_job {
   uint32_t* const* accs; /* per participant: one output plane of accumulators */
 } portable_job;
 
+/* Channel k's int32 values v converted by the SDP into out[at, at + n), its element-wise
+ * operand (if any) read at the same offset. */
+static inline void convert_at(const sdp_i8* ep, int64_t k, const int32_t* v, int8_t* out,
+                              int64_t at, int64_t n) {
+  sdp_i8_span(ep, (int32_t)k, v, ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at,
+              n);
+}
+
 static void portable_item(void* ctx, int64_t plane, int participant) {
   const portable_job* J = ctx;
   const plan* P = J->P;
@@ -269,8 +277,7 @@ static void portable_item(void* ctx, int64_t plane, int participant) {
   }
   const sdp_i8* ep = J->ep;
   const int64_t at = plane * P->ohw;
-  sdp_i8_span(ep, (int32_t)k, (const int32_t*)acc,
-              ep->ew_operand != NULL ? ep->ew_operand + at : NULL, J->out + at, P->ohw);
+  convert_at(ep, k, (const int32_t*)acc, J->out, at, P->ohw);
 }
 
 static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* in,
@@ -859,8 +866,7 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
         move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
     const int64_t k = grp * P->mg + mb * MR + m;
     const int64_t at = (b * g->k + k) * P->ohw + o0;
-    sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                J->out + at, cnt);
+    convert_at(ep, k, row, J->out, at, cnt);
   }
 }
 
@@ -1078,8 +1084,7 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
     const int32_t* row = rows + m * ldr;
     const int64_t k = grp * P->mg + mb0 * MR + m;
     const int64_t at = (J->b * g->k + k) * P->ohw + first;
-    sdp_i8_span(ep, (int32_t)k, row, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                J->out + at, cnt);
+    convert_at(ep, k, row, J->out, at, cnt);
   }
 }
 
@@ -1509,8 +1514,7 @@ static void col_unit_item(void* ctx, int64_t u, int participant) {
       const int64_t col = j0 + j, b = col / P->ohw, pos = col % P->ohw;
       const int64_t len = P->ohw - pos < n1 - j ? P->ohw - pos : n1 - j;
       const int64_t at = (b * g->k + k) * P->ohw + pos;
-      sdp_i8_span(ep, (int32_t)k, row + (j - n0),
-                  ep->ew_operand != NULL ? ep->ew_operand + at : NULL, J->out + at, len);
+      convert_at(ep, k, row + (j - n0), J->out, at, len);
       j += len;
     }
   }
@@ -1721,8 +1725,7 @@ static void dw_item(void* ctx, int64_t item, int participant) {
         for (int64_t y = 1; y < g->out_h; ++y)
           move_down(grid + y * Q->wq, grid + y * g->out_w, g->out_w);
       const int64_t at = (b * g->k + k) * P->ohw;
-      sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                  J->out + at, P->ohw);
+      convert_at(ep, k, grid, J->out, at, P->ohw);
     }
   }
 }
@@ -2135,8 +2138,7 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
         dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid, cvt, J->lo, J->hi,
                   J->out + at);
         if (cvt == NULL)
-          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                      J->out + at, P->ohw);
+          convert_at(ep, k, grid, J->out, at, P->ohw);
         continue;
       }
       for (int64_t oy0 = 0; oy0 < g->out_h; oy0 += D->band) {
@@ -2146,8 +2148,7 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
         if (cvt != NULL)
           codes_of_run(cvt, J->lo, J->hi, grid, J->out + at, (oy1 - oy0) * ow);
         else
-          sdp_i8_span(ep, (int32_t)k, grid, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
-                      J->out + at, (oy1 - oy0) * ow);
+          convert_at(ep, k, grid, J->out, at, (oy1 - oy0) * ow);
       }
     }
   }
