@@ -7,26 +7,30 @@ pooling op). A tensor is identified by its run's label key (``f0.3``, ``f0.3a`` 
 as the generated code and :func:`accel_codegen.estimate` label runs) and the index of the op
 whose output it is (-1: the run's input).
 
-Activation scales are per tensor, weights per output channel (symmetric, codes -127..127).
+Activation scales are per tensor with a zero point, weights per output channel (symmetric,
+codes -127..127).
 Calibration also records each run input's per-channel mean: the code generator uses it for
 bias correction (the mean shift that rounding the weights causes goes back into the bias),
 which gained 2.7 dB on VGG-11-BN and 3.7 dB on ResNet-18 in our measurements.
 A tensor the calibration data never saw negative is stored unsigned: zero point -128 and
 255 steps over [0, max] (NVDLA's converter offset and PADDING_VALUE do the same), which gives
-a ReLU output the bit a symmetric code would waste on its sign.
+a ReLU output the bit a symmetric code would waste on its sign. A signed tensor is asymmetric
+under ``mse`` and ``max``: its zero point splits the 255 steps between the two sides as its
+values do (a standardised image reaches 2.3 times further above zero than below; on the
+trained digits CNN this gained 0.6 dB at the logits, docs/ptq.md).
 
 Methods (``calibration_method``):
 
 - ``"mse"`` (default): the threshold that minimises the tensor's expected squared
   quantisation error (clipping above, rounding below) over the calibration histogram, searched
-  per tensor (:func:`mse_threshold`); the exact zeros of a ReLU are left out, as they are
-  exact. Against ``percentile`` on the zoo it gained up to 1.8 dB at the output (VGG-11-BN)
+  per tensor (:func:`mse_threshold`; for a signed tensor the step and zero point together,
+  :func:`mse_asymmetric`); the exact zeros of a ReLU are left out, as they are exact. Against ``percentile`` on the zoo it gained up to 1.8 dB at the output (VGG-11-BN)
   and lost 0.9 dB on MobileNet-v3-small, where a smaller range than the least-error one did
   better (docs/calibration_methods.txt).
 - ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
   does not stretch the range for every other value, but a heavy tail is clipped hard.
-- ``"max"``: the largest |x| seen: nothing saturates on the calibration data; best when the
-  calibration set is the deployment set.
+- ``"max"``: the range seen (ONNX Runtime's MinMax): nothing saturates on the calibration
+  data; best when the calibration set is the deployment set.
 - ``"entropy"``: TensorRT's KL-divergence threshold over a 2048-bin histogram (the first bin
   left out for non-negative tensors: a ReLU's zeros are exact at any scale, and with them the
   threshold fell to about 45 % of the range and LeNet-5 to 9 dB). Offered for comparison; it
@@ -77,6 +81,7 @@ class _Stats:
     low: float = math.inf
     high: float = -math.inf
     histogram: Optional[np.ndarray] = None  # of |x| over [0, top]
+    negative: Optional[np.ndarray] = None   # of |x| of the negative values alone (same bins)
     top: float = 0.0                          # the histogram's range: amax up to a factor 2
     channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
     count: int = 0                            # values per channel summed
@@ -86,18 +91,25 @@ class _Stats:
     def amax(self) -> float:
         return max(abs(self.low), abs(self.high), 0.0)
 
-    def add_histogram(self, magnitudes: np.ndarray, amax: float) -> None:
-        """Count |x| into the histogram, first widening its range (by doubling: two bins
-        merge into one exactly) until it holds ``amax``."""
+    def add_histogram(self, x: np.ndarray, amax: float) -> None:
+        """Count |x| (finite values) into the histogram, and the negative values' |x| into
+        their own, first widening the range (by doubling: two bins merge into one exactly)
+        until it holds ``amax``."""
         if not amax > 0:
             return
         if self.histogram is None:
-            self.top, self.histogram = amax, np.zeros(HISTOGRAM_BINS, np.int64)
+            self.top = amax
+            self.histogram = np.zeros(HISTOGRAM_BINS, np.int64)
+            self.negative = np.zeros(HISTOGRAM_BINS, np.int64)
         while self.top < amax:
-            merged = self.histogram.reshape(-1, 2).sum(axis=1)
-            self.histogram = np.concatenate([merged, np.zeros_like(merged)])
+            self.histogram, self.negative = (
+                np.concatenate([merged, np.zeros_like(merged)])
+                for merged in (h.reshape(-1, 2).sum(axis=1) for h in (self.histogram,
+                                                                      self.negative)))
             self.top *= 2
-        self.histogram += histogram_counts(magnitudes, self.top)
+        if self.low < 0:  # a ReLU's output has no negative value to sort out
+            self.negative += histogram_counts(-x[x < 0], self.top)
+        self.histogram += histogram_counts(np.abs(x), self.top)
 
 
 def histogram_counts(magnitudes: np.ndarray, top: float) -> np.ndarray:
@@ -132,7 +144,7 @@ class Observer:
             low, high = (float(finite.min()), float(finite.max())) if finite.size else (0, 0)
         if finite.size:
             stats.low, stats.high = min(stats.low, low), max(stats.high, high)
-            stats.add_histogram(np.abs(finite), max(abs(low), abs(high)))
+            stats.add_histogram(finite, max(abs(low), abs(high)))
             stats.zeros += int(finite.size - np.count_nonzero(finite))
         if op_index == INPUT:
             sums = (x if finite is x else np.nan_to_num(x)).sum(axis=(0, 2, 3),
@@ -142,7 +154,46 @@ class Observer:
             stats.count += x.shape[0] * x.shape[2] * x.shape[3]
 
 
+def tensor_quant(stats: _Stats, method: str) -> TensorQuant:
+    """The quantisation ``method`` gives a tensor with these statistics: unsigned (zero point
+    -128, 255 steps over [0, T]) when no value was negative; otherwise asymmetric (a zero
+    point placing the codes over [lo, hi]) for ``mse`` and ``max``, and symmetric (zero point
+    0, 127 steps each side) for ``percentile`` and ``entropy``, which judge |x| alone."""
+    if not stats.low < 0:
+        return _unsigned_quant(_threshold(stats, method))
+    if method == "max":
+        return covering_quant(stats.low, stats.high)
+    if method == "mse":
+        width = stats.top / HISTOGRAM_BINS
+        negative = stats.negative.astype(np.float64)
+        positive = stats.histogram - negative
+        positive[0] -= stats.zeros
+        return mse_asymmetric(positive, negative, width, stats.high, -stats.low)
+    threshold = _threshold(stats, method)
+    if not threshold > 0 or not math.isfinite(threshold):
+        threshold = 1.0
+    return TensorQuant(float(np.float32(threshold / 127)), 0)
+
+
+def _unsigned_quant(threshold: float) -> TensorQuant:
+    if not threshold > 0 or not math.isfinite(threshold):
+        threshold = 1.0  # an all-zero (or unseen) tensor: any scale represents it
+    return TensorQuant(float(np.float32(threshold / 255)), -128)
+
+
+def covering_quant(lo: float, hi: float) -> TensorQuant:
+    """The finest int8 quantisation whose codes cover [lo, hi] (lo <= 0 <= hi) with 0 exact:
+    unsigned over [0, hi] when lo is 0; otherwise 254 steps over hi - lo, the zero point
+    rounded towards the negative end (one step of the 255 pays for that rounding)."""
+    if not lo < 0:
+        return _unsigned_quant(hi)
+    scale = float(np.float32((hi - lo) / 254))
+    steps_below = min(int(math.ceil(-lo / scale - 1e-9)), 255)
+    return TensorQuant(scale, steps_below - 128)
+
+
 def _threshold(stats: _Stats, method: str) -> float:
+    """The symmetric methods' clipping threshold of |x|."""
     amax = stats.amax
     if method == "max" or stats.histogram is None or amax == 0:
         return amax
@@ -207,6 +258,69 @@ def _clipping_errors(counts: np.ndarray, lo: np.ndarray, width: float, threshold
     return (below + above / 3) @ counts / width
 
 
+def mse_asymmetric(positive: np.ndarray, negative: np.ndarray, width: float, high: float,
+                   low_magnitude: float) -> TensorQuant:
+    """The asymmetric quantisation (step s, zero point z: codes over [-(z + 128) s,
+    (127 - z) s]) that minimises the expected squared error of a signed tensor, from the
+    histograms of its positive values (exact zeros left out) and of its negative values'
+    magnitudes (bins of ``width``). For each candidate step, every split of the 255 steps
+    between the two sides is priced at once (:func:`_side_errors`)."""
+    top = (high + low_magnitude) / 254  # the step of the covering range
+    best = (math.inf, top, 0)
+
+    def search(steps):
+        nonlocal best
+        for step in steps:
+            above = _side_errors(positive, width, step)      # [n]: n steps above zero
+            below = _side_errors(negative, width, step)[::-1]  # [n]: 255 - n steps below
+            total = above + below
+            n = int(np.argmin(total))
+            if total[n] < best[0]:
+                best = (float(total[n]), step, n)
+
+    ratios = np.geomspace(1.0 / 256, 1.0, MSE_CANDIDATES)
+    search(top * ratios)
+    i = int(np.argmin(np.abs(ratios - best[1] / top)))
+    search(top * np.geomspace(ratios[max(i - 1, 0)], ratios[min(i + 1, len(ratios) - 1)],
+                              MSE_CANDIDATES // 2))
+    _, step, n = best
+    return TensorQuant(float(np.float32(step)), 127 - n)
+
+
+def _side_errors(counts: np.ndarray, width: float, step: float) -> np.ndarray:
+    """The squared error of one side of a tensor (a histogram of magnitudes, values uniform
+    within each bin [b w, (b + 1) w]) quantised with ``step`` and n = 0..255 steps, so values
+    above n * step saturate there: one prefix sum (the rounding error of the bins below the
+    threshold), suffix moments (the clipping error of the bins above it) and the one bin the
+    threshold cuts."""
+    bins = len(counts)
+    edges = np.arange(bins + 1) * width
+    cube = step ** 3
+
+    def rounding(x):  # the integral of the squared rounding error from 0 (a sawtooth's)
+        k = np.floor(x / step + 0.5)
+        r = x - k * step
+        return k * (cube / 12) + r ** 3 / 3
+
+    density = counts / width
+    inside = np.concatenate([[0.0], np.cumsum(density * np.diff(rounding(edges)))])
+    lo, hi = edges[:-1], edges[1:]
+    moments = [density * (hi - lo), density * (hi ** 2 - lo ** 2) / 2,
+               density * (hi ** 3 - lo ** 3) / 3]  # integrals of 1, t, t^2 per bin
+    suffix = [np.concatenate([np.cumsum(m[::-1])[::-1], [0.0]]) for m in moments]
+    t = np.arange(256) * step
+    cut = np.minimum((t / width).astype(np.int64), bins)  # the bin the threshold falls in
+    clipped = suffix[2][cut] - 2 * t * suffix[1][cut] + t * t * suffix[0][cut]
+    partial = np.where(cut < bins, density[np.minimum(cut, bins - 1)], 0.0)
+    start = edges[np.minimum(cut, bins)]
+    # the cut bin: [start, t] rounds, [t, start + width] saturates; its whole-bin clipping
+    # term (in suffix[cut]) is replaced by the part above t
+    below_t = partial * (rounding(t) - rounding(start))
+    whole = partial * ((start + width - t) ** 3 - (start - t) ** 3) / 3
+    above_t = partial * np.maximum(start + width - t, 0) ** 3 / 3
+    return inside[cut] + below_t + clipped - whole + above_t
+
+
 def _entropy_threshold(counts: np.ndarray, unsigned: bool) -> int:
     """TensorRT's method: the clipping bin count whose quantised distribution (levels
     codes) is closest in KL divergence to the clipped reference distribution."""
@@ -256,12 +370,7 @@ class Calibration:
         for key, stats in observer.stats.items():
             if stats.channel_sum is not None and stats.count:
                 means[key[0]] = stats.channel_sum / stats.count
-            threshold = _threshold(stats, method)
-            unsigned = stats.low >= 0
-            if not threshold > 0 or not math.isfinite(threshold):
-                threshold = 1.0  # an all-zero (or unseen) tensor: any scale represents it
-            scale = float(np.float32(threshold / (255 if unsigned else 127)))
-            tensors[key] = TensorQuant(scale, -128 if unsigned else 0)
+            tensors[key] = tensor_quant(stats, method)
         return cls(method, samples, tensors, means)
 
     def get(self, key: str, op_index: int) -> TensorQuant:

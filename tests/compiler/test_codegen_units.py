@@ -33,8 +33,8 @@ def test_constant_pool_keeps_integer_types_and_takes_the_float_precision():
 
 def test_range_quant_is_unsigned_without_negatives():
     assert int8.range_quant(np.array([0.0, 2.55])) == TensorQuant(np.float32(0.01), -128)
-    q = int8.range_quant(np.array([-1.27, 0.5]))
-    assert q.zero == 0 and q.scale == pytest.approx(0.01)
+    q = int8.range_quant(np.array([-1.27, 0.5]))  # 254 steps over 1.77, 183 of them below 0
+    assert q.zero == 183 - 128 and q.scale == pytest.approx(1.77 / 254)
 
 
 def test_channel_converters_reproduce_the_affine_map():

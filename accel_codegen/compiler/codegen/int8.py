@@ -13,7 +13,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ...errors import AccelInvalidError
-from ...quantization import TensorQuant, encode_multiplier, encode_multipliers, round_half_away
+from ...quantization import (TensorQuant, covering_quant, encode_multiplier, encode_multipliers,
+                             round_half_away)
 
 #: How far below the output's step an int8 SDP sums an element-wise operand (NVDLA aligns
 #: the two streams before the adder): 8 extra bits, one rounding at the output.
@@ -23,11 +24,9 @@ EW_EXTRA_BITS = 8
 def range_quant(value: np.ndarray) -> TensorQuant:
     """The quantisation of a constant tensor from its own range (unsigned when it has no
     negative value: zero point -128 over [0, max])."""
-    unsigned = value.min() >= 0 if value.size else True
-    amax = float(np.abs(value).max()) if value.size else 0.0
-    amax = amax if amax > 0 else 1.0
-    return TensorQuant(float(np.float32(amax / (255 if unsigned else 127))),
-                       -128 if unsigned else 0)
+    if not value.size:
+        return covering_quant(0.0, 1.0)
+    return covering_quant(min(float(value.min()), 0.0), max(float(value.max()), 0.0))
 
 
 def bias_correction(means: Optional[np.ndarray], groups: int, codes: np.ndarray,
@@ -112,10 +111,8 @@ def prelu_converter(slope: np.ndarray, channels: int, what: str) -> Tuple[np.nda
 
 
 def concat_quant(inputs) -> TensorQuant:
-    """The quantisation of an int8 concat: the widest of its inputs' ranges (unsigned when
+    """The quantisation of an int8 concat: one that covers every input's range (unsigned when
     every input is), so no input saturates that did not already."""
     quants = list(inputs)
-    unsigned = all(q.zero == -128 for q in quants)
-    top = max(q.scale * (255 if q.zero == -128 else 127) for q in quants)
-    return TensorQuant(float(np.float32(top / (255 if unsigned else 127))),
-                       -128 if unsigned else 0)
+    return covering_quant(min(-(q.zero + 128) * q.scale for q in quants),
+                          max((127 - q.zero) * q.scale for q in quants))
