@@ -120,6 +120,11 @@ void pool_for(int participants, int64_t items, pool_fn fn, void* ctx);
 void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
                   int64_t count);
 
+/* 1 when p is one of the common epilogues sdp_f32_span computes in one pass: scale and/or shift,
+ * then ADD or no element-wise op, then NONE / RELU / CLIP, in that order, each step rounded.
+ * A kernel may apply these in registers before its store, in the same order (conv_f32.c). */
+int sdp_f32_one_pass(const sdp_f32* p);
+
 /* out = SDP(in) over a whole [n][c][hw] tensor; in may equal out. */
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,
                  int32_t num_threads);

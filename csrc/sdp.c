@@ -49,7 +49,7 @@ ONE_PASS(pass_add, 0, 0, 1)
 typedef void (*one_pass_fn)(const float*, float*, const float*, int64_t, float, float, float,
                             float, accel_activation);
 
-static int one_pass(const sdp_f32* p) {
+int sdp_f32_one_pass(const sdp_f32* p) {
   return (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD) &&
          (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP);
 }
@@ -69,7 +69,7 @@ static void span_from(const sdp_f32* p, int32_t channel, const float* src, float
 /* Built with -ffp-contract=off: x * scale + shift rounds twice, as the NumPy reference does. */
 void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
                   int64_t count) {
-  if (one_pass(p)) {
+  if (sdp_f32_one_pass(p)) {
     span_from(p, channel, x, x, operand, count);
     return;
   }
@@ -153,7 +153,7 @@ static void run_item(void* ctx, int64_t item, int participant) {
     const int64_t offset = plane * J->hw;
     float* dst = J->out + offset;
     const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
-    if (one_pass(J->p)) { /* reads the input once, no copy first */
+    if (sdp_f32_one_pass(J->p)) { /* reads the input once, no copy first */
       span_from(J->p, (int32_t)(plane % J->c), J->in + offset, dst, operand, J->hw);
       continue;
     }

@@ -139,6 +139,62 @@ def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, str
         assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
 
 
+FP32_IMPLICIT_LAYERS = [  # in_shape, k, kernel, stride, pad: the implicit GEMM's cases
+    ((1, 24, 40, 40), 20, 1, 1, 0),   # 1x1: the input read in place; K % 8 = 4
+    ((2, 16, 30, 30), 24, 3, 1, 1),   # padded copy, 2 garbage columns: vectors wrap rows
+    ((1, 8, 50, 50), 9, 3, 2, 1),     # stride 2: phase planes; one channel past a block
+]
+FP32_REGISTER_EPILOGUES = ["bn-relu", "negative-scale-relu", "shift-add-relu", "bn-add-clip",
+                           "bn", "add"]
+
+
+def _register_epilogue(name, k, out_shape, rng):
+    scale = rng.uniform(0.5, 2, k).astype(np.float32)
+    shift = rng.standard_normal(k).astype(np.float32)
+    operand = rng.standard_normal(out_shape, dtype=np.float32)
+    operand.flat[::97] = np.nan
+    operand.flat[5::89] = -np.inf
+    return {"bn-relu": Sdp(scale=scale, shift=shift, act="relu"),
+            "negative-scale-relu": Sdp(scale=-scale, act="relu"),  # -0 from +0 sums: kept
+            "shift-add-relu": Sdp(shift=shift, ew_op="add", operand=operand, act="relu"),
+            "bn-add-clip": Sdp(scale=scale, shift=shift, ew_op="add", operand=operand,
+                               act="clip", clip=(-0.5, 1.0)),
+            "bn": Sdp(scale=scale, shift=shift),
+            "add": Sdp(ew_op="add", operand=operand)}[name]
+
+
+@pytest.mark.parametrize("layer", FP32_IMPLICIT_LAYERS,
+                         ids=lambda c: "x".join(map(str, c[0])) + f"-k{c[2]}s{c[3]}")
+@pytest.mark.parametrize("epilogue", FP32_REGISTER_EPILOGUES)
+def test_fp32_epilogue_in_registers_matches_the_separate_pass(layer, epilogue):
+    """The implicit GEMM applies one-pass epilogues (scale, shift, add, ReLU / clip) in
+    registers before its store; the independent mode runs the SDP engine's own pass on the
+    finished output. Same bits, signs of zero and NaNs included (a plane of zeros makes +0
+    sums, a negative scale -0; NaN and infinity in the input and in the operand), at 1, 2 and
+    3 threads, and close to the reference."""
+    in_shape, k, kernel, stride, pad = layer
+    rng = np.random.default_rng(sum(in_shape) + k + 3 * kernel)
+    x = rng.standard_normal(in_shape, dtype=np.float32)
+    x[:, :, 4:9, :] = 0.0  # rows of zero sums
+    x[0, 1, 20, 7] = np.nan
+    x[0, 2, 11, 3] = np.inf
+    w = (rng.standard_normal((k, in_shape[1], kernel, kernel)) /
+         np.sqrt(in_shape[1] * kernel * kernel)).astype(np.float32)
+    conv = Conv(w, stride=stride, padding=pad)
+    out_shape = DEVICE.output_shape([conv], in_shape)
+    chain = [conv, _register_epilogue(epilogue, k, out_shape, rng)]
+    separate, _ = DEVICES[1].run(chain, x, mode="independent")
+    assert np.isnan(separate).any() and (np.signbit(separate) & (separate == 0)).any() == (
+        epilogue == "negative-scale-relu")
+    for threads in (1, 2, 3):
+        fused, _ = DEVICES[threads].run(chain, x)
+        assert_same(fused.view(np.uint32), separate.view(np.uint32),
+                    f"bits, fused at {threads} threads vs independent")
+    expected = ref.run_chain(chain, x)
+    finite = np.isfinite(expected)
+    assert_close(separate[finite], expected[finite], rtol=1e-5)
+
+
 FP32_DEPTHWISE_ROWS = [  # in_shape, multiplier, kernel, stride, padding: the row-wise kernel
     ((1, 5, 7, 7), 1, 3, 1, 1),                 # a plane narrower than one vector
     ((2, 3, 16, 16), 1, 3, 2, 1),               # exactly one vector of input columns, batch 2
