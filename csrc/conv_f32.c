@@ -6,9 +6,10 @@
  * (24 accumulators) on the implicit GEMM, 4 channels with the running totals of the 32-deep
  * blocks in 12 more registers on packed panels:
  *  - implicit GEMM: the input is copied once per call, zero-padded and split into its stride
- *    phases, so that every depth row (c, r, s) of the im2col matrix is that copy at a constant
- *    offset; the kernel reads it in place over a grid of out_h rows of wq >= out_w columns and
- *    stores each vector's outputs past the few garbage columns. Used where the garbage is
+ *    phases (a 1x1 kernel's one phase only: a 1x1/2 downsample copies a quarter), so that
+ *    every depth row (c, r, s) of the im2col matrix is that copy at a constant offset; the
+ *    kernel reads it in place over a grid of out_h rows of wq >= out_w columns and stores each
+ *    vector's outputs past the few garbage columns. Used where the garbage is
  *    < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), the
  *    depth blocked by 512 so the kernel's weight rows stay in L1, weights read in place and
@@ -849,7 +850,8 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
 typedef struct imp_plan {
   int64_t wq, hq;       /* phase plane columns (>= out_w + the largest column shift) and rows */
   int64_t plane;        /* floats per phase plane */
-  int64_t nph;          /* stride_h * stride_w */
+  int64_t nph;          /* phases copied: stride_h * stride_w, or 1 for a 1x1 kernel (its one
+                         * tap reads phase (0, 0) only) */
   int64_t ncols;        /* oh * wq grid positions */
   int64_t npanels;      /* NR-wide panels over the grid */
   int64_t sqmax;        /* largest column shift of a tap */
@@ -864,7 +866,7 @@ static void imp_make_plan(const conv_plan* P, imp_plan* Q, int allow_direct) {
   Q->direct = allow_direct && g->kernel_h == 1 && g->kernel_w == 1 && sh == 1 && sw == 1 &&
               g->pad_top == 0 &&
               g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
-  Q->nph = sh * sw;
+  Q->nph = g->kernel_h == 1 && g->kernel_w == 1 ? 1 : sh * sw; /* 1x1/2: one phase of four */
   Q->sqmax = sqmax;
   if (Q->direct) {
     Q->wq = g->w;
@@ -1393,7 +1395,7 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
   imp_make_plan(&P, &Q, 1);
   /* Implicit GEMM where measured faster: enough columns (tails cost a panel), few garbage
    * columns, a depth whose weight panel streams well from L2 (the packed path blocks it), and
-   * with stride 2 only a small depth and every phase used (1x1/2 would copy 4 phases for 1). */
+   * with stride 2 only a small depth and every phase copied used (a 1x1/2 copies its one). */
   const int imp_ok = g->stride_h <= 2 && g->stride_w <= 2 && (Q.direct || Q.wq >= 16);
   const int all_phases = Q.nph == 1 || (g->kernel_h >= g->stride_h && g->kernel_w >= g->stride_w &&
                                         g->dilation_h == 1 && g->dilation_w == 1);
