@@ -951,13 +951,51 @@ static void imp_offsets(const conv_plan* P, const imp_plan* Q, int64_t* off) {
       }
 }
 
-/* Weights of group grp as MR-row blocks [block][k][MR] (rows past K/groups are zero). */
+/* 8 rows of 16 depths (r[m] = w[m][k .. k+16)) as 16 depths of 8 rows at d: pairs of rows
+ * interleaved (unpack), then quads (shuffle): a_j / b_j hold rows 0-3 / 4-7 at depth 4i + j in
+ * 128-bit lane i; interleaving their lanes puts depths j and j + 4 (c_j) or j + 8 and j + 12
+ * (e_j) in the two halves of one vector, and each stored vector is two of those halves. */
+static inline void transpose_8x16(const __m512* r, float* d) {
+  const __m512 t0 = _mm512_unpacklo_ps(r[0], r[1]), t1 = _mm512_unpackhi_ps(r[0], r[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(r[2], r[3]), t3 = _mm512_unpackhi_ps(r[2], r[3]);
+  const __m512 t4 = _mm512_unpacklo_ps(r[4], r[5]), t5 = _mm512_unpackhi_ps(r[4], r[5]);
+  const __m512 t6 = _mm512_unpacklo_ps(r[6], r[7]), t7 = _mm512_unpackhi_ps(r[6], r[7]);
+  const __m512 a[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xEE),
+                       _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xEE)};
+  const __m512 b[4] = {_mm512_shuffle_ps(t4, t6, 0x44), _mm512_shuffle_ps(t4, t6, 0xEE),
+                       _mm512_shuffle_ps(t5, t7, 0x44), _mm512_shuffle_ps(t5, t7, 0xEE)};
+  const __m512i lanes01 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i lanes23 =
+      _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+  __m512 c[4], e[4];
+  for (int j = 0; j < 4; ++j) {
+    c[j] = _mm512_permutex2var_ps(a[j], lanes01, b[j]); /* depths j, j + 4 */
+    e[j] = _mm512_permutex2var_ps(a[j], lanes23, b[j]); /* depths j + 8, j + 12 */
+  }
+  for (int q = 0; q < 2; ++q) { /* depths 2q, 2q + 1 and 4 + 2q, 5 + 2q; then 8 more */
+    _mm512_storeu_ps(d + (2 * q) * MR, _mm512_shuffle_f32x4(c[2 * q], c[2 * q + 1], 0x44));
+    _mm512_storeu_ps(d + (4 + 2 * q) * MR, _mm512_shuffle_f32x4(c[2 * q], c[2 * q + 1], 0xEE));
+    _mm512_storeu_ps(d + (8 + 2 * q) * MR, _mm512_shuffle_f32x4(e[2 * q], e[2 * q + 1], 0x44));
+    _mm512_storeu_ps(d + (12 + 2 * q) * MR, _mm512_shuffle_f32x4(e[2 * q], e[2 * q + 1], 0xEE));
+  }
+}
+
+/* Weights of group grp as MR-row blocks [block][k][MR] (rows past K/groups are zero): 16
+ * depths at a time by transposes (the scalar loop was 4.5 % of a 512 -> 256 1x1 layer on
+ * 28x28), the last kd % 16 one by one. */
 static void pack_a(const conv_plan* P, const float* weights, int64_t grp, int64_t block,
                    float* apack) {
   const float* w = weights + (grp * P->mg + block * MR) * P->kd;
   const int64_t rows = P->mg - block * MR < MR ? P->mg - block * MR : MR;
   float* d = apack + block * P->kd * MR;
-  for (int64_t k = 0; k < P->kd; ++k)
+  int64_t k = 0;
+  for (; k + 16 <= P->kd; k += 16) {
+    __m512 r[MR];
+    for (int64_t m = 0; m < MR; ++m)
+      r[m] = m < rows ? _mm512_loadu_ps(w + m * P->kd + k) : _mm512_setzero_ps();
+    transpose_8x16(r, d + k * MR);
+  }
+  for (; k < P->kd; ++k)
     for (int64_t m = 0; m < MR; ++m) d[k * MR + m] = m < rows ? w[m * P->kd + k] : 0.0f;
 }
 
