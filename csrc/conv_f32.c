@@ -613,7 +613,18 @@ static void pack_cr(const conv_plan* P, const seg* segs, int nsegs, int64_t c, i
     }
     const float* row = sg->img + c * P->hw + iy * W;
     const int64_t base = (int64_t)sg->x0 * st - g->pad_left; /* input column of lane 0, tap 0 */
-    if (st == 1 && nvo + (offmax >> 4) + 1 <= SRCV) {
+    if (st == 1 && nvo == 1 && offmax < 16) {
+      /* A segment of one vector (rows of 14x14 and 7x7 grids): its two source vectors stay in
+       * registers (an array of them goes through the stack: 7 % of a 3x3 layer on 14x14). */
+      const __m512 v0 = _mm512_maskz_loadu_ps(col_mask(base, W), row + base);
+      const __m512 v1 = _mm512_maskz_loadu_ps(col_mask(base + 16, W), row + base + 16);
+      const __mmask16 mk = lane_mask(pw - sg->lane0);
+      float* dr = d + sg->lane0;
+      for (int64_t s = s_lo; s < s_hi; ++s, dr += pw) {
+        const __m512i idx = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)(s * dw)));
+        _mm512_mask_storeu_ps(dr, mk, _mm512_permutex2var_ps(v0, idx, v1));
+      }
+    } else if (st == 1 && nvo + (offmax >> 4) + 1 <= SRCV) {
       __m512 v[SRCV];
       const int64_t nq = nvo + (offmax >> 4) + ((offmax & 15) != 0);
       for (int64_t q = 0; q < nq; ++q) {
