@@ -637,6 +637,25 @@ static void pack_cr(const conv_plan* P, const seg* segs, int nsegs, int64_t c, i
           _mm512_mask_storeu_ps(dr + 16 * j, lane_mask(pw - sg->lane0 - 16 * j),
                                 shifted(v + j, s * dw));
       }
+    } else if (st == 2 && nvo == 1 && offmax < 32) {
+      /* likewise at stride 2: the even and odd columns of 32 + 32 source columns */
+      const __m512i even = lanes_2x(0), odd = lanes_2x(1);
+      const __m512 lo0 = _mm512_maskz_loadu_ps(col_mask(base, W), row + base);
+      const __m512 hi0 = _mm512_maskz_loadu_ps(col_mask(base + 16, W), row + base + 16);
+      const __m512 lo1 = _mm512_maskz_loadu_ps(col_mask(base + 32, W), row + base + 32);
+      const __m512 hi1 = _mm512_maskz_loadu_ps(col_mask(base + 48, W), row + base + 48);
+      const __m512 ev0 = _mm512_permutex2var_ps(lo0, even, hi0);
+      const __m512 ev1 = _mm512_permutex2var_ps(lo1, even, hi1);
+      const __m512 od0 = _mm512_permutex2var_ps(lo0, odd, hi0);
+      const __m512 od1 = _mm512_permutex2var_ps(lo1, odd, hi1);
+      const __mmask16 mk = lane_mask(pw - sg->lane0);
+      float* dr = d + sg->lane0;
+      for (int64_t s = s_lo; s < s_hi; ++s, dr += pw) {
+        const int64_t o = s * dw;
+        const __m512i idx = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)(o >> 1)));
+        _mm512_mask_storeu_ps(dr, mk, (o & 1) ? _mm512_permutex2var_ps(od0, idx, od1)
+                                              : _mm512_permutex2var_ps(ev0, idx, ev1));
+      }
     } else if (st == 2 && nvo + (offmax >> 5) + 1 <= SRCV) {
       /* Split the source into even and odd columns once; tap s then reads one phase, shifted. */
       __m512 ev[SRCV], od[SRCV];
