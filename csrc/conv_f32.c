@@ -590,6 +590,49 @@ static inline __m512 shifted(const __m512* v, int64_t sh) {
 /* Source vectors a segment may need, at most: outputs (3 vectors) plus the tap offsets. */
 enum { SRCV = 8 };
 
+/* Taps s_lo..s_hi of one row segment of nvo <= 2 vectors at stride st (1 or 2), each tap's
+ * offset s*dw below 16 source vectors' worth: the source columns stay in registers (e: the
+ * columns at stride 1, the even ones at stride 2; o: the odd ones), each tap a shift of them.
+ * (An array of source vectors went through the stack: 7 % of a 3x3 layer on 14x14, 15 % of a
+ * 3x3/2 on 56x56.) Row s lands at dr + (s - s_lo) * pw, clipped to `room` lanes. */
+static inline __attribute__((always_inline)) void pack_segment(
+    const int nvo, const int st, const float* row, int64_t base, int64_t W, int64_t s_lo,
+    int64_t s_hi, int64_t dw, int64_t room, float* dr, int64_t pw) {
+  __m512 e0, e1, e2 = _mm512_setzero_ps(), o0 = e2, o1 = e2, o2 = e2;
+#define SRC(q) _mm512_maskz_loadu_ps(col_mask(base + 16 * (q), W), row + base + 16 * (q))
+  if (st == 1) {
+    e0 = SRC(0);
+    e1 = SRC(1);
+    if (nvo > 1) e2 = SRC(2);
+  } else {
+    const __m512i even = lanes_2x(0), odd = lanes_2x(1);
+    __m512 lo = SRC(0), hi = SRC(1);
+    e0 = _mm512_permutex2var_ps(lo, even, hi);
+    o0 = _mm512_permutex2var_ps(lo, odd, hi);
+    lo = SRC(2), hi = SRC(3);
+    e1 = _mm512_permutex2var_ps(lo, even, hi);
+    o1 = _mm512_permutex2var_ps(lo, odd, hi);
+    if (nvo > 1) {
+      lo = SRC(4), hi = SRC(5);
+      e2 = _mm512_permutex2var_ps(lo, even, hi);
+      o2 = _mm512_permutex2var_ps(lo, odd, hi);
+    }
+  }
+#undef SRC
+  const __mmask16 m0 = lane_mask(room), m1 = lane_mask(room - 16);
+  for (int64_t s = s_lo; s < s_hi; ++s, dr += pw) {
+    const int64_t off = s * dw;
+    const int odd_phase = st == 2 && (off & 1);
+    const __m512i idx =
+        _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)(st == 1 ? off : off >> 1)));
+    const __m512 a0 = odd_phase ? o0 : e0, a1 = odd_phase ? o1 : e1;
+    _mm512_mask_storeu_ps(dr, m0, _mm512_permutex2var_ps(a0, idx, a1));
+    if (nvo > 1)
+      _mm512_mask_storeu_ps(dr + 16, m1,
+                            _mm512_permutex2var_ps(a1, idx, odd_phase ? o2 : e2));
+  }
+}
+
 /* Pack the rows (c, r, s) for s in [s_lo, s_hi) of one panel: im2col of the columns in segs.
  * Row s goes to d + (s - s_lo) * pw. Whole vectors are stored (clipped to the panel width):
  * a segment's overrun lands in lanes a later segment or the final tail clear overwrites. */
@@ -613,17 +656,16 @@ static void pack_cr(const conv_plan* P, const seg* segs, int nsegs, int64_t c, i
     }
     const float* row = sg->img + c * P->hw + iy * W;
     const int64_t base = (int64_t)sg->x0 * st - g->pad_left; /* input column of lane 0, tap 0 */
-    if (st == 1 && nvo == 1 && offmax < 16) {
-      /* A segment of one vector (rows of 14x14 and 7x7 grids): its two source vectors stay in
-       * registers (an array of them goes through the stack: 7 % of a 3x3 layer on 14x14). */
-      const __m512 v0 = _mm512_maskz_loadu_ps(col_mask(base, W), row + base);
-      const __m512 v1 = _mm512_maskz_loadu_ps(col_mask(base + 16, W), row + base + 16);
-      const __mmask16 mk = lane_mask(pw - sg->lane0);
-      float* dr = d + sg->lane0;
-      for (int64_t s = s_lo; s < s_hi; ++s, dr += pw) {
-        const __m512i idx = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)(s * dw)));
-        _mm512_mask_storeu_ps(dr, mk, _mm512_permutex2var_ps(v0, idx, v1));
-      }
+    if (nvo <= 2 && (st == 1 || st == 2) && offmax < 16 * st) {
+      const int64_t room = pw - sg->lane0;
+      if (st == 1 && nvo == 1)
+        pack_segment(1, 1, row, base, W, s_lo, s_hi, dw, room, d + sg->lane0, pw);
+      else if (st == 1)
+        pack_segment(2, 1, row, base, W, s_lo, s_hi, dw, room, d + sg->lane0, pw);
+      else if (nvo == 1)
+        pack_segment(1, 2, row, base, W, s_lo, s_hi, dw, room, d + sg->lane0, pw);
+      else
+        pack_segment(2, 2, row, base, W, s_lo, s_hi, dw, room, d + sg->lane0, pw);
     } else if (st == 1 && nvo + (offmax >> 4) + 1 <= SRCV) {
       __m512 v[SRCV];
       const int64_t nq = nvo + (offmax >> 4) + ((offmax & 15) != 0);
@@ -636,25 +678,6 @@ static void pack_cr(const conv_plan* P, const seg* segs, int nsegs, int64_t c, i
         for (int64_t j = 0; j < nvo; ++j)
           _mm512_mask_storeu_ps(dr + 16 * j, lane_mask(pw - sg->lane0 - 16 * j),
                                 shifted(v + j, s * dw));
-      }
-    } else if (st == 2 && nvo == 1 && offmax < 32) {
-      /* likewise at stride 2: the even and odd columns of 32 + 32 source columns */
-      const __m512i even = lanes_2x(0), odd = lanes_2x(1);
-      const __m512 lo0 = _mm512_maskz_loadu_ps(col_mask(base, W), row + base);
-      const __m512 hi0 = _mm512_maskz_loadu_ps(col_mask(base + 16, W), row + base + 16);
-      const __m512 lo1 = _mm512_maskz_loadu_ps(col_mask(base + 32, W), row + base + 32);
-      const __m512 hi1 = _mm512_maskz_loadu_ps(col_mask(base + 48, W), row + base + 48);
-      const __m512 ev0 = _mm512_permutex2var_ps(lo0, even, hi0);
-      const __m512 ev1 = _mm512_permutex2var_ps(lo1, even, hi1);
-      const __m512 od0 = _mm512_permutex2var_ps(lo0, odd, hi0);
-      const __m512 od1 = _mm512_permutex2var_ps(lo1, odd, hi1);
-      const __mmask16 mk = lane_mask(pw - sg->lane0);
-      float* dr = d + sg->lane0;
-      for (int64_t s = s_lo; s < s_hi; ++s, dr += pw) {
-        const int64_t o = s * dw;
-        const __m512i idx = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)(o >> 1)));
-        _mm512_mask_storeu_ps(dr, mk, (o & 1) ? _mm512_permutex2var_ps(od0, idx, od1)
-                                              : _mm512_permutex2var_ps(ev0, idx, ev1));
       }
     } else if (st == 2 && nvo + (offmax >> 5) + 1 <= SRCV) {
       /* Split the source into even and odd columns once; tap s then reads one phase, shifted. */

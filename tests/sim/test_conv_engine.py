@@ -199,21 +199,25 @@ def test_fp32_epilogue_in_registers_matches_the_separate_pass(layer, epilogue):
 
 
 FP32_PACKED_SEGMENTS = [  # in_shape, k, kernel, stride, padding, dilation: im2col panels whose
-    ((1, 20, 14, 14), 12, 3, 1, 1, 1),  # output rows fit one vector (segments in registers)
+    ((1, 20, 14, 14), 12, 3, 1, 1, 1),  # output rows fit 1-2 vectors (segments in registers)
     ((1, 6, 13, 11), 9, 5, 1, 2, 1),    # 5x5, rows of 11
     ((1, 5, 16, 16), 7, 3, 1, 2, 2),    # dilation 2: shifts up to 4
     ((1, 8, 29, 29), 10, 3, 2, 1, 1),   # stride 2, rows of 15
     ((1, 4, 30, 27), 6, 5, 2, 2, 1),    # 5x5/2: odd columns shifted by one
     ((1, 3, 32, 32), 16, 7, 2, 3, 1),   # 7x7/2, rows of exactly one vector
     ((2, 4, 20, 31), 5, 3, 2, 2, 2),    # stride 2, dilation 2, batch 2
+    ((1, 5, 20, 20), 6, 3, 1, 1, 1),    # rows of two vectors (20 outputs)
+    ((1, 6, 30, 56), 8, 3, 2, 1, 1),    # stride 2, rows of 28: two vectors
+    ((1, 3, 21, 63), 4, 5, 2, 2, 1),    # 5x5/2, rows of 32
 ]
 
 
 @pytest.mark.parametrize("case", FP32_PACKED_SEGMENTS,
                          ids=lambda c: "x".join(map(str, c[0])) + f"-k{c[2]}s{c[3]}d{c[5]}")
 def test_fp32_packed_im2col_segments_match_reference(case):
-    """The packed path's im2col of grids whose output rows fit one vector (a 3x3 layer on
-    14x14): each row's source vectors stay in registers, shifted per tap. Small integers make
+    """The packed path's im2col of grids whose output rows fit one or two vectors (a 3x3
+    layer on 14x14, a 3x3/2 on 56x56): each row's source vectors stay in registers, shifted
+    per tap. Small integers make
     every sum exact in fp32, so the outputs must equal the float64 reference bit for bit (a
     misplaced tap shows), at 1, 2 and 3 threads."""
     in_shape, k, kernel, stride, pad, dil = case
@@ -223,7 +227,8 @@ def test_fp32_packed_im2col_segments_match_reference(case):
     conv = Conv(w, stride=stride, padding=pad, dilation=dil)
     exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride, conv.padding,
                        dil).astype(np.float32)
-    assert exact.shape[3] <= 16 and np.abs(exact).max() > 0
+    assert exact.shape[3] <= 32 and exact.shape[2] * exact.shape[3] < 512  # packed
+    assert np.abs(exact).max() > 0
     for threads in (1, 2, 3):
         assert_same(DEVICES[threads].run([conv], x)[0], exact, f"{threads} threads")
 
