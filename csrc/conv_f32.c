@@ -439,6 +439,12 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
   const __mmask16 t1 = nv == 2 ? tail : (__mmask16)0xFFFF;
   float total[MR * NR] __attribute__((aligned(64))); /* the blocks' running sums */
   ALL_ROWS(ACC_ROW)
+  /* the element-wise operand (a residual written layers ago, often out of cache) is fetched
+   * while the sums run: a cold 64 -> 256 1x1 + add on 56x56 1.33-1.38 -> 1.23-1.25 ms */
+  if (e != NULL && e->operand != NULL)
+    for (int m = 0; m < mr; ++m)
+      for (int v = 0; v < nv; ++v)
+        _mm_prefetch((const char*)(e->operand + m * ldo + d->o[v]), _MM_HINT_T0);
   /* Block 0 sums into the accumulators; each later block is stored first, summed from zero,
    * and added to the stored total (written before it is read: no uninitialised reads). */
   for (int64_t k0 = 0; k0 < kd; k0 += SUM_BLOCK) {
