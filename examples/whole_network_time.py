@@ -5,6 +5,7 @@ lies outside them (host ops and the border conversions, accel_convert).
 
     python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
         [--repeat 20] [--clock thread|wall] [--layers] [--ort] [--ort-layers]
+    python examples/whole_network_time.py mobilenet_v2 --precision int8 --compare-threads 2
 
 --clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
 processes on a shared machine barely move; with more threads only wall time means anything.
@@ -12,8 +13,10 @@ The script compiles the timer with the C compiler the project builds with and re
 with it preloaded. --ort times ONNX Runtime's session of `accel-codegen bench` (fp32, or its
 static QDQ int8 model calibrated on the same inputs) on the same clock, interleaved call by call
 with the simulator's, and prints the ratio; --ort-layers prints ONNX Runtime's per-node times
-from its profiler (a second session, run after the timed calls). Results:
-docs/whole_network_time.md.
+from its profiler (a second session, run after the timed calls). --compare-threads N runs
+every round once with 1 thread and once with N (in alternating order, wall clock, one process)
+and prints each layer's two medians side by side: on a shared machine the two counts see the
+same load, so the layers that scale badly stand out. Results: docs/whole_network_time.md.
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ def parse_args():
     ap.add_argument("--ort-layers", action="store_true",
                     help="also print ONNX Runtime's nodes (medians from its profiler, in a "
                          "second session run after the timed calls)")
+    ap.add_argument("--compare-threads", type=int, default=0, metavar="N",
+                    help="interleave calls with 1 and N threads; per-layer speed-ups")
     return ap.parse_args()
 
 
@@ -58,7 +63,7 @@ def relaunch(args) -> None:
                     f"-I{link.PACKAGE_DIR / 'include'}", str(HERE / "whole_network_time" /
                                                            "run_timer.c"),
                     "-o", str(timer), "-ldl"], check=True)
-    clock = args.clock or ("thread" if args.threads == 1 else "wall")
+    clock = args.clock or ("thread" if args.threads == 1 and not args.compare_threads else "wall")
     env = dict(os.environ, LD_PRELOAD=str(timer), RUN_TIMER_LIB=str(lib),
                RUN_TIMER_CLOCK=clock, ACCEL_NUM_THREADS=str(args.threads),
                RUN_TIMER_CHILD="1")
@@ -143,15 +148,71 @@ def ort_layers(model, path: Path, threads: int, repeat: int) -> None:
         print(f"  {name[:48]:48s} {ops[name][:18]:18s} {statistics.median(ms[3:]):8.3f} ms")
 
 
+def read_events(timer) -> list:
+    with tempfile.NamedTemporaryFile(suffix=".tsv") as f:
+        assert timer.run_timer_dump(f.name.encode()) == 0
+        return [line.rstrip("\n").split("\t") for line in open(f.name)]
+
+
+def compare_threads(args, run, timer) -> None:
+    """Rounds of one call with 1 thread and one with N (alternating which goes first); each
+    layer's median wall time at both counts, its speed-up, and its loss against a perfect
+    N-fold speed-up (time at N - time at 1 / N)."""
+    counts = (1, args.compare_threads)
+    for n in counts * 3:
+        timer.run_timer_set_threads(n)
+        run()
+    timer.run_timer_reset()
+    order, calls = [], {n: [] for n in counts}
+    for i in range(args.repeat):
+        for n in (counts if i % 2 == 0 else counts[::-1]):
+            timer.run_timer_set_threads(n)
+            start = timer.run_timer_now()
+            run()
+            calls[n].append(timer.run_timer_now() - start)
+            order.append(n)
+    timer.run_timer_set_threads(0)
+    rows = read_events(timer)
+    per_call = len(rows) // len(order)
+    layers = {n: collections.defaultdict(list) for n in counts}
+    for k, n in enumerate(order):
+        for r in rows[k * per_call:(k + 1) * per_call]:
+            layers[n][r[0]].append(float(r[3]))
+    ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    one, many = counts
+    print(f"{args.model} {args.precision}, 1 against {many} threads, wall clock, medians of "
+          f"{args.repeat} interleaved rounds, load average {os.getloadavg()[0]:.1f}")
+    runs = {n: sum(ms(v) for v in layers[n].values()) for n in counts}
+    print(f"  whole call {ms(calls[one]):.2f} -> {ms(calls[many]):.2f} ms (x"
+          f"{ms(calls[one]) / ms(calls[many]):.2f}); sum of the layers' medians {runs[one]:.2f} "
+          f"-> {runs[many]:.2f} ms (x{runs[one] / runs[many]:.2f})")
+    losses = collections.Counter()
+    table = []
+    for r in rows[:per_call]:
+        t1, tn = ms(layers[one][r[0]]), ms(layers[many][r[0]])
+        key = ENGINES[int(r[1])] + (" chain" if int(r[2]) > 1 else "")
+        losses[key] += tn - t1 / many
+        table.append((r[0], t1, tn, tn - t1 / many))
+    print(f"  loss against a perfect x{many} (ms): " +
+          ", ".join(f"{k} {v:.2f}" for k, v in losses.most_common()))
+    if args.layers:
+        print(f"  {'layer':56s} {'1 thr ms':>9s} {many} thr ms  speed-up  loss ms")
+        for label, t1, tn, loss in table:
+            print(f"  {label[:56]:56s} {t1:9.3f} {tn:9.3f} {t1 / tn:8.2f} {loss:8.3f}")
+
+
 def main() -> None:
     args = parse_args()
     if not os.environ.get("RUN_TIMER_CHILD"):
         relaunch(args)
     model, run = build_runner(args.model, args.precision)
-    ort_path = ort_model(model, args.precision) if args.ort or args.ort_layers else None
-    ort_run = build_ort(model, ort_path, args.threads) if args.ort else None
     timer = ctypes.CDLL(None)
     timer.run_timer_now.restype = ctypes.c_double
+    if args.compare_threads:
+        compare_threads(args, run, timer)
+        return
+    ort_path = ort_model(model, args.precision) if args.ort or args.ort_layers else None
+    ort_run = build_ort(model, ort_path, args.threads) if args.ort else None
     for _ in range(3):
         run()
         if ort_run is not None:
@@ -166,9 +227,7 @@ def main() -> None:
             start = timer.run_timer_now()
             ort_run()
             ort_calls.append(timer.run_timer_now() - start)
-    with tempfile.NamedTemporaryFile(suffix=".tsv") as f:
-        assert timer.run_timer_dump(f.name.encode()) == 0
-        rows = [line.rstrip("\n").split("\t") for line in open(f.name)]
+    rows = read_events(timer)
     per_call = len(rows) // args.repeat
     nets = [rows[i * per_call:(i + 1) * per_call] for i in range(args.repeat)]
     runs = [sum(float(r[3]) for r in n) for n in nets]

@@ -4,6 +4,8 @@
  * ended, on CLOCK_THREAD_CPUTIME_ID (RUN_TIMER_CLOCK=thread: the calling thread's CPU time,
  * which a busy shared machine barely moves; meaningful with 1 thread) or CLOCK_MONOTONIC.
  * The real accel_run is looked up in the libaccel that Python loaded (RUN_TIMER_LIB).
+ * run_timer_set_threads(n) makes every following run use n threads (accel_device_set_threads
+ * on the run's device), so that one process can compare thread counts call by call.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,6 +28,7 @@ typedef struct event {
 static event events[MAX_EVENTS];
 static int32_t num_events;
 static double last_end = -1.0;
+static int32_t run_threads; /* 0: leave the device's thread count alone */
 
 static double now(void) {
   static clockid_t clock_id = (clockid_t)-1;
@@ -42,13 +45,19 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                        const accel_tensor* input, const accel_tensor* output, accel_mode mode,
                        const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats) {
   static run_fn real;
+  static accel_status (*set_threads)(accel_device*, int32_t);
   if (real == NULL) {
     void* lib = dlopen(getenv("RUN_TIMER_LIB"), RTLD_NOW | RTLD_NOLOAD);
     real = lib != NULL ? (run_fn)dlsym(lib, "accel_run") : NULL;
-    if (real == NULL || real == accel_run) {
+    set_threads = lib != NULL ? dlsym(lib, "accel_device_set_threads") : NULL;
+    if (real == NULL || real == accel_run || set_threads == NULL) {
       fprintf(stderr, "run_timer: libaccel (RUN_TIMER_LIB) is not loaded\n");
       abort();
     }
+  }
+  if (run_threads > 0 && set_threads(dev, run_threads) != ACCEL_OK) {
+    fprintf(stderr, "run_timer: cannot set %d threads\n", (int)run_threads);
+    abort();
   }
   const double start = now();
   const accel_status st = real(dev, ops, num_ops, input, output, mode, label, run_stats, op_stats);
@@ -70,6 +79,9 @@ void run_timer_reset(void) {
   num_events = 0;
   last_end = -1.0;
 }
+
+/* Runs from now on use n threads (0: the device's own count). */
+void run_timer_set_threads(int32_t n) { run_threads = n; }
 
 /* The clock's current reading, so that Python times whole calls on the same clock. */
 double run_timer_now(void) { return now(); }
