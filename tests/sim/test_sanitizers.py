@@ -1,7 +1,8 @@
 """The C library under AddressSanitizer and UndefinedBehaviorSanitizer.
 
 Builds libaccel with -fsanitize=address,undefined, runs the C tests (tests/c: rejections,
-engines against naive loops, a fuzz loop of random chains; the generated code's glue), then runs the Python engine,
+engines against naive loops, a fuzz loop of random chains; the thread pool; the generated
+code's glue), then runs the Python engine,
 validation, cost-model, hardening and property-based tests again with that library preloaded in
 place of the installed one.
 Any out-of-bounds access or undefined behaviour aborts the run and fails the test.
@@ -56,6 +57,16 @@ def test_c_tests_are_clean_under_sanitizers(sanitized_build):
     summary = result.stdout.strip().splitlines()[-1]
     passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
     assert failed == 0 and passed > 100, summary
+
+
+def test_thread_pool_is_clean_under_sanitizers(sanitized_build):
+    """csrc/pool.c on its own (tests/c/test_pool.c): items once each, sleeping workers waking,
+    nested and concurrent loops, fork."""
+    result = _run([sanitized_build / "test_pool"],
+                  env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0"})
+    summary = result.stdout.strip().splitlines()[-1]
+    passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
+    assert failed == 0 and passed >= 140, summary
 
 
 def test_generated_code_glue_is_clean_under_sanitizers(sanitized_build):
