@@ -59,7 +59,9 @@ def relaunch(args) -> None:
     """Compile the timer and run this script again with it preloaded."""
     from accel_codegen.compiler import link
 
-    lib = link.PACKAGE_DIR / "lib" / "libaccel.so"
+    # RUN_TIMER_LIB: another build of the library, preloaded (LD_PRELOAD) in place of the
+    # installed one, e.g. to compare two builds
+    lib = os.environ.get("RUN_TIMER_LIB", str(link.PACKAGE_DIR / "lib" / "libaccel.so"))
     build = Path(tempfile.mkdtemp(prefix="run-timer-"))
     timer = build / "run_timer.so"
     subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
@@ -67,7 +69,8 @@ def relaunch(args) -> None:
                                                            "run_timer.c"),
                     "-o", str(timer), "-ldl"], check=True)
     clock = args.clock or ("thread" if args.threads == 1 and not args.compare_threads else "wall")
-    env = dict(os.environ, LD_PRELOAD=str(timer), RUN_TIMER_LIB=str(lib),
+    preload = " ".join([str(timer), os.environ.get("LD_PRELOAD", "")]).strip()
+    env = dict(os.environ, LD_PRELOAD=preload, RUN_TIMER_LIB=str(lib),
                RUN_TIMER_CLOCK=clock, ACCEL_NUM_THREADS=str(args.threads),
                RUN_TIMER_CHILD="1")
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
