@@ -12,7 +12,7 @@
  * Claims take a run of consecutive items, a share of what is left (guided scheduling): the
  * counter's cache line moves between the cores once per claim, about 0.1-0.2 us here, which
  * one claim per item paid on MobileNetV2 int8's ~5,000 items per inference (the copy loops'
- * items take 0.05-1 us). The share is small (1/8 of what is left with 2 threads, at least one
+ * items take 0.05-1 us). The share is small (1/4 of what is left with 2 threads, at least one
  * item) so that a worker descheduled right after a claim holds the caller up for little work,
  * and the last claims are single items, which keeps the threads' finishing times close.
  *
@@ -36,7 +36,7 @@
 #endif
 
 enum { SPIN_ROUNDS = 4000 }; /* pauses a worker spins before it sleeps (~100 us here) */
-enum { CLAIM_SHARE = 4 };    /* a claim takes 1 / (CLAIM_SHARE * participants) of what is left */
+enum { CLAIM_SHARE = 2 };    /* a claim takes 1 / (CLAIM_SHARE * participants) of what is left */
 
 /* The claim counter and the finished count each on a cache line of their own: every claim
  * writes the first, the caller polls the second, and the items read the rest. */
