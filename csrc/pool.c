@@ -65,9 +65,11 @@ static struct {
 
 static void run_items(pool_job* j, int participant) {
   /* the share is worked out from where this participant's last claim ended (one access to the
-   * counter's line per claim; a read before each claim cost another transfer of it) */
+   * counter's line per claim; a read before each claim cost another transfer of it); a worker
+   * reads the counter once first, so that coming late it does not size its claim on items
+   * the caller has already taken */
   const int64_t divisor = (int64_t)CLAIM_SHARE * j->participants;
-  int64_t seen = 0;
+  int64_t seen = participant == 0 ? 0 : atomic_load_explicit(&j->next, memory_order_relaxed);
   for (;;) {
     const int64_t share = (j->items - seen) / divisor > 1 ? (j->items - seen) / divisor : 1;
     const int64_t first = atomic_fetch_add(&j->next, share);
