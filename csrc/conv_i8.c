@@ -354,43 +354,109 @@ UKR(2)
 UKR(3)
 static const ukr_fn ukr_table[4] = {0, ukr1, ukr2, ukr3};
 
-/* The codes of a panel just computed (rows of NR accumulators at c, ldc apart; still in L1),
- * converted in lanes (sdp_i8_lanes.h) with each row's converter: rows m < E->rows, their
- * first E->cols codes at E->out + m * E->ldo. One pass per panel, the converters prepared
- * once per call: no sdp_i8_span call (and its set-up) per row. (Converting inside the
- * micro-kernel, before the store, made GCC spill its 24 accumulators in the depth loop.) */
+static inline __mmask16 lane_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* The codes of rows of int32 values still in L1 (a panel just computed, or a tile's channel
+ * rows), converted in lanes (sdp_i8_lanes.h) with each row's converter: rows m < E->rows, their
+ * first E->cols values at c + m * ldc, the codes at E->out + m * E->ldo and a residual add's
+ * operand codes (E->add) at E->opnd + m * E->ldo. The converters are prepared once per call:
+ * no sdp_i8_span call (and its set-up) per row. (Converting inside the micro-kernel, before
+ * the store, made GCC spill its 24 accumulators in the depth loop.) */
 typedef struct panel_codes {
   const sdp_i8_lane_cvt* cvt; /* the rows' converters */
   int8_t* out;
   int64_t ldo, rows, cols;
   int8_t lo, hi;
-  int split; /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
+  int split;                  /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
+  const sdp_i8_lane_add* add; /* the residual add (every row split), or NULL */
+  const int8_t* opnd;         /* its operand codes, laid out as out */
+  int wide;                   /* rows readable to NR values whatever cols (a tile's) */
 } panel_codes;
 
-static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
+/* q of the 16 values v of converter e (split: its form); with a residual add (add: 1 any,
+ * 2 lean), of the 16 operand codes in o (split: the add's channel form). */
+static inline __attribute__((always_inline)) __m512i q_of(const panel_codes* E,
+                                                          const sdp_i8_lane_cvt* e, __m512i v,
+                                                          __m128i o, int split, int add) {
+  if (!add) return sdp_i8_lanes_form(e, v, split);
+  return sdp_i8_lanes_add(E->add, e, v, _mm512_cvtepi8_epi32(o), split, add == 2);
+}
+
+/* One step of 64 values of each row from column i (panel: of at most NR, read unmasked). */
+static inline __attribute__((always_inline)) void panel_step(const panel_codes* E,
                                                               const int32_t* c, int64_t ldc,
-                                                              int split) {
-  const __mmask64 keep = E->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << E->cols) - 1;
+                                                              int64_t i, int split, int add,
+                                                              int panel) {
   const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
-  for (int64_t m = 0; m < E->rows; ++m) {
-    const sdp_i8_lane_cvt* e = E->cvt + m;
-    const int32_t* r = c + m * ldc;
-    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r), split);
-    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 16), split);
-    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_loadu_si512(r + 32), split);
-    const __m512i y = sdp_i8_codes64(q0, q1, q2, q2);
-    _mm512_mask_storeu_epi8(E->out + m * E->ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
+  const int64_t n = E->cols - i;
+  const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
+                  k3 = lane_mask(n - 48);
+  const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+  /* locals: the code stores could alias E's fields */
+  const int64_t rows = E->rows, ldo = E->ldo;
+  const sdp_i8_lane_cvt* cvt = E->cvt;
+  int8_t* out = E->out + i;
+  const int8_t* opnd = add ? E->opnd + i : NULL;
+  for (int64_t m = 0; m < rows; ++m) {
+    const sdp_i8_lane_cvt* e = cvt + m;
+    const int32_t* r = c + m * ldc + i;
+    __m512i o = _mm512_setzero_si512();
+    if (add) o = _mm512_maskz_loadu_epi8(keep, opnd + m * ldo);
+    const __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
+    const __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
+    const __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
+    const __m512i q0 = q_of(E, e, v0, _mm512_castsi512_si128(o), split, add);
+    const __m512i q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
+    const __m512i q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
+    const __m512i q3 = panel ? q2
+                             : q_of(E, e, _mm512_maskz_loadu_epi32(k3, r + 48),
+                                    _mm512_extracti32x4_epi32(o, 3), split, add);
+    const __m512i y = sdp_i8_codes64(q0, q1, q2, q3);
+    _mm512_mask_storeu_epi8(out + m * ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
   }
 }
 
-static void codes_of_panel(const panel_codes* E, const int32_t* c, int64_t ldc) {
-  if (E->split == 2) panel_body(E, c, ldc, 2);
-  else if (E->split == 1) panel_body(E, c, ldc, 1);
-  else panel_body(E, c, ldc, 0);
+static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
+                                                              const int32_t* c, int64_t ldc,
+                                                              int split, int add) {
+  if (E->wide && E->cols <= NR) {
+    panel_step(E, c, ldc, 0, split, add, 1);
+    return;
+  }
+  for (int64_t i = 0; i < E->cols; i += 64) panel_step(E, c, ldc, i, split, add, 0);
 }
 
-static inline __mmask16 lane_mask(int64_t n) {
-  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+static inline __attribute__((always_inline)) void codes_of_panel(const panel_codes* E,
+                                                                   const int32_t* c, int64_t ldc) {
+  if (E->add != NULL) {
+    const int lean = E->add->lean ? 2 : 1;
+    if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2);
+    else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2);
+    else if (lean == 2) panel_body(E, c, ldc, 1, 2);
+    else if (E->split == 3) panel_body(E, c, ldc, 3, 1);
+    else if (E->split == 2) panel_body(E, c, ldc, 2, 1);
+    else panel_body(E, c, ldc, 1, 1);
+  } else if (E->split == 2) {
+    panel_body(E, c, ldc, 2, 0);
+  } else if (E->split == 1) {
+    panel_body(E, c, ldc, 1, 0);
+  } else {
+    panel_body(E, c, ldc, 0, 0);
+  }
+}
+
+/* The form every one of the rows' converters has: 2 split without clamp, 1 split, 0 any
+ * (a residual add's: 3 without clamp and shifts <= 16, 2 without clamp, 1 any). */
+static int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
+  int split = 3;
+  for (int64_t m = 0; m < rows; ++m) {
+    const int form = add ? 1 + cvt[m].exact + (cvt[m].exact && cvt[m].shift == 0 && cvt[m].add == 0)
+                         : cvt[m].k == 16 ? 1 + cvt[m].exact : 0;
+    split = form < split ? form : split;
+  }
+  return split;
 }
 
 /* dst[i] = src[i] for i < n; dst may equal src or lie below it (memmove's rep movsb is slow
@@ -473,6 +539,7 @@ static void gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const i
     if (E != NULL) { /* grid columns p * NR.. are output positions */
       panel_codes e = *E;
       e.out += p * NR;
+      if (e.add != NULL) e.opnd += p * NR;
       e.cols = left < NR ? left : NR;
       codes_of_panel(&e, c, TILE * NR);
     }
@@ -739,9 +806,42 @@ typedef struct imp_job {
   size_t tile_bytes;
   int64_t ldt, rows_per_item, nbuild, tiles, b;
   int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
-  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes (no dropped columns), or NULL */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL */
   int8_t lo, hi;              /* and the codes' bounds */
+  const sdp_i8_lane_add* add; /* the residual add in lanes (with cvt), or NULL */
+  sdp_i8_lane_add add_consts; /* its constants */
 } imp_job;
+
+/* J->cvt (and J->add for a residual add) when every channel's converter has the lane form
+ * (sdp_i8_lanes.h), prepared once per call into a workspace slot; else NULL: sdp_i8_span per
+ * row. Outputs of one position per image convert along the channels instead. 0 when out of
+ * memory. */
+static int imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J) {
+  const conv_geometry* g = P->g;
+  J->cvt = NULL;
+  J->add = NULL;
+  if (P->ohw <= 1) return 1;
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL) return 0;
+  const int64_t vmax = P->kd * 255 * 128; /* |v|: depth x |in - in_zero| x |w| */
+  if (sdp_i8_lanes_prepare(ep, 0, g->k, vmax, cvt, &J->lo, &J->hi)) {
+    J->cvt = cvt;
+  } else if (sdp_i8_lanes_prepare_add(ep, 0, g->k, vmax, cvt, &J->add_consts, &J->lo, &J->hi)) {
+    J->cvt = cvt;
+    J->add = &J->add_consts;
+  }
+  return 1;
+}
+
+/* The codes of a tile's rows of channels k0.. (rows of them, ldc apart, cols values each) at
+ * output offset `at` of channel k0 (the operand at the same offset), in lanes. */
+static void imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
+                              int64_t ldc, int64_t at, int64_t cols, int wide) {
+  const panel_codes E = {J->cvt + k0, J->out + at, J->P->ohw, rows, cols, J->lo, J->hi,
+                         rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
+                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide};
+  codes_of_panel(&E, c, ldc);
+}
 
 static void imp_pack_item(void* ctx, int64_t blk, int participant) {
   const imp_job* J = ctx;
@@ -818,16 +918,13 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t grp = u / (P->mblocks * tiles);
   const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
   const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
-  if (J->cvt != NULL) { /* grid column n is output position n: codes straight from registers */
-    const int64_t k0 = grp * P->mg + mb * MR;
-    int split = 2; /* the form every row has: 2 split without clamp, 1 split, 0 any */
-    for (int64_t m = 0; m < rows; ++m) {
-      const sdp_i8_lane_cvt* e = J->cvt + k0 + m;
-      const int form = e->k == 16 ? 1 + e->exact : 0;
-      split = form < split ? form : split;
-    }
-    const panel_codes E = {J->cvt + k0, J->out + (b * g->k + k0) * P->ohw, P->ohw, rows, 0,
-                           J->lo, J->hi, split};
+  const int64_t k0 = grp * P->mg + mb * MR;
+  if (J->cvt != NULL && Q->wq == g->out_w) {
+    /* grid column n is output position n: each panel's codes straight after its GEMM */
+    const int64_t at = (b * g->k + k0) * P->ohw;
+    const panel_codes E = {J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
+                           rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
+                           J->add != NULL ? ep->ew_operand + at : NULL, 1};
     gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
     return;
   }
@@ -855,7 +952,6 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   if (nseg == 0) return;
   const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
   if (P->ohw == 1) { /* one output per channel: along the channels */
-    const int64_t k0 = grp * P->mg + mb * MR;
     epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, J->out);
     return;
   }
@@ -864,10 +960,12 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
     for (int i = 0; i < nseg; ++i)
       if (segs[i].col != segs[i].o - o0)
         move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
-    const int64_t k = grp * P->mg + mb * MR + m;
-    const int64_t at = (b * g->k + k) * P->ohw + o0;
-    convert_at(ep, k, row, J->out, at, cnt);
+    if (J->cvt != NULL) continue; /* all rows at once below */
+    const int64_t k = k0 + m;
+    convert_at(ep, k, row, J->out, (b * g->k + k) * P->ohw + o0, cnt);
   }
+  if (J->cvt != NULL)
+    imp_codes_of_rows(J, k0, rows, tile, TILE * NR, (b * g->k + k0) * P->ohw + o0, cnt, 1);
 }
 
 static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* in,
@@ -903,12 +1001,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0};
-  if (Q.wq == g->out_w && P->ohw > 1) {
-    sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
-    if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
-    if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
-  }
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0, NULL, {0}};
+  if (!imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {
     J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
@@ -1080,6 +1174,11 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
                                    ldr);
   }
   const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
+  if (J->cvt != NULL) {
+    const int64_t k0 = grp * P->mg + mb0 * MR;
+    imp_codes_of_rows(J, k0, chans, rows, ldr, (J->b * g->k + k0) * P->ohw + first, cnt, 0);
+    return;
+  }
   for (int64_t m = 0; m < chans; ++m) {
     const int32_t* row = rows + m * ldr;
     const int64_t k = grp * P->mg + mb0 * MR + m;
@@ -1130,7 +1229,8 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   /* the copy's tmp rows (strides > 2) sit at the start of each scratch: tile_bytes 0 */
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               0, ldt, rows_per_item, nbuild, 0, 0, 0};
+               0, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}};
+  if (!imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   const small_job S = {&J, sets, ptiles, chunks, ldr};
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {
@@ -1298,7 +1398,8 @@ static accel_status conv_stem(const plan* P, const stem_plan* T, int32_t in_zero
   }
   const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
   imp_job J = {&D, &Q, &B, in_zero, in, weights, apack, wsum, NULL, NULL, out, ep, scratch,
-               tile_bytes, 0, 0, 0, tiles, 0, 0};
+               tile_bytes, 0, 0, 0, tiles, 0, 0, NULL, 0, 0, NULL, {0}};
+  if (!imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   S.P = P;
   S.Q = &Q;
   S.T = T;

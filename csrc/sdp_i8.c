@@ -795,6 +795,75 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
   }
   return 1;
 }
+
+/* The residual add's lane form (sdp_i8_lanes.h), its bounds checked here in int64. */
+int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi) {
+  if (p->lut != NULL || p->ew_op != ACCEL_EW_ADD ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  const int64_t limit = (int64_t)1 << 31;
+  /* the channels: u = rhaz(t * mul, s) for |t| <= tm; the largest |u| over them */
+  int64_t u_max = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    const int64_t s = c.shift, mul = c.mul;
+    if (mul <= 0 || s < 1 || s > 40) return 0;
+    sdp_i8_lane_cvt* e = cvt + i;
+    e->exact = vmax + abs64(c.bias) <= INT32_MAX;
+    const int64_t tm = e->exact ? vmax + abs64(c.bias) : limit; /* |t| */
+    const int64_t k = s < 16 ? s : 16;
+    e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));
+    e->vhi = (int32_t)(INT32_MAX - (c.bias > 0 ? c.bias : 0));
+    e->bias = (int32_t)c.bias;
+    e->mul = (int32_t)mul;
+    e->k = (int32_t)k;
+    e->low = (int32_t)(((int64_t)1 << k) - 1);
+    e->neg = s <= 16 ? (int32_t)1 << (s - 1) : 0; /* lo_add */
+    e->add = s > 16 ? (int32_t)1 << (s - 17) : 0;
+    e->shift = (int32_t)(s - k);
+    /* |th| <= tm / 2^k + 1 and (tl * mul + lo_add - n) >> k in [-1, mul] (tl * mul + lo_add
+     * < 2^16 * 2^15 fits for k <= 16) */
+    if ((tm / ((int64_t)1 << k) + 1) * mul + e->add + mul + 1 >= limit) return 0;
+    const int64_t u = ((tm * mul) >> s) + 1;
+    u_max = u > u_max ? u : u_max;
+  }
+  /* the operand: |x| <= 255 * 2^15 < 2^23, e = 0 from ew_shift 24 on */
+  const int64_t es = p->ew_shift < 24 ? p->ew_shift : 0;
+  const int64_t em = p->ew_shift < 24 ? p->ew_mul : 0;
+  const int64_t half = es > 0 ? (int64_t)1 << (es - 1) : 0;
+  add->ew_mul = (int32_t)em;
+  add->ew_base = (int32_t)(half - (int64_t)p->ew_zero * em);
+  add->ew_nlt = es > 0 ? (int32_t)half : INT32_MIN;
+  add->ew_shift = (int32_t)es;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * em, es);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t w_max = u_max + e_max; /* |u + e|: no sat32 on u or on the sum */
+  if (w_max >= limit) return 0;
+  /* the output converter (out_mul 0: y = sat8(t + out_zero), the same as out_mul 1, shift 0) */
+  const int64_t om = p->out_mul != 0 ? p->out_mul : 1, os = p->out_mul != 0 ? p->out_shift : 0;
+  if (os > 30) return 0;
+  const int64_t out_add = (os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os);
+  int64_t w_hi = w_max;
+  if (w_max * abs64(om) + abs64(out_add) + 1 >= limit) {
+    /* |w| >= T_out saturates the code on w's side (add32_plan) */
+    w_hi = (((128 + abs64(p->out_zero)) << os) + abs64(om) - 1) / abs64(om);
+    if (w_hi * abs64(om) + abs64(out_add) + 1 >= limit) return 0;
+  }
+  add->w_hi = (int32_t)w_hi;
+  add->w_lo = p->act == ACCEL_ACT_RELU ? 0 : (int32_t)-w_hi;
+  add->out_mul = (int32_t)om;
+  add->out_add = (int32_t)out_add;
+  add->out_neg = os > 0 ? -1 : 0;
+  add->out_shift = (int32_t)os;
+  add->lean = p->act == ACCEL_ACT_RELU && om == 1 && w_hi == w_max;
+  *lo = (int8_t)p->clip_lo; /* -128 / 127 unless CLIP */
+  *hi = (int8_t)p->clip_hi;
+  return 1;
+}
 #define SPAN_IMPL span_avx512
 #define CHANNELS_IMPL channels_avx512
 #else
@@ -802,6 +871,11 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
                          sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
   (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lo, (void)hi;
   return 0; /* no vector lanes in this build */
+}
+int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)add, (void)lo, (void)hi;
+  return 0;
 }
 #define SPAN_IMPL span_scalar
 #define CHANNELS_IMPL channels_scalar

@@ -37,6 +37,39 @@ typedef struct sdp_i8_lane_cvt {
 int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                          sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi);
 
+/* The residual add (element-wise ADD, act NONE / RELU / CLIP, no LUT) in lanes, where every
+ * step stays exact inside int32 (sdp_i8_lanes_prepare_add checks the bounds in int64):
+ *   t = v + bias                       (min(max(v, vlo), vhi) + bias: sat32, unless exact)
+ *   u = (th * mul + add + ((tl * mul + lo_add - (t < 0)) >> k)) >> shift
+ *       = rhaz(t * mul, s), t = th 2^k + tl, 0 <= tl < 2^k: k = s, lo_add = 2^(s-1) for s
+ *       <= 16 (then add = shift = 0); k = 16, add = 2^(s-17), shift = s - 16 above (mul > 0).
+ *       |u| stays inside int32 for the accumulators' bound: no sat32
+ *   e = (x - (x < ew_nlt)) >> ew_shift,  x = o * ew_mul + ew_base
+ *       = rhaz((o - ew_zero) * ew_mul, ew_shift) of the operand code o, the half in ew_base
+ *       (x < half: the product is negative; ew_nlt = INT32_MIN when ew_shift is 0). |x| <
+ *       2^23, so no sat32; ew_shift >= 24 gives e = 0 (ew_mul = ew_base = 0)
+ *   w = min(max(u + e, w_lo), w_hi)    (w_lo = 0 for RELU, which commutes with the clamp to
+ *       +-T_out that keeps w * out_mul inside int32 where it could leave it: any |w| >= T_out
+ *       gives a code saturated on w's side, as in add32_plan in sdp_i8.c)
+ *   q = (p + out_add + (out_neg & (p >> 31))) >> out_shift,  p = w * out_mul
+ *       (out_mul 0 is the identity: out_mul 1, out_shift 0; out_zero folded into out_add)
+ * The codes are then min(max(sat8(q), lo), hi) with CLIP's bounds (-128 / 127 otherwise).
+ * "lean" calls (RELU, out_mul 1 or 0, no clamp to T_out needed: the compiler's residual adds)
+ * need neither the upper clamp nor the sign term (w >= 0): w = max(u + e, 0), q = (w +
+ * out_add) >> out_shift. The channel's constants are an sdp_i8_lane_cvt's (lo_add in `neg`,
+ * which this form has no other use for), the call's these: */
+typedef struct sdp_i8_lane_add {
+  int32_t ew_mul, ew_base, ew_nlt, ew_shift;
+  int32_t w_lo, w_hi;
+  int32_t out_mul, out_add, out_neg, out_shift;
+  int lean;
+} sdp_i8_lane_add;
+
+/* sdp_i8_lanes_prepare for the residual add: the channels' converters and the call's
+ * constants, for values |v| <= vmax; 1 when the lane form applies to every channel, else 0. */
+int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi);
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
@@ -73,6 +106,47 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes(const sdp_i8_lane_cvt* c,
                                                                   __m512i v) {
   return sdp_i8_lanes_form(c, v, 0);
+}
+
+/* q of 16 values v of channel c with their operand codes o (int32 lanes), the residual add
+ * a. form: 1 any channel, 2 c->exact (no sat32 clamp), 3 exact and s <= 16 (no add, shift);
+ * lean: a->lean. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_i8_lane_add* a,
+                                                                      const sdp_i8_lane_cvt* c,
+                                                                      __m512i v, __m512i o,
+                                                                      int form, int lean) {
+  if (form < 2)
+    v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),
+                         _mm512_set1_epi32(c->vhi));
+  const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
+  const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
+  const __m512i lp = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
+                       _mm512_set1_epi32(c->neg)),
+      _mm512_srai_epi32(t, 31));
+  __m512i u = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srav_epi32(t, k), m),
+                               _mm512_srav_epi32(lp, k));
+  if (form < 3)
+    u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
+                          _mm512_set1_epi32(c->shift));
+  const __m512i x = _mm512_add_epi32(_mm512_mullo_epi32(o, _mm512_set1_epi32(a->ew_mul)),
+                                     _mm512_set1_epi32(a->ew_base));
+  const __mmask16 n = _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(a->ew_nlt));
+  const __m512i e = _mm512_srav_epi32(_mm512_mask_sub_epi32(x, n, x, _mm512_set1_epi32(1)),
+                                      _mm512_set1_epi32(a->ew_shift));
+  if (lean) {
+    const __m512i w = _mm512_max_epi32(_mm512_add_epi32(u, e), _mm512_setzero_si512());
+    return _mm512_srav_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(a->out_add)),
+                             _mm512_set1_epi32(a->out_shift));
+  }
+  const __m512i w = _mm512_min_epi32(
+      _mm512_max_epi32(_mm512_add_epi32(u, e), _mm512_set1_epi32(a->w_lo)),
+      _mm512_set1_epi32(a->w_hi));
+  const __m512i pr = _mm512_mullo_epi32(w, _mm512_set1_epi32(a->out_mul));
+  const __m512i q = _mm512_add_epi32(
+      _mm512_add_epi32(pr, _mm512_set1_epi32(a->out_add)),
+      _mm512_and_si512(_mm512_srai_epi32(pr, 31), _mm512_set1_epi32(a->out_neg)));
+  return _mm512_srav_epi32(q, _mm512_set1_epi32(a->out_shift));
 }
 
 /* 64 codes of four vectors of q (values 0-15, 16-31, 32-47, 48-63), saturated to int8 in

@@ -562,6 +562,11 @@ LANE_LAYERS = [
     ((1, 5, 15, 15), (5, 1, 3, 3), dict(stride=2, padding=1, groups=5)),   # small plane, 64
     ((1, 9, 7, 7), (9, 1, 3, 3), dict(padding=1, groups=9)),               # small plane, 49
     ((1, 4, 14, 14), (4, 1, 5, 5), dict(padding=2, groups=4)),             # small plane, 196
+    # the kernels that drop grid columns convert their channel rows in lanes too
+    ((1, 16, 29, 27), (24, 16, 3, 3), dict(padding=1)),     # channels along the vector: chunks
+    ((2, 13, 7, 7), (20, 13, 3, 3), dict(padding=1)),       # 49 outputs, blocks not full, batch
+    ((1, 6, 9, 100), (10, 6, 1, 2), dict()),                # implicit GEMM, one dropped column
+    ((1, 3, 40, 40), (16, 3, 7, 7), dict(stride=2, padding=3)),            # few-channel stem
 ]
 
 
@@ -613,6 +618,68 @@ def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
         assert_same(DEVICE.run(packed, x)[0], expected, f"out_zero {out_zero}, packed")
         assert_same(DEVICE.run(chain, x, mode="independent")[0], expected,
                     f"out_zero {out_zero}, independent")
+
+
+def _lane_add_sdp(rng, acc, operand, act, variant):
+    """Residual-add converters that qualify for the lanes (mul > 0, shifts 1..40, ADD, NONE /
+    RELU / CLIP): channel shifts swept over 1..40 (the low-shift form up to 16, the split one
+    above), int32-saturating biases on channels with shifts >= 16 (the clamped form), and the
+    call's converters as the compiler makes them (variant 0: operand zero -128, out_mul 1, 8
+    extra bits) or at their edges: operand products of both signs, ew_shift 0 and >= 24 (e =
+    0), out_mul 0, a large negative out_mul (w clamped to +-T_out), odd zero points."""
+    k = acc.shape[1]
+    spread = _channel_spread(acc)
+    ew_zero, ew_mul, ew_shift, out_mul, out_shift, out_zero, target = [
+        (-128, 29000, 7, 1, 8, -128, 30 * 256),
+        (0, -1, 0, 0, 0, 5, 30),
+        (127, 1234, 30, -20000, 22, -7, 30 * 64),
+        (37, 32767, 3, 3, 10, 93, 30 * 256),
+    ][variant]
+    shift = (np.arange(k) * 7 + int(rng.integers(0, 40))) % 40 + 1  # odd channels: a sweep
+    fit = np.clip(np.floor(np.log2(spread * 16384 / target)), 1, 40)  # even: mid-range mul
+    shift[::2] = fit[::2]
+    mul = np.clip(np.round(target * 2.0 ** shift / spread), 1, 32767).astype(np.int64)
+    mul[::5] = rng.choice([1, 2, 16384, 32767], mul[::5].size)
+    bias = rng.integers(-1, 2, k) * (spread // 2).astype(np.int64)
+    edge = np.flatnonzero(shift >= 16)[::3]
+    bias[edge] = rng.choice([-2**31, 2**31 - 1], edge.size)
+    return Sdp(bias=np.clip(bias, -2**31, 2**31 - 1).astype(np.int32),
+               mul=mul.astype(np.int16), rshift=shift.astype(np.uint8), act=act,
+               ew_op="add", operand=operand, ew_zero=ew_zero, ew_mul=ew_mul, ew_shift=ew_shift,
+               out_mul=out_mul, out_shift=out_shift, out_zero=out_zero,
+               clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
+               precision="int8")
+
+
+# the layouts whose kernels apply the residual add in lanes (the depthwise ones do not)
+ADD_LANE_LAYERS = [layer for layer in LANE_LAYERS if layer[1][1] > 1]
+
+
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("layer", range(len(ADD_LANE_LAYERS)),
+                         ids=lambda i: "x".join(map(str, ADD_LANE_LAYERS[i][0])) + "-" +
+                         "x".join(map(str, ADD_LANE_LAYERS[i][1])))
+def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
+    """The residual add the kernels apply in registers (sdp_i8_lanes_add) gives the reference's
+    codes on every layout, at 1-3 threads, with packed weights, and in independent mode."""
+    in_shape, weight_shape, conv_args = ADD_LANE_LAYERS[layer]
+    for variant in range(4):
+        rng = np.random.default_rng(800 + 10 * layer + variant)
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                    in_zero=int(rng.integers(-128, 128)), **conv_args)
+        acc = ref.run_op(conv, x)
+        operand = rng.integers(-128, 128, acc.shape).astype(np.int8)
+        chain = [conv, _lane_add_sdp(rng, acc, operand, act, variant)]
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 5, "codes inside the range, not only saturated"
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected,
+                        f"variant {variant}, {threads} threads")
+        packed = [conv.packed_for(DEVICE.config), chain[1]]
+        assert_same(DEVICE.run(packed, x)[0], expected, f"variant {variant}, packed")
+        assert_same(DEVICE.run(chain, x, mode="independent")[0], expected,
+                    f"variant {variant}, independent")
 
 
 def _int8_conv_matches_reference(conv, x, acc, rng, layer):
