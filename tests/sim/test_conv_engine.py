@@ -626,7 +626,7 @@ def _lane_add_sdp(rng, acc, operand, act, variant):
     above), int32-saturating biases on channels with shifts >= 16 (the clamped form), and the
     call's converters as the compiler makes them (variant 0: operand zero -128, out_mul 1, 8
     extra bits) or at their edges: operand products of both signs, ew_shift 0 and >= 24 (e =
-    0), out_mul 0, a large negative out_mul (w clamped to +-T_out), odd zero points."""
+    0), out_mul 0, a large negative out_mul (w clamped to +-T_out), odd zero points, ties."""
     k = acc.shape[1]
     spread = _channel_spread(acc)
     ew_zero, ew_mul, ew_shift, out_mul, out_shift, out_zero, target = [
@@ -634,6 +634,7 @@ def _lane_add_sdp(rng, acc, operand, act, variant):
         (0, -1, 0, 0, 0, 5, 30),
         (127, 1234, 30, -20000, 22, -7, 30 * 64),
         (37, 32767, 3, 3, 10, 93, 30 * 256),
+        (3, 1, 1, 1, 1, -3, 30 * 2),  # every odd operand product a tie, -1 among them
     ][variant]
     shift = (np.arange(k) * 7 + int(rng.integers(0, 40))) % 40 + 1  # odd channels: a sweep
     fit = np.clip(np.floor(np.log2(spread * 16384 / target)), 1, 40)  # even: mid-range mul
@@ -663,7 +664,7 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
     """The residual add the kernels apply in registers (sdp_i8_lanes_add) gives the reference's
     codes on every layout, at 1-3 threads, with packed weights, and in independent mode."""
     in_shape, weight_shape, conv_args = ADD_LANE_LAYERS[layer]
-    for variant in range(4):
+    for variant in range(5):
         rng = np.random.default_rng(800 + 10 * layer + variant)
         x = rng.integers(-128, 128, in_shape).astype(np.int8)
         conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
