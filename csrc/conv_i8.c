@@ -41,9 +41,11 @@
  * The epilogue runs on each row of a finished tile while it is in L1, after the tile's output
  * runs are moved down over the dropped columns (memmove's rep movsb is slow on such short
  * overlapping moves); sdp_i8.c has exact fast paths for the common converters. Where the
- * common converter applies to every channel (sdp_i8_lanes.h, prepared once per call), GEMMs
- * without dropped columns convert each panel right after the micro-kernel, the depthwise
- * kernels each band, and small depthwise planes in registers: no sdp_i8_span call per row.
+ * common converter or the residual add applies to every channel in int32 lanes
+ * (sdp_i8_lanes.h, prepared once per call), GEMMs without dropped columns convert each panel
+ * right after the micro-kernel, the other GEMM kernels each tile's channel rows (with the
+ * residual operand read at the output's offset), the depthwise kernels each band (common
+ * converter only), and small depthwise planes in registers: no sdp_i8_span call per row.
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake

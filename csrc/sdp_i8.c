@@ -10,7 +10,8 @@
  * converters the compiler emits most have shorter exact forms, whose identities are stated at
  * span_fast and span_fast_add: bias + scale + NONE/RELU/CLIP with out_mul 0 (about 4x faster
  * than the general path; in int32 lanes, span_fast32, where its bounds allow), and the residual
- * add with an output converter. sdp_i8_channels runs
+ * add with an output converter (the conv kernels' in-register forms of both: sdp_i8_lanes.h,
+ * prepared here). sdp_i8_channels runs
  * the general steps with each lane's own channel, for outputs of one position per image (fully
  * connected layers). The CONV epilogue and sdp_i8_run both go through these, so fused and
  * independent runs give identical codes. Figures: docs/kernels.md.
