@@ -47,8 +47,9 @@ REJECTIONS = [
      "scale has 3 values for 4 channels"),
     ("operand_wrong_shape", [Sdp(ew_op="add", operand=np.ones((1, 4, 8, 7)))],
      AccelInvalidError, "operand of shape (1, 4, 8, 7)"),
-    ("ew_without_operand", [Sdp(ew_op="add")], AccelBufferError, "ew_operand is NULL"),
-    ("prelu_without_slope", [Sdp(act="prelu")], AccelBufferError, "prelu_slope is NULL"),
+    ("ew_without_operand", [Sdp(ew_op="add")], AccelBufferError, "op 0 (SDP): ew_operand is NULL"),
+    ("prelu_without_slope", [Conv(W), Sdp(act="prelu")], AccelBufferError,
+     "op 1 (SDP): prelu_slope is NULL"),
     ("clip_inverted", [Sdp(act="clip", clip=(6.0, 0.0))], AccelInvalidError, "clip_min = 6"),
     ("unknown_activation", [Sdp(act="mish")], AccelInvalidError, "'mish'"),
     ("fused_out_of_order", [Sdp(act="relu"), Conv(W)], AccelInvalidError, "CONV -> SDP -> PDP"),
@@ -449,6 +450,32 @@ def test_convert_vectors_equal_the_python_definition(scale, zero):
         back = np.empty(n, np.float32)
         assert _convert(q, lib.ACCEL_INT8, back, lib.ACCEL_FP32, scale, zero) == 0
         np.testing.assert_array_equal(back, quant.dequantize(q))
+
+
+@pytest.mark.parametrize("scale", [0.0375, 0.1, 1 / 3, 7.3e-3, 2.0**-99, 2.0**-101, 1e-35,
+                                   np.float32(np.pi) * 2.0**20])
+def test_convert_quantizes_next_to_every_tie_exactly(scale):
+    """The vector quantiser (a reciprocal product, then an exact test against (m + 0.5) *
+    scale) against the double division of TensorQuant: the floats nearest every tie
+    (k + 0.5) * scale and 1-3 ulps either side, for scales whose reciprocal is not exact, at the
+    2^-100 limit of the vector path and below it (the scalar loop), with random zero points."""
+    from accel_codegen.quantization import TensorQuant
+    rng = np.random.default_rng(7)
+    ties = (np.arange(-400, 400) + 0.5) * np.float64(np.float32(scale))
+    near = [ties.astype(np.float32)]
+    for steps in (1, 2, 3):
+        for direction in (np.inf, -np.inf):
+            x = near[0]
+            for _ in range(steps):
+                x = np.nextafter(x, np.float32(direction))
+            near.append(x)
+    x = rng.permutation(np.concatenate(near + [np.float32(scale) * np.array(
+        [0.0, 0.4999999, 0.5, 1e-3, 1023.5, 1024.5, 1e6], np.float32)]))
+    for zero in (-128, -5, 0, 77, 127):
+        quant = TensorQuant(float(np.float32(scale)), zero)
+        q = np.full(x.size, 99, np.int8)
+        assert _convert(x, lib.ACCEL_FP32, q, lib.ACCEL_INT8, quant.scale, zero) == 0
+        np.testing.assert_array_equal(q, quant.quantize(x))
 
 
 def test_convert_rejections_name_the_bad_value():
