@@ -15,28 +15,41 @@ static int8_t quantize(float x, double scale, int32_t zero) {
   return (int8_t)(q < INT8_MIN ? INT8_MIN : q > INT8_MAX ? INT8_MAX : q);
 }
 
-/* The same arithmetic 8 doubles at a time (the scalar loop's double division and libm round
- * cost ~4 ns per element: 0.6 ms on a 3x224x224 input, 5-8 % of a whole int8 ResNet-18 or
- * MobileNetV2). Round half away from zero exactly: t - trunc(t) is exact in double, so
- * |frac| >= 0.5 decides the step away from zero. Returns the elements done (whole vectors). */
+/* The same codes 16 floats at a time without a division (the scalar loop's double division
+ * and libm round cost ~4 ns per element; the vector double division still made the input of a
+ * MobileNet's int8 inference 74 us, 1.7 % of it). x and scale are floats, so x / scale is never
+ * within 2^-26 of a half-integer unless it is one exactly: the double quotient rounds as the
+ * exact one does. Here m = trunc(|x| * (1 / scale)) in float (off by at most one near an
+ * integer), clamped to 1024 (every code saturates from there, as does infinity); the exact
+ * rounding of |x| / scale is then m + 1 when (m + 0.5) * scale - |x| <= 0, else m. One fused
+ * multiply-add rounds that difference once, which keeps its sign (and zero) unless it falls
+ * below the smallest float, which cannot happen for scale >= 2^-100 (a nonzero difference is
+ * then a multiple of 2^-125 or at least 2^-102); smaller scales take the scalar loop. NaN
+ * gives the zero point. Returns the elements done (whole vectors). */
 static int64_t quantize_vector(const float* x, double scale, int32_t zero, int8_t* q,
                                int64_t count) {
 #ifdef __AVX512F__
-  const __m512d s = _mm512_set1_pd(scale), z = _mm512_set1_pd((double)zero);
-  const __m512d half = _mm512_set1_pd(0.5), one = _mm512_set1_pd(1.0);
-  const __m512d lo = _mm512_set1_pd(INT8_MIN), hi = _mm512_set1_pd(INT8_MAX);
-  const __m512d sign = _mm512_set1_pd(-0.0);
+  if (!(scale >= 0x1p-100)) return 0;
+  const __m512 inv = _mm512_set1_ps((float)(1.0 / scale)), s = _mm512_set1_ps((float)scale);
+  const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+  const __m512 top = _mm512_set1_ps(1024.0f), z = _mm512_set1_ps((float)zero);
+  const __m512 lo = _mm512_set1_ps(INT8_MIN), hi = _mm512_set1_ps(INT8_MAX);
+  const __m512i sign = _mm512_set1_epi32(INT32_MIN);
   int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const __m512d t = _mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), s);
-    const __m512d whole = _mm512_roundscale_pd(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512d frac = _mm512_sub_pd(t, whole);
-    const __m512d away = _mm512_or_pd(one, _mm512_and_pd(t, sign)); /* +-1 as t's sign */
-    const __mmask8 step = _mm512_cmp_pd_mask(_mm512_abs_pd(frac), half, _CMP_GE_OQ);
-    __m512d r = _mm512_add_pd(_mm512_mask_add_pd(whole, step, whole, away), z);
-    r = _mm512_min_pd(_mm512_max_pd(r, lo), hi); /* inf clamps; NaN is replaced below */
-    r = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(t, t, _CMP_UNORD_Q), r, z);
-    _mm_storel_epi64((__m128i*)(q + i), _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(r)));
+  for (; i + 16 <= count; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 a = _mm512_abs_ps(v);
+    /* min(NaN, top) is top: NaN lanes are replaced below */
+    const __m512 m = _mm512_min_ps(
+        _mm512_roundscale_ps(_mm512_mul_ps(a, inv), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), top);
+    const __m512 d = _mm512_fmsub_ps(_mm512_add_ps(m, half), s, a); /* m + 0.5 exact */
+    const __mmask16 up = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 mag = _mm512_mask_add_ps(m, up, m, one);
+    const __m512 signed_mag = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(mag), _mm512_and_si512(_mm512_castps_si512(v), sign)));
+    __m512 r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(signed_mag, z), lo), hi);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, z);
+    _mm_storeu_si128((__m128i*)(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
   }
   return i;
 #else
