@@ -552,7 +552,8 @@ def test_int8_kernel_edges_match_reference_exactly(layer):
 
 # Layers whose converters run in int32 lanes inside the kernel (sdp_i8_lanes.h): implicit GEMMs
 # without dropped grid columns (1x1 stride 1, 1x1 stride 2, kernel_w 1), the row-wise depthwise
-# kernel's bands and its small planes (<= 256 outputs); output counts off every step of 16, 48
+# kernel's bands and its small planes (<= 256 outputs), the small-grid kernel's channel rows;
+# output counts off every step of 16, 48
 # and 64, channel blocks of MR = 8 not full, a batch of 2
 LANE_LAYERS = [
     ((1, 8, 13, 13), (20, 8, 1, 1), dict()),                               # 169 = 3 panels + 25
@@ -567,6 +568,7 @@ LANE_LAYERS = [
     ((2, 13, 7, 7), (20, 13, 3, 3), dict(padding=1)),       # 49 outputs, blocks not full, batch
     ((1, 6, 9, 100), (10, 6, 1, 2), dict()),                # implicit GEMM, one dropped column
     ((1, 3, 40, 40), (16, 3, 7, 7), dict(stride=2, padding=3)),            # few-channel stem
+    ((1, 40, 14, 14), (36, 40, 1, 1), dict()),     # channels along the vector: 1x1 at 14x14
 ]
 
 
