@@ -2148,6 +2148,54 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
   return 1;
 }
 
+/* The tables of the last few geometries, kept from call to call: a table depends on the
+ * spatial geometry only (not on the channels or the data), MobileNets run each small-plane
+ * geometry in several layers, and building one cost as much as a tenth of its layer (13K
+ * cycles for 14x14). Slot WS_DWS holds the directory, slots WS_DWS + 1 + i the tables. */
+enum { WS_DWS = 45, DWS_CACHE = 4 };
+
+typedef struct dws_key { /* all int64_t: no padding bytes for memcmp */
+  int64_t h, w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
+      pad_top, pad_left, nq;
+} dws_key;
+
+typedef struct dws_dir {
+  dws_key key[DWS_CACHE];
+  void* table[DWS_CACHE]; /* the slot's memory the entry was built in (a grown slot moves) */
+  int8_t applies[DWS_CACHE]; /* 0: dws_build said the geometry has no table */
+  int next;                  /* the entry the next new geometry replaces */
+} dws_dir;
+
+/* This geometry's table (*tab NULL when it has none); 0 when out of memory. Call it before a
+ * parallel region (the workspace is not thread-safe). */
+static int dws_table(const conv_geometry* g, int64_t nq, workspace* ws, const dws_entry** tab) {
+  const dws_key key = {g->h, g->w, g->out_h, g->out_w, g->kernel_h, g->kernel_w, g->stride_h,
+                       g->stride_w, g->dilation_h, g->dilation_w, g->pad_top, g->pad_left, nq};
+  const int fresh = ws->ptr[WS_DWS] == NULL;
+  dws_dir* dir = workspace_get(ws, WS_DWS, sizeof(dws_dir));
+  if (dir == NULL) return 0;
+  if (fresh) memset(dir, 0, sizeof *dir);
+  for (int i = 0; i < DWS_CACHE; ++i) {
+    if (dir->table[i] != NULL && dir->table[i] == ws->ptr[WS_DWS + 1 + i] &&
+        memcmp(&dir->key[i], &key, sizeof key) == 0) {
+      *tab = dir->applies[i] ? dir->table[i] : NULL;
+      return 1;
+    }
+  }
+  const int i = dir->next;
+  dir->next = (i + 1) % DWS_CACHE;
+  dir->table[i] = NULL;
+  const int64_t nvec = ((int64_t)g->out_h * g->out_w + 15) / 16;
+  dws_entry* t =
+      workspace_get(ws, WS_DWS + 1 + i, (size_t)(nvec * g->kernel_h) * sizeof(dws_entry));
+  if (t == NULL) return 0;
+  dir->key[i] = key;
+  dir->applies[i] = (int8_t)dws_build(g, nq, t);
+  dir->table[i] = t;
+  *tab = dir->applies[i] ? t : NULL;
+  return 1;
+}
+
 /* Vector v of a plane: its 16 accumulators. x holds the last loaded bytes (entries that reuse
  * them load nothing). */
 static inline __attribute__((always_inline)) __m512i dws_vector(const dws_entry* tab, int64_t kh,
@@ -2263,13 +2311,8 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   const conv_geometry* g = P->g;
   const int64_t planes = (int64_t)g->n * g->c;
   if (nth > planes) nth = (int)planes;
-  dws_entry* small = NULL;
-  if (P->ohw <= DWS_OUT) {
-    small = workspace_get(ws, WS_OFF, (size_t)((P->ohw + 15) / 16 * g->kernel_h) *
-                                          sizeof(dws_entry));
-    if (small == NULL) return ACCEL_ERR_NO_MEMORY;
-    if (!dws_build(g, D->nq, small)) small = NULL;
-  }
+  const dws_entry* small = NULL;
+  if (P->ohw <= DWS_OUT && !dws_table(g, D->nq, ws, &small)) return ACCEL_ERR_NO_MEMORY;
   /* whole 16-lane stores reach 15 columns past the band's last row (or the plane's end) */
   const size_t grid_bytes =
       round64((size_t)((D->band > g->out_h ? D->band : g->out_h) * g->out_w + 16) *

@@ -685,6 +685,43 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
                     f"variant {variant}, independent")
 
 
+# Small depthwise planes (<= 256 outputs) whose tables differ in one field of the spatial
+# geometry each: more of them than the tables conv_i8.c keeps (4), so that they replace each
+# other, and the same geometry again with other channels, weights and data
+SMALL_PLANE_GEOMETRIES = [  # in_shape, weight_shape, conv arguments
+    ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=1, groups=24)),
+    ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=(0, 1, 2, 1), groups=24)),    # pad_top
+    ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=(1, 0, 1, 2), groups=24)),    # pad_left
+    ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=2, dilation=2, groups=24)),   # dilation
+    ((1, 24, 14, 15), (24, 1, 3, 3), dict(padding=1, groups=24)),               # width
+    ((1, 24, 28, 28), (24, 1, 3, 3), dict(stride=2, padding=1, groups=24)),     # stride
+    ((2, 40, 7, 7), (40, 1, 3, 3), dict(padding=1, groups=40)),                 # 7x7, batch 2
+    ((1, 8, 14, 14), (8, 1, 5, 5), dict(padding=2, groups=8)),                  # 5x5
+    ((1, 8, 14, 14), (16, 1, 3, 3), dict(padding=1, groups=8)),                 # multiplier 2
+]
+
+
+def test_int8_small_plane_tables_are_kept_per_geometry():
+    """The depthwise kernel's small-plane tables, kept by the device from call to call and
+    keyed on the spatial geometry: geometries one field apart, in turn and in reverse, twice,
+    with fresh channels, weights and data each time, give the reference's codes at 1, 2 and 3
+    threads (a table taken for the wrong geometry would read the wrong taps)."""
+    rng = np.random.default_rng(1100)
+    order = list(range(len(SMALL_PLANE_GEOMETRIES)))
+    for i in order + order[::-1] + order:
+        in_shape, weight_shape, conv_args = SMALL_PLANE_GEOMETRIES[i]
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                    in_zero=int(rng.integers(-128, 128)), **conv_args)
+        acc = ref.run_op(conv, x)
+        assert acc.shape[2] * acc.shape[3] <= 256
+        chain = [conv, _int8_sdp(rng, acc, int(rng.integers(0, 12)))]
+        expected = ref.run_chain(chain, x)
+        for threads in (1, 2, 3):
+            assert_same(DEVICES[threads].run(chain, x)[0], expected,
+                        f"geometry {i}, {threads} threads")
+
+
 def _int8_conv_matches_reference(conv, x, acc, rng, layer):
     """``conv`` followed by two random converters (one with a residual add) gives the
     reference's codes at 1, 2 and 3 threads, and with packed weights."""
