@@ -569,6 +569,8 @@ LANE_LAYERS = [
     ((1, 6, 9, 100), (10, 6, 1, 2), dict()),                # implicit GEMM, one dropped column
     ((1, 3, 40, 40), (16, 3, 7, 7), dict(stride=2, padding=3)),            # few-channel stem
     ((1, 40, 14, 14), (36, 40, 1, 1), dict()),     # channels along the vector: 1x1 at 14x14
+    ((1, 6, 10, 10), (6, 1, 7, 7), dict(padding=3, groups=6)),      # small plane, 7x7 kernel
+    ((1, 5, 9, 12), (5, 1, 3, 3), dict(padding=2, dilation=2, groups=5)),  # small, dilated
 ]
 
 
