@@ -104,15 +104,20 @@ def _conv_bn_branch(bias: bool) -> DFPattern:
 def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual,
               act: Optional[str], pool: Optional[str]) -> Tuple[str, DFPattern, int]:
     """Append the optional SDP and PDP stages; returns the name, the pattern and its length.
-    ``residual``: False, True (any tensor), or "branch" / "bias_branch" (a conv + BN)."""
+    ``residual``: False, "first" / "second" (the chain is the add's first / second operand,
+    the other any tensor), or "branch" / "bias_branch" (a conv + BN)."""
     length = 1
     if residual in ("branch", "bias_branch"):
         branch = _conv_bn_branch(residual == "bias_branch")
         length += 2 + (residual == "bias_branch")
         residual_stage = lambda x: is_op("relax.add")(x, branch)  # noqa: E731
         residual_name = "add_" + residual.replace("branch", "conv2d_bn")
-    else:  # either operand order: the add is commutative
-        residual_stage = lambda x: _either_order("relax.add", x, wildcard())  # noqa: E731
+    else:  # each operand order its own entry: one pattern with both alternatives takes the
+        # first that matches, and in MobileNetV2's add(x, conv_bn(...)) x is a conv + BN
+        # too, whose output other layers read: the check refused that match and the add
+        # stayed a run of its own
+        residual_stage = (lambda x: is_op("relax.add")(x, wildcard())) if residual == "first" \
+            else (lambda x: is_op("relax.add")(wildcard(), x))
         residual_name = "add"
     # TVM's matcher cannot end a pattern at a tuple item: a chain that ends in batch norm
     # ends at the op (see ``first_item_only``).
@@ -132,7 +137,8 @@ def _epilogue(out: DFPattern, name: str, bias: bool, bn: bool, residual,
 def _conv_entries() -> List[Tuple[str, DFPattern, int]]:
     entries = []
     for bias, bn, residual, act, pool in itertools.product(
-            (True, False), (True, False), (True, False), (None, *_ACTIVATIONS), (None, *_POOLS)):
+            (True, False), (True, False), (False, "first", "second"), (None, *_ACTIVATIONS),
+            (None, *_POOLS)):
         conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
         entries.append(_epilogue(conv, "accel.conv2d", bias, bn, residual, act, pool))
     for bias, branch, act in itertools.product((True, False), ("branch", "bias_branch"),

@@ -394,6 +394,36 @@ def test_a_linear_bottleneck_is_one_function():
     assert_close(build_and_run(mod, x), torch_forward(model, x))
 
 
+class BottleneckAfterConv(torch.nn.Module):
+    """MobileNetV2's residual block after a projection: the add's other operand is a conv + BN
+    too, whose output the block's expansion also reads."""
+
+    def __init__(self, skip_first: bool):
+        super().__init__()
+        self.skip_first = skip_first
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1, bias=False),
+                                        torch.nn.BatchNorm2d(8))
+        self.block = LinearBottleneck()
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.block.project(self.block.expand(x))
+        return x + y if self.skip_first else y + x
+
+
+@pytest.mark.parametrize("skip_first", [True, False])
+def test_a_residual_add_joins_its_own_branch_when_both_operands_are_convs(skip_first):
+    """The add joins the chain whose output nothing else reads, in either operand order (one
+    pattern with both orders took the first, the shared conv, and the add ran alone)."""
+    model = BottleneckAfterConv(skip_first)
+    x = np.random.default_rng(2).standard_normal((1, 8, 8, 8)).astype(np.float32)
+    mod = ac.partition_for_accel(_import(model, (1, 8, 8, 8)))
+    report = ac.partition_report(mod)
+    assert report.host == []
+    assert _primitives(report) == ["accel.conv2d_bn", "accel.conv2d_bn", "accel.conv2d_bn_add"]
+    assert_close(build_and_run(mod, x), torch_forward(model, x))
+
+
 def test_a_batch_norm_whose_statistics_are_read_stays_on_the_host():
     """Only the normalised output can leave the SDP: a chain may not end at a batch norm whose
     mean or variance output is read too."""
