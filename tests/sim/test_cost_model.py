@@ -90,6 +90,16 @@ def test_depthwise_uses_one_lane():
     assert conv.mac_cycles == 100 * 32 * 9 and conv.macs == 100 * 32 * 9
 
 
+def test_op_names_join_their_stages():
+    """Each op's name: its kind, and an SDP's stages joined as ``sdp:a+b+c``."""
+    chain = [Conv(np.zeros((4, 4, 3, 3), np.float32), padding=1),
+             Sdp(scale=np.ones(4), ew_op="add", operand=np.ones((1, 4, 6, 6)), act="relu"),
+             Pool("max", 2, 2)]
+    stats = estimate_chain("nv_full", chain, (1, 4, 6, 6))
+    assert [op.op for op in stats.ops] == ["conv2d", "sdp:scale_shift+add+relu", "pdp:max"]
+    assert estimate_chain("nv_full", [Sdp(act="relu")], (1, 4, 6, 6)).ops[0].op == "sdp:relu"
+
+
 def test_pdp_and_elementwise_rates():
     """nv_full: PDP 8 input elements per cycle; an SDP with an element-wise op runs at the
     element-wise unit's 4 per cycle and reads its operand."""
