@@ -73,7 +73,8 @@ enum {
   WS_COPY = 41,       /* the input copy (implicit) or columns (im2col), */
   WS_OFF = 42,        /* the depth steps' offsets, */
   WS_XP = 43,         /* the columns of the matrix-vector path, */
-  WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h) */
+  WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h), */
+  WS_DWS = 45,        /* the small-plane depthwise tables' directory, then the tables */
   GEMV_COLS = 8       /* at most this many columns in all: matrix-vector products */
 };
 
@@ -2152,7 +2153,7 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
  * spatial geometry only (not on the channels or the data), MobileNets run each small-plane
  * geometry in several layers, and building one cost as much as a tenth of its layer (13K
  * cycles for 14x14). Slot WS_DWS holds the directory, slots WS_DWS + 1 + i the tables. */
-enum { WS_DWS = 45, DWS_CACHE = 4 };
+enum { DWS_CACHE = 4 };
 
 typedef struct dws_key { /* all int64_t: no padding bytes for memcmp */
   int64_t h, w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,
