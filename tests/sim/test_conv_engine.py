@@ -552,9 +552,8 @@ def test_int8_kernel_edges_match_reference_exactly(layer):
 
 # Layers whose converters run in int32 lanes inside the kernel (sdp_i8_lanes.h): implicit GEMMs
 # without dropped grid columns (1x1 stride 1, 1x1 stride 2, kernel_w 1), the row-wise depthwise
-# kernel's bands and its small planes (<= 256 outputs); the small-grid kernel's layers besides;
-# output counts off every step of 16, 48
-# and 64, channel blocks of MR = 8 not full, a batch of 2
+# kernel's bands and its small planes (<= 256 outputs), the kernels that drop grid columns;
+# output counts off every step of 16, 48 and 64, channel blocks of MR = 8 not full, a batch of 2
 LANE_LAYERS = [
     ((1, 8, 13, 13), (20, 8, 1, 1), dict()),                               # 169 = 3 panels + 25
     ((2, 12, 9, 11), (9, 12, 1, 1), dict(stride=2)),                       # 1x1 stride 2, batch 2
