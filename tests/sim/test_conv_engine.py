@@ -470,6 +470,18 @@ def test_int8_conv_sdp_matches_reference_exactly(case):
         assert_same(y, expected, f"case {case} ({kind}) {what}")
 
 
+def _assert_every_path(chain, x, expected, what: str, threads=(1, 2, 3),
+                       independent: bool = False) -> None:
+    """The chain fused at each thread count, with its conv's weights packed, and (if asked) in
+    independent mode: the reference's codes exactly."""
+    for t in threads:
+        assert_same(DEVICES[t].run(chain, x)[0], expected, f"{what}{t} threads")
+    packed = [chain[0].packed_for(DEVICE.config), *chain[1:]]
+    assert_same(DEVICE.run(packed, x)[0], expected, f"{what}packed weights")
+    if independent:
+        assert_same(DEVICE.run(chain, x, mode="independent")[0], expected, f"{what}independent")
+
+
 INT8_LAYERS = [  # in_shape, weight_shape, conv arguments: the zoo's shapes and every kernel path
     ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),               # implicit GEMM, many tiles
     ((1, 3, 64, 64), (32, 3, 7, 7), dict(stride=2, padding=3)),       # RGB stem, stride phases
@@ -498,10 +510,7 @@ def test_int8_real_layers_match_reference_exactly(layer):
     chain = [conv, _int8_sdp(rng, acc, 24 * layer)]   # no element-wise op, no activation
     expected = ref.run_chain(chain, x)
     assert len(np.unique(expected)) > 10
-    for threads in (1, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
-    packed = [conv.packed_for(DEVICE.config), chain[1]]
-    assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+    _assert_every_path(chain, x, expected, "", threads=(1, 3))
 
 
 INT8_KERNEL_EDGES = [  # in_shape, weight_shape, conv arguments: the row-wise depthwise kernel
@@ -544,10 +553,7 @@ def test_int8_kernel_edges_match_reference_exactly(layer):
     expected = ref.run_chain(chain, x)
     if expected.size >= 64:
         assert len(np.unique(expected)) > 10
-    for threads in (1, 2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
-    packed = [conv.packed_for(DEVICE.config), chain[1]]
-    assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+    _assert_every_path(chain, x, expected, "")
 
 
 # Layers whose converters run in int32 lanes inside the kernel (sdp_i8_lanes.h): implicit GEMMs
@@ -614,13 +620,7 @@ def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
         expected = ref.run_chain(chain, x)
         if abs(out_zero) < 10:  # (far from 0 most codes sit on a rail or a clip bound)
             assert len(np.unique(expected)) > 5, "codes inside the range, not only saturated"
-        for threads in (1, 2, 3):
-            assert_same(DEVICES[threads].run(chain, x)[0], expected,
-                        f"out_zero {out_zero}, {threads} threads")
-        packed = [conv.packed_for(DEVICE.config), chain[1]]
-        assert_same(DEVICE.run(packed, x)[0], expected, f"out_zero {out_zero}, packed")
-        assert_same(DEVICE.run(chain, x, mode="independent")[0], expected,
-                    f"out_zero {out_zero}, independent")
+        _assert_every_path(chain, x, expected, f"out_zero {out_zero}, ", independent=True)
 
 
 def _lane_add_sdp(rng, acc, operand, act, variant):
@@ -677,13 +677,7 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
         chain = [conv, _lane_add_sdp(rng, acc, operand, act, variant)]
         expected = ref.run_chain(chain, x)
         assert len(np.unique(expected)) > 5, "codes inside the range, not only saturated"
-        for threads in (1, 2, 3):
-            assert_same(DEVICES[threads].run(chain, x)[0], expected,
-                        f"variant {variant}, {threads} threads")
-        packed = [conv.packed_for(DEVICE.config), chain[1]]
-        assert_same(DEVICE.run(packed, x)[0], expected, f"variant {variant}, packed")
-        assert_same(DEVICE.run(chain, x, mode="independent")[0], expected,
-                    f"variant {variant}, independent")
+        _assert_every_path(chain, x, expected, f"variant {variant}, ", independent=True)
 
 
 # Small depthwise planes (<= 256 outputs) whose tables differ in one field of the spatial
@@ -730,10 +724,7 @@ def _int8_conv_matches_reference(conv, x, acc, rng, layer):
         chain = [conv, _int8_sdp(rng, acc, case)]
         expected = ref.run_chain(chain, x)
         assert len(np.unique(expected)) > 10
-        for threads in (1, 2, 3):
-            assert_same(DEVICES[threads].run(chain, x)[0], expected, f"{threads} threads")
-        packed = [conv.packed_for(DEVICE.config), chain[1]]
-        assert_same(DEVICE.run(packed, x)[0], expected, "packed weights")
+        _assert_every_path(chain, x, expected, "")
 
 
 INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the kernel with channels along
