@@ -52,6 +52,9 @@
  * claim items; no barrier waits for a thread that is not running). Scratch: workspace slots
  * 0..nth-1 per participant, 40..43 shared, reserved before the loops.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* syscall (the AMX permission) */
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +63,14 @@
     defined(__AVX512VNNI__)
 #define CONV_I8_VNNI 1
 #include <immintrin.h>
+#endif
+
+#if defined(CONV_I8_VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define CONV_I8_AMX 1
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "kernels.h"
@@ -74,8 +85,11 @@ enum {
   WS_OFF = 42,        /* the depth steps' offsets, */
   WS_XP = 43,         /* the columns of the matrix-vector path, */
   WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h), */
-  WS_DWS = 45,        /* the small-plane depthwise tables' directory, then the tables */
-  GEMV_COLS = 8       /* at most this many columns in all: matrix-vector products */
+  WS_DWS = 45,        /* the small-plane depthwise tables' directory, then the tables, */
+  WS_BOFF = 46,       /* AMX: the depth tiles' offsets */
+  GEMV_COLS = 8,      /* at most this many columns in all: matrix-vector products */
+  AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
+  AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
 };
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
@@ -90,6 +104,8 @@ typedef struct plan {
   int64_t c4, kd4;     /* VNNI: 4-channel blocks per group, depth steps (c4 * rs) */
   int64_t mblocks;     /* MR-channel blocks per group */
   int64_t hw, ohw;
+  int64_t kc, nch, nk; /* AMX: c4 blocks per depth tile (<= 16), tiles per tap, depth tiles */
+  int64_t ablocks;     /* AMX: AMB-channel blocks per group */
 } plan;
 
 static void make_plan(const conv_geometry* g, plan* P) {
@@ -103,7 +119,57 @@ static void make_plan(const conv_geometry* g, plan* P) {
   P->mblocks = (P->mg + MR - 1) / MR;
   P->hw = (int64_t)g->h * g->w;
   P->ohw = (int64_t)g->out_h * g->out_w;
+  P->kc = P->c4 < AKT ? P->c4 : AKT;
+  P->nch = (P->c4 + AKT - 1) / AKT;
+  P->nk = P->nch * P->rs;
+  P->ablocks = (P->mg + AMB - 1) / AMB;
 }
+
+/* ---- AMX: whether this process may use the tiles ------------------------------------------
+ * Compiled in where the compiler targets AMX-TILE and AMX-INT8 (-march=native on a Sapphire
+ * Rapids); used where CPUID reports both, the OS enables the tile state in XCR0 and Linux
+ * grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA):
+ * checked once (pthread_once). ACCEL_INT8_AMX=0 in the environment, or conv_i8_amx(0),
+ * turns the path off (the VNNI paths then run as on machines without AMX). */
+#ifdef CONV_I8_AMX
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int amx_have;            /* written once, under amx_once */
+static atomic_int amx_want = 1; /* the switch (conv_i8_amx) */
+
+static void amx_probe(void) {
+  uint32_t a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  if (a < 7) return;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  if (!((c >> 27) & 1)) return; /* OSXSAVE: xgetbv is there */
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  if (!((d >> 24) & 1) || !((d >> 25) & 1)) return; /* AMX-TILE, AMX-INT8 */
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return; /* XTILECFG, XTILEDATA enabled by the OS */
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0)
+    return;
+  const char* env = getenv("ACCEL_INT8_AMX");
+  if (env != NULL && env[0] == '0') atomic_store(&amx_want, 0);
+  amx_have = 1;
+}
+
+static int amx_available(void) {
+  pthread_once(&amx_once, amx_probe);
+  return amx_have;
+}
+
+int conv_i8_amx(int request) {
+  if (!amx_available()) return 0;
+  if (request >= 0) atomic_store(&amx_want, request != 0);
+  return atomic_load(&amx_want);
+}
+#else
+int conv_i8_amx(int request) {
+  (void)request;
+  return 0;
+}
+#endif
 
 /* ---- packed weights ----------------------------------------------------------------------
  * A 64-byte header, then the layout the kernel reads:
@@ -112,8 +178,26 @@ static void make_plan(const conv_geometry* g, plan* P) {
  *   LAYOUT_VNNI:  per group and block of MR output channels, [c4][r][s][MR][4] s8 (4 input
  *                 channels of one output channel form the 32-bit word vpdpbusd multiplies;
  *                 channels past C/groups and rows past K/groups are 0), followed by the
- *                 int32 weight sums [group][block][MR] of the +128 offset correction. */
-enum { PACK_MAGIC = 0x38494341 /* "ACI8" */, LAYOUT_PLAIN = 1, LAYOUT_VNNI = 2, HEADER = 64 };
+ *                 int32 weight sums [group][block][MR] of the +128 offset correction;
+ *   LAYOUT_AMX:   LAYOUT_VNNI (data_bytes of it, then its sums), followed by, per group and
+ *                 block of AMB output channels, per depth tile d = (chunk j,
+ *                 tap t) (d = j * rs + t), two A tiles of 16 rows x 64 bytes (rows: output
+ *                 channels; bytes 4i..4i+3 of a row: the 4 input channels of 4-channel block
+ *                 first_j + i at tap t, i < kc), first_j = min(16 j, c4 - kc): the last chunk
+ *                 starts early rather than past the copy, its blocks already covered by chunk
+ *                 j - 1 having zero weights. Zero past kc, C/groups and K/groups. Then the
+ *                 int32 weight sums [group][block][AMB]. Where AMX is available (a grouped
+ *                 or dense convolution of at least AMX_MIN_C4 4-channel blocks): both
+ *                 layouts, since the path depends on the input's size (explicit columns,
+ *                 matrix-vector), which packing does not know, and on the switch
+ *                 conv_i8_amx. */
+enum {
+  PACK_MAGIC = 0x38494341 /* "ACI8" */,
+  LAYOUT_PLAIN = 1,
+  LAYOUT_VNNI = 2,
+  LAYOUT_AMX = 3,
+  HEADER = 64
+};
 
 typedef struct pack_header {
   uint32_t magic;
@@ -122,15 +206,29 @@ typedef struct pack_header {
   uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
 } pack_header;
 
+enum { AMX_MIN_C4 = 4 }; /* AMX: fewer 4-channel blocks waste most of each product */
+
+/* Whether packed weights hold the AMX layout too (AMX available, whether on or not). */
+static int amx_packed(const plan* P) {
+#ifdef CONV_I8_AMX
+  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && amx_available();
+#else
+  (void)P;
+  return 0;
+#endif
+}
+
 static int layout_of(const plan* P) {
 #ifdef CONV_I8_VNNI
-  return P->cg == 1 ? LAYOUT_PLAIN : LAYOUT_VNNI;
+  if (P->cg == 1) return LAYOUT_PLAIN;
+  return amx_packed(P) ? LAYOUT_AMX : LAYOUT_VNNI;
 #else
   (void)P;
   return LAYOUT_PLAIN;
 #endif
 }
 
+/* The layout's weight bytes (LAYOUT_AMX: its VNNI part's; the header's data_bytes). */
 static size_t data_bytes(const plan* P, int layout) {
   const conv_geometry* g = P->g;
   if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
@@ -142,11 +240,53 @@ static size_t wsum_bytes(const plan* P, int layout) {
   return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
 }
 
+/* LAYOUT_AMX's tiles, and their weight sums. */
+static size_t amx_data_bytes(const plan* P) {
+  return (size_t)(P->g->groups * P->ablocks * P->nk * 2 * 1024);
+}
+
+static size_t amx_wsum_bytes(const plan* P) {
+  return round64((size_t)(P->g->groups * P->ablocks * AMB) * sizeof(int32_t));
+}
+
 size_t conv_i8_packed_bytes(const conv_geometry* g) {
   plan P;
   make_plan(g, &P);
   const int layout = layout_of(&P);
-  return HEADER + data_bytes(&P, layout) + wsum_bytes(&P, layout);
+  size_t bytes = HEADER + data_bytes(&P, layout) + wsum_bytes(&P, layout);
+  if (layout == LAYOUT_AMX) bytes += amx_data_bytes(&P) + amx_wsum_bytes(&P);
+  return bytes;
+}
+
+/* Block (grp, ab) of LAYOUT_AMX and its rows' weight sums. */
+static void pack_amx_block(const plan* P, const int8_t* w, int64_t grp, int64_t ab, int8_t* data,
+                           int32_t* wsum) {
+  const int64_t blk = grp * P->ablocks + ab, rs = P->rs;
+  const int64_t rows = P->mg - ab * AMB < AMB ? P->mg - ab * AMB : AMB;
+  const int8_t* src = w + (grp * P->mg + ab * AMB) * P->kd; /* row m at src + m * kd */
+  int8_t* d = data + blk * P->nk * 2048;
+  memset(d, 0, (size_t)(P->nk * 2048));
+  for (int64_t j = 0; j < P->nch; ++j) {
+    const int64_t first = AKT * j < P->c4 - P->kc ? AKT * j : P->c4 - P->kc;
+    for (int64_t t = 0; t < rs; ++t) {
+      int8_t* dt = d + (j * rs + t) * 2048;
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t i = 0; i < P->kc; ++i) {
+          const int64_t b4 = first + i;
+          if (b4 < AKT * j) continue; /* chunk j - 1's */
+          for (int64_t q = 0; q < 4; ++q) {
+            const int64_t c = 4 * b4 + q;
+            if (c < P->cg) dt[m * 64 + 4 * i + q] = src[m * P->kd + c * rs + t];
+          }
+        }
+    }
+  }
+  for (int64_t m = 0; m < AMB; ++m) {
+    int32_t sum = 0;
+    if (m < rows)
+      for (int64_t i = 0; i < P->kd; ++i) sum += src[m * P->kd + i];
+    wsum[blk * AMB + m] = sum;
+  }
 }
 
 /* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. Written in order, 4 bytes per
@@ -208,6 +348,13 @@ void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst) {
   memset(wsum, 0, wsum_bytes(&P, layout));
   for (int64_t grp = 0; grp < g->groups; ++grp)
     for (int64_t mb = 0; mb < P.mblocks; ++mb) pack_block(&P, weights, grp, mb, data, wsum);
+  if (layout == LAYOUT_AMX) {
+    int8_t* xdata = (int8_t*)wsum + wsum_bytes(&P, layout);
+    int32_t* xsum = (int32_t*)(xdata + amx_data_bytes(&P));
+    memset(xsum, 0, amx_wsum_bytes(&P));
+    for (int64_t grp = 0; grp < g->groups; ++grp)
+      for (int64_t ab = 0; ab < P.ablocks; ++ab) pack_amx_block(&P, weights, grp, ab, xdata, xsum);
+  }
 }
 
 int conv_i8_packed_matches(const conv_geometry* g, const void* packed) {
@@ -302,10 +449,10 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
 #ifdef CONV_I8_VNNI
 /* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
  * output position per image: those outputs are consecutive, from out + at. */
-static void epilogue_column(const sdp_i8* ep, const int32_t* tile, int64_t col, int64_t rows,
-                            int64_t k0, int64_t at, int8_t* out) {
-  int32_t v[MR];
-  for (int64_t m = 0; m < rows; ++m) v[m] = tile[m * TILE * NR + col];
+static void epilogue_column(const sdp_i8* ep, const int32_t* tile, int64_t ldc, int64_t col,
+                            int64_t rows, int64_t k0, int64_t at, int8_t* out) {
+  int32_t v[AMB];
+  for (int64_t m = 0; m < rows; ++m) v[m] = tile[m * ldc + col];
   sdp_i8_channels(ep, (int32_t)k0, v, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
                   out + at, rows);
 }
@@ -908,6 +1055,9 @@ static void imp_build_item(void* ctx, int64_t chunk, int participant) {
   }
 }
 
+static void tile_codes(const imp_job* J, int32_t* tile, int64_t ldc, int64_t n0, int64_t n1,
+                       int64_t rows, int64_t k0);
+
 /* Unit u = (group, tile, block of MR channels) of image b: its GEMM, then the epilogue. */
 static void imp_unit_item(void* ctx, int64_t u, int participant) {
   const imp_job* J = ctx;
@@ -932,10 +1082,22 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
     return;
   }
   gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, NULL);
+  tile_codes(J, tile, TILE * NR, p0 * NR, p1 * NR < Q->ncols ? p1 * NR : Q->ncols, rows, k0);
+}
+
+/* The codes of a tile of sums of grid columns [n0, n1) (at most TILE * NR), rows of channels
+ * k0.. (ldc apart) of image J->b: its outputs' runs moved down over the dropped columns, then
+ * converted. */
+static void tile_codes(const imp_job* J, int32_t* tile, int64_t ldc, int64_t n0, int64_t n1,
+                       int64_t rows, int64_t k0) {
+  const plan* P = J->P;
+  const imp_plan* Q = J->Q;
+  const conv_geometry* g = P->g;
+  const sdp_i8* ep = J->ep;
+  const int64_t b = J->b;
   /* the tile's outputs, as runs of grid columns */
   seg segs[TILE * NR + 1];
   int nseg = 0;
-  const int64_t n0 = p0 * NR, n1 = p1 * NR < Q->ncols ? p1 * NR : Q->ncols;
   for (int64_t n = n0; n < n1;) {
     const int64_t y = n / Q->wq, x = n % Q->wq;
     if (x >= g->out_w) {
@@ -955,11 +1117,11 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
   if (nseg == 0) return;
   const int64_t o0 = segs[0].o, cnt = segs[nseg - 1].o + segs[nseg - 1].len - o0;
   if (P->ohw == 1) { /* one output per channel: along the channels */
-    epilogue_column(ep, tile, segs[0].col, rows, k0, b * g->k + k0, J->out);
+    epilogue_column(ep, tile, ldc, segs[0].col, rows, k0, b * g->k + k0, J->out);
     return;
   }
   for (int64_t m = 0; m < rows; ++m) {
-    int32_t* row = tile + m * TILE * NR;
+    int32_t* row = tile + m * ldc;
     for (int i = 0; i < nseg; ++i)
       if (segs[i].col != segs[i].o - o0)
         move_down(row + segs[i].col, row + (segs[i].o - o0), segs[i].len);
@@ -968,7 +1130,7 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
     convert_at(ep, k, row, J->out, (b * g->k + k) * P->ohw + o0, cnt);
   }
   if (J->cvt != NULL)
-    imp_codes_of_rows(J, k0, rows, tile, TILE * NR, (b * g->k + k0) * P->ohw + o0, cnt, 1);
+    imp_codes_of_rows(J, k0, rows, tile, ldc, (b * g->k + k0) * P->ohw + o0, cnt, 1);
 }
 
 static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* in,
@@ -1608,7 +1770,7 @@ static void col_unit_item(void* ctx, int64_t u, int participant) {
   if (P->ohw == 1) { /* one output per image and channel: along the channels */
     const int64_t k0 = grp * P->mg + mb * MR;
     for (int64_t j = n0; j < n1; ++j)
-      epilogue_column(ep, tile, j - n0, rows, k0, (j0 + j) * g->k + k0, J->out);
+      epilogue_column(ep, tile, TILE * NR, j - n0, rows, k0, (j0 + j) * g->k + k0, J->out);
     return;
   }
   for (int64_t m = 0; m < rows; ++m) {
@@ -2369,6 +2531,227 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   return ACCEL_OK;
 }
 #endif /* __AVX512VBMI__ */
+
+/* Whether explicit columns pay: positions of several images share panels (fully connected),
+ * or most of the implicit grid would be garbage (large dilation on small outputs). */
+static int im2col_pays(const plan* P, const imp_plan* Q) {
+  const conv_geometry* g = P->g;
+  return (g->n > 1 && P->ohw < NR) || Q->ncols > 2 * P->ohw + NR ||
+         (int64_t)g->n * P->ohw <= GEMV_COLS;
+}
+
+#ifdef CONV_I8_AMX
+/* ---- AMX: the implicit GEMM on tiles -------------------------------------------------------
+ * TDPBSUD: C[16 channels][16 positions] (int32) += A[16 channels][16 depth steps x 4 bytes]
+ * (s8 weights, LAYOUT_AMX) . B[16 depth steps][16 positions x 4 bytes] (u8: the implicit
+ * GEMM's copy as it lies). Depth tile d = (chunk j, tap t) is kc consecutive 4-channel blocks
+ * of the copy at tap t: B's rows are the copy at offset off(first_j, t) + 4 n, nph * plane * 4
+ * bytes apart, 64 bytes (16 positions) each. The accumulators start at the offset correction
+ * (the implicit GEMM's), so the sums are exactly its sums. Micro-tile 32 channels x 32
+ * positions: C tiles 0-3, A tiles 4-5, B tiles 6-7 (rows and bytes set by the job's
+ * configuration: A kc * 4 bytes a row, B kc rows). Unit = (group, run of at most AMX_NT
+ * 16-position tiles, block of AMB channels): its tiles into the participant's [AMB][AMX_LDC]
+ * sums, then the implicit GEMM's epilogue (tile_codes). Each item loads the configuration on
+ * the thread that runs it (the tile state is per thread) and releases the tiles at its end. */
+enum { AMX_NT = 16, AMX_LDC = AMX_NT * 16 };
+#ifndef AMX_PF
+#define AMX_PF 1 /* depth tiles prefetched ahead */
+#endif
+
+typedef struct __attribute__((aligned(64))) amx_cfg {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg;
+
+typedef struct amx_job {
+  amx_cfg cfg;
+  const imp_job* J;
+  const int64_t* boff; /* depth tile d's B offset in its group's copy */
+  int64_t bstride;     /* bytes between B's rows (consecutive 4-channel blocks) */
+  int64_t ntt, tiles;  /* 16-position tiles of the grid; runs of them (units per block) */
+} amx_job;
+
+static inline __attribute__((always_inline)) void amx_block(const int nm, const int nn,
+                                                            int64_t nk, int kr, const int8_t* a,
+                                                            const uint8_t* b,
+                                                            const int64_t* boff,
+                                                            int64_t bstride,
+                                                            const int32_t* corr, int32_t* c) {
+  _tile_loadd(0, corr, 64);
+  if (nn > 1) _tile_loadd(1, corr, 64);
+  if (nm > 1) _tile_loadd(2, corr + 256, 64);
+  if (nm > 1 && nn > 1) _tile_loadd(3, corr + 256, 64);
+  for (int64_t d = 0; d < nk; ++d) {
+    const int8_t* ad = a + d * 2048;
+    const uint8_t* bd = b + boff[d];
+    if (AMX_PF > 0 && d + AMX_PF < nk) {
+      /* the tiles are not renamed: a load waits for the products reading its tile, so
+       * its latency is not hidden; the next depth tiles' lines are fetched ahead */
+      const char* an = (const char*)(a + (d + AMX_PF) * 2048);
+      for (int i = 0; i < 1024 * nm; i += 64) _mm_prefetch(an + i, _MM_HINT_T0);
+      const char* bn = (const char*)(b + boff[d + AMX_PF]);
+      for (int r = 0; r < kr; ++r) {
+        _mm_prefetch(bn + r * bstride, _MM_HINT_T0);
+        _mm_prefetch(bn + r * bstride + 63, _MM_HINT_T0);
+        if (nn > 1) _mm_prefetch(bn + r * bstride + 127, _MM_HINT_T0);
+      }
+    }
+    _tile_loadd(4, ad, 64);
+    _tile_loadd(6, bd, bstride);
+    _tile_dpbsud(0, 4, 6);
+    if (nn > 1) {
+      _tile_loadd(7, bd + 64, bstride);
+      _tile_dpbsud(1, 4, 7);
+    }
+    if (nm > 1) {
+      _tile_loadd(5, ad + 1024, 64);
+      _tile_dpbsud(2, 5, 6);
+      if (nn > 1) _tile_dpbsud(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, AMX_LDC * 4);
+  if (nn > 1) _tile_stored(1, c + 16, AMX_LDC * 4);
+  if (nm > 1) _tile_stored(2, c + 16 * AMX_LDC, AMX_LDC * 4);
+  if (nm > 1 && nn > 1) _tile_stored(3, c + 16 * AMX_LDC + 16, AMX_LDC * 4);
+}
+
+typedef void (*amx_fn)(int64_t, int, const int8_t*, const uint8_t*, const int64_t*, int64_t,
+                       const int32_t*, int32_t*);
+#define AMXK(NM_, NN_)                                                                      \
+  static void amx_block_##NM_##_##NN_(int64_t nk, int kr, const int8_t* a, const uint8_t* b,\
+                                      const int64_t* boff, int64_t bs, const int32_t* corr, \
+                                      int32_t* c) {                                         \
+    amx_block(NM_, NN_, nk, kr, a, b, boff, bs, corr, c);                                   \
+  }
+AMXK(1, 1)
+AMXK(1, 2)
+AMXK(2, 1)
+AMXK(2, 2)
+#undef AMXK
+static const amx_fn amx_table[2][2] = {{amx_block_1_1, amx_block_1_2},
+                                       {amx_block_2_1, amx_block_2_2}};
+
+static void amx_pack_item(void* ctx, int64_t blk, int participant) {
+  const imp_job* J = ctx;
+  (void)participant;
+  pack_amx_block(J->P, J->weights, blk / J->P->ablocks, blk % J->P->ablocks, J->pdata, J->psum);
+}
+
+static void amx_unit_item(void* ctx, int64_t u, int participant) {
+  const amx_job* X = ctx;
+  const imp_job* J = X->J;
+  const plan* P = J->P;
+  const int64_t ab = u % P->ablocks, tl = u / P->ablocks % X->tiles;
+  const int64_t grp = u / (P->ablocks * X->tiles);
+  const int64_t t0 = X->ntt * tl / X->tiles, t1 = X->ntt * (tl + 1) / X->tiles;
+  const int64_t rows = P->mg - ab * AMB < AMB ? P->mg - ab * AMB : AMB;
+  const int nm = rows > 16 ? 2 : 1;
+  const int64_t blk = grp * P->ablocks + ab;
+  int32_t corr[AMB * 16] __attribute__((aligned(64)));
+  for (int64_t m = 0; m < nm * 16; ++m) {
+    const int32_t v = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * AMB + m]);
+    for (int n = 0; n < 16; ++n) corr[m * 16 + n] = v;
+  }
+  int32_t* tile = (int32_t*)J->scratch[participant];
+  const int8_t* a = J->apack + blk * P->nk * 2048;
+  const uint8_t* base = J->B->base + grp * J->Q->gbytes;
+  _tile_loadconfig(&X->cfg);
+  for (int64_t t = t0; t < t1; t += 2) {
+    const int nn = t + 1 < t1 ? 2 : 1;
+    amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, a, base + 64 * t, X->boff, X->bstride, corr,
+                              tile + (t - t0) * 16);
+  }
+  _tile_release();
+  const int64_t n1 = t1 * 16 < J->Q->ncols ? t1 * 16 : J->Q->ncols;
+  tile_codes(J, tile, AMX_LDC, t0 * 16, n1, rows, grp * P->mg + ab * AMB);
+}
+
+/* Whether a convolution runs on the tiles: AMX on, the AMX layout packed (amx_packed), and
+ * explicit columns do not apply (the RGB stem's kernel cannot: it has C <= 3). */
+static int amx_path(const plan* P, const imp_plan* Q) {
+  return amx_packed(P) && conv_i8_amx(-1) && !im2col_pays(P, Q);
+}
+
+static accel_status conv_amx(const plan* P, int32_t in_zero, const int8_t* in,
+                             const int8_t* apack, const int32_t* wsum, const int8_t* weights,
+                             int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
+  const conv_geometry* g = P->g;
+  imp_plan Q;
+  imp_make_plan(P, &Q);
+  imp_used_phases(P, &Q);
+  const int64_t ntt = (Q.ncols + 15) / 16;
+  int64_t tiles = (ntt + AMX_NT - 1) / AMX_NT;
+  while (nth > 1 && tiles < ntt && g->groups * tiles * P->ablocks < 4 * nth) ++tiles;
+  const int64_t units = g->groups * tiles * P->ablocks;
+  if (nth > units) nth = (int)units;
+  const int64_t nbuild = g->groups * P->c4 * Q.nph * Q.hq;
+  const int pack_now = apack == NULL;
+  int8_t* pdata = NULL;
+  int32_t* psum = NULL;
+  if (pack_now) {
+    const size_t db = amx_data_bytes(P);
+    char* p = workspace_get(ws, WS_PACK, db + amx_wsum_bytes(P));
+    if (p == NULL) return ACCEL_ERR_NO_MEMORY;
+    apack = pdata = (int8_t*)p;
+    wsum = psum = (int32_t*)(p + db);
+  }
+  uint8_t* copy;
+  int64_t* off;
+  if (!imp_reserve_copy(P, &Q, in_zero, ws, &copy, &off)) return ACCEL_ERR_NO_MEMORY;
+  int64_t* boff = workspace_get(ws, WS_BOFF, (size_t)P->nk * sizeof(int64_t));
+  if (boff == NULL) return ACCEL_ERR_NO_MEMORY;
+  for (int64_t j = 0; j < P->nch; ++j) {
+    const int64_t first = AKT * j < P->c4 - P->kc ? AKT * j : P->c4 - P->kc;
+    for (int64_t t = 0; t < P->rs; ++t) boff[j * P->rs + t] = off[first * P->rs + t];
+  }
+  const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
+  const size_t tile_bytes = (size_t)AMB * AMX_LDC * sizeof(int32_t);
+  char* scratch[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    scratch[t] = workspace_get(ws, t, tile_bytes + (size_t)(4 * ldt));
+    if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  const bsrc B = {copy, Q.gbytes, off, Q.ncols, 0, 0};
+  int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
+  if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
+  imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
+               tile_bytes, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}};
+  if (!imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
+  int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
+  if (imp_flat(g)) {
+    J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
+    nbuild_items = g->groups * P->c4 * J.flat_segs;
+  }
+  amx_job X;
+  memset(&X, 0, sizeof X);
+  X.cfg.palette = 1;
+  for (int i = 0; i < 4; ++i) {
+    X.cfg.colsb[i] = 64;
+    X.cfg.rows[i] = 16;
+  }
+  for (int i = 4; i < 6; ++i) {
+    X.cfg.colsb[i] = (uint16_t)(P->kc * 4);
+    X.cfg.rows[i] = 16;
+  }
+  for (int i = 6; i < 8; ++i) {
+    X.cfg.colsb[i] = 64;
+    X.cfg.rows[i] = (uint8_t)P->kc;
+  }
+  X.J = &J;
+  X.boff = boff;
+  X.bstride = Q.nph * Q.plane * 4;
+  X.ntt = ntt;
+  X.tiles = tiles;
+  if (pack_now) pool_for(nth, g->groups * P->ablocks, amx_pack_item, &J);
+  for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */
+    J.b = b;
+    pool_for(nth, nbuild_items, imp_build_item, &J);
+    pool_for(nth, units, amx_unit_item, &X);
+  }
+  return ACCEL_OK;
+}
+#endif /* CONV_I8_AMX */
 #endif /* CONV_I8_VNNI */
 
 accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
@@ -2378,8 +2761,10 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
   make_plan(g, &P);
   int nth = num_threads < 1 ? 1 : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS : num_threads;
   const int8_t* raw = weights;
-  const int8_t* apack = NULL;
+  const int8_t* apack = NULL; /* packed weights in LAYOUT_VNNI, */
   const int32_t* wsum = NULL;
+  const int8_t* xpack = NULL; /* in LAYOUT_AMX */
+  const int32_t* xsum = NULL;
   if (packed != NULL) {
     pack_header h;
     memcpy(&h, packed, sizeof h);
@@ -2389,6 +2774,10 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
     } else {
       apack = data;
       wsum = (const int32_t*)(const void*)(data + h.data_bytes);
+      if (h.layout == LAYOUT_AMX) {
+        xpack = (const int8_t*)wsum + wsum_bytes(&P, LAYOUT_VNNI);
+        xsum = (const int32_t*)(const void*)(xpack + amx_data_bytes(&P));
+      }
     }
   }
 #ifdef CONV_I8_TEST_PATHS /* tests only: CONV_I8_PATH=p|i|c|d forces a path where it applies */
@@ -2409,16 +2798,17 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
     }
     imp_plan Q;
     imp_make_plan(&P, &Q);
-    /* explicit columns when positions of several images share panels (fully connected), or
-     * when most of the implicit grid would be garbage (large dilation on small outputs) */
-    const int im2col = (g->n > 1 && P.ohw < NR) || Q.ncols > 2 * P.ohw + NR ||
-                       (int64_t)g->n * P.ohw <= GEMV_COLS;
+    const int im2col = im2col_pays(&P, &Q);
     if (force == 'c' || (force != 'i' && im2col))
       return conv_im2col(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
 #ifdef __AVX512VBMI__
     stem_plan T;
     if (force != 'i' && stem_make_plan(&P, &T))
       return conv_stem(&P, &T, in_zero, in, weights, out, epilogue, ws, nth);
+#endif
+#ifdef CONV_I8_AMX
+    if (force != 'i' && amx_path(&P, &Q))
+      return conv_amx(&P, in_zero, in, xpack, xsum, weights, out, epilogue, ws, nth);
 #endif
     if (force != 'i' && small_grid_pays(&P, &Q))
       return conv_small(&P, in_zero, in, apack, wsum, weights, out, epilogue, ws, nth);
@@ -2428,5 +2818,7 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
   (void)force;
   (void)apack;
   (void)wsum;
+  (void)xpack;
+  (void)xsum;
   return conv_portable(&P, in_zero, in, raw, out, epilogue, ws, nth);
 }

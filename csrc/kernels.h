@@ -196,6 +196,9 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
 size_t conv_i8_packed_bytes(const conv_geometry* g);
 void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst);
 int conv_i8_packed_matches(const conv_geometry* g, const void* packed);
+/* Whether INT8 convolutions run on AMX tiles where they pay (conv_i8.c): request < 0 asks,
+ * 0 turns the path off, 1 on where the CPU and OS have AMX; returns the state after. */
+int conv_i8_amx(int request);
 
 /* INT8 pooling with the input's zero point. */
 void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,

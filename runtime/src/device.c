@@ -137,6 +137,8 @@ accel_status accel_device_set_threads(accel_device* dev, int32_t num_threads) {
 
 int32_t accel_device_threads(const accel_device* dev) { return dev ? dev->num_threads : 0; }
 
+int32_t accel_int8_amx(int32_t request) { return conv_i8_amx(request < 0 ? -1 : request != 0); }
+
 /* FP16 evaluates the LUT activations through the LUT model, FP32 exactly. */
 static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
   return (sdp_f32){.scale = d->scale, .shift = d->shift, .ew_op = d->ew_op,

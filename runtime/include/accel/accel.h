@@ -802,6 +802,16 @@ typedef void (*accel_observer)(void* user, const char* label, int32_t op_index,
                                const accel_tensor* tensor);
 void accel_set_observer(accel_observer observer, void* user);
 
+/* ---- host kernels ---------------------------------------------------------------------- */
+
+/* Whether the simulator's INT8 convolutions run on the host CPU's AMX tiles (Intel AMX-INT8;
+ * compiled in where the build targets it, used where CPUID, the OS and Linux's
+ * ARCH_REQ_XCOMP_PERM grant it; ACCEL_INT8_AMX=0 in the environment turns it off). The codes
+ * are the same bit for bit either way: this is speed only. request < 0 only asks; 0 turns the
+ * AMX path off, 1 back on (process-wide, between runs). Returns 1 when it is on after the
+ * call, 0 when off or unavailable. */
+int32_t accel_int8_amx(int32_t request);
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 /* The message of the calling thread's last failure: names the bad field and its value. */
