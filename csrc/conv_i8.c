@@ -16,6 +16,18 @@
  *    accumulator. Micro-kernel 8 channels x 48 positions, 24 zmm accumulators; tiles of up to
  *    8 panels, split between the threads so that the busiest has the fewest panels. Grouped
  *    convolutions are one GEMM per group.
+ *  - AMX (builds for AMX-TILE and AMX-INT8, where CPUID, the OS and Linux's
+ *    ARCH_REQ_XCOMP_PERM grant the tiles; checked once; accel_int8_amx / ACCEL_INT8_AMX=0
+ *    switch it off): the implicit GEMM on tiles, for every layer the implicit, small-grid and
+ *    flat 1x1 paths would take that has >= 4 blocks of 4 input channels and >= 16 depth steps
+ *    (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
+ *    the copy as it lies (B: 16 consecutive 4-channel blocks at one tap are rows a constant
+ *    stride apart, 16 positions 64 contiguous bytes); depth tile = (chunk of up to 16 blocks,
+ *    tap), the last chunk starting early with zero weights on the blocks already covered, so
+ *    nothing past the copy is read. 32 channels x 32 positions per micro-tile (4 C, 2 A, 2 B
+ *    tiles), from the offset correction, stored to a [32][256] tile the implicit GEMM's
+ *    epilogue converts. ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
+ *    docs/whole_network_time.md). Packed weights hold both layouts where AMX is available.
  *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
  *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
  *    14x14 ones most): 8 output channels per ymm vector, each position's 4 input bytes
@@ -49,8 +61,9 @@
  * Packed weights (accel_conv_pack_weights, once in the generated code's loader): packing on
  * every call would cost as much as a deep layer's convolution.
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
- * claim items; no barrier waits for a thread that is not running). Scratch: workspace slots
- * 0..nth-1 per participant, 40..43 shared, reserved before the loops.
+ * claim items; no barrier waits for a thread that is not running); an AMX item loads the tile
+ * configuration on the thread that runs it and releases the tiles at its end. Scratch:
+ * workspace slots 0..nth-1 per participant, 40..46 shared, reserved before the loops.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* syscall (the AMX permission) */
@@ -206,12 +219,16 @@ typedef struct pack_header {
   uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
 } pack_header;
 
-enum { AMX_MIN_C4 = 4 }; /* AMX: fewer 4-channel blocks waste most of each product */
+/* AMX: with fewer 4-channel blocks a product's depth is mostly zeros; with fewer depth steps
+ * the tiles' loads and stores outweigh the products. Measured on MobileNetV2's 1x1 layers
+ * (1 thread): 16 -> 96 at 112x112 (4 steps) 0.265 ms VNNI, 0.331 AMX; 24 -> 144 at 56x56 (6)
+ * 0.103, 0.139; 32 -> 192 at 28x28 (8) 0.041, 0.049; 96 -> 24 at 56x56 (24) 0.046, 0.044. */
+enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
 
 /* Whether packed weights hold the AMX layout too (AMX available, whether on or not). */
 static int amx_packed(const plan* P) {
 #ifdef CONV_I8_AMX
-  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && amx_available();
+  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && P->kd4 >= AMX_MIN_KD4 && amx_available();
 #else
   (void)P;
   return 0;

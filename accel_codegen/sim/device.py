@@ -386,6 +386,13 @@ class ChainBatch:
         return records
 
 
+def int8_amx(on: Optional[bool] = None) -> bool:
+    """Whether the simulator's INT8 convolutions run on the host's AMX tiles (accel_int8_amx:
+    same codes, faster); ``on`` switches them (process-wide) where the build, CPU and OS have
+    them. ACCEL_INT8_AMX=0 in the environment starts the process with them off."""
+    return bool(lib.accel_int8_amx(-1 if on is None else int(bool(on))))
+
+
 def profile_enable(enabled: bool) -> None:
     """Start (clearing earlier records) or stop recording every run in the process."""
     lib.accel_profile_enable(1 if enabled else 0)

@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..sim.costs import CostTotals, engine_names
+from ..sim.device import int8_amx
 from ..tables import Column, render_table
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
@@ -435,6 +436,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
 
     result: Dict[str, Any] = {
         "model": model.name, "config": config.to_dict(), "threads": threads,
+        "int8_amx": int8_amx(),
         "thread_notes": {m: note for m, note in _thread_notes(threads).items()
                          if m in modes},
         "repeat": repeat, "host_repeat": host_repeat, "warmup": warmup,
@@ -533,7 +535,8 @@ def format_table(result: Dict[str, Any]) -> str:
              f"threads: simulator, PyTorch and ONNX Runtime {result['threads']}, TVM host 1; "
              f"{result['repeat']} timed rounds ({result['host_repeat']} for host) after "
              f"{result['warmup']} warm-up; load average {load['before']:.2f} "
-             f"before, {load['after']:.2f} after ({load['cpus']} CPUs)")
+             f"before, {load['after']:.2f} after ({load['cpus']} CPUs)"
+             + ("; int8 convolutions on AMX tiles" if result.get("int8_amx") else ""))
     reference = modes.get("pytorch", {}).get("wall_ms", {}).get("median")
     rows = [_mode_row(mode, entry, reference) for mode, entry in modes.items()]
     rows += _skipped_lines(result.get("skipped", {}))
