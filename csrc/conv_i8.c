@@ -19,14 +19,14 @@
  *  - AMX (builds for AMX-TILE and AMX-INT8, where CPUID, the OS and Linux's
  *    ARCH_REQ_XCOMP_PERM grant the tiles; checked once; accel_int8_amx / ACCEL_INT8_AMX=0
  *    switch it off): the implicit GEMM on tiles, for every layer the implicit, small-grid and
- *    flat 1x1 paths would take that has >= 4 blocks of 4 input channels and >= 16 depth steps
- *    (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
+ *    flat 1x1 paths would take that has >= 4 blocks of 4 input channels (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
  *    the copy as it lies (B: 16 consecutive 4-channel blocks at one tap are rows a constant
  *    stride apart, 16 positions 64 contiguous bytes); depth tile = (chunk of up to 16 blocks,
  *    tap), the last chunk starting early with zero weights on the blocks already covered, so
  *    nothing past the copy is read. 32 channels x 32 positions per micro-tile (4 C, 2 A, 2 B
  *    tiles), from the offset correction, stored to a [32][256] tile the implicit GEMM's
- *    epilogue converts. ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
+ *    epilogue converts (without dropped columns and with converters in lanes: each
+ *    micro-tile's codes straight after it). ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
  *    docs/whole_network_time.md). Packed weights hold both layouts where AMX is available.
  *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
  *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
@@ -219,16 +219,16 @@ typedef struct pack_header {
   uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
 } pack_header;
 
-/* AMX: with fewer 4-channel blocks a product's depth is mostly zeros; with fewer depth steps
- * the tiles' loads and stores outweigh the products. Measured on MobileNetV2's 1x1 layers
- * (1 thread): 16 -> 96 at 112x112 (4 steps) 0.265 ms VNNI, 0.331 AMX; 24 -> 144 at 56x56 (6)
- * 0.103, 0.139; 32 -> 192 at 28x28 (8) 0.041, 0.049; 96 -> 24 at 56x56 (24) 0.046, 0.044. */
-enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
+/* AMX: with fewer 4-channel blocks (C/groups < 13) a product's depth is mostly zeros. Shallow
+ * 1x1 layers pay too, with each micro-tile's codes made straight after it (MobileNetV2's 16 ->
+ * 96 at 112x112, 4 depth steps, 1 thread: 0.229 ms VNNI, 0.218 AMX; 24 -> 144 at 56x56 0.099,
+ * 0.091); with the codes made per 256 positions instead they did not (0.265 VNNI, 0.331). */
+enum { AMX_MIN_C4 = 4 };
 
 /* Whether packed weights hold the AMX layout too (AMX available, whether on or not). */
 static int amx_packed(const plan* P) {
 #ifdef CONV_I8_AMX
-  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && P->kd4 >= AMX_MIN_KD4 && amx_available();
+  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && amx_available();
 #else
   (void)P;
   return 0;
@@ -2673,15 +2673,35 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   int32_t* tile = (int32_t*)J->scratch[participant];
   const int8_t* a = J->apack + blk * P->nk * 2048;
   const uint8_t* base = J->B->base + grp * J->Q->gbytes;
+  const int64_t k0 = grp * P->mg + ab * AMB, ncols = J->Q->ncols;
+  /* grid column n is output position n (no dropped columns) and the converters are in lanes:
+   * each micro-tile's codes straight after it, while its sums are in L1 (the tile's rows are
+   * readable 48 values on: the scratch's tmp rows follow) */
+  const int direct = J->cvt != NULL && J->Q->wq == P->g->out_w;
+  panel_codes E;
+  if (direct) {
+    const int64_t at = (J->b * P->g->k + k0) * P->ohw;
+    E = (panel_codes){J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
+                      rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
+                      J->add != NULL ? J->ep->ew_operand + at : NULL, 1};
+  }
   _tile_loadconfig(&X->cfg);
   for (int64_t t = t0; t < t1; t += 2) {
     const int nn = t + 1 < t1 ? 2 : 1;
+    int32_t* c = tile + (t - t0) * 16;
     amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, a, base + 64 * t, X->boff, X->bstride, corr,
-                              tile + (t - t0) * 16);
+                              c);
+    if (direct) {
+      panel_codes e = E;
+      e.out += t * 16;
+      if (e.add != NULL) e.opnd += t * 16;
+      e.cols = ncols - t * 16 < nn * 16 ? ncols - t * 16 : nn * 16;
+      codes_of_panel(&e, c, AMX_LDC);
+    }
   }
   _tile_release();
-  const int64_t n1 = t1 * 16 < J->Q->ncols ? t1 * 16 : J->Q->ncols;
-  tile_codes(J, tile, AMX_LDC, t0 * 16, n1, rows, grp * P->mg + ab * AMB);
+  if (direct) return;
+  tile_codes(J, tile, AMX_LDC, t0 * 16, t1 * 16 < ncols ? t1 * 16 : ncols, rows, k0);
 }
 
 /* Whether a convolution runs on the tiles: AMX on, the AMX layout packed (amx_packed), and
