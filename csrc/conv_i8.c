@@ -19,7 +19,8 @@
  *  - AMX (builds for AMX-TILE and AMX-INT8, where CPUID, the OS and Linux's
  *    ARCH_REQ_XCOMP_PERM grant the tiles; checked once; accel_int8_amx / ACCEL_INT8_AMX=0
  *    switch it off): the implicit GEMM on tiles, for every layer the implicit, small-grid and
- *    flat 1x1 paths would take that has >= 4 blocks of 4 input channels (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
+ *    flat 1x1 paths would take that has >= 4 blocks of 4 input channels and >= 16 depth steps
+ *    (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
  *    the copy as it lies (B: 16 consecutive 4-channel blocks at one tap are rows a constant
  *    stride apart, 16 positions 64 contiguous bytes); depth tile = (chunk of up to 16 blocks,
  *    tap), the last chunk starting early with zero weights on the blocks already covered, so
@@ -219,16 +220,17 @@ typedef struct pack_header {
   uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
 } pack_header;
 
-/* AMX: with fewer 4-channel blocks (C/groups < 13) a product's depth is mostly zeros. Shallow
- * 1x1 layers pay too, with each micro-tile's codes made straight after it (MobileNetV2's 16 ->
- * 96 at 112x112, 4 depth steps, 1 thread: 0.229 ms VNNI, 0.218 AMX; 24 -> 144 at 56x56 0.099,
- * 0.091); with the codes made per 256 positions instead they did not (0.265 VNNI, 0.331). */
-enum { AMX_MIN_C4 = 4 };
+/* AMX: with fewer 4-channel blocks (C/groups < 13) a product's depth is mostly zeros; with
+ * fewer depth steps the tiles' loads and stores (the initial correction, the sums) outweigh
+ * the products. MobileNetV2's 1x1 expansions with AMX / VNNI (1 thread, interleaved runs,
+ * in the network): 16 -> 96 at 112x112 (4 steps) 0.36 / 0.24 ms, 24 -> 144 at 56x56 (6) 0.15 /
+ * 0.10, 32 -> 192 at 28x28 (8) 0.050 / 0.039; the whole network 3.45 / 3.19 ms. */
+enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
 
 /* Whether packed weights hold the AMX layout too (AMX available, whether on or not). */
 static int amx_packed(const plan* P) {
 #ifdef CONV_I8_AMX
-  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && amx_available();
+  return P->cg > 1 && P->c4 >= AMX_MIN_C4 && P->kd4 >= AMX_MIN_KD4 && amx_available();
 #else
   (void)P;
   return 0;

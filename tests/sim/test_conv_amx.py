@@ -4,7 +4,8 @@ input copy) against the NumPy reference and against the VNNI paths, bit for bit.
 The path runs where the build targets AMX (-march=native on a Sapphire Rapids), the CPU and OS
 have it and Linux grants the tile state (accel_int8_amx reports it); elsewhere these tests
 check that the library says so, and the same layers on the VNNI paths. Every layer below
-qualifies for the tiles (at least 4 blocks of 4 input channels, not a fully connected layer): each edge of the tiling is hit by one of them (see the comments). Each runs
+qualifies for the tiles (at least 4 blocks of 4 input channels and 16 depth steps, not a fully
+connected layer): each edge of the tiling is hit by one of them (see the comments). Each runs
 with AMX on and off, at 1-3 threads, with and without pre-packed weights, fused and
 independent; with packed weights the other layout's bytes are then wiped, so that a result
 equal to the reference shows which path read them.
@@ -42,9 +43,9 @@ AMX_LAYERS = [  # in_shape, weight_shape, conv arguments
     ((2, 16, 30, 30), (16, 16, 3, 3), dict(padding=1)),          # 4 blocks (fewest), 16 rows
     ((1, 256, 7, 7), (256, 256, 3, 3), dict(padding=1)),         # 4 depth chunks x 9 taps
     ((1, 40, 33, 5), (24, 40, 3, 3), dict(padding=(0, 1, 0, 1))),  # odd tile count per run
-    ((1, 16, 40, 40), (96, 16, 1, 1), dict()),                   # 4 depth steps: 1x1 expansion,
+    ((1, 64, 40, 40), (96, 64, 1, 1), dict()),                   # 1x1 expansion, 16 steps:
                                                                  # codes per micro-tile
-    ((2, 24, 9, 9), (36, 24, 1, 1), dict()),                     # and 81 outputs: a partial one
+    ((2, 80, 9, 9), (36, 80, 1, 1), dict()),                     # and 81 outputs: a partial one
 ]
 
 
@@ -122,15 +123,18 @@ def test_amx_is_reported_as_the_machine_has_it(amx_restored):
 
 def test_packed_layout_follows_the_machine():
     """Packed weights hold the AMX tiles too where the path can run (any switch state); never
-    elsewhere, nor for layers it does not take (depthwise: as given; fewer than 13 channels)."""
+    elsewhere, nor for layers it does not take (depthwise: as given; fewer than 13 channels or
+    16 depth steps)."""
     available = bool(lib.accel_int8_amx(-1)) or CPU_AMX and _amx_can_turn_on()
     rng = np.random.default_rng(1)
     conv = Conv(rng.integers(-128, 128, (64, 64, 3, 3)).astype(np.int8), precision="int8")
     assert _layout(conv.pack(DEVICES[1].config)) == (LAYOUT_AMX if available else LAYOUT_VNNI)
-    shallow = Conv(rng.integers(-128, 128, (96, 12, 1, 1)).astype(np.int8), precision="int8")
-    assert _layout(shallow.pack(DEVICES[1].config)) == LAYOUT_VNNI   # 3 blocks: VNNI
-    four = Conv(rng.integers(-128, 128, (96, 16, 1, 1)).astype(np.int8), precision="int8")
-    assert _layout(four.pack(DEVICES[1].config)) == (LAYOUT_AMX if available else LAYOUT_VNNI)
+    shallow = Conv(rng.integers(-128, 128, (96, 16, 1, 1)).astype(np.int8), precision="int8")
+    assert _layout(shallow.pack(DEVICES[1].config)) == LAYOUT_VNNI   # 4 depth steps: VNNI
+    few = Conv(rng.integers(-128, 128, (96, 12, 3, 3)).astype(np.int8), precision="int8")
+    assert _layout(few.pack(DEVICES[1].config)) == LAYOUT_VNNI       # 3 blocks: VNNI
+    deep = Conv(rng.integers(-128, 128, (96, 64, 1, 1)).astype(np.int8), precision="int8")
+    assert _layout(deep.pack(DEVICES[1].config)) == (LAYOUT_AMX if available else LAYOUT_VNNI)
     dw = Conv(rng.integers(-128, 128, (32, 1, 3, 3)).astype(np.int8), precision="int8",
               groups=32)
     assert _layout(dw.pack(DEVICES[1].config)) == 1
