@@ -227,6 +227,7 @@ typedef struct pack_header {
  * 0.10, 32 -> 192 at 28x28 (8) 0.050 / 0.039; the whole network 3.45 / 3.19 ms. */
 enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
 
+#ifdef CONV_I8_VNNI
 /* Whether packed weights hold the AMX layout too (AMX available, whether on or not). */
 static int amx_packed(const plan* P) {
 #ifdef CONV_I8_AMX
@@ -236,6 +237,7 @@ static int amx_packed(const plan* P) {
   return 0;
 #endif
 }
+#endif
 
 static int layout_of(const plan* P) {
 #ifdef CONV_I8_VNNI
