@@ -2679,8 +2679,8 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   const uint8_t* base = J->B->base + grp * J->Q->gbytes;
   const int64_t k0 = grp * P->mg + ab * AMB, ncols = J->Q->ncols;
   /* grid column n is output position n (no dropped columns) and the converters are in lanes:
-   * each micro-tile's codes straight after it, while its sums are in L1 (the tile's rows are
-   * readable 48 values on: the scratch's tmp rows follow) */
+   * the codes of every two micro-tiles (64 positions) straight after them, while their sums
+   * are in L1 */
   const int direct = J->cvt != NULL && J->Q->wq == P->g->out_w;
   panel_codes E;
   if (direct) {
@@ -2690,17 +2690,20 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
                       J->add != NULL ? J->ep->ew_operand + at : NULL, 1};
   }
   _tile_loadconfig(&X->cfg);
+  int64_t done = t0; /* direct: the codes of tiles [t0, done) are made */
   for (int64_t t = t0; t < t1; t += 2) {
     const int nn = t + 1 < t1 ? 2 : 1;
-    int32_t* c = tile + (t - t0) * 16;
     amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, a, base + 64 * t, X->boff, X->bstride, corr,
-                              c);
-    if (direct) {
+                              tile + (t - t0) * 16);
+    if (direct && (t + nn - done == 4 || t + nn == t1)) {
+      /* 64 positions at a time: one step of the lanes' converter, no lane wasted */
       panel_codes e = E;
-      e.out += t * 16;
-      if (e.add != NULL) e.opnd += t * 16;
-      e.cols = ncols - t * 16 < nn * 16 ? ncols - t * 16 : nn * 16;
-      codes_of_panel(&e, c, AMX_LDC);
+      e.out += done * 16;
+      if (e.add != NULL) e.opnd += done * 16;
+      e.cols = (t + nn) * 16 < ncols ? (t + nn - done) * 16 : ncols - done * 16;
+      e.wide = 0;
+      codes_of_panel(&e, tile + (done - t0) * 16, AMX_LDC);
+      done = t + nn;
     }
   }
   _tile_release();
