@@ -544,6 +544,7 @@ typedef struct panel_codes {
   const sdp_i8_lane_add* add; /* the residual add (every row split), or NULL */
   const int8_t* opnd;         /* its operand codes, laid out as out */
   int wide;                   /* rows readable to NR values whatever cols (a tile's) */
+  const int32_t* corr;        /* codes_of_panel_corr: row m's values are c[m][.] + corr[m] */
 } panel_codes;
 
 /* q of the 16 values v of converter e (split: its form); with a residual add (add: 1 any,
@@ -559,7 +560,7 @@ static inline __attribute__((always_inline)) __m512i q_of(const panel_codes* E,
 static inline __attribute__((always_inline)) void panel_step(const panel_codes* E,
                                                               const int32_t* c, int64_t ldc,
                                                               int64_t i, int split, int add,
-                                                              int panel) {
+                                                              int panel, int corr) {
   const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
   const int64_t n = E->cols - i;
   const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
@@ -575,15 +576,21 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
     const int32_t* r = c + m * ldc + i;
     __m512i o = _mm512_setzero_si512();
     if (add) o = _mm512_maskz_loadu_epi8(keep, opnd + m * ldo);
-    const __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
-    const __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
-    const __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
+    const __m512i cm = corr ? _mm512_set1_epi32(E->corr[m]) : _mm512_setzero_si512();
+    __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
+    __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
+    __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
+    __m512i v3 = panel ? v2 : _mm512_maskz_loadu_epi32(k3, r + 48);
+    if (corr) {
+      v0 = _mm512_add_epi32(v0, cm);
+      v1 = _mm512_add_epi32(v1, cm);
+      v2 = _mm512_add_epi32(v2, cm);
+      v3 = _mm512_add_epi32(v3, cm);
+    }
     const __m512i q0 = q_of(E, e, v0, _mm512_castsi512_si128(o), split, add);
     const __m512i q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
     const __m512i q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
-    const __m512i q3 = panel ? q2
-                             : q_of(E, e, _mm512_maskz_loadu_epi32(k3, r + 48),
-                                    _mm512_extracti32x4_epi32(o, 3), split, add);
+    const __m512i q3 = panel ? q2 : q_of(E, e, v3, _mm512_extracti32x4_epi32(o, 3), split, add);
     const __m512i y = sdp_i8_codes64(q0, q1, q2, q3);
     _mm512_mask_storeu_epi8(out + m * ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
   }
@@ -591,31 +598,37 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
 
 static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
                                                               const int32_t* c, int64_t ldc,
-                                                              int split, int add) {
+                                                              int split, int add, int corr) {
   if (E->wide && E->cols <= NR) {
-    panel_step(E, c, ldc, 0, split, add, 1);
+    panel_step(E, c, ldc, 0, split, add, 1, corr);
     return;
   }
-  for (int64_t i = 0; i < E->cols; i += 64) panel_step(E, c, ldc, i, split, add, 0);
+  for (int64_t i = 0; i < E->cols; i += 64) panel_step(E, c, ldc, i, split, add, 0, corr);
+}
+
+static inline __attribute__((always_inline)) void codes_body(const panel_codes* E,
+                                                               const int32_t* c, int64_t ldc,
+                                                               int corr) {
+  if (E->add != NULL) {
+    const int lean = E->add->lean ? 2 : 1;
+    if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2, corr);
+    else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2, corr);
+    else if (lean == 2) panel_body(E, c, ldc, 1, 2, corr);
+    else if (E->split == 3) panel_body(E, c, ldc, 3, 1, corr);
+    else if (E->split == 2) panel_body(E, c, ldc, 2, 1, corr);
+    else panel_body(E, c, ldc, 1, 1, corr);
+  } else if (E->split == 2) {
+    panel_body(E, c, ldc, 2, 0, corr);
+  } else if (E->split == 1) {
+    panel_body(E, c, ldc, 1, 0, corr);
+  } else {
+    panel_body(E, c, ldc, 0, 0, corr);
+  }
 }
 
 static inline __attribute__((always_inline)) void codes_of_panel(const panel_codes* E,
                                                                    const int32_t* c, int64_t ldc) {
-  if (E->add != NULL) {
-    const int lean = E->add->lean ? 2 : 1;
-    if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2);
-    else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2);
-    else if (lean == 2) panel_body(E, c, ldc, 1, 2);
-    else if (E->split == 3) panel_body(E, c, ldc, 3, 1);
-    else if (E->split == 2) panel_body(E, c, ldc, 2, 1);
-    else panel_body(E, c, ldc, 1, 1);
-  } else if (E->split == 2) {
-    panel_body(E, c, ldc, 2, 0);
-  } else if (E->split == 1) {
-    panel_body(E, c, ldc, 1, 0);
-  } else {
-    panel_body(E, c, ldc, 0, 0);
-  }
+  codes_body(E, c, ldc, 0);
 }
 
 /* The form every one of the rows' converters has: 2 split without clamp, 1 split, 0 any
@@ -2599,10 +2612,33 @@ static inline __attribute__((always_inline)) void amx_block(const int nm, const 
                                                             const int64_t* boff,
                                                             int64_t bstride,
                                                             const int32_t* corr, int32_t* c) {
-  _tile_loadd(0, corr, 64);
-  if (nn > 1) _tile_loadd(1, corr, 64);
-  if (nm > 1) _tile_loadd(2, corr + 256, 64);
-  if (nm > 1 && nn > 1) _tile_loadd(3, corr + 256, 64);
+  /* corr NULL: the sums start at 0 (the codes add the correction); a NULL: one depth tile,
+   * whose A tiles are loaded already */
+  if (corr != NULL) {
+    _tile_loadd(0, corr, 64);
+    if (nn > 1) _tile_loadd(1, corr, 64);
+    if (nm > 1) _tile_loadd(2, corr + 256, 64);
+    if (nm > 1 && nn > 1) _tile_loadd(3, corr + 256, 64);
+  } else {
+    _tile_zero(0);
+    if (nn > 1) _tile_zero(1);
+    if (nm > 1) _tile_zero(2);
+    if (nm > 1 && nn > 1) _tile_zero(3);
+  }
+  if (a == NULL) {
+    const uint8_t* bd = b + boff[0];
+    _tile_loadd(6, bd, bstride);
+    _tile_dpbsud(0, 4, 6);
+    if (nn > 1) {
+      _tile_loadd(7, bd + 64, bstride);
+      _tile_dpbsud(1, 4, 7);
+    }
+    if (nm > 1) {
+      _tile_dpbsud(2, 5, 6);
+      if (nn > 1) _tile_dpbsud(3, 5, 7);
+    }
+    nk = 0;
+  }
   for (int64_t d = 0; d < nk; ++d) {
     const int8_t* ad = a + d * 2048;
     const uint8_t* bd = b + boff[d];
@@ -2683,26 +2719,33 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
    * are in L1 */
   const int direct = J->cvt != NULL && J->Q->wq == P->g->out_w;
   panel_codes E;
+  int32_t crow[AMB];
   if (direct) {
     const int64_t at = (J->b * P->g->k + k0) * P->ohw;
+    for (int64_t m = 0; m < AMB; ++m) crow[m] = corr[m * 16];
     E = (panel_codes){J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
                       rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                      J->add != NULL ? J->ep->ew_operand + at : NULL, 1};
+                      J->add != NULL ? J->ep->ew_operand + at : NULL, 0, crow};
   }
   _tile_loadconfig(&X->cfg);
+  /* one depth tile (a 1x1 layer of at most 16 channel blocks): its A tiles once */
+  const int keep_a = P->nk == 1;
+  if (keep_a) {
+    _tile_loadd(4, a, 64);
+    if (nm > 1) _tile_loadd(5, a + 1024, 64);
+  }
   int64_t done = t0; /* direct: the codes of tiles [t0, done) are made */
   for (int64_t t = t0; t < t1; t += 2) {
     const int nn = t + 1 < t1 ? 2 : 1;
-    amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, a, base + 64 * t, X->boff, X->bstride, corr,
-                              tile + (t - t0) * 16);
+    amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, keep_a ? NULL : a, base + 64 * t, X->boff,
+                              X->bstride, direct ? NULL : corr, tile + (t - t0) * 16);
     if (direct && (t + nn - done == 4 || t + nn == t1)) {
       /* 64 positions at a time: one step of the lanes' converter, no lane wasted */
       panel_codes e = E;
       e.out += done * 16;
       if (e.add != NULL) e.opnd += done * 16;
       e.cols = (t + nn) * 16 < ncols ? (t + nn - done) * 16 : ncols - done * 16;
-      e.wide = 0;
-      codes_of_panel(&e, tile + (done - t0) * 16, AMX_LDC);
+      codes_body(&e, tile + (done - t0) * 16, AMX_LDC, 1);
       done = t + nn;
     }
   }
