@@ -1023,7 +1023,7 @@ static void imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const 
                               int64_t ldc, int64_t at, int64_t cols, int wide) {
   const panel_codes E = {J->cvt + k0, J->out + at, J->P->ohw, rows, cols, J->lo, J->hi,
                          rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide};
+                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide, NULL};
   codes_of_panel(&E, c, ldc);
 }
 
@@ -1111,7 +1111,7 @@ static void imp_unit_item(void* ctx, int64_t u, int participant) {
     const int64_t at = (b * g->k + k0) * P->ohw;
     const panel_codes E = {J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
                            rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                           J->add != NULL ? ep->ew_operand + at : NULL, 1};
+                           J->add != NULL ? ep->ew_operand + at : NULL, 1, NULL};
     gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
     return;
   }
@@ -2588,9 +2588,6 @@ static int im2col_pays(const plan* P, const imp_plan* Q) {
  * sums, then the implicit GEMM's epilogue (tile_codes). Each item loads the configuration on
  * the thread that runs it (the tile state is per thread) and releases the tiles at its end. */
 enum { AMX_NT = 16, AMX_LDC = AMX_NT * 16 };
-#ifndef AMX_PF
-#define AMX_PF 1 /* depth tiles prefetched ahead */
-#endif
 
 typedef struct __attribute__((aligned(64))) amx_cfg {
   uint8_t palette, start_row, reserved[14];
@@ -2607,7 +2604,7 @@ typedef struct amx_job {
 } amx_job;
 
 static inline __attribute__((always_inline)) void amx_block(const int nm, const int nn,
-                                                            int64_t nk, int kr, const int8_t* a,
+                                                            int64_t nk, const int8_t* a,
                                                             const uint8_t* b,
                                                             const int64_t* boff,
                                                             int64_t bstride,
@@ -2642,18 +2639,6 @@ static inline __attribute__((always_inline)) void amx_block(const int nm, const 
   for (int64_t d = 0; d < nk; ++d) {
     const int8_t* ad = a + d * 2048;
     const uint8_t* bd = b + boff[d];
-    if (AMX_PF > 0 && d + AMX_PF < nk) {
-      /* the tiles are not renamed: a load waits for the products reading its tile, so
-       * its latency is not hidden; the next depth tiles' lines are fetched ahead */
-      const char* an = (const char*)(a + (d + AMX_PF) * 2048);
-      for (int i = 0; i < 1024 * nm; i += 64) _mm_prefetch(an + i, _MM_HINT_T0);
-      const char* bn = (const char*)(b + boff[d + AMX_PF]);
-      for (int r = 0; r < kr; ++r) {
-        _mm_prefetch(bn + r * bstride, _MM_HINT_T0);
-        _mm_prefetch(bn + r * bstride + 63, _MM_HINT_T0);
-        if (nn > 1) _mm_prefetch(bn + r * bstride + 127, _MM_HINT_T0);
-      }
-    }
     _tile_loadd(4, ad, 64);
     _tile_loadd(6, bd, bstride);
     _tile_dpbsud(0, 4, 6);
@@ -2673,13 +2658,13 @@ static inline __attribute__((always_inline)) void amx_block(const int nm, const 
   if (nm > 1 && nn > 1) _tile_stored(3, c + 16 * AMX_LDC + 16, AMX_LDC * 4);
 }
 
-typedef void (*amx_fn)(int64_t, int, const int8_t*, const uint8_t*, const int64_t*, int64_t,
+typedef void (*amx_fn)(int64_t, const int8_t*, const uint8_t*, const int64_t*, int64_t,
                        const int32_t*, int32_t*);
 #define AMXK(NM_, NN_)                                                                      \
-  static void amx_block_##NM_##_##NN_(int64_t nk, int kr, const int8_t* a, const uint8_t* b,\
+  static void amx_block_##NM_##_##NN_(int64_t nk, const int8_t* a, const uint8_t* b,       \
                                       const int64_t* boff, int64_t bs, const int32_t* corr, \
                                       int32_t* c) {                                         \
-    amx_block(NM_, NN_, nk, kr, a, b, boff, bs, corr, c);                                   \
+    amx_block(NM_, NN_, nk, a, b, boff, bs, corr, c);                                       \
   }
 AMXK(1, 1)
 AMXK(1, 2)
@@ -2737,7 +2722,7 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   int64_t done = t0; /* direct: the codes of tiles [t0, done) are made */
   for (int64_t t = t0; t < t1; t += 2) {
     const int nn = t + 1 < t1 ? 2 : 1;
-    amx_table[nm - 1][nn - 1](P->nk, (int)P->kc, keep_a ? NULL : a, base + 64 * t, X->boff,
+    amx_table[nm - 1][nn - 1](P->nk, keep_a ? NULL : a, base + 64 * t, X->boff,
                               X->bstride, direct ? NULL : corr, tile + (t - t0) * 16);
     if (direct && (t + nn - done == 4 || t + nn == t1)) {
       /* 64 positions at a time: one step of the lanes' converter, no lane wasted */
