@@ -26,8 +26,9 @@
  *    tap), the last chunk starting early with zero weights on the blocks already covered, so
  *    nothing past the copy is read. 32 channels x 32 positions per micro-tile (4 C, 2 A, 2 B
  *    tiles), from the offset correction, stored to a [32][256] tile the implicit GEMM's
- *    epilogue converts (without dropped columns and with converters in lanes: each
- *    micro-tile's codes straight after it). ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
+ *    epilogue converts; without dropped columns and with converters in lanes, from zero, the
+ *    codes of every 64 positions made straight after their micro-tiles, adding the
+ *    correction. A 1x1 layer's single depth tile keeps its A tiles over a unit. ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
  *    docs/whole_network_time.md). Packed weights hold both layouts where AMX is available.
  *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
  *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
