@@ -28,8 +28,9 @@
  *    tiles), from the offset correction, stored to a [32][256] tile the implicit GEMM's
  *    epilogue converts; without dropped columns and with converters in lanes, from zero, the
  *    codes of every 64 positions made straight after their micro-tiles, adding the
- *    correction. A 1x1 layer's single depth tile keeps its A tiles over a unit. ResNet-18's 3x3 layers ~2.5x the VNNI kernel's speed (figures:
- *    docs/whole_network_time.md). Packed weights hold both layouts where AMX is available.
+ *    correction. A 1x1 layer's single depth tile keeps its A tiles over a unit. ResNet's 3x3
+ *    layers run at ~2.5x the VNNI kernel's speed (figures: docs/whole_network_time.md).
+ *    Packed weights hold both layouts where AMX is available.
  *  - channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
  *    hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
  *    14x14 ones most): 8 output channels per ymm vector, each position's 4 input bytes
