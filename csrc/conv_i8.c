@@ -2694,7 +2694,8 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t blk = grp * P->ablocks + ab;
   int32_t corr[AMB * 16] __attribute__((aligned(64)));
   for (int64_t m = 0; m < nm * 16; ++m) {
-    const int32_t v = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * AMB + m]);
+    const uint32_t sum = (uint32_t)J->wsum[blk * AMB + m];
+    const int32_t v = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * sum);
     for (int n = 0; n < 16; ++n) corr[m * 16 + n] = v;
   }
   int32_t* tile = (int32_t*)J->scratch[participant];
@@ -2709,7 +2710,7 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   int32_t crow[AMB];
   if (direct) {
     const int64_t at = (J->b * P->g->k + k0) * P->ohw;
-    for (int64_t m = 0; m < AMB; ++m) crow[m] = corr[m * 16];
+    for (int64_t m = 0; m < nm * 16; ++m) crow[m] = corr[m * 16];
     E = (panel_codes){J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
                       rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
                       J->add != NULL ? J->ep->ew_operand + at : NULL, 0, crow};
