@@ -34,6 +34,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -43,13 +44,23 @@
 #ifndef CONV_KC_MAX
 #define CONV_KC_MAX 512 /* depth block of the packed path: 8 weight rows of it stay in L1 */
 #endif
+/* Depth block of the packed path where a 48-wide panel of CONV_KC_L1 rows (24 KB) fits in half
+ * the L1 data cache (48 KB on Intel's Golden Cove cores): the panel then stays in L1 while every
+ * block of output channels passes over it, panels outermost. With a smaller L1 (32 KB on Zen 4)
+ * neither depth keeps a panel there, and CONV_KC_MAX with channel blocks outermost measured
+ * faster (docs/whole_network_time.md). */
+#ifndef CONV_KC_L1
+#define CONV_KC_L1 128
+#endif
 
 typedef struct conv_plan {
   const conv_geometry* g;
   int64_t cg, mg; /* input / output channels per group */
   int64_t kd;     /* GEMM depth: cg * kernel_h * kernel_w */
   int64_t hw, ohw; /* input / output plane sizes */
-  int64_t kc;     /* depth block of the packed path */
+  int64_t kc;     /* depth block of the packed path: a multiple of 32 (SUM_BLOCK) below kd, so
+                   * the 32-deep sums start at the same depths whatever it is */
+  int panels_outer; /* packed path: each panel's depth block stays in L1 (kc = CONV_KC_L1) */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 
@@ -330,9 +341,10 @@ static inline __attribute__((always_inline)) void ukr_body(const int mr, const i
   for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) { /* total (+)= each block's own sum */
     const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
     PR_ROWS(ACC_ZERO)
-    for (int64_t k = k0; k < k1; ++k) {
-      if (pf != NULL && (k & 3) == 0) /* line k/16 of the next weight block's row k/4 % 4 */
+    if (pf != NULL) /* lines k/16 of the next weight block's rows k/4 % 4 for this block's k */
+      for (int64_t k = k0; k < k1; k += 4)
         _mm_prefetch((const char*)(pf + (k >> 2 & 3) * lda + (k >> 4) * 16), _MM_HINT_T0);
+    for (int64_t k = k0; k < k1; ++k) {
       const __m512 b0 = _mm512_load_ps(b);
       const __m512 b1 = nv > 1 ? _mm512_load_ps(b + 16) : b0;
       const __m512 b2 = nv > 2 ? _mm512_load_ps(b + 32) : b0;
@@ -754,6 +766,29 @@ typedef struct tile_bufs {
   float* state; /* tail partial sums: mchunk x TMAX x 16 */
 } tile_bufs;
 
+/* Channels [m, m + MR) of a tile (channels [m0, m1)) over its panel j (packed at bp), depth
+ * block [p0, p0 + kc): the block of MR rows in micro-tiles of PR. On panel 0 the kernel fetches
+ * the next weight block (whatever the depth: the weights of a 7x7 layer with 160 input channels
+ * come cold too): this depth block's next MR rows, or the next depth block's first. */
+static void panel_rows(const conv_plan* P, const float* bp, const float* abase, float* cbase,
+                       int64_t m0, int64_t m1, int64_t m, int64_t j, int64_t vcols, int64_t p0,
+                       int64_t kc, int last) {
+  const int64_t mr = m1 - m < MR ? m1 - m : MR;
+  const float* a = abase + m * P->kd + p0;
+  const float* pf = j != 0                ? NULL
+                    : m + MR + MR <= m1   ? a + MR * P->kd
+                    : !last && m + MR >= m1 ? abase + m0 * P->kd + p0 + kc
+                                            : NULL;
+  const int64_t c0 = j * NR;
+  const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
+  const int64_t nv = (w + 15) / 16;
+  const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
+  for (int64_t h = 0; h < mr; h += PR)
+    ukr_table[mr - h < PR ? mr - h : PR][nv](kc, a + h * P->kd, P->kd, bp,
+                                             cbase + (m + h) * P->ohw + c0, P->ohw, p0 > 0, tail,
+                                             pf != NULL ? pf + h * P->kd : NULL);
+}
+
 /* One tile: output channels [m0, m1) of group grp, columns [n0, n0+ncols) of image b; the last
  * ntail columns go through the dot kernel. Depth blocks outermost; the epilogue runs on each
  * block of MR channels right after its last depth block, while it is in cache. */
@@ -796,24 +831,20 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
       const int64_t n = n0 + vcols + j;
       pack_col(P, img, n / ow, n % ow, p0, kc, tb->bt + j * ldbt);
     }
+    /* Panels outermost where a panel's depth block stays in L1 meanwhile (P->panels_outer);
+     * otherwise each block of MR channels passes over every panel in turn. The next weight
+     * block is fetched on the first panel either way. */
+    const int pouter = P->panels_outer && npanels > 1;
+    if (pouter)
+      for (int64_t j = 0; j < npanels; ++j)
+        for (int64_t m = m0; m < m1; m += MR)
+          panel_rows(P, tb->bp + j * NR * kc, abase, cbase, m0, m1, m, j, vcols, p0, kc, last);
     for (int64_t m = m0; m < m1; m += MR) {
       const int64_t mr = m1 - m < MR ? m1 - m : MR;
       const float* a = abase + m * P->kd + p0;
-      /* the next weight block (fetched whatever the depth: the weights of a 7x7 layer with 160
-       * input channels come cold too): this depth block's next 8 rows, or the next depth
-       * block's first */
-      const float* pf = m + MR + MR <= m1 ? a + MR * P->kd
-                        : !last && m + MR >= m1 ? abase + m0 * P->kd + p0 + kc : NULL;
-      for (int64_t j = 0; j < npanels; ++j) {
-        const int64_t c0 = j * NR;
-        const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
-        const int64_t nv = (w + 15) / 16;
-        const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
-        for (int64_t h = 0; h < mr; h += PR) /* the block of MR rows in micro-tiles of PR */
-          ukr_table[mr - h < PR ? mr - h : PR][nv](
-              kc, a + h * P->kd, P->kd, tb->bp + j * NR * kc, cbase + (m + h) * P->ohw + c0,
-              P->ohw, p0 > 0, tail, j == 0 && pf != NULL ? pf + h * P->kd : NULL);
-      }
+      if (!pouter)
+        for (int64_t j = 0; j < npanels; ++j)
+          panel_rows(P, tb->bp + j * NR * kc, abase, cbase, m0, m1, m, j, vcols, p0, kc, last);
       for (int64_t j = 0; j < ntail; j += 3) {
         const int64_t t = ntail - j < 3 ? ntail - j : 3;
         dot_table[mr][t](kc, a, P->kd, tb->bt + j * ldbt, ldbt,
@@ -1452,6 +1483,22 @@ static accel_status conv_depthwise_rows(const conv_plan* P, dwr_fn kernel, const
 
 #endif /* __AVX512F__ */
 
+/* 1 when a packed panel of CONV_KC_L1 depth rows fits in half the L1 data cache (sysconf's
+ * figure, read once; 0 when the system does not say). */
+static int l1_keeps_panel(void) {
+  static int cached = -1; /* benign race: every thread computes the same value */
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+    long l1 = 0;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+    v = l1 > 0 && (long)(48 * CONV_KC_L1 * sizeof(float)) * 2 <= l1;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
 accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
                       const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
   conv_plan P;
@@ -1462,9 +1509,11 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
   P.hw = (int64_t)g->h * g->w;
   P.ohw = (int64_t)g->out_h * g->out_w;
   {
-    const int64_t kc_max = CONV_KC_MAX;
+    P.panels_outer = l1_keeps_panel();
+    const int64_t kc_max = P.panels_outer ? CONV_KC_L1 : CONV_KC_MAX;
     const int64_t nb = (P.kd + kc_max - 1) / kc_max;
-    P.kc = (P.kd + nb - 1) / nb;
+    P.kc = ((P.kd + nb - 1) / nb + 31) & ~(int64_t)31; /* a multiple of SUM_BLOCK */
+    if (P.kc > P.kd) P.kc = P.kd;
   }
   P.pointwise = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                 g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
