@@ -99,6 +99,9 @@ def test_fully_connected_as_1x1_conv(rng):
     ((1, 2500, 2, 3), 19),   # tail columns only, five depth blocks
     ((1, 2400, 23, 23), 8),  # 11 panels + 1 tail column, too deep for the implicit GEMM
     ((1, 64, 1, 1), 10),     # a single output position
+    ((1, 200, 14, 14), 300),  # 200 deep in blocks of 128 + 72; with a 48 KB L1: panels outer,
+                              # the channels in passes of 256 rows + 44
+    ((1, 700, 1, 1), 37),    # one position 700 deep: one depth block, the rows fetched ahead
 ], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 def test_pointwise_packed_panels_match_reference(shape, k, rng):
     """1x1 stride-1 convolutions on the packed path, whose panels copy the input's channel
@@ -137,6 +140,39 @@ def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, str
     assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
     for threads in (2, 3):
         assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+
+
+@pytest.mark.parametrize("shape,k,kernel,stride,pad", [
+    ((1, 80, 14, 14), 40, 3, 1, 1),    # depth 720: blocks of a multiple of 32 (was 360 + 360)
+    ((1, 64, 30, 30), 24, 3, 2, 1),    # 3x3/2, depth 576 (packed where panels stay in L1)
+    ((1, 40, 9, 9), 270, 3, 1, 1),     # 2 panels + 1 dot column, 270 channels: two passes
+    ((2, 33, 12, 12), 9, 5, 2, 2),     # 5x5/2 on a 6x6 grid: dot columns only, batch 2
+    ((1, 130, 2, 4), 600, 3, 1, 1),    # depth 1170 on 8 positions: dots, one depth block
+], ids=["3x3-720", "3x3s2-576", "3x3-270rows", "5x5s2-dots", "3x3-8pos"])
+def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad):
+    """The packed path's depth blocks (multiples of 32 below the depth, so each output's
+    32-deep sums start at the same depths whatever the block; one block where there are no
+    panels) and its panel / channel passes: small integers make every sum exact, so the
+    outputs equal float64 bit for bit at 1, 2 and 3 threads; random values within 1e-5, fused
+    with the epilogue equal to the independent mode and at every thread count."""
+    rng = np.random.default_rng(sum(shape) + k + kernel)
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    w = rng.integers(-3, 4, (k, shape[1], kernel, kernel)).astype(np.float32)
+    conv = Conv(w, stride=stride, padding=pad)
+    exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride,
+                       pad).astype(np.float32)
+    assert np.abs(exact).max() > 0
+    for threads in (1, 2, 3):
+        assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
+    x = rng.standard_normal(shape, dtype=np.float32)
+    w = (rng.standard_normal(w.shape) / np.sqrt(w[0].size)).astype(np.float32)
+    chain = [Conv(w, stride=stride, padding=pad),
+             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
 
 
 FP32_IMPLICIT_LAYERS = [  # in_shape, k, kernel, stride, pad: the implicit GEMM's cases
@@ -243,6 +279,12 @@ FP32_DEPTHWISE_ROWS = [  # in_shape, multiplier, kernel, stride, padding: the ro
     ((1, 4, 40, 70), 1, 5, 2, 2),               # 5x5 stride 2, inputs past two vectors
     ((1, 2, 23, 21), 3, 5, 1, (2, 1, 2, 3)),    # 5x5 stride 1, asymmetric padding
     ((1, 2, 9, 40), 1, 3, 2, 0),                # stride 2 without padding, odd last column
+    # rows of one vector (out_w <= 16) go in blocks of 8 rows:
+    ((1, 5, 13, 16), 1, 3, 1, 1),               # 13 rows: a block of 8 and one of 5
+    ((1, 3, 30, 31), 1, 3, 2, 1),               # stride 2, 16 outputs a row, 16 rows
+    ((2, 4, 7, 7), 2, 5, 1, 2),                 # 5x5 on 7x7 (one block), batch 2, multiplier 2
+    ((1, 3, 19, 9), 1, 5, 2, 2),                # 5x5 stride 2, 10 rows of 5 outputs
+    ((1, 2, 1, 3), 1, 3, 1, 1),                 # a single row
 ]
 
 
