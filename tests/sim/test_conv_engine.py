@@ -175,6 +175,41 @@ def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad)
     assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
 
 
+@pytest.mark.parametrize("shape,k,kernel,stride,pad", [
+    ((1, 64, 24, 24), 133, 1, 1, 0),   # 1x1 read in place, 17 blocks of channels (one of 5)
+    ((2, 8, 30, 30), 130, 3, 1, 1),    # padded copy (depth 72), vectors wrapping rows, batch 2
+    ((1, 100, 50, 50), 128, 1, 2, 0),  # 1x1/2: one phase plane, depth 100
+    ((1, 170, 23, 23), 136, 1, 1, 0),  # depth 170: the largest packed panel (32 KB)
+], ids=["1x1-133", "3x3-72deep", "1x1s2-100", "1x1-170deep"])
+@pytest.mark.parametrize("act", ["relu", "prelu"])
+def test_fp32_implicit_packed_panels_match_reference(shape, k, kernel, stride, pad, act):
+    """Where the packed panels stay in L1, the implicit GEMM copies each panel of a tile with at
+    least 16 blocks of channels into a contiguous buffer (64-170 deep) and passes the blocks
+    over it; thread counts change the blocks a tile holds, hence whether it copies: the sums
+    are the same. Small integers: equal to float64 at 1-3 threads; random values: within
+    1e-5, bit-identical at 1-3 threads and fused as independent, with the epilogue in
+    registers (BN + ReLU) and as a separate pass (PReLU)."""
+    rng = np.random.default_rng(sum(shape) + k + kernel + len(act))
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    w = rng.integers(-3, 4, (k, shape[1], kernel, kernel)).astype(np.float32)
+    conv = Conv(w, stride=stride, padding=pad)
+    exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride,
+                       pad).astype(np.float32)
+    assert exact.shape[2] * exact.shape[3] >= 512 and np.abs(exact).max() > 0  # implicit
+    for threads in (1, 2, 3):
+        assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
+    x = rng.standard_normal(shape, dtype=np.float32)
+    w = (rng.standard_normal(w.shape) / np.sqrt(w[0].size)).astype(np.float32)
+    extra = {"prelu_slope": rng.uniform(0.05, 0.3, k)} if act == "prelu" else {}
+    chain = [Conv(w, stride=stride, padding=pad),
+             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act=act, **extra)]
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+
+
 FP32_IMPLICIT_LAYERS = [  # in_shape, k, kernel, stride, pad: the implicit GEMM's cases
     ((1, 24, 40, 40), 20, 1, 1, 0),   # 1x1: the input read in place; K % 8 = 4
     ((2, 16, 30, 30), 24, 3, 1, 1),   # padded copy, 2 garbage columns: vectors wrap rows
