@@ -11,9 +11,11 @@
  *    kernel reads it in place over a grid of out_h rows of wq >= out_w columns and stores each
  *    vector's outputs past the few garbage columns. Used where the garbage is
  *    < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2); with
- *    stride-2 phases only up to 1024 deep (512 where the packed panels stay in L1). Read in
- *    place, the input comes from L3 or memory: a tile's first block of channels fetches each
- *    next panel's rows.
+ *    stride-2 phases only up to 1024 deep (512 where the packed panels stay in L1, below).
+ *    Where the packed panels stay in L1 (measured on Sapphire Rapids), a tile's first block of
+ *    channels reading the input in place fetches each next panel's rows (the input comes from
+ *    L3 or memory), and a panel 64-170 deep of a tile with >= 16 channel blocks is copied into
+ *    a contiguous buffer that stays in L1 while the blocks pass over it (the same sums).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), weights
  *    read in place and the next block's prefetched. The depth is blocked by a multiple of 32
  *    (so the 32-deep sums start at the same depths whatever the block, and the bits do not
@@ -25,9 +27,9 @@
  *    An image's last < 16 positions are dot products along the depth instead of a mostly
  *    empty vector.
  *  - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
- *    (blocks of 4 rows, or 8 when a row is one vector, share each input row's loads and
- *    shifts); other kernels as a 1-D correlation over the same padded phase copy. Both sum the
- *    taps in the same order.
+ *    (blocks of 4 rows share each input row's loads and shifts; 8 when a row is one vector,
+ *    where measured: two FMA units want 8 chains); other kernels as a 1-D correlation over
+ *    the same padded phase copy. Both sum the taps in the same order.
  *  - OpenBLAS (scipy-openblas32): batched fully connected layers (one output position per
  *    image), and the portable path without AVX-512. Not for convolutions: its thread pool and
  *    ours would spin against each other.
@@ -69,7 +71,10 @@ typedef struct conv_plan {
   int64_t hw, ohw; /* input / output plane sizes */
   int64_t kc;     /* depth block of the packed path: a multiple of 32 (SUM_BLOCK) below kd, so
                    * the 32-deep sums start at the same depths whatever it is */
-  int panels_outer; /* packed path: each panel's depth block stays in L1 (kc = CONV_KC_L1) */
+  int panels_outer; /* a 48 x CONV_KC_L1 panel fits in half the L1d (l1_keeps_panel): the
+                     * packed path's panels stay in L1, outermost. The choices measured on the
+                     * one such machine (Sapphire Rapids, whose two 512-bit FMA units came with
+                     * it) key on it too; with 32 KB (Zen 4) the old ones stay. */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 
@@ -1222,8 +1227,9 @@ static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, co
       /* read in place (not a copy just built), the input comes from L3: the tile's first
        * block of channels fetches each next panel's (256 -> 64 1x1 on 56x56, input in L3:
        * 0.697-0.728 -> 0.663-0.684 ms; 256 -> 128 1.39-1.40 -> 1.31-1.36) */
-      const float* pfb =
-          Q->direct && m == m0 && (j + 1) * NR < Q->ncols ? src + (j + 1) * NR : NULL;
+      const float* pfb = P->panels_outer && Q->direct && m == m0 && (j + 1) * NR < Q->ncols
+                             ? src + (j + 1) * NR
+                             : NULL; /* (on Zen 4 the same fetch was 3 % slower: helper f32) */
       uki_table[mr][nv](P->kd, a, src + j * NR, off, orow, P->ohw, &d[j - pa],
                         lane_mask(w - 16 * (nv - 1)), in_regs ? &e : NULL, pfb);
     }
@@ -1538,11 +1544,14 @@ DWR(3, 1, 8) DWR(3, 2, 8) DWR(5, 1, 8) DWR(5, 2, 8)
 
 /* The row kernel for this geometry, or NULL: square 3x3 and 5x5 kernels, strides 1 and 2 in
  * both directions, no dilation (MobileNets', EfficientNets'); the rest take the copy. */
-static dwr_fn dwr_kernel(const conv_geometry* g) {
+static dwr_fn dwr_kernel(const conv_plan* P) {
+  const conv_geometry* g = P->g;
   if (g->kernel_h != g->kernel_w || g->stride_h != g->stride_w || g->dilation_h != 1 ||
       g->dilation_w != 1)
     return NULL;
-  const int k = g->kernel_h, st = g->stride_h, one = g->out_w <= 16; /* rows of one vector */
+  /* rows of one vector, where measured (two FMA units: see conv_plan.panels_outer) */
+  const int one = P->panels_outer && g->out_w <= 16;
+  const int k = g->kernel_h, st = g->stride_h;
   if (k == 3 && st == 1) return one ? dwr_3_1_8 : dwr_3_1_4;
   if (k == 3 && st == 2) return one ? dwr_3_2_8 : dwr_3_2_4;
   if (k == 5 && st == 1) return one ? dwr_5_1_8 : dwr_5_1_4;
@@ -1642,7 +1651,7 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
     return conv_fc_batch(&P, in, weights, out, epilogue, ws, num_threads);
 #ifdef __AVX512F__
   if (P.cg == 1 && force != 'p') {
-    const dwr_fn kernel = dwr_kernel(g);
+    const dwr_fn kernel = dwr_kernel(&P);
     if (kernel != NULL && force != 'c')
       return conv_depthwise_rows(&P, kernel, in, weights, out, epilogue, num_threads);
     return conv_depthwise(&P, in, weights, out, epilogue, ws, num_threads);
