@@ -50,6 +50,11 @@ static inline __m512i iota16(void) {
   return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 }
 
+/* Lanes 1, 3, .. 31 of a pair of vectors. */
+static inline __m512i lanes_odd(void) {
+  return _mm512_add_epi32(_mm512_add_epi32(iota16(), iota16()), _mm512_set1_epi32(1));
+}
+
 /* Lanes whose input column base + lane lies in [0, w). */
 static inline __mmask16 columns_inside(int64_t base, int64_t w) {
   const __m512i ix = _mm512_add_epi32(iota16(), _mm512_set1_epi32((int32_t)base));
@@ -144,6 +149,29 @@ static int pool_plane_max_rows(const pdp_geometry* g, const float* in, float* ou
     for (; next < y0 + r1; ++next) { /* row next's maxima over each output's columns */
       const float* row = in + next * W - g->pad_left;
       float* h = ring + (next % kh) * ldr;
+      if (sw == 2 && g->kernel_w == 3) {
+        /* ResNet's 3x3/2: the 33 input columns of 16 outputs from two loads and one lane,
+         * the taps their even, odd and next even columns, in the taps' order (was: two loads
+         * per tap) */
+        const __m512i even2 = _mm512_add_epi32(even, _mm512_set1_epi32(2));
+        for (int64_t ox = 0; ox < ow; ox += 16) {
+          const int64_t base = 2 * ox - g->pad_left; /* input column of lane 0, tap 0 */
+          const __m512 lo = _mm512_mask_loadu_ps(fill, columns_inside(base, W), row + 2 * ox);
+          const __m512 hi =
+              _mm512_mask_loadu_ps(fill, columns_inside(base + 16, W), row + 2 * ox + 16);
+          const __mmask16 last = base + 32 >= 0 && base + 32 < W ? (__mmask16)0x8000 : 0;
+          const __m512 t2 = _mm512_mask_loadu_ps( /* lane 15: column base + 32 */
+              _mm512_mask_mov_ps(_mm512_permutex2var_ps(lo, even2, hi), 0x8000, fill), last,
+              row + 2 * ox + 32 - 15);
+          nan |= _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) |
+                 _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
+          __m512 acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, even, hi), fill);
+          acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, lanes_odd(), hi), acc);
+          acc = _mm512_max_ps(t2, acc); /* v > acc ? v : acc, tap by tap */
+          _mm512_store_ps(h + ox, acc);
+        }
+        continue;
+      }
       for (int64_t ox = 0; ox < ow; ox += 16) {
         __m512 acc = fill;
         for (int32_t s = 0; s < g->kernel_w; ++s) {

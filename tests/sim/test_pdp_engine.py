@@ -57,6 +57,8 @@ def _max_pool_in_tap_order(x, kernel, stride, padding):
 
 @pytest.mark.parametrize("kernel,stride,padding,shape", [
     (3, 2, 1, (2, 3, 20, 37)),     # ResNet's pool: each input row serves 1.5 output rows
+    (3, 2, 0, (1, 2, 17, 34)),     # 3x3/2: one whole vector, its last tap's column inside
+    (3, 2, 1, (1, 2, 11, 64)),     # 3x3/2: two whole vectors, the last column a tap's
     (2, 2, 0, (1, 4, 16, 33)),
     (3, 1, 1, (1, 3, 9, 20)),
     (8, 1, 0, (1, 2, 9, 1110)),    # a ring of 8 rows x 1104 floats: too large, tap by tap
