@@ -163,8 +163,9 @@ static int pool_plane_max_rows(const pdp_geometry* g, const float* in, float* ou
           const __m512 t2 = _mm512_mask_loadu_ps( /* lane 15: column base + 32 */
               _mm512_mask_mov_ps(_mm512_permutex2var_ps(lo, even2, hi), 0x8000, fill), last,
               row + 2 * ox + 32 - 15);
-          nan |= _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) |
-                 _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
+          nan |= _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q);
+          nan |= _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q);
+          nan |= _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
           __m512 acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, even, hi), fill);
           acc = _mm512_max_ps(_mm512_permutex2var_ps(lo, lanes_odd(), hi), acc);
           acc = _mm512_max_ps(t2, acc); /* v > acc ? v : acc, tap by tap */
