@@ -937,7 +937,12 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
   if (max_panels < 1) max_panels = 1;
   int64_t ntiles = panels_img == 0 ? 1 : (panels_img + max_panels - 1) / max_panels;
   const int64_t outer = (int64_t)g->n * g->groups;
-  while (outer * ntiles % num_threads != 0 && ntiles < panels_img) ++ntiles;
+  /* Where the panels stay in L1 and a tile's weights outweigh its inputs (more channels than
+   * positions: the 14x14 and 7x7 layers), threads split the channels, not the image: each
+   * then streams its part of the weights once, not all of them (ResNet-50 at 2 threads, its
+   * 14x14 layers by tiles: 10-20 % slower than with 512-deep blocks) */
+  const int split_channels = P->panels_outer && P->mg >= P->ohw;
+  while (!split_channels && outer * ntiles % num_threads != 0 && ntiles < panels_img) ++ntiles;
   const int64_t mblocks = (P->mg + MR - 1) / MR;
   int64_t mchunks = 1;
   while (outer * ntiles * mchunks < num_threads && mchunks < mblocks) ++mchunks;
