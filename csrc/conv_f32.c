@@ -1314,13 +1314,14 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
   const int64_t items = ntiles * mchunks;
   const int nth = (int)(items < num_threads ? items : num_threads);
 
-  /* Where the packed panels stay in L1 (P->panels_outer) and a panel of 64-170 depth rows
+  /* Where the packed panels stay in L1 (P->panels_outer) and a panel of 96-170 depth rows
    * fits in 32 KB, tiles of at least IMP_PACK_BLOCKS blocks of channels copy each panel into a
    * contiguous buffer first and pass every block over it (Sapphire Rapids, medians of 5: 128 ->
-   * 512 1x1 on 28x28 0.699 -> 0.667 ms, 128 -> 256 on 56x56 1.36 -> 1.25, 64 -> 128 on 112x112
-   * 1.56 -> 1.45; not with 8 blocks, 32 -> 64 on 112x112 0.42 -> 0.44, nor below 64 deep, 24 ->
-   * 144 on 56x56 0.157 -> 0.166). */
-  const int packb = P->panels_outer && P->kd >= 64 &&
+   * 512 1x1 on 28x28 0.699 -> 0.667 ms, 128 -> 256 on 56x56 1.36 -> 1.25; not with 8 blocks,
+   * 32 -> 64 on 112x112 0.42 -> 0.44, nor 64 deep: 64 -> 128 on 112x112 gained 1.56 -> 1.45
+   * alone, but ResNet-50's 64 -> 256 on 56x56 lost in the network, 0.45 -> 0.71 ms at 2
+   * threads; 24 -> 144 on 56x56 0.157 -> 0.166). */
+  const int packb = P->panels_outer && P->kd >= 96 &&
                     P->kd * NR * (int64_t)sizeof(float) <= 32 * 1024 &&
                     mblocks / mchunks >= IMP_PACK_BLOCKS;
   /* Slot 0, shared: the padded copy, the depth offsets and the packed weights (and the packed

@@ -176,15 +176,15 @@ def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad)
 
 
 @pytest.mark.parametrize("shape,k,kernel,stride,pad", [
-    ((1, 64, 24, 24), 133, 1, 1, 0),   # 1x1 read in place, 17 blocks of channels (one of 5)
-    ((2, 8, 30, 30), 130, 3, 1, 1),    # padded copy (depth 72), vectors wrapping rows, batch 2
+    ((1, 96, 24, 24), 133, 1, 1, 0),   # 1x1 read in place, 17 blocks of channels (one of 5)
+    ((2, 12, 30, 30), 130, 3, 1, 1),   # padded copy (depth 108), vectors wrapping rows, batch 2
     ((1, 100, 50, 50), 128, 1, 2, 0),  # 1x1/2: one phase plane, depth 100
     ((1, 170, 23, 23), 136, 1, 1, 0),  # depth 170: the largest packed panel (32 KB)
-], ids=["1x1-133", "3x3-72deep", "1x1s2-100", "1x1-170deep"])
+], ids=["1x1-133", "3x3-108deep", "1x1s2-100", "1x1-170deep"])
 @pytest.mark.parametrize("act", ["relu", "prelu"])
 def test_fp32_implicit_packed_panels_match_reference(shape, k, kernel, stride, pad, act):
     """Where the packed panels stay in L1, the implicit GEMM copies each panel of a tile with at
-    least 16 blocks of channels into a contiguous buffer (64-170 deep) and passes the blocks
+    least 16 blocks of channels into a contiguous buffer (96-170 deep) and passes the blocks
     over it; thread counts change the blocks a tile holds, hence whether it copies: the sums
     are the same. Small integers: equal to float64 at 1-3 threads; random values: within
     1e-5, bit-identical at 1-3 threads and fused as independent, with the epilogue in
