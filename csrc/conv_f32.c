@@ -14,7 +14,7 @@
  *    stride-2 phases only up to 1024 deep (512 where the packed panels stay in L1, below).
  *    Where the packed panels stay in L1 (measured on Sapphire Rapids), a tile's first block of
  *    channels reading the input in place fetches each next panel's rows (the input comes from
- *    L3 or memory), and a panel 64-170 deep of a tile with >= 16 channel blocks is copied into
+ *    L3 or memory), and a panel 96-170 deep of a tile with >= 16 channel blocks is copied into
  *    a contiguous buffer that stays in L1 while the blocks pass over it (the same sums).
  *  - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), weights
  *    read in place and the next block's prefetched. The depth is blocked by a multiple of 32
@@ -22,8 +22,9 @@
  *    depend on it): by up to 512, channel blocks outermost, so the kernel's weight rows stay in
  *    L1 (measured on Zen 4, 32 KB L1d); where a 48 x 128 panel fits in half the L1d (sysconf:
  *    48 KB on Sapphire Rapids) by up to 128, panels outermost, each panel staying in L1 while
- *    the channels pass over it in passes of 128 KB of weights. Without panels (<= 8 positions
- *    an image) the whole depth in one block.
+ *    the channels pass over it in passes of 128 KB of weights, and threads split a layer's
+ *    channels rather than its image when it has more channels than positions. Without panels
+ *    (<= 8 positions an image) the whole depth in one block.
  *    An image's last < 16 positions are dot products along the depth instead of a mostly
  *    empty vector.
  *  - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
