@@ -101,12 +101,14 @@ enum {
   WS_OFF = 42,        /* the depth steps' offsets, */
   WS_XP = 43,         /* the columns of the matrix-vector path, */
   WS_CVT = 44,        /* the channels' converters in lanes (sdp_i8_lanes.h), */
-  WS_DWS = 45,        /* the small-plane depthwise tables' directory, then the tables, */
-  WS_BOFF = 46,       /* AMX: the depth tiles' offsets */
+  WS_DWS = 45,        /* the small-plane depthwise tables' directory, */
+  DWS_CACHE = 4,      /* the tables it keeps, in slots WS_DWS + 1 .. WS_DWS + DWS_CACHE, */
+  WS_BOFF = WS_DWS + DWS_CACHE + 1, /* AMX: the depth tiles' offsets */
   GEMV_COLS = 8,      /* at most this many columns in all: matrix-vector products */
   AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
   AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
 };
+_Static_assert(WS_BOFF < WORKSPACE_SLOTS, "conv_i8.c's shared workspace slots");
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
 
@@ -2351,7 +2353,6 @@ static int dws_build(const conv_geometry* g, int64_t nq, dws_entry* tab) {
  * spatial geometry only (not on the channels or the data), MobileNets run each small-plane
  * geometry in several layers, and building one cost as much as a tenth of its layer (13K
  * cycles for 14x14). Slot WS_DWS holds the directory, slots WS_DWS + 1 + i the tables. */
-enum { DWS_CACHE = 4 };
 
 typedef struct dws_key { /* all int64_t: no padding bytes for memcmp */
   int64_t h, w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w,

@@ -180,3 +180,29 @@ def test_amx_extreme_sums_match_reference(in_zero, amx_restored):
     _check(chain, x, ref.run_chain(chain, x), "")
     chain = [conv, _int8_sdp(rng, acc, 3)]
     _check(chain, x, ref.run_chain(chain, x), "span, ")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_layer_leaves_the_depthwise_tables_intact(threads, amx_restored):
+    """A device keeps its small-plane depthwise tables from run to run in workspace slots of
+    their own: an AMX layer between two runs of a depthwise layer must not write into them (its
+    depth tiles' offsets once shared the first table's slot, and every later inference of the
+    digits CNN, whose first conv has one input channel, came out wrong)."""
+    lib.accel_int8_amx(1)
+    device = Device("nv_full", num_threads=threads)  # fresh: its first table is slot 0's
+    rng = np.random.default_rng(77)
+    layers = []
+    for in_shape, weight_shape, groups in (((1, 1, 8, 8), (16, 1, 3, 3), 1),
+                                           ((1, 32, 7, 7), (32, 1, 3, 3), 32)):
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                    padding=1, groups=groups, in_zero=5)
+        chain = [conv, _lane_sdp(rng, ref.run_op(conv, x), "relu", 0)]
+        layers.append((chain, x, ref.run_chain(chain, x)))
+    _, x, conv = _layer(0, 7)  # ResNet's 3x3 64 -> 64 at 56x56: on the tiles where AMX runs
+    amx_chain = [conv, _lane_sdp(rng, ref.run_op(conv, x), None, 0)]
+    amx_expected = ref.run_chain(amx_chain, x)
+    for round_ in range(2):
+        for chain, x_dw, expected in layers:
+            assert_same(device.run(chain, x_dw)[0], expected, f"depthwise, round {round_}")
+        assert_same(device.run(amx_chain, x)[0], amx_expected, f"AMX layer, round {round_}")
