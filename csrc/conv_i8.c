@@ -621,6 +621,10 @@ static inline __attribute__((always_inline)) void codes_body(const panel_codes* 
     else if (E->split == 3) panel_body(E, c, ldc, 3, 1, corr);
     else if (E->split == 2) panel_body(E, c, ldc, 2, 1, corr);
     else panel_body(E, c, ldc, 1, 1, corr);
+  } else if (E->split == 4) {
+    panel_body(E, c, ldc, 4, 0, corr);
+  } else if (E->split == 3) {
+    panel_body(E, c, ldc, 3, 0, corr);
   } else if (E->split == 2) {
     panel_body(E, c, ldc, 2, 0, corr);
   } else if (E->split == 1) {
@@ -635,13 +639,14 @@ static inline __attribute__((always_inline)) void codes_of_panel(const panel_cod
   codes_body(E, c, ldc, 0);
 }
 
-/* The form every one of the rows' converters has: 2 split without clamp, 1 split, 0 any
+/* The form every one of the rows' converters has: 4 / 3 the conv form (sdp_i8_lanes.h), 2 split
+ * without clamp, 1 split, 0 any
  * (a residual add's: 3 without clamp and shifts <= 16, 2 without clamp, 1 any). */
 static int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
-  int split = 3;
+  int split = add ? 3 : 4;
   for (int64_t m = 0; m < rows; ++m) {
     const int form = add ? 1 + cvt[m].exact + (cvt[m].exact && cvt[m].shift == 0 && cvt[m].add == 0)
-                         : cvt[m].k == 16 ? 1 + cvt[m].exact : 0;
+                         : cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
     split = form < split ? form : split;
   }
   return split;
@@ -678,7 +683,9 @@ static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt
 
 static void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const int32_t* v,
                          int8_t* y, int64_t count) {
-  if (e->k == 16 && e->exact) run_body(e, lo, hi, v, y, count, 2);
+  if (e->k == 16 && e->conv == 2) run_body(e, lo, hi, v, y, count, 4);
+  else if (e->k == 16 && e->conv) run_body(e, lo, hi, v, y, count, 3);
+  else if (e->k == 16 && e->exact) run_body(e, lo, hi, v, y, count, 2);
   else if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
   else run_body(e, lo, hi, v, y, count, 0);
 }
@@ -2453,12 +2460,18 @@ typedef void (*dws_codes_fn)(int64_t, int64_t, const dws_entry*, int64_t, const 
     (void)kh, (void)nq;                                                                        \
     dws_codes_body(KH_, NQ_, SPLIT_, tab, ohw, src, wv, init, padu, cvt, lo, hi, y);          \
   }
+DWS_CODES(dws_codes_3_4, 3, 1, 4)
+DWS_CODES(dws_codes_3_3, 3, 1, 3)
 DWS_CODES(dws_codes_3_2, 3, 1, 2)
 DWS_CODES(dws_codes_3_1, 3, 1, 1)
 DWS_CODES(dws_codes_3_0, 3, 1, 0)
+DWS_CODES(dws_codes_5_4, 5, 2, 4)
+DWS_CODES(dws_codes_5_3, 5, 2, 3)
 DWS_CODES(dws_codes_5_2, 5, 2, 2)
 DWS_CODES(dws_codes_5_1, 5, 2, 1)
 DWS_CODES(dws_codes_5_0, 5, 2, 0)
+DWS_CODES(dws_codes_any_4, kh, nq, 4)
+DWS_CODES(dws_codes_any_3, kh, nq, 3)
 DWS_CODES(dws_codes_any_2, kh, nq, 2)
 DWS_CODES(dws_codes_any_1, kh, nq, 1)
 DWS_CODES(dws_codes_any_0, kh, nq, 0)
@@ -2480,11 +2493,12 @@ static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry
       _mm512_storeu_si512(grid + 16 * v, dws_vector(tab, kh, nq, v, src, wv, init, padu, &x));
     return;
   }
-  static const dws_codes_fn fns[3][3] = {{dws_codes_any_0, dws_codes_any_1, dws_codes_any_2},
-                                         {dws_codes_3_0, dws_codes_3_1, dws_codes_3_2},
-                                         {dws_codes_5_0, dws_codes_5_1, dws_codes_5_2}};
+  static const dws_codes_fn fns[3][5] = {
+      {dws_codes_any_0, dws_codes_any_1, dws_codes_any_2, dws_codes_any_3, dws_codes_any_4},
+      {dws_codes_3_0, dws_codes_3_1, dws_codes_3_2, dws_codes_3_3, dws_codes_3_4},
+      {dws_codes_5_0, dws_codes_5_1, dws_codes_5_2, dws_codes_5_3, dws_codes_5_4}};
   const int shape = kh == 3 && nq == 1 ? 1 : kh == 5 && nq == 2 ? 2 : 0;
-  const int split = cvt->k == 16 ? 1 + cvt->exact : 0;
+  const int split = cvt->k == 16 ? 1 + cvt->exact + cvt->conv : 0;
   fns[shape][split](kh, nq, tab, ohw, src, wv, init, padu, cvt, lo, hi, y);
 }
 

@@ -29,6 +29,12 @@
  * clamp (then the clamp may be skipped: the same codes, two operations fewer). */
 typedef struct sdp_i8_lane_cvt {
   int32_t vlo, vhi, bias, mul, add, low, neg, k, shift, exact;
+  /* conv: exact and a conv's converter (add = 2^(s-17) + out_zero 2^(s-16)): form 3 below,
+   * q = out_zero +- ((|t| * mul + 2^(s-1)) >> s) with the product from vpmaddwd (|t|'s high
+   * half) and vpmulhuw (its low half): no vpmulld (two uops on port 0 on Intel); conv 2: and
+   * the codes' lower bound >= out_zero (RELU, ReLU6's CLIP): form 4, t < 0 taken as 0 (its
+   * code is that bound either way), q = (th * mul + floor(tl * mul / 2^16) + add) >> (s - 16) */
+  int32_t conv, zero;
 } sdp_i8_lane_cvt;
 
 /* The constants of channels [first, first + count) into cvt[0..count), and the codes' bounds
@@ -75,9 +81,34 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
 
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
- * immediates; split 2: and c->exact, no clamp. */
+ * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2. Form 3: |t| <= vmax +
+ * |bias| <= INT32_MAX (exact), so |t| = th 2^16 + tl with th < 2^15; th * mul (vpmaddwd with
+ * mul in the high word) + floor(tl * mul / 2^16) (vpmulhuw with mul in the low word) + 2^(s-17),
+ * shifted by s - 16, is floor((|t| * mul + 2^(s-1)) / 2^s) (2^(s-1) is a multiple of 2^16), the
+ * magnitude of rhaz(t * mul, s); the sum stays below 2^30 + 2^23 + 2^15. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp_i8_lane_cvt* c,
                                                                        __m512i v, int split) {
+  if (split == 4) { /* t < 0 gives out_zero, clamped to lo >= out_zero as rhaz's would be */
+    const __m512i t = _mm512_max_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(c->bias)),
+                                       _mm512_setzero_si512());
+    const __m512i hp = _mm512_madd_epi16(t, _mm512_set1_epi32((int32_t)((uint32_t)c->mul << 16)));
+    const __m512i lp = _mm512_mulhi_epu16(t, _mm512_set1_epi32(c->mul));
+    return _mm512_srav_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->add)),
+        _mm512_set1_epi32(c->shift));
+  }
+  if (split == 3) {
+    const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
+    const __m512i a = _mm512_abs_epi32(t);
+    const __m512i hp = _mm512_madd_epi16(a, _mm512_set1_epi32((int32_t)((uint32_t)c->mul << 16)));
+    const __m512i lp = _mm512_mulhi_epu16(a, _mm512_set1_epi32(c->mul));
+    const __m512i r = _mm512_srav_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(1 << (c->shift - 1))),
+        _mm512_set1_epi32(c->shift));
+    const __m512i z = _mm512_set1_epi32(c->zero);
+    return _mm512_mask_sub_epi32(_mm512_add_epi32(z, r),
+                                 _mm512_cmplt_epi32_mask(t, _mm512_setzero_si512()), z, r);
+  }
   const __m512i t =
       split == 2 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias))
                  : _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),

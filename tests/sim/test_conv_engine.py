@@ -700,6 +700,55 @@ def test_int8_epilogue_in_lanes_matches_reference_exactly(layer, act):
         _assert_every_path(chain, x, expected, f"out_zero {out_zero}, ", independent=True)
 
 
+# A conv's converter with v + bias inside int32 (shifts 17..40) takes the lanes' form 3
+# (sdp_i8_lanes.h: |t| * mul from vpmaddwd and vpmulhuw, the sign after the rounding): one
+# layer per kernel that converts in lanes (1x1 flat VNNI with 4 depth steps, channels along the
+# vector, AMX with 16, depthwise bands, a small plane)
+CONV_FORM_LAYERS = [
+    ((1, 16, 20, 20), (24, 16, 1, 1), dict()),                    # MobileNetV2's expansions
+    ((1, 40, 14, 14), (36, 40, 1, 1), dict()),
+    ((1, 64, 14, 14), (48, 64, 1, 1), dict()),
+    ((1, 6, 40, 37), (6, 1, 3, 3), dict(padding=1, groups=6)),
+    ((1, 9, 7, 7), (9, 1, 3, 3), dict(padding=1, groups=9)),
+]
+
+
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("layer", range(len(CONV_FORM_LAYERS)),
+                         ids=lambda i: "x".join(map(str, CONV_FORM_LAYERS[i][0])) + "-" +
+                         "x".join(map(str, CONV_FORM_LAYERS[i][1])))
+def test_int8_conv_converter_ties_and_extremes_in_lanes(layer, act):
+    """Form 3 at its edges: mul a power of two (an eighth of all t are ties at shift 17, of
+    both signs), mul 1 and 32767, shifts 17 (a rounding half of 1) to 40, and biases of
+    +-(INT32_MAX - the kernel's bound) (|t| up to 2^31 - 1: the high half 2^15 - 1)."""
+    in_shape, weight_shape, conv_args = CONV_FORM_LAYERS[layer]
+    signs = set()
+    for out_zero in (-128, 0, 93):
+        rng = np.random.default_rng(900 + 10 * layer + out_zero)
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-128, 128, weight_shape).astype(np.int8), precision="int8",
+                    in_zero=int(rng.integers(-128, 128)), **conv_args)
+        acc = ref.run_op(conv, x)
+        k = weight_shape[0]
+        vmax = int(np.prod(weight_shape[1:])) * 255 * 128  # conv_i8.c's bound: depth * 255 * 128
+        shift = np.array([17, 18, 17, 20, 24, 17, 19, 40])[np.arange(k) % 8]
+        mul = np.array([16384, 16384, 1, 8192, 32767, 32767, 4096, 3])[np.arange(k) % 7]
+        spread = _channel_spread(acc)
+        bias = rng.integers(-1, 2, k) * (spread // 4).astype(np.int64)
+        bias[3::5] = rng.choice([-1, 1], bias[3::5].size) * (2**31 - 1 - vmax)
+        chain = [conv, Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16),
+                           rshift=shift.astype(np.uint8), act=act, out_zero=out_zero,
+                           clip_lo=-20 if act == "clip" else None,
+                           clip_hi=100 if act == "clip" else None, precision="int8")]
+        expected = ref.run_chain(chain, x)
+        t = acc.astype(np.int64) + bias.reshape(1, -1, 1, 1)
+        ties = (t * mul.reshape(1, -1, 1, 1)) % (2 ** shift.reshape(1, -1, 1, 1)) == \
+            2 ** (shift.reshape(1, -1, 1, 1) - 1)
+        signs |= {int(np.sign(v)) for v in t[ties]}
+        _assert_every_path(chain, x, expected, f"out_zero {out_zero}, ", independent=True)
+    assert {-1, 1} <= signs, "ties of both signs"
+
+
 def _lane_add_sdp(rng, acc, operand, act, variant):
     """Residual-add converters that qualify for the lanes (mul > 0, shifts 1..40, ADD, NONE /
     RELU / CLIP): channel shifts swept over 1..40 (the low-shift form up to 16, the split one
