@@ -81,11 +81,12 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
 
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
- * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2. Form 3: |t| <= vmax +
- * |bias| <= INT32_MAX (exact), so |t| = th 2^16 + tl with th < 2^15; th * mul (vpmaddwd with
- * mul in the high word) + floor(tl * mul / 2^16) (vpmulhuw with mul in the low word) + 2^(s-17),
- * shifted by s - 16, is floor((|t| * mul + 2^(s-1)) / 2^s) (2^(s-1) is a multiple of 2^16), the
- * magnitude of rhaz(t * mul, s); the sum stays below 2^30 + 2^23 + 2^15. */
+ * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2. Form 3:
+ * |t| <= vmax + |bias| <= INT32_MAX (exact), so |t| = th 2^16 + tl with th < 2^15; th * mul
+ * (vpmaddwd with mul in the high word) + floor(tl * mul / 2^16) (vpmulhuw with mul in the low
+ * word) + 2^(s-17), shifted by s - 16, is floor((|t| * mul + 2^(s-1)) / 2^s) (2^(s-1) is a
+ * multiple of 2^16), the magnitude of rhaz(t * mul, s); the sum stays below 2^30 + 2^23 +
+ * 2^15. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp_i8_lane_cvt* c,
                                                                        __m512i v, int split) {
   if (split == 4) { /* t < 0 gives out_zero, clamped to lo >= out_zero as rhaz's would be */
