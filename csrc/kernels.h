@@ -101,10 +101,13 @@ typedef struct workspace {
 void* workspace_get(workspace* ws, int slot, size_t bytes);
 void workspace_free(workspace* ws);
 
-/* The first slots belong to the threads of a parallel region; shared buffers come after. */
+/* The first slots belong to the threads of a parallel region; shared buffers come after.
+ * Some slots keep data from run to run (conv_i8.c's depthwise tables): no two kernels may
+ * share a slot number. conv_i8.c's are WS_CONV_I8_FIRST and up (its enum). */
 enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
-       WS_WINOGRAD_WEIGHTS = 35 /* winograd.c's */ };
+       WS_WINOGRAD_WEIGHTS = 35, /* winograd.c's */
+       WS_CONV_I8_FIRST = 40 };
 
 /* A parallel loop (pool.c): fn(ctx, item, participant) for every item in [0, items), on the
  * caller (participant 0) and up to participants - 1 workers (1..), each item once; returns
