@@ -175,6 +175,36 @@ def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad)
     assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
 
 
+@pytest.mark.parametrize("shape,k", [
+    ((1, 3, 58, 66), 20),   # 29x33 out, grid 29 x 36 (implicit: 3 garbage columns of 36):
+                            # whole panels, the last one 36 wide (three vectors, one partial)
+    ((2, 3, 60, 66), 64),   # grid 30 x 36: the last panel 24 wide (two vectors), batch 2
+    ((1, 4, 64, 66), 13),   # 4 channels, grid 32 x 36: whole panels only; K % 8 = 5
+], ids=["3ch-tail36", "3ch-tail24-batch2", "4ch-k13"])
+def test_fp32_stem_panels_match_reference(shape, k):
+    """ResNet's stem shape (few channels, 7x7/2, padding 3) on the implicit GEMM: its kernel
+    loads a whole panel's last vector unmasked and a partial panel's under the tail mask; the
+    same sums. Small integers: equal to float64 at 1-3 threads; random values: within 1e-5,
+    bit-identical at 1-3 threads and fused as independent."""
+    rng = np.random.default_rng(sum(shape) + k)
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    w = rng.integers(-3, 4, (k, shape[1], 7, 7)).astype(np.float32)
+    conv = Conv(w, stride=2, padding=3)
+    exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), 2, 3).astype(np.float32)
+    assert exact.shape[2] * exact.shape[3] >= 512 and np.abs(exact).max() > 0  # implicit
+    for threads in (1, 2, 3):
+        assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
+    x = rng.standard_normal(shape, dtype=np.float32)
+    w = (rng.standard_normal(w.shape) / np.sqrt(w[0].size)).astype(np.float32)
+    chain = [Conv(w, stride=2, padding=3),
+             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+
+
 @pytest.mark.parametrize("shape,k,kernel,stride,pad", [
     ((1, 96, 24, 24), 133, 1, 1, 0),   # 1x1 read in place, 17 blocks of channels (one of 5)
     ((2, 12, 30, 30), 130, 3, 1, 1),   # padded copy (depth 108), vectors wrapping rows, batch 2
