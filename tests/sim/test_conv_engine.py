@@ -142,26 +142,16 @@ def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, str
         assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
 
 
-@pytest.mark.parametrize("shape,k,kernel,stride,pad", [
-    ((1, 80, 14, 14), 40, 3, 1, 1),    # depth 720: blocks of a multiple of 32 (was 360 + 360)
-    ((1, 64, 30, 30), 24, 3, 2, 1),    # 3x3/2, depth 576 (packed where panels stay in L1)
-    ((1, 40, 9, 9), 270, 3, 1, 1),     # 2 panels + 1 dot column, 270 channels: two passes
-    ((2, 33, 12, 12), 9, 5, 2, 2),     # 5x5/2 on a 6x6 grid: dot columns only, batch 2
-    ((1, 130, 2, 4), 600, 3, 1, 1),    # depth 1170 on 8 positions: dots, one depth block
-], ids=["3x3-720", "3x3s2-576", "3x3-270rows", "5x5s2-dots", "3x3-8pos"])
-def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad):
-    """The packed path's depth blocks (multiples of 32 below the depth, so each output's
-    32-deep sums start at the same depths whatever the block; one block where there are no
-    panels) and its panel / channel passes: small integers make every sum exact, so the
-    outputs equal float64 bit for bit at 1, 2 and 3 threads; random values within 1e-5, fused
-    with the epilogue equal to the independent mode and at every thread count."""
-    rng = np.random.default_rng(sum(shape) + k + kernel)
+def _check_fp32_layer(rng, shape, k, kernel, stride, pad, min_positions=1):
+    """Small integers (every sum exact): equal to float64 at 1-3 threads; random values with a
+    BN + ReLU epilogue: within 1e-5 of the reference, bit-identical at 1-3 threads and fused
+    as independent. min_positions: output positions a plane must have (the path's condition)."""
     x = rng.integers(-3, 4, shape).astype(np.float32)
     w = rng.integers(-3, 4, (k, shape[1], kernel, kernel)).astype(np.float32)
     conv = Conv(w, stride=stride, padding=pad)
     exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride,
                        pad).astype(np.float32)
-    assert np.abs(exact).max() > 0
+    assert np.abs(exact).max() > 0 and exact.shape[2] * exact.shape[3] >= min_positions
     for threads in (1, 2, 3):
         assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
     x = rng.standard_normal(shape, dtype=np.float32)
@@ -175,6 +165,23 @@ def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad)
     assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
 
 
+@pytest.mark.parametrize("shape,k,kernel,stride,pad", [
+    ((1, 80, 14, 14), 40, 3, 1, 1),    # depth 720: blocks of a multiple of 32 (was 360 + 360)
+    ((1, 64, 30, 30), 24, 3, 2, 1),    # 3x3/2, depth 576 (packed where panels stay in L1)
+    ((1, 40, 9, 9), 270, 3, 1, 1),     # 2 panels + 1 dot column, 270 channels: two passes
+    ((2, 33, 12, 12), 9, 5, 2, 2),     # 5x5/2 on a 6x6 grid: dot columns only, batch 2
+    ((1, 130, 2, 4), 600, 3, 1, 1),    # depth 1170 on 8 positions: dots, one depth block
+], ids=["3x3-720", "3x3s2-576", "3x3-270rows", "5x5s2-dots", "3x3-8pos"])
+def test_fp32_packed_depth_blocks_match_reference(shape, k, kernel, stride, pad):
+    """The packed path's depth blocks (multiples of 32 below the depth, so each output's
+    32-deep sums start at the same depths whatever the block; one block where there are no
+    panels) and its panel / channel passes: small integers make every sum exact, so the
+    outputs equal float64 bit for bit at 1, 2 and 3 threads; random values within 1e-5, fused
+    with the epilogue equal to the independent mode and at every thread count."""
+    _check_fp32_layer(np.random.default_rng(sum(shape) + k + kernel), shape, k, kernel,
+                      stride, pad)
+
+
 @pytest.mark.parametrize("shape,k", [
     ((1, 3, 58, 66), 20),   # 29x33 out, grid 29 x 36 (implicit: 3 garbage columns of 36):
                             # whole panels, the last one 36 wide (three vectors, one partial)
@@ -186,23 +193,8 @@ def test_fp32_stem_panels_match_reference(shape, k):
     loads a whole panel's last vector unmasked and a partial panel's under the tail mask; the
     same sums. Small integers: equal to float64 at 1-3 threads; random values: within 1e-5,
     bit-identical at 1-3 threads and fused as independent."""
-    rng = np.random.default_rng(sum(shape) + k)
-    x = rng.integers(-3, 4, shape).astype(np.float32)
-    w = rng.integers(-3, 4, (k, shape[1], 7, 7)).astype(np.float32)
-    conv = Conv(w, stride=2, padding=3)
-    exact = ref.conv2d(x.astype(np.float64), w.astype(np.float64), 2, 3).astype(np.float32)
-    assert exact.shape[2] * exact.shape[3] >= 512 and np.abs(exact).max() > 0  # implicit
-    for threads in (1, 2, 3):
-        assert_same(DEVICES[threads].run([conv], x)[0], exact, f"integers, {threads} threads")
-    x = rng.standard_normal(shape, dtype=np.float32)
-    w = (rng.standard_normal(w.shape) / np.sqrt(w[0].size)).astype(np.float32)
-    chain = [Conv(w, stride=2, padding=3),
-             Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
-    one, _ = DEVICES[1].run(chain, x)
-    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
-    for threads in (2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
-    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+    _check_fp32_layer(np.random.default_rng(sum(shape) + k), shape, k, 7, 2, 3,
+                      min_positions=512)  # the implicit GEMM's
 
 
 @pytest.mark.parametrize("shape,k,kernel,stride,pad", [
