@@ -66,7 +66,8 @@
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
  * claim items; no barrier waits for a thread that is not running); an AMX item loads the tile
  * configuration on the thread that runs it and releases the tiles at its end. Scratch:
- * workspace slots 0..nth-1 per participant, 40..46 shared, reserved before the loops.
+ * workspace slots 0..nth-1 per participant, WS_CONV_I8_FIRST (kernels.h) .. WS_BOFF shared (the
+ * depthwise tables among them kept from run to run), reserved before the loops.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* syscall (the AMX permission) */
