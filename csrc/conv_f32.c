@@ -1166,6 +1166,16 @@ static void imp_vdest(const conv_plan* P, const imp_plan* Q, int64_t j, vdest* d
 #define IMP_MAX_PANELS 16
 #endif
 
+/* The one-pass epilogue's operands at channel ch0 and output offset at0 (read only where
+ * sdp_f32_one_pass(ep)). */
+static reg_ep reg_ep_at(const sdp_f32* ep, int64_t ch0, int64_t at0) {
+  if (ep == NULL) return (reg_ep){NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  return (reg_ep){ep->scale != NULL ? ep->scale + ch0 : NULL,
+                  ep->shift != NULL ? ep->shift + ch0 : NULL,
+                  ep->ew_op == ACCEL_EW_ADD ? ep->ew_operand + at0 : NULL, ep->act,
+                  ep->clip_min, ep->clip_max};
+}
+
 /* One tile of the grid: panels [pa, pb) x output channels [m0, m1) of image b, group grp; each
  * block of MR channels gets the epilogue on the tile's outputs right after its last panel. */
 static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, const int64_t* off,
@@ -1208,12 +1218,7 @@ static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, co
       for (int64_t m = m0; m < m1; m += MR) {
         const int64_t mr = m1 - m < MR ? m1 - m : MR;
         const int64_t ch0 = grp * P->mg + m, at0 = (b * g->k + ch0) * P->ohw;
-        reg_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
-        if (in_regs)
-          e = (reg_ep){ep->scale != NULL ? ep->scale + ch0 : NULL,
-                       ep->shift != NULL ? ep->shift + ch0 : NULL,
-                       ep->ew_op == ACCEL_EW_ADD ? ep->ew_operand + at0 : NULL, ep->act,
-                       ep->clip_min, ep->clip_max};
+        const reg_ep e = reg_ep_at(ep, ch0, at0);
         uki_table[mr][nv](P->kd, apack + m / MR * P->kd * MR, pbuf, poff, out + at0, P->ohw,
                           &d[j - pa], tail, in_regs ? &e : NULL, NULL);
       }
@@ -1228,12 +1233,7 @@ static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, co
     const float* a = apack + m / MR * P->kd * MR;
     const int64_t ch0 = grp * P->mg + m, at0 = (b * g->k + ch0) * P->ohw;
     float* orow = out + at0;
-    reg_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
-    if (in_regs)
-      e = (reg_ep){ep->scale != NULL ? ep->scale + ch0 : NULL,
-                   ep->shift != NULL ? ep->shift + ch0 : NULL,
-                   ep->ew_op == ACCEL_EW_ADD ? ep->ew_operand + at0 : NULL, ep->act, ep->clip_min,
-                   ep->clip_max};
+    const reg_ep e = reg_ep_at(ep, ch0, at0);
     for (int64_t j = pa; j < pb; ++j) {
       const int64_t w = Q->ncols - j * NR < NR ? Q->ncols - j * NR : NR;
       const int64_t nv = (w + 15) / 16;
@@ -1347,7 +1347,8 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
   int64_t* poff = (int64_t*)(shared + copy_bytes + off_bytes + apack_bytes);
   char* panels = packb ? shared + copy_bytes + 2 * off_bytes + apack_bytes : NULL;
   imp_offsets(P, &Q, off);
-  for (int64_t k = 0; k < P->kd; ++k) poff[k] = k * NR;
+  if (packb)
+    for (int64_t k = 0; k < P->kd; ++k) poff[k] = k * NR;
   if (!Q.direct) {
     const int64_t n = imp_copy_floats(P, &Q), used = P->cg * Q.nph * Q.plane;
     memset(copy + used, 0, (size_t)(n - used) * sizeof(float));
