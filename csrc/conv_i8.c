@@ -109,7 +109,7 @@ enum {
   AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
   AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
 };
-_Static_assert(WS_BOFF < WORKSPACE_SLOTS, "conv_i8.c's shared workspace slots");
+_Static_assert((int)WS_BOFF < (int)WORKSPACE_SLOTS, "conv_i8.c's shared workspace slots");
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
 
@@ -2758,12 +2758,6 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   tile_codes(J, tile, AMX_LDC, t0 * 16, t1 * 16 < ncols ? t1 * 16 : ncols, rows, k0);
 }
 
-/* Whether a convolution runs on the tiles: AMX on, the AMX layout packed (amx_packed), and
- * explicit columns do not apply (the RGB stem's kernel cannot: it has C <= 3). */
-static int amx_path(const plan* P, const imp_plan* Q) {
-  return amx_packed(P) && conv_i8_amx(-1) && !im2col_pays(P, Q);
-}
-
 static accel_status conv_amx(const plan* P, int32_t in_zero, const int8_t* in,
                              const int8_t* apack, const int32_t* wsum, const int8_t* weights,
                              int8_t* out, const sdp_i8* ep, workspace* ws, int nth) {
@@ -2898,7 +2892,9 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
       return conv_stem(&P, &T, in_zero, in, weights, out, epilogue, ws, nth);
 #endif
 #ifdef CONV_I8_AMX
-    if (force != 'i' && amx_path(&P, &Q))
+    /* the tiles: AMX on and a layer its layout is packed for (amx_packed), explicit columns
+     * ruled out above (the RGB stem's kernel has C <= 3: never one) */
+    if (force != 'i' && amx_packed(&P) && conv_i8_amx(-1))
       return conv_amx(&P, in_zero, in, xpack, xsum, weights, out, epilogue, ws, nth);
 #endif
     if (force != 'i' && small_grid_pays(&P, &Q))
