@@ -6,6 +6,8 @@ lies outside them (host ops and the border conversions, accel_convert).
     python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
         [--repeat 20] [--clock thread|wall] [--layers] [--ort] [--ort-layers]
     python examples/whole_network_time.py mobilenet_v2 --precision int8 --compare-threads 2
+    RUN_TIMER_LIB=build/libaccel.so python examples/whole_network_time.py mobilenet_v1 \
+        --compare-env CONV_F32_PATH=,p --layers
 
 --clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
 processes on a shared machine barely move; with more threads only wall time means anything.
@@ -16,7 +18,11 @@ with the simulator's, and prints the ratio; --ort-layers prints ONNX Runtime's p
 from its profiler (a second session, run after the timed calls). --compare-threads N runs
 every round once with 1 thread and once with N (in alternating order, wall clock, one process)
 and prints each layer's two medians side by side: on a shared machine the two counts see the
-same load, so the layers that scale badly stand out. Results: docs/whole_network_time.md.
+same load, so the layers that scale badly stand out. --compare-env VAR=A,B does the same with
+an environment variable that a build of the library reads on every call (RUN_TIMER_LIB: that
+build, preloaded in place of the installed one), so that two variants of a kernel meet the
+same machine and the same network; a change timed alone on one layer can gain where the
+network does not. Results: docs/whole_network_time.md.
 """
 from __future__ import annotations
 
@@ -52,6 +58,9 @@ def parse_args():
                          "then cannot take this process's cores, as on a quiet machine")
     ap.add_argument("--compare-threads", type=int, default=0, metavar="N",
                     help="interleave calls with 1 and N threads; per-layer speed-ups")
+    ap.add_argument("--compare-env", default="", metavar="VAR=A,B",
+                    help="interleave calls with VAR=A and VAR=B in the environment (a knob "
+                         "the library reads on every call); per-layer medians of both")
     return ap.parse_args()
 
 
@@ -59,9 +68,10 @@ def relaunch(args) -> None:
     """Compile the timer and run this script again with it preloaded."""
     from accel_codegen.compiler import link
 
-    # RUN_TIMER_LIB: another build of the library, preloaded (LD_PRELOAD) in place of the
-    # installed one, e.g. to compare two builds
-    lib = os.environ.get("RUN_TIMER_LIB", str(link.PACKAGE_DIR / "lib" / "libaccel.so"))
+    # RUN_TIMER_LIB: another build of the library, preloaded in place of the installed one
+    # (e.g. a build with experimental knobs for --compare-env)
+    other = os.environ.get("RUN_TIMER_LIB")
+    lib = other or str(link.PACKAGE_DIR / "lib" / "libaccel.so")
     build = Path(tempfile.mkdtemp(prefix="run-timer-"))
     timer = build / "run_timer.so"
     subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
@@ -69,7 +79,7 @@ def relaunch(args) -> None:
                                                            "run_timer.c"),
                     "-o", str(timer), "-ldl"], check=True)
     clock = args.clock or ("thread" if args.threads == 1 and not args.compare_threads else "wall")
-    preload = " ".join([str(timer), os.environ.get("LD_PRELOAD", "")]).strip()
+    preload = " ".join(p for p in (str(timer), other, os.environ.get("LD_PRELOAD")) if p)
     env = dict(os.environ, LD_PRELOAD=preload, RUN_TIMER_LIB=str(lib),
                RUN_TIMER_CLOCK=clock, ACCEL_NUM_THREADS=str(args.threads),
                RUN_TIMER_CHILD="1")
@@ -169,30 +179,38 @@ def read_events(timer) -> list:
         return [line.rstrip("\n").split("\t") for line in open(f.name)]
 
 
+def interleaved(args, run, timer, conditions, apply):
+    """Rounds of one call under each of two conditions (apply(c) sets condition c; which goes
+    first alternates): the calls' times per condition, each layer's run times per condition,
+    and the first call's records (the layers in order)."""
+    for c in conditions * 3:
+        apply(c)
+        run()
+    timer.run_timer_reset()
+    order, calls = [], {c: [] for c in conditions}
+    for i in range(args.repeat):
+        for c in (conditions if i % 2 == 0 else conditions[::-1]):
+            apply(c)
+            start = timer.run_timer_now()
+            run()
+            calls[c].append(timer.run_timer_now() - start)
+            order.append(c)
+    rows = read_events(timer)
+    per_call = len(rows) // len(order)
+    layers = {c: collections.defaultdict(list) for c in conditions}
+    for k, c in enumerate(order):
+        for r in rows[k * per_call:(k + 1) * per_call]:
+            layers[c][r[0]].append(float(r[3]))
+    return calls, layers, rows[:per_call]
+
+
 def compare_threads(args, run, timer) -> None:
     """Rounds of one call with 1 thread and one with N (alternating which goes first); each
     layer's median wall time at both counts, its speed-up, and its loss against a perfect
     N-fold speed-up (time at N - time at 1 / N)."""
     counts = (1, args.compare_threads)
-    for n in counts * 3:
-        timer.run_timer_set_threads(n)
-        run()
-    timer.run_timer_reset()
-    order, calls = [], {n: [] for n in counts}
-    for i in range(args.repeat):
-        for n in (counts if i % 2 == 0 else counts[::-1]):
-            timer.run_timer_set_threads(n)
-            start = timer.run_timer_now()
-            run()
-            calls[n].append(timer.run_timer_now() - start)
-            order.append(n)
+    calls, layers, first = interleaved(args, run, timer, counts, timer.run_timer_set_threads)
     timer.run_timer_set_threads(0)
-    rows = read_events(timer)
-    per_call = len(rows) // len(order)
-    layers = {n: collections.defaultdict(list) for n in counts}
-    for k, n in enumerate(order):
-        for r in rows[k * per_call:(k + 1) * per_call]:
-            layers[n][r[0]].append(float(r[3]))
     ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
     one, many = counts
     print(f"{args.model} {args.precision}, 1 against {many} threads, wall clock, medians of "
@@ -204,7 +222,7 @@ def compare_threads(args, run, timer) -> None:
           f"-> {runs[many]:.2f} ms (x{runs[one] / runs[many]:.2f})")
     losses = collections.Counter()
     table = []
-    for r in rows[:per_call]:
+    for r in first:
         t1, tn = ms(layers[one][r[0]]), ms(layers[many][r[0]])
         key = ENGINES[int(r[1])] + (" chain" if int(r[2]) > 1 else "")
         losses[key] += tn - t1 / many
@@ -217,6 +235,38 @@ def compare_threads(args, run, timer) -> None:
             print(f"  {label[:56]:56s} {t1:9.3f} {tn:9.3f} {t1 / tn:8.2f} {loss:8.3f}")
 
 
+def compare_environment(args, run, timer) -> None:
+    """Rounds of one call with VAR=A and one with VAR=B in the environment (alternating which
+    goes first), for a knob a build of the library reads on every call (getenv in a kernel,
+    e.g. CONV_F32_PATH in a build with CONV_F32_TEST_PATHS): the two medians of the whole call
+    and of every layer. Side by side in one process, both see the same machine: this VM's
+    speed drifts by 10 % within minutes, and a kernel change that gained 5-10 % timed alone
+    measured nothing in the network (docs/whole_network_time.md)."""
+    var, _, values = args.compare_env.partition("=")
+    conditions = tuple(values.split(","))
+    if not var or len(conditions) != 2:
+        raise SystemExit("--compare-env takes VAR=A,B")
+
+    def apply(value):
+        os.environ[var] = value
+
+    calls, layers, first = interleaved(args, run, timer, conditions, apply)
+    ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    a, b = conditions
+    clock = os.environ["RUN_TIMER_CLOCK"]
+    print(f"{args.model} {args.precision}, {args.threads} thread(s), {clock} clock, {var}={a} "
+          f"against {var}={b}, medians of {args.repeat} interleaved rounds, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"  whole call {ms(calls[a]):.2f} -> {ms(calls[b]):.2f} ms (x"
+          f"{ms(calls[b]) / ms(calls[a]):.3f}; minima {min(calls[a]) * 1e3:.2f} -> "
+          f"{min(calls[b]) * 1e3:.2f})")
+    if args.layers:
+        print(f"  {'layer':56s} {var + '=' + a:>12s} {var + '=' + b:>12s}    ratio")
+        for r in first:
+            ta, tb = ms(layers[a][r[0]]), ms(layers[b][r[0]])
+            print(f"  {r[0][:56]:56s} {ta:12.3f} {tb:12.3f} {tb / ta:8.3f}")
+
+
 def main() -> None:
     args = parse_args()
     if not os.environ.get("RUN_TIMER_CHILD"):
@@ -224,10 +274,10 @@ def main() -> None:
     model, run = build_runner(args.model, args.precision)
     timer = ctypes.CDLL(None)
     timer.run_timer_now.restype = ctypes.c_double
-    if args.compare_threads:
+    if args.compare_threads or args.compare_env:
         if args.fifo:
             realtime()
-        compare_threads(args, run, timer)
+        (compare_threads if args.compare_threads else compare_environment)(args, run, timer)
         return
     ort_path = ort_model(model, args.precision) if args.ort or args.ort_layers else None
     ort_run = build_ort(model, ort_path, args.threads) if args.ort else None

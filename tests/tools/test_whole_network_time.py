@@ -1,0 +1,98 @@
+"""examples/whole_network_time.py's side-by-side modes: --compare-env sets the variable to
+each value for every other call and files each call's runs under the value it ran with;
+--compare-threads likewise with thread counts. No assertion is about how fast anything is."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "whole_network_time.py"
+
+
+@pytest.fixture(scope="module")
+def wnt():
+    spec = importlib.util.spec_from_file_location("whole_network_time", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeTimer:
+    """The preloaded timer's interface: each run() records two layers whose times say which
+    value of the variable the call saw (1 ms and 2 ms for "a", 3 ms and 5 ms for "b")."""
+
+    def __init__(self, var):
+        self.var, self.rows, self.clock = var, [], 0.0
+
+    def run(self):
+        value = os.environ[self.var]
+        for label, ms in (("f0.0", 1.0 if value == "a" else 3.0),
+                          ("f0.1", 2.0 if value == "a" else 5.0)):
+            self.rows.append((label, 0, 2, ms * 1e-3, 0.0))
+            self.clock += ms * 1e-3
+
+    def run_timer_reset(self):
+        self.rows = []
+
+    def run_timer_now(self):
+        return self.clock
+
+    def run_timer_dump(self, path):
+        with open(path.decode(), "w") as f:
+            for r in self.rows:
+                f.write("\t".join(str(x) for x in r) + "\n")
+        return 0
+
+
+def test_compare_env_files_each_call_under_its_value(wnt, monkeypatch, capsys):
+    monkeypatch.setenv("RUN_TIMER_CLOCK", "thread")
+    monkeypatch.delenv("WNT_KNOB", raising=False)
+    timer = FakeTimer("WNT_KNOB")
+    args = SimpleNamespace(model="fake", precision="fp32", threads=1, repeat=6, layers=True,
+                           compare_env="WNT_KNOB=a,b")
+    wnt.compare_environment(args, timer.run, timer)
+    out = capsys.readouterr().out
+    assert "WNT_KNOB=a against WNT_KNOB=b, medians of 6 interleaved rounds" in out
+    assert "whole call 3.00 -> 8.00 ms (x2.667" in out
+    lines = {line.split()[0]: line.split()[-3:] for line in out.splitlines()
+             if line.strip().startswith("f0.")}
+    assert lines == {"f0.0": ["1.000", "3.000", "3.000"], "f0.1": ["2.000", "5.000", "2.500"]}
+
+
+def test_interleaved_alternates_which_condition_goes_first(wnt, monkeypatch):
+    seen = []
+    timer = FakeTimer("WNT_UNUSED")
+    monkeypatch.setenv("WNT_UNUSED", "a")
+    args = SimpleNamespace(repeat=4)
+    calls, layers, first = wnt.interleaved(args, timer.run, timer, ("x", "y"), seen.append)
+    assert seen == ["x", "y"] * 3 + ["x", "y", "y", "x", "x", "y", "y", "x"]
+    assert [len(calls[c]) for c in ("x", "y")] == [4, 4]
+    assert [r[0] for r in first] == ["f0.0", "f0.1"]
+    assert len(layers["x"]["f0.0"]) == 4
+
+
+def test_compare_env_needs_two_values(wnt, monkeypatch):
+    monkeypatch.setenv("RUN_TIMER_CLOCK", "thread")
+    args = SimpleNamespace(model="fake", precision="fp32", threads=1, repeat=2, layers=False,
+                           compare_env="WNT_KNOB=a")
+    with pytest.raises(SystemExit, match="VAR=A,B"):
+        wnt.compare_environment(args, None, None)
+
+
+def test_compare_env_on_a_real_network():
+    """The script end to end (timer compiled and preloaded, lenet5 built): every layer of the
+    network is listed with both medians."""
+    env = dict(os.environ)
+    env.pop("RUN_TIMER_CHILD", None)
+    done = subprocess.run([sys.executable, str(EXAMPLE), "lenet5", "--compare-env",
+                           "WNT_KNOB=a,b", "--repeat", "3", "--layers"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    layers = [line for line in done.stdout.splitlines() if line.strip().startswith("f0.")]
+    assert len(layers) == 5
+    for line in layers:
+        assert all(float(x) > 0 for x in line.split()[-3:])
