@@ -244,8 +244,8 @@ def compare_environment(args, run, timer) -> None:
     measured nothing in the network (docs/whole_network_time.md)."""
     var, _, values = args.compare_env.partition("=")
     conditions = tuple(values.split(","))
-    if not var or len(conditions) != 2:
-        raise SystemExit("--compare-env takes VAR=A,B")
+    if not var or len(set(conditions)) != 2 or len(conditions) != 2:
+        raise SystemExit("--compare-env takes VAR=A,B with two different values")
 
     def apply(value):
         os.environ[var] = value

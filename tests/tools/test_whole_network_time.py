@@ -75,11 +75,12 @@ def test_interleaved_alternates_which_condition_goes_first(wnt, monkeypatch):
     assert len(layers["x"]["f0.0"]) == 4
 
 
-def test_compare_env_needs_two_values(wnt, monkeypatch):
+@pytest.mark.parametrize("spec", ["WNT_KNOB=a", "WNT_KNOB=a,a", "=a,b", "WNT_KNOB=a,b,c"])
+def test_compare_env_needs_two_different_values(wnt, monkeypatch, spec):
     monkeypatch.setenv("RUN_TIMER_CLOCK", "thread")
     args = SimpleNamespace(model="fake", precision="fp32", threads=1, repeat=2, layers=False,
-                           compare_env="WNT_KNOB=a")
-    with pytest.raises(SystemExit, match="VAR=A,B"):
+                           compare_env=spec)
+    with pytest.raises(SystemExit, match="VAR=A,B with two different values"):
         wnt.compare_environment(args, None, None)
 
 
