@@ -107,6 +107,8 @@ void workspace_free(workspace* ws);
 enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
        WS_WINOGRAD_WEIGHTS = 35, /* winograd.c's */
+       WS_C16_WEIGHTS = 36,      /* conv_c16.c's and dw_c16.c's weights, packed per run */
+       WS_LAYOUT_IN = 37, WS_LAYOUT_OUT = 38, /* a run's input and output in the other layout */
        WS_CONV_I8_FIRST = 40 };
 
 /* A parallel loop (pool.c): fn(ctx, item, participant) for every item in [0, items), on the
@@ -137,6 +139,33 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
  * weights: [K][C/groups][kernel_h][kernel_w]. Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
 accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
                       const sdp_f32* epilogue, workspace* ws, int32_t num_threads);
+
+/* ---- channel-blocked fp32 activations (ACCEL_LAYOUT_C16 in accel.h) ------------------
+ * A C16 tensor [n][c][h][w] is stored [n][c/16][h][w][16] (c a multiple of 16): the 16
+ * channels of a position side by side, as NVDLA's feature atoms. The kernels below read and
+ * write C16 and compute the same sums, bit for bit, as conv_f32 on the NCHW tensors; a run
+ * whose ops have no C16 kernel is converted around (runtime/src/device.c). */
+
+/* [n][c][hw] -> [n][c/16][hw][16] and back (layout.c); c % 16 == 0, out does not overlap in. */
+void layout_to_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
+                   int32_t num_threads);
+void layout_from_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
+                     int32_t num_threads);
+
+/* 1x1 convolution, stride 1, no padding, one group, c and k multiples of 16, C16 in and out
+ * (conv_c16.c); the epilogue NULL or one-pass (sdp_f32_one_pass), its element-wise operand C16
+ * like the output. Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
+int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue);
+accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
+                                float* out, const sdp_f32* epilogue, workspace* ws,
+                                int32_t num_threads);
+
+/* Depthwise 3x3 convolution (groups == c == k, a multiple of 16), stride 1 or 2 both ways,
+ * padding 1 top and left, no dilation, C16 in and out (dw_c16.c); the epilogue as above. */
+int conv_c16_depthwise_fits(const conv_geometry* g, const sdp_f32* epilogue);
+accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const float* weights,
+                                float* out, const sdp_f32* epilogue, workspace* ws,
+                                int32_t num_threads);
 
 /* Pooling, [n][c][h][w] -> [n][c][out_h][out_w]. */
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads);
