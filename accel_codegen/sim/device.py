@@ -20,7 +20,8 @@ from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .config import AccelConfig, precision_code, precision_name
 from .ops import (OP_CLASSES, AccelDtypeError, Bdma, Op, as_operand, dtype_for, has_data,
                   integer, sram_bits)
-from .vocabulary import ENGINES, MODES, PRECISIONS
+from .layout import c16_shape, nchw_shape
+from .vocabulary import ENGINES, LAYOUTS, MODES, PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +128,7 @@ class _Chain:
     """A chain lowered to C structs, its shapes inferred and its operands checked by size."""
 
     def __init__(self, config_c, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str,
-                 mode: str):
+                 mode: str, layout: str = "nchw"):
         ops = op_list(ops)
         self.ops = ops
         self.mode = MODES.code(mode)
@@ -139,13 +140,14 @@ class _Chain:
             except AccelError as error:  # say which op of the chain
                 raise type(error)(f"op {i} ({op.engine}): {error}") from None
         self.input = _tensor_struct(in_shape, precision)
+        self.input.layout = LAYOUTS.code(layout)
         shapes = ffi.new("accel_tensor[]", len(ops))
         check(lib.accel_chain_shapes(config_c, self.c_ops, len(ops), self.input, self.mode,
                                      shapes))
         self.shapes = [(s.n, s.c, s.h, s.w) for s in shapes]
         seen = (self.input.n, self.input.c, self.input.h, self.input.w)
         for op, out_shape in zip(ops, self.shapes):
-            op.check_sizes(seen)
+            op.check_sizes(seen, layout)
             seen = out_shape
 
 
@@ -232,8 +234,9 @@ class Device:
 
     def run(self, ops: Sequence[Op], x: np.ndarray, *, mode: str = "fused",
             out: Optional[np.ndarray] = None, label: Optional[str] = None,
-            precision: Optional[str] = None) -> Tuple[np.ndarray, RunStats]:
-        """Execute a chain of engine ops on ``x`` (NCHW or [N, C]).
+            precision: Optional[str] = None,
+            layout: str = "nchw") -> Tuple[np.ndarray, RunStats]:
+        """Execute a chain of engine ops on ``x`` (NCHW or [N, C], or C16).
 
         Parameters
         ----------
@@ -254,11 +257,18 @@ class Device:
         precision : {"fp32", "int8", "fp16"}, optional
             The input's and every op's precision; default: x's (np.int8: int8, np.float16:
             fp16, else fp32).
+        layout : {"nchw", "c16"}
+            The layout of ``x``, of the output and of the SDP ops' element-wise operands. "c16"
+            (fp32 only): channel-blocked arrays of shape ``(n, c // 16, h, w, 16)``
+            (:mod:`accel_codegen.sim.layout`), NVDLA's feature format; 1x1 and depthwise 3x3
+            convolutions run on it directly, every other chain between conversions, with the
+            same values and cost either way.
 
         Returns
         -------
         (numpy.ndarray, RunStats)
-            The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1) and its cost.
+            The output (NCHW, or [N, K] for a 2-D input whose chain keeps h = w = 1; C16 with
+            ``layout="c16"``) and its cost.
         """
         ops = op_list(ops)
         given = precision
@@ -272,14 +282,16 @@ class Device:
                         f"{precision} (a {np.asarray(x).dtype} array runs {precision}; "
                         f"{wanted} data is {np.dtype(dtype_for(wanted)).name})")
         x = as_operand(x, precision, "input")
+        blocked = LAYOUTS.code(layout) == lib.ACCEL_LAYOUT_C16
+        in_shape = nchw_shape(x.shape) if blocked else x.shape
         for i, op in enumerate(ops):
             if not has_data(op):
                 raise AccelInvalidError(f"op {i} ({op.engine}) has shape-only operands: it can "
                                         "be estimated, not run")
-        chain = _Chain(self._config_c, ops, x.shape, precision, mode)
+        chain = _Chain(self._config_c, ops, in_shape, precision, mode, layout)
         writes = output_precision(ops, precision)
         out_dtype = np.dtype(dtype_for(writes))
-        out_shape = chain.shapes[-1]
+        out_shape = c16_shape(chain.shapes[-1]) if blocked else chain.shapes[-1]
         if x.ndim == 2 and out_shape[2:] == (1, 1):
             out_shape = out_shape[:2]
         if out is None:
@@ -300,6 +312,7 @@ class Device:
                 "byte elements: the engines write it in place, so it cannot be a copy")
         chain.input.data = ffi.cast("void*", x.ctypes.data)
         output = _tensor_struct(chain.shapes[-1], writes, ffi.cast("void*", out.ctypes.data))
+        output.layout = chain.input.layout
         c_run = ffi.new("accel_run_stats*")
         c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
         check(lib.accel_run(self._handle, chain.c_ops, len(chain.ops), chain.input, output,
@@ -321,6 +334,19 @@ def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple
     check(lib.accel_estimate(config_c, chain.c_ops, len(chain.ops), chain.input, output,
                              chain.mode, c_run, c_ops))
     return _stats(c_run, c_ops, len(chain.ops))
+
+
+def c16_native(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int, ...], *,
+               mode: str = "fused") -> bool:
+    """Whether the chain has a C16 kernel (``accel_c16_native``): with its input and output
+    channel-blocked it runs without conversions (operands may be SHAPE_ONLY)."""
+    ops = op_list(ops)
+    c_ops = ffi.new("accel_op[]", len(ops))
+    for op, c_op in zip(ops, c_ops):
+        op.lower(c_op)
+    shape = _tensor_struct(tuple(in_shape), chain_precision(ops, None))
+    return bool(lib.accel_c16_native(AccelConfig.resolve(config).to_c(), c_ops, len(ops), shape,
+                                     MODES.code(mode)))
 
 
 class ChainBatch:

@@ -21,6 +21,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
+from .layout import c16_shape
 from .vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS,
                          SRAM_STREAMS, WEIGHT_FORMATS)
 
@@ -334,7 +335,7 @@ class Conv:
         """A copy of this conv that carries its pre-packed weights (see :meth:`pack`)."""
         return dataclasses.replace(self, packed=self.pack(config, in_c))
 
-    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """The weights must hold [K, C/groups, R, S] for the input the op sees."""
         expected_c = in_shape[1] // max(int(self.groups), 1)
         if self.weight_shape[1] != expected_c:
@@ -511,7 +512,7 @@ class Sdp:
                 value = getattr(self, field)
                 setattr(d, field, 0 if value is None else integer(value, f"sdp {field}"))
 
-    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """The C side reads its operands through raw pointers: check their sizes against the
         NCHW shape the op sees, so it never reads past them."""
         for field in _SDP_CHANNEL_FIELDS:
@@ -521,7 +522,9 @@ class Sdp:
                     f"sdp {field} has {value.size} values for {in_shape[1]} channels")
         if isinstance(self.operand, np.ndarray):
             shapes = [tuple(in_shape)]
-            if in_shape[2:] == (1, 1):
+            if layout == "c16":  # the run's layout (accel_layout)
+                shapes = [c16_shape(in_shape)]
+            elif in_shape[2:] == (1, 1):
                 shapes.append(tuple(in_shape[:2]))  # [N, C] data
             if self.operand.shape not in shapes:
                 raise AccelInvalidError(
@@ -558,7 +561,7 @@ class Pool:
         d.precision = precision_code(self.precision)
         d.zero = integer(self.zero, "pool zero")
 
-    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """Pooling reads nothing but its input."""
 
 
@@ -589,7 +592,7 @@ class Lrn:
         d.k = real(self.k, "lrn k")
         d.precision = precision_code(self.precision)
 
-    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """Normalisation reads nothing but its input."""
 
 
@@ -638,7 +641,7 @@ class Bdma:
         d.dst_channels = self.output_channels
         d.precision = precision_code(self.precision)
 
-    def check_sizes(self, in_shape: Tuple[int, int, int, int]) -> None:
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """A copy reads nothing but its input (its ranges are checked by the C library)."""
 
 

@@ -134,6 +134,12 @@ PIXEL_FORMATS = Table("accel_pixel_format", "pixel_format", "ACCEL_PIXEL_COUNT",
     Entry("a16b16g16r16_f", "ACCEL_PIXEL_A16B16G16R16_F", feature="image_input", int8=False),
 ))
 
+#: How a tensor's elements lie in memory: NCHW, or channel-blocked [n][c/16][h][w][16] (fp32).
+LAYOUTS = Table("accel_layout", "layout", "ACCEL_LAYOUT_COUNT", (
+    Entry("nchw", "ACCEL_LAYOUT_NCHW"),
+    Entry("c16", "ACCEL_LAYOUT_C16"),
+))
+
 CONV_MODES = Table("accel_conv_mode", "conv mode", "ACCEL_CONV_MODE_COUNT", (
     Entry("direct", "ACCEL_CONV_DIRECT"),
     Entry("winograd", "ACCEL_CONV_WINOGRAD", feature="winograd"),
@@ -146,7 +152,7 @@ WEIGHT_FORMATS = Table("accel_weight_format", "weight_format", "ACCEL_WEIGHT_FOR
 
 #: Every table, for the test that holds them to the header.
 TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS,
-          CONV_MODES, WEIGHT_FORMATS)
+          CONV_MODES, WEIGHT_FORMATS, LAYOUTS)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",

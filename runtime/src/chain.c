@@ -108,6 +108,15 @@ static accel_status check_tensor(const accel_config* cfg, const accel_tensor* t,
   }
   accel_status st = check_precision(cfg, t->precision, what);
   if (st != ACCEL_OK) return st;
+  if (t->layout != ACCEL_LAYOUT_NCHW && t->layout != ACCEL_LAYOUT_C16) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s tensor: layout = %d is not an accel_layout", what,
+                      (int)t->layout);
+  }
+  if (t->layout == ACCEL_LAYOUT_C16 && (t->precision != ACCEL_FP32 || t->c % 16 != 0)) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s tensor: layout C16 holds FP32 data with c a multiple of 16, not %s "
+                      "with c = %d", what, precision_name(t->precision), t->c);
+  }
   if (need_data) return check_buffer(t->data, t->precision, what, " tensor data");
   return ACCEL_OK;
 }
@@ -880,6 +889,7 @@ accel_status accel_conv_banks(const accel_config* cfg, const accel_conv_desc* co
   accel_tensor shape = *input;
   shape.data = NULL;
   shape.precision = conv->precision;
+  shape.layout = ACCEL_LAYOUT_NCHW; /* the banks do not depend on it */
   resolved_chain chain;
   memset(&chain, 0, sizeof chain);
   chain.num_ops = 1;

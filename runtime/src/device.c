@@ -433,6 +433,98 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
                        d->cvt_zero);
 }
 
+/* The C16 kernel of a run, if it has one: a CONV alone, or a FUSED CONV -> SDP, whose
+ * geometry and epilogue conv_c16.c or dw_c16.c take. 1: pointwise, 2: depthwise, 0: none. */
+static int c16_kernel(const resolved_chain* chain) {
+  const resolved_op* r = &chain->ops[0];
+  if (r->op->engine != ACCEL_ENGINE_CONV || r->op->conv.mode != ACCEL_CONV_DIRECT ||
+      chain->num_ops != pass_end(chain, 0, ACCEL_FP32) + 1) {
+    return 0;
+  }
+  const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
+  const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+  return conv_c16_pointwise_fits(&r->conv, ep) ? 1 : conv_c16_depthwise_fits(&r->conv, ep) ? 2 : 0;
+}
+
+/* Scratch for `count` floats in `slot`. */
+static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
+  float* p = workspace_get(&dev->ws, slot, (size_t)count * sizeof(float));
+  if (p == NULL) {
+    accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+               (size_t)count * sizeof(float));
+  }
+  return p;
+}
+
+/* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one, both tensors
+ * are C16 and no observer is set; otherwise the NCHW kernels between conversions: the input
+ * and the element-wise operands (in the output's layout) into NCHW scratch, the output back.
+ * A BDMA copy into a C16 output starts from the output's NCHW copy: it writes only its
+ * destination channels. */
+static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
+                                const accel_tensor* input, const accel_tensor* output,
+                                const char* label) {
+  const int32_t threads = dev->num_threads;
+  const int in_c16 = input->layout == ACCEL_LAYOUT_C16, out_c16 = output->layout == ACCEL_LAYOUT_C16;
+  const int kernel = in_c16 && out_c16 && !observing() ? c16_kernel(chain) : 0;
+  if (kernel != 0) {
+    const resolved_op* r = &chain->ops[0];
+    const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
+    const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+    return (kernel == 1 ? conv_c16_pointwise : conv_c16_depthwise)(
+        &r->conv, input->data, r->op->conv.weights, output->data, ep, &dev->ws, threads);
+  }
+  const int64_t in_hw = (int64_t)input->h * input->w, out_hw = (int64_t)output->h * output->w;
+  const float* src = input->data;
+  if (in_c16) {
+    float* nchw = scratch_floats(dev, WS_LAYOUT_IN, input->n * input->c * in_hw);
+    if (nchw == NULL) return ACCEL_ERR_NO_MEMORY;
+    layout_from_c16(input->n, input->c, in_hw, input->data, nchw, threads);
+    src = nchw;
+  }
+  resolved_chain plain = *chain;
+  accel_op ops[ACCEL_MAX_CHAIN_OPS];
+  if (out_c16) {
+    int64_t total = 0;
+    for (int32_t i = 0; i < chain->num_ops; ++i) {
+      const resolved_op* r = &chain->ops[i];
+      if (r->op->engine == ACCEL_ENGINE_SDP && r->op->sdp.ew_op != ACCEL_EW_NONE)
+        total += (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+    }
+    float* cursor = total > 0 ? scratch_floats(dev, WS_LAYOUT_OPERANDS, total) : NULL;
+    if (total > 0 && cursor == NULL) return ACCEL_ERR_NO_MEMORY;
+    for (int32_t i = 0; i < chain->num_ops; ++i) {
+      const resolved_op* r = &chain->ops[i];
+      ops[i] = *r->op;
+      plain.ops[i].op = &ops[i];
+      if (r->op->engine != ACCEL_ENGINE_SDP || r->op->sdp.ew_op == ACCEL_EW_NONE) continue;
+      layout_from_c16(r->in_n, r->in_c, (int64_t)r->in_h * r->in_w, r->op->sdp.ew_operand,
+                      cursor, threads);
+      ops[i].sdp.ew_operand = cursor;
+      cursor += (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+    }
+  }
+  float* dst = output->data;
+  if (out_c16) {
+    dst = scratch_floats(dev, WS_LAYOUT_OUT, output->n * output->c * out_hw);
+    if (dst == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  accel_status st;
+  if (chain->ops[0].op->engine == ACCEL_ENGINE_BDMA) {
+    if (out_c16) layout_from_c16(output->n, output->c, out_hw, output->data, dst, threads);
+    const accel_tensor in = {.data = (void*)src, .n = input->n, .c = input->c, .h = input->h,
+                             .w = input->w, .precision = ACCEL_FP32};
+    const accel_tensor out = {.data = dst, .n = output->n, .c = output->c, .h = output->h,
+                              .w = output->w, .precision = ACCEL_FP32};
+    st = execute_bdma(dev, &plain, &in, &out, label);
+  } else {
+    st = execute_chain(dev, &plain, ACCEL_FP32, sizeof(float), 0, src, dst, label);
+  }
+  if (st == ACCEL_OK && out_c16)
+    layout_to_c16(output->n, output->c, out_hw, dst, output->data, threads);
+  return st;
+}
+
 accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                        const accel_tensor* input, const accel_tensor* output, accel_mode mode,
                        const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats) {
@@ -442,7 +534,12 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
   const int converts = chain.ops[0].op->engine == ACCEL_ENGINE_SDP && chain.ops[0].op->sdp.convert;
-  switch (chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : converts ? -2 : (int)input->precision) {
+  const int c16 = input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16;
+  switch (c16 ? -3 : chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : converts ? -2
+                                                                   : (int)input->precision) {
+    case -3: /* FP32 with a C16 tensor (chain_resolve allows no other precision) */
+      st = execute_c16(dev, &chain, input, output, label != NULL ? label : "");
+      break;
     case -1: /* the BDMA copies any precision as it is */
       st = execute_bdma(dev, &chain, input, output, label != NULL ? label : "");
       break;
@@ -470,6 +567,16 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   if (run_stats != NULL) *run_stats = run;
   if (op_stats != NULL) memcpy(op_stats, op_records, sizeof op_records[0] * (size_t)num_ops);
   return ACCEL_OK;
+}
+
+int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                         const accel_tensor* input, accel_mode mode) {
+  if (input == NULL || accel_config_validate(cfg) != ACCEL_OK) return 0;
+  accel_tensor shape = *input;
+  shape.layout = ACCEL_LAYOUT_NCHW; /* validated as plain shapes: C16's conditions are below */
+  resolved_chain chain;
+  if (chain_resolve(cfg, ops, num_ops, &shape, NULL, mode, 0, &chain) != ACCEL_OK) return 0;
+  return input->precision == ACCEL_FP32 && input->c % 16 == 0 && c16_kernel(&chain) != 0;
 }
 
 accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,

@@ -79,7 +79,8 @@ static int run_layers(float** a) {
   ops[1].sdp.precision = ACCEL_FP32;
   static const int32_t in_shape[4] = {1, 2, 4, 4}, out_shape[4] = {1, 3, 4, 4};
   if (accel_glue_run_layer(&k_fn, ops, 2, a[0], in_shape, a[1], out_shape, ACCEL_MODE_FUSED,
-                           "f0.0 test", ACCEL_FP32, ACCEL_FP32) != 0) return -1;
+                           "f0.0 test", ACCEL_FP32, ACCEL_FP32, ACCEL_LAYOUT_NCHW,
+                           ACCEL_LAYOUT_NCHW) != 0) return -1;
   return 0;
 }
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
-from ...sim.vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, PIXEL_FORMATS, POOLS,
-                                PRECISIONS, SRAM_STREAMS, WEIGHT_FORMATS)
+from ...sim.vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, LAYOUTS, PIXEL_FORMATS,
+                                POOLS, PRECISIONS, SRAM_STREAMS, WEIGHT_FORMATS)
 from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
 
 
@@ -25,6 +25,10 @@ def c_float(value: float) -> str:
 
 def c_precision(precision: str) -> str:
     return PRECISIONS[precision].c_name
+
+
+def c_layout(layout: str) -> str:
+    return LAYOUTS[layout].c_name
 
 
 def c_activation(act: Optional[str]) -> str:
@@ -144,9 +148,11 @@ def sram_streams(ops: List[str], streams: Sequence[str]) -> List[str]:
 
 def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
               out_shape: Sequence[int], fused: bool, label: str, precision: str,
-              out_precision: Optional[str] = None) -> List[str]:
+              out_precision: Optional[str] = None, in_layout: str = "nchw",
+              out_layout: str = "nchw") -> List[str]:
     """One accelerator run: the ops' descriptors, then accel_run through the glue; its data in
-    ``precision``, its output in ``out_precision`` (default the same)."""
+    ``precision`` and ``in_layout``, its output in ``out_precision`` (default the same) and
+    ``out_layout``."""
     lines = [f"  accel_op ops[{len(ops)}];", "  memset(ops, 0, sizeof ops);"]
     for i, op in enumerate(ops):
         lines.extend("  " + re.sub(r"\bOP\b", f"ops[{i}]", line) for line in op.splitlines())
@@ -155,7 +161,8 @@ def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
                  f"out_shape[4] = {{{', '.join(map(str, out_shape))}}};")
     lines.append(f"  if (accel_glue_run_layer(&k_fn, ops, {len(ops)}, {data}, in_shape, {output}, "
                  f"out_shape, {mode}, \"{label}\", {c_precision(precision)}, "
-                 f"{c_precision(out_precision or precision)}) != 0) return -1;")
+                 f"{c_precision(out_precision or precision)}, {c_layout(in_layout)}, "
+                 f"{c_layout(out_layout)}) != 0) return -1;")
     return lines
 
 

@@ -21,9 +21,9 @@ from ...sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, r
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
-from .memory import RunMemory, plan_function
+from .memory import RunMemory, emitted_conv_modes, plan_function
 from ..walk import composite_calls, converted_outputs, layer_of
-from . import emit, int8
+from . import emit, int8, layouts
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
 from .folding import affine, fold_batch_norm
@@ -98,6 +98,9 @@ class FunctionCodegen:
             plan_function(function, index, config, fuse, self.function_precision, winograd,
                           self.layer_precisions)
         self.run_memory = RunMemory()  # the run being emitted
+        # the tensors kept channel-blocked between runs (fp32 only)
+        self.c16 = layouts.plan_layouts(function, index, config, fuse, self.memory) \
+            if self.function_precision == "fp32" else set()
 
     @property
     def constants(self) -> Dict[str, np.ndarray]:
@@ -306,7 +309,7 @@ class FunctionCodegen:
                 layer.branch, scope, run_key(self.index, index, "a"), name, branch_out, True)
             part = "b"
         quant = self._emit(layer, scope, run_key(self.index, index, part), name,
-                           self.operands[var])
+                           self.operands[var], output_var=var)
         if self.precision == "int8":  # fp16 and fp32 outputs have none
             self.quant[var] = quant
         self._leave(var)
@@ -319,8 +322,8 @@ class FunctionCodegen:
                 int(np.prod(static_shape(var))), *self._scale_zero(quant)))
 
     def _emit(self, layer: Layer, scope, key: str, primitive: str, output: str,
-              branch: bool = False, concat: Optional[TensorQuant] = None
-              ) -> Optional[TensorQuant]:
+              branch: bool = False, concat: Optional[TensorQuant] = None,
+              output_var: Optional[relax.Var] = None) -> Optional[TensorQuant]:
         """One accelerator run; returns the int8 quantisation of its output (``concat``: the
         quantisation of the int8 concat this copy rescales its input into)."""
         label = run_label(key, primitive, branch)
@@ -367,8 +370,11 @@ class FunctionCodegen:
         if self.precision != "int8" and layer.pool is not None:
             ops.extend(self._pools(layer))
         ops = emit.sram_streams(ops, self.run_memory.sram)
+        data_var = scope.get(layer.data, layer.data)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
-                                layer.fused(self.fuse), label, self.precision)
+                                layer.fused(self.fuse), label, self.precision,
+                                in_layout="c16" if data_var in self.c16 else "nchw",
+                                out_layout="c16" if output_var in self.c16 else "nchw")
         self.body.extend(lines + ["}"])
         return out_quant
 
@@ -409,10 +415,7 @@ class FunctionCodegen:
         if weights is None:
             weights = self._pointer(c.weight, scope,
                                     reshape=(lambda v: v.T) if c.transpose_weight else None)
-        modes = layer.conv_modes(self.config, self.fuse, self.precision)
-        choice = self.run_memory.conv  # the mode chosen with the memory plan
-        if choice is not None and choice.mode != "direct":
-            modes["mode"] = choice.mode
+        modes = emitted_conv_modes(layer, self.config, self.fuse, self.precision, self.run_memory)
         pack = None
         # packed (int8), widened (fp16) or pre-transformed (fp32 Winograd, constant weights
         # only: the glue packs once) once, not every call

@@ -94,6 +94,16 @@ class RunMemory:
         return ops
 
 
+def emitted_conv_modes(layer: Layer, config: AccelConfig, fuse: bool, precision: str,
+                       run: RunMemory) -> dict:
+    """The CONV input modes and mode a layer's run is emitted with: the layer's own, the mode
+    the memory plan chose for the run where it chose one."""
+    modes = layer.conv_modes(config, fuse, precision)
+    if run.conv is not None and run.conv.mode != "direct":
+        modes["mode"] = run.conv.mode
+    return modes
+
+
 def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional[np.ndarray]:
     """The conv weights the generated code hands the CONV, in its storage type (None when they
     are not constants): fp32 as they are, fp16 with a fused layer's batch-norm factor folded in

@@ -39,9 +39,9 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 5,   /* bumped when a struct below changes layout (4: CDP, BDMA; 5: the
+  ACCEL_ABI_VERSION = 6,   /* bumped when a struct below changes layout (4: CDP, BDMA; 5: the
                             * configuration fields of image input, Winograd, CBUF banks, DRAM,
-                            * SRAM, weight compression and energy) */
+                            * SRAM, weight compression and energy; 6: accel_tensor.layout) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -165,11 +165,28 @@ typedef struct accel_config {
   double sram_bytes_per_s;   /* its bandwidth (> 0 when sram_bytes > 0) */
 } accel_config;
 
-/* A tensor in memory: dense NCHW, element type `precision`. 2-D data [N, C] uses h = w = 1. */
+/* How a tensor's elements lie in memory (accel_tensor.layout).
+ *
+ * NCHW: dense [n][c][h][w].
+ * C16: channel-blocked, [n][c/16][h][w][16]: the 16 channels of a position side by side, as
+ *   NVDLA stores feature data in atoms of channels. FP32 only, c a multiple of 16. The
+ *   element-wise operands of a run's SDP ops are in the layout of the run's output. Kept
+ *   between runs, it spares the CPU kernels the conversions: 1x1 and depthwise 3x3
+ *   convolutions read and write it directly (the same sums, bit for bit); every other run is
+ *   converted to NCHW and back around its kernels, so any run accepts either layout and gives
+ *   the same values. The cost model does not depend on the layout. */
+typedef enum accel_layout {
+  ACCEL_LAYOUT_NCHW = 0,
+  ACCEL_LAYOUT_C16 = 1,
+  ACCEL_LAYOUT_COUNT         /* not a layout: the number of them (stays last) */
+} accel_layout;
+
+/* A tensor in memory, element type `precision`. 2-D data [N, C] uses h = w = 1. */
 typedef struct accel_tensor {
   void* data;                /* first element, aligned to the element size */
   int32_t n, c, h, w;
   accel_precision precision;
+  accel_layout layout;       /* (ABI 6) NCHW (0) unless said */
 } accel_tensor;
 
 typedef enum accel_engine {
@@ -709,6 +726,12 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
  * data NULL); the last one is the shape accel_run's output must have. */
 accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                                 const accel_tensor* input, accel_mode mode, accel_tensor* shapes);
+
+/* Whether a run has a C16 kernel (accel_layout): 1 when, its input and output C16, it runs
+ * without conversions; 0 when it would be converted around (or the chain is invalid: see
+ * accel_chain_shapes). Tensors need shapes, not data; `input`'s layout is not read. */
+int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
+                         const accel_tensor* input, accel_mode mode);
 
 /* The cost of the same run without executing it: tensors need shapes, not data. */
 accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,

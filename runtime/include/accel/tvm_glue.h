@@ -220,22 +220,26 @@ static inline int accel_glue_fold_batch_norm(const accel_glue_function* f, int32
 }
 
 /* One accelerator run (a layer) on NCHW shapes, labelled for the profile: its input in
- * `in_precision`, its output in `out_precision` (the same but for a converting SDP). */
+ * `in_precision` and `in_layout`, its output in `out_precision` (the same but for a converting
+ * SDP) and `out_layout` (a run's element-wise operands: that layout too). */
 static inline int accel_glue_run_layer(const accel_glue_function* f, const accel_op* ops,
                                        int32_t num_ops, const void* in, const int32_t* in_shape,
                                        void* out, const int32_t* out_shape, accel_mode mode,
                                        const char* label, accel_precision in_precision,
-                                       accel_precision out_precision) {
+                                       accel_precision out_precision, accel_layout in_layout,
+                                       accel_layout out_layout) {
   accel_tensor input, output;
   memset(&input, 0, sizeof input);
   memset(&output, 0, sizeof output);
   input.data = (void*)in;
   input.n = in_shape[0], input.c = in_shape[1], input.h = in_shape[2], input.w = in_shape[3];
   input.precision = in_precision;
+  input.layout = in_layout;
   output.data = out;
   output.n = out_shape[0], output.c = out_shape[1];
   output.h = out_shape[2], output.w = out_shape[3];
   output.precision = out_precision;
+  output.layout = out_layout;
   const accel_status status =
       accel_run(f->device, ops, num_ops, &input, &output, mode, label, NULL, NULL);
   if (status != ACCEL_OK) {
