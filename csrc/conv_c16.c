@@ -1,0 +1,303 @@
+/* conv_c16.c - the CONV engine's 1x1 convolution on channel-blocked (C16) fp32 activations.
+ *
+ * Input [n][c/16][hw][16], output [n][k/16][hw][16], weights [k][c] packed per call into
+ * [k/64][c][64] (a last group of 1-3 blocks of 16 channels: [c][16 * blocks]) in the shared
+ * workspace slot WS_C16_WEIGHTS (c16_pack_pointwise; pool_for items before the compute loop).
+ *
+ * Loops (the study examples/nchw16c_study/conv1x1.c, its mode 1, measured there): items
+ * (image, strip of C16_STRIP positions, group of 4 blocks of 16 output channels), so that every
+ * item writes its own outputs; in an item, depth chunks of C16_CHUNK channels, then tiles of 6
+ * positions: a micro-kernel of NP (1..6) positions x NB (1..4) blocks of 16 output channels
+ * (up to 24 accumulators), per input channel NB weight vector loads and NP broadcasts. The
+ * running totals of the 32-deep blocks stay in the output tile between depth chunks; the
+ * one-pass epilogue is applied in registers after the last chunk, before the store.
+ *
+ * Bits: as conv_f32 (its SUM_BLOCK): each output's depth is summed in blocks of 32 consecutive
+ * input channels, each from zero with one fmadd per channel in channel order (a last block of
+ * 16 when c % 32 == 16), the block sums added in order to a running total; then the epilogue
+ * as conv_f32.c's ep_vec (x * scale, + shift, + operand, then ReLU as max(0, x) or the clip as
+ * min(hi, max(lo, x))). The order is fixed by the geometry alone: results do not depend on the
+ * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
+ */
+#include <stdint.h>
+#include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+
+void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed);
+
+#ifdef __AVX512F__
+
+#ifndef C16_STRIP
+#define C16_STRIP 192 /* positions per item: 32 tiles of 6 */
+#endif
+#ifndef C16_CHUNK
+#define C16_CHUNK 128 /* input channels per depth chunk: a multiple of 32 */
+#endif
+#define C16_TILE 6
+#define C16_GROUP 4 /* blocks of 16 output channels per group */
+
+/* ---- weight packing: [k][c] -> per group g of nb blocks, at g * 64 * c: [c][16 * nb] ---- */
+
+static inline void tr16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+  }
+}
+
+/* Blocks of 16 output channels in group g. */
+static inline int64_t group_blocks(int64_t k, int64_t g) {
+  const int64_t left = k / 16 - g * C16_GROUP;
+  return left < C16_GROUP ? left : C16_GROUP;
+}
+
+/* Group g's input channels [c0, c1) (multiples of 16). */
+static void pack_part(int64_t k, int64_t c, const float* weights, float* packed, int64_t g,
+                      int64_t c0, int64_t c1) {
+  const int64_t nb = group_blocks(k, g), ld = nb * 16;
+  float* dst = packed + g * C16_GROUP * 16 * c;
+  for (int64_t qb = 0; qb < nb; ++qb)
+    for (int64_t ci = c0; ci < c1; ci += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = _mm512_loadu_ps(weights + (g * 64 + qb * 16 + i) * c + ci);
+      tr16(r);
+      for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + (ci + j) * ld + qb * 16, r[j]);
+    }
+}
+
+void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed) {
+  for (int64_t g = 0; g * C16_GROUP * 16 < k; ++g) pack_part(k, c, weights, packed, g, 0, c);
+}
+
+/* ---- the micro-kernel: NP positions x NB blocks of 16 output channels ---- */
+
+typedef struct c16_ep {
+  const float* scale;   /* at the group's first channel, or NULL */
+  const float* shift;   /* likewise, or NULL */
+  const float* operand; /* the ADD operand at the tile's output offset, or NULL */
+  accel_activation act;
+  float lo, hi;
+} c16_ep;
+
+#define DECL(p) __m512 a##p##0, a##p##1, a##p##2, a##p##3;
+#define ZERO1(p, q) if (NB > q) a##p##q = _mm512_setzero_ps();
+#define ZERO(p) \
+  if (NP > p) { ZERO1(p, 0) ZERO1(p, 1) ZERO1(p, 2) ZERO1(p, 3) }
+#define FMA1(p, q) if (NB > q) a##p##q = _mm512_fmadd_ps(w##q, b, a##p##q);
+#define FMA(p)                                         \
+  if (NP > p) {                                        \
+    const __m512 b = _mm512_set1_ps(ib[p * 16 + j]);   \
+    FMA1(p, 0) FMA1(p, 1) FMA1(p, 2) FMA1(p, 3)        \
+  }
+#define LDADD1(p, q) \
+  if (NB > q) a##p##q = _mm512_add_ps(_mm512_loadu_ps(out + q * os + p * 16), a##p##q);
+#define LDADD(p) \
+  if (NP > p) { LDADD1(p, 0) LDADD1(p, 1) LDADD1(p, 2) LDADD1(p, 3) }
+#define ST1(p, q) if (NB > q) _mm512_storeu_ps(out + q * os + p * 16, a##p##q);
+#define ST(p) \
+  if (NP > p) { ST1(p, 0) ST1(p, 1) ST1(p, 2) ST1(p, 3) }
+#define EPI1(p, q)                                                                 \
+  if (NB > q) {                                                                    \
+    __m512 t = a##p##q;                                                            \
+    if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16)); \
+    if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16)); \
+    if (e->operand != NULL)                                                        \
+      t = _mm512_add_ps(t, _mm512_loadu_ps(e->operand + q * os + p * 16));         \
+    if (e->act == ACCEL_ACT_RELU) {                                                \
+      t = _mm512_max_ps(_mm512_setzero_ps(), t);                                   \
+    } else if (e->act == ACCEL_ACT_CLIP) {                                         \
+      t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);                                 \
+      t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);                                 \
+    }                                                                              \
+    _mm512_storeu_ps(out + q * os + p * 16, t);                                    \
+  }
+#define EPI(p) \
+  if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
+#define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+/* cd input channels (a multiple of 16; its 32-deep blocks start at multiples of 32 of the whole
+ * depth) from in (channel block stride cs, positions 16 apart), weights w ([cd][NB * 16]) into
+ * out (block stride os): first: no running total yet; last: the epilogue (e, or none). */
+static inline __attribute__((always_inline)) void kbody(const int NP, const int NB, int64_t cd,
+                                                        const float* in, int64_t cs,
+                                                        const float* w, float* out, int64_t os,
+                                                        int first, int last, const c16_ep* e) {
+  ALLP(DECL)
+  for (int64_t c0 = 0; c0 < cd; c0 += 32) {
+    ALLP(ZERO)
+    const int halves = cd - c0 >= 32 ? 2 : 1;
+    for (int h = 0; h < halves; ++h) {
+      const float* ib = in + (c0 / 16 + h) * cs;
+      const float* wb = w + (c0 + 16 * h) * (NB * 16);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        const __m512 w0 = _mm512_load_ps(wb + j * (NB * 16));
+        const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + j * (NB * 16) + 16) : w0;
+        const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + j * (NB * 16) + 32) : w0;
+        const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + j * (NB * 16) + 48) : w0;
+        ALLP(FMA)
+      }
+    }
+    if (!(first && c0 == 0)) { ALLP(LDADD) }
+    if (last && c0 + 32 >= cd) {
+      if (e != NULL) {
+        ALLP(EPI)
+      } else {
+        ALLP(ST)
+      }
+    } else {
+      ALLP(ST)
+    }
+  }
+}
+
+typedef void (*kfn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, int,
+                    const c16_ep*);
+#define KDEF(N, B)                                                                            \
+  static void k##N##_##B(int64_t cd, const float* in, int64_t cs, const float* w, float* out, \
+                         int64_t os, int first, int last, const c16_ep* e) {                  \
+    kbody(N, B, cd, in, cs, w, out, os, first, last, e);                                      \
+  }
+#define KROW(B) KDEF(1, B) KDEF(2, B) KDEF(3, B) KDEF(4, B) KDEF(5, B) KDEF(6, B)
+KROW(1)
+KROW(2)
+KROW(3)
+KROW(4)
+#define KTAB(B) {0, k1_##B, k2_##B, k3_##B, k4_##B, k5_##B, k6_##B}
+static const kfn ktab[5][7] = {{0}, KTAB(1), KTAB(2), KTAB(3), KTAB(4)};
+
+/* ---- the loops ---- */
+
+typedef struct c16_job {
+  const conv_geometry* g;
+  const float* in;
+  const float* weights;
+  float* packed;
+  float* out;
+  const sdp_f32* ep; /* one-pass, or NULL */
+  int64_t hw, groups, strips, pack_chunks;
+} c16_job;
+
+static void pack_item(void* ctx, int64_t item, int participant) {
+  const c16_job* J = ctx;
+  (void)participant;
+  const int64_t c = J->g->c, g = item / J->pack_chunks, ch = item % J->pack_chunks;
+  const int64_t c0 = ch * C16_CHUNK, c1 = c0 + C16_CHUNK < c ? c0 + C16_CHUNK : c;
+  pack_part(J->g->k, c, J->weights, J->packed, g, c0, c1);
+}
+
+/* Item = (image, strip, group), group innermost. */
+static void conv_item(void* ctx, int64_t item, int participant) {
+  const c16_job* J = ctx;
+  (void)participant;
+  const conv_geometry* g = J->g;
+  const int64_t c = g->c, k = g->k, hw = J->hw, os = hw * 16;
+  const int64_t grp = item % J->groups, strip = (item / J->groups) % J->strips,
+                img = item / (J->groups * J->strips);
+  const int64_t nb = group_blocks(k, grp);
+  const int64_t s0 = strip * C16_STRIP, s1 = s0 + C16_STRIP < hw ? s0 + C16_STRIP : hw;
+  const float* in = J->in + img * c * hw;
+  float* out = J->out + (img * k + grp * 64) * hw;
+  const float* w = J->packed + grp * 64 * c;
+  const kfn* kt = ktab[nb];
+  const sdp_f32* ep = J->ep;
+  c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  if (ep != NULL) {
+    e.scale = ep->scale != NULL ? ep->scale + grp * 64 : NULL;
+    e.shift = ep->shift != NULL ? ep->shift + grp * 64 : NULL;
+    e.act = ep->act;
+    e.lo = ep->clip_min;
+    e.hi = ep->clip_max;
+  }
+  const float* operand = ep != NULL && ep->ew_op == ACCEL_EW_ADD
+                             ? ep->ew_operand + (img * k + grp * 64) * hw
+                             : NULL;
+  for (int64_t c0 = 0; c0 < c; c0 += C16_CHUNK) {
+    const int64_t cd = c - c0 < C16_CHUNK ? c - c0 : C16_CHUNK;
+    const int first = c0 == 0, last = c0 + cd == c;
+    for (int64_t p = s0; p < s1; p += C16_TILE) {
+      const int np = s1 - p < C16_TILE ? (int)(s1 - p) : C16_TILE;
+      if (operand != NULL) e.operand = operand + p * 16;
+      kt[np](cd, in + (c0 / 16) * os + p * 16, os, w + c0 * nb * 16, out + p * 16, os, first,
+             last, ep != NULL ? &e : NULL);
+    }
+  }
+}
+
+int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+         g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 && g->dilation_w == 1 &&
+         g->groups == 1 && g->out_h == g->h && g->out_w == g->w && g->c > 0 && g->k > 0 &&
+         g->c % 16 == 0 && g->k % 16 == 0 && g->pixel_bytes == 0 &&
+         (epilogue == NULL ||
+          (sdp_f32_one_pass(epilogue) && epilogue->prelu_slope == NULL &&
+           epilogue->lut == NULL &&
+           (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
+}
+
+accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
+                                float* out, const sdp_f32* epilogue, workspace* ws,
+                                int32_t num_threads) {
+  const int64_t hw = (int64_t)g->h * g->w;
+  float* packed = workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
+  if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
+  if (num_threads < 1) num_threads = 1;
+  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  c16_job J = {g, in, weights, packed, out, epilogue, hw,
+               (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
+               (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK};
+  const int64_t pack_items = J.groups * J.pack_chunks;
+  pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
+  if (hw == 0) return ACCEL_OK;
+  const int64_t items = (int64_t)g->n * J.strips * J.groups;
+  pool_for(items < num_threads ? (int)items : num_threads, items, conv_item, &J);
+  return ACCEL_OK;
+}
+
+#else /* no AVX-512: no C16 kernel (the run is converted around) */
+
+void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed) {
+  for (int64_t g = 0; g * 64 < k; ++g) {
+    const int64_t nb = k / 16 - g * 4 < 4 ? k / 16 - g * 4 : 4;
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t q = 0; q < nb * 16; ++q)
+        packed[g * 64 * c + ci * nb * 16 + q] = weights[(g * 64 + q) * c + ci];
+  }
+}
+
+int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
+  (void)g;
+  (void)epilogue;
+  return 0;
+}
+
+accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
+                                float* out, const sdp_f32* epilogue, workspace* ws,
+                                int32_t num_threads) {
+  (void)g, (void)in, (void)weights, (void)out, (void)epilogue, (void)ws, (void)num_threads;
+  return ACCEL_ERR_UNSUPPORTED; /* never called: fits is 0 */
+}
+
+#endif
