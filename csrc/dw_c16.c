@@ -84,7 +84,7 @@ typedef void (*blk_fn)(const float* const rows[3], int64_t ox0, int64_t W, const
   static void blk_##N##_##ST##_##CK##_##EK(const float* const rows[3], int64_t ox0, int64_t W,  \
                                            const __m512 wv[9], __m512 sc, __m512 sh,          \
                                            __m512 lo, __m512 hi, const float* opd, float* o) { \
-    dw_block(N, ST, CK, EK, rows, ox0, W, wv, sc, sh, lo, hi, opd, o);                                      \
+    dw_block(N, ST, CK, EK, rows, ox0, W, wv, sc, sh, lo, hi, opd, o);                         \
   }
 #define BLKS(ST, CK, EK)                                                                       \
   BLK(1, ST, CK, EK) BLK(2, ST, CK, EK) BLK(3, ST, CK, EK) BLK(4, ST, CK, EK)                  \
@@ -155,7 +155,8 @@ static void dw_item(void* ctx, int64_t item, int participant) {
       const int64_t n = OW - ox0 < XB ? OW - ox0 : XB;
       const int64_t first = ox0 * st - 1, last = (ox0 + n - 1) * st + 1;
       const int check = first < 0 || last >= W;
-      (check ? edge : interior)[n - 1](rows, ox0, W, wv, e.sc, e.sh, e.lo, e.hi, oprow + ox0 * 16, orow + ox0 * 16);
+      (check ? edge : interior)[n - 1](rows, ox0, W, wv, e.sc, e.sh, e.lo, e.hi,
+                                       oprow + ox0 * 16, orow + ox0 * 16);
     }
   }
 }
