@@ -34,23 +34,19 @@ AI __m512 ld(const float* row, int64_t ix, int64_t W, int CHECK) {
   return _mm512_loadu_ps(row + ix * 16);
 }
 
-/* The epilogue's vectors: scale (1 when none), shift (-0.0 when none), clip bounds. */
-typedef struct ep_regs {
-  __m512 sc, sh, lo, hi;
-} ep_regs;
-
 /* EK: 0 no epilogue; else 1 + ADD * 3 + ACT (ACT 0 NONE, 1 RELU, 2 CLIP). */
-AI __m512 epi(const int EK, __m512 t, const ep_regs* e, const float* opd) {
+AI __m512 epi(const int EK, __m512 t, __m512 sc, __m512 sh, __m512 lo, __m512 hi,
+             const float* opd) {
   if (EK == 0) return t;
   const int add = (EK - 1) / 3, act = (EK - 1) % 3;
-  t = _mm512_mul_ps(t, e->sc);
-  t = _mm512_add_ps(t, e->sh);
+  t = _mm512_mul_ps(t, sc);
+  t = _mm512_add_ps(t, sh);
   if (add) t = _mm512_add_ps(t, _mm512_loadu_ps(opd));
   if (act == 1) {
     t = _mm512_max_ps(_mm512_setzero_ps(), t); /* 0 > t ? 0 : t: -0 and NaN stay */
   } else if (act == 2) {
-    t = _mm512_max_ps(e->lo, t); /* lo > t ? lo : t */
-    t = _mm512_min_ps(e->hi, t); /* hi < t ? hi : t */
+    t = _mm512_max_ps(lo, t); /* lo > t ? lo : t */
+    t = _mm512_min_ps(hi, t); /* hi < t ? hi : t */
   }
   return t;
 }
@@ -58,7 +54,7 @@ AI __m512 epi(const int EK, __m512 t, const ep_regs* e, const float* opd) {
 /* N (<= XB) outputs at columns ox0.. of one output row; rows: the 3 input rows it reads. */
 AI void dw_block(const int N, const int ST, const int CHECK, const int EK,
                  const float* const rows[3], int64_t ox0, int64_t W, const __m512 wv[9],
-                 const ep_regs* e, const float* opd, float* o) {
+                 __m512 sc, __m512 sh, __m512 lo, __m512 hi, const float* opd, float* o) {
   __m512 acc[XB];
 #pragma GCC unroll 8
   for (int k = 0; k < N; ++k) acc[k] = _mm512_setzero_ps();
@@ -75,17 +71,20 @@ AI void dw_block(const int N, const int ST, const int CHECK, const int EK,
       for (int k = 0; k < N; ++k) acc[k] = _mm512_fmadd_ps(wv[r * 3 + s], v[k * ST + s], acc[k]);
   }
 #pragma GCC unroll 8
-  for (int k = 0; k < N; ++k) _mm512_storeu_ps(o + k * 16, epi(EK, acc[k], e, opd + k * 16));
+  for (int k = 0; k < N; ++k)
+    _mm512_storeu_ps(o + k * 16, epi(EK, acc[k], sc, sh, lo, hi, opd + k * 16));
 }
 
+/* The epilogue's vectors by value (in registers: 1 us less on 1024 channels of 7x7 than
+ * through a pointer): scale (1 when none), shift (-0.0 when none), the clip's bounds. */
 typedef void (*blk_fn)(const float* const rows[3], int64_t ox0, int64_t W, const __m512 wv[9],
-                       const ep_regs* e, const float* opd, float* o);
+                       __m512 sc, __m512 sh, __m512 lo, __m512 hi, const float* opd, float* o);
 
 #define BLK(N, ST, CK, EK)                                                                     \
   static void blk_##N##_##ST##_##CK##_##EK(const float* const rows[3], int64_t ox0, int64_t W,  \
-                                           const __m512 wv[9], const ep_regs* e,               \
-                                           const float* opd, float* o) {                       \
-    dw_block(N, ST, CK, EK, rows, ox0, W, wv, e, opd, o);                                      \
+                                           const __m512 wv[9], __m512 sc, __m512 sh,          \
+                                           __m512 lo, __m512 hi, const float* opd, float* o) { \
+    dw_block(N, ST, CK, EK, rows, ox0, W, wv, sc, sh, lo, hi, opd, o);                         \
   }
 #define BLKS(ST, CK, EK)                                                                       \
   BLK(1, ST, CK, EK) BLK(2, ST, CK, EK) BLK(3, ST, CK, EK) BLK(4, ST, CK, EK)                  \
@@ -129,8 +128,9 @@ static void dw_item(void* ctx, int64_t item, int participant) {
 
   __m512 wv[9];
   for (int t = 0; t < 9; ++t) wv[t] = _mm512_load_ps(J->wp + (cb * 9 + t) * 16);
-  ep_regs e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(),
-               _mm512_setzero_ps()};
+  struct {
+    __m512 sc, sh, lo, hi;
+  } e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const sdp_f32* ep = J->ep;
   if (ep != NULL) {
     if (ep->scale != NULL) e.sc = _mm512_loadu_ps(ep->scale + cb * 16);
@@ -155,7 +155,8 @@ static void dw_item(void* ctx, int64_t item, int participant) {
       const int64_t n = OW - ox0 < XB ? OW - ox0 : XB;
       const int64_t first = ox0 * st - 1, last = (ox0 + n - 1) * st + 1;
       const int check = first < 0 || last >= W;
-      (check ? edge : interior)[n - 1](rows, ox0, W, wv, &e, oprow + ox0 * 16, orow + ox0 * 16);
+      (check ? edge : interior)[n - 1](rows, ox0, W, wv, e.sc, e.sh, e.lo, e.hi,
+                                       oprow + ox0 * 16, orow + ox0 * 16);
     }
   }
 }
