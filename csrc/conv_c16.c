@@ -77,8 +77,8 @@ static void pack_part(int64_t k, int64_t c, const float* weights, float* packed,
                       int64_t c0, int64_t c1) {
   const int64_t nb = group_blocks(k, g), ld = nb * 16;
   float* dst = packed + g * C16_GROUP * 16 * c;
-  for (int64_t qb = 0; qb < nb; ++qb)
-    for (int64_t ci = c0; ci < c1; ci += 16) {
+  for (int64_t ci = c0; ci < c1; ci += 16)
+    for (int64_t qb = 0; qb < nb; ++qb) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = _mm512_loadu_ps(weights + (g * 64 + qb * 16 + i) * c + ci);
