@@ -252,8 +252,7 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
          g->groups == 1 && g->out_h == g->h && g->out_w == g->w && g->c > 0 && g->k > 0 &&
          g->c % 16 == 0 && g->k % 16 == 0 && g->pixel_bytes == 0 &&
          (epilogue == NULL ||
-          (sdp_f32_one_pass(epilogue) && epilogue->prelu_slope == NULL &&
-           epilogue->lut == NULL &&
+          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
            (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
 }
 
