@@ -18,6 +18,10 @@
  * as conv_f32.c's ep_vec (x * scale, + shift, + operand, then ReLU as max(0, x) or the clip as
  * min(hi, max(lo, x))). The order is fixed by the geometry alone: results do not depend on the
  * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
+ * conv_f32 itself departs from this order where it computes dot products along the depth (its
+ * packed path's tail positions: the last hw % 16 of an image below 512 positions where that
+ * path is taken, every position at hw <= 8) and where OpenBLAS runs (hw == 1, n > 1): there
+ * the two kernels' last bits may differ (a 14x14 layer: its positions 192-195).
  */
 #include <stdint.h>
 #include <string.h>
@@ -260,6 +264,7 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
                                 float* out, const sdp_f32* epilogue, workspace* ws,
                                 int32_t num_threads) {
   const int64_t hw = (int64_t)g->h * g->w;
+  if (hw == 0 || g->n == 0) return ACCEL_OK;
   float* packed = workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
   if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
@@ -269,7 +274,6 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
                (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK};
   const int64_t pack_items = J.groups * J.pack_chunks;
   pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
-  if (hw == 0) return ACCEL_OK;
   const int64_t items = (int64_t)g->n * J.strips * J.groups;
   pool_for(items < num_threads ? (int)items : num_threads, items, conv_item, &J);
   return ACCEL_OK;
