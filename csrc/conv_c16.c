@@ -18,6 +18,10 @@
  * as conv_f32.c's ep_vec (x * scale, + shift, + operand, then ReLU as max(0, x) or the clip as
  * min(hi, max(lo, x))). The order is fixed by the geometry alone: results do not depend on the
  * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
+ * conv_f32 itself departs from this order where it computes dot products along the depth (its
+ * packed path's tail positions: the last hw % 16 of an image below 512 positions where that
+ * path is taken, every position at hw <= 8) and where OpenBLAS runs (hw == 1, n > 1): there
+ * the two kernels' last bits may differ (a 14x14 layer: its positions 192-195).
  */
 #include <stdint.h>
 #include <string.h>
@@ -77,8 +81,8 @@ static void pack_part(int64_t k, int64_t c, const float* weights, float* packed,
                       int64_t c0, int64_t c1) {
   const int64_t nb = group_blocks(k, g), ld = nb * 16;
   float* dst = packed + g * C16_GROUP * 16 * c;
-  for (int64_t qb = 0; qb < nb; ++qb)
-    for (int64_t ci = c0; ci < c1; ci += 16) {
+  for (int64_t ci = c0; ci < c1; ci += 16)
+    for (int64_t qb = 0; qb < nb; ++qb) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = _mm512_loadu_ps(weights + (g * 64 + qb * 16 + i) * c + ci);
@@ -252,8 +256,7 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
          g->groups == 1 && g->out_h == g->h && g->out_w == g->w && g->c > 0 && g->k > 0 &&
          g->c % 16 == 0 && g->k % 16 == 0 && g->pixel_bytes == 0 &&
          (epilogue == NULL ||
-          (sdp_f32_one_pass(epilogue) && epilogue->prelu_slope == NULL &&
-           epilogue->lut == NULL &&
+          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
            (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
 }
 
@@ -261,6 +264,7 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
                                 float* out, const sdp_f32* epilogue, workspace* ws,
                                 int32_t num_threads) {
   const int64_t hw = (int64_t)g->h * g->w;
+  if (hw == 0 || g->n == 0) return ACCEL_OK;
   float* packed = workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
   if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
@@ -270,7 +274,6 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
                (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK};
   const int64_t pack_items = J.groups * J.pack_chunks;
   pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
-  if (hw == 0) return ACCEL_OK;
   const int64_t items = (int64_t)g->n * J.strips * J.groups;
   pool_for(items < num_threads ? (int)items : num_threads, items, conv_item, &J);
   return ACCEL_OK;
