@@ -33,6 +33,12 @@
 
 void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed);
 
+/* conv_c16_pack's buffer: this header, then c16_pack_pointwise's floats. */
+enum { C16_PACK_HEADER = 64, C16_PACK_MAGIC = 0x36314331 /* "C16" */ };
+typedef struct c16_pack_header {
+  int32_t magic, k, c;
+} c16_pack_header;
+
 #ifdef __AVX512F__
 
 #ifndef C16_STRIP
@@ -141,6 +147,20 @@ typedef struct c16_ep {
   if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
 #define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
+/* One 16-channel half h of a 32-deep block: per channel NB weight vectors, NP broadcasts. */
+#define C16_HALF(h)                                                                   \
+  {                                                                                   \
+    const float* ib = in + (c0 / 16 + h) * cs;                                        \
+    const float* wb = w + (c0 + 16 * h) * (NB * 16);                                  \
+    _Pragma("GCC unroll 16") for (int j = 0; j < 16; ++j) {                           \
+      const __m512 w0 = _mm512_load_ps(wb + j * (NB * 16));                           \
+      const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + j * (NB * 16) + 16) : w0;        \
+      const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + j * (NB * 16) + 32) : w0;        \
+      const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + j * (NB * 16) + 48) : w0;        \
+      ALLP(FMA)                                                                       \
+    }                                                                                 \
+  }
+
 /* cd input channels (a multiple of 16; its 32-deep blocks start at multiples of 32 of the whole
  * depth) from in (channel block stride cs, positions 16 apart), weights w ([cd][NB * 16]) into
  * out (block stride os): first: no running total yet; last: the epilogue (e, or none). */
@@ -151,18 +171,11 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
   ALLP(DECL)
   for (int64_t c0 = 0; c0 < cd; c0 += 32) {
     ALLP(ZERO)
-    const int halves = cd - c0 >= 32 ? 2 : 1;
-    for (int h = 0; h < halves; ++h) {
-      const float* ib = in + (c0 / 16 + h) * cs;
-      const float* wb = w + (c0 + 16 * h) * (NB * 16);
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m512 w0 = _mm512_load_ps(wb + j * (NB * 16));
-        const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + j * (NB * 16) + 16) : w0;
-        const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + j * (NB * 16) + 32) : w0;
-        const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + j * (NB * 16) + 48) : w0;
-        ALLP(FMA)
-      }
+    if (cd - c0 >= 32) { /* two 16-channel halves, unrolled (a runtime count cost 25 %) */
+      C16_HALF(0)
+      C16_HALF(1)
+    } else {
+      C16_HALF(0)
     }
     if (!(first && c0 == 0)) { ALLP(LDADD) }
     if (last && c0 + 32 >= cd) {
@@ -192,6 +205,52 @@ KROW(4)
 #define KTAB(B) {0, k1_##B, k2_##B, k3_##B, k4_##B, k5_##B, k6_##B}
 static const kfn ktab[5][7] = {{0}, KTAB(1), KTAB(2), KTAB(3), KTAB(4)};
 
+/* The tail (conv_f32_dot_tail: an image's last T <= 8 positions) summed as conv_f32's packed
+ * path sums it (dot_body): per output channel and position, 16 lane sums along the depth
+ * (lane l: input channels l, l + 16, ..., one fmadd each, in order), then
+ * _mm512_reduce_add_ps. One depth chunk's part, while its packed weights are in L1: a 16x16
+ * transpose turns 16 input channels' vectors of block q into 16 output channels' rows. lanes:
+ * [T][nb][16 channels][16 lanes], carried from chunk to chunk. */
+static void tail_chunk(int64_t T, int64_t nb, int64_t c0, int64_t cd, const float* w,
+                       const float* in, int64_t cs, float* lanes) {
+  for (int64_t q = 0; q < nb; ++q)
+    for (int64_t sub = c0; sub < c0 + cd; sub += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(w + (sub + i) * nb * 16 + q * 16);
+      tr16(r); /* r[m]: output channel q * 16 + m, input channels sub .. sub + 15 */
+      for (int64_t t = 0; t < T; ++t) {
+        const __m512 x = _mm512_loadu_ps(in + sub / 16 * cs + t * 16);
+        float* l = lanes + ((t * nb + q) * 16) * 16;
+        for (int m = 0; m < 16; ++m)
+          _mm512_store_ps(l + m * 16, _mm512_fmadd_ps(r[m], x, _mm512_load_ps(l + m * 16)));
+      }
+    }
+}
+
+/* The tail's outputs from its lane sums, with the epilogue as EPI1. */
+static void tail_store(int64_t T, int64_t nb, const float* lanes, float* out, int64_t os,
+                       const c16_ep* e, const float* operand) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t q = 0; q < nb; ++q) {
+      float sums[16] __attribute__((aligned(64)));
+      const float* l = lanes + ((t * nb + q) * 16) * 16;
+      for (int m = 0; m < 16; ++m) sums[m] = _mm512_reduce_add_ps(_mm512_load_ps(l + m * 16));
+      __m512 v = _mm512_load_ps(sums);
+      if (e != NULL) {
+        if (e->scale != NULL) v = _mm512_mul_ps(v, _mm512_loadu_ps(e->scale + q * 16));
+        if (e->shift != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(e->shift + q * 16));
+        if (operand != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(operand + q * os + t * 16));
+        if (e->act == ACCEL_ACT_RELU) {
+          v = _mm512_max_ps(_mm512_setzero_ps(), v);
+        } else if (e->act == ACCEL_ACT_CLIP) {
+          v = _mm512_max_ps(_mm512_set1_ps(e->lo), v);
+          v = _mm512_min_ps(_mm512_set1_ps(e->hi), v);
+        }
+      }
+      _mm512_storeu_ps(out + q * os + t * 16, v);
+    }
+}
+
 /* ---- the loops ---- */
 
 typedef struct c16_job {
@@ -202,6 +261,7 @@ typedef struct c16_job {
   float* out;
   const sdp_f32* ep; /* one-pass, or NULL */
   int64_t hw, groups, strips, pack_chunks;
+  int64_t tail; /* an image's last positions, summed as conv_f32's dot products */
 } c16_job;
 
 static void pack_item(void* ctx, int64_t item, int participant) {
@@ -222,6 +282,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
                 img = item / (J->groups * J->strips);
   const int64_t nb = group_blocks(k, grp);
   const int64_t s0 = strip * C16_STRIP, s1 = s0 + C16_STRIP < hw ? s0 + C16_STRIP : hw;
+  const int64_t b1 = s1 < hw - J->tail ? s1 : hw - J->tail; /* the blocks' positions end */
   const float* in = J->in + img * c * hw;
   float* out = J->out + (img * k + grp * 64) * hw;
   const float* w = J->packed + grp * 64 * c;
@@ -238,20 +299,28 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const float* operand = ep != NULL && ep->ew_op == ACCEL_EW_ADD
                              ? ep->ew_operand + (img * k + grp * 64) * hw
                              : NULL;
+  const int64_t t0 = b1 > s0 ? b1 : s0, tail = s1 - t0; /* the tail, in the last strip */
+  float lanes[8 * C16_GROUP * 16 * 16] __attribute__((aligned(64)));
+  if (tail > 0) memset(lanes, 0, (size_t)(tail * nb * 16 * 16) * sizeof(float));
   for (int64_t c0 = 0; c0 < c; c0 += C16_CHUNK) {
     const int64_t cd = c - c0 < C16_CHUNK ? c - c0 : C16_CHUNK;
     const int first = c0 == 0, last = c0 + cd == c;
-    for (int64_t p = s0; p < s1; p += C16_TILE) {
-      const int np = s1 - p < C16_TILE ? (int)(s1 - p) : C16_TILE;
+    for (int64_t p = s0; p < b1; p += C16_TILE) {
+      const int np = b1 - p < C16_TILE ? (int)(b1 - p) : C16_TILE;
       if (operand != NULL) e.operand = operand + p * 16;
       kt[np](cd, in + (c0 / 16) * os + p * 16, os, w + c0 * nb * 16, out + p * 16, os, first,
              last, ep != NULL ? &e : NULL);
     }
+    if (tail > 0) tail_chunk(tail, nb, c0, cd, w, in + t0 * 16, os, lanes);
   }
+  if (tail > 0)
+    tail_store(tail, nb, lanes, out + t0 * 16, os, ep != NULL ? &e : NULL,
+               operand != NULL ? operand + t0 * 16 : NULL);
 }
 
 int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+  return conv_f32_dot_tail(g) >= 0 && g->kernel_h == 1 && g->kernel_w == 1 &&
+         g->stride_h == 1 && g->stride_w == 1 &&
          g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 && g->dilation_w == 1 &&
          g->groups == 1 && g->out_h == g->h && g->out_w == g->w && g->c > 0 && g->k > 0 &&
          g->c % 16 == 0 && g->k % 16 == 0 && g->pixel_bytes == 0 &&
@@ -261,19 +330,23 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
 }
 
 accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
-                                float* out, const sdp_f32* epilogue, workspace* ws,
-                                int32_t num_threads) {
+                                const void* prepacked, float* out, const sdp_f32* epilogue,
+                                workspace* ws, int32_t num_threads) {
   const int64_t hw = (int64_t)g->h * g->w;
   if (hw == 0 || g->n == 0) return ACCEL_OK;
-  float* packed = workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
+  float* packed = prepacked != NULL
+                      ? (float*)((const char*)prepacked + C16_PACK_HEADER)
+                      : workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
   if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
   c16_job J = {g, in, weights, packed, out, epilogue, hw,
                (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
-               (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK};
-  const int64_t pack_items = J.groups * J.pack_chunks;
-  pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
+               (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK,
+               conv_f32_dot_tail(g)};
+  const int64_t pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
+  if (pack_items > 0)
+    pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
   const int64_t items = (int64_t)g->n * J.strips * J.groups;
   pool_for(items < num_threads ? (int)items : num_threads, items, conv_item, &J);
   return ACCEL_OK;
@@ -297,10 +370,34 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
 }
 
 accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
-                                float* out, const sdp_f32* epilogue, workspace* ws,
-                                int32_t num_threads) {
-  (void)g, (void)in, (void)weights, (void)out, (void)epilogue, (void)ws, (void)num_threads;
+                                const void* prepacked, float* out, const sdp_f32* epilogue,
+                                workspace* ws, int32_t num_threads) {
+  (void)g, (void)in, (void)weights, (void)prepacked, (void)out, (void)epilogue, (void)ws,
+      (void)num_threads;
   return ACCEL_ERR_UNSUPPORTED; /* never called: fits is 0 */
 }
 
 #endif
+
+int conv_c16_packs(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+         g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 && g->dilation_w == 1 &&
+         g->groups == 1 && g->c > 0 && g->k > 0 && g->c % 16 == 0 && g->k % 16 == 0;
+}
+
+size_t conv_c16_packed_bytes(const conv_geometry* g) {
+  return C16_PACK_HEADER + (size_t)g->k * g->c * sizeof(float);
+}
+
+void conv_c16_pack(const conv_geometry* g, const float* weights, void* packed) {
+  const c16_pack_header h = {C16_PACK_MAGIC, g->k, g->c};
+  memset(packed, 0, C16_PACK_HEADER);
+  memcpy(packed, &h, sizeof h);
+  c16_pack_pointwise(g->k, g->c, weights, (float*)((char*)packed + C16_PACK_HEADER));
+}
+
+int conv_c16_packed_matches(const conv_geometry* g, const void* packed) {
+  c16_pack_header h;
+  memcpy(&h, packed, sizeof h);
+  return h.magic == C16_PACK_MAGIC && h.k == g->k && h.c == g->c;
+}

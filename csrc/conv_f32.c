@@ -1630,8 +1630,10 @@ static int l1_keeps_panel(void) {
   return v;
 }
 
-accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
-                      const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
+/* conv_f32's plan of a geometry and the path it takes: 'f' a batch of fully connected rows,
+ * 'r' depthwise by rows (dwr_kernel), 'c' depthwise through the padded copy, 'i' the implicit
+ * GEMM, 'p' the packed path, 'b' BLAS tiles (no AVX-512). */
+static char f32_plan(const conv_geometry* g, conv_plan* out) {
   conv_plan P;
   P.g = g;
   P.cg = g->c / g->groups;
@@ -1651,8 +1653,7 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
   }
   P.pointwise = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                 g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
-  if (num_threads < 1) num_threads = 1;
-  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  *out = P;
 #ifdef CONV_F32_TEST_PATHS /* tests only: CONV_F32_PATH=b|p|i|c forces a path where it applies
                              (c: depthwise through the padded copy) */
   const char* fp = getenv("CONV_F32_PATH");
@@ -1660,17 +1661,10 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
 #else
   const char force = 0;
 #endif
-  if (force == 'b') return conv_blas_tiles(&P, in, weights, out, epilogue, ws, num_threads);
-
-  if (P.ohw == 1 && g->n > 1 && P.cg > 1)
-    return conv_fc_batch(&P, in, weights, out, epilogue, ws, num_threads);
+  if (force == 'b') return 'b';
+  if (P.ohw == 1 && g->n > 1 && P.cg > 1) return 'f';
 #ifdef __AVX512F__
-  if (P.cg == 1 && force != 'p') {
-    const dwr_fn kernel = dwr_kernel(&P);
-    if (kernel != NULL && force != 'c')
-      return conv_depthwise_rows(&P, kernel, in, weights, out, epilogue, num_threads);
-    return conv_depthwise(&P, in, weights, out, epilogue, ws, num_threads);
-  }
+  if (P.cg == 1 && force != 'p') return force != 'c' && dwr_kernel(&P) != NULL ? 'r' : 'c';
   imp_plan Q;
   imp_make_plan(&P, &Q, 1);
   /* Implicit GEMM where measured faster: enough columns (tails cost a panel), few garbage
@@ -1683,10 +1677,47 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
    * 3x3/2 on 56x56 1.83-1.85 -> 1.55-1.58 ms, 64 -> 128 0.88 -> 0.83.) */
   const int imp_good = (Q.wq - g->out_w) * 12 <= Q.wq && Q.ncols >= 512 && P.kd <= 2304 &&
                        all_phases && (Q.nph == 1 || P.kd <= (P.panels_outer ? 512 : 1024));
-  if (imp_ok && (force == 'i' || (force != 'p' && imp_good)))
-    return conv_implicit(&P, in, weights, out, epilogue, ws, num_threads);
-  return conv_packed(&P, in, weights, out, epilogue, ws, num_threads);
+  if (imp_ok && (force == 'i' || (force != 'p' && imp_good))) return 'i';
+  return 'p';
 #else
-  return conv_blas_tiles(&P, in, weights, out, epilogue, ws, num_threads);
+  return 'b';
 #endif
+}
+
+int conv_f32_dot_tail(const conv_geometry* g) {
+  conv_plan P;
+  switch (f32_plan(g, &P)) {
+#ifdef __AVX512F__
+    case 'i':
+      return 0;
+    case 'p':
+      return (int)(P.ohw % 16 <= TMAX ? P.ohw % 16 : 0);
+#endif
+    default:
+      return -1;
+  }
+}
+
+accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
+                      const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
+  conv_plan P;
+  const char path = f32_plan(g, &P);
+  if (num_threads < 1) num_threads = 1;
+  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  switch (path) {
+    case 'f':
+      return conv_fc_batch(&P, in, weights, out, epilogue, ws, num_threads);
+#ifdef __AVX512F__
+    case 'r':
+      return conv_depthwise_rows(&P, dwr_kernel(&P), in, weights, out, epilogue, num_threads);
+    case 'c':
+      return conv_depthwise(&P, in, weights, out, epilogue, ws, num_threads);
+    case 'i':
+      return conv_implicit(&P, in, weights, out, epilogue, ws, num_threads);
+    case 'p':
+      return conv_packed(&P, in, weights, out, epilogue, ws, num_threads);
+#endif
+    default:
+      return conv_blas_tiles(&P, in, weights, out, epilogue, ws, num_threads);
+  }
 }

@@ -331,6 +331,15 @@ class Conv:
         check(lib.accel_conv_pack_weights(config_c, desc, in_c, _pointer(packed), size))
         return packed
 
+    def packs(self, config: AccelConfig | str, in_c: int) -> bool:
+        """Whether ``accel_conv_pack_weights`` packs this conv's weights (weights or a shape
+        suffice): INT8, FP16, Winograd mode, and FP32 1x1 weights for C16 runs."""
+        desc = ffi.new("accel_conv_desc*")
+        self._fill(desc)
+        return lib.accel_conv_pack_weights(AccelConfig.resolve(config).to_c(), desc,
+                                           integer(in_c, "conv pack in_c", 1), ffi.NULL,
+                                           ffi.new("size_t*")) == lib.ACCEL_OK
+
     def packed_for(self, config: AccelConfig | str, in_c: Optional[int] = None) -> "Conv":
         """A copy of this conv that carries its pre-packed weights (see :meth:`pack`)."""
         return dataclasses.replace(self, packed=self.pack(config, in_c))

@@ -143,26 +143,32 @@ static int64_t weight_count(const conv_geometry* g) {
 /* What accel_conv_pack_weights makes of a conv's weights (accel_conv_desc.weights_packed): the
  * Winograd pre-transform for FP32 and FP16 in WINOGRAD mode, otherwise INT8's kernel layout
  * (INT8 Winograd runs the direct kernel) or FP16's widened weights. */
-typedef enum packing { PACKING_NONE, PACKING_INT8, PACKING_FP16, PACKING_WINOGRAD } packing;
+typedef enum packing {
+  PACKING_NONE, PACKING_INT8, PACKING_FP16, PACKING_WINOGRAD,
+  PACKING_C16 /* FP32 direct 1x1 weights for the C16 kernel (conv_c16.c) */
+} packing;
 
-static packing packing_of(const accel_conv_desc* d) {
+static packing packing_of(const accel_conv_desc* d, int32_t in_c) {
   if (d->precision == ACCEL_INT8) return PACKING_INT8;
   if (d->mode == ACCEL_CONV_WINOGRAD) return PACKING_WINOGRAD;
-  return d->precision == ACCEL_FP16 ? PACKING_FP16 : PACKING_NONE;
+  if (d->precision == ACCEL_FP16) return PACKING_FP16;
+  const conv_geometry g = weight_geometry(d, in_c);
+  return d->precision == ACCEL_FP32 && conv_c16_packs(&g) ? PACKING_C16 : PACKING_NONE;
 }
 
 static size_t packed_size(packing p, const conv_geometry* g) {
   return p == PACKING_INT8 ? conv_i8_packed_bytes(g)
          : p == PACKING_FP16 ? conv_f16_packed_bytes(g)
+         : p == PACKING_C16  ? conv_c16_packed_bytes(g)
                              : conv_winograd_packed_bytes(g);
 }
 
 static int packed_matches(packing p, const accel_conv_desc* d, const conv_geometry* g,
                           const void* packed) {
-  return p == PACKING_INT8 ? conv_i8_packed_matches(g, packed)
-         : p == PACKING_FP16
-             ? conv_f16_packed_matches(g, packed)
-             : conv_winograd_packed_matches(g, d->precision == ACCEL_FP16, packed);
+  return p == PACKING_INT8   ? conv_i8_packed_matches(g, packed)
+         : p == PACKING_FP16 ? conv_f16_packed_matches(g, packed)
+         : p == PACKING_C16  ? conv_c16_packed_matches(g, packed)
+                             : conv_winograd_packed_matches(g, d->precision == ACCEL_FP16, packed);
 }
 
 /* The conv mode, and Winograd's conditions (accel_conv_mode in accel.h), each named. */
@@ -234,10 +240,11 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
     RANGE("in_zero", d->in_zero, INT8_MIN, INT8_MAX)
   } else {
     RANGE("in_zero", d->in_zero, 0, 0)
-    if (d->weights_packed != NULL && packing_of(d) == PACKING_NONE) {
+    if (d->weights_packed != NULL && packing_of(d, in_c) == PACKING_NONE) {
       return accel_fail(ACCEL_ERR_INVALID,
-                        "%s: weights_packed is for INT8 and FP16 weights and Winograd mode, not "
-                        "direct %s", where, precision_name(d->precision));
+                        "%s: weights_packed is for INT8 and FP16 weights, Winograd mode and "
+                        "FP32 1x1 weights for C16 runs, not these direct %s ones", where,
+                        precision_name(d->precision));
     }
   }
   /* out_c and C/groups are below 2^31 and the window below 2^10: no overflow in two steps. */
@@ -425,7 +432,7 @@ static accel_status resolve_conv(const accel_config* cfg, resolved_op* r, const 
     return ACCEL_OK;
   }
   /* The header is read only once the buffer is known to hold the whole packing. */
-  const packing kind = packing_of(d);
+  const packing kind = packing_of(d, r->in_c);
   const size_t needed = packed_size(kind, &r->conv);
   if (d->weights_packed_bytes < needed) {
     return accel_fail(ACCEL_ERR_INVALID,
@@ -455,10 +462,11 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
   }
   const char* where = "accel_conv_pack_weights";
   RANGE("in_c", in_c, 1, ACCEL_MAX_TENSOR_ELEMENTS)
-  const packing kind = packing_of(conv);
+  const packing kind = packing_of(conv, in_c);
   if (kind == PACKING_NONE) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s in direct mode: only INT8 and FP16 "
-                      "weights and Winograd mode's are packed", where,
+                      "weights, Winograd mode's and FP32 1x1 weights for C16 runs (stride 1, "
+                      "no padding, one group, multiples of 16 channels) are packed", where,
                       precision_name(conv->precision));
   }
   st = check_conv_fields(cfg, conv, in_c, where);
@@ -488,6 +496,8 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
     conv_i8_pack(&g, conv->weights, packed);
   } else if (kind == PACKING_FP16) {
     conv_f16_pack(&g, conv->weights, packed);
+  } else if (kind == PACKING_C16) {
+    conv_c16_pack(&g, conv->weights, packed);
   } else {
     conv_winograd_pack(&g, conv->weights, conv->precision == ACCEL_FP16, packed);
   }

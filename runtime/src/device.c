@@ -471,8 +471,11 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     const resolved_op* r = &chain->ops[0];
     const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
     const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
-    return (kernel == 1 ? conv_c16_pointwise : conv_c16_depthwise)(
-        &r->conv, input->data, r->op->conv.weights, output->data, ep, &dev->ws, threads);
+    if (kernel == 1)
+      return conv_c16_pointwise(&r->conv, input->data, r->op->conv.weights,
+                                r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
+    return conv_c16_depthwise(&r->conv, input->data, r->op->conv.weights, output->data, ep,
+                              &dev->ws, threads);
   }
   const int64_t in_hw = (int64_t)input->h * input->w, out_hw = (int64_t)output->h * output->w;
   const float* src = input->data;

@@ -167,7 +167,7 @@ def test_c16_layout_helpers(rng):
 def test_bad_c16_tensors_are_refused_by_name(rng):
     conv = Conv(_data(rng, (16, 16, 1, 1)))
     with pytest.raises(AccelInvalidError, match="layout C16 holds FP32 data with c a multiple "
-                                                "of 16, not INT8"):
+                                                "of 16, not int8"):
         DEVICES[1].run([Conv(np.ones((16, 16, 1, 1), np.int8), precision="int8"),
                         Sdp(precision="int8", bias=np.zeros(16, np.int32))],
                        np.zeros((1, 1, 2, 2, 16), np.int8), layout="c16")
@@ -186,7 +186,7 @@ def test_bad_c16_tensors_are_refused_by_name(rng):
     op = ffi.new("accel_op[]", 1)
     Sdp(act="relu").lower(op[0])
     assert lib.accel_chain_shapes(config, op, 1, tensor, lib.ACCEL_MODE_FUSED, shapes) != 0
-    assert "c a multiple of 16, not FP32 with c = 24" in ffi.string(lib.accel_last_error()).decode()
+    assert "c a multiple of 16, not fp32 with c = 24" in ffi.string(lib.accel_last_error()).decode()
     tensor.c, tensor.layout = 16, 7
     assert lib.accel_chain_shapes(config, op, 1, tensor, lib.ACCEL_MODE_FUSED, shapes) != 0
     assert "layout = 7 is not an accel_layout" in ffi.string(lib.accel_last_error()).decode()

@@ -181,7 +181,7 @@ def test_packed_weights_must_be_made_for_the_conv(rng):
               ([Conv(w, padding=1, precision="fp32", packed=packed)], x)]
     for chain, data in others:
         with pytest.raises(AccelInvalidError, match=mismatched if chain[0].mode == "winograd"
-                           else "weights_packed is for INT8 and FP16 weights and Winograd"):
+                           else "weights_packed is for INT8 and FP16 weights, Winograd mode"):
             DEVICE.run(chain, data)
     # a 6x6 stride-2 packing holds C*4 folded channels: not a 3x3 stride-1 one
     folded = Conv(rng.standard_normal((8, 1, 6, 6)).astype(np.float32), stride=2,

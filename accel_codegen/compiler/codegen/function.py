@@ -362,7 +362,8 @@ class FunctionCodegen:
             ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
         else:
             if layer.conv is not None:
-                ops.append(self._conv(layer, scope))
+                c16 = scope.get(layer.data, layer.data) in self.c16 and output_var in self.c16
+                ops.append(self._conv(layer, scope, c16=c16))
             ops.extend(self._sdp(layer, scope, lines))
         if self.precision == "fp16" and layer.conv is not None and len(ops) == 1:
             ops.append(emit.sdp_op("the accumulators' converter",
@@ -410,7 +411,8 @@ class FunctionCodegen:
         weights = np.asarray(constant_value(scope.get(c.weight, c.weight)), np.float64)
         return (weights.T if c.transpose_weight else weights).reshape(c.weight_shape)
 
-    def _conv(self, layer: Layer, scope, weights: Optional[str] = None, in_zero: int = 0) -> str:
+    def _conv(self, layer: Layer, scope, weights: Optional[str] = None, in_zero: int = 0,
+              c16: bool = False) -> str:
         c = layer.conv
         if weights is None:
             weights = self._pointer(c.weight, scope,
@@ -421,7 +423,11 @@ class FunctionCodegen:
         # only: the glue packs once) once, not every call
         winograd = modes.get("mode", "direct") == "winograd" and \
             is_constant(scope.get(c.weight, c.weight))
-        if self.precision != "fp32" or winograd:
+        # a C16 run's 1x1 weights too (fp32, constant weights), in the C16 kernel's layout
+        c16_pack = c16 and is_constant(scope.get(c.weight, c.weight)) and \
+            layer.engine_ops(self.fuse, "fp32", modes=modes)[0].packs(self.config,
+                                                                      layer.in_shape[1])
+        if self.precision != "fp32" or winograd or c16_pack:
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
         return emit.conv_op(c, weights, self.precision, in_zero, pack, modes,

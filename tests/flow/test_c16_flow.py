@@ -1,0 +1,84 @@
+"""Channel-blocked (C16) tensors inside an offloaded fp32 function: the code generator keeps the
+tensors between 1x1 and depthwise 3x3 layers (multiples of 16 channels) C16, converts at the
+group's edges, leaves every other tensor NCHW, and the network's output is bit for bit the one
+it gives with every tensor NCHW."""
+import numpy as np
+import torch
+
+import accel_codegen as ac
+from accel_codegen import frontend
+from accel_codegen.compiler.codegen import layouts
+from conftest import assert_close, assert_same, build_and_run, torch_forward
+
+RTOL = 1e-4
+
+
+def _trained_bn(channels):
+    bn = torch.nn.BatchNorm2d(channels)
+    bn.running_mean.uniform_(-0.2, 0.2)
+    bn.running_var.uniform_(0.5, 1.5)
+    bn.weight.data.uniform_(0.5, 1.5)
+    bn.bias.data.uniform_(-0.2, 0.2)
+    return bn
+
+
+def _separable(c_in, c_out, stride):
+    return [torch.nn.Conv2d(c_in, c_in, 3, stride, 1, groups=c_in, bias=False), _trained_bn(c_in),
+            torch.nn.ReLU6(), torch.nn.Conv2d(c_in, c_out, 1, bias=False), _trained_bn(c_out),
+            torch.nn.ReLU6()]
+
+
+class SmallMobileNet(torch.nn.Module):
+    """MobileNet-v1's shape at a small scale: a dense stem, separable blocks on 32-128 channels
+    (28x28 and 14x14 planes; on 14x14 the NCHW path sums the last positions as dot products),
+    a residual 1x1 with an add, the pool and the classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, 2, 1, bias=False),
+                                        _trained_bn(32), torch.nn.ReLU6())
+        self.body = torch.nn.Sequential(*_separable(32, 64, 1), *_separable(64, 128, 2),
+                                        *_separable(128, 128, 1), *_separable(128, 128, 1))
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 1, bias=False),
+                                          _trained_bn(128))
+        self.head = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        y = self.body(self.stem(x))
+        y = torch.relu(self.expand(y) + y)
+        return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_c16_tensors_between_separable_layers_give_the_nchw_bits(monkeypatch):
+    torch.manual_seed(0)
+    model = SmallMobileNet().eval()
+    x = torch.randn(1, 3, 56, 56)
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    source = "\n".join(ac.generated_sources(partitioned).values())
+    # every separable layer's output but the last one's (read by the pool) stays C16
+    assert source.count("ACCEL_LAYOUT_C16") >= 8, source
+    blocked = build_and_run(partitioned, x)
+    assert_close(blocked, torch_forward(model, x), rtol=RTOL)
+
+    monkeypatch.setattr(layouts, "plan_layouts", lambda *args: set())
+    plain = ac.partition_for_accel(mod, params)
+    assert "ACCEL_LAYOUT_C16" not in "\n".join(ac.generated_sources(plain).values())
+    assert_same(blocked, build_and_run(plain, x))
+
+
+def test_a_c16_tensor_that_does_not_pay_stays_nchw():
+    """Two 1x1 layers between dense 3x3 ones: the tensor between them could be C16, but only
+    through a conversion on each side and no layer that runs C16 in and out, so the code
+    generator keeps it NCHW."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 16, 3, padding=1)).eval()
+    x = torch.randn(1, 16, 20, 20)
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    assert "ACCEL_LAYOUT_C16" not in "\n".join(ac.generated_sources(partitioned).values())
+    np.testing.assert_allclose(build_and_run(partitioned, x), torch_forward(model, x),
+                               rtol=RTOL, atol=1e-4)
