@@ -443,7 +443,8 @@ static int c16_kernel(const resolved_chain* chain) {
   }
   const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
   const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
-  return conv_c16_pointwise_fits(&r->conv, ep) ? 1 : conv_c16_depthwise_fits(&r->conv, ep) ? 2 : 0;
+  if (conv_c16_pointwise_fits(&r->conv, ep)) return 1;
+  return conv_c16_depthwise_fits(&r->conv, ep) ? 2 : 0;
 }
 
 /* Scratch for `count` floats in `slot`. */
@@ -465,7 +466,8 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
                                 const accel_tensor* input, const accel_tensor* output,
                                 const char* label) {
   const int32_t threads = dev->num_threads;
-  const int in_c16 = input->layout == ACCEL_LAYOUT_C16, out_c16 = output->layout == ACCEL_LAYOUT_C16;
+  const int in_c16 = input->layout == ACCEL_LAYOUT_C16;
+  const int out_c16 = output->layout == ACCEL_LAYOUT_C16;
   const int kernel = in_c16 && out_c16 && !observing() ? c16_kernel(chain) : 0;
   if (kernel != 0) {
     const resolved_op* r = &chain->ops[0];

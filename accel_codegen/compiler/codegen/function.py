@@ -325,9 +325,12 @@ class FunctionCodegen:
               branch: bool = False, concat: Optional[TensorQuant] = None,
               output_var: Optional[relax.Var] = None) -> Optional[TensorQuant]:
         """One accelerator run; returns the int8 quantisation of its output (``concat``: the
-        quantisation of the int8 concat this copy rescales its input into)."""
+        quantisation of the int8 concat this copy rescales its input into; ``output_var``: the
+        layer's output, whose layout the run writes, or None for NCHW)."""
         label = run_label(key, primitive, branch)
         self.run_memory = self.memory.get(key, RunMemory())
+        in_layout = "c16" if scope.get(layer.data, layer.data) in self.c16 else "nchw"
+        out_layout = "c16" if output_var in self.c16 else "nchw"
         lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
@@ -362,8 +365,7 @@ class FunctionCodegen:
             ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
         else:
             if layer.conv is not None:
-                c16 = scope.get(layer.data, layer.data) in self.c16 and output_var in self.c16
-                ops.append(self._conv(layer, scope, c16=c16))
+                ops.append(self._conv(layer, scope, c16=in_layout == out_layout == "c16"))
             ops.extend(self._sdp(layer, scope, lines))
         if self.precision == "fp16" and layer.conv is not None and len(ops) == 1:
             ops.append(emit.sdp_op("the accumulators' converter",
@@ -371,11 +373,9 @@ class FunctionCodegen:
         if self.precision != "int8" and layer.pool is not None:
             ops.extend(self._pools(layer))
         ops = emit.sram_streams(ops, self.run_memory.sram)
-        data_var = scope.get(layer.data, layer.data)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
                                 layer.fused(self.fuse), label, self.precision,
-                                in_layout="c16" if data_var in self.c16 else "nchw",
-                                out_layout="c16" if output_var in self.c16 else "nchw")
+                                in_layout=in_layout, out_layout=out_layout)
         self.body.extend(lines + ["}"])
         return out_quant
 
