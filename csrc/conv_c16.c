@@ -18,10 +18,10 @@
  * as conv_f32.c's ep_vec (x * scale, + shift, + operand, then ReLU as max(0, x) or the clip as
  * min(hi, max(lo, x))). The order is fixed by the geometry alone: results do not depend on the
  * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
- * conv_f32 itself departs from this order where it computes dot products along the depth (its
- * packed path's tail positions: the last hw % 16 of an image below 512 positions where that
- * path is taken, every position at hw <= 8) and where OpenBLAS runs (hw == 1, n > 1): there
- * the two kernels' last bits may differ (a 14x14 layer: its positions 192-195).
+ * Where conv_f32 sums dot products along the depth instead (its packed path's tail positions,
+ * conv_f32_dot_tail: the last hw % 16 <= 8 positions of an image, every position at hw <= 8),
+ * this kernel sums those positions in the same order (tail_chunk, tail_store); where conv_f32
+ * runs OpenBLAS (hw == 1, n > 1) fits refuses the geometry, and the run is converted around.
  */
 #include <stdint.h>
 #include <string.h>

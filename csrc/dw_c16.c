@@ -8,7 +8,7 @@
  * scale is a multiplication by 1 and a missing shift an addition of -0.0: both leave every
  * value's bits as they are (an FMA never yields a signalling NaN).
  *
- * Design (the NCHW16c study, /work/nchwc_dw): per 16-channel block the 9 tap vectors (weights
+ * Design (an NCHW16c study, docs/whole_network_time.md): per 16-channel block the 9 tap vectors (weights
  * packed per call into WS_C16_WEIGHTS as [c/16][9][16]) and the epilogue's vectors stay in
  * registers; per output row, blocks of up to XB = 8 output positions keep 8 independent
  * chains of 9 FMAs; each input vector a block needs is loaded once (stride 1: XB + 2 per input

@@ -1033,6 +1033,18 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                       "output tensor is %dx%dx%dx%d but the chain produces %dx%dx%dx%d",
                       output->n, output->c, output->h, output->w, n, c, h, w);
   }
+  /* A C16 run's element-wise operands are C16 too (accel_layout): whole atoms of 16. */
+  if (input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16) {
+    for (int32_t i = 0; i < num_ops; ++i) {
+      const resolved_op* r = &out->ops[i];
+      if (ops[i].engine == ACCEL_ENGINE_SDP && ops[i].sdp.ew_op != ACCEL_EW_NONE &&
+          r->in_c % 16 != 0) {
+        return accel_fail(ACCEL_ERR_INVALID,
+                          "op %d (SDP): its element-wise operand has %d channels: a run with a "
+                          "C16 tensor takes C16 operands, a multiple of 16 channels", i, r->in_c);
+      }
+    }
+  }
   const accel_precision writes = run_output_precision(&ops[0], input->precision);
   if (output->precision != writes) {
     return accel_fail(ACCEL_ERR_INVALID, "output precision %s differs from the %s the run "

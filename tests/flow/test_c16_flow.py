@@ -82,3 +82,31 @@ def test_a_c16_tensor_that_does_not_pay_stays_nchw():
     assert "ACCEL_LAYOUT_C16" not in "\n".join(ac.generated_sources(partitioned).values())
     np.testing.assert_allclose(build_and_run(partitioned, x), torch_forward(model, x),
                                rtol=RTOL, atol=1e-4)
+
+
+class ConstantAdd(torch.nn.Module):
+    """1x1 layers whose middle one adds a constant tensor: the constant pool holds it NCHW,
+    so that run's output must not be C16 (a C16 run reads its operand as C16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(16, 256, 1)
+        self.c2 = torch.nn.Conv2d(256, 256, 1)
+        self.c3 = torch.nn.Conv2d(256, 16, 1)
+        self.register_buffer("k", torch.randn(1, 256, 8, 8))
+
+    def forward(self, x):
+        return self.c3(self.c2(torch.relu(self.c1(x))) + self.k)
+
+
+def test_a_constant_operand_keeps_its_run_nchw():
+    torch.manual_seed(2)
+    model = ConstantAdd().eval()
+    x = torch.randn(1, 16, 8, 8)
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    source = "\n".join(ac.generated_sources(partitioned).values())
+    (adding,) = [line for line in source.splitlines() if "accel_glue_run_layer" in line and
+                 "accel.conv2d_bias_add" in line]
+    assert adding.endswith("ACCEL_LAYOUT_NCHW) != 0) return -1;"), adding
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)

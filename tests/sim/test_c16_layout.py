@@ -7,6 +7,7 @@ import pytest
 
 from accel_codegen import AccelInvalidError, Bdma, Conv, Device, Pool, Sdp
 from accel_codegen._accel_ffi import ffi, lib
+from accel_codegen.sim.device import c16_native
 from accel_codegen.sim.layout import c16_shape, from_c16, nchw_shape, to_c16
 from accel_codegen.sim.observer import observing
 from conftest import assert_same
@@ -47,7 +48,10 @@ def _blocked(op):
     return op
 
 
-def _same_either_way(ops, x, threads=2, mode="fused"):
+def _same_either_way(ops, x, threads=2, mode="fused", native=True):
+    """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel (else
+    converted around the NCHW kernels)."""
+    assert c16_native("nv_full", ops, x.shape, mode=mode) == native
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
     blocked, blocked_stats = device.run([_blocked(op) for op in ops], to_c16(x), mode=mode,
@@ -88,7 +92,7 @@ def test_depthwise_c16_equals_nchw(rng, n, c, h, w, stride, epilogue):
     _same_either_way([conv] + ([sdp] if sdp is not None else []), x)
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("threads", [2, 3])
 def test_c16_kernels_do_not_depend_on_the_thread_count(rng, threads):
     x = _data(rng, (2, 64, 15, 11))
     pointwise = [Conv(_data(rng, (96, 64, 1, 1))), _epilogue("bn_clip", rng, 96, None)]
@@ -113,7 +117,38 @@ def test_runs_without_a_c16_kernel_are_converted_around(rng):
          "fused"),
     ]
     for ops, mode in chains:
-        _same_either_way(ops, x, mode=mode)
+        _same_either_way(ops, x, mode=mode, native=False)
+
+
+def test_weights_packed_for_c16_runs_give_the_same_bits(rng):
+    """FP32 1x1 weights packed once (accel_conv_pack_weights) for the C16 kernel: the same
+    bits in a C16 run, and an NCHW run reads the weights as they are."""
+    x = _data(rng, (1, 48, 9, 7))
+    conv = Conv(_data(rng, (80, 48, 1, 1)))
+    packed = conv.packed_for("nv_full")
+    assert packed.packed is not None and conv.packs("nv_full", 48)
+    assert not Conv(_data(rng, (16, 48, 3, 3))).packs("nv_full", 48)
+    bn = _epilogue("bn_relu", rng, 80, None)
+    expected = _same_either_way([conv, bn], x)
+    assert_same(_same_either_way([packed, bn], x), expected)
+
+
+def test_a_c16_run_refuses_operands_of_other_widths(rng):
+    """The C library's own check (Python's refuses the operand's shape first): an independent
+    chain whose SDP adds a 24-channel operand cannot run with C16 tensors."""
+    ops = [Conv(_data(rng, (24, 32, 1, 1))), Sdp(ew_op="add", operand=_data(rng, (1, 24, 2, 2))),
+           Conv(_data(rng, (32, 24, 1, 1)))]
+    c_ops = ffi.new("accel_op[]", len(ops))
+    for op, c_op in zip(ops, c_ops):
+        op.lower(c_op)
+    tensors = [ffi.new("accel_tensor*", {"n": 1, "c": 32, "h": 2, "w": 2,
+                                         "precision": lib.ACCEL_FP32,
+                                         "layout": lib.ACCEL_LAYOUT_C16}) for _ in range(2)]
+    status = lib.accel_estimate(Device("nv_full")._config_c, c_ops, len(ops), tensors[0],
+                                tensors[1], lib.ACCEL_MODE_INDEPENDENT, ffi.NULL, ffi.NULL)
+    assert status == lib.ACCEL_ERR_INVALID
+    assert "op 1 (SDP): its element-wise operand has 24 channels" in \
+        ffi.string(lib.accel_last_error()).decode()
 
 
 def test_a_copy_into_a_c16_output_keeps_its_other_channels(rng):

@@ -4,7 +4,8 @@ its runs, so that the CPU kernels skip the conversions (accel_layout in ``accel/
 A tensor is C16 when it is one run's output and other runs' inputs inside the function (not a
 function input or output), fp32 with a multiple of 16 channels and more than one position,
 and every run that writes or reads it has a C16 kernel (``accel_c16_native``: 1x1 and
-depthwise 3x3 convolutions with their fused SDP). An element-wise operand is in the layout of
+depthwise 3x3 convolutions with their fused SDP; only a conv's run is asked, and not one whose
+element-wise operand is a constant, which the constant pool holds NCHW). An element-wise operand is in the layout of
 its run's output, so a run's operand and output are C16 together or not at all. The runtime
 converts around any run whose tensors do not all match its kernel, which costs a pass over
 each converted tensor: a group of C16 tensors linked by their runs is kept only when its runs'
@@ -75,8 +76,11 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
             resolved = scope.get(expr, expr) if expr is not None else None
             return resolved if isinstance(resolved, relax.Var) else None
 
+        # a conv's run with its SDP, whose element-wise operand (if any) is a tensor of the
+        # function (a constant one is stored NCHW)
         plain = layer.conv is not None and layer.branch is None and not layer.copies and \
-            layer.pool is None and layer.lrn is None
+            layer.pool is None and layer.lrn is None and \
+            (not layer.sdp.ew_op or var(layer.sdp.operand) is not None)
         native = False
         if plain:
             run = memory.get(run_key(index, i), RunMemory())
