@@ -52,30 +52,6 @@ typedef struct c16_pack_header {
 
 /* ---- weight packing: [k][c] -> per group g of nb blocks, at g * 64 * c: [c][16 * nb] ---- */
 
-static inline void tr16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xDD);
-    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
-  }
-}
-
 /* Blocks of 16 output channels in group g. */
 static inline int64_t group_blocks(int64_t k, int64_t g) {
   const int64_t left = k / 16 - g * C16_GROUP;
@@ -92,7 +68,7 @@ static void pack_part(int64_t k, int64_t c, const float* weights, float* packed,
       __m512 r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = _mm512_loadu_ps(weights + (g * 64 + qb * 16 + i) * c + ci);
-      tr16(r);
+      transpose_16x16(r);
       for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + (ci + j) * ld + qb * 16, r[j]);
     }
 }
@@ -217,7 +193,7 @@ static void tail_chunk(int64_t T, int64_t nb, int64_t c0, int64_t cd, const floa
     for (int64_t sub = c0; sub < c0 + cd; sub += 16) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(w + (sub + i) * nb * 16 + q * 16);
-      tr16(r); /* r[m]: output channel q * 16 + m, input channels sub .. sub + 15 */
+      transpose_16x16(r); /* r[m]: output channel q * 16 + m, channels sub .. sub + 15 */
       for (int64_t t = 0; t < T; ++t) {
         const __m512 x = _mm512_loadu_ps(in + sub / 16 * cs + t * 16);
         float* l = lanes + ((t * nb + q) * 16) * 16;

@@ -2621,6 +2621,24 @@ typedef struct amx_job {
   int64_t ntt, tiles;  /* 16-position tiles of the grid; runs of them (units per block) */
 } amx_job;
 
+/* One depth tile into the C tiles: B's tiles from bd, A's from ad (NULL: loaded already). */
+static inline __attribute__((always_inline)) void amx_step(const int nm, const int nn,
+                                                           const int8_t* ad, const uint8_t* bd,
+                                                           int64_t bstride) {
+  if (ad != NULL) _tile_loadd(4, ad, 64);
+  _tile_loadd(6, bd, bstride);
+  _tile_dpbsud(0, 4, 6);
+  if (nn > 1) {
+    _tile_loadd(7, bd + 64, bstride);
+    _tile_dpbsud(1, 4, 7);
+  }
+  if (nm > 1) {
+    if (ad != NULL) _tile_loadd(5, ad + 1024, 64);
+    _tile_dpbsud(2, 5, 6);
+    if (nn > 1) _tile_dpbsud(3, 5, 7);
+  }
+}
+
 static inline __attribute__((always_inline)) void amx_block(const int nm, const int nn,
                                                             int64_t nk, const int8_t* a,
                                                             const uint8_t* b,
@@ -2641,34 +2659,9 @@ static inline __attribute__((always_inline)) void amx_block(const int nm, const 
     if (nm > 1 && nn > 1) _tile_zero(3);
   }
   if (a == NULL) {
-    const uint8_t* bd = b + boff[0];
-    _tile_loadd(6, bd, bstride);
-    _tile_dpbsud(0, 4, 6);
-    if (nn > 1) {
-      _tile_loadd(7, bd + 64, bstride);
-      _tile_dpbsud(1, 4, 7);
-    }
-    if (nm > 1) {
-      _tile_dpbsud(2, 5, 6);
-      if (nn > 1) _tile_dpbsud(3, 5, 7);
-    }
-    nk = 0;
-  }
-  for (int64_t d = 0; d < nk; ++d) {
-    const int8_t* ad = a + d * 2048;
-    const uint8_t* bd = b + boff[d];
-    _tile_loadd(4, ad, 64);
-    _tile_loadd(6, bd, bstride);
-    _tile_dpbsud(0, 4, 6);
-    if (nn > 1) {
-      _tile_loadd(7, bd + 64, bstride);
-      _tile_dpbsud(1, 4, 7);
-    }
-    if (nm > 1) {
-      _tile_loadd(5, ad + 1024, 64);
-      _tile_dpbsud(2, 5, 6);
-      if (nn > 1) _tile_dpbsud(3, 5, 7);
-    }
+    amx_step(nm, nn, NULL, b + boff[0], bstride);
+  } else {
+    for (int64_t d = 0; d < nk; ++d) amx_step(nm, nn, a + d * 2048, b + boff[d], bstride);
   }
   _tile_stored(0, c, AMX_LDC * 4);
   if (nn > 1) _tile_stored(1, c + 16, AMX_LDC * 4);

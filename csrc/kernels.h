@@ -147,6 +147,39 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
  * write C16 and compute the same sums, bit for bit, as conv_f32 on the NCHW tensors; a run
  * whose ops have no C16 kernel is converted around (runtime/src/device.c). */
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* r[i] = row i of a 16 x 16 block of floats -> r[j] = column j (layout.c's conversions,
+ * conv_c16.c's weights). */
+static inline __attribute__((always_inline)) void transpose_16x16(__m512 r[16]) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+  }
+}
+#endif
+
 /* [n][c][hw] -> [n][c/16][hw][16] and back (layout.c); c % 16 == 0, out does not overlap in. */
 void layout_to_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
                    int32_t num_threads);

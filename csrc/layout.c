@@ -6,46 +6,11 @@
  * copied one element at a time. Shuffles move bits: -0.0, NaN payloads and denormals stay. */
 #include "kernels.h"
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
-
 typedef struct layout_job {
   int64_t c, hw;
   const float* in;
   float* out;
 } layout_job;
-
-#ifdef __AVX512F__
-/* r[i] = row i of a 16 x 16 block -> r[j] = column j. */
-static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xdd);
-    t[8 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xdd);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-  }
-}
-#endif
 
 /* Item: image item / (c / 16), channel block item % (c / 16). */
 static void to_item(void* ctx, int64_t item, int participant) {
@@ -60,7 +25,7 @@ static void to_item(void* ctx, int64_t item, int participant) {
     __m512 r[16];
 #pragma GCC unroll 16
     for (int l = 0; l < 16; ++l) r[l] = _mm512_loadu_ps(src + l * hw + p);
-    transpose16(r);
+    transpose_16x16(r);
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) _mm512_storeu_ps(dst + (p + q) * 16, r[q]);
   }
@@ -81,7 +46,7 @@ static void from_item(void* ctx, int64_t item, int participant) {
     __m512 r[16];
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) r[q] = _mm512_loadu_ps(src + (p + q) * 16);
-    transpose16(r);
+    transpose_16x16(r);
 #pragma GCC unroll 16
     for (int l = 0; l < 16; ++l) _mm512_storeu_ps(dst + l * hw + p, r[l]);
   }

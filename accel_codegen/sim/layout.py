@@ -15,10 +15,11 @@ from typing import Tuple
 
 import numpy as np
 
+from .._accel_ffi import lib
 from ..errors import AccelInvalidError
 
-#: Channels of one atom of the C16 layout.
-ATOM = 16
+#: Channels of one atom of the C16 layout (accel.h's ACCEL_C16_CHANNELS).
+ATOM = lib.ACCEL_C16_CHANNELS
 
 
 def c16_shape(shape: Tuple[int, int, int, int]) -> Tuple[int, int, int, int, int]:

@@ -112,10 +112,12 @@ static accel_status check_tensor(const accel_config* cfg, const accel_tensor* t,
     return accel_fail(ACCEL_ERR_INVALID, "%s tensor: layout = %d is not an accel_layout", what,
                       (int)t->layout);
   }
-  if (t->layout == ACCEL_LAYOUT_C16 && (t->precision != ACCEL_FP32 || t->c % 16 != 0)) {
+  if (t->layout == ACCEL_LAYOUT_C16 &&
+      (t->precision != ACCEL_FP32 || t->c % ACCEL_C16_CHANNELS != 0)) {
     return accel_fail(ACCEL_ERR_INVALID,
-                      "%s tensor: layout C16 holds FP32 data with c a multiple of 16, not %s "
-                      "with c = %d", what, precision_name(t->precision), t->c);
+                      "%s tensor: layout C16 holds FP32 data with c a multiple of %d, not %s "
+                      "with c = %d", what, ACCEL_C16_CHANNELS, precision_name(t->precision),
+                      t->c);
   }
   if (need_data) return check_buffer(t->data, t->precision, what, " tensor data");
   return ACCEL_OK;
@@ -1038,10 +1040,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     for (int32_t i = 0; i < num_ops; ++i) {
       const resolved_op* r = &out->ops[i];
       if (ops[i].engine == ACCEL_ENGINE_SDP && ops[i].sdp.ew_op != ACCEL_EW_NONE &&
-          r->in_c % 16 != 0) {
+          r->in_c % ACCEL_C16_CHANNELS != 0) {
         return accel_fail(ACCEL_ERR_INVALID,
                           "op %d (SDP): its element-wise operand has %d channels: a run with a "
-                          "C16 tensor takes C16 operands, a multiple of 16 channels", i, r->in_c);
+                          "C16 tensor takes C16 operands, a multiple of %d channels", i, r->in_c,
+                          ACCEL_C16_CHANNELS);
       }
     }
   }

@@ -581,7 +581,8 @@ int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t n
   shape.layout = ACCEL_LAYOUT_NCHW; /* validated as plain shapes: C16's conditions are below */
   resolved_chain chain;
   if (chain_resolve(cfg, ops, num_ops, &shape, NULL, mode, 0, &chain) != ACCEL_OK) return 0;
-  return input->precision == ACCEL_FP32 && input->c % 16 == 0 && c16_kernel(&chain) != 0;
+  return input->precision == ACCEL_FP32 && input->c % ACCEL_C16_CHANNELS == 0 &&
+         c16_kernel(&chain) != 0;
 }
 
 accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,

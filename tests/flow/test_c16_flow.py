@@ -49,21 +49,26 @@ class SmallMobileNet(torch.nn.Module):
         return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
 
+def _partitioned(model, x):
+    """The model partitioned for the accelerator, and its generated C."""
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    return partitioned, "\n".join(ac.generated_sources(partitioned).values())
+
+
 def test_c16_tensors_between_separable_layers_give_the_nchw_bits(monkeypatch):
     torch.manual_seed(0)
     model = SmallMobileNet().eval()
     x = torch.randn(1, 3, 56, 56)
-    mod, params = frontend.from_pytorch(model, (x,))
-    partitioned = ac.partition_for_accel(mod, params)
-    source = "\n".join(ac.generated_sources(partitioned).values())
+    partitioned, source = _partitioned(model, x)
     # every separable layer's output but the last one's (read by the pool) stays C16
     assert source.count("ACCEL_LAYOUT_C16") >= 8, source
     blocked = build_and_run(partitioned, x)
     assert_close(blocked, torch_forward(model, x), rtol=RTOL)
 
     monkeypatch.setattr(layouts, "plan_layouts", lambda *args: set())
-    plain = ac.partition_for_accel(mod, params)
-    assert "ACCEL_LAYOUT_C16" not in "\n".join(ac.generated_sources(plain).values())
+    plain, source = _partitioned(model, x)
+    assert "ACCEL_LAYOUT_C16" not in source
     assert_same(blocked, build_and_run(plain, x))
 
 
@@ -77,9 +82,8 @@ def test_a_c16_tensor_that_does_not_pay_stays_nchw():
                                 torch.nn.Conv2d(32, 32, 1), torch.nn.ReLU(),
                                 torch.nn.Conv2d(32, 16, 3, padding=1)).eval()
     x = torch.randn(1, 16, 20, 20)
-    mod, params = frontend.from_pytorch(model, (x,))
-    partitioned = ac.partition_for_accel(mod, params)
-    assert "ACCEL_LAYOUT_C16" not in "\n".join(ac.generated_sources(partitioned).values())
+    partitioned, source = _partitioned(model, x)
+    assert "ACCEL_LAYOUT_C16" not in source
     np.testing.assert_allclose(build_and_run(partitioned, x), torch_forward(model, x),
                                rtol=RTOL, atol=1e-4)
 
@@ -103,9 +107,7 @@ def test_a_constant_operand_keeps_its_run_nchw():
     torch.manual_seed(2)
     model = ConstantAdd().eval()
     x = torch.randn(1, 16, 8, 8)
-    mod, params = frontend.from_pytorch(model, (x,))
-    partitioned = ac.partition_for_accel(mod, params)
-    source = "\n".join(ac.generated_sources(partitioned).values())
+    partitioned, source = _partitioned(model, x)
     (adding,) = [line for line in source.splitlines() if "accel_glue_run_layer" in line and
                  "accel.conv2d_bias_add" in line]
     assert adding.endswith("ACCEL_LAYOUT_NCHW) != 0) return -1;"), adding

@@ -120,6 +120,17 @@ def test_pointwise_packed_panels_match_reference(shape, k, rng):
     assert_same(DEVICES[2].run(chain, x, mode="independent")[0], y, "independent vs fused")
 
 
+def _same_at_every_thread_count(chain, x, independent=False):
+    """Random values: within 1e-5 of the reference at 1 thread, the same bits at 2 and 3
+    (and, ``independent``, in independent mode)."""
+    one, _ = DEVICES[1].run(chain, x)
+    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
+    for threads in (2, 3):
+        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    if independent:
+        assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+
+
 @pytest.mark.parametrize("shape,k,kernel,stride,pad,groups", [
     ((1, 16, 40, 40), 24, 3, 1, 1, 1),    # implicit GEMM
     ((1, 40, 14, 14), 36, 3, 1, 1, 1),    # packed, im2col panels
@@ -136,10 +147,7 @@ def test_fp32_paths_give_the_same_bits_at_any_thread_count(shape, k, kernel, str
     w = rng.standard_normal((k, shape[1] // groups, kernel, kernel), dtype=np.float32)
     chain = [Conv(w, stride=stride, padding=pad, groups=groups),
              Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
-    one, _ = DEVICES[1].run(chain, x)
-    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
-    for threads in (2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
+    _same_at_every_thread_count(chain, x)
 
 
 def _check_fp32_layer(rng, shape, k, kernel, stride, pad, min_positions=1):
@@ -158,11 +166,7 @@ def _check_fp32_layer(rng, shape, k, kernel, stride, pad, min_positions=1):
     w = (rng.standard_normal(w.shape) / np.sqrt(w[0].size)).astype(np.float32)
     chain = [Conv(w, stride=stride, padding=pad),
              Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="relu")]
-    one, _ = DEVICES[1].run(chain, x)
-    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
-    for threads in (2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
-    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+    _same_at_every_thread_count(chain, x, independent=True)
 
 
 @pytest.mark.parametrize("shape,k,kernel,stride,pad", [
@@ -225,11 +229,7 @@ def test_fp32_implicit_packed_panels_match_reference(shape, k, kernel, stride, p
     extra = {"prelu_slope": rng.uniform(0.05, 0.3, k)} if act == "prelu" else {}
     chain = [Conv(w, stride=stride, padding=pad),
              Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act=act, **extra)]
-    one, _ = DEVICES[1].run(chain, x)
-    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
-    for threads in (2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
-    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+    _same_at_every_thread_count(chain, x, independent=True)
 
 
 FP32_IMPLICIT_LAYERS = [  # in_shape, k, kernel, stride, pad: the implicit GEMM's cases
@@ -368,11 +368,7 @@ def test_fp32_depthwise_rows_match_reference(case):
     chain = [Conv(w, stride=stride, padding=pad, groups=c),
              Sdp(scale=rng.uniform(0.5, 2, k), shift=rng.standard_normal(k), act="clip",
                  clip=(-1.0, 1.0))]
-    one, _ = DEVICES[1].run(chain, x)
-    assert_close(one, ref.run_chain(chain, x), rtol=1e-5)
-    for threads in (2, 3):
-        assert_same(DEVICES[threads].run(chain, x)[0], one, f"{threads} threads vs 1")
-    assert_same(DEVICE.run(chain, x, mode="independent")[0], one, "independent vs fused")
+    _same_at_every_thread_count(chain, x, independent=True)
 
 
 @pytest.mark.parametrize("shape,k,kernel,pad,bound", [

@@ -20,6 +20,7 @@ from tvm import relax
 
 from ...sim.config import AccelConfig
 from ...sim.device import c16_native
+from ...sim.layout import ATOM
 from ...sim.labels import run_key
 from ..layer import Layer, static_shape
 from ..walk import composite_calls, layer_of
@@ -59,7 +60,7 @@ def _elements(var: relax.Var) -> int:
 
 def _blockable(var: relax.Var) -> bool:
     shape = static_shape(var)
-    return len(shape) == 4 and shape[1] % 16 == 0 and shape[2] * shape[3] > 1
+    return len(shape) == 4 and shape[1] % ATOM == 0 and shape[2] * shape[3] > 1
 
 
 def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse: bool,

@@ -61,6 +61,7 @@ enum {
   ACCEL_ERROR_LEN = 512,
   ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
   ACCEL_LUT_LO_ENTRIES = 257,  /* and its LO table size (256 intervals) */
+  ACCEL_C16_CHANNELS = 16,     /* channels of one atom of the C16 layout (accel_layout) */
   ACCEL_CONV_STRIPE = 16       /* output positions that share one weight load in the MAC cells
                                 * (NVDLA's stripe: 16 to 32 atomic operations; the cost model
                                 * charges CBUF weight reads per 16) */
@@ -168,8 +169,9 @@ typedef struct accel_config {
 /* How a tensor's elements lie in memory (accel_tensor.layout).
  *
  * NCHW: dense [n][c][h][w].
- * C16: channel-blocked, [n][c/16][h][w][16]: the 16 channels of a position side by side, as
- *   NVDLA stores feature data in atoms of channels. FP32 only, c a multiple of 16. The
+ * C16: channel-blocked, [n][c/16][h][w][16]: the ACCEL_C16_CHANNELS (16) channels of a
+ *   position side by side, as NVDLA stores feature data in atoms of channels. FP32 only, c a
+ *   multiple of 16. The
  *   element-wise operands of a run's SDP ops are in the layout of the run's output. Kept
  *   between runs, it spares the CPU kernels the conversions: 1x1 and depthwise 3x3
  *   convolutions read and write it directly (the same sums, bit for bit); every other run is
