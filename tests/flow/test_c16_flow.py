@@ -159,7 +159,7 @@ def test_a_downsample_branch_writes_its_run_output_layout(monkeypatch):
     layout of that layer's output, and the block gives the bits of the all-NCHW build."""
     torch.manual_seed(3)
     model = Bottleneck().eval()
-    x = torch.randn(1, 3, 28, 28)
+    x = torch.randn(1, 3, 56, 56)
     partitioned, source = _partitioned(model, x)
     lines = _run_lines(source)
     (branch,) = [line for line in lines if "(branch)" in line]
@@ -197,4 +197,37 @@ def test_a_flattened_input_stays_nchw():
     partitioned, source = _partitioned(model, x)
     dense = _run_lines(source)[-1]
     assert dense.endswith("ACCEL_LAYOUT_NCHW, ACCEL_LAYOUT_NCHW) != 0) return -1;"), dense
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+class NarrowResidual(torch.nn.Module):
+    """MobileNetV2's 24-channel stage: expand to 96 (C16-able), depthwise, project back to 24
+    and add the block's input. The projection reads a C16 tensor and writes NCHW, its operand
+    NCHW with it (24 channels are not whole atoms of 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, 2, 1, bias=False),
+                                        _trained_bn(24))
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(24, 96, 1, bias=False),
+                                          _trained_bn(96), torch.nn.ReLU6())
+        self.depthwise = torch.nn.Sequential(
+            torch.nn.Conv2d(96, 96, 3, 1, 1, groups=96, bias=False), _trained_bn(96),
+            torch.nn.ReLU6())
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(96, 24, 1, bias=False),
+                                           _trained_bn(24))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.project(self.depthwise(self.expand(x))) + x
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1)
+
+
+def test_a_c16_input_with_a_narrow_operand_runs_nchw_out():
+    torch.manual_seed(5)
+    model = NarrowResidual().eval()
+    x = torch.randn(1, 3, 112, 112)
+    partitioned, source = _partitioned(model, x)
+    (project,) = [line for line in _run_lines(source) if "accel.conv2d_bn_add" in line]
+    assert project.endswith("ACCEL_LAYOUT_C16, ACCEL_LAYOUT_NCHW) != 0) return -1;"), project
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)

@@ -4,8 +4,9 @@ its runs, so that the CPU kernels skip the conversions (accel_layout in ``accel/
 A run has a C16 kernel when the C library says so (``accel_c16_native``: the C library is the
 one judge); with all its tensors C16 it runs without conversions. Any other run that reads or
 writes a C16 tensor is converted around by the runtime: a pass over each C16 tensor it touches.
-The plan chooses the runs that run C16 so that their convolutions outweigh the conversions
-they cause (``FLOPS_PER_CONVERTED_BYTE``); their tensors are the C16 ones. So a group's edge
+The plan chooses the runs that run C16 so that what their kernels save outweighs the
+conversions they cause (``C16_SAVING``, ``CONVERSION_SECONDS_PER_BYTE``); their tensors are the
+C16 ones. So a group's edge
 falls where converting is cheapest: a layer without a C16 kernel may convert its output to
 C16 for the readers that have one (an image's first conv, ResNet's stem and max pool).
 
@@ -30,12 +31,17 @@ from ..layer import Layer, static_shape
 from ..walk import composite_calls, layer_of
 from .memory import RunMemory, emitted_conv_modes
 
-#: A C16 run pays for the conversions it causes when its convolution does at least this many
-#: FLOPs per byte converted. A C16 1x1 convolution runs about 20 % faster than the NCHW one at
-#: about 150 GFLOP/s, and a conversion reads and writes a tensor at about 29 GB/s together
-#: (docs/whole_network_time.md, the NCHW16c study): 0.2 / 150e9 s saved per FLOP against
-#: 2 / 29e9 s per byte, 52 FLOPs a byte. (The depthwise kernels gain more per FLOP.)
-FLOPS_PER_CONVERTED_BYTE = 52
+#: What a conversion costs: it reads and writes a tensor, at about 29 GB/s together (this
+#: Sapphire Rapids VM: docs/whole_network_time.md, the NCHW16c study), per byte of the tensor.
+CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
+
+#: What a convolution's C16 kernel saves against its NCHW kernel, measured in networks on the
+#: same machine (docs/whole_network_time.md): (fraction of the NCHW time, NCHW FLOP/s).
+#: A 1x1 on 28x28 or larger planes runs 5-20 % faster, on 14x14 level, on 7x7 slower (the
+#: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 runs about
+#: twice as fast. Kernels not listed save nothing here: they run C16 to spare conversions.
+C16_SAVING = {"pointwise, >= 784 positions": (0.2, 150e9), "pointwise, >= 196": (0.0, 150e9),
+              "pointwise, fewer": (-0.1, 150e9), "depthwise": (0.5, 11e9)}
 
 
 class _Run:
@@ -51,14 +57,22 @@ class _Run:
     def tensors(self) -> List[relax.Var]:
         return [v for v in (self.data, self.operand, self.output) if v is not None]
 
-    def gain(self) -> float:
-        """What running it C16 saves, in converted bytes (its convolution's FLOPs)."""
+    def saving(self) -> float:
+        """What running it C16 saves (seconds, by C16_SAVING; negative: it loses)."""
         c = self.layer.conv
         if c is None:
             return 0.0
         k, c_group, r, s = c.weight_shape
-        flops = 2 * int(np.prod(self.layer.out_shape)) * int(c_group) * int(r) * int(s)
-        return flops / FLOPS_PER_CONVERTED_BYTE
+        positions = int(np.prod(self.layer.out_shape[2:]))
+        if r == s == 1:
+            kind = "pointwise, " + (">= 784 positions" if positions >= 784 else
+                                    ">= 196" if positions >= 196 else "fewer")
+        elif c_group == 1 and c.groups > 1:
+            kind = "depthwise"
+        else:
+            return 0.0
+        fraction, rate = C16_SAVING[kind]
+        return fraction * 2 * int(np.prod(self.layer.out_shape)) * c_group * r * s / rate
 
 
 def _bytes(var: relax.Var) -> int:
@@ -149,12 +163,12 @@ def _blocked(runs: List[_Run], chosen: List[_Run]) -> Set[relax.Var]:
 
 
 def _cost(runs: List[_Run], chosen: List[_Run]) -> float:
-    """Bytes converted minus what the C16 runs save (lower is better)."""
+    """Seconds the conversions take minus what the C16 runs save (lower is better)."""
     blocked = _blocked(runs, chosen)
     native = set(map(id, chosen))
     converted = sum(_bytes(t) for r in runs if id(r) not in native
                     for t in r.tensors() if t in blocked)
-    return converted - sum(r.gain() for r in chosen)
+    return converted * CONVERSION_SECONDS_PER_BYTE - sum(r.saving() for r in chosen)
 
 
 def _best(runs: List[_Run], chosen: List[_Run]) -> List[_Run]:
