@@ -51,16 +51,18 @@ def test_winograd_c16_does_not_depend_on_the_thread_count(rng, threads, n, h, w)
 
 
 def test_winograd_c16_keeps_signed_zeros_and_the_residual_operand(rng):
-    """Zero inputs and weights give +-0 sums; -0.0 in the operand and a ReLU keep their signs."""
+    """Zero weights give +0 sums; a negative scale makes them -0, which adding a -0 operand
+    (and no shift: the kernel's -0.0) and a ReLU keep."""
     x = _data(rng, (1, 32, 10, 10))
-    x[:, :16] = -0.0
     weights = _data(rng, (32, 32, 3, 3))
     weights[:16] = 0.0
     operand = _data(rng, (1, 32, 10, 10))
-    operand[:, :, ::2] = -0.0
-    ops = [Conv(weights, padding=1, mode="winograd"), Sdp(ew_op="add", operand=operand, act="relu")]
+    operand[:, :16] = -0.0
+    scale = -np.abs(_data(rng, (32,), zeros=False))
+    ops = [Conv(weights, padding=1, mode="winograd"),
+           Sdp(scale=scale, ew_op="add", operand=operand, act="relu")]
     out = _same_either_way(ops, x)
-    assert np.signbit(out[:, :16]).any()
+    assert np.all(out[:, :16] == 0) and np.all(np.signbit(out[:, :16]))
 
 
 def test_winograd_runs_without_a_c16_kernel_are_converted_around(rng):
