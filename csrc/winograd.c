@@ -30,7 +30,8 @@
  * multiply-add chain over the channels from 0 up, starting from 0: the same bits whatever the
  * block, the thread count and the vector width (the portable path computes the same chain with
  * fmaf). Threads: pool.c's loops, items of (block, part of the kernels), a participant's
- * buffers in its own workspace slot.
+ * buffers in its own workspace slot. winograd_c16.c computes the same bits on C16 tensors with
+ * this file's plan, weights and transform arithmetic (winograd.h).
  */
 #include <math.h>
 #include <string.h>
