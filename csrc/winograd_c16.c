@@ -8,10 +8,11 @@
  *   2. input transform: a tile's 4x4 window is 16 vector loads (zero outside the plane), no
  *      staging and no permutes; V is [16 xi][c/16][tiles][16];
  *   3. per xi a GEMM shaped as conv_c16.c's 1x1 kernel: NP tiles x NB blocks of 16 kernels,
- *      per channel NP broadcasts of V and NB weight vectors (each two 8-kernel rows of the
- *      packed weights, [xi][k/8][c][8]); M is [16 xi][KG/16][tiles][16] for KG kernels at a
- *      time. Every M element is the fused multiply-add chain over the channels from 0 up,
- *      starting from 0: winograd.c's bits whatever the tiling;
+ *      per channel NP broadcasts of V and NB weight vectors (each joined from two 8-kernel
+ *      rows of the packed weights, [xi][k/8][c][8]: one packing serves both layouts); M is
+ *      [16 xi][KG/16][tiles][16] for KG kernels at a time. Every M element is the fused
+ *      multiply-add chain over the channels from 0 up, starting from 0: winograd.c's bits
+ *      whatever the tiling;
  *   4. output transform per tile and 16 kernels, then the one-pass epilogue in registers
  *      (c16_epi: the bits of sdp_f32_span, which winograd.c applies) before the store.
  */
@@ -148,7 +149,8 @@ AI void output_block(const int EK, const wino_plan* P, const float* Mq, int64_t 
     const int prows = 2 * ty + 1 < OH ? 2 : 1;
     for (int64_t tx = 0; tx < tw; ++tx) {
       __m512 m[16], y[2][2];
-      for (int xi = 0; xi < 16; ++xi) m[xi] = _mm512_loadu_ps(Mq + xi * xi_stride + (r * tw + tx) * 16);
+      const float* tile = Mq + (r * tw + tx) * 16;
+      for (int xi = 0; xi < 16; ++xi) m[xi] = _mm512_loadu_ps(tile + xi * xi_stride);
       wino_output_transform(m, prows, y);
       const int qcols = 2 * tx + 1 < OW ? 2 : 1;
       for (int p = 0; p < prows; ++p) {
