@@ -39,9 +39,12 @@ CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
 #: same machine (docs/whole_network_time.md): (fraction of the NCHW time, NCHW FLOP/s).
 #: A 1x1 on 28x28 or larger planes runs 5-20 % faster, on 14x14 level, on 7x7 slower (the
 #: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 runs about
-#: twice as fast. Kernels not listed save nothing here: they run C16 to spare conversions.
+#: twice as fast; a 3x3 in Winograd mode takes 0.66-0.79 of the NCHW time (its FLOP/s: the
+#: direct convolution's FLOPs). Kernels not listed save nothing here: they run C16 to spare
+#: conversions.
 C16_SAVING = {"pointwise, >= 784 positions": (0.2, 150e9), "pointwise, >= 196": (0.0, 150e9),
-              "pointwise, fewer": (-0.1, 150e9), "depthwise": (0.5, 11e9)}
+              "pointwise, fewer": (-0.1, 150e9), "depthwise": (0.5, 11e9),
+              "winograd": (0.28, 215e9)}
 
 
 class _Run:
@@ -50,9 +53,9 @@ class _Run:
     in its own shape, any element-wise operand a tensor of the function)."""
 
     def __init__(self, layer: Layer, data: Optional[relax.Var], operand: Optional[relax.Var],
-                 output: relax.Var, native: bool, convertible: bool):
+                 output: relax.Var, native: bool, convertible: bool, mode: str):
         self.layer, self.data, self.operand, self.output = layer, data, operand, output
-        self.native, self.convertible = native, convertible
+        self.native, self.convertible, self.mode = native, convertible, mode
 
     def tensors(self) -> List[relax.Var]:
         return [v for v in (self.data, self.operand, self.output) if v is not None]
@@ -64,7 +67,9 @@ class _Run:
             return 0.0
         k, c_group, r, s = c.weight_shape
         positions = int(np.prod(self.layer.out_shape[2:]))
-        if r == s == 1:
+        if self.mode == "winograd":
+            kind = "winograd"
+        elif r == s == 1:
             kind = "pointwise, " + (">= 784 positions" if positions >= 784 else
                                     ">= 196" if positions >= 196 else "fewer")
         elif c_group == 1 and c.groups > 1:
@@ -104,14 +109,12 @@ def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
             convertible = not layer.copies and layer.lrn is None and data is not None and \
                 tuple(layer.in_shape) == static_shape(data) and \
                 (not layer.sdp.ew_op or operand is not None)
-            native = False
-            if convertible:
-                modes = emitted_conv_modes(layer, config, fuse, "fp32",
-                                           memory.get(key, RunMemory()))
-                native = c16_native(config, layer.engine_ops(fuse, "fp32", modes=modes),
-                                    layer.in_shape, mode="fused" if layer.fused(fuse) else
-                                    "independent")
-            return _Run(layer, data, operand, output, native, convertible)
+            modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(key, RunMemory()))
+            native = convertible and c16_native(
+                config, layer.engine_ops(fuse, "fp32", modes=modes), layer.in_shape,
+                mode="fused" if layer.fused(fuse) else "independent")
+            return _Run(layer, data, operand, output, native, convertible,
+                        modes.get("mode", "direct"))
 
         if layer.branch is not None:
             runs.append(run(layer.branch, run_key(index, i, "a"), layer.sdp.operand))
