@@ -1,7 +1,8 @@
 """Channel-blocked (C16) fp32 tensors: every run gives, bit for bit, what it gives on NCHW data,
 whether a C16 kernel runs it (1x1 at stride 1 or 2 and depthwise 3x3 convolutions, with their
 SDP fused; pooling: test_c16_pool.py) or the runtime converts around the NCHW kernels
-(everything else, and any run an observer watches), at 1-3 threads; the cost does not depend on the layout; and a bad layout is refused by name."""
+(everything else, and any run an observer watches), at 1-3 threads; the cost does not depend
+on the layout; and a bad layout is refused by name."""
 import numpy as np
 import pytest
 
