@@ -32,9 +32,9 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
     pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
     __m512 acc = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
     for (int32_t r = r0; r < r1; ++r) {
-      const float* row = in + ((int64_t)(y0 + r) * g->w + x0) * 16;
+      const int64_t row = (int64_t)(y0 + r) * g->w + x0; /* tap s at row + s >= row + s0 */
       for (int32_t s = s0; s < s1; ++s) {
-        const __m512 v = _mm512_loadu_ps(row + s * 16);
+        const __m512 v = _mm512_loadu_ps(in + (row + s) * 16);
         if (is_max) { /* max_ps(v, acc): v > acc ? v : acc; then a NaN v wins */
           acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
                                    v);
