@@ -252,7 +252,8 @@ typedef struct c16_job {
   const sdp_f32* ep; /* one-pass, or NULL */
   int64_t hw, groups, strips, pack_chunks; /* hw: output positions per image */
   int64_t tail; /* an image's last positions, summed as conv_f32's dot products */
-  const float* strided; /* stride 2: the input whose phase `in` gathers; otherwise NULL */
+  const float* strided; /* stride 2: the input whose phase `phase` (then `in`) gathers */
+  float* phase;
   int64_t pack_items;   /* the first items of the preparing loop pack, the rest gather */
 } c16_job;
 
@@ -267,7 +268,7 @@ static void gather_item(const c16_job* J, int64_t plane) {
   const conv_geometry* g = J->g;
   const int64_t w = g->w, ow = g->out_w;
   const float* src = J->strided + plane * (int64_t)g->h * w * 16;
-  float* dst = (float*)J->in + plane * J->hw * 16;
+  float* dst = J->phase + plane * J->hw * 16;
   for (int64_t y = 0; y < g->out_h; ++y) {
     const float* row = src + 2 * y * w * 16;
     for (int64_t x = 0; x < ow; ++x)
@@ -354,14 +355,15 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
   if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
   const int strided = g->stride_h == 2;
   /* slot 0: no participant of this kernel uses its own */
-  float* phase = strided ? workspace_get(ws, 0, (size_t)(g->n * g->c * hw) * sizeof(float)) : NULL;
+  float* phase =
+      strided ? workspace_get(ws, 0, (size_t)((int64_t)g->n * g->c * hw) * sizeof(float)) : NULL;
   if (strided && phase == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
   c16_job J = {g, strided ? phase : in, weights, packed, out, epilogue, hw,
                (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
                (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK,
-               conv_f32_dot_tail(g), strided ? in : NULL, 0};
+               conv_f32_dot_tail(g), strided ? in : NULL, phase, 0};
   J.pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
   const int64_t prepare = J.pack_items + (strided ? (int64_t)g->n * (g->c / 16) : 0);
   if (prepare > 0)
