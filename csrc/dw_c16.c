@@ -3,10 +3,8 @@
  * Sums, bit for bit, as conv_f32's depthwise row kernel (dwr_body) on the NCHW tensors: each
  * output is sum over taps t = r * 3 + s, in that order, of w[t] * x by one fused multiply-add
  * each, from zero, x = 0 outside the input plane (those taps still do their FMA, with a zero);
- * then the one-pass epilogue in registers in sdp.c's order (x * scale, + shift, + operand,
- * ReLU as max(0, x), the clip as min(hi, max(lo, x))), as ep_vec in conv_f32.c. A missing
- * scale is a multiplication by 1 and a missing shift an addition of -0.0: both leave every
- * value's bits as they are (an FMA never yields a signalling NaN).
+ * then the one-pass epilogue in registers (kernels.h's c16_epi, in sdp.c's order, as ep_vec
+ * in conv_f32.c).
  *
  * Design (an NCHW16c study, docs/whole_network_time.md): per 16-channel block the 9 tap vectors (weights
  * packed per call into WS_C16_WEIGHTS as [c/16][9][16]) and the epilogue's vectors stay in
@@ -34,23 +32,6 @@ AI __m512 ld(const float* row, int64_t ix, int64_t W, int CHECK) {
   return _mm512_loadu_ps(row + ix * 16);
 }
 
-/* EK: 0 no epilogue; else 1 + ADD * 3 + ACT (ACT 0 NONE, 1 RELU, 2 CLIP). */
-AI __m512 epi(const int EK, __m512 t, __m512 sc, __m512 sh, __m512 lo, __m512 hi,
-             const float* opd) {
-  if (EK == 0) return t;
-  const int add = (EK - 1) / 3, act = (EK - 1) % 3;
-  t = _mm512_mul_ps(t, sc);
-  t = _mm512_add_ps(t, sh);
-  if (add) t = _mm512_add_ps(t, _mm512_loadu_ps(opd));
-  if (act == 1) {
-    t = _mm512_max_ps(_mm512_setzero_ps(), t); /* 0 > t ? 0 : t: -0 and NaN stay */
-  } else if (act == 2) {
-    t = _mm512_max_ps(lo, t); /* lo > t ? lo : t */
-    t = _mm512_min_ps(hi, t); /* hi < t ? hi : t */
-  }
-  return t;
-}
-
 /* N (<= XB) outputs at columns ox0.. of one output row; rows: the 3 input rows it reads. */
 AI void dw_block(const int N, const int ST, const int CHECK, const int EK,
                  const float* const rows[3], int64_t ox0, int64_t W, const __m512 wv[9],
@@ -72,7 +53,7 @@ AI void dw_block(const int N, const int ST, const int CHECK, const int EK,
   }
 #pragma GCC unroll 8
   for (int k = 0; k < N; ++k)
-    _mm512_storeu_ps(o + k * 16, epi(EK, acc[k], sc, sh, lo, hi, opd + k * 16));
+    _mm512_storeu_ps(o + k * 16, c16_epi(EK, acc[k], sc, sh, lo, hi, opd + k * 16));
 }
 
 /* The epilogue's vectors by value (in registers: 1 us less on 1024 channels of 7x7 than
@@ -128,16 +109,8 @@ static void dw_item(void* ctx, int64_t item, int participant) {
 
   __m512 wv[9];
   for (int t = 0; t < 9; ++t) wv[t] = _mm512_load_ps(J->wp + (cb * 9 + t) * 16);
-  struct {
-    __m512 sc, sh, lo, hi;
-  } e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const sdp_f32* ep = J->ep;
-  if (ep != NULL) {
-    if (ep->scale != NULL) e.sc = _mm512_loadu_ps(ep->scale + cb * 16);
-    if (ep->shift != NULL) e.sh = _mm512_loadu_ps(ep->shift + cb * 16);
-    e.lo = _mm512_set1_ps(ep->clip_min);
-    e.hi = _mm512_set1_ps(ep->clip_max);
-  }
+  const c16_epi_vectors e = c16_epi_load(ep, cb);
   const float* src = J->in + plane * H * W * 16;
   const int64_t obase = plane * OH * OW * 16;
   float* dst = J->out + obase;
@@ -223,10 +196,7 @@ accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const f
   float* zero_row = wp + ncb * 9 * 16;
   memset(zero_row, 0, (size_t)W * 16 * sizeof(float));
 
-  int ek = 0;
-  if (epilogue != NULL) ek = 1 + (epilogue->ew_op == ACCEL_EW_ADD) * 3 +
-                             (epilogue->act == ACCEL_ACT_RELU ? 1
-                              : epilogue->act == ACCEL_ACT_CLIP ? 2 : 0);
+  const int ek = c16_epi_kind(epilogue);
 
   int nth = num_threads < 1 ? 1 : num_threads;
   if (nth > WS_THREAD_SLOTS) nth = WS_THREAD_SLOTS;

@@ -178,6 +178,54 @@ static inline __attribute__((always_inline)) void transpose_16x16(__m512 r[16]) 
     r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
   }
 }
+
+/* The one-pass epilogue (sdp_f32_one_pass) of C16 kernels on 16 channels' values t, in sdp.c's
+ * order, each step rounded: x * scale, + shift, + operand, then ReLU as max(0, x) or the clip
+ * as min(hi, max(lo, x)) (-0 and NaN stay, as sdp.c's comparisons leave them). A missing scale
+ * is a multiplication by 1 and a missing shift an addition of -0.0: both keep every value's
+ * bits (an FMA never yields a signalling NaN). EK, a compile-time constant in a kernel:
+ * c16_epi_kind's code. */
+typedef struct c16_epi_vectors {
+  __m512 sc, sh, lo, hi;
+} c16_epi_vectors;
+
+/* 0: no epilogue; else 1 + ADD * 3 + act (0 NONE, 1 RELU, 2 CLIP). */
+static inline int c16_epi_kind(const sdp_f32* ep) {
+  if (ep == NULL) return 0;
+  return 1 + (ep->ew_op == ACCEL_EW_ADD) * 3 +
+         (ep->act == ACCEL_ACT_RELU ? 1 : ep->act == ACCEL_ACT_CLIP ? 2 : 0);
+}
+
+/* The vectors of channels 16 * cb .. 16 * cb + 15 (ep may be NULL). */
+static inline c16_epi_vectors c16_epi_load(const sdp_f32* ep, int64_t cb) {
+  c16_epi_vectors e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+  if (ep != NULL) {
+    if (ep->scale != NULL) e.sc = _mm512_loadu_ps(ep->scale + cb * 16);
+    if (ep->shift != NULL) e.sh = _mm512_loadu_ps(ep->shift + cb * 16);
+    e.lo = _mm512_set1_ps(ep->clip_min);
+    e.hi = _mm512_set1_ps(ep->clip_max);
+  }
+  return e;
+}
+
+/* opd: the operand's 16 values at t's position (read only with ADD). */
+static inline __attribute__((always_inline)) __m512 c16_epi(const int EK, __m512 t, __m512 sc,
+                                                             __m512 sh, __m512 lo, __m512 hi,
+                                                             const float* opd) {
+  if (EK == 0) return t;
+  const int add = (EK - 1) / 3, act = (EK - 1) % 3;
+  t = _mm512_mul_ps(t, sc);
+  t = _mm512_add_ps(t, sh);
+  if (add) t = _mm512_add_ps(t, _mm512_loadu_ps(opd));
+  if (act == 1) {
+    t = _mm512_max_ps(_mm512_setzero_ps(), t); /* 0 > t ? 0 : t: -0 and NaN stay */
+  } else if (act == 2) {
+    t = _mm512_max_ps(lo, t); /* lo > t ? lo : t */
+    t = _mm512_min_ps(hi, t); /* hi < t ? hi : t */
+  }
+  return t;
+}
 #endif
 
 /* [n][c][hw] -> [n][c/16][hw][16] and back (layout.c); c % 16 == 0, out does not overlap in. */
@@ -307,6 +355,14 @@ static inline int winograd_kernel_fits(int32_t kernel_h, int32_t kernel_w, int32
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                const void* packed, int half, float* out,
                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads);
+
+/* FP32 Winograd convolution on C16 tensors (winograd_c16.c): winograd.c's bits for a stride-1,
+ * one-group 3x3 geometry, c and k multiples of 16, the epilogue NULL or one-pass with its
+ * operand C16 like the output. packed: as conv_winograd_f32's (half = 0). */
+int conv_winograd_c16_fits(const conv_geometry* g, const sdp_f32* epilogue);
+accel_status conv_winograd_c16(const conv_geometry* g, const float* in, const float* weights,
+                               const void* packed, float* out, const sdp_f32* epilogue,
+                               workspace* ws, int32_t num_threads);
 
 /* Winograd's packed weights (accel_conv_pack_weights of an FP32 or FP16 conv in WINOGRAD mode):
  * the pre-transform G g G^T, done once. weights: fp32 (half = 0) or halves (half = 1, the

@@ -30,7 +30,8 @@
  * multiply-add chain over the channels from 0 up, starting from 0: the same bits whatever the
  * block, the thread count and the vector width (the portable path computes the same chain with
  * fmaf). Threads: pool.c's loops, items of (block, part of the kernels), a participant's
- * buffers in its own workspace slot.
+ * buffers in its own workspace slot. winograd_c16.c computes the same bits on C16 tensors with
+ * this file's plan, weights and transform arithmetic (winograd.h).
  */
 #include <math.h>
 #include <string.h>
@@ -38,28 +39,12 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels.h"
+#include "winograd.h"
 
 enum {
-  KB = 8,                     /* kernels per GEMM micro-kernel row block */
-  V_BUDGET = 512 * 1024,      /* bytes of a block's transformed tiles (stays in L2) */
   PACK_MAGIC = 0x47574341,    /* "ACWG" */
   PACK_HEADER = 64
 };
-
-typedef struct wino_plan {
-  const conv_geometry* g;
-  int64_t s;                      /* stride, folded into channels */
-  int64_t groups;                 /* each group a convolution of its own */
-  int64_t cg, kg;                 /* input channels and kernels of a group */
-  int64_t cf;                     /* folded channels of a group, C/groups*s*s */
-  int64_t kblocks;                /* ceil(K/groups / KB) */
-  int64_t tiles_h, tiles_w;       /* 2x2 output tiles per image */
-  int64_t rows;                   /* tile rows of the largest block */
-  int64_t blocks;                 /* blocks per image */
-  int64_t ntp;                    /* a block's tiles, rounded up to 16: V's row length */
-  int64_t sw;                     /* staged input row length (zero-padded folded row) */
-} wino_plan;
 
 static int64_t round16(int64_t x) { return (x + 15) & ~(int64_t)15; }
 
@@ -73,10 +58,8 @@ static wino_plan weight_plan(const conv_geometry* g) {
   return P;
 }
 
-/* Blocks of whole tile rows whose V fits the budget, as many per image as a multiple of the
- * threads when the image has the rows for it (block b: rows tiles_h * b / blocks up to the
- * next block's first). The bits do not depend on the blocks. */
-static wino_plan make_plan(const conv_geometry* g, int32_t num_threads) {
+/* Block b: rows tiles_h * b / blocks up to the next block's first. */
+wino_plan wino_make_plan(const conv_geometry* g, int32_t num_threads) {
   wino_plan P = weight_plan(g);
   P.tiles_h = (g->out_h + 1) / 2;
   P.tiles_w = (g->out_w + 1) / 2;
@@ -94,11 +77,18 @@ static wino_plan make_plan(const conv_geometry* g, int32_t num_threads) {
   return P;
 }
 
-/* Threads for `items` independent pieces of work. */
-static int team_size(int64_t items, int32_t num_threads) {
+int wino_team_size(int64_t items, int32_t num_threads) {
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
   return (int)(items < num_threads ? items : num_threads);
+}
+
+int64_t wino_items(const wino_plan* P, int64_t kblocks, int32_t num_threads, int64_t* parts) {
+  const int64_t blocks = P->g->n * P->groups * P->blocks;
+  *parts = 1;
+  if (blocks < num_threads) *parts = (num_threads + blocks - 1) / blocks;
+  if (*parts > kblocks) *parts = kblocks;
+  return blocks * *parts;
 }
 
 /* ---- 1. the weight pre-transform ------------------------------------------------------- */
@@ -108,9 +98,8 @@ typedef struct pack_header {
   int32_t k, c, kernel_h, kernel_w, stride, half, groups;
 } pack_header;
 
-/* Floats of one group's packed weights, and of all of them. */
-static int64_t group_floats(const wino_plan* P) { return 16 * P->kblocks * P->cf * KB; }
-static int64_t packed_floats(const wino_plan* P) { return P->groups * group_floats(P); }
+/* Floats of all groups' packed weights. */
+static int64_t packed_floats(const wino_plan* P) { return P->groups * wino_group_floats(P); }
 
 size_t conv_winograd_packed_bytes(const conv_geometry* g) {
   const wino_plan P = weight_plan(g);
@@ -157,7 +146,7 @@ static void transform_kernel(void* ctx, int64_t item, int participant) {
   const int half = J->half;
   const int64_t K = P->kg, CF = P->cf, s = P->s, KBL = P->kblocks;
   const int64_t gi = item / (KBL * KB), k = item % (KBL * KB);
-  float* U = J->U + gi * group_floats(P);
+  float* U = J->U + gi * wino_group_floats(P);
   (void)participant;
   for (int64_t cf = 0; cf < CF; ++cf) {
     const int64_t c = cf / (s * s), a = (cf / s) % s, b = cf % s;
@@ -256,23 +245,7 @@ static inline void input_tiles(const float* rows, int64_t sw, int64_t tx0, int h
     d[i][2] = _mm512_permutex2var_ps(b0, even, b1);
     d[i][3] = _mm512_permutex2var_ps(b0, odd, b1);
   }
-  __m512 t[4][4];
-  for (int j = 0; j < 4; ++j) {
-    t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-    t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-    t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-    t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    __m512* w = v + 4 * i;
-    w[0] = _mm512_sub_ps(t[i][0], t[i][2]);
-    w[1] = _mm512_add_ps(t[i][1], t[i][2]);
-    w[2] = _mm512_sub_ps(t[i][2], t[i][1]);
-    w[3] = _mm512_sub_ps(t[i][1], t[i][3]);
-    for (int j = 0; j < 4 && half; ++j) {
-      w[j] = _mm512_cvtph_ps(_mm512_cvtps_ph(w[j], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-  }
+  wino_input_transform(d, half, v);
 }
 
 /* Y = A^T m A of the 16 tiles tx0 .. of tile row ty (m[xi]), rows first ((m0 + m1) + m2,
@@ -282,20 +255,16 @@ static inline void output_tiles(const __m512 m[16], int64_t ty, int64_t tx0, int
                                 int64_t ow, float* plane) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-  __m512 o[2][4];
-  for (int j = 0; j < 4; ++j) {
-    o[0][j] = _mm512_add_ps(_mm512_add_ps(m[j], m[4 + j]), m[8 + j]);
-    o[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[4 + j], m[8 + j]), m[12 + j]);
-  }
+  const int prows = 2 * ty + 1 < out_h ? 2 : 1;
+  __m512 y[2][2];
+  wino_output_transform(m, prows, y);
   const int64_t cols = ow - 2 * tx0 < 32 ? ow - 2 * tx0 : 32;
   const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
   const __mmask16 m1 = cols <= 16 ? 0 : (__mmask16)(((uint64_t)1 << (cols - 16)) - 1);
-  for (int p = 0; p < 2 && 2 * ty + p < out_h; ++p) {
-    const __m512 y0 = _mm512_add_ps(_mm512_add_ps(o[p][0], o[p][1]), o[p][2]);
-    const __m512 y1 = _mm512_sub_ps(_mm512_sub_ps(o[p][1], o[p][2]), o[p][3]);
+  for (int p = 0; p < prows; ++p) {
     float* dst = plane + (2 * ty + p) * ow + 2 * tx0;
-    _mm512_mask_storeu_ps(dst, m0, _mm512_permutex2var_ps(y0, lo, y1));
-    _mm512_mask_storeu_ps(dst + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
+    _mm512_mask_storeu_ps(dst, m0, _mm512_permutex2var_ps(y[p][0], lo, y[p][1]));
+    _mm512_mask_storeu_ps(dst + 16, m1, _mm512_permutex2var_ps(y[p][0], hi, y[p][1]));
   }
 }
 #endif
@@ -450,6 +419,17 @@ static void transform_output(const wino_plan* P, const float* M, int r, int64_t 
   }
 }
 
+const float* wino_weights(const wino_plan* P, const float* weights, const void* packed,
+                          int half, workspace* ws, int32_t num_threads) {
+  if (packed != NULL) return conv_winograd_packed_weights(packed);
+  float* scratch = workspace_get(ws, WS_WINOGRAD_WEIGHTS, packed_floats(P) * sizeof(float));
+  if (scratch == NULL) return NULL;
+  transform_weights(P, weights, 0, scratch,
+                    wino_team_size(P->groups * P->kblocks * KB, num_threads));
+  if (half) round_to_half(scratch, packed_floats(P));
+  return scratch;
+}
+
 /* ---- the engine ------------------------------------------------------------------------ */
 
 /* Floats of one thread's buffers: staged rows, V [16][CF][ntp], M [16][KB][ntp]. */
@@ -485,8 +465,9 @@ static void wino_item(void* ctx, int64_t item, int participant) {
   const int64_t part = item % parts, block = item / parts;
   const int64_t b = block % P->blocks, image_group = block / P->blocks;
   const int64_t img = image_group / P->groups, gi = image_group % P->groups;
-  const float* U = J->U + gi * group_floats(P);
-  const int64_t ty0 = P->tiles_h * b / P->blocks, nrows = P->tiles_h * (b + 1) / P->blocks - ty0;
+  const float* U = J->U + gi * wino_group_floats(P);
+  int64_t ty0, nrows;
+  wino_block_rows(P, b, &ty0, &nrows);
   const int64_t nt16 = round16(nrows * P->tiles_w);
   const float* base = in + (img * g->c + gi * P->cg) * g->h * g->w;
   const int64_t y0 = 2 * ty0, y1 = 2 * (ty0 + nrows) < g->out_h ? 2 * (ty0 + nrows) : g->out_h;
@@ -548,26 +529,12 @@ static void wino_item(void* ctx, int64_t item, int participant) {
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,
                                const void* packed, int half, float* out,
                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
-  const wino_plan P = make_plan(g, num_threads);
-  /* Blocks of tiles, and when there are fewer than threads, their kernels split in parts
-   * (each part transforms the block's input itself: cheap beside its GEMMs). */
-  const int64_t blocks = g->n * P.groups * P.blocks;
-  int64_t parts = 1;
-  if (blocks < num_threads) parts = (num_threads + blocks - 1) / blocks;
-  if (parts > P.kblocks) parts = P.kblocks;
-  const int64_t items = blocks * parts;
-  const int nth = team_size(items, num_threads);
-  const float* U;
-  if (packed != NULL) {
-    U = conv_winograd_packed_weights(packed);
-  } else {
-    float* scratch = workspace_get(ws, WS_WINOGRAD_WEIGHTS, packed_floats(&P) * sizeof(float));
-    if (scratch == NULL) return ACCEL_ERR_NO_MEMORY;
-    transform_weights(&P, weights, 0, scratch,
-                      team_size(P.groups * P.kblocks * KB, num_threads));
-    if (half) round_to_half(scratch, packed_floats(&P));
-    U = scratch;
-  }
+  const wino_plan P = wino_make_plan(g, num_threads);
+  int64_t parts;
+  const int64_t items = wino_items(&P, P.kblocks, num_threads, &parts);
+  const int nth = wino_team_size(items, num_threads);
+  const float* U = wino_weights(&P, weights, packed, half, ws, num_threads);
+  if (U == NULL) return ACCEL_ERR_NO_MEMORY;
   float* buffers[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
     buffers[t] = workspace_get(ws, t, (size_t)thread_floats(&P) * sizeof(float));

@@ -1035,15 +1035,16 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                       "output tensor is %dx%dx%dx%d but the chain produces %dx%dx%dx%d",
                       output->n, output->c, output->h, output->w, n, c, h, w);
   }
-  /* A C16 run's element-wise operands are C16 too (accel_layout): whole atoms of 16. */
-  if (input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16) {
+  /* The element-wise operands of a run with a C16 output are C16 too (accel_layout): whole
+   * atoms of 16. */
+  if (output->layout == ACCEL_LAYOUT_C16) {
     for (int32_t i = 0; i < num_ops; ++i) {
       const resolved_op* r = &out->ops[i];
       if (ops[i].engine == ACCEL_ENGINE_SDP && ops[i].sdp.ew_op != ACCEL_EW_NONE &&
           r->in_c % ACCEL_C16_CHANNELS != 0) {
         return accel_fail(ACCEL_ERR_INVALID,
                           "op %d (SDP): its element-wise operand has %d channels: a run with a "
-                          "C16 tensor takes C16 operands, a multiple of %d channels", i, r->in_c,
+                          "C16 output takes C16 operands, a multiple of %d channels", i, r->in_c,
                           ACCEL_C16_CHANNELS);
       }
     }

@@ -112,3 +112,122 @@ def test_a_constant_operand_keeps_its_run_nchw():
                  "accel.conv2d_bias_add" in line]
     assert adding.endswith("ACCEL_LAYOUT_NCHW) != 0) return -1;"), adding
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+def _run_lines(source):
+    return [line for line in source.splitlines() if "accel_glue_run_layer" in line]
+
+
+def test_a_layer_without_a_c16_kernel_converts_its_output_for_c16_readers():
+    """The dense stem (no C16 kernel) reads the function's input: it converts its own output to
+    C16, so the depthwise layer after it runs its C16 kernel in and out."""
+    torch.manual_seed(0)
+    partitioned, source = _partitioned(SmallMobileNet().eval(), torch.randn(1, 3, 56, 56))
+    stem, depthwise = _run_lines(source)[:2]
+    assert stem.endswith("ACCEL_LAYOUT_NCHW, ACCEL_LAYOUT_C16) != 0) return -1;"), stem
+    assert depthwise.endswith("ACCEL_LAYOUT_C16, ACCEL_LAYOUT_C16) != 0) return -1;"), depthwise
+
+
+class Bottleneck(torch.nn.Module):
+    """ResNet-50's stage transition at a small scale: 1x1, 3x3/2, 1x1 + the downsample branch
+    (1x1/2 + batch norm) added, then a second bottleneck on the identity, and the pool."""
+
+    def __init__(self, c_in=128, width=128, c_out=256):
+        super().__init__()
+
+        def block(c_in, stride):
+            return torch.nn.Sequential(
+                torch.nn.Conv2d(c_in, width, 1, bias=False), _trained_bn(width), torch.nn.ReLU(),
+                torch.nn.Conv2d(width, width, 3, stride, 1, bias=False), _trained_bn(width),
+                torch.nn.ReLU(), torch.nn.Conv2d(width, c_out, 1, bias=False), _trained_bn(c_out))
+
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, c_in, 3, 1, 1, bias=False),
+                                        _trained_bn(c_in), torch.nn.ReLU())
+        self.first, self.second = block(c_in, 2), block(c_out, 1)
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(c_in, c_out, 1, 2, bias=False),
+                                        _trained_bn(c_out))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = torch.relu(self.first(x) + self.down(x))
+        y = torch.relu(self.second(y) + y)
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1)
+
+
+def test_a_downsample_branch_writes_its_run_output_layout(monkeypatch):
+    """The downsample branch's output is its layer's element-wise operand: it is written in the
+    layout of that layer's output, and the block gives the bits of the all-NCHW build."""
+    torch.manual_seed(3)
+    model = Bottleneck().eval()
+    x = torch.randn(1, 3, 56, 56)
+    partitioned, source = _partitioned(model, x)
+    lines = _run_lines(source)
+    (branch,) = [line for line in lines if "(branch)" in line]
+    adding = lines[lines.index(branch) + 1]
+    assert branch.endswith("ACCEL_LAYOUT_C16) != 0) return -1;"), branch
+    assert adding.endswith("ACCEL_LAYOUT_C16) != 0) return -1;"), adding
+    blocked = build_and_run(partitioned, x)
+    assert_close(blocked, torch_forward(model, x), rtol=RTOL)
+
+    monkeypatch.setattr(layouts, "plan_layouts", lambda *args: set())
+    plain, source = _partitioned(model, x)
+    assert "ACCEL_LAYOUT_C16" not in source
+    assert_same(blocked, build_and_run(plain, x))
+
+
+class Flattened(torch.nn.Module):
+    """1x1 layers, then a classifier on the flattened 4x4 plane: the dense layer reads its
+    input as [N, C*H*W], which a C16 tensor is not."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(16, 256, 1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(256, 256, 1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(256, 256, 1), torch.nn.ReLU())
+        self.head = torch.nn.Linear(256 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.body(x), 1))
+
+
+def test_a_flattened_input_stays_nchw():
+    torch.manual_seed(4)
+    model = Flattened().eval()
+    x = torch.randn(1, 16, 4, 4)
+    partitioned, source = _partitioned(model, x)
+    dense = _run_lines(source)[-1]
+    assert dense.endswith("ACCEL_LAYOUT_NCHW, ACCEL_LAYOUT_NCHW) != 0) return -1;"), dense
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+class NarrowResidual(torch.nn.Module):
+    """MobileNetV2's 24-channel stage: expand to 96 (C16-able), depthwise, project back to 24
+    and add the block's input. The projection reads a C16 tensor and writes NCHW, its operand
+    NCHW with it (24 channels are not whole atoms of 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, 2, 1, bias=False),
+                                        _trained_bn(24))
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(24, 96, 1, bias=False),
+                                          _trained_bn(96), torch.nn.ReLU6())
+        self.depthwise = torch.nn.Sequential(
+            torch.nn.Conv2d(96, 96, 3, 1, 1, groups=96, bias=False), _trained_bn(96),
+            torch.nn.ReLU6())
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(96, 24, 1, bias=False),
+                                           _trained_bn(24))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.project(self.depthwise(self.expand(x))) + x
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1)
+
+
+def test_a_c16_input_with_a_narrow_operand_runs_nchw_out():
+    torch.manual_seed(5)
+    model = NarrowResidual().eval()
+    x = torch.randn(1, 3, 112, 112)
+    partitioned, source = _partitioned(model, x)
+    (project,) = [line for line in _run_lines(source) if "accel.conv2d_bn_add" in line]
+    assert project.endswith("ACCEL_LAYOUT_C16, ACCEL_LAYOUT_NCHW) != 0) return -1;"), project
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)

@@ -306,7 +306,8 @@ class FunctionCodegen:
             branch_out = self._temp(int(np.prod(layer.branch.out_shape)))
             self.inner[layer.sdp.operand] = branch_out
             self.quant[layer.sdp.operand] = self._emit(
-                layer.branch, scope, run_key(self.index, index, "a"), name, branch_out, True)
+                layer.branch, scope, run_key(self.index, index, "a"), name, branch_out, True,
+                output_var=layer.sdp.operand)
             part = "b"
         quant = self._emit(layer, scope, run_key(self.index, index, part), name,
                            self.operands[var], output_var=var)

@@ -1,15 +1,20 @@
 """Which tensors of an fp32 function stay channel-blocked (C16, NVDLA's feature atoms) between
 its runs, so that the CPU kernels skip the conversions (accel_layout in ``accel/accel.h``).
 
-A tensor is C16 when it is one run's output and other runs' inputs inside the function (not a
-function input or output), fp32 with a multiple of 16 channels and more than one position,
-and every run that writes or reads it has a C16 kernel (``accel_c16_native``: 1x1 and
-depthwise 3x3 convolutions with their fused SDP; only a conv's run is asked, and not one whose
-element-wise operand is a constant, which the constant pool holds NCHW). An element-wise operand is in the layout of
-its run's output, so a run's operand and output are C16 together or not at all. The runtime
-converts around any run whose tensors do not all match its kernel, which costs a pass over
-each converted tensor: a group of C16 tensors linked by their runs is kept only when its runs'
-convolutions outweigh the bytes converted at its edges (``FLOPS_PER_CONVERTED_BYTE``).
+A run has a C16 kernel when the C library says so (``accel_c16_native``: the C library is the
+one judge); with all its tensors C16 it runs without conversions. Any other run that reads or
+writes a C16 tensor is converted around by the runtime: a pass over each C16 tensor it touches.
+The plan chooses the runs that run C16 so that what their kernels save outweighs the
+conversions they cause (``C16_SAVING``, ``CONVERSION_SECONDS_PER_BYTE``); their tensors are the
+C16 ones. So a group's edge
+falls where converting is cheapest: a layer without a C16 kernel may convert its output to
+C16 for the readers that have one (an image's first conv, ResNet's stem and max pool).
+
+A C16 tensor is one run's output read by other runs inside the function (not a function input
+or output, not a constant: the constant pool holds those NCHW), fp32 with a multiple of 16
+channels and more than one position, and no run that touches it copies (BDMA) or reads it as
+another shape (a dense layer's flattened input). An element-wise operand is in the layout of
+its run's output, so a run's operand and output are C16 together or not at all.
 """
 from __future__ import annotations
 
@@ -26,36 +31,52 @@ from ..layer import Layer, static_shape
 from ..walk import composite_calls, layer_of
 from .memory import RunMemory, emitted_conv_modes
 
-#: A group of C16 tensors pays when its runs' convolutions do at least this many FLOPs per
-#: byte converted at its edges. A C16 1x1 convolution runs about 20 % faster than the NCHW one
-#: at about 150 GFLOP/s, and a conversion reads and writes a tensor at about 29 GB/s together
-#: (docs/whole_network_time.md, the NCHW16c study): 0.2 / 150e9 s saved per FLOP against
-#: 2 / 29e9 s per byte, 52 FLOPs a byte. (The depthwise kernels gain more per FLOP.)
-FLOPS_PER_CONVERTED_BYTE = 52
+#: What a conversion costs: it reads and writes a tensor, at about 29 GB/s together (this
+#: Sapphire Rapids VM: docs/whole_network_time.md, the NCHW16c study), per byte of the tensor.
+CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
+
+#: What a convolution's C16 kernel saves against its NCHW kernel, measured in networks on the
+#: same machine (docs/whole_network_time.md): (fraction of the NCHW time, NCHW FLOP/s).
+#: A 1x1 on 28x28 or larger planes runs 5-20 % faster, on 14x14 level, on 7x7 slower (the
+#: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 runs about
+#: twice as fast. Kernels not listed save nothing here: they run C16 to spare conversions.
+C16_SAVING = {"pointwise, >= 784 positions": (0.2, 150e9), "pointwise, >= 196": (0.0, 150e9),
+              "pointwise, fewer": (-0.1, 150e9), "depthwise": (0.5, 11e9)}
 
 
 class _Run:
-    """One layer of the function: what it reads and writes, and whether it has a C16 kernel."""
+    """One run of the function: what it reads and writes, whether it has a C16 kernel, and
+    whether the runtime may convert its tensors (``convertible``: not a copy, its data read
+    in its own shape, any element-wise operand a tensor of the function)."""
 
     def __init__(self, layer: Layer, data: Optional[relax.Var], operand: Optional[relax.Var],
-                 output: relax.Var, native: bool):
+                 output: relax.Var, native: bool, convertible: bool):
         self.layer, self.data, self.operand, self.output = layer, data, operand, output
-        self.native = native
+        self.native, self.convertible = native, convertible
 
     def tensors(self) -> List[relax.Var]:
         return [v for v in (self.data, self.operand, self.output) if v is not None]
 
-    def flops(self) -> int:
+    def saving(self) -> float:
+        """What running it C16 saves (seconds, by C16_SAVING; negative: it loses)."""
         c = self.layer.conv
         if c is None:
-            return 0
+            return 0.0
         k, c_group, r, s = c.weight_shape
-        out = self.layer.out_shape
-        return 2 * int(np.prod(out)) * int(c_group) * int(r) * int(s)
+        positions = int(np.prod(self.layer.out_shape[2:]))
+        if r == s == 1:
+            kind = "pointwise, " + (">= 784 positions" if positions >= 784 else
+                                    ">= 196" if positions >= 196 else "fewer")
+        elif c_group == 1 and c.groups > 1:
+            kind = "depthwise"
+        else:
+            return 0.0
+        fraction, rate = C16_SAVING[kind]
+        return fraction * 2 * int(np.prod(self.layer.out_shape)) * c_group * r * s / rate
 
 
-def _elements(var: relax.Var) -> int:
-    return int(np.prod(static_shape(var)))
+def _bytes(var: relax.Var) -> int:
+    return 4 * int(np.prod(static_shape(var)))
 
 
 def _blockable(var: relax.Var) -> bool:
@@ -63,11 +84,11 @@ def _blockable(var: relax.Var) -> bool:
     return len(shape) == 4 and shape[1] % ATOM == 0 and shape[2] * shape[3] > 1
 
 
-def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
-                 memory: Dict[str, RunMemory]) -> Set[relax.Var]:
-    """The tensors of fp32 function ``index`` kept C16 (its memory plan: ``memory``)."""
+def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
+          memory: Dict[str, RunMemory]) -> List[_Run]:
+    """Every run of the function in order (a downsample branch is a run of its own, whose
+    output is its layer's element-wise operand)."""
     runs: List[_Run] = []
-    readers: Dict[relax.Var, List[_Run]] = {}
     for i, (binding, composite) in enumerate(composite_calls(function)):
         args = binding.value.args
         scope = dict(zip(composite.params, args))
@@ -77,68 +98,116 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
             resolved = scope.get(expr, expr) if expr is not None else None
             return resolved if isinstance(resolved, relax.Var) else None
 
-        # a conv's run with its SDP, whose element-wise operand (if any) is a tensor of the
-        # function (a constant one is stored NCHW)
-        plain = layer.conv is not None and layer.branch is None and not layer.copies and \
-            layer.pool is None and layer.lrn is None and \
-            (not layer.sdp.ew_op or var(layer.sdp.operand) is not None)
-        native = False
-        if plain:
-            run = memory.get(run_key(index, i), RunMemory())
-            modes = emitted_conv_modes(layer, config, fuse, "fp32", run)
-            native = c16_native(config, layer.engine_ops(fuse, "fp32", modes=modes),
-                                layer.in_shape, mode="fused" if layer.fused(fuse) else
-                                "independent")
-        run = _Run(layer, var(layer.data), var(layer.sdp.operand) if layer.sdp.ew_op else None,
-                   binding.var, native)
-        runs.append(run)
-        for arg in args:
-            if isinstance(arg, relax.Var):
-                readers.setdefault(arg, []).append(run)
+        def run(layer: Layer, key: str, output: relax.Var) -> _Run:
+            data = var(layer.data)
+            operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
+            convertible = not layer.copies and layer.lrn is None and data is not None and \
+                tuple(layer.in_shape) == static_shape(data) and \
+                (not layer.sdp.ew_op or operand is not None)
+            native = False
+            if convertible:
+                modes = emitted_conv_modes(layer, config, fuse, "fp32",
+                                           memory.get(key, RunMemory()))
+                native = c16_native(config, layer.engine_ops(fuse, "fp32", modes=modes),
+                                    layer.in_shape, mode="fused" if layer.fused(fuse) else
+                                    "independent")
+            return _Run(layer, data, operand, output, native, convertible)
+
+        if layer.branch is not None:
+            runs.append(run(layer.branch, run_key(index, i, "a"), layer.sdp.operand))
+            runs.append(run(layer, run_key(index, i, "b"), binding.var))
+        else:
+            runs.append(run(layer, run_key(index, i), binding.var))
+    return runs
+
+
+def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
+                 memory: Dict[str, RunMemory]) -> Set[relax.Var]:
+    """The tensors of fp32 function ``index`` kept C16 (its memory plan: ``memory``), among
+    them a downsample branch's output (its layer's element-wise operand)."""
+    runs = _runs(function, index, config, fuse, memory)
     outputs = function.body.body
     outputs = set(outputs.fields) if isinstance(outputs, relax.Tuple) else {outputs}
-
-    def eligible(run: _Run, tensor: relax.Var) -> bool:
-        return run.native and tensor in (run.data, run.operand)
-
-    blocked = {r.output for r in runs
-               if r.native and r.output not in outputs and _blockable(r.output) and
-               all(eligible(reader, r.output) for reader in readers.get(r.output, []))}
+    touching: Dict[relax.Var, List[_Run]] = {}
+    for r in runs:
+        for t in r.tensors():
+            touching.setdefault(t, []).append(r)
+    written = {r.output for r in runs}
+    candidates = {t for t, rs in touching.items()
+                  if t in written and t not in outputs and _blockable(t) and
+                  all(r.convertible for r in rs)}
     changed = True
     while changed:  # an operand and its run's output: C16 together or not at all
         changed = False
         for r in runs:
-            if r.operand is not None and (r.operand in blocked) != (r.output in blocked):
-                blocked.discard(r.operand)
-                blocked.discard(r.output)
+            if r.operand is not None and (r.operand in candidates) != (r.output in candidates):
+                candidates.discard(r.operand)
+                candidates.discard(r.output)
                 changed = True
-    return _paying(runs, blocked)
+    chosen = [r for r in runs if r.native and all(t in candidates for t in r.tensors())]
+    return _blocked(runs, _best(runs, chosen))
 
 
-def _paying(runs: List[_Run], blocked: Set[relax.Var]) -> Set[relax.Var]:
-    """The groups of C16 tensors whose runs' convolutions outweigh their edges' conversions."""
-    groups: Dict[relax.Var, relax.Var] = {t: t for t in blocked}  # union-find
+def _blocked(runs: List[_Run], chosen: List[_Run]) -> Set[relax.Var]:
+    """The C16 tensors when ``chosen`` run C16: theirs, and the operand or output of any other
+    run whose output or operand is C16 (the two agree; both are candidates, by the rule above)."""
+    blocked = {t for r in chosen for t in r.tensors()}
+    changed = True
+    while changed:
+        changed = False
+        for r in runs:
+            if r.operand is not None and (r.operand in blocked) != (r.output in blocked):
+                blocked.update((r.operand, r.output))
+                changed = True
+    return blocked
 
-    def root(t):
-        while groups[t] is not t:
-            groups[t] = groups[groups[t]]
-            t = groups[t]
-        return t
 
-    for r in runs:
-        touched = [t for t in r.tensors() if t in blocked]
-        for t in touched[1:]:
-            groups[root(t)] = root(touched[0])
-    flops: Dict[relax.Var, int] = {}
-    converted: Dict[relax.Var, int] = {}
-    for r in runs:
-        touched = [t for t in r.tensors() if t in blocked]
-        if not touched:
-            continue
-        group = root(touched[0])
-        if len(touched) == len(r.tensors()):  # all C16: its C16 kernel runs it
-            flops[group] = flops.get(group, 0) + r.flops()
-        else:  # converted around: every C16 tensor it touches makes a pass
-            converted[group] = converted.get(group, 0) + 4 * sum(_elements(t) for t in touched)
-    keep = {g for g in flops if flops[g] >= FLOPS_PER_CONVERTED_BYTE * converted.get(g, 0)}
-    return {t for t in blocked if root(t) in keep}
+def _cost(runs: List[_Run], chosen: List[_Run]) -> float:
+    """Seconds the conversions take minus what the C16 runs save (lower is better)."""
+    blocked = _blocked(runs, chosen)
+    native = set(map(id, chosen))
+    converted = sum(_bytes(t) for r in runs if id(r) not in native
+                    for t in r.tensors() if t in blocked)
+    return converted * CONVERSION_SECONDS_PER_BYTE - sum(r.saving() for r in chosen)
+
+
+def _best(runs: List[_Run], chosen: List[_Run]) -> List[_Run]:
+    """Greedy descent from every native run C16: drop the run, or the group of C16 runs linked
+    by their tensors, whose removal lowers the cost most, until none does."""
+    cost = _cost(runs, chosen)
+    while chosen:
+        options = [[r] for r in chosen] + _groups(chosen)
+        best, best_cost = None, cost
+        for drop in options:
+            ids = set(map(id, drop))
+            rest = [r for r in chosen if id(r) not in ids]
+            c = _cost(runs, rest)
+            if c < best_cost:
+                best, best_cost = rest, c
+        if best is None:
+            break
+        chosen, cost = best, best_cost
+    return chosen if cost < 0 else []
+
+
+def _groups(chosen: List[_Run]) -> List[List[_Run]]:
+    """The C16 runs linked by shared tensors, as lists (union-find over their tensors)."""
+    parent: Dict[int, int] = {i: i for i in range(len(chosen))}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: Dict[relax.Var, int] = {}
+    for i, r in enumerate(chosen):
+        for t in r.tensors():
+            if t in owner:
+                parent[root(i)] = root(owner[t])
+            else:
+                owner[t] = i
+    groups: Dict[int, List[_Run]] = {}
+    for i, r in enumerate(chosen):
+        groups.setdefault(root(i), []).append(r)
+    return [g for g in groups.values() if len(g) > 1]
