@@ -22,6 +22,11 @@
  * conv_f32_dot_tail: the last hw % 16 <= 8 positions of an image, every position at hw <= 8),
  * this kernel sums those positions in the same order (tail_chunk, tail_store); where conv_f32
  * runs OpenBLAS (hw == 1, n > 1) fits refuses the geometry, and the run is converted around.
+ *
+ * Stride 2 (ResNet's downsample): output (y, x) reads input (2y, 2x) only. conv_f32 copies
+ * that one stride phase (imp_make_plan's nph = 1) or packs its columns, and sums each output
+ * as above; so this kernel gathers the phase into C16 scratch (gather_item) and runs the
+ * stride-1 loops over it, with conv_f32_dot_tail of the strided geometry.
  */
 #include <stdint.h>
 #include <string.h>
@@ -32,6 +37,15 @@
 #include "kernels.h"
 
 void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed);
+
+/* The weights' side of the kernel: 1x1, stride 1 or 2 (both ways), no padding, no dilation, one
+ * group, multiples of 16 channels. */
+static int pointwise_weights(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == g->stride_w &&
+         (g->stride_h == 1 || g->stride_h == 2) && g->pad_top == 0 && g->pad_left == 0 &&
+         g->dilation_h == 1 && g->dilation_w == 1 && g->groups == 1 && g->c > 0 && g->k > 0 &&
+         g->c % 16 == 0 && g->k % 16 == 0;
+}
 
 /* conv_c16_pack's buffer: this header, then c16_pack_pointwise's floats. */
 enum { C16_PACK_HEADER = 64, C16_PACK_MAGIC = 0x36314331 /* "C16" */ };
@@ -231,21 +245,46 @@ static void tail_store(int64_t T, int64_t nb, const float* lanes, float* out, in
 
 typedef struct c16_job {
   const conv_geometry* g;
-  const float* in;
+  const float* in; /* the input, or at stride 2 its gathered phase: [n][c/16][hw][16] */
   const float* weights;
   float* packed;
   float* out;
   const sdp_f32* ep; /* one-pass, or NULL */
-  int64_t hw, groups, strips, pack_chunks;
+  int64_t hw, groups, strips, pack_chunks; /* hw: output positions per image */
   int64_t tail; /* an image's last positions, summed as conv_f32's dot products */
+  const float* strided; /* stride 2: the input whose phase `phase` (then `in`) gathers */
+  float* phase;
+  int64_t pack_items;   /* the first items of the preparing loop pack, the rest gather */
 } c16_job;
 
-static void pack_item(void* ctx, int64_t item, int participant) {
-  const c16_job* J = ctx;
-  (void)participant;
+static void pack_item(const c16_job* J, int64_t item) {
   const int64_t c = J->g->c, g = item / J->pack_chunks, ch = item % J->pack_chunks;
   const int64_t c0 = ch * C16_CHUNK, c1 = c0 + C16_CHUNK < c ? c0 + C16_CHUNK : c;
   pack_part(J->g->k, c, J->weights, J->packed, g, c0, c1);
+}
+
+/* Stride 2: input positions (2y, 2x) of one image's block of 16 channels, in output order. */
+static void gather_item(const c16_job* J, int64_t plane) {
+  const conv_geometry* g = J->g;
+  const int64_t w = g->w, ow = g->out_w;
+  const float* src = J->strided + plane * (int64_t)g->h * w * 16;
+  float* dst = J->phase + plane * J->hw * 16;
+  for (int64_t y = 0; y < g->out_h; ++y) {
+    const float* row = src + 2 * y * w * 16;
+    for (int64_t x = 0; x < ow; ++x)
+      _mm512_store_ps(dst + (y * ow + x) * 16, _mm512_loadu_ps(row + 2 * x * 16));
+  }
+}
+
+/* Item < pack_items: a part of the packed weights; past it, a gathered plane. */
+static void prepare_item(void* ctx, int64_t item, int participant) {
+  const c16_job* J = ctx;
+  (void)participant;
+  if (item < J->pack_items) {
+    pack_item(J, item);
+  } else {
+    gather_item(J, item - J->pack_items);
+  }
 }
 
 /* Item = (image, strip, group), group innermost. */
@@ -295,11 +334,11 @@ static void conv_item(void* ctx, int64_t item, int participant) {
 }
 
 int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-  return conv_f32_dot_tail(g) >= 0 && g->kernel_h == 1 && g->kernel_w == 1 &&
-         g->stride_h == 1 && g->stride_w == 1 &&
-         g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 && g->dilation_w == 1 &&
-         g->groups == 1 && g->out_h == g->h && g->out_w == g->w && g->c > 0 && g->k > 0 &&
-         g->c % 16 == 0 && g->k % 16 == 0 && g->pixel_bytes == 0 &&
+  /* stride 2: every output reads an input position (2y, 2x) inside the image */
+  const int spatial = g->stride_h == 1
+                          ? g->out_h == g->h && g->out_w == g->w
+                          : g->out_h <= (g->h + 1) / 2 && g->out_w <= (g->w + 1) / 2;
+  return conv_f32_dot_tail(g) >= 0 && pointwise_weights(g) && spatial && g->pixel_bytes == 0 &&
          (epilogue == NULL ||
           (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
            (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
@@ -308,21 +347,27 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
 accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
                                 const void* prepacked, float* out, const sdp_f32* epilogue,
                                 workspace* ws, int32_t num_threads) {
-  const int64_t hw = (int64_t)g->h * g->w;
+  const int64_t hw = (int64_t)g->out_h * g->out_w;
   if (hw == 0 || g->n == 0) return ACCEL_OK;
   float* packed = prepacked != NULL
                       ? (float*)((const char*)prepacked + C16_PACK_HEADER)
                       : workspace_get(ws, WS_C16_WEIGHTS, (size_t)g->k * g->c * sizeof(float));
   if (packed == NULL) return ACCEL_ERR_NO_MEMORY;
+  const int strided = g->stride_h == 2;
+  /* slot 0: no participant of this kernel uses its own */
+  float* phase =
+      strided ? workspace_get(ws, 0, (size_t)((int64_t)g->n * g->c * hw) * sizeof(float)) : NULL;
+  if (strided && phase == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
-  c16_job J = {g, in, weights, packed, out, epilogue, hw,
+  c16_job J = {g, strided ? phase : in, weights, packed, out, epilogue, hw,
                (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
                (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK,
-               conv_f32_dot_tail(g)};
-  const int64_t pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
-  if (pack_items > 0)
-    pool_for(pack_items < num_threads ? (int)pack_items : num_threads, pack_items, pack_item, &J);
+               conv_f32_dot_tail(g), strided ? in : NULL, phase, 0};
+  J.pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
+  const int64_t prepare = J.pack_items + (strided ? (int64_t)g->n * (g->c / 16) : 0);
+  if (prepare > 0)
+    pool_for(prepare < num_threads ? (int)prepare : num_threads, prepare, prepare_item, &J);
   const int64_t items = (int64_t)g->n * J.strips * J.groups;
   pool_for(items < num_threads ? (int)items : num_threads, items, conv_item, &J);
   return ACCEL_OK;
@@ -355,11 +400,7 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
 
 #endif
 
-int conv_c16_packs(const conv_geometry* g) {
-  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
-         g->pad_top == 0 && g->pad_left == 0 && g->dilation_h == 1 && g->dilation_w == 1 &&
-         g->groups == 1 && g->c > 0 && g->k > 0 && g->c % 16 == 0 && g->k % 16 == 0;
-}
+int conv_c16_packs(const conv_geometry* g) { return pointwise_weights(g); }
 
 size_t conv_c16_packed_bytes(const conv_geometry* g) {
   return C16_PACK_HEADER + (size_t)g->k * g->c * sizeof(float);

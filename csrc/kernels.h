@@ -234,16 +234,18 @@ void layout_to_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out
 void layout_from_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
                      int32_t num_threads);
 
-/* 1x1 convolution, stride 1, no padding, one group, c and k multiples of 16, C16 in and out
- * (conv_c16.c); the epilogue NULL or one-pass (sdp_f32_one_pass), its element-wise operand C16
- * like the output. Returns ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
+/* 1x1 convolution, stride 1 or 2 (both ways), no padding, one group, c and k multiples of 16,
+ * C16 in and out (conv_c16.c); the epilogue NULL or one-pass (sdp_f32_one_pass), its
+ * element-wise operand C16 like the output. Stride 2 uses workspace slot 0. Returns
+ * ACCEL_ERR_NO_MEMORY or ACCEL_OK. */
 int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue);
 /* packed: conv_c16_pack's of these weights, or NULL (the kernel packs them on every run). */
 accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
                                 const void* packed, float* out, const sdp_f32* epilogue,
                                 workspace* ws, int32_t num_threads);
 /* Weights packed once for conv_c16_pointwise (accel_conv_pack_weights): FP32 1x1 weights,
- * stride 1, no padding, one group, c and k multiples of 16 (the spatial sizes are not read). */
+ * stride 1 or 2, no padding, one group, c and k multiples of 16 (the spatial sizes are not
+ * read). */
 int conv_c16_packs(const conv_geometry* g);
 size_t conv_c16_packed_bytes(const conv_geometry* g);
 void conv_c16_pack(const conv_geometry* g, const float* weights, void* packed);
@@ -255,6 +257,11 @@ int conv_c16_depthwise_fits(const conv_geometry* g, const sdp_f32* epilogue);
 accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const float* weights,
                                 float* out, const sdp_f32* epilogue, workspace* ws,
                                 int32_t num_threads);
+
+/* Max and average pooling (pdp.c's, every geometry it takes), C16 in and out (pdp_c16.c), the
+ * same bits as pdp_f32: each output's taps in pdp.c's order, 16 channels per vector. */
+int pdp_c16_fits(const pdp_geometry* g);
+void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_threads);
 
 /* Positions of an image (its last ones) that conv_f32 sums as dot products along the depth
  * (16 lane partial sums, lane l taking depths l, l + 16, ..., then _mm512_reduce_add_ps), the

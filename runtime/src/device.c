@@ -434,10 +434,12 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
 }
 
 /* The C16 kernel of a run, if it has one: a CONV alone, or a FUSED CONV -> SDP, whose
- * geometry and epilogue conv_c16.c, dw_c16.c or winograd_c16.c take. 1: pointwise,
- * 2: depthwise, 4: Winograd, 0: none. */
+ * geometry and epilogue conv_c16.c, dw_c16.c or winograd_c16.c take; a PDP alone (pdp_c16.c).
+ * 1: pointwise, 2: depthwise, 4: Winograd, 5: pooling, 0: none. */
 static int c16_kernel(const resolved_chain* chain) {
   const resolved_op* r = &chain->ops[0];
+  if (r->op->engine == ACCEL_ENGINE_PDP)
+    return chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? 5 : 0;
   if (r->op->engine != ACCEL_ENGINE_CONV || chain->num_ops != pass_end(chain, 0, ACCEL_FP32) + 1)
     return 0;
   const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
@@ -473,6 +475,10 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     const resolved_op* r = &chain->ops[0];
     const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
     const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+    if (kernel == 5) {
+      pdp_c16(&r->pdp, input->data, output->data, threads);
+      return ACCEL_OK;
+    }
     if (kernel == 4)
       return conv_winograd_c16(&r->conv, input->data, r->op->conv.weights,
                                r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);

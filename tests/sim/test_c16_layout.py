@@ -1,7 +1,8 @@
 """Channel-blocked (C16) fp32 tensors: every run gives, bit for bit, what it gives on NCHW data,
-whether a C16 kernel runs it (1x1 and depthwise 3x3 convolutions, with their SDP fused) or the
-runtime converts around the NCHW kernels (everything else, and any run an observer watches),
-at 1-3 threads; the cost does not depend on the layout; and a bad layout is refused by name."""
+whether a C16 kernel runs it (1x1 at stride 1 or 2 and depthwise 3x3 convolutions, with their
+SDP fused; pooling: test_c16_pool.py) or the runtime converts around the NCHW kernels
+(everything else, and any run an observer watches), at 1-3 threads; the cost does not depend
+on the layout; and a bad layout is refused by name."""
 import numpy as np
 import pytest
 
@@ -76,6 +77,39 @@ def test_pointwise_c16_equals_nchw(rng, n, c, k, h, w, epilogue):
     _same_either_way([conv] + ([sdp] if sdp is not None else []), x)
 
 
+STRIDED = [  # (n, c, k, h, w): 1x1/2 downsamples; conv_f32's implicit GEMM (28x28, 32x20) and
+    # packed path (the rest), with dot-product tails (6x6 -> 3x3: all, 132x24 -> 66x12: 8) or
+    # none; one output position (n = 1; n = 2 is OpenBLAS's: converted around)
+    (1, 64, 128, 56, 56), (2, 32, 48, 13, 17), (1, 48, 64, 6, 6), (1, 32, 16, 132, 24),
+    (1, 16, 32, 64, 40), (1, 256, 512, 14, 14), (1, 128, 32, 15, 9), (1, 32, 16, 2, 2)]
+
+
+@pytest.mark.parametrize("n,c,k,h,w", STRIDED)
+@pytest.mark.parametrize("epilogue", ["none", "bn_relu", "bn_clip", "scale_add_relu", "shift"])
+def test_strided_pointwise_c16_equals_nchw(rng, n, c, k, h, w, epilogue):
+    x = _data(rng, (n, c, h, w))
+    conv = Conv(_data(rng, (k, c, 1, 1), zeros=False), stride=(2, 2))
+    sdp = _epilogue(epilogue, rng, k, (n, k, (h + 1) // 2, (w + 1) // 2))
+    _same_either_way([conv] + ([sdp] if sdp is not None else []), x)
+
+
+def test_strided_pointwise_c16_threads_and_packed_weights(rng):
+    """1-3 threads give the same bits; weights packed once serve stride 2 too; a padded 1x1/2
+    and a batch of single positions (OpenBLAS in conv_f32) stay converted around."""
+    x = _data(rng, (2, 96, 27, 21))
+    conv = Conv(_data(rng, (64, 96, 1, 1)), stride=(2, 2))
+    assert conv.packs("nv_full", 96)
+    bn = _epilogue("bn_relu", rng, 64, None)
+    single = _same_either_way([conv, bn], x, threads=1)
+    for threads in (2, 3):
+        assert_same(_same_either_way([conv, bn], x, threads=threads), single)
+    assert_same(_same_either_way([conv.packed_for("nv_full"), bn], x), single)
+    padded = Conv(_data(rng, (16, 96, 1, 1)), stride=(2, 2), padding=(1, 1, 1, 1))
+    _same_either_way([padded], x, native=False)
+    _same_either_way([Conv(_data(rng, (16, 32, 1, 1)), stride=(2, 2))],
+                     _data(rng, (2, 32, 2, 2)), native=False)
+
+
 DEPTHWISE = [  # (n, c, h, w, stride)
     (1, 16, 7, 7, 1), (2, 48, 13, 17, 1), (1, 144, 14, 14, 2), (1, 32, 28, 28, 2),
     (2, 16, 3, 3, 2), (1, 64, 1, 1, 1), (1, 16, 112, 112, 2), (1, 576, 14, 14, 1)]
@@ -104,13 +138,12 @@ def test_c16_kernels_do_not_depend_on_the_thread_count(rng, threads):
 
 
 def test_runs_without_a_c16_kernel_are_converted_around(rng):
-    """A dense 3x3 convolution, a pool, an SDP alone with an operand, an independent CONV ->
-    SDP and a PDP after a 1x1 CONV have no C16 kernel: the same bits through conversions."""
+    """A dense 3x3 convolution, an SDP alone with an operand, an independent CONV -> SDP and
+    a PDP after a 1x1 CONV have no C16 kernel: the same bits through conversions."""
     x = _data(rng, (2, 32, 12, 10))
     bn = _epilogue("bn_relu", rng, 32, None)
     chains = [
         ([Conv(_data(rng, (32, 32, 3, 3)), padding=(1, 1, 1, 1)), bn], "fused"),
-        ([Pool("max", kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1))], "fused"),
         ([_epilogue("scale_add_relu", rng, 32, (2, 32, 12, 10))], "fused"),
         ([Conv(_data(rng, (32, 32, 1, 1))), bn], "independent"),
         ([Conv(_data(rng, (32, 32, 1, 1))), bn, Pool("avg", kernel=(2, 2), stride=(2, 2))],

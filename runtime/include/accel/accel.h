@@ -173,10 +173,10 @@ typedef struct accel_config {
  *   position side by side, as NVDLA stores feature data in atoms of channels. FP32 only, c a
  *   multiple of 16. The
  *   element-wise operands of a run's SDP ops are in the layout of the run's output. Kept
- *   between runs, it spares the CPU kernels the conversions: 1x1 and depthwise 3x3
- *   convolutions read and write it directly (the same sums, bit for bit); every other run is
- *   converted to NCHW and back around its kernels, so any run accepts either layout and gives
- *   the same values. The cost model does not depend on the layout. */
+ *   between runs, it spares the CPU kernels the conversions: 1x1 (stride 1 or 2) and
+ *   depthwise 3x3 convolutions and pooling (a PDP run alone) read and write it directly (the
+ *   same sums, bit for bit); every other run is converted to NCHW and back around its
+ *   kernels, so any run accepts either layout and gives the same values. The cost model does not depend on the layout. */
 typedef enum accel_layout {
   ACCEL_LAYOUT_NCHW = 0,
   ACCEL_LAYOUT_C16 = 1,
@@ -285,8 +285,8 @@ typedef struct accel_conv_desc {
   /* ABI 2 */
   int32_t in_zero;           /* INT8: the input's zero point (-128..127); the sum runs over
                               * (in - in_zero), so padding reads as in_zero. 0 otherwise */
-  const void* weights_packed;/* INT8, FP16, Winograd mode and FP32 1x1 (stride 1, no padding,
-                              * one group, multiples of 16 channels), optional:
+  const void* weights_packed;/* INT8, FP16, Winograd mode and FP32 1x1 (stride 1 or 2, no
+                              * padding, one group, multiples of 16 channels), optional:
                               * accel_conv_pack_weights() of these weights for this conv (NVDLA
                               * reads weights its compiler pre-formatted); NULL: the kernel
                               * packs (INT8, FP32 1x1 in a C16 run), widens (FP16) or
@@ -764,8 +764,8 @@ accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* c
  * (accel_conv_desc.weights_packed): INT8 in the kernel's layout (Winograd too: it runs the
  * direct kernel), FP16 widened to fp32, FP32 and FP16 in WINOGRAD mode pre-transformed (G g G^T
  * per kernel and folded channel, rounded to half for FP16: accel_conv_mode), as NVDLA's
- * compiler does once per network; direct FP32 1x1 weights (stride 1, no padding, one group,
- * multiples of 16 channels) in the layout of the C16 kernel (accel_layout). Other direct FP32
+ * compiler does once per network; direct FP32 1x1 weights (stride 1 or 2, no padding, one
+ * group, multiples of 16 channels) in the layout of the C16 kernel (accel_layout). Other direct FP32
  * weights are not packed (ACCEL_ERR_INVALID).
  * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights (which
  * must hold out_c x in_c/groups x kernel_h x kernel_w values: the library cannot see their

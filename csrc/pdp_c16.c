@@ -1,0 +1,110 @@
+/* pdp_c16.c - the PDP engine's max and average pooling on channel-blocked (C16) fp32 data.
+ *
+ * Input [n][c/16][h][w][16], output [n][c/16][out_h][out_w][16]: one vector holds a position's
+ * 16 channels, so each output vector takes its window's image taps one at a time in pdp.c's
+ * order, rows then columns: max as v > acc || v is NaN ? v : acc from -inf (a NaN wins, the
+ * last one met; of equal taps, +0 and -0 included, the first met stays), average as the sum
+ * from +0 then one division by kernel_h * kernel_w (count_include_pad) or by the window's
+ * image taps. pdp.c's paths all give the bits of that order (its header), so these are
+ * pdp_f32's bits whatever path it takes. Every geometry pdp.c takes (resolve_pdp's) is taken.
+ * Items: bands of output rows of the planes (image, block of 16 channels) in order; the
+ * results do not depend on the thread count.
+ */
+#include <math.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+
+#ifdef __AVX512F__
+
+/* Output row oy of one plane (in: its input plane, out: its output row). */
+static inline __attribute__((always_inline)) void pool_row(const int is_max,
+                                                           const pdp_geometry* g,
+                                                           const float* in, float* out,
+                                                           int32_t oy) {
+  const float full_window = (float)(g->kernel_h * g->kernel_w);
+  int32_t y0, r0, r1;
+  pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  for (int32_t ox = 0; ox < g->out_w; ++ox) {
+    int32_t x0, s0, s1;
+    pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
+    __m512 acc = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
+    for (int32_t r = r0; r < r1; ++r) {
+      const int64_t row = (int64_t)(y0 + r) * g->w + x0; /* tap s at row + s >= row + s0 */
+      for (int32_t s = s0; s < s1; ++s) {
+        const __m512 v = _mm512_loadu_ps(in + (row + s) * 16);
+        if (is_max) { /* max_ps(v, acc): v > acc ? v : acc; then a NaN v wins */
+          acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                   v);
+        } else {
+          acc = _mm512_add_ps(acc, v);
+        }
+      }
+    }
+    if (!is_max)
+      acc = _mm512_div_ps(acc, _mm512_set1_ps(g->count_include_pad
+                                                  ? full_window
+                                                  : (float)((r1 - r0) * (s1 - s0))));
+    _mm512_storeu_ps(out + (int64_t)ox * 16, acc);
+  }
+}
+
+static void max_row(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
+  pool_row(1, g, in, out, oy);
+}
+
+static void avg_row(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
+  pool_row(0, g, in, out, oy);
+}
+
+typedef struct pool_job {
+  const pdp_geometry* g;
+  const float* in;
+  float* out;
+  void (*row)(const pdp_geometry*, const float*, float*, int32_t);
+  int64_t rows, per_item; /* output rows of all planes; a band's */
+} pool_job;
+
+static void pool_item(void* ctx, int64_t item, int participant) {
+  const pool_job* J = ctx;
+  const pdp_geometry* g = J->g;
+  (void)participant;
+  const int64_t in_plane = (int64_t)g->h * g->w * 16, out_row = (int64_t)g->out_w * 16;
+  const int64_t end = (item + 1) * J->per_item < J->rows ? (item + 1) * J->per_item : J->rows;
+  for (int64_t r = item * J->per_item; r < end; ++r) {
+    const int64_t plane = r / g->out_h;
+    J->row(g, J->in + plane * in_plane, J->out + r * out_row, (int32_t)(r % g->out_h));
+  }
+}
+
+int pdp_c16_fits(const pdp_geometry* g) {
+  return g->c % 16 == 0 && (g->pool == ACCEL_POOL_MAX || g->pool == ACCEL_POOL_AVG);
+}
+
+void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {
+  const int64_t rows = (int64_t)g->n * (g->c / 16) * g->out_h;
+  if (rows == 0 || g->out_w == 0) return;
+  /* bands of about 2048 taps' vectors; threads as pdp_f32 (past 32768 input floats) */
+  const int64_t taps = (int64_t)g->out_w * g->kernel_h * g->kernel_w;
+  const int64_t per_item = taps < 2048 ? 2048 / taps : 1;
+  const int64_t items = (rows + per_item - 1) / per_item;
+  const pool_job J = {g, in, out, g->pool == ACCEL_POOL_MAX ? max_row : avg_row, rows, per_item};
+  const int64_t floats = (int64_t)g->n * g->c * g->h * g->w;
+  const int threads = floats > 32768 ? (items < num_threads ? (int)items : num_threads) : 1;
+  pool_for(threads, items, pool_item, (void*)&J);
+}
+
+#else /* no AVX-512: no C16 kernel (the run is converted around) */
+
+int pdp_c16_fits(const pdp_geometry* g) {
+  (void)g;
+  return 0;
+}
+
+void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {
+  (void)g, (void)in, (void)out, (void)num_threads; /* never called: fits is 0 */
+}
+
+#endif
