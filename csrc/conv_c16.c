@@ -296,7 +296,8 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t grp = item % J->groups, strip = (item / J->groups) % J->strips,
                 img = item / (J->groups * J->strips);
   const int64_t nb = group_blocks(k, grp);
-  const int64_t s0 = strip * C16_STRIP, s1 = s0 + C16_STRIP < hw ? s0 + C16_STRIP : hw;
+  /* the last strip runs to the image's end: the tail rides with it (one pass over weights) */
+  const int64_t s0 = strip * C16_STRIP, s1 = strip == J->strips - 1 ? hw : s0 + C16_STRIP;
   const int64_t b1 = s1 < hw - J->tail ? s1 : hw - J->tail; /* the blocks' positions end */
   const float* in = J->in + img * c * hw;
   float* out = J->out + (img * k + grp * 64) * hw;
@@ -360,10 +361,11 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
   if (strided && phase == NULL) return ACCEL_ERR_NO_MEMORY;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  const int64_t tail = conv_f32_dot_tail(g), blocked = hw - tail;
   c16_job J = {g, strided ? phase : in, weights, packed, out, epilogue, hw,
                (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
-               (hw + C16_STRIP - 1) / C16_STRIP, (g->c + C16_CHUNK - 1) / C16_CHUNK,
-               conv_f32_dot_tail(g), strided ? in : NULL, phase, 0};
+               blocked > C16_STRIP ? (blocked + C16_STRIP - 1) / C16_STRIP : 1,
+               (g->c + C16_CHUNK - 1) / C16_CHUNK, tail, strided ? in : NULL, phase, 0};
   J.pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
   const int64_t prepare = J.pack_items + (strided ? (int64_t)g->n * (g->c / 16) : 0);
   if (prepare > 0)

@@ -65,7 +65,8 @@ def _same_either_way(ops, x, threads=2, mode="fused", native=True):
 
 POINTWISE = [  # (n, c, k, h, w)
     (1, 16, 16, 7, 7), (2, 32, 48, 13, 17), (1, 64, 80, 14, 14), (1, 48, 64, 5, 3),
-    (1, 96, 128, 28, 28), (2, 256, 64, 7, 9), (1, 512, 32, 1, 1), (1, 16, 256, 56, 56)]
+    (1, 96, 128, 28, 28), (2, 256, 64, 7, 9), (1, 512, 32, 1, 1), (1, 16, 256, 56, 56),
+    (2, 32, 64, 15, 15)]  # 15x15: a second strip, then the dot-product tail
 
 
 @pytest.mark.parametrize("n,c,k,h,w", POINTWISE)
