@@ -31,8 +31,6 @@
 
 #include "kernels.h"
 
-void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed);
-
 /* conv_c16_pack's buffer: this header, then c16_pack_pointwise's floats. */
 enum { C16_PACK_HEADER = 64, C16_PACK_MAGIC = 0x36314331 /* "C16" */ };
 typedef struct c16_pack_header {
