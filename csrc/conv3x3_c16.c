@@ -181,7 +181,7 @@ typedef struct c3_job {
   float* packed;
   float* copy;          /* the padded input: [n][c/16][hp][wp][16] */
   const int64_t* tap;   /* the tail's depths' offsets from a position's tap (0, 0) */
-  float* cols;          /* a tail position's column: per participant, 9c floats */
+  float* cols;          /* the tail positions' columns: per participant, TAIL_MAX x 9c */
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t hp, wp, ohw, groups, strips, tail;
@@ -236,35 +236,56 @@ static inline __attribute__((always_inline)) __m512 lanes_reduced(const __m512 l
  * products (dot_body): per position and block of 16 output channels, 16 lane sums (lane l:
  * depths l, l + 16, ..., one fmadd each) reduced as _mm512_reduce_add_ps; then the epilogue.
  * The weights are the packed ones, in cache from the group's blocks (the rows as given would
- * come from memory: 512 -> 512 on 7x7 read all 9.4 MB of them for its one tail position). */
+ * come from memory: 512 -> 512 on 7x7 read all 9.4 MB of them for its one tail position), in
+ * chunks of TAIL_CHUNK depths that stay in L1 while every position and block passes over them
+ * (a pass per block straight from L2 took 11 % of 512 -> 512 on 7x7); the lane sums wait in
+ * `lanes` between chunks. */
+enum { TAIL_MAX = 8, TAIL_CHUNK = 64 }; /* conv_f32's TMAX; depths of 16 KB of weights */
 static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c3_ep* e,
                       const float* operand, int participant) {
   const conv_geometry* g = J->g;
-  const int64_t c = g->c, depth = 9 * c, ow = g->out_w, ohw = J->ohw;
+  const int64_t c = g->c, depth = 9 * c, ow = g->out_w, ohw = J->ohw, t0 = ohw - J->tail;
   const int64_t nb = group_blocks(g->k, grp), ld = nb * 16;
   const float* w = J->packed + grp * C3_GROUP * 16 * depth;
   const float* plane = J->copy + img * (c / 16) * J->hp * J->wp * 16;
-  float* col = J->cols + (int64_t)participant * depth;
+  float* cols = J->cols + (int64_t)participant * TAIL_MAX * depth;
   float* out = J->out + (img * g->k + grp * C3_GROUP * 16) * ohw;
-  for (int64_t t = ohw - J->tail; t < ohw; ++t) {
-    const float* at = plane + ((t / ow) * g->stride_h * J->wp + (t % ow) * g->stride_w) * 16;
-    for (int64_t dd = 0; dd < depth; ++dd) col[dd] = at[J->tap[dd]];
+  float lanes[TAIL_MAX * C3_GROUP * 16 * 16] __attribute__((aligned(64)));
+  memset(lanes, 0, (size_t)(J->tail * nb * 16 * 16) * sizeof(float));
+  for (int64_t t = 0; t < J->tail; ++t) {
+    const float* at =
+        plane + (((t0 + t) / ow) * g->stride_h * J->wp + ((t0 + t) % ow) * g->stride_w) * 16;
+    for (int64_t dd = 0; dd < depth; ++dd) cols[t * depth + dd] = at[J->tap[dd]];
+  }
+  for (int64_t c0 = 0; c0 < depth; c0 += TAIL_CHUNK) {
+    const int64_t c1 = c0 + TAIL_CHUNK < depth ? c0 + TAIL_CHUNK : depth;
+    for (int64_t t = 0; t < J->tail; ++t)
+      for (int64_t q = 0; q < nb; ++q) {
+        float* lq = lanes + (t * nb + q) * 256;
+        __m512 lane[16];
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
+        for (int64_t d0 = c0; d0 < c1; d0 += 16) {
+#pragma GCC unroll 16
+          for (int l = 0; l < 16; ++l)
+            lane[l] = _mm512_fmadd_ps(_mm512_load_ps(w + (d0 + l) * ld + q * 16),
+                                      _mm512_set1_ps(cols[t * depth + d0 + l]), lane[l]);
+        }
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l) _mm512_store_ps(lq + l * 16, lane[l]);
+      }
+  }
+  for (int64_t t = 0; t < J->tail; ++t)
     for (int64_t q = 0; q < nb; ++q) {
+      const float* lq = lanes + (t * nb + q) * 256;
       __m512 lane[16];
 #pragma GCC unroll 16
-      for (int l = 0; l < 16; ++l) lane[l] = _mm512_setzero_ps();
-      for (int64_t d0 = 0; d0 < depth; d0 += 16) {
-#pragma GCC unroll 16
-        for (int l = 0; l < 16; ++l)
-          lane[l] = _mm512_fmadd_ps(_mm512_load_ps(w + (d0 + l) * ld + q * 16),
-                                    _mm512_set1_ps(col[d0 + l]), lane[l]);
-      }
+      for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
       __m512 v = lanes_reduced(lane);
-      if (e != NULL)
-        v = ep_apply(e, v, (int)q, operand != NULL ? operand + q * ohw * 16 + t * 16 : NULL);
-      _mm512_storeu_ps(out + q * ohw * 16 + t * 16, v);
+      const int64_t at = q * ohw * 16 + (t0 + t) * 16;
+      if (e != NULL) v = ep_apply(e, v, (int)q, operand != NULL ? operand + at : NULL);
+      _mm512_storeu_ps(out + at, v);
     }
-  }
 }
 
 /* Item = (image, group, strip of output rows), strips innermost: the items that follow each
@@ -346,7 +367,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
   const size_t wbytes = prepacked != NULL ? 0 : round64((size_t)(g->k * depth) * sizeof(float));
   const size_t cbytes = round64((size_t)((int64_t)g->n * (g->c / 16) * hp * wp * 16) * sizeof(float));
   const size_t tbytes = tail > 0 ? round64((size_t)depth * sizeof(int64_t)) : 0;
-  const size_t lbytes = tail > 0 ? (size_t)(nth * depth) * sizeof(float) : 0;
+  const size_t lbytes = tail > 0 ? (size_t)(nth * TAIL_MAX * depth) * sizeof(float) : 0;
   char* base = workspace_get(ws, WS_C16_WEIGHTS, wbytes + cbytes + tbytes + lbytes);
   if (base == NULL) return ACCEL_ERR_NO_MEMORY;
   int64_t* tap = (int64_t*)(base + wbytes + cbytes);
