@@ -10,11 +10,11 @@
  * copied, per image and block of 16 channels, into a zero-padded plane of the rows and columns
  * the outputs read (WS_C16_WEIGHTS, after the packed weights); items are (image, group of 4
  * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
- * own outputs; in an item, tiles of up to 6 positions in raster order: a micro-kernel of NP
- * (1..6) positions x NB (1..4) blocks (up to 24 accumulators), per tap NB weight vector loads
- * and NP broadcasts, the 9 taps of a channel unrolled, the whole depth per tile (the group's
- * weights stream from L2). The running totals of the 32-deep blocks stay in the output tile;
- * the one-pass epilogue is applied in registers before the last store.
+ * own outputs; in an item, per output row, tiles: a micro-kernel of NP positions x NB blocks
+ * (up to 7 x 2 at stride 1, 6 x 4 at stride 2; up to 24 accumulators), per tap NB weight
+ * vector loads and NP broadcasts, the 9 taps of a channel unrolled, the whole depth per tile
+ * (the group's weights stream from L2). The running totals of the 32-deep blocks stay in the
+ * output tile; the one-pass epilogue is applied in registers before the last store.
  * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
  * where the kernel is slower than conv_f32 (docs/kernels.md).
  *
@@ -85,58 +85,57 @@ static inline __attribute__((always_inline)) __m512 ep_apply(const c3_ep* e, __m
   return t;
 }
 
-/* ---- the micro-kernel: NP positions x NB blocks of 16 output channels ---- */
+/* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
 
-#define DECL(p) __m512 a##p##0, a##p##1, a##p##2, a##p##3;
-#define ZERO1(p, q) if (NB > q) a##p##q = _mm512_setzero_ps();
+#define DECL(p) __m512 a##p##_0, a##p##_1, a##p##_2, a##p##_3;
+#define ZERO1(p, q) if (NB > q) a##p##_##q = _mm512_setzero_ps();
 #define ZERO(p) \
   if (NP > p) { ZERO1(p, 0) ZERO1(p, 1) ZERO1(p, 2) ZERO1(p, 3) }
-#define FMA1(p, q) if (NB > q) a##p##q = _mm512_fmadd_ps(w##q, b, a##p##q);
+#define FMA1(p, q) if (NB > q) a##p##_##q = _mm512_fmadd_ps(w##q, b, a##p##_##q);
 #define FMA(p)                                                  \
   if (NP > p) {                                                 \
-    const __m512 b = _mm512_set1_ps(i##p[off + s * 16]);        \
+    const __m512 b = _mm512_set1_ps(ib[(p * ST + s) * 16]);     \
     FMA1(p, 0) FMA1(p, 1) FMA1(p, 2) FMA1(p, 3)                 \
   }
 #define LDADD1(p, q) \
-  if (NB > q) a##p##q = _mm512_add_ps(_mm512_loadu_ps(out + q * os + p * 16), a##p##q);
+  if (NB > q) a##p##_##q = _mm512_add_ps(_mm512_loadu_ps(out + q * os + p * 16), a##p##_##q);
 #define LDADD(p) \
   if (NP > p) { LDADD1(p, 0) LDADD1(p, 1) LDADD1(p, 2) LDADD1(p, 3) }
-#define ST1(p, q) if (NB > q) _mm512_storeu_ps(out + q * os + p * 16, a##p##q);
+#define ST1(p, q) if (NB > q) _mm512_storeu_ps(out + q * os + p * 16, a##p##_##q);
 #define ST(p) \
   if (NP > p) { ST1(p, 0) ST1(p, 1) ST1(p, 2) ST1(p, 3) }
 #define EPI1(p, q)                                                                           \
   if (NB > q)                                                                                \
     _mm512_storeu_ps(out + q * os + p * 16,                                                  \
-                     ep_apply(e, a##p##q, q,                                                 \
+                     ep_apply(e, a##p##_##q, q,                                              \
                               e->operand != NULL ? e->operand + q * os + p * 16 : NULL));
 #define EPI(p) \
   if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
-#define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
 
-/* in[p]: position p's tap (0, 0) in channel block 0 of the padded copy (channel blocks cbs
- * apart, rows rs apart); w: the group's packed weights ([9c][NB * 16]); out: the tile's
- * outputs, consecutive positions (blocks os apart); e: the epilogue, or NULL. */
-static inline __attribute__((always_inline)) void kbody(const int NP, const int NB, int64_t c,
-                                                        const float* const* in, int64_t cbs,
-                                                        int64_t rs, const float* w, float* out,
-                                                        int64_t os, const c3_ep* e) {
-  const int GW = NB * 16;
-  const float *i0 = in[0], *i1 = NP > 1 ? in[1] : i0, *i2 = NP > 2 ? in[2] : i0,
-              *i3 = NP > 3 ? in[3] : i0, *i4 = NP > 4 ? in[4] : i0, *i5 = NP > 5 ? in[5] : i0;
+/* in: the tile's first position's tap (0, 0) in channel block 0 of the padded copy (channel
+ * blocks cbs apart, rows rs apart, positions ST columns apart); w: the packed weights of the
+ * tile's first block ([9c] rows, ld apart); out: the tile's outputs (blocks os apart); e: the
+ * epilogue, or NULL. NB * NP <= 24 accumulators. */
+static inline __attribute__((always_inline)) void kbody(const int NP, const int NB, const int ST,
+                                                        int64_t c, const float* in, int64_t cbs,
+                                                        int64_t rs, const float* w, int64_t ld,
+                                                        float* out, int64_t os,
+                                                        const c3_ep* e) {
   ALLP(DECL)
   ALLP(ZERO)
   int first = 1;
   int64_t d = 0, dn = 32;
   const int64_t de = c * 9;
   for (int64_t ci = 0; ci < c; ++ci) {
-    const int64_t ic = (ci >> 4) * cbs + (ci & 15);
-    const float* wc = w + ci * 9 * GW;
+    const float* ic = in + (ci >> 4) * cbs + (ci & 15);
+    const float* wc = w + ci * 9 * ld;
 #pragma GCC unroll 3
     for (int r = 0; r < 3; ++r) {
-      const int64_t off = ic + r * rs;
+      const float* ib = ic + r * rs;
 #pragma GCC unroll 3
       for (int s = 0; s < 3; ++s) {
-        const float* wb = wc + (r * 3 + s) * GW;
+        const float* wb = wc + (r * 3 + s) * ld;
         const __m512 w0 = _mm512_load_ps(wb);
         const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + 16) : w0;
         const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + 32) : w0;
@@ -163,17 +162,24 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
   }
 }
 
-typedef void (*kfn)(int64_t, const float* const*, int64_t, int64_t, const float*, float*,
+typedef void (*kfn)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
                     int64_t, const c3_ep*);
-#define KDEF(N, B)                                                                         \
-  static void k##N##_##B(int64_t c, const float* const* in, int64_t cbs, int64_t rs,       \
-                         const float* w, float* out, int64_t os, const c3_ep* e) {         \
-    kbody(N, B, c, in, cbs, rs, w, out, os, e);                                            \
+#define KDEF(N, B, S)                                                                      \
+  static void k##N##_##B##_##S(int64_t c, const float* in, int64_t cbs, int64_t rs,        \
+                               const float* w, int64_t ld, float* out, int64_t os,         \
+                               const c3_ep* e) {                                           \
+    kbody(N, B, S, c, in, cbs, rs, w, ld, out, os, e);                                     \
   }
-#define KROW(B) KDEF(1, B) KDEF(2, B) KDEF(3, B) KDEF(4, B) KDEF(5, B) KDEF(6, B)
-KROW(1) KROW(2) KROW(3) KROW(4)
-#define KTAB(B) {0, k1_##B, k2_##B, k3_##B, k4_##B, k5_##B, k6_##B}
-static const kfn ktab[5][7] = {{0}, KTAB(1), KTAB(2), KTAB(3), KTAB(4)};
+#define KROW(B, S) \
+  KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) KDEF(6, B, S)
+KROW(1, 1) KROW(2, 1) KROW(4, 1) KROW(1, 2) KROW(2, 2) KROW(4, 2)
+KDEF(7, 1, 1) KDEF(7, 2, 1) KDEF(7, 1, 2) KDEF(7, 2, 2)
+#define KTAB(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
+                   k6_##B##_##S
+/* ktab[stride - 1][NB / 2]: up to 7 positions of 1 or 2 blocks, 6 of 4 blocks */
+static const kfn ktab[2][3][8] = {
+    {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), k7_2_1}, {KTAB(4, 1)}},
+    {{KTAB(1, 2), k7_1_2}, {KTAB(2, 2), k7_2_2}, {KTAB(4, 2)}}};
 
 /* ---- the job ---- */
 
@@ -188,6 +194,9 @@ typedef struct c3_job {
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t hp, wp, ohw, groups, strips, tail;
+  int pairs; /* tiles of 2 blocks (else 4): at stride 1, where they measured faster (64 ->
+              * 64 on 56x56 1.02-1.03x -> 1.16x the NCHW kernel's speed, 256 -> 256 on 14x14
+              * 1.03-1.04x -> 1.08-1.10x; at stride 2 0.75-1.10x against 0.79-1.15x) */
 } c3_job;
 
 static void pack_item(void* ctx, int64_t item, int participant) {
@@ -293,10 +302,7 @@ static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c3_ep* e,
 
 /* Item = (image, group, strip of output rows), strips innermost: the items that follow each
  * other share the group's weights (2.4 MB for 256 -> 256, more than L2: with groups innermost
- * each strip fetched them again, 256 -> 256 on 14x14 1.75 -> 1.6 ms). Tiles run over the
- * strip's positions in raster order, across row ends: a 7-wide row is one tile of 6 and a
- * tile of 1 with the next row (tiles of 4 and 3 fetch 4 weight vectors per 12-16 FMAs from
- * L2: 512 -> 512 on 7x7 2.4-2.6 ms, against 1.8 for the NCHW kernel). */
+ * each strip fetched them again, 256 -> 256 on 14x14 1.75 -> 1.6 ms). */
 static void conv_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
   const conv_geometry* g = J->g;
@@ -322,17 +328,42 @@ static void conv_item(void* ctx, int64_t item, int participant) {
     e.hi = ep->clip_max;
     if (ep->ew_op == ACCEL_EW_ADD) operand = ep->ew_operand + (img * k + grp * C3_GROUP * 16) * ohw;
   }
-  /* the strip's positions summed in 32-deep blocks: [p0, p1) */
-  const int64_t blocked = ohw - J->tail, p0 = y0 * ow;
-  const int64_t p1 = y1 * ow < blocked ? y1 * ow : blocked;
-  const int64_t tiles = (p1 - p0 + C3_TILE - 1) / C3_TILE;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t a = p0 + (p1 - p0) * t / tiles, b = p0 + (p1 - p0) * (t + 1) / tiles;
-    const float* at[C3_TILE];
-    for (int64_t p = a; p < b; ++p)
-      at[p - a] = in + ((p / ow) * g->stride_h * J->wp + (p % ow) * g->stride_w) * 16;
-    if (operand != NULL) e.operand = operand + a * 16;
-    kt[b - a](c, at, cbs, rs, w, out + a * 16, os, ep != NULL ? &e : NULL);
+  /* Row by row, tiles of up to 6 positions x 4 blocks or 7 x 2 (`pairs`): a 2-block tile
+   * takes 2 weight vectors per 14 FMAs, not 4 per 24, from L2 */
+  const int pairs = J->pairs;
+  const int64_t tile = pairs ? C3_TILE + 1 : C3_TILE, step = pairs ? 2 : C3_GROUP;
+  const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
+  for (int64_t y = y0; y < y1; ++y) {
+    int64_t xe = blocked - y * ow; /* the row's blocked positions: [0, xe) */
+    if (xe > ow) xe = ow;
+    if (xe <= 0) continue;
+    const int64_t tiles = (xe + tile - 1) / tile;
+    const float* row = in + y * g->stride_h * rs;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
+      for (int64_t q = 0; q < nb; q += step) {
+        const int64_t qn = nb - q < step ? nb - q : step;
+        c3_ep eq = e;
+        if (eq.scale != NULL) eq.scale += q * 16;
+        if (eq.shift != NULL) eq.shift += q * 16;
+        eq.operand = operand != NULL ? operand + q * os + at : NULL;
+        const kfn kf = qn == 3 ? NULL : ktab[g->stride_w - 1][qn / 2][x1 - x0];
+        if (kf != NULL) {
+          kf(c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16, nb * 16, out + q * os + at,
+             os, ep != NULL ? &eq : NULL);
+        } else { /* 3 blocks: 2 and 1 */
+          ktab[g->stride_w - 1][1][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16,
+                                            nb * 16, out + q * os + at, os,
+                                            ep != NULL ? &eq : NULL);
+          if (eq.scale != NULL) eq.scale += 32;
+          if (eq.shift != NULL) eq.shift += 32;
+          if (eq.operand != NULL) eq.operand += 2 * os;
+          ktab[g->stride_w - 1][0][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs,
+                                            w + (q + 2) * 16, nb * 16, out + (q + 2) * os + at,
+                                            os, ep != NULL ? &eq : NULL);
+        }
+      }
+    }
   }
   if (J->tail > 0 && y1 == g->out_h) {
     e.operand = NULL;
@@ -379,7 +410,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail};
+              epilogue, hp, wp, ohw, groups, strips, tail, g->stride_w == 1};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;

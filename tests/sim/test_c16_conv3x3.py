@@ -12,7 +12,8 @@ from test_c16_layout import _data, _epilogue, _same_either_way
 EPILOGUES = ["none", "bn_relu", "bn_clip", "scale_add_relu", "shift"]
 
 # (n, c, k, h, w, stride): ResNet-18/50's 3x3 layers, then odd planes, tails of 1-8 positions
-# (14x14: 4, 7x7: 1; 7x3: 5 over two rows; <= 8 positions: all), k % 64 != 0, batches.
+# (14x14: 4, 7x7: 1; 7x3: 5 over two rows; <= 8 positions: all), k % 64 of 16, 32, 48 at
+# both strides (tiles of 2 or 4 blocks), batches.
 RESNET = [
     (1, 64, 64, 56, 56, 1), (1, 128, 128, 28, 28, 1), (1, 256, 256, 14, 14, 1),
     (1, 512, 512, 7, 7, 1), (1, 64, 128, 56, 56, 2), (1, 128, 128, 56, 56, 2),
@@ -21,7 +22,7 @@ RESNET = [
 ODD = [
     (1, 16, 16, 7, 7, 1), (2, 32, 48, 13, 17, 1), (1, 48, 80, 5, 11, 2), (1, 16, 32, 7, 3, 1),
     (2, 48, 16, 3, 3, 1), (1, 32, 64, 9, 20, 1), (2, 16, 32, 2, 3, 2), (1, 16, 16, 1, 1, 1),
-    (1, 80, 16, 4, 4, 2), (2, 32, 32, 15, 15, 2), (1, 16, 64, 10, 31, 1)]
+    (1, 80, 16, 4, 4, 2), (2, 32, 32, 15, 15, 2), (1, 16, 64, 10, 31, 1), (1, 32, 112, 9, 7, 2)]
 
 
 def _out(h, w, stride, pad=(1, 1, 1, 1)):
