@@ -371,8 +371,17 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   }
 }
 
+/* Where the kernel measured slower than conv_f32 (docs/kernels.md): outputs of fewer than 64
+ * positions (padding taps 18 % of a 7x7 plane's FMAs) from 256 or more input channels (a
+ * group's 0.6-1.2 MB of weights streamed from L2 for every tile), 0.67-0.96x on ResNet's 7x7
+ * layers; the run is converted around instead (0.1 MB each way). */
+static int slower_than_nchw(const conv_geometry* g) {
+  return (int64_t)g->out_h * g->out_w < 64 && g->c >= 256;
+}
+
 int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-  return geometry_fits(g) && conv_f32_dot_tail(g) >= 0 && g->pad_top <= 2 &&
+  return geometry_fits(g) && conv_f32_dot_tail(g) >= 0 && !slower_than_nchw(g) &&
+         g->pad_top <= 2 &&
          g->pad_left <= 2 && g->out_h > 0 && g->out_w > 0 && g->pixel_bytes == 0 &&
          (epilogue == NULL ||
           (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
