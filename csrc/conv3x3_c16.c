@@ -316,7 +316,6 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const float* in = J->copy + img * (c / 16) * cbs;
   float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
   const float* w = J->packed + grp * C3_GROUP * 16 * 9 * c;
-  const kfn* kt = ktab[nb];
   const sdp_f32* ep = J->ep;
   c3_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
   const float* operand = NULL;
