@@ -16,7 +16,8 @@
  * (the group's weights stream from L2). The running totals of the 32-deep blocks stay in the
  * output tile; the one-pass epilogue is applied in registers before the last store.
  * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
- * where the kernel is slower than conv_f32 (docs/kernels.md).
+ * where the kernel measured slower than conv_f32 at >= 256 input channels and fits refuses
+ * (slower_than_nchw, docs/kernels.md).
  *
  * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the
  * implicit GEMM or the packed panels: both sum the same way). Each output's depth d runs over

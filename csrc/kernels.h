@@ -206,7 +206,8 @@ void c16_pack_pointwise(int64_t k, int64_t depth, const float* weights, float* p
 
 /* Dense 3x3 convolution, stride 1 or 2 each way, padding <= 2 top and left, no dilation, one
  * group, c and k multiples of 16, C16 in and out (conv3x3_c16.c), where conv_f32 sums in
- * 32-deep blocks or dot-product tails (conv_f32_dot_tail >= 0); the epilogue as above. */
+ * 32-deep blocks or dot-product tails (conv_f32_dot_tail >= 0) and not an output under 64
+ * positions from >= 256 channels (slower there); the epilogue as above. */
 int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue);
 /* packed: conv_c16_3x3_pack's of these weights, or NULL (packed on every run). */
 accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* weights,
