@@ -36,7 +36,6 @@
 
 #include "kernels.h"
 
-void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed);
 
 /* The weights' side of the kernel: 1x1, stride 1 or 2 (both ways), no padding, no dilation, one
  * group, multiples of 16 channels. */

@@ -250,6 +250,25 @@ int conv_c16_packs(const conv_geometry* g);
 size_t conv_c16_packed_bytes(const conv_geometry* g);
 void conv_c16_pack(const conv_geometry* g, const float* weights, void* packed);
 int conv_c16_packed_matches(const conv_geometry* g, const void* packed);
+/* [k][depth] weights (k and depth multiples of 16) as the C16 kernels read them: per group of
+ * 4 blocks of 16 output channels, [depth][16 * blocks] (conv_c16.c). */
+void c16_pack_pointwise(int64_t k, int64_t depth, const float* weights, float* packed);
+
+/* Dense 3x3 convolution, stride 1 or 2 each way, padding <= 2 top and left, no dilation, one
+ * group, c and k multiples of 16, C16 in and out (conv3x3_c16.c), where conv_f32 sums in
+ * 32-deep blocks or dot-product tails (conv_f32_dot_tail >= 0) and not an output under 64
+ * positions from >= 256 channels (slower there); the epilogue as above. */
+int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue);
+/* packed: conv_c16_3x3_pack's of these weights, or NULL (packed on every run). */
+accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* weights,
+                          const void* packed, float* out, const sdp_f32* epilogue,
+                          workspace* ws, int32_t num_threads);
+/* Weights packed once for conv_c16_3x3 (accel_conv_pack_weights): FP32 3x3 weights, stride 1
+ * or 2, no dilation, one group, c and k multiples of 16 (the spatial sizes are not read). */
+int conv_c16_3x3_packs(const conv_geometry* g);
+size_t conv_c16_3x3_packed_bytes(const conv_geometry* g);
+void conv_c16_3x3_pack(const conv_geometry* g, const float* weights, void* packed);
+int conv_c16_3x3_packed_matches(const conv_geometry* g, const void* packed);
 
 /* Depthwise 3x3 convolution (groups == c == k, a multiple of 16), stride 1 or 2 both ways,
  * padding 1 top and left, no dilation, C16 in and out (dw_c16.c); the epilogue as above. */

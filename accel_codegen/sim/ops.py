@@ -333,7 +333,7 @@ class Conv:
 
     def packs(self, config: AccelConfig | str, in_c: int) -> bool:
         """Whether ``accel_conv_pack_weights`` packs this conv's weights (weights or a shape
-        suffice): INT8, FP16, Winograd mode, and FP32 1x1 weights for C16 runs."""
+        suffice): INT8, FP16, Winograd mode, and FP32 1x1 and 3x3 weights for C16 runs."""
         desc = ffi.new("accel_conv_desc*")
         self._fill(desc)
         return lib.accel_conv_pack_weights(AccelConfig.resolve(config).to_c(), desc,

@@ -147,7 +147,8 @@ static int64_t weight_count(const conv_geometry* g) {
  * (INT8 Winograd runs the direct kernel) or FP16's widened weights. */
 typedef enum packing {
   PACKING_NONE, PACKING_INT8, PACKING_FP16, PACKING_WINOGRAD,
-  PACKING_C16 /* FP32 direct 1x1 weights for the C16 kernel (conv_c16.c) */
+  PACKING_C16,    /* FP32 direct 1x1 weights for the C16 kernel (conv_c16.c) */
+  PACKING_C16_3X3 /* FP32 direct 3x3 weights for the C16 kernel (conv3x3_c16.c) */
 } packing;
 
 static packing packing_of(const accel_conv_desc* d, int32_t in_c) {
@@ -155,13 +156,16 @@ static packing packing_of(const accel_conv_desc* d, int32_t in_c) {
   if (d->mode == ACCEL_CONV_WINOGRAD) return PACKING_WINOGRAD;
   if (d->precision == ACCEL_FP16) return PACKING_FP16;
   const conv_geometry g = weight_geometry(d, in_c);
-  return d->precision == ACCEL_FP32 && conv_c16_packs(&g) ? PACKING_C16 : PACKING_NONE;
+  if (d->precision != ACCEL_FP32) return PACKING_NONE;
+  return conv_c16_packs(&g) ? PACKING_C16 : conv_c16_3x3_packs(&g) ? PACKING_C16_3X3
+                                                                    : PACKING_NONE;
 }
 
 static size_t packed_size(packing p, const conv_geometry* g) {
   return p == PACKING_INT8 ? conv_i8_packed_bytes(g)
          : p == PACKING_FP16 ? conv_f16_packed_bytes(g)
          : p == PACKING_C16  ? conv_c16_packed_bytes(g)
+         : p == PACKING_C16_3X3 ? conv_c16_3x3_packed_bytes(g)
                              : conv_winograd_packed_bytes(g);
 }
 
@@ -170,6 +174,7 @@ static int packed_matches(packing p, const accel_conv_desc* d, const conv_geomet
   return p == PACKING_INT8   ? conv_i8_packed_matches(g, packed)
          : p == PACKING_FP16 ? conv_f16_packed_matches(g, packed)
          : p == PACKING_C16  ? conv_c16_packed_matches(g, packed)
+         : p == PACKING_C16_3X3 ? conv_c16_3x3_packed_matches(g, packed)
                              : conv_winograd_packed_matches(g, d->precision == ACCEL_FP16, packed);
 }
 
@@ -245,7 +250,7 @@ static accel_status check_conv_fields(const accel_config* cfg, const accel_conv_
     if (d->weights_packed != NULL && packing_of(d, in_c) == PACKING_NONE) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "%s: weights_packed is for INT8 and FP16 weights, Winograd mode and "
-                        "FP32 1x1 weights for C16 runs, not these direct %s ones", where,
+                        "FP32 1x1 and 3x3 weights for C16 runs, not these direct %s ones", where,
                         precision_name(d->precision));
     }
   }
@@ -467,8 +472,9 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
   const packing kind = packing_of(conv, in_c);
   if (kind == PACKING_NONE) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: precision %s in direct mode: only INT8 and FP16 "
-                      "weights, Winograd mode's and FP32 1x1 weights for C16 runs (stride 1, "
-                      "no padding, one group, multiples of 16 channels) are packed", where,
+                      "weights, Winograd mode's and FP32 1x1 and 3x3 weights for C16 runs (1x1: "
+                      "stride 1, no padding; 3x3: stride 1 or 2; one group, no dilation, "
+                      "multiples of 16 channels) are packed", where,
                       precision_name(conv->precision));
   }
   st = check_conv_fields(cfg, conv, in_c, where);
@@ -500,6 +506,8 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
     conv_f16_pack(&g, conv->weights, packed);
   } else if (kind == PACKING_C16) {
     conv_c16_pack(&g, conv->weights, packed);
+  } else if (kind == PACKING_C16_3X3) {
+    conv_c16_3x3_pack(&g, conv->weights, packed);
   } else {
     conv_winograd_pack(&g, conv->weights, conv->precision == ACCEL_FP16, packed);
   }

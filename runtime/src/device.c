@@ -434,8 +434,8 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
 }
 
 /* The C16 kernel of a run, if it has one: a CONV alone, or a FUSED CONV -> SDP, whose
- * geometry and epilogue conv_c16.c, dw_c16.c or winograd_c16.c take; a PDP alone (pdp_c16.c).
- * 1: pointwise, 2: depthwise, 4: Winograd, 5: pooling, 0: none. */
+ * geometry and epilogue conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take; a PDP alone
+ * (pdp_c16.c). 1: pointwise, 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 0: none. */
 static int c16_kernel(const resolved_chain* chain) {
   const resolved_op* r = &chain->ops[0];
   if (r->op->engine == ACCEL_ENGINE_PDP)
@@ -446,6 +446,7 @@ static int c16_kernel(const resolved_chain* chain) {
   const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
   if (r->op->conv.mode == ACCEL_CONV_WINOGRAD) return conv_winograd_c16_fits(&r->conv, ep) ? 4 : 0;
   if (conv_c16_pointwise_fits(&r->conv, ep)) return 1;
+  if (conv_c16_3x3_fits(&r->conv, ep)) return 3;
   return conv_c16_depthwise_fits(&r->conv, ep) ? 2 : 0;
 }
 
@@ -485,6 +486,9 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     if (kernel == 1)
       return conv_c16_pointwise(&r->conv, input->data, r->op->conv.weights,
                                 r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
+    if (kernel == 3)
+      return conv_c16_3x3(&r->conv, input->data, r->op->conv.weights,
+                          r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
     return conv_c16_depthwise(&r->conv, input->data, r->op->conv.weights, output->data, ep,
                               &dev->ws, threads);
   }

@@ -1,8 +1,9 @@
 """Channel-blocked (C16) fp32 tensors: every run gives, bit for bit, what it gives on NCHW data,
-whether a C16 kernel runs it (1x1 at stride 1 or 2 and depthwise 3x3 convolutions, with their
-SDP fused; pooling: test_c16_pool.py) or the runtime converts around the NCHW kernels
-(everything else, and any run an observer watches), at 1-3 threads; the cost does not depend
-on the layout; and a bad layout is refused by name."""
+whether a C16 kernel runs it (1x1 at stride 1 or 2, depthwise 3x3 and dense 3x3 convolutions,
+with their SDP fused; the dense 3x3 in test_c16_conv3x3.py, Winograd mode in
+test_c16_winograd.py, pooling in test_c16_pool.py) or the runtime converts around the NCHW
+kernels (everything else, and any run an observer watches), at 1-3 threads; the cost does not
+depend on the layout; and a bad layout is refused by name."""
 import numpy as np
 import pytest
 
@@ -139,12 +140,13 @@ def test_c16_kernels_do_not_depend_on_the_thread_count(rng, threads):
 
 
 def test_runs_without_a_c16_kernel_are_converted_around(rng):
-    """A dense 3x3 convolution, an SDP alone with an operand, an independent CONV -> SDP and
+    """A dilated 3x3 convolution, an SDP alone with an operand, an independent CONV -> SDP and
     a PDP after a 1x1 CONV have no C16 kernel: the same bits through conversions."""
     x = _data(rng, (2, 32, 12, 10))
     bn = _epilogue("bn_relu", rng, 32, None)
     chains = [
-        ([Conv(_data(rng, (32, 32, 3, 3)), padding=(1, 1, 1, 1)), bn], "fused"),
+        ([Conv(_data(rng, (32, 32, 3, 3)), padding=(2, 2, 2, 2), dilation=(2, 2)), bn],
+         "fused"),
         ([_epilogue("scale_add_relu", rng, 32, (2, 32, 12, 10))], "fused"),
         ([Conv(_data(rng, (32, 32, 1, 1))), bn], "independent"),
         ([Conv(_data(rng, (32, 32, 1, 1))), bn, Pool("avg", kernel=(2, 2), stride=(2, 2))],
@@ -161,7 +163,7 @@ def test_weights_packed_for_c16_runs_give_the_same_bits(rng):
     conv = Conv(_data(rng, (80, 48, 1, 1)))
     packed = conv.packed_for("nv_full")
     assert packed.packed is not None and conv.packs("nv_full", 48)
-    assert not Conv(_data(rng, (16, 48, 3, 3))).packs("nv_full", 48)
+    assert not Conv(_data(rng, (16, 48, 5, 5))).packs("nv_full", 48)
     bn = _epilogue("bn_relu", rng, 80, None)
     expected = _same_either_way([conv, bn], x)
     assert_same(_same_either_way([packed, bn], x), expected)

@@ -21,7 +21,8 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   "test_bdma_engine.py", "test_device_runs.py", "test_validation.py",
                   "test_cost_model.py", "test_hardening_sim.py", "test_properties.py",
                   "test_lut.py", "test_cdp_engine.py", "test_conv_amx.py",
-                  "test_c16_layout.py", "test_c16_winograd.py", "test_c16_pool.py"]
+                  "test_c16_layout.py", "test_c16_winograd.py", "test_c16_pool.py",
+                  "test_c16_conv3x3.py"]
 
 
 def _run(cmd, **kwargs):

@@ -230,7 +230,8 @@ def test_packed_weights_must_match_their_conv():
         conv.pack("nv_full", in_c=0)
     with pytest.raises(AccelInvalidError,
                        match="weights_packed is for INT8 and FP16 weights, Winograd mode and "
-                             "FP32 1x1 weights for C16 runs, not these direct fp32 ones"):
+                             "FP32 1x1 and 3x3 weights for C16 runs, not these direct fp32 "
+                             "ones"):
         DEVICE.run([Conv(W, padding=1, packed=packed), Sdp()], X)
     with pytest.raises(AccelInvalidError, match="fp32 in direct mode: only INT8 and FP16 weights"):
         Conv(W, padding=1).pack("nv_full")

@@ -286,10 +286,11 @@ typedef struct accel_conv_desc {
   int32_t in_zero;           /* INT8: the input's zero point (-128..127); the sum runs over
                               * (in - in_zero), so padding reads as in_zero. 0 otherwise */
   const void* weights_packed;/* INT8, FP16, Winograd mode and FP32 1x1 (stride 1 or 2, no
-                              * padding, one group, multiples of 16 channels), optional:
+                              * padding) or 3x3 (stride 1 or 2, no dilation), one group,
+                              * multiples of 16 channels, optional:
                               * accel_conv_pack_weights() of these weights for this conv (NVDLA
                               * reads weights its compiler pre-formatted); NULL: the kernel
-                              * packs (INT8, FP32 1x1 in a C16 run), widens (FP16) or
+                              * packs (INT8, FP32 1x1 / 3x3 in a C16 run), widens (FP16) or
                               * pre-transforms (Winograd) them on every run. An NCHW FP32 run
                               * reads the weights as they are. */
   /* ABI 3 */
@@ -764,8 +765,9 @@ accel_status accel_estimate_chains(const accel_config* cfg, const accel_chain* c
  * (accel_conv_desc.weights_packed): INT8 in the kernel's layout (Winograd too: it runs the
  * direct kernel), FP16 widened to fp32, FP32 and FP16 in WINOGRAD mode pre-transformed (G g G^T
  * per kernel and folded channel, rounded to half for FP16: accel_conv_mode), as NVDLA's
- * compiler does once per network; direct FP32 1x1 weights (stride 1 or 2, no padding, one
- * group, multiples of 16 channels) in the layout of the C16 kernel (accel_layout). Other direct FP32
+ * compiler does once per network; direct FP32 1x1 weights (stride 1 or 2, no padding) and 3x3
+ * weights (stride 1 or 2, no dilation), one group, multiples of 16 channels, in the layout of
+ * the C16 kernels (accel_layout). Other direct FP32
  * weights are not packed (ACCEL_ERR_INVALID).
  * packed NULL: *packed_bytes receives the size needed. Otherwise packs conv->weights (which
  * must hold out_c x in_c/groups x kernel_h x kernel_w values: the library cannot see their

@@ -1,0 +1,471 @@
+/* conv3x3_c16.c - the CONV engine's dense 3x3 convolution on channel-blocked (C16) fp32
+ * activations, stride 1 or 2 each way.
+ *
+ * Input [n][c/16][h][w][16], output [n][k/16][oh][ow][16]. Weights [k][c][3][3], which are
+ * [k][9c], packed as the 1x1 kernel packs [k][c] (c16_pack_pointwise with depth 9c): per group
+ * of 4 blocks of 16 output channels, [9c][16 * blocks], depth d = (c * 3 + r) * 3 + s; packed
+ * once at load (conv_c16_3x3_pack, accel_conv_pack_weights) or per call into WS_C16_WEIGHTS.
+ *
+ * Loops (the study examples/nchw16c_study/conv3x3.c, its whole-depth mode): the input is first
+ * copied, per image and block of 16 channels, into a zero-padded plane of the rows and columns
+ * the outputs read (WS_C16_WEIGHTS, after the packed weights); items are (image, group of 4
+ * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
+ * own outputs; in an item, per output row, tiles: a micro-kernel of NP positions x NB blocks
+ * (up to 7 x 2 at stride 1, 6 x 4 at stride 2; up to 24 accumulators), per tap NB weight
+ * vector loads and NP broadcasts, the 9 taps of a channel unrolled, the whole depth per tile
+ * (the group's weights stream from L2). The running totals of the 32-deep blocks stay in the
+ * output tile; the one-pass epilogue is applied in registers before the last store.
+ * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
+ * where the kernel measured slower than conv_f32 at >= 256 input channels and fits refuses
+ * (slower_than_nchw, docs/kernels.md).
+ *
+ * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the
+ * implicit GEMM or the packed panels: both sum the same way). Each output's depth d runs over
+ * (c, r, s); it is summed in blocks of 32 consecutive d, each from zero with one fmadd per d in
+ * order (a last, shorter block when 9c % 32 != 0), the block sums added in order to a running
+ * total; then the epilogue as conv_f32.c's ep_vec. Padding taps do their fmadd with a +0 read
+ * from the padded copy, as conv_f32's padded copy and panels do (so even a non-finite weight
+ * gives conv_f32's NaN there). Where conv_f32's packed path sums dot products along the depth
+ * instead (conv_f32_dot_tail: an image's last ohw % 16 <= 8 positions, every position when
+ * ohw <= 8), those positions are summed in its order (tail_item): lane l of 16 takes depths
+ * l, l + 16, ... by one fmadd each, then _mm512_reduce_add_ps. Results do not depend on the
+ * thread count or the strips. Where conv_f32 takes another path (BLAS: a batch of 1x1 planes,
+ * no AVX-512) fits refuses the geometry, and the run is converted around.
+ */
+#include <stdint.h>
+#include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#include "kernels.h"
+
+/* conv_c16_3x3_pack's buffer: this header, then c16_pack_pointwise's floats. */
+enum { C3_PACK_HEADER = 64, C3_PACK_MAGIC = 0x33363143 /* "C163" */ };
+typedef struct c3_pack_header {
+  int32_t magic, k, c;
+} c3_pack_header;
+
+static int geometry_fits(const conv_geometry* g) {
+  return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h >= 1 && g->stride_h <= 2 &&
+         g->stride_w >= 1 && g->stride_w <= 2 && g->dilation_h == 1 && g->dilation_w == 1 &&
+         g->groups == 1 && g->c > 0 && g->k > 0 && g->c % 16 == 0 && g->k % 16 == 0;
+}
+
+#ifdef __AVX512F__
+
+#define C3_TILE 6   /* output positions per micro-tile, along a row */
+#define C3_GROUP 4  /* blocks of 16 output channels per group */
+#define C3_STRIP 4  /* output rows per item */
+
+static inline int64_t group_blocks(int64_t k, int64_t g) {
+  const int64_t left = k / 16 - g * C3_GROUP;
+  return left < C3_GROUP ? left : C3_GROUP;
+}
+
+/* The one-pass epilogue of a group (conv_c16.c's, in ep_vec's order). */
+typedef struct c3_ep {
+  const float* scale;   /* at the group's first channel, or NULL */
+  const float* shift;   /* likewise, or NULL */
+  const float* operand; /* the ADD operand at the tile's output offset, or NULL */
+  accel_activation act;
+  float lo, hi;
+} c3_ep;
+
+static inline __attribute__((always_inline)) __m512 ep_apply(const c3_ep* e, __m512 t, int q,
+                                                             const float* operand) {
+  if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16));
+  if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16));
+  if (operand != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(operand));
+  if (e->act == ACCEL_ACT_RELU) {
+    t = _mm512_max_ps(_mm512_setzero_ps(), t);
+  } else if (e->act == ACCEL_ACT_CLIP) {
+    t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);
+    t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);
+  }
+  return t;
+}
+
+/* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
+
+#define DECL(p) __m512 a##p##_0, a##p##_1, a##p##_2, a##p##_3;
+#define ZERO1(p, q) if (NB > q) a##p##_##q = _mm512_setzero_ps();
+#define ZERO(p) \
+  if (NP > p) { ZERO1(p, 0) ZERO1(p, 1) ZERO1(p, 2) ZERO1(p, 3) }
+#define FMA1(p, q) if (NB > q) a##p##_##q = _mm512_fmadd_ps(w##q, b, a##p##_##q);
+#define FMA(p)                                                  \
+  if (NP > p) {                                                 \
+    const __m512 b = _mm512_set1_ps(ib[(p * ST + s) * 16]);     \
+    FMA1(p, 0) FMA1(p, 1) FMA1(p, 2) FMA1(p, 3)                 \
+  }
+#define LDADD1(p, q) \
+  if (NB > q) a##p##_##q = _mm512_add_ps(_mm512_loadu_ps(out + q * os + p * 16), a##p##_##q);
+#define LDADD(p) \
+  if (NP > p) { LDADD1(p, 0) LDADD1(p, 1) LDADD1(p, 2) LDADD1(p, 3) }
+#define ST1(p, q) if (NB > q) _mm512_storeu_ps(out + q * os + p * 16, a##p##_##q);
+#define ST(p) \
+  if (NP > p) { ST1(p, 0) ST1(p, 1) ST1(p, 2) ST1(p, 3) }
+#define EPI1(p, q)                                                                           \
+  if (NB > q)                                                                                \
+    _mm512_storeu_ps(out + q * os + p * 16,                                                  \
+                     ep_apply(e, a##p##_##q, q,                                              \
+                              e->operand != NULL ? e->operand + q * os + p * 16 : NULL));
+#define EPI(p) \
+  if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
+#define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+
+/* in: the tile's first position's tap (0, 0) in channel block 0 of the padded copy (channel
+ * blocks cbs apart, rows rs apart, positions ST columns apart); w: the packed weights of the
+ * tile's first block ([9c] rows, ld apart); out: the tile's outputs (blocks os apart); e: the
+ * epilogue, or NULL. NB * NP <= 24 accumulators. */
+static inline __attribute__((always_inline)) void kbody(const int NP, const int NB, const int ST,
+                                                        int64_t c, const float* in, int64_t cbs,
+                                                        int64_t rs, const float* w, int64_t ld,
+                                                        float* out, int64_t os,
+                                                        const c3_ep* e) {
+  ALLP(DECL)
+  ALLP(ZERO)
+  int first = 1;
+  int64_t d = 0, dn = 32;
+  const int64_t de = c * 9;
+  for (int64_t ci = 0; ci < c; ++ci) {
+    const float* ic = in + (ci >> 4) * cbs + (ci & 15);
+    const float* wc = w + ci * 9 * ld;
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; ++r) {
+      const float* ib = ic + r * rs;
+#pragma GCC unroll 3
+      for (int s = 0; s < 3; ++s) {
+        const float* wb = wc + (r * 3 + s) * ld;
+        const __m512 w0 = _mm512_load_ps(wb);
+        const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + 16) : w0;
+        const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + 32) : w0;
+        const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + 48) : w0;
+        ALLP(FMA)
+        if (__builtin_expect(++d == dn, 0) && d < de) { /* a 32-deep block ends */
+          if (first) {
+            first = 0;
+          } else {
+            ALLP(LDADD)
+          }
+          ALLP(ST)
+          ALLP(ZERO)
+          dn += 32;
+        }
+      }
+    }
+  }
+  if (!first) { ALLP(LDADD) }
+  if (e != NULL) {
+    ALLP(EPI)
+  } else {
+    ALLP(ST)
+  }
+}
+
+typedef void (*kfn)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
+                    int64_t, const c3_ep*);
+#define KDEF(N, B, S)                                                                      \
+  static void k##N##_##B##_##S(int64_t c, const float* in, int64_t cbs, int64_t rs,        \
+                               const float* w, int64_t ld, float* out, int64_t os,         \
+                               const c3_ep* e) {                                           \
+    kbody(N, B, S, c, in, cbs, rs, w, ld, out, os, e);                                     \
+  }
+#define KROW(B, S) \
+  KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) KDEF(6, B, S)
+KROW(1, 1) KROW(2, 1) KROW(4, 1) KROW(1, 2) KROW(2, 2) KROW(4, 2)
+KDEF(7, 1, 1) KDEF(7, 2, 1) KDEF(7, 1, 2) KDEF(7, 2, 2)
+#define KTAB(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
+                   k6_##B##_##S
+/* ktab[stride - 1][NB / 2]: up to 7 positions of 1 or 2 blocks, 6 of 4 blocks */
+static const kfn ktab[2][3][8] = {
+    {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), k7_2_1}, {KTAB(4, 1)}},
+    {{KTAB(1, 2), k7_1_2}, {KTAB(2, 2), k7_2_2}, {KTAB(4, 2)}}};
+
+/* ---- the job ---- */
+
+typedef struct c3_job {
+  const conv_geometry* g;
+  const float* in;
+  const float* weights; /* [k][9c] as given: the tail reads its rows */
+  float* packed;
+  float* copy;          /* the padded input: [n][c/16][hp][wp][16] */
+  const int64_t* tap;   /* the tail's depths' offsets from a position's tap (0, 0) */
+  float* cols;          /* the tail positions' columns: per participant, TAIL_MAX x 9c */
+  float* out;
+  const sdp_f32* ep;    /* one-pass, or NULL */
+  int64_t hp, wp, ohw, groups, strips, tail;
+  int pairs; /* tiles of 2 blocks (else 4): at stride 1, where they measured faster (64 ->
+              * 64 on 56x56 1.02-1.03x -> 1.16x the NCHW kernel's speed, 256 -> 256 on 14x14
+              * 1.03-1.04x -> 1.08-1.10x; at stride 2 0.75-1.10x against 0.79-1.15x) */
+} c3_job;
+
+static void pack_item(void* ctx, int64_t item, int participant) {
+  const c3_job* J = ctx;
+  (void)participant;
+  const int64_t depth = 9 * (int64_t)J->g->c, k0 = item * C3_GROUP * 16;
+  const int64_t kn = J->g->k - k0 < C3_GROUP * 16 ? J->g->k - k0 : C3_GROUP * 16;
+  c16_pack_pointwise(kn, depth, J->weights + k0 * depth, J->packed + k0 * depth);
+}
+
+/* Item = (image, block of 16 input channels): its plane, zero-padded. */
+static void copy_item(void* ctx, int64_t item, int participant) {
+  const c3_job* J = ctx;
+  (void)participant;
+  const conv_geometry* g = J->g;
+  const int64_t H = g->h, W = g->w, hp = J->hp, wp = J->wp;
+  const float* src = J->in + item * H * W * 16;
+  float* dst = J->copy + item * hp * wp * 16;
+  int64_t x0 = g->pad_left, x1 = W + g->pad_left; /* the padded columns that hold input */
+  if (x1 > wp) x1 = wp;
+  if (x0 > x1) x0 = x1;
+  for (int64_t i = 0; i < hp; ++i) {
+    float* row = dst + i * wp * 16;
+    const int64_t iy = i - g->pad_top;
+    if (iy < 0 || iy >= H || x0 == x1) {
+      memset(row, 0, (size_t)(wp * 16) * sizeof(float));
+      continue;
+    }
+    memset(row, 0, (size_t)(x0 * 16) * sizeof(float));
+    memcpy(row + x0 * 16, src + (iy * W + x0 - g->pad_left) * 16,
+           (size_t)((x1 - x0) * 16) * sizeof(float));
+    memset(row + x1 * 16, 0, (size_t)((wp - x1) * 16) * sizeof(float));
+  }
+}
+
+/* _mm512_reduce_add_ps of 16 lane sums, for 16 channels at once: lane[l] holds lane l of
+ * each channel's dot product. GCC's order (avx512fintrin.h): the upper 8 lanes added to the
+ * lower 8, then 4 to 4, then lanes 0 + 2 and 1 + 3, then those two. */
+static inline __attribute__((always_inline)) __m512 lanes_reduced(const __m512 lane[16]) {
+  __m512 t3[8], t6[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) t3[i] = _mm512_add_ps(lane[8 + i], lane[i]);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[4 + i], t3[i]);
+  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
+}
+
+/* The group's outputs at positions [ohw - tail, ohw) of image img summed as conv_f32's dot
+ * products (dot_body): per position and block of 16 output channels, 16 lane sums (lane l:
+ * depths l, l + 16, ..., one fmadd each) reduced as _mm512_reduce_add_ps; then the epilogue.
+ * The weights are the packed ones, in cache from the group's blocks (the rows as given would
+ * come from memory: 512 -> 512 on 7x7 read all 9.4 MB of them for its one tail position), in
+ * chunks of TAIL_CHUNK depths that stay in L1 while every position and block passes over them
+ * (a pass per block straight from L2 took 11 % of 512 -> 512 on 7x7); the lane sums wait in
+ * `lanes` between chunks. */
+enum { TAIL_MAX = 8, TAIL_CHUNK = 64 }; /* conv_f32's TMAX; depths of 16 KB of weights */
+static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c3_ep* e,
+                      const float* operand, int participant) {
+  const conv_geometry* g = J->g;
+  const int64_t c = g->c, depth = 9 * c, ow = g->out_w, ohw = J->ohw, t0 = ohw - J->tail;
+  const int64_t nb = group_blocks(g->k, grp), ld = nb * 16;
+  const float* w = J->packed + grp * C3_GROUP * 16 * depth;
+  const float* plane = J->copy + img * (c / 16) * J->hp * J->wp * 16;
+  float* cols = J->cols + (int64_t)participant * TAIL_MAX * depth;
+  float* out = J->out + (img * g->k + grp * C3_GROUP * 16) * ohw;
+  float lanes[TAIL_MAX * C3_GROUP * 16 * 16] __attribute__((aligned(64)));
+  memset(lanes, 0, (size_t)(J->tail * nb * 16 * 16) * sizeof(float));
+  for (int64_t t = 0; t < J->tail; ++t) {
+    const float* at =
+        plane + (((t0 + t) / ow) * g->stride_h * J->wp + ((t0 + t) % ow) * g->stride_w) * 16;
+    for (int64_t dd = 0; dd < depth; ++dd) cols[t * depth + dd] = at[J->tap[dd]];
+  }
+  for (int64_t c0 = 0; c0 < depth; c0 += TAIL_CHUNK) {
+    const int64_t c1 = c0 + TAIL_CHUNK < depth ? c0 + TAIL_CHUNK : depth;
+    for (int64_t t = 0; t < J->tail; ++t)
+      for (int64_t q = 0; q < nb; ++q) {
+        float* lq = lanes + (t * nb + q) * 256;
+        __m512 lane[16];
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
+        for (int64_t d0 = c0; d0 < c1; d0 += 16) {
+#pragma GCC unroll 16
+          for (int l = 0; l < 16; ++l)
+            lane[l] = _mm512_fmadd_ps(_mm512_load_ps(w + (d0 + l) * ld + q * 16),
+                                      _mm512_set1_ps(cols[t * depth + d0 + l]), lane[l]);
+        }
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l) _mm512_store_ps(lq + l * 16, lane[l]);
+      }
+  }
+  for (int64_t t = 0; t < J->tail; ++t)
+    for (int64_t q = 0; q < nb; ++q) {
+      const float* lq = lanes + (t * nb + q) * 256;
+      __m512 lane[16];
+#pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
+      __m512 v = lanes_reduced(lane);
+      const int64_t at = q * ohw * 16 + (t0 + t) * 16;
+      if (e != NULL) v = ep_apply(e, v, (int)q, operand != NULL ? operand + at : NULL);
+      _mm512_storeu_ps(out + at, v);
+    }
+}
+
+/* Item = (image, group, strip of output rows), strips innermost: the items that follow each
+ * other share the group's weights (2.4 MB for 256 -> 256, more than L2: with groups innermost
+ * each strip fetched them again, 256 -> 256 on 14x14 1.75 -> 1.6 ms). */
+static void conv_item(void* ctx, int64_t item, int participant) {
+  const c3_job* J = ctx;
+  const conv_geometry* g = J->g;
+  const int64_t c = g->c, k = g->k, ow = g->out_w, ohw = J->ohw, os = ohw * 16;
+  const int64_t strip = item % J->strips, grp = (item / J->strips) % J->groups,
+                img = item / (J->groups * J->strips);
+  const int64_t nb = group_blocks(k, grp);
+  const int64_t y0 = strip * C3_STRIP,
+                y1 = y0 + C3_STRIP < g->out_h ? y0 + C3_STRIP : g->out_h;
+  const int64_t cbs = J->hp * J->wp * 16, rs = J->wp * 16;
+  const float* in = J->copy + img * (c / 16) * cbs;
+  float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
+  const float* w = J->packed + grp * C3_GROUP * 16 * 9 * c;
+  const sdp_f32* ep = J->ep;
+  c3_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  const float* operand = NULL;
+  if (ep != NULL) {
+    e.scale = ep->scale != NULL ? ep->scale + grp * C3_GROUP * 16 : NULL;
+    e.shift = ep->shift != NULL ? ep->shift + grp * C3_GROUP * 16 : NULL;
+    e.act = ep->act;
+    e.lo = ep->clip_min;
+    e.hi = ep->clip_max;
+    if (ep->ew_op == ACCEL_EW_ADD) operand = ep->ew_operand + (img * k + grp * C3_GROUP * 16) * ohw;
+  }
+  /* Row by row, tiles of up to 6 positions x 4 blocks or 7 x 2 (`pairs`): a 2-block tile
+   * takes 2 weight vectors per 14 FMAs, not 4 per 24, from L2 */
+  const int pairs = J->pairs;
+  const int64_t tile = pairs ? C3_TILE + 1 : C3_TILE, step = pairs ? 2 : C3_GROUP;
+  const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
+  for (int64_t y = y0; y < y1; ++y) {
+    int64_t xe = blocked - y * ow; /* the row's blocked positions: [0, xe) */
+    if (xe > ow) xe = ow;
+    if (xe <= 0) continue;
+    const int64_t tiles = (xe + tile - 1) / tile;
+    const float* row = in + y * g->stride_h * rs;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
+      for (int64_t q = 0; q < nb; q += step) {
+        const int64_t qn = nb - q < step ? nb - q : step;
+        c3_ep eq = e;
+        if (eq.scale != NULL) eq.scale += q * 16;
+        if (eq.shift != NULL) eq.shift += q * 16;
+        eq.operand = operand != NULL ? operand + q * os + at : NULL;
+        const kfn kf = qn == 3 ? NULL : ktab[g->stride_w - 1][qn / 2][x1 - x0];
+        if (kf != NULL) {
+          kf(c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16, nb * 16, out + q * os + at,
+             os, ep != NULL ? &eq : NULL);
+        } else { /* 3 blocks: 2 and 1 */
+          ktab[g->stride_w - 1][1][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16,
+                                            nb * 16, out + q * os + at, os,
+                                            ep != NULL ? &eq : NULL);
+          if (eq.scale != NULL) eq.scale += 32;
+          if (eq.shift != NULL) eq.shift += 32;
+          if (eq.operand != NULL) eq.operand += 2 * os;
+          ktab[g->stride_w - 1][0][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs,
+                                            w + (q + 2) * 16, nb * 16, out + (q + 2) * os + at,
+                                            os, ep != NULL ? &eq : NULL);
+        }
+      }
+    }
+  }
+  if (J->tail > 0 && y1 == g->out_h) {
+    e.operand = NULL;
+    tail_item(J, img, grp, ep != NULL ? &e : NULL, operand, participant);
+  }
+}
+
+/* Where the kernel measured slower than conv_f32 (docs/kernels.md): outputs of fewer than 64
+ * positions (padding taps 18 % of a 7x7 plane's FMAs) from 256 or more input channels (a
+ * group's 0.6-1.2 MB of weights streamed from L2 for every tile), 0.67-0.96x on ResNet's 7x7
+ * layers; the run is converted around instead (0.1 MB each way). */
+static int slower_than_nchw(const conv_geometry* g) {
+  return (int64_t)g->out_h * g->out_w < 64 && g->c >= 256;
+}
+
+int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue) {
+  return geometry_fits(g) && conv_f32_dot_tail(g) >= 0 && !slower_than_nchw(g) &&
+         g->pad_top <= 2 &&
+         g->pad_left <= 2 && g->out_h > 0 && g->out_w > 0 && g->pixel_bytes == 0 &&
+         (epilogue == NULL ||
+          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
+           (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
+}
+
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* weights,
+                          const void* prepacked, float* out, const sdp_f32* epilogue,
+                          workspace* ws, int32_t num_threads) {
+  const int64_t ohw = (int64_t)g->out_h * g->out_w;
+  if (ohw == 0 || g->n == 0) return ACCEL_OK;
+  if (num_threads < 1) num_threads = 1;
+  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  const int64_t depth = 9 * (int64_t)g->c;
+  const int64_t hp = (int64_t)(g->out_h - 1) * g->stride_h + 3;
+  const int64_t wp = (int64_t)(g->out_w - 1) * g->stride_w + 3;
+  const int64_t tail = conv_f32_dot_tail(g);
+  const int64_t groups = (g->k + C3_GROUP * 16 - 1) / (C3_GROUP * 16);
+  const int64_t strips = (g->out_h + C3_STRIP - 1) / C3_STRIP;
+  const int64_t items = (int64_t)g->n * strips * groups;
+  const int nth = (int)(items < num_threads ? items : num_threads);
+  /* WS_C16_WEIGHTS: the packed weights (unless prepacked), the padded copy, the tail's depth
+   * offsets and columns */
+  const size_t wbytes = prepacked != NULL ? 0 : round64((size_t)(g->k * depth) * sizeof(float));
+  const int64_t copy_floats = (int64_t)g->n * (g->c / 16) * hp * wp * 16;
+  const size_t cbytes = round64((size_t)copy_floats * sizeof(float));
+  const size_t tbytes = tail > 0 ? round64((size_t)depth * sizeof(int64_t)) : 0;
+  const size_t lbytes = tail > 0 ? (size_t)(nth * TAIL_MAX * depth) * sizeof(float) : 0;
+  char* base = workspace_get(ws, WS_C16_WEIGHTS, wbytes + cbytes + tbytes + lbytes);
+  if (base == NULL) return ACCEL_ERR_NO_MEMORY;
+  int64_t* tap = (int64_t*)(base + wbytes + cbytes);
+  c3_job J = {g, in, weights,
+              prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
+                                : (float*)base,
+              (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
+              epilogue, hp, wp, ohw, groups, strips, tail, g->stride_w == 1};
+  if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
+    for (int64_t dd = 0; dd < depth; ++dd) {
+      const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
+      tap[dd] = (ci / 16) * hp * wp * 16 + (r * wp + s) * 16 + ci % 16;
+    }
+  const int64_t setup = (int64_t)g->n * (g->c / 16);
+  pool_for(setup < num_threads ? (int)setup : num_threads, setup, copy_item, &J);
+  if (prepacked == NULL) pool_for(groups < num_threads ? (int)groups : num_threads, groups,
+                                  pack_item, &J);
+  pool_for(nth, items, conv_item, &J);
+  return ACCEL_OK;
+}
+
+#else /* no AVX-512: no C16 kernel (the run is converted around) */
+
+int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue) {
+  (void)g;
+  (void)epilogue;
+  return 0;
+}
+
+accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* weights,
+                          const void* prepacked, float* out, const sdp_f32* epilogue,
+                          workspace* ws, int32_t num_threads) {
+  (void)g, (void)in, (void)weights, (void)prepacked, (void)out, (void)epilogue, (void)ws,
+      (void)num_threads;
+  return ACCEL_ERR_UNSUPPORTED; /* never called: fits is 0 */
+}
+
+#endif
+
+int conv_c16_3x3_packs(const conv_geometry* g) { return geometry_fits(g); }
+
+size_t conv_c16_3x3_packed_bytes(const conv_geometry* g) {
+  return C3_PACK_HEADER + (size_t)g->k * g->c * 9 * sizeof(float);
+}
+
+void conv_c16_3x3_pack(const conv_geometry* g, const float* weights, void* packed) {
+  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c};
+  memset(packed, 0, C3_PACK_HEADER);
+  memcpy(packed, &h, sizeof h);
+  c16_pack_pointwise(g->k, 9 * (int64_t)g->c, weights, (float*)((char*)packed + C3_PACK_HEADER));
+}
+
+int conv_c16_3x3_packed_matches(const conv_geometry* g, const void* packed) {
+  c3_pack_header h;
+  memcpy(&h, packed, sizeof h);
+  return h.magic == C3_PACK_MAGIC && h.k == g->k && h.c == g->c;
+}
