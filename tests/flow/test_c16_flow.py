@@ -231,3 +231,46 @@ def test_a_c16_input_with_a_narrow_operand_runs_nchw_out():
     (project,) = [line for line in _run_lines(source) if "accel.conv2d_bn_add" in line]
     assert project.endswith("ACCEL_LAYOUT_C16, ACCEL_LAYOUT_NCHW) != 0) return -1;"), project
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
+
+
+class CrossCorrelation(torch.nn.Module):
+    """A Siamese tracker's head: the template's features (separable layers, C16-able) are the
+    weights of the conv over the search image's features, which read them as NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        self.template = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, 1, 1), torch.nn.ReLU(),
+                                            *_separable(32, 32, 1), *_separable(32, 32, 1))
+        self.search = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, 1, 1), torch.nn.ReLU())
+
+    def forward(self, z, x):
+        return torch.nn.functional.conv2d(self.search(x), self.template(z))
+
+
+class ConcatAfterC16(torch.nn.Module):
+    """A concat whose second source is a C16-able tensor: the copies read it NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, 1, 1), torch.nn.ReLU())
+        self.body = torch.nn.Sequential(*_separable(32, 64, 1), *_separable(64, 64, 1))
+        self.other = torch.nn.Conv2d(3, 16, 3, 1, 1)
+        self.head = torch.nn.Conv2d(80, 16, 3, 1, 1)
+
+    def forward(self, x):
+        return self.head(torch.cat([self.other(x), self.body(self.stem(x))], 1))
+
+
+def test_a_tensor_read_as_weights_or_copied_stays_nchw(monkeypatch):
+    cases = [(CrossCorrelation, (torch.randn(1, 3, 3, 3), torch.randn(1, 3, 24, 24))),
+             (ConcatAfterC16, (torch.randn(1, 3, 40, 40),))]
+    for make, inputs in cases:
+        torch.manual_seed(6)
+        model = make().eval()
+        mod, params = frontend.from_pytorch(model, inputs)
+        blocked = build_and_run(ac.partition_for_accel(mod, params), *inputs)
+        assert_close(blocked, torch_forward(model, *inputs), rtol=RTOL)
+        with monkeypatch.context() as m:
+            m.setattr(layouts, "plan_layouts", lambda *args: set())
+            plain = build_and_run(ac.partition_for_accel(mod, params), *inputs)
+        assert_same(blocked, plain)

@@ -12,8 +12,9 @@ C16 for the readers that have one (an image's first conv, ResNet's stem and max 
 
 A C16 tensor is one run's output read by other runs inside the function (not a function input
 or output, not a constant: the constant pool holds those NCHW), fp32 with a multiple of 16
-channels and more than one position, and no run that touches it copies (BDMA) or reads it as
-another shape (a dense layer's flattened input). An element-wise operand is in the layout of
+channels and more than one position, and no run that touches it copies (BDMA), reads it as
+another shape (a dense layer's flattened input) or as anything but its data or element-wise
+operand (a conv's computed weights). An element-wise operand is in the layout of
 its run's output, so a run's operand and output are C16 together or not at all.
 """
 from __future__ import annotations
@@ -56,6 +57,9 @@ class _Run:
                  output: relax.Var, native: bool, convertible: bool, mode: str):
         self.layer, self.data, self.operand, self.output = layer, data, operand, output
         self.native, self.convertible, self.mode = native, convertible, mode
+        # tensors its call reads otherwise (a conv's computed weights, a concat's other
+        # sources): as they are, NCHW
+        self.others: List[relax.Var] = []
 
     def tensors(self) -> List[relax.Var]:
         return [v for v in (self.data, self.operand, self.output) if v is not None]
@@ -118,11 +122,14 @@ def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
             return _Run(layer, data, operand, output, native, convertible,
                         modes.get("mode", "direct"))
 
+        first = len(runs)
         if layer.branch is not None:
             runs.append(run(layer.branch, run_key(index, i, "a"), layer.sdp.operand))
             runs.append(run(layer, run_key(index, i, "b"), binding.var))
         else:
             runs.append(run(layer, run_key(index, i), binding.var))
+        read = {t for r in runs[first:] for t in (r.data, r.operand)}
+        runs[-1].others = [a for a in args if isinstance(a, relax.Var) and a not in read]
     return runs
 
 
@@ -138,8 +145,9 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
         for t in r.tensors():
             touching.setdefault(t, []).append(r)
     written = {r.output for r in runs}
+    others = {t for r in runs for t in r.others}
     candidates = {t for t, rs in touching.items()
-                  if t in written and t not in outputs and _blockable(t) and
+                  if t in written and t not in outputs and t not in others and _blockable(t) and
                   all(r.convertible for r in rs)}
     changed = True
     while changed:  # an operand and its run's output: C16 together or not at all
