@@ -157,70 +157,108 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
                 candidates.discard(r.operand)
                 candidates.discard(r.output)
                 changed = True
-    chosen = [r for r in runs if r.native and all(t in candidates for t in r.tensors())]
-    return _blocked(runs, _best(runs, chosen))
+    return _Plan(runs, candidates).best()
 
 
-def _blocked(runs: List[_Run], chosen: List[_Run]) -> Set[relax.Var]:
-    """The C16 tensors when ``chosen`` run C16: theirs, and the operand or output of any other
-    run whose output or operand is C16 (the two agree; both are candidates, by the rule above)."""
-    blocked = {t for r in chosen for t in r.tensors()}
-    changed = True
-    while changed:
-        changed = False
+class _Plan:
+    """The choice of runs that run C16, as a greedy descent from every native run whose
+    tensors can all be C16: drop the run, or the group of C16 runs linked by their tensors,
+    whose removal lowers the cost most, until none does.
+
+    Tensors that must share a layout (a run's operand and output) form classes; a class is C16
+    while a chosen run touches it, and every other run that touches it converts its tensors in
+    it. Per class: ``total`` bytes that all runs touch, ``chosen`` bytes that chosen runs touch
+    and ``holders`` the number of chosen runs touching it; so a drop's change in cost is local
+    to the classes the dropped runs touch (the descent is quadratic in the runs, not cubic)."""
+
+    def __init__(self, runs: List[_Run], candidates: Set[relax.Var]):
+        parent = {t: t for t in candidates}
+
+        def root(t):
+            while parent[t] is not t:
+                parent[t] = parent[parent[t]]
+                t = parent[t]
+            return t
+
         for r in runs:
-            if r.operand is not None and (r.operand in blocked) != (r.output in blocked):
-                blocked.update((r.operand, r.output))
-                changed = True
-    return blocked
+            if r.operand in candidates:  # then its output too (the rule above)
+                parent[root(r.operand)] = root(r.output)
+        self.members: Dict[relax.Var, List[relax.Var]] = {}
+        for t in candidates:
+            self.members.setdefault(root(t), []).append(t)
+        self.touches: Dict[int, Dict[relax.Var, int]] = {}  # run -> class -> bytes
+        self.total: Dict[relax.Var, int] = {}
+        for r in runs:
+            touched: Dict[relax.Var, int] = {}
+            for t in r.tensors():
+                if t in candidates:
+                    touched[root(t)] = touched.get(root(t), 0) + _bytes(t)
+            self.touches[id(r)] = touched
+            for k, b in touched.items():
+                self.total[k] = self.total.get(k, 0) + b
+        self.chosen = [r for r in runs if r.native and all(t in candidates for t in r.tensors())]
+        self.held = {k: 0 for k in self.total}
+        self.holders = {k: 0 for k in self.total}
+        for r in self.chosen:
+            self._hold(r, 1)
 
+    def _hold(self, run: _Run, sign: int) -> None:
+        for k, b in self.touches[id(run)].items():
+            self.held[k] += sign * b
+            self.holders[k] += sign
 
-def _cost(runs: List[_Run], chosen: List[_Run]) -> float:
-    """Seconds the conversions take minus what the C16 runs save (lower is better)."""
-    blocked = _blocked(runs, chosen)
-    native = set(map(id, chosen))
-    converted = sum(_bytes(t) for r in runs if id(r) not in native
-                    for t in r.tensors() if t in blocked)
-    return converted * CONVERSION_SECONDS_PER_BYTE - sum(r.saving() for r in chosen)
+    def cost(self) -> float:
+        """Seconds the conversions take minus what the C16 runs save (lower is better)."""
+        converted = sum(self.total[k] - self.held[k] for k in self.total if self.holders[k])
+        return converted * CONVERSION_SECONDS_PER_BYTE - sum(r.saving() for r in self.chosen)
 
+    def _change(self, drop: List[_Run]) -> float:
+        """What dropping the runs ``drop`` changes in the cost."""
+        held: Dict[relax.Var, int] = {}
+        holders: Dict[relax.Var, int] = {}
+        for r in drop:
+            for k, b in self.touches[id(r)].items():
+                held[k] = held.get(k, self.held[k]) - b
+                holders[k] = holders.get(k, self.holders[k]) - 1
+        converted = sum((self.total[k] - held[k] if holders[k] else 0) -
+                        (self.total[k] - self.held[k]) for k in held)
+        return converted * CONVERSION_SECONDS_PER_BYTE + sum(r.saving() for r in drop)
 
-def _best(runs: List[_Run], chosen: List[_Run]) -> List[_Run]:
-    """Greedy descent from every native run C16: drop the run, or the group of C16 runs linked
-    by their tensors, whose removal lowers the cost most, until none does."""
-    cost = _cost(runs, chosen)
-    while chosen:
-        options = [[r] for r in chosen] + _groups(chosen)
-        best, best_cost = None, cost
-        for drop in options:
-            ids = set(map(id, drop))
-            rest = [r for r in chosen if id(r) not in ids]
-            c = _cost(runs, rest)
-            if c < best_cost:
-                best, best_cost = rest, c
-        if best is None:
-            break
-        chosen, cost = best, best_cost
-    return chosen if cost < 0 else []
+    def _groups(self) -> List[List[_Run]]:
+        """The chosen runs linked by classes they share, groups of more than one run."""
+        by_class: Dict[relax.Var, List[_Run]] = {}
+        for r in self.chosen:
+            for k in self.touches[id(r)]:
+                by_class.setdefault(k, []).append(r)
+        group_of: Dict[int, int] = {}
+        groups: List[List[_Run]] = []
+        for r in self.chosen:
+            if id(r) in group_of:
+                continue
+            group_of[id(r)] = len(groups)
+            group, todo = [r], [r]
+            while todo:
+                for k in self.touches[id(todo.pop())]:
+                    for other in by_class[k]:
+                        if id(other) not in group_of:
+                            group_of[id(other)] = len(groups)
+                            group.append(other)
+                            todo.append(other)
+            groups.append(group)
+        return [g for g in groups if len(g) > 1]
 
-
-def _groups(chosen: List[_Run]) -> List[List[_Run]]:
-    """The C16 runs linked by shared tensors, as lists (union-find over their tensors)."""
-    parent: Dict[int, int] = {i: i for i in range(len(chosen))}
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner: Dict[relax.Var, int] = {}
-    for i, r in enumerate(chosen):
-        for t in r.tensors():
-            if t in owner:
-                parent[root(i)] = root(owner[t])
-            else:
-                owner[t] = i
-    groups: Dict[int, List[_Run]] = {}
-    for i, r in enumerate(chosen):
-        groups.setdefault(root(i), []).append(r)
-    return [g for g in groups.values() if len(g) > 1]
+    def best(self) -> Set[relax.Var]:
+        """The C16 tensors of the cheapest plan the descent finds (none if it saves nothing)."""
+        while self.chosen:
+            change, drop = min(((self._change(d), d) for d in
+                                [[r] for r in self.chosen] + self._groups()),
+                               key=lambda option: option[0])
+            if change >= 0:
+                break
+            for r in drop:
+                self._hold(r, -1)
+            dropped = set(map(id, drop))
+            self.chosen = [r for r in self.chosen if id(r) not in dropped]
+        if self.cost() >= 0:
+            return set()
+        return {t for k, members in self.members.items() if self.holders[k] for t in members}
