@@ -49,11 +49,20 @@ class SmallMobileNet(torch.nn.Module):
         return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
 
-def _partitioned(model, x):
+def _partitioned(model, *inputs):
     """The model partitioned for the accelerator, and its generated C."""
-    mod, params = frontend.from_pytorch(model, (x,))
+    mod, params = frontend.from_pytorch(model, inputs)
     partitioned = ac.partition_for_accel(mod, params)
     return partitioned, "\n".join(ac.generated_sources(partitioned).values())
+
+
+def _assert_nchw_bits(monkeypatch, blocked, model, *inputs):
+    """The build with no tensor planned C16 gives ``blocked``'s output bit for bit."""
+    with monkeypatch.context() as patched:
+        patched.setattr(layouts, "plan_layouts", lambda *args: set())
+        plain, source = _partitioned(model, *inputs)
+    assert "ACCEL_LAYOUT_C16" not in source
+    assert_same(blocked, build_and_run(plain, *inputs))
 
 
 def test_c16_tensors_between_separable_layers_give_the_nchw_bits(monkeypatch):
@@ -66,10 +75,7 @@ def test_c16_tensors_between_separable_layers_give_the_nchw_bits(monkeypatch):
     blocked = build_and_run(partitioned, x)
     assert_close(blocked, torch_forward(model, x), rtol=RTOL)
 
-    monkeypatch.setattr(layouts, "plan_layouts", lambda *args: set())
-    plain, source = _partitioned(model, x)
-    assert "ACCEL_LAYOUT_C16" not in source
-    assert_same(blocked, build_and_run(plain, x))
+    _assert_nchw_bits(monkeypatch, blocked, model, x)
 
 
 def test_a_c16_tensor_that_does_not_pay_stays_nchw():
@@ -169,10 +175,7 @@ def test_a_downsample_branch_writes_its_run_output_layout(monkeypatch):
     blocked = build_and_run(partitioned, x)
     assert_close(blocked, torch_forward(model, x), rtol=RTOL)
 
-    monkeypatch.setattr(layouts, "plan_layouts", lambda *args: set())
-    plain, source = _partitioned(model, x)
-    assert "ACCEL_LAYOUT_C16" not in source
-    assert_same(blocked, build_and_run(plain, x))
+    _assert_nchw_bits(monkeypatch, blocked, model, x)
 
 
 class Flattened(torch.nn.Module):
@@ -267,10 +270,6 @@ def test_a_tensor_read_as_weights_or_copied_stays_nchw(monkeypatch):
     for make, inputs in cases:
         torch.manual_seed(6)
         model = make().eval()
-        mod, params = frontend.from_pytorch(model, inputs)
-        blocked = build_and_run(ac.partition_for_accel(mod, params), *inputs)
+        blocked = build_and_run(_partitioned(model, *inputs)[0], *inputs)
         assert_close(blocked, torch_forward(model, *inputs), rtol=RTOL)
-        with monkeypatch.context() as m:
-            m.setattr(layouts, "plan_layouts", lambda *args: set())
-            plain = build_and_run(ac.partition_for_accel(mod, params), *inputs)
-        assert_same(blocked, plain)
+        _assert_nchw_bits(monkeypatch, blocked, model, *inputs)
