@@ -111,8 +111,8 @@ def test_which_runs_read_nchw_natively(rng):
         "1 channel (conv_f32's depthwise paths)": (
             _ops(rng, 1, 1, 32, 32, 32, 3, (2, 2), (1, 1, 1, 1), "none"), (1, 1, 32, 32)),
         "stride 3": (_ops(rng, 1, 3, 32, 32, 32, 3, (3, 3), (1, 1, 1, 1), "none"), x.shape),
-        "dot-product tail": (_ops(rng, 1, 3, 16, 5, 5, 3, (2, 2), (1, 1, 1, 1), "none"),
-                             (1, 3, 5, 5)),
+        "dot-product tail": (_ops(rng, 1, 3, 16, 12, 12, 3, (2, 2), (1, 1, 1, 1), "none"),
+                             (1, 3, 12, 12)),
         "a pool after": (stem + [pool], x.shape),
         "prelu": (stem[:1] + [Sdp(act="prelu", prelu_slope=np.full(32, 0.1, np.float32))],
                   x.shape),
