@@ -436,19 +436,27 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
 /* The C16 kernel of a run whose input is in layout in_layout and output C16, if it has one:
  * with a C16 input, a CONV alone or a FUSED CONV -> SDP whose geometry and epilogue
  * conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take, or a PDP alone (pdp_c16.c);
- * with an NCHW input, such a CONV that stem_c16.c takes (the image layer). 1: pointwise,
- * 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 6: NCHW in (stem), 0: none. */
+ * with an NCHW input, such a CONV that stem_c16.c takes (the image layer), or one followed by
+ * a PDP (ResNet's stem: the conv into C16 scratch, then pdp_c16.c). 1: pointwise,
+ * 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 6: NCHW in (stem), 7: stem + pooling,
+ * 0: none. */
 static int c16_kernel(const resolved_chain* chain, accel_layout in_layout) {
   const resolved_op* r = &chain->ops[0];
   const int in_c16 = in_layout == ACCEL_LAYOUT_C16;
   if (r->op->engine == ACCEL_ENGINE_PDP)
     return in_c16 && chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? 5 : 0;
-  if (r->op->engine != ACCEL_ENGINE_CONV || chain->num_ops != pass_end(chain, 0, ACCEL_FP32) + 1)
-    return 0;
-  const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
-  const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+  if (r->op->engine != ACCEL_ENGINE_CONV) return 0;
+  const int32_t end = pass_end(chain, 0, ACCEL_FP32); /* the conv pass's last op */
+  const int pooled = !in_c16 && chain->num_ops == end + 2 &&
+                     chain->ops[end + 1].op->engine == ACCEL_ENGINE_PDP &&
+                     pdp_c16_fits(&chain->ops[end + 1].pdp);
+  if (chain->num_ops != end + 1 && !pooled) return 0;
+  const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
+  const sdp_f32* ep = end == 1 ? &e : NULL;
   if (!in_c16)
-    return r->op->conv.mode != ACCEL_CONV_WINOGRAD && conv_c16_stem_fits(&r->conv, ep) ? 6 : 0;
+    return r->op->conv.mode != ACCEL_CONV_WINOGRAD && conv_c16_stem_fits(&r->conv, ep)
+               ? (pooled ? 7 : 6)
+               : 0;
   if (r->op->conv.mode == ACCEL_CONV_WINOGRAD) return conv_winograd_c16_fits(&r->conv, ep) ? 4 : 0;
   if (conv_c16_pointwise_fits(&r->conv, ep)) return 1;
   if (conv_c16_3x3_fits(&r->conv, ep)) return 3;
@@ -479,8 +487,10 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   const int kernel = out_c16 && !observing() ? c16_kernel(chain, input->layout) : 0;
   if (kernel != 0) {
     const resolved_op* r = &chain->ops[0];
-    const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
-    const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+    const int32_t end = pass_end(chain, 0, ACCEL_FP32);
+    const sdp_f32 e = kernel != 5 && end == 1 ? sdp_operands(&chain->ops[1].op->sdp)
+                                              : (sdp_f32){0};
+    const sdp_f32* ep = kernel != 5 && end == 1 ? &e : NULL;
     if (kernel == 5) {
       pdp_c16(&r->pdp, input->data, output->data, threads);
       return ACCEL_OK;
@@ -494,6 +504,16 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     if (kernel == 6)
       return conv_c16_stem(&r->conv, input->data, r->op->conv.weights, output->data, ep,
                            &dev->ws, threads);
+    if (kernel == 7) { /* the conv into C16 scratch, then the pool */
+      const resolved_op* pool = &chain->ops[end + 1];
+      float* conv_out = scratch_floats(dev, WS_CHAIN_A, (int64_t)pool->in_n * pool->in_c *
+                                                            pool->in_h * pool->in_w);
+      if (conv_out == NULL) return ACCEL_ERR_NO_MEMORY;
+      const accel_status st = conv_c16_stem(&r->conv, input->data, r->op->conv.weights,
+                                            conv_out, ep, &dev->ws, threads);
+      if (st == ACCEL_OK) pdp_c16(&pool->pdp, conv_out, output->data, threads);
+      return st;
+    }
     if (kernel == 3)
       return conv_c16_3x3(&r->conv, input->data, r->op->conv.weights,
                           r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);

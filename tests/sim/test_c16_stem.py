@@ -1,7 +1,8 @@
 """The image layer's C16 kernel (csrc/stem_c16.c): a conv reading an NCHW input of 1-4 channels
 and writing a C16 output gives, bit for bit, what the all-NCHW run gives (conv_f32's implicit
 GEMM, or its packed panels without a dot-product tail), at 1-3 threads, every epilogue it
-takes, MobileNet's and ResNet's stem geometries and odd ones, -0.0 in the data and an inf
+takes, MobileNet's and ResNet's stem geometries (ResNet's with its max pool in the run) and
+odd ones, -0.0 in the data and an inf
 weight; accel_c16_native answers for an NCHW input (in_layout="nchw") without changing its
 answer for a C16 one."""
 import numpy as np
@@ -51,13 +52,14 @@ def _blocked(op):
     return op
 
 
-def _nchw_in_c16_out(ops, x, threads=2, native=True):
+def _nchw_in_c16_out(ops, x, threads=2, native=True, mode="fused"):
     """The run from an NCHW input into a C16 output gives the all-NCHW run's bits and cost;
     ``native``: on the stem kernel (else converted around the NCHW kernels)."""
-    assert c16_native("nv_full", ops, x.shape, in_layout="nchw") == native
+    assert c16_native("nv_full", ops, x.shape, in_layout="nchw", mode=mode) == native
     device = DEVICES[threads]
-    expected, stats = device.run(ops, x)
-    blocked, blocked_stats = device.run([_blocked(op) for op in ops], x, out_layout="c16")
+    expected, stats = device.run(ops, x, mode=mode)
+    blocked, blocked_stats = device.run([_blocked(op) for op in ops], x, mode=mode,
+                                        out_layout="c16")
     assert blocked.shape == c16_shape(expected.shape)
     assert_same(from_c16(blocked).view(np.uint32), expected.view(np.uint32))
     assert blocked_stats.cycles == stats.cycles
@@ -82,6 +84,27 @@ def test_threads_and_inf_weight(rng, threads, geometry):
     expected = _nchw_in_c16_out(_ops(rng, *geometry, "bn_clip", inf_weight=True),
                                 _data(rng, geometry[:2] + geometry[3:5]), threads=threads)
     assert np.isnan(expected).any()
+
+
+POOLS = [Pool("max", kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1)),
+         Pool("avg", kernel=(2, 2), stride=(2, 2)),
+         Pool("avg", kernel=(3, 3), stride=(2, 1), padding=(1, 0, 1, 1))]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_resnet_stem_with_its_pool(rng, threads, epilogue):
+    """ResNet's CONV -> SDP -> PDP run: the conv into C16 scratch, then the C16 pool."""
+    ops = _ops(rng, *RESNET, epilogue) + [POOLS[0]]
+    _nchw_in_c16_out(ops, _data(rng, RESNET[:2] + RESNET[3:5]), threads=threads)
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=["max3s2", "avg2", "avg3s21"])
+@pytest.mark.parametrize("geometry", [ODD[0], ODD[3], ODD[6]])
+def test_odd_geometries_with_a_pool(rng, pool, geometry):
+    for epilogue in ("none", "scale_add_relu"):
+        ops = _ops(rng, *geometry, epilogue) + [pool]
+        _nchw_in_c16_out(ops, _data(rng, geometry[:2] + geometry[3:5]))
 
 
 def test_image_input_format(rng):
@@ -113,12 +136,13 @@ def test_which_runs_read_nchw_natively(rng):
         "stride 3": (_ops(rng, 1, 3, 32, 32, 32, 3, (3, 3), (1, 1, 1, 1), "none"), x.shape),
         "dot-product tail": (_ops(rng, 1, 3, 16, 12, 12, 3, (2, 2), (1, 1, 1, 1), "none"),
                              (1, 3, 12, 12)),
-        "a pool after": (stem + [pool], x.shape),
+        "a pool after, independent mode": (stem + [pool], x.shape),
         "prelu": (stem[:1] + [Sdp(act="prelu", prelu_slope=np.full(32, 0.1, np.float32))],
                   x.shape),
     }
     for why, (ops, shape) in refused.items():
-        _nchw_in_c16_out(ops, _data(rng, shape), native=False)
+        mode = "independent" if "independent" in why else "fused"
+        _nchw_in_c16_out(ops, _data(rng, shape), native=False, mode=mode)
     # C16 in: the old answers
     x16 = (1, 16, 14, 14)
     assert c16_native("nv_full", [Conv(_data(rng, (32, 16, 1, 1)))], x16)
