@@ -277,6 +277,15 @@ accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const f
                                 float* out, const sdp_f32* epilogue, workspace* ws,
                                 int32_t num_threads);
 
+/* The image layer's convolution: NCHW input of 2-4 channels, C16 output (stem_c16.c); any
+ * kernel size, stride 1 or 2 each way, any padding, no dilation, one group, k a multiple of 16,
+ * where conv_f32 sums every output in 32-deep blocks (conv_f32_dot_tail == 0); the epilogue
+ * as above. Weights [k][c][kernel_h][kernel_w], packed per call. */
+int conv_c16_stem_fits(const conv_geometry* g, const sdp_f32* epilogue);
+accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float* weights,
+                           float* out, const sdp_f32* epilogue, workspace* ws,
+                           int32_t num_threads);
+
 /* Max and average pooling (pdp.c's, every geometry it takes), C16 in and out (pdp_c16.c), the
  * same bits as pdp_f32: each output's taps in pdp.c's order, 16 channels per vector. */
 int pdp_c16_fits(const pdp_geometry* g);

@@ -128,7 +128,7 @@ class _Chain:
     """A chain lowered to C structs, its shapes inferred and its operands checked by size."""
 
     def __init__(self, config_c, ops: Sequence[Op], in_shape: Tuple[int, ...], precision: str,
-                 mode: str, layout: str = "nchw"):
+                 mode: str, layout: str = "nchw", out_layout: Optional[str] = None):
         ops = op_list(ops)
         self.ops = ops
         self.mode = MODES.code(mode)
@@ -147,7 +147,7 @@ class _Chain:
         self.shapes = [(s.n, s.c, s.h, s.w) for s in shapes]
         seen = (self.input.n, self.input.c, self.input.h, self.input.w)
         for op, out_shape in zip(ops, self.shapes):
-            op.check_sizes(seen, layout)
+            op.check_sizes(seen, out_layout or layout)  # operands: the output's layout
             seen = out_shape
 
 
@@ -235,7 +235,8 @@ class Device:
     def run(self, ops: Sequence[Op], x: np.ndarray, *, mode: str = "fused",
             out: Optional[np.ndarray] = None, label: Optional[str] = None,
             precision: Optional[str] = None,
-            layout: str = "nchw") -> Tuple[np.ndarray, RunStats]:
+            layout: str = "nchw",
+            out_layout: Optional[str] = None) -> Tuple[np.ndarray, RunStats]:
         """Execute a chain of engine ops on ``x`` (NCHW or [N, C], or C16).
 
         Parameters
@@ -263,6 +264,10 @@ class Device:
             (:mod:`accel_codegen.sim.layout`), NVDLA's feature format; 1x1 and depthwise 3x3
             convolutions run on it directly, every other chain between conversions, with the
             same values and cost either way.
+        out_layout : {"nchw", "c16"}, optional
+            The layout of the output and of the element-wise operands when it differs from
+            ``x``'s (default: ``layout``): an NCHW image into a C16 output is what the image
+            layer's convolution runs natively (csrc/stem_c16.c).
 
         Returns
         -------
@@ -282,13 +287,15 @@ class Device:
                         f"{precision} (a {np.asarray(x).dtype} array runs {precision}; "
                         f"{wanted} data is {np.dtype(dtype_for(wanted)).name})")
         x = as_operand(x, precision, "input")
-        blocked = LAYOUTS.code(layout) == lib.ACCEL_LAYOUT_C16
-        in_shape = nchw_shape(x.shape) if blocked else x.shape
+        out_layout = out_layout or layout
+        blocked = LAYOUTS.code(out_layout) == lib.ACCEL_LAYOUT_C16
+        in_blocked = LAYOUTS.code(layout) == lib.ACCEL_LAYOUT_C16
+        in_shape = nchw_shape(x.shape) if in_blocked else x.shape
         for i, op in enumerate(ops):
             if not has_data(op):
                 raise AccelInvalidError(f"op {i} ({op.engine}) has shape-only operands: it can "
                                         "be estimated, not run")
-        chain = _Chain(self._config_c, ops, in_shape, precision, mode, layout)
+        chain = _Chain(self._config_c, ops, in_shape, precision, mode, layout, out_layout)
         writes = output_precision(ops, precision)
         out_dtype = np.dtype(dtype_for(writes))
         out_shape = c16_shape(chain.shapes[-1]) if blocked else chain.shapes[-1]
@@ -312,7 +319,7 @@ class Device:
                 "byte elements: the engines write it in place, so it cannot be a copy")
         chain.input.data = ffi.cast("void*", x.ctypes.data)
         output = _tensor_struct(chain.shapes[-1], writes, ffi.cast("void*", out.ctypes.data))
-        output.layout = chain.input.layout
+        output.layout = LAYOUTS.code(out_layout)
         c_run = ffi.new("accel_run_stats*")
         c_ops = ffi.new("accel_op_stats[]", len(chain.ops))
         check(lib.accel_run(self._handle, chain.c_ops, len(chain.ops), chain.input, output,
@@ -337,14 +344,17 @@ def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple
 
 
 def c16_native(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int, ...], *,
-               mode: str = "fused") -> bool:
-    """Whether the chain has a C16 kernel (``accel_c16_native``): with its input and output
-    channel-blocked it runs without conversions (operands may be SHAPE_ONLY)."""
+               mode: str = "fused", in_layout: str = "c16") -> bool:
+    """Whether the chain has a C16 kernel (``accel_c16_native``): with its output
+    channel-blocked and its input in ``in_layout`` ("c16", or "nchw": the image layer's
+    convolution reads NCHW and writes C16) it runs without conversions (operands may be
+    SHAPE_ONLY). ``in_shape`` is the input's NCHW shape either way."""
     ops = op_list(ops)
     c_ops = ffi.new("accel_op[]", len(ops))
     for op, c_op in zip(ops, c_ops):
         op.lower(c_op)
     shape = _tensor_struct(tuple(in_shape), chain_precision(ops, None))
+    shape.layout = LAYOUTS.code(in_layout)
     return bool(lib.accel_c16_native(AccelConfig.resolve(config).to_c(), c_ops, len(ops), shape,
                                      MODES.code(mode)))
 

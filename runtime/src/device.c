@@ -433,17 +433,30 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
                        d->cvt_zero);
 }
 
-/* The C16 kernel of a run, if it has one: a CONV alone, or a FUSED CONV -> SDP, whose
- * geometry and epilogue conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take; a PDP alone
- * (pdp_c16.c). 1: pointwise, 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 0: none. */
-static int c16_kernel(const resolved_chain* chain) {
+/* The C16 kernel of a run whose input is in layout in_layout and output C16, if it has one:
+ * with a C16 input, a CONV alone or a FUSED CONV -> SDP whose geometry and epilogue
+ * conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take, or a PDP alone (pdp_c16.c);
+ * with an NCHW input, such a CONV that stem_c16.c takes (the image layer), or one followed by
+ * a PDP (ResNet's stem: the conv into C16 scratch, then pdp_c16.c). 1: pointwise,
+ * 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 6: NCHW in (stem), 7: stem + pooling,
+ * 0: none. */
+static int c16_kernel(const resolved_chain* chain, accel_layout in_layout) {
   const resolved_op* r = &chain->ops[0];
+  const int in_c16 = in_layout == ACCEL_LAYOUT_C16;
   if (r->op->engine == ACCEL_ENGINE_PDP)
-    return chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? 5 : 0;
-  if (r->op->engine != ACCEL_ENGINE_CONV || chain->num_ops != pass_end(chain, 0, ACCEL_FP32) + 1)
-    return 0;
-  const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
-  const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+    return in_c16 && chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? 5 : 0;
+  if (r->op->engine != ACCEL_ENGINE_CONV) return 0;
+  const int32_t end = pass_end(chain, 0, ACCEL_FP32); /* the conv pass's last op */
+  const int pooled = !in_c16 && chain->num_ops == end + 2 &&
+                     chain->ops[end + 1].op->engine == ACCEL_ENGINE_PDP &&
+                     pdp_c16_fits(&chain->ops[end + 1].pdp);
+  if (chain->num_ops != end + 1 && !pooled) return 0;
+  const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
+  const sdp_f32* ep = end == 1 ? &e : NULL;
+  if (!in_c16)
+    return r->op->conv.mode != ACCEL_CONV_WINOGRAD && conv_c16_stem_fits(&r->conv, ep)
+               ? (pooled ? 7 : 6)
+               : 0;
   if (r->op->conv.mode == ACCEL_CONV_WINOGRAD) return conv_winograd_c16_fits(&r->conv, ep) ? 4 : 0;
   if (conv_c16_pointwise_fits(&r->conv, ep)) return 1;
   if (conv_c16_3x3_fits(&r->conv, ep)) return 3;
@@ -460,8 +473,8 @@ static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
   return p;
 }
 
-/* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one, both tensors
- * are C16 and no observer is set; otherwise the NCHW kernels between conversions: the input
+/* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
+ * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set; otherwise the NCHW kernels between conversions: the input
  * and the element-wise operands (in the output's layout) into NCHW scratch, the output back.
  * A BDMA copy into a C16 output starts from the output's NCHW copy: it writes only its
  * destination channels. */
@@ -471,11 +484,13 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   const int32_t threads = dev->num_threads;
   const int in_c16 = input->layout == ACCEL_LAYOUT_C16;
   const int out_c16 = output->layout == ACCEL_LAYOUT_C16;
-  const int kernel = in_c16 && out_c16 && !observing() ? c16_kernel(chain) : 0;
+  const int kernel = out_c16 && !observing() ? c16_kernel(chain, input->layout) : 0;
   if (kernel != 0) {
     const resolved_op* r = &chain->ops[0];
-    const sdp_f32 e = chain->num_ops == 2 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
-    const sdp_f32* ep = chain->num_ops == 2 ? &e : NULL;
+    const int32_t end = pass_end(chain, 0, ACCEL_FP32);
+    const sdp_f32 e = kernel != 5 && end == 1 ? sdp_operands(&chain->ops[1].op->sdp)
+                                              : (sdp_f32){0};
+    const sdp_f32* ep = kernel != 5 && end == 1 ? &e : NULL;
     if (kernel == 5) {
       pdp_c16(&r->pdp, input->data, output->data, threads);
       return ACCEL_OK;
@@ -486,6 +501,19 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     if (kernel == 1)
       return conv_c16_pointwise(&r->conv, input->data, r->op->conv.weights,
                                 r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
+    if (kernel == 6)
+      return conv_c16_stem(&r->conv, input->data, r->op->conv.weights, output->data, ep,
+                           &dev->ws, threads);
+    if (kernel == 7) { /* the conv into C16 scratch, then the pool */
+      const resolved_op* pool = &chain->ops[end + 1];
+      float* conv_out = scratch_floats(dev, WS_CHAIN_A, (int64_t)pool->in_n * pool->in_c *
+                                                            pool->in_h * pool->in_w);
+      if (conv_out == NULL) return ACCEL_ERR_NO_MEMORY;
+      const accel_status st = conv_c16_stem(&r->conv, input->data, r->op->conv.weights,
+                                            conv_out, ep, &dev->ws, threads);
+      if (st == ACCEL_OK) pdp_c16(&pool->pdp, conv_out, output->data, threads);
+      return st;
+    }
     if (kernel == 3)
       return conv_c16_3x3(&r->conv, input->data, r->op->conv.weights,
                           r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
@@ -590,12 +618,14 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
 int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                          const accel_tensor* input, accel_mode mode) {
   if (input == NULL || accel_config_validate(cfg) != ACCEL_OK) return 0;
+  if (input->layout != ACCEL_LAYOUT_NCHW && input->layout != ACCEL_LAYOUT_C16) return 0;
   accel_tensor shape = *input;
   shape.layout = ACCEL_LAYOUT_NCHW; /* validated as plain shapes: C16's conditions are below */
   resolved_chain chain;
   if (chain_resolve(cfg, ops, num_ops, &shape, NULL, mode, 0, &chain) != ACCEL_OK) return 0;
-  return input->precision == ACCEL_FP32 && input->c % ACCEL_C16_CHANNELS == 0 &&
-         c16_kernel(&chain) != 0;
+  return input->precision == ACCEL_FP32 &&
+         (input->layout == ACCEL_LAYOUT_NCHW || input->c % ACCEL_C16_CHANNELS == 0) &&
+         c16_kernel(&chain, input->layout) != 0;
 }
 
 accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,

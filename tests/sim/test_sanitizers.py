@@ -22,7 +22,7 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   "test_cost_model.py", "test_hardening_sim.py", "test_properties.py",
                   "test_lut.py", "test_cdp_engine.py", "test_conv_amx.py",
                   "test_c16_layout.py", "test_c16_winograd.py", "test_c16_pool.py",
-                  "test_c16_conv3x3.py"]
+                  "test_c16_conv3x3.py", "test_c16_stem.py"]
 
 
 def _run(cmd, **kwargs):

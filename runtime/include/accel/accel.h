@@ -732,9 +732,10 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
 accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                                 const accel_tensor* input, accel_mode mode, accel_tensor* shapes);
 
-/* Whether a run has a C16 kernel (accel_layout): 1 when, its input and output C16, it runs
- * without conversions; 0 when it would be converted around (or the chain is invalid: see
- * accel_chain_shapes). Tensors need shapes, not data; `input`'s layout is not read. */
+/* Whether a run has a C16 kernel (accel_layout): 1 when, its output C16 and its input in
+ * `input->layout`, it runs without conversions (input C16: C16 in and out; input NCHW: reads
+ * NCHW and writes C16, as the image layer's convolution can); 0 when it would be converted
+ * around (or the chain is invalid: see accel_chain_shapes). Tensors need shapes, not data. */
 int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                          const accel_tensor* input, accel_mode mode);
 
