@@ -124,9 +124,9 @@ def _run_lines(source):
     return [line for line in source.splitlines() if "accel_glue_run_layer" in line]
 
 
-def test_a_layer_without_a_c16_kernel_converts_its_output_for_c16_readers():
-    """The dense stem (no C16 kernel) reads the function's input: it converts its own output to
-    C16, so the depthwise layer after it runs its C16 kernel in and out."""
+def test_the_image_layer_writes_c16_for_c16_readers():
+    """The dense stem reads the function's NCHW input and writes its output C16 (its kernel
+    reads NCHW, writes C16), so the depthwise layer after it runs its C16 kernel in and out."""
     torch.manual_seed(0)
     partitioned, source = _partitioned(SmallMobileNet().eval(), torch.randn(1, 3, 56, 56))
     stem, depthwise = _run_lines(source)[:2]

@@ -6,9 +6,10 @@ one judge); with all its tensors C16 it runs without conversions. Any other run 
 writes a C16 tensor is converted around by the runtime: a pass over each C16 tensor it touches.
 The plan chooses the runs that run C16 so that what their kernels save outweighs the
 conversions they cause (``C16_SAVING``, ``CONVERSION_SECONDS_PER_BYTE``); their tensors are the
-C16 ones. So a group's edge
-falls where converting is cheapest: a layer without a C16 kernel may convert its output to
-C16 for the readers that have one (an image's first conv, ResNet's stem and max pool).
+C16 ones. So a group's edge falls where converting is cheapest: a layer without a C16 kernel
+may convert its output to C16 for the readers that have one, and the image layer's conv (with
+ResNet's max pool) writes C16 from its NCHW input without a conversion
+(``c16_native(..., in_layout="nchw")``).
 
 A C16 tensor is one run's output read by other runs inside the function (not a function input
 or output, not a constant: the constant pool holds those NCHW), fp32 with a multiple of 16
@@ -54,9 +55,12 @@ class _Run:
     in its own shape, any element-wise operand a tensor of the function)."""
 
     def __init__(self, layer: Layer, data: Optional[relax.Var], operand: Optional[relax.Var],
-                 output: relax.Var, native: bool, convertible: bool, mode: str):
+                 output: relax.Var, native: bool, convertible: bool, mode: str,
+                 blocks_output: bool):
         self.layer, self.data, self.operand, self.output = layer, data, operand, output
         self.native, self.convertible, self.mode = native, convertible, mode
+        # it writes a C16 output from an NCHW input without a conversion (the image layer)
+        self.blocks_output = blocks_output
         # tensors its call reads otherwise (a conv's computed weights, a concat's other
         # sources): as they are, NCHW
         self.others: List[relax.Var] = []
@@ -116,11 +120,14 @@ def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
                 tuple(layer.in_shape) == static_shape(data) and \
                 (not layer.sdp.ew_op or operand is not None)
             modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(key, RunMemory()))
-            native = convertible and c16_native(
-                config, layer.engine_ops(fuse, "fp32", modes=modes), layer.in_shape,
-                mode="fused" if layer.fused(fuse) else "independent")
+            native = blocks_output = False
+            if convertible:
+                ops = layer.engine_ops(fuse, "fp32", modes=modes)
+                chain_mode = "fused" if layer.fused(fuse) else "independent"
+                native, blocks_output = (c16_native(config, ops, layer.in_shape, mode=chain_mode,
+                                                    in_layout=layout) for layout in ("c16", "nchw"))
             return _Run(layer, data, operand, output, native, convertible,
-                        modes.get("mode", "direct"))
+                        modes.get("mode", "direct"), blocks_output)
 
         first = len(runs)
         if layer.branch is not None:
@@ -191,7 +198,8 @@ class _Plan:
         for r in runs:
             touched: Dict[relax.Var, int] = {}
             for t in r.tensors():
-                if t in candidates:
+                if t in candidates and not (t is r.output and r.blocks_output and
+                                            r.data not in candidates):
                     touched[root(t)] = touched.get(root(t), 0) + _bytes(t)
             self.touches[id(r)] = touched
             for k, b in touched.items():
