@@ -40,12 +40,15 @@ CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
 #: What a convolution's C16 kernel saves against its NCHW kernel, measured in networks on the
 #: same machine (docs/whole_network_time.md): (fraction of the NCHW time, NCHW FLOP/s).
 #: A 1x1 on 28x28 or larger planes runs 5-20 % faster, on 14x14 level, on 7x7 slower (the
-#: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 runs about
-#: twice as fast; a 3x3 in Winograd mode takes 0.66-0.79 of the NCHW time (its FLOP/s: the
-#: direct convolution's FLOPs); a dense 3x3 runs 4-18 % faster on 28x28 and larger outputs,
-#: level on 14x14. Kernels not listed save nothing here: they run C16 to spare conversions.
+#: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 saves
+#: 30-32 % at stride 1 (MobileNetV2's on 112x112, 56x56, 14x14: the NCHW kernel at 35-44
+#: GFLOP/s) and 32-66 % at stride 2 (the NCHW kernel at 11-14 GFLOP/s); a 3x3 in Winograd mode
+#: takes 0.66-0.79 of the NCHW time (its FLOP/s: the direct convolution's FLOPs); a dense 3x3
+#: runs 4-18 % faster on 28x28 and larger outputs, level on 14x14. Kernels not listed save
+#: nothing here: they run C16 to spare conversions.
 C16_SAVING = {"pointwise, >= 784 positions": (0.2, 150e9), "pointwise, >= 196": (0.0, 150e9),
-              "pointwise, fewer": (-0.1, 150e9), "depthwise": (0.5, 11e9),
+              "pointwise, fewer": (-0.1, 150e9), "depthwise, stride 1": (0.3, 35e9),
+              "depthwise, stride 2": (0.4, 13e9),
               "winograd": (0.28, 215e9), "dense 3x3, >= 784 positions": (0.1, 150e9)}
 
 
@@ -81,7 +84,7 @@ class _Run:
             kind = "pointwise, " + (">= 784 positions" if positions >= 784 else
                                     ">= 196" if positions >= 196 else "fewer")
         elif c_group == 1 and c.groups > 1:
-            kind = "depthwise"
+            kind = f"depthwise, stride {max(c.stride)}"
         elif r == s == 3 and c.groups == 1 and positions >= 784:
             kind = "dense 3x3, >= 784 positions"
         else:
