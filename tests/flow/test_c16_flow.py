@@ -204,25 +204,24 @@ def test_a_flattened_input_stays_nchw():
 
 
 class NarrowResidual(torch.nn.Module):
-    """MobileNetV2's 24-channel stage: expand to 96 (C16-able), depthwise, project back to 24
-    and add the block's input. The projection reads a C16 tensor and writes NCHW, its operand
-    NCHW with it (24 channels are not whole atoms of 16)."""
+    """MobileNetV2's 24-channel stage, widened so that C16 pays inside the block: expand to 192
+    channels, separable layers on them, project back to 24 and add the block's input. The
+    projection reads a C16 tensor and writes NCHW, its operand NCHW with it (24 channels are
+    not whole atoms of 16)."""
 
     def __init__(self):
         super().__init__()
         self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, 2, 1, bias=False),
                                         _trained_bn(24))
-        self.expand = torch.nn.Sequential(torch.nn.Conv2d(24, 96, 1, bias=False),
-                                          _trained_bn(96), torch.nn.ReLU6())
-        self.depthwise = torch.nn.Sequential(
-            torch.nn.Conv2d(96, 96, 3, 1, 1, groups=96, bias=False), _trained_bn(96),
-            torch.nn.ReLU6())
-        self.project = torch.nn.Sequential(torch.nn.Conv2d(96, 24, 1, bias=False),
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(24, 192, 1, bias=False),
+                                          _trained_bn(192), torch.nn.ReLU6())
+        self.body = torch.nn.Sequential(*_separable(192, 192, 1), *_separable(192, 192, 1))
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(192, 24, 1, bias=False),
                                            _trained_bn(24))
 
     def forward(self, x):
         x = self.stem(x)
-        y = self.project(self.depthwise(self.expand(x))) + x
+        y = self.project(self.body(self.expand(x))) + x
         return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1)
 
 
