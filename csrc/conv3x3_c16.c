@@ -63,29 +63,6 @@ static inline int64_t group_blocks(int64_t k, int64_t g) {
   return left < C3_GROUP ? left : C3_GROUP;
 }
 
-/* The one-pass epilogue of a group (conv_c16.c's, in ep_vec's order). */
-typedef struct c3_ep {
-  const float* scale;   /* at the group's first channel, or NULL */
-  const float* shift;   /* likewise, or NULL */
-  const float* operand; /* the ADD operand at the tile's output offset, or NULL */
-  accel_activation act;
-  float lo, hi;
-} c3_ep;
-
-static inline __attribute__((always_inline)) __m512 ep_apply(const c3_ep* e, __m512 t, int q,
-                                                             const float* operand) {
-  if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16));
-  if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16));
-  if (operand != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(operand));
-  if (e->act == ACCEL_ACT_RELU) {
-    t = _mm512_max_ps(_mm512_setzero_ps(), t);
-  } else if (e->act == ACCEL_ACT_CLIP) {
-    t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);
-    t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);
-  }
-  return t;
-}
-
 /* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
 
 #define DECL(p) __m512 a##p##_0, a##p##_1, a##p##_2, a##p##_3;
@@ -108,7 +85,7 @@ static inline __attribute__((always_inline)) __m512 ep_apply(const c3_ep* e, __m
 #define EPI1(p, q)                                                                           \
   if (NB > q)                                                                                \
     _mm512_storeu_ps(out + q * os + p * 16,                                                  \
-                     ep_apply(e, a##p##_##q, q,                                              \
+                     c16_ep_apply(e, a##p##_##q, q,                                              \
                               e->operand != NULL ? e->operand + q * os + p * 16 : NULL));
 #define EPI(p) \
   if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
@@ -122,7 +99,7 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
                                                         int64_t c, const float* in, int64_t cbs,
                                                         int64_t rs, const float* w, int64_t ld,
                                                         float* out, int64_t os,
-                                                        const c3_ep* e) {
+                                                        const c16_ep* e) {
   ALLP(DECL)
   ALLP(ZERO)
   int first = 1;
@@ -164,11 +141,11 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
 }
 
 typedef void (*kfn)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
-                    int64_t, const c3_ep*);
+                    int64_t, const c16_ep*);
 #define KDEF(N, B, S)                                                                      \
   static void k##N##_##B##_##S(int64_t c, const float* in, int64_t cbs, int64_t rs,        \
                                const float* w, int64_t ld, float* out, int64_t os,         \
-                               const c3_ep* e) {                                           \
+                               const c16_ep* e) {                                           \
     kbody(N, B, S, c, in, cbs, rs, w, ld, out, os, e);                                     \
   }
 #define KROW(B, S) \
@@ -254,7 +231,7 @@ static inline __attribute__((always_inline)) __m512 lanes_reduced(const __m512 l
  * (a pass per block straight from L2 took 11 % of 512 -> 512 on 7x7); the lane sums wait in
  * `lanes` between chunks. */
 enum { TAIL_MAX = 8, TAIL_CHUNK = 64 }; /* conv_f32's TMAX; depths of 16 KB of weights */
-static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c3_ep* e,
+static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c16_ep* e,
                       const float* operand, int participant) {
   const conv_geometry* g = J->g;
   const int64_t c = g->c, depth = 9 * c, ow = g->out_w, ohw = J->ohw, t0 = ohw - J->tail;
@@ -296,7 +273,7 @@ static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c3_ep* e,
       for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
       __m512 v = lanes_reduced(lane);
       const int64_t at = q * ohw * 16 + (t0 + t) * 16;
-      if (e != NULL) v = ep_apply(e, v, (int)q, operand != NULL ? operand + at : NULL);
+      if (e != NULL) v = c16_ep_apply(e, v, (int)q, operand != NULL ? operand + at : NULL);
       _mm512_storeu_ps(out + at, v);
     }
 }
@@ -318,7 +295,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
   const float* w = J->packed + grp * C3_GROUP * 16 * 9 * c;
   const sdp_f32* ep = J->ep;
-  c3_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
   const float* operand = NULL;
   if (ep != NULL) {
     e.scale = ep->scale != NULL ? ep->scale + grp * C3_GROUP * 16 : NULL;
@@ -343,7 +320,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
       const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
       for (int64_t q = 0; q < nb; q += step) {
         const int64_t qn = nb - q < step ? nb - q : step;
-        c3_ep eq = e;
+        c16_ep eq = e;
         if (eq.scale != NULL) eq.scale += q * 16;
         if (eq.shift != NULL) eq.shift += q * 16;
         eq.operand = operand != NULL ? operand + q * os + at : NULL;

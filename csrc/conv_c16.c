@@ -92,14 +92,6 @@ void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packe
 
 /* ---- the micro-kernel: NP positions x NB blocks of 16 output channels ---- */
 
-typedef struct c16_ep {
-  const float* scale;   /* at the group's first channel, or NULL */
-  const float* shift;   /* likewise, or NULL */
-  const float* operand; /* the ADD operand at the tile's output offset, or NULL */
-  accel_activation act;
-  float lo, hi;
-} c16_ep;
-
 #define DECL(p) __m512 a##p##0, a##p##1, a##p##2, a##p##3;
 #define ZERO1(p, q) if (NB > q) a##p##q = _mm512_setzero_ps();
 #define ZERO(p) \
@@ -117,21 +109,12 @@ typedef struct c16_ep {
 #define ST1(p, q) if (NB > q) _mm512_storeu_ps(out + q * os + p * 16, a##p##q);
 #define ST(p) \
   if (NP > p) { ST1(p, 0) ST1(p, 1) ST1(p, 2) ST1(p, 3) }
-#define EPI1(p, q)                                                                 \
-  if (NB > q) {                                                                    \
-    __m512 t = a##p##q;                                                            \
-    if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16)); \
-    if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16)); \
-    if (e->operand != NULL)                                                        \
-      t = _mm512_add_ps(t, _mm512_loadu_ps(e->operand + q * os + p * 16));         \
-    if (e->act == ACCEL_ACT_RELU) {                                                \
-      t = _mm512_max_ps(_mm512_setzero_ps(), t);                                   \
-    } else if (e->act == ACCEL_ACT_CLIP) {                                         \
-      t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);                                 \
-      t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);                                 \
-    }                                                                              \
-    _mm512_storeu_ps(out + q * os + p * 16, t);                                    \
-  }
+#define EPI1(p, q)                                                                  \
+  if (NB > q)                                                                       \
+    _mm512_storeu_ps(out + q * os + p * 16,                                         \
+                     c16_ep_apply(e, a##p##q, q,                                    \
+                                  e->operand != NULL ? e->operand + q * os + p * 16 \
+                                                     : NULL));
 #define EPI(p) \
   if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
 #define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5)
@@ -225,17 +208,8 @@ static void tail_store(int64_t T, int64_t nb, const float* lanes, float* out, in
       const float* l = lanes + ((t * nb + q) * 16) * 16;
       for (int m = 0; m < 16; ++m) sums[m] = _mm512_reduce_add_ps(_mm512_load_ps(l + m * 16));
       __m512 v = _mm512_load_ps(sums);
-      if (e != NULL) {
-        if (e->scale != NULL) v = _mm512_mul_ps(v, _mm512_loadu_ps(e->scale + q * 16));
-        if (e->shift != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(e->shift + q * 16));
-        if (operand != NULL) v = _mm512_add_ps(v, _mm512_loadu_ps(operand + q * os + t * 16));
-        if (e->act == ACCEL_ACT_RELU) {
-          v = _mm512_max_ps(_mm512_setzero_ps(), v);
-        } else if (e->act == ACCEL_ACT_CLIP) {
-          v = _mm512_max_ps(_mm512_set1_ps(e->lo), v);
-          v = _mm512_min_ps(_mm512_set1_ps(e->hi), v);
-        }
-      }
+      if (e != NULL)
+        v = c16_ep_apply(e, v, q, operand != NULL ? operand + q * os + t * 16 : NULL);
       _mm512_storeu_ps(out + q * os + t * 16, v);
     }
 }

@@ -179,6 +179,33 @@ static inline __attribute__((always_inline)) void transpose_16x16(__m512 r[16]) 
   }
 }
 
+/* The one-pass epilogue as the 1x1, dense 3x3 and image-layer C16 kernels apply it, once per
+ * output after the last depth block, with run-time branches: the steps and order of c16_epi
+ * below. scale and shift point at the first channel of the kernel's group of blocks. */
+typedef struct c16_ep {
+  const float* scale;   /* or NULL */
+  const float* shift;   /* or NULL */
+  const float* operand; /* the ADD operand at the tile's output offset, or NULL */
+  accel_activation act;
+  float lo, hi;
+} c16_ep;
+
+/* Block q's 16 values t through e; operand: their 16 operand values, or NULL. */
+static inline __attribute__((always_inline)) __m512 c16_ep_apply(const c16_ep* e, __m512 t,
+                                                                 int64_t q,
+                                                                 const float* operand) {
+  if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16));
+  if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16));
+  if (operand != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(operand));
+  if (e->act == ACCEL_ACT_RELU) {
+    t = _mm512_max_ps(_mm512_setzero_ps(), t);
+  } else if (e->act == ACCEL_ACT_CLIP) {
+    t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);
+    t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);
+  }
+  return t;
+}
+
 /* The one-pass epilogue (sdp_f32_one_pass) of C16 kernels on 16 channels' values t, in sdp.c's
  * order, each step rounded: x * scale, + shift, + operand, then ReLU as max(0, x) or the clip
  * as min(hi, max(lo, x)) (-0 and NaN stay, as sdp.c's comparisons leave them). A missing scale

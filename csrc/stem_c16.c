@@ -37,29 +37,6 @@
 
 enum { STEM_STRIP = 4, STEM_GROUP = 4, STEM_BLOCK = 32 /* conv_f32's SUM_BLOCK */ };
 
-/* The one-pass epilogue of a tile (conv3x3_c16.c's, in ep_vec's order). */
-typedef struct stem_ep {
-  const float* scale;   /* at the tile's first block's first channel, or NULL */
-  const float* shift;   /* likewise, or NULL */
-  const float* operand; /* the ADD operand at the tile's first output, or NULL */
-  accel_activation act;
-  float lo, hi;
-} stem_ep;
-
-static inline __attribute__((always_inline)) __m512 ep_apply(const stem_ep* e, __m512 t, int q,
-                                                             const float* operand) {
-  if (e->scale != NULL) t = _mm512_mul_ps(t, _mm512_loadu_ps(e->scale + q * 16));
-  if (e->shift != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(e->shift + q * 16));
-  if (operand != NULL) t = _mm512_add_ps(t, _mm512_loadu_ps(operand));
-  if (e->act == ACCEL_ACT_RELU) {
-    t = _mm512_max_ps(_mm512_setzero_ps(), t);
-  } else if (e->act == ACCEL_ACT_CLIP) {
-    t = _mm512_max_ps(_mm512_set1_ps(e->lo), t);
-    t = _mm512_min_ps(_mm512_set1_ps(e->hi), t);
-  }
-  return t;
-}
-
 /* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
 
 #define P12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
@@ -84,7 +61,7 @@ static inline __attribute__((always_inline)) __m512 ep_apply(const stem_ep* e, _
   if (NB > q)                                                                              \
     _mm512_storeu_ps(out + q * os + p * 16,                                                \
                      e == NULL ? a##p##_##q                                                \
-                               : ep_apply(e, a##p##_##q, q,                                \
+                               : c16_ep_apply(e, a##p##_##q, q,                                \
                                           e->operand != NULL ? e->operand + q * os + p * 16 \
                                                              : NULL));
 #define OUT(p) \
@@ -97,7 +74,7 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
                                                         int64_t kd, const float* in,
                                                         const int64_t* off, const float* w,
                                                         int64_t ld, float* out, int64_t os,
-                                                        const stem_ep* e) {
+                                                        const c16_ep* e) {
   float total[12 * 4 * 16] __attribute__((aligned(64))); /* the blocks' running sums */
   P12(DECL)
   P12(ZERO)
@@ -124,11 +101,11 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
 }
 
 typedef void (*kfn)(int64_t, const float*, const int64_t*, const float*, int64_t, float*,
-                    int64_t, const stem_ep*);
+                    int64_t, const c16_ep*);
 #define KDEF(N, B, S)                                                                        \
   static void k##N##_##B##_##S(int64_t kd, const float* in, const int64_t* off,              \
                                const float* w, int64_t ld, float* out, int64_t os,           \
-                               const stem_ep* e) {                                           \
+                               const c16_ep* e) {                                           \
     kbody(N, B, S, kd, in, off, w, ld, out, os, e);                                          \
   }
 #define K6(B, S) KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) \
@@ -199,7 +176,7 @@ static void stem_item(void* ctx, int64_t item, int participant) {
     const int64_t nb = (k - ch0) / 16 < STEM_GROUP ? (k - ch0) / 16 : STEM_GROUP;
     const float* w = J->packed + ch0 * kd;
     float* out = J->out + (img * k + ch0) * ohw;
-    stem_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+    c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
     const float* operand = NULL;
     if (ep != NULL) {
       e.scale = ep->scale != NULL ? ep->scale + ch0 : NULL;
