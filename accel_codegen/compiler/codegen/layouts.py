@@ -46,10 +46,15 @@ CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
 #: takes 0.66-0.79 of the NCHW time (its FLOP/s: the direct convolution's FLOPs); a dense 3x3
 #: runs 4-18 % faster on 28x28 and larger outputs, level on 14x14. Kernels not listed save
 #: nothing here: they run C16 to spare conversions.
-C16_SAVING = {"pointwise, >= 784 positions": (0.2, 150e9), "pointwise, >= 196": (0.0, 150e9),
-              "pointwise, fewer": (-0.1, 150e9), "depthwise, stride 1": (0.3, 35e9),
-              "depthwise, stride 2": (0.4, 13e9),
-              "winograd": (0.28, 215e9), "dense 3x3, >= 784 positions": (0.1, 150e9)}
+C16_SAVING = {
+    "pointwise, >= 784 positions": (0.2, 150e9),
+    "pointwise, >= 196": (0.0, 150e9),
+    "pointwise, fewer": (-0.1, 150e9),
+    "depthwise, stride 1": (0.3, 35e9),
+    "depthwise, stride 2": (0.4, 13e9),
+    "winograd": (0.28, 215e9),
+    "dense 3x3, >= 784 positions": (0.1, 150e9),
+}
 
 
 class _Run:
