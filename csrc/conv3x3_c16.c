@@ -360,9 +360,7 @@ int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue) {
   return geometry_fits(g) && conv_f32_dot_tail(g) >= 0 && !slower_than_nchw(g) &&
          g->pad_top <= 2 &&
          g->pad_left <= 2 && g->out_h > 0 && g->out_w > 0 && g->pixel_bytes == 0 &&
-         (epilogue == NULL ||
-          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
-           (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
+         c16_epilogue_fits(epilogue);
 }
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }

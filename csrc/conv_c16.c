@@ -313,9 +313,7 @@ int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
                           ? g->out_h == g->h && g->out_w == g->w
                           : g->out_h <= (g->h + 1) / 2 && g->out_w <= (g->w + 1) / 2;
   return conv_f32_dot_tail(g) >= 0 && pointwise_weights(g) && spatial && g->pixel_bytes == 0 &&
-         (epilogue == NULL ||
-          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
-           (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
+         c16_epilogue_fits(epilogue);
 }
 
 accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,

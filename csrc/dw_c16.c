@@ -142,7 +142,7 @@ int conv_c16_depthwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
          (g->stride_h == 1 || g->stride_h == 2) && g->pad_top == 1 && g->pad_left == 1 &&
          g->dilation_h == 1 && g->dilation_w == 1 && g->pixel_bytes == 0 && g->h >= 1 &&
          g->w >= 1 && g->out_h >= 1 && g->out_w >= 1 &&
-         (epilogue == NULL || sdp_f32_one_pass(epilogue));
+         c16_epilogue_fits(epilogue);
 #else
   (void)g;
   (void)epilogue;

@@ -130,6 +130,12 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
  * then ADD or no element-wise op, then NONE / RELU / CLIP, in that order, each step rounded.
  * A kernel may apply these in registers before its store, in the same order (conv_f32.c). */
 int sdp_f32_one_pass(const sdp_f32* p);
+/* Whether a C16 kernel takes this epilogue in registers: none, or one pass (act NONE / RELU /
+ * CLIP: no PReLU, no LUT) whose ADD operand is given. */
+static inline int c16_epilogue_fits(const sdp_f32* ep) {
+  return ep == NULL ||
+         (sdp_f32_one_pass(ep) && (ep->ew_op != ACCEL_EW_ADD || ep->ew_operand != NULL));
+}
 
 /* out = SDP(in) over a whole [n][c][hw] tensor; in may equal out. */
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,

@@ -209,9 +209,7 @@ static int kernel_fits(const conv_geometry* g) {
 
 int conv_c16_stem_fits(const conv_geometry* g, const sdp_f32* epilogue) {
   return kernel_fits(g) && conv_f32_dot_tail(g) == 0 &&
-         (epilogue == NULL ||
-          (sdp_f32_one_pass(epilogue) && /* act NONE / RELU / CLIP: no PReLU, no LUT */
-           (epilogue->ew_op != ACCEL_EW_ADD || epilogue->ew_operand != NULL)));
+         c16_epilogue_fits(epilogue);
 }
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
@@ -237,12 +235,7 @@ accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float*
   if (base == NULL) return ACCEL_ERR_NO_MEMORY;
   float* packed = (float*)base;
   int64_t* off = (int64_t*)(base + wbytes);
-  for (int64_t ch0 = 0; ch0 < k; ch0 += STEM_GROUP * 16) {
-    const int64_t cols = k - ch0 < STEM_GROUP * 16 ? k - ch0 : STEM_GROUP * 16;
-    float* p = packed + ch0 * kd;
-    for (int64_t d = 0; d < kd; ++d)
-      for (int64_t j = 0; j < cols; ++j) p[d * cols + j] = weights[(ch0 + j) * kd + d];
-  }
+  c16_pack_pointwise(k, kd, weights, packed); /* [k/64][d][64], the 1x1 kernel's layout */
   for (int64_t d = 0; d < kd; ++d) /* d = (c, r, s) */
     off[d] = (d / (kh * kw)) * rows * wp + (d / kw % kh) * wp + d % kw;
   const stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,

@@ -24,7 +24,7 @@ int conv_winograd_c16_fits(const conv_geometry* g, const sdp_f32* epilogue) {
          g->k % 16 == 0 && g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == 1 &&
          g->stride_w == 1 && g->dilation_h == 1 && g->dilation_w == 1 && g->pixel_bytes == 0 &&
          g->h >= 1 && g->w >= 1 && g->out_h >= 1 && g->out_w >= 1 &&
-         (epilogue == NULL || sdp_f32_one_pass(epilogue));
+         c16_epilogue_fits(epilogue);
 #else
   (void)g;
   (void)epilogue;
