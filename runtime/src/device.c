@@ -433,34 +433,45 @@ static accel_status execute_convert(accel_device* dev, const resolved_chain* cha
                        d->cvt_zero);
 }
 
+/* The C16 kernels a run can have (c16_kernel). */
+typedef enum c16_kind {
+  C16_NONE,
+  C16_POINTWISE, /* conv_c16.c: 1x1, stride 1 or 2 */
+  C16_DEPTHWISE, /* dw_c16.c */
+  C16_DENSE_3X3, /* conv3x3_c16.c */
+  C16_WINOGRAD,  /* winograd_c16.c */
+  C16_POOL,      /* pdp_c16.c: a PDP alone */
+  C16_STEM,      /* stem_c16.c: the image layer, NCHW in */
+  C16_STEM_POOL, /* the same, then pdp_c16.c (ResNet's stem) */
+} c16_kind;
+
 /* The C16 kernel of a run whose input is in layout in_layout and output C16, if it has one:
  * with a C16 input, a CONV alone or a FUSED CONV -> SDP whose geometry and epilogue
  * conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take, or a PDP alone (pdp_c16.c);
  * with an NCHW input, such a CONV that stem_c16.c takes (the image layer), or one followed by
- * a PDP (ResNet's stem: the conv into C16 scratch, then pdp_c16.c). 1: pointwise,
- * 2: depthwise, 3: dense 3x3, 4: Winograd, 5: pooling, 6: NCHW in (stem), 7: stem + pooling,
- * 0: none. */
-static int c16_kernel(const resolved_chain* chain, accel_layout in_layout) {
+ * a PDP (ResNet's stem: the conv into C16 scratch, then pdp_c16.c). */
+static c16_kind c16_kernel(const resolved_chain* chain, accel_layout in_layout) {
   const resolved_op* r = &chain->ops[0];
   const int in_c16 = in_layout == ACCEL_LAYOUT_C16;
   if (r->op->engine == ACCEL_ENGINE_PDP)
-    return in_c16 && chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? 5 : 0;
-  if (r->op->engine != ACCEL_ENGINE_CONV) return 0;
+    return in_c16 && chain->num_ops == 1 && pdp_c16_fits(&r->pdp) ? C16_POOL : C16_NONE;
+  if (r->op->engine != ACCEL_ENGINE_CONV) return C16_NONE;
   const int32_t end = pass_end(chain, 0, ACCEL_FP32); /* the conv pass's last op */
   const int pooled = !in_c16 && chain->num_ops == end + 2 &&
                      chain->ops[end + 1].op->engine == ACCEL_ENGINE_PDP &&
                      pdp_c16_fits(&chain->ops[end + 1].pdp);
-  if (chain->num_ops != end + 1 && !pooled) return 0;
+  if (chain->num_ops != end + 1 && !pooled) return C16_NONE;
   const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
   const sdp_f32* ep = end == 1 ? &e : NULL;
   if (!in_c16)
     return r->op->conv.mode != ACCEL_CONV_WINOGRAD && conv_c16_stem_fits(&r->conv, ep)
-               ? (pooled ? 7 : 6)
-               : 0;
-  if (r->op->conv.mode == ACCEL_CONV_WINOGRAD) return conv_winograd_c16_fits(&r->conv, ep) ? 4 : 0;
-  if (conv_c16_pointwise_fits(&r->conv, ep)) return 1;
-  if (conv_c16_3x3_fits(&r->conv, ep)) return 3;
-  return conv_c16_depthwise_fits(&r->conv, ep) ? 2 : 0;
+               ? (pooled ? C16_STEM_POOL : C16_STEM)
+               : C16_NONE;
+  if (r->op->conv.mode == ACCEL_CONV_WINOGRAD)
+    return conv_winograd_c16_fits(&r->conv, ep) ? C16_WINOGRAD : C16_NONE;
+  if (conv_c16_pointwise_fits(&r->conv, ep)) return C16_POINTWISE;
+  if (conv_c16_3x3_fits(&r->conv, ep)) return C16_DENSE_3X3;
+  return conv_c16_depthwise_fits(&r->conv, ep) ? C16_DEPTHWISE : C16_NONE;
 }
 
 /* Scratch for `count` floats in `slot`. */
@@ -474,51 +485,54 @@ static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
 }
 
 /* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
- * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set; otherwise the NCHW kernels between conversions: the input
- * and the element-wise operands (in the output's layout) into NCHW scratch, the output back.
- * A BDMA copy into a C16 output starts from the output's NCHW copy: it writes only its
- * destination channels. */
+ * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set;
+ * otherwise the NCHW kernels between conversions: the input and the element-wise operands (in
+ * the output's layout) into NCHW scratch, the output back. A BDMA copy into a C16 output
+ * starts from the output's NCHW copy: it writes only its destination channels. */
 static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
                                 const accel_tensor* input, const accel_tensor* output,
                                 const char* label) {
   const int32_t threads = dev->num_threads;
   const int in_c16 = input->layout == ACCEL_LAYOUT_C16;
   const int out_c16 = output->layout == ACCEL_LAYOUT_C16;
-  const int kernel = out_c16 && !observing() ? c16_kernel(chain, input->layout) : 0;
-  if (kernel != 0) {
-    const resolved_op* r = &chain->ops[0];
-    const int32_t end = pass_end(chain, 0, ACCEL_FP32);
-    const sdp_f32 e = kernel != 5 && end == 1 ? sdp_operands(&chain->ops[1].op->sdp)
-                                              : (sdp_f32){0};
-    const sdp_f32* ep = kernel != 5 && end == 1 ? &e : NULL;
-    if (kernel == 5) {
+  const c16_kind kernel =
+      out_c16 && !observing() ? c16_kernel(chain, input->layout) : C16_NONE;
+  const resolved_op* r = &chain->ops[0];
+  const int32_t end = kernel != C16_NONE && kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32)
+                                                                : 0;
+  const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
+  const sdp_f32* ep = end == 1 ? &e : NULL;
+  const float* w = r->op->conv.weights;
+  const void* packed = r->op->conv.weights_packed;
+  switch (kernel) {
+    case C16_POINTWISE:
+      return conv_c16_pointwise(&r->conv, input->data, w, packed, output->data, ep, &dev->ws,
+                                threads);
+    case C16_DEPTHWISE:
+      return conv_c16_depthwise(&r->conv, input->data, w, output->data, ep, &dev->ws, threads);
+    case C16_DENSE_3X3:
+      return conv_c16_3x3(&r->conv, input->data, w, packed, output->data, ep, &dev->ws,
+                          threads);
+    case C16_WINOGRAD:
+      return conv_winograd_c16(&r->conv, input->data, w, packed, output->data, ep, &dev->ws,
+                               threads);
+    case C16_POOL:
       pdp_c16(&r->pdp, input->data, output->data, threads);
       return ACCEL_OK;
-    }
-    if (kernel == 4)
-      return conv_winograd_c16(&r->conv, input->data, r->op->conv.weights,
-                               r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
-    if (kernel == 1)
-      return conv_c16_pointwise(&r->conv, input->data, r->op->conv.weights,
-                                r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
-    if (kernel == 6)
-      return conv_c16_stem(&r->conv, input->data, r->op->conv.weights, output->data, ep,
-                           &dev->ws, threads);
-    if (kernel == 7) { /* the conv into C16 scratch, then the pool */
+    case C16_STEM:
+      return conv_c16_stem(&r->conv, input->data, w, output->data, ep, &dev->ws, threads);
+    case C16_STEM_POOL: { /* the conv into C16 scratch, then the pool */
       const resolved_op* pool = &chain->ops[end + 1];
       float* conv_out = scratch_floats(dev, WS_CHAIN_A, (int64_t)pool->in_n * pool->in_c *
                                                             pool->in_h * pool->in_w);
       if (conv_out == NULL) return ACCEL_ERR_NO_MEMORY;
-      const accel_status st = conv_c16_stem(&r->conv, input->data, r->op->conv.weights,
-                                            conv_out, ep, &dev->ws, threads);
+      const accel_status st =
+          conv_c16_stem(&r->conv, input->data, w, conv_out, ep, &dev->ws, threads);
       if (st == ACCEL_OK) pdp_c16(&pool->pdp, conv_out, output->data, threads);
       return st;
     }
-    if (kernel == 3)
-      return conv_c16_3x3(&r->conv, input->data, r->op->conv.weights,
-                          r->op->conv.weights_packed, output->data, ep, &dev->ws, threads);
-    return conv_c16_depthwise(&r->conv, input->data, r->op->conv.weights, output->data, ep,
-                              &dev->ws, threads);
+    case C16_NONE:
+      break;
   }
   const int64_t in_hw = (int64_t)input->h * input->w, out_hw = (int64_t)output->h * output->w;
   const float* src = input->data;
@@ -625,7 +639,7 @@ int32_t accel_c16_native(const accel_config* cfg, const accel_op* ops, int32_t n
   if (chain_resolve(cfg, ops, num_ops, &shape, NULL, mode, 0, &chain) != ACCEL_OK) return 0;
   return input->precision == ACCEL_FP32 &&
          (input->layout == ACCEL_LAYOUT_NCHW || input->c % ACCEL_C16_CHANNELS == 0) &&
-         c16_kernel(&chain, input->layout) != 0;
+         c16_kernel(&chain, input->layout) != C16_NONE;
 }
 
 accel_status accel_estimate(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
