@@ -235,7 +235,14 @@ accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float*
   if (base == NULL) return ACCEL_ERR_NO_MEMORY;
   float* packed = (float*)base;
   int64_t* off = (int64_t*)(base + wbytes);
-  c16_pack_pointwise(k, kd, weights, packed); /* [k/64][d][64], the 1x1 kernel's layout */
+  /* the 1x1 kernel's layout ([k/64][d][64]); not c16_pack_pointwise, which transposes
+   * 16 x 16 blocks of a depth that is a multiple of 16 (here 27 or 147) */
+  for (int64_t ch0 = 0; ch0 < k; ch0 += STEM_GROUP * 16) {
+    const int64_t cols = k - ch0 < STEM_GROUP * 16 ? k - ch0 : STEM_GROUP * 16;
+    float* p = packed + ch0 * kd;
+    for (int64_t d = 0; d < kd; ++d)
+      for (int64_t j = 0; j < cols; ++j) p[d * cols + j] = weights[(ch0 + j) * kd + d];
+  }
   for (int64_t d = 0; d < kd; ++d) /* d = (c, r, s) */
     off[d] = (d / (kh * kw)) * rows * wp + (d / kw % kh) * wp + d % kw;
   const stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,
