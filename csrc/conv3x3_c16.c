@@ -2,19 +2,20 @@
  * activations, stride 1 or 2 each way.
  *
  * Input [n][c/16][h][w][16], output [n][k/16][oh][ow][16]. Weights [k][c][3][3], which are
- * [k][9c], packed as the 1x1 kernel packs [k][c] (c16_pack_pointwise with depth 9c): per group
- * of 4 blocks of 16 output channels, [9c][16 * blocks], depth d = (c * 3 + r) * 3 + s; packed
- * once at load (conv_c16_3x3_pack, accel_conv_pack_weights) or per call into WS_C16_WEIGHTS.
+ * [k][9c], packed in panels of a tile's blocks of 16 output channels (2 at stride 1, 4 at
+ * stride 2: pack_panel), each [9c][16 * blocks], depth d = (c * 3 + r) * 3 + s; packed once
+ * at load (conv_c16_3x3_pack, accel_conv_pack_weights) or per call into WS_C16_WEIGHTS.
  *
- * Loops (the study examples/nchw16c_study/conv3x3.c, its whole-depth mode): the input is first
- * copied, per image and block of 16 channels, into a zero-padded plane of the rows and columns
- * the outputs read (WS_C16_WEIGHTS, after the packed weights); items are (image, group of 4
- * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
- * own outputs; in an item, per output row, tiles: a micro-kernel of NP positions x NB blocks
- * (up to 7 x 2 at stride 1, 6 x 4 at stride 2; up to 24 accumulators), per tap NB weight
- * vector loads and NP broadcasts, the 9 taps of a channel unrolled, the whole depth per tile
- * (the group's weights stream from L2). The running totals of the 32-deep blocks stay in the
- * output tile; the one-pass epilogue is applied in registers before the last store.
+ * Loops (the study examples/nchw16c_study/conv3x3.c): the input is first copied, per image and
+ * block of 16 channels, into a zero-padded plane of the rows and columns the outputs read
+ * (WS_C16_WEIGHTS, after the packed weights); items are (image, group of 4 blocks of 16 output
+ * channels, strip of C3_STRIP output rows), so that every item writes its own outputs; in an
+ * item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles: a micro-kernel of
+ * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
+ * vector loads and NP broadcasts, the 9 taps of a channel unrolled. A panel's chunk of weights
+ * (37 KB at stride 1) stays in L1 across the strip's tiles. The running totals of the 32-deep
+ * blocks stay in the output tile between blocks and chunks; the one-pass epilogue is applied
+ * in registers before the last store.
  * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
  * where the kernel measured slower than conv_f32 at >= 256 input channels and fits refuses
  * (slower_than_nchw, docs/kernels.md).
@@ -27,9 +28,9 @@
  * from the padded copy, as conv_f32's padded copy and panels do (so even a non-finite weight
  * gives conv_f32's NaN there). Where conv_f32's packed path sums dot products along the depth
  * instead (conv_f32_dot_tail: an image's last ohw % 16 <= 8 positions, every position when
- * ohw <= 8), those positions are summed in its order (tail_item): lane l of 16 takes depths
+ * ohw <= 8), those positions are summed in its order (tail_depths): lane l of 16 takes depths
  * l, l + 16, ... by one fmadd each, then _mm512_reduce_add_ps. Results do not depend on the
- * thread count or the strips. Where conv_f32 takes another path (BLAS: a batch of 1x1 planes,
+ * thread count, the strips or the chunks. Where conv_f32 takes another path (BLAS: a batch of 1x1 planes,
  * no AVX-512) fits refuses the geometry, and the run is converted around.
  */
 #include <stdint.h>
@@ -40,11 +41,26 @@
 
 #include "kernels.h"
 
-/* conv_c16_3x3_pack's buffer: this header, then c16_pack_pointwise's floats. */
+/* conv_c16_3x3_pack's buffer: this header, then the panels. */
 enum { C3_PACK_HEADER = 64, C3_PACK_MAGIC = 0x33363143 /* "C163" */ };
 typedef struct c3_pack_header {
-  int32_t magic, k, c;
+  int32_t magic, k, c, panel;
 } c3_pack_header;
+
+/* Blocks of 16 output channels per panel of packed weights, which is also a tile's: 2 at
+ * stride 1 (tiles of 7 positions x 2 blocks), 4 at stride 2 (6 x 4), the faster shape at each
+ * stride (docs/kernels.md). */
+static int64_t panel_blocks(const conv_geometry* g) { return g->stride_w == 1 ? 2 : 4; }
+
+/* Panel p of the weights [k][9c]: its blocks' rows as [9c][16 * blocks], at (p * blocks * 16)
+ * * 9c in packed (c16_pack_pointwise: one group of up to 4 blocks). A tile reads its panel's
+ * rows with a stride the compiler knows (16 * NB), not the rows of a 4-block group read 2
+ * blocks at a time: 4-6 % faster on ResNet's 3x3 layers (docs/kernels.md). */
+static void pack_panel(const conv_geometry* g, int64_t p, const float* weights, float* packed) {
+  const int64_t depth = 9 * (int64_t)g->c, k0 = p * panel_blocks(g) * 16;
+  const int64_t kn = g->k - k0 < panel_blocks(g) * 16 ? g->k - k0 : panel_blocks(g) * 16;
+  c16_pack_pointwise(kn, depth, weights + k0 * depth, packed + k0 * depth);
+}
 
 static int geometry_fits(const conv_geometry* g) {
   return g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h >= 1 && g->stride_h <= 2 &&
@@ -57,6 +73,7 @@ static int geometry_fits(const conv_geometry* g) {
 #define C3_TILE 6   /* output positions per micro-tile, along a row */
 #define C3_GROUP 4  /* blocks of 16 output channels per group */
 #define C3_STRIP 4  /* output rows per item */
+#define C3_CHUNK 32 /* input channels per pass over an item's tiles: 9 blocks of 32 depths */
 
 static inline int64_t group_blocks(int64_t k, int64_t g) {
   const int64_t left = k / 16 - g * C3_GROUP;
@@ -96,16 +113,17 @@ static inline int64_t group_blocks(int64_t k, int64_t g) {
  * tile's first block ([9c] rows, ld apart); out: the tile's outputs (blocks os apart); e: the
  * epilogue, or NULL. NB * NP <= 24 accumulators. */
 static inline __attribute__((always_inline)) void kbody(const int NP, const int NB, const int ST,
-                                                        int64_t c, const float* in, int64_t cbs,
-                                                        int64_t rs, const float* w, int64_t ld,
-                                                        float* out, int64_t os,
-                                                        const c16_ep* e) {
+                                                        int64_t c, int64_t c0, int64_t c1,
+                                                        const float* in, int64_t cbs,
+                                                        int64_t rs, const float* w, float* out,
+                                                        int64_t os, const c16_ep* e) {
+  const int64_t ld = NB * 16; /* a compile-time row stride: the tile's own panel */
   ALLP(DECL)
   ALLP(ZERO)
-  int first = 1;
-  int64_t d = 0, dn = 32;
+  int first = c0 == 0;
+  int64_t d = c0 * 9, dn = d + 32;
   const int64_t de = c * 9;
-  for (int64_t ci = 0; ci < c; ++ci) {
+  for (int64_t ci = c0; ci < c1; ++ci) {
     const float* ic = in + (ci >> 4) * cbs + (ci & 15);
     const float* wc = w + ci * 9 * ld;
 #pragma GCC unroll 3
@@ -132,6 +150,7 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
       }
     }
   }
+  if (c1 < c) return; /* the chunk's last block was added at its last tap */
   if (!first) { ALLP(LDADD) }
   if (e != NULL) {
     ALLP(EPI)
@@ -140,24 +159,22 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
   }
 }
 
-typedef void (*kfn)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
-                    int64_t, const c16_ep*);
+typedef void (*kfn)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*,
+                    float*, int64_t, const c16_ep*);
 #define KDEF(N, B, S)                                                                      \
-  static void k##N##_##B##_##S(int64_t c, const float* in, int64_t cbs, int64_t rs,        \
-                               const float* w, int64_t ld, float* out, int64_t os,         \
-                               const c16_ep* e) {                                           \
-    kbody(N, B, S, c, in, cbs, rs, w, ld, out, os, e);                                     \
+  static void k##N##_##B##_##S(int64_t c, int64_t c0, int64_t c1, const float* in,         \
+                               int64_t cbs, int64_t rs, const float* w, float* out,        \
+                               int64_t os, const c16_ep* e) {                              \
+    kbody(N, B, S, c, c0, c1, in, cbs, rs, w, out, os, e);                                 \
   }
 #define KROW(B, S) \
   KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) KDEF(6, B, S)
-KROW(1, 1) KROW(2, 1) KROW(4, 1) KROW(1, 2) KROW(2, 2) KROW(4, 2)
-KDEF(7, 1, 1) KDEF(7, 2, 1) KDEF(7, 1, 2) KDEF(7, 2, 2)
+KROW(1, 1) KROW(2, 1) KDEF(7, 1, 1) KDEF(7, 2, 1) KROW(1, 2) KROW(2, 2) KROW(3, 2) KROW(4, 2)
 #define KTAB(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
                    k6_##B##_##S
-/* ktab[stride - 1][NB / 2]: up to 7 positions of 1 or 2 blocks, 6 of 4 blocks */
-static const kfn ktab[2][3][8] = {
-    {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), k7_2_1}, {KTAB(4, 1)}},
-    {{KTAB(1, 2), k7_1_2}, {KTAB(2, 2), k7_2_2}, {KTAB(4, 2)}}};
+/* [NB - 1][NP]: at stride 1 up to 7 positions of 1 or 2 blocks, at stride 2 6 of 1-4 */
+static const kfn ktab1[2][8] = {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), k7_2_1}};
+static const kfn ktab2[4][7] = {{KTAB(1, 2)}, {KTAB(2, 2)}, {KTAB(3, 2)}, {KTAB(4, 2)}};
 
 /* ---- the job ---- */
 
@@ -172,17 +189,12 @@ typedef struct c3_job {
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t hp, wp, ohw, groups, strips, tail;
-  int pairs; /* tiles of 2 blocks (else 4): at stride 1, where they measured faster (64 ->
-              * 64 on 56x56 1.02-1.03x -> 1.16x the NCHW kernel's speed, 256 -> 256 on 14x14
-              * 1.03-1.04x -> 1.08-1.10x; at stride 2 0.75-1.10x against 0.79-1.15x) */
 } c3_job;
 
 static void pack_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
   (void)participant;
-  const int64_t depth = 9 * (int64_t)J->g->c, k0 = item * C3_GROUP * 16;
-  const int64_t kn = J->g->k - k0 < C3_GROUP * 16 ? J->g->k - k0 : C3_GROUP * 16;
-  c16_pack_pointwise(kn, depth, J->weights + k0 * depth, J->packed + k0 * depth);
+  pack_panel(J->g, item, J->weights, J->packed);
 }
 
 /* Item = (image, block of 16 input channels): its plane, zero-padded. */
@@ -222,49 +234,61 @@ static inline __attribute__((always_inline)) __m512 lanes_reduced(const __m512 l
   return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
 }
 
-/* The group's outputs at positions [ohw - tail, ohw) of image img summed as conv_f32's dot
+/* The tail: the outputs at positions [ohw - tail, ohw) of an image, summed as conv_f32's dot
  * products (dot_body): per position and block of 16 output channels, 16 lane sums (lane l:
  * depths l, l + 16, ..., one fmadd each) reduced as _mm512_reduce_add_ps; then the epilogue.
- * The weights are the packed ones, in cache from the group's blocks (the rows as given would
- * come from memory: 512 -> 512 on 7x7 read all 9.4 MB of them for its one tail position), in
- * chunks of TAIL_CHUNK depths that stay in L1 while every position and block passes over them
- * (a pass per block straight from L2 took 11 % of 512 -> 512 on 7x7); the lane sums wait in
- * `lanes` between chunks. */
+ * The lane sums wait in `lanes` while conv_item passes over the depth chunk by chunk: each
+ * chunk's packed weights are then in L1 or L2 from its tiles (read again afterwards, they
+ * came from L2 or memory at a few GB/s: one tail position of 512 -> 512 3x3/2 on 14x14 took
+ * 0.28 ms, 11 % of the layer). */
 enum { TAIL_MAX = 8, TAIL_CHUNK = 64 }; /* conv_f32's TMAX; depths of 16 KB of weights */
-static void tail_item(const c3_job* J, int64_t img, int64_t grp, const c16_ep* e,
-                      const float* operand, int participant) {
+
+/* cols: the tail positions' columns of image img, [tail][9c]. */
+static void tail_gather(const c3_job* J, int64_t img, float* cols) {
   const conv_geometry* g = J->g;
-  const int64_t c = g->c, depth = 9 * c, ow = g->out_w, ohw = J->ohw, t0 = ohw - J->tail;
-  const int64_t nb = group_blocks(g->k, grp), ld = nb * 16;
-  const float* w = J->packed + grp * C3_GROUP * 16 * depth;
-  const float* plane = J->copy + img * (c / 16) * J->hp * J->wp * 16;
-  float* cols = J->cols + (int64_t)participant * TAIL_MAX * depth;
-  float* out = J->out + (img * g->k + grp * C3_GROUP * 16) * ohw;
-  float lanes[TAIL_MAX * C3_GROUP * 16 * 16] __attribute__((aligned(64)));
-  memset(lanes, 0, (size_t)(J->tail * nb * 16 * 16) * sizeof(float));
+  const int64_t depth = 9 * (int64_t)g->c, ow = g->out_w, t0 = J->ohw - J->tail;
+  const float* plane = J->copy + img * (g->c / 16) * J->hp * J->wp * 16;
   for (int64_t t = 0; t < J->tail; ++t) {
     const float* at =
         plane + (((t0 + t) / ow) * g->stride_h * J->wp + ((t0 + t) % ow) * g->stride_w) * 16;
     for (int64_t dd = 0; dd < depth; ++dd) cols[t * depth + dd] = at[J->tap[dd]];
   }
-  for (int64_t c0 = 0; c0 < depth; c0 += TAIL_CHUNK) {
-    const int64_t c1 = c0 + TAIL_CHUNK < depth ? c0 + TAIL_CHUNK : depth;
+}
+
+/* The lane sums of group grp's blocks over depths [d0, d1), in chunks of TAIL_CHUNK that stay
+ * in L1 while every position and block passes over them. */
+static void tail_depths(const c3_job* J, int64_t grp, int64_t qa, int64_t qb,
+                        const float* cols, float* lanes, int64_t d0, int64_t d1) {
+  const conv_geometry* g = J->g;
+  const int64_t depth = 9 * (int64_t)g->c;
+  const int64_t nb = group_blocks(g->k, grp), pb = panel_blocks(g);
+  for (int64_t c0 = d0; c0 < d1; c0 += TAIL_CHUNK) {
+    const int64_t c1 = c0 + TAIL_CHUNK < d1 ? c0 + TAIL_CHUNK : d1;
     for (int64_t t = 0; t < J->tail; ++t)
-      for (int64_t q = 0; q < nb; ++q) {
+      for (int64_t q = qa; q < qb; ++q) {
         float* lq = lanes + (t * nb + q) * 256;
         __m512 lane[16];
 #pragma GCC unroll 16
         for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
-        for (int64_t d0 = c0; d0 < c1; d0 += 16) {
+        const int64_t q0 = q - q % pb, ld = 16 * (nb - q0 < pb ? nb - q0 : pb);
+        const float* w = J->packed + (grp * C3_GROUP + q0) * 16 * depth + (q - q0) * 16;
+        for (int64_t dd = c0; dd < c1; dd += 16) {
 #pragma GCC unroll 16
           for (int l = 0; l < 16; ++l)
-            lane[l] = _mm512_fmadd_ps(_mm512_load_ps(w + (d0 + l) * ld + q * 16),
-                                      _mm512_set1_ps(cols[t * depth + d0 + l]), lane[l]);
+            lane[l] = _mm512_fmadd_ps(_mm512_load_ps(w + (dd + l) * ld),
+                                      _mm512_set1_ps(cols[t * depth + dd + l]), lane[l]);
         }
 #pragma GCC unroll 16
         for (int l = 0; l < 16; ++l) _mm512_store_ps(lq + l * 16, lane[l]);
       }
   }
+}
+
+/* The tail's outputs of group grp: the lane sums reduced, then the epilogue (e, with operand
+ * the group's first block's, or NULL). out: the group's first block. */
+static void tail_store(const c3_job* J, int64_t grp, const float* lanes, const c16_ep* e,
+                       const float* operand, float* out) {
+  const int64_t nb = group_blocks(J->g->k, grp), ohw = J->ohw, t0 = ohw - J->tail;
   for (int64_t t = 0; t < J->tail; ++t)
     for (int64_t q = 0; q < nb; ++q) {
       const float* lq = lanes + (t * nb + q) * 256;
@@ -293,7 +317,6 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t cbs = J->hp * J->wp * 16, rs = J->wp * 16;
   const float* in = J->copy + img * (c / 16) * cbs;
   float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
-  const float* w = J->packed + grp * C3_GROUP * 16 * 9 * c;
   const sdp_f32* ep = J->ep;
   c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
   const float* operand = NULL;
@@ -305,46 +328,46 @@ static void conv_item(void* ctx, int64_t item, int participant) {
     e.hi = ep->clip_max;
     if (ep->ew_op == ACCEL_EW_ADD) operand = ep->ew_operand + (img * k + grp * C3_GROUP * 16) * ohw;
   }
-  /* Row by row, tiles of up to 6 positions x 4 blocks or 7 x 2 (`pairs`): a 2-block tile
-   * takes 2 weight vectors per 14 FMAs, not 4 per 24, from L2 */
-  const int pairs = J->pairs;
-  const int64_t tile = pairs ? C3_TILE + 1 : C3_TILE, step = pairs ? 2 : C3_GROUP;
+  /* The tail's lane sums, when this item holds it */
+  const int tail_here = J->tail > 0 && y1 == g->out_h;
+  float lanes[TAIL_MAX * C3_GROUP * 16 * 16] __attribute__((aligned(64)));
+  float* cols = J->cols + (int64_t)participant * TAIL_MAX * 9 * c;
+  if (tail_here) {
+    tail_gather(J, img, cols);
+    memset(lanes, 0, (size_t)(J->tail * nb * 16 * 16) * sizeof(float));
+  }
+  /* Per chunk of C3_CHUNK input channels, per panel (of 2 blocks at stride 1, 4 at stride 2),
+   * row by row, tiles of up to 7 positions (stride 1) or 6 */
+  const int64_t pb = panel_blocks(g), tile = pb == 2 ? 7 : 6;
   const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
-  for (int64_t y = y0; y < y1; ++y) {
-    int64_t xe = blocked - y * ow; /* the row's blocked positions: [0, xe) */
-    if (xe > ow) xe = ow;
-    if (xe <= 0) continue;
-    const int64_t tiles = (xe + tile - 1) / tile;
-    const float* row = in + y * g->stride_h * rs;
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
-      for (int64_t q = 0; q < nb; q += step) {
-        const int64_t qn = nb - q < step ? nb - q : step;
-        c16_ep eq = e;
-        if (eq.scale != NULL) eq.scale += q * 16;
-        if (eq.shift != NULL) eq.shift += q * 16;
-        eq.operand = operand != NULL ? operand + q * os + at : NULL;
-        const kfn kf = qn == 3 ? NULL : ktab[g->stride_w - 1][qn / 2][x1 - x0];
-        if (kf != NULL) {
-          kf(c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16, nb * 16, out + q * os + at,
-             os, ep != NULL ? &eq : NULL);
-        } else { /* 3 blocks: 2 and 1 */
-          ktab[g->stride_w - 1][1][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs, w + q * 16,
-                                            nb * 16, out + q * os + at, os,
-                                            ep != NULL ? &eq : NULL);
-          if (eq.scale != NULL) eq.scale += 32;
-          if (eq.shift != NULL) eq.shift += 32;
-          if (eq.operand != NULL) eq.operand += 2 * os;
-          ktab[g->stride_w - 1][0][x1 - x0](c, row + x0 * g->stride_w * 16, cbs, rs,
-                                            w + (q + 2) * 16, nb * 16, out + (q + 2) * os + at,
-                                            os, ep != NULL ? &eq : NULL);
+  for (int64_t c0 = 0; c0 < c; c0 += C3_CHUNK) {
+    const int64_t c1 = c0 + C3_CHUNK < c ? c0 + C3_CHUNK : c;
+    for (int64_t q = 0; q < nb; q += pb) {
+      const int64_t qn = nb - q < pb ? nb - q : pb;
+      const float* w = J->packed + (grp * C3_GROUP + q) * 16 * 9 * c;
+      c16_ep eq = e;
+      if (eq.scale != NULL) eq.scale += q * 16;
+      if (eq.shift != NULL) eq.shift += q * 16;
+      for (int64_t y = y0; y < y1; ++y) {
+        int64_t xe = blocked - y * ow; /* the row's blocked positions: [0, xe) */
+        if (xe > ow) xe = ow;
+        if (xe <= 0) continue;
+        const int64_t tiles = (xe + tile - 1) / tile;
+        const float* row = in + y * g->stride_h * rs;
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
+          eq.operand = operand != NULL ? operand + q * os + at : NULL;
+          const kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
+          kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os,
+             ep != NULL ? &eq : NULL);
         }
       }
+      if (tail_here) tail_depths(J, grp, q, q + qn, cols, lanes, 9 * c0, 9 * c1);
     }
   }
-  if (J->tail > 0 && y1 == g->out_h) {
+  if (tail_here) {
     e.operand = NULL;
-    tail_item(J, img, grp, ep != NULL ? &e : NULL, operand, participant);
+    tail_store(J, grp, lanes, ep != NULL ? &e : NULL, operand, out);
   }
 }
 
@@ -394,7 +417,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, g->stride_w == 1};
+              epilogue, hp, wp, ohw, groups, strips, tail};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
@@ -402,7 +425,8 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
     }
   const int64_t setup = (int64_t)g->n * (g->c / 16);
   pool_for(setup < num_threads ? (int)setup : num_threads, setup, copy_item, &J);
-  if (prepacked == NULL) pool_for(groups < num_threads ? (int)groups : num_threads, groups,
+  const int64_t panels = (g->k / 16 + panel_blocks(g) - 1) / panel_blocks(g);
+  if (prepacked == NULL) pool_for(panels < num_threads ? (int)panels : num_threads, panels,
                                   pack_item, &J);
   pool_for(nth, items, conv_item, &J);
   return ACCEL_OK;
@@ -433,14 +457,15 @@ size_t conv_c16_3x3_packed_bytes(const conv_geometry* g) {
 }
 
 void conv_c16_3x3_pack(const conv_geometry* g, const float* weights, void* packed) {
-  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c};
+  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c, (int32_t)panel_blocks(g)};
   memset(packed, 0, C3_PACK_HEADER);
   memcpy(packed, &h, sizeof h);
-  c16_pack_pointwise(g->k, 9 * (int64_t)g->c, weights, (float*)((char*)packed + C3_PACK_HEADER));
+  for (int64_t p = 0; p * panel_blocks(g) * 16 < g->k; ++p)
+    pack_panel(g, p, weights, (float*)((char*)packed + C3_PACK_HEADER));
 }
 
 int conv_c16_3x3_packed_matches(const conv_geometry* g, const void* packed) {
   c3_pack_header h;
   memcpy(&h, packed, sizeof h);
-  return h.magic == C3_PACK_MAGIC && h.k == g->k && h.c == g->c;
+  return h.magic == C3_PACK_MAGIC && h.k == g->k && h.c == g->c && h.panel == panel_blocks(g);
 }
