@@ -45,7 +45,21 @@
 enum { C3_PACK_HEADER = 64, C3_PACK_MAGIC = 0x33363143 /* "C163" */ };
 typedef struct c3_pack_header {
   int32_t magic, k, c, panel;
+  int32_t finite; /* every weight finite (all_finite) */
 } c3_pack_header;
+
+/* Whether every weight is finite: then a padding tap's fmadd (w * +0 added to a running sum
+ * that is never -0) changes nothing and may be skipped; an inf or NaN weight makes it NaN. */
+static int all_finite(const float* x, int64_t n) {
+  uint32_t top = 0; /* an all-ones exponent: inf or NaN */
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    memcpy(&bits, x + i, sizeof bits);
+    const uint32_t e = bits & 0x7f800000u;
+    top |= e == 0x7f800000u;
+  }
+  return top == 0;
+}
 
 /* Blocks of 16 output channels per panel of packed weights, which is also a tile's: 2 at
  * stride 1 (tiles of 7 positions x 2 blocks), 4 at stride 2 (6 x 4), the faster shape at each
@@ -107,6 +121,17 @@ static inline int64_t group_blocks(int64_t k, int64_t g) {
 #define EPI(p) \
   if (NP > p) { EPI1(p, 0) EPI1(p, 1) EPI1(p, 2) EPI1(p, 3) }
 #define ALLP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+#define BLOCK_END /* a 32-deep block ends: its sum into the running total */ \
+  {                                                                        \
+    if (first) {                                                           \
+      first = 0;                                                           \
+    } else {                                                               \
+      ALLP(LDADD)                                                          \
+    }                                                                      \
+    ALLP(ST)                                                               \
+    ALLP(ZERO)                                                             \
+    dn += 32;                                                              \
+  }
 
 /* in: the tile's first position's tap (0, 0) in channel block 0 of the padded copy (channel
  * blocks cbs apart, rows rs apart, positions ST columns apart); w: the packed weights of the
@@ -116,7 +141,8 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
                                                         int64_t c, int64_t c0, int64_t c1,
                                                         const float* in, int64_t cbs,
                                                         int64_t rs, const float* w, float* out,
-                                                        int64_t os, const c16_ep* e) {
+                                                        int64_t os, int rlo, int rhi,
+                                                        const c16_ep* e) {
   const int64_t ld = NB * 16; /* a compile-time row stride: the tile's own panel */
   ALLP(DECL)
   ALLP(ZERO)
@@ -128,6 +154,11 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
     const float* wc = w + ci * 9 * ld;
 #pragma GCC unroll 3
     for (int r = 0; r < 3; ++r) {
+      if (r < rlo || r >= rhi) { /* a padding row: its fmadds would add exact zeros */
+        d += 3;
+        if (__builtin_expect(d >= dn, 0) && dn < de) BLOCK_END
+        continue;
+      }
       const float* ib = ic + r * rs;
 #pragma GCC unroll 3
       for (int s = 0; s < 3; ++s) {
@@ -137,16 +168,7 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
         const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + 32) : w0;
         const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + 48) : w0;
         ALLP(FMA)
-        if (__builtin_expect(++d == dn, 0) && d < de) { /* a 32-deep block ends */
-          if (first) {
-            first = 0;
-          } else {
-            ALLP(LDADD)
-          }
-          ALLP(ST)
-          ALLP(ZERO)
-          dn += 32;
-        }
+        if (__builtin_expect(++d == dn, 0) && d < de) BLOCK_END
       }
     }
   }
@@ -160,12 +182,12 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
 }
 
 typedef void (*kfn)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*,
-                    float*, int64_t, const c16_ep*);
+                    float*, int64_t, int, int, const c16_ep*);
 #define KDEF(N, B, S)                                                                      \
   static void k##N##_##B##_##S(int64_t c, int64_t c0, int64_t c1, const float* in,         \
                                int64_t cbs, int64_t rs, const float* w, float* out,        \
-                               int64_t os, const c16_ep* e) {                              \
-    kbody(N, B, S, c, c0, c1, in, cbs, rs, w, out, os, e);                                 \
+                               int64_t os, int rlo, int rhi, const c16_ep* e) {            \
+    kbody(N, B, S, c, c0, c1, in, cbs, rs, w, out, os, rlo, rhi, e);                       \
   }
 #define KROW(B, S) \
   KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) KDEF(6, B, S)
@@ -189,6 +211,7 @@ typedef struct c3_job {
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t hp, wp, ohw, groups, strips, tail;
+  int finite; /* every weight finite: the padding rows' taps may be skipped */
 } c3_job;
 
 static void pack_item(void* ctx, int64_t item, int participant) {
@@ -354,11 +377,16 @@ static void conv_item(void* ctx, int64_t item, int participant) {
         if (xe <= 0) continue;
         const int64_t tiles = (xe + tile - 1) / tile;
         const float* row = in + y * g->stride_h * rs;
+        /* the kernel rows r that read input rows (not padding): all 3 unless a weight is
+         * inf or NaN, whose product with a padding +0 is NaN as in conv_f32 */
+        const int64_t iy = y * g->stride_h - g->pad_top;
+        const int rlo = J->finite && iy < 0 ? (int)-iy : 0;
+        const int rhi = J->finite && iy + 3 > g->h ? (int)(g->h - iy) : 3;
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
           eq.operand = operand != NULL ? operand + q * os + at : NULL;
           const kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
-          kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os,
+          kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os, rlo, rhi,
              ep != NULL ? &eq : NULL);
         }
       }
@@ -417,7 +445,14 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail};
+              epilogue, hp, wp, ohw, groups, strips, tail, 0};
+  if (prepacked != NULL) {
+    c3_pack_header h;
+    memcpy(&h, prepacked, sizeof h);
+    J.finite = h.finite;
+  } else {
+    J.finite = all_finite(weights, (int64_t)g->k * depth);
+  }
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
@@ -457,7 +492,8 @@ size_t conv_c16_3x3_packed_bytes(const conv_geometry* g) {
 }
 
 void conv_c16_3x3_pack(const conv_geometry* g, const float* weights, void* packed) {
-  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c, (int32_t)panel_blocks(g)};
+  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c, (int32_t)panel_blocks(g),
+                           all_finite(weights, (int64_t)g->k * 9 * g->c)};
   memset(packed, 0, C3_PACK_HEADER);
   memcpy(packed, &h, sizeof h);
   for (int64_t p = 0; p * panel_blocks(g) * 16 < g->k; ++p)

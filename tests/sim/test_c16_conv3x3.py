@@ -88,15 +88,19 @@ def test_weights_packed_at_load_give_the_same_bits(rng, n, c, k, h, w, stride):
                           packed=True), expected)
 
 
-def test_non_finite_weights_meet_the_padding_as_conv_f32_does(rng):
-    """Padding taps do their multiply-add with a zero, as conv_f32's: an infinite weight makes
-    NaN at the outputs whose tap reads padding, the same bits either way."""
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_weights_meet_the_padding_as_conv_f32_does(rng, packed, bad):
+    """Padding taps do their multiply-add with a zero, as conv_f32's: an infinite or NaN weight
+    makes NaN at the outputs whose tap reads padding, the same bits either way (with finite
+    weights the kernel skips the padding rows' taps, which add exact zeros)."""
     for h, w in ((14, 14), (28, 28), (7, 7)):  # packed (tails), implicit, packed
         weights = _data(rng, (32, 64, 3, 3), zeros=False)
-        weights[3, 5, 0, 0] = np.inf
-        weights[17, 60, 2, 1] = -np.inf
+        weights[3, 5, 0, 0] = bad
+        weights[17, 60, 2, 1] = -bad
         x = _data(rng, (1, 64, h, w))
-        out = _same_either_way([Conv(weights, padding=(1, 1, 1, 1))], x)
+        conv = Conv(weights, padding=(1, 1, 1, 1))
+        out = _same_either_way([conv.packed_for("nv_full") if packed else conv], x)
         assert np.isnan(out[0, 3, 0, 0]) and np.isnan(out[0, 17, -1, 3])
 
 
