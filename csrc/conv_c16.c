@@ -8,9 +8,11 @@
  * (image, strip of C16_STRIP positions, group of 4 blocks of 16 output channels), so that every
  * item writes its own outputs; in an item, depth chunks of C16_CHUNK channels, then tiles of 6
  * positions: a micro-kernel of NP (1..6) positions x NB (1..4) blocks of 16 output channels
- * (up to 24 accumulators), per input channel NB weight vector loads and NP broadcasts. The
- * running totals of the 32-deep blocks stay in the output tile between depth chunks; the
- * one-pass epilogue is applied in registers after the last chunk, before the store.
+ * (up to 24 accumulators), per input channel NB weight vector loads and NP broadcasts; the
+ * full tile, 6 x 4, in inline assembly (k6_4_asm: GCC's code for it ran at 82 % of the FMA
+ * peak hot in L1, this at 88 %; 3-7 % of each 1x1 layer of ResNet-50). The running totals of
+ * the 32-deep blocks stay in the output tile between depth chunks; the one-pass epilogue is
+ * applied in registers after the last chunk, before the store.
  *
  * Bits: as conv_f32 (its SUM_BLOCK): each output's depth is summed in blocks of 32 consecutive
  * input channels, each from zero with one fmadd per channel in channel order (a last block of
@@ -20,8 +22,9 @@
  * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
  * Where conv_f32 sums dot products along the depth instead (its packed path's tail positions,
  * conv_f32_dot_tail: the last hw % 16 <= 8 positions of an image, every position at hw <= 8),
- * this kernel sums those positions in the same order (tail_chunk, tail_store); where conv_f32
- * runs OpenBLAS (hw == 1, n > 1) fits refuses the geometry, and the run is converted around.
+ * this kernel sums those positions in the same order (tail_chunk, tail_store: the lane sums
+ * kept transposed, so that no weights need transposing); where conv_f32 runs OpenBLAS
+ * (hw == 1, n > 1) fits refuses the geometry, and the run is converted around.
  *
  * Stride 2 (ResNet's downsample): output (y, x) reads input (2y, 2x) only. conv_f32 copies
  * that one stride phase (imp_make_plan's nph = 1) or packs its columns, and sums each output
@@ -164,9 +167,146 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
 
 typedef void (*kfn)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, int,
                     const c16_ep*);
+
+/* The 6 x 4 tile (every full tile of a group of 4 blocks) in assembly. GCC's code for kbody
+ * (6, 4) ran a 32-deep block at 82 % of the FMA peak hot in L1 (its first fmadd of a block
+ * copied each weight vector for a zero accumulator, and it kept 24 output addresses on the
+ * stack); this order (MLAS's: 6 broadcasts, then per block of 16 output channels one weight
+ * load and 6 fmadds; accumulators zeroed by vpxord) ran it at 88 %. The arithmetic is
+ * kbody's: per output, the block's channels one fmadd each from +0 in channel order
+ * (vfmadd231ps acc, w, b is _mm512_fmadd_ps(w, b, acc)), then one add to the running total.
+ * Accumulator of position p, block q: zmm(4p + q); weight vector zmm24; broadcasts zmm26-31. */
+#define K64_B6(P, j)                                                                           \
+  "vbroadcastss 4*" #j "(%[" P "]), %%zmm26\n\t"                                             \
+  "vbroadcastss 4*" #j "+64(%[" P "]), %%zmm27\n\t"                                          \
+  "vbroadcastss 4*" #j "+128(%[" P "]), %%zmm28\n\t"                                         \
+  "vbroadcastss 4*" #j "+192(%[" P "]), %%zmm29\n\t"                                         \
+  "vbroadcastss 4*" #j "+256(%[" P "]), %%zmm30\n\t"                                         \
+  "vbroadcastss 4*" #j "+320(%[" P "]), %%zmm31\n\t"
+#define K64_Q(h, j, q, a0, a1, a2, a3, a4, a5)                                                 \
+  "vmovaps 256*" #h "+256*" #j "+64*" #q "(%[w]), %%zmm24\n\t"                                \
+  "vfmadd231ps %%zmm26, %%zmm24, %%zmm" #a0 "\n\t"                                           \
+  "vfmadd231ps %%zmm27, %%zmm24, %%zmm" #a1 "\n\t"                                           \
+  "vfmadd231ps %%zmm28, %%zmm24, %%zmm" #a2 "\n\t"                                           \
+  "vfmadd231ps %%zmm29, %%zmm24, %%zmm" #a3 "\n\t"                                           \
+  "vfmadd231ps %%zmm30, %%zmm24, %%zmm" #a4 "\n\t"                                           \
+  "vfmadd231ps %%zmm31, %%zmm24, %%zmm" #a5 "\n\t"
+/* input channel j of the half at P (its first weight row h of the block) */
+#define K64_CH(P, h, j)                                                                        \
+  K64_B6(P, j) K64_Q(h, j, 0, 0, 4, 8, 12, 16, 20) K64_Q(h, j, 1, 1, 5, 9, 13, 17, 21)         \
+  K64_Q(h, j, 2, 2, 6, 10, 14, 18, 22) K64_Q(h, j, 3, 3, 7, 11, 15, 19, 23)
+#define K64_HALF(P, h)                                                                         \
+  K64_CH(P, h, 0) K64_CH(P, h, 1) K64_CH(P, h, 2) K64_CH(P, h, 3) K64_CH(P, h, 4)              \
+  K64_CH(P, h, 5) K64_CH(P, h, 6) K64_CH(P, h, 7) K64_CH(P, h, 8) K64_CH(P, h, 9)              \
+  K64_CH(P, h, 10) K64_CH(P, h, 11) K64_CH(P, h, 12) K64_CH(P, h, 13) K64_CH(P, h, 14)         \
+  K64_CH(P, h, 15)
+#define K64_Z(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
+#define K64_Z4(a, b, c, d) K64_Z(a) K64_Z(b) K64_Z(c) K64_Z(d)
+/* position p's 4 outputs: oq + 64 * p bytes */
+#define K64_ADD1(q, p, r) "vaddps 64*" #p "(%[o" #q "]), %%zmm" #r ", %%zmm" #r "\n\t"
+#define K64_ST1(q, p, r) "vmovups %%zmm" #r ", 64*" #p "(%[o" #q "])\n\t"
+#define K64_P(X, p, r0, r1, r2, r3) X(0, p, r0) X(1, p, r1) X(2, p, r2) X(3, p, r3)
+#define K64_ALL(X)                                                                             \
+  K64_P(X, 0, 0, 1, 2, 3) K64_P(X, 1, 4, 5, 6, 7) K64_P(X, 2, 8, 9, 10, 11)                    \
+  K64_P(X, 3, 12, 13, 14, 15) K64_P(X, 4, 16, 17, 18, 19) K64_P(X, 5, 20, 21, 22, 23)
+
+/* One 32-deep block: i0, i1: its two 16-channel halves' inputs (the tile's first position);
+ * w: its 32 weight rows of 64; o0..o3: the tile's outputs in blocks 0..3, their running
+ * totals (add != 0: the block sum is added to them) or nothing yet (add == 0). */
+static inline __attribute__((always_inline)) void k64_block(const float* i0, const float* i1,
+                                                            const float* w, float* o0,
+                                                            float* o1, float* o2, float* o3,
+                                                            int64_t add) {
+  __asm__ volatile(
+      K64_Z4(0, 1, 2, 3) K64_Z4(4, 5, 6, 7) K64_Z4(8, 9, 10, 11) K64_Z4(12, 13, 14, 15)
+      K64_Z4(16, 17, 18, 19) K64_Z4(20, 21, 22, 23)
+      K64_HALF("i0", 0) K64_HALF("i1", 16)
+      "test %[add], %[add]\n\t"
+      "jz 1f\n\t"
+      K64_ALL(K64_ADD1)
+      "1:\n\t"
+      K64_ALL(K64_ST1)
+      :
+      : [i0] "r"(i0), [i1] "r"(i1), [w] "r"(w), [o0] "r"(o0), [o1] "r"(o1), [o2] "r"(o2),
+        [o3] "r"(o3), [add] "r"(add)
+      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+        "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
+        "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm26",
+        "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+}
+
+/* k64_block's sums of the last 32-deep block of outputs with an epilogue are left in zmm0-23
+ * (register variables as the outputs of the assembly), for the epilogue in registers. */
+#define K64_OUT(r) "=v"(a##r)
+#define K64_REG(r) register __m512 a##r __asm__("zmm" #r);
+
+/* kbody (6, 4) through k64_block where the depth is whole 32-deep blocks. */
+static void k6_4_asm(int64_t cd, const float* in, int64_t cs, const float* w, float* out,
+                     int64_t os, int first, int last, const c16_ep* e) {
+  float *o1 = out + os, *o2 = out + 2 * os, *o3 = out + 3 * os;
+  const int64_t cn = last && e != NULL ? cd - 32 : cd; /* the blocks stored by the assembly */
+  for (int64_t c0 = 0; c0 < cn; c0 += 32) {
+    const float* i0 = in + (c0 / 16) * cs;
+    k64_block(i0, i0 + cs, w + c0 * 64, out, o1, o2, o3, !(first && c0 == 0));
+  }
+  if (cn == cd) return;
+  const float* i0 = in + (cn / 16) * cs;
+  const float* i1 = i0 + cs;
+  const float* wb = w + cn * 64;
+  K64_REG(0) K64_REG(1) K64_REG(2) K64_REG(3) K64_REG(4) K64_REG(5) K64_REG(6) K64_REG(7)
+  K64_REG(8) K64_REG(9) K64_REG(10) K64_REG(11) K64_REG(12) K64_REG(13) K64_REG(14)
+  K64_REG(15) K64_REG(16) K64_REG(17) K64_REG(18) K64_REG(19) K64_REG(20) K64_REG(21)
+  K64_REG(22) K64_REG(23)
+  __asm__ volatile(
+      K64_Z4(0, 1, 2, 3) K64_Z4(4, 5, 6, 7) K64_Z4(8, 9, 10, 11) K64_Z4(12, 13, 14, 15)
+      K64_Z4(16, 17, 18, 19) K64_Z4(20, 21, 22, 23)
+      K64_HALF("i0", 0) K64_HALF("i1", 16)
+      : K64_OUT(0), K64_OUT(1), K64_OUT(2), K64_OUT(3), K64_OUT(4), K64_OUT(5), K64_OUT(6),
+        K64_OUT(7), K64_OUT(8), K64_OUT(9), K64_OUT(10), K64_OUT(11), K64_OUT(12),
+        K64_OUT(13), K64_OUT(14), K64_OUT(15), K64_OUT(16), K64_OUT(17), K64_OUT(18),
+        K64_OUT(19), K64_OUT(20), K64_OUT(21), K64_OUT(22), K64_OUT(23)
+      : [i0] "r"(i0), [i1] "r"(i1), [w] "r"(wb)
+      : "memory", "xmm24", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+  /* The epilogue as c16_epi of a compile-time kind (c16_ep_apply's run-time tests, repeated
+   * for every vector because a store may alias e, cost 12 % of 64 -> 256 on 56x56): its
+   * steps, order and bits are c16_ep_apply's (a missing scale multiplies by 1, a missing
+   * shift adds -0.0). */
+  const int add = !(first && cn == 0);
+  const int ek = 1 + (e->operand != NULL) * 3 +
+                 (e->act == ACCEL_ACT_RELU ? 1 : e->act == ACCEL_ACT_CLIP ? 2 : 0);
+  __m512 sc[4], sh[4];
+  for (int q = 0; q < 4; ++q) {
+    sc[q] = e->scale != NULL ? _mm512_loadu_ps(e->scale + q * 16) : _mm512_set1_ps(1.0f);
+    sh[q] = e->shift != NULL ? _mm512_loadu_ps(e->shift + q * 16) : _mm512_set1_ps(-0.0f);
+  }
+  const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
+  const float* opd = e->operand;
+#define K64_E(EK, p, q, r)                                                                     \
+  {                                                                                            \
+    __m512 t = a##r;                                                                           \
+    if (add) t = _mm512_add_ps(_mm512_loadu_ps(out + q * os + p * 16), t);                     \
+    _mm512_storeu_ps(out + q * os + p * 16,                                                    \
+                     c16_epi(EK, t, sc[q], sh[q], lo, hi, opd + q * os + p * 16));             \
+  }
+#define K64_EP(EK, p, r0, r1, r2, r3)                                                          \
+  K64_E(EK, p, 0, r0) K64_E(EK, p, 1, r1) K64_E(EK, p, 2, r2) K64_E(EK, p, 3, r3)
+#define K64_EPI(EK)                                                                            \
+  case EK:                                                                                     \
+    K64_EP(EK, 0, 0, 1, 2, 3) K64_EP(EK, 1, 4, 5, 6, 7) K64_EP(EK, 2, 8, 9, 10, 11)            \
+    K64_EP(EK, 3, 12, 13, 14, 15) K64_EP(EK, 4, 16, 17, 18, 19)                                \
+    K64_EP(EK, 5, 20, 21, 22, 23) break;
+  switch (ek) {
+    K64_EPI(1) K64_EPI(2) K64_EPI(3) K64_EPI(4) K64_EPI(5) K64_EPI(6)
+  }
+}
+
 #define KDEF(N, B)                                                                            \
   static void k##N##_##B(int64_t cd, const float* in, int64_t cs, const float* w, float* out, \
                          int64_t os, int first, int last, const c16_ep* e) {                  \
+    if (N == 6 && B == 4 && cd % 32 == 0) {                                                   \
+      k6_4_asm(cd, in, cs, w, out, os, first, last, e);                                       \
+      return;                                                                                 \
+    }                                                                                         \
     kbody(N, B, cd, in, cs, w, out, os, first, last, e);                                      \
   }
 #define KROW(B) KDEF(1, B) KDEF(2, B) KDEF(3, B) KDEF(4, B) KDEF(5, B) KDEF(6, B)
@@ -180,23 +320,64 @@ static const kfn ktab[5][7] = {{0}, KTAB(1), KTAB(2), KTAB(3), KTAB(4)};
 /* The tail (conv_f32_dot_tail: an image's last T <= 8 positions) summed as conv_f32's packed
  * path sums it (dot_body): per output channel and position, 16 lane sums along the depth
  * (lane l: input channels l, l + 16, ..., one fmadd each, in order), then
- * _mm512_reduce_add_ps. One depth chunk's part, while its packed weights are in L1: a 16x16
- * transpose turns 16 input channels' vectors of block q into 16 output channels' rows. lanes:
- * [T][nb][16 channels][16 lanes], carried from chunk to chunk. */
-static void tail_chunk(int64_t T, int64_t nb, int64_t c0, int64_t cd, const float* w,
-                       const float* in, int64_t cs, float* lanes) {
-  for (int64_t q = 0; q < nb; ++q)
+ * _mm512_reduce_add_ps. The lane sums are kept transposed, a vector per lane across 16 output
+ * channels, so that a packed weight row (16 output channels of one input channel) is the
+ * vector to multiply by the broadcast input: no transpose. (Transposing the weights per 16x16
+ * block instead, with the lane sums in memory, cost 7 % of 1024 -> 256 on 14x14 for its 4
+ * tail positions of 196.) One depth chunk's part, while its packed weights are in L1; lanes:
+ * [T][nb][16 lanes][16 channels], carried from chunk to chunk, here in registers: per position
+ * TP (1 or 2) and half of the lanes, 8 * TP accumulators. */
+static inline __attribute__((always_inline)) void tail_lanes(const int TP, int64_t nb, int64_t q,
+                                                             int64_t c0, int64_t cd,
+                                                             const float* w, const float* x,
+                                                             int64_t cs, float* lq) {
+  const int64_t ld = nb * 16, ls = nb * 256; /* lanes' stride from one position to the next */
+  for (int lh = 0; lh < 16; lh += 8) {
+    __m512 a[8], b[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      a[l] = _mm512_load_ps(lq + (lh + l) * 16);
+      b[l] = TP > 1 ? _mm512_load_ps(lq + ls + (lh + l) * 16) : a[l];
+    }
     for (int64_t sub = c0; sub < c0 + cd; sub += 16) {
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(w + (sub + i) * nb * 16 + q * 16);
-      transpose_16x16(r); /* r[m]: output channel q * 16 + m, channels sub .. sub + 15 */
-      for (int64_t t = 0; t < T; ++t) {
-        const __m512 x = _mm512_loadu_ps(in + sub / 16 * cs + t * 16);
-        float* l = lanes + ((t * nb + q) * 16) * 16;
-        for (int m = 0; m < 16; ++m)
-          _mm512_store_ps(l + m * 16, _mm512_fmadd_ps(r[m], x, _mm512_load_ps(l + m * 16)));
+      const float* wb = w + (sub + lh) * ld + q * 16;
+      const float* xb = x + sub / 16 * cs + lh;
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        const __m512 wv = _mm512_load_ps(wb + l * ld);
+        a[l] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xb[l]), a[l]);
+        if (TP > 1) b[l] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xb[16 + l]), b[l]);
       }
     }
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      _mm512_store_ps(lq + (lh + l) * 16, a[l]);
+      if (TP > 1) _mm512_store_ps(lq + ls + (lh + l) * 16, b[l]);
+    }
+  }
+}
+
+static void tail_chunk(int64_t T, int64_t nb, int64_t c0, int64_t cd, const float* w,
+                       const float* in, int64_t cs, float* lanes) {
+  for (int64_t q = 0; q < nb; ++q) {
+    int64_t t = 0;
+    for (; t + 2 <= T; t += 2)
+      tail_lanes(2, nb, q, c0, cd, w, in + t * 16, cs, lanes + (t * nb + q) * 256);
+    if (t < T) tail_lanes(1, nb, q, c0, cd, w, in + t * 16, cs, lanes + (t * nb + q) * 256);
+  }
+}
+
+/* _mm512_reduce_add_ps of 16 lane sums, for 16 channels at once: lane[l] holds lane l of
+ * each channel's dot product. GCC's order (avx512fintrin.h): the upper 8 lanes added to the
+ * lower 8, then 4 to 4, then lanes 0 + 2 and 1 + 3, then those two (as conv3x3_c16.c). */
+static inline __attribute__((always_inline)) __m512 lanes_reduced(const float* l) {
+  __m512 t3[8], t6[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    t3[i] = _mm512_add_ps(_mm512_load_ps(l + (8 + i) * 16), _mm512_load_ps(l + i * 16));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[4 + i], t3[i]);
+  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
 }
 
 /* The tail's outputs from its lane sums, with the epilogue as EPI1. */
@@ -204,10 +385,7 @@ static void tail_store(int64_t T, int64_t nb, const float* lanes, float* out, in
                        const c16_ep* e, const float* operand) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t q = 0; q < nb; ++q) {
-      float sums[16] __attribute__((aligned(64)));
-      const float* l = lanes + ((t * nb + q) * 16) * 16;
-      for (int m = 0; m < 16; ++m) sums[m] = _mm512_reduce_add_ps(_mm512_load_ps(l + m * 16));
-      __m512 v = _mm512_load_ps(sums);
+      __m512 v = lanes_reduced(lanes + ((t * nb + q) * 16) * 16);
       if (e != NULL)
         v = c16_ep_apply(e, v, q, operand != NULL ? operand + q * os + t * 16 : NULL);
       _mm512_storeu_ps(out + q * os + t * 16, v);
