@@ -547,21 +547,21 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   if (out_c16) {
     int64_t total = 0;
     for (int32_t i = 0; i < chain->num_ops; ++i) {
-      const resolved_op* r = &chain->ops[i];
-      if (r->op->engine == ACCEL_ENGINE_SDP && r->op->sdp.ew_op != ACCEL_EW_NONE)
-        total += (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+      const resolved_op* ri = &chain->ops[i];
+      if (ri->op->engine == ACCEL_ENGINE_SDP && ri->op->sdp.ew_op != ACCEL_EW_NONE)
+        total += (int64_t)ri->in_n * ri->in_c * ri->in_h * ri->in_w;
     }
     float* cursor = total > 0 ? scratch_floats(dev, WS_LAYOUT_OPERANDS, total) : NULL;
     if (total > 0 && cursor == NULL) return ACCEL_ERR_NO_MEMORY;
     for (int32_t i = 0; i < chain->num_ops; ++i) {
-      const resolved_op* r = &chain->ops[i];
-      ops[i] = *r->op;
+      const resolved_op* ri = &chain->ops[i];
+      ops[i] = *ri->op;
       plain.ops[i].op = &ops[i];
-      if (r->op->engine != ACCEL_ENGINE_SDP || r->op->sdp.ew_op == ACCEL_EW_NONE) continue;
-      layout_from_c16(r->in_n, r->in_c, (int64_t)r->in_h * r->in_w, r->op->sdp.ew_operand,
+      if (ri->op->engine != ACCEL_ENGINE_SDP || ri->op->sdp.ew_op == ACCEL_EW_NONE) continue;
+      layout_from_c16(ri->in_n, ri->in_c, (int64_t)ri->in_h * ri->in_w, ri->op->sdp.ew_operand,
                       cursor, threads);
       ops[i].sdp.ew_operand = cursor;
-      cursor += (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+      cursor += (int64_t)ri->in_n * ri->in_c * ri->in_h * ri->in_w;
     }
   }
   float* dst = output->data;
