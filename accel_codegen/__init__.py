@@ -14,6 +14,11 @@ except ImportError as error:  # pragma: no cover - a set-up mistake, not a runti
         f"accel_codegen's compiled extension is missing from {__path__[0]}: install the "
         "package (pip install .) and import it from there; from the repository root run "
         "`pytest`, not `python -m pytest`, which puts the source tree first") from error
+if _accel_ffi.lib.accel_abi_version() != _accel_ffi.lib.ACCEL_ABI_VERSION:  # pragma: no cover
+    raise ImportError(  # the bindings and libaccel come from different builds
+        f"accel_codegen's libaccel has ABI version {_accel_ffi.lib.accel_abi_version()}, its "
+        f"bindings were built against version {_accel_ffi.lib.ACCEL_ABI_VERSION}: install the "
+        "package again (pip install .)")
 
 from . import _moved
 from .errors import (AccelBufferError, AccelDtypeError, AccelError, AccelInvalidError,

@@ -93,6 +93,8 @@ const char* accel_preset_name(int32_t index) {
   return index >= 0 && index < accel_num_presets() ? presets[index].name : NULL;
 }
 
+int32_t accel_abi_version(void) { return ACCEL_ABI_VERSION; }
+
 accel_status accel_config_preset(const char* name, accel_config* out) {
   if (name == NULL) return accel_fail(ACCEL_ERR_NULL, "preset name is NULL");
   if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "output config is NULL");

@@ -9,7 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accel/accel.h"
+
+/* The glue's view of the library's ABI version: the library's own, or (abi_stand_in >= 0) that
+ * of a library built with another layout of the structs. */
+static int32_t abi_stand_in = -1;
+static int32_t library_abi(void) { return abi_stand_in >= 0 ? abi_stand_in : accel_abi_version(); }
+#define accel_abi_version library_abi
 #include "accel/tvm_glue.h"
+#undef accel_abi_version
 
 /* ---- stand-ins for the tvm-ffi runtime --------------------------------------------------- */
 static char raised_kind[64], raised_message[1024];
@@ -149,6 +157,15 @@ int main(void) {
 
   /* the constant loader checks everything before it takes anything */
   TVMFFIAny constants[2] = {any_object(&tw), any_object(&tb)};
+  EXPECT(accel_abi_version() == ACCEL_ABI_VERSION, "the library's ABI version");
+  abi_stand_in = ACCEL_ABI_VERSION + 1; /* a library whose structs differ from this code's */
+  char expected_abi[96];
+  snprintf(expected_abi, sizeof expected_abi,
+           "libaccel has ABI version %d, this code was built against version %d",
+           ACCEL_ABI_VERSION + 1, ACCEL_ABI_VERSION);
+  EXPECT(load(constants, 2) == -1 && strcmp(raised_kind, "AccelLibraryError") == 0 &&
+             strstr(raised_message, expected_abi) && ref_balance == 0, "ABI version at load");
+  abi_stand_in = -1;
   EXPECT(load(constants, 1) == -1 && strcmp(raised_kind, "AccelInvalidError") == 0 &&
              strstr(raised_message, "test_fn: __init: 1 constants, expected 2"), "count");
   tensor_object wrong_count = make_tensor(b, 1, b_shape);
@@ -181,6 +198,11 @@ int main(void) {
   EXPECT(call(strided_args, 2) == -1 && strcmp(raised_kind, "AccelBufferError") == 0,
          "not compact");
   EXPECT(k_fn.device == NULL, "no set-up before valid arguments");
+  abi_stand_in = ACCEL_ABI_VERSION + 1; /* the first call's set-up checks it too */
+  EXPECT(call(args, 2) == -1 && strcmp(raised_kind, "AccelLibraryError") == 0 &&
+             strstr(raised_message, expected_abi) && k_fn.device == NULL,
+         "ABI version at the first call");
+  abi_stand_in = -1;
 
   /* a valid call: the result equals the reference loop */
   EXPECT(call(args, 2) == 0 && k_fn.device != NULL, "valid call");

@@ -844,6 +844,13 @@ void accel_set_observer(accel_observer observer, void* user);
  * call, 0 when off or unavailable. */
 int32_t accel_int8_amx(int32_t request);
 
+/* ---- version ---------------------------------------------------------------------------- */
+
+/* The ACCEL_ABI_VERSION this library was built with. Code built against this header with
+ * another version lays out the structs above differently: tvm_glue.h's constant loader (every
+ * exported library's first call) and the Python bindings refuse to run with such a library. */
+int32_t accel_abi_version(void);
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 /* The message of the calling thread's last failure: names the bad field and its value. */

@@ -158,9 +158,20 @@ static inline float* accel_glue_tensor_data(const accel_glue_function* f, const 
   return (float*)((char*)t->data + t->byte_offset);
 }
 
+/* The loaded libaccel lays out the structs this code fills as its header did (checked by the
+ * constant loader and the first call's set-up: a function may have no constants). */
+static inline int accel_glue_check_abi(const accel_glue_function* f) {
+  if (accel_abi_version() == ACCEL_ABI_VERSION) return 0;
+  return accel_glue_raise(f, "AccelLibraryError",
+                          "libaccel has ABI version %d, this code was built against version %d: "
+                          "export the model again with the installed accel-codegen",
+                          (int)accel_abi_version(), (int)ACCEL_ABI_VERSION);
+}
+
 /* The shared device of the function's configuration and its scratch; a failed set-up is tried
  * again by the next call. */
 static inline int accel_glue_setup(accel_glue_function* f) {
+  if (accel_glue_check_abi(f) != 0) return -1;
   accel_config config;
   memset(&config, 0, sizeof config);
   f->fill_config(&config);
@@ -253,6 +264,7 @@ static inline int accel_glue_run_layer(const accel_glue_function* f, const accel
 /* The constant loader: one array of tensors, all checked before any is taken. */
 static inline int accel_glue_init(accel_glue_function* f, const TVMFFIAny* args, int32_t num_args,
                                   TVMFFIAny* result) {
+  if (accel_glue_check_abi(f) != 0) return -1;
   if (num_args != 1 || args[0].type_index != kTVMFFIArray) {
     return accel_glue_raise(f, "AccelInvalidError", "__init: expected one array of constants");
   }
