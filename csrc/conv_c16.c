@@ -12,9 +12,10 @@
  * full tile, 6 x 4, in inline assembly (k6_4_asm: GCC's code for it ran at 82 % of the FMA
  * peak hot in L1, this at 88 %; 3-7 % of each 1x1 layer of ResNet-50). The running totals of
  * the 32-deep blocks stay in the output tile between depth chunks; the one-pass epilogue is
- * applied in registers after the last chunk, before the store. An image's first strip
- * prefetches the next depth chunk's weights (or the next group's first) into L2 while it runs
- * a chunk's tiles: in a network a deep layer's weights come cold, read once on a 14x14 plane.
+ * applied in registers after the last chunk, before the store. An image's first strip (of 16
+ * tiles or more) prefetches the next depth chunk's weights (or the next group's first) into
+ * L2 while it runs a chunk's tiles: in a network a deep layer's weights come cold, read once
+ * on a 14x14 plane.
  *
  * Bits: as conv_f32 (its SUM_BLOCK): each output's depth is summed in blocks of 32 consecutive
  * input channels, each from zero with one fmadd per channel in channel order (a last block of
@@ -480,15 +481,17 @@ static void conv_item(void* ctx, int64_t item, int participant) {
      * from L3 or memory, and a 14x14 plane is one strip, so every chunk's first tile waited
      * for them (alone, with weights and output flushed: 0.63 -> 0.70 ms for 512 -> 512).
      * Into L2, not L1: the chunk being read fills most of L1. In the network, 1 thread:
-     * ResNet-50's 14x14 1x1 layers 3-12 % faster, MobileNet-v1's 2-8 %; 56x56, 28x28 and 7x7
-     * level (a later strip finds the weights in L2 and prefetches nothing). */
+     * ResNet-50's 14x14 1x1 layers 3-12 % faster, MobileNet-v1's 2-8 %; 56x56 and 28x28
+     * level (a later strip finds the weights in L2 and prefetches nothing). Not on planes of
+     * fewer than 16 tiles: on 7x7 (8 tiles, 64 lines before each) MobileNet-v1's 1024 -> 1024
+     * measured 0-8 % slower with it, its 512 -> 1024 level. */
     const float* pf = w + (c0 + cd) * nb * 16;
+    const int64_t tiles = (b1 - s0 + C16_TILE - 1) / C16_TILE;
     int64_t pf_lines = 0, pf_step = 0;
-    if (strip == 0 && b1 > s0) {
+    if (strip == 0 && tiles >= 16) {
       const int64_t next_nb = last ? group_blocks(k, grp + 1) : nb;
       const int64_t next_c0 = last ? 0 : c0 + cd;
       const int64_t next_cd = c - next_c0 < C16_CHUNK ? c - next_c0 : C16_CHUNK;
-      const int64_t tiles = (b1 - s0 + C16_TILE - 1) / C16_TILE;
       pf_lines = next_nb > 0 ? next_cd * next_nb : 0; /* a channel's row: nb lines of 64 B */
       pf_step = (pf_lines + tiles - 1) / tiles;
     }
