@@ -245,18 +245,6 @@ static void copy_item(void* ctx, int64_t item, int participant) {
   }
 }
 
-/* _mm512_reduce_add_ps of 16 lane sums, for 16 channels at once: lane[l] holds lane l of
- * each channel's dot product. GCC's order (avx512fintrin.h): the upper 8 lanes added to the
- * lower 8, then 4 to 4, then lanes 0 + 2 and 1 + 3, then those two. */
-static inline __attribute__((always_inline)) __m512 lanes_reduced(const __m512 lane[16]) {
-  __m512 t3[8], t6[4];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) t3[i] = _mm512_add_ps(lane[8 + i], lane[i]);
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[4 + i], t3[i]);
-  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
-}
-
 /* The tail: the outputs at positions [ohw - tail, ohw) of an image, summed as conv_f32's dot
  * products (dot_body): per position and block of 16 output channels, 16 lane sums (lane l:
  * depths l, l + 16, ..., one fmadd each) reduced as _mm512_reduce_add_ps; then the epilogue.
@@ -318,7 +306,7 @@ static void tail_store(const c3_job* J, int64_t grp, const float* lanes, const c
       __m512 lane[16];
 #pragma GCC unroll 16
       for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
-      __m512 v = lanes_reduced(lane);
+      __m512 v = c16_lanes_reduced(lane);
       const int64_t at = q * ohw * 16 + (t0 + t) * 16;
       if (e != NULL) v = c16_ep_apply(e, v, (int)q, operand != NULL ? operand + at : NULL);
       _mm512_storeu_ps(out + at, v);

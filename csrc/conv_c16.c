@@ -370,25 +370,16 @@ static void tail_chunk(int64_t T, int64_t nb, int64_t c0, int64_t cd, const floa
   }
 }
 
-/* _mm512_reduce_add_ps of 16 lane sums, for 16 channels at once: lane[l] holds lane l of
- * each channel's dot product. GCC's order (avx512fintrin.h): the upper 8 lanes added to the
- * lower 8, then 4 to 4, then lanes 0 + 2 and 1 + 3, then those two (as conv3x3_c16.c). */
-static inline __attribute__((always_inline)) __m512 lanes_reduced(const float* l) {
-  __m512 t3[8], t6[4];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i)
-    t3[i] = _mm512_add_ps(_mm512_load_ps(l + (8 + i) * 16), _mm512_load_ps(l + i * 16));
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[4 + i], t3[i]);
-  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
-}
-
 /* The tail's outputs from its lane sums, with the epilogue as EPI1. */
 static void tail_store(int64_t T, int64_t nb, const float* lanes, float* out, int64_t os,
                        const c16_ep* e, const float* operand) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t q = 0; q < nb; ++q) {
-      __m512 v = lanes_reduced(lanes + ((t * nb + q) * 16) * 16);
+      const float* lq = lanes + ((t * nb + q) * 16) * 16;
+      __m512 lane[16];
+#pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) lane[l] = _mm512_load_ps(lq + l * 16);
+      __m512 v = c16_lanes_reduced(lane);
       if (e != NULL)
         v = c16_ep_apply(e, v, q, operand != NULL ? operand + q * os + t * 16 : NULL);
       _mm512_storeu_ps(out + q * os + t * 16, v);

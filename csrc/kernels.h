@@ -185,6 +185,19 @@ static inline __attribute__((always_inline)) void transpose_16x16(__m512 r[16]) 
   }
 }
 
+/* _mm512_reduce_add_ps for 16 channels at once: lane[l] holds lane l of each channel's 16 lane
+ * sums (conv_f32's dot-product tail), reduced in GCC's order (avx512fintrin.h): the upper 8
+ * lanes added to the lower 8, then 4 to 4, then lanes 0 + 2 and 1 + 3, then those two. The
+ * C16 1x1 and dense 3x3 kernels' tail positions. */
+static inline __attribute__((always_inline)) __m512 c16_lanes_reduced(const __m512 lane[16]) {
+  __m512 t3[8], t6[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) t3[i] = _mm512_add_ps(lane[8 + i], lane[i]);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[4 + i], t3[i]);
+  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
+}
+
 /* The one-pass epilogue as the 1x1, dense 3x3 and image-layer C16 kernels apply it, once per
  * output after the last depth block, with run-time branches: the steps and order of c16_epi
  * below. scale and shift point at the first channel of the kernel's group of blocks. */
