@@ -12,9 +12,10 @@
  * channels, strip of C3_STRIP output rows), so that every item writes its own outputs; in an
  * item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles: a micro-kernel of
  * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
- * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 4-6 positions
- * x 4 blocks in inline assembly (a4_4_2 ..: 3-5 % faster than GCC's code for them). A panel's chunk of weights
- * (37 KB at stride 1) stays in L1 across the strip's tiles. The running totals of the 32-deep
+ * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 7 x 2 and of
+ * 4-6 positions x 4 blocks in inline assembly (a7_2_1, a4_4_2 ..: 2-5 % faster than GCC's
+ * code for them). A panel's chunk of weights (37 KB at stride 1) stays in L1 across the
+ * strip's tiles. The running totals of the 32-deep
  * blocks stay in the output tile between blocks and chunks; the one-pass epilogue is applied
  * in registers before the last store.
  * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
@@ -192,26 +193,27 @@ typedef void (*kfn)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, c
   }
 #define KROW(B, S) \
   KDEF(1, B, S) KDEF(2, B, S) KDEF(3, B, S) KDEF(4, B, S) KDEF(5, B, S) KDEF(6, B, S)
-KROW(1, 1) KROW(2, 1) KDEF(7, 1, 1) KDEF(7, 2, 1) KROW(1, 2) KROW(2, 2) KROW(3, 2)
-KDEF(1, 4, 2) KDEF(2, 4, 2) KDEF(3, 4, 2) /* 4-6 x 4: in assembly below */
+/* 7 x 2 and 4-6 x 4: in assembly below */
+KROW(1, 1) KROW(2, 1) KDEF(7, 1, 1) KROW(1, 2) KROW(2, 2) KROW(3, 2)
+KDEF(1, 4, 2) KDEF(2, 4, 2) KDEF(3, 4, 2)
 
-/* ---- the tiles of 4-6 positions x 4 blocks (stride 2) in assembly ----
- * At stride 2 a row of ResNet's outputs splits into tiles of 4-6 positions (28: 5 and 6, 14:
- * 4 and 5). GCC's code for them ran a 32-channel chunk hot in L1 at 72-80 % of the FMA
- * peak (4, 5, 6 positions); this, the same arithmetic in MLAS's order (per tap NP broadcasts, then per block of 16 output
+/* ---- the tiles in assembly: 7 x 2 (stride 1) and 4-6 positions x 4 blocks (stride 2) ----
+ * (At stride 2 a row of ResNet's outputs splits into tiles of 4-6 positions: 28 into 5 and 6,
+ * 14 into 4 and 5.) The same arithmetic as kbody's in MLAS's order (per tap NP broadcasts, then per block of 16 output
  * channels one weight load and NP fmadds; accumulators zeroed by vpxord). Same fmadds in the
  * same order per output (vfmadd231ps acc, w, b is _mm512_fmadd_ps(w, b, acc)), the same block
  * ends (vaddps out, acc as GCC compiles _mm512_add_ps(load(out), acc)), the same skipped
  * padding rows. Accumulator of position p, block q: zmm(p * NB + q); weight vector zmm24;
- * broadcasts zmm25-30. One call runs a chunk of channels [c0, c1), c0 a multiple of 32, so
- * that its depth 9 * c0 starts a 32-deep block: a counter of the block's taps left, and at
- * zero a call to the block end (label 70: the sums added to the running totals in the output
- * tile and stored, the accumulators zeroed), which runs as long as blocks are left that end
- * before the depth (nbe); at the depth's end the sums stay in the accumulators, returned in
- * registers for the epilogue in C. It runs the chunk at 76-83 % of the peak (3-4 % faster on
- * ResNet-50's two stride-2 3x3 layers). The same code for the 7 x 2 tile at stride 1, with or
- * without GCC's reuse of a row's 9 column broadcasts for its 21 taps, measured no faster than
- * GCC's (81-82 %): there the block ends cost ~8 % (the tile's body alone ran at 88 %). */
+ * broadcasts zmm25-31 (7 x 2: the row's weights zmm14-19, C3_COLS). One call runs a chunk of
+ * channels [c0, c1), c0 a multiple of 32, so that its depth 9 * c0 starts a 32-deep block: a
+ * counter of the block's taps left, and at zero the block end (C3_BE: the sums added to the
+ * running totals in the output tile and stored, the accumulators zeroed), done as long as
+ * blocks are left that end before the depth (nbe); at the depth's end the sums stay in the
+ * accumulators, returned in registers for the epilogue in C. The block end is copied out of
+ * line at each site, its state in registers: called (call/ret) with its state in memory it
+ * cost the 7 x 2 tile ~8 % of its time (the tile's body alone ran at 88 % of the FMA peak). Hot in L1, a 32-channel
+ * chunk ran at (GCC's code -> this, best of 10) 7 x 2 86 -> 88 %, 6 x 4 80 -> 83 %, 5 x 4
+ * 76 -> 80 %, 4 x 4 70 -> 75 % of the peak (~215 GFLOP/s). */
 typedef struct c3_asm_st {
   float* o[4];      /* the tile's outputs in blocks 0..NB-1 (0) */
   int64_t cb_next;  /* bytes from channel 16 of a block of 16 to channel 0 of the next (32) */
@@ -232,7 +234,10 @@ typedef struct c3_asm_st {
 #define C3_BR3 28
 #define C3_BR4 29
 #define C3_BR5 30
+#define C3_BR6 31
 /* (position, accumulator) of block q of an NP x NB tile: C3_L<NP>_<NB>_<q> */
+#define C3_L7_2_0(X) X(0, 0) X(1, 2) X(2, 4) X(3, 6) X(4, 8) X(5, 10) X(6, 12)
+#define C3_L7_2_1(X) X(0, 1) X(1, 3) X(2, 5) X(3, 7) X(4, 9) X(5, 11) X(6, 13)
 #define C3_L4_4_0(X) X(0, 0) X(1, 4) X(2, 8) X(3, 12)
 #define C3_L4_4_1(X) X(0, 1) X(1, 5) X(2, 9) X(3, 13)
 #define C3_L4_4_2(X) X(0, 2) X(1, 6) X(2, 10) X(3, 14)
@@ -246,6 +251,7 @@ typedef struct c3_asm_st {
 #define C3_L6_4_2(X) C3_L5_4_2(X) X(5, 22)
 #define C3_L6_4_3(X) C3_L5_4_3(X) X(5, 23)
 /* every accumulator of the tile */
+#define C3_ALL2(NP, X) C3_L##NP##_2_0(X) C3_L##NP##_2_1(X)
 #define C3_ALL4(NP, X) C3_L##NP##_4_0(X) C3_L##NP##_4_1(X) C3_L##NP##_4_2(X) C3_L##NP##_4_3(X)
 /* position p's broadcast of tap s of the row at A */
 #define C3_B(ST, A, s, p) \
@@ -253,43 +259,85 @@ typedef struct c3_asm_st {
 #define C3_BN4(ST, A, s) C3_B(ST, A, s, 0) C3_B(ST, A, s, 1) C3_B(ST, A, s, 2) C3_B(ST, A, s, 3)
 #define C3_BN5(ST, A, s) C3_BN4(ST, A, s) C3_B(ST, A, s, 4)
 #define C3_BN6(ST, A, s) C3_BN5(ST, A, s) C3_B(ST, A, s, 5)
+#define C3_BN7(ST, A, s) C3_BN6(ST, A, s) C3_B(ST, A, s, 6)
 #define C3_F(p, a) "vfmadd231ps %%zmm" C3X(C3_BR##p) ", %%zmm24, %%zmm" #a "\n\t"
 /* block q's weight vector of tap (r, s) */
 #define C3_W(NB, r, s, q) "vmovaps 64*(" #NB "*(3*" #r "+" #s ")+" #q ")(%%rdi), %%zmm24\n\t"
+#define C3_Q2(NP, r, s) C3_W(2, r, s, 0) C3_L##NP##_2_0(C3_F) C3_W(2, r, s, 1) C3_L##NP##_2_1(C3_F)
 #define C3_Q4(NP, r, s)                                                                        \
   C3_W(4, r, s, 0) C3_L##NP##_4_0(C3_F) C3_W(4, r, s, 1) C3_L##NP##_4_1(C3_F)                \
   C3_W(4, r, s, 2) C3_L##NP##_4_2(C3_F) C3_W(4, r, s, 3) C3_L##NP##_4_3(C3_F)
 /* tap (r, s) of the row at A, then one tap fewer left in the block: at zero, its end */
-#define C3_TAP(NP, NB, ST, A, r, s) \
-  C3_BN##NP(ST, A, s) C3_Q##NB(NP, r, s) "dec %%rdx\n\t" "jnz 7f\n\t" "call 70f\n\t" "7:\n\t"
-/* kernel row r (input row at A), unless a padding row (bit r of mask clear): then its 3 taps
- * only counted */
-#define C3_ROW(NP, NB, ST, A, r)                                                                   \
-  "testq $1<<" #r ", 56(%[st])\n\t" "jz 5f\n\t"                                                   \
-  C3_TAP(NP, NB, ST, A, r, 0) C3_TAP(NP, NB, ST, A, r, 1) C3_TAP(NP, NB, ST, A, r, 2) "jmp 6f\n\t"         \
-  "5:\n\t" "sub $3, %%rdx\n\t" "jg 6f\n\t" "call 70f\n\t" "6:\n\t"
+/* A block's end, out of line (subsection 1) and back to the site's label 7: unless no block is
+ * left to end before the depth's end (r8), the sums added to the running totals (if any, r9)
+ * in the output tile (block q at r10 + q) and stored, the accumulators zeroed. */
+#define C3_A0(p, a) "vaddps 64*" #p "(%%r10), %%zmm" #a ", %%zmm" #a "\n\t"
+#define C3_A1(p, a) "vaddps 64*" #p "(%%r11), %%zmm" #a ", %%zmm" #a "\n\t"
+#define C3_A2(p, a) "vaddps 64*" #p "(%%r12), %%zmm" #a ", %%zmm" #a "\n\t"
+#define C3_A3(p, a) "vaddps 64*" #p "(%%r13), %%zmm" #a ", %%zmm" #a "\n\t"
+#define C3_S0(p, a) "vmovups %%zmm" #a ", 64*" #p "(%%r10)\n\t"
+#define C3_S1(p, a) "vmovups %%zmm" #a ", 64*" #p "(%%r11)\n\t"
+#define C3_S2(p, a) "vmovups %%zmm" #a ", 64*" #p "(%%r12)\n\t"
+#define C3_S3(p, a) "vmovups %%zmm" #a ", 64*" #p "(%%r13)\n\t"
 #define C3_Z(p, a) "vpxord %%zmm" #a ", %%zmm" #a ", %%zmm" #a "\n\t"
-#define C3_ADD(p, a) "vaddps 64*" #p "(%%rax), %%zmm" #a ", %%zmm" #a "\n\t"
-#define C3_ST(p, a) "vmovups %%zmm" #a ", 64*" #p "(%%rax)\n\t"
-#define C3_O(q, X, L) "mov 8*" #q "(%[st]), %%rax\n\t" L(X)
-#define C3_EACH4(NP, X)                                                                        \
-  C3_O(0, X, C3_L##NP##_4_0) C3_O(1, X, C3_L##NP##_4_1) C3_O(2, X, C3_L##NP##_4_2)             \
-  C3_O(3, X, C3_L##NP##_4_3)
-/* The chunk's code: the red zone stepped over for the calls of the block end. */
-#define C3_ASM(NP, NB, ST)                                                                         \
-  "sub $128, %%rsp\n\t" "mov 72(%[st]), %%rsi\n\t" "mov 80(%[st]), %%rdi\n\t"                   \
-  "mov 88(%[st]), %%rcx\n\t" "mov $32, %%edx\n\t" C3_ALL##NB(NP, C3_Z)                                                  \
+#define C3_BLK2(NP, X) C3_L##NP##_2_0(X##0) C3_L##NP##_2_1(X##1)
+#define C3_BLK4(NP, X) \
+  C3_L##NP##_4_0(X##0) C3_L##NP##_4_1(X##1) C3_L##NP##_4_2(X##2) C3_L##NP##_4_3(X##3)
+#define C3_BE(NP, NB)                                                                          \
+  ".subsection 1\n\t" "8:\n\t"                                                                 \
+  "test %%r8, %%r8\n\t" "jz 72f\n\t" "dec %%r8\n\t" "test %%r9, %%r9\n\t" "jz 71f\n\t"          \
+  C3_BLK##NB(NP, C3_A) "71:\n\t" C3_BLK##NB(NP, C3_S) "mov $1, %%r9d\n\t" C3_ALL##NB(NP, C3_Z) \
+  "72:\n\t" "add $32, %%rdx\n\t" "jmp 7b\n\t" ".subsection 0\n\t"
+/* tap (r, s) of the row at A, then one tap fewer left in the block (rdx): at zero, its end */
+#define C3_TAP(NP, NB, ST, A, r, s) \
+  C3_BN##NP(ST, A, s) C3_Q##NB(NP, r, s) "dec %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, NB)
+/* At stride 1 the 7 x 2 tile's row of 3 taps reads 9 columns, column j for taps s = 0..2 of
+ * positions j - s (GCC's code does the same): with the row's 6 weight vectors in zmm14-19
+ * (tap s, block q: zmm(14 + 2s + q)), one broadcast per column (9 a row, not 21), then the
+ * fmadds that use it. Each accumulator still gets its taps in order s = 0, 1, 2 (columns j,
+ * j + 1, j + 2); a row that a block end splits (fewer than 3 taps left in the block) takes
+ * C3_TAP's order. (C3_TAP's order for every row ran slower than GCC's code.) */
+#define C3_CB(A, j, b) "vbroadcastss 64*" #j A ", %%zmm" #b "\n\t"
+#define C3_CF(b, w0, w1, a0, a1)                                                               \
+  "vfmadd231ps %%zmm" #b ", %%zmm" #w0 ", %%zmm" #a0 "\n\t"                                   \
+  "vfmadd231ps %%zmm" #b ", %%zmm" #w1 ", %%zmm" #a1 "\n\t"
+#define C3_CW(r, s, q, z) "vmovaps 64*(2*(3*" #r "+" #s ")+" #q ")(%%rdi), %%zmm" #z "\n\t"
+#define C3_COLS(A, r)                                                                          \
+  C3_CW(r, 0, 0, 14) C3_CW(r, 0, 1, 15) C3_CW(r, 1, 0, 16) C3_CW(r, 1, 1, 17)                  \
+  C3_CW(r, 2, 0, 18) C3_CW(r, 2, 1, 19)                                                        \
+  C3_CB(A, 0, 25) C3_CF(25, 14, 15, 0, 1)                                                      \
+  C3_CB(A, 1, 26) C3_CF(26, 14, 15, 2, 3) C3_CF(26, 16, 17, 0, 1)                              \
+  C3_CB(A, 2, 27) C3_CF(27, 14, 15, 4, 5) C3_CF(27, 16, 17, 2, 3) C3_CF(27, 18, 19, 0, 1)      \
+  C3_CB(A, 3, 28) C3_CF(28, 14, 15, 6, 7) C3_CF(28, 16, 17, 4, 5) C3_CF(28, 18, 19, 2, 3)      \
+  C3_CB(A, 4, 29) C3_CF(29, 14, 15, 8, 9) C3_CF(29, 16, 17, 6, 7) C3_CF(29, 18, 19, 4, 5)      \
+  C3_CB(A, 5, 30) C3_CF(30, 14, 15, 10, 11) C3_CF(30, 16, 17, 8, 9) C3_CF(30, 18, 19, 6, 7)    \
+  C3_CB(A, 6, 31) C3_CF(31, 14, 15, 12, 13) C3_CF(31, 16, 17, 10, 11) C3_CF(31, 18, 19, 8, 9)  \
+  C3_CB(A, 7, 25) C3_CF(25, 16, 17, 12, 13) C3_CF(25, 18, 19, 10, 11)                          \
+  C3_CB(A, 8, 26) C3_CF(26, 18, 19, 12, 13)
+#define C3_FAST2(NP, A, r)                                                                     \
+  "cmp $3, %%rdx\n\t" "jl 4f\n\t"                                                              \
+  C3_COLS(A, r) "sub $3, %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, 2) "jmp 6f\n\t" "4:\n\t"
+#define C3_FAST4(NP, A, r)
+/* kernel row r (input row at A), unless a padding row (bit r of the mask clear): then its 3
+ * taps only counted */
+#define C3_ROW(NP, NB, ST, A, r)                                                               \
+  "testq $1<<" #r ", 56(%[st])\n\t" "jz 5f\n\t" C3_FAST##NB(NP, A, r)                          \
+  C3_TAP(NP, NB, ST, A, r, 0) C3_TAP(NP, NB, ST, A, r, 1) C3_TAP(NP, NB, ST, A, r, 2)          \
+  "jmp 6f\n\t"                                                                                 \
+  "5:\n\t" "sub $3, %%rdx\n\t" "jle 8f\n\t" "7:\n\t" C3_BE(NP, NB) "6:\n\t"
+/* The chunk's code: input rsi (rows rcx bytes apart), weights rdi, the block's taps left rdx,
+ * channels left rax; the outputs r10-r13 */
+#define C3_ASM(NP, NB, ST)                                                                     \
+  "mov 72(%[st]), %%rsi\n\t" "mov 80(%[st]), %%rdi\n\t" "mov 88(%[st]), %%rcx\n\t"             \
+  "mov $32, %%edx\n\t" "mov 64(%[st]), %%rax\n\t" "mov 40(%[st]), %%r8\n\t"                    \
+  "mov 48(%[st]), %%r9\n\t" "mov 0(%[st]), %%r10\n\t" "mov 8(%[st]), %%r11\n\t"                \
+  "mov 16(%[st]), %%r12\n\t" "mov 24(%[st]), %%r13\n\t" C3_ALL##NB(NP, C3_Z)                   \
   "1:\n\t"                                                                                     \
-  C3_ROW(NP, NB, ST, "(%%rsi)", 0) C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,1)", 1)                            \
-  C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,2)", 2)                                                         \
-  "add $4, %%rsi\n\t" "add $9*64*" #NB ", %%rdi\n\t" "decq 64(%[st])\n\t" "jz 9f\n\t"                  \
-  "testq $15, 64(%[st])\n\t" "jnz 1b\n\t" "add 32(%[st]), %%rsi\n\t" "jmp 1b\n\t"                     \
-  "70:\n\t" /* a block's end */                                                                \
-  "cmpq $0, 40(%[st])\n\t" "je 72f\n\t" "decq 40(%[st])\n\t"                                   \
-  "cmpq $0, 48(%[st])\n\t" "je 71f\n\t" C3_EACH##NB(NP, C3_ADD)                                \
-  "71:\n\t" C3_EACH##NB(NP, C3_ST) "movq $1, 48(%[st])\n\t" C3_ALL##NB(NP, C3_Z)               \
-  "72:\n\t" "add $32, %%rdx\n\t" "ret\n\t"                                                    \
-  "9:\n\t" "add $128, %%rsp\n\t"
+  C3_ROW(NP, NB, ST, "(%%rsi)", 0) C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,1)", 1)                    \
+  C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,2)", 2)                                                     \
+  "add $4, %%rsi\n\t" "add $9*64*" #NB ", %%rdi\n\t" "dec %%rax\n\t" "jz 9f\n\t"               \
+  "test $15, %%rax\n\t" "jnz 1b\n\t" "add 32(%[st]), %%rsi\n\t" "jmp 1b\n\t"                   \
+  "9:\n\t" "mov %%r9, 48(%[st])\n\t"
 
 #define C3_REG(p, r) register __m512 z##r __asm__("zmm" #r);
 #define C3_OUT(p, r) "=v"(z##r),
@@ -308,7 +356,8 @@ typedef struct c3_asm_st {
     __asm__ volatile(C3_ASM(NP, NB, ST)                                                            \
                      : C3_ALL##NB(NP, C3_OUT) "+m"(st)                                         \
                      : [st] "r"(&st)                                                           \
-                     : "memory", "cc", "rax", "rcx", "rdx", "rsi", "rdi", C3_CLOB##NB##_##NP); \
+                     : "memory", "cc", "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10",   \
+                       "r11", "r12", "r13", C3_CLOB##NB##_##NP);                               \
     if (c1 < c) return; /* the chunk's last block was stored at its last tap */               \
     __m512 acc[NP * NB];                                                                       \
     C3_ALL##NB(NP, C3_ARR)                                                                     \
@@ -316,6 +365,8 @@ typedef struct c3_asm_st {
   }
 #define C3_CLOB_HI "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31"
 #define C3_CLOB4_6 C3_CLOB_HI
+#define C3_CLOB2_7 "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", \
+                   "xmm22", "xmm23", C3_CLOB_HI
 #define C3_CLOB4_5 "xmm20", "xmm21", "xmm22", "xmm23", C3_CLOB_HI
 #define C3_CLOB4_4 "xmm16", "xmm17", "xmm18", "xmm19", C3_CLOB4_5
 
@@ -344,12 +395,12 @@ static inline __attribute__((always_inline)) void c3_tile_end(const int NP, cons
   }
 }
 
-C3_KASM(6, 4, 2) C3_KASM(5, 4, 2) C3_KASM(4, 4, 2)
+C3_KASM(7, 2, 1) C3_KASM(6, 4, 2) C3_KASM(5, 4, 2) C3_KASM(4, 4, 2)
 
 #define KTAB(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
                    k6_##B##_##S
 /* [NB - 1][NP]: at stride 1 up to 7 positions of 1 or 2 blocks, at stride 2 6 of 1-4 */
-static const kfn ktab1[2][8] = {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), k7_2_1}};
+static const kfn ktab1[2][8] = {{KTAB(1, 1), k7_1_1}, {KTAB(2, 1), a7_2_1}};
 static const kfn ktab2[4][7] = {{KTAB(1, 2)}, {KTAB(2, 2)}, {KTAB(3, 2)},
                                 {0, k1_4_2, k2_4_2, k3_4_2, a4_4_2, a5_4_2, a6_4_2}};
 
