@@ -15,25 +15,27 @@
  * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 7 x 2 and of
  * 4-6 positions x 4 blocks in inline assembly (a7_2_1, a4_4_2 ..: 2-5 % faster than GCC's
  * code for them). A panel's chunk of weights (37 KB at stride 1) stays in L1 across the
- * strip's tiles. The running totals of the 32-deep
- * blocks stay in the output tile between blocks and chunks; the one-pass epilogue is applied
- * in registers before the last store.
- * Padding taps are computed, not skipped (below): 9 % more FMAs on 14x14 outputs, 18 % on 7x7,
- * where the kernel measured slower than conv_f32 at >= 256 input channels and fits refuses
- * (slower_than_nchw, docs/kernels.md).
+ * strip's tiles. The running totals of the 32-deep blocks stay in the output tile between
+ * blocks and chunks; the one-pass epilogue is applied in registers before the last store.
+ * Padding taps: a padding row's are skipped where every weight is finite (all_finite, at
+ * packing); a padding column's are computed (a vector tile cannot skip one position's): 5 %
+ * more FMAs on 14x14 outputs, 9 % on 7x7, where the kernel measured slower than conv_f32 at
+ * >= 256 input channels and fits refuses (slower_than_nchw, docs/kernels.md).
  *
  * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the
  * implicit GEMM or the packed panels: both sum the same way). Each output's depth d runs over
  * (c, r, s); it is summed in blocks of 32 consecutive d, each from zero with one fmadd per d in
  * order (a last, shorter block when 9c % 32 != 0), the block sums added in order to a running
- * total; then the epilogue as conv_f32.c's ep_vec. Padding taps do their fmadd with a +0 read
- * from the padded copy, as conv_f32's padded copy and panels do (so even a non-finite weight
- * gives conv_f32's NaN there). Where conv_f32's packed path sums dot products along the depth
- * instead (conv_f32_dot_tail: an image's last ohw % 16 <= 8 positions, every position when
- * ohw <= 8), those positions are summed in its order (tail_depths): lane l of 16 takes depths
- * l, l + 16, ... by one fmadd each, then _mm512_reduce_add_ps. Results do not depend on the
- * thread count, the strips or the chunks. Where conv_f32 takes another path (BLAS: a batch of 1x1 planes,
- * no AVX-512) fits refuses the geometry, and the run is converted around.
+ * total; then the epilogue as conv_f32.c's ep_vec. The padding taps that run do their fmadd
+ * with a +0 read from the padded copy, as conv_f32's padded copy and panels do (a non-finite
+ * weight, with which none is skipped, gives conv_f32's NaN there; with finite weights a skipped
+ * one would have added an exact zero to a sum that is never -0). Where conv_f32's packed path
+ * sums dot products along the depth instead (conv_f32_dot_tail: an image's last ohw % 16 <= 8
+ * positions, every position when ohw <= 8), those positions are summed in its order
+ * (tail_depths): lane l of 16 takes depths l, l + 16, ... by one fmadd each, then
+ * _mm512_reduce_add_ps. Results do not depend on the thread count, the strips or the chunks.
+ * Where conv_f32 takes another path (BLAS: a batch of 1x1 planes, no AVX-512) fits refuses the
+ * geometry, and the run is converted around.
  */
 #include <stdint.h>
 #include <string.h>
@@ -199,21 +201,22 @@ KDEF(1, 4, 2) KDEF(2, 4, 2) KDEF(3, 4, 2)
 
 /* ---- the tiles in assembly: 7 x 2 (stride 1) and 4-6 positions x 4 blocks (stride 2) ----
  * (At stride 2 a row of ResNet's outputs splits into tiles of 4-6 positions: 28 into 5 and 6,
- * 14 into 4 and 5.) The same arithmetic as kbody's in MLAS's order (per tap NP broadcasts, then per block of 16 output
- * channels one weight load and NP fmadds; accumulators zeroed by vpxord). Same fmadds in the
- * same order per output (vfmadd231ps acc, w, b is _mm512_fmadd_ps(w, b, acc)), the same block
- * ends (vaddps out, acc as GCC compiles _mm512_add_ps(load(out), acc)), the same skipped
- * padding rows. Accumulator of position p, block q: zmm(p * NB + q); weight vector zmm24;
- * broadcasts zmm25-31 (7 x 2: the row's weights zmm14-19, C3_COLS). One call runs a chunk of
- * channels [c0, c1), c0 a multiple of 32, so that its depth 9 * c0 starts a 32-deep block: a
- * counter of the block's taps left, and at zero the block end (C3_BE: the sums added to the
- * running totals in the output tile and stored, the accumulators zeroed), done as long as
- * blocks are left that end before the depth (nbe); at the depth's end the sums stay in the
- * accumulators, returned in registers for the epilogue in C. The block end is copied out of
- * line at each site, its state in registers: called (call/ret) with its state in memory it
- * cost the 7 x 2 tile ~8 % of its time (the tile's body alone ran at 88 % of the FMA peak). Hot in L1, a 32-channel
- * chunk ran at (GCC's code -> this, best of 10) 7 x 2 86 -> 88 %, 6 x 4 80 -> 83 %, 5 x 4
- * 76 -> 80 %, 4 x 4 70 -> 75 % of the peak (~215 GFLOP/s). */
+ * 14 into 4 and 5.) The same arithmetic as kbody's in MLAS's order (per tap NP broadcasts, then
+ * per block of 16 output channels one weight load and NP fmadds; accumulators zeroed by
+ * vpxord). Same fmadds in the same order per output (vfmadd231ps acc, w, b is
+ * _mm512_fmadd_ps(w, b, acc)), the same block ends (vaddps out, acc as GCC compiles
+ * _mm512_add_ps(load(out), acc)), the same skipped padding rows. Accumulator of position p,
+ * block q: zmm(p * NB + q); weight vector zmm24; broadcasts zmm25-31 (7 x 2: the row's weights
+ * zmm14-19, C3_COLS). One call runs a chunk of channels [c0, c1), c0 a multiple of 32, so that
+ * its depth 9 * c0 starts a 32-deep block: a counter of the block's taps left, and at zero the
+ * block end (C3_BE: the sums added to the running totals in the output tile and stored, the
+ * accumulators zeroed), done as long as blocks are left that end before the depth (nbe); at the
+ * depth's end the sums stay in the accumulators, returned in registers for the epilogue in C.
+ * The block end is copied out of line at each site, its state in registers: called (call/ret)
+ * with its state in memory it cost the 7 x 2 tile ~8 % of its time (the tile's body alone ran
+ * at 88 % of the FMA peak). Hot in L1, a 32-channel chunk ran at (GCC's code -> this, best of
+ * 10) 7 x 2 86 -> 88 %, 6 x 4 80 -> 83 %, 5 x 4 76 -> 80 %, 4 x 4 70 -> 75 % of the peak
+ * (~215 GFLOP/s). */
 typedef struct c3_asm_st {
   float* o[4];      /* the tile's outputs in blocks 0..NB-1 (0) */
   int64_t cb_next;  /* bytes from channel 16 of a block of 16 to channel 0 of the next (32) */
