@@ -665,23 +665,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
   return ACCEL_OK;
 }
 
-#else /* no AVX-512: no C16 kernel (the run is converted around) */
-
-int conv_c16_3x3_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-  (void)g;
-  (void)epilogue;
-  return 0;
-}
-
-accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* weights,
-                          const void* prepacked, float* out, const sdp_f32* epilogue,
-                          workspace* ws, int32_t num_threads) {
-  (void)g, (void)in, (void)weights, (void)prepacked, (void)out, (void)epilogue, (void)ws,
-      (void)num_threads;
-  return ACCEL_ERR_UNSUPPORTED; /* never called: fits is 0 */
-}
-
-#endif
+#endif /* __AVX512F__ (without it device.c runs no C16 kernel) */
 
 int conv_c16_3x3_packs(const conv_geometry* g) { return geometry_fits(g); }
 

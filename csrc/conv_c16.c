@@ -540,7 +540,7 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
   return ACCEL_OK;
 }
 
-#else /* no AVX-512: no C16 kernel (the run is converted around) */
+#else /* no AVX-512: no C16 kernel (device.c), but weights still packed at load as with it */
 
 void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packed) {
   for (int64_t g = 0; g * 64 < k; ++g) {
@@ -549,20 +549,6 @@ void c16_pack_pointwise(int64_t k, int64_t c, const float* weights, float* packe
       for (int64_t q = 0; q < nb * 16; ++q)
         packed[g * 64 * c + ci * nb * 16 + q] = weights[(g * 64 + q) * c + ci];
   }
-}
-
-int conv_c16_pointwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-  (void)g;
-  (void)epilogue;
-  return 0;
-}
-
-accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const float* weights,
-                                const void* prepacked, float* out, const sdp_f32* epilogue,
-                                workspace* ws, int32_t num_threads) {
-  (void)g, (void)in, (void)weights, (void)prepacked, (void)out, (void)epilogue, (void)ws,
-      (void)num_threads;
-  return ACCEL_ERR_UNSUPPORTED; /* never called: fits is 0 */
 }
 
 #endif

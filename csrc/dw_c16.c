@@ -14,7 +14,6 @@
  * same workspace slot), columns outside read zero vectors, checked only in the edge blocks.
  * Threads: pool_for items are (image, channel block, band of output rows): disjoint outputs,
  * each computed the same way whatever the thread count. */
-#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -133,58 +132,19 @@ static void dw_item(void* ctx, int64_t item, int participant) {
     }
   }
 }
-#endif /* __AVX512F__ */
 
 int conv_c16_depthwise_fits(const conv_geometry* g, const sdp_f32* epilogue) {
-#ifdef __AVX512F__
   return g->n >= 1 && g->c >= 16 && g->c % 16 == 0 && g->k == g->c && g->groups == g->c &&
          g->kernel_h == 3 && g->kernel_w == 3 && g->stride_h == g->stride_w &&
          (g->stride_h == 1 || g->stride_h == 2) && g->pad_top == 1 && g->pad_left == 1 &&
          g->dilation_h == 1 && g->dilation_w == 1 && g->pixel_bytes == 0 && g->h >= 1 &&
          g->w >= 1 && g->out_h >= 1 && g->out_w >= 1 &&
          c16_epilogue_fits(epilogue);
-#else
-  (void)g;
-  (void)epilogue;
-  return 0;
-#endif
 }
-
-#ifndef __AVX512F__
-/* Plain C, for completeness (fits says 0 without AVX-512): the same sums with fmaf. */
-static void dw_plain(const conv_geometry* g, const float* in, const float* weights, float* out,
-                     const sdp_f32* ep) {
-  const int64_t H = g->h, W = g->w, OH = g->out_h, OW = g->out_w, st = g->stride_h;
-  const int64_t ncb = g->c / 16;
-  for (int64_t plane = 0; plane < g->n * ncb; ++plane) {
-    const int64_t cb = plane % ncb;
-    const float* src = in + plane * H * W * 16;
-    const int64_t obase = plane * OH * OW * 16;
-    for (int64_t oy = 0; oy < OH; ++oy)
-      for (int64_t ox = 0; ox < OW; ++ox)
-        for (int l = 0; l < 16; ++l) {
-          const int64_t ch = cb * 16 + l, at = obase + (oy * OW + ox) * 16 + l;
-          float acc = 0.0f;
-          for (int r = 0; r < 3; ++r)
-            for (int s = 0; s < 3; ++s) {
-              const int64_t iy = oy * st + r - 1, ix = ox * st + s - 1;
-              const float x = iy >= 0 && iy < H && ix >= 0 && ix < W
-                                  ? src[(iy * W + ix) * 16 + l] : 0.0f;
-              acc = fmaf(weights[ch * 9 + r * 3 + s], x, acc);
-            }
-          out[at] = acc;
-          if (ep != NULL)
-            sdp_f32_span(ep, (int32_t)ch, out + at,
-                         ep->ew_operand != NULL ? ep->ew_operand + at : NULL, 1);
-        }
-  }
-}
-#endif
 
 accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const float* weights,
                                 float* out, const sdp_f32* epilogue, workspace* ws,
                                 int32_t num_threads) {
-#ifdef __AVX512F__
   const int64_t ncb = g->c / 16, W = g->w, OH = g->out_h, OW = g->out_w;
   /* the packed weights, then a zero row */
   const size_t wbytes = (size_t)ncb * 9 * 16 * sizeof(float);
@@ -217,10 +177,6 @@ accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const f
   dw_job J = {g, in, wp, zero_row, out, epilogue, ek, ncb, bands, band_rows};
   pool_for(nth, items, dw_item, &J);
   return ACCEL_OK;
-#else
-  (void)ws;
-  (void)num_threads;
-  dw_plain(g, in, weights, out, epilogue);
-  return ACCEL_OK;
-#endif
 }
+
+#endif /* __AVX512F__ (without it device.c runs no C16 kernel) */

@@ -96,15 +96,4 @@ void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   pool_for(threads, items, pool_item, (void*)&J);
 }
 
-#else /* no AVX-512: no C16 kernel (the run is converted around) */
-
-int pdp_c16_fits(const pdp_geometry* g) {
-  (void)g;
-  return 0;
-}
-
-void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {
-  (void)g, (void)in, (void)out, (void)num_threads; /* never called: fits is 0 */
-}
-
-#endif
+#endif /* __AVX512F__ (without it device.c runs no C16 kernel) */

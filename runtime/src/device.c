@@ -451,6 +451,11 @@ typedef enum c16_kind {
  * with an NCHW input, such a CONV that stem_c16.c takes (the image layer), or one followed by
  * a PDP (ResNet's stem: the conv into C16 scratch, then pdp_c16.c). */
 static c16_kind c16_kernel(const resolved_chain* chain, accel_layout in_layout) {
+#ifndef __AVX512F__ /* the C16 kernels are AVX-512 code: without it every C16 run converts */
+  (void)chain;
+  (void)in_layout;
+  return C16_NONE;
+#else
   const resolved_op* r = &chain->ops[0];
   const int in_c16 = in_layout == ACCEL_LAYOUT_C16;
   if (r->op->engine == ACCEL_ENGINE_PDP)
@@ -472,6 +477,7 @@ static c16_kind c16_kernel(const resolved_chain* chain, accel_layout in_layout) 
   if (conv_c16_pointwise_fits(&r->conv, ep)) return C16_POINTWISE;
   if (conv_c16_3x3_fits(&r->conv, ep)) return C16_DENSE_3X3;
   return conv_c16_depthwise_fits(&r->conv, ep) ? C16_DEPTHWISE : C16_NONE;
+#endif
 }
 
 /* Scratch for `count` floats in `slot`. */
@@ -484,22 +490,14 @@ static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
   return p;
 }
 
-/* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
- * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set;
- * otherwise the NCHW kernels between conversions: the input and the element-wise operands (in
- * the output's layout) into NCHW scratch, the output back. A BDMA copy into a C16 output
- * starts from the output's NCHW copy: it writes only its destination channels. */
-static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
-                                const accel_tensor* input, const accel_tensor* output,
-                                const char* label) {
+#ifdef __AVX512F__
+/* The run on its C16 kernel (c16_kernel's answer, not C16_NONE). */
+static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chain,
+                                   c16_kind kernel, const accel_tensor* input,
+                                   const accel_tensor* output) {
   const int32_t threads = dev->num_threads;
-  const int in_c16 = input->layout == ACCEL_LAYOUT_C16;
-  const int out_c16 = output->layout == ACCEL_LAYOUT_C16;
-  const c16_kind kernel =
-      out_c16 && !observing() ? c16_kernel(chain, input->layout) : C16_NONE;
   const resolved_op* r = &chain->ops[0];
-  const int32_t end = kernel != C16_NONE && kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32)
-                                                                : 0;
+  const int32_t end = kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32) : 0;
   const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
   const sdp_f32* ep = end == 1 ? &e : NULL;
   const float* w = r->op->conv.weights;
@@ -534,6 +532,26 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     case C16_NONE:
       break;
   }
+  return ACCEL_ERR_UNSUPPORTED; /* never: the caller runs a kernel it has */
+}
+#endif
+
+/* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
+ * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set;
+ * otherwise the NCHW kernels between conversions: the input and the element-wise operands (in
+ * the output's layout) into NCHW scratch, the output back. A BDMA copy into a C16 output
+ * starts from the output's NCHW copy: it writes only its destination channels. */
+static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
+                                const accel_tensor* input, const accel_tensor* output,
+                                const char* label) {
+  const int32_t threads = dev->num_threads;
+  const int in_c16 = input->layout == ACCEL_LAYOUT_C16;
+  const int out_c16 = output->layout == ACCEL_LAYOUT_C16;
+#ifdef __AVX512F__
+  const c16_kind kernel =
+      out_c16 && !observing() ? c16_kernel(chain, input->layout) : C16_NONE;
+  if (kernel != C16_NONE) return run_c16_kernel(dev, chain, kernel, input, output);
+#endif
   const int64_t in_hw = (int64_t)input->h * input->w, out_hw = (int64_t)output->h * output->w;
   const float* src = input->data;
   if (in_c16) {
