@@ -24,9 +24,10 @@
  *    48 KB on Sapphire Rapids) by up to 128, panels outermost, each panel staying in L1 while
  *    the channels pass over it in passes of 128 KB of weights, and threads split a layer's
  *    channels rather than its image when it has more channels than positions. A tile of one
- *    panel (a 7x7 image) up to 2048 deep packs every block first and runs them inside passes
- *    of 16 channels: it reads each weight once, each row front to back (4 KB pages, few TLB
- *    misses). Without panels (<= 8 positions an image) the whole depth in one block.
+ *    panel (a 7x7 image) up to 2048 deep with >= 4 MB of weights packs every block first and
+ *    runs them inside passes of 16 channels: it reads each weight once, each row front to back
+ *    (4 KB pages, few TLB misses). Without panels (<= 8 positions an image) the whole depth in
+ *    one block.
  *    An image's last < 16 positions are dot products along the depth instead of a mostly
  *    empty vector.
  *  - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
@@ -1024,13 +1025,13 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
   const int64_t tile_panels_max = (panels_img + ntiles - 1) / ntiles;
   const int64_t mchunk_max = (mblocks + mchunks - 1) / mchunks * MR;
 
-  /* One panel a tile (a 7x7 image) and a few depth blocks: the tile reads each weight once, so
+  /* One panel a tile (a 7x7 image), a few depth blocks, >= 4 MB of weights: each read once, so
    * passes of 16 channels over the whole depth (every block packed first) read each row front
    * to back, not a 512-byte slice of every row per block (1024 -> 2048 1x1/2 on 14x14: 1.95 ->
-   * 1.72 ms alone, weights cold). A deeper panel (3x3 on 7x7, 4608 deep) or several (14x14)
-   * measured slower so. */
+   * 1.72 ms alone, weights cold). A deeper panel (3x3 on 7x7, 4608 deep), several (14x14) or
+   * smaller weights (MobileNet-v2's 960 -> 320, 320 -> 1280 on 7x7: 4-12 %) measured slower. */
   const int64_t pass_rows = P->panels_outer && tile_panels_max == 1 && P->kd > P->kc &&
-                                    P->kd <= 2048
+                                    P->kd <= 2048 && P->mg * P->kd >= (1 << 20)
                                 ? 16
                                 : 0;
   const int64_t depth = pass_rows > 0 ? P->kd : P->kc; /* packed at once */
