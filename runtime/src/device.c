@@ -589,9 +589,10 @@ static int phase_conv(const conv_geometry* g, conv_geometry* phase) {
 
 /* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
  * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set;
- * otherwise the NCHW kernels between conversions: the input and the element-wise operands (in
- * the output's layout) into NCHW scratch, the output back. A BDMA copy into a C16 output
- * starts from the output's NCHW copy: it writes only its destination channels. */
+ * otherwise the NCHW kernels between conversions: the input (of a 1x1 stride-2 conv only the
+ * phase it reads: phase_conv) and the element-wise operands (in the output's layout) into NCHW
+ * scratch, the output back. A BDMA copy into a C16 output starts from the output's NCHW copy:
+ * it writes only its destination channels. */
 static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
                                 const accel_tensor* input, const accel_tensor* output,
                                 const char* label) {
