@@ -95,6 +95,23 @@ def test_strided_pointwise_c16_equals_nchw(rng, n, c, k, h, w, epilogue):
     _same_either_way([conv] + ([sdp] if sdp is not None else []), x)
 
 
+@pytest.mark.parametrize("n,c,k,h,w", STRIDED)
+@pytest.mark.parametrize("epilogue", ["none", "bn_relu", "scale_add_relu"])
+def test_strided_pointwise_from_c16_into_nchw(rng, n, c, k, h, w, epilogue):
+    """A C16 input into an NCHW output (the layer before a stage the plan keeps NCHW) runs
+    converted around conv_f32, of a 1x1/2 only the phase it reads at stride 1 (device.c's
+    phase_conv): the NCHW run's bits and cost at 1-3 threads."""
+    x = _data(rng, (n, c, h, w))
+    ops = [Conv(_data(rng, (k, c, 1, 1), zeros=False), stride=(2, 2))]
+    sdp = _epilogue(epilogue, rng, k, (n, k, (h + 1) // 2, (w + 1) // 2))
+    ops += [sdp] if sdp is not None else []
+    for threads in (1, 2, 3):
+        expected, stats = DEVICES[threads].run(ops, x)
+        got, got_stats = DEVICES[threads].run(ops, to_c16(x), layout="c16", out_layout="nchw")
+        assert_same(got.view(np.uint32), expected.view(np.uint32))
+        assert got_stats.cycles == stats.cycles
+
+
 def test_strided_pointwise_c16_threads_and_packed_weights(rng):
     """1-3 threads give the same bits; weights packed once serve stride 2 too; a padded 1x1/2
     and a batch of single positions (OpenBLAS in conv_f32) stay converted around."""
