@@ -67,7 +67,8 @@ def _same_either_way(ops, x, threads=2, mode="fused", native=True):
 POINTWISE = [  # (n, c, k, h, w)
     (1, 16, 16, 7, 7), (2, 32, 48, 13, 17), (1, 64, 80, 14, 14), (1, 48, 64, 5, 3),
     (1, 96, 128, 28, 28), (2, 256, 64, 7, 9), (1, 512, 32, 1, 1), (1, 16, 256, 56, 56),
-    (2, 32, 64, 15, 15)]  # 15x15: a second strip, then the dot-product tail
+    (2, 32, 64, 15, 15),  # 15x15: a second strip, then the dot-product tail
+    (1, 1024, 1024, 7, 7)]  # 4 MB of weights on one panel: conv_f32's channel passes
 
 
 @pytest.mark.parametrize("n,c,k,h,w", POINTWISE)
@@ -83,7 +84,8 @@ STRIDED = [  # (n, c, k, h, w): 1x1/2 downsamples; conv_f32's implicit GEMM (28x
     # packed path (the rest), with dot-product tails (6x6 -> 3x3: all, 132x24 -> 66x12: 8) or
     # none; one output position (n = 1; n = 2 is OpenBLAS's: converted around)
     (1, 64, 128, 56, 56), (2, 32, 48, 13, 17), (1, 48, 64, 6, 6), (1, 32, 16, 132, 24),
-    (1, 16, 32, 64, 40), (1, 256, 512, 14, 14), (1, 128, 32, 15, 9), (1, 32, 16, 2, 2)]
+    (1, 16, 32, 64, 40), (1, 256, 512, 14, 14), (1, 128, 32, 15, 9), (1, 32, 16, 2, 2),
+    (1, 1024, 1024, 14, 14)]  # ResNet-50's last downsample, half its channels: the passes
 
 
 @pytest.mark.parametrize("n,c,k,h,w", STRIDED)
