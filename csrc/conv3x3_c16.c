@@ -420,7 +420,7 @@ typedef struct c3_job {
   float* cols;          /* the tail positions' columns: per participant, TAIL_MAX x 9c */
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
-  int64_t hp, wp, ohw, groups, strips, tail;
+  int64_t hp, wp, ohw, groups, strips, tail, n_items;
   int finite; /* every weight finite: the padding rows' taps may be skipped */
 } c3_job;
 
@@ -561,6 +561,23 @@ static void conv_item(void* ctx, int64_t item, int participant) {
    * row by row, tiles of up to 7 positions (stride 1) or 6 */
   const int64_t pb = panel_blocks(g), tile = pb == 2 ? 7 : 6;
   const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
+  /* The next group's weights into L2, each strip a share spread over its tiles: in a network
+   * they come from memory (~10 GB/s), and fetched on demand by the group's first strip they
+   * stalled its tiles (256 -> 256 on 14x14: 2.4 MB, ~0.2 ms of ~1.6; prefetched, x0.93-0.96
+   * in ResNet-50, docs/kernels.md) */
+  const char* pf = NULL;
+  int64_t pf_left = 0, pf_step = 0;
+  if (item + 1 < J->n_items) {
+    const int64_t ng = (grp + 1) % J->groups, nnb = group_blocks(k, ng);
+    const int64_t bytes = nnb * 16 * 9 * c * (int64_t)sizeof(float);
+    const int64_t lines = (bytes + 63) / 64, l0 = lines * strip / J->strips,
+                  l1 = lines * (strip + 1) / J->strips;
+    pf = (const char*)(J->packed + ng * C3_GROUP * 16 * 9 * c) + l0 * 64;
+    pf_left = l1 - l0;
+    const int64_t calls = ((c + C3_CHUNK - 1) / C3_CHUNK) * ((nb + pb - 1) / pb) * (y1 - y0) *
+                          ((ow + tile - 1) / tile);
+    pf_step = (pf_left + calls - 1) / calls;
+  }
   for (int64_t c0 = 0; c0 < c; c0 += C3_CHUNK) {
     const int64_t c1 = c0 + C3_CHUNK < c ? c0 + C3_CHUNK : c;
     for (int64_t q = 0; q < nb; q += pb) {
@@ -584,6 +601,8 @@ static void conv_item(void* ctx, int64_t item, int participant) {
           const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
           eq.operand = operand != NULL ? operand + q * os + at : NULL;
           const kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
+          for (int64_t i = 0; i < pf_step && pf_left > 0; ++i, --pf_left, pf += 64)
+            _mm_prefetch(pf, _MM_HINT_T1);
           kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os, rlo, rhi,
              ep != NULL ? &eq : NULL);
         }
@@ -643,7 +662,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, 0};
+              epilogue, hp, wp, ohw, groups, strips, tail, items, 0};
   if (prepacked != NULL) {
     c3_pack_header h;
     memcpy(&h, prepacked, sizeof h);
