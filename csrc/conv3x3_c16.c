@@ -8,7 +8,8 @@
  *
  * Loops (the study examples/nchw16c_study/conv3x3.c): the input is first copied, per image and
  * block of 16 channels, into a zero-padded plane of the rows and columns the outputs read
- * (WS_C16_WEIGHTS, after the packed weights); items are (image, group of 4 blocks of 16 output
+ * (WS_C16_WEIGHTS, after the packed weights), at stride 2 on planes over 1 MB only its left edge,
+ * the other tiles reading the input itself (edge_only); items are (image, group of 4 blocks of 16 output
  * channels, strip of C3_STRIP output rows), so that every item writes its own outputs; in an
  * item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles: a micro-kernel of
  * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
@@ -415,14 +416,29 @@ typedef struct c3_job {
   const float* in;
   const float* weights; /* [k][9c] as given: the tail reads its rows */
   float* packed;
-  float* copy;          /* the padded input: [n][c/16][hp][wp][16] */
+  float* copy;          /* the padded input: [n][c/16][hp][ew][16], its first ew columns */
   const int64_t* tap;   /* the tail's depths' offsets from a position's tap (0, 0) */
   float* cols;          /* the tail positions' columns: per participant, TAIL_MAX x 9c */
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t hp, wp, ohw, groups, strips, tail, n_items;
+  int64_t ew; /* the columns of the padded plane copied: wp, or the left edge's (direct) */
+  int direct; /* the tiles past the left edge read the input itself (edge_only) */
   int finite; /* every weight finite: the padding rows' taps may be skipped */
 } c3_job;
+
+/* Whether only the left edge needs the padded copy, the other tiles reading the input itself:
+ * the padding rows' taps are skipped (every weight finite), no tap reads a padding column
+ * right of the input, only a row's first tile (up to C3_TILE positions at stride 2) one on the
+ * left; and the input and its copy would not fit in L2 together (2 MB). In ResNet-50 the
+ * copy of 128 x 56x56 (1.6 MB read, 1.7 MB written) took 0.24 ms of its 3x3/2's 1.87, which
+ * ran x0.87-0.90 without it; 256 x 28x28 (0.8 MB) ran the same or slower (C harness x1.03-1.07,
+ * docs/kernels.md). */
+static int edge_only(const conv_geometry* g, int finite) {
+  return finite && g->stride_w == 2 && g->pad_left <= 2 &&
+         (int64_t)(g->out_w - 1) * g->stride_w + 3 <= (int64_t)g->pad_left + g->w &&
+         (int64_t)g->n * g->c * g->h * g->w * (int64_t)sizeof(float) > (1 << 20);
+}
 
 static void pack_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
@@ -435,7 +451,7 @@ static void copy_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
   (void)participant;
   const conv_geometry* g = J->g;
-  const int64_t H = g->h, W = g->w, hp = J->hp, wp = J->wp;
+  const int64_t H = g->h, W = g->w, hp = J->hp, wp = J->ew;
   const float* src = J->in + item * H * W * 16;
   float* dst = J->copy + item * hp * wp * 16;
   int64_t x0 = g->pad_left, x1 = W + g->pad_left; /* the padded columns that hold input */
@@ -468,6 +484,24 @@ enum { TAIL_MAX = 8 }; /* conv_f32's TMAX */
 static void tail_gather(const c3_job* J, int64_t img, float* cols) {
   const conv_geometry* g = J->g;
   const int64_t depth = 9 * (int64_t)g->c, ow = g->out_w, t0 = J->ohw - J->tail;
+  if (J->direct) { /* from the input, +0 in the padding */
+    const int64_t H = g->h, W = g->w;
+    const float* plane = J->in + img * (g->c / 16) * H * W * 16;
+    for (int64_t t = 0; t < J->tail; ++t) {
+      const int64_t oy = (t0 + t) / ow, ox = (t0 + t) % ow;
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t sc = 0; sc < 3; ++sc) {
+          const int64_t iy = oy * g->stride_h - g->pad_top + r,
+                        ix = ox * g->stride_w - g->pad_left + sc;
+          const int in_plane = iy >= 0 && iy < H && ix >= 0 && ix < W;
+          const float* at = plane + (iy * W + ix) * 16;
+          float* col = cols + t * depth + r * 3 + sc;
+          for (int64_t ci = 0; ci < g->c; ++ci)
+            col[ci * 9] = in_plane ? at[(ci >> 4) * H * W * 16 + (ci & 15)] : 0.0f;
+        }
+    }
+    return;
+  }
   const float* plane = J->copy + img * (g->c / 16) * J->hp * J->wp * 16;
   for (int64_t t = 0; t < J->tail; ++t) {
     const float* at =
@@ -562,8 +596,11 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t nb = group_blocks(k, grp);
   const int64_t y0 = strip * C3_STRIP,
                 y1 = y0 + C3_STRIP < g->out_h ? y0 + C3_STRIP : g->out_h;
-  const int64_t cbs = J->hp * J->wp * 16, rs = J->wp * 16;
+  const int64_t cbs = J->hp * J->ew * 16, rs = J->ew * 16;
   const float* in = J->copy + img * (c / 16) * cbs;
+  /* direct: the input itself, (0, 0) at the padded plane's (pad_top, pad_left) */
+  const int64_t dcbs = (int64_t)g->h * g->w * 16, drs = (int64_t)g->w * 16;
+  const float* din = J->in + img * (c / 16) * dcbs - (g->pad_top * drs + g->pad_left * 16);
   float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
   const sdp_f32* ep = J->ep;
   c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
@@ -619,6 +656,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
         if (xe <= 0) continue;
         const int64_t tiles = (xe + tile - 1) / tile;
         const float* row = in + y * g->stride_h * rs;
+        const float* drow = din + y * g->stride_h * drs;
         /* the kernel rows r that read input rows (not padding): all 3 unless a weight is
          * inf or NaN, whose product with a padding +0 is NaN as in conv_f32 */
         const int64_t iy = y * g->stride_h - g->pad_top;
@@ -630,8 +668,12 @@ static void conv_item(void* ctx, int64_t item, int participant) {
           const kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
           for (int64_t i = 0; i < pf_step && pf_left > 0; ++i, --pf_left, pf += 64)
             _mm_prefetch(pf, _MM_HINT_T1);
-          kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os, rlo, rhi,
-             ep != NULL ? &eq : NULL);
+          if (J->direct && x0 > 0)
+            kf(c, c0, c1, drow + x0 * g->stride_w * 16, dcbs, drs, w, out + q * os + at, os, rlo,
+               rhi, ep != NULL ? &eq : NULL);
+          else
+            kf(c, c0, c1, row + x0 * g->stride_w * 16, cbs, rs, w, out + q * os + at, os, rlo,
+               rhi, ep != NULL ? &eq : NULL);
         }
       }
       if (tail_here) tail_depths(J, grp, q, q + qn, cols, lanes, 9 * c0, 9 * c1);
@@ -678,7 +720,18 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
   /* WS_C16_WEIGHTS: the packed weights (unless prepacked), the padded copy, the tail's depth
    * offsets and columns */
   const size_t wbytes = prepacked != NULL ? 0 : round64((size_t)(g->k * depth) * sizeof(float));
-  const int64_t copy_floats = (int64_t)g->n * (g->c / 16) * hp * wp * 16;
+  int finite;
+  if (prepacked != NULL) {
+    c3_pack_header h;
+    memcpy(&h, prepacked, sizeof h);
+    finite = h.finite;
+  } else {
+    finite = all_finite(weights, (int64_t)g->k * depth);
+  }
+  const int direct = edge_only(g, finite);
+  const int64_t edge = (C3_TILE - 1) * g->stride_w + 3; /* a first tile's columns */
+  const int64_t ew = direct && edge < wp ? edge : wp;
+  const int64_t copy_floats = (int64_t)g->n * (g->c / 16) * hp * ew * 16;
   const size_t cbytes = round64((size_t)copy_floats * sizeof(float));
   const size_t tbytes = tail > 0 ? round64((size_t)depth * sizeof(int64_t)) : 0;
   const size_t lbytes = tail > 0 ? (size_t)(nth * TAIL_MAX * depth) * sizeof(float) : 0;
@@ -689,14 +742,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, items, 0};
-  if (prepacked != NULL) {
-    c3_pack_header h;
-    memcpy(&h, prepacked, sizeof h);
-    J.finite = h.finite;
-  } else {
-    J.finite = all_finite(weights, (int64_t)g->k * depth);
-  }
+              epilogue, hp, wp, ohw, groups, strips, tail, items, ew, direct, finite};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
