@@ -8,9 +8,10 @@
  *
  * Loops (the study examples/nchw16c_study/conv3x3.c): the input is first copied, per image and
  * block of 16 channels, into a zero-padded plane of the rows and columns the outputs read
- * (WS_C16_WEIGHTS, after the packed weights), at stride 2 on planes over 1 MB only its left edge,
- * the other tiles reading the input itself (edge_only); items are (image, group of 4 blocks of 16 output
- * channels, strip of C3_STRIP output rows), so that every item writes its own outputs; in an
+ * (WS_C16_WEIGHTS, after the packed weights), at stride 2 on inputs over 1 MB only its left
+ * edge, the other tiles reading the input itself (edge_only); items are (image, group of 4
+ * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
+ * own outputs; in an
  * item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles: a micro-kernel of
  * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
  * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 7 x 2 and of
