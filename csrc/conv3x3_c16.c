@@ -20,9 +20,11 @@
  * strip's tiles. The running totals of the 32-deep blocks stay in the output tile between
  * blocks and chunks; the one-pass epilogue is applied in registers before the last store.
  * Padding taps: a padding row's are skipped where every weight is finite (all_finite, at
- * packing); a padding column's are computed (a vector tile cannot skip one position's): 5 %
- * more FMAs on 14x14 outputs, 9 % on 7x7, where the kernel measured slower than conv_f32 at
- * >= 256 input channels and fits refuses (slower_than_nchw, docs/kernels.md).
+ * packing), and so are a padding column's in the 7 x 2 tiles at stride 1 with one column of
+ * padding (a7l_2_1, a7r_2_1: the tile's first position's tap s = 0, its last's s = 2; 5 % of
+ * the FMAs on 14x14 outputs, 256 -> 256 x0.96-0.99 in ResNet-50); other tiles compute theirs
+ * (on 7x7 outputs, 9 % more FMAs, the kernel measured slower than conv_f32 at >= 256 input
+ * channels and fits refuses: slower_than_nchw, docs/kernels.md).
  *
  * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the
  * implicit GEMM or the packed panels: both sum the same way). Each output's depth d runs over
@@ -265,6 +267,16 @@ typedef struct c3_asm_st {
 #define C3_BN5(ST, A, s) C3_BN4(ST, A, s) C3_B(ST, A, s, 4)
 #define C3_BN6(ST, A, s) C3_BN5(ST, A, s) C3_B(ST, A, s, 5)
 #define C3_BN7(ST, A, s) C3_BN6(ST, A, s) C3_B(ST, A, s, 6)
+/* The 7 x 2 tile without a padding column's taps (edge_taps): position 0's tap s = 0 (7l),
+ * position 6's tap s = 2 (7r) */
+#define C3_L7l_2_0(X) X(1, 2) X(2, 4) X(3, 6) X(4, 8) X(5, 10) X(6, 12)
+#define C3_L7l_2_1(X) X(1, 3) X(2, 5) X(3, 7) X(4, 9) X(5, 11) X(6, 13)
+#define C3_L7r_2_0(X) X(0, 0) X(1, 2) X(2, 4) X(3, 6) X(4, 8) X(5, 10)
+#define C3_L7r_2_1(X) X(0, 1) X(1, 3) X(2, 5) X(3, 7) X(4, 9) X(5, 11)
+#define C3_BN7l(ST, A, s) \
+  C3_B(ST, A, s, 1) C3_B(ST, A, s, 2) C3_B(ST, A, s, 3) C3_B(ST, A, s, 4) C3_B(ST, A, s, 5) \
+  C3_B(ST, A, s, 6)
+#define C3_BN7r(ST, A, s) C3_BN6(ST, A, s)
 #define C3_F(p, a) "vfmadd231ps %%zmm" C3X(C3_BR##p) ", %%zmm24, %%zmm" #a "\n\t"
 /* block q's weight vector of tap (r, s) */
 #define C3_W(NB, r, s, q) "vmovaps 64*(" #NB "*(3*" #r "+" #s ")+" #q ")(%%rdi), %%zmm24\n\t"
@@ -294,8 +306,8 @@ typedef struct c3_asm_st {
   C3_BLK##NB(NP, C3_A) "71:\n\t" C3_BLK##NB(NP, C3_S) "mov $1, %%r9d\n\t" C3_ALL##NB(NP, C3_Z) \
   "72:\n\t" "add $32, %%rdx\n\t" "jmp 7b\n\t" ".subsection 0\n\t"
 /* tap (r, s) of the row at A, then one tap fewer left in the block (rdx): at zero, its end */
-#define C3_TAP(NP, NB, ST, A, r, s) \
-  C3_BN##NP(ST, A, s) C3_Q##NB(NP, r, s) "dec %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, NB)
+#define C3_TAP(NF, NP, NB, ST, A, r, s) \
+  C3_BN##NF(ST, A, s) C3_Q##NB(NF, r, s) "dec %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, NB)
 /* At stride 1 the 7 x 2 tile's row of 3 taps reads 9 columns, column j for taps s = 0..2 of
  * positions j - s (GCC's code does the same): with the row's 6 weight vectors in zmm14-19
  * (tap s, block q: zmm(14 + 2s + q)), one broadcast per column (9 a row, not 21), then the
@@ -307,10 +319,13 @@ typedef struct c3_asm_st {
   "vfmadd231ps %%zmm" #b ", %%zmm" #w0 ", %%zmm" #a0 "\n\t"                                   \
   "vfmadd231ps %%zmm" #b ", %%zmm" #w1 ", %%zmm" #a1 "\n\t"
 #define C3_CW(r, s, q, z) "vmovaps 64*(2*(3*" #r "+" #s ")+" #q ")(%%rdi), %%zmm" #z "\n\t"
-#define C3_COLS(A, r)                                                                          \
+#define C3_COL0(A) C3_CB(A, 0, 25) C3_CF(25, 14, 15, 0, 1)
+#define C3_COL8(A) C3_CB(A, 8, 26) C3_CF(26, 18, 19, 12, 13)
+#define C3_NOCOL(A)
+#define C3_COLS(A, r, C0, C8)                                                                  \
   C3_CW(r, 0, 0, 14) C3_CW(r, 0, 1, 15) C3_CW(r, 1, 0, 16) C3_CW(r, 1, 1, 17)                  \
   C3_CW(r, 2, 0, 18) C3_CW(r, 2, 1, 19)                                                        \
-  C3_CB(A, 0, 25) C3_CF(25, 14, 15, 0, 1)                                                      \
+  C0(A)                                                                                        \
   C3_CB(A, 1, 26) C3_CF(26, 14, 15, 2, 3) C3_CF(26, 16, 17, 0, 1)                              \
   C3_CB(A, 2, 27) C3_CF(27, 14, 15, 4, 5) C3_CF(27, 16, 17, 2, 3) C3_CF(27, 18, 19, 0, 1)      \
   C3_CB(A, 3, 28) C3_CF(28, 14, 15, 6, 7) C3_CF(28, 16, 17, 4, 5) C3_CF(28, 18, 19, 2, 3)      \
@@ -318,28 +333,31 @@ typedef struct c3_asm_st {
   C3_CB(A, 5, 30) C3_CF(30, 14, 15, 10, 11) C3_CF(30, 16, 17, 8, 9) C3_CF(30, 18, 19, 6, 7)    \
   C3_CB(A, 6, 31) C3_CF(31, 14, 15, 12, 13) C3_CF(31, 16, 17, 10, 11) C3_CF(31, 18, 19, 8, 9)  \
   C3_CB(A, 7, 25) C3_CF(25, 16, 17, 12, 13) C3_CF(25, 18, 19, 10, 11)                          \
-  C3_CB(A, 8, 26) C3_CF(26, 18, 19, 12, 13)
-#define C3_FAST2(NP, A, r)                                                                     \
+  C8(A)
+#define C3_FAST2(NP, A, r, C0, C8)                                                             \
   "cmp $3, %%rdx\n\t" "jl 4f\n\t"                                                              \
-  C3_COLS(A, r) "sub $3, %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, 2) "jmp 6f\n\t" "4:\n\t"
-#define C3_FAST4(NP, A, r)
+  C3_COLS(A, r, C0, C8) "sub $3, %%rdx\n\t" "jz 8f\n\t" "7:\n\t" C3_BE(NP, 2) "jmp 6f\n\t"     \
+  "4:\n\t"
+#define C3_FAST4(NP, A, r, C0, C8)
 /* kernel row r (input row at A), unless a padding row (bit r of the mask clear): then its 3
  * taps only counted */
-#define C3_ROW(NP, NB, ST, A, r)                                                               \
-  "testq $1<<" #r ", 56(%[st])\n\t" "jz 5f\n\t" C3_FAST##NB(NP, A, r)                          \
-  C3_TAP(NP, NB, ST, A, r, 0) C3_TAP(NP, NB, ST, A, r, 1) C3_TAP(NP, NB, ST, A, r, 2)          \
+#define C3_ROW(NP, NB, ST, A, r, N0, N2, C0, C8)                                               \
+  "testq $1<<" #r ", 56(%[st])\n\t" "jz 5f\n\t" C3_FAST##NB(NP, A, r, C0, C8)                  \
+  C3_TAP(N0, NP, NB, ST, A, r, 0) C3_TAP(NP, NP, NB, ST, A, r, 1)                               \
+  C3_TAP(N2, NP, NB, ST, A, r, 2)                                                              \
   "jmp 6f\n\t"                                                                                 \
   "5:\n\t" "sub $3, %%rdx\n\t" "jle 8f\n\t" "7:\n\t" C3_BE(NP, NB) "6:\n\t"
 /* The chunk's code: input rsi (rows rcx bytes apart), weights rdi, the block's taps left rdx,
  * channels left rax; the outputs r10-r13 */
-#define C3_ASM(NP, NB, ST)                                                                     \
+#define C3_ASM(NP, NB, ST, N0, N2, C0, C8)                                                     \
   "mov 72(%[st]), %%rsi\n\t" "mov 80(%[st]), %%rdi\n\t" "mov 88(%[st]), %%rcx\n\t"             \
   "mov $32, %%edx\n\t" "mov 64(%[st]), %%rax\n\t" "mov 40(%[st]), %%r8\n\t"                    \
   "mov 48(%[st]), %%r9\n\t" "mov 0(%[st]), %%r10\n\t" "mov 8(%[st]), %%r11\n\t"                \
   "mov 16(%[st]), %%r12\n\t" "mov 24(%[st]), %%r13\n\t" C3_ALL##NB(NP, C3_Z)                   \
   "1:\n\t"                                                                                     \
-  C3_ROW(NP, NB, ST, "(%%rsi)", 0) C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,1)", 1)                    \
-  C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,2)", 2)                                                     \
+  C3_ROW(NP, NB, ST, "(%%rsi)", 0, N0, N2, C0, C8)                                             \
+  C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,1)", 1, N0, N2, C0, C8)                                     \
+  C3_ROW(NP, NB, ST, "(%%rsi,%%rcx,2)", 2, N0, N2, C0, C8)                                     \
   "add $4, %%rsi\n\t" "add $9*64*" #NB ", %%rdi\n\t" "dec %%rax\n\t" "jz 9f\n\t"               \
   "test $15, %%rax\n\t" "jnz 1b\n\t" "add 32(%[st]), %%rsi\n\t" "jmp 1b\n\t"                   \
   "9:\n\t" "mov %%r9, 48(%[st])\n\t"
@@ -348,8 +366,10 @@ typedef struct c3_asm_st {
 #define C3_OUT(p, r) "=v"(z##r),
 #define C3_ARR(p, r) acc[r] = z##r;
 /* kbody (NP, NB, ST) in assembly; the same arguments */
-#define C3_KASM(NP, NB, ST)                                                                    \
-  static void a##NP##_##NB##_##ST(int64_t c, int64_t c0, int64_t c1, const float* in,          \
+#define C3_KASM(NP, NB, ST) C3_KASMV(a##NP##_##NB##_##ST, NP, NB, ST, NP, NP, C3_COL0, C3_COL8)
+/* (NAME, the tile, the lists of taps s = 0 and 2 (N0, N2), the first and last columns' code) */
+#define C3_KASMV(NAME, NP, NB, ST, N0, N2, C0, C8)                                             \
+  static void NAME(int64_t c, int64_t c0, int64_t c1, const float* in,                         \
                                   int64_t cbs, int64_t rs, const float* w, float* out,         \
                                   int64_t os, int rlo, int rhi, const c16_ep* e) {             \
     c3_asm_st st = {{out, out + os, NB > 2 ? out + 2 * os : NULL, NB > 3 ? out + 3 * os : NULL}, \
@@ -358,7 +378,7 @@ typedef struct c3_asm_st {
     const int64_t last = 9 * c1 < 9 * c - 1 ? 9 * c1 : 9 * c - 1;                             \
     st.nbe = last / 32 - 9 * c0 / 32; /* the block ends before the depth's end */              \
     C3_ALL##NB(NP, C3_REG)                                                                     \
-    __asm__ volatile(C3_ASM(NP, NB, ST)                                                            \
+    __asm__ volatile(C3_ASM(NP, NB, ST, N0, N2, C0, C8)                                        \
                      : C3_ALL##NB(NP, C3_OUT) "+m"(st)                                         \
                      : [st] "r"(&st)                                                           \
                      : "memory", "cc", "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10",   \
@@ -401,6 +421,9 @@ static inline __attribute__((always_inline)) void c3_tile_end(const int NP, cons
 }
 
 C3_KASM(7, 2, 1) C3_KASM(6, 4, 2) C3_KASM(5, 4, 2) C3_KASM(4, 4, 2)
+C3_KASMV(a7l_2_1, 7, 2, 1, 7l, 7, C3_NOCOL, C3_COL8)
+C3_KASMV(a7r_2_1, 7, 2, 1, 7, 7r, C3_COL0, C3_NOCOL)
+C3_KASMV(a7lr_2_1, 7, 2, 1, 7l, 7r, C3_NOCOL, C3_NOCOL)
 
 #define KTAB(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
                    k6_##B##_##S
@@ -426,6 +449,7 @@ typedef struct c3_job {
   int64_t ew; /* the columns of the padded plane copied: wp, or the left edge's (direct) */
   int direct; /* the tiles past the left edge read the input itself (edge_only) */
   int finite; /* every weight finite: the padding rows' taps may be skipped */
+  int edge_taps; /* and the padding columns' of the 7 x 2 tiles */
 } c3_job;
 
 /* Whether only the left edge needs the padded copy, the other tiles reading the input itself:
@@ -666,7 +690,11 @@ static void conv_item(void* ctx, int64_t item, int participant) {
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t x0 = xe * t / tiles, x1 = xe * (t + 1) / tiles, at = (y * ow + x0) * 16;
           eq.operand = operand != NULL ? operand + q * os + at : NULL;
-          const kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
+          kfn kf = pb == 2 ? ktab1[qn - 1][x1 - x0] : ktab2[qn - 1][x1 - x0];
+          if (kf == a7_2_1 && J->edge_taps) {
+            const int l = x0 == 0, r = x1 + 1 == g->pad_left + g->w;
+            kf = l && r ? a7lr_2_1 : l ? a7l_2_1 : r ? a7r_2_1 : kf;
+          }
           for (int64_t i = 0; i < pf_step && pf_left > 0; ++i, --pf_left, pf += 64)
             _mm_prefetch(pf, _MM_HINT_T1);
           if (J->direct && x0 > 0)
@@ -743,7 +771,8 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, items, ew, direct, finite};
+              epilogue, hp, wp, ohw, groups, strips, tail, items, ew, direct, finite,
+              finite && g->stride_w == 1 && g->pad_left == 1};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
