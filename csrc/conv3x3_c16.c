@@ -11,8 +11,8 @@
  * (WS_C16_WEIGHTS, after the packed weights), at stride 2 on inputs over 1 MB only its left
  * edge, the other tiles reading the input itself (edge_only); items are (image, group of 4
  * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
- * own outputs; in an
- * item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles: a micro-kernel of
+ * own outputs; in an item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles
+ * (each strip prefetching a share of the next group's weights into L2): a micro-kernel of
  * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
  * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 7 x 2 and of
  * 4-6 positions x 4 blocks in inline assembly (a7_2_1, a4_4_2 ..: 2-5 % faster than GCC's
@@ -22,7 +22,7 @@
  * Padding taps: a padding row's are skipped where every weight is finite (all_finite, at
  * packing), and so are a padding column's in the 7 x 2 tiles at stride 1 with one column of
  * padding (a7l_2_1, a7r_2_1: the tile's first position's tap s = 0, its last's s = 2; 5 % of
- * the FMAs on 14x14 outputs, 256 -> 256 x0.96-0.99 in ResNet-50); other tiles compute theirs
+ * the FMAs on 14x14 outputs, 256 -> 256 x0.96-1.01 in ResNet-50); other tiles compute theirs
  * (on 7x7 outputs, 9 % more FMAs, the kernel measured slower than conv_f32 at >= 256 input
  * channels and fits refuses: slower_than_nchw, docs/kernels.md).
  *
@@ -652,7 +652,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
   /* The next group's weights into L2, each strip a share spread over its tiles: in a network
    * they come from memory (~10 GB/s), and fetched on demand by the group's first strip they
-   * stalled its tiles (256 -> 256 on 14x14: 2.4 MB, ~0.2 ms of ~1.6; prefetched, x0.93-0.96
+   * stalled its tiles (256 -> 256 on 14x14: 2.4 MB, ~0.2 ms of ~1.6; prefetched, x0.92-0.97
    * in ResNet-50, docs/kernels.md) */
   const char* pf = NULL;
   int64_t pf_left = 0, pf_step = 0;
