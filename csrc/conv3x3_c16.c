@@ -10,8 +10,8 @@
  * block of 16 channels, into a zero-padded plane of the rows and columns the outputs read
  * (WS_C16_WEIGHTS, after the packed weights), at stride 2 on inputs over 1 MB only its left
  * edge, the other tiles reading the input itself (edge_only); items are (image, group of 4
- * blocks of 16 output channels, strip of C3_STRIP output rows), so that every item writes its
- * own outputs; in an item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles
+ * blocks of 16 output channels, strip of C3_STRIP1 or C3_STRIP output rows), so that every
+ * item writes its own outputs; in an item, per chunk of C3_CHUNK input channels, per panel, row by row, tiles
  * (each strip prefetching a share of the next group's weights into L2): a micro-kernel of
  * NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per tap NB weight
  * vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of 7 x 2 and of
@@ -94,7 +94,9 @@ static int geometry_fits(const conv_geometry* g) {
 
 #define C3_TILE 6   /* output positions per micro-tile, along a row */
 #define C3_GROUP 4  /* blocks of 16 output channels per group */
-#define C3_STRIP 4  /* output rows per item */
+#define C3_STRIP 4  /* output rows per item at stride 2 */
+#define C3_STRIP1 7 /* and at stride 1: a chunk's weights (37 KB) serve 14 tiles of 14x14, not 8
+                     * (ResNet-50's 256 -> 256 on 14x14 x0.95-1.02, median 0.98) */
 #define C3_CHUNK 32 /* input channels per pass over an item's tiles: 9 blocks of 32 depths */
 
 static inline int64_t group_blocks(int64_t k, int64_t g) {
@@ -445,7 +447,7 @@ typedef struct c3_job {
   float* cols;          /* the tail positions' columns: per participant, TAIL_MAX x 9c */
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
-  int64_t hp, wp, ohw, groups, strips, tail, n_items;
+  int64_t hp, wp, ohw, groups, strips, tail, n_items, strip_rows; /* C3_STRIP or C3_STRIP1 */
   int64_t ew; /* the columns of the padded plane copied: wp, or the left edge's (direct) */
   int direct; /* the tiles past the left edge read the input itself (edge_only) */
   int finite; /* every weight finite: the padding rows' taps may be skipped */
@@ -619,8 +621,8 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t strip = item % J->strips, grp = (item / J->strips) % J->groups,
                 img = item / (J->groups * J->strips);
   const int64_t nb = group_blocks(k, grp);
-  const int64_t y0 = strip * C3_STRIP,
-                y1 = y0 + C3_STRIP < g->out_h ? y0 + C3_STRIP : g->out_h;
+  const int64_t y0 = strip * J->strip_rows,
+                y1 = y0 + J->strip_rows < g->out_h ? y0 + J->strip_rows : g->out_h;
   const int64_t cbs = J->hp * J->ew * 16, rs = J->ew * 16;
   const float* in = J->copy + img * (c / 16) * cbs;
   /* direct: the input itself, (0, 0) at the padded plane's (pad_top, pad_left) */
@@ -743,7 +745,8 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
   const int64_t wp = (int64_t)(g->out_w - 1) * g->stride_w + 3;
   const int64_t tail = conv_f32_dot_tail(g);
   const int64_t groups = (g->k + C3_GROUP * 16 - 1) / (C3_GROUP * 16);
-  const int64_t strips = (g->out_h + C3_STRIP - 1) / C3_STRIP;
+  const int64_t srows = g->stride_w == 1 ? C3_STRIP1 : C3_STRIP;
+  const int64_t strips = (g->out_h + srows - 1) / srows;
   const int64_t items = (int64_t)g->n * strips * groups;
   const int nth = (int)(items < num_threads ? items : num_threads);
   /* WS_C16_WEIGHTS: the packed weights (unless prepacked), the padded copy, the tail's depth
@@ -771,7 +774,7 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
               prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, items, ew, direct, finite,
+              epilogue, hp, wp, ohw, groups, strips, tail, items, srows, ew, direct, finite,
               finite && g->stride_w == 1 && g->pad_left == 1};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
