@@ -102,6 +102,17 @@ def test_non_finite_weights_meet_the_padding_as_conv_f32_does(rng, packed, bad):
         conv = Conv(weights, padding=(1, 1, 1, 1))
         out = _same_either_way([conv.packed_for("nv_full") if packed else conv], x)
         assert np.isnan(out[0, 3, 0, 0]) and np.isnan(out[0, 17, -1, 3])
+        assert np.isnan(out[0, 3, h // 2, 0])  # a padding column's tap, inside the plane
+
+
+@pytest.mark.parametrize("pad", [(1, 1, 1, 1), (1, 1, 0, 0)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_large_strided_inputs_are_read_in_place(rng, pad, threads):
+    """At stride 2 an input over 1 MB is copied padded only at its left edge, the other tiles
+    reading it in place (edge_only): 128 x 51x52 gives 26x26 outputs (25x26 without the
+    bottom padding), whose 4-position (1-position) dot-product tail is gathered from the input
+    and, with the bottom padding, the padding row; the same bits as conv_f32."""
+    _conv_run(rng, 1, 128, 48, 51, 52, 2, "scale_add_relu", pad=pad, threads=threads)
 
 
 @pytest.mark.parametrize("conv", [
