@@ -452,6 +452,7 @@ typedef struct c3_job {
   int direct; /* the tiles past the left edge read the input itself (edge_only) */
   int finite; /* every weight finite: the padding rows' taps may be skipped */
   int edge_taps; /* and the padding columns' of the 7 x 2 tiles */
+  int pf0; /* prefetch the first group's weights during the copy (packed at load) */
 } c3_job;
 
 /* Whether only the left edge needs the padded copy, the other tiles reading the input itself:
@@ -473,7 +474,10 @@ static void pack_item(void* ctx, int64_t item, int participant) {
   pack_panel(J->g, item, J->weights, J->packed);
 }
 
-/* Item = (image, block of 16 input channels): its plane, zero-padded. */
+/* Item = (image, block of 16 input channels): its plane, zero-padded; and a share of the first
+ * group's packed weights prefetched into L2 (the later groups' are prefetched by the strips
+ * before them, conv_item): in a network they come from memory, and the first strip stalled on
+ * them (ResNet-50's 256 -> 256 on 14x14 x0.96-0.99, docs/kernels.md). */
 static void copy_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
   (void)participant;
@@ -484,7 +488,15 @@ static void copy_item(void* ctx, int64_t item, int participant) {
   int64_t x0 = g->pad_left, x1 = W + g->pad_left; /* the padded columns that hold input */
   if (x1 > wp) x1 = wp;
   if (x0 > x1) x0 = x1;
+  const int64_t setup = (int64_t)g->n * (g->c / 16),
+                lines = J->pf0 ? group_blocks(g->k, 0) * 9 * g->c : 0, /* 16 floats a line */
+                l0 = lines * item / setup, l1 = lines * (item + 1) / setup;
+  const char* pf = (const char*)J->packed + l0 * 64;
+  int64_t pf_left = l1 - l0;
+  const int64_t pf_step = (pf_left + hp - 1) / hp;
   for (int64_t i = 0; i < hp; ++i) {
+    for (int64_t k = 0; k < pf_step && pf_left > 0; ++k, --pf_left, pf += 64)
+      _mm_prefetch(pf, _MM_HINT_T1);
     float* row = dst + i * wp * 16;
     const int64_t iy = i - g->pad_top;
     if (iy < 0 || iy >= H || x0 == x1) {
@@ -775,7 +787,8 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
                                 : (float*)base,
               (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
               epilogue, hp, wp, ohw, groups, strips, tail, items, srows, ew, direct, finite,
-              finite && g->stride_w == 1 && g->pad_left == 1};
+              finite && g->stride_w == 1 && g->pad_left == 1,
+              prepacked != NULL};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
