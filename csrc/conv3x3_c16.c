@@ -12,13 +12,14 @@
  * edge, the other tiles reading the input itself (edge_only); items are (image, group of 4
  * blocks of 16 output channels, strip of C3_STRIP1 or C3_STRIP output rows), so that every
  * item writes its own outputs; in an item, per chunk of C3_CHUNK input channels, per panel,
- * row by row, tiles (each strip prefetching a share of the next group's weights into L2): a
- * micro-kernel of NP positions x NB blocks (up to 7 x 2 at stride 1, 6 x 4 at stride 2), per
- * tap NB weight vector loads and NP broadcasts, the 9 taps of a channel unrolled; the tiles of
- * 7 x 2 and of 4-6 positions x 4 blocks in inline assembly (a7_2_1, a4_4_2 ..: 2-5 % faster
- * than GCC's code for them). A panel's chunk of weights (37 KB at stride 1) stays in L1 across the
- * strip's tiles. The running totals of the 32-deep blocks stay in the output tile between
- * blocks and chunks; the one-pass epilogue is applied in registers before the last store.
+ * row by row, tiles (each strip prefetching a share of the next group's weights into L2, the
+ * copy the first group's): a micro-kernel of NP positions x NB blocks (up to 7 x 2 at stride
+ * 1, 6 x 4 at stride 2), per tap NB weight vector loads and NP broadcasts, the 9 taps of a
+ * channel unrolled; the tiles of 7 x 2 and of 4-6 positions x 4 blocks in inline assembly
+ * (a7_2_1, a4_4_2 ..: 2-5 % faster than GCC's code for them). A panel's chunk of weights
+ * (37 KB at stride 1) stays in L1 across the strip's tiles. The running totals of the 32-deep
+ * blocks stay in the output tile between blocks and chunks; the one-pass epilogue is applied
+ * in registers before the last store.
  * Padding taps: a padding row's are skipped where every weight is finite (all_finite, at
  * packing), and so are a padding column's in the 7 x 2 tiles at stride 1 with one column of
  * padding (a7l_2_1, a7r_2_1: the tile's first position's tap s = 0, its last's s = 2; 5 % of
