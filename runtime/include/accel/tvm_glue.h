@@ -179,7 +179,7 @@ static inline int accel_glue_setup(accel_glue_function* f) {
   const accel_status status = accel_device_shared(&config, &device);
   if (status != ACCEL_OK) return accel_glue_raise_status(f, status, "");
   for (int32_t i = 0; i < f->num_temps; ++i) {
-    if (f->temps[i] == NULL) f->temps[i] = malloc((size_t)f->temp_bytes[i]);
+    if (f->temps[i] == NULL) f->temps[i] = accel_buffer_alloc((size_t)f->temp_bytes[i]);
     if (f->temps[i] == NULL) return accel_glue_raise(f, "AccelMemoryError", "out of memory");
   }
   f->config = config;
@@ -203,12 +203,11 @@ static inline int accel_glue_pack_weights(accel_glue_function* f, accel_op* op, 
     size_t bytes = 0;
     accel_status status = accel_conv_pack_weights(&f->config, &op->conv, in_c, NULL, &bytes);
     if (status != ACCEL_OK) return accel_glue_raise_status(f, status, "");
-    const size_t align = ACCEL_PACKED_ALIGNMENT;
-    void* buffer = aligned_alloc(align, (bytes + align - 1) / align * align);
+    void* buffer = accel_buffer_alloc(bytes); /* ACCEL_PACKED_ALIGNMENT or more */
     if (buffer == NULL) return accel_glue_raise(f, "AccelMemoryError", "out of memory");
     status = accel_conv_pack_weights(&f->config, &op->conv, in_c, buffer, &bytes);
     if (status != ACCEL_OK) {
-      free(buffer);
+      accel_buffer_free(buffer);
       return accel_glue_raise_status(f, status, "");
     }
     f->packed[slot] = buffer;
@@ -308,7 +307,7 @@ static inline int accel_glue_init(accel_glue_function* f, const TVMFFIAny* args,
     f->constants[i] = (const char*)t->data + t->byte_offset;
   }
   for (int32_t i = 0; i < f->num_packed; ++i) { /* new weights: pack again */
-    free(f->packed[i]);
+    accel_buffer_free(f->packed[i]);
     f->packed[i] = NULL;
     f->packed_bytes[i] = 0;
   }
@@ -329,12 +328,12 @@ static inline void accel_glue_release(accel_glue_function* f) {
     f->constants[i] = NULL;
   }
   for (int32_t i = 0; i < f->num_packed; ++i) {
-    free(f->packed[i]);
+    accel_buffer_free(f->packed[i]);
     f->packed[i] = NULL;
     f->packed_bytes[i] = 0;
   }
   for (int32_t i = 0; i < f->num_temps; ++i) {
-    free(f->temps[i]);
+    accel_buffer_free(f->temps[i]);
     f->temps[i] = NULL;
   }
   f->device = NULL; /* the shared device stays with libaccel; set up again at a next call */
