@@ -331,11 +331,19 @@ int conv_c16_stem_fits(const conv_geometry* g, const sdp_f32* epilogue);
 accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float* weights,
                            float* out, const sdp_f32* epilogue, workspace* ws,
                            int32_t num_threads);
+/* The same into conv_out, then the pool (pdp_c16's bits) over it into out, each strip's pool
+ * rows while the strip is in L2 (ResNet's stem). */
+accel_status conv_c16_stem_pool(const conv_geometry* g, const float* in, const float* weights,
+                                float* conv_out, const pdp_geometry* pool, float* out,
+                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads);
 
 /* Max and average pooling (pdp.c's, every geometry it takes), C16 in and out (pdp_c16.c), the
  * same bits as pdp_f32: each output's taps in pdp.c's order, 16 channels per vector. */
 int pdp_c16_fits(const pdp_geometry* g);
 void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_threads);
+/* Output rows [oy0, oy1) of image img's planes (in and out: the whole tensors). */
+void pdp_c16_rows(const pdp_geometry* g, const float* in, float* out, int64_t img, int32_t oy0,
+                  int32_t oy1);
 
 /* Positions of an image (its last ones) that conv_f32 sums as dot products along the depth
  * (16 lane partial sums, lane l taking depths l, l + 16, ..., then _mm512_reduce_add_ps), the

@@ -79,6 +79,17 @@ static void pool_item(void* ctx, int64_t item, int participant) {
   }
 }
 
+void pdp_c16_rows(const pdp_geometry* g, const float* in, float* out, int64_t img, int32_t oy0,
+                  int32_t oy1) {
+  const int64_t in_plane = (int64_t)g->h * g->w * 16, out_plane = (int64_t)g->out_h * g->out_w * 16;
+  for (int64_t plane = img * (g->c / 16); plane < (img + 1) * (g->c / 16); ++plane)
+    for (int32_t oy = oy0; oy < oy1; ++oy) {
+      float* o = out + plane * out_plane + (int64_t)oy * g->out_w * 16;
+      if (g->pool == ACCEL_POOL_MAX) max_row(g, in + plane * in_plane, o, oy);
+      else avg_row(g, in + plane * in_plane, o, oy);
+    }
+}
+
 int pdp_c16_fits(const pdp_geometry* g) {
   return g->c % 16 == 0 && (g->pool == ACCEL_POOL_MAX || g->pool == ACCEL_POOL_AVG);
 }

@@ -133,6 +133,13 @@ typedef struct stem_job {
   float* out;
   const sdp_f32* ep;    /* one-pass, or NULL */
   int64_t rows, wp, buf_floats, ohw, strips;
+  /* the pool over out (conv_c16_stem_pool), or NULL: pout its output, pooled[n * out_h] the
+   * rows pooled in the items; per participant its last item and its run's first conv row */
+  const pdp_geometry* pg;
+  float* pout;
+  uint8_t* pooled;
+  int64_t* last;
+  int64_t* run_first;
 } stem_job;
 
 /* The input rows of output rows [y0, y1) of image img, zero-padded: buffer row i is padded
@@ -157,6 +164,26 @@ static void fill_strip(const stem_job* J, int64_t img, int64_t y0, int64_t y1, f
       memcpy(row + x0, src + iy * W + x0 - g->pad_left, (size_t)(x1 - x0) * sizeof(float));
       memset(row + x1, 0, (size_t)(wp - x1) * sizeof(float));
     }
+  }
+}
+
+/* The pool rows whose last conv row is in [y0, y1), while the strip is in L2; a row that also
+ * reads conv rows of a strip this participant did not just compute before is left to the pass
+ * after the items (the bits do not change: each row is pdp_c16's). */
+static void pool_strip(const stem_job* J, int64_t item, int participant, int64_t img,
+                       int64_t y0, int64_t y1) {
+  const pdp_geometry* pg = J->pg;
+  const int64_t first_row =
+      J->last[participant] == item - 1 && item % J->strips != 0 ? J->run_first[participant] : y0;
+  J->last[participant] = item;
+  J->run_first[participant] = first_row;
+  if (y1 == J->g->out_h) y1 = INT64_MAX; /* the last strip takes rows that end in padding */
+  for (int32_t oy = 0; oy < pg->out_h; ++oy) {
+    int32_t f, lo, hi;
+    pool_window(oy, pg->stride_h, pg->pad_top, pg->kernel_h, pg->h, &f, &lo, &hi);
+    if (hi <= lo || f + hi - 1 < y0 || f + hi - 1 >= y1 || f + lo < first_row) continue;
+    pdp_c16_rows(pg, J->out, J->pout, img, oy, oy + 1);
+    J->pooled[img * pg->out_h + oy] = 1;
   }
 }
 
@@ -198,6 +225,7 @@ static void stem_item(void* ctx, int64_t item, int participant) {
       }
     }
   }
+  if (J->pg != NULL) pool_strip(J, item, participant, img, y0, y1);
 }
 
 static int kernel_fits(const conv_geometry* g) {
@@ -214,9 +242,9 @@ int conv_c16_stem_fits(const conv_geometry* g, const sdp_f32* epilogue) {
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
-accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float* weights,
-                           float* out, const sdp_f32* epilogue, workspace* ws,
-                           int32_t num_threads) {
+static accel_status stem_run(const conv_geometry* g, const float* in, const float* weights,
+                             float* out, const sdp_f32* epilogue, workspace* ws,
+                             int32_t num_threads, const pdp_geometry* pg, float* pout) {
   if (g->n == 0) return ACCEL_OK;
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
@@ -231,7 +259,9 @@ accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float*
   const size_t wbytes = round64((size_t)(k * kd) * sizeof(float));
   const size_t obytes = round64((size_t)kd * sizeof(int64_t));
   const size_t bbytes = (size_t)(nth * buf_floats) * sizeof(float);
-  char* base = workspace_get(ws, WS_C16_WEIGHTS, wbytes + obytes + bbytes);
+  const size_t pbytes = pg != NULL ? round64((size_t)g->n * pg->out_h) : 0;
+  const size_t sbytes = pg != NULL ? 2 * WS_THREAD_SLOTS * sizeof(int64_t) : 0;
+  char* base = workspace_get(ws, WS_C16_WEIGHTS, wbytes + obytes + bbytes + pbytes + sbytes);
   if (base == NULL) return ACCEL_ERR_NO_MEMORY;
   float* packed = (float*)base;
   int64_t* off = (int64_t*)(base + wbytes);
@@ -245,10 +275,33 @@ accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float*
   }
   for (int64_t d = 0; d < kd; ++d) /* d = (c, r, s) */
     off[d] = (d / (kh * kw)) * rows * wp + (d / kw % kh) * wp + d % kw;
+  uint8_t* pooled = (uint8_t*)(base + wbytes + obytes + bbytes);
+  int64_t* last = (int64_t*)(base + wbytes + obytes + bbytes + pbytes);
+  if (pg != NULL) {
+    memset(pooled, 0, pbytes);
+    for (int i = 0; i < WS_THREAD_SLOTS; ++i) last[i] = -2;
+  }
   const stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,
-                      rows, wp, buf_floats, (int64_t)g->out_h * g->out_w, strips};
+                      rows, wp, buf_floats, (int64_t)g->out_h * g->out_w, strips,
+                      pg, pout, pooled, last, last + WS_THREAD_SLOTS};
   pool_for(nth, items, stem_item, (void*)&J);
+  if (pg != NULL) /* the rows left by the items (strips split between participants) */
+    for (int64_t img = 0; img < g->n; ++img)
+      for (int32_t oy = 0; oy < pg->out_h; ++oy)
+        if (!pooled[img * pg->out_h + oy]) pdp_c16_rows(pg, out, pout, img, oy, oy + 1);
   return ACCEL_OK;
+}
+
+accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float* weights,
+                           float* out, const sdp_f32* epilogue, workspace* ws,
+                           int32_t num_threads) {
+  return stem_run(g, in, weights, out, epilogue, ws, num_threads, NULL, NULL);
+}
+
+accel_status conv_c16_stem_pool(const conv_geometry* g, const float* in, const float* weights,
+                                float* conv_out, const pdp_geometry* pool, float* out,
+                                const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
+  return stem_run(g, in, weights, conv_out, epilogue, ws, num_threads, pool, out);
 }
 
 #endif /* __AVX512F__ (without it device.c runs no C16 kernel) */

@@ -524,10 +524,8 @@ static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chai
       float* conv_out = scratch_floats(dev, WS_CHAIN_A, (int64_t)pool->in_n * pool->in_c *
                                                             pool->in_h * pool->in_w);
       if (conv_out == NULL) return ACCEL_ERR_NO_MEMORY;
-      const accel_status st =
-          conv_c16_stem(&r->conv, input->data, w, conv_out, ep, &dev->ws, threads);
-      if (st == ACCEL_OK) pdp_c16(&pool->pdp, conv_out, output->data, threads);
-      return st;
+      return conv_c16_stem_pool(&r->conv, input->data, w, conv_out, &pool->pdp, output->data,
+                                ep, &dev->ws, threads);
     }
     case C16_NONE:
       break;

@@ -151,3 +151,14 @@ def test_which_runs_read_nchw_natively(rng):
                           x16)
     # and an NCHW input with 16 channels asks for the stem kernel, which takes <= 4
     assert not c16_native("nv_full", [Conv(_data(rng, (32, 16, 1, 1)))], x16, in_layout="nchw")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("pool", [POOLS[0], Pool("max", kernel=(7, 7), stride=(3, 1),
+                                                 padding=(3, 2, 3, 2))], ids=["max3s2", "max7"])
+def test_pool_rows_across_strips(rng, threads, pool):
+    """The pool's rows are taken per conv strip; a window over strips of two participants or
+    two images (a batch, a window of 7 rows over three strips) gives the same bits."""
+    geometry = ODD[1]  # a batch of 2, 33 rows at stride 1: 9 strips per image
+    ops = _ops(rng, *geometry, "bn_relu") + [pool]
+    _nchw_in_c16_out(ops, _data(rng, geometry[:2] + geometry[3:5]), threads=threads)
