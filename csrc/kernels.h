@@ -331,8 +331,9 @@ int conv_c16_stem_fits(const conv_geometry* g, const sdp_f32* epilogue);
 accel_status conv_c16_stem(const conv_geometry* g, const float* in, const float* weights,
                            float* out, const sdp_f32* epilogue, workspace* ws,
                            int32_t num_threads);
-/* The same into conv_out, then the pool (pdp_c16's bits) over it into out, each strip's pool
- * rows while the strip is in L2 (ResNet's stem). */
+/* The same, then the pool (pdp_c16's bits) over it into out, each strip's pool rows while the
+ * strip is in L2 (ResNet's stem); conv_out: scratch of the conv's size (with one thread only
+ * a ring of rows at its start is used). */
 accel_status conv_c16_stem_pool(const conv_geometry* g, const float* in, const float* weights,
                                 float* conv_out, const pdp_geometry* pool, float* out,
                                 const sdp_f32* epilogue, workspace* ws, int32_t num_threads);
@@ -344,6 +345,11 @@ void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
 /* Output rows [oy0, oy1) of image img's planes (in and out: the whole tensors). */
 void pdp_c16_rows(const pdp_geometry* g, const float* in, float* out, int64_t img, int32_t oy0,
                   int32_t oy1);
+/* Output row oy of image img's planes from a ring of the input's rows (block b's input row y
+ * at ring + (b * ring_rows + y % ring_rows) * w * 16); kernel_h <= PDP_C16_RING_MAX. */
+enum { PDP_C16_RING_MAX = 8 };
+void pdp_c16_ring_row(const pdp_geometry* g, const float* ring, int32_t ring_rows, float* out,
+                      int64_t img, int32_t oy);
 
 /* Positions of an image (its last ones) that conv_f32 sums as dot products along the depth
  * (16 lane partial sums, lane l taking depths l, l + 16, ..., then _mm512_reduce_add_ps), the

@@ -19,11 +19,13 @@
 
 #ifdef __AVX512F__
 
-/* Output row oy of one plane (in: its input plane, out: its output row). */
+/* Output row oy of one plane (in: its input plane, out: its output row); rowp, if not NULL,
+ * holds window row r's input row at rowp[r] (in is then unused). */
 static inline __attribute__((always_inline)) void pool_row(const int is_max,
                                                            const pdp_geometry* g,
-                                                           const float* in, float* out,
-                                                           int32_t oy) {
+                                                           const float* in,
+                                                           const float* const* rowp,
+                                                           float* out, int32_t oy) {
   const float full_window = (float)(g->kernel_h * g->kernel_w);
   int32_t y0, r0, r1;
   pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
@@ -32,9 +34,10 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
     pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
     __m512 acc = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
     for (int32_t r = r0; r < r1; ++r) {
-      const int64_t row = (int64_t)(y0 + r) * g->w + x0; /* tap s at row + s >= row + s0 */
+      const float* row = (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) +
+                         (int64_t)x0 * 16; /* tap s at row + s * 16, s >= s0 */
       for (int32_t s = s0; s < s1; ++s) {
-        const __m512 v = _mm512_loadu_ps(in + (row + s) * 16);
+        const __m512 v = _mm512_loadu_ps(row + s * 16);
         if (is_max) { /* max_ps(v, acc): v > acc ? v : acc; then a NaN v wins */
           acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
                                    v);
@@ -52,11 +55,11 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
 }
 
 static void max_row(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
-  pool_row(1, g, in, out, oy);
+  pool_row(1, g, in, NULL, out, oy);
 }
 
 static void avg_row(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
-  pool_row(0, g, in, out, oy);
+  pool_row(0, g, in, NULL, out, oy);
 }
 
 typedef struct pool_job {
@@ -88,6 +91,21 @@ void pdp_c16_rows(const pdp_geometry* g, const float* in, float* out, int64_t im
       if (g->pool == ACCEL_POOL_MAX) max_row(g, in + plane * in_plane, o, oy);
       else avg_row(g, in + plane * in_plane, o, oy);
     }
+}
+
+void pdp_c16_ring_row(const pdp_geometry* g, const float* ring, int32_t ring_rows, float* out,
+                      int64_t img, int32_t oy) {
+  const float* rowp[PDP_C16_RING_MAX];
+  int32_t y0, r0, r1;
+  pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  const int64_t row_floats = (int64_t)g->w * 16, out_plane = (int64_t)g->out_h * g->out_w * 16;
+  for (int64_t b = 0; b < g->c / 16; ++b) {
+    for (int32_t r = r0; r < r1; ++r)
+      rowp[r] = ring + (b * ring_rows + (y0 + r) % ring_rows) * row_floats;
+    float* o = out + ((img * (g->c / 16) + b) * out_plane + (int64_t)oy * g->out_w * 16);
+    if (g->pool == ACCEL_POOL_MAX) pool_row(1, g, NULL, rowp, o, oy);
+    else pool_row(0, g, NULL, rowp, o, oy);
+  }
 }
 
 int pdp_c16_fits(const pdp_geometry* g) {

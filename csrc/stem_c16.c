@@ -140,6 +140,7 @@ typedef struct stem_job {
   uint8_t* pooled;
   int64_t* last;
   int64_t* run_first;
+  int64_t ring; /* > 0: out is a ring of this many rows per block (conv_c16_stem_pool) */
 } stem_job;
 
 /* The input rows of output rows [y0, y1) of image img, zero-padded: buffer row i is padded
@@ -182,7 +183,8 @@ static void pool_strip(const stem_job* J, int64_t item, int participant, int64_t
     int32_t f, lo, hi;
     pool_window(oy, pg->stride_h, pg->pad_top, pg->kernel_h, pg->h, &f, &lo, &hi);
     if (hi <= lo || f + hi - 1 < y0 || f + hi - 1 >= y1 || f + lo < first_row) continue;
-    pdp_c16_rows(pg, J->out, J->pout, img, oy, oy + 1);
+    if (J->ring > 0) pdp_c16_ring_row(pg, J->out, (int32_t)J->ring, J->pout, img, oy);
+    else pdp_c16_rows(pg, J->out, J->pout, img, oy, oy + 1);
     J->pooled[img * pg->out_h + oy] = 1;
   }
 }
@@ -190,7 +192,8 @@ static void pool_strip(const stem_job* J, int64_t item, int participant, int64_t
 static void stem_item(void* ctx, int64_t item, int participant) {
   const stem_job* J = ctx;
   const conv_geometry* g = J->g;
-  const int64_t k = g->k, ow = g->out_w, ohw = J->ohw, os = ohw * 16;
+  const int64_t k = g->k, ow = g->out_w, ohw = J->ohw;
+  const int64_t os = J->ring > 0 ? J->ring * ow * 16 : ohw * 16;
   const int64_t kd = (int64_t)g->c * g->kernel_h * g->kernel_w;
   const int64_t img = item / J->strips, strip = item % J->strips;
   const int64_t y0 = strip * STEM_STRIP,
@@ -202,7 +205,7 @@ static void stem_item(void* ctx, int64_t item, int participant) {
     const int64_t ch0 = grp * STEM_GROUP * 16;
     const int64_t nb = (k - ch0) / 16 < STEM_GROUP ? (k - ch0) / 16 : STEM_GROUP;
     const float* w = J->packed + ch0 * kd;
-    float* out = J->out + (img * k + ch0) * ohw;
+    float* out = J->ring > 0 ? J->out + ch0 * J->ring * ow : J->out + (img * k + ch0) * ohw;
     c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
     const float* operand = NULL;
     if (ep != NULL) {
@@ -220,7 +223,8 @@ static void stem_item(void* ctx, int64_t item, int participant) {
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t x0 = ow * t / tiles, x1 = ow * (t + 1) / tiles, at = (y * ow + x0) * 16;
         e.operand = operand != NULL ? operand + at : NULL;
-        kt[x1 - x0](kd, row + x0 * g->stride_w, J->off, w, nb * 16, out + at, os,
+        const int64_t to = J->ring > 0 ? (y % J->ring * ow + x0) * 16 : at;
+        kt[x1 - x0](kd, row + x0 * g->stride_w, J->off, w, nb * 16, out + to, os,
                     ep != NULL ? &e : NULL);
       }
     }
@@ -281,9 +285,16 @@ static accel_status stem_run(const conv_geometry* g, const float* in, const floa
     memset(pooled, 0, pbytes);
     for (int i = 0; i < WS_THREAD_SLOTS; ++i) last[i] = -2;
   }
-  const stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,
-                      rows, wp, buf_floats, (int64_t)g->out_h * g->out_w, strips,
-                      pg, pout, pooled, last, last + WS_THREAD_SLOTS};
+  stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,
+                rows, wp, buf_floats, (int64_t)g->out_h * g->out_w, strips,
+                pg, pout, pooled, last, last + WS_THREAD_SLOTS, 0};
+  /* One participant takes the strips in order: the conv rows the pool still reads (a strip
+   * and the kernel_h - 1 rows before it) in a ring at the start of out, which stays in L2
+   * (no 3.2 MB of scratch written and read back). Not with an element-wise operand (read in
+   * out's layout) */
+  if (pg != NULL && nth == 1 && pg->kernel_h <= PDP_C16_RING_MAX &&
+      (epilogue == NULL || epilogue->ew_op != ACCEL_EW_ADD))
+    J.ring = STEM_STRIP + pg->kernel_h - 1;
   pool_for(nth, items, stem_item, (void*)&J);
   if (pg != NULL) /* the rows left by the items (strips split between participants) */
     for (int64_t img = 0; img < g->n; ++img)
