@@ -33,16 +33,32 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
     int32_t x0, s0, s1;
     pool_window(ox, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
     __m512 acc = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
+    /* max: max_ps(v, acc) (v > acc ? v : acc, ties keep the first) and a sum that turns NaN
+     * if a tap is NaN (or with infinities of both signs): then again tap by tap, a NaN v
+     * winning */
+    __m512 nan_check = _mm512_setzero_ps();
     for (int32_t r = r0; r < r1; ++r) {
       const float* row = (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) +
                          (int64_t)x0 * 16; /* tap s at row + s * 16, s >= s0 */
       for (int32_t s = s0; s < s1; ++s) {
         const __m512 v = _mm512_loadu_ps(row + s * 16);
-        if (is_max) { /* max_ps(v, acc): v > acc ? v : acc; then a NaN v wins */
-          acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                                   v);
+        if (is_max) {
+          acc = _mm512_max_ps(v, acc);
+          nan_check = _mm512_add_ps(nan_check, v);
         } else {
           acc = _mm512_add_ps(acc, v);
+        }
+      }
+    }
+    if (is_max && _mm512_cmp_ps_mask(nan_check, nan_check, _CMP_UNORD_Q) != 0) {
+      acc = _mm512_set1_ps(-INFINITY);
+      for (int32_t r = r0; r < r1; ++r) {
+        const float* row = (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) +
+                           (int64_t)x0 * 16;
+        for (int32_t s = s0; s < s1; ++s) {
+          const __m512 v = _mm512_loadu_ps(row + s * 16);
+          acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc),
+                                   _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
         }
       }
     }
