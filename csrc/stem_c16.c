@@ -9,10 +9,13 @@
  *
  * Loops: items are (image, strip of STEM_STRIP output rows); an item first copies the input
  * rows its outputs read into its own zero-padded buffer [c][rows][wp] (in L1/L2: a 224-wide
- * image's strip is 24-36 KB), then, per group of up to 4 blocks of 16 output channels and per
- * output row, tiles of NP positions x NB blocks (12 x 1-2, 8 x 3, 6 x 4: up to 24
- * accumulators): per depth NB weight vector loads and NP broadcast input pixels. The weights
- * are packed per call, per group [depth][16 * blocks] (9.4 KB for ResNet's 7x7 stem).
+ * image's strip is 24-36 KB), then, per group of up to STEM_GROUP (2) blocks of 16 output
+ * channels and per output row, tiles of NP positions x NB blocks (12 x 1-2; 8 x 3, 6 x 4 for
+ * larger groups: up
+ * to 24 accumulators): per depth NB weight vector loads and NP broadcast input pixels. The
+ * weights are packed per call, per group [depth][16 * blocks] (18.8 KB for ResNet's 7x7 stem).
+ * With a pool after it (conv_c16_stem_pool, ResNet's stem), each strip then pools the rows it
+ * completes while they are in L2; with one thread the conv rows go to a ring in L2.
  *
  * Bits: as conv_f32 on the NCHW tensors where it sums every output in 32-deep blocks
  * (conv_f32_dot_tail == 0: its implicit GEMM, or the packed panels without a dot-product
@@ -35,7 +38,9 @@
 
 #ifdef __AVX512F__
 
-enum { STEM_STRIP = 4, STEM_GROUP = 4, STEM_BLOCK = 32 /* conv_f32's SUM_BLOCK */ };
+/* groups of 2 blocks (12 x 2 tiles): a group's weights (18.8 KB for ResNet's stem, not 37.6)
+ * and an output row's input rows stay in L1 together (ResNet-50's f0.0 x0.986 against 4) */
+enum { STEM_STRIP = 4, STEM_GROUP = 2, STEM_BLOCK = 32 /* conv_f32's SUM_BLOCK */ };
 
 /* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
 
