@@ -10,10 +10,10 @@
  * Loops: items are (image, strip of STEM_STRIP output rows); an item first copies the input
  * rows its outputs read into its own zero-padded buffer [c][rows][wp] (in L1/L2: a 224-wide
  * image's strip is 24-36 KB), then, per group of up to STEM_GROUP (2) blocks of 16 output
- * channels and per output row, tiles of NP positions x NB blocks (12 x 1-2; 8 x 3, 6 x 4 for
- * larger groups: up
- * to 24 accumulators): per depth NB weight vector loads and NP broadcast input pixels. The
- * weights are packed per call, per group [depth][16 * blocks] (18.8 KB for ResNet's 7x7 stem).
+ * channels and per output row, tiles of NP positions x NB blocks (12 x 1-2; 8 x 3 and 6 x 4
+ * for larger groups: up to 24 accumulators): per depth NB weight vector loads and NP
+ * broadcast input pixels. The weights are packed per call, per group [depth][16 * blocks]
+ * (18.8 KB for ResNet's 7x7 stem).
  * With a pool after it (conv_c16_stem_pool, ResNet's stem), each strip then pools the rows it
  * completes while they are in L2; with one thread the conv rows go to a ring in L2.
  *
