@@ -10,8 +10,8 @@
  * Loops: items are (image, strip of STEM_STRIP output rows); an item first copies the input
  * rows its outputs read into its own zero-padded buffer [c][rows][wp] (in L1/L2: a 224-wide
  * image's strip is 24-36 KB), then, per group of up to STEM_GROUP (2) blocks of 16 output
- * channels and per output row, tiles of NP positions x NB blocks (12 x 1-2; 8 x 3 and 6 x 4
- * for larger groups: up to 24 accumulators): per depth NB weight vector loads and NP
+ * channels and per output row, tiles of NP positions x NB blocks (12 x 1, 14 x 2; 8 x 3 and
+ * 6 x 4 for larger groups: up to 28 accumulators): per depth NB weight vector loads and NP
  * broadcast input pixels. The weights are packed per call, per group [depth][16 * blocks]
  * (18.8 KB for ResNet's 7x7 stem).
  * With a pool after it (conv_c16_stem_pool, ResNet's stem), each strip then pools the rows it
@@ -44,7 +44,7 @@ enum { STEM_STRIP = 4, STEM_GROUP = 2, STEM_BLOCK = 32 /* conv_f32's SUM_BLOCK *
 
 /* ---- the micro-kernel: NP positions of a row x NB blocks of 16 output channels ---- */
 
-#define P12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define P14(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 #define DECL(p) __m512 a##p##_0, a##p##_1, a##p##_2, a##p##_3;
 #define ZERO1(p, q) if (NB > q) a##p##_##q = _mm512_setzero_ps();
 #define ZERO(p) \
@@ -80,16 +80,16 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
                                                         const int64_t* off, const float* w,
                                                         int64_t ld, float* out, int64_t os,
                                                         const c16_ep* e) {
-  float total[12 * 4 * 16] __attribute__((aligned(64))); /* the blocks' running sums */
-  P12(DECL)
-  P12(ZERO)
+  float total[14 * 4 * 16] __attribute__((aligned(64))); /* the blocks' running sums */
+  P14(DECL)
+  P14(ZERO)
   /* Block 0 sums into the accumulators; each later block is stored first, summed from zero
    * and added to the stored total (conv_f32's uki_body) */
   for (int64_t k0 = 0; k0 < kd; k0 += STEM_BLOCK) {
     const int64_t k1 = kd - k0 < STEM_BLOCK ? kd : k0 + STEM_BLOCK;
     if (k0 > 0) {
-      P12(TST)
-      P12(ZERO)
+      P14(TST)
+      P14(ZERO)
     }
     for (int64_t d = k0; d < k1; ++d) {
       const float* ib = in + off[d];
@@ -98,11 +98,11 @@ static inline __attribute__((always_inline)) void kbody(const int NP, const int 
       const __m512 w1 = NB > 1 ? _mm512_load_ps(wb + 16) : w0;
       const __m512 w2 = NB > 2 ? _mm512_load_ps(wb + 32) : w0;
       const __m512 w3 = NB > 3 ? _mm512_load_ps(wb + 48) : w0;
-      P12(FMA)
+      P14(FMA)
     }
-    if (k0 > 0) { P12(TADD) }
+    if (k0 > 0) { P14(TADD) }
   }
-  P12(OUT)
+  P14(OUT)
 }
 
 typedef void (*kfn)(int64_t, const float*, const int64_t*, const float*, int64_t, float*,
@@ -117,15 +117,19 @@ typedef void (*kfn)(int64_t, const float*, const int64_t*, const float*, int64_t
                  KDEF(6, B, S)
 #define K8(B, S) K6(B, S) KDEF(7, B, S) KDEF(8, B, S)
 #define K12(B, S) K8(B, S) KDEF(9, B, S) KDEF(10, B, S) KDEF(11, B, S) KDEF(12, B, S)
-K12(1, 1) K12(2, 1) K8(3, 1) K6(4, 1) K12(1, 2) K12(2, 2) K8(3, 2) K6(4, 2)
+#define K14(B, S) K12(B, S) KDEF(13, B, S) KDEF(14, B, S)
+K12(1, 1) K14(2, 1) K8(3, 1) K6(4, 1) K12(1, 2) K14(2, 2) K8(3, 2) K6(4, 2)
 #define T6(B, S) 0, k1_##B##_##S, k2_##B##_##S, k3_##B##_##S, k4_##B##_##S, k5_##B##_##S, \
                  k6_##B##_##S
 #define T8(B, S) T6(B, S), k7_##B##_##S, k8_##B##_##S
 #define T12(B, S) T8(B, S), k9_##B##_##S, k10_##B##_##S, k11_##B##_##S, k12_##B##_##S
+#define T14(B, S) T12(B, S), k13_##B##_##S, k14_##B##_##S
 /* ktab[stride_w - 1][NB - 1][NP] */
-static const kfn ktab[2][4][13] = {{{T12(1, 1)}, {T12(2, 1)}, {T8(3, 1)}, {T6(4, 1)}},
-                                   {{T12(1, 2)}, {T12(2, 2)}, {T8(3, 2)}, {T6(4, 2)}}};
-static const int tile_max[5] = {0, 12, 12, 8, 6}; /* positions per tile of NB blocks */
+static const kfn ktab[2][4][15] = {{{T12(1, 1)}, {T14(2, 1)}, {T8(3, 1)}, {T6(4, 1)}},
+                                   {{T12(1, 2)}, {T14(2, 2)}, {T8(3, 2)}, {T6(4, 2)}}};
+/* positions per tile of NB blocks; 2 blocks x 14 (28 accumulators, 2 weights, a broadcast:
+ * 31 registers) split a 112-wide row into 8 full tiles (ResNet-50's f0.0 x0.974-0.996) */
+static const int tile_max[5] = {0, 12, 14, 8, 6};
 
 /* ---- the job ---- */
 

@@ -156,9 +156,11 @@ def test_which_runs_read_nchw_natively(rng):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("pool", [POOLS[0], Pool("max", kernel=(7, 7), stride=(3, 1),
                                                  padding=(3, 2, 3, 2))], ids=["max3s2", "max7"])
-def test_pool_rows_across_strips(rng, threads, pool):
+@pytest.mark.parametrize("geometry", [ODD[1], (2, 3, 32, 21, 28, 3, (1, 1), (1, 1, 1, 1))],
+                         ids=["odd1", "w28"])
+def test_pool_rows_across_strips(rng, threads, pool, geometry):
     """The pool's rows are taken per conv strip; a window over strips of two participants or
-    two images (a batch, a window of 7 rows over three strips) gives the same bits."""
-    geometry = ODD[1]  # a batch of 2, 33 rows at stride 1: 9 strips per image
+    two images (a batch, a window of 7 rows over three strips) gives the same bits. (w28: rows
+    of two 14-position tiles at stride 1.)"""
     ops = _ops(rng, *geometry, "bn_relu") + [pool]
     _nchw_in_c16_out(ops, _data(rng, geometry[:2] + geometry[3:5]), threads=threads)
