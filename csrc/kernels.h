@@ -279,6 +279,10 @@ void layout_to_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out
                    int32_t num_threads);
 void layout_from_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
                      int32_t num_threads);
+/* [n][c/16][h][w][16] -> [n][c][oh][ow] of the positions (2y, 2x) only (oh, ow <= half of h,
+ * w rounded up): the phase a 1x1 stride-2 conv reads. */
+void layout_from_c16_phase(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                           const float* in, float* out, int32_t num_threads);
 
 /* 1x1 convolution, stride 1 or 2 (both ways), no padding, one group, c and k multiples of 16,
  * C16 in and out (conv_c16.c); the epilogue NULL or one-pass (sdp_f32_one_pass), its

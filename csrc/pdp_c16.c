@@ -19,6 +19,14 @@
 
 #ifdef __AVX512F__
 
+/* Window row r's input row from its tap x0 on (tap s at + s * 16): rowp[r] if rowp is not
+ * NULL, else row y0 + r of the plane in. */
+static inline const float* window_row(const pdp_geometry* g, const float* in,
+                                      const float* const* rowp, int32_t y0, int32_t r,
+                                      int32_t x0) {
+  return (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) + (int64_t)x0 * 16;
+}
+
 /* Output row oy of one plane (in: its input plane, out: its output row); rowp, if not NULL,
  * holds window row r's input row at rowp[r] (in is then unused). */
 static inline __attribute__((always_inline)) void pool_row(const int is_max,
@@ -38,8 +46,7 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
      * winning */
     __m512 nan_check = _mm512_setzero_ps();
     for (int32_t r = r0; r < r1; ++r) {
-      const float* row = (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) +
-                         (int64_t)x0 * 16; /* tap s at row + s * 16, s >= s0 */
+      const float* row = window_row(g, in, rowp, y0, r, x0);
       for (int32_t s = s0; s < s1; ++s) {
         const __m512 v = _mm512_loadu_ps(row + s * 16);
         if (is_max) {
@@ -53,8 +60,7 @@ static inline __attribute__((always_inline)) void pool_row(const int is_max,
     if (is_max && _mm512_cmp_ps_mask(nan_check, nan_check, _CMP_UNORD_Q) != 0) {
       acc = _mm512_set1_ps(-INFINITY);
       for (int32_t r = r0; r < r1; ++r) {
-        const float* row = (rowp != NULL ? rowp[r] : in + (int64_t)(y0 + r) * g->w * 16) +
-                           (int64_t)x0 * 16;
+        const float* row = window_row(g, in, rowp, y0, r, x0);
         for (int32_t s = s0; s < s1; ++s) {
           const __m512 v = _mm512_loadu_ps(row + s * 16);
           acc = _mm512_mask_mov_ps(_mm512_max_ps(v, acc),

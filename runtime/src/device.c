@@ -534,42 +534,9 @@ static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chai
 }
 #endif
 
-#ifdef __AVX512F__
-/* A 1x1 stride-2 CONV on a C16 input reads only the input's (even, even) phase: that phase
- * alone into NCHW scratch, and the conv at stride 1 over it (phase_conv). */
-typedef struct phase_job {
-  int64_t hw, w, oh, ow; /* the input's plane and width, the output's size */
-  const float* in;
-  float* out;
-} phase_job;
-
-/* Item: (image, 16-channel block); runs of 16 output positions through a 16 x 16 transpose. */
-static void phase_item(void* ctx, int64_t item, int participant) {
-  const phase_job* J = ctx;
-  (void)participant;
-  const int64_t ohw = J->oh * J->ow;
-  const float* src = J->in + item * 16 * J->hw; /* [hw][16] */
-  float* dst = J->out + item * 16 * ohw;        /* [16][ohw] */
-  int64_t p = 0;
-  for (; p + 16 <= ohw; p += 16) {
-    __m512 r[16];
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) {
-      const int64_t y = (p + q) / J->ow, x = (p + q) % J->ow;
-      r[q] = _mm512_loadu_ps(src + (2 * y * J->w + 2 * x) * 16);
-    }
-    transpose_16x16(r);
-#pragma GCC unroll 16
-    for (int l = 0; l < 16; ++l) _mm512_storeu_ps(dst + l * ohw + p, r[l]);
-  }
-  for (; p < ohw; ++p) {
-    const int64_t y = p / J->ow, x = p % J->ow;
-    for (int l = 0; l < 16; ++l) dst[l * ohw + p] = src[(2 * y * J->w + 2 * x) * 16 + l];
-  }
-}
-
 /* The stride-1 geometry over the phase of a 1x1 stride-2 conv g whose phase run sums as g's
- * (conv_f32_dot_tail: the same dot-product tail, hence the same order for every output), or 0. */
+ * (conv_f32_dot_tail: the same dot-product tail, hence the same order for every output; -1,
+ * refused, where conv_f32 takes OpenBLAS or has no AVX-512), or 0. */
 static int phase_conv(const conv_geometry* g, conv_geometry* phase) {
   if (g->kernel_h != 1 || g->kernel_w != 1 || g->stride_h != 2 || g->stride_w != 2 ||
       g->pad_top != 0 || g->pad_left != 0 || g->dilation_h != 1 || g->dilation_w != 1 ||
@@ -583,7 +550,6 @@ static int phase_conv(const conv_geometry* g, conv_geometry* phase) {
   const int tail = conv_f32_dot_tail(g);
   return tail >= 0 && tail == conv_f32_dot_tail(phase);
 }
-#endif
 
 /* An FP32 run with a C16 tensor (accel_layout): its C16 kernel where it has one (c16_kernel:
  * the output C16, the input C16 or, for the image layer, NCHW) and no observer is set;
@@ -605,7 +571,6 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   const int64_t in_hw = (int64_t)input->h * input->w, out_hw = (int64_t)output->h * output->w;
   const float* src = input->data;
   resolved_chain plain = *chain;
-#ifdef __AVX512F__
   conv_geometry phase;
   const resolved_op* r0 = &chain->ops[0];
   if (in_c16 && !observing() && r0->op->engine == ACCEL_ENGINE_CONV &&
@@ -613,22 +578,16 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     /* only the phase the conv reads, a quarter of the input, converted: ResNet-50's 1024 ->
      * 2048 downsample into NCHW 1.81-1.90 -> 1.60-1.64 ms (the conversion, and the stride-2
      * panel packing) */
-    const int64_t ohw = (int64_t)phase.h * phase.w;
-    float* nchw = scratch_floats(dev, WS_LAYOUT_IN, input->n * input->c * ohw);
+    float* nchw = scratch_floats(dev, WS_LAYOUT_IN,
+                                 (int64_t)input->n * input->c * phase.h * phase.w);
     if (nchw == NULL) return ACCEL_ERR_NO_MEMORY;
-    phase_job J = {in_hw, input->w, phase.h, phase.w, input->data, nchw};
-    const int64_t items = (int64_t)input->n * (input->c / 16);
-    const int nth = items * 16 * ohw < 32768 || threads < 1 ? 1
-                    : threads < items           ? threads
-                                                : (int)items;
-    pool_for(nth, items, phase_item, &J);
+    layout_from_c16_phase(input->n, input->c, input->h, input->w, phase.h, phase.w, input->data,
+                          nchw, threads);
     plain.ops[0].conv = phase;
     plain.ops[0].in_h = phase.h;
     plain.ops[0].in_w = phase.w;
     src = nchw;
-  } else
-#endif
-  if (in_c16) {
+  } else if (in_c16) {
     float* nchw = scratch_floats(dev, WS_LAYOUT_IN, input->n * input->c * in_hw);
     if (nchw == NULL) return ACCEL_ERR_NO_MEMORY;
     layout_from_c16(input->n, input->c, in_hw, input->data, nchw, threads);
