@@ -140,7 +140,8 @@ def check_library(path: str | os.PathLike) -> Path:
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise AccelLibraryError(f"{name} does not exist") from None
+        where = "" if path.is_absolute() else f" (looked for '{Path.cwd() / path}')"
+        raise AccelLibraryError(f"{name} does not exist{where}") from None
     except OSError as error:
         raise AccelLibraryError(f"{name} cannot be read: {error.strerror or error}") from None
     if stat.S_ISDIR(info.st_mode):
@@ -506,8 +507,12 @@ def load_library(path: str | os.PathLike) -> "tvm.runtime.Module":
     packed weights and scratch (``accel_glue_release``). Otherwise each model built in a
     session would stay in memory to its end (ResNet-50 int8: about 80 MB a build)."""
     path = check_library(path)
+    # dlopen reads a name without a slash ("r18.so"; pathlib drops "./" too) as a library to
+    # find on the loader's search path, not in the working directory: always hand it an
+    # absolute path, the file just checked.
+    absolute = os.path.abspath(path)
     try:
-        return tvm_ffi.load_module(str(path), keep_module_alive=False)
+        return tvm_ffi.load_module(absolute, keep_module_alive=False)
     except Exception as error:  # dlopen's message (a missing dependency), TVM's own checks
         lines = [line for line in str(error).strip().splitlines() if line.strip()]
         raise AccelLibraryError(f"cannot load library '{path}': "
