@@ -291,14 +291,19 @@ class FunctionCodegen:
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
         if len(layer.copies) > 1:  # one run per copy, all into this layer's output
             runs = layer.runs()
-            if self.precision == "int8" and layer.several_sources:
+            int8_code = self.precision == "int8"
+            if int8_code and layer.several_sources:
                 self.quant[var] = int8.concat_quant(
                     self._data(run.data, scope, (run_key(self.index, index, copy_part(part)),
                                                  INPUT))[1] for part, run in enumerate(runs))
             for part, run in enumerate(runs):
                 key = run_key(self.index, index, copy_part(part))
-                self.quant[var] = self._emit(run, scope, key, name, self.operands[var],
-                                             concat=self.quant.get(var))
+                quant = self._emit(run, scope, key, name, self.operands[var],
+                                   concat=self.quant.get(var) if int8_code else None)
+                # An fp16 concat of mixed code has no int8 quantisation of its own (an int8
+                # source's would be the wrong one): its int8 readers get the converting run's.
+                if int8_code:
+                    self.quant[var] = quant
             self._leave(var)
             return
         part = ""
@@ -349,7 +354,8 @@ class FunctionCodegen:
         elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
             ops.append(emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1],
                                     self.precision))
-            self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = in_quant
+            if self.precision == "int8":  # an fp16 copy of mixed code stores no int8 tensor
+                self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = in_quant
         elif self.precision == "int8":
             ops, out_quant = self._int8_ops(layer, scope, key, in_quant)
             self.quantization[(key, INPUT)] = in_quant
