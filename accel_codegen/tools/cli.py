@@ -576,7 +576,7 @@ def cmd_sweep(args) -> int:
 
     model = _load_model(args.model)
     result = sweep(model.mod, model.params, points, precision=args.precision,
-                   fuse=not args.no_fuse, model_name=model.name)
+                   fuse=not args.no_fuse, winograd=not args.no_winograd, model_name=model.name)
     print(format_sweep(result))
     _write_outputs(result, json_out, plot_out, "plot_sweep")
     return 0

@@ -521,9 +521,12 @@ def _partition_key(config: AccelConfig) -> tuple:
 
 def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
           points: List[Tuple[dict, AccelConfig]], *, precision: str = "fp32", fuse: bool = True,
-          model_name: str = "model",
+          winograd: bool = True, model_name: str = "model",
           progress: Union[None, bool, ProgressCallback] = None) -> dict:
     """Estimate a model at every point of a sweep (see :func:`sweep_configs`).
+
+    ``winograd=False`` keeps every convolution direct (as :func:`estimate`'s); by default a
+    convolution runs in Winograd mode at the points where the cost model finds it faster.
 
     ``progress(done, total)`` is called after every point (``done`` from 1 to the number of
     points); ``None`` draws a bar on stderr when it is a terminal, ``False`` nothing (see
@@ -532,7 +535,7 @@ def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
     Returns
     -------
     dict
-        ``model``, ``precision``, ``fuse``, ``base`` (the first point's configuration) and
+        ``model``, ``precision``, ``fuse``, ``winograd``, ``base`` (the first point's configuration) and
         ``points``: per configuration its parameters, ``frames_per_s``, ``total_cycles``,
         ``utilization``, ``bytes`` (read + written per frame), ``total_energy_pj`` and its
         parts (``mac_``, ``cbuf_``, ``dram_``, ``engine_energy_pj``), ``frames_per_joule``,
@@ -546,12 +549,12 @@ def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
         key = _partition_key(config)
         if key not in lowered:
             check_precision(config, precision)
-            lowered[key] = _LoweredModel.of(mod, params, config, precision, fuse)
+            lowered[key] = _LoweredModel.of(mod, params, config, precision, fuse, winograd)
         rows.append({**point, "config": config.name, **lowered[key].sweep_row(config)})
         step()
     base = points[0][1].to_dict() if points else None
-    return {"model": model_name, "precision": precision, "fuse": fuse, "base": base,
-            "points": rows}
+    return {"model": model_name, "precision": precision, "fuse": fuse, "winograd": winograd,
+            "base": base, "points": rows}
 
 
 _SWEEP_COLUMNS = (Column("MACs", 6), Column("array", 7), Column("CBUF KiB", 8),
@@ -565,7 +568,8 @@ _SWEEP_COLUMNS = (Column("MACs", 6), Column("array", 7), Column("CBUF KiB", 8),
 def format_sweep(result: dict) -> str:
     """The sweep as a table, one row per configuration."""
     title = (f"sweep of {result['model']} ({result['precision']}, "
-             f"{'fused' if result['fuse'] else 'decomposed'}); mem-bound: share of cycles in "
+             f"{'fused' if result['fuse'] else 'decomposed'}"
+             f"{'' if result.get('winograd', True) else ', every convolution direct'}); mem-bound: share of cycles in "
              "layers whose memory traffic is their long pole")
     rows = [[r["macs"], f"{r['atomic_c']:>3}x{r['atomic_k']:<3}", r["cbuf_kib"], r["dram_gbps"],
              r["frames_per_s"], r["total_cycles"], r["utilization"], r["bytes"] / 1e6,

@@ -1,0 +1,65 @@
+"""Command-line options that change what is computed: `sweep --no-winograd` keeps every
+convolution direct (it was accepted and ignored)."""
+import json
+import textwrap
+
+import pytest
+
+from accel_codegen import AccelConfig
+from accel_codegen.tools.estimation import estimate, sweep
+from conftest import run_cli
+
+# Two 3x3 convolutions that Winograd makes cheaper on nv_full (stride 1, no groups).
+CONV3X3 = textwrap.dedent("""
+    import torch
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU()).eval()
+        return model, (torch.randn(1, 16, 28, 28),)
+    """)
+
+
+@pytest.fixture
+def conv_model(tmp_path):
+    path = tmp_path / "conv3x3.py"
+    path.write_text(CONV3X3)
+    return f"{path}:build"
+
+
+def test_sweep_no_winograd_is_honoured(capsys, tmp_path, conv_model):
+    """--no-winograd gives the direct-convolution estimate at every point, different from the
+    default (which takes Winograd where the cost model says it is faster)."""
+    results = {}
+    for flag in ((), ("--no-winograd",)):
+        out_json = tmp_path / f"sweep{len(flag)}.json"
+        status, out, err = run_cli(capsys, "sweep", conv_model, "--macs", "256,2048",
+                                   "--dram-gbps", "20", "--precision", "int8", "--json",
+                                   out_json, *flag)
+        assert status == 0, err
+        results[bool(flag)] = json.loads(out_json.read_text())
+        assert ("every convolution direct" in out) == bool(flag), out
+    assert results[True]["winograd"] is False and results[False]["winograd"] is True
+    direct = [p["total_cycles"] for p in results[True]["points"]]
+    default = [p["total_cycles"] for p in results[False]["points"]]
+    assert direct != default
+    status, out, err = run_cli(capsys, "estimate", conv_model, "--precision", "int8",
+                               "--no-winograd", "--json", tmp_path / "e.json")
+    assert status == 0, err
+    nv_full = [p for p in results[True]["points"] if p["macs"] == 2048][0]
+    assert nv_full["total_cycles"] == json.loads((tmp_path / "e.json").read_text())[
+        "total_cycles"]
+
+
+def test_sweep_winograd_false_equals_estimate(zoo):
+    mod, params, _ = zoo("resnet18").imported
+    full = AccelConfig.preset("nv_full")
+    points = [({"point": 0}, full), ({"point": 1}, full.replace(atomic_c=8, atomic_k=8,
+                                                                 name="m64"))]
+    for winograd in (True, False):
+        rows = sweep(mod, params, points, precision="fp16", winograd=winograd,
+                     progress=False)["points"]
+        for row, (_, config) in zip(rows, points):
+            report = estimate(mod, params, config=config, precision="fp16", winograd=winograd)
+            assert row["total_cycles"] == report.total_cycles, (winograd, config.name)
