@@ -3,8 +3,12 @@
 PyTorch model -> Relax -> partition (report) -> C codegen -> build -> export -> load -> run on
 the simulator, compared with PyTorch, with the simulator's per-layer cost table.
 
-    python examples/resnet18.py [--config nv_full] [--no-fuse] [--out resnet18.so]
-                                [--precision fp32|fp16|int8] [--calibration 32]
+    python examples/resnet18.py [--model resnet18] [--config nv_full] [--no-fuse]
+                                [--out out/MODEL.so] [--precision fp32|fp16|int8]
+                                [--calibration 32]
+
+The library is named after the model and, when not fp32, the precision
+(out/mobilenet_v2_int8.so), so that one run does not overwrite another's.
 
 fp32 must match PyTorch within 1e-4 of the output scale; int8 and fp16 are held to the
 issue's output SQNR goals against PyTorch (30 dB and 60 dB), int8 calibrated on random inputs.
@@ -24,7 +28,9 @@ def main() -> None:
     parser.add_argument("--config", default="nv_full",
                         help="a preset name, a config JSON file or JSON text")
     parser.add_argument("--no-fuse", action="store_true", help="decomposed: one op per source op")
-    parser.add_argument("--out", default="out/resnet18.so", help="where to export the library")
+    parser.add_argument("--out", default=None,
+                        help="where to export the library (default out/MODEL.so, "
+                             "out/MODEL_PRECISION.so when not fp32)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "int8"))
     parser.add_argument("--calibration", type=int, default=32,
                         help="int8: random N(0, 1) calibration inputs")
@@ -65,7 +71,8 @@ def main() -> None:
 
     start = time.perf_counter()
     exe = ac.build(partitioned)
-    out = Path(args.out)
+    suffix = "" if args.precision == "fp32" else f"_{args.precision}"
+    out = Path(args.out or f"out/{args.model}{suffix}.so")
     out.parent.mkdir(parents=True, exist_ok=True)
     ac.export_library(exe, out)
     timings["build + export"] = time.perf_counter() - start
