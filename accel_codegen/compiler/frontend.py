@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -31,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+from .onnx_folding import fold_shape_arithmetic
 from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 
@@ -206,13 +209,49 @@ def _load_onnx(model_or_path: Any):
             f"'{path}' is not a readable ONNX model: {_first_line(error)}") from error
 
 
+def _unconvertible_nodes(graph, convert_map) -> list:
+    """(name, op type) of every node, subgraphs included, that TVM's importer has no converter
+    for (it checks the op types, without saying which node has them)."""
+    found = []
+    for node in graph.node:
+        if node.op_type not in convert_map and node.op_type not in ("If", "Constant"):
+            found.append((node.name, node.op_type))
+        for attribute in node.attribute:
+            for inner in ([attribute.g] if attribute.HasField("g") else []) + \
+                    list(attribute.graphs):
+                found += _unconvertible_nodes(inner, convert_map)
+    return found
+
+
+def _node_label(name: str, op_type: str) -> str:
+    return f"node '{name}' ({op_type})" if name else f"an unnamed {op_type} node"
+
+
+def _failing_node(error: BaseException):
+    """The ONNX node TVM's importer was converting when it raised: the ``node`` local of its
+    innermost conversion loop (it names only the op type, and only on stdout)."""
+    node = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("_construct_nodes", "_convert_subgraph"):
+            node = frame.f_locals.get("node", node)
+        tb = tb.tb_next
+    return node if hasattr(node, "op_type") else None
+
+
 def from_onnx(
-    model_or_path: Any, *, keep_params_in_input: bool = False
+    model_or_path: Any, *, keep_params_in_input: bool = False, fold_shapes: bool = True,
 ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model with TVM's ONNX frontend.
 
     Input shapes come from the graph's inputs, which must be static. To keep batch norm as
-    an op, export without constant folding (:func:`export_onnx` does).
+    an op, export without constant folding (:func:`export_onnx` does). Before the import, the
+    graph's shape arithmetic (``Shape``, and what is computed from it: reshape targets,
+    ``Range`` bounds, flatten sizes) is folded to constants
+    (:func:`accel_codegen.compiler.onnx_folding.fold_shape_arithmetic`): TVM would otherwise
+    import it as run-time shape computations with ``match_cast`` and symbolic dimensions, or
+    fail on it.
 
     Parameters
     ----------
@@ -222,6 +261,9 @@ def from_onnx(
         If True, every initializer (including batch-norm running statistics) becomes a
         trailing parameter of ``main``, named after the initializer, and is returned in
         ``params``. (TVM spells this ``_in_`` for ONNX and ``_as_`` for PyTorch.)
+        Initializers that only folded shape arithmetic read are not among them.
+    fold_shapes : bool
+        False: give the graph to TVM as it is, shape arithmetic included.
 
     Returns
     -------
@@ -235,17 +277,37 @@ def from_onnx(
         If the argument is neither a ``ModelProto`` nor a path, the path does not exist, or
         the file is not an ONNX model.
     AccelUnsupportedError
-        If TVM cannot convert one of the model's ops (the original exception is chained).
+        If TVM has no converter for one of the model's ops, or its converter fails: the
+        message names the ONNX node (name and op type); the original exception is chained.
     """
     model = _load_onnx(model_or_path)
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    try:
-        mod = tvm_from_onnx(model, keep_params_in_input=keep_params_in_input)
-    except (tvm.error.OpNotImplemented, NotImplementedError, AssertionError, KeyError) as error:
+    graph_name = model.graph.name
+    missing = _unconvertible_nodes(model.graph, _get_convert_map())
+    if missing:
+        listed = ", ".join(_node_label(*n) for n in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise AccelUnsupportedError(
-            f"TVM's ONNX frontend could not import graph '{model.graph.name}': "
+            f"TVM's ONNX frontend cannot import graph '{graph_name}': it has no converter for "
+            f"{listed}{more}")
+    if fold_shapes:
+        model = fold_shape_arithmetic(model)[0]
+    # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;
+    # the error raised here says it, with the node's name.
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            mod = tvm_from_onnx(model, keep_params_in_input=keep_params_in_input)
+    except Exception as error:  # converters raise TypeError, ValueError, TVM errors, ...
+        node = _failing_node(error)
+        where = f" at {_node_label(node.name, node.op_type)}" if node is not None else ""
+        raise AccelUnsupportedError(
+            f"TVM's ONNX frontend could not import graph '{graph_name}'{where}: "
             f"{_first_line(error)}") from error
+    if printed.getvalue():
+        sys.stdout.write(printed.getvalue())
     mod = clip_from_bounds(cleanup(mod))
     return _split_params(mod) if keep_params_in_input else (mod, {})
 
