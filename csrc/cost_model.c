@@ -119,11 +119,19 @@ static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int6
   return n * h * w * position_bytes(cfg, c, p);
 }
 
-/* Distinct input rows that `out_rows` consecutive output rows read (a window of `reach` rows
- * every `stride` rows: contiguous when the windows overlap or touch, with gaps otherwise). */
-static int64_t slice_input_rows(const conv_geometry* g, int64_t out_rows) {
+/* The most input rows one output row reads that are stored (padding rows are not): its
+ * window of `reach` rows clipped to the input, so at most the input's height (a kernel taller
+ * than its input reads every row, never more). At least one row. */
+static int64_t row_input_rows(const conv_geometry* g) {
   const int64_t reach = (int64_t)(g->kernel_h - 1) * g->dilation_h + 1;
-  return reach >= g->stride_h ? (out_rows - 1) * g->stride_h + reach : out_rows * reach;
+  int64_t most = 1;
+  for (int64_t y = 0; y < g->out_h && most < reach; ++y) {
+    const int64_t top = y * g->stride_h - g->pad_top;
+    const int64_t lo = top > 0 ? top : 0;
+    const int64_t hi = top + reach < g->h ? top + reach : g->h;
+    if (hi - lo > most) most = hi - lo;
+  }
+  return most;
 }
 
 /* Input bytes read for one image when the input streams through CBUF in horizontal slices of
@@ -219,7 +227,7 @@ void conv_bank_needs(const accel_config* cfg, const conv_geometry* g, const acce
   const int64_t images = g->multi_batch ? (g->n < ACCEL_MAX_BATCH ? g->n : ACCEL_MAX_BATCH) : 1;
   out->bank_bytes = bank;
   out->data_all = (int32_t)ceil_div(row_bytes * g->h * images, bank);
-  out->data_min = (int32_t)ceil_div(row_bytes * slice_input_rows(g, 1), bank);
+  out->data_min = (int32_t)ceil_div(row_bytes * row_input_rows(g), bank);
   out->weight_all = (int32_t)ceil_div((int64_t)g->k * kernel_bytes, bank);
   out->weight_min = (int32_t)ceil_div(group_k * kernel_bytes, bank);
   out->reserved = d->weight_format == ACCEL_WEIGHTS_SPARSE;

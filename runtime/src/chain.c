@@ -356,12 +356,20 @@ static accel_status check_conv_memory(const accel_config* cfg, resolved_op* r, c
   }
   conv_banks need;
   conv_bank_needs(cfg, &r->conv, d, &need);
-  if (d->data_banks == 0 && d->weight_banks == 0) {
-    conv_bank_policy(&need, cfg->cbuf_banks, &r->data_banks, &r->weight_banks);
-    return ACCEL_OK;
-  }
-  if (d->data_banks < 1 || d->weight_banks < 1 ||
-      (int64_t)d->data_banks + d->weight_banks + need.reserved > cfg->cbuf_banks) {
+  /* Both 0: the compiler's split (conv_bank_policy), held to the same limits as a given one,
+   * so that the split accel_conv_banks returns, which a code generator then writes into the
+   * descriptor, is one that runs. */
+  const int policy = d->data_banks == 0 && d->weight_banks == 0;
+  int32_t data = d->data_banks, weights = d->weight_banks;
+  if (policy) conv_bank_policy(&need, cfg->cbuf_banks, &data, &weights);
+  const char* split = policy ? " (the compiler's split)" : "";
+  if (data < 1 || weights < 1 || (int64_t)data + weights + need.reserved > cfg->cbuf_banks) {
+    if (policy) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                        "%s: the %d CBUF banks%s hold no split of input data and weights, one "
+                        "bank each at least", where, cfg->cbuf_banks,
+                        need.reserved ? " (one of them the sparse weights' mask)" : "");
+    }
     return accel_fail(ACCEL_ERR_INVALID,
                       "%s: data_banks = %d + weight_banks = %d%s must be >= 1 each and fit the "
                       "%d CBUF banks (or both 0: the compiler's split)", where, d->data_banks,
@@ -369,19 +377,19 @@ static accel_status check_conv_memory(const accel_config* cfg, resolved_op* r, c
   }
   int32_t data_min = 0, weight_min = 0;
   conv_bank_minimum(&need, cfg->cbuf_banks, &data_min, &weight_min);
-  if (d->weight_banks < weight_min) {
+  if (weights < weight_min) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
-                      "%s: weight_banks = %d cannot hold one kernel group (%d banks of %lld "
-                      "bytes)", where, d->weight_banks, weight_min, (long long)need.bank_bytes);
+                      "%s: weight_banks = %d%s cannot hold one kernel group (%d banks of %lld "
+                      "bytes)", where, weights, split, weight_min, (long long)need.bank_bytes);
   }
-  if (d->data_banks < data_min) {
+  if (data < data_min) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED,
-                      "%s: data_banks = %d cannot hold the input rows of one output row (%d "
-                      "banks of %lld bytes)", where, d->data_banks, data_min,
+                      "%s: data_banks = %d%s cannot hold the input rows of one output row (%d "
+                      "banks of %lld bytes)", where, data, split, data_min,
                       (long long)need.bank_bytes);
   }
-  r->data_banks = d->data_banks;
-  r->weight_banks = d->weight_banks;
+  r->data_banks = data;
+  r->weight_banks = weights;
   return ACCEL_OK;
 }
 
