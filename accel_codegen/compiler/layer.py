@@ -217,7 +217,8 @@ class Layer:
         input (``pixel_format``) for a conv that reads the function's input with at most four
         channels (an image: NVDLA's first-layer mode), multi-batch for a fully connected layer
         of a batch. Each only where the configuration has it and the C library accepts the
-        chain with it (its limits are the library's, not restated here). With ``winograd``,
+        chain with it and the modes chosen before it, image input first (its limits are the
+        library's, not restated here). With ``winograd``,
         also Winograd mode (``mode``) where :meth:`conv_mode` chooses it for the layer alone
         (the code generator chooses it with its memory plan: ``codegen/memory.py``)."""
         if self.conv is None or self.copies:
@@ -229,10 +230,14 @@ class Layer:
                 if precision == "int8" else "a16b16g16r16_f"
         if n > 1 and (h, w) == (1, 1) and "batch" in config.features:
             modes["multi_batch"] = True
-        chosen = {}
-        for field, value in modes.items():  # each on its own: one may fit where both do not
+        chosen: dict = {}
+        # Each in turn, kept where the library accepts the chain with it and those kept before
+        # it: the combination is what the code generator emits, and one mode may fit where
+        # both do not (image input is direct convolution only, without multi-batch).
+        for field, value in modes.items():
             try:
-                estimate_chain(config, self.engine_ops(fuse, precision, modes={field: value}),
+                estimate_chain(config, self.engine_ops(fuse, precision,
+                                                       modes={**chosen, field: value}),
                                self.in_shape, mode="fused" if self.fused(fuse) else "independent",
                                precision=precision)
                 chosen[field] = value

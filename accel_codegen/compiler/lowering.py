@@ -552,12 +552,15 @@ def _slice(call: relax.Call) -> List[CopySpec]:
     x = call.args[0]
     axes, begin, _ = (_tuple_ints(arg) for arg in call.args[1:4])
     strides = _tuple_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes)
-    channels = static_shape(x)[1]
-    rank = len(static_shape(x))
+    shape = static_shape(x)
+    rank = len(shape)
+    # The rank first: a 1-D or 0-D tensor has no channel axis to read.
+    if rank not in (2, 4) or [a % rank for a in axes] != [1] or strides[0] < 1:
+        raise Unsupported(f"a slice along axes {list(axes)} (strides {list(strides)}) of a "
+                          f"{rank}-D tensor: the BDMA copies channel ranges of NCHW or [N, C] "
+                          "data, in order")
+    channels = shape[1]
     out = static_shape(call)
-    if [a % rank for a in axes] != [1] or rank not in (2, 4) or strides[0] < 1:
-        raise Unsupported(f"a slice along axes {list(axes)} (strides {list(strides)}): the BDMA "
-                          "copies channel ranges of NCHW or [N, C] data, in order")
     start = begin[0] + channels if begin[0] < 0 else min(begin[0], channels)
     return [CopySpec(x, out[1], src_offset=start, src_stride=strides[0])]
 
