@@ -784,11 +784,44 @@ def _analysis_commands(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def version_text() -> str:
+    """This package's version, its simulator library's ABI and the versions of the packages a
+    build depends on, read from their metadata (nothing imported: no seconds-long tvm)."""
+    import importlib.metadata
+
+    from .. import __version__, _accel_ffi
+
+    def installed(dist: str) -> str:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            return f"{dist} not installed"
+
+    others = ", ".join(installed(d) for d in ("apache-tvm", "torch", "onnx", "onnxruntime"))
+    return (f"{PROG} {__version__} (libaccel ABI {_accel_ffi.lib.accel_abi_version()}; "
+            f"{others}; Python {sys.version.split()[0]})")
+
+
+class _VersionAction(argparse.Action):
+    """--version: the text is made only when asked (it reads package metadata)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):  # pylint: disable=redefined-builtin
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Compile models for a simulated NVDLA-like accelerator with "
         "TVM, run them on the simulator, benchmark them and explore hardware configurations.",
         epilog="MODEL: " + MODEL_HELP + ". Run '%(prog)s COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions of accel-codegen, its simulator library, "
+                        "TVM, torch, onnx and onnxruntime, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _build_commands(sub)
     _analysis_commands(sub)

@@ -63,3 +63,30 @@ def test_sweep_winograd_false_equals_estimate(zoo):
         for row, (_, config) in zip(rows, points):
             report = estimate(mod, params, config=config, precision="fp16", winograd=winograd)
             assert row["total_cycles"] == report.total_cycles, (winograd, config.name)
+
+
+def test_version_names_the_package_and_its_dependencies_without_importing_tvm():
+    """`accel-codegen --version` answers at once (no `import tvm`) with this package's version,
+    the simulator library's ABI and the installed TVM and torch."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    import accel_codegen
+
+    code = textwrap.dedent("""
+        import sys
+        from accel_codegen.cli import main
+        try:
+            main(["--version"])
+        except SystemExit as exit_:
+            print("STATUS", exit_.code, "tvm" in sys.modules)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd="/", timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "STATUS 0 False", proc.stdout + proc.stderr
+    text = lines[0]
+    assert text.startswith(f"accel-codegen {accel_codegen.__version__} (libaccel ABI ")
+    for dist in ("apache-tvm", "torch"):
+        assert f"{dist} {importlib.metadata.version(dist)}" in text
