@@ -374,12 +374,21 @@ class Layer:
             raise Unsupported(f"a global average pool of {self.pool.kernel[0]}x"
                               f"{self.pool.kernel[1]} runs as padded PDP passes and a rescale: "
                               "on its own, in fp32 or fp16")
+        mode = "fused" if self.fused(fuse) else "independent"
         try:
-            estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape,
-                           mode="fused" if self.fused(fuse) else "independent",
+            estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape, mode=mode,
                            precision=precision)
         except AccelError as error:
             raise Unsupported(_without_status(str(error))) from None
+        if precision == "int8":
+            # int8 calibration runs the fp32 code of the same partition (its reference), where
+            # a concat's copies are BDMA copies, not SDP rescales: it must run there too.
+            try:
+                estimate_chain(config, self.engine_ops(fuse, "fp32"), self.in_shape, mode=mode,
+                               precision="fp32")
+            except AccelError as error:
+                raise Unsupported("int8 calibration runs it in fp32: "
+                                  f"{_without_status(str(error))}") from None
 
 
     def winograd_refusal(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
