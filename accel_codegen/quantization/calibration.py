@@ -168,7 +168,9 @@ def tensor_quant(stats: _Stats, method: str) -> TensorQuant:
         negative = stats.negative.astype(np.float64)
         positive = stats.histogram - negative
         positive[0] -= stats.zeros
-        return mse_asymmetric(positive, negative, width, stats.high, -stats.low)
+        # a tensor that is negative everywhere (calibration saw a negative constant) still
+        # gets a range with 0 in it, as every int8 range has: max(high, 0)
+        return mse_asymmetric(positive, negative, width, max(stats.high, 0.0), -stats.low)
     threshold = _threshold(stats, method)
     if not threshold > 0 or not math.isfinite(threshold):
         threshold = 1.0
@@ -184,7 +186,9 @@ def _unsigned_quant(threshold: float) -> TensorQuant:
 def covering_quant(lo: float, hi: float) -> TensorQuant:
     """The finest int8 quantisation whose codes cover [lo, hi] (lo <= 0 <= hi) with 0 exact:
     unsigned over [0, hi] when lo is 0; otherwise 254 steps over hi - lo, the zero point
-    rounded towards the negative end (one step of the 255 pays for that rounding)."""
+    rounded towards the negative end (one step of the 255 pays for that rounding). A range
+    that leaves 0 out (a tensor negative everywhere) is widened to it."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
     if not lo < 0:
         return _unsigned_quant(hi)
     scale = float(np.float32((hi - lo) / 254))
