@@ -304,10 +304,11 @@ def cmd_compile(args) -> int:
     check_precision_args(args, config)
     out = _output_path(args.output, ".so", "output")
     save_input = _output_path(args.save_input, ".npy", "--save-input") if args.save_input else None
+    dump_dir = _dump_directory(args.dump_code) if args.dump_code else None
     parse_model_spec(args.model)
     import numpy as np
 
-    from ..compiler.partition import partition_report
+    from ..compiler.partition import generated_sources, partition_report
     from ..compiler.toolchain import build, export_library
 
     timings = {}
@@ -320,6 +321,8 @@ def cmd_compile(args) -> int:
                                    "mixed": "calibration + precision search + "}.get(
         args.precision, "") + "codegen"
     timings[generation] = time.perf_counter() - start
+    if dump_dir is not None:
+        _dump_code(generated_sources(partitioned), dump_dir)
     start = time.perf_counter()
     exe = build(partitioned)
     export_library(exe, out)
@@ -337,6 +340,32 @@ def cmd_compile(args) -> int:
         np.save(save_input, model.inputs[0])
         print(f"wrote {save_input} (example input {list(model.inputs[0].shape)})")
     return 0
+
+
+def _dump_directory(text: str) -> Path:
+    """--dump-code's directory: made now (with its parents), before the long compile."""
+    directory = Path(text)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--dump-code '{directory}' exists and is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot create --dump-code directory '{directory}': "
+                        f"{error.strerror or error}") from None
+    return directory
+
+
+def _dump_code(sources: dict, directory: Path) -> None:
+    """The generated C, one file per external function: fN.c for the function whose runs are
+    labelled fN.* in the profile and the trace (the symbols, hundreds of characters long,
+    are listed in functions.txt)."""
+    index = []
+    for i, (symbol, source) in enumerate(sources.items()):
+        (directory / f"f{i}.c").write_text(source)
+        index.append(f"f{i}.c {symbol}\n")
+    (directory / "functions.txt").write_text("".join(index))
+    _say(f"wrote the generated C of {len(sources)} external function(s) to {directory}/ "
+         "(f0.c, ...; functions.txt: their symbols)")
 
 
 def cmd_run(args) -> int:
@@ -679,6 +708,9 @@ def _build_commands(sub) -> None:
                    help="the shared library to write")
     p.add_argument("--save-input", metavar="x.npy",
                    help="also write the model's example input, for `run`")
+    p.add_argument("--dump-code", metavar="DIR",
+                   help="also write the generated C, one file per external function (DIR/f0.c "
+                   "for the runs labelled f0.*, ...; DIR/functions.txt: their symbols)")
     _precision_args(p, choices=mixed)
     _target_args(p)
     p.set_defaults(func=cmd_compile)
