@@ -41,10 +41,40 @@ def encode_multiplier(factor: float, what: str) -> Tuple[int, int]:
     return int(mul[0]), int(shift[0])
 
 
+#: The finest weight step of a layer relative to its coarsest channel's (per-channel scales
+#: are floored at this fraction of the largest). Training leaves channels whose weights weight
+#: decay took to 1e-34 beside channels of ~1; at its own scale such a channel's accumulator
+#: unit is ~1e-36 of the others', and its bias (in those units) is far beyond int32. A floor
+#: of 2^-16 never binds on a layer whose channels are within 2^16 of each other (any layer a
+#: random or healthy trained network has), and where it binds the channel's weight error is at
+#: most 2^-17 of the coarsest channel's step: far below what the shared output step resolves.
+WEIGHT_SCALE_FLOOR = 2.0 ** -16
+
+
 def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel symmetric int8: (codes [K, ...] int8, scales [K] float64)."""
+    """Per-output-channel symmetric int8: (codes [K, ...] int8, scales [K] float64).
+
+    Each channel's scale is its amax / 127, floored at WEIGHT_SCALE_FLOOR of the layer's
+    coarsest scale. A channel whose weights all round to 0 at the floor (amax below half of
+    it: negligible, or exactly zero) gets codes 0 and the coarsest scale itself: its
+    accumulator is exactly 0 whatever the scale, so the scale only sets the units of its
+    converter's bias, and the coarsest channel's units keep that bias as small (as far from
+    int32's end) as the layer's best-conditioned channel's, as NVDLA's compiler gives a dead
+    channel a converter in the layer's range. Depends on the weights alone: the memory plan
+    counts the same codes the code generator emits."""
     w = np.asarray(weights, np.float64)
-    amax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
-    scales = np.where(amax > 0, amax / WEIGHT_MAX, 1.0)
+    flat = np.abs(w.reshape(w.shape[0], -1))
+    if not np.all(np.isfinite(flat)):
+        bad = int(np.argmax(~np.all(np.isfinite(flat), axis=1)))
+        raise AccelInvalidError(f"weights of output channel {bad} are not finite (inf or "
+                                "NaN): no int8 scale for them")
+    amax = flat.max(axis=1) if flat.size else np.zeros(w.shape[0])
+    coarsest = float(amax.max()) / WEIGHT_MAX if amax.size else 0.0
+    if coarsest > 0:
+        floor = coarsest * WEIGHT_SCALE_FLOOR
+        negligible = amax < floor / 2  # |w / floor| < 1/2: every code rounds to 0
+        scales = np.where(negligible, coarsest, np.maximum(amax / WEIGHT_MAX, floor))
+    else:  # every weight is 0: any scale represents them
+        scales = np.ones(w.shape[0])
     codes = round_half_away(w / scales.reshape((-1,) + (1,) * (w.ndim - 1)))
     return np.clip(codes, -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8), scales

@@ -79,19 +79,71 @@ def elementwise(ew_op: str, out_quant: TensorQuant, ew_quant: TensorQuant,
     return Elementwise(target, ew_mul, ew_shift, 1, extra, extra)
 
 
+#: Where a shift goes when it cannot be expressed in the channel's own accumulator units:
+#: 2^30 accumulator steps, half of int32's reach, so that the accumulator (below 2^30 for
+#: every conv the ISA holds in practice: 255 x 127 x C x R x S) still adds without sat32.
+BIAS_REACH = 2.0 ** 30
+#: The largest multiplier factor: one accumulator step worth 32767 target units.
+FACTOR_MAX = 32767.0
+
+
 def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: float,
                        what: str) -> Dict[str, np.ndarray]:
     """The per-channel converters that take g * (accumulator * unit) + h to ``target`` units:
-    an int32 bias (in accumulator units) and an int16 multiplier with a right shift."""
-    if np.any(g == 0):
-        raise AccelInvalidError(f"{what}: a per-channel scale of 0 (channel "
-                                f"{int(np.argmax(g == 0))}) has no int8 converter")
-    bias = round_half_away(h / (g * unit))
-    if np.any(np.abs(bias) > 2 ** 31 - 1):
-        bad = int(np.argmax(np.abs(bias)))
-        raise AccelInvalidError(f"{what}: shift {h[bad]:g} of channel {bad} is "
-                                f"{bias[bad]:g} accumulator steps, beyond the int32 bias")
-    mul, rshift = encode_multipliers(g * unit / target, f"{what} multiplier")
+    an int32 bias (in accumulator units) and an int16 multiplier with a right shift.
+
+    With f = g * unit / target (the factor) and s = h / target (the shift in target units),
+    a channel computes rhaz(sat32(acc + bias) * mul, rshift) ~ f * acc + s. Where f and s / f
+    fit (|f| < 32767.5, |s / f| < 2^31), bias = round(s / f) and mul / 2^rshift ~ f, the
+    multiplier with the most precise shift. Two cases that trained networks produce do not
+    fit, and are encoded without raising, the error stated for each:
+
+    - **A shift beyond int32 in accumulator units** (|s / f| >= 2^31, f = 0 included: a bias
+      of 1e6 on weights of 1e-3, a scale of 0 or 1e-34, an input scale of 1e-22). The
+      channel's accumulator then moves its output by at most |f| * A < |s| * A / 2^31 target
+      units (A: the accumulator's bound), so the output is the shift up to that. The
+      multiplier is raised to f' = sign(f) |s| / 2^30 and bias = round(s / f'), 2^30 steps:
+      the shift is exact to |f'| / 2 + |s| 2^-16 (the bias' and the multiplier's rounding),
+      and the accumulator's part is off by (|f'| - |f|) |acc| < |s| |acc| / 2^30: at most
+      twice what the whole of it could be, which is at most |s| A / 2^31. For the issue's
+      cases that is far below a step: an SDP's own input (A = 255) moves it by < 2^-15 of
+      |s|; a conv by |s| 2^-31 x 255 x sum |codes| (a dead channel's codes are 0 by the
+      weight floor of quantize_weights, so its part is exactly 0). A shift beyond 2^40
+      target units saturates whatever follows (sat32 after the multiplier): it is clamped
+      there first, which changes no output.
+    - **A factor of 32767.5 or more**: one accumulator step is worth more than 32767 target
+      units, more than 127 output steps, so the calibrated range of the output is narrower
+      than one input or weight step (calibration saw that tensor constant). The multiplier
+      saturates at +-32767 (shift 0): an accumulator of 0 still gives the shift and any
+      other value lands beyond the output's range, as it does exactly; the only difference
+      is inside sat32, which both saturate.
+    """
+    g, h, unit = (np.asarray(a, np.float64).reshape(-1) for a in (g, h, unit))
+    factor = g * unit / target
+    shift = h / target
+    if not (np.all(np.isfinite(factor)) and np.all(np.isfinite(shift))):
+        bad = int(np.argmax(~(np.isfinite(factor) & np.isfinite(shift))))
+        raise AccelInvalidError(f"{what}: channel {bad}'s scale {g[bad]:g} x {unit[bad]:g} "
+                                f"or shift {h[bad]:g} is not finite in the output's "
+                                f"units ({target:g}): no int8 converter")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bias = round_half_away(h / (g * unit))
+    beyond = (factor == 0) | ~(np.abs(bias) <= 2 ** 31 - 1)
+    saturated = ~beyond & (np.abs(factor) >= FACTOR_MAX + 0.5)
+    # The factor each channel is encoded with (the exact one where it fits).
+    shift = np.clip(shift, -2.0 ** 40, 2.0 ** 40)
+    raised = np.where(factor < 0, -1.0, 1.0) * np.maximum(np.abs(factor),
+                                                          np.abs(shift) / BIAS_REACH)
+    encoded = np.where(beyond, raised, factor)
+    encoded = np.clip(np.where(saturated, np.sign(factor) * FACTOR_MAX, encoded), -FACTOR_MAX,
+                      FACTOR_MAX)  # a raised factor can only reach it with a clamped shift
+    mul, rshift = encode_multipliers(encoded, f"{what} multiplier")
+    if np.any(beyond):  # the shift in the encoded multiplier's units: s / (mul / 2^rshift)
+        real = mul.astype(np.float64) / np.exp2(rshift.astype(np.float64))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            moved = np.where(real != 0, round_half_away(shift / np.where(real != 0, real, 1)),
+                             0.0)
+        bias = np.where(beyond, moved, bias)
     return {"bias": bias.astype(np.int32), "mul": mul, "rshift": rshift}
 
 
