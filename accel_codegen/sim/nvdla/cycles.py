@@ -1,0 +1,3 @@
+"""Placeholder replaced below."""
+def estimate_cycles(layers):
+    return 0
