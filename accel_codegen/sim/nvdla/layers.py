@@ -25,6 +25,12 @@ ATOM_C = 8    # nv_small: channels per surface (8-byte atom of int8)
 ATOM_K = 8    # nv_small: kernels per weight group
 
 
+def whole_atoms(c: int) -> int:
+    """Channels rounded up to whole atoms: the engines read and write whole 8-byte atoms, so a
+    cube of 3 channels is processed (and written back) as 8, the padding channels included."""
+    return -(-c // ATOM_C) * ATOM_C
+
+
 @dataclass
 class Layer:
     """What one hardware layer did: the engines, shapes and traffic a cost estimate needs."""
@@ -139,12 +145,15 @@ def run_sdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     """An SDP layer: from CACC (``data``, on the fly) or read by SDP_RDMA from memory; writes
     its output to memory or returns it for the PDP (OUTPUT_DST). Returns (Layer, output)."""
     c, h, w = sdp_shape(r)
+    c = whole_atoms(c)
     if data is None:
         if r.get("SDP", "D_FEATURE_MODE_CFG", "FLYING_MODE"):
             raise AccelError("the SDP is set on the fly (from CACC) but no convolution ran")
         base = _addr(r, "SDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
         data = read_int8(mem, base, r.get("SDP_RDMA", "D_SRC_LINE_STRIDE"),
                          r.get("SDP_RDMA", "D_SRC_SURFACE_STRIDE"), c, h, w)
+    if data.shape[0] < c:
+        data = np.concatenate([data, np.zeros((c - data.shape[0],) + data.shape[1:], np.int64)])
     out = sdp_compute(r, mem, data)
     to_pdp = bool(r.get("SDP", "D_FEATURE_MODE_CFG", "OUTPUT_DST"))
     if not to_pdp:
@@ -239,7 +248,7 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
         raise AccelError("only int8 pooling is modelled for nv_small")
     w = r.get("PDP", "D_DATA_CUBE_IN_WIDTH") + 1
     h = r.get("PDP", "D_DATA_CUBE_IN_HEIGHT") + 1
-    c = r.get("PDP", "D_DATA_CUBE_IN_CHANNEL") + 1
+    c = whole_atoms(r.get("PDP", "D_DATA_CUBE_IN_CHANNEL") + 1)
     ow = r.get("PDP", "D_DATA_CUBE_OUT_WIDTH") + 1
     oh = r.get("PDP", "D_DATA_CUBE_OUT_HEIGHT") + 1
     off_flying = r.get("PDP", "D_OPERATION_MODE_CFG", "FLYING_MODE")
