@@ -255,9 +255,10 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     if data is None:
         if not off_flying:
             raise AccelError("the PDP is set on the fly (from the SDP) but no SDP ran")
-        base = _addr(r, "PDP", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
-        data = read_int8(mem, base, r.get("PDP", "D_SRC_LINE_STRIDE"),
-                         r.get("PDP", "D_SRC_SURFACE_STRIDE"), c, h, w)
+        # PDP_RDMA fetches the input: its source registers are the ones that count
+        base = _addr(r, "PDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
+        data = read_int8(mem, base, r.get("PDP_RDMA", "D_SRC_LINE_STRIDE"),
+                         r.get("PDP_RDMA", "D_SRC_SURFACE_STRIDE"), c, h, w)
     data = data[:c, :h, :w]
     method = r.get("PDP", "D_OPERATION_MODE_CFG", "POOLING_METHOD")
     kw = r.get("PDP", "D_POOLING_KERNEL_CFG", "KERNEL_WIDTH") + 1
