@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 from ...errors import AccelError
 from . import layers as L
+from .cdp import LutMemory, run_cdp
 from .trace import Memory, RegisterFile, dat_path, load_dat, number, parse_cfg
 
 
@@ -37,6 +38,7 @@ class Runner:
         self.regs = RegisterFile()
         self.pending: Dict[str, bool] = {}
         self.layers: List[L.Layer] = []
+        self.cdp_lut = LutMemory()
 
     def _enable(self, unit: str) -> None:
         self.pending[unit] = True
@@ -65,8 +67,7 @@ class Runner:
             layer, _ = L.run_pdp(r, mem, sdp_out if on_fly else None)
             self.layers.append(layer)
         if p.get("CDP"):
-            from .cdp import run_cdp
-            layer, _ = run_cdp(r, mem)
+            layer, _ = run_cdp(r, mem, self.cdp_lut)
             self.layers.append(layer)
         unsupported = [u for u in p if u in ("BDMA", "RBK")]
         if unsupported:
@@ -87,6 +88,10 @@ class Runner:
                 reg = self.regs.write(a[0], value)
                 if reg.name == "D_OP_ENABLE" and value & 1:
                     self._enable(reg.unit)
+                elif reg.unit == "CDP" and reg.name == "S_LUT_ACCESS_CFG":
+                    self.cdp_lut.access_cfg(value)
+                elif reg.unit == "CDP" and reg.name == "S_LUT_ACCESS_DATA":
+                    self.cdp_lut.data(value)
             elif cmd.op == "poll_reg_equal":
                 pass  # status registers (CBUF flush) are always ready in the simulator
             elif cmd.op in ("intr_notify", "check_nothing"):
