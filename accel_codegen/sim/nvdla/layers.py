@@ -267,6 +267,8 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     sy = r.get("PDP", "D_POOLING_KERNEL_CFG", "KERNEL_STRIDE_HEIGHT") + 1
     pl = r.get("PDP", "D_POOLING_PADDING_CFG", "PAD_LEFT")
     pt = r.get("PDP", "D_POOLING_PADDING_CFG", "PAD_TOP")
+    pr = r.get("PDP", "D_POOLING_PADDING_CFG", "PAD_RIGHT")
+    pb = r.get("PDP", "D_POOLING_PADDING_CFG", "PAD_BOTTOM")
     pad = arith.signed(r.get("PDP", "D_POOLING_PADDING_VALUE_1_CFG"), 8)
     out = np.zeros((c, oh, ow), np.int64)
     for oy in range(oh):
@@ -289,5 +291,6 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
                r.get("PDP", "D_DST_LINE_STRIDE"), r.get("PDP", "D_DST_SURFACE_STRIDE"), out)
     layer = Layer("pdp", (c, h, w), (c, oh, ow),
                   {"kernel": (kh, kw), "stride": (sy, sx), "method": method,
+                   "padding": (pt, pb, pl, pr),
                    "on_the_fly": not off_flying})
     return layer, out
