@@ -29,7 +29,8 @@ class TraceRun:
 
     @property
     def matches(self) -> bool:
-        return bool(self.crcs) and self.crcs == self.expected
+        """Every check_crc region gave the trace's golden CRC (vacuously true without one)."""
+        return self.crcs == self.expected
 
 
 class Runner:
