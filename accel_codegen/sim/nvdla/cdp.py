@@ -21,7 +21,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from ...errors import AccelError
+from ...errors import AccelInvalidError, AccelUnsupportedError
 from . import arith
 from .layers import Layer, _addr, read_int8, whole_atoms, write_int8
 from .trace import RegisterFile, Memory
@@ -45,8 +45,8 @@ class LutMemory:
     def data(self, value: int) -> None:
         table = self.tables[self.table]
         if self.addr >= len(table):
-            raise AccelError(f"CDP LUT write past the end of table {self.table} "
-                             f"(address {self.addr}, {len(table)} entries)")
+            raise AccelInvalidError(f"CDP LUT write past the end of table {self.table} "
+                                    f"(address {self.addr}, {len(table)} entries)")
         table[self.addr] = arith.signed(value, 16)
         self.addr += 1
 
@@ -149,7 +149,7 @@ def lookup(s: np.ndarray, r: RegisterFile, lut: LutMemory) -> np.ndarray:
 def run_cdp(r: RegisterFile, mem: Memory, lut: LutMemory):
     """A CDP layer (CDP_RDMA reads, CDP computes and writes). Returns (Layer, output)."""
     if r.get("CDP", "D_DATA_FORMAT", "INPUT_DATA_TYPE") != 0:
-        raise AccelError("only int8 LRN is modelled for nv_small")
+        raise AccelUnsupportedError("only int8 LRN is modelled for nv_small")
     w = r.get("CDP_RDMA", "D_DATA_CUBE_WIDTH") + 1
     h = r.get("CDP_RDMA", "D_DATA_CUBE_HEIGHT") + 1
     c = r.get("CDP_RDMA", "D_DATA_CUBE_CHANNEL") + 1

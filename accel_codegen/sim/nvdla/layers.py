@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ...errors import AccelError
+from ...errors import AccelInvalidError, AccelUnsupportedError
 from . import arith
 from .trace import Memory, RegisterFile
 
@@ -91,8 +91,8 @@ def _sdp_operands(r: RegisterFile, mem: Memory, which: str, shape) -> Dict[str, 
         cfg = r.get("SDP_RDMA", f"D_{dma}_CFG")
         g = lambda name: r.get("SDP_RDMA", f"D_{dma}_CFG", f"{dma}_{name}")  # noqa: E731
         if g("DISABLE"):
-            raise AccelError(f"SDP {which} reads its operands from memory but {dma} is "
-                             f"disabled (D_{dma}_CFG = {cfg:#x})")
+            raise AccelInvalidError(f"SDP {which} reads its operands from memory but {dma} is "
+                                    f"disabled (D_{dma}_CFG = {cfg:#x})")
         use, two_bytes, per_element = g("DATA_USE"), g("DATA_SIZE"), g("DATA_MODE")
         comps = 2 if use == 2 else 1
         size = 2 if two_bytes else 1
@@ -125,12 +125,12 @@ def sdp_compute(r: RegisterFile, mem: Memory, data: np.ndarray) -> np.ndarray:
     for which in ("BS", "BN"):
         x = arith.sdp_x(x, **_sdp_operands(r, mem, which, shape))
     if not r.get("SDP", "D_DP_EW_CFG", "EW_BYPASS"):
-        raise AccelError("the trace programs the SDP's EW unit (D_DP_EW_CFG EW_BYPASS = 0), "
-                         "which nv_small does not have")
+        raise AccelUnsupportedError("the trace programs the SDP's EW unit (D_DP_EW_CFG "
+                                    "EW_BYPASS = 0), which nv_small does not have")
     out_precision = r.get("SDP", "D_DATA_FORMAT", "OUT_PRECISION")
     if out_precision != 0:
-        raise AccelError(f"SDP output precision {out_precision} is not int8 (only int8 is "
-                         "modelled for nv_small)")
+        raise AccelUnsupportedError(f"SDP output precision {out_precision} is not int8 "
+                                    "(only int8 is modelled for nv_small)")
     return arith.sdp_cvt(x, arith.signed(r.get("SDP", "D_CVT_OFFSET"), 32),
                          arith.signed(r.get("SDP", "D_CVT_SCALE"), 16),
                          r.get("SDP", "D_CVT_SHIFT"))
@@ -148,7 +148,7 @@ def run_sdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     c = whole_atoms(c)
     if data is None:
         if r.get("SDP", "D_FEATURE_MODE_CFG", "FLYING_MODE"):
-            raise AccelError("the SDP is set on the fly (from CACC) but no convolution ran")
+            raise AccelInvalidError("the SDP is set on the fly (from CACC) but no convolution ran")
         base = _addr(r, "SDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
         data = read_int8(mem, base, r.get("SDP_RDMA", "D_SRC_LINE_STRIDE"),
                          r.get("SDP_RDMA", "D_SRC_SURFACE_STRIDE"), c, h, w)
@@ -186,13 +186,13 @@ def run_conv(r: RegisterFile, mem: Memory):
     """A direct convolution: CDMA reads (and converts, and pads), CMAC multiplies, CACC
     accumulates and truncates; the result goes on to the SDP. Returns (Layer, int32 cube)."""
     if r.get("CDMA", "D_DATAIN_FORMAT", "DATAIN_FORMAT"):
-        raise AccelError("image (pixel) input convolution is not modelled")
+        raise AccelUnsupportedError("image (pixel) input convolution is not modelled")
     if r.get("CDMA", "D_MISC_CFG", "CONV_MODE"):
-        raise AccelError("Winograd convolution is not available on nv_small")
+        raise AccelUnsupportedError("Winograd convolution is not available on nv_small")
     if r.get("CDMA", "D_MISC_CFG", "IN_PRECISION") or r.get("CDMA", "D_MISC_CFG", "PROC_PRECISION"):
-        raise AccelError("only int8 convolution is modelled for nv_small")
+        raise AccelUnsupportedError("only int8 convolution is modelled for nv_small")
     if r.get("CDMA", "D_WEIGHT_FORMAT", "WEIGHT_FORMAT"):
-        raise AccelError("compressed weights are not modelled")
+        raise AccelUnsupportedError("compressed weights are not modelled")
     w = r.get("CDMA", "D_DATAIN_SIZE_0", "DATAIN_WIDTH") + 1
     h = r.get("CDMA", "D_DATAIN_SIZE_0", "DATAIN_HEIGHT") + 1
     c = r.get("CDMA", "D_DATAIN_SIZE_1", "DATAIN_CHANNEL") + 1
@@ -217,7 +217,7 @@ def run_conv(r: RegisterFile, mem: Memory):
     k = r.get("CDMA", "D_WEIGHT_SIZE_1", "WEIGHT_KERNEL") + 1
     per_kernel = r.get("CDMA", "D_WEIGHT_SIZE_0", "BYTE_PER_KERNEL") + 1
     if per_kernel != c * kh * kw:
-        raise AccelError(f"CDMA BYTE_PER_KERNEL {per_kernel} is not C*R*S = {c}*{kh}*{kw}")
+        raise AccelInvalidError(f"CDMA BYTE_PER_KERNEL {per_kernel} is not C*R*S = {c}*{kh}*{kw}")
     wt = read_weights(mem, _addr(r, "CDMA", "D_WEIGHT_ADDR_LOW", "D_WEIGHT_ADDR_HIGH"),
                       k, c, kh, kw)
     ow = r.get("CACC", "D_DATAOUT_SIZE_0", "DATAOUT_WIDTH") + 1
@@ -245,7 +245,7 @@ def run_conv(r: RegisterFile, mem: Memory):
 def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     """Pooling (max, min, average) from memory or on the fly from the SDP."""
     if r.get("PDP", "D_DATA_FORMAT", "INPUT_DATA") != 0:
-        raise AccelError("only int8 pooling is modelled for nv_small")
+        raise AccelUnsupportedError("only int8 pooling is modelled for nv_small")
     w = r.get("PDP", "D_DATA_CUBE_IN_WIDTH") + 1
     h = r.get("PDP", "D_DATA_CUBE_IN_HEIGHT") + 1
     c = whole_atoms(r.get("PDP", "D_DATA_CUBE_IN_CHANNEL") + 1)
@@ -254,7 +254,7 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     off_flying = r.get("PDP", "D_OPERATION_MODE_CFG", "FLYING_MODE")
     if data is None:
         if not off_flying:
-            raise AccelError("the PDP is set on the fly (from the SDP) but no SDP ran")
+            raise AccelInvalidError("the PDP is set on the fly (from the SDP) but no SDP ran")
         # PDP_RDMA fetches the input: its source registers are the ones that count
         base = _addr(r, "PDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
         data = read_int8(mem, base, r.get("PDP_RDMA", "D_SRC_LINE_STRIDE"),

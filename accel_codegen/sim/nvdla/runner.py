@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ...errors import AccelError
+from ...errors import AccelInvalidError, AccelUnsupportedError
 from . import layers as L
 from .cdp import LutMemory, run_cdp
 from .trace import Memory, RegisterFile, dat_path, load_dat, number, parse_cfg
@@ -55,7 +55,8 @@ class Runner:
             layer, acc = L.run_conv(r, mem)
             self.layers.append(layer)
             if not p.get("SDP"):
-                raise AccelError("a convolution ran without its SDP (CACC output goes to SDP)")
+                raise AccelInvalidError("a convolution ran without its SDP (CACC's output goes "
+                                        "to the SDP)")
             layer, sdp_out = L.run_sdp(r, mem, acc)
             self.layers.append(layer)
         elif p.get("SDP"):
@@ -64,7 +65,7 @@ class Runner:
         if p.get("PDP"):
             on_fly = not r.get("PDP", "D_OPERATION_MODE_CFG", "FLYING_MODE")
             if on_fly and sdp_out is None:
-                raise AccelError("the PDP takes the SDP's output on the fly but no SDP ran")
+                raise AccelInvalidError("the PDP takes the SDP's output on the fly but no SDP ran")
             layer, _ = L.run_pdp(r, mem, sdp_out if on_fly else None)
             self.layers.append(layer)
         if p.get("CDP"):
@@ -72,7 +73,7 @@ class Runner:
             self.layers.append(layer)
         unsupported = [u for u in p if u in ("BDMA", "RBK")]
         if unsupported:
-            raise AccelError(f"nv_small has no {unsupported[0]} (the trace enables it)")
+            raise AccelUnsupportedError(f"nv_small has no {unsupported[0]} (the trace enables it)")
         self.pending = {}
 
     def play(self, cfg_path: str) -> TraceRun:

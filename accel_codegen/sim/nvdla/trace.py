@@ -25,7 +25,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from ...errors import AccelError
+from ...errors import AccelInvalidError, AccelNotFoundError
 from . import regs
 
 _PAGE_BITS = 16
@@ -122,7 +122,7 @@ def number(text: str, what: str) -> int:
     try:
         return int(text.strip(), 0)
     except ValueError:
-        raise AccelError(f"{what}: {text.strip()!r} is not a number") from None
+        raise AccelInvalidError(f"{what}: {text.strip()!r} is not a number") from None
 
 
 def parse_cfg(path: str) -> List[Command]:
@@ -135,7 +135,7 @@ def parse_cfg(path: str) -> List[Command]:
                 continue
             m = _CALL.match(text)
             if not m or m.group(1) not in KNOWN:
-                raise AccelError(f"{path}:{lineno}: not an NVDLA trace command: {text!r}")
+                raise AccelInvalidError(f"{path}:{lineno}: not an NVDLA trace command: {text!r}")
             args = tuple(a.strip().strip('"') for a in m.group(2).split(","))
             commands.append(Command(m.group(1), args, lineno))
     return commands
@@ -155,8 +155,8 @@ def load_dat(memory: Memory, base: int, path: str) -> int:
         offset, size = int(m.group(1), 0), int(m.group(2))
         payload = bytes(int(b, 16) for b in m.group(3).split())
         if len(payload) != size:
-            raise AccelError(f"{path}: entry at offset {m.group(1)} says size {size} but has "
-                             f"{len(payload)} bytes")
+            raise AccelInvalidError(f"{path}: entry at offset {m.group(1)} says size {size} "
+                                    f"but has {len(payload)} bytes")
         chunks.append((offset, payload))
         total += size
     # coalesce consecutive entries so memory is written in a few large pieces
@@ -188,7 +188,7 @@ class RegisterFile:
     def get(self, unit: str, name: str, field: str = None) -> int:
         reg = regs.REGISTERS.get((unit, name))
         if reg is None:
-            raise AccelError(f"unknown NVDLA register {unit}.{name}")
+            raise AccelInvalidError(f"unknown NVDLA register {unit}.{name}")
         value = self.values.get(reg.address, 0)
         return value if field is None else reg.field(value, field)
 
@@ -196,5 +196,5 @@ class RegisterFile:
 def dat_path(cfg_path: str, name: str) -> str:
     path = os.path.join(os.path.dirname(os.path.abspath(cfg_path)), name)
     if not os.path.exists(path):
-        raise AccelError(f"{cfg_path}: mem_load names {name!r}, which is not beside it")
+        raise AccelNotFoundError(f"{cfg_path}: mem_load names {name!r}, which is not beside it")
     return path
