@@ -73,14 +73,15 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
     return int(TESTBENCH_LATENCY + max(transfer, elements / config.cdp_throughput))
 
 
-def estimate_cycles(layers: Sequence[Layer], config: AccelConfig = None) -> int:
-    """Estimated cycles of a trace's layers, first OP_ENABLE to the last write."""
-    config = config or testbench_config()
-    total = 0
+def simulator_chains(layers: Sequence[Layer]):
+    """The trace's layers as the simulator's descriptors: a list of ``(ops, in_shape)``, one
+    per chain (``Conv`` + ``Sdp`` fused, ``Sdp``, ``Pool``, int8; operands shape-only), or
+    ``(None, layer)`` for a CDP layer, which has no int8 descriptor in the simulator."""
+    out = []
     for chain in _chains(layers):
         first = chain[0]
         if first.kind == "cdp":
-            total += _cdp_cycles(first, config)
+            out.append((None, first))
             continue
         ops = []
         for layer in chain:
@@ -95,6 +96,17 @@ def estimate_cycles(layers: Sequence[Layer], config: AccelConfig = None) -> int:
                 ops.append(_sdp_op())
             elif layer.kind == "pdp":
                 ops.append(_pool_op(layer))
-        in_shape = (1,) + tuple(first.in_shape)
-        total += estimate_chain(config, ops, in_shape, precision="int8").cycles
+        out.append((ops, (1,) + tuple(first.in_shape)))
+    return out
+
+
+def estimate_cycles(layers: Sequence[Layer], config: AccelConfig = None) -> int:
+    """Estimated cycles of a trace's layers, first OP_ENABLE to the last write."""
+    config = config or testbench_config()
+    total = 0
+    for ops, shape in simulator_chains(layers):
+        if ops is None:
+            total += _cdp_cycles(shape, config)
+        else:
+            total += estimate_chain(config, ops, shape, precision="int8").cycles
     return int(total)

@@ -145,8 +145,17 @@ def run_sdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     """An SDP layer: from CACC (``data``, on the fly) or read by SDP_RDMA from memory; writes
     its output to memory or returns it for the PDP (OUTPUT_DST). Returns (Layer, output)."""
     c, h, w = sdp_shape(r)
+    if r.get("SDP", "D_FEATURE_MODE_CFG", "BATCH_NUMBER"):
+        raise AccelUnsupportedError("SDP batches > 1 are not modelled")
+    if data is not None and data.shape[1:] != (h, w):
+        raise AccelInvalidError(f"the SDP's cube {c}x{h}x{w} (CxHxW) does not match the "
+                                f"convolution's output {data.shape[0]}x{data.shape[1]}x"
+                                f"{data.shape[2]}")
     c = whole_atoms(c)
     if data is None:
+        if r.get("SDP_RDMA", "D_FEATURE_MODE_CFG", "IN_PRECISION") != 0:
+            raise AccelUnsupportedError("the SDP's input from memory is not int8 (only int8 "
+                                        "is modelled for nv_small)")
         if r.get("SDP", "D_FEATURE_MODE_CFG", "FLYING_MODE"):
             raise AccelInvalidError("the SDP is set on the fly (from CACC) but no convolution ran")
         base = _addr(r, "SDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH")
@@ -191,6 +200,8 @@ def run_conv(r: RegisterFile, mem: Memory):
         raise AccelUnsupportedError("Winograd convolution is not available on nv_small")
     if r.get("CDMA", "D_MISC_CFG", "IN_PRECISION") or r.get("CDMA", "D_MISC_CFG", "PROC_PRECISION"):
         raise AccelUnsupportedError("only int8 convolution is modelled for nv_small")
+    if r.get("CDMA", "D_BATCH_NUMBER", "BATCHES"):
+        raise AccelUnsupportedError("convolution batches > 1 are not modelled")
     if r.get("CDMA", "D_WEIGHT_FORMAT", "WEIGHT_FORMAT"):
         raise AccelUnsupportedError("compressed weights are not modelled")
     w = r.get("CDMA", "D_DATAIN_SIZE_0", "DATAIN_WIDTH") + 1
