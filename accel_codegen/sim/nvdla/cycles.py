@@ -1,0 +1,112 @@
+"""A first cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
+through :func:`accel_codegen.sim.device.estimate_chain`), under NVDLA's RTL testbench memory.
+
+The testbench's memory is not a DRAM: a fixed read latency of 32 cycles and one 8-byte beat per
+cycle (a read request accepted every other cycle). :func:`testbench_config` is nv_small with
+that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, no
+turnaround. This is the cost model as it stands (issue 31 item 4 corrects it against the RTL's
+cycles; docs/nvdla_rtl.md has the error table).
+
+The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
+cost model's own rule for a streaming engine written out: the input read once at the memory's
+rate, one element per cycle (nv_small's CDP throughput), the output written once, plus the read
+latency.
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import List, Sequence
+
+from ..config import AccelConfig
+from ..device import estimate_chain
+from ..ops import Conv, Pool, Sdp, SHAPE_ONLY
+from .layers import ATOM_C, Layer
+
+TESTBENCH_LATENCY = 32      # cycles from a read request to its data
+TESTBENCH_BEAT_BYTES = 8    # one 8-byte beat per cycle
+
+
+@lru_cache(maxsize=None)
+def testbench_config() -> AccelConfig:
+    """nv_small with the RTL testbench's memory in place of its DRAM."""
+    base = AccelConfig.preset("nv_small")
+    return dataclasses.replace(
+        base, name="nv_small_testbench",
+        dram_bytes_per_s=TESTBENCH_BEAT_BYTES * base.clock_hz,
+        dram_latency_cycles=TESTBENCH_LATENCY, dram_burst_bytes=TESTBENCH_BEAT_BYTES,
+        dram_turnaround_cycles=0.0)
+
+
+def _sdp_op() -> Sdp:
+    return Sdp(precision="int8", bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY)
+
+
+def _pool_op(layer: Layer) -> Pool:
+    p = layer.params
+    kind = {0: "avg", 1: "max", 2: "max"}[p["method"]]   # min costs what max costs
+    pt, pb, pl, pr = p["padding"]
+    return Pool(kind=kind, kernel=p["kernel"], stride=p["stride"], padding=(pt, pl, pb, pr),
+                precision="int8")
+
+
+def _chains(layers: Sequence[Layer]):
+    """Group a trace's layers into the chains the simulator runs (conv -> SDP -> PDP fused)."""
+    chains: List[List[Layer]] = []
+    for layer in layers:
+        joins = chains and (
+            (layer.kind == "sdp" and chains[-1][-1].kind == "conv")
+            or (layer.kind == "pdp" and layer.params.get("on_the_fly")
+                and chains[-1][-1].kind == "sdp"))
+        if joins:
+            chains[-1].append(layer)
+        else:
+            chains.append([layer])
+    return chains
+
+
+def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
+    c, h, w = layer.in_shape
+    elements = -(-c // ATOM_C) * ATOM_C * h * w
+    per_cycle = config.dram_bytes_per_s / config.clock_hz
+    transfer = 2 * elements / per_cycle
+    return int(TESTBENCH_LATENCY + max(transfer, elements / config.cdp_throughput))
+
+
+def simulator_chains(layers: Sequence[Layer]):
+    """The trace's layers as the simulator's descriptors: a list of ``(ops, in_shape)``, one
+    per chain (``Conv`` + ``Sdp`` fused, ``Sdp``, ``Pool``, int8; operands shape-only), or
+    ``(None, layer)`` for a CDP layer, which has no int8 descriptor in the simulator."""
+    out = []
+    for chain in _chains(layers):
+        first = chain[0]
+        if first.kind == "cdp":
+            out.append((None, first))
+            continue
+        ops = []
+        for layer in chain:
+            if layer.kind == "conv":
+                c = layer.in_shape[0]
+                k = layer.out_shape[0]
+                pt, pb, pl, pr = layer.params["padding"]
+                ops.append(Conv(weights=None, weight_shape=(k, c) + tuple(layer.params["kernel"]),
+                                stride=layer.params["stride"], padding=(pt, pl, pb, pr),
+                                dilation=layer.params["dilation"], precision="int8"))
+            elif layer.kind == "sdp":
+                ops.append(_sdp_op())
+            elif layer.kind == "pdp":
+                ops.append(_pool_op(layer))
+        out.append((ops, (1,) + tuple(first.in_shape)))
+    return out
+
+
+def estimate_cycles(layers: Sequence[Layer], config: AccelConfig = None) -> int:
+    """Estimated cycles of a trace's layers, first OP_ENABLE to the last write."""
+    config = config or testbench_config()
+    total = 0
+    for ops, shape in simulator_chains(layers):
+        if ops is None:
+            total += _cdp_cycles(shape, config)
+        else:
+            total += estimate_chain(config, ops, shape, precision="int8").cycles
+    return int(total)

@@ -1,0 +1,116 @@
+"""NVDLA's own nv_small trace tests played on the simulator's NVDLA front end
+(accel_codegen.sim.nvdla): every test that NVDLA's RTL passes must give NVDLA's golden CRC-32.
+
+The traces and the RTL's figures live in ``../shared/nvdla-traces`` beside the repository (its
+README gives the format and the CRC). CI has that folder and its absence there is a failure;
+on a clone without it these tests skip and say why.
+"""
+import csv
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from accel_codegen.errors import AccelError
+from accel_codegen.sim.nvdla import arith, nvdla_trace, play, regs
+from accel_codegen.sim.nvdla.trace import Memory, parse_cfg
+
+TRACES = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "nvdla-traces"
+RESULTS = TRACES / "rtl_results.tsv"
+
+
+def _rtl_results():
+    if not RESULTS.exists():
+        return {}
+    with open(RESULTS) as f:
+        return {row["test"]: row for row in csv.DictReader(f, delimiter="\t")}
+
+
+RTL = _rtl_results()
+PASSING = sorted(t for t, row in RTL.items() if row["rtl_verdict"] == "pass")
+FAILING = sorted(t for t, row in RTL.items() if row["rtl_verdict"] != "pass")
+
+
+@pytest.fixture(scope="module")
+def traces():
+    if not RESULTS.exists():
+        message = f"NVDLA's trace tests are not at {TRACES} (../shared/nvdla-traces)"
+        if os.environ.get("CI"):
+            pytest.fail(message + ": CI must provide them")
+        pytest.skip(message)
+    return TRACES
+
+
+def _cfg(root, test):
+    folder = root / "tests" / "nv_small" / test
+    cfgs = sorted(folder.glob("*.cfg"))
+    assert len(cfgs) == 1, f"{folder}: expected one .cfg, found {cfgs}"
+    return cfgs[0]
+
+
+def test_trace_folder_lists_the_rtl_runs(traces):
+    """The RTL passed 70 of 74 runnable tests: the list these tests cover is that one."""
+    assert len(PASSING) == 70 and len(FAILING) == 4
+    classes = {}
+    for test in PASSING:
+        classes[test.split("_")[0]] = classes.get(test.split("_")[0], 0) + 1
+    assert classes == {"cdp": 23, "dc": 12, "pdp": 15, "sdp": 20}
+
+
+@pytest.mark.parametrize("test", PASSING or ["(no traces)"])
+def test_trace_matches_golden_crc(traces, test):
+    run = play(str(_cfg(traces, test)))
+    assert run.expected, f"{test}: no check_crc in the trace"
+    assert [f"{c:08x}" for c in run.crcs] == [f"{c:08x}" for c in run.expected]
+
+
+@pytest.mark.parametrize("test", FAILING or ["(no traces)"])
+def test_traces_the_rtl_fails_are_refused(traces, test):
+    """The four tests the RTL fails program the SDP's EW unit and LUT, which nv_small removes:
+    the front end refuses them with a typed error rather than computing something."""
+    with pytest.raises(AccelError, match="EW"):
+        play(str(_cfg(traces, test)))
+
+
+def test_nvdla_trace_json_fields(traces):
+    test = "sdp_3x3x33_bs_bn_int8_0"
+    result = nvdla_trace(str(_cfg(traces, test)))
+    assert result["crc"] == ["0x44d46c92"]
+    assert isinstance(result["cycles"], int) and result["cycles"] > 0
+
+
+def test_register_map_addresses():
+    """A few of nv_small's register addresses and fields (NVDLA's register specification)."""
+    assert regs.lookup("NVDLA_CDP.D_OP_ENABLE_0").address == 0xD048
+    assert regs.lookup("NVDLA_CDMA.D_DATAIN_SIZE_0_0").address == 0x301C
+    assert regs.lookup("NVDLA_SDP.D_DP_BS_CFG_0").address == 0x9058
+    reg = regs.lookup("NVDLA_PDP.D_POOLING_KERNEL_CFG_0")
+    assert reg.field(0x110202, "KERNEL_HEIGHT") == 2
+    assert reg.field(0x110202, "KERNEL_STRIDE_WIDTH") == 1
+    with pytest.raises(AccelError, match="NVDLA_SDP.D_NO_SUCH_0"):
+        regs.lookup("NVDLA_SDP.D_NO_SUCH_0")
+    with pytest.raises(AccelError, match="no field"):
+        reg.field(0, "NOPE")
+
+
+def test_rounding_is_half_away_from_zero():
+    x = np.array([3, -3, 2, -2, 5, -5, 6, -6])
+    assert arith.shift_right_round(x, 1).tolist() == [2, -2, 1, -1, 3, -3, 3, -3]
+    assert arith.shift_right_sat(np.array([1 << 40]), 1, 32).tolist() == [2**31 - 1]
+    assert arith.sdp_cvt(np.array([300, -300]), 0, 1, 0).tolist() == [127, -128]
+
+
+def test_bad_trace_command_is_a_typed_error(tmp_path):
+    cfg = tmp_path / "bad.cfg"
+    cfg.write_text("reg_write(NVDLA_SDP.D_OP_ENABLE_0, 0x1);\nfrobnicate(1, 2);\n")
+    with pytest.raises(AccelError, match="frobnicate"):
+        parse_cfg(str(cfg))
+
+
+def test_sparse_memory_crc():
+    mem = Memory()
+    mem.write(0x8000FFFE, np.arange(4, dtype=np.uint8))   # straddles a page boundary
+    assert mem.read(0x8000FFFC, 8).tolist() == [0, 0, 0, 1, 2, 3, 0, 0]
+    import zlib
+    assert mem.crc32(0x8000FFFC, 8) == zlib.crc32(bytes([0, 0, 0, 1, 2, 3, 0, 0]))
