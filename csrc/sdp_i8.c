@@ -780,8 +780,7 @@ static void span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
  * channel with no element-wise op, from int32 lanes (lut_front32); the output converter runs
  * in int32 lanes where its identities hold (lut_vectors), else in int64 ones. */
 typedef struct lut_vec {
-  __m512i lo_start, lo_last, le_start, le_last, lo_mask, le_mask, le_base, round;
-  __m128i lo_sel, le_sel, lo_right, lo_left, le_right, le_left;
+  __m512i lo_start, lo_last, le_start, le_last, lo_sel, le_sel, lo_up, le_up, le_base, round;
   /* beyond LE, int64 lanes */
   __m512i le_first, le_final, le_start64, le_end64, u_scale, u_half, u_shift, o_scale, o_half,
       o_shift, lo32, hi32;
@@ -789,7 +788,7 @@ typedef struct lut_vec {
   /* output converter: out32: y = min(max(y, -clamp), clamp), q = (y + add + (neg & (y >> 31)))
    * >> shift in int32 lanes; else int64 lanes: rhaz(y * mul, shift) + zero */
   int out32;
-  __m512i clamp, oadd, oneg, omul, ohalf, oshift, ozero;
+  __m512i clamp, nclamp, oadd, oneg, omul, ohalf, oshift, ozero;
   __m128i osh;
 } lut_vec;
 
@@ -805,16 +804,12 @@ static void lut_vectors(const sdp_i8* p, lut_vec* L) {
   L->lo_last = _mm512_set1_epi32((int32_t)lut_last(l->lo_start, ACCEL_LUT_LO_ENTRIES, ls));
   L->le_start = _mm512_set1_epi32(l->le_start);
   L->le_last = _mm512_set1_epi32((int32_t)lut_last(l->le_start, ACCEL_LUT_LE_ENTRIES, es));
-  L->lo_mask = _mm512_set1_epi32((int32_t)(((int64_t)1 << ls) - 1));
-  L->le_mask = _mm512_set1_epi32((int32_t)(((int64_t)1 << es) - 1));
+  L->lo_sel = _mm512_set1_epi32(ls);
+  L->le_sel = _mm512_set1_epi32(es);
+  L->lo_up = _mm512_set1_epi32(32 - ls);
+  L->le_up = _mm512_set1_epi32(32 - es);
   L->le_base = _mm512_set1_epi32((int32_t)(offsetof(accel_lut_int8, le) / sizeof(int16_t)));
   L->round = _mm512_set1_epi32(1 << 15);
-  L->lo_sel = _mm_cvtsi32_si128(ls);
-  L->le_sel = _mm_cvtsi32_si128(es);
-  L->lo_right = _mm_cvtsi32_si128(ls >= 16 ? ls - 16 : 0);
-  L->lo_left = _mm_cvtsi32_si128(ls >= 16 ? 0 : 16 - ls);
-  L->le_right = _mm_cvtsi32_si128(es >= 16 ? es - 16 : 0);
-  L->le_left = _mm_cvtsi32_si128(es >= 16 ? 0 : 16 - es);
   L->le_first = _mm512_set1_epi64(l->le[0]);
   L->le_final = _mm512_set1_epi64(l->le[ACCEL_LUT_LE_ENTRIES - 1]);
   L->le_start64 = _mm512_set1_epi64(l->le_start);
@@ -838,6 +833,7 @@ static void lut_vectors(const sdp_i8* p, lut_vec* L) {
   L->out32 = mul == 1 && s <= 29 && (r << s) <= ((int64_t)1 << 29);
   if (L->out32) {
     L->clamp = _mm512_set1_epi32((int32_t)(r << s));
+    L->nclamp = _mm512_set1_epi32((int32_t)-(r << s));
     L->oadd = _mm512_set1_epi32((int32_t)((s > 0 ? (int64_t)1 << (s - 1) : 0) +
                                           (int64_t)p->out_zero * ((int64_t)1 << s)));
     L->oneg = _mm512_set1_epi32(s > 0 ? -1 : 0);
@@ -847,14 +843,6 @@ static void lut_vectors(const sdp_i8* p, lut_vec* L) {
   L->ohalf = half_of(s);
   L->oshift = _mm512_set1_epi64(s);
   L->ozero = _mm512_set1_epi64(p->out_zero);
-}
-
-/* index (LE's offset by le_base) and fraction of the lanes in one table */
-static inline void lut_place(__m512i t, __m512i start, __m512i mask, __m128i sel, __m128i right,
-                             __m128i left, __m512i* index, __m512i* frac) {
-  const __m512i d = _mm512_sub_epi32(t, start);
-  *index = _mm512_srl_epi32(d, sel);
-  *frac = _mm512_sll_epi32(_mm512_srl_epi32(_mm512_and_si512(d, mask), right), left);
 }
 
 /* y for 8 int64 lanes of t outside both tables: the slopes, then sat32 */
@@ -869,27 +857,32 @@ static inline __m512i lut_tails8(const lut_vec* L, __m512i t) {
   return _mm512_min_epi64(_mm512_max_epi64(y, L->lo32), L->hi32);
 }
 
-/* The LUT of 16 values t (int32 lanes; lanes outside `valid` are don't-cares). */
-static inline __m512i lut16(const lut_vec* L, __m512i t, __mmask16 valid) {
+/* The LUT of 16 values t (int32 lanes; lanes outside `valid` are don't-cares); *far: whether
+ * a lane in `valid` took a slope (its y may be any int32). */
+static inline __m512i lut16(const lut_vec* L, __m512i t, __mmask16 valid, int* far) {
   const __mmask16 in_lo = _mm512_cmpge_epi32_mask(t, L->lo_start) &
                           _mm512_cmple_epi32_mask(t, L->lo_last);
-  const __mmask16 in_le = (__mmask16)(~in_lo & _mm512_cmpge_epi32_mask(t, L->le_start) &
-                                      _mm512_cmple_epi32_mask(t, L->le_last));
-  __m512i index, frac, le_index, le_frac;
-  lut_place(t, L->lo_start, L->lo_mask, L->lo_sel, L->lo_right, L->lo_left, &index, &frac);
-  lut_place(t, L->le_start, L->le_mask, L->le_sel, L->le_right, L->le_left, &le_index, &le_frac);
-  index = _mm512_mask_add_epi32(index, in_le, le_index, L->le_base);
-  frac = _mm512_mask_mov_epi32(frac, in_le, le_frac);
+  const __mmask16 in_le = _mm512_cmpge_epi32_mask(t, L->le_start) &
+                          _mm512_cmple_epi32_mask(t, L->le_last);
+  /* the table of each lane: LO where it hits (priority), else LE */
+  const __m512i d = _mm512_sub_epi32(t, _mm512_mask_blend_epi32(in_lo, L->le_start, L->lo_start));
+  __m512i index = _mm512_srlv_epi32(d, _mm512_mask_blend_epi32(in_lo, L->le_sel, L->lo_sel));
+  index = _mm512_mask_add_epi32(index, (__mmask16)(in_le & ~in_lo), index, L->le_base);
+  /* the select's low bits of d moved to the top, then down to 16 bits: frac(r, select) for
+   * select >= 16 and < 16 alike (a shift by 32 gives 0: select 0) */
+  const __m512i frac = _mm512_srli_epi32(
+      _mm512_sllv_epi32(d, _mm512_mask_blend_epi32(in_lo, L->le_up, L->lo_up)), 16);
   const __mmask16 hit = in_lo | in_le;
   const __m512i pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), hit, index,
                                                    L->entries, 2);
-  const __m512i e0 = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
-  const __m512i e1 = _mm512_srai_epi32(pair, 16);
-  const __m512i pr = _mm512_add_epi32(_mm512_slli_epi32(e0, 16),
-                                      _mm512_mullo_epi32(_mm512_sub_epi32(e1, e0), frac));
+  const __m512i e0_high = _mm512_slli_epi32(pair, 16); /* entry i 2^16 */
+  const __m512i step = _mm512_sub_epi32(_mm512_srai_epi32(pair, 16),
+                                        _mm512_srai_epi32(e0_high, 16));
+  const __m512i pr = _mm512_add_epi32(e0_high, _mm512_mullo_epi32(step, frac));
   __m512i y = _mm512_srai_epi32(
       _mm512_add_epi32(_mm512_add_epi32(pr, L->round), _mm512_srai_epi32(pr, 31)), 16);
   const __mmask16 tails = (__mmask16)(valid & ~hit);
+  *far = tails != 0;
   if (tails) {
     const __m512i lo = lut_tails8(L, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(t)));
     const __m512i hi = lut_tails8(L, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(t, 1)));
@@ -901,11 +894,10 @@ static inline __m512i lut16(const lut_vec* L, __m512i t, __mmask16 valid) {
 }
 
 /* The output converter on 16 LUT results y: the codes. */
-static inline __m128i lut_codes16(const lut_vec* L, __m512i y) {
+static inline __m128i lut_codes16(const lut_vec* L, __m512i y, int far) {
   if (L->out32) {
-    const __m512i c = _mm512_min_epi32(_mm512_max_epi32(y, _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                                             L->clamp)),
-                                       L->clamp);
+    /* table hits give |y| <= 2^15, which the sum below holds without the clamp */
+    const __m512i c = far ? _mm512_min_epi32(_mm512_max_epi32(y, L->nclamp), L->clamp) : y;
     const __m512i q = _mm512_add_epi32(_mm512_add_epi32(c, L->oadd),
                                        _mm512_and_si512(_mm512_srai_epi32(c, 31), L->oneg));
     return _mm512_cvtsepi32_epi8(_mm512_sra_epi32(q, L->osh));
@@ -931,63 +923,56 @@ static inline __m512i lut_front64(const sdp_i8* p, const vec_params* lo_q,
 }
 
 /* One channel's sat32(rhaz(sat32(v + bias) * mul, s)) in int32 lanes for mul >= 0 (p = t * mul
- * is negative when t is; mul = 0 gives 0 either way), t = th 2^16 + tl (0 <= tl < 2^16), n =
- * (t < 0), p = 2^16 th mul + tl mul:
+ * is negative when t is; mul = 0 gives 0 either way), for v in [vmin, vmax] where t = v + bias
+ * stays inside int32 and |t| <= limit (a step with a lane outside runs front8 instead).
+ * t = th 2^16 + tl (0 <= tl < 2^16), n = (t < 0), p = 2^16 th mul + tl mul:
  *  - s >= 17: rhaz(p, s) = (th mul + 2^(s-17) + ((tl mul - n) >> 16)) >> (s - 16) (fast32's
- *    split form), every term inside int32 for any int32 t and mul < 2^15, and |result| <=
- *    2^29: the sat32 does nothing;
- *  - s <= 16: rhaz(p, s) = (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s) (no half and
- *    no n for s = 0); the right term is exact in int32, the left one modulo 2^32, so the sum
- *    is exact while |result| < 2^31: |t| <= limit = 2^30 2^s / mul keeps it <= 2^30 + 1 (no
- *    sat32); a step with a lane beyond that limit runs front8 instead. */
+ *    split form), every term inside int32 for any int32 t and mul < 2^15 (limit INT32_MAX),
+ *    and |result| <= 2^29: the sat32 does nothing;
+ *  - 1 <= s <= 16: rhaz(p, s) = (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s); the
+ *    right term is exact in int32, the left one modulo 2^32, so the sum is exact while
+ *    |result| < 2^31: limit = 2^30 2^s / mul keeps it <= 2^30 + 1 (no sat32);
+ *  - s = 0: p itself, t * mul modulo 2^32, exact for |t| <= 2^30 / mul. */
 typedef struct lut_front {
-  __m512i vlo, vhi, bias, mul, add, low16, neg, limit;
+  __m512i vmin, vmax, bias, mul, add, low16;
   __m128i left, shift;
-  int high; /* s >= 17 */
-  int64_t limit64;
+  int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
 } lut_front;
 
 static void lut_front_plan(const chan_params* c, lut_front* f) {
-  const int64_t s = c->shift, m = c->mul < 0 ? -c->mul : c->mul;
-  f->vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (c->bias < 0 ? c->bias : 0)));
-  f->vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (c->bias > 0 ? c->bias : 0)));
+  const int64_t s = c->shift, m = c->mul;
+  int64_t limit = INT32_MAX;
+  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
+  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
+  if (limit > INT32_MAX) limit = INT32_MAX;
+  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
+  f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
   f->bias = _mm512_set1_epi32((int32_t)c->bias);
-  f->mul = _mm512_set1_epi32((int32_t)c->mul);
+  f->mul = _mm512_set1_epi32((int32_t)m);
   f->low16 = _mm512_set1_epi32(0xFFFF);
-  f->high = s >= 17;
-  if (f->high) {
-    f->add = _mm512_set1_epi32((int32_t)((int64_t)1 << (s - 17)));
-    f->shift = _mm_cvtsi32_si128((int32_t)(s - 16));
-    f->left = _mm_cvtsi32_si128(0);
-    f->limit64 = INT32_MAX;
-  } else {
-    f->add = _mm512_set1_epi32(s > 0 ? 1 << (s - 1) : 0);
-    f->neg = _mm512_set1_epi32(s > 0 ? -1 : 0);
-    f->shift = _mm_cvtsi32_si128((int32_t)s);
-    f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
-    f->limit64 = m == 0 ? INT32_MAX : (((int64_t)1 << 30) << s) / m;
-    if (f->limit64 > INT32_MAX) f->limit64 = INT32_MAX;
-  }
-  f->limit = _mm512_set1_epi32((int32_t)f->limit64);
+  f->add = _mm512_set1_epi32(f->form == 2 ? (int32_t)((int64_t)1 << (s - 17))
+                             : f->form == 1 ? 1 << (s - 1) : 0);
+  f->shift = _mm_cvtsi32_si128((int32_t)(f->form == 2 ? s - 16 : s));
+  f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
 }
 
-/* t of 16 values by lut_front_plan's forms; *ok = 0 when a lane in `valid` is beyond the
- * limit (then the caller takes front8's) */
+/* t of 16 values by lut_front_plan's forms; *ok = 0 when a lane in `valid` is outside [vmin,
+ * vmax] (then the caller takes front8's) */
 static inline __m512i lut_front32(const lut_front* f, __m512i x, __mmask16 valid, int* ok) {
-  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, f->vlo), f->vhi),
-                                     f->bias);
+  *ok = !(_mm512_mask_cmplt_epi32_mask(valid, x, f->vmin) |
+          _mm512_mask_cmpgt_epi32_mask(valid, x, f->vmax));
+  const __m512i t = _mm512_add_epi32(x, f->bias);
+  if (f->form == 0) return _mm512_mullo_epi32(t, f->mul);
   const __m512i th = _mm512_srai_epi32(t, 16), n = _mm512_srai_epi32(t, 31);
-  const __m512i tl = _mm512_mullo_epi32(_mm512_and_si512(t, f->low16), f->mul);
-  if (f->high) {
-    *ok = 1;
+  const __m512i tl = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, f->low16), f->mul),
+                                      n);
+  if (f->form == 2) {
     const __m512i q = _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(th, f->mul), f->add),
-                                       _mm512_srai_epi32(_mm512_add_epi32(tl, n), 16));
+                                       _mm512_srai_epi32(tl, 16));
     return _mm512_sra_epi32(q, f->shift);
   }
-  *ok = f->limit64 == INT32_MAX ||
-        !_mm512_mask_cmpgt_epu32_mask(valid, _mm512_abs_epi32(t), f->limit);
-  const __m512i lo = _mm512_sra_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(tl, f->add), _mm512_and_si512(n, f->neg)), f->shift);
+  const __m512i lo = _mm512_sra_epi32(_mm512_add_epi32(tl, f->add), f->shift);
   return _mm512_add_epi32(_mm512_sll_epi32(_mm512_mullo_epi32(th, f->mul), f->left), lo);
 }
 
@@ -1016,7 +1001,9 @@ static void span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
                                                    : _mm_setzero_si128();
       t = lut_front64(p, &q, &q, x, op);
     }
-    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, lut16(&L, t, k)));
+    int far;
+    const __m512i u = lut16(&L, t, k, &far);
+    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, u, far));
   }
 }
 
@@ -1047,7 +1034,9 @@ static void channels_lut(const sdp_i8* p, int32_t first, const int32_t* v, const
     const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
     const __m128i op = operand != NULL ? _mm_maskz_loadu_epi8(k, operand + i) : _mm_setzero_si128();
     const __m512i t = lut_front64(p, &lo_q, &hi_q, x, op);
-    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, lut16(&L, t, k)));
+    int far;
+    const __m512i u = lut16(&L, t, k, &far);
+    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, u, far));
   }
 }
 
