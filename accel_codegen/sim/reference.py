@@ -18,7 +18,9 @@ tests/sim/test_conv_engine.py), SDP and PDP compute in float32 on widened halves
 in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
-through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 exactly.
+through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 as the functions
+themselves (:func:`activation_exact`; sigmoid, silu and exp through the library's own
+:func:`exp_f32`, bit for bit).
 
 BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
 channels keep their values.
@@ -103,18 +105,51 @@ def is_lut_activation(act: Optional[str]) -> bool:
     return act is not None and ACTIVATIONS[act].feature == "lut"
 
 
+_F32 = np.float32
+#: exp_f32's constants (csrc/lut.c): log2(e), 1.5 2^23, ln 2 in two parts, the polynomial
+_EXP_LOG2E, _EXP_ROUND = _F32(1.44269502163), _F32(12582912.0)
+_LN2_HI, _LN2_LO = _F32(0.693359375), _F32(-2.12194440e-4)
+_EXP_Q = [_F32(4.999999404e-01), _F32(1.666652113e-01), _F32(4.166838899e-02),
+          _F32(8.368745446e-03), _F32(1.381453942e-03)]
+
+
+def exp_f32(t: np.ndarray) -> np.ndarray:
+    """e^t in float32 as the FP32 SDP computes it (exp_f32 in csrc/lut.c, the same operations
+    in the same order, so the same bits): at most 0.99 ulp from the exact value (accel.h)."""
+    t = np.asarray(t, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.where(t < _F32(-104), _F32(-104), t)  # NaN stays
+        c = np.where(c > _F32(89), _F32(89), c).astype(np.float32)
+        k = c * _EXP_LOG2E + _EXP_ROUND
+        n = k - _EXP_ROUND
+        r = c - n * _LN2_HI
+        r = r - n * _LN2_LO
+        q = _EXP_Q[4] * r + _EXP_Q[3]
+        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
+            q = q * r + coefficient
+        p = (r * r) * q + r
+        p = p + _F32(1)
+        ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
+        h = (ni.view(np.int32) >> 1).view(np.uint32)
+        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        s2 = ((ni - h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
+
+
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
-    """A LUT activation computed exactly, as the FP32 SDP does (float32 in the C library's
-    operation order; GELU in float64 through erfc, rounded once)."""
+    """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
+    order): sigmoid, silu and exp through :func:`exp_f32` (bit for bit), tanh with the
+    platform's float32 tanh (within its last bit of libm's), GELU in float64 through erfc,
+    rounded once."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
     with np.errstate(over="ignore", invalid="ignore"):
         if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
-            return one / (one + np.exp(-t))
+            return one / (one + exp_f32(-t))
         if act == "tanh":
             return np.tanh(t)
         if act == "silu":
-            return t / (one + np.exp(-t))
+            return t / (one + exp_f32(-t))
         if act == "hardswish":
             return t * np.clip(t + three, np.float32(0), six) / six
         if act == "hardsigmoid":
@@ -123,7 +158,7 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
             wide = t.astype(np.float64)
             return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
         if act == "exp":
-            return np.exp(t)
+            return exp_f32(t)
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 
