@@ -19,8 +19,8 @@ in fp32, and every engine output is rounded to half once (round to nearest even)
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
 through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 as the functions
-themselves (:func:`activation_exact`; sigmoid, silu and exp through the library's own
-:func:`exp_f32`, bit for bit).
+themselves (:func:`activation_exact`; sigmoid, silu, exp and tanh through the library's own
+:func:`exp_f32` and :func:`tanh_f32`, bit for bit).
 
 BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
 channels keep their values.
@@ -136,18 +136,42 @@ def exp_f32(t: np.ndarray) -> np.ndarray:
         return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
 
 
+#: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
+_TANH_P = [_F32(-3.333328068e-01), _F32(1.333144158e-01), _F32(-5.373971164e-02),
+           _F32(2.063908055e-02), _F32(-5.704979878e-03)]
+
+
+def tanh_f32(t: np.ndarray) -> np.ndarray:
+    """tanh in float32 as the FP32 SDP computes it (tanh_f32 in csrc/lut.c, the same
+    operations, so the same bits): a polynomial below |t| = 0.625, 1 - 2 / (exp_f32(2|t|) + 1)
+    with t's sign from there."""
+    shape = np.shape(t)
+    t = np.atleast_1d(np.asarray(t, dtype=np.float32))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sign = t.view(np.uint32) & np.uint32(0x80000000)
+        a = (t.view(np.uint32) ^ sign).view(np.float32)
+        z = t * t
+        q = _TANH_P[4] * z + _TANH_P[3]
+        for coefficient in (_TANH_P[2], _TANH_P[1], _TANH_P[0]):
+            q = q * z + coefficient
+        near = t + (t * z) * q
+        e = exp_f32(a + a)
+        far = (_F32(1) - _F32(2) / (e + _F32(1))).astype(np.float32)
+        y = np.where(a < _F32(0.625), near, far).astype(np.float32)
+        return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
+
+
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
-    order): sigmoid, silu and exp through :func:`exp_f32` (bit for bit), tanh with the
-    platform's float32 tanh (within its last bit of libm's), GELU in float64 through erfc,
-    rounded once."""
+    order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
+    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit)."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
     with np.errstate(over="ignore", invalid="ignore"):
         if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
             return one / (one + exp_f32(-t))
         if act == "tanh":
-            return np.tanh(t)
+            return tanh_f32(t)
         if act == "silu":
             return t / (one + exp_f32(-t))
         if act == "hardswish":

@@ -1,7 +1,8 @@
-"""FP32's sigmoid, silu and exp go through the library's own exp (exp_f32 in csrc/lut.c,
-accel.h): the engine equals the NumPy reference's exp_f32 bit for bit, and exp_f32 stays
-within 0.99 ulp of e^t (measured over every fp32 input when it was written; here on a dense
-sample, the range ends, the subnormal results and the overflow threshold).
+"""FP32's sigmoid, silu and exp go through the library's own exp, tanh through its own tanh
+(exp_f32, tanh_f32 in csrc/lut.c, accel.h): the engine equals the NumPy reference's bit for
+bit, exp_f32 stays within 0.99 ulp of e^t and tanh_f32 within TANH_ULPS of tanh (both measured
+over every fp32 input when they were written; here on a dense sample, the range ends, the
+subnormal results, the overflow threshold and tanh's switch at 0.625).
 """
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from conftest import assert_same
 
 DEVICE = Device("nv_full", num_threads=1)
 FLT_MAX = float(np.finfo(np.float32).max)
+#: tanh_f32's bound in ulp (accel.h)
+TANH_ULPS = 1.34
 
 
 def _inputs():
@@ -21,7 +24,8 @@ def _inputs():
     # every float around the overflow threshold (ln(FLT_MAX) = 88.7228...) and the ends of
     # the subnormal results (e^t < 2^-126 from t = -87.34; 0 from about -103.97)
     around = []
-    for centre in (88.72283935546875, -87.33654022216797, -103.97207641601562, -104.0, 89.0):
+    for centre in (88.72283935546875, -87.33654022216797, -103.97207641601562, -104.0, 89.0,
+                   0.625, -0.625, 9.01, -9.01):
         c = np.float32(centre).view(np.int32)
         around.append(np.arange(c - 3000, c + 3000, dtype=np.int32).view(np.float32))
     special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45,
@@ -29,12 +33,12 @@ def _inputs():
     return np.concatenate([special, *around, small, dense])  # specials first (kept when cut to planes)
 
 
-def _ulps(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """|y - e^x| in units of the last place of e^x (rounded to fp32), subnormals included."""
+def _ulps(y: np.ndarray, x: np.ndarray, function=np.exp) -> np.ndarray:
+    """|y - f(x)| in units of the last place of f(x) (rounded to fp32), subnormals included."""
     with np.errstate(over="ignore", invalid="ignore"):
-        exact = np.exp(x.astype(np.float64))
-        finite = exact <= FLT_MAX
-        _, exponent = np.frexp(np.where(finite, exact, 1.0))  # exact = m 2^exponent, m < 1
+        exact = function(x.astype(np.float64))
+        finite = np.abs(exact) <= FLT_MAX
+        _, exponent = np.frexp(np.where(finite, np.abs(exact), 1.0))  # m 2^exponent, m < 1
         spacing = np.maximum(np.ldexp(1.0, exponent - 24), 2.0 ** -149)
         err = np.abs(y.astype(np.float64) - exact) / spacing
     return np.where(finite, err, 0.0)
@@ -55,7 +59,20 @@ def test_exp_f32_is_within_its_bound():
     assert_same(y[real] == 0, exact32 == 0, "underflow")
 
 
-@pytest.mark.parametrize("act", ["exp", "sigmoid", "silu"])
+def test_tanh_f32_is_within_its_bound():
+    x = _inputs()
+    y = ref.tanh_f32(x)
+    real = ~np.isnan(x)
+    assert np.all(np.isnan(y[~real]))
+    ulps = _ulps(y[real], x[real], np.tanh)
+    assert ulps.max() <= TANH_ULPS, x[real][np.argmax(ulps)]
+    assert ulps.max() > 0.5
+    assert_same(y[np.isinf(x)], np.sign(x[np.isinf(x)]), "tanh(+-inf)")
+    tiny = real & (np.abs(x) < 2.0 ** -20)  # tanh(t) = t in fp32, signed zeros included
+    assert_same(y[tiny].view(np.uint32), x[tiny].view(np.uint32), "tiny")
+
+
+@pytest.mark.parametrize("act", ["exp", "sigmoid", "silu", "tanh"])
 def test_engine_equals_the_reference_bit_for_bit(act):
     x = _inputs()
     x = x[:x.size // 384 * 384].reshape(2, 3, -1, 64)
