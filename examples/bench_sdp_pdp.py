@@ -74,6 +74,7 @@ OPS = {
     "fp32_bn_silu": lambda rng, shape: (_fp32(rng, shape, False, "silu"), "fp32"),
     "fp32_bn_sigmoid": lambda rng, shape: (_fp32(rng, shape, False, "sigmoid"), "fp32"),
     "fp32_bn_exp": lambda rng, shape: (_fp32(rng, shape, False, "exp"), "fp32"),
+    "fp32_bn_tanh": lambda rng, shape: (_fp32(rng, shape, False, "tanh"), "fp32"),
     "fp32_bn_hardswish": lambda rng, shape: (_fp32(rng, shape, False, "hardswish"), "fp32"),
     "fp32_bn_add_relu": lambda rng, shape: (_fp32(rng, shape, True), "fp32"),
     "fp32_global_avgpool": lambda rng, shape: (Pool("avg", shape[2:], 1), "fp32"),
