@@ -981,12 +981,8 @@ static void span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
   const chan_params c = channel_params(p, ch);
   lut_vec L;
   lut_vectors(p, &L);
-  vec_params q;
-  call_params(p, &q);
-  q.bias = _mm512_set1_epi64(c.bias);
-  q.mul = _mm512_set1_epi64(c.mul);
-  q.half = half_of(c.shift);
-  q.shift = _mm512_set1_epi64(c.shift);
+  vec_params q; /* front8's, set up at its first use (most calls take lut_front32 only) */
+  int q_ready = 0;
   lut_front f;
   const int lanes32 = p->ew_op == ACCEL_EW_NONE && c.shift <= 40 && c.mul >= 0; /* n = (p < 0) */
   if (lanes32) lut_front_plan(&c, &f);
@@ -997,6 +993,14 @@ static void span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
     int ok = 0;
     if (lanes32) t = lut_front32(&f, x, k, &ok);
     if (!ok) {
+      if (!q_ready) {
+        call_params(p, &q);
+        q.bias = _mm512_set1_epi64(c.bias);
+        q.mul = _mm512_set1_epi64(c.mul);
+        q.half = half_of(c.shift);
+        q.shift = _mm512_set1_epi64(c.shift);
+        q_ready = 1;
+      }
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
                                                    : _mm_setzero_si128();
       t = lut_front64(p, &q, &q, x, op);
