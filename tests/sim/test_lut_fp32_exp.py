@@ -30,7 +30,7 @@ def _inputs():
         around.append(np.arange(c - 3000, c + 3000, dtype=np.int32).view(np.float32))
     special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45,
                         0.34657359, -0.34657359, 1e30, -1e30], np.float32)
-    return np.concatenate([special, *around, small, dense])  # specials first (kept when cut to planes)
+    return np.concatenate([special, *around, small, dense])  # specials first: never cut off
 
 
 def _ulps(y: np.ndarray, x: np.ndarray, function=np.exp) -> np.ndarray:

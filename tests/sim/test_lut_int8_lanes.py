@@ -36,7 +36,8 @@ def _t_of(op: Sdp, x: np.ndarray) -> np.ndarray:
     v = x.astype(np.int64) - op.in_zero
     shape = (1, c) + (1,) * (x.ndim - 2)
     t = np.clip(v + op.bias.astype(np.int64).reshape(shape), -2**31, 2**31 - 1)
-    t = ref.rhaz(t * op.mul.astype(np.int64).reshape(shape), op.rshift.astype(np.int64).reshape(shape))
+    mul, rshift = op.mul.astype(np.int64).reshape(shape), op.rshift.astype(np.int64).reshape(shape)
+    t = ref.rhaz(t * mul, rshift)
     return np.clip(t, -2**31, 2**31 - 1)
 
 
