@@ -27,7 +27,8 @@ from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
 from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
-                       fold_zero_padding, silu_from_sigmoid, split_into_slices)
+                       fold_zero_padding, hide_match_casts, restore_match_casts,
+                       silu_from_sigmoid, split_into_slices)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -36,6 +37,9 @@ REPORT_ATTR = "accel_partition_report"
 MIXED_ATTR = "accel_mixed_precision"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
+# A match_cast that the partition could not drop (its value's type is less specific than the
+# target): a check of the shape at run time, which only the host does.
+MATCH_CAST_REASON = "a run-time shape check (match_cast) runs on the host"
 
 
 @dataclasses.dataclass
@@ -167,6 +171,10 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value
+            if isinstance(binding, relax.MatchCast):
+                ops.append(OpRecord(len(ops), "relax.match_cast", _shape_of(binding.var), False,
+                                    reason=MATCH_CAST_REASON))
+                continue
             if not isinstance(value, relax.Call):
                 continue
             if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
@@ -232,10 +240,29 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
     mod = end_at_first_item(relax.transform.FuseOpsByPattern(
         table, bind_constants=True, annotate_codegen=False)(mod))
-    return tvm.transform.Sequential([
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.MergeCompositeFunctions(),
-    ])(mod)
+    # The merge cannot take match_cast bindings: they go through it as host calls.
+    mod = relax.transform.CanonicalizeBindings()(hide_match_casts(mod))
+    try:
+        merged = relax.transform.MergeCompositeFunctions()(mod)
+    except Exception as error:  # TVM's InternalError / TypeError, with no word of the cause
+        raise AccelUnsupportedError(
+            f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
+        ) from error
+    return restore_match_casts(merged)
+
+
+def _symbolic_cause(main: relax.Function) -> str:
+    """Why a merge failed, when it is the one cause known: shapes computed at run time (TVM's
+    merge cannot take their symbolic dimensions)."""
+    symbolic = sorted({str(v) for v in list(relax.analysis.defined_symbolic_vars(main)) +
+                       list(relax.analysis.free_symbolic_vars(main))})
+    if not symbolic:
+        return ""
+    return (f", whose shapes are computed at run time (symbolic dimensions "
+            f"{', '.join(symbolic[:5])}): the accelerator's partition needs static shapes "
+            f"(accel_codegen.frontend.from_onnx folds an ONNX graph's shape arithmetic when "
+            f"its inputs have static shapes)")
 
 
 def layer_keys(matched: tvm.IRModule) -> List[str]:

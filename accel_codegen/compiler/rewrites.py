@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
@@ -306,4 +307,95 @@ def end_at_first_item(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(function, relax.Function) and (
                 function.attrs is None or "Composite" not in function.attrs):
             result[gv] = mutator.visit_expr(function)
+    return result
+
+
+# --- match_cast --------------------------------------------------------------------------------
+# MergeCompositeFunctions raises "TypeError: Invalid type: relax.expr.MatchCast" at any match_cast
+# binding (TVM's ONNX importer writes them for shapes it computes at run time: a Range with
+# computed bounds, a reshape to a computed shape). One whose value already has the target type
+# checks nothing and becomes a plain binding. The others are run-time shape checks, which stay
+# on the host: through the merge they are calls of a host function (the merge groups only
+# composites and leaves other calls where they are, with their dependencies) and become
+# match_casts again after it.
+HOST_MATCH_CAST = "accel_host_match_cast"
+
+
+def _rebuild(function: relax.Function, rewrite_binding) -> relax.Function:
+    """``function`` with each binding of its body replaced by ``rewrite_binding(binding)``."""
+    blocks = []
+    for block in function.body.blocks:
+        bindings = [rewrite_binding(b) for b in block.bindings]
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(bindings))
+    return relax.Function(function.params, relax.SeqExpr(blocks, function.body.body),
+                          function.ret_ty, function.is_pure, function.attrs)
+
+
+def _host_functions(mod: tvm.IRModule):
+    return [(gv, f) for gv, f in mod.functions_items() if isinstance(f, relax.Function) and
+            (f.attrs is None or ("Composite" not in f.attrs and "Codegen" not in f.attrs)) and
+            not gv.name_hint.startswith(HOST_MATCH_CAST)]
+
+
+def _checker(target: relax.Type) -> relax.Function:
+    """A function that match_casts its argument to ``target``: its calls have that type."""
+    x = relax.Var("x", relax.ObjectType())
+    checked = relax.Var("checked", target)
+    body = relax.SeqExpr([relax.BindingBlock([relax.MatchCast(checked, x, target)])], checked)
+    return relax.Function([x], body, target, is_pure=True)
+
+
+def hide_match_casts(mod: tvm.IRModule) -> tvm.IRModule:
+    """match_cast bindings of the host functions: trivial ones dropped, the rest made calls
+    that :func:`restore_match_casts` turns back (around MergeCompositeFunctions)."""
+    functions = _host_functions(mod)
+    casts = [b for _, f in functions for block in f.body.blocks for b in block.bindings
+             if isinstance(b, relax.MatchCast)]
+    if not casts:
+        return mod
+    builder = relax.BlockBuilder(tvm.IRModule(mod.functions, attrs=mod.attrs))
+    checkers = []  # (target type, GlobalVar of its checker)
+
+    def checker(target: relax.Type) -> tvm.ir.GlobalVar:
+        for known, gv in checkers:
+            if tvm_ffi.structural_equal(known, target):
+                return gv
+        checkers.append((target, builder.add_func(_checker(target),
+                                                  f"{HOST_MATCH_CAST}_{len(checkers)}")))
+        return checkers[-1][1]
+
+    def hide(binding: relax.Binding) -> relax.Binding:
+        if not isinstance(binding, relax.MatchCast):
+            return binding
+        if tvm_ffi.structural_equal(binding.value.ty, binding.ty):
+            return relax.VarBinding(binding.var, binding.value)
+        call = builder.normalize(relax.Call(checker(binding.ty), [binding.value]))
+        return relax.VarBinding(binding.var, call)
+
+    rebuilt = [(gv, _rebuild(function, hide)) for gv, function in functions]
+    result = builder.get()
+    for gv, function in rebuilt:
+        result[gv] = function
+    return result
+
+
+def restore_match_casts(mod: tvm.IRModule) -> tvm.IRModule:
+    """The match_cast bindings :func:`hide_match_casts` hid, back in place."""
+    checkers = [gv for gv in mod.get_global_vars() if gv.name_hint.startswith(HOST_MATCH_CAST)]
+    if not checkers:
+        return mod
+
+    def restore(binding: relax.Binding) -> relax.Binding:
+        value = binding.value
+        if isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call) and \
+                any(value.op.same_as(gv) for gv in checkers):
+            return relax.MatchCast(binding.var, value.args[0], binding.var.ty)
+        return binding
+
+    functions = _host_functions(mod)
+    result = tvm.IRModule({gv: f for gv, f in mod.functions_items()
+                           if not any(gv.same_as(c) for c in checkers)}, attrs=mod.attrs)
+    for gv, function in functions:
+        result[gv] = _rebuild(function, restore)
     return result
