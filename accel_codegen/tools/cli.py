@@ -368,6 +368,27 @@ def _dump_code(sources: dict, directory: Path) -> None:
          "(f0.c, ...; functions.txt: their symbols)")
 
 
+def _named_inputs(named: dict, params: List[str], path: str) -> list:
+    """An .npz's arrays in the order of the function's parameters: by the parameters' names,
+    or by position when the archive has np.savez's own names (arr_0, arr_1, ...)."""
+    positional = [f"arr_{i}" for i in range(len(named))]
+    if sorted(named) == sorted(positional) and not set(named) & set(params):
+        keys = positional
+    else:
+        keys = params
+        missing = [p for p in params if p not in named]
+        unknown = [k for k in named if k not in params]
+        if missing or unknown:
+            raise UserError(
+                f"input file '{path}' has arrays {sorted(named)}; the library's inputs are "
+                f"{params}" + (f" (missing: {missing})" if missing else "") +
+                (f" (unknown: {unknown})" if unknown else ""))
+    if len(keys) != len(params):
+        raise UserError(f"input file '{path}' has {len(keys)} arrays; the library takes "
+                        f"{len(params)} inputs: {params}")
+    return [named[k] for k in keys]
+
+
 def cmd_run(args) -> int:
     library = Path(args.library)
     if library.suffix != ".so":
@@ -382,14 +403,32 @@ def cmd_run(args) -> int:
     _check_trace_paths(args)
     import numpy as np
 
-    arrays = []
-    for path in args.input:
+    if not args.input and not args.random:
+        raise UserError("give the inputs: --input x.npy (repeated, in order), --input "
+                        "inputs.npz (named), or --random")
+    if args.input and args.random:
+        raise UserError("give --input or --random, not both")
+    inputs = args.input or []
+    if any(Path(path).suffix == ".npz" for path in inputs) and len(inputs) > 1:
+        raise UserError(f"an .npz input holds every input: give it alone, not with "
+                        f"{len(inputs) - 1} other --input")
+    arrays, named = [], None  # named: an .npz's arrays by name, ordered once the VM is loaded
+    for path in inputs:
         if not Path(path).is_file():
             raise UserError(f"input file '{path}' does not exist")
+        archive = Path(path).suffix == ".npz"
+        kind = ".npz archive" if archive else ".npy array"
         try:
-            arrays.append(np.load(path, allow_pickle=False))
+            loaded = np.load(path, allow_pickle=False)
+            if archive and hasattr(loaded, "files"):
+                with loaded:
+                    named = {key: loaded[key] for key in loaded.files}
         except (ValueError, OSError) as error:
-            raise UserError(f"input file '{path}' is not a .npy array: {error}") from None
+            raise UserError(f"input file '{path}' is not a {kind}: {error}") from None
+        if isinstance(loaded, np.ndarray) != (not archive):
+            raise UserError(f"input file '{path}' is not a {kind}")
+        if not archive:
+            arrays.append(loaded)
     import contextlib
 
     import tvm
@@ -405,6 +444,14 @@ def cmd_run(args) -> int:
         raise
     except Exception as error:  # pylint: disable=broad-except  (TVM's own error types)
         raise UserError(f"cannot load '{library}': {_first_line(error)}") from None
+    if named is not None:
+        arrays = _named_inputs(named, vm._param_names("main"), args.input[0])
+    elif args.random:
+        specs = vm.input_specs("main")
+        (arrays,) = random_inputs([np.zeros(shape, dtype) for _, shape, dtype in specs], 1,
+                                  args.seed)
+        print("inputs: N(0, 1), seed " + str(args.seed) + ": " + ", ".join(
+            f"{name} {list(shape)} {dtype}" for name, shape, dtype in specs))
     data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
     traced = args.trace is not None or args.trace_plot is not None
     profiled = args.profile or args.precision is not None or traced
@@ -719,8 +766,15 @@ def _build_commands(sub) -> None:
                        description="Load a library written by `compile` and run it on inputs "
                        "from .npy files (in-process: tvm.runtime.load_module + VirtualMachine).")
     p.add_argument("library", metavar="model.so", help="a library written by `compile`")
-    p.add_argument("-i", "--input", action="append", required=True, metavar="x.npy",
-                   help="an input array (repeat for several inputs, in order)")
+    p.add_argument("-i", "--input", action="append", metavar="x.npy",
+                   help="an input array (repeat for several inputs, in order), or one .npz "
+                   "holding every input by its name in the model (np.savez(path, x=...)) or "
+                   "in order (np.savez(path, a, b))")
+    p.add_argument("--random", action="store_true",
+                   help="instead of --input: N(0, 1) values of the shapes and dtypes the "
+                   "library's inputs have, drawn with --seed")
+    p.add_argument("--seed", type=_at_least(0), default=0,
+                   help="seed of --random (default 0)")
     p.add_argument("-o", "--output", metavar="y.npy", help="write the output (.npz: several)")
     p.add_argument("--profile", action="store_true",
                    help="print the per-layer cost table of the run")
