@@ -402,3 +402,97 @@ def restore_match_casts(mod: tvm.IRModule) -> tvm.IRModule:
     for gv, function in functions:
         result[gv] = _rebuild(function, restore)
     return result
+
+
+# --- shapes computed from constants ------------------------------------------------------------
+# TVM's ONNX importer (without accel_codegen.frontend's folding) computes a Range's bound or a
+# reshape target at run time from constants, and names the result with a match_cast that
+# defines a symbolic dimension: MergeCompositeFunctions cannot take symbolic dimensions. Each
+# such value is computed once here, on TVM's host build of the bindings it depends on, and the
+# dimension is bound to it: the shapes are static again, as the project's rule has them.
+def _bindings_of(function: relax.Function) -> list:
+    return [b for block in function.body.blocks for b in block.bindings]
+
+
+def _constant_slice(function: relax.Function, value: relax.Expr) -> Optional[list]:
+    """The bindings ``value`` depends on, in order, when none depends on a parameter."""
+    definitions = {b.var: b for b in _bindings_of(function)}
+    needed, stack = set(), list(relax.analysis.free_vars(value))
+    while stack:
+        var = stack.pop()
+        if var in needed:
+            continue
+        if var not in definitions:  # a parameter of the function: known at run time only
+            return None
+        needed.add(var)
+        stack.extend(relax.analysis.free_vars(definitions[var].value))
+    return [b for b in _bindings_of(function) if b.var in needed]
+
+
+def _evaluate(bindings: list, value: relax.Expr):
+    """``value`` after ``bindings``, computed by TVM's host build (None if it cannot be)."""
+    from .vm import virtual_machine
+
+    out = relax.Var("out", value.ty)
+    body = relax.SeqExpr([relax.DataflowBlock(bindings + [relax.VarBinding(out, value)])], out)
+    try:
+        function = relax.Function([], body, value.ty, is_pure=True)
+        return virtual_machine(tvm.compile(tvm.IRModule({"main": function}),
+                                           target="llvm"))["main"]()
+    except Exception:  # an op the host cannot build without shapes: the cast stays
+        return None
+
+
+def _static_value(binding: relax.MatchCast, result) -> Optional[tuple]:
+    """(the constant to cast, {symbolic dimension: value}) for a computed ``result``."""
+    target = binding.ty
+    if isinstance(target, relax.ShapeType) and target.values is not None:
+        dims, got = list(target.values), [int(v) for v in result]
+        constant = relax.ShapeExpr(got)
+    elif isinstance(target, relax.TensorType) and isinstance(target.shape, relax.ShapeExpr) \
+            and hasattr(result, "numpy"):
+        array = result.numpy()
+        dims, got, constant = list(target.shape.values), list(array.shape), relax.const(array)
+    else:
+        return None
+    if len(dims) != len(got):
+        return None
+    mapping = {}
+    for dim, size in zip(dims, got):
+        if isinstance(dim, tvm.tirx.Var):
+            if mapping.get(dim, size) != size:
+                return None
+            mapping[dim] = size
+        elif not isinstance(dim, tvm.tirx.IntImm) or int(dim) != size:
+            return None  # a check that fails at run time; TVM's build reports it there
+    return constant, mapping
+
+
+def static_shapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """Symbolic dimensions of ``main`` that match_cast defines from constants, bound to their
+    values (the casts then check nothing, and :func:`hide_match_casts` drops them)."""
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        return mod
+    tried = set()
+    while True:
+        main = mod["main"]
+        inputs = {v for p in main.params for v in relax.analysis.tir_vars_in_type(p.ty)}
+        for binding in _bindings_of(main):
+            dims = relax.analysis.tir_vars_in_type(binding.ty) \
+                if isinstance(binding, relax.MatchCast) else []
+            if not dims or any(d in inputs for d in dims) or binding.var.name in tried:
+                continue
+            tried.add(binding.var.name)
+            bindings = _constant_slice(main, binding.value)
+            result = None if bindings is None else _evaluate(bindings, binding.value)
+            static = None if result is None else _static_value(binding, result)
+            if static is None:
+                continue
+            constant, mapping = static
+            cast = relax.MatchCast(binding.var, constant, binding.ty)
+            mod = tvm.IRModule(mod.functions, attrs=mod.attrs)
+            mod["main"] = _rebuild(main, lambda b: cast if b.same_as(binding) else b)
+            mod = relax.transform.BindSymbolicVars(mapping, "main")(mod) if mapping else mod
+            break
+        else:
+            return mod

@@ -206,13 +206,38 @@ def test_a_converter_failure_names_the_node_and_prints_nothing(capsys):
 
 
 # --- match_cast and the merge ------------------------------------------------------------------
-def test_run_time_shapes_give_a_typed_error_not_a_merge_crash():
-    """TVM's own import of the computed Range (fold_shapes=False) has match_cast and a symbolic
-    dimension; the merge cannot take them, and the error says why."""
-    mod, params = from_onnx(range_model(), fold_shapes=False)
+def test_tvms_own_import_of_computed_shapes_partitions_and_runs():
+    """TVM's own import of the computed Range (fold_shapes=False) has match_cast bindings and a
+    symbolic dimension computed from constants: the partition computes it and binds it, and
+    the model runs as ONNX Runtime runs it."""
+    model = range_model()
+    mod, params = from_onnx(model, fold_shapes=False)
     assert any(isinstance(b, relax.MatchCast) for b in _bindings(mod["main"]))
-    with pytest.raises(AccelUnsupportedError, match=r"symbolic dimensions range_len_0"):
-        ac.partition_for_accel(mod, params)
+    assert relax.analysis.defined_symbolic_vars(mod["main"])
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert [op.primitive for op in report.offloaded if op.op == "relax.nn.conv2d"] == \
+        ["accel.conv2d_relu", "accel.conv2d"]
+    x = _RNG.standard_normal((1, 4, 6, 6)).astype("float32")
+    assert_close(build_and_run(partitioned, x), _onnxruntime(model, x), rtol=1e-4)
+
+
+def test_shapes_known_at_run_time_only_give_a_typed_error():
+    """A dimension that only an input's shape gives (a dynamic model) cannot be merged by TVM:
+    the error names it, where TVM raises an InternalError with no word of the cause."""
+    n = tvm.tirx.Var("n", "int64")
+    weight = relax.const((_RNG.standard_normal((4, 4, 3, 3)) * 0.3).astype("float32"))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 6, 6), "float32"))
+    tokens = relax.Var("tokens", relax.TensorType((n,), "float32"))
+    with builder.function("main", [x, tokens]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight, padding=1)))
+            positions = builder.emit(relax.op.arange(0, n, 1, "float32"))
+            out = builder.emit_output(relax.Tuple([y, relax.op.add(tokens, positions)]))
+        builder.emit_func_output(out)
+    with pytest.raises(AccelUnsupportedError, match=r"symbolic dimensions n\)"):
+        ac.partition_for_accel(builder.get())
 
 
 def test_a_static_match_cast_stays_on_the_host_with_its_reason():
