@@ -210,12 +210,12 @@ def _load_onnx(model_or_path: Any):
 
 
 def _unconvertible_nodes(graph, convert_map) -> list:
-    """(name, op type) of every node, subgraphs included, that TVM's importer has no converter
-    for (it checks the op types, without saying which node has them)."""
+    """(name, op type, outputs) of every node, subgraphs included, that TVM's importer has no
+    converter for (it checks the op types, without saying which node has them)."""
     found = []
     for node in graph.node:
         if node.op_type not in convert_map and node.op_type not in ("If", "Constant"):
-            found.append((node.name, node.op_type))
+            found.append((node.name, node.op_type, list(node.output)))
         for attribute in node.attribute:
             for inner in ([attribute.g] if attribute.HasField("g") else []) + \
                     list(attribute.graphs):
@@ -223,8 +223,11 @@ def _unconvertible_nodes(graph, convert_map) -> list:
     return found
 
 
-def _node_label(name: str, op_type: str) -> str:
-    return f"node '{name}' ({op_type})" if name else f"an unnamed {op_type} node"
+def _node_label(name: str, op_type: str, outputs=()) -> str:
+    if name:
+        return f"node '{name}' ({op_type})"
+    named = [o for o in outputs if o]
+    return f"an unnamed {op_type} node" + (f" (output '{named[0]}')" if named else "")
 
 
 def _failing_node(error: BaseException):
@@ -302,7 +305,8 @@ def from_onnx(
             mod = tvm_from_onnx(model, keep_params_in_input=keep_params_in_input)
     except Exception as error:  # converters raise TypeError, ValueError, TVM errors, ...
         node = _failing_node(error)
-        where = f" at {_node_label(node.name, node.op_type)}" if node is not None else ""
+        where = f" at {_node_label(node.name, node.op_type, node.output)}" if node is not None \
+            else ""
         raise AccelUnsupportedError(
             f"TVM's ONNX frontend could not import graph '{graph_name}'{where}: "
             f"{_first_line(error)}") from error

@@ -16,6 +16,8 @@ result computes the same values).
   one activation for the SDP's lookup table.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
+- A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
+  computed Range) is computed on the host build and bound: the shapes are static again.
 - Around MergeCompositeFunctions, which raises at any match_cast binding: one whose value has
   the target type already is a plain binding; the others (run-time shape checks) pass through
   the merge as calls of a checker function and are match_casts again, on the host, after it.

@@ -185,13 +185,15 @@ def test_an_op_tvm_cannot_import_names_the_node_and_op():
         from_onnx(model)
 
 
-def test_an_unknown_op_names_the_node_and_op():
+@pytest.mark.parametrize("name,words", [("norm_7", r"node 'norm_7' \(FancyNorm\)"),
+                                        ("", r"an unnamed FancyNorm node \(output 'y'\)")])
+def test_an_unknown_op_names_the_node_and_op(name, words):
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("FancyNorm", ["r"], ["y"], domain="com.example", name="norm_7")]
+             helper.make_node("FancyNorm", ["r"], ["y"], domain="com.example", name=name)]
     graph = helper.make_graph(nodes, "g", [_input("x", [1, 4])], [_output("y", [1, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.example", 1)])
-    with pytest.raises(AccelUnsupportedError, match=r"node 'norm_7' \(FancyNorm\)"):
+    with pytest.raises(AccelUnsupportedError, match=words):
         from_onnx(model)
 
 
