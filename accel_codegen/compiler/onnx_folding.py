@@ -100,6 +100,8 @@ def _evaluate(node, values: List[np.ndarray], opsets) -> Optional[List[np.ndarra
             None, feeds)
     except Exception:  # the importer will see the node as it is, and report it if it fails
         return None
+    if not all(isinstance(o, (np.ndarray, np.generic)) for o in outputs):
+        return None  # a sequence or an optional is not a tensor constant
     return [np.asarray(o) for o in outputs]
 
 

@@ -163,6 +163,20 @@ def test_folding_keeps_the_graph_equal_and_leaves_weight_arithmetic_alone():
     assert set(params) == {"w", "fc", "fc_bias", "fc_scale"}
 
 
+def test_a_sequence_is_not_made_a_tensor():
+    """SplitToSequence of a static shape: the Shape folds, the sequence stays a sequence."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("SplitToSequence", ["s"], ["parts"], name="split"),
+             helper.make_node("SequenceAt", ["parts", "one"], ["width"], name="at"),
+             helper.make_node("Cast", ["width"], ["y"], to=TensorProto.FLOAT, name="cast")]
+    model = _model(nodes, [_input("x", [2, 6])], [_output("y", [1])], [_const("one", 1)])
+    folded, count = fold_shape_arithmetic(model)
+    assert count == 1 and [n.op_type for n in folded.graph.node] == [
+        "Constant", "SplitToSequence", "SequenceAt", "Cast"]
+    x = np.zeros((2, 6), "float32")
+    np.testing.assert_array_equal(_onnxruntime(folded, x), [6.0])
+
+
 def test_a_data_dependent_shape_is_not_folded():
     """Shape of NonZero's output depends on the data: no static shape, nothing to fold."""
     nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
