@@ -11,8 +11,8 @@ from conftest import random_inputs, run_all, run_cli, run_main, sqnr
 
 CALIBRATION = 4
 # The small CNN below on these inputs (the search calibrates on 3 and holds 1 back): all-int8
-# about 47 dB, all-fp16 about 71 dB against the fp32 build (the fully connected layer adds most of int8's noise), so this target needs layers of
-# each. (On LeNet-5 the cheapest assignment above 50 dB is all-fp16: its layers are so small
+# about 47 dB, all-fp16 about 71 dB against the fp32 build (the fully connected layer adds
+# most of int8's noise), so this target needs layers of each. (On LeNet-5 the cheapest assignment above 50 dB is all-fp16: its layers are so small
 # that a converting run costs more than int8 saves.)
 TARGET_DB = 50.0
 # A conv stack that int8 runs 1.4x faster than fp16 on nv_full, and a classifier.
