@@ -18,6 +18,11 @@
 extern "C" {
 #endif
 
+/* Record a failure for accel_last_error() and return `status` (runtime/src/errors.c; the
+ * kernels' public entry points, such as accel_lut_info, report bad arguments with it). */
+accel_status accel_fail(accel_status status, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* A convolution's resolved geometry. */
 typedef struct conv_geometry {
   int32_t n, c, h, w;                 /* input */

@@ -43,13 +43,13 @@ layers, precisions = json.loads(sys.argv[1]), sys.argv[2].split(",")
 dev = Device(num_threads=2)
 out = {}
 for i, (n, c, h, w, k, kh, s, p, g) in enumerate(layers):
-    rng = np.random.default_rng(zlib.crc32(json.dumps(layers[i]).encode()))
     layout = "nchw"
     if isinstance(kh, list):  # [kernel, layout]
         kh, layout = kh
     for prec in precisions:
         if layout == "c16" and prec == "int8":
             continue
+        rng = np.random.default_rng(zlib.crc32(json.dumps([layers[i], prec]).encode()))
         shape = (n, c, h, w)
         if prec == "int8":
             x = rng.integers(-128, 128, shape).astype(np.int8)
@@ -99,7 +99,7 @@ def _run_child(layers_json, precisions, env):
 def _reference(layer, precision):
     """What the child computes for `layer`, by the NumPy reference."""
     n, c, h, w, k, kh, s, p, g = layer
-    rng = np.random.default_rng(zlib.crc32(json.dumps(layer).encode()))
+    rng = np.random.default_rng(zlib.crc32(json.dumps([list(layer), precision]).encode()))
     if precision == "int8":
         x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
         wt = rng.integers(-128, 128, (k, c // g, kh, kh)).astype(np.int8)
