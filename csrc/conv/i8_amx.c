@@ -1,5 +1,22 @@
 /* conv/i8_amx.c - INT8 CONV on AMX tiles: the probe (conv_i8_amx) and the implicit GEMM on
- * tiles (impl "amx"). */
+ * tiles (impl "amx").
+ *
+ * AMX (builds for AMX-TILE and AMX-INT8, where CPUID, the OS and Linux's
+ * ARCH_REQ_XCOMP_PERM grant the tiles; checked once; accel_int8_amx / ACCEL_INT8_AMX=0
+ * switch it off): the implicit GEMM on tiles, for every layer the implicit, small-grid and
+ * flat 1x1 paths would take that has >= 4 blocks of 4 input channels and >= 16 depth steps
+ * (conv_amx). TDPBSUD multiplies s8 weights (A: 16 channels x 16 depth steps x 4 bytes) by
+ * the copy as it lies (B: 16 consecutive 4-channel blocks at one tap are rows a constant
+ * stride apart, 16 positions 64 contiguous bytes); depth tile = (chunk of up to 16 blocks,
+ * tap), the last chunk starting early with zero weights on the blocks already covered, so
+ * nothing past the copy is read. 32 channels x 32 positions per micro-tile (4 C, 2 A, 2 B
+ * tiles), from the offset correction, stored to a [32][256] tile the implicit GEMM's
+ * epilogue converts; without dropped columns and with converters in lanes, from zero, the
+ * codes of every 64 positions made straight after their micro-tiles, adding the
+ * correction. A 1x1 layer's single depth tile keeps its A tiles over a unit. ResNet's 3x3
+ * layers run at ~2.5x the VNNI kernel's speed (figures: docs/whole_network_time.md).
+ * Packed weights hold both layouts where AMX is available.
+ */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* syscall (the AMX permission) */
 #endif

@@ -1,5 +1,9 @@
 /* conv/i8_dw_vnni.c - INT8 depthwise CONV through an int16 copy of the plane
- * (impl "dw_vnni"). */
+ * (impl "dw_vnni").
+ *
+ * depthwise otherwise (no VBMI, or taps too wide for one 64-byte load): direct, an int16
+ * copy of the plane and vpdpwssd on pairs of taps.
+ */
 #include "conv/i8.h"
 
 #ifdef CONV_I8_VNNI

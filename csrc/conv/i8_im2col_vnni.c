@@ -1,5 +1,13 @@
 /* conv/i8_im2col_vnni.c - INT8 CONV by explicit columns, and matrix-vector products
- * (impl "im2col_vnni"). */
+ * (impl "im2col_vnni").
+ *
+ * im2col: explicit columns over (image, position) for batched fully connected layers (one
+ * position per image) and grids mostly made of dropped columns. Outputs of one position per
+ * image get the SDP along the channels (sdp_i8_channels, the same arithmetic).
+ * matrix-vector, at most 8 columns in all (a fully connected layer on one image): one 64-byte
+ * weight load holds two depth steps of 8 channels, one vpdpbusd per load and column, every
+ * lane useful.
+ */
 #include "conv/i8.h"
 
 #ifdef CONV_I8_VNNI

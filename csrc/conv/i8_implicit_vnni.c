@@ -1,5 +1,17 @@
 /* conv/i8_implicit_vnni.c - INT8 CONV by implicit GEMM on the padded, stride-phase-split copy
- * (impl "implicit_vnni"). */
+ * (impl "implicit_vnni").
+ *
+ * implicit GEMM (C/groups >= 2): vpdpbusd multiplies u8 by s8, so the input is copied once
+ * per image with its sign bit flipped (u = in + 128; padding byte in_zero + 128), padded,
+ * split into stride phases and 4 channels interleaved per position; depth step (c/4, r, s)
+ * is that copy at a constant offset, over a grid of out_h rows of out_w + (largest column
+ * shift) positions whose extra columns are computed and dropped. acc = sum(u * w) -
+ * (128 + in_zero) * sum(w), modulo 2^32 (exact: the true sum fits int32), with the weight
+ * sums kept beside the packed weights and the correction as the micro-kernel's initial
+ * accumulator. Micro-kernel 8 channels x 48 positions, 24 zmm accumulators; tiles of up to
+ * 8 panels, split between the threads so that the busiest has the fewest panels. Grouped
+ * convolutions are one GEMM per group.
+ */
 #include "conv/i8.h"
 
 #ifdef CONV_I8_VNNI

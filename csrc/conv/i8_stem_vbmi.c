@@ -1,5 +1,10 @@
 /* conv/i8_stem_vbmi.c - INT8 CONV of few input channels (an RGB stem), AVX-512 VBMI builds
- * (impl "stem_vbmi"). */
+ * (impl "stem_vbmi").
+ *
+ * few input channels (C <= 3, an RGB stem), AVX-512 VBMI builds: a kernel row's C * kw
+ * taps packed densely into 4-byte words (ResNet's 7x7 stem: 6 words a row, not 7 words of 3
+ * useful bytes), the grid the output itself (conv_stem).
+ */
 #include "conv/i8.h"
 
 #ifdef CONV_I8_VNNI
