@@ -1,5 +1,11 @@
 /* conv/f32_dw_rows_avx512.c - FP32 depthwise 3x3 and 5x5 CONV by output rows, no copy
- * (impl "dw_rows_avx512"). */
+ * (impl "dw_rows_avx512").
+ *
+ * - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
+ * (blocks of 4 rows share each input row's loads and shifts; 8 when a row is one vector,
+ * where measured: two FMA units want 8 chains); other kernels as a 1-D correlation over
+ * the same padded phase copy. Both sum the taps in the same order.
+ */
 #include "conv/f32.h"
 
 #ifdef __AVX512F__

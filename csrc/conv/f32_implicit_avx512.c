@@ -1,5 +1,18 @@
 /* conv/f32_implicit_avx512.c - FP32 CONV by implicit GEMM (impl "implicit_avx512"): the
- * 8-channel x 48-position micro-kernel reads the padded, stride-phase-split copy in place. */
+ * 8-channel x 48-position micro-kernel reads the padded, stride-phase-split copy in place.
+ *
+ * - implicit GEMM: the input is copied once per call, zero-padded and split into its stride
+ * phases (a 1x1 kernel's one phase only: a 1x1/2 downsample copies a quarter), so that
+ * every depth row (c, r, s) of the im2col matrix is that copy at a constant offset; the
+ * kernel reads it in place over a grid of out_h rows of wq >= out_w columns and stores each
+ * vector's outputs past the few garbage columns. Used where the garbage is
+ * < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2); with
+ * stride-2 phases only up to 1024 deep (512 where the packed panels stay in L1, below).
+ * Where the packed panels stay in L1 (measured on Sapphire Rapids), a tile's first block of
+ * channels reading the input in place fetches each next panel's rows (the input comes from
+ * L3 or memory), and a panel 96-170 deep of a tile with >= 16 channel blocks is copied into
+ * a contiguous buffer that stays in L1 while the blocks pass over it (the same sums).
+ */
 #include "conv/f32.h"
 
 #ifdef __AVX512F__

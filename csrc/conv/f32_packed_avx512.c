@@ -1,6 +1,22 @@
 /* conv/f32_packed_avx512.c - FP32 CONV on packed panels (impl "packed_avx512"): im2col per
  * tile into 48-wide panels, a 4-channel micro-kernel with the 32-deep blocks' running totals
- * in registers, an image's last < 16 positions as dot products along the depth. */
+ * in registers, an image's last < 16 positions as dot products along the depth.
+ *
+ * - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), weights
+ * read in place and the next block's prefetched. The depth is blocked by a multiple of 32
+ * (so the 32-deep sums start at the same depths whatever the block, and the bits do not
+ * depend on it): by up to 512, channel blocks outermost, so the kernel's weight rows stay in
+ * L1 (measured on Zen 4, 32 KB L1d); where a 48 x 128 panel fits in half the L1d (sysconf:
+ * 48 KB on Sapphire Rapids) by up to 128, panels outermost, each panel staying in L1 while
+ * the channels pass over it in passes of 128 KB of weights, and threads split a layer's
+ * channels rather than its image when it has more channels than positions. A tile of one
+ * panel (a 7x7 image) up to 2048 deep with >= 4 MB of weights packs every block first and
+ * runs them inside passes of 16 channels: it reads each weight once, each row front to back
+ * (4 KB pages, few TLB misses). Without panels (<= 8 positions an image) the whole depth in
+ * one block.
+ * An image's last < 16 positions are dot products along the depth instead of a mostly
+ * empty vector.
+ */
 #include "conv/f32.h"
 
 #ifdef __AVX512F__
