@@ -41,7 +41,7 @@ enum {
   AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
   AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
 };
-_Static_assert((int)WS_BOFF < (int)WORKSPACE_SLOTS, "conv_i8.c's shared workspace slots");
+_Static_assert((int)WS_BOFF < (int)WORKSPACE_SLOTS, "conv/i8.h's shared workspace slots");
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
 
