@@ -118,7 +118,7 @@ def histogram_counts(magnitudes: np.ndarray, top: float) -> np.ndarray:
     in place, one conversion, one bincount)."""
     flat = magnitudes.reshape(-1)
     factor = HISTOGRAM_BINS / top
-    if factor <= np.finfo(flat.dtype).max:
+    if factor <= float(np.finfo(flat.dtype).max):
         np.multiply(flat, flat.dtype.type(factor), out=flat)
     else:  # a range of float32 denormals (a layer of denormal weights): bins 2^11 / 1e-42
         flat = flat.astype(np.float64) * (HISTOGRAM_BINS / top)

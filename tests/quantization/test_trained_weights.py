@@ -16,6 +16,7 @@ from accel_codegen import reference as ref
 from accel_codegen.compiler.codegen import int8
 from accel_codegen.quantization import (TensorQuant, covering_quant, quantize_weights,
                                         round_half_away)
+from accel_codegen.quantization.calibration import histogram_counts
 from accel_codegen.quantization.encoding import WEIGHT_SCALE_FLOOR
 from accel_codegen.quantization.gptq import Hessian, gptq_codes
 from accel_codegen.quantization.lut import layer_lut
@@ -109,7 +110,8 @@ class TrainedLayers(torch.nn.Module):
     5 a channel whose weights are all equal, 6 a dense layer with dead rows and ReLU (on its
     own input),
     7 ReLU6 on a tensor that is never negative (4 x a max pool of a ReLU) before a conv,
-    8 a conv on an input of 1e-20 (an input scale of ~1e-22)."""
+    8 a conv on an input of 1e-20 (an input scale of ~1e-22), 9 a conv of float32 denormal
+    weights without bias (its output a tensor of denormals), ReLU, then a conv."""
 
     def __init__(self):
         super().__init__()
@@ -134,6 +136,10 @@ class TrainedLayers(torch.nn.Module):
         self.pooled = torch.nn.Conv2d(6, 4, 3, padding=1)
         self.after_relu6 = torch.nn.Conv2d(4, 4, 1)
         self.tiny = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.denormal = torch.nn.Conv2d(6, 4, 1, bias=False)
+        with torch.no_grad():
+            self.denormal.weight.mul_(1e-42 / self.denormal.weight.abs().max())
+        self.after_denormal = torch.nn.Conv2d(4, 4, 1)
 
     def relu6_input(self, x):
         return 4.0 * torch.nn.functional.max_pool2d(torch.relu(self.pooled(x)), 2)
@@ -143,7 +149,7 @@ class TrainedLayers(torch.nn.Module):
         return (c[0](x), torch.relu(c[1](x)), torch.nn.functional.relu6(c[2](x)), c[3](x),
                 c[4](x), c[5](x), torch.relu(self.fc(flat)),
                 self.after_relu6(torch.nn.functional.relu6(self.relu6_input(x))),
-                self.tiny(tiny))
+                self.tiny(tiny), self.after_denormal(torch.relu(self.denormal(x))))
 
 
 def test_trained_layers_in_int8():
@@ -182,6 +188,8 @@ def test_trained_layers_in_int8():
                    _layer_error(w2, pooled) + carried)
     _assert_within(got[8], expected[8], 1.0, "tiny input scale",
                    _layer_error(model.tiny.weight.detach().numpy(), [t for _, t, _ in inputs]))
+    # conv2 reads ~0 (denormals): its output is its bias, whatever the denormals' codes
+    _assert_within(got[9], expected[9], 1.0, "after a layer of denormals")
 
 
 #: A clip and LUT activations (test_lut_tables_on_constant_and_zero_range_inputs has every
@@ -275,6 +283,14 @@ def test_gptq_keeps_negligible_channels_at_zero():
     codes, scales = gptq_codes(w, hessian)
     assert np.array_equal(scales, quantize_weights(w)[1])
     assert not codes[1].any() and not codes[3].any() and codes[0].any()
+
+
+def test_histogram_of_denormals():
+    """The calibration's histogram of a tensor of float32 denormals (its bin factor is beyond
+    float32)."""
+    x = np.array([0.0, 5e-43, 1e-42, -1e-42], np.float32)
+    counts = histogram_counts(np.abs(x), 1e-42)
+    assert counts.sum() == 4 and counts[0] == 1 and counts[-1] == 2
 
 
 def _converted(conv, v):
