@@ -22,7 +22,7 @@ from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
 from ..quantization.gptq import ROUNDINGS, HessianObserver
-from . import codegen, equalization, frontend
+from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
