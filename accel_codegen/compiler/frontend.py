@@ -34,6 +34,7 @@ from tvm import relax
 
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 from .onnx_folding import fold_shape_arithmetic
+from .qdq import QDQ_ATTR, has_qdq, strip_qdq
 from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 
@@ -245,6 +246,7 @@ def _failing_node(error: BaseException):
 
 def from_onnx(
     model_or_path: Any, *, keep_params_in_input: bool = False, fold_shapes: bool = True,
+    qdq: bool = True,
 ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model with TVM's ONNX frontend.
 
@@ -267,6 +269,12 @@ def from_onnx(
         Initializers that only folded shape arithmetic read are not among them.
     fold_shapes : bool
         False: give the graph to TVM as it is, shape arithmetic included.
+    qdq : bool
+        A model with QuantizeLinear / DequantizeLinear pairs (QDQ format, e.g. ONNX
+        Runtime's ``quantize_static``) keeps its own scales: the pairs are taken out
+        (:func:`accel_codegen.compiler.qdq.strip_qdq`) and the module carries the scales,
+        which an int8 :func:`~accel_codegen.partition_for_accel` without calibration uses.
+        False: TVM imports the pairs as float ops (which then stay on the host).
 
     Returns
     -------
@@ -295,6 +303,9 @@ def from_onnx(
         raise AccelUnsupportedError(
             f"TVM's ONNX frontend cannot import graph '{graph_name}': it has no converter for "
             f"{listed}{more}")
+    annotations = None
+    if qdq and has_qdq(model):
+        model, annotations = strip_qdq(model)
     if fold_shapes:
         model = fold_shape_arithmetic(model)[0]
     # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;
@@ -313,6 +324,8 @@ def from_onnx(
     if printed.getvalue():
         sys.stdout.write(printed.getvalue())
     mod = clip_from_bounds(cleanup(mod))
+    if annotations is not None:
+        mod = mod.with_attr(QDQ_ATTR, annotations.to_json())
     return _split_params(mod) if keep_params_in_input else (mod, {})
 
 
