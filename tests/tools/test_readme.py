@@ -98,20 +98,22 @@ def test_the_readme_has_only_blocks_this_test_runs():
 
 def test_setup_commands_not_run_are_in_the_readme_and_in_effect():
     """Every SETUP entry is a part of a README command (the list cannot go stale), and what it
-    does is done: the pinned torch, and accel_codegen from this checkout."""
+    does is done: the pinned torch, this checkout's version of the package, and every pinned
+    requirement of its [test] extra at its pin."""
+    import importlib.metadata
+    import tomllib
+
     parts = [part.strip() for _, language, text in BLOCKS if language == "sh"
              for command in _commands(text) for part in command.split("&&")]
     for command in SETUP:
         assert command in parts, f"SETUP lists {command!r}, which the README does not run"
-    import torch
-
-    import accel_codegen
-
     pinned = re.search(r"torch==(\S+)", " ".join(SETUP))[1]
-    assert torch.__version__.split("+")[0] == pinned
-    installed = Path(accel_codegen.__file__).resolve()
-    assert installed.is_relative_to(ROOT) or \
-        (installed.parent.parent / "accel_codegen").is_dir(), installed
+    assert importlib.metadata.version("torch").split("+")[0] == pinned
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert importlib.metadata.version(project["name"]) == project["version"]
+    for requirement in project["optional-dependencies"]["test"]:
+        name, _, version = requirement.partition("==")
+        assert importlib.metadata.version(name).split("+")[0] == version, requirement
 
 
 def test_the_readme_loads_a_library_by_a_bare_name():
