@@ -324,9 +324,10 @@ def from_onnx(
     if printed.getvalue():
         sys.stdout.write(printed.getvalue())
     mod = clip_from_bounds(cleanup(mod))
-    if annotations is not None:
+    mod, params = _split_params(mod) if keep_params_in_input else (mod, {})
+    if annotations is not None:  # after detaching the params, which drops module attributes
         mod = mod.with_attr(QDQ_ATTR, annotations.to_json())
-    return _split_params(mod) if keep_params_in_input else (mod, {})
+    return mod, params
 
 
 def _param_type(param: relax.Var) -> tuple[list[int | None] | None, str | None]:

@@ -130,6 +130,9 @@ def test_calibration_takes_the_models_scales(tmp_path):
     assert match.calibration.tensors[("f0.0", -1)].zero == zero - 128
     with pytest.raises(AccelInvalidError, match="equalize"):
         partition_for_accel(mod, precision="int8", equalize=True)
+    # the weights as parameters: the scales still travel with the module
+    detached, params = from_onnx(path, keep_params_in_input=True)
+    assert params and qdq.annotations_of(detached) == qdq.annotations_of(mod)
 
 
 def test_global_average_pool_keeps_its_input_scale(tmp_path):
