@@ -1,5 +1,6 @@
-"""Command-line options that change what is computed: `sweep --no-winograd` keeps every
-convolution direct (it was accepted and ignored)."""
+"""Command-line options of issue 30: `sweep --no-winograd` keeps every convolution direct (it
+was accepted and ignored), `--version`, `compile --dump-code DIR`, and `run` taking one .npz
+(inputs by name or in order) or `--random` inputs."""
 import json
 import textwrap
 
