@@ -22,8 +22,9 @@ MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
 JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
 int8; partition, compile and accuracy also take mixed (int8 or fp16 per layer, the assignment
-that reaches ``--target-sqnr DB`` of output SQNR against fp32 on the calibration inputs in the
-fewest cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
+that reaches ``--target-sqnr DB`` of output SQNR against fp32 at every output, on the
+calibration inputs and on the quarter of them held back from calibration, in the fewest
+cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
 ``--calibration N`` random N(0, 1) inputs of the model's input shapes, default 32, drawn with
 ``--seed``, default 1234; ``--calibration-method`` mse, percentile, max or entropy);
 ``accuracy`` evaluates on inputs drawn with seed + 1, never the calibration ones; for int8 it
@@ -172,8 +173,8 @@ def _calibration(args, model) -> dict:
     keywords = {"calibration": random_inputs(model, count, args.seed),
                 "calibration_method": method}
     if args.precision == "mixed":
-        _say(f"mixed precision: searching for {args.target_sqnr:g} dB output SQNR on the "
-             f"calibration inputs (a build per layer)")
+        _say(f"mixed precision: searching for {args.target_sqnr:g} dB SQNR at every output on "
+             f"the calibration inputs and those held back from it (a build per layer)")
         keywords["target_sqnr_db"] = args.target_sqnr
     else:
         keywords.update(equalize=not args.no_equalize,
@@ -723,8 +724,9 @@ def _decibels(text: str) -> float:
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-sqnr", type=_decibels, metavar="DB",
-                   help="--precision mixed: the output SQNR against fp32 (dB, on the "
-                   "calibration inputs) that the int8/fp16 assignment must reach, e.g. 40")
+                   help="--precision mixed: the SQNR against fp32 (dB, at every output, on "
+                   "the calibration inputs and the quarter of them held back from "
+                   "calibration) that the int8/fp16 assignment must reach, e.g. 40")
 
 
 def _output_args(p: argparse.ArgumentParser, what: str, plot: bool = False) -> None:
@@ -806,8 +808,13 @@ def _build_commands(sub) -> None:
     p.set_defaults(func=cmd_accuracy)
 
 
+def cmd_nvdla_trace(args) -> int:
+    from ..sim.nvdla import main as play_trace
+    return play_trace(args.cfg)
+
+
 def _analysis_commands(sub) -> None:
-    """estimate, bench, sweep."""
+    """estimate, bench, sweep, nvdla-trace."""
     p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
                        description="Cost a model on a configuration without running kernels.")
     _model_args(p)
@@ -868,6 +875,17 @@ def _analysis_commands(sub) -> None:
     _precision_args(p, calibrated=False)
     _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("nvdla-trace", help="play one of NVDLA's trace tests (.cfg) on the "
+                       "simulator: the CRC of each check_crc region and the estimated cycles",
+                       description="Play one of NVDLA's register-level trace tests (its .cfg, "
+                       "with its .dat files beside it) with NVDLA's nv_small register map and "
+                       "int8 arithmetic, and print one JSON line: crc (the CRC-32 of each "
+                       "check_crc region, in order), cycles (the cost model's estimate under "
+                       "the testbench's memory), golden (the trace's CRCs), match. Exit status "
+                       "1 when a CRC differs from the trace's.")
+    p.add_argument("cfg", metavar="CFG", help="the trace test's .cfg file")
+    p.set_defaults(func=cmd_nvdla_trace)
 
 
 def version_text() -> str:
