@@ -14,6 +14,12 @@ result computes the same values).
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
+- Exact rewrites onto what the engines run (``EXACT_REWRITES``, applied after the above): a
+  stride-1 'same' max pool wider than the PDP's window becomes a cascade of 5x5 ones (their
+  identical stages computed once: SPP becomes SPPF); the s x s phases of x concatenated on
+  channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
+  flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
+  constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -724,8 +730,7 @@ def _fold_permute(expr: relax.Expr, matches) -> relax.Expr:
     axes = list(range(len(shape)))[::-1] if permuted.attrs.axes is None \
         else [a % len(shape) for a in _int_list(permuted.attrs.axes)]
     size = int(np.prod(shape[1:]))
-    if axes[0] != 0 or flat_shape != [shape[0], size] or len(w_shape) != 2 or \
-            expr.attrs.out_dtype not in (None, "") and str(expr.attrs.out_dtype) != x.ty.dtype:
+    if axes[0] != 0 or flat_shape != [shape[0], size] or len(w_shape) != 2:
         return expr
     transposed = _DENSE_WEIGHT_T in matches and matches[_DENSE_WEIGHT_T] is not None
     if transposed:  # matmul(y, permute_dims(W)), W [K, size]

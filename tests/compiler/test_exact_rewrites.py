@@ -160,15 +160,17 @@ def test_a_bias_reshape_read_by_two_convs_joins_both():
 # --- c - x --------------------------------------------------------------------------------------------
 
 class ConstantMinus(torch.nn.Module):
-    """Box decoding's c - x: a scalar from the input itself, a per-channel one after a conv."""
+    """Box decoding's c - x: a scalar and a grid of offsets minus the input itself, a
+    per-channel constant minus a conv's output."""
 
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
         self.register_buffer("c", torch.tensor([0.5, -1.25, 3.0]).view(1, 3, 1, 1))
+        self.register_buffer("grid", torch.randn(1, 3, 6, 6))
 
     def forward(self, x):
-        return torch.cat([2.5 - x, self.c - self.conv(x)], 1)
+        return torch.cat([2.5 - x, self.grid - x, self.c - self.conv(x)], 1)
 
 
 def test_a_constant_minus_a_tensor_runs_on_the_sdp():
@@ -179,7 +181,7 @@ def test_a_constant_minus_a_tensor_runs_on_the_sdp():
     _whole(report)
     assert "relax.subtract" not in [op.op for op in report.ops], str(report)
     out, expected = build_and_run(partitioned, x), torch_forward(model, x)
-    assert_same(out[:, :3], expected[:, :3])  # -x + c rounds as c - x does
+    assert_same(out[:, :6], expected[:, :6])  # -x + c rounds as c - x does
     assert_close(out, expected)
 
 
