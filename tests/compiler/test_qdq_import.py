@@ -49,6 +49,24 @@ class Net(nn.Module):
         return self.fc(z)
 
 
+class Branches(nn.Module):
+    """MobileNet-style parts: ReLU6 (ONNX Clip), a depthwise conv, a concat of two branches,
+    an average pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.dw, self.b2 = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8)
+        self.pw, self.c2 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 3, padding=1)
+        self.pool, self.c3, self.fc = nn.AvgPool2d(2), nn.Conv2d(16, 4, 8), nn.Linear(4, 10)
+
+    def forward(self, x):
+        y = nn.functional.relu6(self.b1(self.c1(x)))
+        a = self.pw(nn.functional.relu6(self.b2(self.dw(y))))
+        z = self.pool(torch.cat([a, torch.relu(self.c2(y))], 1))
+        return self.fc(self.c3(z).flatten(1))
+
+
 class Reader(CalibrationDataReader):
     def __init__(self):
         self.examples = iter({"x": np.random.default_rng(i).standard_normal(SHAPE)
@@ -62,7 +80,7 @@ def quantized(tmp_path, head: str, activations, per_channel: bool):
     """An ONNX Runtime QDQ model, made as its documentation says (pre-processing first)."""
     torch.manual_seed(0)
     with torch.no_grad():
-        model = Net(head)
+        model = Branches() if head == "branches" else Net(head)
     export_onnx(model, (torch.randn(SHAPE),), tmp_path / "f.onnx")
     quant_pre_process(str(tmp_path / "f.onnx"), str(tmp_path / "p.onnx"))
     quantize_static(str(tmp_path / "p.onnx"), str(tmp_path / "q.onnx"), Reader(),
@@ -106,6 +124,15 @@ def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations
     calibration = calibration_of(partitioned)
     assert calibration.method == qdq.QDQ_METHOD and not calibration.bias_correction
     assert not calibration.equalized
+
+
+def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):
+    path = quantized(tmp_path, "branches", QuantType.QUInt8, True)
+    differences, partitioned = code_differences(path, inputs=12)
+    text = str(partition_report(partitioned)).splitlines()[0]
+    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
+        text.split(" of ")[1].split()[0], text
+    assert differences.max() <= 1, np.bincount(differences.astype(int))
 
 
 def test_calibration_takes_the_models_scales(tmp_path):
