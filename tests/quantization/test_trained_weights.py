@@ -29,7 +29,7 @@ from conftest import assert_same, sqnr
 
 #: Calibration inputs per model, also the evaluation inputs (so the calibrated ranges cover
 #: every evaluated value and the bound below is int8's own error, not a clipping's).
-EXAMPLES = 3
+EXAMPLES = 2
 
 
 def _int8_outputs(model, inputs):
