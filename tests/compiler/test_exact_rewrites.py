@@ -103,6 +103,19 @@ def test_space_to_depth_is_a_one_hot_convolution(model, shape):
     assert_same(build_and_run(partitioned, x), torch_forward(model, x))
 
 
+def test_space_to_depth_in_int8_copies_the_input_codes():
+    """The one-hot weights quantise exactly (1 = code 127 at scale 1/127), and the output holds
+    the input's values, so calibration gives it the input's scale: the int8 conv copies each
+    code, and the output is the input quantised once, as the slices would give it."""
+    x = _input((1, 3, 8, 8), 6)
+    partitioned, report = _partition(Focus(), x, precision="int8", calibration=[(x,)])
+    _whole(report)
+    quants = list(ac.calibration_of(partitioned).tensors.values())
+    assert len({(q.scale, q.zero) for q in quants}) == 1, quants  # input and output alike
+    expected = quants[0].dequantize(quants[0].quantize(torch_forward(Focus(), x)))
+    assert_same(build_and_run(partitioned, x), expected.astype(np.float32))
+
+
 # --- a permute before a dense layer's flatten -------------------------------------------------------
 
 class NhwcHead(torch.nn.Module):
