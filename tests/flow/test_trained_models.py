@@ -93,9 +93,9 @@ _OP_TABLE = {
     "ppocrv4_det": "issue 33 item 5: nearest upsampling (relax.image.resize2d) and "
                    "conv2d_transpose stay on the host, splitting the FPN and DB head into 6 "
                    "external functions",
-    "ddddocr_det": "issue 33 item 5: Focus slices (strides 2 along H and W), nearest "
-                   "upsampling, SPP max pools 9 and 13, the head's 3-D concat and permute stay "
-                   "on the host: 4 external functions",
+    "ddddocr_det": "issue 33 item 5: nearest upsampling (relax.image.resize2d), the head's "
+                   "3-D concat, its reshapes and permute stay on the host: 3 external "
+                   "functions",
 }
 
 
