@@ -133,6 +133,24 @@ def _dequantized(node, q: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarr
     return (centred.astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
 
 
+def _quantized(node, value: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray]):
+    """QuantizeLinear of a constant as ONNX defines it: round half to even, saturate."""
+    dtype = np.dtype(np.uint8) if zero is None else zero.dtype
+    if dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise AccelUnsupportedError(f"{_node_name(node)} quantises a constant to {dtype}: "
+                                    "int8 or uint8 only")
+    if scale.size > 1 or (zero is not None and zero.size > 1):
+        axis = _attribute(node, "axis", 1) % value.ndim
+        shape = [1] * value.ndim
+        shape[axis] = -1
+        scale = scale.reshape(shape)
+        zero = None if zero is None else zero.reshape(shape)
+    info = np.iinfo(dtype)
+    codes = np.rint(value.astype(np.float32) / scale.astype(np.float32)) + \
+        (0 if zero is None else zero.astype(np.int64))
+    return np.clip(codes, info.min, info.max).astype(dtype)
+
+
 def strip_qdq(model):
     """The float graph of a QDQ model and what its pairs said (see the module's docstring).
 
@@ -184,6 +202,12 @@ def strip_qdq(model):
             if weights_of:
                 annotations.weights[node.output[0]] = "per-channel" if scale.size > 1 \
                     else "per-tensor"
+        elif node.op_type == "QuantizeLinear" and node.input[0] in constants:
+            # a float weight fake-quantised in the graph (QAT exports): its codes are a
+            # constant that the DequantizeLinear reading it turns back into scale * q
+            scale, zero = parameters(node)
+            constants[node.output[0]] = _quantized(node, constants[node.input[0]], scale, zero)
+            replaced[id(node)] = None
         elif node.op_type == "QuantizeLinear":
             scale, zero = parameters(node)
             if scale.size != 1 or (zero is not None and zero.size != 1):
@@ -252,7 +276,8 @@ def strip_qdq(model):
         else:
             nodes.append(node)
     del graph.node[:]
-    graph.node.extend(_needed_clamps(nodes, {id(n) for n in replaced.values() if n}))
+    graph.node.extend(_needed_clamps(nodes, {id(n) for n in replaced.values() if n},
+                                     {**constants, **new_constants}))
     used = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
     kept = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
@@ -273,7 +298,7 @@ _KEEPS_SIGN = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "
                "SpaceToDepth")
 
 
-def _needed_clamps(nodes, added) -> list:
+def _needed_clamps(nodes, added, constants) -> list:
     """The Relus that stand for a quantisation's lower bound (``added``), as Identity where
     the tensor is already non-negative: a max pool's output quantised like its ReLU input
     would otherwise become a ReLU layer of its own."""
@@ -287,7 +312,9 @@ def _needed_clamps(nodes, added) -> list:
         if id(node) in added and node.op_type == "Relu" and node.input[0] in non_negative:
             node = onnx.helper.make_node("Identity", list(node.input), list(node.output),
                                          name=node.name)
-        if node.op_type == "Relu" or (
+        low = constants.get(node.input[1]) if node.op_type == "Clip" and \
+            len(node.input) > 1 and node.input[1] else None
+        if node.op_type in ("Relu", "Sigmoid") or (low is not None and float(low) >= 0) or (
                 (node.op_type in _KEEPS_SIGN or node.op_type == "Concat") and data and
                 all(i in non_negative for i in data)):
             non_negative.update(o for o in node.output if o)

@@ -171,9 +171,42 @@ def test_global_average_pool_keeps_its_input_scale(tmp_path):
     assert (differences == 0).mean() > 0.5
 
 
-def _graph(nodes, initializers):
+def test_fake_quantised_weights_of_a_qat_export():
+    """A QAT-style export: float weights through QuantizeLinear -> DequantizeLinear in the
+    graph (per output channel), symmetric int8 activations."""
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 2, 3, 3)).astype(np.float32) * 0.3
+    w_scale = (np.abs(weight).reshape(6, -1).max(axis=1) / 127).astype(np.float32)
+    values = {"w": weight, "ws": w_scale, "wz": np.zeros(6, np.int8),
+              "xs": np.float32(4 / 127), "z": np.int8(0), "ys": np.float32(0.05),
+              "yz": np.int8(-128), "b": rng.standard_normal(6).astype(np.float32) * 0.1}
+    nodes = [
+        onnx.helper.make_node("QuantizeLinear", ["x", "xs", "z"], ["xq"]),
+        onnx.helper.make_node("DequantizeLinear", ["xq", "xs", "z"], ["xd"]),
+        onnx.helper.make_node("QuantizeLinear", ["w", "ws", "wz"], ["wq"], axis=0),
+        onnx.helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+        onnx.helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c"], ["r"]),
+        onnx.helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["rq"]),
+        onnx.helper.make_node("DequantizeLinear", ["rq", "ys", "yz"], ["y"])]
+    model = _graph(nodes, values, (1, 6, 4, 4))
+    mod, _ = from_onnx(model)
+    partitioned = partition_for_accel(mod, precision="int8")
+    report = str(partition_report(partitioned))
+    assert "accel.conv2d_bias_relu" in report and "host" not in report.split("\n", 2)[2]
+    vm = virtual_machine(tvm.compile(partitioned, target="llvm"))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((1, 2, 4, 4)).astype(np.float32)
+        ours = vm["main"](tvm.runtime.tensor(x)).numpy()
+        reference = session.run(None, {"x": x})[0]
+        assert np.abs(np.round(ours / 0.05) - np.round(reference / 0.05)).max() <= 1
+
+
+def _graph(nodes, initializers, out_shape=(1, 2, 4, 4)):
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 4, 4])
-    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, list(out_shape))
     graph = onnx.helper.make_graph(nodes, "g", [x], [y], [
         onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()])
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
