@@ -246,7 +246,7 @@ def _failing_node(error: BaseException):
 
 def from_onnx(
     model_or_path: Any, *, keep_params_in_input: bool = False, fold_shapes: bool = True,
-    qdq: bool = True,
+    qdq: bool | None = None,
 ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model with TVM's ONNX frontend.
 
@@ -269,12 +269,15 @@ def from_onnx(
         Initializers that only folded shape arithmetic read are not among them.
     fold_shapes : bool
         False: give the graph to TVM as it is, shape arithmetic included.
-    qdq : bool
+    qdq : bool, optional
         A model with QuantizeLinear / DequantizeLinear pairs (QDQ format, e.g. ONNX
         Runtime's ``quantize_static``) keeps its own scales: the pairs are taken out
         (:func:`accel_codegen.compiler.qdq.strip_qdq`) and the module carries the scales,
         which an int8 :func:`~accel_codegen.partition_for_accel` without calibration uses.
-        False: TVM imports the pairs as float ops (which then stay on the host).
+        None (default): where the quantisation has no accelerator form (QOperator format,
+        per-axis or 16-bit activations), a warning says why and TVM imports the graph as
+        it is; True: that is an AccelUnsupportedError naming the node; False: TVM imports
+        the pairs as they are.
 
     Returns
     -------
@@ -304,8 +307,15 @@ def from_onnx(
             f"TVM's ONNX frontend cannot import graph '{graph_name}': it has no converter for "
             f"{listed}{more}")
     annotations = None
-    if qdq and has_qdq(model):
-        model, annotations = strip_qdq(model)
+    if qdq is not False and has_qdq(model):
+        try:
+            model, annotations = strip_qdq(model)
+        except AccelUnsupportedError as error:
+            if qdq:
+                raise
+            warnings.warn(f"graph '{graph_name}' keeps its QuantizeLinear / DequantizeLinear "
+                          f"nodes as TVM imports them (no int8 scales taken): {error}",
+                          stacklevel=2)
     if fold_shapes:
         model = fold_shape_arithmetic(model)[0]
     # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;

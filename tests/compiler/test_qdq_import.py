@@ -218,14 +218,18 @@ def test_unsupported_quantisations_name_the_node():
         onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
         onnx.helper.make_node("Relu", ["q"], ["y"], name="r")], scalar)
     with pytest.raises(AccelUnsupportedError, match="node 'quant'.*node 'r'"):
-        from_onnx(operator_format)
+        from_onnx(operator_format, qdq=True)
+    # by default: said, and imported as TVM imports it, without scales
+    with pytest.warns(UserWarning, match="node 'quant'.*node 'r'"):
+        mod, _ = from_onnx(operator_format)
+    assert qdq.annotations_of(mod) is None
     per_axis = _graph([
         onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant", axis=1),
         onnx.helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq", axis=1)],
         {"s": np.float32([0.1, 0.2]), "z": np.int8([0, 0])})
     with pytest.raises(AccelUnsupportedError, match="per axis"):
-        from_onnx(per_axis)
+        from_onnx(per_axis, qdq=True)
     int8_input = _graph([
         onnx.helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")], scalar)
     with pytest.raises(AccelUnsupportedError, match="node 'dq'"):
-        from_onnx(int8_input)
+        from_onnx(int8_input, qdq=True)
