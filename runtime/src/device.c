@@ -68,7 +68,13 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->dram_burst_bytes == b->dram_burst_bytes &&
          a->dram_latency_cycles == b->dram_latency_cycles &&
          a->dram_turnaround_cycles == b->dram_turnaround_cycles &&
-         a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s;
+         a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s &&
+         a->dram_read_request_cycles == b->dram_read_request_cycles &&
+         a->cmac_weight_load_cycles == b->cmac_weight_load_cycles &&
+         a->conv_pipeline_cycles == b->conv_pipeline_cycles &&
+         a->sdp_pipeline_cycles == b->sdp_pipeline_cycles &&
+         a->pdp_pipeline_cycles == b->pdp_pipeline_cycles &&
+         a->cdp_pipeline_cycles == b->cdp_pipeline_cycles;
 }
 
 accel_status accel_device_shared(const accel_config* cfg, accel_device** out) {
