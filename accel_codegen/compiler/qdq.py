@@ -11,12 +11,18 @@ before its roundings:
   are then exactly ``scale * q``, and the project's weight quantisation finds those codes
   again where the scales are per output channel (``quantize_weights``: amax / 127, and
   ``quantize_static``'s symmetric weights reach +-127 in every channel);
+* a QuantizeLinear of a constant (QAT exports fake-quantise float weights in the graph) is
+  folded to its codes first;
 * an activation's QuantizeLinear and the DequantizeLinear(s) reading it become one
-  Identity, or one Relu where the quantisation's lowest code is 0 (``quantize_static``
-  removes a Relu or Clip after a Conv and lets the unsigned range clamp instead); the
-  tensor's (scale, zero point) is recorded under the dequantised tensor's name, as the
-  project's :class:`~accel_codegen.quantization.TensorQuant` (uint8 zero points shifted by
-  -128: the same values, codes 128 lower).
+  Identity, or one Relu where the quantisation's lowest code is 0 and the tensor can be
+  negative (``quantize_static`` removes a Relu or Clip after a Conv and lets the unsigned
+  range clamp instead), or a Clip to the codes' range where a Conv's (or an element-wise
+  op's) output is quantised before an element-wise op that the accelerator's chain would
+  fuse without that rounding (the Clip ends the chain there, so the next layer reads the
+  rounded, saturated tensor, as ONNX Runtime does); the tensor's (scale, zero point) is
+  recorded under the dequantised tensor's name, as the project's
+  :class:`~accel_codegen.quantization.TensorQuant` (uint8 zero points shifted by -128: the
+  same values, codes 128 lower).
 
 The project's activation scales are keyed by accelerator run (``f0.3``, op index), not by
 ONNX tensor, and TVM's importer keeps no tensor names. So import also runs the float graph
@@ -32,9 +38,7 @@ model's codes).
 
 What the accelerator's int8 does not reproduce bit for bit (docs/ptq.md, "Models that arrive
 quantised"): rounding at ties (the converters round half away, ONNX Runtime half to even),
-int16 multipliers (2^-15 relative), a quantised tensor inside one of the project's fused
-chains (a Conv's output that a QDQ graph quantises before a residual Add: the chain adds
-the accumulator without that rounding), a pool's output (kept at its input's scale, where a
+int16 multipliers (2^-15 relative), a pool's output (kept at its input's scale, where a
 ReduceMean / GlobalAveragePool in the QDQ graph may take a finer one), and per-tensor weight
 scales (re-quantised per output channel: finer codes of the same float weights).
 """
