@@ -576,7 +576,15 @@ class _SharedPools(relax.PyExprMutator):
 
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
-        self.seen = []  # (the call, its Var)
+        self.seen = []  # (the call, its Var) in the current block
+
+    def visit_dataflow_block_(self, block: relax.DataflowBlock) -> relax.BindingBlock:
+        self.seen = []  # a dataflow Var is not visible outside its block
+        return super().visit_dataflow_block_(block)
+
+    def visit_binding_block_(self, block: relax.BindingBlock) -> relax.BindingBlock:
+        self.seen = []
+        return super().visit_binding_block_(block)
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self.visit_expr(binding.value)
