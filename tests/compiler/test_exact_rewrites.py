@@ -93,7 +93,15 @@ class EvenRows(torch.nn.Module):
         return torch.cat([x[:, :, ::2, 1::2], x[:, :, ::2, ::2]], 1)
 
 
-@pytest.mark.parametrize("model, shape", [(Focus(), (1, 3, 8, 12)), (EvenRows(), (1, 2, 7, 8))])
+class ThirdPhases(torch.nn.Module):
+    """Stride-3 phases (a 3 x 3 kernel), the rows from 0 of a height 3 does not divide."""
+
+    def forward(self, x):
+        return torch.cat([x[:, :, ::3, 2::3], x[:, :, ::3, 1::3], x[:, :, ::3, 2::3]], 1)
+
+
+@pytest.mark.parametrize("model, shape", [(Focus(), (1, 3, 8, 12)), (EvenRows(), (1, 2, 7, 8)),
+                                          (ThirdPhases(), (2, 2, 7, 9))])
 def test_space_to_depth_is_a_one_hot_convolution(model, shape):
     x = _input(shape, 1)
     partitioned, report = _partition(model, x)
