@@ -384,10 +384,18 @@ static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int outp
   const int64_t first_kernels = k_group < atomic_k_at(cfg, p) ? k_group : atomic_k_at(cfg, p);
   const int64_t data_room = (int64_t)r->data_banks * (cfg->cbuf_bytes / cfg->cbuf_banks);
   const int64_t image_input = once_input / (g->n > 0 ? g->n : 1);
-  const int64_t first_bytes = (image_input < data_room || data_room <= 0 ? image_input : data_room) +
-                              once_weights * first_kernels / (g->k > 0 ? g->k : 1);
-  s->compute_cycles =
-      busy + (int64_t)ceil((double)first_bytes / dram_read_bytes_per_cycle(cfg));
+  const int64_t first_input = image_input < data_room || data_room <= 0 ? image_input : data_room;
+  const int64_t first_weights = once_weights * first_kernels / (g->k > 0 ? g->k : 1);
+  /* each from its memory (accel_op.sram), the DRAM's and the SRAM's in parallel */
+  const uint32_t sram = r->op->sram;
+  const int64_t from_sram = (sram & ACCEL_SRAM_INPUT ? first_input : 0) +
+                            (sram & ACCEL_SRAM_WEIGHTS ? first_weights : 0);
+  const int64_t from_dram = first_input + first_weights - from_sram;
+  const double dram_load = (double)from_dram / dram_read_bytes_per_cycle(cfg);
+  const double sram_load = from_sram > 0 && cfg->sram_bytes_per_s > 0
+                               ? (double)from_sram * cfg->clock_hz / cfg->sram_bytes_per_s
+                               : 0.0;
+  s->compute_cycles = busy + (int64_t)ceil(dram_load > sram_load ? dram_load : sram_load);
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
   /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
