@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .config_files import resolve_config
 from .model_spec import parse_model_spec, random_inputs
@@ -1100,11 +1101,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         return args.func(args)
-    except (UserError, AccelError) as error:
-        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except OSError as error:  # a file we could not read or write
-        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
+    except (UserError, AccelError, OSError) as error:  # OSError: a file we could not use
+        message, details = shorten_symbols(_one_line(error))
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        for short, full in details.items():
+            print(f"{PROG} {args.command}: details: {short} is {full}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -1119,6 +1120,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{PROG}, not in the command line: the traceback above shows where)",
               file=sys.stderr)
         return 3
+
+
+#: An external function's symbol: its composites' ops joined, often hundreds of characters.
+_SYMBOL = re.compile(r"\bfused_[A-Za-z0-9_]+?_accel\d*\b")
+SYMBOL_WIDTH = 40  # symbols longer than this are shortened in an error's line
+
+
+def shorten_symbols(message: str) -> Tuple[str, Dict[str, str]]:
+    """An error line with every external function symbol longer than :data:`SYMBOL_WIDTH`
+    shortened to its start and end ("fused_relax_nn_conv2d_re...relu1_accel"), and the
+    short names' full ones (printed on a details line)."""
+    details: Dict[str, str] = {}
+
+    def short(match) -> str:
+        full = match.group(0)
+        if len(full) <= SYMBOL_WIDTH:
+            return full
+        name = f"{full[:24]}...{full[-13:]}"
+        details[name] = full
+        return name
+
+    return _SYMBOL.sub(short, message), details
 
 
 def _one_line(error: BaseException) -> str:

@@ -190,3 +190,24 @@ def test_bench_header_says_the_ratio_is_of_times_measured_side_by_side():
     text = format_table(result)
     assert "t/pytorch" in text and "vs pytorch" not in text
     assert "3.00x" in text and "measured in the same interleaved rounds" in text
+
+
+def test_bench_plot_title_names_only_the_modes_that_ran():
+    from accel_codegen.tools.plotting import bench_title
+
+    assert bench_title({"model": "m", "modes": dict.fromkeys(
+        ["fused", "decomposed", "host", "pytorch"])}) == \
+        "m: fused vs decomposed on the simulated accelerator, TVM's host build and PyTorch eager"
+    assert bench_title({"model": "m", "modes": dict.fromkeys(["fused", "ort_int8"])}) == \
+        "m: fused on the simulated accelerator and ONNX Runtime int8"
+    assert bench_title({"model": "m", "modes": {"pytorch": {}}}) == "m: PyTorch eager"
+
+
+def test_error_lines_shorten_external_function_symbols():
+    from accel_codegen.tools.cli import shorten_symbols
+
+    symbol = "fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1_accel"
+    line, details = shorten_symbols(f"in {symbol}: bad shape; fused_relax_add1_accel too")
+    assert line == ("in fused_relax_nn_conv2d_re...pool2d1_accel: bad shape; "
+                    "fused_relax_add1_accel too")  # a short symbol stays whole
+    assert details == {"fused_relax_nn_conv2d_re...pool2d1_accel": symbol}
