@@ -211,3 +211,26 @@ def test_error_lines_shorten_external_function_symbols():
     assert line == ("in fused_relax_nn_conv2d_re...pool2d1_accel: bad shape; "
                     "fused_relax_add1_accel too")  # a short symbol stays whole
     assert details == {"fused_relax_nn_conv2d_re...pool2d1_accel": symbol}
+
+
+def test_run_csv_is_the_profile_and_agrees_with_the_estimate(capsys, tmp_path, zoo):
+    import accel_codegen as ac
+    from accel_codegen.tools.estimation import estimate
+
+    mod, params, x = zoo("lenet5").imported
+    library = tmp_path / "lenet5.so"
+    ac.export_library(ac.build(mod, params, config="nv_full"), str(library))
+    np.save(tmp_path / "x.npy", x)
+    status, out, err = run_cli(capsys, "run", library, "--input", tmp_path / "x.npy",
+                               "--csv", tmp_path / "run.csv")
+    assert status == 0, err
+    assert "(one row per accelerator run)" in out
+    rows = _rows((tmp_path / "run.csv").read_text())
+    expected = estimate(mod, params, config="nv_full").layer_rows()
+    assert [r["layer"] for r in rows] == [e["layer"] for e in expected]
+    assert [int(r["cycles"]) for r in rows] == [e["cycles"] for e in expected]
+    assert [float(r["utilization"]) for r in rows] == pytest.approx(
+        [e["utilization"] for e in expected])
+    assert {r["precision"] for r in rows} == {"fp32"}
+    status, _, err = run_cli(capsys, "run", library, "--random", "--csv", tmp_path / "r.txt")
+    assert status == 1 and "--csv path" in err and "must end in .csv" in err
