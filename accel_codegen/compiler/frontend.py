@@ -453,8 +453,18 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
     import torch
 
     try:
-        torch.onnx.export(model.eval(), args, str(path), dynamo=False, do_constant_folding=False,
-                          opset_version=ONNX_OPSET, input_names=_input_names(model, len(args)))
+        with warnings.catch_warnings():
+            # dynamo=False is chosen (the docstring says why): torch's notice that this exporter
+            # is the legacy one, and the deprecation its exporter raises on its own internal
+            # helper, say nothing the caller can act on.
+            warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                    message=r"You are using the legacy TorchScript-based ONNX")
+            warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                    message=r"The feature will be removed",
+                                    module=r"torch\.onnx\.")
+            torch.onnx.export(model.eval(), args, str(path), dynamo=False,
+                              do_constant_folding=False, opset_version=ONNX_OPSET,
+                              input_names=_input_names(model, len(args)))
     except Exception as error:  # the exporter raises many unrelated types
         raise AccelUnsupportedError(
             f"torch.onnx.export failed on {type(model).__name__}: {_first_line(error)}") from error
