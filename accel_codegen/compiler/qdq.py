@@ -290,6 +290,7 @@ def strip_qdq(model):
                              new_constants.items() if name in used)
     annotations.tensors = {k: v for k, v in annotations.tensors.items()
                            if k in used or k in {o.name for o in graph.output}}
+    _means_as_convolutions(model, annotations)
     _fingerprint(model, annotations)
     return model, annotations
 
@@ -324,6 +325,76 @@ def _needed_clamps(nodes, added, constants) -> list:
             non_negative.update(o for o in node.output if o)
         result.append(node)
     return result
+
+
+def _spatial_mean(node, constants) -> Optional[bool]:
+    """Whether ``node`` averages a 4-D tensor over its two spatial axes: its keepdims (True
+    for GlobalAveragePool), or None for any other node."""
+    if node.op_type == "GlobalAveragePool":
+        return True
+    if node.op_type != "ReduceMean":
+        return None
+    axes = _attribute(node, "axes", None)
+    if axes is None and len(node.input) > 1 and node.input[1] in constants:
+        axes = constants[node.input[1]].reshape(-1).tolist()
+    if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3]:
+        return None
+    return bool(_attribute(node, "keepdims", 1))
+
+
+def _means_as_convolutions(model, annotations: QdqAnnotations) -> None:
+    """A global average whose output the QDQ graph quantises finer than its input becomes a
+    depthwise convolution with weights 1 / (H W) (an exact rewrite): the accelerator's pool
+    keeps its input's scale (the PDP has no output converter), a CONV's SDP converts to the
+    model's finer one, as ONNX Runtime requantises the mean. Windows up to the CONV's
+    largest kernel (ACCEL_MAX_CONV_KERNEL)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from .._accel_ffi import lib
+
+    graph = model.graph
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    readers: Dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    shapes = {}
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    for value in list(inferred.value_info) + list(inferred.input):
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = [int(d.dim_value) for d in dims]
+    nodes = []
+    for node in graph.node:
+        keepdims = _spatial_mean(node, constants)
+        shape = shapes.get(node.input[0]) if keepdims is not None else None
+        quant_in = annotations.tensors.get(node.input[0])
+        outputs = [node.output[0]] + [r.output[0] for r in readers.get(node.output[0], [])
+                                      if r.op_type in ("Identity", "Relu")]
+        quant_out = next((annotations.tensors[o] for o in outputs if o in annotations.tensors),
+                         None)
+        if shape is None or len(shape) != 4 or quant_in is None or quant_out is None or \
+                not quant_out[0] < quant_in[0] or \
+                max(shape[2:]) > lib.ACCEL_MAX_CONV_KERNEL:
+            nodes.append(node)
+            continue
+        channels, height, width = shape[1:]
+        weight = f"{node.output[0]}_mean_weight"
+        graph.initializer.append(numpy_helper.from_array(
+            np.full((channels, 1, height, width), 1.0 / (height * width), np.float32), weight))
+        conv_out = node.output[0] if keepdims else f"{node.output[0]}_mean_conv"
+        nodes.append(onnx.helper.make_node("Conv", [node.input[0], weight], [conv_out],
+                                           name=f"{node.name or node.output[0]}_as_conv",
+                                           group=channels, kernel_shape=[height, width]))
+        if not keepdims:
+            target = f"{node.output[0]}_mean_shape"
+            graph.initializer.append(numpy_helper.from_array(
+                np.asarray([shape[0], channels], np.int64), target))
+            nodes.append(onnx.helper.make_node("Reshape", [conv_out, target],
+                                               [node.output[0]]))
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def _matching_inputs(annotations: QdqAnnotations) -> List[np.ndarray]:
