@@ -38,9 +38,10 @@ model's codes).
 
 What the accelerator's int8 does not reproduce bit for bit (docs/ptq.md, "Models that arrive
 quantised"): rounding at ties (the converters round half away, ONNX Runtime half to even),
-int16 multipliers (2^-15 relative), a pool's output (kept at its input's scale, where a
-ReduceMean / GlobalAveragePool in the QDQ graph may take a finer one), and per-tensor weight
-scales (re-quantised per output channel: finer codes of the same float weights).
+int16 multipliers (2^-15 relative), a local pool's output (kept at its input's scale, where
+the QDQ graph may take another; a global mean requantised finer becomes a depthwise conv:
+:func:`_means_as_convolutions`), and per-tensor weight scales (re-quantised per output
+channel: finer codes of the same float weights).
 """
 from __future__ import annotations
 
