@@ -185,6 +185,7 @@ def strip_qdq(model):
         for name in node.output:
             producers[name] = node
     annotations = QdqAnnotations()
+    input_ranges = {}  # tensor -> the quantisation a QuantizeLinear reading it gives
     replaced, new_constants = {}, {}  # id(node) -> replacement node or None (removed)
 
     def parameters(node):
@@ -263,6 +264,7 @@ def strip_qdq(model):
                 annotations.tensors[user.output[0]] = quant
             if not clamps:  # the float tensor itself is what was quantised
                 annotations.tensors.setdefault(source, quant)
+            input_ranges.setdefault(source, quant)
             replaced[id(node)] = None
         elif node.op_type == "DequantizeLinear" and id(node) not in replaced:
             source = producers.get(node.input[0])
@@ -292,7 +294,7 @@ def strip_qdq(model):
     annotations.tensors = {k: v for k, v in annotations.tensors.items()
                            if k in used or k in {o.name for o in graph.output}}
     _means_as_convolutions(model, annotations)
-    _fingerprint(model, annotations)
+    _fingerprint(model, annotations, input_ranges)
     return model, annotations
 
 
@@ -415,12 +417,10 @@ def _positions(size: int) -> np.ndarray:
     return np.unique(np.linspace(0, size - 1, min(FINGERPRINT_POINTS, size)).astype(np.int64))
 
 
-def _fingerprint(model, annotations: QdqAnnotations) -> None:
+def _fingerprint(model, annotations: QdqAnnotations, input_ranges) -> None:
     """Run the float graph in ONNX Runtime on the matching input and keep each annotated
     tensor's size and values at fixed positions."""
     import onnx
-    import onnxruntime as ort
-
     initial = {i.name for i in model.graph.initializer}
     for value in model.graph.input:
         if value.name in initial:
@@ -430,7 +430,7 @@ def _fingerprint(model, annotations: QdqAnnotations) -> None:
             raise AccelUnsupportedError(f"input '{value.name}' has a symbolic shape: a QDQ "
                                         "model needs static input shapes")
         shape = [int(d.dim_value) for d in dims]
-        quant = annotations.tensors.get(value.name)
+        quant = input_ranges.get(value.name)
         lo, hi = (0.0, 0.0) if quant is None else \
             ((-128 - quant[1]) * quant[0], (127 - quant[1]) * quant[0])
         annotations.inputs.append((value.name, shape, lo, hi))
@@ -440,20 +440,32 @@ def _fingerprint(model, annotations: QdqAnnotations) -> None:
     for name in wanted:
         if name not in outputs and name not in {v[0] for v in annotations.inputs}:
             probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(probe.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
     feeds = dict(zip((v[0] for v in annotations.inputs), _matching_inputs(annotations)))
-    names = [o.name for o in session.get_outputs()]
-    values = dict(zip(names, session.run(names, feeds)))
+    values = _run_float(probe, feeds)
     values.update(feeds)
     for name in wanted:
         flat = np.asarray(values[name], np.float32).reshape(-1)
         where = _positions(flat.size)
         annotations.fingerprints[name] = (int(flat.size), [int(i) for i in where],
                                           [float(v) for v in flat[where]])
+
+
+def _run_float(model, feeds) -> Dict[str, np.ndarray]:
+    """Every output of ``model`` on ``feeds``: ONNX Runtime where it is installed (it is
+    optional), otherwise ONNX's reference evaluator (slower, the same float graph)."""
+    names = [o.name for o in model.graph.output]
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from onnx.reference import ReferenceEvaluator
+
+        return dict(zip(names, ReferenceEvaluator(model).run(names, feeds)))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return dict(zip(names, session.run(names, feeds)))
 
 
 def annotations_of(mod) -> Optional[QdqAnnotations]:

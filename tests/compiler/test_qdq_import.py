@@ -209,6 +209,33 @@ def test_fake_quantised_weights_of_a_qat_export():
         assert np.abs(np.round(ours / 0.05) - np.round(reference / 0.05)).max() <= 1
 
 
+def test_fingerprints_without_onnx_runtime(monkeypatch):
+    """onnxruntime is optional: the import's float run falls back to ONNX's reference
+    evaluator, with the same values."""
+    values = {"s": np.float32(0.02), "z": np.int8(-128), "ys": np.float32(0.01),
+              "yz": np.int8(0)}
+    model = _graph([
+        onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        onnx.helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        onnx.helper.make_node("MaxPool", ["xd"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        onnx.helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["pq"]),
+        onnx.helper.make_node("DequantizeLinear", ["pq", "ys", "yz"], ["y"])], values,
+        (1, 2, 2, 2))
+    with_ort = qdq.strip_qdq(model)[1]
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)
+    stripped, without = qdq.strip_qdq(model)
+    assert without.fingerprints.keys() == with_ort.fingerprints.keys() == {"xd", "p", "y"}
+    for name, (size, where, found) in without.fingerprints.items():
+        assert size == with_ort.fingerprints[name][0]
+        np.testing.assert_allclose(found, with_ort.fingerprints[name][2], atol=1e-6)
+    # the pairs are gone: the input's lowest code is 0, so a Relu keeps its clamp; the
+    # pool's output is non-negative already, so its pair is an Identity
+    assert [n.op_type for n in stripped.graph.node] == ["Relu", "MaxPool", "Identity"]
+    assert without.tensors["y"] == (pytest.approx(0.01), 0, "int8")
+    # the matching input covers the input's codes: [0, 255 x 0.02]
+    assert without.inputs == [("x", [1, 2, 4, 4], 0.0, pytest.approx(255 * 0.02))]
+
+
 def _graph(nodes, initializers, out_shape=(1, 2, 4, 4)):
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 4, 4])
     y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, list(out_shape))
