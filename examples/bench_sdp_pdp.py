@@ -9,7 +9,7 @@ processes. Independent runs: the SDP reads its input from memory (int8: v = x - 
 
     python examples/bench_sdp_pdp.py [--ops int8_add_relu,fp32_bn_add_relu,...]
 
-Results: docs/whole_network_time.md.
+Results: docs/notebook/whole_network_time_log.md.
 """
 from __future__ import annotations
 

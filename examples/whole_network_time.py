@@ -26,7 +26,8 @@ same machine and the same network; a change timed alone on one layer can gain wh
 network does not. The library's own switches (ACCEL_CONV_IMPL, ACCEL_VERBOSE, ACCEL_L1D_BYTES,
 ACCEL_INT8_AMX, ACCEL_NUM_THREADS) are read once per process, so --compare-env refuses them:
 set one for a whole run instead (ACCEL_CONV_IMPL=name forces a CONV implementation,
-docs/kernels.md) and compare two runs. Results: docs/whole_network_time.md.
+docs/kernels.md) and compare two runs. Results: docs/whole_network_time.md (the decisions)
+and its raw log, docs/notebook/whole_network_time_log.md.
 """
 from __future__ import annotations
 
