@@ -49,7 +49,8 @@ import numpy as np
 
 from ..sim.costs import CostTotals, engine_names
 from ..sim.device import int8_amx
-from ..tables import LAYER_WIDTH, Column, render_row, render_table, wrap_label
+from ..tables import (FP32_BYTES_NOTE, LAYER_WIDTH, Column, render_row, render_table,
+                      wrap_label)
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
 from .model_spec import (ONNX, LoadedModel, ModelSpec, load_callable, load_model,  # noqa: F401
@@ -567,6 +568,8 @@ def format_table(result: Dict[str, Any]) -> str:
                      f"{modes['host']['wall_ms']['median'] / modes['fused']['wall_ms']['median']:.1f}x "
                      "faster")
     lines += format_ort(result)
+    if any(mode in modes for mode in ("fused", "decomposed")):  # the simulator's fp32 modes
+        lines.append(FP32_BYTES_NOTE)
     if result.get("layers"):
         lines.append("")
         lines.append(format_layers(result["layers"]))

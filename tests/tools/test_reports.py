@@ -190,6 +190,11 @@ def test_bench_header_says_the_ratio_is_of_times_measured_side_by_side():
     text = format_table(result)
     assert "t/pytorch" in text and "vs pytorch" not in text
     assert "3.00x" in text and "measured in the same interleaved rounds" in text
+    assert "charges fp32 tensors as fp16" not in text  # no simulator fp32 mode ran
+    result["modes"]["fused"] = {"wall_ms": wall, "cycles": 10, "simulated_ms": 1e-5,
+                                "frames_per_s": 1e8, "bytes_read": 2e6, "bytes_written": 1e6,
+                                "utilization": 0.5, "energy_pj": 1e6}
+    assert "charges fp32 tensors as fp16" in format_table(result)
 
 
 def test_bench_plot_title_names_only_the_modes_that_ran():
