@@ -18,6 +18,11 @@
 extern "C" {
 #endif
 
+/* Record a failure for accel_last_error() and return `status` (runtime/src/errors.c; the
+ * kernels' public entry points, such as accel_lut_info, report bad arguments with it). */
+accel_status accel_fail(accel_status status, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* A convolution's resolved geometry. */
 typedef struct conv_geometry {
   int32_t n, c, h, w;                 /* input */
@@ -102,8 +107,8 @@ void* workspace_get(workspace* ws, int slot, size_t bytes);
 void workspace_free(workspace* ws);
 
 /* The first slots belong to the threads of a parallel region; shared buffers come after.
- * Some slots keep data from run to run (conv_i8.c's depthwise tables): no two kernels may
- * share a slot number. conv_i8.c's are WS_CONV_I8_FIRST and up (its enum). */
+ * Some slots keep data from run to run (the INT8 depthwise tables): no two kernels may
+ * share a slot number. The INT8 CONV's are WS_CONV_I8_FIRST and up (conv/i8.h's enum). */
 enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_FP16_WIDE = 34, /* an FP16 run's operands widened to fp32 */
        WS_WINOGRAD_WEIGHTS = 35, /* winograd.c's */
@@ -128,7 +133,8 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
 
 /* 1 when p is one of the common epilogues sdp_f32_span computes in one pass: scale and/or shift,
  * then ADD or no element-wise op, then NONE / RELU / CLIP, in that order, each step rounded.
- * A kernel may apply these in registers before its store, in the same order (conv_f32.c). */
+ * A kernel may apply these in registers before its store, in the same order
+ * (conv/f32_implicit_avx512.c). */
 int sdp_f32_one_pass(const sdp_f32* p);
 /* Whether a C16 kernel takes this epilogue in registers: none, or one pass (act NONE / RELU /
  * CLIP: no PReLU, no LUT) whose ADD operand is given. */
@@ -140,6 +146,17 @@ static inline int c16_epilogue_fits(const sdp_f32* ep) {
 /* out = SDP(in) over a whole [n][c][hw] tensor; in may equal out. */
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,
                  int32_t num_threads);
+
+/* ---- CONV implementations (csrc/conv/: one file per algorithm and precision) ------------
+ * conv_f32 and conv_i8 try their lists' implementations in order (conv/f32_impls.c,
+ * conv/i8_impls.c) and run the first that applies. ACCEL_CONV_IMPL=name[,name...] in the
+ * environment runs a named one wherever it supports the geometry (tests, comparisons);
+ * ACCEL_VERBOSE=1 prints one line per CONV call on stderr: precision, implementation,
+ * geometry (docs/kernels.md). Both are read once per process (conv/impl.c). */
+int conv_verbose(void);
+const char* conv_impl_forced(void); /* ACCEL_CONV_IMPL, or NULL */
+int conv_impl_named(const char* names, const char* name); /* name in the comma-separated list */
+void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl);
 
 /* out = conv(in, weights), then the SDP epilogue on every output element when `epilogue` is
  * not NULL, exactly as sdp_f32_span would compute it on the finished convolution output.
@@ -358,7 +375,7 @@ void pdp_c16_ring_row(const pdp_geometry* g, const float* ring, int32_t ring_row
 /* Positions of an image (its last ones) that conv_f32 sums as dot products along the depth
  * (16 lane partial sums, lane l taking depths l, l + 16, ..., then _mm512_reduce_add_ps), the
  * others in SUM_BLOCK-deep blocks; -1 when it takes a path of another order (a batch of fully
- * connected rows, BLAS tiles) or a depthwise one. */
+ * connected rows, BLAS tiles) or a depthwise one. The contract: conv/f32_order.h. */
 int conv_f32_dot_tail(const conv_geometry* g);
 
 /* Pooling, [n][c][h][w] -> [n][c][out_h][out_w]. */
@@ -422,7 +439,7 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
 size_t conv_i8_packed_bytes(const conv_geometry* g);
 void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst);
 int conv_i8_packed_matches(const conv_geometry* g, const void* packed);
-/* Whether INT8 convolutions run on AMX tiles where they pay (conv_i8.c): request < 0 asks,
+/* Whether INT8 convolutions run on AMX tiles where they pay (conv/i8_amx.c): request < 0 asks,
  * 0 turns the path off, 1 on where the CPU and OS have AMX; returns the state after. */
 int conv_i8_amx(int request);
 

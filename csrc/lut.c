@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kernels.h"
 
 static const double SQRT1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
 

@@ -13,7 +13,7 @@ processes. Independent runs: the SDP reads its input from memory (int8: v = x - 
 ACCEL_SDP_I8_LUT=scalar in the environment runs the INT8 LUT activations' scalar definition
 (the portable build's path).
 
-Results: docs/whole_network_time.md.
+Results: docs/notebook/whole_network_time_log.md.
 """
 from __future__ import annotations
 

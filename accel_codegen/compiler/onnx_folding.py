@@ -12,7 +12,8 @@ replaces them by ``Constant`` nodes. It folds a node when all its inputs are kno
 
 * it is a ``Shape`` or ``Size`` of a tensor whose shape ONNX's shape inference gives statically, or
 * an input derives from such a shape (directly or through other folded nodes), or
-* its inputs and outputs are all integers or booleans (index arithmetic on constants).
+* its inputs and outputs are all integers or booleans, its inputs small (index arithmetic on
+  constants).
 
 Float arithmetic on weights is left alone (batch norm stays batch norm, a ``DequantizeLinear`` of
 a constant stays one), as are nodes with subgraphs, nodes of other domains and random ops. The
@@ -30,6 +31,9 @@ __all__ = ["fold_shape_arithmetic"]
 # A folded value larger than this stays computed at run time: a constant of it would bloat the
 # model (a ConstantOfShape of a feature map), and shape arithmetic is never this large.
 _MAX_ELEMENTS = 1 << 20
+# Index arithmetic on constants is folded only on tensors this small: an integer weight (of an
+# int8 or QDQ model) is not index arithmetic, and stays where the model put it.
+_MAX_INDEX_ELEMENTS = 1024
 _MAX_ROUNDS = 16  # each round folds what the previous one made static; real graphs need 2-3
 
 
@@ -96,6 +100,8 @@ def _evaluate(node, values: List[np.ndarray], opsets) -> Optional[List[np.ndarra
             None, feeds)
     except Exception:  # the importer will see the node as it is, and report it if it fails
         return None
+    if not all(isinstance(o, (np.ndarray, np.generic)) for o in outputs):
+        return None  # a sequence or an optional is not a tensor constant
     return [np.asarray(o) for o in outputs]
 
 
@@ -126,7 +132,9 @@ def _fold_round(model) -> int:
             if node.op_type.startswith("Random") or not all(n in constants for n in inputs):
                 continue
             from_shape = any(n in derived for n in inputs)
-            if not from_shape and not all(_integral(constants[n]) for n in inputs):
+            if not from_shape and not all(_integral(constants[n]) and
+                                          constants[n].size <= _MAX_INDEX_ELEMENTS
+                                          for n in inputs):
                 continue
             outputs = _evaluate(node, [constants[n] if n else None for n in node.input],
                                 model.opset_import)

@@ -22,12 +22,13 @@ from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
 from ..quantization.gptq import ROUNDINGS, HessianObserver
-from . import codegen, equalization, frontend
+from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
-from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
-                       fold_zero_padding, silu_from_sigmoid, split_into_slices)
+from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
+                       flattened_global_pools, fold_zero_padding, hide_match_casts,
+                       restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -36,6 +37,9 @@ REPORT_ATTR = "accel_partition_report"
 MIXED_ATTR = "accel_mixed_precision"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
+# A match_cast that the partition could not drop (its value's type is less specific than the
+# target): a check of the shape at run time, which only the host does.
+MATCH_CAST_REASON = "a run-time shape check (match_cast) runs on the host"
 
 
 @dataclasses.dataclass
@@ -167,6 +171,10 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value
+            if isinstance(binding, relax.MatchCast):
+                ops.append(OpRecord(len(ops), "relax.match_cast", _shape_of(binding.var), False,
+                                    reason=MATCH_CAST_REASON))
+                continue
             if not isinstance(value, relax.Call):
                 continue
             if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
@@ -224,18 +232,37 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (fold_zero_padding, silu_from_sigmoid, split_into_slices,
-                    flattened_global_pools):
+    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, split_into_slices,
+                    flattened_global_pools, *EXACT_REWRITES):
         mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
     mod = end_at_first_item(relax.transform.FuseOpsByPattern(
         table, bind_constants=True, annotate_codegen=False)(mod))
-    return tvm.transform.Sequential([
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.MergeCompositeFunctions(),
-    ])(mod)
+    # The merge cannot take match_cast bindings: they go through it as host calls.
+    mod = relax.transform.CanonicalizeBindings()(hide_match_casts(mod))
+    try:
+        merged = relax.transform.MergeCompositeFunctions()(mod)
+    except Exception as error:  # TVM's InternalError / TypeError, with no word of the cause
+        raise AccelUnsupportedError(
+            f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
+        ) from error
+    return restore_match_casts(merged)
+
+
+def _symbolic_cause(main: relax.Function) -> str:
+    """Why a merge failed, when it is the one cause known: shapes computed at run time (TVM's
+    merge cannot take their symbolic dimensions)."""
+    symbolic = sorted({str(v) for v in list(relax.analysis.defined_symbolic_vars(main)) +
+                       list(relax.analysis.free_symbolic_vars(main))})
+    if not symbolic:
+        return ""
+    return (f", whose shapes are computed at run time (symbolic dimensions "
+            f"{', '.join(symbolic[:5])}): the accelerator's partition needs static shapes "
+            f"(accel_codegen.frontend.from_onnx folds an ONNX graph's shape arithmetic when "
+            f"its inputs have static shapes)")
 
 
 def layer_keys(matched: tvm.IRModule) -> List[str]:
@@ -408,6 +435,17 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
         return generate_partition(mod, params, config, fuse, precision, precision, None,
                                   winograd)
+    if calibration is None and qdq.annotations_of(mod) is not None:
+        # a QDQ model's own scales (compiler/qdq.py); equalisation would move its weights
+        # off the model's codes
+        if equalize:
+            raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
+                                    "own int8 codes: give equalize=False or None")
+        equalize = False
+        calibration = qdq.qdq_calibration(mod, params, config=config, fuse=fuse,
+                                          winograd=winograd).calibration
+    if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
+        bias_correction = False  # the model's own biases, as its int8 runtime adds them
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")

@@ -9,7 +9,7 @@ import reprlib
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import tvm
 from tvm import relax
@@ -22,6 +22,9 @@ from .link import link_options
 _ERROR_CONTEXT = re.compile(r"ErrorContext\(fn=(?P<fn>[^,]*), loc=param\[(?P<index>\d+)\]"
                             r"(?P<path>[^,]*), param=(?P<param>[^,]*), "
                             r"annotation=(?P<annotation>.*)\)\s+(?P<detail>[^\n]*)")
+
+
+_TENSOR_ANNOTATION = re.compile(r'R\.Tensor\(\((?P<shape>[^()]*)\),\s*dtype="(?P<dtype>\w+)"\)')
 
 
 def _describe(value) -> str:
@@ -147,6 +150,48 @@ class AccelVirtualMachine:
             self._names[name] = [str(self.vm._get_function_param_name(name, i))
                                  for i in range(arity)]
         return self._names[name]
+
+    def input_specs(self, name: str = "main") -> List[Tuple[str, Tuple[int, ...], str]]:
+        """(parameter name, shape, dtype) of each parameter of ``name``, as the library checks
+        its arguments.
+
+        The executable keeps the annotations only in its argument checks, so each parameter
+        is probed: a call with the parameters before it well formed (zeros) and a 0-d array for
+        it, which the prologue refuses, naming the annotation, before any of the function's
+        code runs.
+
+        Raises
+        ------
+        AccelInvalidError
+            A parameter that is not a tensor of a static shape (a symbolic dimension: its
+            shape depends on the caller, so the caller must give the array).
+        """
+        import numpy as np
+
+        specs: List[Tuple[str, Tuple[int, ...], str]] = []
+        names = self._param_names(name)
+        function = self._function(name)
+        for index, param in enumerate(names):
+            probe = [tvm.runtime.tensor(np.zeros(shape, dtype)) for _, shape, dtype in specs]
+            probe += [tvm.runtime.tensor(np.zeros((), np.float32))] * (len(names) - index)
+            try:
+                function(*probe)
+            except Exception as error:  # pylint: disable=broad-except  (TVM's check)
+                match = _ERROR_CONTEXT.search(str(error))
+            else:
+                match = None
+            annotation = match["annotation"].strip() if match and \
+                int(match["index"]) == index and not match["path"].strip() else None
+            tensor = _TENSOR_ANNOTATION.fullmatch(annotation or "")
+            if tensor is None or not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*,?\s*|\s*",
+                                                  tensor["shape"]):
+                raise AccelInvalidError(
+                    f"{name}: parameter {index} ({param}) is "
+                    f"{annotation or 'not a tensor the library checks'}, not a tensor of a "
+                    "static shape: give its array")
+            shape = tuple(int(d) for d in tensor["shape"].replace(" ", "").split(",") if d)
+            specs.append((param, shape, tensor["dtype"]))
+        return specs
 
     def __getitem__(self, name: str) -> AccelFunction:
         self._function(name)  # an unknown name fails here, as relax's VM does

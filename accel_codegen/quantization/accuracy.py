@@ -27,7 +27,7 @@ import tvm
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
 from ..compiler.partition import (calibration_of, generate_partition, match_composites,
-                                  partition_for_accel, partition_report)
+                                  mixed_precision_of, partition_for_accel, partition_report)
 from ..sim.config import AccelConfig
 from ..sim.labels import layer_key
 from ..tables import Column, render_table
@@ -95,6 +95,13 @@ class AccuracyReport:
     ort: Optional[OrtComparison] = None
     ort_skipped: Optional[str] = None  # why there is no ONNX Runtime comparison, if asked for
     layer_precisions: Optional[Dict[str, str]] = None  # mixed: each layer's (``f0.3``: int8)
+    # every output's SQNR (output_sqnr_db is the worst of them)
+    output_sqnrs_db: Optional[List[float]] = None
+    # mixed, searched: the target and what the search measured for the chosen assignment
+    # (worst output, on its calibration inputs and on those it held back from calibration)
+    target_sqnr_db: Optional[float] = None
+    search_sqnr_db: Optional[float] = None
+    search_held_back_sqnr_db: Optional[float] = None
 
     @property
     def ort_gap_db(self) -> Optional[float]:
@@ -103,8 +110,10 @@ class AccuracyReport:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        for key in ("output_sqnr_db",):
-            data[key] = _finite(data[key])
+        for key in ("output_sqnr_db", "search_sqnr_db", "search_held_back_sqnr_db"):
+            data[key] = _finite(data[key]) if data[key] is not None else None
+        if data["output_sqnrs_db"] is not None:
+            data["output_sqnrs_db"] = [_finite(v) for v in data["output_sqnrs_db"]]
         for t in data["tensors"]:
             t["sqnr_db"] = _finite(t["sqnr_db"])
         if data["ort"] is not None:
@@ -126,8 +135,22 @@ class AccuracyReport:
             counts = [f"{sum(p == each for p in self.layer_precisions.values())} {each}"
                       for each in ("int8", "fp16")]
             precision += f" ({' and '.join(counts)} layers)"
+        several = self.output_sqnrs_db is not None and len(self.output_sqnrs_db) > 1
+        worst = f" (the worst of {len(self.output_sqnrs_db)} outputs)" if several else ""
         lines = [f"{precision} on {self.config} vs fp32 over {self.inputs} inputs"
-                 f"{calibration}: output SQNR {self.output_sqnr_db:.2f} dB{top1}"]
+                 f"{calibration}: output SQNR {self.output_sqnr_db:.2f} dB{worst}{top1}"]
+        if several:
+            lines.append("output SQNR per output: " + ", ".join(
+                f"{i}: {v:.2f} dB" for i, v in enumerate(self.output_sqnrs_db)))
+        if self.target_sqnr_db is not None:
+            met = "met" if self.output_sqnr_db >= self.target_sqnr_db else "NOT met"
+            searched = f" (the search measured {self.search_sqnr_db:.2f} dB on its " \
+                f"calibration inputs" + (
+                    f", {self.search_held_back_sqnr_db:.2f} dB on those it held back"
+                    if self.search_held_back_sqnr_db is not None else "") + ")" \
+                if self.search_sqnr_db is not None else ""
+            lines.append(f"target {self.target_sqnr_db:g} dB on every output: {met} on these "
+                         f"{self.inputs} inputs, which calibration did not see{searched}")
         if self.ort is not None:
             o = self.ort
             top1 = f", top-1 agreement {o.top1_agreement * 100:.1f} %" \
@@ -280,18 +303,17 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
     vm = virtual_machine(tvm.compile(target, target="llvm"))
 
-    def run(machine, example):
-        result = machine["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
-                                   for x in example))
-        return np.asarray(result.numpy(), np.float64)
+    def run(machine, example) -> List[np.ndarray]:
+        return _outputs(machine["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
+                                          for x in example)))
 
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=chains_for)
     shifted = {run.key for run in runs(matched)
                if run.layer.conv is not None and run.layer.sdp.empty()}
     comparer = _Comparer(used, shifted)
-    signal = noise = 0.0
+    signal = noise = None  # per output
     agree = total = 0
-    ort_sums = {"int8": [0.0, 0], "fp32": [0.0, 0]}  # noise, top-1 agreements
+    ort_sums = {"int8": [None, 0], "fp32": [None, 0]}  # noise per output, top-1 agreements
     for example in examples:
         recorder = _Recorder()
         with observing(recorder):
@@ -299,17 +321,22 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         comparer.reference = recorder.tensors
         with observing(comparer):
             actual = run(vm, example)
-        signal += float(np.sum(expected * expected))
-        noise += float(np.sum((actual - expected) ** 2))
-        if expected.ndim == 2 and expected.shape[1] > 1:
-            agree += int(np.sum(expected.argmax(axis=1) == actual.argmax(axis=1)))
-            total += expected.shape[0]
+        signal = _add(signal, [float(np.sum(e * e)) for e in expected])
+        noise = _add(noise, [float(np.sum((a - e) ** 2)) for a, e in zip(actual, expected)])
+        # top-1 of a classifier: one [N, classes] output
+        classifier = len(expected) == 1 and expected[0].ndim == 2 and expected[0].shape[1] > 1
+        if classifier:
+            agree += int(np.sum(expected[0].argmax(axis=1) == actual[0].argmax(axis=1)))
+            total += expected[0].shape[0]
         if ort_runs is not None:
             for name, sess in ort_runs["sessions"].items():
-                got = ort_baseline.run(sess, example).reshape(expected.shape)
-                ort_sums[name][0] += float(np.sum((got - expected) ** 2))
-                if expected.ndim == 2 and expected.shape[1] > 1:
-                    ort_sums[name][1] += int(np.sum(expected.argmax(axis=1) == got.argmax(axis=1)))
+                got = [g.reshape(e.shape) for g, e in zip(_ort_outputs(sess, example),
+                                                          expected)]
+                ort_sums[name][0] = _add(ort_sums[name][0], [
+                    float(np.sum((g - e) ** 2)) for g, e in zip(got, expected)])
+                if classifier:
+                    ort_sums[name][1] += int(np.sum(expected[0].argmax(axis=1) ==
+                                                    got[0].argmax(axis=1)))
     tensors = []
     for key, (sig, err, max_err, saturated, count, shape, label) in comparer.sums.items():
         quant = used.tensors.get(key) if used is not None else None
@@ -320,12 +347,40 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     ort = None
     if ort_runs is not None:
         ort = OrtComparison(ort_runs["version"], ort_runs["settings"], ort_runs["samples"],
-                            sqnr_db(signal, ort_sums["int8"][0]),
+                            _worst(signal, ort_sums["int8"][0]),
                             ort_sums["int8"][1] / total if total else None,
-                            sqnr_db(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
+                            _worst(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
+    search = mixed_precision_of(target) if precision == "mixed" else None
+    outputs = [sqnr_db(s, n) for s, n in zip(signal, noise)]
     return AccuracyReport(config.name, precision, used.method if used else None,
-                          used.samples if used else 0, len(examples), sqnr_db(signal, noise),
-                          agree / total if total else None, tensors, ort, ort_skipped, chosen)
+                          used.samples if used else 0, len(examples), min(outputs),
+                          agree / total if total else None, tensors, ort, ort_skipped, chosen,
+                          outputs, search.target_sqnr_db if search else None,
+                          search.point.sqnr_db if search else None,
+                          search.point.held_back_sqnr_db if search else None)
+
+
+def _outputs(result) -> List[np.ndarray]:
+    """A model's outputs (an array, or a tuple of arrays and tuples) as float64 arrays."""
+    if hasattr(result, "numpy"):
+        return [np.asarray(result.numpy(), np.float64)]
+    return [o for r in result for o in _outputs(r)]
+
+
+def _ort_outputs(sess, example) -> List[np.ndarray]:
+    """Every output of one ONNX Runtime inference, as float64."""
+    names = [i.name for i in sess.get_inputs()]
+    return [np.asarray(o, np.float64)
+            for o in sess.run(None, ort_baseline.feeds(names, example))]
+
+
+def _add(sums: Optional[List[float]], values: List[float]) -> List[float]:
+    return values if sums is None else [a + b for a, b in zip(sums, values)]
+
+
+def _worst(signal: List[float], noise: List[float]) -> float:
+    """The worst output's SQNR."""
+    return min(sqnr_db(s, n) for s, n in zip(signal, noise))
 
 
 def _ort_runs(onnx_model, precision: str, calibration):

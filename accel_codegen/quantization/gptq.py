@@ -172,10 +172,13 @@ def gptq_codes(weights: np.ndarray, hessian: Hessian, groups: int = 1, centred: 
         return codes, scales
     rows = weights.reshape(groups, k // groups, columns).astype(np.float64)
     steps = scales.reshape(groups, k // groups, 1)
-    # each row's largest |w| keeps its code +-127: that is what fixes the row's scale
+    # each row's largest |w| keeps its code +-127: that is what fixes the row's scale; not in
+    # a row whose scale quantize_weights floored (a negligible channel: its largest |w| is
+    # far below one step, its codes 0 or small)
     anchor = np.zeros(rows.shape, bool)
     top = np.abs(rows).argmax(axis=2)
-    np.put_along_axis(anchor, top[..., None], True, axis=2)
+    own = np.abs(rows).max(axis=2) / WEIGHT_MAX == steps[..., 0]
+    np.put_along_axis(anchor, top[..., None], own[..., None], axis=2)
     result = np.empty(rows.shape, np.int8)
     h = hessian.second_moments(centred)
     for group in range(groups):

@@ -47,6 +47,13 @@ MARGIN_CODES = 64
 GRID_POINTS = 1 << 17
 #: The fine part of that grid: [-FINE_REACH, FINE_REACH].
 FINE_REACH = 64.0
+#: Grid points below which the interval where the codes change is searched again on a finer
+#: grid (at most REFINEMENTS times: 2^17 / 64 finer each, 1e-3 to below 1e-38 in 10).
+REFINE_BELOW = 64
+REFINEMENTS = 12
+#: How far from 0 (in LO steps) the tables may reach for an input coarser than int16 LO
+#: steps, whose X converter saturates (see layer_lut): below the saturated factor 32767.
+SATURATED_REACH = 32000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +88,20 @@ def changing_interval(act: str, out: TensorQuant) -> tuple:
     if changes.size == 0:
         return -1.0, 1.0
     first, last = changes[0], changes[-1] + 1
+    # An output step far below the grid's (calibration saw a constant of 1e-30: the codes of
+    # tanh change over [0, 1e-30], between two grid points): the grid again over the few
+    # steps that hold every change, until they span REFINE_BELOW points or float64's own
+    # resolution. Where they already span that many, as every table of an output range
+    # above ~1e-3 does, nothing changes.
+    for _ in range(REFINEMENTS):
+        lo, hi = float(x[first]), float(x[last])
+        if last - first >= REFINE_BELOW or \
+                hi - lo <= GRID_POINTS * 4 * np.spacing(max(abs(lo), abs(hi))):
+            break
+        x = np.linspace(lo, hi, GRID_POINTS)
+        codes = _codes(act, x, out)
+        changes = np.flatnonzero(codes[1:] != codes[:-1])
+        first, last = changes[0], changes[-1] + 1
     return float(2 * x[first] - x[first + 1]), float(2 * x[last] - x[last - 1])
 
 
@@ -100,6 +121,15 @@ def layer_lut(act: str, out: TensorQuant, factor_max: float, what: str) -> Layer
     fits_range = math.floor(math.log2(lo_step * (2**31 - 2**28) / far)) if far > 0 \
         else FRACTION_BITS
     select = min(FRACTION_BITS, fits_mul, fits_range)
+    if select < 0 and fits_range >= 0 and far < SATURATED_REACH * lo_step:
+        # An input coarser than SATURATED_REACH table steps (calibration saw the input with a
+        # range thousands of times the table's: a constant of 1e6 before a sigmoid): every
+        # input but 0 lies beyond the tables, where the codes are constant. With one t unit
+        # per LO step the X converter's factor is beyond int16 and channel_converters
+        # saturates it at 32767: an input of 0 still reads the table at 0, and any other
+        # lands at least 32767 steps out on its own side, beyond LE (which lies within
+        # SATURATED_REACH steps of 0), where the exact input lands too: the same code.
+        select = 0
     if select < 0:
         raise AccelInvalidError(f"{what}: the {act} table's step {lo_step:g} is finer than the "
                                 f"input's step {factor_max:g}: no int8 LUT for it")

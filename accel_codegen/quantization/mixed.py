@@ -1,36 +1,43 @@
-"""Mixed int8/fp16 precision: which layers run int8 and which fp16, so that the model's output
-reaches an SQNR target against the fp32 build (on the calibration inputs) in the fewest
-simulated cycles. docs/mixed-precision.md has the algorithm and measured figures.
+"""Mixed int8/fp16 precision: which layers run int8 and which fp16, so that every output of the
+model reaches an SQNR target against the fp32 build in the fewest simulated cycles, on the
+calibration inputs and on inputs held back from calibration (as a user judges the build: on
+inputs it was not calibrated on). docs/mixed-precision.md has the algorithm and figures.
 
 The search, in builds of the model (each one compiled and run on every calibration input):
 
-1. One pass of the calibration inputs through the fp32 build of the int8 partition: the
-   activation statistics (the :class:`~.calibration.Calibration` every int8 layer uses) and
-   the reference outputs.
-2. The two ends, all-int8 and all-fp16. The target must lie between: all-fp16 must reach it.
-3. Sensitivity: per layer l, the output noise power with l alone in int8 (every other layer
-   fp16), less the all-fp16 noise: N_l, what quantising l adds at the output.
+1. The example inputs split: the last quarter (at least one) is held back, unless the caller
+   gives held-back inputs. One pass of the others through the fp32 build of the int8
+   partition: the activation statistics (the :class:`~.calibration.Calibration` every int8
+   layer uses) and the reference outputs; the held-back inputs' reference outputs apart,
+   unobserved.
+2. The two ends, all-int8 and all-fp16. The target must lie between: all-fp16 must reach it
+   on every output, on both sets of inputs (else an error says which output falls short).
+3. Sensitivity: per layer l, each output's noise power with l alone in int8 (every other
+   layer fp16), less the all-fp16 noise: N_l, what quantising l adds at that output; the
+   greedy order weighs it by the output's power (summed over the outputs).
 4. Price: the C cost model's cycles of each layer's runs in int8 and in fp16 (the estimates of
    the two ends: the records a profiled run has) and of each layer's converting run in either
    direction.
 5. The path: greedy from all-int8, each step promotes to fp16 the layer that removes the most
    noise (N_l) per extra cycle, the extra cycles of that step being the layer's own and those
    of the converting runs the step adds or removes (free promotions first). Point k has the
-   first k promoted; its predicted noise is the all-fp16 noise plus the N_l of the layers
-   still int8 (independent rounding noise adds), and its cycles are the cost model's estimate
-   of that assignment (what its profiled run records).
+   first k promoted; its predicted noise (per output; the worst output's SQNR is the
+   prediction) is the all-fp16 noise plus the N_l of the layers still int8 (independent
+   rounding noise adds), and its cycles are the cost model's estimate of that assignment
+   (what its profiled run records).
 6. The choice: all-int8 if it meets the target; else the first point whose prediction meets
    it, then measured: one more layer promoted while the measurement falls short, one fewer
    while the point before still meets it, and the later points that cost fewer cycles (the
-   converting runs make cycles rise and fall along the path). Of the points measured, the
-   one that meets the target in the fewest cycles.
+   converting runs make cycles rise and fall along the path). A point meets the target when
+   its worst output does on the calibration inputs and on the held-back ones. Of the points
+   measured, the one that meets the target in the fewest cycles.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -57,12 +64,32 @@ def check_target(target_sqnr_db) -> float:
 @dataclasses.dataclass
 class PathPoint:
     """One assignment on the path from all-int8 to all-fp16: the first ``promoted`` layers of
-    the order in fp16, the rest int8."""
+    the order in fp16, the rest int8. SQNRs are of the worst output (each output against its
+    own fp32 counterpart), on the calibration inputs and on the inputs held back from
+    calibration; ``output_sqnr_db`` / ``held_back_output_sqnr_db`` give every output's."""
 
     promoted: int
     cycles: int
     predicted_sqnr_db: float
     sqnr_db: Optional[float] = None  # measured, where the search (or a caller) built it
+    held_back_sqnr_db: Optional[float] = None
+    output_sqnr_db: Optional[List[float]] = None
+    held_back_output_sqnr_db: Optional[List[float]] = None
+
+    @property
+    def measured(self) -> bool:
+        return self.sqnr_db is not None
+
+    @property
+    def worst_sqnr_db(self) -> Optional[float]:
+        """What the target is judged on: the worst output on either set of inputs."""
+        if self.sqnr_db is None:
+            return None
+        return self.sqnr_db if self.held_back_sqnr_db is None else \
+            min(self.sqnr_db, self.held_back_sqnr_db)
+
+    def meets(self, target: float) -> bool:
+        return self.sqnr_db is not None and self.worst_sqnr_db >= target
 
 
 @dataclasses.dataclass
@@ -74,13 +101,15 @@ class MixedPrecision:
     order: List[str]                   # layers in the order the path promotes them
     path: List[PathPoint]              # promoted = 0 (all-int8) .. len(order) (all-fp16)
     chosen: int                        # the chosen point's index in path
-    sensitivity_db: Dict[str, float]   # output SQNR with the layer alone in int8
+    sensitivity_db: Dict[str, float]   # worst output SQNR with the layer alone in int8
     extra_cycles: Dict[str, int]       # cycles fp16 costs over int8, per layer
-    samples: int                       # calibration inputs the SQNRs are measured on
+    samples: int                       # calibration inputs (scales, sensitivities, path)
     builds: int                        # builds the search measured
+    held_back: int = 0                 # inputs held back from calibration, the target's check
+    outputs: int = 1                   # model outputs, each held to the target
     calibration: Optional[Calibration] = dataclasses.field(default=None, repr=False,
                                                            compare=False)
-    _measure: Optional[Callable[[Dict[str, str]], float]] = dataclasses.field(
+    _measure: Optional[Callable[[Dict[str, str]], tuple]] = dataclasses.field(
         default=None, repr=False, compare=False)
 
     @property
@@ -106,20 +135,21 @@ class MixedPrecision:
         return {k: "fp16" if k in fp16 else "int8" for k in self.layer_precisions}
 
     def measure(self, promoted: int) -> float:
-        """Build and measure a path point (in the session that ran the search)."""
+        """Build and measure a path point (in the session that ran the search): its worst
+        output SQNR on the calibration inputs (the point holds the held-back figures too)."""
         if self._measure is None:
             raise AccelInvalidError("this search result was loaded: measure points in the "
                                     "session that searched")
         point = self.path[promoted]
         if point.sqnr_db is None:
-            point.sqnr_db = self._measure(self.assignment(promoted))
+            _fill(point, self._measure(self.assignment(promoted)))
         return point.sqnr_db
 
     def to_json(self) -> str:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name not in ("calibration", "_measure", "path")}
         fields["path"] = [dataclasses.asdict(p) for p in self.path]
-        return json.dumps(fields)
+        return json.dumps(fields, default=_json_number)
 
     @classmethod
     def from_json(cls, text: str) -> "MixedPrecision":
@@ -130,32 +160,94 @@ class MixedPrecision:
     def __str__(self) -> str:
         chosen = self.point
         counts = {p: sum(v == p for v in self.layer_precisions.values()) for p in PRECISIONS}
-        lines = [f"mixed precision for {self.target_sqnr_db:g} dB output SQNR (on "
-                 f"{self.samples} calibration input(s), {self.builds} builds measured):",
-                 f"  all-int8  {self.int8.cycles:>12,} cycles  {self.int8.sqnr_db:6.2f} dB",
-                 f"  chosen    {chosen.cycles:>12,} cycles  {chosen.sqnr_db:6.2f} dB  "
+        judged = "the output" if self.outputs == 1 else f"the worst of {self.outputs} outputs"
+        held = f"; checked on {self.held_back} input(s) held back from calibration" \
+            if self.held_back else ""
+
+        def figures(point: PathPoint) -> str:
+            text = f"{point.sqnr_db:6.2f} dB"
+            if point.held_back_sqnr_db is not None:
+                text += f" (held back {point.held_back_sqnr_db:6.2f} dB)"
+            return text
+
+        lines = [f"mixed precision for {self.target_sqnr_db:g} dB output SQNR of {judged} "
+                 f"(calibration: {self.samples} input(s){held}; {self.builds} builds "
+                 "measured):",
+                 f"  all-int8  {self.int8.cycles:>12,} cycles  {figures(self.int8)}",
+                 f"  chosen    {chosen.cycles:>12,} cycles  {figures(chosen)}  "
                  f"({self.cycle_ratio:.3f}x all-int8; {counts['int8']} layers int8, "
                  f"{counts['fp16']} fp16)",
-                 f"  all-fp16  {self.fp16.cycles:>12,} cycles  {self.fp16.sqnr_db:6.2f} dB"]
-        if chosen.sqnr_db < self.target_sqnr_db:
+                 f"  all-fp16  {self.fp16.cycles:>12,} cycles  {figures(self.fp16)}"]
+        if self.outputs > 1 and chosen.output_sqnr_db is not None:
+            per = [f"output {i}: {c:.2f} dB" + (
+                f" (held back {h:.2f} dB)" if chosen.held_back_output_sqnr_db else "")
+                for i, (c, h) in enumerate(zip(
+                    chosen.output_sqnr_db,
+                    chosen.held_back_output_sqnr_db or chosen.output_sqnr_db))]
+            lines.append("  chosen, per output: " + ", ".join(per))
+        if not chosen.meets(self.target_sqnr_db):
             lines.append("  the target is not met")
         return "\n".join(lines)
 
 
-def _flat_output(result) -> np.ndarray:
-    """A model output (an array or a tuple of them) as one float64 vector."""
+def _json_number(value):
+    """NumPy scalars as JSON numbers."""
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _fill(point: PathPoint, measured: tuple) -> None:
+    """A point's measured figures: per output on the calibration and held-back inputs."""
+    calibration, held = measured
+    point.output_sqnr_db = calibration
+    point.sqnr_db = min(calibration)
+    if held is not None:
+        point.held_back_output_sqnr_db = held
+        point.held_back_sqnr_db = min(held)
+
+
+def _outputs(result) -> List[np.ndarray]:
+    """A model's outputs (an array, or a tuple of arrays and tuples) as float64 vectors."""
     if hasattr(result, "numpy"):
-        return np.asarray(result.numpy(), np.float64).reshape(-1)
-    return np.concatenate([_flat_output(r) for r in result]) if len(result) else np.zeros(0)
+        return [np.asarray(result.numpy(), np.float64).reshape(-1)]
+    return [o for r in result for o in _outputs(r)]
 
 
-def _run(vm, example) -> np.ndarray:
-    return _flat_output(vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
-                                     for x in example)))
+def _run(vm, example) -> List[np.ndarray]:
+    return _outputs(vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
+                                 for x in example)))
 
 
-def _noise(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    return float(sum(np.sum((o - r) ** 2) for o, r in zip(outputs, reference)))
+def _powers(runs: Sequence[List[np.ndarray]]) -> np.ndarray:
+    """Each output's power summed over the runs."""
+    return np.sum([[np.sum(o ** 2) for o in outputs] for outputs in runs], axis=0)
+
+
+def _noise(outputs: Sequence[List[np.ndarray]],
+           reference: Sequence[List[np.ndarray]]) -> np.ndarray:
+    """Each output's noise power against the reference, summed over the runs."""
+    return np.sum([[np.sum((o - r) ** 2) for o, r in zip(got, want)]
+                   for got, want in zip(outputs, reference)], axis=0)
+
+
+def _sqnrs(signal: np.ndarray, noise: np.ndarray) -> List[float]:
+    return [sqnr_db(float(s), float(n)) for s, n in zip(signal, noise)]
+
+
+def split_held_back(examples: list, held_back=None) -> Tuple[list, list]:
+    """(calibration inputs, held-back inputs): ``held_back`` when given, else the last quarter
+    of ``examples`` (at least one), which calibration then never sees."""
+    if held_back is not None:
+        return examples, examples_of(held_back, "the held-back inputs of the mixed-precision "
+                                                "search")
+    if len(examples) < 2:
+        raise AccelInvalidError(
+            f"the mixed-precision search needs at least 2 example inputs, got {len(examples)}: "
+            "it calibrates on some and checks the target on the others, held back from "
+            "calibration (as new inputs would be judged)")
+    count = (len(examples) + 3) // 4
+    return examples[:-count], examples[-count:]
 
 
 def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, int],
@@ -204,10 +296,16 @@ def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, in
 
 def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: float, *,
                            config, winograd: bool = True,
-                           calibration_method: str = DEFAULT_METHOD) -> MixedPrecision:
+                           calibration_method: str = DEFAULT_METHOD,
+                           held_back=None) -> MixedPrecision:
     """The assignment of int8 / fp16 to every layer of the int8 partition of ``mod`` that
     reaches ``target_sqnr_db`` at the fewest cycles found along the path (module docstring).
-    Raises AccelInvalidError when even all-fp16 falls short of the target."""
+
+    The target holds for every output (each against its own fp32 counterpart: the worst
+    output decides), on the calibration inputs and on inputs held back from calibration:
+    ``held_back`` (example inputs), or by default the last quarter of ``calibration_inputs``
+    (at least one; the rest calibrate). Raises AccelInvalidError when even all-fp16 falls
+    short of the target, naming the output and the inputs."""
     from ..compiler.partition import (generate_partition, layer_keys, match_composites,
                                       reference_machine)
     from ..compiler.vm import virtual_machine
@@ -217,26 +315,36 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
 
     target = check_target(target_sqnr_db)
     config = AccelConfig.resolve(config)
-    examples = examples_of(calibration_inputs, "the mixed-precision search")
+    examples, held = split_held_back(
+        examples_of(calibration_inputs, "the mixed-precision search"), held_back)
     reference_vm = reference_machine(mod, params, config, True, winograd)
-    reference: List[np.ndarray] = []
+    reference: List[List[np.ndarray]] = []
     calibration = calibrate(lambda *x: reference.append(_run(reference_vm, x)), examples,
                             calibration_method)
-    signal = float(sum(np.sum(r ** 2) for r in reference))
+    held_reference = [_run(reference_vm, x) for x in held]  # not observed: not calibrated on
+    del reference_vm
+    signal, held_signal = _powers(reference), _powers(held_reference)
+    outputs = len(signal)
     matched = match_composites(mod, params, config=config, fuse=True, precision="int8")
     keys = layer_keys(matched)
     builds = 0
 
-    def noise_of(assignment: Dict[str, str]) -> float:
+    def noise_of(assignment: Dict[str, str], check: bool = False):
+        """Each output's noise power on the calibration inputs (and, with ``check``, on the
+        held-back ones)."""
         nonlocal builds
         builds += 1
         part = generate_partition(mod, params, config, True, "int8", "mixed", calibration,
                                   winograd, assignment)
         vm = virtual_machine(tvm.compile(part, target="llvm"))
-        return _noise([_run(vm, x) for x in examples], reference)
+        noise = _noise([_run(vm, x) for x in examples], reference)
+        if not check:
+            return noise
+        return noise, _noise([_run(vm, x) for x in held], held_reference)
 
-    def measure(assignment: Dict[str, str]) -> float:
-        return sqnr_db(signal, noise_of(assignment))
+    def measure(assignment: Dict[str, str]) -> tuple:
+        noise, held_noise = noise_of(assignment, True)
+        return _sqnrs(signal, noise), _sqnrs(held_signal, held_noise)
 
     def lowered(assignment: Dict[str, str]):
         return _LoweredModel.of_matched(matched, config, "mixed", True, winograd, assignment)
@@ -252,56 +360,75 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         return per_layer
 
     everything = {p: {k: p for k in keys} for p in PRECISIONS}
-    noise_fp16 = noise_of(everything["fp16"])
-    fp16_db = sqnr_db(signal, noise_fp16)
-    if fp16_db < target:
-        raise AccelInvalidError(f"target_sqnr_db = {target:g} is out of reach: all-fp16 gives "
-                                f"{fp16_db:.2f} dB on the calibration inputs")
+    noise_fp16, held_noise_fp16 = noise_of(everything["fp16"], True)
+    fp16_measured = (_sqnrs(signal, noise_fp16), _sqnrs(held_signal, held_noise_fp16))
+    _out_of_reach(target, *fp16_measured)
     int8_cycles, fp16_cycles = layer_cycles("int8"), layer_cycles("fp16")
     extra = {k: fp16_cycles[k] - int8_cycles[k] for k in keys}
     alone: Dict[str, float] = {}
-    added: Dict[str, float] = {}
+    added: Dict[str, np.ndarray] = {}  # per output: the noise power quantising the layer adds
     for key in keys:
         noise = noise_of({**everything["fp16"], key: "int8"})
-        alone[key] = sqnr_db(signal, noise)
-        added[key] = max(noise - noise_fp16, 0.0)
-    order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, added)
+        alone[key] = min(_sqnrs(signal, noise))
+        added[key] = np.maximum(noise - noise_fp16, 0.0)
+    # One figure per layer for the greedy order: the noise it adds relative to each output's
+    # power, summed over the outputs (outputs of different scales count alike).
+    relative = {k: float(np.sum(added[k] / np.where(signal > 0, signal, 1.0))) for k in keys}
+    order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, relative)
     path: List[PathPoint] = []
-    remaining = sum(added.values())
+    remaining = np.sum([added[k] for k in keys], axis=0) if keys else np.zeros(outputs)
     for promoted in range(len(keys) + 1):
         if promoted:
-            remaining -= added[order[promoted - 1]]
+            remaining = remaining - added[order[promoted - 1]]
         assignment = {k: "fp16" if k in set(order[:promoted]) else "int8" for k in keys}
-        path.append(PathPoint(promoted, cycles(assignment),
-                              sqnr_db(signal, noise_fp16 + max(remaining, 0.0))))
-    path[-1].sqnr_db = fp16_db
+        path.append(PathPoint(promoted, cycles(assignment), min(
+            _sqnrs(signal, noise_fp16 + np.maximum(remaining, 0.0)))))
+    _fill(path[-1], fp16_measured)
 
-    def measured(k: int) -> float:
-        if path[k].sqnr_db is None:
+    def meets(k: int) -> bool:
+        if not path[k].measured:
             fp16 = set(order[:k])
-            path[k].sqnr_db = measure({key: "fp16" if key in fp16 else "int8"
-                                       for key in keys})
-        return path[k].sqnr_db
+            _fill(path[k], measure({key: "fp16" if key in fp16 else "int8" for key in keys}))
+        return path[k].meets(target)
 
     chosen = 0
-    if measured(0) < target:
+    if not meets(0):
         chosen = next((k for k, p in enumerate(path) if p.predicted_sqnr_db >= target),
                       len(keys))
-        while measured(chosen) < target:
+        while not meets(chosen):
             chosen += 1  # all-fp16 meets it (checked above), so this ends
-        while chosen > 0 and measured(chosen - 1) >= target:
+        while chosen > 0 and meets(chosen - 1):
             chosen -= 1
         # Converting runs make the path's cycles rise and fall: the later points that cost
         # fewer cycles (and promote more layers) are measured too.
         for k in range(chosen + 1, len(path)):
             if path[k].cycles < path[chosen].cycles:
-                measured(k)
+                meets(k)
     # Of the points measured, the fewest cycles that meet the target.
-    chosen = min((k for k, p in enumerate(path) if p.sqnr_db is not None and
-                  p.sqnr_db >= target), key=lambda k: (path[k].cycles, k))
+    chosen = min((k for k, p in enumerate(path) if p.meets(target)),
+                 key=lambda k: (path[k].cycles, k))
     fp16_set = set(order[:chosen])
     result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
                             order, path, chosen, alone, extra, len(examples), builds,
-                            calibration)
+                            len(held), outputs, calibration)
     result._measure = measure
     return result
+
+
+def _out_of_reach(target: float, calibration: List[float], held: List[float]) -> None:
+    """An error when all-fp16 (the most precise the accelerator computes) misses the target
+    on some output, on either set of inputs: no assignment of int8 / fp16 can reach it."""
+    worst = min(min(calibration), min(held))
+    if worst >= target:
+        return
+    sets = {"the calibration inputs": calibration, "the held-back inputs": held}
+    where, values = min(sets.items(), key=lambda item: min(item[1]))
+    output = int(np.argmin(values))
+    which = f" (output {output} of {len(values)}; the others " + ", ".join(
+        f"{v:.2f}" for i, v in enumerate(values) if i != output) + " dB)" \
+        if len(values) > 1 else ""
+    raise AccelInvalidError(
+        f"target_sqnr_db = {target:g} is out of reach: all-fp16 gives {worst:.2f} dB on "
+        f"{where}{which}, and fp16 is the most precise the accelerator computes in: the model "
+        "loses that much to fp16 rounding alone (every layer of the int8 partition on the "
+        "accelerator, against its fp32 build), so no int8/fp16 assignment reaches the target")

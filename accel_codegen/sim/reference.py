@@ -675,8 +675,12 @@ def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None,
     half."""
     x = np.asarray(x)
     t = x.astype(np.float32) if x.dtype in (np.float16, np.float32) else _widen(x)
-    wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
-               _widen(prelu_slope), use_lut=True)
+    # Every half is a valid input, the signalling NaNs too: IEEE arithmetic raises its invalid
+    # flag on them and returns a quiet NaN, as the engine does; NumPy's warning about the flag
+    # is not an error here.
+    with np.errstate(invalid="ignore"):
+        wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
+                   _widen(prelu_slope), use_lut=True)
     with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
         return wide.astype(np.float16)
 
@@ -786,7 +790,9 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                    op.prelu_slope)
     if isinstance(op, Lrn):
         if precision == "fp16":  # the fp32 computation on widened halves, rounded once
-            return lrn(_widen(x), op.size, op.alpha, op.beta, op.k).astype(np.float16)
+            y = lrn(_widen(x), op.size, op.alpha, op.beta, op.k)
+            with np.errstate(over="ignore"):  # beyond the half range: infinity, as the CDP
+                return y.astype(np.float16)
         if precision == "int8":
             raise AccelInvalidError("the CDP has no INT8 local response normalisation")
         return lrn(x, op.size, op.alpha, op.beta, op.k)

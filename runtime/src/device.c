@@ -68,7 +68,13 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->dram_burst_bytes == b->dram_burst_bytes &&
          a->dram_latency_cycles == b->dram_latency_cycles &&
          a->dram_turnaround_cycles == b->dram_turnaround_cycles &&
-         a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s;
+         a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s &&
+         a->dram_read_request_cycles == b->dram_read_request_cycles &&
+         a->cmac_weight_load_cycles == b->cmac_weight_load_cycles &&
+         a->conv_pipeline_cycles == b->conv_pipeline_cycles &&
+         a->sdp_pipeline_cycles == b->sdp_pipeline_cycles &&
+         a->pdp_pipeline_cycles == b->pdp_pipeline_cycles &&
+         a->cdp_pipeline_cycles == b->cdp_pipeline_cycles;
 }
 
 accel_status accel_device_shared(const accel_config* cfg, accel_device** out) {
@@ -190,6 +196,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
     case ACCEL_ENGINE_CONV:
       if (op->conv.mode == ACCEL_CONV_WINOGRAD && !int8) { /* INT8's is direct's, exactly */
         const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
+        if (conv_verbose()) conv_verbose_line(half ? "fp16" : "fp32", &r->conv, "winograd");
         return conv_winograd_f32(&r->conv, src, op->conv.weights, op->conv.weights_packed, half,
                                  dst, epilogue != NULL ? &e : NULL, &dev->ws, threads);
       }
@@ -445,6 +452,13 @@ typedef enum c16_kind {
   C16_STEM_POOL, /* the same, then pdp_c16.c (ResNet's stem) */
 } c16_kind;
 
+/* The kernels' names in ACCEL_VERBOSE's lines (conv_verbose_line), as the CONV
+ * implementations' (docs/kernels.md). */
+static const char* const c16_names[] = {
+    [C16_NONE] = "", [C16_POINTWISE] = "c16_pointwise", [C16_DEPTHWISE] = "c16_depthwise",
+    [C16_DENSE_3X3] = "c16_dense_3x3", [C16_WINOGRAD] = "c16_winograd", [C16_POOL] = "c16_pool",
+    [C16_STEM] = "c16_stem", [C16_STEM_POOL] = "c16_stem_pool"};
+
 /* The C16 kernel of a run whose input is in layout in_layout and output C16, if it has one:
  * with a C16 input, a CONV alone or a FUSED CONV -> SDP whose geometry and epilogue
  * conv_c16.c, dw_c16.c, conv3x3_c16.c or winograd_c16.c take, or a PDP alone (pdp_c16.c);
@@ -502,6 +516,8 @@ static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chai
   const sdp_f32* ep = end == 1 ? &e : NULL;
   const float* w = r->op->conv.weights;
   const void* packed = r->op->conv.weights_packed;
+  if (kernel != C16_POOL && conv_verbose())
+    conv_verbose_line("fp32", &r->conv, c16_names[kernel]);
   switch (kernel) {
     case C16_POINTWISE:
       return conv_c16_pointwise(&r->conv, input->data, w, packed, output->data, ep, &dev->ws,

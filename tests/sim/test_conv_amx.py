@@ -1,4 +1,4 @@
-"""The INT8 CONV's AMX path (csrc/conv_i8.c, conv_amx: TDPBSUD tiles on the implicit GEMM's
+"""The INT8 CONV's AMX path (csrc/conv/i8_amx.c, conv_amx: TDPBSUD tiles on the implicit GEMM's
 input copy) against the NumPy reference and against the VNNI paths, bit for bit.
 
 The path runs where the build targets AMX (-march=native on a Sapphire Rapids), the CPU and OS
@@ -24,7 +24,7 @@ from test_conv_engine import _int8_sdp, _lane_add_sdp, _lane_sdp
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 CPU_AMX = "amx_int8" in open("/proc/cpuinfo").read().split()  # (the flags of every CPU)
-LAYOUT_VNNI, LAYOUT_AMX = 2, 3  # conv_i8.c's packed layouts (the header's second int32)
+LAYOUT_VNNI, LAYOUT_AMX = 2, 3  # conv/i8.h's packed layouts (the header's second int32)
 
 AMX_LAYERS = [  # in_shape, weight_shape, conv arguments
     ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),          # ResNet: 13 runs of 16 tiles

@@ -748,7 +748,7 @@ def test_int8_conv_converter_ties_and_extremes_in_lanes(layer, act):
                     in_zero=int(rng.integers(-128, 128)), **conv_args)
         acc = ref.run_op(conv, x)
         k = weight_shape[0]
-        vmax = int(np.prod(weight_shape[1:])) * 255 * 128  # conv_i8.c's bound: depth * 255 * 128
+        vmax = int(np.prod(weight_shape[1:])) * 255 * 128  # the kernels' bound: depth * 255 * 128
         shift = np.array([17, 18, 17, 20, 24, 17, 19, 40])[np.arange(k) % 8]
         mul = np.array([16384, 16384, 1, 8192, 32767, 32767, 4096, 3])[np.arange(k) % 7]
         spread = _channel_spread(acc)
@@ -825,7 +825,7 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
 
 
 # Small depthwise planes (<= 256 outputs) whose tables differ in one field of the spatial
-# geometry each: more of them than the tables conv_i8.c keeps (4), so that they replace each
+# geometry each: more of them than the dw_rows_vbmi tables kept (4), so that they replace each
 # other, and the same geometry again with other channels, weights and data
 SMALL_PLANE_GEOMETRIES = [  # in_shape, weight_shape, conv arguments
     ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=1, groups=24)),
@@ -872,7 +872,7 @@ def _int8_conv_matches_reference(conv, x, acc, rng, layer):
 
 
 INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the kernel with channels along
-    # the vector (conv_i8.c conv_small) at its edges
+    # the vector (conv/i8_small_vnni.c, impl small_vnni) at its edges
     ((1, 64, 7, 7), (64, 64, 3, 3), dict(padding=1)),                 # ResNet's 7x7 3x3
     ((1, 13, 7, 7), (20, 13, 3, 3), dict(padding=1)),       # channels not a multiple of 4 / 8
     ((1, 40, 14, 14), (24, 40, 3, 3), dict(stride=2, padding=1)),     # stride 2: 7x7 out
@@ -891,7 +891,7 @@ INT8_SMALL_GRIDS = [  # in_shape, weight_shape, conv arguments: the kernel with 
 
 def _implicit_lanes(out_h, out_w, kernel_w, stride_w, dilation_w):
     """The vector lanes the implicit GEMM computes for one image and block of channels: grid
-    columns in panels of 48, 16 per started vector (conv_i8.c small_grid_pays)."""
+    columns in panels of 48, 16 per started vector (conv/i8_small_vnni.c small_grid_pays)."""
     wq = out_w + (kernel_w - 1) * dilation_w // stride_w
     ncols = (out_h - 1) * wq + out_w
     return ncols // 48 * 48 + -(-(ncols % 48) // 16) * 16
@@ -920,7 +920,7 @@ def test_int8_small_grids_match_reference_exactly(layer):
 
 
 INT8_FEW_CHANNELS = [  # in_shape, weight_shape, conv arguments: the few-channel kernel (taps
-    # packed densely into words: conv_i8.c conv_stem) at its edges; all over 256 outputs (fewer
+    # packed densely into words: impl stem_vbmi) at its edges; all over 256 outputs (fewer
     # could go to the matrix-vector or im2col paths first)
     ((1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),       # ResNet's stem
     ((2, 3, 41, 47), (20, 3, 7, 7), dict(stride=2, padding=(3, 2, 1, 3))),  # odd, uneven, batch

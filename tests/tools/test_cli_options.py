@@ -1,12 +1,11 @@
-"""Command-line options that change what is computed: `sweep --no-winograd` keeps every
-convolution direct (it was accepted and ignored)."""
+"""Command-line options of issue 30: `sweep --no-winograd` keeps every convolution direct (it
+was accepted and ignored), `--version`, `compile --dump-code DIR`, and `run` taking one .npz
+(inputs by name or in order) or `--random` inputs."""
 import json
 import textwrap
 
 import pytest
 
-from accel_codegen import AccelConfig
-from accel_codegen.tools.estimation import estimate, sweep
 from conftest import run_cli
 
 # Two 3x3 convolutions that Winograd makes cheaper on nv_full (stride 1, no groups).
@@ -50,19 +49,6 @@ def test_sweep_no_winograd_is_honoured(capsys, tmp_path, conv_model):
     nv_full = [p for p in results[True]["points"] if p["macs"] == 2048][0]
     assert nv_full["total_cycles"] == json.loads((tmp_path / "e.json").read_text())[
         "total_cycles"]
-
-
-def test_sweep_winograd_false_equals_estimate(zoo):
-    mod, params, _ = zoo("resnet18").imported
-    full = AccelConfig.preset("nv_full")
-    points = [({"point": 0}, full), ({"point": 1}, full.replace(atomic_c=8, atomic_k=8,
-                                                                 name="m64"))]
-    for winograd in (True, False):
-        rows = sweep(mod, params, points, precision="fp16", winograd=winograd,
-                     progress=False)["points"]
-        for row, (_, config) in zip(rows, points):
-            report = estimate(mod, params, config=config, precision="fp16", winograd=winograd)
-            assert row["total_cycles"] == report.total_cycles, (winograd, config.name)
 
 
 def test_version_names_the_package_and_its_dependencies_without_importing_tvm():
@@ -120,3 +106,94 @@ def test_compile_dump_code_refuses_a_file(capsys, tmp_path):
                              "--dump-code", tmp_path / "taken")
     assert status == 1 and "--dump-code" in err and "is not a directory" in err, err
     assert not (tmp_path / "l.so").exists()
+
+
+# --- run: inputs by name from an .npz, or drawn at random -------------------------------------
+
+TWO_INPUTS = textwrap.dedent("""
+    import torch
+
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, image, bias):
+            return torch.relu(self.conv(image)) + bias
+
+    def build():
+        torch.manual_seed(0)
+        return TwoInputs().eval(), (torch.randn(1, 3, 8, 8), torch.randn(1, 4, 8, 8))
+    """)
+
+
+@pytest.fixture(scope="module")
+def two_inputs(tmp_path_factory):
+    """(directory holding two.so, its input names) for a model of two inputs."""
+    from accel_codegen.tools import cli
+
+    directory = tmp_path_factory.mktemp("two_inputs")
+    (directory / "two.py").write_text(TWO_INPUTS)
+
+    assert cli.main(["compile", f"{directory / 'two.py'}:build", "-o",
+                     str(directory / "two.so")]) == 0
+    return directory
+
+
+def _run_output(capsys, directory, *argv):
+    status, out, err = run_cli(capsys, "run", directory / "two.so", "--output",
+                               directory / "y.npy", *argv)
+    assert status == 0, err
+    import numpy as np
+
+    return np.load(directory / "y.npy"), out
+
+
+def test_run_takes_named_and_positional_npz(capsys, two_inputs):
+    import numpy as np
+
+    import accel_codegen as ac
+
+    rng = np.random.default_rng(7)
+    image = rng.standard_normal((1, 3, 8, 8), dtype=np.float32)
+    bias = rng.standard_normal((1, 4, 8, 8), dtype=np.float32)
+    names = [name for name, _, _ in ac.virtual_machine(two_inputs / "two.so").input_specs()]
+    assert names == ["image", "bias"]
+    np.save(two_inputs / "image.npy", image)
+    np.save(two_inputs / "bias.npy", bias)
+    expected, _ = _run_output(capsys, two_inputs, "-i", two_inputs / "image.npy", "-i",
+                              two_inputs / "bias.npy")
+    np.savez(two_inputs / "named.npz", bias=bias, image=image)  # not in the model's order
+    np.savez(two_inputs / "ordered.npz", image, bias)
+    for archive in ("named.npz", "ordered.npz"):
+        got, _ = _run_output(capsys, two_inputs, "-i", two_inputs / archive)
+        np.testing.assert_array_equal(got, expected)
+    np.savez(two_inputs / "wrong.npz", image=image, offset=bias)
+    status, _, err = run_cli(capsys, "run", two_inputs / "two.so", "-i",
+                             two_inputs / "wrong.npz")
+    assert status == 1 and "missing: ['bias']" in err and "unknown: ['offset']" in err, err
+
+
+def test_run_random_fills_the_inputs_with_a_seed(capsys, two_inputs):
+    import numpy as np
+
+    from accel_codegen.tools.model_spec import random_inputs
+
+    got, out = _run_output(capsys, two_inputs, "--random", "--seed", "5")
+    assert "image [1, 3, 8, 8] float32, bias [1, 4, 8, 8] float32" in out
+    (image, bias) = random_inputs([np.zeros((1, 3, 8, 8), np.float32),
+                                   np.zeros((1, 4, 8, 8), np.float32)], 1, 5)[0]
+    np.savez(two_inputs / "drawn.npz", image=image, bias=bias)
+    expected, _ = _run_output(capsys, two_inputs, "-i", two_inputs / "drawn.npz")
+    np.testing.assert_array_equal(got, expected)
+    other, _ = _run_output(capsys, two_inputs, "--random", "--seed", "6")
+    assert not np.array_equal(other, got)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ((), "give the inputs"),
+    (("--random", "-i", "x.npy"), "not both"),
+], ids=["no-inputs", "both"])
+def test_run_input_errors(capsys, two_inputs, argv, message):
+    status, _, err = run_cli(capsys, "run", two_inputs / "two.so", *argv)
+    assert status == 1 and message in err, err

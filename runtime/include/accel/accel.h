@@ -39,10 +39,11 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 7,   /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 8,   /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
-                            * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc) */
+                            * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
+                            * RTL-calibrated configuration fields) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -165,6 +166,17 @@ typedef struct accel_config {
                               * turnaround, amortised over the writes the controller groups */
   int64_t sram_bytes;        /* on-chip SRAM behind the secondary memory interface; 0: none */
   double sram_bytes_per_s;   /* its bandwidth (> 0 when sram_bytes > 0) */
+  /* ABI 8: calibrated against NVDLA's nv_small RTL (docs/nvdla_rtl.md; config.c says which
+   * trace tests fix each figure) */
+  int32_t dram_read_request_cycles; /* cycles between two read requests the memory accepts,
+                              * each one burst: reads move at most dram_burst_bytes per this
+                              * many cycles (below the bandwidth when bursts are small) */
+  int32_t cmac_weight_load_cycles; /* cycles to load one atomic-C x atomic-K weight block into
+                              * the MAC cells: a stripe of fewer output positions waits for it */
+  int32_t conv_pipeline_cycles; /* fixed cycles per layer and engine: programming, pipeline */
+  int32_t sdp_pipeline_cycles;  /* fill and drain, the last write's own latency (the read */
+  int32_t pdp_pipeline_cycles;  /* latency is dram_latency_cycles); a fused run pays the sum */
+  int32_t cdp_pipeline_cycles;  /* of its engines' */
 } accel_config;
 
 /* How a tensor's elements lie in memory (accel_tensor.layout).

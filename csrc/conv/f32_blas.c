@@ -1,0 +1,94 @@
+/* conv/f32_blas.c - FP32 CONV through OpenBLAS (impl "blas"): im2col tiles and one
+ * single-threaded sgemm each. The portable path, last in the list: the only one without AVX-512. */
+#include "conv/f32.h"
+
+/* Columns [n0, n0+nt) of the im2col matrix of image-group input img, as rows of nt. */
+static void im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, float* col) {
+  const conv_geometry* g = P->g;
+  const int64_t ow = g->out_w;
+  int64_t kk = 0;
+  for (int64_t c = 0; c < P->cg; ++c)
+    for (int64_t r = 0; r < g->kernel_h; ++r)
+      for (int64_t s = 0; s < g->kernel_w; ++s, ++kk) {
+        float* d = col + kk * nt;
+        const float* plane = img + c * P->hw;
+        int64_t y = n0 / ow, x = n0 % ow;
+        for (int64_t j = 0; j < nt; ++j) {
+          const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
+          const int64_t ix = x * g->stride_w - g->pad_left + s * g->dilation_w;
+          d[j] = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w ? plane[iy * g->w + ix] : 0.0f;
+          if (++x == ow) {
+            x = 0;
+            ++y;
+          }
+        }
+      }
+}
+
+/* Portable path: per item, an im2col tile of columns and one single-threaded sgemm into the
+ * output, then the epilogue on the tile. */
+typedef struct blas_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  float* const* cols; /* per participant */
+  int64_t nt, tiles, mchunks;
+} blas_job;
+
+static void blas_tile_item(void* ctx, int64_t it, int participant) {
+  const blas_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  float* col = J->cols[participant];
+  const int64_t mchunks = J->mchunks, tiles = J->tiles, nt = J->nt;
+  const int64_t mc = it % mchunks, tile = it / mchunks % tiles, bg = it / (mchunks * tiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t n0 = tile * nt, ncols = P->ohw - n0 < nt ? P->ohw - n0 : nt;
+  const int64_t m0 = P->mg * mc / mchunks, m1 = P->mg * (mc + 1) / mchunks;
+  im2col_tile(P, J->in + (b * g->c + grp * P->cg) * P->hw, n0, ncols, col);
+  const int64_t ch0 = grp * P->mg + m0;
+  scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(m1 - m0),
+                    (blasint)ncols, (blasint)P->kd, 1.0f, J->weights + ch0 * P->kd,
+                    (blasint)P->kd, col, (blasint)ncols, 0.0f,
+                    J->out + (b * g->k + ch0) * P->ohw + n0, (blasint)P->ohw);
+  if (J->ep != NULL)
+    for (int64_t ch = ch0; ch < ch0 + m1 - m0; ++ch)
+      epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + n0, ncols);
+}
+
+static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const float* weights,
+                                    float* out, const sdp_f32* ep, workspace* ws,
+                                    int num_threads) {
+  const conv_geometry* g = P->g;
+  int64_t nt = ((int64_t)(256 * 1024) / P->kd) & ~(int64_t)15; /* tile: about 1 MB */
+  if (nt < 16) nt = 16;
+  if (nt > P->ohw) nt = P->ohw;
+  const int64_t tiles = (P->ohw + nt - 1) / nt;
+  const int64_t outer = (int64_t)g->n * g->groups * tiles;
+  int64_t mchunks = 1;
+  while (outer * mchunks < num_threads && mchunks * 16 < P->mg) ++mchunks;
+  const int64_t items = outer * mchunks;
+  const int nth = (int)(items < num_threads ? items : num_threads);
+  float* cols[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    cols[t] = workspace_get(ws, t, (size_t)(P->kd * nt) * sizeof(float));
+    if (cols[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  blas_single_threaded();
+  blas_job J = {P, in, weights, out, ep, cols, nt, tiles, mchunks};
+  pool_for(nth, items, blas_tile_item, &J);
+  return ACCEL_OK;
+}
+
+static int blas_applies(const conv_f32_call* c) {
+  (void)c;
+  return 1;
+}
+
+static accel_status blas_run(const conv_f32_call* c) {
+  return conv_blas_tiles(c->P, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
+}
+
+const conv_f32_impl conv_f32_blas_impl = {"blas", blas_applies, NULL, blas_run, NULL};

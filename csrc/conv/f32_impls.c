@@ -1,0 +1,114 @@
+/* conv/f32_impls.c - the CONV engine in FP32: the plan of a geometry, the implementations in
+ * the order they are tried, and conv_f32, the loop over them.
+ *
+ * The list, chosen by measurement (figures: docs/kernels.md; each file says what its kernel
+ * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 3x3 and 5x5 by
+ * output rows (dw_rows_avx512) or other depthwise kernels through a padded phase copy
+ * (dw_avx512); the implicit GEMM where its grid wastes few columns and its weight panel
+ * streams well (implicit_avx512); packed panels otherwise (packed_avx512); and last OpenBLAS on
+ * im2col tiles (blas), the only one without AVX-512 (its thread pool and ours would spin
+ * against each other on convolutions, hence not used where a kernel of ours applies).
+ * ACCEL_CONV_IMPL=name runs `name` where it supports the geometry; ACCEL_VERBOSE=1 prints the
+ * one that ran (conv/impl.c). Every output is summed in the order conv/f32_order.h states, so
+ * results do not depend on the thread count, and fused equals unfused bit for bit.
+ * The epilogue (sdp_f32_span) runs on each block of 8 channels' finished outputs of a tile,
+ * while they are in L1/L2; the implicit GEMM applies the one-pass epilogues (scale, shift, add,
+ * ReLU / clip) in registers before its store instead, in the same order.
+ * Threads: pool.c's loops (the caller claims items with whichever workers are awake; no
+ * OpenMP, whose idle threads spin and whose barriers wait for a descheduled thread); work
+ * split in (positions x channel blocks), OpenBLAS kept at one thread. Scratch: workspace slots
+ * only, reserved before the parallel loops; a participant's slot is its number.
+ */
+#include "conv/f32.h"
+
+static const conv_f32_impl* const impls[] = {
+    &conv_f32_fc_blas_impl,
+#ifdef __AVX512F__
+    &conv_f32_dw_rows_avx512_impl,
+    &conv_f32_dw_avx512_impl,
+    &conv_f32_implicit_avx512_impl,
+    &conv_f32_packed_avx512_impl,
+#endif
+    &conv_f32_blas_impl, /* always applies */
+};
+enum { NIMPLS = sizeof impls / sizeof impls[0] };
+
+/* The L1 data cache's size: ACCEL_L1D_BYTES (bytes, or with a K suffix KiB) where set, which
+ * lets one host take the choices another makes (tests/sim/test_conv_impls.py), else sysconf's
+ * figure (0 when the system does not say). Read once. */
+static long l1d_bytes(void) {
+  const char* env = getenv("ACCEL_L1D_BYTES");
+  if (env != NULL && env[0] != '\0') {
+    char* end;
+    const long v = strtol(env, &end, 10);
+    return *end == 'K' || *end == 'k' ? v * 1024 : v;
+  }
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  return sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#else
+  return 0;
+#endif
+}
+
+/* 1 when a packed panel of CONV_KC_L1 depth rows fits in half the L1 data cache. */
+static int l1_keeps_panel(void) {
+  static int cached = -1; /* benign race: every thread computes the same value */
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const long l1 = l1d_bytes();
+    v = l1 > 0 && (long)(48 * CONV_KC_L1 * sizeof(float)) * 2 <= l1;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+static void f32_plan(const conv_geometry* g, conv_plan* P) {
+  P->g = g;
+  P->cg = g->c / g->groups;
+  P->mg = g->k / g->groups;
+  P->kd = P->cg * g->kernel_h * g->kernel_w;
+  P->hw = (int64_t)g->h * g->w;
+  P->ohw = (int64_t)g->out_h * g->out_w;
+  P->panels_outer = l1_keeps_panel();
+  P->kc = f32_depth_block(P->kd, P->panels_outer ? CONV_KC_L1 : CONV_KC_MAX);
+  /* no panels (at most 8 positions: dot products only): the whole depth at once, a
+   * classifier's weight rows streamed once (2048 -> 1000 with its weights out of cache: 128-
+   * deep blocks 0.71-0.72 ms, 512-deep 0.61) */
+  if (P->ohw <= 8) P->kc = P->kd;
+  P->pointwise = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                 g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
+}
+
+/* The implementation a call runs: the forced one where it supports the call, else the first
+ * that applies. */
+static const conv_f32_impl* pick(const conv_f32_call* c) {
+  const char* forced = conv_impl_forced();
+  if (forced != NULL)
+    for (int i = 0; i < NIMPLS; ++i)
+      if (conv_impl_named(forced, impls[i]->name) &&
+          (impls[i]->supports != NULL ? impls[i]->supports : impls[i]->applies)(c))
+        return impls[i];
+  for (int i = 0; i < NIMPLS - 1; ++i)
+    if (impls[i]->applies(c)) return impls[i];
+  return impls[NIMPLS - 1];
+}
+
+int conv_f32_dot_tail(const conv_geometry* g) {
+  conv_plan P;
+  f32_plan(g, &P);
+  const conv_f32_call c = {&P, NULL, NULL, NULL, NULL, NULL, 1};
+  const conv_f32_impl* impl = pick(&c);
+  return impl->dot_tail != NULL ? impl->dot_tail(&P) : -1;
+}
+
+accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
+                      const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
+  conv_plan P;
+  f32_plan(g, &P);
+  if (num_threads < 1) num_threads = 1;
+  if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  const conv_f32_call c = {&P, in, weights, out, epilogue, ws, num_threads};
+  const conv_f32_impl* impl = pick(&c);
+  if (conv_verbose()) conv_verbose_line("fp32", g, impl->name);
+  return impl->run(&c);
+}

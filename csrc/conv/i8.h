@@ -1,0 +1,506 @@
+/* conv/i8.h - the INT8 CONV family's shared definitions (internal to csrc/conv/i8_*.c).
+ *
+ * The plan of a geometry, the packed weights' layouts, the VNNI GEMM's byte source, input copy
+ * and epilogue in lanes, which several implementations share (conv/i8_gemm_vnni.c), and the
+ * implementation interface of conv/i8_impls.c's list. Small helpers are static inline here so
+ * that every kernel file inlines them as the one file did.
+ */
+#ifndef ACCEL_CONV_I8_H_
+#define ACCEL_CONV_I8_H_
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__)
+#define CONV_I8_VNNI 1
+#include <immintrin.h>
+#endif
+
+#if defined(CONV_I8_VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define CONV_I8_AMX 1
+#endif
+
+#include "kernels.h"
+#include "sdp_i8_lanes.h"
+
+enum {
+  MR = 8,             /* output channels per micro-tile */
+  NR = 48,            /* grid positions per micro-tile (3 vectors of 16) */
+  TILE = 8,           /* panels of NR positions per work unit */
+  WS_PACK = WS_CONV_I8_FIRST,       /* shared slots: weights packed on this call, */
+  WS_COPY = WS_PACK + 1,            /* the input copy (implicit) or columns (im2col), */
+  WS_OFF = WS_PACK + 2,             /* the depth steps' offsets, */
+  WS_XP = WS_PACK + 3,              /* the columns of the matrix-vector path, */
+  WS_CVT = WS_PACK + 4,             /* the channels' converters in lanes (sdp_i8_lanes.h), */
+  WS_DWS = WS_PACK + 5,             /* the small-plane depthwise tables' directory, */
+  DWS_CACHE = 4,                    /* the tables, kept in slots WS_DWS + 1 .. + DWS_CACHE, */
+  WS_BOFF = WS_DWS + DWS_CACHE + 1, /* AMX: the depth tiles' offsets */
+  GEMV_COLS = 8,      /* at most this many columns in all: matrix-vector products */
+  AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
+  AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
+};
+_Static_assert((int)WS_BOFF < (int)WORKSPACE_SLOTS, "conv/i8.h's shared workspace slots");
+
+typedef int32_t __attribute__((may_alias)) i32_alias;
+
+static inline size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* A convolution's derived sizes. */
+typedef struct plan {
+  const conv_geometry* g;
+  int64_t cg, mg;      /* input / output channels per group */
+  int64_t rs, kd;      /* taps per channel, depth per group (cg * rs) */
+  int64_t c4, kd4;     /* VNNI: 4-channel blocks per group, depth steps (c4 * rs) */
+  int64_t mblocks;     /* MR-channel blocks per group */
+  int64_t hw, ohw;
+  int64_t kc, nch, nk; /* AMX: c4 blocks per depth tile (<= 16), tiles per tap, depth tiles */
+  int64_t ablocks;     /* AMX: AMB-channel blocks per group */
+} plan;
+
+static inline void make_plan(const conv_geometry* g, plan* P) {
+  P->g = g;
+  P->cg = g->c / g->groups;
+  P->mg = g->k / g->groups;
+  P->rs = (int64_t)g->kernel_h * g->kernel_w;
+  P->kd = P->cg * P->rs;
+  P->c4 = (P->cg + 3) / 4;
+  P->kd4 = P->c4 * P->rs;
+  P->mblocks = (P->mg + MR - 1) / MR;
+  P->hw = (int64_t)g->h * g->w;
+  P->ohw = (int64_t)g->out_h * g->out_w;
+  P->kc = P->c4 < AKT ? P->c4 : AKT;
+  P->nch = (P->c4 + AKT - 1) / AKT;
+  P->nk = P->nch * P->rs;
+  P->ablocks = (P->mg + AMB - 1) / AMB;
+}
+
+/* ---- packed weights ----------------------------------------------------------------------
+ * A 64-byte header, then the layout the kernel reads:
+ *   LAYOUT_PLAIN: the weights as given, [K][C/groups][R][S] (depthwise, and builds without
+ *                 VNNI);
+ *   LAYOUT_VNNI:  per group and block of MR output channels, [c4][r][s][MR][4] s8 (4 input
+ *                 channels of one output channel form the 32-bit word vpdpbusd multiplies;
+ *                 channels past C/groups and rows past K/groups are 0), followed by the
+ *                 int32 weight sums [group][block][MR] of the +128 offset correction;
+ *   LAYOUT_AMX:   LAYOUT_VNNI (data_bytes of it, then its sums), followed by, per group and
+ *                 block of AMB output channels, per depth tile d = (chunk j,
+ *                 tap t) (d = j * rs + t), two A tiles of 16 rows x 64 bytes (rows: output
+ *                 channels; bytes 4i..4i+3 of a row: the 4 input channels of 4-channel block
+ *                 first_j + i at tap t, i < kc), first_j = min(16 j, c4 - kc): the last chunk
+ *                 starts early rather than past the copy, its blocks already covered by chunk
+ *                 j - 1 having zero weights. Zero past kc, C/groups and K/groups. Then the
+ *                 int32 weight sums [group][block][AMB]. Where AMX is available (a grouped
+ *                 or dense convolution of at least AMX_MIN_C4 4-channel blocks): both
+ *                 layouts, since the path depends on the input's size (explicit columns,
+ *                 matrix-vector), which packing does not know, and on the switch
+ *                 conv_i8_amx. */
+enum {
+  PACK_MAGIC = 0x38494341 /* "ACI8" */,
+  LAYOUT_PLAIN = 1,
+  LAYOUT_VNNI = 2,
+  LAYOUT_AMX = 3,
+  HEADER = 64
+};
+
+typedef struct pack_header {
+  uint32_t magic;
+  int32_t layout;
+  int32_t k, c, kernel_h, kernel_w, groups, mr;
+  uint64_t data_bytes;     /* weight bytes after the header (64-byte multiple) */
+} pack_header;
+
+/* AMX: with fewer 4-channel blocks (C/groups < 13) a product's depth is mostly zeros; with
+ * fewer depth steps the tiles' loads and stores (the initial correction, the sums) outweigh
+ * the products. MobileNetV2's 1x1 expansions with AMX / VNNI (1 thread, interleaved runs,
+ * in the network): 16 -> 96 at 112x112 (4 steps) 0.36 / 0.24 ms, 24 -> 144 at 56x56 (6) 0.15 /
+ * 0.10, 32 -> 192 at 28x28 (8) 0.050 / 0.039; the whole network 3.45 / 3.19 ms. */
+enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
+
+/* The layout's weight bytes (LAYOUT_AMX: its VNNI part's; the header's data_bytes). */
+static inline size_t data_bytes(const plan* P, int layout) {
+  const conv_geometry* g = P->g;
+  if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
+  return round64((size_t)(g->groups * P->mblocks * P->kd4 * MR * 4));
+}
+
+static inline size_t wsum_bytes(const plan* P, int layout) {
+  if (layout == LAYOUT_PLAIN) return 0;
+  return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
+}
+
+/* LAYOUT_AMX's tiles, and their weight sums. */
+static inline size_t amx_data_bytes(const plan* P) {
+  return (size_t)(P->g->groups * P->ablocks * P->nk * 2 * 1024);
+}
+
+static inline size_t amx_wsum_bytes(const plan* P) {
+  return round64((size_t)(P->g->groups * P->ablocks * AMB) * sizeof(int32_t));
+}
+
+/* Whether packed weights hold the AMX layout too (AMX available, whether on or not;
+ * conv/i8_amx.c). */
+int i8_amx_packed(const plan* P);
+/* Block (grp, mb) of LAYOUT_VNNI / (grp, ab) of LAYOUT_AMX and their rows' weight sums
+ * (conv/i8_pack.c). */
+void i8_pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8_t* data,
+                   int32_t* wsum);
+void i8_pack_amx_block(const plan* P, const int8_t* w, int64_t grp, int64_t ab, int8_t* data,
+                       int32_t* wsum);
+
+/* Channel k's int32 values v converted by the SDP into out[at, at + n), its element-wise
+ * operand (if any) read at the same offset. */
+static inline void convert_at(const sdp_i8* ep, int64_t k, const int32_t* v, int8_t* out,
+                              int64_t at, int64_t n) {
+  sdp_i8_span(ep, (int32_t)k, v, ep->ew_operand != NULL ? ep->ew_operand + at : NULL, out + at,
+              n);
+}
+
+/* ---- the implementation interface (conv/i8_impls.c) --------------------------------------
+ * One call's operands: the weights as given, and the packed ones in each layout the packing
+ * made (NULL where it made none; raw: the plain weights, packed or not). */
+typedef struct conv_i8_call {
+  const plan* P;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* weights; /* as given: the kernels that pack on the call read these */
+  const int8_t* raw;
+  const int8_t* apack;   /* LAYOUT_VNNI, */
+  const int32_t* wsum;
+  const int8_t* xpack;   /* LAYOUT_AMX */
+  const int32_t* xsum;
+  int8_t* out;
+  const sdp_i8* ep;
+  workspace* ws;
+  int nth;
+} conv_i8_call;
+
+/* An implementation: applies, whether the list picks it for this call (the geometry, the CPU
+ * and the measured preference; the first in the list that applies runs); supports, whether it
+ * computes this geometry at all (ACCEL_CONV_IMPL forces it only then; NULL: applies); run. */
+typedef struct conv_i8_impl {
+  const char* name;
+  int (*applies)(const conv_i8_call* c);
+  int (*supports)(const conv_i8_call* c);
+  accel_status (*run)(const conv_i8_call* c);
+} conv_i8_impl;
+
+extern const conv_i8_impl conv_i8_portable_impl;
+#ifdef CONV_I8_VNNI
+extern const conv_i8_impl conv_i8_dw_vnni_impl, conv_i8_im2col_vnni_impl, conv_i8_small_vnni_impl,
+    conv_i8_implicit_vnni_impl;
+#ifdef __AVX512VBMI__
+extern const conv_i8_impl conv_i8_dw_rows_vbmi_impl, conv_i8_stem_vbmi_impl;
+#endif
+#ifdef CONV_I8_AMX
+extern const conv_i8_impl conv_i8_amx_impl;
+#endif
+#endif
+
+#ifdef CONV_I8_VNNI
+/* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
+ * output position per image: those outputs are consecutive, from out + at. */
+static inline void epilogue_column(const sdp_i8* ep, const int32_t* tile, int64_t ldc, int64_t col,
+                                   int64_t rows, int64_t k0, int64_t at, int8_t* out) {
+  int32_t v[AMB];
+  for (int64_t m = 0; m < rows; ++m) v[m] = tile[m * ldc + col];
+  sdp_i8_channels(ep, (int32_t)k0, v, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                  out + at, rows);
+}
+
+static inline __mmask16 lane_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* The codes of rows of int32 values still in L1 (a panel just computed, or a tile's channel
+ * rows), converted in lanes (sdp_i8_lanes.h) with each row's converter: rows m < E->rows, their
+ * first E->cols values at c + m * ldc, the codes at E->out + m * E->ldo and a residual add's
+ * operand codes (E->add) at E->opnd + m * E->ldo. The converters are prepared once per call:
+ * no sdp_i8_span call (and its set-up) per row. (Converting inside the micro-kernel, before
+ * the store, made GCC spill its 24 accumulators in the depth loop.) */
+typedef struct panel_codes {
+  const sdp_i8_lane_cvt* cvt; /* the rows' converters */
+  int8_t* out;
+  int64_t ldo, rows, cols;
+  int8_t lo, hi;
+  int split;                  /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
+  const sdp_i8_lane_add* add; /* the residual add (every row split), or NULL */
+  const int8_t* opnd;         /* its operand codes, laid out as out */
+  int wide;                   /* rows readable to NR values whatever cols (a tile's) */
+  const int32_t* corr;        /* codes_of_panel_corr: row m's values are c[m][.] + corr[m] */
+} panel_codes;
+
+/* q of the 16 values v of converter e (split: its form); with a residual add (add: 1 any,
+ * 2 lean), of the 16 operand codes in o (split: the add's channel form). */
+static inline __attribute__((always_inline)) __m512i q_of(const panel_codes* E,
+                                                          const sdp_i8_lane_cvt* e, __m512i v,
+                                                          __m128i o, int split, int add) {
+  if (!add) return sdp_i8_lanes_form(e, v, split);
+  return sdp_i8_lanes_add(E->add, e, v, _mm512_cvtepi8_epi32(o), split, add == 2);
+}
+
+/* One step of 64 values of each row from column i (panel: of at most NR, read unmasked). */
+static inline __attribute__((always_inline)) void panel_step(const panel_codes* E,
+                                                              const int32_t* c, int64_t ldc,
+                                                              int64_t i, int split, int add,
+                                                              int panel, int corr) {
+  const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
+  const int64_t n = E->cols - i;
+  const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
+                  k3 = lane_mask(n - 48);
+  const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+  /* locals: the code stores could alias E's fields */
+  const int64_t rows = E->rows, ldo = E->ldo;
+  const sdp_i8_lane_cvt* cvt = E->cvt;
+  int8_t* out = E->out + i;
+  const int8_t* opnd = add ? E->opnd + i : NULL;
+  for (int64_t m = 0; m < rows; ++m) {
+    const sdp_i8_lane_cvt* e = cvt + m;
+    const int32_t* r = c + m * ldc + i;
+    __m512i o = _mm512_setzero_si512();
+    if (add) o = _mm512_maskz_loadu_epi8(keep, opnd + m * ldo);
+    const __m512i cm = corr ? _mm512_set1_epi32(E->corr[m]) : _mm512_setzero_si512();
+    __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
+    __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
+    __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
+    __m512i v3 = panel ? v2 : _mm512_maskz_loadu_epi32(k3, r + 48);
+    if (corr) {
+      v0 = _mm512_add_epi32(v0, cm);
+      v1 = _mm512_add_epi32(v1, cm);
+      v2 = _mm512_add_epi32(v2, cm);
+      v3 = _mm512_add_epi32(v3, cm);
+    }
+    const __m512i q0 = q_of(E, e, v0, _mm512_castsi512_si128(o), split, add);
+    const __m512i q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
+    const __m512i q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
+    const __m512i q3 = panel ? q2 : q_of(E, e, v3, _mm512_extracti32x4_epi32(o, 3), split, add);
+    const __m512i y = sdp_i8_codes64(q0, q1, q2, q3);
+    _mm512_mask_storeu_epi8(out + m * ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
+  }
+}
+
+static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
+                                                              const int32_t* c, int64_t ldc,
+                                                              int split, int add, int corr) {
+  if (E->wide && E->cols <= NR) {
+    panel_step(E, c, ldc, 0, split, add, 1, corr);
+    return;
+  }
+  for (int64_t i = 0; i < E->cols; i += 64) panel_step(E, c, ldc, i, split, add, 0, corr);
+}
+
+static inline __attribute__((always_inline)) void codes_body(const panel_codes* E,
+                                                               const int32_t* c, int64_t ldc,
+                                                               int corr) {
+  if (E->add != NULL) {
+    const int lean = E->add->lean ? 2 : 1;
+    if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2, corr);
+    else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2, corr);
+    else if (lean == 2) panel_body(E, c, ldc, 1, 2, corr);
+    else if (E->split == 3) panel_body(E, c, ldc, 3, 1, corr);
+    else if (E->split == 2) panel_body(E, c, ldc, 2, 1, corr);
+    else panel_body(E, c, ldc, 1, 1, corr);
+  } else if (E->split == 4) {
+    panel_body(E, c, ldc, 4, 0, corr);
+  } else if (E->split == 3) {
+    panel_body(E, c, ldc, 3, 0, corr);
+  } else if (E->split == 2) {
+    panel_body(E, c, ldc, 2, 0, corr);
+  } else if (E->split == 1) {
+    panel_body(E, c, ldc, 1, 0, corr);
+  } else {
+    panel_body(E, c, ldc, 0, 0, corr);
+  }
+}
+
+static inline __attribute__((always_inline)) void codes_of_panel(const panel_codes* E,
+                                                                   const int32_t* c, int64_t ldc) {
+  codes_body(E, c, ldc, 0);
+}
+
+/* The form every one of the rows' converters has: 4 / 3 the conv form (sdp_i8_lanes.h), 2 split
+ * without clamp, 1 split, 0 any
+ * (a residual add's: 3 without clamp and shifts <= 16, 2 without clamp, 1 any). */
+static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
+  int split = add ? 3 : 4;
+  for (int64_t m = 0; m < rows; ++m) {
+    const int form = add ? 1 + cvt[m].exact + (cvt[m].exact && cvt[m].shift == 0 && cvt[m].add == 0)
+                         : cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
+    split = form < split ? form : split;
+  }
+  return split;
+}
+
+/* dst[i] = src[i] for i < n; dst may equal src or lie below it (memmove's rep movsb is slow
+ * on such short overlapping moves). */
+static inline void move_down(const int32_t* src, int32_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lane_mask(n - i);
+    _mm512_mask_storeu_epi32(dst + i, m, _mm512_maskz_loadu_epi32(m, src + i));
+  }
+}
+
+#ifdef __AVX512VBMI__ /* the depthwise row kernel's */
+/* codes of count accumulators of one channel (converter e), 64 per step. */
+static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e, int8_t lo,
+                                                           int8_t hi, const int32_t* v, int8_t* y,
+                                                           int64_t count, int split) {
+  const __m512i l = _mm512_set1_epi8(lo), h = _mm512_set1_epi8(hi);
+  for (int64_t i = 0; i < count; i += 64) {
+    const int64_t n = count - i;
+    const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16), m2 = lane_mask(n - 32),
+                    m3 = lane_mask(n - 48);
+    const __m512i q0 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m0, v + i), split);
+    const __m512i q1 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m1, v + i + 16), split);
+    const __m512i q2 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m2, v + i + 32), split);
+    const __m512i q3 = sdp_i8_lanes_form(e, _mm512_maskz_loadu_epi32(m3, v + i + 48), split);
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    _mm512_mask_storeu_epi8(y + i, keep,
+                            _mm512_min_epi8(_mm512_max_epi8(sdp_i8_codes64(q0, q1, q2, q3), l), h));
+  }
+}
+
+static inline void codes_of_run(const sdp_i8_lane_cvt* e, int8_t lo, int8_t hi, const int32_t* v,
+                                int8_t* y, int64_t count) {
+  if (e->k == 16 && e->conv == 2) run_body(e, lo, hi, v, y, count, 4);
+  else if (e->k == 16 && e->conv) run_body(e, lo, hi, v, y, count, 3);
+  else if (e->k == 16 && e->exact) run_body(e, lo, hi, v, y, count, 2);
+  else if (e->k == 16) run_body(e, lo, hi, v, y, count, 1);
+  else run_body(e, lo, hi, v, y, count, 0);
+}
+#endif
+
+/* ---- the GEMM over a byte source B --------------------------------------------------------
+ * Depth step k of column n of group grp is the 4 bytes at base + grp * group_bytes + off[k] +
+ * 4n (u8 = in + 128; padding and missing channels = in_zero + 128). */
+typedef struct bsrc {
+  const uint8_t* base;
+  int64_t group_bytes;
+  const int64_t* off;
+  int64_t ncols, npanels, tiles;
+} bsrc;
+
+/* ---- implicit GEMM: a padded, stride-phase-split copy of the input ------------------------
+ * Output (y, x) and tap (r, s) read padded input row y*sh + r*dh, column x*sw + s*dw: phase
+ * (r*dh % sh, s*dw % sw) of the padded input at row y + r*dh/sh, column x + s*dw/sw. Each phase
+ * plane is stored as hq rows of wq = out_w + (largest column shift) positions, 4 channels per
+ * position, so depth step (c4, r, s) is the copy at a constant offset over a grid of
+ * (out_h - 1) * wq + out_w positions, of which the first out_w of each row are outputs. */
+enum { MAX_PHASES = ACCEL_MAX_CONV_STRIDE * ACCEL_MAX_CONV_STRIDE };
+
+typedef struct imp_plan {
+  int64_t nph, wq, hq, plane; /* phases, phase plane columns / rows / positions */
+  int64_t gbytes;             /* copy bytes per group: c4 * nph * plane * 4 */
+  int64_t ncols;              /* grid positions */
+  int8_t phase[MAX_PHASES];   /* the copy's phases: index -> py * stride_w + px */
+  int8_t slot[MAX_PHASES];    /* py * stride_w + px -> index in the copy (-1: not copied) */
+} imp_plan;
+
+
+/* Grid reads run up to 47 positions past a group's copy (the last panel) and the last vector
+ * 64 bytes: slack after the copy. */
+enum { COPY_SLACK = NR * 4 + 64 };
+
+/* Positions [x, x + 64) of a copy row, up to wq: 4 bytes each from the channels' vectors v,
+ * the sign bit flipped (u8 = s8 + 128). Byte then word unpacks interleave within each 128-bit
+ * lane, and a 4x4 transpose of the lanes puts the positions in order (16 positions per step
+ * with 128-bit unpacks and inserts cost about 3x the instructions). */
+static inline __attribute__((always_inline)) void interleave4_store(const __m512i* v, int64_t x,
+                                                                   int64_t wq, uint8_t* d) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  {
+    /* lane L: t0 / t1 = channel pairs (0, 1) of positions 16L + 0..7 / 8..15, t2 / t3 (2, 3) */
+    const __m512i t0 = _mm512_unpacklo_epi8(v[0], v[1]), t1 = _mm512_unpackhi_epi8(v[0], v[1]);
+    const __m512i t2 = _mm512_unpacklo_epi8(v[2], v[3]), t3 = _mm512_unpackhi_epi8(v[2], v[3]);
+    /* lane L of q_i: positions 16L + 4i .. 16L + 4i + 3, 4 channels each */
+    const __m512i q0 = _mm512_unpacklo_epi16(t0, t2), q1 = _mm512_unpackhi_epi16(t0, t2);
+    const __m512i q2 = _mm512_unpacklo_epi16(t1, t3), q3 = _mm512_unpackhi_epi16(t1, t3);
+    const __m512i r0 = _mm512_shuffle_i64x2(q0, q1, 0x44), r1 = _mm512_shuffle_i64x2(q2, q3, 0x44);
+    const __m512i r2 = _mm512_shuffle_i64x2(q0, q1, 0xEE), r3 = _mm512_shuffle_i64x2(q2, q3, 0xEE);
+    __m512i o[4];
+    o[0] = _mm512_shuffle_i64x2(r0, r1, 0x88); /* positions 0..15: lane 0 of q0..q3 */
+    o[1] = _mm512_shuffle_i64x2(r0, r1, 0xDD);
+    o[2] = _mm512_shuffle_i64x2(r2, r3, 0x88);
+    o[3] = _mm512_shuffle_i64x2(r2, r3, 0xDD);
+    const int64_t left = wq - x;
+    for (int i = 0; i < 4 && 16 * i < left; ++i) {
+      const int64_t n = left - 16 * i;
+      const __mmask64 m = n >= 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
+      _mm512_mask_storeu_epi8(d + 4 * (x + 16 * i), m, _mm512_xor_si512(o[i], flip));
+    }
+  }
+}
+
+/* Positions of [x, x + 64) inside [lo, hi). */
+static inline __mmask64 inside_mask(int64_t x, int64_t lo, int64_t hi) {
+  const int64_t a = lo > x ? lo - x : 0, b = hi < x + 64 ? hi - x : 64;
+  return a >= b ? 0
+                : (b == 64 ? ~(__mmask64)0 : (((__mmask64)1 << b) - 1)) &
+                      ~(((__mmask64)1 << a) - 1);
+}
+
+/* A run of a tile's grid positions that are outputs: tile column `col`, output `o`. */
+typedef struct seg {
+  int64_t col, o, len;
+} seg;
+
+/* The implicit GEMM's loops (pool_for items): packing, copy rows, units. */
+typedef struct imp_job {
+  const plan* P;
+  const imp_plan* Q;
+  const bsrc* B;
+  int32_t in_zero;
+  const int8_t* in;
+  const int8_t* weights;
+  const int8_t* apack;
+  const int32_t* wsum;
+  int8_t* pdata;
+  int32_t* psum;
+  int8_t* out;
+  const sdp_i8* ep;
+  char* const* scratch; /* per participant: the tile, then 4 rows of tmp */
+  size_t tile_bytes;
+  int64_t ldt, rows_per_item, nbuild, tiles, b;
+  int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL */
+  int8_t lo, hi;              /* and the codes' bounds */
+  const sdp_i8_lane_add* add; /* the residual add in lanes (with cvt), or NULL */
+  sdp_i8_lane_add add_consts; /* its constants */
+} imp_job;
+
+/* A 1x1 convolution with stride 1 and no padding copies each channel's plane as it is (wq =
+ * W, hq = H): a block of 4 channels is one row of h * w positions, built in segments of
+ * FLAT_SEG positions (row by row, a 7x7 plane cost about 60 cycles per row of 7 positions:
+ * more than the GEMM after it for MobileNetV2's 960 -> 320). Item = (grp, c4, segment). */
+enum { FLAT_SEG = 4096 };
+
+static inline int imp_flat(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+         g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
+}
+
+/* ---- the shared VNNI GEMM and input copy (conv/i8_gemm_vnni.c) ------------------------- */
+int i8_reserve_packing(const plan* P, workspace* ws, int8_t** pdata, int32_t** psum,
+                       const int8_t** apack, const int32_t** wsum);
+/* Accumulators of panels [p0, p1) x block mb of group grp into tile[MR][TILE * NR]:
+ * sum(u * w) - (128 + in_zero) * sum(w), modulo 2^32 (exact: the true sum fits int32). */
+void i8_gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32_t* wsum,
+                  int32_t in_zero, int64_t grp, int64_t mb, int64_t p0, int64_t p1,
+                  int32_t* tile, const panel_codes* E);
+int64_t i8_choose_tiles(int64_t npanels, int64_t mblocks, int64_t groups, int nth);
+void i8_imp_make_plan(const plan* P, imp_plan* Q);
+void i8_imp_used_phases(const plan* P, imp_plan* Q);
+int i8_imp_reserve_copy(const plan* P, const imp_plan* Q, int32_t in_zero, workspace* ws,
+                        uint8_t** copy, int64_t** off);
+int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J);
+void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
+                          int64_t ldc, int64_t at, int64_t cols, int wide);
+void i8_imp_pack_item(void* ctx, int64_t blk, int participant);
+void i8_imp_build_item(void* ctx, int64_t chunk, int participant);
+void i8_tile_codes(const imp_job* J, int32_t* tile, int64_t ldc, int64_t n0, int64_t n1,
+                   int64_t rows, int64_t k0);
+void i8_imp_unit_item(void* ctx, int64_t u, int participant);
+#endif /* CONV_I8_VNNI */
+
+#endif /* ACCEL_CONV_I8_H_ */

@@ -1,0 +1,320 @@
+"""ONNX graphs as exporters in the wild write them: shape arithmetic folded before the import,
+match_cast kept out of the merge, and every importer failure naming its ONNX node.
+
+The graphs are built with ``onnx.helper``; ONNX Runtime is the reference of every run."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import tvm
+from conftest import assert_close, build_and_run, torch_forward
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+import accel_codegen as ac
+from accel_codegen import AccelUnsupportedError
+from accel_codegen.compiler.onnx_folding import fold_shape_arithmetic
+from accel_codegen.frontend import export_onnx, from_onnx, from_pytorch
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
+                                        "ignore::FutureWarning", "ignore::UserWarning")
+
+_RNG = np.random.default_rng(33)
+
+
+def _const(name, value, dtype="int64"):
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def _weights(name, *shape):
+    return numpy_helper.from_array((_RNG.standard_normal(shape) * 0.3).astype("float32"), name)
+
+
+def _model(nodes, inputs, outputs, initializers, opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _input(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _output(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def range_model():
+    """conv -> relu -> + arange(C) as a [1, C, 1, 1] bias -> conv: the Range's bound is
+    Gather(Shape(x), 1), which TVM imports as match_cast and a symbolic dimension."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["channels"], axis=0, name="gather"),
+        helper.make_node("Range", ["zero", "channels", "one"], ["range"], name="range"),
+        helper.make_node("Cast", ["range"], ["rangef"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Reshape", ["rangef", "bias_shape"], ["bias"], name="reshape"),
+        helper.make_node("Add", ["r1", "bias"], ["a"], name="add"),
+        helper.make_node("Conv", ["a", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    return _model(nodes, [_input("x", [1, 4, 6, 6])], [_output("y", [1, 4, 6, 6])],
+                  [_weights("w1", 4, 4, 3, 3), _weights("w2", 4, 4, 3, 3), _const("zero", 0),
+                   _const("one", 1), _const("bias_shape", [1, -1, 1, 1])])
+
+
+def paddle_flatten_model():
+    """conv -> Paddle's flatten (Reshape to Concat(Cast(Slice(Cast(Shape(x)))), [-1])) ->
+    MatMul + Add."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="p2o.Shape.0"),
+        helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32, name="p2o.Cast.0"),
+        helper.make_node("Slice", ["s32", "start", "end", "axes"], ["batch"],
+                         name="p2o.Slice.0"),
+        helper.make_node("Cast", ["batch"], ["batch64"], to=TensorProto.INT64,
+                         name="p2o.Cast.1"),
+        helper.make_node("Concat", ["batch64", "minus_one"], ["target"], axis=0,
+                         name="p2o.Concat.0"),
+        helper.make_node("Reshape", ["r", "target"], ["flat"], name="p2o.Reshape.0"),
+        helper.make_node("MatMul", ["flat", "fc"], ["m"], name="p2o.MatMul.0"),
+        helper.make_node("Add", ["m", "fc_bias"], ["y"], name="p2o.Add.0"),
+    ]
+    return _model(nodes, [_input("x", [2, 3, 4, 4])], [_output("y", [2, 5])],
+                  [_weights("w", 4, 3, 3, 3), _const("start", [0]), _const("end", [1]),
+                   _const("axes", [0]), _const("minus_one", [-1]), _weights("fc", 64, 5),
+                   _weights("fc_bias", 5)])
+
+
+def torchscript_flatten_model():
+    """conv -> x.view(x.size(0), -1) as torch's TorchScript exporter writes it
+    (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, the -1 a Constant node) -> Gemm."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="/conv/Conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="/relu/Relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="/Shape"),
+        helper.make_node("Constant", [], ["zero"], value=_const("zero", 0), name="/Constant"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0, name="/Gather"),
+        helper.make_node("Constant", [], ["axes"], value=_const("axes", [0]),
+                         name="/Constant_1"),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="/Unsqueeze"),
+        helper.make_node("Constant", [], ["minus_one"], value=_const("minus_one", [-1]),
+                         name="/Constant_2"),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0, name="/Concat"),
+        helper.make_node("Reshape", ["r", "target"], ["flat"], name="/Reshape"),
+        helper.make_node("Gemm", ["flat", "fc", "fc_bias"], ["y"], transB=1, name="/fc/Gemm"),
+    ]
+    return _model(nodes, [_input("x", [2, 3, 4, 4])], [_output("y", [2, 6])],
+                  [_weights("w", 4, 3, 3, 3), _weights("b", 4), _weights("fc", 6, 64),
+                   _weights("fc_bias", 6)])
+
+
+def _onnxruntime(model, x):
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _bindings(function):
+    return [b for block in function.body.blocks for b in block.bindings]
+
+
+@pytest.mark.parametrize("make", [range_model, paddle_flatten_model, torchscript_flatten_model])
+def test_shape_arithmetic_imports_partitions_and_runs_as_onnxruntime(make):
+    model = make()
+    mod, params = from_onnx(model)
+    main = mod["main"]
+    assert not [b for b in _bindings(main) if isinstance(b, relax.MatchCast)]
+    assert not relax.analysis.defined_symbolic_vars(main)
+    assert not relax.analysis.free_symbolic_vars(main)
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert report.offloaded and all(op.primitive != "relax.match_cast" for op in report.ops)
+    assert any("conv2d" in op.op for op in report.offloaded)
+    x = _RNG.standard_normal([d.dim_value for d in
+                              model.graph.input[0].type.tensor_type.shape.dim]).astype("float32")
+    assert_close(build_and_run(partitioned, x), _onnxruntime(model, x), rtol=1e-4,
+                 what=make.__name__)
+
+
+def test_folding_keeps_the_graph_equal_and_leaves_weight_arithmetic_alone():
+    model = paddle_flatten_model()
+    # A float op on constants only (a scaled weight) is not shape arithmetic: it stays.
+    scaled = helper.make_node("Mul", ["fc", "fc_scale"], ["fc_scaled"], name="scale_fc")
+    model.graph.initializer.append(numpy_helper.from_array(np.float32(0.5), "fc_scale"))
+    matmul = next(n for n in model.graph.node if n.op_type == "MatMul")
+    matmul.input[1] = "fc_scaled"
+    model.graph.node.insert(0, scaled)
+    onnx.checker.check_model(model)
+    folded, count = fold_shape_arithmetic(model)
+    assert count == 5  # Shape, Cast, Slice, Cast, Concat
+    assert [n.op_type for n in folded.graph.node] == ["Mul", "Conv", "Relu", "Constant",
+                                                      "Reshape", "MatMul", "Add"]
+    # The Slice's bounds and the -1 were read by folded nodes only: gone, not parameters.
+    assert {i.name for i in folded.graph.initializer} == {"w", "fc", "fc_bias", "fc_scale"}
+    assert len(model.graph.node) == 11, "the input model was modified"
+    x = _RNG.standard_normal((2, 3, 4, 4)).astype("float32")
+    np.testing.assert_array_equal(_onnxruntime(folded, x), _onnxruntime(model, x))
+    _, params = from_onnx(model, keep_params_in_input=True)
+    assert set(params) == {"w", "fc", "fc_bias", "fc_scale"}
+
+
+def test_a_sequence_is_not_made_a_tensor():
+    """SplitToSequence of a static shape: the Shape folds, the sequence stays a sequence."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("SplitToSequence", ["s"], ["parts"], name="split"),
+             helper.make_node("SequenceAt", ["parts", "one"], ["width"], name="at"),
+             helper.make_node("Cast", ["width"], ["y"], to=TensorProto.FLOAT, name="cast")]
+    model = _model(nodes, [_input("x", [2, 6])], [_output("y", [1])], [_const("one", 1)])
+    folded, count = fold_shape_arithmetic(model)
+    assert count == 1 and [n.op_type for n in folded.graph.node] == [
+        "Constant", "SplitToSequence", "SequenceAt", "Cast"]
+    x = np.zeros((2, 6), "float32")
+    np.testing.assert_array_equal(_onnxruntime(folded, x), [6.0])
+
+
+def test_a_data_dependent_shape_is_not_folded():
+    """Shape of NonZero's output depends on the data: no static shape, nothing to fold."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+             helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT, name="cast")]
+    model = _model(nodes, [_input("x", [4])], [_output("y", [2])], [])
+    folded, count = fold_shape_arithmetic(model)
+    assert count == 0 and [n.op_type for n in folded.graph.node] == ["NonZero", "Shape", "Cast"]
+
+
+# --- errors name the node ----------------------------------------------------------------------
+def test_an_op_tvm_cannot_import_names_the_node_and_op():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("LSTM", ["r", "W", "R"], ["", "y"], hidden_size=4,
+                              name="encoder/lstm_0")]
+    model = _model(nodes, [_input("x", [5, 1, 3])], [_output("y", [1, 1, 4])],
+                   [_weights("W", 1, 16, 3), _weights("R", 1, 16, 4)])
+    with pytest.raises(AccelUnsupportedError,
+                       match=r"no converter for node 'encoder/lstm_0' \(LSTM\)"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("name,words", [("norm_7", r"node 'norm_7' \(FancyNorm\)"),
+                                        ("", r"an unnamed FancyNorm node \(output 'y'\)")])
+def test_an_unknown_op_names_the_node_and_op(name, words):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("FancyNorm", ["r"], ["y"], domain="com.example", name=name)]
+    graph = helper.make_graph(nodes, "g", [_input("x", [1, 4])], [_output("y", [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 1)])
+    with pytest.raises(AccelUnsupportedError, match=words):
+        from_onnx(model)
+
+
+def test_a_converter_failure_names_the_node_and_prints_nothing(capsys):
+    """Unfolded, the Paddle flatten fails in TVM's Reshape converter with a bare TypeError (and
+    TVM prints the op's Relax inputs): the error is typed and names the node instead."""
+    with pytest.raises(AccelUnsupportedError,
+                       match=r"at node 'p2o.Reshape.0' \(Reshape\): TypeError") as error:
+        from_onnx(paddle_flatten_model(), fold_shapes=False)
+    assert isinstance(error.value.__cause__, TypeError)
+    assert "Error converting operator" not in capsys.readouterr().out
+
+
+# --- match_cast and the merge ------------------------------------------------------------------
+def test_tvms_own_import_of_computed_shapes_partitions_and_runs():
+    """TVM's own import of the computed Range (fold_shapes=False) has match_cast bindings and a
+    symbolic dimension computed from constants: the partition computes it and binds it, and
+    the model runs as ONNX Runtime runs it."""
+    model = range_model()
+    mod, params = from_onnx(model, fold_shapes=False)
+    assert any(isinstance(b, relax.MatchCast) for b in _bindings(mod["main"]))
+    assert relax.analysis.defined_symbolic_vars(mod["main"])
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert [op.primitive for op in report.offloaded if op.op == "relax.nn.conv2d"] == \
+        ["accel.conv2d_relu", "accel.conv2d"]
+    x = _RNG.standard_normal((1, 4, 6, 6)).astype("float32")
+    assert_close(build_and_run(partitioned, x), _onnxruntime(model, x), rtol=1e-4)
+
+
+def test_shapes_known_at_run_time_only_give_a_typed_error():
+    """A dimension that only an input's shape gives (a dynamic model) cannot be merged by TVM:
+    the error names it, where TVM raises an InternalError with no word of the cause."""
+    n = tvm.tirx.Var("n", "int64")
+    weight = relax.const((_RNG.standard_normal((4, 4, 3, 3)) * 0.3).astype("float32"))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 6, 6), "float32"))
+    tokens = relax.Var("tokens", relax.TensorType((n,), "float32"))
+    with builder.function("main", [x, tokens]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight, padding=1)))
+            positions = builder.emit(relax.op.arange(0, n, 1, "float32"))
+            out = builder.emit_output(relax.Tuple([y, relax.op.add(tokens, positions)]))
+        builder.emit_func_output(out)
+    with pytest.raises(AccelUnsupportedError, match=r"symbolic dimensions n\)"):
+        ac.partition_for_accel(builder.get())
+
+
+def test_a_static_match_cast_stays_on_the_host_with_its_reason():
+    """A match_cast back to a static shape (its value's type has lost it) is a run-time check:
+    it runs on the host between the two accelerator layers; one that checks nothing is
+    dropped."""
+    weight = (_RNG.standard_normal((4, 4, 3, 3)) * 0.3).astype("float32")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 6, 6), "float32"))
+    static = relax.TensorType((1, 4, 6, 6), "float32")
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, relax.const(weight),
+                                                                 padding=1)))
+            y = builder.match_cast(y, static)  # checks nothing: dropped
+            loose = builder.match_cast(y, relax.TensorType(dtype="float32", ndim=4))
+            back = builder.match_cast(loose, static)
+            out = builder.emit_output(relax.op.nn.relu(relax.op.nn.conv2d(
+                back, relax.const(weight), padding=1)))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    partitioned = ac.partition_for_accel(mod)
+    report = ac.partition_report(partitioned)
+    host = [op for op in report.host]
+    assert [op.op for op in host] == ["relax.match_cast", "relax.match_cast"]
+    assert host[0].reason == "a run-time shape check (match_cast) runs on the host"
+    assert len(report.offloaded) == 4
+    xv = _RNG.standard_normal((1, 4, 6, 6)).astype("float32")
+    expected = ac.virtual_machine(ac.build_host(mod))["main"](tvm.runtime.tensor(xv)).numpy()
+    assert_close(build_and_run(partitioned, xv), expected, rtol=1e-4)
+
+
+# --- a torch export, as before -----------------------------------------------------------------
+class ConvFlattenLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(64, 6)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.view(y.size(0), -1))
+
+
+def test_a_torch_export_with_a_shape_chain_partitions_as_the_pytorch_import(tmp_path):
+    """torch 2.13's TorchScript exporter writes x.view(x.size(0), -1) with static shapes as
+    Constant -> Unsqueeze -> Concat -> Reshape (torchscript_flatten_model above is the same
+    chain with the Shape -> Gather it keeps for a dynamic batch): folded, and the model
+    partitions as its PyTorch import, batch norm kept."""
+    model, x = ConvFlattenLinear().eval(), torch.randn(2, 3, 4, 4)
+    path = export_onnx(model, (x,), tmp_path / "m.onnx")
+    exported = onnx.load(str(path))
+    assert {"Unsqueeze", "Concat", "Reshape", "BatchNormalization"} <= \
+        {n.op_type for n in exported.graph.node}
+    folded, count = fold_shape_arithmetic(exported)
+    assert count == 3  # two Unsqueeze and the Concat; the Identity copies of weights stay
+    assert "BatchNormalization" in {n.op_type for n in folded.graph.node}
+    partitioned = ac.partition_for_accel(*from_onnx(path))
+    from_file = ac.partition_report(partitioned)
+    from_torch = ac.partition_report(ac.partition_for_accel(*from_pytorch(model, (x,))))
+    assert list(from_file.functions.values()) == list(from_torch.functions.values())
+    assert len(from_file.offloaded) == len(from_torch.offloaded)
+    assert_close(build_and_run(partitioned, x.numpy()), torch_forward(model, x), rtol=1e-4)

@@ -1,0 +1,224 @@
+"""The CONV implementation lists (csrc/conv/): forcing an implementation by name
+(ACCEL_CONV_IMPL), the line ACCEL_VERBOSE prints for each CONV call, and the fp32 bits with the
+L1d sizes other hosts report (ACCEL_L1D_BYTES). The library reads these variables once per
+process, so each setting runs in a child process."""
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accel_codegen.sim import reference as ref
+from accel_codegen.sim import Conv, Sdp
+
+I8_IMPLS = ["dw_rows_vbmi", "dw_vnni", "im2col_vnni", "stem_vbmi", "amx", "small_vnni",
+            "implicit_vnni", "portable"]
+F32_IMPLS = ["fc_blas", "dw_rows_avx512", "dw_avx512", "implicit_avx512", "packed_avx512",
+             "blas"]
+C16_IMPLS = ["c16_pointwise", "c16_depthwise", "c16_dense_3x3", "c16_winograd", "c16_stem",
+             "c16_stem_pool"]
+LINE = re.compile(r"^accel_verbose,conv,(int8|fp32|fp16),(\w+),mb(\d+)_g(\d+)_ic(\d+)oc(\d+)_"
+                  r"ih(\d+)oh(\d+)kh(\d+)sh(\d+)dh(\d+)ph(\d+)_iw(\d+)ow(\d+)kw(\d+)sw(\d+)"
+                  r"dw(\d+)pw(\d+)$")
+
+# (n, c, h, w, k, kernel, stride, pad, groups): a dense 3x3, a 1x1, depthwise 3x3 and 5x5/2, a
+# 7x7 depthwise, an RGB stem, a batch of fully connected rows, a grouped conv, a 7x7 grid.
+LAYERS = [(1, 24, 12, 12, 40, 3, 1, 1, 1), (1, 48, 9, 9, 32, 1, 1, 0, 1),
+          (1, 16, 11, 11, 16, 3, 1, 1, 16), (1, 20, 13, 13, 20, 5, 2, 2, 20),
+          (1, 8, 9, 9, 8, 7, 1, 3, 8), (1, 3, 20, 20, 16, 7, 2, 3, 1),
+          (3, 70, 1, 1, 24, 1, 1, 0, 1), (2, 12, 8, 8, 18, 3, 1, 1, 3),
+          (1, 64, 7, 7, 64, 3, 1, 1, 1)]
+
+CHILD = r"""
+import hashlib, json, sys, zlib
+import numpy as np
+from accel_codegen.sim import Device, Conv, Sdp
+layers, precisions = json.loads(sys.argv[1]), sys.argv[2].split(",")
+dev = Device(num_threads=2)
+out = {}
+for i, (n, c, h, w, k, kh, s, p, g) in enumerate(layers):
+    layout = "nchw"
+    if isinstance(kh, list):  # [kernel, layout]
+        kh, layout = kh
+    for prec in precisions:
+        if layout == "c16" and prec == "int8":
+            continue
+        rng = np.random.default_rng(zlib.crc32(json.dumps([layers[i], prec]).encode()))
+        shape = (n, c, h, w)
+        if prec == "int8":
+            x = rng.integers(-128, 128, shape).astype(np.int8)
+            wt = rng.integers(-128, 128, (k, c // g, kh, kh)).astype(np.int8)
+            chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g, precision="int8",
+                          in_zero=5), Sdp(precision="int8", rshift=np.full(k, 10, np.uint8))]
+        else:
+            x = rng.standard_normal(shape).astype(np.float32)
+            wt = rng.standard_normal((k, c // g, kh, kh)).astype(np.float32)
+            sc = rng.uniform(0.5, 1.5, k).astype(np.float32)
+            chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g),
+                     Sdp(scale=sc, shift=-sc, act="relu")]
+        if layout == "c16":
+            x16 = np.ascontiguousarray(x.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
+            y = dev.run(chain, x16, layout="c16", out_layout="c16")[0]
+            y = y.transpose(0, 1, 4, 2, 3).reshape(n, k, *y.shape[2:4])
+        else:
+            y = dev.run(chain, x)[0]
+        out[f"{i}/{prec}"] = [hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest(),
+                              np.ascontiguousarray(y).tobytes().hex()]
+print(json.dumps(out))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _child_cached(layers_json, precisions, env_items):
+    return _run_child(layers_json, precisions, dict(env_items))
+
+
+def _child(layers, precisions, **env):
+    """The child's outputs {layer/precision: [sha, hex bytes]} and its ACCEL_VERBOSE lines
+    (each setting run once per test session)."""
+    return _child_cached(json.dumps(layers), ",".join(precisions), tuple(sorted(env.items())))
+
+
+def _run_child(layers_json, precisions, env):
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES")}
+    environ.update(env)
+    result = subprocess.run([sys.executable, "-c", CHILD, layers_json, precisions],
+                            capture_output=True, text=True, env=environ, cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [l for l in result.stderr.splitlines() if l.startswith("accel_verbose")]
+    return json.loads(result.stdout), lines
+
+
+def _reference(layer, precision):
+    """What the child computes for `layer`, by the NumPy reference."""
+    n, c, h, w, k, kh, s, p, g = layer
+    rng = np.random.default_rng(zlib.crc32(json.dumps([list(layer), precision]).encode()))
+    if precision == "int8":
+        x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+        wt = rng.integers(-128, 128, (k, c // g, kh, kh)).astype(np.int8)
+        chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g, precision="int8",
+                      in_zero=5), Sdp(precision="int8", rshift=np.full(k, 10, np.uint8))]
+    else:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        wt = rng.standard_normal((k, c // g, kh, kh)).astype(np.float32)
+        sc = rng.uniform(0.5, 1.5, k).astype(np.float32)
+        chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g),
+                 Sdp(scale=sc, shift=-sc, act="relu")]
+    return ref.run_chain(chain, x)
+
+
+def _values(hexbytes, like):
+    return np.frombuffer(bytes.fromhex(hexbytes), dtype=like.dtype).reshape(like.shape)
+
+
+def _parse(line):
+    m = LINE.match(line)
+    assert m, f"not an ACCEL_VERBOSE conv line: {line!r}"
+    return m.group(1), m.group(2), tuple(int(v) for v in m.groups()[2:])
+
+
+def _default_run():
+    """LAYERS (fp32 and int8) and L1_LAYERS (fp32) as the lists choose, L1d 32 KiB, verbose."""
+    return _child(LAYERS + L1_LAYERS, ["fp32", "int8"], ACCEL_VERBOSE="1", ACCEL_L1D_BYTES="32K")
+
+
+def test_verbose_prints_one_line_per_conv_with_its_implementation():
+    """ACCEL_VERBOSE=1: one line per CONV call, its precision, implementation and geometry
+    (the C16 kernels' too); without it, none. The lists' choices compute the reference."""
+    outputs, lines = _default_run()
+    calls = [(layer, precision) for layer in LAYERS + L1_LAYERS for precision in ("fp32", "int8")
+             if not (isinstance(layer[5], list) and precision == "int8")]  # C16: fp32 only
+    assert len(lines) == len(calls), lines
+    for line, ((n, c, h, w, k, kh, s, p, g), expected_precision) in zip(lines, calls):
+        precision, impl, dims = _parse(line)
+        kh = kh[0] if isinstance(kh, list) else kh
+        assert precision == expected_precision, line
+        assert impl in (F32_IMPLS + C16_IMPLS if precision == "fp32" else I8_IMPLS), line
+        oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kh) // s + 1
+        assert dims == (n, g, c, k, h, oh, kh, s, 1, p, w, ow, kh, s, 1, p), line
+    assert _parse(lines[-1])[1] == "c16_dense_3x3" or " avx512f" not in _cpu_flags()
+    for layer in LAYERS:
+        _assert_reference(outputs, layer)
+    assert _child(L1_LAYERS, ["fp32"], ACCEL_L1D_BYTES="65536")[1] == []
+
+
+def _cpu_flags():
+    path = Path("/proc/cpuinfo")
+    return path.read_text() if path.exists() else ""
+
+
+def _assert_reference(outputs, layer, what=""):
+    i = LAYERS.index(layer)
+    expected = _reference(layer, "int8")
+    got = _values(outputs[f"{i}/int8"][1], expected)
+    assert np.array_equal(got, expected), (what, layer)
+    expected = _reference(layer, "fp32")
+    got = _values(outputs[f"{i}/fp32"][1], expected)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
+                               err_msg=f"{what} {layer}")
+
+
+# Forced sets: one process each, the first named implementation that supports a layer runs it.
+FORCED = [("dw_vnni,im2col_vnni", "dw_avx512,implicit_avx512"), ("portable", "blas"),
+          ("implicit_vnni,amx", "packed_avx512")]
+
+
+def test_forced_implementations_compute_the_reference():
+    """ACCEL_CONV_IMPL=name runs that implementation wherever it supports the geometry (the
+    verbose line says so; the others keep the list's choice), and every one computes the
+    reference: INT8 exactly, FP32 within rounding."""
+    ran = {_parse(line)[1] for line in _default_run()[1]}
+    for i8, f32 in FORCED:
+        outputs, lines = _child(LAYERS, ["fp32", "int8"], ACCEL_VERBOSE="1",
+                                ACCEL_CONV_IMPL=f"{i8},{f32}")
+        names = [_parse(line)[1] for line in lines]
+        ran.update(names)
+        if i8 == "portable":
+            assert set(names) == {"portable", "blas"}, names
+        for layer in LAYERS:
+            _assert_reference(outputs, layer, f"{i8},{f32}")
+    # every implementation this build has ran somewhere (the ISA-specific ones where compiled)
+    assert {"portable", "blas", "fc_blas"} <= ran
+    flags = _cpu_flags()
+    if " avx512f" in flags:
+        assert {"dw_rows_avx512", "dw_avx512", "implicit_avx512", "packed_avx512"} <= ran
+    if " avx512_vnni" in flags:
+        assert {"dw_vnni", "im2col_vnni", "small_vnni", "implicit_vnni"} <= ran
+    if " avx512_vnni" in flags and " avx512vbmi" in flags:
+        assert {"dw_rows_vbmi", "stem_vbmi"} <= ran
+
+
+# fp32 layers whose implementation or depth blocking depends on the L1d size: a stride-2 3x3
+# 576 deep (the implicit GEMM up to 1024 deep with a 32 KiB L1d, 512 with 48 KiB) with an
+# output of 23x23 (529 positions: the packed path's dot-product tail of 1) and of 28x28 (no
+# tail), deep 1x1 and 3x3 layers (128- or 512-deep cache blocks), a depthwise 7x7 plane (rows
+# of 8 or 4), and the same stride-2 conv on C16 tensors (conv3x3_c16.c follows
+# conv_f32_dot_tail).
+L1_LAYERS = [(1, 64, 46, 46, 32, 3, 2, 1, 1), (1, 64, 56, 56, 16, 3, 2, 1, 1),
+             (1, 640, 7, 7, 32, 1, 1, 0, 1), (1, 160, 9, 9, 16, 3, 1, 1, 1),
+             (1, 96, 7, 7, 96, 3, 1, 1, 96), (1, 64, 46, 46, 32, [3, "c16"], 2, 1, 1)]
+
+
+def test_fp32_bits_do_not_depend_on_the_l1d_size():
+    """The fp32 paths with the L1d sizes other hosts report (32, 48 and 64 KiB) give the same
+    bits (conv/f32_order.h)."""
+    base, base_lines = _default_run()
+    offset = len(LAYERS)
+    runs = {l1: _child(L1_LAYERS, ["fp32"], ACCEL_L1D_BYTES=l1, ACCEL_VERBOSE="1")
+            for l1 in ("48K", "65536")}
+    for l1, (outputs, _) in runs.items():
+        for i in range(len(L1_LAYERS)):
+            assert outputs[f"{i}/fp32"][0] == base[f"{i + offset}/fp32"][0], (
+                f"{L1_LAYERS[i]}: L1d {l1} gives other bits than 32 KiB")
+    # the settings reach the kernels: on AVX-512 builds the stride-2 conv with no tail takes the
+    # implicit GEMM with 32 KiB and the packed panels with 48 KiB (the same bits)
+    first = _parse([l for l in base_lines if "fp32" in l][offset + 1])[1]
+    if first == "implicit_avx512":
+        assert _parse(runs["48K"][1][1])[1] == "packed_avx512"
