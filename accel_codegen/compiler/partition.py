@@ -25,7 +25,7 @@ from ..quantization.gptq import ROUNDINGS, HessianObserver
 from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
-from .patterns import PartitionLog, pattern_table
+from .patterns import PartitionLog, name_composites, pattern_table
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
                        restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
@@ -238,8 +238,8 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
-    mod = end_at_first_item(relax.transform.FuseOpsByPattern(
-        table, bind_constants=True, annotate_codegen=False)(mod))
+    mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(
+        table, bind_constants=True, annotate_codegen=False)(mod)))
     # The merge cannot take match_cast bindings: they go through it as host calls.
     mod = relax.transform.CanonicalizeBindings()(hide_match_casts(mod))
     try:
