@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -435,15 +436,23 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
         return generate_partition(mod, params, config, fuse, precision, precision, None,
                                   winograd)
-    if calibration is None and qdq.annotations_of(mod) is not None:
-        # a QDQ model's own scales (compiler/qdq.py); equalisation would move its weights
-        # off the model's codes
+    if not isinstance(calibration, Calibration) and qdq.annotations_of(mod) is not None:
+        # a QDQ model's own scales (compiler/qdq.py), example inputs for the tensors it
+        # gives none; equalisation would move its weights off the model's codes
         if equalize:
             raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
                                     "own int8 codes: give equalize=False or None")
+        if weight_rounding != "nearest":
+            raise AccelInvalidError("a QDQ model's weights keep their own codes: "
+                                    "weight_rounding='nearest' only")
         equalize = False
-        calibration = qdq.qdq_calibration(mod, params, config=config, fuse=fuse,
-                                          winograd=winograd).calibration
+        match = qdq.qdq_calibration(mod, params, config=config, fuse=fuse, winograd=winograd,
+                                    examples=calibration, method=calibration_method)
+        if match.unmatched and calibration is None:
+            warnings.warn(f"{len(match.unmatched)} accelerator tensors have no scale in the "
+                          "QDQ model; their ranges come from one synthetic input: give "
+                          "example inputs (calibration=) for them", stacklevel=2)
+        calibration = match.calibration
     if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
         bias_correction = False  # the model's own biases, as its int8 runtime adds them
     if calibration is None:
