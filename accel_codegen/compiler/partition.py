@@ -376,7 +376,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         array), run through the fp32 build of the same partition to set the activation
         scales (and, for mixed, to measure the output SQNR); or the
         :class:`~accel_codegen.quantization.Calibration` of an earlier build (mixed: with
-        ``layer_precisions`` only).
+        ``layer_precisions`` only). A module imported from a QDQ model (``from_onnx``)
+        keeps the model's scales: int8 needs no calibration, and example inputs set only
+        the tensors the model leaves unquantised (:mod:`accel_codegen.compiler.qdq`).
     calibration_method : str
         "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
     winograd : bool
