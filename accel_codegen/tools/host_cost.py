@@ -323,17 +323,18 @@ def format_host_costs(costs: Sequence[HostOpCost], config: AccelConfig) -> str:
     """The ranked table, and the sums."""
     if not costs:
         return "host operators: none (everything is offloaded)"
-    columns = [Column("#", 4), Column("operator", 26, "<", clip=True), Column("shape", 16, "<",
-                                                                              clip=True),
+    shapes = ["x".join(map(str, c.shape)) for c in costs]
+    op_width = max(len("operator"), *(len(c.op) for c in costs))
+    columns = [Column("#", 4), Column("operator", op_width, "<"),
+               Column("shape", max(len("shape"), *map(len, shapes)), "<"),
                Column("host ms", 8, spec=".3f"), Column("saved ms", 8, spec=".3f"),
                Column("engine", 6, "<"),
                Column("accel cycles", 12, spec=","), Column("accel us", 9, spec=".2f"),
                Column("DRAM KB", 8, spec=".1f"), Column("uJ", 7, spec=".2f"),
                Column("why on the host", 0, "<", gap="  ")]
-    rows = [[c.index, c.op, "x".join(map(str, c.shape)), c.host_ms, c.saved_ms, c.engine,
-             c.cycles,
+    rows = [[c.index, c.op, shape, c.host_ms, c.saved_ms, c.engine, c.cycles,
              c.cycles / config.clock_hz * 1e6, c.dram_bytes / 1e3, c.energy_pj / 1e6,
-             c.reason] for c in costs]
+             c.reason] for c, shape in zip(costs, shapes)]
     measured = [c.host_ms for c in costs if c.host_ms is not None]
     saved = [c.saved_ms for c in costs if c.saved_ms is not None]
     total = ["", "total", "", sum(measured) if measured else None,

@@ -213,7 +213,8 @@ def test_bench_plot_title_names_only_the_modes_that_ran():
 def test_error_lines_shorten_external_function_symbols():
     from accel_codegen.tools.cli import shorten_symbols
 
-    symbol = "fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1_accel"
+    symbol = ("fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1"
+              "_accel")
     line, details = shorten_symbols(f"in {symbol}: bad shape; fused_relax_add1_accel too")
     assert line == ("in fused_relax_nn_conv2d_re...pool2d1_accel: bad shape; "
                     "fused_relax_add1_accel too")  # a short symbol stays whole
