@@ -111,16 +111,19 @@ def code_differences(path, inputs=24):
     return np.concatenate([d.reshape(-1) for d in differences]), partitioned
 
 
+def assert_whole(partitioned):
+    """Every operator offloaded, in one external function (no QDQ op left on the host)."""
+    report = partition_report(partitioned)
+    assert not report.host, [(op.op, op.reason) for op in report.host]
+    assert len(report.functions) == 1, report.functions
+
+
 @pytest.mark.parametrize("activations, per_channel", [(QuantType.QUInt8, False),
                                                       (QuantType.QInt8, True)])
 def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations, per_channel):
     path = quantized(tmp_path, "flatten", activations, per_channel)
     differences, partitioned = code_differences(path)
-    report = partition_report(partitioned)
-    assert "QuantizeLinear" not in str(report) and "DequantizeLinear" not in str(report)
-    text = str(report).splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text  # every operator offloaded
+    assert_whole(partitioned)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
     # rounding at ties and int16 multipliers flip a minority of values, never all
     assert (differences == 0).mean() > 0.6
@@ -132,9 +135,7 @@ def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations
 def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):
     path = quantized(tmp_path, "branches", QuantType.QUInt8, True)
     differences, partitioned = code_differences(path, inputs=12)
-    text = str(partition_report(partitioned)).splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text
+    assert_whole(partitioned)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
 
 
@@ -171,11 +172,9 @@ def test_global_average_takes_the_models_finer_scale(tmp_path):
     conv of weights 1 / (H W), whose converter gives the model's scale."""
     path = quantized(tmp_path, "mean", QuantType.QUInt8, True)
     differences, partitioned = code_differences(path, inputs=12)
-    report = str(partition_report(partitioned))
-    assert "relax.mean" not in report and "avgpool" not in report
-    text = report.splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text
+    assert_whole(partitioned)
+    report = partition_report(partitioned)
+    assert all(op.op != "relax.mean" and "avgpool" not in op.primitive for op in report.ops)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
 
 
@@ -200,8 +199,9 @@ def test_fake_quantised_weights_of_a_qat_export():
     model = _graph(nodes, values, (1, 6, 4, 4))
     mod, _ = from_onnx(model)
     partitioned = partition_for_accel(mod, precision="int8")
-    report = str(partition_report(partitioned))
-    assert "accel.conv2d_bias_relu" in report and "host" not in report.split("\n", 2)[2]
+    assert_whole(partitioned)
+    assert list(partition_report(partitioned).functions.values()) == \
+        [["accel.conv2d_bias_relu"]]
     vm = virtual_machine(tvm.compile(partitioned, target="llvm"))
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
