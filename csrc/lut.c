@@ -23,6 +23,8 @@ const char* activation_name(accel_activation act) {
     case ACCEL_ACT_HARDSIGMOID: return "hardsigmoid";
     case ACCEL_ACT_GELU: return "gelu";
     case ACCEL_ACT_EXP: return "exp";
+    case ACCEL_ACT_RSQRT: return "rsqrt";
+    case ACCEL_ACT_RECIPROCAL: return "reciprocal";
     case ACCEL_ACT_COUNT: break;
   }
   return "?";
@@ -45,6 +47,12 @@ static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
     [ACCEL_ACT_HARDSIGMOID - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
     [ACCEL_ACT_GELU - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
     [ACCEL_ACT_EXP - ACCEL_ACT_SIGMOID] = {-5.0f, 1.0f / 16, -21.0f, 0.5f, 0.0f, 59872.0f},
+    /* LE in exponent mode (le_step 0, accel.h): one entry per octave from le_start, so the
+     * table spans 64 octaves, which a linear table of 65 entries cannot; LO is the density
+     * table where layer norm's variances and softmax's sums mostly lie. Flat ends: below
+     * le_start (also 0, negatives and -inf) the first entry, above the last. */
+    [ACCEL_ACT_RSQRT - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-30f, 0.0f, 0.0f, 0.0f},
+    [ACCEL_ACT_RECIPROCAL - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-15f, 0.0f, 0.0f, 0.0f},
 };
 
 accel_status accel_lut_info(accel_activation act, accel_lut* out) {
@@ -67,6 +75,8 @@ static double lut_function(accel_activation act, double t) {
     case ACCEL_ACT_HARDSIGMOID: return fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
     case ACCEL_ACT_GELU: return 0.5 * t * erfc(-t * SQRT1_2);
     case ACCEL_ACT_EXP: return exp(t);
+    case ACCEL_ACT_RSQRT: return 1.0 / sqrt(t);
+    case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
     default: return 0.0;
   }
 }
@@ -85,15 +95,20 @@ static void build_tables(void) {
     t->lo_scale = 1.0f / g->lo_step; /* exact: a power of two */
     t->lo_end = g->lo_start + (ACCEL_LUT_LO_ENTRIES - 1) * g->lo_step;
     t->le_start = g->le_start;
-    t->le_scale = 1.0f / g->le_step;
-    t->le_end = g->le_start + (ACCEL_LUT_LE_ENTRIES - 1) * g->le_step;
+    /* le_scale 0 marks LE's exponent mode (le_step 0): LE[i] = f(le_start 2^i) */
+    const int exponent = g->le_step == 0.0f;
+    t->le_scale = exponent ? 0.0f : 1.0f / g->le_step;
+    t->le_end = exponent ? ldexpf(g->le_start, ACCEL_LUT_LE_ENTRIES - 1)
+                         : g->le_start + (ACCEL_LUT_LE_ENTRIES - 1) * g->le_step;
     t->underflow_slope = g->underflow_slope;
     t->overflow_slope = g->overflow_slope;
     for (int i = 0; i < ACCEL_LUT_LO_ENTRIES; ++i) {
       t->lo[i] = half_entry(lut_function((accel_activation)a, g->lo_start + (double)i * g->lo_step));
     }
     for (int i = 0; i < ACCEL_LUT_LE_ENTRIES; ++i) {
-      t->le[i] = half_entry(lut_function((accel_activation)a, g->le_start + (double)i * g->le_step));
+      const double at = exponent ? ldexp((double)g->le_start, i)
+                                 : g->le_start + (double)i * g->le_step;
+      t->le[i] = half_entry(lut_function((accel_activation)a, at));
     }
   }
 }
@@ -114,12 +129,31 @@ static float interpolate(const float* entries, int32_t intervals, float start, f
   return entries[i] + (entries[i + 1] - entries[i]) * f;
 }
 
+/* LE's exponent mode (NVDLA's X table with linear_start 0): the index is the octave of t
+ * above le_start's, i = e - log2(le_start) for t in [2^e, 2^(e+1)) (a normal float: le_start
+ * is), and the fraction is t's position within its octave, f = (t - 2^e) 2^-e: both from t's
+ * exponent bits, and every step exact (t - 2^e by Sterbenz, a product by a power of two). */
+static float interpolate_octaves(const float* entries, float start, float t) {
+  uint32_t tb, sb;
+  memcpy(&tb, &t, sizeof tb);
+  memcpy(&sb, &start, sizeof sb);
+  const int32_t i = (int32_t)((tb >> 23) & 0xffu) - (int32_t)((sb >> 23) & 0xffu);
+  const uint32_t base_bits = tb & 0x7f800000u;
+  const uint32_t inverse_bits = (254u << 23) - base_bits; /* 2^-e */
+  float base, inverse;
+  memcpy(&base, &base_bits, sizeof base);
+  memcpy(&inverse, &inverse_bits, sizeof inverse);
+  const float f = (t - base) * inverse;
+  return entries[i] + (entries[i + 1] - entries[i]) * f;
+}
+
 static float lut_eval(const lut_table* l, float t) {
   if (t != t) return t;
   if (t >= l->lo_start && t < l->lo_end) {
     return interpolate(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t);
   }
   if (t >= l->le_start && t < l->le_end) {
+    if (l->le_scale == 0.0f) return interpolate_octaves(l->le, l->le_start, t);
     return interpolate(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t);
   }
   /* A zero slope is the flat end itself, also for infinite t (inf * 0 would be NaN). */
@@ -256,6 +290,12 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       break;
     case ACCEL_ACT_EXP:
       for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
+      break;
+    case ACCEL_ACT_RSQRT: /* two correctly rounded steps (IEEE sqrt and division) */
+      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / sqrtf(x[i]);
+      break;
+    case ACCEL_ACT_RECIPROCAL: /* correctly rounded */
+      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / x[i];
       break;
     default:
       break;

@@ -167,7 +167,7 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit)."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
             return one / (one + exp_f32(-t))
         if act == "tanh":
@@ -183,6 +183,10 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
             return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
         if act == "exp":
             return exp_f32(t)
+        if act == "rsqrt":  # IEEE sqrt and division, each correctly rounded (as the C's)
+            return (one / np.sqrt(t)).astype(np.float32)
+        if act == "reciprocal":
+            return (one / t).astype(np.float32)
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 
@@ -203,6 +207,11 @@ def function64(act: str, t: np.ndarray) -> np.ndarray:
             return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
         if act == "exp":
             return np.exp(t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if act == "rsqrt":
+            return 1.0 / np.sqrt(t)
+        if act == "reciprocal":
+            return 1.0 / np.asarray(t, dtype=np.float64)
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 
@@ -226,7 +235,14 @@ class LutTables:
         return np.float32(self.lo_start + (self.lo.size - 1) * self.lo_step)
 
     @property
+    def exponent(self) -> bool:
+        """LE in exponent mode (le_step 0, accel.h): LE[i] = f(le_start 2^i)."""
+        return self.le_step == 0
+
+    @property
     def le_end(self) -> np.float32:
+        if self.exponent:
+            return np.float32(math.ldexp(float(self.le_start), self.le.size - 1))
         return np.float32(self.le_start + (self.le.size - 1) * self.le_step)
 
 
@@ -239,7 +255,10 @@ def lut_tables(act: str) -> LutTables:
     check(lib.accel_lut_info(ACTIVATIONS.code(act), geometry))
 
     def entries(start, step, count):
-        grid = float(start) + float(step) * np.arange(count, dtype=np.float64)
+        if step == 0:  # LE's exponent mode: one entry per octave
+            grid = float(start) * 2.0 ** np.arange(count, dtype=np.float64)
+        else:
+            grid = float(start) + float(step) * np.arange(count, dtype=np.float64)
         with np.errstate(over="ignore"):
             return function64(act, grid).astype(np.float16).astype(np.float32)
 
@@ -259,6 +278,23 @@ def _interpolate(entries: np.ndarray, start, step, t: np.ndarray) -> np.ndarray:
     return entries[i] + (entries[i + 1] - entries[i]) * f
 
 
+def _interpolate_octaves(entries: np.ndarray, start, t: np.ndarray) -> np.ndarray:
+    """LE's exponent mode (csrc/lut.c: interpolate_octaves, the same bits): the octave of t
+    above le_start's is the index, t's place within its octave the fraction, both from t's
+    exponent bits; out of range the value is unused."""
+    t = np.atleast_1d(np.asarray(t, dtype=np.float32))
+    bits = t.view(np.uint32)
+    start_exp = int((np.float32(start).view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF))
+    exp = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    i = np.clip(exp - start_exp, 0, entries.size - 2)
+    base_bits = bits & np.uint32(0x7F800000)
+    with np.errstate(over="ignore", invalid="ignore"):
+        base = base_bits.view(np.float32)
+        inverse = (np.uint32(254 << 23) - base_bits).view(np.float32)
+        f = (t - base) * inverse
+        return entries[i] + (entries[i + 1] - entries[i]) * f
+
+
 def lut(act: str, t: np.ndarray, tables: Optional[LutTables] = None) -> np.ndarray:
     """The FP16 SDP's LUT model of an activation on float32 values (accel_lut in accel.h),
     before the output's rounding to half. ``tables``: other entries to evaluate (default: the
@@ -274,9 +310,11 @@ def lut(act: str, t: np.ndarray, tables: Optional[LutTables] = None) -> np.ndarr
                  first + (t - tables.le_start) * tables.underflow_slope)
         above = (last if tables.overflow_slope == 0 else
                  last + (t - tables.le_end) * tables.overflow_slope)
+        on_le = (_interpolate_octaves(tables.le, tables.le_start, t).reshape(t.shape)
+                 if tables.exponent else
+                 _interpolate(tables.le, tables.le_start, tables.le_step, t))
         y = np.where(in_lo, _interpolate(tables.lo, tables.lo_start, tables.lo_step, t),
-                     np.where(in_le, _interpolate(tables.le, tables.le_start, tables.le_step, t),
-                              np.where(under, below, above)))
+                     np.where(in_le, on_le, np.where(under, below, above)))
     return np.where(np.isnan(t), t, y).astype(np.float32)
 
 

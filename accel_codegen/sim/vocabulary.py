@@ -117,6 +117,11 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut"),
     Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut"),
     Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut"),
+    # No Relax op: layer norm's and softmax's decompositions use them (sim/decompose.py);
+    # relax.rsqrt is not mapped to rsqrt because the FP16 LUT answers LE[0], not NaN, for
+    # t <= 0 (accel.h), a different answer where the Relax op's input may be negative.
+    Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut"),
+    Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut"),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

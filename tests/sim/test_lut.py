@@ -22,6 +22,9 @@ from conftest import assert_same
 
 DEVICE = Device("nv_full", num_threads=2)
 LUT_ACTS = [e.name for e in ACTIVATIONS if e.feature == "lut"]
+#: The functions whose LE table runs in exponent mode (accel.h), tested on their own below.
+EXPONENT_ACTS = ["rsqrt", "reciprocal"]
+LINEAR_ACTS = [a for a in LUT_ACTS if a not in EXPONENT_ACTS]
 HEADER = pathlib.Path(__file__).parents[2] / "runtime" / "include" / "accel" / "accel.h"
 
 
@@ -60,8 +63,8 @@ def _dense_grid():
 
 
 def test_the_header_states_every_lut_activation_and_its_geometry():
-    assert sorted(STATED) == sorted(LUT_ACTS)
-    for act in LUT_ACTS:
+    assert sorted(STATED) == sorted(LINEAR_ACTS)
+    for act in LINEAR_ACTS:
         tables, row = ref.lut_tables(act), STATED[act]
         assert (tables.lo_start, tables.lo_end) == row["lo"] and tables.lo_step == row["lo_step"]
         assert (tables.le_start, tables.le_end) == row["le"] and tables.le_step == row["le_step"]
@@ -74,7 +77,7 @@ def test_the_header_states_every_lut_activation_and_its_geometry():
                     str(tables.overflow_slope.item()).rstrip("0").rstrip(".")) == row["slopes"]
 
 
-@pytest.mark.parametrize("act", [a for a in LUT_ACTS if a != "exp"])
+@pytest.mark.parametrize("act", [a for a in LINEAR_ACTS if a != "exp"])
 def test_the_lut_stays_within_the_stated_bound(act):
     """|half(LUT(t)) - f(t)| <= E + 2^-10 |f(t)| (plus the half's subnormal rounding), and E is
     the interpolation error of the tables with exact entries (measured, not a loose guess)."""
@@ -165,13 +168,14 @@ def test_fp32_is_exact(act, rng):
     x.flat[:6] = [0.0, -0.0, 88.0, -100.0, np.inf, -np.inf]
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
-    if act in ("sigmoid", "silu", "exp", "tanh"):
+    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
     torch_fn = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": functional.silu,
                 "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
-                "gelu": functional.gelu, "exp": torch.exp}[act]
+                "gelu": functional.gelu, "exp": torch.exp, "rsqrt": torch.rsqrt,
+                "reciprocal": torch.reciprocal}[act]
     theirs = torch_fn(torch.from_numpy(x)).numpy()
     # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).
     finite = np.isfinite(x)
@@ -196,3 +200,114 @@ def test_lut_activations_run_on_the_y_unit(act):
     assert stats.ops[0].compute_cycles == -(-np.prod(shape) // config.sdp_ew_throughput)
     relu = estimate_chain("nv_full", [Sdp(act="relu")], shape)
     assert relu.ops[0].compute_cycles == -(-np.prod(shape) // config.sdp_throughput)
+
+
+# --- rsqrt and reciprocal: LE in exponent mode ---------------------------------------------
+
+def _stated_exponent():
+    """accel.h's rows for the exponent-mode tables: act -> LO range and step, LE's octaves,
+    slopes, R on LO and on LE."""
+    pattern = re.compile(
+        r"^ \*   (\w+)\s+LO \[([\d.]+), ([\d.]+)\) (\S+)\s+LE 2\^\[(-?\d+), (-?\d+)\) octaves\s+"
+        r"slopes (\S+) / (\S+)\s+R = ([\d.e-]+) / ([\d.e-]+)", re.M)
+    return {m[1]: dict(lo=(float(m[2]), float(m[3])), lo_step=_fraction(m[4]),
+                       le=(2.0 ** int(m[5]), 2.0 ** int(m[6])), slopes=(m[7], m[8]),
+                       bound_lo=float(m[9]), bound_le=float(m[10]))
+            for m in pattern.finditer(HEADER.read_text())}
+
+
+EXPONENT = _stated_exponent()
+
+
+def test_the_header_states_the_exponent_mode_tables():
+    assert sorted(EXPONENT) == sorted(EXPONENT_ACTS)
+    for act in EXPONENT_ACTS:
+        tables, row = ref.lut_tables(act), EXPONENT[act]
+        assert tables.exponent and tables.le_step == 0
+        assert (tables.lo_start, tables.lo_end) == row["lo"] and tables.lo_step == row["lo_step"]
+        assert (tables.le_start, tables.le_end) == row["le"]
+        assert row["slopes"] == ("0", "0") and tables.underflow_slope == 0 == tables.overflow_slope
+        # the entries are the function at powers of two: LE[i] = half(f(le_start 2^i))
+        grid = float(tables.le_start) * 2.0 ** np.arange(65)
+        assert_same(tables.le, ref.function64(act, grid).astype(np.float16).astype(np.float32))
+
+
+def _positive_grid(tables):
+    halves = _every_half().astype(np.float32).ravel()
+    grid = np.geomspace(float(tables.le_start), float(tables.le_end), 1_000_001)
+    values = np.concatenate([halves, grid.astype(np.float32)])
+    return values[np.isfinite(values) & (values >= tables.le_start) & (values < tables.le_end)]
+
+
+@pytest.mark.parametrize("act", EXPONENT_ACTS)
+def test_exponent_mode_stays_within_the_stated_relative_bound(act):
+    """(R + 2^-10) f(t) where f(t) is a normal half, R measured: the chord error of exact
+    entries reaches at least R / 1.3 on each table (the bound is not a loose guess)."""
+    tables, row = ref.lut_tables(act), EXPONENT[act]
+    t = _positive_grid(tables)
+    exact = ref.function64(act, t.astype(np.float64))
+    y = ref.lut(act, t).astype(np.float16).astype(np.float64)
+    on_lo = (t >= tables.lo_start) & (t < tables.lo_end)
+    bound = np.where(on_lo, row["bound_lo"], row["bound_le"])
+    normal = exact >= 2**-14
+    excess = np.abs(y - exact) - (bound + 2**-10) * exact
+    assert np.all(excess[normal] <= 0), act
+    # where the result is a subnormal half: the half's own step 2^-24 on top
+    assert np.all((np.abs(y - exact) - bound * exact - 2**-24)[~normal] <= 0), act
+    exact_entries = dataclasses.replace(
+        tables, lo=ref.function64(act, float(tables.lo_start) + float(tables.lo_step) *
+                                  np.arange(257)).astype(np.float32),
+        le=ref.function64(act, float(tables.le_start) * 2.0 ** np.arange(65)).astype(np.float32))
+    relative = np.abs(ref.lut(act, t, exact_entries) - exact) / exact
+    for region, stated in ((on_lo, row["bound_lo"]), (~on_lo, row["bound_le"])):
+        # (reciprocal's 1/8 is exact at 1.5 2^e: the fp32 steps may round a hair above it)
+        assert stated / 1.3 <= relative[region].max() <= stated * (1 + 2**-20), (
+            act, relative[region].max())
+
+
+@pytest.mark.parametrize("act", EXPONENT_ACTS)
+def test_exponent_mode_index_is_the_octave(act):
+    """At a power of two the LUT returns the entry itself; halfway through an octave the mean
+    of its two entries (f = 1/2 exactly)."""
+    tables = ref.lut_tables(act)
+    for i in (0, 1, 7, 40, 63):
+        at = np.float32(np.ldexp(float(tables.le_start), i))
+        if tables.lo_start <= at < tables.lo_end:
+            continue
+        assert ref.lut(act, at) == tables.le[i]
+        middle = ref.lut(act, np.float32(at * np.float32(1.5)))
+        assert middle == tables.le[i] + (tables.le[i + 1] - tables.le[i]) * np.float32(0.5)
+
+
+@pytest.mark.parametrize("act", EXPONENT_ACTS)
+def test_outside_the_domain_the_lut_gives_its_end_entries(act):
+    """accel.h: t below le_start (0, negatives, -inf, tiny positives) -> LE[0] = 32768; from
+    le_end (and +inf) -> LE[64]; NaN stays; on the engine as in the model. FP32 gives IEEE's
+    answers (NaN, inf)."""
+    tables = ref.lut_tables(act)
+    x = np.array([0.0, -0.0, -1.0, -np.inf, 2.0**-40, 2.0**50, np.inf, np.nan], np.float32)
+    y = ref.lut(act, x)
+    assert tables.le[0] == 32768 and np.all(y[:5] == tables.le[0])
+    assert np.all(y[5:7] == tables.le[-1]) and np.isnan(y[7])
+    halves = np.array([0.0, -0.0, -3.0, -np.inf, np.inf, np.nan], np.float16).reshape(1, 1, 1, 6)
+    engine = DEVICE.run([Sdp(act=act, precision="fp16")], halves)[0].ravel()
+    assert np.all(engine[:4] == 32768) and engine[4] == np.float16(tables.le[-1])
+    assert np.isnan(engine[5])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fp32 = DEVICE.run([Sdp(act=act)], halves.astype(np.float32))[0].ravel()
+    if act == "rsqrt":
+        assert fp32[0] == np.inf and np.isnan(fp32[2]) and fp32[4] == 0
+    else:
+        assert fp32[0] == np.inf and fp32[1] == -np.inf and fp32[2] == np.float32(-1 / 3)
+
+
+def test_fp32_rsqrt_is_within_one_and_a_half_ulp():
+    """accel.h: every fp32 in [1, 4) (rsqrt(4t) = rsqrt(t) / 2: every positive normal)."""
+    x = np.arange(0x3F800000, 0x40800000, 16, dtype=np.uint32).view(np.float32)
+    y = ref.activation_exact("rsqrt", x).astype(np.float64)
+    engine = DEVICE.run([Sdp(act="rsqrt")], x.reshape(1, 1, -1, 1024))[0].ravel()
+    assert_same(engine, y.astype(np.float32), "rsqrt")
+    exact = 1.0 / np.sqrt(x.astype(np.float64))
+    ulps = np.abs(y - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert 1.0 < ulps.max() <= 1.5
+    assert_same(ref.activation_exact("reciprocal", x), (np.float32(1) / x).astype(np.float32))

@@ -387,6 +387,18 @@ typedef enum accel_activation {
   ACCEL_ACT_HARDSIGMOID = 8, /* min(max(t + 3, 0), 6) / 6 (PyTorch's definition) */
   ACCEL_ACT_GELU = 9,        /* 0.5 * t * (1 + erf(t / sqrt(2))), as 0.5 t erfc(-t / sqrt(2)) */
   ACCEL_ACT_EXP = 10,        /* exp(t) */
+  /* The building blocks of layer norm and softmax (docs/transformer_ops.md: NVDLA has no
+   * engine for either; a layer norm becomes 2 CONV + 5 SDP passes, a softmax 1 CONV + 3 SDP
+   * in FP32, plus Newton steps on the SDP in FP16). FP32: 1.0f / sqrtf(t) (two correctly
+   * rounded IEEE steps: at most 1.5 ulp from 1/sqrt(t), measured over every fp32 in [1, 4),
+   * which repeats for every positive normal t) and 1.0f / t (correctly rounded); outside the
+   * domain IEEE's answers: rsqrt NaN below 0, +inf at +0; reciprocal +-inf at +-0.
+   * FP16: through the LUT with LE in exponent mode (accel_lut: rows rsqrt and reciprocal),
+   * defined for t > 0 only: t below le_start (0, negatives, -inf, tiny t) gives the
+   * underflow value LE[0] (32768 for both), t from le_end (and +inf) the last entry, never
+   * NaN or inf; a NaN stays NaN. Not mapped from relax.rsqrt for that reason. */
+  ACCEL_ACT_RSQRT = 11,      /* 1 / sqrt(t) */
+  ACCEL_ACT_RECIPROCAL = 12, /* 1 / t */
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
 
@@ -424,6 +436,25 @@ typedef enum accel_activation {
  *       from 11.0898 on). Below -21: half(e^-21) = 0.
  * Flat ends (slope 0) leave at most |f(end) - f(+-inf)|: 1.2e-7 for sigmoid, 2.5e-14 for tanh,
  * 0 for hardsigmoid; silu, hardswish and gelu continue as 0 below and t above their LE table.
+ *
+ * LE's exponent mode (NVDLA's X table: lut-programming.rst, "exponential mode", the mode of
+ * its LRN table, with linear_start 0): le_step = 0 in accel_lut says so, and then LE holds
+ * the function at powers of two, LE[i] = half(f(le_start 2^i)), le_start a power of two, so
+ * LE covers [le_start, le_end = le_start 2^64), 64 octaves. For le_start <= t < le_end (and t
+ * outside LO, which keeps priority) the index is t's octave, the fraction t's place in it:
+ *   e = floor(log2 t) (t's exponent bits), i = e - log2(le_start), f = (t - 2^e) * 2^-e
+ *   y = LE[i] + (LE[i+1] - LE[i]) * f        (each step one fp32 operation; f is exact)
+ * Below le_start and from le_end the slopes (0 for both functions) apply as above. One entry
+ * per octave is coarse, so LO (linear) is the density table where the values mostly lie.
+ * Their bounds are relative, R = max |y - f(t)| / f(t) of the tables with exact entries; with
+ * half entries and output the error stays within (R + 2^-10) f(t) where f(t) is a normal half
+ * (measured on every positive half and 4e6 geometric points over LE's range):
+ *   rsqrt        LO [0.5, 4.5) 1/64   LE 2^[-30, 34) octaves   slopes 0 / 0   R = 8.9e-5 / 4.6e-2
+ *   reciprocal   LO [0.5, 4.5) 1/64   LE 2^[-15, 49) octaves   slopes 0 / 0   R = 2.4e-4 / 0.125
+ * (R on LO / on LE.) On LE the chord over an octave is what limits (at most 4.6 % and
+ * 12.5 %), so layer norm and softmax follow each in FP16 with Newton steps on the SDP
+ * (sim/decompose.py). Beyond: rsqrt gives 32768 below 2^-30 and half(2^-17) = 7.6e-6 from
+ * 2^34; reciprocal 32768 below 2^-15 and 0 from 2^49 (from 2^25 the entries are 0 already).
  */
 typedef struct accel_lut {
   float lo_start, lo_step;   /* LO covers [lo_start, lo_start + 256 lo_step) */
@@ -449,8 +480,9 @@ typedef struct accel_lut {
  *                                                   overflow_shift),
  *                                  le_end = le_start + (64 << le_index_select)
  *   y = sat32(y), exact in int64; the output converter then takes y to int8 codes.
- * LE's exponent mode (NVDLA's LRN table: index = log2(t - le_start) - le_index_offset) is not
- * modelled: the activations index linearly. Limits: index selects 0..31, slope scales int16,
+ * LE's exponent mode (NVDLA's LRN table: index = log2(t - le_start) - le_index_offset) is
+ * modelled in FP16 only (accel_lut): INT8 tables index linearly, rsqrt and reciprocal
+ * included (the compiler's tables cover where the output codes change). Limits: index selects 0..31, slope scales int16,
  * slope shifts 0..ACCEL_MAX_SHIFT. The layout (644 bytes of entries, then int32 fields) is what
  * generated code stores as one int32 constant. */
 typedef struct accel_lut_int8 {
