@@ -857,3 +857,17 @@ def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
             raise AccelInvalidError(f"op {i}: an {op.precision} CONV must be followed by an SDP")
         t = run_op(op, t)
     return t.reshape(t.shape[:2]) if flat and t.shape[2:] == (1, 1) else t
+
+
+# --- decompositions (sim/decompose.py) ----------------------------------------------------------
+
+def run_decomposition(decomposition, x: np.ndarray) -> np.ndarray:
+    """A layer norm's or softmax's engine passes (sim/decompose.py's Decomposition) in NumPy:
+    each pass through :func:`run_chain` with its element-wise operand bound, as the simulator
+    runs them; bit for bit the simulator's where every pass is (the BDMA + SDP trees and the
+    one-product broadcasts), within the CONV's summation bound with ``reduce="conv"``."""
+    x = np.asarray(x, dtype=dtype_for(decomposition.precision))
+    tensors = {"x": x}
+    for p in decomposition.passes:
+        tensors[p.output] = run_chain(p.bound(tensors), tensors[p.input])
+    return tensors[decomposition.output]

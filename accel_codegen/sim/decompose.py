@@ -1,0 +1,295 @@
+"""Layer norm and softmax as chains of NVDLA engine passes (issue 29; no TVM here).
+
+NVDLA has no layer-norm or softmax engine. Both become passes of the engines it has, over an
+[N, C, H, W] surface whose channels C are the normalised axis (a transformer's tokens along W,
+its channels as C):
+
+- **Channel reductions** (a sum over C, a max over C). The PDP pools over H and W only, never
+  across channels, so a max over C cannot be a pooling; it is a halving tree: at each level
+  the BDMA copies the lower and the upper half of the channels into two surfaces and the
+  SDP's element-wise unit takes their max (odd counts: the halves overlap in one channel,
+  which a max does not mind), ceil(log2 C) levels down to one channel. A sum is the same tree
+  with the element-wise add (odd counts: the upper half is zero-padded by the BDMA), or
+  (``reduce="conv"``) one 1x1 CONV with weights of ones and C output channels, which sums and
+  broadcasts at once. The tree is the default because every step of it is an SDP operation
+  or a copy, which the NumPy reference reproduces bit for bit; the CONV sums in its own
+  blocked fp32 order (csrc/conv/f32_order.h), so the CONV form agrees with the reference
+  within the CONV's summation bound only (and costs fewer runs: docs/transformer_ops.md).
+- **Broadcasts** of a one-channel result back to C channels: a 1x1 CONV with C ones as
+  weights over one input channel. Each output is one product by 1, exact in every precision,
+  so the broadcast is bit-exact; the SDP after it applies the per-channel scale and the
+  element-wise op with the other operand in the same run.
+- **rsqrt and reciprocal** through the SDP's LUT (accel.h: ACCEL_ACT_RSQRT / RECIPROCAL; in
+  FP16 NVDLA's LE table in exponent mode), then in FP16 Newton steps on the SDP, because one
+  LE entry per octave is only within 4.6 % (rsqrt) and 12.5 % (reciprocal):
+  rsqrt y' = y (1.5 - 0.5 (v y) y) in three SDP passes, reciprocal y' = y (2 - s y) in two
+  (errors square at each step: 2 steps for rsqrt, 3 for reciprocal reach below half's own
+  rounding from the LE bound).
+
+Layer norm (over C, eps the SDP's shift): sum tree of x; CONV broadcast + SDP (scale -1/C,
+add x) = d = x - mean; SDP d * d; sum tree of d^2; SDP (scale 1/C, shift eps, rsqrt) = r;
+[FP16: Newton]; CONV broadcast + SDP (scale gamma, mul d); SDP (shift beta).
+Softmax (over C): max tree of x; CONV broadcast + SDP (scale -1, add x, exp) = e = exp(x -
+max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e).
+The max is the true channel max (not a static bound): a static bound cannot keep exp(x - B)
+finite and non-zero for logits of any range, and in FP16 the exp LUT overflows from 11.09.
+
+INT8 (not built here): the reductions of squares, the variance and the LUT inputs of rsqrt
+and reciprocal have a dynamic range no per-tensor int8 scale covers (a pole at 0 for both
+functions), so an int8 build would keep those passes in FP16 and convert (Sdp convert) around
+them; x - mean, the exp and the final products could run in int8.
+
+:func:`run_passes` runs a decomposition on a Device, ``reference.run_decomposition`` in NumPy
+(the same passes through ``reference.run_chain``), :func:`estimate_passes` prices every pass
+with the cost model (``estimate_chain``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import AccelInvalidError
+from .device import Device, RunStats, estimate_chain
+from .ops import SHAPE_ONLY, Bdma, Conv, Op, Sdp, dtype_for
+
+#: Newton steps after the LUT in FP16 (FP32's LUT functions are IEEE's: none needed).
+NEWTON_FP16 = {"rsqrt": 2, "reciprocal": 3}
+PRECISIONS = ("fp32", "fp16")
+REDUCTIONS = ("tree", "conv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """One run: ``ops`` (a chain for Device.run) on tensor ``input``, writing ``output``; an
+    SDP with an element-wise op reads tensor ``operand`` (its ``operand`` field is filled in
+    when the pass runs). ``role`` names the step of the source layer ("ln.center", ...)."""
+
+    role: str
+    ops: Tuple[Op, ...]
+    input: str
+    output: str
+    operand: Optional[str] = None
+
+    def bound(self, tensors: Dict[str, np.ndarray]) -> List[Op]:
+        """The chain with the element-wise operand set (SHAPE_ONLY for a cost estimate)."""
+        if self.operand is None:
+            return list(self.ops)
+        value = tensors[self.operand] if tensors is not None else SHAPE_ONLY
+        return [dataclasses.replace(op, operand=value) if isinstance(op, Sdp) and op.ew_op
+                else op for op in self.ops]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decomposition:
+    """The passes of one source layer, in order, from tensor ``"x"`` to ``output``, with the
+    shape of every tensor they make."""
+
+    layer: str
+    precision: str
+    passes: Tuple[Pass, ...]
+    shapes: Dict[str, Tuple[int, int, int, int]]
+    output: str
+
+
+class _Builder:
+    def __init__(self, layer: str, shape, precision: str, reduce: str):
+        shape = tuple(int(v) for v in shape)
+        if len(shape) != 4 or min(shape) < 1:
+            raise AccelInvalidError(f"{layer}: shape = {shape!r} is not a positive [N, C, H, W]")
+        if precision not in PRECISIONS:
+            raise AccelInvalidError(f"{layer}: precision = {precision!r} is not one of "
+                                    f"{list(PRECISIONS)} (int8 keeps these passes in fp16)")
+        if reduce not in REDUCTIONS:
+            raise AccelInvalidError(f"{layer}: reduce = {reduce!r} is not one of "
+                                    f"{list(REDUCTIONS)}")
+        self.layer, self.precision, self.reduce = layer, precision, reduce
+        self.dtype = dtype_for(precision)
+        self.n, self.c, self.h, self.w = shape
+        self.shapes = {"x": shape}
+        self.passes: List[Pass] = []
+        self.count = 0
+
+    def values(self, v, channels: int) -> np.ndarray:
+        return np.broadcast_to(np.asarray(v, np.float32), (channels,)).astype(self.dtype)
+
+    def add(self, role, ops, src, channels, operand=None) -> str:
+        self.count += 1
+        name = f"t{self.count}"
+        self.shapes[name] = (self.n, channels, self.h, self.w)
+        self.passes.append(Pass(f"{self.layer}.{role}", tuple(ops), src, name, operand))
+        return name
+
+    def channels(self, name) -> int:
+        return self.shapes[name][1]
+
+    def tree(self, src: str, op: str, role: str) -> str:
+        """Max or sum over the channels of ``src`` down to one channel (module docstring)."""
+        p = self.precision
+        while self.channels(src) > 1:
+            c = self.channels(src)
+            half = (c + 1) // 2
+            lo = self.add(f"{role}.lo", [Bdma(half, dst_channels=half, precision=p)], src, half)
+            if op == "max":  # overlapping halves: a channel twice does not change a max
+                hi_op = Bdma(half, src_offset=c - half, dst_channels=half, precision=p)
+            else:  # the upper half zero-padded to the lower's count
+                hi_op = Bdma(c - half, src_offset=half, dst_channels=half, precision=p)
+            hi = self.add(f"{role}.hi", [hi_op], src, half)
+            src = self.add(f"{role}.{op}", [Sdp(ew_op=op, precision=p)], lo, half, operand=hi)
+        return src
+
+    def ones(self, channels_in: int) -> Conv:
+        return Conv(np.ones((self.c, channels_in, 1, 1), self.dtype), precision=self.precision)
+
+    def broadcast(self, src: str, role: str, operand=None, **sdp) -> str:
+        """A one-channel tensor to C channels, with an SDP after (a C-channel one: the SDP
+        alone)."""
+        sdp_op = Sdp(precision=self.precision, **sdp)
+        if self.channels(src) == self.c:
+            return self.add(role, [sdp_op], src, self.c, operand)
+        return self.add(role, [self.ones(1), sdp_op], src, self.c, operand)
+
+    def reduce_sum(self, src: str, role: str, **sdp) -> str:
+        """The sum over C: a tree (one channel; an SDP with ``sdp`` after it unless empty) or
+        a CONV of ones (C channels, broadcast, the SDP in the same run)."""
+        if self.reduce == "conv":
+            return self.add(role, [self.ones(self.c), Sdp(precision=self.precision, **sdp)],
+                            src, self.c)
+        total = self.tree(src, "add", role)
+        if sdp:
+            total = self.add(f"{role}.scale", [Sdp(precision=self.precision, **sdp)], total, 1)
+        return total
+
+    def lut(self, src: str, act: str, newton: Optional[int]) -> str:
+        """act(src) through the LUT, then Newton steps (default: FP16's NEWTON_FP16)."""
+        steps = newton if newton is not None else (
+            NEWTON_FP16[act] if self.precision == "fp16" else 0)
+        if steps < 0:
+            raise AccelInvalidError(f"{self.layer}: newton = {newton!r} is negative")
+        k = self.channels(src)
+        p = self.precision
+        y = self.add(act, [Sdp(act=act, precision=p)], src, k)
+        for _ in range(steps):
+            if act == "rsqrt":  # y (1.5 - 0.5 (v y) y): v y first, as y^2 overflows a half
+                #                     for v below 1 / 65504 (a constant token: v = eps)
+                vy = self.add("newton.times_v", [Sdp(ew_op="mul", precision=p)], src, k, y)
+                vy = self.add("newton.times_y", [Sdp(ew_op="mul", precision=p)], vy, k, y)
+                y = self.add("newton.step", [Sdp(scale=self.values(-0.5, k),
+                                                 shift=self.values(1.5, k), ew_op="mul",
+                                                 precision=p)], vy, k, y)
+            else:  # y (2 - s y)
+                sy = self.add("newton.times_s", [Sdp(ew_op="mul", precision=p)], src, k, y)
+                y = self.add("newton.step", [Sdp(scale=self.values(-1.0, k),
+                                                 shift=self.values(2.0, k), ew_op="mul",
+                                                 precision=p)], sy, k, y)
+        return y
+
+    def done(self, output: str) -> Decomposition:
+        return Decomposition(self.layer, self.precision, tuple(self.passes), dict(self.shapes),
+                             output)
+
+
+def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
+                      precision: str = "fp32", reduce: str = "tree",
+                      newton: Optional[int] = None) -> Decomposition:
+    """Layer norm over the channels of an [N, C, H, W] surface:
+    ``(x - mean) / sqrt(var + eps) * gamma[c] + beta[c]`` (biased variance, as PyTorch's), as
+    engine passes (module docstring). ``gamma`` / ``beta``: [C] or None (1 / 0: no pass)."""
+    b = _Builder("layer_norm", shape, precision, reduce)
+    c = b.c
+    if not np.isfinite(eps) or eps < 0:
+        raise AccelInvalidError(f"layer_norm: eps = {eps!r} is not a finite value >= 0")
+    for name, v in (("gamma", gamma), ("beta", beta)):
+        if v is not None and np.shape(v) != (c,):
+            raise AccelInvalidError(f"layer_norm: {name} has shape {np.shape(v)}, not ({c},)")
+    inv_c = np.float32(1.0) / np.float32(c)
+
+    def center(src, role):
+        if reduce == "conv":
+            return b.add(role, [b.ones(c), Sdp(scale=b.values(-inv_c, c), ew_op="add",
+                                                precision=precision)], src, c, src)
+        total = b.tree(src, "add", f"{role}.mean")
+        return b.broadcast(total, role, src, scale=b.values(-inv_c, c), ew_op="add")
+
+    d = center("x", "center")
+    if precision == "fp16" and c & (c - 1):
+        # FP16's SDP scale is a half: 1/C rounds (2.4e-4 relative for C = 48 or 192), and
+        # x - mean keeps mean * that, large against the spread where |mean| >> std. A second
+        # centring of d (whose mean is now that residue) leaves its square.
+        d = center(d, "recenter")
+    sq = b.add("square", [Sdp(ew_op="mul", precision=precision)], d, c, d)
+    k = 1 if reduce == "tree" else c
+    if precision == "fp32" and (newton or 0) == 0:  # rsqrt in the variance's own SDP
+        r = b.reduce_sum(sq, "var", scale=b.values(inv_c, k), shift=b.values(eps, k),
+                         act="rsqrt")
+    else:
+        v = b.reduce_sum(sq, "var", scale=b.values(inv_c, k), shift=b.values(eps, k))
+        r = b.lut(v, "rsqrt", newton)
+    scale = None if gamma is None else np.asarray(gamma, np.float32).astype(b.dtype)
+    y = b.broadcast(r, "normalise", d, scale=scale, ew_op="mul")
+    if beta is not None:
+        y = b.add("shift", [Sdp(shift=np.asarray(beta, np.float32).astype(b.dtype),
+                                precision=precision)], y, c)
+    return b.done(y)
+
+
+def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
+                   newton: Optional[int] = None) -> Decomposition:
+    """Softmax over the channels of an [N, C, H, W] surface, ``exp(x - max) / sum``, as
+    engine passes (module docstring; the max is always the BDMA + SDP tree)."""
+    b = _Builder("softmax", shape, precision, reduce)
+    c = b.c
+    m = b.tree("x", "max", "max")
+    e = b.broadcast(m, "exp", "x", scale=b.values(-1.0, c), ew_op="add", act="exp")
+    if precision == "fp32" and (newton or 0) == 0:
+        r = b.reduce_sum(e, "sum", act="reciprocal") if reduce == "conv" else \
+            b.lut(b.tree(e, "add", "sum"), "reciprocal", 0)
+    else:
+        s = b.reduce_sum(e, "sum") if reduce == "conv" else b.tree(e, "add", "sum")
+        r = b.lut(s, "reciprocal", newton)
+    del c
+    return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
+
+
+def run_passes(device: Device, decomposition: Decomposition, x: np.ndarray,
+               mode: str = "fused") -> Tuple[np.ndarray, List[RunStats]]:
+    """Run every pass on ``device``; the output and each run's stats."""
+    x = np.ascontiguousarray(x, dtype_for(decomposition.precision))
+    if x.shape != decomposition.shapes["x"]:
+        raise AccelInvalidError(f"{decomposition.layer}: x has shape {x.shape}, the passes "
+                                f"were built for {decomposition.shapes['x']}")
+    tensors = {"x": x}
+    stats = []
+    for p in decomposition.passes:
+        y, s = device.run(p.bound(tensors), tensors[p.input], mode=mode, label=p.role)
+        tensors[p.output] = y
+        stats.append(s)
+    return tensors[decomposition.output], stats
+
+
+def estimate_passes(config, decomposition: Decomposition,
+                    mode: str = "fused") -> Tuple[int, List[Tuple[str, RunStats]]]:
+    """The cost model's price of every pass (``estimate_chain``, no data), and their cycles
+    summed (runs do not overlap here: each reads the one before)."""
+    runs = [(p.role, estimate_chain(config, p.bound(None), decomposition.shapes[p.input],
+                                    mode=mode, precision=decomposition.precision))
+            for p in decomposition.passes]
+    return sum(s.cycles for _, s in runs), runs
+
+
+def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) -> str:
+    """One line per kind of pass: runs, engines, cycles (for docs and reports)."""
+    rows: Dict[str, List[int]] = {}
+    for p, (role, s) in zip(decomposition.passes, runs):
+        kind = role.rsplit(".", 1)[0] if ".lo" in role or ".hi" in role or ".max" in role \
+            or ".add" in role else role
+        engines = "+".join(op.engine if hasattr(op, "engine") else type(op).__name__.upper()
+                           for op in p.ops)
+        key = f"{kind} [{engines}]" if kind == role else f"{kind} (tree)"
+        row = rows.setdefault(key, [0, 0, 0])
+        row[0] += 1
+        row[1] += s.cycles
+        row[2] += s.dram_bytes
+    return "\n".join(f"{k:40s} runs {v[0]:3d}  cycles {v[1]:8d}  DRAM bytes {v[2]:9d}"
+                     for k, v in rows.items())
