@@ -139,8 +139,9 @@ class _Builder:
             src = self.add(f"{role}.{op}", [Sdp(ew_op=op, precision=p)], lo, half, operand=hi)
         return src
 
-    def ones(self, channels_in: int) -> Conv:
-        return Conv(np.ones((self.c, channels_in, 1, 1), self.dtype), precision=self.precision)
+    def ones(self, channels_in: int, channels_out: Optional[int] = None) -> Conv:
+        return Conv(np.ones((channels_out or self.c, channels_in, 1, 1), self.dtype),
+                    precision=self.precision)
 
     def broadcast(self, src: str, role: str, operand=None, **sdp) -> str:
         """A one-channel tensor to C channels, with an SDP after (a C-channel one: the SDP
@@ -150,12 +151,14 @@ class _Builder:
             return self.add(role, [sdp_op], src, self.c, operand)
         return self.add(role, [self.ones(1), sdp_op], src, self.c, operand)
 
-    def reduce_sum(self, src: str, role: str, **sdp) -> str:
-        """The sum over C: a tree (one channel; an SDP with ``sdp`` after it unless empty) or
-        a CONV of ones (C channels, broadcast, the SDP in the same run)."""
+    def reduce_sum(self, src: str, role: str, broadcast: bool = False, **sdp) -> str:
+        """The sum over C, then an SDP with ``sdp`` (none if empty, in a tree): a tree (one
+        channel) or a CONV of ones in the same run as the SDP, with C output channels (the
+        sum broadcast) if ``broadcast``, else one (LUT and Newton passes on one channel)."""
         if self.reduce == "conv":
-            return self.add(role, [self.ones(self.c), Sdp(precision=self.precision, **sdp)],
-                            src, self.c)
+            k = self.c if broadcast else 1
+            return self.add(role, [self.ones(self.c, k), Sdp(precision=self.precision, **sdp)],
+                            src, k)
         total = self.tree(src, "add", role)
         if sdp:
             total = self.add(f"{role}.scale", [Sdp(precision=self.precision, **sdp)], total, 1)
@@ -219,12 +222,12 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
         # centring of d (whose mean is now that residue) leaves its square.
         d = center(d, "recenter")
     sq = b.add("square", [Sdp(ew_op="mul", precision=precision)], d, c, d)
-    k = 1 if reduce == "tree" else c
     if precision == "fp32" and (newton or 0) == 0:  # rsqrt in the variance's own SDP
-        r = b.reduce_sum(sq, "var", scale=b.values(inv_c, k), shift=b.values(eps, k),
-                         act="rsqrt")
-    else:
-        v = b.reduce_sum(sq, "var", scale=b.values(inv_c, k), shift=b.values(eps, k))
+        k = c if reduce == "conv" else 1  # the CONV's sum broadcast: no broadcast pass after
+        r = b.reduce_sum(sq, "var", broadcast=True, scale=b.values(inv_c, k),
+                         shift=b.values(eps, k), act="rsqrt")
+    else:  # the LUT and the Newton steps on one channel, broadcast after
+        v = b.reduce_sum(sq, "var", scale=b.values(inv_c, 1), shift=b.values(eps, 1))
         r = b.lut(v, "rsqrt", newton)
     scale = None if gamma is None else np.asarray(gamma, np.float32).astype(b.dtype)
     y = b.broadcast(r, "normalise", d, scale=scale, ew_op="mul")
@@ -242,12 +245,10 @@ def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
     c = b.c
     m = b.tree("x", "max", "max")
     e = b.broadcast(m, "exp", "x", scale=b.values(-1.0, c), ew_op="add", act="exp")
-    if precision == "fp32" and (newton or 0) == 0:
-        r = b.reduce_sum(e, "sum", act="reciprocal") if reduce == "conv" else \
-            b.lut(b.tree(e, "add", "sum"), "reciprocal", 0)
+    if precision == "fp32" and (newton or 0) == 0 and reduce == "conv":
+        r = b.reduce_sum(e, "sum", broadcast=True, act="reciprocal")
     else:
-        s = b.reduce_sum(e, "sum") if reduce == "conv" else b.tree(e, "add", "sum")
-        r = b.lut(s, "reciprocal", newton)
+        r = b.lut(b.reduce_sum(e, "sum"), "reciprocal", newton)
     del c
     return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
 
