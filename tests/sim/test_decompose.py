@@ -1,0 +1,205 @@
+"""Layer norm and softmax as engine passes (accel_codegen/sim/decompose.py).
+
+On the simulator the decompositions equal their NumPy reference (reference.run_decomposition)
+bit for bit in fp32 and fp16 (the BDMA + SDP trees; with the CONV form of the sums within the
+CONV's summation bound in fp32); fp32 is within 1e-5 of the output scale of PyTorch (or twice
+PyTorch's own error against float64); fp16 within the bounds stated here from the LUT's
+(accel.h) and the halves' rounding at every pass.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from accel_codegen import AccelInvalidError, Device, estimate_chain
+from accel_codegen import reference as ref
+from accel_codegen.sim import decompose as dc
+from conftest import assert_same
+
+torch = pytest.importorskip("torch")
+DEVICE = Device("nv_full", num_threads=2)
+#: (channels, tokens): odd and even halvings, a power of two, ViT-Ti's 192 channels
+SHAPES = [(13, 9), (48, 21), (64, 5), (192, 7)]
+
+
+def _layer_norm64(x, gamma, beta, eps):
+    x = x.astype(np.float64)
+    mean = x.mean(1, keepdims=True)
+    var = ((x - mean) ** 2).mean(1, keepdims=True)
+    normed = (x - mean) / np.sqrt(var + eps)
+    return normed * gamma.astype(np.float64)[None, :, None, None] + \
+        beta.astype(np.float64)[None, :, None, None]
+
+
+def _softmax64(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True), e.sum(1, keepdims=True)
+
+
+def _inputs(rng, c, w, dtype, offset=0.5):
+    x = (rng.standard_normal((1, c, 1, w)) * 2 + offset).astype(dtype)
+    gamma = (1 + 0.3 * rng.standard_normal(c)).astype(dtype)
+    beta = (0.2 * rng.standard_normal(c)).astype(dtype)
+    return x, gamma, beta
+
+
+def _torch_layer_norm(x, gamma, beta, eps):
+    t = torch.from_numpy(np.ascontiguousarray(x)).permute(0, 2, 3, 1)  # channels last
+    y = torch.nn.functional.layer_norm(t, (x.shape[1],), torch.from_numpy(gamma),
+                                       torch.from_numpy(beta), eps)
+    return y.permute(0, 3, 1, 2).numpy()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("c,w", SHAPES)
+def test_passes_equal_the_reference_bit_for_bit(c, w, precision, rng):
+    dtype = dc.dtype_for(precision)
+    x, gamma, beta = _inputs(rng, c, w, dtype)
+    for decomposition in (dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, precision),
+                          dc.softmax_passes(x.shape, precision)):
+        y, stats = dc.run_passes(DEVICE, decomposition, x)
+        assert_same(y, ref.run_decomposition(decomposition, x), decomposition.layer)
+        assert len(stats) == len(decomposition.passes)
+        assert y.shape == x.shape and y.dtype == dtype
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_conv_form_of_the_sums_agrees_within_the_conv_summation_bound(precision, rng):
+    """The CONV sums in its blocked fp32 order, the reference in float64 rounded once: the
+    sums differ by at most gamma(C) sum |x|, a few fp32 ulps of the output here."""
+    x, gamma, beta = _inputs(rng, 48, 21, dc.dtype_for(precision))
+    for decomposition in (dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, precision, "conv"),
+                          dc.softmax_passes(x.shape, precision, "conv")):
+        y, _ = dc.run_passes(DEVICE, decomposition, x)
+        expected = ref.run_decomposition(decomposition, x)
+        scale = np.abs(expected.astype(np.float64)).max()
+        tolerance = 1e-6 * scale if precision == "fp32" else 2**-10 * scale  # a half ulp
+        assert np.abs(y.astype(np.float64) - expected).max() <= tolerance
+
+
+@pytest.mark.parametrize("reduce", ["tree", "conv"])
+@pytest.mark.parametrize("c,w", SHAPES)
+def test_fp32_is_within_1e_5_of_pytorch(c, w, reduce, rng):
+    """1e-5 of the output scale, or twice PyTorch fp32's own error against float64."""
+    x, gamma, beta = _inputs(rng, c, w, np.float32, offset=3.0)
+    y, _ = dc.run_passes(DEVICE, dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, "fp32",
+                                                      reduce), x)
+    exact = _layer_norm64(x, gamma, beta, 1e-5)
+    theirs = _torch_layer_norm(x, gamma, beta, 1e-5)
+    allowed = max(1e-5 * np.abs(exact).max(), 2 * np.abs(theirs - exact).max())
+    assert np.abs(y - exact).max() <= allowed
+    assert np.abs(y - theirs).max() <= allowed + np.abs(theirs - exact).max()
+    logits = (rng.standard_normal((1, c, 1, w)) * 6).astype(np.float32)
+    y, _ = dc.run_passes(DEVICE, dc.softmax_passes(logits.shape, "fp32", reduce), logits)
+    exact, _ = _softmax64(logits)
+    theirs = torch.softmax(torch.from_numpy(logits), 1).numpy()
+    allowed = max(1e-5 * np.abs(exact).max(), 2 * np.abs(theirs - exact).max())
+    assert np.abs(y - exact).max() <= allowed
+
+
+def fp16_layer_norm_bound(c: int) -> float:
+    """In units of 2^-11 of the output scale max |y|: the halves' roundings of d, of the
+    product and of the shift (1.5), the mean's and the variance's trees (ceil(log2 C) levels
+    of half rounding each, the variance's halved by the square root), 1/C as a half, and
+    rsqrt after the Newton steps (the LE table's 4.6 % squared twice is below 1e-5; the
+    steps' own roundings about 3): measured at most 4.1 on these inputs."""
+    return 1.5 + 1.5 * math.ceil(math.log2(c)) + 4
+
+
+def fp16_softmax_bound(c: int, y64: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """Per element: the exp LUT's bound (accel.h: 1.7e-4 + 1.5e-3 e^t, with the half output
+    2^-11 e^t more) in each e_i and in the sum of C of them (>= 1: the max term is e^0),
+    the sum tree's ceil(log2 C) roundings, the reciprocal after Newton (3 steps from 12.5 %:
+    its roundings) and the product: y (1.5e-3 + (ceil(log2 C) + 5) 2^-11 + 1.5e-3 + C 1.7e-4 /
+    S) + 1.7e-4 / S."""
+    levels = math.ceil(math.log2(c))
+    return y64 * (3e-3 + (levels + 5) * 2**-11 + c * 1.7e-4 / sums) + 1.7e-4 / sums
+
+
+@pytest.mark.parametrize("c,w", SHAPES)
+def test_fp16_is_within_its_bound(c, w, rng):
+    for offset in (0.5, 60.0):  # 60: |mean| >> std, where 1/C as a half would show
+        x, gamma, beta = _inputs(rng, c, w, np.float16, offset)
+        y, _ = dc.run_passes(DEVICE, dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, "fp16"),
+                             x)
+        exact = _layer_norm64(x, gamma, beta, 1e-5)
+        error = np.abs(y.astype(np.float64) - exact).max() / np.abs(exact).max() / 2**-11
+        assert error <= fp16_layer_norm_bound(c), (c, offset, error)
+    logits = (rng.standard_normal((1, c, 1, w)) * 4).astype(np.float16)
+    y, _ = dc.run_passes(DEVICE, dc.softmax_passes(logits.shape, "fp16"), logits)
+    exact, sums = _softmax64(logits)
+    excess = np.abs(y.astype(np.float64) - exact) - fp16_softmax_bound(c, exact, sums)
+    assert excess.max() <= 0
+
+
+def test_newton_steps_are_what_fp16_needs(rng):
+    """Without the Newton steps fp16 is as coarse as the LE table (one entry per octave);
+    with them within the bound above."""
+    x, gamma, beta = _inputs(rng, 48, 21, np.float16)
+    exact = _layer_norm64(x, gamma, beta, 1e-5)
+    coarse = ref.run_decomposition(dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, "fp16",
+                                                        newton=0), x)
+    fine = ref.run_decomposition(dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, "fp16"), x)
+    scale = np.abs(exact).max() * 2**-11
+    assert np.abs(coarse - exact).max() / scale > 20
+    assert np.abs(fine - exact).max() / scale <= fp16_layer_norm_bound(48)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_constant_token_gives_beta(precision):
+    """Variance 0: rsqrt(eps) (eps the SDP's shift; in fp16 v y is formed before y^2, which
+    would overflow a half at y = 316), times d = 0: exactly beta."""
+    c = 48
+    x = np.full((1, c, 1, 5), 0.3, dc.dtype_for(precision))
+    beta = np.linspace(-1, 1, c).astype(dc.dtype_for(precision))
+    gamma = np.full(c, 2.0, dc.dtype_for(precision))
+    y, _ = dc.run_passes(DEVICE, dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, precision), x)
+    assert_same(y, np.broadcast_to(beta[None, :, None, None], x.shape).astype(y.dtype))
+
+
+def test_softmax_takes_the_true_max(rng):
+    """Logits far beyond exp's range (fp32 overflows e^89, the fp16 LUT from 11.09): the
+    channel max keeps every exp finite and the result a distribution."""
+    logits = (rng.standard_normal((1, 13, 1, 6)) * 40 + 500).astype(np.float32)
+    y, _ = dc.run_passes(DEVICE, dc.softmax_passes(logits.shape, "fp32"), logits)
+    exact, _ = _softmax64(logits)
+    assert np.abs(y - exact).max() <= 1e-6
+    halves = (logits / 40).astype(np.float16)
+    y, _ = dc.run_passes(DEVICE, dc.softmax_passes(halves.shape, "fp16"), halves)
+    assert np.all(np.isfinite(y)) and np.allclose(y.astype(np.float64).sum(1), 1, atol=1e-2)
+
+
+def test_costs_are_the_cost_models_and_summed():
+    """estimate_passes prices each pass with estimate_chain; the CONV form of the sums takes
+    fewer runs and fewer cycles on nv_full for ViT-Ti's token tensor (docs/transformer_ops.md)."""
+    shape = (1, 192, 1, 197)
+    ones, zeros = np.ones(192, np.float32), np.zeros(192, np.float32)
+    tree = dc.layer_norm_passes(shape, ones, zeros)
+    total, runs = dc.estimate_passes("nv_full", tree)
+    assert len(runs) == len(tree.passes)
+    assert total == sum(s.cycles for _, s in runs) > 0
+    first = tree.passes[0]
+    assert runs[0][1].cycles == estimate_chain("nv_full", list(first.ops),
+                                               tree.shapes[first.input]).cycles
+    conv_total, conv_runs = dc.estimate_passes("nv_full", dc.layer_norm_passes(
+        shape, ones, zeros, reduce="conv"))
+    assert len(conv_runs) == 5 and conv_total < total
+    assert [r for r, _ in conv_runs] == ["layer_norm.center", "layer_norm.square",
+                                         "layer_norm.var", "layer_norm.normalise",
+                                         "layer_norm.shift"]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(AccelInvalidError, match="shape"):
+        dc.layer_norm_passes((1, 4, 4))
+    with pytest.raises(AccelInvalidError, match="precision = 'int8'"):
+        dc.softmax_passes((1, 4, 1, 4), "int8")
+    with pytest.raises(AccelInvalidError, match="gamma has shape"):
+        dc.layer_norm_passes((1, 4, 1, 4), gamma=np.ones(3))
+    with pytest.raises(AccelInvalidError, match="eps"):
+        dc.layer_norm_passes((1, 4, 1, 4), eps=-1.0)
+    with pytest.raises(AccelInvalidError, match="reduce"):
+        dc.softmax_passes((1, 4, 1, 4), reduce="pdp")
+    with pytest.raises(AccelInvalidError, match="x has shape"):
+        dc.run_passes(DEVICE, dc.softmax_passes((1, 4, 1, 4)), np.zeros((1, 4, 1, 5), np.float32))
