@@ -31,9 +31,10 @@ import math
 import numpy as np
 
 from .._accel_ffi import lib
-from ..errors import AccelInvalidError
+from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.ops import LutInt8
 from ..sim.reference import function64
+from ..sim.vocabulary import ACTIVATIONS
 from .calibration import TensorQuant
 from .encoding import round_half_away
 
@@ -109,6 +110,10 @@ def layer_lut(act: str, out: TensorQuant, factor_max: float, what: str) -> Layer
     """The tables of activation ``act`` for an output quantised as ``out``, for X converters
     whose largest factor into the LUT's input units is ``factor_max`` / input_step (the real
     value of the largest per-channel input step: accumulator or input code)."""
+    if act in ACTIVATIONS and not ACTIVATIONS[act].int8:
+        raise AccelUnsupportedError(
+            f"{what}: no int8 tables for act = {act}: its pole at 0 needs more range than one "
+            f"int8 scale and a linear table give; the pass stays in fp16 (sim/decompose.py)")
     x_lo, x_hi = changing_interval(act, out)
     width = x_hi - x_lo
     lo_step = width / (lib.ACCEL_LUT_LO_ENTRIES - 1)

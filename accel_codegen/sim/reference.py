@@ -190,8 +190,17 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 
+@functools.lru_cache(maxsize=None)
+def _domain_start(act: str) -> float:
+    """Where the FP16 LUT of rsqrt / reciprocal begins (its LE table's le_start)."""
+    geometry = ffi.new("accel_lut*")
+    check(lib.accel_lut_info(ACTIVATIONS.code(act), geometry))
+    return float(geometry.le_start)
+
+
 def function64(act: str, t: np.ndarray) -> np.ndarray:
-    """A LUT activation in float64: the source of the table entries (as the C library's)."""
+    """A LUT activation in float64: the source of the table entries (as the C library's);
+    rsqrt and reciprocal held to their domain (t >= the FP16 table's start, accel.h)."""
     with np.errstate(over="ignore"):
         if act == "sigmoid":
             return 1.0 / (1.0 + np.exp(-t))
@@ -207,11 +216,12 @@ def function64(act: str, t: np.ndarray) -> np.ndarray:
             return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
         if act == "exp":
             return np.exp(t)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if act == "rsqrt":
-            return 1.0 / np.sqrt(t)
-        if act == "reciprocal":
-            return 1.0 / np.asarray(t, dtype=np.float64)
+    if act in ("rsqrt", "reciprocal"):
+        # Defined for t > 0; below the FP16 table's start (0, negatives, -inf and tiny t)
+        # the value there, as the LUT answers (accel.h), and so the INT8 tables hold it too:
+        # a finite top (32768 for both) where IEEE would give inf or NaN. NaN stays.
+        t = np.maximum(np.asarray(t, dtype=np.float64), _domain_start(act))
+        return 1.0 / np.sqrt(t) if act == "rsqrt" else 1.0 / t
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 

@@ -120,8 +120,11 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     # No Relax op: layer norm's and softmax's decompositions use them (sim/decompose.py);
     # relax.rsqrt is not mapped to rsqrt because the FP16 LUT answers LE[0], not NaN, for
     # t <= 0 (accel.h), a different answer where the Relax op's input may be negative.
-    Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut"),
-    Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut"),
+    # int8=False: the INT8 engine runs any tables it is given, but the compiler builds none
+    # for them (quantization/lut.py): their pole at 0 needs more range than one int8 scale
+    # and a linear table give, so int8 builds keep these passes in FP16.
+    Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut", int8=False),
+    Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut", int8=False),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

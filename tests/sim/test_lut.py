@@ -311,3 +311,15 @@ def test_fp32_rsqrt_is_within_one_and_a_half_ulp():
     ulps = np.abs(y - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
     assert 1.0 < ulps.max() <= 1.5
     assert_same(ref.activation_exact("reciprocal", x), (np.float32(1) / x).astype(np.float32))
+
+
+@pytest.mark.parametrize("act", EXPONENT_ACTS)
+def test_no_int8_tables_for_rsqrt_and_reciprocal(act):
+    """The compiler builds none (a pole at 0: the vocabulary's int8=False); the INT8 engine
+    still runs tables it is given, bit for bit the reference (test_lut_int8_lanes.py)."""
+    from accel_codegen import AccelUnsupportedError
+    from accel_codegen.quantization import TensorQuant
+    from accel_codegen.quantization.lut import layer_lut
+    assert not ACTIVATIONS[act].int8
+    with pytest.raises(AccelUnsupportedError, match=f"no int8 tables for act = {act}"):
+        layer_lut(act, TensorQuant(0.1, 0), 0.01, "layer")
