@@ -387,9 +387,15 @@ typedef enum accel_activation {
   ACCEL_ACT_HARDSIGMOID = 8, /* min(max(t + 3, 0), 6) / 6 (PyTorch's definition) */
   ACCEL_ACT_GELU = 9,        /* 0.5 * t * (1 + erf(t / sqrt(2))), as 0.5 t erfc(-t / sqrt(2)) */
   ACCEL_ACT_EXP = 10,        /* exp(t) */
-  /* The building blocks of layer norm and softmax (docs/transformer_ops.md: NVDLA has no
-   * engine for either; a layer norm becomes 2 CONV + 5 SDP passes, a softmax 1 CONV + 3 SDP
-   * in FP32, plus Newton steps on the SDP in FP16). FP32: 1.0f / sqrtf(t) (two correctly
+  /* The building blocks of layer norm and softmax, which NVDLA has no engine for
+   * (accel_codegen/sim/decompose.py, docs/transformer_ops.md): over C of [N, C, H, W], sums
+   * and maxima over C as BDMA + SDP halving trees (the PDP never pools across channels) or
+   * sums as a 1x1 CONV of ones; x - mean, squares, products on the SDP's element-wise unit;
+   * 1 / sqrt(var + eps) (eps the SDP's shift) and 1 / sum through these two, with Newton
+   * steps on the SDP in FP16. FP32 layer norm with the CONV sums: 5 runs (2 CONV + 5 SDP
+   * ops), 67k cycles on nv_full for ViT-Ti's 1x192x1x197 (BDMA trees: 53 runs, 181k);
+   * softmax: 27 runs, 105k cycles (its max is a tree either way). INT8 builds keep both in
+   * FP16: no int8 tables for these (a pole at 0). FP32: 1.0f / sqrtf(t) (two correctly
    * rounded IEEE steps: at most 1.5 ulp from 1/sqrt(t), measured over every fp32 in [1, 4),
    * which repeats for every positive normal t) and 1.0f / t (correctly rounded); outside the
    * domain IEEE's answers: rsqrt NaN below 0, +inf at +0; reciprocal +-inf at +-0.
