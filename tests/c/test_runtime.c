@@ -230,7 +230,10 @@ static void test_lut_info(void) {
   for (int a = ACCEL_ACT_SIGMOID; a < ACCEL_ACT_COUNT; ++a) {
     EXPECT(accel_lut_info((accel_activation)a, &lut) == ACCEL_OK, "act %d has a table", a);
     const float lo_end = lut.lo_start + (ACCEL_LUT_LO_ENTRIES - 1) * lut.lo_step;
-    const float le_end = lut.le_start + (ACCEL_LUT_LE_ENTRIES - 1) * lut.le_step;
+    /* le_step 0: LE in exponent mode (accel_lut), 64 octaves from le_start */
+    const float le_end = lut.le_step == 0.0f
+                             ? ldexpf(lut.le_start, ACCEL_LUT_LE_ENTRIES - 1)
+                             : lut.le_start + (ACCEL_LUT_LE_ENTRIES - 1) * lut.le_step;
     EXPECT(lut.le_start <= lut.lo_start && lo_end <= le_end && lut.lo_step > 0.0f,
            "act %d: LO [%g, %g) inside LE [%g, %g)", a, (double)lut.lo_start, (double)lo_end,
            (double)lut.le_start, (double)le_end);
