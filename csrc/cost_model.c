@@ -443,6 +443,25 @@ static void cost_bdma(const accel_config* cfg, const resolved_op* r, accel_op_st
                      surfaces_touched(d->dst_offset, d->dst_stride, d->channels, per_surface);
 }
 
+/* RUBIK contract (memory to memory, like the BDMA): it reads the channel-extended cube once and
+ * writes the contracted one once. The input is stored as its sx*sy phase groups, each starting
+ * on its own atom surface (NVDLA's D_CONTRACT_STRIDE_0 = ceil(C' x bytes / 32) surfaces per
+ * group: the convolution that wrote each phase padded its C' channels to whole atoms); the
+ * output is a feature tensor of C' channels. Its data path moves rubik_bytes_per_cycle bytes
+ * per cycle each way (reads and writes overlap), so its compute cycles are the larger
+ * stream over that width; the memory is usually the long pole. No engine energy: like the
+ * BDMA's copies, its energy is the bytes it moves (finish_op). */
+static void cost_rubik(const accel_config* cfg, const resolved_op* r, accel_op_stats* s) {
+  const accel_rubik_desc* d = &r->op->rubik;
+  const int64_t phases = (int64_t)d->stride_x * d->stride_y;
+  const int64_t positions = (int64_t)r->in_n * r->in_h * r->in_w;
+  copy_text(s->op, sizeof s->op, "rubik:contract");
+  s->input_bytes = positions * phases * position_bytes(cfg, r->out_c, d->precision);
+  s->bytes_written = feature_bytes(cfg, r->out_n, r->out_c, r->out_h, r->out_w, d->precision);
+  const int64_t larger = s->input_bytes > s->bytes_written ? s->input_bytes : s->bytes_written;
+  s->compute_cycles = ceil_div(larger, cfg->rubik_bytes_per_cycle);
+}
+
 /* Where an op's bytes go. Every stream is in DRAM unless the op's accel_op.sram bit puts it in
  * the secondary memory (a CONV's weights may be there; SDP parameters always come from DRAM);
  * DRAM moves whole bursts, each stream rounded up. */
@@ -556,6 +575,10 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_BDMA: /* alone in its run: memory to memory */
         s->precision = precision = r->op->bdma.precision;
         cost_bdma(cfg, r, s);
+        break;
+      case ACCEL_ENGINE_RUBIK: /* alone in its run: memory to memory */
+        s->precision = precision = r->op->rubik.precision;
+        cost_rubik(cfg, r, s);
         break;
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;

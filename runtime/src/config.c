@@ -43,6 +43,11 @@
  *   sram_bytes_per_s: SECONDARY_MEMIF_WIDTH at the 1 GHz clock (512 bits: 64 GB/s, 256 bits:
  *   32 GB/s); nv_small has no secondary interface (0).
  * - ACCEL_FEATURE_WEIGHT_COMPRESSION: WEIGHT_COMPRESSION_ENABLE in nv_full only.
+ * RUBIK (ABI 8): nv_small.spec defines RUBIK_DISABLE (the hardware manual's small example:
+ * "Rubik function support = No"). rubik_bytes_per_cycle: an assumption (the documents give
+ * no RUBIK rate, only its 80-100 % memory efficiency): one beat of its memory interface per
+ * cycle each way, PRIMARY_MEMIF_WIDTH: 64 bytes (nv_full's 512 bits), 32 (nv_large's 256),
+ * 8 (nv_small's 64, unused there).
  */
 #include <math.h>
 #include <string.h>
@@ -64,7 +69,7 @@ static const accel_config presets[] = {
      .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP | ACCEL_FEATURE_IMAGE_INPUT,
      .cbuf_banks = 32, .dram_burst_bytes = 8, .dram_latency_cycles = 64,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 0,
-     ENERGY_45NM(1.25)},
+     .rubik_bytes_per_cycle = 8, ENERGY_45NM(1.25)},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
@@ -73,7 +78,7 @@ static const accel_config presets[] = {
                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA | ACCEL_FEATURE_IMAGE_INPUT,
      .cbuf_banks = 16, .dram_burst_bytes = 32, .dram_latency_cycles = 1024,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 32e9,
-     ENERGY_45NM(2.5)},
+     .rubik_bytes_per_cycle = 32, ENERGY_45NM(2.5)},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
@@ -84,7 +89,7 @@ static const accel_config presets[] = {
                  ACCEL_FEATURE_WEIGHT_COMPRESSION,
      .cbuf_banks = 16, .dram_burst_bytes = 64, .dram_latency_cycles = 1200,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 64e9,
-     ENERGY_45NM(2.5)},
+     .rubik_bytes_per_cycle = 64, ENERGY_45NM(2.5)},
 };
 
 int32_t accel_num_presets(void) { return (int32_t)(sizeof presets / sizeof presets[0]); }
@@ -134,6 +139,7 @@ accel_status accel_config_validate(const accel_config* cfg) {
   CHECK_RANGE(dram_burst_bytes, 1, 4096)
   CHECK_RANGE(dram_latency_cycles, 0, 1000000)
   CHECK_RANGE(sram_bytes, 0, (int64_t)1 << 40)
+  CHECK_RANGE(rubik_bytes_per_cycle, 1, 4096)
 #undef CHECK_RANGE
   if (cfg->cbuf_bytes % cfg->cbuf_banks != 0) {
     return accel_fail(ACCEL_ERR_INVALID,
