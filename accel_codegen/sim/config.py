@@ -24,7 +24,8 @@ REFERENCE_PRECISION = "fp32"
 
 #: The memory-system fields added with ABI 5: left out, they take nv_full's values.
 _MEMORY_FIELDS = ("cbuf_banks", "dram_burst_bytes", "dram_latency_cycles",
-                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s")
+                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s",
+                  "rubik_bytes_per_cycle")
 
 
 #: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
@@ -105,6 +106,8 @@ class AccelConfig:
         waits once, the cycles lost per burst written (read/write turnaround, amortised).
     sram_bytes, sram_bytes_per_s
         The on-chip SRAM behind NVDLA's secondary memory interface (0: none) and its bandwidth.
+    rubik_bytes_per_cycle : int
+        Bytes the RUBIK engine reads (and writes) per cycle (config.c gives the figure's source).
 
     The fields after ``features`` default to the nv_full preset's (a config written before
     they existed reads as it did, with nv_full's memory system).
@@ -138,6 +141,7 @@ class AccelConfig:
     dram_turnaround_cycles: Optional[float] = None
     sram_bytes: Optional[int] = None
     sram_bytes_per_s: Optional[float] = None
+    rubik_bytes_per_cycle: Optional[int] = None
 
     def __post_init__(self) -> None:
         memory_fields = [name for name in _MEMORY_FIELDS if getattr(self, name) is None]

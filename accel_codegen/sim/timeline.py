@@ -10,7 +10,7 @@ Time is *simulated* time: cycles of the cost model (``csrc/cost_model.c``) conve
 microseconds with the configuration's clock. The trace has one process (the accelerator) and
 one track (a "thread") per unit: ``runs`` (one slice per run, named by its label, so that
 layer ``f0.12`` can be searched for), ``memory (DRAM)``, and one track per engine of
-:data:`~accel_codegen.sim.vocabulary.ENGINES` (CONV, SDP, PDP, CDP, BDMA).
+:data:`~accel_codegen.sim.vocabulary.ENGINES` (CONV, SDP, PDP, CDP, BDMA, RUBIK).
 
 Layout model
 ------------
@@ -35,7 +35,8 @@ the layout only places them in time, as the cost model says the hardware spends 
   ``memory_cycles``, and an op whose memory cycles exceed its compute shows ``waits on memory``
   for the rest of its slot.
 - **BDMA** is pure data movement (``compute_cycles`` 0): its slice on the BDMA track lasts the
-  transfer, the op's ``cycles``, with the same traffic on the memory track.
+  transfer, the op's ``cycles``, with the same traffic on the memory track. **RUBIK** moves
+  data too, at its data path's rate (``compute_cycles``), usually waiting on memory.
 
 The records carry cycles and bytes, not the configuration; the configuration gives the clock
 (cycles -> microseconds). Memory cycles are the records' own (``memory_cycles``: DRAM with its
