@@ -389,3 +389,26 @@ def test_nearest_upsample_in_fp16_and_int8_is_exact(precision):
     phases, _ = DEVICE.run([Conv(plan.weight, precision=precision), sdp], x)
     y, _ = DEVICE.run([Rubik(2, 2, precision=precision)], phases)
     assert_same(y, x.repeat(2, axis=2).repeat(2, axis=3), f"{precision} nearest x2")
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(n=st.integers(1, 2), c=st.integers(1, 5), h=st.integers(1, 6), w=st.integers(1, 6),
+       sx=st.integers(1, 4), sy=st.integers(1, 4), precision=st.sampled_from(list(PRECISIONS)),
+       mode=st.sampled_from(["fused", "independent"]))
+def test_property_contract_is_a_permutation_the_estimate_costs(n, c, h, w, sx, sy, precision,
+                                                               mode):
+    """Any shape and factors: the run equals the reference, it is a permutation of the input
+    (space-to-depth with the phase outermost undoes it), and the run costs its estimate."""
+    x = _data((n, c * sx * sy, h, w), precision, seed=n + c + h + w)
+    op = Rubik(sx, sy, precision=precision)
+    y, stats = DEVICE.run([op], x, mode=mode)
+    assert_same(y, ref.run_op(op, x))
+    undone = y.reshape(n, c, h, sy, w, sx).transpose(0, 3, 5, 1, 2, 4).reshape(x.shape)
+    assert_same(undone, x, "space-to-depth of the contract")
+    assert stats == estimate_chain("nv_full", [op], x.shape, mode=mode)
