@@ -121,13 +121,21 @@ class DeconvAsConv:
     def bias(self, bias: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """The CONV's per-channel bias (the SDP's shift) for the transposed convolution's
         ``bias`` of K values: each phase group gets all of it."""
-        if bias is None:
+        return self.per_channel(bias, "bias")
+
+    def per_channel(self, values: Optional[np.ndarray], what: str = "per-channel operand"
+                    ) -> Optional[np.ndarray]:
+        """Any per-channel operand of the layer after the transposed convolution (a batch
+        norm's scale and shift, PReLU slopes, int8 converters) for the SDP after the CONV:
+        K values tiled over the phase groups. The contract is a permutation, so the SDP's
+        per-element work (activations included) may run before it."""
+        if values is None:
             return None
-        bias = np.asarray(bias)
-        if bias.shape != (self.out_channels,):
-            raise AccelShapeError(f"transposed convolution bias has shape {bias.shape}, not "
-                                  f"({self.out_channels},)")
-        return np.tile(bias, self.stride_x * self.stride_y)
+        values = np.asarray(values)
+        if values.shape != (self.out_channels,):
+            raise AccelShapeError(f"transposed convolution {what} has shape {values.shape}, "
+                                  f"not ({self.out_channels},)")
+        return np.tile(values, self.stride_x * self.stride_y)
 
     def output_size(self, in_h: int, in_w: int) -> Tuple[int, int]:
         """The transposed convolution's output (height, width) for an input of in_h x in_w."""

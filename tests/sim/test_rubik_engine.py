@@ -412,3 +412,24 @@ def test_property_contract_is_a_permutation_the_estimate_costs(n, c, h, w, sx, s
     undone = y.reshape(n, c, h, sy, w, sx).transpose(0, 3, 5, 1, 2, 4).reshape(x.shape)
     assert_same(undone, x, "space-to-depth of the contract")
     assert stats == estimate_chain("nv_full", [op], x.shape, mode=mode)
+
+
+def test_a_batch_norm_and_relu_after_the_deconvolution_run_in_the_conv_s_sdp():
+    """The contract permutes: the SDP after the CONV applies the tiled per-channel scale and
+    shift and the activation before it, in int8's converters' place too."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 6, 4, 4)).astype(np.float32)
+    scale, shift = rng.uniform(0.5, 2, 6).astype(np.float32), rng.standard_normal(6).astype(
+        np.float32)
+    plan = deconv_as_conv_weights(w, 2, 1)
+    phases, _ = DEVICE.run([Conv(plan.weight, padding=plan.padding),
+                            Sdp(scale=plan.per_channel(scale), shift=plan.per_channel(shift),
+                                act="relu")], x)
+    y, _ = DEVICE.run([Rubik(2, 2)], phases)
+    t = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1)
+    expected = torch.relu(t * torch.from_numpy(scale)[:, None, None]
+                          + torch.from_numpy(shift)[:, None, None]).numpy()
+    assert_close(y, expected, rtol=1e-5)
+    with pytest.raises(AccelShapeError, match=r"scale has shape \(4,\), not \(6,\)"):
+        plan.per_channel(np.ones(4), "scale")
