@@ -69,6 +69,40 @@ def render_table(columns: Sequence[Column], rows: Sequence[Row],
     return "\n".join(lines)
 
 
+#: Engines that run no MACs: a run of these alone shows "-" (not applicable) for its MAC
+#: figures, not 0.
+NO_MAC_ENGINES = frozenset({"SDP", "PDP", "CDP", "BDMA", "RUBIK"})
+
+#: The widest the layer column of a cost table grows to; longer labels wrap onto more lines.
+LAYER_WIDTH = 56
+
+#: Said under a table where an fp32 tensor's bytes are shown: the cost model counts an fp32
+#: tensor at 2 bytes an element (csrc/cost_model.c, ``hw_element_bytes``), the width of
+#: NVDLA's fp16 datapath, which the simulator's fp32 mode stands for.
+FP32_BYTES_NOTE = ("note: the cost model charges fp32 tensors as fp16 (2 bytes an element, "
+                   "NVDLA's datapath width): KB and energy figures of fp32 runs are those "
+                   "of the fp16 tensors")
+
+
+def runs_macs(record) -> bool:
+    """Whether a record's run uses the MAC array (a CONV); else its MAC figures do not apply."""
+    names = engine_names(record).replace("(", "+").replace(")", "").split("+")
+    return any(name and name not in NO_MAC_ENGINES for name in names)
+
+
+def wrap_label(text: str, width: int) -> list:
+    """``text`` in lines of at most ``width``, broken after a space, "_" or "." where it can
+    be (a word is cut only when it alone is wider)."""
+    lines = []
+    while len(text) > width:
+        cut = max(text.rfind(sep, 0, width) for sep in (" ", "_", ".")) + 1
+        if cut <= 0:
+            cut = width
+        lines.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    return lines + [text]
+
+
 def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes: bool = False,
                utilization_total: Optional[float] = None) -> str:
     """The per-layer cost table of a profile or an estimate, with a totals row.
@@ -85,11 +119,15 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
         Show each run's mode (fused or independent).
     utilization_total : float, optional
         The whole inference's MAC utilisation, shown in the totals row when given.
+
+    A layer label wider than :data:`LAYER_WIDTH` continues on the next line(s); runs without
+    a CONV (SDP, PDP, CDP, BDMA alone) show "-" for MMACs and util: not applicable.
     """
     names = [engine_names(r) for r in records]
     if engines_width is None:
         engines_width = max([len("engines"), *map(len, names)])
-    columns = [Column("#", 4), Column("layer", 44, "<", clip=True)]
+    layer_width = min(LAYER_WIDTH, max([len("layer"), *(len(r.label) for r in records)]))
+    columns = [Column("#", 4), Column("layer", layer_width, "<")]
     if modes:
         columns.append(Column("mode", 11, "<"))
     columns += [Column("engines", engines_width, "<", clip=True),
@@ -97,12 +135,17 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
                 Column("KB written", 10, spec=".1f"), Column("cycles", 11, spec=","),
                 Column("uJ", 8, spec=".2f"), Column("util", 6, spec=".1%")]
 
-    def costs(r):
-        return [r.macs / 1e6, r.bytes_read / 1e3, r.bytes_written / 1e3, r.cycles,
-                r.energy_pj / 1e6]
+    def costs(r, macs=True):
+        return [r.macs / 1e6 if macs else None, r.bytes_read / 1e3, r.bytes_written / 1e3,
+                r.cycles, r.energy_pj / 1e6]
 
-    rows = [[i, r.label] + ([r.mode] if modes else []) + [name] + costs(r) + [r.utilization]
-            for i, (r, name) in enumerate(zip(records, names))]
+    rows: list = []
+    for i, (r, name) in enumerate(zip(records, names)):
+        macs = runs_macs(r)
+        label, *more = wrap_label(r.label, layer_width)
+        rows.append([i, label] + ([r.mode] if modes else []) + [name] + costs(r, macs)
+                    + [r.utilization if macs else None])
+        rows += [render_row(columns[:2], ["", part]).rstrip() for part in more]
     total = ["", "total"] + ([""] if modes else []) + [""] + costs(CostTotals.of(records))
     if utilization_total is not None:
         total.append(utilization_total)

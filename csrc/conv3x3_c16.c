@@ -27,11 +27,11 @@
  * (on 7x7 outputs, 9 % more FMAs, the kernel measured slower than conv_f32 at >= 256 input
  * channels and fits refuses: slower_than_nchw, docs/kernels.md).
  *
- * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the
- * implicit GEMM or the packed panels: both sum the same way). Each output's depth d runs over
- * (c, r, s); it is summed in blocks of 32 consecutive d, each from zero with one fmadd per d in
- * order (a last, shorter block when 9c % 32 != 0), the block sums added in order to a running
- * total; then the epilogue as conv_f32.c's ep_vec. The padding taps that run do their fmadd
+ * Bits: as conv_f32 on the NCHW tensors, whichever of its paths the geometry takes (the implicit
+ * GEMM or the packed panels: both sum the same way). Each output's depth d runs over (c, r, s);
+ * it is summed in blocks of 32 consecutive d, each from zero with one fmadd per d in order (a
+ * last, shorter block when 9c % 32 != 0), the block sums added in order to a running total; then
+ * the epilogue as conv/f32_implicit_avx512.c's ep_vec. The padding taps that run do their fmadd
  * with a +0 read from the padded copy, as conv_f32's padded copy and panels do (a non-finite
  * weight, with which none is skipped, gives conv_f32's NaN there; with finite weights a skipped
  * one would have added an exact zero to a sum that is never -0). Where conv_f32's packed path

@@ -17,12 +17,13 @@
  * L2 while it runs a chunk's tiles: in a network a deep layer's weights come cold, read once
  * on a 14x14 plane.
  *
- * Bits: as conv_f32 (its SUM_BLOCK): each output's depth is summed in blocks of 32 consecutive
- * input channels, each from zero with one fmadd per channel in channel order (a last block of
- * 16 when c % 32 == 16), the block sums added in order to a running total; then the epilogue
- * as conv_f32.c's ep_vec (x * scale, + shift, + operand, then ReLU as max(0, x) or the clip as
- * min(hi, max(lo, x))). The order is fixed by the geometry alone: results do not depend on the
- * thread count, the strip or the chunk (C16_CHUNK a multiple of 32).
+ * Bits: as conv_f32 (the contract: conv/f32_order.h): each output's depth is summed in blocks of
+ * 32 (SUM_BLOCK) consecutive input channels, each from zero with one fmadd per channel in channel
+ * order (a last block of 16 when c % 32 == 16), the block sums added in order to a running total;
+ * then the epilogue as conv/f32_implicit_avx512.c's ep_vec (x * scale, + shift, + operand, then
+ * ReLU as max(0, x) or the clip as min(hi, max(lo, x))). The order is fixed by the geometry
+ * alone: results do not depend on the thread count, the strip or the chunk (C16_CHUNK a multiple
+ * of 32).
  * Where conv_f32 sums dot products along the depth instead (its packed path's tail positions,
  * conv_f32_dot_tail: the last hw % 16 <= 8 positions of an image, every position at hw <= 8),
  * this kernel sums those positions in the same order (tail_chunk, tail_store: the lane sums

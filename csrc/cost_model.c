@@ -119,6 +119,32 @@ static int64_t feature_bytes(const accel_config* cfg, int64_t n, int64_t c, int6
   return n * h * w * position_bytes(cfg, c, p);
 }
 
+/* Elements an engine processes for an n x c x h x w cube: it works on whole memory atoms, so
+ * the channels pad up to the atom's (NVDLA's trace tests: sdp_1x1x1 and sdp_1x1x8 take the same
+ * cycles and write the same bytes). */
+static int64_t atom_elements(const accel_config* cfg, int64_t n, int64_t c, int64_t h, int64_t w,
+                             accel_precision p) {
+  return n * h * w * position_bytes(cfg, c, p) / hw_element_bytes(p);
+}
+
+/* Bytes per cycle the memory reads: its bandwidth, or one burst per accepted read request when
+ * that is less (NVDLA's DMAs ask for one burst per request). */
+static double dram_read_bytes_per_cycle(const accel_config* cfg) {
+  const double beats = cfg->dram_bytes_per_s / cfg->clock_hz;
+  const double requests = (double)cfg->dram_burst_bytes / cfg->dram_read_request_cycles;
+  return requests < beats ? requests : beats;
+}
+
+/* MAC-array cycles one weight block takes over `positions` output positions: the positions
+ * go in stripes of ACCEL_CONV_STRIPE that share the block, and each stripe lasts at least the
+ * cmac_weight_load_cycles the next block takes to load into the MAC cells. */
+static int64_t stripe_cycles(const accel_config* cfg, int64_t positions) {
+  const int64_t load = cfg->cmac_weight_load_cycles;
+  const int64_t full = positions / ACCEL_CONV_STRIPE, rest = positions % ACCEL_CONV_STRIPE;
+  return full * (ACCEL_CONV_STRIPE > load ? ACCEL_CONV_STRIPE : load) +
+         (rest == 0 ? 0 : rest > load ? rest : load);
+}
+
 /* The most input rows one output row reads that are stored (padding rows are not): its
  * window of `reach` rows clipped to the input, so at most the input's height (a kernel taller
  * than its input reads every row, never more). At least one row. */
@@ -299,8 +325,10 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, const ac
   *slices_out = slices;
 }
 
-static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
-                      accel_op_stats* s) {
+/* Returns the conv's tail: the MAC cycles that follow its last byte from memory (the work on
+ * the last kernel group, image or slice). */
+static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
+                         accel_op_stats* s) {
   const conv_geometry* g = &r->conv;
   const accel_conv_desc* d = &r->op->conv;
   const accel_precision p = d->precision;
@@ -337,7 +365,11 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
     s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
                     ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   }
-  s->compute_cycles = s->mac_cycles;
+  /* Direct mode: a stripe shorter than a weight block's load waits for the load. */
+  int64_t busy = s->mac_cycles;
+  if (!winograd && !g->pixel_bytes) {
+    busy = (int64_t)g->n * weight_blocks * stripe_cycles(cfg, (int64_t)g->out_h * g->out_w);
+  }
   s->data_banks = r->data_banks, s->weight_banks = r->weight_banks;
   int64_t slices = 1, once_input = 0, once_weights = 0, one = 1;
   conv_reads(cfg, g, d, r->data_banks, r->weight_banks, &s->input_bytes, &s->weight_bytes,
@@ -345,6 +377,25 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   once_input = sliced_input_reads(g, input_row_bytes(cfg, g, p), INT64_MAX, &one) * g->n;
   once_weights = conv_weight_bytes(cfg, g, d);
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
+  /* CBUF loading (NVDLA's CDMA fills the banks, then CSC and CMAC start): the first MAC waits
+   * for the input its data banks hold and the first kernel group's weights; later kernel
+   * groups, images and slices load while the array works on the earlier ones. */
+  const int64_t kernel_groups = (int64_t)g->groups * ceil_div(k_group, atomic_k_at(cfg, p));
+  const int64_t first_kernels = k_group < atomic_k_at(cfg, p) ? k_group : atomic_k_at(cfg, p);
+  const int64_t data_room = (int64_t)r->data_banks * (cfg->cbuf_bytes / cfg->cbuf_banks);
+  const int64_t image_input = once_input / (g->n > 0 ? g->n : 1);
+  const int64_t first_input = image_input < data_room || data_room <= 0 ? image_input : data_room;
+  const int64_t first_weights = once_weights * first_kernels / (g->k > 0 ? g->k : 1);
+  /* each from its memory (accel_op.sram), the DRAM's and the SRAM's in parallel */
+  const uint32_t sram = r->op->sram;
+  const int64_t from_sram = (sram & ACCEL_SRAM_INPUT ? first_input : 0) +
+                            (sram & ACCEL_SRAM_WEIGHTS ? first_weights : 0);
+  const int64_t from_dram = first_input + first_weights - from_sram;
+  const double dram_load = (double)from_dram / dram_read_bytes_per_cycle(cfg);
+  const double sram_load = from_sram > 0 && cfg->sram_bytes_per_s > 0
+                               ? (double)from_sram * cfg->clock_hz / cfg->sram_bytes_per_s
+                               : 0.0;
+  s->compute_cycles = busy + (int64_t)ceil(dram_load > sram_load ? dram_load : sram_load);
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
   /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
@@ -358,6 +409,7 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
                       (double)s->cbuf_write_bytes * cfg->cbuf_write_pj_per_byte;
   s->mac_energy_pj =
       (double)s->macs * (p == ACCEL_INT8 ? cfg->mac_int8_pj : cfg->mac_fp16_pj);
+  return busy / ((int64_t)g->n * kernel_groups * slices);
 }
 
 static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
@@ -376,7 +428,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
     used += copy_text(name + used, sizeof name - used, parts[i]);
   }
   copy_text(s->op, sizeof s->op, d->convert ? "sdp:convert" : name);
-  const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+  const int64_t elements = atom_elements(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
   s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
@@ -402,7 +454,7 @@ static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on
   const pdp_geometry* g = &r->pdp;
   const accel_precision p = r->op->pdp.precision;
   copy_text(s->op, sizeof s->op, g->pool == ACCEL_POOL_MAX ? "pdp:max" : "pdp:avg");
-  s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->pdp_throughput);
+  s->compute_cycles = ceil_div(atom_elements(cfg, g->n, g->c, g->h, g->w, p), cfg->pdp_throughput);
   s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->pdp_pj_per_element;
   s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
@@ -413,7 +465,7 @@ static void cost_cdp(const accel_config* cfg, const resolved_op* r, accel_op_sta
   const cdp_geometry* g = &r->cdp;
   const accel_precision p = r->op->cdp.precision;
   copy_text(s->op, sizeof s->op, "cdp:lrn");
-  s->compute_cycles = ceil_div((int64_t)g->n * g->c * g->h * g->w, cfg->cdp_throughput);
+  s->compute_cycles = ceil_div(atom_elements(cfg, g->n, g->c, g->h, g->w, p), cfg->cdp_throughput);
   s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->cdp_pj_per_element;
   s->input_bytes = feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = s->input_bytes;
@@ -487,12 +539,14 @@ static void place_streams(const accel_config* cfg, uint32_t sram, accel_op_stats
   }
 }
 
-/* DRAM cycles of some traffic: its bytes at the bandwidth, the turnaround per burst written,
- * and the latency of the first read, which nothing hides when the transfer is short. */
+/* DRAM cycles of some traffic: its bytes at the bandwidth (the reads no faster than the read
+ * requests go), the turnaround per burst written, and the latency of the first read, which
+ * nothing hides when the transfer is short. */
 static int64_t dram_cycles(const accel_config* cfg, int64_t read_bytes, int64_t write_bytes) {
   if (read_bytes + write_bytes == 0) return 0;
-  const double transfer = (double)(read_bytes + write_bytes) * cfg->clock_hz /
-                          cfg->dram_bytes_per_s;
+  const double both = (double)(read_bytes + write_bytes) * cfg->clock_hz / cfg->dram_bytes_per_s;
+  const double reads = (double)read_bytes / dram_read_bytes_per_cycle(cfg);
+  const double transfer = reads > both ? reads : both;
   const double turnaround =
       (double)(write_bytes / cfg->dram_burst_bytes) * cfg->dram_turnaround_cycles;
   return cfg->dram_latency_cycles + (int64_t)ceil(transfer + turnaround);
@@ -508,12 +562,34 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
   return ab > c ? ab : c;
 }
 
-static void finish_op(const accel_config* cfg, uint32_t sram, accel_op_stats* s) {
+/* An engine's fixed cycles per layer (accel_config's *_pipeline_cycles). */
+static int64_t pipeline_cycles(const accel_config* cfg, accel_engine engine) {
+  switch (engine) {
+    case ACCEL_ENGINE_CONV: return cfg->conv_pipeline_cycles;
+    case ACCEL_ENGINE_SDP: return cfg->sdp_pipeline_cycles;
+    case ACCEL_ENGINE_PDP: return cfg->pdp_pipeline_cycles;
+    case ACCEL_ENGINE_CDP: return cfg->cdp_pipeline_cycles;
+    default: return 0;
+  }
+}
+
+/* A layer's cycles: its engines' fixed pipeline cycles, then the long pole of the compute
+ * (which starts when the first read returns, dram_latency_cycles after the start) and the
+ * transfers (followed by the compute's `tail`, the work that needs the last byte read). */
+static int64_t layer_cycles(const accel_config* cfg, int64_t pipeline, int64_t compute,
+                            int64_t dram_read, int64_t memory, int64_t sram, int64_t tail) {
+  const int64_t wait = dram_read > 0 ? cfg->dram_latency_cycles : 0;
+  return pipeline + max3(compute + wait, memory > 0 ? memory + tail : 0,
+                         sram > 0 ? sram + tail : 0);
+}
+
+static void finish_op(const accel_config* cfg, uint32_t sram, int64_t tail, accel_op_stats* s) {
   s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
   place_streams(cfg, sram, s);
   s->memory_cycles = dram_cycles(cfg, s->dram_read_bytes, s->dram_write_bytes);
   s->sram_cycles = sram_cycles(cfg, s->sram_read_bytes + s->sram_write_bytes);
-  s->cycles = max3(s->compute_cycles, s->memory_cycles, s->sram_cycles);
+  s->cycles = layer_cycles(cfg, pipeline_cycles(cfg, s->engine), s->compute_cycles,
+                           s->dram_read_bytes, s->memory_cycles, s->sram_cycles, tail);
   /* The memory interfaces' energy: DRAM bytes as moved (whole bursts) and SRAM bytes. */
   s->dram_energy_pj = (double)(s->dram_read_bytes + s->dram_write_bytes) * cfg->dram_pj_per_byte +
                       (double)(s->sram_read_bytes + s->sram_write_bytes) * cfg->sram_pj_per_byte;
@@ -547,6 +623,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   run->num_ops = chain->num_ops;
   const int fused = chain->mode == ACCEL_MODE_FUSED;
   int64_t longest_compute = 0, independent_cycles = 0, dram_read = 0, dram_write = 0;
+  int64_t pipeline = 0, tail = 0, longest_tail = 0;
   accel_precision precision = ACCEL_FP32;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
@@ -555,10 +632,11 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     s->engine = r->op->engine;
     const int input_on_chip = op_input_on_chip(chain, i);
     const int output_on_chip = op_output_on_chip(chain, i);
+    tail = 0;
     switch (r->op->engine) {
       case ACCEL_ENGINE_CONV:
         s->precision = precision = r->op->conv.precision;
-        cost_conv(cfg, r, output_on_chip, s);
+        tail = cost_conv(cfg, r, output_on_chip, s);
         break;
       case ACCEL_ENGINE_SDP:
         s->precision = precision = r->op->sdp.precision;
@@ -583,7 +661,9 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;
     }
-    finish_op(cfg, r->op->sram, s);
+    finish_op(cfg, r->op->sram, tail, s);
+    pipeline += pipeline_cycles(cfg, s->engine);
+    longest_tail = tail > longest_tail ? tail : longest_tail;
     run->macs += s->macs;
     run->mac_cycles += s->mac_cycles;
     run->bytes_read += s->bytes_read;
@@ -605,7 +685,8 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   if (fused) {  /* one pipeline: one first-read latency, the whole traffic */
     run->memory_cycles = dram_cycles(cfg, dram_read, dram_write);
     run->sram_cycles = sram_cycles(cfg, run->sram_bytes);
-    run->cycles = max3(longest_compute, run->memory_cycles, run->sram_cycles);
+    run->cycles = layer_cycles(cfg, pipeline, longest_compute, dram_read, run->memory_cycles,
+                               run->sram_cycles, longest_tail);
   } else {
     run->cycles = independent_cycles;
   }

@@ -1,19 +1,19 @@
 /* dw_c16.c - fp32 depthwise 3x3 convolution on C16 activations ([n][c/16][h][w][16]).
  *
- * Sums, bit for bit, as conv_f32's depthwise row kernel (dwr_body) on the NCHW tensors: each
- * output is sum over taps t = r * 3 + s, in that order, of w[t] * x by one fused multiply-add
- * each, from zero, x = 0 outside the input plane (those taps still do their FMA, with a zero);
- * then the one-pass epilogue in registers (kernels.h's c16_epi, in sdp.c's order, as ep_vec
- * in conv_f32.c).
+ * Sums, bit for bit, as conv_f32's depthwise row kernel (dwr_body, conv/f32_dw_rows_avx512.c)
+ * on the NCHW tensors: each output is sum over taps t = r * 3 + s, in that order, of w[t] * x
+ * by one fused multiply-add each, from zero, x = 0 outside the input plane (those taps still do
+ * their FMA, with a zero); then the one-pass epilogue in registers (kernels.h's c16_epi, in
+ * sdp.c's order, as ep_vec in conv/f32_implicit_avx512.c).
  *
- * Design (an NCHW16c study, docs/whole_network_time.md): per 16-channel block the 9 tap vectors (weights
- * packed per call into WS_C16_WEIGHTS as [c/16][9][16]) and the epilogue's vectors stay in
- * registers; per output row, blocks of up to XB = 8 output positions keep 8 independent
- * chains of 9 FMAs; each input vector a block needs is loaded once (stride 1: XB + 2 per input
- * row for 3 * XB FMAs; stride 2: 2 * XB + 1). Rows outside the plane read a zero row (in the
- * same workspace slot), columns outside read zero vectors, checked only in the edge blocks.
- * Threads: pool_for items are (image, channel block, band of output rows): disjoint outputs,
- * each computed the same way whatever the thread count. */
+ * Design (an NCHW16c study, docs/notebook/whole_network_time_log.md): per 16-channel block the 9
+ * tap vectors (weights packed per call into WS_C16_WEIGHTS as [c/16][9][16]) and the epilogue's
+ * vectors stay in registers; per output row, blocks of up to XB = 8 output positions keep 8
+ * independent chains of 9 FMAs; each input vector a block needs is loaded once (stride 1: XB + 2
+ * per input row for 3 * XB FMAs; stride 2: 2 * XB + 1). Rows outside the plane read a zero row
+ * (in the same workspace slot), columns outside read zero vectors, checked only in the edge
+ * blocks. Threads: pool_for items are (image, channel block, band of output rows): disjoint
+ * outputs, each computed the same way whatever the thread count. */
 #include <string.h>
 
 #include "kernels.h"

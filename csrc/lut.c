@@ -135,18 +135,105 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
 }
 
-/* FP32: the functions themselves (accel.h), in fp32 with libm; GELU in double, rounded once
- * (1 + erf cancels in fp32 for negative t, which erfc avoids). */
+/* exp in fp32 (accel.h: FP32's sigmoid, silu and exp), in plain fp32 operations that the
+ * compiler turns into vector code on any host (no libm call, no branch), so every build
+ * gives the same bits, and so does the NumPy reference (exp_f32 in reference.py, the same
+ * operations in the same order):
+ *  - t is held to [-104, 89] (NaN stays): beyond, e^t rounds to 0 or overflows either way;
+ *  - n = round(t log2(e)) by the 1.5 2^23 trick (ties to even), r = t - n ln2 in two steps
+ *    (ln2's high part has 9 bits, so n * LN2_HI is exact for |n| <= 151);
+ *  - e^r = 1 + r + r^2 q(r) on |r| <= ln2 / 2, q a degree-4 polynomial fitted to
+ *    (e^r - 1 - r) / r^2 (truncation error 3.1e-9 relative);
+ *  - times 2^n as two powers of two built from n's bits (2^h, 2^(n-h), h = n >> 1), each
+ *    normal for the held t, so subnormal results round once.
+ * Error, over every fp32 input against exp in double: at most 0.99 ulp (libm's expf: 0.51);
+ * it overflows to infinity at the same inputs as libm's. */
+static const float EXP_LOG2E = 1.44269502163f, EXP_ROUND = 12582912.0f; /* 1.5 2^23 */
+static const float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f;
+static const float EXP_Q0 = 4.999999404e-01f, EXP_Q1 = 1.666652113e-01f,
+                   EXP_Q2 = 4.166838899e-02f, EXP_Q3 = 8.368745446e-03f,
+                   EXP_Q4 = 1.381453942e-03f;
+
+static inline float exp_f32(float t) {
+  /* c = t held to [-104, 89] (NaN stays), by bit selection: a float ternary would keep the
+   * loop scalar on SSE / AVX2 (no if-conversion while fp comparisons may trap) */
+  const uint32_t low = 0xC2D00000u, high = 0x42B20000u; /* -104.0f, 89.0f */
+  const uint32_t below = -(uint32_t)(t < -104.0f), above = -(uint32_t)(t > 89.0f);
+  uint32_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  tb = (tb & ~below) | (low & below);
+  tb = (tb & ~above) | (high & above);
+  float c;
+  memcpy(&c, &tb, sizeof c);
+  const float k = c * EXP_LOG2E + EXP_ROUND;
+  const float n = k - EXP_ROUND;
+  float r = c - n * LN2_HI;
+  r = r - n * LN2_LO;
+  float q = EXP_Q4 * r + EXP_Q3;
+  q = q * r + EXP_Q2;
+  q = q * r + EXP_Q1;
+  q = q * r + EXP_Q0;
+  float p = (r * r) * q + r;
+  p = p + 1.0f;
+  uint32_t kb;
+  memcpy(&kb, &k, sizeof kb);
+  const uint32_t ni = kb - 0x4B400000u; /* n in two's complement (k's bits minus 1.5 2^23's) */
+  const uint32_t h = (uint32_t)((int32_t)ni >> 1);
+  const uint32_t b1 = (h + 127u) << 23, b2 = (ni - h + 127u) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, sizeof s1);
+  memcpy(&s2, &b2, sizeof s2);
+  return (p * s1) * s2;
+}
+
+/* tanh in fp32 from plain fp32 operations as exp_f32 (the same bits on every host and in the
+ * NumPy reference's tanh_f32): |t| < 0.625: t + t^3 P(t^2), P of degree 4 fitted to (tanh(t) -
+ * t) / t^3 (truncation error 4.4e-9 relative; no cancellation near 0, where 1 - 2 / (e^2t + 1)
+ * would lose t's digits); from 0.625: 1 - 2 / (exp_f32(2 |t|) + 1) with t's sign (the
+ * cancellation there costs at most about one ulp). Both are computed and one is selected by
+ * bits, so the loop has no branch; |tanh| < 1 and t's sign bit is set on the result. */
+static const float TANH_P0 = -3.333328068e-01f, TANH_P1 = 1.333144158e-01f,
+                   TANH_P2 = -5.373971164e-02f, TANH_P3 = 2.063908055e-02f,
+                   TANH_P4 = -5.704979878e-03f;
+
+static inline float tanh_f32(float t) {
+  uint32_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  const uint32_t sign = tb & 0x80000000u, ab = tb ^ sign;
+  float a;
+  memcpy(&a, &ab, sizeof a);
+  const float z = t * t;
+  float q = TANH_P4 * z + TANH_P3;
+  q = q * z + TANH_P2;
+  q = q * z + TANH_P1;
+  q = q * z + TANH_P0;
+  const float near = t + (t * z) * q;
+  const float e = exp_f32(a + a);
+  const float far = 1.0f - 2.0f / (e + 1.0f); /* NaN stays */
+  uint32_t nb, fb;
+  memcpy(&nb, &near, sizeof nb);
+  memcpy(&fb, &far, sizeof fb);
+  const uint32_t use_near = -(uint32_t)(a < 0.625f);
+  /* t's sign on both: the polynomial's t + (-0) would turn -0 into +0 */
+  const uint32_t rb = ((nb & use_near) | (fb & ~use_near)) | sign;
+  float r;
+  memcpy(&r, &rb, sizeof r);
+  return r;
+}
+
+/* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
+ * through tanh_f32; GELU in double, rounded once (1 + erf cancels in fp32 for negative t,
+ * which erfc avoids). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
     case ACCEL_ACT_SIGMOID:
-      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / (1.0f + expf(-x[i]));
+      for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / (1.0f + exp_f32(-x[i]));
       break;
     case ACCEL_ACT_TANH:
-      for (int64_t i = 0; i < count; ++i) x[i] = tanhf(x[i]);
+      for (int64_t i = 0; i < count; ++i) x[i] = tanh_f32(x[i]);
       break;
     case ACCEL_ACT_SILU:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] / (1.0f + expf(-x[i]));
+      for (int64_t i = 0; i < count; ++i) x[i] = x[i] / (1.0f + exp_f32(-x[i]));
       break;
     case ACCEL_ACT_HARDSWISH:
       for (int64_t i = 0; i < count; ++i) {
@@ -168,7 +255,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       }
       break;
     case ACCEL_ACT_EXP:
-      for (int64_t i = 0; i < count; ++i) x[i] = expf(x[i]);
+      for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
       break;
     default:
       break;

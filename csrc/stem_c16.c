@@ -18,15 +18,15 @@
  * completes while they are in L2; with one thread the conv rows go to a ring in L2.
  *
  * Bits: as conv_f32 on the NCHW tensors where it sums every output in 32-deep blocks
- * (conv_f32_dot_tail == 0: its implicit GEMM, or the packed panels without a dot-product
- * tail; the image layers of MobileNet and ResNet take the implicit GEMM; a 1-channel input
- * takes its depthwise paths, another order, and is refused): depth d runs over
- * (c, r, s); each block of 32 consecutive d (a last, shorter one when the depth is not a
- * multiple of 32) is summed from zero with one fmadd per d in order, and added to the running
- * total (total + block); then the one-pass epilogue as conv_f32.c's ep_vec. Padding taps do
- * their fmadd with the +0 of the padded buffer, as conv_f32's padded copy (so a non-finite
- * weight gives its NaN there). Results do not depend on the thread count or the strips.
- * conv_f32 does not read an image-input pixel format (pixel_bytes): it changes nothing here.
+ * (conv_f32_dot_tail == 0: its implicit GEMM, or the packed panels without a dot-product tail;
+ * the image layers of MobileNet and ResNet take the implicit GEMM; a 1-channel input takes its
+ * depthwise paths, another order, and is refused): depth d runs over (c, r, s); each block of 32
+ * consecutive d (a last, shorter one when the depth is not a multiple of 32) is summed from zero
+ * with one fmadd per d in order, and added to the running total (total + block); then the
+ * one-pass epilogue as conv/f32_implicit_avx512.c's ep_vec. Padding taps do their fmadd with the
+ * +0 of the padded buffer, as conv_f32's padded copy (so a non-finite weight gives its NaN
+ * there). Results do not depend on the thread count or the strips. conv_f32 does not read an
+ * image-input pixel format (pixel_bytes): it changes nothing here.
  */
 #include <stdint.h>
 #include <string.h>

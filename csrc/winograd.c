@@ -17,10 +17,10 @@
  * runs as one such convolution per group (as NVDLA's compiler splits it): group gi reads input
  * channels gi*C/groups .. and writes kernels gi*K/groups .., with its own packed weights.
  *
- * INT8 is exact (accel.h: the int32 accumulators equal direct convolution's bit for bit), so
- * the engine computes an INT8 Winograd CONV with the direct kernel (conv_i8.c) and only the
- * cost model sees the mode; sim/reference.py's conv2d_winograd computes the integer transforms
- * and the tests hold them equal to direct convolution.
+ * INT8 is exact (accel.h: the int32 accumulators equal direct convolution's bit for bit), so the
+ * engine computes an INT8 Winograd CONV with the direct kernels (conv/i8_impls.c's list) and only
+ * the cost model sees the mode; sim/reference.py's conv2d_winograd computes the integer
+ * transforms and the tests hold them equal to direct convolution.
  *
  * Layout and order. The packed weights are, per group, [16 xi][K/8 kernel blocks][C' channels]
  * [8 kernels] (K and C' per group, K rounded up with zero kernels), the rows of the GEMM's 8-kernel micro-kernel. The tiles of

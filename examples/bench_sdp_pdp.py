@@ -8,8 +8,12 @@ model). One thread, medians of 7 batches of 100 calls; thread time is barely mov
 processes. Independent runs: the SDP reads its input from memory (int8: v = x - in_zero).
 
     python examples/bench_sdp_pdp.py [--ops int8_add_relu,fp32_bn_add_relu,...]
+    python examples/bench_sdp_pdp.py --convs 7      # issue 32's six 3x3 convs per activation
 
-Results: docs/whole_network_time.md.
+ACCEL_SDP_I8_LUT=scalar in the environment runs the INT8 LUT activations' scalar definition
+(the portable build's path).
+
+Results: docs/notebook/whole_network_time_log.md.
 """
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ import time
 
 import numpy as np
 
-from accel_codegen import Device, Pool, Sdp
+from accel_codegen import Conv, Device, Pool, Sdp
+from accel_codegen.quantization import TensorQuant, encode_multipliers
+from accel_codegen.quantization.lut import layer_lut
 
 C = 256
 
@@ -39,9 +45,21 @@ def _int8(rng, shape, add):
                ew_mul=23170, ew_shift=7, out_mul=1, out_shift=8, out_zero=-128)
 
 
-def _fp32(rng, shape, add):
+def _int8_lut(rng, shape, act):
+    """A standalone INT8 SDP applying ``act`` through the compiler's tables (quantization/lut.py)
+    to codes of scale 0.05: per-channel X converters to the table's input units, a shift out."""
+    out = TensorQuant(0.05, -20 if act == "silu" else -10)
+    in_scale = rng.uniform(0.03, 0.06, C)
+    table = layer_lut(act, out, float(in_scale.max()), "bench")
+    mul, rshift = encode_multipliers(in_scale / table.input_step, "bench")
+    return Sdp(bias=rng.integers(-20, 20, C).astype(np.int32), mul=mul, rshift=rshift, act=act,
+               precision="int8", in_zero=-3, out_mul=1, out_shift=table.out_shift,
+               out_zero=out.zero, lut=table.lut)
+
+
+def _fp32(rng, shape, add, act="relu"):
     return Sdp(scale=rng.uniform(0.5, 2, C).astype(np.float32),
-               shift=rng.standard_normal(C).astype(np.float32), act="relu",
+               shift=rng.standard_normal(C).astype(np.float32), act=act,
                ew_op="add" if add else None,
                operand=rng.standard_normal(shape).astype(np.float32) if add else None)
 
@@ -49,7 +67,15 @@ def _fp32(rng, shape, add):
 OPS = {
     "int8_bn_relu": lambda rng, shape: (_int8(rng, shape, False), "int8"),
     "int8_add_relu": lambda rng, shape: (_int8(rng, shape, True), "int8"),
+    "int8_silu": lambda rng, shape: (_int8_lut(rng, shape, "silu"), "int8"),
+    "int8_hardswish": lambda rng, shape: (_int8_lut(rng, shape, "hardswish"), "int8"),
+    "int8_sigmoid": lambda rng, shape: (_int8_lut(rng, shape, "sigmoid"), "int8"),
     "fp32_bn_relu": lambda rng, shape: (_fp32(rng, shape, False), "fp32"),
+    "fp32_bn_silu": lambda rng, shape: (_fp32(rng, shape, False, "silu"), "fp32"),
+    "fp32_bn_sigmoid": lambda rng, shape: (_fp32(rng, shape, False, "sigmoid"), "fp32"),
+    "fp32_bn_exp": lambda rng, shape: (_fp32(rng, shape, False, "exp"), "fp32"),
+    "fp32_bn_tanh": lambda rng, shape: (_fp32(rng, shape, False, "tanh"), "fp32"),
+    "fp32_bn_hardswish": lambda rng, shape: (_fp32(rng, shape, False, "hardswish"), "fp32"),
     "fp32_bn_add_relu": lambda rng, shape: (_fp32(rng, shape, True), "fp32"),
     "fp32_global_avgpool": lambda rng, shape: (Pool("avg", shape[2:], 1), "fp32"),
     "fp32_maxpool_3x3s2": lambda rng, shape: (Pool("max", 3, 2, 1), "fp32"),
@@ -70,10 +96,74 @@ def per_call_us(device, op, x, calls=100, batches=7):
     return statistics.median(times)
 
 
+def conv_stack(act, precision, rng, layers=6, channels=32, size=160):
+    """Six 32-channel 3x3 convs at 160x160 (issue 32's figure), each with its SDP: fp32 BN +
+    ``act``, or int8 with a conv's converter (ReLU) or the compiler's tables (LUT)."""
+    shape = (1, channels, size, size)
+    chain = []
+    for _ in range(layers):
+        if precision == "fp32":
+            w = (rng.standard_normal((channels, channels, 3, 3)) * 0.06).astype(np.float32)
+            chain.append([Conv(w, padding=1),
+                          Sdp(scale=rng.uniform(0.5, 2, channels).astype(np.float32),
+                              shift=(rng.standard_normal(channels) * 0.1).astype(np.float32),
+                              act=act)])
+            continue
+        w = rng.integers(-127, 128, (channels, channels, 3, 3)).astype(np.int8)
+        acc_scale = 0.05 * 0.002  # input step x weight step
+        out = TensorQuant(0.05, -20 if act == "silu" else 0 if act == "relu" else -10)
+        if act == "relu":
+            mul, rshift = encode_multipliers(np.full(channels, acc_scale / out.scale), "bench")
+            sdp = Sdp(bias=rng.integers(-2000, 2000, channels).astype(np.int32), mul=mul,
+                      rshift=rshift, act="relu", precision="int8", out_zero=out.zero)
+        else:
+            table = layer_lut(act, out, acc_scale, "bench")
+            mul, rshift = encode_multipliers(np.full(channels, acc_scale / table.input_step),
+                                             "bench")
+            sdp = Sdp(bias=rng.integers(-2000, 2000, channels).astype(np.int32), mul=mul,
+                      rshift=rshift, act=act, precision="int8", out_mul=1,
+                      out_shift=table.out_shift, out_zero=out.zero, lut=table.lut)
+        chain.append([Conv(w, padding=1, precision="int8", in_zero=out.zero), sdp])
+    x = (rng.integers(-128, 128, shape).astype(np.int8) if precision == "int8"
+         else rng.standard_normal(shape).astype(np.float32))
+    return chain, x
+
+
+def convs(rounds):
+    """Milliseconds (thread time, 1 thread) of the stack per activation and precision, medians
+    of interleaved rounds, and each over ReLU's in the same precision."""
+    device = Device("nv_full", num_threads=1)
+    cases = [(a, p) for p in ("fp32", "int8") for a in ("relu", "silu", "hardswish")]
+    built = {c: conv_stack(*c, np.random.default_rng(0)) for c in cases}
+    times = {c: [] for c in cases}
+
+    def run(layers, x):
+        for layer in layers:  # a chain per layer (conv + SDP), as the compiler fuses them
+            x = device.run(layer, x)[0]
+
+    for c in cases:
+        run(*built[c])
+    for _ in range(rounds):
+        for c in cases:
+            start = time.thread_time_ns()
+            run(*built[c])
+            times[c].append((time.thread_time_ns() - start) / 1e6)
+    for act, precision in cases:
+        ms = statistics.median(times[(act, precision)])
+        relu = statistics.median(times[("relu", precision)])
+        print(f"convs {precision} {act:10s} {ms:7.2f} ms  ({ms / relu:.2f} x relu)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--convs", type=int, default=0, metavar="ROUNDS",
+                    help="instead: six 32-channel 3x3 convs at 160x160 per activation, "
+                         "ROUNDS interleaved rounds")
     args = ap.parse_args()
+    if args.convs:
+        convs(args.convs)
+        return
     device = Device("nv_full", num_threads=1)
     for name in args.ops.split(","):
         big, small = SHAPES.get(name, ((1, C, 56, 56), (1, C, 1, 16)))

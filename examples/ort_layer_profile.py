@@ -2,7 +2,7 @@
 its profiler on warm runs, each node's minimum over the runs, labelled with its layer kind
 (stem, depthwise sN @size, 1x1 sN @size, KxK sN @size: the input's spatial size), then the sum
 per kind. Set beside `python examples/whole_network_time.py MODEL --layers` (the simulator's
-time per layer) to see which layers lose; results: docs/whole_network_time.md.
+time per layer) to see which layers lose; results: docs/notebook/whole_network_time_log.md.
 
     python examples/ort_layer_profile.py mobilenet_v2 [--threads 1] [--repeat 20]
 

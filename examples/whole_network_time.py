@@ -7,7 +7,8 @@ lies outside them (host ops and the border conversions, accel_convert).
         [--repeat 20] [--clock thread|wall] [--layers] [--ort] [--ort-layers]
     python examples/whole_network_time.py mobilenet_v2 --precision int8 --compare-threads 2
     RUN_TIMER_LIB=build/libaccel.so python examples/whole_network_time.py mobilenet_v1 \
-        --compare-env CONV_F32_PATH=,p --layers
+        --compare-env MY_KNOB=0,1 --layers
+    ACCEL_CONV_IMPL=packed_avx512 python examples/whole_network_time.py resnet50 --layers
 
 --clock thread (the default with 1 thread) reads the calling thread's CPU time, which other
 processes on a shared machine barely move; with more threads only wall time means anything.
@@ -22,7 +23,11 @@ same load, so the layers that scale badly stand out. --compare-env VAR=A,B does 
 an environment variable that a build of the library reads on every call (RUN_TIMER_LIB: that
 build, preloaded in place of the installed one), so that two variants of a kernel meet the
 same machine and the same network; a change timed alone on one layer can gain where the
-network does not. Results: docs/whole_network_time.md.
+network does not. The library's own switches (ACCEL_CONV_IMPL, ACCEL_VERBOSE, ACCEL_L1D_BYTES,
+ACCEL_INT8_AMX, ACCEL_NUM_THREADS) are read once per process, so --compare-env refuses them:
+set one for a whole run instead (ACCEL_CONV_IMPL=name forces a CONV implementation,
+docs/kernels.md) and compare two runs. Results: docs/whole_network_time.md (the decisions)
+and its raw log, docs/notebook/whole_network_time_log.md.
 """
 from __future__ import annotations
 
@@ -60,7 +65,8 @@ def parse_args():
                     help="interleave calls with 1 and N threads; per-layer speed-ups")
     ap.add_argument("--compare-env", default="", metavar="VAR=A,B",
                     help="interleave calls with VAR=A and VAR=B in the environment (a knob "
-                         "the library reads on every call); per-layer medians of both")
+                         "the library reads on every call, not one of its switches read once "
+                         "per process such as ACCEL_CONV_IMPL); per-layer medians of both")
     return ap.parse_args()
 
 
@@ -235,17 +241,29 @@ def compare_threads(args, run, timer) -> None:
             print(f"  {label[:56]:56s} {t1:9.3f} {tn:9.3f} {t1 / tn:8.2f} {loss:8.3f}")
 
 
+#: The library's switches read once per process (csrc/conv/impl.c, f32_impls.c, i8_amx.c,
+#: runtime/src/device.c): changing them between calls changes nothing.
+READ_ONCE = ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES", "ACCEL_INT8_AMX",
+             "ACCEL_NUM_THREADS")
+
+
 def compare_environment(args, run, timer) -> None:
     """Rounds of one call with VAR=A and one with VAR=B in the environment (alternating which
-    goes first), for a knob a build of the library reads on every call (getenv in a kernel,
-    e.g. CONV_F32_PATH in a build with CONV_F32_TEST_PATHS): the two medians of the whole call
+    goes first), for a knob a build of the library reads on every call (a getenv in a kernel
+    of an experimental build, preloaded with RUN_TIMER_LIB): the two medians of the whole call
     and of every layer. Side by side in one process, both see the same machine: this VM's
     speed drifts by 10 % within minutes, and a kernel change that gained 5-10 % timed alone
-    measured nothing in the network (docs/whole_network_time.md)."""
+    measured nothing in the network (docs/whole_network_time.md). The switches in READ_ONCE
+    are refused: the first call would fix them for both conditions."""
     var, _, values = args.compare_env.partition("=")
     conditions = tuple(values.split(","))
     if not var or len(set(conditions)) != 2 or len(conditions) != 2:
         raise SystemExit("--compare-env takes VAR=A,B with two different values")
+    if var in READ_ONCE:
+        raise SystemExit(f"--compare-env {var}: the library reads {var} once per process, so "
+                         "both conditions would run with the first value; set it for a whole "
+                         f"run instead ({var}=... python {Path(__file__).name} ...) and "
+                         "compare two runs")
 
     def apply(value):
         os.environ[var] = value

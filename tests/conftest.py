@@ -15,6 +15,78 @@ import pytest
 os.environ["ACCEL_CODEGEN_STRICT"] = "1"
 
 
+# --- the quick subset: pytest -m quick ----------------------------------------------------------
+
+#: The fastest representative tests of every layer (simulator, compiler, flow, quantisation,
+#: tools), marked ``quick`` at collection: a whole module, or a test (with all its parameters)
+#: as ``module::test_name``, relative to tests/. Keep each entry small (no ResNet builds; LeNet-5
+#: and one-layer models) and the subset under 3 minutes on two cores;
+#: tests/tools/test_quick_subset.py checks that every entry names a test that exists.
+QUICK = (
+    # sim: the engines against the reference, validation, configurations, costs, the timeline
+    "sim/test_config.py",
+    "sim/test_validation.py",
+    "sim/test_vocabulary.py",
+    "sim/test_sdp_engine.py",
+    "sim/test_pdp_engine.py",
+    "sim/test_bdma_engine.py",
+    "sim/test_cdp_engine.py",
+    "sim/test_convert_sdp.py",
+    "sim/test_cost_model.py",
+    "sim/test_timeline.py",
+    "sim/test_device_runs.py",
+    "sim/test_conv_impls.py::test_forced_implementations_compute_the_reference",
+    "sim/test_nvdla_traces.py::test_trace_matches_golden_crc[pdp_8x8x64_2x2_ave_int8_0]",
+    # compiler: partitioning and its reasons, the code generator's units, the frontends
+    "compiler/test_codegen_units.py",
+    "compiler/test_partition.py::test_conv_bias_bn_relu_is_one_primitive",
+    "compiler/test_partition.py::test_host_ops_with_reasons",
+    "compiler/test_partition.py::test_config_limits_decide_what_is_offloaded",
+    "compiler/test_partition.py::test_partitioning_twice_is_an_error",
+    "compiler/test_partition.py::test_unknown_config_is_a_clear_error",
+    "compiler/test_frontend.py::test_from_pytorch_rejects_bad_arguments",
+    # flow: built, run and compared, in each precision, and the typed errors
+    "flow/test_flow.py::test_standalone_primitives_and_prelu",
+    "flow/test_flow.py::test_concat_split_and_channel_shuffle_run_on_the_bdma[1]",
+    "flow/test_precision_flow.py::test_reduced_precision_matches_fp32",
+    "flow/test_precision_flow.py::test_precision_errors",
+    "flow/test_hardening_flow.py::test_export_library_refuses_a_bad_destination",
+    "flow/test_hardening_flow.py::test_cli_config_with_wrong_types",
+    # quantisation maths
+    "quantization/test_gptq.py::test_receptive_fields_are_the_convolution",
+    "quantization/test_gptq.py::test_inverse_cholesky_factor",
+    "quantization/test_gptq.py::test_too_few_rows_round_to_nearest",
+    # tools: the command line, estimation, model loading, library paths
+    "tools/test_cli.py::test_every_subcommand_has_help",
+    "tools/test_cli.py::test_partition_zoo_model",
+    "tools/test_cli.py::test_estimate_command",
+    "tools/test_tools_shared.py::test_model_spec_rejects",
+    "tools/test_tools_shared.py::test_resolve_config_forms",
+    "tools/test_tools_shared.py::test_render_table_layout",
+    "tools/test_estimate_bench.py::test_estimate_equals_a_profiled_decomposed_run",
+    "tools/test_estimate_bench.py::test_mac_array_mapping",
+    "tools/test_library_paths.py",
+    "tools/test_models.py::test_registry_lists_the_zoo",
+    "tools/test_models.py::test_bad_zoo_arguments",
+    "tools/test_quick_subset.py",
+)
+
+
+def _is_quick(nodeid: str) -> bool:
+    """Whether ``nodeid`` (tests/... ::name[params]) is one of QUICK's entries: its module, the
+    test with any parameters, or the exact parametrised test."""
+    relative = nodeid.removeprefix("tests/")
+    module, _, test = relative.partition("::")
+    name = test.split("[", 1)[0]
+    return (module in QUICK or f"{module}::{name}" in QUICK or relative in QUICK)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_quick(item.nodeid):
+            item.add_marker(pytest.mark.quick)
+
+
 # --- comparisons --------------------------------------------------------------------------------
 
 def ideal_dram(config):

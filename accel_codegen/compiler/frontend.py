@@ -34,6 +34,7 @@ from tvm import relax
 
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 from .onnx_folding import fold_shape_arithmetic
+from .qdq import QDQ_ATTR, has_qdq, strip_qdq
 from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 
@@ -245,6 +246,7 @@ def _failing_node(error: BaseException):
 
 def from_onnx(
     model_or_path: Any, *, keep_params_in_input: bool = False, fold_shapes: bool = True,
+    qdq: bool | None = None,
 ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model with TVM's ONNX frontend.
 
@@ -267,6 +269,15 @@ def from_onnx(
         Initializers that only folded shape arithmetic read are not among them.
     fold_shapes : bool
         False: give the graph to TVM as it is, shape arithmetic included.
+    qdq : bool, optional
+        A model with QuantizeLinear / DequantizeLinear pairs (QDQ format, e.g. ONNX
+        Runtime's ``quantize_static``) keeps its own scales: the pairs are taken out
+        (:func:`accel_codegen.compiler.qdq.strip_qdq`) and the module carries the scales,
+        which an int8 :func:`~accel_codegen.partition_for_accel` without calibration uses.
+        None (default): where the quantisation has no accelerator form (QOperator format,
+        per-axis or 16-bit activations), a warning says why and TVM imports the graph as
+        it is; True: that is an AccelUnsupportedError naming the node; False: TVM imports
+        the pairs as they are.
 
     Returns
     -------
@@ -295,6 +306,16 @@ def from_onnx(
         raise AccelUnsupportedError(
             f"TVM's ONNX frontend cannot import graph '{graph_name}': it has no converter for "
             f"{listed}{more}")
+    annotations = None
+    if qdq is not False and has_qdq(model):
+        try:
+            model, annotations = strip_qdq(model)
+        except AccelUnsupportedError as error:
+            if qdq:
+                raise
+            warnings.warn(f"graph '{graph_name}' keeps its QuantizeLinear / DequantizeLinear "
+                          f"nodes as TVM imports them (no int8 scales taken): {error}",
+                          stacklevel=2)
     if fold_shapes:
         model = fold_shape_arithmetic(model)[0]
     # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;
@@ -313,7 +334,10 @@ def from_onnx(
     if printed.getvalue():
         sys.stdout.write(printed.getvalue())
     mod = clip_from_bounds(cleanup(mod))
-    return _split_params(mod) if keep_params_in_input else (mod, {})
+    mod, params = _split_params(mod) if keep_params_in_input else (mod, {})
+    if annotations is not None:  # after detaching the params, which drops module attributes
+        mod = mod.with_attr(QDQ_ATTR, annotations.to_json())
+    return mod, params
 
 
 def _param_type(param: relax.Var) -> tuple[list[int | None] | None, str | None]:
@@ -429,8 +453,18 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
     import torch
 
     try:
-        torch.onnx.export(model.eval(), args, str(path), dynamo=False, do_constant_folding=False,
-                          opset_version=ONNX_OPSET, input_names=_input_names(model, len(args)))
+        with warnings.catch_warnings():
+            # dynamo=False is chosen (the docstring says why): torch's notice that this exporter
+            # is the legacy one, and the deprecation its exporter raises on its own internal
+            # helper, say nothing the caller can act on.
+            warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                    message=r"You are using the legacy TorchScript-based ONNX")
+            warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                    message=r"The feature will be removed",
+                                    module=r"torch\.onnx\.")
+            torch.onnx.export(model.eval(), args, str(path), dynamo=False,
+                              do_constant_folding=False, opset_version=ONNX_OPSET,
+                              input_names=_input_names(model, len(args)))
     except Exception as error:  # the exporter raises many unrelated types
         raise AccelUnsupportedError(
             f"torch.onnx.export failed on {type(model).__name__}: {_first_line(error)}") from error

@@ -22,13 +22,13 @@ from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
 from ..sim.config import AccelConfig, check_precision
 from ..tables import Column, render_table
 from ..quantization.gptq import ROUNDINGS, HessianObserver
-from . import codegen, equalization, frontend
+from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, pattern_table
-from .rewrites import (end_at_first_item, first_item_only, flattened_global_pools,
-                       fold_zero_padding, hide_match_casts, restore_match_casts,
-                       silu_from_sigmoid, split_into_slices, static_shapes)
+from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
+                       flattened_global_pools, fold_zero_padding, hide_match_casts,
+                       restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -233,7 +233,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, split_into_slices,
-                    flattened_global_pools):
+                    flattened_global_pools, *EXACT_REWRITES):
         mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
@@ -435,6 +435,17 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
         return generate_partition(mod, params, config, fuse, precision, precision, None,
                                   winograd)
+    if calibration is None and qdq.annotations_of(mod) is not None:
+        # a QDQ model's own scales (compiler/qdq.py); equalisation would move its weights
+        # off the model's codes
+        if equalize:
+            raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
+                                    "own int8 codes: give equalize=False or None")
+        equalize = False
+        calibration = qdq.qdq_calibration(mod, params, config=config, fuse=fuse,
+                                          winograd=winograd).calibration
+    if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
+        bias_correction = False  # the model's own biases, as its int8 runtime adds them
     if calibration is None:
         raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
                                 "tuples) or a Calibration")

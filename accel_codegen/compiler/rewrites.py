@@ -14,6 +14,12 @@ result computes the same values).
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
+- Exact rewrites onto what the engines run (``EXACT_REWRITES``, applied after the above): a
+  stride-1 'same' max pool wider than the PDP's window becomes a cascade of 5x5 ones (their
+  identical stages computed once: SPP becomes SPPF); the s x s phases of x concatenated on
+  channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
+  flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
+  constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -498,3 +504,340 @@ def static_shapes(mod: tvm.IRModule) -> tvm.IRModule:
             break
         else:
             return mod
+
+
+# --- exact rewrites onto what the engines run (issue 33) -----------------------------------------
+# Each gives the same values as the graph it replaces (max pooling composes; a one-hot
+# convolution copies; a permutation of a dense layer's inputs is a permutation of its weight's
+# columns; c - x is -x + c), so that a detector's neck, stem, box decoding and head reach the
+# pattern table as ops the engines run.
+
+def _static(expr: relax.Expr) -> Optional[list]:
+    """The static shape of a tensor expression (None when it has none)."""
+    try:
+        return [int(v) for v in expr.ty.shape.values]
+    except (AttributeError, TypeError):
+        return None
+
+
+def _int_list(values) -> list:
+    return [int(getattr(v, "value", v)) for v in values]
+
+
+# max pool 9 and 13 with stride 1 and 'same' padding (YOLO's SPP) -> a cascade of 5x5 ones.
+# max over a (2a+1)-wide window centred at i, of the rows inside the image, equals the max of
+# the (2b+1)-wide maxima centred at rows m in [i - (a-b), i + (a-b)] inside the image: every
+# row j of the big window is in the small window of m = i + clamp(j - i, -(a-b), a-b), which
+# lies between i and j and so inside the image; padding is -inf, so it never wins either. So
+# a 'same' max pool of kernel k is the 'same' pools of kernels k1, k2, ... with
+# (k1 - 1) + (k2 - 1) + ... = k - 1, exactly (a max only selects). Stages of 5 (the last 3 if
+# needed): SPP's 9 and 13 then start with its own 5x5 pool, which they share (SPPF's form).
+_MAX_POOL = is_op("relax.nn.max_pool2d")(wildcard())
+_POOL_STAGE = 5
+
+
+def _pool_stages(kernel: int) -> list:
+    """Odd kernels of at most _POOL_STAGE whose spans (kernel - 1) add up to ``kernel - 1``."""
+    stages, span = [], kernel - 1
+    while span > 0:
+        step = min(_POOL_STAGE - 1, span)
+        stages.append(step + 1)
+        span -= step
+    return stages
+
+
+def _max_pool_cascade(expr: relax.Expr, matches) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    a = expr.attrs
+    kernel, strides, dilation = (_int_list(v) for v in (a.pool_size, a.strides, a.dilation))
+    padding = _int_list(a.padding)
+    padding = padding * 2 if len(padding) == 2 else padding
+    if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW" or len(kernel) != 2 or \
+            max(kernel) <= int(lib.ACCEL_MAX_POOL_KERNEL) or strides != [1, 1] or \
+            dilation != [1, 1] or any(k % 2 == 0 for k in kernel) or \
+            padding != [(kernel[0] - 1) // 2, (kernel[1] - 1) // 2] * 2:
+        return expr  # not a stride-1 'same' max pool the PDP cannot run in one pass
+    # ceil_mode adds no window at stride 1: the output size is the same either way.
+    rows, cols = _pool_stages(kernel[0]), _pool_stages(kernel[1])
+    count = max(len(rows), len(cols))
+    out = matches[_MAX_POOL].args[0]
+    for kh, kw in zip(rows + [1] * (count - len(rows)), cols + [1] * (count - len(cols))):
+        out = relax.op.nn.max_pool2d(out, (kh, kw), strides=(1, 1),
+                                     padding=((kh - 1) // 2, (kw - 1) // 2) * 2,
+                                     dilation=(1, 1), ceil_mode=False, layout="NCHW",
+                                     out_layout="NCHW")
+    return out
+
+
+@relax.expr_functor.mutator
+class _SharedPools(relax.PyExprMutator):
+    """Identical max pools of the same tensor computed once (the cascades' shared stages)."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.seen = []  # (the call, its Var) in the current block
+
+    def visit_dataflow_block_(self, block: relax.DataflowBlock) -> relax.BindingBlock:
+        self.seen = []  # a dataflow Var is not visible outside its block
+        return super().visit_dataflow_block_(block)
+
+    def visit_binding_block_(self, block: relax.BindingBlock) -> relax.BindingBlock:
+        self.seen = []
+        return super().visit_binding_block_(block)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = self.visit_expr(binding.value)
+        if getattr(value, "op", None) is not None and \
+                getattr(value.op, "name", None) == "relax.nn.max_pool2d":
+            for call, var in self.seen:
+                if isinstance(binding.var, relax.DataflowVar) and \
+                        tvm_ffi.structural_equal(call, value):
+                    self.set_var_remap(binding.var, var)
+                    return
+            super().visit_var_binding_(binding)
+            self.seen.append((value, binding.var))  # re-emitted as itself: same type
+            return
+        super().visit_var_binding_(binding)
+
+
+def max_pool_cascades(mod: tvm.IRModule) -> tvm.IRModule:
+    """max_pool2d of a kernel wider than the PDP's window, stride 1, 'same' padding -> a
+    cascade of 'same' pools of at most 5x5 (the same values); identical stages shared."""
+    rewritten = _rewrite(mod, _MAX_POOL, _max_pool_cascade)
+    if tvm_ffi.structural_equal(rewritten, mod):
+        return mod
+    result = tvm.IRModule(rewritten.functions, attrs=rewritten.attrs)
+    for gv, function in rewritten.functions_items():
+        if isinstance(function, relax.Function):
+            result[gv] = _SharedPools(result).visit_expr(function)
+    return result
+
+
+# Focus / space-to-depth (YOLOv5's stem: cat([x[..., ::2, ::2], x[..., 1::2, ::2], ...], 1))
+# -> one convolution with an s_h x s_w kernel, stride (s_h, s_w), and one-hot weights: output
+# channel p*C + c reads input channel c at the offset (b_h, b_w) of the concat's p-th part.
+# Each output is 1 * x plus zeros times its neighbours: x itself for finite inputs (an inf or
+# NaN neighbour would make a NaN, which the slices do not), in fp32 and fp16; int8 rounds
+# the copy through the layer's output scale as it rounds any layer's.
+
+def _phase(value: relax.Call, shape: list, axis: int) -> Optional[tuple]:
+    """(begin, stride) of a strided_slice on ``axis`` that reads every stride-th element from
+    begin < stride to the end (None for any other slice)."""
+    axes = _int_list(value.args[1].fields)
+    begins, ends = _int_list(value.args[2].fields), _int_list(value.args[3].fields)
+    strides = _int_list(value.args[4].fields) if len(value.args) > 4 else [1] * len(axes)
+    rank = len(shape)
+    axes = [a % rank for a in axes]
+    if axis not in axes:
+        return 0, 1
+    i = axes.index(axis)
+    begin, end, stride, size = begins[i], ends[i], strides[i], shape[axis]
+    begin = begin + size if begin < 0 else begin
+    if stride < 1 or not 0 <= begin < stride or end < size:
+        return None
+    return begin, stride
+
+
+def _space_to_depth_part(expr: relax.Expr, table: dict) -> Optional[tuple]:
+    """(x, (b_h, s_h), (b_w, s_w)) for one part: strided slices of NCHW x on H and W only."""
+    phases = {2: (0, 1), 3: (0, 1)}
+    value = table.get(expr, expr)
+    sliced = False
+    while isinstance(value, relax.Call) and getattr(value.op, "name", "") == \
+            "relax.strided_slice":
+        source = value.args[0]
+        shape = _static(source)
+        if shape is None or len(shape) != 4 or any(not isinstance(value.args[i], relax.Tuple)
+                                                   for i in range(1, len(value.args))):
+            return None
+        axes = [a % 4 for a in _int_list(value.args[1].fields)]
+        if any(a not in (2, 3) for a in axes) or len(set(axes)) != len(axes):
+            return None
+        for axis in axes:
+            phase = _phase(value, shape, axis)
+            if phase is None or phases[axis] != (0, 1):  # one slice per axis
+                return None
+            phases[axis] = phase
+        sliced, expr = True, source
+        value = table.get(expr, expr)
+    return (expr, phases[2], phases[3]) if sliced else None
+
+
+def _space_to_depth(table: dict):
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        fields = table.get(expr.args[0], expr.args[0])
+        out_shape = _static(expr)
+        if not isinstance(fields, relax.Tuple) or out_shape is None or len(out_shape) != 4 or \
+                int(expr.attrs.axis) % 4 != 1:
+            return expr
+        parts = [_space_to_depth_part(f, table) for f in fields.fields]
+        if any(p is None for p in parts):
+            return expr
+        x = parts[0][0]
+        shape = _static(x)
+        strides = (parts[0][1][1], parts[0][2][1])
+        if shape is None or len(shape) != 4 or strides == (1, 1) or \
+                any(not p[0].same_as(x) or (p[1][1], p[2][1]) != strides for p in parts) or \
+                x.ty.dtype not in ("float32", "float16"):
+            return expr
+        n, c, h, w = shape
+        # The conv reads rows i*s .. i*s + s - 1: where the parts have more rows than s divides
+        # into, a bottom (right) zero padding completes the last window (weight 0 there).
+        rows = _static(fields.fields[0])
+        if rows is None or len(rows) != 4:
+            return expr
+        pad = [max(0, rows[2] * strides[0] - h), max(0, rows[3] * strides[1] - w)]
+        expected = [n, c * len(parts), rows[2], rows[3]]
+        if out_shape != expected or pad[0] >= strides[0] or pad[1] >= strides[1] or \
+                any(_static(f) != [n, c] + expected[2:] for f in fields.fields):
+            return expr
+        weight = np.zeros((c * len(parts), c) + strides, dtype=str(x.ty.dtype))
+        for p, (_, (bh, _), (bw, _)) in enumerate(parts):
+            weight[p * c + np.arange(c), np.arange(c), bh, bw] = 1
+        return relax.op.nn.conv2d(x, relax.const(weight), strides=strides,
+                                  padding=(0, 0, pad[0], pad[1]), data_layout="NCHW",
+                                  kernel_layout="OIHW", out_layout="NCHW",
+                                  out_dtype=str(x.ty.dtype))
+    return rewrite
+
+
+def _bindings_table(function: relax.Function) -> dict:
+    return {b.var: b.value for block in function.body.blocks for b in block.bindings
+            if isinstance(b, relax.VarBinding)}
+
+
+def space_to_depth_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """concat of the s x s phases of x along channels -> a one-hot s x s stride-s conv2d."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    pattern = is_op("relax.concat")(wildcard())
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function):
+            result[gv] = rewrite_call(pattern, _space_to_depth(_bindings_table(function)),
+                                      function)
+    return result
+
+
+# A permute before the flatten of a dense layer (an NHWC flatten: face detectors' heads)
+# -> a plain flatten of x, the dense weight's columns permuted to match at compile time: the
+# layer's output element k sums the same products W[k, j] * y[j], each input read where it is.
+_PERMUTE_X = wildcard()
+_PERMUTED = is_op("relax.permute_dims")(_PERMUTE_X)
+_FLATTENED_PERMUTE = is_op("relax.reshape")(_PERMUTED, wildcard())
+_DENSE_WEIGHT = is_const()
+_DENSE_WEIGHT_T = is_op("relax.permute_dims")(_DENSE_WEIGHT)
+_DENSE_OF_PERMUTE = is_op("relax.matmul")(_FLATTENED_PERMUTE, _DENSE_WEIGHT_T | _DENSE_WEIGHT)
+
+
+def _fold_permute(expr: relax.Expr, matches) -> relax.Expr:
+    x, permuted = matches[_PERMUTE_X], matches[_PERMUTED]
+    flat, weight = matches[_FLATTENED_PERMUTE], matches[_DENSE_WEIGHT]
+    shape, flat_shape, w_shape = _static(x), _static(flat), _static(weight)
+    if shape is None or flat_shape is None or w_shape is None or len(shape) < 3:
+        return expr
+    axes = list(range(len(shape)))[::-1] if permuted.attrs.axes is None \
+        else [a % len(shape) for a in _int_list(permuted.attrs.axes)]
+    size = int(np.prod(shape[1:]))
+    if axes[0] != 0 or flat_shape != [shape[0], size] or len(w_shape) != 2:
+        return expr
+    transposed = _DENSE_WEIGHT_T in matches and matches[_DENSE_WEIGHT_T] is not None
+    if transposed:  # matmul(y, permute_dims(W)), W [K, size]
+        axes_w = matches[_DENSE_WEIGHT_T].attrs.axes
+        if (axes_w is not None and _int_list(axes_w) != [1, 0]) or w_shape[1] != size:
+            return expr
+    elif w_shape[0] != size:  # matmul(y, W') with W' [size, K]
+        return expr
+    # y's flat index at each position of x: x's element i is y's element order[i].
+    perm = [a - 1 for a in axes[1:]]
+    y_index = np.arange(size).reshape([shape[1:][a] for a in perm])
+    order = y_index.transpose(np.argsort(perm)).reshape(-1)
+    w = constant_value(weight)
+    data = relax.op.reshape(x, [shape[0], size])
+    if transposed:
+        return relax.op.matmul(data, relax.op.permute_dims(relax.const(w[:, order]), [1, 0]),
+                               out_dtype=expr.attrs.out_dtype)
+    return relax.op.matmul(data, relax.const(w[order, :]), out_dtype=expr.attrs.out_dtype)
+
+
+def permuted_flattens(mod: tvm.IRModule) -> tvm.IRModule:
+    """matmul(flatten(permute_dims(x)), constant W) -> matmul(flatten(x), W with its input
+    columns permuted): the flatten keeps NCHW order, which the dense layer reads as it is."""
+    return _rewrite(mod, _DENSE_OF_PERMUTE, _fold_permute)
+
+
+# A constant reshaped once and read by several ops (a bias [1, C, 1, 1] that two convs add;
+# SqueezeNet, EfficientNetV2): the reshape's result is an intermediate the matcher cannot
+# give to two chains, so it stayed on the host and each chain read it from there. Each
+# reader gets the reshaped constant itself.
+_SHAPE_ONLY = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
+
+
+@relax.expr_functor.mutator
+class _InlinedConstants(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, constants: dict):
+        super().__init__(mod)
+        self.constants = constants
+
+    def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
+        return self.constants.get(var) or super().visit_dataflow_var_(var)
+
+
+def _readers(function: relax.Function) -> dict:
+    counts = {}
+
+    def count(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            relax.analysis.post_order_visit(binding.value, count)
+    relax.analysis.post_order_visit(function.body.body, count)
+    return counts
+
+
+def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """A reshape (expand_dims, squeeze) of a constant read by two ops or more -> the reshaped
+    constant in each reader."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if not isinstance(function, relax.Function) or (
+                function.attrs is not None and "Composite" in function.attrs):
+            continue
+        readers = _readers(function)
+        constants = {}
+        for var, value in _bindings_table(function).items():
+            if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
+                    getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY and \
+                    is_constant(value.args[0]) and _static(value) is not None:
+                constants[var] = relax.const(
+                    constant_value(value.args[0]).reshape(_static(value)), value.ty.dtype)
+        if constants:
+            result[gv] = _InlinedConstants(result, constants).visit_expr(function)
+    return result
+
+
+# c - x with a constant c (box decoding) -> x * (-1) + c: the SDP's scale and shift. Exact:
+# x * (-1) is -x, and IEEE subtraction is the addition of the negation, one rounding.
+_MINUEND = is_const()
+_SUBTRAHEND = wildcard()
+_CONSTANT_MINUS = is_op("relax.subtract")(_MINUEND, _SUBTRAHEND)
+
+
+def _negated_plus(expr: relax.Expr, matches) -> relax.Expr:
+    c, x = matches[_MINUEND], matches[_SUBTRAHEND]
+    dtype = getattr(x.ty, "dtype", None)
+    if is_constant(x) or dtype not in ("float32", "float16") or str(c.ty.dtype) != dtype:
+        return expr
+    return relax.op.add(relax.op.multiply(x, relax.const(-1.0, dtype)), c)
+
+
+def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
+    """subtract(constant c, x) -> add(multiply(x, -1), c)."""
+    return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
+
+
+#: The exact rewrites onto the engines' ops, in the order the partitioner applies them (a
+#: shared constant reshape first: ``c - x`` then sees the constant).
+EXACT_REWRITES = (shared_constant_reshapes, max_pool_cascades, space_to_depth_convs,
+                  permuted_flattens, constant_minus_tensor)

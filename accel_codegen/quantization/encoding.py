@@ -17,7 +17,10 @@ def round_half_away(value) -> np.ndarray:
     """Round half away from zero (the converters' rounding), in float64."""
     v = np.asarray(value, np.float64)
     whole = np.trunc(v)
-    return whole + np.where(np.abs(v - whole) >= 0.5, np.sign(v), 0.0)
+    # The fraction of an infinity or a NaN is taken as 0 (inf - inf would be NaN, with NumPy's
+    # invalid-value warning): they come back as they are.
+    fraction = np.subtract(v, whole, out=np.zeros_like(v), where=np.isfinite(v))
+    return whole + np.where(np.abs(fraction) >= 0.5, np.sign(v), 0.0)
 
 
 def encode_multipliers(factors, what: str) -> Tuple[np.ndarray, np.ndarray]:

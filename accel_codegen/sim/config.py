@@ -24,8 +24,12 @@ REFERENCE_PRECISION = "fp32"
 
 #: The memory-system fields added with ABI 5: left out, they take nv_full's values.
 _MEMORY_FIELDS = ("cbuf_banks", "dram_burst_bytes", "dram_latency_cycles",
-                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s",
-                  "rubik_bytes_per_cycle")
+                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s")
+#: The fields calibrated against NVDLA's nv_small RTL (ABI 8): left out, nv_full's values.
+_RTL_FIELDS = ("dram_read_request_cycles", "cmac_weight_load_cycles", "conv_pipeline_cycles",
+               "sdp_pipeline_cycles", "pdp_pipeline_cycles", "cdp_pipeline_cycles")
+#: The RUBIK engine's rate (ABI 9): left out, nv_full's value.
+_RUBIK_FIELDS = ("rubik_bytes_per_cycle",)
 
 
 #: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
@@ -106,6 +110,17 @@ class AccelConfig:
         waits once, the cycles lost per burst written (read/write turnaround, amortised).
     sram_bytes, sram_bytes_per_s
         The on-chip SRAM behind NVDLA's secondary memory interface (0: none) and its bandwidth.
+    dram_read_request_cycles : int
+        Cycles between two read requests the memory accepts (one burst each): reads move at
+        most ``dram_burst_bytes`` per this many cycles.
+    cmac_weight_load_cycles : int
+        Cycles to load one atomic-C x atomic-K weight block into the MAC cells; a stripe of
+        fewer output positions waits for it.
+    conv_pipeline_cycles, sdp_pipeline_cycles, pdp_pipeline_cycles, cdp_pipeline_cycles : int
+        Fixed cycles per layer and engine (programming, pipeline fill and drain, the last
+        write's latency); a fused run pays the sum of its engines'. These six are calibrated
+        against NVDLA's nv_small RTL (runtime/src/config.c says from which trace tests;
+        docs/nvdla_rtl.md).
     rubik_bytes_per_cycle : int
         Bytes the RUBIK engine reads (and writes) per cycle (config.c gives the figure's source).
 
@@ -141,10 +156,17 @@ class AccelConfig:
     dram_turnaround_cycles: Optional[float] = None
     sram_bytes: Optional[int] = None
     sram_bytes_per_s: Optional[float] = None
+    dram_read_request_cycles: Optional[int] = None
+    cmac_weight_load_cycles: Optional[int] = None
+    conv_pipeline_cycles: Optional[int] = None
+    sdp_pipeline_cycles: Optional[int] = None
+    pdp_pipeline_cycles: Optional[int] = None
+    cdp_pipeline_cycles: Optional[int] = None
     rubik_bytes_per_cycle: Optional[int] = None
 
     def __post_init__(self) -> None:
-        memory_fields = [name for name in _MEMORY_FIELDS if getattr(self, name) is None]
+        memory_fields = [name for name in _MEMORY_FIELDS + _RTL_FIELDS + _RUBIK_FIELDS
+                         if getattr(self, name) is None]
         if memory_fields:  # from the C preset, the one copy of its figures
             preset = ffi.new("accel_config*")
             check(lib.accel_config_preset(b"nv_full", preset))

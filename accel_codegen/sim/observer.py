@@ -25,14 +25,25 @@ def operand_index(sdp_index: int) -> int:
 
 _ACTIVE: Optional[object] = None
 _LOCK = threading.Lock()
+#: The first exception the observer raised inside the callback. cffi cannot let it cross the C
+#: frames (it would print it and go on), so it is kept and raised when observing ends.
+_RAISED: Optional[BaseException] = None
 
 
 @ffi.def_extern()
 def accel_python_observer(user, label, op_index, tensor):  # pragma: no cover - called from C
     del user
+    global _RAISED
     observer = _ACTIVE
-    if observer is None:
+    if observer is None or _RAISED is not None:
         return
+    try:
+        _hand_over(observer, label, op_index, tensor)
+    except BaseException as error:  # noqa: BLE001 - re-raised by observing()
+        _RAISED = error
+
+
+def _hand_over(observer, label, op_index, tensor) -> None:
     count = int(tensor.n) * int(tensor.c) * int(tensor.h) * int(tensor.w)
     dtype = np.int8 if tensor.precision == lib.ACCEL_INT8 else np.float32
     x = np.frombuffer(ffi.buffer(ffi.cast("char*", tensor.data), count * np.dtype(dtype).itemsize),
@@ -43,13 +54,18 @@ def accel_python_observer(user, label, op_index, tensor):  # pragma: no cover - 
 @contextlib.contextmanager
 def observing(observer) -> Iterator:
     """Route every run's tensors in this process to ``observer.add(label, op_index, x)``, one
-    observer at a time (the tensor is valid during the call only: copy what is kept)."""
-    global _ACTIVE
+    observer at a time (the tensor is valid during the call only: copy what is kept). An
+    exception the observer raises is raised here when the block ends (cffi cannot unwind the
+    simulator's C frames: the runs it watched finish first), unless the block raised its own."""
+    global _ACTIVE, _RAISED
     with _LOCK:
-        _ACTIVE = observer
+        _ACTIVE, _RAISED = observer, None
         lib.accel_set_observer(lib.accel_python_observer, ffi.NULL)
         try:
             yield observer
         finally:
             lib.accel_set_observer(ffi.NULL, ffi.NULL)
             _ACTIVE = None
+        raised, _RAISED = _RAISED, None
+        if raised is not None:
+            raise raised

@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-from ..tables import cost_table
+from ..tables import FP32_BYTES_NOTE, cost_table
 from . import RunStats, profile_enable, profile_records
 from .config import AccelConfig
 from .costs import CostTotals, energy_line
@@ -47,7 +47,24 @@ class Profile:
             seconds = totals.seconds(clock_hz)
             text += f"\nsimulated time at {clock_hz / 1e9:g} GHz: {seconds * 1e3:.3f} ms"
         text += "\n" + energy_line(totals)
+        if any(op.precision == "fp32" for op in self.ops):
+            text += "\n" + FP32_BYTES_NOTE
         return text
+
+    def csv(self, path, config: AccelConfig | str | None = None, sources=None) -> Path:
+        """Write the per-layer CSV (docs/report-schema.md); ``config``: the configuration the
+        runs ran on, for the utilisation against its array (else each run's own figure);
+        ``sources``: layer key -> its Relax operators. Returns the path."""
+        from ..tools.report import layer_rows, write_csv  # the tools layer, only when asked
+
+        peak = None
+        if config is not None:
+            config = AccelConfig.resolve(config)
+            precisions = {op.precision for op in self.ops if op.engine == "CONV"}
+            peak = config.macs_per_cycle("int8" if "int8" in precisions else
+                                         next(iter(precisions), "fp16"))
+        return write_csv(layer_rows(self.records, peak_macs_per_cycle=peak, sources=sources),
+                         path)
 
     def chrome_trace(self, config: AccelConfig | str = "nv_full") -> Dict[str, Any]:
         """The runs' timeline in simulated time as a Chrome trace dict (see

@@ -18,7 +18,9 @@ tests/sim/test_conv_engine.py), SDP and PDP compute in float32 on widened halves
 in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
-through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 exactly.
+through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 as the functions
+themselves (:func:`activation_exact`; sigmoid, silu, exp and tanh through the library's own
+:func:`exp_f32` and :func:`tanh_f32`, bit for bit).
 
 BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
 channels keep their values. RUBIK contract (any precision): a rearrangement, bit for bit.
@@ -103,18 +105,75 @@ def is_lut_activation(act: Optional[str]) -> bool:
     return act is not None and ACTIVATIONS[act].feature == "lut"
 
 
+_F32 = np.float32
+#: exp_f32's constants (csrc/lut.c): log2(e), 1.5 2^23, ln 2 in two parts, the polynomial
+_EXP_LOG2E, _EXP_ROUND = _F32(1.44269502163), _F32(12582912.0)
+_LN2_HI, _LN2_LO = _F32(0.693359375), _F32(-2.12194440e-4)
+_EXP_Q = [_F32(4.999999404e-01), _F32(1.666652113e-01), _F32(4.166838899e-02),
+          _F32(8.368745446e-03), _F32(1.381453942e-03)]
+
+
+def exp_f32(t: np.ndarray) -> np.ndarray:
+    """e^t in float32 as the FP32 SDP computes it (exp_f32 in csrc/lut.c, the same operations
+    in the same order, so the same bits): at most 0.99 ulp from the exact value (accel.h)."""
+    t = np.asarray(t, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.where(t < _F32(-104), _F32(-104), t)  # NaN stays
+        c = np.where(c > _F32(89), _F32(89), c).astype(np.float32)
+        k = c * _EXP_LOG2E + _EXP_ROUND
+        n = k - _EXP_ROUND
+        r = c - n * _LN2_HI
+        r = r - n * _LN2_LO
+        q = _EXP_Q[4] * r + _EXP_Q[3]
+        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
+            q = q * r + coefficient
+        p = (r * r) * q + r
+        p = p + _F32(1)
+        ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
+        h = (ni.view(np.int32) >> 1).view(np.uint32)
+        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        s2 = ((ni - h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
+
+
+#: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
+_TANH_P = [_F32(-3.333328068e-01), _F32(1.333144158e-01), _F32(-5.373971164e-02),
+           _F32(2.063908055e-02), _F32(-5.704979878e-03)]
+
+
+def tanh_f32(t: np.ndarray) -> np.ndarray:
+    """tanh in float32 as the FP32 SDP computes it (tanh_f32 in csrc/lut.c, the same
+    operations, so the same bits): a polynomial below |t| = 0.625, 1 - 2 / (exp_f32(2|t|) + 1)
+    with t's sign from there."""
+    shape = np.shape(t)
+    t = np.atleast_1d(np.asarray(t, dtype=np.float32))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sign = t.view(np.uint32) & np.uint32(0x80000000)
+        a = (t.view(np.uint32) ^ sign).view(np.float32)
+        z = t * t
+        q = _TANH_P[4] * z + _TANH_P[3]
+        for coefficient in (_TANH_P[2], _TANH_P[1], _TANH_P[0]):
+            q = q * z + coefficient
+        near = t + (t * z) * q
+        e = exp_f32(a + a)
+        far = (_F32(1) - _F32(2) / (e + _F32(1))).astype(np.float32)
+        y = np.where(a < _F32(0.625), near, far).astype(np.float32)
+        return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
+
+
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
-    """A LUT activation computed exactly, as the FP32 SDP does (float32 in the C library's
-    operation order; GELU in float64 through erfc, rounded once)."""
+    """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
+    order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
+    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit)."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
     with np.errstate(over="ignore", invalid="ignore"):
         if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
-            return one / (one + np.exp(-t))
+            return one / (one + exp_f32(-t))
         if act == "tanh":
-            return np.tanh(t)
+            return tanh_f32(t)
         if act == "silu":
-            return t / (one + np.exp(-t))
+            return t / (one + exp_f32(-t))
         if act == "hardswish":
             return t * np.clip(t + three, np.float32(0), six) / six
         if act == "hardsigmoid":
@@ -123,7 +182,7 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
             wide = t.astype(np.float64)
             return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
         if act == "exp":
-            return np.exp(t)
+            return exp_f32(t)
     raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
 
 
@@ -616,8 +675,12 @@ def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None,
     half."""
     x = np.asarray(x)
     t = x.astype(np.float32) if x.dtype in (np.float16, np.float32) else _widen(x)
-    wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
-               _widen(prelu_slope), use_lut=True)
+    # Every half is a valid input, the signalling NaNs too: IEEE arithmetic raises its invalid
+    # flag on them and returns a quiet NaN, as the engine does; NumPy's warning about the flag
+    # is not an error here.
+    with np.errstate(invalid="ignore"):
+        wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
+                   _widen(prelu_slope), use_lut=True)
     with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
         return wide.astype(np.float16)
 
@@ -755,7 +818,9 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                    op.prelu_slope)
     if isinstance(op, Lrn):
         if precision == "fp16":  # the fp32 computation on widened halves, rounded once
-            return lrn(_widen(x), op.size, op.alpha, op.beta, op.k).astype(np.float16)
+            y = lrn(_widen(x), op.size, op.alpha, op.beta, op.k)
+            with np.errstate(over="ignore"):  # beyond the half range: infinity, as the CDP
+                return y.astype(np.float16)
         if precision == "int8":
             raise AccelInvalidError("the CDP has no INT8 local response normalisation")
         return lrn(x, op.size, op.alpha, op.beta, op.k)

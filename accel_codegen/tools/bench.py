@@ -49,12 +49,14 @@ import numpy as np
 
 from ..sim.costs import CostTotals, engine_names
 from ..sim.device import int8_amx
-from ..tables import Column, render_table
+from ..tables import (FP32_BYTES_NOTE, LAYER_WIDTH, Column, render_row, render_table,
+                      wrap_label)
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
 from .model_spec import (ONNX, LoadedModel, ModelSpec, load_callable, load_model,  # noqa: F401
                          parse_model_spec, random_inputs, zoo_names)
 from .progress import ProgressCallback, progress_callback, steps
+from .report import layer_rows, schema, source_ops
 
 MODES = ("fused", "decomposed", "host", "pytorch", "fused_int8", "ort_fp32", "ort_int8")
 ACCEL_MODES = ("fused", "decomposed", "fused_int8")
@@ -435,7 +437,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
             step()
 
     result: Dict[str, Any] = {
-        "model": model.name, "config": config.to_dict(), "threads": threads,
+        "schema": schema("bench"), "model": model.name, "config": config.to_dict(), "threads": threads,
         "int8_amx": int8_amx(),
         "thread_notes": {m: note for m, note in _thread_notes(threads).items()
                          if m in modes},
@@ -455,6 +457,12 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
                               "cpus": os.cpu_count()}
 
     layers: Dict[str, list] = {}
+    csv_rows: Dict[str, list] = {}  # every simulator mode's runs, as the per-layer CSV has them
+    sources = {}
+    if per_layer:
+        from ..compiler.partition import match_composites
+
+        sources = source_ops(match_composites(model.mod, model.params, config=config))
     for mode in modes:
         entry: Dict[str, Any] = {"wall_ms": _summary(times[mode])}
         if mode in ACCEL_MODES:
@@ -464,10 +472,14 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
             entry.update(_accel_figures(prof.records, config, precision))
             if precision == "fp32":
                 layers[mode] = [_layer_row(r) for r in prof.records]
+            csv_rows[mode] = [{"bench_mode": mode, **row} for row in layer_rows(
+                prof.records, peak_macs_per_cycle=config.macs_per_cycle(precision),
+                sources=sources)]
         result["modes"][mode] = entry
     result["vs_ort"] = ort_ratios(result["modes"])
     if per_layer or per_layer_wall:
         result["layers"] = _merge_layers(layers)
+        result["layer_rows"] = [row for rows in csv_rows.values() for row in rows]
     if per_layer_wall:
         walls = {row["label"]: row for row in _per_layer_wall(wall_layers, config, repeat, step)}
         for row in result["layers"]:
@@ -508,7 +520,7 @@ def _merge_layers(layers: Dict[str, list]) -> List[dict]:
 
 _MODE_COLUMNS = (Column("mode", 11, "<"), Column("wall ms", 10, spec=",.2f"),
                  Column("min", 9, spec=",.2f"), Column("max", 9, spec=",.2f"),
-                 Column("vs pytorch", 10), Column("sim cycles", 12, spec=","),
+                 Column("t/pytorch", 10), Column("sim cycles", 12, spec=","),
                  Column("sim ms", 8, spec=".3f"), Column("frames/s", 9, spec=".1f"),
                  Column("MB read", 8, spec=".2f"), Column("MB written", 10, spec=".2f"),
                  Column("MAC util", 8, spec=".1%"), Column("mJ/frame", 8, spec=".3f"))
@@ -541,6 +553,10 @@ def format_table(result: Dict[str, Any]) -> str:
     rows = [_mode_row(mode, entry, reference) for mode, entry in modes.items()]
     rows += _skipped_lines(result.get("skipped", {}))
     lines = [title, render_table(_MODE_COLUMNS, rows)]
+    if reference:
+        lines.append("t/pytorch: the mode's median wall time over PyTorch's, both measured in "
+                     "the same interleaved rounds of this run (a ratio of times on this "
+                     "machine at this load, not a fixed baseline)")
     if "fused" in modes and "decomposed" in modes:
         f, d = modes["fused"], modes["decomposed"]
         moved = lambda e: e["bytes_read"] + e["bytes_written"]  # noqa: E731
@@ -552,6 +568,8 @@ def format_table(result: Dict[str, Any]) -> str:
                      f"{modes['host']['wall_ms']['median'] / modes['fused']['wall_ms']['median']:.1f}x "
                      "faster")
     lines += format_ort(result)
+    if any(mode in modes for mode in ("fused", "decomposed")):  # the simulator's fp32 modes
+        lines.append(FP32_BYTES_NOTE)
     if result.get("layers"):
         lines.append("")
         lines.append(format_layers(result["layers"]))
@@ -585,7 +603,7 @@ def format_ort(result: Dict[str, Any]) -> List[str]:
     return lines
 
 
-_LAYER_COLUMNS = (Column("#", 3), Column("layer", 44, "<", clip=True),
+_LAYER_COLUMNS = (Column("#", 3), Column("layer", LAYER_WIDTH, "<"),
                   Column("KB fused", 9, spec=".1f"), Column("KB decomp", 10, spec=".1f"),
                   Column("ratio", 6), Column("kcyc fused", 10, spec=".1f"),
                   Column("kcyc decomp", 11, spec=".1f"))
@@ -602,9 +620,11 @@ def format_layers(rows: List[dict]) -> str:
     for i, row in enumerate(rows):
         f, d = row.get("fused"), row.get("decomposed")
         kf, kd = kb(f), kb(d)
-        cells.append([i, row["label"], kf, kd, f"{kd / kf:.2f}" if kf and kd else "-",
+        label, *more = wrap_label(row["label"], LAYER_WIDTH)  # long labels continue below
+        cells.append([i, label, kf, kd, f"{kd / kf:.2f}" if kf and kd else "-",
                       kcycles(f), kcycles(d)])
         if wall:
             cells[-1] += [row.get(f"{mode}_wall_ms", {}).get("median")
                           for mode in ("fused", "decomposed")]
+        cells += [render_row(_LAYER_COLUMNS[:2], ["", part]).rstrip() for part in more]
     return render_table(_LAYER_COLUMNS + (_WALL_COLUMNS if wall else ()), cells)

@@ -2,7 +2,7 @@
 TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zero exit status.
 
     accel-codegen partition MODEL [--config CFG] [--no-fuse] [--precision P] [CALIBRATION]
-                                  [--target-sqnr DB]
+                                  [--target-sqnr DB] [--host-cost] [--csv out.csv]
     accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
                                 [--precision P] [CALIBRATION] [--target-sqnr DB]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
@@ -16,14 +16,22 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
     accel-codegen sweep MODEL --macs 64,256,1024,2048 --dram-gbps 1,5,10,20 [--cbuf-kib ...]
                               [--precision P] [--json out.json] [--plot out.png]
     accel-codegen estimate MODEL [--config CFG] [--no-fuse] [--precision P] [--json out.json]
-                                 [--trace out.json] [--trace-plot out.png]
+                                 [--csv out.csv] [--trace out.json] [--trace-plot out.png]
+    accel-codegen debug MODEL [--precision int8|fp16] [--inputs N|DATA.npz] [--threshold DB]
+                              [CALIBRATION] [--json out.json] [--csv out.csv]
+
+partition takes --host-cost (the host operators ranked by what an accelerator primitive would
+spend on each, beside their host time); run --csv, bench --csv and estimate --csv write the
+per-layer figures as CSV; every --json carries "schema": "accel-codegen/<kind>/1"
+(docs/report-schema.md).
 
 MODEL is a zoo model name, an ``.onnx`` file, or ``file.py:function`` returning
 ``(torch_module, example_inputs_tuple)``. CFG is a preset (nv_small, nv_large, nv_full) or a
 JSON file (``{"base": "nv_full", "dram_bytes_per_s": 5e9}``). P is fp32 (default), fp16 or
 int8; partition, compile and accuracy also take mixed (int8 or fp16 per layer, the assignment
-that reaches ``--target-sqnr DB`` of output SQNR against fp32 on the calibration inputs in the
-fewest cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
+that reaches ``--target-sqnr DB`` of output SQNR against fp32 at every output, on the
+calibration inputs and on the quarter of them held back from calibration, in the fewest
+cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
 ``--calibration N`` random N(0, 1) inputs of the model's input shapes, default 32, drawn with
 ``--seed``, default 1234; ``--calibration-method`` mse, percentile, max or entropy);
 ``accuracy`` evaluates on inputs drawn with seed + 1, never the calibration ones; for int8 it
@@ -44,12 +52,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .config_files import resolve_config
 from .model_spec import parse_model_spec, random_inputs
@@ -172,8 +181,8 @@ def _calibration(args, model) -> dict:
     keywords = {"calibration": random_inputs(model, count, args.seed),
                 "calibration_method": method}
     if args.precision == "mixed":
-        _say(f"mixed precision: searching for {args.target_sqnr:g} dB output SQNR on the "
-             f"calibration inputs (a build per layer)")
+        _say(f"mixed precision: searching for {args.target_sqnr:g} dB SQNR at every output on "
+             f"the calibration inputs and those held back from it (a build per layer)")
         keywords["target_sqnr_db"] = args.target_sqnr
     else:
         keywords.update(equalize=not args.no_equalize,
@@ -284,10 +293,30 @@ def cmd_partition(args) -> int:
     parse_model_spec(args.model)
     from ..compiler.partition import partition_report
 
+    csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
+    from .report import format_op_type_summary, op_type_summary
+
     model = _load_model(args.model)
     partitioned = _partition(args, config, model)
     _show_mixed(partitioned)
-    return _show_report(partition_report(partitioned), args.json)
+    report = partition_report(partitioned)
+    summary = op_type_summary(report)
+    print(report)
+    print()
+    print(format_op_type_summary(summary))
+    data = {**report.to_dict(), "op_types": summary}
+    if args.host_cost or csv_out:
+        from .host_cost import host_costs, format_host_costs, write_host_costs_csv
+
+        costs = host_costs(partitioned, config, measure=True)
+        print()
+        print(format_host_costs(costs, config))
+        data["host_costs"] = [cost.to_dict() for cost in costs]
+        if csv_out:
+            write_host_costs_csv(costs, csv_out)
+            _say(f"wrote {csv_out}")
+    _write_json("partition", data, args.json)
+    return 0
 
 
 def _show_mixed(partitioned) -> None:
@@ -401,6 +430,7 @@ def cmd_run(args) -> int:
     if args.output and Path(args.output).suffix not in (".npy", ".npz"):
         raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
     _check_trace_paths(args)
+    csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
     import numpy as np
 
     if not args.input and not args.random:
@@ -454,7 +484,7 @@ def cmd_run(args) -> int:
             f"{name} {list(shape)} {dtype}" for name, shape, dtype in specs))
     data = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
     traced = args.trace is not None or args.trace_plot is not None
-    profiled = args.profile or args.precision is not None or traced
+    profiled = args.profile or args.precision is not None or traced or csv_out is not None
     try:
         if args.profile:
             vm["main"](*data)  # warm-up: the first run allocates scratch memory
@@ -488,6 +518,9 @@ def cmd_run(args) -> int:
         t = prof.totals
         if t["cycles"]:
             print(f"{config.name} clock: {config.clock_hz / t['cycles']:,.1f} frames/s")
+    if csv_out is not None:
+        prof.csv(csv_out, config)
+        print(f"wrote {csv_out} (one row per accelerator run)")
     if traced:
         from ..errors import AccelInvalidError
 
@@ -564,7 +597,83 @@ def cmd_accuracy(args) -> int:
                                  onnx_model=onnx_model, **calibration)
     if skipped:
         report.ort_skipped = skipped
-    return _show_report(report, args.json)
+    return _show_report(report, args.json, "accuracy")
+
+
+def _debug_inputs(spec: str, model, seed: int) -> tuple:
+    """debug's evaluation inputs: (examples, what they are). ``spec``: a count of random
+    N(0, 1) inputs drawn with ``seed``, or an .npz holding the model's inputs by name (or in
+    order: np.savez(path, a, b)), each array one input or a stack of examples of it."""
+    import numpy as np
+
+    if spec.isdigit():
+        count = int(spec)
+        if count < 1:
+            raise UserError(f"--inputs {spec}: give at least one input")
+        return random_inputs(model, count, seed), f"{count} random N(0, 1) inputs (seed {seed})"
+    path = Path(spec)
+    if path.suffix != ".npz":
+        raise UserError(f"--inputs '{spec}': a count of random inputs or an .npz file")
+    if not path.is_file():
+        raise UserError(f"input file '{spec}' does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as loaded:
+            named = {key: loaded[key] for key in loaded.files}
+    except (ValueError, OSError) as error:
+        raise UserError(f"input file '{spec}' is not an .npz archive: {error}") from None
+    names = [str(p.name) for p in model.mod["main"].params][:len(model.inputs)]
+    arrays = _named_inputs(named, names, spec)
+    examples = []
+    for array, example in zip(arrays, model.inputs):
+        shape = tuple(np.shape(example))
+        if array.shape == shape:  # one input
+            examples.append([array])
+        elif array.shape[1:] == shape:  # a stack of inputs
+            examples.append(list(array))
+        elif shape[:1] == (1,) and array.shape[1:] == shape[1:]:  # a batch of batch-1 inputs
+            examples.append([array[i:i + 1] for i in range(array.shape[0])])
+        else:
+            raise UserError(f"input file '{spec}': an array of shape {list(array.shape)} for "
+                            f"an input of shape {list(shape)} (or a stack of them)")
+    counts = {len(e) for e in examples}
+    if len(counts) != 1:
+        raise UserError(f"input file '{spec}': the inputs' stacks differ in length")
+    examples = [tuple(np.asarray(e[i], dtype=np.asarray(x).dtype) for e, x in
+                      zip(examples, model.inputs)) for i in range(counts.pop())]
+    return examples, f"{len(examples)} input(s) from {spec}"
+
+
+def cmd_debug(args) -> int:
+    config = resolve_config(args.config)
+    check_precision_args(args, config)
+    parse_model_spec(args.model)
+    json_out = _output_path(args.json, ".json", "--json") if args.json else None
+    csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
+    if args.no_winograd:
+        raise UserError("--no-winograd: debug compares the builds the code generator makes "
+                        "(Winograd where the configuration has it and it pays)")
+    from .debug import debug_report
+
+    model = _load_model(args.model)
+    examples, what = _debug_inputs(args.inputs, model, args.seed + 1)
+    calibration = _calibration(args, model)
+    _say(f"evaluation: {what}")
+    report = debug_report(model.mod, model.params, examples, config=config,
+                          precision=args.precision, fuse=not args.no_fuse,
+                          threshold_db=args.threshold, **calibration)
+    print(report)
+    if json_out:
+        json_out.write_text(json.dumps(report.to_dict(), indent=2))
+        _say(f"wrote {json_out}")
+    if csv_out:
+        from .report import write_csv
+
+        columns = ("key", "primitive", "source_ops", "shape", "sqnr_db", "max_abs_error",
+                   "saturated", "cycles", "fp16_cycles", "below", "first_below")
+        write_csv([{**row.to_dict(), "shape": "x".join(map(str, row.shape))}
+                   for row in report.layers], csv_out, columns)
+        _say(f"wrote {csv_out}")
+    return 0
 
 
 def _onnx_for_ort(args, model, directory):
@@ -591,23 +700,35 @@ def cmd_estimate(args) -> int:
     config = resolve_config(args.config)
     parse_model_spec(args.model)
     _check_trace_paths(args)
+    csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
     from .estimation import estimate
 
     model = _load_model(args.model)
     report = estimate(model.mod, model.params, config=config, precision=args.precision,
                       fuse=not args.no_fuse, winograd=not args.no_winograd)
-    _show_report(report, args.json)
+    _show_report(report, args.json, "estimate")
+    if csv_out:
+        report.to_csv(csv_out)
+        _say(f"wrote {csv_out}")
     if args.trace is not None or args.trace_plot is not None:
         _write_trace(report.chrome_trace(), config, args.trace, args.trace_plot)
     return 0
 
 
-def _show_report(report, json_path) -> int:
-    """Print a report (partition, estimate or accuracy) and, when asked, write its JSON form."""
+def _show_report(report, json_path, kind: str) -> int:
+    """Print a report (estimate or accuracy) and, when asked, write its JSON form."""
     print(report)
-    if json_path:
-        Path(json_path).write_text(json.dumps(report.to_dict(), indent=2))
+    _write_json(kind, report.to_dict(), json_path)
     return 0
+
+
+def _write_json(kind: str, data: dict, json_path) -> None:
+    """A report's JSON form, tagged ``"schema": "accel-codegen/<kind>/1"``
+    (docs/report-schema.md)."""
+    if json_path:
+        from .report import tagged
+
+        Path(json_path).write_text(json.dumps(tagged(kind, data), indent=2))
 
 
 def _result_paths(args):
@@ -620,18 +741,25 @@ def cmd_bench(args) -> int:
     config = resolve_config(args.config)
     parse_model_spec(args.model)
     json_out, plot_out = _result_paths(args)
+    csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
     from . import bench
 
     with _UserModel(args.model):
         result = bench.run_bench(args.model, modes=args.modes, config=config,
                                  repeat=args.repeat, host_repeat=args.host_repeat,
                                  warmup=args.warmup,
-                                 per_layer=args.per_layer or plot_out is not None,
+                                 per_layer=args.per_layer or plot_out is not None
+                                 or csv_out is not None,
                                  per_layer_wall=args.per_layer, threads=args.threads,
                                  calibration=args.calibration,
                                  calibration_method=args.calibration_method, seed=args.seed)
     shown = result if args.per_layer else {k: v for k, v in result.items() if k != "layers"}
     print(bench.format_table(shown))
+    if csv_out:
+        from .report import CSV_COLUMNS, write_csv
+
+        write_csv(result.get("layer_rows", []), csv_out, ("bench_mode",) + CSV_COLUMNS)
+        _say(f"wrote {csv_out}")
     _write_outputs(result, json_out, plot_out, "plot_bench")
     return 0
 
@@ -723,8 +851,14 @@ def _decibels(text: str) -> float:
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-sqnr", type=_decibels, metavar="DB",
-                   help="--precision mixed: the output SQNR against fp32 (dB, on the "
-                   "calibration inputs) that the int8/fp16 assignment must reach, e.g. 40")
+                   help="--precision mixed: the SQNR against fp32 (dB, at every output, on "
+                   "the calibration inputs and the quarter of them held back from "
+                   "calibration) that the int8/fp16 assignment must reach, e.g. 40")
+
+
+def _csv_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--csv", metavar="out.csv",
+                   help=f"also write {what} as CSV (columns: docs/report-schema.md)")
 
 
 def _output_args(p: argparse.ArgumentParser, what: str, plot: bool = False) -> None:
@@ -744,6 +878,11 @@ def _build_commands(sub) -> None:
     _precision_args(p, choices=mixed)
     _target_args(p)
     _output_args(p, "report")
+    p.add_argument("--host-cost", action="store_true",
+                   help="also rank the host operators by what the accelerator would spend on "
+                   "each if it had a primitive for it (a roofline: docs/report-schema.md), "
+                   "beside the host time each costs today")
+    _csv_arg(p, "the host operators' costs (implies --host-cost)")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
@@ -785,6 +924,7 @@ def _build_commands(sub) -> None:
                    help="the precision the library was compiled for: checked against what "
                    "its accelerator runs execute (an error if they differ)")
     _trace_args(p, "the run's timeline")
+    _csv_arg(p, "the run's per-layer costs")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("accuracy", help="SQNR of an int8, fp16 or mixed build against fp32",
@@ -805,14 +945,42 @@ def _build_commands(sub) -> None:
     _output_args(p, "report")
     p.set_defaults(func=cmd_accuracy)
 
+    p = sub.add_parser("debug", help="per layer: the error against fp32 (SQNR, max error) "
+                       "and the simulated cost, the first layer below a threshold flagged",
+                       description="Build a model in int8 (or fp16) and in fp32 (the same "
+                       "partition), run both on the inputs, and print one row per "
+                       "accelerator layer: the SQNR and largest error of its output against "
+                       "the fp32 build's same tensor (cumulative: upstream errors included), "
+                       "its cycles, and for int8 on a configuration with fp16 the cycles if "
+                       "that layer alone ran in fp16. The first layer whose SQNR is below "
+                       "--threshold is flagged with '!'.")
+    _model_args(p)
+    _precision_args(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"],
+                    default="int8")
+    p.add_argument("--inputs", default="4", metavar="N|DATA.npz",
+                   help="evaluation inputs: N random N(0, 1) inputs drawn with seed + 1 "
+                   "(default 4), or an .npz of the model's inputs by name (np.savez(path, "
+                   "x=...)) or in order, each array one input or a stack of them")
+    p.add_argument("--threshold", type=_decibels, default=30.0, metavar="DB",
+                   help="flag the first layer whose SQNR is below DB (default 30)")
+    _output_args(p, "per-layer table")
+    _csv_arg(p, "the per-layer table")
+    p.set_defaults(func=cmd_debug)
+
+
+def cmd_nvdla_trace(args) -> int:
+    from ..sim.nvdla import main as play_trace
+    return play_trace(args.cfg)
+
 
 def _analysis_commands(sub) -> None:
-    """estimate, bench, sweep."""
+    """estimate, bench, sweep, nvdla-trace."""
     p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
                        description="Cost a model on a configuration without running kernels.")
     _model_args(p)
     _precision_args(p, calibrated=False)
     _output_args(p, "estimate")
+    _csv_arg(p, "the per-layer estimate")
     _trace_args(p, "the estimated timeline (what a profiled run would show)")
     p.set_defaults(func=cmd_estimate)
 
@@ -850,6 +1018,7 @@ def _analysis_commands(sub) -> None:
     p.add_argument("--seed", type=_at_least(0), default=DEFAULT_SEED,
                    help=f"seed of the random calibration inputs (default {DEFAULT_SEED})")
     _output_args(p, "results", plot=True)
+    _csv_arg(p, "the simulator modes' per-layer figures (one row per mode and run)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("sweep", help="design-space exploration: frames/s across configurations",
@@ -868,6 +1037,17 @@ def _analysis_commands(sub) -> None:
     _precision_args(p, calibrated=False)
     _output_args(p, "results", plot=True)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("nvdla-trace", help="play one of NVDLA's trace tests (.cfg) on the "
+                       "simulator: the CRC of each check_crc region and the estimated cycles",
+                       description="Play one of NVDLA's register-level trace tests (its .cfg, "
+                       "with its .dat files beside it) with NVDLA's nv_small register map and "
+                       "int8 arithmetic, and print one JSON line: crc (the CRC-32 of each "
+                       "check_crc region, in order), cycles (the cost model's estimate under "
+                       "the testbench's memory), golden (the trace's CRCs), match. Exit status "
+                       "1 when a CRC differs from the trace's.")
+    p.add_argument("cfg", metavar="CFG", help="the trace test's .cfg file")
+    p.set_defaults(func=cmd_nvdla_trace)
 
 
 def version_text() -> str:
@@ -921,11 +1101,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         return args.func(args)
-    except (UserError, AccelError) as error:
-        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
-        return 1
-    except OSError as error:  # a file we could not read or write
-        print(f"{PROG} {args.command}: error: {_one_line(error)}", file=sys.stderr)
+    except (UserError, AccelError, OSError) as error:  # OSError: a file we could not use
+        message, details = shorten_symbols(_one_line(error))
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        for short, full in details.items():
+            print(f"{PROG} {args.command}: details: {short} is {full}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -940,6 +1120,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{PROG}, not in the command line: the traceback above shows where)",
               file=sys.stderr)
         return 3
+
+
+#: An external function's symbol: its composites' ops joined, often hundreds of characters.
+_SYMBOL = re.compile(r"\bfused_[A-Za-z0-9_]+?_accel\d*\b")
+SYMBOL_WIDTH = 40  # symbols longer than this are shortened in an error's line
+
+
+def shorten_symbols(message: str) -> Tuple[str, Dict[str, str]]:
+    """An error line with every external function symbol longer than :data:`SYMBOL_WIDTH`
+    shortened to its start and end ("fused_relax_nn_conv2d_re...relu1_accel"), and the
+    short names' full ones (printed on a details line)."""
+    details: Dict[str, str] = {}
+
+    def short(match) -> str:
+        full = match.group(0)
+        if len(full) <= SYMBOL_WIDTH:
+            return full
+        name = f"{full[:24]}...{full[-13:]}"
+        details[name] = full
+        return name
+
+    return _SYMBOL.sub(short, message), details
 
 
 def _one_line(error: BaseException) -> str:

@@ -37,7 +37,8 @@ from ..sim.costs import CostTotals, energy_line, engine_names
 from ..sim.device import ChainBatch, estimate_chain
 from ..sim.ops import Sdp
 from ..sim.timeline import chrome_trace, write_chrome_trace
-from ..tables import Column, cost_table, render_table
+from ..tables import FP32_BYTES_NOTE, Column, cost_table, render_table
+from .report import layer_rows, source_ops, tagged, write_csv
 from .progress import ProgressCallback, progress_callback, steps
 
 #: Precisions the code generator emits today; the others are issue 5.
@@ -100,6 +101,8 @@ class EstimateReport:
     fuse: bool
     layers: List[LayerEstimate]
     host_ops: int  # operators left on TVM's host path (not costed)
+    #: layer key (``f0.3``) -> the Relax operators the layer computes (the CSV's source_ops)
+    source_ops: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def cost_totals(self) -> CostTotals:
@@ -155,11 +158,25 @@ class EstimateReport:
                 "engine_energy_pj": totals.engine_energy_pj}
 
     def to_dict(self) -> dict:
-        return {"config": self.config.to_dict(), "precision": self.precision, "fuse": self.fuse,
-                "host_ops": self.host_ops, **self.totals(),
-                "layers": [{field.name: getattr(layer, field.name)
-                            for field in dataclasses.fields(layer) if field.name != "ops"}
-                           for layer in self.layers]}
+        """The report's JSON form (``schema`` accel-codegen/estimate/1: docs/report-schema.md);
+        each layer with its own fields and the per-layer CSV's others (:meth:`layer_rows`)."""
+        rows = self.layer_rows()
+        return tagged("estimate", {
+            "config": self.config.to_dict(), "precision": self.precision, "fuse": self.fuse,
+            "host_ops": self.host_ops, **self.totals(),
+            "layers": [{**row, **{field.name: getattr(layer, field.name)
+                                  for field in dataclasses.fields(layer) if field.name != "ops"}}
+                       for layer, row in zip(self.layers, rows)]})
+
+    def layer_rows(self) -> List[Dict[str, Any]]:
+        """The per-layer rows of the CSV (:data:`~accel_codegen.tools.report.CSV_COLUMNS`)."""
+        return layer_rows(self.layers, peak_macs_per_cycle=self.config.macs_per_cycle(
+            _peak_precision(self.precision)), sources=self.source_ops,
+            precision=None if self.precision == "mixed" else self.precision)
+
+    def to_csv(self, path) -> Path:
+        """Write the per-layer CSV (one row per accelerator run); returns the path."""
+        return write_csv(self.layer_rows(), path)
 
     def chrome_trace(self) -> Dict[str, Any]:
         """The layers' timeline in simulated time as a Chrome trace dict, the one a profiled
@@ -185,7 +202,8 @@ class EstimateReport:
                           f"{self.bytes / 1e6:.2f} MB moved per frame (DRAM "
                           f"{self.cost_totals.dram_bytes / 1e6:.2f} MB in bursts, SRAM "
                           f"{self.cost_totals.sram_bytes / 1e6:.2f} MB)",
-                          energy_line(self.cost_totals)])
+                          energy_line(self.cost_totals)]
+                         + ([FP32_BYTES_NOTE] if self.precision == "fp32" else []))
 
 
 def _feature_shape(shape) -> Tuple[int, int, int, int]:
@@ -380,6 +398,7 @@ class _LoweredModel:
     host_ops: int
     precision: str
     fuse: bool
+    source_ops: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
@@ -430,7 +449,7 @@ class _LoweredModel:
                               model_precision, fuse, winograd, layer_precisions)
         return cls([(run.label, run.primitive) for run in lowered],
                    ChainBatch(config, chains, _batch_precision(model_precision)), choices,
-                   memory, _host_ops(matched), model_precision, fuse)
+                   memory, _host_ops(matched), model_precision, fuse, source_ops(matched))
 
     def _records(self, config: AccelConfig, costed: str) -> list:
         """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"), with the
@@ -447,7 +466,8 @@ class _LoweredModel:
     def estimate(self, config: AccelConfig) -> EstimateReport:
         layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats
                   in zip(self.runs, self._records(config, "estimate"))]
-        return EstimateReport(config, self.precision, self.fuse, layers, self.host_ops)
+        return EstimateReport(config, self.precision, self.fuse, layers, self.host_ops,
+                              self.source_ops)
 
     def sweep_row(self, config: AccelConfig) -> dict:
         """The sweep's figures of one configuration, from one library call (no per-layer

@@ -128,6 +128,26 @@ def _figure(value, scale: float):
     return lambda row, mode: value(row[mode]) / scale if mode in row else None
 
 
+#: How the bench plot's title names each mode (in this order), when it ran.
+_TITLE_MODES = (("fused", "fused"), ("decomposed", "decomposed"),
+                ("fused_int8", "fused int8"), ("host", "TVM's host build"),
+                ("pytorch", "PyTorch eager"), ("ort_fp32", "ONNX Runtime fp32"),
+                ("ort_int8", "ONNX Runtime int8"))
+
+
+def bench_title(result: Dict[str, Any]) -> str:
+    """The bench plot's title: the model and the modes that ran (a skipped one is not named)."""
+    ran = [name for mode, name in _TITLE_MODES if mode in result["modes"]]
+    ran += [m for m in result["modes"] if m not in dict(_TITLE_MODES)]
+    simulated = [name for name in ran if name in ("fused", "decomposed", "fused int8")]
+    others = [name for name in ran if name not in simulated]
+    parts = ([" vs ".join(simulated) + " on the simulated accelerator"] if simulated else []) \
+        + others
+    joined = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] \
+        if parts else "no mode ran"
+    return f"{result['model']}: {joined}"
+
+
 def plot_bench(result: Dict[str, Any], path) -> Path:
     """Bars per mode (wall time; simulated time and memory traffic for the accelerator modes)
     and, when the result has per-layer rows, the per-layer bytes and cycles, fused against
@@ -141,11 +161,11 @@ def plot_bench(result: Dict[str, Any], path) -> Path:
     fig = plt.figure(figsize=(15, 3.6 + 3.2 * (rows - 1)), constrained_layout=True)
     grid = fig.add_gridspec(rows, 3, height_ratios=[1.15] + [1] * (rows - 1))
     cfg = result["config"]
-    fig.suptitle(f"{result['model']}: fused vs decomposed on the simulated accelerator, TVM's "
-                 f"host build and PyTorch eager\n{cfg['name']}: {cfg['atomic_c']}x"
+    fig.suptitle(f"{bench_title(result)}\n{cfg['name']}: {cfg['atomic_c']}x"
                  f"{cfg['atomic_k']} MACs, {cfg['dram_bytes_per_s'] / 1e9:g} GB/s DRAM, "
-                 f"{cfg['clock_hz'] / 1e9:g} GHz; simulator and PyTorch on {result['threads']} "
-                 "thread(s), TVM host build on 1", fontsize=12, fontweight="bold")
+                 f"{cfg['clock_hz'] / 1e9:g} GHz; {result['threads']} thread(s)"
+                 + (", TVM host build on 1" if "host" in modes else ""),
+                 fontsize=12, fontweight="bold")
     accel = [m for m in ("fused", "decomposed") if m in modes]
     _wall_panel(fig.add_subplot(grid[0, 0]), modes)
     _simulated_panel(fig.add_subplot(grid[0, 1]), modes, accel, cfg["clock_hz"])
@@ -333,10 +353,12 @@ def plot_timeline(trace: Union[Dict[str, Any], str, Path, List], path, runs=None
         _timeline_panel(ax, t, runs, titles[i] if titles else None, width * 0.85 * 100,
                         max(spans))
     axes[-1, 0].set_xlabel("simulated time, µs")
-    axes[0, 0].legend(handles=[Patch(facecolor=TIMELINE_COLORS["memory"], label="memory traffic"),
-                               Patch(facecolor=TIMELINE_COLORS["wait"], edgecolor="#999999",
-                                     hatch="////", label="waits on memory")],
-                      loc="lower right", fontsize=8, framealpha=0.9)
+    # The legend sits outside the panels, under them: inside, it covered the lanes' last
+    # slices (the BDMA lane's only ones, on a model whose concats come last).
+    fig.legend(handles=[Patch(facecolor=TIMELINE_COLORS["memory"], label="memory traffic"),
+                        Patch(facecolor=TIMELINE_COLORS["wait"], edgecolor="#999999",
+                              hatch="////", label="waits on memory")],
+               loc="outside lower right", ncol=2, fontsize=8)
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)

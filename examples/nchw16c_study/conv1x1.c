@@ -1,7 +1,7 @@
 /* conv1x1.c - a study, not part of the library: an NCHW16c fp32 1x1 convolution (AVX-512),
  * BN+ReLU epilogue in registers, to measure what channel-blocked activations (issue #14, item
- * 2) would give against the library's NCHW kernels (docs/whole_network_time.md, "Channel-
- * blocked activations: the size of the lever").
+ * 2) would give against the library's NCHW kernels (docs/notebook/whole_network_time_log.md,
+ * "Channel-blocked activations: the size of the lever").
  * Input [C/16][HW][16], output [K/16][HW][16], weights packed [K/64][C][64].
  * Summation order (the library's): 32-deep blocks each summed from zero in channel order
  * (fmadd), block sums added to a running total in order, then y = max(0, total*scale + shift)

@@ -1,4 +1,5 @@
-/* conv3x3.c - a study, not part of the library (helper nchwc3, docs/whole_network_time.md):
+/* conv3x3.c - a study, not part of the library (helper nchwc3,
+ * docs/notebook/whole_network_time_log.md):
  * an NCHW16c fp32 direct 3x3 convolution (pad 1, stride 1/2), AVX-512, BN+ReLU epilogue in
  * registers, single thread: the next C16 kernel for ResNet's 3x3 layers.
  * Input [C/16][H][W][16], output [K/16][OH][OW][16], weights packed once [K/64][C*9][64] in

@@ -69,6 +69,12 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->dram_latency_cycles == b->dram_latency_cycles &&
          a->dram_turnaround_cycles == b->dram_turnaround_cycles &&
          a->sram_bytes == b->sram_bytes && a->sram_bytes_per_s == b->sram_bytes_per_s &&
+         a->dram_read_request_cycles == b->dram_read_request_cycles &&
+         a->cmac_weight_load_cycles == b->cmac_weight_load_cycles &&
+         a->conv_pipeline_cycles == b->conv_pipeline_cycles &&
+         a->sdp_pipeline_cycles == b->sdp_pipeline_cycles &&
+         a->pdp_pipeline_cycles == b->pdp_pipeline_cycles &&
+         a->cdp_pipeline_cycles == b->cdp_pipeline_cycles &&
          a->rubik_bytes_per_cycle == b->rubik_bytes_per_cycle;
 }
 

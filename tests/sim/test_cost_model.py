@@ -28,11 +28,17 @@ def test_resnet_layer_fits_cbuf_fused_and_independent():
     output     = 401,408 B
     DRAM: 20 B per cycle, 64-byte bursts (every stream here is whole bursts), 0.5 cycle of
     turnaround per burst written, 1,200 cycles of latency per run (FUSED) or op (INDEPENDENT).
+    CBUF loading before the first MAC: the input and the first kernel group's 16 kernels,
+    (401,408 + 73,728 / 4) / 20 = 20,992 cycles; CONV compute 112,896 + 20,992 = 133,888
+    (3,136 positions are 196 whole stripes: no weight-load stall). The tail after the last
+    byte read: one kernel group's 112,896 / 4 = 28,224. Pipeline cycles: CONV 86, SDP 52.
     fused: read 475,392, write 401,408 = 6,272 bursts; memory 1,200 + 876,800 / 20 + 3,136
-           = 48,176 cycles, so cycles = the MAC array's 112,896.
+           = 48,176 cycles; cycles = 86 + 52 + max(1,200 + 133,888, 48,176 + 28,224)
+           = 135,226.
     independent: CONV writes and SDP re-reads the 401,408 B intermediate:
-           CONV max(112,896, 1,200 + ceil(876,544 / 20 + 3,136) = 48,164) + SDP max(12,544,
-           1,200 + ceil(803,072 / 20 + 3,136 = 43,289.6) = 44,490) = 157,386 cycles."""
+           CONV 86 + max(1,200 + 133,888, 1,200 + ceil(876,544 / 20 + 3,136) = 48,164
+           + 28,224) = 135,174; SDP 52 + max(1,200 + 12,544, 1,200 + ceil(803,072 / 20 +
+           3,136 = 43,289.6) = 44,490) = 44,542; 179,716 cycles."""
     chain = _conv_bn_relu(64, 64)
     fused = estimate_chain("nv_full", chain, (1, 64, 56, 56), mode="fused")
     conv, sdp = fused.ops
@@ -42,14 +48,15 @@ def test_resnet_layer_fits_cbuf_fused_and_independent():
     assert sdp.input_bytes == 0 and sdp.weight_bytes == 256 and sdp.bytes_written == 401_408
     assert sdp.compute_cycles == 12_544
     assert (fused.bytes_read, fused.bytes_written) == (475_392, 401_408)
-    assert fused.cycles == 112_896 and fused.memory_cycles == 48_176
-    assert fused.utilization == pytest.approx(1.0)
+    assert conv.compute_cycles == 133_888
+    assert fused.cycles == 135_226 and fused.memory_cycles == 48_176
+    assert fused.utilization == pytest.approx(112_896 / 135_226)
 
     independent = estimate_chain("nv_full", chain, (1, 64, 56, 56), mode="independent")
     assert (independent.bytes_read, independent.bytes_written) == (876_800, 802_816)
     assert [op.memory_cycles for op in independent.ops] == [48_164, 44_490]
-    assert [op.cycles for op in independent.ops] == [112_896, 44_490]
-    assert independent.cycles == 157_386
+    assert [op.cycles for op in independent.ops] == [135_174, 44_542]
+    assert independent.cycles == 179_716
 
 
 def test_weights_stream_when_only_the_input_fits():
@@ -114,9 +121,13 @@ def test_pdp_and_elementwise_rates():
 def test_memory_bound_when_dram_is_slow():
     slow = AccelConfig.preset("nv_full").replace(dram_bytes_per_s=1e9)
     run = estimate_chain(slow, _conv_bn_relu(64, 64), (1, 64, 56, 56))
-    # 876,800 bytes at 1 byte per cycle, 6,272 bursts written x 0.5, the latency once
-    assert run.cycles == 876_800 + 3_136 + 1_200
-    assert run.utilization == pytest.approx(112_896 / 881_136)
+    # memory: 876,800 bytes at 1 byte per cycle, 6,272 bursts written x 0.5, the latency once
+    # = 881,136, then the last kernel group's 28,224 MAC cycles; the compute (with its
+    # 419,840 cycles of CBUF loading) is shorter; the CONV's and SDP's 86 + 52 pipeline cycles
+    assert run.memory_cycles == 876_800 + 3_136 + 1_200
+    assert run.ops[0].compute_cycles == 112_896 + 419_840
+    assert run.cycles == 86 + 52 + 881_136 + 28_224
+    assert run.utilization == pytest.approx(112_896 / 909_498)
 
 
 def test_run_reports_the_same_cost_as_estimate_and_profile_records_it():
@@ -201,7 +212,14 @@ def test_cost_int8_is_one_byte_at_full_atomic_k_fp16_two_bytes_at_half():
     assert (i8.ops[1].bytes_written, f16.ops[1].bytes_written) == (feature(k, 1), feature(k, 2))
     assert i8.ops[1].weight_bytes == k * (4 + 2 + 1)       # int32 bias, int16 mul, uint8 shift
     assert f16.ops[1].weight_bytes == k * 2 * 2            # fp16 scale and shift
-    assert i8.utilization == pytest.approx(f16.utilization)
+    # CONV compute: 196 positions are 12 stripes of 16 and one of 4, which waits for the next
+    # weight block's 16-cycle load; then the CBUF loading before the first MAC (the input and
+    # the first kernel group's weights) at 20 bytes per cycle
+    for run, element, kernels in ((i8, 1, config.atomic_k), (f16, 2, config.atomic_k // 2)):
+        blocks = -(-c // config.atomic_c) * -(-k // kernels) * 9
+        first = feature(c, element) + k * c * 9 * element * kernels // k
+        assert run.ops[0].compute_cycles == blocks * (12 * 16 + 16) + -(-first // 20)
+    assert (i8.ops[0].compute_cycles, f16.ops[0].compute_cycles) == (9_037, 17_152)
     # the fp32 reference precision is charged as fp16
     f32 = estimate_chain(config, [Conv(None, weight_shape=(k, c, 3, 3), padding=1),
                                   Sdp(scale=SHAPE_ONLY, shift=SHAPE_ONLY, act="relu")], shape)

@@ -21,20 +21,20 @@ def test_dram_rounds_streams_to_bursts_and_charges_turnaround_and_latency():
     per position) on 7x7:
         read 49 x 32 = 1,568 B = 24.5 bursts -> 25 bursts = 1,600 B
         write 3 x 3 x 32 = 288 B = 4.5 bursts -> 5 bursts = 320 B
-        DRAM cycles = 100 + ceil(1,920 / 16 + 5 x 2) = 230; the PDP's 784 / 8 = 98 cycles hide
-        behind it."""
+        DRAM cycles = 100 + ceil(1,920 / 16 + 5 x 2) = 230; the PDP's 784 / 8 = 98 cycles after
+        the latency (198) hide behind it; plus the PDP's 54 pipeline cycles: 284."""
     config = AccelConfig.preset("nv_full").replace(
         dram_bytes_per_s=16e9, dram_burst_bytes=64, dram_turnaround_cycles=2.0,
         dram_latency_cycles=100)
     op = estimate_chain(config, [Pool("max", 2, 2)], (1, 16, 7, 7)).ops[0]
     assert (op.bytes_read, op.bytes_written) == (1568, 288)
     assert (op.dram_read_bytes, op.dram_write_bytes) == (1600, 320)
-    assert op.compute_cycles == 98 and op.memory_cycles == op.cycles == 230
+    assert op.compute_cycles == 98 and op.memory_cycles == 230 and op.cycles == 54 + 230
 
 
 def test_latency_is_exposed_on_small_runs_and_hidden_by_long_ones():
     """The first read's latency bounds a short run from below; a run whose compute is longer
-    than latency + transfer does not see it."""
+    than latency + transfer pays it once, before its compute starts (its first data)."""
     small = estimate_chain("nv_full", [Pool("max", 2, 2)], (1, 16, 2, 2))
     assert small.ops[0].compute_cycles == 8 and small.cycles > 1200
     no_latency = estimate_chain(SRAM.replace(dram_latency_cycles=0), [Pool("max", 2, 2)],
@@ -43,7 +43,10 @@ def test_latency_is_exposed_on_small_runs_and_hidden_by_long_ones():
     w = np.zeros((64, 64, 3, 3), np.float32)
     chain = [Conv(w, padding=1), Sdp(shift=np.zeros(64), act="relu")]
     big = estimate_chain("nv_full", chain, (1, 64, 56, 56))
-    assert big.cycles == big.mac_cycles  # MAC-bound: the latency is hidden
+    # compute-bound: the CONV's and SDP's 86 + 52 pipeline cycles, the latency, then the MACs
+    # after CBUF loading ((401,408 B input + 18,432 B of the first kernel group) / 20 B)
+    assert big.ops[0].compute_cycles == big.mac_cycles + 20_992
+    assert big.cycles == 86 + 52 + 1200 + big.mac_cycles + 20_992
 
 
 # --- the secondary memory ---------------------------------------------------------------------
@@ -53,16 +56,18 @@ def test_sram_streams_cost_sram_bandwidth_and_the_long_pole_wins():
     positions x 128 B = 25,088 B each way, 12,544 elements / 16 = 784 SDP cycles.
         input in SRAM, output in DRAM: SRAM ceil(25,088 / 64) = 392 cycles; DRAM 1,200 +
             ceil(25,088 / 20 + 392 bursts x 0.5 = 1,450.4) = 2,651 cycles -> 2,651
-        both in SRAM: SRAM 50,176 / 64 = 784 cycles, no DRAM -> 784 (the SDP's own)"""
+        both in SRAM: SRAM 50,176 / 64 = 784 cycles, no DRAM -> 784 (the SDP's own)
+    each plus the SDP's 52 pipeline cycles (no DRAM read: no latency before the compute)"""
     shape = (1, 64, 14, 14)
     half = estimate_chain(SRAM, [Sdp(act="relu", sram=("input",))], shape).ops[0]
     assert (half.sram_read_bytes, half.sram_write_bytes) == (25_088, 0)
     assert (half.dram_read_bytes, half.dram_write_bytes) == (0, 25_088)
-    assert half.sram_cycles == 392 and half.memory_cycles == half.cycles == 2651
+    assert half.sram_cycles == 392 and half.memory_cycles == 2651 and half.cycles == 52 + 2651
     both = estimate_chain(SRAM, [Sdp(act="relu", sram=("input", "output"))], shape)
     op = both.ops[0]
     assert (op.sram_read_bytes, op.sram_write_bytes, op.dram_read_bytes) == (25_088, 25_088, 0)
-    assert op.memory_cycles == 0 and op.sram_cycles == op.compute_cycles == op.cycles == 784
+    assert op.memory_cycles == 0 and op.sram_cycles == op.compute_cycles == 784
+    assert op.cycles == 52 + 784
     assert (both.dram_bytes, both.sram_bytes) == (0, 50_176)
 
 
@@ -73,8 +78,14 @@ def test_a_fused_run_pays_one_latency_and_takes_the_long_pole_of_dram_and_sram()
     conv, sdp = run.ops
     assert conv.sram_read_bytes == conv.input_bytes and conv.dram_read_bytes == conv.weight_bytes
     assert run.memory_cycles < conv.memory_cycles + sdp.memory_cycles  # one latency, not two
-    assert run.cycles == max(conv.compute_cycles, sdp.compute_cycles, run.memory_cycles,
-                             run.sram_cycles)
+    # CBUF loading before the first MAC: the input (784 x 32 B) from SRAM at 64 B per cycle,
+    # 392 cycles, beside the first kernel group's 16 x 16 x 9 x 2 B from DRAM at 20, 231
+    assert conv.compute_cycles == conv.mac_cycles + 392
+    # one pipeline (86 + 52), the latency before the compute; after the last byte read, the
+    # second kernel group's half of the MAC cycles (784 positions: whole stripes)
+    tail = conv.mac_cycles // 2
+    assert run.cycles == 86 + 52 + max(conv.compute_cycles + 1200, sdp.compute_cycles + 1200,
+                                       run.memory_cycles + tail, run.sram_cycles + tail)
 
 
 def test_sram_values_are_unchanged_and_the_profile_records_what_estimate_says(rng):

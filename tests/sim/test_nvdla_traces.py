@@ -114,3 +114,30 @@ def test_sparse_memory_crc():
     assert mem.read(0x8000FFFC, 8).tolist() == [0, 0, 0, 1, 2, 3, 0, 0]
     import zlib
     assert mem.crc32(0x8000FFFC, 8) == zlib.crc32(bytes([0, 0, 0, 1, 2, 3, 0, 0]))
+
+
+def test_cli_prints_one_json_line_per_trace(traces, capsys, tmp_path):
+    """``accel-codegen nvdla-trace CFG``: one JSON line with the CRCs in order and the cycles;
+    exit 0 when they match the trace's golden CRCs, 1 when one differs."""
+    import json
+
+    from conftest import run_cli
+
+    test = next(t for t in PASSING if t.startswith("pdp_"))
+    status, out, _ = run_cli(capsys, "nvdla-trace", _cfg(traces, test))
+    line = json.loads(out.strip())
+    assert status == 0 and line["match"] is True
+    assert line["crc"] == line["golden"] and len(line["crc"]) >= 1
+    assert isinstance(line["cycles"], int) and line["cycles"] > 0
+
+    # the same trace with a wrong golden CRC: the command says so by its exit status
+    cfg = _cfg(traces, test)
+    for f in cfg.parent.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    text = (tmp_path / cfg.name).read_text()
+    bad = text.replace(line["golden"][0], "0x00000000").replace(
+        line["golden"][0].upper().replace("0X", "0x"), "0x00000000")
+    assert bad != text, "the golden CRC is not written as the CLI prints it"
+    (tmp_path / cfg.name).write_text(bad)
+    status, out, _ = run_cli(capsys, "nvdla-trace", tmp_path / cfg.name)
+    assert status == 1 and json.loads(out.strip())["match"] is False

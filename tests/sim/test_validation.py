@@ -429,7 +429,8 @@ def test_convert_quantizes_as_the_python_definition():
     np.testing.assert_array_equal(back, quant.dequantize(q))
     half = np.empty(x.size, np.float16)
     assert _convert(x, lib.ACCEL_FP32, half.view(np.uint16), lib.ACCEL_FP16) == 0
-    np.testing.assert_array_equal(half, x.astype(np.float16))  # round to nearest even
+    with np.errstate(over="ignore"):  # 1e30 rounds to infinity, as the converter's does
+        np.testing.assert_array_equal(half, x.astype(np.float16))  # round to nearest even
 
 
 @pytest.mark.parametrize("scale,zero", [(0.5, 0), (0.25, -128), (0.0375, 17), (3e-5, 127)])

@@ -4,8 +4,8 @@ the files its earlier lines write, as a user's shell would). A python block runs
 interpreter with that folder as its working directory; a command line runs in bash there.
 
 Nothing is skipped silently. Of the set-up commands (the README's first section, run from a
-clone's root: the folder gets ``examples`` linked to this checkout's, as a clone has them), the
-parts in SETUP are not run again, each for the reason it states, and the test checks instead
+clone's root: the folder gets ``examples`` linked to this checkout's, as a clone has them), and
+of the optional quick test command, the parts in SETUP are not run again, each for the reason it states, and the test checks instead
 what they would have done. Any other fenced block (a language other than python and sh) fails
 the test, so that a block cannot be added that this test does not run.
 
@@ -29,6 +29,8 @@ SETUP = {
     'pip install ".[test]"': "installs this checkout: checked below (accel_codegen is "
                              "imported from it)",
     "pytest": "runs the whole suite, which this test is part of (CI runs it: .ci/run)",
+    "pytest -m quick": "runs the quick subset of the suite, which CI runs whole (.ci/run); "
+                       "tests/tools/test_quick_subset.py checks the subset's selection",
 }
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
@@ -92,26 +94,28 @@ BLOCKS = _blocks()
 def test_the_readme_has_only_blocks_this_test_runs():
     languages = {language for _, language, _ in BLOCKS}
     assert languages <= {"python", "sh"}, f"blocks this test does not run: {languages}"
-    assert sum(language == "python" for _, language, _ in BLOCKS) >= 4
+    assert sum(language == "python" for _, language, _ in BLOCKS) >= 3
     assert sum(language == "sh" for _, language, _ in BLOCKS) >= 3
 
 
 def test_setup_commands_not_run_are_in_the_readme_and_in_effect():
     """Every SETUP entry is a part of a README command (the list cannot go stale), and what it
-    does is done: the pinned torch, and accel_codegen from this checkout."""
+    does is done: the pinned torch, this checkout's version of the package, and every pinned
+    requirement of its [test] extra at its pin."""
+    import importlib.metadata
+    import tomllib
+
     parts = [part.strip() for _, language, text in BLOCKS if language == "sh"
              for command in _commands(text) for part in command.split("&&")]
     for command in SETUP:
         assert command in parts, f"SETUP lists {command!r}, which the README does not run"
-    import torch
-
-    import accel_codegen
-
     pinned = re.search(r"torch==(\S+)", " ".join(SETUP))[1]
-    assert torch.__version__.split("+")[0] == pinned
-    installed = Path(accel_codegen.__file__).resolve()
-    assert installed.is_relative_to(ROOT) or \
-        (installed.parent.parent / "accel_codegen").is_dir(), installed
+    assert importlib.metadata.version("torch").split("+")[0] == pinned
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert importlib.metadata.version(project["name"]) == project["version"]
+    for requirement in project["optional-dependencies"]["test"]:
+        name, _, version = requirement.partition("==")
+        assert importlib.metadata.version(name).split("+")[0] == version, requirement
 
 
 def test_the_readme_loads_a_library_by_a_bare_name():
@@ -135,6 +139,6 @@ def test_readme_block_runs_verbatim(block, tmp_path):
         return
     for command in _commands(text):
         command = _without_setup(command)
-        if command is not None:  # None: only SETUP parts (the test set-up line: pytest)
+        if command is not None:  # None: only SETUP parts (the test lines: pytest, -m quick)
             _run(["bash", "-e", "-o", "pipefail", "-c", command], tmp_path,
                  f"README {name}: {command}")

@@ -212,24 +212,33 @@ def test_cost_totals():
 
 
 def test_cost_table():
-    runs = [_Run("f0.0 accel.conv2d_bn_relu_with_a_label_longer_than_the_column", 1234567),
-            _Run("f0.1 accel.dense", 10, ops=("CONV", "SDP", "PDP", "SDP", "CONV"))]
+    runs = [_Run("f0.0 accel.conv2d_bn_relu_with_a_label_longer_than_the_layer_column", 1234567),
+            _Run("f0.1 accel.dense", 10, ops=("CONV", "SDP", "PDP", "SDP", "CONV")),
+            _Run("f0.2c0 accel.concat", 0, macs=0, ops=("BDMA",))]
     lines = cost_table(runs, modes=True).splitlines()
     width = len("CONV+SDP+PDP+SDP+CONV")  # the engines column fits the longest name
-    assert lines[0] == (f"{'#':>4} {'layer':<44} {'mode':<11} {'engines':<{width}} {'MMACs':>9} "
+    assert lines[0] == (f"{'#':>4} {'layer':<56} {'mode':<11} {'engines':<{width}} {'MMACs':>9} "
                         f"{'KB read':>9} {'KB written':>10} {'cycles':>11} {'uJ':>8} "
                         f"{'util':>6}")
-    assert lines[2] == (f"{0:>4} {runs[0].label[:44]:<44} {'fused':<11} {'CONV+SDP':<{width}} "
+    # a label wider than the column continues on the next line, broken after a "_"
+    assert lines[2] == (f"{0:>4} {'f0.0 accel.conv2d_bn_relu_with_a_label_longer_than_the_':<56} "
+                        f"{'fused':<11} {'CONV+SDP':<{width}} "
                         f"{0.001:>9.2f} {2.0:>9.1f} {0.5:>10.1f} {1234567:>11,} "
                         f"{runs[0].energy_pj / 1e6:>8.2f} {0.5:>6.1%}")
-    assert "CONV+SDP+PDP+SDP+CONV " in lines[3]
-    total_uj = (runs[0].energy_pj + runs[1].energy_pj) / 1e6
-    assert lines[-1] == (f"{'':>4} {'total':<44} {'':<11} {'':<{width}} {0.002:>9.2f} "
-                         f"{4.0:>9.1f} {1.0:>10.1f} {1234577:>11,} {total_uj:>8.2f}")
+    assert lines[3] == f"{'':>4} layer_column"
+    assert "CONV+SDP+PDP+SDP+CONV " in lines[4]
+    # a run without a CONV: its MAC figures are not applicable ("-"), not 0
+    assert lines[5].split()[-6:] == ["-", "2.0", "0.5", "0", f"{runs[2].energy_pj / 1e6:.2f}",
+                                     "-"]
+    total_uj = sum(r.energy_pj for r in runs) / 1e6
+    assert lines[-1] == (f"{'':>4} {'total':<56} {'':<11} {'':<{width}} {0.002:>9.2f} "
+                         f"{6.0:>9.1f} {1.5:>10.1f} {1234577:>11,} {total_uj:>8.2f}")
     narrow = cost_table(runs, engines_width=12, utilization_total=0.25).splitlines()
     assert narrow[-1].endswith(f"{1234577:>11,} {total_uj:>8.2f} {0.25:>6.1%}")
-    assert "CONV+SDP+PDP " in narrow[3]  # engines cut to a given width
+    assert "CONV+SDP+PDP " in narrow[4]  # engines cut to a given width
     assert "mode" not in narrow[0]
+    short = cost_table(runs[1:]).splitlines()  # the column is as wide as the longest label
+    assert short[0].startswith(f"{'#':>4} {'layer':<19} engines")
 
 
 # --- progress ---------------------------------------------------------------------------------

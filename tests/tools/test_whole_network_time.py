@@ -84,6 +84,16 @@ def test_compare_env_needs_two_different_values(wnt, monkeypatch, spec):
         wnt.compare_environment(args, None, None)
 
 
+@pytest.mark.parametrize("var", ["ACCEL_CONV_IMPL", "ACCEL_L1D_BYTES"])
+def test_compare_env_refuses_a_switch_the_library_reads_once(wnt, var):
+    """ACCEL_CONV_IMPL and the like are read at the first call: alternating them in one
+    process would time the first value twice."""
+    args = SimpleNamespace(model="fake", precision="fp32", threads=1, repeat=2, layers=False,
+                           compare_env=f"{var}=packed_avx512,implicit_avx512")
+    with pytest.raises(SystemExit, match=f"reads {var} once per process"):
+        wnt.compare_environment(args, None, None)
+
+
 def test_compare_env_on_a_real_network():
     """The script end to end (timer compiled and preloaded, lenet5 built): every layer of the
     network is listed with both medians."""

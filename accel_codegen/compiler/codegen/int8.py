@@ -100,18 +100,17 @@ def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: f
 
     - **A shift beyond int32 in accumulator units** (|s / f| >= 2^31, f = 0 included: a bias
       of 1e6 on weights of 1e-3, a scale of 0 or 1e-34, an input scale of 1e-22). The
-      channel's accumulator then moves its output by at most |f| * A < |s| * A / 2^31 target
+      channel's accumulator then moves its output by at most |f| A < |s| A / 2^31 target
       units (A: the accumulator's bound), so the output is the shift up to that. The
       multiplier is raised to f' = sign(f) |s| / 2^30 and the bias is s over the encoded
       multiplier, ~2^30 steps: the shift is exact to |f'| / 2 (the bias' rounding; the
-      multiplier's own is inside it), and the accumulator's part is off by (|f'| - |f|) |acc| < |s| |acc| / 2^30: at most
-      twice what the whole of it could be, which is at most |s| A / 2^31. For the issue's
-      cases that is far below a step: an SDP's own input (A = 255) moves it by < 2^-15 of
-      |s|; a conv by |s| 2^-31 x 255 x sum |codes| (a dead channel's codes are 0 by the
-      weight floor of quantize_weights, so its part is exactly 0). A shift beyond 2^40
-      target units is clamped there first: sat32 after the multiplier saturates either, and
-      so does the output (an element-wise operand, itself within 2^31 units, cannot bring
-      it back).
+      multiplier's own is inside it), and the accumulator's part is off by
+      (|f'| - |f|) |acc| < |s| |acc| / 2^30: at most twice what the whole of it could be,
+      which is at most |s| A / 2^31. For the issue's cases that is far below a step: an
+      SDP's own input (A = 255) moves it by < 2^-22 of |s|; a conv by |s| 2^-30 x 255 x
+      sum |codes| (a dead channel's codes are 0 by the weight floor of quantize_weights, so
+      its part is exactly 0). A shift beyond 2^40 target units is clamped there first: the
+      multiplier's sat32 takes either to int32's end, the same value.
     - **A factor of 32767.5 or more**: one accumulator step is worth more than 32767 target
       units, more than 127 output steps, so the calibrated range of the output is narrower
       than one input or weight step (calibration saw that tensor constant). The multiplier

@@ -15,6 +15,7 @@ latency.
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import lru_cache
 from typing import List, Sequence
 
@@ -25,6 +26,7 @@ from .layers import ATOM_C, Layer
 
 TESTBENCH_LATENCY = 32      # cycles from a read request to its data
 TESTBENCH_BEAT_BYTES = 8    # one 8-byte beat per cycle
+TESTBENCH_REQUEST_CYCLES = 2  # a read request accepted every other cycle
 
 
 @lru_cache(maxsize=None)
@@ -35,7 +37,7 @@ def testbench_config() -> AccelConfig:
         base, name="nv_small_testbench",
         dram_bytes_per_s=TESTBENCH_BEAT_BYTES * base.clock_hz,
         dram_latency_cycles=TESTBENCH_LATENCY, dram_burst_bytes=TESTBENCH_BEAT_BYTES,
-        dram_turnaround_cycles=0.0)
+        dram_turnaround_cycles=0.0, dram_read_request_cycles=TESTBENCH_REQUEST_CYCLES)
 
 
 def _sdp_op() -> Sdp:
@@ -66,11 +68,17 @@ def _chains(layers: Sequence[Layer]):
 
 
 def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
+    """cost_model.c's rule for an engine that reads and writes memory, for the CDP: its
+    pipeline cycles, then the long pole of the read latency plus its elements (whole atoms) at
+    its throughput, and the transfers (reads no faster than the read requests go)."""
     c, h, w = layer.in_shape
     elements = -(-c // ATOM_C) * ATOM_C * h * w
-    per_cycle = config.dram_bytes_per_s / config.clock_hz
-    transfer = 2 * elements / per_cycle
-    return int(TESTBENCH_LATENCY + max(transfer, elements / config.cdp_throughput))
+    beats = config.dram_bytes_per_s / config.clock_hz
+    reads = min(beats, config.dram_burst_bytes / config.dram_read_request_cycles)
+    transfer = max(elements / reads, 2 * elements / beats)
+    compute = -(-elements // config.cdp_throughput)
+    return int(config.cdp_pipeline_cycles + max(config.dram_latency_cycles + compute,
+                                                config.dram_latency_cycles + math.ceil(transfer)))
 
 
 def simulator_chains(layers: Sequence[Layer]):

@@ -41,11 +41,12 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 8,   /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 9,   /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
-                            * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc;
-                            * 8: RUBIK, accel_config.rubik_bytes_per_cycle) */
+                            * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
+                            * RTL-calibrated configuration fields; 9: RUBIK,
+                            * accel_config.rubik_bytes_per_cycle) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -171,7 +172,18 @@ typedef struct accel_config {
                               * turnaround, amortised over the writes the controller groups */
   int64_t sram_bytes;        /* on-chip SRAM behind the secondary memory interface; 0: none */
   double sram_bytes_per_s;   /* its bandwidth (> 0 when sram_bytes > 0) */
-  /* ABI 8 */
+  /* ABI 8: calibrated against NVDLA's nv_small RTL (docs/nvdla_rtl.md; config.c says which
+   * trace tests fix each figure) */
+  int32_t dram_read_request_cycles; /* cycles between two read requests the memory accepts,
+                              * each one burst: reads move at most dram_burst_bytes per this
+                              * many cycles (below the bandwidth when bursts are small) */
+  int32_t cmac_weight_load_cycles; /* cycles to load one atomic-C x atomic-K weight block into
+                              * the MAC cells: a stripe of fewer output positions waits for it */
+  int32_t conv_pipeline_cycles; /* fixed cycles per layer and engine: programming, pipeline */
+  int32_t sdp_pipeline_cycles;  /* fill and drain, the last write's own latency (the read */
+  int32_t pdp_pipeline_cycles;  /* latency is dram_latency_cycles); a fused run pays the sum */
+  int32_t cdp_pipeline_cycles;  /* of its engines' */
+  /* ABI 9 */
   int32_t rubik_bytes_per_cycle; /* RUBIK data path: bytes it reads (and writes) per cycle */
 } accel_config;
 
@@ -363,7 +375,12 @@ typedef enum accel_eltwise {
 
 /* Activations. From SIGMOID on, every activation is a lookup-table one: it needs
  * ACCEL_FEATURE_LUT, runs on the SDP's Y unit, and is computed
- *   FP32: exactly, with libm in fp32 (GELU: in double, rounded once), as written below;
+ *   FP32: the functions as written below, in fp32: sigmoid, silu and exp through the
+ *         library's own exp (csrc/lut.c: exp_f32, plain fp32 operations, the same bits on every
+ *         host and in the NumPy reference), at most 0.99 ulp from e^t over every fp32 input
+ *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
+ *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
+ *         hardsigmoid exactly as written; GELU in double, rounded once;
  *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there;
  *   INT8: through integer tables the compiler programs (accel_lut_int8), as NVDLA's integer
  *         pipeline does: the function is whatever the tables hold. */

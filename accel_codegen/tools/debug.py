@@ -1,0 +1,167 @@
+"""A layer-by-layer debugger: each accelerator layer's numerical error against the fp32 build's
+same tensor, and its simulated cost, in one table; the first layer whose SQNR falls below a
+threshold is flagged, so a user finds the layer that breaks accuracy and what keeping it in a
+wider precision would cost.
+
+The error side is :func:`accel_codegen.quantization.accuracy.accuracy_report`: the fp32 and
+the reduced-precision builds of the same partition run the same inputs while the simulator's
+observer (``sim/observer.py``, the hook calibration uses) hands over every tensor of both; a
+layer's figures are those of its output (the last tensor its runs make). Errors are
+cumulative: a layer's includes everything upstream of it.
+
+The cost side is the estimate's cost model on the same partition: each layer's cycles in the
+build's precision, and for an int8 build on a configuration with fp16, the cycles of the
+network with that layer alone in fp16 (the converting runs it then needs included), given as
+the layer's cycles plus the network's difference.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+from ..sim.config import AccelConfig
+from ..sim.labels import label_key, layer_key
+from ..tables import Column, render_table, wrap_label
+from .report import tagged
+
+DEFAULT_THRESHOLD_DB = 30.0
+
+
+@dataclasses.dataclass
+class LayerDebug:
+    """One accelerator layer: its output's error against fp32 and its cost."""
+
+    key: str                      # ``f0.3``
+    primitive: str
+    source_ops: str               # the Relax operators it computes
+    shape: List[int]              # its output's
+    sqnr_db: Optional[float]      # None: no tensor of the layer was compared
+    max_abs_error: Optional[float]
+    saturated: Optional[float]    # int8: the fraction of codes at either end of the range
+    cycles: int                   # in the build's precision
+    fp16_cycles: Optional[int]    # the layer alone in fp16 (None: the cost model cannot say)
+    below: bool = False           # the SQNR is below the threshold
+    first_below: bool = False     # the first such layer
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for name in ("sqnr_db", "max_abs_error"):
+            value = data[name]
+            if value is not None and value in (float("inf"), float("-inf")):
+                data[name] = str(value)
+        return data
+
+
+@dataclasses.dataclass
+class DebugReport:
+    config: str
+    precision: str
+    threshold_db: float
+    inputs: int
+    output_sqnr_db: float
+    layers: List[LayerDebug]
+    fp16_note: Optional[str] = None  # why there is no fp16 column
+
+    @property
+    def first_below(self) -> Optional[LayerDebug]:
+        return next((layer for layer in self.layers if layer.first_below), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        first = self.first_below
+        output = self.output_sqnr_db
+        return tagged("debug", {
+            "config": self.config, "precision": self.precision,
+            "threshold_db": self.threshold_db, "inputs": self.inputs,
+            "output_sqnr_db": output if abs(output) != float("inf") else str(output),
+            "first_below": first.key if first else None, "fp16_note": self.fp16_note,
+            "layers": [layer.to_dict() for layer in self.layers]})
+
+    def __str__(self) -> str:
+        width = min(40, max([len("layer"), *(len(f"{r.key} {r.primitive}") for r in self.layers)]))
+        columns = [Column("", 1), Column("layer", width, "<"), Column("shape", 14, "<"),
+                   Column("SQNR dB", 8, spec=".1f"), Column("max err", 9, spec=".3g"),
+                   Column("sat", 6, spec=".1%"), Column("cycles", 10, spec=","),
+                   Column("if fp16", 10, spec=","), Column("source ops", 0, "<", gap="  ")]
+        rows: List[Any] = []
+        for r in self.layers:
+            label, *more = wrap_label(f"{r.key} {r.primitive}", width)
+            rows.append(["!" if r.first_below else ("<" if r.below else ""), label,
+                         "x".join(map(str, r.shape)), r.sqnr_db, r.max_abs_error,
+                         r.saturated, r.cycles, r.fp16_cycles, r.source_ops])
+            rows += ["  " + part for part in more]
+        first = self.first_below
+        lines = [f"debug: {self.precision} against fp32 on {self.config}, {self.inputs} "
+                 f"input(s); output SQNR {self.output_sqnr_db:.1f} dB; threshold "
+                 f"{self.threshold_db:g} dB",
+                 render_table(columns, rows),
+                 ("! first layer below the threshold: " + f"{first.key} {first.primitive} "
+                  f"({first.sqnr_db:.1f} dB)" if first else
+                  f"every layer is at or above {self.threshold_db:g} dB"),
+                 "< below the threshold; errors are cumulative (a layer's includes what is "
+                 "upstream of it); cycles: the cost model's, of the layer in "
+                 f"{self.precision}; if fp16: the layer alone in fp16, its converting runs "
+                 "included"]
+        if self.fp16_note:
+            lines.append(f"if fp16: {self.fp16_note}")
+        return "\n".join(lines)
+
+
+def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv_full",
+                 precision: str = "int8", fuse: bool = True,
+                 threshold_db: float = DEFAULT_THRESHOLD_DB, **options) -> DebugReport:
+    """The per-layer table of a ``precision`` build against fp32 on ``inputs``.
+
+    ``options``: the calibration keywords of :func:`accel_codegen.partition_for_accel`
+    (calibration, calibration_method, equalize, bias_correction, weight_rounding). Raises
+    what :func:`~accel_codegen.quantization.accuracy.accuracy_report` raises (fp32 is refused:
+    there is nothing to compare)."""
+    from ..compiler.partition import layer_keys, match_composites
+    from ..quantization.accuracy import accuracy_report
+    from .estimation import _LoweredModel
+    from .report import source_ops
+
+    config = AccelConfig.resolve(config)
+    accuracy = accuracy_report(mod, params, inputs, config=config, precision=precision,
+                               fuse=fuse, **options)
+    # a layer's output: the last tensor its runs make (the tensors are in execution order)
+    outputs: Dict[str, Any] = {}
+    for tensor in accuracy.tensors:
+        outputs[layer_key(tensor.key)] = tensor
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+    sources = source_ops(matched)
+    lowered = _LoweredModel.of_matched(matched, config, precision, fuse)
+    estimate = lowered.estimate(config)
+    cycles: Dict[str, int] = {}
+    primitives: Dict[str, str] = {}
+    for layer in estimate.layers:
+        key = layer_key(label_key(layer.label))
+        cycles[key] = cycles.get(key, 0) + layer.cycles
+        primitives.setdefault(key, layer.primitive)
+    keys = layer_keys(matched)
+    fp16: Dict[str, int] = {}
+    note = None
+    if precision != "int8":
+        note = f"the build is {precision}: no int8 layer to widen"
+    elif not config.supports("fp16"):
+        note = f"{config.name} has no fp16"
+    else:
+        for key in keys:
+            assignment = {k: ("fp16" if k == key else "int8") for k in keys}
+            mixed = _LoweredModel.of_matched(matched, config, "mixed", fuse,
+                                             layer_precisions=assignment).estimate(config)
+            fp16[key] = cycles.get(key, 0) + mixed.total_cycles - estimate.total_cycles
+    rows = []
+    for key in keys:
+        tensor = outputs.get(key)
+        rows.append(LayerDebug(
+            key, primitives.get(key, ""), " ".join(sources.get(key, ())),
+            list(tensor.shape) if tensor else [], tensor.sqnr_db if tensor else None,
+            tensor.max_abs_error if tensor else None, tensor.saturated if tensor else None,
+            cycles.get(key, 0), fp16.get(key)))
+    first = True
+    for row in rows:
+        row.below = row.sqnr_db is not None and row.sqnr_db < threshold_db
+        if row.below and first:
+            row.first_below, first = True, False
+    return DebugReport(config.name, precision, threshold_db, accuracy.inputs,
+                       accuracy.output_sqnr_db, rows, note)

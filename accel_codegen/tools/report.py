@@ -1,0 +1,167 @@
+"""Reports in the forms the field uses: a per-layer CSV (as Arm's Vela writes one), one JSON
+schema tag shared by every report the tools write, and a per-op-type delegation summary of a
+partition (as ExecuTorch's ``get_delegation_info`` prints one).
+
+The per-layer rows are made from any records with the cost fields of
+:class:`~accel_codegen.RunStats`: a profiled run's, an estimate's layers, a benchmark's
+per-layer records. ``docs/report-schema.md`` describes the columns and the JSON keys.
+"""
+from __future__ import annotations
+
+import collections
+import csv
+import io
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from ..sim.costs import engine_names
+from ..sim.labels import label_key, layer_key
+from ..tables import Column, render_table, runs_macs
+
+#: The version of the report layout; a key renamed or removed raises it.
+SCHEMA_VERSION = 1
+
+#: The kinds of report that carry a ``schema`` tag.
+KINDS = ("partition", "estimate", "bench", "accuracy", "profile", "host-cost", "debug")
+
+#: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
+CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "cycles",
+               "network_share", "utilization", "bytes_read", "bytes_written", "dram_bytes",
+               "sram_bytes", "dram_cycles", "sram_cycles", "energy_pj")
+
+def schema(kind: str) -> str:
+    """The ``schema`` value of a report of ``kind``: ``accel-codegen/<kind>/<version>``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown report kind {kind!r}: one of {', '.join(KINDS)}")
+    return f"accel-codegen/{kind}/{SCHEMA_VERSION}"
+
+
+def tagged(kind: str, data: Mapping[str, Any]) -> Dict[str, Any]:
+    """``data`` with its ``schema`` tag first (a report's JSON form)."""
+    return {"schema": schema(kind), **{k: v for k, v in data.items() if k != "schema"}}
+
+
+def record_precision(record) -> Optional[str]:
+    """The precision of a run: its record's, else its first op's (None when unknown)."""
+    precision = getattr(record, "precision", None)
+    if precision:
+        return precision
+    ops = getattr(record, "ops", ())
+    return ops[0].precision if ops else None
+
+
+def source_ops(matched) -> Dict[str, List[str]]:
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
+    partitioned or pattern-matched module (what the partition report lists per layer)."""
+    import tvm
+    from tvm import relax
+
+    from ..compiler.walk import composite_calls, external_calls
+    from ..sim.labels import run_key
+
+    result: Dict[str, List[str]] = {}
+    for function, (_, external) in enumerate(external_calls(matched)):
+        for index, (_, composite) in enumerate(composite_calls(external)):
+            names = []
+            for block in composite.body.blocks:
+                for binding in block.bindings:
+                    value = binding.value
+                    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                        names.append(value.op.name)
+            result[run_key(function, index)] = names
+    return result
+
+
+def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
+    try:
+        return " ".join(sources.get(layer_key(label_key(label)), ()))
+    except AttributeError:  # not a run label of ours
+        return ""
+
+
+def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
+               sources: Optional[Mapping[str, Sequence[str]]] = None,
+               precision: Optional[str] = None) -> List[Dict[str, Any]]:
+    """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
+    the array's, for the utilisation (else the record's own figure); ``sources``: layer key
+    -> its Relax operators (:func:`source_ops`); ``precision``: of records that carry none.
+    MAC figures of runs without a CONV are None (not applicable)."""
+    sources = sources or {}
+    total = sum(r.cycles for r in records) or 1
+    rows = []
+    for r in records:
+        macs = runs_macs(r)
+        if not macs:
+            utilization = None
+        elif peak_macs_per_cycle:
+            utilization = r.macs / (r.cycles * peak_macs_per_cycle) if r.cycles else 0.0
+        else:
+            utilization = r.utilization
+        rows.append({
+            "layer": r.label, "source_ops": _source_of(r.label, sources),
+            "engines": engine_names(r), "precision": record_precision(r) or precision,
+            "mode": r.mode, "macs": r.macs if macs else None, "cycles": r.cycles,
+            "network_share": r.cycles / total, "utilization": utilization,
+            "bytes_read": r.bytes_read, "bytes_written": r.bytes_written,
+            "dram_bytes": getattr(r, "dram_bytes", 0), "sram_bytes": getattr(r, "sram_bytes", 0),
+            "dram_cycles": getattr(r, "memory_cycles", 0),
+            "sram_cycles": getattr(r, "sram_cycles", 0), "energy_pj": r.energy_pj})
+    return rows
+
+
+def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> str:
+    """The rows as CSV with a header line (``columns``; not applicable: empty)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n",
+                            extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def write_csv(rows: Iterable[Mapping[str, Any]], path,
+              columns: Sequence[str] = CSV_COLUMNS) -> Path:
+    """Write :func:`csv_text` of the rows to ``path``; returns the path."""
+    path = Path(path)
+    path.write_text(csv_text(rows, columns))
+    return path
+
+
+# --- the partition's per-op-type summary --------------------------------------------------------
+
+def op_type_summary(report) -> List[Dict[str, Any]]:
+    """Per operator type of a partition report (a PartitionReport or its dict form): how many
+    are offloaded and how many stay on the host, and the host reasons with their counts, most
+    frequent first; types in the order they first appear."""
+    ops = report["ops"] if isinstance(report, Mapping) else [vars(op) for op in report.ops]
+    by_type: Dict[str, Dict[str, Any]] = {}
+    for op in ops:
+        entry = by_type.setdefault(op["op"], {"op": op["op"], "offloaded": 0, "host": 0,
+                                              "reasons": collections.Counter()})
+        if op["offloaded"]:
+            entry["offloaded"] += 1
+        else:
+            entry["host"] += 1
+            entry["reasons"][op["reason"]] += 1
+    return [{**entry, "reasons": [{"reason": reason, "count": count}
+                                  for reason, count in entry["reasons"].most_common()]}
+            for entry in by_type.values()]
+
+
+def format_op_type_summary(summary: Sequence[Mapping[str, Any]]) -> str:
+    """The summary as a table: op type, offloaded, host, and why (each reason with its count
+    when the type has several)."""
+    width = max([len("op type"), *(len(e["op"]) for e in summary)])
+    columns = [Column("op type", width, "<"), Column("offloaded", 9), Column("host", 5),
+               Column("why on the host", 0, "<", gap="  ")]
+    rows: List[Any] = []
+    for entry in summary:
+        reasons = entry["reasons"]
+        first = ("" if not reasons else reasons[0]["reason"] if len(reasons) == 1
+                 else f"{reasons[0]['count']} x {reasons[0]['reason']}")
+        rows.append([entry["op"], entry["offloaded"], entry["host"], first])
+        for more in reasons[1:]:
+            rows.append(["", "", "", f"{more['count']} x {more['reason']}"])
+    totals = ["total", sum(e["offloaded"] for e in summary), sum(e["host"] for e in summary)]
+    return "delegation by operator type:\n" + render_table(columns, rows, footer=[totals])

@@ -1,0 +1,254 @@
+"""The exact rewrites onto what the engines run (compiler/rewrites.py, issue 33): YOLO's SPP
+pools as cascades of PDP pools, the Focus stem as a one-hot convolution, a permute before a
+dense layer's flatten folded into its weight, a constant bias reshape read by two convs, and
+c - x as the SDP's scale and shift. Each is offloaded (the partition report) and gives
+PyTorch's answer: bit for bit where the rewrite only selects or copies, within fp32's
+summation error where a convolution or dense layer sums, and within fp16's and int8's error
+on a small detector that has all five (from PyTorch and from its ONNX export)."""
+import numpy as np
+import pytest
+import torch
+
+import accel_codegen as ac
+from accel_codegen._accel_ffi import lib
+from accel_codegen.compiler.frontend import export_onnx, from_onnx
+from accel_codegen.frontend import from_pytorch
+from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
+
+
+def _partition(model, x, **options):
+    mod, params = from_pytorch(model.eval(), (torch.from_numpy(x),))
+    partitioned = ac.partition_for_accel(mod, params, **options)
+    return partitioned, ac.partition_report(partitioned)
+
+
+def _whole(report):
+    assert report.host == [] and len(report.functions) == 1, str(report)
+
+
+def _input(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# --- max pools wider than the PDP's window --------------------------------------------------------
+
+class SpatialPyramid(torch.nn.Module):
+    """YOLO's SPP (5, 9, 13) beside a 9 x 13 window and an 11 with ceil_mode (no effect at
+    stride 1), all stride 1 with 'same' padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.pools = torch.nn.ModuleList([
+            torch.nn.MaxPool2d(5, 1, 2), torch.nn.MaxPool2d(9, 1, 4), torch.nn.MaxPool2d(13, 1, 6),
+            torch.nn.MaxPool2d((9, 13), 1, (4, 6)), torch.nn.MaxPool2d(11, 1, 5, ceil_mode=True)])
+
+    def forward(self, x):
+        return torch.cat([x] + [pool(x) for pool in self.pools], 1)
+
+
+def test_spp_pools_run_as_shared_cascades_of_pdp_pools():
+    x = _input((1, 3, 12, 10), 0)  # smaller than the 13 x 13 window
+    partitioned, report = _partition(SpatialPyramid(), x)
+    _whole(report)
+    pools = [op for op in report.offloaded if op.op == "relax.nn.max_pool2d"]
+    # 5; 9 = 5 then 5 (the 5 shared); 13 = 9 then 5 (the 9 shared: SPPF's form); 9 x 13 = 9
+    # then 1 x 5; 11 = 9 then 3: five PDP runs for five pools
+    assert len(pools) == 5, str(report)
+    assert_same(build_and_run(partitioned, x), torch_forward(SpatialPyramid(), x))
+
+
+class NoCascade(torch.nn.Module):
+    """Wide max pools that are no cascade of 'same' pools: dilated, strided, not 'same'."""
+
+    def forward(self, x):
+        return (torch.nn.functional.max_pool2d(x, 9, 1, 4, dilation=2),
+                torch.nn.functional.max_pool2d(x, 9, 2, 4),
+                torch.nn.functional.max_pool2d(x, 9, 1, 2))
+
+
+def test_a_wide_pool_that_is_no_cascade_stays_on_the_host_with_its_reason():
+    mod, _ = from_pytorch(NoCascade().eval(), (torch.randn(1, 2, 24, 24),))
+    report = ac.partition_report(mod)
+    assert [op.op for op in report.host] == ["relax.nn.max_pool2d"] * 3, str(report)
+    limit = f"exceeds the PDP limit of {lib.ACCEL_MAX_POOL_KERNEL}"
+    assert [op.reason for op in report.host] == [
+        "relax.nn.max_pool2d with dilation [2, 2]"] + [f"op 0 (PDP): pooling kernel 9x9 {limit} "
+                                                      "per side"] * 2, str(report)
+
+
+# --- Focus / space-to-depth ------------------------------------------------------------------------
+
+class Focus(torch.nn.Module):
+    """YOLOv5's stem without its conv: the four 2 x 2 phases of x stacked on channels."""
+
+    def forward(self, x):
+        return torch.cat([x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+                          x[..., 1::2, 1::2]], 1)
+
+
+class EvenRows(torch.nn.Module):
+    """Phases that begin at 0 of an odd height: the last window reads one row of padding."""
+
+    def forward(self, x):
+        return torch.cat([x[:, :, ::2, 1::2], x[:, :, ::2, ::2]], 1)
+
+
+class ThirdPhases(torch.nn.Module):
+    """Stride-3 phases (a 3 x 3 kernel), the rows from 0 of a height 3 does not divide."""
+
+    def forward(self, x):
+        return torch.cat([x[:, :, ::3, 2::3], x[:, :, ::3, 1::3], x[:, :, ::3, 2::3]], 1)
+
+
+@pytest.mark.parametrize("model, shape", [(Focus(), (1, 3, 8, 12)), (EvenRows(), (1, 2, 7, 8)),
+                                          (ThirdPhases(), (2, 2, 7, 9))])
+def test_space_to_depth_is_a_one_hot_convolution(model, shape):
+    x = _input(shape, 1)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert [op.op for op in report.offloaded] == ["relax.nn.conv2d"], str(report)
+    # 1 * x plus zeros: the copy itself
+    assert_same(build_and_run(partitioned, x), torch_forward(model, x))
+
+
+def test_space_to_depth_in_int8_copies_the_input_codes():
+    """The one-hot weights quantise exactly (1 = code 127 at scale 1/127), and the output holds
+    the input's values, so calibration gives it the input's scale: the int8 conv copies each
+    code, and the output is the input quantised once, as the slices would give it."""
+    x = _input((1, 3, 8, 8), 6)
+    partitioned, report = _partition(Focus(), x, precision="int8", calibration=[(x,)])
+    _whole(report)
+    quants = list(ac.calibration_of(partitioned).tensors.values())
+    assert len({(q.scale, q.zero) for q in quants}) == 1, quants  # input and output alike
+    expected = quants[0].dequantize(quants[0].quantize(torch_forward(Focus(), x)))
+    assert_same(build_and_run(partitioned, x), expected.astype(np.float32))
+
+
+# --- a permute before a dense layer's flatten -------------------------------------------------------
+
+class NhwcHead(torch.nn.Module):
+    """A face detector's heads: convs, each output flattened NHWC into a Linear (torch's
+    matmul by a transposed weight) or into y @ W' (a constant [C*H*W, K])."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3, 4, 3, padding=1) for _ in range(2))
+        self.fc = torch.nn.Linear(4 * 5 * 6, 7)
+        self.w = torch.nn.Parameter(torch.randn(6 * 4 * 5, 3) * 0.1)
+
+    def forward(self, x):
+        y = torch.relu(self.convs[0](x)).permute(0, 2, 3, 1)
+        z = torch.relu(self.convs[1](x)).permute(0, 3, 1, 2)  # any order but the batch's
+        return torch.cat([self.fc(y.reshape(y.shape[0], -1)),
+                          z.reshape(z.shape[0], -1) @ self.w], 1)
+
+
+def test_a_permute_before_the_flatten_folds_into_the_dense_weight():
+    torch.manual_seed(2)
+    model = NhwcHead().eval()
+    x = _input((2, 3, 5, 6), 2)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert "relax.permute_dims" not in [op.op for op in report.ops if op.shape[0] == 2]
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x))
+
+
+# --- a constant bias reshape read by two ops ----------------------------------------------------------
+
+class SharedBias(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 8, 1, bias=False)
+        self.b = torch.nn.Conv2d(4, 8, 3, padding=1, bias=False)
+        self.bias = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        bias = self.bias.view(1, 8, 1, 1)  # one reshape, two readers
+        return torch.cat([torch.relu(self.a(x) + bias), torch.relu(self.b(x) + bias)], 1)
+
+
+def test_a_bias_reshape_read_by_two_convs_joins_both():
+    torch.manual_seed(3)
+    model = SharedBias().eval()
+    x = _input((1, 4, 6, 6), 3)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert [p for ps in report.functions.values() for p in ps] == [
+        "accel.conv2d_bias_relu", "accel.conv2d_bias_relu", "accel.concat"], str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x))
+
+
+# --- c - x --------------------------------------------------------------------------------------------
+
+class ConstantMinus(torch.nn.Module):
+    """Box decoding's c - x: a scalar and a grid of offsets minus the input itself, a
+    per-channel constant minus a conv's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+        self.register_buffer("c", torch.tensor([0.5, -1.25, 3.0]).view(1, 3, 1, 1))
+        self.register_buffer("grid", torch.randn(1, 3, 6, 6))
+
+    def forward(self, x):
+        return torch.cat([2.5 - x, self.grid - x, self.c - self.conv(x)], 1)
+
+
+def test_a_constant_minus_a_tensor_runs_on_the_sdp():
+    torch.manual_seed(4)
+    model = ConstantMinus().eval()
+    x = _input((1, 3, 6, 6), 4)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert "relax.subtract" not in [op.op for op in report.ops], str(report)
+    out, expected = build_and_run(partitioned, x), torch_forward(model, x)
+    assert_same(out[:, :6], expected[:, :6])  # -x + c rounds as c - x does
+    assert_close(out, expected)
+
+
+# --- all five in one detector, in every precision -------------------------------------------------------
+
+class TinyDetector(torch.nn.Module):
+    """Focus stem, conv, SPP, two convs adding one bias reshape, an NHWC flatten into the
+    head, and 1 - sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(12, 8, 3, padding=1)
+        self.pools = torch.nn.ModuleList(torch.nn.MaxPool2d(k, 1, k // 2) for k in (5, 9, 13))
+        self.a = torch.nn.Conv2d(32, 8, 1, bias=False)
+        self.b = torch.nn.Conv2d(32, 8, 3, padding=1, bias=False)
+        self.bias = torch.nn.Parameter(torch.randn(8) * 0.1)
+        self.head = torch.nn.Linear(16 * 4 * 4, 6)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(Focus()(x)))
+        x = torch.cat([x] + [pool(x) for pool in self.pools], 1)
+        bias = self.bias.view(1, 8, 1, 1)
+        y = torch.cat([torch.relu(self.a(x) + bias), torch.relu(self.b(x) + bias)], 1)
+        y = y.permute(0, 2, 3, 1).reshape(y.shape[0], -1)
+        return 1.0 - torch.sigmoid(self.head(y))
+
+
+@pytest.fixture(scope="module")
+def detector():
+    torch.manual_seed(5)
+    return TinyDetector().eval(), _input((1, 3, 8, 8), 5)
+
+
+def test_the_detector_from_onnx_is_whole_and_exact(detector, tmp_path):
+    model, x = detector
+    mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "det.onnx"))
+    partitioned = ac.partition_for_accel(mod, params)
+    _whole(ac.partition_report(partitioned))
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x))
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
+def test_the_detector_in_fp16_and_int8(detector, precision, min_db):
+    model, x = detector
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(6, 10)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db

@@ -1,0 +1,267 @@
+"""Models that arrive quantised (issue 33, item 7): an ONNX model in ONNX Runtime's QDQ format
+keeps its own scales, runs whole in int8 on the accelerator and agrees with ONNX Runtime's
+own int8 run of the same file."""
+import numpy as np
+import onnx
+import pytest
+import torch
+import tvm
+from torch import nn
+
+from accel_codegen.compiler import qdq
+from accel_codegen.compiler.frontend import export_onnx, from_onnx
+from accel_codegen.compiler.partition import (calibration_of, partition_for_accel,
+                                              partition_report)
+from accel_codegen.compiler.vm import virtual_machine
+from accel_codegen.errors import AccelInvalidError, AccelUnsupportedError
+
+ort = pytest.importorskip("onnxruntime")
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat,  # noqa: E402
+                                      QuantType, quantize_static)
+from onnxruntime.quantization.shape_inference import quant_pre_process  # noqa: E402
+
+SHAPE = (1, 3, 16, 16)
+
+
+class Net(nn.Module):
+    """conv+bn+relu, a residual add, max pooling, and a dense head: after a conv and a
+    flatten, or after a global average pool (``mean``)."""
+
+    def __init__(self, head: str):
+        super().__init__()
+        self.head = head
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.c3 = nn.Conv2d(8, 16, 3, padding=1)
+        self.c4 = nn.Conv2d(16, 4, 8)
+        self.fc = nn.Linear(16 if head == "mean" else 4, 10)
+        for bn in (self.b1, self.b2):
+            bn.running_mean.uniform_(-0.2, 0.2)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.data.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        z = self.pool(torch.relu(self.b2(self.c2(y)) + y))
+        z = torch.relu(self.c3(z))
+        z = z.mean((2, 3)) if self.head == "mean" else self.c4(z).flatten(1)
+        return self.fc(z)
+
+
+class Branches(nn.Module):
+    """MobileNet-style parts: ReLU6 (ONNX Clip), a depthwise conv, a concat of two branches,
+    an average pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.dw, self.b2 = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8)
+        self.pw, self.c2 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 3, padding=1)
+        self.pool, self.c3, self.fc = nn.AvgPool2d(2), nn.Conv2d(16, 4, 8), nn.Linear(4, 10)
+
+    def forward(self, x):
+        y = nn.functional.relu6(self.b1(self.c1(x)))
+        a = self.pw(nn.functional.relu6(self.b2(self.dw(y))))
+        z = self.pool(torch.cat([a, torch.relu(self.c2(y))], 1))
+        return self.fc(self.c3(z).flatten(1))
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self):
+        self.examples = iter({"x": np.random.default_rng(i).standard_normal(SHAPE)
+                              .astype(np.float32)} for i in range(8))
+
+    def get_next(self):
+        return next(self.examples, None)
+
+
+def quantized(tmp_path, head: str, activations, per_channel: bool):
+    """An ONNX Runtime QDQ model, made as its documentation says (pre-processing first)."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model = Branches() if head == "branches" else Net(head)
+    export_onnx(model, (torch.randn(SHAPE),), tmp_path / "f.onnx")
+    quant_pre_process(str(tmp_path / "f.onnx"), str(tmp_path / "p.onnx"))
+    quantize_static(str(tmp_path / "p.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=activations,
+                    weight_type=QuantType.QInt8, per_channel=per_channel)
+    return tmp_path / "q.onnx"
+
+
+def code_differences(path, inputs=24):
+    """|accelerator int8 - ONNX Runtime int8| at the output, in output codes, per value; and
+    the partition's report."""
+    mod, _ = from_onnx(path)
+    annotations = qdq.annotations_of(mod)
+    partitioned = partition_for_accel(mod, precision="int8")
+    vm = virtual_machine(tvm.compile(partitioned, target="llvm"))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    output = session.get_outputs()[0].name
+    scale = annotations.tensors[output][0]
+    differences = []
+    for i in range(inputs):
+        x = np.random.default_rng(100 + i).standard_normal(SHAPE).astype(np.float32)
+        reference = session.run(None, {"x": x})[0]
+        ours = vm["main"](tvm.runtime.tensor(x)).numpy()
+        differences.append(np.abs(np.round(ours / scale) - np.round(reference / scale)))
+    return np.concatenate([d.reshape(-1) for d in differences]), partitioned
+
+
+@pytest.mark.parametrize("activations, per_channel", [(QuantType.QUInt8, False),
+                                                      (QuantType.QInt8, True)])
+def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations, per_channel):
+    path = quantized(tmp_path, "flatten", activations, per_channel)
+    differences, partitioned = code_differences(path)
+    report = partition_report(partitioned)
+    assert "QuantizeLinear" not in str(report) and "DequantizeLinear" not in str(report)
+    text = str(report).splitlines()[0]
+    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
+        text.split(" of ")[1].split()[0], text  # every operator offloaded
+    assert differences.max() <= 1, np.bincount(differences.astype(int))
+    # rounding at ties and int16 multipliers flip a minority of values, never all
+    assert (differences == 0).mean() > 0.6
+    calibration = calibration_of(partitioned)
+    assert calibration.method == qdq.QDQ_METHOD and not calibration.bias_correction
+    assert not calibration.equalized
+
+
+def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):
+    path = quantized(tmp_path, "branches", QuantType.QUInt8, True)
+    differences, partitioned = code_differences(path, inputs=12)
+    text = str(partition_report(partitioned)).splitlines()[0]
+    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
+        text.split(" of ")[1].split()[0], text
+    assert differences.max() <= 1, np.bincount(differences.astype(int))
+
+
+def test_calibration_takes_the_models_scales(tmp_path):
+    path = quantized(tmp_path, "flatten", QuantType.QUInt8, True)
+    mod, _ = from_onnx(path)
+    match = qdq.qdq_calibration(mod)
+    graph = onnx.load(str(path)).graph
+    scales = {i.name[:-len("_scale")]: float(onnx.numpy_helper.to_array(i))
+              for i in graph.initializer if i.name.endswith("_scale") and
+              onnx.numpy_helper.to_array(i).size == 1}
+    assert not match.unmatched
+    used = {("f0.0", -1): "x"}  # the input's quantisation, as the model gives it
+    for key, tensor in used.items():
+        assert match.calibration.tensors[key].scale == pytest.approx(scales[tensor], rel=1e-7)
+    # every tensor of the runs has one of the model's activation scales
+    model_scales = set(np.float32(s) for s in scales.values())
+    assert all(np.float32(q.scale) in model_scales
+               for q in match.calibration.tensors.values())
+    # uint8 activations: zero points shifted into the accelerator's int8 codes
+    zero = int(onnx.numpy_helper.to_array(
+        next(i for i in graph.initializer if i.name == "x_zero_point")))
+    assert match.calibration.tensors[("f0.0", -1)].zero == zero - 128
+    with pytest.raises(AccelInvalidError, match="equalize"):
+        partition_for_accel(mod, precision="int8", equalize=True)
+    # the weights as parameters: the scales still travel with the module
+    detached, params = from_onnx(path, keep_params_in_input=True)
+    assert params and qdq.annotations_of(detached) == qdq.annotations_of(mod)
+
+
+def test_global_average_takes_the_models_finer_scale(tmp_path):
+    """ONNX Runtime requantises a global mean to a finer scale than its input's, which the
+    accelerator's pool (no output converter) would keep: the import makes it a depthwise
+    conv of weights 1 / (H W), whose converter gives the model's scale."""
+    path = quantized(tmp_path, "mean", QuantType.QUInt8, True)
+    differences, partitioned = code_differences(path, inputs=12)
+    report = str(partition_report(partitioned))
+    assert "relax.mean" not in report and "avgpool" not in report
+    text = report.splitlines()[0]
+    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
+        text.split(" of ")[1].split()[0], text
+    assert differences.max() <= 1, np.bincount(differences.astype(int))
+
+
+def test_fake_quantised_weights_of_a_qat_export():
+    """A QAT-style export: float weights through QuantizeLinear -> DequantizeLinear in the
+    graph (per output channel), symmetric int8 activations."""
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 2, 3, 3)).astype(np.float32) * 0.3
+    w_scale = (np.abs(weight).reshape(6, -1).max(axis=1) / 127).astype(np.float32)
+    values = {"w": weight, "ws": w_scale, "wz": np.zeros(6, np.int8),
+              "xs": np.float32(4 / 127), "z": np.int8(0), "ys": np.float32(0.05),
+              "yz": np.int8(-128), "b": rng.standard_normal(6).astype(np.float32) * 0.1}
+    nodes = [
+        onnx.helper.make_node("QuantizeLinear", ["x", "xs", "z"], ["xq"]),
+        onnx.helper.make_node("DequantizeLinear", ["xq", "xs", "z"], ["xd"]),
+        onnx.helper.make_node("QuantizeLinear", ["w", "ws", "wz"], ["wq"], axis=0),
+        onnx.helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+        onnx.helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c"], ["r"]),
+        onnx.helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["rq"]),
+        onnx.helper.make_node("DequantizeLinear", ["rq", "ys", "yz"], ["y"])]
+    model = _graph(nodes, values, (1, 6, 4, 4))
+    mod, _ = from_onnx(model)
+    partitioned = partition_for_accel(mod, precision="int8")
+    report = str(partition_report(partitioned))
+    assert "accel.conv2d_bias_relu" in report and "host" not in report.split("\n", 2)[2]
+    vm = virtual_machine(tvm.compile(partitioned, target="llvm"))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((1, 2, 4, 4)).astype(np.float32)
+        ours = vm["main"](tvm.runtime.tensor(x)).numpy()
+        reference = session.run(None, {"x": x})[0]
+        assert np.abs(np.round(ours / 0.05) - np.round(reference / 0.05)).max() <= 1
+
+
+def test_fingerprints_without_onnx_runtime(monkeypatch):
+    """onnxruntime is optional: the import's float run falls back to ONNX's reference
+    evaluator, with the same values."""
+    values = {"s": np.float32(0.02), "z": np.int8(-128), "ys": np.float32(0.01),
+              "yz": np.int8(0)}
+    model = _graph([
+        onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        onnx.helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        onnx.helper.make_node("MaxPool", ["xd"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        onnx.helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["pq"]),
+        onnx.helper.make_node("DequantizeLinear", ["pq", "ys", "yz"], ["y"])], values,
+        (1, 2, 2, 2))
+    with_ort = qdq.strip_qdq(model)[1]
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)
+    stripped, without = qdq.strip_qdq(model)
+    assert without.fingerprints.keys() == with_ort.fingerprints.keys() == {"xd", "p", "y"}
+    for name, (size, where, found) in without.fingerprints.items():
+        assert size == with_ort.fingerprints[name][0]
+        np.testing.assert_allclose(found, with_ort.fingerprints[name][2], atol=1e-6)
+    # the pairs are gone: the input's lowest code is 0, so a Relu keeps its clamp; the
+    # pool's output is non-negative already, so its pair is an Identity
+    assert [n.op_type for n in stripped.graph.node] == ["Relu", "MaxPool", "Identity"]
+    assert without.tensors["y"] == (pytest.approx(0.01), 0, "int8")
+    # the matching input covers the input's codes: [0, 255 x 0.02]
+    assert without.inputs == [("x", [1, 2, 4, 4], 0.0, pytest.approx(255 * 0.02))]
+
+
+def _graph(nodes, initializers, out_shape=(1, 2, 4, 4)):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 4, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, list(out_shape))
+    graph = onnx.helper.make_graph(nodes, "g", [x], [y], [
+        onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_unsupported_quantisations_name_the_node():
+    scalar = {"s": np.float32(0.1), "z": np.int8(0)}
+    operator_format = _graph([
+        onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+        onnx.helper.make_node("Relu", ["q"], ["y"], name="r")], scalar)
+    with pytest.raises(AccelUnsupportedError, match="node 'quant'.*node 'r'"):
+        from_onnx(operator_format, qdq=True)
+    # by default: said, and imported as TVM imports it, without scales
+    with pytest.warns(UserWarning, match="node 'quant'.*node 'r'"):
+        mod, _ = from_onnx(operator_format)
+    assert qdq.annotations_of(mod) is None
+    per_axis = _graph([
+        onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant", axis=1),
+        onnx.helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq", axis=1)],
+        {"s": np.float32([0.1, 0.2]), "z": np.int8([0, 0])})
+    with pytest.raises(AccelUnsupportedError, match="per axis"):
+        from_onnx(per_axis, qdq=True)
+    int8_input = _graph([
+        onnx.helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")], scalar)
+    with pytest.raises(AccelUnsupportedError, match="node 'dq'"):
+        from_onnx(int8_input, qdq=True)

@@ -1,0 +1,192 @@
+"""The INT8 LUT activations on vector lanes (sdp_i8.c: span_lut, channels_lut) against the
+scalar definition and the NumPy reference, bit for bit.
+
+Random tables and converters for every LUT activation: index selects from 0 to 31, tables near
+and far from 0, LE around or beside LO, slopes beyond LE, per-channel converters (multipliers of
+both signs and 0, shifts 0..40, biases that saturate int32), the element-wise ops, output
+converters of both forms (out_mul 0 / 1 with a small shift: int32 lanes; others: int64 lanes),
+lengths that are not multiples of 16, and every input code from -128 to 127. Each case checks
+that the LUT inputs t reach LO, LE, and both slopes. ACCEL_SDP_I8_LUT=scalar (read once per
+process) forces the scalar definition: a subprocess runs the same cases through it.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from accel_codegen import Conv, Device, Sdp
+from accel_codegen import reference as ref
+from accel_codegen.sim.ops import LutInt8
+from accel_codegen.sim.vocabulary import ACTIVATIONS
+
+LUT_ACTS = [e.name for e in ACTIVATIONS if e.feature == "lut"]
+SELECTS = [(0, 3), (4, 7), (9, 12), (16, 19), (21, 24), (27, 31), (31, 31)]
+#: output converters: (out_mul, out_shift, out_zero)
+OUTPUTS = [(1, 7, -128), (1, 8, 0), (0, 0, 5), (1, 0, -3), (-23170, 22, 9), (32767, 23, -128)]
+CHANNELS = 37
+
+
+def _t_of(op: Sdp, x: np.ndarray) -> np.ndarray:
+    """The LUT's input t of an INT8 SDP with no element-wise op (accel.h's first two steps)."""
+    c = x.shape[1]
+    v = x.astype(np.int64) - op.in_zero
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    t = np.clip(v + op.bias.astype(np.int64).reshape(shape), -2**31, 2**31 - 1)
+    mul, rshift = op.mul.astype(np.int64).reshape(shape), op.rshift.astype(np.int64).reshape(shape)
+    t = ref.rhaz(t * mul, rshift)
+    return np.clip(t, -2**31, 2**31 - 1)
+
+
+def _case(index: int, act: str, spatial: tuple):
+    """An INT8 SDP with a LUT activation whose per-channel converters spread t over the tables
+    and beyond them, and its input (every code, in every channel)."""
+    rng = np.random.default_rng(1000 + index)
+    lo_sel, le_sel = SELECTS[index % len(SELECTS)]
+    out_mul, out_shift, out_zero = OUTPUTS[index % len(OUTPUTS)]
+    width = 256 << lo_sel
+    if width <= 2**28:
+        lo_start = int(rng.integers(-4 * width, 4 * width))
+        beside = index % 4 == 1  # LE next to LO, not around it
+        le_start = lo_start - (64 << le_sel) // (1 if beside else 2)
+        le_start += int(rng.integers(0, 1 << le_sel))
+    else:  # LO reaches INT32_MAX: LE below it, then the underflow slope
+        lo_start = int(rng.integers(-2**29, 2**29))
+        le_start = lo_start - int(rng.integers(1, 2**30))
+    # entries of about +-256 output steps after the output converter
+    amplitude = 32768 if out_shift >= 7 else 300
+    lut = LutInt8(rng.integers(-amplitude, amplitude, 257).astype(np.int16),
+                  rng.integers(-amplitude, amplitude, 65).astype(np.int16), lo_start, le_start,
+                  lo_sel, le_sel, int(rng.integers(-32768, 32768)), int(rng.integers(0, 40)),
+                  int(rng.integers(-32768, 32768)), int(rng.integers(0, 40)))
+    # Per channel: t = (v + bias) * k with k = mul / 2^s, centred somewhere on
+    # [le_start - span / 2, le_end + span / 2], v spanning a few LO steps to all of LE.
+    le_end = le_start + (64 << le_sel)
+    span = min(le_end - min(le_start, lo_start), 2**32)
+    centres = rng.uniform(max(min(le_start, lo_start) - span / 2, -2**31 - 2**28),
+                          min(le_end + span / 2, 2**31 + 2**28), CHANNELS)
+    reach = span * 2.0 ** rng.uniform(-7, 0, CHANNELS)  # t's range over v in [-255, 255]
+    shift = rng.integers(0, 41, CHANNELS)
+    k = reach / 510
+    mul = np.clip(np.round(k * 2.0 ** shift), -32768, 32767)
+    # shifts too small or too large for k: the nearest that gives mul in [2^13, 2^15)
+    need = np.clip(np.floor(np.log2(16384 / np.maximum(k, 1e-30))), 0, 40).astype(np.int64)
+    bad = (np.abs(mul) < 8192) | (np.abs(mul) > 32767)
+    shift = np.where(bad, need, shift)
+    mul = np.clip(np.round(k * 2.0 ** shift), 1, 32767)
+    mul = np.where(rng.random(CHANNELS) < 0.15, -mul, mul)  # negative multipliers
+    bias = np.clip(np.round(centres / (mul / 2.0 ** shift)), -2**31, 2**31 - 1)
+    mul[3], shift[3], bias[3] = 0, 5, 77  # t = 0 throughout
+    mul[5], shift[5], bias[5] = 32767, 0, 2**31 - 1  # saturates at INT32_MAX
+    mul[6], shift[6], bias[6] = 32767, 0, -2**31  # and at INT32_MIN
+    op = Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16),
+             rshift=shift.astype(np.uint8), act=act, lut=lut, precision="int8",
+             in_zero=int(rng.integers(-128, 128)), out_mul=out_mul, out_shift=out_shift,
+             out_zero=out_zero)
+    codes = np.arange(-128, 128, dtype=np.int8)
+    count = int(np.prod(spatial))
+    x = np.stack([np.resize(np.roll(codes, 7 * c), count) for c in range(CHANNELS)])
+    x = rng.permuted(x, axis=1).reshape((1, CHANNELS) + spatial)
+    return op, x
+
+
+def _reaches_every_branch(op: Sdp, x: np.ndarray):
+    lut = op.lut
+    t = _t_of(op, x).reshape(-1)
+    lo = (t >= lut.lo_start) & (t < lut.lo_start + (256 << lut.lo_index_select))
+    le = ~lo & (t >= lut.le_start) & (t < lut.le_start + (64 << lut.le_index_select))
+    under = ~lo & ~le & (t < lut.le_start)
+    over = ~lo & ~le & ~under
+    return [int(n) for n in (lo.sum(), le.sum(), under.sum(), over.sum())]
+
+
+#: (case index, activation, spatial shape): lengths 35, 2100 (two chunks of the independent
+#: run: 2048 + 52) and 1 (one value per channel: the channel-wise path, 37 = 2 x 16 + 5)
+CASES = [(i, LUT_ACTS[i % len(LUT_ACTS)], [(5, 7), (30, 70), (1, 1)][i % 3])
+         for i in range(2 * len(SELECTS))]
+
+
+def _run_cases(device):
+    out = []
+    for index, act, spatial in CASES:
+        op, x = _case(index, act, spatial)
+        out.append(device.run([op], x)[0])
+    return out
+
+
+@pytest.mark.parametrize("index,act,spatial", CASES,
+                         ids=[f"{i}-{a}-{'x'.join(map(str, s))}" for i, a, s in CASES])
+def test_random_tables_equal_the_reference(index, act, spatial):
+    op, x = _case(index, act, spatial)
+    y = Device("nv_full", num_threads=1).run([op], x)[0]
+    np.testing.assert_array_equal(y, ref.run_chain([op], x))
+    if spatial != (1, 1):
+        lo, le, under, over = _reaches_every_branch(op, x)
+        # with LO reaching INT32_MAX (large selects) nothing lies beyond LE
+        reach_max = op.lut.lo_start + (256 << op.lut.lo_index_select) > 2**31
+        assert lo > 0 and le > 0 and under > 0 and (over > 0 or reach_max), \
+            (lo, le, under, over)
+        # not only saturated codes
+        assert len(np.unique(y)) > 4
+
+
+@pytest.mark.parametrize("ew_op", ["add", "mul", "max", "min"])
+def test_element_wise_ops_before_the_table(ew_op):
+    """An element-wise operand takes t through the int64 steps (front8) on both paths."""
+    op, x = _case(4, "silu", (9, 11))
+    rng = np.random.default_rng(5)
+    operand = rng.integers(-128, 128, x.shape).astype(np.int8)
+    operand.flat[:2] = [-128, 127]
+    op = Sdp(**{**op.__dict__, "ew_op": ew_op, "operand": operand, "ew_zero": 3,
+                "ew_mul": int(rng.integers(1, 32768)), "ew_shift": 4})
+    device = Device("nv_full", num_threads=1)
+    np.testing.assert_array_equal(device.run([op], x)[0], ref.run_chain([op], x))
+
+
+@pytest.mark.parametrize("mode", ["fused", "independent"])
+def test_a_conv_epilogue_with_large_accumulators(mode):
+    """A CONV's accumulators (|v| up to 2^20 here) through converters with shifts below and
+    above 16: the int32 front's limit and its int64 fallback."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 24, 9, 13)).astype(np.int8)
+    x[0, :, 0, :] = 127
+    x[0, :, 1, :] = -128
+    w = rng.integers(-127, 128, (20, 24, 3, 3)).astype(np.int8)
+    w[0], w[1] = 127, -127  # accumulators near the extremes
+    op, _ = _case(3, "gelu", (1, 1))
+    shift = rng.integers(0, 30, 20)
+    mul = rng.integers(0, 32768, 20)
+    lut = op.lut
+    centre = lut.lo_start + (128 << lut.lo_index_select)
+    bias = np.clip(np.round(centre * 2.0 ** shift / np.maximum(mul, 1)) // 8, -2**31, 2**31 - 1)
+    chain = [Conv(w, padding=1, precision="int8", in_zero=-2),
+             Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16),
+                 rshift=shift.astype(np.uint8), act="gelu", lut=lut, precision="int8",
+                 out_mul=1, out_shift=7, out_zero=-128)]
+    y, _ = Device("nv_full", num_threads=2).run(chain, x, mode=mode)
+    np.testing.assert_array_equal(y, ref.run_chain(chain, x))
+
+
+def test_the_scalar_path_gives_the_same_codes(tmp_path):
+    """ACCEL_SDP_I8_LUT=scalar: the portable definition (what a build without AVX-512 runs)
+    gives the codes of the vector path and of the reference."""
+    script = (
+        "import sys, numpy as np\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import test_lut_int8_lanes as m\n"
+        "from accel_codegen import Device\n"
+        "ys = m._run_cases(Device('nv_full', num_threads=1))\n"
+        f"np.savez({str(tmp_path / 'scalar.npz')!r}, *ys)\n")
+    env = {**os.environ, "ACCEL_SDP_I8_LUT": "scalar"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    scalar = np.load(tmp_path / "scalar.npz")
+    vector = _run_cases(Device("nv_full", num_threads=1))
+    for i, (y, (index, act, spatial)) in enumerate(zip(vector, CASES)):
+        op, x = _case(index, act, spatial)
+        np.testing.assert_array_equal(scalar[f"arr_{i}"], y, err_msg=json.dumps([index, act]))
+        np.testing.assert_array_equal(y, ref.run_chain([op], x))

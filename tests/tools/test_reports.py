@@ -1,0 +1,241 @@
+"""The reports in the forms the field uses (issue 30): the per-layer CSV of an estimate, a
+profiled run and a bench; the schema tag of every JSON report; the partition's summary per
+operator type; the counterfactual cost of the host operators (--host-cost); the layer-by-layer
+debugger; the bench's ratio column said to be a ratio of times measured side by side."""
+import csv
+import io
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from accel_codegen.tools.report import CSV_COLUMNS, csv_text, op_type_summary, schema, tagged
+from conftest import run_cli
+
+TINY = textwrap.dedent("""
+    import torch
+
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            y = torch.softmax(y, dim=1)
+            return torch.sin(y) + y
+
+
+    def model():
+        torch.manual_seed(0)
+        return Tiny().eval(), (torch.randn(1, 3, 8, 8),)
+    """)
+
+
+def _rows(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_schema_tag():
+    assert schema("estimate") == "accel-codegen/estimate/1"
+    assert list(tagged("bench", {"a": 1, "schema": "old"})) == ["schema", "a"]
+    with pytest.raises(ValueError, match="unknown report kind 'sweeps'"):
+        schema("sweeps")
+
+
+def test_estimate_csv_rows_add_up_to_the_report(zoo, tmp_path):
+    from accel_codegen.tools.estimation import estimate
+
+    mod, params, _ = zoo("lenet5").imported
+    report = estimate(mod, params, config="nv_small", precision="int8")
+    rows = _rows(report.to_csv(tmp_path / "e.csv").read_text())
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    assert [r["layer"] for r in rows] == [layer.label for layer in report.layers]
+    assert sum(int(r["cycles"]) for r in rows) == report.total_cycles
+    assert sum(float(r["network_share"]) for r in rows) == pytest.approx(1.0)
+    assert sum(float(r["energy_pj"]) for r in rows) == pytest.approx(report.total_energy_pj)
+    assert {r["precision"] for r in rows} == {"int8"}
+    # the first layer computes the model's first conv, its bias, ReLU and pool
+    assert rows[0]["source_ops"].split() == ["relax.nn.conv2d", "relax.reshape", "relax.add",
+                                             "relax.nn.relu", "relax.nn.max_pool2d"]
+    peak = report.config.macs_per_cycle("int8")
+    assert float(rows[1]["utilization"]) == pytest.approx(
+        report.layers[1].macs / (report.layers[1].cycles * peak))
+    data = report.to_dict()
+    assert data["schema"] == "accel-codegen/estimate/1"
+    assert data["layers"][0]["source_ops"] == rows[0]["source_ops"]
+    assert data["layers"][0]["macs"] == report.layers[0].macs  # its own fields are kept
+
+
+def test_csv_leaves_mac_figures_of_runs_without_a_conv_empty():
+    from accel_codegen.tools.report import layer_rows
+
+    class Op:
+        def __init__(self, engine):
+            self.engine, self.op, self.precision = engine, "", "fp16"
+
+    class Run:
+        label, mode, macs, cycles, utilization = "f0.1c0 accel.concat", "independent", 0, 50, 0.0
+        bytes_read = bytes_written = 100
+        energy_pj = 1.0
+        ops = (Op("BDMA"),)
+
+    (row,) = _rows(csv_text(layer_rows([Run()], peak_macs_per_cycle=64)))
+    assert row["macs"] == "" and row["utilization"] == "" and row["engines"] == "BDMA"
+    assert row["precision"] == "fp16" and row["cycles"] == "50"
+
+
+def test_op_type_summary_groups_the_reasons():
+    ops = [{"op": "relax.add", "offloaded": True, "reason": None},
+           {"op": "relax.nn.softmax", "offloaded": False, "reason": "no primitive"},
+           {"op": "relax.add", "offloaded": False, "reason": "a broadcast"},
+           {"op": "relax.add", "offloaded": False, "reason": "a broadcast"},
+           {"op": "relax.add", "offloaded": False, "reason": "int64"}]
+    summary = op_type_summary({"ops": ops})
+    assert summary == [
+        {"op": "relax.add", "offloaded": 1, "host": 3,
+         "reasons": [{"reason": "a broadcast", "count": 2}, {"reason": "int64", "count": 1}]},
+        {"op": "relax.nn.softmax", "offloaded": 0, "host": 1,
+         "reasons": [{"reason": "no primitive", "count": 1}]}]
+
+
+def test_counterfactual_rooflines():
+    from accel_codegen.sim.config import AccelConfig
+    from accel_codegen.tools.host_cost import counterfactual
+
+    config = AccelConfig.resolve("nv_full")  # 20 bytes a cycle of DRAM at 1 GHz
+    sin = counterfactual("relax.sin", [[1, 8, 8, 8]], [1, 8, 8, 8], config, "fp32")
+    # 512 elements in and out at 2 bytes: 2,048 bytes, 103 DRAM cycles; 512 / 16 = 32 SDP cycles
+    assert (sin["engine"], sin["dram_bytes"], sin["dram_cycles"], sin["compute_cycles"],
+            sin["cycles"]) == ("SDP", 2048, 103, 32, 103)
+    assert sin["energy_pj"] == pytest.approx(2048 * 162.5 + 512 * 4.6)
+    mm = counterfactual("relax.matmul", [[4, 64, 256], [256, 128]], [4, 64, 128], config, "int8")
+    assert mm["macs"] == 4 * 64 * 128 * 256 and mm["engine"] == "CONV"
+    assert mm["compute_cycles"] == 4 * 64 * 128 * 256 // config.macs_per_cycle("int8")
+    assert counterfactual("relax.reshape", [[1, 8]], [8], config, "fp32")["cycles"] == 0
+    assert counterfactual("relax.permute_dims", [[2, 3]], [3, 2], config, "fp32")["engine"] == \
+        "BDMA"
+    assert counterfactual("relax.nn.softmax", [[10]], [10], config, "fp32")["elements"] == 30
+
+
+def test_partition_prints_op_types_and_ranks_host_costs(capsys, tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    spec = f"{tmp_path / 'tiny.py'}:model"
+    out_json, out_csv = tmp_path / "p.json", tmp_path / "h.csv"
+    status, out, err = run_cli(capsys, "partition", spec, "--host-cost", "--json", out_json,
+                               "--csv", out_csv)
+    assert status == 0, err
+    assert "delegation by operator type:" in out
+    summary_line = next(line for line in out.splitlines() if line.startswith("relax.nn.softmax"))
+    assert summary_line.split()[1:3] == ["0", "1"]
+    data = json.loads(out_json.read_text())
+    assert data["schema"] == "accel-codegen/partition/1"
+    assert {e["op"] for e in data["op_types"]} >= {"relax.nn.conv2d", "relax.sin"}
+    costs = data["host_costs"]
+    assert sorted(c["op"] for c in costs) == ["relax.nn.softmax", "relax.sin"]
+    assert all(c["host_ms"] > 0 for c in costs)  # measured, each compiled alone
+    assert [c["host_ms"] for c in costs] == sorted((c["host_ms"] for c in costs), reverse=True)
+    sin = next(c for c in costs if c["op"] == "relax.sin")
+    assert (sin["cycles"], sin["dram_bytes"], sin["kind"]) == (103, 2048, "unary")
+    rows = _rows(out_csv.read_text())
+    assert [r["op"] for r in rows] == [c["op"] for c in costs]
+
+
+def test_debug_flags_the_first_layer_below_the_threshold(zoo):
+    from accel_codegen.tools.debug import debug_report
+    from accel_codegen.tools.model_spec import random_inputs
+
+    mod, params, x = zoo("lenet5").imported
+    report = debug_report(mod, params, random_inputs([x], 2, 1), config="nv_full",
+                          calibration=random_inputs([x], 4, 0), threshold_db=100.0)
+    assert [r.key for r in report.layers] == [f"f0.{i}" for i in range(5)]
+    assert all(10 < r.sqnr_db < 100 and r.max_abs_error > 0 for r in report.layers)
+    assert report.layers[-1].sqnr_db == pytest.approx(report.output_sqnr_db)
+    assert [r.first_below for r in report.layers] == [True, False, False, False, False]
+    # nv_full runs fp16 at half int8's MAC rate, with converting runs around the layer
+    assert all(r.fp16_cycles > r.cycles > 0 for r in report.layers)
+    text = str(report)
+    assert "! first layer below the threshold: f0.0 accel.conv2d_bias_relu_maxpool" in text
+    data = report.to_dict()
+    assert data["schema"] == "accel-codegen/debug/1" and data["first_below"] == "f0.0"
+
+
+def test_debug_cli_reads_an_npz_and_says_what_it_cannot_tell(capsys, tmp_path, zoo):
+    x = zoo("lenet5").x_np
+    np.savez(tmp_path / "data.npz", np.concatenate([x, -x]))  # a stack of two inputs
+    status, out, err = run_cli(capsys, "debug", "lenet5", "--config", "nv_small", "--inputs",
+                               tmp_path / "data.npz", "--calibration", "2", "--threshold", "0",
+                               "--csv", tmp_path / "d.csv")
+    assert status == 0, err
+    assert "2 input(s) from" in err and "every layer is at or above 0 dB" in out
+    assert "if fp16: nv_small has no fp16" in out
+    rows = _rows((tmp_path / "d.csv").read_text())
+    assert len(rows) == 5 and all(r["fp16_cycles"] == "" for r in rows)
+    status, _, err = run_cli(capsys, "debug", "lenet5", "--inputs", tmp_path / "x.txt")
+    assert status == 1 and "a count of random inputs or an .npz file" in err
+
+
+def test_bench_header_says_the_ratio_is_of_times_measured_side_by_side():
+    from accel_codegen.tools.bench import format_table
+
+    wall = {"median": 2.0, "min": 1.5, "max": 3.0, "runs": 3}
+    result = {"model": "m", "config": {"name": "nv_full", "atomic_c": 64, "atomic_k": 32,
+                                       "dram_bytes_per_s": 2e10, "clock_hz": 1e9},
+              "threads": 1, "repeat": 3, "host_repeat": 1, "warmup": 1,
+              "load_average": {"before": 0.0, "after": 0.0, "cpus": 2},
+              "modes": {"pytorch": {"wall_ms": wall}, "host": {"wall_ms": {**wall,
+                                                                            "median": 6.0}}}}
+    text = format_table(result)
+    assert "t/pytorch" in text and "vs pytorch" not in text
+    assert "3.00x" in text and "measured in the same interleaved rounds" in text
+    assert "charges fp32 tensors as fp16" not in text  # no simulator fp32 mode ran
+    result["modes"]["fused"] = {"wall_ms": wall, "cycles": 10, "simulated_ms": 1e-5,
+                                "frames_per_s": 1e8, "bytes_read": 2e6, "bytes_written": 1e6,
+                                "utilization": 0.5, "energy_pj": 1e6}
+    assert "charges fp32 tensors as fp16" in format_table(result)
+
+
+def test_bench_plot_title_names_only_the_modes_that_ran():
+    from accel_codegen.tools.plotting import bench_title
+
+    assert bench_title({"model": "m", "modes": dict.fromkeys(
+        ["fused", "decomposed", "host", "pytorch"])}) == \
+        "m: fused vs decomposed on the simulated accelerator, TVM's host build and PyTorch eager"
+    assert bench_title({"model": "m", "modes": dict.fromkeys(["fused", "ort_int8"])}) == \
+        "m: fused on the simulated accelerator and ONNX Runtime int8"
+    assert bench_title({"model": "m", "modes": {"pytorch": {}}}) == "m: PyTorch eager"
+
+
+def test_error_lines_shorten_external_function_symbols():
+    from accel_codegen.tools.cli import shorten_symbols
+
+    symbol = "fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1_accel"
+    line, details = shorten_symbols(f"in {symbol}: bad shape; fused_relax_add1_accel too")
+    assert line == ("in fused_relax_nn_conv2d_re...pool2d1_accel: bad shape; "
+                    "fused_relax_add1_accel too")  # a short symbol stays whole
+    assert details == {"fused_relax_nn_conv2d_re...pool2d1_accel": symbol}
+
+
+def test_run_csv_is_the_profile_and_agrees_with_the_estimate(capsys, tmp_path, zoo):
+    import accel_codegen as ac
+    from accel_codegen.tools.estimation import estimate
+
+    mod, params, x = zoo("lenet5").imported
+    library = tmp_path / "lenet5.so"
+    ac.export_library(ac.build(mod, params, config="nv_full"), str(library))
+    np.save(tmp_path / "x.npy", x)
+    status, out, err = run_cli(capsys, "run", library, "--input", tmp_path / "x.npy",
+                               "--csv", tmp_path / "run.csv")
+    assert status == 0, err
+    assert "(one row per accelerator run)" in out
+    rows = _rows((tmp_path / "run.csv").read_text())
+    expected = estimate(mod, params, config="nv_full").layer_rows()
+    assert [r["layer"] for r in rows] == [e["layer"] for e in expected]
+    assert [int(r["cycles"]) for r in rows] == [e["cycles"] for e in expected]
+    assert [float(r["utilization"]) for r in rows] == pytest.approx(
+        [e["utilization"] for e in expected])
+    assert {r["precision"] for r in rows} == {"fp32"}
+    status, _, err = run_cli(capsys, "run", library, "--random", "--csv", tmp_path / "r.txt")
+    assert status == 1 and "--csv path" in err and "must end in .csv" in err
