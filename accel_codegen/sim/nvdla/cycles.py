@@ -74,7 +74,8 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
     c, h, w = layer.in_shape
     elements = -(-c // ATOM_C) * ATOM_C * h * w
     beats = config.dram_bytes_per_s / config.clock_hz
-    reads = min(beats, config.dram_burst_bytes / config.dram_read_request_cycles)
+    reads = beats if config.dram_read_request_cycles <= 0 else min(
+        beats, config.dram_burst_bytes / config.dram_read_request_cycles)
     transfer = max(elements / reads, 2 * elements / beats)
     compute = -(-elements // config.cdp_throughput)
     return int(config.cdp_pipeline_cycles + max(config.dram_latency_cycles + compute,
