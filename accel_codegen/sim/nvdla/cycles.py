@@ -1,11 +1,12 @@
-"""A first cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
+"""The cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
 through :func:`accel_codegen.sim.device.estimate_chain`), under NVDLA's RTL testbench memory.
 
 The testbench's memory is not a DRAM: a fixed read latency of 32 cycles and one 8-byte beat per
-cycle (a read request accepted every other cycle). :func:`testbench_config` is nv_small with
-that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, no
-turnaround. This is the cost model as it stands (issue 31 item 4 corrects it against the RTL's
-cycles; docs/nvdla_rtl.md has the error table).
+cycle, a read request accepted every other cycle. :func:`testbench_config` is nv_small with
+that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, a
+read request every 2 cycles, no turnaround. The cost model's RTL-calibrated fields (pipeline
+cycles, weight-load cycles) are nv_small's own; docs/nvdla_rtl.md has the error table against
+the RTL's cycles.
 
 The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
 cost model's own rule for a streaming engine written out: the input read once at the memory's
