@@ -9,9 +9,9 @@ cycles, weight-load cycles) are nv_small's own; docs/nvdla_rtl.md has the error 
 the RTL's cycles.
 
 The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
-cost model's own rule for a streaming engine written out: the input read once at the memory's
-rate, one element per cycle (nv_small's CDP throughput), the output written once, plus the read
-latency.
+cost model's own rule for a streaming engine written out: the CDP's pipeline cycles, then the
+long pole of the read latency plus one element per cycle (nv_small's CDP throughput, whole
+atoms) and the transfers (the input read once at the read rate, the output written once).
 """
 from __future__ import annotations
 
