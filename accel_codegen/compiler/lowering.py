@@ -26,14 +26,14 @@ from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, P
                     SdpSpec, Unsupported, constant_value, describe, dtype_of, is_constant, op_name,
                     static_shape)
 
-# Relax op -> the engine's name for it, from the op vocabulary.
-ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
+# Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
+# used: a test may extend the vocabulary).
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
 # Ops the SDP runs only with a constant second operand, as its scale/shift: x - c = x + (-c),
 # x / c = x * (1 / c) (one rounding of 1 / c: within an ulp of the division).
-AFFINE_ONLY = {"relax.subtract": "relax.add", "relax.divide": "relax.multiply"}
+AFFINE_ONLY = dict(zip(chains.AFFINE_OPS, ("relax.add", "relax.multiply")))
 
 
 class Stage(NamedTuple):

@@ -112,7 +112,7 @@ def name_composites(mod: tvm.IRModule) -> tvm.IRModule:
     """Fill the ``{act}``, ``{pool}``, ... fields of the composite functions' names with the
     kinds their match has (``accel.conv2d_bn_{act}`` -> ``accel.conv2d_bn_relu``): the entry
     is matched again on the composite's body, as TVM's code generators do."""
-    templates = {e.name: e for e in chains.entries() if "{" in e.name}
+    templates = chains.templates()
     updates = {}
     for gv, function in mod.functions_items():
         name = str(function.attrs["Composite"]) if isinstance(function, relax.Function) and \
