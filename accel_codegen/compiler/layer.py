@@ -483,13 +483,25 @@ def constant_value(expr: relax.Expr) -> np.ndarray:
     return expr.value.numpy()
 
 
-def bound_values(function: relax.Function) -> Callable[[relax.Expr], Optional[relax.Expr]]:
+class Bindings(dict):
+    """Var -> bound value of a chain's bindings, callable as a :data:`Lookup`; a dict, so that
+    a pattern can be matched against it again (``extract_matched_expr(expr, var2val)``)."""
+
+    def __call__(self, var: relax.Expr) -> Optional[relax.Expr]:
+        return self.get(var)
+
+    @classmethod
+    def of(cls, function: relax.Function) -> "Bindings":
+        table = cls()
+        for block in function.body.blocks:
+            for binding in block.bindings:
+                table[binding.var] = binding.value
+        return table
+
+
+def bound_values(function: relax.Function) -> Bindings:
     """A lookup of the Var -> value bindings of a function body (for the code generator)."""
-    table = {}
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            table[binding.var] = binding.value
-    return lambda var: table.get(var)
+    return Bindings.of(function)
 
 
 def chain_root(function: relax.Function) -> relax.Expr:

@@ -3,8 +3,9 @@ checks and the code generator share.
 
 A composite is a chain: a data input flows through CONV or dense, then bias, batch norm, an
 element-wise op with a second tensor, an activation, and pooling, each optional. ``lower_chain``
-walks such a chain back from its last op and returns a :class:`Layer` of engine op specs, or
-raises :class:`Unsupported` with the reason in words (dtype, layout, a hardware limit, ...).
+reads the ops' roles from the chain's annotated pattern (:mod:`.chains`) and returns a
+:class:`Layer` of engine op specs, or raises :class:`Unsupported` with the reason in words
+(dtype, layout, an attribute the engine does not honour, a hardware limit, ...).
 Hardware limits are not restated here: the layer is costed by the C library, whose validation
 says no with its own message.
 """
@@ -14,27 +15,29 @@ import enum
 from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
-from . import custom
+from . import chains, custom
+from .chains import Roles
 from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, PoolSpec,
                     SdpSpec, Unsupported, constant_value, describe, dtype_of, is_constant, op_name,
                     static_shape)
 
-# Relax op -> the engine's name for it, from the op vocabulary.
-ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
+# Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
+# used: a test may extend the vocabulary).
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
 # Ops the SDP runs only with a constant second operand, as its scale/shift: x - c = x + (-c),
 # x / c = x * (1 / c) (one rounding of 1 / c: within an ulp of the division).
-AFFINE_ONLY = {"relax.subtract": "relax.add", "relax.divide": "relax.multiply"}
+AFFINE_ONLY = dict(zip(chains.AFFINE_OPS, ("relax.add", "relax.multiply")))
 
 
 class Stage(NamedTuple):
-    """One op of a chain as lower_chain meets it: its kind ("conv", "dense", "batch_norm",
+    """One op of a chain, as its role gives it: its kind ("conv", "dense", "batch_norm",
     "act", "pool", "binary"), the call, the other operand of a binary op, the flatten a
     dense layer reads its input through, and the activation a group of ops computes (one
     that the frontend decomposed: ``call`` is its last op)."""
@@ -137,9 +140,12 @@ def _lower_custom(call: relax.Call) -> Optional[Layer]:
     return layer
 
 
-def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
-    """Interpret a matched chain, given its last op and a Var -> bound value lookup that knows
-    only the chain's own bindings.
+def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None) -> Layer:
+    """Interpret a matched chain, given its last op, a Var -> bound value lookup that knows
+    only the chain's own bindings, and the roles its pattern annotated (``ctx.annotated_expr``;
+    None: the chain's entry is matched again, which needs ``lookup`` to be a
+    :class:`~accel_codegen.compiler.layer.Bindings`; an op that no entry matches is read
+    alone).
 
     Raises
     ------
@@ -157,93 +163,154 @@ def lower_chain(root: relax.Expr, lookup: Lookup) -> Layer:
         if layer is None:
             raise Unsupported(f"no accelerator primitive for {root_value.args[0].name_hint}")
         return layer
-    stages: List[Stage] = []  # from last to first
-    expr = root
-    data = None
-    while True:
-        value = expr if isinstance(expr, (relax.Call, relax.TupleGetItem)) else _resolve(expr, lookup)
-        if value is None:
-            data = expr
-            break
-        if isinstance(value, relax.TupleGetItem):
-            bn = _resolve(value.tuple_value, lookup)
-            if op_name(bn) != "relax.nn.batch_norm" or int(value.index) != 0:
-                raise Unsupported("a tuple item other than batch_norm's output")
-            stages.append(Stage("batch_norm", bn))
-            expr = bn.args[0]
-            continue
-        name = op_name(value)
-        if name == "relax.nn.batch_norm":  # the op itself, as the report asks about it
-            stages.append(Stage("batch_norm", value))
-            expr = value.args[0]
-            continue
-        if name == "relax.nn.conv2d":
-            stages.append(Stage("conv", value))
-            data = value.args[0]
-            break
-        if name == "relax.matmul":
-            rank = len(static_shape(value.args[0]))
-            if rank != 2:
-                raise Unsupported(f"batched matmul ({rank}-D input): the CONV engine runs "
-                                  "dense layers, [N, C] x [C, K]")
-            stages.append(Stage("dense", value))
-            data = value.args[0]
-            flattened = _resolve(data, lookup)
-            if op_name(flattened) == "relax.reshape":
-                if not _flattens(flattened):
-                    raise Unsupported("the reshape before the dense layer is not a flatten")
-                stages[-1] = Stage("dense", value, flatten=flattened)
-                data = flattened.args[0]
-            break
-        decomposed = _decomposed_activation(value, lookup)
-        if decomposed is not None:
-            act, expr = decomposed
-            stages.append(Stage("act", value, act=act))
-        elif name in ACTIVATIONS:
-            stages.append(Stage("act", value))
-            expr = value.args[0]
-        elif name == "relax.nn.leakyrelu":
-            stages.append(Stage("act", value))
-            expr = value.args[0]
-        elif name == "relax.where":  # PReLU as torch.export decomposes it
-            stages.append(Stage("act", value))
-            expr = value.args[1]
-        elif name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
-            stages.append(Stage("pool", value))
-            expr = value.args[0]
-        elif name in AFFINE_ONLY:  # not commutative: the data is the first operand
-            if is_constant(value.args[0]):
-                raise Unsupported(f"{name} of a constant by a tensor: the SDP scales and "
-                                  "shifts the tensor")
-            stages.append(Stage("binary", value, other=value.args[1]))
-            expr = value.args[0]
-            if _resolve(expr, lookup) is None or is_constant(expr):
-                data = expr
-                break
-        elif name in ELEMENTWISE:
-            lhs, rhs = value.args[0], value.args[1]
-            lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
-            rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
-            # Every SDP element-wise op is commutative: the data is the operand from inside
-            # the chain, else the one with the op's own shape (``s * x`` reads x, not s).
-            # A constant is never the data (``pos_embed + x`` reads x).
-            if (rhs_in_chain and not lhs_in_chain) or (
-                    is_constant(lhs) and not is_constant(rhs)) or (
-                    not lhs_in_chain and not rhs_in_chain and _same_shape(rhs, value) and
-                    not _same_shape(lhs, value)):
-                lhs, rhs = rhs, lhs
-            stages.append(Stage("binary", value, other=rhs))
-            expr = lhs
-            if not lhs_in_chain and not rhs_in_chain:
-                data = lhs
-                break
-        else:
-            raise Unsupported(f"{name or describe(value)} is not an accelerator op")
+    if not roles:
+        roles = _match(root_value, lookup)
+    if roles:
+        data, stages = _stages_from_roles(roles, lookup)
+    else:
+        data, stages = _single_op(root_value, lookup)
     if _resolve(data, lookup) is not None and not is_constant(data):
         # e.g. a residual branch that reads an intermediate of the main chain
         raise Unsupported("the chain's input is computed inside the matched region")
-    stages.reverse()
     return _build_layer(data, stages, root, lookup)
+
+
+def _match(value: Optional[relax.Expr], lookup: Lookup) -> Optional[Roles]:
+    """The roles of the first entry of the table that matches at ``value`` (batch norm's first
+    item is matched at the batch norm)."""
+    if isinstance(value, relax.TupleGetItem) and int(value.index) == 0:
+        value = _resolve(value.tuple_value, lookup)
+    if not isinstance(value, relax.Call):
+        return None
+    found = chains.match_roles(value, lookup if isinstance(lookup, dict) else {})
+    return found[1] if found is not None else None
+
+
+def _kind(roles: Roles, role: str) -> Optional[str]:
+    """The kind that matched a role with kinds ("act:relu" -> "relu")."""
+    for key in roles:
+        if key.startswith(role + ":"):
+            return key.split(":", 1)[1]
+    return None
+
+
+def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[Stage]]:
+    """The chain's data and its stages, first to last, from its pattern's roles."""
+    stages: List[Stage] = []
+    if "conv" in roles:
+        stages.append(Stage("conv", roles["conv"]))
+        data = roles["conv"].args[0]
+    elif "dense" in roles:
+        stage, data = _dense_stage(roles["dense"], lookup)
+        stages.append(stage)
+    elif "ew" in roles:
+        stage, data = _commutative_stage(roles["ew"], lookup)
+        stages.append(stage)
+    elif "affine" in roles or "scale" in roles:
+        for role in ("affine", "scale", "shift"):
+            if role in roles:
+                stages.append(_affine_stage(roles[role]))
+        data = stages[0].call.args[0]
+    elif "bn" in roles:
+        data = roles["bn"].args[0]
+    elif "act" in roles:
+        data = None  # the activation's input, below
+    else:
+        data = roles["pool"].args[0]
+    # A wildcard's annotation is the value bound to the operand, not the operand: the other
+    # operand of an add is read from the call (the one not computed by the chain).
+    if "bias" in roles:
+        stages.append(_commutative_stage(roles["bias"], lookup)[0])
+    if "bn" in roles:
+        stages.append(Stage("batch_norm", roles["bn"]))
+    if "residual" in roles:
+        stages.append(_commutative_stage(roles["residual"], lookup)[0])
+    if "act" in roles:
+        act = _kind(roles, "act")
+        call = roles["act"]
+        if act in chains.DECOMPOSED:
+            decomposed = _decomposed_activation(call, lookup)
+            if decomposed is None or decomposed[0] != act:
+                raise Unsupported(f"{op_name(call)} of {act}'s form with other constants is "
+                                  f"not {act}")
+            stages.append(Stage("act", call, act=act))
+            source = decomposed[1]
+        else:
+            stages.append(Stage("act", call))
+            source = call.args[1] if op_name(call) == "relax.where" else call.args[0]
+        data = source if data is None else data
+    if "pool" in roles:
+        stages.append(Stage("pool", roles["pool"]))
+    return data, stages
+
+
+def _dense_stage(call: relax.Call, lookup: Lookup) -> Tuple[Stage, relax.Expr]:
+    rank = len(static_shape(call.args[0]))
+    if rank != 2:
+        raise Unsupported(f"batched matmul ({rank}-D input): the CONV engine runs "
+                          "dense layers, [N, C] x [C, K]")
+    data = call.args[0]
+    flattened = _resolve(data, lookup)
+    if op_name(flattened) == "relax.reshape":
+        if not _flattens(flattened):
+            raise Unsupported("the reshape before the dense layer is not a flatten")
+        return Stage("dense", call, flatten=flattened), flattened.args[0]
+    return Stage("dense", call), data
+
+
+def _affine_stage(call: relax.Call) -> Stage:
+    """x - c or x / c (or x + c, x * c in a scale/shift): the data is the first operand."""
+    if op_name(call) in AFFINE_ONLY and is_constant(call.args[0]):
+        raise Unsupported(f"{op_name(call)} of a constant by a tensor: the SDP scales and "
+                          "shifts the tensor")
+    return Stage("binary", call, other=call.args[1])
+
+
+def _commutative_stage(value: relax.Call, lookup: Lookup) -> Tuple[Stage, relax.Expr]:
+    """An element-wise op: (its stage, its data operand). Every SDP element-wise op is
+    commutative: the data is the operand from inside the chain, else the one with the op's own
+    shape (``s * x`` reads x, not s). A constant is never the data (``pos_embed + x`` reads
+    x)."""
+    lhs, rhs = value.args[0], value.args[1]
+    lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
+    rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
+    if (rhs_in_chain and not lhs_in_chain) or (is_constant(lhs) and not is_constant(rhs)) or (
+            not lhs_in_chain and not rhs_in_chain and _same_shape(rhs, value) and
+            not _same_shape(lhs, value)):
+        lhs, rhs = rhs, lhs
+    return Stage("binary", value, other=rhs), lhs
+
+
+def _single_op(value: Optional[relax.Expr], lookup: Lookup) -> Tuple[relax.Expr, List[Stage]]:
+    """An op that no entry matches, read alone (why a host op is not offloaded)."""
+    if isinstance(value, relax.TupleGetItem):
+        bn = _resolve(value.tuple_value, lookup)
+        if op_name(bn) != "relax.nn.batch_norm" or int(value.index) != 0:
+            raise Unsupported("a tuple item other than batch_norm's output")
+        return bn.args[0], [Stage("batch_norm", bn)]
+    name = op_name(value)
+    if name == "relax.nn.batch_norm":
+        return value.args[0], [Stage("batch_norm", value)]
+    if name == "relax.nn.conv2d":
+        return value.args[0], [Stage("conv", value)]
+    if name == "relax.matmul":
+        stage, data = _dense_stage(value, lookup)
+        return data, [stage]
+    decomposed = _decomposed_activation(value, lookup)
+    if decomposed is not None:
+        return decomposed[1], [Stage("act", value, act=decomposed[0])]
+    if name in vocabulary.ACTIVATIONS.by_relax_op or name == "relax.nn.leakyrelu":
+        return value.args[0], [Stage("act", value)]
+    if name == "relax.where":  # PReLU as torch.export decomposes it
+        return value.args[1], [Stage("act", value)]
+    if name in POOLS or name in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
+        return value.args[0], [Stage("pool", value)]
+    if name in AFFINE_ONLY:
+        return value.args[0], [_affine_stage(value)]
+    if name in ELEMENTWISE:
+        stage, data = _commutative_stage(value, lookup)
+        return data, [stage]
+    raise Unsupported(f"{name or describe(value)} is not an accelerator op")
 
 
 def _same_shape(expr: relax.Expr, like: relax.Expr) -> bool:
@@ -362,8 +429,10 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
             if axes != [2, 3]:
                 raise Unsupported(f"mean over axes {axes}; the PDP averages H and W only")
         else:
-            if str(call.attrs.layout) != "NCHW":
-                raise Unsupported(f"adaptive_avg_pool2d layout is {call.attrs.layout}")
+            for field in ("layout", "out_layout"):
+                if str(getattr(call.attrs, field)) != "NCHW":
+                    raise Unsupported(f"adaptive_avg_pool2d {field} is "
+                                      f"{getattr(call.attrs, field)}; the PDP takes NCHW")
             out_h, out_w = static_shape(call)[2:]
             if shape[2] % out_h or shape[3] % out_w:
                 raise Unsupported(f"adaptive_avg_pool2d from {shape[2]}x{shape[3]} to "
@@ -375,8 +444,10 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
         return PoolSpec("avg", (shape[2], shape[3]), (1, 1), (0, 0, 0, 0), False, name,
                         is_global=True)
     a = call.attrs
+    check_attributes(call, vocabulary.POOLS.by_relax_op[name], _POOL_FIELDS)
     if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW":
-        raise Unsupported(f"{name} layout is {a.layout}; the PDP takes NCHW")
+        field = "layout" if str(a.layout) != "NCHW" else "out_layout"
+        raise Unsupported(f"{name} {field} is {getattr(a, field)}; the PDP takes NCHW")
     if any(d != 1 for d in _ints(a.dilation)):
         raise Unsupported(f"{name} with dilation {list(_ints(a.dilation))}")
     kernel, stride = _ints(a.pool_size), _ints(a.strides)
@@ -396,6 +467,52 @@ def _pool_spec(call: relax.Call, layer: Layer, channels: int) -> PoolSpec:
         padding = (padding[0], padding[1], padding[2] + max(extra_h, 0),
                    padding[3] + max(extra_w, 0))
     return PoolSpec(POOLS[name], kernel, stride, padding, include, name)
+
+
+# The pool attributes _pool_spec reads (and refuses what the PDP cannot do).
+_POOL_FIELDS = ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad",
+                "layout", "out_layout")
+
+
+def _attribute_fields(attrs) -> List[str]:
+    """The fields of an op's attributes (none for an op without attributes)."""
+    if attrs is None:
+        return []
+    return sorted(set(dir(type(attrs))) - set(dir(tvm.ir.Attrs)))
+
+
+def _same_value(value, want) -> bool:
+    if isinstance(want, bool) or isinstance(value, (bool, int, float)) or hasattr(value, "value"):
+        try:
+            return float(getattr(value, "value", value)) == float(want)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(want, (tuple, list)):
+        try:
+            return [float(getattr(v, "value", v)) for v in value] == [float(w) for w in want]
+        except (TypeError, ValueError):
+            return False
+    return str(value) == str(want)
+
+
+def check_attributes(call: relax.Call, entry: vocabulary.Entry,
+                     interpreted: Tuple[str, ...] = ()) -> None:
+    """Every attribute of a vocabulary-driven op is one the lowering reads (``interpreted``)
+    or one the vocabulary pins to the value the engine computes (``Entry.relax_attrs``):
+    anything else (``softplus(beta=2)`` where the engine's softplus has beta 1) keeps the op on
+    the host, naming the attribute, rather than running another function."""
+    pinned = dict(entry.relax_attrs)
+    name = op_name(call)
+    for field in _attribute_fields(call.attrs):
+        if field in interpreted:
+            continue
+        value = getattr(call.attrs, field)
+        if field not in pinned:
+            raise Unsupported(f"{name} with {field} = {value}: the engine's {entry.name} has no "
+                              f"{field}")
+        if not _same_value(value, pinned[field]):
+            raise Unsupported(f"{name} with {field} = {value}: the engine's {entry.name} "
+                              f"computes {field} = {pinned[field]}")
 
 
 def _add_batch_norm(sdp: SdpSpec, bn: relax.Call, channels: int, order: List[SdpUnit]) -> None:
@@ -461,7 +578,9 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: List[S
         sdp.sources.append("relax.where (prelu)")
         order.append(SdpUnit.ACTIVATION)
         return
-    sdp.act = ACTIVATIONS[name]
+    entry = vocabulary.ACTIVATIONS.by_relax_op[name]
+    check_attributes(call, entry, ("axis",) if name == "relax.nn.prelu" else ())
+    sdp.act = entry.name
     if name == "relax.clip":
         sdp.clip = _clip_bounds(call)
     elif name == "relax.nn.prelu":
@@ -651,11 +770,26 @@ def _local_response_norm(call: relax.Expr, lookup: Lookup) -> Optional[Layer]:
             width != [0, 0, 0, 0, size // 2, (size - 1) // 2, 0, 0, 0, 0] or \
             float(pad.attrs.pad_value) != 0.0 or not bool(pool.attrs.count_include_pad) or \
             [int(v) for v in pool.attrs.pool_size] != [size, 1, 1] or \
-            any(int(v) != 1 for v in pool.attrs.strides):
+            any(int(v) != 1 for v in pool.attrs.strides) or \
+            any(int(v) != 0 for v in pool.attrs.padding) or \
+            any(int(v) != 1 for v in pool.attrs.dilation) or \
+            str(pool.attrs.layout) != "NCDHW" or str(pool.attrs.out_layout) != "NCDHW" or \
+            str(pad.attrs.pad_mode) != "constant" or not _lrn_shapes(x, calls):
         return None
     _require_float32(x, "the input")
     return Layer(data=x, in_shape=_feature_shape(x, "the input"), out_shape=static_shape(call),
                  lrn=LrnSpec(size, alpha, beta, k))
+
+
+def _lrn_shapes(x: relax.Expr, calls) -> bool:
+    """LRN's reshape gives [N, 1, C, H, W] (the pool runs over channels) and its squeeze gives
+    x's shape back."""
+    try:
+        shape = static_shape(x)
+        return len(shape) == 4 and static_shape(calls["relax.reshape"]) == (
+            shape[0], 1, *shape[1:]) and static_shape(calls["relax.squeeze"]) == shape
+    except Unsupported:
+        return False
 
 
 def _channel_operand(other: relax.Expr, name: str, channels: int, lookup: Lookup
@@ -744,7 +878,7 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         except Unsupported as reason:
             return str(reason)
         return "supported, but left on the host by the partitioner"
-    known = (set(ACTIVATIONS) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
+    known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d"})
     if name == "relax.nn.pad":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..quantization.gptq import ROUNDINGS, HessianObserver
 from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
-from .patterns import PartitionLog, pattern_table
+from .patterns import PartitionLog, name_composites, pattern_table
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
                        restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
@@ -238,8 +239,8 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
-    mod = end_at_first_item(relax.transform.FuseOpsByPattern(
-        table, bind_constants=True, annotate_codegen=False)(mod))
+    mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(
+        table, bind_constants=True, annotate_codegen=False)(mod)))
     # The merge cannot take match_cast bindings: they go through it as host calls.
     mod = relax.transform.CanonicalizeBindings()(hide_match_casts(mod))
     try:
@@ -375,7 +376,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         array), run through the fp32 build of the same partition to set the activation
         scales (and, for mixed, to measure the output SQNR); or the
         :class:`~accel_codegen.quantization.Calibration` of an earlier build (mixed: with
-        ``layer_precisions`` only).
+        ``layer_precisions`` only). A module imported from a QDQ model (``from_onnx``)
+        keeps the model's scales: int8 needs no calibration, and example inputs set only
+        the tensors the model leaves unquantised (:mod:`accel_codegen.compiler.qdq`).
     calibration_method : str
         "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
     winograd : bool
@@ -435,15 +438,23 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
             raise AccelInvalidError(f"calibration is for int8, not {precision}")
         return generate_partition(mod, params, config, fuse, precision, precision, None,
                                   winograd)
-    if calibration is None and qdq.annotations_of(mod) is not None:
-        # a QDQ model's own scales (compiler/qdq.py); equalisation would move its weights
-        # off the model's codes
+    if not isinstance(calibration, Calibration) and qdq.annotations_of(mod) is not None:
+        # a QDQ model's own scales (compiler/qdq.py), example inputs for the tensors it
+        # gives none; equalisation would move its weights off the model's codes
         if equalize:
             raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
                                     "own int8 codes: give equalize=False or None")
+        if weight_rounding != "nearest":
+            raise AccelInvalidError("a QDQ model's weights keep their own codes: "
+                                    "weight_rounding='nearest' only")
         equalize = False
-        calibration = qdq.qdq_calibration(mod, params, config=config, fuse=fuse,
-                                          winograd=winograd).calibration
+        match = qdq.qdq_calibration(mod, params, config=config, fuse=fuse, winograd=winograd,
+                                    examples=calibration, method=calibration_method)
+        if match.unmatched and calibration is None:
+            warnings.warn(f"{len(match.unmatched)} accelerator tensors have no scale in the "
+                          "QDQ model; their ranges come from one synthetic input: give "
+                          "example inputs (calibration=) for them", stacklevel=2)
+        calibration = match.calibration
     if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
         bias_correction = False  # the model's own biases, as its int8 runtime adds them
     if calibration is None:

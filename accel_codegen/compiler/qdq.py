@@ -52,7 +52,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import Calibration, Observer, TensorQuant, observing
+from ..quantization import (DEFAULT_METHOD, METHODS, Calibration, Observer, TensorQuant,
+                            examples_of, observing)
 from ..quantization.calibration import tensor_quant
 
 #: The module attribute that carries a stripped QDQ graph's annotations to the partitioner.
@@ -371,7 +372,10 @@ def _means_as_convolutions(model, annotations: QdqAnnotations) -> None:
     nodes = []
     for node in graph.node:
         keepdims = _spatial_mean(node, constants)
-        shape = shapes.get(node.input[0]) if keepdims is not None else None
+        if keepdims is None:
+            nodes.append(node)
+            continue
+        shape = shapes.get(node.input[0])
         quant_in = annotations.tensors.get(node.input[0])
         outputs = [node.output[0]] + [r.output[0] for r in readers.get(node.output[0], [])
                                       if r.op_type in ("Identity", "Relu")]
@@ -506,11 +510,14 @@ class QdqMatch:
 
 
 def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
-                    winograd: bool = True, annotations: Optional[QdqAnnotations] = None
-                    ) -> QdqMatch:
+                    winograd: bool = True, annotations: Optional[QdqAnnotations] = None,
+                    examples=None, method: str = DEFAULT_METHOD) -> QdqMatch:
     """The Calibration of an int8 build of ``mod`` (imported from a QDQ model) from the
     model's own scales (see the module's docstring). ``annotations``: those of
-    :func:`annotations_of` by default."""
+    :func:`annotations_of` by default. ``examples`` (example input tuples): the run tensors
+    the model gives no scale get theirs from these inputs by ``method``, as a calibration
+    would; without them, from the range they showed on the one matching input (synthetic:
+    uniform over the input's codes), which can be far from real data's."""
     from ..sim.config import AccelConfig
     from .partition import reference_machine, run_main
 
@@ -526,6 +533,16 @@ def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
     candidates: Dict[int, List[Tuple[str, np.ndarray]]] = {}
     for name, (size, _, values) in annotations.fingerprints.items():
         candidates.setdefault(size, []).append((name, np.asarray(values, np.float64)))
+    fallback, fallback_method = observer.stats, "max"
+    if examples is not None:
+        examples = examples_of(examples, "calibration")
+        if method not in METHODS:
+            raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
+        seen = Observer()
+        with observing(seen):
+            for example in examples:
+                run_main(vm, example)
+        fallback, fallback_method = seen.stats, method
     tensors, matched, unmatched = {}, {}, []
     for key, stats in observer.stats.items():
         size, sample = observer.samples.get(key, (0, None))
@@ -543,8 +560,8 @@ def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
             tensors[key] = TensorQuant(scale, zero)
             matched[key] = best[0]
         else:
-            tensors[key] = tensor_quant(stats, "max")
+            tensors[key] = tensor_quant(fallback.get(key, stats), fallback_method)
             unmatched.append(key)
-    calibration = Calibration(QDQ_METHOD, 1, tensors, {}, equalized=False,
-                              bias_correction=False)
+    calibration = Calibration(QDQ_METHOD, len(examples) if examples else 1, tensors, {},
+                              equalized=False, bias_correction=False)
     return QdqMatch(calibration, matched, sorted(unmatched))

@@ -112,7 +112,7 @@ class AccelConfig:
         The on-chip SRAM behind NVDLA's secondary memory interface (0: none) and its bandwidth.
     dram_read_request_cycles : int
         Cycles between two read requests the memory accepts (one burst each): reads move at
-        most ``dram_burst_bytes`` per this many cycles.
+        most ``dram_burst_bytes`` per this many cycles (0: no limit beyond the bandwidth).
     cmac_weight_load_cycles : int
         Cycles to load one atomic-C x atomic-K weight block into the MAC cells; a stripe of
         fewer output positions waits for it.

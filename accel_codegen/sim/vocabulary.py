@@ -29,6 +29,10 @@ class Entry:
     feature: Optional[str] = None   # the optional hardware unit it needs (AccelConfig.features)
     int8: bool = True               # whether the engine has an INT8 form of it
     relax_args: int = 0             # the Relax op's arguments besides the data
+    # The Relax op's attributes the engine computes, each with the one value it computes
+    # (("beta", 1.0),): an attribute the compiler neither reads nor finds here keeps the op on
+    # the host (compiler/lowering.py ``check_attributes``).
+    relax_attrs: Tuple[Tuple[str, object], ...] = ()
 
     @property
     def value(self) -> int:

@@ -90,6 +90,7 @@ class HostOpCost:
     energy_pj: float
     host_ms: Optional[float] = None       # measured: the operator alone, compiled by TVM
     host_note: Optional[str] = None       # why there is no host time
+    saved_ms: Optional[float] = None      # host_ms minus the accelerator's time for it
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -283,8 +284,8 @@ def _time_alone(partitioned, call, var, repeat: int = 5) -> tuple:
 def host_costs(partitioned, config: AccelConfig | str = "nv_full", *, measure: bool = True,
                precision: Optional[str] = None) -> List[HostOpCost]:
     """Every host operator of a partitioned module with its counterfactual accelerator cost
-    and (``measure``) its host time, most accelerator-worthy first: by host time where
-    measured (the time an accelerator primitive would take back), then by cycles."""
+    and (``measure``) its host time, most accelerator-worthy first: by the time a primitive
+    would save where measured (host time minus the accelerator's), then by cycles."""
     from ..compiler.partition import partition_report
 
     config = AccelConfig.resolve(config)
@@ -311,9 +312,10 @@ def host_costs(partitioned, config: AccelConfig | str = "nv_full", *, measure: b
             host_ms, note = measured[key]
         else:
             note = "not measured"
+        saved = None if host_ms is None else host_ms - figures["cycles"] / config.clock_hz * 1e3
         result.append(HostOpCost(record.index, record.op, list(out), record.reason or "",
-                                 **figures, host_ms=host_ms, host_note=note))
-    result.sort(key=lambda c: (-(c.host_ms or 0.0), -c.cycles))
+                                 **figures, host_ms=host_ms, host_note=note, saved_ms=saved))
+    result.sort(key=lambda c: (-(c.saved_ms or 0.0), -c.cycles))
     return result
 
 
@@ -321,24 +323,30 @@ def format_host_costs(costs: Sequence[HostOpCost], config: AccelConfig) -> str:
     """The ranked table, and the sums."""
     if not costs:
         return "host operators: none (everything is offloaded)"
-    columns = [Column("#", 4), Column("operator", 26, "<", clip=True), Column("shape", 16, "<",
-                                                                              clip=True),
-               Column("host ms", 8, spec=".3f"), Column("engine", 6, "<"),
+    shapes = ["x".join(map(str, c.shape)) for c in costs]
+    op_width = max(len("operator"), *(len(c.op) for c in costs))
+    columns = [Column("#", 4), Column("operator", op_width, "<"),
+               Column("shape", max(len("shape"), *map(len, shapes)), "<"),
+               Column("host ms", 8, spec=".3f"), Column("saved ms", 8, spec=".3f"),
+               Column("engine", 6, "<"),
                Column("accel cycles", 12, spec=","), Column("accel us", 9, spec=".2f"),
                Column("DRAM KB", 8, spec=".1f"), Column("uJ", 7, spec=".2f"),
                Column("why on the host", 0, "<", gap="  ")]
-    rows = [[c.index, c.op, "x".join(map(str, c.shape)), c.host_ms, c.engine, c.cycles,
+    rows = [[c.index, c.op, shape, c.host_ms, c.saved_ms, c.engine, c.cycles,
              c.cycles / config.clock_hz * 1e6, c.dram_bytes / 1e3, c.energy_pj / 1e6,
-             c.reason] for c in costs]
+             c.reason] for c, shape in zip(costs, shapes)]
     measured = [c.host_ms for c in costs if c.host_ms is not None]
-    total = ["", "total", "", sum(measured) if measured else None, "",
+    saved = [c.saved_ms for c in costs if c.saved_ms is not None]
+    total = ["", "total", "", sum(measured) if measured else None,
+             sum(saved) if saved else None, "",
              sum(c.cycles for c in costs), sum(c.cycles for c in costs) / config.clock_hz * 1e6,
              sum(c.dram_bytes for c in costs) / 1e3, sum(c.energy_pj for c in costs) / 1e6]
-    lines = [f"host operators ranked by host time, with the accelerator's cost of each if it "
-             f"had a primitive ({config.name}; a roofline of the tensor sizes: "
+    lines = [f"host operators ranked by the time an accelerator primitive would save, with the "
+             f"accelerator's cost of each ({config.name}; a roofline of the tensor sizes: "
              f"docs/report-schema.md):", render_table(columns, rows, footer=[total])]
     lines.append("host ms: the operator alone, compiled by TVM for the host (llvm) and timed "
-                 "on this machine, median of 5 runs, the VM's call overhead included")
+                 "on this machine, median of 5 runs, the VM's call overhead included; saved ms: "
+                 f"host ms minus the accelerator's time at {config.clock_hz / 1e9:g} GHz")
     notes = sorted({c.host_note for c in costs if c.host_note})
     lines += [f"host ms {note}" for note in notes]
     return "\n".join(lines)
@@ -346,7 +354,7 @@ def format_host_costs(costs: Sequence[HostOpCost], config: AccelConfig) -> str:
 
 HOST_COST_COLUMNS = ("index", "op", "shape", "reason", "engine", "kind", "macs", "elements",
                      "dram_bytes", "compute_cycles", "dram_cycles", "cycles", "energy_pj",
-                     "host_ms", "host_note")
+                     "host_ms", "saved_ms", "host_note")
 
 
 def write_host_costs_csv(costs: Sequence[HostOpCost], path) -> Path:

@@ -22,7 +22,7 @@ from ..tables import Column, render_table, runs_macs
 SCHEMA_VERSION = 1
 
 #: The kinds of report that carry a ``schema`` tag.
-KINDS = ("partition", "estimate", "bench", "accuracy", "profile", "host-cost", "debug")
+KINDS = ("partition", "estimate", "bench", "accuracy", "debug")
 
 #: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
 CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "cycles",

@@ -49,7 +49,8 @@
  * has the per-test table). Played with the testbench's memory (32 cycles of read latency, one
  * 8-byte beat per cycle, a read request every other cycle):
  * - dram_read_request_cycles: the memory accepts a read request (one burst) every this many
- *   cycles. 1 in every preset (a DRAM controller queues requests); the testbench's 2 is the
+ *   cycles; 0: no limit beyond the bandwidth, every preset's (a DRAM controller queues
+ *   requests, and the presets' bandwidths are already assumptions); the testbench's 2 is the
  *   rate at which the convolutions' CBUF loading runs in dc_8x8x36_4x4x36x16_dilation,
  *   dc_6x8x192_3x3x192x32 and dc_4x1x8192_1x1x8192x1 (8-byte requests: 4 bytes per cycle).
  * - cmac_weight_load_cycles: one atomic-C x atomic-K weight block goes into the MAC cells one
@@ -88,7 +89,7 @@
 
 /* The figures fitted to nv_small's RTL above that every preset shares. */
 #define RTL_CALIBRATED                                                                       \
-  .dram_read_request_cycles = 1, .conv_pipeline_cycles = 86, .sdp_pipeline_cycles = 52,      \
+  .dram_read_request_cycles = 0, .conv_pipeline_cycles = 86, .sdp_pipeline_cycles = 52,      \
   .pdp_pipeline_cycles = 54, .cdp_pipeline_cycles = 80
 
 static const accel_config presets[] = {
@@ -171,7 +172,7 @@ accel_status accel_config_validate(const accel_config* cfg) {
   CHECK_RANGE(dram_burst_bytes, 1, 4096)
   CHECK_RANGE(dram_latency_cycles, 0, 1000000)
   CHECK_RANGE(sram_bytes, 0, (int64_t)1 << 40)
-  CHECK_RANGE(dram_read_request_cycles, 1, 1024)
+  CHECK_RANGE(dram_read_request_cycles, 0, 1024)
   CHECK_RANGE(cmac_weight_load_cycles, 0, 1024)
   CHECK_RANGE(conv_pipeline_cycles, 0, 1000000)
   CHECK_RANGE(sdp_pipeline_cycles, 0, 1000000)

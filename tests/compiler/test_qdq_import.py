@@ -14,6 +14,9 @@ from accel_codegen.compiler.partition import (calibration_of, partition_for_acce
                                               partition_report)
 from accel_codegen.compiler.vm import virtual_machine
 from accel_codegen.errors import AccelInvalidError, AccelUnsupportedError
+from accel_codegen.sim.config import AccelConfig
+
+ac_config = AccelConfig.resolve
 
 ort = pytest.importorskip("onnxruntime")
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat,  # noqa: E402
@@ -108,16 +111,19 @@ def code_differences(path, inputs=24):
     return np.concatenate([d.reshape(-1) for d in differences]), partitioned
 
 
+def assert_whole(partitioned):
+    """Every operator offloaded, in one external function (no QDQ op left on the host)."""
+    report = partition_report(partitioned)
+    assert not report.host, [(op.op, op.reason) for op in report.host]
+    assert len(report.functions) == 1, report.functions
+
+
 @pytest.mark.parametrize("activations, per_channel", [(QuantType.QUInt8, False),
                                                       (QuantType.QInt8, True)])
 def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations, per_channel):
     path = quantized(tmp_path, "flatten", activations, per_channel)
     differences, partitioned = code_differences(path)
-    report = partition_report(partitioned)
-    assert "QuantizeLinear" not in str(report) and "DequantizeLinear" not in str(report)
-    text = str(report).splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text  # every operator offloaded
+    assert_whole(partitioned)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
     # rounding at ties and int16 multipliers flip a minority of values, never all
     assert (differences == 0).mean() > 0.6
@@ -129,9 +135,7 @@ def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations
 def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):
     path = quantized(tmp_path, "branches", QuantType.QUInt8, True)
     differences, partitioned = code_differences(path, inputs=12)
-    text = str(partition_report(partitioned)).splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text
+    assert_whole(partitioned)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
 
 
@@ -168,11 +172,9 @@ def test_global_average_takes_the_models_finer_scale(tmp_path):
     conv of weights 1 / (H W), whose converter gives the model's scale."""
     path = quantized(tmp_path, "mean", QuantType.QUInt8, True)
     differences, partitioned = code_differences(path, inputs=12)
-    report = str(partition_report(partitioned))
-    assert "relax.mean" not in report and "avgpool" not in report
-    text = report.splitlines()[0]
-    assert " 1 external function" in text and text.split(":")[1].split(" of ")[0].strip() == \
-        text.split(" of ")[1].split()[0], text
+    assert_whole(partitioned)
+    report = partition_report(partitioned)
+    assert all(op.op != "relax.mean" and "avgpool" not in op.primitive for op in report.ops)
     assert differences.max() <= 1, np.bincount(differences.astype(int))
 
 
@@ -197,8 +199,9 @@ def test_fake_quantised_weights_of_a_qat_export():
     model = _graph(nodes, values, (1, 6, 4, 4))
     mod, _ = from_onnx(model)
     partitioned = partition_for_accel(mod, precision="int8")
-    report = str(partition_report(partitioned))
-    assert "accel.conv2d_bias_relu" in report and "host" not in report.split("\n", 2)[2]
+    assert_whole(partitioned)
+    assert list(partition_report(partitioned).functions.values()) == \
+        [["accel.conv2d_bias_relu"]]
     vm = virtual_machine(tvm.compile(partitioned, target="llvm"))
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -234,6 +237,48 @@ def test_fingerprints_without_onnx_runtime(monkeypatch):
     assert without.tensors["y"] == (pytest.approx(0.01), 0, "int8")
     # the matching input covers the input's codes: [0, 255 x 0.02]
     assert without.inputs == [("x", [1, 2, 4, 4], 0.0, pytest.approx(255 * 0.02))]
+
+
+def test_tensors_the_model_leaves_unquantised_take_example_inputs():
+    """A tensor the QDQ graph does not quantise (here the first conv's output) gets its
+    scale from example inputs when given; without them, from the synthetic matching input,
+    with a warning that says so."""
+    rng = np.random.default_rng(5)
+    values = {"s": np.float32(0.03), "z": np.int8(0), "ys": np.float32(0.05),
+              "yz": np.int8(0), "ws": np.float32(0.01), "wz": np.int8(0),
+              "w1": rng.integers(-127, 128, (2, 2, 3, 3)).astype(np.int8),
+              "w2": rng.integers(-127, 128, (2, 2, 3, 3)).astype(np.int8)}
+    model = _graph([
+        onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        onnx.helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        onnx.helper.make_node("DequantizeLinear", ["w1", "ws", "wz"], ["w1d"]),
+        onnx.helper.make_node("DequantizeLinear", ["w2", "ws", "wz"], ["w2d"]),
+        onnx.helper.make_node("Conv", ["xd", "w1d"], ["c"], pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["c"], ["r"]),
+        onnx.helper.make_node("Conv", ["r", "w2d"], ["c2"], pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("QuantizeLinear", ["c2", "ys", "yz"], ["yq"]),
+        onnx.helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])], values)
+    mod, _ = from_onnx(model)
+    examples = [(np.random.default_rng(i).standard_normal((1, 2, 4, 4)).astype(np.float32)
+                 * 2,) for i in range(3)]
+    alone = qdq.qdq_calibration(mod)
+    given = qdq.qdq_calibration(mod, examples=examples, method="max")
+    assert alone.unmatched == given.unmatched and ("f0.0", 1) in given.unmatched
+    assert given.matched == {("f0.0", -1): "xd", ("f0.1", 0): "y"}
+    # the unquantised ReLU output: the range the examples reach, unsigned
+    from accel_codegen.compiler.partition import reference_machine, run_main
+    from accel_codegen.quantization import calibrate
+    vm = reference_machine(mod, None, ac_config("nv_full"), True)
+    own = calibrate(lambda *inputs: run_main(vm, inputs), examples, "max")
+    assert given.calibration.tensors[("f0.0", 1)] == own.tensors[("f0.0", 1)]
+    assert alone.calibration.tensors[("f0.0", 1)] != own.tensors[("f0.0", 1)]
+    with pytest.warns(UserWarning, match="no scale in the QDQ model"):
+        partition_for_accel(mod, precision="int8")
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error")
+        partitioned = partition_for_accel(mod, precision="int8", calibration=examples,
+                                          calibration_method="max")
+    assert calibration_of(partitioned).tensors[("f0.0", 1)] == own.tensors[("f0.0", 1)]
 
 
 def _graph(nodes, initializers, out_shape=(1, 2, 4, 4)):

@@ -136,7 +136,9 @@ def test_partition_prints_op_types_and_ranks_host_costs(capsys, tmp_path):
     costs = data["host_costs"]
     assert sorted(c["op"] for c in costs) == ["relax.nn.softmax", "relax.sin"]
     assert all(c["host_ms"] > 0 for c in costs)  # measured, each compiled alone
-    assert [c["host_ms"] for c in costs] == sorted((c["host_ms"] for c in costs), reverse=True)
+    assert [c["saved_ms"] for c in costs] == sorted((c["saved_ms"] for c in costs), reverse=True)
+    for c in costs:  # what a primitive saves: the host time less the accelerator's (1 GHz)
+        assert c["saved_ms"] == pytest.approx(c["host_ms"] - c["cycles"] * 1e-6)
     sin = next(c for c in costs if c["op"] == "relax.sin")
     assert (sin["cycles"], sin["dram_bytes"], sin["kind"]) == (103, 2048, "unary")
     rows = _rows(out_csv.read_text())
@@ -211,7 +213,8 @@ def test_bench_plot_title_names_only_the_modes_that_ran():
 def test_error_lines_shorten_external_function_symbols():
     from accel_codegen.tools.cli import shorten_symbols
 
-    symbol = "fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1_accel"
+    symbol = ("fused_relax_nn_conv2d_relax_reshape_relax_add_relax_nn_relu_relax_nn_max_pool2d1"
+              "_accel")
     line, details = shorten_symbols(f"in {symbol}: bad shape; fused_relax_add1_accel too")
     assert line == ("in fused_relax_nn_conv2d_re...pool2d1_accel: bad shape; "
                     "fused_relax_add1_accel too")  # a short symbol stays whole
@@ -239,3 +242,18 @@ def test_run_csv_is_the_profile_and_agrees_with_the_estimate(capsys, tmp_path, z
     assert {r["precision"] for r in rows} == {"fp32"}
     status, _, err = run_cli(capsys, "run", library, "--random", "--csv", tmp_path / "r.txt")
     assert status == 1 and "--csv path" in err and "must end in .csv" in err
+
+
+def test_bench_csv_has_the_simulator_modes_runs(capsys, tmp_path):
+    out_csv, out_json = tmp_path / "b.csv", tmp_path / "b.json"
+    status, _, err = run_cli(capsys, "bench", "lenet5", "--modes", "fused", "--repeat", "1",
+                             "--csv", out_csv, "--json", out_json)
+    assert status == 0, err
+    rows = _rows(out_csv.read_text())
+    data = json.loads(out_json.read_text())
+    assert data["schema"] == "accel-codegen/bench/1"
+    assert [r["bench_mode"] for r in rows] == ["fused"] * 5
+    assert [r["layer"].split()[0] for r in rows] == [f"f0.{i}" for i in range(5)]
+    assert {r["precision"] for r in rows} == {"fp32"}
+    assert sum(int(r["cycles"]) for r in rows) == data["modes"]["fused"]["cycles"]
+    assert rows[0]["source_ops"].startswith("relax.nn.conv2d ")

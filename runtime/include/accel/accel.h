@@ -176,7 +176,8 @@ typedef struct accel_config {
    * trace tests fix each figure) */
   int32_t dram_read_request_cycles; /* cycles between two read requests the memory accepts,
                               * each one burst: reads move at most dram_burst_bytes per this
-                              * many cycles (below the bandwidth when bursts are small) */
+                              * many cycles (below the bandwidth when bursts are small);
+                              * 0: no limit beyond dram_bytes_per_s */
   int32_t cmac_weight_load_cycles; /* cycles to load one atomic-C x atomic-K weight block into
                               * the MAC cells: a stripe of fewer output positions waits for it */
   int32_t conv_pipeline_cycles; /* fixed cycles per layer and engine: programming, pipeline */

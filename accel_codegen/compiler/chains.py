@@ -1,0 +1,361 @@
+"""The chains the accelerator runs in one pass, as annotated dataflow patterns.
+
+Each factory returns a pattern and its annotations: role name -> the pattern node that plays it
+(TVM's backends do the same: ``make_conv2d_pattern`` annotates "input", "weight", "root"). The
+partitioner's check reads the roles from ``ctx.annotated_expr`` and the lowering builds the
+layer from them (:func:`accel_codegen.compiler.lowering.lower_chain`); the code generator,
+which sees a composite function, matches its entry again (:func:`match_roles`), as TVM's own
+code generators do.
+
+Roles: "input" (the chain's data), "conv", "dense" (+ "flatten"), "bias", "bn" (the batch_norm
+call), "residual" (the add with a second tensor) and its "operand", "branch_conv",
+"branch_bias", "branch_bn" (ResNet's downsample conv + BN feeding the add), "act", "pool", "ew"
+(an element-wise op with a second tensor), "affine", "scale", "shift" (the SDP's scale/shift by
+constants). A role that has kinds is annotated twice: "act" on the alternation and "act:relu"
+on the alternative that matched; the kind fills the ``{act}`` field of the entry's name
+(``accel.conv2d_bias_bn_{act}`` gives the composite ``accel.conv2d_bias_bn_relu``).
+
+Which kind of activation, pool or element-wise op is an alternation (``|``) inside one entry:
+a new activation in the vocabulary adds no entry. Whether each optional stage is present stays
+one entry per combination, longest first: FuseOpsByPattern gives earlier entries priority and
+takes, at each op, the first alternative of a pattern that matches; a check that refuses a
+longer chain must leave the shorter ones to later entries (MobileNetV2's add of two conv + BN
+chains, one of which other layers read, is taken from its other operand that way).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Dict, List, Optional, Tuple
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import (CallPattern, DFPattern, ExprPattern, OrPattern, is_const, is_op,
+                           is_tuple_get_item, wildcard)
+
+from ..sim import vocabulary
+
+#: Annotations: role name -> pattern node.
+Annotations = Dict[str, DFPattern]
+#: The Relax ops the SDP runs only with a constant second operand (as its scale/shift).
+AFFINE_OPS = ("relax.subtract", "relax.divide")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One pattern of the table: its name (``{field}`` filled from the match), the pattern,
+    its annotations and its length in stages (the table's order: longest first)."""
+
+    name: str
+    pattern: DFPattern
+    annotations: Annotations
+    length: int
+
+
+# --- activations, pools and element-wise ops, from the vocabulary -------------------------------
+
+def _either_order(op: str, x: DFPattern, other: DFPattern) -> DFPattern:
+    return is_op(op)(x, other) | is_op(op)(other, x)
+
+
+def _relu6_plus3(x: DFPattern) -> DFPattern:
+    """clip(x + 3, 0, 6), as one clip or as torch's two one-sided ones."""
+    once = is_op("relax.clip")(_either_order("relax.add", x, is_const()), wildcard(), wildcard())
+    return is_op("relax.clip")(once, wildcard(), wildcard()) | once
+
+
+def _hardsigmoid(x: DFPattern) -> DFPattern:
+    return is_op("relax.divide")(_relu6_plus3(x), is_const())
+
+
+def _hardswish(x: DFPattern) -> DFPattern:
+    return is_op("relax.divide")(_either_order("relax.multiply", x, _relu6_plus3(x)), is_const())
+
+
+def _decomposed_prelu(x: DFPattern) -> DFPattern:
+    """torch.export decomposes PReLU into where(x > 0, x, alpha * x)."""
+    alpha = is_op("relax.reshape")(wildcard(), wildcard()) | wildcard()
+    negative = is_op("relax.multiply")(alpha, x)
+    return is_op("relax.where")(is_op("relax.greater")(x, wildcard()), x, negative)
+
+
+#: Activations torch's frontend decomposes into several ops (lowering.py checks their constants).
+DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish}
+
+
+def _one_op(entry: vocabulary.Entry, x: DFPattern) -> DFPattern:
+    pattern = is_op(entry.relax_op)(x, *(wildcard() for _ in range(entry.relax_args)))
+    if entry.name == "prelu":  # also leaky ReLU: one slope for every channel
+        return pattern | _decomposed_prelu(x) | is_op("relax.nn.leakyrelu")(x)
+    return pattern
+
+
+def _kinds(role: str, forms: List[Tuple[str, DFPattern]], annotations: Annotations
+           ) -> DFPattern:
+    """The alternation of ``forms`` (kind, pattern), annotated as ``role`` and each form as
+    ``role:kind``."""
+    pattern = None
+    for kind, form in forms:
+        annotations[f"{role}:{kind}"] = form
+        pattern = form if pattern is None else pattern | form
+    annotations[role] = pattern
+    return pattern
+
+
+def activation(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """Any activation of the vocabulary applied to x (role "act")."""
+    forms = []
+    for entry in vocabulary.ACTIVATIONS:
+        if entry.relax_op:
+            forms.append((entry.name, _one_op(entry, x)))
+        elif entry.name in DECOMPOSED:
+            forms.append((entry.name, DECOMPOSED[entry.name](x)))
+    return _kinds("act", forms, annotations)
+
+
+def pool(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """Any pool of the vocabulary applied to x (role "pool")."""
+    return _kinds("pool", [(f"{e.name}pool", _one_op(e, x)) for e in vocabulary.POOLS],
+                  annotations)
+
+
+def elementwise(x: DFPattern, other: DFPattern, annotations: Annotations) -> DFPattern:
+    """Any element-wise op of the vocabulary of x and a second tensor (role "ew")."""
+    return _kinds("ew", [(e.name, is_op(e.relax_op)(x, other))
+                         for e in vocabulary.ELEMENTWISE if e.relax_op], annotations)
+
+
+# --- the stages of a chain ----------------------------------------------------------------------
+
+def conv2d(annotations: Annotations) -> DFPattern:
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    annotations.update(input=data, weight=weight, conv=conv)
+    return conv
+
+
+def dense(flatten: bool, annotations: Annotations) -> DFPattern:
+    """matmul(x, permute_dims(W)) or matmul(x, W'); with ``flatten``, x = reshape(data)
+    (a flatten of NCHW data moves nothing: the layer reads the same memory as [N, C*H*W])."""
+    data, weight = wildcard(), wildcard()
+    annotations.update(input=data, weight=weight)
+    if flatten:
+        data = annotations["flatten"] = is_op("relax.reshape")(data, wildcard())
+    out = is_op("relax.matmul")(data, is_op("relax.permute_dims")(weight)) | is_op(
+        "relax.matmul")(data, weight)
+    annotations["dense"] = out
+    return out
+
+
+def bias_add(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """torch gives add(conv, reshape(bias)); ONNX and folded constants add a [1, C, 1, 1]."""
+    bias = wildcard()
+    out = is_op("relax.add")(x, is_op("relax.reshape")(bias, wildcard())) | is_op(
+        "relax.add")(x, bias)
+    annotations["bias"] = out
+    return out
+
+
+def batch_norm(x: DFPattern, annotations: Annotations, role: str = "bn",
+               item: bool = True) -> DFPattern:
+    """batch_norm(x)[0]; ``item`` False: the call itself (TVM's matcher cannot end a pattern at
+    a tuple item: a chain that ends in batch norm ends at the op, see ``first_item_only``)."""
+    call = is_op("relax.nn.batch_norm")(x, wildcard(), wildcard(), wildcard(), wildcard())
+    annotations[role] = call
+    return is_tuple_get_item(call, 0) if item else call
+
+
+def residual(x: DFPattern, order: str, annotations: Annotations) -> DFPattern:
+    """add(x, other) ("first") or add(other, x) ("second"); "branch" / "bias_branch": the
+    other operand is a conv (+ bias) + batch norm of its own, which joins the chain."""
+    if order in ("branch", "bias_branch"):
+        branch = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        annotations["branch_conv"] = branch
+        if order == "bias_branch":
+            branch = is_op("relax.add")(branch, is_op("relax.reshape")(wildcard(), wildcard())) \
+                | is_op("relax.add")(branch, wildcard())
+            annotations["branch_bias"] = branch
+        other = batch_norm(branch, annotations, "branch_bn")
+        out = is_op("relax.add")(x, other)
+    else:
+        other = wildcard()
+        out = is_op("relax.add")(x, other) if order == "first" else is_op("relax.add")(other, x)
+    annotations.update(residual=out, operand=other)
+    return out
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+def _epilogue(out: DFPattern, annotations: Annotations, name: str, length: int, *, bias=False,
+              bn=False, res=False, act=False, pool_=False) -> Entry:
+    """The optional SDP and PDP stages after ``out``, in the order one pass runs them."""
+    if bias:
+        out, name, length = bias_add(out, annotations), name + "_bias", length + 1
+    if bn:
+        last = not (res or act or pool_)
+        out, name, length = batch_norm(out, annotations, item=not last), name + "_bn", length + 1
+    if res:
+        out = residual(out, res, annotations)
+        name += "_add" + ("_" + res.replace("branch", "conv2d_bn") if "branch" in res else "")
+        length += 1 + (2 + (res == "bias_branch") if "branch" in res else 0)
+    if act:
+        out, name, length = activation(out, annotations), name + "_{act}", length + 1
+    if pool_:
+        out, name, length = pool(out, annotations), name + "_{pool}", length + 1
+    return Entry(name, out, annotations, length)
+
+
+def _conv_entries() -> List[Entry]:
+    entries = []
+    for bias, bn, res, act, pool_ in itertools.product(
+            (True, False), (True, False), (False, "first", "second"), (False, True),
+            (False, True)):
+        annotations: Annotations = {}
+        entries.append(_epilogue(conv2d(annotations), annotations, "accel.conv2d", 1,
+                                 bias=bias, bn=bn, res=res, act=act, pool_=pool_))
+    for bias, branch, act in itertools.product((True, False), ("branch", "bias_branch"),
+                                               (False, True)):
+        annotations = {}
+        entries.append(_epilogue(conv2d(annotations), annotations, "accel.conv2d", 1,
+                                 bias=bias, bn=True, res=branch, act=act))
+    return entries
+
+
+def _dense_entries() -> List[Entry]:
+    entries = []
+    for flatten, bias, act in itertools.product((True, False), (True, False), (False, True)):
+        annotations: Annotations = {}
+        out = dense(flatten, annotations)
+        entries.append(_epilogue(out, annotations, "accel.flatten_dense" if flatten else
+                                 "accel.dense", 1 + flatten, bias=bias, act=act))
+    return entries
+
+
+def _standalone_entries() -> List[Entry]:
+    entries = []
+    for act in (False, True):
+        annotations: Annotations = {}
+        data = annotations["input"] = wildcard()
+        entries.append(_epilogue(batch_norm(data, annotations, item=act), annotations,
+                                 "accel.batch_norm", 1, act=act))
+        annotations = {}
+        data = annotations["input"] = wildcard()
+        entries.append(_epilogue(elementwise(data, wildcard(), annotations), annotations,
+                                 "accel.{ew}", 1, act=act))
+        annotations = {}  # by a constant: the SDP's scale/shift
+        data = annotations["input"] = wildcard()
+        out = _kinds("affine", [(op.split(".")[-1], is_op(op)(data, is_const()))
+                                for op in AFFINE_OPS], annotations)
+        entries.append(_epilogue(out, annotations, "accel.{affine}", 1, act=act))
+        annotations = {}  # x * c + d (or x / c - d): one scale/shift
+        data = annotations["input"] = wildcard()
+        scale = _kinds("scale", [(op, is_op(f"relax.{op}")(data, is_const()))
+                                 for op in ("multiply", "divide")], annotations)
+        shift = _kinds("shift", [(op, is_op(f"relax.{op}")(scale, is_const()))
+                                 for op in ("add", "subtract")], annotations)
+        entries.append(_epilogue(shift, annotations, "accel.{scale}_{shift}", 2, act=act))
+    for role, build, name in (("act", activation, "accel.{act}"),
+                              ("pool", pool, "accel.{pool}")):
+        annotations = {}
+        data = annotations["input"] = wildcard()
+        entries.append(Entry(name, build(data, annotations), annotations, 1))
+    # BDMA copies (lowering.COPIES), the CDP's LRN and the global pools: lowered by their op.
+    entries.append(Entry("accel.concat", is_op("relax.concat")(wildcard()), {}, 1))
+    bounds = [wildcard() for _ in range(3)]  # axes, begin, end; strides optional
+    entries.append(Entry("accel.slice", is_op("relax.strided_slice")(wildcard(), *bounds) | is_op(
+        "relax.strided_slice")(wildcard(), *bounds, wildcard()), {}, 1))
+    grouped = is_op("relax.reshape")(wildcard(), wildcard())
+    entries.append(Entry("accel.channel_shuffle", is_op("relax.reshape")(
+        is_op("relax.permute_dims")(grouped), wildcard()), {}, 3))
+    # torch's LocalResponseNorm, decomposed (lowering._local_response_norm reads it back)
+    x = wildcard()
+    summed = is_op("relax.nn.avg_pool3d")(is_op("relax.nn.pad")(
+        is_op("relax.reshape")(is_op("relax.multiply")(x, x), wildcard())))
+    denominator = is_op("relax.power")(is_op("relax.add")(is_op("relax.multiply")(
+        is_op("relax.squeeze")(summed), is_const()), is_const()), is_const())
+    entries.append(Entry("accel.lrn", is_op("relax.divide")(x, denominator), {}, 9))
+    for name, op in (("accel.global_avgpool", "relax.mean"),
+                     ("accel.adaptive_avgpool", "relax.nn.adaptive_avg_pool2d")):
+        annotations = {"input": wildcard()}
+        annotations["pool"] = is_op(op)(annotations["input"])
+        entries.append(Entry(name, annotations["pool"], annotations, 1))
+    return entries
+
+
+def entries(extra: Tuple[Entry, ...] = ()) -> List[Entry]:
+    """Every chain entry and ``extra`` ones (custom primitives), longest first (stable:
+    conv, dense, the standalone ops, then ``extra``). Built from the vocabulary on each call."""
+    table = _conv_entries() + _dense_entries() + _standalone_entries() + list(extra)
+    table.sort(key=lambda entry: -entry.length)
+    return table
+
+
+def _root_ops(pattern: DFPattern) -> Optional[frozenset]:
+    """The names of the ops a pattern can match at its root (None: any expression)."""
+    if isinstance(pattern, OrPattern):
+        left, right = _root_ops(pattern.left), _root_ops(pattern.right)
+        return None if left is None or right is None else left | right
+    if isinstance(pattern, CallPattern) and isinstance(pattern.op, ExprPattern) and \
+            isinstance(pattern.op.expr, tvm.ir.Op):
+        return frozenset([pattern.op.expr.name])
+    return None
+
+
+_ENTRIES: Optional[Tuple[List[Tuple[Entry, Optional[frozenset]]], Tuple]] = None
+
+
+def _cached_entries() -> List[Tuple[Entry, Optional[frozenset]]]:
+    """entries() with each one's root ops, rebuilt when the vocabulary's tables change (tests
+    replace them)."""
+    global _ENTRIES  # pylint: disable=global-statement
+    key = (vocabulary.ACTIVATIONS.entries, vocabulary.POOLS.entries,
+           vocabulary.ELEMENTWISE.entries)
+    if _ENTRIES is None or _ENTRIES[1] != key:
+        _ENTRIES = ([(e, _root_ops(e.pattern)) for e in entries()], key)
+    return _ENTRIES[0]
+
+
+def templates() -> Dict[str, Entry]:
+    """The entries whose names have ``{role}`` fields, by name."""
+    return {e.name: e for e, _ in _cached_entries() if "{" in e.name}
+
+
+# --- roles of a match -------------------------------------------------------------------------
+
+Roles = Dict[str, relax.Expr]
+
+
+def roles_of(entry: Entry, match) -> Roles:
+    """role -> matched expression, from a match (pattern -> expr) of ``entry``'s pattern."""
+    roles = {}
+    for role, node in entry.annotations.items():
+        expr = match.get(node) if hasattr(match, "get") else None
+        if expr is not None:
+            roles[role] = expr
+    return roles
+
+
+def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr]
+                ) -> Optional[Tuple[Entry, Roles]]:
+    """The first entry (in table order) whose pattern matches at ``root`` and its roles; None
+    when none does."""
+    op = getattr(getattr(root, "op", None), "name", None)
+    for entry, ops in _cached_entries():
+        if not entry.annotations or (ops is not None and op not in ops):
+            continue
+        match = entry.pattern.extract_matched_expr(root, var2val)
+        if match is not None:
+            return entry, roles_of(entry, match)
+    return None
+
+
+def composite_name(name: str, roles: Roles) -> str:
+    """The entry's name with each ``{role}`` field filled with the kind that matched."""
+    if "{" not in name:
+        return name
+    kinds = {}
+    for role in roles:
+        if ":" in role:
+            field, kind = role.split(":", 1)
+            kinds[field] = kind
+    return name.format(**kinds)
