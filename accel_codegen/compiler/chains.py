@@ -358,4 +358,7 @@ def composite_name(name: str, roles: Roles) -> str:
         if ":" in role:
             field, kind = role.split(":", 1)
             kinds[field] = kind
-    return name.format(**kinds)
+    try:
+        return name.format(**kinds)
+    except KeyError:  # a field the match left unfilled: the entry's own name says what it is
+        return name
