@@ -378,10 +378,14 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
     s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
                     ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   }
-  /* Direct mode: a stripe shorter than a weight block's load waits for the load. */
+  /* Direct mode: a stripe shorter than a weight block's load waits for the load. A stripe
+   * holds one image's positions, or in multi-batch mode the whole batch's (NVDLA's batch
+   * mode exists to lengthen the stripes of fully connected layers). */
   int64_t busy = s->mac_cycles;
   if (!winograd && !g->pixel_bytes) {
-    busy = (int64_t)g->n * weight_blocks * stripe_cycles(cfg, (int64_t)g->out_h * g->out_w);
+    const int64_t image = (int64_t)g->out_h * g->out_w;
+    busy = g->multi_batch ? weight_blocks * stripe_cycles(cfg, image * g->n)
+                          : (int64_t)g->n * weight_blocks * stripe_cycles(cfg, image);
   }
   s->data_banks = r->data_banks, s->weight_banks = r->weight_banks;
   int64_t slices = 1, once_input = 0, once_weights = 0, one = 1;
