@@ -85,7 +85,10 @@ def main(argv=None) -> int:
             mod = _module(name, Path(workdir) if args.onnx else None)
         name += ".onnx" if args.onnx else ""
         for setting in args.settings:
-            text, seconds = snapshot(mod, setting)
+            try:
+                text, seconds = snapshot(mod, setting)
+            except Exception as error:  # pylint: disable=broad-except  (recorded, compared)
+                text, seconds = f"{type(error).__name__}: {error}\n", 0.0
             (args.out / f"{name}.{setting}.txt").write_text(text)
             times[f"{name}.{setting}"] = round(seconds, 2)
             print(f"{name} {setting}: {seconds:.2f} s", file=sys.stderr, flush=True)

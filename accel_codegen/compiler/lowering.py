@@ -207,10 +207,15 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
         stage, data = _commutative_stage(roles["ew"], lookup)
         stages.append(stage)
     elif "affine" in roles or "scale" in roles:
+        # the matcher takes add and multiply in either operand order: c * x + d reads x
+        data = None
         for role in ("affine", "scale", "shift"):
             if role in roles:
-                stages.append(_affine_stage(roles[role]))
-        data = stages[0].call.args[0]
+                call = roles[role]
+                stage, operand = _commutative_stage(call, lookup) if op_name(call) in \
+                    ELEMENTWISE else (_affine_stage(call), call.args[0])
+                stages.append(stage)
+                data = operand if data is None else data
     elif "bn" in roles:
         data = roles["bn"].args[0]
     elif "act" in roles:
