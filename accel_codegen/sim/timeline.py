@@ -110,6 +110,16 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
     # latency included; FUSED: one latency for the whole chain), and its SRAM cycles.
     run_memory = record.memory_cycles if fused else sum(op.memory_cycles for op in ops)
     run_sram = record.sram_cycles if fused else sum(op.sram_cycles for op in ops)
+    # The MAC array the run was costed on shows in its utilisation (checked first: the cycles
+    # check below uses the configuration's pipeline cycles and latency).
+    peak = config.macs_per_cycle(ops[-1].precision)
+    if record.macs and not math.isclose(record.utilization,
+                                        record.macs / (record.cycles * peak), rel_tol=1e-9):
+        raise AccelInvalidError(
+            f"the runs were not costed on config {config.name!r} ({config.atomic_c}x"
+            f"{config.atomic_k} MACs): run {label!r} records a utilisation of "
+            f"{record.utilization:.6g}, that array gives {record.macs / (record.cycles * peak):.6g};"
+            " give the configuration the runs ran on")
     longest = max(op.compute_cycles for op in ops)
     # A fused run: its engines' fixed pipeline cycles, then the long pole of the compute (after
     # the first read's latency) and the memory (cost_model.c's layer_cycles).
@@ -119,15 +129,6 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
                 else sum(op.cycles for op in ops))
     if record.cycles != expected:
         raise _mismatch(f"run {label!r}", record.cycles, expected)
-    # The MAC array the run was costed on shows in its utilisation.
-    peak = config.macs_per_cycle(ops[-1].precision)
-    if record.macs and not math.isclose(record.utilization,
-                                        record.macs / (record.cycles * peak), rel_tol=1e-9):
-        raise AccelInvalidError(
-            f"the runs were not costed on config {config.name!r} ({config.atomic_c}x"
-            f"{config.atomic_k} MACs): run {label!r} records a utilisation of "
-            f"{record.utilization:.6g}, that array gives {record.macs / (record.cycles * peak):.6g};"
-            " give the configuration the runs ran on")
     memory_pole = max(run_memory, run_sram)
 
     def lead(reads_dram) -> int:  # the compute starts when the first read returns
