@@ -202,10 +202,13 @@ def test_a_bdma_copy_is_a_transfer(profiled):
 
 def test_a_record_whose_cycles_disagree_is_refused(profiled):
     """The layout takes memory cycles from the records (the cost model's DRAM model is not
-    restated in Python); a run whose cycles are not its ops' and memory's long pole is no
-    record of the cost model."""
+    restated in Python); a run whose cycles are not its pipeline cycles plus its ops' and
+    memory's long pole is no record of the cost model (forged with the utilisation those
+    cycles give, so that the array is nv_full's)."""
     record = profiled.records[0]
-    forged = dataclasses.replace(record, cycles=record.cycles + 1)
+    peak = AccelConfig.preset("nv_full").macs_per_cycle(record.ops[-1].precision)
+    forged = dataclasses.replace(record, cycles=record.cycles + 1,
+                                 utilization=record.macs / ((record.cycles + 1) * peak))
     with pytest.raises(AccelInvalidError, match="not a record of the cost model"):
         layout([forged], "nv_full")
 
