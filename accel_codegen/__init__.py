@@ -24,7 +24,7 @@ from . import _moved
 from .errors import (AccelBufferError, AccelDtypeError, AccelError, AccelInvalidError,
                      AccelLibraryError, AccelMemoryError, AccelNotFoundError, AccelShapeError,
                      AccelUnsupportedError)
-from .sim import (AccelConfig, Bdma, Conv, Device, Lrn, OpStats, Pool, RunStats, Sdp,
+from .sim import (AccelConfig, Bdma, Conv, Device, Lrn, OpStats, Pool, Rubik, RunStats, Sdp,
                   estimate_chain)
 from .sim.profiling import Profile, profile
 
@@ -59,6 +59,6 @@ __all__ = [
     "AccelConfig", "AccelError", "AccelInvalidError", "AccelShapeError", "AccelDtypeError",
     "AccelUnsupportedError", "AccelBufferError", "AccelMemoryError", "AccelNotFoundError",
     "AccelLibraryError",
-    "Conv", "Sdp", "Pool", "Lrn", "Bdma", "Device", "OpStats", "RunStats", "estimate_chain",
+    "Conv", "Sdp", "Pool", "Lrn", "Bdma", "Rubik", "Device", "OpStats", "RunStats", "estimate_chain",
     "Profile", "profile", *_LAZY,
 ]

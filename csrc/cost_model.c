@@ -128,9 +128,11 @@ static int64_t atom_elements(const accel_config* cfg, int64_t n, int64_t c, int6
 }
 
 /* Bytes per cycle the memory reads: its bandwidth, or one burst per accepted read request when
- * that is less (NVDLA's DMAs ask for one burst per request). */
+ * that is less (NVDLA's DMAs ask for one burst per request; dram_read_request_cycles 0: the
+ * requests set no limit). */
 static double dram_read_bytes_per_cycle(const accel_config* cfg) {
   const double beats = cfg->dram_bytes_per_s / cfg->clock_hz;
+  if (cfg->dram_read_request_cycles <= 0) return beats;
   const double requests = (double)cfg->dram_burst_bytes / cfg->dram_read_request_cycles;
   return requests < beats ? requests : beats;
 }
@@ -325,10 +327,21 @@ static void conv_reads(const accel_config* cfg, const conv_geometry* g, const ac
   *slices_out = slices;
 }
 
-/* Returns the conv's tail: the MAC cycles that follow its last byte from memory (the work on
- * the last kernel group, image or slice). */
-static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
-                         accel_op_stats* s) {
+/* Cycles to bring a conv's input and weight bytes into CBUF, each stream from its memory
+ * (accel_op.sram): the DRAM's at its read rate and the SRAM's at its bandwidth, in parallel. */
+static int64_t conv_load_cycles(const accel_config* cfg, uint32_t sram, int64_t input,
+                                int64_t weights) {
+  const int64_t from_sram = (sram & ACCEL_SRAM_INPUT ? input : 0) +
+                            (sram & ACCEL_SRAM_WEIGHTS ? weights : 0);
+  const double dram = (double)(input + weights - from_sram) / dram_read_bytes_per_cycle(cfg);
+  const double on_chip = from_sram > 0 && cfg->sram_bytes_per_s > 0
+                             ? (double)from_sram * cfg->clock_hz / cfg->sram_bytes_per_s
+                             : 0.0;
+  return (int64_t)ceil(dram > on_chip ? dram : on_chip);
+}
+
+static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_on_chip,
+                      accel_op_stats* s) {
   const conv_geometry* g = &r->conv;
   const accel_conv_desc* d = &r->op->conv;
   const accel_precision p = d->precision;
@@ -365,10 +378,14 @@ static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int outp
     s->mac_cycles = positions * g->groups * ceil_div(c_group, cfg->atomic_c) *
                     ceil_div(k_group, atomic_k_at(cfg, p)) * g->kernel_h * g->kernel_w;
   }
-  /* Direct mode: a stripe shorter than a weight block's load waits for the load. */
+  /* Direct mode: a stripe shorter than a weight block's load waits for the load. A stripe
+   * holds one image's positions, or in multi-batch mode the whole batch's (NVDLA's batch
+   * mode exists to lengthen the stripes of fully connected layers). */
   int64_t busy = s->mac_cycles;
   if (!winograd && !g->pixel_bytes) {
-    busy = (int64_t)g->n * weight_blocks * stripe_cycles(cfg, (int64_t)g->out_h * g->out_w);
+    const int64_t image = (int64_t)g->out_h * g->out_w;
+    busy = g->multi_batch ? weight_blocks * stripe_cycles(cfg, image * g->n)
+                          : (int64_t)g->n * weight_blocks * stripe_cycles(cfg, image);
   }
   s->data_banks = r->data_banks, s->weight_banks = r->weight_banks;
   int64_t slices = 1, once_input = 0, once_weights = 0, one = 1;
@@ -379,23 +396,19 @@ static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int outp
   s->reread_bytes = s->input_bytes + s->weight_bytes - once_input - once_weights;
   /* CBUF loading (NVDLA's CDMA fills the banks, then CSC and CMAC start): the first MAC waits
    * for the input its data banks hold and the first kernel group's weights; later kernel
-   * groups, images and slices load while the array works on the earlier ones. */
+   * groups, images and slices load while the array works on the earlier ones, and the work
+   * on the last of them (the tail) follows the last byte loaded. The CONV's compute_cycles
+   * are this span, from its first data to its last MAC: the longer of the two paths. */
   const int64_t kernel_groups = (int64_t)g->groups * ceil_div(k_group, atomic_k_at(cfg, p));
   const int64_t first_kernels = k_group < atomic_k_at(cfg, p) ? k_group : atomic_k_at(cfg, p);
   const int64_t data_room = (int64_t)r->data_banks * (cfg->cbuf_bytes / cfg->cbuf_banks);
   const int64_t image_input = once_input / (g->n > 0 ? g->n : 1);
   const int64_t first_input = image_input < data_room || data_room <= 0 ? image_input : data_room;
   const int64_t first_weights = once_weights * first_kernels / (g->k > 0 ? g->k : 1);
-  /* each from its memory (accel_op.sram), the DRAM's and the SRAM's in parallel */
-  const uint32_t sram = r->op->sram;
-  const int64_t from_sram = (sram & ACCEL_SRAM_INPUT ? first_input : 0) +
-                            (sram & ACCEL_SRAM_WEIGHTS ? first_weights : 0);
-  const int64_t from_dram = first_input + first_weights - from_sram;
-  const double dram_load = (double)from_dram / dram_read_bytes_per_cycle(cfg);
-  const double sram_load = from_sram > 0 && cfg->sram_bytes_per_s > 0
-                               ? (double)from_sram * cfg->clock_hz / cfg->sram_bytes_per_s
-                               : 0.0;
-  s->compute_cycles = busy + (int64_t)ceil(dram_load > sram_load ? dram_load : sram_load);
+  const int64_t tail = busy / ((int64_t)g->n * kernel_groups * slices);
+  s->compute_cycles = busy + conv_load_cycles(cfg, r->op->sram, first_input, first_weights);
+  const int64_t loaded = conv_load_cycles(cfg, r->op->sram, s->input_bytes, s->weight_bytes) + tail;
+  if (loaded > s->compute_cycles) s->compute_cycles = loaded;
   s->bytes_written =
       output_on_chip ? 0 : feature_bytes(cfg, g->n, g->k, g->out_h, g->out_w, p);
   /* CBUF: what CDMA brings in is written once; the MAC array reads one atomic-C entry of data
@@ -409,7 +422,6 @@ static int64_t cost_conv(const accel_config* cfg, const resolved_op* r, int outp
                       (double)s->cbuf_write_bytes * cfg->cbuf_write_pj_per_byte;
   s->mac_energy_pj =
       (double)s->macs * (p == ACCEL_INT8 ? cfg->mac_int8_pj : cfg->mac_fp16_pj);
-  return busy / ((int64_t)g->n * kernel_groups * slices);
 }
 
 static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
@@ -495,6 +507,25 @@ static void cost_bdma(const accel_config* cfg, const resolved_op* r, accel_op_st
                      surfaces_touched(d->dst_offset, d->dst_stride, d->channels, per_surface);
 }
 
+/* RUBIK contract (memory to memory, like the BDMA): it reads the channel-extended cube once and
+ * writes the contracted one once. The input is stored as its sx*sy phase groups, each starting
+ * on its own atom surface (NVDLA's D_CONTRACT_STRIDE_0 = ceil(C' x bytes / 32) surfaces per
+ * group: the convolution that wrote each phase padded its C' channels to whole atoms); the
+ * output is a feature tensor of C' channels. Its data path moves rubik_bytes_per_cycle bytes
+ * per cycle each way (reads and writes overlap), so its compute cycles are the larger
+ * stream over that width; the memory is usually the long pole. No engine energy: like the
+ * BDMA's copies, its energy is the bytes it moves (finish_op). */
+static void cost_rubik(const accel_config* cfg, const resolved_op* r, accel_op_stats* s) {
+  const accel_rubik_desc* d = &r->op->rubik;
+  const int64_t phases = (int64_t)d->stride_x * d->stride_y;
+  const int64_t positions = (int64_t)r->in_n * r->in_h * r->in_w;
+  copy_text(s->op, sizeof s->op, "rubik:contract");
+  s->input_bytes = positions * phases * position_bytes(cfg, r->out_c, d->precision);
+  s->bytes_written = feature_bytes(cfg, r->out_n, r->out_c, r->out_h, r->out_w, d->precision);
+  const int64_t larger = s->input_bytes > s->bytes_written ? s->input_bytes : s->bytes_written;
+  s->compute_cycles = ceil_div(larger, cfg->rubik_bytes_per_cycle);
+}
+
 /* Where an op's bytes go. Every stream is in DRAM unless the op's accel_op.sram bit puts it in
  * the secondary memory (a CONV's weights may be there; SDP parameters always come from DRAM);
  * DRAM moves whole bursts, each stream rounded up. */
@@ -556,21 +587,20 @@ static int64_t pipeline_cycles(const accel_config* cfg, accel_engine engine) {
 
 /* A layer's cycles: its engines' fixed pipeline cycles, then the long pole of the compute
  * (which starts when the first read returns, dram_latency_cycles after the start) and the
- * transfers (followed by the compute's `tail`, the work that needs the last byte read). */
+ * transfers. */
 static int64_t layer_cycles(const accel_config* cfg, int64_t pipeline, int64_t compute,
-                            int64_t dram_read, int64_t memory, int64_t sram, int64_t tail) {
+                            int64_t dram_read, int64_t memory, int64_t sram) {
   const int64_t wait = dram_read > 0 ? cfg->dram_latency_cycles : 0;
-  return pipeline + max3(compute + wait, memory > 0 ? memory + tail : 0,
-                         sram > 0 ? sram + tail : 0);
+  return pipeline + max3(compute + wait, memory, sram);
 }
 
-static void finish_op(const accel_config* cfg, uint32_t sram, int64_t tail, accel_op_stats* s) {
+static void finish_op(const accel_config* cfg, uint32_t sram, accel_op_stats* s) {
   s->bytes_read = s->input_bytes + s->weight_bytes + s->operand_bytes;
   place_streams(cfg, sram, s);
   s->memory_cycles = dram_cycles(cfg, s->dram_read_bytes, s->dram_write_bytes);
   s->sram_cycles = sram_cycles(cfg, s->sram_read_bytes + s->sram_write_bytes);
   s->cycles = layer_cycles(cfg, pipeline_cycles(cfg, s->engine), s->compute_cycles,
-                           s->dram_read_bytes, s->memory_cycles, s->sram_cycles, tail);
+                           s->dram_read_bytes, s->memory_cycles, s->sram_cycles);
   /* The memory interfaces' energy: DRAM bytes as moved (whole bursts) and SRAM bytes. */
   s->dram_energy_pj = (double)(s->dram_read_bytes + s->dram_write_bytes) * cfg->dram_pj_per_byte +
                       (double)(s->sram_read_bytes + s->sram_write_bytes) * cfg->sram_pj_per_byte;
@@ -604,7 +634,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
   run->num_ops = chain->num_ops;
   const int fused = chain->mode == ACCEL_MODE_FUSED;
   int64_t longest_compute = 0, independent_cycles = 0, dram_read = 0, dram_write = 0;
-  int64_t pipeline = 0, tail = 0, longest_tail = 0;
+  int64_t pipeline = 0;
   accel_precision precision = ACCEL_FP32;
   for (int32_t i = 0; i < chain->num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
@@ -613,11 +643,10 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     s->engine = r->op->engine;
     const int input_on_chip = op_input_on_chip(chain, i);
     const int output_on_chip = op_output_on_chip(chain, i);
-    tail = 0;
     switch (r->op->engine) {
       case ACCEL_ENGINE_CONV:
         s->precision = precision = r->op->conv.precision;
-        tail = cost_conv(cfg, r, output_on_chip, s);
+        cost_conv(cfg, r, output_on_chip, s);
         break;
       case ACCEL_ENGINE_SDP:
         s->precision = precision = r->op->sdp.precision;
@@ -635,12 +664,15 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
         s->precision = precision = r->op->bdma.precision;
         cost_bdma(cfg, r, s);
         break;
+      case ACCEL_ENGINE_RUBIK: /* alone in its run: memory to memory */
+        s->precision = precision = r->op->rubik.precision;
+        cost_rubik(cfg, r, s);
+        break;
       case ACCEL_ENGINE_COUNT: /* refused by chain_resolve */
         break;
     }
-    finish_op(cfg, r->op->sram, tail, s);
+    finish_op(cfg, r->op->sram, s);
     pipeline += pipeline_cycles(cfg, s->engine);
-    longest_tail = tail > longest_tail ? tail : longest_tail;
     run->macs += s->macs;
     run->mac_cycles += s->mac_cycles;
     run->bytes_read += s->bytes_read;
@@ -663,7 +695,7 @@ void cost_chain(const accel_config* cfg, const resolved_chain* chain, const char
     run->memory_cycles = dram_cycles(cfg, dram_read, dram_write);
     run->sram_cycles = sram_cycles(cfg, run->sram_bytes);
     run->cycles = layer_cycles(cfg, pipeline, longest_compute, dram_read, run->memory_cycles,
-                               run->sram_cycles, longest_tail);
+                               run->sram_cycles);
   } else {
     run->cycles = independent_cycles;
   }

@@ -495,6 +495,19 @@ typedef struct bdma_geometry {
 void bdma_copy(const bdma_geometry* g, size_t element_bytes, const void* src, void* dst,
                int32_t num_threads);
 
+/* ---- RUBIK ----------------------------------------------------------------------------- */
+
+/* A contract's resolved geometry (accel_rubik_desc, validated): input [n][c][h][w] with
+ * c = sx * sy * out_c, output [n][out_c][h * sy][w * sx]. */
+typedef struct rubik_geometry {
+  int32_t n, out_c, h, w, sx, sy;
+} rubik_geometry;
+
+/* out[b][c][y*sy + a][x*sx + t] = in[b][(a*sx + t)*out_c + c][y][x], as bytes (element_bytes
+ * each): accel.h's contract. */
+void rubik_contract(const rubik_geometry* g, size_t element_bytes, const void* src, void* dst,
+                    int32_t num_threads);
+
 /* ---- FP16 storage ---------------------------------------------------------------------- */
 
 /* IEEE binary16 <-> fp32: widening is exact, narrowing rounds to nearest even. */

@@ -11,15 +11,17 @@ and after a change and compare the two directories with ``diff -r``.
 The time of each match (wall clock, one run, on whatever else the machine runs) goes to
 standard error and to ``OUT/times.json``, for a rough before/after figure only.
 
-    python examples/partition_snapshot.py OUT [MODEL ...] [--settings full small ...]
+    python examples/partition_snapshot.py OUT [MODEL ...] [--settings full small ...] [--onnx]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 SETTINGS = {  # name -> (config, fuse, precision of the chains)
     "full": ("nv_full", True, "fp32"),
@@ -29,12 +31,18 @@ SETTINGS = {  # name -> (config, fuse, precision of the chains)
 }
 
 
-def _module(name: str):
+def _module(name: str, onnx_dir: Optional[Path]):
+    """The zoo model through torch.export, or exported to ONNX in ``onnx_dir`` and imported
+    from there (other op forms: biases as [1, C, 1, 1] adds, Gemm's dense layers)."""
     from accel_codegen.compiler import frontend
     from accel_codegen.tools.models import get_model
 
     model, inputs = get_model(name)
-    mod, params = frontend.from_pytorch(model, inputs)
+    if onnx_dir is not None:
+        path = frontend.export_onnx(model, inputs, onnx_dir / f"{name}.onnx")
+        mod, params = frontend.from_onnx(path)
+    else:
+        mod, params = frontend.from_pytorch(model, inputs)
     return frontend.bind_params(mod, params) if params else mod
 
 
@@ -64,6 +72,8 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("models", nargs="*")
     parser.add_argument("--settings", nargs="*", default=list(SETTINGS))
+    parser.add_argument("--onnx", action="store_true",
+                        help="import through ONNX (files <model>.onnx.<setting>.txt)")
     args = parser.parse_args(argv)
     from accel_codegen.compiler import patterns
     from accel_codegen.tools.models import MODELS
@@ -71,13 +81,19 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     times = {"table_entries": len(patterns.pattern_table())}
     for name in args.models or list(MODELS):
-        mod = _module(name)
+        with tempfile.TemporaryDirectory() as workdir:
+            mod = _module(name, Path(workdir) if args.onnx else None)
+        name += ".onnx" if args.onnx else ""
         for setting in args.settings:
-            text, seconds = snapshot(mod, setting)
+            try:
+                text, seconds = snapshot(mod, setting)
+            except Exception as error:  # pylint: disable=broad-except  (recorded, compared)
+                text, seconds = f"{type(error).__name__}: {error}\n", 0.0
             (args.out / f"{name}.{setting}.txt").write_text(text)
             times[f"{name}.{setting}"] = round(seconds, 2)
             print(f"{name} {setting}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    (args.out / "times.json").write_text(json.dumps(times, indent=1) + "\n")
+    (args.out / f"times{'.onnx' if args.onnx else ''}.json").write_text(
+        json.dumps(times, indent=1) + "\n")
     return 0
 
 

@@ -28,8 +28,10 @@ import dataclasses
 import itertools
 from typing import Dict, List, Optional, Tuple
 
+import tvm
 from tvm import relax
-from tvm.relax.dpl import DFPattern, is_const, is_op, is_tuple_get_item, wildcard
+from tvm.relax.dpl import (CallPattern, DFPattern, ExprPattern, OrPattern, is_const, is_op,
+                           is_tuple_get_item, wildcard)
 
 from ..sim import vocabulary
 
@@ -288,17 +290,34 @@ def entries(extra: Tuple[Entry, ...] = ()) -> List[Entry]:
     return table
 
 
-_ENTRIES: Optional[Tuple[List[Entry], Tuple]] = None
+def _root_ops(pattern: DFPattern) -> Optional[frozenset]:
+    """The names of the ops a pattern can match at its root (None: any expression)."""
+    if isinstance(pattern, OrPattern):
+        left, right = _root_ops(pattern.left), _root_ops(pattern.right)
+        return None if left is None or right is None else left | right
+    if isinstance(pattern, CallPattern) and isinstance(pattern.op, ExprPattern) and \
+            isinstance(pattern.op.expr, tvm.ir.Op):
+        return frozenset([pattern.op.expr.name])
+    return None
 
 
-def _cached_entries() -> List[Entry]:
-    """entries(), rebuilt when the vocabulary's tables change (tests replace them)."""
+_ENTRIES: Optional[Tuple[List[Tuple[Entry, Optional[frozenset]]], Tuple]] = None
+
+
+def _cached_entries() -> List[Tuple[Entry, Optional[frozenset]]]:
+    """entries() with each one's root ops, rebuilt when the vocabulary's tables change (tests
+    replace them)."""
     global _ENTRIES  # pylint: disable=global-statement
     key = (vocabulary.ACTIVATIONS.entries, vocabulary.POOLS.entries,
            vocabulary.ELEMENTWISE.entries)
     if _ENTRIES is None or _ENTRIES[1] != key:
-        _ENTRIES = (entries(), key)
+        _ENTRIES = ([(e, _root_ops(e.pattern)) for e in entries()], key)
     return _ENTRIES[0]
+
+
+def templates() -> Dict[str, Entry]:
+    """The entries whose names have ``{role}`` fields, by name."""
+    return {e.name: e for e, _ in _cached_entries() if "{" in e.name}
 
 
 # --- roles of a match -------------------------------------------------------------------------
@@ -320,8 +339,9 @@ def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr]
                 ) -> Optional[Tuple[Entry, Roles]]:
     """The first entry (in table order) whose pattern matches at ``root`` and its roles; None
     when none does."""
-    for entry in _cached_entries():
-        if not entry.annotations:
+    op = getattr(getattr(root, "op", None), "name", None)
+    for entry, ops in _cached_entries():
+        if not entry.annotations or (ops is not None and op not in ops):
             continue
         match = entry.pattern.extract_matched_expr(root, var2val)
         if match is not None:
@@ -338,4 +358,7 @@ def composite_name(name: str, roles: Roles) -> str:
         if ":" in role:
             field, kind = role.split(":", 1)
             kinds[field] = kind
-    return name.format(**kinds)
+    try:
+        return name.format(**kinds)
+    except KeyError:  # a field the match left unfilled: the entry's own name says what it is
+        return name

@@ -26,14 +26,14 @@ from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, P
                     SdpSpec, Unsupported, constant_value, describe, dtype_of, is_constant, op_name,
                     static_shape)
 
-# Relax op -> the engine's name for it, from the op vocabulary.
-ACTIVATIONS = {op: entry.name for op, entry in vocabulary.ACTIVATIONS.by_relax_op.items()}
+# Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
+# used: a test may extend the vocabulary).
 ELEMENTWISE = {op: entry.name for op, entry in vocabulary.ELEMENTWISE.by_relax_op.items()}
 POOLS = {op: entry.name for op, entry in vocabulary.POOLS.by_relax_op.items()}
 SUPPORTED_DTYPES = ("float32",)
 # Ops the SDP runs only with a constant second operand, as its scale/shift: x - c = x + (-c),
 # x / c = x * (1 / c) (one rounding of 1 / c: within an ulp of the division).
-AFFINE_ONLY = {"relax.subtract": "relax.add", "relax.divide": "relax.multiply"}
+AFFINE_ONLY = dict(zip(chains.AFFINE_OPS, ("relax.add", "relax.multiply")))
 
 
 class Stage(NamedTuple):
@@ -207,10 +207,15 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
         stage, data = _commutative_stage(roles["ew"], lookup)
         stages.append(stage)
     elif "affine" in roles or "scale" in roles:
+        # the matcher takes add and multiply in either operand order: c * x + d reads x
+        data = None
         for role in ("affine", "scale", "shift"):
             if role in roles:
-                stages.append(_affine_stage(roles[role]))
-        data = stages[0].call.args[0]
+                call = roles[role]
+                stage, operand = _commutative_stage(call, lookup) if op_name(call) in \
+                    ELEMENTWISE else (_affine_stage(call), call.args[0])
+                stages.append(stage)
+                data = operand if data is None else data
     elif "bn" in roles:
         data = roles["bn"].args[0]
     elif "act" in roles:

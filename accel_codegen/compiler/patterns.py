@@ -42,6 +42,7 @@ class PartitionLog:
         self.refusals: Dict[relax.Var, Tuple[str, str]] = {}
 
     def refuse(self, ctx: PatternCheckContext, pattern: str, reason: str) -> bool:
+        pattern = chains.composite_name(pattern, {role: None for role in ctx.annotated_expr})
         for var in ctx.matched_bindings.keys():
             # Later (shorter) patterns overwrite: their reason is the most specific.
             self.refusals[var] = (pattern, reason)
@@ -112,7 +113,7 @@ def name_composites(mod: tvm.IRModule) -> tvm.IRModule:
     """Fill the ``{act}``, ``{pool}``, ... fields of the composite functions' names with the
     kinds their match has (``accel.conv2d_bn_{act}`` -> ``accel.conv2d_bn_relu``): the entry
     is matched again on the composite's body, as TVM's code generators do."""
-    templates = {e.name: e for e in chains.entries() if "{" in e.name}
+    templates = chains.templates()
     updates = {}
     for gv, function in mod.functions_items():
         name = str(function.attrs["Composite"]) if isinstance(function, relax.Function) and \
@@ -123,7 +124,10 @@ def name_composites(mod: tvm.IRModule) -> tvm.IRModule:
         root = bindings.get(function.body.body, function.body.body)
         match = templates[name].pattern.extract_matched_expr(root, bindings)
         roles = chains.roles_of(templates[name], match) if match is not None else {}
-        updates[gv] = function.with_attr("Composite", chains.composite_name(name, roles))
+        filled = chains.composite_name(name, roles)
+        if "{" in filled and os.environ.get(STRICT_ENV) == "1":  # the entry matched before
+            raise RuntimeError(f"composite {gv.name_hint}: {name} does not match it again")
+        updates[gv] = function.with_attr("Composite", filled)
     for gv, function in updates.items():
         mod[gv] = function
     return mod

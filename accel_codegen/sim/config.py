@@ -28,6 +28,8 @@ _MEMORY_FIELDS = ("cbuf_banks", "dram_burst_bytes", "dram_latency_cycles",
 #: The fields calibrated against NVDLA's nv_small RTL (ABI 8): left out, nv_full's values.
 _RTL_FIELDS = ("dram_read_request_cycles", "cmac_weight_load_cycles", "conv_pipeline_cycles",
                "sdp_pipeline_cycles", "pdp_pipeline_cycles", "cdp_pipeline_cycles")
+#: The RUBIK engine's rate (ABI 9): left out, nv_full's value.
+_RUBIK_FIELDS = ("rubik_bytes_per_cycle",)
 
 
 #: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
@@ -110,7 +112,7 @@ class AccelConfig:
         The on-chip SRAM behind NVDLA's secondary memory interface (0: none) and its bandwidth.
     dram_read_request_cycles : int
         Cycles between two read requests the memory accepts (one burst each): reads move at
-        most ``dram_burst_bytes`` per this many cycles.
+        most ``dram_burst_bytes`` per this many cycles (0: no limit beyond the bandwidth).
     cmac_weight_load_cycles : int
         Cycles to load one atomic-C x atomic-K weight block into the MAC cells; a stripe of
         fewer output positions waits for it.
@@ -119,6 +121,8 @@ class AccelConfig:
         write's latency); a fused run pays the sum of its engines'. These six are calibrated
         against NVDLA's nv_small RTL (runtime/src/config.c says from which trace tests;
         docs/nvdla_rtl.md).
+    rubik_bytes_per_cycle : int
+        Bytes the RUBIK engine reads (and writes) per cycle (config.c gives the figure's source).
 
     The fields after ``features`` default to the nv_full preset's (a config written before
     they existed reads as it did, with nv_full's memory system).
@@ -158,9 +162,10 @@ class AccelConfig:
     sdp_pipeline_cycles: Optional[int] = None
     pdp_pipeline_cycles: Optional[int] = None
     cdp_pipeline_cycles: Optional[int] = None
+    rubik_bytes_per_cycle: Optional[int] = None
 
     def __post_init__(self) -> None:
-        memory_fields = [name for name in _MEMORY_FIELDS + _RTL_FIELDS
+        memory_fields = [name for name in _MEMORY_FIELDS + _RTL_FIELDS + _RUBIK_FIELDS
                          if getattr(self, name) is None]
         if memory_fields:  # from the C preset, the one copy of its figures
             preset = ffi.new("accel_config*")

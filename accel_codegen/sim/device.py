@@ -152,14 +152,16 @@ class _Chain:
 
 
 def op_list(ops: Sequence[Op]) -> List[Op]:
-    """The ops of a chain as a list, each a Conv, Sdp, Pool, Lrn or Bdma, 1 to
-    ACCEL_MAX_CHAIN_OPS (a Bdma runs alone: the C library refuses it in a longer chain)."""
+    """The ops of a chain as a list, each a Conv, Sdp, Pool, Lrn, Bdma or Rubik, 1 to
+    ACCEL_MAX_CHAIN_OPS (a Bdma or a Rubik runs alone: the C library refuses it in a longer
+    chain)."""
     if isinstance(ops, OP_CLASSES) or not isinstance(ops, (list, tuple)):
-        raise AccelInvalidError(f"ops must be a list of Conv, Sdp, Pool and Lrn, or one Bdma, "
-                                f"got {ops!r}")
+        raise AccelInvalidError(f"ops must be a list of Conv, Sdp, Pool and Lrn, or one Bdma or "
+                                f"Rubik, got {ops!r}")
     for i, op in enumerate(ops):
         if not isinstance(op, OP_CLASSES):
-            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp, Pool, Lrn or Bdma")
+            raise AccelInvalidError(f"op {i} = {op!r} is not a Conv, Sdp, Pool, Lrn, Bdma or "
+                                    "Rubik")
         PRECISIONS.code(op.precision, f"op {i} ({op.engine}): precision")
     if not 1 <= len(ops) <= lib.ACCEL_MAX_CHAIN_OPS:
         raise AccelInvalidError(f"a chain has 1 to {lib.ACCEL_MAX_CHAIN_OPS} ops, got {len(ops)}")
@@ -241,9 +243,9 @@ class Device:
 
         Parameters
         ----------
-        ops : sequence of Conv, Sdp, Pool, Lrn, or one Bdma
+        ops : sequence of Conv, Sdp, Pool, Lrn, or one Bdma or Rubik
             The chain. "fused" mode takes at most one of each of the first three, in that
-            order, or one Lrn alone; a Bdma runs alone, in either mode.
+            order, or one Lrn alone; a Bdma or a Rubik runs alone, in either mode.
         x : numpy.ndarray
             The input; used in place when it is C-contiguous with the precision's dtype
             (float32, np.int8 codes, np.float16; see ops.as_typed for the conversions).

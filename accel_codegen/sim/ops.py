@@ -23,7 +23,7 @@ from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
 from .config import AccelConfig, precision_code
 from .layout import c16_shape
 from .vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS,
-                         SRAM_STREAMS, WEIGHT_FORMATS)
+                         RUBIK_MODES, SRAM_STREAMS, WEIGHT_FORMATS)
 
 #: How each precision is stored in host memory.
 _DTYPES = {"int8": np.int8, "int16": np.int16, "fp16": np.float16, "fp32": np.float32}
@@ -654,6 +654,41 @@ class Bdma:
         """A copy reads nothing but its input (its ranges are checked by the C library)."""
 
 
+@dataclasses.dataclass
+class Rubik:
+    """RUBIK engine, contract mode (NVDLA's second hardware layer of a deconvolution): the
+    ``stride_x * stride_y`` channel groups of the input, phase-major, rearranged into
+    ``stride_y x stride_x`` blocks of pixels, bit for bit, in any precision the simulator runs::
+
+        out[n, c, y*stride_y + a, x*stride_x + b] = x[n, (a*stride_x + b)*C' + c, y, x]
+
+    with ``C' = C / (stride_x * stride_y)``: input (n, C, H, W), output (n, C', H*stride_y,
+    W*stride_x). Phase-major (group ``a*stride_x + b`` is one phase), unlike PyTorch's
+    ``pixel_shuffle``, which puts the channel outermost. A RUBIK op runs alone in its chain,
+    memory to memory. ``mode`` "split" and "merge" are NVDLA's other modes (memory formats
+    only): the C library refuses them. Needs the "rubik" feature (nv_small has none)."""
+
+    stride_x: int = 2
+    stride_y: int = 2
+    mode: str = "contract"
+    precision: str = "fp32"
+
+    sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
+
+    engine = "RUBIK"
+
+    def lower(self, c_op) -> None:
+        c_op.engine = ENGINES.code(self.engine)
+        d = c_op.rubik
+        d.mode = RUBIK_MODES.code(self.mode)
+        d.stride_x = integer(self.stride_x, "rubik stride_x")
+        d.stride_y = integer(self.stride_y, "rubik stride_y")
+        d.precision = precision_code(self.precision)
+
+    def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
+        """A contract reads nothing but its input (its shapes are checked by the C library)."""
+
+
 def has_data(op) -> bool:
     """Whether every operand of an op holds data (estimates accept shape-only operands)."""
     if isinstance(op, Conv):
@@ -664,6 +699,6 @@ def has_data(op) -> bool:
     return True
 
 
-Op = Conv | Sdp | Pool | Lrn | Bdma
+Op = Conv | Sdp | Pool | Lrn | Bdma | Rubik
 #: Every engine op class (a chain holds instances of these).
-OP_CLASSES = (Conv, Sdp, Pool, Lrn, Bdma)
+OP_CLASSES = (Conv, Sdp, Pool, Lrn, Bdma, Rubik)

@@ -23,7 +23,7 @@ themselves (:func:`activation_exact`; sigmoid, silu, exp and tanh through the li
 :func:`exp_f32` and :func:`tanh_f32`, bit for bit).
 
 BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
-channels keep their values.
+channels keep their values. RUBIK contract (any precision): a rearrangement, bit for bit.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .._accel_ffi import ffi, lib
-from ..errors import AccelDtypeError, AccelInvalidError, check
-from .ops import Bdma, Conv, LutInt8, Lrn, Op, Pool, Sdp, _padding, _pair, dtype_for
+from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
+from .ops import Bdma, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -777,6 +777,26 @@ def bdma_copy(x: np.ndarray, channels: int, src_offset: int = 0, src_stride: int
     return result
 
 
+# --- RUBIK -----------------------------------------------------------------------------------
+
+def rubik_contract(x: np.ndarray, stride_x: int, stride_y: int) -> np.ndarray:
+    """RUBIK's contract mode (accel.h, accel_rubik_desc): input (n, C, H, W) with
+    C = stride_x * stride_y * C', output (n, C', H * stride_y, W * stride_x) with
+    ``out[n, c, y*stride_y + a, x*stride_x + b] = x[n, (a*stride_x + b)*C' + c, y, x]``
+    (phase-major groups of C' channels). Bits are moved as they are."""
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise AccelShapeError(f"rubik contract input has shape {x.shape}, not (n, c, h, w)")
+    n, c, h, w = x.shape
+    phases = stride_x * stride_y
+    if stride_x < 1 or stride_y < 1 or c % phases:
+        raise AccelShapeError(f"rubik contract: channels {c} are not a multiple of stride_x = "
+                              f"{stride_x} x stride_y = {stride_y}")
+    groups = x.reshape(n, stride_y, stride_x, c // phases, h, w)   # [n][a][b][c'][y][x]
+    return np.ascontiguousarray(groups.transpose(0, 3, 4, 1, 5, 2)).reshape(
+        n, c // phases, h * stride_y, w * stride_x)                   # [n][c'][y][a][x][b]
+
+
 def convert(x: np.ndarray, source: str, target: str, scale: float, zero: int) -> np.ndarray:
     """A converting SDP (int8 <-> fp16): accel_convert's values through fp32."""
     if (source, target) == ("int8", "fp16"):
@@ -812,6 +832,14 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                                   f"data, got {np.asarray(x).dtype}")
         return bdma_copy(x, op.channels, op.src_offset, op.src_stride, op.dst_offset,
                          op.dst_stride, op.output_channels, out)
+    if isinstance(op, Rubik):
+        if np.asarray(x).dtype != dtype_for(precision):
+            raise AccelDtypeError(f"a {precision} RUBIK moves {np.dtype(dtype_for(precision))} "
+                                  f"data, got {np.asarray(x).dtype}")
+        if op.mode != "contract":
+            raise AccelInvalidError(f"rubik mode = {op.mode!r}: the simulator models contract "
+                                    "only")
+        return rubik_contract(x, op.stride_x, op.stride_y)
     if out is not None:
         raise AccelInvalidError("run_op: out is a BDMA's destination; other ops write all of "
                                 "their output")

@@ -10,7 +10,7 @@ Time is *simulated* time: cycles of the cost model (``csrc/cost_model.c``) conve
 microseconds with the configuration's clock. The trace has one process (the accelerator) and
 one track (a "thread") per unit: ``runs`` (one slice per run, named by its label, so that
 layer ``f0.12`` can be searched for), ``memory (DRAM)``, and one track per engine of
-:data:`~accel_codegen.sim.vocabulary.ENGINES` (CONV, SDP, PDP, CDP, BDMA).
+:data:`~accel_codegen.sim.vocabulary.ENGINES` (CONV, SDP, PDP, CDP, BDMA, RUBIK).
 
 Layout model
 ------------
@@ -22,20 +22,22 @@ the layout only places them in time, as the cost model says the hardware spends 
   runs' ``cycles`` (``CostTotals.cycles``).
 - **A fused run** pipelines its engines (the cost model charges it "the long pole of every
   engine's compute and all of its memory traffic"): every op's engine is busy from the run's
-  start for the op's ``compute_cycles``, and the memory track is busy from the run's start for
-  the run's DRAM cycles (the run record's ``memory_cycles``, the chain's whole traffic). The
-  run lasts its ``cycles``,
-  the longest of these. When the memory is the long pole (a *memory-bound* run), each engine's
-  track shows a ``waits on memory`` slice from the end of its compute to the end of the run;
+  start, after the first read's latency, for the op's ``compute_cycles``, and the memory track
+  is busy from the run's start for the run's DRAM cycles (the run record's ``memory_cycles``,
+  the chain's whole traffic). The run lasts its ``cycles``: the longest of these plus its
+  engines' fixed pipeline cycles (the configuration's ``*_pipeline_cycles``). When the memory
+  is the long pole (a *memory-bound* run), each engine's track shows a ``waits on memory``
+  slice from the end of its compute to the end of the transfers;
   when an engine is the long pole, the others simply finish early (they wait on it, not on
   memory).
 - **An independent run** executes its ops one after another, each for its own ``cycles``
-  (``max(compute_cycles, memory_cycles)``; the run's cycles are their sum): the engine is busy
-  for the op's ``compute_cycles`` from the op's start, the memory track for the op's
-  ``memory_cycles``, and an op whose memory cycles exceed its compute shows ``waits on memory``
-  for the rest of its slot.
+  (its pipeline cycles plus ``max(compute_cycles + latency, memory_cycles)``; the run's
+  cycles are their sum): the engine is busy for the op's ``compute_cycles`` from the op's
+  start (after its first read's latency), the memory track for the op's ``memory_cycles``,
+  and an op whose memory cycles exceed that shows ``waits on memory`` until they end.
 - **BDMA** is pure data movement (``compute_cycles`` 0): its slice on the BDMA track lasts the
-  transfer, the op's ``cycles``, with the same traffic on the memory track.
+  transfer, the op's ``cycles``, with the same traffic on the memory track. **RUBIK** moves
+  data too, at its data path's rate (``compute_cycles``), usually waiting on memory.
 
 The records carry cycles and bytes, not the configuration; the configuration gives the clock
 (cycles -> microseconds). Memory cycles are the records' own (``memory_cycles``: DRAM with its
@@ -108,11 +110,8 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
     # latency included; FUSED: one latency for the whole chain), and its SRAM cycles.
     run_memory = record.memory_cycles if fused else sum(op.memory_cycles for op in ops)
     run_sram = record.sram_cycles if fused else sum(op.sram_cycles for op in ops)
-    longest = max(op.compute_cycles for op in ops)
-    expected = max(longest, run_memory, run_sram) if fused else sum(op.cycles for op in ops)
-    if record.cycles != expected:
-        raise _mismatch(f"run {label!r}", record.cycles, expected)
-    # The MAC array the run was costed on shows in its utilisation.
+    # The MAC array the run was costed on shows in its utilisation (checked first: the cycles
+    # check below uses the configuration's pipeline cycles and latency).
     peak = config.macs_per_cycle(ops[-1].precision)
     if record.macs and not math.isclose(record.utilization,
                                         record.macs / (record.cycles * peak), rel_tol=1e-9):
@@ -121,10 +120,26 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
             f"{config.atomic_k} MACs): run {label!r} records a utilisation of "
             f"{record.utilization:.6g}, that array gives {record.macs / (record.cycles * peak):.6g};"
             " give the configuration the runs ran on")
+    longest = max(op.compute_cycles for op in ops)
+    # A fused run: its engines' fixed pipeline cycles, then the long pole of the compute (after
+    # the first read's latency) and the memory (cost_model.c's layer_cycles).
+    pipeline = sum(getattr(config, f"{op.engine.lower()}_pipeline_cycles", 0) for op in ops)
+    wait = config.dram_latency_cycles if any(op.dram_read_bytes for op in ops) else 0
+    expected = (pipeline + max(longest + wait, run_memory, run_sram) if fused
+                else sum(op.cycles for op in ops))
+    if record.cycles != expected:
+        raise _mismatch(f"run {label!r}", record.cycles, expected)
     memory_pole = max(run_memory, run_sram)
+
+    def lead(reads_dram) -> int:  # the compute starts when the first read returns
+        return config.dram_latency_cycles if reads_dram else 0
+
+    def memory_bound(op) -> bool:
+        return max(op.memory_cycles, op.sram_cycles) > op.compute_cycles + lead(op.dram_read_bytes)
+
     # Cycles whose long pole is the memory: the whole fused run, or the independent ops'.
-    bound_cycles = (record.cycles if memory_pole > longest else 0) if fused else \
-        sum(op.cycles for op in ops if max(op.memory_cycles, op.sram_cycles) > op.compute_cycles)
+    bound_cycles = (record.cycles if memory_pole > longest + wait else 0) if fused else \
+        sum(op.cycles for op in ops if memory_bound(op))
     run_args = {"label": label, "mode": record.mode, "engines": engine_names(record),
                 "precision": ops[0].precision, "macs": record.macs,
                 "bytes_read": record.bytes_read, "bytes_written": record.bytes_written,
@@ -146,14 +161,16 @@ def _run_slices(index: int, record, start: int, config: AccelConfig) -> List[Sli
              "bytes_written": record.bytes_written, "memory_cycles": run_memory})
     at = start
     for op in ops:
-        slot = record.cycles if fused else op.cycles
+        first = wait if fused else lead(op.dram_read_bytes)
+        pole = memory_pole if fused else max(op.memory_cycles, op.sram_cycles)
         busy = op.compute_cycles if op.compute_cycles > 0 else op.cycles  # BDMA: the transfer
+        begin = at + first if op.compute_cycles > 0 else at
         args = _op_args(label, op, record.utilization)
-        add(op.engine, f"{key} {op.op}", "compute", at, busy, args)
-        waits = memory_pole > longest if fused else \
-            max(op.memory_cycles, op.sram_cycles) > op.compute_cycles
-        if waits and op.compute_cycles > 0:
-            add(op.engine, WAIT, "wait", at + busy, slot - busy, {"label": label, "op": op.op})
+        add(op.engine, f"{key} {op.op}", "compute", begin, busy, args)
+        waits = memory_pole > longest + wait if fused else memory_bound(op)
+        if waits and op.compute_cycles > 0:  # until the memory's transfers end
+            add(op.engine, WAIT, "wait", begin + busy, at + pole - begin - busy,
+                {"label": label, "op": op.op})
         if not fused:
             add(MEMORY_TRACK, f"{key} {op.op} memory", "memory", at, op.memory_cycles,
                 {"label": label, "op": op.op, "bytes_read": op.bytes_read,

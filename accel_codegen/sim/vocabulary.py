@@ -87,6 +87,7 @@ ENGINES = Table("accel_engine", "engine", "ACCEL_ENGINE_COUNT", (
     Entry("PDP", "ACCEL_ENGINE_PDP"),
     Entry("CDP", "ACCEL_ENGINE_CDP"),
     Entry("BDMA", "ACCEL_ENGINE_BDMA"),
+    Entry("RUBIK", "ACCEL_ENGINE_RUBIK", feature="rubik"),
 ))
 
 PRECISIONS = Table("accel_precision", "precision", "ACCEL_PRECISION_COUNT", (
@@ -162,9 +163,17 @@ WEIGHT_FORMATS = Table("accel_weight_format", "weight_format", "ACCEL_WEIGHT_FOR
     Entry("sparse", "ACCEL_WEIGHTS_SPARSE", feature="weight_compression"),
 ))
 
+#: RUBIK modes: contract (a deconvolution's depth-to-space); split and merge change only the
+#: memory format, which the simulator's dense tensors lack: the C library refuses them.
+RUBIK_MODES = Table("accel_rubik_mode", "rubik mode", "ACCEL_RUBIK_MODE_COUNT", (
+    Entry("contract", "ACCEL_RUBIK_CONTRACT", feature="rubik"),
+    Entry("split", "ACCEL_RUBIK_SPLIT", feature="rubik"),
+    Entry("merge", "ACCEL_RUBIK_MERGE", feature="rubik"),
+))
+
 #: Every table, for the test that holds them to the header.
 TABLES = (ENGINES, PRECISIONS, ELEMENTWISE, ACTIVATIONS, POOLS, MODES, PIXEL_FORMATS,
-          CONV_MODES, WEIGHT_FORMATS, LAYOUTS)
+          CONV_MODES, WEIGHT_FORMATS, LAYOUTS, RUBIK_MODES)
 
 #: The optional hardware units: accel_feature bits (flags, not a sequence, so no sentinel).
 FEATURES = {"lut": "ACCEL_FEATURE_LUT", "elementwise": "ACCEL_FEATURE_ELEMENTWISE",

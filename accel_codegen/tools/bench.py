@@ -458,11 +458,17 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
 
     layers: Dict[str, list] = {}
     csv_rows: Dict[str, list] = {}  # every simulator mode's runs, as the per-layer CSV has them
-    sources = {}
-    if per_layer:
-        from ..compiler.partition import match_composites
+    sources: Dict[str, dict] = {}  # precision -> layer key -> its Relax operators
 
-        sources = source_ops(match_composites(model.mod, model.params, config=config))
+    def sources_of(precision: str) -> dict:
+        """The layers' operators in the partition of ``precision`` (an int8 one may differ)."""
+        if per_layer and precision not in sources:
+            from ..compiler.partition import match_composites
+
+            sources[precision] = source_ops(match_composites(
+                model.mod, model.params, config=config, precision=precision))
+        return sources.get(precision, {})
+
     for mode in modes:
         entry: Dict[str, Any] = {"wall_ms": _summary(times[mode])}
         if mode in ACCEL_MODES:
@@ -474,7 +480,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
                 layers[mode] = [_layer_row(r) for r in prof.records]
             csv_rows[mode] = [{"bench_mode": mode, **row} for row in layer_rows(
                 prof.records, peak_macs_per_cycle=config.macs_per_cycle(precision),
-                sources=sources)]
+                sources=sources_of(precision))]
         result["modes"][mode] = entry
     result["vs_ort"] = ort_ratios(result["modes"])
     if per_layer or per_layer_wall:

@@ -649,9 +649,6 @@ def cmd_debug(args) -> int:
     parse_model_spec(args.model)
     json_out = _output_path(args.json, ".json", "--json") if args.json else None
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
-    if args.no_winograd:
-        raise UserError("--no-winograd: debug compares the builds the code generator makes "
-                        "(Winograd where the configuration has it and it pays)")
     from .debug import debug_report
 
     model = _load_model(args.model)
@@ -800,12 +797,13 @@ def _write_outputs(result: dict, json_out, plot_out, plotter: str) -> None:
 
 # --- the parser -------------------------------------------------------------------------------
 
-def _model_args(p: argparse.ArgumentParser, fuse: bool = True) -> None:
+def _model_args(p: argparse.ArgumentParser, fuse: bool = True, winograd: bool = True) -> None:
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--config", default="nv_full", help=CONFIG_HELP)
     if fuse:
         p.add_argument("--no-fuse", action="store_true",
                        help="decomposed: every source op its own accelerator op")
+    if fuse and winograd:
         p.add_argument("--no-winograd", action="store_true",
                        help="every convolution direct (default: Winograd where the "
                             "configuration has it and the convolution qualifies)")
@@ -953,8 +951,9 @@ def _build_commands(sub) -> None:
                        "the fp32 build's same tensor (cumulative: upstream errors included), "
                        "its cycles, and for int8 on a configuration with fp16 the cycles if "
                        "that layer alone ran in fp16. The first layer whose SQNR is below "
-                       "--threshold is flagged with '!'.")
-    _model_args(p)
+                       "--threshold is flagged with '!'. The builds are the code generator's "
+                       "(Winograd where the configuration has it and it pays).")
+    _model_args(p, winograd=False)
     _precision_args(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"],
                     default="int8")
     p.add_argument("--inputs", default="4", metavar="N|DATA.npz",

@@ -263,7 +263,8 @@ def plot_sweep(result: Dict[str, Any], path) -> Path:
 
 #: Timeline colours by slice category (compute slices take their engine's colour).
 TIMELINE_COLORS = {"memory": "#d6604d", "wait": "#f4f4f4", "CONV": "#2166ac", "SDP": "#4393c3",
-                   "PDP": "#1b7837", "CDP": "#762a83", "BDMA": "#e08214"}
+                   "PDP": "#1b7837", "CDP": "#762a83", "BDMA": "#e08214",
+                   "RUBIK": "#b35806"}
 RUN_COLORS = ("#d9d9d9", "#bdbdbd")
 
 

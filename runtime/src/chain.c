@@ -17,6 +17,7 @@ static const char* engine_name(accel_engine engine) {
     case ACCEL_ENGINE_PDP: return "PDP";
     case ACCEL_ENGINE_CDP: return "CDP";
     case ACCEL_ENGINE_BDMA: return "BDMA";
+    case ACCEL_ENGINE_RUBIK: return "RUBIK";
     case ACCEL_ENGINE_COUNT: break;
   }
   return "?";
@@ -789,6 +790,44 @@ static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const 
   r->out_w = r->in_w;
   return ACCEL_OK;
 }
+/* RUBIK contract (accel_rubik_desc): the factors, the channels they divide, NVDLA's 8192
+ * limit per dimension; the output is (n, C / (sx*sy), H*sy, W*sx). */
+static accel_status resolve_rubik(const accel_config* cfg, resolved_op* r, const char* where) {
+  const accel_rubik_desc* d = &r->op->rubik;
+  accel_status st = check_engine(cfg, ACCEL_FEATURE_RUBIK, "RUBIK", where);
+  if (st == ACCEL_OK) st = check_precision(cfg, d->precision, where);
+  if (st != ACCEL_OK) return st;
+  RANGE("mode", d->mode, ACCEL_RUBIK_CONTRACT, ACCEL_RUBIK_MODE_COUNT - 1)
+  if (d->mode != ACCEL_RUBIK_CONTRACT) {
+    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: mode = %s: the simulator models contract "
+                      "only (split and merge change the memory format, which its dense "
+                      "tensors do not have)", where,
+                      d->mode == ACCEL_RUBIK_SPLIT ? "split" : "merge");
+  }
+  RANGE("stride_x", d->stride_x, 1, ACCEL_MAX_RUBIK_STRIDE)
+  RANGE("stride_y", d->stride_y, 1, ACCEL_MAX_RUBIK_STRIDE)
+  const int32_t phases = d->stride_x * d->stride_y;
+  if (r->in_c % phases != 0) {
+    return accel_fail(ACCEL_ERR_SHAPE, "%s: input channels %d are not a multiple of stride_x "
+                      "= %d x stride_y = %d (one channel group per output phase)", where,
+                      r->in_c, d->stride_x, d->stride_y);
+  }
+  r->out_n = r->in_n;
+  r->out_c = r->in_c / phases;
+  const int64_t out_h = (int64_t)r->in_h * d->stride_y, out_w = (int64_t)r->in_w * d->stride_x;
+  const struct { const char* name; int64_t value; } dims[] = {
+      {"input width", r->in_w}, {"input height", r->in_h}, {"input channels", r->in_c},
+      {"output width", out_w}, {"output height", out_h}, {"output channels", r->out_c}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+    if (dims[i].value > ACCEL_MAX_RUBIK_DIM) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: %s = %lld exceeds RUBIK's %d", where,
+                        dims[i].name, (long long)dims[i].value, ACCEL_MAX_RUBIK_DIM);
+    }
+  }
+  r->out_h = (int32_t)out_h;
+  r->out_w = (int32_t)out_w;
+  return ACCEL_OK;
+}
 #undef RANGE
 
 static accel_precision op_precision(const accel_op* op) {
@@ -798,6 +837,7 @@ static accel_precision op_precision(const accel_op* op) {
     case ACCEL_ENGINE_PDP: return op->pdp.precision;
     case ACCEL_ENGINE_CDP: return op->cdp.precision;
     case ACCEL_ENGINE_BDMA: return op->bdma.precision;
+    case ACCEL_ENGINE_RUBIK: return op->rubik.precision;
     case ACCEL_ENGINE_COUNT: break; /* refused before */
   }
   return ACCEL_FP32;
@@ -993,6 +1033,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                         "%s: a BDMA copy runs alone (num_ops = %d, must be 1): it is not part of "
                         "the CONV -> SDP -> PDP pipe", where, num_ops);
     }
+    if (ops[i].engine == ACCEL_ENGINE_RUBIK && num_ops != 1) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "%s: a RUBIK contract runs alone (num_ops = %d, must be 1): it reads "
+                        "and writes memory, outside the CONV -> SDP -> PDP pipe", where, num_ops);
+    }
     if (mode == ACCEL_MODE_FUSED && (int)ops[i].engine <= last_engine) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "%s: a fused chain runs CONV -> SDP -> PDP, each at most once, in "
@@ -1014,6 +1059,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
       case ACCEL_ENGINE_PDP: st = resolve_pdp(cfg, r, where); break;
       case ACCEL_ENGINE_CDP: st = resolve_cdp(cfg, r, where); break;
       case ACCEL_ENGINE_BDMA: st = resolve_bdma(cfg, r, where); break;
+      case ACCEL_ENGINE_RUBIK: st = resolve_rubik(cfg, r, where); break;
       case ACCEL_ENGINE_COUNT: break; /* refused above */
     }
     if (st != ACCEL_OK) return st;
@@ -1079,6 +1125,11 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     const char* out_lo = (const char*)output->data;
     const char* out_hi = out_lo + tensor_count(output) * element_bytes(output->precision);
     const int overlap = in_lo < out_hi && out_lo < in_hi;
+    if (overlap && ops[0].engine == ACCEL_ENGINE_RUBIK) {
+      return accel_fail(ACCEL_ERR_INVALID,
+                        "op 0 (RUBIK): output data %p overlaps input data %p (a contract needs "
+                        "separate source and destination)", output->data, input->data);
+    }
     if (overlap && ops[0].engine == ACCEL_ENGINE_BDMA) {
       return accel_fail(ACCEL_ERR_INVALID,
                         "op 0 (BDMA): output data %p overlaps input data %p (a copy needs "

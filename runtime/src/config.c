@@ -49,7 +49,8 @@
  * has the per-test table). Played with the testbench's memory (32 cycles of read latency, one
  * 8-byte beat per cycle, a read request every other cycle):
  * - dram_read_request_cycles: the memory accepts a read request (one burst) every this many
- *   cycles. 1 in every preset (a DRAM controller queues requests); the testbench's 2 is the
+ *   cycles; 0: no limit beyond the bandwidth, every preset's (a DRAM controller queues
+ *   requests, and the presets' bandwidths are already assumptions); the testbench's 2 is the
  *   rate at which the convolutions' CBUF loading runs in dc_8x8x36_4x4x36x16_dilation,
  *   dc_6x8x192_3x3x192x32 and dc_4x1x8192_1x1x8192x1 (8-byte requests: 4 bytes per cycle).
  * - cmac_weight_load_cycles: one atomic-C x atomic-K weight block goes into the MAC cells one
@@ -66,6 +67,12 @@
  *   (cdp_1x1x1 120, cdp_1x1x31 144), CONV 86 on top of the SDP it feeds (dc_1x1x8_1x1x8x1 179,
  *   the large convolutions' constant). Pipeline depths in cycles do not grow with the array
  *   width: nv_large and nv_full take nv_small's (unvalidated).
+ *
+ * RUBIK (ABI 9): nv_small.spec defines RUBIK_DISABLE (the hardware manual's small example:
+ * "Rubik function support = No"). rubik_bytes_per_cycle: an assumption (the documents give
+ * no RUBIK rate, only its 80-100 % memory efficiency): one beat of its memory interface per
+ * cycle each way, PRIMARY_MEMIF_WIDTH: 64 bytes (nv_full's 512 bits), 32 (nv_large's 256),
+ * 8 (nv_small's 64, unused there).
  */
 #include <math.h>
 #include <string.h>
@@ -82,7 +89,7 @@
 
 /* The figures fitted to nv_small's RTL above that every preset shares. */
 #define RTL_CALIBRATED                                                                       \
-  .dram_read_request_cycles = 1, .conv_pipeline_cycles = 86, .sdp_pipeline_cycles = 52,      \
+  .dram_read_request_cycles = 0, .conv_pipeline_cycles = 86, .sdp_pipeline_cycles = 52,      \
   .pdp_pipeline_cycles = 54, .cdp_pipeline_cycles = 80
 
 static const accel_config presets[] = {
@@ -92,7 +99,8 @@ static const accel_config presets[] = {
      .precisions = BIT(ACCEL_INT8), .features = ACCEL_FEATURE_CDP | ACCEL_FEATURE_IMAGE_INPUT,
      .cbuf_banks = 32, .dram_burst_bytes = 8, .dram_latency_cycles = 64,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 0,
-     .cmac_weight_load_cycles = 8, RTL_CALIBRATED, ENERGY_45NM(1.25)},
+     .cmac_weight_load_cycles = 8, RTL_CALIBRATED, .rubik_bytes_per_cycle = 8,
+     ENERGY_45NM(1.25)},
     {.name = "nv_large", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 10e9,
@@ -101,7 +109,8 @@ static const accel_config presets[] = {
                  ACCEL_FEATURE_CDP | ACCEL_FEATURE_BDMA | ACCEL_FEATURE_IMAGE_INPUT,
      .cbuf_banks = 16, .dram_burst_bytes = 32, .dram_latency_cycles = 1024,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 32e9,
-     .cmac_weight_load_cycles = ACCEL_CONV_STRIPE, RTL_CALIBRATED, ENERGY_45NM(2.5)},
+     .cmac_weight_load_cycles = ACCEL_CONV_STRIPE, RTL_CALIBRATED, .rubik_bytes_per_cycle = 32,
+     ENERGY_45NM(2.5)},
     {.name = "nv_full", .atomic_c = 64, .atomic_k = 32, .cbuf_bytes = 512 * 1024,
      .memory_atom_bytes = 32, .sdp_throughput = 16, .sdp_ew_throughput = 4, .pdp_throughput = 8,
      .cdp_throughput = 8, .clock_hz = 1e9, .dram_bytes_per_s = 20e9,
@@ -112,7 +121,8 @@ static const accel_config presets[] = {
                  ACCEL_FEATURE_WEIGHT_COMPRESSION,
      .cbuf_banks = 16, .dram_burst_bytes = 64, .dram_latency_cycles = 1200,
      .dram_turnaround_cycles = 0.5, .sram_bytes = 0, .sram_bytes_per_s = 64e9,
-     .cmac_weight_load_cycles = ACCEL_CONV_STRIPE, RTL_CALIBRATED, ENERGY_45NM(2.5)},
+     .cmac_weight_load_cycles = ACCEL_CONV_STRIPE, RTL_CALIBRATED, .rubik_bytes_per_cycle = 64,
+     ENERGY_45NM(2.5)},
 };
 
 int32_t accel_num_presets(void) { return (int32_t)(sizeof presets / sizeof presets[0]); }
@@ -162,12 +172,13 @@ accel_status accel_config_validate(const accel_config* cfg) {
   CHECK_RANGE(dram_burst_bytes, 1, 4096)
   CHECK_RANGE(dram_latency_cycles, 0, 1000000)
   CHECK_RANGE(sram_bytes, 0, (int64_t)1 << 40)
-  CHECK_RANGE(dram_read_request_cycles, 1, 1024)
+  CHECK_RANGE(dram_read_request_cycles, 0, 1024)
   CHECK_RANGE(cmac_weight_load_cycles, 0, 1024)
   CHECK_RANGE(conv_pipeline_cycles, 0, 1000000)
   CHECK_RANGE(sdp_pipeline_cycles, 0, 1000000)
   CHECK_RANGE(pdp_pipeline_cycles, 0, 1000000)
   CHECK_RANGE(cdp_pipeline_cycles, 0, 1000000)
+  CHECK_RANGE(rubik_bytes_per_cycle, 1, 4096)
 #undef CHECK_RANGE
   if (cfg->cbuf_bytes % cfg->cbuf_banks != 0) {
     return accel_fail(ACCEL_ERR_INVALID,

@@ -74,7 +74,8 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->conv_pipeline_cycles == b->conv_pipeline_cycles &&
          a->sdp_pipeline_cycles == b->sdp_pipeline_cycles &&
          a->pdp_pipeline_cycles == b->pdp_pipeline_cycles &&
-         a->cdp_pipeline_cycles == b->cdp_pipeline_cycles;
+         a->cdp_pipeline_cycles == b->cdp_pipeline_cycles &&
+         a->rubik_bytes_per_cycle == b->rubik_bytes_per_cycle;
 }
 
 accel_status accel_device_shared(const accel_config* cfg, accel_device** out) {
@@ -231,6 +232,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
       cdp_f32(&r->cdp, src, dst, threads);
       return ACCEL_OK;
     case ACCEL_ENGINE_BDMA: /* runs alone, through execute_bdma */
+    case ACCEL_ENGINE_RUBIK: /* runs alone, through execute_rubik */
     case ACCEL_ENGINE_COUNT:
       break;
   }
@@ -420,6 +422,28 @@ static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
                                 .dst_offset = 0, .dst_stride = 1, .channels = d->channels};
   bdma_copy(&gather, eb, output->data, copied, dev->num_threads);
   return observe_as_held(dev, label, 0, copied, r->in_n, d->channels, r->in_h, r->in_w, p);
+}
+
+/* RUBIK contract: a byte copy in the tensors' own precision, like the BDMA's. An observer sees
+ * the input and the output (op_index 0), as the engines hold them. */
+static accel_status execute_rubik(accel_device* dev, const resolved_chain* chain,
+                                  const accel_tensor* input, const accel_tensor* output,
+                                  const char* label) {
+  const resolved_op* r = &chain->ops[0];
+  const accel_rubik_desc* d = &r->op->rubik;
+  const accel_precision p = d->precision;
+  const size_t eb = p == ACCEL_INT8 ? 1 : p == ACCEL_FP16 ? 2 : sizeof(float);
+  const rubik_geometry g = {.n = r->in_n, .out_c = r->out_c, .h = r->in_h, .w = r->in_w,
+                            .sx = d->stride_x, .sy = d->stride_y};
+  const int watched = observing();
+  if (watched) {
+    accel_status st = observe_as_held(dev, label, ACCEL_OBSERVE_INPUT, input->data, r->in_n,
+                                      r->in_c, r->in_h, r->in_w, p);
+    if (st != ACCEL_OK) return st;
+  }
+  rubik_contract(&g, eb, input->data, output->data, dev->num_threads);
+  if (!watched) return ACCEL_OK;
+  return observe_as_held(dev, label, 0, output->data, r->out_n, r->out_c, r->out_h, r->out_w, p);
 }
 
 /* A converting SDP (accel_sdp_desc.convert): accel_convert's values through FP32 scratch. */
@@ -643,6 +667,12 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     const accel_tensor out = {.data = dst, .n = output->n, .c = output->c, .h = output->h,
                               .w = output->w, .precision = ACCEL_FP32};
     st = execute_bdma(dev, &plain, &in, &out, label);
+  } else if (chain->ops[0].op->engine == ACCEL_ENGINE_RUBIK) {
+    const accel_tensor in = {.data = (void*)src, .n = input->n, .c = input->c, .h = input->h,
+                             .w = input->w, .precision = ACCEL_FP32};
+    const accel_tensor out = {.data = dst, .n = output->n, .c = output->c, .h = output->h,
+                              .w = output->w, .precision = ACCEL_FP32};
+    st = execute_rubik(dev, &plain, &in, &out, label);
   } else {
     st = execute_chain(dev, &plain, ACCEL_FP32, sizeof(float), 0, src, dst, label);
   }
@@ -661,13 +691,17 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   pthread_mutex_lock(&dev->lock);
   const int converts = chain.ops[0].op->engine == ACCEL_ENGINE_SDP && chain.ops[0].op->sdp.convert;
   const int c16 = input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16;
-  switch (c16 ? -3 : chain.ops[0].op->engine == ACCEL_ENGINE_BDMA ? -1 : converts ? -2
-                                                                   : (int)input->precision) {
+  const accel_engine first = chain.ops[0].op->engine;
+  switch (c16 ? -3 : first == ACCEL_ENGINE_BDMA ? -1 : first == ACCEL_ENGINE_RUBIK ? -4
+                   : converts ? -2 : (int)input->precision) {
     case -3: /* FP32 with a C16 tensor (chain_resolve allows no other precision) */
       st = execute_c16(dev, &chain, input, output, label != NULL ? label : "");
       break;
     case -1: /* the BDMA copies any precision as it is */
       st = execute_bdma(dev, &chain, input, output, label != NULL ? label : "");
+      break;
+    case -4: /* so does the RUBIK */
+      st = execute_rubik(dev, &chain, input, output, label != NULL ? label : "");
       break;
     case -2:
       st = execute_convert(dev, &chain, input, output);

@@ -356,6 +356,65 @@ static void test_bdma(accel_device* dev) {
   free(a), free(b), free(out);
 }
 
+/* RUBIK contract: a 3 x 2 contract against the naive loop of accel.h (bits as they are), its
+ * cost as estimated, and its refusals: in a chain, channels not a multiple of the phases, a
+ * factor out of range, overlapping tensors. */
+static void test_rubik(accel_device* dev) {
+  const int n = 2, c = 5, sx = 3, sy = 2, h = 4, w = 7, in_c = c * sx * sy;
+  float* x = random_buffer((int64_t)n * in_c * h * w);
+  float* out = malloc(sizeof(float) * (size_t)(n * in_c * h * w));
+  accel_op op;
+  memset(&op, 0, sizeof op);
+  op.engine = ACCEL_ENGINE_RUBIK;
+  op.rubik = (accel_rubik_desc){.mode = ACCEL_RUBIK_CONTRACT, .stride_x = sx, .stride_y = sy,
+                                .precision = ACCEL_FP32};
+  accel_tensor in = tensor(x, n, in_c, h, w), o = tensor(out, n, c, h * sy, w * sx);
+  accel_op_stats run_op, estimated_op;
+  accel_run_stats run, estimated;
+  EXPECT(accel_run(dev, &op, 1, &in, &o, ACCEL_MODE_INDEPENDENT, "rubik", &run, &run_op) ==
+             ACCEL_OK, "rubik run: %s", accel_last_error());
+  int wrong = 0;
+  for (int b = 0; b < n; ++b)
+    for (int k = 0; k < c; ++k)
+      for (int y = 0; y < h; ++y)
+        for (int a = 0; a < sy; ++a)
+          for (int xx = 0; xx < w; ++xx)
+            for (int t = 0; t < sx; ++t) {
+              const float got =
+                  out[(((int64_t)b * c + k) * h * sy + y * sy + a) * w * sx + xx * sx + t];
+              const float want = x[(((int64_t)b * in_c + (a * sx + t) * c + k) * h + y) * w + xx];
+              wrong += memcmp(&got, &want, sizeof got) != 0;
+            }
+  EXPECT(wrong == 0, "%d elements of the contract differ", wrong);
+  accel_config cfg;
+  accel_device_config(dev, &cfg);
+  EXPECT(accel_estimate(&cfg, &op, 1, &in, &o, ACCEL_MODE_INDEPENDENT, &estimated,
+                        &estimated_op) == ACCEL_OK && estimated.cycles == run.cycles &&
+             run_op.bytes_read == (int64_t)n * h * w * sx * sy * cfg.memory_atom_bytes &&
+             run_op.bytes_written == run_op.bytes_read && run.macs == 0 &&
+             strcmp(run_op.op, "rubik:contract") == 0,
+         "rubik cost: %lld cycles, %lld bytes read", (long long)run.cycles,
+         (long long)run_op.bytes_read);
+  accel_op chain[2] = {op, sdp_op(NULL, NULL, ACCEL_ACT_RELU)};
+  EXPECT(accel_run(dev, chain, 2, &in, &o, ACCEL_MODE_INDEPENDENT, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "runs alone") != NULL,
+         "a RUBIK in a chain of two is refused");
+  op.rubik.stride_x = 4;
+  EXPECT(accel_run(dev, &op, 1, &in, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_SHAPE && strstr(accel_last_error(), "not a multiple") != NULL,
+         "channels that are not a multiple of the phases are refused");
+  op.rubik.stride_x = 33;
+  EXPECT(accel_run(dev, &op, 1, &in, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "stride_x = 33") != NULL,
+         "a factor beyond 32 is refused");
+  op.rubik.stride_x = sx;
+  accel_tensor inside = tensor(out, n, in_c, h, w);
+  EXPECT(accel_run(dev, &op, 1, &inside, &o, ACCEL_MODE_FUSED, NULL, NULL, NULL) ==
+             ACCEL_ERR_INVALID && strstr(accel_last_error(), "overlaps") != NULL,
+         "overlapping tensors are refused");
+  free(x), free(out);
+}
+
 /* Random chains, valid or not. Valid ones run on buffers of exactly the inferred size. */
 static void fuzz_chains(accel_device* dev, int rounds) {
   accel_config cfg;
@@ -451,6 +510,7 @@ int main(void) {
   test_lut_info();
   test_engines_against_naive_loops(dev);
   test_bdma(dev);
+  test_rubik(dev);
   fuzz_chains(dev, 400);
   EXPECT(accel_profile_num_runs() > 0, "profile recorded %d runs", accel_profile_num_runs());
   accel_profile_enable(0);

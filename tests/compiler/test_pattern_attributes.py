@@ -109,3 +109,17 @@ def test_the_table_is_small_and_a_new_activation_adds_no_entry(monkeypatch):
     assert all("input" in e.annotations for e in annotated)
     assert {"conv", "weight", "bias", "bn", "act", "act:relu"} <= set(
         next(e for e in annotated if e.name == "accel.conv2d_bias_bn_{act}").annotations)
+
+
+def test_a_scale_shift_with_the_constant_first_is_one_primitive():
+    """ONNX's HardSigmoid: clip(c * x + d, 0, 1) with the constant as multiply's first operand
+    (the matcher takes add and multiply in either order; the roles must read x as the data)."""
+    def build(bb, x):
+        scaled = bb.emit(relax.op.multiply(relax.const(np.float32(1 / 6)), bb.emit(
+            relax.op.nn.relu(x))))
+        return relax.op.clip(bb.emit(relax.op.add(scaled, relax.const(np.float32(0.5)))), 0, 1)
+
+    report = ac.partition_report(ac.partition_for_accel(_module(build)))
+    assert report.host == []
+    assert [p for ps in report.functions.values() for p in ps] == [
+        "accel.relu", "accel.multiply_add_clip"]

@@ -158,15 +158,18 @@ def test_cost_counts_elements_and_atom_padded_traffic(config):
     cfg = ideal_dram(config)  # the bytes at the bandwidth, nothing else
     stats = estimate_chain(cfg, [Lrn()], shape)
     op = stats.ops[0]
-    elements = int(np.prod(shape))
-    assert op.compute_cycles == -(-elements // cfg.cdp_throughput)
-    # fp32 is charged as 2-byte data; each (n, h, w) position pads its channels to atoms
+    # fp32 is charged as 2-byte data; each (n, h, w) position pads its channels to atoms, and
+    # the engine works on the whole atoms: their elements, padding channels included
     position = -(-5 * 2 // cfg.memory_atom_bytes) * cfg.memory_atom_bytes
+    elements = 2 * 6 * 7 * position // 2
+    assert op.compute_cycles == -(-elements // cfg.cdp_throughput)
     assert op.input_bytes == op.bytes_read == op.bytes_written == 2 * 6 * 7 * position
     assert op.macs == op.mac_cycles == op.weight_bytes == op.operand_bytes == 0
     assert op.memory_cycles == int(np.ceil(2 * op.input_bytes * cfg.clock_hz /
                                            cfg.dram_bytes_per_s))
-    assert stats.cycles == op.cycles == max(op.compute_cycles, op.memory_cycles)
+    # the CDP's fixed pipeline cycles per layer, then the long pole (no latency here)
+    assert stats.cycles == op.cycles == cfg.cdp_pipeline_cycles + max(op.compute_cycles,
+                                                                      op.memory_cycles)
 
 
 def test_the_estimate_equals_a_profiled_run(rng):

@@ -122,12 +122,14 @@ def test_memory_bound_when_dram_is_slow():
     slow = AccelConfig.preset("nv_full").replace(dram_bytes_per_s=1e9)
     run = estimate_chain(slow, _conv_bn_relu(64, 64), (1, 64, 56, 56))
     # memory: 876,800 bytes at 1 byte per cycle, 6,272 bursts written x 0.5, the latency once
-    # = 881,136, then the last kernel group's 28,224 MAC cycles; the compute (with its
-    # 419,840 cycles of CBUF loading) is shorter; the CONV's and SDP's 86 + 52 pipeline cycles
+    # = 881,136; the CONV from its first data to its last MAC: the longer of 419,840 cycles of
+    # CBUF loading (input and first kernel group) + 112,896 MAC cycles, and its 475,136 bytes
+    # loaded + the last kernel group's 28,224 MAC cycles; then the CONV's and SDP's 86 + 52
+    # pipeline cycles and the long pole
     assert run.memory_cycles == 876_800 + 3_136 + 1_200
-    assert run.ops[0].compute_cycles == 112_896 + 419_840
-    assert run.cycles == 86 + 52 + 881_136 + 28_224
-    assert run.utilization == pytest.approx(112_896 / 909_498)
+    assert run.ops[0].compute_cycles == max(112_896 + 419_840, 475_136 + 28_224)
+    assert run.cycles == 86 + 52 + max(532_736 + 1_200, 881_136)
+    assert run.utilization == pytest.approx(112_896 / 881_274)
 
 
 def test_run_reports_the_same_cost_as_estimate_and_profile_records_it():

@@ -58,9 +58,14 @@ def test_trace_folder_lists_the_rtl_runs(traces):
     assert classes == {"cdp": 23, "dc": 12, "pdp": 15, "sdp": 20}
 
 
+#: Each played trace's layers, kept for the cycle calibration test (playing is the slow part).
+_LAYERS = {}
+
+
 @pytest.mark.parametrize("test", PASSING or ["(no traces)"])
 def test_trace_matches_golden_crc(traces, test):
     run = play(str(_cfg(traces, test)))
+    _LAYERS[test] = run.layers
     assert run.expected, f"{test}: no check_crc in the trace"
     assert [f"{c:08x}" for c in run.crcs] == [f"{c:08x}" for c in run.expected]
 
@@ -141,3 +146,47 @@ def test_cli_prints_one_json_line_per_trace(traces, capsys, tmp_path):
     (tmp_path / cfg.name).write_text(bad)
     status, out, _ = run_cli(capsys, "nvdla-trace", tmp_path / cfg.name)
     assert status == 1 and json.loads(out.strip())["match"] is False
+
+
+# --- cycles: the cost model against the RTL (issue 31 item 4) --------------------------------
+
+#: Tests the calibrated cost model does not bring within the issue's bounds, each with the
+#: error it reaches (the honest bound: a regression fails). docs/nvdla_rtl.md says why.
+CYCLE_EXCEPTIONS = {
+    "dc_8192x1x1_2x3x1x41_int8_0": 0.34,        # 1 channel, 41 kernels: RTL ~2x the MAC cycles
+    "pdp_24x16x1_8x8_ave_int8_0": 0.24,         # 8x8 window, stride 3x1: the line buffer's passes
+    "pdp_5x7x8_4x1_split_max_int8_0": 0.24,     # split mode: a set-up per split
+    "pdp_16x6x16_4x2_split_max_int8_0": 0.20,
+    "sdp_1x1x1_pass_through_int8": 0.17,        # 14 cycles over: within the 64-cycle bound
+    "sdp_1x1x8_pass_through_int8_0": 0.17,
+}
+#: Tests of 500 cycles or fewer: within 64 cycles, but for this one.
+SMALL_EXCEPTIONS = {"pdp_5x7x8_4x1_split_max_int8_0": 115}
+
+
+def test_cost_model_cycles_against_the_rtl(traces):
+    """The cost model under the testbench's memory (cycles.testbench_config) against the RTL's
+    cycles to the last output write, on every trace the RTL passes: within 15 % on all but
+    CYCLE_EXCEPTIONS (within theirs), median under 1.5 %, within 64 cycles on the tests of 500
+    cycles or fewer (but SMALL_EXCEPTIONS), and each class's mean absolute error bounded."""
+    import statistics
+
+    from accel_codegen.sim.nvdla.cycles import estimate_cycles
+
+    errors, classes = {}, {}
+    for test in PASSING:
+        layers = _LAYERS.get(test) or play(str(_cfg(traces, test))).layers
+        rtl = int(RTL[test]["rtl_cycles_last_write"])
+        estimate = estimate_cycles(layers)
+        errors[test] = (estimate - rtl) / rtl
+        classes.setdefault(test.split("_")[0], []).append(abs(errors[test]))
+        assert abs(errors[test]) <= CYCLE_EXCEPTIONS.get(test, 0.15), (test, estimate, rtl)
+        if rtl <= 500:
+            assert abs(estimate - rtl) <= SMALL_EXCEPTIONS.get(test, 64), (test, estimate, rtl)
+    assert statistics.median(abs(e) for e in errors.values()) < 0.015
+    means = {c: statistics.mean(v) for c, v in classes.items()}
+    assert means["cdp"] < 0.015 and means["dc"] < 0.05, means
+    assert means["pdp"] < 0.07 and means["sdp"] < 0.03, means
+    # every exception is still one (a fix should tighten this table, not hide behind it)
+    assert all(abs(errors[t]) > 0.15 for t in CYCLE_EXCEPTIONS), {
+        t: round(errors[t], 3) for t in CYCLE_EXCEPTIONS}

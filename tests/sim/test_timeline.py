@@ -133,10 +133,15 @@ def test_a_fused_run_overlaps_its_engines(profiled):
     run, inner = _runs(trace)["f0.0 accel.conv2d_bn_relu_maxpool"]
     engines = {_track(trace, e["tid"]): e for e in inner if e["cat"] == "compute"}
     assert set(engines) == {"CONV", "SDP", "PDP"}
-    for e in engines.values():  # all busy from the run's start: they overlap
-        assert e["ts"] == run["ts"]
+    config = AccelConfig.preset("nv_full")
+    latency = config.dram_latency_cycles  # the compute starts with the first read's data
+    for e in engines.values():  # all busy from then: they overlap
+        assert e["args"]["start_cycle"] == run["args"]["start_cycle"] + latency
     record = profiled.records[0]
-    assert max(e["args"]["cycles"] for e in engines.values()) == record.cycles  # the long pole
+    pipeline = (config.conv_pipeline_cycles + config.sdp_pipeline_cycles +
+                config.pdp_pipeline_cycles)  # the engines' fixed cycles per layer
+    longest = max(e["args"]["cycles"] for e in engines.values())  # the long pole
+    assert latency + longest + pipeline == record.cycles
     memory = [e for e in inner if e["cat"] == "memory"]
     assert len(memory) == 1 and memory[0]["ts"] == run["ts"]
     assert memory[0]["args"]["bytes_read"] == record.bytes_read
@@ -151,15 +156,18 @@ def test_an_independent_run_orders_its_ops(profiled):
     compute = [e for e in inner if e["cat"] == "compute"]
     assert [e["args"]["op"] for e in compute] == [op.op for op in record.ops]
     start = run["args"]["start_cycle"]
+    latency = AccelConfig.preset("nv_full").dram_latency_cycles
     for e, op in zip(compute, record.ops):  # each op starts when the previous one's slot ends
-        assert e["args"]["start_cycle"] == start
+        # and computes from its first read's data on
+        assert e["args"]["start_cycle"] == start + (latency if op.dram_read_bytes else 0)
         memory = [m for m in inner if m["cat"] == "memory" and m["args"]["op"] == op.op]
         assert len(memory) == 1 and memory[0]["args"]["start_cycle"] == start
         assert memory[0]["args"]["cycles"] == op.memory_cycles
         start += op.cycles
     assert start == run["args"]["start_cycle"] + record.cycles
     assert run["args"]["memory_bound_cycles"] == sum(
-        op.cycles for op in record.ops if op.memory_cycles > op.compute_cycles)
+        op.cycles for op in record.ops
+        if op.memory_cycles > op.compute_cycles + (latency if op.dram_read_bytes else 0))
     for a, b in zip(compute, compute[1:]):  # sequential: no two ops overlap
         assert a["ts"] + a["dur"] <= b["ts"] + 1e-9
 
@@ -171,13 +179,15 @@ def test_a_memory_bound_run_waits_on_memory(slow):
     assert run["args"]["memory_bound"] and run["args"]["memory_bound_cycles"] == \
         run["args"]["cycles"]
     memory = [e for e in inner if e["cat"] == "memory"]
-    assert len(memory) == 1 and memory[0]["dur"] == pytest.approx(run["dur"])
+    pipeline = config.conv_pipeline_cycles + config.sdp_pipeline_cycles + config.pdp_pipeline_cycles
+    assert len(memory) == 1 and memory[0]["args"]["cycles"] + pipeline == run["args"]["cycles"]
     for e in inner:
-        if e["cat"] == "compute":  # each engine: busy, then waits on memory to the run's end
+        if e["cat"] == "compute":  # each engine: the latency, busy, then waits on memory
             wait = [w for w in inner if w["cat"] == "wait" and w["tid"] == e["tid"]]
             assert len(wait) == 1 and wait[0]["name"] == WAIT
             assert wait[0]["args"]["start_cycle"] == e["args"]["start_cycle"] + e["args"]["cycles"]
-            assert e["args"]["cycles"] + wait[0]["args"]["cycles"] == run["args"]["cycles"]
+            assert (config.dram_latency_cycles + e["args"]["cycles"] + wait[0]["args"]["cycles"]
+                    == memory[0]["args"]["cycles"])
 
 
 def test_a_bdma_copy_is_a_transfer(profiled):
@@ -192,10 +202,13 @@ def test_a_bdma_copy_is_a_transfer(profiled):
 
 def test_a_record_whose_cycles_disagree_is_refused(profiled):
     """The layout takes memory cycles from the records (the cost model's DRAM model is not
-    restated in Python); a run whose cycles are not its ops' and memory's long pole is no
-    record of the cost model."""
+    restated in Python); a run whose cycles are not its pipeline cycles plus its ops' and
+    memory's long pole is no record of the cost model (forged with the utilisation those
+    cycles give, so that the array is nv_full's)."""
     record = profiled.records[0]
-    forged = dataclasses.replace(record, cycles=record.cycles + 1)
+    peak = AccelConfig.preset("nv_full").macs_per_cycle(record.ops[-1].precision)
+    forged = dataclasses.replace(record, cycles=record.cycles + 1,
+                                 utilization=record.macs / ((record.cycles + 1) * peak))
     with pytest.raises(AccelInvalidError, match="not a record of the cost model"):
         layout([forged], "nv_full")
 

@@ -242,3 +242,18 @@ def test_run_csv_is_the_profile_and_agrees_with_the_estimate(capsys, tmp_path, z
     assert {r["precision"] for r in rows} == {"fp32"}
     status, _, err = run_cli(capsys, "run", library, "--random", "--csv", tmp_path / "r.txt")
     assert status == 1 and "--csv path" in err and "must end in .csv" in err
+
+
+def test_bench_csv_has_the_simulator_modes_runs(capsys, tmp_path):
+    out_csv, out_json = tmp_path / "b.csv", tmp_path / "b.json"
+    status, _, err = run_cli(capsys, "bench", "lenet5", "--modes", "fused", "--repeat", "1",
+                             "--csv", out_csv, "--json", out_json)
+    assert status == 0, err
+    rows = _rows(out_csv.read_text())
+    data = json.loads(out_json.read_text())
+    assert data["schema"] == "accel-codegen/bench/1"
+    assert [r["bench_mode"] for r in rows] == ["fused"] * 5
+    assert [r["layer"].split()[0] for r in rows] == [f"f0.{i}" for i in range(5)]
+    assert {r["precision"] for r in rows} == {"fp32"}
+    assert sum(int(r["cycles"]) for r in rows) == data["modes"]["fused"]["cycles"]
+    assert rows[0]["source_ops"].startswith("relax.nn.conv2d ")

@@ -89,9 +89,15 @@ def resnet50_layers():
 @pytest.mark.parametrize("label, sheet_cycles", sorted(RESNET50_REDUCE_LAYERS.items()))
 def test_resnet50_layers_modelled_alike_agree_within_10_percent(resnet50_layers, label,
                                                                   sheet_cycles):
+    """Counted the spreadsheet's way (the run's long pole of MAC, DRAM and SRAM cycles). Our
+    cycles add what the sheet leaves out (docs/nvdla_rtl.md, calibrated on NVDLA's RTL): the
+    engines' pipeline cycles, the read latency before the compute and CBUF loading before the
+    first MAC."""
     layer = resnet50_layers[label]
     assert layer.engines == "CONV+SDP"
-    assert abs(layer.cycles / sheet_cycles - 1) <= 0.10, (label, layer.cycles, sheet_cycles)
+    pole = max(layer.mac_cycles, layer.memory_cycles, layer.sram_cycles)
+    assert abs(pole / sheet_cycles - 1) <= 0.10, (label, pole, sheet_cycles)
+    assert layer.cycles > pole
 
 
 def test_resnet50_stage2_agrees_within_5_percent(resnet50_layers):
@@ -110,4 +116,4 @@ def test_resnet50_stem_reads_pixels(resnet50_layers):
     49: 100,352 cycles, against the spreadsheet's 153,664 (its MAC formula: channels x stride^2
     rounded to 16, K rounded to 128)."""
     stem = resnet50_layers["f0.0"]
-    assert stem.engines == "CONV(image)+SDP+PDP" and stem.cycles == 100_352
+    assert stem.engines == "CONV(image)+SDP+PDP" and stem.mac_cycles == 100_352

@@ -1,16 +1,17 @@
-"""A first cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
+"""The cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
 through :func:`accel_codegen.sim.device.estimate_chain`), under NVDLA's RTL testbench memory.
 
 The testbench's memory is not a DRAM: a fixed read latency of 32 cycles and one 8-byte beat per
-cycle (a read request accepted every other cycle). :func:`testbench_config` is nv_small with
-that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, no
-turnaround. This is the cost model as it stands (issue 31 item 4 corrects it against the RTL's
-cycles; docs/nvdla_rtl.md has the error table).
+cycle, a read request accepted every other cycle. :func:`testbench_config` is nv_small with
+that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, a
+read request every 2 cycles, no turnaround. The cost model's RTL-calibrated fields (pipeline
+cycles, weight-load cycles) are nv_small's own; docs/nvdla_rtl.md has the error table against
+the RTL's cycles.
 
 The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
-cost model's own rule for a streaming engine written out: the input read once at the memory's
-rate, one element per cycle (nv_small's CDP throughput), the output written once, plus the read
-latency.
+cost model's own rule for a streaming engine written out: the CDP's pipeline cycles, then the
+long pole of the read latency plus one element per cycle (nv_small's CDP throughput, whole
+atoms) and the transfers (the input read once at the read rate, the output written once).
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
     c, h, w = layer.in_shape
     elements = -(-c // ATOM_C) * ATOM_C * h * w
     beats = config.dram_bytes_per_s / config.clock_hz
-    reads = min(beats, config.dram_burst_bytes / config.dram_read_request_cycles)
+    reads = beats if config.dram_read_request_cycles <= 0 else min(
+        beats, config.dram_burst_bytes / config.dram_read_request_cycles)
     transfer = max(elements / reads, 2 * elements / beats)
     compute = -(-elements // config.cdp_throughput)
     return int(config.cdp_pipeline_cycles + max(config.dram_latency_cycles + compute,

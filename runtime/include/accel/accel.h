@@ -13,11 +13,13 @@
  *   CDP   channel data processor: local response normalisation across channels
  *   BDMA  bridge DMA: strided copies of channel surfaces from one tensor into another
  *         (concatenation, split / chunk, channel shuffle)
+ *   RUBIK data reshape engine: contract mode, the depth-to-space rearrangement that ends
+ *         NVDLA's deconvolution (accel_rubik_desc)
  * A run executes a chain of engine ops on one input tensor, either FUSED (CONV -> SDP -> PDP on
  * the fly: intermediates never reach memory) or INDEPENDENT (every op reads its input from memory
  * and writes its output back). Both modes give bit-identical values; their costs differ. The
  * CDP is not part of NVDLA's fused pipe: it always reads and writes memory (see accel_mode). A
- * BDMA op is not part of any chain: it runs alone (num_ops == 1), in either mode.
+ * BDMA or RUBIK op is not part of any chain: it runs alone (num_ops == 1), in either mode.
  *
  * Tensors are dense NCHW in host memory, which stands in for the accelerator's DRAM. The cost
  * model counts feature data as laid out in NVDLA's atom cubes: every (n, h, w) position holds
@@ -39,11 +41,12 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 8,   /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 9,   /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
-                            * RTL-calibrated configuration fields) */
+                            * RTL-calibrated configuration fields; 9: RUBIK,
+                            * accel_config.rubik_bytes_per_cycle) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -64,6 +67,9 @@ enum {
   ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
   ACCEL_LUT_LO_ENTRIES = 257,  /* and its LO table size (256 intervals) */
   ACCEL_C16_CHANNELS = 16,     /* channels of one atom of the C16 layout (accel_layout) */
+  ACCEL_MAX_RUBIK_STRIDE = 32, /* RUBIK contract factor per side (5-bit register field + 1) */
+  ACCEL_MAX_RUBIK_DIM = 8192,  /* RUBIK: width, height and channels of input and output (13-bit
+                                * register fields + 1; NVDLA's unit description's limit) */
   ACCEL_CONV_STRIPE = 16       /* output positions that share one weight load in the MAC cells
                                 * (NVDLA's stripe: 16 to 32 atomic operations; the cost model
                                 * charges CBUF weight reads per 16) */
@@ -116,7 +122,7 @@ typedef enum accel_feature {
   ACCEL_FEATURE_LUT = 1,        /* SDP lookup-table activations: sigmoid, tanh, silu, ... */
   ACCEL_FEATURE_ELEMENTWISE = 2,/* SDP Y unit: element-wise op with a second tensor */
   ACCEL_FEATURE_WINOGRAD = 4,   /* CONV Winograd mode (accel_conv_mode) */
-  ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine (not modelled yet) */
+  ACCEL_FEATURE_RUBIK = 8,      /* RUBIK reshape engine: contract mode (accel_rubik_desc) */
   ACCEL_FEATURE_CDP = 16,       /* CDP engine: local response normalisation */
   ACCEL_FEATURE_BDMA = 32,      /* BDMA engine: channel copies (nv_small's spec disables it) */
   ACCEL_FEATURE_IMAGE_INPUT = 64, /* CONV image-input mode: pixel formats (ABI 5) */
@@ -170,13 +176,16 @@ typedef struct accel_config {
    * trace tests fix each figure) */
   int32_t dram_read_request_cycles; /* cycles between two read requests the memory accepts,
                               * each one burst: reads move at most dram_burst_bytes per this
-                              * many cycles (below the bandwidth when bursts are small) */
+                              * many cycles (below the bandwidth when bursts are small);
+                              * 0: no limit beyond dram_bytes_per_s */
   int32_t cmac_weight_load_cycles; /* cycles to load one atomic-C x atomic-K weight block into
                               * the MAC cells: a stripe of fewer output positions waits for it */
   int32_t conv_pipeline_cycles; /* fixed cycles per layer and engine: programming, pipeline */
   int32_t sdp_pipeline_cycles;  /* fill and drain, the last write's own latency (the read */
   int32_t pdp_pipeline_cycles;  /* latency is dram_latency_cycles); a fused run pays the sum */
   int32_t cdp_pipeline_cycles;  /* of its engines' */
+  /* ABI 9 */
+  int32_t rubik_bytes_per_cycle; /* RUBIK data path: bytes it reads (and writes) per cycle */
 } accel_config;
 
 /* How a tensor's elements lie in memory (accel_tensor.layout).
@@ -210,6 +219,7 @@ typedef enum accel_engine {
   ACCEL_ENGINE_PDP = 2,
   ACCEL_ENGINE_CDP = 3,
   ACCEL_ENGINE_BDMA = 4,
+  ACCEL_ENGINE_RUBIK = 5,
   ACCEL_ENGINE_COUNT         /* not an engine: the number of them (stays last) */
 } accel_engine;
 
@@ -620,6 +630,43 @@ typedef struct accel_bdma_desc {
   accel_precision precision; /* element type of both tensors */
 } accel_bdma_desc;
 
+/* RUBIK modes (accel_rubik_desc.mode), NVDLA's D_MISC_CFG.RUBIK_MODE. SPLIT (a feature cube
+ * into one plane per channel) and MERGE (the reverse) change only the memory format, which
+ * the simulator's dense tensors do not have: they are refused (ACCEL_ERR_UNSUPPORTED). */
+typedef enum accel_rubik_mode {
+  ACCEL_RUBIK_CONTRACT = 0,
+  ACCEL_RUBIK_SPLIT = 1,
+  ACCEL_RUBIK_MERGE = 2,
+  ACCEL_RUBIK_MODE_COUNT     /* not a mode: the number of them (stays last) */
+} accel_rubik_mode;
+
+/* RUBIK contract: the second hardware layer of NVDLA's deconvolution (nvdla/doc, unit
+ * description "Deconvolution" and "RUBIK"). A transposed convolution of stride (sx, sy) is
+ * first run as a convolution whose sx*sy output channel groups are its output phases, one
+ * after another in C (the "channel-extended cube"); contract puts every group's values at its
+ * phase of the sx x sy output block. Input (n, C, H, W), C = sx*sy*C'; output
+ * (n, C', H*sy, W*sx):
+ *   out[n][c][y*sy + a][x*sx + b] = in[n][(a*sx + b)*C' + c][y][x]
+ *       for c < C', a < sy, b < sx, y < H, x < W
+ * i.e. phase-major: input channel group a*sx + b (C' channels) fills row phase a, column
+ * phase b (NVDLA's figure "Contract mode in RUBIK": group 1 lands right of group 0, group sx
+ * below it). This is depth-to-space with the phase outermost (PyTorch's pixel_shuffle puts
+ * the channel outermost: in[c*sx*sy + a*sx + b]). A copy, bit for bit, in any precision the
+ * simulator runs. Checks: stride_x, stride_y in [1, ACCEL_MAX_RUBIK_STRIDE] (ACCEL_ERR_INVALID);
+ * C a multiple of sx*sy (ACCEL_ERR_SHAPE); width, height and channels of input and output
+ * <= ACCEL_MAX_RUBIK_DIM (ACCEL_ERR_UNSUPPORTED); the output tensor the shape above and not
+ * overlapping the input. NVDLA also asks each group of C' channels to be whole 32-byte atoms:
+ * in memory each group starts on its own atom surface (its convolution wrote it there, the
+ * channels padded to the atom), which the cost model charges; the simulator's dense tensors
+ * need no padding. Runs alone (num_ops == 1), in either mode, memory to memory. Needs
+ * ACCEL_FEATURE_RUBIK (ACCEL_ERR_UNSUPPORTED otherwise: nv_small has none). */
+typedef struct accel_rubik_desc {
+  accel_rubik_mode mode;     /* CONTRACT (SPLIT and MERGE are refused) */
+  int32_t stride_x;          /* sx: output columns per input column, >= 1 */
+  int32_t stride_y;          /* sy: output rows per input row, >= 1 */
+  accel_precision precision; /* element type of both tensors */
+} accel_rubik_desc;
+
 /* Which of an op's memory streams use the secondary memory (SRAMIF) instead of DRAM
  * (accel_op.sram bits). NVDLA's compiler places feature maps between layers there when they
  * fit; the engines read and write it directly, at cfg.sram_bytes_per_s. Weights may live there
@@ -646,6 +693,7 @@ typedef struct accel_op {
     accel_pdp_desc pdp;
     accel_cdp_desc cdp;      /* ABI 4 (the union's size is unchanged: conv is the largest) */
     accel_bdma_desc bdma;    /* ABI 4 */
+    accel_rubik_desc rubik;  /* ABI 8 */
   };
   uint32_t sram;             /* ABI 5: accel_sram_stream bits; 0: every stream in DRAM */
 } accel_op;
@@ -664,7 +712,7 @@ typedef enum accel_mode {
 typedef struct accel_op_stats {
   accel_engine engine;
   char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", "cdp:lrn",
-                              * "bdma:copy", ... */
+                              * "bdma:copy", "rubik:contract", ... */
   accel_precision precision;
   int64_t macs;              /* useful multiply-accumulates */
   int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
