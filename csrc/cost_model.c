@@ -360,13 +360,17 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
   if (winograd) { /* equal strides, feature data: validated; each group on its own */
     const int64_t folded_c = c_group * g->stride_h * g->stride_h;
     const int64_t lanes = cfg->atomic_c >= 16 ? cfg->atomic_c / 16 : 1;
+    /* An array narrower than a 4x4 tile (atomic C < 16) takes 16 / atomic C cycles per tile
+     * and channel: it performs at most atomic C x atomic K products a cycle, as in direct
+     * mode, so utilisation (the products performed over the array's) stays within 100 %. */
+    const int64_t passes = cfg->atomic_c >= 16 ? 1 : ceil_div(16, cfg->atomic_c);
     s->macs = (int64_t)g->n * ceil_div(g->out_h, 2) * ceil_div(g->out_w, 2) * 16 * folded_c *
               g->k;
     /* each block: 4x4 transformed weights of `lanes` channels, one per 2x2 output tile */
     block_positions = (int64_t)g->n * ceil_div(g->out_h, 4) * 2 * ceil_div(g->out_w, 4) * 2;
     weight_blocks = (int64_t)g->groups * ceil_div(folded_c, lanes) *
                     ceil_div(k_group, atomic_k_at(cfg, p));
-    s->mac_cycles = block_positions * weight_blocks;
+    s->mac_cycles = block_positions * weight_blocks * passes;
   } else if (g->pixel_bytes) {
     const int64_t row = (int64_t)g->kernel_w * g->pixel_channels; /* pre-extended channels */
     const int64_t step = (int64_t)g->stride_w * g->pixel_channels;
@@ -440,10 +444,11 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
     used += copy_text(name + used, sizeof name - used, parts[i]);
   }
   copy_text(s->op, sizeof s->op, d->convert ? "sdp:convert" : name);
-  const int64_t elements = atom_elements(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
+  const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
   const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
-  s->compute_cycles = ceil_div(elements, uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
+  s->compute_cycles = ceil_div(atom_elements(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p),
+                               uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
   s->engine_energy_pj = (double)elements * cfg->sdp_pj_per_element;
   const int64_t per_channel =
       p == ACCEL_INT8 ? 4 * (d->bias != NULL) + 2 * (d->mul != NULL) + (d->rshift != NULL) +

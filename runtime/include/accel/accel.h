@@ -714,7 +714,9 @@ typedef struct accel_op_stats {
   char op[ACCEL_NAME_LEN];   /* "conv2d", "sdp:scale_shift+add+relu", "pdp:max", "cdp:lrn",
                               * "bdma:copy", "rubik:contract", ... */
   accel_precision precision;
-  int64_t macs;              /* useful multiply-accumulates */
+  int64_t macs;              /* multiply-accumulates the array performs: the convolution's
+                              * own in direct mode, the 4x4 transformed products in Winograd
+                              * mode (16 per 2x2 outputs, not 36) */
   int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
   int64_t compute_cycles;    /* the engine's busy cycles: mac_cycles or elements / throughput */
   int64_t input_bytes;       /* feature data read, re-reads included (0 when fed on the fly) */
@@ -760,7 +762,8 @@ typedef struct accel_run_stats {
   int64_t bytes_read;
   int64_t bytes_written;
   int64_t cycles;
-  double utilization;        /* macs / (mac_cycles * MACs the array has at this precision) */
+  double utilization;        /* macs / (cycles * MACs the array has at this precision):
+                              * the products performed over the array's, at most 1 */
   /* ABI 5: the sums of the ops' energies (picojoules), in either mode */
   double mac_energy_pj, cbuf_energy_pj, dram_energy_pj, engine_energy_pj;
   double energy_pj;
