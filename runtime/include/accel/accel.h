@@ -718,7 +718,9 @@ typedef struct accel_op_stats {
                               * own in direct mode, the 4x4 transformed products in Winograd
                               * mode (16 per 2x2 outputs, not 36) */
   int64_t mac_cycles;        /* MAC-array cycles with atomic C / K rounding (CONV only) */
-  int64_t compute_cycles;    /* the engine's busy cycles: mac_cycles or elements / throughput */
+  int64_t compute_cycles;    /* the engine's busy cycles: a CONV's from its first data to its
+                              * last MAC (CBUF loading, then mac_cycles or a short stripe's
+                              * weight loads), other engines' elements / throughput */
   int64_t input_bytes;       /* feature data read, re-reads included (0 when fed on the fly) */
   int64_t weight_bytes;      /* weights and per-channel parameters read, re-reads included */
   int64_t operand_bytes;     /* SDP element-wise second tensor read */
@@ -728,7 +730,9 @@ typedef struct accel_op_stats {
   int64_t memory_cycles;     /* DRAM cycles: the DRAM bytes below at the DRAM bandwidth, plus
                               * dram_turnaround_cycles per burst written, plus
                               * dram_latency_cycles once when any DRAM byte moves */
-  int64_t cycles;            /* max(compute_cycles, memory_cycles, sram_cycles) */
+  int64_t cycles;            /* the engine's pipeline cycles (cfg.*_pipeline_cycles) +
+                              * max(compute_cycles + dram_latency_cycles when it reads DRAM,
+                              * memory_cycles, sram_cycles) */
   /* ABI 5: where the bytes go (for energy), and the CBUF split used */
   int64_t dram_read_bytes;   /* bytes read over DRAM, each stream rounded up to whole bursts */
   int64_t dram_write_bytes;  /* bytes written to DRAM, rounded up to whole bursts */
