@@ -141,8 +141,13 @@ def _assert_matches_reference(ops, x, y):
     if x.dtype == np.int8:
         np.testing.assert_array_equal(y, expected)
     else:
+        expected = expected.astype(np.float32)
+        # Outside a function's domain (rsqrt or reciprocal of a negative or zero input) the
+        # IEEE answers, NaN and infinity, must match where they are; the rest within the bound
+        special = ~np.isfinite(expected)
+        np.testing.assert_array_equal(y[special], expected[special])
         with np.errstate(all="ignore"):
-            assert_close(y, expected.astype(np.float32), rtol=1e-4)
+            assert_close(np.where(special, 0, y), np.where(special, 0, expected), rtol=1e-4)
 
 
 @given(chains())
