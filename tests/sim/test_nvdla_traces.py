@@ -113,6 +113,18 @@ def test_bad_trace_command_is_a_typed_error(tmp_path):
         parse_cfg(str(cfg))
 
 
+def test_poll_of_a_status_the_simulator_lacks_is_a_typed_error(tmp_path):
+    """The traces poll CDMA's CBUF flush (done at once in the simulator); a wait for any other
+    status or value would never end on the hardware's terms: refused, named."""
+    cfg = tmp_path / "poll.cfg"
+    cfg.write_text("poll_reg_equal(NVDLA_CDMA.S_CBUF_FLUSH_STATUS_0, 0x1);\n")
+    assert play(str(cfg)).crcs == []
+    for poll in ("NVDLA_CDMA.S_CBUF_FLUSH_STATUS_0, 0x0", "NVDLA_SDP.S_STATUS_0, 0x1"):
+        cfg.write_text(f"poll_reg_equal({poll});\n")
+        with pytest.raises(AccelError, match=r"poll_reg_equal\(" + poll.split(",")[0]):
+            play(str(cfg))
+
+
 def test_sparse_memory_crc():
     mem = Memory()
     mem.write(0x8000FFFE, np.arange(4, dtype=np.uint8))   # straddles a page boundary

@@ -16,7 +16,12 @@ from typing import Dict, List, Optional
 from ...errors import AccelInvalidError, AccelUnsupportedError
 from . import layers as L
 from .cdp import LutMemory, run_cdp
+from . import regs
 from .trace import Memory, RegisterFile, dat_path, load_dat, number, parse_cfg
+
+#: The status registers a trace may poll and the value each always has in the simulator, where
+#: a layer runs to completion when the trace waits for it: the CBUF flush is done at once.
+READY_STATUS = {("CDMA", "S_CBUF_FLUSH_STATUS"): 1}
 
 
 @dataclass
@@ -43,6 +48,16 @@ class Runner:
 
     def _enable(self, unit: str) -> None:
         self.pending[unit] = True
+
+    def _poll(self, name: str, value: int, where: str) -> None:
+        """A trace's wait for a status register: only the values the simulator always has
+        (READY_STATUS) can be waited for; any other wait would never end (or means a status
+        the simulator does not model)."""
+        reg = regs.lookup(name)
+        if READY_STATUS.get((reg.unit, reg.name)) != value:
+            known = ", ".join(f"{u}.{n} = {v:#x}" for (u, n), v in READY_STATUS.items())
+            raise AccelUnsupportedError(f"{where}: poll_reg_equal({name}, {value:#x}) waits for "
+                                        f"a status the simulator does not have (only {known})")
 
     def flush(self) -> None:
         """Run the layer(s) whose units are enabled."""
@@ -95,7 +110,7 @@ class Runner:
                 elif reg.unit == "CDP" and reg.name == "S_LUT_ACCESS_DATA":
                     self.cdp_lut.data(value)
             elif cmd.op == "poll_reg_equal":
-                pass  # status registers (CBUF flush) are always ready in the simulator
+                self._poll(a[0], number(a[1], where), where)
             elif cmd.op in ("intr_notify", "check_nothing"):
                 self.flush()
             elif cmd.op == "check_crc":
