@@ -64,6 +64,9 @@ class Runner:
         p = self.pending
         if not p:
             return
+        unsupported = [u for u in p if u in ("BDMA", "RBK")]
+        if unsupported:
+            raise AccelUnsupportedError(f"nv_small has no {unsupported[0]} (the trace enables it)")
         r, mem = self.regs, self.memory
         sdp_out = None
         if p.get("CDMA") or p.get("CACC") or p.get("CSC"):
@@ -86,9 +89,6 @@ class Runner:
         if p.get("CDP"):
             layer, _ = run_cdp(r, mem, self.cdp_lut)
             self.layers.append(layer)
-        unsupported = [u for u in p if u in ("BDMA", "RBK")]
-        if unsupported:
-            raise AccelUnsupportedError(f"nv_small has no {unsupported[0]} (the trace enables it)")
         self.pending = {}
 
     def play(self, cfg_path: str) -> TraceRun:
@@ -128,21 +128,21 @@ def play(cfg_path: str) -> TraceRun:
     return Runner().play(cfg_path)
 
 
+def _summary(run: TraceRun) -> dict:
+    from .cycles import estimate_cycles
+    return {"crc": [f"{c:#010x}" for c in run.crcs], "cycles": int(estimate_cycles(run.layers))}
+
+
 def nvdla_trace(cfg_path: str) -> dict:
     """``{"crc": [CRC-32 of each check_crc region, in order, as hex strings],
     "cycles": the cost model's estimate under the testbench's memory}``."""
-    from .cycles import estimate_cycles
-    run = play(cfg_path)
-    return {"crc": [f"{c:#010x}" for c in run.crcs], "cycles": int(estimate_cycles(run.layers))}
+    return _summary(play(cfg_path))
 
 
 def main(cfg_path: str) -> int:
     """What ``accel-codegen nvdla-trace CFG`` does: print one JSON line; 0 when every CRC
     matches the trace's golden value, 1 otherwise."""
     run = play(cfg_path)
-    from .cycles import estimate_cycles
-    print(json.dumps({"crc": [f"{c:#010x}" for c in run.crcs],
-                      "cycles": int(estimate_cycles(run.layers)),
-                      "golden": [f"{c:#010x}" for c in run.expected],
+    print(json.dumps({**_summary(run), "golden": [f"{c:#010x}" for c in run.expected],
                       "match": run.matches}))
     return 0 if run.matches else 1
