@@ -249,7 +249,6 @@ def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
         r = b.reduce_sum(e, "sum", broadcast=True, act="reciprocal")
     else:
         r = b.lut(b.reduce_sum(e, "sum"), "reciprocal", newton)
-    del c
     return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
 
 

@@ -51,15 +51,11 @@ class LutMemory:
         self.addr += 1
 
 
-def _round_sat(x: np.ndarray, shift: int, bits: int) -> np.ndarray:
-    return arith.shift_right_sat(x, shift, bits)
-
-
 def _interp(table: np.ndarray, index: np.ndarray, frac: np.ndarray) -> np.ndarray:
     """table[i] + (table[i+1] - table[i]) * frac / 2^16 (rounded), saturated to 16 bits."""
     y0 = table[index]
     y1 = table[index + 1]
-    return arith.saturate(y0 + _round_sat((y1 - y0) * frac, 16, 56), 16)
+    return arith.saturate(y0 + arith.shift_right_sat((y1 - y0) * frac, 16, 56), 16)
 
 
 def _frac16(rem: np.ndarray, bits: int) -> np.ndarray:
@@ -90,7 +86,7 @@ def lookup(s: np.ndarray, r: RegisterFile, lut: LutMemory) -> np.ndarray:
              for t in ("LE", "LO") for d in ("UFLOW", "OFLOW") for k in [(t, d)]}
 
     def extrapolate(base, delta, key):
-        return arith.saturate(base + _round_sat(delta * slope[key], shift[key], 56), 16)
+        return arith.saturate(base + arith.shift_right_sat(delta * slope[key], shift[key], 56), 16)
 
     s = np.asarray(s, np.int64)
     # ---- LE table

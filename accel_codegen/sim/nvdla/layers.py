@@ -70,7 +70,6 @@ def _sdp_operands(r: RegisterFile, mem: Memory, which: str, shape) -> Dict[str, 
     """The ALU and multiplier operands of X unit ``which`` ("BS" or "BN"): a register value or
     data read by the SDP's BRDMA/NRDMA (per kernel or per element; 1 or 2 bytes; ALU, MUL or
     both interleaved ALU-first)."""
-    unit_cfg = r.get("SDP", f"D_DP_{which}_CFG")
     f = lambda name: r.get("SDP", f"D_DP_{which}_CFG", f"{which}_{name}")  # noqa: E731
     alu_src = r.get("SDP", f"D_DP_{which}_ALU_CFG", f"{which}_ALU_SRC")
     mul_src = r.get("SDP", f"D_DP_{which}_MUL_CFG", f"{which}_MUL_SRC")
@@ -83,7 +82,6 @@ def _sdp_operands(r: RegisterFile, mem: Memory, which: str, shape) -> Dict[str, 
         "alu_op": arith.signed(r.get("SDP", f"D_DP_{which}_ALU_SRC_VALUE"), 16),
         "mul_op": arith.signed(r.get("SDP", f"D_DP_{which}_MUL_SRC_VALUE"), 16),
     }
-    del unit_cfg
     need_alu = not ops["bypass"] and not ops["alu_bypass"] and alu_src == 1
     need_mul = not ops["bypass"] and not ops["mul_bypass"] and mul_src == 1
     if need_alu or need_mul:
