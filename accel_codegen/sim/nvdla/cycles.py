@@ -1,12 +1,11 @@
 """The cycle estimate of a trace's layers from the project's cost model (csrc/cost_model.c,
 through :func:`accel_codegen.sim.device.estimate_chain`), under NVDLA's RTL testbench memory.
 
-The testbench's memory is not a DRAM: a fixed read latency of 32 cycles and one 8-byte beat per
-cycle, a read request accepted every other cycle. :func:`testbench_config` is nv_small with
-that memory: 8 bytes per cycle at the preset's clock, 32 cycles of latency, 8-byte bursts, a
-read request every 2 cycles, no turnaround. The cost model's RTL-calibrated fields (pipeline
-cycles, weight-load cycles) are nv_small's own; docs/nvdla_rtl.md has the error table against
-the RTL's cycles.
+The testbench's memory is not a DRAM: a fixed read latency, one beat per cycle, a read
+request accepted every few cycles (the TESTBENCH_* constants below, their one definition).
+:func:`testbench_config` is nv_small with that memory in place of its DRAM (bursts of one beat,
+no turnaround). The cost model's RTL-calibrated fields (pipeline cycles, weight-load cycles)
+are nv_small's own; docs/nvdla_rtl.md has the error table against the RTL's cycles.
 
 The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
 cost model's own rule for a streaming engine written out: the CDP's pipeline cycles, then the
@@ -23,7 +22,7 @@ from typing import List, Sequence
 from ..config import AccelConfig
 from ..device import estimate_chain
 from ..ops import Conv, Pool, Sdp, SHAPE_ONLY
-from .layers import ATOM_C, Layer
+from .layers import Layer, whole_atoms
 
 TESTBENCH_LATENCY = 32      # cycles from a read request to its data
 TESTBENCH_BEAT_BYTES = 8    # one 8-byte beat per cycle
@@ -73,7 +72,7 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
     pipeline cycles, then the long pole of the read latency plus its elements (whole atoms) at
     its throughput, and the transfers (reads no faster than the read requests go)."""
     c, h, w = layer.in_shape
-    elements = -(-c // ATOM_C) * ATOM_C * h * w
+    elements = whole_atoms(c) * h * w
     beats = config.dram_bytes_per_s / config.clock_hz
     reads = beats if config.dram_read_request_cycles <= 0 else min(
         beats, config.dram_burst_bytes / config.dram_read_request_cycles)
