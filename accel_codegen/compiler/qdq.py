@@ -127,14 +127,19 @@ def _attribute(node, name: str, default):
     return default
 
 
-def _dequantized(node, q: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray]):
-    """DequantizeLinear of a constant, in float32 as ONNX Runtime computes it."""
+def _along_axis(node, ndim: int, scale: np.ndarray, zero: Optional[np.ndarray]):
+    """A per-axis scale and zero point shaped to broadcast along the node's ``axis``."""
     if scale.size > 1 or (zero is not None and zero.size > 1):
-        axis = _attribute(node, "axis", 1) % q.ndim
-        shape = [1] * q.ndim
-        shape[axis] = -1
+        shape = [1] * ndim
+        shape[_attribute(node, "axis", 1) % ndim] = -1
         scale = scale.reshape(shape)
         zero = None if zero is None else zero.reshape(shape)
+    return scale, zero
+
+
+def _dequantized(node, q: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray]):
+    """DequantizeLinear of a constant, in float32 as ONNX Runtime computes it."""
+    scale, zero = _along_axis(node, q.ndim, scale, zero)
     centred = q.astype(np.int64) - (0 if zero is None else zero.astype(np.int64))
     return (centred.astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
 
@@ -145,12 +150,7 @@ def _quantized(node, value: np.ndarray, scale: np.ndarray, zero: Optional[np.nda
     if dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         raise AccelUnsupportedError(f"{_node_name(node)} quantises a constant to {dtype}: "
                                     "int8 or uint8 only")
-    if scale.size > 1 or (zero is not None and zero.size > 1):
-        axis = _attribute(node, "axis", 1) % value.ndim
-        shape = [1] * value.ndim
-        shape[axis] = -1
-        scale = scale.reshape(shape)
-        zero = None if zero is None else zero.reshape(shape)
+    scale, zero = _along_axis(node, value.ndim, scale, zero)
     info = np.iinfo(dtype)
     codes = np.rint(value.astype(np.float32) / scale.astype(np.float32)) + \
         (0 if zero is None else zero.astype(np.int64))
