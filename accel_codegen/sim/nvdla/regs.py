@@ -4,13 +4,13 @@ CSB space, each register's offset and its fields' bit ranges.
 Learnt from NVDLA's published register specification (nvdla/hw ``spec/manual/NVDLA_*.rdl``, the
 nv_small branch) and written here in this module's own compact notation::
 
-    UNIT BASE                      (hex byte address of the unit)
+    UNIT BASE [SAME]               (hex byte address of the unit; SAME: a unit it mirrors)
       OFFSET NAME FIELD=HI:LO ...  (hex offset in the unit; a 1-bit field is FIELD=BIT)
             FIELD=HI:LO ...        (more fields of the register above)
 
 A trace names a register as ``NVDLA_<UNIT>.<NAME>_0``; :func:`lookup` resolves such a name to
 its address and fields, and :func:`field` extracts one field of a 32-bit value. CMAC_B mirrors
-CMAC_A. Enumerated values (bypass flags, precisions, pooling methods) are interpreted by the
+CMAC_A (its registers are CMAC_A's at its own base). Enumerated values (bypass flags, precisions, pooling methods) are interpreted by the
 decoder in :mod:`accel_codegen.sim.nvdla.layers`, not here.
 """
 from __future__ import annotations
@@ -130,11 +130,7 @@ CMAC_A 05000
   004 S_POINTER PRODUCER=0 CONSUMER=16
   008 D_OP_ENABLE OP_EN=0
   00c D_MISC_CFG CONV_MODE=0 PROC_PRECISION=13:12
-CMAC_B 06000
-  000 S_STATUS STATUS_0=1:0 STATUS_1=17:16
-  004 S_POINTER PRODUCER=0 CONSUMER=16
-  008 D_OP_ENABLE OP_EN=0
-  00c D_MISC_CFG CONV_MODE=0 PROC_PRECISION=13:12
+CMAC_B 06000 CMAC_A
 CACC 07000
   000 S_STATUS STATUS_0=1:0 STATUS_1=17:16
   004 S_POINTER PRODUCER=0 CONSUMER=16
@@ -470,8 +466,12 @@ def _parse(text: str):
         if not line.strip():
             continue
         if not line.startswith(" "):
-            unit, base = line.split()
+            unit, base, *same = line.split()
             units[unit] = int(base, 16)
+            for src in same:
+                for reg in [r for (u, _), r in registers.items() if u == src]:
+                    registers[(unit, reg.name)] = Register(
+                        unit, reg.name, units[unit] + reg.address - units[src], reg.fields)
             continue
         if line.startswith("        "):          # more fields of the previous register
             offset, name, fields = last[0], last[1], last[2] + line.split()
