@@ -52,8 +52,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import (DEFAULT_METHOD, METHODS, Calibration, Observer, TensorQuant,
-                            examples_of, observing)
+from ..quantization import (DEFAULT_METHOD, Calibration, Observer, TensorQuant, calibrate,
+                            observing)
 from ..quantization.calibration import tensor_quant
 
 #: The module attribute that carries a stripped QDQ graph's annotations to the partitioner.
@@ -533,16 +533,9 @@ def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
     candidates: Dict[int, List[Tuple[str, np.ndarray]]] = {}
     for name, (size, _, values) in annotations.fingerprints.items():
         candidates.setdefault(size, []).append((name, np.asarray(values, np.float64)))
-    fallback, fallback_method = observer.stats, "max"
-    if examples is not None:
-        examples = examples_of(examples, "calibration")
-        if method not in METHODS:
-            raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
-        seen = Observer()
-        with observing(seen):
-            for example in examples:
-                run_main(vm, example)
-        fallback, fallback_method = seen.stats, method
+    # the tensors the model gives no scale: calibrated on the examples, as a build would
+    seen = calibrate(lambda *inputs: run_main(vm, inputs), examples, method) \
+        if examples is not None else Calibration("max", 1, {})
     tensors, matched, unmatched = {}, {}, []
     for key, stats in observer.stats.items():
         size, sample = observer.samples.get(key, (0, None))
@@ -560,8 +553,8 @@ def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
             tensors[key] = TensorQuant(scale, zero)
             matched[key] = best[0]
         else:
-            tensors[key] = tensor_quant(fallback.get(key, stats), fallback_method)
+            tensors[key] = seen.tensors.get(key) or tensor_quant(stats, seen.method)
             unmatched.append(key)
-    calibration = Calibration(QDQ_METHOD, len(examples) if examples else 1, tensors, {},
-                              equalized=False, bias_correction=False)
+    calibration = Calibration(QDQ_METHOD, seen.samples, tensors, {}, equalized=False,
+                              bias_correction=False)
     return QdqMatch(calibration, matched, sorted(unmatched))
