@@ -14,6 +14,7 @@ import io
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from ..errors import AccelInvalidError
 from ..sim.costs import engine_names
 from ..sim.labels import label_key, layer_key
 from ..tables import Column, render_table, runs_macs
@@ -32,7 +33,7 @@ CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "c
 def schema(kind: str) -> str:
     """The ``schema`` value of a report of ``kind``: ``accel-codegen/<kind>/<version>``."""
     if kind not in KINDS:
-        raise ValueError(f"unknown report kind {kind!r}: one of {', '.join(KINDS)}")
+        raise AccelInvalidError(f"unknown report kind {kind!r}: one of {', '.join(KINDS)}")
     return f"accel-codegen/{kind}/{SCHEMA_VERSION}"
 
 

@@ -115,7 +115,11 @@ def wheel(package: str, version: str, folder: Optional[Path] = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", str(folder), f"{package}=={version}"]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        raise AccelNotFoundError(f"pip could not fetch {package}=={version} into {folder}: "
+                                 "no answer in 900 s") from None
     found = _cached_wheel(package, version, folder)
     if out.returncode != 0 or found is None:
         lines = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
