@@ -55,7 +55,12 @@ static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static accel_device* shared_devices[MAX_SHARED_DEVICES];
 static int32_t num_shared_devices;
 
-/* Field by field: padding bytes of a caller's struct may hold anything. */
+/* Field by field, every field (the energy figures too: accel_run's stats charge them):
+ * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
+ * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
+_Static_assert(ACCEL_ABI_VERSION == 9,
+               "accel.h changed a layout: compare any new accel_config field in same_config, "
+               "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {
   return strncmp(a->name, b->name, sizeof a->name) == 0 && a->atomic_c == b->atomic_c &&
          a->atomic_k == b->atomic_k && a->cbuf_bytes == b->cbuf_bytes &&
@@ -64,7 +69,14 @@ static int same_config(const accel_config* a, const accel_config* b) {
          a->pdp_throughput == b->pdp_throughput && a->cdp_throughput == b->cdp_throughput &&
          a->clock_hz == b->clock_hz &&
          a->dram_bytes_per_s == b->dram_bytes_per_s && a->precisions == b->precisions &&
-         a->features == b->features && a->cbuf_banks == b->cbuf_banks &&
+         a->features == b->features && a->mac_int8_pj == b->mac_int8_pj &&
+         a->mac_fp16_pj == b->mac_fp16_pj &&
+         a->cbuf_read_pj_per_byte == b->cbuf_read_pj_per_byte &&
+         a->cbuf_write_pj_per_byte == b->cbuf_write_pj_per_byte &&
+         a->dram_pj_per_byte == b->dram_pj_per_byte && a->sram_pj_per_byte == b->sram_pj_per_byte &&
+         a->sdp_pj_per_element == b->sdp_pj_per_element &&
+         a->pdp_pj_per_element == b->pdp_pj_per_element &&
+         a->cdp_pj_per_element == b->cdp_pj_per_element && a->cbuf_banks == b->cbuf_banks &&
          a->dram_burst_bytes == b->dram_burst_bytes &&
          a->dram_latency_cycles == b->dram_latency_cycles &&
          a->dram_turnaround_cycles == b->dram_turnaround_cycles &&
