@@ -22,16 +22,6 @@ _FEATURES = {name: getattr(lib, c_name) for name, c_name in FEATURES.items()}
 REFERENCE_PRECISION = "fp32"
 
 
-#: The memory-system fields added with ABI 5: left out, they take nv_full's values.
-_MEMORY_FIELDS = ("cbuf_banks", "dram_burst_bytes", "dram_latency_cycles",
-                  "dram_turnaround_cycles", "sram_bytes", "sram_bytes_per_s")
-#: The fields calibrated against NVDLA's nv_small RTL (ABI 8): left out, nv_full's values.
-_RTL_FIELDS = ("dram_read_request_cycles", "cmac_weight_load_cycles", "conv_pipeline_cycles",
-               "sdp_pipeline_cycles", "pdp_pipeline_cycles", "cdp_pipeline_cycles")
-#: The RUBIK engine's rate (ABI 9): left out, nv_full's value.
-_RUBIK_FIELDS = ("rubik_bytes_per_cycle",)
-
-
 #: The precisions the code generator emits (and the estimator costs); int16 is not emitted.
 GENERATED_PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -124,8 +114,9 @@ class AccelConfig:
     rubik_bytes_per_cycle : int
         Bytes the RUBIK engine reads (and writes) per cycle (config.c gives the figure's source).
 
-    The fields after ``features`` default to the nv_full preset's (a config written before
-    they existed reads as it did, with nv_full's memory system).
+    The fields after the energy figures default to the nv_full preset's (a config written
+    before they existed reads as it did, with nv_full's memory system); the energy figures
+    default to 0 (uncharged).
     """
 
     name: str
@@ -165,8 +156,10 @@ class AccelConfig:
     rubik_bytes_per_cycle: Optional[int] = None
 
     def __post_init__(self) -> None:
-        memory_fields = [name for name in _MEMORY_FIELDS + _RTL_FIELDS + _RUBIK_FIELDS
-                         if getattr(self, name) is None]
+        # the fields defaulting to None (memory system, ABI 5; RTL-calibrated, ABI 8; RUBIK,
+        # ABI 9) left out take nv_full's values
+        memory_fields = [f.name for f in dataclasses.fields(self)
+                         if f.default is None and getattr(self, f.name) is None]
         if memory_fields:  # from the C preset, the one copy of its figures
             preset = ffi.new("accel_config*")
             check(lib.accel_config_preset(b"nv_full", preset))
