@@ -193,8 +193,9 @@ def strip_qdq(model):
         scale = constants.get(node.input[1]) if len(node.input) > 1 else None
         zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         if scale is None:
-            raise AccelUnsupportedError(f"{_node_name(node)}: its scale '{node.input[1]}' is "
-                                        "not a constant")
+            raise AccelUnsupportedError(f"{_node_name(node)}: its scale "
+                                        f"{node.input[1:2] or 'input is missing'} is not a "
+                                        "constant")
         return scale, zero
 
     for node in graph.node:
