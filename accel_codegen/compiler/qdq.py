@@ -194,8 +194,8 @@ def strip_qdq(model):
         zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         if scale is None:
             raise AccelUnsupportedError(f"{_node_name(node)}: its scale "
-                                        f"{node.input[1:2] or 'input is missing'} is not a "
-                                        "constant")
+                                        f"'{node.input[1]}' is not a constant" if len(node.input) > 1
+                                        else "input is missing")
         return scale, zero
 
     for node in graph.node:
