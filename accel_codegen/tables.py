@@ -69,10 +69,6 @@ def render_table(columns: Sequence[Column], rows: Sequence[Row],
     return "\n".join(lines)
 
 
-#: Engines that run no MACs: a run of these alone shows "-" (not applicable) for its MAC
-#: figures, not 0.
-NO_MAC_ENGINES = frozenset({"SDP", "PDP", "CDP", "BDMA", "RUBIK"})
-
 #: The widest the layer column of a cost table grows to; longer labels wrap onto more lines.
 LAYER_WIDTH = 56
 
@@ -85,9 +81,9 @@ FP32_BYTES_NOTE = ("note: the cost model charges fp32 tensors as fp16 (2 bytes a
 
 
 def runs_macs(record) -> bool:
-    """Whether a record's run uses the MAC array (a CONV); else its MAC figures do not apply."""
-    names = engine_names(record).replace("(", "+").replace(")", "").split("+")
-    return any(name and name not in NO_MAC_ENGINES for name in names)
+    """Whether a record's run uses the MAC array (a CONV, in any mode); else its MAC figures
+    do not apply and show "-", not 0."""
+    return any(name.startswith("CONV") for name in engine_names(record).split("+"))
 
 
 def wrap_label(text: str, width: int) -> list:
