@@ -129,6 +129,20 @@ static inline __mmask16 lane_mask(int64_t n) {
 
 /* Accumulators are named variables: gcc keeps an array of vectors in memory and stores it on
  * every iteration. */
+/* A micro-kernel per tile shape: KERNEL(m, v) defines P_m_v for m = 1..MR rows and v = 1..NV
+ * vectors; F32_KERNEL_TABLE(P_) is the [MR + 1][NV + 1] table of them (index 0 empty). */
+#define F32_KERNEL_ROW(KERNEL, M_) KERNEL(M_, 1) KERNEL(M_, 2) KERNEL(M_, 3)
+#define F32_KERNEL_GRID(KERNEL)                                                     \
+  F32_KERNEL_ROW(KERNEL, 1) F32_KERNEL_ROW(KERNEL, 2) F32_KERNEL_ROW(KERNEL, 3)      \
+  F32_KERNEL_ROW(KERNEL, 4) F32_KERNEL_ROW(KERNEL, 5) F32_KERNEL_ROW(KERNEL, 6)      \
+  F32_KERNEL_ROW(KERNEL, 7) F32_KERNEL_ROW(KERNEL, 8)
+#define F32_KERNEL_TABLE(P_) {                                                      \
+    {0, 0, 0, 0},                      {0, P_##1_1, P_##1_2, P_##1_3},                 \
+    {0, P_##2_1, P_##2_2, P_##2_3},    {0, P_##3_1, P_##3_2, P_##3_3},                 \
+    {0, P_##4_1, P_##4_2, P_##4_3},    {0, P_##5_1, P_##5_2, P_##5_3},                 \
+    {0, P_##6_1, P_##6_2, P_##6_3},    {0, P_##7_1, P_##7_2, P_##7_3},                 \
+    {0, P_##8_1, P_##8_2, P_##8_3}}
+
 #define ALL_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define ACC_ROW(m) __m512 c##m##0 = _mm512_setzero_ps(), c##m##1 = c##m##0, c##m##2 = c##m##0;
 #define ACC_ZERO(m) if (mr > m) c##m##0 = c##m##1 = c##m##2 = _mm512_setzero_ps();

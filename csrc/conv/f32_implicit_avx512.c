@@ -132,23 +132,8 @@ typedef void (*uki_fn)(int64_t, const float*, const float*, const int64_t*, floa
       uki_body(M_, V_, 0, kd, a, b, off, out, ldo, d, tail, e, pfb);                          \
   }
 
-#define KERNELS_ROW(M_) UKI(M_, 1) UKI(M_, 2) UKI(M_, 3)
-KERNELS_ROW(1)
-KERNELS_ROW(2)
-KERNELS_ROW(3)
-KERNELS_ROW(4)
-KERNELS_ROW(5)
-KERNELS_ROW(6)
-KERNELS_ROW(7)
-KERNELS_ROW(8)
-
-#define TABLE(P_) {                                                                   \
-    {0, 0, 0, 0},                      {0, P_##1_1, P_##1_2, P_##1_3},                 \
-    {0, P_##2_1, P_##2_2, P_##2_3},    {0, P_##3_1, P_##3_2, P_##3_3},                 \
-    {0, P_##4_1, P_##4_2, P_##4_3},    {0, P_##5_1, P_##5_2, P_##5_3},                 \
-    {0, P_##6_1, P_##6_2, P_##6_3},    {0, P_##7_1, P_##7_2, P_##7_3},                 \
-    {0, P_##8_1, P_##8_2, P_##8_3}}
-static const uki_fn uki_table[MR + 1][NV + 1] = TABLE(uki_);
+F32_KERNEL_GRID(UKI)
+static const uki_fn uki_table[MR + 1][NV + 1] = F32_KERNEL_TABLE(uki_);
 
 /* 8 rows of 16 depths (r[m] = w[m][k .. k+16)) as 16 depths of 8 rows at d: pairs of rows
  * interleaved (unpack), then quads (shuffle): a_j / b_j hold rows 0-3 / 4-7 at depth 4i + j in

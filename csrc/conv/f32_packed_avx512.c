@@ -167,27 +167,12 @@ typedef void (*dot_fn)(int64_t, const float*, int64_t, const float*, int64_t, fl
     dot_body(M_, T_, kc, a, lda, bt, ldb, state, c, ldc, first, last, pf);                    \
   }
 
-#define KERNELS_ROW(M_) DOT(M_, 1) DOT(M_, 2) DOT(M_, 3)
-KERNELS_ROW(1)
-KERNELS_ROW(2)
-KERNELS_ROW(3)
-KERNELS_ROW(4)
-KERNELS_ROW(5)
-KERNELS_ROW(6)
-KERNELS_ROW(7)
-KERNELS_ROW(8)
-
-#define TABLE(P_) {                                                                   \
-    {0, 0, 0, 0},                      {0, P_##1_1, P_##1_2, P_##1_3},                 \
-    {0, P_##2_1, P_##2_2, P_##2_3},    {0, P_##3_1, P_##3_2, P_##3_3},                 \
-    {0, P_##4_1, P_##4_2, P_##4_3},    {0, P_##5_1, P_##5_2, P_##5_3},                 \
-    {0, P_##6_1, P_##6_2, P_##6_3},    {0, P_##7_1, P_##7_2, P_##7_3},                 \
-    {0, P_##8_1, P_##8_2, P_##8_3}}
+F32_KERNEL_GRID(DOT)
 static const ukr_fn ukr_table[PR + 1][NV + 1] = {{0, 0, 0, 0}, {0, ukr_1_1, ukr_1_2, ukr_1_3},
                                                  {0, ukr_2_1, ukr_2_2, ukr_2_3},
                                                  {0, ukr_3_1, ukr_3_2, ukr_3_3},
                                                  {0, ukr_4_1, ukr_4_2, ukr_4_3}};
-static const dot_fn dot_table[MR + 1][4] = TABLE(dot_);
+static const dot_fn dot_table[MR + 1][4] = F32_KERNEL_TABLE(dot_);
 
 /* ---- the packed path: im2col into NR-wide panels, tails as dot products ------------------ */
 
