@@ -672,19 +672,17 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
     if (dst == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   accel_status st;
-  if (chain->ops[0].op->engine == ACCEL_ENGINE_BDMA) {
-    if (out_c16) layout_from_c16(output->n, output->c, out_hw, output->data, dst, threads);
+  const accel_engine first = chain->ops[0].op->engine;
+  if (first == ACCEL_ENGINE_BDMA || first == ACCEL_ENGINE_RUBIK) {
+    /* the BDMA writes some channels only: the others keep the output's */
+    if (first == ACCEL_ENGINE_BDMA && out_c16)
+      layout_from_c16(output->n, output->c, out_hw, output->data, dst, threads);
     const accel_tensor in = {.data = (void*)src, .n = input->n, .c = input->c, .h = input->h,
                              .w = input->w, .precision = ACCEL_FP32};
     const accel_tensor out = {.data = dst, .n = output->n, .c = output->c, .h = output->h,
                               .w = output->w, .precision = ACCEL_FP32};
-    st = execute_bdma(dev, &plain, &in, &out, label);
-  } else if (chain->ops[0].op->engine == ACCEL_ENGINE_RUBIK) {
-    const accel_tensor in = {.data = (void*)src, .n = input->n, .c = input->c, .h = input->h,
-                             .w = input->w, .precision = ACCEL_FP32};
-    const accel_tensor out = {.data = dst, .n = output->n, .c = output->c, .h = output->h,
-                              .w = output->w, .precision = ACCEL_FP32};
-    st = execute_rubik(dev, &plain, &in, &out, label);
+    st = first == ACCEL_ENGINE_BDMA ? execute_bdma(dev, &plain, &in, &out, label)
+                                    : execute_rubik(dev, &plain, &in, &out, label);
   } else {
     st = execute_chain(dev, &plain, ACCEL_FP32, sizeof(float), 0, src, dst, label);
   }
