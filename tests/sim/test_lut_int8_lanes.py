@@ -181,8 +181,10 @@ def test_the_scalar_path_gives_the_same_codes(tmp_path):
         "ys = m._run_cases(Device('nv_full', num_threads=1))\n"
         f"np.savez({str(tmp_path / 'scalar.npz')!r}, *ys)\n")
     env = {**os.environ, "ACCEL_SDP_I8_LUT": "scalar"}
+    # cwd away from the repository root: `python -c` puts the working directory first on
+    # sys.path, and the source tree there has no compiled extension when the package is installed
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     scalar = np.load(tmp_path / "scalar.npz")
     vector = _run_cases(Device("nv_full", num_threads=1))
