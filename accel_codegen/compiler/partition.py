@@ -27,6 +27,7 @@ from . import codegen, equalization, frontend, qdq
 from . import weight_rounding as weight_rounding_pass
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
+from .reasons import reason_code
 from .source_names import name_of
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
@@ -60,6 +61,11 @@ class OpRecord:
     precision: Optional[str] = None  # mixed: its layer's precision ("int8" or "fp16")
     key: Optional[str] = None        # its layer's key (``f0.3``, as run labels start)
     source: Optional[str] = None     # the source model's name of it (compiler/source_names.py)
+    code: Optional[str] = None       # the stable code of its reason (compiler/reasons.py)
+
+    def __post_init__(self):
+        if self.reason is not None and self.code is None:
+            self.code = reason_code(self.reason)
 
 
 @dataclasses.dataclass
@@ -115,7 +121,8 @@ class PartitionReport:
                  f"{len(self.functions)} external function(s)"]
         if self.host:
             lines.append(f"{len(self.host)} on the host:")
-            lines += [f"{count:>6} x {reason}" for reason, count in self.host_reasons()]
+            lines += [f"{count:>6} x [{reason_code(reason)}] {reason}"
+                      for reason, count in self.host_reasons()]
             lines.append("")
         if self.precision == "mixed":
             chosen = collections.Counter(self.layer_precisions.values())
@@ -132,7 +139,7 @@ class PartitionReport:
                  ("accel" + (f" {op.precision}" if op.precision else "")) if op.offloaded
                  else "host",
                  (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
-                  if op.offloaded else op.reason)] for op in self.ops]
+                  if op.offloaded else f"[{op.code}] {op.reason}")] for op in self.ops]
         return "\n".join(lines + [render_table(columns, rows)])
 
 
@@ -356,7 +363,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         layer_precisions: Optional[Dict[str, str]] = None,
                         equalize: Optional[bool] = None,
                         bias_correction: bool = True,
-                        weight_rounding: str = "nearest") -> tvm.IRModule:
+                        weight_rounding: str = "nearest",
+                        keep_float=None) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -407,6 +415,12 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     bias_correction : bool
         int8 only: each convolution's bias takes back the mean shift that rounding its
         weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
+    keep_float : list of str, optional
+        int8 only: the layers to keep out of int8, by their source-model names
+        (``"layer1.0.conv1"``; a module, ``"layer4"``, for every layer under it; an ONNX node
+        name; a wildcard; or a layer key ``"f0.3"``): they run in fp16, the others in int8
+        (the mixed build with that assignment: the configuration must have fp16;
+        :mod:`accel_codegen.compiler.keep_float`).
 
     Returns
     -------
@@ -416,6 +430,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`calibration_of` gives an int8 module's scales.
     """
     config = AccelConfig.resolve(config)
+    if keep_float is not None:
+        precision, layer_precisions = _keep_float(mod, params, config, fuse, precision,
+                                                  keep_float, target_sqnr_db, layer_precisions)
     if weight_rounding not in ROUNDINGS:
         raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
                                 f"{ROUNDINGS}")
@@ -500,6 +517,27 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                                       weight_rounding=weight_rounding)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
+
+
+def _keep_float(mod, params, config: AccelConfig, fuse: bool, precision: str, keep_float,
+                target_sqnr_db, layer_precisions) -> Tuple[str, Dict[str, str]]:
+    """keep_float: the mixed precision and the assignment that keeps the named layers in
+    fp16 (:mod:`.keep_float`)."""
+    from .keep_float import keep_float_precisions
+
+    if precision != "int8":
+        raise AccelInvalidError(f"keep_float keeps layers of an int8 build in fp16; the "
+                                f"precision is {precision!r}")
+    if target_sqnr_db is not None or layer_precisions is not None:
+        raise AccelInvalidError("keep_float chooses the layers' precisions: give it without "
+                                "target_sqnr_db and layer_precisions")
+    try:
+        check_precision(config, "fp16")
+    except AccelUnsupportedError as error:
+        raise AccelUnsupportedError(f"keep_float runs the kept layers in fp16: {error}") \
+            from None
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
+    return "mixed", keep_float_precisions(matched, keep_float)
 
 
 def _partition_mixed(mod, params, config: AccelConfig, fuse: bool, calibration,
