@@ -51,6 +51,7 @@ damaged library) are errors (1), not internal ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -1209,7 +1210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..errors import AccelError
 
     try:
-        return args.func(args)
+        with terminal_progress():
+            return args.func(args)
     except (UserError, AccelError, OSError) as error:  # OSError: a file we could not use
         message, details = shorten_symbols(_one_line(error))
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
@@ -1229,6 +1231,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{PROG}, not in the command line: the traceback above shows where)",
               file=sys.stderr)
         return 3
+
+
+@contextlib.contextmanager
+def terminal_progress():
+    """While a command runs, calibration draws its progress (a bar on stderr when it is a
+    terminal: :class:`~accel_codegen.tools.progress.ProgressBar`)."""
+    from ..quantization import calibration
+    from .progress import ProgressBar
+
+    before = calibration.progress_factory
+    calibration.progress_factory = ProgressBar
+    try:
+        yield
+    finally:
+        calibration.progress_factory = before
 
 
 #: An external function's symbol: its composites' ops joined, often hundreds of characters.
