@@ -325,6 +325,12 @@ def cmd_partition(args) -> int:
     from ..compiler.partition import partition_report
 
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
+    graph_out = None
+    if args.graph:
+        suffix = Path(args.graph).suffix
+        if suffix not in (".svg", ".html"):
+            raise UserError(f"--graph path '{args.graph}' must end in .svg or .html")
+        graph_out = _output_path(args.graph, suffix, "--graph")
     from .report import format_op_type_summary, op_type_summary
 
     model = _load_model(args.model)
@@ -335,6 +341,17 @@ def cmd_partition(args) -> int:
     print(report)
     print()
     print(format_op_type_summary(summary))
+    if graph_out is not None:
+        from ..compiler.partition import match_composites
+        from .graph_view import write_graph
+
+        # the same matching as the build's (int8 and mixed builds match int8's chains)
+        chains = "int8" if args.precision in ("int8", "mixed") else args.precision
+        matched = match_composites(model.mod, model.params, config=config,
+                                   fuse=not args.no_fuse, precision=chains)
+        write_graph(matched, report, graph_out,
+                    f"{parse_model_spec(args.model).name} on {config.name}, {args.precision}")
+        _say(f"wrote {graph_out}")
     data = {**report.to_dict(), "op_types": summary}
     if args.host_cost or csv_out:
         from .host_cost import host_costs, format_host_costs, write_host_costs_csv
@@ -938,6 +955,10 @@ def _build_commands(sub) -> None:
                    "each if it had a primitive for it (a roofline: docs/report-schema.md), "
                    "beside the host time each costs today")
     _csv_arg(p, "the host operators' costs (implies --host-cost)")
+    p.add_argument("--graph", metavar="out.svg",
+                   help="also draw the partitioned graph (.svg, or .html: a page holding it): "
+                   "one box per accelerator layer, coloured by external function, and per "
+                   "host operator, marked, with its reason; arrows for the tensors")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
