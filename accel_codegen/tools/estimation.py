@@ -210,10 +210,11 @@ def _feature_shape(shape) -> Tuple[int, int, int, int]:
     return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
-def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
+def _layers(matched: tvm.IRModule, precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched)]
+    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched,
+                                                                        precision=precision)]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -222,7 +223,7 @@ def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = No
     """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
     partitioned model would make, in execution order (for per-layer benchmarks)."""
     return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
-                                    precision=precision))
+                                    precision=precision), precision)
 
 
 def _host_ops(mod: tvm.IRModule) -> int:
@@ -415,7 +416,7 @@ class _LoweredModel:
         writes them)."""
         lowered = []
         model_precision = precision
-        for run in walk_runs(matched, layer_precisions):
+        for run in walk_runs(matched, layer_precisions, model_precision):
             layer = run.layer
             precision = run.precision or model_precision
             if run.converts:  # one SDP pass: the layer's output into the other precision
