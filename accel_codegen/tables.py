@@ -100,7 +100,8 @@ def wrap_label(text: str, width: int) -> list:
 
 
 def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes: bool = False,
-               utilization_total: Optional[float] = None) -> str:
+               utilization_total: Optional[float] = None,
+               sources: Optional[Sequence[str]] = None) -> str:
     """The per-layer cost table of a profile or an estimate, with a totals row.
 
     Parameters
@@ -115,6 +116,9 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
         Show each run's mode (fused or independent).
     utilization_total : float, optional
         The whole inference's MAC utilisation, shown in the totals row when given.
+    sources : sequence of str, optional
+        Each record's layer's name in the source model (``layer2.0.{downsample.0,...}``):
+        a column "source" after the layer's, wrapped as the labels are, when any is given.
 
     A layer label wider than :data:`LAYER_WIDTH` continues on the next line(s); runs without
     a CONV (SDP, PDP, CDP, BDMA alone) show "-" for MMACs and util: not applicable.
@@ -124,6 +128,10 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
         engines_width = max([len("engines"), *map(len, names)])
     layer_width = min(LAYER_WIDTH, max([len("layer"), *(len(r.label) for r in records)]))
     columns = [Column("#", 4), Column("layer", layer_width, "<")]
+    named = bool(sources) and any(sources)
+    if named:
+        source_width = min(LAYER_WIDTH, max([len("source"), *(len(s or "") for s in sources)]))
+        columns.append(Column("source", source_width, "<"))
     if modes:
         columns.append(Column("mode", 11, "<"))
     columns += [Column("engines", engines_width, "<", clip=True),
@@ -139,10 +147,16 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
     for i, (r, name) in enumerate(zip(records, names)):
         macs = runs_macs(r)
         label, *more = wrap_label(r.label, layer_width)
-        rows.append([i, label] + ([r.mode] if modes else []) + [name] + costs(r, macs)
-                    + [r.utilization if macs else None])
-        rows += [render_row(columns[:2], ["", part]).rstrip() for part in more]
-    total = ["", "total"] + ([""] if modes else []) + [""] + costs(CostTotals.of(records))
+        source, *more_source = wrap_label(sources[i] or "", source_width) if named else ("",)
+        rows.append([i, label] + ([source] if named else []) + ([r.mode] if modes else [])
+                    + [name] + costs(r, macs) + [r.utilization if macs else None])
+        for part in range(max(len(more), len(more_source))):
+            cells = ["", more[part] if part < len(more) else ""]
+            if named:
+                cells.append(more_source[part] if part < len(more_source) else "")
+            rows.append(render_row(columns[:len(cells)], cells).rstrip())
+    total = ["", "total"] + ([""] if named else []) + ([""] if modes else []) + [""] + \
+        costs(CostTotals.of(records))
     if utilization_total is not None:
         total.append(utilization_total)
     return render_table(columns, rows, footer=[total])

@@ -26,7 +26,7 @@ SCHEMA_VERSION = 1
 KINDS = ("partition", "estimate", "bench", "accuracy", "debug")
 
 #: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
-CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "cycles",
+CSV_COLUMNS = ("layer", "source", "source_ops", "engines", "precision", "mode", "macs", "cycles",
                "network_share", "utilization", "bytes_read", "bytes_written", "dram_bytes",
                "sram_bytes", "dram_cycles", "sram_cycles", "energy_pj")
 
@@ -51,26 +51,47 @@ def record_precision(record) -> Optional[str]:
     return ops[0].precision if ops else None
 
 
-def source_ops(matched) -> Dict[str, List[str]]:
-    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
-    partitioned or pattern-matched module (what the partition report lists per layer)."""
-    import tvm
-    from tvm import relax
+class LayerSources(dict):
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
+    layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
+    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one."""
 
+    def __init__(self, *args, names: Optional[Mapping[str, str]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.names: Dict[str, str] = dict(names or {})
+
+
+def source_ops(matched) -> LayerSources:
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
+    partitioned or pattern-matched module (what the partition report lists per layer), with
+    each layer's source-model name (:class:`LayerSources`)."""
+    from ..compiler.source_names import function_calls, layer_name
     from ..compiler.walk import composite_calls, external_calls
     from ..sim.labels import run_key
 
-    result: Dict[str, List[str]] = {}
+    result = LayerSources()
     for function, (_, external) in enumerate(external_calls(matched)):
         for index, (_, composite) in enumerate(composite_calls(external)):
-            names = []
-            for block in composite.body.blocks:
-                for binding in block.bindings:
-                    value = binding.value
-                    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-                        names.append(value.op.name)
-            result[run_key(function, index)] = names
+            key = run_key(function, index)
+            result[key] = [call.op.name for call in function_calls(composite)]
+            name = layer_name(composite)
+            if name:
+                result.names[key] = name
     return result
+
+
+def source_names(sources: Optional[Mapping[str, Sequence[str]]]) -> Dict[str, str]:
+    """Layer key -> source-model name of a :func:`source_ops` result ({} for another map)."""
+    return dict(getattr(sources, "names", None) or {})
+
+
+def label_source(label: str, names: Mapping[str, str]) -> str:
+    """The source-model name of a run label's layer (``f0.6a ...`` -> ``names["f0.6"]``);
+    empty for a label of no layer of ``names``."""
+    try:
+        return names.get(layer_key(label_key(label)), "")
+    except AttributeError:  # not a run label of ours
+        return ""
 
 
 def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
@@ -80,14 +101,29 @@ def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
         return ""
 
 
+def name_trace(trace: Dict[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
+    """A Chrome trace (:mod:`accel_codegen.sim.timeline`) with each run's source-model name in
+    its events' ``args`` (``source``), where ``names`` (layer key -> name) has one."""
+    if not names:
+        return trace
+    for event in trace.get("traceEvents", []):
+        args = event.get("args") or {}
+        source = label_source(str(args.get("label") or event.get("name", "")), names) \
+            if event.get("ph") == "X" else ""
+        if source:
+            event.setdefault("args", {})["source"] = source
+    return trace
+
+
 def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
                sources: Optional[Mapping[str, Sequence[str]]] = None,
                precision: Optional[str] = None) -> List[Dict[str, Any]]:
     """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
     the array's, for the utilisation (else the record's own figure); ``sources``: layer key
-    -> its Relax operators (:func:`source_ops`); ``precision``: of records that carry none.
+    -> its Relax operators (:func:`source_ops`, whose source-model names fill ``source``); ``precision``: of records that carry none.
     MAC figures of runs without a CONV are None (not applicable)."""
     sources = sources or {}
+    names = source_names(sources)
     total = sum(r.cycles for r in records) or 1
     rows = []
     for r in records:
@@ -99,7 +135,8 @@ def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
         else:
             utilization = r.utilization
         rows.append({
-            "layer": r.label, "source_ops": _source_of(r.label, sources),
+            "layer": r.label, "source": label_source(r.label, names) or None,
+            "source_ops": _source_of(r.label, sources),
             "engines": engine_names(r), "precision": record_precision(r) or precision,
             "mode": r.mode, "macs": r.macs if macs else None, "cycles": r.cycles,
             "network_share": r.cycles / total, "utilization": utilization,
