@@ -48,6 +48,7 @@ import numpy as np
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.nvdla import regs
 from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, whole_atoms
+from ..sim.nvdla.cycles import estimate_cycles
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
@@ -79,6 +80,7 @@ class ExportedTest:
     region: Tuple[int, int]
     output: np.ndarray
     units: Tuple[str, ...]
+    cycles: int = 0    # the cost model's estimate under NVDLA's testbench memory (cycles.py)
 
 
 @dataclasses.dataclass
@@ -626,7 +628,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
     return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables)
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"

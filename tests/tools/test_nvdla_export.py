@@ -134,6 +134,7 @@ def test_lenet5_round_trip(tmp_path, zoo):
     for test, run in zip(tests, runs):
         assert np.array_equal(test.output, run.output[0])
         assert_round_trip(test)
+        assert test.cycles > 100   # at least the SDP's pipeline (cycles.py's testbench memory)
     # the layers chain: each test's input image is the previous run's output
     for before, run in zip(runs, runs[1:]):
         assert np.array_equal(before.output.reshape(-1), run.input.reshape(-1))
