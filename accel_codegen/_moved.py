@@ -24,7 +24,7 @@ MOVED = {
     "cli": "tools.cli",
     "profiling": "sim.profiling",
     "costs": "sim.costs",
-    "accuracy": "quantization.accuracy",
+    "accuracy": "flows.accuracy",
     "models": "tools.models",
     "model_spec": "tools.model_spec",
     "config_files": "tools.config_files",
