@@ -32,6 +32,9 @@ MOVED = {
     "bench": "tools.bench",
     "plotting": "tools.plotting",
     "progress": "tools.progress",
+    # the flows above the compiler (issue 28), once in quantization/
+    "quantization.accuracy": "flows.accuracy",
+    "quantization.mixed": "flows.mixed",
 }
 
 
