@@ -19,7 +19,7 @@ from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
-from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Sdp
+from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
 
 
@@ -149,6 +149,18 @@ class LrnSpec:
 
 
 @dataclasses.dataclass
+class RubikSpec:
+    """A RUBIK contract after a layer's run(s): NVDLA's deconvolution is a CONV (or, for a
+    nearest upsampling, BDMA copies) writing the ``stride_x * stride_y`` output phases as
+    channel groups, phase-major, then this depth-to-space rearrangement
+    (:mod:`accel_codegen.sim.deconv`)."""
+
+    stride_x: int
+    stride_y: int
+    source: str  # the Relax op the two runs compute
+
+
+@dataclasses.dataclass
 class Layer:
     """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP;
     or, for a concat, slice or channel shuffle, BDMA ``copies`` into one output (one run per
@@ -173,9 +185,37 @@ class Layer:
     # In int8, a copy of a concat of several tensors: each input has its own scale, so an SDP
     # pass rescales it to the concat's and writes its channel range (one image: contiguous).
     requantize: bool = False
+    # A transposed convolution or nearest upsampling: the conv or copies write the output's
+    # phases (``phase_shape``), then a RUBIK run contracts them into ``out_shape``
+    # (:meth:`before_contract`, :meth:`contract`); a layer that is that run alone has
+    # ``rubik`` and neither conv nor copies.
+    rubik: Optional[RubikSpec] = None
+
+    @property
+    def phase_shape(self) -> Tuple[int, int, int, int]:
+        """The channel-extended cube the RUBIK contract reads: the output's phases."""
+        n, c, h, w = _feature(self.out_shape)
+        sx, sy = self.rubik.stride_x, self.rubik.stride_y
+        return (n, c * sx * sy, h // sy, w // sx)
+
+    @property
+    def contract_only(self) -> bool:
+        """Whether this layer is a RUBIK run alone (the second run of a deconvolution)."""
+        return self.rubik is not None and self.conv is None and not self.copies
+
+    def before_contract(self) -> "Layer":
+        """The run(s) before the contract: this layer writing the phase cube."""
+        return dataclasses.replace(self, out_shape=self.phase_shape, rubik=None)
+
+    def contract(self) -> "Layer":
+        """The RUBIK run: the phase cube into the output."""
+        return Layer(data=self.data, in_shape=self.phase_shape, out_shape=self.out_shape,
+                     rubik=self.rubik)
 
     @property
     def source_ops(self) -> List[str]:
+        if self.contract_only:
+            return [f"{self.rubik.source} (RUBIK contract)"]
         if self.copies:
             return [self.copy_source]
         if self.lrn is not None:
@@ -254,6 +294,8 @@ class Layer:
         carry integer converters in place of the float scale and shift. With ``config``, the
         CONV takes the modes :meth:`conv_modes` chooses there for the layer alone (Winograd
         unless ``winograd`` is False); ``modes`` gives them instead."""
+        if self.contract_only:
+            return [Rubik(self.rubik.stride_x, self.rubik.stride_y, precision=precision)]
         if modes is None:
             modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
                 else {}
@@ -340,6 +382,10 @@ class Layer:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
+        if self.rubik is not None and not self.contract_only:
+            self.before_contract().check_hardware(config, fuse, precision)
+            self.contract().check_hardware(config, fuse, precision)
+            return
         if len(self.copies) > 1:
             if precision == "int8" and self.several_sources:
                 self._check_int8_concat()

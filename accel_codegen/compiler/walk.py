@@ -13,7 +13,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
-from ..sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key,
+                          run_label)
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -91,6 +92,19 @@ def layer_sources(function: relax.Function) -> List[List[int]]:
             for binding, _ in calls]
 
 
+def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
+    """(key part, layer) of each run of a layer whose runs are not one: its copies, or the
+    conv or copies of a deconvolution then its RUBIK contract (a branch's two runs read each
+    other's results, which callers handle themselves)."""
+    if layer.rubik is not None and not layer.contract_only:
+        before = layer.before_contract()
+        parts = layer_runs(before) if len(before.copies) > 1 else [("", before)]
+        return parts + [(CONTRACT_PART, layer.contract())]
+    if len(layer.copies) > 1:
+        return [(copy_part(part), run) for part, run in enumerate(layer.runs())]
+    return [("", layer)]
+
+
 def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> Iterator[Run]:
     """Every accelerator run of a partitioned (or pattern-matched) module, in execution order,
     named as the generated code names it. ``precisions``: mixed int8/fp16 code, each layer's
@@ -105,9 +119,9 @@ def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> I
             primitive = str(composite.attrs["Composite"])
             layer = layer_of(composite, binding.value.args, external)
             precision = chosen[index] if chosen else None
-            if len(layer.copies) > 1:
-                for part, run in enumerate(layer.runs()):
-                    yield Run(run_key(function, index, copy_part(part)), primitive, run,
+            if len(layer.copies) > 1 or layer.rubik is not None:
+                for part, run in layer_runs(layer):
+                    yield Run(run_key(function, index, part), primitive, run,
                               precision=precision)
             elif layer.branch is not None:
                 yield Run(run_key(function, index, "a"), primitive, layer.branch, branch=True,

@@ -124,7 +124,9 @@ def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
         def run(layer: Layer, key: str, output: relax.Var) -> _Run:
             data = var(layer.data)
             operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
-            convertible = not layer.copies and layer.lrn is None and data is not None and \
+            # a deconvolution's runs read and write NCHW (its phases are scratch of its own)
+            convertible = not layer.copies and layer.lrn is None and layer.rubik is None and \
+                data is not None and \
                 tuple(layer.in_shape) == static_shape(data) and \
                 (not layer.sdp.ew_op or operand is not None)
             modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(key, RunMemory()))

@@ -49,7 +49,7 @@ from ...sim.device import ChainBatch
 from ...sim.labels import copy_part, run_key
 from ...sim.ops import Conv, Sdp, count_nonzero
 from ..layer import Layer, constant_value, is_constant, static_shape
-from ..walk import composite_calls, converted_outputs, layer_of
+from ..walk import composite_calls, converted_outputs, layer_of, layer_runs
 from .folding import affine
 
 
@@ -195,7 +195,13 @@ def _runs(function: relax.Function, function_index: int
             resolved = scope.get(expr, expr) if expr is not None else None
             return resolved if isinstance(resolved, relax.Var) else None
 
-        if len(layer.copies) > 1:
+        if layer.rubik is not None:  # its phases in scratch (DRAM), then the contract
+            for part, run in layer_runs(layer):
+                contract = run.contract_only
+                runs.append(_Run(run_key(function_index, index, part), run, index,
+                                 {} if contract else {"input": var(run.data)},
+                                 binding.var if contract else None))
+        elif len(layer.copies) > 1:
             for part, run in enumerate(layer.runs()):
                 runs.append(_Run(run_key(function_index, index, copy_part(part)), run, index,
                                  {"input": var(run.data)}, binding.var))
