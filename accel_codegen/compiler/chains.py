@@ -306,10 +306,64 @@ def _standalone_entries() -> List[Entry]:
     return entries
 
 
+# --- token chains (issue 29): [batch, tokens, channels] tensors, layer norm over channels -------
+
+def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """layer_norm(x, gamma, beta) (role "norm"); lowering.py checks the axes (the last one)."""
+    call = is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())
+    annotations["norm"] = call
+    return call
+
+
+def token_dense(bias: bool, annotations: Annotations) -> DFPattern:
+    """A dense layer over the tokens of a [B, T, C] tensor: matmul(x, W^T) or matmul(x, W')
+    on the 3-D x (ONNX, Relax), or, as torch exports nn.Linear, between reshape(x, [B*T, C])
+    (role "flatten") and reshape(., [B, T, K]) (role "unflatten"); optionally + bias. One
+    entry takes both forms (the lowering holds the reshapes to keeping the tokens)."""
+    data, weight = wildcard(), wildcard()
+    flatten = is_op("relax.reshape")(data, wildcard())
+    annotations.update(input=data, weight=weight, flatten=flatten)
+    source = flatten | data
+    out = is_op("relax.matmul")(source, is_op("relax.permute_dims")(weight)) | is_op(
+        "relax.matmul")(source, weight)
+    annotations["dense"] = out
+    if bias:
+        out = bias_add(out, annotations)
+    unflatten = annotations["unflatten"] = is_op("relax.reshape")(out, wildcard())
+    return unflatten | out
+
+
+def _token_entries() -> List[Entry]:
+    """layer norm over the channels of token tensors, after a dense layer over the tokens or
+    alone, with an activation after it or not: each one composite whose runs are the layer
+    norm's engine passes (sim/decompose.py; lowering.py builds them)."""
+    entries = []
+    for bias, act in itertools.product((None, True, False), (False, True)):
+        annotations: Annotations = {}
+        if bias is None:
+            data = annotations["input"] = wildcard()
+            name, length = "accel.layer_norm", 1
+        else:
+            data = token_dense(bias, annotations)
+            name = "accel.token_dense" + ("_bias" if bias else "") + "_layer_norm"
+            length = 4 + bias
+        out = layer_norm(data, annotations)
+        if act:
+            out, name, length = activation(out, annotations), name + "_{act}", length + 1
+        entries.append(Entry(name, out, annotations, length))
+    annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
+    data = annotations["input"] = wildcard()
+    annotations["norm"] = is_op("relax.nn.softmax")(data)
+    entries.append(Entry("accel.softmax", annotations["norm"], annotations, 1))
+    return entries
+
+
 def entries(extra: Tuple[Entry, ...] = ()) -> List[Entry]:
     """Every chain entry and ``extra`` ones (custom primitives), longest first (stable:
-    conv, dense, the standalone ops, then ``extra``). Built from the vocabulary on each call."""
+    conv, deconvolution, dense, the standalone ops, the token chains, then ``extra``). Built
+    from the vocabulary on each call."""
     table = _conv_entries() + _deconv_entries() + _dense_entries() + _standalone_entries() + \
+        _token_entries() + \
         list(extra)
     table.sort(key=lambda entry: -entry.length)
     return table

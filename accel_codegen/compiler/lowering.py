@@ -24,8 +24,8 @@ from ..sim.config import AccelConfig
 from ..sim.deconv import deconv_as_conv_weights
 from . import chains, custom
 from .chains import Roles
-from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, PoolSpec,
-                    RubikSpec, SdpSpec, Unsupported, constant_value, describe, dtype_of,
+from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, NormSpec,
+                    PoolSpec,                    RubikSpec, SdpSpec, Unsupported, token_surface, constant_value, describe, dtype_of,
                     is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
@@ -169,6 +169,8 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
         return layer
     if not roles:
         roles = _match(root_value, lookup)
+    if roles and "norm" in roles:
+        return _lower_tokens(roles, lookup, root)
     if roles:
         data, stages = _stages_from_roles(roles, lookup)
     else:
@@ -742,6 +744,99 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     order.append(SdpUnit.ELEMENTWISE)
 
 
+# --- token chains: layer norm over channels (issue 29) ----------------------------------------
+
+def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+    """[dense over tokens (+ bias)] -> layer_norm over the last axis -> [activation]: one layer
+    whose data, [B, T, C] (or [T, C], or [B, H, W, C]) with the channels last, is read as the
+    feature surface [B, C, 1, T] (``token_surface``) and whose runs are the dense layer's CONV
+    + SDP and the layer norm's engine passes (``Layer.runs``)."""
+    norm = roles["norm"]
+    a = norm.attrs
+    normed = norm.args[0]
+    shape = static_shape(normed)
+    rank = len(shape)
+    if op_name(norm) == "relax.nn.softmax":
+        if rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1:
+            raise Unsupported(f"softmax over axis {int(a.axis)} of a {rank}-D tensor "
+                              f"{list(shape)}: the engine passes reduce the channels, the last "
+                              "axis of [T, C], [B, T, C] or [B, H, W, C]")
+        _require_float32(normed, "the input")
+        _require_float32(norm, "the softmax output")
+        if _resolve(normed, lookup) is not None and not is_constant(normed):
+            raise Unsupported("the chain's input is computed inside the matched region")
+        return Layer(data=normed, in_shape=token_surface(shape), out_shape=static_shape(root),
+                     tokens=True, norm=NormSpec(None, None, 0.0, kind="softmax"))
+    axes = sorted(int(v) % rank for v in a.axes) if rank else []
+    if rank not in (2, 3, 4) or axes != [rank - 1]:
+        raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
+                          f"tensor {list(shape)}: the engine passes normalise the channels, the "
+                          "last axis of [T, C], [B, T, C] or [B, H, W, C]")
+    _require_float32(norm, "the layer_norm output")
+    params = []
+    for expr, used, what in ((norm.args[1], bool(a.scale), "gamma"),
+                             (norm.args[2], bool(a.center), "beta")):
+        if not used:
+            params.append(None)
+            continue
+        value = _strip_reshape(expr, lookup)
+        if not is_constant(value):
+            raise Unsupported(f"layer_norm's {what} is not a constant: its passes fold it into "
+                              "the SDP's scale and shift at compile time")
+        if constant_value(value).size != shape[-1]:
+            raise Unsupported(f"layer_norm's {what} has {constant_value(value).size} values for "
+                              f"{shape[-1]} channels")
+        params.append(value)
+    act = None
+    if "act" in roles:
+        probe = SdpSpec()
+        _add_activation(probe, roles["act"], shape[-1], [], lookup, _kind(roles, "act")
+                        if _kind(roles, "act") in chains.DECOMPOSED else None)
+        if probe.act in ("prelu", "clip"):
+            raise Unsupported(f"a {probe.act} after a layer norm is not generated (its "
+                              "parameters are not carried into the passes)")
+        act = probe.act
+    spec = NormSpec(params[0], params[1], float(a.epsilon), act)
+    conv, sdp = None, SdpSpec()
+    data = normed
+    if "dense" in roles:
+        dense = roles["dense"]
+        conv = _dense_spec(dense, lookup)
+        k, c = conv.weight_shape[:2]
+        data = dense.args[0]
+        if ("flatten" in roles) != ("unflatten" in roles):
+            raise Unsupported("a reshape on one side of the dense layer only")
+        if "flatten" in roles:  # torch: reshape(x, [B*T, C]) . W^T, reshaped to [B, T, K]
+            data = roles["flatten"].args[0]
+            before = static_shape(data)
+            if len(before) not in (2, 3, 4) or static_shape(roles["flatten"]) != (
+                    int(np.prod(before[:-1])), before[-1]) or \
+                    static_shape(roles["unflatten"]) != before[:-1] + (k,):
+                raise Unsupported("the reshapes around the dense layer do not keep the tokens "
+                                  f"of {list(before)}")
+        if static_shape(data)[-1] != c or len(static_shape(data)) not in (2, 3, 4):
+            raise Unsupported(f"a dense layer over {list(static_shape(data))} with a [{k}, {c}] "
+                              "weight")
+        if "bias" in roles:
+            stage, _ = _commutative_stage(roles["bias"], lookup)
+            bias = _strip_reshape(stage.other, lookup)
+            bias_shape = static_shape(stage.other)
+            if not is_constant(bias) or [d for d in bias_shape if d != 1] != [k] or \
+                    bias_shape[-1] != k:
+                raise Unsupported(f"the add after the dense layer of shape {list(bias_shape)} "
+                                  f"is not a constant bias of {k} values")
+            _require_float32(bias, "the dense bias")
+            sdp.bias = bias
+            sdp.sources.append("relax.add")
+    _require_float32(data, "the input")
+    if _resolve(data, lookup) is not None and not is_constant(data):
+        raise Unsupported("the chain's input is computed inside the matched region")
+    if "flatten" in roles:
+        spec.sources = ["relax.reshape", "relax.reshape"]
+    return Layer(data=data, in_shape=token_surface(static_shape(data)),
+                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True, norm=spec)
+
+
 # --- BDMA copies --------------------------------------------------------------------------------
 
 def _channel_axis(expr: relax.Expr, axis: int, what: str) -> None:
@@ -1070,7 +1165,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d"})
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm",
+              "relax.nn.softmax"})
     if name == "relax.nn.pad":
         return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "
                 "only a zero padding of H and W right before a convolution runs on the "

@@ -26,6 +26,7 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
+from .source_names import name_of
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
                        restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
@@ -56,6 +57,7 @@ class OpRecord:
     conv_mode: Optional[str] = None  # its layer's CONV mode(s): "direct", "winograd"
     precision: Optional[str] = None  # mixed: its layer's precision ("int8" or "fp16")
     key: Optional[str] = None        # its layer's key (``f0.3``, as run labels start)
+    source: Optional[str] = None     # the source model's name of it (compiler/source_names.py)
 
 
 @dataclasses.dataclass
@@ -120,7 +122,11 @@ class PartitionReport:
         columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
                    Column("shape", 20, "<"), Column("where", 10, "<"),
                    Column("primitive / reason", 0, "<")]
-        rows = [[op.index, op.op, "x".join(map(str, op.shape)),
+        sources = [op.source or "" for op in self.ops]
+        if any(sources):  # the source model's names (compiler/source_names.py), uncut
+            columns.insert(2, Column("source", max(len("source"), *map(len, sources)), "<"))
+        rows = [[op.index, op.op] + ([op.source or ""] if any(sources) else []) +
+                ["x".join(map(str, op.shape)),
                  ("accel" + (f" {op.precision}" if op.precision else "")) if op.offloaded
                  else "host",
                  (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
@@ -191,7 +197,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                                 ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
                                                     primitive, symbol, layers,
                                                     precision=chosen,
-                                                    key=key))
+                                                    key=key, source=name_of(cb.value)))
                     layers += 1
                 functions += 1
                 continue
@@ -206,7 +212,8 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                 reason = refusal[1]
             else:
                 reason = own
-            ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason))
+            ops.append(OpRecord(len(ops), name, _shape_of(binding.var), False, reason=reason,
+                                source=name_of(value)))
     return PartitionReport(config.name, fuse, ops, precision)
 
 

@@ -13,8 +13,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
-from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key,
-                          run_label)
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
+                          pass_primitive, run_key, run_label)
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -105,11 +105,14 @@ def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
     return [("", layer)]
 
 
-def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> Iterator[Run]:
+def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None,
+         precision: str = "fp32") -> Iterator[Run]:
     """Every accelerator run of a partitioned (or pattern-matched) module, in execution order,
     named as the generated code names it. ``precisions``: mixed int8/fp16 code, each layer's
     precision by its key (``f0.3``); the runs then carry their precision, and a converting
-    run follows each layer whose output a layer of the other precision reads."""
+    run follows each layer whose output a layer of the other precision reads. ``precision``:
+    the build's otherwise (a layer norm's passes depend on it)."""
+    default = precision
     for function, (_, external) in enumerate(external_calls(mod)):
         calls = list(composite_calls(external))
         chosen = [precisions[run_key(function, i)] for i in range(len(calls))] \
@@ -119,7 +122,12 @@ def runs(mod: tvm.IRModule, precisions: Optional[Mapping[str, str]] = None) -> I
             primitive = str(composite.attrs["Composite"])
             layer = layer_of(composite, binding.value.args, external)
             precision = chosen[index] if chosen else None
-            if len(layer.copies) > 1 or layer.rubik is not None:
+            if layer.norm is not None:  # one run per engine pass
+                for part, run in enumerate(layer.runs(precision or default)):
+                    yield Run(run_key(function, index, pass_part(part)),
+                              pass_primitive(primitive, run.step.role) if run.step else primitive,
+                              run, precision=precision)
+            elif len(layer.copies) > 1 or layer.rubik is not None:
                 for part, run in layer_runs(layer):
                     yield Run(run_key(function, index, part), primitive, run,
                               precision=precision)

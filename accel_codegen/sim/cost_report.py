@@ -22,7 +22,7 @@ FP32_BYTES_NOTE = ("note: the cost model charges fp32 tensors as fp16 (2 bytes a
                    "of the fp16 tensors")
 
 #: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
-CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "cycles",
+CSV_COLUMNS = ("layer", "source", "source_ops", "engines", "precision", "mode", "macs", "cycles",
                "network_share", "utilization", "bytes_read", "bytes_written", "dram_bytes",
                "sram_bytes", "dram_cycles", "sram_cycles", "energy_pj")
 
@@ -34,7 +34,8 @@ def runs_macs(record) -> bool:
 
 
 def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes: bool = False,
-               utilization_total: Optional[float] = None) -> str:
+               utilization_total: Optional[float] = None,
+               sources: Optional[Sequence[str]] = None) -> str:
     """The per-layer cost table of a profile or an estimate, with a totals row.
 
     Parameters
@@ -49,6 +50,9 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
         Show each run's mode (fused or independent).
     utilization_total : float, optional
         The whole inference's MAC utilisation, shown in the totals row when given.
+    sources : sequence of str, optional
+        Each record's layer's name in the source model (``layer2.0.{downsample.0,...}``):
+        a column "source" after the layer's, wrapped as the labels are, when any is given.
 
     A layer label wider than :data:`LAYER_WIDTH` continues on the next line(s); runs without
     a CONV (SDP, PDP, CDP, BDMA alone) show "-" for MMACs and util: not applicable.
@@ -58,6 +62,10 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
         engines_width = max([len("engines"), *map(len, names)])
     layer_width = min(LAYER_WIDTH, max([len("layer"), *(len(r.label) for r in records)]))
     columns = [Column("#", 4), Column("layer", layer_width, "<")]
+    named = bool(sources) and any(sources)
+    if named:
+        source_width = min(LAYER_WIDTH, max([len("source"), *(len(s or "") for s in sources)]))
+        columns.append(Column("source", source_width, "<"))
     if modes:
         columns.append(Column("mode", 11, "<"))
     columns += [Column("engines", engines_width, "<", clip=True),
@@ -73,10 +81,16 @@ def cost_table(records: Sequence, *, engines_width: Optional[int] = None, modes:
     for i, (r, name) in enumerate(zip(records, names)):
         macs = runs_macs(r)
         label, *more = wrap_label(r.label, layer_width)
-        rows.append([i, label] + ([r.mode] if modes else []) + [name] + costs(r, macs)
-                    + [r.utilization if macs else None])
-        rows += [render_row(columns[:2], ["", part]).rstrip() for part in more]
-    total = ["", "total"] + ([""] if modes else []) + [""] + costs(CostTotals.of(records))
+        source, *more_source = wrap_label(sources[i] or "", source_width) if named else ("",)
+        rows.append([i, label] + ([source] if named else []) + ([r.mode] if modes else [])
+                    + [name] + costs(r, macs) + [r.utilization if macs else None])
+        for part in range(max(len(more), len(more_source))):
+            cells = ["", more[part] if part < len(more) else ""]
+            if named:
+                cells.append(more_source[part] if part < len(more_source) else "")
+            rows.append(render_row(columns[:len(cells)], cells).rstrip())
+    total = ["", "total"] + ([""] if named else []) + ([""] if modes else []) + [""] + \
+        costs(CostTotals.of(records))
     if utilization_total is not None:
         total.append(utilization_total)
     return render_table(columns, rows, footer=[total])
@@ -91,6 +105,20 @@ def record_precision(record) -> Optional[str]:
     return ops[0].precision if ops else None
 
 
+def source_names(sources: Optional[Mapping[str, Sequence[str]]]) -> Dict[str, str]:
+    """Layer key -> source-model name of a :func:`source_ops` result ({} for another map)."""
+    return dict(getattr(sources, "names", None) or {})
+
+
+def label_source(label: str, names: Mapping[str, str]) -> str:
+    """The source-model name of a run label's layer (``f0.6a ...`` -> ``names["f0.6"]``);
+    empty for a label of no layer of ``names``."""
+    try:
+        return names.get(layer_key(label_key(label)), "")
+    except AttributeError:  # not a run label of ours
+        return ""
+
+
 def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
     try:
         return " ".join(sources.get(layer_key(label_key(label)), ()))
@@ -103,9 +131,11 @@ def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
                precision: Optional[str] = None) -> List[Dict[str, Any]]:
     """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
     the array's, for the utilisation (else the record's own figure); ``sources``: layer key
-    -> its Relax operators (:func:`accel_codegen.tools.report.source_ops`); ``precision``: of records that carry none.
+    -> its Relax operators (:func:`accel_codegen.tools.report.source_ops`, whose source-model names fill
+    ``source``); ``precision``: of records that carry none.
     MAC figures of runs without a CONV are None (not applicable)."""
     sources = sources or {}
+    names = source_names(sources)
     total = sum(r.cycles for r in records) or 1
     rows = []
     for r in records:
@@ -117,7 +147,8 @@ def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
         else:
             utilization = r.utilization
         rows.append({
-            "layer": r.label, "source_ops": _source_of(r.label, sources),
+            "layer": r.label, "source": label_source(r.label, names) or None,
+            "source_ops": _source_of(r.label, sources),
             "engines": engine_names(r), "precision": record_precision(r) or precision,
             "mode": r.mode, "macs": r.macs if macs else None, "cycles": r.cycles,
             "network_share": r.cycles / total, "utilization": utilization,

@@ -709,7 +709,10 @@ def cmd_estimate(args) -> int:
         report.to_csv(csv_out)
         _say(f"wrote {csv_out}")
     if args.trace is not None or args.trace_plot is not None:
-        _write_trace(report.chrome_trace(), config, args.trace, args.trace_plot)
+        from .report import name_trace, source_names
+
+        _write_trace(name_trace(report.chrome_trace(), source_names(report.source_ops)),
+                     config, args.trace, args.trace_plot)
     return 0
 
 

@@ -39,7 +39,7 @@ from ..sim.ops import Sdp
 from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..sim.cost_report import FP32_BYTES_NOTE, cost_table
 from ..tables import Column, render_table
-from .report import layer_rows, source_ops, tagged, write_csv
+from .report import label_source, layer_rows, source_names, source_ops, tagged, write_csv
 from .progress import ProgressCallback, progress_callback, steps
 
 #: Precisions the code generator emits today; the others are issue 5.
@@ -196,7 +196,9 @@ class EstimateReport:
                  f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
                  f"layers, {self.host_ops} host operators")
-        table = cost_table(self.layers, utilization_total=self.utilization)
+        names = source_names(self.source_ops)
+        table = cost_table(self.layers, utilization_total=self.utilization,
+                           sources=[label_source(layer.label, names) for layer in self.layers])
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "
@@ -211,10 +213,11 @@ def _feature_shape(shape) -> Tuple[int, int, int, int]:
     return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
-def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
+def _layers(matched: tvm.IRModule, precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched)]
+    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched,
+                                                                        precision=precision)]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -223,7 +226,7 @@ def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = No
     """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
     partitioned model would make, in execution order (for per-layer benchmarks)."""
     return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
-                                    precision=precision))
+                                    precision=precision), precision)
 
 
 def _host_ops(mod: tvm.IRModule) -> int:
@@ -416,7 +419,7 @@ class _LoweredModel:
         writes them)."""
         lowered = []
         model_precision = precision
-        for run in walk_runs(matched, layer_precisions):
+        for run in walk_runs(matched, layer_precisions, model_precision):
             layer = run.layer
             precision = run.precision or model_precision
             if run.converts:  # one SDP pass: the layer's output into the other precision

@@ -9,12 +9,12 @@ per-layer records. ``docs/report-schema.md`` describes the columns and the JSON 
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import AccelInvalidError
 # The per-layer rows and the CSV are the simulator's (a profile writes them without TVM).
-from ..sim.cost_report import (CSV_COLUMNS, csv_text, layer_rows, record_precision,  # noqa: F401
-                               write_csv)
+from ..sim.cost_report import (CSV_COLUMNS, csv_text, label_source, layer_rows,  # noqa: F401
+                               record_precision, source_names, write_csv)
 from ..tables import Column, render_table
 
 #: The version of the report layout; a key renamed or removed raises it.
@@ -35,26 +35,47 @@ def tagged(kind: str, data: Mapping[str, Any]) -> Dict[str, Any]:
     return {"schema": schema(kind), **{k: v for k, v in data.items() if k != "schema"}}
 
 
-def source_ops(matched) -> Dict[str, List[str]]:
-    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
-    partitioned or pattern-matched module (what the partition report lists per layer)."""
-    import tvm
-    from tvm import relax
+class LayerSources(dict):
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
+    layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
+    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one."""
 
+    def __init__(self, *args, names: Optional[Mapping[str, str]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.names: Dict[str, str] = dict(names or {})
+
+
+def source_ops(matched) -> LayerSources:
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
+    partitioned or pattern-matched module (what the partition report lists per layer), with
+    each layer's source-model name (:class:`LayerSources`)."""
+    from ..compiler.source_names import function_calls, layer_name
     from ..compiler.walk import composite_calls, external_calls
     from ..sim.labels import run_key
 
-    result: Dict[str, List[str]] = {}
+    result = LayerSources()
     for function, (_, external) in enumerate(external_calls(matched)):
         for index, (_, composite) in enumerate(composite_calls(external)):
-            names = []
-            for block in composite.body.blocks:
-                for binding in block.bindings:
-                    value = binding.value
-                    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-                        names.append(value.op.name)
-            result[run_key(function, index)] = names
+            key = run_key(function, index)
+            result[key] = [call.op.name for call in function_calls(composite)]
+            name = layer_name(composite)
+            if name:
+                result.names[key] = name
     return result
+
+
+def name_trace(trace: Dict[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
+    """A Chrome trace (:mod:`accel_codegen.sim.timeline`) with each run's source-model name in
+    its events' ``args`` (``source``), where ``names`` (layer key -> name) has one."""
+    if not names:
+        return trace
+    for event in trace.get("traceEvents", []):
+        args = event.get("args") or {}
+        source = label_source(str(args.get("label") or event.get("name", "")), names) \
+            if event.get("ph") == "X" else ""
+        if source:
+            event.setdefault("args", {})["source"] = source
+    return trace
 
 
 # --- the partition's per-op-type summary --------------------------------------------------------

@@ -100,9 +100,10 @@ def test_host_ops_with_reasons():
     reasons = {op.op: op.reason for op in report.host}
     limit = f"exceeds the PDP limit of {lib.ACCEL_MAX_POOL_KERNEL}"
     assert limit in reasons["relax.nn.max_pool2d"]
-    assert reasons["relax.nn.softmax"] == "no accelerator primitive for relax.nn.softmax"
-    assert reasons["relax.nn.layer_norm"] == "no accelerator primitive for relax.nn.layer_norm"
-    assert _primitives(report) == ["accel.conv2d_bias_bn_relu"]
+    # a layer norm and a softmax over the last axis run as engine passes (issue 29)
+    assert "relax.nn.layer_norm" not in reasons and "relax.nn.softmax" not in reasons
+    assert _primitives(report) == ["accel.conv2d_bias_bn_relu", "accel.layer_norm",
+                                   "accel.softmax"]
     text = str(report)
     assert "host" in text and "exceeds the PDP limit" in text
 

@@ -23,7 +23,7 @@ from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from .memory import RunMemory, emitted_conv_modes, plan_function
 from ..walk import composite_calls, converted_outputs, layer_of, layer_runs
-from . import emit, int8, layouts
+from . import emit, int8, layouts, passes
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
 from .folding import affine, fold_batch_norm
@@ -289,6 +289,10 @@ class FunctionCodegen:
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
+        if layer.norm is not None:  # one run per engine pass (codegen/passes.py)
+            passes.emit_norm_layer(self, index, var, layer, scope, name)
+            self._leave(var)
+            return
         if layer.rubik is not None:
             self._deconvolution(index, var, layer, scope, name)
             self._leave(var)

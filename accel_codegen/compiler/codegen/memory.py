@@ -46,7 +46,7 @@ from ...errors import check
 from ...quantization import quantize_weights
 from ...sim.config import AccelConfig, precision_code
 from ...sim.device import ChainBatch
-from ...sim.labels import copy_part, run_key
+from ...sim.labels import copy_part, pass_part, run_key
 from ...sim.ops import Conv, Sdp, count_nonzero
 from ..layer import Layer, constant_value, is_constant, static_shape
 from ..walk import composite_calls, converted_outputs, layer_of, layer_runs
@@ -195,7 +195,11 @@ def _runs(function: relax.Function, function_index: int
             resolved = scope.get(expr, expr) if expr is not None else None
             return resolved if isinstance(resolved, relax.Var) else None
 
-        if layer.rubik is not None:  # its phases in scratch (DRAM), then the contract
+        if layer.norm is not None:  # the dense layer's CONV choices; the passes use DRAM
+            if layer.conv is not None:
+                runs.append(_Run(run_key(function_index, index, pass_part(0)), layer.runs()[0],
+                                 index))
+        elif layer.rubik is not None:  # its phases in scratch (DRAM), then the contract
             for part, run in layer_runs(layer):
                 contract = run.contract_only
                 runs.append(_Run(run_key(function_index, index, part), run, index,
