@@ -131,9 +131,9 @@ def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
                precision: Optional[str] = None) -> List[Dict[str, Any]]:
     """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
     the array's, for the utilisation (else the record's own figure); ``sources``: layer key
-    -> its Relax operators (:func:`accel_codegen.tools.report.source_ops`, whose source-model names fill
-    ``source``); ``precision``: of records that carry none.
-    MAC figures of runs without a CONV are None (not applicable)."""
+    -> its Relax operators (:func:`accel_codegen.tools.report.source_ops`, whose source-model
+    names fill ``source``); ``precision``: of records that carry none. MAC figures of runs
+    without a CONV are None (not applicable)."""
     sources = sources or {}
     names = source_names(sources)
     total = sum(r.cycles for r in records) or 1
