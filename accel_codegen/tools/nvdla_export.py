@@ -57,6 +57,8 @@ from ..sim.reference import pdp_reciprocal
 #: nv_small's CBUF: 32 banks of 4 KiB (NVDLA's nv_small spec; the preset has the same).
 CBUF_BANKS = 32
 CBUF_BANK_BYTES = 4096
+#: The unit of CDMA's and CSC's WEIGHT_BYTES.
+WEIGHT_UNIT = 128
 #: Where a test's regions start, and their alignment.
 BASE_ADDRESS = 0x80000000
 REGION_ALIGN = 0x1000
@@ -595,7 +597,10 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                                     dst=None if pool is not None else dst)
         units += ["SDP"] + (["SDP_RDMA"] if needs_rdma else [])
     if conv is not None:
-        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, len(wimage),
+        # NVDLA's weight byte counts are whole 128-byte units (every trace rounds them up:
+        # dc_1x1x8_1x1x8x1's 8 bytes are 128); the region's tail is zero
+        weight_bytes = -(-len(wimage) // WEIGHT_UNIT) * WEIGHT_UNIT
+        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, weight_bytes,
                         (out_line, out_surf), label)
         units += ["CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA"]
     if pool is not None:
