@@ -35,9 +35,8 @@ an element-wise operand or a lookup table (nv_small has neither), PReLU (it woul
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
 point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups),
 Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
-(export_runs splits a convolution into slices of output rows, as NVDLA's compiler does, when
-its weights leave room for a slice; one whose weights alone fill CBUF, or that pools on the fly,
-is refused).
+(export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
+compiler does: :func:`hardware_layers`; one that pools on the fly is refused).
 """
 from __future__ import annotations
 
@@ -696,14 +695,59 @@ def row_slices(run: RecordedRun) -> List[RecordedRun]:
     return slices
 
 
+def kernel_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose weights leave too little of CBUF for its input, as NVDLA's
+    compiler splits it: slices of kernels (whole groups of 8), each with the SDP's per-channel
+    converters of its channels, writing its channels of the output; each a hardware layer of
+    its own (then split in rows by :func:`row_slices` where its input still does not fit).
+    The run itself when it fits or is not such a run."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4 or ops[1].ew_op is not None):
+        return [run]
+    conv, sdp = ops
+    _, c, h, w = run.input.shape
+    k = conv.weights.shape[0]
+    per_kernel = int(conv.weights[0].size)
+    units = lambda n: -(-n * per_kernel // WEIGHT_UNIT) * WEIGHT_UNIT  # noqa: E731
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, units(k))
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks <= CBUF_BANKS // 2:
+        return [run]   # fits, or the weights take at most half: slices of rows (as accel.h's
+        #                accel_conv_banks lists NVDLA's compiler's choices)
+    room = CBUF_BANKS - min(data_banks, CBUF_BANKS // 2)   # the input keeps up to half
+    per_slice = ATOM_K
+    while per_slice + ATOM_K < k and cbuf_banks(c, h, w, units(per_slice + ATOM_K))[2] <= room:
+        per_slice += ATOM_K
+    if per_slice >= k:
+        return [run]
+    slices = []
+    for k0 in range(0, k, per_slice):
+        k1 = min(k0 + per_slice, k)
+        cut = {f: getattr(sdp, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+               if isinstance(getattr(sdp, f), np.ndarray)}
+        slices.append(RecordedRun(
+            label=f"{run.label} kernels {k0}-{k1 - 1}",
+            ops=[dataclasses.replace(conv, weights=conv.weights[k0:k1]),
+                 dataclasses.replace(sdp, **cut)],
+            mode=run.mode, input=run.input, output=run.output[:, k0:k1]))
+    return slices
+
+
+def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
+    """The hardware layers NVDLA's compiler would make of a run: kernel slices where the
+    weights crowd CBUF, row slices where the input does not fit beside them."""
+    return [part for kernels in kernel_slices(run) for part in row_slices(kernels)]
+
+
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"
                 ) -> Tuple[List[ExportedTest], List[Refused]]:
     """Export every run that NVDLA computes exactly, one test per hardware layer
-    (``prefix_NN``, ``prefix_NN_sM`` for the row slices of a convolution CBUF cannot hold at
-    once: :func:`row_slices`); the others are returned as Refused with the reason."""
+    (``prefix_NN``, ``prefix_NN_sM`` for the slices of a convolution CBUF cannot hold at once:
+    :func:`hardware_layers`); the others are returned as Refused with the reason."""
     tests, refused = [], []
     for i, run in enumerate(runs):
-        parts = row_slices(run)
+        parts = hardware_layers(run)
         try:
             written = [export_run(part, directory, f"{prefix}_{i:02d}" + (
                 f"_s{j}" if len(parts) > 1 else "")) for j, part in enumerate(parts)]

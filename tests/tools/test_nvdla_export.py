@@ -129,6 +129,21 @@ def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
     assert np.array_equal(np.concatenate([t.output for t in tests], axis=1), y[0])
 
 
+def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
+    """3x3x256x64 weights (36 banks) are more than CBUF: written as slices of whole kernel
+    groups (48 and 16 kernels), each with its channels' SDP converters and output channels."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((64, 256, 3, 3), -127), padding=1, precision="int8",
+                in_zero=11), _sdp(64, act=None, out_zero=-2)]
+    run, y = _record(ops, _codes((1, 256, 6, 5)))
+    tests, refused = export_runs([run], str(tmp_path), "deep")
+    assert refused == [] and [t.output.shape[0] for t in tests] == [48, 16]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
