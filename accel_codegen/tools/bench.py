@@ -105,6 +105,11 @@ def slowdown(entry: Dict[str, Any]) -> Optional[Dict[str, float]]:
     return {"median": wall["median"] / hardware, "min": wall["min"] / hardware}
 
 
+def _times(ratio: float) -> str:
+    """A slowdown as text: whole times from 10 up, one decimal below."""
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+
+
 def _layer_row(record) -> Dict[str, Any]:
     return {"label": record.label, "engines": engine_names(record),
             "ops": len(record.ops), "macs": record.macs, "cycles": record.cycles,
@@ -558,7 +563,7 @@ def _mode_row(mode: str, entry: Dict[str, Any], reference: Optional[float]) -> l
     if "cycles" in entry:
         slow = entry.get("slowdown") or slowdown(entry)
         row += [entry["cycles"], entry["simulated_ms"],
-                f"{slow['median']:,.0f}x" if slow else "-", entry["frames_per_s"],
+                _times(slow["median"]) if slow else "-", entry["frames_per_s"],
                 entry["bytes_read"] / 1e6, entry["bytes_written"] / 1e6, entry["utilization"],
                 entry["energy_pj"] / 1e9]
     return row
@@ -628,7 +633,7 @@ def format_ort(result: Dict[str, Any]) -> List[str]:
             how = (f"; ORT int8: static {q['quant_format']}, {q['activation_type']} activations, "
                    f"per-channel {q['weight_type']} weights, {q['calibrate_method']}, "
                    f"same {ort.get('calibration_samples', '?')} calibration inputs")
-        slow = (f"; slowdown {r['slowdown']:,.0f}x (simulator wall time / modelled hardware "
+        slow = (f"; slowdown {_times(r['slowdown'])} (simulator wall time / modelled hardware "
                 f"time)" if r.get("slowdown") else "")
         lines.append(f"simulator {precision} ({r['simulator']}) vs ONNX Runtime "
                      f"{ort.get('version', '')} {precision}: {_speed(r['median'])} "

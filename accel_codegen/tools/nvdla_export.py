@@ -23,7 +23,9 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
   ``rhaz(u 2^(S - s), S) = rhaz(u, s)`` exactly. ReLU is BN's. The output converter adds the
   zero point: offset ``-out_zero``, scale 1, shift 0. Exact when no intermediate saturates,
   which the export proves from the weights' and the data's bounds (else it refuses).
-* PDP: max pooling (padding never wins on either side).
+* PDP: max pooling (padding never wins on either side) and average pooling, whose int8 is
+  NVDLA's in both (accel.h): the reciprocals RECIP_KERNEL_WIDTH / HEIGHT, each padded position
+  adding the zero point (``PAD_VALUE_nX = n * zero``).
 * A convolution the simulator runs in image-input mode (the first layer, ``pixel_format``) is
   written as a direct convolution of the same codes in feature format: the same result (accel.h
   says so of the mode), which the front end plays (it has no pixel formats).
@@ -31,8 +33,7 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, average pooling (NVDLA multiplies by a 0.16 reciprocal where the simulator divides),
-LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
+point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
 image input and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
 (NVDLA's compiler would split it; the export does not).
 """
@@ -50,6 +51,7 @@ from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, who
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
+from ..sim.reference import pdp_reciprocal
 
 #: nv_small's CBUF: 32 banks of 4 KiB (NVDLA's nv_small spec; the preset has the same).
 CBUF_BANKS = 32
@@ -462,10 +464,6 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
                    label: str) -> None:
     c, h, w = in_shape
     _, oh, ow = out_shape
-    if pool.kind != "max":
-        raise _inexact(label, f"{pool.kind} pooling: NVDLA's PDP averages raw codes with a "
-                       "0.16 fixed-point reciprocal per dimension (two roundings), the "
-                       "simulator divides the sum around the zero point exactly")
     kh, kw = (int(v) for v in pool.kernel)
     sy, sx = (int(v) for v in pool.stride)
     pt, pl, pb, pr = (int(v) for v in pool.padding)
@@ -482,7 +480,8 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_DATA_CUBE_OUT_WIDTH", ow - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_HEIGHT", oh - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_CHANNEL", c - 1)
-    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD=1, FLYING_MODE=int(not flying),
+    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD={"avg": 0, "max": 1}[pool.kind],
+            FLYING_MODE=int(not flying),
             SPLIT_NUM=0)
     cfg.reg("PDP_RDMA", "D_FLYING_MODE", FLYING_MODE=int(not flying))
     cfg.reg("PDP_RDMA", "D_OPERATION_MODE_CFG", SPLIT_NUM=0)
@@ -491,13 +490,14 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_HEIGHT=kh - 1,
             KERNEL_STRIDE_WIDTH=sx - 1, KERNEL_STRIDE_HEIGHT=sy - 1)
     cfg.reg("PDP_RDMA", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_STRIDE_WIDTH=sx - 1)
-    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=(1 << 16) // kw)
-    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=(1 << 16) // kh)
+    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=pdp_reciprocal(kw))
+    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=pdp_reciprocal(kh))
     cfg.reg("PDP", "D_POOLING_PADDING_CFG", PAD_LEFT=pl, PAD_TOP=pt, PAD_RIGHT=pr,
             PAD_BOTTOM=pb)
     cfg.reg("PDP_RDMA", "D_POOLING_PADDING_CFG", PAD_WIDTH=pl)
-    for i in range(1, 8):
-        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", 0)
+    for i in range(1, 8):  # i padded positions add i times the zero point (the average's)
+        value = i * int(pool.zero) if pool.kind == "avg" else 0
+        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", **{f"PAD_VALUE_{i}X": value})
     if src is not None:
         _addr(cfg, "PDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH", src[0])
         cfg.reg("PDP_RDMA", "D_SRC_LINE_STRIDE", src[1])

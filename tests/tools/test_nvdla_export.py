@@ -79,6 +79,16 @@ LAYERS = {
                          _codes((1, 20, 7, 10))),
     "pool": lambda: ([Pool(kind="max", kernel=(2, 3), stride=(2, 1), precision="int8")],
                      _codes((1, 9, 6, 7))),
+    # average pooling (NVDLA's reciprocals in the simulator's int8 too), padded positions
+    # reading as the zero point, on the fly after a convolution and alone
+    "conv_avg_pool": lambda: ([Conv(weights=_codes((8, 5, 3, 3), -127), precision="int8",
+                                    in_zero=4), _sdp(8, out_zero=-20),
+                               Pool(kind="avg", kernel=3, stride=1, padding=1,
+                                    count_include_pad=True, precision="int8", zero=-20)],
+                              _codes((1, 5, 8, 9))),
+    "avg_pool": lambda: ([Pool(kind="avg", kernel=(2, 5), stride=(2, 3), padding=(1, 2, 0, 1),
+                               count_include_pad=True, precision="int8", zero=-7)],
+                         _codes((1, 11, 7, 13))),
 }
 
 
@@ -91,12 +101,13 @@ def test_layer_round_trip(tmp_path, name):
 
 
 @pytest.mark.parametrize("ops, message", [
-    (lambda: [Pool(kind="avg", kernel=2, stride=2, precision="int8")], "reciprocal"),
+    (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
+     "PReLU"),
     (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
     (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
      "groups"),
     (lambda: [_spread_shifts()], "span 18 bits"),
-], ids=["avg-pool", "clip", "groups", "shift-spread"])
+], ids=["prelu", "clip", "groups", "shift-spread"])
 def test_refused_with_the_difference_named(tmp_path, ops, message):
     run, _ = _record(ops(), _codes((1, 8, 6, 6)))
     with pytest.raises(NvdlaInexactError, match=message) as error:

@@ -48,8 +48,9 @@ def _pool_op(layer: Layer) -> Pool:
     p = layer.params
     kind = {0: "avg", 1: "max", 2: "max"}[p["method"]]   # min costs what max costs
     pt, pb, pl, pr = p["padding"]
+    # NVDLA's PDP divides by the whole window (its padded positions add PAD_VALUE)
     return Pool(kind=kind, kernel=p["kernel"], stride=p["stride"], padding=(pt, pl, pb, pr),
-                precision="int8")
+                count_include_pad=True, precision="int8")
 
 
 def _chains(layers: Sequence[Layer]):
