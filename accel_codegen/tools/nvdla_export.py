@@ -48,6 +48,7 @@ import numpy as np
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.nvdla import regs
 from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, whole_atoms
+from ..sim.nvdla.cycles import estimate_cycles
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
@@ -79,6 +80,7 @@ class ExportedTest:
     region: Tuple[int, int]
     output: np.ndarray
     units: Tuple[str, ...]
+    cycles: int = 0    # the cost model's estimate under NVDLA's testbench memory (cycles.py)
 
 
 @dataclasses.dataclass
@@ -516,6 +518,23 @@ def _out_size(n: int, k: int, s: int, pads: int, dilation: int = 1) -> int:
     return (n + pads - dilation * (k - 1) - 1) // s + 1
 
 
+def _one_image(run: RecordedRun, label: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The run's input and output as one (C, H, W) cube each. A batch of N 1x1 positions through
+    1x1 convolutions and SDPs alone (a dense layer over N rows, as the compiler lowers a
+    matmul) is the same arithmetic on one 1 x N feature map, as NVDLA's compiler runs it."""
+    n = run.input.shape[0]
+    if n == 1:
+        return run.input[0], run.output[0]
+    pointwise = all(isinstance(op, Sdp) or (
+        isinstance(op, Conv) and op.weights.shape[2:] == (1, 1) and not any(op.padding)
+        and tuple(op.stride) == (1, 1)) for op in run.ops)
+    if run.input.shape[2:] == (1, 1) and run.output.shape[2:] == (1, 1) and pointwise:
+        as_row = lambda t: np.ascontiguousarray(t[:, :, 0, 0].T[:, None, :])  # noqa: E731
+        return as_row(run.input), as_row(run.output)
+    raise _inexact(label, f"a batch of {n} (the export writes one image per test: run the "
+                   "model on one input)")
+
+
 def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     """Write one recorded int8 run as the trace test ``directory/name/name.cfg`` (with its .dat
     files), play it on the front end and check it gives the run's output bits. Raises
@@ -533,12 +552,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                        "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
     if run.input is None or run.output is None or run.input.dtype != np.int8:
         raise _inexact(label, "the run's tensors are not int8 NCHW")
-    if run.input.shape[0] != 1:
-        raise _inexact(label, f"a batch of {run.input.shape[0]} (the export writes one image "
-                       "per test: run the model on one input)")
-    x = run.input[0]
+    x, expected = _one_image(run, label)
     c, h, w = x.shape
-    expected = run.output[0]
     cfg = _Cfg()
     regions = _Regions()
     image, line, surf = feature_image(x)
@@ -626,7 +641,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
     return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables)
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"

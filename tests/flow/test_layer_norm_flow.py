@@ -8,7 +8,7 @@ import torch
 from tvm import relax
 
 import accel_codegen as ac
-from accel_codegen.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.sim import decompose, reference
 from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
 

@@ -100,6 +100,17 @@ def test_layer_round_trip(tmp_path, name):
     assert_round_trip(test)
 
 
+def test_dense_over_rows_is_one_feature_map(tmp_path):
+    """A dense layer over 5 rows (a batch of 1x1 positions, as a matmul is lowered) is written
+    as one 1x1 convolution over a 1 x 5 feature map: the same codes, row r at column r."""
+    ops = [Conv(weights=_codes((12, 24, 1, 1), -127), precision="int8", in_zero=9), _sdp(12)]
+    run, y = _record(ops, _codes((5, 24, 1, 1)))
+    test = export_run(run, str(tmp_path), "rows")
+    assert test.output.shape == (12, 1, 5)
+    assert np.array_equal(test.output[:, 0, :], y[:, :, 0, 0].T)
+    assert_round_trip(test)
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
@@ -134,6 +145,7 @@ def test_lenet5_round_trip(tmp_path, zoo):
     for test, run in zip(tests, runs):
         assert np.array_equal(test.output, run.output[0])
         assert_round_trip(test)
+        assert test.cycles > 100   # at least the SDP's pipeline (cycles.py's testbench memory)
     # the layers chain: each test's input image is the previous run's output
     for before, run in zip(runs, runs[1:]):
         assert np.array_equal(before.output.reshape(-1), run.input.reshape(-1))
