@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from accel_codegen import (AccelError, AccelShapeError, Bdma, Conv, Device, Pool, Sdp,
                            estimate_chain)
-from accel_codegen.reference import run_chain, run_op
+from accel_codegen.sim.reference import run_chain, run_op
 from accel_codegen.sim.vocabulary import ACTIVATIONS
 from conftest import assert_close
 
