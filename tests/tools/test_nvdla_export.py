@@ -152,12 +152,27 @@ def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
     assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
 
 
+def test_a_depthwise_convolution_is_one_layer_per_group(tmp_path):
+    """A depthwise 3x3 conv with its ReLU and a max pool, 6 channels: six tests, group g
+    reading channel g and writing its output channel, pooled on the fly."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((6, 1, 3, 3), -127), groups=6, padding=1, precision="int8",
+                in_zero=-8), _sdp(6), Pool(kind="max", kernel=2, stride=2, precision="int8")]
+    run, y = _record(ops, _codes((1, 6, 8, 10)))
+    tests, refused = export_runs([run], str(tmp_path), "dw")
+    assert refused == [] and len(tests) == 6
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
     (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
     (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
-     "groups"),
+     "groups"),   # export_run alone: export_runs writes one layer per group (below)
     (lambda: [_spread_shifts()], "span 18 bits"),
 ], ids=["prelu", "clip", "groups", "shift-spread"])
 def test_refused_with_the_difference_named(tmp_path, ops, message):
