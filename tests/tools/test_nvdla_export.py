@@ -167,6 +167,20 @@ def test_a_depthwise_convolution_is_one_layer_per_group(tmp_path):
     assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
 
 
+def test_the_recorder_reads_an_operand_of_the_convolutions_output_shape():
+    """The recorder copies an SDP's element-wise operand at the shape the SDP sees (here a
+    padded 1x1 convolution's output, larger than its input), and the export refuses it (nv_small
+    has no EW unit) naming it."""
+    operand = _codes((1, 8, 6, 7))
+    ops = [Conv(weights=_codes((8, 3, 1, 1), -127), padding=1, precision="int8"),
+           _sdp(8, act=None, ew_op="add", operand=operand, ew_mul=1)]
+    with recording() as runs:
+        Device("nv_full").run(ops, _codes((1, 3, 4, 5)))
+    assert np.array_equal(runs[0].ops[1].operand, operand)
+    with pytest.raises(NvdlaInexactError, match="element-wise add"):
+        export_run(runs[0], "/nonexistent", "ew")
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
