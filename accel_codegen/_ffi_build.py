@@ -28,6 +28,9 @@ def main() -> None:
     # The calibration observer: Python code the C library calls (accel_set_observer).
     ffi.cdef('extern "Python" void accel_python_observer(void*, const char*, int32_t, '
              'const accel_tensor*);')
+    # The run recorder (accel_set_recorder): the export to NVDLA's trace format reads it.
+    ffi.cdef('extern "Python" void accel_python_recorder(void*, const char*, const accel_op*, '
+             'int32_t, const accel_tensor*, const accel_tensor*, accel_mode);')
     ffi.set_source("accel_codegen._accel_ffi", '#include "accel/accel.h"')
     ffi.emit_c_code(args.output)
 

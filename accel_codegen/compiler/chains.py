@@ -7,7 +7,8 @@ layer from them (:func:`accel_codegen.compiler.lowering.lower_chain`); the code 
 which sees a composite function, matches its entry again (:func:`match_roles`), as TVM's own
 code generators do.
 
-Roles: "input" (the chain's data), "conv", "dense" (+ "flatten"), "bias", "bn" (the batch_norm
+Roles: "input" (the chain's data), "conv", "deconv" (a transposed convolution), "dense"
+(+ "flatten"), "bias", "bn" (the batch_norm
 call), "residual" (the add with a second tensor) and its "operand", "branch_conv",
 "branch_bias", "branch_bn" (ResNet's downsample conv + BN feeding the add), "act", "pool", "ew"
 (an element-wise op with a second tensor), "affine", "scale", "shift" (the SDP's scale/shift by
@@ -134,6 +135,15 @@ def conv2d(annotations: Annotations) -> DFPattern:
     return conv
 
 
+def conv2d_transpose(annotations: Annotations) -> DFPattern:
+    """A transposed convolution (role "deconv"): a CONV of its phase kernels, then a RUBIK
+    contract (lowering.py)."""
+    data, weight = wildcard(), wildcard()
+    deconv = is_op("relax.nn.conv2d_transpose")(data, weight)
+    annotations.update(input=data, weight=weight, deconv=deconv)
+    return deconv
+
+
 def dense(flatten: bool, annotations: Annotations) -> DFPattern:
     """matmul(x, permute_dims(W)) or matmul(x, W'); with ``flatten``, x = reshape(data)
     (a flatten of NCHW data moves nothing: the layer reads the same memory as [N, C*H*W])."""
@@ -221,6 +231,17 @@ def _conv_entries() -> List[Entry]:
     return entries
 
 
+def _deconv_entries() -> List[Entry]:
+    """A transposed convolution and the per-channel SDP stages after it (bias, batch norm, an
+    activation: the contract is a permutation, so they run on the phases before it)."""
+    entries = []
+    for bias, bn, act in itertools.product((True, False), (True, False), (False, True)):
+        annotations: Annotations = {}
+        entries.append(_epilogue(conv2d_transpose(annotations), annotations,
+                                 "accel.conv2d_transpose", 1, bias=bias, bn=bn, act=act))
+    return entries
+
+
 def _dense_entries() -> List[Entry]:
     entries = []
     for flatten, bias, act in itertools.product((True, False), (True, False), (False, True)):
@@ -261,6 +282,9 @@ def _standalone_entries() -> List[Entry]:
         entries.append(Entry(name, build(data, annotations), annotations, 1))
     # BDMA copies (lowering.COPIES), the CDP's LRN and the global pools: lowered by their op.
     entries.append(Entry("accel.concat", is_op("relax.concat")(wildcard()), {}, 1))
+    # nearest upsampling by an integer factor: BDMA copies + RUBIK contract (lowering.py)
+    entries.append(Entry("accel.upsample_nearest", is_op("relax.image.resize2d")(
+        wildcard(), wildcard()), {}, 1))
     bounds = [wildcard() for _ in range(3)]  # axes, begin, end; strides optional
     entries.append(Entry("accel.slice", is_op("relax.strided_slice")(wildcard(), *bounds) | is_op(
         "relax.strided_slice")(wildcard(), *bounds, wildcard()), {}, 1))
@@ -282,10 +306,61 @@ def _standalone_entries() -> List[Entry]:
     return entries
 
 
+# --- token chains (issue 29): [batch, tokens, channels] tensors, layer norm over channels -------
+
+def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """layer_norm(x, gamma, beta) (role "norm"); lowering.py checks the axes (the last one)."""
+    call = is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())
+    annotations["norm"] = call
+    return call
+
+
+def token_dense(bias: bool, annotations: Annotations) -> DFPattern:
+    """A dense layer over the tokens of a [B, T, C] tensor: matmul(x, W^T) or matmul(x, W')
+    on the 3-D x (ONNX, Relax), or, as torch exports nn.Linear, between reshape(x, [B*T, C])
+    (role "flatten") and reshape(., [B, T, K]) (role "unflatten"); optionally + bias. One
+    entry takes both forms (the lowering holds the reshapes to keeping the tokens)."""
+    data, weight = wildcard(), wildcard()
+    flatten = is_op("relax.reshape")(data, wildcard())
+    annotations.update(input=data, weight=weight, flatten=flatten)
+    source = flatten | data
+    out = is_op("relax.matmul")(source, is_op("relax.permute_dims")(weight)) | is_op(
+        "relax.matmul")(source, weight)
+    annotations["dense"] = out
+    if bias:
+        out = bias_add(out, annotations)
+    unflatten = annotations["unflatten"] = is_op("relax.reshape")(out, wildcard())
+    return unflatten | out
+
+
+def _token_entries() -> List[Entry]:
+    """layer norm over the channels of token tensors, after a dense layer over the tokens or
+    alone, with an activation after it or not: each one composite whose runs are the layer
+    norm's engine passes (sim/decompose.py; lowering.py builds them)."""
+    entries = []
+    for bias, act in itertools.product((None, True, False), (False, True)):
+        annotations: Annotations = {}
+        if bias is None:
+            data = annotations["input"] = wildcard()
+            name, length = "accel.layer_norm", 1
+        else:
+            data = token_dense(bias, annotations)
+            name = "accel.token_dense" + ("_bias" if bias else "") + "_layer_norm"
+            length = 4 + bias
+        out = layer_norm(data, annotations)
+        if act:
+            out, name, length = activation(out, annotations), name + "_{act}", length + 1
+        entries.append(Entry(name, out, annotations, length))
+    return entries
+
+
 def entries(extra: Tuple[Entry, ...] = ()) -> List[Entry]:
     """Every chain entry and ``extra`` ones (custom primitives), longest first (stable:
-    conv, dense, the standalone ops, then ``extra``). Built from the vocabulary on each call."""
-    table = _conv_entries() + _dense_entries() + _standalone_entries() + list(extra)
+    conv, deconvolution, dense, the standalone ops, the token chains, then ``extra``). Built
+    from the vocabulary on each call."""
+    table = _conv_entries() + _deconv_entries() + _dense_entries() + _standalone_entries() + \
+        _token_entries() + \
+        list(extra)
     table.sort(key=lambda entry: -entry.length)
     return table
 

@@ -18,8 +18,9 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
+from ..sim.decompose import Pass, layer_norm_passes
 from ..sim.device import estimate_chain
-from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Sdp
+from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
 
 
@@ -149,6 +150,55 @@ class LrnSpec:
 
 
 @dataclasses.dataclass
+class RubikSpec:
+    """A RUBIK contract after a layer's run(s): NVDLA's deconvolution is a CONV (or, for a
+    nearest upsampling, BDMA copies) writing the ``stride_x * stride_y`` output phases as
+    channel groups, phase-major, then this depth-to-space rearrangement
+    (:mod:`accel_codegen.sim.deconv`)."""
+
+    stride_x: int
+    stride_y: int
+    source: str  # the Relax op the two runs compute
+
+
+@dataclasses.dataclass
+class NormSpec:
+    """A layer norm over the channels of the layer's surface (the last axis of its [B, T, C]
+    tokens), run as the engine passes of sim/decompose.py, then ``act``; ``gamma`` / ``beta``
+    constants (None: 1 / 0)."""
+
+    gamma: Optional[relax.Expr]
+    beta: Optional[relax.Expr]
+    epsilon: float
+    act: Optional[str] = None
+    sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
+
+    def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
+        """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
+        def value(expr):
+            return None if expr is None else np.asarray(constant_value(expr),
+                                                        np.float32).reshape(-1)
+
+        return layer_norm_passes(shape, value(self.gamma), value(self.beta), self.epsilon,
+                                 precision, act=self.act)
+
+
+def token_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """The feature surface a channels-last tensor is read as: [T, C] -> [1, C, 1, T],
+    [B, T, C] -> [B, C, 1, T], [B, H, W, C] -> [B, C, H, W]. On NVDLA the two are the same
+    bytes (its feature format holds each position's channels together, in atoms), so nothing
+    moves; the simulator's tensors are dense NCHW, so the generated code transposes the data
+    in (and the result out) around the runs, outside the cost model (docs/transformer_ops.md)."""
+    if len(shape) == 2:
+        return (1, shape[1], 1, shape[0])
+    if len(shape) == 3:
+        return (shape[0], shape[2], 1, shape[1])
+    if len(shape) == 4:
+        return (shape[0], shape[3], shape[1], shape[2])
+    raise Unsupported(f"a {len(shape)}-D token tensor {list(shape)}")
+
+
+@dataclasses.dataclass
 class Layer:
     """One accelerator run: ``data`` (NCHW, or [N, C] as N x C x 1 x 1) through CONV, SDP, PDP;
     or, for a concat, slice or channel shuffle, BDMA ``copies`` into one output (one run per
@@ -173,9 +223,52 @@ class Layer:
     # In int8, a copy of a concat of several tensors: each input has its own scale, so an SDP
     # pass rescales it to the concat's and writes its channel range (one image: contiguous).
     requantize: bool = False
+    # Channels-last data ([B, T, C]) read as the surface token_surface gives, and the output
+    # written back channels-last (a layer with ``norm``).
+    tokens: bool = False
+    # A layer norm after the CONV + SDP (or alone): the layer's runs are the CONV + SDP and
+    # then the norm's engine passes (runs(precision)).
+    norm: Optional[NormSpec] = None
+    # One of those passes: this run's ops are the pass's (engine_ops).
+    step: Optional[Pass] = None
+
+    # A transposed convolution or nearest upsampling: the conv or copies write the output's
+    # phases (``phase_shape``), then a RUBIK run contracts them into ``out_shape``
+    # (:meth:`before_contract`, :meth:`contract`); a layer that is that run alone has
+    # ``rubik`` and neither conv nor copies.
+    rubik: Optional[RubikSpec] = None
+
+    @property
+    def phase_shape(self) -> Tuple[int, int, int, int]:
+        """The channel-extended cube the RUBIK contract reads: the output's phases."""
+        n, c, h, w = _feature(self.out_shape)
+        sx, sy = self.rubik.stride_x, self.rubik.stride_y
+        return (n, c * sx * sy, h // sy, w // sx)
+
+    @property
+    def contract_only(self) -> bool:
+        """Whether this layer is a RUBIK run alone (the second run of a deconvolution)."""
+        return self.rubik is not None and self.conv is None and not self.copies
+
+    def before_contract(self) -> "Layer":
+        """The run(s) before the contract: this layer writing the phase cube."""
+        return dataclasses.replace(self, out_shape=self.phase_shape, rubik=None)
+
+    def contract(self) -> "Layer":
+        """The RUBIK run: the phase cube into the output."""
+        return Layer(data=self.data, in_shape=self.phase_shape, out_shape=self.out_shape,
+                     rubik=self.rubik)
 
     @property
     def source_ops(self) -> List[str]:
+        if self.contract_only:
+            return [f"{self.rubik.source} (RUBIK contract)"]
+        if self.step is not None:
+            return [f"{self.step.role} (layer norm pass)"]
+        if self.norm is not None:
+            ops = self.norm.sources[:1] + ([self.conv.source] if self.conv else []) + \
+                self.sdp.sources + self.norm.sources[1:] + ["relax.nn.layer_norm"]
+            return ops + ([self.norm.act] if self.norm.act else [])
         if self.copies:
             return [self.copy_source]
         if self.lrn is not None:
@@ -192,18 +285,37 @@ class Layer:
             "conv weight"
         found = [(weight, self.conv.weight if self.conv else None), ("bias", s.bias),
                  ("scale", s.scale), ("prelu alpha", s.prelu_slope)]
+        if self.norm is not None:
+            found += [("layer_norm gamma", self.norm.gamma), ("layer_norm beta", self.norm.beta)]
         if bn is not None:
             found += [("batch_norm gamma", bn.gamma), ("batch_norm beta", bn.beta),
                       ("batch_norm moving mean", bn.mean), ("batch_norm moving var", bn.var)]
         return [(what, expr) for what, expr in found if expr is not None]
 
-    def runs(self) -> List["Layer"]:
-        """The accelerator runs of this layer in order: itself, or one per copy."""
+    def runs(self, precision: str = "fp32") -> List["Layer"]:
+        """The accelerator runs of this layer in order: itself, or one per copy; a layer with
+        a norm: its CONV + SDP (if it has a CONV), then one per pass of the norm, whose count
+        depends on ``precision`` (FP16 adds Newton steps)."""
+        if self.norm is not None:
+            return self.norm_runs(precision)
         if len(self.copies) <= 1:
             return [self]
         return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
                                     copies=[c], requantize=self.several_sources)
                 for c in self.copies]
+
+    def norm_runs(self, precision: str) -> List["Layer"]:
+        """The dense layer's run (the CONV and its bias on the surface), then the passes."""
+        runs = []
+        surface = self.in_shape
+        if self.conv is not None:
+            surface = (surface[0], self.conv.weight_shape[0]) + tuple(surface[2:])
+            runs.append(dataclasses.replace(self, norm=None, out_shape=surface))
+        decomposition = self.norm.decomposition(surface, precision)
+        for p in decomposition.passes:
+            runs.append(Layer(data=self.data, in_shape=decomposition.shapes[p.input],
+                              out_shape=decomposition.shapes[p.output], tokens=True, step=p))
+        return runs
 
     @property
     def several_sources(self) -> bool:
@@ -221,11 +333,13 @@ class Layer:
         library's, not restated here). With ``winograd``,
         also Winograd mode (``mode``) where :meth:`conv_mode` chooses it for the layer alone
         (the code generator chooses it with its memory plan: ``codegen/memory.py``)."""
-        if self.conv is None or self.copies:
+        if self.conv is None or self.copies or self.step is not None:
             return {}
+        if self.norm is not None:
+            return self.runs(precision)[0].conv_modes(config, fuse, precision, winograd)
         n, channels, h, w = self.in_shape
         modes: dict = {}
-        if self.host_input and channels <= 4 and "image_input" in config.features:
+        if self.host_input and not self.tokens and channels <= 4 and "image_input" in config.features:
             modes["pixel_format"] = ("r8" if channels == 1 else "a8b8g8r8") \
                 if precision == "int8" else "a16b16g16r16_f"
         if n > 1 and (h, w) == (1, 1) and "batch" in config.features:
@@ -254,10 +368,16 @@ class Layer:
         carry integer converters in place of the float scale and shift. With ``config``, the
         CONV takes the modes :meth:`conv_modes` chooses there for the layer alone (Winograd
         unless ``winograd`` is False); ``modes`` gives them instead."""
+        if self.contract_only:
+            return [Rubik(self.rubik.stride_x, self.rubik.stride_y, precision=precision)]
         if modes is None:
             modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
                 else {}
         int8 = precision == "int8"
+        if self.step is not None:  # a pass of a norm: its own ops (operands shape-only)
+            return self.step.bound(None)
+        if self.norm is not None:  # its first run's
+            return self.runs(precision)[0].engine_ops(fuse, precision, config, modes, winograd)
         if self.lrn is not None:
             n = self.lrn
             return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
@@ -340,6 +460,19 @@ class Layer:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
+        if self.norm is not None:
+            if precision == "int8":
+                raise Unsupported("a layer norm in int8 is not generated: its variance and "
+                                  "1/sqrt have a dynamic range no per-tensor int8 scale covers "
+                                  "(its passes would stay fp16 between converting runs, which "
+                                  "this compiler does not emit yet)")
+            for run in self.runs(precision):
+                run.check_hardware(config, fuse, precision)
+            return
+        if self.rubik is not None and not self.contract_only:
+            self.before_contract().check_hardware(config, fuse, precision)
+            self.contract().check_hardware(config, fuse, precision)
+            return
         if len(self.copies) > 1:
             if precision == "int8" and self.several_sources:
                 self._check_int8_concat()

@@ -18,13 +18,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import AccelError
 from ..sim import vocabulary
 from ..sim.config import AccelConfig
+from ..sim.deconv import deconv_as_conv_weights
 from . import chains, custom
 from .chains import Roles
-from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, PoolSpec,
-                    SdpSpec, Unsupported, constant_value, describe, dtype_of, is_constant, op_name,
-                    static_shape)
+from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, NormSpec,
+                    PoolSpec,                    RubikSpec, SdpSpec, Unsupported, token_surface, constant_value, describe, dtype_of,
+                    is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
 # used: a test may extend the vocabulary).
@@ -155,6 +157,8 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
     if op_name(root_value) in COPIES:
         return _lower_copies(root_value, lookup)
+    if op_name(root_value) == UPSAMPLE:
+        return _lower_upsample(root_value, lookup)
     lrn = _local_response_norm(root_value, lookup)
     if lrn is not None:
         return lrn
@@ -165,6 +169,8 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
         return layer
     if not roles:
         roles = _match(root_value, lookup)
+    if roles and "norm" in roles:
+        return _lower_tokens(roles, lookup, root)
     if roles:
         data, stages = _stages_from_roles(roles, lookup)
     else:
@@ -200,6 +206,9 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
     if "conv" in roles:
         stages.append(Stage("conv", roles["conv"]))
         data = roles["conv"].args[0]
+    elif "deconv" in roles:
+        stages.append(Stage("deconv", roles["deconv"]))
+        data = roles["deconv"].args[0]
     elif "dense" in roles:
         stage, data = _dense_stage(roles["dense"], lookup)
         stages.append(stage)
@@ -298,6 +307,8 @@ def _single_op(value: Optional[relax.Expr], lookup: Lookup) -> Tuple[relax.Expr,
         return value.args[0], [Stage("batch_norm", value)]
     if name == "relax.nn.conv2d":
         return value.args[0], [Stage("conv", value)]
+    if name == DECONV:
+        return value.args[0], [Stage("deconv", value)]
     if name == "relax.matmul":
         stage, data = _dense_stage(value, lookup)
         return data, [stage]
@@ -349,10 +360,16 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
                   flattened=flattened)
     channels = in_shape[1]
     order: List[SdpUnit] = []  # the SDP units the chain's ops use, in source order
+    plan = None
     for kind, call, other, _, act in stages:
         if kind == "conv":
             layer.conv = _conv_spec(call)
             channels = layer.conv.weight_shape[0]
+            continue
+        if kind == "deconv":
+            layer.conv, plan = _deconv_spec(call, in_shape)
+            layer.rubik = RubikSpec(plan.stride_x, plan.stride_y, DECONV)
+            channels = plan.out_channels
             continue
         if kind == "dense":
             layer.conv = _dense_spec(call, lookup)
@@ -378,6 +395,8 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
         result = relax.TupleGetItem(root, 0)
     layer.out_shape = static_shape(result)
     _require_float32(result, "the output")
+    if plan is not None:
+        _per_phase(layer, plan)
     return layer
 
 
@@ -395,6 +414,84 @@ def _conv_spec(call: relax.Call) -> ConvSpec:
         padding = padding * 2
     return ConvSpec(weight=call.args[1], weight_shape=weight_shape, stride=_ints(a.strides),
                     padding=padding, dilation=_ints(a.dilation), groups=int(a.groups))
+
+
+DECONV = "relax.nn.conv2d_transpose"
+
+
+def _deconv_spec(call: relax.Call, in_shape: Tuple[int, ...]):
+    """A transposed convolution as NVDLA runs it: a stride-1 CONV of its phase kernels
+    (:func:`~accel_codegen.sim.deconv.deconv_as_conv_weights`), whose output channels are the
+    output's phases, then a RUBIK contract (``Layer.rubik``). Returns the ConvSpec and the
+    plan; what the two runs cannot compute exactly stays on the host, named."""
+    a = call.attrs
+    for field, want in (("data_layout", "NCHW"), ("kernel_layout", "IOHW"),
+                        ("out_layout", "NCHW")):
+        if str(getattr(a, field)) != want:
+            raise Unsupported(f"conv2d_transpose {field} is {getattr(a, field)}; the CONV + "
+                              f"RUBIK deconvolution takes {want}")
+    if a.out_dtype is not None and str(a.out_dtype) not in ("", "float32"):
+        raise Unsupported(f"conv2d_transpose out_dtype is {a.out_dtype}")
+    if any(d != 1 for d in _ints(a.dilation)):
+        raise Unsupported(f"conv2d_transpose with dilation {list(_ints(a.dilation))}: the "
+                          "phase kernels of NVDLA's deconvolution are undilated")
+    top, left, bottom, right = _ints(a.padding)
+    if (top, left) != (bottom, right):
+        raise Unsupported(f"conv2d_transpose with padding {[top, left, bottom, right]}: the "
+                          "deconvolution crops the same number of rows (columns) each side")
+    weight = call.args[1]
+    _require_float32(weight, "the conv2d_transpose weight")
+    if not is_constant(weight):
+        raise Unsupported("the conv2d_transpose weight is not a constant: its phase kernels "
+                          "are made at compile time (bind inputs as params)")
+    try:
+        plan = deconv_as_conv_weights(constant_value(weight), _ints(a.strides), (top, left),
+                                      _ints(a.output_padding), int(a.groups))
+    except AccelError as error:
+        raise Unsupported(str(error).rsplit(" [ACCEL_", 1)[0]) from None
+    if not plan.exact(in_shape[2], in_shape[3]):
+        raise Unsupported(
+            f"conv2d_transpose of {in_shape[2]}x{in_shape[3]} gives "
+            f"{'x'.join(map(str, plan.output_size(*in_shape[2:])))}, not a multiple of its "
+            f"stride: the RUBIK contract would write "
+            f"{'x'.join(map(str, plan.contract_size(*in_shape[2:])))} (a crop it does not do)")
+    pt, pb, pl, pr = plan.padding
+    spec = ConvSpec(weight=relax.const(np.ascontiguousarray(plan.weight, np.float32)),
+                    weight_shape=tuple(plan.weight.shape), padding=(pt, pl, pb, pr),
+                    source=DECONV)
+    return spec, plan
+
+
+def _per_phase(layer: Layer, plan) -> None:
+    """A transposed convolution's per-channel SDP operands tiled over its phases (the CONV's
+    output channels are phase-major): constants, made at compile time."""
+    sdp = layer.sdp
+    if sdp.ew_op is not None:
+        raise Unsupported(f"an element-wise {sdp.ew_op} with a tensor after conv2d_transpose: "
+                          "its operand would be read in the phases' order")
+    if layer.pool is not None:
+        raise Unsupported("a pool after conv2d_transpose: the PDP would pool the phases")
+
+    def tiled(expr, what):
+        if expr is None:
+            return None
+        if not is_constant(expr):
+            raise Unsupported(f"the {what} after conv2d_transpose is not a constant: it is "
+                              "tiled over the phases at compile time")
+        values = np.asarray(constant_value(expr), np.float32).reshape(-1)
+        if values.size == 1:
+            values = np.full(plan.out_channels, values[0], np.float32)
+        return relax.const(np.ascontiguousarray(plan.per_channel(values, what), np.float32))
+
+    sdp.bias = tiled(sdp.bias, "bias")
+    sdp.scale = tiled(sdp.scale, "scale")
+    sdp.prelu_slope = tiled(sdp.prelu_slope, "prelu alpha")
+    bn = sdp.batch_norm
+    if bn is not None:
+        sdp.batch_norm = BatchNormSpec(tiled(bn.gamma, "batch_norm gamma"),
+                                       tiled(bn.beta, "batch_norm beta"),
+                                       tiled(bn.mean, "batch_norm moving mean"),
+                                       tiled(bn.var, "batch_norm moving var"), bn.epsilon)
 
 
 def _dense_spec(call: relax.Call, lookup: Lookup) -> ConvSpec:
@@ -647,6 +744,88 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     order.append(SdpUnit.ELEMENTWISE)
 
 
+# --- token chains: layer norm over channels (issue 29) ----------------------------------------
+
+def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+    """[dense over tokens (+ bias)] -> layer_norm over the last axis -> [activation]: one layer
+    whose data, [B, T, C] (or [T, C], or [B, H, W, C]) with the channels last, is read as the
+    feature surface [B, C, 1, T] (``token_surface``) and whose runs are the dense layer's CONV
+    + SDP and the layer norm's engine passes (``Layer.runs``)."""
+    norm = roles["norm"]
+    a = norm.attrs
+    normed = norm.args[0]
+    shape = static_shape(normed)
+    rank = len(shape)
+    axes = sorted(int(v) % rank for v in a.axes) if rank else []
+    if rank not in (2, 3, 4) or axes != [rank - 1]:
+        raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
+                          f"tensor {list(shape)}: the engine passes normalise the channels, the "
+                          "last axis of [T, C], [B, T, C] or [B, H, W, C]")
+    _require_float32(norm, "the layer_norm output")
+    params = []
+    for expr, used, what in ((norm.args[1], bool(a.scale), "gamma"),
+                             (norm.args[2], bool(a.center), "beta")):
+        if not used:
+            params.append(None)
+            continue
+        value = _strip_reshape(expr, lookup)
+        if not is_constant(value):
+            raise Unsupported(f"layer_norm's {what} is not a constant: its passes fold it into "
+                              "the SDP's scale and shift at compile time")
+        if constant_value(value).size != shape[-1]:
+            raise Unsupported(f"layer_norm's {what} has {constant_value(value).size} values for "
+                              f"{shape[-1]} channels")
+        params.append(value)
+    act = None
+    if "act" in roles:
+        probe = SdpSpec()
+        _add_activation(probe, roles["act"], shape[-1], [], lookup, _kind(roles, "act")
+                        if _kind(roles, "act") in chains.DECOMPOSED else None)
+        if probe.act in ("prelu", "clip"):
+            raise Unsupported(f"a {probe.act} after a layer norm is not generated (its "
+                              "parameters are not carried into the passes)")
+        act = probe.act
+    spec = NormSpec(params[0], params[1], float(a.epsilon), act)
+    conv, sdp = None, SdpSpec()
+    data = normed
+    if "dense" in roles:
+        dense = roles["dense"]
+        conv = _dense_spec(dense, lookup)
+        k, c = conv.weight_shape[:2]
+        data = dense.args[0]
+        if ("flatten" in roles) != ("unflatten" in roles):
+            raise Unsupported("a reshape on one side of the dense layer only")
+        if "flatten" in roles:  # torch: reshape(x, [B*T, C]) . W^T, reshaped to [B, T, K]
+            data = roles["flatten"].args[0]
+            before = static_shape(data)
+            if len(before) not in (2, 3, 4) or static_shape(roles["flatten"]) != (
+                    int(np.prod(before[:-1])), before[-1]) or \
+                    static_shape(roles["unflatten"]) != before[:-1] + (k,):
+                raise Unsupported("the reshapes around the dense layer do not keep the tokens "
+                                  f"of {list(before)}")
+        if static_shape(data)[-1] != c or len(static_shape(data)) not in (2, 3, 4):
+            raise Unsupported(f"a dense layer over {list(static_shape(data))} with a [{k}, {c}] "
+                              "weight")
+        if "bias" in roles:
+            stage, _ = _commutative_stage(roles["bias"], lookup)
+            bias = _strip_reshape(stage.other, lookup)
+            bias_shape = static_shape(stage.other)
+            if not is_constant(bias) or [d for d in bias_shape if d != 1] != [k] or \
+                    bias_shape[-1] != k:
+                raise Unsupported(f"the add after the dense layer of shape {list(bias_shape)} "
+                                  f"is not a constant bias of {k} values")
+            _require_float32(bias, "the dense bias")
+            sdp.bias = bias
+            sdp.sources.append("relax.add")
+    _require_float32(data, "the input")
+    if _resolve(data, lookup) is not None and not is_constant(data):
+        raise Unsupported("the chain's input is computed inside the matched region")
+    if "flatten" in roles:
+        spec.sources = ["relax.reshape", "relax.reshape"]
+    return Layer(data=data, in_shape=token_surface(static_shape(data)),
+                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True, norm=spec)
+
+
 # --- BDMA copies --------------------------------------------------------------------------------
 
 def _channel_axis(expr: relax.Expr, axis: int, what: str) -> None:
@@ -736,6 +915,96 @@ def _lower_copies(call: relax.Call, lookup: Lookup) -> Layer:
     data = copies[0].source
     return Layer(data=data, in_shape=_feature_shape(data, "the copied tensor"),
                  out_shape=static_shape(call), copies=copies, copy_source=COPIES[name])
+
+
+# --- nearest upsampling: BDMA copies + RUBIK contract ----------------------------------------
+
+UPSAMPLE = "relax.image.resize2d"
+
+
+def _nearest_indices(in_size: int, out_size: int, mode: str, rounding: str) -> np.ndarray:
+    """The input index each output index reads in TVM's nearest resize2d (topi's get_inx and
+    get_closest_index, in float32 as it computes them), clamped as it clamps them."""
+    x = np.arange(out_size, dtype=np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)
+    if mode == "half_pixel":
+        in_x = (x + np.float32(0.5)) * scale - np.float32(0.5)
+    elif mode == "align_corners":
+        in_x = np.float32(in_size - 1) / np.float32(max(out_size - 1, 1)) * x
+    elif mode == "asymmetric":
+        in_x = scale * x
+    elif mode == "pytorch_half_pixel":
+        in_x = (x + np.float32(0.5)) * scale - np.float32(0.5) if out_size > 1 else x * 0
+    elif mode == "tf_half_pixel_for_nn":
+        in_x = (x + np.float32(0.5)) * scale
+    else:
+        raise Unsupported(f"resize2d with coordinate_transformation_mode = {mode}")
+    if rounding == "":
+        rounding = "round" if mode == "align_corners" else "floor"
+    if mode == "asymmetric" and rounding == "floor" and out_size % in_size == 0:
+        index = np.arange(out_size) // (out_size // in_size)  # topi's integer division
+    elif rounding == "round":
+        index = np.round(in_x)
+    elif rounding == "round_prefer_floor":
+        index = np.ceil(in_x - np.float32(0.5))
+    elif rounding == "round_prefer_ceil":
+        index = np.floor(in_x + np.float32(0.5))
+    elif rounding == "floor":
+        index = np.floor(in_x + np.float32(1e-5))
+    elif rounding == "ceil":
+        index = np.ceil(in_x - np.float32(1e-5))
+    else:
+        raise Unsupported(f"resize2d with rounding_method = {rounding}")
+    return np.clip(index.astype(np.int64), 0, in_size - 1)
+
+
+def _lower_upsample(call: relax.Call, lookup: Lookup) -> Layer:
+    """resize2d, nearest, by an integer factor per axis whose coordinate mode and rounding
+    read input index i // s at output index i: the s_y * s_x phases are the input itself, so
+    one BDMA copy per phase into its channel group makes the cube a RUBIK contract turns into
+    the output (:func:`~accel_codegen.sim.deconv.upsample_nearest_as_conv_weights`: the same
+    cube without the CONV's MACs)."""
+    a = call.attrs
+    x = call.args[0]
+    if str(a.method) != "nearest_neighbor":
+        raise Unsupported(f"resize2d with method = {a.method}: the RUBIK upsampling is "
+                          "nearest-neighbour only")
+    if str(a.layout) != "NCHW":
+        raise Unsupported(f"resize2d layout is {a.layout}; the engines take NCHW")
+    if a.out_dtype is not None and str(a.out_dtype) not in ("", "float32"):
+        raise Unsupported(f"resize2d out_dtype is {a.out_dtype}")
+    if any(float(getattr(v, "value", v)) != 0.0 for v in a.roi):
+        raise Unsupported("resize2d with a region of interest")
+    _require_float32(x, "the input")
+    _require_float32(call, "the output")
+    shape, out = static_shape(x), static_shape(call)
+    if len(shape) != 4 or len(out) != 4:
+        raise Unsupported(f"resize2d of a {len(shape)}-D tensor")
+    scales = []
+    for axis, what in ((2, "height"), (3, "width")):
+        if out[axis] % shape[axis]:
+            raise Unsupported(f"resize2d of {what} {shape[axis]} to {out[axis]}: not an "
+                              "integer scale")
+        scale = out[axis] // shape[axis]
+        index = _nearest_indices(shape[axis], out[axis], str(a.coordinate_transformation_mode),
+                                 str(a.rounding_method))
+        if not np.array_equal(index, np.arange(out[axis]) // scale):
+            raise Unsupported(
+                f"resize2d with coordinate_transformation_mode = "
+                f"{a.coordinate_transformation_mode} and rounding_method = "
+                f"{a.rounding_method or '(default)'} does not repeat each input {what} "
+                f"{scale} times")
+        scales.append(scale)
+    sy, sx = scales
+    if sy * sx == 1:
+        raise Unsupported("resize2d to the same size: nothing for the engines to do")
+    channels = shape[1]
+    if _resolve(x, lookup) is not None and not is_constant(x):
+        raise Unsupported("an upsampling of a tensor computed inside the matched region")
+    copies = [CopySpec(x, channels, dst_offset=phase * channels) for phase in range(sy * sx)]
+    return Layer(data=x, in_shape=shape, out_shape=out, copies=copies,
+                 copy_source=f"{UPSAMPLE} (nearest, x{sy}x{sx})",
+                 rubik=RubikSpec(sx, sy, f"{UPSAMPLE} (nearest)"))
 
 
 # --- CDP ------------------------------------------------------------------------------------------
@@ -884,8 +1153,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
             return str(reason)
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
-             {"relax.nn.leakyrelu", "relax.nn.conv2d", "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d"})
+             {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm"})
     if name == "relax.nn.pad":
         return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "
                 "only a zero padding of H and W right before a convolution runs on the "

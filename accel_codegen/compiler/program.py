@@ -6,10 +6,12 @@ A partitioned module's ``main`` calls external functions (``Codegen="accel"``), 
 sequence of composite calls (``Composite="accel.<primitive>"``), each one accelerator layer.
 Lowering walks them once: each composite's chain is read as a :class:`~.layer.Layer`, and each
 layer gives its runs, named as :mod:`accel_codegen.sim.labels` says (a concat one per copy, a
-layer with a downsample branch the branch's run then its own, in mixed int8/fp16 code a
+layer with a downsample branch the branch's run then its own, a deconvolution its conv or
+copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/fp16 code a
 converting run after a layer whose output a layer of the other precision reads: this is the
 one place that inserts converting runs). A :class:`Run` knows its key and label, primitive,
-layer, precision, the function-level tensors it reads and writes, and whether it converts.
+layer, precision, the function-level tensors it reads and writes, whether the memory plan
+places it, and whether it converts.
 
 The planning steps are passes over the program's runs: the memory plan and each conv's mode
 (``codegen/memory.py``: ``ModulePlan``), the layouts (``codegen/layouts.py``), and the costing
@@ -27,7 +29,8 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError
-from ..sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
+                          pass_primitive, run_key, run_label)
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -80,6 +83,19 @@ def layer_sources(function: relax.Function) -> List[List[int]]:
             for binding, _ in calls]
 
 
+def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
+    """(key part, layer) of each run of a layer whose runs are not one: its copies, or the
+    conv or copies of a deconvolution then its RUBIK contract (a branch's two runs read each
+    other's results, which callers handle themselves)."""
+    if layer.rubik is not None and not layer.contract_only:
+        before = layer.before_contract()
+        parts = layer_runs(before) if len(before.copies) > 1 else [("", before)]
+        return parts + [(CONTRACT_PART, layer.contract())]
+    if len(layer.copies) > 1:
+        return [(copy_part(part), run) for part, run in enumerate(layer.runs())]
+    return [("", layer)]
+
+
 def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> List[bool]:
     """Mixed int8/fp16 code: per layer of ``function`` (``precisions`` gives each layer's),
     whether a later layer reads its output in the other precision, so that a converting run
@@ -99,7 +115,11 @@ class Run:
     ``data`` and ``operand``: the tensors its layer's data and element-wise operand name,
     resolved to the function's (None where a constant); a downsample branch's output, which its
     layer's second run reads as its operand, is the composite's own. ``output``: what it writes
-    (that branch output for the branch's run, else its call's result)."""
+    (that branch output for the branch's run, else its call's result). ``reads`` and
+    ``writes``: the function-level tensors the memory plan may place, by stream (a
+    deconvolution's phases and a layer norm's passes are scratch of their own, in DRAM);
+    ``planned``: whether the memory plan makes choices for it (not for a converting run nor a
+    layer norm's passes)."""
 
     key: str
     primitive: str
@@ -115,23 +135,14 @@ class Run:
     output: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     #: the composite's parameters -> its call's arguments
     scope: Mapping = dataclasses.field(default_factory=dict, repr=False)
+    reads: Mapping[str, Optional[relax.Var]] = dataclasses.field(default_factory=dict,
+                                                                 repr=False)
+    writes: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
+    planned: bool = True
 
     @property
     def label(self) -> str:
         return run_label(self.key, self.primitive, self.branch)
-
-    @property
-    def reads(self) -> Dict[str, Optional[relax.Var]]:
-        """The function-level tensors it reads, by stream ("input", "operand")."""
-        if self.part == "" and not self.converts:
-            return {"input": self.data, "operand": self.operand}
-        return {"input": self.data}
-
-    @property
-    def writes(self) -> Optional[relax.Var]:
-        """The function-level tensor it writes (None: the branch's run writes inside its
-        composite)."""
-        return None if self.branch else self.output
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -193,7 +204,7 @@ def _layer_precision(precision: Optional[str], layer_precisions, key: str) -> Op
     return chosen
 
 
-def _call_runs(index: int, call: int, c: Call, function: relax.Function) -> List[Run]:
+def _call_runs(index: int, call: int, c: Call) -> List[Run]:
     """The runs of one layer (a converting run last, where one follows it)."""
     scope = dict(zip(c.composite.params, c.binding.value.args))
 
@@ -201,22 +212,36 @@ def _call_runs(index: int, call: int, c: Call, function: relax.Function) -> List
         resolved = scope.get(expr, expr) if expr is not None else None
         return resolved if isinstance(resolved, relax.Var) else None
 
-    def run(layer: Layer, part: str, output, branch: bool = False) -> Run:
-        return Run(run_key(index, call, part), c.primitive, layer, branch, c.precision,
-                   function=index, call=call, part=part, data=var(layer.data),
-                   operand=var(layer.sdp.operand), output=output, scope=scope)
+    def run(layer: Layer, part: str, output, reads: Optional[dict] = None, writes=None,
+            branch: bool = False, primitive: Optional[str] = None, planned: bool = True) -> Run:
+        data = var(layer.data)
+        return Run(run_key(index, call, part), primitive or c.primitive, layer, branch,
+                   c.precision, function=index, call=call, part=part, data=data,
+                   operand=var(layer.sdp.operand), output=output, scope=scope,
+                   reads={"input": data} if reads is None else reads, writes=writes,
+                   planned=planned)
 
     layer, out = c.layer, c.binding.var
-    if len(layer.copies) > 1:
-        runs = [run(r, copy_part(p), out) for p, r in enumerate(layer.runs())]
+    if layer.norm is not None:  # one run per engine pass; the plan sees the dense layer's
+        runs = [run(r, pass_part(p), out, {}, None, primitive=pass_primitive(
+                    c.primitive, r.step.role) if r.step else None,
+                    planned=p == 0 and layer.conv is not None)
+                for p, r in enumerate(layer.runs(c.precision or "fp32"))]
+    elif len(layer.copies) > 1 or layer.rubik is not None:
+        # a deconvolution's phases: scratch of its own (DRAM), then its contract
+        runs = [run(r, part, out, {} if r.contract_only else None,
+                    out if layer.rubik is None or r.contract_only else None)
+                for part, r in layer_runs(layer)]
     elif layer.branch is not None:
-        runs = [run(layer.branch, "a", layer.sdp.operand, branch=True), run(layer, "b", out)]
+        runs = [run(layer.branch, "a", layer.sdp.operand, branch=True), run(layer, "b", out,
+                                                                            writes=out)]
     else:
-        runs = [run(layer, "", out)]
+        runs = [run(layer, "", out, {"input": var(layer.data),
+                                     "operand": var(layer.sdp.operand)}, out)]
     if c.converted:
         runs.append(Run(run_key(index, call, CONVERT_PART), CONVERT_PRIMITIVE, layer,
                         precision=c.precision, converts=True, function=index, call=call,
-                        part=CONVERT_PART, data=out, output=out, scope=scope))
+                        part=CONVERT_PART, data=out, output=out, scope=scope, planned=False))
     return runs
 
 
@@ -234,7 +259,7 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
                 converted[source] |= precisions[source] != precisions[reader]
     calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
              for i, c in enumerate(calls)]
-    runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c, function)]
+    runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c)]
     return Function(index, function, calls, runs, list(sources))
 
 

@@ -167,137 +167,172 @@ def strip_qdq(model):
     dequantise it with other parameters.
     """
     import onnx
-    from onnx import numpy_helper
 
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    graph = model.graph
-    initial = {i.name: i for i in graph.initializer}
-    constants = {name: numpy_helper.to_array(i) for name, i in initial.items()}
-    for node in graph.node:  # Constant nodes hold scales and zero points too
-        if node.op_type == "Constant" and node.output:
-            value = _attribute(node, "value", None)
-            if value is not None:
-                constants[node.output[0]] = numpy_helper.to_array(value)
-    readers: Dict[str, list] = {}
-    producers = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-        for name in node.output:
-            producers[name] = node
-    annotations = QdqAnnotations()
-    input_ranges = {}  # tensor -> the quantisation a QuantizeLinear reading it gives
-    replaced, new_constants = {}, {}  # id(node) -> replacement node or None (removed)
+    stripper = _QdqStripper(onnx.ModelProto.FromString(model.SerializeToString()))
+    for node in stripper.graph.node:
+        stripper.visit(node)
+    return stripper.finish()
 
-    def parameters(node):
-        scale = constants.get(node.input[1]) if len(node.input) > 1 else None
-        zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+
+class _QdqStripper:
+    """One pass of :func:`strip_qdq` over a graph: each Quantize/DequantizeLinear visited is
+    removed or replaced (``replaced``), and what it said recorded (``annotations``)."""
+
+    def __init__(self, model):
+        from onnx import numpy_helper
+
+        self.model, self.graph = model, model.graph
+        self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        for node in self.graph.node:  # Constant nodes hold scales and zero points too
+            if node.op_type == "Constant" and node.output:
+                value = _attribute(node, "value", None)
+                if value is not None:
+                    self.constants[node.output[0]] = numpy_helper.to_array(value)
+        self.readers: Dict[str, list] = {}
+        self.producers = {}
+        for node in self.graph.node:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+            for name in node.output:
+                self.producers[name] = node
+        self.annotations = QdqAnnotations()
+        self.input_ranges = {}  # tensor -> the quantisation a QuantizeLinear reading it gives
+        self.replaced = {}  # id(node) -> replacement node or None (removed)
+        self.new_constants = {}
+
+    def parameters(self, node):
+        scale = self.constants.get(node.input[1]) if len(node.input) > 1 else None
+        zero = self.constants.get(node.input[2]) \
+            if len(node.input) > 2 and node.input[2] else None
         if scale is None:
             raise AccelUnsupportedError(f"{_node_name(node)}: its scale "
                                         f"'{node.input[1]}' is not a constant" if len(node.input) > 1
                                         else "input is missing")
         return scale, zero
 
-    for node in graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0] in constants:
-            scale, zero = parameters(node)
-            value = _dequantized(node, constants[node.input[0]], scale, zero)
-            new_constants[node.output[0]] = value
-            replaced[id(node)] = None
-            weights_of = [r for r in readers.get(node.output[0], []) if r.op_type in
-                          ("Conv", "ConvTranspose", "Gemm", "MatMul")
-                          and len(r.input) > 1 and r.input[1] == node.output[0]]
-            if weights_of:
-                annotations.weights[node.output[0]] = "per-channel" if scale.size > 1 \
-                    else "per-tensor"
-        elif node.op_type == "QuantizeLinear" and node.input[0] in constants:
+    def visit(self, node) -> None:
+        if node.op_type == "DequantizeLinear" and node.input[0] in self.constants:
+            self.dequantized_constant(node)
+        elif node.op_type == "QuantizeLinear" and node.input[0] in self.constants:
             # a float weight fake-quantised in the graph (QAT exports): its codes are a
             # constant that the DequantizeLinear reading it turns back into scale * q
-            scale, zero = parameters(node)
-            constants[node.output[0]] = _quantized(node, constants[node.input[0]], scale, zero)
-            replaced[id(node)] = None
+            scale, zero = self.parameters(node)
+            self.constants[node.output[0]] = _quantized(node, self.constants[node.input[0]],
+                                                        scale, zero)
+            self.replaced[id(node)] = None
         elif node.op_type == "QuantizeLinear":
-            scale, zero = parameters(node)
-            if scale.size != 1 or (zero is not None and zero.size != 1):
-                raise AccelUnsupportedError(
-                    f"{_node_name(node)} quantises an activation per axis: the accelerator's "
-                    "int8 tensors have one scale and zero point")
-            elem = onnx.TensorProto.UINT8 if zero is None else \
-                onnx.helper.np_dtype_to_tensor_dtype(zero.dtype)
-            if elem not in _ACTIVATION_TYPES:
-                raise AccelUnsupportedError(
-                    f"{_node_name(node)} quantises to {onnx.TensorProto.DataType.Name(elem)}: "
-                    "the accelerator's int8 tensors are int8 or uint8 (shifted)")
-            kind, lowest, _, shift = _ACTIVATION_TYPES[elem]
-            z = 0 if zero is None else int(zero.reshape(-1)[0])
-            quant = (float(np.float32(scale.reshape(-1)[0])), z + shift, kind)
-            source = node.input[0]
-            producer = producers.get(source)
-            clamps = z == lowest and not (producer is not None and producer.op_type == "Relu")
-            users = readers.get(node.output[0], [])
-            if any(o == node.output[0] for o in (out.name for out in graph.output)):
-                raise AccelUnsupportedError(f"{_node_name(node)}: the graph's output is the "
-                                            "int8 tensor itself, not a dequantised one")
-            for user in users:
-                if user.op_type != "DequantizeLinear":
-                    raise AccelUnsupportedError(
-                        f"{_node_name(node)}: its int8 output is read by {_node_name(user)}, "
-                        "not by a DequantizeLinear (QOperator format: quantise in QDQ format)")
-                u_scale, u_zero = parameters(user)
-                if u_scale.size != 1 or not np.float32(u_scale.reshape(-1)[0]) == \
-                        np.float32(quant[0]) or (0 if u_zero is None else
-                                                 int(u_zero.reshape(-1)[0])) != z:
-                    raise AccelUnsupportedError(
-                        f"{_node_name(user)} dequantises {_node_name(node)}'s output with "
-                        "another scale or zero point")
-                name = f"{user.name or user.output[0]}_qdq"
-                if _rounded_before_elementwise(producer, readers.get(user.output[0], [])):
-                    bounds = [f"{name}_low", f"{name}_high"]
-                    _, low, high, _ = _ACTIVATION_TYPES[elem]
-                    for bound, code in zip(bounds, (low, high)):
-                        new_constants[bound] = np.asarray(np.float32(quant[0]) * (code - z),
-                                                          np.float32)
-                    replaced[id(user)] = onnx.helper.make_node(
-                        "Clip", [source] + bounds, [user.output[0]], name=name)
-                else:
-                    replaced[id(user)] = onnx.helper.make_node(
-                        "Relu" if clamps else "Identity", [source], [user.output[0]],
-                        name=name)
-                annotations.tensors[user.output[0]] = quant
-            if not clamps:  # the float tensor itself is what was quantised
-                annotations.tensors.setdefault(source, quant)
-            input_ranges.setdefault(source, quant)
-            replaced[id(node)] = None
-        elif node.op_type == "DequantizeLinear" and id(node) not in replaced:
-            source = producers.get(node.input[0])
+            self.quantized_activation(node)
+        elif node.op_type == "DequantizeLinear" and id(node) not in self.replaced:
+            source = self.producers.get(node.input[0])
             if source is None or source.op_type != "QuantizeLinear":
                 raise AccelUnsupportedError(
                     f"{_node_name(node)} dequantises '{node.input[0]}', which is not a "
                     "constant nor a QuantizeLinear's output (an int8 graph input?): give the "
                     "model float inputs")
-    # A DequantizeLinear may come before its QuantizeLinear in the node list only in an
-    # unsorted graph; every reader of a QuantizeLinear was replaced above.
-    nodes = []
-    for node in graph.node:
-        if id(node) in replaced:
-            if replaced[id(node)] is not None:
-                nodes.append(replaced[id(node)])
+
+    def dequantized_constant(self, node) -> None:
+        """A DequantizeLinear of a constant (a weight's codes): the float constant instead."""
+        scale, zero = self.parameters(node)
+        self.new_constants[node.output[0]] = _dequantized(node, self.constants[node.input[0]],
+                                                          scale, zero)
+        self.replaced[id(node)] = None
+        weights_of = [r for r in self.readers.get(node.output[0], []) if r.op_type in
+                      ("Conv", "ConvTranspose", "Gemm", "MatMul")
+                      and len(r.input) > 1 and r.input[1] == node.output[0]]
+        if weights_of:
+            self.annotations.weights[node.output[0]] = "per-channel" if scale.size > 1 \
+                else "per-tensor"
+
+    def quantized_activation(self, node) -> None:
+        """A QuantizeLinear of a computed tensor: removed, and each DequantizeLinear reading it
+        replaced by what the pair did to the float tensor (nothing, a ReLU or a clamp)."""
+        import onnx
+
+        scale, zero = self.parameters(node)
+        if scale.size != 1 or (zero is not None and zero.size != 1):
+            raise AccelUnsupportedError(
+                f"{_node_name(node)} quantises an activation per axis: the accelerator's "
+                "int8 tensors have one scale and zero point")
+        elem = onnx.TensorProto.UINT8 if zero is None else \
+            onnx.helper.np_dtype_to_tensor_dtype(zero.dtype)
+        if elem not in _ACTIVATION_TYPES:
+            raise AccelUnsupportedError(
+                f"{_node_name(node)} quantises to {onnx.TensorProto.DataType.Name(elem)}: "
+                "the accelerator's int8 tensors are int8 or uint8 (shifted)")
+        kind, lowest, _, shift = _ACTIVATION_TYPES[elem]
+        z = 0 if zero is None else int(zero.reshape(-1)[0])
+        quant = (float(np.float32(scale.reshape(-1)[0])), z + shift, kind)
+        source = node.input[0]
+        producer = self.producers.get(source)
+        clamps = z == lowest and not (producer is not None and producer.op_type == "Relu")
+        if any(o == node.output[0] for o in (out.name for out in self.graph.output)):
+            raise AccelUnsupportedError(f"{_node_name(node)}: the graph's output is the "
+                                        "int8 tensor itself, not a dequantised one")
+        for user in self.readers.get(node.output[0], []):
+            self.replace_dequantize(node, user, elem, quant, z, clamps)
+        if not clamps:  # the float tensor itself is what was quantised
+            self.annotations.tensors.setdefault(source, quant)
+        self.input_ranges.setdefault(source, quant)
+        self.replaced[id(node)] = None
+
+    def replace_dequantize(self, node, user, elem, quant, z, clamps) -> None:
+        import onnx
+
+        if user.op_type != "DequantizeLinear":
+            raise AccelUnsupportedError(
+                f"{_node_name(node)}: its int8 output is read by {_node_name(user)}, "
+                "not by a DequantizeLinear (QOperator format: quantise in QDQ format)")
+        u_scale, u_zero = self.parameters(user)
+        if u_scale.size != 1 or not np.float32(u_scale.reshape(-1)[0]) == \
+                np.float32(quant[0]) or (0 if u_zero is None else
+                                         int(u_zero.reshape(-1)[0])) != z:
+            raise AccelUnsupportedError(
+                f"{_node_name(user)} dequantises {_node_name(node)}'s output with "
+                "another scale or zero point")
+        source = node.input[0]
+        name = f"{user.name or user.output[0]}_qdq"
+        if _rounded_before_elementwise(self.producers.get(source),
+                                       self.readers.get(user.output[0], [])):
+            bounds = [f"{name}_low", f"{name}_high"]
+            _, low, high, _ = _ACTIVATION_TYPES[elem]
+            for bound, code in zip(bounds, (low, high)):
+                self.new_constants[bound] = np.asarray(np.float32(quant[0]) * (code - z),
+                                                       np.float32)
+            self.replaced[id(user)] = onnx.helper.make_node(
+                "Clip", [source] + bounds, [user.output[0]], name=name)
         else:
-            nodes.append(node)
-    del graph.node[:]
-    graph.node.extend(_needed_clamps(nodes, {id(n) for n in replaced.values() if n},
-                                     {**constants, **new_constants}))
-    used = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
-    kept = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in
-                             new_constants.items() if name in used)
-    annotations.tensors = {k: v for k, v in annotations.tensors.items()
-                           if k in used or k in {o.name for o in graph.output}}
-    _means_as_convolutions(model, annotations)
-    _fingerprint(model, annotations, input_ranges)
-    return model, annotations
+            self.replaced[id(user)] = onnx.helper.make_node(
+                "Relu" if clamps else "Identity", [source], [user.output[0]], name=name)
+        self.annotations.tensors[user.output[0]] = quant
+
+    def finish(self):
+        """The graph without the removed nodes and unused constants, and the annotations."""
+        from onnx import numpy_helper
+
+        graph, annotations = self.graph, self.annotations
+        # A DequantizeLinear may come before its QuantizeLinear in the node list only in an
+        # unsorted graph; every reader of a QuantizeLinear was replaced by the visits.
+        nodes = []
+        for node in graph.node:
+            if id(node) in self.replaced:
+                if self.replaced[id(node)] is not None:
+                    nodes.append(self.replaced[id(node)])
+            else:
+                nodes.append(node)
+        del graph.node[:]
+        graph.node.extend(_needed_clamps(nodes, {id(n) for n in self.replaced.values() if n},
+                                         {**self.constants, **self.new_constants}))
+        used = {name for node in nodes for name in node.input} | {o.name for o in graph.output}
+        kept = [i for i in graph.initializer if i.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in
+                                 self.new_constants.items() if name in used)
+        annotations.tensors = {k: v for k, v in annotations.tensors.items()
+                               if k in used or k in {o.name for o in graph.output}}
+        _means_as_convolutions(self.model, annotations)
+        _fingerprint(self.model, annotations, self.input_ranges)
+        return self.model, annotations
 
 
 #: Ops whose output is non-negative where their data input is (a max or mean of

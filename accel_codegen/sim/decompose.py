@@ -195,10 +195,11 @@ class _Builder:
 
 def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
                       precision: str = "fp32", reduce: str = "tree",
-                      newton: Optional[int] = None) -> Decomposition:
+                      newton: Optional[int] = None, act: Optional[str] = None) -> Decomposition:
     """Layer norm over the channels of an [N, C, H, W] surface:
     ``(x - mean) / sqrt(var + eps) * gamma[c] + beta[c]`` (biased variance, as PyTorch's), as
-    engine passes (module docstring). ``gamma`` / ``beta``: [C] or None (1 / 0: no pass)."""
+    engine passes (module docstring). ``gamma`` / ``beta``: [C] or None (1 / 0: no pass).
+    ``act``: an activation of the result (the seed's ReLU), in the last pass's SDP."""
     b = _Builder("layer_norm", shape, precision, reduce)
     c = b.c
     if not np.isfinite(eps) or eps < 0:
@@ -230,9 +231,10 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
         v = b.reduce_sum(sq, "var", scale=b.values(inv_c, 1), shift=b.values(eps, 1))
         r = b.lut(v, "rsqrt", newton)
     scale = None if gamma is None else np.asarray(gamma, np.float32).astype(b.dtype)
-    y = b.broadcast(r, "normalise", d, scale=scale, ew_op="mul")
+    y = b.broadcast(r, "normalise", d, scale=scale, ew_op="mul",
+                    act=None if beta is not None else act)
     if beta is not None:
-        y = b.add("shift", [Sdp(shift=np.asarray(beta, np.float32).astype(b.dtype),
+        y = b.add("shift", [Sdp(shift=np.asarray(beta, np.float32).astype(b.dtype), act=act,
                                 precision=precision)], y, c)
     return b.done(y)
 

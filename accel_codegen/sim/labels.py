@@ -2,31 +2,47 @@
 label; generated code labels its runs this way, and the calibration statistics, the estimate
 and the accuracy report read them back::
 
-    f<function>.<layer>[a|b|c<i>] <primitive>[ (branch)]
+    f<function>.<layer>[a|b|c<i>|p<i>] <primitive>[ (branch)]
 
 ``f2.5`` is the sixth layer of the third external function; a layer with a residual branch (a
 conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5a`` first, then
 ``f2.5b``; a concat or channel shuffle makes one BDMA run per copy, ``f2.5c0``, ``f2.5c1``, ...
-In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
+A transposed convolution or nearest upsampling writes its output's phases (its conv ``f2.5``,
+or its copies ``f2.5c0``, ...), then its RUBIK contract ``f2.5r`` rearranges them.
+A layer norm makes one run per engine pass (its dense layer's CONV first, if it has one),
+``f2.5p0``, ``f2.5p1``, ..., each labelled ``<primitive>:<pass>`` (``accel.layer_norm:
+layer_norm.center``). In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
 for the layers that read it in that one.
 The part before the space is the run's *key*; its ``f<function>.<layer>`` the layer's.
 """
 import re
 
+#: The key part of a layer's RUBIK contract run (after its conv or copies).
+CONTRACT_PART = "r"
 #: The key part and primitive of the run that converts a layer's output (mixed precision).
 CONVERT_PART = "x"
 CONVERT_PRIMITIVE = "convert"
 
 
 def run_key(function: int, layer: int, part: str = "") -> str:
-    """The key of a run: ``f<function>.<layer>`` plus "a" (a branch), "b" (after one) or
-    "c<i>" (copy i of several)."""
+    """The key of a run: ``f<function>.<layer>`` plus "a" (a branch), "b" (after one),
+    "c<i>" (copy i of several) or "r" (a RUBIK contract)."""
     return f"f{function}.{layer}{part}"
 
 
 def copy_part(index: int) -> str:
     """The key part of copy ``index`` of a layer that makes one BDMA run per copy."""
     return f"c{index}"
+
+
+def pass_part(index: int) -> str:
+    """The key part of run ``index`` of a layer decomposed into engine passes (a layer norm)."""
+    return f"p{index}"
+
+
+def pass_primitive(primitive: str, role: str) -> str:
+    """The primitive a pass run is labelled with: the layer's and the pass's role."""
+    return f"{primitive}:{role}"
 
 
 def run_label(key: str, primitive: str, branch: bool = False) -> str:

@@ -18,7 +18,10 @@
 What users run today is ONNX Runtime, so the result also holds the ratios ``vs_ort``: ONNX
 Runtime's wall time over the simulator's (fused against ort_fp32, fused_int8 against
 ort_int8), median over median and min over min; >= 1.0 means the simulator is at least as
-fast. onnxruntime is optional: without it the ORT modes are skipped, with the reason.
+fast. onnxruntime is optional: without it the ORT modes are skipped, with the reason. Beside
+it, each simulator mode's ``slowdown``: its wall time over the modelled accelerator's time for
+the same inference (the cost model's cycles at the configuration's clock, ``simulated_ms``),
+how many times slower than the hardware it models the simulation runs.
 
 Each mode is built, warmed up, then timed over ``repeat`` rounds that interleave the modes
 (fused, decomposed, host, pytorch, fused, ...), so that the machine's background load hits them
@@ -90,6 +93,16 @@ def _accel_figures(records, config, precision: str = "fp32") -> Dict[str, Any]:
             "utilization": totals.utilization(config.macs_per_cycle(precision)),
             "energy_pj": totals.energy_pj, "frames_per_joule": totals.frames_per_joule(),
             "layers": len(records)}
+
+
+def slowdown(entry: Dict[str, Any]) -> Optional[Dict[str, float]]:
+    """A simulator mode's wall time over the modelled hardware's time (``simulated_ms``: its
+    cycles at the configuration's clock), median and min; None without a modelled time."""
+    hardware = entry.get("simulated_ms")
+    if not hardware:
+        return None
+    wall = entry["wall_ms"]
+    return {"median": wall["median"] / hardware, "min": wall["min"] / hardware}
 
 
 def _layer_row(record) -> Dict[str, Any]:
@@ -326,6 +339,8 @@ def ort_ratios(modes: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
             a, b = modes[ours]["wall_ms"], modes[theirs]["wall_ms"]
             ratios[precision] = {"simulator": ours, "onnxruntime": theirs,
                                  "median": b["median"] / a["median"], "min": b["min"] / a["min"]}
+            if modes[ours].get("slowdown"):
+                ratios[precision]["slowdown"] = modes[ours]["slowdown"]["median"]
     return ratios
 
 
@@ -383,9 +398,11 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         The JSON contract: ``threads``, ``modes`` (per mode ``wall_ms`` with ``median``,
         ``min``, ``max``; for the accelerator modes ``cycles``, ``frames_per_s``,
         ``bytes_read``, ``bytes_written``, ``utilization``, ``energy_pj`` (picojoules per
-        inference) and ``frames_per_joule``), ``vs_ort`` (per precision
+        inference), ``frames_per_joule`` and ``slowdown`` ({``median``, ``min``} of the wall
+        time over ``simulated_ms``, the modelled hardware's time)), ``vs_ort`` (per precision
         measured in both: ``median`` and ``min`` of ONNX Runtime's wall time over the
-        simulator's), plus ``model``, ``config``, ``thread_notes``, ``compile_s``,
+        simulator's, and the simulator mode's median ``slowdown``), plus ``model``,
+        ``config``, ``thread_notes``, ``compile_s``,
         ``skipped`` (mode: why), ``calibration`` (int8 modes), ``onnxruntime`` (its version
         and the int8 model's settings and QDQ node counts) and, on request, ``layers``.
     """
@@ -476,6 +493,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
                 runners[mode]()
             precision = "int8" if mode == "fused_int8" else "fp32"
             entry.update(_accel_figures(prof.records, config, precision))
+            entry["slowdown"] = slowdown(entry)
             if precision == "fp32":
                 layers[mode] = [_layer_row(r) for r in prof.records]
             csv_rows[mode] = [{"bench_mode": mode, **row} for row in layer_rows(
@@ -527,7 +545,8 @@ def _merge_layers(layers: Dict[str, list]) -> List[dict]:
 _MODE_COLUMNS = (Column("mode", 11, "<"), Column("wall ms", 10, spec=",.2f"),
                  Column("min", 9, spec=",.2f"), Column("max", 9, spec=",.2f"),
                  Column("t/pytorch", 10), Column("sim cycles", 12, spec=","),
-                 Column("sim ms", 8, spec=".3f"), Column("frames/s", 9, spec=".1f"),
+                 Column("sim ms", 8, spec=".3f"), Column("slowdown", 9),
+                 Column("frames/s", 9, spec=".1f"),
                  Column("MB read", 8, spec=".2f"), Column("MB written", 10, spec=".2f"),
                  Column("MAC util", 8, spec=".1%"), Column("mJ/frame", 8, spec=".3f"))
 
@@ -537,7 +556,9 @@ def _mode_row(mode: str, entry: Dict[str, Any], reference: Optional[float]) -> l
     ratio = f"{wall['median'] / reference:.2f}x" if reference else "-"
     row = [mode, wall["median"], wall["min"], wall["max"], ratio]
     if "cycles" in entry:
-        row += [entry["cycles"], entry["simulated_ms"], entry["frames_per_s"],
+        slow = entry.get("slowdown") or slowdown(entry)
+        row += [entry["cycles"], entry["simulated_ms"],
+                f"{slow['median']:,.0f}x" if slow else "-", entry["frames_per_s"],
                 entry["bytes_read"] / 1e6, entry["bytes_written"] / 1e6, entry["utilization"],
                 entry["energy_pj"] / 1e9]
     return row
@@ -573,6 +594,11 @@ def format_table(result: Dict[str, Any]) -> str:
         lines.append(f"fused vs TVM host build: "
                      f"{modes['host']['wall_ms']['median'] / modes['fused']['wall_ms']['median']:.1f}x "
                      "faster")
+    if any("slowdown" in entry or "simulated_ms" in entry for entry in modes.values()):
+        lines.append("slowdown: the simulator's median wall time over the modelled "
+                     "accelerator's time for the same inference (sim ms: its cycles at "
+                     f"{cfg['clock_hz'] / 1e9:g} GHz), how many times slower than the "
+                     "hardware the simulation runs")
     lines += format_ort(result)
     if any(mode in modes for mode in ("fused", "decomposed")):  # the simulator's fp32 modes
         lines.append(FP32_BYTES_NOTE)
@@ -602,10 +628,13 @@ def format_ort(result: Dict[str, Any]) -> List[str]:
             how = (f"; ORT int8: static {q['quant_format']}, {q['activation_type']} activations, "
                    f"per-channel {q['weight_type']} weights, {q['calibrate_method']}, "
                    f"same {ort.get('calibration_samples', '?')} calibration inputs")
+        slow = (f"; slowdown {r['slowdown']:,.0f}x (simulator wall time / modelled hardware "
+                f"time)" if r.get("slowdown") else "")
         lines.append(f"simulator {precision} ({r['simulator']}) vs ONNX Runtime "
                      f"{ort.get('version', '')} {precision}: {_speed(r['median'])} "
                      f"(median; ORT time / simulator time = {r['median']:.2f}, "
-                     f"min/min {r['min']:.2f}; >= 1.00: the simulator at least as fast){how}")
+                     f"min/min {r['min']:.2f}; >= 1.00: the simulator at least as fast)"
+                     f"{slow}{how}")
     return lines
 
 

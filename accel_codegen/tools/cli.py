@@ -972,8 +972,39 @@ def cmd_nvdla_trace(args) -> int:
     return play_trace(args.cfg)
 
 
+def cmd_export_nvdla(args) -> int:
+    config = resolve_config(args.config)
+    if config.name != "nv_small" or args.precision != "int8":
+        raise UserError(f"export-nvdla writes nv_small int8 traces (NVDLA's trace tests are "
+                        f"nv_small's): --config nv_small --precision int8, not "
+                        f"{config.name} {args.precision}")
+    check_precision_args(args, config)
+    parse_model_spec(args.model)
+    from ..compiler.toolchain import build
+    from ..compiler.vm import virtual_machine
+    from ..sim.recorder import recording
+    from .nvdla_export import export_runs
+
+    model = _load_model(args.model)
+    if any(x.shape[:1] != (1,) for x in model.inputs):
+        raise UserError("export-nvdla writes one image per test: the model's inputs need a "
+                        f"batch of 1, not {[list(x.shape) for x in model.inputs]}")
+    partitioned = _partition(args, config, model)
+    vm = virtual_machine(build(partitioned))
+    with recording() as runs:
+        vm["main"](*model.inputs)
+    tests, refused = export_runs(runs, args.output, args.prefix)
+    for test in tests:
+        print(f"{test.name}: {test.cfg} crc {test.crc:#010x} ({', '.join(test.units)})")
+    for item in refused:
+        print(f"refused {item.label}: {item.reason}")
+    print(f"{len(tests)} of {len(runs)} accelerator runs written as NVDLA trace tests to "
+          f"{args.output}" + (f"; {len(refused)} refused" if refused else ""))
+    return 0 if tests else 1
+
+
 def _analysis_commands(sub) -> None:
-    """estimate, bench, sweep, nvdla-trace."""
+    """estimate, bench, sweep, nvdla-trace, export-nvdla."""
     p = sub.add_parser("estimate", help="the cost model's per-layer figures, without running",
                        description="Cost a model on a configuration without running kernels.")
     _model_args(p)
@@ -1047,6 +1078,25 @@ def _analysis_commands(sub) -> None:
                        "1 when a CRC differs from the trace's.")
     p.add_argument("cfg", metavar="CFG", help="the trace test's .cfg file")
     p.set_defaults(func=cmd_nvdla_trace)
+
+    p = sub.add_parser("export-nvdla", help="write a model's int8 accelerator program as "
+                       "NVDLA trace tests (.cfg + .dat), one per hardware layer",
+                       description="Compile a model for nv_small in int8, run it once on its "
+                       "example input, and write each accelerator run as one of NVDLA's "
+                       "register-level trace tests (.cfg of register writes, .dat memory "
+                       "images, check_crc with the CRC of the output region), the kind NVDLA's "
+                       "RTL testbench plays. Every test is played back on the simulator's "
+                       "NVDLA front end and must give the run's output bits. Runs whose int8 "
+                       "arithmetic NVDLA's units cannot reproduce exactly are refused, each "
+                       "with the difference named (docs/nvdla_rtl.md). Exit status 1 when "
+                       "nothing was written.")
+    _model_args(p, winograd=False)
+    _precision_args(p, choices=["int8"], default="int8")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="the directory of the tests (one subdirectory per test)")
+    p.add_argument("--prefix", default="layer",
+                   help="the tests' name prefix (default layer: layer_00, layer_01, ...)")
+    p.set_defaults(func=cmd_export_nvdla, no_winograd=True)
 
 
 def version_text() -> str:

@@ -203,10 +203,11 @@ class EstimateReport:
                          + ([FP32_BYTES_NOTE] if self.precision == "fp32" else []))
 
 
-def _layers(matched: tvm.IRModule) -> List[Tuple[str, str, Layer]]:
+def _layers(matched: tvm.IRModule, precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in lower_module(matched).runs]
+    return [(run.label, run.primitive, run.layer)
+            for run in lower_module(matched, precision).runs]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -215,7 +216,7 @@ def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = No
     """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
     partitioned model would make, in execution order (for per-layer benchmarks)."""
     return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
-                                    precision=precision))
+                                    precision=precision), precision)
 
 
 def _host_ops(mod: tvm.IRModule) -> int:

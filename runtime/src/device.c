@@ -734,6 +734,7 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   accel_op_stats op_records[ACCEL_MAX_CHAIN_OPS];
   cost_chain(&dev->config, &chain, label, &run, op_records);
   profile_record(&run, op_records);
+  record_run(label, ops, num_ops, input, output, mode);
   if (run_stats != NULL) *run_stats = run;
   if (op_stats != NULL) memcpy(op_stats, op_records, sizeof op_records[0] * (size_t)num_ops);
   return ACCEL_OK;

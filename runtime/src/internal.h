@@ -75,5 +75,8 @@ void profile_record(const accel_run_stats* run, const accel_op_stats* ops);
 void observe(const char* label, int32_t op_index, const accel_tensor* tensor);
 /* Whether an observer is set (so a run prepares what it would hand over only then). */
 int observing(void);
+/* Hand a finished run to the recorder, if one is set (accel_set_recorder). */
+void record_run(const char* label, const accel_op* ops, int32_t num_ops,
+                const accel_tensor* input, const accel_tensor* output, accel_mode mode);
 
 #endif /* ACCEL_RUNTIME_INTERNAL_H_ */

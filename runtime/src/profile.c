@@ -118,3 +118,22 @@ void observe(const char* label, int32_t op_index, const accel_tensor* tensor) {
   pthread_mutex_unlock(&observer_lock);
   if (fn != NULL) fn(user, label != NULL ? label : "", op_index, tensor);
 }
+
+static accel_recorder recorder;
+static void* recorder_user;
+
+void accel_set_recorder(accel_recorder fn, void* user) {
+  pthread_mutex_lock(&observer_lock);
+  recorder = fn;
+  recorder_user = user;
+  pthread_mutex_unlock(&observer_lock);
+}
+
+void record_run(const char* label, const accel_op* ops, int32_t num_ops,
+                const accel_tensor* input, const accel_tensor* output, accel_mode mode) {
+  pthread_mutex_lock(&observer_lock);
+  const accel_recorder fn = recorder;
+  void* user = recorder_user;
+  pthread_mutex_unlock(&observer_lock);
+  if (fn != NULL) fn(user, label != NULL ? label : "", ops, num_ops, input, output, mode);
+}

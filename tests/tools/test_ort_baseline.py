@@ -167,6 +167,12 @@ def test_bench_ratios_come_from_the_measured_times(monkeypatch):
         assert (r["simulator"], r["onnxruntime"]) == (ours, theirs)
         assert r["median"] == modes[theirs]["wall_ms"]["median"] / modes[ours]["wall_ms"]["median"]
         assert r["min"] == modes[theirs]["wall_ms"]["min"] / modes[ours]["wall_ms"]["min"]
+        # the slowdown: the simulator's wall time over the modelled hardware's time
+        slow = modes[ours]["slowdown"]
+        assert slow["median"] == modes[ours]["wall_ms"]["median"] / modes[ours]["simulated_ms"]
+        assert slow["min"] == modes[ours]["wall_ms"]["min"] / modes[ours]["simulated_ms"]
+        assert slow["median"] > 1 and r["slowdown"] == slow["median"]
+        assert "slowdown" not in modes[theirs]
     # fused_int8 and ort_int8 calibrate on the same inputs: 6 drawn with seed 5
     model = bench.load_model("lenet5")
     expected = random_inputs(model, 6, 5)
@@ -183,6 +189,8 @@ def test_bench_ratios_come_from_the_measured_times(monkeypatch):
     text = bench.format_table(result)
     assert "simulator fp32 (fused) vs ONNX Runtime 1.32.0 fp32: " in text
     assert "simulator int8 (fused_int8) vs ONNX Runtime 1.32.0 int8: " in text
+    slow = f"; slowdown {modes['fused']['slowdown']['median']:,.0f}x (simulator wall time"
+    assert slow in text and "slowdown" in text.splitlines()[1]  # a column of the mode table
     json.dumps(result)  # the JSON contract holds plain data
 
 
@@ -198,6 +206,15 @@ def test_ort_ratios_need_both_modes():
                                "fused_int8": wall(1.0, 1.0)})
     assert ratios == {"fp32": {"simulator": "fused", "onnxruntime": "ort_fp32",
                                "median": 0.5, "min": 0.5}}
+
+
+def test_slowdown_is_wall_time_over_the_modelled_time():
+    entry = {"wall_ms": {"median": 40.0, "min": 30.0}, "simulated_ms": 0.5}
+    assert bench.slowdown(entry) == {"median": 80.0, "min": 60.0}
+    assert bench.slowdown({"wall_ms": entry["wall_ms"]}) is None  # ONNX Runtime's modes
+    ratios = bench.ort_ratios({"fused": {**entry, "slowdown": bench.slowdown(entry)},
+                               "ort_fp32": {"wall_ms": {"median": 20.0, "min": 15.0}}})
+    assert ratios["fp32"]["slowdown"] == 80.0 and ratios["fp32"]["median"] == 0.5
 
 
 def test_bench_of_an_onnx_file_times_the_file(lenet5_onnx):

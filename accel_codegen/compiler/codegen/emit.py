@@ -13,7 +13,7 @@ from ..._accel_ffi import ffi
 from ...sim.config import AccelConfig
 from ...sim.vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, LAYOUTS, PIXEL_FORMATS,
                                 POOLS, PRECISIONS, SRAM_STREAMS, WEIGHT_FORMATS)
-from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec
+from ..layer import ConvSpec, CopySpec, LrnSpec, PoolSpec, RubikSpec
 
 
 def c_float(value: float) -> str:
@@ -119,6 +119,15 @@ OP.bdma.channels = {c.channels};
         OP.bdma.dst_offset = {c.dst_offset}; OP.bdma.dst_stride = {c.dst_stride}; \
 OP.bdma.dst_channels = {dst_channels};
         OP.bdma.precision = {c_precision(precision)};""")
+
+
+def rubik_op(r: RubikSpec, precision: str) -> str:
+    """A RUBIK contract: the phase cube's channel groups into stride_y x stride_x blocks."""
+    return textwrap.dedent(f"""\
+        OP.engine = ACCEL_ENGINE_RUBIK;  /* contract: {r.source} */
+        OP.rubik.mode = ACCEL_RUBIK_CONTRACT;
+        OP.rubik.stride_x = {r.stride_x}; OP.rubik.stride_y = {r.stride_y};
+        OP.rubik.precision = {c_precision(precision)};""")
 
 
 def convert(src: str, src_precision: str, dst: str, dst_precision: str, count: int,

@@ -22,9 +22,9 @@ from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from .memory import RunMemory, emitted_conv_modes, plan_function
-from ..program import MIXED, lower_function
+from ..program import MIXED, layer_runs, lower_function
 from ..program import Function as ProgramFunction
-from . import emit, int8, layouts
+from . import emit, int8, layouts, passes
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
 from .folding import affine, fold_batch_norm
@@ -284,6 +284,14 @@ class FunctionCodegen:
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
+        if layer.norm is not None:  # one run per engine pass (codegen/passes.py)
+            passes.emit_norm_layer(self, index, var, layer, scope, name)
+            self._leave(var)
+            return
+        if layer.rubik is not None:
+            self._deconvolution(index, var, layer, scope, name)
+            self._leave(var)
+            return
         if len(layer.copies) > 1:  # one run per copy, all into this layer's output
             runs = layer.runs()
             int8_code = self.precision == "int8"
@@ -314,6 +322,32 @@ class FunctionCodegen:
         if self.precision == "int8":  # fp16 and fp32 outputs have none
             self.quant[var] = quant
         self._leave(var)
+
+    def _deconvolution(self, index: int, var: relax.Var, layer: Layer, scope, name: str
+                       ) -> None:
+        """A transposed convolution or nearest upsampling: its conv (or one BDMA copy per
+        phase) writes the output's phases into scratch, then a RUBIK run contracts them into
+        the output. The contract moves codes, so an int8 output keeps the phases' scale."""
+        phases = self._temp(int(np.prod(layer.phase_shape)))
+        quant = None
+        for part, run in layer_runs(layer):
+            key = run_key(self.index, index, part)
+            if not run.contract_only:
+                quant = self._emit(run, scope, key, name, phases)
+                continue
+            label = run_label(key, name)
+            self.run_memory = self.memory.get(key, RunMemory())
+            ops = emit.sram_streams([emit.rubik_op(run.rubik, self.precision)],
+                                    self.run_memory.sram)
+            lines = [f"/* {label}: {' -> '.join(run.source_ops)} */", "{"]
+            lines += emit.run_layer(ops, phases, run.in_shape, self.operands[var],
+                                    _feature(run.out_shape), run.fused(self.fuse), label,
+                                    self.precision)
+            self.body.extend(lines + ["}"])
+            if self.precision == "int8":
+                self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = quant
+        if self.precision == "int8":
+            self.quant[var] = quant
 
     def _leave(self, var: relax.Var) -> None:
         if self.precision != "fp32" and var in self.args:  # an output leaves as fp32

@@ -20,7 +20,6 @@ its run's output, so a run's operand and output are C16 together or not at all.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Dict, List, Optional, Set
 
 import numpy as np
@@ -29,9 +28,9 @@ from tvm import relax
 from ...sim.config import AccelConfig
 from ...sim.device import c16_native
 from ...sim.layout import ATOM
+from ...sim.labels import run_key
 from ..layer import Layer, static_shape
 from ..program import Function as ProgramFunction
-from ..program import Run
 from ..program import lower_function
 from .memory import RunMemory, emitted_conv_modes
 
@@ -109,37 +108,49 @@ def _blockable(var: relax.Var) -> bool:
     return len(shape) == 4 and shape[1] % ATOM == 0 and shape[2] * shape[3] > 1
 
 
-def _run(r: Run, config: AccelConfig, fuse: bool, memory: Dict[str, RunMemory]) -> _Run:
-    layer = r.layer
-    operand = r.operand if layer.sdp.ew_op else None
-    convertible = not layer.copies and layer.lrn is None and r.data is not None and \
-        tuple(layer.in_shape) == static_shape(r.data) and \
-        (not layer.sdp.ew_op or operand is not None)
-    modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(r.key, RunMemory()))
-    native = blocks_output = False
-    if convertible:
-        ops = layer.engine_ops(fuse, "fp32", modes=modes)
-        chain_mode = "fused" if layer.fused(fuse) else "independent"
-        native, blocks_output = (c16_native(config, ops, layer.in_shape, mode=chain_mode,
-                                            in_layout=layout) for layout in ("c16", "nchw"))
-    return _Run(layer, r.data, operand, r.output, native, convertible,
-                modes.get("mode", "direct"), blocks_output)
-
-
 def _runs(program: ProgramFunction, config: AccelConfig, fuse: bool,
           memory: Dict[str, RunMemory]) -> List[_Run]:
-    """Every run of the function in order (a downsample branch is a run of its own, whose
-    output is its layer's element-wise operand; a concat's copies are runs that convert
-    nothing)."""
+    """Every run of the function in order, one per layer of the program (a downsample branch
+    is a run of its own, whose output is its layer's element-wise operand; the runs of a
+    concat, a deconvolution or a layer norm are one: they convert nothing)."""
     runs: List[_Run] = []
-    for _, group in itertools.groupby(program.runs, key=lambda r: r.call):
-        group = list(group)
-        layer_runs = [_run(r, config, fuse, memory) for r in group]
-        runs.extend(layer_runs)
-        # the tensors its call reads otherwise (a conv's computed weights): as they are, NCHW
-        read = {t for r in layer_runs for t in (r.data, r.operand)}
-        runs[-1].others = [a for a in group[0].scope.values()
-                           if isinstance(a, relax.Var) and a not in read]
+    index = program.index
+    for i, call in enumerate(program.calls):
+        binding, layer = call.binding, call.layer
+        args = binding.value.args
+        scope = dict(zip(call.composite.params, args))
+
+        def var(expr):
+            resolved = scope.get(expr, expr) if expr is not None else None
+            return resolved if isinstance(resolved, relax.Var) else None
+
+        def run(layer: Layer, key: str, output: relax.Var) -> _Run:
+            data = var(layer.data)
+            operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
+            # a deconvolution's runs read and write NCHW (its phases are scratch of its own)
+            convertible = not layer.copies and layer.lrn is None and layer.rubik is None and \
+                not layer.tokens and \
+                data is not None and \
+                tuple(layer.in_shape) == static_shape(data) and \
+                (not layer.sdp.ew_op or operand is not None)
+            modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(key, RunMemory()))
+            native = blocks_output = False
+            if convertible:
+                ops = layer.engine_ops(fuse, "fp32", modes=modes)
+                chain_mode = "fused" if layer.fused(fuse) else "independent"
+                native, blocks_output = (c16_native(config, ops, layer.in_shape, mode=chain_mode,
+                                                    in_layout=layout) for layout in ("c16", "nchw"))
+            return _Run(layer, data, operand, output, native, convertible,
+                        modes.get("mode", "direct"), blocks_output)
+
+        first = len(runs)
+        if layer.branch is not None:
+            runs.append(run(layer.branch, run_key(index, i, "a"), layer.sdp.operand))
+            runs.append(run(layer, run_key(index, i, "b"), binding.var))
+        else:
+            runs.append(run(layer, run_key(index, i), binding.var))
+        read = {t for r in runs[first:] for t in (r.data, r.operand)}
+        runs[-1].others = [a for a in args if isinstance(a, relax.Var) and a not in read]
     return runs
 
 
@@ -148,7 +159,7 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
                  program: Optional[ProgramFunction] = None) -> Set[relax.Var]:
     """The tensors of fp32 function ``index`` kept C16 (its memory plan: ``memory``), among
     them a downsample branch's output (its layer's element-wise operand); ``program``: its
-    layers and runs, where the caller has lowered them."""
+    layers and runs (:mod:`..program`), where the caller has lowered them."""
     if program is None:
         program = lower_function(function, index, "fp32")
     runs = _runs(program, config, fuse, memory)

@@ -298,8 +298,9 @@ class _FunctionPlan:
         self.function = function.function
         self.config = config
         self.config_c = config.to_c()
-        # its runs (a converting run of mixed code has no plan of its own: all in DRAM)
-        self.runs = [run for run in function.runs if not run.converts]
+        # its planned runs (a converting run of mixed code and a layer norm's passes have no
+        # plan of their own: all in DRAM)
+        self.runs = [run for run in function.runs if run.planned]
         # mixed: outputs converted for a reader of the other precision (kept in DRAM)
         self.converted = {run.writes for run in self.runs
                           if run.writes is not None and function.calls[run.call].converted}

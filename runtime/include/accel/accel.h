@@ -945,6 +945,16 @@ typedef void (*accel_observer)(void* user, const char* label, int32_t op_index,
                                const accel_tensor* tensor);
 void accel_set_observer(accel_observer observer, void* user);
 
+/* Export (accel_codegen.sim.recorder, `accel-codegen export-nvdla`): while a recorder is set,
+ * every accel_run in the process that succeeds calls it once, after the run, with the run's
+ * ops (their descriptors and the operands they point to), its input and output tensors and
+ * its mode, so the program a compiled model runs can be written out in another form. All of
+ * it is valid during the call only; the recorder must not run the device. NULL removes it. */
+typedef void (*accel_recorder)(void* user, const char* label, const accel_op* ops,
+                               int32_t num_ops, const accel_tensor* input,
+                               const accel_tensor* output, accel_mode mode);
+void accel_set_recorder(accel_recorder recorder, void* user);
+
 /* ---- host kernels ---------------------------------------------------------------------- */
 
 /* Whether the simulator's INT8 convolutions run on the host CPU's AMX tiles (Intel AMX-INT8;

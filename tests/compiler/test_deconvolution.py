@@ -1,0 +1,174 @@
+"""Transposed convolutions and nearest upsampling on the accelerator (issue 33, item 5): a CONV
+of the phase kernels (or one BDMA copy per phase) then the RUBIK engine's contract, as NVDLA
+runs a deconvolution. Against PyTorch in fp32, fp16 and int8; the estimate equals the profiled
+run; what the two runs cannot compute exactly (and nv_small, which has no RUBIK) stays on the
+host with its reason."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import accel_codegen as ac
+from accel_codegen.estimation import estimate
+from accel_codegen.frontend import from_pytorch
+from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
+
+
+def _input(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _partition(model, x, **options):
+    mod, params = from_pytorch(model.eval(), (torch.from_numpy(x),))
+    partitioned = ac.partition_for_accel(mod, params, **options)
+    return partitioned, ac.partition_report(partitioned)
+
+
+class Neck(torch.nn.Module):
+    """A DB head and an FPN's upsampling: transposed convolutions (kernel 2 and 4, with and
+    without bias, batch norm, an activation, groups, output_padding) and nearest x2 / x(2, 3)
+    upsampling beside an add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(6, 8, 3, padding=1)
+        self.up1 = torch.nn.ConvTranspose2d(8, 8, 2, 2)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.up2 = torch.nn.ConvTranspose2d(8, 4, 4, 2, padding=1, bias=False)
+        self.grouped = torch.nn.ConvTranspose2d(8, 8, 3, 2, padding=1, output_padding=1,
+                                                groups=4)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        z = torch.relu(self.bn(self.up1(y))) + F.interpolate(y, scale_factor=2, mode="nearest")
+        wide = F.interpolate(self.grouped(y), scale_factor=(2, 3), mode="nearest")
+        return torch.sigmoid(self.up2(z)), wide
+
+
+def _neck():
+    torch.manual_seed(0)
+    model = Neck().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    return model, _input((1, 6, 5, 7), 0)
+
+
+def _outputs(partitioned, x):
+    """Every output of the built module's main on x."""
+    import tvm
+
+    vm = ac.virtual_machine(ac.build(partitioned))
+    result = vm["main"](tvm.runtime.tensor(x))
+    return [t.numpy() for t in result] if not hasattr(result, "numpy") else [result.numpy()]
+
+
+def _torch(model, x):
+    with torch.no_grad():
+        return [t.numpy() for t in model(torch.from_numpy(x))]
+
+
+def _whole(report):
+    assert report.host == [] and len(report.functions) == 1, str(report)
+
+
+def test_transposed_convolutions_and_upsampling_run_whole_in_fp32():
+    model, x = _neck()
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    primitives = {op.primitive for op in report.offloaded
+                  if op.op in ("relax.nn.conv2d_transpose", "relax.image.resize2d")}
+    assert any(p.startswith("accel.conv2d_transpose_bias_bn_relu") for p in primitives), primitives
+    assert "accel.upsample_nearest" in primitives, primitives
+    out = _outputs(partitioned, x)
+    for actual, expected, what in zip(out, _torch(model, x), ("head", "wide")):
+        assert_close(actual, expected, what=what)
+
+
+def test_the_estimate_is_the_profiled_run_with_rubik_runs():
+    model, x = _neck()
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    report = estimate(mod, params, config="nv_full")
+    partitioned = ac.partition_for_accel(mod, params, config="nv_full")
+    with ac.profile() as prof:
+        _outputs(partitioned, x)
+    assert [(layer.label, layer.cycles, layer.bytes_read, layer.bytes_written)
+            for layer in report.layers] == \
+        [(r.label, r.cycles, r.bytes_read, r.bytes_written) for r in prof.records]
+    contracts = [layer for layer in report.layers if layer.label.split()[0].endswith("r")]
+    assert len(contracts) == 5 and all(layer.engines == "RUBIK" for layer in contracts), \
+        [(layer.label, layer.engines) for layer in report.layers]
+    assert all(layer.cycles > 0 for layer in contracts)
+
+
+class Upsample(torch.nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=2, mode="nearest") * 1.0 + 0.5
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_nearest_upsampling_moves_codes_bit_for_bit(precision):
+    """The copies and the contract move values: fp16 and int8 upsample exactly what the
+    input's conversion gave (x * 1 + 0.5 keeps the output a layer's, not the input's)."""
+    x = _input((1, 3, 4, 5), 1)
+    options = {"calibration": [(x,)]} if precision == "int8" else {}
+    partitioned, report = _partition(Upsample(), x, precision=precision, **options)
+    _whole(report)
+    out = build_and_run(partitioned, x)
+    # each 2 x 2 block is one value
+    assert_same(out[..., ::2, ::2], out[..., 1::2, 1::2])
+    assert_same(out[..., ::2, 1::2], out[..., 1::2, ::2])
+    assert sqnr(out, torch_forward(Upsample(), x)) >= (60 if precision == "fp16" else 35)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
+def test_the_neck_in_fp16_and_int8(precision, min_db):
+    model, x = _neck()
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(6, 9)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    out = _outputs(partitioned, x)
+    for actual, expected in zip(out, _torch(model, x)):
+        assert sqnr(actual, expected) >= min_db
+
+
+class Refused(torch.nn.Module):
+    """What the CONV + contract cannot compute exactly."""
+
+    def __init__(self):
+        super().__init__()
+        self.dilated = torch.nn.ConvTranspose2d(4, 4, 3, 2, dilation=2, bias=False)
+        self.odd = torch.nn.ConvTranspose2d(4, 4, 3, 2, bias=False)          # 11 rows: not a multiple of 2
+
+    def forward(self, x):
+        return (self.dilated(x), self.odd(x),
+                F.interpolate(x, scale_factor=2, mode="bilinear"),
+                F.interpolate(x, size=(7, 9), mode="nearest"),
+                F.interpolate(x, scale_factor=2, mode="nearest"))
+
+
+def test_what_the_contract_cannot_compute_stays_on_the_host_with_its_reason():
+    x = _input((1, 4, 5, 6), 2)
+    _, report = _partition(Refused(), x)
+    reasons = {(op.op, op.reason) for op in report.host}
+    assert ("relax.nn.conv2d_transpose", "conv2d_transpose with dilation [2, 2]: the phase "
+            "kernels of NVDLA's deconvolution are undilated") in reasons, str(report)
+    assert ("relax.nn.conv2d_transpose", "conv2d_transpose of 5x6 gives 11x13, not a multiple "
+            "of its stride: the RUBIK contract would write 12x14 (a crop it does not do)") \
+        in reasons, str(report)
+    assert any(op == "relax.image.resize2d" and "method = linear" in reason
+               for op, reason in reasons), str(report)
+    assert any(op == "relax.image.resize2d" and "not an integer scale" in reason
+               for op, reason in reasons), str(report)
+    # the integer nearest one runs
+    assert [op.op for op in report.offloaded] == ["relax.image.resize2d"], str(report)
+
+
+def test_without_rubik_the_deconvolutions_stay_on_the_host():
+    model, x = _neck()
+    _, report = _partition(model, x, config="nv_small")
+    reasons = {op.reason for op in report.host if op.op in ("relax.nn.conv2d_transpose",
+                                                           "relax.image.resize2d")}
+    assert reasons and all("nv_small has no" in r for r in reasons), reasons
+    assert "op 0 (RUBIK): configuration nv_small has no RUBIK engine" in reasons, reasons

@@ -1,0 +1,134 @@
+"""The compiler's int8 program as NVDLA trace tests (issue 31, item 3): single layers run on the
+nv_small device and LeNet-5 compiled for nv_small, recorded (sim/recorder.py), exported
+(tools/nvdla_export.py) and played back on the NVDLA front end (sim/nvdla): every exported test
+gives the run's output bits in its output region and the CRC its check_crc names (a round
+trip); what NVDLA cannot compute exactly is refused with NvdlaInexactError naming why."""
+import numpy as np
+import pytest
+
+from accel_codegen import AccelUnsupportedError
+from accel_codegen.sim.device import Device
+from accel_codegen.sim.nvdla.layers import read_int8
+from accel_codegen.sim.nvdla.runner import play
+from accel_codegen.sim.nvdla.trace import parse_cfg
+from accel_codegen.sim.ops import Conv, Pool, Sdp
+from accel_codegen.sim.recorder import recording
+from accel_codegen.tools.nvdla_export import NvdlaInexactError, export_run, export_runs
+from conftest import random_inputs, run_cli
+
+RNG = np.random.default_rng(31)
+
+
+def _codes(shape, low=-128, high=128):
+    return RNG.integers(low, high, size=shape).astype(np.int8)
+
+
+def _sdp(channels, *, in_zero=0, act="relu", out_zero=-128, shifts=(20, 23), **extra):
+    return Sdp(precision="int8", bias=RNG.integers(-3000, 3000, channels).astype(np.int32),
+               mul=RNG.integers(16384, 32767, channels).astype(np.int16),
+               rshift=RNG.integers(shifts[0], shifts[1] + 1, channels).astype(np.uint8),
+               in_zero=in_zero, act=act, out_zero=out_zero, **extra)
+
+
+def _spread_shifts():
+    """An SDP whose channels' right shifts are 2 and 20: NVDLA's one shifter per X unit
+    cannot share them through a 16-bit multiplier."""
+    sdp = _sdp(8, act=None)
+    sdp.rshift = np.array([2] + [20] * 7, np.uint8)
+    return sdp
+
+
+def _record(ops, x):
+    with recording() as runs:
+        y, _ = Device("nv_small").run(ops, x, label="layer")
+    assert len(runs) == 1 and np.array_equal(runs[0].output, y)
+    return runs[0], y
+
+
+def assert_round_trip(test):
+    """The test plays on the front end: its check_crc holds the CRC of the output region, and
+    the region's channels hold the run's output codes."""
+    checks = [cmd for cmd in parse_cfg(test.cfg) if cmd.op == "check_crc"]
+    assert len(checks) == 1 and int(checks[0].args[4], 0) == test.crc
+    played = play(test.cfg)
+    assert played.matches and played.crcs == [test.crc]
+    c, h, w = test.output.shape
+    got = read_int8(played.memory, test.region[0], 8 * w, 8 * w * h, c, h, w)
+    assert np.array_equal(got, test.output.astype(np.int64))
+
+
+LAYERS = {
+    # conv 3x3 'same', 3 -> 10 channels (neither a whole atom), a zero point, per-channel
+    # shifts 20..23, ReLU, then 2x2 max pooling on the fly
+    "conv_relu_pool": lambda: ([Conv(weights=_codes((10, 3, 3, 3), -127), padding=(1, 1, 1, 1),
+                                     precision="int8", in_zero=-5),
+                                _sdp(10), Pool(kind="max", kernel=2, stride=2, precision="int8")],
+                               _codes((1, 3, 9, 12))),
+    # strided, dilated, asymmetrically padded 5x3 conv, no activation, an output zero point
+    "conv_strided_dilated": lambda: ([Conv(weights=_codes((16, 12, 5, 3), -127), stride=(2, 1),
+                                           dilation=(1, 2), padding=(2, 0, 1, 3),
+                                           precision="int8", in_zero=17),
+                                      _sdp(16, act=None, out_zero=7)], _codes((1, 12, 11, 9))),
+    # a fully connected layer (1x1 conv on a 1x1 input)
+    "dense": lambda: ([Conv(weights=_codes((12, 40, 1, 1), -127), precision="int8",
+                            in_zero=-128), _sdp(12, act="clip", clip_lo=-128, clip_hi=127)],
+                      _codes((1, 40, 1, 1))),
+    # an SDP reading memory (its input zero point) and a 3x3 stride-2 padded max pool
+    "sdp_pool": lambda: ([_sdp(20, in_zero=3, shifts=(14, 16)),
+                          Pool(kind="max", kernel=3, stride=2, padding=1, precision="int8")],
+                         _codes((1, 20, 7, 10))),
+    "pool": lambda: ([Pool(kind="max", kernel=(2, 3), stride=(2, 1), precision="int8")],
+                     _codes((1, 9, 6, 7))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_round_trip(tmp_path, name):
+    run, y = _record(*LAYERS[name]())
+    test = export_run(run, str(tmp_path), name)
+    assert np.array_equal(test.output, y[0])
+    assert_round_trip(test)
+
+
+@pytest.mark.parametrize("ops, message", [
+    (lambda: [Pool(kind="avg", kernel=2, stride=2, precision="int8")], "reciprocal"),
+    (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
+    (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
+     "groups"),
+    (lambda: [_spread_shifts()], "span 18 bits"),
+], ids=["avg-pool", "clip", "groups", "shift-spread"])
+def test_refused_with_the_difference_named(tmp_path, ops, message):
+    run, _ = _record(ops(), _codes((1, 8, 6, 6)))
+    with pytest.raises(NvdlaInexactError, match=message) as error:
+        export_run(run, str(tmp_path), "refused")
+    assert isinstance(error.value, AccelUnsupportedError)
+    assert not (tmp_path / "refused" / "refused.cfg").exists()
+
+
+def test_lenet5_round_trip(tmp_path, zoo):
+    """LeNet-5 compiled for nv_small in int8: every accelerator run exported, each test plays
+    back to the run's bits, and the last test's output region holds the logits' codes."""
+    import accel_codegen as ac
+
+    lenet = zoo("lenet5")
+    calibration = random_inputs(tuple(lenet.x.shape), 4, 1234)
+    part = ac.partition_for_accel(lenet.mod, config="nv_small", precision="int8",
+                                  calibration=calibration)
+    vm = ac.virtual_machine(ac.build(part))
+    with recording() as runs:
+        vm["main"](calibration[0])
+    assert [len(r.ops) for r in runs] == [3, 3, 2, 2, 2]
+    tests, refused = export_runs(runs, str(tmp_path), "lenet5")
+    assert refused == [] and len(tests) == 5
+    for test, run in zip(tests, runs):
+        assert np.array_equal(test.output, run.output[0])
+        assert_round_trip(test)
+    # the layers chain: each test's input image is the previous run's output
+    for before, run in zip(runs, runs[1:]):
+        assert np.array_equal(before.output.reshape(-1), run.input.reshape(-1))
+
+
+def test_cli_refuses_other_configurations(capsys, tmp_path):
+    status, _, err = run_cli(capsys, "export-nvdla", "lenet5", "--config", "nv_full",
+                             "--precision", "int8", "-o", tmp_path)
+    assert status != 0 and "nv_small" in err
