@@ -100,11 +100,16 @@ def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> Li
     """Mixed int8/fp16 code: per layer of ``function`` (``precisions`` gives each layer's),
     whether a later layer reads its output in the other precision, so that a converting run
     follows it (once, however many such readers there are)."""
+    return _converted(layer_sources(function), precisions)
+
+
+def _converted(sources: Sequence[Sequence[int]], precisions: Sequence[str]) -> List[bool]:
+    """Per layer, whether a layer of the other precision reads its output (``sources``: per
+    layer, the layers it reads)."""
     converted = [False] * len(precisions)
-    for index, sources in enumerate(layer_sources(function)):
-        for source in sources:
-            if precisions[source] != precisions[index]:
-                converted[source] = True
+    for reader, read in enumerate(sources):
+        for source in read:
+            converted[source] |= precisions[source] != precisions[reader]
     return converted
 
 
@@ -129,7 +134,7 @@ class Run:
     converts: bool = False          # it converts ``layer``'s output to the other precision
     function: int = 0               # its function's index, as the code generator numbers them
     call: int = 0                   # its layer's (composite call's) index in the function
-    part: str = ""                  # the key's part: "", "a", "b", "c<i>" or "x"
+    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "r", "x"
     data: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     operand: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     output: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
@@ -252,11 +257,8 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
     converting run after each layer whose output a layer of the other precision reads."""
     precisions = [_layer_precision(precision, layer_precisions, run_key(index, i))
                   for i in range(len(calls))]
-    converted = [False] * len(calls)
-    if precision == "mixed":
-        for reader, read in enumerate(sources):
-            for source in read:
-                converted[source] |= precisions[source] != precisions[reader]
+    converted = _converted(sources, precisions) if precision == "mixed" \
+        else [False] * len(calls)
     calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
              for i, c in enumerate(calls)]
     runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c)]

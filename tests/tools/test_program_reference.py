@@ -81,6 +81,52 @@ def c16_cnn():
     return build_realistic(C16, (3, 32, 32))
 
 
+def neck():
+    """Transposed convolutions and nearest upsampling (a CONV or BDMA copies writing phases,
+    then a RUBIK contract) beside a plain conv and an add, on 6x8x8."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    from accel_codegen.tools.models import build_realistic
+
+    class Neck(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(6, 8, 3, padding=1)
+            self.up1 = nn.ConvTranspose2d(8, 8, 2, 2)
+            self.bn = nn.BatchNorm2d(8)
+            self.up2 = nn.ConvTranspose2d(8, 4, 4, 2, padding=1, bias=False)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            z = torch.relu(self.bn(self.up1(y))) + F.interpolate(y, scale_factor=2,
+                                                                 mode="nearest")
+            return torch.sigmoid(self.up2(z))
+
+    return build_realistic(Neck, (6, 8, 8))
+
+
+def token_norm():
+    """relu(layer_norm(x W^T + b)) on 16 tokens of 32 channels: a layer norm's engine
+    passes."""
+    import torch
+    from torch import nn
+
+    from accel_codegen.tools.models import build_realistic
+
+    class TokenNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 48)
+            self.ln = nn.LayerNorm(48)
+
+        def forward(self, x):
+            return torch.relu(self.ln(self.fc(x)))
+
+    return build_realistic(TokenNorm, (16, 32))
+
+
 def _config(name):
     """A preset, or ``<preset>_sram``: the preset with a 64 KiB SRAM behind its secondary
     memory interface (the memory plan's placements)."""
@@ -98,8 +144,8 @@ def _zoo(name):
     return get
 
 
-MODELS = {"tiny_cnn": tiny_cnn, "c16_cnn": c16_cnn, "lenet5": _zoo("lenet5"),
-          "mixed_block": _zoo("mixed_block")}
+MODELS = {"tiny_cnn": tiny_cnn, "c16_cnn": c16_cnn, "neck": neck, "token_norm": token_norm,
+          "lenet5": _zoo("lenet5"), "mixed_block": _zoo("mixed_block")}
 #: (model, config, precision, fuse): built, run and estimated
 RUN_CASES = [("tiny_cnn", "nv_full", "fp32", True), ("tiny_cnn", "nv_full", "fp16", True),
              ("tiny_cnn", "nv_full", "int8", True), ("tiny_cnn", "nv_small", "int8", True),
@@ -108,7 +154,10 @@ RUN_CASES = [("tiny_cnn", "nv_full", "fp32", True), ("tiny_cnn", "nv_full", "fp1
              ("mixed_block", "nv_full", "int8", True),
              ("c16_cnn", "nv_full", "fp32", True), ("c16_cnn", "nv_full_sram", "fp32", True),
              ("c16_cnn", "nv_full_sram", "fp16", True), ("tiny_cnn", "nv_full_sram", "int8", True),
-             ("tiny_cnn", "nv_full_sram", "mixed", True)]
+             ("tiny_cnn", "nv_full_sram", "mixed", True),
+             ("neck", "nv_full", "fp32", True), ("neck", "nv_full_sram", "int8", True),
+             ("neck", "nv_full", "mixed", True), ("token_norm", "nv_full", "fp32", True),
+             ("token_norm", "nv_full_sram", "fp16", True)]
 QUICK = {"c16_cnn/nv_full/fp32/fused", "tiny_cnn/nv_full_sram/mixed/fused",
          "tiny_cnn/nv_small/int8/fused"}
 #: zoo networks estimated only (``--full``)
