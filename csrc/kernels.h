@@ -403,7 +403,15 @@ typedef struct sdp_i8 {
   int32_t out_mul, out_shift, out_zero;
   int32_t clip_lo, clip_hi;
   const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
+  const struct sdp_i8_lut_plan* lut_plan; /* the LUT's codes by input ranges, or NULL */
 } sdp_i8;
+
+/* A LUT activation's output codes as a function of its input t, planned once per layer run
+ * (sdp_i8.c states the form): NULL where it does not apply (no AVX-512, fewer than ~64K
+ * elements to convert, codes that change outside the LO table, ACCEL_SDP_I8_LUT set to
+ * "scalar" or "gather"); the caller stores it in sdp_i8.lut_plan and frees it after the run. */
+struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);
+void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan);
 
 /* The INT8 LUT at t (accel_lut_int8 in accel.h): the int32 result before the output
  * converter. */

@@ -15,11 +15,16 @@
  * the general steps with each lane's own channel, for outputs of one position per image (fully
  * connected layers). A LUT activation runs span_lut / channels_lut: the table in 16 int32 lanes
  * with gathers (its identities at lut_vec); ACCEL_SDP_I8_LUT=scalar forces sdp_one instead.
+ * A layer run of at least 2^16 values plans its LUT once (sdp_i8_lut_plan: the codes by bins
+ * of the table's input, one gather and a compare per 16 values instead of the table's
+ * arithmetic; ACCEL_SDP_I8_LUT=gather keeps the table in lanes, ACCEL_VERBOSE prints the
+ * plan).
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give
  * identical codes. Figures: docs/kernels.md.
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __AVX512F__
@@ -102,6 +107,176 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
   for (int64_t i = 0; i < count; ++i)
     y[i] = sdp_one(p, &c, v[i], operand != NULL ? operand[i] : 0);
 }
+
+/* ---- a LUT activation's codes by input ranges (sdp_i8_lut_plan) ------------------------------
+ * After the X converters the code is a function G of the LUT's input t alone (the table, the
+ * output converter, sat8). Inside LO, t = lo_start + i 2^sel + d (0 <= d < 2^sel), the table
+ * interpolates linearly between two entries, so y, and then the code, is monotonic in d: on
+ * every bin of 2^w values of t inside one LO interval (w <= sel) the code is constant or
+ * changes at one threshold, or (rarely) at two or more. Outside LO, G is monotonic on each LE
+ * interval and on each slope; where it is constant on all of (-inf, lo_start) and on all of
+ * (lo_end, +inf) (the compiler's tables: quantization/lut.py puts every code change inside
+ * LO), t clamped to [lo_start - 1, lo_end + 1] gives the same code. The plan holds one word
+ * per bin: bits 0-15 the offset in the bin from which the code is bits 24-31, below it bits
+ * 16-23; offset 0xFFFF marks a bin with more than one change (its lanes take the table
+ * arithmetic, lut16). The bin codes are G's own values (lut_code: lut_int8_eval and the output
+ * converter of sdp_one), the threshold found by bisection, so the codes are sdp_one's
+ * exactly. */
+struct sdp_i8_lut_plan {
+  int32_t t_lo, t_hi; /* t's clamp: the first and last bins' codes hold beyond them */
+  int32_t base, w;    /* bin b holds t in [base + b 2^w, base + (b + 1) 2^w) */
+  int32_t bins_count;
+  uint32_t bins[];
+};
+
+enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF };
+
+static int lut_code(const sdp_i8* p, int64_t t) {
+  const int64_t y = lut_int8_eval(p->lut, t);
+  int64_t q = p->out_mul != 0 ? rhaz(y * p->out_mul, p->out_shift) : y;
+  q = clamp64(q + p->out_zero, -128, 127);
+  if (p->act == ACCEL_ACT_CLIP) q = clamp64(q, p->clip_lo, p->clip_hi);
+  return (int)q;
+}
+
+/* The inputs where G's monotonic pieces start outside LO, and LO's ends (sorted; unused
+ * places INT64_MAX): LE's entries' inputs (LE, then the overflow slope from the last; the
+ * underflow slope below the first). Inside LO the pieces are LO's intervals, whose ends are
+ * the bins'. */
+enum { LUT_CUTS = ACCEL_LUT_LE_ENTRIES + 2 };
+
+static void lut_cuts(const accel_lut_int8* l, int64_t* cut) {
+  const int64_t a = l->lo_start;
+  const int64_t b1 = a + ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << l->lo_index_select);
+  int n = 0;
+  for (int64_t j = 0; j < ACCEL_LUT_LE_ENTRIES; ++j) {
+    const int64_t c = (int64_t)l->le_start + (j << l->le_index_select);
+    if (c <= a || c >= b1) cut[n++] = c;
+  }
+  cut[n++] = a;
+  cut[n++] = b1;
+  while (n < LUT_CUTS) cut[n++] = INT64_MAX;
+  for (int i = 1; i < n; ++i) /* insertion: LE's entries are in order already */
+    for (int j = i; j > 0 && cut[j - 1] > cut[j]; --j) {
+      const int64_t x = cut[j];
+      cut[j] = cut[j - 1];
+      cut[j - 1] = x;
+    }
+}
+
+/* Whether G is `code` throughout [a, b], given the cuts (the pieces are monotonic: constant
+ * where both ends are `code`). */
+static int lut_constant(const sdp_i8* p, const int64_t* cut, int64_t a, int64_t b, int code) {
+  for (int i = 0; i < LUT_CUTS && a <= b; ++i) {
+    if (cut[i] <= a || cut[i] > b) continue;
+    if (lut_code(p, a) != code || lut_code(p, cut[i] - 1) != code) return 0;
+    a = cut[i];
+  }
+  return a > b || (lut_code(p, a) == code && lut_code(p, b) == code);
+}
+
+static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
+
+/* The bins: 2^w values of t, aligned on LO's intervals, over LO and as far beyond it as the
+ * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
+enum { LUT_PLAN_BINS = 4096 };
+
+struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__)
+  const char* env = lut_env();
+  if (p->lut == NULL || elements < LUT_PLAN_MIN_ELEMENTS || (env != NULL && *env != '\0'))
+    return NULL;
+  const accel_lut_int8* l = p->lut;
+  const int32_t sel = l->lo_index_select;
+  const int32_t w = sel > 3 ? sel - 3 : 0;
+  if (sel < 0 || w > 15) return NULL;
+  const int64_t a = l->lo_start, b = a + ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << sel) - 1;
+  const int64_t width = (int64_t)1 << w;
+  int64_t cut[LUT_CUTS];
+  lut_cuts(l, cut);
+  /* below LO: the pieces from INT32_MIN up while G keeps its code there; the first that
+   * does not starts the bins' range (d_lo); above LO likewise downwards from INT32_MAX */
+  const int low = lut_code(p, INT32_MIN), high = lut_code(p, INT32_MAX);
+  int64_t d_lo = a, d_hi = b, from = INT32_MIN;
+  for (int i = 0; i <= LUT_CUTS; ++i) {
+    const int64_t to = i < LUT_CUTS && cut[i] < a ? cut[i] - 1 : a - 1;
+    if (to < from) continue;
+    if (!lut_constant(p, cut, from, to, low)) {
+      d_lo = from;
+      break;
+    }
+    from = to + 1;
+    if (from >= a) break;
+  }
+  int64_t upto = INT32_MAX;
+  for (int i = LUT_CUTS - 1; i >= -1; --i) {
+    const int64_t start = i >= 0 && cut[i] > b + 1 ? cut[i] : b + 1;
+    if (start > upto) continue;
+    if (!lut_constant(p, cut, start, upto, high)) {
+      d_hi = upto;
+      break;
+    }
+    upto = start - 1;
+    if (upto <= b) break;
+  }
+  const int64_t below = (a - d_lo + width - 1) / width + 1; /* bins below LO, the first constant */
+  const int64_t above = (d_hi - b + width - 1) / width + 1;
+  const int64_t inner = (b + 1 - a) >> w, count = below + inner + above;
+  const int64_t base = a - below * width, end = b + above * width; /* t's clamp */
+  if (count > LUT_PLAN_BINS || base < INT32_MIN || end > INT32_MAX) return NULL;
+  struct sdp_i8_lut_plan* plan = malloc(sizeof(*plan) + (size_t)count * sizeof(uint32_t));
+  if (plan == NULL) return NULL;
+  plan->t_lo = (int32_t)base;
+  plan->t_hi = (int32_t)end;
+  plan->base = (int32_t)base;
+  plan->w = w;
+  plan->bins_count = (int32_t)count;
+#define LUT_BIN(off, below, above) \
+  ((uint32_t)(off) | (uint32_t)(uint8_t)(below) << 16 | (uint32_t)(uint8_t)(above) << 24)
+  int next = 0; /* the first cut above the bin's start */
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t s = base + (k << w), e = s + width - 1;
+    while (next < LUT_CUTS && cut[next] <= s) ++next;
+    const int gs = lut_code(p, s);
+    if (next < LUT_CUTS && cut[next] <= e) { /* pieces meet in the bin: constant, or lanes */
+      plan->bins[k] = lut_constant(p, cut, s, e, gs) ? LUT_BIN(0, gs, gs)
+                                                      : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
+      continue;
+    }
+    const int ge = lut_code(p, e);
+    if (gs == ge) {
+      plan->bins[k] = LUT_BIN(0, gs, gs);
+      continue;
+    }
+    /* G is monotonic on the bin: the inputs that give ge are a final run of (s, e] */
+    int64_t lo = s + 1, hi = e;
+    while (lo < hi) {
+      const int64_t mid = lo + ((hi - lo) >> 1);
+      if (lut_code(p, mid) == ge) hi = mid;
+      else lo = mid + 1;
+    }
+    plan->bins[k] = lut_code(p, lo - 1) == gs ? LUT_BIN(lo - s, gs, ge)
+                                              : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
+  }
+#undef LUT_BIN
+  if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
+    int64_t changes = 0, multi = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      changes += (plan->bins[k] & 0xFFFF) != 0;
+      multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
+    }
+    fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_multi%lld\n",
+            (long long)count, w, (long long)(changes - multi), (long long)multi);
+  }
+  return plan;
+#else
+  (void)p, (void)elements;
+  return NULL;
+#endif
+}
+
+void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) { free(plan); }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
     defined(__AVX512VL__)
@@ -986,6 +1161,15 @@ static void span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
   lut_front f;
   const int lanes32 = p->ew_op == ACCEL_EW_NONE && c.shift <= 40 && c.mul >= 0; /* n = (p < 0) */
   if (lanes32) lut_front_plan(&c, &f);
+  /* the plan's codes by bins of t (sdp_i8_lut_plan), where the caller made one */
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  const __m512i p_lo = _mm512_set1_epi32(P != NULL ? P->t_lo : 0);
+  const __m512i p_hi = _mm512_set1_epi32(P != NULL ? P->t_hi : 0);
+  const __m512i p_base = _mm512_set1_epi32(P != NULL ? P->base : 0);
+  const __m128i p_w = _mm_cvtsi32_si128(P != NULL ? P->w : 0);
+  const __m512i p_mask = _mm512_set1_epi32(P != NULL ? (1 << P->w) - 1 : 0);
+  const __m512i p_low16 = _mm512_set1_epi32(0xFFFF), p_multi = _mm512_set1_epi32(LUT_PLAN_MULTI);
+  const __m512i p_16 = _mm512_set1_epi32(16), p_24 = _mm512_set1_epi32(24);
   for (int64_t i = 0; i < count; i += 16) {
     const __mmask16 k = tail_mask(count - i);
     const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
@@ -1004,6 +1188,18 @@ static void span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
                                                    : _mm_setzero_si128();
       t = lut_front64(p, &q, &q, x, op);
+    }
+    if (P != NULL) {
+      const __m512i c = _mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi);
+      const __m512i u = _mm512_sub_epi32(c, p_base);
+      const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, p_w), P->bins, 4);
+      const __m512i off = _mm512_and_si512(g, p_low16);
+      if (!_mm512_mask_cmpeq_epi32_mask(k, off, p_multi)) {
+        const __mmask16 above = _mm512_cmpge_epi32_mask(_mm512_and_si512(u, p_mask), off);
+        const __m512i code = _mm512_srlv_epi32(g, _mm512_mask_blend_epi32(above, p_16, p_24));
+        _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(code));
+        continue;
+      }
     }
     int far;
     const __m512i u = lut16(&L, t, k, &far);
@@ -1266,6 +1462,13 @@ void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t*
     pool_for(planes > 32768 ? num_threads : 1, n * J.chunks, run_channels_item, (void*)&J);
     return;
   }
-  const run_job J = {p, c, hw, (hw + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
+  sdp_i8 q = *p;
+  struct sdp_i8_lut_plan* plan = NULL;
+  if (p->lut != NULL && p->lut_plan == NULL && !lut_scalar()) {
+    plan = sdp_i8_lut_plan_new(p, planes * hw);
+    q.lut_plan = plan;
+  }
+  const run_job J = {&q, c, hw, (hw + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
   pool_for(planes * hw > 32768 ? num_threads : 1, planes * J.chunks, run_planes_item, (void*)&J);
+  sdp_i8_lut_plan_free(plan);
 }

@@ -351,6 +351,10 @@ def _token_entries() -> List[Entry]:
         if act:
             out, name, length = activation(out, annotations), name + "_{act}", length + 1
         entries.append(Entry(name, out, annotations, length))
+    annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
+    data = annotations["input"] = wildcard()
+    annotations["norm"] = is_op("relax.nn.softmax")(data)
+    entries.append(Entry("accel.softmax", annotations["norm"], annotations, 1))
     return entries
 
 

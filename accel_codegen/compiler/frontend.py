@@ -23,6 +23,7 @@ import inspect
 import io
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from .onnx_folding import fold_shape_arithmetic
 from .qdq import QDQ_ATTR, has_qdq, strip_qdq
 from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
+from . import source_names
 
 __all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
 
@@ -166,7 +168,6 @@ def from_pytorch(
     _check_model(model)
     args = _check_example_inputs(example_inputs)
     import torch
-    from tvm.relax.frontend.torch import from_exported_program
 
     name = type(model).__name__
     with _quiet_torch_export():
@@ -179,9 +180,7 @@ def from_pytorch(
             # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
             # Registered custom primitives first, so that a user's own converter wins.
             converters = {**custom.convert_map(), **dict(custom_convert_map or {})}
-            mod = from_exported_program(exported, keep_params_as_input=keep_params_as_input,
-                                        unwrap_unit_return_tuple=True,
-                                        custom_convert_map=converters)
+            mod = _import_exported(exported, keep_params_as_input, converters)
         except (AssertionError, NotImplementedError, KeyError) as error:
             # TVM reports unconverted ops as "AssertionError: Unsupported function types".
             raise AccelUnsupportedError(
@@ -189,6 +188,59 @@ def from_pytorch(
                 f"{_first_line(error)}") from error
     mod = bounded_takes(cleanup(mod))
     return _split_params(mod) if keep_params_as_input else (mod, {})
+
+
+def _recording(convert: Callable, recorder: source_names.Recorder) -> Callable:
+    """``convert`` (an fx node's converter), noting the node's name on what it returns."""
+    def converted(node, *rest):
+        result = convert(node, *rest)
+        recorder.record(result, source_names.torch_node_name(node))
+        return result
+    return converted
+
+
+def _import_exported(exported, keep_params_as_input: bool, converters: Mapping[str, Callable]):
+    """TVM's ``from_exported_program`` (torch's default decomposition first, as it runs it),
+    each converter wrapped to note which Relax expression each fx node gives, so that every
+    call of ``main`` carries its PyTorch module path (:mod:`.source_names`)."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    recorder = source_names.Recorder()
+    importer = ExportedProgramImporter()
+    importer.convert_map = {name: _recording(convert, recorder)
+                            for name, convert in importer.convert_map.items()}
+    mod = importer.from_exported_program(
+        exported.run_decompositions(), keep_params_as_input, True, False,
+        {name: _recording(convert, recorder) for name, convert in converters.items()})
+    return source_names.attach(mod, recorder, "torch")
+
+
+_ONNX_RECORDING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _recording_onnx(recorder: source_names.Recorder) -> Iterator[None]:
+    """While TVM's ONNX importer runs: its per-node conversion notes the node's name (or its
+    first output's, for an unnamed node) on the Relax expression it gives. The importer has
+    no hook for it; its one per-node method is wrapped for the import's duration."""
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    original = ONNXGraphImporter._convert_operator
+
+    def converted(self, op_name, inputs, attrs, opset):
+        result = original(self, op_name, inputs, attrs, opset)
+        node = sys._getframe(1).f_locals.get("node")
+        name = getattr(node, "name", "") or \
+            (node.output[0] if getattr(node, "output", None) else "") or op_name
+        recorder.record(result, name)
+        return result
+
+    with _ONNX_RECORDING:
+        ONNXGraphImporter._convert_operator = converted
+        try:
+            yield
+        finally:
+            ONNXGraphImporter._convert_operator = original
 
 
 def _load_onnx(model_or_path: Any):
@@ -322,8 +374,10 @@ def from_onnx(
     # the error raised here says it, with the node's name.
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        recorder = source_names.Recorder()
+        with contextlib.redirect_stdout(printed), _recording_onnx(recorder):
             mod = tvm_from_onnx(model, keep_params_in_input=keep_params_in_input)
+        mod = source_names.attach(mod, recorder, "onnx")
     except Exception as error:  # converters raise TypeError, ValueError, TVM errors, ...
         node = _failing_node(error)
         where = f" at {_node_label(node.name, node.op_type, node.output)}" if node is not None \

@@ -18,7 +18,7 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, layer_norm_passes
+from ..sim.decompose import Pass, layer_norm_passes, softmax_passes
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
@@ -163,18 +163,27 @@ class RubikSpec:
 
 @dataclasses.dataclass
 class NormSpec:
-    """A layer norm over the channels of the layer's surface (the last axis of its [B, T, C]
-    tokens), run as the engine passes of sim/decompose.py, then ``act``; ``gamma`` / ``beta``
-    constants (None: 1 / 0)."""
+    """A layer norm (``kind`` "layer_norm") or a softmax ("softmax") over the channels of the
+    layer's surface (the last axis of its [B, T, C] tokens), run as the engine passes of
+    sim/decompose.py, then ``act``; a layer norm's ``gamma`` / ``beta`` constants (None: 1 /
+    0)."""
 
     gamma: Optional[relax.Expr]
     beta: Optional[relax.Expr]
     epsilon: float
     act: Optional[str] = None
     sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
+    kind: str = "layer_norm"
+
+    @property
+    def source(self) -> str:
+        return f"relax.nn.{self.kind}"
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
+        if self.kind == "softmax":
+            return softmax_passes(shape, precision)
+
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),
                                                         np.float32).reshape(-1)
@@ -264,10 +273,10 @@ class Layer:
         if self.contract_only:
             return [f"{self.rubik.source} (RUBIK contract)"]
         if self.step is not None:
-            return [f"{self.step.role} (layer norm pass)"]
+            return [f"{self.step.role} (engine pass)"]
         if self.norm is not None:
             ops = self.norm.sources[:1] + ([self.conv.source] if self.conv else []) + \
-                self.sdp.sources + self.norm.sources[1:] + ["relax.nn.layer_norm"]
+                self.sdp.sources + self.norm.sources[1:] + [self.norm.source]
             return ops + ([self.norm.act] if self.norm.act else [])
         if self.copies:
             return [self.copy_source]
@@ -462,10 +471,12 @@ class Layer:
             self.branch.check_hardware(config, fuse, precision)
         if self.norm is not None:
             if precision == "int8":
-                raise Unsupported("a layer norm in int8 is not generated: its variance and "
-                                  "1/sqrt have a dynamic range no per-tensor int8 scale covers "
-                                  "(its passes would stay fp16 between converting runs, which "
-                                  "this compiler does not emit yet)")
+                what = "its variance and 1/sqrt" if self.norm.kind == "layer_norm" else \
+                    "its sum of exponentials and 1/sum"
+                raise Unsupported(f"a {self.norm.kind} in int8 is not generated: {what} have "
+                                  "a dynamic range no per-tensor int8 scale covers (its passes "
+                                  "would stay fp16 between converting runs, which this "
+                                  "compiler does not emit yet)")
             for run in self.runs(precision):
                 run.check_hardware(config, fuse, precision)
             return

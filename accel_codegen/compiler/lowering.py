@@ -756,6 +756,17 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     normed = norm.args[0]
     shape = static_shape(normed)
     rank = len(shape)
+    if op_name(norm) == "relax.nn.softmax":
+        if rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1:
+            raise Unsupported(f"softmax over axis {int(a.axis)} of a {rank}-D tensor "
+                              f"{list(shape)}: the engine passes reduce the channels, the last "
+                              "axis of [T, C], [B, T, C] or [B, H, W, C]")
+        _require_float32(normed, "the input")
+        _require_float32(norm, "the softmax output")
+        if _resolve(normed, lookup) is not None and not is_constant(normed):
+            raise Unsupported("the chain's input is computed inside the matched region")
+        return Layer(data=normed, in_shape=token_surface(shape), out_shape=static_shape(root),
+                     tokens=True, norm=NormSpec(None, None, 0.0, kind="softmax"))
     axes = sorted(int(v) % rank for v in a.axes) if rank else []
     if rank not in (2, 3, 4) or axes != [rank - 1]:
         raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
@@ -1154,7 +1165,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm"})
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm",
+              "relax.nn.softmax"})
     if name == "relax.nn.pad":
         return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "
                 "only a zero padding of H and W right before a convolution runs on the "

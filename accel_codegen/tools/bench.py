@@ -52,8 +52,8 @@ import numpy as np
 
 from ..sim.costs import CostTotals, engine_names
 from ..sim.device import int8_amx
-from ..tables import (FP32_BYTES_NOTE, LAYER_WIDTH, Column, render_row, render_table,
-                      wrap_label)
+from ..sim.cost_report import FP32_BYTES_NOTE
+from ..tables import LAYER_WIDTH, Column, render_row, render_table, wrap_label
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
 from .model_spec import (ONNX, LoadedModel, ModelSpec, load_callable, load_model,  # noqa: F401
@@ -103,6 +103,11 @@ def slowdown(entry: Dict[str, Any]) -> Optional[Dict[str, float]]:
         return None
     wall = entry["wall_ms"]
     return {"median": wall["median"] / hardware, "min": wall["min"] / hardware}
+
+
+def _times(ratio: float) -> str:
+    """A slowdown as text: whole times from 10 up, one decimal below."""
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
 
 
 def _layer_row(record) -> Dict[str, Any]:
@@ -258,21 +263,22 @@ def _runner(mode: str, setting: _Setting) -> Callable[[], Any]:
 
         from ..compiler import toolchain
         from ..errors import AccelError
+        from ..flows import pipeline
 
         if mode == "host":
             vm = tvm.relax.VirtualMachine(toolchain.build_host(model.mod, model.params),
                                           tvm.cpu())
         elif mode == "fused_int8":
             try:
-                vm = toolchain.virtual_machine(toolchain.build(
+                vm = toolchain.virtual_machine(pipeline.build(
                     model.mod, model.params, config=config, precision="int8",
                     calibration=setting.calibration,
                     calibration_method=setting.calibration_method))
             except AccelError as error:
                 raise _Skip(f"the int8 build failed: {error}") from error
         else:
-            vm = toolchain.virtual_machine(toolchain.build(model.mod, model.params,
-                                                           config=config, fuse=mode == "fused"))
+            vm = toolchain.virtual_machine(pipeline.build(model.mod, model.params,
+                                                          config=config, fuse=mode == "fused"))
         tvm_inputs = [tvm.runtime.tensor(a) for a in model.inputs]
         return lambda: vm["main"](*tvm_inputs)
     import torch
@@ -558,7 +564,7 @@ def _mode_row(mode: str, entry: Dict[str, Any], reference: Optional[float]) -> l
     if "cycles" in entry:
         slow = entry.get("slowdown") or slowdown(entry)
         row += [entry["cycles"], entry["simulated_ms"],
-                f"{slow['median']:,.0f}x" if slow else "-", entry["frames_per_s"],
+                _times(slow["median"]) if slow else "-", entry["frames_per_s"],
                 entry["bytes_read"] / 1e6, entry["bytes_written"] / 1e6, entry["utilization"],
                 entry["energy_pj"] / 1e9]
     return row
@@ -628,7 +634,7 @@ def format_ort(result: Dict[str, Any]) -> List[str]:
             how = (f"; ORT int8: static {q['quant_format']}, {q['activation_type']} activations, "
                    f"per-channel {q['weight_type']} weights, {q['calibrate_method']}, "
                    f"same {ort.get('calibration_samples', '?')} calibration inputs")
-        slow = (f"; slowdown {r['slowdown']:,.0f}x (simulator wall time / modelled hardware "
+        slow = (f"; slowdown {_times(r['slowdown'])} (simulator wall time / modelled hardware "
                 f"time)" if r.get("slowdown") else "")
         lines.append(f"simulator {precision} ({r['simulator']}) vs ONNX Runtime "
                      f"{ort.get('version', '')} {precision}: {_speed(r['median'])} "

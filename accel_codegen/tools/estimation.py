@@ -34,8 +34,9 @@ from ..sim import OpStats, RunStats
 from ..sim.config import ENERGY_FIELDS, AccelConfig, check_precision
 from ..sim.costs import CostTotals, energy_line, engine_names
 from ..sim.timeline import chrome_trace, write_chrome_trace
-from ..tables import FP32_BYTES_NOTE, Column, cost_table, render_table
-from .report import layer_rows, source_ops, tagged, write_csv
+from ..sim.cost_report import FP32_BYTES_NOTE, cost_table
+from ..tables import Column, render_table
+from .report import label_source, layer_rows, source_names, source_ops, tagged, write_csv
 from .progress import ProgressCallback, progress_callback, steps
 
 #: Precisions the code generator emits today; the others are issue 5.
@@ -192,7 +193,9 @@ class EstimateReport:
                  f"{cfg.clock_hz / 1e9:g} GHz), {self.precision}, "
                  f"{'fused' if self.fuse else 'decomposed'}: {len(self.layers)} accelerator "
                  f"layers, {self.host_ops} host operators")
-        table = cost_table(self.layers, utilization_total=self.utilization)
+        names = source_names(self.source_ops)
+        table = cost_table(self.layers, utilization_total=self.utilization,
+                           sources=[label_source(layer.label, names) for layer in self.layers])
         return "\n".join([title, table,
                           f"{self.seconds * 1e3:.3f} ms per frame at {cfg.clock_hz / 1e9:g} GHz = "
                           f"{self.frames_per_s:,.1f} frames/s; "

@@ -23,7 +23,9 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
   ``rhaz(u 2^(S - s), S) = rhaz(u, s)`` exactly. ReLU is BN's. The output converter adds the
   zero point: offset ``-out_zero``, scale 1, shift 0. Exact when no intermediate saturates,
   which the export proves from the weights' and the data's bounds (else it refuses).
-* PDP: max pooling (padding never wins on either side).
+* PDP: max pooling (padding never wins on either side) and average pooling, whose int8 is
+  NVDLA's in both (accel.h): the reciprocals RECIP_KERNEL_WIDTH / HEIGHT, each padded position
+  adding the zero point (``PAD_VALUE_nX = n * zero``).
 * A convolution the simulator runs in image-input mode (the first layer, ``pixel_format``) is
   written as a direct convolution of the same codes in feature format: the same result (accel.h
   says so of the mode), which the front end plays (it has no pixel formats).
@@ -31,8 +33,7 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, average pooling (NVDLA multiplies by a 0.16 reciprocal where the simulator divides),
-LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
+point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
 image input and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
 (NVDLA's compiler would split it; the export does not).
 """
@@ -47,13 +48,17 @@ import numpy as np
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.nvdla import regs
 from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, whole_atoms
+from ..sim.nvdla.cycles import estimate_cycles
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
+from ..sim.reference import pdp_reciprocal
 
 #: nv_small's CBUF: 32 banks of 4 KiB (NVDLA's nv_small spec; the preset has the same).
 CBUF_BANKS = 32
 CBUF_BANK_BYTES = 4096
+#: The unit of CDMA's and CSC's WEIGHT_BYTES.
+WEIGHT_UNIT = 128
 #: Where a test's regions start, and their alignment.
 BASE_ADDRESS = 0x80000000
 REGION_ALIGN = 0x1000
@@ -77,6 +82,7 @@ class ExportedTest:
     region: Tuple[int, int]
     output: np.ndarray
     units: Tuple[str, ...]
+    cycles: int = 0    # the cost model's estimate under NVDLA's testbench memory (cycles.py)
 
 
 @dataclasses.dataclass
@@ -462,10 +468,6 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
                    label: str) -> None:
     c, h, w = in_shape
     _, oh, ow = out_shape
-    if pool.kind != "max":
-        raise _inexact(label, f"{pool.kind} pooling: NVDLA's PDP averages raw codes with a "
-                       "0.16 fixed-point reciprocal per dimension (two roundings), the "
-                       "simulator divides the sum around the zero point exactly")
     kh, kw = (int(v) for v in pool.kernel)
     sy, sx = (int(v) for v in pool.stride)
     pt, pl, pb, pr = (int(v) for v in pool.padding)
@@ -482,7 +484,8 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_DATA_CUBE_OUT_WIDTH", ow - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_HEIGHT", oh - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_CHANNEL", c - 1)
-    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD=1, FLYING_MODE=int(not flying),
+    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD={"avg": 0, "max": 1}[pool.kind],
+            FLYING_MODE=int(not flying),
             SPLIT_NUM=0)
     cfg.reg("PDP_RDMA", "D_FLYING_MODE", FLYING_MODE=int(not flying))
     cfg.reg("PDP_RDMA", "D_OPERATION_MODE_CFG", SPLIT_NUM=0)
@@ -491,13 +494,14 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_HEIGHT=kh - 1,
             KERNEL_STRIDE_WIDTH=sx - 1, KERNEL_STRIDE_HEIGHT=sy - 1)
     cfg.reg("PDP_RDMA", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_STRIDE_WIDTH=sx - 1)
-    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=(1 << 16) // kw)
-    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=(1 << 16) // kh)
+    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=pdp_reciprocal(kw))
+    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=pdp_reciprocal(kh))
     cfg.reg("PDP", "D_POOLING_PADDING_CFG", PAD_LEFT=pl, PAD_TOP=pt, PAD_RIGHT=pr,
             PAD_BOTTOM=pb)
     cfg.reg("PDP_RDMA", "D_POOLING_PADDING_CFG", PAD_WIDTH=pl)
-    for i in range(1, 8):
-        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", 0)
+    for i in range(1, 8):  # i padded positions add i times the zero point (the average's)
+        value = i * int(pool.zero) if pool.kind == "avg" else 0
+        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", **{f"PAD_VALUE_{i}X": value})
     if src is not None:
         _addr(cfg, "PDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH", src[0])
         cfg.reg("PDP_RDMA", "D_SRC_LINE_STRIDE", src[1])
@@ -514,6 +518,23 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
 
 def _out_size(n: int, k: int, s: int, pads: int, dilation: int = 1) -> int:
     return (n + pads - dilation * (k - 1) - 1) // s + 1
+
+
+def _one_image(run: RecordedRun, label: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The run's input and output as one (C, H, W) cube each. A batch of N 1x1 positions through
+    1x1 convolutions and SDPs alone (a dense layer over N rows, as the compiler lowers a
+    matmul) is the same arithmetic on one 1 x N feature map, as NVDLA's compiler runs it."""
+    n = run.input.shape[0]
+    if n == 1:
+        return run.input[0], run.output[0]
+    pointwise = all(isinstance(op, Sdp) or (
+        isinstance(op, Conv) and op.weights.shape[2:] == (1, 1) and not any(op.padding)
+        and tuple(op.stride) == (1, 1)) for op in run.ops)
+    if run.input.shape[2:] == (1, 1) and run.output.shape[2:] == (1, 1) and pointwise:
+        as_row = lambda t: np.ascontiguousarray(t[:, :, 0, 0].T[:, None, :])  # noqa: E731
+        return as_row(run.input), as_row(run.output)
+    raise _inexact(label, f"a batch of {n} (the export writes one image per test: run the "
+                   "model on one input)")
 
 
 def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
@@ -533,12 +554,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                        "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
     if run.input is None or run.output is None or run.input.dtype != np.int8:
         raise _inexact(label, "the run's tensors are not int8 NCHW")
-    if run.input.shape[0] != 1:
-        raise _inexact(label, f"a batch of {run.input.shape[0]} (the export writes one image "
-                       "per test: run the model on one input)")
-    x = run.input[0]
+    x, expected = _one_image(run, label)
     c, h, w = x.shape
-    expected = run.output[0]
     cfg = _Cfg()
     regions = _Regions()
     image, line, surf = feature_image(x)
@@ -580,7 +597,10 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                                     dst=None if pool is not None else dst)
         units += ["SDP"] + (["SDP_RDMA"] if needs_rdma else [])
     if conv is not None:
-        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, len(wimage),
+        # NVDLA's weight byte counts are whole 128-byte units (every trace rounds them up:
+        # dc_1x1x8_1x1x8x1's 8 bytes are 128); the region's tail is zero
+        weight_bytes = -(-len(wimage) // WEIGHT_UNIT) * WEIGHT_UNIT
+        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, weight_bytes,
                         (out_line, out_surf), label)
         units += ["CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA"]
     if pool is not None:
@@ -626,7 +646,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
     return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables)
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"

@@ -9,26 +9,19 @@ per-layer records. ``docs/report-schema.md`` describes the columns and the JSON 
 from __future__ import annotations
 
 import collections
-import csv
-import io
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import AccelInvalidError
-from ..sim.costs import engine_names
-from ..sim.labels import label_key, layer_key
-from ..tables import Column, render_table, runs_macs
+# The per-layer rows and the CSV are the simulator's (a profile writes them without TVM).
+from ..sim.cost_report import (CSV_COLUMNS, csv_text, label_source, layer_rows,  # noqa: F401
+                               record_precision, source_names, write_csv)
+from ..tables import Column, render_table
 
 #: The version of the report layout; a key renamed or removed raises it.
 SCHEMA_VERSION = 1
 
 #: The kinds of report that carry a ``schema`` tag.
 KINDS = ("partition", "estimate", "bench", "accuracy", "debug")
-
-#: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
-CSV_COLUMNS = ("layer", "source_ops", "engines", "precision", "mode", "macs", "cycles",
-               "network_share", "utilization", "bytes_read", "bytes_written", "dram_bytes",
-               "sram_bytes", "dram_cycles", "sram_cycles", "energy_pj")
 
 def schema(kind: str) -> str:
     """The ``schema`` value of a report of ``kind``: ``accel-codegen/<kind>/<version>``."""
@@ -42,91 +35,47 @@ def tagged(kind: str, data: Mapping[str, Any]) -> Dict[str, Any]:
     return {"schema": schema(kind), **{k: v for k, v in data.items() if k != "schema"}}
 
 
-def record_precision(record) -> Optional[str]:
-    """The precision of a run: its record's, else its first op's (None when unknown)."""
-    precision = getattr(record, "precision", None)
-    if precision:
-        return precision
-    ops = getattr(record, "ops", ())
-    return ops[0].precision if ops else None
+class LayerSources(dict):
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
+    layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
+    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one."""
+
+    def __init__(self, *args, names: Optional[Mapping[str, str]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.names: Dict[str, str] = dict(names or {})
 
 
-def source_ops(matched) -> Dict[str, List[str]]:
+def source_ops(matched) -> LayerSources:
     """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
-    partitioned or pattern-matched module (what the partition report lists per layer)."""
-    import tvm
-    from tvm import relax
-
+    partitioned or pattern-matched module (what the partition report lists per layer), with
+    each layer's source-model name (:class:`LayerSources`)."""
+    from ..compiler.source_names import function_calls, layer_name
     from ..compiler.walk import composite_calls, external_calls
     from ..sim.labels import run_key
 
-    result: Dict[str, List[str]] = {}
+    result = LayerSources()
     for function, (_, external) in enumerate(external_calls(matched)):
         for index, (_, composite) in enumerate(composite_calls(external)):
-            names = []
-            for block in composite.body.blocks:
-                for binding in block.bindings:
-                    value = binding.value
-                    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-                        names.append(value.op.name)
-            result[run_key(function, index)] = names
+            key = run_key(function, index)
+            result[key] = [call.op.name for call in function_calls(composite)]
+            name = layer_name(composite)
+            if name:
+                result.names[key] = name
     return result
 
 
-def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
-    try:
-        return " ".join(sources.get(layer_key(label_key(label)), ()))
-    except AttributeError:  # not a run label of ours
-        return ""
-
-
-def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
-               sources: Optional[Mapping[str, Sequence[str]]] = None,
-               precision: Optional[str] = None) -> List[Dict[str, Any]]:
-    """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
-    the array's, for the utilisation (else the record's own figure); ``sources``: layer key
-    -> its Relax operators (:func:`source_ops`); ``precision``: of records that carry none.
-    MAC figures of runs without a CONV are None (not applicable)."""
-    sources = sources or {}
-    total = sum(r.cycles for r in records) or 1
-    rows = []
-    for r in records:
-        macs = runs_macs(r)
-        if not macs:
-            utilization = None
-        elif peak_macs_per_cycle:
-            utilization = r.macs / (r.cycles * peak_macs_per_cycle) if r.cycles else 0.0
-        else:
-            utilization = r.utilization
-        rows.append({
-            "layer": r.label, "source_ops": _source_of(r.label, sources),
-            "engines": engine_names(r), "precision": record_precision(r) or precision,
-            "mode": r.mode, "macs": r.macs if macs else None, "cycles": r.cycles,
-            "network_share": r.cycles / total, "utilization": utilization,
-            "bytes_read": r.bytes_read, "bytes_written": r.bytes_written,
-            "dram_bytes": getattr(r, "dram_bytes", 0), "sram_bytes": getattr(r, "sram_bytes", 0),
-            "dram_cycles": getattr(r, "memory_cycles", 0),
-            "sram_cycles": getattr(r, "sram_cycles", 0), "energy_pj": r.energy_pj})
-    return rows
-
-
-def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> str:
-    """The rows as CSV with a header line (``columns``; not applicable: empty)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n",
-                            extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return out.getvalue()
-
-
-def write_csv(rows: Iterable[Mapping[str, Any]], path,
-              columns: Sequence[str] = CSV_COLUMNS) -> Path:
-    """Write :func:`csv_text` of the rows to ``path``; returns the path."""
-    path = Path(path)
-    path.write_text(csv_text(rows, columns))
-    return path
+def name_trace(trace: Dict[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
+    """A Chrome trace (:mod:`accel_codegen.sim.timeline`) with each run's source-model name in
+    its events' ``args`` (``source``), where ``names`` (layer key -> name) has one."""
+    if not names:
+        return trace
+    for event in trace.get("traceEvents", []):
+        args = event.get("args") or {}
+        source = label_source(str(args.get("label") or event.get("name", "")), names) \
+            if event.get("ph") == "X" else ""
+        if source:
+            event.setdefault("args", {})["source"] = source
+    return trace
 
 
 # --- the partition's per-op-type summary --------------------------------------------------------

@@ -214,9 +214,15 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
                                  dst, epilogue != NULL ? &e : NULL, &dev->ws, threads);
       }
       if (int8) {
-        const sdp_i8 e = sdp_i8_operands(epilogue);
-        return conv_i8(&r->conv, op->conv.in_zero, src, op->conv.weights,
-                       op->conv.weights_packed, dst, &e, &dev->ws, threads);
+        sdp_i8 e = sdp_i8_operands(epilogue);
+        /* a LUT epilogue's codes by input ranges, planned once for the run */
+        struct sdp_i8_lut_plan* plan =
+            e.lut != NULL ? sdp_i8_lut_plan_new(&e, output_count(r)) : NULL;
+        e.lut_plan = plan;
+        const accel_status status = conv_i8(&r->conv, op->conv.in_zero, src, op->conv.weights,
+                                            op->conv.weights_packed, dst, &e, &dev->ws, threads);
+        sdp_i8_lut_plan_free(plan);
+        return status;
       } else {
         const sdp_f32 e = epilogue != NULL ? sdp_operands(epilogue) : (sdp_f32){0};
         return conv_f32(&r->conv, src, op->conv.weights, dst, epilogue != NULL ? &e : NULL,

@@ -118,15 +118,14 @@ def test_onnx_model_runs_on_the_simulator(tmp_path, zoo):
 
 
 def test_model_with_host_ops_runs_correctly(zoo):
-    """softmax and batched matmul stay on the host, with reasons; the rest, the layer norm's
-    engine passes among it, runs on the simulator, and the answer is right."""
+    """batched matmul stays on the host, with its reason; the rest, the layer norm's and the
+    softmax's engine passes among it, runs on the simulator, and the answer is right."""
     mixed_block = zoo("mixed_block")
     model, x, mod = mixed_block.model, mixed_block.x, mixed_block.mod
     partitioned = ac.partition_for_accel(mod)
     report = ac.partition_report(partitioned)
     host = {op.op: op.reason for op in report.host}
-    assert host["relax.nn.softmax"] == "no accelerator primitive for relax.nn.softmax"
-    assert "relax.nn.layer_norm" not in host
+    assert "relax.nn.layer_norm" not in host and "relax.nn.softmax" not in host
     assert ["accel.layer_norm"] in report.functions.values()
     assert "batched matmul" in host["relax.matmul"]
     assert any(p.startswith("accel.conv2d") for ps in report.functions.values() for p in ps)

@@ -8,7 +8,7 @@ import torch
 from tvm import relax
 
 import accel_codegen as ac
-from accel_codegen.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.sim import decompose, reference
 from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
 
@@ -115,3 +115,27 @@ def test_layer_norm_passes_run_bit_for_bit_as_the_reference(precision):
             torch.from_numpy(x), (c,), torch.from_numpy(gamma), torch.from_numpy(beta),
             1e-5)).numpy()
     assert_close(y, torch_y, 1e-4 if precision == "fp32" else 4e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_softmax_over_the_last_axis_runs_bit_for_bit_as_the_reference(precision):
+    """softmax(x, axis=-1) of attention scores [B, heads, T, T]: one composite, the
+    decomposition's passes (max tree, exp through the LUT, sum, reciprocal) bit for bit."""
+    rng = np.random.default_rng(4)
+    shape = (1, 2, 8, 24)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    bb = relax.BlockBuilder()
+    var = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [var]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.softmax(var, axis=-1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert list(ac.partition_report(mod).functions.values()) == [["accel.softmax"]]
+    y = build_and_run(mod, x, precision=precision)
+    surface = x.transpose(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
+    passes = decompose.softmax_passes(surface.shape, precision)
+    expected = reference.run_decomposition(passes, surface).transpose(0, 2, 3, 1)
+    assert_same(y, np.ascontiguousarray(expected, np.float32))
+    assert_close(y, torch.softmax(torch.from_numpy(x), -1).numpy(),
+                 1e-5 if precision == "fp32" else 5e-3)

@@ -192,3 +192,112 @@ def test_the_scalar_path_gives_the_same_codes(tmp_path):
         op, x = _case(index, act, spatial)
         np.testing.assert_array_equal(scalar[f"arr_{i}"], y, err_msg=json.dumps([index, act]))
         np.testing.assert_array_equal(y, ref.run_chain([op], x))
+
+
+# --- the per-layer plan: codes by input ranges (sdp_i8.c, sdp_i8_lut_plan) ---------------------
+#: Layer runs of at least this many elements get a plan (LUT_PLAN_MIN_ELEMENTS in sdp_i8.c).
+PLAN_ELEMENTS = 1 << 16
+
+
+def _compiler_case(act: str, seed: int):
+    """A standalone INT8 SDP through the compiler's tables (quantization/lut.py: every code
+    change inside LO), per-channel converters whose inputs reach below and above LO, on
+    16 x 64 x 65 values: enough for a plan."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+
+    rng = np.random.default_rng(seed)
+    channels = 16
+    out = TensorQuant(0.05, -20) if act != "sigmoid" else TensorQuant(1 / 255, -128)
+    in_scale = rng.uniform(0.03, 0.09, channels)
+    table = layer_lut(act, out, float(in_scale.max()), "test")
+    mul, rshift = encode_multipliers(in_scale / table.input_step, "test")
+    op = Sdp(bias=rng.integers(-40, 40, channels).astype(np.int32), mul=mul, rshift=rshift,
+             act=act, precision="int8", in_zero=int(rng.integers(-5, 5)), out_mul=1,
+             out_shift=table.out_shift, out_zero=out.zero, lut=table.lut)
+    codes = np.arange(-128, 128, dtype=np.int8)
+    x = np.stack([np.resize(np.roll(codes, 11 * c), 64 * 65) for c in range(channels)])
+    return op, rng.permuted(x, axis=1).reshape(1, channels, 64, 65)
+
+
+def _jumping_case(seed: int):
+    """Random LO entries (several code changes in one bin: those bins' lanes take the table
+    arithmetic) inside a flat LE with flat slopes (constant codes outside LO)."""
+    rng = np.random.default_rng(seed)
+    sel, channels = 12, 16
+    lo_start = int(rng.integers(-2**22, 2**22))
+    lut = LutInt8(rng.integers(-8000, 8000, 257).astype(np.int16),
+                  np.full(65, 1234, np.int16), lo_start, lo_start - (32 << (sel + 3)), sel,
+                  sel + 3, 0, 0, 0, 0)
+    centre = lo_start + (128 << sel)
+    mul = rng.integers(20000, 32767, channels)
+    shift = np.zeros(channels, np.int64)  # t = (v + bias) mul: +-128 mul reaches past LO
+    k = mul / 2.0 ** shift
+    bias = np.round(centre / k + rng.integers(-20, 20, channels))
+    op = Sdp(bias=bias.astype(np.int32), mul=mul.astype(np.int16), rshift=shift.astype(np.uint8),
+             act="silu", lut=lut, precision="int8", in_zero=0, out_mul=1, out_shift=5,
+             out_zero=3)
+    x = rng.integers(-128, 128, (1, channels, 64, 65)).astype(np.int8)
+    return op, x
+
+
+PLAN_CASES = ([("compiler", act, 70 + i) for i, act in enumerate(
+    [a for a in LUT_ACTS if ACTIVATIONS[a].int8])] + [("jumping", None, 90)])
+
+
+def _plan_case(kind, act, seed):
+    return _compiler_case(act, seed) if kind == "compiler" else _jumping_case(seed)
+
+
+@pytest.mark.parametrize("kind,act,seed", PLAN_CASES, ids=[f"{k}-{a}" for k, a, _ in PLAN_CASES])
+def test_the_plan_gives_the_codes_of_the_table(kind, act, seed, monkeypatch):
+    """Codes by input ranges (a layer run of >= 2^16 values) equal the reference and the
+    table arithmetic in lanes (ACCEL_SDP_I8_LUT=gather: no plan), with inputs below, inside
+    and above LO."""
+    op, x = _plan_case(kind, act, seed)
+    assert x.size >= PLAN_ELEMENTS
+    t = _t_of(op, x)
+    lo_end = op.lut.lo_start + (256 << op.lut.lo_index_select)
+    assert (t < op.lut.lo_start).any() and (t >= lo_end).any()
+    device = Device("nv_full", num_threads=2)
+    y = device.run([op], x)[0]
+    np.testing.assert_array_equal(y, ref.run_chain([op], x))
+    assert len(np.unique(y)) > 15
+    monkeypatch.setenv("ACCEL_SDP_I8_LUT", "gather")
+    np.testing.assert_array_equal(device.run([op], x)[0], y)
+
+
+def test_a_conv_epilogue_through_the_plan():
+    """A fused CONV + LUT SDP of 16 x 64 x 64 outputs: the epilogue's codes by input ranges
+    equal the reference."""
+    rng = np.random.default_rng(13)
+    op, _ = _compiler_case("hardswish", 71)
+    x = rng.integers(-128, 128, (1, 8, 64, 64)).astype(np.int8)
+    w = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    # accumulators of about +-2^15: the converters scaled down to reach the same t
+    sdp = Sdp(**{**op.__dict__, "in_zero": 0,
+                 "rshift": (op.rshift.astype(np.int64) + 7).astype(np.uint8)})
+    chain = [Conv(w, padding=1, precision="int8", in_zero=-2), sdp]
+    y, _ = Device("nv_full", num_threads=2).run(chain, x)
+    np.testing.assert_array_equal(y, ref.run_chain(chain, x))
+    assert len(np.unique(y)) > 40
+
+
+def test_verbose_names_the_plan(tmp_path):
+    """ACCEL_VERBOSE prints the plan of a LUT layer (bins, changes, bins of several changes):
+    the cases above take it."""
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import test_lut_int8_lanes as m\n"
+        "from accel_codegen import Device\n"
+        "for case in m.PLAN_CASES:\n"
+        "    op, x = m._plan_case(*case)\n"
+        "    Device('nv_full', num_threads=1).run([op], x)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ACCEL_VERBOSE": "1"},
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ",lut_plan," in ln]
+    assert len(lines) == len(PLAN_CASES), done.stderr[-2000:]
+    multi = [int(ln.rsplit("_multi", 1)[1]) for ln in lines]
+    assert multi[-1] > 0 and all(m == 0 for m in multi[:-1])  # only the jumping table's

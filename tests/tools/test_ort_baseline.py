@@ -13,7 +13,7 @@ import pytest
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, frontend
 from accel_codegen.quantization import ort_baseline
-from accel_codegen.quantization.accuracy import sqnr_db
+from accel_codegen.quantization.metrics import sqnr_db
 from accel_codegen.tools import bench
 from accel_codegen.tools.model_spec import random_inputs
 from conftest import run_cli
@@ -147,16 +147,16 @@ def test_accuracy_command_prints_ort_beside_ours(capsys, tmp_path):
 # --- the benchmark ----------------------------------------------------------------------------
 
 def test_bench_ratios_come_from_the_measured_times(monkeypatch):
-    from accel_codegen.compiler import toolchain
+    from accel_codegen.flows import pipeline
 
     seen = _recording_quantizer(monkeypatch)
     builds = []
-    original_build = toolchain.build
+    original_build = pipeline.build
 
     def build(*args, **kwargs):
         builds.append(kwargs)
         return original_build(*args, **kwargs)
-    monkeypatch.setattr(toolchain, "build", build)
+    monkeypatch.setattr(pipeline, "build", build)
     result = bench.run_bench("lenet5", modes=SIM_AND_ORT, repeat=3, warmup=1, threads=1,
                              calibration=6, seed=5, progress=False)
     assert list(result["modes"]) == SIM_AND_ORT and not result["skipped"]
@@ -189,7 +189,7 @@ def test_bench_ratios_come_from_the_measured_times(monkeypatch):
     text = bench.format_table(result)
     assert "simulator fp32 (fused) vs ONNX Runtime 1.32.0 fp32: " in text
     assert "simulator int8 (fused_int8) vs ONNX Runtime 1.32.0 int8: " in text
-    slow = f"; slowdown {modes['fused']['slowdown']['median']:,.0f}x (simulator wall time"
+    slow = f"; slowdown {bench._times(modes['fused']['slowdown']['median'])} (simulator wall time"
     assert slow in text and "slowdown" in text.splitlines()[1]  # a column of the mode table
     json.dumps(result)  # the JSON contract holds plain data
 
@@ -215,6 +215,8 @@ def test_slowdown_is_wall_time_over_the_modelled_time():
     ratios = bench.ort_ratios({"fused": {**entry, "slowdown": bench.slowdown(entry)},
                                "ort_fp32": {"wall_ms": {"median": 20.0, "min": 15.0}}})
     assert ratios["fp32"]["slowdown"] == 80.0 and ratios["fp32"]["median"] == 0.5
+    assert (bench._times(1234.4), bench._times(80.0), bench._times(1.64)) == \
+        ("1,234x", "80x", "1.6x")
 
 
 def test_bench_of_an_onnx_file_times_the_file(lenet5_onnx):

@@ -1,0 +1,190 @@
+"""The source model's names of a Relax module's operators: PyTorch module paths
+(``layer2.0.downsample.0``, from ``torch.export``'s ``nn_module_stack``) and ONNX node names.
+
+The importers name every Relax variable ``lv<N>``; what a user knows is the model's own names.
+The frontend records, while TVM's importer converts each source node (an fx node of the
+exported program, a node of the ONNX graph), which Relax expression that node's result is;
+:func:`attach` then puts the node's name on every call of ``main`` as its span's source name
+(``tvm.ir.Span``), the field TVM keeps on an expression through its passes: the
+pattern-matched composites and the merged external functions carry the same calls, so the
+partition report, the estimate, the profile's labels and the errors can name a layer by its
+source (:func:`name_of`, :func:`layer_name`).
+
+A call the importer emits on its own to build a node's result (the transpose of a linear
+layer's weight, a convolution's bias reshape) has no node of its own: it takes the name of the
+node that first reads it.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import tvm
+from tvm import relax
+
+#: The module attribute that says a module carries source names (its value: "torch"/"onnx").
+SOURCE_ATTR = "accel_source_names"
+
+
+def torch_node_name(node) -> str:
+    """The PyTorch name of an fx node of an exported program: the path of the innermost
+    module whose ``forward`` calls it (``layer1.0.conv1``); for an op written in a
+    container's own ``forward`` (a residual add, a flatten), that path and the op
+    (``layer1.0.add``, ``flatten`` at the top)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path, kind = "", None
+    if stack:
+        path, kind = list(stack.values())[-1]
+    module = getattr(kind, "__module__", None) if not isinstance(kind, str) else \
+        kind.rsplit(".", 1)[0]
+    leaf = bool(module) and module.startswith("torch.nn.modules") and \
+        not module.startswith("torch.nn.modules.container")
+    if path and leaf:
+        return path
+    op = _torch_op_name(node)
+    return f"{path}.{op}" if path else op
+
+
+def _torch_op_name(node) -> str:
+    """The op of an fx node without its overload and counter (``add`` of ``aten.add.Tensor``)."""
+    source = node.meta.get("source_fn_stack")
+    if source:  # the torch function the user wrote, before decomposition
+        fn = source[-1][1]
+        name = getattr(fn, "__name__", None) or str(fn)
+        return name.rsplit(".", 1)[-1].strip("_")
+    target = getattr(node.target, "__name__", str(node.target))
+    return target.split(".")[0].strip("_")
+
+
+class Recorder:
+    """Relax expression -> source name, filled while an importer converts the graph."""
+
+    def __init__(self):
+        self.names: Dict[relax.Expr, str] = {}
+
+    def record(self, result, name: str) -> None:
+        if not name:
+            return
+        items = list(result) if isinstance(result, (list, tuple)) else [result]
+        for item in items:
+            if isinstance(item, relax.Tuple):  # a node of several outputs (batch norm's)
+                self.record(list(item.fields), name)
+            if isinstance(item, relax.Expr) and item not in self.names:
+                self.names[item] = name
+
+
+def span_of(name: str) -> tvm.ir.Span:
+    return tvm.ir.Span(tvm.ir.SourceName(name), 0, 0, 0, 0)
+
+
+def name_of(expr) -> Optional[str]:
+    """The source name an expression carries (None without one)."""
+    span = getattr(expr, "span", None)
+    if span is None:
+        return None
+    name = span.source_name.name if span.source_name is not None else ""
+    return str(name) or None
+
+
+def _used_vars(expr) -> List[relax.Var]:
+    if isinstance(expr, relax.Call):
+        found = []
+        for arg in expr.args:
+            found += _used_vars(arg)
+        return found
+    if isinstance(expr, relax.Tuple):
+        found = []
+        for field in expr.fields:
+            found += _used_vars(field)
+        return found
+    if isinstance(expr, relax.TupleGetItem):
+        return _used_vars(expr.tuple_value)
+    if isinstance(expr, relax.Var):
+        return [expr]
+    return []
+
+
+def attach(mod: tvm.IRModule, recorder: Recorder, source: str) -> tvm.IRModule:
+    """``mod`` with every call of ``main`` carrying its node's name as its span (see the
+    module's docstring); ``source`` ("torch", "onnx") is noted in :data:`SOURCE_ATTR`."""
+    main = mod["main"]
+    names = recorder.names
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    named: Dict[relax.Var, str] = {}
+    for binding in bindings:
+        name = names.get(binding.var) or names.get(binding.value)
+        if name:
+            named[binding.var] = name
+    # A helper call takes the name of its first reader: walk backwards, earlier readers last.
+    inherited: Dict[relax.Var, str] = {}
+    for binding in reversed(bindings):
+        name = named.get(binding.var) or inherited.get(binding.var)
+        if not name:
+            continue
+        for var in _used_vars(binding.value):
+            if var not in named:
+                inherited[var] = name
+    spans = {var: span_of(name) for var, name in {**inherited, **named}.items()}
+    if not spans:
+        return mod
+
+    @relax.expr_functor.mutator
+    class _Spans(relax.PyExprMutator):
+        def visit_var_binding_(self, binding):
+            value = binding.value
+            span = spans.get(binding.var)
+            if span is not None and isinstance(value, relax.Call):
+                value = relax.Call(value.op, value.args, value.attrs, value.ty_args, span)
+                # the variable keeps its type: the same one stays bound, nothing to remap
+                self.builder_.emit_normalized(relax.VarBinding(binding.var,
+                                                               self.visit_expr(value)))
+                return
+            super().visit_var_binding_(binding)
+
+    mutated = _Spans(mod).visit_expr(main)
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    mod["main"] = mutated
+    return mod.with_attr(SOURCE_ATTR, source)
+
+
+def function_calls(function: relax.Function) -> Iterable[relax.Call]:
+    """Every operator call in a (composite) function's body, in order."""
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op):
+                yield binding.value
+
+
+def _grouped(paths: List[List[str]], sep: str = ".") -> List[str]:
+    """Paths, those sharing a first component written once: ``a.{b,c}``."""
+    groups: Dict[str, List[List[str]]] = {}
+    for path in paths:
+        groups.setdefault(path[0], []).append(path)
+    items = []
+    for head, members in groups.items():
+        tails = [m[1:] for m in members]
+        if len(members) == 1 or not all(tails):
+            items += [sep.join(m) for m in members]
+        else:
+            inner = _grouped(tails, sep)
+            items.append(f"{head}{sep}" + (inner[0] if len(inner) == 1 else
+                                       "{" + ",".join(inner) + "}"))
+    return items
+
+
+def compress(names: Sequence[str]) -> str:
+    """Several source names as one, module paths written once: ``layer1.0.{conv1,bn1,relu}``,
+    ``layer2.0.{downsample.{0,1},conv2}``; names of no common first component joined with
+    ``+``; each name once, in order of first appearance. ONNX node names that are paths
+    (``/layer1/layer1.0/conv1/Conv``, as torch's exporter names them) are grouped on ``/``."""
+    distinct: List[str] = []
+    for name in names:
+        if name and name not in distinct:
+            distinct.append(name)
+    sep = "/" if distinct and all("/" in name for name in distinct) else "."
+    return "+".join(_grouped([name.split(sep) for name in distinct], sep))
+
+
+def layer_name(composite: relax.Function) -> str:
+    """The source name of an accelerator layer (a composite function): its operators' names
+    compressed (:func:`compress`); empty where the module carries none."""
+    return compress([name_of(call) or "" for call in function_calls(composite)])

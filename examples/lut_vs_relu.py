@@ -1,0 +1,113 @@
+"""Issue 32, item 1: an INT8 LUT activation's cost per element over the int8 ReLU converter's,
+side by side in one process (one thread, thread time, medians of interleaved rounds).
+
+Standalone SDP (bench_sdp_pdp.py's ops: 256x56x56 against 256x1x16, the difference per
+element) and the six 32-channel 3x3 convs at 160x160 (bench_sdp_pdp.py --convs), each LUT op
+twice: as the library runs it (the per-layer plan of codes by input ranges, sdp_i8.c's
+sdp_i8_lut_plan) and with ACCEL_SDP_I8_LUT=gather (no plan: the table arithmetic in lanes with
+a gather per 16 values, the previous path). The variable is read per run, so both alternate
+within one process.
+
+    python examples/lut_vs_relu.py [--rounds 7] [--no-convs]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from accel_codegen import Device
+
+_spec = importlib.util.spec_from_file_location(
+    "bench_sdp_pdp", Path(__file__).with_name("bench_sdp_pdp.py"))
+sdp_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sdp_bench)
+
+LUT_OPS = ("int8_silu", "int8_hardswish", "int8_sigmoid")
+PATHS = ("plan", "gather")
+
+
+def _path(path: str) -> None:
+    if path == "gather":
+        os.environ["ACCEL_SDP_I8_LUT"] = "gather"
+    else:
+        os.environ.pop("ACCEL_SDP_I8_LUT", None)
+
+
+def _timed(fn, calls: int) -> float:
+    start = time.thread_time_ns()
+    for _ in range(calls):
+        fn()
+    return (time.thread_time_ns() - start) / calls
+
+
+def standalone(rounds: int, calls: int) -> None:
+    device = Device("nv_full", num_threads=1)
+    cases = {}
+    for name in ("int8_bn_relu",) + LUT_OPS:
+        made = []
+        for shape in ((1, sdp_bench.C, 56, 56), (1, sdp_bench.C, 1, 16)):
+            rng = np.random.default_rng(0)
+            op, _ = sdp_bench.OPS[name](rng, shape)
+            made.append((op, rng.integers(-128, 128, shape).astype(np.int8)))
+        for path in (PATHS if name in LUT_OPS else ("plan",)):
+            cases[(name, path)] = made
+    elements = 56 * 56 * sdp_bench.C - 16 * sdp_bench.C
+    ns = {c: [] for c in cases}
+    for r in range(rounds + 1):  # round 0 warms up
+        for (name, path), made in cases.items():
+            _path(path)
+            big, small = [_timed(lambda m=m: device.run([m[0]], m[1]), calls) for m in made]
+            if r:
+                ns[(name, path)].append((big - small) / elements)
+    _path("plan")
+    relu = statistics.median(ns[("int8_bn_relu", "plan")])
+    print(f"standalone SDP, 256x56x56, ns per element (1 thread, medians of {rounds} rounds)")
+    for (name, path), values in ns.items():
+        m = statistics.median(values)
+        print(f"  {name:16s} {path:7s} {m:6.3f} ns  {m / relu:5.2f}x relu")
+
+
+def convs(rounds: int) -> None:
+    device = Device("nv_full", num_threads=1)
+    cases = [("relu", "plan")] + [(a, p) for a in ("silu", "hardswish") for p in PATHS]
+    built = {c: sdp_bench.conv_stack(c[0], "int8", np.random.default_rng(0)) for c in cases}
+    ms = {c: [] for c in cases}
+    for r in range(rounds + 1):
+        for c in cases:
+            layers, x = built[c]
+            _path(c[1])
+            start = time.thread_time_ns()
+            for layer in layers:
+                x = device.run(layer, x)[0]
+            if r:
+                ms[c].append((time.thread_time_ns() - start) / 1e6)
+    _path("plan")
+    relu = statistics.median(ms[("relu", "plan")])
+    print(f"six int8 32-channel 3x3 convs at 160x160, ms (1 thread, medians of {rounds} rounds)")
+    for (act, path), values in ms.items():
+        m = statistics.median(values)
+        print(f"  {act:10s} {path:7s} {m:7.2f} ms  {m / relu:5.2f}x relu  "
+              f"(+{m - relu:5.2f} ms over relu)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--no-convs", action="store_true")
+    args = ap.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} at the start")
+    standalone(args.rounds, args.calls)
+    if not args.no_convs:
+        convs(args.rounds)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Each layer named by the source model (issue 30): PyTorch module paths from torch.export and
+ONNX node names, carried by the importers onto every Relax call and read back by the partition
+report, the estimate's table, CSV and JSON, and the trace."""
+import csv
+import io
+import json
+
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from accel_codegen import partition_report
+from accel_codegen.compiler import frontend
+from accel_codegen.compiler.source_names import compress
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.downsample = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.BatchNorm2d(8))
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + self.downsample(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.layer1 = torch.nn.Sequential(Block())
+        self.fc = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = self.layer1(self.stem(x))
+        return self.fc(torch.sin(x).flatten(1))
+
+
+def _net():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.randn(1, 3, 4, 4),)
+
+
+def test_compress_writes_shared_module_paths_once():
+    assert compress(["layer2.0.downsample.0", "layer2.0.downsample.1", "layer2.0.conv2",
+                     "layer2.0.add"]) == "layer2.0.{downsample.{0,1},conv2,add}"
+    assert compress(["conv1", "bn1", "conv1"]) == "conv1+bn1"
+    assert compress(["/l/a/Conv", "/l/b/Relu"]) == "/l/{a/Conv,b/Relu}"
+    assert compress([]) == ""
+
+
+def test_pytorch_module_paths_reach_the_partition_report():
+    model, x = _net()
+    mod, _ = frontend.from_pytorch(model, x)
+    report = partition_report(mod)
+    by_op = [(op.op, op.source, op.offloaded) for op in report.ops]
+    assert ("relax.nn.conv2d", "stem", True) in by_op
+    assert ("relax.nn.conv2d", "layer1.0.downsample.0", True) in by_op
+    assert ("relax.nn.batch_norm", "layer1.0.downsample.1", True) in by_op
+    assert ("relax.add", "layer1.0.add", True) in by_op  # written in Block.forward
+    assert ("relax.sin", "sin", False) in by_op  # a host op keeps its name too
+    # the linear layer's weight transpose, which the importer adds, is the linear layer's
+    assert {op.source for op in report.ops if op.op == "relax.permute_dims"} <= {"fc"}
+    assert all(op.source for op in report.ops)
+    assert "layer1.0.downsample.0" in str(report)
+    assert json.loads(json.dumps(report.to_dict()))["ops"][0]["source"] == "stem"
+
+
+def test_onnx_node_names_reach_the_partition_report():
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 1, 1], [0.5] * 12)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="body/conv"),
+         helper.make_node("Relu", ["c"], ["r"], name="body/act"),
+         helper.make_node("Sin", ["r"], ["y"])],  # unnamed: its output names it
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, _ = frontend.from_onnx(model)
+    report = partition_report(mod)
+    assert [(op.op, op.source) for op in report.ops] == [
+        ("relax.nn.conv2d", "body/conv"), ("relax.nn.relu", "body/act"), ("relax.sin", "y")]
+
+
+def test_estimate_table_csv_json_and_trace_name_the_layers(tmp_path):
+    from accel_codegen.tools.estimation import estimate
+
+    model, x = _net()
+    mod, _ = frontend.from_pytorch(model, x)
+    report = estimate(mod, None, config="nv_full")
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(tmp_path / "e.csv").read_text())))
+    sources = [row["source"] for row in rows]
+    assert sources[0] == "stem"
+    # the block's two convolutions run as one layer (a branch run, then the main one)
+    assert sources[1] == sources[2] == "layer1.0.{conv,bn,downsample.{0,1},add,relu}"
+    assert report.to_dict()["layers"][0]["source"] == "stem"
+    assert "stem" in str(report).splitlines()[3] and "layer1.0." in str(report).splitlines()[4]
+    from accel_codegen.tools.report import name_trace, source_names
+
+    trace = name_trace(report.chrome_trace(), source_names(report.source_ops))
+    named = {e["args"].get("source") for e in trace["traceEvents"] if e.get("ph") == "X"}
+    assert "stem" in named
