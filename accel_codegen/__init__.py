@@ -35,14 +35,14 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it, imported on first access (these import tvm);
 # a module's own name maps to the module itself.
 _LAZY = {
-    "partition_for_accel": "compiler.partition", "partition_report": "compiler.partition",
+    "partition_for_accel": "flows.pipeline", "partition_report": "flows.pipeline",
     "PartitionReport": "compiler.partition", "generated_sources": "compiler.partition",
-    "calibration_of": "compiler.partition", "mixed_precision_of": "compiler.partition",
-    "build": "compiler.toolchain", "export_library": "compiler.toolchain",
+    "calibration_of": "compiler.partition", "mixed_precision_of": "flows.pipeline",
+    "build": "flows.pipeline", "export_library": "compiler.toolchain",
     "build_host": "compiler.toolchain", "link_options": "compiler.toolchain",
     "virtual_machine": "compiler.vm", "AccelVirtualMachine": "compiler.vm",
     "estimate": "tools.estimation", "EstimateReport": "tools.estimation",
-    "accuracy_report": "quantization.accuracy", "AccuracyReport": "quantization.accuracy",
+    "accuracy_report": "flows.accuracy", "AccuracyReport": "flows.accuracy",
     "Calibration": "quantization",
     "frontend": "compiler.frontend", "models": "tools.models",
 }

@@ -1,8 +1,11 @@
 /* pdp_i8.c - the PDP engine in INT8: max and average pooling with the input's zero point.
  *
- * Max compares codes (the zero point does not change the order; padding never wins). Average:
- * S = sum of (in - zero) over the window's image elements, out = zero + S / d rounded half away
- * from zero, computed exactly as sign(S) * ((2|S| + d) / (2d)).
+ * Max compares codes (the zero point does not change the order; padding never wins). Average,
+ * NVDLA's (nvdla/doc precision.rst, the C model's pdp): S = the sum of the window's codes, each
+ * padded position reading as the zero point (PAD_VALUE), times the 0.16 fixed-point reciprocals
+ * of the kernel's width and height that NVDLA's compiler programs (RECIP_KERNEL_WIDTH /
+ * HEIGHT = floor(2^16 / k)), each product rounded half away from zero:
+ * out = sat8(rhaz(rhaz(S * rw, 16) * rh, 16)). The divisor is always the whole window.
  *
  * Global average pooling (one output per plane, the window the whole plane) sums each plane
  * with one vpsadbw and finishes 16 planes at once (pool_global).
@@ -10,8 +13,7 @@
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
  * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
  * wrote); other strides tap by tap, portably. Outputs narrower than 16 columns (global
- * pooling) go window by window. The average's divisions are float divisions, exact here (see
- * finish_avg), and cheaper than integer ones. Figures: docs/kernels.md.
+ * pooling) go window by window. Figures: docs/kernels.md.
  */
 #include <stdint.h>
 #ifdef __AVX512F__
@@ -22,9 +24,19 @@
 
 enum { COLS = 1024, NARROW = 16 }; /* output columns per pass (a stack row of int32) */
 
-static inline int32_t round_div(int32_t total, int32_t d) {
-  const int32_t a = (2 * (total < 0 ? -total : total) + d) / (2 * d);
-  return total < 0 ? -a : a;
+/* p / 2^16 rounded half away from zero (|p| < 2^62). */
+static inline int64_t rhaz16(int64_t p) {
+  const int64_t a = ((p < 0 ? -p : p) + (1 << 15)) >> 16;
+  return p < 0 ? -a : a;
+}
+
+/* NVDLA's average of a window whose codes sum to `sum` over `inside` image elements: the
+ * padded positions read as the zero point; see the top of the file. */
+static inline int8_t nvdla_avg(const pdp_geometry* g, int32_t zero, int32_t sum, int32_t inside) {
+  const int64_t S = sum + (int64_t)zero * (g->kernel_h * g->kernel_w - inside);
+  const int64_t rw = (1 << 16) / g->kernel_w, rh = (1 << 16) / g->kernel_h;
+  const int64_t y = rhaz16(rhaz16(S * rw) * rh);
+  return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
 }
 
 /* Window by window: few output columns, where a pass per tap would be mostly overhead. */
@@ -44,11 +56,8 @@ static void pool_narrow(const pdp_geometry* g, int32_t zero, const int8_t* in, i
           for (int32_t s = s0; s < s1; ++s) acc += row[s];
         }
       }
-      if (g->pool == ACCEL_POOL_AVG) {
-        const int32_t d = g->count_include_pad ? g->kernel_h * g->kernel_w : (r1 - r0) * (s1 - s0);
-        acc = zero + round_div(acc - zero * (r1 - r0) * (s1 - s0), d);
-      }
-      out[(int64_t)oy * g->out_w + ox] = (int8_t)acc;
+      out[(int64_t)oy * g->out_w + ox] =
+          g->pool == ACCEL_POOL_AVG ? nvdla_avg(g, zero, acc, (r1 - r0) * (s1 - s0)) : (int8_t)acc;
     }
   }
 }
@@ -93,40 +102,18 @@ static void row_block(int is_max, int32_t sw, const int8_t* const* srcs, const i
 #define ROW_BLOCKS 1
 #endif
 
-/* dst[j] = zero + S / d rounded half away from zero, S = acc[j] - zero * (image elements),
- * d = rows * cols[j] (the image elements, or the whole window with count_include_pad). The
- * float quotient (2|S| + d) / (2d) truncates to the exact integer one: both operands are below
- * 2^16, so a non-integer quotient lies at least 2^-22 (relative) below the next integer, beyond
- * the float division's 2^-24 error. */
-static void finish_avg(const int32_t* acc, const int32_t* cols, const int32_t* inside,
-                       int32_t rows, int32_t in_rows, int32_t zero, int64_t nc, int8_t* dst) {
-  int64_t j = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  const __m512i zv = _mm512_set1_epi32(zero), rv = _mm512_set1_epi32(rows);
-  const __m512i zr = _mm512_set1_epi32(zero * in_rows);
-  for (; j < nc; j += 16) {
-    const __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1u);
-    const __m512i S = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(m, acc + j),
-                                       _mm512_mullo_epi32(zr, _mm512_maskz_loadu_epi32(m, inside + j)));
-    const __m512i d = _mm512_mullo_epi32(_mm512_mask_loadu_epi32(rv, m, cols + j), rv);
-    const __m512i num = _mm512_add_epi32(_mm512_add_epi32(_mm512_abs_epi32(S), _mm512_abs_epi32(S)), d);
-    const __m512i den = _mm512_add_epi32(d, d);
-    const __m512i q = _mm512_cvttps_epi32(
-        _mm512_div_ps(_mm512_cvtepi32_ps(num), _mm512_cvtepi32_ps(den)));
-    const __mmask16 neg = _mm512_movepi32_mask(S);
-    const __m512i y = _mm512_add_epi32(zv, _mm512_mask_sub_epi32(q, neg, _mm512_setzero_si512(), q));
-    _mm_mask_storeu_epi8(dst + j, m, _mm512_cvtsepi32_epi8(y));
-  }
-#endif
-  for (; j < nc; ++j)
-    dst[j] = (int8_t)(zero + round_div(acc[j] - zero * in_rows * inside[j], rows * cols[j]));
+/* dst[j] = NVDLA's average of column j's window: acc[j] sums its codes over in_rows x inside[j]
+ * image elements. */
+static void finish_avg(const pdp_geometry* g, const int32_t* acc, const int32_t* inside,
+                       int32_t in_rows, int32_t zero, int64_t nc, int8_t* dst) {
+  for (int64_t j = 0; j < nc; ++j) dst[j] = nvdla_avg(g, zero, acc[j], in_rows * inside[j]);
 }
 
 static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
   const int32_t W = g->w, sw = g->stride_w, kw = g->kernel_w;
   const int is_max = g->pool == ACCEL_POOL_MAX;
   enum { TAPS = ACCEL_MAX_POOL_KERNEL * ACCEL_MAX_POOL_KERNEL };
-  int32_t acc[COLS], cols[COLS], inside[COLS];
+  int32_t acc[COLS], inside[COLS];
   int64_t lo[ACCEL_MAX_POOL_KERNEL], hi[ACCEL_MAX_POOL_KERNEL];
   int64_t tlo[TAPS], thi[TAPS];
   const int8_t* srcs[TAPS];
@@ -139,13 +126,12 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
       hi[s] = base > W - 1 ? 0 : (W - 1 - base) / sw + 1;
       if (hi[s] > nc) hi[s] = nc;
     }
-    if (!is_max) { /* each column's image elements per row, and its divisor's columns */
+    if (!is_max) { /* each column's image elements per row */
       for (int32_t j = 0; j < nc; ++j) {
         const int32_t x0 = (c0 + j) * sw - g->pad_left;
         const int32_t s0 = x0 < 0 ? -x0 : 0;
         const int32_t s1 = x0 + kw > W ? W - x0 : kw;
         inside[j] = s1 - s0;
-        cols[j] = g->count_include_pad ? kw : s1 - s0;
       }
     }
     for (int32_t oy = 0; oy < g->out_h; ++oy) {
@@ -176,8 +162,7 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
       if (is_max) {
         for (int32_t i = 0; i < nc; ++i) dst[i] = (int8_t)acc[i];
       } else {
-        finish_avg(acc, cols, inside, g->count_include_pad ? g->kernel_h : r1 - r0, r1 - r0, zero,
-                   nc, dst);
+        finish_avg(g, acc, inside, r1 - r0, zero, nc, dst);
       }
     }
   }
@@ -190,8 +175,8 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
 static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
                         int64_t p0, int64_t p1) {
   const int64_t hw = (int64_t)g->h * g->w;
-  int32_t acc[16], cols[16], inside[16];
-  for (int j = 0; j < 16; ++j) cols[j] = inside[j] = g->w;
+  int32_t acc[16], inside[16];
+  for (int j = 0; j < 16; ++j) inside[j] = g->w;
   for (int64_t p = p0; p < p1; p += 16) {
     const int64_t n = p1 - p < 16 ? p1 - p : 16;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -209,7 +194,7 @@ static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, i
       acc[j] = sum;
     }
 #endif
-    finish_avg(acc, cols, inside, g->h, g->h, zero, n, out + p);
+    finish_avg(g, acc, inside, g->h, zero, n, out + p);
   }
 }
 

@@ -32,7 +32,7 @@ def main() -> int:
     warnings.simplefilter("ignore")
     import accel_codegen as ac
     from accel_codegen.compiler.partition import run_main
-    from accel_codegen.quantization.mixed import search_mixed_precision
+    from accel_codegen.flows.mixed import search_mixed_precision
     from accel_codegen.tools.model_spec import load_model, random_inputs
 
     lines = []

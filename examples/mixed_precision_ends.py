@@ -21,7 +21,7 @@ def main() -> int:
     warnings.simplefilter("ignore")
     import accel_codegen as ac
     from accel_codegen.compiler.partition import run_main
-    from accel_codegen.quantization.accuracy import sqnr_db
+    from accel_codegen.quantization.metrics import sqnr_db
     from accel_codegen.tools.model_spec import load_model, random_inputs
 
     m = load_model(args.model)

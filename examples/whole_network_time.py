@@ -96,14 +96,15 @@ def build_runner(model_name: str, precision: str):
     import tvm
 
     from accel_codegen.compiler import toolchain
+    from accel_codegen.flows import pipeline
     from accel_codegen.tools.bench import calibration_inputs, load_model
 
     model = load_model(model_name, None)
     if precision == "int8":
-        exe = toolchain.build(model.mod, model.params, config="nv_full", precision="int8",
-                              calibration=calibration_inputs(model, None, 1234))
+        exe = pipeline.build(model.mod, model.params, config="nv_full", precision="int8",
+                             calibration=calibration_inputs(model, None, 1234))
     else:
-        exe = toolchain.build(model.mod, model.params, config="nv_full", fuse=True)
+        exe = pipeline.build(model.mod, model.params, config="nv_full", fuse=True)
     vm = toolchain.virtual_machine(exe)
     inputs = [tvm.runtime.tensor(a) for a in model.inputs]
     return model, lambda: vm["main"](*inputs)

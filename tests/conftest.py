@@ -126,7 +126,7 @@ def assert_same(actual, expected, what="output"):
 def sqnr(actual, expected) -> float:
     """SQNR in dB of ``actual`` against ``expected``: the package's sqnr_db (the accuracy
     report's) of their powers, summed in float64."""
-    from accel_codegen.quantization.accuracy import sqnr_db
+    from accel_codegen.quantization.metrics import sqnr_db
 
     actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     return sqnr_db(float(np.sum(expected ** 2)), float(np.sum((actual - expected) ** 2)))

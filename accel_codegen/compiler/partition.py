@@ -1,17 +1,18 @@
 """Partitioning: which ops of a Relax module run on the accelerator, and why the rest do not.
 
-``partition_for_accel`` matches the pattern table, merges neighbouring composites into one
+:func:`generate_partition` matches the pattern table, merges neighbouring composites into one
 external function per region, records the partition report, then runs the code generator at
 once: RunCodegen turns every region into an opaque external call, which is what keeps batch
 norm whole (LegalizeOps and DecomposeOpsForInference rewrite ops inside partitioned functions
-too, so nothing may run between partitioning and codegen).
+too, so nothing may run between partitioning and codegen). The public ``partition_for_accel``
+is a flow above the compiler (:mod:`accel_codegen.flows.pipeline`): it calibrates or searches
+where the build asks it, then calls :func:`generate_partition`.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import json
-import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -19,12 +20,10 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
-from ..sim.config import AccelConfig, check_precision
+from ..quantization import Calibration
+from ..sim.config import AccelConfig
 from ..tables import Column, render_table
-from ..quantization.gptq import ROUNDINGS, HessianObserver
-from . import codegen, equalization, frontend, qdq
-from . import weight_rounding as weight_rounding_pass
+from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .source_names import name_of
@@ -36,7 +35,6 @@ from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
 
 REPORT_ATTR = "accel_partition_report"
-MIXED_ATTR = "accel_mixed_precision"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
 # A match_cast that the partition could not drop (its value's type is less specific than the
@@ -348,210 +346,6 @@ def run_main(vm, inputs) -> np.ndarray:
     return result.numpy() if hasattr(result, "numpy") else np.asarray(result)
 
 
-def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-                        config: AccelConfig | str = "nv_full", fuse: bool = True,
-                        precision: str = "fp32", calibration=None,
-                        calibration_method: str = DEFAULT_METHOD,
-                        winograd: bool = True, target_sqnr_db: Optional[float] = None,
-                        layer_precisions: Optional[Dict[str, str]] = None,
-                        equalize: Optional[bool] = None,
-                        bias_correction: bool = True,
-                        weight_rounding: str = "nearest") -> tvm.IRModule:
-    """Offload what the accelerator runs; the rest stays on TVM's host path.
-
-    Parameters
-    ----------
-    mod : tvm.IRModule
-        A Relax module with a ``main`` function (from ``accel_codegen.frontend`` or built by
-        hand). Batch norm must be in inference form.
-    params : dict of str to numpy.ndarray, optional
-        Values of ``main`` parameters to bind as constants: constant weights are folded at
-        compile time; parameters left unbound stay runtime inputs, folded on every call
-        (fp32 only: fp16 and int8 chains need constant weights, others stay on the host).
-    config : AccelConfig or str
-        The hardware configuration (a preset name or a config).
-    fuse : bool
-        True: each primitive runs as one fused chain (CONV -> SDP -> PDP on the fly). False:
-        every source op is its own accelerator op, intermediates through memory.
-    precision : str
-        "fp32" (the reference), "fp16" or "int8"; the configuration must have it. "mixed":
-        int8 or fp16 per layer (the configuration must have both), the assignment that meets
-        ``target_sqnr_db`` at the fewest cycles (docs/mixed-precision.md), or the one
-        ``layer_precisions`` gives.
-    calibration : iterable of input tuples, or Calibration
-        int8 and mixed, required: example inputs of ``main`` (each a tuple of arrays, or one
-        array), run through the fp32 build of the same partition to set the activation
-        scales (and, for mixed, to measure the output SQNR); or the
-        :class:`~accel_codegen.quantization.Calibration` of an earlier build (mixed: with
-        ``layer_precisions`` only). A module imported from a QDQ model (``from_onnx``)
-        keeps the model's scales: int8 needs no calibration, and example inputs set only
-        the tensors the model leaves unquantised (:mod:`accel_codegen.compiler.qdq`).
-    calibration_method : str
-        "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
-    winograd : bool
-        True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
-        3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the
-        report, the profile and the estimate say which ("CONV(wg)"). False: all direct.
-    target_sqnr_db : float
-        Mixed only: the output SQNR against the fp32 build, on the calibration inputs, that
-        the assignment must reach (a positive number of dB, e.g. 40).
-    layer_precisions : dict of str to str
-        Mixed only, instead of a target: each layer's precision by its key (``f0.3``), e.g.
-        the ``layer_precisions`` of an earlier build's :func:`mixed_precision_of`.
-    equalize : bool, optional
-        int8 only: cross-layer equalisation of the convolution weights before they are
-        quantised (:mod:`accel_codegen.compiler.equalization`; the fp32 function is
-        unchanged). False: the weights as given. Default: True with example inputs; with a
-        Calibration, as it was made (``Calibration.equalized``), and asking otherwise is an
-        error.
-    bias_correction : bool
-        int8 only: each convolution's bias takes back the mean shift that rounding its
-        weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
-
-    Returns
-    -------
-    tvm.IRModule
-        The module with external calls in place of the offloaded regions, ready for
-        :func:`accel_codegen.build`; :func:`partition_report` describes it and
-        :func:`calibration_of` gives an int8 module's scales.
-    """
-    config = AccelConfig.resolve(config)
-    if weight_rounding not in ROUNDINGS:
-        raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
-                                f"{ROUNDINGS}")
-    if precision == "mixed":
-        if weight_rounding == "gptq":
-            raise AccelInvalidError("weight_rounding='gptq' is a switch of int8 builds; a "
-                                    "mixed build rounds its int8 weights to nearest")
-        if equalize or not bias_correction:
-            raise AccelInvalidError("equalize and bias_correction are switches of int8 builds; "
-                                    "a mixed build does not equalise (its fp16 layers would "
-                                    "round other weights) and keeps bias correction")
-        if isinstance(calibration, Calibration) and calibration.equalized:
-            raise AccelInvalidError("this calibration was made with equalize=True: its scales "
-                                    "are for equalised weights, which a mixed build does not "
-                                    "use (calibrate an int8 build with equalize=False)")
-        return _partition_mixed(mod, params, config, fuse, calibration, calibration_method,
-                                winograd, target_sqnr_db, layer_precisions)
-    if target_sqnr_db is not None or layer_precisions is not None:
-        raise AccelInvalidError(f"target_sqnr_db and layer_precisions are for precision="
-                                f"'mixed', not {precision!r}")
-    check_precision(config, precision)
-    if precision == "int8" and not fuse:
-        raise AccelUnsupportedError("int8 code is generated for fused chains (fuse=True); "
-                                    "decomposed int8 can be estimated, not run")
-    if precision != "int8":
-        if calibration is not None:
-            raise AccelInvalidError(f"calibration is for int8, not {precision}")
-        return generate_partition(mod, params, config, fuse, precision, precision, None,
-                                  winograd)
-    if not isinstance(calibration, Calibration) and qdq.annotations_of(mod) is not None:
-        # a QDQ model's own scales (compiler/qdq.py), example inputs for the tensors it
-        # gives none; equalisation would move its weights off the model's codes
-        if equalize:
-            raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
-                                    "own int8 codes: give equalize=False or None")
-        if weight_rounding != "nearest":
-            raise AccelInvalidError("a QDQ model's weights keep their own codes: "
-                                    "weight_rounding='nearest' only")
-        equalize = False
-        match = qdq.qdq_calibration(mod, params, config=config, fuse=fuse, winograd=winograd,
-                                    examples=calibration, method=calibration_method)
-        if match.unmatched and calibration is None:
-            warnings.warn(f"{len(match.unmatched)} accelerator tensors have no scale in the "
-                          "QDQ model; their ranges come from one synthetic input: give "
-                          "example inputs (calibration=) for them", stacklevel=2)
-        calibration = match.calibration
-    if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
-        bias_correction = False  # the model's own biases, as its int8 runtime adds them
-    if calibration is None:
-        raise AccelInvalidError("int8 needs calibration: example inputs (an iterable of input "
-                                "tuples) or a Calibration")
-    if equalize is None:
-        equalize = calibration.equalized if isinstance(calibration, Calibration) else True
-    if isinstance(calibration, Calibration) and calibration.equalized != equalize:
-        raise AccelInvalidError(f"the calibration was made with equalize="
-                                f"{calibration.equalized}, the build asks equalize={equalize}: "
-                                "its scales are for other weights")
-    if weight_rounding == "gptq" and isinstance(calibration, Calibration):
-        raise AccelInvalidError("weight_rounding='gptq' rounds on the calibration inputs: give "
-                                "example inputs, not a Calibration (which keeps no Hessians), "
-                                "or weight_rounding='nearest'")
-    if equalize or weight_rounding == "gptq":
-        mod, params = frontend.bind_params(mod, params) if params else mod, None
-    if equalize:
-        mod = equalization.equalize(mod)[0]
-    if not isinstance(calibration, Calibration):
-        observer = None
-        if weight_rounding == "gptq":  # each conv's H = X^T X, gathered in the same pass
-            matched = match_composites(mod, None, config=config, fuse=fuse, precision="int8")
-            calibration = examples_of(calibration, "calibration")
-            observer = HessianObserver(weight_rounding_pass.conv_geometries(matched),
-                                       len(calibration))
-        vm = reference_machine(mod, params, config, fuse, winograd)
-        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                calibration_method, observer)
-        calibration.equalized = equalize
-        if observer is not None:
-            mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
-                                                     bias_correction)[0]
-            del observer
-    calibration = dataclasses.replace(calibration, bias_correction=bias_correction,
-                                      weight_rounding=weight_rounding)
-    return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
-                              winograd)
-
-
-def _partition_mixed(mod, params, config: AccelConfig, fuse: bool, calibration,
-                     calibration_method: str, winograd: bool, target_sqnr_db,
-                     layer_precisions) -> tvm.IRModule:
-    """precision="mixed": the int8 partition (every layer it offloads runs in either
-    precision), each layer in the precision the search chose or the caller gave."""
-    from ..quantization.mixed import check_target, search_mixed_precision
-
-    for precision in ("int8", "fp16"):
-        check_precision(config, precision)
-    if not fuse:
-        raise AccelUnsupportedError("mixed code has int8 layers, which are generated for fused "
-                                    "chains (fuse=True)")
-    if calibration is None:
-        raise AccelInvalidError("mixed precision needs calibration: example inputs (an "
-                                "iterable of input tuples), or a Calibration with "
-                                "layer_precisions")
-    if (target_sqnr_db is None) == (layer_precisions is None):
-        raise AccelInvalidError("mixed precision needs target_sqnr_db (the output SQNR to "
-                                "reach, in dB) or layer_precisions (each layer's), one of them")
-    search = None
-    if layer_precisions is None:
-        target = check_target(target_sqnr_db)
-        if isinstance(calibration, Calibration):
-            raise AccelInvalidError("the mixed-precision search measures the output SQNR on "
-                                    "the calibration inputs: give example inputs, not a "
-                                    "Calibration (or give layer_precisions)")
-        search = search_mixed_precision(mod, params, calibration, target, config=config,
-                                        winograd=winograd,
-                                        calibration_method=calibration_method)
-        calibration, layer_precisions = search.calibration, search.layer_precisions
-    elif not isinstance(calibration, Calibration):
-        vm = reference_machine(mod, params, config, fuse, winograd)
-        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                calibration_method)
-    mod = generate_partition(mod, params, config, fuse, "int8", "mixed", calibration, winograd,
-                             layer_precisions)
-    return mod if search is None else mod.with_attr(MIXED_ATTR, search.to_json())
-
-
-def mixed_precision_of(mod: tvm.IRModule):
-    """The search behind a mixed build (:class:`~accel_codegen.quantization.mixed.MixedPrecision`:
-    the chosen assignment, its cycles and SQNR, the path from all-int8 to all-fp16), or None
-    for a build that was not searched."""
-    from ..quantization.mixed import MixedPrecision
-
-    if mod.attrs is None or MIXED_ATTR not in mod.attrs:
-        return None
-    return MixedPrecision.from_json(str(mod.attrs[MIXED_ATTR]))
-
-
 def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibration]:
     """The calibration an int8 module was generated from (None otherwise); with ``used``, the
     quantisation of every tensor its runs read and write, keyed as the observer reports
@@ -560,17 +354,6 @@ def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibratio
     if mod.attrs is None or attr not in mod.attrs:
         return None
     return Calibration.from_json(str(mod.attrs[attr]))
-
-
-def partition_report(mod: tvm.IRModule, params=None, *, config: AccelConfig | str = "nv_full",
-                     fuse: bool = True, precision: str = "fp32",
-                     calibration=None, winograd: bool = True, **mixed) -> PartitionReport:
-    """The partition report of a partitioned module (partitions an unpartitioned one first;
-    ``mixed``: target_sqnr_db or layer_precisions, for precision="mixed")."""
-    if not is_partitioned(mod):
-        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                  calibration=calibration, winograd=winograd, **mixed)
-    return PartitionReport.from_dict(json.loads(str(mod.attrs[REPORT_ATTR])))
 
 
 def generated_sources(mod: tvm.IRModule) -> Dict[str, str]:

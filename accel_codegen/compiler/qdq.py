@@ -24,17 +24,16 @@ before its roundings:
   :class:`~accel_codegen.quantization.TensorQuant` (uint8 zero points shifted by -128: the
   same values, codes 128 lower).
 
-The project's activation scales are keyed by accelerator run (``f0.3``, op index), not by
-ONNX tensor, and TVM's importer keeps no tensor names. So import also runs the float graph
-once in ONNX Runtime on a seeded input inside the input's quantised range and keeps a
-fingerprint of every annotated tensor (its size and values at fixed positions); at
-partition time (:func:`qdq_calibration`) the fp32 build of the partition runs the same
+The project's activation scales are keyed by accelerator run (``f0.3``, op index), not by ONNX
+tensor, and TVM's importer keeps no tensor names. So import also runs the float graph once in
+ONNX Runtime on a seeded input inside the input's quantised range and keeps a fingerprint of
+every annotated tensor (its size and values at fixed positions); at partition time
+(:func:`accel_codegen.flows.qdq.qdq_calibration`) the fp32 build of the partition runs the same
 input under the simulator's observer, and each run tensor takes the quantisation of the
 annotated tensor whose fingerprint it reproduces. A tensor the QDQ graph does not quantise
-(inside a fused chain, where no int8 code needs one) keeps the range it showed on that
-input. The result is a :class:`~accel_codegen.quantization.Calibration` with method
-``"qdq"``, no bias correction and no equalisation (both would move the weights off the
-model's codes).
+(inside a fused chain, where no int8 code needs one) keeps the range it showed on that input.
+The result is a :class:`~accel_codegen.quantization.Calibration` with method ``"qdq"``, no bias
+correction and no equalisation (both would move the weights off the model's codes).
 
 What the accelerator's int8 does not reproduce bit for bit (docs/ptq.md, "Models that arrive
 quantised"): rounding at ties (the converters round half away, ONNX Runtime half to even),
@@ -51,10 +50,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import (DEFAULT_METHOD, Calibration, Observer, TensorQuant, calibrate,
-                            observing)
-from ..quantization.calibration import tensor_quant
+from ..errors import AccelUnsupportedError
 
 #: The module attribute that carries a stripped QDQ graph's annotations to the partitioner.
 QDQ_ATTR = "accel_qdq"
@@ -440,7 +436,7 @@ def _means_as_convolutions(model, annotations: QdqAnnotations) -> None:
     graph.node.extend(nodes)
 
 
-def _matching_inputs(annotations: QdqAnnotations) -> List[np.ndarray]:
+def matching_inputs(annotations: QdqAnnotations) -> List[np.ndarray]:
     """The seeded input both sides run: uniform over each input's quantised range (or
     N(0, 1) for an input the graph does not quantise)."""
     rng = np.random.default_rng(MATCH_SEED)
@@ -453,7 +449,7 @@ def _matching_inputs(annotations: QdqAnnotations) -> List[np.ndarray]:
     return arrays
 
 
-def _positions(size: int) -> np.ndarray:
+def fingerprint_positions(size: int) -> np.ndarray:
     return np.unique(np.linspace(0, size - 1, min(FINGERPRINT_POINTS, size)).astype(np.int64))
 
 
@@ -480,12 +476,12 @@ def _fingerprint(model, annotations: QdqAnnotations, input_ranges) -> None:
     for name in wanted:
         if name not in outputs and name not in {v[0] for v in annotations.inputs}:
             probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    feeds = dict(zip((v[0] for v in annotations.inputs), _matching_inputs(annotations)))
+    feeds = dict(zip((v[0] for v in annotations.inputs), matching_inputs(annotations)))
     values = _run_float(probe, feeds)
     values.update(feeds)
     for name in wanted:
         flat = np.asarray(values[name], np.float32).reshape(-1)
-        where = _positions(flat.size)
+        where = fingerprint_positions(flat.size)
         annotations.fingerprints[name] = (int(flat.size), [int(i) for i in where],
                                           [float(v) for v in flat[where]])
 
@@ -514,83 +510,3 @@ def annotations_of(mod) -> Optional[QdqAnnotations]:
     if mod.attrs is None or QDQ_ATTR not in mod.attrs:
         return None
     return QdqAnnotations.from_json(str(mod.attrs[QDQ_ATTR]))
-
-
-class _MatchingObserver(Observer):
-    """Statistics of every run tensor (for those the QDQ graph does not quantise) and each
-    one's values at the fingerprints' positions."""
-
-    def __init__(self, sizes) -> None:
-        super().__init__()
-        self.sizes = {size: np.asarray(_positions(size)) for size in sizes}
-        self.samples: Dict[Tuple[str, int], Tuple[int, np.ndarray]] = {}
-
-    def add(self, label: str, op_index: int, x: np.ndarray) -> None:
-        super().add(label, op_index, x)
-        where = self.sizes.get(x.size)
-        if where is not None and x.dtype == np.float32:
-            from ..sim.labels import label_key
-
-            self.samples[(label_key(label), op_index)] = (
-                x.size, x.reshape(-1)[where].astype(np.float64))
-
-
-@dataclasses.dataclass
-class QdqMatch:
-    """How :func:`qdq_calibration` keyed the model's scales: run tensor -> ONNX tensor, and
-    the run tensors no annotated tensor reproduced (their scale is the range they showed)."""
-
-    calibration: Calibration
-    matched: Dict[Tuple[str, int], str]
-    unmatched: List[Tuple[str, int]]
-
-
-def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
-                    winograd: bool = True, annotations: Optional[QdqAnnotations] = None,
-                    examples=None, method: str = DEFAULT_METHOD) -> QdqMatch:
-    """The Calibration of an int8 build of ``mod`` (imported from a QDQ model) from the
-    model's own scales (see the module's docstring). ``annotations``: those of
-    :func:`annotations_of` by default. ``examples`` (example input tuples): the run tensors
-    the model gives no scale get theirs from these inputs by ``method``, as a calibration
-    would; without them, from the range they showed on the one matching input (synthetic:
-    uniform over the input's codes), which can be far from real data's."""
-    from ..sim.config import AccelConfig
-    from .partition import reference_machine, run_main
-
-    annotations = annotations if annotations is not None else annotations_of(mod)
-    if annotations is None:
-        raise AccelInvalidError("the module was not imported from a QDQ model (no "
-                                f"'{QDQ_ATTR}' attribute): calibrate it with example inputs")
-    config = AccelConfig.resolve(config)
-    vm = reference_machine(mod, params, config, fuse, winograd)
-    observer = _MatchingObserver({n for n, _, _ in annotations.fingerprints.values()})
-    with observing(observer):
-        run_main(vm, tuple(_matching_inputs(annotations)))
-    candidates: Dict[int, List[Tuple[str, np.ndarray]]] = {}
-    for name, (size, _, values) in annotations.fingerprints.items():
-        candidates.setdefault(size, []).append((name, np.asarray(values, np.float64)))
-    # the tensors the model gives no scale: calibrated on the examples, as a build would
-    seen = calibrate(lambda *inputs: run_main(vm, inputs), examples, method) \
-        if examples is not None else Calibration("max", 1, {})
-    tensors, matched, unmatched = {}, {}, []
-    for key, stats in observer.stats.items():
-        size, sample = observer.samples.get(key, (0, None))
-        best = None
-        if sample is not None:
-            # the fp32 build agrees with ONNX Runtime's float run to ~1e-6 of a tensor's
-            # range; 1e-3 still tells apart tensors that differ by one op
-            tolerance = 1e-3 * max(float(np.max(np.abs(sample))), 1e-6)
-            for name, values in candidates.get(size, []):
-                error = float(np.max(np.abs(values - sample)))
-                if error <= tolerance and (best is None or error < best[1]):
-                    best = (name, error)
-        if best is not None:
-            scale, zero, _ = annotations.tensors[best[0]]
-            tensors[key] = TensorQuant(scale, zero)
-            matched[key] = best[0]
-        else:
-            tensors[key] = seen.tensors.get(key) or tensor_quant(stats, seen.method)
-            unmatched.append(key)
-    calibration = Calibration(QDQ_METHOD, seen.samples, tensors, {}, equalized=False,
-                              bias_correction=False)
-    return QdqMatch(calibration, matched, sorted(unmatched))

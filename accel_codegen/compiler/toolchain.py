@@ -1,6 +1,8 @@
-"""Build and export: a partitioned module to a VM executable whose external functions call the
-simulator library, and to a shared library a fresh process loads with nothing but ``tvm``.
-Loading and checking library files is :mod:`.library`; the thread-safe VM is :mod:`.vm`."""
+"""Export: a built module to a shared library a fresh process loads with nothing but ``tvm``,
+and TVM's own host build (the baseline). ``build`` (partition, then compile to a VM executable
+whose external functions call the simulator library) is a flow:
+:mod:`accel_codegen.flows.pipeline`. Loading and checking library files is :mod:`.library`; the
+thread-safe VM is :mod:`.vm`."""
 from __future__ import annotations
 
 import os
@@ -12,50 +14,13 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelLibraryError
-from ..quantization import DEFAULT_METHOD
-from ..sim.config import AccelConfig
 from .frontend import bind_params
 from .library import append_checksum, check_writable, compiler_message
 from .link import link_options
-from .partition import is_partitioned, partition_for_accel
 
 # Loading and running a library live in .library and .vm; their names stay importable here.
 from .library import CHECKSUM_MARKER, check_library, load_library  # noqa: E402,F401,I001
 from .vm import AccelVirtualMachine, virtual_machine  # noqa: E402,F401,I001
-
-
-def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-          config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
-          calibration=None, calibration_method: str = DEFAULT_METHOD,
-          target="llvm", winograd: bool = True, target_sqnr_db: Optional[float] = None,
-          layer_precisions: Optional[Dict[str, str]] = None) -> "tvm.runtime.Executable":
-    """Partition (unless partitioned already) and compile a module.
-
-    Parameters
-    ----------
-    mod, params, config, fuse, precision, calibration, calibration_method, winograd
-    target_sqnr_db, layer_precisions
-        As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
-        iterable of example input tuples (or a Calibration); precision="mixed" needs it and
-        ``target_sqnr_db`` (or ``layer_precisions``).
-    target : str or dict
-        The host target for the ops that stay on the host.
-
-    Returns
-    -------
-    tvm.runtime.Executable
-        Run it with :func:`virtual_machine`, or export it with :func:`export_library`.
-    """
-    if is_partitioned(mod):
-        if params:
-            raise AccelInvalidError("bind params before partitioning: the module is partitioned")
-    else:
-        mod = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                  calibration=calibration,
-                                  calibration_method=calibration_method, winograd=winograd,
-                                  target_sqnr_db=target_sqnr_db,
-                                  layer_precisions=layer_precisions)
-    return tvm.compile(mod, target=target)
 
 
 def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Path:

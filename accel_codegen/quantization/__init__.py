@@ -1,5 +1,9 @@
-"""Quantisation: calibration statistics and activation scales (:mod:`.calibration`), the
-integer encodings of NVDLA's converters (:mod:`.encoding`), and the accuracy report.
+"""Quantisation maths, below the compiler (NumPy only; the code generator uses it): calibration
+statistics and activation scales (:mod:`.calibration`), the integer encodings of NVDLA's
+converters (:mod:`.encoding`), int8 LUT tables (:mod:`.lut`), GPTQ rounding (:mod:`.gptq`),
+SQNR (:mod:`.metrics`), and ONNX Runtime's int8 baseline (:mod:`.ort_baseline`). What runs
+example inputs through builds (the accuracy report, the mixed-precision search, the int8
+build flow) is in :mod:`accel_codegen.flows`.
 """
 from .calibration import (DEFAULT_METHOD, METHODS, Calibration, Key, Observer, TensorQuant,
                           calibrate, covering_quant, examples_of, label_key, observing)

@@ -12,9 +12,9 @@ import contextlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-from ..tables import FP32_BYTES_NOTE, cost_table
 from . import RunStats, profile_enable, profile_records
 from .config import AccelConfig
+from .cost_report import FP32_BYTES_NOTE, cost_table, layer_rows, write_csv
 from .costs import CostTotals, energy_line
 from .timeline import chrome_trace, write_chrome_trace
 
@@ -55,8 +55,6 @@ class Profile:
         """Write the per-layer CSV (docs/report-schema.md); ``config``: the configuration the
         runs ran on, for the utilisation against its array (else each run's own figure);
         ``sources``: layer key -> its Relax operators. Returns the path."""
-        from ..tools.report import layer_rows, write_csv  # the tools layer, only when asked
-
         peak = None
         if config is not None:
             config = AccelConfig.resolve(config)

@@ -35,7 +35,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .._accel_ffi import ffi, lib
-from ..errors import AccelDtypeError, AccelInvalidError, AccelShapeError, check
+from ..errors import (AccelDtypeError, AccelInvalidError, AccelShapeError, AccelUnsupportedError,
+                      check)
 from .ops import Bdma, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
 from .vocabulary import ACTIVATIONS
 
@@ -422,14 +423,6 @@ def sat8(v) -> np.ndarray:
     return np.clip(np.asarray(v, dtype=np.int64), -128, 127)
 
 
-def round_div(total, divisor) -> np.ndarray:
-    """total / divisor rounded half away from zero, exactly (divisor > 0)."""
-    total = np.asarray(total, dtype=np.int64)
-    divisor = np.asarray(divisor, dtype=np.int64)
-    magnitude = (2 * np.abs(total) + divisor) // (2 * divisor)
-    return np.where(total < 0, -magnitude, magnitude)
-
-
 def conv2d_int8(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
                 groups: int = 1, in_zero: int = 0) -> np.ndarray:
     """The INT8 CONV's accumulators (int64, exact): sum of (x - in_zero) * w, where padding
@@ -522,20 +515,32 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
     return y.astype(np.int8)
 
 
+def pdp_reciprocal(kernel: int) -> int:
+    """The 0.16 fixed-point reciprocal of a pooling kernel's side that NVDLA's compiler programs
+    (RECIP_KERNEL_WIDTH / HEIGHT): floor(2^16 / kernel), 0x5555 for 3, 0x10000 for 1."""
+    return (1 << 16) // int(kernel)
+
+
 def pool2d_int8(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
                 count_include_pad: bool = False, zero: int = 0) -> np.ndarray:
-    """INT8 pooling on codes with zero point ``zero``: max of the image elements; average
-    ``zero + S / d`` rounded half away from zero, S = sum of (x - zero) over the window's image
-    elements, d = the window size (count_include_pad) or its image element count."""
+    """INT8 pooling on codes with zero point ``zero``, NVDLA's PDP: max of the image elements;
+    average ``sat8(rhaz(rhaz(S * rw, 16) * rh, 16))``, S = the sum of the window's codes with
+    each padded position reading as ``zero`` (NVDLA's PAD_VALUE), rw / rh the kernel's width /
+    height reciprocals (:func:`pdp_reciprocal`): the divisor is always the whole window, so an
+    average over the image elements only (count_include_pad False with padding) is refused."""
     if x.dtype != np.int8:
         raise AccelDtypeError(f"pool2d_int8 takes int8 codes, got {x.dtype}")
     kernel_h, kernel_w = _pair(kernel, "kernel")
     values, inside = _pool_windows(x.astype(np.int64), kernel, stride, padding, 0)
     if kind == "max":
         return np.where(inside, values, -129).max(axis=0).astype(np.int8)
-    total = np.where(inside, values - int(zero), 0).sum(axis=0)
-    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
-    return sat8(int(zero) + round_div(total, divisor)).astype(np.int8)
+    if not count_include_pad and any(_padding(padding)):
+        raise AccelUnsupportedError(
+            f"an INT8 average over the in-image elements only (count_include_pad False with "
+            f"padding {padding}): NVDLA's PDP divides by the whole window")
+    total = np.where(inside, values, int(zero)).sum(axis=0)
+    first = rhaz(total * pdp_reciprocal(kernel_w), 16)
+    return sat8(rhaz(first * pdp_reciprocal(kernel_h), 16)).astype(np.int8)
 
 
 # --- FP16 ------------------------------------------------------------------------------------

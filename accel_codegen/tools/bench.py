@@ -52,8 +52,8 @@ import numpy as np
 
 from ..sim.costs import CostTotals, engine_names
 from ..sim.device import int8_amx
-from ..tables import (FP32_BYTES_NOTE, LAYER_WIDTH, Column, render_row, render_table,
-                      wrap_label)
+from ..sim.cost_report import FP32_BYTES_NOTE
+from ..tables import LAYER_WIDTH, Column, render_row, render_table, wrap_label
 
 # The MODEL grammar and loading live in model_spec; these names stay importable from here.
 from .model_spec import (ONNX, LoadedModel, ModelSpec, load_callable, load_model,  # noqa: F401
@@ -263,21 +263,22 @@ def _runner(mode: str, setting: _Setting) -> Callable[[], Any]:
 
         from ..compiler import toolchain
         from ..errors import AccelError
+        from ..flows import pipeline
 
         if mode == "host":
             vm = tvm.relax.VirtualMachine(toolchain.build_host(model.mod, model.params),
                                           tvm.cpu())
         elif mode == "fused_int8":
             try:
-                vm = toolchain.virtual_machine(toolchain.build(
+                vm = toolchain.virtual_machine(pipeline.build(
                     model.mod, model.params, config=config, precision="int8",
                     calibration=setting.calibration,
                     calibration_method=setting.calibration_method))
             except AccelError as error:
                 raise _Skip(f"the int8 build failed: {error}") from error
         else:
-            vm = toolchain.virtual_machine(toolchain.build(model.mod, model.params,
-                                                           config=config, fuse=mode == "fused"))
+            vm = toolchain.virtual_machine(pipeline.build(model.mod, model.params,
+                                                          config=config, fuse=mode == "fused"))
         tvm_inputs = [tvm.runtime.tensor(a) for a in model.inputs]
         return lambda: vm["main"](*tvm_inputs)
     import torch

@@ -140,7 +140,7 @@ def check_precision_args(args, config) -> None:
         if target is None:
             raise UserError("--precision mixed needs --target-sqnr DB (the output SQNR to "
                             "reach against fp32, e.g. 40)")
-        from ..quantization.mixed import check_target
+        from ..flows.mixed import check_target
         check_target(target)
     else:
         check_precision(config, args.precision)
@@ -193,7 +193,7 @@ def _calibration(args, model) -> dict:
 
 def _partition(args, config, model):
     """The model partitioned (and code generated) as the command line asks."""
-    from ..compiler.partition import partition_for_accel
+    from ..flows.pipeline import partition_for_accel
 
     return partition_for_accel(model.mod, model.params, config=config, fuse=not args.no_fuse,
                                precision=args.precision, winograd=not args.no_winograd,
@@ -291,7 +291,7 @@ def cmd_partition(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
     parse_model_spec(args.model)
-    from ..compiler.partition import partition_report
+    from ..flows.pipeline import partition_report
 
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
     from .report import format_op_type_summary, op_type_summary
@@ -321,7 +321,7 @@ def cmd_partition(args) -> int:
 
 def _show_mixed(partitioned) -> None:
     """A mixed build's search: the two ends and the chosen assignment."""
-    from ..compiler.partition import mixed_precision_of
+    from ..flows.pipeline import mixed_precision_of
 
     search = mixed_precision_of(partitioned)
     if search is not None:
@@ -337,8 +337,9 @@ def cmd_compile(args) -> int:
     parse_model_spec(args.model)
     import numpy as np
 
-    from ..compiler.partition import generated_sources, partition_report
-    from ..compiler.toolchain import build, export_library
+    from ..compiler.partition import generated_sources
+    from ..compiler.toolchain import export_library
+    from ..flows.pipeline import build, partition_report
 
     timings = {}
     start = time.perf_counter()
@@ -584,7 +585,7 @@ def cmd_accuracy(args) -> int:
     config = resolve_config(args.config)
     check_precision_args(args, config)
     parse_model_spec(args.model)
-    from ..quantization.accuracy import accuracy_report
+    from ..flows.accuracy import accuracy_report
 
     model = _load_model(args.model)
     calibration = _calibration(args, model)
@@ -983,7 +984,7 @@ def cmd_export_nvdla(args) -> int:
                         f"{config.name} {args.precision}")
     check_precision_args(args, config)
     parse_model_spec(args.model)
-    from ..compiler.toolchain import build
+    from ..flows.pipeline import build
     from ..compiler.vm import virtual_machine
     from ..sim.recorder import recording
     from .nvdla_export import export_runs
@@ -998,7 +999,8 @@ def cmd_export_nvdla(args) -> int:
         vm["main"](*model.inputs)
     tests, refused = export_runs(runs, args.output, args.prefix)
     for test in tests:
-        print(f"{test.name}: {test.cfg} crc {test.crc:#010x} ({', '.join(test.units)})")
+        print(f"{test.name}: {test.cfg} crc {test.crc:#010x}, {test.cycles:,} cycles estimated "
+              f"under NVDLA's testbench memory ({', '.join(test.units)})")
     for item in refused:
         print(f"refused {item.label}: {item.reason}")
     print(f"{len(tests)} of {len(runs)} accelerator runs written as NVDLA trace tests to "

@@ -3,7 +3,7 @@ same tensor, and its simulated cost, in one table; the first layer whose SQNR fa
 threshold is flagged, so a user finds the layer that breaks accuracy and what keeping it in a
 wider precision would cost.
 
-The error side is :func:`accel_codegen.quantization.accuracy.accuracy_report`: the fp32 and
+The error side is :func:`accel_codegen.flows.accuracy.accuracy_report`: the fp32 and
 the reduced-precision builds of the same partition run the same inputs while the simulator's
 observer (``sim/observer.py``, the hook calibration uses) hands over every tensor of both; a
 layer's figures are those of its output (the last tensor its runs make). Errors are
@@ -113,10 +113,10 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
 
     ``options``: the calibration keywords of :func:`accel_codegen.partition_for_accel`
     (calibration, calibration_method, equalize, bias_correction, weight_rounding). Raises
-    what :func:`~accel_codegen.quantization.accuracy.accuracy_report` raises (fp32 is refused:
+    what :func:`~accel_codegen.flows.accuracy.accuracy_report` raises (fp32 is refused:
     there is nothing to compare)."""
     from ..compiler.partition import layer_keys, match_composites
-    from ..quantization.accuracy import accuracy_report
+    from ..flows.accuracy import accuracy_report
     from .estimation import _LoweredModel
     from .report import source_ops
 

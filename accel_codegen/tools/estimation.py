@@ -37,7 +37,8 @@ from ..sim.costs import CostTotals, energy_line, engine_names
 from ..sim.device import ChainBatch, estimate_chain
 from ..sim.ops import Sdp
 from ..sim.timeline import chrome_trace, write_chrome_trace
-from ..tables import FP32_BYTES_NOTE, Column, cost_table, render_table
+from ..sim.cost_report import FP32_BYTES_NOTE, cost_table
+from ..tables import Column, render_table
 from .report import label_source, layer_rows, source_names, source_ops, tagged, write_csv
 from .progress import ProgressCallback, progress_callback, steps
 

@@ -286,7 +286,7 @@ def host_costs(partitioned, config: AccelConfig | str = "nv_full", *, measure: b
     """Every host operator of a partitioned module with its counterfactual accelerator cost
     and (``measure``) its host time, most accelerator-worthy first: by the time a primitive
     would save where measured (host time minus the accelerator's), then by cycles."""
-    from ..compiler.partition import partition_report
+    from ..flows.pipeline import partition_report
 
     config = AccelConfig.resolve(config)
     report = partition_report(partitioned)

@@ -23,7 +23,9 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
   ``rhaz(u 2^(S - s), S) = rhaz(u, s)`` exactly. ReLU is BN's. The output converter adds the
   zero point: offset ``-out_zero``, scale 1, shift 0. Exact when no intermediate saturates,
   which the export proves from the weights' and the data's bounds (else it refuses).
-* PDP: max pooling (padding never wins on either side).
+* PDP: max pooling (padding never wins on either side) and average pooling, whose int8 is
+  NVDLA's in both (accel.h): the reciprocals RECIP_KERNEL_WIDTH / HEIGHT, each padded position
+  adding the zero point (``PAD_VALUE_nX = n * zero``).
 * A convolution the simulator runs in image-input mode (the first layer, ``pixel_format``) is
   written as a direct convolution of the same codes in feature format: the same result (accel.h
   says so of the mode), which the front end plays (it has no pixel formats).
@@ -31,10 +33,10 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, average pooling (NVDLA multiplies by a 0.16 reciprocal where the simulator divides),
-LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
-image input and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
-(NVDLA's compiler would split it; the export does not).
+point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups),
+Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
+(export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
+compiler does: :func:`hardware_layers`; one that pools on the fly is refused).
 """
 from __future__ import annotations
 
@@ -47,13 +49,17 @@ import numpy as np
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.nvdla import regs
 from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, whole_atoms
+from ..sim.nvdla.cycles import estimate_cycles
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
+from ..sim.reference import pdp_reciprocal
 
 #: nv_small's CBUF: 32 banks of 4 KiB (NVDLA's nv_small spec; the preset has the same).
 CBUF_BANKS = 32
 CBUF_BANK_BYTES = 4096
+#: The unit of CDMA's and CSC's WEIGHT_BYTES.
+WEIGHT_UNIT = 128
 #: Where a test's regions start, and their alignment.
 BASE_ADDRESS = 0x80000000
 REGION_ALIGN = 0x1000
@@ -77,6 +83,7 @@ class ExportedTest:
     region: Tuple[int, int]
     output: np.ndarray
     units: Tuple[str, ...]
+    cycles: int = 0    # the cost model's estimate under NVDLA's testbench memory (cycles.py)
 
 
 @dataclasses.dataclass
@@ -368,6 +375,14 @@ def _sdp_registers(cfg: _Cfg, regions: _Regions, bs: _XUnit, bn: _XUnit, offset:
     return any(v is not None for v in (bs.alu, bs.mul, bn.alu, bn.mul)) or src is not None
 
 
+def cbuf_banks(c: int, h: int, w: int, weight_bytes: int) -> Tuple[int, int, int]:
+    """(CBUF entries per input row, data banks, weight banks) of a direct convolution on nv_small:
+    a row of W positions takes W x ceil(C/8) 8-byte entries, a bank 512 of them."""
+    entries = w * whole_atoms(c) // ATOM_C
+    return (entries, -(-entries * h // (CBUF_BANK_BYTES // ATOM_C)),
+            -(-weight_bytes // CBUF_BANK_BYTES))
+
+
 def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int,
                     weight_bytes: int, dst_strides: Tuple[int, int], label: str) -> None:
     c, h, w = x_shape
@@ -376,13 +391,12 @@ def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int
     pt, pl, pb, pr = (int(v) for v in conv.padding)
     sy, sx = (int(v) for v in conv.stride)
     dy, dx = (int(v) for v in conv.dilation)
-    entries = w * whole_atoms(c) // ATOM_C          # CBUF entries (8 bytes) per input row
-    data_banks = -(-entries * h // (CBUF_BANK_BYTES // ATOM_C))
-    weight_banks = -(-weight_bytes // CBUF_BANK_BYTES)
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
     if data_banks + weight_banks > CBUF_BANKS:
         raise _inexact(label, f"the input ({data_banks} banks) and weights ({weight_banks} "
-                       f"banks) do not fit CBUF's {CBUF_BANKS} together (NVDLA's compiler "
-                       "would split the layer; the export does not)")
+                       f"banks) do not fit CBUF's {CBUF_BANKS} together (export_runs writes a "
+                       "CONV -> SDP in slices of output rows when its weights leave room for "
+                       "one; not this layer)")
     pad_code = int(conv.in_zero) & 0xFF
     cfg.comment("CDMA")
     cfg.reg("CDMA", "D_MISC_CFG", CONV_MODE=0, IN_PRECISION=0, PROC_PRECISION=0,
@@ -462,10 +476,6 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
                    label: str) -> None:
     c, h, w = in_shape
     _, oh, ow = out_shape
-    if pool.kind != "max":
-        raise _inexact(label, f"{pool.kind} pooling: NVDLA's PDP averages raw codes with a "
-                       "0.16 fixed-point reciprocal per dimension (two roundings), the "
-                       "simulator divides the sum around the zero point exactly")
     kh, kw = (int(v) for v in pool.kernel)
     sy, sx = (int(v) for v in pool.stride)
     pt, pl, pb, pr = (int(v) for v in pool.padding)
@@ -482,7 +492,8 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_DATA_CUBE_OUT_WIDTH", ow - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_HEIGHT", oh - 1)
     cfg.reg("PDP", "D_DATA_CUBE_OUT_CHANNEL", c - 1)
-    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD=1, FLYING_MODE=int(not flying),
+    cfg.reg("PDP", "D_OPERATION_MODE_CFG", POOLING_METHOD={"avg": 0, "max": 1}[pool.kind],
+            FLYING_MODE=int(not flying),
             SPLIT_NUM=0)
     cfg.reg("PDP_RDMA", "D_FLYING_MODE", FLYING_MODE=int(not flying))
     cfg.reg("PDP_RDMA", "D_OPERATION_MODE_CFG", SPLIT_NUM=0)
@@ -491,13 +502,14 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
     cfg.reg("PDP", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_HEIGHT=kh - 1,
             KERNEL_STRIDE_WIDTH=sx - 1, KERNEL_STRIDE_HEIGHT=sy - 1)
     cfg.reg("PDP_RDMA", "D_POOLING_KERNEL_CFG", KERNEL_WIDTH=kw - 1, KERNEL_STRIDE_WIDTH=sx - 1)
-    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=(1 << 16) // kw)
-    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=(1 << 16) // kh)
+    cfg.reg("PDP", "D_RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=pdp_reciprocal(kw))
+    cfg.reg("PDP", "D_RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=pdp_reciprocal(kh))
     cfg.reg("PDP", "D_POOLING_PADDING_CFG", PAD_LEFT=pl, PAD_TOP=pt, PAD_RIGHT=pr,
             PAD_BOTTOM=pb)
     cfg.reg("PDP_RDMA", "D_POOLING_PADDING_CFG", PAD_WIDTH=pl)
-    for i in range(1, 8):
-        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", 0)
+    for i in range(1, 8):  # i padded positions add i times the zero point (the average's)
+        value = i * int(pool.zero) if pool.kind == "avg" else 0
+        cfg.reg("PDP", f"D_POOLING_PADDING_VALUE_{i}_CFG", **{f"PAD_VALUE_{i}X": value})
     if src is not None:
         _addr(cfg, "PDP_RDMA", "D_SRC_BASE_ADDR_LOW", "D_SRC_BASE_ADDR_HIGH", src[0])
         cfg.reg("PDP_RDMA", "D_SRC_LINE_STRIDE", src[1])
@@ -514,6 +526,23 @@ def _pdp_registers(cfg: _Cfg, pool: Pool, in_shape, out_shape, flying: bool, src
 
 def _out_size(n: int, k: int, s: int, pads: int, dilation: int = 1) -> int:
     return (n + pads - dilation * (k - 1) - 1) // s + 1
+
+
+def _one_image(run: RecordedRun, label: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The run's input and output as one (C, H, W) cube each. A batch of N 1x1 positions through
+    1x1 convolutions and SDPs alone (a dense layer over N rows, as the compiler lowers a
+    matmul) is the same arithmetic on one 1 x N feature map, as NVDLA's compiler runs it."""
+    n = run.input.shape[0]
+    if n == 1:
+        return run.input[0], run.output[0]
+    pointwise = all(isinstance(op, Sdp) or (
+        isinstance(op, Conv) and op.weights.shape[2:] == (1, 1) and not any(op.padding)
+        and tuple(op.stride) == (1, 1)) for op in run.ops)
+    if run.input.shape[2:] == (1, 1) and run.output.shape[2:] == (1, 1) and pointwise:
+        as_row = lambda t: np.ascontiguousarray(t[:, :, 0, 0].T[:, None, :])  # noqa: E731
+        return as_row(run.input), as_row(run.output)
+    raise _inexact(label, f"a batch of {n} (the export writes one image per test: run the "
+                   "model on one input)")
 
 
 def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
@@ -533,12 +562,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                        "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
     if run.input is None or run.output is None or run.input.dtype != np.int8:
         raise _inexact(label, "the run's tensors are not int8 NCHW")
-    if run.input.shape[0] != 1:
-        raise _inexact(label, f"a batch of {run.input.shape[0]} (the export writes one image "
-                       "per test: run the model on one input)")
-    x = run.input[0]
+    x, expected = _one_image(run, label)
     c, h, w = x.shape
-    expected = run.output[0]
     cfg = _Cfg()
     regions = _Regions()
     image, line, surf = feature_image(x)
@@ -580,7 +605,10 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                                     dst=None if pool is not None else dst)
         units += ["SDP"] + (["SDP_RDMA"] if needs_rdma else [])
     if conv is not None:
-        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, len(wimage),
+        # NVDLA's weight byte counts are whole 128-byte units (every trace rounds them up:
+        # dc_1x1x8_1x1x8x1's 8 bytes are 128); the region's tail is zero
+        weight_bytes = -(-len(wimage) // WEIGHT_UNIT) * WEIGHT_UNIT
+        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, weight_bytes,
                         (out_line, out_surf), label)
         units += ["CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA"]
     if pool is not None:
@@ -626,17 +654,105 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
     return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables)
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
+
+
+def row_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose input and weights do not fit CBUF together, as NVDLA's compiler
+    splits it: slices of output rows, each reading the input rows its windows cover (the
+    kernel's overlap read twice) with the top padding on the first slice and the bottom
+    padding on the last, each a hardware layer of its own. The run itself when it fits or is
+    not such a run (export_run then says why not)."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4):
+        return [run]
+    conv = ops[0]
+    _, c, h, w = run.input.shape
+    k, _, kh, _ = conv.weights.shape
+    weight_bytes = -(-int(conv.weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks >= CBUF_BANKS:
+        return [run]
+    pt, pl, pb, pr = (int(v) for v in conv.padding)
+    sy, dy = int(conv.stride[0]), int(conv.dilation[0])
+    rows_fit = (CBUF_BANKS - weight_banks) * (CBUF_BANK_BYTES // ATOM_C) // entries
+    span = dy * (kh - 1) + 1                      # input rows one output row reads
+    per_slice = (rows_fit - span) // sy + 1       # output rows whose windows fit
+    if per_slice < 1:
+        return [run]
+    out_h = run.output.shape[2]
+    slices = []
+    for o0 in range(0, out_h, per_slice):
+        o1 = min(o0 + per_slice, out_h)
+        top, bottom = o0 * sy - pt, (o1 - 1) * sy - pt + span    # input rows [top, bottom)
+        part = dataclasses.replace(conv, padding=(max(-top, 0), pl, max(bottom - h, 0), pr))
+        slices.append(RecordedRun(
+            label=f"{run.label} rows {o0}-{o1 - 1}", ops=[part, ops[1]], mode=run.mode,
+            input=run.input[:, :, max(top, 0):min(bottom, h)], output=run.output[:, :, o0:o1]))
+    return slices
+
+
+def kernel_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose weights leave too little of CBUF for its input, as NVDLA's
+    compiler splits it: slices of kernels (whole groups of 8), each with the SDP's per-channel
+    converters of its channels, writing its channels of the output; each a hardware layer of
+    its own (then split in rows by :func:`row_slices` where its input still does not fit).
+    The run itself when it fits or is not such a run."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4 or ops[1].ew_op is not None):
+        return [run]
+    conv, sdp = ops
+    _, c, h, w = run.input.shape
+    k = conv.weights.shape[0]
+    per_kernel = int(conv.weights[0].size)
+    units = lambda n: -(-n * per_kernel // WEIGHT_UNIT) * WEIGHT_UNIT  # noqa: E731
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, units(k))
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks <= CBUF_BANKS // 2:
+        return [run]   # fits, or the weights take at most half: slices of rows (as accel.h's
+        #                accel_conv_banks lists NVDLA's compiler's choices)
+    room = CBUF_BANKS - min(data_banks, CBUF_BANKS // 2)   # the input keeps up to half
+    per_slice = ATOM_K
+    while per_slice + ATOM_K < k and cbuf_banks(c, h, w, units(per_slice + ATOM_K))[2] <= room:
+        per_slice += ATOM_K
+    if per_slice >= k:
+        return [run]
+    slices = []
+    for k0 in range(0, k, per_slice):
+        k1 = min(k0 + per_slice, k)
+        cut = {f: getattr(sdp, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+               if isinstance(getattr(sdp, f), np.ndarray)}
+        slices.append(RecordedRun(
+            label=f"{run.label} kernels {k0}-{k1 - 1}",
+            ops=[dataclasses.replace(conv, weights=conv.weights[k0:k1]),
+                 dataclasses.replace(sdp, **cut)],
+            mode=run.mode, input=run.input, output=run.output[:, k0:k1]))
+    return slices
+
+
+def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
+    """The hardware layers NVDLA's compiler would make of a run: kernel slices where the
+    weights crowd CBUF, row slices where the input does not fit beside them."""
+    return [part for kernels in kernel_slices(run) for part in row_slices(kernels)]
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"
                 ) -> Tuple[List[ExportedTest], List[Refused]]:
-    """Export every run that NVDLA computes exactly, one test per run (``prefix_NN``); the others
-    are returned as Refused with the reason."""
+    """Export every run that NVDLA computes exactly, one test per hardware layer
+    (``prefix_NN``, ``prefix_NN_sM`` for the slices of a convolution CBUF cannot hold at once:
+    :func:`hardware_layers`); the others are returned as Refused with the reason."""
     tests, refused = [], []
     for i, run in enumerate(runs):
+        parts = hardware_layers(run)
         try:
-            tests.append(export_run(run, directory, f"{prefix}_{i:02d}"))
+            written = [export_run(part, directory, f"{prefix}_{i:02d}" + (
+                f"_s{j}" if len(parts) > 1 else "")) for j, part in enumerate(parts)]
         except NvdlaInexactError as error:
             refused.append(Refused(run.label, str(error)))
+            continue
+        tests.extend(written)
     return tests, refused

@@ -5,7 +5,7 @@ backend: no display).
 ``plot_sweep(result, path)`` the dict of :func:`accel_codegen.estimation.sweep`;
 ``plot_timeline(trace, path)`` a Chrome trace of :mod:`accel_codegen.sim.timeline` (a dict or
 its JSON file): our rendering of what Perfetto shows; ``plot_mixed_precision(search, path)``
-the path of a mixed-precision search (:mod:`accel_codegen.quantization.mixed`).
+the path of a mixed-precision search (:mod:`accel_codegen.flows.mixed`).
 """
 from __future__ import annotations
 
@@ -367,7 +367,7 @@ def plot_timeline(trace: Union[Dict[str, Any], str, Path, List], path, runs=None
 
 def plot_mixed_precision(search: Union[Dict[str, Any], Any], path, title: str = "") -> Path:
     """Output SQNR against simulated cycles along a mixed-precision search's path, from
-    all-int8 to all-fp16 (``search``: a :class:`~accel_codegen.quantization.mixed.
+    all-int8 to all-fp16 (``search``: a :class:`~accel_codegen.flows.mixed.
     MixedPrecision` or its JSON dict): the prediction at every point, the measurements where
     builds were made, the target, and the chosen assignment."""
     data = json.loads(search.to_json()) if hasattr(search, "to_json") else search

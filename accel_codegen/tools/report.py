@@ -9,26 +9,19 @@ per-layer records. ``docs/report-schema.md`` describes the columns and the JSON 
 from __future__ import annotations
 
 import collections
-import csv
-import io
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import AccelInvalidError
-from ..sim.costs import engine_names
-from ..sim.labels import label_key, layer_key
-from ..tables import Column, render_table, runs_macs
+# The per-layer rows and the CSV are the simulator's (a profile writes them without TVM).
+from ..sim.cost_report import (CSV_COLUMNS, csv_text, label_source, layer_rows,  # noqa: F401
+                               record_precision, source_names, write_csv)
+from ..tables import Column, render_table
 
 #: The version of the report layout; a key renamed or removed raises it.
 SCHEMA_VERSION = 1
 
 #: The kinds of report that carry a ``schema`` tag.
 KINDS = ("partition", "estimate", "bench", "accuracy", "debug")
-
-#: The per-layer CSV's columns, in order (docs/report-schema.md says what each holds).
-CSV_COLUMNS = ("layer", "source", "source_ops", "engines", "precision", "mode", "macs", "cycles",
-               "network_share", "utilization", "bytes_read", "bytes_written", "dram_bytes",
-               "sram_bytes", "dram_cycles", "sram_cycles", "energy_pj")
 
 def schema(kind: str) -> str:
     """The ``schema`` value of a report of ``kind``: ``accel-codegen/<kind>/<version>``."""
@@ -40,15 +33,6 @@ def schema(kind: str) -> str:
 def tagged(kind: str, data: Mapping[str, Any]) -> Dict[str, Any]:
     """``data`` with its ``schema`` tag first (a report's JSON form)."""
     return {"schema": schema(kind), **{k: v for k, v in data.items() if k != "schema"}}
-
-
-def record_precision(record) -> Optional[str]:
-    """The precision of a run: its record's, else its first op's (None when unknown)."""
-    precision = getattr(record, "precision", None)
-    if precision:
-        return precision
-    ops = getattr(record, "ops", ())
-    return ops[0].precision if ops else None
 
 
 class LayerSources(dict):
@@ -80,27 +64,6 @@ def source_ops(matched) -> LayerSources:
     return result
 
 
-def source_names(sources: Optional[Mapping[str, Sequence[str]]]) -> Dict[str, str]:
-    """Layer key -> source-model name of a :func:`source_ops` result ({} for another map)."""
-    return dict(getattr(sources, "names", None) or {})
-
-
-def label_source(label: str, names: Mapping[str, str]) -> str:
-    """The source-model name of a run label's layer (``f0.6a ...`` -> ``names["f0.6"]``);
-    empty for a label of no layer of ``names``."""
-    try:
-        return names.get(layer_key(label_key(label)), "")
-    except AttributeError:  # not a run label of ours
-        return ""
-
-
-def _source_of(label: str, sources: Mapping[str, Sequence[str]]) -> str:
-    try:
-        return " ".join(sources.get(layer_key(label_key(label)), ()))
-    except AttributeError:  # not a run label of ours
-        return ""
-
-
 def name_trace(trace: Dict[str, Any], names: Mapping[str, str]) -> Dict[str, Any]:
     """A Chrome trace (:mod:`accel_codegen.sim.timeline`) with each run's source-model name in
     its events' ``args`` (``source``), where ``names`` (layer key -> name) has one."""
@@ -113,57 +76,6 @@ def name_trace(trace: Dict[str, Any], names: Mapping[str, str]) -> Dict[str, Any
         if source:
             event.setdefault("args", {})["source"] = source
     return trace
-
-
-def layer_rows(records: Sequence, *, peak_macs_per_cycle: Optional[int] = None,
-               sources: Optional[Mapping[str, Sequence[str]]] = None,
-               precision: Optional[str] = None) -> List[Dict[str, Any]]:
-    """One dict per record, with the keys of :data:`CSV_COLUMNS`. ``peak_macs_per_cycle``:
-    the array's, for the utilisation (else the record's own figure); ``sources``: layer key
-    -> its Relax operators (:func:`source_ops`, whose source-model names fill ``source``); ``precision``: of records that carry none.
-    MAC figures of runs without a CONV are None (not applicable)."""
-    sources = sources or {}
-    names = source_names(sources)
-    total = sum(r.cycles for r in records) or 1
-    rows = []
-    for r in records:
-        macs = runs_macs(r)
-        if not macs:
-            utilization = None
-        elif peak_macs_per_cycle:
-            utilization = r.macs / (r.cycles * peak_macs_per_cycle) if r.cycles else 0.0
-        else:
-            utilization = r.utilization
-        rows.append({
-            "layer": r.label, "source": label_source(r.label, names) or None,
-            "source_ops": _source_of(r.label, sources),
-            "engines": engine_names(r), "precision": record_precision(r) or precision,
-            "mode": r.mode, "macs": r.macs if macs else None, "cycles": r.cycles,
-            "network_share": r.cycles / total, "utilization": utilization,
-            "bytes_read": r.bytes_read, "bytes_written": r.bytes_written,
-            "dram_bytes": getattr(r, "dram_bytes", 0), "sram_bytes": getattr(r, "sram_bytes", 0),
-            "dram_cycles": getattr(r, "memory_cycles", 0),
-            "sram_cycles": getattr(r, "sram_cycles", 0), "energy_pj": r.energy_pj})
-    return rows
-
-
-def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] = CSV_COLUMNS) -> str:
-    """The rows as CSV with a header line (``columns``; not applicable: empty)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n",
-                            extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return out.getvalue()
-
-
-def write_csv(rows: Iterable[Mapping[str, Any]], path,
-              columns: Sequence[str] = CSV_COLUMNS) -> Path:
-    """Write :func:`csv_text` of the rows to ``path``; returns the path."""
-    path = Path(path)
-    path.write_text(csv_text(rows, columns))
-    return path
 
 
 # --- the partition's per-op-type summary --------------------------------------------------------

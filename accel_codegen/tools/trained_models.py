@@ -624,8 +624,7 @@ def accel_result(model: LoadedModel, mod, params, precision: str,
                  config: str = "nv_full", raise_errors: bool = True) -> Result:
     """Partition, build and run ``model`` in ``precision`` on ``inputs``, compared with
     ``references`` (ONNX Runtime fp32's outputs of the same inputs)."""
-    from ..compiler.partition import partition_for_accel, partition_report
-    from ..compiler.toolchain import build
+    from ..flows.pipeline import build, partition_for_accel, partition_report
     from ..compiler.vm import virtual_machine
 
     result = Result(precision)

@@ -180,6 +180,14 @@ static accel_status resolve_pdp(const accel_config* cfg, resolved_op* r, const c
   RANGE("count_include_pad", d->count_include_pad, 0, 1)
   if (d->precision == ACCEL_INT8) {
     RANGE("zero", d->zero, INT8_MIN, INT8_MAX)
+    if (d->pool == ACCEL_POOL_AVG && !d->count_include_pad &&
+        (d->pad_top | d->pad_bottom | d->pad_left | d->pad_right) != 0) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED,
+                        "%s: an INT8 average over the in-image elements only "
+                        "(count_include_pad = 0 with padding %d,%d,%d,%d): NVDLA's PDP divides "
+                        "by the whole window", where, d->pad_top, d->pad_bottom, d->pad_left,
+                        d->pad_right);
+    }
   } else {
     RANGE("zero", d->zero, 0, 0)
   }

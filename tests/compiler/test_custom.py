@@ -6,7 +6,7 @@ from tvm import topi
 
 import accel_codegen as ac
 from accel_codegen import custom, frontend
-from accel_codegen.lowering import SdpSpec
+from accel_codegen.compiler.lowering import SdpSpec
 from conftest import assert_close, build_and_run, torch_forward
 
 

@@ -12,7 +12,7 @@ import torch
 import accel_codegen as ac
 from accel_codegen._accel_ffi import lib
 from accel_codegen.compiler.frontend import export_onnx, from_onnx
-from accel_codegen.frontend import from_pytorch
+from accel_codegen.compiler.frontend import from_pytorch
 from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
 
 

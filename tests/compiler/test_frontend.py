@@ -10,7 +10,7 @@ from tvm import relax
 
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, AccelShapeError, AccelUnsupportedError
-from accel_codegen.frontend import bind_params, export_onnx, from_onnx, from_pytorch
+from accel_codegen.compiler.frontend import bind_params, export_onnx, from_onnx, from_pytorch
 
 # The TorchScript ONNX exporter and torch.export print deprecation notices that are not ours.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",

@@ -8,7 +8,7 @@ import torch
 from tvm import relax
 
 import accel_codegen as ac
-from accel_codegen.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 
 
 class Linear(torch.nn.Module):

@@ -9,7 +9,7 @@ import accel_codegen as ac
 from accel_codegen import AccelConfig, frontend
 from accel_codegen.compiler.partition import match_composites
 from accel_codegen.compiler.walk import runs
-from accel_codegen.estimation import sweep
+from accel_codegen.tools.estimation import sweep
 from conftest import random_inputs, run_main
 
 SRAM = AccelConfig.preset("nv_full").replace(sram_bytes=1 << 20)

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import accel_codegen as ac
 from accel_codegen import AccelConfig, AccelError
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.frontend import from_pytorch
+from accel_codegen.compiler.frontend import from_pytorch
 from accel_codegen.sim.config import precision_code
 from accel_codegen.sim.ops import Conv
 from conftest import assert_close

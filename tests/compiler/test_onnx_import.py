@@ -16,7 +16,7 @@ from tvm import relax
 import accel_codegen as ac
 from accel_codegen import AccelUnsupportedError
 from accel_codegen.compiler.onnx_folding import fold_shape_arithmetic
-from accel_codegen.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore::FutureWarning", "ignore::UserWarning")

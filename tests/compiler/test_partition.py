@@ -10,7 +10,7 @@ from tvm import relax
 
 import accel_codegen as ac
 from accel_codegen._accel_ffi import lib
-from accel_codegen.frontend import from_pytorch
+from accel_codegen.compiler.frontend import from_pytorch
 from conftest import assert_close, build_and_run, run_main, torch_forward
 
 torch.manual_seed(0)

@@ -7,7 +7,7 @@ import tvm
 
 import accel_codegen as ac
 from accel_codegen import codegen, frontend, reference
-from accel_codegen.lowering import BatchNormSpec
+from accel_codegen.compiler.lowering import BatchNormSpec
 from accel_codegen.quantization import (Calibration, TensorQuant, encode_multipliers,
                                         quantize_weights, round_half_away)
 from conftest import build_and_run, random_inputs, run_main, torch_forward

@@ -10,8 +10,9 @@ from torch import nn
 
 from accel_codegen.compiler import qdq
 from accel_codegen.compiler.frontend import export_onnx, from_onnx
-from accel_codegen.compiler.partition import (calibration_of, partition_for_accel,
-                                              partition_report)
+from accel_codegen.compiler.partition import calibration_of
+from accel_codegen.flows.pipeline import partition_for_accel, partition_report
+from accel_codegen.flows.qdq import qdq_calibration
 from accel_codegen.compiler.vm import virtual_machine
 from accel_codegen.errors import AccelInvalidError, AccelUnsupportedError
 from accel_codegen.sim.config import AccelConfig
@@ -143,7 +144,7 @@ def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):
 def test_calibration_takes_the_models_scales(tmp_path):
     path = quantized(tmp_path, "flatten", QuantType.QUInt8, True)
     mod, _ = from_onnx(path)
-    match = qdq.qdq_calibration(mod)
+    match = qdq_calibration(mod)
     graph = onnx.load(str(path)).graph
     scales = {i.name[:-len("_scale")]: float(onnx.numpy_helper.to_array(i))
               for i in graph.initializer if i.name.endswith("_scale") and
@@ -262,8 +263,8 @@ def test_tensors_the_model_leaves_unquantised_take_example_inputs():
     mod, _ = from_onnx(model)
     examples = [(np.random.default_rng(i).standard_normal((1, 2, 4, 4)).astype(np.float32)
                  * 2,) for i in range(3)]
-    alone = qdq.qdq_calibration(mod)
-    given = qdq.qdq_calibration(mod, examples=examples, method="max")
+    alone = qdq_calibration(mod)
+    given = qdq_calibration(mod, examples=examples, method="max")
     assert alone.unmatched == given.unmatched and ("f0.0", 1) in given.unmatched
     assert given.matched == {("f0.0", -1): "xd", ("f0.1", 0): "y"}
     # the unquantised ReLU output: the range the examples reach, unsigned

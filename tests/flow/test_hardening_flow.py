@@ -209,7 +209,7 @@ DAMAGED_MESSAGES = {
 _LOAD_SCRIPT = textwrap.dedent("""
     import contextlib, io, json, sys
     import accel_codegen as ac
-    from accel_codegen.cli import main
+    from accel_codegen.tools.cli import main
     cases, x = json.loads(sys.argv[1]), sys.argv[2]
     for case, path in cases.items():
         print(json.dumps({"start": case}), flush=True)

@@ -9,7 +9,7 @@ import tvm
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError
 from accel_codegen.compiler.partition import layer_keys, match_composites
-from accel_codegen.quantization.mixed import split_held_back
+from accel_codegen.flows.mixed import split_held_back
 from conftest import random_inputs, run_cli, sqnr
 
 SHAPE = (1, 3, 8, 8)

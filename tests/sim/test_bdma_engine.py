@@ -11,7 +11,7 @@ from accel_codegen import (AccelConfig, AccelInvalidError, AccelShapeError,
                            AccelUnsupportedError, Bdma, Device, Pool, Sdp, estimate_chain)
 from accel_codegen import reference as ref
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.ops import AccelDtypeError
+from accel_codegen.sim.ops import AccelDtypeError
 from accel_codegen.sim import observer, profile_enable, profile_records
 from conftest import assert_same, ideal_dram
 

@@ -1,5 +1,5 @@
 """The CONV engine, with the SDP that takes its accumulators, against the NumPy reference
-(accel_codegen.reference), fixed seeds.
+(accel_codegen.sim.reference), fixed seeds.
 
 fp32 is within 1e-5 of the output's scale. INT8 is bit-exact by definition: every comparison
 is np.array_equal, fused and independent, at 1, 2 and 3 threads and with pre-packed weights. An

@@ -5,7 +5,7 @@ import pytest
 
 from accel_codegen import (AccelConfig, AccelInvalidError, AccelUnsupportedError, Bdma, Conv,
                            Device, Pool, Sdp, estimate_chain)
-from accel_codegen.ops import SHAPE_ONLY
+from accel_codegen.sim.ops import SHAPE_ONLY
 from accel_codegen.sim import profile_enable, profile_records
 from accel_codegen.sim.config import ENERGY_FIELDS
 from accel_codegen.sim.device import ChainBatch

@@ -153,7 +153,7 @@ def _int8_chains(rng):
     return [(x, [conv, sdp(40, act="relu"), Pool("max", 2, 2, precision="int8")], "independent"),
             (x, [dw, sdp(24, act="clip", clip_lo=-20, clip_hi=90)], "fused"),
             (rng.integers(-128, 128, (1, 96, 1, 1)).astype(np.int8), [fc, sdp(30)], "fused"),
-            (x, [Pool("avg", 3, 1, 1, precision="int8", zero=4)], "fused")]
+            (x, [Pool("avg", 3, 1, 1, True, precision="int8", zero=4)], "fused")]
 
 
 def test_concurrent_int8_runs_on_several_devices_match_the_reference(rng):

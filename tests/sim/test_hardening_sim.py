@@ -9,8 +9,8 @@ import pytest
 from accel_codegen import (AccelConfig, AccelError, AccelInvalidError, AccelShapeError, Conv,
                            Device, Pool, Sdp, estimate_chain)
 from accel_codegen._accel_ffi import lib
-from accel_codegen.ops import _aligned_bytes
-from accel_codegen.reference import run_chain
+from accel_codegen.sim.ops import _aligned_bytes
+from accel_codegen.sim.reference import run_chain
 from conftest import assert_close
 
 DEVICE = Device("nv_full", num_threads=1)

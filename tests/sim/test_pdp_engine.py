@@ -4,7 +4,7 @@ half away from zero); FP16 bit for bit (the average's fp32 sum rounds in the eng
 import numpy as np
 import pytest
 
-from accel_codegen import Device, Pool
+from accel_codegen import AccelUnsupportedError, Device, Pool
 from accel_codegen import reference as ref
 from conftest import assert_close, assert_same
 
@@ -120,12 +120,16 @@ def test_global_pooling_is_bit_exact(kind, padding, include_pad):
 
 # --- INT8 --------------------------------------------------------------------------------------
 
-INT8_POOLS = [
+FP16_POOLS = [
     ("max", 2, 2, 0, False), ("max", 3, 2, 1, False), ("max", (1, 3), (1, 2), (0, 1, 0, 1), False),
     ("avg", 2, 2, 0, False), ("avg", 3, 1, 1, True), ("avg", 3, 2, 1, False),
     ("avg", (2, 4), 3, (1, 0, 0, 2), False), ("avg", (2, 4), 3, (1, 0, 0, 2), True),
     ("avg", 7, 1, 0, False), ("avg", 8, 8, 0, False), ("avg", 5, 3, 2, True),
 ]
+#: INT8 averages divide by the whole window (NVDLA's PDP): no average over the image elements
+#: of a padded window.
+INT8_POOLS = [p for p in FP16_POOLS if not (p[0] == "avg" and p[3] != 0 and not p[4])] + [
+    ("avg", 3, 2, 1, True), ("avg", (3, 6), (1, 4), (2, 0, 1, 5), True)]
 
 
 @pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
@@ -162,23 +166,45 @@ def test_int8_global_average_pool_matches_reference_exactly(size, zero):
         assert_same(y, expected, f"global {size} zero {zero}, {threads} threads")
 
 
-def test_int8_average_rounds_half_away_from_zero():
-    """Window sums S = +-1, +-3 over 2 elements: +-0.5, +-1.5 round away from zero (around the
-    zero point); count_include_pad divides by the whole window."""
-    zero = 10
-    x = (np.array([[0, 1, 0, -1, 1, 2, -1, -2]]) + zero).astype(np.int8).reshape(1, 1, 1, 8)
-    y, _ = DEVICE.run([Pool("avg", (1, 2), (1, 2), precision="int8", zero=zero)], x)
-    np.testing.assert_array_equal(y.ravel() - zero, [1, -1, 2, -2])
-    x = (np.array([[3, 3]]) + zero).astype(np.int8).reshape(1, 1, 1, 2)   # S = 3 (+ 0 pad)
-    y, _ = DEVICE.run([Pool("avg", (1, 2), (1, 2), (0, 1, 0, 1), True, precision="int8",
-                            zero=zero)], x)
-    np.testing.assert_array_equal(y.ravel() - zero, [2, 2])   # 3/2 = 1.5 -> 2
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 2), (2, 5), (7, 6), (8, 8)])
+@pytest.mark.parametrize("zero", [-128, -9, 0, 100])
+def test_int8_average_is_nvdlas(kernel, zero):
+    """The INT8 average is NVDLA's PDP, computed here with the NVDLA front end's arithmetic
+    (sim/nvdla/arith.py, which gives NVDLA's golden CRCs on its 15 PDP trace tests): the
+    window's codes summed, each padded position as the zero point, then two roundings by the
+    0.16 reciprocals floor(2^16 / k) of the kernel's width and height."""
+    from accel_codegen.sim.nvdla import arith
+
+    rng = np.random.default_rng(len(kernel) * 100 + zero)
+    kh, kw = kernel
+    x = rng.integers(-128, 128, (1, 4, 9, 11)).astype(np.int8)
+    x[0, 0] = 127
+    x[0, 1] = -128
+    pad = (kh // 2, kw // 2, (kh - 1) // 2, (kw - 1) // 2)
+    op = Pool("avg", kernel, 1, pad, True, precision="int8", zero=zero)
+    y, _ = DEVICE.run([op], x)
+    padded = np.pad(x[0].astype(np.int64), ((0, 0), (pad[0], pad[2]), (pad[1], pad[3])),
+                    constant_values=zero)
+    sums = sum(padded[:, r:r + y.shape[2], s:s + y.shape[3]] for r in range(kh) for s in range(kw))
+    expected = arith.div_round(arith.div_round(sums, (1 << 16) // kw), (1 << 16) // kh)
+    assert_same(y[0], arith.saturate(expected, 8).astype(np.int8), f"avg {kernel} zero {zero}")
+    assert_same(y, ref.run_op(op, x), "the reference")
+
+
+def test_int8_average_over_image_elements_only_is_refused():
+    """NVDLA's PDP divides by the whole window: an INT8 average over a padded window's image
+    elements alone (count_include_pad False) is refused by the engine and the reference."""
+    x = np.zeros((1, 2, 5, 5), np.int8)
+    op = Pool("avg", 3, 1, 1, False, precision="int8", zero=3)
+    with pytest.raises(AccelUnsupportedError, match="whole window"):
+        DEVICE.run([op], x)
+    with pytest.raises(AccelUnsupportedError, match="whole window"):
+        ref.run_op(op, x)
+    unpadded = Pool("avg", 3, 1, 0, False, precision="int8", zero=3)
+    assert_same(DEVICE.run([unpadded], x)[0], ref.run_op(unpadded, x), "no padding")
 
 
 # --- FP16 --------------------------------------------------------------------------------------
-
-FP16_POOLS = INT8_POOLS
-
 
 @pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", FP16_POOLS, ids=str)
 def test_fp16_pool_alone_is_bit_exact(kind, kernel, stride, padding, include_pad):

@@ -7,7 +7,7 @@ import pytest
 from accel_codegen import (AccelBufferError, AccelError, AccelInvalidError,
                            AccelShapeError, AccelUnsupportedError, Conv, Device, Pool, Sdp)
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.ops import AccelDtypeError
+from accel_codegen.sim.ops import AccelDtypeError
 from accel_codegen.sim.ops import LutInt8
 
 DEVICE = Device("nv_full")

@@ -3,7 +3,7 @@ import pytest
 
 from accel_codegen import AccelInvalidError
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.vocabulary import FEATURES, TABLES
+from accel_codegen.sim.vocabulary import FEATURES, TABLES
 
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.c_type)

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from accel_codegen.cli import main
+from accel_codegen.tools.cli import main
 from conftest import run_cli, run_main, torch_forward
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -22,7 +22,7 @@ def test_help_and_usage_errors_do_not_import_tvm():
     """`--help` and argument errors answer without the seconds-long `import tvm`."""
     code = textwrap.dedent("""
         import sys
-        from accel_codegen.cli import main
+        from accel_codegen.tools.cli import main
         statuses = []
         for argv in (["--help"], ["sweep", "--help"], ["sweep", "lenet5", "--macs", "64,x",
                      "--dram-gbps", "1"], ["compile", "lenet5", "-o", "model.txt"],

@@ -62,7 +62,7 @@ def test_version_names_the_package_and_its_dependencies_without_importing_tvm():
 
     code = textwrap.dedent("""
         import sys
-        from accel_codegen.cli import main
+        from accel_codegen.tools.cli import main
         try:
             main(["--version"])
         except SystemExit as exit_:

@@ -5,10 +5,10 @@ import pytest
 
 import accel_codegen as ac
 from accel_codegen import AccelConfig, AccelInvalidError, AccelUnsupportedError
-from accel_codegen.bench import format_table, run_bench
+from accel_codegen.tools.bench import format_table, run_bench
 from accel_codegen.sim.costs import engine_names
-from accel_codegen.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
-                                      sweep_configs)
+from accel_codegen.tools.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
+                                            sweep_configs)
 from conftest import run_main
 
 
@@ -234,7 +234,7 @@ def test_run_bench_rejects_bad_arguments(zoo):
 def test_progress_bar_draws_on_a_terminal_only():
     import io
 
-    from accel_codegen.progress import ProgressBar
+    from accel_codegen.tools.progress import ProgressBar
 
     stream = io.StringIO()
     bar = ProgressBar("work", enabled=True, stream=stream)

@@ -10,7 +10,7 @@ import torch
 from conftest import count_batch_norms, torch_forward
 
 from accel_codegen import AccelInvalidError
-from accel_codegen.models import CALIBRATION_BATCH, MODELS, calibration_input, get_model
+from accel_codegen.tools.models import CALIBRATION_BATCH, MODELS, calibration_input, get_model
 
 # name -> (example input shape at batch 1, output shape at batch 1)
 ZOO = {

@@ -79,6 +79,16 @@ LAYERS = {
                          _codes((1, 20, 7, 10))),
     "pool": lambda: ([Pool(kind="max", kernel=(2, 3), stride=(2, 1), precision="int8")],
                      _codes((1, 9, 6, 7))),
+    # average pooling (NVDLA's reciprocals in the simulator's int8 too), padded positions
+    # reading as the zero point, on the fly after a convolution and alone
+    "conv_avg_pool": lambda: ([Conv(weights=_codes((8, 5, 3, 3), -127), precision="int8",
+                                    in_zero=4), _sdp(8, out_zero=-20),
+                               Pool(kind="avg", kernel=3, stride=1, padding=1,
+                                    count_include_pad=True, precision="int8", zero=-20)],
+                              _codes((1, 5, 8, 9))),
+    "avg_pool": lambda: ([Pool(kind="avg", kernel=(2, 5), stride=(2, 3), padding=(1, 2, 0, 1),
+                               count_include_pad=True, precision="int8", zero=-7)],
+                         _codes((1, 11, 7, 13))),
 }
 
 
@@ -90,13 +100,58 @@ def test_layer_round_trip(tmp_path, name):
     assert_round_trip(test)
 
 
+def test_dense_over_rows_is_one_feature_map(tmp_path):
+    """A dense layer over 5 rows (a batch of 1x1 positions, as a matmul is lowered) is written
+    as one 1x1 convolution over a 1 x 5 feature map: the same codes, row r at column r."""
+    ops = [Conv(weights=_codes((12, 24, 1, 1), -127), precision="int8", in_zero=9), _sdp(12)]
+    run, y = _record(ops, _codes((5, 24, 1, 1)))
+    test = export_run(run, str(tmp_path), "rows")
+    assert test.output.shape == (12, 1, 5)
+    assert np.array_equal(test.output[:, 0, :], y[:, :, 0, 0].T)
+    assert_round_trip(test)
+
+
+def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
+    """64 channels of 64 x 40 (40 banks of input) beside 3x3x64x16 weights (3 banks): written,
+    as NVDLA's compiler splits it, as slices of output rows that each fit CBUF, the rows their
+    windows share read by both; together they hold the run's output."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((16, 64, 3, 3), -127), stride=(2, 1), padding=(1, 1, 2, 1),
+                precision="int8", in_zero=-3), _sdp(16, act=None, out_zero=5)]
+    run, y = _record(ops, _codes((1, 64, 40, 64)))
+    with pytest.raises(NvdlaInexactError, match="do not fit CBUF"):
+        export_run(run, str(tmp_path), "whole")
+    tests, refused = export_runs([run], str(tmp_path), "big")
+    assert refused == [] and [t.name for t in tests] == ["big_00_s0", "big_00_s1"]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests], axis=1), y[0])
+
+
+def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
+    """3x3x256x64 weights (36 banks) are more than CBUF: written as slices of whole kernel
+    groups (48 and 16 kernels), each with its channels' SDP converters and output channels."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((64, 256, 3, 3), -127), padding=1, precision="int8",
+                in_zero=11), _sdp(64, act=None, out_zero=-2)]
+    run, y = _record(ops, _codes((1, 256, 6, 5)))
+    tests, refused = export_runs([run], str(tmp_path), "deep")
+    assert refused == [] and [t.output.shape[0] for t in tests] == [48, 16]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
 @pytest.mark.parametrize("ops, message", [
-    (lambda: [Pool(kind="avg", kernel=2, stride=2, precision="int8")], "reciprocal"),
+    (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
+     "PReLU"),
     (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
     (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
      "groups"),
     (lambda: [_spread_shifts()], "span 18 bits"),
-], ids=["avg-pool", "clip", "groups", "shift-spread"])
+], ids=["prelu", "clip", "groups", "shift-spread"])
 def test_refused_with_the_difference_named(tmp_path, ops, message):
     run, _ = _record(ops(), _codes((1, 8, 6, 6)))
     with pytest.raises(NvdlaInexactError, match=message) as error:
@@ -123,6 +178,7 @@ def test_lenet5_round_trip(tmp_path, zoo):
     for test, run in zip(tests, runs):
         assert np.array_equal(test.output, run.output[0])
         assert_round_trip(test)
+        assert test.cycles > 100   # at least the SDP's pipeline (cycles.py's testbench memory)
     # the layers chain: each test's input image is the previous run's output
     for before, run in zip(runs, runs[1:]):
         assert np.array_equal(before.output.reshape(-1), run.input.reshape(-1))

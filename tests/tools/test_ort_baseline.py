@@ -13,7 +13,7 @@ import pytest
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, frontend
 from accel_codegen.quantization import ort_baseline
-from accel_codegen.quantization.accuracy import sqnr_db
+from accel_codegen.quantization.metrics import sqnr_db
 from accel_codegen.tools import bench
 from accel_codegen.tools.model_spec import random_inputs
 from conftest import run_cli
@@ -147,16 +147,16 @@ def test_accuracy_command_prints_ort_beside_ours(capsys, tmp_path):
 # --- the benchmark ----------------------------------------------------------------------------
 
 def test_bench_ratios_come_from_the_measured_times(monkeypatch):
-    from accel_codegen.compiler import toolchain
+    from accel_codegen.flows import pipeline
 
     seen = _recording_quantizer(monkeypatch)
     builds = []
-    original_build = toolchain.build
+    original_build = pipeline.build
 
     def build(*args, **kwargs):
         builds.append(kwargs)
         return original_build(*args, **kwargs)
-    monkeypatch.setattr(toolchain, "build", build)
+    monkeypatch.setattr(pipeline, "build", build)
     result = bench.run_bench("lenet5", modes=SIM_AND_ORT, repeat=3, warmup=1, threads=1,
                              calibration=6, seed=5, progress=False)
     assert list(result["modes"]) == SIM_AND_ORT and not result["skipped"]

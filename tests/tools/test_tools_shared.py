@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from accel_codegen import AccelConfig, AccelInvalidError
-from accel_codegen.config_files import resolve_config
-from accel_codegen.costs import CostTotals, energy_line, engine_names
-from accel_codegen.model_spec import (LoadedModel, ModelSpec, load_model, parse_model_spec,
-                                      zoo_names)
-from accel_codegen.progress import ProgressBar, progress_callback, steps
-from accel_codegen.tables import Column, cost_table, render_row, render_table
+from accel_codegen.tools.config_files import resolve_config
+from accel_codegen.sim.costs import CostTotals, energy_line, engine_names
+from accel_codegen.tools.model_spec import (LoadedModel, ModelSpec, load_model, parse_model_spec,
+                                            zoo_names)
+from accel_codegen.tools.progress import ProgressBar, progress_callback, steps
+from accel_codegen.sim.cost_report import cost_table
+from accel_codegen.tables import Column, render_row, render_table
 
 
 # --- MODEL ------------------------------------------------------------------------------------
@@ -100,8 +101,8 @@ def test_bench_keeps_the_loading_names():
 def test_parsing_does_not_import_tvm():
     code = textwrap.dedent("""
         import sys
-        from accel_codegen.config_files import resolve_config
-        from accel_codegen.model_spec import parse_model_spec
+        from accel_codegen.tools.config_files import resolve_config
+        from accel_codegen.tools.model_spec import parse_model_spec
         parse_model_spec("lenet5")
         resolve_config("nv_small")
         print("tvm" in sys.modules)
@@ -271,7 +272,7 @@ def _counts_increase(calls):
 
 
 def test_sweep_reports_progress_with_increasing_counts(zoo):
-    from accel_codegen.estimation import sweep, sweep_configs
+    from accel_codegen.tools.estimation import sweep, sweep_configs
 
     mod, params, _ = zoo("lenet5").imported
     calls = []
@@ -281,8 +282,8 @@ def test_sweep_reports_progress_with_increasing_counts(zoo):
 
 
 def test_bench_reports_progress_with_increasing_counts(zoo):
-    from accel_codegen.bench import run_bench
-    from accel_codegen.estimation import model_layers
+    from accel_codegen.tools.bench import run_bench
+    from accel_codegen.tools.estimation import model_layers
 
     mod, _, x = zoo("lenet5").imported
     calls = []

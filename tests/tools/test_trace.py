@@ -6,7 +6,7 @@ import json
 import pytest
 
 import accel_codegen as ac
-from accel_codegen.estimation import estimate
+from accel_codegen.tools.estimation import estimate
 from accel_codegen.tools.plotting import plot_timeline
 from accel_codegen.tools.report import name_trace, source_names
 from conftest import run_cli, run_main

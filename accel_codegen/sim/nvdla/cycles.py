@@ -22,7 +22,7 @@ from typing import List, Sequence
 from ..config import AccelConfig
 from ..device import estimate_chain
 from ..ops import Conv, Pool, Sdp, SHAPE_ONLY
-from .layers import Layer, whole_atoms
+from .layers import ATOM_C, Layer, whole_atoms
 
 TESTBENCH_LATENCY = 32      # cycles from a read request to its data
 TESTBENCH_BEAT_BYTES = 8    # one 8-byte beat per cycle
@@ -48,8 +48,9 @@ def _pool_op(layer: Layer) -> Pool:
     p = layer.params
     kind = {0: "avg", 1: "max", 2: "max"}[p["method"]]   # min costs what max costs
     pt, pb, pl, pr = p["padding"]
+    # NVDLA's PDP divides by the whole window (its padded positions add PAD_VALUE)
     return Pool(kind=kind, kernel=p["kernel"], stride=p["stride"], padding=(pt, pl, pb, pr),
-                precision="int8")
+                count_include_pad=True, precision="int8")
 
 
 def _chains(layers: Sequence[Layer]):
@@ -80,6 +81,23 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
     compute = -(-elements // config.cdp_throughput)
     return int(config.cdp_pipeline_cycles + max(config.dram_latency_cycles + compute,
                                                 config.dram_latency_cycles + math.ceil(transfer)))
+
+
+def pdp_split_cycles(layer: Layer, config: AccelConfig) -> int:
+    """What NVDLA's PDP spends on split mode (a width its line buffer cannot hold pooled in
+    SPLIT_NUM + 1 vertical strips; the simulator's descriptor has no split): each further strip
+    starts again for every surface of 8 channels, paying the PDP's pipeline, the read latency
+    and the ``kernel_w - stride_w`` columns it shares with the strip before, re-read over the
+    height. Fitted on the two split traces: pdp_5x7x8_4x1_split (one more strip, one surface;
+    112 cycles short without it, 12 with it) and pdp_16x6x16_4x2_split (two more, two
+    surfaces; 392 short, 0)."""
+    splits = int(layer.params.get("splits", 1))
+    if layer.kind != "pdp" or splits <= 1:
+        return 0
+    c, h, _ = layer.in_shape
+    overlap = max(layer.params["kernel"][1] - layer.params["stride"][1], 0)
+    return (splits - 1) * (whole_atoms(c) // ATOM_C) * (
+        config.pdp_pipeline_cycles + config.dram_latency_cycles + overlap * h)
 
 
 def simulator_chains(layers: Sequence[Layer]):
@@ -118,4 +136,4 @@ def estimate_cycles(layers: Sequence[Layer], config: AccelConfig = None) -> int:
             total += _cdp_cycles(shape, config)
         else:
             total += estimate_chain(config, ops, shape, precision="int8").cycles
-    return int(total)
+    return int(total + sum(pdp_split_cycles(layer, config) for layer in layers))

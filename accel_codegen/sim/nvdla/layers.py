@@ -301,5 +301,6 @@ def run_pdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
     layer = Layer("pdp", (c, h, w), (c, oh, ow),
                   {"kernel": (kh, kw), "stride": (sy, sx), "method": method,
                    "padding": (pt, pb, pl, pr),
-                   "on_the_fly": not off_flying})
+                   "on_the_fly": not off_flying,
+                   "splits": r.get("PDP", "D_OPERATION_MODE_CFG", "SPLIT_NUM") + 1})
     return layer, out

@@ -574,9 +574,12 @@ typedef enum accel_pool {
  *   max: padding never wins; avg: sum / (count_include_pad ? kernel_h*kernel_w : in-image count)
  *   out_h = (H + pad_top + pad_bottom - kernel_h) / stride_h + 1 (same for w)
  * Padding is smaller than the kernel, so every window holds at least one in-image element.
- * INT8 average: S = sum of (in - zero) over the window's image elements, divisor d as above,
- * out = zero + S / d rounded half away from zero (exact division; NVDLA multiplies by a
- * fixed-point reciprocal instead). The output keeps the input's scale and zero point. */
+ * INT8 average, NVDLA's PDP bit for bit: S = the sum of the window's codes, each padded
+ * position reading as the zero point (NVDLA's PAD_VALUE), out = sat8(rhaz(rhaz(S * rw, 16) *
+ * rh, 16)) with rw = floor(2^16 / kernel_w), rh = floor(2^16 / kernel_h) (the 0.16 reciprocals
+ * NVDLA's compiler programs: RECIP_KERNEL_WIDTH / HEIGHT, 0x5555 for 3). The divisor is always
+ * the whole window: count_include_pad = 0 with padding is ACCEL_ERR_UNSUPPORTED in INT8. The
+ * output keeps the input's scale and zero point. */
 typedef struct accel_pdp_desc {
   accel_pool pool;
   int32_t kernel_h, kernel_w;

@@ -43,8 +43,8 @@ import numpy as np
 import tvm
 
 from ..errors import AccelInvalidError
-from .accuracy import sqnr_db
-from .calibration import DEFAULT_METHOD, Calibration, calibrate, examples_of
+from ..quantization.metrics import sqnr_db
+from ..quantization.calibration import DEFAULT_METHOD, Calibration, calibrate, examples_of
 
 PRECISIONS = ("int8", "fp16")
 

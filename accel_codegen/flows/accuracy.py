@@ -11,8 +11,8 @@ Per-tensor figures are cumulative: a tensor's error includes everything upstream
 For int8, given the model's ONNX file (``onnx_model``), the report also quantises it with ONNX
 Runtime's static QDQ int8 quantisation, calibrated on the same calibration inputs, and sets
 its output SQNR against the same fp32 reference (our fp32 build's output) beside ours
-(:mod:`.ort_baseline` holds the settings; onnxruntime is optional: without it the comparison
-is skipped and the report says why).
+(:mod:`accel_codegen.quantization.ort_baseline` holds the settings; onnxruntime is optional:
+without it the comparison is skipped and the report says why).
 """
 from __future__ import annotations
 
@@ -26,25 +26,17 @@ import tvm
 
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
-from ..compiler.partition import (calibration_of, generate_partition, match_composites,
-                                  mixed_precision_of, partition_for_accel, partition_report)
+from ..compiler.partition import calibration_of, generate_partition, match_composites
 from ..sim.config import AccelConfig
 from ..sim.labels import layer_key
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
 from ..compiler.frontend import bind_params
 from ..compiler import equalization
-from . import ort_baseline
-from .calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
-
-
-def sqnr_db(signal_power: float, noise_power: float) -> float:
-    """10 log10(signal / noise); inf when there is no noise."""
-    if noise_power == 0:
-        return float("inf")
-    if signal_power == 0:
-        return float("-inf")
-    return float(10.0 * np.log10(signal_power / noise_power))
+from ..quantization import ort_baseline
+from ..quantization.calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
+from ..quantization.metrics import sqnr_db
+from .pipeline import mixed_precision_of, partition_for_accel, partition_report
 
 
 @dataclasses.dataclass

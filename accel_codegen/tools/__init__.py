@@ -1,0 +1,1 @@
+"""Tools: the model zoo, the estimation front end, bench, sweep and the command line."""
