@@ -84,7 +84,10 @@ def _sdp(d, shape) -> Sdp:
               prelu_mul=_array(d.prelu_mul, np.int16, c), prelu_shift=int(d.prelu_shift),
               out_mul=int(d.out_mul), out_shift=int(d.out_shift), out_zero=int(d.out_zero),
               convert=bool(d.convert))
-    if ew_op is not None:
+    if ew_op is not None and d.ew_per_channel:  # one value per image and channel
+        sdp.operand = _array(d.ew_operand, np.int8, shape[0] * c, (shape[0], c))
+        sdp.ew_per_channel = True
+    elif ew_op is not None:
         sdp.operand = _array(d.ew_operand, np.int8, int(np.prod(shape)), shape)
     if act == "clip":
         sdp.clip_lo, sdp.clip_hi = int(d.clip_lo), int(d.clip_hi)

@@ -36,7 +36,7 @@ X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier
 point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups),
 Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
 (export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
-compiler does: :func:`hardware_layers`; one that pools on the fly is refused).
+compiler does, with a pool it feeds as a layer of its own: :func:`hardware_layers`).
 """
 from __future__ import annotations
 
@@ -734,10 +734,33 @@ def kernel_slices(run: RecordedRun) -> List[RecordedRun]:
     return slices
 
 
+def _pool_apart(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP -> PDP run that CBUF cannot hold as two runs, the CONV -> SDP writing its
+    output to memory and the PDP reading it (NVDLA's compiler does the same when it splits
+    such a layer): the intermediate codes are the simulator's own, from the same ops run apart
+    (a fused run and an independent one give the same bits)."""
+    ops = run.ops
+    if (len(ops) != 3 or not isinstance(ops[0], Conv) or run.input is None
+            or getattr(ops[0].weights, "ndim", 0) != 4 or run.input.shape[0] != 1):
+        return [run]
+    _, c, h, w = run.input.shape
+    weight_bytes = -(-int(ops[0].weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS:
+        return [run]
+    from ..sim.device import Device
+
+    middle, _ = Device("nv_small").run(list(ops[:2]), run.input)
+    return [RecordedRun(f"{run.label} conv", list(ops[:2]), run.mode, run.input, middle),
+            RecordedRun(f"{run.label} pool", [ops[2]], run.mode, middle, run.output)]
+
+
 def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
-    """The hardware layers NVDLA's compiler would make of a run: kernel slices where the
-    weights crowd CBUF, row slices where the input does not fit beside them."""
-    return [part for kernels in kernel_slices(run) for part in row_slices(kernels)]
+    """The hardware layers NVDLA's compiler would make of a run: a pool apart from the
+    convolution it follows when that must be split, kernel slices where the weights crowd
+    CBUF, row slices where the input does not fit beside them."""
+    return [part for whole in _pool_apart(run) for kernels in kernel_slices(whole)
+            for part in row_slices(kernels)]
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"

@@ -119,7 +119,8 @@ def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
 
     ops = [Conv(weights=_codes((16, 64, 3, 3), -127), stride=(2, 1), padding=(1, 1, 2, 1),
                 precision="int8", in_zero=-3), _sdp(16, act=None, out_zero=5)]
-    run, y = _record(ops, _codes((1, 64, 40, 64)))
+    x = _codes((1, 64, 40, 64))
+    run, y = _record(ops, x)
     with pytest.raises(NvdlaInexactError, match="do not fit CBUF"):
         export_run(run, str(tmp_path), "whole")
     tests, refused = export_runs([run], str(tmp_path), "big")
@@ -127,6 +128,13 @@ def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
     for test in tests:
         assert_round_trip(test)
     assert np.array_equal(np.concatenate([t.output for t in tests], axis=1), y[0])
+    # with a max pool on the fly: the pool becomes a layer of its own after the slices
+    pooled, z = _record(ops + [Pool(kind="max", kernel=2, stride=2, precision="int8")], x)
+    tests, refused = export_runs([pooled], str(tmp_path), "pooled")
+    assert refused == [] and [t.units[0] for t in tests] == ["SDP", "SDP", "PDP"]
+    assert np.array_equal(tests[-1].output, z[0])
+    for test in tests:
+        assert_round_trip(test)
 
 
 def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
