@@ -98,11 +98,3 @@ def test_squeeze_excite_runs_whole_in_int8():
     assert [o.op for r in prof.records for o in r.ops if o.op.endswith("mul")] == \
         ["sdp:scale_shift+mul"], [o.op for r in prof.records for o in r.ops]
 
-
-def test_without_the_elementwise_unit_the_multiply_stays_on_the_host():
-    model, x, calibration = _block()
-    mod, params = from_pytorch(model, (torch.from_numpy(x),))
-    report = ac.partition_report(ac.partition_for_accel(
-        mod, params, config="nv_small", precision="int8", calibration=calibration))
-    reasons = [op.reason for op in report.host if op.op == "relax.multiply"]
-    assert reasons and all("element-wise" in r for r in reasons), str(report)
