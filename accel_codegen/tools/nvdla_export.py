@@ -33,9 +33,11 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
-image input and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
-(NVDLA's compiler would split it; the export does not).
+point, LRN in int8 (the simulator has none),
+Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
+(export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
+compiler does, with a pool it feeds as a layer of its own, and a grouped convolution into one
+per group: :func:`hardware_layers`).
 """
 from __future__ import annotations
 
@@ -306,7 +308,7 @@ def sdp_program(sdp: Sdp, channels: int, acc_bound: np.ndarray, zero_sum: np.nda
 def _check_conv(conv: Conv, label: str) -> None:
     if conv.groups != 1:
         raise _inexact(label, f"a convolution of {conv.groups} groups (NVDLA's CONV has no "
-                       "groups: its compiler splits them into layers, the export does not)")
+                       "groups: export_runs writes one layer per group, export_run none)")
     if conv.mode != "direct" or conv.multi_batch:
         raise _inexact(label, f"a convolution in {'multi-batch' if conv.multi_batch else conv.mode} mode "
                        "(the export writes direct convolutions)")
@@ -374,6 +376,14 @@ def _sdp_registers(cfg: _Cfg, regions: _Regions, bs: _XUnit, bn: _XUnit, offset:
     return any(v is not None for v in (bs.alu, bs.mul, bn.alu, bn.mul)) or src is not None
 
 
+def cbuf_banks(c: int, h: int, w: int, weight_bytes: int) -> Tuple[int, int, int]:
+    """(CBUF entries per input row, data banks, weight banks) of a direct convolution on nv_small:
+    a row of W positions takes W x ceil(C/8) 8-byte entries, a bank 512 of them."""
+    entries = w * whole_atoms(c) // ATOM_C
+    return (entries, -(-entries * h // (CBUF_BANK_BYTES // ATOM_C)),
+            -(-weight_bytes // CBUF_BANK_BYTES))
+
+
 def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int,
                     weight_bytes: int, dst_strides: Tuple[int, int], label: str) -> None:
     c, h, w = x_shape
@@ -382,13 +392,12 @@ def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int
     pt, pl, pb, pr = (int(v) for v in conv.padding)
     sy, sx = (int(v) for v in conv.stride)
     dy, dx = (int(v) for v in conv.dilation)
-    entries = w * whole_atoms(c) // ATOM_C          # CBUF entries (8 bytes) per input row
-    data_banks = -(-entries * h // (CBUF_BANK_BYTES // ATOM_C))
-    weight_banks = -(-weight_bytes // CBUF_BANK_BYTES)
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
     if data_banks + weight_banks > CBUF_BANKS:
         raise _inexact(label, f"the input ({data_banks} banks) and weights ({weight_banks} "
-                       f"banks) do not fit CBUF's {CBUF_BANKS} together (NVDLA's compiler "
-                       "would split the layer; the export does not)")
+                       f"banks) do not fit CBUF's {CBUF_BANKS} together (export_runs writes a "
+                       "CONV -> SDP in slices of output rows when its weights leave room for "
+                       "one; not this layer)")
     pad_code = int(conv.in_zero) & 0xFF
     cfg.comment("CDMA")
     cfg.reg("CDMA", "D_MISC_CFG", CONV_MODE=0, IN_PRECISION=0, PROC_PRECISION=0,
@@ -650,14 +659,154 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                         cycles=estimate_cycles(played.layers))
 
 
+def row_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose input and weights do not fit CBUF together, as NVDLA's compiler
+    splits it: slices of output rows, each reading the input rows its windows cover (the
+    kernel's overlap read twice) with the top padding on the first slice and the bottom
+    padding on the last, each a hardware layer of its own. The run itself when it fits or is
+    not such a run (export_run then says why not)."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4):
+        return [run]
+    conv = ops[0]
+    _, c, h, w = run.input.shape
+    k, _, kh, _ = conv.weights.shape
+    weight_bytes = -(-int(conv.weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks >= CBUF_BANKS:
+        return [run]
+    pt, pl, pb, pr = (int(v) for v in conv.padding)
+    sy, dy = int(conv.stride[0]), int(conv.dilation[0])
+    rows_fit = (CBUF_BANKS - weight_banks) * (CBUF_BANK_BYTES // ATOM_C) // entries
+    span = dy * (kh - 1) + 1                      # input rows one output row reads
+    per_slice = (rows_fit - span) // sy + 1       # output rows whose windows fit
+    if per_slice < 1:
+        return [run]
+    out_h = run.output.shape[2]
+    slices = []
+    for o0 in range(0, out_h, per_slice):
+        o1 = min(o0 + per_slice, out_h)
+        top, bottom = o0 * sy - pt, (o1 - 1) * sy - pt + span    # input rows [top, bottom)
+        part = dataclasses.replace(conv, padding=(max(-top, 0), pl, max(bottom - h, 0), pr))
+        slices.append(RecordedRun(
+            label=f"{run.label} rows {o0}-{o1 - 1}", ops=[part, ops[1]], mode=run.mode,
+            input=run.input[:, :, max(top, 0):min(bottom, h)], output=run.output[:, :, o0:o1]))
+    return slices
+
+
+def kernel_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose weights leave too little of CBUF for its input, as NVDLA's
+    compiler splits it: slices of kernels (whole groups of 8), each with the SDP's per-channel
+    converters of its channels, writing its channels of the output; each a hardware layer of
+    its own (then split in rows by :func:`row_slices` where its input still does not fit).
+    The run itself when it fits or is not such a run."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4 or ops[1].ew_op is not None):
+        return [run]
+    conv, sdp = ops
+    _, c, h, w = run.input.shape
+    k = conv.weights.shape[0]
+    per_kernel = int(conv.weights[0].size)
+    units = lambda n: -(-n * per_kernel // WEIGHT_UNIT) * WEIGHT_UNIT  # noqa: E731
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, units(k))
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks <= CBUF_BANKS // 2:
+        return [run]   # fits, or the weights take at most half: slices of rows (as accel.h's
+        #                accel_conv_banks lists NVDLA's compiler's choices)
+    room = CBUF_BANKS - min(data_banks, CBUF_BANKS // 2)   # the input keeps up to half
+    per_slice = ATOM_K
+    while per_slice + ATOM_K < k and cbuf_banks(c, h, w, units(per_slice + ATOM_K))[2] <= room:
+        per_slice += ATOM_K
+    if per_slice >= k:
+        return [run]
+    slices = []
+    for k0 in range(0, k, per_slice):
+        k1 = min(k0 + per_slice, k)
+        cut = {f: getattr(sdp, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+               if isinstance(getattr(sdp, f), np.ndarray)}
+        slices.append(RecordedRun(
+            label=f"{run.label} kernels {k0}-{k1 - 1}",
+            ops=[dataclasses.replace(conv, weights=conv.weights[k0:k1]),
+                 dataclasses.replace(sdp, **cut)],
+            mode=run.mode, input=run.input, output=run.output[:, k0:k1]))
+    return slices
+
+
+def _pool_apart(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP -> PDP run that CBUF cannot hold as two runs, the CONV -> SDP writing its
+    output to memory and the PDP reading it (NVDLA's compiler does the same when it splits
+    such a layer): the intermediate codes are the simulator's own, from the same ops run apart
+    (a fused run and an independent one give the same bits)."""
+    ops = run.ops
+    if (len(ops) != 3 or not isinstance(ops[0], Conv) or run.input is None
+            or getattr(ops[0].weights, "ndim", 0) != 4 or run.input.shape[0] != 1):
+        return [run]
+    _, c, h, w = run.input.shape
+    weight_bytes = -(-int(ops[0].weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS:
+        return [run]
+    from ..sim.device import Device
+
+    middle, _ = Device("nv_small").run(list(ops[:2]), run.input)
+    return [RecordedRun(f"{run.label} conv", list(ops[:2]), run.mode, run.input, middle),
+            RecordedRun(f"{run.label} pool", [ops[2]], run.mode, middle, run.output)]
+
+
+def group_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A grouped (or depthwise) convolution as NVDLA's compiler runs it, one convolution per
+    group: group g reads its input channels and writes its output channels, with the SDP's
+    converters of those channels and the pool that follows (pooling is per channel). The run
+    itself when its convolution has one group."""
+    ops = run.ops
+    if (not ops or not isinstance(ops[0], Conv) or int(ops[0].groups) == 1
+            or run.input is None or run.output is None
+            or getattr(ops[0].weights, "ndim", 0) != 4
+            or any(isinstance(op, Sdp) and op.ew_op is not None for op in ops)):
+        return [run]
+    conv = ops[0]
+    groups = int(conv.groups)
+    kg = conv.weights.shape[0] // groups
+    cg = run.input.shape[1] // groups
+    slices = []
+    for g in range(groups):
+        k0, k1 = g * kg, (g + 1) * kg
+        parts = [dataclasses.replace(conv, weights=conv.weights[k0:k1], groups=1)]
+        for op in ops[1:]:
+            if isinstance(op, Sdp):
+                op = dataclasses.replace(op, **{
+                    f: getattr(op, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+                    if isinstance(getattr(op, f), np.ndarray)})
+            parts.append(op)
+        slices.append(RecordedRun(f"{run.label} group {g}", parts, run.mode,
+                                  run.input[:, g * cg:(g + 1) * cg], run.output[:, k0:k1]))
+    return slices
+
+
+def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
+    """The hardware layers NVDLA's compiler would make of a run: one convolution per group, a
+    pool apart from the convolution it follows when that must be split, kernel slices where
+    the weights crowd CBUF, row slices where the input does not fit beside them."""
+    return [part for group in group_slices(run) for whole in _pool_apart(group)
+            for kernels in kernel_slices(whole) for part in row_slices(kernels)]
+
+
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"
                 ) -> Tuple[List[ExportedTest], List[Refused]]:
-    """Export every run that NVDLA computes exactly, one test per run (``prefix_NN``); the others
-    are returned as Refused with the reason."""
+    """Export every run that NVDLA computes exactly, one test per hardware layer
+    (``prefix_NN``, ``prefix_NN_sM`` for the slices of a convolution CBUF cannot hold at once:
+    :func:`hardware_layers`); the others are returned as Refused with the reason."""
     tests, refused = [], []
     for i, run in enumerate(runs):
+        parts = hardware_layers(run)
         try:
-            tests.append(export_run(run, directory, f"{prefix}_{i:02d}"))
+            written = [export_run(part, directory, f"{prefix}_{i:02d}" + (
+                f"_s{j}" if len(parts) > 1 else "")) for j, part in enumerate(parts)]
         except NvdlaInexactError as error:
             refused.append(Refused(run.label, str(error)))
+            continue
+        tests.extend(written)
     return tests, refused

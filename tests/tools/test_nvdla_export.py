@@ -111,12 +111,82 @@ def test_dense_over_rows_is_one_feature_map(tmp_path):
     assert_round_trip(test)
 
 
+def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
+    """64 channels of 64 x 40 (40 banks of input) beside 3x3x64x16 weights (3 banks): written,
+    as NVDLA's compiler splits it, as slices of output rows that each fit CBUF, the rows their
+    windows share read by both; together they hold the run's output."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((16, 64, 3, 3), -127), stride=(2, 1), padding=(1, 1, 2, 1),
+                precision="int8", in_zero=-3), _sdp(16, act=None, out_zero=5)]
+    x = _codes((1, 64, 40, 64))
+    run, y = _record(ops, x)
+    with pytest.raises(NvdlaInexactError, match="do not fit CBUF"):
+        export_run(run, str(tmp_path), "whole")
+    tests, refused = export_runs([run], str(tmp_path), "big")
+    assert refused == [] and [t.name for t in tests] == ["big_00_s0", "big_00_s1"]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests], axis=1), y[0])
+    # with a max pool on the fly: the pool becomes a layer of its own after the slices
+    pooled, z = _record(ops + [Pool(kind="max", kernel=2, stride=2, precision="int8")], x)
+    tests, refused = export_runs([pooled], str(tmp_path), "pooled")
+    assert refused == [] and [t.units[0] for t in tests] == ["SDP", "SDP", "PDP"]
+    assert np.array_equal(tests[-1].output, z[0])
+    for test in tests:
+        assert_round_trip(test)
+
+
+def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
+    """3x3x256x64 weights (36 banks) are more than CBUF: written as slices of whole kernel
+    groups (48 and 16 kernels), each with its channels' SDP converters and output channels."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((64, 256, 3, 3), -127), padding=1, precision="int8",
+                in_zero=11), _sdp(64, act=None, out_zero=-2)]
+    run, y = _record(ops, _codes((1, 256, 6, 5)))
+    tests, refused = export_runs([run], str(tmp_path), "deep")
+    assert refused == [] and [t.output.shape[0] for t in tests] == [48, 16]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
+def test_a_depthwise_convolution_is_one_layer_per_group(tmp_path):
+    """A depthwise 3x3 conv with its ReLU and a max pool, 6 channels: six tests, group g
+    reading channel g and writing its output channel, pooled on the fly."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((6, 1, 3, 3), -127), groups=6, padding=1, precision="int8",
+                in_zero=-8), _sdp(6), Pool(kind="max", kernel=2, stride=2, precision="int8")]
+    run, y = _record(ops, _codes((1, 6, 8, 10)))
+    tests, refused = export_runs([run], str(tmp_path), "dw")
+    assert refused == [] and len(tests) == 6
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
+def test_the_recorder_reads_an_operand_of_the_convolutions_output_shape():
+    """The recorder copies an SDP's element-wise operand at the shape the SDP sees (here a
+    padded 1x1 convolution's output, larger than its input), and the export refuses it (nv_small
+    has no EW unit) naming it."""
+    operand = _codes((1, 8, 6, 7))
+    ops = [Conv(weights=_codes((8, 3, 1, 1), -127), padding=1, precision="int8"),
+           _sdp(8, act=None, ew_op="add", operand=operand, ew_mul=1)]
+    with recording() as runs:
+        Device("nv_full").run(ops, _codes((1, 3, 4, 5)))
+    assert np.array_equal(runs[0].ops[1].operand, operand)
+    with pytest.raises(NvdlaInexactError, match="element-wise add"):
+        export_run(runs[0], "/nonexistent", "ew")
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
     (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
     (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
-     "groups"),
+     "groups"),   # export_run alone: export_runs writes one layer per group (below)
     (lambda: [_spread_shifts()], "span 18 bits"),
 ], ids=["prelu", "clip", "groups", "shift-spread"])
 def test_refused_with_the_difference_named(tmp_path, ops, message):
