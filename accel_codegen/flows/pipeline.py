@@ -37,7 +37,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         layer_precisions: Optional[Dict[str, str]] = None,
                         equalize: Optional[bool] = None,
                         bias_correction: bool = True,
-                        weight_rounding: str = "nearest") -> tvm.IRModule:
+                        weight_rounding: str = "nearest",
+                        keep_float=None) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -88,6 +89,12 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     bias_correction : bool
         int8 only: each convolution's bias takes back the mean shift that rounding its
         weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
+    keep_float : list of str, optional
+        int8 only: the layers to keep out of int8, by their source-model names
+        (``"layer1.0.conv1"``; a module, ``"layer4"``, for every layer under it; an ONNX node
+        name; a wildcard) or keys (``"f0.3"``): they run in fp16, the others in int8 (the
+        mixed build with that assignment: the configuration must have fp16;
+        :mod:`accel_codegen.compiler.keep_float`).
 
     Returns
     -------
@@ -97,6 +104,9 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`calibration_of` gives an int8 module's scales.
     """
     config = AccelConfig.resolve(config)
+    if keep_float is not None:
+        precision, layer_precisions = keep_float_assignment(
+            mod, params, config, fuse, precision, keep_float, target_sqnr_db, layer_precisions)
     if weight_rounding not in ROUNDINGS:
         raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
                                 f"{ROUNDINGS}")
@@ -181,6 +191,28 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                                       weight_rounding=weight_rounding)
     return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
                               winograd)
+
+
+def keep_float_assignment(mod, params, config: AccelConfig, fuse: bool, precision: str,
+                          keep_float, target_sqnr_db=None, layer_precisions=None):
+    """keep_float: ("mixed", the assignment that keeps the named layers in fp16 and the rest
+    in int8) (:mod:`accel_codegen.compiler.keep_float`)."""
+    from ..compiler.keep_float import keep_float_precisions
+    from ..compiler.partition import match_composites
+
+    if precision != "int8":
+        raise AccelInvalidError(f"keep_float keeps layers of an int8 build in fp16; the "
+                                f"precision is {precision!r}")
+    if target_sqnr_db is not None or layer_precisions is not None:
+        raise AccelInvalidError("keep_float chooses the layers' precisions: give it without "
+                                "target_sqnr_db and layer_precisions")
+    try:
+        check_precision(config, "fp16")
+    except AccelUnsupportedError as error:
+        raise AccelUnsupportedError(f"keep_float runs the kept layers in fp16: {error}") \
+            from None
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
+    return "mixed", keep_float_precisions(matched, keep_float)
 
 
 def _partition_mixed(mod, params, config: AccelConfig, fuse: bool, calibration,
