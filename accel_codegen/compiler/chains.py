@@ -157,12 +157,12 @@ def dense(flatten: bool, annotations: Annotations) -> DFPattern:
     return out
 
 
-def bias_add(x: DFPattern, annotations: Annotations) -> DFPattern:
+def bias_add(x: DFPattern, annotations: Annotations, role: str = "bias") -> DFPattern:
     """torch gives add(conv, reshape(bias)); ONNX and folded constants add a [1, C, 1, 1]."""
     bias = wildcard()
     out = is_op("relax.add")(x, is_op("relax.reshape")(bias, wildcard())) | is_op(
         "relax.add")(x, bias)
-    annotations["bias"] = out
+    annotations[role] = out
     return out
 
 
@@ -316,27 +316,35 @@ def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
 
 
 def token_dense(bias: bool, annotations: Annotations) -> DFPattern:
-    """A dense layer over the tokens of a [B, T, C] tensor: matmul(x, W^T) or matmul(x, W')
-    on the 3-D x (ONNX, Relax), or, as torch exports nn.Linear, between reshape(x, [B*T, C])
-    (role "flatten") and reshape(., [B, T, K]) (role "unflatten"); optionally + bias. One
-    entry takes both forms (the lowering holds the reshapes to keeping the tokens)."""
+    """A dense layer over the tokens of a [B, T, C] (or [B, H, W, C]) tensor: matmul(x, W^T)
+    or matmul(x, W') on the 3-D or 4-D x (ONNX, Relax), or, as torch exports nn.Linear,
+    between reshape(x, [B*T, C]) (role "flatten") and reshape(., [B, T, K]) (role
+    "unflatten"); optionally + bias. The torch form's matmul and add are the roles
+    "dense_flat" and "bias_flat" (lowering.py reads them as "dense" and "bias"); 2-D data
+    without the reshapes is the dense entries' (an [N, C] batch of vectors)."""
     data, weight = wildcard(), wildcard()
-    flatten = is_op("relax.reshape")(data, wildcard())
-    annotations.update(input=data, weight=weight, flatten=flatten)
-    source = flatten | data
-    out = is_op("relax.matmul")(source, is_op("relax.permute_dims")(weight)) | is_op(
-        "relax.matmul")(source, weight)
-    annotations["dense"] = out
+    annotations.update(input=data, weight=weight)
+
+    def matmul(source):
+        return is_op("relax.matmul")(source, is_op("relax.permute_dims")(weight)) | is_op(
+            "relax.matmul")(source, weight)
+
+    flatten = annotations["flatten"] = is_op("relax.reshape")(data, wildcard())
+    flat = annotations["dense_flat"] = matmul(flatten)
+    direct = annotations["dense"] = matmul(data.has_ty(relax.TensorType(ndim=3, dtype="")) |
+                                           data.has_ty(relax.TensorType(ndim=4, dtype="")))
     if bias:
-        out = bias_add(out, annotations)
-    unflatten = annotations["unflatten"] = is_op("relax.reshape")(out, wildcard())
-    return unflatten | out
+        flat = bias_add(flat, annotations, "bias_flat")
+        direct = bias_add(direct, annotations)
+    unflatten = annotations["unflatten"] = is_op("relax.reshape")(flat, wildcard())
+    return unflatten | direct
 
 
 def _token_entries() -> List[Entry]:
     """layer norm over the channels of token tensors, after a dense layer over the tokens or
     alone, with an activation after it or not: each one composite whose runs are the layer
-    norm's engine passes (sim/decompose.py; lowering.py builds them)."""
+    norm's engine passes (sim/decompose.py; lowering.py builds them); a dense layer over the
+    tokens (+ bias, + activation) alone; softmax over the last axis."""
     entries = []
     for bias, act in itertools.product((None, True, False), (False, True)):
         annotations: Annotations = {}
@@ -351,6 +359,13 @@ def _token_entries() -> List[Entry]:
         if act:
             out, name, length = activation(out, annotations), name + "_{act}", length + 1
         entries.append(Entry(name, out, annotations, length))
+    for bias, act in itertools.product((True, False), (True, False)):  # a dense layer alone
+        annotations = {}
+        out = token_dense(bias, annotations)
+        name = "accel.token_dense" + ("_bias" if bias else "")
+        if act:
+            out, name = activation(out, annotations), name + "_{act}"
+        entries.append(Entry(name, out, annotations, 3 + bias + act))
     annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
     data = annotations["input"] = wildcard()
     annotations["norm"] = is_op("relax.nn.softmax")(data)

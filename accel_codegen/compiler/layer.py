@@ -469,6 +469,9 @@ class Layer:
         """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
         if self.branch is not None:
             self.branch.check_hardware(config, fuse, precision)
+        if self.tokens and precision == "int8" and self.norm is None:
+            raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
+                              "transposes onto the feature surface are fp32 and fp16 only)")
         if self.norm is not None:
             if precision == "int8":
                 what = "its variance and 1/sqrt" if self.norm.kind == "layer_norm" else \

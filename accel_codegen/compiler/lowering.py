@@ -155,6 +155,10 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
         When a part of the chain is outside what the engines do; the message says why.
     """
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
+    if op_name(root_value) == "relax.reshape":  # a token chain can end in torch's reshape
+        roles = roles or _match(root_value, lookup)
+        if roles and "unflatten" in roles:
+            return _lower_tokens(_token_roles(roles), lookup, root)
     if op_name(root_value) in COPIES:
         return _lower_copies(root_value, lookup)
     if op_name(root_value) == UPSAMPLE:
@@ -169,8 +173,9 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
         return layer
     if not roles:
         roles = _match(root_value, lookup)
-    if roles and "norm" in roles:
-        return _lower_tokens(roles, lookup, root)
+    if roles and ("norm" in roles or "unflatten" in roles or (
+            "dense" in roles and len(static_shape(roles["dense"])) > 2)):
+        return _lower_tokens(_token_roles(roles), lookup, root)
     if roles:
         data, stages = _stages_from_roles(roles, lookup)
     else:
@@ -746,11 +751,23 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
 
 # --- token chains: layer norm over channels (issue 29) ----------------------------------------
 
+def _token_roles(roles: Roles) -> Roles:
+    """The roles of a token chain, the torch form's matmul and add (chains.token_dense) read
+    as "dense" and "bias"."""
+    roles = dict(roles)
+    for role in ("dense", "bias"):
+        if f"{role}_flat" in roles:
+            roles[role] = roles.pop(f"{role}_flat")
+    return roles
+
+
 def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     """[dense over tokens (+ bias)] -> layer_norm over the last axis -> [activation]: one layer
     whose data, [B, T, C] (or [T, C], or [B, H, W, C]) with the channels last, is read as the
     feature surface [B, C, 1, T] (``token_surface``) and whose runs are the dense layer's CONV
     + SDP and the layer norm's engine passes (``Layer.runs``)."""
+    if "norm" not in roles:
+        return _lower_token_dense(roles, lookup, root)
     norm = roles["norm"]
     a = norm.attrs
     normed = norm.args[0]
@@ -797,10 +814,45 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
                               "parameters are not carried into the passes)")
         act = probe.act
     spec = NormSpec(params[0], params[1], float(a.epsilon), act)
+    data, conv, sdp = _token_dense_part(roles, lookup, normed)
+    if "flatten" in roles:
+        spec.sources = ["relax.reshape", "relax.reshape"]
+    return Layer(data=data, in_shape=token_surface(static_shape(data)),
+                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True, norm=spec)
+
+
+def _lower_token_dense(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+    """A dense layer over tokens (+ bias, + activation) alone: one CONV + SDP run on the
+    surface; 2-D data stays with the dense entries (an [N, C] batch of vectors)."""
+    data, conv, sdp = _token_dense_part(roles, lookup, None)
+    if "flatten" not in roles and len(static_shape(data)) == 2:
+        raise Unsupported("a dense layer of [N, C] data is not a token chain")
+    if "act" in roles:
+        _add_activation(sdp, roles["act"], conv.weight_shape[0], [], lookup,
+                        _kind(roles, "act") if _kind(roles, "act") in chains.DECOMPOSED
+                        else None)
+    if "flatten" in roles:
+        sdp.sources = ["relax.reshape"] + sdp.sources + ["relax.reshape"]
+    return Layer(data=data, in_shape=token_surface(static_shape(data)),
+                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True)
+
+
+def _token_dense_part(roles: Roles, lookup: Lookup, normed: Optional[relax.Expr]):
+    """(data, conv, sdp) of a token chain's dense layer (+ bias), or (``normed``, None, an
+    empty SdpSpec) without one."""
     conv, sdp = None, SdpSpec()
     data = normed
     if "dense" in roles:
         dense = roles["dense"]
+        weight = _resolve(dense.args[1], lookup)
+        if op_name(weight) == "relax.permute_dims":
+            weight = weight.args[0]
+        elif weight is None:
+            weight = dense.args[1]
+        if not is_constant(_strip_reshape(weight, lookup)):
+            raise Unsupported("a matmul of two computed tensors (attention's Q K^T or "
+                              "attention x V) is not generated yet: its CONV would read its "
+                              "weights from the other operand's run")
         conv = _dense_spec(dense, lookup)
         k, c = conv.weight_shape[:2]
         data = dense.args[0]
@@ -831,10 +883,7 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     _require_float32(data, "the input")
     if _resolve(data, lookup) is not None and not is_constant(data):
         raise Unsupported("the chain's input is computed inside the matched region")
-    if "flatten" in roles:
-        spec.sources = ["relax.reshape", "relax.reshape"]
-    return Layer(data=data, in_shape=token_surface(static_shape(data)),
-                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True, norm=spec)
+    return data, conv, sdp
 
 
 # --- BDMA copies --------------------------------------------------------------------------------

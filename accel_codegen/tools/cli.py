@@ -999,7 +999,8 @@ def cmd_export_nvdla(args) -> int:
         vm["main"](*model.inputs)
     tests, refused = export_runs(runs, args.output, args.prefix)
     for test in tests:
-        print(f"{test.name}: {test.cfg} crc {test.crc:#010x} ({', '.join(test.units)})")
+        print(f"{test.name}: {test.cfg} crc {test.crc:#010x}, {test.cycles:,} cycles estimated "
+              f"under NVDLA's testbench memory ({', '.join(test.units)})")
     for item in refused:
         print(f"refused {item.label}: {item.reason}")
     print(f"{len(tests)} of {len(runs)} accelerator runs written as NVDLA trace tests to "

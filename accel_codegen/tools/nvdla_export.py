@@ -33,9 +33,10 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups), Winograd,
-image input and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
-(NVDLA's compiler would split it; the export does not).
+point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups),
+Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
+(export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
+compiler does, with a pool it feeds as a layer of its own: :func:`hardware_layers`).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ import numpy as np
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..sim.nvdla import regs
 from ..sim.nvdla.layers import ATOM_C, ATOM_K, feature_addresses, read_int8, whole_atoms
+from ..sim.nvdla.cycles import estimate_cycles
 from ..sim.nvdla.runner import play
 from ..sim.ops import Conv, Pool, Sdp
 from ..sim.recorder import OtherOp, RecordedRun
@@ -56,6 +58,8 @@ from ..sim.reference import pdp_reciprocal
 #: nv_small's CBUF: 32 banks of 4 KiB (NVDLA's nv_small spec; the preset has the same).
 CBUF_BANKS = 32
 CBUF_BANK_BYTES = 4096
+#: The unit of CDMA's and CSC's WEIGHT_BYTES.
+WEIGHT_UNIT = 128
 #: Where a test's regions start, and their alignment.
 BASE_ADDRESS = 0x80000000
 REGION_ALIGN = 0x1000
@@ -79,6 +83,7 @@ class ExportedTest:
     region: Tuple[int, int]
     output: np.ndarray
     units: Tuple[str, ...]
+    cycles: int = 0    # the cost model's estimate under NVDLA's testbench memory (cycles.py)
 
 
 @dataclasses.dataclass
@@ -370,6 +375,14 @@ def _sdp_registers(cfg: _Cfg, regions: _Regions, bs: _XUnit, bn: _XUnit, offset:
     return any(v is not None for v in (bs.alu, bs.mul, bn.alu, bn.mul)) or src is not None
 
 
+def cbuf_banks(c: int, h: int, w: int, weight_bytes: int) -> Tuple[int, int, int]:
+    """(CBUF entries per input row, data banks, weight banks) of a direct convolution on nv_small:
+    a row of W positions takes W x ceil(C/8) 8-byte entries, a bank 512 of them."""
+    entries = w * whole_atoms(c) // ATOM_C
+    return (entries, -(-entries * h // (CBUF_BANK_BYTES // ATOM_C)),
+            -(-weight_bytes // CBUF_BANK_BYTES))
+
+
 def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int,
                     weight_bytes: int, dst_strides: Tuple[int, int], label: str) -> None:
     c, h, w = x_shape
@@ -378,13 +391,12 @@ def _conv_registers(cfg: _Cfg, conv: Conv, x_shape, out_shape, src, weights: int
     pt, pl, pb, pr = (int(v) for v in conv.padding)
     sy, sx = (int(v) for v in conv.stride)
     dy, dx = (int(v) for v in conv.dilation)
-    entries = w * whole_atoms(c) // ATOM_C          # CBUF entries (8 bytes) per input row
-    data_banks = -(-entries * h // (CBUF_BANK_BYTES // ATOM_C))
-    weight_banks = -(-weight_bytes // CBUF_BANK_BYTES)
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
     if data_banks + weight_banks > CBUF_BANKS:
         raise _inexact(label, f"the input ({data_banks} banks) and weights ({weight_banks} "
-                       f"banks) do not fit CBUF's {CBUF_BANKS} together (NVDLA's compiler "
-                       "would split the layer; the export does not)")
+                       f"banks) do not fit CBUF's {CBUF_BANKS} together (export_runs writes a "
+                       "CONV -> SDP in slices of output rows when its weights leave room for "
+                       "one; not this layer)")
     pad_code = int(conv.in_zero) & 0xFF
     cfg.comment("CDMA")
     cfg.reg("CDMA", "D_MISC_CFG", CONV_MODE=0, IN_PRECISION=0, PROC_PRECISION=0,
@@ -516,6 +528,23 @@ def _out_size(n: int, k: int, s: int, pads: int, dilation: int = 1) -> int:
     return (n + pads - dilation * (k - 1) - 1) // s + 1
 
 
+def _one_image(run: RecordedRun, label: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The run's input and output as one (C, H, W) cube each. A batch of N 1x1 positions through
+    1x1 convolutions and SDPs alone (a dense layer over N rows, as the compiler lowers a
+    matmul) is the same arithmetic on one 1 x N feature map, as NVDLA's compiler runs it."""
+    n = run.input.shape[0]
+    if n == 1:
+        return run.input[0], run.output[0]
+    pointwise = all(isinstance(op, Sdp) or (
+        isinstance(op, Conv) and op.weights.shape[2:] == (1, 1) and not any(op.padding)
+        and tuple(op.stride) == (1, 1)) for op in run.ops)
+    if run.input.shape[2:] == (1, 1) and run.output.shape[2:] == (1, 1) and pointwise:
+        as_row = lambda t: np.ascontiguousarray(t[:, :, 0, 0].T[:, None, :])  # noqa: E731
+        return as_row(run.input), as_row(run.output)
+    raise _inexact(label, f"a batch of {n} (the export writes one image per test: run the "
+                   "model on one input)")
+
+
 def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     """Write one recorded int8 run as the trace test ``directory/name/name.cfg`` (with its .dat
     files), play it on the front end and check it gives the run's output bits. Raises
@@ -533,12 +562,8 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                        "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
     if run.input is None or run.output is None or run.input.dtype != np.int8:
         raise _inexact(label, "the run's tensors are not int8 NCHW")
-    if run.input.shape[0] != 1:
-        raise _inexact(label, f"a batch of {run.input.shape[0]} (the export writes one image "
-                       "per test: run the model on one input)")
-    x = run.input[0]
+    x, expected = _one_image(run, label)
     c, h, w = x.shape
-    expected = run.output[0]
     cfg = _Cfg()
     regions = _Regions()
     image, line, surf = feature_image(x)
@@ -580,7 +605,10 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
                                     dst=None if pool is not None else dst)
         units += ["SDP"] + (["SDP_RDMA"] if needs_rdma else [])
     if conv is not None:
-        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, len(wimage),
+        # NVDLA's weight byte counts are whole 128-byte units (every trace rounds them up:
+        # dc_1x1x8_1x1x8x1's 8 bytes are 128); the region's tail is zero
+        weight_bytes = -(-len(wimage) // WEIGHT_UNIT) * WEIGHT_UNIT
+        _conv_registers(cfg, conv, (c, h, w), sdp_shape, src, weights, weight_bytes,
                         (out_line, out_surf), label)
         units += ["CACC", "CMAC_A", "CMAC_B", "CSC", "CDMA"]
     if pool is not None:
@@ -626,17 +654,128 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
     return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables)
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
+
+
+def row_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose input and weights do not fit CBUF together, as NVDLA's compiler
+    splits it: slices of output rows, each reading the input rows its windows cover (the
+    kernel's overlap read twice) with the top padding on the first slice and the bottom
+    padding on the last, each a hardware layer of its own. The run itself when it fits or is
+    not such a run (export_run then says why not)."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4):
+        return [run]
+    conv = ops[0]
+    _, c, h, w = run.input.shape
+    k, _, kh, _ = conv.weights.shape
+    weight_bytes = -(-int(conv.weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    entries, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks >= CBUF_BANKS:
+        return [run]
+    pt, pl, pb, pr = (int(v) for v in conv.padding)
+    sy, dy = int(conv.stride[0]), int(conv.dilation[0])
+    rows_fit = (CBUF_BANKS - weight_banks) * (CBUF_BANK_BYTES // ATOM_C) // entries
+    span = dy * (kh - 1) + 1                      # input rows one output row reads
+    per_slice = (rows_fit - span) // sy + 1       # output rows whose windows fit
+    if per_slice < 1:
+        return [run]
+    out_h = run.output.shape[2]
+    slices = []
+    for o0 in range(0, out_h, per_slice):
+        o1 = min(o0 + per_slice, out_h)
+        top, bottom = o0 * sy - pt, (o1 - 1) * sy - pt + span    # input rows [top, bottom)
+        part = dataclasses.replace(conv, padding=(max(-top, 0), pl, max(bottom - h, 0), pr))
+        slices.append(RecordedRun(
+            label=f"{run.label} rows {o0}-{o1 - 1}", ops=[part, ops[1]], mode=run.mode,
+            input=run.input[:, :, max(top, 0):min(bottom, h)], output=run.output[:, :, o0:o1]))
+    return slices
+
+
+def kernel_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP run whose weights leave too little of CBUF for its input, as NVDLA's
+    compiler splits it: slices of kernels (whole groups of 8), each with the SDP's per-channel
+    converters of its channels, writing its channels of the output; each a hardware layer of
+    its own (then split in rows by :func:`row_slices` where its input still does not fit).
+    The run itself when it fits or is not such a run."""
+    ops = run.ops
+    if (len(ops) != 2 or not isinstance(ops[0], Conv) or not isinstance(ops[1], Sdp)
+            or run.input is None or run.output is None or run.input.shape[0] != 1
+            or getattr(ops[0].weights, "ndim", 0) != 4 or ops[1].ew_op is not None):
+        return [run]
+    conv, sdp = ops
+    _, c, h, w = run.input.shape
+    k = conv.weights.shape[0]
+    per_kernel = int(conv.weights[0].size)
+    units = lambda n: -(-n * per_kernel // WEIGHT_UNIT) * WEIGHT_UNIT  # noqa: E731
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, units(k))
+    if data_banks + weight_banks <= CBUF_BANKS or weight_banks <= CBUF_BANKS // 2:
+        return [run]   # fits, or the weights take at most half: slices of rows (as accel.h's
+        #                accel_conv_banks lists NVDLA's compiler's choices)
+    room = CBUF_BANKS - min(data_banks, CBUF_BANKS // 2)   # the input keeps up to half
+    per_slice = ATOM_K
+    while per_slice + ATOM_K < k and cbuf_banks(c, h, w, units(per_slice + ATOM_K))[2] <= room:
+        per_slice += ATOM_K
+    if per_slice >= k:
+        return [run]
+    slices = []
+    for k0 in range(0, k, per_slice):
+        k1 = min(k0 + per_slice, k)
+        cut = {f: getattr(sdp, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+               if isinstance(getattr(sdp, f), np.ndarray)}
+        slices.append(RecordedRun(
+            label=f"{run.label} kernels {k0}-{k1 - 1}",
+            ops=[dataclasses.replace(conv, weights=conv.weights[k0:k1]),
+                 dataclasses.replace(sdp, **cut)],
+            mode=run.mode, input=run.input, output=run.output[:, k0:k1]))
+    return slices
+
+
+def _pool_apart(run: RecordedRun) -> List[RecordedRun]:
+    """A CONV -> SDP -> PDP run that CBUF cannot hold as two runs, the CONV -> SDP writing its
+    output to memory and the PDP reading it (NVDLA's compiler does the same when it splits
+    such a layer): the intermediate codes are the simulator's own, from the same ops run apart
+    (a fused run and an independent one give the same bits)."""
+    ops = run.ops
+    if (len(ops) != 3 or not isinstance(ops[0], Conv) or run.input is None
+            or getattr(ops[0].weights, "ndim", 0) != 4 or run.input.shape[0] != 1):
+        return [run]
+    _, c, h, w = run.input.shape
+    weight_bytes = -(-int(ops[0].weights.size) // WEIGHT_UNIT) * WEIGHT_UNIT
+    _, data_banks, weight_banks = cbuf_banks(c, h, w, weight_bytes)
+    if data_banks + weight_banks <= CBUF_BANKS:
+        return [run]
+    from ..sim.device import Device
+
+    middle, _ = Device("nv_small").run(list(ops[:2]), run.input)
+    return [RecordedRun(f"{run.label} conv", list(ops[:2]), run.mode, run.input, middle),
+            RecordedRun(f"{run.label} pool", [ops[2]], run.mode, middle, run.output)]
+
+
+def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
+    """The hardware layers NVDLA's compiler would make of a run: a pool apart from the
+    convolution it follows when that must be split, kernel slices where the weights crowd
+    CBUF, row slices where the input does not fit beside them."""
+    return [part for whole in _pool_apart(run) for kernels in kernel_slices(whole)
+            for part in row_slices(kernels)]
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"
                 ) -> Tuple[List[ExportedTest], List[Refused]]:
-    """Export every run that NVDLA computes exactly, one test per run (``prefix_NN``); the others
-    are returned as Refused with the reason."""
+    """Export every run that NVDLA computes exactly, one test per hardware layer
+    (``prefix_NN``, ``prefix_NN_sM`` for the slices of a convolution CBUF cannot hold at once:
+    :func:`hardware_layers`); the others are returned as Refused with the reason."""
     tests, refused = [], []
     for i, run in enumerate(runs):
+        parts = hardware_layers(run)
         try:
-            tests.append(export_run(run, directory, f"{prefix}_{i:02d}"))
+            written = [export_run(part, directory, f"{prefix}_{i:02d}" + (
+                f"_s{j}" if len(parts) > 1 else "")) for j, part in enumerate(parts)]
         except NvdlaInexactError as error:
             refused.append(Refused(run.label, str(error)))
+            continue
+        tests.extend(written)
     return tests, refused

@@ -118,16 +118,18 @@ def test_onnx_model_runs_on_the_simulator(tmp_path, zoo):
 
 
 def test_model_with_host_ops_runs_correctly(zoo):
-    """batched matmul stays on the host, with its reason; the rest, the layer norm's and the
-    softmax's engine passes among it, runs on the simulator, and the answer is right."""
+    """attention's matmuls of two computed tensors stay on the host, with their reason; the
+    rest, the layer norm's and the softmax's engine passes and the dense layers over the tokens
+    among it, runs on the simulator, and the answer is right."""
     mixed_block = zoo("mixed_block")
     model, x, mod = mixed_block.model, mixed_block.x, mixed_block.mod
     partitioned = ac.partition_for_accel(mod)
     report = ac.partition_report(partitioned)
     host = {op.op: op.reason for op in report.host}
     assert "relax.nn.layer_norm" not in host and "relax.nn.softmax" not in host
-    assert ["accel.layer_norm"] in report.functions.values()
-    assert "batched matmul" in host["relax.matmul"]
+    assert ["accel.layer_norm", "accel.token_dense_bias", "accel.token_dense_bias",
+            "accel.token_dense_bias"] in report.functions.values()  # the norm, q, k and v
+    assert "a matmul of two computed tensors" in host["relax.matmul"]
     assert any(p.startswith("accel.conv2d") for ps in report.functions.values() for p in ps)
     y = build_and_run(partitioned, x)
     assert_close(y, torch_forward(model, x), rtol=RTOL)

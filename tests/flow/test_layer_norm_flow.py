@@ -139,3 +139,31 @@ def test_softmax_over_the_last_axis_runs_bit_for_bit_as_the_reference(precision)
     assert_same(y, np.ascontiguousarray(expected, np.float32))
     assert_close(y, torch.softmax(torch.from_numpy(x), -1).numpy(),
                  1e-5 if precision == "fp32" else 5e-3)
+
+
+class PreNormMlp(torch.nn.Module):
+    """A transformer block's MLP half: x + fc2(gelu(fc1(layer_norm(x))))' inner part."""
+
+    def __init__(self, c=32, hidden=64):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(c)
+        self.fc1 = torch.nn.Linear(c, hidden)
+        self.act = torch.nn.GELU()
+        self.fc2 = torch.nn.Linear(hidden, c)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(self.ln(x))))
+
+
+def test_pre_norm_mlp_is_one_function_and_matches_pytorch():
+    """layer norm, then dense layers over the tokens (torch's reshapes around each matmul
+    taken in, GELU through the LUT): every operator in one external function."""
+    torch.manual_seed(0)
+    model = PreNormMlp().eval()
+    x = torch.randn(*SHAPE)
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    assert report.host == [], report
+    assert list(report.functions.values()) == [
+        ["accel.layer_norm", "accel.token_dense_bias_gelu", "accel.token_dense_bias"]]
+    assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)

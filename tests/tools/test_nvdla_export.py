@@ -100,6 +100,58 @@ def test_layer_round_trip(tmp_path, name):
     assert_round_trip(test)
 
 
+def test_dense_over_rows_is_one_feature_map(tmp_path):
+    """A dense layer over 5 rows (a batch of 1x1 positions, as a matmul is lowered) is written
+    as one 1x1 convolution over a 1 x 5 feature map: the same codes, row r at column r."""
+    ops = [Conv(weights=_codes((12, 24, 1, 1), -127), precision="int8", in_zero=9), _sdp(12)]
+    run, y = _record(ops, _codes((5, 24, 1, 1)))
+    test = export_run(run, str(tmp_path), "rows")
+    assert test.output.shape == (12, 1, 5)
+    assert np.array_equal(test.output[:, 0, :], y[:, :, 0, 0].T)
+    assert_round_trip(test)
+
+
+def test_a_convolution_cbuf_cannot_hold_is_written_in_row_slices(tmp_path):
+    """64 channels of 64 x 40 (40 banks of input) beside 3x3x64x16 weights (3 banks): written,
+    as NVDLA's compiler splits it, as slices of output rows that each fit CBUF, the rows their
+    windows share read by both; together they hold the run's output."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((16, 64, 3, 3), -127), stride=(2, 1), padding=(1, 1, 2, 1),
+                precision="int8", in_zero=-3), _sdp(16, act=None, out_zero=5)]
+    x = _codes((1, 64, 40, 64))
+    run, y = _record(ops, x)
+    with pytest.raises(NvdlaInexactError, match="do not fit CBUF"):
+        export_run(run, str(tmp_path), "whole")
+    tests, refused = export_runs([run], str(tmp_path), "big")
+    assert refused == [] and [t.name for t in tests] == ["big_00_s0", "big_00_s1"]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests], axis=1), y[0])
+    # with a max pool on the fly: the pool becomes a layer of its own after the slices
+    pooled, z = _record(ops + [Pool(kind="max", kernel=2, stride=2, precision="int8")], x)
+    tests, refused = export_runs([pooled], str(tmp_path), "pooled")
+    assert refused == [] and [t.units[0] for t in tests] == ["SDP", "SDP", "PDP"]
+    assert np.array_equal(tests[-1].output, z[0])
+    for test in tests:
+        assert_round_trip(test)
+
+
+def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
+    """3x3x256x64 weights (36 banks) are more than CBUF: written as slices of whole kernel
+    groups (48 and 16 kernels), each with its channels' SDP converters and output channels."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((64, 256, 3, 3), -127), padding=1, precision="int8",
+                in_zero=11), _sdp(64, act=None, out_zero=-2)]
+    run, y = _record(ops, _codes((1, 256, 6, 5)))
+    tests, refused = export_runs([run], str(tmp_path), "deep")
+    assert refused == [] and [t.output.shape[0] for t in tests] == [48, 16]
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
@@ -134,6 +186,7 @@ def test_lenet5_round_trip(tmp_path, zoo):
     for test, run in zip(tests, runs):
         assert np.array_equal(test.output, run.output[0])
         assert_round_trip(test)
+        assert test.cycles > 100   # at least the SDP's pipeline (cycles.py's testbench memory)
     # the layers chain: each test's input image is the previous run's output
     for before, run in zip(runs, runs[1:]):
         assert np.array_equal(before.output.reshape(-1), run.input.reshape(-1))

@@ -289,8 +289,8 @@ class FunctionCodegen:
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
-        if layer.norm is not None:  # one run per engine pass (codegen/passes.py)
-            passes.emit_norm_layer(self, index, var, layer, scope, name)
+        if layer.tokens:  # channels-last data, one run per engine pass (codegen/passes.py)
+            passes.emit_token_layer(self, index, var, layer, scope, name)
             self._leave(var)
             return
         if layer.rubik is not None:

@@ -9,6 +9,7 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 (``layer.token_surface``)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Dict, List
 
 import numpy as np
@@ -76,16 +77,20 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
-def emit_norm_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
-                    primitive: str) -> None:
-    """The runs of a layer with a norm (``Layer.norm_runs``), from its channels-last data to
-    ``var``'s buffer, channels-last."""
+def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
+                     primitive: str) -> None:
+    """The runs of a token layer, from its channels-last data to ``var``'s buffer,
+    channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``)."""
     precision = gen.precision
-    runs = layer.runs(precision)
-    itemsize = gen.storage.itemsize
-    first_key = run_key(gen.index, index, pass_part(0))
-    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     b, c, h, w = layer.in_shape
+    if layer.norm is not None:
+        runs = layer.runs(precision)
+        first_key = run_key(gen.index, index, pass_part(0))
+    else:  # one run, keyed as walk.runs keys it
+        runs = [dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))]
+        first_key = run_key(gen.index, index)
+    itemsize = gen.storage.itemsize
+    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     surface = gen._temp(int(np.prod(layer.in_shape)))
     gen.body.extend(transpose(data, surface, b, h * w, c, precision,
                               f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
@@ -115,7 +120,8 @@ def emit_norm_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         lines += emit.run_layer(ops, tensors[step.input], run.in_shape, out, run.out_shape,
                                 run.fused(gen.fuse), label, precision)
         gen.body.extend(lines + ["}"])
+    last = tensors[runs[-1].step.output] if runs[-1].step is not None else tensors["x"]
     b, k, h, w = runs[-1].out_shape
-    gen.body.extend(transpose(tensors[runs[-1].step.output], gen.operands[var], b, k, h * w,
+    gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
                               precision, f"layer {index}: the surface [{b}, {k}, {h}, {w}] "
                                          f"back to tokens [{b}, {h * w}, {k}]"))
