@@ -5,7 +5,7 @@ take. ``Target.of`` is the one place that checks them together; the public funct
 
 A build's precision is uniform (a :class:`~accel_codegen.sim.config.Precision`) or per layer
 (a :class:`LayerPlan`: int8 or fp16 for each layer key, ``f0.3``), which is what the keyword
-``precision="mixed"`` asks for; the plan is empty until the mixed-precision search fills it.
+``precision="mixed"`` asks for; the plan is unassigned until the mixed-precision search fills it.
 """
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ LAYER_PRECISIONS = (Precision.INT8, Precision.FP16)
 
 @dataclasses.dataclass(frozen=True)
 class LayerPlan:
-    """Each layer's precision by its key, in the partition's order; empty: not assigned yet
-    (the mixed-precision search assigns it)."""
+    """Each layer's precision by its key, in the partition's order; ``layers`` None: not
+    assigned yet (the mixed-precision search assigns it)."""
 
-    layers: Tuple[Tuple[str, Precision], ...] = ()
+    layers: Optional[Tuple[Tuple[str, Precision], ...]] = None
 
     @classmethod
     def of(cls, layer_precisions: Optional[Mapping[str, str]]) -> "LayerPlan":
-        """The plan of a ``layer_precisions`` dict (layer key -> "int8" / "fp16"); None: empty.
-        Which keys a partition has is checked against it when code is generated."""
+        """The plan of a ``layer_precisions`` dict (layer key -> "int8" / "fp16"); None: not
+        assigned. Which keys a partition has is checked against it when code is generated."""
         if layer_precisions is None:
             return cls()
         if not isinstance(layer_precisions, Mapping):
@@ -44,12 +44,13 @@ class LayerPlan:
             raise AccelInvalidError(f"layer_precisions: {bad} (each layer is 'int8' or 'fp16')")
         return cls(tuple((str(k), Precision(v)) for k, v in layer_precisions.items()))
 
-    def as_dict(self) -> Dict[str, str]:
-        """Layer key -> precision name (the ``layer_precisions`` form)."""
-        return {key: precision.value for key, precision in self.layers}
+    @property
+    def assigned(self) -> bool:
+        return self.layers is not None
 
-    def __bool__(self) -> bool:
-        return bool(self.layers)
+    def as_dict(self) -> Optional[Dict[str, str]]:
+        """Layer key -> precision name (the ``layer_precisions`` form; None: not assigned)."""
+        return None if self.layers is None else {k: p.value for k, p in self.layers}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Target:
            calibration_method: str = DEFAULT_METHOD, equalize: Optional[bool] = None,
            bias_correction: bool = True, weight_rounding: str = "nearest") -> "Target":
         """The Target of the public functions' keywords (``precision="mixed"``: a per-layer
-        plan, from ``layer_precisions`` or empty), every combination checked: the
+        plan, from ``layer_precisions`` or unassigned), every combination checked: the
         configuration has the precision(s), int8 is fused, the switches fit the precision."""
         config = AccelConfig.resolve(config)
         if weight_rounding not in ROUNDINGS:
@@ -134,5 +135,6 @@ class Target:
 
     @property
     def layer_precisions(self) -> Optional[Dict[str, str]]:
-        """A per-layer plan as its dict (None for a uniform precision)."""
+        """A per-layer plan as its dict (None for a uniform precision or a plan not assigned
+        yet)."""
         return self.precision.as_dict() if self.mixed else None

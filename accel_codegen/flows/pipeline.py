@@ -206,11 +206,11 @@ def _partition_mixed(mod, params, target: Target, calibration, target_sqnr_db) -
         raise AccelInvalidError("mixed precision needs calibration: example inputs (an "
                                 "iterable of input tuples), or a Calibration with "
                                 "layer_precisions")
-    if (target_sqnr_db is None) == bool(target.precision):
+    if (target_sqnr_db is None) == (not target.precision.assigned):
         raise AccelInvalidError("mixed precision needs target_sqnr_db (the output SQNR to "
                                 "reach, in dB) or layer_precisions (each layer's), one of them")
     search = None
-    if not target.precision:
+    if not target.precision.assigned:
         goal = check_target(target_sqnr_db)
         if isinstance(calibration, Calibration):
             raise AccelInvalidError("the mixed-precision search measures the output SQNR on "

@@ -42,7 +42,10 @@ def test_a_per_layer_plan_replaces_mixed():
     assert target.precision == LayerPlan(((("f0.0", Precision.INT8), ("f0.1", Precision.FP16))))
     assert target.layer_precisions == plan
     searched = Target.of("nv_full", precision="mixed")  # the search fills the plan
-    assert searched.mixed and not searched.precision and searched.layer_precisions == {}
+    assert searched.mixed and not searched.precision.assigned
+    assert searched.layer_precisions is None
+    given_none = Target.of("nv_full", precision="mixed", layer_precisions={})
+    assert given_none.precision.assigned and given_none.layer_precisions == {}
 
 
 @pytest.mark.parametrize("keywords, error, message", [
