@@ -457,7 +457,10 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
                             hw_element_bytes(p);
   s->weight_bytes = per_channel * r->in_c;
   s->input_bytes = input_on_chip ? 0 : tensor;
-  s->operand_bytes = d->ew_op != ACCEL_EW_NONE ? tensor : 0;
+  /* a per-channel operand (ew_per_channel) is read once per image and channel */
+  s->operand_bytes = d->ew_op == ACCEL_EW_NONE ? 0
+                     : d->ew_per_channel ? (int64_t)r->in_n * r->in_c * hw_element_bytes(p)
+                                         : tensor;
   /* A converting SDP writes the other precision (accel_sdp_desc.convert). */
   const int64_t written =
       d->convert ? feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w,

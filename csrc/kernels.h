@@ -115,7 +115,8 @@ enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_C16_WEIGHTS = 36,      /* conv_c16.c's and dw_c16.c's weights, packed per run */
        WS_LAYOUT_IN = 37, WS_LAYOUT_OUT = 38, /* a run's input and output in the other layout */
        WS_LAYOUT_OPERANDS = 39,  /* and its element-wise operands */
-       WS_CONV_I8_FIRST = 40 };
+       WS_EW_BROADCAST = 40,     /* per-channel element-wise operands, broadcast (device.c) */
+       WS_CONV_I8_FIRST = 41 };
 
 /* A parallel loop (pool.c): fn(ctx, item, participant) for every item in [0, items), on the
  * caller (participant 0) and up to participants - 1 workers (1..), each item once; returns

@@ -287,6 +287,17 @@ class Layer:
         ops += self.sdp.sources
         return ops + ([self.pool.source] if self.pool else [])
 
+    @property
+    def computed_scale(self) -> bool:
+        """Whether the layer is a per-channel multiply by a computed tensor (squeeze-excite's
+        ``x * s``): fp32 and fp16 read it as the SDP's scale; int8 as the SDP's element-wise
+        multiplier with a per-channel operand (``ew_per_channel``), in the codes and zero point
+        of the layer that computed it."""
+        s = self.sdp
+        return self.conv is None and not self.copies and s.scale is not None and \
+            not is_constant(s.scale) and s.batch_norm is None and s.bias is None and \
+            s.ew_op is None
+
     def parameters(self) -> List[Tuple[str, relax.Expr]]:
         """(what, expr) of every weight and per-channel parameter the layer reads."""
         s, bn = self.sdp, self.sdp.batch_norm
@@ -411,6 +422,8 @@ class Layer:
                        precision=precision, **fields)
 
         ops: list = []
+        if int8 and self.computed_scale and fuse:  # x * s, s computed: see computed_scale
+            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act)]
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,
@@ -497,8 +510,13 @@ class Layer:
             for what, expr in self.parameters():
                 # fp16 reads a computed per-channel scale as it is (squeeze-excite's x * s):
                 # with nothing to fold it into, and one batch, it is the SDP's [C] halves.
-                computed_scale = precision == "fp16" and what == "scale" and \
-                    self.conv is None and self.sdp.batch_norm is None and self.in_shape[0] == 1
+                # int8 reads it as the element-wise multiplier's per-channel operand (fused
+                # runs only: the int8 code generator emits each layer as one SDP).
+                computed_scale = what == "scale" and (
+                    (precision == "fp16" and self.conv is None and
+                     self.sdp.batch_norm is None and self.in_shape[0] == 1) or
+                    (precision == "int8" and fuse and self.computed_scale and
+                     self.sdp.act in (None, "relu", "clip")))
                 if not is_constant(expr) and not computed_scale:
                     raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                       f"computed by another operator); {precision} code needs "
@@ -513,7 +531,7 @@ class Layer:
             bn = self.sdp.batch_norm
             for what, expr in (("batch_norm gamma", bn.gamma if bn else None),
                                ("per-channel scale", self.sdp.scale)):
-                if expr is not None and np.any(constant_value(expr) == 0):
+                if expr is not None and is_constant(expr) and np.any(constant_value(expr) == 0):
                     raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
                                       "bias before it multiplies)")
         if self.pool is not None and self.pool.passes()[1] != 1.0 and (

@@ -27,6 +27,7 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
+from .reasons import reason_code
 from .source_names import name_of
 from .target import Target
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
@@ -60,6 +61,11 @@ class OpRecord:
     precision: Optional[str] = None  # mixed: its layer's precision ("int8" or "fp16")
     key: Optional[str] = None        # its layer's key (``f0.3``, as run labels start)
     source: Optional[str] = None     # the source model's name of it (compiler/source_names.py)
+    code: Optional[str] = None       # the stable code of its reason (compiler/reasons.py)
+
+    def __post_init__(self):
+        if self.reason is not None and self.code is None:
+            self.code = reason_code(self.reason)
 
 
 @dataclasses.dataclass
@@ -115,7 +121,8 @@ class PartitionReport:
                  f"{len(self.functions)} external function(s)"]
         if self.host:
             lines.append(f"{len(self.host)} on the host:")
-            lines += [f"{count:>6} x {reason}" for reason, count in self.host_reasons()]
+            lines += [f"{count:>6} x [{reason_code(reason)}] {reason}"
+                      for reason, count in self.host_reasons()]
             lines.append("")
         if self.precision == "mixed":
             chosen = collections.Counter(self.layer_precisions.values())
@@ -132,7 +139,7 @@ class PartitionReport:
                  ("accel" + (f" {op.precision}" if op.precision else "")) if op.offloaded
                  else "host",
                  (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
-                  if op.offloaded else op.reason)] for op in self.ops]
+                  if op.offloaded else f"[{op.code}] {op.reason}")] for op in self.ops]
         return "\n".join(lines + [render_table(columns, rows)])
 
 

@@ -22,10 +22,10 @@ from ..compiler import weight_rounding as weight_rounding_pass
 from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate, is_partitioned,
                                   match_composites, reference_machine, run_main)
 from ..compiler.target import MIXED, LayerPlan, Target
-from ..errors import AccelInvalidError
+from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
 from ..quantization.gptq import HessianObserver
-from ..sim.config import AccelConfig, Precision
+from ..sim.config import AccelConfig, Precision, check_precision
 from .qdq import qdq_calibration
 
 MIXED_ATTR = "accel_mixed_precision"
@@ -39,7 +39,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
                         layer_precisions: Optional[Dict[str, str]] = None,
                         equalize: Optional[bool] = None,
                         bias_correction: bool = True,
-                        weight_rounding: str = "nearest") -> tvm.IRModule:
+                        weight_rounding: str = "nearest",
+                        keep_float=None) -> tvm.IRModule:
     """Offload what the accelerator runs; the rest stays on TVM's host path.
 
     Parameters
@@ -94,6 +95,12 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         int8 only: "nearest" (default), or "gptq": each convolution's weights rounded by GPTQ
         on the calibration inputs (:mod:`accel_codegen.quantization.gptq`; needs example
         inputs, not a Calibration).
+    keep_float : list of str, optional
+        int8 only: the layers to keep out of int8, by their source-model names
+        (``"layer1.0.conv1"``; a module, ``"layer4"``, for every layer under it; an ONNX node
+        name; a wildcard) or keys (``"f0.3"``): they run in fp16, the others in int8 (the
+        mixed build with that assignment: the configuration must have fp16;
+        :mod:`accel_codegen.compiler.keep_float`).
 
     The keywords make a :class:`~accel_codegen.compiler.target.Target` (``Target.of`` checks
     them together); the calibration, the search and the code generator read that.
@@ -105,6 +112,10 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`accel_codegen.build`; :func:`partition_report` describes it and
         :func:`calibration_of` gives an int8 module's scales.
     """
+    if keep_float is not None:
+        precision, layer_precisions = keep_float_assignment(
+            mod, params, AccelConfig.resolve(config), fuse, precision, keep_float,
+            target_sqnr_db, layer_precisions)
     if precision != MIXED and target_sqnr_db is not None:
         raise AccelInvalidError(f"target_sqnr_db and layer_precisions are for precision="
                                 f"'mixed', not {precision!r}")
@@ -191,6 +202,28 @@ def _calibrate_int8(mod, params, target: Target, examples):
         mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration
+
+
+def keep_float_assignment(mod, params, config: AccelConfig, fuse: bool, precision: str,
+                          keep_float, target_sqnr_db=None, layer_precisions=None):
+    """keep_float: ("mixed", the assignment that keeps the named layers in fp16 and the rest
+    in int8) (:mod:`accel_codegen.compiler.keep_float`)."""
+    from ..compiler.keep_float import keep_float_precisions
+    from ..compiler.partition import match_composites
+
+    if precision != "int8":
+        raise AccelInvalidError(f"keep_float keeps layers of an int8 build in fp16; the "
+                                f"precision is {precision!r}")
+    if target_sqnr_db is not None or layer_precisions is not None:
+        raise AccelInvalidError("keep_float chooses the layers' precisions: give it without "
+                                "target_sqnr_db and layer_precisions")
+    try:
+        check_precision(config, "fp16")
+    except AccelUnsupportedError as error:
+        raise AccelUnsupportedError(f"keep_float runs the kept layers in fp16: {error}") \
+            from None
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
+    return "mixed", keep_float_precisions(matched, keep_float)
 
 
 def _partition_mixed(mod, params, target: Target, calibration, target_sqnr_db) -> tvm.IRModule:

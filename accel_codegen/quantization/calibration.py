@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -420,16 +420,28 @@ def examples_of(inputs, what: str) -> list:
     return examples
 
 
+#: Makes the ``progress(done, total)`` callback of a long pass from its label; None: no
+#: progress. The tools set it (:mod:`accel_codegen.tools.progress`: a bar on a terminal), as
+#: this layer knows nothing of terminals.
+progress_factory: Optional[Callable[[str], Callable[[int, int], None]]] = None
+
+
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD,
               observer: Optional[Observer] = None) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
     on each example (one pass), turned into scales by ``method``. ``observer``: one that
-    gathers more in the same pass (e.g. :class:`~.gptq.HessianObserver`)."""
+    gathers more in the same pass (e.g. :class:`~.gptq.HessianObserver`). Each example done
+    is reported to :data:`progress_factory`'s callback, when set."""
     if method not in METHODS:
         raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
     examples = examples_of(inputs, "calibration")
     observer = observer if observer is not None else Observer()
+    progress = progress_factory("calibration") if progress_factory is not None else None
     with observing(observer):
-        for example in examples:
+        for done, example in enumerate(examples):
+            if progress is not None:
+                progress(done, len(examples))
             run(*example)
+    if progress is not None:
+        progress(len(examples), len(examples))
     return Calibration.from_observer(observer, method, len(examples))

@@ -414,6 +414,9 @@ class Sdp:
 
     ``convert=True`` (alone in its run, nothing else set): an INT8 SDP writes FP16, an FP16 SDP
     writes INT8, with ``cvt_scale`` / ``cvt_zero`` the INT8 side's quantisation (accel.h).
+
+    ``ew_per_channel=True``: the element-wise ``operand`` holds one value per image and channel
+    ([N, C] or [N, C, 1, 1]), read for every position (squeeze-excite's ``x * s``).
     """
 
     scale: Optional[np.ndarray] = None
@@ -442,6 +445,7 @@ class Sdp:
     convert: bool = False
     cvt_scale: float = 0.0
     cvt_zero: int = 0
+    ew_per_channel: bool = False
 
     sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
@@ -500,6 +504,7 @@ class Sdp:
         d.convert = 1 if self.convert else 0
         d.cvt_scale = real(self.cvt_scale, "sdp cvt_scale")
         d.cvt_zero = integer(self.cvt_zero, "sdp cvt_zero")
+        d.ew_per_channel = 1 if flag(self.ew_per_channel, "sdp ew_per_channel") else 0
         if int8 and not self.convert:
             if self.clip is not None:
                 raise AccelInvalidError(
@@ -531,7 +536,9 @@ class Sdp:
                     f"sdp {field} has {value.size} values for {in_shape[1]} channels")
         if isinstance(self.operand, np.ndarray):
             shapes = [tuple(in_shape)]
-            if layout == "c16":  # the run's layout (accel_layout)
+            if self.ew_per_channel:
+                shapes = [tuple(in_shape[:2]), (*in_shape[:2], 1, 1)]
+            elif layout == "c16":  # the run's layout (accel_layout)
                 shapes = [c16_shape(in_shape)]
             elif in_shape[2:] == (1, 1):
                 shapes.append(tuple(in_shape[:2]))  # [N, C] data

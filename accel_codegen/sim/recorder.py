@@ -84,7 +84,10 @@ def _sdp(d, shape) -> Sdp:
               prelu_mul=_array(d.prelu_mul, np.int16, c), prelu_shift=int(d.prelu_shift),
               out_mul=int(d.out_mul), out_shift=int(d.out_shift), out_zero=int(d.out_zero),
               convert=bool(d.convert))
-    if ew_op is not None:
+    if ew_op is not None and d.ew_per_channel:  # one value per image and channel
+        sdp.operand = _array(d.ew_operand, np.int8, shape[0] * c, (shape[0], c))
+        sdp.ew_per_channel = True
+    elif ew_op is not None:
         sdp.operand = _array(d.ew_operand, np.int8, int(np.prod(shape)), shape)
     if act == "clip":
         sdp.clip_lo, sdp.clip_hi = int(d.clip_lo), int(d.clip_hi)
@@ -114,13 +117,28 @@ def _read_ops(ops, num_ops: int, input_shape) -> list:
             out.append(OtherOp(engine, precision or "?"))
             continue
         if engine == "CONV":
-            out.append(_conv(op.conv, shape[1]))
-            shape[1] = int(op.conv.out_c)  # the spatial shape is not needed downstream
+            d = op.conv
+            out.append(_conv(d, shape[1]))
+            # the shape an SDP after it sees (its element-wise operand's)
+            shape = [shape[0], int(d.out_c),
+                     _out(shape[2], d.kernel_h, d.stride_h, d.pad_top + d.pad_bottom,
+                          d.dilation_h),
+                     _out(shape[3], d.kernel_w, d.stride_w, d.pad_left + d.pad_right,
+                          d.dilation_w)]
         elif engine == "SDP":
             out.append(_sdp(op.sdp, tuple(shape)))
         else:
-            out.append(_pool(op.pdp))
+            d = op.pdp
+            out.append(_pool(d))
+            shape = [shape[0], shape[1],
+                     _out(shape[2], d.kernel_h, d.stride_h, d.pad_top + d.pad_bottom),
+                     _out(shape[3], d.kernel_w, d.stride_w, d.pad_left + d.pad_right)]
     return out
+
+
+def _out(size: int, kernel: int, stride: int, pads: int, dilation: int = 1) -> int:
+    """An output side of a direct convolution or a pool (accel.h's formulas)."""
+    return (int(size) + int(pads) - int(dilation) * (int(kernel) - 1) - 1) // int(stride) + 1
 
 
 @ffi.def_extern()

@@ -862,6 +862,12 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
     if isinstance(op, Sdp):
         if op.convert:
             return convert(x, precision, op.output_precision, op.cvt_scale, op.cvt_zero)
+        if op.ew_per_channel and op.operand is not None:  # one value per image and channel
+            n, c = np.shape(x)[:2]
+            operand = np.asarray(op.operand).reshape(n, c, 1, 1)
+            op = dataclasses.replace(op, ew_per_channel=False,
+                                     operand=np.ascontiguousarray(
+                                         np.broadcast_to(operand, np.shape(x))))
         if precision == "int8":
             return _sdp_int8_op(op, x)
         if precision == "fp16":

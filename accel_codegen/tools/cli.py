@@ -51,6 +51,7 @@ damaged library) are errors (1), not internal ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -162,6 +163,26 @@ def check_precision_args(args, config) -> None:
     if switches and args.precision != "int8":
         raise UserError(f"{' and '.join(switches)}: for int8 only (the precision is "
                         f"{args.precision})")
+    data = getattr(args, "calibration_data", None)
+    if data is not None:
+        if args.precision not in ("int8", "mixed"):
+            raise UserError(f"--calibration-data: for int8 and mixed only (the precision is "
+                            f"{args.precision})")
+        if args.calibration is not None:
+            raise UserError("give --calibration N (random inputs) or --calibration-data "
+                            "DATA.npz, not both")
+    keep = getattr(args, "keep_float", None)
+    if keep:
+        if args.precision != "int8":
+            raise UserError(f"--keep-float keeps layers of an int8 build in fp16; the "
+                            f"precision is {args.precision}")
+        if not config.supports("fp16"):
+            raise UserError(f"--keep-float runs the kept layers in fp16, which configuration "
+                            f"{config.name} does not have (its precisions: fp32, "
+                            f"{', '.join(config.precisions)})")
+        if getattr(args, "weight_rounding", "nearest") == "gptq":
+            raise UserError("--keep-float builds int8 and fp16 layers together, whose int8 "
+                            "weights round to nearest: not with --weight-rounding gptq")
 
 
 def _calibration(args, model) -> dict:
@@ -171,15 +192,25 @@ def _calibration(args, model) -> dict:
 
     if args.precision not in ("int8", "mixed"):
         return {}
-    count = args.calibration or DEFAULT_CALIBRATION
     method = args.calibration_method or DEFAULT_METHOD
-    _say(f"int8 calibration: {method} on {count} random N(0, 1) inputs (seed {args.seed})"
+    keep = getattr(args, "keep_float", None)
+    if getattr(args, "calibration_data", None) is not None:
+        examples, what = _npz_examples(args.calibration_data, model, "--calibration-data")
+    else:
+        count = args.calibration or DEFAULT_CALIBRATION
+        examples = random_inputs(model, count, args.seed)
+        what = f"{count} random N(0, 1) inputs (seed {args.seed})"
+    _say(f"int8 calibration: {method} on {what}"
          + "".join(f"; {what} off" for what, off in (
-             ("cross-layer equalisation", args.no_equalize),
+             ("cross-layer equalisation", args.no_equalize or bool(keep)),
              ("bias correction", args.no_bias_correction)) if off)
          + ("; weights rounded by GPTQ" if args.weight_rounding == "gptq" else ""))
-    keywords = {"calibration": random_inputs(model, count, args.seed),
-                "calibration_method": method}
+    keywords = {"calibration": examples, "calibration_method": method}
+    if keep:
+        # the mixed build with the kept layers in fp16, which equalises no weights
+        _say(f"kept in fp16: {', '.join(keep)}")
+        keywords.update(keep_float=list(keep), bias_correction=not args.no_bias_correction)
+        return keywords
     if args.precision == "mixed":
         _say(f"mixed precision: searching for {args.target_sqnr:g} dB SQNR at every output on "
              f"the calibration inputs and those held back from it (a build per layer)")
@@ -294,6 +325,12 @@ def cmd_partition(args) -> int:
     from ..flows.pipeline import partition_report
 
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
+    graph_out = None
+    if args.graph:
+        suffix = Path(args.graph).suffix
+        if suffix not in (".svg", ".html"):
+            raise UserError(f"--graph path '{args.graph}' must end in .svg or .html")
+        graph_out = _output_path(args.graph, suffix, "--graph")
     from .report import format_op_type_summary, op_type_summary
 
     model = _load_model(args.model)
@@ -304,6 +341,17 @@ def cmd_partition(args) -> int:
     print(report)
     print()
     print(format_op_type_summary(summary))
+    if graph_out is not None:
+        from ..compiler.partition import match_composites
+        from .graph_view import write_graph
+
+        # the same matching as the build's (int8 and mixed builds match int8's chains)
+        chains = "int8" if args.precision in ("int8", "mixed") else args.precision
+        matched = match_composites(model.mod, model.params, config=config,
+                                   fuse=not args.no_fuse, precision=chains)
+        write_graph(matched, report, graph_out,
+                    f"{parse_model_spec(args.model).name} on {config.name}, {args.precision}")
+        _say(f"wrote {graph_out}")
     data = {**report.to_dict(), "op_types": summary}
     if args.host_cost or csv_out:
         from .host_cost import host_costs, format_host_costs, write_host_costs_csv
@@ -588,33 +636,42 @@ def cmd_accuracy(args) -> int:
     from ..flows.accuracy import accuracy_report
 
     model = _load_model(args.model)
+    examples, what = _npz_examples(args.inputs, model, "--inputs", args.seed + 1)
     calibration = _calibration(args, model)
-    _say(f"evaluation: {args.inputs} random N(0, 1) inputs (seed {args.seed + 1})")
+    precision = args.precision
+    if "keep_float" in calibration:  # the mixed build that keeps them in fp16
+        from ..flows.pipeline import keep_float_assignment
+
+        precision, calibration["layer_precisions"] = keep_float_assignment(
+            model.mod, model.params, config, not args.no_fuse, precision,
+            calibration.pop("keep_float"), None, None)
+    _say(f"evaluation: {what}")
     with tempfile.TemporaryDirectory(prefix="accel-accuracy-") as directory:
         onnx_model, skipped = _onnx_for_ort(args, model, directory)
-        report = accuracy_report(model.mod, model.params,
-                                 random_inputs(model, args.inputs, args.seed + 1), config=config,
-                                 precision=args.precision, fuse=not args.no_fuse,
+        report = accuracy_report(model.mod, model.params, examples, config=config,
+                                 precision=precision, fuse=not args.no_fuse,
                                  onnx_model=onnx_model, **calibration)
     if skipped:
         report.ort_skipped = skipped
     return _show_report(report, args.json, "accuracy")
 
 
-def _debug_inputs(spec: str, model, seed: int) -> tuple:
-    """debug's evaluation inputs: (examples, what they are). ``spec``: a count of random
-    N(0, 1) inputs drawn with ``seed``, or an .npz holding the model's inputs by name (or in
-    order: np.savez(path, a, b)), each array one input or a stack of examples of it."""
+def _npz_examples(spec: str, model, flag: str, seed: Optional[int] = None) -> tuple:
+    """Examples of the model's inputs from the command line: (examples, what they are).
+    ``spec``: an .npz holding the model's inputs by name (or in order: np.savez(path, a, b)),
+    each array one input or a stack of examples of it; or, where ``seed`` is given, a count
+    of random N(0, 1) inputs drawn with it."""
     import numpy as np
 
-    if spec.isdigit():
+    if seed is not None and spec.isdigit():
         count = int(spec)
         if count < 1:
-            raise UserError(f"--inputs {spec}: give at least one input")
+            raise UserError(f"{flag} {spec}: give at least one input")
         return random_inputs(model, count, seed), f"{count} random N(0, 1) inputs (seed {seed})"
     path = Path(spec)
     if path.suffix != ".npz":
-        raise UserError(f"--inputs '{spec}': a count of random inputs or an .npz file")
+        raise UserError(f"{flag} '{spec}': " + ("a count of random inputs or " if seed
+                                                 is not None else "") + "an .npz file")
     if not path.is_file():
         raise UserError(f"input file '{spec}' does not exist")
     try:
@@ -634,11 +691,11 @@ def _debug_inputs(spec: str, model, seed: int) -> tuple:
         elif shape[:1] == (1,) and array.shape[1:] == shape[1:]:  # a batch of batch-1 inputs
             examples.append([array[i:i + 1] for i in range(array.shape[0])])
         else:
-            raise UserError(f"input file '{spec}': an array of shape {list(array.shape)} for "
+            raise UserError(f"{flag} file '{spec}': an array of shape {list(array.shape)} for "
                             f"an input of shape {list(shape)} (or a stack of them)")
     counts = {len(e) for e in examples}
     if len(counts) != 1:
-        raise UserError(f"input file '{spec}': the inputs' stacks differ in length")
+        raise UserError(f"{flag} file '{spec}': the inputs' stacks differ in length")
     examples = [tuple(np.asarray(e[i], dtype=np.asarray(x).dtype) for e, x in
                       zip(examples, model.inputs)) for i in range(counts.pop())]
     return examples, f"{len(examples)} input(s) from {spec}"
@@ -653,7 +710,7 @@ def cmd_debug(args) -> int:
     from .debug import debug_report
 
     model = _load_model(args.model)
-    examples, what = _debug_inputs(args.inputs, model, args.seed + 1)
+    examples, what = _npz_examples(args.inputs, model, "--inputs", args.seed + 1)
     calibration = _calibration(args, model)
     _say(f"evaluation: {what}")
     report = debug_report(model.mod, model.params, examples, config=config,
@@ -842,6 +899,19 @@ def _precision_args(p: argparse.ArgumentParser, choices=None, calibrated: bool =
     p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
                    help="int8: how the convolution weights round to their codes (default "
                    "nearest; gptq: on the calibration inputs, see docs/ptq.md)")
+    p.add_argument("--calibration-data", metavar="DATA.npz",
+                   help="int8: calibrate on these inputs instead of random ones: an .npz of "
+                   "the model's inputs by name (np.savez(path, x=...)) or in order, each array "
+                   "one input or a stack of them")
+
+
+def _keep_float_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep-float", nargs="+", metavar="NAME",
+                   help="int8: keep these layers out of int8 (in fp16; the configuration "
+                   "must have it), named as the source model names them (a module path "
+                   "such as layer1.0.conv1, or a module for every layer under it, an ONNX "
+                   "node name, a wildcard) or by key (f0.3): the partition report shows "
+                   "the names")
 
 
 def _decibels(text: str) -> float:
@@ -878,6 +948,7 @@ def _build_commands(sub) -> None:
                        "the rest is not", description="Print the partition report of a model.")
     _model_args(p)
     _precision_args(p, choices=mixed)
+    _keep_float_arg(p)
     _target_args(p)
     _output_args(p, "report")
     p.add_argument("--host-cost", action="store_true",
@@ -885,6 +956,10 @@ def _build_commands(sub) -> None:
                    "each if it had a primitive for it (a roofline: docs/report-schema.md), "
                    "beside the host time each costs today")
     _csv_arg(p, "the host operators' costs (implies --host-cost)")
+    p.add_argument("--graph", metavar="out.svg",
+                   help="also draw the partitioned graph (.svg, or .html: a page holding it): "
+                   "one box per accelerator layer, coloured by external function, and per "
+                   "host operator, marked, with its reason; arrows for the tensors")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
@@ -900,6 +975,7 @@ def _build_commands(sub) -> None:
                    help="also write the generated C, one file per external function (DIR/f0.c "
                    "for the runs labelled f0.*, ...; DIR/functions.txt: their symbols)")
     _precision_args(p, choices=mixed)
+    _keep_float_arg(p)
     _target_args(p)
     p.set_defaults(func=cmd_compile)
 
@@ -938,9 +1014,12 @@ def _build_commands(sub) -> None:
                        "agreement.")
     _model_args(p)
     _precision_args(p, choices=[c for c in mixed if c != "fp32"], default=None, required=True)
+    _keep_float_arg(p)
     _target_args(p)
-    p.add_argument("--inputs", type=_positive, default=16, metavar="M",
-                   help="evaluation inputs (default 16)")
+    p.add_argument("--inputs", default="16", metavar="M|DATA.npz",
+                   help="evaluation inputs: M random N(0, 1) inputs drawn with seed + 1 "
+                   "(default 16), or an .npz of the model's inputs by name or in order, each "
+                   "array one input or a stack of them")
     p.add_argument("--no-ort", action="store_true",
                    help="int8: leave out the comparison with ONNX Runtime's static int8 "
                    "quantisation (QDQ, per-channel weights) calibrated on the same inputs")
@@ -1003,8 +1082,9 @@ def cmd_export_nvdla(args) -> int:
               f"under NVDLA's testbench memory ({', '.join(test.units)})")
     for item in refused:
         print(f"refused {item.label}: {item.reason}")
-    print(f"{len(tests)} of {len(runs)} accelerator runs written as NVDLA trace tests to "
-          f"{args.output}" + (f"; {len(refused)} refused" if refused else ""))
+    print(f"{len(runs) - len(refused)} of {len(runs)} accelerator runs written to "
+          f"{args.output} as {len(tests)} NVDLA trace tests (one per hardware layer)"
+          + (f"; {len(refused)} refused" if refused else ""))
     return 0 if tests else 1
 
 
@@ -1154,7 +1234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..errors import AccelError
 
     try:
-        return args.func(args)
+        with terminal_progress():
+            return args.func(args)
     except (UserError, AccelError, OSError) as error:  # OSError: a file we could not use
         message, details = shorten_symbols(_one_line(error))
         print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
@@ -1174,6 +1255,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{PROG}, not in the command line: the traceback above shows where)",
               file=sys.stderr)
         return 3
+
+
+@contextlib.contextmanager
+def terminal_progress():
+    """While a command runs, calibration draws its progress (a bar on stderr when it is a
+    terminal: :class:`~accel_codegen.tools.progress.ProgressBar`)."""
+    from ..quantization import calibration
+    from .progress import ProgressBar
+
+    before = calibration.progress_factory
+    calibration.progress_factory = ProgressBar
+    try:
+        yield
+    finally:
+        calibration.progress_factory = before
 
 
 #: An external function's symbol: its composites' ops joined, often hundreds of characters.

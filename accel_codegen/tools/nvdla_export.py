@@ -33,10 +33,11 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
 What it refuses, with :class:`NvdlaInexactError` naming the difference (docs/nvdla_rtl.md):
 an element-wise operand or a lookup table (nv_small has neither), PReLU (it would need a third
 X unit), a CLIP other than ReLU's (NVDLA has no clip unit), an output multiplier with a zero
-point, LRN in int8 (the simulator has none), grouped convolutions (NVDLA's CONV has no groups),
+point, LRN in int8 (the simulator has none),
 Winograd and multi-batch modes, and a layer whose input and weights do not fit CBUF at once
 (export_runs splits a CONV -> SDP into slices of kernels and of output rows, as NVDLA's
-compiler does, with a pool it feeds as a layer of its own: :func:`hardware_layers`).
+compiler does, with a pool it feeds as a layer of its own, and a grouped convolution into one
+per group: :func:`hardware_layers`).
 """
 from __future__ import annotations
 
@@ -307,7 +308,7 @@ def sdp_program(sdp: Sdp, channels: int, acc_bound: np.ndarray, zero_sum: np.nda
 def _check_conv(conv: Conv, label: str) -> None:
     if conv.groups != 1:
         raise _inexact(label, f"a convolution of {conv.groups} groups (NVDLA's CONV has no "
-                       "groups: its compiler splits them into layers, the export does not)")
+                       "groups: export_runs writes one layer per group, export_run none)")
     if conv.mode != "direct" or conv.multi_batch:
         raise _inexact(label, f"a convolution in {'multi-batch' if conv.multi_batch else conv.mode} mode "
                        "(the export writes direct convolutions)")
@@ -755,12 +756,42 @@ def _pool_apart(run: RecordedRun) -> List[RecordedRun]:
             RecordedRun(f"{run.label} pool", [ops[2]], run.mode, middle, run.output)]
 
 
+def group_slices(run: RecordedRun) -> List[RecordedRun]:
+    """A grouped (or depthwise) convolution as NVDLA's compiler runs it, one convolution per
+    group: group g reads its input channels and writes its output channels, with the SDP's
+    converters of those channels and the pool that follows (pooling is per channel). The run
+    itself when its convolution has one group."""
+    ops = run.ops
+    if (not ops or not isinstance(ops[0], Conv) or int(ops[0].groups) == 1
+            or run.input is None or run.output is None
+            or getattr(ops[0].weights, "ndim", 0) != 4
+            or any(isinstance(op, Sdp) and op.ew_op is not None for op in ops)):
+        return [run]
+    conv = ops[0]
+    groups = int(conv.groups)
+    kg = conv.weights.shape[0] // groups
+    cg = run.input.shape[1] // groups
+    slices = []
+    for g in range(groups):
+        k0, k1 = g * kg, (g + 1) * kg
+        parts = [dataclasses.replace(conv, weights=conv.weights[k0:k1], groups=1)]
+        for op in ops[1:]:
+            if isinstance(op, Sdp):
+                op = dataclasses.replace(op, **{
+                    f: getattr(op, f)[k0:k1] for f in ("bias", "mul", "rshift", "prelu_mul")
+                    if isinstance(getattr(op, f), np.ndarray)})
+            parts.append(op)
+        slices.append(RecordedRun(f"{run.label} group {g}", parts, run.mode,
+                                  run.input[:, g * cg:(g + 1) * cg], run.output[:, k0:k1]))
+    return slices
+
+
 def hardware_layers(run: RecordedRun) -> List[RecordedRun]:
-    """The hardware layers NVDLA's compiler would make of a run: a pool apart from the
-    convolution it follows when that must be split, kernel slices where the weights crowd
-    CBUF, row slices where the input does not fit beside them."""
-    return [part for whole in _pool_apart(run) for kernels in kernel_slices(whole)
-            for part in row_slices(kernels)]
+    """The hardware layers NVDLA's compiler would make of a run: one convolution per group, a
+    pool apart from the convolution it follows when that must be split, kernel slices where
+    the weights crowd CBUF, row slices where the input does not fit beside them."""
+    return [part for group in group_slices(run) for whole in _pool_apart(group)
+            for kernels in kernel_slices(whole) for part in row_slices(kernels)]
 
 
 def export_runs(runs: Sequence[RecordedRun], directory: str, prefix: str = "layer"

@@ -2,8 +2,11 @@
 
 A long-running function takes ``progress``: a callable ``progress(done, total)`` that it calls
 with ``done`` counting up from 0 to ``total`` (its units of work), and that knows nothing of
-terminals. :class:`ProgressBar` is the renderer the tools use: a one-line bar on stderr when
-stderr is a terminal, silent when piped; it clears its line once ``done`` reaches ``total``.
+terminals. :class:`ProgressBar` is the renderer the tools use: tqdm's one-line bar on stderr
+when stderr is a terminal, silent when piped (tqdm is then not even imported); it clears its
+line once ``done`` reaches ``total``. The long tools report through it: calibration (per
+example), the mixed-precision search (per build), sweeps (per configuration) and benches (per
+build and timed run).
 
 For compatibility the tools also accept ``progress`` as ``None`` (a bar when stderr is a
 terminal), ``True`` (always a bar) or ``False`` (nothing): :func:`progress_callback` turns any
@@ -21,17 +24,14 @@ from ..errors import AccelInvalidError
 #: ``progress(done, total)``: ``done`` units of work out of ``total`` are finished.
 ProgressCallback = Callable[[int, int], None]
 
-BAR_WIDTH = 30    # characters of the bar itself
-LABEL_WIDTH = 40  # characters of the label after the count
-
-
 class ProgressBar:
-    """A :data:`ProgressCallback` that draws ``[####......] done/total label`` on one line.
+    """A :data:`ProgressCallback` that draws a tqdm bar (``label: 40%|####  | 2/5 [...]``)
+    on one line.
 
     Parameters
     ----------
     label : str
-        What is in progress, shown after the count (cut to 40 characters).
+        What is in progress, shown before the bar.
     enabled : bool, optional
         Draw at all (default: when ``stream`` is a terminal).
     stream : text stream, optional
@@ -43,6 +43,7 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else bool(enabled)
         self.label = label
+        self._bar = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
@@ -50,12 +51,24 @@ class ProgressBar:
         finished = done >= total
         total = max(int(total), 1)
         done = min(max(int(done), 0), total)
-        filled = BAR_WIDTH * done // total
-        self.stream.write(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} "
-                          f"{self.label[:LABEL_WIDTH]:<{LABEL_WIDTH}}")
-        if finished:  # leave the line as it was
-            self.stream.write("\r" + " " * (BAR_WIDTH + LABEL_WIDTH + 20) + "\r")
-        self.stream.flush()
+        if self._bar is None or self._bar.total != total:
+            from tqdm import tqdm
+
+            self.close()
+            # leave=False: the line is cleared when the work is done, as the tools print
+            # their results after it; mininterval=0: every step is drawn (steps are seconds)
+            self._bar = tqdm(total=total, desc=self.label or None, file=self.stream,
+                             leave=False, mininterval=0, dynamic_ncols=True)
+        self._bar.n = done
+        self._bar.refresh()
+        if finished:
+            self.close()
+
+    def close(self) -> None:
+        """Clear the bar's line (done by the last step; for work cut short)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def _silent(done: int, total: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..compiler.reasons import reason_code
 from ..errors import AccelInvalidError
 # The per-layer rows and the CSV are the simulator's (a profile writes them without TVM).
 from ..sim.cost_report import (CSV_COLUMNS, csv_text, label_source, layer_rows,  # noqa: F401
@@ -94,7 +95,7 @@ def op_type_summary(report) -> List[Dict[str, Any]]:
         else:
             entry["host"] += 1
             entry["reasons"][op["reason"]] += 1
-    return [{**entry, "reasons": [{"reason": reason, "count": count}
+    return [{**entry, "reasons": [{"reason": reason, "code": reason_code(reason), "count": count}
                                   for reason, count in entry["reasons"].most_common()]}
             for entry in by_type.values()]
 
@@ -108,10 +109,11 @@ def format_op_type_summary(summary: Sequence[Mapping[str, Any]]) -> str:
     rows: List[Any] = []
     for entry in summary:
         reasons = entry["reasons"]
-        first = ("" if not reasons else reasons[0]["reason"] if len(reasons) == 1
-                 else f"{reasons[0]['count']} x {reasons[0]['reason']}")
+        said = [f"[{r['code']}] {r['reason']}" for r in reasons]
+        first = ("" if not reasons else said[0] if len(reasons) == 1
+                 else f"{reasons[0]['count']} x {said[0]}")
         rows.append([entry["op"], entry["offloaded"], entry["host"], first])
-        for more in reasons[1:]:
-            rows.append(["", "", "", f"{more['count']} x {more['reason']}"])
+        for more, text in zip(reasons[1:], said[1:]):
+            rows.append(["", "", "", f"{more['count']} x {text}"])
     totals = ["total", sum(e["offloaded"] for e in summary), sum(e["host"] for e in summary)]
     return "delegation by operator type:\n" + render_table(columns, rows, footer=[totals])

@@ -94,7 +94,7 @@ static accel_status check_sdp_convert(const accel_config* cfg, const accel_sdp_d
       d->rshift != NULL || d->prelu_mul != NULL || d->lut != NULL || d->in_zero != 0 ||
       d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 || d->prelu_shift != 0 ||
       d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 || d->clip_lo != 0 ||
-      d->clip_hi != 0) {
+      d->clip_hi != 0 || d->ew_per_channel != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: a converting SDP (convert = 1) sets only "
                       "cvt_scale and cvt_zero", where);
   }
@@ -135,6 +135,10 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
   if (!int8 && d->act == ACCEL_ACT_CLIP && !(d->clip_min <= d->clip_max)) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: clip_min = %g must not exceed clip_max = %g",
                       where, (double)d->clip_min, (double)d->clip_max);
+  }
+  RANGE("ew_per_channel", d->ew_per_channel, 0, 1)
+  if (d->ew_per_channel && d->ew_op == ACCEL_EW_NONE) {
+    return accel_fail(ACCEL_ERR_INVALID, "%s: ew_per_channel = 1 needs an ew_op", where);
   }
   if (need_data) {
     const int64_t eb = element_bytes(d->precision);
@@ -359,7 +363,8 @@ static int operand_ranges(const accel_op* op, const resolved_op* r, int64_t eb,
     const accel_sdp_desc* d = &op->sdp;
     const int prelu = d->act == ACCEL_ACT_PRELU;
     OPERAND(d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL,
-            (int64_t)r->in_n * r->in_c * r->in_h * r->in_w * eb, "ew_operand")
+            (int64_t)r->in_n * r->in_c * (d->ew_per_channel ? 1 : (int64_t)r->in_h * r->in_w) *
+                eb, "ew_operand")
     OPERAND(d->scale, r->in_c * eb, "scale")
     OPERAND(d->shift, r->in_c * eb, "shift")
     OPERAND(prelu ? d->prelu_slope : NULL, r->in_c * eb, "prelu_slope")
@@ -556,6 +561,14 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
   }
   /* The element-wise operands of a run with a C16 output are C16 too (accel_layout): whole
    * atoms of 16. */
+  if (output->layout == ACCEL_LAYOUT_C16 || input->layout == ACCEL_LAYOUT_C16) {
+    for (int32_t i = 0; i < num_ops; ++i) {
+      if (ops[i].engine == ACCEL_ENGINE_SDP && ops[i].sdp.ew_per_channel) {
+        return accel_fail(ACCEL_ERR_UNSUPPORTED, "op %d (SDP): a per-channel element-wise "
+                          "operand (ew_per_channel) runs on NCHW tensors only", i);
+      }
+    }
+  }
   if (output->layout == ACCEL_LAYOUT_C16) {
     for (int32_t i = 0; i < num_ops; ++i) {
       const resolved_op* r = &out->ops[i];

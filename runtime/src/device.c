@@ -58,7 +58,7 @@ static int32_t num_shared_devices;
 /* Field by field, every field (the energy figures too: accel_run's stats charge them):
  * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
  * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
-_Static_assert(ACCEL_ABI_VERSION == 9,
+_Static_assert(ACCEL_ABI_VERSION == 10,
                "accel.h changed a layout: compare any new accel_config field in same_config, "
                "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {
@@ -697,6 +697,49 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   return st;
 }
 
+/* The chain's per-channel element-wise operands (accel_sdp_desc.ew_per_channel) broadcast to
+ * whole NCHW tensors in the workspace, so that every kernel reads them as it reads any operand:
+ * `local` gets the ops with those operands; *broadcast says whether there were any. The
+ * modelled SDP reads the [N][C] values (the cost model counts those bytes); this copy is the
+ * simulator's way of giving the kernels one operand format. */
+static accel_status broadcast_operands(accel_device* dev, const resolved_chain* chain,
+                                       const accel_op* ops, int32_t num_ops, accel_op* local,
+                                       int* broadcast) {
+  size_t total = 0;
+  *broadcast = 0;
+  for (int32_t i = 0; i < num_ops; ++i) {
+    local[i] = ops[i];
+    const resolved_op* r = &chain->ops[i];
+    if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) continue;
+    const size_t eb = ops[i].sdp.precision == ACCEL_INT8 ? 1
+                      : ops[i].sdp.precision == ACCEL_FP16 ? 2 : sizeof(float);
+    total += ((size_t)r->in_n * r->in_c * r->in_h * r->in_w * eb + 63) / 64 * 64;
+  }
+  if (total == 0) return ACCEL_OK;
+  char* cursor = workspace_get(&dev->ws, WS_EW_BROADCAST, total);
+  if (cursor == NULL) {
+    return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", total);
+  }
+  for (int32_t i = 0; i < num_ops; ++i) {
+    const resolved_op* r = &chain->ops[i];
+    accel_sdp_desc* d = &local[i].sdp;
+    if (local[i].engine != ACCEL_ENGINE_SDP || !d->ew_per_channel) continue;
+    const size_t eb = d->precision == ACCEL_INT8 ? 1 : d->precision == ACCEL_FP16 ? 2
+                                                                                  : sizeof(float);
+    const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;
+    const char* src = d->ew_operand;
+    for (int64_t p = 0; p < planes; ++p) {
+      char* dst = cursor + (size_t)(p * plane) * eb;
+      for (int64_t j = 0; j < plane; ++j) memcpy(dst + (size_t)j * eb, src + (size_t)p * eb, eb);
+    }
+    d->ew_operand = cursor;
+    d->ew_per_channel = 0;
+    cursor += ((size_t)(planes * plane) * eb + 63) / 64 * 64;
+  }
+  *broadcast = 1;
+  return ACCEL_OK;
+}
+
 accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                        const accel_tensor* input, const accel_tensor* output, accel_mode mode,
                        const char* label, accel_run_stats* run_stats, accel_op_stats* op_stats) {
@@ -705,43 +748,55 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   accel_status st = chain_resolve(&dev->config, ops, num_ops, input, output, mode, 1, &chain);
   if (st != ACCEL_OK) return st;
   pthread_mutex_lock(&dev->lock);
+  /* The run executes `run` (per-channel operands broadcast) and is costed as `chain`. */
+  accel_op local[ACCEL_MAX_CHAIN_OPS];
+  int broadcast = 0;
+  resolved_chain run = chain;
+  st = broadcast_operands(dev, &chain, ops, num_ops, local, &broadcast);
+  if (st == ACCEL_OK && broadcast) {
+    st = chain_resolve(&dev->config, local, num_ops, input, output, mode, 1, &run);
+  }
+  if (st != ACCEL_OK) {
+    pthread_mutex_unlock(&dev->lock);
+    return st;
+  }
   const int converts = chain.ops[0].op->engine == ACCEL_ENGINE_SDP && chain.ops[0].op->sdp.convert;
   const int c16 = input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16;
   const accel_engine first = chain.ops[0].op->engine;
   switch (c16 ? -3 : first == ACCEL_ENGINE_BDMA ? -1 : first == ACCEL_ENGINE_RUBIK ? -4
                    : converts ? -2 : (int)input->precision) {
     case -3: /* FP32 with a C16 tensor (chain_resolve allows no other precision) */
-      st = execute_c16(dev, &chain, input, output, label != NULL ? label : "");
+      st = execute_c16(dev, &run, input, output, label != NULL ? label : "");
       break;
     case -1: /* the BDMA copies any precision as it is */
-      st = execute_bdma(dev, &chain, input, output, label != NULL ? label : "");
+      st = execute_bdma(dev, &run, input, output, label != NULL ? label : "");
       break;
     case -4: /* so does the RUBIK */
-      st = execute_rubik(dev, &chain, input, output, label != NULL ? label : "");
+      st = execute_rubik(dev, &run, input, output, label != NULL ? label : "");
       break;
     case -2:
-      st = execute_convert(dev, &chain, input, output);
+      st = execute_convert(dev, &run, input, output);
       break;
     case ACCEL_FP16:
-      st = execute_chain_fp16(dev, &chain, input, output, label != NULL ? label : "");
+      st = execute_chain_fp16(dev, &run, input, output, label != NULL ? label : "");
       break;
     case ACCEL_INT8:
-      st = execute_chain(dev, &chain, ACCEL_INT8, 1, 0, input->data, output->data,
+      st = execute_chain(dev, &run, ACCEL_INT8, 1, 0, input->data, output->data,
                          label != NULL ? label : "");
       break;
     default:
-      st = execute_chain(dev, &chain, ACCEL_FP32, sizeof(float), 0, input->data, output->data,
+      st = execute_chain(dev, &run, ACCEL_FP32, sizeof(float), 0, input->data, output->data,
                          label != NULL ? label : "");
       break;
   }
   pthread_mutex_unlock(&dev->lock);
   if (st != ACCEL_OK) return st;
-  accel_run_stats run;
+  accel_run_stats stats;
   accel_op_stats op_records[ACCEL_MAX_CHAIN_OPS];
-  cost_chain(&dev->config, &chain, label, &run, op_records);
-  profile_record(&run, op_records);
+  cost_chain(&dev->config, &chain, label, &stats, op_records);
+  profile_record(&stats, op_records);
   record_run(label, ops, num_ops, input, output, mode);
-  if (run_stats != NULL) *run_stats = run;
+  if (run_stats != NULL) *run_stats = stats;
   if (op_stats != NULL) memcpy(op_stats, op_records, sizeof op_records[0] * (size_t)num_ops);
   return ACCEL_OK;
 }

@@ -172,3 +172,20 @@ def test_without_rubik_the_deconvolutions_stay_on_the_host():
                                                            "relax.image.resize2d")}
     assert reasons and all("nv_small has no" in r for r in reasons), reasons
     assert "op 0 (RUBIK): configuration nv_small has no RUBIK engine" in reasons, reasons
+
+
+def test_the_neck_in_mixed_precision(parity=0):
+    """Each layer in int8 or fp16, alternating: a deconvolution's conv (or copies) and its
+    contract run in its layer's precision, with converting runs between the precisions."""
+    model, x = _neck()
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    layers = [f"f0.{i}" for i in range(7)]
+    precisions = {key: "int8" if i % 2 == parity else "fp16" for i, key in enumerate(layers)}
+    partitioned = ac.partition_for_accel(
+        mod, params, precision="mixed", layer_precisions=precisions,
+        calibration=[(_input(x.shape, seed),) for seed in range(6, 9)])
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    assert {op.precision for op in report.offloaded} == {"int8", "fp16"}, str(report)
+    for actual, expected in zip(_outputs(partitioned, x), _torch(model, x)):
+        assert sqnr(actual, expected) >= 25

@@ -348,7 +348,8 @@ def test_a_padding_that_is_not_zero_stays_on_the_host_saying_why():
     assert pad.op == "relax.nn.pad" and "constant padding with value 1" in pad.reason
     # the summary at the top counts the host operators by reason
     assert report.host_reasons() == [(pad.reason, 1)]
-    assert str(report).splitlines()[1:3] == ["1 on the host:", f"     1 x {pad.reason}"]
+    assert str(report).splitlines()[1:3] == ["1 on the host:",
+                                             f"     1 x [{pad.code}] {pad.reason}"]
     assert_close(run_main(ac.virtual_machine(ac.build(partitioned)), x.numpy()),
                  torch_forward(model, x))
 

@@ -167,3 +167,27 @@ def test_pre_norm_mlp_is_one_function_and_matches_pytorch():
     assert list(report.functions.values()) == [
         ["accel.layer_norm", "accel.token_dense_bias_gelu", "accel.token_dense_bias"]]
     assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)
+
+
+class ChannelsLastBlock(torch.nn.Module):
+    """ConvNeXt's channels-last half: layer norm over C of [B, H, W, C], Linear, GELU."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(c)
+        self.fc = torch.nn.Linear(c, 2 * c)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.ln(x)))
+
+
+@pytest.mark.parametrize("model,shape", [(Seed, (2, 8, 32)), (ChannelsLastBlock, (2, 4, 6, 32))])
+def test_batches_and_channels_last_4d_tokens_match_pytorch(model, shape):
+    """A batch of two, and [B, H, W, C] read as the surface [B, C, H, W]."""
+    torch.manual_seed(0)
+    model = model().eval()
+    x = torch.randn(*shape)
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    assert report.host == [] and len(report.functions) == 1, report
+    assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)

@@ -139,12 +139,8 @@ def test_int8_task_answers(name):
     assert result.identical, f"{name}: {result.answers} != {result.expected}"
 
 
-_SE_INT8 = ("issue 33 item 5: squeeze-excite's x * s in int8 (the scale is not a constant) "
-            "stays on the host, splitting the network into {} external functions")
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param("orientation", marks=pytest.mark.xfail(strict=True, reason=_SE_INT8.format(4)))])
+# Squeeze-excite's x * s runs in int8 too (the SDP's multiplier with a per-channel operand).
+@pytest.mark.parametrize("name", INT8)
 def test_int8_offloaded_in_at_most_two_functions(name):
     model, result = _result(name, "int8")
     assert result.offloaded >= 0.95 * result.total and result.functions <= 2, \

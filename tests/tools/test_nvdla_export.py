@@ -152,12 +152,41 @@ def test_weights_beyond_cbuf_are_written_in_kernel_slices(tmp_path):
     assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
 
 
+def test_a_depthwise_convolution_is_one_layer_per_group(tmp_path):
+    """A depthwise 3x3 conv with its ReLU and a max pool, 6 channels: six tests, group g
+    reading channel g and writing its output channel, pooled on the fly."""
+    from accel_codegen.tools.nvdla_export import export_runs
+
+    ops = [Conv(weights=_codes((6, 1, 3, 3), -127), groups=6, padding=1, precision="int8",
+                in_zero=-8), _sdp(6), Pool(kind="max", kernel=2, stride=2, precision="int8")]
+    run, y = _record(ops, _codes((1, 6, 8, 10)))
+    tests, refused = export_runs([run], str(tmp_path), "dw")
+    assert refused == [] and len(tests) == 6
+    for test in tests:
+        assert_round_trip(test)
+    assert np.array_equal(np.concatenate([t.output for t in tests]), y[0])
+
+
+def test_the_recorder_reads_an_operand_of_the_convolutions_output_shape():
+    """The recorder copies an SDP's element-wise operand at the shape the SDP sees (here a
+    padded 1x1 convolution's output, larger than its input), and the export refuses it (nv_small
+    has no EW unit) naming it."""
+    operand = _codes((1, 8, 6, 7))
+    ops = [Conv(weights=_codes((8, 3, 1, 1), -127), padding=1, precision="int8"),
+           _sdp(8, act=None, ew_op="add", operand=operand, ew_mul=1)]
+    with recording() as runs:
+        Device("nv_full").run(ops, _codes((1, 3, 4, 5)))
+    assert np.array_equal(runs[0].ops[1].operand, operand)
+    with pytest.raises(NvdlaInexactError, match="element-wise add"):
+        export_run(runs[0], "/nonexistent", "ew")
+
+
 @pytest.mark.parametrize("ops, message", [
     (lambda: [_sdp(8, act="prelu", prelu_mul=np.full(8, 3000, np.int16), prelu_shift=14)],
      "PReLU"),
     (lambda: [_sdp(8, act="clip", clip_lo=-128, clip_hi=90)], "no clip unit"),
     (lambda: [Conv(weights=_codes((8, 4, 3, 3), -127), groups=2, precision="int8"), _sdp(8)],
-     "groups"),
+     "groups"),   # export_run alone: export_runs writes one layer per group (below)
     (lambda: [_spread_shifts()], "span 18 bits"),
 ], ids=["prelu", "clip", "groups", "shift-spread"])
 def test_refused_with_the_difference_named(tmp_path, ops, message):

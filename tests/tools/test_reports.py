@@ -96,9 +96,10 @@ def test_op_type_summary_groups_the_reasons():
     summary = op_type_summary({"ops": ops})
     assert summary == [
         {"op": "relax.add", "offloaded": 1, "host": 3,
-         "reasons": [{"reason": "a broadcast", "count": 2}, {"reason": "int64", "count": 1}]},
+         "reasons": [{"reason": "a broadcast", "code": "other", "count": 2},
+                     {"reason": "int64", "code": "other", "count": 1}]},
         {"op": "relax.nn.softmax", "offloaded": 0, "host": 1,
-         "reasons": [{"reason": "no primitive", "count": 1}]}]
+         "reasons": [{"reason": "no primitive", "code": "other", "count": 1}]}]
 
 
 def test_counterfactual_rooflines():

@@ -262,7 +262,8 @@ def test_progress_callback_forms():
 def test_progress_bar_finishes_an_empty_job():
     stream = io.StringIO()
     ProgressBar("none", enabled=True, stream=stream)(0, 0)
-    assert "0/1 none" in stream.getvalue() and stream.getvalue().endswith("\r")
+    assert "none:" in stream.getvalue() and "0/1" in stream.getvalue()
+    assert stream.getvalue().endswith("\r")
 
 
 def _counts_increase(calls):
@@ -295,3 +296,21 @@ def test_bench_reports_progress_with_increasing_counts(zoo):
     assert calls[-1] == (2 * (1 + 1 + 2) + layers,) * 2 and _counts_increase(calls)
     assert all("fused_wall_ms" in row for row in result["layers"])
     assert np.isfinite(result["modes"]["fused"]["wall_ms"]["median"])
+
+
+def test_calibration_reports_its_progress_to_the_tools_bar():
+    from accel_codegen.quantization import calibration
+    from accel_codegen.tools.cli import terminal_progress
+
+    calls = []
+    before = calibration.progress_factory
+    calibration.progress_factory = lambda label: lambda done, total: calls.append(
+        (label, done, total))
+    try:
+        calibration.calibrate(lambda x: None, [np.zeros(2)] * 3)
+    finally:
+        calibration.progress_factory = before
+    assert calls == [("calibration", d, 3) for d in range(4)]
+    with terminal_progress():  # the command line's: a bar on a terminal, silent when piped
+        assert calibration.progress_factory("calibration").enabled is sys.stderr.isatty()
+    assert calibration.progress_factory is before

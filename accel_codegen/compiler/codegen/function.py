@@ -548,6 +548,9 @@ class FunctionCodegen:
         the real-value model)."""
         s = layer.sdp
         channels = _channels(layer)
+        if layer.computed_scale:
+            out_quant = self._calibrated((key, 0))
+            return [self._int8_channel_mul(layer, scope, key, in_quant, out_quant)], out_quant
         g, h = affine(s, channels, scope)
         ops: List[str] = []
         if layer.conv is not None:
@@ -569,6 +572,34 @@ class FunctionCodegen:
         if layer.pool is not None:
             ops.extend(self._pools(layer, out_quant.zero))
         return ops, out_quant
+
+    def _int8_channel_mul(self, layer: Layer, scope, key: str, in_quant: TensorQuant,
+                          out_quant: TensorQuant) -> str:
+        """x * s with s a computed [N, C] tensor (squeeze-excite): the SDP's element-wise
+        multiplier reads s per channel in the codes and zero point its layer wrote; x goes to
+        the product's units and the output converter to the output step (int8.elementwise)."""
+        s, what = layer.sdp, f"layer {key}"
+        channels = _channels(layer)
+        ew_key = (key, operand_index(0))
+        operand, ew_quant = self._data(s.scale, scope, ew_key)
+        self.quantization[ew_key] = ew_quant
+        ew = int8.elementwise("mul", out_quant, ew_quant, what)
+        converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
+                                             np.full(channels, in_quant.scale), ew.target, what)
+        fields = {"precision": "ACCEL_INT8", "in_zero": in_quant.zero,
+                  "out_zero": out_quant.zero, "ew_op": emit.c_elementwise("mul"),
+                  "ew_operand": operand, "ew_per_channel": 1, "ew_zero": ew_quant.zero,
+                  "ew_mul": ew.ew_mul, "ew_shift": ew.ew_shift, "out_mul": ew.out_mul,
+                  "out_shift": ew.out_shift,
+                  "bias": f"(const int32_t*){self._constant(converters['bias'])}",
+                  "mul": f"(const int16_t*){self._constant(converters['mul'])}",
+                  "rshift": f"(const uint8_t*){self._constant(converters['rshift'])}"}
+        if s.act is not None:
+            fields["act"] = emit.c_activation(s.act)
+        if s.act == "clip":
+            fields["clip_lo"], fields["clip_hi"] = int8.clip_codes(s.clip, out_quant)
+        return emit.sdp_op(f"x and the computed per-channel multiplier to 2^-{ew.extra_bits} "
+                           "of the output step", fields)
 
     def _int8_sdp(self, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQuant,
                   out_quant: TensorQuant) -> str:

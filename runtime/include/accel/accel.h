@@ -41,12 +41,13 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 9,   /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 10,  /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
                             * RTL-calibrated configuration fields; 9: RUBIK,
-                            * accel_config.rubik_bytes_per_cycle) */
+                            * accel_config.rubik_bytes_per_cycle; 10:
+                            * accel_sdp_desc.ew_per_channel) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -533,7 +534,8 @@ typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */
   accel_eltwise ew_op;
-  const void* ew_operand;    /* the op's output shape, NCHW; needs ACCEL_FEATURE_ELEMENTWISE */
+  const void* ew_operand;    /* the op's output shape, NCHW ([N][C] with ew_per_channel); needs
+                              * ACCEL_FEATURE_ELEMENTWISE */
   accel_activation act;
   float clip_min, clip_max;  /* ACCEL_ACT_CLIP bounds, clip_min <= clip_max */
   const void* prelu_slope;   /* [C] for ACCEL_ACT_PRELU */
@@ -561,6 +563,11 @@ typedef struct accel_sdp_desc {
   int32_t convert;
   float cvt_scale;
   int32_t cvt_zero;
+  /* (ABI 10) 1: ew_operand holds one value per image and channel, [N][C], read for every
+   * position of that channel (NVDLA's per-kernel operand mode: squeeze-excite's x * s, whose
+   * scale is a computed tensor); the op is otherwise as above, its converters included.
+   * Needs ew_op; NCHW tensors only (ACCEL_ERR_UNSUPPORTED with a C16 layout). 0: [N][C][H][W]. */
+  int32_t ew_per_channel;
 } accel_sdp_desc;
 
 typedef enum accel_pool {
