@@ -1,12 +1,13 @@
 """Partitioning: which ops of a Relax module run on the accelerator, and why the rest do not.
 
-:func:`generate_partition` matches the pattern table, merges neighbouring composites into one
-external function per region, records the partition report, then runs the code generator at
-once: RunCodegen turns every region into an opaque external call, which is what keeps batch
-norm whole (LegalizeOps and DecomposeOpsForInference rewrite ops inside partitioned functions
-too, so nothing may run between partitioning and codegen). The public ``partition_for_accel``
-is a flow above the compiler (:mod:`accel_codegen.flows.pipeline`): it calibrates or searches
-where the build asks it, then calls :func:`generate_partition`.
+:func:`generate` (of a :class:`~.target.Target`; :func:`generate_partition` of its parts)
+matches the pattern table, merges neighbouring composites into one external function per
+region, records the partition report, then runs the code generator at once: RunCodegen turns
+every region into an opaque external call, which is what keeps batch norm whole (LegalizeOps
+and DecomposeOpsForInference rewrite ops inside partitioned functions too, so nothing may run
+between partitioning and codegen). The public ``partition_for_accel`` is a flow above the
+compiler (:mod:`accel_codegen.flows.pipeline`): it calibrates or searches where the build asks
+it, then calls :func:`generate`.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
 from .source_names import name_of
+from .target import Target
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
                        restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
@@ -337,6 +339,15 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
             calibration.method, calibration.samples, generated.quantization).to_json())
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
     return mod.with_attr("accel_sources", generated.sources)
+
+
+def generate(mod: tvm.IRModule, params, target: Target,
+             calibration: Optional[Calibration] = None) -> tvm.IRModule:
+    """``target``'s code for the chains it runs (a per-layer plan: the int8 chains, each layer
+    in its plan's precision); int8 and per-layer code need ``calibration``."""
+    return generate_partition(mod, params, target.config, target.fuse, target.chains.value,
+                              target.code, calibration, target.winograd,
+                              target.layer_precisions)
 
 
 def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,

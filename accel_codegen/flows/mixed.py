@@ -44,6 +44,7 @@ import tvm
 
 from ..errors import AccelInvalidError
 from ..quantization.metrics import sqnr_db
+from ..quantization import calibration as calibration_pass
 from ..quantization.calibration import DEFAULT_METHOD, Calibration, calibrate, examples_of
 
 PRECISIONS = ("int8", "fp16")
@@ -328,11 +329,19 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     matched = match_composites(mod, params, config=config, fuse=True, precision="int8")
     keys = layer_keys(matched)
     builds = 0
+    # progress per build: the all-fp16 one and one per layer, then the few the path measures
+    # (the total grows by them as they come)
+    factory = calibration_pass.progress_factory
+    progress = factory("mixed-precision search") if factory is not None else None
+    expected = len(keys) + 2
 
     def noise_of(assignment: Dict[str, str], check: bool = False):
         """Each output's noise power on the calibration inputs (and, with ``check``, on the
         held-back ones)."""
-        nonlocal builds
+        nonlocal builds, expected
+        if progress is not None:
+            expected = max(expected, builds + 1)
+            progress(builds, expected)
         builds += 1
         part = generate_partition(mod, params, config, True, "int8", "mixed", calibration,
                                   winograd, assignment)
@@ -408,6 +417,8 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     chosen = min((k for k, p in enumerate(path) if p.meets(target)),
                  key=lambda k: (path[k].cycles, k))
     fp16_set = set(order[:chosen])
+    if progress is not None:
+        progress(builds, builds)
     result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
                             order, path, chosen, alone, extra, len(examples), builds,
                             len(held), outputs, calibration)

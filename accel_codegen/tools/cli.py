@@ -723,8 +723,8 @@ def cmd_debug(args) -> int:
     if csv_out:
         from .report import write_csv
 
-        columns = ("key", "primitive", "source_ops", "shape", "sqnr_db", "max_abs_error",
-                   "saturated", "cycles", "fp16_cycles", "below", "first_below")
+        columns = ("key", "primitive", "source", "source_ops", "shape", "sqnr_db",
+                   "max_abs_error", "saturated", "cycles", "fp16_cycles", "below", "first_below")
         write_csv([{**row.to_dict(), "shape": "x".join(map(str, row.shape))}
                    for row in report.layers], csv_out, columns)
         _say(f"wrote {csv_out}")
