@@ -408,7 +408,7 @@ typedef struct sdp_i8 {
 } sdp_i8;
 
 /* A LUT activation's output codes as a function of its input t, planned once per layer run
- * (sdp_i8.c states the form): NULL where it does not apply (no AVX-512, fewer than ~64K
+ * (sdp_i8_lut.c states the form): NULL where it does not apply (no AVX-512, fewer than ~64K
  * elements to convert, codes that change outside the LO table, ACCEL_SDP_I8_LUT set to
  * "scalar" or "gather"); the caller stores it in sdp_i8.lut_plan and frees it after the run. */
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);

@@ -1,12 +1,12 @@
 /* sdp_i8_lanes.h - the common INT8 converter on int32 lanes in registers (AVX-512 builds).
  *
- * The conv kernels convert their accumulators where they finish them, without storing the
- * int32 values and reloading them in sdp_i8_span (that store and reload, and the per-call set-up
- * of a converter, were most of MobileNetV2's epilogue: docs/whole_network_time.md). It covers
- * the converter a conv's epilogue has most (no element-wise operand, out_mul 0, act NONE /
- * RELU / CLIP, no LUT) where sdp_i8.c's int32-lane identities hold for the channel (fast32_plan
- * there); the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8.c
- * states the identities):
+ * The conv kernels convert their accumulators where they finish them, without storing the int32
+ * values and reloading them in sdp_i8_span (that store and reload, and the per-call set-up of a
+ * converter, were most of MobileNetV2's epilogue: docs/whole_network_time.md). It covers the
+ * converter a conv's epilogue has most (no element-wise operand, out_mul 0, act NONE / RELU / CLIP,
+ * no LUT) where sdp_i8_avx512.c's int32-lane identities hold for the channel (fast32_plan there);
+ * the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8_avx512.c states
+ * the identities):
  *   t = min(max(v, vlo), vhi) + bias                  (sat32(v + bias), clamped to +-T)
  *   q = ((t >> k) * mul + add + (((t & low) * mul + (neg & (t >> 31))) >> k)) >> shift
  * k = 16 (the split product, shift = s - 16) or k = 0, low = 0 (the direct product, shift = s;
@@ -56,7 +56,7 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
  *       2^23, so no sat32; ew_shift >= 24 gives e = 0 (ew_mul = ew_base = 0)
  *   w = min(max(u + e, w_lo), w_hi)    (w_lo = 0 for RELU, which commutes with the clamp to
  *       +-T_out that keeps w * out_mul inside int32 where it could leave it: any |w| >= T_out
- *       gives a code saturated on w's side, as in add32_plan in sdp_i8.c)
+ *       gives a code saturated on w's side, as in add32_plan in sdp_i8_avx512.c)
  *   q = (p + out_add + (out_neg & (p >> 31))) >> out_shift,  p = w * out_mul
  *       (out_mul 0 is the identity: out_mul 1, out_shift 0; out_zero folded into out_add)
  * The codes are then min(max(sat8(q), lo), hi) with CLIP's bounds (-128 / 127 otherwise).

@@ -3,7 +3,7 @@ side by side in one process (one thread, thread time, medians of interleaved rou
 
 Standalone SDP (bench_sdp_pdp.py's ops: 256x56x56 against 256x1x16, the difference per
 element) and the six 32-channel 3x3 convs at 160x160 (bench_sdp_pdp.py --convs), each LUT op
-twice: as the library runs it (the per-layer plan of codes by input ranges, sdp_i8.c's
+twice: as the library runs it (the per-layer plan of codes by input ranges, sdp_i8_lut.c's
 sdp_i8_lut_plan) and with ACCEL_SDP_I8_LUT=gather (no plan: the table arithmetic in lanes with
 a gather per 16 values, the previous path). The variable is read per run, so both alternate
 within one process.

@@ -15,7 +15,7 @@ import tvm
 
 from ..errors import AccelInvalidError
 from ..sim.labels import run_key
-from .source_names import function_calls, name_of
+from .source_names import compress, function_calls, name_of
 from .walk import composite_calls, external_calls
 
 
@@ -40,7 +40,9 @@ def _matches(pattern: str, name: str) -> bool:
 
 def keep_float_precisions(matched: tvm.IRModule, names: Iterable[str]) -> Dict[str, str]:
     """The mixed build's assignment that keeps the layers ``names`` designates in fp16 and
-    runs every other in int8: layer key -> "fp16" or "int8".
+    runs every other in int8: layer key -> "fp16" or "int8". A name designates a layer when
+    it is its key, its source name as the reports show it (``features.{0,1,2}``), or the name
+    of one of its operators or a module above one (:func:`_matches`).
 
     Raises
     ------
@@ -61,7 +63,7 @@ def keep_float_precisions(matched: tvm.IRModule, names: Iterable[str]) -> Dict[s
         if not isinstance(pattern, str) or not pattern:
             raise AccelInvalidError(f"keep_float: {pattern!r} is not a layer name")
         hits = [key for key, ops in sources.items()
-                if pattern == key or any(_matches(pattern, op) for op in ops)]
+                if pattern in (key, compress(ops)) or any(_matches(pattern, op) for op in ops)]
         if not hits:
             known = sorted({op for ops in sources.values() for op in ops})
             listed = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")

@@ -1,12 +1,13 @@
 """Partitioning: which ops of a Relax module run on the accelerator, and why the rest do not.
 
-:func:`generate_partition` matches the pattern table, merges neighbouring composites into one
-external function per region, records the partition report, then runs the code generator at
-once: RunCodegen turns every region into an opaque external call, which is what keeps batch
-norm whole (LegalizeOps and DecomposeOpsForInference rewrite ops inside partitioned functions
-too, so nothing may run between partitioning and codegen). The public ``partition_for_accel``
-is a flow above the compiler (:mod:`accel_codegen.flows.pipeline`): it calibrates or searches
-where the build asks it, then calls :func:`generate_partition`.
+:func:`generate` (of a :class:`~.target.Target`; :func:`generate_partition` of its parts)
+matches the pattern table, merges neighbouring composites into one external function per
+region, records the partition report, then runs the code generator at once: RunCodegen turns
+every region into an opaque external call, which is what keeps batch norm whole (LegalizeOps
+and DecomposeOpsForInference rewrite ops inside partitioned functions too, so nothing may run
+between partitioning and codegen). The public ``partition_for_accel`` is a flow above the
+compiler (:mod:`accel_codegen.flows.pipeline`): it calibrates or searches where the build asks
+it, then calls :func:`generate`.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
 from .source_names import name_of
+from .target import Target
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
                        restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
@@ -305,13 +307,21 @@ def check_layer_precisions(matched: tvm.IRModule, layer_precisions) -> Dict[str,
 def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                        chains_for: str, code: str,
                        calibration: Optional[Calibration], winograd: bool = True,
-                       layer_precisions: Optional[Dict[str, str]] = None) -> tvm.IRModule:
+                       layer_precisions: Optional[Dict[str, str]] = None,
+                       matched: Optional[Tuple[tvm.IRModule, PartitionLog]] = None
+                       ) -> tvm.IRModule:
     """Match the chains that the accelerator runs in precision ``chains_for``, then generate
     code of precision ``code`` for them: the fp32 code of an int8 or fp16 partition is what
     calibration and the accuracy report compare against (the same runs, op for op). ``code``
-    "mixed" takes each layer's precision from ``layer_precisions`` (layer key -> int8/fp16)."""
-    log = PartitionLog()
-    mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
+    "mixed" takes each layer's precision from ``layer_precisions`` (layer key -> int8/fp16).
+    ``matched``: ``mod`` matched so already, and the log of that matching (the mixed-precision
+    search generates code for many assignments of one matching)."""
+    if matched is None:
+        log = PartitionLog()
+        mod = match_composites(mod, params, config=config, fuse=fuse, log=log,
+                               precision=chains_for)
+    else:
+        mod, log = matched
     if code == "mixed":
         layer_precisions = check_layer_precisions(mod, layer_precisions)
     report = _build_report(mod, config, fuse, log, code,
@@ -337,6 +347,15 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
             calibration.method, calibration.samples, generated.quantization).to_json())
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
     return mod.with_attr("accel_sources", generated.sources)
+
+
+def generate(mod: tvm.IRModule, params, target: Target,
+             calibration: Optional[Calibration] = None) -> tvm.IRModule:
+    """``target``'s code for the chains it runs (a per-layer plan: the int8 chains, each layer
+    in its plan's precision); int8 and per-layer code need ``calibration``."""
+    return generate_partition(mod, params, target.config, target.fuse, target.chains.value,
+                              target.code, calibration, target.winograd,
+                              target.layer_precisions)
 
 
 def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,

@@ -3,8 +3,9 @@
 They take the build's options as keywords, settle what the options leave to calibration (int8:
 the scales from a run of the fp32 reference, GPTQ's Hessians, equalisation; a QDQ model's own
 scales; mixed: the per-layer search of :mod:`.mixed`), then hand a fully decided build to the
-compiler (:func:`accel_codegen.compiler.partition.generate_partition`). The compiler never calls
-back up here: what needs example inputs run through a build is a flow.
+compiler (a :class:`~accel_codegen.compiler.target.Target` and
+:func:`accel_codegen.compiler.partition.generate`). The compiler never calls back up here: what
+needs example inputs run through a build is a flow.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import tvm
 
 from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
-from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate_partition,
-                                  is_partitioned, match_composites, reference_machine, run_main)
+from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate, is_partitioned,
+                                  match_composites, reference_machine, run_main)
+from ..compiler.target import MIXED, LayerPlan, Target
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
-from ..quantization.gptq import ROUNDINGS, HessianObserver
-from ..sim.config import AccelConfig, check_precision
+from ..quantization.gptq import HessianObserver
+from ..sim.config import AccelConfig, Precision, check_precision
 from .qdq import qdq_calibration
 
 MIXED_ATTR = "accel_mixed_precision"
@@ -89,12 +91,19 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
     bias_correction : bool
         int8 only: each convolution's bias takes back the mean shift that rounding its
         weights causes, from the calibration's input means (Nagel et al., 2019). False: not.
+    weight_rounding : str
+        int8 only: "nearest" (default), or "gptq": each convolution's weights rounded by GPTQ
+        on the calibration inputs (:mod:`accel_codegen.quantization.gptq`; needs example
+        inputs, not a Calibration).
     keep_float : list of str, optional
         int8 only: the layers to keep out of int8, by their source-model names
         (``"layer1.0.conv1"``; a module, ``"layer4"``, for every layer under it; an ONNX node
         name; a wildcard) or keys (``"f0.3"``): they run in fp16, the others in int8 (the
         mixed build with that assignment: the configuration must have fp16;
         :mod:`accel_codegen.compiler.keep_float`).
+
+    The keywords make a :class:`~accel_codegen.compiler.target.Target` (``Target.of`` checks
+    them together); the calibration, the search and the code generator read that.
 
     Returns
     -------
@@ -103,55 +112,48 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         :func:`accel_codegen.build`; :func:`partition_report` describes it and
         :func:`calibration_of` gives an int8 module's scales.
     """
-    config = AccelConfig.resolve(config)
     if keep_float is not None:
         precision, layer_precisions = keep_float_assignment(
-            mod, params, config, fuse, precision, keep_float, target_sqnr_db, layer_precisions)
-    if weight_rounding not in ROUNDINGS:
-        raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
-                                f"{ROUNDINGS}")
-    if precision == "mixed":
-        if weight_rounding == "gptq":
-            raise AccelInvalidError("weight_rounding='gptq' is a switch of int8 builds; a "
-                                    "mixed build rounds its int8 weights to nearest")
-        if equalize or not bias_correction:
-            raise AccelInvalidError("equalize and bias_correction are switches of int8 builds; "
-                                    "a mixed build does not equalise (its fp16 layers would "
-                                    "round other weights) and keeps bias correction")
-        if isinstance(calibration, Calibration) and calibration.equalized:
-            raise AccelInvalidError("this calibration was made with equalize=True: its scales "
-                                    "are for equalised weights, which a mixed build does not "
-                                    "use (calibrate an int8 build with equalize=False)")
-        return _partition_mixed(mod, params, config, fuse, calibration, calibration_method,
-                                winograd, target_sqnr_db, layer_precisions)
-    if target_sqnr_db is not None or layer_precisions is not None:
+            mod, params, AccelConfig.resolve(config), fuse, precision, keep_float,
+            target_sqnr_db, layer_precisions)
+    if precision != MIXED and target_sqnr_db is not None:
         raise AccelInvalidError(f"target_sqnr_db and layer_precisions are for precision="
                                 f"'mixed', not {precision!r}")
-    check_precision(config, precision)
-    if precision == "int8" and not fuse:
-        raise AccelUnsupportedError("int8 code is generated for fused chains (fuse=True); "
-                                    "decomposed int8 can be estimated, not run")
-    if precision != "int8":
-        if calibration is not None:
-            raise AccelInvalidError(f"calibration is for int8, not {precision}")
-        return generate_partition(mod, params, config, fuse, precision, precision, None,
-                                  winograd)
+    target = Target.of(config, fuse=fuse, precision=precision, winograd=winograd,
+                       layer_precisions=layer_precisions,
+                       calibration_method=calibration_method, equalize=equalize,
+                       bias_correction=bias_correction, weight_rounding=weight_rounding)
+    if target.mixed:
+        return _partition_mixed(mod, params, target, calibration, target_sqnr_db)
+    if target.precision is Precision.INT8:
+        return _partition_int8(mod, params, target, calibration)
+    if calibration is not None:
+        raise AccelInvalidError(f"calibration is for int8, not {target.precision}")
+    return generate(mod, params, target)
+
+
+def _partition_int8(mod, params, target: Target, calibration) -> tvm.IRModule:
+    """precision="int8": the calibration settled (a QDQ model's own scales, or the example
+    inputs run through the fp32 reference, with equalisation and GPTQ where asked), then the
+    int8 code."""
+    equalize, bias_correction = target.equalize, target.bias_correction
+    config, fuse, winograd = target.config, target.fuse, target.winograd
     if not isinstance(calibration, Calibration) and qdq.annotations_of(mod) is not None:
         # a QDQ model's own scales (compiler/qdq.py), example inputs for the tensors it
         # gives none; equalisation would move its weights off the model's codes
         if equalize:
             raise AccelInvalidError("equalize=True would move a QDQ model's weights off its "
                                     "own int8 codes: give equalize=False or None")
-        if weight_rounding != "nearest":
+        if target.weight_rounding != "nearest":
             raise AccelInvalidError("a QDQ model's weights keep their own codes: "
                                     "weight_rounding='nearest' only")
         equalize = False
         match = qdq_calibration(mod, params, config=config, fuse=fuse, winograd=winograd,
-                                    examples=calibration, method=calibration_method)
+                                examples=calibration, method=target.calibration_method)
         if match.unmatched and calibration is None:
             warnings.warn(f"{len(match.unmatched)} accelerator tensors have no scale in the "
                           "QDQ model; their ranges come from one synthetic input: give "
-                          "example inputs (calibration=) for them", stacklevel=2)
+                          "example inputs (calibration=) for them", stacklevel=3)
         calibration = match.calibration
     if isinstance(calibration, Calibration) and calibration.method == qdq.QDQ_METHOD:
         bias_correction = False  # the model's own biases, as its int8 runtime adds them
@@ -164,33 +166,42 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         raise AccelInvalidError(f"the calibration was made with equalize="
                                 f"{calibration.equalized}, the build asks equalize={equalize}: "
                                 "its scales are for other weights")
-    if weight_rounding == "gptq" and isinstance(calibration, Calibration):
+    if target.weight_rounding == "gptq" and isinstance(calibration, Calibration):
         raise AccelInvalidError("weight_rounding='gptq' rounds on the calibration inputs: give "
                                 "example inputs, not a Calibration (which keeps no Hessians), "
                                 "or weight_rounding='nearest'")
-    if equalize or weight_rounding == "gptq":
-        mod, params = frontend.bind_params(mod, params) if params else mod, None
-    if equalize:
-        mod = equalization.equalize(mod)[0]
+    target = target.replace(equalize=equalize, bias_correction=bias_correction)
     if not isinstance(calibration, Calibration):
-        observer = None
-        if weight_rounding == "gptq":  # each conv's H = X^T X, gathered in the same pass
-            matched = match_composites(mod, None, config=config, fuse=fuse, precision="int8")
-            calibration = examples_of(calibration, "calibration")
-            observer = HessianObserver(weight_rounding_pass.conv_geometries(matched),
-                                       len(calibration))
-        vm = reference_machine(mod, params, config, fuse, winograd)
-        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                calibration_method, observer)
-        calibration.equalized = equalize
-        if observer is not None:
-            mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
-                                                     bias_correction)[0]
-            del observer
+        mod, params, calibration = _calibrate_int8(mod, params, target, calibration)
     calibration = dataclasses.replace(calibration, bias_correction=bias_correction,
-                                      weight_rounding=weight_rounding)
-    return generate_partition(mod, params, config, fuse, "int8", "int8", calibration,
-                              winograd)
+                                      weight_rounding=target.weight_rounding)
+    return generate(mod, params, target, calibration)
+
+
+def _calibrate_int8(mod, params, target: Target, examples):
+    """The int8 calibration of example inputs: the weights equalised (``target.equalize``),
+    the fp32 reference run on the examples, and with GPTQ (``target.weight_rounding``) each
+    conv's Hessian gathered in the same pass and its weights rewritten to their GPTQ codes.
+    Returns the module and params the int8 code is generated from, and the Calibration."""
+    gptq = target.weight_rounding == "gptq"
+    if target.equalize or gptq:
+        mod, params = frontend.bind_params(mod, params) if params else mod, None
+    if target.equalize:
+        mod = equalization.equalize(mod)[0]
+    observer = None
+    if gptq:  # each conv's H = X^T X, gathered in the same pass
+        matched = match_composites(mod, None, config=target.config, fuse=target.fuse,
+                                   precision="int8")
+        examples = examples_of(examples, "calibration")
+        observer = HessianObserver(weight_rounding_pass.conv_geometries(matched), len(examples))
+    vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
+    calibration = calibrate(lambda *inputs: run_main(vm, inputs), examples,
+                            target.calibration_method, observer)
+    calibration.equalized = target.equalize
+    if observer is not None:
+        mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
+                                                 target.bias_correction)[0]
+    return mod, params, calibration
 
 
 def keep_float_assignment(mod, params, config: AccelConfig, fuse: bool, precision: str,
@@ -215,42 +226,39 @@ def keep_float_assignment(mod, params, config: AccelConfig, fuse: bool, precisio
     return "mixed", keep_float_precisions(matched, keep_float)
 
 
-def _partition_mixed(mod, params, config: AccelConfig, fuse: bool, calibration,
-                     calibration_method: str, winograd: bool, target_sqnr_db,
-                     layer_precisions) -> tvm.IRModule:
+def _partition_mixed(mod, params, target: Target, calibration, target_sqnr_db) -> tvm.IRModule:
     """precision="mixed": the int8 partition (every layer it offloads runs in either
     precision), each layer in the precision the search chose or the caller gave."""
     from .mixed import check_target, search_mixed_precision
 
-    for precision in ("int8", "fp16"):
-        check_precision(config, precision)
-    if not fuse:
-        raise AccelUnsupportedError("mixed code has int8 layers, which are generated for fused "
-                                    "chains (fuse=True)")
+    if isinstance(calibration, Calibration) and calibration.equalized:
+        raise AccelInvalidError("this calibration was made with equalize=True: its scales "
+                                "are for equalised weights, which a mixed build does not "
+                                "use (calibrate an int8 build with equalize=False)")
     if calibration is None:
         raise AccelInvalidError("mixed precision needs calibration: example inputs (an "
                                 "iterable of input tuples), or a Calibration with "
                                 "layer_precisions")
-    if (target_sqnr_db is None) == (layer_precisions is None):
+    if (target_sqnr_db is None) == (not target.precision.assigned):
         raise AccelInvalidError("mixed precision needs target_sqnr_db (the output SQNR to "
                                 "reach, in dB) or layer_precisions (each layer's), one of them")
     search = None
-    if layer_precisions is None:
-        target = check_target(target_sqnr_db)
+    if not target.precision.assigned:
+        goal = check_target(target_sqnr_db)
         if isinstance(calibration, Calibration):
             raise AccelInvalidError("the mixed-precision search measures the output SQNR on "
                                     "the calibration inputs: give example inputs, not a "
                                     "Calibration (or give layer_precisions)")
-        search = search_mixed_precision(mod, params, calibration, target, config=config,
-                                        winograd=winograd,
-                                        calibration_method=calibration_method)
-        calibration, layer_precisions = search.calibration, search.layer_precisions
+        search = search_mixed_precision(mod, params, calibration, goal, config=target.config,
+                                        winograd=target.winograd,
+                                        calibration_method=target.calibration_method)
+        calibration = search.calibration
+        target = target.replace(precision=LayerPlan.of(search.layer_precisions))
     elif not isinstance(calibration, Calibration):
-        vm = reference_machine(mod, params, config, fuse, winograd)
+        vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
         calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                calibration_method)
-    mod = generate_partition(mod, params, config, fuse, "int8", "mixed", calibration, winograd,
-                             layer_precisions)
+                                target.calibration_method)
+    mod = generate(mod, params, target, calibration)
     return mod if search is None else mod.with_attr(MIXED_ATTR, search.to_json())
 
 
@@ -281,13 +289,15 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
           config: AccelConfig | str = "nv_full", fuse: bool = True, precision: str = "fp32",
           calibration=None, calibration_method: str = DEFAULT_METHOD,
           target="llvm", winograd: bool = True, target_sqnr_db: Optional[float] = None,
-          layer_precisions: Optional[Dict[str, str]] = None) -> "tvm.runtime.Executable":
+          layer_precisions: Optional[Dict[str, str]] = None, equalize: Optional[bool] = None,
+          bias_correction: bool = True,
+          weight_rounding: str = "nearest") -> "tvm.runtime.Executable":
     """Partition (unless partitioned already) and compile a module.
 
     Parameters
     ----------
     mod, params, config, fuse, precision, calibration, calibration_method, winograd
-    target_sqnr_db, layer_precisions
+    target_sqnr_db, layer_precisions, equalize, bias_correction, weight_rounding
         As for :func:`accel_codegen.partition_for_accel`: int8 needs ``calibration``, an
         iterable of example input tuples (or a Calibration); precision="mixed" needs it and
         ``target_sqnr_db`` (or ``layer_precisions``).
@@ -307,5 +317,7 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                                   calibration=calibration,
                                   calibration_method=calibration_method, winograd=winograd,
                                   target_sqnr_db=target_sqnr_db,
-                                  layer_precisions=layer_precisions)
+                                  layer_precisions=layer_precisions, equalize=equalize,
+                                  bias_correction=bias_correction,
+                                  weight_rounding=weight_rounding)
     return tvm.compile(mod, target=target)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from typing import Any, Optional
 
@@ -15,6 +16,35 @@ from .vocabulary import FEATURES
 from .vocabulary import PRECISIONS as PRECISION_TABLE
 
 PRECISIONS = tuple(PRECISION_TABLE.names)
+
+
+class Precision(str, enum.Enum):
+    """A precision of accel.h's ``accel_precision`` (the vocabulary's ``PRECISIONS`` rows, in
+    the C enum's order: a test holds the three together). String-valued, so a Precision
+    equals its name (``Precision.INT8 == "int8"``), prints as it and serialises as it."""
+
+    INT8 = "int8"
+    INT16 = "int16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def code(self) -> int:
+        """The C enum value (``ACCEL_INT8`` ...)."""
+        return PRECISION_TABLE.code(self.value)
+
+    @classmethod
+    def of(cls, name) -> "Precision":
+        """The precision named ``name`` (a Precision or its name); AccelInvalidError for any
+        other value."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise AccelInvalidError(f"unknown precision {name!r} (known: "
+                                    f"{', '.join(PRECISIONS)})") from None
 _PRECISION_CODES = {entry.name: entry.value for entry in PRECISION_TABLE}
 _FEATURES = {name: getattr(lib, c_name) for name, c_name in FEATURES.items()}
 #: fp32 is the simulator's reference precision: every configuration accepts it, and the cost

@@ -420,64 +420,110 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         os.environ["ACCEL_NUM_THREADS"] = str(threads)  # read when the simulator makes a device
     config = AccelConfig.resolve(config)
 
-    from ..sim.profiling import profile
     from .estimation import model_layers
 
+    model, onnx_source, skipped = _load_for_modes(model, inputs, modes)
+    threads = accel_threads()
+    int8 = [m for m in modes if m in ("fused_int8", "ort_int8")]
+    examples = calibration_inputs(model, calibration, seed) if int8 else []
+    method = calibration_method or DEFAULT_METHOD
+    rounds = {m: (host_repeat if m == "host" else repeat) for m in modes}
+    wall_layers = (model_layers(model.mod, model.params, config=config, fuse=True)
+                   if per_layer_wall else [])
+    step = steps(progress_callback(progress, f"bench {model.name}"),
+                 len(modes) * (1 + warmup) + sum(rounds.values()) + len(wall_layers))
+    with tempfile.TemporaryDirectory(prefix="accel-bench-") as directory:
+        setting = _Setting(model, config, threads, examples, method, Path(directory), onnx_source)
+        runners, compile_s = _build_runners(modes, setting, rounds, warmup, skipped, step)
+
+    result = _result_head(model.name, config, threads, modes, compile_s, skipped,
+                          {"repeat": repeat, "host_repeat": host_repeat, "warmup": warmup})
+    if int8:
+        result["calibration"] = {"samples": len(examples),
+                                 "inputs": "given" if _given(calibration) else
+                                 f"random N(0, 1), seed {seed}",
+                                 "method": method}
+    if setting.ort:
+        result["onnxruntime"] = setting.ort
+    times = _timed_under_load(result, runners, rounds, warmup, step)
+    layers, csv_rows = _mode_entries(result["modes"], model, config, modes, runners, times,
+                                     per_layer)
+    result["vs_ort"] = ort_ratios(result["modes"])
+    if per_layer or per_layer_wall:
+        _add_layers(result, layers, csv_rows, wall_layers, config, repeat, step, per_layer_wall)
+    return result
+
+
+def _result_head(name: str, config, threads: int, modes: List[str], compile_s: Dict[str, float],
+                 skipped: Dict[str, str], repeats: Dict[str, int]) -> Dict[str, Any]:
+    """The result's first keys, in the JSON contract's order; ``modes`` still empty."""
+    return {
+        "schema": schema("bench"), "model": name, "config": config.to_dict(), "threads": threads,
+        "int8_amx": int8_amx(),
+        "thread_notes": {m: note for m, note in _thread_notes(threads).items()
+                         if m in modes},
+        **repeats,
+        "compile_s": compile_s, "skipped": skipped, "modes": {}}
+
+
+def _timed_under_load(result: Dict[str, Any], runners: Dict[str, Callable[[], Any]],
+                      rounds: Dict[str, int], warmup: int,
+                      step: Callable[[], None]) -> Dict[str, List[float]]:
+    """The timed rounds (:func:`_timed_rounds`), with the load average before and after them
+    in ``result["load_average"]``."""
+    load_before = os.getloadavg()[0]
+    times = _timed_rounds(runners, rounds, warmup, step) if runners else {}
+    # The machine may be shared: a busy neighbour slows the multi-threaded modes most.
+    result["load_average"] = {"before": load_before, "after": os.getloadavg()[0],
+                              "cpus": os.cpu_count()}
+    return times
+
+
+def _load_for_modes(model: Any, inputs: Optional[Sequence], modes: List[str]):
+    """The loaded model, its ``.onnx`` source (a MODEL given as an ONNX file, else None) and the
+    modes skipped for want of a source: pytorch when the model did not come from PyTorch
+    (removed from ``modes``)."""
     onnx_source = None
     if isinstance(model, str) and parse_model_spec(model).kind == ONNX:
         onnx_source = model
     elif isinstance(model, ModelSpec) and model.kind == ONNX:
         onnx_source = model.path
     model = load_model(model, inputs)
-    skipped = {}
+    skipped: Dict[str, str] = {}
     if "pytorch" in modes and model.torch_model is None:
         modes.remove("pytorch")
         skipped["pytorch"] = "the model did not come from PyTorch"
-    threads = accel_threads()
-    int8 = [m for m in modes if m in ("fused_int8", "ort_int8")]
-    examples = calibration_inputs(model, calibration, seed) if int8 else []
-    rounds = {m: (host_repeat if m == "host" else repeat) for m in modes}
-    wall_layers = (model_layers(model.mod, model.params, config=config, fuse=True)
-                   if per_layer_wall else [])
-    step = steps(progress_callback(progress, f"bench {model.name}"),
-                 len(modes) * (1 + warmup) + sum(rounds.values()) + len(wall_layers))
+    return model, onnx_source, skipped
+
+
+def _build_runners(modes: List[str], setting: _Setting, rounds: Dict[str, int], warmup: int,
+                   skipped: Dict[str, str], step: Callable[[], None]):
+    """Every mode's runner, built, and its build time in seconds. A mode that cannot run here
+    leaves ``modes`` and ``rounds`` for ``skipped`` with its reason, its progress steps taken."""
     runners: Dict[str, Callable[[], Any]] = {}
     compile_s: Dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="accel-bench-") as directory:
-        setting = _Setting(model, config, threads, examples,
-                           calibration_method or DEFAULT_METHOD, Path(directory), onnx_source)
-        for mode in list(modes):
-            start = time.perf_counter()
-            try:
-                runners[mode] = _runner(mode, setting)
-            except _Skip as why:
-                skipped[mode] = str(why)
-                modes.remove(mode)
-                for _ in range(warmup + rounds.pop(mode)):
-                    step()
-            else:
-                compile_s[mode] = time.perf_counter() - start
-            step()
+    for mode in list(modes):
+        start = time.perf_counter()
+        try:
+            runners[mode] = _runner(mode, setting)
+        except _Skip as why:
+            skipped[mode] = str(why)
+            modes.remove(mode)
+            for _ in range(warmup + rounds.pop(mode)):
+                step()
+        else:
+            compile_s[mode] = time.perf_counter() - start
+        step()
+    return runners, compile_s
 
-    result: Dict[str, Any] = {
-        "schema": schema("bench"), "model": model.name, "config": config.to_dict(), "threads": threads,
-        "int8_amx": int8_amx(),
-        "thread_notes": {m: note for m, note in _thread_notes(threads).items()
-                         if m in modes},
-        "repeat": repeat, "host_repeat": host_repeat, "warmup": warmup,
-        "compile_s": compile_s, "skipped": skipped, "modes": {}}
-    if int8:
-        result["calibration"] = {"samples": len(examples),
-                                 "inputs": "given" if _given(calibration) else
-                                 f"random N(0, 1), seed {seed}",
-                                 "method": calibration_method or DEFAULT_METHOD}
-    if setting.ort:
-        result["onnxruntime"] = setting.ort
-    load_before = os.getloadavg()[0]
-    times = _timed_rounds(runners, rounds, warmup, step) if runners else {}
-    # The machine may be shared: a busy neighbour slows the multi-threaded modes most.
-    result["load_average"] = {"before": load_before, "after": os.getloadavg()[0],
-                              "cpus": os.cpu_count()}
+
+def _mode_entries(entries: Dict[str, Any], model: LoadedModel, config, modes: List[str],
+                  runners: Dict[str, Callable[[], Any]], times: Dict[str, List[float]],
+                  per_layer: bool):
+    """Fill ``entries`` with each mode's wall times and, for the simulator modes, what the
+    simulator counted in one more run. Returns the fp32 modes' per-layer rows and every
+    simulator mode's rows as the per-layer CSV has them."""
+    from ..sim.profiling import profile
 
     layers: Dict[str, list] = {}
     csv_rows: Dict[str, list] = {}  # every simulator mode's runs, as the per-layer CSV has them
@@ -505,18 +551,22 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
             csv_rows[mode] = [{"bench_mode": mode, **row} for row in layer_rows(
                 prof.records, peak_macs_per_cycle=config.macs_per_cycle(precision),
                 sources=sources_of(precision))]
-        result["modes"][mode] = entry
-    result["vs_ort"] = ort_ratios(result["modes"])
-    if per_layer or per_layer_wall:
-        result["layers"] = _merge_layers(layers)
-        result["layer_rows"] = [row for rows in csv_rows.values() for row in rows]
+        entries[mode] = entry
+    return layers, csv_rows
+
+
+def _add_layers(result: Dict[str, Any], layers: Dict[str, list], csv_rows: Dict[str, list],
+                wall_layers: list, config, repeat: int, step: Callable[[], None],
+                per_layer_wall: bool) -> None:
+    """The per-layer part of the result: the modes' layers side by side, the CSV rows and, with
+    ``per_layer_wall``, every layer timed alone (fused against decomposed)."""
+    result["layers"] = _merge_layers(layers)
+    result["layer_rows"] = [row for rows in csv_rows.values() for row in rows]
     if per_layer_wall:
         walls = {row["label"]: row for row in _per_layer_wall(wall_layers, config, repeat, step)}
         for row in result["layers"]:
             row.update({k: v for k, v in walls.get(row["label"], {}).items()
                         if k.endswith("_wall_ms")})
-    return result
-
 
 def _given(calibration) -> bool:
     return calibration is not None and not isinstance(calibration, int)

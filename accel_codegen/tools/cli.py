@@ -723,8 +723,8 @@ def cmd_debug(args) -> int:
     if csv_out:
         from .report import write_csv
 
-        columns = ("key", "primitive", "source_ops", "shape", "sqnr_db", "max_abs_error",
-                   "saturated", "cycles", "fp16_cycles", "below", "first_below")
+        columns = ("key", "primitive", "source", "source_ops", "shape", "sqnr_db",
+                   "max_abs_error", "saturated", "cycles", "fp16_cycles", "below", "first_below")
         write_csv([{**row.to_dict(), "shape": "x".join(map(str, row.shape))}
                    for row in report.layers], csv_out, columns)
         _say(f"wrote {csv_out}")
@@ -1082,8 +1082,9 @@ def cmd_export_nvdla(args) -> int:
               f"under NVDLA's testbench memory ({', '.join(test.units)})")
     for item in refused:
         print(f"refused {item.label}: {item.reason}")
-    print(f"{len(tests)} of {len(runs)} accelerator runs written as NVDLA trace tests to "
-          f"{args.output}" + (f"; {len(refused)} refused" if refused else ""))
+    print(f"{len(runs) - len(refused)} of {len(runs)} accelerator runs written to "
+          f"{args.output} as {len(tests)} NVDLA trace tests (one per hardware layer)"
+          + (f"; {len(refused)} refused" if refused else ""))
     return 0 if tests else 1
 
 

@@ -42,6 +42,7 @@ class LayerDebug:
     fp16_cycles: Optional[int]    # the layer alone in fp16 (None: the cost model cannot say)
     below: bool = False           # the SQNR is below the threshold
     first_below: bool = False     # the first such layer
+    source: str = ""              # its name in the source model (what --keep-float takes)
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -81,13 +82,19 @@ class DebugReport:
         columns = [Column("", 1), Column("layer", width, "<"), Column("shape", 14, "<"),
                    Column("SQNR dB", 8, spec=".1f"), Column("max err", 9, spec=".3g"),
                    Column("sat", 6, spec=".1%"), Column("cycles", 10, spec=","),
-                   Column("if fp16", 10, spec=","), Column("source ops", 0, "<", gap="  ")]
+                   Column("if fp16", 10, spec=",")]
+        named = any(r.source for r in self.layers)
+        if named:
+            columns.append(Column("source", min(48, max(len(r.source) for r in self.layers)),
+                                  "<", gap="  "))
+        columns.append(Column("source ops", 0, "<", gap="  "))
         rows: List[Any] = []
         for r in self.layers:
             label, *more = wrap_label(f"{r.key} {r.primitive}", width)
             rows.append(["!" if r.first_below else ("<" if r.below else ""), label,
                          "x".join(map(str, r.shape)), r.sqnr_db, r.max_abs_error,
-                         r.saturated, r.cycles, r.fp16_cycles, r.source_ops])
+                         r.saturated, r.cycles, r.fp16_cycles]
+                        + ([r.source] if named else []) + [r.source_ops])
             rows += ["  " + part for part in more]
         first = self.first_below
         lines = [f"debug: {self.precision} against fp32 on {self.config}, {self.inputs} "
@@ -95,6 +102,7 @@ class DebugReport:
                  f"{self.threshold_db:g} dB",
                  render_table(columns, rows),
                  ("! first layer below the threshold: " + f"{first.key} {first.primitive} "
+                  + (f"[{first.source}] " if first.source else "") +
                   f"({first.sqnr_db:.1f} dB)" if first else
                   f"every layer is at or above {self.threshold_db:g} dB"),
                  "< below the threshold; errors are cumulative (a layer's includes what is "
@@ -117,8 +125,8 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     there is nothing to compare)."""
     from ..compiler.partition import layer_keys, match_composites
     from ..flows.accuracy import accuracy_report
-    from .estimation import _LoweredModel
-    from .report import source_ops
+    from .estimation import lower, report_of
+    from .report import source_names, source_ops
 
     config = AccelConfig.resolve(config)
     accuracy = accuracy_report(mod, params, inputs, config=config, precision=precision,
@@ -129,8 +137,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
         outputs[layer_key(tensor.key)] = tensor
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
     sources = source_ops(matched)
-    lowered = _LoweredModel.of_matched(matched, config, precision, fuse)
-    estimate = lowered.estimate(config)
+    estimate = report_of(lower(matched, config, precision, fuse), config, matched, sources)
     cycles: Dict[str, int] = {}
     primitives: Dict[str, str] = {}
     for layer in estimate.layers:
@@ -147,8 +154,8 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     else:
         for key in keys:
             assignment = {k: ("fp16" if k == key else "int8") for k in keys}
-            mixed = _LoweredModel.of_matched(matched, config, "mixed", fuse,
-                                             layer_precisions=assignment).estimate(config)
+            mixed = report_of(lower(matched, config, "mixed", fuse,
+                                    layer_precisions=assignment), config, matched, sources)
             fp16[key] = cycles.get(key, 0) + mixed.total_cycles - estimate.total_cycles
     rows = []
     for key in keys:
@@ -157,7 +164,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
             key, primitives.get(key, ""), " ".join(sources.get(key, ())),
             list(tensor.shape) if tensor else [], tensor.sqnr_db if tensor else None,
             tensor.max_abs_error if tensor else None, tensor.saturated if tensor else None,
-            cycles.get(key, 0), fp16.get(key)))
+            cycles.get(key, 0), fp16.get(key), source=source_names(sources).get(key, "")))
     first = True
     for row in rows:
         row.below = row.sqnr_db is not None and row.sqnr_db < threshold_db

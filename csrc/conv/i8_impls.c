@@ -15,9 +15,9 @@
  * (portable), the only one in builds without AVX-512 VNNI. ACCEL_CONV_IMPL=name runs `name`
  * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
- * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in
- * L1, after the tile's output runs are moved down over the dropped columns (memmove's rep
- * movsb is slow on such short overlapping moves); sdp_i8.c has exact fast paths for the common
+ * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in L1,
+ * after the tile's output runs are moved down over the dropped columns (memmove's rep movsb is slow
+ * on such short overlapping moves); sdp_i8_avx512.c has exact fast paths for the common
  * converters. Where the common converter or the residual add applies to every channel in int32
  * lanes (sdp_i8_lanes.h, prepared once per call), GEMMs without dropped columns convert each
  * panel right after the micro-kernel, the other GEMM kernels each tile's channel rows (with the

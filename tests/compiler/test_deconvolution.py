@@ -189,3 +189,53 @@ def test_the_neck_in_mixed_precision(parity=0):
     assert {op.precision for op in report.offloaded} == {"int8", "fp16"}, str(report)
     for actual, expected in zip(_outputs(partitioned, x), _torch(model, x)):
         assert sqnr(actual, expected) >= 25
+
+
+class Geometries(torch.nn.Module):
+    """Transposed convolutions of drawn geometries on one input, each its own output."""
+
+    def __init__(self, channels, layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.ConvTranspose2d(channels, k, kernel, stride, padding, output_padding,
+                                     groups, bias=bias)
+            for k, kernel, stride, padding, output_padding, groups, bias in layers)
+
+    def forward(self, x):
+        return tuple(layer(x) for layer in self.layers)
+
+
+def _geometries(rng, shape, count):
+    channels = shape[1]
+    layers = []
+    while len(layers) < count:
+        stride = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        kernel = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        padding = tuple(int(rng.integers(0, k)) for k in kernel)
+        output_padding = tuple(int(rng.integers(0, s)) for s in stride)
+        groups = int(rng.choice([g for g in (1, 2, channels) if channels % g == 0]))
+        k = groups * int(rng.integers(1, 4))
+        sizes = [(n - 1) * s - 2 * p + k_ + o for n, s, p, k_, o in
+                 zip(shape[2:], stride, padding, kernel, output_padding)]
+        if any(p >= k_ for p, k_ in zip(padding, kernel)) or min(sizes) < 1:
+            continue
+        layers.append((k, kernel, stride, padding, output_padding, groups,
+                       bool(rng.integers(0, 2))))
+    return layers
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1, 5), (1, 6, 4, 3)])
+def test_drawn_geometries_run_as_offloaded_or_stay_on_the_host(shape):
+    """Whatever the report offloads runs and equals PyTorch; the rest is on the host with a
+    reason (a 1-row input, kernels taller and wider than the input, strides 1 to 3, groups,
+    output_padding)."""
+    rng = np.random.default_rng(shape[2])
+    torch.manual_seed(shape[2])
+    model = Geometries(shape[1], _geometries(rng, shape, 8)).eval()
+    x = _input(shape, 3)
+    partitioned, report = _partition(model, x)
+    offloaded = [op for op in report.offloaded if op.op == "relax.nn.conv2d_transpose"]
+    assert offloaded, str(report)
+    assert all(op.reason for op in report.host), str(report)
+    for actual, expected in zip(_outputs(partitioned, x), _torch(model, x)):
+        assert_close(actual, expected)

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 import accel_codegen as ac
 from accel_codegen import AccelInvalidError, AccelUnsupportedError, Device, Sdp
-from accel_codegen.estimation import estimate
-from accel_codegen.frontend import from_pytorch
+from accel_codegen.tools.estimation import estimate
+from accel_codegen.compiler.frontend import from_pytorch
 from accel_codegen.sim.reference import run_op
 from conftest import assert_same, build_and_run, sqnr, torch_forward
 

@@ -166,10 +166,25 @@ def test_the_search_meets_the_target_between_the_two_ends(small, search):
 
 def test_a_target_all_int8_meets_chooses_all_int8(small, search):
     mod, calibration = small
+    from accel_codegen.quantization import calibration as calibration_pass
+
     low = search[0].int8.worst_sqnr_db - 1.0  # on the calibration and held-back inputs
-    part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
-                                  target_sqnr_db=low)
-    assert set(ac.mixed_precision_of(part).layer_precisions.values()) == {"int8"}
+    calls = []  # the progress the tools draw (a bar on a terminal): each build reported
+    before = calibration_pass.progress_factory
+    calibration_pass.progress_factory = lambda label: lambda done, total: calls.append(
+        (label, done, total))
+    try:
+        part = ac.partition_for_accel(mod, precision="mixed", calibration=calibration,
+                                      target_sqnr_db=low)
+    finally:
+        calibration_pass.progress_factory = before
+    result = ac.mixed_precision_of(part)
+    assert set(result.layer_precisions.values()) == {"int8"}
+    searched = [(done, total) for label, done, total in calls
+                if label == "mixed-precision search"]
+    assert searched[0][0] == 0 and searched[-1] == (result.builds, result.builds)
+    assert [done for done, _ in searched] == list(range(result.builds + 1))
+    assert any(label == "calibration" for label, _, _ in calls)
 
 
 @pytest.mark.parametrize("target", [0, -3.0, float("inf"), float("nan"), "40", True, None],

@@ -1,4 +1,4 @@
-"""The INT8 LUT activations on vector lanes (sdp_i8.c: span_lut, channels_lut) against the
+"""The INT8 LUT activations on vector lanes (sdp_i8_lut.c) against the
 scalar definition and the NumPy reference, bit for bit.
 
 Random tables and converters for every LUT activation: index selects from 0 to 31, tables near
@@ -194,8 +194,8 @@ def test_the_scalar_path_gives_the_same_codes(tmp_path):
         np.testing.assert_array_equal(y, ref.run_chain([op], x))
 
 
-# --- the per-layer plan: codes by input ranges (sdp_i8.c, sdp_i8_lut_plan) ---------------------
-#: Layer runs of at least this many elements get a plan (LUT_PLAN_MIN_ELEMENTS in sdp_i8.c).
+# --- the per-layer plan: codes by input ranges (sdp_i8_lut.c, sdp_i8_lut_plan) -----------------
+#: Layer runs of at least this many elements get a plan (LUT_PLAN_MIN_ELEMENTS, sdp_i8_internal.h).
 PLAN_ELEMENTS = 1 << 16
 
 

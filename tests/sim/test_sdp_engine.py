@@ -145,8 +145,8 @@ def test_int8_prelu_beyond_int32_is_not_saturated():
 @pytest.mark.parametrize("out_zero", [-128, -7, 0, 93, 127])
 def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
     """The common converter (bias, mul, shift, NONE / RELU / CLIP) runs in int32 lanes where the
-    bounds allow (sdp_i8.c span_fast32: t clamped to +-T, where codes saturate; a direct and a
-    split product), otherwise in int64: every shift 0..44, positive, negative and zero
+    bounds allow (sdp_i8_avx512.c span_fast32: t clamped to +-T, where codes saturate; a direct and
+    a split product), otherwise in int64: every shift 0..44, positive, negative and zero
     multipliers, and biases that put t = v + bias on both sides of +-T and of the int32 ends."""
     rng = np.random.default_rng(400 + out_zero)
     shifts = np.arange(45)
@@ -173,7 +173,7 @@ def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
 @pytest.mark.parametrize("act", [None, "relu", "clip"])
 @pytest.mark.parametrize("out_zero", [-128, -7, 0, 93, 127])
 def test_int8_common_converter_rounds_halves_away_from_zero(act, out_zero):
-    """The shifts a conv's converter has (17..40, sdp_i8.c's split form in int32 lanes where
+    """The shifts a conv's converter has (17..40, sdp_i8_avx512.c's split form in int32 lanes where
     the bounds allow): multipliers 2^j with t * mul / 2^s landing exactly on halves of both
     signs (v + bias = q * 2^(s-j) + 2^(s-j-1) for v in range), and odd multipliers."""
     rng = np.random.default_rng(900 + out_zero)
@@ -216,7 +216,7 @@ ADD_CONVERTERS = [(1, 8, -128, 23170, 7), (1, 0, 0, 1, 0), (3, 15, 17, -32768, 2
 def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_shift, ew_zero,
                                                    ew_mul, ew_shift):
     """The residual converter (bias, mul, shift, ADD with its operand converter, an output
-    converter, NONE / RELU / CLIP) runs in int32 lanes where the bounds allow (sdp_i8.c
+    converter, NONE / RELU / CLIP) runs in int32 lanes where the bounds allow (sdp_i8_avx512.c
     span_add32: t clamped to +-T1, where t2 = rhaz(t * mul, s) passes +-(T_out + E) and the sum
     saturates the codes whatever the operand; a direct and a split product), otherwise in int64:
     every channel shift 0..44, positive, negative and zero multipliers, every operand code in
@@ -228,7 +228,7 @@ def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_s
     rshift = np.repeat(shifts, 6).astype(np.uint8)
     mul = rng.integers(1, 32768, c)
     mul[::6] = rng.choice([1, 2, 16384, 32767, -1, -32768, 0], shifts.size)
-    # the thresholds as sdp_i8.c's add32_plan computes them (for mul > 0)
+    # the thresholds as sdp_i8_avx512.c's add32_plan computes them (for mul > 0)
     r = 128 + abs(out_zero)
     t_out = -(-(r << out_shift) // abs(out_mul))
     e_max = max(abs(_rhaz((code - ew_zero) * ew_mul, ew_shift)) for code in (-128, 127))
@@ -257,8 +257,8 @@ def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_s
 @pytest.mark.parametrize("add", [False, True])
 def test_int8_converters_in_steps_of_64_and_their_tails(add):
     """The int32-lane converters write 64 codes per step (two saturating packs and a vpermd,
-    sdp_i8.c) and the rest 16 at a time: planes of 1 to 130 values around those steps, for the
-    common converter and the residual add, every code of the operand."""
+    sdp_i8_avx512.c) and the rest 16 at a time: planes of 1 to 130 values around those steps, for
+    the common converter and the residual add, every code of the operand."""
     rng = np.random.default_rng(31 + add)
     for hw in (1, 15, 16, 17, 48, 63, 64, 65, 79, 128, 130):
         c = 6

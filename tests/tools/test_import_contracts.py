@@ -14,7 +14,7 @@ LINT = ("import sys; from importlinter.cli import lint_imports_command; "
 
 
 def _lint(config: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LINT, "--config", str(config), "--no-cache"],
+    return subprocess.run([sys.executable, "-c", LINT, str(config), "--no-cache"],
                           cwd=cwd, capture_output=True, text=True, timeout=120)
 
 

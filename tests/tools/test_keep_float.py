@@ -32,6 +32,8 @@ def test_kept_layers_run_in_fp16_and_the_rest_in_int8(zoo):
     matched = match_composites(mod, params, precision="int8")
     assert keep_float_precisions(matched, ["features", "classifier.[0-2]", "f0.4"]) == {
         "f0.0": "fp16", "f0.1": "fp16", "f0.2": "fp16", "f0.3": "int8", "f0.4": "fp16"}
+    # the name the reports and the debugger show for a layer
+    assert keep_float_precisions(matched, ["classifier.{3,4}"])["f0.3"] == "fp16"
 
 
 def test_keep_float_refusals(zoo):

@@ -160,7 +160,9 @@ def test_debug_flags_the_first_layer_below_the_threshold(zoo):
     # nv_full runs fp16 at half int8's MAC rate, with converting runs around the layer
     assert all(r.fp16_cycles > r.cycles > 0 for r in report.layers)
     text = str(report)
-    assert "! first layer below the threshold: f0.0 accel.conv2d_bias_relu_maxpool" in text
+    assert "! first layer below the threshold: f0.0 accel.conv2d_bias_relu_maxpool " \
+        "[features.{0,1,2}]" in text  # the source name, which --keep-float takes
+    assert [r.source for r in report.layers][:2] == ["features.{0,1,2}", "features.{3,4,5}"]
     data = report.to_dict()
     assert data["schema"] == "accel-codegen/debug/1" and data["first_below"] == "f0.0"
 

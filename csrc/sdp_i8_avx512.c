@@ -1,0 +1,736 @@
+/* sdp_i8_avx512.c - the INT8 SDP converter on AVX-512 lanes without a LUT: the general steps
+ * on 8 int64 lanes (sdp8), the exact shorter forms of the converters the compiler emits most
+ * (span_fast, span_fast32, span_fast_add, span_add32: identities stated at each), and the conv
+ * epilogue's lane forms prepared for sdp_i8_lanes.h. Every path gives sdp_one's codes
+ * exactly (sdp_i8.c); a build without AVX-512 has only the preparations, which decline.
+ */
+#include <stdint.h>
+
+#include "kernels.h"
+#include "sdp_i8_internal.h"
+#include "sdp_i8_lanes.h"
+
+#if SDP_I8_VECTOR
+/* (p + add + (p < 0 ? -1 : 0)) >> shift, arithmetic, on 8 int64 lanes: rhaz(p, shift) when add
+ * is 2^(shift-1), plus z when add also holds z * 2^shift (shift >= 1). */
+static inline __m512i rounding_shift(__m512i p, __m512i add, __m512i shift) {
+  return _mm512_srav_epi64(_mm512_add_epi64(_mm512_add_epi64(p, add), _mm512_srai_epi64(p, 63)),
+                           shift);
+}
+
+/* sat32(v + bias) * mul of 16 int32 lanes as even (pe) and odd (po) int64 products; vlo/vhi
+ * pre-clamp v so that the int32 add saturates exactly. */
+static inline void biased_products(__m512i x, __m512i vlo, __m512i vhi, __m512i bias,
+                                   __m512i mul, __m512i* pe, __m512i* po) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, vlo), vhi), bias);
+  *pe = _mm512_mul_epi32(t, mul);
+  *po = _mm512_mul_epi32(_mm512_srli_epi64(t, 32), mul);
+}
+
+/* Even and odd int64 lanes saturated to int8, interleaved back, clipped, stored (mask k). */
+static inline void store_codes(__m512i pe, __m512i po, __m128i lo, __m128i hi, __mmask16 k,
+                               int8_t* y) {
+  __m128i r = _mm_unpacklo_epi8(_mm512_cvtsepi64_epi8(pe), _mm512_cvtsepi64_epi8(po));
+  _mm_mask_storeu_epi8(y, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
+}
+
+/* Steps 1-5 on 8 values (int64 lanes) of v and the 8 operand codes in the low bytes of `op`;
+ * returns the 8 output codes in the low 8 bytes, before CLIP. Flags are compile-time constants
+ * in each instantiation below. */
+static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const vec_params* q,
+                                                          __m512i v, __m128i op, int has_mul,
+                                                          int ew, int act, int out_cvt) {
+  __m512i t = front8(q, v, op, has_mul, ew);
+  if (act == ACCEL_ACT_RELU) t = _mm512_max_epi64(t, q->zero);
+  if (act == ACCEL_ACT_PRELU) {
+    const __mmask8 neg = _mm512_movepi64_mask(t);
+    const __m512i s = rhaz8(_mm512_mul_epi32(t, q->prelu_mul), q->prelu_half, q->prelu_shift);
+    t = _mm512_mask_mov_epi64(t, neg, s);
+  }
+  if (out_cvt) {
+    /* after PRELU t may exceed int32: full 64-bit product (|t| < 2^47) */
+    const __m512i m = act == ACCEL_ACT_PRELU ? _mm512_mullo_epi64(t, q->out_mul)
+                                             : _mm512_mul_epi32(t, q->out_mul);
+    t = rhaz8(m, q->out_half, q->out_shift);
+  }
+  (void)p;
+  return _mm512_cvtsepi64_epi8(_mm512_add_epi64(t, q->out_zero)); /* sat8 */
+}
+
+static inline __attribute__((always_inline)) void span_body(const sdp_i8* p, const vec_params* q,
+                                                            const int32_t* v,
+                                                            const int8_t* operand, int8_t* y,
+                                                            int64_t count, int has_mul, int ew,
+                                                            int act, int out_cvt) {
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 m = tail_mask(count - i);
+    const __m512i x = _mm512_maskz_loadu_epi32(m, v + i);
+    __m128i op = _mm_setzero_si128();
+    if (ew != ACCEL_EW_NONE) op = _mm_maskz_loadu_epi8(m, operand + i);
+    const __m128i lo = sdp8(p, q, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(x)), op, has_mul,
+                            ew, act, out_cvt);
+    const __m128i hi = sdp8(p, q, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(x, 1)),
+                            _mm_srli_si128(op, 8), has_mul, ew, act, out_cvt);
+    __m128i r = _mm_unpacklo_epi64(lo, hi);
+    if (act == ACCEL_ACT_CLIP) r = _mm_min_epi8(_mm_max_epi8(r, q->clip_lo), q->clip_hi);
+    _mm_mask_storeu_epi8(y + i, m, r);
+  }
+}
+
+/* Instantiations: the common epilogues get their own loops, everything else the general one
+ * (same steps, flags read at run time). */
+typedef void (*span_fn)(const sdp_i8*, const vec_params*, const int32_t*, const int8_t*, int8_t*,
+                        int64_t);
+#define SPAN(NAME, MUL, EW, ACT, OUT)                                                          \
+  static void NAME(const sdp_i8* p, const vec_params* q, const int32_t* v,                     \
+                   const int8_t* operand, int8_t* y, int64_t count) {                          \
+    span_body(p, q, v, operand, y, count, MUL, EW, ACT, OUT);                                  \
+  }
+SPAN(span_relu, 1, ACCEL_EW_NONE, ACCEL_ACT_RELU, 0)
+SPAN(span_none, 1, ACCEL_EW_NONE, ACCEL_ACT_NONE, 0)
+SPAN(span_clip, 1, ACCEL_EW_NONE, ACCEL_ACT_CLIP, 0)
+SPAN(span_add_relu, 1, ACCEL_EW_ADD, ACCEL_ACT_RELU, 1)
+SPAN(span_add_none, 1, ACCEL_EW_ADD, ACCEL_ACT_NONE, 1)
+SPAN(span_add_clip, 1, ACCEL_EW_ADD, ACCEL_ACT_CLIP, 1)
+
+static void span_general(const sdp_i8* p, const vec_params* q, const int32_t* v,
+                         const int8_t* operand, int8_t* y, int64_t count) {
+  const int out = p->out_mul != 0;
+#define GEN_ACT(EW)                                                                           \
+  switch (p->act) {                                                                           \
+    case ACCEL_ACT_RELU:                                                                      \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_RELU, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_RELU, 0);                   \
+      break;                                                                                  \
+    case ACCEL_ACT_CLIP:                                                                      \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_CLIP, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_CLIP, 0);                   \
+      break;                                                                                  \
+    case ACCEL_ACT_PRELU:                                                                     \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_PRELU, 1);              \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_PRELU, 0);                  \
+      break;                                                                                  \
+    default:                                                                                  \
+      if (out) span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_NONE, 1);               \
+      else span_body(p, q, v, operand, y, count, 1, EW, ACCEL_ACT_NONE, 0);                   \
+      break;                                                                                  \
+  }
+  switch (p->ew_op) {
+    case ACCEL_EW_ADD: GEN_ACT(ACCEL_EW_ADD) break;
+    case ACCEL_EW_MUL: GEN_ACT(ACCEL_EW_MUL) break;
+    case ACCEL_EW_MAX: GEN_ACT(ACCEL_EW_MAX) break;
+    case ACCEL_EW_MIN: GEN_ACT(ACCEL_EW_MIN) break;
+    default: GEN_ACT(ACCEL_EW_NONE) break;
+  }
+#undef GEN_ACT
+}
+
+/* The common converter (no element-wise op, out_mul 0, act NONE / RELU / CLIP), in fewer
+ * steps with the same result:
+ *  - sat32(v + bias) = min(max(v, INT32_MIN - min(bias, 0)), INT32_MAX - max(bias, 0)) + bias,
+ *    in int32 lanes;
+ *  - the products t * mul of the even and odd lanes (vpmuldq), int64;
+ *  - rhaz(p, s) + out_zero = (p + 2^(s-1) + (p < 0 ? -1 : 0) + out_zero * 2^s) >> s, arithmetic
+ *    shift (s >= 1; exact while out_zero * 2^s fits: s <= 55);
+ *  - the sat32 after the multiply is dropped: sat8(sat32(x) + out_zero) = sat8(x + out_zero),
+ *    and RELU (max(t, 0)) commutes with both clamps, so it becomes y = max(y, out_zero) on the
+ *    codes, as CLIP is min(max(y, clip_lo), clip_hi). */
+static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, int64_t mul,
+                      int64_t s, int64_t out_zero, int32_t lo, int32_t hi) {
+  const __m512i vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (bias < 0 ? bias : 0)));
+  const __m512i vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (bias > 0 ? bias : 0)));
+  const __m512i b = _mm512_set1_epi32((int32_t)bias), m = _mm512_set1_epi64(mul);
+  const __m512i hz = _mm512_set1_epi64((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
+  const __m512i sh = _mm512_set1_epi64(s);
+  const __m128i l8 = _mm_set1_epi8((char)lo), h8 = _mm_set1_epi8((char)hi);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    __m512i pe, po;
+    biased_products(_mm512_maskz_loadu_epi32(k, v + i), vlo, vhi, b, m, &pe, &po);
+    if (s > 0) {
+      pe = rounding_shift(pe, hz, sh);
+      po = rounding_shift(po, hz, sh);
+    } else {
+      pe = _mm512_add_epi64(pe, hz);
+      po = _mm512_add_epi64(po, hz);
+    }
+    store_codes(pe, po, l8, h8, k, y + i);
+  }
+}
+
+/* span_fast in int32 lanes, 16 values per step (about twice span_fast's rate), for mul > 0
+ * where these identities keep every intermediate inside int32 (fast32_plan checks the bounds
+ * in int64; otherwise span_fast runs):
+ *  - only codes matter: with R = 128 + |out_zero| and T = ceil(R * 2^s / mul), any t >= T
+ *    gives rhaz(t * mul, s) >= R, a code saturated high, as t = T does (rhaz and the clamps
+ *    are monotonic); likewise t <= -T. So t is clamped to [-T, T] together with sat32(v + bias)
+ *    (one min/max on v), and the product is at most R * 2^s + mul;
+ *  - "direct" (small s): y = (p + (p < 0 ? -1 : 0) + 2^(s-1) + out_zero * 2^s) >> s with
+ *    p = t * mul in int32 (s = 0: y = p + out_zero);
+ *  - "split" (s >= 17, larger products): t = th * 2^16 + tl, 0 <= tl < 2^16, so
+ *    p + 2^(s-1) - n = 2^16 * (th * mul + 2^(s-17)) + (tl * mul - n) with n = (t < 0), and
+ *    floor(X / 2^s) = floor((th * mul + 2^(s-17) + floor((tl * mul - n) / 2^16)) / 2^(s-16)):
+ *    two int32 products (tl * mul < 2^31) and arithmetic shifts, out_zero folded in. */
+typedef struct fast32 {
+  int32_t vlo, vhi, bias, mul, add, shift;
+  int split;
+} fast32;
+
+static int fast32_plan(int64_t bias, int64_t mul, int64_t s, int64_t out_zero, fast32* f) {
+  if (mul <= 0 || s > 40) return 0;
+  const int64_t r = 128 + (out_zero < 0 ? -out_zero : out_zero);
+  const int64_t t = ((r << s) + mul - 1) / mul; /* < 2^49: s <= 40, r <= 2^31 + 128 */
+  if (r > ((int64_t)1 << 20)) return 0;
+  const int64_t lo = INT32_MIN - (bias < 0 ? bias : 0), hi = INT32_MAX - (bias > 0 ? bias : 0);
+  const int64_t vlo = -t - bias > lo ? -t - bias : lo, vhi = t - bias < hi ? t - bias : hi;
+  const int64_t tmax_hi = vhi + bias, tmax_lo = -(vlo + bias);
+  const int64_t tm = tmax_hi > tmax_lo ? tmax_hi : tmax_lo; /* |t| <= tm <= 2^31 */
+  const int64_t limit = (int64_t)1 << 31;
+  f->vlo = (int32_t)vlo;
+  f->vhi = (int32_t)vhi;
+  f->bias = (int32_t)bias;
+  f->mul = (int32_t)mul;
+  if (tm * mul + ((r + 1) << s) < limit) {
+    f->split = 0;
+    f->add = (int32_t)((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
+    f->shift = (int32_t)s;
+    return 1;
+  }
+  if (s < 17) return 0;
+  const int64_t add = ((int64_t)1 << (s - 17)) + out_zero * ((int64_t)1 << (s - 16));
+  if ((tm / 65536 + 1) * mul + mul + 1 + (add < 0 ? -add : add) >= limit) return 0;
+  f->split = 1;
+  f->add = (int32_t)add;
+  f->shift = (int32_t)(s - 16);
+  return 1;
+}
+
+/* 16 codes of the int32 results y (saturated to int8, then clamped to [lo, hi]). */
+static inline void store_codes32(__m512i y, __m128i lo, __m128i hi, __mmask16 k, int8_t* out) {
+  const __m128i r = _mm512_cvtsepi32_epi8(y);
+  _mm_mask_storeu_epi8(out, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
+}
+
+/* The int32 lanes of span_fast32: the result before the int8 saturation. */
+typedef struct fast32_vec {
+  __m512i vlo, vhi, b, m, add, low16;
+  __m128i sh;
+} fast32_vec;
+
+static inline fast32_vec fast32_vectors(const fast32* f) {
+  fast32_vec c;
+  c.vlo = _mm512_set1_epi32(f->vlo);
+  c.vhi = _mm512_set1_epi32(f->vhi);
+  c.b = _mm512_set1_epi32(f->bias);
+  c.m = _mm512_set1_epi32(f->mul);
+  c.add = _mm512_set1_epi32(f->add);
+  c.low16 = _mm512_set1_epi32(0xFFFF);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  return c;
+}
+
+static inline __attribute__((always_inline)) __m512i fast32_lanes(const fast32_vec* c, __m512i x,
+                                                                  int split, int shift) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, c->vlo), c->vhi), c->b);
+  if (split) {
+    const __m512i ph = _mm512_mullo_epi32(_mm512_srai_epi32(t, 16), c->m);
+    const __m512i pl = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, c->low16), c->m),
+                                        _mm512_srai_epi32(t, 31));
+    const __m512i q = _mm512_add_epi32(_mm512_add_epi32(ph, c->add), _mm512_srai_epi32(pl, 16));
+    return _mm512_sra_epi32(q, c->sh);
+  }
+  const __m512i p = _mm512_mullo_epi32(t, c->m);
+  const __m512i q = _mm512_add_epi32(p, c->add);
+  if (!shift) return q;
+  return _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(p, 31)), c->sh);
+}
+
+static inline __attribute__((always_inline)) void fast32_body(const fast32_vec* c,
+                                                              const int32_t* v, int8_t* y,
+                                                              int64_t count, int32_t lo,
+                                                              int32_t hi, int split, int shift) {
+  const __m512i l64 = _mm512_set1_epi8((char)lo), h64 = _mm512_set1_epi8((char)hi);
+  int64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    const __m512i r = sdp_i8_codes64(fast32_lanes(c, _mm512_loadu_si512(v + i), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 16), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 32), split, shift),
+                              fast32_lanes(c, _mm512_loadu_si512(v + i + 48), split, shift));
+    _mm512_storeu_si512(y + i, _mm512_min_epi8(_mm512_max_epi8(r, l64), h64));
+  }
+  const __m128i l8 = _mm512_castsi512_si128(l64), h8 = _mm512_castsi512_si128(h64);
+  for (; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    store_codes32(fast32_lanes(c, _mm512_maskz_loadu_epi32(k, v + i), split, shift), l8, h8, k,
+                  y + i);
+  }
+}
+
+static void span_fast32(const fast32* f, const int32_t* v, int8_t* y, int64_t count, int32_t lo,
+                        int32_t hi) {
+  const fast32_vec c = fast32_vectors(f);
+  if (f->split) fast32_body(&c, v, y, count, lo, hi, 1, 1);
+  else if (f->shift > 0) fast32_body(&c, v, y, count, lo, hi, 0, 1);
+  else fast32_body(&c, v, y, count, lo, hi, 0, 0);
+}
+
+/* The residual converter (element-wise ADD, an output converter, act NONE / RELU / CLIP) with
+ * the same devices as span_fast; besides:
+ *  - e = rhaz((operand - ew_zero) * ew_mul, ew_shift) in int32 lanes: |(operand - ew_zero) *
+ *    ew_mul| <= 255 * 2^15 < 2^23, so the sum with half cannot overflow for ew_shift < 24, and
+ *    e = 0 for ew_shift >= 24 (the magnitude is below half); no sat32 is needed;
+ *  - the output converter folds out_zero into the rounding as span_fast does (out_shift <= 55),
+ *    RELU stays before it (a negative out_mul reverses the order). */
+static void span_fast_add(const sdp_i8* p, const chan_params* c, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count) {
+  const int64_t bias = c->bias, s = c->shift, es = p->ew_shift, os = p->out_shift;
+  const __m512i vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (bias < 0 ? bias : 0)));
+  const __m512i vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (bias > 0 ? bias : 0)));
+  const __m512i b = _mm512_set1_epi32((int32_t)bias), m = _mm512_set1_epi64(c->mul);
+  const __m512i h = _mm512_set1_epi64(s > 0 ? (int64_t)1 << (s - 1) : 0);
+  const __m512i sh = _mm512_set1_epi64(s);
+  const __m512i lo32 = _mm512_set1_epi64(INT32_MIN), hi32 = _mm512_set1_epi64(INT32_MAX);
+  const __m512i ez = _mm512_set1_epi32(p->ew_zero), em = _mm512_set1_epi32(p->ew_mul);
+  const __m512i eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  const __m512i esh = _mm512_set1_epi32(es < 24 ? (int32_t)es : 0);
+  const __m512i om = _mm512_set1_epi64(p->out_mul);
+  const __m512i hz =
+      _mm512_set1_epi64((os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os));
+  const __m512i osh = _mm512_set1_epi64(os);
+  const __m512i zero = _mm512_setzero_si512();
+  const int relu = p->act == ACCEL_ACT_RELU;
+  const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    __m512i pe, po;
+    biased_products(_mm512_maskz_loadu_epi32(k, v + i), vlo, vhi, b, m, &pe, &po);
+    if (s > 0) {
+      pe = rounding_shift(pe, h, sh);
+      po = rounding_shift(po, h, sh);
+    }
+    pe = _mm512_min_epi64(_mm512_max_epi64(pe, lo32), hi32);
+    po = _mm512_min_epi64(_mm512_max_epi64(po, lo32), hi32);
+    __m512i e = zero;
+    if (es < 24) {
+      const __m512i o = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, operand + i));
+      e = _mm512_mullo_epi32(_mm512_sub_epi32(o, ez), em);
+      if (es > 0)
+        e = _mm512_srav_epi32(_mm512_add_epi32(_mm512_add_epi32(e, eh), _mm512_srai_epi32(e, 31)),
+                              esh);
+    }
+    pe = _mm512_add_epi64(pe, _mm512_srai_epi64(_mm512_slli_epi64(e, 32), 32));
+    po = _mm512_add_epi64(po, _mm512_srai_epi64(e, 32));
+    pe = _mm512_min_epi64(_mm512_max_epi64(pe, lo32), hi32);
+    po = _mm512_min_epi64(_mm512_max_epi64(po, lo32), hi32);
+    if (relu) {
+      pe = _mm512_max_epi64(pe, zero);
+      po = _mm512_max_epi64(po, zero);
+    }
+    pe = _mm512_mul_epi32(pe, om);
+    po = _mm512_mul_epi32(po, om);
+    if (os > 0) {
+      pe = rounding_shift(pe, hz, osh);
+      po = rounding_shift(po, hz, osh);
+    } else {
+      pe = _mm512_add_epi64(pe, hz);
+      po = _mm512_add_epi64(po, hz);
+    }
+    store_codes(pe, po, l8, h8, k, y + i);
+  }
+}
+
+/* span_fast_add in int32 lanes, 16 values per step, where these identities keep every
+ * intermediate inside int32 (add32_plan checks the bounds in int64; otherwise span_fast_add
+ * runs). Only codes matter, as in span_fast32:
+ *  - the output: with R = 128 + |out_zero| and T_out = ceil(R * 2^out_shift / |out_mul|), any
+ *    |t| >= T_out gives a code saturated on t's side (times out_mul's sign), so t is clamped to
+ *    [-T_out, T_out] before the output multiply, which then fits;
+ *  - the sum: |e| <= E (the largest |e| over the 256 operand codes), so t2 >= T2 = T_out + E
+ *    gives t2 + e >= T_out whatever the operand (likewise <= -T2); t2 need not be exact beyond
+ *    T2, so no sat32 is needed on t2 or on the sum;
+ *  - the channel converter: any t >= T1 = ceil(T2 * 2^s / mul) (mul > 0) gives rhaz(t * mul, s)
+ *    >= T2, so t is clamped to [-T1, T1] together with sat32(v + bias) (one min/max on v);
+ *    then either "direct" (the product and the rounding fit int32) or "split": t = th * 2^k +
+ *    tl, 0 <= tl < 2^k, k = min(s, 16), and floor((t * mul + 2^(s-1) - n) / 2^s) (n = t < 0)
+ *    = floor((th * mul + c_hi + floor((tl * mul + c_lo - n) / 2^k)) / 2^(s-k)), the half
+ *    2^(s-1) in c_lo when s <= k, else 2^(s-1-k) in c_hi. */
+typedef struct add32 {
+  int32_t vlo, vhi, bias, mul, add, shift; /* the channel converter (direct: add, shift) */
+  int32_t low_mask, k, c_lo, c_hi;         /* split: t's low k bits and the constants */
+  int split;
+  int32_t t_out, out_mul, out_add, out_shift;
+} add32;
+
+static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+static int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add32* f) {
+  const int64_t os = p->out_shift, om = p->out_mul;
+  if (mul <= 0 || om == 0 || s > 40 || os > 30) return 0;
+  const int64_t r = 128 + abs64(p->out_zero);
+  const int64_t t_out = ((r << os) + abs64(om) - 1) / abs64(om);
+  const int64_t out_add = (os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os);
+  const int64_t limit = (int64_t)1 << 31;
+  if (t_out * abs64(om) + abs64(out_add) + 1 >= limit) return 0;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t t2 = t_out + e_max; /* < 2^32: t_out * |om| < 2^31 is checked above */
+  if (t2 > ((int64_t)1 << (61 - s))) return 0;
+  const int64_t t1 = ((t2 << s) + mul - 1) / mul; /* <= 2^61 */
+  const int64_t lo = INT32_MIN - (bias < 0 ? bias : 0), hi = INT32_MAX - (bias > 0 ? bias : 0);
+  const int64_t vlo = -t1 - bias > lo ? -t1 - bias : lo, vhi = t1 - bias < hi ? t1 - bias : hi;
+  const int64_t tm = vhi + bias > -(vlo + bias) ? vhi + bias : -(vlo + bias); /* |t| <= tm */
+  /* |t2'| <= rhaz(tm * mul, s) <= tm * mul / 2^s + 1; the sum with e must fit */
+  if (((tm * mul) >> s) + 1 + e_max >= limit) return 0;
+  f->vlo = (int32_t)vlo;
+  f->vhi = (int32_t)vhi;
+  f->bias = (int32_t)bias;
+  f->mul = (int32_t)mul;
+  f->t_out = (int32_t)t_out;
+  f->out_mul = (int32_t)om;
+  f->out_add = (int32_t)out_add;
+  f->out_shift = (int32_t)os;
+  f->low_mask = f->k = f->c_lo = f->c_hi = 0; /* the split form's, unused by the direct one */
+  if (tm * mul + (s > 0 ? (int64_t)1 << (s - 1) : 0) < limit) {
+    f->split = 0;
+    f->add = (int32_t)(s > 0 ? (int64_t)1 << (s - 1) : 0);
+    f->shift = (int32_t)s;
+    return 1;
+  }
+  if (s == 0) return 0; /* never: tm * mul <= t2 + mul, the direct form */
+  const int64_t k = s < 16 ? s : 16;
+  const int64_t c_lo = s - 1 < k ? (int64_t)1 << (s - 1) : 0;
+  const int64_t c_hi = s - 1 >= k ? (int64_t)1 << (s - 1 - k) : 0;
+  /* |th| <= tm / 2^k + 1; floor(low / 2^k) in [-1, mul + 1) (tl * mul + c_lo < 2^31) */
+  if ((tm / ((int64_t)1 << k) + 1) * mul + c_hi + mul + 1 >= limit) return 0;
+  f->split = 1;
+  f->low_mask = (int32_t)(((int64_t)1 << k) - 1);
+  f->k = (int32_t)k;
+  f->c_lo = (int32_t)c_lo;
+  f->c_hi = (int32_t)c_hi;
+  f->shift = (int32_t)(s - k);
+  return 1;
+}
+
+typedef struct add32_vec {
+  __m512i vlo, vhi, b, m, add, c_lo, low, tlo, thi, om, oadd, ez, em, eh, zero;
+  __m128i k, sh, osh, esh;
+  int32_t es, shift, out_shift;
+} add32_vec;
+
+/* The int32 result of 16 values x with their operand codes o (int32 lanes), before the int8
+ * saturation. */
+static inline __attribute__((always_inline)) __m512i add32_lanes(const add32_vec* c, __m512i x,
+                                                                 __m512i o, int relu, int split,
+                                                                 int unit_out) {
+  const __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, c->vlo), c->vhi), c->b);
+  __m512i u;
+  if (split) {
+    const __m512i lp = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, c->low), c->m), c->c_lo),
+        _mm512_srai_epi32(t, 31));
+    const __m512i hp = _mm512_mullo_epi32(_mm512_sra_epi32(t, c->k), c->m);
+    u = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(hp, c->add), _mm512_sra_epi32(lp, c->k)),
+                         c->sh);
+  } else {
+    const __m512i pr = _mm512_mullo_epi32(t, c->m);
+    u = _mm512_add_epi32(pr, c->add);
+    if (c->shift > 0) u = _mm512_sra_epi32(_mm512_add_epi32(u, _mm512_srai_epi32(pr, 31)), c->sh);
+  }
+  if (c->es < 24) {
+    __m512i e = _mm512_mullo_epi32(_mm512_sub_epi32(o, c->ez), c->em);
+    if (c->es > 0)
+      e = _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(e, c->eh), _mm512_srai_epi32(e, 31)),
+                           c->esh);
+    u = _mm512_add_epi32(u, e);
+  }
+  if (relu) u = _mm512_max_epi32(u, c->zero);
+  u = _mm512_min_epi32(_mm512_max_epi32(u, c->tlo), c->thi);
+  const __m512i pr = unit_out ? u : _mm512_mullo_epi32(u, c->om);
+  const __m512i q = _mm512_add_epi32(pr, c->oadd);
+  if (c->out_shift == 0) return q;
+  return _mm512_sra_epi32(_mm512_add_epi32(q, _mm512_srai_epi32(pr, 31)), c->osh);
+}
+
+static inline __attribute__((always_inline)) void add32_body(const add32_vec* c,
+                                                             const int32_t* v,
+                                                             const int8_t* operand, int8_t* y,
+                                                             int64_t count, int relu, int split,
+                                                             int unit_out, __m128i l8,
+                                                             __m128i h8) {
+  const __m512i l64 = _mm512_broadcast_i32x4(l8), h64 = _mm512_broadcast_i32x4(h8);
+  int64_t i = 0;
+  for (; i + 64 <= count; i += 64) {
+    __m512i q[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i o = c->es < 24 ? _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                         (const __m128i*)(const void*)(operand + i + 16 * j)))
+                                   : c->zero;
+      q[j] = add32_lanes(c, _mm512_loadu_si512(v + i + 16 * j), o, relu, split, unit_out);
+    }
+    const __m512i r = sdp_i8_codes64(q[0], q[1], q[2], q[3]);
+    _mm512_storeu_si512(y + i, _mm512_min_epi8(_mm512_max_epi8(r, l64), h64));
+  }
+  for (; i < count; i += 16) {
+    const __mmask16 mk = tail_mask(count - i);
+    const __m512i o = c->es < 24 ? _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, operand + i))
+                                 : c->zero;
+    store_codes32(add32_lanes(c, _mm512_maskz_loadu_epi32(mk, v + i), o, relu, split, unit_out),
+                  l8, h8, mk, y + i);
+  }
+}
+
+/* The instantiations: split or direct channel converter, out_mul 1 or any, RELU or not. */
+static void span_add32(const sdp_i8* p, const add32* f, const int32_t* v, const int8_t* operand,
+                       int8_t* y, int64_t count) {
+  const int32_t es = p->ew_shift;
+  add32_vec c;
+  c.vlo = _mm512_set1_epi32(f->vlo);
+  c.vhi = _mm512_set1_epi32(f->vhi);
+  c.b = _mm512_set1_epi32(f->bias);
+  c.m = _mm512_set1_epi32(f->mul);
+  c.add = _mm512_set1_epi32(f->split ? f->c_hi : f->add);
+  c.c_lo = _mm512_set1_epi32(f->c_lo);
+  c.low = _mm512_set1_epi32(f->low_mask);
+  c.k = _mm_cvtsi32_si128(f->k);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  c.tlo = _mm512_set1_epi32(-f->t_out);
+  c.thi = _mm512_set1_epi32(f->t_out);
+  c.om = _mm512_set1_epi32(f->out_mul);
+  c.oadd = _mm512_set1_epi32(f->out_add);
+  c.osh = _mm_cvtsi32_si128(f->out_shift);
+  c.esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
+  c.ez = _mm512_set1_epi32(p->ew_zero);
+  c.em = _mm512_set1_epi32(p->ew_mul);
+  c.eh = _mm512_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  c.zero = _mm512_setzero_si512();
+  c.es = es;
+  c.shift = f->shift;
+  c.out_shift = f->out_shift;
+  const __m128i l8 = _mm_set1_epi8((char)p->clip_lo), h8 = _mm_set1_epi8((char)p->clip_hi);
+  const int relu = p->act == ACCEL_ACT_RELU, unit = f->out_mul == 1;
+#define ADD32(RELU, SPLIT, UNIT) add32_body(&c, v, operand, y, count, RELU, SPLIT, UNIT, l8, h8)
+  if (relu) {
+    if (f->split) {
+      if (unit) ADD32(1, 1, 1); else ADD32(1, 1, 0);
+    } else {
+      if (unit) ADD32(1, 0, 1); else ADD32(1, 0, 0);
+    }
+  } else {
+    if (f->split) {
+      if (unit) ADD32(0, 1, 1); else ADD32(0, 1, 0);
+    } else {
+      if (unit) ADD32(0, 0, 1); else ADD32(0, 0, 0);
+    }
+  }
+#undef ADD32
+}
+
+/* One value per channel, channels first.., 8 lanes at a time: the general steps (sdp8) with
+ * each lane's own channel parameters. */
+void sdp_i8_channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count) {
+  vec_params q;
+  call_params(p, &q);
+  const __m512i one = _mm512_set1_epi64(1);
+  const int out = p->out_mul != 0;
+  for (int64_t i = 0; i < count; i += 8) {
+    const __mmask8 m = count - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (count - i)) - 1u);
+    const int64_t ch = first + i;
+    q.bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
+                             : q.zero;
+    q.mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
+    q.shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
+                                : q.zero;
+    q.half = _mm512_mask_sllv_epi64(q.zero, _mm512_cmpgt_epi64_mask(q.shift, q.zero), one,
+                                    _mm512_sub_epi64(q.shift, one));
+    q.prelu_mul = p->prelu_mul != NULL
+                      ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->prelu_mul + ch))
+                      : one;
+    const __m512i x = _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, v + i));
+    const __m128i op = operand != NULL ? _mm_maskz_loadu_epi8(m, operand + i) : _mm_setzero_si128();
+    __m128i r = sdp8(p, &q, x, op, 1, p->ew_op, p->act, out);
+    if (p->act == ACCEL_ACT_CLIP) r = _mm_min_epi8(_mm_max_epi8(r, q.clip_lo), q.clip_hi);
+    _mm_mask_storeu_epi8(y + i, m, r);
+  }
+}
+
+void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                        int8_t* y, int64_t count) {
+  const chan_params c = channel_params(p, ch);
+  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && c.shift <= 55 &&
+      (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
+    const int32_t lo = p->act == ACCEL_ACT_RELU ? p->out_zero
+                       : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
+    const int32_t hi = p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127;
+    fast32 f;
+    if (fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) {
+      span_fast32(&f, v, y, count, lo, hi);
+      return;
+    }
+    span_fast(v, y, count, c.bias, c.mul, c.shift, p->out_zero, lo, hi);
+    return;
+  }
+  if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 &&
+      (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
+    add32 f;
+    if (add32_plan(p, c.bias, c.mul, c.shift, &f)) {
+      span_add32(p, &f, v, operand, y, count);
+      return;
+    }
+    span_fast_add(p, &c, v, operand, y, count);
+    return;
+  }
+  vec_params q;
+  call_params(p, &q);
+  q.bias = _mm512_set1_epi64(c.bias);
+  q.mul = _mm512_set1_epi64(c.mul);
+  q.half = half_of(c.shift);
+  q.shift = _mm512_set1_epi64(c.shift);
+  q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
+  span_fn fn = span_general;
+  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {
+    fn = p->act == ACCEL_ACT_RELU ? span_relu
+         : p->act == ACCEL_ACT_NONE ? span_none
+         : p->act == ACCEL_ACT_CLIP ? span_clip : span_general;
+  } else if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0) {
+    fn = p->act == ACCEL_ACT_RELU ? span_add_relu
+         : p->act == ACCEL_ACT_NONE ? span_add_none
+         : p->act == ACCEL_ACT_CLIP ? span_add_clip : span_general;
+  }
+  fn(p, &q, v, operand, y, count);
+}
+
+/* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
+  if (p->lut != NULL || p->ew_op != ACCEL_EW_NONE || p->out_mul != 0 ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  *lo = (int8_t)(p->act == ACCEL_ACT_RELU ? p->out_zero
+                 : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
+  *hi = (int8_t)(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    sdp_i8_lane_cvt* e = cvt + i;
+    /* a conv's converter (mul > 0, shifts 17..40): the split form with t clamped to int32
+     * only, no plan (fast32_plan divides per channel, and every conv layer prepares) */
+    const int64_t s = c.shift;
+    const int64_t add =
+        s >= 17 && s <= 40 ? ((int64_t)1 << (s - 17)) + p->out_zero * ((int64_t)1 << (s - 16)) : 0;
+    if (c.mul > 0 && c.shift >= 17 && c.shift <= 40 && abs64(add) < ((int64_t)1 << 29)) {
+      e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));
+      e->vhi = (int32_t)(INT32_MAX - (c.bias > 0 ? c.bias : 0));
+      e->bias = (int32_t)c.bias;
+      e->mul = (int32_t)c.mul;
+      e->add = (int32_t)add;
+      e->shift = (int32_t)(c.shift - 16);
+      e->k = 16;
+      e->low = 0xFFFF;
+      e->neg = -1;
+      e->exact = vmax + abs64(c.bias) <= INT32_MAX;
+      e->conv = e->exact ? 1 + (*lo >= p->out_zero) : 0;
+      e->zero = p->out_zero;
+      continue;
+    }
+    fast32 f;
+    if (c.shift > 55 || !fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) return 0;
+    e->vlo = f.vlo;
+    e->vhi = f.vhi;
+    e->bias = f.bias;
+    e->mul = f.mul;
+    e->add = f.add;
+    e->shift = f.shift;
+    e->k = f.split ? 16 : 0;
+    e->low = f.split ? 0xFFFF : 0;
+    e->neg = f.split || f.shift > 0 ? -1 : 0;
+    /* no clamp: v + bias inside int32, |q| <= 2^30 + |add| + 2^15 inside int32 */
+    e->exact = f.split && vmax + abs64(c.bias) <= INT32_MAX && abs64(f.add) < ((int64_t)1 << 29);
+    e->conv = e->zero = 0;
+  }
+  return 1;
+}
+
+/* The residual add's lane form (sdp_i8_lanes.h), its bounds checked here in int64. */
+int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi) {
+  if (p->lut != NULL || p->ew_op != ACCEL_EW_ADD ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  const int64_t limit = (int64_t)1 << 31;
+  /* the channels: u = rhaz(t * mul, s) for |t| <= tm; the largest |u| over them */
+  int64_t u_max = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    const int64_t s = c.shift, mul = c.mul;
+    if (mul <= 0 || s < 1 || s > 40) return 0;
+    sdp_i8_lane_cvt* e = cvt + i;
+    e->exact = vmax + abs64(c.bias) <= INT32_MAX;
+    e->conv = e->zero = 0;
+    const int64_t tm = e->exact ? vmax + abs64(c.bias) : limit; /* |t| */
+    const int64_t k = s < 16 ? s : 16;
+    e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));
+    e->vhi = (int32_t)(INT32_MAX - (c.bias > 0 ? c.bias : 0));
+    e->bias = (int32_t)c.bias;
+    e->mul = (int32_t)mul;
+    e->k = (int32_t)k;
+    e->low = (int32_t)(((int64_t)1 << k) - 1);
+    e->neg = s <= 16 ? (int32_t)1 << (s - 1) : 0; /* lo_add */
+    e->add = s > 16 ? (int32_t)1 << (s - 17) : 0;
+    e->shift = (int32_t)(s - k);
+    /* |th| <= tm / 2^k + 1 and (tl * mul + lo_add - n) >> k in [-1, mul] (tl * mul + lo_add
+     * < 2^16 * 2^15 fits for k <= 16) */
+    if ((tm / ((int64_t)1 << k) + 1) * mul + e->add + mul + 1 >= limit) return 0;
+    const int64_t u = ((tm * mul) >> s) + 1;
+    u_max = u > u_max ? u : u_max;
+  }
+  /* the operand: |x| <= 255 * 2^15 < 2^23, e = 0 from ew_shift 24 on */
+  const int64_t es = p->ew_shift < 24 ? p->ew_shift : 0;
+  const int64_t em = p->ew_shift < 24 ? p->ew_mul : 0;
+  const int64_t half = es > 0 ? (int64_t)1 << (es - 1) : 0;
+  add->ew_mul = (int32_t)em;
+  add->ew_base = (int32_t)(half - (int64_t)p->ew_zero * em);
+  add->ew_nlt = es > 0 ? (int32_t)half : INT32_MIN;
+  add->ew_shift = (int32_t)es;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * em, es);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t w_max = u_max + e_max; /* |u + e|: no sat32 on u or on the sum */
+  if (w_max >= limit) return 0;
+  /* the output converter (out_mul 0: y = sat8(t + out_zero), the same as out_mul 1, shift 0) */
+  const int64_t om = p->out_mul != 0 ? p->out_mul : 1, os = p->out_mul != 0 ? p->out_shift : 0;
+  if (os > 30) return 0;
+  const int64_t out_add = (os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os);
+  int64_t w_hi = w_max;
+  if (w_max * abs64(om) + abs64(out_add) + 1 >= limit) {
+    /* |w| >= T_out saturates the code on w's side (add32_plan) */
+    w_hi = (((128 + abs64(p->out_zero)) << os) + abs64(om) - 1) / abs64(om);
+    if (w_hi * abs64(om) + abs64(out_add) + 1 >= limit) return 0;
+  }
+  add->w_hi = (int32_t)w_hi;
+  add->w_lo = p->act == ACCEL_ACT_RELU ? 0 : (int32_t)-w_hi;
+  add->out_mul = (int32_t)om;
+  add->out_add = (int32_t)out_add;
+  add->out_neg = os > 0 ? -1 : 0;
+  add->out_shift = (int32_t)os;
+  add->lean = p->act == ACCEL_ACT_RELU && om == 1 && w_hi == w_max;
+  *lo = (int8_t)p->clip_lo; /* -128 / 127 unless CLIP */
+  *hi = (int8_t)p->clip_hi;
+  return 1;
+}
+#else
+int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                         sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lo, (void)hi;
+  return 0; /* no vector lanes in this build */
+}
+int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)add, (void)lo, (void)hi;
+  return 0;
+}
+#endif

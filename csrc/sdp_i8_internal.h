@@ -1,0 +1,157 @@
+/* sdp_i8_internal.h - what the INT8 SDP converter's files share (internal to them).
+ *
+ * The converter is one definition (sdp_one, sdp_i8.c) and several exact vector forms of it;
+ * they live in three files (sdp_i8.c: the definition, the dispatch and independent runs;
+ * sdp_i8_avx512.c: the general and fast vector paths and the conv epilogue's lane forms;
+ * sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the int64-lane
+ * front end are static inline here so that every file computes them from the one text.
+ */
+#ifndef ACCEL_SDP_I8_INTERNAL_H
+#define ACCEL_SDP_I8_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels.h"
+
+/* The vector paths need these four AVX-512 subsets; a build without them runs sdp_one. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__)
+#define SDP_I8_VECTOR 1
+#include <immintrin.h>
+#else
+#define SDP_I8_VECTOR 0
+#endif
+
+/* ---- scalar definition ------------------------------------------------------------------ */
+
+static inline int64_t rhaz(int64_t p, int64_t s) {
+  const int64_t half = s > 0 ? (int64_t)1 << (s - 1) : 0;
+  const int64_t a = ((p < 0 ? -p : p) + half) >> s;
+  return p < 0 ? -a : a;
+}
+
+static inline int64_t sat32(int64_t x) {
+  return x < INT32_MIN ? INT32_MIN : x > INT32_MAX ? INT32_MAX : x;
+}
+
+static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* The per-channel parameters of one element, resolved (NULL arrays: bias 0, mul 1, shift 0,
+ * prelu_mul 1). */
+typedef struct chan_params {
+  int64_t bias, mul, shift, prelu_mul;
+} chan_params;
+
+static inline chan_params channel_params(const sdp_i8* p, int32_t ch) {
+  chan_params c;
+  c.bias = p->bias != NULL ? p->bias[ch] : 0;
+  c.mul = p->mul != NULL ? p->mul[ch] : 1;
+  c.shift = p->rshift != NULL ? p->rshift[ch] : 0;
+  c.prelu_mul = p->prelu_mul != NULL ? p->prelu_mul[ch] : 1;
+  return c;
+}
+
+/* ---- a LUT activation's codes by input ranges (sdp_i8_lut_plan) ------------------------------
+ * After the X converters the code is a function G of the LUT's input t alone (the table, the
+ * output converter, sat8). Inside LO, t = lo_start + i 2^sel + d (0 <= d < 2^sel), the table
+ * interpolates linearly between two entries, so y, and then the code, is monotonic in d: on
+ * every bin of 2^w values of t inside one LO interval (w <= sel) the code is constant or
+ * changes at one threshold, or (rarely) at two or more. Outside LO, G is monotonic on each LE
+ * interval and on each slope; where it is constant on all of (-inf, lo_start) and on all of
+ * (lo_end, +inf) (the compiler's tables: quantization/lut.py puts every code change inside
+ * LO), t clamped to [lo_start - 1, lo_end + 1] gives the same code. The plan holds one word
+ * per bin: bits 0-15 the offset in the bin from which the code is bits 24-31, below it bits
+ * 16-23; offset 0xFFFF marks a bin with more than one change (its lanes take the table
+ * arithmetic, lut16). The bin codes are G's own values (lut_code: lut_int8_eval and the output
+ * converter of sdp_one), the threshold found by bisection, so the codes are sdp_one's
+ * exactly. */
+struct sdp_i8_lut_plan {
+  int32_t t_lo, t_hi; /* t's clamp: the first and last bins' codes hold beyond them */
+  int32_t base, w;    /* bin b holds t in [base + b 2^w, base + (b + 1) 2^w) */
+  int32_t bins_count;
+  uint32_t bins[];
+};
+
+enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF };
+
+#if SDP_I8_VECTOR
+/* ---- AVX-512: 16 values per step, as two halves of 8 int64 lanes ------------------------- */
+
+typedef struct vec_params {
+  __m512i bias, mul, half, shift, prelu_mul;           /* per lane (one channel here) */
+  __m512i ew_zero, ew_mul, ew_half, ew_shift;
+  __m512i prelu_half, prelu_shift;
+  __m512i out_mul, out_half, out_shift, out_zero;
+  __m512i lo32, hi32, zero;
+  __m128i clip_lo, clip_hi;
+} vec_params;
+
+static inline __m512i half_of(int64_t s) {
+  return _mm512_set1_epi64(s > 0 ? (int64_t)1 << (s - 1) : 0);
+}
+
+/* rhaz on 8 int64 lanes: |p| + half, logical shift, sign back. */
+static inline __m512i rhaz8(__m512i p, __m512i half, __m512i shift) {
+  const __mmask8 neg = _mm512_movepi64_mask(p);
+  const __m512i a = _mm512_srlv_epi64(_mm512_add_epi64(_mm512_abs_epi64(p), half), shift);
+  return _mm512_mask_sub_epi64(a, neg, _mm512_setzero_si512(), a);
+}
+
+/* Lanes [0, left) of a 16-lane step. */
+static inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+static inline __m512i sat32x8(const vec_params* q, __m512i x) {
+  return _mm512_min_epi64(_mm512_max_epi64(x, q->lo32), q->hi32);
+}
+
+/* Steps 1-3 (bias, multiplier, element-wise op) on 8 values: t, inside int32. */
+static inline __attribute__((always_inline)) __m512i front8(const vec_params* q, __m512i v,
+                                                            __m128i op, int has_mul, int ew) {
+  __m512i t = sat32x8(q, _mm512_add_epi64(v, q->bias));
+  if (has_mul) t = sat32x8(q, rhaz8(_mm512_mul_epi32(t, q->mul), q->half, q->shift));
+  if (ew != ACCEL_EW_NONE) {
+    const __m512i o = _mm512_sub_epi64(_mm512_cvtepi8_epi64(op), q->ew_zero);
+    const __m512i e = sat32x8(q, rhaz8(_mm512_mullo_epi64(o, q->ew_mul), q->ew_half, q->ew_shift));
+    if (ew == ACCEL_EW_ADD) t = sat32x8(q, _mm512_add_epi64(t, e));
+    if (ew == ACCEL_EW_MUL) t = sat32x8(q, _mm512_mul_epi32(t, e)); /* both within int32 */
+    if (ew == ACCEL_EW_MAX) t = _mm512_max_epi64(t, e);
+    if (ew == ACCEL_EW_MIN) t = _mm512_min_epi64(t, e);
+  }
+  return t;
+}
+/* The parameters every channel shares. */
+static inline void call_params(const sdp_i8* p, vec_params* q) {
+  q->ew_zero = _mm512_set1_epi64(p->ew_zero);
+  q->ew_mul = _mm512_set1_epi64(p->ew_mul);
+  q->ew_half = half_of(p->ew_shift);
+  q->ew_shift = _mm512_set1_epi64(p->ew_shift);
+  q->prelu_half = half_of(p->prelu_shift);
+  q->prelu_shift = _mm512_set1_epi64(p->prelu_shift);
+  q->out_mul = _mm512_set1_epi64(p->out_mul);
+  q->out_half = half_of(p->out_shift);
+  q->out_shift = _mm512_set1_epi64(p->out_shift);
+  q->out_zero = _mm512_set1_epi64(p->out_zero);
+  q->lo32 = _mm512_set1_epi64(INT32_MIN);
+  q->hi32 = _mm512_set1_epi64(INT32_MAX);
+  q->zero = _mm512_setzero_si512();
+  q->clip_lo = _mm_set1_epi8((char)p->clip_lo);
+  q->clip_hi = _mm_set1_epi8((char)p->clip_hi);
+}
+
+/* sdp_i8_avx512.c: sdp_i8_span and sdp_i8_channels without a LUT. */
+void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                        int8_t* y, int64_t count);
+void sdp_i8_channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count);
+/* sdp_i8_lut.c: sdp_i8_span and sdp_i8_channels with a LUT activation. */
+void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count);
+void sdp_i8_channels_lut(const sdp_i8* p, int32_t first, const int32_t* v,
+                         const int8_t* operand, int8_t* y, int64_t count);
+#endif
+
+#endif /* ACCEL_SDP_I8_INTERNAL_H */

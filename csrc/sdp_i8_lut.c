@@ -1,0 +1,462 @@
+/* sdp_i8_lut.c - the INT8 SDP converter with a LUT activation: the per-layer plan of codes by
+ * input ranges (sdp_i8_lut_plan) and the table in 16 int32 lanes (sdp_i8_span_lut,
+ * sdp_i8_channels_lut). Both give sdp_one's codes exactly (sdp_i8.c); the identities are stated
+ * at the plan's struct (sdp_i8_internal.h) and at lut_vec below.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "sdp_i8_internal.h"
+
+static int lut_code(const sdp_i8* p, int64_t t) {
+  const int64_t y = lut_int8_eval(p->lut, t);
+  int64_t q = p->out_mul != 0 ? rhaz(y * p->out_mul, p->out_shift) : y;
+  q = clamp64(q + p->out_zero, -128, 127);
+  if (p->act == ACCEL_ACT_CLIP) q = clamp64(q, p->clip_lo, p->clip_hi);
+  return (int)q;
+}
+
+/* The inputs where G's monotonic pieces start outside LO, and LO's ends (sorted; unused
+ * places INT64_MAX): LE's entries' inputs (LE, then the overflow slope from the last; the
+ * underflow slope below the first). Inside LO the pieces are LO's intervals, whose ends are
+ * the bins'. */
+enum { LUT_CUTS = ACCEL_LUT_LE_ENTRIES + 2 };
+
+static void lut_cuts(const accel_lut_int8* l, int64_t* cut) {
+  const int64_t a = l->lo_start;
+  const int64_t b1 = a + ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << l->lo_index_select);
+  int n = 0;
+  for (int64_t j = 0; j < ACCEL_LUT_LE_ENTRIES; ++j) {
+    const int64_t c = (int64_t)l->le_start + (j << l->le_index_select);
+    if (c <= a || c >= b1) cut[n++] = c;
+  }
+  cut[n++] = a;
+  cut[n++] = b1;
+  while (n < LUT_CUTS) cut[n++] = INT64_MAX;
+  for (int i = 1; i < n; ++i) /* insertion: LE's entries are in order already */
+    for (int j = i; j > 0 && cut[j - 1] > cut[j]; --j) {
+      const int64_t x = cut[j];
+      cut[j] = cut[j - 1];
+      cut[j - 1] = x;
+    }
+}
+
+/* Whether G is `code` throughout [a, b], given the cuts (the pieces are monotonic: constant
+ * where both ends are `code`). */
+static int lut_constant(const sdp_i8* p, const int64_t* cut, int64_t a, int64_t b, int code) {
+  for (int i = 0; i < LUT_CUTS && a <= b; ++i) {
+    if (cut[i] <= a || cut[i] > b) continue;
+    if (lut_code(p, a) != code || lut_code(p, cut[i] - 1) != code) return 0;
+    a = cut[i];
+  }
+  return a > b || (lut_code(p, a) == code && lut_code(p, b) == code);
+}
+
+static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
+
+/* The bins: 2^w values of t, aligned on LO's intervals, over LO and as far beyond it as the
+ * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
+enum { LUT_PLAN_BINS = 4096 };
+
+struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
+#if SDP_I8_VECTOR
+  const char* env = lut_env();
+  if (p->lut == NULL || elements < LUT_PLAN_MIN_ELEMENTS || (env != NULL && *env != '\0'))
+    return NULL;
+  const accel_lut_int8* l = p->lut;
+  const int32_t sel = l->lo_index_select;
+  const int32_t w = sel > 3 ? sel - 3 : 0;
+  if (sel < 0 || w > 15) return NULL;
+  const int64_t a = l->lo_start, b = a + ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << sel) - 1;
+  const int64_t width = (int64_t)1 << w;
+  int64_t cut[LUT_CUTS];
+  lut_cuts(l, cut);
+  /* below LO: the pieces from INT32_MIN up while G keeps its code there; the first that
+   * does not starts the bins' range (d_lo); above LO likewise downwards from INT32_MAX */
+  const int low = lut_code(p, INT32_MIN), high = lut_code(p, INT32_MAX);
+  int64_t d_lo = a, d_hi = b, from = INT32_MIN;
+  for (int i = 0; i <= LUT_CUTS; ++i) {
+    const int64_t to = i < LUT_CUTS && cut[i] < a ? cut[i] - 1 : a - 1;
+    if (to < from) continue;
+    if (!lut_constant(p, cut, from, to, low)) {
+      d_lo = from;
+      break;
+    }
+    from = to + 1;
+    if (from >= a) break;
+  }
+  int64_t upto = INT32_MAX;
+  for (int i = LUT_CUTS - 1; i >= -1; --i) {
+    const int64_t start = i >= 0 && cut[i] > b + 1 ? cut[i] : b + 1;
+    if (start > upto) continue;
+    if (!lut_constant(p, cut, start, upto, high)) {
+      d_hi = upto;
+      break;
+    }
+    upto = start - 1;
+    if (upto <= b) break;
+  }
+  const int64_t below = (a - d_lo + width - 1) / width + 1; /* bins below LO, the first constant */
+  const int64_t above = (d_hi - b + width - 1) / width + 1;
+  const int64_t inner = (b + 1 - a) >> w, count = below + inner + above;
+  const int64_t base = a - below * width, end = b + above * width; /* t's clamp */
+  if (count > LUT_PLAN_BINS || base < INT32_MIN || end > INT32_MAX) return NULL;
+  struct sdp_i8_lut_plan* plan = malloc(sizeof(*plan) + (size_t)count * sizeof(uint32_t));
+  if (plan == NULL) return NULL;
+  plan->t_lo = (int32_t)base;
+  plan->t_hi = (int32_t)end;
+  plan->base = (int32_t)base;
+  plan->w = w;
+  plan->bins_count = (int32_t)count;
+#define LUT_BIN(off, below, above) \
+  ((uint32_t)(off) | (uint32_t)(uint8_t)(below) << 16 | (uint32_t)(uint8_t)(above) << 24)
+  int next = 0; /* the first cut above the bin's start */
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t s = base + (k << w), e = s + width - 1;
+    while (next < LUT_CUTS && cut[next] <= s) ++next;
+    const int gs = lut_code(p, s);
+    if (next < LUT_CUTS && cut[next] <= e) { /* pieces meet in the bin: constant, or lanes */
+      plan->bins[k] = lut_constant(p, cut, s, e, gs) ? LUT_BIN(0, gs, gs)
+                                                      : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
+      continue;
+    }
+    const int ge = lut_code(p, e);
+    if (gs == ge) {
+      plan->bins[k] = LUT_BIN(0, gs, gs);
+      continue;
+    }
+    /* G is monotonic on the bin: the inputs that give ge are a final run of (s, e] */
+    int64_t lo = s + 1, hi = e;
+    while (lo < hi) {
+      const int64_t mid = lo + ((hi - lo) >> 1);
+      if (lut_code(p, mid) == ge) hi = mid;
+      else lo = mid + 1;
+    }
+    plan->bins[k] = lut_code(p, lo - 1) == gs ? LUT_BIN(lo - s, gs, ge)
+                                              : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
+  }
+#undef LUT_BIN
+  if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
+    int64_t changes = 0, multi = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      changes += (plan->bins[k] & 0xFFFF) != 0;
+      multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
+    }
+    fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_multi%lld\n",
+            (long long)count, w, (long long)(changes - multi), (long long)multi);
+  }
+  return plan;
+#else
+  (void)p, (void)elements;
+  return NULL;
+#endif
+}
+
+void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) { free(plan); }
+
+#if SDP_I8_VECTOR
+/* ---- the INT8 LUT (accel_lut_int8) in 16 int32 lanes -------------------------------------
+ * The same integers as lut_int8_eval (lut.c), in fewer bits:
+ *  - hits: t is inside int32, so d = t - start, read as uint32, is exact for t >= start, and
+ *    d < N << select becomes start <= t <= min(start + (N << select) - 1, INT32_MAX) (signed
+ *    compares); the index is d >> select, the fraction (d & (2^select - 1)) shifted right by
+ *    select - 16 or left by 16 - select (one of the two is 0), below 2^16;
+ *  - one gather of 32 bits at entry i reads entries i and i + 1 (int16, little-endian; LE's
+ *    entries follow LO's in accel_lut_int8, 257 entries on: i <= 255 in LO, <= 63 in LE, so
+ *    the read stays inside the tables);
+ *  - LO[i] (65536 - f) + LO[i+1] f = LO[i] 2^16 + (LO[i+1] - LO[i]) f lies in [-2^31, 2^31),
+ *    so int32 arithmetic modulo 2^32 gives it exactly, and rhaz(p, 16) = (p + 2^15 + (p < 0 ?
+ *    -1 : 0)) >> 16 (arithmetic) stays inside int32 (|y| <= 2^15: sat32 does nothing);
+ *  - the slopes beyond LE ((t - le_start) * scale reaches 2^47) run in int64 lanes, only for
+ *    the steps where some lane leaves both tables.
+ * t itself (bias, multiplier, element-wise op) comes from front8's int64 steps, or, for one
+ * channel with no element-wise op, from int32 lanes (lut_front32); the output converter runs
+ * in int32 lanes where its identities hold (lut_vectors), else in int64 ones. */
+typedef struct lut_vec {
+  __m512i lo_start, lo_last, le_start, le_last, lo_sel, le_sel, lo_up, le_up, le_base, round;
+  /* beyond LE, int64 lanes */
+  __m512i le_first, le_final, le_start64, le_end64, u_scale, u_half, u_shift, o_scale, o_half,
+      o_shift, lo32, hi32;
+  const void* entries;
+  /* output converter: out32: y = min(max(y, -clamp), clamp), q = (y + add + (neg & (y >> 31)))
+   * >> shift in int32 lanes; else int64 lanes: rhaz(y * mul, shift) + zero */
+  int out32;
+  __m512i clamp, nclamp, oadd, oneg, omul, ohalf, oshift, ozero;
+  __m128i osh;
+} lut_vec;
+
+static int64_t lut_last(int64_t start, int64_t entries, int32_t select) {
+  const int64_t last = start + ((entries - 1) << select) - 1;
+  return last < INT32_MAX ? last : INT32_MAX;
+}
+
+static void lut_vectors(const sdp_i8* p, lut_vec* L) {
+  const accel_lut_int8* l = p->lut;
+  const int32_t ls = l->lo_index_select, es = l->le_index_select;
+  L->lo_start = _mm512_set1_epi32(l->lo_start);
+  L->lo_last = _mm512_set1_epi32((int32_t)lut_last(l->lo_start, ACCEL_LUT_LO_ENTRIES, ls));
+  L->le_start = _mm512_set1_epi32(l->le_start);
+  L->le_last = _mm512_set1_epi32((int32_t)lut_last(l->le_start, ACCEL_LUT_LE_ENTRIES, es));
+  L->lo_sel = _mm512_set1_epi32(ls);
+  L->le_sel = _mm512_set1_epi32(es);
+  L->lo_up = _mm512_set1_epi32(32 - ls);
+  L->le_up = _mm512_set1_epi32(32 - es);
+  L->le_base = _mm512_set1_epi32((int32_t)(offsetof(accel_lut_int8, le) / sizeof(int16_t)));
+  L->round = _mm512_set1_epi32(1 << 15);
+  L->le_first = _mm512_set1_epi64(l->le[0]);
+  L->le_final = _mm512_set1_epi64(l->le[ACCEL_LUT_LE_ENTRIES - 1]);
+  L->le_start64 = _mm512_set1_epi64(l->le_start);
+  L->le_end64 = _mm512_set1_epi64((int64_t)l->le_start +
+                                  ((int64_t)(ACCEL_LUT_LE_ENTRIES - 1) << es));
+  L->u_scale = _mm512_set1_epi64(l->underflow_scale);
+  L->u_half = half_of(l->underflow_shift);
+  L->u_shift = _mm512_set1_epi64(l->underflow_shift);
+  L->o_scale = _mm512_set1_epi64(l->overflow_scale);
+  L->o_half = half_of(l->overflow_shift);
+  L->o_shift = _mm512_set1_epi64(l->overflow_shift);
+  L->lo32 = _mm512_set1_epi64(INT32_MIN);
+  L->hi32 = _mm512_set1_epi64(INT32_MAX);
+  L->entries = (const void*)l;
+  /* Output: out_mul 0 or 1 is y + out_zero, or rhaz(y, s) + out_zero. Only the code matters:
+   * with R = 128 + |out_zero|, any |y| >= R 2^s gives a code saturated on y's side, as y =
+   * +-R 2^s does (rhaz and sat8 are monotonic), so y is clamped there; when R 2^s <= 2^29,
+   * y + 2^(s-1) + out_zero 2^s stays inside int32. */
+  const int64_t mul = p->out_mul == 0 ? 1 : p->out_mul, s = p->out_mul == 0 ? 0 : p->out_shift;
+  const int64_t r = 128 + (p->out_zero < 0 ? -(int64_t)p->out_zero : p->out_zero);
+  L->out32 = mul == 1 && s <= 29 && (r << s) <= ((int64_t)1 << 29);
+  if (L->out32) {
+    L->clamp = _mm512_set1_epi32((int32_t)(r << s));
+    L->nclamp = _mm512_set1_epi32((int32_t)-(r << s));
+    L->oadd = _mm512_set1_epi32((int32_t)((s > 0 ? (int64_t)1 << (s - 1) : 0) +
+                                          (int64_t)p->out_zero * ((int64_t)1 << s)));
+    L->oneg = _mm512_set1_epi32(s > 0 ? -1 : 0);
+    L->osh = _mm_cvtsi32_si128((int32_t)s);
+  }
+  L->omul = _mm512_set1_epi64(mul);
+  L->ohalf = half_of(s);
+  L->oshift = _mm512_set1_epi64(s);
+  L->ozero = _mm512_set1_epi64(p->out_zero);
+}
+
+/* y for 8 int64 lanes of t outside both tables: the slopes, then sat32 */
+static inline __m512i lut_tails8(const lut_vec* L, __m512i t) {
+  const __mmask8 under = _mm512_cmplt_epi64_mask(t, L->le_start64);
+  const __m512i du = _mm512_sub_epi64(t, L->le_start64), dov = _mm512_sub_epi64(t, L->le_end64);
+  const __m512i yu = _mm512_add_epi64(
+      L->le_first, rhaz8(_mm512_mullo_epi64(du, L->u_scale), L->u_half, L->u_shift));
+  const __m512i yo = _mm512_add_epi64(
+      L->le_final, rhaz8(_mm512_mullo_epi64(dov, L->o_scale), L->o_half, L->o_shift));
+  const __m512i y = _mm512_mask_mov_epi64(yo, under, yu);
+  return _mm512_min_epi64(_mm512_max_epi64(y, L->lo32), L->hi32);
+}
+
+/* The LUT of 16 values t (int32 lanes; lanes outside `valid` are don't-cares); *far: whether
+ * a lane in `valid` took a slope (its y may be any int32). */
+static inline __m512i lut16(const lut_vec* L, __m512i t, __mmask16 valid, int* far) {
+  const __mmask16 in_lo = _mm512_cmpge_epi32_mask(t, L->lo_start) &
+                          _mm512_cmple_epi32_mask(t, L->lo_last);
+  const __mmask16 in_le = _mm512_cmpge_epi32_mask(t, L->le_start) &
+                          _mm512_cmple_epi32_mask(t, L->le_last);
+  /* the table of each lane: LO where it hits (priority), else LE */
+  const __m512i d = _mm512_sub_epi32(t, _mm512_mask_blend_epi32(in_lo, L->le_start, L->lo_start));
+  __m512i index = _mm512_srlv_epi32(d, _mm512_mask_blend_epi32(in_lo, L->le_sel, L->lo_sel));
+  index = _mm512_mask_add_epi32(index, (__mmask16)(in_le & ~in_lo), index, L->le_base);
+  /* the select's low bits of d moved to the top, then down to 16 bits: frac(r, select) for
+   * select >= 16 and < 16 alike (a shift by 32 gives 0: select 0) */
+  const __m512i frac = _mm512_srli_epi32(
+      _mm512_sllv_epi32(d, _mm512_mask_blend_epi32(in_lo, L->le_up, L->lo_up)), 16);
+  const __mmask16 hit = in_lo | in_le;
+  const __m512i pair = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), hit, index,
+                                                   L->entries, 2);
+  const __m512i e0_high = _mm512_slli_epi32(pair, 16); /* entry i 2^16 */
+  const __m512i step = _mm512_sub_epi32(_mm512_srai_epi32(pair, 16),
+                                        _mm512_srai_epi32(e0_high, 16));
+  const __m512i pr = _mm512_add_epi32(e0_high, _mm512_mullo_epi32(step, frac));
+  __m512i y = _mm512_srai_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(pr, L->round), _mm512_srai_epi32(pr, 31)), 16);
+  const __mmask16 tails = (__mmask16)(valid & ~hit);
+  *far = tails != 0;
+  if (tails) {
+    const __m512i lo = lut_tails8(L, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(t)));
+    const __m512i hi = lut_tails8(L, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(t, 1)));
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)),
+                                            _mm512_cvtepi64_epi32(hi), 1);
+    y = _mm512_mask_mov_epi32(y, tails, both);
+  }
+  return y;
+}
+
+/* The output converter on 16 LUT results y: the codes. */
+static inline __m128i lut_codes16(const lut_vec* L, __m512i y, int far) {
+  if (L->out32) {
+    /* table hits give |y| <= 2^15, which the sum below holds without the clamp */
+    const __m512i c = far ? _mm512_min_epi32(_mm512_max_epi32(y, L->nclamp), L->clamp) : y;
+    const __m512i q = _mm512_add_epi32(_mm512_add_epi32(c, L->oadd),
+                                       _mm512_and_si512(_mm512_srai_epi32(c, 31), L->oneg));
+    return _mm512_cvtsepi32_epi8(_mm512_sra_epi32(q, L->osh));
+  }
+  const __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(y));
+  const __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(y, 1));
+  const __m512i ql = _mm512_add_epi64(rhaz8(_mm512_mul_epi32(lo, L->omul), L->ohalf, L->oshift),
+                                      L->ozero);
+  const __m512i qh = _mm512_add_epi64(rhaz8(_mm512_mul_epi32(hi, L->omul), L->ohalf, L->oshift),
+                                      L->ozero);
+  return _mm_unpacklo_epi64(_mm512_cvtsepi64_epi8(ql), _mm512_cvtsepi64_epi8(qh));
+}
+
+/* t of 16 values through front8 (two halves of int64 lanes), back in int32 lanes */
+static inline __m512i lut_front64(const sdp_i8* p, const vec_params* lo_q,
+                                  const vec_params* hi_q, __m512i x, __m128i op) {
+  const __m512i a = front8(lo_q, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(x)), op, 1,
+                           p->ew_op);
+  const __m512i b = front8(hi_q, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(x, 1)),
+                           _mm_srli_si128(op, 8), 1, p->ew_op);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a)),
+                            _mm512_cvtepi64_epi32(b), 1);
+}
+
+/* One channel's sat32(rhaz(sat32(v + bias) * mul, s)) in int32 lanes for mul >= 0 (p = t * mul
+ * is negative when t is; mul = 0 gives 0 either way), for v in [vmin, vmax] where t = v + bias
+ * stays inside int32 and |t| <= limit (a step with a lane outside runs front8 instead).
+ * t = th 2^16 + tl (0 <= tl < 2^16), n = (t < 0), p = 2^16 th mul + tl mul:
+ *  - s >= 17: rhaz(p, s) = (th mul + 2^(s-17) + ((tl mul - n) >> 16)) >> (s - 16) (fast32's
+ *    split form), every term inside int32 for any int32 t and mul < 2^15 (limit INT32_MAX),
+ *    and |result| <= 2^29: the sat32 does nothing;
+ *  - 1 <= s <= 16: rhaz(p, s) = (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s); the
+ *    right term is exact in int32, the left one modulo 2^32, so the sum is exact while
+ *    |result| < 2^31: limit = 2^30 2^s / mul keeps it <= 2^30 + 1 (no sat32);
+ *  - s = 0: p itself, t * mul modulo 2^32, exact for |t| <= 2^30 / mul. */
+typedef struct lut_front {
+  __m512i vmin, vmax, bias, mul, add, low16;
+  __m128i left, shift;
+  int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
+} lut_front;
+
+static void lut_front_plan(const chan_params* c, lut_front* f) {
+  const int64_t s = c->shift, m = c->mul;
+  int64_t limit = INT32_MAX;
+  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
+  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
+  if (limit > INT32_MAX) limit = INT32_MAX;
+  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
+  f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
+  f->bias = _mm512_set1_epi32((int32_t)c->bias);
+  f->mul = _mm512_set1_epi32((int32_t)m);
+  f->low16 = _mm512_set1_epi32(0xFFFF);
+  f->add = _mm512_set1_epi32(f->form == 2 ? (int32_t)((int64_t)1 << (s - 17))
+                             : f->form == 1 ? 1 << (s - 1) : 0);
+  f->shift = _mm_cvtsi32_si128((int32_t)(f->form == 2 ? s - 16 : s));
+  f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
+}
+
+/* t of 16 values by lut_front_plan's forms; *ok = 0 when a lane in `valid` is outside [vmin,
+ * vmax] (then the caller takes front8's) */
+static inline __m512i lut_front32(const lut_front* f, __m512i x, __mmask16 valid, int* ok) {
+  *ok = !(_mm512_mask_cmplt_epi32_mask(valid, x, f->vmin) |
+          _mm512_mask_cmpgt_epi32_mask(valid, x, f->vmax));
+  const __m512i t = _mm512_add_epi32(x, f->bias);
+  if (f->form == 0) return _mm512_mullo_epi32(t, f->mul);
+  const __m512i th = _mm512_srai_epi32(t, 16), n = _mm512_srai_epi32(t, 31);
+  const __m512i tl = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, f->low16), f->mul),
+                                      n);
+  if (f->form == 2) {
+    const __m512i q = _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(th, f->mul), f->add),
+                                       _mm512_srai_epi32(tl, 16));
+    return _mm512_sra_epi32(q, f->shift);
+  }
+  const __m512i lo = _mm512_sra_epi32(_mm512_add_epi32(tl, f->add), f->shift);
+  return _mm512_add_epi32(_mm512_sll_epi32(_mm512_mullo_epi32(th, f->mul), f->left), lo);
+}
+
+void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                     int8_t* y, int64_t count) {
+  const chan_params c = channel_params(p, ch);
+  lut_vec L;
+  lut_vectors(p, &L);
+  vec_params q; /* front8's, set up at its first use (most calls take lut_front32 only) */
+  int q_ready = 0;
+  lut_front f;
+  const int lanes32 = p->ew_op == ACCEL_EW_NONE && c.shift <= 40 && c.mul >= 0; /* n = (p < 0) */
+  if (lanes32) lut_front_plan(&c, &f);
+  /* the plan's codes by bins of t (sdp_i8_lut_plan), where the caller made one */
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  const __m512i p_lo = _mm512_set1_epi32(P != NULL ? P->t_lo : 0);
+  const __m512i p_hi = _mm512_set1_epi32(P != NULL ? P->t_hi : 0);
+  const __m512i p_base = _mm512_set1_epi32(P != NULL ? P->base : 0);
+  const __m128i p_w = _mm_cvtsi32_si128(P != NULL ? P->w : 0);
+  const __m512i p_mask = _mm512_set1_epi32(P != NULL ? (1 << P->w) - 1 : 0);
+  const __m512i p_low16 = _mm512_set1_epi32(0xFFFF), p_multi = _mm512_set1_epi32(LUT_PLAN_MULTI);
+  const __m512i p_16 = _mm512_set1_epi32(16), p_24 = _mm512_set1_epi32(24);
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
+    __m512i t;
+    int ok = 0;
+    if (lanes32) t = lut_front32(&f, x, k, &ok);
+    if (!ok) {
+      if (!q_ready) {
+        call_params(p, &q);
+        q.bias = _mm512_set1_epi64(c.bias);
+        q.mul = _mm512_set1_epi64(c.mul);
+        q.half = half_of(c.shift);
+        q.shift = _mm512_set1_epi64(c.shift);
+        q_ready = 1;
+      }
+      const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
+                                                   : _mm_setzero_si128();
+      t = lut_front64(p, &q, &q, x, op);
+    }
+    if (P != NULL) {
+      const __m512i c = _mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi);
+      const __m512i u = _mm512_sub_epi32(c, p_base);
+      const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, p_w), P->bins, 4);
+      const __m512i off = _mm512_and_si512(g, p_low16);
+      if (!_mm512_mask_cmpeq_epi32_mask(k, off, p_multi)) {
+        const __mmask16 above = _mm512_cmpge_epi32_mask(_mm512_and_si512(u, p_mask), off);
+        const __m512i code = _mm512_srlv_epi32(g, _mm512_mask_blend_epi32(above, p_16, p_24));
+        _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(code));
+        continue;
+      }
+    }
+    int far;
+    const __m512i u = lut16(&L, t, k, &far);
+    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, u, far));
+  }
+}
+
+/* q's per-lane channel parameters for channels [ch, ch + 8) (mask m) */
+static inline void lane_params(const sdp_i8* p, vec_params* q, int64_t ch, __mmask8 m) {
+  const __m512i one = _mm512_set1_epi64(1);
+  q->bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
+                            : q->zero;
+  q->mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
+  q->shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
+                               : q->zero;
+  q->half = _mm512_mask_sllv_epi64(q->zero, _mm512_cmpgt_epi64_mask(q->shift, q->zero), one,
+                                   _mm512_sub_epi64(q->shift, one));
+}
+
+/* sdp_i8_channels with a LUT: front8 with each lane's channel, then the same lut16. */
+void sdp_i8_channels_lut(const sdp_i8* p, int32_t first, const int32_t* v,
+                         const int8_t* operand, int8_t* y, int64_t count) {
+  lut_vec L;
+  lut_vectors(p, &L);
+  vec_params lo_q, hi_q;
+  call_params(p, &lo_q);
+  hi_q = lo_q;
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 k = tail_mask(count - i);
+    lane_params(p, &lo_q, first + i, (__mmask8)k);
+    lane_params(p, &hi_q, first + i + 8, (__mmask8)(k >> 8));
+    const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
+    const __m128i op = operand != NULL ? _mm_maskz_loadu_epi8(k, operand + i) : _mm_setzero_si128();
+    const __m512i t = lut_front64(p, &lo_q, &hi_q, x, op);
+    int far;
+    const __m512i u = lut16(&L, t, k, &far);
+    _mm_mask_storeu_epi8(y + i, k, lut_codes16(&L, u, far));
+  }
+}
+#endif
