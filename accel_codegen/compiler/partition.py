@@ -307,13 +307,21 @@ def check_layer_precisions(matched: tvm.IRModule, layer_precisions) -> Dict[str,
 def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                        chains_for: str, code: str,
                        calibration: Optional[Calibration], winograd: bool = True,
-                       layer_precisions: Optional[Dict[str, str]] = None) -> tvm.IRModule:
+                       layer_precisions: Optional[Dict[str, str]] = None,
+                       matched: Optional[Tuple[tvm.IRModule, PartitionLog]] = None
+                       ) -> tvm.IRModule:
     """Match the chains that the accelerator runs in precision ``chains_for``, then generate
     code of precision ``code`` for them: the fp32 code of an int8 or fp16 partition is what
     calibration and the accuracy report compare against (the same runs, op for op). ``code``
-    "mixed" takes each layer's precision from ``layer_precisions`` (layer key -> int8/fp16)."""
-    log = PartitionLog()
-    mod = match_composites(mod, params, config=config, fuse=fuse, log=log, precision=chains_for)
+    "mixed" takes each layer's precision from ``layer_precisions`` (layer key -> int8/fp16).
+    ``matched``: ``mod`` matched so already, and the log of that matching (the mixed-precision
+    search generates code for many assignments of one matching)."""
+    if matched is None:
+        log = PartitionLog()
+        mod = match_composites(mod, params, config=config, fuse=fuse, log=log,
+                               precision=chains_for)
+    else:
+        mod, log = matched
     if code == "mixed":
         layer_precisions = check_layer_precisions(mod, layer_precisions)
     report = _build_report(mod, config, fuse, log, code,

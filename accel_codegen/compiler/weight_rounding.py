@@ -23,30 +23,18 @@ import numpy as np
 import tvm
 
 from ..quantization.gptq import ConvGeometry, Hessian, gptq_codes, mean_shift
-from ..sim.labels import run_key
 from .codegen.folding import affine
 from .equalization import constants_in, Graph, with_constants
 from .layer import Layer, constant_value, is_constant
-from .walk import composite_calls, external_calls, layer_of
+from .program import lower_module
 
 
 def conv_runs(matched: tvm.IRModule) -> Iterator[Tuple[str, Layer, dict]]:
     """(run key, layer, scope) of every convolution run of a pattern-matched module, keyed as
     the generated code labels its runs (and so as calibration names their inputs)."""
-    for function, (_, external) in enumerate(external_calls(matched)):
-        for index, (binding, composite) in enumerate(composite_calls(external)):
-            scope = dict(zip(composite.params, binding.value.args))
-            layer = layer_of(composite, binding.value.args, external)
-            if len(layer.copies) > 1:
-                continue  # copies: no convolution
-            if layer.branch is not None:
-                parts = [(run_key(function, index, "a"), layer.branch),
-                         (run_key(function, index, "b"), layer)]
-            else:
-                parts = [(run_key(function, index), layer)]
-            for key, run in parts:
-                if run.conv is not None:
-                    yield key, run, scope
+    for run in lower_module(matched).runs:
+        if run.layer.conv is not None and not run.converts:
+            yield run.key, run.layer, run.scope
 
 
 def conv_geometries(matched: tvm.IRModule) -> Dict[str, ConvGeometry]:

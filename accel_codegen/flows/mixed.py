@@ -307,12 +307,14 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     ``held_back`` (example inputs), or by default the last quarter of ``calibration_inputs``
     (at least one; the rest calibrate). Raises AccelInvalidError when even all-fp16 falls
     short of the target, naming the output and the inputs."""
+    from ..compiler.costing import ProgramCosts
     from ..compiler.partition import (generate_partition, layer_keys, match_composites,
                                       reference_machine)
+    from ..compiler.patterns import PartitionLog
+    from ..compiler.program import assign_precisions, lower_module
     from ..compiler.vm import virtual_machine
     from ..sim.config import AccelConfig
     from ..sim.labels import layer_key
-    from ..tools.estimation import _LoweredModel
 
     target = check_target(target_sqnr_db)
     config = AccelConfig.resolve(config)
@@ -326,7 +328,9 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     del reference_vm
     signal, held_signal = _powers(reference), _powers(held_reference)
     outputs = len(signal)
-    matched = match_composites(mod, params, config=config, fuse=True, precision="int8")
+    log = PartitionLog()  # one matching: every candidate's code is generated for it
+    matched = match_composites(mod, params, config=config, fuse=True, precision="int8",
+                               log=log)
     keys = layer_keys(matched)
     builds = 0
     # progress per build: the all-fp16 one and one per layer, then the few the path measures
@@ -344,7 +348,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
             progress(builds, expected)
         builds += 1
         part = generate_partition(mod, params, config, True, "int8", "mixed", calibration,
-                                  winograd, assignment)
+                                  winograd, assignment, (matched, log))
         vm = virtual_machine(tvm.compile(part, target="llvm"))
         noise = _noise([_run(vm, x) for x in examples], reference)
         if not check:
@@ -355,17 +359,21 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         noise, held_noise = noise_of(assignment, True)
         return _sqnrs(signal, noise), _sqnrs(held_signal, held_noise)
 
-    def lowered(assignment: Dict[str, str]):
-        return _LoweredModel.of_matched(matched, config, "mixed", True, winograd, assignment)
+    program = lower_module(matched, "int8")  # its layers, lowered once for every candidate
+    lowered_runs: dict = {}
+
+    def lowered(assignment: Dict[str, str]) -> ProgramCosts:
+        return ProgramCosts(assign_precisions(program, assignment), config, True, winograd,
+                            lowered_runs)
 
     def cycles(assignment: Dict[str, str]) -> int:
-        return int(lowered(assignment).sweep_row(config)["total_cycles"])
+        return int(lowered(assignment).totals(config).cycles)
 
     def layer_cycles(precision: str) -> Dict[str, int]:
-        report = lowered({k: precision for k in keys}).estimate(config)
+        costs = lowered({k: precision for k in keys})
         per_layer = dict.fromkeys(keys, 0)
-        for layer in report.layers:  # "f0.3b ..." -> "f0.3": a layer's runs together
-            per_layer[layer_key(layer.label)] += layer.cycles
+        for run, record in zip(costs.runs, costs.records(config, "estimate")):
+            per_layer[layer_key(run.key)] += record.cycles  # a layer's runs together
         return per_layer
 
     everything = {p: {k: p for k in keys} for p in PRECISIONS}

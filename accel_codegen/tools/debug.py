@@ -125,7 +125,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     there is nothing to compare)."""
     from ..compiler.partition import layer_keys, match_composites
     from ..flows.accuracy import accuracy_report
-    from .estimation import _LoweredModel
+    from .estimation import lower, report_of
     from .report import source_names, source_ops
 
     config = AccelConfig.resolve(config)
@@ -137,8 +137,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
         outputs[layer_key(tensor.key)] = tensor
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
     sources = source_ops(matched)
-    lowered = _LoweredModel.of_matched(matched, config, precision, fuse)
-    estimate = lowered.estimate(config)
+    estimate = report_of(lower(matched, config, precision, fuse), config, matched, sources)
     cycles: Dict[str, int] = {}
     primitives: Dict[str, str] = {}
     for layer in estimate.layers:
@@ -155,8 +154,8 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     else:
         for key in keys:
             assignment = {k: ("fp16" if k == key else "int8") for k in keys}
-            mixed = _LoweredModel.of_matched(matched, config, "mixed", fuse,
-                                             layer_precisions=assignment).estimate(config)
+            mixed = report_of(lower(matched, config, "mixed", fuse,
+                                    layer_precisions=assignment), config, matched, sources)
             fp16[key] = cycles.get(key, 0) + mixed.total_cycles - estimate.total_cycles
     rows = []
     for key in keys:

@@ -25,17 +25,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..compiler.costing import ProgramCosts
 from ..compiler.layer import Layer
-from ..compiler.codegen.memory import ModulePlan, RunMemory
-from ..compiler.walk import external_calls
-from ..compiler.walk import runs as walk_runs
-from ..errors import AccelError, AccelInvalidError
+from ..compiler.program import lower_module
+from ..errors import AccelInvalidError
 from ..compiler.partition import check_layer_precisions, match_composites
 from ..sim import OpStats, RunStats
 from ..sim.config import ENERGY_FIELDS, AccelConfig, check_precision
 from ..sim.costs import CostTotals, energy_line, engine_names
-from ..sim.device import ChainBatch, estimate_chain
-from ..sim.ops import Sdp
 from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..sim.cost_report import FP32_BYTES_NOTE, cost_table
 from ..tables import Column, render_table
@@ -209,15 +206,11 @@ class EstimateReport:
                          + ([FP32_BYTES_NOTE] if self.precision == "fp32" else []))
 
 
-def _feature_shape(shape) -> Tuple[int, int, int, int]:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
-
-
 def _layers(matched: tvm.IRModule, precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
     """(label, primitive, layer) of every accelerator run of a matched module, in execution
     order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer) for run in walk_runs(matched,
-                                                                        precision=precision)]
+    return [(run.label, run.primitive, run.layer)
+            for run in lower_module(matched, precision).runs]
 
 
 def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
@@ -295,204 +288,58 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
         for each in ("int8", "fp16"):
             check_precision(config, each)
         matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
-        return _LoweredModel.of_matched(matched, config, "mixed", fuse, winograd,
-                                        check_layer_precisions(matched, layer_precisions)
-                                        ).estimate(config)
+        return report_of(lower(matched, config, "mixed", fuse, winograd,
+                               check_layer_precisions(matched, layer_precisions)),
+                         config, matched)
     if layer_precisions is not None:
         raise AccelInvalidError(f"layer_precisions is for precision='mixed', not {precision!r}")
     check_precision(config, precision)
-    return _LoweredModel.of(mod, params, config, precision, fuse, winograd).estimate(config)
+    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
+    return report_of(lower(matched, config, precision, fuse, winograd), config, matched)
 
 
-@dataclasses.dataclass(frozen=True)
-class _LoweredRun:
-    """One run's chains as lowered for a sweep: direct, and in Winograd mode where it can be."""
-
-    key: str
-    label: str
-    primitive: str
-    layer: Layer
-    mode: str                       # "fused" or "independent"
-    conv_modes: Optional[dict]      # its CONV's input modes (None: no conv)
-    direct: list
-    winograd: Optional[list]
-    in_shape: Optional[Tuple[int, ...]] = None  # a converting run's (else the layer's)
-
-    def chain(self, winograd: bool = False, memory: Optional[RunMemory] = None) -> tuple:
-        """(ops, input shape, mode) for a ChainBatch: direct or in Winograd mode, or with the
-        memory choices (and the conv mode they record) applied to the direct ops."""
-        ops = self.winograd if winograd else self.direct
-        return (memory.apply(self.direct) if memory is not None else ops,
-                self.in_shape or self.layer.in_shape, self.mode)
+def lower(matched: tvm.IRModule, config: AccelConfig, precision: str, fuse: bool,
+          winograd: bool = True, layer_precisions: Optional[Dict[str, str]] = None
+          ) -> ProgramCosts:
+    """The program of a matched module (:func:`~accel_codegen.compiler.program.lower_module`)
+    lowered for costing on ``config`` and on any configuration with the same partition.
+    ``precision`` "mixed": each layer's from ``layer_precisions``, and a converting run after
+    each layer that a layer of the other precision reads (as the code generator writes them)."""
+    program = lower_module(matched, precision,
+                           layer_precisions if precision == "mixed" else None)
+    return ProgramCosts(program, config, fuse, winograd)
 
 
-def _batch_precision(precision: str) -> Optional[str]:
-    """A ChainBatch's precision: None for mixed code (each op carries its own)."""
-    return None if precision == "mixed" else precision
+def report_of(costs: ProgramCosts, config: AccelConfig, matched: tvm.IRModule,
+              sources: Optional[Dict[str, List[str]]] = None) -> EstimateReport:
+    """The estimate of a costed program on ``config`` (``matched``: its module, whose host
+    operators and source operators the report names)."""
+    layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats
+              in zip(costs.labels, costs.records(config, "estimate"))]
+    return EstimateReport(config, costs.precision, costs.fuse, layers, _host_ops(matched),
+                          source_ops(matched) if sources is None else sources)
 
 
-class _MemoryPlans:
-    """The code generator's memory plans (``compiler/codegen/memory.py``: ``ModulePlan``, with
-    every conv direct and each Winograd-capable conv's options), and the chains they give,
-    lowered once per distinct plan. A plan reads the configuration's memory fields only, so a
-    sweep over the MAC array, CBUF and DRAM re-plans a handful of times; the modes are then
-    chosen per configuration from one costing of the plan's chains, as the code generator
-    chooses them; the emitted weights' non-zero counts (which decide the sparse format) are
-    counted once."""
-
-    #: The cost fields a plan reads besides the partition's fields (weight and feature bytes).
-    FIELDS = ("atomic_c", "atomic_k", "memory_atom_bytes", "cbuf_bytes")
-
-    def __init__(self, functions: Sequence[relax.Function], runs: Sequence[_LoweredRun],
-                 precision: str, fuse: bool, winograd: bool,
-                 layer_precisions: Optional[Dict[str, str]] = None):
-        self.functions, self.runs = list(functions), list(runs)
-        self.precision, self.fuse, self.winograd = precision, fuse, winograd
-        self.layer_precisions = layer_precisions
-        self.nonzero: Dict[str, Optional[int]] = {}
-        self.walked: dict = {}  # each function's runs, walked once
-        self.planned: Dict[tuple, Tuple[ModulePlan, ChainBatch, Dict[tuple, int]]] = {}
-
-    def records(self, config: AccelConfig, costed: str) -> Optional[list]:
-        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats") with the
-        memory choices and conv modes of the code generator's plan; None when no plan can
-        change anything (no SRAM, no weight compression: the caller chooses the modes)."""
-        if config.sram_bytes == 0 and "weight_compression" not in config.features:
-            return None
-        key = tuple(getattr(config, field) for field in self.FIELDS)
-        if key not in self.planned:
-            plan = ModulePlan(self.functions, config, self.fuse, self.precision,
-                              winograd=self.winograd,
-                              modes={run.key: run.conv_modes for run in self.runs
-                                     if run.conv_modes is not None},
-                              eligible={run.key for run in self.runs if run.winograd is not None},
-                              nonzero=self.nonzero, layer_precisions=self.layer_precisions,
-                              walked=self.walked)
-            # every run as planned with its conv direct (a converting run of mixed code has
-            # no plan of its own: all in DRAM), then every Winograd option
-            chains = [run.chain(memory=plan.direct.get(run.key, RunMemory()))
-                      for run in self.runs]
-            index = {(run.key, None): i for i, run in enumerate(self.runs)}
-            for run in self.runs:
-                for option, (memory, _) in enumerate(plan.options.get(run.key, ())):
-                    index[(run.key, option)] = len(chains)
-                    chains.append(run.chain(memory=memory))
-            self.planned[key] = plan, ChainBatch(config, chains,
-                                                 _batch_precision(self.precision)), index
-        plan, batch, index = self.planned[key]
-        records = getattr(batch, costed)(config)
-        chosen = plan.choose(lambda run, option: records[index[(run, option)]].cycles)
-        return [records[index[(run.key, chosen.get(run.key))]] for run in self.runs]
-
-
-@dataclasses.dataclass
-class _LoweredModel:
-    """A model partitioned for a configuration and its runs lowered to C once: costed on that
-    configuration, or on any other with the same partition (see :data:`COST_FIELDS`)."""
-
-    runs: List[Tuple[str, str]]  # (label, primitive) of every accelerator run, in order
-    chains: ChainBatch
-    # Per run, its chain's index in `chains`, and the index of the same run in Winograd mode
-    # where the configuration's features allow it (None elsewhere): without a memory plan that
-    # changes anything, the code generator takes Winograd where it costs fewer cycles, which
-    # depends on the cost fields, so both are lowered once and the choice is made per
-    # configuration from their costs (with a plan: _MemoryPlans).
-    choices: List[Tuple[int, Optional[int]]]
-    memory: "_MemoryPlans"
-    host_ops: int
-    precision: str
-    fuse: bool
-    source_ops: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def of(cls, mod: tvm.IRModule, params, config: AccelConfig, precision: str,
-           fuse: bool, winograd: bool = True) -> "_LoweredModel":
-        matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
-        return cls.of_matched(matched, config, precision, fuse, winograd)
-
-    @classmethod
-    def of_matched(cls, matched: tvm.IRModule, config: AccelConfig, precision: str,
-                   fuse: bool, winograd: bool = True,
-                   layer_precisions: Optional[Dict[str, str]] = None) -> "_LoweredModel":
-        """``precision`` "mixed": each layer's from ``layer_precisions``, and a converting run
-        after each layer that a layer of the other precision reads (as the code generator
-        writes them)."""
-        lowered = []
-        model_precision = precision
-        for run in walk_runs(matched, layer_precisions, model_precision):
-            layer = run.layer
-            precision = run.precision or model_precision
-            if run.converts:  # one SDP pass: the layer's output into the other precision
-                ops = [Sdp(precision=precision, convert=True, cvt_scale=1.0)]
-                lowered.append(_LoweredRun(run.key, run.label, run.primitive, layer,
-                                           "independent", None, ops, None,
-                                           _feature_shape(layer.out_shape)))
-                continue
-            mode = "fused" if layer.fused(fuse) else "independent"
-            modes = layer.conv_modes(config, fuse, precision, winograd=False)
-            fast_ops = None
-            if winograd and layer.conv is not None:
-                fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"})
-                try:  # whether the configuration runs it at all: the C library's conditions
-                    estimate_chain(config, fast_ops, layer.in_shape, mode=mode,
-                                   precision=precision)
-                except AccelError:
-                    fast_ops = None
-            lowered.append(_LoweredRun(run.key, run.label, run.primitive, layer, mode,
-                                       modes if layer.conv else None,
-                                       layer.engine_ops(fuse, precision, modes=modes), fast_ops))
-        chains, choices = [], []
-        for run in lowered:
-            chains.append(run.chain())
-            direct, fast = len(chains) - 1, None
-            if run.winograd is not None:
-                chains.append(run.chain(winograd=True))
-                fast = len(chains) - 1
-            choices.append((direct, fast))
-        memory = _MemoryPlans([function for _, function in external_calls(matched)], lowered,
-                              model_precision, fuse, winograd, layer_precisions)
-        return cls([(run.label, run.primitive) for run in lowered],
-                   ChainBatch(config, chains, _batch_precision(model_precision)), choices,
-                   memory, _host_ops(matched), model_precision, fuse, source_ops(matched))
-
-    def _records(self, config: AccelConfig, costed: str) -> list:
-        """Each run's record on ``config`` (``costed``: "estimate" or "run_stats"), with the
-        code generator's memory choices and conv modes: its plan's where the configuration has
-        SRAM or weight compression; else every run in DRAM with dense weights, in Winograd
-        mode where that takes fewer cycles (the choice the plan makes there)."""
-        planned = self.memory.records(config, costed)
-        if planned is not None:
-            return planned
-        records = getattr(self.chains, costed)(config)
-        return [records[f] if f is not None and records[f].cycles < records[d].cycles
-                else records[d] for d, f in self.choices]
-
-    def estimate(self, config: AccelConfig) -> EstimateReport:
-        layers = [LayerEstimate.from_stats(label, primitive, stats) for (label, primitive), stats
-                  in zip(self.runs, self._records(config, "estimate"))]
-        return EstimateReport(config, self.precision, self.fuse, layers, self.host_ops,
-                              self.source_ops)
-
-    def sweep_row(self, config: AccelConfig) -> dict:
-        """The sweep's figures of one configuration, from one library call (no per-layer
-        Python records: the same sums as :meth:`estimate`'s report)."""
-        records = self._records(config, "run_stats")
-        totals = CostTotals.of(records)
-        fps, fpj = totals.frames_per_s(config.clock_hz), totals.frames_per_joule()
-        return {"frames_per_s": float("inf") if fps is None else fps,
-                "total_cycles": totals.cycles,
-                "utilization": totals.utilization(config.macs_per_cycle(
-                    _peak_precision(self.precision))),
-                "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
-                "bytes": totals.bytes, "dram_bytes": totals.dram_bytes,
-                "sram_bytes": totals.sram_bytes, "total_energy_pj": totals.energy_pj,
-                "frames_per_joule": float("inf") if fpj is None else fpj,
-                "mac_energy_pj": totals.mac_energy_pj, "cbuf_energy_pj": totals.cbuf_energy_pj,
-                "dram_energy_pj": totals.dram_energy_pj,
-                "engine_energy_pj": totals.engine_energy_pj,
-                "layers": len(self.runs), "host_ops": self.host_ops,
-                "memory_bound_share": memory_bound_cycles(records, config) / totals.cycles
-                if totals.cycles else 0.0}
+def _sweep_row(costs: ProgramCosts, config: AccelConfig, host_ops: int) -> dict:
+    """The sweep's figures of one configuration, from one library call (no per-layer Python
+    records: the same sums as :func:`estimate`'s report)."""
+    records = costs.records(config, "run_stats")
+    totals = CostTotals.of(records)
+    fps, fpj = totals.frames_per_s(config.clock_hz), totals.frames_per_joule()
+    return {"frames_per_s": float("inf") if fps is None else fps,
+            "total_cycles": totals.cycles,
+            "utilization": totals.utilization(config.macs_per_cycle(
+                _peak_precision(costs.precision))),
+            "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written,
+            "bytes": totals.bytes, "dram_bytes": totals.dram_bytes,
+            "sram_bytes": totals.sram_bytes, "total_energy_pj": totals.energy_pj,
+            "frames_per_joule": float("inf") if fpj is None else fpj,
+            "mac_energy_pj": totals.mac_energy_pj, "cbuf_energy_pj": totals.cbuf_energy_pj,
+            "dram_energy_pj": totals.dram_energy_pj,
+            "engine_energy_pj": totals.engine_energy_pj,
+            "layers": len(costs.runs), "host_ops": host_ops,
+            "memory_bound_share": memory_bound_cycles(records, config) / totals.cycles
+            if totals.cycles else 0.0}
 
 
 # --- design-space exploration -----------------------------------------------------------------
@@ -567,14 +414,17 @@ def sweep(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]],
         their long pole) and ``host_ops``; each equals :func:`estimate`'s at that point.
     """
     step = steps(progress_callback(progress, "sweep"), len(points))
-    lowered: Dict[tuple, _LoweredModel] = {}
+    lowered: Dict[tuple, Tuple[ProgramCosts, int]] = {}
     rows = []
     for point, config in points:
         key = _partition_key(config)
         if key not in lowered:
             check_precision(config, precision)
-            lowered[key] = _LoweredModel.of(mod, params, config, precision, fuse, winograd)
-        rows.append({**point, "config": config.name, **lowered[key].sweep_row(config)})
+            matched = match_composites(mod, params, config=config, fuse=fuse,
+                                       precision=precision)
+            lowered[key] = lower(matched, config, precision, fuse, winograd), _host_ops(matched)
+        costs, host_ops = lowered[key]
+        rows.append({**point, "config": config.name, **_sweep_row(costs, config, host_ops)})
         step()
     base = points[0][1].to_dict() if points else None
     return {"model": model_name, "precision": precision, "fuse": fuse, "winograd": winograd,

@@ -37,6 +37,7 @@ from ...sim.config import AccelConfig
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
 from .memory import plan_module
+from ..program import lower_functions
 
 #: The global function RunCodegen calls for functions annotated ``Codegen="accel"``.
 GLOBAL_NAME = "relax.ext.accel"
@@ -70,13 +71,15 @@ def generate(functions, options, into: Generated) -> List:
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     functions = list(functions)
+    # the functions' runs, lowered once for every pass and for the C
+    program = lower_functions(functions, len(into.sources), precision, layer_precisions)
     memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd,
-                         layer_precisions=layer_precisions)
+                         layer_precisions=layer_precisions, program=program)
     into.conv_modes.update({key: run.conv.mode for key, run in memory.items()
                             if run.conv is not None})
-    for function in functions:
+    for function, lowered in zip(functions, program.functions):
         gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
-                              winograd, memory, layer_precisions)
+                              winograd, memory, layer_precisions, lowered)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

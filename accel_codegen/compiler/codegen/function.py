@@ -22,7 +22,8 @@ from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
 from .memory import RunMemory, emitted_conv_modes, plan_function
-from ..walk import composite_calls, converted_outputs, layer_of, layer_runs
+from ..program import MIXED, layer_runs, lower_function
+from ..program import Function as ProgramFunction
 from . import emit, int8, layouts, passes
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
@@ -30,10 +31,6 @@ from .folding import affine, fold_batch_norm
 
 #: Storage dtype of each precision the code generator emits.
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
-#: The precisions a layer of mixed code takes; a converting SDP goes from one to the other.
-MIXED = ("int8", "fp16")
-
-
 def other_precision(precision: str) -> str:
     return MIXED[1 - MIXED.index(precision)]
 
@@ -52,13 +49,19 @@ class FunctionCodegen:
     ``precision`` "mixed": each layer in the precision ``layer_precisions`` gives it by its key
     (``f0.3``), int8 or fp16; a layer's output that a layer of the other precision reads is
     converted once, by a converting SDP run right after it (its int8 side quantised as an int8
-    layer would have written it), so :attr:`precision` is the current layer's."""
+    layer would have written it), so :attr:`precision` is the current layer's.
+
+    ``program``: the function's layers and runs (:mod:`..program`), when the caller has
+    lowered them."""
 
     def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
                  precision: str = "fp32", calibration: Optional[Calibration] = None,
                  winograd: bool = True, memory: Optional[Dict[str, RunMemory]] = None,
-                 layer_precisions: Optional[Dict[str, str]] = None):
+                 layer_precisions: Optional[Dict[str, str]] = None,
+                 program: Optional[ProgramFunction] = None):
         self.function = function
+        self.program = program if program is not None else \
+            lower_function(function, index, precision, layer_precisions)
         self.config = config
         self.fuse = fuse
         self.index = index
@@ -96,10 +99,11 @@ class FunctionCodegen:
         # estimate; the module's plan when given, as SRAM is shared by every function)
         self.memory = memory if memory is not None else \
             plan_function(function, index, config, fuse, self.function_precision, winograd,
-                          self.layer_precisions)
+                          self.layer_precisions, self.program)
         self.run_memory = RunMemory()  # the run being emitted
         # the tensors kept channel-blocked between runs (fp32 only)
-        self.c16 = layouts.plan_layouts(function, index, config, fuse, self.memory) \
+        self.c16 = layouts.plan_layouts(function, index, config, fuse, self.memory,
+                                        self.program) \
             if self.function_precision == "fp32" else set()
 
     @property
@@ -204,34 +208,25 @@ class FunctionCodegen:
     # --- layers -----------------------------------------------------------------------------
     def run(self) -> str:
         """The function's C source."""
-        calls = list(composite_calls(self.function))
+        calls = self.program.calls
         plain = [b for block in self.function.body.blocks for b in block.bindings
                  if not isinstance(b.value, relax.Function)]
         if len(plain) != len(calls):
             raise AccelUnsupportedError(f"{self.short}: a binding that calls no composite")
-        for index, (binding, _) in enumerate(calls):
-            for arg in binding.value.args:
+        for index, call in enumerate(calls):
+            for arg in call.binding.value.args:
                 self.last_use[arg] = index
-        mixed = self.function_precision == "mixed"
-        precisions = [self._layer_precision(i) for i in range(len(calls))] if mixed else None
-        converted = converted_outputs(self.function, precisions) if mixed else []
-        for index, (binding, composite) in enumerate(calls):
+        for index, call in enumerate(calls):
             self.layer_index = index
-            if mixed:
-                self._use_precision(precisions[index])
-            self._layer(index, binding.var, composite, binding.value.args)
-            if mixed and converted[index]:
-                self._convert_output(index, binding.var, composite, binding.value.args)
+            if self.function_precision == "mixed":
+                self._use_precision(call.precision)
+            self._layer(index, call.binding.var, call.composite, call.binding.value.args)
+            if call.converted:  # the program's converting run after the layer
+                self._convert_output(index, call.binding.var, call.composite,
+                                     call.binding.value.args)
         return translation_unit(self)
 
     # --- mixed precision --------------------------------------------------------------------
-    def _layer_precision(self, index: int) -> str:
-        key = run_key(self.index, index)
-        precision = self.layer_precisions.get(key)
-        if precision not in MIXED:
-            raise AccelInvalidError(f"{self.short}: layer {key} has precision {precision!r}, "
-                                    f"not one of {MIXED}")
-        return precision
 
     def _use_precision(self, precision: str) -> None:
         self.precision = precision
@@ -244,7 +239,7 @@ class FunctionCodegen:
         layer, the one int8 code of that layer would have given it."""
         if self.precision == "int8":
             return self.quant[var]
-        layer = layer_of(composite, args, self.function)
+        layer = self.program.calls[index].layer
         if len(layer.copies) > 1:
             return int8.concat_quant(self._calibrated((run_key(self.index, index, copy_part(p)),
                                                        INPUT), True)
@@ -278,7 +273,7 @@ class FunctionCodegen:
                args: Sequence[relax.Expr]) -> None:
         name = str(composite.attrs["Composite"])
         scope = dict(zip(composite.params, args))
-        layer = layer_of(composite, args, self.function)
+        layer = self.program.calls[index].layer
         if var not in self.operands:
             # Live until its last reader; never the same buffer as this layer's inputs, which
             # are still live while it is allocated.

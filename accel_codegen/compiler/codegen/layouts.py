@@ -30,7 +30,8 @@ from ...sim.device import c16_native
 from ...sim.layout import ATOM
 from ...sim.labels import run_key
 from ..layer import Layer, static_shape
-from ..walk import composite_calls, layer_of
+from ..program import Function as ProgramFunction
+from ..program import lower_function
 from .memory import RunMemory, emitted_conv_modes
 
 #: What a conversion costs: it reads and writes a tensor, at about 29 GB/s together (this
@@ -107,15 +108,17 @@ def _blockable(var: relax.Var) -> bool:
     return len(shape) == 4 and shape[1] % ATOM == 0 and shape[2] * shape[3] > 1
 
 
-def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
+def _runs(program: ProgramFunction, config: AccelConfig, fuse: bool,
           memory: Dict[str, RunMemory]) -> List[_Run]:
-    """Every run of the function in order (a downsample branch is a run of its own, whose
-    output is its layer's element-wise operand)."""
+    """Every run of the function in order, one per layer of the program (a downsample branch
+    is a run of its own, whose output is its layer's element-wise operand; the runs of a
+    concat, a deconvolution or a layer norm are one: they convert nothing)."""
     runs: List[_Run] = []
-    for i, (binding, composite) in enumerate(composite_calls(function)):
+    index = program.index
+    for i, call in enumerate(program.calls):
+        binding, layer = call.binding, call.layer
         args = binding.value.args
-        scope = dict(zip(composite.params, args))
-        layer = layer_of(composite, args, function)
+        scope = dict(zip(call.composite.params, args))
 
         def var(expr):
             resolved = scope.get(expr, expr) if expr is not None else None
@@ -152,10 +155,14 @@ def _runs(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
 
 
 def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
-                 memory: Dict[str, RunMemory]) -> Set[relax.Var]:
+                 memory: Dict[str, RunMemory],
+                 program: Optional[ProgramFunction] = None) -> Set[relax.Var]:
     """The tensors of fp32 function ``index`` kept C16 (its memory plan: ``memory``), among
-    them a downsample branch's output (its layer's element-wise operand)."""
-    runs = _runs(function, index, config, fuse, memory)
+    them a downsample branch's output (its layer's element-wise operand); ``program``: its
+    layers and runs (:mod:`..program`), where the caller has lowered them."""
+    if program is None:
+        program = lower_function(function, index, "fp32")
+    runs = _runs(program, config, fuse, memory)
     outputs = function.body.body
     outputs = set(outputs.fields) if isinstance(outputs, relax.Tuple) else {outputs}
     touching: Dict[relax.Var, List[_Run]] = {}

@@ -46,10 +46,10 @@ from ...errors import check
 from ...quantization import quantize_weights
 from ...sim.config import AccelConfig, precision_code
 from ...sim.device import ChainBatch
-from ...sim.labels import copy_part, pass_part, run_key
 from ...sim.ops import Conv, Sdp, count_nonzero
 from ..layer import Layer, constant_value, is_constant, static_shape
-from ..walk import composite_calls, converted_outputs, layer_of, layer_runs
+from ..program import Program, Run, lower_functions
+from ..program import Function as ProgramFunction
 from .folding import affine
 
 
@@ -170,75 +170,28 @@ def _feature_bytes(config_c, shape: Sequence[int], precision: str) -> int:
     return int(lib.accel_feature_bytes(config_c, tensor))
 
 
-@dataclasses.dataclass
-class _Run:
-    key: str
-    layer: Layer
-    call: int                   # index of its composite call in the function
-    reads: Dict[str, relax.Var] = dataclasses.field(default_factory=dict)  # stream -> var
-    writes: Optional[relax.Var] = None
-    precision: str = ""         # its layer's (mixed code: each layer its own)
-
-
-def _runs(function: relax.Function, function_index: int
-          ) -> Tuple[List[_Run], Dict[int, dict]]:
-    """The runs of a function with the function-level tensors each reads and writes, and the
-    scope (composite parameters -> call arguments) of each call."""
-    runs: List[_Run] = []
-    scopes: Dict[int, dict] = {}
-    for index, (binding, composite) in enumerate(composite_calls(function)):
-        scope = dict(zip(composite.params, binding.value.args))
-        scopes[index] = scope
-        layer = layer_of(composite, binding.value.args, function)  # host_input: image mode
-
-        def var(expr):
-            resolved = scope.get(expr, expr) if expr is not None else None
-            return resolved if isinstance(resolved, relax.Var) else None
-
-        if layer.norm is not None:  # the dense layer's CONV choices; the passes use DRAM
-            if layer.conv is not None:
-                runs.append(_Run(run_key(function_index, index, pass_part(0)), layer.runs()[0],
-                                 index))
-        elif layer.rubik is not None:  # its phases in scratch (DRAM), then the contract
-            for part, run in layer_runs(layer):
-                contract = run.contract_only
-                runs.append(_Run(run_key(function_index, index, part), run, index,
-                                 {} if contract else {"input": var(run.data)},
-                                 binding.var if contract else None))
-        elif len(layer.copies) > 1:
-            for part, run in enumerate(layer.runs()):
-                runs.append(_Run(run_key(function_index, index, copy_part(part)), run, index,
-                                 {"input": var(run.data)}, binding.var))
-        elif layer.branch is not None:
-            runs.append(_Run(run_key(function_index, index, "a"), layer.branch, index,
-                             {"input": var(layer.branch.data)}))
-            runs.append(_Run(run_key(function_index, index, "b"), layer, index,
-                             {"input": var(layer.data)}, binding.var))
-        else:
-            runs.append(_Run(run_key(function_index, index), layer, index,
-                             {"input": var(layer.data), "operand": var(layer.sdp.operand)},
-                             binding.var))
-    return runs, scopes
-
-
 def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
                 precision: str, first_index: int = 0, winograd: bool = True,
-                layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
+                layer_precisions: Optional[Dict[str, str]] = None,
+                program: Optional[Program] = None) -> Dict[str, RunMemory]:
     """The memory choices and conv modes of every run of a module's offloaded functions (in
     the order the code generator numbers them, from ``first_index``), by run key, as the code
     generator emits them: :class:`ModulePlan`, its options costed by the C cost model.
     ``precision`` "mixed": each layer's from ``layer_precisions`` by its key."""
     plan = ModulePlan(functions, config, fuse, precision, first_index, winograd,
-                      layer_precisions=layer_precisions)
+                      layer_precisions=layer_precisions, program=program)
     return plan.memories(plan.choose(plan.cycles(config)))
 
 
 def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
                   fuse: bool, precision: str, winograd: bool = True,
-                  layer_precisions: Optional[Dict[str, str]] = None) -> Dict[str, RunMemory]:
-    """The memory choices of one function's runs, as if it were the module's only one."""
+                  layer_precisions: Optional[Dict[str, str]] = None,
+                  program: Optional[ProgramFunction] = None) -> Dict[str, RunMemory]:
+    """The memory choices of one function's runs, as if it were the module's only one
+    (``program``: its layers and runs, where the caller has lowered them)."""
     return plan_module([function], config, fuse, precision, function_index, winograd,
-                       layer_precisions)
+                       layer_precisions, None if program is None else
+                       Program([program], precision, layer_precisions))
 
 
 #: A conv's Winograd option: its run's memory choices in Winograd mode, and the SRAM bytes
@@ -257,8 +210,9 @@ class ModulePlan:
     ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across plans
     (the counts do not depend on the configuration). ``precision`` "mixed": each layer's from
     ``layer_precisions`` by its key; a layer's output that a layer of the other precision reads
-    (through a converting run) stays in DRAM. ``walked``: a cache of each function's runs, kept
-    across plans of the same functions (a sweep plans them per configuration)."""
+    (through a converting run) stays in DRAM. ``program``: the functions' runs
+    (:mod:`..program`) where the caller has lowered them (then ``functions``, ``first_index``,
+    ``precision`` and ``layer_precisions`` are the program's)."""
 
     def __init__(self, functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
                  precision: str, first_index: int = 0, winograd: bool = True,
@@ -266,11 +220,12 @@ class ModulePlan:
                  eligible: Optional[Collection[str]] = None,
                  nonzero: Optional[Dict[str, Optional[int]]] = None,
                  layer_precisions: Optional[Dict[str, str]] = None,
-                 walked: Optional[dict] = None):
+                 program: Optional[Program] = None):
         self.fuse = fuse
-        plans = [_FunctionPlan(f, first_index + i, config, fuse, precision, winograd, modes,
-                               eligible, nonzero, layer_precisions, walked)
-                 for i, f in enumerate(functions)]
+        if program is None:
+            program = lower_functions(functions, first_index, precision, layer_precisions)
+        plans = [_FunctionPlan(f, config, fuse, winograd, modes, eligible, nonzero)
+                 for f in program.functions]
         self.left = 0  # SRAM bytes no feature map or resident weights take
         if config.sram_bytes > 0:
             for plan in plans:
@@ -283,7 +238,7 @@ class ModulePlan:
             self.left = budget
         self.direct: Dict[str, RunMemory] = {}
         self.options: Dict[str, List[Option]] = {}  # in execution order
-        self.runs: Dict[str, Tuple[_Run, dict]] = {}  # conv runs with options, their modes
+        self.runs: Dict[str, Tuple[Run, dict]] = {}  # conv runs with options, their modes
         for plan in plans:
             self.direct.update(plan.result())
             for run in plan.runs:
@@ -336,30 +291,19 @@ class ModulePlan:
 class _FunctionPlan:
     """The runs of one function, its conv choices and what it places in SRAM."""
 
-    def __init__(self, function: relax.Function, function_index: int, config: AccelConfig,
-                 fuse: bool, precision: str, winograd: bool = True,
-                 modes: Optional[Dict[str, dict]] = None,
+    def __init__(self, function: ProgramFunction, config: AccelConfig, fuse: bool,
+                 winograd: bool = True, modes: Optional[Dict[str, dict]] = None,
                  eligible: Optional[Collection[str]] = None,
-                 nonzero: Optional[Dict[str, Optional[int]]] = None,
-                 layer_precisions: Optional[Dict[str, str]] = None,
-                 walked: Optional[dict] = None):
-        self.function = function
+                 nonzero: Optional[Dict[str, Optional[int]]] = None):
+        self.function = function.function
         self.config = config
         self.config_c = config.to_c()
-        if walked is None or function_index not in walked:
-            runs, scopes = _runs(function, function_index)
-            walked = {} if walked is None else walked
-            walked[function_index] = runs, scopes, len(list(composite_calls(function)))
-        # (cached runs are re-given the same precisions below: the read-only state is shared)
-        self.runs, scopes, calls = walked[function_index]
-        precisions = [layer_precisions[run_key(function_index, i)] if precision == "mixed"
-                      else precision for i in range(calls)]
-        for run in self.runs:
-            run.precision = precisions[run.call]
+        # its planned runs (a converting run of mixed code and a layer norm's passes have no
+        # plan of their own: all in DRAM)
+        self.runs = [run for run in function.runs if run.planned]
         # mixed: outputs converted for a reader of the other precision (kept in DRAM)
-        converted = converted_outputs(function, precisions) if precision == "mixed" else []
         self.converted = {run.writes for run in self.runs
-                          if run.writes is not None and converted and converted[run.call]}
+                          if run.writes is not None and function.calls[run.call].converted}
         # the conv input modes (image input, multi-batch) the code generator chooses
         self.modes = {run.key: modes[run.key] if modes is not None
                       else run.layer.conv_modes(config, fuse, run.precision)
@@ -367,11 +311,10 @@ class _FunctionPlan:
 
         counts = nonzero if nonzero is not None else {}  # by run key, kept across plans
 
-        def counted(run: _Run) -> Callable[[], Optional[int]]:
+        def counted(run: Run) -> Callable[[], Optional[int]]:
             def count() -> Optional[int]:
                 if run.key not in counts:
-                    weights = emitted_weights(run.layer, scopes[run.call], run.precision,
-                                              fuse)
+                    weights = emitted_weights(run.layer, run.scope, run.precision, fuse)
                     counts[run.key] = None if weights is None \
                         else count_nonzero(weights, run.precision)
                 return counts[run.key]
@@ -394,7 +337,7 @@ class _FunctionPlan:
         self.load: List[int] = []            # SRAM bytes of feature maps live at each call
         self.resident: Dict[str, int] = {}   # bytes of each conv's resident weights
 
-    def weight_bytes(self, run: _Run, choice: ConvChoice) -> int:
+    def weight_bytes(self, run: Run, choice: ConvChoice) -> int:
         """The bytes of a conv's weights as its CONV reads them with ``choice``."""
         layer = run.layer
         conv = Conv(None, weight_shape=layer.conv.weight_shape, groups=layer.conv.groups,
@@ -404,7 +347,7 @@ class _FunctionPlan:
         conv._fill(desc)
         return int(lib.accel_conv_weight_bytes(self.config_c, desc, layer.in_shape[1]))
 
-    def winograd_options(self, run: _Run) -> List[Option]:
+    def winograd_options(self, run: Run) -> List[Option]:
         """A conv's Winograd options under this plan: its weights in DRAM, and resident when
         SRAM has them and the run's feature maps room (the bytes beyond its direct plan's are
         checked against what is left when the option is chosen)."""
@@ -423,7 +366,7 @@ class _FunctionPlan:
         return {run.key: RunMemory(tuple(sorted(self.sram_of[run.key])), self.convs.get(run.key))
                 for run in self.runs}
 
-    def run_footprint(self, run: _Run, extra=None) -> int:
+    def run_footprint(self, run: Run, extra=None) -> int:
         """The run's SRAM feature bytes as the library counts them (each stream on its own)."""
         tensors = [v for v in run.reads.values()
                    if v is not None and (v in self.placed or v is extra)]
@@ -454,7 +397,7 @@ class _FunctionPlan:
         produced = {run.writes: run.call for run in runs if run.writes is not None}
         precision_of = {run.writes: run.precision for run in runs if run.writes is not None}
         # Every use of a tensor: (run, stream); a tensor read any other way stays in DRAM.
-        uses: Dict[relax.Var, List[Tuple[_Run, str]]] = {}
+        uses: Dict[relax.Var, List[Tuple[Run, str]]] = {}
         for run in runs:
             for stream, var in run.reads.items():
                 if var is not None:

@@ -1,0 +1,301 @@
+"""The accelerator program of a partitioned module: Program -> Function -> Run, built once after
+matching (:func:`lower_module`, or :func:`lower_functions` for the functions RunCodegen hands
+the code generator) and read by every step after it.
+
+A partitioned module's ``main`` calls external functions (``Codegen="accel"``), each a
+sequence of composite calls (``Composite="accel.<primitive>"``), each one accelerator layer.
+Lowering walks them once: each composite's chain is read as a :class:`~.layer.Layer`, and each
+layer gives its runs, named as :mod:`accel_codegen.sim.labels` says (a concat one per copy, a
+layer with a downsample branch the branch's run then its own, a deconvolution its conv or
+copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/fp16 code a
+converting run after a layer whose output a layer of the other precision reads: this is the
+one place that inserts converting runs). A :class:`Run` knows its key and label, primitive,
+layer, precision, the function-level tensors it reads and writes, whether the memory plan
+places it, and whether it converts.
+
+The planning steps are passes over the program's runs: the memory plan and each conv's mode
+(``codegen/memory.py``: ``ModulePlan``), the layouts (``codegen/layouts.py``), and the costing
+(:class:`ProgramCosts`: the runs' chains lowered to C once, costed on any configuration with the
+same partition, with the code generator's memory plan and mode choices), which ``estimate``,
+the sweep, the timeline and the mixed-precision search read; the code generator prints the
+same runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import tvm
+from tvm import relax
+
+from ..errors import AccelInvalidError
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
+                          pass_primitive, run_key, run_label)
+from .layer import Layer, bound_values, chain_root
+from .lowering import lower_chain
+
+#: The precisions a layer of mixed code takes; a converting run goes from one to the other.
+MIXED = ("int8", "fp16")
+
+
+def external_calls(mod: tvm.IRModule) -> Iterator[Tuple[relax.VarBinding, relax.Function]]:
+    """(binding in main, external function) of every call of an offloaded function, in order."""
+    external = {gv: f for gv, f in mod.functions_items()
+                if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar) and \
+                    value.op in external:
+                yield binding, external[value.op]
+
+
+def composite_calls(function: relax.Function
+                    ) -> Iterator[Tuple[relax.VarBinding, relax.Function]]:
+    """(binding, composite function) of every layer of an external function, in order."""
+    lookup = bound_values(function)
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            composite = lookup(value.op) if isinstance(value, relax.Call) and \
+                isinstance(value.op, relax.Var) else None
+            if isinstance(composite, relax.Function):
+                yield binding, composite
+
+
+def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
+             function: Optional[relax.Function] = None) -> Layer:
+    """The accelerator layer a composite function describes; given the call's ``args`` and
+    the external ``function`` it is called in, whether its data is one of that function's
+    inputs (``Layer.host_input``)."""
+    layer = lower_chain(chain_root(composite), bound_values(composite))
+    if function is not None:
+        arg = dict(zip(composite.params, args)).get(layer.data)
+        layer.host_input = arg is not None and any(arg.same_as(p) for p in function.params)
+    return layer
+
+
+def layer_sources(function: relax.Function) -> List[List[int]]:
+    """Per layer of ``function``, the earlier layers whose outputs it reads."""
+    calls = list(composite_calls(function))
+    produced: Dict[relax.Var, int] = {b.var: i for i, (b, _) in enumerate(calls)}
+    return [[produced[arg] for arg in binding.value.args if arg in produced]
+            for binding, _ in calls]
+
+
+def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
+    """(key part, layer) of each run of a layer whose runs are not one: its copies, or the
+    conv or copies of a deconvolution then its RUBIK contract (a branch's two runs read each
+    other's results, which callers handle themselves)."""
+    if layer.rubik is not None and not layer.contract_only:
+        before = layer.before_contract()
+        parts = layer_runs(before) if len(before.copies) > 1 else [("", before)]
+        return parts + [(CONTRACT_PART, layer.contract())]
+    if len(layer.copies) > 1:
+        return [(copy_part(part), run) for part, run in enumerate(layer.runs())]
+    return [("", layer)]
+
+
+def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> List[bool]:
+    """Mixed int8/fp16 code: per layer of ``function`` (``precisions`` gives each layer's),
+    whether a later layer reads its output in the other precision, so that a converting run
+    follows it (once, however many such readers there are)."""
+    return _converted(layer_sources(function), precisions)
+
+
+def _converted(sources: Sequence[Sequence[int]], precisions: Sequence[str]) -> List[bool]:
+    """Per layer, whether a layer of the other precision reads its output (``sources``: per
+    layer, the layers it reads)."""
+    converted = [False] * len(precisions)
+    for reader, read in enumerate(sources):
+        for source in read:
+            converted[source] |= precisions[source] != precisions[reader]
+    return converted
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Run:
+    """One accelerator run of a program.
+
+    ``data`` and ``operand``: the tensors its layer's data and element-wise operand name,
+    resolved to the function's (None where a constant); a downsample branch's output, which its
+    layer's second run reads as its operand, is the composite's own. ``output``: what it writes
+    (that branch output for the branch's run, else its call's result). ``reads`` and
+    ``writes``: the function-level tensors the memory plan may place, by stream (a
+    deconvolution's phases and a layer norm's passes are scratch of their own, in DRAM);
+    ``planned``: whether the memory plan makes choices for it (not for a converting run nor a
+    layer norm's passes)."""
+
+    key: str
+    primitive: str
+    layer: Layer
+    branch: bool = False            # the run of a layer's downsample branch
+    precision: Optional[str] = None  # its layer's (None: a program lowered without one)
+    converts: bool = False          # it converts ``layer``'s output to the other precision
+    function: int = 0               # its function's index, as the code generator numbers them
+    call: int = 0                   # its layer's (composite call's) index in the function
+    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "r", "x"
+    data: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
+    operand: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
+    output: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
+    #: the composite's parameters -> its call's arguments
+    scope: Mapping = dataclasses.field(default_factory=dict, repr=False)
+    reads: Mapping[str, Optional[relax.Var]] = dataclasses.field(default_factory=dict,
+                                                                 repr=False)
+    writes: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
+    planned: bool = True
+
+    @property
+    def label(self) -> str:
+        return run_label(self.key, self.primitive, self.branch)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Call:
+    """One layer (composite call) of a function: its binding, composite, layer, precision and
+    whether a converting run follows it."""
+
+    binding: relax.VarBinding
+    composite: relax.Function
+    layer: Layer
+    precision: Optional[str] = None
+    converted: bool = False
+
+    @property
+    def primitive(self) -> str:
+        return str(self.composite.attrs["Composite"])
+
+
+@dataclasses.dataclass(eq=False)
+class Function:
+    """One offloaded function: its layers and their runs, in execution order."""
+
+    index: int
+    function: relax.Function
+    calls: List[Call]
+    runs: List[Run]
+    #: per layer, the earlier layers whose outputs it reads
+    sources: List[List[int]] = dataclasses.field(default_factory=list)
+
+    @property
+    def symbol(self) -> str:
+        return str(self.function.attrs["global_symbol"])
+
+
+@dataclasses.dataclass(eq=False)
+class Program:
+    """The runs of a partitioned module's offloaded functions (see the module's docstring).
+    ``precision`` "mixed": each layer's from ``layer_precisions`` by its key (``f0.3``)."""
+
+    functions: List[Function]
+    precision: Optional[str] = None
+    layer_precisions: Optional[Dict[str, str]] = None
+
+    @property
+    def runs(self) -> List[Run]:
+        return [run for function in self.functions for run in function.runs]
+
+    @property
+    def mixed(self) -> bool:
+        return self.precision == "mixed"
+
+
+def _layer_precision(precision: Optional[str], layer_precisions, key: str) -> Optional[str]:
+    if precision != "mixed":
+        return precision
+    chosen = (layer_precisions or {}).get(key)
+    if chosen not in MIXED:
+        raise AccelInvalidError(f"layer {key} has precision {chosen!r}, not one of {MIXED}")
+    return chosen
+
+
+def _call_runs(index: int, call: int, c: Call) -> List[Run]:
+    """The runs of one layer (a converting run last, where one follows it)."""
+    scope = dict(zip(c.composite.params, c.binding.value.args))
+
+    def var(expr):
+        resolved = scope.get(expr, expr) if expr is not None else None
+        return resolved if isinstance(resolved, relax.Var) else None
+
+    def run(layer: Layer, part: str, output, reads: Optional[dict] = None, writes=None,
+            branch: bool = False, primitive: Optional[str] = None, planned: bool = True) -> Run:
+        data = var(layer.data)
+        return Run(run_key(index, call, part), primitive or c.primitive, layer, branch,
+                   c.precision, function=index, call=call, part=part, data=data,
+                   operand=var(layer.sdp.operand), output=output, scope=scope,
+                   reads={"input": data} if reads is None else reads, writes=writes,
+                   planned=planned)
+
+    layer, out = c.layer, c.binding.var
+    if layer.norm is not None:  # one run per engine pass; the plan sees the dense layer's
+        runs = [run(r, pass_part(p), out, {}, None, primitive=pass_primitive(
+                    c.primitive, r.step.role) if r.step else None,
+                    planned=p == 0 and layer.conv is not None)
+                for p, r in enumerate(layer.runs(c.precision or "fp32"))]
+    elif len(layer.copies) > 1 or layer.rubik is not None:
+        # a deconvolution's phases: scratch of its own (DRAM), then its contract
+        runs = [run(r, part, out, {} if r.contract_only else None,
+                    out if layer.rubik is None or r.contract_only else None)
+                for part, r in layer_runs(layer)]
+    elif layer.branch is not None:
+        runs = [run(layer.branch, "a", layer.sdp.operand, branch=True), run(layer, "b", out,
+                                                                            writes=out)]
+    else:
+        runs = [run(layer, "", out, {"input": var(layer.data),
+                                     "operand": var(layer.sdp.operand)}, out)]
+    if c.converted:
+        runs.append(Run(run_key(index, call, CONVERT_PART), CONVERT_PRIMITIVE, layer,
+                        precision=c.precision, converts=True, function=index, call=call,
+                        part=CONVERT_PART, data=out, output=out, scope=scope, planned=False))
+    return runs
+
+
+def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call],
+                     sources: Sequence[Sequence[int]], precision: Optional[str],
+                     layer_precisions: Optional[Mapping[str, str]]) -> Function:
+    """The function with each layer's precision (mixed: ``layer_precisions``' by its key), a
+    converting run after each layer whose output a layer of the other precision reads."""
+    precisions = [_layer_precision(precision, layer_precisions, run_key(index, i))
+                  for i in range(len(calls))]
+    converted = _converted(sources, precisions) if precision == "mixed" \
+        else [False] * len(calls)
+    calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
+             for i, c in enumerate(calls)]
+    runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c)]
+    return Function(index, function, calls, runs, list(sources))
+
+
+def lower_function(function: relax.Function, index: int, precision: Optional[str] = None,
+                   layer_precisions: Optional[Mapping[str, str]] = None) -> Function:
+    """One offloaded function's layers and runs (``index``: its number in the module)."""
+    calls = [Call(binding, composite, layer_of(composite, binding.value.args, function))
+             for binding, composite in composite_calls(function)]
+    return _with_precisions(function, index, calls, layer_sources(function), precision,
+                            layer_precisions)
+
+
+def assign_precisions(program: Program, layer_precisions: Mapping[str, str]) -> Program:
+    """``program`` as mixed int8/fp16 code with each layer in its precision from
+    ``layer_precisions`` (by layer key) and the converting runs that assignment needs; the
+    layers are not lowered again (the mixed-precision search prices its candidates so)."""
+    return Program([_with_precisions(f.function, f.index, f.calls, f.sources, "mixed",
+                                     layer_precisions) for f in program.functions],
+                   "mixed", dict(layer_precisions))
+
+
+def lower_functions(functions: Sequence[relax.Function], first_index: int = 0,
+                    precision: Optional[str] = None,
+                    layer_precisions: Optional[Mapping[str, str]] = None) -> Program:
+    """The program of offloaded functions numbered from ``first_index`` (as RunCodegen hands
+    them to the code generator)."""
+    return Program([lower_function(f, first_index + i, precision, layer_precisions)
+                    for i, f in enumerate(functions)], precision,
+                   dict(layer_precisions) if layer_precisions is not None else None)
+
+
+def lower_module(matched: tvm.IRModule, precision: Optional[str] = None,
+                 layer_precisions: Optional[Mapping[str, str]] = None) -> Program:
+    """The program of a partitioned (or pattern-matched) module: every run in execution order,
+    named as the generated code names it."""
+    return lower_functions([f for _, f in external_calls(matched)], 0, precision,
+                           layer_precisions)

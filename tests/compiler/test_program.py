@@ -1,0 +1,79 @@
+"""The Program (compiler/program.py): the runs of a partitioned module, lowered once, with the
+tensors they read and write; mixed code's converting runs inserted in one place; precisions
+re-assigned without lowering the layers again."""
+import pytest
+
+from accel_codegen import AccelInvalidError
+from accel_codegen.compiler.partition import layer_keys, match_composites
+from accel_codegen.compiler.program import assign_precisions, lower_module
+
+
+@pytest.fixture(scope="module")
+def matched():
+    """A concat of a conv and a residual block with a downsample branch, then a dense head,
+    matched for int8 on nv_full."""
+    import torch
+    from torch import nn
+
+    from accel_codegen import frontend
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = nn.Conv2d(3, 8, 3, padding=1)
+            self.b = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8))
+            self.down = nn.Sequential(nn.Conv2d(3, 8, 1, 2), nn.BatchNorm2d(8))
+            self.pool = nn.MaxPool2d(2)
+            self.fc = nn.Linear(16 * 4 * 4, 4)
+
+        def forward(self, x):
+            y = torch.cat([self.pool(torch.relu(self.a(x))),
+                           torch.relu(self.b(x) + self.down(x))], 1)
+            return self.fc(torch.flatten(y, 1))
+
+    mod, params = frontend.from_pytorch(Net().eval(), (torch.randn(1, 3, 8, 8),))
+    return match_composites(mod, params, config="nv_full", precision="int8")
+
+
+def test_runs_know_their_tensors(matched):
+    program = lower_module(matched, "int8")
+    runs = {run.key: run for run in program.runs}
+    branch, after = [run for run in program.runs if run.part in ("a", "b")]
+    assert branch.branch and branch.writes is None and after.writes is not None
+    assert branch.output is after.operand  # the branch's output: the next run's operand
+    copies = [run for run in program.runs if run.part.startswith("c")]
+    assert len(copies) == 2 and {run.output for run in copies} == {copies[0].writes}
+    # every tensor a run reads was written by an earlier run or is the function's input
+    function = program.functions[0]
+    written = set(function.function.params)
+    for run in program.runs:
+        assert run.precision == "int8" and not run.converts
+        assert run.reads["input"] in written, run.key
+        if run.writes is not None:
+            written.add(run.writes)
+    assert [run.key for run in program.runs] == list(runs)
+
+
+def test_converting_runs_follow_a_change_of_precision(matched):
+    keys = layer_keys(matched)
+    program = lower_module(matched, "int8")
+    assignment = {k: ("fp16" if i == 0 else "int8") for i, k in enumerate(keys)}
+    mixed = assign_precisions(program, assignment)
+    lowered = lower_module(matched, "mixed", assignment)
+    assert [(r.key, r.precision, r.converts) for r in mixed.runs] == \
+        [(r.key, r.precision, r.converts) for r in lowered.runs]
+    converting = [run for run in mixed.runs if run.converts]
+    assert [run.key for run in converting] == [keys[0] + "x"]
+    assert converting[0].precision == "fp16" and not converting[0].planned
+    # the layers are the program's: not lowered again
+    assert {id(c.layer) for c in mixed.functions[0].calls} == \
+        {id(c.layer) for c in program.functions[0].calls}
+    uniform = assign_precisions(program, dict.fromkeys(keys, "int8"))
+    assert not any(run.converts for run in uniform.runs)
+
+
+def test_a_layer_without_a_precision_is_named(matched):
+    keys = layer_keys(matched)
+    with pytest.raises(AccelInvalidError, match=f"layer {keys[-1]} has precision None"):
+        lower_module(matched, "mixed", {k: "int8" for k in keys[:-1]})
