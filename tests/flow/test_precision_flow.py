@@ -220,17 +220,16 @@ class SiluSqueezeExcite(torch.nn.Module):
 
 
 def test_silu_squeeze_excite_block_in_int8_against_pytorch():
-    """Every LUT activation of the block runs in int8 on the accelerator (SiLU, sigmoid, tanh);
-    only the computed per-channel scale x * s stays on the host, with its reason. Measured
-    37.4 dB against PyTorch (8 calibration inputs, 4 others); bound 30 dB."""
+    """Every LUT activation of the block runs in int8 on the accelerator (SiLU, sigmoid, tanh),
+    and so does the computed per-channel scale x * s (the SDP's per-channel operand): nothing
+    stays on the host. Bound 30 dB against PyTorch (8 calibration inputs, 4 others)."""
     model = SiluSqueezeExcite().eval()
     shape = (1, 3, 16, 16)
     mod, params = frontend.from_pytorch(model, (torch.randn(*shape),))
     part = ac.partition_for_accel(mod, params, precision="int8",
                                   calibration=random_inputs(shape, 8, 1234))
     report = ac.partition_report(part)
-    (multiply,) = report.host
-    assert multiply.op == "relax.multiply" and "not a constant" in multiply.reason
+    assert report.host == [], [(op.op, op.reason) for op in report.host]
     primitives = [p for ps in report.functions.values() for p in ps]
     for primitive in ("accel.conv2d_bias_bn_silu", "accel.conv2d_bias_silu",
                       "accel.conv2d_bias_sigmoid", "accel.conv2d_bias_tanh"):
