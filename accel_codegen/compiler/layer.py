@@ -298,6 +298,17 @@ class Layer:
             not is_constant(s.scale) and s.batch_norm is None and s.bias is None and \
             s.ew_op is None
 
+    @property
+    def computed_dense_weight(self) -> bool:
+        """Whether the layer is a matmul whose weights are another run's output, read [K, C]
+        as they are (attention's Q K^T: K's [T, d] tokens are the CONV's [T, d] kernels):
+        NVDLA's CONV fetches its weights from memory, so the run reads that tensor, dense, at
+        run time. Nothing is folded into such weights (no batch norm or scale), and fp16 code
+        reads them as the run wrote them, in half, without packing them once."""
+        c, s = self.conv, self.sdp
+        return c is not None and c.source == "relax.matmul" and not c.transpose_weight and \
+            not is_constant(c.weight) and s.batch_norm is None and s.scale is None
+
     def parameters(self) -> List[Tuple[str, relax.Expr]]:
         """(what, expr) of every weight and per-channel parameter the layer reads."""
         s, bn = self.sdp, self.sdp.batch_norm
@@ -517,7 +528,9 @@ class Layer:
                      self.sdp.batch_norm is None and self.in_shape[0] == 1) or
                     (precision == "int8" and fuse and self.computed_scale and
                      self.sdp.act in (None, "relu", "clip")))
-                if not is_constant(expr) and not computed_scale:
+                if not is_constant(expr) and not computed_scale and \
+                        not (precision == "fp16" and what == "dense weight" and
+                             self.computed_dense_weight):
                     raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                       f"computed by another operator); {precision} code needs "
                                       "constant weights and parameters (bind inputs as params)")

@@ -515,7 +515,9 @@ def _dense_spec(call: relax.Call, lookup: Lookup) -> ConvSpec:
     elif is_constant(w):
         weight, transpose = w, True
     else:
-        raise Unsupported("dense weight is a runtime [C, K] input; the CONV engine reads [K, C]")
+        raise Unsupported("dense weight is a runtime [C, K] input (attention x V: V as it "
+                          "was computed); the CONV engine reads [K, C], and the transpose "
+                          "onto that layout is not generated yet")
     _require_float32(weight, "the dense weight")
     shape = static_shape(weight)
     if len(shape) != 2:

@@ -390,7 +390,8 @@ class FunctionCodegen:
             self.quantization[(key, INPUT)] = in_quant
             for i in range(1 if layer.conv is not None else 0, len(ops)):
                 self.quantization[(key, i)] = out_quant
-        elif self.precision == "fp16" and self.fuse and layer.conv is not None:
+        elif self.precision == "fp16" and self.fuse and layer.conv is not None and \
+                not layer.computed_dense_weight:
             # Batch norm's (or a scale's) factor goes into the weights before they are
             # rounded to half: one rounding fewer per layer; the SDP adds the shift.
             g, h = affine(layer.sdp, _channels(layer), scope)
@@ -463,7 +464,10 @@ class FunctionCodegen:
         c16_pack = c16 and is_constant(scope.get(c.weight, c.weight)) and \
             layer.engine_ops(self.fuse, "fp32", modes=modes)[0].packs(self.config,
                                                                       layer.in_shape[1])
-        if self.precision != "fp32" or winograd or c16_pack:
+        # weights another run computes are read where it wrote them on every call, never
+        # packed once (the packed copy would be the first call's)
+        computed = not is_constant(scope.get(c.weight, c.weight))
+        if (self.precision != "fp32" and not computed) or winograd or c16_pack:
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
         return emit.conv_op(c, weights, self.precision, in_zero, pack, modes,
