@@ -295,24 +295,49 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
     vm = virtual_machine(tvm.compile(target, target="llvm"))
 
-    def run(machine, example) -> List[np.ndarray]:
-        return _outputs(machine["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
-                                          for x in example)))
-
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=chains_for)
     shifted = {run.key for run in runs(matched)
                if run.layer.conv is not None and run.layer.sdp.empty()}
     comparer = _Comparer(used, shifted)
+    signal, noise, agree, total, ort_sums = _compare_runs(ref_vm, vm, examples, comparer,
+                                                          ort_runs)
+    tensors = _tensor_accuracies(comparer, used)
+    ort = None
+    if ort_runs is not None:
+        ort = OrtComparison(ort_runs["version"], ort_runs["settings"], ort_runs["samples"],
+                            _worst(signal, ort_sums["int8"][0]),
+                            ort_sums["int8"][1] / total if total else None,
+                            _worst(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
+    search = mixed_precision_of(target) if precision == "mixed" else None
+    outputs = [sqnr_db(s, n) for s, n in zip(signal, noise)]
+    return AccuracyReport(config.name, precision, used.method if used else None,
+                          used.samples if used else 0, len(examples), min(outputs),
+                          agree / total if total else None, tensors, ort, ort_skipped, chosen,
+                          outputs, search.target_sqnr_db if search else None,
+                          search.point.sqnr_db if search else None,
+                          search.point.held_back_sqnr_db if search else None)
+
+
+def _run(machine, example) -> List[np.ndarray]:
+    """The outputs of ``main`` on one example, as float64 arrays."""
+    return _outputs(machine["main"](*(tvm.runtime.tensor(np.ascontiguousarray(x))
+                                      for x in example)))
+
+
+def _compare_runs(ref_vm, vm, examples, comparer: _Comparer, ort_runs):
+    """Run each example through the fp32 reference, the build (observed by ``comparer``)
+    and ONNX Runtime's sessions; returns the output signal and noise (per output), the
+    top-1 agreements and count, and ONNX Runtime's noise and agreements by session."""
     signal = noise = None  # per output
     agree = total = 0
     ort_sums = {"int8": [None, 0], "fp32": [None, 0]}  # noise per output, top-1 agreements
     for example in examples:
         recorder = _Recorder()
         with observing(recorder):
-            expected = run(ref_vm, example)
+            expected = _run(ref_vm, example)
         comparer.reference = recorder.tensors
         with observing(comparer):
-            actual = run(vm, example)
+            actual = _run(vm, example)
         signal = _add(signal, [float(np.sum(e * e)) for e in expected])
         noise = _add(noise, [float(np.sum((a - e) ** 2)) for a, e in zip(actual, expected)])
         # top-1 of a classifier: one [N, classes] output
@@ -329,6 +354,11 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                 if classifier:
                     ort_sums[name][1] += int(np.sum(expected[0].argmax(axis=1) ==
                                                     got[0].argmax(axis=1)))
+    return signal, noise, agree, total, ort_sums
+
+
+def _tensor_accuracies(comparer: _Comparer, used) -> List[TensorAccuracy]:
+    """The accuracy of each accelerator tensor the comparer saw, in execution order."""
     tensors = []
     for key, (sig, err, max_err, saturated, count, shape, label) in comparer.sums.items():
         quant = used.tensors.get(key) if used is not None else None
@@ -336,20 +366,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
             key[0], key[1], label, tuple(int(d) for d in shape), sqnr_db(sig, err),
             max_err, saturated / count if count else 0.0,
             quant.scale if quant else None, quant.zero if quant else None))
-    ort = None
-    if ort_runs is not None:
-        ort = OrtComparison(ort_runs["version"], ort_runs["settings"], ort_runs["samples"],
-                            _worst(signal, ort_sums["int8"][0]),
-                            ort_sums["int8"][1] / total if total else None,
-                            _worst(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
-    search = mixed_precision_of(target) if precision == "mixed" else None
-    outputs = [sqnr_db(s, n) for s, n in zip(signal, noise)]
-    return AccuracyReport(config.name, precision, used.method if used else None,
-                          used.samples if used else 0, len(examples), min(outputs),
-                          agree / total if total else None, tensors, ort, ort_skipped, chosen,
-                          outputs, search.target_sqnr_db if search else None,
-                          search.point.sqnr_db if search else None,
-                          search.point.held_back_sqnr_db if search else None)
+    return tensors
 
 
 def _outputs(result) -> List[np.ndarray]:

@@ -307,14 +307,12 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     ``held_back`` (example inputs), or by default the last quarter of ``calibration_inputs``
     (at least one; the rest calibrate). Raises AccelInvalidError when even all-fp16 falls
     short of the target, naming the output and the inputs."""
-    from ..compiler.costing import ProgramCosts
     from ..compiler.partition import (generate_partition, layer_keys, match_composites,
                                       reference_machine)
     from ..compiler.patterns import PartitionLog
-    from ..compiler.program import assign_precisions, lower_module
+    from ..compiler.program import lower_module
     from ..compiler.vm import virtual_machine
     from ..sim.config import AccelConfig
-    from ..sim.labels import layer_key
 
     target = check_target(target_sqnr_db)
     config = AccelConfig.resolve(config)
@@ -362,19 +360,12 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     program = lower_module(matched, "int8")  # its layers, lowered once for every candidate
     lowered_runs: dict = {}
 
-    def lowered(assignment: Dict[str, str]) -> ProgramCosts:
-        return ProgramCosts(assign_precisions(program, assignment), config, True, winograd,
-                            lowered_runs)
-
     def cycles(assignment: Dict[str, str]) -> int:
-        return int(lowered(assignment).totals(config).cycles)
+        return int(_costs(program, assignment, config, winograd, lowered_runs)
+                   .totals(config).cycles)
 
     def layer_cycles(precision: str) -> Dict[str, int]:
-        costs = lowered({k: precision for k in keys})
-        per_layer = dict.fromkeys(keys, 0)
-        for run, record in zip(costs.runs, costs.records(config, "estimate")):
-            per_layer[layer_key(run.key)] += record.cycles  # a layer's runs together
-        return per_layer
+        return _layer_cycles(program, keys, precision, config, winograd, lowered_runs)
 
     everything = {p: {k: p for k in keys} for p in PRECISIONS}
     noise_fp16, held_noise_fp16 = noise_of(everything["fp16"], True)
@@ -382,16 +373,63 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     _out_of_reach(target, *fp16_measured)
     int8_cycles, fp16_cycles = layer_cycles("int8"), layer_cycles("fp16")
     extra = {k: fp16_cycles[k] - int8_cycles[k] for k in keys}
-    alone: Dict[str, float] = {}
-    added: Dict[str, np.ndarray] = {}  # per output: the noise power quantising the layer adds
-    for key in keys:
-        noise = noise_of({**everything["fp16"], key: "int8"})
-        alone[key] = min(_sqnrs(signal, noise))
-        added[key] = np.maximum(noise - noise_fp16, 0.0)
+    alone, added = _sensitivity(keys, everything["fp16"], noise_of, signal, noise_fp16)
     # One figure per layer for the greedy order: the noise it adds relative to each output's
     # power, summed over the outputs (outputs of different scales count alike).
     relative = {k: float(np.sum(added[k] / np.where(signal > 0, signal, 1.0))) for k in keys}
     order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, relative)
+    path = _predicted_path(keys, order, added, signal, noise_fp16, outputs, cycles)
+    _fill(path[-1], fp16_measured)
+    chosen = _choose_point(path, keys, order, target, measure)
+    fp16_set = set(order[:chosen])
+    if progress is not None:
+        progress(builds, builds)
+    result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
+                            order, path, chosen, alone, extra, len(examples), builds,
+                            len(held), outputs, calibration)
+    result._measure = measure
+    return result
+
+
+def _costs(program, assignment: Dict[str, str], config, winograd: bool, lowered_runs: dict):
+    """The cost model's view of ``program`` with each layer in its ``assignment`` precision
+    (``lowered_runs``: the runs lowered so far, shared by every candidate)."""
+    from ..compiler.costing import ProgramCosts
+    from ..compiler.program import assign_precisions
+    return ProgramCosts(assign_precisions(program, assignment), config, True, winograd,
+                        lowered_runs)
+
+
+def _layer_cycles(program, keys: List[str], precision: str, config, winograd: bool,
+                  lowered_runs: dict) -> Dict[str, int]:
+    """The estimated cycles of each layer's runs with every layer in ``precision``."""
+    from ..sim.labels import layer_key
+    costs = _costs(program, {k: precision for k in keys}, config, winograd, lowered_runs)
+    per_layer = dict.fromkeys(keys, 0)
+    for run, record in zip(costs.runs, costs.records(config, "estimate")):
+        per_layer[layer_key(run.key)] += record.cycles  # a layer's runs together
+    return per_layer
+
+
+def _sensitivity(keys: List[str], all_fp16: Dict[str, str],
+                 noise_of: Callable[[Dict[str, str]], np.ndarray], signal: np.ndarray,
+                 noise_fp16: np.ndarray) -> Tuple[Dict[str, float], Dict[str, np.ndarray]]:
+    """Per layer, alone in int8 (every other layer fp16): the worst output's SQNR and, per
+    output, the noise power quantising the layer adds."""
+    alone: Dict[str, float] = {}
+    added: Dict[str, np.ndarray] = {}  # per output: the noise power quantising the layer adds
+    for key in keys:
+        noise = noise_of({**all_fp16, key: "int8"})
+        alone[key] = min(_sqnrs(signal, noise))
+        added[key] = np.maximum(noise - noise_fp16, 0.0)
+    return alone, added
+
+
+def _predicted_path(keys: List[str], order: List[str], added: Dict[str, np.ndarray],
+                    signal: np.ndarray, noise_fp16: np.ndarray, outputs: int,
+                    cycles: Callable[[Dict[str, str]], int]) -> List[PathPoint]:
+    """The points of the greedy path, each with its cycles and predicted SQNR: point k has
+    the first k layers of ``order`` promoted to fp16."""
     path: List[PathPoint] = []
     remaining = np.sum([added[k] for k in keys], axis=0) if keys else np.zeros(outputs)
     for promoted in range(len(keys) + 1):
@@ -400,8 +438,13 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         assignment = {k: "fp16" if k in set(order[:promoted]) else "int8" for k in keys}
         path.append(PathPoint(promoted, cycles(assignment), min(
             _sqnrs(signal, noise_fp16 + np.maximum(remaining, 0.0)))))
-    _fill(path[-1], fp16_measured)
+    return path
 
+
+def _choose_point(path: List[PathPoint], keys: List[str], order: List[str], target: float,
+                  measure: Callable[[Dict[str, str]], tuple]) -> int:
+    """The point of ``path`` chosen (module docstring, step 6), measuring the points it
+    needs with ``measure``; the last point (all-fp16) is measured and meets the target."""
     def meets(k: int) -> bool:
         if not path[k].measured:
             fp16 = set(order[:k])
@@ -422,16 +465,8 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
             if path[k].cycles < path[chosen].cycles:
                 meets(k)
     # Of the points measured, the fewest cycles that meet the target.
-    chosen = min((k for k, p in enumerate(path) if p.meets(target)),
-                 key=lambda k: (path[k].cycles, k))
-    fp16_set = set(order[:chosen])
-    if progress is not None:
-        progress(builds, builds)
-    result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
-                            order, path, chosen, alone, extra, len(examples), builds,
-                            len(held), outputs, calibration)
-    result._measure = measure
-    return result
+    return min((k for k, p in enumerate(path) if p.meets(target)),
+               key=lambda k: (path[k].cycles, k))
 
 
 def _out_of_reach(target: float, calibration: List[float], held: List[float]) -> None:

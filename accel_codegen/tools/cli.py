@@ -480,36 +480,10 @@ def cmd_run(args) -> int:
         raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
     _check_trace_paths(args)
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
-    import numpy as np
-
-    if not args.input and not args.random:
-        raise UserError("give the inputs: --input x.npy (repeated, in order), --input "
-                        "inputs.npz (named), or --random")
-    if args.input and args.random:
-        raise UserError("give --input or --random, not both")
-    inputs = args.input or []
-    if any(Path(path).suffix == ".npz" for path in inputs) and len(inputs) > 1:
-        raise UserError(f"an .npz input holds every input: give it alone, not with "
-                        f"{len(inputs) - 1} other --input")
-    arrays, named = [], None  # named: an .npz's arrays by name, ordered once the VM is loaded
-    for path in inputs:
-        if not Path(path).is_file():
-            raise UserError(f"input file '{path}' does not exist")
-        archive = Path(path).suffix == ".npz"
-        kind = ".npz archive" if archive else ".npy array"
-        try:
-            loaded = np.load(path, allow_pickle=False)
-            if archive and hasattr(loaded, "files"):
-                with loaded:
-                    named = {key: loaded[key] for key in loaded.files}
-        except (ValueError, OSError) as error:
-            raise UserError(f"input file '{path}' is not a {kind}: {error}") from None
-        if isinstance(loaded, np.ndarray) != (not archive):
-            raise UserError(f"input file '{path}' is not a {kind}")
-        if not archive:
-            arrays.append(loaded)
+    arrays, named = _read_run_inputs(args)
     import contextlib
 
+    import numpy as np
     import tvm
 
     from ..sim.profiling import profile
@@ -546,21 +520,7 @@ def cmd_run(args) -> int:
         raise UserError(f"running '{library}' failed: {lines[0] if lines else error}") from None
     if profiled:
         _check_ran_precision(prof, args.precision, library)
-    outputs = [result] if hasattr(result, "numpy") else list(result)
-    outputs = [o.numpy() for o in outputs]
-    for i, o in enumerate(outputs):
-        flat = o.reshape(-1)
-        print(f"output {i}: shape {list(o.shape)} {o.dtype}, argmax {int(np.argmax(flat))}, "
-              f"first values {np.array2string(flat[:5], precision=4)}")
-    print(f"wall time {elapsed * 1e3:.2f} ms")
-    if args.output:
-        if Path(args.output).suffix == ".npz":
-            np.savez(args.output, *outputs)
-        elif len(outputs) != 1:
-            raise UserError(f"{len(outputs)} outputs: give --output with a .npz path")
-        else:
-            np.save(args.output, outputs[0])
-        print(f"wrote {args.output}")
+    _write_run_outputs(args, result, elapsed)
     if args.profile:
         print()
         print(prof.table(clock_hz=config.clock_hz))
@@ -579,6 +539,61 @@ def cmd_run(args) -> int:
             raise UserError(f"--trace: {error} (--config)") from None
         _write_trace(trace, config, args.trace, args.trace_plot)
     return 0
+
+
+def _read_run_inputs(args) -> tuple:
+    """run's --input files: the .npy arrays in order, and an .npz's arrays by name (None
+    without one; ordered once the library is loaded)."""
+    import numpy as np
+
+    if not args.input and not args.random:
+        raise UserError("give the inputs: --input x.npy (repeated, in order), --input "
+                        "inputs.npz (named), or --random")
+    if args.input and args.random:
+        raise UserError("give --input or --random, not both")
+    inputs = args.input or []
+    if any(Path(path).suffix == ".npz" for path in inputs) and len(inputs) > 1:
+        raise UserError(f"an .npz input holds every input: give it alone, not with "
+                        f"{len(inputs) - 1} other --input")
+    arrays, named = [], None  # named: an .npz's arrays by name, ordered once the VM is loaded
+    for path in inputs:
+        if not Path(path).is_file():
+            raise UserError(f"input file '{path}' does not exist")
+        archive = Path(path).suffix == ".npz"
+        kind = ".npz archive" if archive else ".npy array"
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if archive and hasattr(loaded, "files"):
+                with loaded:
+                    named = {key: loaded[key] for key in loaded.files}
+        except (ValueError, OSError) as error:
+            raise UserError(f"input file '{path}' is not a {kind}: {error}") from None
+        if isinstance(loaded, np.ndarray) != (not archive):
+            raise UserError(f"input file '{path}' is not a {kind}")
+        if not archive:
+            arrays.append(loaded)
+    return arrays, named
+
+
+def _write_run_outputs(args, result, elapsed: float) -> None:
+    """Print run's outputs and wall time, and write them to --output."""
+    import numpy as np
+
+    outputs = [result] if hasattr(result, "numpy") else list(result)
+    outputs = [o.numpy() for o in outputs]
+    for i, o in enumerate(outputs):
+        flat = o.reshape(-1)
+        print(f"output {i}: shape {list(o.shape)} {o.dtype}, argmax {int(np.argmax(flat))}, "
+              f"first values {np.array2string(flat[:5], precision=4)}")
+    print(f"wall time {elapsed * 1e3:.2f} ms")
+    if args.output:
+        if Path(args.output).suffix == ".npz":
+            np.savez(args.output, *outputs)
+        elif len(outputs) != 1:
+            raise UserError(f"{len(outputs)} outputs: give --output with a .npz path")
+        else:
+            np.save(args.output, outputs[0])
+        print(f"wrote {args.output}")
 
 
 def _check_trace_paths(args) -> None:
@@ -944,6 +959,15 @@ def _build_commands(sub) -> None:
     from ..sim.config import GENERATED_PRECISIONS
 
     mixed = GENERATED_PRECISIONS + ("mixed",)
+    _partition_command(sub, mixed)
+    _compile_command(sub, mixed)
+    _run_command(sub, mixed)
+    _accuracy_command(sub, mixed)
+    _debug_command(sub)
+
+
+def _partition_command(sub, mixed) -> None:
+    """The partition command's parser."""
     p = sub.add_parser("partition", help="print what is offloaded as which primitive, and why "
                        "the rest is not", description="Print the partition report of a model.")
     _model_args(p)
@@ -962,6 +986,9 @@ def _build_commands(sub) -> None:
                    "host operator, marked, with its reason; arrows for the tensors")
     p.set_defaults(func=cmd_partition)
 
+
+def _compile_command(sub, mixed) -> None:
+    """The compile command's parser."""
     p = sub.add_parser("compile", help="partition, generate C, build and export a .so",
                        description="Partition a model, generate the accelerator C code, build "
                        "it with TVM and export a shared library that `run` (or any process "
@@ -979,6 +1006,9 @@ def _build_commands(sub) -> None:
     _target_args(p)
     p.set_defaults(func=cmd_compile)
 
+
+def _run_command(sub, mixed) -> None:
+    """The run command's parser."""
     p = sub.add_parser("run", help="run an exported .so on the simulator",
                        description="Load a library written by `compile` and run it on inputs "
                        "from .npy files (in-process: tvm.runtime.load_module + VirtualMachine).")
@@ -1005,6 +1035,9 @@ def _build_commands(sub) -> None:
     _csv_arg(p, "the run's per-layer costs")
     p.set_defaults(func=cmd_run)
 
+
+def _accuracy_command(sub, mixed) -> None:
+    """The accuracy command's parser."""
     p = sub.add_parser("accuracy", help="SQNR of an int8, fp16 or mixed build against fp32",
                        description="Build a model in int8, fp16 or mixed int8/fp16 and in "
                        "fp32 (the same partition), run both on random N(0, 1) inputs drawn "
@@ -1025,6 +1058,11 @@ def _build_commands(sub) -> None:
                    "quantisation (QDQ, per-channel weights) calibrated on the same inputs")
     _output_args(p, "report")
     p.set_defaults(func=cmd_accuracy)
+
+
+def _debug_command(sub) -> None:
+    """The debug command's parser."""
+    from ..sim.config import GENERATED_PRECISIONS
 
     p = sub.add_parser("debug", help="per layer: the error against fp32 (SQNR, max error) "
                        "and the simulated cost, the first layer below a threshold flagged",

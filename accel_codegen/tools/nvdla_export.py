@@ -552,17 +552,7 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     NvdlaInexactError for what NVDLA cannot compute exactly (nothing is written then)."""
     label = run.label or name
     ops = list(run.ops)
-    other = [op for op in ops if isinstance(op, OtherOp)]
-    if other:
-        raise _inexact(label, f"a {other[0].engine} op in {other[0].precision} (the export "
-                       "writes int8 CONV, SDP and PDP layers)")
-    kinds = tuple(type(op).__name__ for op in ops)
-    if kinds not in (("Conv", "Sdp"), ("Conv", "Sdp", "Pool"), ("Sdp",), ("Sdp", "Pool"),
-                     ("Pool",)):
-        raise _inexact(label, f"the chain {' -> '.join(kinds)} is not one NVDLA hardware "
-                       "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
-    if run.input is None or run.output is None or run.input.dtype != np.int8:
-        raise _inexact(label, "the run's tensors are not int8 NCHW")
+    kinds = _exportable_chain(run, ops, label)
     x, expected = _one_image(run, label)
     c, h, w = x.shape
     cfg = _Cfg()
@@ -617,16 +607,7 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
         _pdp_registers(cfg, pool, pool_in, expected.shape, flying=sdp is not None,
                        src=None if sdp is not None else src, dst=dst, label=label)
         units = ["PDP"] + ([] if sdp is not None else ["PDP_RDMA"]) + units
-    os.makedirs(os.path.join(directory, name), exist_ok=True)
-    head: List[str] = [f"// {name}: {label} ({' -> '.join(kinds)}), written by accel-codegen "
-                       "export-nvdla from the simulator's int8 run"]
-    for what, base, size, data in regions.items:
-        head.append(f"//{what}")
-        head.append(f"mem_init(pri_mem, {base:#x}, {size:#x}, ALL_ZERO);")
-        if data is not None:
-            dat = f"{name}_{what.split()[0].lower()}.dat"
-            write_dat(os.path.join(directory, name, dat), data)
-            head.append(f'mem_load(pri_mem, {base:#x}, "{dat}");')
+    head = _memory_head(directory, name, label, kinds, regions)
     last = "PDP" if pool is not None else "SDP"
     if conv is not None:  # as NVDLA's convolution tests: CDMA's and CACC's done masked too
         mask = 0x3F03FF & ~(0b11 << {"SDP": 0, "PDP": 4}[last])
@@ -643,20 +624,63 @@ def export_run(run: RecordedRun, directory: str, name: str) -> ExportedTest:
     body = "\n".join(head) + "\n" + cfg.text() + "\n".join(tail) + "\n"
     with open(cfg_path, "w") as f:
         f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, 0x0);\n")
+    played, crc = _play_checked(cfg_path, dst[0], out_line, out_surf, expected, label)
+    with open(cfg_path, "w") as f:
+        f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
+    return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
+                        output=expected.copy(), units=enables,
+                        cycles=estimate_cycles(played.layers))
+
+
+def _exportable_chain(run: RecordedRun, ops: list, label: str) -> Tuple[str, ...]:
+    """The run's chain of op kinds, when it is one int8 NVDLA hardware layer (else
+    NvdlaInexactError, naming what is not)."""
+    other = [op for op in ops if isinstance(op, OtherOp)]
+    if other:
+        raise _inexact(label, f"a {other[0].engine} op in {other[0].precision} (the export "
+                       "writes int8 CONV, SDP and PDP layers)")
+    kinds = tuple(type(op).__name__ for op in ops)
+    if kinds not in (("Conv", "Sdp"), ("Conv", "Sdp", "Pool"), ("Sdp",), ("Sdp", "Pool"),
+                     ("Pool",)):
+        raise _inexact(label, f"the chain {' -> '.join(kinds)} is not one NVDLA hardware "
+                       "layer (CONV -> SDP [-> PDP], SDP [-> PDP] or PDP)")
+    if run.input is None or run.output is None or run.input.dtype != np.int8:
+        raise _inexact(label, "the run's tensors are not int8 NCHW")
+    return kinds
+
+
+def _memory_head(directory: str, name: str, label: str, kinds: Tuple[str, ...],
+                 regions: _Regions) -> List[str]:
+    """The test's opening lines: what it is and each memory region's initialisation, its
+    data written to ``directory/name/`` as .dat files."""
+    os.makedirs(os.path.join(directory, name), exist_ok=True)
+    head: List[str] = [f"// {name}: {label} ({' -> '.join(kinds)}), written by accel-codegen "
+                       "export-nvdla from the simulator's int8 run"]
+    for what, base, size, data in regions.items:
+        head.append(f"//{what}")
+        head.append(f"mem_init(pri_mem, {base:#x}, {size:#x}, ALL_ZERO);")
+        if data is not None:
+            dat = f"{name}_{what.split()[0].lower()}.dat"
+            write_dat(os.path.join(directory, name, dat), data)
+            head.append(f'mem_load(pri_mem, {base:#x}, "{dat}");')
+    return head
+
+
+def _play_checked(cfg_path: str, base: int, line: int, surface: int, expected: np.ndarray,
+                  label: str) -> tuple:
+    """Play the test on the front end: the playing and its first CRC. Its output must be the
+    run's bits (else AccelInvalidError: an export error)."""
+    out_c, out_h, out_w = expected.shape
     played = play(cfg_path)
     crc = played.crcs[0]
-    got = read_int8(played.memory, dst[0], out_line, out_surf, out_c, out_h, out_w)
+    got = read_int8(played.memory, base, line, surface, out_c, out_h, out_w)
     if not np.array_equal(got, expected.astype(np.int64)):
         bad = np.argwhere(got != expected)[0]
         raise AccelInvalidError(
             f"{label}: the exported test computes {int(got[tuple(bad)])} at (c, h, w) = "
             f"{tuple(int(v) for v in bad)} where the simulator's run gave "
             f"{int(expected[tuple(bad)])} (an export error: please report it)")
-    with open(cfg_path, "w") as f:
-        f.write(body + f"check_crc(sync_id_0, 1, {region[0]:#x}, {region[1]:#x}, {crc:#010x});\n")
-    return ExportedTest(name=name, cfg=cfg_path, crc=crc, region=region,
-                        output=expected.copy(), units=enables,
-                        cycles=estimate_cycles(played.layers))
+    return played, crc
 
 
 def row_slices(run: RecordedRun) -> List[RecordedRun]:
