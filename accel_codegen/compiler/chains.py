@@ -341,12 +341,17 @@ def token_dense(bias: bool, annotations: Annotations) -> DFPattern:
 
 
 def _token_entries() -> List[Entry]:
-    """layer norm over the channels of token tensors, after a dense layer over the tokens or
-    alone, with an activation after it or not: each one composite whose runs are the layer
-    norm's engine passes (sim/decompose.py; lowering.py builds them); a dense layer over the
-    tokens (+ bias, + activation) alone; softmax over the last axis."""
+    """layer norm over the channels of token tensors, alone (with an activation after it or
+    not) or after a dense layer over the tokens and before an activation (the forum's
+    relu(layer_norm(matmul(x, W)))): each one composite whose runs are the layer norm's
+    engine passes (sim/decompose.py; lowering.py builds them); a dense layer over the tokens
+    (+ bias, + activation) alone; softmax over the last axis. A dense layer then a layer norm
+    without an activation is two composites of one function: the same runs, one entry fewer
+    for each bias form."""
     entries = []
     for bias, act in itertools.product((None, True, False), (False, True)):
+        if bias is not None and not act:
+            continue
         annotations: Annotations = {}
         if bias is None:
             data = annotations["input"] = wildcard()
