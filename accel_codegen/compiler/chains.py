@@ -349,9 +349,8 @@ def _token_entries() -> List[Entry]:
     without an activation is two composites of one function: the same runs, one entry fewer
     for each bias form."""
     entries = []
-    for bias, act in itertools.product((None, True, False), (False, True)):
-        if bias is not None and not act:
-            continue
+    # (bias: None for a layer norm alone, else whether the dense layer adds one; activation)
+    for bias, act in ((None, False), (None, True), (True, True), (False, True)):
         annotations: Annotations = {}
         if bias is None:
             data = annotations["input"] = wildcard()
