@@ -101,3 +101,56 @@ def test_estimate_table_csv_json_and_trace_name_the_layers(tmp_path):
     trace = name_trace(report.chrome_trace(), source_names(report.source_ops))
     named = {e["args"].get("source") for e in trace["traceEvents"] if e.get("ph") == "X"}
     assert "stem" in named
+
+
+class PooledNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.avgpool(torch.relu(self.conv(x))), 1))
+
+
+def test_a_rewritten_global_pool_keeps_its_name():
+    """flattened_global_pools puts mean(x, [2, 3]) in the flatten's place: TVM's rewriter makes
+    the new call without a span, so the pool lost its name (None in every report); it keeps
+    the pool's (avgpool), through the partition and the estimate."""
+    from accel_codegen.compiler import rewrites
+    from accel_codegen.compiler.source_names import name_of
+    from accel_codegen.tools.estimation import estimate
+
+    torch.manual_seed(0)
+    mod, params = frontend.from_pytorch(PooledNet().eval(), (torch.randn(1, 3, 8, 8),))
+    rewritten = rewrites.flattened_global_pools(mod)
+    means = [b.value for b in rewritten["main"].body.blocks[0].bindings
+             if getattr(b.value, "op", None) is not None and
+             getattr(b.value.op, "name", "") == "relax.mean"]
+    assert len(means) == 1 and name_of(means[0]) == "avgpool"
+    assert not [b for b in rewritten["main"].body.blocks[0].bindings
+                if getattr(getattr(b.value, "op", None), "name", "") == "relax.reshape" and
+                name_of(b.value) == "flatten"]  # the flatten is gone, into the pool
+    report = partition_report(mod, params)
+    assert [op.source for op in report.ops if op.op == "relax.mean"] == ["avgpool"]
+    assert all(op.source for op in report.ops)
+    rows = estimate(mod, params, config="nv_full").layer_rows()
+    assert [r["source"] for r in rows if "avgpool" in r["layer"]] == ["avgpool"]
+
+
+def test_tvmscript_spans_name_no_layer():
+    """TVMScript's parser gives each call its file and line as a span: not a layer's name."""
+    import tvm
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Scripted:
+        @R.function
+        def main(x: R.Tensor((1, 4, 8, 8), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(x)
+                R.output(y)
+            return y
+
+    assert [op.source for op in partition_report(Scripted).ops] == [None]
