@@ -156,8 +156,8 @@ class _Spans(relax.PyExprMutator):
 
 def name_bindings(function: relax.Function, names: Mapping[str, str]) -> relax.Function:
     """``function`` with the call bound to each variable named in ``names`` (by the variable's
-    name) carrying that source name, where it has none: for a rewrite, whose new calls TVM
-    makes without a span."""
+    name) carrying that source name: for a rewrite, whose new calls TVM makes without a
+    span."""
     def span_for(var):
         name = names.get(var.name)
         return span_of(name) if name else None

@@ -103,6 +103,44 @@ def test_estimate_table_csv_json_and_trace_name_the_layers(tmp_path):
     assert "stem" in named
 
 
+def test_a_library_remembers_its_build_and_run_names_its_layers(capsys, tmp_path):
+    """A library written by export_library carries its configuration, precision and each
+    layer's source names: `run` reports on the configuration it was compiled for (--config
+    may not contradict it) and its --profile table, --csv and --trace name each layer as the
+    estimate does."""
+    import accel_codegen as ac
+    from accel_codegen.tools.estimation import estimate
+    from conftest import run_cli
+
+    model, x = _net()
+    mod, params = frontend.from_pytorch(model, x)
+    library = tmp_path / "net.so"
+    ac.export_library(ac.build(mod, params, config="nv_small"), library)
+    info = ac.library_info(library)
+    assert (info.config.name, info.precision, info.fuse) == ("nv_small", "fp32", True)
+    assert info.names["f0.0"] == "stem"
+    assert info.ops["f0.0"] == ["relax.nn.conv2d", "relax.reshape", "relax.add"]
+    out_csv, out_trace = tmp_path / "run.csv", tmp_path / "run.json"
+    status, out, err = run_cli(capsys, "run", library, "--random", "--profile",
+                               "--csv", out_csv, "--trace", out_trace)
+    assert status == 0, err
+    assert "nv_small clock" in out
+    table = [line.split() for line in out.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert table[0][1:3] == ["f0.0", "accel.conv2d_bias"] and "stem" in table[0], table
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    expected = estimate(mod, params, config="nv_small").layer_rows()
+    assert [(r["layer"], r["source"], r["source_ops"]) for r in rows] == \
+        [(e["layer"], e["source"], e["source_ops"]) for e in expected]
+    assert rows[0]["source"] == "stem" and rows[1]["source"].startswith("layer1.0.{")
+    assert all(r["source_ops"] for r in rows)
+    events = json.loads(out_trace.read_text())["traceEvents"]
+    assert {e["args"].get("source") for e in events if e.get("ph") == "X"} >= {"stem"}
+    status, _, err = run_cli(capsys, "run", library, "--random", "--config", "nv_full")
+    assert status == 1 and "compiled for configuration nv_small, not nv_full" in err, err
+    status, _, err = run_cli(capsys, "run", library, "--random", "--config", "nv_small")
+    assert status == 0, err
+
+
 class PooledNet(torch.nn.Module):
     def __init__(self):
         super().__init__()

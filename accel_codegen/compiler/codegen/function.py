@@ -7,6 +7,7 @@ the C text (:mod:`.emit`); the fixed C is ``accel/tvm_glue.h``.
 """
 from __future__ import annotations
 
+import json
 import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +25,7 @@ from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, 
 from .memory import RunMemory, emitted_conv_modes, plan_function
 from ..program import MIXED, layer_runs, lower_function
 from ..program import Function as ProgramFunction
+from ..source_names import function_calls, layer_name
 from . import emit, int8, layouts, passes
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
@@ -81,6 +83,10 @@ class FunctionCodegen:
         self.packed = 0  # convs whose weights the glue packs once (int8, fp16, Winograd)
         self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
         self.layer_index = 0
+        self.layer_source = ""  # the source model's name of the layer being written
+        # layer key -> its source-model name, Relax operators and precision: the function's
+        # record in the library (emit.INFO_SECTION)
+        self.layer_info: Dict[str, Dict[str, object]] = {}
         self.last_use: Dict[relax.Var, int] = {}
         self.layer_comments: List[str] = []
         self.body: List[str] = []
@@ -263,7 +269,8 @@ class FunctionCodegen:
         key = run_key(self.index, index, CONVERT_PART)
         label = run_label(key, CONVERT_PRIMITIVE)
         self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = quant
-        lines = [f"/* {label}: layer {index}'s output for its {target} readers */", "{"]
+        lines = [f"/* {label}: layer {index}'s output for its {target} readers */", "{",
+                 emit.name_run(label, self.layer_source)]
         lines += emit.run_layer([emit.convert_op(self.precision, quant.scale, quant.zero)],
                                 self.operands[var], shape, temp, shape, False, label,
                                 self.precision, target)
@@ -274,6 +281,10 @@ class FunctionCodegen:
         name = str(composite.attrs["Composite"])
         scope = dict(zip(composite.params, args))
         layer = self.program.calls[index].layer
+        self.layer_source = layer_name(composite)
+        self.layer_info[run_key(self.index, index)] = {
+            "source": self.layer_source, "precision": self.precision,
+            "ops": [call.op.name for call in function_calls(composite)]}
         if var not in self.operands:
             # Live until its last reader; never the same buffer as this layer's inputs, which
             # are still live while it is allocated.
@@ -339,7 +350,8 @@ class FunctionCodegen:
             self.run_memory = self.memory.get(key, RunMemory())
             ops = emit.sram_streams([emit.rubik_op(run.rubik, self.precision)],
                                     self.run_memory.sram)
-            lines = [f"/* {label}: {' -> '.join(run.source_ops)} */", "{"]
+            lines = [f"/* {label}: {' -> '.join(run.source_ops)} */", "{",
+                     emit.name_run(label, self.layer_source)]
             lines += emit.run_layer(ops, phases, run.in_shape, self.operands[var],
                                     _feature(run.out_shape), run.fused(self.fuse), label,
                                     self.precision)
@@ -366,7 +378,8 @@ class FunctionCodegen:
         self.run_memory = self.memory.get(key, RunMemory())
         in_layout = "c16" if scope.get(layer.data, layer.data) in self.c16 else "nchw"
         out_layout = "c16" if output_var in self.c16 else "nchw"
-        lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
+        lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{",
+                 emit.name_run(label, self.layer_source)]
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
         out_quant = in_quant
@@ -661,8 +674,11 @@ def translation_unit(gen: FunctionCodegen) -> str:
               f" * Layers:\n{layers}\n */")
     constants = [(a.size, dl) for a, dl in zip(gen.pool.arrays.values(),
                                                gen.pool.dl_types())]
+    info = {"symbol": gen.symbol, "function": gen.index, "config": gen.config.to_dict(),
+            "precision": gen.function_precision, "fuse": gen.fuse, "layers": gen.layer_info}
     return emit.translation_unit(
-        symbol=gen.symbol, short=gen.short, header=header,
+        symbol=gen.symbol, name=f"external function f{gen.index}", header=header,
         cfg=gen.config, args=args, num_inputs=len(gen.inputs), constants=constants,
         temps=gen.scratch.sizes, num_packed=gen.packed,
-        body=textwrap.indent("\n".join(body), "  "))
+        body=textwrap.indent("\n".join(body), "  "),
+        info=json.dumps(info, separators=(",", ":"), sort_keys=True))

@@ -113,7 +113,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         label = run_label(key, pass_primitive(primitive, step.role))
         count = int(np.prod(run.out_shape))
         out = tensors[step.output] = gen._temp(count)
-        lines = [f"/* {label}: {step.role} */", "{"]
+        lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         if _clears(step.ops):
             lines.append(f"  memset({out}, 0, {count * itemsize});")
         ops = [_op(gen, op, tensors, step.operand) for op in step.ops]
