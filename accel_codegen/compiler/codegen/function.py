@@ -481,10 +481,13 @@ class FunctionCodegen:
             return []
         channels = _channels(layer)
 
-        def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None):
+        def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None,
+                per_channel=False):
             fields = {"scale": scale, "shift": shift}
             if ew:
                 fields.update(ew_op=emit.c_elementwise(ew), ew_operand=operand)
+            if per_channel:
+                fields["ew_per_channel"] = 1
             if act:
                 fields["act"] = emit.c_activation(act)
             if act == "clip":
@@ -495,6 +498,10 @@ class FunctionCodegen:
             return emit.sdp_op(what, fields)
 
         operand = self._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
+        if self.fuse and layer.computed_scale:  # x * s, s computed: Layer.computed_scale
+            operand = self._data(s.scale, scope, ("", 0))[0]
+            stages = " + ".join(["the computed per-channel multiplier"] + [s.act] * bool(s.act))
+            return [sdp(stages, ew="mul", operand=operand, act=s.act, per_channel=True)]
         if self.fuse:
             scale, shift = folded or self._scale_shift(s, s.bias, channels, scope, lines)
             stages = [name for name, present in (

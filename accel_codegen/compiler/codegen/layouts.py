@@ -127,9 +127,11 @@ def _runs(program: ProgramFunction, config: AccelConfig, fuse: bool,
         def run(layer: Layer, key: str, output: relax.Var) -> _Run:
             data = var(layer.data)
             operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
-            # a deconvolution's runs read and write NCHW (its phases are scratch of its own)
+            # a deconvolution's runs read and write NCHW (its phases are scratch of its own);
+            # so does a multiply by a per-channel operand (Layer.computed_scale: accel.h's
+            # ew_per_channel is NCHW only)
             convertible = not layer.copies and layer.lrn is None and layer.rubik is None and \
-                not layer.tokens and \
+                not layer.tokens and not (fuse and layer.computed_scale) and \
                 data is not None and \
                 tuple(layer.in_shape) == static_shape(data) and \
                 (not layer.sdp.ew_op or operand is not None)
