@@ -119,9 +119,11 @@ def _runs(function: ProgramFunction, config: AccelConfig, fuse: bool) -> List[_R
             of_call.setdefault(run.call, []).append(run)
 
     def convertible(layer: Layer, data, operand) -> bool:
-        # a deconvolution's runs read and write NCHW (its phases are scratch of their own)
+        # a deconvolution's runs read and write NCHW (its phases are scratch of their own);
+        # so does a multiply by a per-channel operand (Layer.computed_scale: accel.h's
+        # ew_per_channel is NCHW only)
         return not layer.copies and layer.lrn is None and layer.rubik is None and \
-            not layer.tokens and data is not None and \
+            not layer.tokens and not (fuse and layer.computed_scale) and data is not None and \
             tuple(layer.in_shape) == static_shape(data) and \
             (not layer.sdp.ew_op or operand is not None)
 

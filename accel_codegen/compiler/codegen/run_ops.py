@@ -83,10 +83,13 @@ def sdp_ops(gen, layer: Layer, scope, lines: List[str],
         return []
     channels = channels_of(layer)
 
-    def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None):
+    def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None,
+            per_channel=False):
         fields = {"scale": scale, "shift": shift}
         if ew:
             fields.update(ew_op=emit.c_elementwise(ew), ew_operand=operand)
+        if per_channel:
+            fields["ew_per_channel"] = 1
         if act:
             fields["act"] = emit.c_activation(act)
         if act == "clip":
@@ -97,6 +100,10 @@ def sdp_ops(gen, layer: Layer, scope, lines: List[str],
         return emit.sdp_op(what, fields)
 
     operand = gen._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
+    if gen.fuse and layer.computed_scale:  # x * s, s computed: Layer.computed_scale
+        operand = gen._data(s.scale, scope, ("", 0))[0]
+        stages = " + ".join(["the computed per-channel multiplier"] + [s.act] * bool(s.act))
+        return [sdp(stages, ew="mul", operand=operand, act=s.act, per_channel=True)]
     if gen.fuse:
         scale, shift = folded or scale_shift(gen, s, s.bias, channels, scope, lines)
         stages = [name for name, present in (
