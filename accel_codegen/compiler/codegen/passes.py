@@ -15,7 +15,6 @@ from typing import Dict, List
 import numpy as np
 from tvm import relax
 
-from ...sim.labels import pass_part, pass_primitive, run_key, run_label
 from ...sim.observer import INPUT
 from ...sim.ops import Bdma, Conv, Sdp
 from ..layer import ConvSpec, CopySpec, Layer
@@ -91,16 +90,16 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     attention's (its K read as written, a row per token; its V onto its surface too)."""
     precision = gen.precision
     b, c, h, w = layer.in_shape
+    program_runs = [run for run in gen.program.runs if run.call == index and not run.converts]
     decomposition = None
     if layer.norm is not None:
-        runs = layer.runs(precision)
-        first_key = run_key(gen.index, index, pass_part(0))
+        runs = [run.layer for run in program_runs]
         surface_shape = layer.in_shape if layer.conv is None else \
             (b, layer.conv.weight_shape[0], h, w)
         decomposition = layer.norm.decomposition(surface_shape, precision)
-    else:  # one run, keyed as walk.runs keys it
+    else:  # one run, on the surface
         runs = [dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))]
-        first_key = run_key(gen.index, index)
+    first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
@@ -140,15 +139,14 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         out = gen._temp(int(np.prod(dense.out_shape)))
         gen.inner[layer.data] = surface
         try:
-            gen._emit(dense, scope, first_key, primitive, out)
+            gen._emit(program_runs[0], out, layer=dense)
         finally:
             del gen.inner[layer.data]
         tensors["x"] = out
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
-        key = run_key(gen.index, index, pass_part(part))
-        label = run_label(key, pass_primitive(primitive, step.role))
+        label = program_runs[part].label
         count = int(np.prod(run.out_shape))
         if step.output in views:
             out = tensor(step.output)
