@@ -290,13 +290,17 @@ class Layer:
     @property
     def computed_scale(self) -> bool:
         """Whether the layer is a per-channel multiply by a computed tensor (squeeze-excite's
-        ``x * s``): fp32 and fp16 read it as the SDP's scale; int8 as the SDP's element-wise
-        multiplier with a per-channel operand (``ew_per_channel``), in the codes and zero point
-        of the layer that computed it."""
+        ``x * s``) of one image: fused, every precision runs it as the SDP's element-wise
+        multiplier with a per-channel operand (``ew_per_channel``), int8 in the codes and
+        zero point of the layer (or the function input) that gave it. So the fp32 build that
+        calibrates an int8 one observes ``s`` as that operand, where the host computed it too
+        (an external function's argument has no other run that sees it). ``s`` is one value
+        per channel ([1, C, 1, 1], the lowering's per-channel rule) and the operand holds
+        [N, C]: a batch above 1 reads it as the SDP's scale (fp32 only)."""
         s = self.sdp
         return self.conv is None and not self.copies and s.scale is not None and \
             not is_constant(s.scale) and s.batch_norm is None and s.bias is None and \
-            s.ew_op is None
+            s.ew_op is None and self.in_shape[0] == 1
 
     @property
     def computed_dense_weight(self) -> bool:
@@ -433,8 +437,9 @@ class Layer:
                        precision=precision, **fields)
 
         ops: list = []
-        if int8 and self.computed_scale and fuse:  # x * s, s computed: see computed_scale
-            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act)]
+        if self.computed_scale and fuse:  # x * s, s computed: see computed_scale
+            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act,
+                        clip=self.sdp.clip, prelu_slope=_placeholder(self.sdp.prelu_slope))]
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,

@@ -14,20 +14,20 @@ import numpy as np
 from tvm import relax
 
 from ...errors import AccelInvalidError, AccelUnsupportedError
-from ...quantization import Calibration, Key, TensorQuant, quantize_weights
+from ...quantization import Calibration, Key, TensorQuant
 from ...quantization.lut import layer_lut
 from ...sim.config import AccelConfig
 from ...sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
-from .memory import RunMemory, emitted_conv_modes, plan_function
-from ..program import MIXED, layer_runs, lower_function
+from ..program import MIXED, Program, Run, layer_runs, lower_function
 from ..program import Function as ProgramFunction
-from . import emit, int8, layouts, passes
+from . import emit, int8, passes
 from .buffers import ScratchPlanner
 from .constants import ConstantPool
 from .folding import affine, fold_batch_norm
+from .planning import plan_program
 
 #: Storage dtype of each precision the code generator emits.
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
@@ -56,12 +56,16 @@ class FunctionCodegen:
 
     def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
                  precision: str = "fp32", calibration: Optional[Calibration] = None,
-                 winograd: bool = True, memory: Optional[Dict[str, RunMemory]] = None,
-                 layer_precisions: Optional[Dict[str, str]] = None,
+                 winograd: bool = True, layer_precisions: Optional[Dict[str, str]] = None,
                  program: Optional[ProgramFunction] = None):
         self.function = function
-        self.program = program if program is not None else \
-            lower_function(function, index, precision, layer_precisions)
+        if program is None:  # planned as the module's only function
+            program = plan_program(Program([lower_function(function, index, precision,
+                                                           layer_precisions)],
+                                           precision, layer_precisions),
+                                   config, fuse, winograd).functions[0]
+        self.program = program
+        self.runs = {run.key: run for run in program.runs}
         self.config = config
         self.fuse = fuse
         self.index = index
@@ -95,16 +99,7 @@ class FunctionCodegen:
         self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
-        # CBUF splits, weight formats, SRAM placement and conv modes of every run (shared with
-        # estimate; the module's plan when given, as SRAM is shared by every function)
-        self.memory = memory if memory is not None else \
-            plan_function(function, index, config, fuse, self.function_precision, winograd,
-                          self.layer_precisions, self.program)
-        self.run_memory = RunMemory()  # the run being emitted
-        # the tensors kept channel-blocked between runs (fp32 only)
-        self.c16 = layouts.plan_layouts(function, index, config, fuse, self.memory,
-                                        self.program) \
-            if self.function_precision == "fp32" else set()
+        self.emitting: Optional[Run] = None  # the run being emitted
 
     @property
     def constants(self) -> Dict[str, np.ndarray]:
@@ -336,9 +331,9 @@ class FunctionCodegen:
                 quant = self._emit(run, scope, key, name, phases)
                 continue
             label = run_label(key, name)
-            self.run_memory = self.memory.get(key, RunMemory())
+            self.emitting = self.runs[key]
             ops = emit.sram_streams([emit.rubik_op(run.rubik, self.precision)],
-                                    self.run_memory.sram)
+                                    self.emitting.memory.sram)
             lines = [f"/* {label}: {' -> '.join(run.source_ops)} */", "{"]
             lines += emit.run_layer(ops, phases, run.in_shape, self.operands[var],
                                     _feature(run.out_shape), run.fused(self.fuse), label,
@@ -363,9 +358,8 @@ class FunctionCodegen:
         quantisation of the int8 concat this copy rescales its input into; ``output_var``: the
         layer's output, whose layout the run writes, or None for NCHW)."""
         label = run_label(key, primitive, branch)
-        self.run_memory = self.memory.get(key, RunMemory())
-        in_layout = "c16" if scope.get(layer.data, layer.data) in self.c16 else "nchw"
-        out_layout = "c16" if output_var in self.c16 else "nchw"
+        self.emitting = self.runs[key]
+        in_layout, out_layout = self.emitting.in_layout, self.emitting.out_layout
         lines = [f"/* {label}: {' -> '.join(layer.source_ops)} */", "{"]
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
@@ -394,11 +388,10 @@ class FunctionCodegen:
                 not layer.computed_dense_weight:
             # Batch norm's (or a scale's) factor goes into the weights before they are
             # rounded to half: one rounding fewer per layer; the SDP adds the shift.
-            g, h = affine(layer.sdp, _channels(layer), scope)
-            weights = self._weights(layer, scope) * g.reshape(-1, 1, 1, 1)
-            ops.append(self._conv(layer, scope, self._constant(weights)))  # one rounding
+            weights = self.emitting.weights
+            ops.append(self._conv(layer, scope, self._constant(weights.array)))
             shift = "NULL" if layer.sdp.bias is None and layer.sdp.batch_norm is None else \
-                self._constant(h)
+                self._constant(weights.affine[1])
             ops.extend(self._sdp(layer, scope, lines, ("NULL", shift)))
         else:
             if layer.conv is not None:
@@ -409,7 +402,7 @@ class FunctionCodegen:
                                    {"precision": emit.c_precision(self.precision)}))
         if self.precision != "int8" and layer.pool is not None:
             ops.extend(self._pools(layer))
-        ops = emit.sram_streams(ops, self.run_memory.sram)
+        ops = emit.sram_streams(ops, self.emitting.memory.sram)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
                                 layer.fused(self.fuse), label, self.precision,
                                 in_layout=in_layout, out_layout=out_layout)
@@ -442,19 +435,13 @@ class FunctionCodegen:
                                        "precision": emit.c_precision(self.precision)}))
         return ops + [emit.pool_op(p, self.precision, zero) for p in passes]
 
-    def _weights(self, layer: Layer, scope) -> np.ndarray:
-        """The conv's constant weights as [K, C/groups, R, S], float64."""
-        c = layer.conv
-        weights = np.asarray(constant_value(scope.get(c.weight, c.weight)), np.float64)
-        return (weights.T if c.transpose_weight else weights).reshape(c.weight_shape)
-
     def _conv(self, layer: Layer, scope, weights: Optional[str] = None, in_zero: int = 0,
               c16: bool = False) -> str:
         c = layer.conv
         if weights is None:
             weights = self._pointer(c.weight, scope,
                                     reshape=(lambda v: v.T) if c.transpose_weight else None)
-        modes = emitted_conv_modes(layer, self.config, self.fuse, self.precision, self.run_memory)
+        modes = self.emitting.modes
         pack = None
         # packed (int8), widened (fp16) or pre-transformed (fp32 Winograd, constant weights
         # only: the glue packs once) once, not every call
@@ -471,7 +458,7 @@ class FunctionCodegen:
             pack = (layer.in_shape[1], self.packed)
             self.packed += 1
         return emit.conv_op(c, weights, self.precision, in_zero, pack, modes,
-                            self.run_memory.conv)
+                            self.emitting.memory.conv)
 
     def _sdp(self, layer: Layer, scope, lines: List[str],
              folded: Optional[Tuple[str, str]] = None) -> List[str]:
@@ -481,10 +468,13 @@ class FunctionCodegen:
             return []
         channels = _channels(layer)
 
-        def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None):
+        def sdp(what, scale="NULL", shift="NULL", ew=None, operand="NULL", act=None,
+                per_channel=False):
             fields = {"scale": scale, "shift": shift}
             if ew:
                 fields.update(ew_op=emit.c_elementwise(ew), ew_operand=operand)
+            if per_channel:
+                fields["ew_per_channel"] = 1
             if act:
                 fields["act"] = emit.c_activation(act)
             if act == "clip":
@@ -495,6 +485,10 @@ class FunctionCodegen:
             return emit.sdp_op(what, fields)
 
         operand = self._data(s.operand, scope, ("", 0))[0] if s.ew_op else "NULL"
+        if self.fuse and layer.computed_scale:  # x * s, s computed: Layer.computed_scale
+            operand = self._data(s.scale, scope, ("", 0))[0]
+            stages = " + ".join(["the computed per-channel multiplier"] + [s.act] * bool(s.act))
+            return [sdp(stages, ew="mul", operand=operand, act=s.act, per_channel=True)]
         if self.fuse:
             scale, shift = folded or self._scale_shift(s, s.bias, channels, scope, lines)
             stages = [name for name, present in (
@@ -550,18 +544,19 @@ class FunctionCodegen:
         if layer.computed_scale:
             out_quant = self._calibrated((key, 0))
             return [self._int8_channel_mul(layer, scope, key, in_quant, out_quant)], out_quant
-        g, h = affine(s, channels, scope)
         ops: List[str] = []
-        if layer.conv is not None:
-            weights = self._weights(layer, scope) * g.reshape(-1, 1, 1, 1)
-            codes, weight_scales = quantize_weights(weights)
+        if layer.conv is not None:  # the weights' codes, folded and quantised once
+            weights = self.emitting.weights
+            g, h = weights.affine
             means = self.calibration.means.get(key) \
                 if self.calibration and self.calibration.bias_correction else None
-            h = h - int8.bias_correction(means, layer.conv.groups, codes, weight_scales, weights)
-            unit = in_quant.scale * weight_scales
+            h = h - int8.bias_correction(means, layer.conv.groups, weights.codes,
+                                         weights.scales, weights.folded)
+            unit = in_quant.scale * weights.scales
             g = np.ones(channels)
-            ops.append(self._conv(layer, scope, self._constant(codes), in_quant.zero))
+            ops.append(self._conv(layer, scope, self._constant(weights.codes), in_quant.zero))
         else:
+            g, h = affine(s, channels, scope)
             unit = np.full(channels, in_quant.scale)
         out_quant = in_quant
         if layer.conv is not None or not s.empty():
