@@ -15,7 +15,6 @@ from typing import Dict, List
 import numpy as np
 from tvm import relax
 
-from ...sim.labels import pass_part, pass_primitive, run_key, run_label
 from ...sim.observer import INPUT
 from ...sim.ops import Bdma, Conv, Sdp
 from ..layer import ConvSpec, CopySpec, Layer
@@ -83,12 +82,12 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``)."""
     precision = gen.precision
     b, c, h, w = layer.in_shape
+    program_runs = [run for run in gen.program.runs if run.call == index and not run.converts]
     if layer.norm is not None:
-        runs = layer.runs(precision)
-        first_key = run_key(gen.index, index, pass_part(0))
-    else:  # one run, keyed as walk.runs keys it
+        runs = [run.layer for run in program_runs]
+    else:  # one run, on the surface
         runs = [dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))]
-        first_key = run_key(gen.index, index)
+    first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     surface = gen._temp(int(np.prod(layer.in_shape)))
@@ -102,15 +101,14 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         out = gen._temp(int(np.prod(dense.out_shape)))
         gen.inner[layer.data] = surface
         try:
-            gen._emit(dense, scope, first_key, primitive, out)
+            gen._emit(program_runs[0], out, layer=dense)
         finally:
             del gen.inner[layer.data]
         tensors["x"] = out
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
-        key = run_key(gen.index, index, pass_part(part))
-        label = run_label(key, pass_primitive(primitive, step.role))
+        label = program_runs[part].label
         count = int(np.prod(run.out_shape))
         out = tensors[step.output] = gen._temp(count)
         lines = [f"/* {label}: {step.role} */", "{"]
