@@ -9,7 +9,7 @@ function's bindings, which every consumer of layers needs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -18,7 +18,7 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, layer_norm_passes, softmax_passes
+from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
@@ -162,11 +162,27 @@ class RubikSpec:
 
 
 @dataclasses.dataclass
+class AttentionSpec:
+    """Multi-head attention of one image (``accel.attention``): its K and V tensors (Q is the
+    layer's data), each [tokens, channels] in memory with ``heads`` x ``head_dim`` of those
+    channels from ``first[name]`` on ("x" for Q, "k", "v")."""
+
+    key: relax.Expr
+    value: relax.Expr
+    heads: int
+    head_dim: int
+    tokens: int
+    kv_tokens: int
+    scale: float
+    channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
+
+
+@dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm") or a softmax ("softmax") over the channels of the
-    layer's surface (the last axis of its [B, T, C] tokens), run as the engine passes of
-    sim/decompose.py, then ``act``; a layer norm's ``gamma`` / ``beta`` constants (None: 1 /
-    0)."""
+    """A layer norm (``kind`` "layer_norm"), a softmax ("softmax") over the channels of the
+    layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
+    ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
+    ``gamma`` / ``beta`` constants (None: 1 / 0)."""
 
     gamma: Optional[relax.Expr]
     beta: Optional[relax.Expr]
@@ -174,6 +190,7 @@ class NormSpec:
     act: Optional[str] = None
     sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
     kind: str = "layer_norm"
+    attention: Optional[AttentionSpec] = None
 
     @property
     def source(self) -> str:
@@ -183,6 +200,10 @@ class NormSpec:
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
         if self.kind == "softmax":
             return softmax_passes(shape, precision)
+        if self.kind == "attention":
+            a = self.attention
+            return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
+                                    a.kv_tokens, a.channels)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),
@@ -502,6 +523,12 @@ class Layer:
             raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
                               "transposes onto the feature surface are fp32 and fp16 only)")
         if self.norm is not None:
+            if precision == "int8" and self.norm.kind == "attention":
+                raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
+                                  "K and V as other runs compute them, which have no int8 "
+                                  "per-kernel scales at compile time, and its softmax's sum "
+                                  "of exponentials and 1/sum have a dynamic range no "
+                                  "per-tensor int8 scale covers")
             if precision == "int8":
                 what = "its variance and 1/sqrt" if self.norm.kind == "layer_norm" else \
                     "its sum of exponentials and 1/sum"
