@@ -168,6 +168,12 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
         raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
                           "transposes onto the feature surface are fp32 and fp16 only)")
     if layer.norm is not None:
+        if precision == "int8" and layer.norm.kind == "attention":
+            raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
+                              "K and V as other runs compute them, which have no int8 "
+                              "per-kernel scales at compile time, and its softmax's sum "
+                              "of exponentials and 1/sum have a dynamic range no "
+                              "per-tensor int8 scale covers")
         if precision == "int8":
             what = "its variance and 1/sqrt" if layer.norm.kind == "layer_norm" else \
                 "its sum of exponentials and 1/sum"

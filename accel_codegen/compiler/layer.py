@@ -11,14 +11,14 @@ is :mod:`.relax_exprs`, whose names this module keeps for its importers.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from tvm import relax
 
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, layer_norm_passes, softmax_passes
+from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, describe, dtype_of, is_constant, op_name,
@@ -156,11 +156,27 @@ class RubikSpec:
 
 
 @dataclasses.dataclass
+class AttentionSpec:
+    """Multi-head attention of one image (``accel.attention``): its K and V tensors (Q is the
+    layer's data), each [tokens, channels] in memory with ``heads`` x ``head_dim`` of those
+    channels from ``first[name]`` on ("x" for Q, "k", "v")."""
+
+    key: relax.Expr
+    value: relax.Expr
+    heads: int
+    head_dim: int
+    tokens: int
+    kv_tokens: int
+    scale: float
+    channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
+
+
+@dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm") or a softmax ("softmax") over the channels of the
-    layer's surface (the last axis of its [B, T, C] tokens), run as the engine passes of
-    sim/decompose.py, then ``act``; a layer norm's ``gamma`` / ``beta`` constants (None: 1 /
-    0)."""
+    """A layer norm (``kind`` "layer_norm"), a softmax ("softmax") over the channels of the
+    layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
+    ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
+    ``gamma`` / ``beta`` constants (None: 1 / 0)."""
 
     gamma: Optional[relax.Expr]
     beta: Optional[relax.Expr]
@@ -168,6 +184,7 @@ class NormSpec:
     act: Optional[str] = None
     sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
     kind: str = "layer_norm"
+    attention: Optional[AttentionSpec] = None
 
     @property
     def source(self) -> str:
@@ -177,6 +194,10 @@ class NormSpec:
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
         if self.kind == "softmax":
             return softmax_passes(shape, precision)
+        if self.kind == "attention":
+            a = self.attention
+            return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
+                                    a.kv_tokens, a.channels)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),
