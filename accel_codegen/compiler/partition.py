@@ -177,7 +177,11 @@ def _conv_modes(report: PartitionReport, conv_modes: Dict[str, str]) -> None:
 
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                   log: PartitionLog, precision: str,
-                  layer_precisions: Optional[Dict[str, str]] = None) -> PartitionReport:
+                  layer_precisions: Optional[Dict[str, str]] = None,
+                  chains_for: Optional[str] = None) -> PartitionReport:
+    """The partition report of ``mod`` matched for ``chains_for`` (default ``precision``) and
+    generated in ``precision``; a host op is explained in the precision its chains were
+    matched for (a mixed build's are int8's: "mixed" is no precision an engine runs)."""
     ops: List[OpRecord] = []
     layers = 0
     functions = 0
@@ -215,7 +219,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if name is None:
                 continue
             refusal = log.refusals.get(binding.var)
-            own = explain(value, config, precision)
+            own = explain(value, config, chains_for or precision)
             # A refusal names the failing stage of a chain the op was part of; the op's own
             # reason is better when it has no primitive at all.
             if refusal and not own.startswith("no accelerator primitive"):
@@ -326,7 +330,7 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     if code == "mixed":
         layer_precisions = check_layer_precisions(mod, layer_precisions)
     report = _build_report(mod, config, fuse, log, code,
-                           layer_precisions if code == "mixed" else None)
+                           layer_precisions if code == "mixed" else None, chains_for)
     options = {"config": config.to_json(), "fuse": fuse, "precision": code, "winograd": winograd}
     if code == "mixed":
         options["layer_precisions"] = json.dumps(layer_precisions)
