@@ -156,7 +156,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
             out = tensor(step.output)
         else:
             out = tensors[step.output] = gen._temp(count)
-        lines = [f"/* {label}: {step.role} */", "{"]
+        lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         if _clears(step.ops) and step.output not in decomposition.into:  # heads: all written
             lines.append(f"  memset({out}, 0, {count * itemsize});")
         ops = [_op(gen, op, tensor, step.operand, step.weights) for op in step.ops]
