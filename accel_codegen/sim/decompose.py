@@ -411,6 +411,39 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
+    channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
+    t, tk = tokens, kv_tokens
+    b = _HeadPasses(precision, d, {"x": (t, channels["x"][0], 1, 1),
+                                   "k": (1, channels["k"][0], 1, tk),
+                                   "v": (tk, channels["v"][0], 1, 1), "o": (t, merged, 1, 1)})
+    for h in range(heads):
+        q = b.rows("x", channels["x"][1] + h * d, f"h{h}.q", f"h{h}.queries", t)
+        k = b.view(f"h{h}.k", "k", channels["k"][1] + h * d, d, (1, d, 1, tk))
+        s = b.add(f"h{h}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
+                                   Sdp(scale=b.values(scale, t), precision=precision)],
+                  k, f"h{h}.s", (1, t, 1, tk), weights=q)
+        prob = b.softmax_along_w(f"h{h}", s, newton)
+        v = b.rows("v", channels["v"][1] + h * d, f"h{h}.v", f"h{h}.values.rows", tk)
+        v = b.view(f"h{h}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
+        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision)]
+        if precision != "fp32":  # the accumulators leave through the SDP's converter
+            ops.append(Sdp(precision=precision))
+        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
+            b.add(f"h{h}.values", ops, v, b.view("o.surface", "o", 0, merged, (1, t, 1, d)),
+                  (1, t, 1, d), weights=prob)
+            continue
+        o = b.add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), weights=prob)
+        o = b.view(f"h{h}.orows", o, 0, t, (t, d, 1, 1))
+        b.add(f"h{h}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
+                                   precision=precision)], o, "o", (t, merged, 1, 1))
+    return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
+                         ("k", "v"), ("o",))
+
+
+def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels
+                        ) -> Dict[str, Tuple[int, int]]:
+    """attention_passes' arguments checked; each input's (channels, first of the heads)."""
+    merged = heads * d
     channels = dict(channels or {})
     for name in ("x", "k", "v"):
         channels.setdefault(name, (merged, 0))
@@ -427,88 +460,83 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     if precision not in PRECISIONS:
         raise AccelInvalidError(f"attention: precision = {precision!r} is not one of "
                                 f"{list(PRECISIONS)}")
-    p = precision
-    dtype = dtype_for(p)
-    t, tk = tokens, kv_tokens
-    shapes = {"x": (t, channels["x"][0], 1, 1), "k": (1, channels["k"][0], 1, tk),
-              "v": (tk, channels["v"][0], 1, 1), "o": (t, merged, 1, 1)}
-    views: Dict[str, Tuple] = {}
-    passes: List[Pass] = []
+    return channels
 
-    def add(role, ops, src, name, shape, operand=None, weights=None):
-        shapes[name] = shape
-        passes.append(Pass(f"attention.{role}", tuple(ops), src, name, operand, weights))
+
+class _HeadPasses:
+    """The passes, shapes and views of attention_passes as it adds them."""
+
+    def __init__(self, precision: str, d: int, shapes: Dict[str, Tuple[int, int, int, int]]):
+        self.precision, self.d = precision, d
+        self.dtype = dtype_for(precision)
+        self.shapes = dict(shapes)
+        self.views: Dict[str, Tuple] = {}
+        self.passes: List[Pass] = []
+
+    def add(self, role, ops, src, name, shape, operand=None, weights=None) -> str:
+        self.shapes[name] = shape
+        self.passes.append(Pass(f"attention.{role}", tuple(ops), src, name, operand, weights))
         return name
 
-    def view(name, base, first, count, shape):
-        views[name] = (base, first, count, shape)
-        shapes[name] = shape
+    def view(self, name, base, first, count, shape) -> str:
+        self.views[name] = (base, first, count, shape)
+        self.shapes[name] = shape
         return name
 
-    def values(v, k):
-        return np.full(k, v, np.float32).astype(dtype)
+    def values(self, v, k) -> np.ndarray:
+        return np.full(k, v, np.float32).astype(self.dtype)
 
-    def rows(src, first, name, role, count):  # a head's d columns of a row-per-token tensor
-        if shapes[src][1] == d and first == 0:
+    def rows(self, src, first, name, role, count) -> str:
+        """A head's d columns of a row-per-token tensor, dense (a BDMA copy; none if the
+        tensor is that head)."""
+        d = self.d
+        if self.shapes[src][1] == d and first == 0:
             return src
-        return add(role, [Bdma(d, src_offset=first, dst_channels=d, precision=p)], src, name,
-                   (count, d, 1, 1))
+        return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
+                                    precision=self.precision)], src, name, (count, d, 1, 1))
 
-    for h in range(heads):
-        q = rows("x", channels["x"][1] + h * d, f"h{h}.q", f"h{h}.queries", t)
-        k = view(f"h{h}.k", "k", channels["k"][1] + h * d, d, (1, d, 1, tk))
-        s = add(f"h{h}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=p),
-                                 Sdp(scale=values(scale, t), precision=p)],
-                k, f"h{h}.s", (1, t, 1, tk), weights=q)
+    def softmax_along_w(self, head: str, s: str, newton: Optional[int]) -> str:
+        """The softmax over W of scores ``s`` [1, T, 1, Tk]: PDP max passes, SDP -max, SDP
+        exp with it as the per-channel operand, PDP average passes, SDP x window and LUT
+        reciprocal (FP16: then Newton steps), SDP times it per channel."""
+        p = self.precision
+        _, t, _, tk = self.shapes[s]
+        one = (1, t, 1, 1)
         m = s
         for i, (window, pad) in enumerate(_windows(tk)):
-            m = add(f"h{h}.softmax.max", [Pool("max", (1, window), (1, window), (0, 0, 0, pad),
-                                                precision=p)],
-                    m, f"h{h}.m{i}", (1, t, 1, (shapes[m][3] + pad) // window))
-        neg = add(f"h{h}.softmax.negate", [Sdp(scale=values(-1.0, t), precision=p)], m,
-                  f"h{h}.negmax", (1, t, 1, 1))
-        e = add(f"h{h}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True, act="exp",
-                                          precision=p)], s, f"h{h}.e", (1, t, 1, tk), neg)
+            m = self.add(f"{head}.softmax.max", [Pool("max", (1, window), (1, window),
+                                                      (0, 0, 0, pad), precision=p)],
+                         m, f"{head}.m{i}", (1, t, 1, (self.shapes[m][3] + pad) // window))
+        neg = self.add(f"{head}.softmax.negate", [Sdp(scale=self.values(-1.0, t), precision=p)],
+                       m, f"{head}.negmax", one)
+        e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True, act="exp",
+                                                 precision=p)], s, f"{head}.e", (1, t, 1, tk),
+                     neg)
         total, covered = e, 1
         for i, (window, pad) in enumerate(_windows(tk)):
-            total = add(f"h{h}.softmax.sum", [Pool("avg", (1, window), (1, window),
-                                                   (0, 0, 0, pad), count_include_pad=True,
-                                                   precision=p)],
-                        total, f"h{h}.a{i}", (1, t, 1, (shapes[total][3] + pad) // window))
+            total = self.add(f"{head}.softmax.sum", [Pool(
+                "avg", (1, window), (1, window), (0, 0, 0, pad), count_include_pad=True,
+                precision=p)], total, f"{head}.a{i}",
+                (1, t, 1, (self.shapes[total][3] + pad) // window))
             covered *= window
         steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
                                                    else 0)
-        one = (1, t, 1, 1)
         if steps == 0:  # the averages' window back as the LUT's input scale, one pass
-            r = add(f"h{h}.softmax.reciprocal", [Sdp(scale=values(covered, t), act="reciprocal",
-                                                     precision=p)], total, f"h{h}.r", one)
+            r = self.add(f"{head}.softmax.reciprocal", [Sdp(
+                scale=self.values(covered, t), act="reciprocal", precision=p)], total,
+                f"{head}.r", one)
         else:
-            total = add(f"h{h}.softmax.total", [Sdp(scale=values(covered, t), precision=p)],
-                        total, f"h{h}.total", one)
-            r = add(f"h{h}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)], total,
-                    f"h{h}.r", one)
+            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(covered, t),
+                                                           precision=p)],
+                             total, f"{head}.total", one)
+            r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
+                         total, f"{head}.r", one)
             for i in range(steps):  # y (2 - s y)
-                sy = add(f"h{h}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)], total,
-                         f"h{h}.sy{i}", one, r)
-                r = add(f"h{h}.softmax.newton.step", [Sdp(scale=values(-1.0, t),
-                                                          shift=values(2.0, t), ew_op="mul",
-                                                          precision=p)],
-                        sy, f"h{h}.r{i}", one, r)
-        prob = add(f"h{h}.softmax.normalise", [Sdp(ew_op="mul", ew_per_channel=True,
-                                                   precision=p)], e, f"h{h}.p", (1, t, 1, tk),
-                   r)
-        v = rows("v", channels["v"][1] + h * d, f"h{h}.v", f"h{h}.values.rows", tk)
-        v = view(f"h{h}.vs", v, 0, shapes[v][1], (1, tk, 1, d))
-        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=p)]
-        if p != "fp32":  # the accumulators leave through the SDP's converter
-            ops.append(Sdp(precision=p))
-        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-            add(f"h{h}.values", ops, v, view("o.surface", "o", 0, merged, (1, t, 1, d)),
-                (1, t, 1, d), weights=prob)
-            continue
-        o = add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), weights=prob)
-        o = view(f"h{h}.orows", o, 0, t, (t, d, 1, 1))
-        add(f"h{h}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged, precision=p)], o,
-            "o", (t, merged, 1, 1))
-    return Decomposition("attention", precision, tuple(passes), shapes, "o", views,
-                         ("k", "v"), ("o",))
+                sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
+                              total, f"{head}.sy{i}", one, r)
+                r = self.add(f"{head}.softmax.newton.step", [Sdp(
+                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
+                    precision=p)], sy, f"{head}.r{i}", one, r)
+        return self.add(f"{head}.softmax.normalise", [Sdp(ew_op="mul", ew_per_channel=True,
+                                                          precision=p)], e, f"{head}.p",
+                        (1, t, 1, tk), r)
