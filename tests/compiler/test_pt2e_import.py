@@ -168,3 +168,23 @@ def test_unsupported_quantisations_name_the_node():
 
     with pytest.raises(AccelUnsupportedError, match="node 'quantize_per_tensor.*int16"):
         from_pytorch(Wide(), tuple(inputs(1)))
+
+
+def test_per_channel_activations_and_int8_inputs_name_the_node():
+    qd = torch.ops.quantized_decomposed
+
+    class PerChannel(nn.Module):
+        def forward(self, x):
+            scales, zeros = torch.full((3,), 0.01), torch.zeros(3, dtype=torch.int64)
+            q = qd.quantize_per_channel(x, scales, zeros, 1, -128, 127, torch.int8)
+            return qd.dequantize_per_channel(q, scales, zeros, 1, -128, 127, torch.int8)
+
+    with pytest.raises(AccelUnsupportedError, match="node 'quantize_per_channel.*per channel"):
+        from_pytorch(PerChannel(), tuple(inputs(1)))
+
+    class Int8Input(nn.Module):
+        def forward(self, x):
+            return qd.dequantize_per_tensor(x, 0.01, 0, -128, 127, torch.int8)
+
+    with pytest.raises(AccelUnsupportedError, match="node 'dequantize_per_tensor.*int8 graph"):
+        from_pytorch(Int8Input(), (torch.zeros(SHAPE, dtype=torch.int8),))
