@@ -284,7 +284,8 @@ class FunctionCodegen:
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {name} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
-        if layer.tokens:  # channels-last data, one run per engine pass (codegen/passes.py)
+        if layer.tokens or layer.norm is not None:
+            # channels-last data, or a norm: one run per engine pass (codegen/passes.py)
             passes.emit_token_layer(self, index, var, layer, scope, name)
             self._leave(var)
             return

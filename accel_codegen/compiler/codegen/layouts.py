@@ -129,7 +129,7 @@ def _runs(program: ProgramFunction, config: AccelConfig, fuse: bool,
             operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
             # a deconvolution's runs read and write NCHW (its phases are scratch of its own)
             convertible = not layer.copies and layer.lrn is None and layer.rubik is None and \
-                not layer.tokens and \
+                not layer.tokens and layer.norm is None and \
                 data is not None and \
                 tuple(layer.in_shape) == static_shape(data) and \
                 (not layer.sdp.ew_op or operand is not None)

@@ -80,7 +80,9 @@ def _clears(ops) -> bool:
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
                      primitive: str) -> None:
     """The runs of a token layer, from its channels-last data to ``var``'s buffer,
-    channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``)."""
+    channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``); a
+    norm over the channels of NCHW data (``layer.tokens`` False) reads and writes the
+    surfaces themselves."""
     precision = gen.precision
     b, c, h, w = layer.in_shape
     if layer.norm is not None:
@@ -91,10 +93,13 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         first_key = run_key(gen.index, index)
     itemsize = gen.storage.itemsize
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
-    surface = gen._temp(int(np.prod(layer.in_shape)))
-    gen.body.extend(transpose(data, surface, b, h * w, c, precision,
-                              f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
-                              f"[{b}, {c}, {h}, {w}]"))
+    if layer.tokens:
+        surface = gen._temp(int(np.prod(layer.in_shape)))
+        gen.body.extend(transpose(data, surface, b, h * w, c, precision,
+                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
+                                  f"[{b}, {c}, {h}, {w}]"))
+    else:  # a norm over the channels of NCHW data: the data is its surface
+        surface = data
     tensors = {"x": surface}
     start = 0
     if layer.conv is not None:
@@ -112,7 +117,10 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         key = run_key(gen.index, index, pass_part(part))
         label = run_label(key, pass_primitive(primitive, step.role))
         count = int(np.prod(run.out_shape))
-        out = tensors[step.output] = gen._temp(count)
+        last = part == len(runs) - 1
+        # NCHW data: the last pass writes the layer's output itself
+        out = tensors[step.output] = gen.operands[var] if last and not layer.tokens else \
+            gen._temp(count)
         lines = [f"/* {label}: {step.role} */", "{"]
         if _clears(step.ops):
             lines.append(f"  memset({out}, 0, {count * itemsize});")
@@ -120,6 +128,8 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         lines += emit.run_layer(ops, tensors[step.input], run.in_shape, out, run.out_shape,
                                 run.fused(gen.fuse), label, precision)
         gen.body.extend(lines + ["}"])
+    if not layer.tokens:
+        return
     last = tensors[runs[-1].step.output] if runs[-1].step is not None else tensors["x"]
     b, k, h, w = runs[-1].out_shape
     gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
