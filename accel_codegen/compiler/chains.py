@@ -370,6 +370,20 @@ def _token_entries() -> List[Entry]:
         if act:
             out, name = activation(out, annotations), name + "_{act}"
         entries.append(Entry(name, out, annotations, 3 + bias + act))
+    # attention's core, which compiler/attention.py reads back as one op: its engine passes
+    # (sim/decompose.attention_passes), its inputs the token tensors (or channel ranges of one)
+    annotations = {}
+    heads = []
+    for role in ("query", "key", "value"):
+        data = annotations[role] = wildcard()
+        sliced = annotations[f"{role}_slice"] = is_op("relax.strided_slice")(
+            data, *(wildcard() for _ in range(3))) | is_op("relax.strided_slice")(
+            data, *(wildcard() for _ in range(4)))
+        heads.append(is_op("relax.reshape")(sliced | data, wildcard()))
+    annotations["input"] = annotations["query"]
+    annotations["attention"] = is_op("relax.nn.attention")(*heads)
+    entries.append(Entry("accel.attention", is_op("relax.reshape")(
+        annotations["attention"], wildcard()), annotations, 8))
     annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
     data = annotations["input"] = wildcard()
     annotations["norm"] = is_op("relax.nn.softmax")(data)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.costs import CostTotals
-from ..sim.device import ChainBatch, estimate_chain
+from ..sim.device import ChainBatch
 from ..sim.ops import Sdp
-from .codegen.memory import ModulePlan, RunMemory
+from .codegen.memory import ModulePlan, choose_options, choose_run_modes
+from .codegen.weights import quantize
 from .layer import Layer
-from .program import Program, Run
+from .program import Program, Run, RunMemory
 
 
 def _feature_shape(shape) -> Tuple[int, ...]:
@@ -52,25 +52,19 @@ class LoweredRun:
                 self.in_shape or self.layer.in_shape, self.mode)
 
     @classmethod
-    def of(cls, run: Run, config: AccelConfig, precision: str, fuse: bool,
-           winograd: bool) -> "LoweredRun":
-        """``run`` lowered (``precision``: the program's, for a run that carries none)."""
+    def of(cls, run: Run, precision: str, fuse: bool) -> "LoweredRun":
+        """``run`` lowered (``precision``: the program's, for a run that carries none), with
+        the conv modes the pass gave it (``codegen/memory.py``: ``choose_conv_modes``)."""
         layer, precision = run.layer, run.precision or precision
         if run.converts:  # one SDP pass: the layer's output into the other precision
             ops = [Sdp(precision=precision, convert=True, cvt_scale=1.0)]
             return cls(run.key, run.label, run.primitive, layer, "independent", None, ops, None,
                        _feature_shape(layer.out_shape))
         mode = "fused" if layer.fused(fuse) else "independent"
-        modes = layer.conv_modes(config, fuse, precision, winograd=False)
-        fast_ops = None
-        if winograd and layer.conv is not None:
-            fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"})
-            try:  # whether the configuration runs it at all: the C library's conditions
-                estimate_chain(config, fast_ops, layer.in_shape, mode=mode, precision=precision)
-            except AccelError:
-                fast_ops = None
-        return cls(run.key, run.label, run.primitive, layer, mode,
-                   modes if layer.conv else None,
+        modes = run.conv_modes or {}
+        fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"}) \
+            if run.winograd else None
+        return cls(run.key, run.label, run.primitive, layer, mode, run.conv_modes,
                    layer.engine_ops(fuse, precision, modes=modes), fast_ops)
 
 
@@ -86,22 +80,14 @@ class MemoryPlans:
     #: The cost fields a plan reads besides the partition's fields (weight and feature bytes).
     FIELDS = ("atomic_c", "atomic_k", "memory_atom_bytes", "cbuf_bytes")
 
-    def __init__(self, program: Program, runs: Sequence[LoweredRun], fuse: bool,
-                 winograd: bool):
+    def __init__(self, program: Program, runs: Sequence[LoweredRun], fuse: bool):
         self.program, self.runs = program, list(runs)
-        self.fuse, self.winograd = fuse, winograd
-        self.nonzero: Dict[str, Optional[int]] = {}
+        self.fuse = fuse
         self.planned: Dict[tuple, Tuple[ModulePlan, ChainBatch, Dict[tuple, int]]] = {}
 
     def _plan(self, config: AccelConfig) -> Tuple[ModulePlan, ChainBatch, Dict[tuple, int]]:
         program = self.program
-        plan = ModulePlan([f.function for f in program.functions], config, self.fuse,
-                          program.precision, winograd=self.winograd,
-                          modes={run.key: run.conv_modes for run in self.runs
-                                 if run.conv_modes is not None},
-                          eligible={run.key for run in self.runs if run.winograd is not None},
-                          nonzero=self.nonzero, layer_precisions=program.layer_precisions,
-                          program=program)
+        plan = ModulePlan(program, config, self.fuse)
         # every run as planned with its conv direct (a converting run of mixed code has no
         # plan of its own: all in DRAM), then every Winograd option
         chains = [run.chain(memory=plan.direct.get(run.key, RunMemory())) for run in self.runs]
@@ -139,9 +125,14 @@ class ProgramCosts:
         self.precision = program.precision
         lowered = {} if lowered is None else lowered
         for run in program.runs:
-            if (run.key, run.precision, run.converts) not in lowered:
-                lowered[(run.key, run.precision, run.converts)] = LoweredRun.of(
-                    run, config, program.precision, fuse, winograd)
+            key = (run.key, run.precision, run.converts)
+            if key in lowered:  # the same layer in the same precision: its modes as chosen
+                run.conv_modes, run.winograd = lowered[key].conv_modes, \
+                    lowered[key].winograd is not None
+            else:
+                choose_run_modes(run, config, fuse, winograd, program.precision)
+                lowered[key] = LoweredRun.of(run, program.precision, fuse)
+        quantize(program, fuse)  # the emitted weights, whose non-zeros the memory plans count
         self.runs = [lowered[(run.key, run.precision, run.converts)] for run in program.runs]
         # Per run, its chain's index in `chains`, and the index of the same run in Winograd
         # mode where the configuration's features allow it (None elsewhere): without a memory
@@ -157,7 +148,7 @@ class ProgramCosts:
                 fast = len(chains) - 1
             self.choices.append((direct, fast))
         self.chains = ChainBatch(config, chains, batch_precision(program.precision))
-        self.memory = MemoryPlans(program, self.runs, fuse, winograd)
+        self.memory = MemoryPlans(program, self.runs, fuse)
 
     @property
     def labels(self) -> List[Tuple[str, str]]:
@@ -173,8 +164,10 @@ class ProgramCosts:
         if planned is not None:
             return planned
         records = getattr(self.chains, costed)(config)
-        return [records[f] if f is not None and records[f].cycles < records[d].cycles
-                else records[d] for d, f in self.choices]
+        fast = {i: f for i, (_, f) in enumerate(self.choices) if f is not None}
+        chosen = choose_options({i: [0] for i in fast}, 0, lambda i, option: records[
+            self.choices[i][0] if option is None else fast[i]].cycles)
+        return [records[f if i in chosen else d] for i, (d, f) in enumerate(self.choices)]
 
     def totals(self, config: AccelConfig) -> CostTotals:
         """The sums over the runs on ``config``."""

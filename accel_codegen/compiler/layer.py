@@ -9,7 +9,7 @@ function's bindings, which every consumer of layers needs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -18,7 +18,7 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..errors import AccelError
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, layer_norm_passes, softmax_passes
+from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
@@ -162,11 +162,27 @@ class RubikSpec:
 
 
 @dataclasses.dataclass
+class AttentionSpec:
+    """Multi-head attention of one image (``accel.attention``): its K and V tensors (Q is the
+    layer's data), each [tokens, channels] in memory with ``heads`` x ``head_dim`` of those
+    channels from ``first[name]`` on ("x" for Q, "k", "v")."""
+
+    key: relax.Expr
+    value: relax.Expr
+    heads: int
+    head_dim: int
+    tokens: int
+    kv_tokens: int
+    scale: float
+    channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
+
+
+@dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm") or a softmax ("softmax") over the channels of the
-    layer's surface (the last axis of its [B, T, C] tokens), run as the engine passes of
-    sim/decompose.py, then ``act``; a layer norm's ``gamma`` / ``beta`` constants (None: 1 /
-    0)."""
+    """A layer norm (``kind`` "layer_norm"), a softmax ("softmax") over the channels of the
+    layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
+    ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
+    ``gamma`` / ``beta`` constants (None: 1 / 0)."""
 
     gamma: Optional[relax.Expr]
     beta: Optional[relax.Expr]
@@ -174,6 +190,7 @@ class NormSpec:
     act: Optional[str] = None
     sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
     kind: str = "layer_norm"
+    attention: Optional[AttentionSpec] = None
 
     @property
     def source(self) -> str:
@@ -183,6 +200,10 @@ class NormSpec:
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
         if self.kind == "softmax":
             return softmax_passes(shape, precision)
+        if self.kind == "attention":
+            a = self.attention
+            return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
+                                    a.kv_tokens, a.channels)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),
@@ -290,13 +311,17 @@ class Layer:
     @property
     def computed_scale(self) -> bool:
         """Whether the layer is a per-channel multiply by a computed tensor (squeeze-excite's
-        ``x * s``): fp32 and fp16 read it as the SDP's scale; int8 as the SDP's element-wise
-        multiplier with a per-channel operand (``ew_per_channel``), in the codes and zero point
-        of the layer that computed it."""
+        ``x * s``) of one image: fused, every precision runs it as the SDP's element-wise
+        multiplier with a per-channel operand (``ew_per_channel``), int8 in the codes and
+        zero point of the layer (or the function input) that gave it. So the fp32 build that
+        calibrates an int8 one observes ``s`` as that operand, where the host computed it too
+        (an external function's argument has no other run that sees it). ``s`` is one value
+        per channel ([1, C, 1, 1], the lowering's per-channel rule) and the operand holds
+        [N, C]: a batch above 1 reads it as the SDP's scale (fp32 only)."""
         s = self.sdp
         return self.conv is None and not self.copies and s.scale is not None and \
             not is_constant(s.scale) and s.batch_norm is None and s.bias is None and \
-            s.ew_op is None
+            s.ew_op is None and self.in_shape[0] == 1
 
     @property
     def computed_dense_weight(self) -> bool:
@@ -433,8 +458,9 @@ class Layer:
                        precision=precision, **fields)
 
         ops: list = []
-        if int8 and self.computed_scale and fuse:  # x * s, s computed: see computed_scale
-            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act)]
+        if self.computed_scale and fuse:  # x * s, s computed: see computed_scale
+            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act,
+                        clip=self.sdp.clip, prelu_slope=_placeholder(self.sdp.prelu_slope))]
         if self.conv is not None:
             ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
                             padding=self.conv.padding, dilation=self.conv.dilation,
@@ -497,6 +523,12 @@ class Layer:
             raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
                               "transposes onto the feature surface are fp32 and fp16 only)")
         if self.norm is not None:
+            if precision == "int8" and self.norm.kind == "attention":
+                raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
+                                  "K and V as other runs compute them, which have no int8 "
+                                  "per-kernel scales at compile time, and its softmax's sum "
+                                  "of exponentials and 1/sum have a dynamic range no "
+                                  "per-tensor int8 scale covers")
             if precision == "int8":
                 what = "its variance and 1/sqrt" if self.norm.kind == "layer_norm" else \
                     "its sum of exponentials and 1/sum"

@@ -13,12 +13,15 @@ one place that inserts converting runs). A :class:`Run` knows its key and label,
 layer, precision, the function-level tensors it reads and writes, whether the memory plan
 places it, and whether it converts.
 
-The planning steps are passes over the program's runs: the memory plan and each conv's mode
-(``codegen/memory.py``: ``ModulePlan``), the layouts (``codegen/layouts.py``), and the costing
-(:class:`ProgramCosts`: the runs' chains lowered to C once, costed on any configuration with the
-same partition, with the code generator's memory plan and mode choices), which ``estimate``,
-the sweep, the timeline and the mixed-precision search read; the code generator prints the
-same runs.
+The planning steps are passes over the program that set fields of its runs
+(``codegen/planning.py`` runs them): each conv's modes (``codegen/memory.py``:
+``choose_conv_modes``), its emitted weights, folded, halved or quantised once
+(``codegen/weights.py``: ``quantize``), the memory plan and with it each conv's mode
+(``plan_memory``), the fp32 layouts (``codegen/layouts.py``: ``plan_layouts``). The costing
+(:class:`~.costing.ProgramCosts`: the runs' chains lowered to C once, costed on any
+configuration with the same partition, with the code generator's memory plan and mode rule),
+which ``estimate``, the sweep, the timeline and the mixed-precision search read, and the code
+generator, which prints the runs, read those fields.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from tvm import relax
 from ..errors import AccelInvalidError
 from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
                           pass_primitive, run_key, run_label)
+from ..sim.ops import Conv, Sdp
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -113,7 +117,48 @@ def _converted(sources: Sequence[Sequence[int]], precisions: Sequence[str]) -> L
     return converted
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
+class ConvChoice:
+    """What the CONV descriptor of a run records about memory."""
+
+    data_banks: int
+    weight_banks: int
+    weight_format: str = "dense"
+    weights_nonzero: int = 0
+    mode: str = "direct"  # the CONV's mode ("winograd": chosen with this plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMemory:
+    """The memory choices of one run: its streams in SRAM and its conv's choice."""
+
+    sram: Tuple[str, ...] = ()  # among "input", "operand", "output", "weights"
+    conv: Optional[ConvChoice] = None
+
+    def apply(self, ops: Sequence) -> list:
+        """The run's engine ops (sim descriptors) with these choices set."""
+        ops = [dataclasses.replace(op) for op in ops]
+        if "input" in self.sram:
+            ops[0].sram = (*ops[0].sram, "input")
+        if "weights" in self.sram:
+            ops[0].sram = (*ops[0].sram, "weights")
+        if "output" in self.sram:
+            ops[-1].sram = (*ops[-1].sram, "output")
+        if "operand" in self.sram:
+            for op in ops:
+                if isinstance(op, Sdp) and op.ew_op is not None:
+                    op.sram = (*op.sram, "operand")
+        if self.conv is not None and isinstance(ops[0], Conv):
+            # The CBUF split stays 0 / 0: the library's policy, which is what the code
+            # generator asked it for on this configuration (and gives a sweep's other CBUFs
+            # their own).
+            ops[0] = dataclasses.replace(ops[0], weight_format=self.conv.weight_format,
+                                         weights_nonzero=self.conv.weights_nonzero,
+                                         mode=self.conv.mode)
+        return ops
+
+
+@dataclasses.dataclass(eq=False)
 class Run:
     """One accelerator run of a program.
 
@@ -124,7 +169,14 @@ class Run:
     ``writes``: the function-level tensors the memory plan may place, by stream (a
     deconvolution's phases and a layer norm's passes are scratch of their own, in DRAM);
     ``planned``: whether the memory plan makes choices for it (not for a converting run nor a
-    layer norm's passes)."""
+    layer norm's passes).
+
+    What lowering knows is fixed; the planning passes then fill in their choices (the code
+    generator reads them, never re-deriving one): ``conv_modes`` and ``winograd``
+    (``codegen/memory.py``: ``choose_conv_modes``), ``memory`` and with it the CONV's mode
+    (``plan_memory``), ``in_layout`` / ``out_layout`` (``codegen/layouts.py``:
+    ``plan_layouts``), ``weights``: the conv's constants as emitted, folded, halved or
+    quantised once (``codegen/weights.py``: ``quantize``)."""
 
     key: str
     primitive: str
@@ -144,10 +196,28 @@ class Run:
                                                                  repr=False)
     writes: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     planned: bool = True
+    # --- set by the planning passes
+    #: its CONV's input modes (image input, multi-batch; None: no conv)
+    conv_modes: Optional[dict] = dataclasses.field(default=None, repr=False)
+    #: whether the configuration runs its CONV in Winograd mode (the plan then chooses)
+    winograd: bool = False
+    memory: RunMemory = dataclasses.field(default_factory=RunMemory, repr=False)
+    in_layout: str = "nchw"         # "c16": its data is channel-blocked (fp32 only)
+    out_layout: str = "nchw"        # "c16": it writes its output channel-blocked
+    #: its conv's weights as emitted (``codegen/weights.py``: EmittedWeights; None: no conv)
+    weights: Optional[object] = dataclasses.field(default=None, repr=False)
 
     @property
     def label(self) -> str:
         return run_label(self.key, self.primitive, self.branch)
+
+    @property
+    def modes(self) -> dict:
+        """Its CONV's modes as emitted: the input modes, and the mode the memory plan chose."""
+        modes = dict(self.conv_modes or {})
+        if self.memory.conv is not None and self.memory.conv.mode != "direct":
+            modes["mode"] = self.memory.conv.mode
+        return modes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -860,9 +860,21 @@ def _readers(function: relax.Function) -> dict:
     return counts
 
 
+def _moved_constant(value: relax.Call) -> np.ndarray:
+    """The constant a reshape or a permute_dims of a constant computes."""
+    array = constant_value(value.args[0])
+    if value.op.name == "relax.permute_dims":
+        axes = value.attrs.axes
+        return np.ascontiguousarray(np.transpose(array, None if axes is None
+                                                 else _int_list(axes)))
+    return array.reshape(_static(value))
+
+
 def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """A reshape (expand_dims, squeeze) of a constant read by two ops or more -> the reshaped
-    constant in each reader."""
+    """A reshape (expand_dims, squeeze) or a permute_dims of a constant read by two ops or more
+    -> the reshaped constant in each reader (torch.export binds one permute_dims for the equal
+    weights of cloned layers, as nn.TransformerEncoder's are before training: each dense
+    layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in mod.functions_items():
         if not isinstance(function, relax.Function) or (
@@ -872,10 +884,10 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
-                    getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY and \
+                    getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY + (
+                        "relax.permute_dims",) and \
                     is_constant(value.args[0]) and _static(value) is not None:
-                constants[var] = relax.const(
-                    constant_value(value.args[0]).reshape(_static(value)), value.ty.dtype)
+                constants[var] = relax.const(_moved_constant(value), value.ty.dtype)
         if constants:
             result[gv] = _InlinedConstants(result, constants).visit_expr(function)
     return result

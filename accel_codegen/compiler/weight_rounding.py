@@ -23,7 +23,7 @@ import numpy as np
 import tvm
 
 from ..quantization.gptq import ConvGeometry, Hessian, gptq_codes, mean_shift
-from .codegen.folding import affine
+from .codegen.weights import EmittedWeights
 from .equalization import constants_in, Graph, with_constants
 from .layer import Layer, constant_value, is_constant
 from .program import lower_module
@@ -62,11 +62,12 @@ def round_weights(mod: tvm.IRModule, matched: tvm.IRModule, hessians: Dict[str, 
         if hessian is None or not is_constant(weight) or not graph.private(weight) or \
                 weight.__chandle__() not in originals:
             continue
-        value = np.asarray(constant_value(weight), np.float64)
-        w = (value.T if conv.transpose_weight else value).reshape(conv.weight_shape)
-        g = affine(layer.sdp, conv.weight_shape[0], scope)[0].reshape(-1, 1, 1, 1)
+        emitted = EmittedWeights(layer, scope, "int8", True)  # what int8 code would quantise
+        w, g = emitted.original, emitted.affine[0].reshape(-1, 1, 1, 1)
+        value = constant_value(weight)
         correct = _correction(layer, scope, graph) if bias_correction else None
-        codes, scales = gptq_codes(w * g, hessian, conv.groups, centred=correct is not None)
+        codes, scales = gptq_codes(emitted.folded, hessian, conv.groups,
+                                   centred=correct is not None)
         rounded = _unfolded(codes, scales, g, w)
         rounded = rounded.reshape(conv.weight_shape[0], -1).T if conv.transpose_weight \
             else rounded
@@ -74,7 +75,7 @@ def round_weights(mod: tvm.IRModule, matched: tvm.IRModule, hessians: Dict[str, 
         layers += 1
         if correct is not None:
             constant, per_unit = correct
-            shift = mean_shift(codes, scales, w * g, hessian, conv.groups)
+            shift = mean_shift(codes, scales, emitted.folded, hessian, conv.groups)
             old = np.asarray(constant_value(constant), np.float64)
             arrays[constant.__chandle__()] = old - (shift * per_unit(g.reshape(-1))
                                                      ).reshape(old.shape)

@@ -8,14 +8,13 @@ needs); any other op is kept as an :class:`OtherOp` naming its engine and precis
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
-from typing import Iterator, List, Optional
+from typing import ContextManager, List, Optional
 
 import numpy as np
 
 from .._accel_ffi import ffi, lib
+from .hooks import CallbackHook
 from .ops import Conv, Pool, Sdp
 from .vocabulary import (ACTIVATIONS, CONV_MODES, ELEMENTWISE, ENGINES, PIXEL_FORMATS, POOLS,
                          PRECISIONS)
@@ -39,9 +38,8 @@ class RecordedRun:
     output: Optional[np.ndarray]
 
 
-_ACTIVE: Optional[List[RecordedRun]] = None
-_LOCK = threading.Lock()
-_RAISED: Optional[BaseException] = None
+_HOOK = CallbackHook(lambda on: lib.accel_set_recorder(
+    lib.accel_python_recorder if on else ffi.NULL, ffi.NULL))
 
 
 def _array(pointer, dtype, count: int, shape=None) -> Optional[np.ndarray]:
@@ -144,36 +142,19 @@ def _out(size: int, kernel: int, stride: int, pads: int, dilation: int = 1) -> i
 @ffi.def_extern()
 def accel_python_recorder(user, label, ops, num_ops, input, output, mode):  # pragma: no cover
     del user
-    global _RAISED
-    runs = _ACTIVE
-    if runs is None or _RAISED is not None:
-        return
-    try:
-        x = _tensor(input)
-        shape = (int(input.n), int(input.c), int(input.h), int(input.w))
-        runs.append(RecordedRun(label=ffi.string(label).decode("utf-8", "replace"),
-                                ops=_read_ops(ops, int(num_ops), shape),
-                                mode="fused" if mode == lib.ACCEL_MODE_FUSED else "independent",
-                                input=x, output=_tensor(output)))
-    except BaseException as error:  # noqa: BLE001 - re-raised by recording()
-        _RAISED = error
+    _HOOK.call(_record, label, ops, num_ops, input, output, mode)
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[List[RecordedRun]]:
+def _record(runs: List[RecordedRun], label, ops, num_ops, input, output, mode) -> None:
+    shape = (int(input.n), int(input.c), int(input.h), int(input.w))
+    runs.append(RecordedRun(label=ffi.string(label).decode("utf-8", "replace"),
+                            ops=_read_ops(ops, int(num_ops), shape),
+                            mode="fused" if mode == lib.ACCEL_MODE_FUSED else "independent",
+                            input=_tensor(input), output=_tensor(output)))
+
+
+def recording() -> ContextManager[List[RecordedRun]]:
     """Record every accel_run in the process while the block runs, in order, into the list
     it yields (one recorder at a time). An exception raised while reading a run back is raised
     when the block ends (cffi cannot unwind the simulator's C frames)."""
-    global _ACTIVE, _RAISED
-    runs: List[RecordedRun] = []
-    with _LOCK:
-        _ACTIVE, _RAISED = runs, None
-        lib.accel_set_recorder(lib.accel_python_recorder, ffi.NULL)
-        try:
-            yield runs
-        finally:
-            lib.accel_set_recorder(ffi.NULL, ffi.NULL)
-            _ACTIVE = None
-        raised, _RAISED = _RAISED, None
-        if raised is not None:
-            raise raised
+    return _HOOK.active([])

@@ -930,13 +930,26 @@ def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
 
 # --- decompositions (sim/decompose.py) ----------------------------------------------------------
 
-def run_decomposition(decomposition, x: np.ndarray) -> np.ndarray:
-    """A layer norm's or softmax's engine passes (sim/decompose.py's Decomposition) in NumPy:
-    each pass through :func:`run_chain` with its element-wise operand bound, as the simulator
-    runs them; bit for bit the simulator's where every pass is (the BDMA + SDP trees and the
-    one-product broadcasts), within the CONV's summation bound with ``reduce="conv"``."""
-    x = np.asarray(x, dtype=dtype_for(decomposition.precision))
-    tensors = {"x": x}
-    for p in decomposition.passes:
-        tensors[p.output] = run_chain(p.bound(tensors), tensors[p.input])
-    return tensors[decomposition.output]
+def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
+    """A layer norm's, softmax's or attention's engine passes (sim/decompose.py's
+    Decomposition) in NumPy: each pass through :func:`run_chain` with its element-wise operand
+    and computed weights bound, as the simulator runs them (``inputs``: the tensors besides
+    ``x``, attention's K and V); bit for bit the simulator's where every pass is (the BDMA +
+    SDP trees, the one-product broadcasts, attention's CONVs of fewer than 32 channels in
+    fp32), within the CONV's summation bound otherwise."""
+    dtype = dtype_for(decomposition.precision)
+    x = np.asarray(x, dtype=dtype)
+
+    def run(p, ops, data, out):
+        y = run_chain(ops, data)
+        if out is not None and isinstance(ops[0], Bdma):  # the channels it copies only
+            keep = out.copy()
+            c = ops[0]
+            index = c.dst_offset + c.dst_stride * np.arange(c.channels)
+            keep[:, index] = y[:, index]
+            return keep
+        return y
+
+    tensors = decomposition.run(run, x, {k: np.asarray(v, dtype)
+                                         for k, v in (inputs or {}).items()})
+    return decomposition.tensor(tensors, decomposition.output)

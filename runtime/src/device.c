@@ -169,7 +169,8 @@ static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
 static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
   const int clip = d->act == ACCEL_ACT_CLIP;
   return (sdp_i8){.bias = d->bias, .mul = d->mul, .rshift = d->rshift, .in_zero = d->in_zero,
-                  .ew_op = d->ew_op, .ew_operand = d->ew_operand, .ew_zero = d->ew_zero,
+                  .ew_op = d->ew_op, .ew_operand = d->ew_operand,
+                  .ew_per_channel = d->ew_per_channel, .ew_zero = d->ew_zero,
                   .ew_mul = d->ew_mul, .ew_shift = d->ew_shift, .act = d->act,
                   .prelu_mul = d->prelu_mul, .prelu_shift = d->prelu_shift,
                   .out_mul = d->out_mul, .out_shift = d->out_shift, .out_zero = d->out_zero,
@@ -291,8 +292,23 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       const accel_sdp_desc* d = &chain->ops[j].op->sdp;
       if (chain->ops[j].op->engine != ACCEL_ENGINE_SDP || d->ew_op == ACCEL_EW_NONE) continue;
       const resolved_op* r = &chain->ops[j];
-      const accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
-                              .h = r->in_h, .w = r->in_w, .precision = seen};
+      accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
+                        .h = r->in_h, .w = r->in_w, .precision = seen};
+      if (d->ew_per_channel) { /* an INT8 operand kept [N][C] (broadcasts): observed whole */
+        if (!observing()) continue;
+        const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;
+        int8_t* whole = malloc((size_t)(planes * plane));
+        if (whole == NULL) {
+          return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %lld bytes to observe",
+                            (long long)(planes * plane));
+        }
+        for (int64_t q = 0; q < planes; ++q)
+          memset(whole + q * plane, ((const int8_t*)d->ew_operand)[q], (size_t)plane);
+        t.data = whole;
+        observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
+        free(whole);
+        continue;
+      }
       observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
     }
     accel_status st = execute_pass(dev, chain, i, last, round_half, src, dst);
@@ -702,6 +718,12 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
  * `local` gets the ops with those operands; *broadcast says whether there were any. The
  * modelled SDP reads the [N][C] values (the cost model counts those bytes); this copy is the
  * simulator's way of giving the kernels one operand format. */
+static int broadcasts(const accel_op* ops, int32_t i) {
+  if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) return 0;
+  /* an INT8 SDP that runs alone (not a CONV's epilogue) reads [N][C] itself: sdp_i8_run */
+  return ops[i].sdp.precision != ACCEL_INT8 || (i > 0 && ops[i - 1].engine == ACCEL_ENGINE_CONV);
+}
+
 static accel_status broadcast_operands(accel_device* dev, const resolved_chain* chain,
                                        const accel_op* ops, int32_t num_ops, accel_op* local,
                                        int* broadcast) {
@@ -710,7 +732,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
   for (int32_t i = 0; i < num_ops; ++i) {
     local[i] = ops[i];
     const resolved_op* r = &chain->ops[i];
-    if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) continue;
+    if (!broadcasts(ops, i)) continue;
     const size_t eb = ops[i].sdp.precision == ACCEL_INT8 ? 1
                       : ops[i].sdp.precision == ACCEL_FP16 ? 2 : sizeof(float);
     total += ((size_t)r->in_n * r->in_c * r->in_h * r->in_w * eb + 63) / 64 * 64;
@@ -723,7 +745,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
   for (int32_t i = 0; i < num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
     accel_sdp_desc* d = &local[i].sdp;
-    if (local[i].engine != ACCEL_ENGINE_SDP || !d->ew_per_channel) continue;
+    if (!broadcasts(ops, i)) continue;
     const size_t eb = d->precision == ACCEL_INT8 ? 1 : d->precision == ACCEL_FP16 ? 2
                                                                                   : sizeof(float);
     const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;

@@ -36,7 +36,7 @@ from ...quantization import Calibration, TensorQuant
 from ...sim.config import AccelConfig
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
-from .memory import plan_module
+from .planning import plan_program
 from ..program import lower_functions
 
 #: The global function RunCodegen calls for functions annotated ``Codegen="accel"``.
@@ -71,15 +71,14 @@ def generate(functions, options, into: Generated) -> List:
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     functions = list(functions)
-    # the functions' runs, lowered once for every pass and for the C
-    program = lower_functions(functions, len(into.sources), precision, layer_precisions)
-    memory = plan_module(functions, config, fuse, precision, len(into.sources), winograd,
-                         layer_precisions=layer_precisions, program=program)
-    into.conv_modes.update({key: run.conv.mode for key, run in memory.items()
-                            if run.conv is not None})
+    # the functions' runs, lowered once, planned by the passes, then printed as C
+    program = plan_program(lower_functions(functions, len(into.sources), precision,
+                                           layer_precisions), config, fuse, winograd)
+    into.conv_modes.update({run.key: run.memory.conv.mode for run in program.runs
+                            if run.memory.conv is not None})
     for function, lowered in zip(functions, program.functions):
         gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
-                              winograd, memory, layer_precisions, lowered)
+                              winograd, layer_precisions, lowered)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

@@ -28,11 +28,9 @@ from tvm import relax
 from ...sim.config import AccelConfig
 from ...sim.device import c16_native
 from ...sim.layout import ATOM
-from ...sim.labels import run_key
 from ..layer import Layer, static_shape
 from ..program import Function as ProgramFunction
-from ..program import lower_function
-from .memory import RunMemory, emitted_conv_modes
+from ..program import Program, Run
 
 #: What a conversion costs: it reads and writes a tensor, at about 29 GB/s together (this
 #: Sapphire Rapids VM: docs/whole_network_time.md, the NCHW16c study), per byte of the tensor.
@@ -59,14 +57,15 @@ C16_SAVING = {
 
 
 class _Run:
-    """One run of the function: what it reads and writes, whether it has a C16 kernel, and
+    """One run of the function as the layout plan weighs it: what it reads and writes, whether it has a C16 kernel, and
     whether the runtime may convert its tensors (``convertible``: not a copy, its data read
     in its own shape, any element-wise operand a tensor of the function)."""
 
     def __init__(self, layer: Layer, data: Optional[relax.Var], operand: Optional[relax.Var],
                  output: relax.Var, native: bool, convertible: bool, mode: str,
-                 blocks_output: bool):
+                 blocks_output: bool, run: Optional[Run] = None):
         self.layer, self.data, self.operand, self.output = layer, data, operand, output
+        self.run = run  # the program's run (None: a layer's runs taken as one)
         self.native, self.convertible, self.mode = native, convertible, mode
         # it writes a C16 output from an NCHW input without a conversion (the image layer)
         self.blocks_output = blocks_output
@@ -108,62 +107,62 @@ def _blockable(var: relax.Var) -> bool:
     return len(shape) == 4 and shape[1] % ATOM == 0 and shape[2] * shape[3] > 1
 
 
-def _runs(program: ProgramFunction, config: AccelConfig, fuse: bool,
-          memory: Dict[str, RunMemory]) -> List[_Run]:
-    """Every run of the function in order, one per layer of the program (a downsample branch
-    is a run of its own, whose output is its layer's element-wise operand; the runs of a
-    concat, a deconvolution or a layer norm are one: they convert nothing)."""
+def _runs(function: ProgramFunction, config: AccelConfig, fuse: bool) -> List[_Run]:
+    """Every run of the function in order, as the layout plan sees them: the program's runs of
+    a layer with one run or a downsample branch (the branch's output is its layer's
+    element-wise operand); the runs of a concat, a deconvolution or a layer norm as one, which
+    converts nothing."""
     runs: List[_Run] = []
-    index = program.index
-    for i, call in enumerate(program.calls):
-        binding, layer = call.binding, call.layer
-        args = binding.value.args
-        scope = dict(zip(call.composite.params, args))
+    of_call: Dict[int, list] = {}
+    for run in function.runs:
+        if not run.converts:
+            of_call.setdefault(run.call, []).append(run)
 
-        def var(expr):
-            resolved = scope.get(expr, expr) if expr is not None else None
-            return resolved if isinstance(resolved, relax.Var) else None
+    def convertible(layer: Layer, data, operand) -> bool:
+        # a deconvolution's runs read and write NCHW (its phases are scratch of their own);
+        # so does a multiply by a per-channel operand (Layer.computed_scale: accel.h's
+        # ew_per_channel is NCHW only)
+        return not layer.copies and layer.lrn is None and layer.rubik is None and \
+            not layer.tokens and not (fuse and layer.computed_scale) and data is not None and \
+            tuple(layer.in_shape) == static_shape(data) and \
+            (not layer.sdp.ew_op or operand is not None)
 
-        def run(layer: Layer, key: str, output: relax.Var) -> _Run:
-            data = var(layer.data)
-            operand = var(layer.sdp.operand) if layer.sdp.ew_op else None
-            # a deconvolution's runs read and write NCHW (its phases are scratch of its own)
-            convertible = not layer.copies and layer.lrn is None and layer.rubik is None and \
-                not layer.tokens and layer.norm is None and \
-                data is not None and \
-                tuple(layer.in_shape) == static_shape(data) and \
-                (not layer.sdp.ew_op or operand is not None)
-            modes = emitted_conv_modes(layer, config, fuse, "fp32", memory.get(key, RunMemory()))
-            native = blocks_output = False
-            if convertible:
-                ops = layer.engine_ops(fuse, "fp32", modes=modes)
-                chain_mode = "fused" if layer.fused(fuse) else "independent"
-                native, blocks_output = (c16_native(config, ops, layer.in_shape, mode=chain_mode,
-                                                    in_layout=layout) for layout in ("c16", "nchw"))
-            return _Run(layer, data, operand, output, native, convertible,
-                        modes.get("mode", "direct"), blocks_output)
+    def planned(run: Run) -> _Run:
+        layer = run.layer
+        operand = run.operand if layer.sdp.ew_op else None
+        modes = run.modes
+        native = blocks_output = False
+        if convertible(layer, run.data, operand):
+            ops = layer.engine_ops(fuse, "fp32", modes=modes)
+            chain_mode = "fused" if layer.fused(fuse) else "independent"
+            native, blocks_output = (c16_native(config, ops, layer.in_shape, mode=chain_mode,
+                                                in_layout=layout) for layout in ("c16", "nchw"))
+        return _Run(layer, run.data, operand, run.output, native,
+                    convertible(layer, run.data, operand), modes.get("mode", "direct"),
+                    blocks_output, run)
 
+    for i, call in enumerate(function.calls):
+        own = of_call.get(i, [])
         first = len(runs)
-        if layer.branch is not None:
-            runs.append(run(layer.branch, run_key(index, i, "a"), layer.sdp.operand))
-            runs.append(run(layer, run_key(index, i, "b"), binding.var))
-        else:
-            runs.append(run(layer, run_key(index, i), binding.var))
+        if call.layer.branch is not None or len(own) == 1:
+            runs.extend(planned(run) for run in own)
+        else:  # its runs as one
+            scope = dict(zip(call.composite.params, call.binding.value.args))
+            data = scope.get(call.layer.data, call.layer.data)
+            data = data if isinstance(data, relax.Var) else None
+            runs.append(_Run(call.layer, data, None, call.binding.var, False, False, "direct",
+                             False))
         read = {t for r in runs[first:] for t in (r.data, r.operand)}
-        runs[-1].others = [a for a in args if isinstance(a, relax.Var) and a not in read]
+        runs[-1].others = [a for a in call.binding.value.args
+                           if isinstance(a, relax.Var) and a not in read]
     return runs
 
 
-def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse: bool,
-                 memory: Dict[str, RunMemory],
-                 program: Optional[ProgramFunction] = None) -> Set[relax.Var]:
-    """The tensors of fp32 function ``index`` kept C16 (its memory plan: ``memory``), among
-    them a downsample branch's output (its layer's element-wise operand); ``program``: its
-    layers and runs (:mod:`..program`), where the caller has lowered them."""
-    if program is None:
-        program = lower_function(function, index, "fp32")
-    runs = _runs(program, config, fuse, memory)
-    outputs = function.body.body
+def c16_tensors(function: ProgramFunction, config: AccelConfig, fuse: bool) -> Set[relax.Var]:
+    """The tensors of an fp32 function kept C16, among them a downsample branch's output (its
+    layer's element-wise operand); its runs' conv modes and memory plan made."""
+    runs = _runs(function, config, fuse)
+    outputs = function.function.body.body
     outputs = set(outputs.fields) if isinstance(outputs, relax.Tuple) else {outputs}
     touching: Dict[relax.Var, List[_Run]] = {}
     for r in runs:
@@ -183,6 +182,20 @@ def plan_layouts(function: relax.Function, index: int, config: AccelConfig, fuse
                 candidates.discard(r.output)
                 changed = True
     return _Plan(runs, candidates).best()
+
+
+def plan_layouts(program: Program, config: AccelConfig, fuse: bool) -> Program:
+    """The pass that sets each run's layouts: in an fp32 program, its data and output C16
+    where :func:`c16_tensors` keeps them so (the conv modes and memory plan made first);
+    NCHW everywhere else."""
+    if program.precision != "fp32":
+        return program
+    for function in program.functions:
+        c16 = c16_tensors(function, config, fuse)
+        for run in function.runs:
+            run.in_layout = "c16" if run.data in c16 else "nchw"
+            run.out_layout = "c16" if run.output in c16 else "nchw"
+    return program
 
 
 class _Plan:

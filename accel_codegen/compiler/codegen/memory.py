@@ -36,68 +36,50 @@ generated code and for the estimate alike (so that an estimate equals a profiled
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tvm import relax
 
 from ..._accel_ffi import ffi, lib
 from ...errors import check
-from ...quantization import quantize_weights
 from ...sim.config import AccelConfig, precision_code
 from ...sim.device import ChainBatch
-from ...sim.ops import Conv, Sdp, count_nonzero
-from ..layer import Layer, constant_value, is_constant, static_shape
-from ..program import Program, Run, lower_functions
+from ...sim.ops import Conv
+from ..layer import Layer, static_shape
+from ..program import ConvChoice, Program, Run, RunMemory, lower_functions  # noqa: F401
 from ..program import Function as ProgramFunction
-from .folding import affine
+from .weights import EmittedWeights, quantize, run_weights
 
 
-@dataclasses.dataclass(frozen=True)
-class ConvChoice:
-    """What the CONV descriptor of a run records about memory."""
+def choose_run_modes(run: Run, config: AccelConfig, fuse: bool, winograd: bool = True,
+                     precision: Optional[str] = None) -> None:
+    """A run's CONV input modes (``Layer.conv_modes``) and whether the configuration runs its
+    CONV in Winograd mode (``Layer.winograd_refusal``; only with ``winograd``), set on the run
+    (``precision``: the program's, for a run that carries none)."""
+    layer = run.layer
+    if layer.conv is None or run.converts:
+        return
+    precision = run.precision or precision
+    run.conv_modes = layer.conv_modes(config, fuse, precision)
+    run.winograd = winograd and \
+        layer.winograd_refusal(config, fuse, precision, run.conv_modes) is None
 
-    data_banks: int
-    weight_banks: int
-    weight_format: str = "dense"
-    weights_nonzero: int = 0
-    mode: str = "direct"  # the CONV's mode ("winograd": chosen with this plan)
 
-
-@dataclasses.dataclass(frozen=True)
-class RunMemory:
-    """The memory choices of one run: its streams in SRAM and its conv's choice."""
-
-    sram: Tuple[str, ...] = ()  # among "input", "operand", "output", "weights"
-    conv: Optional[ConvChoice] = None
-
-    def apply(self, ops: Sequence) -> list:
-        """The run's engine ops (sim descriptors) with these choices set."""
-        ops = [dataclasses.replace(op) for op in ops]
-        if "input" in self.sram:
-            ops[0].sram = (*ops[0].sram, "input")
-        if "weights" in self.sram:
-            ops[0].sram = (*ops[0].sram, "weights")
-        if "output" in self.sram:
-            ops[-1].sram = (*ops[-1].sram, "output")
-        if "operand" in self.sram:
-            for op in ops:
-                if isinstance(op, Sdp) and op.ew_op is not None:
-                    op.sram = (*op.sram, "operand")
-        if self.conv is not None and isinstance(ops[0], Conv):
-            # The CBUF split stays 0 / 0: the library's policy, which is what the code
-            # generator asked it for on this configuration (and gives a sweep's other CBUFs
-            # their own).
-            ops[0] = dataclasses.replace(ops[0], weight_format=self.conv.weight_format,
-                                         weights_nonzero=self.conv.weights_nonzero,
-                                         mode=self.conv.mode)
-        return ops
+def choose_conv_modes(program: Program, config: AccelConfig, fuse: bool,
+                      winograd: bool = True) -> Program:
+    """The pass that sets each conv run's input modes and whether it may run in Winograd mode;
+    which mode it runs in is the memory plan's choice (:func:`plan_memory`)."""
+    for run in program.runs:
+        choose_run_modes(run, config, fuse, winograd, program.precision)
+    return program
 
 
 def emitted_conv_modes(layer: Layer, config: AccelConfig, fuse: bool, precision: str,
                        run: RunMemory) -> dict:
     """The CONV input modes and mode a layer's run is emitted with: the layer's own, the mode
-    the memory plan chose for the run where it chose one."""
+    the memory plan chose for the run where it chose one (a planned Run has them as
+    ``Run.modes``)."""
     modes = layer.conv_modes(config, fuse, precision)
     if run.conv is not None and run.conv.mode != "direct":
         modes["mode"] = run.conv.mode
@@ -106,23 +88,8 @@ def emitted_conv_modes(layer: Layer, config: AccelConfig, fuse: bool, precision:
 
 def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional[np.ndarray]:
     """The conv weights the generated code hands the CONV, in its storage type (None when they
-    are not constants): fp32 as they are, fp16 with a fused layer's batch-norm factor folded in
-    and rounded to half, int8 folded and quantised per output channel."""
-    c = layer.conv
-    weight = scope.get(c.weight, c.weight)
-    if not is_constant(weight):
-        return None
-    w = np.asarray(constant_value(weight), np.float64)
-    w = (w.T if c.transpose_weight else w).reshape(c.weight_shape)
-    if precision == "fp32":
-        return w.astype(np.float32)
-    channels = c.weight_shape[0]
-    if precision == "fp16":
-        if fuse:
-            w = w * affine(layer.sdp, channels, scope)[0].reshape(-1, 1, 1, 1)
-        return w.astype(np.float16)
-    g = affine(layer.sdp, channels, scope)[0]
-    return quantize_weights(w * g.reshape(-1, 1, 1, 1))[0]
+    are not constants): :class:`~.weights.EmittedWeights` (a Run's ``weights``)."""
+    return EmittedWeights(layer, scope, precision, fuse).array
 
 
 def conv_choice(config: AccelConfig, layer: Layer, precision: str,
@@ -170,17 +137,31 @@ def _feature_bytes(config_c, shape: Sequence[int], precision: str) -> int:
     return int(lib.accel_feature_bytes(config_c, tensor))
 
 
+def plan_memory(program: Program, config: AccelConfig, fuse: bool) -> Program:
+    """The pass that sets every planned run's memory choices and its CONV's mode
+    (:class:`ModulePlan`, its options costed by the C cost model on ``config``); the runs'
+    conv modes and emitted weights first (:func:`choose_conv_modes`, ``weights.quantize``)."""
+    plan = ModulePlan(program, config, fuse)
+    memories = plan.memories(plan.choose(plan.cycles(config)))
+    for run in program.runs:
+        if run.key in memories:
+            run.memory = memories[run.key]
+    return program
+
+
 def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
                 precision: str, first_index: int = 0, winograd: bool = True,
                 layer_precisions: Optional[Dict[str, str]] = None,
                 program: Optional[Program] = None) -> Dict[str, RunMemory]:
     """The memory choices and conv modes of every run of a module's offloaded functions (in
     the order the code generator numbers them, from ``first_index``), by run key, as the code
-    generator emits them: :class:`ModulePlan`, its options costed by the C cost model.
-    ``precision`` "mixed": each layer's from ``layer_precisions`` by its key."""
-    plan = ModulePlan(functions, config, fuse, precision, first_index, winograd,
-                      layer_precisions=layer_precisions, program=program)
-    return plan.memories(plan.choose(plan.cycles(config)))
+    generator emits them (:func:`plan_memory` on their Program). ``precision`` "mixed": each
+    layer's from ``layer_precisions`` by its key."""
+    if program is None:
+        program = lower_functions(functions, first_index, precision, layer_precisions)
+    quantize(choose_conv_modes(program, config, fuse, winograd), fuse)
+    plan_memory(program, config, fuse)
+    return {run.key: run.memory for run in program.runs if run.planned}
 
 
 def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
@@ -199,33 +180,38 @@ def plan_function(function: relax.Function, function_index: int, config: AccelCo
 Option = Tuple[RunMemory, int]
 
 
+def choose_options(extras: Dict[str, List[int]], left: int,
+                   cycles: Callable[[str, Optional[int]], int]) -> Dict[str, int]:
+    """The one rule that picks each conv's mode: in execution order, the option with the
+    fewest cycles (``cycles(key, option)``; None: direct as planned), among those whose SRAM
+    bytes beyond the direct plan's (``extras[key][option]``) fit what is ``left``; direct on
+    equal cycles. Returns the option each switching conv takes, by run key."""
+    chosen = {}
+    for key, options in extras.items():
+        best, pick = cycles(key, None), None
+        for option, extra in enumerate(options):
+            if extra <= left and cycles(key, option) < best:
+                best, pick = cycles(key, option), option
+        if pick is not None:
+            chosen[key] = pick
+            left -= options[pick]
+    return chosen
+
+
 class ModulePlan:
     """A module's memory plan with every conv direct, and the Winograd options of each conv
     the configuration runs in Winograd mode (see the module's docstring); :meth:`choose` picks
     the modes from the options' cycles, :meth:`memories` gives the chosen plan.
 
-    ``modes``: each conv run's input modes by run key, where the caller has chosen them (else
-    ``Layer.conv_modes``); ``eligible``: the conv runs the configuration runs in Winograd mode,
-    where the caller has checked them (else each is asked: ``Layer.winograd_refusal``);
-    ``nonzero``: a cache of the emitted weights' non-zero counts by run key, kept across plans
-    (the counts do not depend on the configuration). ``precision`` "mixed": each layer's from
-    ``layer_precisions`` by its key; a layer's output that a layer of the other precision reads
-    (through a converting run) stays in DRAM. ``program``: the functions' runs
-    (:mod:`..program`) where the caller has lowered them (then ``functions``, ``first_index``,
-    ``precision`` and ``layer_precisions`` are the program's)."""
+    It reads the program's runs as the passes before it left them: each conv run's input modes
+    and whether it may run in Winograd mode (:func:`choose_conv_modes`), its emitted weights
+    (``weights.quantize``: their non-zero count decides the sparse format). In mixed code a
+    layer's output that a layer of the other precision reads (through a converting run) stays
+    in DRAM."""
 
-    def __init__(self, functions: Sequence[relax.Function], config: AccelConfig, fuse: bool,
-                 precision: str, first_index: int = 0, winograd: bool = True,
-                 modes: Optional[Dict[str, dict]] = None,
-                 eligible: Optional[Collection[str]] = None,
-                 nonzero: Optional[Dict[str, Optional[int]]] = None,
-                 layer_precisions: Optional[Dict[str, str]] = None,
-                 program: Optional[Program] = None):
+    def __init__(self, program: Program, config: AccelConfig, fuse: bool):
         self.fuse = fuse
-        if program is None:
-            program = lower_functions(functions, first_index, precision, layer_precisions)
-        plans = [_FunctionPlan(f, config, fuse, winograd, modes, eligible, nonzero)
-                 for f in program.functions]
+        plans = [_FunctionPlan(f, config, fuse) for f in program.functions]
         self.left = 0  # SRAM bytes no feature map or resident weights take
         if config.sram_bytes > 0:
             for plan in plans:
@@ -238,20 +224,20 @@ class ModulePlan:
             self.left = budget
         self.direct: Dict[str, RunMemory] = {}
         self.options: Dict[str, List[Option]] = {}  # in execution order
-        self.runs: Dict[str, Tuple[Run, dict]] = {}  # conv runs with options, their modes
+        self.runs: Dict[str, Run] = {}  # conv runs with options
         for plan in plans:
             self.direct.update(plan.result())
             for run in plan.runs:
                 if run.key in plan.winograd:
                     self.options[run.key] = plan.winograd_options(run)
-                    self.runs[run.key] = run, plan.modes[run.key]
+                    self.runs[run.key] = run
 
     def chain(self, key: str, option: Optional[int]) -> tuple:
         """(ops, input shape, mode) of a conv run with options: direct as planned (None) or
         its Winograd option."""
-        run, modes = self.runs[key]
+        run = self.runs[key]
         memory = self.direct[key] if option is None else self.options[key][option][0]
-        ops = run.layer.engine_ops(self.fuse, run.precision, modes=modes)
+        ops = run.layer.engine_ops(self.fuse, run.precision, modes=run.conv_modes)
         return (memory.apply(ops), run.layer.in_shape,
                 "fused" if run.layer.fused(self.fuse) else "independent")
 
@@ -271,16 +257,8 @@ class ModulePlan:
     def choose(self, cycles: Callable[[str, Optional[int]], int]) -> Dict[str, int]:
         """The Winograd option each switching conv run takes (by run key; the others stay
         direct), from ``cycles(key, option)`` (None: direct as planned)."""
-        left, chosen = self.left, {}
-        for key, options in self.options.items():
-            best, pick = cycles(key, None), None
-            for option, (_, extra) in enumerate(options):
-                if extra <= left and cycles(key, option) < best:
-                    best, pick = cycles(key, option), option
-            if pick is not None:
-                chosen[key] = pick
-                left -= options[pick][1]
-        return chosen
+        return choose_options({key: [extra for _, extra in options]
+                               for key, options in self.options.items()}, self.left, cycles)
 
     def memories(self, chosen: Dict[str, int]) -> Dict[str, RunMemory]:
         """Every run's memory choices (and conv mode) with the options ``chosen``."""
@@ -291,10 +269,7 @@ class ModulePlan:
 class _FunctionPlan:
     """The runs of one function, its conv choices and what it places in SRAM."""
 
-    def __init__(self, function: ProgramFunction, config: AccelConfig, fuse: bool,
-                 winograd: bool = True, modes: Optional[Dict[str, dict]] = None,
-                 eligible: Optional[Collection[str]] = None,
-                 nonzero: Optional[Dict[str, Optional[int]]] = None):
+    def __init__(self, function: ProgramFunction, config: AccelConfig, fuse: bool):
         self.function = function.function
         self.config = config
         self.config_c = config.to_c()
@@ -305,32 +280,15 @@ class _FunctionPlan:
         self.converted = {run.writes for run in self.runs
                           if run.writes is not None and function.calls[run.call].converted}
         # the conv input modes (image input, multi-batch) the code generator chooses
-        self.modes = {run.key: modes[run.key] if modes is not None
-                      else run.layer.conv_modes(config, fuse, run.precision)
-                      for run in self.runs if run.layer.conv is not None}
-
-        counts = nonzero if nonzero is not None else {}  # by run key, kept across plans
-
-        def counted(run: Run) -> Callable[[], Optional[int]]:
-            def count() -> Optional[int]:
-                if run.key not in counts:
-                    weights = emitted_weights(run.layer, run.scope, run.precision, fuse)
-                    counts[run.key] = None if weights is None \
-                        else count_nonzero(weights, run.precision)
-                return counts[run.key]
-            return count
-
-        self.convs = {key: conv_choice(config, run.layer, run.precision, self.modes[key],
-                                       counted(run))
-                      for run in self.runs if (key := run.key) in self.modes}
+        self.modes = {run.key: run.conv_modes for run in self.runs if run.layer.conv is not None}
+        self.convs = {run.key: conv_choice(config, run.layer, run.precision, run.conv_modes,
+                                           lambda run=run: run_weights(run, fuse).nonzero)
+                      for run in self.runs if run.key in self.modes}
         # the CBUF split of each conv the configuration runs in Winograd mode, in that mode
         self.winograd = {
             run.key: conv_choice(config, run.layer, run.precision,
-                                 {**self.modes[run.key], "mode": "winograd"}, lambda: None)
-            for run in self.runs if run.key in self.modes and winograd and (
-                run.key in eligible if eligible is not None else
-                run.layer.winograd_refusal(config, fuse, run.precision,
-                                           self.modes[run.key]) is None)}
+                                 {**run.conv_modes, "mode": "winograd"}, lambda: None)
+            for run in self.runs if run.key in self.modes and run.winograd}
         self.sram_of: Dict[str, set] = {run.key: set() for run in self.runs}
         self.placed: set = set()             # feature maps in SRAM
         self.sizes: Dict[relax.Var, int] = {}
