@@ -406,6 +406,8 @@ typedef struct sdp_i8 {
   int32_t clip_lo, clip_hi;
   const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
   const struct sdp_i8_lut_plan* lut_plan; /* the LUT's codes by input ranges, or NULL */
+  int32_t shift_max;                  /* the largest rshift over the op's channels (0 without
+                                       * rshift): NVDLA's BN shifter, one per layer (accel.h) */
 } sdp_i8;
 
 /* A LUT activation's output codes as a function of its input t (sdp_i8_lut.c states the form),

@@ -1,10 +1,11 @@
 /* sdp_i8.c - the SDP engine in INT8: integer converters (semantics in accel.h).
  *
- * sdp_one is the definition, step by step in int64: t * mul is an int32 times an int16
- * (47 bits), rhaz adds half to the magnitude and shifts (0..62), each sat32 clamps. After
- * PRELU, t is not saturated (accel.h applies no sat32 there), so it may leave the int32 range:
- * the output converter then multiplies in full 64 bits (|t| < 2^47, |out_mul| <= 2^15).
- * It is the portable build's code and the reference the tests hold the vector code to.
+ * sdp_one is the definition, step by step in int64, NVDLA's SDP units in order (accel.h):
+ * BS (the 33-bit ALU's v + bias, times 2^pre, sat32: bs_out), BN (an int32 times an int16, 47
+ * bits, rhaz by shift_max, sat32), the element-wise step, the activation (PRELU: an X unit's
+ * multiplier in PReLU mode, sat32), the output converter. rhaz adds half to the magnitude and
+ * shifts (0..62). It is the portable build's code and the reference the tests hold the vector
+ * code to.
  *
  * AVX-512 (sdp_i8_avx512.c): the general path runs exactly those steps on 8 int64 lanes (sdp8). The
  * two converters the compiler emits most have shorter exact forms, whose identities are stated at
@@ -34,8 +35,8 @@
 /* ---- scalar definition ------------------------------------------------------------------ */
 
 static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, int operand) {
-  int64_t t = sat32(v + c->bias);
-  t = sat32(rhaz(t * c->mul, c->shift));
+  int64_t t = bs_out(v + c->bias, c->pre);                 /* BS: ALU, times 2^pre */
+  t = sat32(rhaz(t * c->mul, c->shift + c->pre));          /* BN: mul, shifter */
   if (p->ew_op != ACCEL_EW_NONE) {
     const int64_t e = sat32(rhaz(((int64_t)operand - p->ew_zero) * p->ew_mul, p->ew_shift));
     switch (p->ew_op) {
@@ -50,7 +51,7 @@ static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, i
   if (p->act == ACCEL_ACT_RELU) {
     t = t < 0 ? 0 : t;
   } else if (p->act == ACCEL_ACT_PRELU && t < 0) {
-    t = rhaz(t * c->prelu_mul, p->prelu_shift);
+    t = sat32(rhaz(t * c->prelu_mul, p->prelu_shift));
   } else if (p->lut != NULL) {
     t = lut_int8_eval(p->lut, t);
   }

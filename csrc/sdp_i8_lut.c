@@ -445,6 +445,8 @@ static void lut_front_plan(const chan_params* c, lut_front* f) {
   f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
   if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
   if (limit > INT32_MAX) limit = INT32_MAX;
+  /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
+  if (limit > (INT32_MAX >> (c->pre < 31 ? c->pre : 31))) limit = INT32_MAX >> (c->pre < 31 ? c->pre : 31);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
   f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
   f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
@@ -506,8 +508,9 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
         call_params(p, &q);
         q.bias = _mm512_set1_epi64(c.bias);
         q.mul = _mm512_set1_epi64(c.mul);
-        q.half = half_of(c.shift);
-        q.shift = _mm512_set1_epi64(c.shift);
+        q.half = half_of(c.shift + c.pre);
+        q.shift = _mm512_set1_epi64(c.shift + c.pre);
+        q.pre = _mm512_set1_epi64(c.pre < 31 ? c.pre : 31);
         q_ready = 1;
       }
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
@@ -538,10 +541,7 @@ static inline void lane_params(const sdp_i8* p, vec_params* q, int64_t ch, __mma
   q->bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
                             : q->zero;
   q->mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
-  q->shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
-                               : q->zero;
-  q->half = _mm512_mask_sllv_epi64(q->zero, _mm512_cmpgt_epi64_mask(q->shift, q->zero), one,
-                                   _mm512_sub_epi64(q->shift, one));
+  bn_lanes(p, q, ch, m);
 }
 
 /* sdp_i8_channels with a LUT: front8 with each lane's channel, then the same lut16. */

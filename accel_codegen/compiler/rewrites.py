@@ -37,7 +37,7 @@ result computes the same values).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 import tvm
@@ -46,6 +46,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
+from .source_names import name_bindings, name_of, span_of
 
 
 _PAD = is_op("relax.nn.pad")(wildcard())
@@ -74,12 +75,38 @@ def fold_zero_padding(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _rewrite(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
-    """Every Relax function of ``mod`` with ``pattern`` rewritten."""
+    """Every Relax function of ``mod`` with ``pattern`` rewritten; a call that replaces a
+    matched one keeps the source model's name that one had, or the one the rewriter gave it
+    (:func:`named_as`)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in mod.functions_items():
-        if isinstance(function, relax.Function):
-            result[gv] = rewrite_call(pattern, rewriter, function)
+        if not isinstance(function, relax.Function):
+            continue
+        bound = {b.value: b.var.name for block in function.body.blocks
+                 for b in block.bindings}
+        names: Dict[str, str] = {}  # the rewritten bindings' variables -> their names
+
+        def keeping_names(expr: relax.Expr, matches) -> relax.Expr:
+            new = rewriter(expr, matches)
+            name = (name_of(new) or name_of(expr)) if new is not expr else None
+            if name and expr in bound:
+                names[bound[expr]] = name
+            return new
+
+        rewritten = rewrite_call(pattern, keeping_names, function)
+        # rewrite_call normalises the new calls, which makes them anew, without a span
+        result[gv] = name_bindings(rewritten, names) if names else rewritten
     return result
+
+
+def named_as(new: relax.Expr, old: relax.Expr) -> relax.Expr:
+    """``new`` (a call a rewriter returns) with ``old``'s source-model name (its span:
+    :mod:`.source_names`): what a rewrite puts in a node's place is that node, for the
+    reports. :func:`_rewrite` gives the name to the binding of the call."""
+    name = name_of(old)
+    if name is None or not isinstance(new, relax.Call):
+        return new
+    return relax.Call(new.op, new.args, new.attrs, new.ty_args, span_of(name))
 
 
 # ONNX's Clip(x, min, max) with its bounds as inputs (torch exports ReLU6 so) arrives from TVM's
@@ -208,7 +235,8 @@ def _global_mean(expr: relax.Expr, matches) -> relax.Expr:
     if getattr(pooled.op, "name", "") == "relax.mean" and sorted(
             int(a) % 4 for a in (pooled.attrs.axis or [])) != [2, 3]:
         return expr
-    return relax.op.mean(x, axis=[2, 3], keepdims=False)
+    # the pool's name (avgpool), not the flatten's that the pool now does
+    return named_as(relax.op.mean(x, axis=[2, 3], keepdims=False), pooled)
 
 
 def flattened_global_pools(mod: tvm.IRModule) -> tvm.IRModule:

@@ -166,10 +166,13 @@ static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
                    .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL};
 }
 
-static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
+static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d, int32_t channels) {
   const int clip = d->act == ACCEL_ACT_CLIP;
-  return (sdp_i8){.bias = d->bias, .mul = d->mul, .rshift = d->rshift, .in_zero = d->in_zero,
-                  .ew_op = d->ew_op, .ew_operand = d->ew_operand,
+  int32_t shift_max = 0; /* NVDLA's one shifter for the layer: accel.h's INT8 SDP */
+  for (int32_t c = 0; d->rshift != NULL && c < channels; ++c)
+    shift_max = d->rshift[c] > shift_max ? d->rshift[c] : shift_max;
+  return (sdp_i8){.shift_max = shift_max, .bias = d->bias, .mul = d->mul, .rshift = d->rshift,
+                  .in_zero = d->in_zero, .ew_op = d->ew_op, .ew_operand = d->ew_operand,
                   .ew_per_channel = d->ew_per_channel, .ew_zero = d->ew_zero,
                   .ew_mul = d->ew_mul, .ew_shift = d->ew_shift, .act = d->act,
                   .prelu_mul = d->prelu_mul, .prelu_shift = d->prelu_shift,
@@ -215,7 +218,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
                                  dst, epilogue != NULL ? &e : NULL, &dev->ws, threads);
       }
       if (int8) {
-        sdp_i8 e = sdp_i8_operands(epilogue);
+        sdp_i8 e = sdp_i8_operands(epilogue, r->out_c);
         /* a LUT epilogue's codes by input ranges, planned once for the run */
         struct sdp_i8_lut_plan* plan =
             e.lut != NULL ? sdp_i8_lut_plan_new(&e, output_count(r)) : NULL;
@@ -232,7 +235,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
     case ACCEL_ENGINE_SDP: {
       const int64_t hw = (int64_t)r->in_h * r->in_w;
       if (int8) {
-        const sdp_i8 p = sdp_i8_operands(&op->sdp);
+        const sdp_i8 p = sdp_i8_operands(&op->sdp, r->in_c);
         sdp_i8_run(&p, r->in_n, r->in_c, hw, src, dst, threads);
       } else {
         const sdp_f32 p = sdp_operands(&op->sdp);

@@ -52,7 +52,9 @@ def _check_runs(model, mod, params, precision):
             half = torch_forward(copy.deepcopy(model).half(),
                                  torch.from_numpy(x).half()).astype(np.float32)
             ours_db, half_db = sqnr(ours, expected), sqnr(half, expected)
-            assert ours_db >= half_db - 6.0, (ours_db, half_db)
+            # measured 63.5 against 66.4 dB: the passes round to half between steps where
+            # PyTorch's half kernels keep fp32 (docs/transformer_ops.md)
+            assert ours_db >= half_db - 3.5, (ours_db, half_db)
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

@@ -10,6 +10,7 @@ the C text (:mod:`.emit`); the fixed C is ``accel/tvm_glue.h``.
 """
 from __future__ import annotations
 
+import json
 import textwrap
 from typing import Dict, List, Optional
 
@@ -19,10 +20,12 @@ from tvm import relax
 from ...errors import AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant
 from ...sim.config import AccelConfig
+from ...sim.labels import run_key
 from ...sim.observer import INPUT
 from ..layer import Layer, static_shape
 from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
+from ..source_names import function_calls, layer_name
 from . import emit, int8, int8_ops, passes, run_ops
 from .planning import plan_program
 from .tensors import STORAGE, FunctionTensors  # noqa: F401  (STORAGE: part of the interface)
@@ -63,6 +66,10 @@ class FunctionCodegen(FunctionTensors):
         self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
         self.layer_comments: List[str] = []
         self.emitting: Optional[Run] = None  # the run being printed
+        self.layer_source = ""  # the source model's name of the layer being printed
+        # layer key -> its source-model name, Relax operators and precision: the function's
+        # record in the library (emit.INFO_SECTION)
+        self.layer_info: Dict[str, Dict[str, object]] = {}
 
     def run(self) -> str:
         """The function's C source: every layer's runs, in the Program's order."""
@@ -90,6 +97,10 @@ class FunctionCodegen(FunctionTensors):
     def _call(self, index: int, call: Call, runs: List[Run]) -> None:
         """The runs of one layer, into its output's buffer."""
         var, layer = call.binding.var, call.layer
+        self.layer_source = layer_name(call.composite)
+        self.layer_info[run_key(self.index, index)] = {
+            "source": self.layer_source, "precision": self.precision,
+            "ops": [c.op.name for c in function_calls(call.composite)]}
         output = self._output(var)
         sources = layer.source_ops if layer.branch is None else \
             layer.branch.source_ops + layer.source_ops
@@ -141,7 +152,8 @@ class FunctionCodegen(FunctionTensors):
             self.emitting, layer = run, run.layer
             ops = emit.sram_streams([emit.rubik_op(layer.rubik, self.precision)],
                                     run.memory.sram)
-            lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{"]
+            lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{",
+                     emit.name_run(run.label, self.layer_source)]
             lines += emit.run_layer(ops, phases, layer.in_shape, self.operands[var],
                                     _feature(layer.out_shape), layer.fused(self.fuse),
                                     run.label, self.precision)
@@ -162,7 +174,8 @@ class FunctionCodegen(FunctionTensors):
                           itemsize=np.dtype(STORAGE[target]).itemsize)
         self.converted[var], self.quant[var] = temp, quant
         self.quantization[(run.key, INPUT)] = self.quantization[(run.key, 0)] = quant
-        lines = [f"/* {run.label}: layer {run.call}'s output for its {target} readers */", "{"]
+        lines = [f"/* {run.label}: layer {run.call}'s output for its {target} readers */", "{",
+                 emit.name_run(run.label, self.layer_source)]
         lines += emit.run_layer([emit.convert_op(self.precision, quant.scale, quant.zero)],
                                 self.operands[var], shape, temp, shape, False, run.label,
                                 self.precision, target)
@@ -174,7 +187,8 @@ class FunctionCodegen(FunctionTensors):
         (``concat``: the quantisation of the int8 concat this copy rescales its input into;
         ``layer``: the run's layer as the caller reshaped it, a token layer's surface)."""
         self.emitting, layer, key = run, layer or run.layer, run.key
-        lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{"]
+        lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{",
+                 emit.name_run(run.label, self.layer_source)]
         data, in_quant = self._data(layer.data, run.scope, (key, INPUT))
         out_shape = _feature(layer.out_shape)
         if self.precision == "int8":
@@ -215,8 +229,11 @@ def translation_unit(gen: FunctionCodegen) -> str:
               f" * Layers:\n{layers}\n */")
     constants = [(a.size, dl) for a, dl in zip(gen.pool.arrays.values(),
                                                gen.pool.dl_types())]
+    info = {"symbol": gen.symbol, "function": gen.index, "config": gen.config.to_dict(),
+            "precision": gen.function_precision, "fuse": gen.fuse, "layers": gen.layer_info}
     return emit.translation_unit(
-        symbol=gen.symbol, short=gen.short, header=header,
+        symbol=gen.symbol, name=f"external function f{gen.index}", header=header,
         cfg=gen.config, args=args, num_inputs=len(gen.inputs), constants=constants,
         temps=gen.scratch.sizes, num_packed=gen.packed,
-        body=textwrap.indent("\n".join(body), "  "))
+        body=textwrap.indent("\n".join(body), "  "),
+        info=json.dumps(info, separators=(",", ":"), sort_keys=True))

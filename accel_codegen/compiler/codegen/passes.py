@@ -157,7 +157,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
             out = tensor(step.output)
         else:
             out = tensors[step.output] = gen._temp(count)
-        lines = [f"/* {label}: {step.role} */", "{"]
+        lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         if _clears(step.ops):
             lines.append(f"  memset({out}, 0, {count * itemsize});")
         ops = [_op(gen, op, tensor, step.operand, step.weights) for op in step.ops]
