@@ -62,6 +62,7 @@ typedef struct sdp_f32 {
   const float* shift;                 /* [C] or NULL */
   accel_eltwise ew_op;
   const float* ew_operand;            /* whole NCHW tensor, or NULL with ACCEL_EW_NONE */
+  int32_t ew_per_channel;             /* 1: ew_operand is [N][C] (independent runs only) */
   accel_activation act;
   float clip_min, clip_max;
   const float* prelu_slope;           /* [C] or NULL */

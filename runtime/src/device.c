@@ -161,7 +161,8 @@ int32_t accel_int8_amx(int32_t request) { return conv_i8_amx(request < 0 ? -1 : 
 /* FP16 evaluates the LUT activations through the LUT model, FP32 exactly. */
 static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
   return (sdp_f32){.scale = d->scale, .shift = d->shift, .ew_op = d->ew_op,
-                   .ew_operand = d->ew_operand, .act = d->act, .clip_min = d->clip_min,
+                   .ew_operand = d->ew_operand, .ew_per_channel = d->ew_per_channel,
+                   .act = d->act, .clip_min = d->clip_min,
                    .clip_max = d->clip_max, .prelu_slope = d->prelu_slope,
                    .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL};
 }
@@ -297,16 +298,18 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       const resolved_op* r = &chain->ops[j];
       accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
                         .h = r->in_h, .w = r->in_w, .precision = seen};
-      if (d->ew_per_channel) { /* an INT8 operand kept [N][C] (broadcasts): observed whole */
+      if (d->ew_per_channel) { /* an operand kept [N][C] (broadcasts): observed whole */
         if (!observing()) continue;
         const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;
-        int8_t* whole = malloc((size_t)(planes * plane));
+        char* whole = malloc((size_t)(planes * plane) * element);
         if (whole == NULL) {
           return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %lld bytes to observe",
-                            (long long)(planes * plane));
+                            (long long)(planes * plane * (int64_t)element));
         }
         for (int64_t q = 0; q < planes; ++q)
-          memset(whole + q * plane, ((const int8_t*)d->ew_operand)[q], (size_t)plane);
+          for (int64_t e = 0; e < plane; ++e)
+            memcpy(whole + (size_t)(q * plane + e) * element,
+                   (const char*)d->ew_operand + (size_t)q * element, element);
         t.data = whole;
         observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
         free(whole);
@@ -723,8 +726,9 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
  * simulator's way of giving the kernels one operand format. */
 static int broadcasts(const accel_op* ops, int32_t i) {
   if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) return 0;
-  /* an INT8 SDP that runs alone (not a CONV's epilogue) reads [N][C] itself: sdp_i8_run */
-  return ops[i].sdp.precision != ACCEL_INT8 || (i > 0 && ops[i - 1].engine == ACCEL_ENGINE_CONV);
+  /* an INT8 or FP32 SDP that runs alone (not a CONV's epilogue) reads [N][C] itself:
+   * sdp_i8_run, sdp_f32_run */
+  return ops[i].sdp.precision == ACCEL_FP16 || (i > 0 && ops[i - 1].engine == ACCEL_ENGINE_CONV);
 }
 
 static accel_status broadcast_operands(accel_device* dev, const resolved_chain* chain,

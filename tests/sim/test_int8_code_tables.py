@@ -1,4 +1,4 @@
-"""INT8 runs whose codes are a function of each plane's input bytes (issue 32): a standalone
+"""Runs of squeeze-excite and of wide pools (issue 32). INT8 runs whose codes are a function of each plane's input bytes (issue 32): a standalone
 SDP with a LUT activation or a per-channel element-wise operand converts each plane's 256
 codes once and looks the plane up in them (sdp_i8.c, run_table); an average over
 non-overlapping windows sums column by column (pdp_i8.c, pool_blocks). Both against the NumPy
@@ -81,3 +81,34 @@ def test_an_average_over_blocks(shape, kernel):
     y = Device("nv_full", num_threads=2).run([op], x)[0]
     assert y.shape == (1, shape[0], out_h, out_w)
     np.testing.assert_array_equal(y, ref.run_chain([op], x))
+
+
+@pytest.mark.parametrize("shape,kernel", [((16, 112, 112), (8, 8)), ((16, 14, 14), (7, 7)),
+                                          ((16, 9, 20), (2, 3))])
+def test_an_fp32_average_over_blocks_in_the_window_order(shape, kernel):
+    """fp32: the windows of a row side by side (pdp.c, pool_row_inside) give the C16 kernel's
+    bits, NaN payloads included (its taps in the window's order)."""
+    from test_c16_layout import _same_either_way
+    from test_c16_pool import _with_nans
+
+    out_h, out_w = -(-shape[1] // kernel[0]), -(-shape[2] // kernel[1])
+    pad = (0, 0, out_h * kernel[0] - shape[1], out_w * kernel[1] - shape[2])
+    x = _with_nans(np.random.default_rng(shape[1]), (1,) + shape)
+    _same_either_way([Pool("avg", kernel, kernel, pad, count_include_pad=any(pad))], x)
+
+
+@pytest.mark.parametrize("ew_op,fields", [("mul", {}), ("add", {"scale": True}),
+                                          ("max", {"scale": True})])
+def test_an_fp32_per_channel_operand_as_broadcast(ew_op, fields):
+    """fp32 reads the [N][C] operand itself: the bits of the same op with the operand
+    broadcast to the input's shape, over planes of several chunks."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 40, 64)).astype(np.float32)
+    s = rng.standard_normal((2, 3)).astype(np.float32)
+    extra = dict(scale=rng.standard_normal(3).astype(np.float32),
+                 shift=rng.standard_normal(3).astype(np.float32)) if fields else {}
+    whole = np.ascontiguousarray(np.broadcast_to(s[:, :, None, None], x.shape))
+    device = Device("nv_full", num_threads=2)
+    y = device.run([Sdp(ew_op=ew_op, operand=s, ew_per_channel=True, **extra)], x)[0]
+    expected = device.run([Sdp(ew_op=ew_op, operand=whole, **extra)], x)[0]
+    np.testing.assert_array_equal(y.view(np.uint32), expected.view(np.uint32))
