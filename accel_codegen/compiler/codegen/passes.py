@@ -21,7 +21,7 @@ from ..layer import ConvSpec, CopySpec, Layer
 from . import emit
 
 #: C element type of each float precision's storage.
-C_TYPES = {"fp32": "float", "fp16": "uint16_t"}
+C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
 
 
 def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: str,
@@ -102,7 +102,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
-    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
+    data, data_quant = gen._data(layer.data, scope, (first_key, INPUT))
     surface = gen._temp(int(np.prod(layer.in_shape)))
     gen.body.extend(transpose(data, surface, b, h * w, c, precision,
                               f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
@@ -138,12 +138,20 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         dense = runs[0]
         out = gen._temp(int(np.prod(dense.out_shape)))
         gen.inner[layer.data] = surface
+        held_quant = gen.quant.get(layer.data)
+        gen.quant[layer.data] = data_quant  # the transpose moves int8 codes as they are
         try:
-            gen._emit(program_runs[0], out, layer=dense)
+            quant = gen._emit(program_runs[0], out, layer=dense)
         finally:
             del gen.inner[layer.data]
+            if held_quant is None:
+                del gen.quant[layer.data]
+            else:
+                gen.quant[layer.data] = held_quant
         tensors["x"] = out
         start = 1
+        if precision == "int8":  # the transposes move codes: the run's quantisation stays
+            gen.quant[var] = quant
     for part, run in enumerate(runs[start:], start):
         step = run.step
         label = program_runs[part].label
