@@ -1,8 +1,8 @@
 """NumPy reference of every engine op: the living definition of what the simulator computes.
 
 FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
-rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and max
-pooling match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
+rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
+pooling (max, and average: a float32 sum in the engine's order) match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
 order, rounded once (bit for bit too).
 
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
@@ -99,6 +99,21 @@ def _per_channel(values: np.ndarray, ndim: int, dtype=np.float32) -> np.ndarray:
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 _SQRT1_2 = 0.70710678118654752440
+_SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
+_exp64 = np.frompyfunc(math.exp, 1, 1)  # libm's exp, as the C library's
+
+
+def _gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
+    """GELU's tanh form in float64 as the C library computes it (csrc/lut.c: gelu_tanh64):
+    t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t + 0.044715 t^3), the exponent held to 709;
+    through libm's exp (the FP32 SDP's bits), or NumPy's (``libm`` False: the table entries,
+    rounded to half, where the two never differ)."""
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = _SQRT_2_PI * (t + 0.044715 * (t * t * t))
+        z = -2.0 * u
+        z = np.where(z > 709.0, 709.0, z)  # NaN stays NaN (C's `z > 709` is false for it)
+        return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
 
 
 def is_lut_activation(act: Optional[str]) -> bool:
@@ -165,7 +180,8 @@ def tanh_f32(t: np.ndarray) -> np.ndarray:
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
     order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
-    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit)."""
+    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit),
+    its tanh form in float64 through libm's exp, rounded once."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -182,6 +198,8 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
         if act == "gelu":
             wide = t.astype(np.float64)
             return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
+        if act == "gelu_tanh":
+            return _gelu_tanh64(t).astype(np.float32)
         if act == "exp":
             return exp_f32(t)
         if act == "rsqrt":  # IEEE sqrt and division, each correctly rounded (as the C's)
@@ -215,6 +233,8 @@ def function64(act: str, t: np.ndarray) -> np.ndarray:
             return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
         if act == "gelu":
             return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
+        if act == "gelu_tanh":
+            return _gelu_tanh64(t, libm=False)
         if act == "exp":
             return np.exp(t)
     if act in ("rsqrt", "reciprocal"):
@@ -371,14 +391,20 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
 def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
            count_include_pad: bool = False) -> np.ndarray:
     """Max or average pooling; padding never wins a max and counts in an average only with
-    ``count_include_pad``."""
+    ``count_include_pad``. The average as the engine computes it (csrc/pdp.c): the window's
+    image elements summed in float32 row by row, from 0, then one division by the float32
+    divisor, so bit for bit."""
     kernel_h, kernel_w = _pair(kernel, "kernel")
-    fill = -np.inf if kind == "max" else 0.0
-    stacked, inside = _pool_windows(x.astype(np.float64), kernel, stride, padding, fill)
     if kind == "max":
+        stacked, _ = _pool_windows(x.astype(np.float64), kernel, stride, padding, -np.inf)
         return stacked.max(axis=0).astype(np.float32)
-    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
-    return (stacked.sum(axis=0) / divisor).astype(np.float32)
+    values, inside = _pool_windows(np.asarray(x, np.float32), kernel, stride, padding, 0.0)
+    total = np.zeros(values.shape[1:], dtype=np.float32)
+    for value, mask in zip(values, inside):
+        total = np.where(mask, total + value, total)
+    divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
+               else inside.sum(axis=0).astype(np.float32))
+    return (total / divisor).astype(np.float32)
 
 
 def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
@@ -936,16 +962,7 @@ def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
     dtype = dtype_for(decomposition.precision)
     x = np.asarray(x, dtype=dtype)
 
-    def run(p, ops, data, out):
-        y = run_chain(ops, data)
-        if out is not None and isinstance(ops[0], Bdma):  # the channels it copies only
-            keep = out.copy()
-            c = ops[0]
-            index = c.dst_offset + c.dst_stride * np.arange(c.channels)
-            keep[:, index] = y[:, index]
-            return keep
-        return y
-
-    tensors = decomposition.run(run, x, {k: np.asarray(v, dtype)
+    tensors = decomposition.run(lambda p, ops, data, out: run_chain(ops, data), x,
+                                {k: np.asarray(v, dtype)
                                          for k, v in (inputs or {}).items()})
     return decomposition.tensor(tensors, decomposition.output)

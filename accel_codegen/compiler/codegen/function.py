@@ -106,7 +106,8 @@ class FunctionCodegen(FunctionTensors):
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {call.primitive} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
-        if layer.tokens:  # channels-last data, one run per engine pass (codegen/passes.py)
+        if layer.tokens or layer.norm is not None:
+            # channels-last data, or a norm: one run per engine pass (codegen/passes.py)
             passes.emit_token_layer(self, index, var, layer, runs[0].scope, call.primitive)
         elif layer.rubik is not None:
             self._deconvolution(var, runs)
