@@ -89,6 +89,28 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
+def _dense_run(gen, var: relax.Var, data: relax.Expr, surface: str, data_quant,
+               program_run, dense: Layer) -> str:
+    """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
+    buffer it returns. In int8 the transposes move codes as they are: the run reads the
+    data's quantisation, and ``var`` (after the transpose back) has the run's."""
+    out = gen._temp(int(np.prod(dense.out_shape)))
+    gen.inner[data] = surface
+    held_quant = gen.quant.get(data)
+    gen.quant[data] = data_quant
+    try:
+        quant = gen._emit(program_run, out, layer=dense)
+    finally:
+        del gen.inner[data]
+        if held_quant is None:
+            del gen.quant[data]
+        else:
+            gen.quant[data] = held_quant
+    if gen.precision == "int8":
+        gen.quant[var] = quant
+    return out
+
+
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
                      primitive: str) -> None:
     """The runs of a token layer, from its channels-last data to ``var``'s buffer,
@@ -144,23 +166,9 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
 
     start = 0
     if layer.conv is not None:
-        dense = runs[0]
-        out = gen._temp(int(np.prod(dense.out_shape)))
-        gen.inner[layer.data] = surface
-        held_quant = gen.quant.get(layer.data)
-        gen.quant[layer.data] = data_quant  # the transpose moves int8 codes as they are
-        try:
-            quant = gen._emit(program_runs[0], out, layer=dense)
-        finally:
-            del gen.inner[layer.data]
-            if held_quant is None:
-                del gen.quant[layer.data]
-            else:
-                gen.quant[layer.data] = held_quant
-        tensors["x"] = out
+        tensors["x"] = _dense_run(gen, var, layer.data, surface, data_quant,
+                                  program_runs[0], runs[0])
         start = 1
-        if precision == "int8":  # the transposes move codes: the run's quantisation stays
-            gen.quant[var] = quant
     for part, run in enumerate(runs[start:], start):
         step = run.step
         label = program_runs[part].label
