@@ -291,6 +291,13 @@ def _standalone_entries() -> List[Entry]:
     grouped = is_op("relax.reshape")(wildcard(), wildcard())
     entries.append(Entry("accel.channel_shuffle", is_op("relax.reshape")(
         is_op("relax.permute_dims")(grouped), wildcard()), {}, 3))
+    # a reshape keeping the batch and channels, a transpose of [N, R, S]: one BDMA copy, or
+    # one per row (lowering._reshape, lowering._transpose)
+    annotations = {}
+    x = annotations["input"] = wildcard()
+    entries.append(Entry("accel.{copy}", _kinds("copy", [
+        ("reshape", is_op("relax.reshape")(x, wildcard())),
+        ("transpose", is_op("relax.permute_dims")(x))], annotations), annotations, 1))
     # torch's LocalResponseNorm, decomposed (lowering._local_response_norm reads it back)
     x = wildcard()
     summed = is_op("relax.nn.avg_pool3d")(is_op("relax.nn.pad")(

@@ -128,7 +128,11 @@ def _window_factors(size: int, limit: int, pad: bool) -> List[Tuple[int, int]]:
 @dataclasses.dataclass
 class CopySpec:
     """A BDMA copy of channels of ``source`` into the layer's output: for i < channels,
-    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride]."""
+    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride].
+    ``view``: the source's dense bytes as the (n, c, h, w) the copy reads, where its axes are
+    not the surface's (a concat along the last axis copies each row of [N, C, L] as a range
+    of the "channels" of [N * C, L, 1, 1]; the layer's ``out_view`` is the output's); None:
+    its feature surface."""
 
     source: relax.Expr
     channels: int
@@ -136,6 +140,11 @@ class CopySpec:
     src_stride: int = 1
     dst_offset: int = 0
     dst_stride: int = 1
+    view: Optional[Tuple[int, int, int, int]] = None
+
+    @property
+    def in_shape(self) -> Tuple[int, int, int, int]:
+        return self.view or feature_surface(static_shape(self.source))
 
 
 @dataclasses.dataclass
@@ -192,6 +201,24 @@ class NormSpec:
                                  precision, act=self.act)
 
 
+def feature_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """The feature surface a channels-first tensor is read as: NCHW itself, [N, C, L] (a 1-D
+    signal, or a detection head's flattened positions) as [N, C, 1, L], [N, C] as
+    [N, C, 1, 1]. The same bytes either way, so nothing moves. Which surface a 3-D tensor is
+    depends on its reader: a layer norm, softmax or dense layer over the last axis reads
+    channels-last tokens ([B, T, C]: :func:`token_surface`); a batch norm or a per-channel
+    operand over axis 1 reads [N, C, L] so; element-wise ops, activations and copies are the
+    same on either (they read the bytes as they lie), so they take this one."""
+    if len(shape) == 4:
+        return tuple(shape)
+    if len(shape) == 3:
+        return (shape[0], shape[1], 1, shape[2])
+    if len(shape) == 2:
+        return (shape[0], shape[1], 1, 1)
+    raise Unsupported(f"a {len(shape)}-D tensor {list(shape)}: the engines read NCHW, "
+                      "[N, C, L] or [N, C]")
+
+
 def token_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
     """The feature surface a channels-last tensor is read as: [T, C] -> [1, C, 1, T],
     [B, T, C] -> [B, C, 1, T], [B, H, W, C] -> [B, C, H, W]. On NVDLA the two are the same
@@ -246,11 +273,19 @@ class Layer:
     # (:meth:`before_contract`, :meth:`contract`); a layer that is that run alone has
     # ``rubik`` and neither conv nor copies.
     rubik: Optional[RubikSpec] = None
+    # Copies: the output's dense bytes as the copies write them, where that is not its
+    # feature surface (CopySpec.view)
+    out_view: Optional[Tuple[int, int, int, int]] = None
+
+    @property
+    def out_surface(self) -> Tuple[int, int, int, int]:
+        """The (n, c, h, w) the layer's (last) run writes its output as."""
+        return self.out_view or feature_surface(self.out_shape)
 
     @property
     def phase_shape(self) -> Tuple[int, int, int, int]:
         """The channel-extended cube the RUBIK contract reads: the output's phases."""
-        n, c, h, w = _feature(self.out_shape)
+        n, c, h, w = feature_surface(self.out_shape)
         sx, sy = self.rubik.stride_x, self.rubik.stride_y
         return (n, c * sx * sy, h // sy, w // sx)
 
@@ -335,7 +370,7 @@ class Layer:
             return self.norm_runs(precision)
         if len(self.copies) <= 1:
             return [self]
-        return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
+        return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape,
                                     copies=[c], requantize=self.several_sources)
                 for c in self.copies]
 
@@ -422,7 +457,7 @@ class Layer:
                 return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                             precision=precision)]
             return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
-                         _feature(self.out_shape)[1], precision=precision)]
+                         self.out_surface[1], precision=precision)]
 
         def sdp(scaled=False, shifted=False, **fields):
             if int8:  # the code generator always emits all three converter arrays
@@ -483,12 +518,16 @@ class Layer:
     def _check_int8_concat(self) -> None:
         """An int8 concat rescales each whole input into a channel range of one image, which
         an SDP pass writes as a dense tensor."""
+        if self.out_view is not None:
+            raise Unsupported("an int8 concat along an axis other than the channels is not "
+                              "generated: each input is rescaled by an SDP pass into its "
+                              "channel range, contiguous along the channels only")
         if self.in_shape[0] != 1:
             raise Unsupported(f"an int8 concat of batch {self.in_shape[0]} is not generated: "
                               "each input is rescaled by an SDP pass into its channel range, "
                               "contiguous for one image only")
         for c in self.copies:
-            whole = _feature(static_shape(c.source))[1] == c.channels
+            whole = c.in_shape[1] == c.channels
             if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
                 raise Unsupported("an int8 concat whose copies take channel slices or steps is "
                                   "not generated: each input is rescaled whole by an SDP pass "
@@ -613,11 +652,6 @@ class Layer:
         if fast >= direct:
             return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
         return "winograd", ""
-
-
-def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    """NCHW, or [N, C] as N x C x 1 x 1."""
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def _placeholder(present):

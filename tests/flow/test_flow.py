@@ -127,8 +127,11 @@ def test_model_with_host_ops_runs_correctly(zoo):
     report = ac.partition_report(partitioned)
     host = {op.op: op.reason for op in report.host}
     assert "relax.nn.layer_norm" not in host and "relax.nn.softmax" not in host
-    assert ["accel.layer_norm", "accel.token_dense_bias", "accel.token_dense_bias",
-            "accel.token_dense_bias"] in report.functions.values()  # the norm, q, k and v
+    # the norm, q, k and v, one after the other in one function (after the stem and its
+    # flatten and transpose into tokens: BDMA copies)
+    runs = ["accel.layer_norm"] + ["accel.token_dense_bias"] * 3
+    assert any(ps[i:i + 4] == runs for ps in report.functions.values()
+               for i in range(len(ps))), report.functions
     assert "a matmul of two computed tensors" in host["relax.matmul"]
     assert any(p.startswith("accel.conv2d") for ps in report.functions.values() for p in ps)
     y = build_and_run(partitioned, x)

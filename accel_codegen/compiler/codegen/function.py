@@ -20,7 +20,8 @@ from ...sim.config import AccelConfig
 from ...sim.labels import CONVERT_PART, CONVERT_PRIMITIVE, copy_part, run_key, run_label
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
-from ..layer import BatchNormSpec, Layer, SdpSpec, constant_value, is_constant, static_shape
+from ..layer import (BatchNormSpec, Layer, SdpSpec, constant_value, feature_surface,
+                     is_constant, static_shape)
 from ..program import MIXED, Program, Run, layer_runs, lower_function
 from ..program import Function as ProgramFunction
 from . import emit, int8, passes
@@ -33,10 +34,6 @@ from .planning import plan_program
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8}
 def other_precision(precision: str) -> str:
     return MIXED[1 - MIXED.index(precision)]
-
-
-def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def _channels(layer: Layer) -> int:
@@ -251,7 +248,7 @@ class FunctionCodegen:
         layers that read it in that one."""
         quant = self._int8_output(index, var, composite, args)
         target = other_precision(self.precision)
-        shape = _feature(static_shape(var))
+        shape = feature_surface(static_shape(var))
         temp = self._temp(int(np.prod(shape)), self.last_use.get(var, index),
                           itemsize=np.dtype(STORAGE[target]).itemsize)
         self.converted[var], self.quant[var] = temp, quant
@@ -336,7 +333,7 @@ class FunctionCodegen:
                                     self.emitting.memory.sram)
             lines = [f"/* {label}: {' -> '.join(run.source_ops)} */", "{"]
             lines += emit.run_layer(ops, phases, run.in_shape, self.operands[var],
-                                    _feature(run.out_shape), run.fused(self.fuse), label,
+                                    feature_surface(run.out_shape), run.fused(self.fuse), label,
                                     self.precision)
             self.body.extend(lines + ["}"])
             if self.precision == "int8":
@@ -364,7 +361,7 @@ class FunctionCodegen:
         data, in_quant = self._data(layer.data, scope, (key, INPUT))
         ops: List[str] = []
         out_quant = in_quant
-        out_shape = _feature(layer.out_shape)
+        out_shape = layer.out_surface
         if self.precision == "int8" and layer.requantize:
             ops.append(self._requantize(layer, in_quant, concat, key))
             out_quant, out_shape = concat, layer.in_shape
@@ -375,7 +372,7 @@ class FunctionCodegen:
         elif layer.lrn is not None:
             ops.append(emit.cdp_op(layer.lrn, self.precision))
         elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
-            ops.append(emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1],
+            ops.append(emit.bdma_op(layer.copies[0], layer.out_surface[1],
                                     self.precision))
             if self.precision == "int8":  # an fp16 copy of mixed code stores no int8 tensor
                 self.quantization[(key, INPUT)] = self.quantization[(key, 0)] = in_quant
