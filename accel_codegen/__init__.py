@@ -41,6 +41,7 @@ _LAZY = {
     "build": "flows.pipeline", "export_library": "compiler.toolchain",
     "build_host": "compiler.toolchain", "link_options": "compiler.toolchain",
     "virtual_machine": "compiler.vm", "AccelVirtualMachine": "compiler.vm",
+    "library_info": "compiler.library", "LibraryInfo": "compiler.library",
     "estimate": "tools.estimation", "EstimateReport": "tools.estimation",
     "accuracy_report": "flows.accuracy", "AccuracyReport": "flows.accuracy",
     "Calibration": "quantization",

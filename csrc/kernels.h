@@ -62,6 +62,7 @@ typedef struct sdp_f32 {
   const float* shift;                 /* [C] or NULL */
   accel_eltwise ew_op;
   const float* ew_operand;            /* whole NCHW tensor, or NULL with ACCEL_EW_NONE */
+  int32_t ew_per_channel;             /* 1: ew_operand is [N][C] (independent runs only) */
   accel_activation act;
   float clip_min, clip_max;
   const float* prelu_slope;           /* [C] or NULL */
@@ -397,6 +398,7 @@ typedef struct sdp_i8 {
   int32_t in_zero;
   accel_eltwise ew_op;
   const int8_t* ew_operand;           /* whole NCHW tensor, or NULL with ACCEL_EW_NONE */
+  int32_t ew_per_channel;             /* 1: ew_operand is [N][C] (independent runs only) */
   int32_t ew_zero, ew_mul, ew_shift;
   accel_activation act;               /* NONE, RELU, CLIP, PRELU or a LUT one (with lut) */
   const int16_t* prelu_mul;           /* [C] or NULL */
@@ -405,12 +407,15 @@ typedef struct sdp_i8 {
   int32_t clip_lo, clip_hi;
   const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
   const struct sdp_i8_lut_plan* lut_plan; /* the LUT's codes by input ranges, or NULL */
+  int32_t shift_max;                  /* the largest rshift over the op's channels (0 without
+                                       * rshift): NVDLA's BN shifter, one per layer (accel.h) */
 } sdp_i8;
 
-/* A LUT activation's output codes as a function of its input t, planned once per layer run
- * (sdp_i8_lut.c states the form): NULL where it does not apply (no AVX-512, fewer than ~64K
- * elements to convert, codes that change outside the LO table, ACCEL_SDP_I8_LUT set to
- * "scalar" or "gather"); the caller stores it in sdp_i8.lut_plan and frees it after the run. */
+/* A LUT activation's output codes as a function of its input t (sdp_i8_lut.c states the form),
+ * kept from run to run by its table and output converter: NULL where it does not apply (no
+ * AVX-512, fewer than ~64K elements converted by the runs of that table so far, codes that
+ * change outside the LO table, ACCEL_SDP_I8_LUT set to "scalar" or "gather"); the caller
+ * stores it in sdp_i8.lut_plan for the run and hands it back with sdp_i8_lut_plan_free. */
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);
 void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan);
 

@@ -198,6 +198,40 @@ static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, i
   }
 }
 
+/* Average over non-overlapping windows from the top left (stride = kernel, no top or left
+ * padding; windows at the bottom and right may be cut by the plane's edge, NVDLA's padding
+ * counts the rest): the passes of a wide or global average (compiler/layer.py, PoolSpec.passes).
+ * Each output row sums its input rows into int16 column sums (<= 8 x 128 in magnitude), then
+ * each window sums its columns: every code read once, where window by window (pool_narrow)
+ * reads them one at a time. The sums are the window's codes, as pool_narrow's. */
+enum { BLOCK_COLS = 4096 };
+
+static int blocks_apply(const pdp_geometry* g) {
+  return g->pool == ACCEL_POOL_AVG && g->stride_h == g->kernel_h && g->stride_w == g->kernel_w &&
+         g->pad_top == 0 && g->pad_left == 0 && g->w <= BLOCK_COLS &&
+         (int64_t)g->out_h * g->kernel_h < (int64_t)g->h + g->kernel_h &&
+         (int64_t)g->out_w * g->kernel_w < (int64_t)g->w + g->kernel_w;
+}
+
+static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
+  const int32_t W = g->w, kh = g->kernel_h, kw = g->kernel_w;
+  int16_t col[BLOCK_COLS];
+  for (int32_t oy = 0; oy < g->out_h; ++oy) {
+    const int32_t y0 = oy * kh, rows = g->h - y0 < kh ? g->h - y0 : kh;
+    for (int32_t x = 0; x < W; ++x) col[x] = 0;
+    for (int32_t r = 0; r < rows; ++r) {
+      const int8_t* row = in + (int64_t)(y0 + r) * W;
+      for (int32_t x = 0; x < W; ++x) col[x] = (int16_t)(col[x] + row[x]);
+    }
+    for (int32_t ox = 0; ox < g->out_w; ++ox) {
+      const int32_t x0 = ox * kw, cols = W - x0 < kw ? W - x0 : kw;
+      int32_t sum = 0;
+      for (int32_t s = 0; s < cols; ++s) sum += col[x0 + s];
+      out[(int64_t)oy * g->out_w + ox] = nvdla_avg(g, zero, sum, rows * cols);
+    }
+  }
+}
+
 typedef struct pdp_job {
   const pdp_geometry* g;
   int32_t zero;
@@ -220,7 +254,9 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
   }
   for (int64_t plane = item * J->per_item; plane < (item + 1) * J->per_item && plane < J->planes;
        ++plane) {
-    if (g->out_w < NARROW) {
+    if (blocks_apply(g)) {
+      pool_blocks(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);
+    } else if (g->out_w < NARROW) {
       pool_narrow(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);
     } else {
       pool_rows(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);

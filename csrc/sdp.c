@@ -145,6 +145,27 @@ typedef struct run_job {
   float* out;
 } run_job;
 
+/* A plane whose operand is one value (ew_per_channel): the same spans, on chunks of a buffer
+ * holding that value, so each element meets the operations a broadcast operand would. */
+enum { SAME = 1024 };
+
+static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in, float* dst,
+                              float value, int64_t hw) {
+  float same[SAME];
+  for (int i = 0; i < SAME; ++i) same[i] = value;
+  for (int64_t i0 = 0; i0 < hw; i0 += SAME) {
+    const int64_t cnt = hw - i0 < SAME ? hw - i0 : SAME;
+    if (sdp_f32_one_pass(p)) {
+      span_from(p, channel, in + i0, dst + i0, same, cnt);
+      continue;
+    }
+    if (dst != in) {
+      for (int64_t i = 0; i < cnt; ++i) dst[i0 + i] = in[i0 + i];
+    }
+    sdp_f32_span(p, channel, dst + i0, same, cnt);
+  }
+}
+
 static void run_item(void* ctx, int64_t item, int participant) {
   const run_job* J = ctx;
   (void)participant;
@@ -152,6 +173,11 @@ static void run_item(void* ctx, int64_t item, int participant) {
   for (int64_t plane = item * J->per_item; plane < end; ++plane) {
     const int64_t offset = plane * J->hw;
     float* dst = J->out + offset;
+    if (J->p->ew_per_channel) {
+      plane_per_channel(J->p, (int32_t)(plane % J->c), J->in + offset, dst,
+                        J->p->ew_operand[plane], J->hw);
+      continue;
+    }
     const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
     if (sdp_f32_one_pass(J->p)) { /* reads the input once, no copy first */
       span_from(J->p, (int32_t)(plane % J->c), J->in + offset, dst, operand, J->hw);

@@ -1,10 +1,11 @@
 /* sdp_i8.c - the SDP engine in INT8: integer converters (semantics in accel.h).
  *
- * sdp_one is the definition, step by step in int64: t * mul is an int32 times an int16
- * (47 bits), rhaz adds half to the magnitude and shifts (0..62), each sat32 clamps. After
- * PRELU, t is not saturated (accel.h applies no sat32 there), so it may leave the int32 range:
- * the output converter then multiplies in full 64 bits (|t| < 2^47, |out_mul| <= 2^15).
- * It is the portable build's code and the reference the tests hold the vector code to.
+ * sdp_one is the definition, step by step in int64, NVDLA's SDP units in order (accel.h):
+ * BS (the 33-bit ALU's v + bias, times 2^pre, sat32: bs_out), BN (an int32 times an int16, 47
+ * bits, rhaz by shift_max, sat32), the element-wise step, the activation (PRELU: an X unit's
+ * multiplier in PReLU mode, sat32), the output converter. rhaz adds half to the magnitude and
+ * shifts (0..62). It is the portable build's code and the reference the tests hold the vector
+ * code to.
  *
  * AVX-512 (sdp_i8_avx512.c): the general path runs exactly those steps on 8 int64 lanes (sdp8). The
  * two converters the compiler emits most have shorter exact forms, whose identities are stated at
@@ -14,10 +15,12 @@
  * in sdp_i8_avx512.c). sdp_i8_channels runs the general steps with each lane's own channel, for
  * outputs of one position per image (fully connected layers). A LUT activation (sdp_i8_lut.c) runs
  * sdp_i8_span_lut / sdp_i8_channels_lut: the table in 16 int32 lanes with gathers (its identities
- * at lut_vec); ACCEL_SDP_I8_LUT=scalar forces sdp_one instead. A layer run of at least 2^16 values
- * plans its LUT once (sdp_i8_lut_plan: the codes by bins of the table's input, one gather and a
- * compare per 16 values instead of the table's arithmetic; ACCEL_SDP_I8_LUT=gather keeps the table
- * in lanes, ACCEL_VERBOSE prints the plan). What the files share is in sdp_i8_internal.h.
+ * at lut_vec); ACCEL_SDP_I8_LUT=scalar forces sdp_one instead. Once the runs of a table have
+ * converted 2^16 values its LUT is planned, and the plan kept (sdp_i8_lut_plan: the codes by bins
+ * of the table's input, one gather and a compare per 16 values instead of the table's arithmetic;
+ * ACCEL_SDP_I8_LUT=gather keeps the table in lanes, ACCEL_VERBOSE prints the plan). Independent
+ * runs whose codes are a function of each plane's input bytes look them up (run_table). What the
+ * files share is in sdp_i8_internal.h.
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give
  * identical codes. Figures: docs/kernels.md.
  */
@@ -32,8 +35,8 @@
 /* ---- scalar definition ------------------------------------------------------------------ */
 
 static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, int operand) {
-  int64_t t = sat32(v + c->bias);
-  t = sat32(rhaz(t * c->mul, c->shift));
+  int64_t t = bs_out(v + c->bias, c->pre);                 /* BS: ALU, times 2^pre */
+  t = sat32(rhaz(t * c->mul, c->shift + c->pre));          /* BN: mul, shifter */
   if (p->ew_op != ACCEL_EW_NONE) {
     const int64_t e = sat32(rhaz(((int64_t)operand - p->ew_zero) * p->ew_mul, p->ew_shift));
     switch (p->ew_op) {
@@ -48,7 +51,7 @@ static inline int8_t sdp_one(const sdp_i8* p, const chan_params* c, int64_t v, i
   if (p->act == ACCEL_ACT_RELU) {
     t = t < 0 ? 0 : t;
   } else if (p->act == ACCEL_ACT_PRELU && t < 0) {
-    t = rhaz(t * c->prelu_mul, p->prelu_shift);
+    t = sat32(rhaz(t * c->prelu_mul, p->prelu_shift));
   } else if (p->lut != NULL) {
     t = lut_int8_eval(p->lut, t);
   }
@@ -146,6 +149,41 @@ static void run_channels_item(void* ctx, int64_t it, int participant) {
                   J->out + at, cnt);
 }
 
+/* Where a plane's codes are a function of its input bytes alone (a LUT activation without an
+ * element-wise operand, or any converter whose operand is one value per channel:
+ * ew_per_channel, squeeze-excite's x * s), the plane's 256 codes are converted once, through
+ * sdp_i8_span itself (so the same codes as element by element), and the chunk is looked up in
+ * them: two vpermi2b of 128 entries and a blend by the byte's top bit per 64 values where VBMI
+ * is. Worth it where the converter costs several times the lookup per value (the LUT and the
+ * element-wise paths), from TABLE_MIN values a chunk. */
+enum { TABLE_MIN = 512 };
+
+static int table_applies(const sdp_i8* p, int64_t cnt) {
+  return cnt >= TABLE_MIN && (p->ew_per_channel || (p->lut != NULL && p->ew_op == ACCEL_EW_NONE));
+}
+
+static void run_table(const sdp_i8* p, int32_t ch, const int8_t* operand, const int8_t* in,
+                      int8_t* out, int64_t cnt) {
+  int32_t v[256];
+  int8_t code[256], op[256];
+  for (int b = 0; b < 256; ++b) v[b] = (int32_t)(int8_t)(uint8_t)b - p->in_zero;
+  if (operand != NULL) memset(op, *operand, sizeof op);
+  sdp_i8_span(p, ch, v, operand != NULL ? op : NULL, code, 256);
+#ifdef __AVX512VBMI__
+  const __m512i t0 = _mm512_loadu_si512(code), t1 = _mm512_loadu_si512(code + 64);
+  const __m512i t2 = _mm512_loadu_si512(code + 128), t3 = _mm512_loadu_si512(code + 192);
+  for (int64_t i = 0; i < cnt; i += 64) {
+    const __mmask64 k = cnt - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cnt - i)) - 1;
+    const __m512i x = _mm512_maskz_loadu_epi8(k, in + i);
+    const __m512i lo = _mm512_permutex2var_epi8(t0, x, t1); /* bytes 0..127: codes 0..127 */
+    const __m512i hi = _mm512_permutex2var_epi8(t2, x, t3); /* bytes 128..255 */
+    _mm512_mask_storeu_epi8(out + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi));
+  }
+#else
+  for (int64_t i = 0; i < cnt; ++i) out[i] = code[(uint8_t)in[i]];
+#endif
+}
+
 static void run_planes_item(void* ctx, int64_t it, int participant) {
   const run_job* J = ctx;
   const sdp_i8* p = J->p;
@@ -154,9 +192,21 @@ static void run_planes_item(void* ctx, int64_t it, int participant) {
   const int64_t plane = it / J->chunks, i0 = it % J->chunks * RUN_CHUNK;
   const int64_t cnt = J->hw - i0 < RUN_CHUNK ? J->hw - i0 : RUN_CHUNK;
   const int64_t at = plane * J->hw + i0;
+  /* the element-wise operand of these values: [N][C] holds one per plane */
+  const int8_t* operand = p->ew_operand == NULL ? NULL
+                          : p->ew_per_channel   ? p->ew_operand + plane
+                                                : p->ew_operand + at;
+  if (table_applies(p, cnt)) {
+    run_table(p, (int32_t)(plane % J->c), operand, J->in + at, J->out + at, cnt);
+    return;
+  }
+  int8_t same[RUN_CHUNK];
+  if (p->ew_per_channel) {
+    memset(same, *operand, (size_t)cnt);
+    operand = same;
+  }
   for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)J->in[at + i] - p->in_zero;
-  sdp_i8_span(p, (int32_t)(plane % J->c), v, p->ew_operand != NULL ? p->ew_operand + at : NULL,
-              J->out + at, cnt);
+  sdp_i8_span(p, (int32_t)(plane % J->c), v, operand, J->out + at, cnt);
 }
 
 void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
@@ -171,7 +221,10 @@ void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t*
   sdp_i8 q = *p;
   struct sdp_i8_lut_plan* plan = NULL;
   if (p->lut != NULL && p->lut_plan == NULL && !lut_scalar()) {
-    plan = sdp_i8_lut_plan_new(p, planes * hw);
+    /* the values it converts: 256 per chunk where the chunks are looked up (run_table) */
+    const int64_t chunks = (hw + RUN_CHUNK - 1) / RUN_CHUNK;
+    plan = sdp_i8_lut_plan_new(p, table_applies(p, hw < RUN_CHUNK ? hw : RUN_CHUNK)
+                                      ? planes * chunks * 256 : planes * hw);
     q.lut_plan = plan;
   }
   const run_job J = {&q, c, hw, (hw + RUN_CHUNK - 1) / RUN_CHUNK, in, out};

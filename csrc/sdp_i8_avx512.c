@@ -45,13 +45,10 @@ static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const
   if (act == ACCEL_ACT_PRELU) {
     const __mmask8 neg = _mm512_movepi64_mask(t);
     const __m512i s = rhaz8(_mm512_mul_epi32(t, q->prelu_mul), q->prelu_half, q->prelu_shift);
-    t = _mm512_mask_mov_epi64(t, neg, s);
+    t = _mm512_mask_mov_epi64(t, neg, sat32x8(q, s));
   }
   if (out_cvt) {
-    /* after PRELU t may exceed int32: full 64-bit product (|t| < 2^47) */
-    const __m512i m = act == ACCEL_ACT_PRELU ? _mm512_mullo_epi64(t, q->out_mul)
-                                             : _mm512_mul_epi32(t, q->out_mul);
-    t = rhaz8(m, q->out_half, q->out_shift);
+    t = rhaz8(_mm512_mul_epi32(t, q->out_mul), q->out_half, q->out_shift); /* t inside int32 */
   }
   (void)p;
   return _mm512_cvtsepi64_epi8(_mm512_add_epi64(t, q->out_zero)); /* sat8 */
@@ -542,10 +539,7 @@ void sdp_i8_channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
     q.bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
                              : q.zero;
     q.mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
-    q.shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
-                                : q.zero;
-    q.half = _mm512_mask_sllv_epi64(q.zero, _mm512_cmpgt_epi64_mask(q.shift, q.zero), one,
-                                    _mm512_sub_epi64(q.shift, one));
+    bn_lanes(p, &q, ch, m);
     q.prelu_mul = p->prelu_mul != NULL
                       ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->prelu_mul + ch))
                       : one;
@@ -557,10 +551,30 @@ void sdp_i8_channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
   }
 }
 
+/* add32_plan's threshold t1 for any channel (bs_exact_to): from t1 on, the residual add's
+ * code is saturated on t's side whatever the operand. */
+static int64_t add_threshold(const sdp_i8* p, const chan_params* c) {
+  const int64_t om = p->out_mul != 0 ? abs64(p->out_mul) : 1;
+  const int64_t os = p->out_mul != 0 ? p->out_shift : 0;
+  if (c->mul == 0) return 0;
+  if (os > 30) return INT64_MAX;
+  const int64_t t_out = ((((int64_t)128 + abs64(p->out_zero)) << os) + om - 1) / om;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t t2 = t_out + e_max, s = c->shift;
+  if (s > 40 || t2 > ((int64_t)1 << (61 - s))) return INT64_MAX;
+  return ((t2 << s) + abs64(c->mul) - 1) / abs64(c->mul);
+}
+
 void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
-  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && c.shift <= 55 &&
+  /* the exact forms hold for this channel where BS cannot saturate before the codes do */
+  const int cvt_exact = bs_exact_to(&c, code_threshold(c.mul, c.shift, 128 + abs64(p->out_zero)));
+  if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && c.shift <= 55 && cvt_exact &&
       (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
     const int32_t lo = p->act == ACCEL_ACT_RELU ? p->out_zero
                        : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
@@ -574,6 +588,7 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
     return;
   }
   if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 &&
+      bs_exact_to(&c, add_threshold(p, &c)) &&
       (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP)) {
     add32 f;
     if (add32_plan(p, c.bias, c.mul, c.shift, &f)) {
@@ -587,8 +602,9 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   call_params(p, &q);
   q.bias = _mm512_set1_epi64(c.bias);
   q.mul = _mm512_set1_epi64(c.mul);
-  q.half = half_of(c.shift);
-  q.shift = _mm512_set1_epi64(c.shift);
+  q.half = half_of(c.shift + c.pre);
+  q.shift = _mm512_set1_epi64(c.shift + c.pre);
+  q.pre = _mm512_set1_epi64(c.pre < 31 ? c.pre : 31);
   q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
   span_fn fn = span_general;
   if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {
@@ -615,6 +631,7 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
     sdp_i8_lane_cvt* e = cvt + i;
+    if (!bs_exact_to(&c, code_threshold(c.mul, c.shift, 128 + abs64(p->out_zero)))) return 0;
     /* a conv's converter (mul > 0, shifts 17..40): the split form with t clamped to int32
      * only, no plan (fast32_plan divides per channel, and every conv layer prepares) */
     const int64_t s = c.shift;
@@ -665,7 +682,7 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
     const int64_t s = c.shift, mul = c.mul;
-    if (mul <= 0 || s < 1 || s > 40) return 0;
+    if (mul <= 0 || s < 1 || s > 40 || !bs_exact_to(&c, add_threshold(p, &c))) return 0;
     sdp_i8_lane_cvt* e = cvt + i;
     e->exact = vmax + abs64(c.bias) <= INT32_MAX;
     e->conv = e->zero = 0;

@@ -39,9 +39,10 @@ static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
 }
 
 /* The per-channel parameters of one element, resolved (NULL arrays: bias 0, mul 1, shift 0,
- * prelu_mul 1). */
+ * prelu_mul 1). pre = shift_max - shift: NVDLA's BS multiplies the channel by 2^pre so that
+ * BN's one shifter (shift_max) divides every channel by its own 2^shift (accel.h). */
 typedef struct chan_params {
-  int64_t bias, mul, shift, prelu_mul;
+  int64_t bias, mul, shift, prelu_mul, pre;
 } chan_params;
 
 static inline chan_params channel_params(const sdp_i8* p, int32_t ch) {
@@ -50,7 +51,35 @@ static inline chan_params channel_params(const sdp_i8* p, int32_t ch) {
   c.mul = p->mul != NULL ? p->mul[ch] : 1;
   c.shift = p->rshift != NULL ? p->rshift[ch] : 0;
   c.prelu_mul = p->prelu_mul != NULL ? p->prelu_mul[ch] : 1;
+  c.pre = p->shift_max > c.shift ? p->shift_max - c.shift : 0;
   return c;
+}
+
+/* BS's output: sat32(t 2^pre), t = v + bias in NVDLA's 33-bit ALU (|t| < 2^33). |t| > 2^31
+ * saturates whatever pre is, and pre >= 31 saturates any t != 0, so the shift is taken on t
+ * clamped to 2^31 by at most 31 (< 2^63). */
+static inline int64_t bs_out(int64_t t, int64_t pre) {
+  const int64_t lim = (int64_t)1 << 31;
+  t = t < -lim ? -lim : t > lim ? lim : t;
+  return sat32(t * ((int64_t)1 << (pre < 31 ? pre : 31)));
+}
+
+/* The exact forms below are written for sat32(rhaz(sat32(v + bias) * mul, shift)), which is
+ * NVDLA's BS -> BN whenever BS does not saturate, |t| 2^pre <= INT32_MAX. They stay exact for a
+ * channel when every |t| beyond `threshold` gives an int8 code saturated on t's side both ways
+ * (the form's own threshold: rhaz and the clamps are monotonic) and BS does not saturate up to
+ * it: then a larger |t| gives BS's output >= threshold 2^pre and the same saturated code. */
+static inline int bs_exact_to(const chan_params* c, int64_t threshold) {
+  return c->pre == 0 || threshold <= (INT32_MAX >> (c->pre < 31 ? c->pre : 31));
+}
+
+/* The smallest t >= 0 from which rhaz(t * mul, s) >= r in magnitude (0 for mul 0, whose
+ * output is constant; INT64_MAX when it cannot be held). */
+static inline int64_t code_threshold(int64_t mul, int64_t s, int64_t r) {
+  const int64_t m = mul < 0 ? -mul : mul;
+  if (m == 0) return 0;
+  if (s > 40 || r > ((int64_t)1 << 20)) return INT64_MAX;
+  return ((r << s) + m - 1) / m;
 }
 
 /* ---- a LUT activation's codes by input ranges (sdp_i8_lut_plan) ------------------------------
@@ -81,6 +110,7 @@ enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF };
 
 typedef struct vec_params {
   __m512i bias, mul, half, shift, prelu_mul;           /* per lane (one channel here) */
+  __m512i pre;                                         /* BS's 2^pre, pre <= 31 (bs_out) */
   __m512i ew_zero, ew_mul, ew_half, ew_shift;
   __m512i prelu_half, prelu_shift;
   __m512i out_mul, out_half, out_shift, out_zero;
@@ -108,10 +138,14 @@ static inline __m512i sat32x8(const vec_params* q, __m512i x) {
   return _mm512_min_epi64(_mm512_max_epi64(x, q->lo32), q->hi32);
 }
 
-/* Steps 1-3 (bias, multiplier, element-wise op) on 8 values: t, inside int32. */
+/* Steps 1-3 (BS, BN, element-wise op) on 8 values: t, inside int32. q->shift and q->half
+ * are BN's (shift_max), q->pre each lane's BS power (bs_out). */
 static inline __attribute__((always_inline)) __m512i front8(const vec_params* q, __m512i v,
                                                             __m128i op, int has_mul, int ew) {
-  __m512i t = sat32x8(q, _mm512_add_epi64(v, q->bias));
+  const __m512i lim = _mm512_set1_epi64((int64_t)1 << 31);
+  __m512i t = _mm512_add_epi64(v, q->bias);
+  t = _mm512_min_epi64(_mm512_max_epi64(t, _mm512_sub_epi64(q->zero, lim)), lim);
+  t = sat32x8(q, _mm512_sllv_epi64(t, q->pre));
   if (has_mul) t = sat32x8(q, rhaz8(_mm512_mul_epi32(t, q->mul), q->half, q->shift));
   if (ew != ACCEL_EW_NONE) {
     const __m512i o = _mm512_sub_epi64(_mm512_cvtepi8_epi64(op), q->ew_zero);
@@ -138,8 +172,23 @@ static inline void call_params(const sdp_i8* p, vec_params* q) {
   q->lo32 = _mm512_set1_epi64(INT32_MIN);
   q->hi32 = _mm512_set1_epi64(INT32_MAX);
   q->zero = _mm512_setzero_si512();
+  q->pre = q->zero;
   q->clip_lo = _mm_set1_epi8((char)p->clip_lo);
   q->clip_hi = _mm_set1_epi8((char)p->clip_hi);
+}
+
+/* BS's powers and BN's shift for the lanes of channels [ch, ch + 8) (mask m), each lane its
+ * own channel (channel_params' pre and shift_max). */
+static inline void bn_lanes(const sdp_i8* p, vec_params* q, int64_t ch, __mmask8 m) {
+  const __m512i one = _mm512_set1_epi64(1);
+  const __m512i own = p->rshift != NULL
+                          ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
+                          : q->zero;
+  const __m512i s_max = _mm512_max_epi64(_mm512_set1_epi64(p->shift_max), own);
+  q->pre = _mm512_min_epi64(_mm512_sub_epi64(s_max, own), _mm512_set1_epi64(31));
+  q->shift = s_max;
+  q->half = _mm512_mask_sllv_epi64(q->zero, _mm512_cmpgt_epi64_mask(s_max, q->zero), one,
+                                   _mm512_sub_epi64(s_max, one));
 }
 
 /* sdp_i8_avx512.c: sdp_i8_span and sdp_i8_channels without a LUT. */

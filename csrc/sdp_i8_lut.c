@@ -3,9 +3,11 @@
  * sdp_i8_channels_lut). Both give sdp_one's codes exactly (sdp_i8.c); the identities are stated
  * at the plan's struct (sdp_i8_internal.h) and at lut_vec below.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "sdp_i8_internal.h"
@@ -60,11 +62,8 @@ static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
  * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
 enum { LUT_PLAN_BINS = 4096 };
 
-struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
 #if SDP_I8_VECTOR
-  const char* env = lut_env();
-  if (p->lut == NULL || elements < LUT_PLAN_MIN_ELEMENTS || (env != NULL && *env != '\0'))
-    return NULL;
+static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
   const accel_lut_int8* l = p->lut;
   const int32_t sel = l->lo_index_select;
   const int32_t w = sel > 3 ? sel - 3 : 0;
@@ -148,13 +147,119 @@ struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
             (long long)count, w, (long long)(changes - multi), (long long)multi);
   }
   return plan;
-#else
-  (void)p, (void)elements;
-  return NULL;
-#endif
 }
 
-void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) { free(plan); }
+/* ---- plans kept between runs -------------------------------------------------------------
+ * A plan is a function of what G reads (the table, the output converter, the CLIP bounds),
+ * not of the run: a network's LUT layer gets the same plan at every inference. Building one
+ * (~2000 bins, each bisected on the scalar definition) cost more than converting many layers'
+ * outputs (EfficientNet-B0's SiLU layers built one per run), so plans are kept, keyed by those bytes (compared whole: equal keys are equal
+ * functions, whoever allocated the table), with a reference count per run that holds one.
+ * A key is planned once the runs that asked for it have converted LUT_PLAN_MIN_ELEMENTS values
+ * in all (one big run, or a small layer's second or later inference); until then its runs
+ * take the lanes without a plan. */
+typedef struct plan_key {
+  accel_lut_int8 lut;
+  int32_t out_mul, out_shift, out_zero, clip, clip_lo, clip_hi;
+} plan_key;
+
+enum { PLAN_SLOTS = 128 };
+
+typedef struct plan_slot {
+  plan_key key;
+  uint64_t hash, used;    /* used: the cache's clock at the last request (0: empty slot) */
+  int64_t elements;       /* values the requests of this key have asked to convert */
+  struct sdp_i8_lut_plan* plan;
+  int32_t refs;           /* runs holding plan */
+  int32_t failed;         /* plan_build refused this key (NULL): do not retry */
+} plan_slot;
+
+static struct {
+  pthread_mutex_t lock;
+  uint64_t clock;
+  plan_slot slot[PLAN_SLOTS];
+} plans = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void plan_key_of(const sdp_i8* p, plan_key* k) {
+  memset(k, 0, sizeof(*k)); /* padding too: keys are compared and hashed as bytes */
+  memcpy(&k->lut, p->lut, sizeof(k->lut));
+  k->out_mul = p->out_mul;
+  k->out_shift = p->out_shift;
+  k->out_zero = p->out_zero;
+  k->clip = p->act == ACCEL_ACT_CLIP;
+  k->clip_lo = p->clip_lo;
+  k->clip_hi = p->clip_hi;
+}
+
+static uint64_t plan_hash(const plan_key* k) { /* FNV-1a over the key's bytes */
+  const unsigned char* b = (const unsigned char*)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof(*k); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The slot of key k (inserting it, evicting the least recently used slot no run holds), or
+ * NULL when every slot is held; under plans.lock. */
+static plan_slot* plan_slot_of(const plan_key* k, uint64_t h) {
+  plan_slot* victim = NULL;
+  for (int i = 0; i < PLAN_SLOTS; ++i) {
+    plan_slot* s = &plans.slot[i];
+    if (s->used != 0 && s->hash == h && memcmp(&s->key, k, sizeof(*k)) == 0) return s;
+    if (s->refs == 0 && (victim == NULL || s->used < victim->used)) victim = s;
+  }
+  if (victim == NULL) return NULL;
+  free(victim->plan);
+  memset(victim, 0, sizeof(*victim));
+  victim->key = *k;
+  victim->hash = h;
+  return victim;
+}
+
+struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
+  const char* env = lut_env();
+  if (p->lut == NULL || (env != NULL && *env != '\0')) return NULL;
+  plan_key k;
+  plan_key_of(p, &k);
+  const uint64_t h = plan_hash(&k);
+  pthread_mutex_lock(&plans.lock);
+  plan_slot* s = plan_slot_of(&k, h);
+  if (s == NULL) { /* every slot held by a run: plan this run alone, as before the cache */
+    pthread_mutex_unlock(&plans.lock);
+    return elements >= LUT_PLAN_MIN_ELEMENTS ? plan_build(p) : NULL;
+  }
+  s->used = ++plans.clock;
+  s->elements += elements;
+  if (s->plan == NULL && !s->failed && s->elements >= LUT_PLAN_MIN_ELEMENTS) {
+    /* built under the lock: another thread asking for the same key waits for it */
+    s->plan = plan_build(p);
+    s->failed = s->plan == NULL;
+  }
+  struct sdp_i8_lut_plan* plan = s->plan;
+  if (plan != NULL) ++s->refs;
+  pthread_mutex_unlock(&plans.lock);
+  return plan;
+}
+
+void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) {
+  if (plan == NULL) return;
+  pthread_mutex_lock(&plans.lock);
+  for (int i = 0; i < PLAN_SLOTS; ++i)
+    if (plans.slot[i].plan == plan) {
+      --plans.slot[i].refs;
+      pthread_mutex_unlock(&plans.lock);
+      return;
+    }
+  pthread_mutex_unlock(&plans.lock);
+  free(plan); /* built outside the cache */
+}
+#else
+struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
+  (void)p, (void)elements;
+  return NULL;
+}
+
+void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) { (void)plan; }
+#endif
 
 #if SDP_I8_VECTOR
 /* ---- the INT8 LUT (accel_lut_int8) in 16 int32 lanes -------------------------------------
@@ -340,6 +445,8 @@ static void lut_front_plan(const chan_params* c, lut_front* f) {
   f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
   if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
   if (limit > INT32_MAX) limit = INT32_MAX;
+  /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
+  if (limit > (INT32_MAX >> (c->pre < 31 ? c->pre : 31))) limit = INT32_MAX >> (c->pre < 31 ? c->pre : 31);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
   f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
   f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
@@ -401,8 +508,9 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
         call_params(p, &q);
         q.bias = _mm512_set1_epi64(c.bias);
         q.mul = _mm512_set1_epi64(c.mul);
-        q.half = half_of(c.shift);
-        q.shift = _mm512_set1_epi64(c.shift);
+        q.half = half_of(c.shift + c.pre);
+        q.shift = _mm512_set1_epi64(c.shift + c.pre);
+        q.pre = _mm512_set1_epi64(c.pre < 31 ? c.pre : 31);
         q_ready = 1;
       }
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
@@ -433,10 +541,7 @@ static inline void lane_params(const sdp_i8* p, vec_params* q, int64_t ch, __mma
   q->bias = p->bias != NULL ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, p->bias + ch))
                             : q->zero;
   q->mul = p->mul != NULL ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(m, p->mul + ch)) : one;
-  q->shift = p->rshift != NULL ? _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8(m, p->rshift + ch))
-                               : q->zero;
-  q->half = _mm512_mask_sllv_epi64(q->zero, _mm512_cmpgt_epi64_mask(q->shift, q->zero), one,
-                                   _mm512_sub_epi64(q->shift, one));
+  bn_lanes(p, q, ch, m);
 }
 
 /* sdp_i8_channels with a LUT: front8 with each lane's channel, then the same lut16. */

@@ -281,7 +281,6 @@ def _standalone_entries() -> List[Entry]:
         data = annotations["input"] = wildcard()
         entries.append(Entry(name, build(data, annotations), annotations, 1))
     # BDMA copies (lowering.COPIES), the CDP's LRN and the global pools: lowered by their op.
-    entries.append(Entry("accel.concat", is_op("relax.concat")(wildcard()), {}, 1))
     # nearest upsampling by an integer factor: BDMA copies + RUBIK contract (lowering.py)
     entries.append(Entry("accel.upsample_nearest", is_op("relax.image.resize2d")(
         wildcard(), wildcard()), {}, 1))
@@ -291,11 +290,12 @@ def _standalone_entries() -> List[Entry]:
     grouped = is_op("relax.reshape")(wildcard(), wildcard())
     entries.append(Entry("accel.channel_shuffle", is_op("relax.reshape")(
         is_op("relax.permute_dims")(grouped), wildcard()), {}, 3))
-    # a reshape keeping the batch and channels, a transpose of [N, R, S]: one BDMA copy, or
-    # one per row (lowering._reshape, lowering._transpose)
+    # a concat (one copy per input), a reshape keeping the batch and channels (one copy), a
+    # transpose of [N, R, S] (one per row): lowering._concat, _reshape, _transpose
     annotations = {}
     x = annotations["input"] = wildcard()
     entries.append(Entry("accel.{copy}", _kinds("copy", [
+        ("concat", is_op("relax.concat")(x)),
         ("reshape", is_op("relax.reshape")(x, wildcard())),
         ("transpose", is_op("relax.permute_dims")(x))], annotations), annotations, 1))
     # torch's LocalResponseNorm, decomposed (lowering._local_response_norm reads it back)
@@ -377,6 +377,20 @@ def _token_entries() -> List[Entry]:
         if act:
             out, name = activation(out, annotations), name + "_{act}"
         entries.append(Entry(name, out, annotations, 3 + bias + act))
+    # attention's core, which compiler/attention.py reads back as one op: its engine passes
+    # (sim/decompose.attention_passes), its inputs the token tensors (or channel ranges of one)
+    annotations = {}
+    heads = []
+    for role in ("query", "key", "value"):
+        data = annotations[role] = wildcard()
+        sliced = annotations[f"{role}_slice"] = is_op("relax.strided_slice")(
+            data, *(wildcard() for _ in range(3))) | is_op("relax.strided_slice")(
+            data, *(wildcard() for _ in range(4)))
+        heads.append(is_op("relax.reshape")(sliced | data, wildcard()))
+    annotations["input"] = annotations["query"]
+    annotations["attention"] = is_op("relax.nn.attention")(*heads)
+    entries.append(Entry("accel.attention", is_op("relax.reshape")(
+        annotations["attention"], wildcard()), annotations, 8))
     annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
     data = annotations["input"] = wildcard()
     annotations["norm"] = is_op("relax.nn.softmax")(data)

@@ -36,6 +36,7 @@ from tvm import relax
 from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
 from .onnx_folding import fold_shape_arithmetic
 from .qdq import QDQ_ATTR, has_qdq, strip_qdq
+from . import pt2e
 from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 from . import source_names
@@ -149,6 +150,12 @@ def from_pytorch(
         (named ``p_<qualified_name>``) and are returned in ``params``. Buffers such as
         batch-norm running statistics stay constants.
 
+    A model quantised with PT2E (``convert_pt2e``'s GraphModule, its tensors between
+    ``quantized_decomposed`` quantize / dequantize pairs) keeps its own scales: the pairs are
+    taken out before the export (:func:`accel_codegen.compiler.pt2e.strip_pt2e`) and the
+    module carries the scales, which an int8 :func:`~accel_codegen.partition_for_accel`
+    without calibration uses, as for a QDQ ONNX model.
+
     Returns
     -------
     tuple[tvm.IRModule, dict[str, numpy.ndarray]]
@@ -163,19 +170,23 @@ def from_pytorch(
         tuple of tensors.
     AccelUnsupportedError
         If ``torch.export`` cannot trace the model or TVM cannot convert one of its ops
-        (the original exception is chained).
+        (the original exception is chained); for a PT2E model, a quantisation the
+        accelerator's int8 has no form of (per-channel, 16-bit or dynamic activations),
+        naming the fx node.
     """
     _check_model(model)
     args = _check_example_inputs(example_inputs)
-    import torch
-
     name = type(model).__name__
+    annotations = None
     with _quiet_torch_export():
-        try:
-            exported = torch.export.export(model.eval(), args)
-        except Exception as error:  # torch raises many unrelated types; the cause stays chained
-            raise AccelUnsupportedError(
-                f"torch.export could not trace {name}: {_first_line(error)}") from error
+        if not pt2e.has_pt2e(model):
+            exported = _export(model, args, name)
+            if any(pt2e.quant_op(n) is not None for n in exported.graph.nodes):
+                model = exported.module()  # quantize / dequantize ops written in a forward
+        if pt2e.has_pt2e(model):
+            # a PT2E model keeps its own scales: the pairs taken out (compiler/pt2e.py)
+            model, annotations = pt2e.strip_pt2e(model, args)
+            exported = _export(model, args, name)
         try:
             # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
             # Registered custom primitives first, so that a user's own converter wins.
@@ -187,7 +198,31 @@ def from_pytorch(
                 f"TVM's PyTorch frontend could not import {name}: "
                 f"{_first_line(error)}") from error
     mod = bounded_takes(cleanup(mod))
-    return _split_params(mod) if keep_params_as_input else (mod, {})
+    mod, params = _split_params(mod) if keep_params_as_input else (mod, {})
+    if annotations is not None:  # after detaching the params, which drops module attributes
+        mod = mod.with_attr(QDQ_ATTR, annotations.to_json())
+    return mod, params
+
+
+def _in_eval_mode(model):
+    """``model.eval()``; a module of an exported program (``convert_pt2e``'s) refuses
+    ``eval()`` and is traced in the mode it was exported in (torchao's
+    ``move_exported_model_to_eval`` switches its dropout and batch norm)."""
+    try:
+        return model.eval()
+    except NotImplementedError:
+        return model
+
+
+def _export(model, args: tuple, name: str):
+    """``torch.export`` of ``model`` in eval mode, its errors typed."""
+    import torch
+
+    try:
+        return torch.export.export(_in_eval_mode(model), args)
+    except Exception as error:  # torch raises many unrelated types; the cause stays chained
+        raise AccelUnsupportedError(
+            f"torch.export could not trace {name}: {_first_line(error)}") from error
 
 
 def _recording(convert: Callable, recorder: source_names.Recorder) -> Callable:

@@ -3,32 +3,26 @@ optional) described by the Relax expressions it reads, as :mod:`.lowering` finds
 composite. The partitioner's checks, the code generator, the estimator and the accuracy report
 all read layers; none re-derives one.
 
-Also here: reading Relax expressions (static shapes, constants) and walking a partitioned
-function's bindings, which every consumer of layers needs.
+What the engines make of a layer (its shape-only descriptors, and the C library's answers:
+whether a configuration runs it, its conv modes) is :mod:`.engines`, which ``Layer``'s methods
+of those names call; reading Relax expressions (static shapes, constants, a chain's bindings)
+is :mod:`.relax_exprs`, whose names this module keeps for its importers.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from .._accel_ffi import lib
-from ..errors import AccelError
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, layer_norm_passes, softmax_passes
-from ..sim.device import estimate_chain
-from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
-from ..sim.reference import is_lut_activation
-
-
-class Unsupported(Exception):
-    """A chain the accelerator cannot run; the message says why, in words."""
-
-
-Lookup = Callable[[relax.Expr], Optional[relax.Expr]]
+from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
+from . import engines
+from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
+                          chain_root, constant_value, describe, dtype_of, feature_surface,
+                          is_constant, op_name, static_shape)
 
 
 @dataclasses.dataclass
@@ -171,11 +165,27 @@ class RubikSpec:
 
 
 @dataclasses.dataclass
+class AttentionSpec:
+    """Multi-head attention of one image (``accel.attention``): its K and V tensors (Q is the
+    layer's data), each [tokens, channels] in memory with ``heads`` x ``head_dim`` of those
+    channels from ``first[name]`` on ("x" for Q, "k", "v")."""
+
+    key: relax.Expr
+    value: relax.Expr
+    heads: int
+    head_dim: int
+    tokens: int
+    kv_tokens: int
+    scale: float
+    channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
+
+
+@dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm") or a softmax ("softmax") over the channels of the
-    layer's surface (the last axis of its [B, T, C] tokens), run as the engine passes of
-    sim/decompose.py, then ``act``; a layer norm's ``gamma`` / ``beta`` constants (None: 1 /
-    0)."""
+    """A layer norm (``kind`` "layer_norm"), a softmax ("softmax") over the channels of the
+    layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
+    ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
+    ``gamma`` / ``beta`` constants (None: 1 / 0)."""
 
     gamma: Optional[relax.Expr]
     beta: Optional[relax.Expr]
@@ -183,6 +193,7 @@ class NormSpec:
     act: Optional[str] = None
     sources: List[str] = dataclasses.field(default_factory=list)  # ops around the dense layer
     kind: str = "layer_norm"
+    attention: Optional[AttentionSpec] = None
 
     @property
     def source(self) -> str:
@@ -192,6 +203,10 @@ class NormSpec:
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
         if self.kind == "softmax":
             return softmax_passes(shape, precision)
+        if self.kind == "attention":
+            a = self.attention
+            return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
+                                    a.kv_tokens, a.channels)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),
@@ -199,24 +214,6 @@ class NormSpec:
 
         return layer_norm_passes(shape, value(self.gamma), value(self.beta), self.epsilon,
                                  precision, act=self.act)
-
-
-def feature_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    """The feature surface a channels-first tensor is read as: NCHW itself, [N, C, L] (a 1-D
-    signal, or a detection head's flattened positions) as [N, C, 1, L], [N, C] as
-    [N, C, 1, 1]. The same bytes either way, so nothing moves. Which surface a 3-D tensor is
-    depends on its reader: a layer norm, softmax or dense layer over the last axis reads
-    channels-last tokens ([B, T, C]: :func:`token_surface`); a batch norm or a per-channel
-    operand over axis 1 reads [N, C, L] so; element-wise ops, activations and copies are the
-    same on either (they read the bytes as they lie), so they take this one."""
-    if len(shape) == 4:
-        return tuple(shape)
-    if len(shape) == 3:
-        return (shape[0], shape[1], 1, shape[2])
-    if len(shape) == 2:
-        return (shape[0], shape[1], 1, 1)
-    raise Unsupported(f"a {len(shape)}-D tensor {list(shape)}: the engines read NCHW, "
-                      "[N, C, L] or [N, C]")
 
 
 def token_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
@@ -393,340 +390,36 @@ class Layer:
         first = self.copies[0].source if self.copies else None
         return any(not c.source.same_as(first) for c in self.copies[1:])
 
+    # --- what the engines run of it (compiler/engines.py) -----------------------------------
     def conv_modes(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
                    winograd: bool = False) -> dict:
-        """The CONV input modes the code generator chooses on ``config`` (Conv fields): image
-        input (``pixel_format``) for a conv that reads the function's input with at most four
-        channels (an image: NVDLA's first-layer mode), multi-batch for a fully connected layer
-        of a batch. Each only where the configuration has it and the C library accepts the
-        chain with it and the modes chosen before it, image input first (its limits are the
-        library's, not restated here). With ``winograd``,
-        also Winograd mode (``mode``) where :meth:`conv_mode` chooses it for the layer alone
-        (the code generator chooses it with its memory plan: ``codegen/memory.py``)."""
-        if self.conv is None or self.copies or self.step is not None:
-            return {}
-        if self.norm is not None:
-            return self.runs(precision)[0].conv_modes(config, fuse, precision, winograd)
-        n, channels, h, w = self.in_shape
-        modes: dict = {}
-        if self.host_input and not self.tokens and channels <= 4 and "image_input" in config.features:
-            modes["pixel_format"] = ("r8" if channels == 1 else "a8b8g8r8") \
-                if precision == "int8" else "a16b16g16r16_f"
-        if n > 1 and (h, w) == (1, 1) and "batch" in config.features:
-            modes["multi_batch"] = True
-        chosen: dict = {}
-        # Each in turn, kept where the library accepts the chain with it and those kept before
-        # it: the combination is what the code generator emits, and one mode may fit where
-        # both do not (image input is direct convolution only, without multi-batch).
-        for field, value in modes.items():
-            try:
-                estimate_chain(config, self.engine_ops(fuse, precision,
-                                                       modes={**chosen, field: value}),
-                               self.in_shape, mode="fused" if self.fused(fuse) else "independent",
-                               precision=precision)
-                chosen[field] = value
-            except AccelError:
-                pass
-        if winograd and self.conv_mode(config, fuse, precision, True, chosen)[0] == "winograd":
-            chosen["mode"] = "winograd"
-        return chosen
+        """The CONV input modes the code generator chooses on ``config``
+        (:func:`.engines.conv_modes`)."""
+        return engines.conv_modes(self, config, fuse, precision, winograd)
 
-    def engine_ops(self, fuse: bool, precision: str = "fp32", config: Optional[AccelConfig] = None,
-                   modes: Optional[dict] = None, winograd: bool = True) -> list:
-        """Shape-only engine descriptors: one fused chain, or one op per source op. Outside
-        fp32 a CONV always feeds an SDP (an identity one if the chain has none), and INT8 SDPs
-        carry integer converters in place of the float scale and shift. With ``config``, the
-        CONV takes the modes :meth:`conv_modes` chooses there for the layer alone (Winograd
-        unless ``winograd`` is False); ``modes`` gives them instead."""
-        if self.contract_only:
-            return [Rubik(self.rubik.stride_x, self.rubik.stride_y, precision=precision)]
-        if modes is None:
-            modes = self.conv_modes(config, fuse, precision, winograd) if config is not None \
-                else {}
-        int8 = precision == "int8"
-        if self.step is not None:  # a pass of a norm: its own ops (operands shape-only)
-            return self.step.bound(None)
-        if self.norm is not None:  # its first run's
-            return self.runs(precision)[0].engine_ops(fuse, precision, config, modes, winograd)
-        if self.lrn is not None:
-            n = self.lrn
-            return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
-        if self.copies:
-            (c,) = self.copies  # one run per copy
-            if int8 and self.requantize:  # the source to the concat's scale
-                return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
-                            precision=precision)]
-            return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
-                         self.out_surface[1], precision=precision)]
-
-        def sdp(scaled=False, shifted=False, **fields):
-            if int8:  # the code generator always emits all three converter arrays
-                fields.pop("clip", None)
-                if fields.get("prelu_slope") is not None:
-                    fields["prelu_mul"] = fields.pop("prelu_slope")
-                if is_lut_activation(fields.get("act")):
-                    fields["lut"] = SHAPE_ONLY  # the layer's tables
-                return Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
-                           precision=precision, **fields)
-            return Sdp(scale=_placeholder(scaled), shift=_placeholder(shifted),
-                       precision=precision, **fields)
-
-        ops: list = []
-        if self.computed_scale and fuse:  # x * s, s computed: see computed_scale
-            return [sdp(ew_op="mul", operand=SHAPE_ONLY, ew_per_channel=True, act=self.sdp.act,
-                        clip=self.sdp.clip, prelu_slope=_placeholder(self.sdp.prelu_slope))]
-        if self.conv is not None:
-            ops.append(Conv(None, weight_shape=self.conv.weight_shape, stride=self.conv.stride,
-                            padding=self.conv.padding, dilation=self.conv.dilation,
-                            groups=self.conv.groups, precision=precision, **modes))
-        s = self.sdp
-        if fuse:
-            if not s.empty():
-                folded = s.bias is not None or s.batch_norm is not None
-                # fp16 folds the factor into the conv weights (see codegen)
-                scaled = (s.batch_norm is not None or s.scale is not None) and not (
-                    precision == "fp16" and self.conv is not None)
-                ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
-                               act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
-        else:
-            for stage in s.decomposed_order():
-                if stage == "bias":
-                    ops.append(sdp(shifted=True))
-                else:  # batch norm: scale and shift; a multiply: scale only
-                    ops.append(sdp(True, s.batch_norm is not None))
-            if s.ew_op is not None:
-                ops.append(sdp(ew_op=s.ew_op, operand=SHAPE_ONLY))
-            if s.act is not None:
-                ops.append(sdp(act=s.act, clip=s.clip,
-                               prelu_slope=_placeholder(s.prelu_slope)))
-        if precision != "fp32" and self.conv is not None and (
-                len(ops) == 1 or not isinstance(ops[1], Sdp)):
-            ops.insert(1, sdp())  # the converter the accumulators leave through
-        if self.pool is not None:
-            passes, rescale = self.pool.passes()
-            if rescale != 1.0:
-                ops.append(sdp(scaled=True))
-            ops += [Pool(p.kind, p.kernel, p.stride, p.padding, p.count_include_pad,
-                         precision=precision) for p in passes]
-        return ops
+    def engine_ops(self, fuse: bool, precision: str = "fp32",
+                   config: Optional[AccelConfig] = None, modes: Optional[dict] = None,
+                   winograd: bool = True) -> list:
+        """Shape-only engine descriptors (:func:`.engines.engine_ops`)."""
+        return engines.engine_ops(self, fuse, precision, config, modes, winograd)
 
     def fused(self, fuse: bool) -> bool:
-        """Whether the run is fused: a pool split into several PDP passes goes through
-        memory between them (INDEPENDENT mode), as on NVDLA."""
-        return fuse and (self.pool is None or len(self.pool.passes()[0]) == 1)
-
-    def _check_int8_concat(self) -> None:
-        """An int8 concat rescales each whole input into a channel range of one image, which
-        an SDP pass writes as a dense tensor."""
-        if self.out_view is not None:
-            raise Unsupported("an int8 concat along an axis other than the channels is not "
-                              "generated: each input is rescaled by an SDP pass into its "
-                              "channel range, contiguous along the channels only")
-        if self.in_shape[0] != 1:
-            raise Unsupported(f"an int8 concat of batch {self.in_shape[0]} is not generated: "
-                              "each input is rescaled by an SDP pass into its channel range, "
-                              "contiguous for one image only")
-        for c in self.copies:
-            whole = c.in_shape[1] == c.channels
-            if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
-                raise Unsupported("an int8 concat whose copies take channel slices or steps is "
-                                  "not generated: each input is rescaled whole by an SDP pass "
-                                  "into one channel range")
+        """Whether the run is fused (:func:`.engines.fused`)."""
+        return engines.fused(self, fuse)
 
     def check_hardware(self, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
-        """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
-        if self.branch is not None:
-            self.branch.check_hardware(config, fuse, precision)
-        if self.tokens and precision == "int8" and self.norm is None:
-            raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
-                              "transposes onto the feature surface are fp32 and fp16 only)")
-        if self.norm is not None:
-            if precision == "int8":
-                what = "its variance and 1/sqrt" if self.norm.kind == "layer_norm" else \
-                    "its sum of exponentials and 1/sum"
-                raise Unsupported(f"a {self.norm.kind} in int8 is not generated: {what} have "
-                                  "a dynamic range no per-tensor int8 scale covers (its passes "
-                                  "would stay fp16 between converting runs, which this "
-                                  "compiler does not emit yet)")
-            for run in self.runs(precision):
-                run.check_hardware(config, fuse, precision)
-            return
-        if self.rubik is not None and not self.contract_only:
-            self.before_contract().check_hardware(config, fuse, precision)
-            self.contract().check_hardware(config, fuse, precision)
-            return
-        if len(self.copies) > 1:
-            if precision == "int8" and self.several_sources:
-                self._check_int8_concat()
-            for run in self.runs():
-                run.check_hardware(config, fuse, precision)
-            return
-        if precision != "fp32":
-            for what, expr in self.parameters():
-                # fp16 reads a computed per-channel scale as it is (squeeze-excite's x * s):
-                # with nothing to fold it into, and one batch, it is the SDP's [C] halves.
-                # int8 reads it as the element-wise multiplier's per-channel operand (fused
-                # runs only: the int8 code generator emits each layer as one SDP).
-                computed_scale = what == "scale" and (
-                    (precision == "fp16" and self.conv is None and
-                     self.sdp.batch_norm is None and self.in_shape[0] == 1) or
-                    (precision == "int8" and fuse and self.computed_scale and
-                     self.sdp.act in (None, "relu", "clip")))
-                if not is_constant(expr) and not computed_scale and \
-                        not (precision == "fp16" and what == "dense weight" and
-                             self.computed_dense_weight):
-                    raise Unsupported(f"the {what} is not a constant (a runtime input, or "
-                                      f"computed by another operator); {precision} code needs "
-                                      "constant weights and parameters (bind inputs as params)")
-        if precision == "int8" and is_lut_activation(self.sdp.act) and self.sdp.ew_op:
-            raise Unsupported(f"an int8 element-wise {self.sdp.ew_op} before a "
-                              f"{self.sdp.act} is not generated (its operand would have to be "
-                              "converted to the lookup table's input units)")
-        if precision == "int8" and self.conv is None:
-            # Without a conv to take it into the weights, a channel factor of 0 would zero the
-            # shift too: the int8 SDP adds its bias before it multiplies.
-            bn = self.sdp.batch_norm
-            for what, expr in (("batch_norm gamma", bn.gamma if bn else None),
-                               ("per-channel scale", self.sdp.scale)):
-                if expr is not None and is_constant(expr) and np.any(constant_value(expr) == 0):
-                    raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
-                                      "bias before it multiplies)")
-        if self.pool is not None and self.pool.passes()[1] != 1.0 and (
-                self.conv is not None or not self.sdp.empty() or precision == "int8"):
-            raise Unsupported(f"a global average pool of {self.pool.kernel[0]}x"
-                              f"{self.pool.kernel[1]} runs as padded PDP passes and a rescale: "
-                              "on its own, in fp32 or fp16")
-        mode = "fused" if self.fused(fuse) else "independent"
-        try:
-            estimate_chain(config, self.engine_ops(fuse, precision), self.in_shape, mode=mode,
-                           precision=precision)
-        except AccelError as error:
-            raise Unsupported(_without_status(str(error))) from None
-        if precision == "int8":
-            # int8 calibration runs the fp32 code of the same partition (its reference), where
-            # a concat's copies are BDMA copies, not SDP rescales: it must run there too.
-            try:
-                estimate_chain(config, self.engine_ops(fuse, "fp32"), self.in_shape, mode=mode,
-                               precision="fp32")
-            except AccelError as error:
-                raise Unsupported("int8 calibration runs it in fp32: "
-                                  f"{_without_status(str(error))}") from None
-
+        """Ask the C library whether the configuration runs this layer (Unsupported if not:
+        :func:`.engines.check_hardware`)."""
+        engines.check_hardware(self, config, fuse, precision)
 
     def winograd_refusal(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
                          modes: Optional[dict] = None) -> Optional[str]:
-        """None where the configuration runs this layer's convolution in Winograd mode (the C
-        library decides: accel_conv_mode's conditions), else why not. ``modes``: the input
-        modes chosen besides."""
-        if self.conv is None:
-            return "no convolution"
-        try:
-            estimate_chain(config, self.engine_ops(fuse, precision, modes={
-                **(modes or {}), "mode": "winograd"}), self.in_shape,
-                mode="fused" if self.fused(fuse) else "independent", precision=precision)
-        except AccelError as error:
-            return _without_status(str(error)).split("mode = winograd: ")[-1]
-        return None
+        """None where the configuration runs the conv in Winograd mode, else why not
+        (:func:`.engines.winograd_refusal`)."""
+        return engines.winograd_refusal(self, config, fuse, precision, modes)
 
     def conv_mode(self, config: AccelConfig, fuse: bool, precision: str = "fp32",
                   winograd: bool = True, modes: Optional[dict] = None) -> Tuple[str, str]:
-        """The CONV's mode for this layer alone, and why: ("winograd", "") where ``winograd``
-        allows it, the configuration runs it (:meth:`winograd_refusal`) and the cost model
-        gives the layer fewer cycles that way with its weights dense and in DRAM (the larger
-        pre-transformed weights can make a memory-bound layer lose); else ("direct", the
-        reason). ``modes``: the input modes chosen besides. (The code generator decides with
-        the memory plan its run gets instead, SRAM and sparse weights included:
-        ``codegen/memory.py``; the two agree where that plan keeps the weights dense and in
-        DRAM.)"""
-        modes = dict(modes or {})
-        if not winograd and self.conv is not None:
-            return "direct", "winograd=False"
-        refusal = self.winograd_refusal(config, fuse, precision, modes)
-        if refusal is not None:
-            return "direct", refusal
-        mode = "fused" if self.fused(fuse) else "independent"
-        fast = estimate_chain(config, self.engine_ops(fuse, precision, modes={
-            **modes, "mode": "winograd"}), self.in_shape, mode=mode, precision=precision).cycles
-        direct = estimate_chain(config, self.engine_ops(fuse, precision, modes=modes),
-                                self.in_shape, mode=mode, precision=precision).cycles
-        if fast >= direct:
-            return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
-        return "winograd", ""
+        """The CONV's mode for this layer alone, and why (:func:`.engines.conv_mode`)."""
+        return engines.conv_mode(self, config, fuse, precision, winograd, modes)
 
-
-def _placeholder(present):
-    """Shape-only SDP operands for the estimate: present or absent, no data."""
-    return None if present is None or present is False else SHAPE_ONLY
-
-
-def _without_status(message: str) -> str:
-    return message.rsplit(" [ACCEL_", 1)[0]
-
-
-# --- reading Relax ----------------------------------------------------------------------------
-
-def static_shape(expr: relax.Expr) -> Tuple[int, ...]:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        raise Unsupported(f"{describe(expr)} has no static tensor shape")
-    try:
-        return tuple(int(v) for v in ty.shape.values)
-    except (TypeError, AttributeError):
-        raise Unsupported(f"{describe(expr)} has a symbolic shape {ty.shape}") from None
-
-
-def dtype_of(expr: relax.Expr) -> str:
-    ty = expr.ty
-    return str(ty.dtype) if isinstance(ty, relax.TensorType) else "?"
-
-
-def describe(expr: relax.Expr) -> str:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return type(expr).__name__
-
-
-def op_name(expr: Optional[relax.Expr]) -> Optional[str]:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
-
-
-def is_constant(expr: relax.Expr) -> bool:
-    return isinstance(expr, tvm.ir.expr.GenericConst)
-
-
-def constant_value(expr: relax.Expr) -> np.ndarray:
-    return expr.value.numpy()
-
-
-class Bindings(dict):
-    """Var -> bound value of a chain's bindings, callable as a :data:`Lookup`; a dict, so that
-    a pattern can be matched against it again (``extract_matched_expr(expr, var2val)``)."""
-
-    def __call__(self, var: relax.Expr) -> Optional[relax.Expr]:
-        return self.get(var)
-
-    @classmethod
-    def of(cls, function: relax.Function) -> "Bindings":
-        table = cls()
-        for block in function.body.blocks:
-            for binding in block.bindings:
-                table[binding.var] = binding.value
-        return table
-
-
-def bound_values(function: relax.Function) -> Bindings:
-    """A lookup of the Var -> value bindings of a function body (for the code generator)."""
-    return Bindings.of(function)
-
-
-def chain_root(function: relax.Function) -> relax.Expr:
-    """The last op of a composite function."""
-    body = function.body
-    result = body.body
-    if isinstance(result, relax.Var):
-        value = bound_values(function)(result)
-        if value is not None:
-            return value
-    return result

@@ -5,16 +5,22 @@ header, program and section tables, segments, the dynamic table and relocations 
 file, and the SHA-256 that export_library appends."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Dict, List, Optional
 
 import tvm
 import tvm_ffi
 
 from ..errors import AccelLibraryError
+from ..sim.config import AccelConfig
+from ..sim.cost_report import LayerSources
+from .codegen.emit import INFO_SECTION
 from .elf import ElfFile, check_dynamic
 
 
@@ -135,6 +141,75 @@ def _check_checksum(elf: ElfFile) -> None:
     if digest.digest() != trailer[len(CHECKSUM_MARKER):]:
         elf.fail("its content does not match the SHA-256 export_library recorded (the "
                  "file changed after it was written)")
+
+
+@dataclasses.dataclass
+class LibraryInfo:
+    """What a library written by ``export_library`` remembers of its build: the configuration
+    its code was generated for, the precision, and each layer's names (the generated
+    functions' records in the ELF section ``.accel_info``: ``compiler/codegen/emit.py``).
+
+    ``names``: layer key (``f0.3``) -> the layer's name in the source model (PyTorch module
+    path, ONNX node name), for the layers that have one; ``ops``: layer key -> the Relax
+    operators the layer computes; ``precisions``: layer key -> its precision."""
+
+    config: AccelConfig
+    precision: str
+    fuse: bool
+    symbols: List[str]
+    names: Dict[str, str]
+    ops: Dict[str, List[str]]
+    precisions: Dict[str, str]
+
+    @property
+    def sources(self) -> LayerSources:
+        """The layers' operators and names as the reports take them (``prof.table(sources=
+        info.sources)``, ``prof.csv(path, sources=info.sources)``)."""
+        return LayerSources(self.ops, names=self.names)
+
+
+def library_info(path: str | os.PathLike) -> Optional[LibraryInfo]:
+    """The record of its build that a library carries (:class:`LibraryInfo`), read from the
+    file without loading it (checked first: :func:`check_library`); None for a library of no
+    generated function (nothing offloaded) or one written before libraries carried it.
+
+    Raises
+    ------
+    AccelLibraryError
+        The file is damaged, or its record is unreadable or contradicts itself (functions of
+        different configurations).
+    """
+    path = check_library(path)
+    name = f"library '{path}'"
+    with open(path, "rb") as f:
+        elf = ElfFile(f, path.stat().st_size, name)
+        elf.header()
+        elf.sections()
+        index = elf.section_names.get(INFO_SECTION)
+        if index is None:
+            return None
+        _, _, _, offset, size, _ = elf.section_list[index]
+        data = elf.read(offset, size, f"{INFO_SECTION} section")
+    try:
+        records = [json.loads(part) for part in data.split(b"\0") if part.strip()]
+        configs = {json.dumps(r["config"], sort_keys=True) for r in records}
+        if len(configs) > 1:
+            raise ValueError("its functions were generated for different configurations")
+        precisions = {r["precision"] for r in records}
+        layers = {key: layer for r in sorted(records, key=lambda r: r["function"])
+                  for key, layer in r["layers"].items()}
+        info = LibraryInfo(
+            config=AccelConfig.from_dict(records[0]["config"]) if records else None,
+            precision=precisions.pop() if len(precisions) == 1 else "mixed",
+            fuse=all(r["fuse"] for r in records),
+            symbols=[r["symbol"] for r in sorted(records, key=lambda r: r["function"])],
+            names={key: layer["source"] for key, layer in layers.items() if layer["source"]},
+            ops={key: list(layer["ops"]) for key, layer in layers.items()},
+            precisions={key: layer["precision"] for key, layer in layers.items()})
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise AccelLibraryError(f"{name} has an unreadable record of its build "
+                                f"({INFO_SECTION}): {error}") from None
+    return info if records else None
 
 
 def load_library(path: str | os.PathLike) -> "tvm.runtime.Module":

@@ -12,6 +12,7 @@ says no with its own message.
 from __future__ import annotations
 
 import enum
+import math
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..sim.config import AccelConfig
 from ..sim.deconv import deconv_as_conv_weights
 from . import chains, custom
 from .chains import Roles
-from .layer import (BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, NormSpec,
+from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, NormSpec,
                     PoolSpec,                    RubikSpec, SdpSpec, Unsupported, feature_surface, token_surface, constant_value, describe, dtype_of,
                     is_constant, op_name, static_shape)
 
@@ -159,6 +160,8 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
     if op_name(root_value) == "relax.reshape":  # a token chain can end in torch's reshape
         roles = roles or _match(root_value, lookup)
+        if roles and "attention" in roles:
+            return _lower_attention(roles, lookup, root)
         if roles and "unflatten" in roles:
             return _lower_tokens(_token_roles(roles), lookup, root)
     if op_name(root_value) in COPIES:
@@ -354,6 +357,21 @@ def _flattens(reshape: relax.Call) -> bool:
         after[1] == int(np.prod(before[1:]))
 
 
+def _token_elementwise(data: relax.Expr, stages: List[Stage]) -> bool:
+    """Whether a chain on a 3-D tensor is an element-wise op with a second tensor of its
+    shape (a transformer's residual add), then at most an activation: such ops do not care
+    which axis holds the channels, so the [B, T, C] tensor runs as the [B*T, C] rows it is
+    in memory. Per-channel ops on 3-D data stay refused: their channel axis is not known
+    ([N, C, L] for BatchNorm1d, [B, T, C] for tokens)."""
+    shape = static_shape(data)
+    if len(shape) != 3 or not stages or stages[0].kind != "binary" or \
+            op_name(stages[0].call) not in ELEMENTWISE or stages[0].other is None or \
+            is_constant(stages[0].other) or static_shape(stages[0].other) != shape or \
+            static_shape(stages[0].call) != shape:
+        return False
+    return all(stage.kind == "act" for stage in stages[1:])
+
+
 def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup: Lookup
                  ) -> Layer:
     _require_float32(data, "the input")
@@ -361,6 +379,9 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if flattened:
         shape = static_shape(data)
         in_shape = (shape[0], int(np.prod(shape[1:])), 1, 1)
+    elif _token_elementwise(data, stages):
+        shape = static_shape(data)  # [B, T, C] rows of channels, as [B*T, C] in memory
+        in_shape = (int(np.prod(shape[:-1])), shape[-1], 1, 1)
     else:
         in_shape = _feature_shape(data, "the input")
     layer = Layer(data=data, in_shape=in_shape, out_shape=(),
@@ -401,6 +422,8 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if op_name(root) == "relax.nn.batch_norm":  # asked about alone: its first output
         result = relax.TupleGetItem(root, 0)
     layer.out_shape = static_shape(result)
+    if len(layer.out_shape) == 3:  # a token layer's element-wise op: its rows (above)
+        layer.out_shape = in_shape[:2]
     _require_float32(result, "the output")
     if plan is not None:
         _per_phase(layer, plan)
@@ -736,7 +759,8 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     if static_shape(other) != feature or static_shape(call.args[0]) != static_shape(call.args[1]):
         raise Unsupported(f"{name} with broadcasting between {list(static_shape(call.args[0]))} "
                           f"and {list(static_shape(call.args[1]))}")
-    _feature_shape(other, f"the {name} operand")
+    if len(static_shape(other)) != 3 or layer.in_shape[2:] != (1, 1):
+        _feature_shape(other, f"the {name} operand")
     if sdp.ew_op is not None:
         raise Unsupported("two element-wise ops in one SDP pass")
     if sdp.act is not None:
@@ -888,6 +912,58 @@ def _token_dense_part(roles: Roles, lookup: Lookup, normed: Optional[relax.Expr]
     if _resolve(data, lookup) is not None and not is_constant(data):
         raise Unsupported("the chain's input is computed inside the matched region")
     return data, conv, sdp
+
+
+def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+    """reshape(nn.attention(q, k, v)) of one image's token tensors (compiler/attention.py
+    writes it so): one layer whose data is Q, read as the surface [1, C, 1, T], whose runs are
+    sim/decompose.attention_passes'."""
+    call = roles["attention"]
+    a = call.attrs
+    if len(call.args) > 3 and call.args[3] is not None:
+        raise Unsupported("attention with a bias (a mask) is not generated: the scores' SDP "
+                          "would add it as an element-wise operand per head")
+    if a.causal_mask is not None or (a.window_size is not None and int(a.window_size) > 0):
+        raise Unsupported(f"attention with a causal mask ({a.causal_mask}) is not generated")
+    batch, tokens, heads, d = static_shape(call.args[0])
+    kv_tokens = static_shape(call.args[1])[1]
+    if batch != 1 or static_shape(call.args[2])[-1] != d:
+        raise Unsupported(f"attention of a batch of {batch} (or a value head size other than "
+                          "the key's) is not generated: its CONVs read one image's K and V "
+                          "as their weights")
+    channels, sources = {}, {}
+    for i, (role, name) in enumerate((("query", "x"), ("key", "k"), ("value", "v"))):
+        heads_of = call.args[i]  # reshape(data or a slice of it, [1, T, H, d])
+        heads_of = heads_of if isinstance(heads_of, relax.Call) else _resolve(heads_of, lookup)
+        data = heads_of.args[0]
+        sliced = data if isinstance(data, relax.Call) else _resolve(data, lookup)
+        if op_name(sliced) == "relax.strided_slice":
+            data = sliced.args[0]
+        else:
+            sliced = None
+        first = 0
+        shape = static_shape(data)
+        if sliced is not None:
+            axes, begin, end = (_tuple_ints(arg) for arg in sliced.args[1:4])
+            strides = _tuple_ints(sliced.args[4]) if len(sliced.args) > 4 else (1,)
+            if len(axes) != 1 or axes[0] % len(shape) != len(shape) - 1 or strides != (1,) or \
+                    end[0] - begin[0] != heads * d:
+                raise Unsupported("attention's input is a slice other than a channel range")
+            first = begin[0]
+        if int(np.prod(shape)) != shape[-1] * (tokens if name == "x" else kv_tokens):
+            raise Unsupported(f"attention's {role} {list(shape)} is not [tokens, channels]")
+        _require_float32(data, f"attention's {role}")
+        if _resolve(data, lookup) is not None and not is_constant(data):
+            raise Unsupported("the chain's input is computed inside the matched region")
+        channels[name] = (shape[-1], first)
+        sources[name] = data
+    _require_float32(call, "the attention output")
+    scale = float(a.scale) if a.scale is not None else 1.0 / math.sqrt(d)
+    spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
+                         channels)
+    norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
+    return Layer(data=sources["x"], in_shape=(1, channels["x"][0], 1, tokens),
+                 out_shape=static_shape(root), tokens=True, norm=norm)
 
 
 # --- BDMA copies --------------------------------------------------------------------------------
@@ -1299,6 +1375,9 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
               "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm",
               "relax.nn.softmax"})
+    if name == "relax.nn.attention":  # only with its head reshapes: accel.attention
+        return ("attention runs on the accelerator as reshape(nn.attention(...)) of one "
+                "image's [tokens, channels] tensors (compiler/attention.py writes it so)")
     if name == "relax.nn.pad":
         return (f"a {call.attrs.pad_mode} padding with value {float(call.attrs.pad_value):g}: "
                 "only a zero padding of H and W right before a convolution runs on the "

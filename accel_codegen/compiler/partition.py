@@ -25,6 +25,7 @@ from ..quantization import Calibration
 from ..sim.config import AccelConfig
 from ..tables import Column, render_table
 from . import codegen, frontend
+from .attention import attention_cores
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
@@ -248,7 +249,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, split_into_slices,
-                    flattened_global_pools, *EXACT_REWRITES):
+                    flattened_global_pools, attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)

@@ -30,7 +30,7 @@ result computes the same values).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 import tvm
@@ -39,6 +39,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
+from .source_names import name_bindings, name_of, span_of
 
 
 _PAD = is_op("relax.nn.pad")(wildcard())
@@ -67,12 +68,38 @@ def fold_zero_padding(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _rewrite(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
-    """Every Relax function of ``mod`` with ``pattern`` rewritten."""
+    """Every Relax function of ``mod`` with ``pattern`` rewritten; a call that replaces a
+    matched one keeps the source model's name that one had, or the one the rewriter gave it
+    (:func:`named_as`)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in mod.functions_items():
-        if isinstance(function, relax.Function):
-            result[gv] = rewrite_call(pattern, rewriter, function)
+        if not isinstance(function, relax.Function):
+            continue
+        bound = {b.value: b.var.name for block in function.body.blocks
+                 for b in block.bindings}
+        names: Dict[str, str] = {}  # the rewritten bindings' variables -> their names
+
+        def keeping_names(expr: relax.Expr, matches) -> relax.Expr:
+            new = rewriter(expr, matches)
+            name = (name_of(new) or name_of(expr)) if new is not expr else None
+            if name and expr in bound:
+                names[bound[expr]] = name
+            return new
+
+        rewritten = rewrite_call(pattern, keeping_names, function)
+        # rewrite_call normalises the new calls, which makes them anew, without a span
+        result[gv] = name_bindings(rewritten, names) if names else rewritten
     return result
+
+
+def named_as(new: relax.Expr, old: relax.Expr) -> relax.Expr:
+    """``new`` (a call a rewriter returns) with ``old``'s source-model name (its span:
+    :mod:`.source_names`): what a rewrite puts in a node's place is that node, for the
+    reports. :func:`_rewrite` gives the name to the binding of the call."""
+    name = name_of(old)
+    if name is None or not isinstance(new, relax.Call):
+        return new
+    return relax.Call(new.op, new.args, new.attrs, new.ty_args, span_of(name))
 
 
 # ONNX's Clip(x, min, max) with its bounds as inputs (torch exports ReLU6 so) arrives from TVM's
@@ -201,7 +228,8 @@ def _global_mean(expr: relax.Expr, matches) -> relax.Expr:
     if getattr(pooled.op, "name", "") == "relax.mean" and sorted(
             int(a) % 4 for a in (pooled.attrs.axis or [])) != [2, 3]:
         return expr
-    return relax.op.mean(x, axis=[2, 3], keepdims=False)
+    # the pool's name (avgpool), not the flatten's that the pool now does
+    return named_as(relax.op.mean(x, axis=[2, 3], keepdims=False), pooled)
 
 
 def flattened_global_pools(mod: tvm.IRModule) -> tvm.IRModule:
@@ -796,9 +824,21 @@ def _readers(function: relax.Function) -> dict:
     return counts
 
 
+def _moved_constant(value: relax.Call) -> np.ndarray:
+    """The constant a reshape or a permute_dims of a constant computes."""
+    array = constant_value(value.args[0])
+    if value.op.name == "relax.permute_dims":
+        axes = value.attrs.axes
+        return np.ascontiguousarray(np.transpose(array, None if axes is None
+                                                 else _int_list(axes)))
+    return array.reshape(_static(value))
+
+
 def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """A reshape (expand_dims, squeeze) of a constant read by two ops or more -> the reshaped
-    constant in each reader."""
+    """A reshape (expand_dims, squeeze) or a permute_dims of a constant read by two ops or more
+    -> the reshaped constant in each reader (torch.export binds one permute_dims for the equal
+    weights of cloned layers, as nn.TransformerEncoder's are before training: each dense
+    layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in mod.functions_items():
         if not isinstance(function, relax.Function) or (
@@ -808,10 +848,10 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
-                    getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY and \
+                    getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY + (
+                        "relax.permute_dims",) and \
                     is_constant(value.args[0]) and _static(value) is not None:
-                constants[var] = relax.const(
-                    constant_value(value.args[0]).reshape(_static(value)), value.ty.dtype)
+                constants[var] = relax.const(_moved_constant(value), value.ty.dtype)
         if constants:
             result[gv] = _InlinedConstants(result, constants).visit_expr(function)
     return result

@@ -77,9 +77,11 @@ def span_of(name: str) -> tvm.ir.Span:
 
 
 def name_of(expr) -> Optional[str]:
-    """The source name an expression carries (None without one)."""
+    """The source name an expression carries (None without one). Only a span of
+    :func:`span_of`'s, which has no line: TVMScript's parser gives each call the span of its
+    text, the script's file and line, which names no layer."""
     span = getattr(expr, "span", None)
-    if span is None:
+    if span is None or span.line != 0 or span.column != 0:
         return None
     name = span.source_name.name if span.source_name is not None else ""
     return str(name) or None
@@ -126,24 +128,41 @@ def attach(mod: tvm.IRModule, recorder: Recorder, source: str) -> tvm.IRModule:
     spans = {var: span_of(name) for var, name in {**inherited, **named}.items()}
     if not spans:
         return mod
-
-    @relax.expr_functor.mutator
-    class _Spans(relax.PyExprMutator):
-        def visit_var_binding_(self, binding):
-            value = binding.value
-            span = spans.get(binding.var)
-            if span is not None and isinstance(value, relax.Call):
-                value = relax.Call(value.op, value.args, value.attrs, value.ty_args, span)
-                # the variable keeps its type: the same one stays bound, nothing to remap
-                self.builder_.emit_normalized(relax.VarBinding(binding.var,
-                                                               self.visit_expr(value)))
-                return
-            super().visit_var_binding_(binding)
-
-    mutated = _Spans(mod).visit_expr(main)
+    mutated = _Spans(spans.get).visit_expr(main)
     mod = mod.clone() if hasattr(mod, "clone") else mod
     mod["main"] = mutated
     return mod.with_attr(SOURCE_ATTR, source)
+
+
+@relax.expr_functor.mutator
+class _Spans(relax.PyExprMutator):
+    """Each call bound to a variable for which ``span_for`` gives a span, with that span."""
+
+    def __init__(self, span_for):
+        super().__init__()
+        self.span_for = span_for
+
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        span = self.span_for(binding.var)
+        if span is not None and isinstance(value, relax.Call):
+            value = relax.Call(value.op, value.args, value.attrs, value.ty_args, span)
+            # the variable keeps its type: the same one stays bound, nothing to remap
+            self.builder_.emit_normalized(relax.VarBinding(binding.var,
+                                                           self.visit_expr(value)))
+            return
+        super().visit_var_binding_(binding)
+
+
+def name_bindings(function: relax.Function, names: Mapping[str, str]) -> relax.Function:
+    """``function`` with the call bound to each variable named in ``names`` (by the variable's
+    name) carrying that source name: for a rewrite, whose new calls TVM makes without a
+    span."""
+    def span_for(var):
+        name = names.get(var.name)
+        return span_of(name) if name else None
+
+    return _Spans(span_for).visit_expr(function)
 
 
 def function_calls(function: relax.Function) -> Iterable[relax.Call]:

@@ -105,6 +105,18 @@ def record_precision(record) -> Optional[str]:
     return ops[0].precision if ops else None
 
 
+class LayerSources(dict):
+    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
+    layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
+    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one.
+    What the partition (``tools/report.py``: ``source_ops``) and a library's record of its
+    build (``compiler/library.py``: ``LibraryInfo.sources``) give the reports."""
+
+    def __init__(self, *args, names: Optional[Mapping[str, str]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.names: Dict[str, str] = dict(names or {})
+
+
 def source_names(sources: Optional[Mapping[str, Sequence[str]]]) -> Dict[str, str]:
     """Layer key -> source-model name of a :func:`source_ops` result ({} for another map)."""
     return dict(getattr(sources, "names", None) or {})

@@ -71,14 +71,23 @@ class Pass:
     input: str
     output: str
     operand: Optional[str] = None
+    #: a CONV whose weights are tensor ``weights`` (another pass's output or an input, read as
+    #: [K, C, 1, 1] where it lies: attention's K and V); None: the CONV's own constants
+    weights: Optional[str] = None
 
-    def bound(self, tensors: Dict[str, np.ndarray]) -> List[Op]:
-        """The chain with the element-wise operand set (SHAPE_ONLY for a cost estimate)."""
+    def bound(self, tensors: Optional[Dict[str, np.ndarray]]) -> List[Op]:
+        """The chain with the element-wise operand and computed weights set (SHAPE_ONLY and
+        shape-only weights for a cost estimate, ``tensors`` None)."""
+        ops = list(self.ops)
+        if self.weights is not None and tensors is not None:
+            ops = [dataclasses.replace(op, weights=np.ascontiguousarray(
+                tensors[self.weights]).reshape(op.weight_shape), weight_shape=None)
+                if isinstance(op, Conv) else op for op in ops]
         if self.operand is None:
-            return list(self.ops)
+            return ops
         value = tensors[self.operand] if tensors is not None else SHAPE_ONLY
         return [dataclasses.replace(op, operand=value) if isinstance(op, Sdp) and op.ew_op
-                else op for op in self.ops]
+                else op for op in ops]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +100,47 @@ class Decomposition:
     passes: Tuple[Pass, ...]
     shapes: Dict[str, Tuple[int, int, int, int]]
     output: str
+    #: tensors that are a channel range of another one: name -> (tensor, first channel,
+    #: channels). One image, so the range is one contiguous block of the tensor (NVDLA: a
+    #: surface's address and channel count, no copy); a pass may read it, read it as its
+    #: weights, or write it (the heads of attention written into the merged output).
+    views: Dict[str, Tuple[str, int, int]] = dataclasses.field(default_factory=dict)
+    #: the tensors the passes read besides "x" (attention's "k" and "v")
+    inputs: Tuple[str, ...] = ()
+
+    def tensor(self, tensors: Dict[str, np.ndarray], name: str) -> np.ndarray:
+        """Tensor ``name`` of ``tensors``, a view as the channel range of its tensor."""
+        if name in self.views:
+            base, first, count = self.views[name]
+            return tensors[base][:, first:first + count]
+        return tensors[name]
+
+    def run(self, run_pass, x: np.ndarray, inputs: Optional[Dict[str, np.ndarray]] = None
+            ) -> Dict[str, np.ndarray]:
+        """Every tensor the passes make, ``run_pass(pass, ops, input, out)`` running one pass
+        (``out``: the array a view's pass writes into, else None) and returning its output."""
+        inputs = dict(inputs or {})
+        missing = set(self.inputs) - set(inputs)
+        if missing:
+            raise AccelInvalidError(f"{self.layer}: the passes read {sorted(missing)}, not given")
+        tensors = {"x": x, **inputs}
+        for name in self.inputs:
+            if tensors[name].shape != self.shapes[name]:
+                raise AccelInvalidError(f"{self.layer}: {name} has shape {tensors[name].shape}, "
+                                        f"the passes were built for {self.shapes[name]}")
+        for base in {v[0] for v in self.views.values()} - set(tensors):
+            tensors[base] = np.zeros(self.shapes[base], x.dtype)  # written through views
+        for p in self.passes:
+            out = self.tensor(tensors, p.output) if p.output in self.views else None
+            y = run_pass(p, p.bound({**tensors, **{v: self.tensor(tensors, v)
+                                                   for v in (p.operand, p.weights)
+                                                   if v in self.views}}),
+                         self.tensor(tensors, p.input), out)
+            if out is None:
+                tensors[p.output] = y
+            elif y is not out:
+                out[...] = y
+        return tensors
 
 
 class _Builder:
@@ -255,19 +305,25 @@ def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
 
 
 def run_passes(device: Device, decomposition: Decomposition, x: np.ndarray,
-               mode: str = "fused") -> Tuple[np.ndarray, List[RunStats]]:
-    """Run every pass on ``device``; the output and each run's stats."""
-    x = np.ascontiguousarray(x, dtype_for(decomposition.precision))
+               mode: str = "fused", inputs: Optional[Dict[str, np.ndarray]] = None
+               ) -> Tuple[np.ndarray, List[RunStats]]:
+    """Run every pass on ``device`` (``inputs``: the tensors besides ``x`` it reads); the
+    output and each run's stats."""
+    dtype = dtype_for(decomposition.precision)
+    x = np.ascontiguousarray(x, dtype)
     if x.shape != decomposition.shapes["x"]:
         raise AccelInvalidError(f"{decomposition.layer}: x has shape {x.shape}, the passes "
                                 f"were built for {decomposition.shapes['x']}")
-    tensors = {"x": x}
     stats = []
-    for p in decomposition.passes:
-        y, s = device.run(p.bound(tensors), tensors[p.input], mode=mode, label=p.role)
-        tensors[p.output] = y
+
+    def run(p, ops, data, out):
+        y, s = device.run(ops, np.ascontiguousarray(data), mode=mode, label=p.role, out=out)
         stats.append(s)
-    return tensors[decomposition.output], stats
+        return y
+
+    tensors = decomposition.run(run, x, {k: np.ascontiguousarray(v, dtype)
+                                         for k, v in (inputs or {}).items()})
+    return decomposition.tensor(tensors, decomposition.output), stats
 
 
 def estimate_passes(config, decomposition: Decomposition,
@@ -295,3 +351,89 @@ def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) 
         row[2] += s.dram_bytes
     return "\n".join(f"{k:40s} runs {v[0]:3d}  cycles {v[1]:8d}  DRAM bytes {v[2]:9d}"
                      for k, v in rows.items())
+
+
+def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
+                     precision: str = "fp32", kv_tokens: Optional[int] = None,
+                     channels: Optional[Dict[str, Tuple[int, int]]] = None,
+                     reduce: str = "tree") -> Decomposition:
+    """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
+    in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
+    "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
+    heads are consecutive channel ranges of ``head_dim`` (a packed Q/K/V projection gives all
+    three from one tensor at three offsets).
+
+    The inputs, on the CONV's terms (NVDLA's CONV fetches its weights from memory, so a run
+    may read as weights what another run wrote):
+
+    - "x": Q as the surface [1, Cq, 1, T] (tokens along W). Head h's channels are a view.
+    - "k": K as [Tk, Ck, 1, 1], its tokens as it was written (a row per token). Head h's
+      [Tk, d] block is the scores CONV's Tk kernels of d channels; a BDMA copy of its d
+      channels of every row makes it dense (none when K is one head).
+    - "v": V as the surface [1, Cv, 1, Tk]. Head h's channels are a view, [d, Tk] in memory:
+      the P V CONV's d kernels of Tk channels, dense as they are.
+
+    Per head: [BDMA K_h]; CONV (Q_h, weights K_h) + SDP (x scale) = scores [1, Tk, 1, T], the
+    keys as channels; the softmax over them (:func:`softmax_passes`); CONV (P, weights V_h)
+    [+ FP16's converting SDP] written into the output's channels of the head (a view: the
+    CONV writes at the surface's channel offset, no copy). Output "o" [1, heads x d, 1, T]."""
+    kv_tokens = tokens if kv_tokens is None else kv_tokens
+    d = head_dim
+    merged = heads * d
+    channels = dict(channels or {})
+    for name in ("x", "k", "v"):
+        channels.setdefault(name, (merged, 0))
+    for name, value in [("tokens", tokens), ("kv_tokens", kv_tokens), ("heads", heads),
+                        ("head_dim", d)]:
+        if int(value) != value or value < 1:
+            raise AccelInvalidError(f"attention: {name} = {value!r} is not a positive integer")
+    for name, (total, first) in channels.items():
+        if first < 0 or first + merged > total:
+            raise AccelInvalidError(f"attention: {name}'s heads take channels {first} to "
+                                    f"{first + merged}, beyond its {total}")
+    if not np.isfinite(scale):
+        raise AccelInvalidError(f"attention: scale = {scale!r} is not finite")
+    b = _Builder("attention", (1, channels["x"][0], 1, tokens), precision, reduce)
+    b.shapes.update(k=(kv_tokens, channels["k"][0], 1, 1), v=(1, channels["v"][0], 1, kv_tokens),
+                    o=(1, merged, 1, tokens))
+    views: Dict[str, Tuple[str, int, int]] = {}
+
+    def view(name, base, first, count):
+        views[name] = (base, first, count)
+        shape = b.shapes[base]
+        b.shapes[name] = (shape[0], count) + tuple(shape[2:])
+        return name
+
+    p = precision
+    for h in range(heads):
+        q = view(f"h{h}.q", "x", channels["x"][1] + h * d, d)
+        k = "k"
+        if channels["k"] != (d, 0):
+            k = f"h{h}.k"
+            b.shapes[k] = (kv_tokens, d, 1, 1)
+            b.passes.append(Pass(f"attention.h{h}.keys", (
+                Bdma(d, src_offset=channels["k"][1] + h * d, dst_channels=d, precision=p),),
+                "k", k))
+        s = f"h{h}.s"
+        b.shapes[s] = (1, kv_tokens, 1, tokens)
+        b.passes.append(Pass(f"attention.h{h}.scores", (
+            Conv(None, weight_shape=(kv_tokens, d, 1, 1), precision=p),
+            Sdp(scale=b.values(scale, kv_tokens), precision=p)), q, s, weights=k))
+        soft = softmax_passes((1, kv_tokens, 1, tokens), precision, reduce)
+        rename = {"x": s, **{t: f"h{h}.{t}" for t in soft.shapes if t != "x"}}
+        for t, shape in soft.shapes.items():
+            b.shapes.setdefault(rename[t], shape)
+        for sp in soft.passes:
+            b.passes.append(dataclasses.replace(
+                sp, role=f"attention.h{h}.{sp.role}", input=rename[sp.input],
+                output=rename[sp.output],
+                operand=None if sp.operand is None else rename[sp.operand]))
+        v = view(f"h{h}.v", "v", channels["v"][1] + h * d, d)
+        out = view(f"h{h}.o", "o", h * d, d)
+        ops = [Conv(None, weight_shape=(d, kv_tokens, 1, 1), precision=p)]
+        if p != "fp32":  # the accumulators leave through the SDP's converter
+            ops.append(Sdp(precision=p))
+        b.passes.append(Pass(f"attention.h{h}.values", tuple(ops), rename[soft.output], out,
+                             weights=v))
+    return Decomposition("attention", precision, tuple(b.passes), dict(b.shapes), "o", views,
+                         ("k", "v"))

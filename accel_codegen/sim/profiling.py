@@ -14,7 +14,8 @@ from typing import Any, Dict, Iterator, List
 
 from . import RunStats, profile_enable, profile_records
 from .config import AccelConfig
-from .cost_report import FP32_BYTES_NOTE, cost_table, layer_rows, write_csv
+from .cost_report import (FP32_BYTES_NOTE, cost_table, label_source, layer_rows,
+                          source_names, write_csv)
 from .costs import CostTotals, energy_line
 from .timeline import chrome_trace, write_chrome_trace
 
@@ -38,10 +39,15 @@ class Profile:
         cbuf_, dram_, engine_energy_pj)."""
         return CostTotals.of(self.records).to_dict()
 
-    def table(self, clock_hz: float | None = None) -> str:
+    def table(self, clock_hz: float | None = None, sources=None) -> str:
         """A per-layer table and the energy per frame; with ``clock_hz``, also the simulated
-        time."""
-        text = cost_table(self.records, modes=True)
+        time; ``sources``: layer key -> its Relax operators, whose ``names`` (layer key ->
+        source-model name: ``accel_codegen.library_info(path).names`` of the library that
+        ran) fill a column "source"."""
+        names = source_names(sources)
+        text = cost_table(self.records, modes=True,
+                          sources=[label_source(r.label, names) for r in self.records]
+                          if names else None)
         totals = CostTotals.of(self.records)
         if clock_hz:
             seconds = totals.seconds(clock_hz)
@@ -54,7 +60,8 @@ class Profile:
     def csv(self, path, config: AccelConfig | str | None = None, sources=None) -> Path:
         """Write the per-layer CSV (docs/report-schema.md); ``config``: the configuration the
         runs ran on, for the utilisation against its array (else each run's own figure);
-        ``sources``: layer key -> its Relax operators. Returns the path."""
+        ``sources``: layer key -> its Relax operators, and their source-model names as its
+        ``names`` (as :meth:`table`'s). Returns the path."""
         peak = None
         if config is not None:
             config = AccelConfig.resolve(config)

@@ -7,8 +7,8 @@ order, rounded once (bit for bit too).
 
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
 ``(x - in_zero) * w`` exactly (int64 here: the simulator's int32 accumulator cannot overflow for
-depth <= 65536), the SDP runs the integer converters step by step with ``sat32`` after each
-step accel.h marks, a LUT activation looks its int32 input up in the tables the descriptor
+depth <= 65536), the SDP runs NVDLA's units (BS, BN, the output converter; accel.h) step by
+step with ``sat32`` where accel.h marks it, a LUT activation looks its int32 input up in the tables the descriptor
 carries (:func:`lut_int8`), and pooling works on codes with the input's zero point.
 
 FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
@@ -466,6 +466,28 @@ def lut_int8(t, lut: LutInt8) -> np.ndarray:
     return sat32(y)
 
 
+def sdp_int8_bs_bn(v: np.ndarray, bias=None, mul=None, rshift=None) -> np.ndarray:
+    """The INT8 SDP's first two steps, NVDLA's X units BS and BN (accel.h), on ``v`` (NCHW or
+    NC...): BS adds the bias in its 33-bit ALU and multiplies channel c by 2^(S - rshift[c]),
+    S the largest shift, saturating to int32; BN multiplies by mul[c] and shifts by S, rounding
+    half away from zero, saturating to int32. Where BS does not saturate this is
+    ``sat32(rhaz((v + bias) * mul, rshift))``. Returns int64 values inside int32."""
+    t = np.asarray(v, dtype=np.int64)
+    ndim = t.ndim
+    per_channel = lambda a: _per_channel(a, ndim, np.int64)  # noqa: E731
+    shift_max = int(np.max(rshift)) if rshift is not None and np.size(rshift) else 0
+    s = per_channel(rshift) if rshift is not None else np.int64(0)
+    if bias is not None:
+        t = t + per_channel(bias)
+    # |t| > 2^31 saturates whatever the power, so the shift is taken on t clamped there (and
+    # by at most 31: any t != 0 saturates from 2^31 on): below 2^63
+    t = sat32(np.clip(t, -(1 << 31), 1 << 31) << np.minimum(shift_max - s, 31))
+    if mul is not None or rshift is not None:
+        m = per_channel(mul) if mul is not None else np.int64(1)
+        t = sat32(rhaz(t * m, shift_max))
+    return t
+
+
 def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[str] = None,
              operand=None, ew_zero: int = 0, ew_mul: int = 1, ew_shift: int = 0,
              act: Optional[str] = None, prelu_mul=None, prelu_shift: int = 0,
@@ -473,15 +495,9 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
              clip_hi: int = 127, lut: Optional[LutInt8] = None) -> np.ndarray:
     """The INT8 SDP on ``v``: a CONV's accumulators, or (x - in_zero) for an SDP that reads its
     int8 input from memory. Steps exactly as accel.h lists them; returns int8 codes."""
-    t = np.asarray(v, dtype=np.int64)
+    t = sdp_int8_bs_bn(v, bias, mul, rshift)                               # 1 BS, 2 BN
     ndim = t.ndim
     per_channel = lambda a: _per_channel(a, ndim, np.int64)  # noqa: E731
-    if bias is not None:
-        t = sat32(t + per_channel(bias))                                   # 1 X ALU
-    if mul is not None or rshift is not None:                              # 2 X MUL
-        m = per_channel(mul) if mul is not None else np.int64(1)
-        s = per_channel(rshift) if rshift is not None else np.int64(0)
-        t = sat32(rhaz(t * m, s))
     if ew_op is not None:                                                  # 3 Y EW
         e = np.asarray(operand, dtype=np.int64).reshape(t.shape)
         e = sat32(rhaz((e - int(ew_zero)) * int(ew_mul), int(ew_shift)))
@@ -498,9 +514,9 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
     if act == "relu":                                                      # 4 activation
         t = np.maximum(t, 0)
     elif act == "prelu":
-        # accel.h: t < 0: rhaz(t * prelu_mul[c], prelu_shift), no sat32 after it (the value
-        # fits int64: |t| <= 2^31, |prelu_mul| <= 2^15).
-        t = np.where(t < 0, rhaz(t * per_channel(prelu_mul), int(prelu_shift)), t)
+        # accel.h: an X unit's multiplier in PReLU mode: t < 0: sat32(rhaz(t * prelu_mul[c],
+        # prelu_shift)), t >= 0 passes
+        t = np.where(t < 0, sat32(rhaz(t * per_channel(prelu_mul), int(prelu_shift))), t)
     elif is_lut_activation(act):
         if lut is None:
             raise AccelInvalidError(f"act = {act!r} in INT8 needs its tables (lut)")
@@ -508,7 +524,7 @@ def sdp_int8(v: np.ndarray, bias=None, mul=None, rshift=None, ew_op: Optional[st
     elif act not in (None, "clip"):
         raise AccelInvalidError(f"act = {act!r} has no INT8 form")
     if out_mul:                                                            # 5 output converter
-        t = rhaz(t * int(out_mul), int(out_shift))  # |t| <= 2^46 after PReLU: fits int64
+        t = rhaz(t * int(out_mul), int(out_shift))  # |t| <= 2^32, |out_mul| <= 2^15
     y = sat8(t + int(out_zero))
     if act == "clip":
         y = np.minimum(np.maximum(y, int(clip_lo)), int(clip_hi))
@@ -910,13 +926,26 @@ def run_chain(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
 
 # --- decompositions (sim/decompose.py) ----------------------------------------------------------
 
-def run_decomposition(decomposition, x: np.ndarray) -> np.ndarray:
-    """A layer norm's or softmax's engine passes (sim/decompose.py's Decomposition) in NumPy:
-    each pass through :func:`run_chain` with its element-wise operand bound, as the simulator
-    runs them; bit for bit the simulator's where every pass is (the BDMA + SDP trees and the
-    one-product broadcasts), within the CONV's summation bound with ``reduce="conv"``."""
-    x = np.asarray(x, dtype=dtype_for(decomposition.precision))
-    tensors = {"x": x}
-    for p in decomposition.passes:
-        tensors[p.output] = run_chain(p.bound(tensors), tensors[p.input])
-    return tensors[decomposition.output]
+def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
+    """A layer norm's, softmax's or attention's engine passes (sim/decompose.py's
+    Decomposition) in NumPy: each pass through :func:`run_chain` with its element-wise operand
+    and computed weights bound, as the simulator runs them (``inputs``: the tensors besides
+    ``x``, attention's K and V); bit for bit the simulator's where every pass is (the BDMA +
+    SDP trees, the one-product broadcasts, attention's CONVs of fewer than 32 channels in
+    fp32), within the CONV's summation bound otherwise."""
+    dtype = dtype_for(decomposition.precision)
+    x = np.asarray(x, dtype=dtype)
+
+    def run(p, ops, data, out):
+        y = run_chain(ops, data)
+        if out is not None and isinstance(ops[0], Bdma):  # the channels it copies only
+            keep = out.copy()
+            c = ops[0]
+            index = c.dst_offset + c.dst_stride * np.arange(c.channels)
+            keep[:, index] = y[:, index]
+            return keep
+        return y
+
+    tensors = decomposition.run(run, x, {k: np.asarray(v, dtype)
+                                         for k, v in (inputs or {}).items()})
+    return decomposition.tensor(tensors, decomposition.output)

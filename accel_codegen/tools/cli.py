@@ -475,7 +475,10 @@ def cmd_run(args) -> int:
         raise UserError(f"library '{library}' is a directory, not a library file")
     if not library.is_file():
         raise UserError(f"library '{library}' does not exist")
-    config = resolve_config(args.config)
+    from ..compiler.library import library_info
+
+    info = library_info(library)  # checks the file first: a damaged one is refused
+    config = _library_config(args.config, info, library)
     if args.output and Path(args.output).suffix not in (".npy", ".npz"):
         raise UserError(f"output path '{args.output}' must end in .npy (or .npz for several)")
     _check_trace_paths(args)
@@ -521,24 +524,44 @@ def cmd_run(args) -> int:
     if profiled:
         _check_ran_precision(prof, args.precision, library)
     _write_run_outputs(args, result, elapsed)
+    sources = info.sources if info is not None else None
     if args.profile:
         print()
-        print(prof.table(clock_hz=config.clock_hz))
+        print(prof.table(clock_hz=config.clock_hz, sources=sources))
         t = prof.totals
         if t["cycles"]:
             print(f"{config.name} clock: {config.clock_hz / t['cycles']:,.1f} frames/s")
     if csv_out is not None:
-        prof.csv(csv_out, config)
+        prof.csv(csv_out, config, sources=sources)
         print(f"wrote {csv_out} (one row per accelerator run)")
     if traced:
         from ..errors import AccelInvalidError
+        from .report import name_trace
 
         try:
             trace = prof.chrome_trace(config)
         except AccelInvalidError as error:  # the library was compiled for another configuration
             raise UserError(f"--trace: {error} (--config)") from None
+        if info is not None:
+            trace = name_trace(trace, info.names)
         _write_trace(trace, config, args.trace, args.trace_plot)
     return 0
+
+
+def _library_config(config_arg: Optional[str], info, library: Path):
+    """The configuration run reports on: the one the library was compiled for (its record of
+    its build), which --config may name again but not contradict; --config, else nv_full, for
+    a library without the record (nothing offloaded, or written before libraries kept it)."""
+    if info is None:
+        return resolve_config(config_arg or "nv_full")
+    if config_arg is None:
+        return info.config
+    config = resolve_config(config_arg)
+    if config.to_dict() != info.config.to_dict():
+        raise UserError(f"library '{library}' was compiled for configuration "
+                        f"{info.config.name}, not {config.name} (--config): leave --config "
+                        "out, run reports on the library's own")
+    return config
 
 
 def _read_run_inputs(args) -> tuple:
@@ -1025,9 +1048,9 @@ def _run_command(sub, mixed) -> None:
     p.add_argument("-o", "--output", metavar="y.npy", help="write the output (.npz: several)")
     p.add_argument("--profile", action="store_true",
                    help="print the per-layer cost table of the run")
-    p.add_argument("--config", default="nv_full",
-                   help="the configuration the library was compiled for, for the clock of "
-                   "the simulated time (default nv_full)")
+    p.add_argument("--config", default=None,
+                   help="the configuration the library was compiled for (default: the one "
+                   "the library records; nv_full for a library without that record)")
     p.add_argument("--precision", choices=mixed,
                    help="the precision the library was compiled for: checked against what "
                    "its accelerator runs execute (an error if they differ)")

@@ -16,13 +16,14 @@ How the simulator's int8 (accel.h) is programmed on NVDLA's units, exactly:
   (``PAD_VALUE``), so every window sums ``x * w`` over codes, the simulator's sum plus
   ``in_zero * sum(w[k])``, which the SDP's bias takes back. CACC passes the accumulator
   (``CLIP_TRUNCATE`` 0).
-* SDP: the simulator's ``sat32(v + bias)`` then ``sat32(rhaz(t * mul[c], rshift[c]))`` has a
-  right shift per channel, NVDLA's X units one per unit. With S the largest shift, BS adds the
-  bias' high part (``hi[c] << A``) and multiplies by ``2^(S - rshift[c])`` (shift 0); BN adds
-  the low part times that power of two and multiplies by ``mul[c]``, shift S:
-  ``rhaz(u 2^(S - s), S) = rhaz(u, s)`` exactly. ReLU is BN's. The output converter adds the
-  zero point: offset ``-out_zero``, scale 1, shift 0. Exact when no intermediate saturates,
-  which the export proves from the weights' and the data's bounds (else it refuses).
+* SDP: the simulator's int8 SDP is NVDLA's BS -> BN (accel.h): with S the largest right
+  shift, BS ``sat32((v + bias) 2^(S - rshift[c]))``, BN ``sat32(rhaz(t mul[c], S))``. On
+  the registers BS's ALU takes the bias' high part (``hi[c] << A``, a 16-bit operand) and its
+  multiplier ``2^(S - rshift[c])`` (shift 0); BN's ALU the low part times that power of two,
+  its multiplier ``mul[c]``, shift S. ReLU is BN's. The output converter adds the zero point:
+  offset ``-out_zero``, scale 1, shift 0. The bias' split is exact when neither BS output
+  saturates, which the export proves from the weights' and the data's bounds (else it
+  refuses).
 * PDP: max pooling (padding never wins on either side) and average pooling, whose int8 is
   NVDLA's in both (accel.h): the reciprocals RECIP_KERNEL_WIDTH / HEIGHT, each padded position
   adding the zero point (``PAD_VALUE_nX = n * zero``).
@@ -265,12 +266,12 @@ def sdp_program(sdp: Sdp, channels: int, acc_bound: np.ndarray, zero_sum: np.nda
     rshift = (np.zeros(channels, np.int64) if sdp.rshift is None
               else np.asarray(sdp.rshift, np.int64).reshape(-1))
     total = bias - zero_sum                       # NVDLA's input is v + zero_sum
-    reach = acc_bound + np.abs(bias)              # |v + bias|: the simulator's sat32 never acts
+    reach = acc_bound + np.abs(bias)              # |v + bias|: BS never saturates
     if np.any(reach > INT32_MAX):
         c = int(np.argmax(reach))
         raise _inexact(label, f"channel {c}'s accumulator plus bias may reach {int(reach[c])}, "
-                       "beyond int32: the simulator saturates there and NVDLA's 33-bit ALU "
-                       "does not")
+                       "beyond int32: BS saturates there, on the bias' high part alone "
+                       "(NVDLA's registers) or on the whole bias (the simulator)")
     if mul is None:
         mul = np.ones(channels, np.int64)
     s_max = int(rshift.max())

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..compiler.reasons import reason_code
 from ..errors import AccelInvalidError
 # The per-layer rows and the CSV are the simulator's (a profile writes them without TVM).
-from ..sim.cost_report import (CSV_COLUMNS, csv_text, label_source, layer_rows,  # noqa: F401
-                               record_precision, source_names, write_csv)
+from ..sim.cost_report import (CSV_COLUMNS, LayerSources, csv_text, label_source,  # noqa: F401
+                               layer_rows, record_precision, source_names, write_csv)
 from ..tables import Column, render_table
 
 #: The version of the report layout; a key renamed or removed raises it.
@@ -34,16 +34,6 @@ def schema(kind: str) -> str:
 def tagged(kind: str, data: Mapping[str, Any]) -> Dict[str, Any]:
     """``data`` with its ``schema`` tag first (a report's JSON form)."""
     return {"schema": schema(kind), **{k: v for k, v in data.items() if k != "schema"}}
-
-
-class LayerSources(dict):
-    """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
-    layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
-    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one."""
-
-    def __init__(self, *args, names: Optional[Mapping[str, str]] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.names: Dict[str, str] = dict(names or {})
 
 
 def source_ops(matched) -> LayerSources:

@@ -161,15 +161,20 @@ int32_t accel_int8_amx(int32_t request) { return conv_i8_amx(request < 0 ? -1 : 
 /* FP16 evaluates the LUT activations through the LUT model, FP32 exactly. */
 static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
   return (sdp_f32){.scale = d->scale, .shift = d->shift, .ew_op = d->ew_op,
-                   .ew_operand = d->ew_operand, .act = d->act, .clip_min = d->clip_min,
+                   .ew_operand = d->ew_operand, .ew_per_channel = d->ew_per_channel,
+                   .act = d->act, .clip_min = d->clip_min,
                    .clip_max = d->clip_max, .prelu_slope = d->prelu_slope,
                    .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL};
 }
 
-static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d) {
+static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d, int32_t channels) {
   const int clip = d->act == ACCEL_ACT_CLIP;
-  return (sdp_i8){.bias = d->bias, .mul = d->mul, .rshift = d->rshift, .in_zero = d->in_zero,
-                  .ew_op = d->ew_op, .ew_operand = d->ew_operand, .ew_zero = d->ew_zero,
+  int32_t shift_max = 0; /* NVDLA's one shifter for the layer: accel.h's INT8 SDP */
+  for (int32_t c = 0; d->rshift != NULL && c < channels; ++c)
+    shift_max = d->rshift[c] > shift_max ? d->rshift[c] : shift_max;
+  return (sdp_i8){.shift_max = shift_max, .bias = d->bias, .mul = d->mul, .rshift = d->rshift,
+                  .in_zero = d->in_zero, .ew_op = d->ew_op, .ew_operand = d->ew_operand,
+                  .ew_per_channel = d->ew_per_channel, .ew_zero = d->ew_zero,
                   .ew_mul = d->ew_mul, .ew_shift = d->ew_shift, .act = d->act,
                   .prelu_mul = d->prelu_mul, .prelu_shift = d->prelu_shift,
                   .out_mul = d->out_mul, .out_shift = d->out_shift, .out_zero = d->out_zero,
@@ -214,7 +219,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
                                  dst, epilogue != NULL ? &e : NULL, &dev->ws, threads);
       }
       if (int8) {
-        sdp_i8 e = sdp_i8_operands(epilogue);
+        sdp_i8 e = sdp_i8_operands(epilogue, r->out_c);
         /* a LUT epilogue's codes by input ranges, planned once for the run */
         struct sdp_i8_lut_plan* plan =
             e.lut != NULL ? sdp_i8_lut_plan_new(&e, output_count(r)) : NULL;
@@ -231,7 +236,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
     case ACCEL_ENGINE_SDP: {
       const int64_t hw = (int64_t)r->in_h * r->in_w;
       if (int8) {
-        const sdp_i8 p = sdp_i8_operands(&op->sdp);
+        const sdp_i8 p = sdp_i8_operands(&op->sdp, r->in_c);
         sdp_i8_run(&p, r->in_n, r->in_c, hw, src, dst, threads);
       } else {
         const sdp_f32 p = sdp_operands(&op->sdp);
@@ -291,8 +296,25 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
       const accel_sdp_desc* d = &chain->ops[j].op->sdp;
       if (chain->ops[j].op->engine != ACCEL_ENGINE_SDP || d->ew_op == ACCEL_EW_NONE) continue;
       const resolved_op* r = &chain->ops[j];
-      const accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
-                              .h = r->in_h, .w = r->in_w, .precision = seen};
+      accel_tensor t = {.data = (void*)d->ew_operand, .n = r->in_n, .c = r->in_c,
+                        .h = r->in_h, .w = r->in_w, .precision = seen};
+      if (d->ew_per_channel) { /* an operand kept [N][C] (broadcasts): observed whole */
+        if (!observing()) continue;
+        const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;
+        char* whole = malloc((size_t)(planes * plane) * element);
+        if (whole == NULL) {
+          return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %lld bytes to observe",
+                            (long long)(planes * plane * (int64_t)element));
+        }
+        for (int64_t q = 0; q < planes; ++q)
+          for (int64_t e = 0; e < plane; ++e)
+            memcpy(whole + (size_t)(q * plane + e) * element,
+                   (const char*)d->ew_operand + (size_t)q * element, element);
+        t.data = whole;
+        observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
+        free(whole);
+        continue;
+      }
       observe(label, ACCEL_OBSERVE_OPERAND_BASE - j, &t);
     }
     accel_status st = execute_pass(dev, chain, i, last, round_half, src, dst);
@@ -702,6 +724,13 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
  * `local` gets the ops with those operands; *broadcast says whether there were any. The
  * modelled SDP reads the [N][C] values (the cost model counts those bytes); this copy is the
  * simulator's way of giving the kernels one operand format. */
+static int broadcasts(const accel_op* ops, int32_t i) {
+  if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) return 0;
+  /* an INT8 or FP32 SDP that runs alone (not a CONV's epilogue) reads [N][C] itself:
+   * sdp_i8_run, sdp_f32_run */
+  return ops[i].sdp.precision == ACCEL_FP16 || (i > 0 && ops[i - 1].engine == ACCEL_ENGINE_CONV);
+}
+
 static accel_status broadcast_operands(accel_device* dev, const resolved_chain* chain,
                                        const accel_op* ops, int32_t num_ops, accel_op* local,
                                        int* broadcast) {
@@ -710,7 +739,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
   for (int32_t i = 0; i < num_ops; ++i) {
     local[i] = ops[i];
     const resolved_op* r = &chain->ops[i];
-    if (ops[i].engine != ACCEL_ENGINE_SDP || !ops[i].sdp.ew_per_channel) continue;
+    if (!broadcasts(ops, i)) continue;
     const size_t eb = ops[i].sdp.precision == ACCEL_INT8 ? 1
                       : ops[i].sdp.precision == ACCEL_FP16 ? 2 : sizeof(float);
     total += ((size_t)r->in_n * r->in_c * r->in_h * r->in_w * eb + 63) / 64 * 64;
@@ -723,7 +752,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
   for (int32_t i = 0; i < num_ops; ++i) {
     const resolved_op* r = &chain->ops[i];
     accel_sdp_desc* d = &local[i].sdp;
-    if (local[i].engine != ACCEL_ENGINE_SDP || !d->ew_per_channel) continue;
+    if (!broadcasts(ops, i)) continue;
     const size_t eb = d->precision == ACCEL_INT8 ? 1 : d->precision == ACCEL_FP16 ? 2
                                                                                   : sizeof(float);
     const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;

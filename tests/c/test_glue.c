@@ -63,13 +63,16 @@ static void fill_config(accel_config* config) { accel_config_preset("nv_full", c
 static int run_layers(float** a);
 
 static accel_glue_function k_fn = {
-  "test_fn", fill_config, run_layers,
+  "external function f0", "test_fn", fill_config, run_layers,
   1, 1, k_args,
   2, k_const_count, k_const_type, k_const, k_const_object,
   1, k_temp_bytes, k_temp,
   0, k_packed, k_packed_bytes, &k_lock};
 
+static const char* named_run; /* the run's names the generated code would set (or none) */
+
 static int run_layers(float** a) {
+  k_fn.layer = named_run;
   accel_op ops[2];
   memset(ops, 0, sizeof ops);
   ops[0].engine = ACCEL_ENGINE_CONV;
@@ -167,7 +170,8 @@ int main(void) {
              strstr(raised_message, expected_abi) && ref_balance == 0, "ABI version at load");
   abi_stand_in = -1;
   EXPECT(load(constants, 1) == -1 && strcmp(raised_kind, "AccelInvalidError") == 0 &&
-             strstr(raised_message, "test_fn: __init: 1 constants, expected 2"), "count");
+             strstr(raised_message, "external function f0: __init: 1 constants, expected 2 "
+                                    "(symbol test_fn)"), "count");
   tensor_object wrong_count = make_tensor(b, 1, b_shape);
   TVMFFIAny wrong[2] = {any_object(&wrong_count), any_object(&tb)};
   EXPECT(load(wrong, 2) == -1 && strstr(raised_message, "constant 0 has 3 values, expected 54"),
@@ -178,7 +182,7 @@ int main(void) {
   /* argument checks, each with its kind */
   TVMFFIAny args[2] = {any_object(&tx), any_object(&ty)};
   EXPECT(call(args, 1) == -1 && strcmp(raised_kind, "AccelInvalidError") == 0 &&
-             strstr(raised_message, "test_fn: 1 arguments, expected 2"), "arity");
+             strstr(raised_message, "external function f0: 1 arguments, expected 2"), "arity");
   tensor_object tbad = make_tensor(x, 4, bad_shape);
   TVMFFIAny bad_args[2] = {any_object(&tbad), any_object(&ty)};
   EXPECT(call(bad_args, 2) == -1 && strcmp(raised_kind, "AccelShapeError") == 0 &&
@@ -231,8 +235,20 @@ int main(void) {
   EXPECT(call(alias_args, 2) == -1 && strcmp(raised_kind, "AccelInvalidError") == 0 &&
              strstr(raised_message, "layer f0.0 test: ") &&
              strstr(raised_message, "overlaps the output") &&
-             strstr(raised_message, "[ACCEL_ERR_INVALID]"),
+             strstr(raised_message, "[ACCEL_ERR_INVALID] (symbol test_fn)"),
          "engine refusal");
+  /* a run the generated code named: its names first, the function and symbol last */
+  named_run = "features.0 (run f0.0 test)";
+  EXPECT(call(alias_args, 2) == -1 &&
+             strstr(raised_message, "features.0 (run f0.0 test): ") == raised_message &&
+             !strstr(raised_message, "layer f0.0 test") &&
+             strstr(raised_message, "[ACCEL_ERR_INVALID] (external function f0, symbol test_fn)"),
+         "named run: %s", raised_message);
+  EXPECT(k_fn.layer == NULL, "no run under way after the call");
+  EXPECT(call(bad_args, 2) == -1 &&
+             strstr(raised_message, "external function f0: ") == raised_message,
+         "an argument error is the function's: %s", raised_message);
+  named_run = NULL;
 
   /* reloading the constants releases the old references */
   EXPECT(load(constants, 2) == 0 && ref_balance == 2, "reload keeps one reference each");

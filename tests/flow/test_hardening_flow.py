@@ -338,8 +338,34 @@ def test_errors_raised_inside_generated_code_are_typed():
     assert np.isfinite(vm["main"](*args).numpy()).all()
     args[5] = -np.ones(4, np.float32)
     with pytest.raises(AccelInvalidError, match=r"var\[0\] \+ epsilon .* is not positive "
-                                                r"\[ACCEL_ERR_INVALID\]"):
+                                                r"\[ACCEL_ERR_INVALID\]") as raised:
         vm["main"](*args)
+    # the run first (no source names here), the external function's symbol only at the end
+    message = str(raised.value)
+    assert message.startswith("run f0.0 accel.conv2d_bn_relu: batch norm var[0]"), message
+    assert message.endswith("_accel)") and "(external function f0, symbol fused_" in message
+
+
+def test_errors_raised_inside_generated_code_name_the_source_layer():
+    """Issue 30: an error during a run starts with the source model's name of its layer and
+    the run's label; the 400-character symbol of a fused function is only its last detail."""
+    from accel_codegen.compiler.source_names import Recorder, attach
+
+    recorder = Recorder()
+    for binding in RuntimeBatchNorm["main"].body.blocks[0].bindings:
+        recorder.names[binding.var] = "block.conv" if binding.var.name == "y" else \
+            "block.bn"
+    vm = ac.virtual_machine(ac.build(attach(RuntimeBatchNorm, recorder, "torch")))
+    args = [np.zeros((1, 3, 8, 8), np.float32), np.zeros((4, 3, 3, 3), np.float32),
+            np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32),
+            -np.ones(4, np.float32)]
+    with pytest.raises(AccelInvalidError) as raised:
+        vm["main"](*args)
+    message = str(raised.value)
+    assert message.startswith("block.{conv,bn} (run f0.0 accel.conv2d_bn_relu): batch norm "), \
+        message
+    assert message.index("(external function f0, symbol fused_relax_nn_conv2d") > \
+        message.index("[ACCEL_ERR_INVALID]")
 
 
 def test_generated_function_checks_raise_accel_errors(exported):

@@ -445,7 +445,8 @@ def _int8_sdp(rng, acc, case):
     """Random INT8 SDP converters for a CONV's accumulators. Each stage's parameters are chosen
     from the size of what reaches it (computed with the reference's primitives), so that most
     outputs land inside int8 and spread over many codes, whatever the geometry; the edges are
-    mixed in on purpose: shifts 0 and MAX_SHIFT, mul -32768, an int32-saturating bias, negative
+    mixed in on purpose: a shift 0, a channel raising the layer's shift, mul -32768, an
+    int32-saturating bias, negative
     multipliers, a few saturating outputs."""
     k = acc.shape[1]
     per_channel = lambda a: np.asarray(a, np.int64).reshape(1, -1, 1, 1)  # noqa: E731
@@ -464,7 +465,11 @@ def _int8_sdp(rng, acc, case):
             bias[0] = rng.choice([-2**31, 2**31 - 1])     # sat32(v + bias) on channel 0
         params["bias"] = bias.astype(np.int32)
         t = ref.sat32(t + per_channel(bias))
+    # multipliers of 13 to 15 bits, as the compiler's (encode_multipliers): the channels'
+    # shifts then differ by the sizes of their sums, not by 2^15 of multiplier (one BN shifter
+    # per layer on NVDLA: accel.h)
     mul = _nonzero_int16(rng, k)
+    mul = np.sign(mul) * (np.abs(mul) | 4096)
     if case % 7 == 0:
         mul[0] = -32768
     if case % 8 == 5:  # rshift alone: t = rhaz(t, rshift)
@@ -474,12 +479,12 @@ def _int8_sdp(rng, acc, case):
         rshift = _shift_for(_channel_spread(t) * np.abs(mul), target)
         t = t * per_channel(mul)
     rshift = np.clip(rshift + rng.integers(-1, 2, size=k), 0, MAX_SHIFT)
-    if case % 9 == 0:
-        rshift[-1] = MAX_SHIFT
+    if case % 9 == 0:  # the layer's one BN shift raised by a channel (accel.h: every other
+        rshift[-1] = min(int(rshift.max()) + 1, MAX_SHIFT)  # channel's BS multiplies by 2)
     if case % 9 == 1:
         rshift[-1] = 0
     params["rshift"] = rshift.astype(np.uint8)
-    t = ref.sat32(ref.rhaz(t, per_channel(rshift)))
+    t = ref.sdp_int8_bs_bn(acc, params.get("bias"), params.get("mul"), params["rshift"])
 
     # Y: the element-wise operand's converter, scaled like t (add, max, min) or small (mul)
     if ew_op is not None:
@@ -506,7 +511,8 @@ def _int8_sdp(rng, acc, case):
         params["prelu_shift"] = prelu_shift = int(rng.integers(0, 12))
         prelu_mul = rng.integers(-(2 << prelu_shift), (2 << prelu_shift) + 1, size=k)
         params["prelu_mul"] = prelu_mul.clip(-32768, 32767).astype(np.int16)
-        t = np.where(t < 0, ref.rhaz(t * per_channel(params["prelu_mul"]), prelu_shift), t)
+        t = np.where(t < 0, ref.sat32(ref.rhaz(t * per_channel(params["prelu_mul"]),
+                                               prelu_shift)), t)
 
     # output converter: to about +-30 codes around the zero point; a zero point on a rail
     # (ReLU's output is one-sided: the multiplier's sign points it into the range)
@@ -820,10 +826,21 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
                     in_zero=int(rng.integers(-128, 128)), **conv_args)
         acc = ref.run_op(conv, x)
         operand = rng.integers(-128, 128, acc.shape).astype(np.int8)
-        chain = [conv, _lane_add_sdp(rng, acc, operand, act, variant)]
-        expected = ref.run_chain(chain, x)
-        assert len(np.unique(expected)) > 5, "codes inside the range, not only saturated"
-        _assert_every_path(chain, x, expected, f"variant {variant}, ", independent=True)
+        sdp = _lane_add_sdp(rng, acc, operand, act, variant)
+        codes = set()
+        # the swept shifts in bands of 4: one BN shifter per layer (accel.h) would otherwise
+        # make BS multiply most channels by up to 2^39 and saturate them
+        for band in np.unique((sdp.rshift - 1) // 4):
+            keep = (sdp.rshift - 1) // 4 == band
+            part = dataclasses.replace(
+                sdp, bias=sdp.bias[keep], mul=sdp.mul[keep], rshift=sdp.rshift[keep],
+                operand=np.ascontiguousarray(sdp.operand[:, keep]))
+            chain = [dataclasses.replace(conv, weights=conv.weights[keep]), part]
+            expected = ref.run_chain(chain, x)
+            codes.update(np.unique(expected).tolist())
+            _assert_every_path(chain, x, expected, f"variant {variant} band {band}, ",
+                               independent=True)
+        assert len(codes) > 5, "codes inside the range, not only saturated"
 
 
 # Small depthwise planes (<= 256 outputs) whose tables differ in one field of the spatial
@@ -969,7 +986,9 @@ def test_int8_cases_are_not_degenerate():
         edges.add(f"ew_{sdp.ew_op}")
         edges.add(f"act_{sdp.act}")
         if sdp.rshift is not None:
-            edges.update(f"shift{s}" for s in (0, MAX_SHIFT) if s in sdp.rshift)
+            edges.update(["shift0"] if 0 in sdp.rshift else [])
+            if sdp.rshift.size > 1 and sdp.rshift[-1] > sdp.rshift[:-1].max():
+                edges.add("shift_raised")  # BS multiplies the other channels (accel.h)
         if sdp.mul is not None and -32768 in sdp.mul:
             edges.add("mul_min")
         if sdp.mul is not None and (sdp.mul < 0).any():
@@ -981,7 +1000,7 @@ def test_int8_cases_are_not_degenerate():
     assert saturated / total < 0.25, f"{saturated / total:.0%} of outputs saturate"
     assert np.median(spreads) >= 40, f"median distinct codes per case {np.median(spreads)}"
     for edge in ("ew_add", "ew_mul", "ew_max", "ew_min", "ew_None", "act_relu", "act_prelu",
-                 "act_clip", "act_None", "shift0", f"shift{MAX_SHIFT}", "mul_min", "mul_negative",
+                 "act_clip", "act_None", "shift0", "shift_raised", "mul_min", "mul_negative",
                  "bias_sat32", "in_zero_-128", "in_zero_127", "pool"):
         assert edge in edges, f"no case covers {edge}"
 
@@ -1015,12 +1034,14 @@ def test_int8_rounding_is_half_away_from_zero():
 def test_int8_saturation_at_each_step():
     """sat32 after the bias and after the multiplier, then sat8 at the output."""
     x = np.array([[127, -128, 127, -128]], np.int8).reshape(1, 1, 1, 4)
-    w = np.full((3, 1, 1, 1), 127, np.int8)
-    chain = [Conv(w, precision="int8", in_zero=-128),       # v = 255*127, 0, 255*127, 0
-             Sdp(bias=np.array([2**31 - 1, -2**31, 5], np.int32),
-                 mul=np.array([-32768, 32767, 2], np.int16),
-                 rshift=np.array([62, 0, 1], np.uint8), precision="int8")]
-    y = run_and_compare(DEVICE, chain, x, "saturation")
+    w = np.full((1, 1, 1, 1), 127, np.int8)
+    bias, mul, rshift = [2**31 - 1, -2**31, 5], [-32768, 32767, 2], [62, 0, 1]
+    # one layer per channel: each its own shift, so that BS multiplies by 1 (accel.h)
+    y = np.concatenate([run_and_compare(
+        DEVICE, [Conv(w, precision="int8", in_zero=-128),   # v = 255*127, 0, 255*127, 0
+                 Sdp(bias=np.array([b], np.int32), mul=np.array([m], np.int16),
+                     rshift=np.array([r], np.uint8), precision="int8")], x, "saturation")
+        for b, m, r in zip(bias, mul, rshift)], axis=1)
     # channel 0: sat32(v + 2^31-1) = 2^31-1, * -32768 / 2^62 = -0.0000152.. -> rounds to 0
     # channel 1: sat32(v - 2^31) = -2^31 + v or -2^31, * 32767 -> sat32 -> -2^31 -> sat8 -128
     # channel 2: (v + 5) * 2 / 2 = v + 5 -> sat8 127 for v = 32385, 5 for v = 0

@@ -167,8 +167,6 @@ def test_cli_prints_one_json_line_per_trace(traces, capsys, tmp_path):
 CYCLE_EXCEPTIONS = {
     "dc_8192x1x1_2x3x1x41_int8_0": 0.34,        # 1 channel, 41 kernels: RTL ~2x the MAC cycles
     "pdp_24x16x1_8x8_ave_int8_0": 0.24,         # 8x8 window, stride 3x1: the line buffer's passes
-    "sdp_1x1x1_pass_through_int8": 0.17,        # 14 cycles over: within the 64-cycle bound
-    "sdp_1x1x8_pass_through_int8_0": 0.17,
 }
 #: Tests of 500 cycles or fewer: within 64 cycles, but for these (none since split mode is
 #: costed: cycles.pdp_split_cycles).

@@ -128,17 +128,101 @@ def test_int8_element_wise_saturates_at_int32():
     np.testing.assert_array_equal(y.ravel(), [64, -64, 64, 0])
 
 
-def test_int8_prelu_beyond_int32_is_not_saturated():
-    """accel.h puts no sat32 after the PReLU multiply: t * prelu_mul with t = -2^31 and a
-    large multiplier leaves int32, and the output converter brings it back into range."""
+def test_int8_prelu_saturates_at_int32_as_nvdla_x_unit():
+    """PReLU is an X unit's multiplier in PReLU mode (accel.h): t * prelu_mul with t = -2^31
+    and a large multiplier saturates to int32 at the shifter, as NVDLA's does."""
     x = np.full((1, 1, 1, 2), -128, np.int8)
     chain = [Sdp(bias=np.array([-2**31 + 128], np.int32), act="prelu",
                  prelu_mul=np.array([32767], np.int16), prelu_shift=0, out_mul=1,
                  out_shift=40, precision="int8")]
-    # v = -128, t = -2^31; PReLU: -2^31 * 32767 (about -2^46); / 2^40 = -63.998 -> -64
-    # (a sat32 after the PReLU would give -2^31 / 2^40 -> 0)
+    # v = -128, t = -2^31; PReLU: sat32(-2^31 * 32767) = -2^31; / 2^40 -> 0 (unsaturated, the
+    # product about -2^46, it would be -64)
     y = run_and_compare(DEVICE, chain, x, "prelu range")
-    np.testing.assert_array_equal(y.ravel(), [-64, -64])
+    np.testing.assert_array_equal(y.ravel(), [0, 0])
+
+
+def _nvdla_units(v, bias, mul, rshift, act, out_zero, prelu_mul=None, prelu_shift=0):
+    """NVDLA's SDP as the nv_small front end computes it (sim/nvdla/arith.py, from the C
+    model's sdp_x): BS (ALU sum of the bias, multiplier 2^(S - rshift)), BN (multiplier mul,
+    shifter S, ReLU; or PReLU in a third X unit), the output converter (offset -out_zero)."""
+    from accel_codegen.sim.nvdla import arith
+
+    shape = (1, -1) + (1,) * (v.ndim - 2)
+    s_max = int(rshift.max())
+    bs = arith.sdp_x(v, bypass=False, alu_bypass=False, alu_algo=2,
+                     alu_op=bias.astype(np.int64).reshape(shape), alu_shift=0, mul_bypass=False,
+                     mul_op=(1 << (s_max - rshift.astype(np.int64))).reshape(shape),
+                     mul_prelu=False, mul_shift=0, relu_bypass=True)
+    t = arith.sdp_x(bs, bypass=False, alu_bypass=True, alu_algo=2, alu_op=0, alu_shift=0,
+                    mul_bypass=False, mul_op=mul.astype(np.int64).reshape(shape),
+                    mul_prelu=False, mul_shift=s_max, relu_bypass=act != "relu")
+    if act == "prelu":
+        t = arith.sdp_x(t, bypass=False, alu_bypass=True, alu_algo=2, alu_op=0, alu_shift=0,
+                        mul_bypass=False, mul_op=prelu_mul.astype(np.int64).reshape(shape),
+                        mul_prelu=True, mul_shift=prelu_shift, relu_bypass=True)
+    return arith.sdp_cvt(t, -out_zero, 1, 0).astype(np.int8)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "prelu"])
+def test_int8_sdp_is_nvdla_bs_then_bn(act):
+    """The simulator's int8 SDP is NVDLA's BS -> BN -> converter bit for bit, BS's saturation
+    of (v + bias) 2^(S - rshift) included: per-channel shifts 20..34 apart by up to 14 bits
+    (2^14: BS's 16-bit multiplier), biases that take v + bias past 2^(31 - p) and past int32
+    (NVDLA's ALU is 33 bits), on a CONV's accumulators (the conv epilogue's lanes and their
+    fallbacks) and on codes read from memory (the SDP alone)."""
+    rng = np.random.default_rng(31 + len(str(act)))
+    k, c = 48, 64
+    rshift = rng.integers(20, 35, k).astype(np.uint8)
+    rshift[0] = 20
+    rshift[1] = 34
+    mul = rng.integers(1, 32768, k).astype(np.int16)
+    mul[::5] = -mul[::5]
+    bias = rng.integers(-2**31, 2**31, k, dtype=np.int64)
+    bias[::3] = rng.integers(-2**22, 2**22, bias[::3].size)
+    # channel 2: p = 14, BS saturates at 2^17 where the codes would not: rhaz(2^20 300, 20)
+    # = 300 (code 127) against BS's rhaz((2^31 - 1) 300, 34) = 38 (code 33)
+    rshift[2], mul[2], bias[2] = 20, 300, 2**20
+    prelu = rng.integers(-32768, 32768, k).astype(np.int16) if act == "prelu" else None
+    x = rng.integers(-128, 128, (1, c, 5, 7)).astype(np.int8)
+    w = rng.integers(-127, 128, (k, c, 3, 3)).astype(np.int8)
+    sdp = Sdp(bias=bias.astype(np.int32), mul=mul, rshift=rshift, act=act, prelu_mul=prelu,
+              prelu_shift=9, out_zero=-5, precision="int8")
+    conv = Conv(weights=w, padding=1, in_zero=3, precision="int8")
+    y = run_and_compare(DEVICE, [conv, sdp], x, f"conv + nvdla sdp {act}")
+    v = ref.conv2d_int8(x, w, padding=1, in_zero=3)
+    np.testing.assert_array_equal(y, _nvdla_units(v, bias, mul, rshift, act, -5, prelu, 9))
+    old = ref.sat8(ref.sat32(ref.rhaz(ref.sat32(v + bias.reshape(1, -1, 1, 1))
+                                      * mul.astype(np.int64).reshape(1, -1, 1, 1),
+                                      rshift.astype(np.int64).reshape(1, -1, 1, 1))) - 5)
+    if act is None:  # BS's saturation shows: the one-rounding form differs somewhere
+        assert np.any(old != y)
+    # alone, on codes: v = x - in_zero, the channels' biases near BS's limits
+    xs = rng.integers(-128, 128, (2, k, 3, 9)).astype(np.int8)
+    p = int(rshift.max()) - rshift.astype(np.int64)
+    edge = (2**31 - 1) >> p
+    alone = Sdp(bias=np.clip(np.where(np.arange(k) % 2, edge, -edge - 1) - 100, -2**31,
+                             2**31 - 1).astype(np.int32),
+                mul=mul, rshift=rshift, in_zero=7, act=act, prelu_mul=prelu, prelu_shift=9,
+                out_zero=-5, precision="int8")
+    y = run_and_compare(DEVICE, [alone], xs, f"nvdla sdp alone {act}")
+    np.testing.assert_array_equal(
+        y, _nvdla_units(xs.astype(np.int64) - 7, alone.bias.astype(np.int64), mul, rshift, act,
+                        -5, prelu, 9))
+
+
+def _run_each_shift(op, x, what):
+    """run_and_compare on each group of op's channels that share one right shift, as one op
+    each: with one shift the layer's BS multiplies by 1 (accel.h), so every channel meets the
+    converter's own edges (test_int8_sdp_is_nvdla_bs_then_bn covers shifts apart). Returns the
+    codes of every channel."""
+    y = np.empty(x.shape, np.int8)
+    for shift in np.unique(op.rshift):
+        keep = op.rshift == shift
+        fields = {k: (v[keep] if k in ("bias", "mul", "rshift", "prelu_mul") and v is not None
+                      else v[:, keep] if k == "operand" and v is not None else v)
+                  for k, v in op.__dict__.items()}
+        y[:, keep] = run_and_compare(DEVICE, [Sdp(**fields)], x[:, keep], f"{what} shift {shift}")
+    return y
 
 
 @pytest.mark.parametrize("act", [None, "relu", "clip"])
@@ -165,7 +249,7 @@ def test_int8_common_converter_at_its_saturation_edges(act, out_zero):
              in_zero=int(rng.integers(-128, 128)), act=act, out_zero=out_zero,
              clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
              precision="int8")
-    y = run_and_compare(DEVICE, [op], x, f"converter edges {act} {out_zero}")
+    y = _run_each_shift(op, x, f"converter edges {act} {out_zero}")
     if not (act == "relu" and out_zero == 127):  # there every code is max(y, 127)
         assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
 
@@ -192,7 +276,7 @@ def test_int8_common_converter_rounds_halves_away_from_zero(act, out_zero):
              rshift=shifts.astype(np.uint8), in_zero=0, act=act, out_zero=out_zero,
              clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
              precision="int8")
-    y = run_and_compare(DEVICE, [op], x, f"converter halves {act} {out_zero}")
+    y = _run_each_shift(op, x, f"converter halves {act} {out_zero}")
     if not (act == "relu" and out_zero == 127):  # there every code is max(y, 127)
         assert len(np.unique(y)) > 3
 
@@ -249,7 +333,7 @@ def test_int8_residual_add_at_its_saturation_edges(act, out_zero, out_mul, out_s
              out_shift=out_shift, out_zero=out_zero,
              clip_lo=-20 if act == "clip" else None, clip_hi=100 if act == "clip" else None,
              precision="int8")
-    y = run_and_compare(DEVICE, [op], x, f"add edges {act} {out_zero} {out_mul}/{out_shift}")
+    y = _run_each_shift(op, x, f"add edges {act} {out_zero} {out_mul}/{out_shift}")
     if not (act == "relu" and out_mul < 0 and out_zero == -128):  # there every code is -128
         assert len(np.unique(y)) > 3  # codes inside the range, not only saturated ones
 

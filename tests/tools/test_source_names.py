@@ -101,3 +101,94 @@ def test_estimate_table_csv_json_and_trace_name_the_layers(tmp_path):
     trace = name_trace(report.chrome_trace(), source_names(report.source_ops))
     named = {e["args"].get("source") for e in trace["traceEvents"] if e.get("ph") == "X"}
     assert "stem" in named
+
+
+def test_a_library_remembers_its_build_and_run_names_its_layers(capsys, tmp_path):
+    """A library written by export_library carries its configuration, precision and each
+    layer's source names: `run` reports on the configuration it was compiled for (--config
+    may not contradict it) and its --profile table, --csv and --trace name each layer as the
+    estimate does."""
+    import accel_codegen as ac
+    from accel_codegen.tools.estimation import estimate
+    from conftest import run_cli
+
+    model, x = _net()
+    mod, params = frontend.from_pytorch(model, x)
+    library = tmp_path / "net.so"
+    ac.export_library(ac.build(mod, params, config="nv_small"), library)
+    info = ac.library_info(library)
+    assert (info.config.name, info.precision, info.fuse) == ("nv_small", "fp32", True)
+    assert info.names["f0.0"] == "stem"
+    assert info.ops["f0.0"] == ["relax.nn.conv2d", "relax.reshape", "relax.add"]
+    out_csv, out_trace = tmp_path / "run.csv", tmp_path / "run.json"
+    status, out, err = run_cli(capsys, "run", library, "--random", "--profile",
+                               "--csv", out_csv, "--trace", out_trace)
+    assert status == 0, err
+    assert "nv_small clock" in out
+    table = [line.split() for line in out.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert table[0][1:3] == ["f0.0", "accel.conv2d_bias"] and "stem" in table[0], table
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    expected = estimate(mod, params, config="nv_small").layer_rows()
+    assert [(r["layer"], r["source"], r["source_ops"]) for r in rows] == \
+        [(e["layer"], e["source"], e["source_ops"]) for e in expected]
+    assert rows[0]["source"] == "stem" and rows[1]["source"].startswith("layer1.0.{")
+    assert all(r["source_ops"] for r in rows)
+    events = json.loads(out_trace.read_text())["traceEvents"]
+    assert {e["args"].get("source") for e in events if e.get("ph") == "X"} >= {"stem"}
+    status, _, err = run_cli(capsys, "run", library, "--random", "--config", "nv_full")
+    assert status == 1 and "compiled for configuration nv_small, not nv_full" in err, err
+    status, _, err = run_cli(capsys, "run", library, "--random", "--config", "nv_small")
+    assert status == 0, err
+
+
+class PooledNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.avgpool(torch.relu(self.conv(x))), 1))
+
+
+def test_a_rewritten_global_pool_keeps_its_name():
+    """flattened_global_pools puts mean(x, [2, 3]) in the flatten's place: TVM's rewriter makes
+    the new call without a span, so the pool lost its name (None in every report); it keeps
+    the pool's (avgpool), through the partition and the estimate."""
+    from accel_codegen.compiler import rewrites
+    from accel_codegen.compiler.source_names import name_of
+    from accel_codegen.tools.estimation import estimate
+
+    torch.manual_seed(0)
+    mod, params = frontend.from_pytorch(PooledNet().eval(), (torch.randn(1, 3, 8, 8),))
+    rewritten = rewrites.flattened_global_pools(mod)
+    means = [b.value for b in rewritten["main"].body.blocks[0].bindings
+             if getattr(b.value, "op", None) is not None and
+             getattr(b.value.op, "name", "") == "relax.mean"]
+    assert len(means) == 1 and name_of(means[0]) == "avgpool"
+    assert not [b for b in rewritten["main"].body.blocks[0].bindings
+                if getattr(getattr(b.value, "op", None), "name", "") == "relax.reshape" and
+                name_of(b.value) == "flatten"]  # the flatten is gone, into the pool
+    report = partition_report(mod, params)
+    assert [op.source for op in report.ops if op.op == "relax.mean"] == ["avgpool"]
+    assert all(op.source for op in report.ops)
+    rows = estimate(mod, params, config="nv_full").layer_rows()
+    assert [r["source"] for r in rows if "avgpool" in r["layer"]] == ["avgpool"]
+
+
+def test_tvmscript_spans_name_no_layer():
+    """TVMScript's parser gives each call its file and line as a span: not a layer's name."""
+    import tvm
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Scripted:
+        @R.function
+        def main(x: R.Tensor((1, 4, 8, 8), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(x)
+                R.output(y)
+            return y
+
+    assert [op.source for op in partition_report(Scripted).ops] == [None]

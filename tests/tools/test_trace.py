@@ -64,7 +64,8 @@ def test_run_writes_the_trace_and_its_plot(capsys, compiled, tmp_path, zoo):
     assert f"wrote {out_json}" in out and f"wrote {out_png}" in out
     trace = json.loads(out_json.read_text())
     mod, params, _ = zoo("lenet5").imported
-    assert trace == estimate(mod, params, config="nv_full").chrome_trace()
+    report = estimate(mod, params, config="nv_full")  # named from the library's record
+    assert trace == name_trace(report.chrome_trace(), source_names(report.source_ops))
     assert out_png.read_bytes()[:8] == PNG_MAGIC
 
 
@@ -85,7 +86,8 @@ def test_estimate_command_writes_the_same_trace(capsys, tmp_path, zoo):
 @pytest.mark.parametrize("argv, message", [
     (["--trace", "t.txt"], "t.txt' must end in .json"),
     (["--trace-plot", "t.svg"], "t.svg' must end in .png"),
-    (["--trace", "t.json", "--config", "nv_small"], "not costed on config 'nv_small'"),
+    (["--trace", "t.json", "--config", "nv_small"],
+     "compiled for configuration nv_full, not nv_small (--config)"),
 ], ids=["not-json", "not-png", "other-config"])
 def test_run_trace_errors(capsys, compiled, tmp_path, argv, message):
     library, x = compiled

@@ -23,6 +23,34 @@ def c_float(value: float) -> str:
     return f"{float(np.float32(value))!r}f"
 
 
+def c_string(text: str) -> str:
+    """``text`` as a C string literal: quotes and backslashes escaped, anything outside
+    printable ASCII as octal escapes of its UTF-8 bytes (an ONNX node's name may hold any)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 32 <= byte < 127 and char != "?":  # "?" escaped: no trigraph can form
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def run_names(label: str, source: str) -> str:
+    """What an error raised during a run starts with: the source model's name of its layer and
+    the run's label (``layer1.0.{conv1,bn1,relu} (run f0.3 accel.conv2d_bn_relu)``), or the
+    label alone (a module without source names)."""
+    return f"{source} (run {label})" if source else f"run {label}"
+
+
+def name_run(label: str, source: str) -> str:
+    """The statement that opens a run's code: the glue's errors until the next name the run
+    (``accel_glue_function.layer``)."""
+    return f"  k_fn.layer = {c_string(run_names(label, source))};"
+
+
 def c_precision(precision: str) -> str:
     return PRECISIONS[precision].c_name
 
@@ -175,6 +203,13 @@ def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
     return lines
 
 
+#: The ELF section where each generated function leaves its record, a JSON text ended by a
+#: NUL (the linker puts the functions' records one after the other): the configuration, the
+#: precision and each layer's source-model name (:func:`accel_codegen.compiler.library.
+#: library_info`).
+INFO_SECTION = ".accel_info"
+
+
 def config_filler(cfg: AccelConfig) -> str:
     """The body of ``fill_config``: every field of the C accel_config, as the configuration's
     own conversion (AccelConfig.to_c) sets it, so a new field cannot be left out."""
@@ -206,13 +241,15 @@ def convert_op(precision: str, quant_scale: float, quant_zero: int) -> str:
         "cvt_zero": quant_zero})
 
 
-def translation_unit(*, symbol: str, short: str, header: str,
+def translation_unit(*, symbol: str, name: str, header: str,
                      cfg: AccelConfig, args: Sequence[Tuple[str, Tuple[int, ...]]],
                      num_inputs: int, constants: Sequence[Tuple[int, Tuple[str, int]]],
-                     temps: Sequence[int], num_packed: int, body: str) -> str:
-    """The C source of one external function. ``args``: (what, shape) of every argument;
-    ``constants``: (value count, DLPack type) of each; ``temps``: scratch bytes; ``body``: the
-    statements of run_layers, indented."""
+                     temps: Sequence[int], num_packed: int, body: str, info: str) -> str:
+    """The C source of one external function. ``name``: what its errors outside a run start
+    with ("external function f0"); ``args``: (what, shape) of every argument; ``constants``:
+    (value count, DLPack type) of each; ``temps``: scratch bytes; ``body``: the statements of
+    run_layers, indented; ``info``: the function's record (JSON) in the library's
+    :data:`INFO_SECTION`."""
     shapes = "\n".join(f"static const int64_t k_shape{i}[{max(len(shape), 1)}] = "
                        f"{{{_table(map(str, shape))}}};" for i, (_, shape) in enumerate(args))
     arg_table = ",\n  ".join(f'{{"{what}", {len(shape)}, k_shape{i}}}'
@@ -245,8 +282,12 @@ static void fill_config(accel_config* config) {{
 
 static int run_layers(float** a);
 
+/* What the library remembers of this function (compiler/library.py: library_info). */
+__attribute__((used, section("{INFO_SECTION}"))) static const char k_info[] =
+  {c_string(info)};
+
 static accel_glue_function k_fn = {{
-  "{short}", fill_config, run_layers,
+  {c_string(name)}, "{symbol}", fill_config, run_layers,
   {num_inputs}, {len(args) - num_inputs}, k_args,
   {n_const}, k_const_count, k_const_type, k_const, k_const_object,
   {n_temps}, k_temp_bytes, k_temp,

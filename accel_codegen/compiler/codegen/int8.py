@@ -85,6 +85,15 @@ def elementwise(ew_op: str, out_quant: TensorQuant, ew_quant: TensorQuant,
 BIAS_REACH = 2.0 ** 30
 #: The largest multiplier factor: one accumulator step worth 32767 target units.
 FACTOR_MAX = 32767.0
+#: The largest right shift of a layer's channels. NVDLA has one BN shifter per layer: BS
+#: multiplies each channel by 2^(S - rshift), S the largest shift, saturating at int32
+#: (accel.h). With the encoding's multipliers (|mul| >= 2^14 where the shift is its own) and
+#: every output code within 256 steps of saturating, a channel's codes saturate once |t| *
+#: |mul| / 2^rshift >= 256, so before BS does (|t| 2^(S - rshift) >= 2^31) while 256 * 2^S /
+#: 2^14 <= 2^31: S <= 37. A channel whose most precise shift is larger (a factor below 2^-23:
+#: a dead or negligible channel beside live ones) keeps 37 and a shorter multiplier, off by
+#: at most 2^-38 of a target unit per accumulator step.
+SHIFT_MAX = 37
 
 
 def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: float,
@@ -140,6 +149,10 @@ def channel_converters(g: np.ndarray, h: np.ndarray, unit: np.ndarray, target: f
     encoded = np.clip(np.where(saturated, np.sign(factor) * FACTOR_MAX, encoded), -FACTOR_MAX,
                       FACTOR_MAX)  # a raised factor can only reach it with a clamped shift
     mul, rshift = encode_multipliers(encoded, f"{what} multiplier")
+    capped = rshift > SHIFT_MAX
+    if np.any(capped):
+        mul = np.where(capped, round_half_away(encoded * 2.0 ** SHIFT_MAX), mul).astype(np.int16)
+        rshift = np.minimum(rshift, SHIFT_MAX).astype(np.uint8)
     if np.any(beyond):  # the shift in the encoded multiplier's units: s / (mul / 2^rshift)
         real = mul.astype(np.float64) / np.exp2(rshift.astype(np.float64))
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -57,9 +57,10 @@ C16_SAVING = {
 
 
 class _Run:
-    """One run of the function as the layout plan weighs it: what it reads and writes, whether it has a C16 kernel, and
-    whether the runtime may convert its tensors (``convertible``: not a copy, its data read
-    in its own shape, any element-wise operand a tensor of the function)."""
+    """One run of the function as the layout plan weighs it: what it reads and writes,
+    whether it has a C16 kernel, and whether the runtime may convert its tensors
+    (``convertible``: not a copy, its data read in its own shape, any element-wise operand a
+    tensor of the function)."""
 
     def __init__(self, layer: Layer, data: Optional[relax.Var], operand: Optional[relax.Var],
                  output: relax.Var, native: bool, convertible: bool, mode: str,

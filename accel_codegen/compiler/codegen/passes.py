@@ -15,7 +15,6 @@ from typing import Dict, List
 import numpy as np
 from tvm import relax
 
-from ...sim.labels import pass_part, pass_primitive, run_key, run_label
 from ...sim.observer import INPUT
 from ...sim.ops import Bdma, Conv, Sdp
 from ..layer import ConvSpec, CopySpec, Layer
@@ -39,13 +38,20 @@ def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: s
             "}"]
 
 
-def _op(gen, op, tensors: Dict[str, str], operand) -> str:
-    """One engine op of a pass as a C descriptor (``OP`` stands for it)."""
+def _op(gen, op, tensor, operand, weights=None) -> str:
+    """One engine op of a pass as a C descriptor (``OP`` stands for it); ``tensor(name)``: the
+    pointer of a pass's tensor; ``weights``: the tensor a CONV reads as its weights (attention's
+    K and V, where another run or the function's input wrote them: never packed, since the
+    packed copy would be the first call's)."""
     p = gen.precision
     if isinstance(op, Bdma):
         copy = CopySpec(None, op.channels, op.src_offset, op.src_stride, op.dst_offset,
                         op.dst_stride)
         return emit.bdma_op(copy, op.dst_channels, p)
+    if isinstance(op, Conv) and weights is not None:
+        spec = ConvSpec(weight=None, weight_shape=tuple(op.weight_shape),
+                        source="relax.matmul: weights another run computed")
+        return emit.conv_op(spec, tensor(weights), p)
     if isinstance(op, Conv):
         spec = ConvSpec(weight=None, weight_shape=tuple(op.weights.shape),
                         source="ones: a channel sum or a broadcast")
@@ -60,7 +66,7 @@ def _op(gen, op, tensors: Dict[str, str], operand) -> str:
     if op.scale is not None or op.shift is not None:
         what.append("scale/shift")
     if op.ew_op:
-        fields.update(ew_op=emit.c_elementwise(op.ew_op), ew_operand=tensors[operand])
+        fields.update(ew_op=emit.c_elementwise(op.ew_op), ew_operand=tensor(operand))
         what.append(f"{op.ew_op} {operand}")
     if op.act:
         fields["act"] = emit.c_activation(op.act)
@@ -80,48 +86,85 @@ def _clears(ops) -> bool:
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
                      primitive: str) -> None:
     """The runs of a token layer, from its channels-last data to ``var``'s buffer,
-    channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``)."""
+    channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``), or
+    attention's (its K read as written, a row per token; its V onto its surface too)."""
     precision = gen.precision
     b, c, h, w = layer.in_shape
+    program_runs = [run for run in gen.program.runs if run.call == index and not run.converts]
+    decomposition = None
     if layer.norm is not None:
-        runs = layer.runs(precision)
-        first_key = run_key(gen.index, index, pass_part(0))
-    else:  # one run, keyed as walk.runs keys it
+        runs = [run.layer for run in program_runs]
+        surface_shape = layer.in_shape if layer.conv is None else \
+            (b, layer.conv.weight_shape[0], h, w)
+        decomposition = layer.norm.decomposition(surface_shape, precision)
+    else:  # one run, on the surface
         runs = [dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))]
-        first_key = run_key(gen.index, index)
+    first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
+    ctype = C_TYPES[precision]
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     surface = gen._temp(int(np.prod(layer.in_shape)))
     gen.body.extend(transpose(data, surface, b, h * w, c, precision,
                               f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
                               f"[{b}, {c}, {h}, {w}]"))
     tensors = {"x": surface}
+    attention = layer.norm.attention if layer.norm is not None else None
+    if attention is not None:
+        tensors["k"] = gen._data(attention.key, scope, (first_key, INPUT))[0]
+        if scope.get(attention.value, attention.value).same_as(
+                scope.get(layer.data, layer.data)):
+            tensors["v"] = surface  # one tensor (a packed projection): one surface
+        else:
+            _, cv, _, tv = decomposition.shapes["v"]
+            v_data = gen._data(attention.value, scope, (first_key, INPUT))[0]
+            tensors["v"] = gen._temp(cv * tv)
+            gen.body.extend(transpose(v_data, tensors["v"], 1, tv, cv, precision,
+                                      f"layer {index}: V [{tv}, {cv}] onto the surface "
+                                      f"[1, {cv}, 1, {tv}]"))
+    views = decomposition.views if decomposition is not None else {}
+
+    def tensor(name: str) -> str:
+        """A pass's tensor; a view: its first channel's address in its tensor (one image)."""
+        if name not in views:
+            return tensors[name]
+        base, first, _ = views[name]
+        shape = decomposition.shapes[base]
+        if base not in tensors:
+            tensors[base] = gen._temp(int(np.prod(shape)))
+        return f"(({ctype}*){tensors[base]} + {first * shape[2] * shape[3]})"
+
     start = 0
     if layer.conv is not None:
         dense = runs[0]
         out = gen._temp(int(np.prod(dense.out_shape)))
         gen.inner[layer.data] = surface
         try:
-            gen._emit(dense, scope, first_key, primitive, out)
+            gen._emit(program_runs[0], out, layer=dense)
         finally:
             del gen.inner[layer.data]
         tensors["x"] = out
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
-        key = run_key(gen.index, index, pass_part(part))
-        label = run_label(key, pass_primitive(primitive, step.role))
+        label = program_runs[part].label
         count = int(np.prod(run.out_shape))
-        out = tensors[step.output] = gen._temp(count)
-        lines = [f"/* {label}: {step.role} */", "{"]
+        if step.output in views:
+            out = tensor(step.output)
+        else:
+            out = tensors[step.output] = gen._temp(count)
+        lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         if _clears(step.ops):
             lines.append(f"  memset({out}, 0, {count * itemsize});")
-        ops = [_op(gen, op, tensors, step.operand) for op in step.ops]
-        lines += emit.run_layer(ops, tensors[step.input], run.in_shape, out, run.out_shape,
+        ops = [_op(gen, op, tensor, step.operand, step.weights) for op in step.ops]
+        lines += emit.run_layer(ops, tensor(step.input), run.in_shape, out, run.out_shape,
                                 run.fused(gen.fuse), label, precision)
         gen.body.extend(lines + ["}"])
-    last = tensors[runs[-1].step.output] if runs[-1].step is not None else tensors["x"]
-    b, k, h, w = runs[-1].out_shape
+    if decomposition is not None:
+        last = tensor(decomposition.output)
+        b, k, h, w = decomposition.shapes[decomposition.output]
+    else:
+        last = tensors["x"]
+        b, k, h, w = runs[-1].out_shape
     gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
                               precision, f"layer {index}: the surface [{b}, {k}, {h}, {w}] "
                                          f"back to tokens [{b}, {h * w}, {k}]"))

@@ -40,7 +40,12 @@ def testbench_config() -> AccelConfig:
         dram_turnaround_cycles=0.0, dram_read_request_cycles=TESTBENCH_REQUEST_CYCLES)
 
 
-def _sdp_op() -> Sdp:
+def _sdp_op(layer: Layer) -> Sdp:
+    """The SDP as the simulator's descriptor: per-channel operands where the trace's BS or BN
+    reads them from memory; none where its operands are registers or it is bypassed (NVDLA
+    then reads its data alone)."""
+    if not layer.params.get("operands", True):
+        return Sdp(precision="int8")
     return Sdp(precision="int8", bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY)
 
 
@@ -120,7 +125,7 @@ def simulator_chains(layers: Sequence[Layer]):
                                 stride=layer.params["stride"], padding=(pt, pl, pb, pr),
                                 dilation=layer.params["dilation"], precision="int8"))
             elif layer.kind == "sdp":
-                ops.append(_sdp_op())
+                ops.append(_sdp_op(layer))
             elif layer.kind == "pdp":
                 ops.append(_pool_op(layer))
         out.append((ops, (1,) + tuple(first.in_shape)))

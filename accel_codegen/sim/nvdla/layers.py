@@ -115,6 +115,19 @@ def _sdp_operands(r: RegisterFile, mem: Memory, which: str, shape) -> Dict[str, 
     return ops
 
 
+def sdp_reads_operands(r: RegisterFile) -> bool:
+    """Whether BS or BN takes an operand from memory (BRDMA/NRDMA) rather than a register:
+    an SDP that does reads them beside its data."""
+    for which in ("BS", "BN"):
+        f = lambda name: r.get("SDP", f"D_DP_{which}_CFG", f"{which}_{name}")  # noqa: E731
+        if f("BYPASS"):
+            continue
+        if (not f("ALU_BYPASS") and r.get("SDP", f"D_DP_{which}_ALU_CFG", f"{which}_ALU_SRC")) or \
+                (not f("MUL_BYPASS") and r.get("SDP", f"D_DP_{which}_MUL_CFG", f"{which}_MUL_SRC")):
+            return True
+    return False
+
+
 def sdp_compute(r: RegisterFile, mem: Memory, data: np.ndarray) -> np.ndarray:
     """The SDP's datapath on a (C, H, W) int32 cube: BS, BN (EW and its LUT are absent on
     nv_small), then the output converter."""
@@ -168,7 +181,8 @@ def run_sdp(r: RegisterFile, mem: Memory, data: Optional[np.ndarray] = None):
                    r.get("SDP", "D_DST_LINE_STRIDE"), r.get("SDP", "D_DST_SURFACE_STRIDE"), out)
     bs = r.get("SDP", "D_DP_BS_CFG", "BS_BYPASS") == 0
     bn = r.get("SDP", "D_DP_BN_CFG", "BN_BYPASS") == 0
-    return Layer("sdp", (c, h, w), out.shape, {"bs": bs, "bn": bn, "to_pdp": to_pdp}), out
+    return Layer("sdp", (c, h, w), out.shape, {"bs": bs, "bn": bn, "to_pdp": to_pdp,
+                                              "operands": sdp_reads_operands(r)}), out
 
 
 # ---------------------------------------------------------------- CONV

@@ -519,17 +519,29 @@ typedef struct accel_lut_int8 {
  * shift = beta - mean * scale, and a conv bias folds into that same shift.
  *
  * INT8 replaces scale/shift/clip_min/clip_max/prelu_slope (which must be NULL / unused) by
- * integer converters. v = the CONV's int32 accumulator, or x - in_zero for an SDP that reads
- * its input from memory:
- *   t = sat32(v + bias[c])                                  (bias NULL: 0)
- *   t = sat32(rhaz(t * mul[c], rshift[c]))                  (mul NULL: 1, rshift NULL: 0)
+ * integer converters, NVDLA's SDP units in their order (nvdla/doc precision.rst; the C model's
+ * sdp_x; docs/nvdla_rtl.md). v = the CONV's int32 accumulator, or x - in_zero for an SDP that
+ * reads its input from memory (NVDLA: the raw code, in_zero in the ALU's operand). S = the
+ * largest rshift[c] over the op's channels (0 without rshift), p[c] = S - rshift[c]:
+ *   BS: t = sat32((v + bias[c]) * 2^p[c])                   (bias NULL: 0)
+ *       the ALU's sum in 33 bits (no saturation), the multiplier by 2^p[c], the shifter's sat32
+ *   BN: t = sat32(rhaz(t * mul[c], S))                      (mul NULL: 1)
+ *       the per-channel multiplier and the layer's one shifter: rhaz((v + bias) * mul, rshift)
+ *       wherever BS does not saturate (|v + bias| 2^p <= INT32_MAX; p = 0: always)
  *   e = sat32(rhaz((ew_operand - ew_zero) * ew_mul, ew_shift)), t = sat32(t op e)
  *                                                           (op: add, mul, max, min)
- *   act: RELU t = max(t, 0); PRELU t < 0: rhaz(t * prelu_mul[c], prelu_shift)
+ *   act: RELU t = max(t, 0); PRELU (an X unit's multiplier in PReLU mode) t < 0:
+ *        t = sat32(rhaz(t * prelu_mul[c], prelu_shift)), t >= 0 passes
  *   LUT activations (SIGMOID and after): t = the table lookup of `lut` at t (accel_lut_int8)
  *   y = sat8(rhaz(t * out_mul, out_shift) + out_zero)       (out_mul 0: y = sat8(t + out_zero))
  *   CLIP: y = min(max(y, clip_lo), clip_hi)                 (output codes)
- * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. */
+ * Multipliers are int16 values, shifts 0..ACCEL_MAX_SHIFT. With out_mul 0 the output step is
+ * NVDLA's converter (offset -out_zero, scale 1, shift 0). Not NVDLA's (units nv_small lacks, or
+ * none of NVDLA's): the element-wise step and the LUT (nv_full's EW and LUT), out_mul != 0 (NVDLA
+ * subtracts an offset before its multiply), CLIP (no clip unit). On NVDLA the bias is BS's
+ * 16-bit ALU operand shifted left (and BN's for the low bits, the export's split), 2^p[c] BS's
+ * 16-bit multiplier (p <= 14), PReLU a third X unit's multiplier: the export refuses what
+ * nv_small's registers cannot hold (docs/nvdla_rtl.md). */
 typedef struct accel_sdp_desc {
   const void* scale;         /* [C] in `precision`, or NULL */
   const void* shift;         /* [C] in `precision`, or NULL */

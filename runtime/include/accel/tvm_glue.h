@@ -22,7 +22,11 @@
  * Errors are raised with TVMFFIErrorSetRaisedFromCStr under the name of an accel_codegen
  * exception class (AccelInvalidError, AccelShapeError, ...), which accel_codegen registers with
  * tvm-ffi: Python sees that class; a process without accel_codegen sees a RuntimeError with the
- * same text. Every message starts with the function's name.
+ * same text. A message raised while a run is under way starts with that run's names (the
+ * source model's layer and the run label, which the generated code sets in `layer` before each
+ * run); any other starts with the function's name ("external function f0"); each ends with
+ * the exported symbol, in parentheses: a detail (a fused function's symbol names its every
+ * op, often hundreds of characters).
  *
  * Compiled by the C tests against a stand-in for tvm-ffi and run under the sanitizers
  * (tests/c/test_glue.c).
@@ -54,7 +58,8 @@ typedef struct accel_glue_dtype {
 
 /* One external function: its tables (read-only) and its state (set by the glue). */
 typedef struct accel_glue_function {
-  const char* name;             /* starts every error message */
+  const char* name;             /* "external function f0": starts an error outside a run */
+  const char* symbol;           /* the exported symbol: the last detail of every error */
   void (*fill_config)(accel_config* config); /* the configuration it was compiled for */
   int (*run_layers)(float** a); /* the generated layers: 0, or -1 with the error raised */
   int32_t num_inputs, num_outputs;
@@ -73,17 +78,27 @@ typedef struct accel_glue_function {
   pthread_mutex_t* lock;        /* one accelerator: calls queue */
   accel_config config;          /* state: set up at the first call */
   accel_device* device;         /* state: NULL until set up */
+  const char* layer;            /* state: the run under way ("layer1.0.conv1 (run f0.3 ...)"),
+                                   set by the generated code, NULL between calls */
 } accel_glue_function;
 
 static inline int accel_glue_raise(const accel_glue_function* f, const char* kind,
                                    const char* format, ...) {
-  char message[768];
-  int used = snprintf(message, sizeof message, "%s: ", f->name);
+  char message[2048];
+  int used = snprintf(message, sizeof message, "%s: ", f->layer != NULL ? f->layer : f->name);
   used = used < 0 ? 0 : used < (int)sizeof message ? used : (int)sizeof message - 1;
   va_list args;
   va_start(args, format);
-  vsnprintf(message + used, sizeof message - (size_t)used, format, args);
+  int more = vsnprintf(message + used, sizeof message - (size_t)used, format, args);
   va_end(args);
+  used += more < 0 ? 0 : more;
+  used = used < (int)sizeof message ? used : (int)sizeof message - 1;
+  if (f->layer != NULL) {
+    snprintf(message + used, sizeof message - (size_t)used, " (%s, symbol %s)", f->name,
+             f->symbol);
+  } else {
+    snprintf(message + used, sizeof message - (size_t)used, " (symbol %s)", f->symbol);
+  }
   TVMFFIErrorSetRaisedFromCStr(kind, message);
   return -1;
 }
@@ -253,9 +268,9 @@ static inline int accel_glue_run_layer(const accel_glue_function* f, const accel
   const accel_status status =
       accel_run(f->device, ops, num_ops, &input, &output, mode, label, NULL, NULL);
   if (status != ACCEL_OK) {
-    char where[160];
+    char where[160];  /* the run's label, unless the generated code named the run already */
     snprintf(where, sizeof where, "layer %s: ", label);
-    return accel_glue_raise_status(f, status, where);
+    return accel_glue_raise_status(f, status, f->layer != NULL ? "" : where);
   }
   return 0;
 }
@@ -360,6 +375,7 @@ static inline int accel_glue_call(accel_glue_function* f, const TVMFFIAny* args,
     pthread_mutex_lock(f->lock);
     status = f->device == NULL ? accel_glue_setup(f) : 0;
     if (status == 0) status = f->run_layers(a);
+    f->layer = NULL; /* the runs are over: a next error is the function's */
     pthread_mutex_unlock(f->lock);
   }
   if (a != stack_args) free(a);

@@ -1,0 +1,581 @@
+"""Attention's core read back as one op (issue 29, item 3): the head split, Q K^T, the scale,
+the softmax over the keys, P V and the head merge of multi-head attention, in whatever layout
+ops a frontend spells them, become ``reshape(nn.attention(q, k, v, scale), [tokens, channels])``
+of the three token tensors, which the pattern table takes as one accelerator layer
+(``accel.attention``: the engine passes of ``sim/decompose.attention_passes``).
+
+torch.export spells ``nn.MultiheadAttention`` as reshapes, an unsqueeze, transposes, a squeeze
+and selects of the packed projection, views to [batch x heads, tokens, head_dim], a scale
+of q and of k (or of the scores), batched matmuls, a softmax and the inverse layout ops; ONNX
+as Reshape, Transpose, Gather, Mul, MatMul and Softmax. Both are the same index maps.
+So each operand is traced back through the layout ops (reshape, permute_dims, squeeze,
+expand_dims, strided_slice, take of constant indices) and multiplications by scalar constants to
+the tensor that computed it (a projection's output), and the layout ops are applied to an array
+of that tensor's element indices: the operand is a head split of that tensor exactly when the
+indices it gathers are ``token * channels + first + head * head_dim + j``. The result is
+traced forward the same way to the tensor whose indices are the heads merged, token-major.
+
+What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), no mask (an add
+before the softmax is not a scale: the region stays as it was), every intermediate read only
+by the next op. The result computes the same values up to rounding (the scale is applied
+once, to the scores, where torch applies its square root to q and to k).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .layer import constant_value, is_constant
+
+#: Ops that only move elements (their index maps are applied to index arrays).
+LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
+              "relax.strided_slice", "relax.take", "relax.broadcast_to")
+_SCALARS = ("relax.multiply", "relax.divide")
+
+
+def _static(expr: relax.Expr) -> Optional[Tuple[int, ...]]:
+    try:
+        return tuple(int(v) for v in expr.ty.shape.values)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _ints(values) -> List[int]:
+    return [int(getattr(v, "value", v)) for v in values]
+
+
+def _scalar(expr: relax.Expr) -> Optional[float]:
+    if not is_constant(expr):
+        return None
+    value = constant_value(expr)
+    return float(value.reshape(-1)[0]) if value.size == 1 else None
+
+
+_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+               "relax.less": np.less, "relax.greater": np.greater, "relax.equal": np.equal}
+
+
+def _evaluate(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
+    """The value of an integer expression computed from constants and static shapes (ONNX's
+    Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``), or None."""
+    if depth > 16:
+        return None
+    if is_constant(expr):
+        return constant_value(expr)
+    if isinstance(expr, relax.ShapeExpr):
+        try:
+            return np.array([int(v) for v in expr.values], np.int64)
+        except TypeError:
+            return None
+    if isinstance(expr, relax.Var):
+        value = value_of(expr)
+        return None if value is None else _evaluate(value, value_of, depth + 1)
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+        return None
+    name = expr.op.name
+    if name == "relax.shape_of":
+        shape = _static(expr.args[0])
+        return None if shape is None else np.array(shape, np.int64)
+    args = [_evaluate(a, value_of, depth + 1) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    if name == "relax.shape_to_tensor":
+        return args[0]
+    if name == "relax.take" and len(args) == 2:
+        axis = expr.attrs.axis
+        return np.take(args[0], args[1].astype(np.int64), axis=None if axis is None else int(axis))
+    if name == "relax.where" and len(args) == 3:
+        return np.where(*args)
+    if name in _ARITHMETIC and len(args) == 2:
+        return _ARITHMETIC[name](*args)
+    return None
+
+
+def _apply(call: relax.Call, index: np.ndarray, value_of=lambda var: None
+           ) -> Optional[np.ndarray]:
+    """The layout op ``call`` applied to ``index`` (its input's element indices); ``value_of``
+    gives a variable's bound value (for indices computed from shapes)."""
+    name = call.op.name
+    out = _static(call)
+    if out is None:
+        return None
+    if name in ("relax.reshape", "relax.squeeze", "relax.expand_dims"):
+        return index.reshape(out)
+    if name == "relax.broadcast_to":
+        return np.broadcast_to(index, out)
+    if name == "relax.permute_dims":
+        axes = call.attrs.axes
+        return np.transpose(index, None if axes is None else _ints(axes))
+    if name == "relax.strided_slice":
+        fields = []
+        for arg in call.args[1:]:
+            if not isinstance(arg, relax.Tuple):
+                return None
+            fields.append(_ints(arg.fields))
+        axes, begin, end = fields[:3]
+        strides = fields[3] if len(fields) > 3 else [1] * len(axes)
+        slices = [slice(None)] * index.ndim
+        for axis, b, e, s in zip(axes, begin, end, strides):
+            slices[axis % index.ndim] = slice(b, e, s)
+        result = index[tuple(slices)]
+        return result if result.shape == out else None
+    if name == "relax.take":
+        indices = _evaluate(call.args[1], value_of)
+        if indices is None:
+            return None
+        axis = call.attrs.axis
+        result = np.take(index, np.asarray(indices).astype(np.int64),
+                         axis=None if axis is None else int(axis))
+        return result if result.shape == out else None
+    return None
+
+
+class _Graph:
+    """A function's bindings: what computes each variable, and who reads it."""
+
+    def __init__(self, function: relax.Function):
+        self.value: Dict[relax.Var, relax.Expr] = {}
+        self.readers: Dict[relax.Var, List[relax.Var]] = {}
+        for block in function.body.blocks:
+            for binding in block.bindings:
+                self.value[binding.var] = binding.value
+                for var in _vars(binding.value):
+                    self.readers.setdefault(var, []).append(binding.var)
+        for var in _vars(function.body.body):
+            self.readers.setdefault(var, []).append(None)
+
+    def call(self, expr: relax.Expr, *names: str) -> Optional[relax.Call]:
+        value = self.value.get(expr) if isinstance(expr, relax.Var) else expr
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and (
+                not names or value.op.name in names):
+            return value
+        return None
+
+    def only_reader(self, var: relax.Expr) -> Optional[relax.Var]:
+        readers = self.readers.get(var, [])
+        return readers[0] if len(readers) == 1 else None
+
+    def back(self, expr: relax.Expr
+             ) -> Tuple[List[Tuple[relax.Expr, List[relax.Call], float]], float]:
+        """Candidate (base, layout ops from it to ``expr``, the product of the scalar factors
+        on the way) triples, furthest base first, and the product of all the factors."""
+        chain: List[relax.Call] = []
+        scale = 1.0
+        bases = [(expr, [], scale)]
+        while True:
+            call = self.call(expr)
+            if call is None:
+                break
+            if call.op.name in LAYOUT_OPS:
+                chain.insert(0, call)
+                expr = call.args[0]
+                bases.append((expr, list(chain), scale))
+                continue
+            if call.op.name in _SCALARS:
+                a, b = call.args
+                factor = _scalar(b)
+                if factor is None and call.op.name == "relax.multiply":
+                    factor, a = _scalar(a), b
+                if factor is None or factor == 0.0:
+                    break
+                scale *= factor if call.op.name == "relax.multiply" else 1.0 / factor
+                expr = a
+                continue
+            break
+        return bases[::-1], scale
+
+    def forward(self, var: relax.Var) -> List[Tuple[relax.Var, List[relax.Call]]]:
+        """(tensor, layout ops from ``var`` to it) along the layout ops that read ``var`` (each
+        the only reader of the one before), nearest first."""
+        found, chain = [], []
+        while True:
+            reader = self.only_reader(var)
+            call = self.call(reader, *LAYOUT_OPS) if reader is not None else None
+            if call is None or not call.args[0].same_as(var):
+                return found
+            chain = chain + [call]
+            found.append((reader, chain))
+            var = reader
+
+    def linear(self, expr: relax.Expr
+               ) -> Optional[Tuple[relax.Expr, np.ndarray, Optional[np.ndarray]]]:
+        """(data, W [K, C], b [K] or None) where ``expr`` is data W^T (+ b) of constants."""
+        call, bias = self.call(expr), None
+        if call is not None and call.op.name == "relax.add":
+            a, b = call.args
+            if not is_constant(b):
+                a, b = b, a
+            if not is_constant(b):
+                return None
+            bias = constant_value(b)
+            call = self.call(a)
+        if call is None or call.op.name != "relax.matmul":
+            return None
+        data, weight = call.args
+        permuted = self.call(weight, "relax.permute_dims")
+        if permuted is not None and is_constant(permuted.args[0]) and (
+                permuted.attrs.axes is None or _ints(permuted.attrs.axes) == [1, 0]):
+            w = constant_value(permuted.args[0])
+        elif is_constant(weight):
+            w = constant_value(weight).T
+        else:
+            return None
+        shape = _static(data)
+        if w.ndim != 2 or shape is None or shape[-1] != w.shape[1] or str(
+                getattr(data.ty, "dtype", "")) != "float32" or (
+                bias is not None and (bias.size != w.shape[0] or bias.shape[-1] != w.shape[0])):
+            return None
+        return data, w, None if bias is None else bias.reshape(-1)
+
+
+def _rows_of(graph: _Graph, data: relax.Expr, tokens: int) -> Optional[relax.Expr]:
+    """The furthest tensor of ``tokens`` rows that ``data`` is a reshape of (the layout ops
+    between move nothing in memory), or None."""
+    candidates, _ = graph.back(data)
+    channels = _static(data)[-1]
+    for base, chain, scale in candidates:
+        shape = _static(base)
+        if scale != 1.0 or shape is None or shape[-1] != channels or \
+                int(np.prod(shape)) != tokens * channels:
+            continue
+        index = _indices(graph, base, chain)
+        if index is not None and np.array_equal(index.reshape(-1), np.arange(index.size)):
+            return base
+    return None
+
+
+def _indices(graph: "_Graph", base: relax.Expr, chain: List[relax.Call]
+             ) -> Optional[np.ndarray]:
+    return _indices_of(graph, _static(base), chain)
+
+
+def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.ndarray]:
+    """The element indices of a tensor of ``shape`` after the layout ops ``chain``."""
+    if shape is None:
+        return None
+    index = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    for call in chain:
+        index = _apply(call, index, graph.value.get)
+        if index is None:
+            return None
+    return index
+
+
+def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
+           ) -> Optional[Tuple[relax.Expr, int, float]]:
+    """(base, first channel, scale) where ``operand`` ([..., tokens, d], or [..., d, tokens]
+    with ``keys_first`` False: K transposed) gathers the heads of ``base``'s tokens; None if it
+    does not."""
+    shape = _static(operand)
+    if shape is None or len(shape) < 3:
+        return None
+    heads = int(np.prod(shape[:-2]))
+    d = shape[-1] if keys_first else shape[-2]
+    candidates, scale = graph.back(operand)
+    for base, chain, _ in candidates:
+        base_shape = _static(base)
+        if base_shape is None or not base_shape or base_shape[-1] < heads * d or \
+                int(np.prod(base_shape)) != tokens * base_shape[-1]:
+            continue
+        index = _indices(graph, base, chain)
+        if index is None or index.shape != shape:
+            continue
+        index = index.reshape(heads, *shape[-2:])
+        if not keys_first:
+            index = index.transpose(0, 2, 1)
+        first = int(index.flat[0])
+        h = np.arange(heads)[:, None, None]
+        t = np.arange(tokens)[None, :, None]
+        j = np.arange(d)[None, None, :]
+        expected = t * base_shape[-1] + first + h * d + j
+        if first + heads * d <= base_shape[-1] and np.array_equal(index, expected):
+            return base, first, scale
+    return None
+
+
+def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int
+            ) -> Optional[relax.Var]:
+    """The last tensor of the layout ops after ``result`` ([heads, tokens, d]) that holds the
+    heads merged token-major ([tokens, heads x d] in memory)."""
+    index = np.arange(heads * tokens * d, dtype=np.int64)
+    expected = index.reshape(heads, tokens, d).transpose(1, 0, 2).reshape(-1)
+    index = index.reshape(_static(result))
+    found, var = None, result
+    while True:
+        reader = graph.only_reader(var)
+        call = graph.call(reader, *LAYOUT_OPS) if reader is not None else None
+        if call is None or not call.args[0].same_as(var):
+            return found
+        index = _apply(call, index, graph.value.get)
+        if index is None:
+            return found
+        shape = _static(call)
+        if shape[-1] == heads * d and np.array_equal(index.reshape(-1), expected):
+            found = reader
+        var = reader
+
+
+class _Core:
+    """One attention core: its inputs, each (base tensor, first channel) or, where the base is
+    a projection of a token tensor, ("linear", that tensor, W rows, b rows); its shapes; the
+    merged heads' tensor ``output``; and, where a projection reads only that, the tensor
+    ``projected`` = (the projection's result as it is read, W, b)."""
+
+    def __init__(self, q, k, v, heads, tokens, kv_tokens, d, scale, output):
+        self.q, self.k, self.v = q, k, v
+        self.heads, self.tokens, self.kv_tokens, self.d = heads, tokens, kv_tokens, d
+        self.scale, self.output = scale, output
+        self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray]]] = None
+
+
+def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int, width: int):
+    """A head source whose base is x W^T + b of a token tensor x: ("linear", x, the rows of
+    W and b of those channels); else the source as it is."""
+    base, first = source
+    linear = graph.linear(base)
+    if linear is None:
+        return source
+    data, w, b = linear
+    rows = _rows_of(graph, data, tokens)
+    if rows is None:
+        return source
+    return ("linear", rows, w[first:first + width], None if b is None else b[first:first + width])
+
+
+def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
+    """(the tensor, W, b) where the merged heads' only reader is a projection whose result,
+    through layout ops that move nothing, is a tensor of ``shape`` (the query's rows)."""
+    reader = graph.only_reader(merged)
+    if reader is None:
+        return None
+    result = reader
+    after = graph.only_reader(reader)
+    if after is not None and graph.linear(after) is not None:
+        result = after
+    linear = graph.linear(result)
+    if linear is None or not linear[0].same_as(merged):
+        return None
+    _, w, b = linear
+    found = None
+    for var, chain in [(result, [])] + graph.forward(result):
+        index = _indices(graph, result, chain)
+        if index is not None and tuple(index.shape) == tuple(shape[:-1]) + (w.shape[0],) and \
+                np.array_equal(index.reshape(-1), np.arange(index.size)):
+            found = var
+    return None if found is None else (found, w, b)
+
+
+def _unguarded(graph: _Graph, softmax_var: relax.Var, scores: relax.Expr) -> relax.Var:
+    """The tensor P V reads: torch's softmax is followed by where(row all -inf, 0, P) (its
+    guard for fully masked rows), which is P itself when no score is -inf, as no score is
+    without a mask (the scores are products of finite tensors)."""
+    for reader in graph.readers.get(softmax_var, []):
+        where = graph.call(reader, "relax.where")
+        if where is None or not where.args[2].same_as(softmax_var):
+            continue
+        zeros = graph.call(where.args[1], "relax.full_like")
+        if zeros is None or not zeros.args[0].same_as(softmax_var) or \
+                _scalar(zeros.args[1]) != 0.0:
+            continue
+        # the condition reads the scores only, through comparisons and reductions
+        ok, stack, seen = True, [where.args[0]], set()
+        while stack:
+            expr = stack.pop()
+            if expr.same_as(scores) or not isinstance(expr, relax.Var) or expr in seen:
+                continue
+            seen.add(expr)
+            call = graph.call(expr)
+            if call is None or call.op.name not in (
+                    "relax.logical_not", "relax.astype", "relax.max", "relax.equal"):
+                ok = False
+                break
+            stack.extend(a for a in call.args if not is_constant(a))
+        if ok:
+            return reader
+    return softmax_var
+
+
+def _identity(graph: _Graph, var: relax.Var, until: str
+              ) -> Optional[Tuple[relax.Var, relax.Call]]:
+    """The op ``until`` that reads ``var`` through layout ops that move nothing (each the
+    only reader of the one before): (its var, its call); None if there is none."""
+    chain = []
+    shape = _static(var)
+    while True:
+        reader = graph.only_reader(var)
+        call = graph.call(reader) if reader is not None else None
+        if call is None or not call.args[0].same_as(var):
+            return None
+        if call.op.name == until:
+            break
+        if call.op.name not in LAYOUT_OPS:
+            return None
+        chain.append(call)
+        var = reader
+    index = _indices_of(graph, shape, chain)
+    if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
+        return None
+    return reader, call
+
+
+def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
+    """The attention core around ``softmax_var`` (None: not one this module rewrites)."""
+    softmax = graph.call(softmax_var, "relax.nn.softmax")
+    shape = _static(softmax_var)
+    if softmax is None or shape is None or len(shape) < 3 or \
+            int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
+        return None
+    scores = softmax.args[0]
+    found = _identity(graph, _unguarded(graph, softmax_var, scores), "relax.matmul")
+    if found is None:
+        return None
+    reader, pv = found
+    # the scores: matmul(A, B), then scalar factors and layout ops that move nothing, each
+    # read once (the scores by the softmax and torch's guard alone)
+    scale, expr, chain = 1.0, scores, []
+    while True:
+        call = graph.call(expr)
+        readers = graph.readers.get(expr, [])
+        if call is None or (len(readers) != 1 and not expr.same_as(scores)):
+            return None
+        if call.op.name == "relax.matmul":
+            break
+        if call.op.name in LAYOUT_OPS:
+            chain.insert(0, call)
+            expr = call.args[0]
+            continue
+        if call.op.name not in _SCALARS:
+            return None
+        factor = _scalar(call.args[1])
+        other = call.args[0]
+        if factor is None and call.op.name == "relax.multiply":
+            factor, other = _scalar(call.args[0]), call.args[1]
+        if not factor:
+            return None
+        scale *= factor if call.op.name == "relax.multiply" else 1.0 / factor
+        expr = other
+    qk = call
+    index = _indices_of(graph, _static(expr), chain)
+    if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
+        return None
+    a_shape, b_shape, v_shape = (_static(e) for e in (qk.args[0], qk.args[1], pv.args[1]))
+    if None in (a_shape, b_shape, v_shape) or len(a_shape) < 3 or \
+            a_shape[:-2] != b_shape[:-2] or a_shape[:-2] != v_shape[:-2] or \
+            a_shape[-1] != b_shape[-2] or b_shape[-1] != v_shape[-2]:
+        return None
+    heads = int(np.prod(a_shape[:-2]))
+    tokens, d = a_shape[-2:]
+    kv_tokens, dv = v_shape[-2:]
+    if dv != d or any(str(getattr(e.ty, "dtype", "")) != "float32"
+                      for e in (qk.args[0], qk.args[1], pv.args[1], reader)):
+        return None
+    q = _heads(graph, qk.args[0], tokens, True)
+    k = _heads(graph, qk.args[1], kv_tokens, False)
+    v = _heads(graph, pv.args[1], kv_tokens, True)
+    if q is None or k is None or v is None:
+        return None
+    output = _merged(graph, reader, heads, tokens, d)
+    if output is None:
+        return None
+    width = heads * d
+    core = _Core(_projected_input(graph, q[:2], tokens, width),
+                 _projected_input(graph, k[:2], kv_tokens, width),
+                 _projected_input(graph, v[:2], kv_tokens, width), heads, tokens, kv_tokens, d,
+                 scale * q[2] * k[2] * v[2], output)
+    if core.q[0] == "linear":
+        core.projected = _projected_output(graph, output, _static(core.q[1]))
+    return core
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, cores: Dict[relax.Var, _Core]):
+        super().__init__(mod)
+        self.cores = cores
+        self.projections = {}  # var of a projected output -> (core's result, W, b)
+        self.made: Dict[tuple, relax.Expr] = {}  # the projections emitted, by what they are
+
+    def _emit(self, binding_var: relax.Var, value: relax.Expr) -> relax.Expr:
+        if isinstance(binding_var, relax.DataflowVar):
+            return self.builder_.emit(value, name_hint=binding_var.name)
+        return self.builder_.emit_output(value, name_hint=binding_var.name)
+
+    def _linear(self, x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
+        key = (x, w.tobytes(), None if b is None else b.tobytes())
+        if key not in self.made:
+            out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
+            if b is not None:
+                out = relax.op.add(out, relax.const(b, "float32"))
+            self.made[key] = self.builder_.emit(out)
+        return self.made[key]
+
+    def _input(self, source, core: _Core, tokens: int) -> relax.Expr:
+        width = core.heads * core.d
+        if source[0] == "linear":
+            _, x, w, b = source
+            x = self._linear(self.visit_expr(x), w, b)
+        else:
+            base, first = source
+            x = self.visit_expr(base)
+            shape = _static(base)
+            if first != 0 or shape[-1] != width:
+                x = self.builder_.emit(relax.op.strided_slice(
+                    x, axes=[len(shape) - 1], begin=[first], end=[first + width]))
+        return self.builder_.emit(relax.op.reshape(x, [1, tokens, core.heads, core.d]))
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.projections:
+            result, w, b = self.projections.pop(binding.var)
+            out = relax.op.matmul(result, relax.op.permute_dims(relax.const(w, "float32"),
+                                                                [1, 0]))
+            if b is not None:
+                out = relax.op.add(out, relax.const(b, "float32"))
+            self.set_var_remap(binding.var, self._emit(binding.var, out))
+            return
+        core = self.cores.get(binding.var)
+        if core is None:
+            super().visit_var_binding_(binding)
+            return
+        q = self._input(core.q, core, core.tokens)
+        k = self._input(core.k, core, core.kv_tokens)
+        v = self._input(core.v, core, core.kv_tokens)
+        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, scale=core.scale))
+        if core.projected is not None:  # the output projection reads the query's rows
+            rows = list(_static(core.q[1])[:-1]) + [core.heads * core.d]
+            result = self.builder_.emit(relax.op.reshape(attention, rows))
+            var, w, b = core.projected
+            self.projections[var] = (result, w, b)
+        self.set_var_remap(binding.var, self._emit(
+            binding.var, relax.op.reshape(attention, list(_static(binding.var)))))
+
+
+def attention_cores(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every attention core of ``mod``'s functions (module docstring) as
+    ``reshape(nn.attention(...))`` of its token tensors; the layout ops it replaces are dead
+    code after (the partitioner's DeadCodeElimination removes them)."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if not isinstance(function, relax.Function) or (
+                function.attrs is not None and "Composite" in function.attrs):
+            continue
+        graph = _Graph(function)
+        cores = {}
+        for var, value in graph.value.items():
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == \
+                    "relax.nn.softmax":
+                core = _core(graph, var)
+                if core is not None:
+                    cores[core.output] = core
+        if cores:
+            result[gv] = _Rewriter(result, cores).visit_expr(function)
+    return result
+
+
+def _vars(expr: relax.Expr) -> List[relax.Var]:
+    found: List[relax.Var] = []
+    relax.analysis.post_order_visit(expr, lambda e: found.append(e)
+                                    if isinstance(e, relax.Var) else None)
+    return found

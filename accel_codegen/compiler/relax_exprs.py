@@ -1,0 +1,102 @@
+"""Reading Relax expressions, as every consumer of layers needs: static shapes, constants, a
+chain's bindings and last op; and :class:`Unsupported`, what a chain the accelerator cannot run
+raises (its message says why, in words)."""
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+
+class Unsupported(Exception):
+    """A chain the accelerator cannot run; the message says why, in words."""
+
+
+Lookup = Callable[[relax.Expr], Optional[relax.Expr]]
+
+
+def static_shape(expr: relax.Expr) -> Tuple[int, ...]:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise Unsupported(f"{describe(expr)} has no static tensor shape")
+    try:
+        return tuple(int(v) for v in ty.shape.values)
+    except (TypeError, AttributeError):
+        raise Unsupported(f"{describe(expr)} has a symbolic shape {ty.shape}") from None
+
+
+def feature_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """The feature surface a channels-first tensor is read as: NCHW itself, [N, C, L] (a 1-D
+    signal, or a detection head's flattened positions) as [N, C, 1, L], [N, C] as
+    [N, C, 1, 1]. The same bytes either way, so nothing moves. Which surface a 3-D tensor is
+    depends on its reader: a layer norm, softmax or dense layer over the last axis reads
+    channels-last tokens ([B, T, C]: :func:`token_surface`); a batch norm or a per-channel
+    operand over axis 1 reads [N, C, L] so; element-wise ops, activations and copies are the
+    same on either (they read the bytes as they lie), so they take this one."""
+    if len(shape) == 4:
+        return tuple(shape)
+    if len(shape) == 3:
+        return (shape[0], shape[1], 1, shape[2])
+    if len(shape) == 2:
+        return (shape[0], shape[1], 1, 1)
+    raise Unsupported(f"a {len(shape)}-D tensor {list(shape)}: the engines read NCHW, "
+                      "[N, C, L] or [N, C]")
+
+
+def dtype_of(expr: relax.Expr) -> str:
+    ty = expr.ty
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else "?"
+
+
+def describe(expr: relax.Expr) -> str:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return type(expr).__name__
+
+
+def op_name(expr: Optional[relax.Expr]) -> Optional[str]:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def is_constant(expr: relax.Expr) -> bool:
+    return isinstance(expr, tvm.ir.expr.GenericConst)
+
+
+def constant_value(expr: relax.Expr) -> np.ndarray:
+    return expr.value.numpy()
+
+
+class Bindings(dict):
+    """Var -> bound value of a chain's bindings, callable as a :data:`Lookup`; a dict, so that
+    a pattern can be matched against it again (``extract_matched_expr(expr, var2val)``)."""
+
+    def __call__(self, var: relax.Expr) -> Optional[relax.Expr]:
+        return self.get(var)
+
+    @classmethod
+    def of(cls, function: relax.Function) -> "Bindings":
+        table = cls()
+        for block in function.body.blocks:
+            for binding in block.bindings:
+                table[binding.var] = binding.value
+        return table
+
+
+def bound_values(function: relax.Function) -> Bindings:
+    """A lookup of the Var -> value bindings of a function body (for the code generator)."""
+    return Bindings.of(function)
+
+
+def chain_root(function: relax.Function) -> relax.Expr:
+    """The last op of a composite function."""
+    body = function.body
+    result = body.body
+    if isinstance(result, relax.Var):
+        value = bound_values(function)(result)
+        if value is not None:
+            return value
+    return result
