@@ -357,21 +357,6 @@ def _flattens(reshape: relax.Call) -> bool:
         after[1] == int(np.prod(before[1:]))
 
 
-def _token_elementwise(data: relax.Expr, stages: List[Stage]) -> bool:
-    """Whether a chain on a 3-D tensor is an element-wise op with a second tensor of its
-    shape (a transformer's residual add), then at most an activation: such ops do not care
-    which axis holds the channels, so the [B, T, C] tensor runs as the [B*T, C] rows it is
-    in memory. Per-channel ops on 3-D data stay refused: their channel axis is not known
-    ([N, C, L] for BatchNorm1d, [B, T, C] for tokens)."""
-    shape = static_shape(data)
-    if len(shape) != 3 or not stages or stages[0].kind != "binary" or \
-            op_name(stages[0].call) not in ELEMENTWISE or stages[0].other is None or \
-            is_constant(stages[0].other) or static_shape(stages[0].other) != shape or \
-            static_shape(stages[0].call) != shape:
-        return False
-    return all(stage.kind == "act" for stage in stages[1:])
-
-
 def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup: Lookup
                  ) -> Layer:
     _require_float32(data, "the input")
@@ -379,10 +364,8 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if flattened:
         shape = static_shape(data)
         in_shape = (shape[0], int(np.prod(shape[1:])), 1, 1)
-    elif _token_elementwise(data, stages):
-        shape = static_shape(data)  # [B, T, C] rows of channels, as [B*T, C] in memory
-        in_shape = (int(np.prod(shape[:-1])), shape[-1], 1, 1)
-    else:
+    else:  # a 3-D tensor as [N, C, 1, L] (a transformer's residual add alike: element-wise
+        # ops read the bytes as they lie, whichever axis is its channels)
         in_shape = _feature_shape(data, "the input")
     layer = Layer(data=data, in_shape=in_shape, out_shape=(),
                   flattened=flattened)
@@ -422,8 +405,6 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if op_name(root) == "relax.nn.batch_norm":  # asked about alone: its first output
         result = relax.TupleGetItem(root, 0)
     layer.out_shape = static_shape(result)
-    if len(layer.out_shape) == 3:  # a token layer's element-wise op: its rows (above)
-        layer.out_shape = in_shape[:2]
     _require_float32(result, "the output")
     if plan is not None:
         _per_phase(layer, plan)
