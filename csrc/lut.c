@@ -9,6 +9,17 @@
 #include "kernels.h"
 
 static const double SQRT1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
+static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2 / pi) */
+
+/* GELU's tanh form in double: 0.5 t (1 + tanh(u)) = t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t
+ * + 0.044715 t^3), the exponent held to 709 (t = -inf gives -inf, not -inf / inf); the NumPy
+ * reference computes the same operations (accel_codegen/sim/reference.py). */
+static double gelu_tanh64(double t) {
+  const double u = SQRT_2_PI * (t + 0.044715 * (t * t * t));
+  double z = -2.0 * u;
+  if (z > 709.0) z = 709.0;
+  return t / (1.0 + exp(z));
+}
 
 const char* activation_name(accel_activation act) {
   switch (act) {
@@ -25,6 +36,7 @@ const char* activation_name(accel_activation act) {
     case ACCEL_ACT_EXP: return "exp";
     case ACCEL_ACT_RSQRT: return "rsqrt";
     case ACCEL_ACT_RECIPROCAL: return "reciprocal";
+    case ACCEL_ACT_GELU_TANH: return "gelu_tanh";
     case ACCEL_ACT_COUNT: break;
   }
   return "?";
@@ -53,6 +65,7 @@ static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
      * le_start (also 0, negatives and -inf) the first entry, above the last. */
     [ACCEL_ACT_RSQRT - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-30f, 0.0f, 0.0f, 0.0f},
     [ACCEL_ACT_RECIPROCAL - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-15f, 0.0f, 0.0f, 0.0f},
+    [ACCEL_ACT_GELU_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
 };
 
 accel_status accel_lut_info(accel_activation act, accel_lut* out) {
@@ -77,6 +90,7 @@ static double lut_function(accel_activation act, double t) {
     case ACCEL_ACT_EXP: return exp(t);
     case ACCEL_ACT_RSQRT: return 1.0 / sqrt(t);
     case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
+    case ACCEL_ACT_GELU_TANH: return gelu_tanh64(t);
     default: return 0.0;
   }
 }
@@ -257,7 +271,7 @@ static inline float tanh_f32(float t) {
 
 /* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
  * through tanh_f32; GELU in double, rounded once (1 + erf cancels in fp32 for negative t,
- * which erfc avoids). */
+ * which erfc avoids; the tanh form as t / (1 + exp(-2 u)) for the same reason). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
     case ACCEL_ACT_SIGMOID:
@@ -290,6 +304,9 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       break;
     case ACCEL_ACT_EXP:
       for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
+      break;
+    case ACCEL_ACT_GELU_TANH:
+      for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);
       break;
     case ACCEL_ACT_RSQRT: /* two correctly rounded steps (IEEE sqrt and division) */
       for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / sqrtf(x[i]);

@@ -9,7 +9,8 @@
  * 3x3/2 max pool over 64x112x112 (1 thread), three times the convolution before it. Max
  * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows: 0.35 ->
  * 0.28 ms on that pool). Global pooling (one output per plane) takes 8 planes at a time
- * (pool_global).
+ * (pool_global). Other averages (narrow rows, strides above 2: a wide pool's passes) take a
+ * row's windows inside the image side by side, each in its own order (pool_row_inside).
  */
 #include <math.h>
 #ifdef __AVX512F__

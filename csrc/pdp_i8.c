@@ -12,8 +12,9 @@
  * Wide outputs go an output row at a time: for strides 1 and 2, 32 columns per AVX-512 step,
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
  * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
- * wrote); other strides tap by tap, portably. Outputs narrower than 16 columns (global
- * pooling) go window by window. Figures: docs/kernels.md.
+ * wrote); other strides tap by tap, portably. Averages over non-overlapping windows from the
+ * top left (the passes of a wide or global average) sum column by column (pool_blocks); other
+ * outputs narrower than 16 columns go window by window. Figures: docs/kernels.md.
  */
 #include <stdint.h>
 #ifdef __AVX512F__

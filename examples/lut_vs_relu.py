@@ -6,7 +6,9 @@ element) and the six 32-channel 3x3 convs at 160x160 (bench_sdp_pdp.py --convs),
 twice: as the library runs it (the per-layer plan of codes by input ranges, sdp_i8_lut.c's
 sdp_i8_lut_plan) and with ACCEL_SDP_I8_LUT=gather (no plan: the table arithmetic in lanes with
 a gather per 16 values, the previous path). The variable is read per run, so both alternate
-within one process.
+within one process. A standalone LUT run converts each plane's 256 input codes once and looks
+the plane up in them (sdp_i8.c's run_table) either way, so its two rows differ only in those
+256 conversions per chunk; the conv stack's epilogue (int32 accumulators) has no such table.
 
     python examples/lut_vs_relu.py [--rounds 7] [--no-convs]
 """

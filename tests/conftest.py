@@ -66,6 +66,7 @@ QUICK = (
     "tools/test_estimate_bench.py::test_estimate_equals_a_profiled_decomposed_run",
     "tools/test_estimate_bench.py::test_mac_array_mapping",
     "tools/test_library_paths.py",
+    "tools/test_code_size.py",
     "tools/test_models.py::test_registry_lists_the_zoo",
     "tools/test_models.py::test_bad_zoo_arguments",
     "tools/test_quick_subset.py",

@@ -782,8 +782,14 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     normed = norm.args[0]
     shape = static_shape(normed)
     rank = len(shape)
+    # Over axis 1 of a 4-D tensor: the channels of NCHW data, whose surface it is itself
+    # (rewrites.channels_last_sandwiches gives ConvNeXt's layer norms so).
+    channels_first = rank == 4 and (
+        int(a.axis) % rank == 1 if op_name(norm) == "relax.nn.softmax" else
+        sorted(int(v) % rank for v in a.axes) == [1])
+    surface = tuple(shape) if channels_first else None
     if op_name(norm) == "relax.nn.softmax":
-        if rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1:
+        if not channels_first and (rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1):
             raise Unsupported(f"softmax over axis {int(a.axis)} of a {rank}-D tensor "
                               f"{list(shape)}: the engine passes reduce the channels, the last "
                               "axis of [T, C], [B, T, C] or [B, H, W, C]")
@@ -791,10 +797,11 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         _require_float32(norm, "the softmax output")
         if _resolve(normed, lookup) is not None and not is_constant(normed):
             raise Unsupported("the chain's input is computed inside the matched region")
-        return Layer(data=normed, in_shape=token_surface(shape), out_shape=static_shape(root),
-                     tokens=True, norm=NormSpec(None, None, 0.0, kind="softmax"))
+        return Layer(data=normed, in_shape=surface or token_surface(shape),
+                     out_shape=static_shape(root), tokens=not channels_first,
+                     norm=NormSpec(None, None, 0.0, kind="softmax"))
     axes = sorted(int(v) % rank for v in a.axes) if rank else []
-    if rank not in (2, 3, 4) or axes != [rank - 1]:
+    if not channels_first and (rank not in (2, 3, 4) or axes != [rank - 1]):
         raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
                           f"tensor {list(shape)}: the engine passes normalise the channels, the "
                           "last axis of [T, C], [B, T, C] or [B, H, W, C]")
@@ -809,14 +816,16 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         if not is_constant(value):
             raise Unsupported(f"layer_norm's {what} is not a constant: its passes fold it into "
                               "the SDP's scale and shift at compile time")
-        if constant_value(value).size != shape[-1]:
+        channels = shape[1] if channels_first else shape[-1]
+        if constant_value(value).size != channels:
             raise Unsupported(f"layer_norm's {what} has {constant_value(value).size} values for "
-                              f"{shape[-1]} channels")
+                              f"{channels} channels")
         params.append(value)
     act = None
     if "act" in roles:
         probe = SdpSpec()
-        _add_activation(probe, roles["act"], shape[-1], [], lookup, _kind(roles, "act")
+        _add_activation(probe, roles["act"], shape[1] if channels_first else shape[-1], [],
+                        lookup, _kind(roles, "act")
                         if _kind(roles, "act") in chains.DECOMPOSED else None)
         if probe.act in ("prelu", "clip"):
             raise Unsupported(f"a {probe.act} after a layer norm is not generated (its "
@@ -824,10 +833,13 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         act = probe.act
     spec = NormSpec(params[0], params[1], float(a.epsilon), act)
     data, conv, sdp = _token_dense_part(roles, lookup, normed)
+    if channels_first and conv is not None:
+        raise Unsupported("a dense layer over tokens before a layer norm over axis 1")
     if "flatten" in roles:
         spec.sources = ["relax.reshape", "relax.reshape"]
-    return Layer(data=data, in_shape=token_surface(static_shape(data)),
-                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=True, norm=spec)
+    return Layer(data=data, in_shape=surface or token_surface(static_shape(data)),
+                 out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=not channels_first,
+                 norm=spec)
 
 
 def _lower_token_dense(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:

@@ -22,7 +22,7 @@ from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import Calibration
-from ..sim.config import AccelConfig
+from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
 from .attention import attention_cores
@@ -30,10 +30,10 @@ from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
 from .source_names import name_of
-from .target import Target
+from .target import LayerPlan, Target
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, hide_match_casts,
-                       restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
+                       layer_norm_from_formula, restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -248,8 +248,9 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, split_into_slices,
-                    flattened_global_pools, attention_cores, *EXACT_REWRITES):
+    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid,
+                    layer_norm_from_formula, split_into_slices, flattened_global_pools,
+                    attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)
@@ -327,9 +328,10 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
         layer_precisions = check_layer_precisions(mod, layer_precisions)
     report = _build_report(mod, config, fuse, log, code,
                            layer_precisions if code == "mixed" else None)
-    options = {"config": config.to_json(), "fuse": fuse, "precision": code, "winograd": winograd}
-    if code == "mixed":
-        options["layer_precisions"] = json.dumps(layer_precisions)
+    # the code's own Target: the partition checked its combination above
+    code_target = Target(config, fuse, LayerPlan.of(layer_precisions) if code == "mixed"
+                         else Precision.of(code), winograd)
+    options = code_target.options()
     if calibration is not None:
         options["calibration"] = calibration.to_json()
     with codegen.collecting() as generated:

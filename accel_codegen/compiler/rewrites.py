@@ -14,12 +14,19 @@ result computes the same values).
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
+- Layer norm written as its formula (Paddle's ONNX export: mean, subtract, power 2, mean, add
+  eps, sqrt, divide, * gamma, + beta over the last axis) becomes ``relax.nn.layer_norm``: one
+  composite of engine passes (sim/decompose.py).
 - Exact rewrites onto what the engines run (``EXACT_REWRITES``, applied after the above): a
   stride-1 'same' max pool wider than the PDP's window becomes a cascade of 5x5 ones (their
   identical stages computed once: SPP becomes SPPF); the s x s phases of x concatenated on
   channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
   flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
-  constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``.
+  constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
+  reshape to its input's own shape its input; a channels-last sandwich of NCHW data
+  (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a per-channel scale, permute
+  back) the same ops over the NCHW tensor's channels (layer norm over axis 1, a 1x1 conv),
+  without the permutes.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -250,6 +257,63 @@ def _to_silu(expr: relax.Expr, matches) -> relax.Expr:
 def silu_from_sigmoid(mod: tvm.IRModule) -> tvm.IRModule:
     """x * sigmoid(x) -> silu(x) (TOPI's silu is that product: the host computes the same)."""
     return _rewrite(mod, _SILU, _to_silu)
+
+
+# --- layer norm written out -------------------------------------------------------------------
+# Paddle's ONNX export (PP-OCR's SVTR mixer) and hand-written models give layer norm as its
+# formula: mean over the last axis, x - mean, its square (power 2, or d * d), the mean of that,
+# + eps, sqrt, divide (or times rsqrt), * gamma, + beta. Read back as the layer_norm it is, it
+# is one composite of the engine passes (sim/decompose.py), where the formula's ops were each a
+# host op (a channel mean, a power, a sqrt have no engine of their own).
+_LN_X = wildcard()
+_LN_MEAN = is_op("relax.mean")(_LN_X)
+_LN_D = is_op("relax.subtract")(_LN_X, _LN_MEAN)
+_LN_EXPONENT = is_const()
+_LN_VAR = is_op("relax.mean")(is_op("relax.power")(_LN_D, _LN_EXPONENT) |
+                              is_op("relax.multiply")(_LN_D, _LN_D))
+_LN_EPS = is_const()
+_LN_VE = is_op("relax.add")(_LN_VAR, _LN_EPS) | is_op("relax.add")(_LN_EPS, _LN_VAR)
+_LN_NORMED = is_op("relax.divide")(_LN_D, is_op("relax.sqrt")(_LN_VE)) | \
+    is_op("relax.multiply")(_LN_D, is_op("relax.rsqrt")(_LN_VE))
+_LN_GAMMA, _LN_BETA = is_const(), is_const()
+_LN_SCALED = is_op("relax.multiply")(_LN_NORMED, _LN_GAMMA) | \
+    is_op("relax.multiply")(_LN_GAMMA, _LN_NORMED)
+_LN_FORMULA = is_op("relax.add")(_LN_SCALED, _LN_BETA) | is_op("relax.add")(_LN_BETA, _LN_SCALED)
+
+
+def _last_axis_mean(call: relax.Call, rank: int) -> bool:
+    axes = call.attrs.axis
+    return axes is not None and [int(a) % rank for a in _int_list(axes)] == [rank - 1] and \
+        bool(call.attrs.keepdims)
+
+
+def _to_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_LN_X]
+    shape = _static(x)
+    dtype = getattr(x.ty, "dtype", None)
+    if shape is None or not shape or dtype not in ("float32", "float16"):
+        return expr
+    rank, channels = len(shape), shape[-1]
+    var = matches[_LN_VAR]
+    if not _last_axis_mean(matches[_LN_MEAN], rank) or not _last_axis_mean(var, rank):
+        return expr
+    if _matched(matches, _LN_EXPONENT) is not None and \
+            constant_value(matches[_LN_EXPONENT]).tolist() not in (2, 2.0, [2.0], [2]):
+        return expr
+    eps = constant_value(matches[_LN_EPS])
+    gamma, beta = constant_value(matches[_LN_GAMMA]), constant_value(matches[_LN_BETA])
+    if eps.size != 1 or float(eps.reshape(-1)[0]) < 0 or any(
+            v.size != channels or (v.ndim and v.shape[-1] != channels) for v in (gamma, beta)):
+        return expr  # one eps; gamma and beta one value per channel (the last axis)
+    return relax.op.nn.layer_norm(x, relax.const(gamma.reshape(channels), dtype),
+                                  relax.const(beta.reshape(channels), dtype), axes=[-1],
+                                  epsilon=float(eps.reshape(-1)[0]))
+
+
+def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
+    """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta over the last axis ->
+    layer_norm(x, gamma, beta) (the host build computes the same formula)."""
+    return _rewrite(mod, _LN_FORMULA, _to_layer_norm)
 
 
 # --- batch norm at the end of a chain -----------------------------------------------------------
@@ -877,7 +941,173 @@ def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
 
 
+# Channels-last sandwiches of NCHW data (ConvNeXt's block, torchvision's LayerNorm2d: permute
+# NCHW -> NHWC, layer norm over C, Linear over C, GELU, a per-channel scale, permute back)
+# -> the same ops over the channels of the NCHW tensor itself: layer_norm over axis 1, a 1x1
+# conv2d for the Linear, the activation and the scale as they are, the two permutes cancelled.
+# On NVDLA the permute moves nothing (an [N, H, W, C] token tensor is the [N, C, H, W]
+# surface's bytes: layer.token_surface), so the runs are the same either way; here each op is
+# one the engines take on the NCHW surface, and no permute stays between them on the host. The
+# values are the same sums and products (a 1x1 conv sums over C as the matmul does).
+_NCHW = wildcard()
+_TO_NHWC = is_op("relax.permute_dims")(_NCHW)
+_NHWC_AXES, _NCHW_AXES = [0, 2, 3, 1], [0, 3, 1, 2]
+#: Ops of one tensor that act on each element alone (they commute with a permute).
+_PER_ELEMENT = {"relax.nn.gelu": relax.op.nn.gelu, "relax.nn.gelu_tanh": relax.op.nn.gelu_tanh,
+                "relax.nn.relu": relax.op.nn.relu, "relax.nn.silu": relax.op.nn.silu,
+                "relax.sigmoid": relax.op.sigmoid, "relax.tanh": relax.op.tanh}
+_SANDWICH_LN = is_op("relax.nn.layer_norm")(_TO_NHWC, is_const(), is_const())
+_SANDWICH_ACT = None
+for _name in _PER_ELEMENT:
+    _one = is_op(_name)(_TO_NHWC)
+    _SANDWICH_ACT = _one if _SANDWICH_ACT is None else _SANDWICH_ACT | _one
+_SCALE = is_const()
+_SANDWICH_SCALE = is_op("relax.multiply")(_TO_NHWC, _SCALE) | \
+    is_op("relax.multiply")(_SCALE, _TO_NHWC)
+_LINEAR_W = is_const()
+_LINEAR_WT = is_op("relax.permute_dims")(_LINEAR_W)
+_LINEAR_B = is_const()
+_LINEAR_FLAT = is_op("relax.reshape")(_TO_NHWC, wildcard())
+_LINEAR_MM = is_op("relax.matmul")(_LINEAR_FLAT | _TO_NHWC, _LINEAR_WT | _LINEAR_W)
+_LINEAR_BIASED = is_op("relax.add")(_LINEAR_MM, _LINEAR_B) | \
+    is_op("relax.add")(_LINEAR_B, _LINEAR_MM)
+_SANDWICH_LINEAR = is_op("relax.reshape")(_LINEAR_BIASED | _LINEAR_MM, wildcard()) | \
+    _LINEAR_BIASED | _LINEAR_MM
+_BACK_TO_NCHW = is_op("relax.permute_dims")(_TO_NHWC)
+
+
+def _permute_axes(call: relax.Call, rank: int) -> Optional[list]:
+    axes = call.attrs.axes
+    return list(range(rank))[::-1] if axes is None else [int(a) % rank
+                                                         for a in _int_list(axes)]
+
+
+def _nhwc_of(matches) -> Optional[relax.Expr]:
+    """x when the match's permute is NCHW -> NHWC of a 4-D float x, else None."""
+    x = matches[_NCHW]
+    shape = _static(x)
+    if shape is None or len(shape) != 4 or getattr(x.ty, "dtype", None) not in (
+            "float32", "float16") or _permute_axes(matches[_TO_NHWC], 4) != _NHWC_AXES:
+        return None
+    return x
+
+
+def _matched(matches, pattern: DFPattern) -> Optional[relax.Expr]:
+    """What ``pattern`` matched, None for an alternative that did not take part."""
+    return matches[pattern] if pattern in matches else None
+
+
+def _nhwc(expr: relax.Expr) -> relax.Expr:
+    return relax.op.permute_dims(expr, _NHWC_AXES)
+
+
+def _sandwich_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    a = expr.attrs
+    if x is None or [int(v) % 4 for v in a.axes] != [3]:
+        return expr
+    return _nhwc(relax.op.nn.layer_norm(x, expr.args[1], expr.args[2], axes=[1],
+                                        epsilon=float(a.epsilon), center=bool(a.center),
+                                        scale=bool(a.scale)))
+
+
+def _sandwich_activation(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    return expr if x is None else _nhwc(_PER_ELEMENT[expr.op.name](x))
+
+
+def _sandwich_scale(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    scale = matches[_SCALE]
+    if x is None or scale.ty.dtype != x.ty.dtype:
+        return expr
+    channels = _static(x)[1]
+    value = constant_value(scale)
+    if value.size != channels or value.ndim == 0 or value.shape[-1] != channels:
+        return expr  # a scalar or another broadcast: not one factor per channel
+    return _nhwc(relax.op.multiply(x, relax.const(value.reshape(1, channels, 1, 1),
+                                                  str(scale.ty.dtype))))
+
+
+def _sandwich_linear(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    if x is None:
+        return expr
+    n, c, h, w = _static(x)
+    weight = constant_value(matches[_LINEAR_W])
+    transposed = _matched(matches, _LINEAR_WT) is not None
+    if weight.ndim != 2 or (transposed and (_permute_axes(matches[_LINEAR_WT], 2) != [1, 0] or
+                                            weight.shape[1] != c)) or \
+            (not transposed and weight.shape[0] != c):
+        return expr
+    kernels = weight if transposed else weight.T
+    k = kernels.shape[0]
+    flat = _matched(matches, _LINEAR_FLAT)
+    if flat is not None and (_static(flat) != [n * h * w, c] or _static(expr) != [n, h, w, k]):
+        return expr
+    if flat is None and _static(expr) != [n, h, w, k]:
+        return expr  # the matmul on the 4-D tensor itself (ONNX), whose result is the output
+    dtype = str(x.ty.dtype)
+    out = relax.op.nn.conv2d(x, relax.const(np.ascontiguousarray(kernels).reshape(k, c, 1, 1),
+                                            dtype), data_layout="NCHW", kernel_layout="OIHW",
+                             out_layout="NCHW", out_dtype=dtype)
+    if _matched(matches, _LINEAR_B) is not None:
+        bias = constant_value(matches[_LINEAR_B])
+        if bias.size != k or bias.shape[-1] != k:
+            return expr
+        out = relax.op.add(out, relax.const(bias.reshape(1, k, 1, 1), dtype))
+    return _nhwc(out)
+
+
+def _sandwich_cancel(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    if x is None or _permute_axes(expr, 4) != _NCHW_AXES:
+        return expr
+    return x
+
+
+_SANDWICH_REWRITES = ((_SANDWICH_LN, _sandwich_layer_norm),
+                      (_SANDWICH_ACT, _sandwich_activation),
+                      (_SANDWICH_SCALE, _sandwich_scale),
+                      (_SANDWICH_LINEAR, _sandwich_linear),
+                      (_BACK_TO_NCHW, _sandwich_cancel))
+
+
+def channels_last_sandwiches(mod: tvm.IRModule) -> tvm.IRModule:
+    """permute NCHW -> NHWC, then per-channel ops over the last axis (layer norm, Linear,
+    per-element activations, a per-channel scale), then permute back -> the same ops over axis
+    1 of the NCHW tensor, without the permutes. Each rewrite moves the permute one op later;
+    they repeat until none applies (a permute that reaches no permute back stays, after the
+    ops it passed)."""
+    for _ in range(64):
+        before = mod
+        for pattern, rewriter in _SANDWICH_REWRITES:
+            mod = _rewrite(mod, pattern, rewriter)
+        if tvm_ffi.structural_equal(before, mod):
+            break
+    return mod
+
+
+# A reshape to the shape its input has (torch's flatten after a keepdims mean, then
+# unflattened): it moves nothing, and alone it stayed on the host between two functions.
+_RESHAPED = wildcard()
+_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard())
+
+
+def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_RESHAPED]
+    shape = _static(x)
+    return x if shape is not None and shape == _static(expr) else expr
+
+
+def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """reshape(x, x's own shape) -> x."""
+    return _rewrite(mod, _RESHAPE, _unreshaped)
+
+
 #: The exact rewrites onto the engines' ops, in the order the partitioner applies them (a
-#: shared constant reshape first: ``c - x`` then sees the constant).
-EXACT_REWRITES = (shared_constant_reshapes, max_pool_cascades, space_to_depth_convs,
-                  permuted_flattens, constant_minus_tensor)
+#: shared constant reshape first: ``c - x`` then sees the constant; the channels-last
+#: sandwiches before a permute before a flatten is folded into the dense layer's weight).
+EXACT_REWRITES = (identity_reshapes, shared_constant_reshapes, max_pool_cascades,
+                  space_to_depth_convs, channels_last_sandwiches, permuted_flattens,
+                  constant_minus_tensor)

@@ -10,6 +10,7 @@ A build's precision is uniform (a :class:`~accel_codegen.sim.config.Precision`) 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Dict, Mapping, Optional, Tuple, Union
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
@@ -77,10 +78,13 @@ class Target:
            precision: str = "fp32", winograd: bool = True,
            layer_precisions: Optional[Mapping[str, str]] = None,
            calibration_method: str = DEFAULT_METHOD, equalize: Optional[bool] = None,
-           bias_correction: bool = True, weight_rounding: str = "nearest") -> "Target":
+           bias_correction: bool = True, weight_rounding: str = "nearest",
+           generated: bool = True) -> "Target":
         """The Target of the public functions' keywords (``precision="mixed"``: a per-layer
         plan, from ``layer_precisions`` or unassigned), every combination checked: the
-        configuration has the precision(s), int8 is fused, the switches fit the precision."""
+        configuration has the precision(s), int8 is fused, the switches fit the precision.
+        ``generated`` False: a Target that is estimated, not built (decomposed int8 and
+        mixed chains are costed, never generated)."""
         config = AccelConfig.resolve(config)
         if weight_rounding not in ROUNDINGS:
             raise AccelInvalidError(f"weight_rounding = {weight_rounding!r} is not one of "
@@ -96,7 +100,7 @@ class Target:
                                         "correction")
             for each in LAYER_PRECISIONS:
                 check_precision(config, each)
-            if not fuse:
+            if not fuse and generated:
                 raise AccelUnsupportedError("mixed code has int8 layers, which are generated "
                                             "for fused chains (fuse=True)")
             plan: Union[Precision, LayerPlan] = LayerPlan.of(layer_precisions)
@@ -106,12 +110,36 @@ class Target:
                                         f"precision='mixed', not {precision!r}")
             check_precision(config, precision)
             plan = Precision.of(precision)
-            if plan is Precision.INT8 and not fuse:
+            if plan is Precision.INT8 and not fuse and generated:
                 raise AccelUnsupportedError("int8 code is generated for fused chains "
                                             "(fuse=True); decomposed int8 can be estimated, "
                                             "not run")
         return cls(config, fuse, plan, winograd, calibration_method, equalize,
                    bias_correction, weight_rounding)
+
+    def options(self) -> dict:
+        """The code generator's options (what RunCodegen hands ``relax.ext.accel``): this
+        target's code, as :meth:`from_options` reads them back."""
+        options = {"config": self.config.to_json(), "fuse": self.fuse, "precision": self.code,
+                   "winograd": self.winograd}
+        if self.layer_precisions is not None:
+            options["layer_precisions"] = json.dumps(self.layer_precisions)
+        return options
+
+    @classmethod
+    def from_options(cls, options: Mapping) -> "Target":
+        """The Target of the code generator's options (the partition checked the combination
+        when it made them)."""
+        config = AccelConfig.from_json(str(options["config"]))
+        precision = str(options.get("precision", "fp32"))
+        if precision == MIXED:
+            plan: Union[Precision, LayerPlan] = LayerPlan.of(
+                json.loads(str(options["layer_precisions"]))
+                if "layer_precisions" in options else None)
+        else:
+            plan = Precision.of(precision)
+        return cls(config, bool(options.get("fuse", True)), plan,
+                   bool(options.get("winograd", True)))
 
     def replace(self, **changes) -> "Target":
         return dataclasses.replace(self, **changes)

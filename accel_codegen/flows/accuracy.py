@@ -27,6 +27,7 @@ import tvm
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
 from ..compiler.partition import calibration_of, generate_partition, match_composites
+from ..compiler.target import Target
 from ..sim.config import AccelConfig
 from ..sim.labels import layer_key
 from ..tables import Column, render_table
@@ -234,7 +235,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                     onnx_model=None, equalize: Optional[bool] = None,
                     bias_correction: bool = True, weight_rounding: str = "nearest",
                     target_sqnr_db: Optional[float] = None,
-                    layer_precisions: Optional[Dict[str, str]] = None) -> AccuracyReport:
+                    layer_precisions: Optional[Dict[str, str]] = None,
+                    target: Optional[Target] = None) -> AccuracyReport:
     """Run ``inputs`` through the fp32 and the ``precision`` builds of a model and compare.
 
     Parameters
@@ -251,6 +253,9 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         reference is the fp32 code of the int8 partition (the mixed build's); a converting
         run is not a tensor of its own (the observer sees its values where they were made),
         and each layer's tensors carry its precision (``layer_precisions`` of the report).
+    target : Target, optional
+        The build's options as one :class:`~accel_codegen.compiler.target.Target`, in place of
+        the keywords above (``target_sqnr_db`` searches the plan of a per-layer one without).
     inputs : iterable
         Evaluation inputs of ``main`` (each a tuple of arrays, or one array); use inputs other
         than the calibration ones.
@@ -267,6 +272,10 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
         at the model output, and the top-1 agreement for classification outputs; ``ort``:
         ONNX Runtime's int8 figures (or ``ort_skipped``: why not, e.g. onnxruntime missing).
     """
+    winograd = target.winograd if target is not None else True
+    if target is not None:  # its fields in place of the keywords
+        (config, fuse, precision, calibration_method, equalize, bias_correction,
+         weight_rounding, layer_precisions) = _keywords(target)
     config = AccelConfig.resolve(config)
     if precision == "fp32":
         raise AccelInvalidError("the accuracy report compares a reduced precision with fp32")
@@ -280,20 +289,21 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                 "weight_rounding": weight_rounding} if precision == "int8" else {}
     if precision == "mixed" or target_sqnr_db is not None or layer_precisions is not None:
         switches = {"target_sqnr_db": target_sqnr_db, "layer_precisions": layer_precisions}
-    target = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
-                                 calibration=calibration,
-                                 calibration_method=calibration_method, **switches)
+    built = partition_for_accel(mod, params, config=config, fuse=fuse, precision=precision,
+                                calibration=calibration, winograd=winograd,
+                                calibration_method=calibration_method, **switches)
     # The chains of the build: a mixed build is the int8 partition, each layer in its own
     # precision (None otherwise: the whole build is in ``precision``).
-    chosen = partition_report(target).layer_precisions if precision == "mixed" else None
+    chosen = partition_report(built).layer_precisions if precision == "mixed" else None
     chains_for = "int8" if precision == "mixed" else precision
-    used = calibration_of(target, used=True)
-    made = calibration_of(target)
+    used = calibration_of(built, used=True)
+    made = calibration_of(built)
     if made is not None and made.equalized:  # the fp32 tensors of the weights int8 quantises
         mod, params = equalization.equalize(bind_params(mod, params) if params else mod)[0], None
-    reference = generate_partition(mod, params, config, fuse, chains_for, "fp32", None)
+    reference = generate_partition(mod, params, config, fuse, chains_for, "fp32", None,
+                                   winograd)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))
-    vm = virtual_machine(tvm.compile(target, target="llvm"))
+    vm = virtual_machine(tvm.compile(built, target="llvm"))
 
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=chains_for)
     shifted = {run.key for run in runs(matched)
@@ -308,7 +318,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                             _worst(signal, ort_sums["int8"][0]),
                             ort_sums["int8"][1] / total if total else None,
                             _worst(signal, ort_sums["fp32"][0]), ort_runs["int8_model"])
-    search = mixed_precision_of(target) if precision == "mixed" else None
+    search = mixed_precision_of(built) if precision == "mixed" else None
     outputs = [sqnr_db(s, n) for s, n in zip(signal, noise)]
     return AccuracyReport(config.name, precision, used.method if used else None,
                           used.samples if used else 0, len(examples), min(outputs),
@@ -316,6 +326,14 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                           outputs, search.target_sqnr_db if search else None,
                           search.point.sqnr_db if search else None,
                           search.point.held_back_sqnr_db if search else None)
+
+
+def _keywords(target: Target) -> tuple:
+    """accuracy_report's keywords from a Target: config, fuse, precision, calibration_method,
+    equalize, bias_correction, weight_rounding, layer_precisions."""
+    return (target.config, target.fuse, target.code, target.calibration_method,
+            target.equalize, target.bias_correction, target.weight_rounding,
+            target.layer_precisions)
 
 
 def _run(machine, example) -> List[np.ndarray]:

@@ -54,6 +54,21 @@ def encode_multiplier(factor: float, what: str) -> Tuple[int, int]:
 WEIGHT_SCALE_FLOOR = 2.0 ** -16
 
 
+#: How far from an integer (in steps) a weight may be and still be read as a code of a
+#: per-tensor step: float32 weights that are codes times a float32 step are within 127 x
+#: 2^-23 of one; random float weights of a layer all within it have probability ~1e-3^N.
+GRID_TOLERANCE = 1e-3
+
+
+def _on_one_grid(w: np.ndarray, step: float) -> bool:
+    """Whether every weight is an integer multiple of ``step`` (to GRID_TOLERANCE) and the
+    layer has more than one output channel (a single channel's step is its own anyway)."""
+    if w.shape[0] < 2:
+        return False
+    ratio = w / step
+    return bool(np.all(np.abs(ratio - np.rint(ratio)) <= GRID_TOLERANCE))
+
+
 def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8: (codes [K, ...] int8, scales [K] float64).
 
@@ -63,8 +78,16 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     accumulator is exactly 0 whatever the scale, so the scale only sets the units of its
     converter's bias, and the coarsest channel's units keep that bias as small (as far from
     int32's end) as the layer's best-conditioned channel's, as NVDLA's compiler gives a dead
-    channel a converter in the layer's range. Depends on the weights alone: the memory plan
-    counts the same codes the code generator emits."""
+    channel a converter in the layer's range.
+
+    Weights that are already codes of one step for the whole layer (a model quantised per
+    tensor, symmetric: ONNX Runtime's ``quantize_static``, PT2E's per-tensor weights; their
+    step is the layer's amax / 127) keep those codes: every channel gets that step, so the
+    codes are the model's own and represent its weights exactly (per channel they would be
+    re-rounded to finer steps, away from what the model's int8 runtime computes).
+
+    Depends on the weights alone: the memory plan counts the same codes the code generator
+    emits."""
     w = np.asarray(weights, np.float64)
     flat = np.abs(w.reshape(w.shape[0], -1))
     if not np.all(np.isfinite(flat)):
@@ -73,6 +96,9 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
                                 "NaN): no int8 scale for them")
     amax = flat.max(axis=1) if flat.size else np.zeros(w.shape[0])
     coarsest = float(amax.max()) / WEIGHT_MAX if amax.size else 0.0
+    if coarsest > 0 and _on_one_grid(w, coarsest):
+        codes = round_half_away(w / coarsest)
+        return codes.astype(np.int8), np.full(w.shape[0], coarsest)
     if coarsest > 0:
         floor = coarsest * WEIGHT_SCALE_FLOOR
         negligible = amax < floor / 2  # |w / floor| < 1/2: every code rounds to 0

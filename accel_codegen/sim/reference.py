@@ -99,6 +99,21 @@ def _per_channel(values: np.ndarray, ndim: int, dtype=np.float32) -> np.ndarray:
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 _SQRT1_2 = 0.70710678118654752440
+_SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
+_exp64 = np.frompyfunc(math.exp, 1, 1)  # libm's exp, as the C library's
+
+
+def _gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
+    """GELU's tanh form in float64 as the C library computes it (csrc/lut.c: gelu_tanh64):
+    t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t + 0.044715 t^3), the exponent held to 709;
+    through libm's exp (the FP32 SDP's bits), or NumPy's (``libm`` False: the table entries,
+    rounded to half, where the two never differ)."""
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = _SQRT_2_PI * (t + 0.044715 * (t * t * t))
+        z = -2.0 * u
+        z = np.where(z > 709.0, 709.0, z)  # NaN stays NaN (C's `z > 709` is false for it)
+        return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
 
 
 def is_lut_activation(act: Optional[str]) -> bool:
@@ -165,7 +180,8 @@ def tanh_f32(t: np.ndarray) -> np.ndarray:
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
     order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
-    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit)."""
+    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit),
+    its tanh form in float64 through libm's exp, rounded once."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -182,6 +198,8 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
         if act == "gelu":
             wide = t.astype(np.float64)
             return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
+        if act == "gelu_tanh":
+            return _gelu_tanh64(t).astype(np.float32)
         if act == "exp":
             return exp_f32(t)
         if act == "rsqrt":  # IEEE sqrt and division, each correctly rounded (as the C's)
@@ -215,6 +233,8 @@ def function64(act: str, t: np.ndarray) -> np.ndarray:
             return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
         if act == "gelu":
             return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
+        if act == "gelu_tanh":
+            return _gelu_tanh64(t, libm=False)
         if act == "exp":
             return np.exp(t)
     if act in ("rsqrt", "reciprocal"):

@@ -126,6 +126,7 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     # and a linear table give, so int8 builds keep these passes in FP16.
     Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut", int8=False),
     Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut", int8=False),
+    Entry("gelu_tanh", "ACCEL_ACT_GELU_TANH", "relax.nn.gelu_tanh", feature="lut"),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -28,6 +28,7 @@ from tvm import relax
 from ..compiler.costing import ProgramCosts
 from ..compiler.layer import Layer
 from ..compiler.program import lower_module
+from ..compiler.target import Target
 from ..errors import AccelInvalidError
 from ..compiler.partition import check_layer_precisions, match_composites
 from ..sim import OpStats, RunStats
@@ -242,7 +243,8 @@ def _peak_precision(precision: str) -> str:
 def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
              config: AccelConfig | str = "nv_full", precision: str = "fp32",
              fuse: bool = True, winograd: bool = True,
-             layer_precisions: Optional[Dict[str, str]] = None) -> EstimateReport:
+             layer_precisions: Optional[Dict[str, str]] = None,
+             target: Optional[Target] = None) -> EstimateReport:
     """The cost model's figures for a model on a configuration, without running the kernels.
 
     Parameters
@@ -266,6 +268,10 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     winograd : bool
         Convolutions the configuration runs in Winograd mode use it (True), as for a build;
         False keeps every convolution direct. The layers' ``engines`` say "CONV(wg)" for it.
+    target : Target, optional
+        The build's options as one :class:`~accel_codegen.compiler.target.Target` (its
+        configuration, fusion, precision or per-layer plan, conv-mode policy), in place of
+        the keywords above, which otherwise make it.
 
     Returns
     -------
@@ -280,22 +286,30 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     AccelUnsupportedError
         A precision the configuration lacks, or one the code generator does not emit yet.
     """
-    config = AccelConfig.resolve(config)
-    if precision == "mixed":
-        if layer_precisions is None:
-            raise AccelInvalidError("precision='mixed' is estimated for an assignment: give "
-                                    "layer_precisions (layer key -> 'int8' or 'fp16')")
-        for each in ("int8", "fp16"):
-            check_precision(config, each)
-        matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
-        return report_of(lower(matched, config, "mixed", fuse, winograd,
-                               check_layer_precisions(matched, layer_precisions)),
-                         config, matched)
-    if layer_precisions is not None:
+    if target is None:
+        target = estimate_target(config, precision, fuse, winograd, layer_precisions)
+    elif target.mixed and not target.precision.assigned:
+        raise AccelInvalidError("a per-layer Target is estimated for an assignment: give its "
+                                "plan (Target.of(..., layer_precisions=...))")
+    matched = match_composites(mod, params, config=target.config, fuse=target.fuse,
+                               precision=target.chains.value)
+    layer_precisions = check_layer_precisions(matched, target.layer_precisions) \
+        if target.mixed else None
+    return report_of(lower(matched, target.config, target.code, target.fuse, target.winograd,
+                           layer_precisions), target.config, matched)
+
+
+def estimate_target(config: AccelConfig | str, precision: str, fuse: bool, winograd: bool,
+                    layer_precisions: Optional[Dict[str, str]]) -> Target:
+    """The Target :func:`estimate`'s keywords describe (``Target.of``, without the checks of
+    what is generated: decomposed int8 and mixed chains are costed too)."""
+    if precision == "mixed" and layer_precisions is None:
+        raise AccelInvalidError("precision='mixed' is estimated for an assignment: give "
+                                "layer_precisions (layer key -> 'int8' or 'fp16')")
+    if precision != "mixed" and layer_precisions is not None:
         raise AccelInvalidError(f"layer_precisions is for precision='mixed', not {precision!r}")
-    check_precision(config, precision)
-    matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
-    return report_of(lower(matched, config, precision, fuse, winograd), config, matched)
+    return Target.of(config, fuse=fuse, precision=precision, winograd=winograd,
+                     layer_precisions=layer_precisions, generated=False)
 
 
 def lower(matched: tvm.IRModule, config: AccelConfig, precision: str, fuse: bool,

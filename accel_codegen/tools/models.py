@@ -10,6 +10,8 @@ training (:func:`_init_weights`, then :func:`_measure_batch_norm_statistics`):
 * batch-norm affine parameters are non-trivial (``weight ~ U(0.5, 1.5)``,
   ``bias ~ N(0, 0.1)``), so a frontend or backend that drops or mis-folds batch norm
   produces visibly wrong numbers; layer-norm affine parameters are randomised the same way;
+  ConvNeXt's layer scales are drawn from U(0.1, 1) (a trained network's range, not the
+  1e-6 its training starts from, which would make every block the identity);
 * batch-norm running statistics are those of the activations. They are measured in one
   forward pass in eval mode over :func:`calibration_input` (a batch of
   :data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a
@@ -51,7 +53,7 @@ __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resne
            "resnet50_caffe",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
-           "alexnet_lrn", "googlenet_lrn", "CALIBRATION_BATCH", "calibration_input",
+           "alexnet_lrn", "googlenet_lrn", "convnext_mini", "CALIBRATION_BATCH", "calibration_input",
            "build_realistic"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
@@ -89,6 +91,10 @@ def _init_weights(model: nn.Module, gen: torch.Generator) -> None:
                 shape = module.normalized_shape
                 module.weight.copy_(torch.rand(shape, generator=gen) + 0.5)
                 module.bias.copy_(torch.randn(shape, generator=gen) * 0.1)
+            # ConvNeXt's layer scales (1e-6 at the start of training, 0.1 to 1 after it)
+            if isinstance(getattr(module, "layer_scale", None), nn.Parameter):
+                module.layer_scale.copy_(torch.rand(module.layer_scale.shape,
+                                                    generator=gen) * 0.9 + 0.1)
 
 
 def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -1077,6 +1083,88 @@ def googlenet_lrn(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
 
 
 # --------------------------------------------------------------------------------------
+# ConvNeXt (Liu et al., 2022): a CNN with layer norm, 7x7 depthwise convs and GELU
+# --------------------------------------------------------------------------------------
+class Permute(nn.Module):
+    """torchvision's ``ops.misc.Permute``."""
+
+    def __init__(self, dims: list[int]):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.permute(x, self.dims)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """torchvision's ConvNeXt ``LayerNorm2d``: a layer norm over the channels of NCHW data,
+    through channels-last."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class CNBlock(nn.Module):
+    """torchvision's ConvNeXt block: 7x7 depthwise conv, permute to channels-last, layer norm
+    over C, Linear 4C, GELU, Linear C, permute back, layer scale, residual add (stochastic
+    depth is the identity in eval mode and left out). ``approximate``: GELU's form ("none":
+    erf, torchvision's; "tanh")."""
+
+    def __init__(self, dim: int, approximate: str = "none"):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim, bias=True),
+            Permute([0, 2, 3, 1]),
+            nn.LayerNorm(dim, eps=1e-6),
+            nn.Linear(dim, 4 * dim, bias=True),
+            nn.GELU(approximate=approximate),
+            nn.Linear(4 * dim, dim, bias=True),
+            Permute([0, 3, 1, 2]),
+        )
+        self.layer_scale = nn.Parameter(torch.full((dim, 1, 1), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_scale * self.block(x) + x
+
+
+class ConvNeXt(nn.Module):
+    """ConvNeXt in torchvision's module layout: a 4x4/4 conv + LayerNorm2d stem, stages of
+    CNBlocks with LayerNorm2d + 2x2/2 conv between them, then global average pool,
+    LayerNorm2d, flatten and a Linear head."""
+
+    def __init__(self, depths: list[int], dims: list[int], num_classes: int = 1000,
+                 approximate: str = "none"):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Sequential(nn.Conv2d(3, dims[0], 4, 4),
+                                                 LayerNorm2d(dims[0], eps=1e-6))]
+        for i, (depth, dim) in enumerate(zip(depths, dims)):
+            layers.append(nn.Sequential(*(CNBlock(dim, approximate) for _ in range(depth))))
+            if i + 1 < len(dims):
+                layers.append(nn.Sequential(LayerNorm2d(dim, eps=1e-6),
+                                            nn.Conv2d(dim, dims[i + 1], 2, 2)))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(LayerNorm2d(dims[-1], eps=1e-6), nn.Flatten(1),
+                                        nn.Linear(dims[-1], num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.avgpool(self.features(x)))
+
+
+def convnext_mini(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """A ConvNeXt-T-like model, small enough for tests: ConvNeXt-T's layout (torchvision's
+    modules, stem, downsampling and head; GELU in its erf form) with stages of [2, 2, 4, 2]
+    blocks of widths [32, 64, 128, 256] (ConvNeXt-T: [3, 3, 9, 3] of [96, 192, 384, 768]) on a
+    3x64x64 input, 100 classes. Realistic initialisation (He weights, layer norms and layer
+    scales randomised: :func:`_init_weights`). Input (batch, 3, 64, 64); ``batch`` and
+    ``seed`` as for :func:`get_model`."""
+    return _build(lambda: ConvNeXt([2, 2, 4, 2], [32, 64, 128, 256], num_classes=100),
+                  (3, 64, 64), batch, seed)
+
+
+# --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., ModelAndInputs]] = {
@@ -1096,6 +1184,7 @@ MODELS: dict[str, Callable[..., ModelAndInputs]] = {
     "squeezenet1_1": squeezenet1_1,
     "alexnet_lrn": alexnet_lrn,
     "googlenet_lrn": googlenet_lrn,
+    "convnext_mini": convnext_mini,
 }
 
 

@@ -53,7 +53,7 @@ def inputs(count, first=0):
                              .astype(np.float32)) for i in range(count)]
 
 
-def converted(quantizer, model=None):
+def converted(quantizer, model=None, fold_quantize=True):
     torch.manual_seed(0)
     with torch.no_grad():
         model = (model or Net()).eval()
@@ -61,7 +61,7 @@ def converted(quantizer, model=None):
         prepared = prepare_pt2e(exported, quantizer)
         for x in inputs(4):
             prepared(x)
-        return convert_pt2e(prepared)
+        return convert_pt2e(prepared, fold_quantize=fold_quantize)
 
 
 def output_scale(module):
@@ -127,6 +127,21 @@ def test_per_tensor_weights_and_uint8_activations():
     assert set(qdq.annotations_of(mod).weights.values()) == {"per-tensor"}
 
 
+def test_unfolded_weight_quantisation_and_detached_params():
+    """convert_pt2e(fold_quantize=False) keeps each weight's quantize in the graph: the import
+    evaluates it, and gives the same float graph and scales as the folded codes; with the
+    weights as parameters the scales still travel with the module."""
+    folded = qdq.annotations_of(from_pytorch(converted(AccelQuantizer()), tuple(inputs(1)))[0])
+    module = converted(AccelQuantizer(), fold_quantize=False)
+    assert any(pt2e.quant_op(n) == "quantize_per_channel" for n in module.graph.nodes)
+    mod, params = from_pytorch(module, tuple(inputs(1)), keep_params_as_input=True)
+    unfolded = qdq.annotations_of(mod)
+    assert params, "the biases are parameters of the converted model"
+    assert sorted(unfolded.tensors.values()) == sorted(folded.tensors.values())
+    assert sorted(f[2] for f in unfolded.fingerprints.values()) == \
+        sorted(f[2] for f in folded.fingerprints.values())
+
+
 def test_unsupported_quantisations_name_the_node():
     """Dynamic quantisation (a scale computed at run time) and 16-bit activations have no
     accelerator form: a typed error naming the fx node."""
@@ -153,3 +168,23 @@ def test_unsupported_quantisations_name_the_node():
 
     with pytest.raises(AccelUnsupportedError, match="node 'quantize_per_tensor.*int16"):
         from_pytorch(Wide(), tuple(inputs(1)))
+
+
+def test_per_channel_activations_and_int8_inputs_name_the_node():
+    qd = torch.ops.quantized_decomposed
+
+    class PerChannel(nn.Module):
+        def forward(self, x):
+            scales, zeros = torch.full((3,), 0.01), torch.zeros(3, dtype=torch.int64)
+            q = qd.quantize_per_channel(x, scales, zeros, 1, -128, 127, torch.int8)
+            return qd.dequantize_per_channel(q, scales, zeros, 1, -128, 127, torch.int8)
+
+    with pytest.raises(AccelUnsupportedError, match="node 'quantize_per_channel.*per channel"):
+        from_pytorch(PerChannel(), tuple(inputs(1)))
+
+    class Int8Input(nn.Module):
+        def forward(self, x):
+            return qd.dequantize_per_tensor(x, 0.01, 0, -128, 127, torch.int8)
+
+    with pytest.raises(AccelUnsupportedError, match="node 'dequantize_per_tensor.*int8 graph"):
+        from_pytorch(Int8Input(), (torch.zeros(SHAPE, dtype=torch.int8),))

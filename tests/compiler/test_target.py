@@ -65,3 +65,37 @@ def test_a_per_layer_plan_replaces_mixed():
 def test_target_of_refuses_what_cannot_be_built(keywords, error, message):
     with pytest.raises(error, match=message):
         Target.of(**keywords)
+
+
+def test_the_code_generator_reads_its_options_as_the_target():
+    plan = {"f0.0": "int8", "f0.1": "fp16"}
+    for target in (Target.of("nv_small", precision="int8"),
+                   Target.of("nv_full", precision="fp16", fuse=False, winograd=False),
+                   Target.of("nv_full", precision="mixed", layer_precisions=plan)):
+        options = target.options()
+        assert json.loads(json.dumps(options)) == options  # what RunCodegen carries
+        read = Target.from_options(options)
+        assert (read.config, read.fuse, read.precision, read.winograd) == \
+            (target.config, target.fuse, target.precision, target.winograd)
+    assert read.layer_precisions == plan and options["precision"] == "mixed"
+
+
+def test_an_estimate_takes_a_target_and_its_keywords_alike():
+    import torch
+
+    from accel_codegen import estimate, frontend
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 1)).eval()
+    mod, params = frontend.from_pytorch(model, (torch.randn(1, 3, 8, 8),))
+    # decomposed int8 is estimated, not generated: the estimate's Target allows it
+    keywords = {"config": "nv_small", "precision": "int8", "fuse": False, "winograd": False}
+    with pytest.raises(AccelUnsupportedError, match="fused chains"):
+        Target.of(keywords.pop("config"), **keywords)
+    target = Target.of("nv_small", generated=False, **keywords)
+    by_target = estimate(mod, params, target=target)
+    by_keywords = estimate(mod, params, config="nv_small", **keywords)
+    assert [(r.label, r.cycles) for r in by_target.layers] == \
+        [(r.label, r.cycles) for r in by_keywords.layers] and by_target.total_cycles > 0
+    assert not by_target.fuse and by_target.precision == "int8"

@@ -276,6 +276,26 @@ def test_negligible_channels_quantise_to_zero_codes_at_the_coarsest_scale():
         quantize_weights(np.array([[1.0, 2.0], [np.inf, 0.0]]))
 
 
+def test_per_tensor_codes_are_kept():
+    """Weights that are codes of one step for the layer (a model quantised per tensor, in
+    float32) keep those codes, every channel at that step; float weights and a grid that
+    is only nearly one stay per channel."""
+    rng = np.random.default_rng(11)
+    q = rng.integers(-127, 128, (6, 3, 3, 3))
+    q[2] //= 8  # a channel of small codes: per channel it would be re-rounded finer
+    q[4] = 0
+    q[0, 0, 0, 0] = -127
+    step = np.float32(0.0173)
+    codes, scales = quantize_weights((q * step).astype(np.float32))
+    assert np.array_equal(codes, q) and np.all(scales == np.float64(np.float32(127 * step)) / 127)
+    float_weights = rng.standard_normal((6, 3, 3, 3))
+    amax = np.abs(float_weights.reshape(6, -1)).max(axis=1)
+    assert np.array_equal(quantize_weights(float_weights)[1], amax / 127)
+    nearly = (q * step).astype(np.float64)
+    nearly[1, 0, 0, 0] += 0.01 * step  # one weight off the grid
+    assert not np.all(quantize_weights(nearly)[1] == quantize_weights(nearly)[1][0])
+
+
 def test_gptq_keeps_negligible_channels_at_zero():
     rng = np.random.default_rng(9)
     w = _trained_weights(4, 2, 3, {1: 1e-34, 3: 0.0}, seed=9)

@@ -168,13 +168,14 @@ def test_fp32_is_exact(act, rng):
     x.flat[:6] = [0.0, -0.0, 88.0, -100.0, np.inf, -np.inf]
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
-    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal"):
+    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal", "gelu_tanh"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
     torch_fn = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": functional.silu,
                 "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
-                "gelu": functional.gelu, "exp": torch.exp, "rsqrt": torch.rsqrt,
+                "gelu": functional.gelu, "exp": torch.exp,
+                "gelu_tanh": lambda t: functional.gelu(t, approximate="tanh"), "rsqrt": torch.rsqrt,
                 "reciprocal": torch.reciprocal}[act]
     theirs = torch_fn(torch.from_numpy(x)).numpy()
     # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).

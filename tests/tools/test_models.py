@@ -30,13 +30,15 @@ ZOO = {
     "squeezenet1_1": ((1, 3, 224, 224), (1, 1000)),
     "alexnet_lrn": ((1, 3, 224, 224), (1, 1000)),
     "googlenet_lrn": ((1, 3, 224, 224), (1, 1000)),
+    "convnext_mini": ((1, 3, 64, 64), (1, 100)),
 }
 # The first six models, built fresh here; the later ones (#11 and after) come from the
 # session's cache (tests/conftest.py), which their export test below imports anyway.
 ORIGINAL = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mixed_block"]
 LATER = sorted(set(ZOO) - set(ORIGINAL))
 WITH_BATCH_NORM = [name for name in sorted(ZOO)
-                   if name not in ("lenet5", "squeezenet1_1", "alexnet_lrn", "googlenet_lrn")]
+                   if name not in ("lenet5", "squeezenet1_1", "alexnet_lrn", "googlenet_lrn",
+                                   "convnext_mini")]
 
 # Parameters of the published models: torchvision's weights metadata ("num_params"; GoogLeNet
 # without the auxiliary classifiers, as its weights load), Caffe's bvlc_alexnet for AlexNet.
@@ -68,6 +70,9 @@ MODULES = {
     # stem 3 + 9 Inception modules x 6; pools: stem 2, one per module, after 3b and 4e
     "googlenet_lrn": {"BatchNorm2d": 0, "Conv2d": 57, "LocalResponseNorm": 2, "MaxPool2d": 13,
                       "AvgPool2d": 1, "Linear": 1},
+    # stem, 10 blocks' depthwise 7x7, 3 downsamplings; LayerNorm2d: stem, 3 downsamplings, head
+    "convnext_mini": {"BatchNorm2d": 0, "Conv2d": 14, "LayerNorm": 10, "LayerNorm2d": 5,
+                      "Linear": 21, "GELU": 10},
 }
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -33,11 +32,11 @@ import tvm
 
 from ...errors import register_with_tvm_ffi
 from ...quantization import Calibration, TensorQuant
-from ...sim.config import AccelConfig
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
 from .planning import plan_program
 from ..program import lower_functions
+from ..target import Target
 
 #: The global function RunCodegen calls for functions annotated ``Codegen="accel"``.
 GLOBAL_NAME = "relax.ext.accel"
@@ -59,26 +58,19 @@ class Generated:
 def generate(functions, options, into: Generated) -> List:
     """C source modules for ``functions`` (one per function), recording them in ``into``."""
     options = dict(options) if options is not None else {}
-    config = AccelConfig.from_json(str(options["config"]))
-    fuse = bool(options.get("fuse", True))
-    winograd = bool(options.get("winograd", True))
-    precision = str(options.get("precision", "fp32"))
+    target = Target.from_options(options)  # the build's options, as the partition made them
     calibration = Calibration.from_json(str(options["calibration"])) \
         if "calibration" in options else None
-    # mixed: each layer's precision by its key
-    layer_precisions = json.loads(str(options["layer_precisions"])) \
-        if "layer_precisions" in options else None
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     functions = list(functions)
     # the functions' runs, lowered once, planned by the passes, then printed as C
-    program = plan_program(lower_functions(functions, len(into.sources), precision,
-                                           layer_precisions), config, fuse, winograd)
+    program = plan_program(lower_functions(functions, len(into.sources), target.code,
+                                           target.layer_precisions), target)
     into.conv_modes.update({run.key: run.memory.conv.mode for run in program.runs
                             if run.memory.conv is not None})
     for function, lowered in zip(functions, program.functions):
-        gen = FunctionCodegen(function, config, fuse, len(into.sources), precision, calibration,
-                              winograd, layer_precisions, lowered)
+        gen = FunctionCodegen(function, target, len(into.sources), calibration, lowered)
         source = gen.run()
         into.sources[gen.symbol] = source
         into.constants.update(gen.constants)

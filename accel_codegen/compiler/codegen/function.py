@@ -19,13 +19,13 @@ from tvm import relax
 
 from ...errors import AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant
-from ...sim.config import AccelConfig
 from ...sim.labels import run_key
 from ...sim.observer import INPUT
 from ..layer import Layer, feature_surface, static_shape
 from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_name
+from ..target import Target
 from . import emit, int8, int8_ops, passes, run_ops
 from .planning import plan_program
 from .tensors import STORAGE, FunctionTensors  # noqa: F401  (STORAGE: part of the interface)
@@ -36,27 +36,27 @@ def other_precision(precision: str) -> str:
 
 
 class FunctionCodegen(FunctionTensors):
-    """C source for one offloaded function (the ``index``-th the code generator sees): the
-    runs of ``program`` (its Program function, planned; planned here as the module's only
-    function when not given).
+    """C source for one offloaded function (the ``index``-th the code generator sees) for
+    ``target``: the runs of ``program`` (its Program function, planned; planned here as the
+    module's only function when not given).
 
     ``precision`` "mixed": each layer in its own precision, int8 or fp16 (``Call.precision``);
     a layer's output that a layer of the other precision reads is converted once, by the
     Program's converting run right after it (its int8 side quantised as an int8 layer would
     have written it), so :attr:`precision` is the current layer's."""
 
-    def __init__(self, function: relax.Function, config: AccelConfig, fuse: bool, index: int,
-                 precision: str = "fp32", calibration: Optional[Calibration] = None,
-                 winograd: bool = True, layer_precisions: Optional[Dict[str, str]] = None,
+    def __init__(self, function: relax.Function, target: Target, index: int,
+                 calibration: Optional[Calibration] = None,
                  program: Optional[ProgramFunction] = None):
+        precision = target.code
         super().__init__(function, MIXED[0] if precision == "mixed" else precision, calibration)
         if program is None:
             program = plan_program(Program([lower_function(function, index, precision,
-                                                           layer_precisions)],
-                                           precision, layer_precisions),
-                                   config, fuse, winograd).functions[0]
-        self.program = program
-        self.config, self.fuse, self.index = config, fuse, index
+                                                           target.layer_precisions)],
+                                           precision, target.layer_precisions),
+                                   target).functions[0]
+        self.program, self.target = program, target
+        self.config, self.fuse, self.index = target.config, target.fuse, index
         self.function_precision = precision
         self.packed = 0  # convs whose weights the glue packs once (int8, fp16, Winograd)
         self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
@@ -102,7 +102,8 @@ class FunctionCodegen(FunctionTensors):
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {call.primitive} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
-        if layer.tokens:  # channels-last data, one run per engine pass (codegen/passes.py)
+        if layer.tokens or layer.norm is not None:
+            # channels-last data, or a norm: one run per engine pass (codegen/passes.py)
             passes.emit_token_layer(self, index, var, layer, runs[0].scope, call.primitive)
         elif layer.rubik is not None:
             self._deconvolution(var, runs)

@@ -87,7 +87,9 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
                      primitive: str) -> None:
     """The runs of a token layer, from its channels-last data to ``var``'s buffer,
     channels-last: a dense layer's CONV + SDP run, or a norm's runs (``Layer.norm_runs``), or
-    attention's (its K read as written, a row per token; its V onto its surface too)."""
+    attention's (its K read as written, a row per token; its V onto its surface too); a norm
+    over the channels of NCHW data (``layer.tokens`` False) reads its data as its surface and
+    copies its result into its buffer."""
     precision = gen.precision
     b, c, h, w = layer.in_shape
     program_runs = [run for run in gen.program.runs if run.call == index and not run.converts]
@@ -103,10 +105,13 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
-    surface = gen._temp(int(np.prod(layer.in_shape)))
-    gen.body.extend(transpose(data, surface, b, h * w, c, precision,
-                              f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
-                              f"[{b}, {c}, {h}, {w}]"))
+    if layer.tokens:
+        surface = gen._temp(int(np.prod(layer.in_shape)))
+        gen.body.extend(transpose(data, surface, b, h * w, c, precision,
+                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
+                                  f"[{b}, {c}, {h}, {w}]"))
+    else:  # a norm over the channels of NCHW data: the data is its surface
+        surface = data
     tensors = {"x": surface}
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is not None:
@@ -165,6 +170,10 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     else:
         last = tensors["x"]
         b, k, h, w = runs[-1].out_shape
+    if not layer.tokens:  # NCHW: the surface is the output's layout
+        gen.body.append(f"memcpy({gen.operands[var]}, {last}, {b * k * h * w * itemsize}); "
+                        f"/* layer {index}: the result into its buffer */")
+        return
     gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
                               precision, f"layer {index}: the surface [{b}, {k}, {h}, {w}] "
                                          f"back to tokens [{b}, {h * w}, {k}]"))

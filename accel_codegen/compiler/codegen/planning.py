@@ -6,18 +6,19 @@ fields of the runs (``Run.conv_modes``, ``weights``, ``memory``, ``in_layout``..
 code generator reads."""
 from __future__ import annotations
 
-from ...sim.config import AccelConfig
 from ..program import Program
+from ..target import Target
 from . import layouts
 from .memory import choose_conv_modes, plan_memory
 from .weights import quantize
 
 
-def plan_program(program: Program, config: AccelConfig, fuse: bool,
-                 winograd: bool = True) -> Program:
-    """``program`` with every planning pass's choices set on its runs (``winograd``: the
-    conv-mode policy: False keeps every convolution direct)."""
-    choose_conv_modes(program, config, fuse, winograd)
+def plan_program(program: Program, target: Target) -> Program:
+    """``program`` with every planning pass's choices set on its runs, for ``target``'s
+    configuration, fusion and conv-mode policy (``winograd`` False keeps every convolution
+    direct)."""
+    config, fuse = target.config, target.fuse
+    choose_conv_modes(program, config, fuse, target.winograd)
     quantize(program, fuse)
     plan_memory(program, config, fuse)
     layouts.plan_layouts(program, config, fuse)

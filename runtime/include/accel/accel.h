@@ -382,7 +382,7 @@ typedef enum accel_eltwise {
  *         host and in the NumPy reference), at most 0.99 ulp from e^t over every fp32 input
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
- *         hardsigmoid exactly as written; GELU in double, rounded once;
+ *         hardsigmoid exactly as written; GELU (both forms) in double, rounded once;
  *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there;
  *   INT8: through integer tables the compiler programs (accel_lut_int8), as NVDLA's integer
  *         pipeline does: the function is whatever the tables hold. */
@@ -416,6 +416,10 @@ typedef enum accel_activation {
    * NaN or inf; a NaN stays NaN. Not mapped from relax.rsqrt for that reason. */
   ACCEL_ACT_RSQRT = 11,      /* 1 / sqrt(t) */
   ACCEL_ACT_RECIPROCAL = 12, /* 1 / t */
+  /* GELU's tanh form (PyTorch's approximate="tanh", ConvNeXt's and GPT's MLPs): 0.5 t (1 +
+   * tanh(sqrt(2 / pi) (t + 0.044715 t^3))); FP32 in double, rounded once, as t / (1 +
+   * exp(-2 u)), which does not cancel for negative t (u's exponent held to 709). */
+  ACCEL_ACT_GELU_TANH = 13,
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
 
@@ -445,6 +449,7 @@ typedef enum accel_activation {
  *   hardswish    LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 4.2e-5
  *   hardsigmoid  LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 0    E = 1e-7 (kinks on grid)
  *   gelu         LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
+ *   gelu_tanh    LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
  *   exp          LO [-5, 11) 1/16   LE [-21, 11) 1/2   slopes 0 / half(e^11) = 59872
  *       exp's bound is relative where its values are large: |y - e^t| <= 1.7e-4 + 1.5e-3 e^t
  *       for t < 11 (LE region, t < -5: interpolation is 3 % relative but below 1.7e-4
@@ -452,7 +457,8 @@ typedef enum accel_activation {
  *       half) and leaves the half range, rounding to infinity, from t = 11.0944 on (e^t
  *       from 11.0898 on). Below -21: half(e^-21) = 0.
  * Flat ends (slope 0) leave at most |f(end) - f(+-inf)|: 1.2e-7 for sigmoid, 2.5e-14 for tanh,
- * 0 for hardsigmoid; silu, hardswish and gelu continue as 0 below and t above their LE table.
+ * 0 for hardsigmoid; silu, hardswish, gelu and gelu_tanh continue as 0 below and t above
+ * their LE table.
  *
  * LE's exponent mode (NVDLA's X table: lut-programming.rst, "exponential mode", the mode of
  * its LRN table, with linear_start 0): le_step = 0 in accel_lut says so, and then LE holds
