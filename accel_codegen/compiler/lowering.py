@@ -955,7 +955,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
                          channels)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
-    return Layer(data=sources["x"], in_shape=(1, channels["x"][0], 1, tokens),
+    return Layer(data=sources["x"], in_shape=(tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)
 
 

@@ -1,8 +1,8 @@
 """NumPy reference of every engine op: the living definition of what the simulator computes.
 
 FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
-rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and max
-pooling match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
+rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
+pooling (max, and average: a float32 sum in the engine's order) match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
 order, rounded once (bit for bit too).
 
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
@@ -391,14 +391,20 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
 def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
            count_include_pad: bool = False) -> np.ndarray:
     """Max or average pooling; padding never wins a max and counts in an average only with
-    ``count_include_pad``."""
+    ``count_include_pad``. The average as the engine computes it (csrc/pdp.c): the window's
+    image elements summed in float32 row by row, from 0, then one division by the float32
+    divisor, so bit for bit."""
     kernel_h, kernel_w = _pair(kernel, "kernel")
-    fill = -np.inf if kind == "max" else 0.0
-    stacked, inside = _pool_windows(x.astype(np.float64), kernel, stride, padding, fill)
     if kind == "max":
+        stacked, _ = _pool_windows(x.astype(np.float64), kernel, stride, padding, -np.inf)
         return stacked.max(axis=0).astype(np.float32)
-    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
-    return (stacked.sum(axis=0) / divisor).astype(np.float32)
+    values, inside = _pool_windows(np.asarray(x, np.float32), kernel, stride, padding, 0.0)
+    total = np.zeros(values.shape[1:], dtype=np.float32)
+    for value, mask in zip(values, inside):
+        total = np.where(mask, total + value, total)
+    divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
+               else inside.sum(axis=0).astype(np.float32))
+    return (total / divisor).astype(np.float32)
 
 
 def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
@@ -956,16 +962,7 @@ def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
     dtype = dtype_for(decomposition.precision)
     x = np.asarray(x, dtype=dtype)
 
-    def run(p, ops, data, out):
-        y = run_chain(ops, data)
-        if out is not None and isinstance(ops[0], Bdma):  # the channels it copies only
-            keep = out.copy()
-            c = ops[0]
-            index = c.dst_offset + c.dst_stride * np.arange(c.channels)
-            keep[:, index] = y[:, index]
-            return keep
-        return y
-
-    tensors = decomposition.run(run, x, {k: np.asarray(v, dtype)
+    tensors = decomposition.run(lambda p, ops, data, out: run_chain(ops, data), x,
+                                {k: np.asarray(v, dtype)
                                          for k, v in (inputs or {}).items()})
     return decomposition.tensor(tensors, decomposition.output)
