@@ -168,9 +168,6 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
     """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
     if layer.branch is not None:
         check_hardware(layer.branch, config, fuse, precision)
-    if layer.tokens and precision == "int8" and layer.norm is None:
-        raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
-                          "transposes onto the feature surface are fp32 and fp16 only)")
     if layer.norm is not None:
         if precision == "int8" and layer.norm.kind == "attention":
             raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
