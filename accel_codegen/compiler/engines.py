@@ -85,7 +85,7 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                         precision=precision)]
         return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
-                     _feature(layer.out_shape)[1], precision=precision)]
+                     layer.out_surface[1], precision=precision)]
 
     def sdp(scaled=False, shifted=False, **fields):
         if int8:  # the code generator always emits all three converter arrays
@@ -148,12 +148,16 @@ def fused(layer, fuse: bool) -> bool:
 def _check_int8_concat(layer) -> None:
     """An int8 concat rescales each whole input into a channel range of one image, which
     an SDP pass writes as a dense tensor."""
+    if layer.out_view is not None:
+        raise Unsupported("an int8 concat along an axis other than the channels is not "
+                          "generated: each input is rescaled by an SDP pass into its "
+                          "channel range, contiguous along the channels only")
     if layer.in_shape[0] != 1:
         raise Unsupported(f"an int8 concat of batch {layer.in_shape[0]} is not generated: "
                           "each input is rescaled by an SDP pass into its channel range, "
                           "contiguous for one image only")
     for c in layer.copies:
-        whole = _feature(static_shape(c.source))[1] == c.channels
+        whole = c.in_shape[1] == c.channels
         if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
             raise Unsupported("an int8 concat whose copies take channel slices or steps is "
                               "not generated: each input is rescaled whole by an SDP pass "
@@ -288,10 +292,6 @@ def conv_mode(layer, config: AccelConfig, fuse: bool, precision: str = "fp32",
         return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
     return "winograd", ""
 
-
-def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    """NCHW, or [N, C] as N x C x 1 x 1."""
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def _placeholder(present):
