@@ -21,7 +21,7 @@ from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 
 #: C element type of each float precision's storage.
-C_TYPES = {"fp32": "float", "fp16": "uint16_t"}
+C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
 
 
 def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: str,
@@ -89,6 +89,28 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
+def _dense_run(gen, var: relax.Var, data: relax.Expr, surface: str, data_quant,
+               program_run, dense: Layer) -> str:
+    """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
+    buffer it returns. In int8 the transposes move codes as they are: the run reads the
+    data's quantisation, and ``var`` (after the transpose back) has the run's."""
+    out = gen._temp(int(np.prod(dense.out_shape)))
+    gen.inner[data] = surface
+    held_quant = gen.quant.get(data)
+    gen.quant[data] = data_quant
+    try:
+        quant = gen._emit(program_run, out, layer=dense)
+    finally:
+        del gen.inner[data]
+        if held_quant is None:
+            del gen.quant[data]
+        else:
+            gen.quant[data] = held_quant
+    if gen.precision == "int8":
+        gen.quant[var] = quant
+    return out
+
+
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
                      primitive: str) -> None:
     """The runs of a token layer, from its channels-last data to ``var``'s buffer,
@@ -110,7 +132,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
-    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
+    data, data_quant = gen._data(layer.data, scope, (first_key, INPUT))
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is None and layer.tokens:
         surface = gen._temp(int(np.prod(layer.in_shape)))
@@ -144,14 +166,8 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
 
     start = 0
     if layer.conv is not None:
-        dense = runs[0]
-        out = gen._temp(int(np.prod(dense.out_shape)))
-        gen.inner[layer.data] = surface
-        try:
-            gen._emit(program_runs[0], out, layer=dense)
-        finally:
-            del gen.inner[layer.data]
-        tensors["x"] = out
+        tensors["x"] = _dense_run(gen, var, layer.data, surface, data_quant,
+                                  program_runs[0], runs[0])
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
