@@ -274,8 +274,10 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
         return None
     heads = int(np.prod(shape[:-2]))
     d = shape[-1] if keys_first else shape[-2]
-    candidates, scale = graph.back(operand)
-    for base, chain, _ in candidates:
+    candidates, _ = graph.back(operand)
+    # the factors between the operand and the base it reads: those before the base are
+    # already in it
+    for base, chain, scale in candidates:
         base_shape = _static(base)
         if base_shape is None or not base_shape or base_shape[-1] < heads * d or \
                 int(np.prod(base_shape)) != tokens * base_shape[-1]:
@@ -475,7 +477,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     q = _heads(graph, qk.args[0], tokens, True)
     k = _heads(graph, qk.args[1], kv_tokens, False)
     v = _heads(graph, pv.args[1], kv_tokens, True)
-    if q is None or k is None or v is None:
+    # a factor on V scales the output, not the scores: nn.attention's scale would put it
+    # inside the softmax
+    if q is None or k is None or v is None or v[2] != 1.0:
         return None
     output = _merged(graph, reader, heads, tokens, d)
     if output is None:
@@ -484,7 +488,7 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core = _Core(_projected_input(graph, q[:2], tokens, width),
                  _projected_input(graph, k[:2], kv_tokens, width),
                  _projected_input(graph, v[:2], kv_tokens, width), heads, tokens, kv_tokens, d,
-                 scale * q[2] * k[2] * v[2], output)
+                 scale * q[2] * k[2], output)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
