@@ -386,6 +386,9 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
 /* Local response normalisation across channels (fp32 data; S, the base and the power in
  * double), [n][c][h][w] -> the same shape; out must not overlap in. */
 void cdp_f32(const cdp_geometry* g, const float* in, float* out, int32_t num_threads);
+/* The INT8 CDP, NVDLA's arithmetic (accel_cdp_int8 in accel.h), over [n][c][h][w] codes. */
+void cdp_i8(const cdp_geometry* g, const accel_cdp_int8* p, const int8_t* in, int8_t* out,
+            int32_t num_threads);
 
 /* ---- INT8 (semantics in accel.h; reference: accel_codegen/reference.py) ---------------- */
 

@@ -281,7 +281,6 @@ def _standalone_entries() -> List[Entry]:
         data = annotations["input"] = wildcard()
         entries.append(Entry(name, build(data, annotations), annotations, 1))
     # BDMA copies (lowering.COPIES), the CDP's LRN and the global pools: lowered by their op.
-    entries.append(Entry("accel.concat", is_op("relax.concat")(wildcard()), {}, 1))
     # nearest upsampling by an integer factor: BDMA copies + RUBIK contract (lowering.py)
     entries.append(Entry("accel.upsample_nearest", is_op("relax.image.resize2d")(
         wildcard(), wildcard()), {}, 1))
@@ -291,6 +290,14 @@ def _standalone_entries() -> List[Entry]:
     grouped = is_op("relax.reshape")(wildcard(), wildcard())
     entries.append(Entry("accel.channel_shuffle", is_op("relax.reshape")(
         is_op("relax.permute_dims")(grouped), wildcard()), {}, 3))
+    # a concat (one copy per input), a reshape keeping the batch and channels (one copy), a
+    # transpose of [N, R, S] (one per row): lowering._concat, _reshape, _transpose
+    annotations = {}
+    x = annotations["input"] = wildcard()
+    entries.append(Entry("accel.{copy}", _kinds("copy", [
+        ("concat", is_op("relax.concat")(x)),
+        ("reshape", is_op("relax.reshape")(x, wildcard())),
+        ("transpose", is_op("relax.permute_dims")(x))], annotations), annotations, 1))
     # torch's LocalResponseNorm, decomposed (lowering._local_response_norm reads it back)
     x = wildcard()
     summed = is_op("relax.nn.avg_pool3d")(is_op("relax.nn.pad")(

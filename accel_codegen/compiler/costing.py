@@ -17,12 +17,8 @@ from ..sim.device import ChainBatch
 from ..sim.ops import Sdp
 from .codegen.memory import ModulePlan, choose_options, choose_run_modes
 from .codegen.weights import quantize
-from .layer import Layer
+from .layer import Layer, feature_surface
 from .program import Program, Run, RunMemory
-
-
-def _feature_shape(shape) -> Tuple[int, ...]:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def batch_precision(precision: str) -> Optional[str]:
@@ -59,7 +55,7 @@ class LoweredRun:
         if run.converts:  # one SDP pass: the layer's output into the other precision
             ops = [Sdp(precision=precision, convert=True, cvt_scale=1.0)]
             return cls(run.key, run.label, run.primitive, layer, "independent", None, ops, None,
-                       _feature_shape(layer.out_shape))
+                       feature_surface(layer.out_shape))
         mode = "fused" if layer.fused(fuse) else "independent"
         modes = run.conv_modes or {}
         fast_ops = layer.engine_ops(fuse, precision, modes={**modes, "mode": "winograd"}) \

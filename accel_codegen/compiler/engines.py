@@ -78,6 +78,9 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
         return engine_ops(layer.runs(precision)[0], fuse, precision, config, modes, winograd)
     if layer.lrn is not None:
         n = layer.lrn
+        if int8:
+            raise Unsupported("an int8 LRN is not generated yet: the compiler does not build "
+                              "the CDP's INT8 tables (accel_cdp_int8) from alpha, beta and k")
         return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
     if layer.copies:
         (c,) = layer.copies  # one run per copy
@@ -85,7 +88,7 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
                         precision=precision)]
         return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
-                     _feature(layer.out_shape)[1], precision=precision)]
+                     layer.out_surface[1], precision=precision)]
 
     def sdp(scaled=False, shifted=False, **fields):
         if int8:  # the code generator always emits all three converter arrays
@@ -148,12 +151,16 @@ def fused(layer, fuse: bool) -> bool:
 def _check_int8_concat(layer) -> None:
     """An int8 concat rescales each whole input into a channel range of one image, which
     an SDP pass writes as a dense tensor."""
+    if layer.out_view is not None:
+        raise Unsupported("an int8 concat along an axis other than the channels is not "
+                          "generated: each input is rescaled by an SDP pass into its "
+                          "channel range, contiguous along the channels only")
     if layer.in_shape[0] != 1:
         raise Unsupported(f"an int8 concat of batch {layer.in_shape[0]} is not generated: "
                           "each input is rescaled by an SDP pass into its channel range, "
                           "contiguous for one image only")
     for c in layer.copies:
-        whole = _feature(static_shape(c.source))[1] == c.channels
+        whole = c.in_shape[1] == c.channels
         if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:
             raise Unsupported("an int8 concat whose copies take channel slices or steps is "
                               "not generated: each input is rescaled whole by an SDP pass "
@@ -164,9 +171,6 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
     """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
     if layer.branch is not None:
         check_hardware(layer.branch, config, fuse, precision)
-    if layer.tokens and precision == "int8" and layer.norm is None:
-        raise Unsupported("an int8 dense layer over tokens is not generated yet (its "
-                          "transposes onto the feature surface are fp32 and fp16 only)")
     if layer.norm is not None:
         if precision == "int8" and layer.norm.kind == "attention":
             raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
@@ -288,10 +292,6 @@ def conv_mode(layer, config: AccelConfig, fuse: bool, precision: str = "fp32",
         return "direct", f"Winograd would take {fast:,} cycles, direct {direct:,}"
     return "winograd", ""
 
-
-def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    """NCHW, or [N, C] as N x C x 1 x 1."""
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 def _placeholder(present):

@@ -21,7 +21,7 @@ from ..sim.config import AccelConfig
 from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
-                          chain_root, constant_value, is_constant, op_name,
+                          chain_root, constant_value, feature_surface, is_constant, op_name,
                           static_shape)
 
 
@@ -122,7 +122,11 @@ def _window_factors(size: int, limit: int, pad: bool) -> List[Tuple[int, int]]:
 @dataclasses.dataclass
 class CopySpec:
     """A BDMA copy of channels of ``source`` into the layer's output: for i < channels,
-    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride]."""
+    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride].
+    ``view``: the source's dense bytes as the (n, c, h, w) the copy reads, where its axes are
+    not the surface's (a concat along the last axis copies each row of [N, C, L] as a range
+    of the "channels" of [N * C, L, 1, 1]; the layer's ``out_view`` is the output's); None:
+    its feature surface."""
 
     source: relax.Expr
     channels: int
@@ -130,6 +134,11 @@ class CopySpec:
     src_stride: int = 1
     dst_offset: int = 0
     dst_stride: int = 1
+    view: Optional[Tuple[int, int, int, int]] = None
+
+    @property
+    def in_shape(self) -> Tuple[int, int, int, int]:
+        return self.view or feature_surface(static_shape(self.source))
 
 
 @dataclasses.dataclass
@@ -261,11 +270,19 @@ class Layer:
     # (:meth:`before_contract`, :meth:`contract`); a layer that is that run alone has
     # ``rubik`` and neither conv nor copies.
     rubik: Optional[RubikSpec] = None
+    # Copies: the output's dense bytes as the copies write them, where that is not its
+    # feature surface (CopySpec.view)
+    out_view: Optional[Tuple[int, int, int, int]] = None
+
+    @property
+    def out_surface(self) -> Tuple[int, int, int, int]:
+        """The (n, c, h, w) the layer's (last) run writes its output as."""
+        return self.out_view or feature_surface(self.out_shape)
 
     @property
     def phase_shape(self) -> Tuple[int, int, int, int]:
         """The channel-extended cube the RUBIK contract reads: the output's phases."""
-        n, c, h, w = _feature(self.out_shape)
+        n, c, h, w = feature_surface(self.out_shape)
         sx, sy = self.rubik.stride_x, self.rubik.stride_y
         return (n, c * sx * sy, h // sy, w // sx)
 
@@ -350,7 +367,7 @@ class Layer:
             return self.norm_runs(precision)
         if len(self.copies) <= 1:
             return [self]
-        return [dataclasses.replace(self, data=c.source, in_shape=_feature(static_shape(c.source)),
+        return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape,
                                     copies=[c], requantize=self.several_sources)
                 for c in self.copies]
 
@@ -406,7 +423,3 @@ class Layer:
         """The CONV's mode for this layer alone, and why (:func:`.engines.conv_mode`)."""
         return engines.conv_mode(self, config, fuse, precision, winograd, modes)
 
-
-def _feature(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
-    """NCHW, or [N, C] as N x C x 1 x 1."""
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -27,8 +27,8 @@ from . import chains, custom
 from .chains import Roles
 from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, LrnSpec, NormSpec,
                     PoolSpec, RubikSpec, SdpSpec, token_surface)
-from .relax_exprs import (Lookup, Unsupported, constant_value, describe, dtype_of, is_constant,
-                          op_name, static_shape)
+from .relax_exprs import (Lookup, Unsupported, constant_value, describe, dtype_of,
+                          feature_surface, is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
 # used: a test may extend the vocabulary).
@@ -72,13 +72,13 @@ def _require_float32(expr: relax.Expr, what: str) -> None:
 
 
 def _feature_shape(expr: relax.Expr, what: str) -> Tuple[int, int, int, int]:
-    """NCHW, or [N, C] as N x C x 1 x 1: the feature cubes the engines read."""
+    """The feature cube the engines read ``expr`` as (layer.feature_surface: NCHW, [N, C, L]
+    as [N, C, 1, L], [N, C] as [N, C, 1, 1])."""
     shape = static_shape(expr)
-    if len(shape) == 4:
-        return shape
-    if len(shape) == 2:
-        return (shape[0], shape[1], 1, 1)
-    raise Unsupported(f"{what} is {len(shape)}-D {list(shape)}; the engines take NCHW or [N, C]")
+    if len(shape) not in (2, 3, 4):
+        raise Unsupported(f"{what} is {len(shape)}-D {list(shape)}; the engines take NCHW, "
+                          "[N, C, L] or [N, C]")
+    return feature_surface(shape)
 
 
 def _per_channel(expr: relax.Expr, channels: int, what: str) -> None:
@@ -104,6 +104,8 @@ def _per_channel_operand(expr: relax.Expr, feature: Tuple[int, ...]) -> bool:
     c = feature[1]
     if len(feature) == 4:
         return shape in ((c, 1, 1), (1, c, 1, 1)) or (c == 1 and shape in ((1,), ()))
+    if len(feature) == 3:  # [N, C, L]: along axis 1 (a [C] operand would be along L)
+        return shape in ((c, 1), (1, c, 1)) or (c == 1 and shape in ((1,), ()))
     return shape in ((c,), (1, c))
 
 
@@ -356,21 +358,6 @@ def _flattens(reshape: relax.Call) -> bool:
         after[1] == int(np.prod(before[1:]))
 
 
-def _token_elementwise(data: relax.Expr, stages: List[Stage]) -> bool:
-    """Whether a chain on a 3-D tensor is an element-wise op with a second tensor of its
-    shape (a transformer's residual add), then at most an activation: such ops do not care
-    which axis holds the channels, so the [B, T, C] tensor runs as the [B*T, C] rows it is
-    in memory. Per-channel ops on 3-D data stay refused: their channel axis is not known
-    ([N, C, L] for BatchNorm1d, [B, T, C] for tokens)."""
-    shape = static_shape(data)
-    if len(shape) != 3 or not stages or stages[0].kind != "binary" or \
-            op_name(stages[0].call) not in ELEMENTWISE or stages[0].other is None or \
-            is_constant(stages[0].other) or static_shape(stages[0].other) != shape or \
-            static_shape(stages[0].call) != shape:
-        return False
-    return all(stage.kind == "act" for stage in stages[1:])
-
-
 def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup: Lookup
                  ) -> Layer:
     _require_float32(data, "the input")
@@ -378,10 +365,8 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if flattened:
         shape = static_shape(data)
         in_shape = (shape[0], int(np.prod(shape[1:])), 1, 1)
-    elif _token_elementwise(data, stages):
-        shape = static_shape(data)  # [B, T, C] rows of channels, as [B*T, C] in memory
-        in_shape = (int(np.prod(shape[:-1])), shape[-1], 1, 1)
-    else:
+    else:  # a 3-D tensor as [N, C, 1, L] (a transformer's residual add alike: element-wise
+        # ops read the bytes as they lie, whichever axis is its channels)
         in_shape = _feature_shape(data, "the input")
     layer = Layer(data=data, in_shape=in_shape, out_shape=(),
                   flattened=flattened)
@@ -421,8 +406,6 @@ def _build_layer(data: relax.Expr, stages: List[Stage], root: relax.Expr, lookup
     if op_name(root) == "relax.nn.batch_norm":  # asked about alone: its first output
         result = relax.TupleGetItem(root, 0)
     layer.out_shape = static_shape(result)
-    if len(layer.out_shape) == 3:  # a token layer's element-wise op: its rows (above)
-        layer.out_shape = in_shape[:2]
     _require_float32(result, "the output")
     if plan is not None:
         _per_phase(layer, plan)
@@ -973,7 +956,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
                          channels)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
-    return Layer(data=sources["x"], in_shape=(1, channels["x"][0], 1, tokens),
+    return Layer(data=sources["x"], in_shape=(tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)
 
 
@@ -981,13 +964,30 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
 
 def _channel_axis(expr: relax.Expr, axis: int, what: str) -> None:
     rank = len(static_shape(expr))
-    if rank not in (2, 4) or axis % rank != 1:
+    if rank not in (2, 3, 4) or axis % rank != 1:
         raise Unsupported(f"{what} along axis {axis} of a {rank}-D tensor: the BDMA copies "
-                          "channel ranges of NCHW or [N, C] data")
+                          "channel ranges of NCHW, [N, C, L] or [N, C] data")
 
 
-def _concat(call: relax.Call, lookup: Lookup) -> List[CopySpec]:
-    _channel_axis(call, int(call.attrs.axis), "a concat")
+def axis_view(shape: Sequence[int], axis: int) -> Tuple[int, int, int, int]:
+    """A dense tensor's bytes as the (n, c, h, w) whose channels are ``axis``: the axes before
+    it as n, the ones after it as w. A concat along that axis is then the BDMA's channel
+    ranges (on NVDLA, whose BDMA copies lines and surfaces of any pitch, the same copies)."""
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]), 1,
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+def _concat(call: relax.Call, lookup: Lookup) -> Tuple[List[CopySpec], Optional[tuple]]:
+    """The copies of a concat and the output's view: along the channels, none (each input
+    is its own feature surface); along a later axis of a 3-D or 4-D tensor (a detection
+    head's [N, C, L] along L), the inputs and output as their axis_view."""
+    shape, axis = static_shape(call), int(call.attrs.axis)
+    rank = len(shape)
+    axis %= max(rank, 1)
+    if rank not in (2, 3, 4) or axis == 0:
+        raise Unsupported(f"a concat along axis {int(call.attrs.axis)} of a {rank}-D tensor: "
+                          "the BDMA copies ranges of the channels (or of a later axis) of "
+                          "NCHW, [N, C, L] or [N, C] data")
     fields = call.args[0]
     if isinstance(fields, relax.Var):
         fields = _resolve(fields, lookup) or fields
@@ -996,10 +996,59 @@ def _concat(call: relax.Call, lookup: Lookup) -> List[CopySpec]:
     copies, offset = [], 0
     for field in fields.fields:
         _require_float32(field, "a concat input")
-        channels = static_shape(field)[1]
-        copies.append(CopySpec(field, channels, dst_offset=offset))
-        offset += channels
-    return copies
+        size = static_shape(field)[axis]
+        view = axis_view(static_shape(field), axis) if axis > 1 else None
+        copies.append(CopySpec(field, size, dst_offset=offset, view=view))
+        offset += size
+    return copies, axis_view(shape, axis) if axis > 1 else None
+
+
+def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
+    """A reshape that keeps the batch and the channels ([N, C, H, W] <-> [N, C, H*W] <->
+    [N, C, 1, L], [N, C, 1, 1] <-> [N, C]): the same positions in the same order, so the
+    same bytes on NVDLA's feature format and the simulator's dense NCHW alike; one BDMA copy
+    of every channel. A channel shuffle is read first (_shuffle)."""
+    x = call.args[0]
+    shape, out = static_shape(x), static_shape(call)
+    if is_constant(x):
+        raise Unsupported("a reshape of a constant (folded at compile time)")
+    if len(shape) < 2 or len(out) < 2 or len(shape) > 4 or len(out) > 4 or \
+            shape[:2] != out[:2]:
+        raise Unsupported("a reshape other than a channel shuffle or one that keeps the batch "
+                          "and the channels (of NCHW, [N, C, L] or [N, C] data)")
+    n, c = shape[:2]
+    return [CopySpec(x, c, view=axis_view(shape, 1))], axis_view(out, 1)
+
+
+#: The most BDMA copies a transpose is made of (one per row of the smaller side).
+MAX_TRANSPOSE_COPIES = 64
+
+
+def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
+    """permute_dims(x, [0, 2, 1]) of [N, R, S] (a detection head's [N, C, L] into
+    [N, L, C] rows): every image as R * S "channels", out[s * R + r] = x[r * S + s], as one
+    strided BDMA copy per row of the smaller side (a channel shuffle's copies)."""
+    x = call.args[0]
+    if is_constant(x):
+        raise Unsupported("a transpose of a constant (folded at compile time)")
+    shape = static_shape(x)
+    axes = _ints(call.attrs.axes) if call.attrs.axes is not None else None
+    if len(shape) != 3 or axes not in ((0, 2, 1), (-3, -1, -2)):
+        raise Unsupported(f"a permute_dims {list(axes) if axes else 'reversing the axes'} of a "
+                          f"{len(shape)}-D tensor: the BDMA transposes the last two axes of "
+                          "[N, R, S] only")
+    n, r, s = shape
+    if min(r, s) > MAX_TRANSPOSE_COPIES:
+        raise Unsupported(f"a transpose of [{n}, {r}, {s}] would be {min(r, s)} BDMA copies "
+                          f"(at most {MAX_TRANSPOSE_COPIES})")
+    view = (n, r * s, 1, 1)
+    if r <= s:
+        copies = [CopySpec(x, s, src_offset=i * s, dst_offset=i, dst_stride=r, view=view)
+                  for i in range(r)]
+    else:
+        copies = [CopySpec(x, r, src_offset=j, src_stride=s, dst_offset=j * r, view=view)
+                  for j in range(s)]
+    return copies, view
 
 
 def _slice(call: relax.Call) -> List[CopySpec]:
@@ -1009,10 +1058,10 @@ def _slice(call: relax.Call) -> List[CopySpec]:
     shape = static_shape(x)
     rank = len(shape)
     # The rank first: a 1-D or 0-D tensor has no channel axis to read.
-    if rank not in (2, 4) or [a % rank for a in axes] != [1] or strides[0] < 1:
+    if rank not in (2, 3, 4) or [a % rank for a in axes] != [1] or strides[0] < 1:
         raise Unsupported(f"a slice along axes {list(axes)} (strides {list(strides)}) of a "
-                          f"{rank}-D tensor: the BDMA copies channel ranges of NCHW or [N, C] "
-                          "data, in order")
+                          f"{rank}-D tensor: the BDMA copies channel ranges of NCHW, "
+                          "[N, C, L] or [N, C] data, in order")
     channels = shape[1]
     out = static_shape(call)
     start = begin[0] + channels if begin[0] < 0 else min(begin[0], channels)
@@ -1047,25 +1096,38 @@ def _shuffle(call: relax.Call, lookup: Lookup) -> List[CopySpec]:
 
 # Relax op -> its copies, and what the report calls it.
 COPIES = {"relax.concat": "relax.concat", "relax.strided_slice": "relax.strided_slice",
-          "relax.reshape": "relax.reshape (channel shuffle)"}
+          "relax.reshape": "relax.reshape (channel shuffle)",
+          "relax.permute_dims": "relax.permute_dims (transpose)"}
+
+
+def _is_shuffle(call: relax.Call, lookup: Lookup) -> bool:
+    permuted = _resolve(call.args[0], lookup)
+    return op_name(permuted) == "relax.permute_dims" and \
+        op_name(_resolve(permuted.args[0], lookup)) == "relax.reshape"
 
 
 def _lower_copies(call: relax.Call, lookup: Lookup) -> Layer:
     name = op_name(call)
+    out_view, source = None, COPIES[name]
     if name == "relax.concat":
-        copies = _concat(call, lookup)
+        copies, out_view = _concat(call, lookup)
     elif name == "relax.strided_slice":
         copies = _slice(call)
-    else:
+    elif name == "relax.permute_dims":
+        copies, out_view = _transpose(call)
+    elif _is_shuffle(call, lookup):
         copies = _shuffle(call, lookup)
+    else:
+        (copies, out_view), source = _reshape(call), "relax.reshape"
     for copy in copies:
         if _resolve(copy.source, lookup) is not None and not is_constant(copy.source):
             raise Unsupported("a copy of a tensor computed inside the matched region")
         _require_float32(copy.source, "the copied tensor")
     _require_float32(call, "the output")
     data = copies[0].source
-    return Layer(data=data, in_shape=_feature_shape(data, "the copied tensor"),
-                 out_shape=static_shape(call), copies=copies, copy_source=COPIES[name])
+    return Layer(data=data, in_shape=copies[0].view or _feature_shape(data, "the copied tensor"),
+                 out_shape=static_shape(call), copies=copies, copy_source=source,
+                 out_view=out_view)
 
 
 # --- nearest upsampling: BDMA copies + RUBIK contract ----------------------------------------

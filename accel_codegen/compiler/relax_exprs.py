@@ -27,6 +27,24 @@ def static_shape(expr: relax.Expr) -> Tuple[int, ...]:
         raise Unsupported(f"{describe(expr)} has a symbolic shape {ty.shape}") from None
 
 
+def feature_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """The feature surface a channels-first tensor is read as: NCHW itself, [N, C, L] (a 1-D
+    signal, or a detection head's flattened positions) as [N, C, 1, L], [N, C] as
+    [N, C, 1, 1]. The same bytes either way, so nothing moves. Which surface a 3-D tensor is
+    depends on its reader: a layer norm, softmax or dense layer over the last axis reads
+    channels-last tokens ([B, T, C]: :func:`token_surface`); a batch norm or a per-channel
+    operand over axis 1 reads [N, C, L] so; element-wise ops, activations and copies are the
+    same on either (they read the bytes as they lie), so they take this one."""
+    if len(shape) == 4:
+        return tuple(shape)
+    if len(shape) == 3:
+        return (shape[0], shape[1], 1, shape[2])
+    if len(shape) == 2:
+        return (shape[0], shape[1], 1, 1)
+    raise Unsupported(f"a {len(shape)}-D tensor {list(shape)}: the engines read NCHW, "
+                      "[N, C, L] or [N, C]")
+
+
 def dtype_of(expr: relax.Expr) -> str:
     ty = expr.ty
     return str(ty.dtype) if isinstance(ty, relax.TensorType) else "?"

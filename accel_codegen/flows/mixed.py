@@ -258,6 +258,7 @@ def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, in
     The extra cycles of a step are the cost model's figures of the runs it changes: the
     layer's run in either precision, and the converting runs it adds or removes (each layer's
     converting run costed once per direction)."""
+    from ..compiler.layer import feature_surface
     from ..compiler.walk import composite_calls, external_calls, layer_of, layer_sources
     from ..sim.device import estimate_chain
     from ..sim.labels import run_key
@@ -268,8 +269,7 @@ def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, in
         for i, read in enumerate(layer_sources(function)):
             sources[run_key(f, i)] = [run_key(f, j) for j in read]
         for i, (binding, composite) in enumerate(composite_calls(function)):
-            shape = tuple(layer_of(composite, binding.value.args, function).out_shape)
-            shape = shape if len(shape) == 4 else (shape[0], shape[1], 1, 1)
+            shape = feature_surface(layer_of(composite, binding.value.args, function).out_shape)
             convert[run_key(f, i)] = {p: estimate_chain(config, [Sdp(
                 precision=p, convert=True, cvt_scale=1.0)], shape, mode="independent").cycles
                 for p in PRECISIONS}

@@ -6,7 +6,7 @@ This layer never imports TVM: ``import accel_codegen.sim`` works where TVM is ab
 """
 from .config import AccelConfig
 from .device import Device, OpStats, RunStats, estimate_chain, profile_enable, profile_records
-from .ops import Bdma, Conv, Lrn, Pool, Rubik, Sdp
+from .ops import Bdma, CdpInt8, Conv, Lrn, Pool, Rubik, Sdp
 
-__all__ = ["AccelConfig", "Bdma", "Conv", "Device", "Lrn", "OpStats", "Pool", "Rubik", "RunStats",
+__all__ = ["AccelConfig", "Bdma", "CdpInt8", "Conv", "Device", "Lrn", "OpStats", "Pool", "Rubik", "RunStats",
            "Sdp", "estimate_chain", "profile_enable", "profile_records"]

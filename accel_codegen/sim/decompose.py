@@ -52,7 +52,7 @@ import numpy as np
 
 from ..errors import AccelInvalidError
 from .device import Device, RunStats, estimate_chain
-from .ops import SHAPE_ONLY, Bdma, Conv, Op, Sdp, dtype_for
+from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
 
 #: Newton steps after the LUT in FP16 (FP32's LUT functions are IEEE's: none needed).
 NEWTON_FP16 = {"rsqrt": 2, "reciprocal": 3}
@@ -100,19 +100,24 @@ class Decomposition:
     passes: Tuple[Pass, ...]
     shapes: Dict[str, Tuple[int, int, int, int]]
     output: str
-    #: tensors that are a channel range of another one: name -> (tensor, first channel,
-    #: channels). One image, so the range is one contiguous block of the tensor (NVDLA: a
-    #: surface's address and channel count, no copy); a pass may read it, read it as its
-    #: weights, or write it (the heads of attention written into the merged output).
-    views: Dict[str, Tuple[str, int, int]] = dataclasses.field(default_factory=dict)
+    #: tensors that are a channel range of another one, read as another shape of the same
+    #: bytes: name -> (tensor, first channel, channels, shape). A contiguous block of the
+    #: tensor (one image, or every channel): NVDLA reads it at its address, no copy; a pass
+    #: may read it, read it as its weights, or write it.
+    views: Dict[str, Tuple[str, int, int, Tuple[int, int, int, int]]] = dataclasses.field(
+        default_factory=dict)
     #: the tensors the passes read besides "x" (attention's "k" and "v")
     inputs: Tuple[str, ...] = ()
+    #: tensors that several BDMA passes write parts of (attention's heads into its output):
+    #: zeros before the first
+    into: Tuple[str, ...] = ()
 
     def tensor(self, tensors: Dict[str, np.ndarray], name: str) -> np.ndarray:
-        """Tensor ``name`` of ``tensors``, a view as the channel range of its tensor."""
+        """Tensor ``name`` of ``tensors``; a view: the channel range of its tensor, read as the
+        view's shape (the same bytes)."""
         if name in self.views:
-            base, first, count = self.views[name]
-            return tensors[base][:, first:first + count]
+            base, first, count, shape = self.views[name]
+            return self.tensor(tensors, base)[:, first:first + count].reshape(shape)
         return tensors[name]
 
     def run(self, run_pass, x: np.ndarray, inputs: Optional[Dict[str, np.ndarray]] = None
@@ -128,16 +133,22 @@ class Decomposition:
             if tensors[name].shape != self.shapes[name]:
                 raise AccelInvalidError(f"{self.layer}: {name} has shape {tensors[name].shape}, "
                                         f"the passes were built for {self.shapes[name]}")
-        for base in {v[0] for v in self.views.values()} - set(tensors):
-            tensors[base] = np.zeros(self.shapes[base], x.dtype)  # written through views
+        for base in set(self.into) | ({v[0] for v in self.views.values()} - set(tensors) -
+                                      {p.output for p in self.passes}):
+            tensors[base] = np.zeros(self.shapes[base], x.dtype)  # written in parts
         for p in self.passes:
-            out = self.tensor(tensors, p.output) if p.output in self.views else None
+            out = self.tensor(tensors, p.output) if p.output in self.views or \
+                p.output in self.into else None
             y = run_pass(p, p.bound({**tensors, **{v: self.tensor(tensors, v)
                                                    for v in (p.operand, p.weights)
                                                    if v in self.views}}),
                          self.tensor(tensors, p.input), out)
             if out is None:
                 tensors[p.output] = y
+            elif y is not out and isinstance(p.ops[0], Bdma):  # the channels it copies only
+                copy = p.ops[0]
+                written = copy.dst_offset + copy.dst_stride * np.arange(copy.channels)
+                out[:, written] = y[:, written]
             elif y is not out:
                 out[...] = y
         return tensors
@@ -353,32 +364,85 @@ def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) 
                      for k, v in rows.items())
 
 
+def _windows(size: int, limit: int = 8) -> List[Tuple[int, int]]:
+    """(window, right padding) of successive PDP passes along W that reduce ``size`` to 1:
+    the widest exact factor of at most ``limit``, else the widest window, padded."""
+    passes = []
+    while size > 1:
+        window = next((k for k in range(min(limit, size), 1, -1) if size % k == 0), 1)
+        if window == 1:
+            window = min(limit, size)
+        pad = -size % window
+        passes.append((window, pad))
+        size = (size + pad) // window
+    return passes
+
+
 def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      precision: str = "fp32", kv_tokens: Optional[int] = None,
                      channels: Optional[Dict[str, Tuple[int, int]]] = None,
-                     reduce: str = "tree") -> Decomposition:
+                     newton: Optional[int] = None) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
     heads are consecutive channel ranges of ``head_dim`` (a packed Q/K/V projection gives all
     three from one tensor at three offsets).
 
-    The inputs, on the CONV's terms (NVDLA's CONV fetches its weights from memory, so a run
+    The inputs, on the engines' terms (NVDLA's CONV fetches its weights from memory, so a run
     may read as weights what another run wrote):
 
-    - "x": Q as the surface [1, Cq, 1, T] (tokens along W). Head h's channels are a view.
-    - "k": K as [Tk, Ck, 1, 1], its tokens as it was written (a row per token). Head h's
-      [Tk, d] block is the scores CONV's Tk kernels of d channels; a BDMA copy of its d
-      channels of every row makes it dense (none when K is one head).
-    - "v": V as the surface [1, Cv, 1, Tk]. Head h's channels are a view, [d, Tk] in memory:
-      the P V CONV's d kernels of Tk channels, dense as they are.
+    - "x": Q as [T, Cq, 1, 1], a row per token as it was written. Head h's [T, d] block,
+      copied dense by a BDMA run (its rows are strided), is the scores CONV's T kernels.
+    - "k": K as the surface [1, Ck, 1, Tk] (tokens along W). Head h's channels are a view.
+    - "v": V as [Tk, Cv, 1, 1], a row per token. Head h's [Tk, d] block, copied dense by a
+      BDMA run, is the surface [1, Tk, 1, d] the P V CONV reads: the keys as channels.
+    - "o", the output: [T, heads x d, 1, 1], a row per token; head h's rows are written into
+      its channels by a BDMA run (none for one head).
 
-    Per head: [BDMA K_h]; CONV (Q_h, weights K_h) + SDP (x scale) = scores [1, Tk, 1, T], the
-    keys as channels; the softmax over them (:func:`softmax_passes`); CONV (P, weights V_h)
-    [+ FP16's converting SDP] written into the output's channels of the head (a view: the
-    CONV writes at the surface's channel offset, no copy). Output "o" [1, heads x d, 1, T]."""
+    Per head: [BDMA Q_h]; CONV (K_h, weights Q_h) + SDP (x scale) = the scores transposed,
+    S^T [1, T, 1, Tk]: the queries as channels, the keys along W, so that the softmax over the
+    keys is the PDP's: the max in PDP max passes along W (windows of at most 8, padded: padding
+    never wins a max), SDP -max, SDP exp(S^T - max) with the max as the per-channel operand,
+    the sum as PDP average passes (zero padding counted) times their window, its reciprocal
+    through the LUT (FP16: then Newton steps, as the softmax's), SDP times it as the
+    per-channel operand = P^T; [BDMA V_h]; CONV (V_h, weights P^T: T kernels of Tk) [+ FP16's
+    converting SDP] = O_h [1, T, 1, d], which is [T, d] in memory; [BDMA O_h into the output's
+    channels of the head]."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
+    merged = heads * d
+    channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
+    t, tk = tokens, kv_tokens
+    b = _HeadPasses(precision, d, {"x": (t, channels["x"][0], 1, 1),
+                                   "k": (1, channels["k"][0], 1, tk),
+                                   "v": (tk, channels["v"][0], 1, 1), "o": (t, merged, 1, 1)})
+    for h in range(heads):
+        q = b.rows("x", channels["x"][1] + h * d, f"h{h}.q", f"h{h}.queries", t)
+        k = b.view(f"h{h}.k", "k", channels["k"][1] + h * d, d, (1, d, 1, tk))
+        s = b.add(f"h{h}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
+                                   Sdp(scale=b.values(scale, t), precision=precision)],
+                  k, f"h{h}.s", (1, t, 1, tk), weights=q)
+        prob = b.softmax_along_w(f"h{h}", s, newton)
+        v = b.rows("v", channels["v"][1] + h * d, f"h{h}.v", f"h{h}.values.rows", tk)
+        v = b.view(f"h{h}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
+        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision)]
+        if precision != "fp32":  # the accumulators leave through the SDP's converter
+            ops.append(Sdp(precision=precision))
+        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
+            b.add(f"h{h}.values", ops, v, b.view("o.surface", "o", 0, merged, (1, t, 1, d)),
+                  (1, t, 1, d), weights=prob)
+            continue
+        o = b.add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), weights=prob)
+        o = b.view(f"h{h}.orows", o, 0, t, (t, d, 1, 1))
+        b.add(f"h{h}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
+                                   precision=precision)], o, "o", (t, merged, 1, 1))
+    return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
+                         ("k", "v"), ("o",))
+
+
+def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels
+                        ) -> Dict[str, Tuple[int, int]]:
+    """attention_passes' arguments checked; each input's (channels, first of the heads)."""
     merged = heads * d
     channels = dict(channels or {})
     for name in ("x", "k", "v"):
@@ -393,47 +457,86 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                                     f"{first + merged}, beyond its {total}")
     if not np.isfinite(scale):
         raise AccelInvalidError(f"attention: scale = {scale!r} is not finite")
-    b = _Builder("attention", (1, channels["x"][0], 1, tokens), precision, reduce)
-    b.shapes.update(k=(kv_tokens, channels["k"][0], 1, 1), v=(1, channels["v"][0], 1, kv_tokens),
-                    o=(1, merged, 1, tokens))
-    views: Dict[str, Tuple[str, int, int]] = {}
+    if precision not in PRECISIONS:
+        raise AccelInvalidError(f"attention: precision = {precision!r} is not one of "
+                                f"{list(PRECISIONS)}")
+    return channels
 
-    def view(name, base, first, count):
-        views[name] = (base, first, count)
-        shape = b.shapes[base]
-        b.shapes[name] = (shape[0], count) + tuple(shape[2:])
+
+class _HeadPasses:
+    """The passes, shapes and views of attention_passes as it adds them."""
+
+    def __init__(self, precision: str, d: int, shapes: Dict[str, Tuple[int, int, int, int]]):
+        self.precision, self.d = precision, d
+        self.dtype = dtype_for(precision)
+        self.shapes = dict(shapes)
+        self.views: Dict[str, Tuple] = {}
+        self.passes: List[Pass] = []
+
+    def add(self, role, ops, src, name, shape, operand=None, weights=None) -> str:
+        self.shapes[name] = shape
+        self.passes.append(Pass(f"attention.{role}", tuple(ops), src, name, operand, weights))
         return name
 
-    p = precision
-    for h in range(heads):
-        q = view(f"h{h}.q", "x", channels["x"][1] + h * d, d)
-        k = "k"
-        if channels["k"] != (d, 0):
-            k = f"h{h}.k"
-            b.shapes[k] = (kv_tokens, d, 1, 1)
-            b.passes.append(Pass(f"attention.h{h}.keys", (
-                Bdma(d, src_offset=channels["k"][1] + h * d, dst_channels=d, precision=p),),
-                "k", k))
-        s = f"h{h}.s"
-        b.shapes[s] = (1, kv_tokens, 1, tokens)
-        b.passes.append(Pass(f"attention.h{h}.scores", (
-            Conv(None, weight_shape=(kv_tokens, d, 1, 1), precision=p),
-            Sdp(scale=b.values(scale, kv_tokens), precision=p)), q, s, weights=k))
-        soft = softmax_passes((1, kv_tokens, 1, tokens), precision, reduce)
-        rename = {"x": s, **{t: f"h{h}.{t}" for t in soft.shapes if t != "x"}}
-        for t, shape in soft.shapes.items():
-            b.shapes.setdefault(rename[t], shape)
-        for sp in soft.passes:
-            b.passes.append(dataclasses.replace(
-                sp, role=f"attention.h{h}.{sp.role}", input=rename[sp.input],
-                output=rename[sp.output],
-                operand=None if sp.operand is None else rename[sp.operand]))
-        v = view(f"h{h}.v", "v", channels["v"][1] + h * d, d)
-        out = view(f"h{h}.o", "o", h * d, d)
-        ops = [Conv(None, weight_shape=(d, kv_tokens, 1, 1), precision=p)]
-        if p != "fp32":  # the accumulators leave through the SDP's converter
-            ops.append(Sdp(precision=p))
-        b.passes.append(Pass(f"attention.h{h}.values", tuple(ops), rename[soft.output], out,
-                             weights=v))
-    return Decomposition("attention", precision, tuple(b.passes), dict(b.shapes), "o", views,
-                         ("k", "v"))
+    def view(self, name, base, first, count, shape) -> str:
+        self.views[name] = (base, first, count, shape)
+        self.shapes[name] = shape
+        return name
+
+    def values(self, v, k) -> np.ndarray:
+        return np.full(k, v, np.float32).astype(self.dtype)
+
+    def rows(self, src, first, name, role, count) -> str:
+        """A head's d columns of a row-per-token tensor, dense (a BDMA copy; none if the
+        tensor is that head)."""
+        d = self.d
+        if self.shapes[src][1] == d and first == 0:
+            return src
+        return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
+                                    precision=self.precision)], src, name, (count, d, 1, 1))
+
+    def softmax_along_w(self, head: str, s: str, newton: Optional[int]) -> str:
+        """The softmax over W of scores ``s`` [1, T, 1, Tk]: PDP max passes, SDP -max, SDP
+        exp with it as the per-channel operand, PDP average passes, SDP x window and LUT
+        reciprocal (FP16: then Newton steps), SDP times it per channel."""
+        p = self.precision
+        _, t, _, tk = self.shapes[s]
+        one = (1, t, 1, 1)
+        m = s
+        for i, (window, pad) in enumerate(_windows(tk)):
+            m = self.add(f"{head}.softmax.max", [Pool("max", (1, window), (1, window),
+                                                      (0, 0, 0, pad), precision=p)],
+                         m, f"{head}.m{i}", (1, t, 1, (self.shapes[m][3] + pad) // window))
+        neg = self.add(f"{head}.softmax.negate", [Sdp(scale=self.values(-1.0, t), precision=p)],
+                       m, f"{head}.negmax", one)
+        e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True, act="exp",
+                                                 precision=p)], s, f"{head}.e", (1, t, 1, tk),
+                     neg)
+        total, covered = e, 1
+        for i, (window, pad) in enumerate(_windows(tk)):
+            total = self.add(f"{head}.softmax.sum", [Pool(
+                "avg", (1, window), (1, window), (0, 0, 0, pad), count_include_pad=True,
+                precision=p)], total, f"{head}.a{i}",
+                (1, t, 1, (self.shapes[total][3] + pad) // window))
+            covered *= window
+        steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
+                                                   else 0)
+        if steps == 0:  # the averages' window back as the LUT's input scale, one pass
+            r = self.add(f"{head}.softmax.reciprocal", [Sdp(
+                scale=self.values(covered, t), act="reciprocal", precision=p)], total,
+                f"{head}.r", one)
+        else:
+            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(covered, t),
+                                                           precision=p)],
+                             total, f"{head}.total", one)
+            r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
+                         total, f"{head}.r", one)
+            for i in range(steps):  # y (2 - s y)
+                sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
+                              total, f"{head}.sy{i}", one, r)
+                r = self.add(f"{head}.softmax.newton.step", [Sdp(
+                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
+                    precision=p)], sy, f"{head}.r{i}", one, r)
+        return self.add(f"{head}.softmax.normalise", [Sdp(ew_op="mul", ew_per_channel=True,
+                                                          precision=p)], e, f"{head}.p",
+                        (1, t, 1, tk), r)

@@ -111,8 +111,9 @@ class _ShapeOnly:
 
 SHAPE_ONLY = _ShapeOnly()
 # Estimates never read operands, but the cost model counts the present ones by pointer: a
-# shape-only operand points at this (never dereferenced) word.
-_SHAPE_ONLY_WORD = np.zeros(16, dtype=np.float64)
+# shape-only operand points at these zeros (a table struct's fields are validated: 1 KiB of
+# zeros covers the largest, accel_cdp_int8, with in-range values).
+_SHAPE_ONLY_WORD = np.zeros(128, dtype=np.float64)
 
 
 def _first_bad(mask: np.ndarray, values: np.ndarray) -> str:
@@ -400,6 +401,70 @@ class LutInt8:
 
 
 @dataclasses.dataclass
+class CdpInt8:
+    """The INT8 CDP's registers and lookup tables (``accel_cdp_int8`` in accel.h), NVDLA's CDP
+    datapath: the input converter (``datin_*``), the square sum, the LE (65 entries, linear or
+    exponential index) and LO (257, linear) int16 tables with their starts and ends (units of
+    the square sum), index selects, LE's index offset, the four slopes beyond them (int16 scale,
+    right shift) and the three priorities (1: LO wins), the multiplier and the output converter
+    (``datout_*``). The arithmetic is ``reference.cdp_int8``; the NVDLA front end fills one
+    from a trace's registers, the compiler from a layer's alpha, beta, k and size."""
+
+    le: np.ndarray
+    lo: np.ndarray
+    le_start: int = 0
+    le_end: int = 0
+    lo_start: int = 0
+    lo_end: int = 0
+    le_index_select: int = 0
+    lo_index_select: int = 0
+    le_index_offset: int = 0
+    le_exponent: int = 1
+    le_uflow_scale: int = 0
+    le_uflow_shift: int = 0
+    le_oflow_scale: int = 0
+    le_oflow_shift: int = 0
+    lo_uflow_scale: int = 0
+    lo_uflow_shift: int = 0
+    lo_oflow_scale: int = 0
+    lo_oflow_shift: int = 0
+    uflow_priority: int = 0
+    oflow_priority: int = 0
+    hybrid_priority: int = 0
+    datin_offset: int = 0
+    datin_scale: int = 1
+    datin_shift: int = 0
+    datout_offset: int = 0
+    datout_scale: int = 1
+    datout_shift: int = 0
+    sqsum_bypass: int = 0
+    mul_bypass: int = 0
+
+    #: The int64 fields first, then the int16 entries, then the int32 fields (accel.h's order).
+    WIDE = ("le_start", "le_end", "lo_start", "lo_end")
+    FIELDS = ("le_index_select", "lo_index_select", "le_index_offset", "le_exponent",
+              "le_uflow_scale", "le_uflow_shift", "le_oflow_scale", "le_oflow_shift",
+              "lo_uflow_scale", "lo_uflow_shift", "lo_oflow_scale", "lo_oflow_shift",
+              "uflow_priority", "oflow_priority", "hybrid_priority", "datin_offset",
+              "datin_scale", "datin_shift", "datout_offset", "datout_scale", "datout_shift",
+              "sqsum_bypass", "mul_bypass")
+
+    def words(self) -> np.ndarray:
+        """The struct's memory as int32 words: what the descriptor points at."""
+        wide = np.asarray([int(getattr(self, f)) for f in self.WIDE], np.int64)
+        tables = []
+        for name, size in (("le", lib.ACCEL_LUT_LE_ENTRIES), ("lo", lib.ACCEL_LUT_LO_ENTRIES)):
+            table = as_typed(np.asarray(getattr(self, name)).reshape(-1), np.int16,
+                             f"cdp {name}")
+            if table.size != size:
+                raise AccelShapeError(f"cdp {name} has {table.size} entries, not {size}")
+            tables.append(table)
+        fields = [integer(getattr(self, f), f"cdp {f}") for f in self.FIELDS]
+        return np.concatenate([wide.view(np.int32), np.concatenate(tables).view(np.int32),
+                               np.asarray(fields, np.int32)])
+
+
+@dataclasses.dataclass
 class Sdp:
     """SDP engine: ``act(ew(x * scale[c] + shift[c], operand))``.
 
@@ -586,14 +651,16 @@ class Lrn:
     """CDP engine: local response normalisation across channels, PyTorch's
     ``LocalResponseNorm(size, alpha, beta, k)``: ``x / (k + alpha / size * S)^beta`` with S the
     sum of squares over ``size`` neighbouring channels. ``size`` is 3, 5, 7 or 9 (NVDLA's
-    CDP); fp32 and fp16 (int8 is refused). The CDP reads and writes memory: a fused run holds
-    it alone, an independent chain anywhere."""
+    CDP); fp32 and fp16. int8 is NVDLA's CDP with the registers and tables of ``int8``
+    (:class:`CdpInt8`; alpha, beta and k are then not read). The CDP reads and writes memory: a
+    fused run holds it alone, an independent chain anywhere."""
 
     size: int = 5
     alpha: float = 1e-4
     beta: float = 0.75
     k: float = 1.0
     precision: str = "fp32"
+    int8: Optional[CdpInt8] = None
 
     sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
@@ -607,6 +674,13 @@ class Lrn:
         d.beta = real(self.beta, "lrn beta")
         d.k = real(self.k, "lrn k")
         d.precision = precision_code(self.precision)
+        if self.int8 is not None and self.int8 is not SHAPE_ONLY:
+            if not isinstance(self.int8, CdpInt8):
+                raise AccelDtypeError(f"lrn int8 = {self.int8!r} is not a CdpInt8")
+            self._int8_words = self.int8.words()  # kept alive with the op
+            d.int8 = ffi.cast("accel_cdp_int8*", self._int8_words.ctypes.data)
+        else:
+            d.int8 = _pointer(self.int8)
 
     def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """Normalisation reads nothing but its input."""

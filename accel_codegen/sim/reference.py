@@ -1,15 +1,17 @@
 """NumPy reference of every engine op: the living definition of what the simulator computes.
 
 FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
-rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and max
-pooling match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
+rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
+pooling (max, and average: a float32 sum in the engine's order) match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
 order, rounded once (bit for bit too).
 
 INT8 (accel.h; bit-exact): tensors hold int8 codes, the convolution sums
 ``(x - in_zero) * w`` exactly (int64 here: the simulator's int32 accumulator cannot overflow for
 depth <= 65536), the SDP runs NVDLA's units (BS, BN, the output converter; accel.h) step by
 step with ``sat32`` where accel.h marks it, a LUT activation looks its int32 input up in the tables the descriptor
-carries (:func:`lut_int8`), and pooling works on codes with the input's zero point.
+carries (:func:`lut_int8`), and pooling works on codes with the input's zero point. The CDP's
+LRN is NVDLA's (:func:`cdp_int8`: converters, square sum, its LE/LO tables), the one definition
+of the simulator's int8 LRN and of the NVDLA trace front end's.
 
 FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
 the exact float64 sum of the exact products, rounded once to float32; the simulator's fp32
@@ -37,7 +39,7 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import (AccelDtypeError, AccelInvalidError, AccelShapeError, AccelUnsupportedError,
                       check)
-from .ops import Bdma, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
+from .ops import Bdma, CdpInt8, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -391,14 +393,20 @@ def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.nd
 def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
            count_include_pad: bool = False) -> np.ndarray:
     """Max or average pooling; padding never wins a max and counts in an average only with
-    ``count_include_pad``."""
+    ``count_include_pad``. The average as the engine computes it (csrc/pdp.c): the window's
+    image elements summed in float32 row by row, from 0, then one division by the float32
+    divisor, so bit for bit."""
     kernel_h, kernel_w = _pair(kernel, "kernel")
-    fill = -np.inf if kind == "max" else 0.0
-    stacked, inside = _pool_windows(x.astype(np.float64), kernel, stride, padding, fill)
     if kind == "max":
+        stacked, _ = _pool_windows(x.astype(np.float64), kernel, stride, padding, -np.inf)
         return stacked.max(axis=0).astype(np.float32)
-    divisor = kernel_h * kernel_w if count_include_pad else inside.sum(axis=0)
-    return (stacked.sum(axis=0) / divisor).astype(np.float32)
+    values, inside = _pool_windows(np.asarray(x, np.float32), kernel, stride, padding, 0.0)
+    total = np.zeros(values.shape[1:], dtype=np.float32)
+    for value, mask in zip(values, inside):
+        total = np.where(mask, total + value, total)
+    divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
+               else inside.sum(axis=0).astype(np.float32))
+    return (total / divisor).astype(np.float32)
 
 
 def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
@@ -484,6 +492,107 @@ def lut_int8(t, lut: LutInt8) -> np.ndarray:
                  np.where(in_le, _lut_int8_hit(le, d_le, le_sel),
                           np.where(d_le < 0, below, above)))
     return sat32(y)
+
+
+def _sat(x, bits: int) -> np.ndarray:
+    hi = (1 << (bits - 1)) - 1
+    return np.clip(x, -hi - 1, hi)
+
+
+def _rhaz_cdp(p, s: int) -> np.ndarray:
+    """rhaz for the CDP's shifters, whose fields reach 63: beyond 62 every value here (below
+    2^62 in magnitude) rounds to 0."""
+    return rhaz(p, s) if s <= 62 else np.zeros_like(np.asarray(p, np.int64))
+
+
+def _cdp_interp(table: np.ndarray, index: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    y0, y1 = table[index], table[index + 1]
+    return _sat(y0 + _sat(rhaz((y1 - y0) * frac, 16), 56), 16)
+
+
+def cdp_lookup(s, p: CdpInt8) -> np.ndarray:
+    """The INT8 CDP's two tables (accel_cdp_int8 in accel.h) at square sums ``s`` (int64): each
+    table's hit (interpolated, 16 fraction bits), underflow or overflow (its slope from the
+    end entry), then the priorities choose; the 16-bit result."""
+    s = np.asarray(s, np.int64)
+    le = np.asarray(p.le).astype(np.int64)
+    lo = np.asarray(p.lo).astype(np.int64)
+
+    def slope(base, delta, scale, shift):
+        return _sat(base + _sat(_rhaz_cdp(delta * int(scale), int(shift)), 56), 16)
+
+    def linear(d, sel, entries):
+        """index, under, over, fraction of a linear table at offsets d."""
+        index = d << -sel if sel < 0 else d >> sel
+        under = (index < 0) | (d <= 0)
+        over = ~under & (index >= entries - 1)
+        if sel < 0:
+            frac = np.zeros_like(d)
+        else:
+            rem = d & ((1 << sel) - 1)
+            frac = rem >> (sel - 16) if sel > 16 else rem << (16 - sel)
+        return np.clip(index, 0, entries - 2), under, over, frac
+
+    le_off = int(p.le_index_offset)
+    d = s - int(p.le_start)
+    if p.le_exponent:
+        # the octave of d: floor(log2 d), exact from the integer's bit length
+        log = np.zeros_like(d)
+        pos = d > 0
+        log[pos] = np.array([int(v).bit_length() - 1 for v in d[pos].ravel()],
+                            np.int64).reshape(d[pos].shape)
+        index = log - le_off
+        le_under = (index < 0) | (d <= 0)
+        le_over = ~le_under & (index >= le.size - 1)
+        idx = np.clip(index, 0, le.size - 2)
+        e = np.clip(idx + le_off, 0, 62)
+        rem = d - (np.int64(1) << e)
+        frac = np.where(e > 16, rem >> np.maximum(e - 16, 0), rem << np.maximum(16 - e, 0))
+        under_delta = d - (0 if le_off < 0 else (1 << le_off))
+    else:
+        idx, le_under, le_over, frac = linear(d, int(p.le_index_select), le.size)
+        under_delta = d
+    le_val = np.where(le_under, slope(le[0], under_delta, p.le_uflow_scale, p.le_uflow_shift),
+                      np.where(le_over, slope(le[-1], s - int(p.le_end), p.le_oflow_scale,
+                                              p.le_oflow_shift),
+                               _cdp_interp(le, idx, frac)))
+    idx, lo_under, lo_over, frac = linear(s - int(p.lo_start), int(p.lo_index_select), lo.size)
+    lo_val = np.where(lo_under, slope(lo[0], s - int(p.lo_start), p.lo_uflow_scale,
+                                      p.lo_uflow_shift),
+                      np.where(lo_over, slope(lo[-1], s - int(p.lo_end), p.lo_oflow_scale,
+                                              p.lo_oflow_shift),
+                               _cdp_interp(lo, idx, frac)))
+    le_hit, lo_hit = ~le_under & ~le_over, ~lo_under & ~lo_over
+    return np.where(le_under & lo_under, lo_val if p.uflow_priority else le_val,
+                    np.where(le_over & lo_over, lo_val if p.oflow_priority else le_val,
+                             np.where(le_hit ^ lo_hit, np.where(le_hit, le_val, lo_val),
+                                      lo_val if p.hybrid_priority else le_val)))
+
+
+def cdp_int8(x, size: int, p: CdpInt8) -> np.ndarray:
+    """The INT8 CDP (NVDLA's LRN, accel_cdp_int8 in accel.h) on int8 codes ``x`` (N, C, ...):
+      v = sat9(rhaz((x - datin_offset) * datin_scale, datin_shift))
+      S = sum of v^2 over channels [c - size//2, c + size//2] (0 outside; v with SQSUM bypass)
+      y = lookup(S) * v (lookup(S) with MUL bypass), kept to 25 bits (two's complement)
+      out = sat8(rhaz((y - datout_offset) * datout_scale, datout_shift))"""
+    x = np.asarray(x).astype(np.int64)
+    v = _sat(_rhaz_cdp((x - int(p.datin_offset)) * int(p.datin_scale), int(p.datin_shift)), 9)
+    if p.sqsum_bypass:
+        total = v
+    else:
+        half, channels = size // 2, v.shape[1]
+        sq = v * v
+        total = np.zeros_like(v)
+        for c in range(channels):
+            total[:, c] = sq[:, max(c - half, 0):c + half + 1].sum(axis=1)
+    y = cdp_lookup(total, p)
+    if not p.mul_bypass:
+        y = y * v
+    y = y & ((1 << 25) - 1)
+    y = np.where(y >> 24, y - (1 << 25), y)
+    out = _sat(_rhaz_cdp((y - int(p.datout_offset)) * int(p.datout_scale),
+                         int(p.datout_shift)), 8)
+    return out.astype(np.int8)
 
 
 def sdp_int8_bs_bn(v: np.ndarray, bias=None, mul=None, rshift=None) -> np.ndarray:
@@ -917,7 +1026,9 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
             with np.errstate(over="ignore"):  # beyond the half range: infinity, as the CDP
                 return y.astype(np.float16)
         if precision == "int8":
-            raise AccelInvalidError("the CDP has no INT8 local response normalisation")
+            if not isinstance(op.int8, CdpInt8):
+                raise AccelInvalidError("an INT8 CDP needs its tables (Lrn.int8)")
+            return cdp_int8(x, op.size, op.int8)
         return lrn(x, op.size, op.alpha, op.beta, op.k)
     if isinstance(op, Pool):
         if precision == "int8":
@@ -956,16 +1067,7 @@ def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
     dtype = dtype_for(decomposition.precision)
     x = np.asarray(x, dtype=dtype)
 
-    def run(p, ops, data, out):
-        y = run_chain(ops, data)
-        if out is not None and isinstance(ops[0], Bdma):  # the channels it copies only
-            keep = out.copy()
-            c = ops[0]
-            index = c.dst_offset + c.dst_stride * np.arange(c.channels)
-            keep[:, index] = y[:, index]
-            return keep
-        return y
-
-    tensors = decomposition.run(run, x, {k: np.asarray(v, dtype)
+    tensors = decomposition.run(lambda p, ops, data, out: run_chain(ops, data), x,
+                                {k: np.asarray(v, dtype)
                                          for k, v in (inputs or {}).items()})
     return decomposition.tensor(tensors, decomposition.output)

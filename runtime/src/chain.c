@@ -226,14 +226,51 @@ static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const c
   accel_status st = check_engine(cfg, ACCEL_FEATURE_CDP, "CDP", where);
   if (st == ACCEL_OK) st = check_precision(cfg, d->precision, where);
   if (st != ACCEL_OK) return st;
-  if (d->precision == ACCEL_INT8) {
-    return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: precision int8: the simulator's CDP has no "
-                      "INT8 local response normalisation yet (fp32 and fp16 are)", where);
-  }
   RANGE("local_size", d->local_size, 1, ACCEL_MAX_TENSOR_ELEMENTS)
   if (d->local_size % 2 == 0 || d->local_size < 3 || d->local_size > ACCEL_MAX_CDP_LOCAL_SIZE) {
     return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: local_size = %d: NVDLA's CDP normalises over "
                       "3, 5, 7 or 9 channels", where, d->local_size);
+  }
+  if (d->precision == ACCEL_INT8) {
+    const accel_cdp_int8* p = d->int8;
+    if (p == NULL) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: an INT8 CDP needs its tables (int8 is NULL)",
+                        where);
+    }
+    RANGE("int8.le_index_select", p->le_index_select, -32, 31)
+    RANGE("int8.lo_index_select", p->lo_index_select, -32, 31)
+    RANGE("int8.le_index_offset", p->le_index_offset, -128, 127)
+    RANGE("int8.le_exponent", p->le_exponent, 0, 1)
+    RANGE("int8.le_uflow_scale", p->le_uflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.le_oflow_scale", p->le_oflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.lo_uflow_scale", p->lo_uflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.lo_oflow_scale", p->lo_oflow_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.le_uflow_shift", p->le_uflow_shift, 0, 31)
+    RANGE("int8.le_oflow_shift", p->le_oflow_shift, 0, 31)
+    RANGE("int8.lo_uflow_shift", p->lo_uflow_shift, 0, 31)
+    RANGE("int8.lo_oflow_shift", p->lo_oflow_shift, 0, 31)
+    RANGE("int8.uflow_priority", p->uflow_priority, 0, 1)
+    RANGE("int8.oflow_priority", p->oflow_priority, 0, 1)
+    RANGE("int8.hybrid_priority", p->hybrid_priority, 0, 1)
+    RANGE("int8.datin_offset", p->datin_offset, -128, 127)
+    RANGE("int8.datin_scale", p->datin_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.datin_shift", p->datin_shift, 0, 31)
+    RANGE("int8.datout_offset", p->datout_offset, -(1 << 24), (1 << 24) - 1)
+    RANGE("int8.datout_scale", p->datout_scale, INT16_MIN, INT16_MAX)
+    RANGE("int8.datout_shift", p->datout_shift, 0, 63)
+    RANGE("int8.sqsum_bypass", p->sqsum_bypass, 0, 1)
+    RANGE("int8.mul_bypass", p->mul_bypass, 0, 1)
+    const int64_t limit = (int64_t)1 << 37;
+    if (p->le_start < -limit || p->le_start >= limit || p->le_end < -limit ||
+        p->le_end >= limit || p->lo_start < -limit || p->lo_start >= limit ||
+        p->lo_end < -limit || p->lo_end >= limit) {
+      return accel_fail(ACCEL_ERR_INVALID, "%s: int8 table starts and ends must be 38-bit "
+                        "signed values", where);
+    }
+    r->out_n = r->in_n, r->out_c = r->in_c, r->out_h = r->in_h, r->out_w = r->in_w;
+    r->cdp = (cdp_geometry){.n = r->in_n, .c = r->in_c, .h = r->in_h, .w = r->in_w,
+                            .local_size = d->local_size};
+    return ACCEL_OK;
   }
   /* A positive base keeps the power defined for every beta. */
   if (!(isfinite(d->alpha) && d->alpha >= 0.0f)) {

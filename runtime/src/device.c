@@ -58,7 +58,7 @@ static int32_t num_shared_devices;
 /* Field by field, every field (the energy figures too: accel_run's stats charge them):
  * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
  * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
-_Static_assert(ACCEL_ABI_VERSION == 10,
+_Static_assert(ACCEL_ABI_VERSION == 11,
                "accel.h changed a layout: compare any new accel_config field in same_config, "
                "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {
@@ -251,8 +251,12 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
         pdp_f32(&r->pdp, src, dst, threads);
       }
       return ACCEL_OK;
-    case ACCEL_ENGINE_CDP: /* FP32 and FP16 (widened) only: INT8 is refused by validation */
-      cdp_f32(&r->cdp, src, dst, threads);
+    case ACCEL_ENGINE_CDP:
+      if (int8) {
+        cdp_i8(&r->cdp, op->cdp.int8, src, dst, threads);
+      } else {
+        cdp_f32(&r->cdp, src, dst, threads);
+      }
       return ACCEL_OK;
     case ACCEL_ENGINE_BDMA: /* runs alone, through execute_bdma */
     case ACCEL_ENGINE_RUBIK: /* runs alone, through execute_rubik */

@@ -110,6 +110,17 @@ def test_fp32_offloaded_in_at_most_two_functions(name):
          f"functions; host: {result.host_reasons}")
 
 
+# Whole, in fp32: the YOLOX head's tail (flatten each scale's [N, C, H, W] to [N, C, H*W],
+# concat along L, transpose to [N, L, C]) as BDMA copies, the classifier's flatten before its
+# dense layer as one.
+@pytest.mark.parametrize("name", [n for n in tm.MODELS if n != "ppocrv4_rec"])
+def test_fp32_whole(name):
+    model, result = _result(name, "fp32")
+    assert result.offloaded == result.total and result.functions == 1, \
+        (f"{name}: {result.offloaded} of {result.total} operators in {result.functions} "
+         f"functions; host: {result.host_reasons}")
+
+
 @pytest.mark.parametrize("name", list(tm.MODELS))
 def test_fp16_task_answers(name):
     model, result = _result(name, "fp16")

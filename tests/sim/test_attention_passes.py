@@ -1,7 +1,9 @@
 """Multi-head attention as engine passes (accel_codegen/sim/decompose.attention_passes): per
-head a BDMA copy of K's head columns, a CONV whose weights are K (scores, scaled on its SDP),
-the softmax's passes over the keys, and a CONV whose weights are V's head channels as they lie
-in V's surface, written at the head's channels of the output.
+head a BDMA copy of Q's head rows, a CONV reading K's head channels (a view of its surface)
+with Q's rows as its weights (the scores transposed: the keys along W), the softmax over W on
+the PDP (max and sum) and the SDP (per-channel operands), a BDMA copy of V's head rows, a CONV
+reading them with the probabilities as its weights, and a BDMA copy into the output's
+channels of the head.
 
 Every pass equals the NumPy reference (reference.run_chain) given the same inputs: bit for
 bit, except the two CONVs of a head, within the CONV's summation bound (the reference sums in
@@ -59,9 +61,9 @@ def test_each_pass_equals_the_reference_and_the_whole_the_maths(t, tk, heads, d,
         channels = {name: value for name, value in channels.items()}
     scale = 1 / np.sqrt(d)
     decomposition = dc.attention_passes(t, heads, d, scale, precision, tk, channels)
-    x = np.ascontiguousarray(q.T[None, :, None, :]).astype(dtype)
-    inputs = {"k": np.ascontiguousarray(k[:, :, None, None]).astype(dtype),
-              "v": np.ascontiguousarray(v.T[None, :, None, :]).astype(dtype)}
+    x = np.ascontiguousarray(q[:, :, None, None]).astype(dtype)
+    inputs = {"k": np.ascontiguousarray(k.T[None, :, None, :]).astype(dtype),
+              "v": np.ascontiguousarray(v[:, :, None, None]).astype(dtype)}
     convs = []
 
     def both(p, ops, data, out):
@@ -79,7 +81,8 @@ def test_each_pass_equals_the_reference_and_the_whole_the_maths(t, tk, heads, d,
     tensors = decomposition.run(both, x, inputs)
     assert convs == [role for h in range(heads)
                      for role in (f"attention.h{h}.scores", f"attention.h{h}.values")]
-    ours = decomposition.tensor(tensors, "o")[0, :, 0, :].T.astype(np.float64)
+    assert not any("tree" in role or ".lo" in role for role in convs)
+    ours = decomposition.tensor(tensors, "o")[:, :, 0, 0].astype(np.float64)
     expected = _attention64(q.astype(dtype), k.astype(dtype), v.astype(dtype), heads, d, scale,
                             channels)
     if precision == "fp32":
@@ -93,20 +96,22 @@ def test_each_pass_equals_the_reference_and_the_whole_the_maths(t, tk, heads, d,
     assert np.abs(y.astype(np.float64) - y_ref).max() <= 2e-3 * np.abs(y_ref).max()
 
 
-def test_a_head_reads_k_and_v_where_they_lie_and_the_cost_model_prices_every_pass():
+def test_the_softmax_runs_along_w_and_the_cost_model_prices_every_pass():
     t, heads, d = 197, 3, 64
     decomposition = dc.attention_passes(t, heads, d, 0.125, "fp32")
     roles = [p.role for p in decomposition.passes]
-    assert roles.count("attention.h0.keys") == 1 and "attention.h0.values" in roles
-    values = next(p for p in decomposition.passes if p.role == "attention.h1.values")
-    assert decomposition.views[values.weights] == ("v", d, d)  # V's head: a view, no copy
-    assert decomposition.views[values.output] == ("o", d, d)   # written at its channels
+    # per head: Q's rows, scores, 3 PDP max passes (197 = 8 x 25 padded, 5, 5), -max, exp,
+    # 3 PDP sums, 1/sum, normalise, V's rows, P V, the merge: 15 runs, no channel trees
+    assert len(roles) == 15 * heads, roles
+    assert roles.count("attention.h0.softmax.max") == 3
+    scores = next(p for p in decomposition.passes if p.role == "attention.h1.scores")
+    assert decomposition.views[scores.input][:3] == ("k", d, d)  # K's head: a view, no copy
     cycles, runs = dc.estimate_passes("nv_full", decomposition)
     assert cycles == sum(s.cycles for _, s in runs) > 0
-    scores = dict(runs)["attention.h0.scores"]
-    assert scores.macs == t * t * d
-    # K [T, d] is fetched as dense weights: as many bytes as Q [T, d], its data
-    conv = scores.ops[0]
+    stats = dict(runs)["attention.h0.scores"]
+    assert stats.macs == t * t * d
+    # Q [T, d] is fetched as dense weights: as many bytes as K [d, T], its data
+    conv = stats.ops[0]
     assert conv.weight_bytes == conv.input_bytes > 0
 
 

@@ -1,15 +1,18 @@
 """The CDP engine: local response normalisation (PyTorch's LocalResponseNorm) against the NumPy
 reference (bit for bit, fp32 and fp16) and against PyTorch; its validation (typed errors that
 name the field), the chain rules (a FUSED run holds a CDP alone) and its cost."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel_codegen import (AccelDtypeError, AccelInvalidError, AccelUnsupportedError, Conv,
+from accel_codegen import (AccelDtypeError, AccelInvalidError, AccelShapeError,
+                           AccelUnsupportedError, Conv,
                            Device, Pool, Sdp, estimate_chain)
 from accel_codegen import reference as ref
-from accel_codegen.sim import Lrn, profile_enable, profile_records
+from accel_codegen.sim import CdpInt8, Lrn, profile_enable, profile_records
 from conftest import assert_same, ideal_dram
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
@@ -95,9 +98,62 @@ def test_bad_fields_raise_typed_errors_naming_them(op, error, words):
     assert words in str(info.value)
 
 
-def test_int8_and_missing_hardware_are_unsupported():
-    with pytest.raises(AccelUnsupportedError, match="no INT8 local response normalisation"):
-        DEVICE.run([Lrn(precision="int8")], np.ones((1, 4, 2, 2), np.int8))
+def _random_cdp_int8(rng, exponent):
+    """Registers and tables anywhere in their ranges, each table's start inside the square
+    sums' span so hits, underflows, overflows and every priority occur."""
+    return CdpInt8(
+        le=rng.integers(-32768, 32768, 65), lo=rng.integers(-32768, 32768, 257),
+        le_start=int(rng.integers(-50, 300)), le_end=int(rng.integers(0, 1 << 17)),
+        lo_start=int(rng.integers(-50, 3000)), lo_end=int(rng.integers(0, 1 << 17)),
+        le_index_select=int(rng.integers(-2, 20)), lo_index_select=int(rng.integers(-2, 20)),
+        le_index_offset=int(rng.integers(-3, 8)), le_exponent=exponent,
+        le_uflow_scale=int(rng.integers(-32768, 32768)), le_uflow_shift=int(rng.integers(0, 32)),
+        le_oflow_scale=int(rng.integers(-32768, 32768)), le_oflow_shift=int(rng.integers(0, 32)),
+        lo_uflow_scale=int(rng.integers(-32768, 32768)), lo_uflow_shift=int(rng.integers(0, 32)),
+        lo_oflow_scale=int(rng.integers(-32768, 32768)), lo_oflow_shift=int(rng.integers(0, 32)),
+        uflow_priority=int(rng.integers(0, 2)), oflow_priority=int(rng.integers(0, 2)),
+        hybrid_priority=int(rng.integers(0, 2)), datin_offset=int(rng.integers(-128, 128)),
+        datin_scale=int(rng.integers(-600, 600)), datin_shift=int(rng.integers(0, 8)),
+        datout_offset=int(rng.integers(-4096, 4096)),
+        datout_scale=int(rng.integers(-2048, 2048)), datout_shift=int(rng.integers(24, 30)),
+        sqsum_bypass=int(rng.random() < 0.2), mul_bypass=int(rng.random() < 0.2))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_int8_is_nvdlas_cdp_as_the_reference_defines_it(seed):
+    """The C engine and reference.cdp_int8 agree bit for bit on any registers and tables
+    (NVDLA's traces check both against the RTL: test_nvdla_traces)."""
+    rng = np.random.default_rng(seed)
+    size = (3, 5, 7, 9)[seed % 4]
+    x = rng.integers(-128, 128, (2, 70, 3, 4)).astype(np.int8)  # past one 46-channel block
+    while True:  # registers whose output is not one or two saturated codes
+        p = _random_cdp_int8(rng, exponent=seed % 2)
+        # the output shift that spreads the codes most (random tables span many octaves)
+        p.datout_shift = max(range(40), key=lambda s: len(np.unique(ref.cdp_int8(
+            x, size, dataclasses.replace(p, datout_shift=s)))))
+        if len(np.unique(ref.cdp_int8(x, size, p))) > 3:
+            break
+    expected = ref.run_op(Lrn(size, precision="int8", int8=p), x)
+    for threads, device in DEVICES.items():
+        y, stats = device.run([Lrn(size, precision="int8", int8=p)], x)
+        assert_same(y, expected, f"int8 lrn seed {seed}, {threads} threads")
+    assert len(np.unique(expected)) > 3
+    assert stats.ops[0].precision == "int8"
+
+
+def test_int8_bad_tables_raise_typed_errors():
+    x = np.ones((1, 4, 2, 2), np.int8)
+    with pytest.raises(AccelInvalidError, match="needs its tables"):
+        DEVICE.run([Lrn(precision="int8")], x)
+    bad = CdpInt8(le=np.zeros(65, np.int16), lo=np.zeros(257, np.int16), datout_shift=64)
+    with pytest.raises(AccelInvalidError, match="int8.datout_shift = 64"):
+        DEVICE.run([Lrn(precision="int8", int8=bad)], x)
+    with pytest.raises(AccelShapeError, match="cdp lo has 256 entries"):
+        DEVICE.run([Lrn(precision="int8", int8=CdpInt8(le=np.zeros(65, np.int16),
+                                                           lo=np.zeros(256, np.int16)))], x)
+
+
+def test_missing_hardware_is_unsupported():
     with pytest.raises(AccelUnsupportedError, match="precision fp16 is not supported by "
                                                     "configuration nv_small"):
         Device("nv_small").run([Lrn(precision="fp16")], np.ones((1, 4, 2, 2), np.float16))

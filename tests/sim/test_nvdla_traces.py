@@ -70,6 +70,30 @@ def test_trace_matches_golden_crc(traces, test):
     assert [f"{c:08x}" for c in run.crcs] == [f"{c:08x}" for c in run.expected]
 
 
+def test_cdp_traces_run_the_simulators_own_int8_lrn(traces, monkeypatch):
+    """Every CDP trace runs on the simulator's INT8 CDP engine (the C, the compiler's LRN) with
+    the descriptor decoded from its registers, and reference.cdp_int8 gives the same bits: one
+    definition for the traces and the compiled models."""
+    from accel_codegen import reference as ref
+    from accel_codegen.sim.nvdla import cdp
+    seen = []
+    engine = cdp.run_int8
+
+    def spy(x, size, p):
+        y = engine(x, size, p)
+        seen.append((x, size, p, y))
+        return y
+
+    monkeypatch.setattr(cdp, "run_int8", spy)
+    tests = [t for t in PASSING if t.startswith("cdp")]
+    for test in tests:
+        assert play(str(_cfg(traces, test))).matches, test
+    assert len(seen) == len(tests) == 23
+    for x, size, p, y in seen:
+        np.testing.assert_array_equal(y, ref.cdp_int8(x[None], size, p)[0])
+    assert {p.le_exponent for _, _, p, _ in seen} == {0, 1}  # both LE index modes covered
+
+
 @pytest.mark.parametrize("test", FAILING or ["(no traces)"])
 def test_traces_the_rtl_fails_are_refused(traces, test):
     """The four tests the RTL fails program the SDP's EW unit and LUT, which nv_small removes:

@@ -21,7 +21,7 @@ from ...errors import AccelUnsupportedError
 from ...quantization import Calibration, Key, TensorQuant
 from ...sim.labels import run_key
 from ...sim.observer import INPUT
-from ..layer import Layer, static_shape
+from ..layer import Layer, feature_surface, static_shape
 from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_name
@@ -33,10 +33,6 @@ from .tensors import STORAGE, FunctionTensors  # noqa: F401  (STORAGE: part of t
 
 def other_precision(precision: str) -> str:
     return MIXED[1 - MIXED.index(precision)]
-
-
-def _feature(shape) -> tuple:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)
 
 
 class FunctionCodegen(FunctionTensors):
@@ -155,7 +151,7 @@ class FunctionCodegen(FunctionTensors):
             lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{",
                      emit.name_run(run.label, self.layer_source)]
             lines += emit.run_layer(ops, phases, layer.in_shape, self.operands[var],
-                                    _feature(layer.out_shape), layer.fused(self.fuse),
+                                    feature_surface(layer.out_shape), layer.fused(self.fuse),
                                     run.label, self.precision)
             self.body.extend(lines + ["}"])
             if self.precision == "int8":
@@ -169,7 +165,7 @@ class FunctionCodegen(FunctionTensors):
         var = run.output
         quant = int8_ops.int8_output(self, run.call)
         target = other_precision(self.precision)
-        shape = _feature(static_shape(var))
+        shape = feature_surface(static_shape(var))
         temp = self._temp(int(np.prod(shape)), self.last_use.get(var, run.call),
                           itemsize=np.dtype(STORAGE[target]).itemsize)
         self.converted[var], self.quant[var] = temp, quant
@@ -190,7 +186,7 @@ class FunctionCodegen(FunctionTensors):
         lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{",
                  emit.name_run(run.label, self.layer_source)]
         data, in_quant = self._data(layer.data, run.scope, (key, INPUT))
-        out_shape = _feature(layer.out_shape)
+        out_shape = layer.out_surface
         if self.precision == "int8":
             ops, out_quant = int8_ops.run_ops(self, layer, key, in_quant, concat)
             if layer.requantize:  # into the concat's channel range

@@ -38,7 +38,7 @@ def run_ops(gen, layer: Layer, key: str, in_quant: Optional[TensorQuant],
         return [emit.cdp_op(layer.lrn, gen.precision)], in_quant
     if layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
         gen.quantization[(key, INPUT)] = gen.quantization[(key, 0)] = in_quant
-        return [emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1], gen.precision)], \
+        return [emit.bdma_op(layer.copies[0], layer.out_surface[1], gen.precision)], \
             in_quant
     ops, out_quant = int8_layer(gen, layer, gen.emitting.scope, key, in_quant)
     gen.quantization[(key, INPUT)] = in_quant
@@ -177,7 +177,3 @@ def int8_sdp(gen, layer: Layer, scope, key: str, g, h, unit, in_quant: TensorQua
         fields.update(prelu_mul=f"(const int16_t*){gen._constant(codes)}",
                       prelu_shift=shift)
     return emit.sdp_op(comment, fields)
-
-
-def _feature(shape) -> tuple:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)

@@ -16,12 +16,12 @@ import numpy as np
 from tvm import relax
 
 from ...sim.observer import INPUT
-from ...sim.ops import Bdma, Conv
-from ..layer import ConvSpec, CopySpec, Layer
+from ...sim.ops import Bdma, Conv, Pool
+from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 
 #: C element type of each float precision's storage.
-C_TYPES = {"fp32": "float", "fp16": "uint16_t"}
+C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
 
 
 def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: str,
@@ -48,6 +48,10 @@ def _op(gen, op, tensor, operand, weights=None) -> str:
         copy = CopySpec(None, op.channels, op.src_offset, op.src_stride, op.dst_offset,
                         op.dst_stride)
         return emit.bdma_op(copy, op.dst_channels, p)
+    if isinstance(op, Pool):
+        spec = PoolSpec(op.kind, tuple(op.kernel), tuple(op.stride), tuple(op.padding),
+                        bool(op.count_include_pad), f"pdp:{op.kind} along W")
+        return emit.pool_op(spec, p)
     if isinstance(op, Conv) and weights is not None:
         spec = ConvSpec(weight=None, weight_shape=tuple(op.weight_shape),
                         source="relax.matmul: weights another run computed")
@@ -68,6 +72,8 @@ def _op(gen, op, tensor, operand, weights=None) -> str:
     if op.ew_op:
         fields.update(ew_op=emit.c_elementwise(op.ew_op), ew_operand=tensor(operand))
         what.append(f"{op.ew_op} {operand}")
+        if op.ew_per_channel:  # one value per channel, for every position
+            fields["ew_per_channel"] = 1
     if op.act:
         fields["act"] = emit.c_activation(op.act)
         what.append(op.act)
@@ -81,6 +87,28 @@ def _clears(ops) -> bool:
     return any(isinstance(op, Bdma) and op.dst_channels is not None and
                (op.dst_offset > 0 or op.dst_stride > 1 or op.channels < op.dst_channels)
                for op in ops)
+
+
+def _dense_run(gen, var: relax.Var, data: relax.Expr, surface: str, data_quant,
+               program_run, dense: Layer) -> str:
+    """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
+    buffer it returns. In int8 the transposes move codes as they are: the run reads the
+    data's quantisation, and ``var`` (after the transpose back) has the run's."""
+    out = gen._temp(int(np.prod(dense.out_shape)))
+    gen.inner[data] = surface
+    held_quant = gen.quant.get(data)
+    gen.quant[data] = data_quant
+    try:
+        quant = gen._emit(program_run, out, layer=dense)
+    finally:
+        del gen.inner[data]
+        if held_quant is None:
+            del gen.quant[data]
+        else:
+            gen.quant[data] = held_quant
+    if gen.precision == "int8":
+        gen.quant[var] = quant
+    return out
 
 
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
@@ -104,66 +132,60 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
-    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
-    if layer.tokens:
+    data, data_quant = gen._data(layer.data, scope, (first_key, INPUT))
+    attention = layer.norm.attention if layer.norm is not None else None
+    if attention is None and layer.tokens:
         surface = gen._temp(int(np.prod(layer.in_shape)))
         gen.body.extend(transpose(data, surface, b, h * w, c, precision,
-                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the surface "
-                                  f"[{b}, {c}, {h}, {w}]"))
-    else:  # a norm over the channels of NCHW data: the data is its surface
+                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
+                                  f"surface [{b}, {c}, {h}, {w}]"))
+        tensors = {"x": surface}
+    elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
-    tensors = {"x": surface}
-    attention = layer.norm.attention if layer.norm is not None else None
-    if attention is not None:
-        tensors["k"] = gen._data(attention.key, scope, (first_key, INPUT))[0]
-        if scope.get(attention.value, attention.value).same_as(
-                scope.get(layer.data, layer.data)):
-            tensors["v"] = surface  # one tensor (a packed projection): one surface
-        else:
-            _, cv, _, tv = decomposition.shapes["v"]
-            v_data = gen._data(attention.value, scope, (first_key, INPUT))[0]
-            tensors["v"] = gen._temp(cv * tv)
-            gen.body.extend(transpose(v_data, tensors["v"], 1, tv, cv, precision,
-                                      f"layer {index}: V [{tv}, {cv}] onto the surface "
-                                      f"[1, {cv}, 1, {tv}]"))
+        tensors = {"x": surface}
+    else:  # Q and V as written (a row per token), K onto its surface, the output by rows
+        _, ck, _, tk = decomposition.shapes["k"]
+        k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
+        tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
+                   "k": gen._temp(ck * tk), "o": gen.operands[var]}
+        gen.body.extend(transpose(k_data, tensors["k"], 1, tk, ck, precision,
+                                  f"layer {index}: K [{tk}, {ck}] onto the surface "
+                                  f"[1, {ck}, 1, {tk}]"))
     views = decomposition.views if decomposition is not None else {}
 
     def tensor(name: str) -> str:
-        """A pass's tensor; a view: its first channel's address in its tensor (one image)."""
+        """A pass's tensor; a view: its first channel's address in its tensor (one image, or
+        every channel)."""
         if name not in views:
+            if name not in tensors:  # written in parts (through views) before it is read
+                tensors[name] = gen._temp(int(np.prod(decomposition.shapes[name])))
             return tensors[name]
-        base, first, _ = views[name]
+        base, first, _, _ = views[name]
         shape = decomposition.shapes[base]
-        if base not in tensors:
-            tensors[base] = gen._temp(int(np.prod(shape)))
-        return f"(({ctype}*){tensors[base]} + {first * shape[2] * shape[3]})"
+        return f"(({ctype}*){tensor(base)} + {first * shape[2] * shape[3]})"
 
     start = 0
     if layer.conv is not None:
-        dense = runs[0]
-        out = gen._temp(int(np.prod(dense.out_shape)))
-        gen.inner[layer.data] = surface
-        try:
-            gen._emit(program_runs[0], out, layer=dense)
-        finally:
-            del gen.inner[layer.data]
-        tensors["x"] = out
+        tensors["x"] = _dense_run(gen, var, layer.data, surface, data_quant,
+                                  program_runs[0], runs[0])
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
         label = program_runs[part].label
         count = int(np.prod(run.out_shape))
-        if step.output in views:
+        if step.output in views or step.output in decomposition.into:
             out = tensor(step.output)
         else:
             out = tensors[step.output] = gen._temp(count)
         lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
-        if _clears(step.ops):
+        if _clears(step.ops) and step.output not in decomposition.into:  # heads: all written
             lines.append(f"  memset({out}, 0, {count * itemsize});")
         ops = [_op(gen, op, tensor, step.operand, step.weights) for op in step.ops]
         lines += emit.run_layer(ops, tensor(step.input), run.in_shape, out, run.out_shape,
                                 run.fused(gen.fuse), label, precision)
         gen.body.extend(lines + ["}"])
+    if attention is not None:  # its runs wrote the output's rows
+        return
     if decomposition is not None:
         last = tensor(decomposition.output)
         b, k, h, w = decomposition.shapes[decomposition.output]

@@ -26,7 +26,7 @@ def float_ops(gen, layer: Layer, lines: List[str]) -> List[str]:
     if layer.lrn is not None:
         ops.append(emit.cdp_op(layer.lrn, precision))
     elif layer.copies:
-        ops.append(emit.bdma_op(layer.copies[0], _feature(layer.out_shape)[1], precision))
+        ops.append(emit.bdma_op(layer.copies[0], layer.out_surface[1], precision))
     elif precision == "fp16" and gen.fuse and layer.conv is not None and \
             not layer.computed_dense_weight:
         # Batch norm's (or a scale's) factor goes into the weights before they are
@@ -164,7 +164,3 @@ def pool_ops(gen, layer: Layer, zero: int = 0) -> List[str]:
                                    "scale": scale,
                                    "precision": emit.c_precision(gen.precision)}))
     return ops + [emit.pool_op(p, gen.precision, zero) for p in passes]
-
-
-def _feature(shape) -> tuple:
-    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, 1)

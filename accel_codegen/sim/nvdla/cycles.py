@@ -7,7 +7,7 @@ request accepted every few cycles (the TESTBENCH_* constants below, their one de
 no turnaround). The cost model's RTL-calibrated fields (pipeline cycles, weight-load cycles)
 are nv_small's own; docs/nvdla_rtl.md has the error table against the RTL's cycles.
 
-The CDP has no int8 path in the simulator (``Lrn`` refuses int8), so its estimate here is the
+The CDP layer's estimate here (its int8 descriptor carries tables the cost does not need) is the
 cost model's own rule for a streaming engine written out: the CDP's pipeline cycles, then the
 long pole of the read latency plus one element per cycle (nv_small's CDP throughput, whole
 atoms) and the transfers (the input read once at the read rate, the output written once).
@@ -108,7 +108,7 @@ def pdp_split_cycles(layer: Layer, config: AccelConfig) -> int:
 def simulator_chains(layers: Sequence[Layer]):
     """The trace's layers as the simulator's descriptors: a list of ``(ops, in_shape)``, one
     per chain (``Conv`` + ``Sdp`` fused, ``Sdp``, ``Pool``, int8; operands shape-only), or
-    ``(None, layer)`` for a CDP layer, which has no int8 descriptor in the simulator."""
+    ``(None, layer)`` for a CDP layer, costed by the rule above."""
     out = []
     for chain in _chains(layers):
         first = chain[0]

@@ -41,13 +41,13 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 10,  /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 11,  /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
                             * RTL-calibrated configuration fields; 9: RUBIK,
                             * accel_config.rubik_bytes_per_cycle; 10:
-                            * accel_sdp_desc.ew_per_channel) */
+                            * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -629,11 +629,48 @@ typedef struct accel_pdp_desc {
  * FP16: the FP32 computation on the widened halves, rounded once to half. NVDLA evaluates the
  * power through the CDP's own lookup table; that table is not modelled, so the simulator's
  * FP16 LRN is more accurate than the hardware's by up to that table's error.
- * INT8: not implemented (ACCEL_ERR_UNSUPPORTED). */
+ * INT8 (ABI 11): NVDLA's CDP bit for bit, with the registers and tables of `int8`
+ * (accel_cdp_int8; alpha, beta and k are not read: the compiler folds them into the tables).
+ * The input's and output's codes, the window of local_size channels as above:
+ *   v = sat9(rhaz((x - datin_offset) * datin_scale, datin_shift))
+ *   S = sum of v^2 over the window (S = v with sqsum_bypass)
+ *   t = lookup(S), below (16 bits)
+ *   y = t * v (t with mul_bypass), kept to its low 25 bits (two's complement)
+ *   out = sat8(rhaz((y - datout_offset) * datout_scale, datout_shift))
+ * lookup (nvdla/doc lut-programming.rst, the C model's CDP): rhaz rounds half away from zero,
+ * a shift beyond 62 gives 0; each table gives hit, underflow or overflow:
+ *   LE, linear (le_exponent 0): d = S - le_start, i = le_index_select >= 0 ? d >> sel
+ *       : d << -sel; under: i < 0 or d <= 0; over: i >= 64; else hit at i with the fraction
+ *       f = the sel bits below the index as 16 bits (r >> (sel - 16) or r << (16 - sel); 0
+ *       for sel < 0); LO the same with lo_start, lo_index_select, 256.
+ *   LE, exponent (le_exponent 1): e = floor(log2 d) for d > 0, i = e - le_index_offset;
+ *       under: i < 0 or d <= 0; over: i >= 64; else f = (d - 2^e) as 16 fraction bits of e.
+ *   hit:   sat16(T[i] + sat56(rhaz((T[i+1] - T[i]) * f, 16)))
+ *   under: sat16(T[0] + sat56(rhaz(delta * uflow_scale, uflow_shift))), delta = S - start
+ *          (LE exponent: minus 2^le_index_offset when that offset is >= 0)
+ *   over:  sat16(T[last] + sat56(rhaz((S - end) * oflow_scale, oflow_shift)))
+ *   both under: LO's if uflow_priority else LE's; both over: oflow_priority likewise; one
+ *   hit: that one's; otherwise (both hit, or one under and one over): hybrid_priority. */
+typedef struct accel_cdp_int8 {
+  int64_t le_start, le_end, lo_start, lo_end;   /* in units of S (NVDLA: 38-bit registers) */
+  int16_t le[ACCEL_LUT_LE_ENTRIES];
+  int16_t lo[ACCEL_LUT_LO_ENTRIES];
+  int32_t le_index_select, lo_index_select;    /* -32..31 */
+  int32_t le_index_offset;                     /* -128..127 */
+  int32_t le_exponent;                         /* 0 or 1 */
+  int32_t le_uflow_scale, le_uflow_shift, le_oflow_scale, le_oflow_shift; /* int16, 0..31 */
+  int32_t lo_uflow_scale, lo_uflow_shift, lo_oflow_scale, lo_oflow_shift;
+  int32_t uflow_priority, oflow_priority, hybrid_priority;               /* 0 LE, 1 LO */
+  int32_t datin_offset, datin_scale, datin_shift;     /* int8, int16, 0..31 */
+  int32_t datout_offset, datout_scale, datout_shift;  /* 25-bit signed, int16, 0..63 */
+  int32_t sqsum_bypass, mul_bypass;                   /* 0 or 1 */
+} accel_cdp_int8;
+
 typedef struct accel_cdp_desc {
   int32_t local_size;
   float alpha, beta, k;
   accel_precision precision;
+  const accel_cdp_int8* int8; /* (ABI 11) INT8: the CDP's registers and tables; NULL otherwise */
 } accel_cdp_desc;
 
 /* BDMA: a strided copy of channels, bit for bit (a copy never converts). Input (n, C, h, w),
