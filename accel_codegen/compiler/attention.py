@@ -241,15 +241,10 @@ def _rows_of(graph: _Graph, data: relax.Expr, tokens: int) -> Optional[relax.Exp
         if scale != 1.0 or shape is None or shape[-1] != channels or \
                 int(np.prod(shape)) != tokens * channels:
             continue
-        index = _indices(graph, base, chain)
+        index = _indices_of(graph, _static(base), chain)
         if index is not None and np.array_equal(index.reshape(-1), np.arange(index.size)):
             return base
     return None
-
-
-def _indices(graph: "_Graph", base: relax.Expr, chain: List[relax.Call]
-             ) -> Optional[np.ndarray]:
-    return _indices_of(graph, _static(base), chain)
 
 
 def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.ndarray]:
@@ -274,13 +269,15 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
         return None
     heads = int(np.prod(shape[:-2]))
     d = shape[-1] if keys_first else shape[-2]
-    candidates, scale = graph.back(operand)
-    for base, chain, _ in candidates:
+    candidates, _ = graph.back(operand)
+    # the factors between the operand and the base it reads: those before the base are
+    # already in it
+    for base, chain, scale in candidates:
         base_shape = _static(base)
         if base_shape is None or not base_shape or base_shape[-1] < heads * d or \
                 int(np.prod(base_shape)) != tokens * base_shape[-1]:
             continue
-        index = _indices(graph, base, chain)
+        index = _indices_of(graph, _static(base), chain)
         if index is None or index.shape != shape:
             continue
         index = index.reshape(heads, *shape[-2:])
@@ -361,7 +358,7 @@ def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
     _, w, b = linear
     found = None
     for var, chain in [(result, [])] + graph.forward(result):
-        index = _indices(graph, result, chain)
+        index = _indices_of(graph, _static(result), chain)
         if index is not None and tuple(index.shape) == tuple(shape[:-1]) + (w.shape[0],) and \
                 np.array_equal(index.reshape(-1), np.arange(index.size)):
             found = var
@@ -475,7 +472,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     q = _heads(graph, qk.args[0], tokens, True)
     k = _heads(graph, qk.args[1], kv_tokens, False)
     v = _heads(graph, pv.args[1], kv_tokens, True)
-    if q is None or k is None or v is None:
+    # a factor on V scales the output, not the scores: nn.attention's scale would put it
+    # inside the softmax
+    if q is None or k is None or v is None or v[2] != 1.0:
         return None
     output = _merged(graph, reader, heads, tokens, d)
     if output is None:
@@ -484,10 +483,16 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core = _Core(_projected_input(graph, q[:2], tokens, width),
                  _projected_input(graph, k[:2], kv_tokens, width),
                  _projected_input(graph, v[:2], kv_tokens, width), heads, tokens, kv_tokens, d,
-                 scale * q[2] * k[2] * v[2], output)
+                 scale * q[2] * k[2], output)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
+
+
+def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
+    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear)."""
+    out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
+    return out if b is None else relax.op.add(out, relax.const(b, "float32"))
 
 
 @relax.expr_functor.mutator
@@ -506,10 +511,7 @@ class _Rewriter(relax.PyExprMutator):
     def _linear(self, x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
         key = (x, w.tobytes(), None if b is None else b.tobytes())
         if key not in self.made:
-            out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
-            if b is not None:
-                out = relax.op.add(out, relax.const(b, "float32"))
-            self.made[key] = self.builder_.emit(out)
+            self.made[key] = self.builder_.emit(_dense(x, w, b))
         return self.made[key]
 
     def _input(self, source, core: _Core, tokens: int) -> relax.Expr:
@@ -529,11 +531,7 @@ class _Rewriter(relax.PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
             result, w, b = self.projections.pop(binding.var)
-            out = relax.op.matmul(result, relax.op.permute_dims(relax.const(w, "float32"),
-                                                                [1, 0]))
-            if b is not None:
-                out = relax.op.add(out, relax.const(b, "float32"))
-            self.set_var_remap(binding.var, self._emit(binding.var, out))
+            self.set_var_remap(binding.var, self._emit(binding.var, _dense(result, w, b)))
             return
         core = self.cores.get(binding.var)
         if core is None:

@@ -113,6 +113,40 @@ def test_onnx_partitions_like_pytorch(tmp_path):
     assert_close(run_main(vm, _x(3)), torch_forward(model, _x(3)), 1e-4)
 
 
+class _HandWritten(torch.nn.Module):
+    """Attention written out by hand with a scalar factor where torch's modules put none:
+    after the query's projection, before its head split (``scaled``: the scores' scale is
+    that one factor), or on V's heads (outside the softmax: it scales the output)."""
+
+    def __init__(self, factor_on):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(C, C) for _ in range(4))
+        self.factor_on = factor_on
+
+    def forward(self, x):  # x: [T, C]
+        d = C // HEADS
+        heads = lambda t: t.view(1, T, HEADS, d).transpose(1, 2)  # noqa: E731
+        if self.factor_on == "q":
+            q = heads(self.q(x) * d ** -0.5)
+        else:
+            q = heads(self.q(x)) * d ** -0.5
+        v = self.v(x).view(1, T, HEADS, d)
+        v = (v * 0.5).transpose(1, 2) if self.factor_on == "v" else v.transpose(1, 2)
+        p = torch.softmax(q @ heads(self.k(x)).transpose(-1, -2), dim=-1)
+        return self.o((p @ v).transpose(1, 2).reshape(T, C))
+
+
+@pytest.mark.parametrize("factor_on", ["q", "v"])
+def test_hand_written_attention_applies_each_scalar_factor_once(factor_on):
+    model = _HandWritten(factor_on).eval()
+    x = _x()[0]
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    vm = ac.virtual_machine(ac.build(mod, params=params, precision="fp32"))
+    x = _x(1)[0]
+    assert_close(run_main(vm, x), torch_forward(model, x), 1e-4)
+
+
 def test_int8_keeps_attention_on_the_host_saying_why():
     torch.manual_seed(0)
     model = SelfAttention().eval()
