@@ -241,15 +241,10 @@ def _rows_of(graph: _Graph, data: relax.Expr, tokens: int) -> Optional[relax.Exp
         if scale != 1.0 or shape is None or shape[-1] != channels or \
                 int(np.prod(shape)) != tokens * channels:
             continue
-        index = _indices(graph, base, chain)
+        index = _indices_of(graph, _static(base), chain)
         if index is not None and np.array_equal(index.reshape(-1), np.arange(index.size)):
             return base
     return None
-
-
-def _indices(graph: "_Graph", base: relax.Expr, chain: List[relax.Call]
-             ) -> Optional[np.ndarray]:
-    return _indices_of(graph, _static(base), chain)
 
 
 def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.ndarray]:
@@ -282,7 +277,7 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
         if base_shape is None or not base_shape or base_shape[-1] < heads * d or \
                 int(np.prod(base_shape)) != tokens * base_shape[-1]:
             continue
-        index = _indices(graph, base, chain)
+        index = _indices_of(graph, _static(base), chain)
         if index is None or index.shape != shape:
             continue
         index = index.reshape(heads, *shape[-2:])
@@ -363,7 +358,7 @@ def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
     _, w, b = linear
     found = None
     for var, chain in [(result, [])] + graph.forward(result):
-        index = _indices(graph, result, chain)
+        index = _indices_of(graph, _static(result), chain)
         if index is not None and tuple(index.shape) == tuple(shape[:-1]) + (w.shape[0],) and \
                 np.array_equal(index.reshape(-1), np.arange(index.size)):
             found = var
@@ -494,6 +489,12 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     return core
 
 
+def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
+    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear)."""
+    out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
+    return out if b is None else relax.op.add(out, relax.const(b, "float32"))
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, cores: Dict[relax.Var, _Core]):
@@ -510,10 +511,7 @@ class _Rewriter(relax.PyExprMutator):
     def _linear(self, x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
         key = (x, w.tobytes(), None if b is None else b.tobytes())
         if key not in self.made:
-            out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
-            if b is not None:
-                out = relax.op.add(out, relax.const(b, "float32"))
-            self.made[key] = self.builder_.emit(out)
+            self.made[key] = self.builder_.emit(_dense(x, w, b))
         return self.made[key]
 
     def _input(self, source, core: _Core, tokens: int) -> relax.Expr:
@@ -533,11 +531,7 @@ class _Rewriter(relax.PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
             result, w, b = self.projections.pop(binding.var)
-            out = relax.op.matmul(result, relax.op.permute_dims(relax.const(w, "float32"),
-                                                                [1, 0]))
-            if b is not None:
-                out = relax.op.add(out, relax.const(b, "float32"))
-            self.set_var_remap(binding.var, self._emit(binding.var, out))
+            self.set_var_remap(binding.var, self._emit(binding.var, _dense(result, w, b)))
             return
         core = self.cores.get(binding.var)
         if core is None:

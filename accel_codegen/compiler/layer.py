@@ -21,8 +21,8 @@ from ..sim.config import AccelConfig
 from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
-                          chain_root, constant_value, describe, dtype_of, feature_surface,
-                          is_constant, op_name, static_shape)
+                          chain_root, constant_value, feature_surface, is_constant, op_name,
+                          static_shape)
 
 
 @dataclasses.dataclass

@@ -25,9 +25,10 @@ from ..sim.config import AccelConfig
 from ..sim.deconv import deconv_as_conv_weights
 from . import chains, custom
 from .chains import Roles
-from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, Lookup, LrnSpec, NormSpec,
-                    PoolSpec,                    RubikSpec, SdpSpec, Unsupported, feature_surface, token_surface, constant_value, describe, dtype_of,
-                    is_constant, op_name, static_shape)
+from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, LrnSpec, NormSpec,
+                    PoolSpec, RubikSpec, SdpSpec, token_surface)
+from .relax_exprs import (Lookup, Unsupported, constant_value, describe, dtype_of,
+                          feature_surface, is_constant, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
 # used: a test may extend the vocabulary).

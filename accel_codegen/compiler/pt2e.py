@@ -37,7 +37,7 @@ graph input.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -168,13 +168,10 @@ class _Stripper:
                    if per_channel else "in a form the accelerator's int8 has no copy of"))
         args = list(node.args) + [None] * 6
         scale, zero, low, high, dtype = (self.constant(a) for a in args[1:6])
-        if isinstance(scale, torch.Tensor) or isinstance(zero, torch.Tensor):
-            if not isinstance(args[1], torch.fx.Node) or self.constant(args[1]) is None or \
-                    (isinstance(args[2], torch.fx.Node) and self.constant(args[2]) is None):
-                raise AccelUnsupportedError(
-                    f"{_node_name(node)}: its scale is computed at run time (dynamic "
-                    "quantisation): the accelerator's int8 needs a scale at build time")
-        if scale is None or zero is None:
+        computed = (isinstance(scale, torch.Tensor) or isinstance(zero, torch.Tensor)) and (
+            not isinstance(args[1], torch.fx.Node) or self.constant(args[1]) is None or
+            (isinstance(args[2], torch.fx.Node) and self.constant(args[2]) is None))
+        if computed or scale is None or zero is None:
             raise AccelUnsupportedError(
                 f"{_node_name(node)}: its scale is computed at run time (dynamic "
                 "quantisation): the accelerator's int8 needs a scale at build time")
@@ -303,7 +300,7 @@ class _Stripper:
 
     def run(self):
         for node in list(self.graph.nodes):
-            if node.graph is self.graph and node in self.graph.nodes:
+            if node in self.graph.nodes:  # a visit may have erased it
                 self.visit(node)
         self.graph.eliminate_dead_code()
         for node in self.graph.nodes:
@@ -363,8 +360,9 @@ def _fingerprint(module, annotations: QdqAnnotations) -> None:
     with torch.no_grad():
         Recording(module).run(*inputs)
     missing = sorted(wanted - set(values))
-    for name in missing:  # a tensor the graph does not compute as such (never expected)
-        del annotations.tensors[name]
+    if missing:
+        raise AccelUnsupportedError(f"the annotated tensors {', '.join(missing)} are not "
+                                    "computed as tensors by the GraphModule")
     for name, flat in values.items():
         where = fingerprint_positions(flat.size)
         annotations.fingerprints[name] = (int(flat.size), [int(i) for i in where],

@@ -288,9 +288,10 @@ def estimate(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, 
     """
     if target is None:
         target = estimate_target(config, precision, fuse, winograd, layer_precisions)
-    elif target.mixed and not target.precision.assigned:
-        raise AccelInvalidError("a per-layer Target is estimated for an assignment: give its "
-                                "plan (Target.of(..., layer_precisions=...))")
+    if target.mixed and not target.precision.assigned:
+        raise AccelInvalidError("precision='mixed' is estimated for an assignment: give "
+                                "layer_precisions (layer key -> 'int8' or 'fp16'), or a Target "
+                                "of one (Target.of(..., layer_precisions=...))")
     matched = match_composites(mod, params, config=target.config, fuse=target.fuse,
                                precision=target.chains.value)
     layer_precisions = check_layer_precisions(matched, target.layer_precisions) \
@@ -303,9 +304,6 @@ def estimate_target(config: AccelConfig | str, precision: str, fuse: bool, winog
                     layer_precisions: Optional[Dict[str, str]]) -> Target:
     """The Target :func:`estimate`'s keywords describe (``Target.of``, without the checks of
     what is generated: decomposed int8 and mixed chains are costed too)."""
-    if precision == "mixed" and layer_precisions is None:
-        raise AccelInvalidError("precision='mixed' is estimated for an assignment: give "
-                                "layer_precisions (layer key -> 'int8' or 'fp16')")
     if precision != "mixed" and layer_precisions is not None:
         raise AccelInvalidError(f"layer_precisions is for precision='mixed', not {precision!r}")
     return Target.of(config, fuse=fuse, precision=precision, winograd=winograd,

@@ -119,7 +119,8 @@ def test_pt2e_model_runs_whole_agrees_with_pytorch_and_keeps_its_scales():
 
 def test_per_tensor_weights_and_uint8_activations():
     """uint8 activations (zero points shifted into the accelerator's int8 codes) and one
-    weight scale per tensor (re-quantised per output channel: docs/ptq.md)."""
+    weight scale per tensor (the model's own codes, kept as they are, not re-quantised per
+    output channel: docs/ptq.md)."""
     module = converted(AccelQuantizer(per_channel=False, activations="uint8"))
     differences, mod, partitioned = code_differences(module)
     assert_whole(partitioned)

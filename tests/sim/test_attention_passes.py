@@ -13,7 +13,7 @@ within 1e-5 of the output scale of float64 maths in fp32, SQNR >= 50 dB in fp16.
 import numpy as np
 import pytest
 
-from accel_codegen import AccelInvalidError, Device, estimate_chain
+from accel_codegen import AccelInvalidError, Device
 from accel_codegen import reference as ref
 from accel_codegen.sim import decompose as dc
 from accel_codegen.sim.ops import Conv

@@ -49,7 +49,7 @@ from ...sim.ops import Conv
 from ..layer import Layer, static_shape
 from ..program import ConvChoice, Program, Run, RunMemory, lower_functions  # noqa: F401
 from ..program import Function as ProgramFunction
-from .weights import EmittedWeights, quantize, run_weights
+from .weights import quantize, run_weights
 
 
 def choose_run_modes(run: Run, config: AccelConfig, fuse: bool, winograd: bool = True,
@@ -73,23 +73,6 @@ def choose_conv_modes(program: Program, config: AccelConfig, fuse: bool,
     for run in program.runs:
         choose_run_modes(run, config, fuse, winograd, program.precision)
     return program
-
-
-def emitted_conv_modes(layer: Layer, config: AccelConfig, fuse: bool, precision: str,
-                       run: RunMemory) -> dict:
-    """The CONV input modes and mode a layer's run is emitted with: the layer's own, the mode
-    the memory plan chose for the run where it chose one (a planned Run has them as
-    ``Run.modes``)."""
-    modes = layer.conv_modes(config, fuse, precision)
-    if run.conv is not None and run.conv.mode != "direct":
-        modes["mode"] = run.conv.mode
-    return modes
-
-
-def emitted_weights(layer: Layer, scope, precision: str, fuse: bool) -> Optional[np.ndarray]:
-    """The conv weights the generated code hands the CONV, in its storage type (None when they
-    are not constants): :class:`~.weights.EmittedWeights` (a Run's ``weights``)."""
-    return EmittedWeights(layer, scope, precision, fuse).array
 
 
 def conv_choice(config: AccelConfig, layer: Layer, precision: str,
@@ -162,22 +145,6 @@ def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: 
     quantize(choose_conv_modes(program, config, fuse, winograd), fuse)
     plan_memory(program, config, fuse)
     return {run.key: run.memory for run in program.runs if run.planned}
-
-
-def plan_function(function: relax.Function, function_index: int, config: AccelConfig,
-                  fuse: bool, precision: str, winograd: bool = True,
-                  layer_precisions: Optional[Dict[str, str]] = None,
-                  program: Optional[ProgramFunction] = None) -> Dict[str, RunMemory]:
-    """The memory choices of one function's runs, as if it were the module's only one
-    (``program``: its layers and runs, where the caller has lowered them)."""
-    return plan_module([function], config, fuse, precision, function_index, winograd,
-                       layer_precisions, None if program is None else
-                       Program([program], precision, layer_precisions))
-
-
-#: A conv's Winograd option: its run's memory choices in Winograd mode, and the SRAM bytes
-#: they take beyond its direct plan's (negative: its direct weights' bytes, freed).
-Option = Tuple[RunMemory, int]
 
 
 def choose_options(extras: Dict[str, List[int]], left: int,

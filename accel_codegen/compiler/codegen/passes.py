@@ -10,13 +10,13 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import List
 
 import numpy as np
 from tvm import relax
 
 from ...sim.observer import INPUT
-from ...sim.ops import Bdma, Conv, Pool, Sdp
+from ...sim.ops import Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 
