@@ -182,9 +182,12 @@ def tensor_quant(stats: _Stats, method: str) -> TensorQuant:
 
 
 def _unsigned_quant(threshold: float) -> TensorQuant:
-    if not threshold > 0 or not math.isfinite(threshold):
-        threshold = 1.0  # an all-zero (or unseen) tensor: any scale represents it
-    return TensorQuant(float(np.float32(threshold / 255)), -128)
+    scale = float(np.float32(threshold / 255)) if math.isfinite(threshold) else 0.0
+    if not scale > 0:
+        # an all-zero (or unseen) tensor, or one whose range is below float32's smallest step
+        # (every value is code 0 of any scale): any scale represents it
+        scale = float(np.float32(1.0 / 255))
+    return TensorQuant(scale, -128)
 
 
 def covering_quant(lo: float, hi: float) -> TensorQuant:
@@ -196,6 +199,8 @@ def covering_quant(lo: float, hi: float) -> TensorQuant:
     if not lo < 0:
         return _unsigned_quant(hi)
     scale = float(np.float32((hi - lo) / 254))
+    if not scale > 0:  # a range below float32's smallest step: every value is 0's code
+        return _unsigned_quant(0.0)
     steps_below = min(int(math.ceil(-lo / scale - 1e-9)), 255)
     return TensorQuant(scale, steps_below - 128)
 
