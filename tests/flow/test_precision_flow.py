@@ -290,15 +290,15 @@ def test_int8_concat_rescales_each_input_and_matches_pytorch():
 
 
 def test_mixed_block_int8_with_host_ops_between_accelerator_runs(zoo):
-    """layer norm, softmax and batched matmuls on the host between int8 runs: every
-    accelerator run is int8, and the output stays close to fp32 (measured 28.5 dB)."""
+    """layer norm and attention (its softmax and batched matmuls) on the host between int8
+    runs: every accelerator run is int8, and the output stays close to fp32."""
     mixed_block = zoo("mixed_block")
     mod, x = mixed_block.mod, mixed_block.x
     part = ac.partition_for_accel(mod, precision="int8",
                                   calibration=random_inputs(x.shape, 8, 1234))
     report = ac.partition_report(part)
     assert report.precision == "int8" and len(report.functions) > 1
-    assert "relax.nn.softmax" in [op.op for op in report.host]
+    assert "relax.nn.attention" in [op.op for op in report.host]
     evaluation = random_inputs(x.shape, 4, 1235)
     vm = ac.virtual_machine(ac.build(part))
     with ac.profile() as prof:

@@ -24,7 +24,7 @@ TINY = textwrap.dedent("""
 
         def forward(self, x):
             y = torch.relu(self.conv(x))
-            y = torch.softmax(y, dim=1)
+            y = torch.softmax(y, dim=2)
             return torch.sin(y) + y
 
 
