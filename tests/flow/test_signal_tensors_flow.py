@@ -58,15 +58,21 @@ def _calibration(shapes):
 LEAST_DB = {"fp32": 100, "fp16": 45, "int8": 25}
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
-def test_a_detection_head_tail_runs_on_the_bdma(precision):
-    torch.manual_seed(0)
-    model, shapes = HeadTail().eval(), [(1, 8, 8, 10)]
+def _partitioned(model, shapes, precision):
+    """The model's inputs, its import and its partition in ``precision`` (int8 calibrated)."""
     inputs = _inputs(shapes)
     mod, params = from_pytorch(model, tuple(torch.from_numpy(x) for x in inputs))
     partitioned = ac.partition_for_accel(
         mod, params, precision=precision,
         calibration=_calibration(shapes) if precision == "int8" else None)
+    return inputs, mod, params, partitioned
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_a_detection_head_tail_runs_on_the_bdma(precision):
+    torch.manual_seed(0)
+    model = HeadTail().eval()
+    inputs, mod, params, partitioned = _partitioned(model, [(1, 8, 8, 10)], precision)
     report = ac.partition_report(partitioned)
     host = {op.op: op.reason for op in report.host}
     if precision == "int8":  # each scale's codes would be rescaled into rows, not a range
@@ -89,12 +95,8 @@ def test_a_detection_head_tail_runs_on_the_bdma(precision):
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_signal_tensors_run_as_surfaces(precision):
     torch.manual_seed(0)
-    model, shapes = Signal().eval(), [(1, 6, 50), (1, 6, 50)]
-    inputs = _inputs(shapes)
-    mod, params = from_pytorch(model, tuple(torch.from_numpy(x) for x in inputs))
-    partitioned = ac.partition_for_accel(
-        mod, params, precision=precision,
-        calibration=_calibration(shapes) if precision == "int8" else None)
+    model = Signal().eval()
+    inputs, mod, params, partitioned = _partitioned(model, [(1, 6, 50), (1, 6, 50)], precision)
     report = ac.partition_report(partitioned)
     assert report.host == [] and len(report.functions) == 1, str(report)
     assert sqnr(build_and_run(partitioned, *inputs), torch_forward(model, *inputs)) >= \
