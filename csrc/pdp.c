@@ -339,6 +339,14 @@ static inline void transpose16(__m512 v[16]) {
   }
 }
 
+/* acc + v with acc as the first source: of two NaNs the sum keeps acc's, as the scalar loop's
+ * acc += v (a compiler may swap an intrinsic's operands, to fold a load into the second). */
+static inline __m512 add_to(__m512 acc, __m512 v) {
+  __m512 sum;
+  __asm__("vaddps %2, %1, %0" : "=v"(sum) : "v"(acc), "vm"(v));
+  return sum;
+}
+
 static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
@@ -357,7 +365,7 @@ static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
         transpose16(v);
         for (int32_t c = 0; c < n; ++c) {
           const int32_t j = (c0 + c) / kw;
-          acc[j] = _mm512_add_ps(acc[j], v[c]);
+          acc[j] = add_to(acc[j], v[c]);
         }
       }
     }
