@@ -55,6 +55,11 @@ const lut_table* lut_get(accel_activation act);
 void lut_apply(const lut_table* lut, float* x, int64_t count);
 /* x = act(x) in place, exactly (FP32's LUT activations, with libm). */
 void activation_exact(accel_activation act, float* x, int64_t count);
+/* x = act(x * s + b) in place (s, b: one channel's, either NULL for none) in one pass, the
+ * same bits as the scale / shift pass then activation_exact; returns 0 (nothing done) where
+ * the build has no such pass for act (sigmoid and silu on AVX-512 have one). */
+int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
+                      const float* b);
 
 /* An SDP op with fp32 operands (see accel_sdp_desc for the semantics). */
 typedef struct sdp_f32 {

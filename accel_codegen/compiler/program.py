@@ -32,8 +32,8 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError
-from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
-                          pass_primitive, run_key, run_label)
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
+                          copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
@@ -87,17 +87,25 @@ def layer_sources(function: relax.Function) -> List[List[int]]:
             for binding, _ in calls]
 
 
-def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
-    """(key part, layer) of each run of a layer whose runs are not one: its copies, or the
-    conv or copies of a deconvolution then its RUBIK contract (a branch's two runs read each
-    other's results, which callers handle themselves)."""
+def layer_runs(layer: Layer, precision: str = "fp32") -> List[Tuple[str, Layer]]:
+    """(key part, layer) of each run of a layer whose runs are not one: its copies (in int8,
+    then the rescale of a concat along a later axis), or the conv or copies of a
+    deconvolution then its RUBIK contract (a branch's two runs read each other's results,
+    which callers handle themselves)."""
     if layer.rubik is not None and not layer.contract_only:
         before = layer.before_contract()
-        parts = layer_runs(before) if len(before.copies) > 1 else [("", before)]
+        parts = layer_runs(before, precision) if len(before.copies) > 1 else [("", before)]
         return parts + [(CONTRACT_PART, layer.contract())]
     if len(layer.copies) > 1:
-        return [(copy_part(part), run) for part, run in enumerate(layer.runs())]
+        return [(copy_part(part) if run.copies else RESCALE_PART, run)
+                for part, run in enumerate(layer.runs(precision))]
     return [("", layer)]
+
+
+def _after_scratch(layer: Layer) -> bool:
+    """Whether a run reads the scratch its layer's earlier runs wrote (a RUBIK contract, an
+    int8 concat's rescale) rather than a tensor of the function."""
+    return layer.contract_only or (layer.requantize and not layer.copies)
 
 
 def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> List[bool]:
@@ -186,7 +194,7 @@ class Run:
     converts: bool = False          # it converts ``layer``'s output to the other precision
     function: int = 0               # its function's index, as the code generator numbers them
     call: int = 0                   # its layer's (composite call's) index in the function
-    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "r", "x"
+    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "q", "r", "x"
     data: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     operand: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     output: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
@@ -303,10 +311,13 @@ def _call_runs(index: int, call: int, c: Call) -> List[Run]:
                     planned=p == 0 and layer.conv is not None)
                 for p, r in enumerate(layer.runs(c.precision or "fp32"))]
     elif len(layer.copies) > 1 or layer.rubik is not None:
-        # a deconvolution's phases: scratch of its own (DRAM), then its contract
-        runs = [run(r, part, out, {} if r.contract_only else None,
-                    out if layer.rubik is None or r.contract_only else None)
-                for part, r in layer_runs(layer)]
+        # a deconvolution's phases, an int8 concat's rows before their rescale: scratch of
+        # its own (DRAM), then the run that reads it into the output
+        parts = layer_runs(layer, c.precision or "fp32")
+        scratch = any(_after_scratch(r) for _, r in parts)
+        runs = [run(r, part, out, {} if _after_scratch(r) else None,
+                    out if not scratch or _after_scratch(r) else None)
+                for part, r in parts]
     elif layer.branch is not None:
         runs = [run(layer.branch, "a", layer.sdp.operand, branch=True), run(layer, "b", out,
                                                                             writes=out)]
