@@ -159,8 +159,10 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
  * conv/i8_impls.c) and run the first that applies. ACCEL_CONV_IMPL=name[,name...] in the
  * environment runs a named one wherever it supports the geometry (tests, comparisons);
  * ACCEL_VERBOSE=1 prints one line per CONV call on stderr: precision, implementation,
- * geometry (docs/kernels.md). Both are read once per process (conv/impl.c). */
+ * geometry, the run's label (docs/kernels.md). Both are read once per process (conv/impl.c);
+ * conv_verbose_run(label) names the run the calling thread executes (NULL: none). */
 int conv_verbose(void);
+void conv_verbose_run(const char* label);
 const char* conv_impl_forced(void); /* ACCEL_CONV_IMPL, or NULL */
 int conv_impl_named(const char* names, const char* name); /* name in the comma-separated list */
 void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl);

@@ -227,6 +227,26 @@ class Run:
             modes["mode"] = self.memory.conv.mode
         return modes
 
+    def to_dict(self, names: Optional[Mapping] = None) -> dict:
+        """The run as JSON data (``Program.to_dict``): what lowering knows and what the planning
+        passes chose; ``names``: the function's tensors' names (an input's parameter name, a
+        layer's output its key; None: the layer's own scratch)."""
+        layer, conv, names = self.layer, self.memory.conv, names or {}
+        return {
+            "key": self.key, "label": self.label, "primitive": self.primitive,
+            "precision": self.precision, "converts": self.converts, "branch": self.branch,
+            "in_shape": list(layer.out_shape if self.converts else layer.in_shape),
+            "out_shape": list(layer.out_shape),
+            "reads": {stream: names.get(var) for stream, var in self.reads.items()
+                      if var is not None},
+            "writes": names.get(self.writes) if self.writes is not None else None,
+            "modes": self.modes if self.conv_modes is not None else None,
+            "winograd_allowed": self.winograd,
+            "sram": list(self.memory.sram),
+            "conv": dataclasses.asdict(conv) if conv is not None else None,
+            "in_layout": self.in_layout, "out_layout": self.out_layout,
+        }
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Call:
@@ -276,6 +296,27 @@ class Program:
     @property
     def mixed(self) -> bool:
         return self.precision == "mixed"
+
+    def to_dict(self) -> dict:
+        """The program as JSON data, for users and tests (``accel-codegen partition --program
+        out.json``, :func:`~.partition.program_of`): per function its symbol, its inputs, its
+        layers (key, primitive, precision, the layers whose outputs it reads) and its runs in
+        execution order (:meth:`Run.to_dict`), each tensor named by the parameter or the layer
+        key it comes from. A description of the build, not an input to one."""
+        return {"precision": self.precision, "layer_precisions": self.layer_precisions,
+                "functions": [_function_dict(f) for f in self.functions]}
+
+
+def _function_dict(f: Function) -> dict:
+    names = {param: str(param.name) for param in f.function.params}
+    names.update({c.binding.var: run_key(f.index, i) for i, c in enumerate(f.calls)})
+    return {"index": f.index, "symbol": f.symbol,
+            "inputs": [str(param.name) for param in f.function.params],
+            "layers": [{"key": run_key(f.index, i), "primitive": c.primitive,
+                        "precision": c.precision, "converted": c.converted,
+                        "reads": [run_key(f.index, s) for s in sources]}
+                       for i, (c, sources) in enumerate(zip(f.calls, f.sources))],
+            "runs": [run.to_dict(names) for run in f.runs]}
 
 
 def _layer_precision(precision: Optional[str], layer_precisions, key: str) -> Optional[str]:
