@@ -55,6 +55,11 @@ const lut_table* lut_get(accel_activation act);
 void lut_apply(const lut_table* lut, float* x, int64_t count);
 /* x = act(x) in place, exactly (FP32's LUT activations, with libm). */
 void activation_exact(accel_activation act, float* x, int64_t count);
+/* x = act(x * s + b) in place (s, b: one channel's, either NULL for none) in one pass, the
+ * same bits as the scale / shift pass then activation_exact; returns 0 (nothing done) where
+ * the build has no such pass for act (sigmoid and silu on AVX-512 have one). */
+int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
+                      const float* b);
 
 /* An SDP op with fp32 operands (see accel_sdp_desc for the semantics). */
 typedef struct sdp_f32 {
@@ -154,8 +159,10 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
  * conv/i8_impls.c) and run the first that applies. ACCEL_CONV_IMPL=name[,name...] in the
  * environment runs a named one wherever it supports the geometry (tests, comparisons);
  * ACCEL_VERBOSE=1 prints one line per CONV call on stderr: precision, implementation,
- * geometry (docs/kernels.md). Both are read once per process (conv/impl.c). */
+ * geometry, the run's label (docs/kernels.md). Both are read once per process (conv/impl.c);
+ * conv_verbose_run(label) names the run the calling thread executes (NULL: none). */
 int conv_verbose(void);
+void conv_verbose_run(const char* label);
 const char* conv_impl_forced(void); /* ACCEL_CONV_IMPL, or NULL */
 int conv_impl_named(const char* names, const char* name); /* name in the comma-separated list */
 void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl);

@@ -73,6 +73,12 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
     span_from(p, channel, x, x, operand, count);
     return;
   }
+  /* scale / shift and FP32's sigmoid or silu in one pass where the build has one */
+  if (p->ew_op == ACCEL_EW_NONE && p->lut == NULL &&
+      activation_affine(p->act, x, count, p->scale != NULL ? p->scale + channel : NULL,
+                        p->shift != NULL ? p->shift + channel : NULL)) {
+    return;
+  }
   if (p->scale != NULL && p->shift != NULL) {
     const float s = p->scale[channel], b = p->shift[channel];
     for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s + b;
@@ -151,6 +157,21 @@ enum { SAME = 1024 };
 
 static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in, float* dst,
                               float value, int64_t hw) {
+  if (p->ew_op == ACCEL_EW_MUL && p->act == ACCEL_ACT_NONE) {
+    /* squeeze-excite's x * s: the steps of sdp_f32_span in one pass, value for the operand */
+    const float s = p->scale != NULL ? p->scale[channel] : 1.0f;
+    const float b = p->shift != NULL ? p->shift[channel] : 0.0f;
+    if (p->scale != NULL && p->shift != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * value;
+    } else if (p->scale != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * s * value;
+    } else if (p->shift != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] + b) * value;
+    } else {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * value;
+    }
+    return;
+  }
   float same[SAME];
   for (int i = 0; i < SAME; ++i) same[i] = value;
   for (int64_t i0 = 0; i0 < hw; i0 += SAME) {

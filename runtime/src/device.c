@@ -796,6 +796,7 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
   const int converts = chain.ops[0].op->engine == ACCEL_ENGINE_SDP && chain.ops[0].op->sdp.convert;
   const int c16 = input->layout == ACCEL_LAYOUT_C16 || output->layout == ACCEL_LAYOUT_C16;
   const accel_engine first = chain.ops[0].op->engine;
+  conv_verbose_run(label); /* ACCEL_VERBOSE's lines name the run */
   switch (c16 ? -3 : first == ACCEL_ENGINE_BDMA ? -1 : first == ACCEL_ENGINE_RUBIK ? -4
                    : converts ? -2 : (int)input->precision) {
     case -3: /* FP32 with a C16 tensor (chain_resolve allows no other precision) */
@@ -822,6 +823,7 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
                          label != NULL ? label : "");
       break;
   }
+  conv_verbose_run(NULL);
   pthread_mutex_unlock(&dev->lock);
   if (st != ACCEL_OK) return st;
   accel_run_stats stats;
