@@ -101,9 +101,12 @@ def test_the_softmax_runs_along_w_and_the_cost_model_prices_every_pass():
     decomposition = dc.attention_passes(t, heads, d, 0.125, "fp32")
     roles = [p.role for p in decomposition.passes]
     # per head: Q's rows, scores, 3 PDP max passes (197 = 8 x 25 padded, 5, 5), -max, exp,
-    # 3 PDP sums, 1/sum, normalise, V's rows, P V, the merge: 15 runs, no channel trees
-    assert len(roles) == 15 * heads, roles
+    # 3 PDP sums (power-of-two windows: 8, 8, 4 over 256), 1/average, V's rows, P V with the
+    # normalisation in its SDP, the merge: 14 runs, no channel trees
+    assert len(roles) == 14 * heads, roles
     assert roles.count("attention.h0.softmax.max") == 3
+    sums = [p for p in decomposition.passes if p.role == "attention.h0.softmax.sum"]
+    assert [p.ops[0].kernel for p in sums] == [(1, 8), (1, 8), (1, 4)]
     scores = next(p for p in decomposition.passes if p.role == "attention.h1.scores")
     assert decomposition.views[scores.input][:3] == ("k", d, d)  # K's head: a view, no copy
     cycles, runs = dc.estimate_passes("nv_full", decomposition)
