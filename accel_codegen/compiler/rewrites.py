@@ -957,10 +957,12 @@ _TAKE_AT = is_op("relax.take")(_TAKEN, is_const())
 def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
     x, index = matches[_TAKEN], constant_value(expr.args[1])
     shape, out = _static(x), _static(expr)
+    # axis 1 of 2-D to 4-D data only: the slices the BDMA copies (lowering._slice); a take
+    # elsewhere would only become two host ops instead of one
     if is_constant(x) or index.ndim != 0 or expr.attrs.axis is None or shape is None or \
-            out is None or not shape:
+            out is None or len(shape) not in (2, 3, 4) or int(expr.attrs.axis) % len(shape) != 1:
         return expr
-    axis = int(expr.attrs.axis) % len(shape)
+    axis = 1
     size, i = shape[axis], int(index)
     i = i % size if str(expr.attrs.mode) == "wrap" else min(max(i, 0), size - 1)
     return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
@@ -968,7 +970,8 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """take(x, constant scalar i, axis) -> reshape(strided_slice(x, axis, i, i + 1))."""
+    """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
+    i + 1))."""
     return _rewrite(mod, _TAKE_AT, _sliced_take)
 
 
