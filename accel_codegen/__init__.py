@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "partition_for_accel": "flows.pipeline", "partition_report": "flows.pipeline",
     "PartitionReport": "compiler.partition", "generated_sources": "compiler.partition",
+    "program_of": "compiler.partition",
     "calibration_of": "compiler.partition", "mixed_precision_of": "flows.pipeline",
     "build": "flows.pipeline", "export_library": "compiler.toolchain",
     "build_host": "compiler.toolchain", "link_options": "compiler.toolchain",

@@ -234,6 +234,103 @@ static inline float exp_f32(float t) {
   return (p * s1) * s2;
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* exp_f32 in 16 lanes, the same bits: the clamp as max / min with t second (MAXPS returns
+ * its second operand for a NaN, so NaN stays as in the bit selection), and (p 2^h) 2^(n-h) as
+ * one VSCALEFPS by n: p 2^h is exact (normal for the held t), so both round p 2^n once, to
+ * the same value, subnormal or infinite results included. Same operations otherwise, in
+ * the same order, each rounded alone (no FMA). */
+static inline __m512 exp_f32_x16(__m512 t) {
+  __m512 c = _mm512_max_ps(_mm512_set1_ps(-104.0f), t);
+  c = _mm512_min_ps(_mm512_set1_ps(89.0f), c);
+  const __m512 round = _mm512_set1_ps(EXP_ROUND);
+  const __m512 k = _mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(EXP_LOG2E)), round);
+  const __m512 n = _mm512_sub_ps(k, round);
+  __m512 r = _mm512_sub_ps(c, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
+  __m512 q = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(EXP_Q4), r), _mm512_set1_ps(EXP_Q3));
+  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q2));
+  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q1));
+  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q0));
+  __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(r, r), q), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/* sigmoid (SILU 0) or silu (SILU 1) of 16 values: 1 / (1 + e^-t), t / (1 + e^-t). */
+static inline __m512 logistic_x16(__m512 t, int silu) {
+  const __m512 neg = _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(t), _mm512_set1_epi32((int)0x80000000u)));
+  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_f32_x16(neg));
+  return _mm512_div_ps(silu ? t : _mm512_set1_ps(1.0f), d);
+}
+
+/* x = sigmoid(x * s + b) or silu(...) in one pass (affine: 0 none, 1 shift, 2 scale, 3 both):
+ * the SDP's steps in its order, each rounded alone, so the bits of the step-by-step passes. */
+static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_t count,
+                                                                float s, float b, int affine,
+                                                                int silu) {
+  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512 t = _mm512_loadu_ps(x + i);
+    if (affine & 2) t = _mm512_mul_ps(t, vs);
+    if (affine & 1) t = _mm512_add_ps(t, vb);
+    _mm512_storeu_ps(x + i, logistic_x16(t, silu));
+  }
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    __m512 t = _mm512_maskz_loadu_ps(m, x + i);
+    if (affine & 2) t = _mm512_mul_ps(t, vs);
+    if (affine & 1) t = _mm512_add_ps(t, vb);
+    _mm512_mask_storeu_ps(x + i, m, logistic_x16(t, silu));
+  }
+}
+
+#define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
+  static void NAME(float* x, int64_t count, float s, float b) {           \
+    logistic_pass(x, count, s, b, AFFINE, SILU);                          \
+  }
+LOGISTIC_PASS(sigmoid_pass, 0, 0)
+LOGISTIC_PASS(sigmoid_pass_shift, 1, 0)
+LOGISTIC_PASS(sigmoid_pass_scale, 2, 0)
+LOGISTIC_PASS(sigmoid_pass_bn, 3, 0)
+LOGISTIC_PASS(silu_pass, 0, 1)
+LOGISTIC_PASS(silu_pass_shift, 1, 1)
+LOGISTIC_PASS(silu_pass_scale, 2, 1)
+LOGISTIC_PASS(silu_pass_bn, 3, 1)
+#undef LOGISTIC_PASS
+
+int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
+                      const float* b) {
+  typedef void (*pass_fn)(float*, int64_t, float, float);
+  static const pass_fn passes[2][4] = {
+      {sigmoid_pass, sigmoid_pass_shift, sigmoid_pass_scale, sigmoid_pass_bn},
+      {silu_pass, silu_pass_shift, silu_pass_scale, silu_pass_bn}};
+  if (act != ACCEL_ACT_SIGMOID && act != ACCEL_ACT_SILU) return 0;
+  passes[act == ACCEL_ACT_SILU][(s != NULL) * 2 + (b != NULL)](
+      x, count, s != NULL ? *s : 1.0f, b != NULL ? *b : 0.0f);
+  return 1;
+}
+
+static void exp_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, exp_f32_x16(_mm512_loadu_ps(x + i)));
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+#else
+int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
+                      const float* b) {
+  (void)act, (void)x, (void)count, (void)s, (void)b;
+  return 0;
+}
+#endif
+
 /* tanh in fp32 from plain fp32 operations as exp_f32 (the same bits on every host and in the
  * NumPy reference's tanh_f32): |t| < 0.625: t + t^3 P(t^2), P of degree 4 fitted to (tanh(t) -
  * t) / t^3 (truncation error 4.4e-9 relative; no cancellation near 0, where 1 - 2 / (e^2t + 1)
@@ -274,14 +371,27 @@ static inline float tanh_f32(float t) {
  * which erfc avoids; the tanh form as t / (1 + exp(-2 u)) for the same reason). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
+#if defined(__AVX512F__)
+    case ACCEL_ACT_SIGMOID:
+    case ACCEL_ACT_SILU:
+      activation_affine(act, x, count, NULL, NULL);
+      break;
+    case ACCEL_ACT_EXP:
+      exp_pass(x, count);
+      break;
+#else
     case ACCEL_ACT_SIGMOID:
       for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / (1.0f + exp_f32(-x[i]));
       break;
-    case ACCEL_ACT_TANH:
-      for (int64_t i = 0; i < count; ++i) x[i] = tanh_f32(x[i]);
-      break;
     case ACCEL_ACT_SILU:
       for (int64_t i = 0; i < count; ++i) x[i] = x[i] / (1.0f + exp_f32(-x[i]));
+      break;
+    case ACCEL_ACT_EXP:
+      for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
+      break;
+#endif
+    case ACCEL_ACT_TANH:
+      for (int64_t i = 0; i < count; ++i) x[i] = tanh_f32(x[i]);
       break;
     case ACCEL_ACT_HARDSWISH:
       for (int64_t i = 0; i < count; ++i) {
@@ -301,9 +411,6 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
         const double t = x[i];
         x[i] = (float)(0.5 * t * erfc(-t * SQRT1_2));
       }
-      break;
-    case ACCEL_ACT_EXP:
-      for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
       break;
     case ACCEL_ACT_GELU_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);

@@ -294,12 +294,96 @@ static void pool_global(const pdp_geometry* g, const float* in, float* out, int6
   for (; p0 < planes; ++p0) pool_row_scalar(g, in + p0 * hw, out + p0, 0, 0, 1);
 }
 
-/* Planes, a few per pool_for item (about 16 KiB of input each). */
+#ifdef __AVX512F__
+/* Averages over windows that tile the image (kernel = stride, no padding, every window
+ * inside: a wide pool's passes, 8x8/8 on 112x112) with too few or too wide windows for
+ * pool_row_vector: 16 planes at a time, a plane per lane, so each window's sum is one vector
+ * add per tap, in the scalar order (row by row, left to right, from +0). The rows of the 16
+ * planes are read 16 columns at a time and transposed in registers. */
+enum { TILE_PLANES = 16, TILE_MAX_OUT_W = 64 };
+
+static int pool_tiles_fit(const pdp_geometry* g) {
+  return g->pool == ACCEL_POOL_AVG && g->kernel_h == g->stride_h &&
+         g->kernel_w == g->stride_w && g->pad_top == 0 && g->pad_left == 0 &&
+         (int64_t)g->out_h * g->kernel_h <= g->h && (int64_t)g->out_w * g->kernel_w <= g->w &&
+         g->out_w <= TILE_MAX_OUT_W && (int64_t)g->out_h * g->out_w > 1 &&
+         !(g->out_w >= 8 && g->stride_w <= 2); /* pool_plane's vector rows take those */
+}
+
+/* v[c] = column c of the 16 x 16 block whose rows are v[0..15]. */
+static inline void transpose16(__m512 v[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  /* u[4 i + k], 128-bit lane L: rows 4i .. 4i+3 at column 4L + k */
+  __m512 u[16];
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44);
+    const __m512 b = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+    const __m512 c = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44);
+    const __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+    v[k] = _mm512_shuffle_f32x4(a, c, 0x88);
+    v[4 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);
+    v[8 + k] = _mm512_shuffle_f32x4(b, d, 0x88);
+    v[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD);
+  }
+}
+
+/* acc + v with acc as the first source: of two NaNs the sum keeps acc's, as the scalar loop's
+ * acc += v (a compiler may swap an intrinsic's operands, to fold a load into the second). */
+static inline __m512 add_to(__m512 acc, __m512 v) {
+  __m512 sum;
+  __asm__("vaddps %2, %1, %0" : "=v"(sum) : "v"(acc), "vm"(v));
+  return sum;
+}
+
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
+  const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
+  const __m512 divisor = _mm512_set1_ps((float)(kh * kw));
+  __m512 acc[TILE_MAX_OUT_W];
+  float avg[TILE_MAX_OUT_W][TILE_PLANES] __attribute__((aligned(64)));
+  for (int32_t oy = 0; oy < g->out_h; ++oy) {
+    for (int32_t j = 0; j < ow; ++j) acc[j] = _mm512_setzero_ps();
+    for (int32_t r = 0; r < kh; ++r) {
+      const float* row = in + (int64_t)(oy * kh + r) * g->w;
+      for (int32_t c0 = 0; c0 < cols; c0 += 16) {
+        const int32_t n = cols - c0 < 16 ? cols - c0 : 16;
+        const __mmask16 m = (__mmask16)((1u << n) - 1u);
+        __m512 v[16];
+        for (int p = 0; p < TILE_PLANES; ++p) v[p] = _mm512_maskz_loadu_ps(m, row + p * hw + c0);
+        transpose16(v);
+        for (int32_t c = 0; c < n; ++c) {
+          const int32_t j = (c0 + c) / kw;
+          acc[j] = add_to(acc[j], v[c]);
+        }
+      }
+    }
+    for (int32_t j = 0; j < ow; ++j) _mm512_store_ps(avg[j], _mm512_div_ps(acc[j], divisor));
+    for (int p = 0; p < TILE_PLANES; ++p) {
+      for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+    }
+  }
+}
+#endif
+
+/* Planes, a few per pool_for item (about 16 KiB of input each; 16 with tiles). */
 typedef struct pdp_job {
   const pdp_geometry* g;
   const float* in;
   float* out;
   int64_t planes, per_item;
+  int tiles; /* pool_tile on every whole item */
 } pdp_job;
 
 static void pdp_item(void* ctx, int64_t item, int participant) {
@@ -313,6 +397,12 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
     pool_global(g, J->in + first * in_plane, J->out + first, end - first);
     return;
   }
+#ifdef __AVX512F__
+  if (J->tiles && end - first == TILE_PLANES) {
+    pool_tile(g, J->in + first * in_plane, J->out + first * out_plane);
+    return;
+  }
+#endif
   for (int64_t plane = first; plane < end; ++plane) {
     pool_plane(g, J->in + plane * in_plane, J->out + plane * out_plane);
   }
@@ -321,8 +411,13 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
 void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_threads) {
   const int64_t planes = (int64_t)g->n * g->c;
   const int64_t in_plane = (int64_t)g->h * g->w;
-  const int64_t per_item = 4096 / (in_plane + 1) + 1;
-  const pdp_job J = {g, in, out, planes, per_item};
+  int tiles = 0;
+  int64_t per_item = 4096 / (in_plane + 1) + 1;
+#ifdef __AVX512F__
+  tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
+  if (tiles) per_item = TILE_PLANES;
+#endif
+  const pdp_job J = {g, in, out, planes, per_item, tiles};
   pool_for(planes * in_plane > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item,
            pdp_item, (void*)&J);
 }

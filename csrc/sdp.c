@@ -73,6 +73,12 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
     span_from(p, channel, x, x, operand, count);
     return;
   }
+  /* scale / shift and FP32's sigmoid or silu in one pass where the build has one */
+  if (p->ew_op == ACCEL_EW_NONE && p->lut == NULL &&
+      activation_affine(p->act, x, count, p->scale != NULL ? p->scale + channel : NULL,
+                        p->shift != NULL ? p->shift + channel : NULL)) {
+    return;
+  }
   if (p->scale != NULL && p->shift != NULL) {
     const float s = p->scale[channel], b = p->shift[channel];
     for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s + b;
@@ -151,6 +157,21 @@ enum { SAME = 1024 };
 
 static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in, float* dst,
                               float value, int64_t hw) {
+  if (p->ew_op == ACCEL_EW_MUL && p->act == ACCEL_ACT_NONE) {
+    /* squeeze-excite's x * s: the steps of sdp_f32_span in one pass, value for the operand */
+    const float s = p->scale != NULL ? p->scale[channel] : 1.0f;
+    const float b = p->shift != NULL ? p->shift[channel] : 0.0f;
+    if (p->scale != NULL && p->shift != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * value;
+    } else if (p->scale != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * s * value;
+    } else if (p->shift != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] + b) * value;
+    } else {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * value;
+    }
+    return;
+  }
   float same[SAME];
   for (int i = 0; i < SAME; ++i) same[i] = value;
   for (int64_t i0 = 0; i0 < hw; i0 += SAME) {
@@ -196,5 +217,27 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
   const int64_t per_item = 4096 / (hw + 1) + 1;
   const run_job J = {p, c, hw, planes, per_item, in, out};
   pool_for(planes * hw > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item, run_item,
+           (void*)&J);
+}
+
+/* activation_exact over a whole tensor, in chunks of 4096 values (a post activation). */
+typedef struct act_job {
+  accel_activation act;
+  float* x;
+  int64_t count;
+} act_job;
+
+enum { ACT_CHUNK = 4096 };
+
+static void act_item(void* ctx, int64_t item, int participant) {
+  const act_job* J = ctx;
+  (void)participant;
+  const int64_t at = item * ACT_CHUNK;
+  activation_exact(J->act, J->x + at, J->count - at < ACT_CHUNK ? J->count - at : ACT_CHUNK);
+}
+
+void activation_exact_run(accel_activation act, float* x, int64_t count, int32_t num_threads) {
+  const act_job J = {act, x, count};
+  pool_for(count > 32768 ? num_threads : 1, (count + ACT_CHUNK - 1) / ACT_CHUNK, act_item,
            (void*)&J);
 }

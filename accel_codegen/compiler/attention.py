@@ -7,7 +7,9 @@ of the three token tensors, which the pattern table takes as one accelerator lay
 torch.export spells ``nn.MultiheadAttention`` as reshapes, an unsqueeze, transposes, a squeeze
 and selects of the packed projection, views to [batch x heads, tokens, head_dim], a scale
 of q and of k (or of the scores), batched matmuls, a softmax and the inverse layout ops; ONNX
-as Reshape, Transpose, Gather, Mul, MatMul and Softmax. Both are the same index maps.
+as Reshape, Transpose, Gather, Mul, MatMul and Softmax; Paddle2ONNX (PP-OCR's SVTR) as a
+Reshape to [1, T, 3, heads, d], a Transpose [2, 0, 3, 1, 4], a Slice + Squeeze of axis 0 per
+q, k and v and an opset-12 Softmax of the [heads x T, T] rows. All are the same index maps.
 So each operand is traced back through the layout ops (reshape, permute_dims, squeeze,
 expand_dims, strided_slice, take of constant indices) and multiplications by scalar constants to
 the tensor that computed it (a projection's output), and the layout ops are applied to an array
@@ -422,7 +424,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     """The attention core around ``softmax_var`` (None: not one this module rewrites)."""
     softmax = graph.call(softmax_var, "relax.nn.softmax")
     shape = _static(softmax_var)
-    if softmax is None or shape is None or len(shape) < 3 or \
+    # the scores may reach the softmax as rows of any rank (Paddle's [heads x tokens, keys]):
+    # their last axis must be the keys' (checked once the matmul's shapes are known)
+    if softmax is None or shape is None or len(shape) < 2 or \
             int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
         return None
     scores = softmax.args[0]
@@ -466,7 +470,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     heads = int(np.prod(a_shape[:-2]))
     tokens, d = a_shape[-2:]
     kv_tokens, dv = v_shape[-2:]
-    if dv != d or any(str(getattr(e.ty, "dtype", "")) != "float32"
+    # the softmax's rows are the scores' rows (the layout ops between move nothing) only when
+    # its axis has the keys' length
+    if dv != d or shape[-1] != kv_tokens or any(str(getattr(e.ty, "dtype", "")) != "float32"
                       for e in (qk.args[0], qk.args[1], pv.args[1], reader)):
         return None
     q = _heads(graph, qk.args[0], tokens, True)

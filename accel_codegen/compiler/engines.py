@@ -82,11 +82,10 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             raise Unsupported("an int8 LRN is not generated yet: the compiler does not build "
                               "the CDP's INT8 tables (accel_cdp_int8) from alpha, beta and k")
         return [Lrn(n.size, n.alpha, n.beta, n.k, precision=precision)]
+    if int8 and layer.requantize:  # a source (or a concat's rows) to the concat's scale
+        return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY, precision=precision)]
     if layer.copies:
         (c,) = layer.copies  # one run per copy
-        if int8 and layer.requantize:  # the source to the concat's scale
-            return [Sdp(bias=SHAPE_ONLY, mul=SHAPE_ONLY, rshift=SHAPE_ONLY,
-                        precision=precision)]
         return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
                      layer.out_surface[1], precision=precision)]
 
@@ -150,11 +149,10 @@ def fused(layer, fuse: bool) -> bool:
 
 def _check_int8_concat(layer) -> None:
     """An int8 concat rescales each whole input into a channel range of one image, which
-    an SDP pass writes as a dense tensor."""
-    if layer.out_view is not None:
-        raise Unsupported("an int8 concat along an axis other than the channels is not "
-                          "generated: each input is rescaled by an SDP pass into its "
-                          "channel range, contiguous along the channels only")
+    an SDP pass writes as a dense tensor; along a later axis, its copies move the codes and
+    one SDP pass rescales the rows (Layer.rescaled_rows), for any batch."""
+    if layer.rescaled_rows:
+        return
     if layer.in_shape[0] != 1:
         raise Unsupported(f"an int8 concat of batch {layer.in_shape[0]} is not generated: "
                           "each input is rescaled by an SDP pass into its channel range, "
@@ -195,7 +193,7 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
     if len(layer.copies) > 1:
         if precision == "int8" and layer.several_sources:
             _check_int8_concat(layer)
-        for run in layer.runs():
+        for run in layer.runs(precision):
             check_hardware(run, config, fuse, precision)
         return
     if precision != "fp32":
@@ -239,9 +237,10 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
                        precision=precision)
     except AccelError as error:
         raise Unsupported(_without_status(str(error))) from None
-    if precision == "int8":
+    if precision == "int8" and (layer.copies or not layer.requantize):
         # int8 calibration runs the fp32 code of the same partition (its reference), where
-        # a concat's copies are BDMA copies, not SDP rescales: it must run there too.
+        # a concat's copies are BDMA copies, not SDP rescales: it must run there too (a
+        # concat's rescale of its rows after the copies is int8's alone).
         try:
             estimate_chain(config, engine_ops(layer, fuse, "fp32"), layer.in_shape, mode=mode,
                            precision="fp32")

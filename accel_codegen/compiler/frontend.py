@@ -396,7 +396,7 @@ def from_onnx(
     annotations = None
     if qdq is not False and has_qdq(model):
         try:
-            model, annotations = strip_qdq(model)
+            model, annotations = strip_qdq(model, strict=bool(qdq))
         except AccelUnsupportedError as error:
             if qdq:
                 raise

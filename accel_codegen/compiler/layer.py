@@ -255,6 +255,7 @@ class Layer:
     host_input: bool = False
     # In int8, a copy of a concat of several tensors: each input has its own scale, so an SDP
     # pass rescales it to the concat's and writes its channel range (one image: contiguous).
+    # Without copies, the SDP pass after an int8 concat along a later axis (rescaled_rows).
     requantize: bool = False
     # Channels-last data ([B, T, C]) read as the surface token_surface gives, and the output
     # written back channels-last (a layer with ``norm``).
@@ -312,6 +313,8 @@ class Layer:
             return ops + ([self.norm.act] if self.norm.act else [])
         if self.copies:
             return [self.copy_source]
+        if self.requantize:
+            return [f"{self.copy_source} (int8 rescale to the concat's scale)"]
         if self.lrn is not None:
             return ["local response norm (decomposed)"]
         ops = ["relax.reshape"] if self.flattened else []
@@ -367,9 +370,28 @@ class Layer:
             return self.norm_runs(precision)
         if len(self.copies) <= 1:
             return [self]
+        if precision == "int8" and self.rescaled_rows:
+            return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape, copies=[c])
+                    for c in self.copies] + [self.rescale()]
         return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape,
                                     copies=[c], requantize=self.several_sources)
                 for c in self.copies]
+
+    @property
+    def rescaled_rows(self) -> bool:
+        """Whether an int8 concat of several tensors is along a later axis (a detection
+        head's [N, C, L] along L): each input's rows are ranges of the output's rows, not one
+        contiguous range, which an SDP pass writing a dense tensor cannot fill. So its
+        copies move each input's codes, in its own scale, into scratch viewed as
+        ``out_view`` (n, positions, 1, w), and one SDP pass (:meth:`rescale`) then takes
+        every position to the concat's scale with that position's input's converter: the
+        SDP's per-channel converters are per position in that view."""
+        return self.out_view is not None and self.several_sources
+
+    def rescale(self) -> "Layer":
+        """The SDP pass after the copies of a concat with :attr:`rescaled_rows`: the scratch
+        the copies wrote, viewed as ``out_view``, into the output."""
+        return dataclasses.replace(self, in_shape=self.out_view, copies=[], requantize=True)
 
     def norm_runs(self, precision: str) -> List["Layer"]:
         """The dense layer's run (the CONV and its bias on the surface), then the passes."""

@@ -1020,8 +1020,11 @@ def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     return [CopySpec(x, c, view=axis_view(shape, 1))], axis_view(out, 1)
 
 
-#: The most BDMA copies a transpose is made of (one per row of the smaller side).
-MAX_TRANSPOSE_COPIES = 64
+#: The most BDMA copies a transpose is made of (one per row of the smaller side): enough for
+#: a ViT's tokens at 224x224 (196 patches), whose [N, C, L] patch map becomes [N, L, C]
+#: tokens (a transpose that moves nothing on NVDLA, where both are the surface [N, C, 1, L],
+#: charged here as its copies).
+MAX_TRANSPOSE_COPIES = 256
 
 
 def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:

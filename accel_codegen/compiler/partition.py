@@ -41,6 +41,7 @@ from .walk import composite_calls, external_calls
 REPORT_ATTR = "accel_partition_report"
 CALIBRATION_ATTR = "accel_calibration"
 QUANTIZATION_ATTR = "accel_quantization"
+PROGRAM_ATTR = "accel_program"
 # A match_cast that the partition could not drop (its value's type is less specific than the
 # target): a check of the shape at run time, which only the host does.
 MATCH_CAST_REASON = "a run-time shape check (match_cast) runs on the host"
@@ -353,6 +354,8 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
         mod = mod.with_attr(QUANTIZATION_ATTR, Calibration(
             calibration.method, calibration.samples, generated.quantization).to_json())
     mod = mod.with_attr(REPORT_ATTR, json.dumps(report.to_dict()))
+    mod = mod.with_attr(PROGRAM_ATTR, json.dumps(generated.program or {
+        "precision": code, "layer_precisions": None, "functions": []}))  # nothing offloaded
     return mod.with_attr("accel_sources", generated.sources)
 
 
@@ -387,6 +390,16 @@ def calibration_of(mod: tvm.IRModule, used: bool = False) -> Optional[Calibratio
     if mod.attrs is None or attr not in mod.attrs:
         return None
     return Calibration.from_json(str(mod.attrs[attr]))
+
+
+def program_of(mod: tvm.IRModule) -> Dict[str, object]:
+    """The accelerator program a partitioned module's code was generated from, as JSON data
+    (:meth:`.program.Program.to_dict`): every run in execution order with its key and label,
+    precision, shapes, the tensors it reads and writes, and what the planning passes chose
+    (conv modes, SRAM placement, the CONV's CBUF split, weight format and mode, layouts)."""
+    if not is_partitioned(mod):
+        raise AccelInvalidError("the module is not partitioned: call partition_for_accel first")
+    return json.loads(str(mod.attrs[PROGRAM_ATTR]))
 
 
 def generated_sources(mod: tvm.IRModule) -> Dict[str, str]:

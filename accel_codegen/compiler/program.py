@@ -32,8 +32,8 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError
-from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, copy_part, pass_part,
-                          pass_primitive, run_key, run_label)
+from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
+                          copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
@@ -87,17 +87,25 @@ def layer_sources(function: relax.Function) -> List[List[int]]:
             for binding, _ in calls]
 
 
-def layer_runs(layer: Layer) -> List[Tuple[str, Layer]]:
-    """(key part, layer) of each run of a layer whose runs are not one: its copies, or the
-    conv or copies of a deconvolution then its RUBIK contract (a branch's two runs read each
-    other's results, which callers handle themselves)."""
+def layer_runs(layer: Layer, precision: str = "fp32") -> List[Tuple[str, Layer]]:
+    """(key part, layer) of each run of a layer whose runs are not one: its copies (in int8,
+    then the rescale of a concat along a later axis), or the conv or copies of a
+    deconvolution then its RUBIK contract (a branch's two runs read each other's results,
+    which callers handle themselves)."""
     if layer.rubik is not None and not layer.contract_only:
         before = layer.before_contract()
-        parts = layer_runs(before) if len(before.copies) > 1 else [("", before)]
+        parts = layer_runs(before, precision) if len(before.copies) > 1 else [("", before)]
         return parts + [(CONTRACT_PART, layer.contract())]
     if len(layer.copies) > 1:
-        return [(copy_part(part), run) for part, run in enumerate(layer.runs())]
+        return [(copy_part(part) if run.copies else RESCALE_PART, run)
+                for part, run in enumerate(layer.runs(precision))]
     return [("", layer)]
+
+
+def _after_scratch(layer: Layer) -> bool:
+    """Whether a run reads the scratch its layer's earlier runs wrote (a RUBIK contract, an
+    int8 concat's rescale) rather than a tensor of the function."""
+    return layer.contract_only or (layer.requantize and not layer.copies)
 
 
 def converted_outputs(function: relax.Function, precisions: Sequence[str]) -> List[bool]:
@@ -186,7 +194,7 @@ class Run:
     converts: bool = False          # it converts ``layer``'s output to the other precision
     function: int = 0               # its function's index, as the code generator numbers them
     call: int = 0                   # its layer's (composite call's) index in the function
-    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "r", "x"
+    part: str = ""                  # the key's part: "", "a", "b", "c<i>", "p<i>", "q", "r", "x"
     data: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     operand: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
     output: Optional[relax.Var] = dataclasses.field(default=None, repr=False)
@@ -218,6 +226,26 @@ class Run:
         if self.memory.conv is not None and self.memory.conv.mode != "direct":
             modes["mode"] = self.memory.conv.mode
         return modes
+
+    def to_dict(self, names: Optional[Mapping] = None) -> dict:
+        """The run as JSON data (``Program.to_dict``): what lowering knows and what the planning
+        passes chose; ``names``: the function's tensors' names (an input's parameter name, a
+        layer's output its key; None: the layer's own scratch)."""
+        layer, conv, names = self.layer, self.memory.conv, names or {}
+        return {
+            "key": self.key, "label": self.label, "primitive": self.primitive,
+            "precision": self.precision, "converts": self.converts, "branch": self.branch,
+            "in_shape": list(layer.out_shape if self.converts else layer.in_shape),
+            "out_shape": list(layer.out_shape),
+            "reads": {stream: names.get(var) for stream, var in self.reads.items()
+                      if var is not None},
+            "writes": names.get(self.writes) if self.writes is not None else None,
+            "modes": self.modes if self.conv_modes is not None else None,
+            "winograd_allowed": self.winograd,
+            "sram": list(self.memory.sram),
+            "conv": dataclasses.asdict(conv) if conv is not None else None,
+            "in_layout": self.in_layout, "out_layout": self.out_layout,
+        }
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -269,6 +297,27 @@ class Program:
     def mixed(self) -> bool:
         return self.precision == "mixed"
 
+    def to_dict(self) -> dict:
+        """The program as JSON data, for users and tests (``accel-codegen partition --program
+        out.json``, :func:`~.partition.program_of`): per function its symbol, its inputs, its
+        layers (key, primitive, precision, the layers whose outputs it reads) and its runs in
+        execution order (:meth:`Run.to_dict`), each tensor named by the parameter or the layer
+        key it comes from. A description of the build, not an input to one."""
+        return {"precision": self.precision, "layer_precisions": self.layer_precisions,
+                "functions": [_function_dict(f) for f in self.functions]}
+
+
+def _function_dict(f: Function) -> dict:
+    names = {param: str(param.name) for param in f.function.params}
+    names.update({c.binding.var: run_key(f.index, i) for i, c in enumerate(f.calls)})
+    return {"index": f.index, "symbol": f.symbol,
+            "inputs": [str(param.name) for param in f.function.params],
+            "layers": [{"key": run_key(f.index, i), "primitive": c.primitive,
+                        "precision": c.precision, "converted": c.converted,
+                        "reads": [run_key(f.index, s) for s in sources]}
+                       for i, (c, sources) in enumerate(zip(f.calls, f.sources))],
+            "runs": [run.to_dict(names) for run in f.runs]}
+
 
 def _layer_precision(precision: Optional[str], layer_precisions, key: str) -> Optional[str]:
     if precision != "mixed":
@@ -303,10 +352,13 @@ def _call_runs(index: int, call: int, c: Call) -> List[Run]:
                     planned=p == 0 and layer.conv is not None)
                 for p, r in enumerate(layer.runs(c.precision or "fp32"))]
     elif len(layer.copies) > 1 or layer.rubik is not None:
-        # a deconvolution's phases: scratch of its own (DRAM), then its contract
-        runs = [run(r, part, out, {} if r.contract_only else None,
-                    out if layer.rubik is None or r.contract_only else None)
-                for part, r in layer_runs(layer)]
+        # a deconvolution's phases, an int8 concat's rows before their rescale: scratch of
+        # its own (DRAM), then the run that reads it into the output
+        parts = layer_runs(layer, c.precision or "fp32")
+        scratch = any(_after_scratch(r) for _, r in parts)
+        runs = [run(r, part, out, {} if _after_scratch(r) else None,
+                    out if not scratch or _after_scratch(r) else None)
+                for part, r in parts]
     elif layer.branch is not None:
         runs = [run(layer.branch, "a", layer.sdp.operand, branch=True), run(layer, "b", out,
                                                                             writes=out)]

@@ -39,13 +39,16 @@ What the accelerator's int8 does not reproduce bit for bit (docs/ptq.md, "Models
 quantised"): rounding at ties (the converters round half away, ONNX Runtime half to even),
 int16 multipliers (2^-15 relative), a local pool's output (kept at its input's scale, where
 the QDQ graph may take another; a global mean requantised finer becomes a depthwise conv:
-:func:`_means_as_convolutions`), and per-tensor weight scales (re-quantised per output
-channel: finer codes of the same float weights).
+:func:`_means_as_convolutions`), and the output channels of a weight quantised per tensor with
+a zero point whose codes minus the zero point go beyond -127..127 (re-quantised, with a
+warning naming the initializer: :func:`_weight_beyond_int8`; the other channels keep the
+model's codes).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -153,18 +156,52 @@ def _quantized(node, value: np.ndarray, scale: np.ndarray, zero: Optional[np.nda
     return np.clip(codes, info.min, info.max).astype(dtype)
 
 
-def strip_qdq(model):
+def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray],
+                        reader: str) -> Optional[str]:
+    """Why a weight's codes have no int8 form, or None. NVDLA's CONV multiplies int8 weights
+    without a zero point; a weight quantised per tensor with one, (q - zero) * scale, keeps
+    the model's codes q - zero in every output channel where they lie within -127..127
+    (``quantize_weights``: exact, what ONNX Runtime computes), but a channel with a code
+    beyond (9 bits: a zero point far from the middle of the range) is re-quantised at its own
+    amax / 127, one more rounding than the model's int8 runtime makes. Folding the zero
+    point into the bias instead is not exact either: zero * the sum of the window's inputs
+    depends on the input."""
+    if scale.size != 1 or zero is None or not np.any(zero != 0) or q.ndim < 2:
+        return None
+    centred = q.astype(np.int64) - zero.astype(np.int64).reshape(-1)[0]
+    per_channel = np.abs(centred.reshape(centred.shape[0], -1)).max(axis=1)
+    beyond = int(np.count_nonzero(per_channel > 127))
+    if not beyond:
+        return None
+    name = node.input[0]
+    return (f"initializer '{name}' (dequantised by {_node_name(node)}, the weights of "
+            f"{reader}) is quantised per tensor with zero point "
+            f"{int(zero.reshape(-1)[0])}: in {beyond} of its {len(per_channel)} output "
+            f"channels a code minus the zero point reaches {int(per_channel.max())}, beyond "
+            "int8's 127 (NVDLA's CONV has no weight zero point, and folding it into the "
+            "bias is not exact: zero x the sum of each window's inputs), so those channels "
+            "are re-quantised on their own (amax / 127), one rounding more than the model's "
+            "int8 runtime makes; the others keep the model's codes. Quantise weights "
+            "symmetric (WeightSymmetric=True) or per channel for the model's codes "
+            "everywhere")
+
+
+def strip_qdq(model, strict: bool = False):
     """The float graph of a QDQ model and what its pairs said (see the module's docstring).
 
     Returns ``(model, QdqAnnotations)``; ``model`` is a new ``ModelProto``. Raises
     AccelUnsupportedError, naming the node, for what the project's int8 has no form of:
     activations quantised per axis or to 16 bits, a quantised tensor read by anything but a
     DequantizeLinear, a DequantizeLinear of a graph input, and a QuantizeLinear whose readers
-    dequantise it with other parameters.
+    dequantise it with other parameters. A weight quantised per tensor with a zero point
+    whose codes minus the zero point go beyond int8's -127..127 in some output channels
+    (:func:`_weight_beyond_int8`): those channels' codes have no int8 form, so they are
+    re-quantised; a warning names the initializer, or with ``strict`` an
+    AccelUnsupportedError does.
     """
     import onnx
 
-    stripper = _QdqStripper(onnx.ModelProto.FromString(model.SerializeToString()))
+    stripper = _QdqStripper(onnx.ModelProto.FromString(model.SerializeToString()), strict)
     for node in stripper.graph.node:
         stripper.visit(node)
     return stripper.finish()
@@ -174,10 +211,10 @@ class _QdqStripper:
     """One pass of :func:`strip_qdq` over a graph: each Quantize/DequantizeLinear visited is
     removed or replaced (``replaced``), and what it said recorded (``annotations``)."""
 
-    def __init__(self, model):
+    def __init__(self, model, strict: bool = False):
         from onnx import numpy_helper
 
-        self.model, self.graph = model, model.graph
+        self.model, self.graph, self.strict = model, model.graph, strict
         self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
         for node in self.graph.node:  # Constant nodes hold scales and zero points too
             if node.op_type == "Constant" and node.output:
@@ -238,6 +275,13 @@ class _QdqStripper:
         if weights_of:
             self.annotations.weights[node.output[0]] = "per-channel" if scale.size > 1 \
                 else "per-tensor"
+            beyond = _weight_beyond_int8(node, self.constants[node.input[0]], scale, zero,
+                                         _node_name(weights_of[0]))
+            if beyond is not None and self.strict:
+                raise AccelUnsupportedError(beyond)
+            if beyond is not None:
+                warnings.warn(beyond, stacklevel=5)
+                self.annotations.weights[node.output[0]] = "per-tensor, re-quantised"
 
     def quantized_activation(self, node) -> None:
         """A QuantizeLinear of a computed tensor: removed, and each DequantizeLinear reading it

@@ -23,7 +23,12 @@ result computes the same values).
   channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
   flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
   constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
-  reshape to its input's own shape its input; a channels-last sandwich of NCHW data
+  reshape to its input's own shape its input; a broadcast of a constant or a take of one at
+  constant indices the constant they compute, a constant operand of lower rank (2 or more
+  axes) the same with leading unit axes, a take at one constant index of a computed tensor a
+  strided slice (ViT's class token for its head); a convolution strided wider than the CONV's
+  register a one-hot space-to-depth convolution then one of kernel k/f and stride s/f (ViT's
+  16x16 stride-16 patch embedding); a channels-last sandwich of NCHW data
   (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a per-channel scale, permute
   back) the same ops over the NCHW tensor's channels (layer norm over axis 1, a 1x1 conv),
   without the permutes.
@@ -794,6 +799,176 @@ def _space_to_depth(table: dict):
     return rewrite
 
 
+# A convolution strided wider than the CONV's stride register (ViT's 16x16 stride-16 patch
+# embedding) -> a one-hot f x f stride-f convolution (space-to-depth: output channel p*C + c
+# is input channel c at offset p = (b_h, b_w) of each f x f block) then the convolution with
+# kernel k/f and stride s/f over those C f^2 channels, its weight W'[o, p*C + c, u, v] =
+# W[o, c, f u + b_h, f v + b_w]: output (i, j) sums the same products W * x (row
+# s i - pad + f u + b_h of x is row (s/f) i + u of the phase b_h), in another order. The
+# padding goes to the one-hot conv (its rows f r - pad + b_h are the same rows). f divides
+# the stride and the kernel; the smallest such f that brings the stride within the register
+# is taken, since the one-hot conv's MACs grow as f^2 (C^2 f^2 per input position) while the
+# second conv's do not depend on f. The copies are exact as the Focus conv's above are.
+_WIDE_X, _WIDE_W = wildcard(), is_const()
+_WIDE_CONV = is_op("relax.nn.conv2d")(_WIDE_X, _WIDE_W)
+
+
+def _phase_factor(stride: int, kernel: int, limit: int, kernel_limit: int) -> Optional[int]:
+    """The smallest f dividing ``stride`` and ``kernel`` with stride / f and f within
+    ``limit`` and kernel / f within ``kernel_limit`` (1 when the stride is within already)."""
+    if stride <= limit:
+        return 1
+    for f in range(2, limit + 1):
+        if stride % f == 0 and kernel % f == 0 and stride // f <= limit and \
+                kernel // f <= kernel_limit:
+            return f
+    return None
+
+
+def _wide_stride_conv(expr: relax.Expr, matches) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    a = expr.attrs
+    x, weight = matches[_WIDE_X], constant_value(matches[_WIDE_W])
+    shape, out_shape = _static(x), _static(expr)
+    strides, dilation = _int_list(a.strides), _int_list(a.dilation)
+    padding = _int_list(a.padding)
+    padding = padding * 2 if len(padding) == 2 else padding
+    limit = int(lib.ACCEL_MAX_CONV_STRIDE)
+    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
+            str(a.out_layout) != "NCHW" or int(a.groups) != 1 or dilation != [1, 1] or \
+            max(strides) <= limit or shape is None or out_shape is None or \
+            len(shape) != 4 or weight.ndim != 4 or \
+            str(x.ty.dtype) not in ("float32", "float16") or \
+            str(a.out_dtype) not in ("", str(x.ty.dtype)):
+        return expr
+    out_ch, c, kh, kw = weight.shape
+    factors = [_phase_factor(s, k, limit, int(lib.ACCEL_MAX_CONV_KERNEL))
+               for s, k in zip(strides, (kh, kw))]
+    if None in factors:
+        return expr
+    fh, fw = factors
+    top, left, bottom, right = padding
+    rows = (shape[2] + top + bottom - fh) // fh + 1
+    cols = (shape[3] + left + right - fw) // fw + 1
+    sh, sw = strides[0] // fh, strides[1] // fw
+    if [(rows - kh // fh) // sh + 1, (cols - kw // fw) // sw + 1] != out_shape[2:]:
+        return expr
+    dtype = str(x.ty.dtype)
+    onehot = np.zeros((c * fh * fw, c, fh, fw), dtype=dtype)
+    # the phases' weights: [O, C, kh/fh, fh, kw/fw, fw] -> [O, fh, fw, C, kh/fh, kw/fw]
+    phases = weight.reshape(out_ch, c, kh // fh, fh, kw // fw, fw).transpose(0, 3, 5, 1, 2, 4)
+    for p, (bh, bw) in enumerate((bh, bw) for bh in range(fh) for bw in range(fw)):
+        onehot[p * c + np.arange(c), np.arange(c), bh, bw] = 1
+    blocks = named_as(relax.op.nn.conv2d(
+        x, relax.const(onehot), strides=(fh, fw), padding=padding, data_layout="NCHW",
+        kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype), expr)
+    return relax.op.nn.conv2d(
+        blocks, relax.const(np.ascontiguousarray(
+            phases.reshape(out_ch, fh * fw * c, kh // fh, kw // fw)).astype(dtype)),
+        strides=(sh, sw), padding=(0, 0, 0, 0), data_layout="NCHW", kernel_layout="OIHW",
+        out_layout="NCHW", out_dtype=dtype)
+
+
+def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d strided wider than the CONV's register -> a one-hot f x f stride-f conv2d then
+    the conv2d of kernel k/f, stride s/f (the same products)."""
+    return _rewrite(mod, _WIDE_CONV, _wide_stride_conv)
+
+
+# Constants computed at compile time: broadcast_to of a constant (ViT's class token expanded
+# to the batch) and a take of a constant at constant indices (Swin's relative position bias
+# gathered from its table) -> the constant they compute (NumPy copies its values exactly).
+_BROADCAST_CONSTANT = is_op("relax.broadcast_to")(is_const(), wildcard())
+_TAKE_CONSTANT = is_op("relax.take")(is_const(), is_const())
+
+
+def _take_mode(mode: str) -> str:
+    """NumPy's take mode of a Relax take's ("fast" reads in bounds: clip gives the same)."""
+    return "wrap" if mode == "wrap" else "clip"
+
+
+def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
+    shape = _static(expr)
+    if shape is None:
+        return expr
+    value = constant_value(expr.args[0])
+    if expr.op.name == "relax.broadcast_to":
+        folded = np.broadcast_to(value, shape)
+    else:
+        axis = expr.attrs.axis
+        folded = np.take(value, constant_value(expr.args[1]).astype(np.int64),
+                         axis=None if axis is None else int(axis),
+                         mode=_take_mode(str(expr.attrs.mode)))
+    if list(folded.shape) != shape:
+        return expr
+    return relax.const(np.ascontiguousarray(folded), str(expr.ty.dtype))
+
+
+def constant_broadcasts_and_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """broadcast_to(constant) and take(constant, constant indices) -> the constant."""
+    return _rewrite(_rewrite(mod, _BROADCAST_CONSTANT, _folded_constant), _TAKE_CONSTANT,
+                    _folded_constant)
+
+
+# A constant operand of an element-wise op with fewer axes (at least 2) than the tensor (a
+# gathered bias [T, C] added to [B, T, C]) -> the constant with the leading unit axes
+# broadcasting gives it: the same sums, in the rank the SDP's operand checks read.
+_ELEMENTWISE = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide")
+_LOW_RANK = is_op(_ELEMENTWISE[0])(wildcard(), wildcard())
+for _name in _ELEMENTWISE[1:]:
+    _LOW_RANK = _LOW_RANK | is_op(_name)(wildcard(), wildcard())
+
+
+def _ranked_constant(expr: relax.Expr, matches) -> relax.Expr:
+    shape = _static(expr)
+    if not isinstance(expr, relax.Call) or shape is None or len(expr.args) != 2:
+        return expr
+    args = list(expr.args)
+    for i, arg in enumerate(args):
+        arg_shape = _static(arg)
+        # (a 1-D constant is a bias or per-channel vector, which the patterns read as it is)
+        if is_constant(arg) and arg_shape is not None and 2 <= len(arg_shape) < len(shape) and \
+                not is_constant(args[1 - i]):
+            value = constant_value(arg)
+            args[i] = relax.const(value.reshape([1] * (len(shape) - value.ndim) +
+                                                list(value.shape)), str(arg.ty.dtype))
+    if all(a.same_as(b) for a, b in zip(args, expr.args)):
+        return expr
+    return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+
+
+def ranked_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """add / multiply / subtract / divide(x, a constant of lower rank) -> the constant with
+    leading unit axes."""
+    return _rewrite(mod, _LOW_RANK, _ranked_constant)
+
+
+# take(x, i) of a computed x at one constant index i along an axis (ViT's x[:, 0], the class
+# token its head reads) -> strided_slice(x, [axis], [i], [i + 1]) reshaped to the take's shape:
+# the same elements, as a copy the BDMA makes (lowering.py) where a gather has no engine.
+_TAKEN = wildcard()
+_TAKE_AT = is_op("relax.take")(_TAKEN, is_const())
+
+
+def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
+    x, index = matches[_TAKEN], constant_value(expr.args[1])
+    shape, out = _static(x), _static(expr)
+    if is_constant(x) or index.ndim != 0 or expr.attrs.axis is None or shape is None or \
+            out is None or not shape:
+        return expr
+    axis = int(expr.attrs.axis) % len(shape)
+    size, i = shape[axis], int(index)
+    i = i % size if str(expr.attrs.mode) == "wrap" else min(max(i, 0), size - 1)
+    return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
+                            out)
+
+
+def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
+    """take(x, constant scalar i, axis) -> reshape(strided_slice(x, axis, i, i + 1))."""
+    return _rewrite(mod, _TAKE_AT, _sliced_take)
+
+
 def _bindings_table(function: relax.Function) -> dict:
     return {b.var: b.value for block in function.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding)}
@@ -1108,6 +1283,7 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
 #: The exact rewrites onto the engines' ops, in the order the partitioner applies them (a
 #: shared constant reshape first: ``c - x`` then sees the constant; the channels-last
 #: sandwiches before a permute before a flatten is folded into the dense layer's weight).
-EXACT_REWRITES = (identity_reshapes, shared_constant_reshapes, max_pool_cascades,
-                  space_to_depth_convs, channels_last_sandwiches, permuted_flattens,
+EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_constants,
+                  sliced_takes, shared_constant_reshapes, max_pool_cascades, space_to_depth_convs,
+                  wide_stride_convs, channels_last_sandwiches, permuted_flattens,
                   constant_minus_tensor)

@@ -2,7 +2,7 @@
 right shifts, and per-output-channel symmetric int8 weights."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -86,6 +86,16 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     codes are the model's own and represent its weights exactly (per channel they would be
     re-rounded to finer steps, away from what the model's int8 runtime computes).
 
+    Weights that are codes of one step below that (a model quantised per tensor with a zero
+    point: ``quantize_static``'s ``WeightSymmetric=False``, whose weights are
+    ``(q - zero) * step`` with ``q - zero`` in -255..255) keep the model's codes in every
+    channel where they fit int8's -127..127, so those channels compute what the model's int8
+    runtime computes; a channel with a code beyond (the zero point far from the middle) has
+    no int8 form of those codes (NVDLA's CONV has no weight zero point, and a zero point
+    folded into the bias would be zero * the sum of the inputs of the window, which depends
+    on the input) and is re-quantised on its own: amax / 127, a step finer than 2 x the
+    model's (:func:`model_step`).
+
     Depends on the weights alone: the memory plan counts the same codes the code generator
     emits."""
     w = np.asarray(weights, np.float64)
@@ -103,7 +113,27 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         floor = coarsest * WEIGHT_SCALE_FLOOR
         negligible = amax < floor / 2  # |w / floor| < 1/2: every code rounds to 0
         scales = np.where(negligible, coarsest, np.maximum(amax / WEIGHT_MAX, floor))
+        step = model_step(w)
+        if step is not None:  # the model's codes where they fit int8
+            scales = np.where(amax <= WEIGHT_MAX * step * (1 + GRID_TOLERANCE / WEIGHT_MAX),
+                              step, scales)
     else:  # every weight is 0: any scale represents them
         scales = np.ones(w.shape[0])
     codes = round_half_away(w / scales.reshape((-1,) + (1,) * (w.ndim - 1)))
     return np.clip(codes, -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8), scales
+
+
+def model_step(weights: np.ndarray) -> Optional[float]:
+    """The step of a layer's weights that are all codes of one step finer than their amax /
+    127 (a per-tensor quantisation with a zero point: ``(q - zero) * step``), else None: the
+    smallest non-zero magnitude (a code of +-1 is among a layer's codes but for a handful of
+    weights), where every weight is a multiple of it (GRID_TOLERANCE) and their amax is
+    within 255 of its steps."""
+    w = np.asarray(weights, np.float64)
+    magnitudes = np.abs(w[w != 0])
+    if w.shape[0] < 2 or not magnitudes.size:
+        return None
+    step = float(magnitudes.min())
+    if float(magnitudes.max()) > 255.5 * step or not _on_one_grid(w, step):
+        return None
+    return step

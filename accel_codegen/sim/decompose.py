@@ -58,6 +58,10 @@ from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
 NEWTON_FP16 = {"rsqrt": 2, "reciprocal": 3}
 PRECISIONS = ("fp32", "fp16")
 REDUCTIONS = ("tree", "conv")
+#: attention's softmax: the largest power-of-two divisor between the keys' sum and the input
+#: of its reciprocal (the PDP's averages, scaled back by the rest beyond it): averages of
+#: at least 2^-12 stay in FP16's reciprocal table, and 1 / average within 4096
+MAX_COVERED = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,12 +368,17 @@ def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) 
                      for k, v in rows.items())
 
 
-def _windows(size: int, limit: int = 8) -> List[Tuple[int, int]]:
+def _windows(size: int, limit: int = 8, powers: bool = False) -> List[Tuple[int, int]]:
     """(window, right padding) of successive PDP passes along W that reduce ``size`` to 1:
-    the widest exact factor of at most ``limit``, else the widest window, padded."""
+    the widest exact factor of at most ``limit``, else the widest window, padded;
+    ``powers``: every window a power of two (the padded width too), so that the product of
+    the windows, by which an average is scaled back to a sum, is exact in any precision."""
     passes = []
     while size > 1:
-        window = next((k for k in range(min(limit, size), 1, -1) if size % k == 0), 1)
+        if powers:
+            window = min(limit, 1 << (size - 1).bit_length())
+        else:
+            window = next((k for k in range(min(limit, size), 1, -1) if size % k == 0), 1)
         if window == 1:
             window = min(limit, size)
         pad = -size % window
@@ -402,12 +411,13 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     Per head: [BDMA Q_h]; CONV (K_h, weights Q_h) + SDP (x scale) = the scores transposed,
     S^T [1, T, 1, Tk]: the queries as channels, the keys along W, so that the softmax over the
     keys is the PDP's: the max in PDP max passes along W (windows of at most 8, padded: padding
-    never wins a max), SDP -max, SDP exp(S^T - max) with the max as the per-channel operand,
-    the sum as PDP average passes (zero padding counted) times their window, its reciprocal
-    through the LUT (FP16: then Newton steps, as the softmax's), SDP times it as the
-    per-channel operand = P^T; [BDMA V_h]; CONV (V_h, weights P^T: T kernels of Tk) [+ FP16's
-    converting SDP] = O_h [1, T, 1, d], which is [T, d] in memory; [BDMA O_h into the output's
-    channels of the head]."""
+    never wins a max), SDP -max, SDP exp(S^T - max) = E^T with the max as the per-channel
+    operand, the average as PDP average passes (power-of-two windows, zero padding counted),
+    its reciprocal through the LUT (FP16: then Newton steps, as the softmax's); [BDMA V_h];
+    CONV (V_h, weights E^T: T kernels of Tk) + SDP (x 1 / the windows' product, x the
+    reciprocal as the per-channel operand) = O_h [1, T, 1, d], which is [T, d] in memory: the
+    softmax normalised after the P V products, in the accumulator, so the probabilities are
+    never rounded to the data precision; [BDMA O_h into the output's channels of the head]."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -422,17 +432,20 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
         s = b.add(f"h{h}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
                                    Sdp(scale=b.values(scale, t), precision=precision)],
                   k, f"h{h}.s", (1, t, 1, tk), weights=q)
-        prob = b.softmax_along_w(f"h{h}", s, newton)
+        e, r, covered = b.softmax_along_w(f"h{h}", s, newton)
         v = b.rows("v", channels["v"][1] + h * d, f"h{h}.v", f"h{h}.values.rows", tk)
         v = b.view(f"h{h}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
-        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision)]
-        if precision != "fp32":  # the accumulators leave through the SDP's converter
-            ops.append(Sdp(precision=precision))
+        # the exponentials' products with V summed in the CONV's fp32 accumulator, then
+        # normalised by the SDP in the same run (1 / covered: the sums' windows, a power of
+        # two; 1 / average per query, the per-channel operand): P is never rounded
+        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision),
+               Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
+                   precision=precision)]
         if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
             b.add(f"h{h}.values", ops, v, b.view("o.surface", "o", 0, merged, (1, t, 1, d)),
-                  (1, t, 1, d), weights=prob)
+                  (1, t, 1, d), operand=r, weights=e)
             continue
-        o = b.add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), weights=prob)
+        o = b.add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), operand=r, weights=e)
         o = b.view(f"h{h}.orows", o, 0, t, (t, d, 1, 1))
         b.add(f"h{h}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
                                    precision=precision)], o, "o", (t, merged, 1, 1))
@@ -495,10 +508,14 @@ class _HeadPasses:
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
                                     precision=self.precision)], src, name, (count, d, 1, 1))
 
-    def softmax_along_w(self, head: str, s: str, newton: Optional[int]) -> str:
-        """The softmax over W of scores ``s`` [1, T, 1, Tk]: PDP max passes, SDP -max, SDP
-        exp with it as the per-channel operand, PDP average passes, SDP x window and LUT
-        reciprocal (FP16: then Newton steps), SDP times it per channel."""
+    def softmax_along_w(self, head: str, s: str, newton: Optional[int]
+                        ) -> Tuple[str, str, int]:
+        """The softmax over W of scores ``s`` [1, T, 1, Tk] but its normalisation: PDP max
+        passes, SDP -max, SDP exp with it as the per-channel operand, PDP average passes
+        (power-of-two windows), the LUT reciprocal of the average (FP16: then Newton steps,
+        as the softmax's). Returns e = exp(s - max), r = 1 / average [1, T, 1, 1] and the
+        windows' product ``covered`` (a power of two): softmax = e r / covered, which the P V
+        CONV's SDP applies to the CONV's sums."""
         p = self.precision
         _, t, _, tk = self.shapes[s]
         one = (1, t, 1, 1)
@@ -513,30 +530,27 @@ class _HeadPasses:
                                                  precision=p)], s, f"{head}.e", (1, t, 1, tk),
                      neg)
         total, covered = e, 1
-        for i, (window, pad) in enumerate(_windows(tk)):
+        for i, (window, pad) in enumerate(_windows(tk, powers=True)):
             total = self.add(f"{head}.softmax.sum", [Pool(
                 "avg", (1, window), (1, window), (0, 0, 0, pad), count_include_pad=True,
                 precision=p)], total, f"{head}.a{i}",
                 (1, t, 1, (self.shapes[total][3] + pad) // window))
             covered *= window
-        steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
-                                                   else 0)
-        if steps == 0:  # the averages' window back as the LUT's input scale, one pass
-            r = self.add(f"{head}.softmax.reciprocal", [Sdp(
-                scale=self.values(covered, t), act="reciprocal", precision=p)], total,
-                f"{head}.r", one)
-        else:
-            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(covered, t),
+        if covered > MAX_COVERED:  # the average of many keys back up into the reciprocal
+            # table's range (its smallest input 2^-15 in FP16, and 1 / average a half)
+            back = covered // MAX_COVERED
+            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(back, t),
                                                            precision=p)],
                              total, f"{head}.total", one)
-            r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
-                         total, f"{head}.r", one)
-            for i in range(steps):  # y (2 - s y)
-                sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
-                              total, f"{head}.sy{i}", one, r)
-                r = self.add(f"{head}.softmax.newton.step", [Sdp(
-                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
-                    precision=p)], sy, f"{head}.r{i}", one, r)
-        return self.add(f"{head}.softmax.normalise", [Sdp(ew_op="mul", ew_per_channel=True,
-                                                          precision=p)], e, f"{head}.p",
-                        (1, t, 1, tk), r)
+            covered = MAX_COVERED
+        steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
+                                                   else 0)
+        r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
+                     total, f"{head}.r", one)
+        for i in range(steps):  # y (2 - s y)
+            sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
+                          total, f"{head}.sy{i}", one, r)
+            r = self.add(f"{head}.softmax.newton.step", [Sdp(
+                scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
+                precision=p)], sy, f"{head}.r{i}", one, r)
+        return e, r, covered

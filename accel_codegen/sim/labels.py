@@ -8,7 +8,9 @@ and the accuracy report read them back::
 conv + batch norm feeding its element-wise op) makes two runs, the branch ``f2.5a`` first, then
 ``f2.5b``; a concat or channel shuffle makes one BDMA run per copy, ``f2.5c0``, ``f2.5c1``, ...
 A transposed convolution or nearest upsampling writes its output's phases (its conv ``f2.5``,
-or its copies ``f2.5c0``, ...), then its RUBIK contract ``f2.5r`` rearranges them.
+or its copies ``f2.5c0``, ...), then its RUBIK contract ``f2.5r`` rearranges them. An int8
+concat along a later axis (a detection head's [N, C, L] along L) copies each input's codes
+(``f2.5c0``, ...), then one SDP pass ``f2.5q`` rescales them to the concat's scale.
 A layer norm makes one run per engine pass (its dense layer's CONV first, if it has one),
 ``f2.5p0``, ``f2.5p1``, ..., each labelled ``<primitive>:<pass>`` (``accel.layer_norm:
 layer_norm.center``). In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
@@ -19,6 +21,9 @@ import re
 
 #: The key part of a layer's RUBIK contract run (after its conv or copies).
 CONTRACT_PART = "r"
+#: The key part of the SDP pass that rescales an int8 concat along a later axis (after its
+#: copies): each position to the concat's scale.
+RESCALE_PART = "q"
 #: The key part and primitive of the run that converts a layer's output (mixed precision).
 CONVERT_PART = "x"
 CONVERT_PRIMITIVE = "convert"
@@ -26,7 +31,7 @@ CONVERT_PRIMITIVE = "convert"
 
 def run_key(function: int, layer: int, part: str = "") -> str:
     """The key of a run: ``f<function>.<layer>`` plus "a" (a branch), "b" (after one),
-    "c<i>" (copy i of several) or "r" (a RUBIK contract)."""
+    "c<i>" (copy i of several), "r" (a RUBIK contract) or "q" (an int8 concat's rescale)."""
     return f"f{function}.{layer}{part}"
 
 

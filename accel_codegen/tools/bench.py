@@ -145,19 +145,21 @@ def _materialise(ops: list, in_shape, config, mode: str, rng) -> list:
 
 
 def _per_layer_wall(layers: list, config, repeat: int, step: Callable[[], None]) -> List[dict]:
-    """Every accelerator layer (``(label, primitive, layer)`` of the fused partition) timed
-    alone on the simulator, fused against decomposed."""
+    """Every accelerator layer (``(label, primitive, layer, modes)`` of the fused partition:
+    :func:`~.estimation.model_runs`) timed alone on the simulator, fused against decomposed,
+    each with the CONV modes its planned Program gives it."""
     from ..sim import Device
 
     rng = np.random.default_rng(0)
     device = Device(config)
     rows = []
-    for label, primitive, layer in layers:
+    for label, primitive, layer, modes in layers:
         x = rng.standard_normal(layer.in_shape).astype(np.float32)
         runs = {}
         for name, fuse in (("fused", True), ("decomposed", False)):
             mode = "fused" if layer.fused(fuse) else "independent"
-            ops = _materialise(layer.engine_ops(fuse, config=config), layer.in_shape, config, mode, rng)
+            ops = _materialise(layer.engine_ops(fuse, modes=modes[name]), layer.in_shape, config,
+                               mode, rng)
             out = np.empty(device.output_shape(ops, layer.in_shape, mode=mode), np.float32)
             device.run(ops, x, mode=mode, out=out)  # warm-up
             runs[name] = (ops, mode, out)
@@ -420,7 +422,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
         os.environ["ACCEL_NUM_THREADS"] = str(threads)  # read when the simulator makes a device
     config = AccelConfig.resolve(config)
 
-    from .estimation import model_layers
+    from .estimation import model_runs
 
     model, onnx_source, skipped = _load_for_modes(model, inputs, modes)
     threads = accel_threads()
@@ -428,8 +430,7 @@ def run_bench(model: Any, inputs: Optional[Sequence] = None, *,
     examples = calibration_inputs(model, calibration, seed) if int8 else []
     method = calibration_method or DEFAULT_METHOD
     rounds = {m: (host_repeat if m == "host" else repeat) for m in modes}
-    wall_layers = (model_layers(model.mod, model.params, config=config, fuse=True)
-                   if per_layer_wall else [])
+    wall_layers = model_runs(model.mod, model.params, config=config) if per_layer_wall else []
     step = steps(progress_callback(progress, f"bench {model.name}"),
                  len(modes) * (1 + warmup) + sum(rounds.values()) + len(wall_layers))
     with tempfile.TemporaryDirectory(prefix="accel-bench-") as directory:

@@ -3,6 +3,7 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
 
     accel-codegen partition MODEL [--config CFG] [--no-fuse] [--precision P] [CALIBRATION]
                                   [--target-sqnr DB] [--host-cost] [--csv out.csv]
+                                  [--program out.json]
     accel-codegen compile MODEL -o model.so [--config CFG] [--no-fuse] [--save-input x.npy]
                                 [--precision P] [CALIBRATION] [--target-sqnr DB]
     accel-codegen run model.so --input x.npy [--output y.npy] [--profile] [--config CFG]
@@ -21,7 +22,8 @@ TVM's tvmc: one subcommand per step, files in and out, errors on stderr, non-zer
                               [CALIBRATION] [--json out.json] [--csv out.csv]
 
 partition takes --host-cost (the host operators ranked by what an accelerator primitive would
-spend on each, beside their host time); run --csv, bench --csv and estimate --csv write the
+spend on each, beside their host time) and --program (the accelerator program the code is
+generated from, as JSON: every run and the planning passes' choices); run --csv, bench --csv and estimate --csv write the
 per-layer figures as CSV; every --json carries "schema": "accel-codegen/<kind>/1"
 (docs/report-schema.md).
 
@@ -325,6 +327,7 @@ def cmd_partition(args) -> int:
     from ..flows.pipeline import partition_report
 
     csv_out = _output_path(args.csv, ".csv", "--csv") if args.csv else None
+    program_out = _output_path(args.program, ".json", "--program") if args.program else None
     graph_out = None
     if args.graph:
         suffix = Path(args.graph).suffix
@@ -364,6 +367,11 @@ def cmd_partition(args) -> int:
             write_host_costs_csv(costs, csv_out)
             _say(f"wrote {csv_out}")
     _write_json("partition", data, args.json)
+    if program_out is not None:
+        from ..compiler.partition import program_of
+
+        _write_json("program", program_of(partitioned), program_out)
+        _say(f"wrote {program_out}")
     return 0
 
 
@@ -1007,6 +1015,10 @@ def _partition_command(sub, mixed) -> None:
                    help="also draw the partitioned graph (.svg, or .html: a page holding it): "
                    "one box per accelerator layer, coloured by external function, and per "
                    "host operator, marked, with its reason; arrows for the tensors")
+    p.add_argument("--program", metavar="out.json",
+                   help="also write the accelerator program the code is generated from: every "
+                   "run in execution order with the tensors it reads and writes and what the "
+                   "planning passes chose (conv modes, SRAM, CBUF split, layouts)")
     p.set_defaults(func=cmd_partition)
 
 

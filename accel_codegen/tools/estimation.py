@@ -25,6 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..compiler.codegen.planning import plan_program
 from ..compiler.costing import ProgramCosts
 from ..compiler.layer import Layer
 from ..compiler.program import lower_module
@@ -32,7 +33,7 @@ from ..compiler.target import Target
 from ..errors import AccelInvalidError
 from ..compiler.partition import check_layer_precisions, match_composites
 from ..sim import OpStats, RunStats
-from ..sim.config import ENERGY_FIELDS, AccelConfig, check_precision
+from ..sim.config import ENERGY_FIELDS, AccelConfig, Precision, check_precision
 from ..sim.costs import CostTotals, energy_line, engine_names
 from ..sim.timeline import chrome_trace, write_chrome_trace
 from ..sim.cost_report import FP32_BYTES_NOTE, cost_table
@@ -221,6 +222,24 @@ def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = No
     partitioned model would make, in execution order (for per-layer benchmarks)."""
     return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
                                     precision=precision), precision)
+
+
+def model_runs(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
+               config: AccelConfig | str = "nv_full", winograd: bool = True
+               ) -> List[Tuple[str, str, Layer, Dict[str, dict]]]:
+    """(label, primitive, layer, modes) of every accelerator run of the fused fp32 partition, in
+    execution order, for the per-layer benchmark: ``modes`` gives the CONV's modes as emitted
+    (input modes, and Winograd where the memory plan chose it) by the planned Program of the
+    fused code (``"fused"``) and by the same layers' Program decomposed (``"decomposed"``, each
+    op its own run): the code generator's decision, not a second one per layer."""
+    config = AccelConfig.resolve(config)
+    matched = match_composites(mod, params, config=config, fuse=True)
+    planned = {name: plan_program(lower_module(matched, "fp32"),
+                                  Target(config, fuse, Precision.FP32, winograd)).runs
+               for name, fuse in (("fused", True), ("decomposed", False))}
+    return [(run.label, run.primitive, run.layer,
+             {name: runs[i].modes for name, runs in planned.items()})
+            for i, run in enumerate(planned["fused"])]
 
 
 def _host_ops(mod: tvm.IRModule) -> int:

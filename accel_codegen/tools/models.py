@@ -11,7 +11,9 @@ training (:func:`_init_weights`, then :func:`_measure_batch_norm_statistics`):
   ``bias ~ N(0, 0.1)``), so a frontend or backend that drops or mis-folds batch norm
   produces visibly wrong numbers; layer-norm affine parameters are randomised the same way;
   ConvNeXt's layer scales are drawn from U(0.1, 1) (a trained network's range, not the
-  1e-6 its training starts from, which would make every block the identity);
+  1e-6 its training starts from, which would make every block the identity); a
+  transformer's class token, position embedding and relative position bias table from
+  N(0, 0.1), and ``nn.MultiheadAttention``'s fused in-projection as a linear layer's;
 * batch-norm running statistics are those of the activations. They are measured in one
   forward pass in eval mode over :func:`calibration_input` (a batch of
   :data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a
@@ -53,7 +55,8 @@ __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resne
            "resnet50_caffe",
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
-           "alexnet_lrn", "googlenet_lrn", "convnext_mini", "CALIBRATION_BATCH", "calibration_input",
+           "alexnet_lrn", "googlenet_lrn", "convnext_mini", "vit_ti16", "swin_mini", "encoder_stack",
+           "hybrid_recogniser", "CALIBRATION_BATCH", "calibration_input",
            "build_realistic"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
@@ -91,10 +94,22 @@ def _init_weights(model: nn.Module, gen: torch.Generator) -> None:
                 shape = module.normalized_shape
                 module.weight.copy_(torch.rand(shape, generator=gen) + 0.5)
                 module.bias.copy_(torch.randn(shape, generator=gen) * 0.1)
+            elif isinstance(module, nn.MultiheadAttention):  # its fused in-projection
+                w = module.in_proj_weight
+                w.copy_(torch.randn(w.shape, generator=gen) * math.sqrt(2.0 / w.shape[1]))
+                module.in_proj_bias.copy_(torch.randn(module.in_proj_bias.shape,
+                                                      generator=gen) * 0.1)
             # ConvNeXt's layer scales (1e-6 at the start of training, 0.1 to 1 after it)
             if isinstance(getattr(module, "layer_scale", None), nn.Parameter):
                 module.layer_scale.copy_(torch.rand(module.layer_scale.shape,
                                                     generator=gen) * 0.9 + 0.1)
+            # A transformer's learned tokens and tables (zeros or 0.02 at the start of
+            # training, O(0.1) after it): class token, position embedding, relative
+            # position bias
+            for name in ("cls_token", "pos_embed", "relative_position_bias_table"):
+                table = getattr(module, name, None)
+                if isinstance(table, nn.Parameter):
+                    table.copy_(torch.randn(table.shape, generator=gen) * 0.1)
 
 
 def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -1165,6 +1180,241 @@ def convnext_mini(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
 
 
 # --------------------------------------------------------------------------------------
+# Transformers: ViT, Swin, nn.TransformerEncoderLayer, a conv + transformer hybrid
+# --------------------------------------------------------------------------------------
+class Attention(nn.Module):
+    """Multi-head self-attention as timm's ViT writes it: one qkv Linear, the heads split by
+    reshape + permute, softmax(q k^T / sqrt(d)) v, the heads merged, a projection."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Mlp(nn.Sequential):
+    """Linear, GELU, Linear (timm's ``Mlp``)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+
+class EncoderBlock(nn.Module):
+    """A pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x))."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: int = 4):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, mlp_ratio * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    """ViT (Dosovitskiy et al., 2021) as timm writes it: a patch-embedding strided conv, the
+    tokens flattened channels-last, a class token concatenated before them, a position
+    embedding added, pre-norm encoder blocks, a final layer norm, the class token's head."""
+
+    def __init__(self, image: int = 224, patch: int = 16, dim: int = 192, depth: int = 12,
+                 heads: int = 3, num_classes: int = 1000):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        tokens = (image // patch) ** 2
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, tokens + 1, dim))
+        self.blocks = nn.Sequential(*(EncoderBlock(dim, heads) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+def vit_ti16(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """ViT-Ti/16 (DeiT-Ti's size: width 192, 12 blocks of 3 heads, MLP 768, 197 tokens) on a
+    3x224x224 input, 1000 classes; 5.7 M parameters. Realistic initialisation (He weights,
+    layer norms randomised, class token and position embedding N(0, 0.1)). Input (batch, 3,
+    224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
+    return _build(VisionTransformer, (3, 224, 224), batch, seed)
+
+
+class WindowAttention(nn.Module):
+    """Swin's (shifted) window attention as torchvision writes it, on [B, H, W, C]: a cyclic
+    shift (``roll``), the windows cut out by view + permute, attention in each window with a
+    relative position bias (a table gathered by a constant index) and, for shifted windows,
+    the mask that keeps regions apart; the windows put back, the shift undone."""
+
+    def __init__(self, dim: int, heads: int, window: int, shift: int, size: int):
+        super().__init__()
+        self.heads, self.window, self.shift = heads, window, shift
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window - 1) ** 2, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                            indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("relative_position_index",
+                             (rel[..., 0] * (2 * window - 1) + rel[..., 1]).flatten(),
+                             persistent=False)
+        mask = torch.zeros(0)
+        if shift:  # torchvision's: regions of the shifted image that must not attend
+            regions = torch.zeros(size, size)
+            bounds = (0, size - window, size - shift, size)
+            label = 0
+            for h0, h1 in zip(bounds[:-1], bounds[1:]):
+                for w0, w1 in zip(bounds[:-1], bounds[1:]):
+                    regions[h0:h1, w0:w1] = label
+                    label += 1
+            windows = regions.view(size // window, window, size // window, window)
+            windows = windows.permute(0, 2, 1, 3).reshape(-1, window * window)
+            diff = windows[:, None, :] - windows[:, :, None]
+            mask = torch.where(diff != 0, -100.0, 0.0)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        ws, n, d = self.window, self.window * self.window, c // self.heads
+        if self.shift:
+            x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
+        x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+        qkv = self.qkv(x).reshape(x.shape[0], n, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * d ** -0.5) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        attn = attn + bias.view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+        if self.shift:
+            windows = self.mask.shape[0]
+            attn = attn.view(-1, windows, self.heads, n, n) + self.mask[None, :, None]
+            attn = attn.view(-1, self.heads, n, n)
+        x = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(-1, n, c)
+        x = self.proj(x).view(b, h // ws, w // ws, ws, ws, c)
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+        if self.shift:
+            x = torch.roll(x, (self.shift, self.shift), (1, 2))
+        return x
+
+
+class SwinBlock(nn.Module):
+    """x + attn(norm1(x)), then x + mlp(norm2(x)), on [B, H, W, C]."""
+
+    def __init__(self, dim: int, heads: int, window: int, shift: int, size: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = WindowAttention(dim, heads, window, shift, size)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, 4 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerging(nn.Module):
+    """Swin's downsampling: the four 2x2 phases of [B, H, W, C] concatenated on C, layer norm,
+    Linear 4C -> 2C."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]],
+                      -1)
+        return self.reduction(self.norm(x))
+
+
+class SwinTransformer(nn.Module):
+    """Swin Transformer (Liu et al., 2021) in torchvision's op order: a 4x4/4 patch conv,
+    channels-last + layer norm, stages of (shifted) window blocks with patch merging between
+    them, a final layer norm, back to NCHW, global average pool and a Linear head."""
+
+    def __init__(self, image: int = 224, dim: int = 32, depths=(2, 2, 2, 2),
+                 heads=(1, 2, 4, 8), window: int = 7, num_classes: int = 1000):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, 4, 4)
+        self.patch_norm = nn.LayerNorm(dim)
+        stages: list[nn.Module] = []
+        size = image // 4
+        for i, (depth, head) in enumerate(zip(depths, heads)):
+            shift = window // 2 if size > window else 0
+            stages += [SwinBlock(dim, head, window, shift if j % 2 else 0, size)
+                       for j in range(depth)]
+            if i + 1 < len(depths):
+                stages.append(PatchMerging(dim))
+                dim, size = 2 * dim, size // 2
+        self.stages = nn.Sequential(*stages)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
+        x = self.norm(self.stages(x)).permute(0, 3, 1, 2)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def swin_mini(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """A Swin-T-like model: Swin-T's layout (4x4 patches, window 7, shifted windows in every
+    second block, patch merging, 3x224x224 input, 1000 classes) at width 32 with [2, 2, 2, 2]
+    blocks of [1, 2, 4, 8] heads (Swin-T: 96, [2, 2, 6, 2], [3, 6, 12, 24]). Realistic
+    initialisation (He weights, layer norms randomised, relative position biases N(0, 0.1)).
+    Input (batch, 3, 224, 224); ``batch`` and ``seed`` as for :func:`get_model`."""
+    return _build(SwinTransformer, (3, 224, 224), batch, seed)
+
+
+def encoder_stack(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """``nn.TransformerEncoder`` of four ``nn.TransformerEncoderLayer(192, 3 heads, MLP 768,
+    batch_first, GELU)`` layers on 64 tokens of width 192 (PyTorch's own attention, with its
+    post-norm order and fused in-projection). Input (batch, 64, 192); ``batch`` and ``seed``
+    as for :func:`get_model`."""
+    return _build(lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(
+        192, 3, 768, dropout=0.0, activation="gelu", batch_first=True), 4,
+        enable_nested_tensor=False), (64, 192), batch, seed)
+
+
+class HybridRecogniser(nn.Module):
+    """A small text-line recogniser as OCR models build them (SVTR's mixing after a conv
+    stem): two strided conv + BN + ReLU layers, the [B, C, H, W] map flattened into tokens,
+    a position embedding, two pre-norm transformer blocks, a layer norm and a per-token
+    Linear classifier (CTC logits)."""
+
+    def __init__(self, dim: int = 64, heads: int = 2, classes: int = 40):
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, dim // 2, 3, 2), nn.ReLU(),
+                                  *_conv_bn(dim // 2, dim, 3, 2), nn.ReLU())
+        self.pos_embed = nn.Parameter(torch.zeros(1, 8 * 32, dim))
+        self.blocks = nn.Sequential(EncoderBlock(dim, heads), EncoderBlock(dim, heads))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x).flatten(2).transpose(1, 2) + self.pos_embed
+        return self.head(self.norm(self.blocks(x)))
+
+
+def hybrid_recogniser(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """:class:`HybridRecogniser` on a 3x32x128 text line (256 tokens of width 64, 40
+    classes). Input (batch, 3, 32, 128); ``batch`` and ``seed`` as for :func:`get_model`."""
+    return _build(HybridRecogniser, (3, 32, 128), batch, seed)
+
+
+# --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., ModelAndInputs]] = {
@@ -1185,6 +1435,10 @@ MODELS: dict[str, Callable[..., ModelAndInputs]] = {
     "alexnet_lrn": alexnet_lrn,
     "googlenet_lrn": googlenet_lrn,
     "convnext_mini": convnext_mini,
+    "vit_ti16": vit_ti16,
+    "swin_mini": swin_mini,
+    "encoder_stack": encoder_stack,
+    "hybrid_recogniser": hybrid_recogniser,
 }
 
 

@@ -22,7 +22,7 @@ from ..tables import Column, render_table
 SCHEMA_VERSION = 1
 
 #: The kinds of report that carry a ``schema`` tag.
-KINDS = ("partition", "estimate", "bench", "accuracy", "debug")
+KINDS = ("partition", "estimate", "bench", "accuracy", "debug", "program")
 
 def schema(kind: str) -> str:
     """The ``schema`` value of a report of ``kind``: ``accel-codegen/<kind>/<version>``."""

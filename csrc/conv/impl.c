@@ -43,13 +43,19 @@ int conv_impl_named(const char* names, const char* name) {
   return 0;
 }
 
+/* The label of the run the calling thread executes (accel_run sets it around the run), so that
+ * a verbose line names its layer: kernels are called on the thread that called accel_run. */
+static _Thread_local const char* verbose_label;
+
+void conv_verbose_run(const char* label) { verbose_label = label; }
+
 void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl) {
   /* oneDNN's verbose problem descriptor: mb, groups, channels, then each axis's input, output,
-   * kernel, stride, dilation and padding sizes */
+   * kernel, stride, dilation and padding sizes; then the run's label (empty without one) */
   fprintf(stderr,
           "accel_verbose,conv,%s,%s,mb%d_g%d_ic%doc%d_ih%doh%dkh%dsh%ddh%dph%d_iw%dow%dkw%dsw%d"
-          "dw%dpw%d\n",
+          "dw%dpw%d,%s\n",
           precision, impl, g->n, g->groups, g->c, g->k, g->h, g->out_h, g->kernel_h, g->stride_h,
           g->dilation_h, g->pad_top, g->w, g->out_w, g->kernel_w, g->stride_w, g->dilation_w,
-          g->pad_left);
+          g->pad_left, verbose_label != NULL ? verbose_label : "");
 }

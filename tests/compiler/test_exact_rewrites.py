@@ -124,6 +124,63 @@ def test_space_to_depth_in_int8_copies_the_input_codes():
     assert_same(build_and_run(partitioned, x), expected.astype(np.float32))
 
 
+# --- a convolution strided wider than the CONV's stride register -----------------------------------
+
+@pytest.mark.parametrize("kernel, stride, padding, shape", [
+    (16, 16, 0, (1, 3, 48, 40)),   # ViT's patch embedding: f = 2, then 8x8 stride 8
+    ((12, 18), (12, 9), 3, (2, 2, 30, 29)),  # f = (2, 3); padding; rows the stride leaves over
+])
+def test_a_wide_stride_convolution_is_space_to_depth_then_a_convolution(kernel, stride, padding,
+                                                                        shape):
+    """Beyond the CONV's stride register (8): a one-hot f x f stride-f conv, then the conv of
+    kernel k/f, stride s/f over its C f^2 channels: two offloaded convs with the same products
+    as the original, within fp32's summation error of PyTorch."""
+    assert max(np.atleast_1d(stride)) > lib.ACCEL_MAX_CONV_STRIDE
+    model = torch.nn.Conv2d(shape[1], 6, kernel, stride, padding)
+    x = _input(shape, 3)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert [(op.op, op.primitive) for op in report.offloaded] == [
+        ("relax.nn.conv2d", "accel.conv2d"), ("relax.nn.conv2d", "accel.conv2d_bias"),
+        ("relax.reshape", "accel.conv2d_bias"), ("relax.add", "accel.conv2d_bias")], str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+def test_a_wide_stride_with_no_common_factor_stays_on_the_host_with_its_reason():
+    """Stride 11 (prime, above 8): no f divides it, so the conv stays on the host, saying why."""
+    x = _input((1, 2, 24, 24), 4)
+    _, report = _partition(torch.nn.Conv2d(2, 4, 11, 11, bias=False), x)
+    assert [op.op for op in report.host] == ["relax.nn.conv2d"], str(report)
+    assert "stride_h = 11 is outside [1, 8]" in report.host[0].reason
+
+
+# --- constants computed at compile time; one token taken ---------------------------------------------
+
+class TokenHead(torch.nn.Module):
+    """A class token expanded and concatenated before the tokens, a bias gathered from a table
+    by constant indices (Swin's relative position bias), the class token taken for the head."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls_token = torch.nn.Parameter(torch.randn(1, 1, 8))
+        self.table = torch.nn.Parameter(torch.randn(9, 8))
+        self.register_buffer("index", torch.tensor([4, 0, 8, 3, 3, 1]))
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1)
+        return self.head((x + self.table[self.index])[:, 0])
+
+
+def test_constant_broadcasts_and_takes_fold_and_a_token_take_is_a_copy():
+    x = _input((1, 5, 8), 5)
+    model = TokenHead()
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    assert not [op for op in report.offloaded if op.op in ("relax.take", "relax.broadcast_to")]
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-6)
+
+
 # --- a permute before a dense layer's flatten -------------------------------------------------------
 
 class NhwcHead(torch.nn.Module):

@@ -122,11 +122,15 @@ def test_config_limits_decide_what_is_offloaded():
 
 
 def test_conv_stride_over_the_hardware_limit_stays_on_host():
+    """A prime stride over the limit: no space-to-depth factor brings it within (a stride that
+    factors is rewritten: tests/compiler/test_exact_rewrites.py)."""
     limit = lib.ACCEL_MAX_CONV_STRIDE
-    model = torch.nn.Conv2d(4, 8, limit + 1, stride=limit + 1)
-    report = ac.partition_report(_import(model, (1, 4, 4 * (limit + 1), 4 * (limit + 1))))
+    stride = next(n for n in range(limit + 1, 4 * limit)
+                  if all(n % d for d in range(2, n)))
+    model = torch.nn.Conv2d(4, 8, stride, stride=stride)
+    report = ac.partition_report(_import(model, (1, 4, 4 * stride, 4 * stride)))
     conv = next(op for op in report.host if op.op == "relax.nn.conv2d")
-    assert f"stride_h = {limit + 1} is outside [1, {limit}]" in conv.reason
+    assert f"stride_h = {stride} is outside [1, {limit}]" in conv.reason
 
 
 def _bn_module(training: bool):

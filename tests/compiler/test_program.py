@@ -77,3 +77,48 @@ def test_a_layer_without_a_precision_is_named(matched):
     keys = layer_keys(matched)
     with pytest.raises(AccelInvalidError, match=f"layer {keys[-1]} has precision None"):
         lower_module(matched, "mixed", {k: "int8" for k in keys[:-1]})
+
+
+def test_the_program_of_a_build_is_the_runs_it_profiles():
+    """program_of: the planned Program the code was printed from, as JSON data; its runs are
+    the profiled runs, in order, its conv modes the partition report's, its tensors named by
+    the parameter or the layer key that produces them."""
+    import json
+
+    import numpy as np
+    import torch
+    import tvm
+    from torch import nn
+
+    import accel_codegen as ac
+    from accel_codegen import frontend
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                        nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    mod, params = frontend.from_pytorch(net, (x,))
+    config = ac.AccelConfig.preset("nv_full").replace(sram_bytes=64 << 10)
+    partitioned = ac.partition_for_accel(mod, params, config=config)
+    program = ac.program_of(partitioned)
+    assert json.loads(json.dumps(program)) == program and program["precision"] == "fp32"
+    runs = [run for function in program["functions"] for run in function["runs"]]
+    with ac.profile() as prof:
+        ac.virtual_machine(ac.build(partitioned))["main"](tvm.runtime.tensor(x.numpy()))
+    assert [run["label"] for run in runs] == [record.label for record in prof.records]
+    modes = {op.key: op.conv_mode for op in ac.partition_report(partitioned).ops if op.offloaded}
+    assert {run["key"]: run["conv"]["mode"] for run in runs} == modes
+    function = program["functions"][0]
+    first, second = runs
+    assert first["reads"] == {"input": function["inputs"][0]} and first["writes"] == "f0.0"
+    assert second["reads"]["input"] == "f0.0" and function["layers"][1]["reads"] == ["f0.0"]
+    assert first["in_shape"] == [1, 3, 16, 16] and second["out_shape"] == [1, 16, 8, 8]
+    assert "output" in first["sram"] and "input" in second["sram"]  # f0.0 lives in SRAM
+    assert np.all([run["in_layout"] in ("nchw", "c16") for run in runs])
+
+
+def test_program_of_refuses_a_module_that_is_not_partitioned(matched):
+    import accel_codegen as ac
+
+    with pytest.raises(AccelInvalidError, match="not partitioned"):
+        ac.program_of(matched)

@@ -1,6 +1,9 @@
 """Models that arrive quantised (issue 33, item 7): an ONNX model in ONNX Runtime's QDQ format
 keeps its own scales, runs whole in int8 on the accelerator and agrees with ONNX Runtime's
 own int8 run of the same file."""
+import re
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -81,7 +84,8 @@ class Reader(CalibrationDataReader):
         return next(self.examples, None)
 
 
-def quantized(tmp_path, head: str, activations, per_channel: bool):
+def quantized(tmp_path, head: str, activations, per_channel: bool,
+              weights=QuantType.QInt8, extra_options=None):
     """An ONNX Runtime QDQ model, made as its documentation says (pre-processing first)."""
     torch.manual_seed(0)
     with torch.no_grad():
@@ -90,7 +94,8 @@ def quantized(tmp_path, head: str, activations, per_channel: bool):
     quant_pre_process(str(tmp_path / "f.onnx"), str(tmp_path / "p.onnx"))
     quantize_static(str(tmp_path / "p.onnx"), str(tmp_path / "q.onnx"), Reader(),
                     quant_format=QuantFormat.QDQ, activation_type=activations,
-                    weight_type=QuantType.QInt8, per_channel=per_channel)
+                    weight_type=weights, per_channel=per_channel,
+                    extra_options=extra_options or {})
     return tmp_path / "q.onnx"
 
 
@@ -132,6 +137,31 @@ def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations
     calibration = calibration_of(partitioned)
     assert calibration.method == qdq.QDQ_METHOD and not calibration.bias_correction
     assert not calibration.equalized
+
+
+def test_asymmetric_per_tensor_weights(tmp_path):
+    """Weights quantised per tensor with a zero point (uint8 weights, WeightSymmetric=False):
+    the model's codes where q - zero fits int8, the channels beyond re-quantised on their
+    own, which a warning names (an AccelUnsupportedError with qdq=True); within one output
+    code of ONNX Runtime's int8 run, whole."""
+    path = quantized(tmp_path, "flatten", QuantType.QUInt8, False, QuantType.QUInt8,
+                     {"WeightSymmetric": False})
+    zeros = {i.name: int(onnx.numpy_helper.to_array(i))
+             for i in onnx.load(str(path)).graph.initializer
+             if i.name.endswith("weight_zero_point")}
+    assert zeros and all(z != 0 for z in zeros.values()), zeros
+    with pytest.raises(AccelUnsupportedError, match=r"initializer '\S+\.weight_quantized'"
+                                                    r".* zero point \d+: in \d+ of its"):
+        from_onnx(path, qdq=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        differences, partitioned = code_differences(path, inputs=12)
+    said = [str(w.message) for w in caught if "initializer" in str(w.message)]
+    assert any(re.search(r"initializer 'fc\.weight_quantized'.* 2 of its 10 output channels",
+                         m) for m in said), said
+    assert_whole(partitioned)
+    assert differences.max() <= 1, np.bincount(differences.astype(int))
+    assert (differences == 0).mean() > 0.8
 
 
 def test_qdq_relu6_depthwise_concat_average_pool(tmp_path):

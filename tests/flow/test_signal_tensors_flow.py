@@ -4,13 +4,17 @@
 (layer.feature_surface: the same bytes), so element-wise ops, activations, a batch norm and a
 concat over the channels run as on NCHW; the reshapes that keep N and C are one BDMA copy, the
 concat along L the BDMA's ranges of the [N * C, L] rows, the transpose one strided copy per
-row. Each precision against PyTorch."""
+row; in int8 the concat's copies move each input's codes and one SDP pass, whose per-channel
+converters are per position in that view, rescales them to the concat's scale. Each
+precision against PyTorch."""
 import numpy as np
 import pytest
 import torch
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
+from accel_codegen.quantization import observing
+from accel_codegen.sim.observer import INPUT
 from accel_codegen.tools.estimation import estimate
 from conftest import build_and_run, sqnr, torch_forward
 
@@ -74,22 +78,53 @@ def test_a_detection_head_tail_runs_on_the_bdma(precision):
     model = HeadTail().eval()
     inputs, mod, params, partitioned = _partitioned(model, [(1, 8, 8, 10)], precision)
     report = ac.partition_report(partitioned)
-    host = {op.op: op.reason for op in report.host}
-    if precision == "int8":  # each scale's codes would be rescaled into rows, not a range
-        assert list(host) == ["relax.concat"] and "other than the channels" in \
-            host["relax.concat"], str(report)
-    else:
-        assert host == {} and len(report.functions) == 1, str(report)
-        primitives = [p for ps in report.functions.values() for p in ps]
-        assert primitives.count("accel.reshape") == 2 and "accel.transpose" in primitives
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    primitives = [p for ps in report.functions.values() for p in ps]
+    assert primitives.count("accel.reshape") == 2 and "accel.transpose" in primitives
     actual = build_and_run(partitioned, *inputs)
     assert actual.shape == (1, 80 + 20, 6)
     assert sqnr(actual, torch_forward(model, *inputs)) >= LEAST_DB[precision]
-    if precision == "fp32":  # the estimate's runs are the profile's
+    if precision != "fp16":  # the estimate's runs are the profile's
         with ac.profile() as prof:
             build_and_run(partitioned, *inputs)
-        assert [(layer.label, layer.cycles) for layer in estimate(mod, params).layers] == \
+        estimated = estimate(mod, params, precision=precision).layers
+        assert [(layer.label, layer.cycles) for layer in estimated] == \
             [(r.label, r.cycles) for r in prof.records]
+
+
+class _Tensors:
+    def __init__(self):
+        self.seen = {}
+
+    def add(self, label, op_index, x):
+        self.seen[(label.split(" ", 1)[0], op_index)] = x.copy()
+
+
+def test_int8_concat_along_l_rescales_each_position_to_its_scale():
+    """The concat along L in int8: its copies move each scale's codes (each input in its own
+    scale, which differ here), then the SDP pass gives every position the concat's code of
+    the value its input's code stands for, to half an output step."""
+    torch.manual_seed(0)
+    model = HeadTail().eval()
+    inputs, mod, params, partitioned = _partitioned(model, [(1, 8, 8, 10)], "int8")
+    quant = ac.calibration_of(partitioned, used=True).tensors
+    observed = _Tensors()
+    with observing(observed):
+        build_and_run(partitioned, *inputs)
+    (rescale,) = {key for key, _ in observed.seen if key.endswith("q")}
+    layer = rescale[:-1]
+    rows = observed.seen[(rescale, INPUT)][..., 0, 0]  # [N * C, L]: the copies' codes
+    out_q = quant[(rescale, 0)]
+    out = (observed.seen[(rescale, 0)][..., 0, 0].astype(np.float64) - out_q.zero) * \
+        out_q.scale
+    start, scales = 0, set()
+    for copy in (f"{layer}c0", f"{layer}c1"):
+        q = quant[(copy, INPUT)]
+        width = observed.seen[(copy, INPUT)].shape[1]
+        real = (rows[:, start:start + width].astype(np.float64) - q.zero) * q.scale
+        assert np.max(np.abs(out[:, start:start + width] - real)) <= 0.5001 * out_q.scale
+        start, scales = start + width, scales | {q.scale}
+    assert start == rows.shape[1] and len(scales) == 2
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])

@@ -297,6 +297,27 @@ def test_per_tensor_codes_are_kept():
     assert not np.all(scales == scales[0])
 
 
+def test_per_tensor_codes_with_a_zero_point_are_kept_where_they_fit():
+    """Weights (q - zero) * step of a model quantised per tensor with a zero point (uint8,
+    zero 113: codes -113..142) keep the model's codes and step in every channel whose codes
+    lie within -127..127; a channel with a code beyond is re-quantised on its own, amax /
+    127 (no int8 code is 142)."""
+    rng = np.random.default_rng(12)
+    q = rng.integers(0, 256, (5, 4, 3, 3)).astype(np.int64)
+    q[:, 0, 0, 0] = 113 + 1  # a code of +-1 in the layer
+    q[1:] = np.clip(q[1:], 113 - 127, 113 + 127)
+    q[0, 0, 0, 1] = 255  # channel 0 reaches 142
+    step = np.float32(0.0037)
+    w = ((q - 113).astype(np.float32) * step).astype(np.float32)
+    codes, scales = quantize_weights(w)
+    assert np.array_equal(codes[1:], q[1:] - 113)
+    assert np.all(scales[1:] == np.float64(step))
+    assert scales[0] == pytest.approx(142 * float(step) / 127) and codes[0].max() == 127
+    float_weights = rng.standard_normal((5, 4, 3, 3))  # no grid: per channel, as before
+    amax = np.abs(float_weights.reshape(5, -1)).max(axis=1)
+    assert np.array_equal(quantize_weights(float_weights)[1], amax / 127)
+
+
 def test_gptq_keeps_negligible_channels_at_zero():
     rng = np.random.default_rng(9)
     w = _trained_weights(4, 2, 3, {1: 1e-34, 3: 0.0}, seed=9)

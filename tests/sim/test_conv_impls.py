@@ -25,7 +25,7 @@ C16_IMPLS = ["c16_pointwise", "c16_depthwise", "c16_dense_3x3", "c16_winograd", 
              "c16_stem_pool"]
 LINE = re.compile(r"^accel_verbose,conv,(int8|fp32|fp16),(\w+),mb(\d+)_g(\d+)_ic(\d+)oc(\d+)_"
                   r"ih(\d+)oh(\d+)kh(\d+)sh(\d+)dh(\d+)ph(\d+)_iw(\d+)ow(\d+)kw(\d+)sw(\d+)"
-                  r"dw(\d+)pw(\d+)$")
+                  r"dw(\d+)pw(\d+),(.*)$")
 
 # (n, c, h, w, k, kernel, stride, pad, groups): a dense 3x3, a 1x1, depthwise 3x3 and 5x5/2, a
 # 7x7 depthwise, an RGB stem, a batch of fully connected rows, a grouped conv, a 7x7 grid.
@@ -64,10 +64,10 @@ for i, (n, c, h, w, k, kh, s, p, g) in enumerate(layers):
                      Sdp(scale=sc, shift=-sc, act="relu")]
         if layout == "c16":
             x16 = np.ascontiguousarray(x.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
-            y = dev.run(chain, x16, layout="c16", out_layout="c16")[0]
+            y = dev.run(chain, x16, layout="c16", out_layout="c16", label=f"l{i} {prec}")[0]
             y = y.transpose(0, 1, 4, 2, 3).reshape(n, k, *y.shape[2:4])
         else:
-            y = dev.run(chain, x)[0]
+            y = dev.run(chain, x, label=f"l{i} {prec}")[0]
         out[f"{i}/{prec}"] = [hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest(),
                               np.ascontiguousarray(y).tobytes().hex()]
 print(json.dumps(out))
@@ -121,7 +121,7 @@ def _values(hexbytes, like):
 def _parse(line):
     m = LINE.match(line)
     assert m, f"not an ACCEL_VERBOSE conv line: {line!r}"
-    return m.group(1), m.group(2), tuple(int(v) for v in m.groups()[2:])
+    return m.group(1), m.group(2), tuple(int(v) for v in m.groups()[2:-1])
 
 
 def _default_run():
@@ -130,14 +130,17 @@ def _default_run():
 
 
 def test_verbose_prints_one_line_per_conv_with_its_implementation():
-    """ACCEL_VERBOSE=1: one line per CONV call, its precision, implementation and geometry
-    (the C16 kernels' too); without it, none. The lists' choices compute the reference."""
+    """ACCEL_VERBOSE=1: one line per CONV call, its precision, implementation, geometry and
+    the run's label (the C16 kernels' too); without it, none. The lists' choices compute the
+    reference."""
     outputs, lines = _default_run()
-    calls = [(layer, precision) for layer in LAYERS + L1_LAYERS for precision in ("fp32", "int8")
+    calls = [(index, layer, precision) for index, layer in enumerate(LAYERS + L1_LAYERS)
+             for precision in ("fp32", "int8")
              if not (isinstance(layer[5], list) and precision == "int8")]  # C16: fp32 only
     assert len(lines) == len(calls), lines
-    for line, ((n, c, h, w, k, kh, s, p, g), expected_precision) in zip(lines, calls):
+    for line, (index, (n, c, h, w, k, kh, s, p, g), expected_precision) in zip(lines, calls):
         precision, impl, dims = _parse(line)
+        assert line.endswith(f",l{index} {expected_precision}"), line  # the run's label
         kh = kh[0] if isinstance(kh, list) else kh
         assert precision == expected_precision, line
         assert impl in (F32_IMPLS + C16_IMPLS if precision == "fp32" else I8_IMPLS), line

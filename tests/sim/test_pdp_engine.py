@@ -86,6 +86,33 @@ def test_global_average_pool_7x7(rng):
     assert_close(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape,kernel", [((112, 112), 8), ((14, 14), 7), ((17, 13), (4, 3)),
+                                          ((9, 40), (3, 5))], ids=str)
+def test_tiled_averages_are_bit_exact(shape, kernel):
+    """Averages whose windows tile the image (kernel = stride, a wide pool's passes) run 16
+    planes at a time, a plane per lane: bit for bit the reference's and the one-plane path's
+    sums (37 planes: two whole blocks and a rest; 1, 2 and 3 threads), -0 and infinities
+    included; of two NaNs in a window the first one's bits, as the one-plane path."""
+    rng = np.random.default_rng(45)
+    x = rng.standard_normal((2, 37, *shape), dtype=np.float32) * 3
+    x[0, 3] = -0.0
+    x[1, 20, 0, 0], x[1, 21, 1, 1], x[1, 21, 0, 1] = np.inf, np.inf, -np.inf
+    op = Pool("avg", kernel, kernel)
+    expected = ref.run_op(op, x)
+    nans = x.copy()
+    nans[0, 7, 0, 0:2] = np.array([0x7FC00001, 0xFFC00002], np.uint32).view(np.float32)
+    nans[1, 30, 1, 1], nans[1, 30, 1, 0] = nans[0, 7, 0, 1], nans[0, 7, 0, 0]
+    one = [np.concatenate([DEVICE.run([op], v[:, c:c + 1])[0] for c in range(v.shape[1])],
+                          axis=1) for v in (x, nans)]
+    assert_same(one[0], expected, "one plane at a time")
+    for threads, device in DEVICES.items():
+        y = device.run([op], x)[0]
+        assert_same(y, expected, f"{threads} threads")
+        assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{threads} threads: zeros"
+        assert_same(device.run([op], nans)[0].view(np.uint32), one[1].view(np.uint32),
+                    f"{threads} threads: NaNs")
+
+
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("padding,include_pad", [(0, False), (1, False), (1, True)])
 def test_global_pooling_is_bit_exact(kind, padding, include_pad):

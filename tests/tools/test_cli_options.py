@@ -197,3 +197,22 @@ def test_run_random_fills_the_inputs_with_a_seed(capsys, two_inputs):
 def test_run_input_errors(capsys, two_inputs, argv, message):
     status, _, err = run_cli(capsys, "run", two_inputs / "two.so", *argv)
     assert status == 1 and message in err, err
+
+
+def test_partition_program_writes_the_program_of_the_build(capsys, tmp_path):
+    """partition --program out.json: the Program the code is generated from (program_of),
+    tagged with its schema; a path of another suffix is refused before the work."""
+    import accel_codegen as ac
+    from accel_codegen.tools.model_spec import load_model
+
+    out = tmp_path / "program.json"
+    status, _, err = run_cli(capsys, "partition", "lenet5", "--program", out)
+    assert status == 0, err
+    written = json.loads(out.read_text())
+    assert written.pop("schema") == "accel-codegen/program/1"
+    model = load_model("lenet5")
+    assert written == ac.program_of(ac.partition_for_accel(model.mod, model.params))
+    assert [run["key"] for run in written["functions"][0]["runs"]] == \
+        [f"f0.{i}" for i in range(5)]
+    status, _, err = run_cli(capsys, "partition", "lenet5", "--program", tmp_path / "p.txt")
+    assert status != 0 and "--program path" in err and "must end in .json" in err

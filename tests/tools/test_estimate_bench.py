@@ -290,3 +290,21 @@ def test_winograd_reasons_of_the_choice(zoo):
     assert "kernel 3x3" in reasons                        # 3x3 stride 2
     assert layers[0].conv_mode(config, True, "int8", winograd=False) == \
         ("direct", "winograd=False")
+
+
+def test_the_per_layer_bench_takes_the_conv_modes_of_the_planned_program():
+    """bench --per-layer times each layer with the CONV modes its code has (the planned
+    Program's, Winograd chosen with the memory plan), not a per-layer decision of its own."""
+    from accel_codegen import frontend
+    from accel_codegen.tools.estimation import model_runs
+    from test_program_reference import _config, tiny_cnn
+
+    model, inputs = tiny_cnn()
+    mod, params = frontend.from_pytorch(model, inputs)
+    config = _config("nv_full_sram")
+    runs = model_runs(mod, params, config=config)
+    program = ac.program_of(ac.partition_for_accel(mod, params, config=config))
+    emitted = {run["label"]: run["modes"] or {} for function in program["functions"]
+               for run in function["runs"]}
+    assert {label: modes["fused"] for label, _, _, modes in runs} == emitted
+    assert any(modes["fused"].get("mode") == "winograd" for *_, modes in runs)

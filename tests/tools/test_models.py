@@ -31,6 +31,10 @@ ZOO = {
     "alexnet_lrn": ((1, 3, 224, 224), (1, 1000)),
     "googlenet_lrn": ((1, 3, 224, 224), (1, 1000)),
     "convnext_mini": ((1, 3, 64, 64), (1, 100)),
+    "vit_ti16": ((1, 3, 224, 224), (1, 1000)),
+    "swin_mini": ((1, 3, 224, 224), (1, 1000)),
+    "encoder_stack": ((1, 64, 192), (1, 64, 192)),
+    "hybrid_recogniser": ((1, 3, 32, 128), (1, 256, 40)),
 }
 # The first six models, built fresh here; the later ones (#11 and after) come from the
 # session's cache (tests/conftest.py), which their export test below imports anyway.
@@ -38,14 +42,16 @@ ORIGINAL = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mixed
 LATER = sorted(set(ZOO) - set(ORIGINAL))
 WITH_BATCH_NORM = [name for name in sorted(ZOO)
                    if name not in ("lenet5", "squeezenet1_1", "alexnet_lrn", "googlenet_lrn",
-                                   "convnext_mini")]
+                                   "convnext_mini", "vit_ti16", "swin_mini",
+                                   "encoder_stack")]
 
 # Parameters of the published models: torchvision's weights metadata ("num_params"; GoogLeNet
-# without the auxiliary classifiers, as its weights load), Caffe's bvlc_alexnet for AlexNet.
+# without the auxiliary classifiers, as its weights load), Caffe's bvlc_alexnet for AlexNet,
+# DeiT-Ti's (deit_tiny_patch16_224) for ViT-Ti/16.
 PUBLISHED_PARAMETERS = {
     "mobilenet_v2": 3_504_872, "efficientnet_b0": 5_288_548, "mobilenet_v3_small": 2_542_856,
     "densenet121": 7_978_856, "googlenet": 6_624_904, "shufflenet_v2": 2_278_604,
-    "squeezenet1_1": 1_235_496, "alexnet_lrn": 60_965_224,
+    "squeezenet1_1": 1_235_496, "alexnet_lrn": 60_965_224, "vit_ti16": 5_717_416,
 }
 # Modules of each kind in each model (counted by hand from the papers / torchvision).
 MODULES = {
@@ -73,6 +79,16 @@ MODULES = {
     # stem, 10 blocks' depthwise 7x7, 3 downsamplings; LayerNorm2d: stem, 3 downsamplings, head
     "convnext_mini": {"BatchNorm2d": 0, "Conv2d": 14, "LayerNorm": 10, "LayerNorm2d": 5,
                       "Linear": 21, "GELU": 10},
+    # 12 blocks: 2 layer norms, qkv, proj, 2 MLP Linears each; the final norm and head
+    "vit_ti16": {"BatchNorm2d": 0, "Conv2d": 1, "LayerNorm": 25, "Linear": 49, "GELU": 12},
+    # 8 blocks (2 norms, 4 Linears), 3 patch mergings (norm, Linear), patch norm, final norm, head
+    "swin_mini": {"BatchNorm2d": 0, "Conv2d": 1, "LayerNorm": 21, "Linear": 36, "GELU": 8},
+    # 4 layers: 2 norms, an attention (fused in-projection, out_proj) and 2 Linears each
+    "encoder_stack": {"BatchNorm2d": 0, "Conv2d": 0, "LayerNorm": 8,
+                      "MultiheadAttention": 4, "Linear": 8},
+    # a 2-conv stem, 2 blocks, final norm, per-token head
+    "hybrid_recogniser": {"BatchNorm2d": 2, "Conv2d": 2, "LayerNorm": 5, "Linear": 9,
+                          "GELU": 2},
 }
 
 

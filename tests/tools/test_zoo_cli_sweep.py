@@ -63,8 +63,11 @@ def _check(capsys, *argv):
     return status, out
 
 
-#: The zoo as swept when this test landed; convnext_mini (added just after) is yet to be swept.
-SWEPT = sorted(name for name in MODELS if name != "convnext_mini")
+#: The zoo as swept when this test landed; convnext_mini and the transformers (added after)
+#: are yet to be swept.
+SWEPT = sorted(name for name in MODELS
+               if name not in ("convnext_mini", "vit_ti16", "swin_mini", "encoder_stack",
+                               "hybrid_recogniser"))
 
 
 @pytest.mark.parametrize("name", SWEPT)

@@ -53,6 +53,9 @@ class Generated:
     quantization: Dict[Tuple[str, int], TensorQuant] = dataclasses.field(default_factory=dict)
     # run key -> its CONV's mode ("direct", "winograd"), chosen with the memory plan
     conv_modes: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # the planned Program the code was printed from, as JSON data (``Program.to_dict``; the
+    # functions of every call, in order)
+    program: Dict[str, object] = dataclasses.field(default_factory=dict)
 
 
 def generate(functions, options, into: Generated) -> List:
@@ -69,6 +72,10 @@ def generate(functions, options, into: Generated) -> List:
                                            target.layer_precisions), target)
     into.conv_modes.update({run.key: run.memory.conv.mode for run in program.runs
                             if run.memory.conv is not None})
+    described = program.to_dict()
+    into.program.setdefault("precision", described["precision"])
+    into.program.setdefault("layer_precisions", described["layer_precisions"])
+    into.program.setdefault("functions", []).extend(described["functions"])
     for function, lowered in zip(functions, program.functions):
         gen = FunctionCodegen(function, target, len(into.sources), calibration, lowered)
         source = gen.run()

@@ -124,6 +124,9 @@ class FunctionCodegen(FunctionTensors):
         """One run per copy, all into the layer's output; in int8 each rescales its input to
         the concat's quantisation, which covers them all."""
         int8_code = self.precision == "int8"
+        if int8_code and layer.rescaled_rows:
+            self._rescaled_concat(var, runs)
+            return
         if int8_code and layer.several_sources:
             self.quant[var] = int8.concat_quant(
                 self._data(run.layer.data, run.scope, (run.key, INPUT))[1] for run in runs)
@@ -134,6 +137,41 @@ class FunctionCodegen(FunctionTensors):
             # source's would be the wrong one): its int8 readers get the converting run's.
             if int8_code:
                 self.quant[var] = quant
+
+    def _rescaled_concat(self, var: relax.Var, runs: List[Run]) -> None:
+        """An int8 concat along a later axis (Layer.rescaled_rows): each copy moves its
+        input's codes, in that input's scale, into scratch; then one SDP pass takes each
+        position to the concat's quantisation, which covers every input, with the converter
+        of the input that wrote it (the view's channels are the positions)."""
+        *copies, last = runs
+        scratch = self._temp(int(np.prod(last.layer.in_shape)))
+        quants = []
+        for run in copies:
+            quants.append(self._emit(run, scratch))
+            # the scratch holds several scales: the copy's output has no one quantisation
+            self.quantization.pop((run.key, 0), None)
+        quant = int8.concat_quant(quants)
+        positions = last.layer.in_shape[1]
+        unit, shift = np.zeros(positions), np.zeros(positions)
+        for run, q in zip(copies, quants):
+            c = run.layer.copies[0]
+            unit[c.dst_offset:c.dst_offset + c.channels] = q.scale
+            shift[c.dst_offset:c.dst_offset + c.channels] = -q.zero * q.scale
+        self.emitting, layer = last, last.layer
+        converters = int8.channel_converters(np.ones(positions), shift, unit, quant.scale,
+                                             f"layer {last.key}")
+        op = emit.sdp_op("each position's input to the concat's scale", {
+            "precision": "ACCEL_INT8", "in_zero": 0, "out_zero": quant.zero,
+            "bias": f"(const int32_t*){self._constant(converters['bias'])}",
+            "mul": f"(const int16_t*){self._constant(converters['mul'])}",
+            "rshift": f"(const uint8_t*){self._constant(converters['rshift'])}"})
+        lines = [f"/* {last.label}: {' -> '.join(layer.source_ops)} */", "{",
+                 emit.name_run(last.label, self.layer_source)]
+        lines += emit.run_layer(emit.sram_streams([op], last.memory.sram), scratch,
+                                layer.in_shape, self.operands[var], layer.out_surface,
+                                layer.fused(self.fuse), last.label, self.precision)
+        self.body.extend(lines + ["}"])
+        self.quantization[(last.key, 0)] = self.quant[var] = quant
 
     def _deconvolution(self, var: relax.Var, runs: List[Run]) -> None:
         """A transposed convolution or nearest upsampling: its conv (or one BDMA copy per

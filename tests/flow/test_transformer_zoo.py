@@ -1,0 +1,43 @@
+"""The zoo's transformers on the accelerator (issue 29), at test sizes: an
+``nn.TransformerEncoderLayer`` stack, the conv-stem + transformer hybrid (an OCR recogniser's
+form) and a ViT (its stride-16 patch conv, class token concat, position embedding add and
+class-token head included: compiler/rewrites.py) are whole, one external function, within
+1e-4 of the output scale of PyTorch in fp32."""
+import pytest
+from torch import nn
+
+import accel_codegen as ac
+from accel_codegen.compiler.frontend import from_pytorch
+from accel_codegen.tools.models import HybridRecogniser, VisionTransformer, build_realistic
+from conftest import assert_close, build_and_run, torch_forward
+
+
+def _encoder_stack():
+    """encoder_stack's layers (PyTorch's own attention, post-norm, GELU) at width 64, 2 heads,
+    2 layers, 16 tokens."""
+    return build_realistic(lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(
+        64, 2, 128, dropout=0.0, activation="gelu", batch_first=True), 2,
+        enable_nested_tensor=False), (16, 64))
+
+
+def _hybrid():
+    """hybrid_recogniser at width 32 (its 3x32x128 line: 256 tokens)."""
+    return build_realistic(lambda: HybridRecogniser(dim=32, heads=2, classes=40), (3, 32, 128))
+
+
+def _vit():
+    """vit_ti16's architecture at width 48, 2 blocks of 2 heads, on a 3x48x48 image (9 patches
+    of 16x16 and the class token), 10 classes."""
+    return build_realistic(lambda: VisionTransformer(image=48, dim=48, depth=2, heads=2,
+                                                     num_classes=10), (3, 48, 48))
+
+
+@pytest.mark.parametrize("make", [_encoder_stack, _hybrid, _vit],
+                         ids=["encoder_stack", "hybrid", "vit"])
+def test_zoo_transformer_is_one_function_and_matches_pytorch(make):
+    model, (x,) = make()
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    assert not report.host, [(op.op, op.reason) for op in report.host]
+    assert len(report.functions) == 1, report.functions
+    assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)
