@@ -23,7 +23,7 @@ result computes the same values).
   channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
   flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
   constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
-  reshape to its input's own shape its input; a broadcast of a constant or a take of one at
+  reshape to its input's own shape its input; ``a - b`` of two tensors ``a + b * -1``; a broadcast of a constant or a take of one at
   constant indices the constant they compute, a constant operand of lower rank (2 or more
   axes) the same with leading unit axes, a take at one constant index of a computed tensor a
   strided slice (ViT's class token for its head); a convolution strided wider than the CONV's
@@ -957,10 +957,12 @@ _TAKE_AT = is_op("relax.take")(_TAKEN, is_const())
 def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
     x, index = matches[_TAKEN], constant_value(expr.args[1])
     shape, out = _static(x), _static(expr)
+    # axis 1 of 2-D to 4-D data only: the slices the BDMA copies (lowering._slice); a take
+    # elsewhere would only become two host ops instead of one
     if is_constant(x) or index.ndim != 0 or expr.attrs.axis is None or shape is None or \
-            out is None or not shape:
+            out is None or len(shape) not in (2, 3, 4) or int(expr.attrs.axis) % len(shape) != 1:
         return expr
-    axis = int(expr.attrs.axis) % len(shape)
+    axis = 1
     size, i = shape[axis], int(index)
     i = i % size if str(expr.attrs.mode) == "wrap" else min(max(i, 0), size - 1)
     return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
@@ -968,7 +970,8 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """take(x, constant scalar i, axis) -> reshape(strided_slice(x, axis, i, i + 1))."""
+    """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
+    i + 1))."""
     return _rewrite(mod, _TAKE_AT, _sliced_take)
 
 
@@ -1117,6 +1120,29 @@ def _negated_plus(expr: relax.Expr, matches) -> relax.Expr:
 def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
     """subtract(constant c, x) -> add(multiply(x, -1), c)."""
     return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
+
+
+# a - b of two tensors of one shape (box decoding's x2y2 - x1y1) -> a + b * (-1): the SDP's
+# scale of one run and the element-wise adder of the next. Exact: b * (-1) is -b, and IEEE
+# subtraction is the addition of the negation, one rounding.
+_MINUEND_T = wildcard()
+_SUBTRAHEND_T = wildcard()
+_TENSOR_MINUS = is_op("relax.subtract")(_MINUEND_T, _SUBTRAHEND_T)
+
+
+def _plus_negated(expr: relax.Expr, matches) -> relax.Expr:
+    a, b = matches[_MINUEND_T], matches[_SUBTRAHEND_T]
+    dtype = getattr(a.ty, "dtype", None)
+    if is_constant(a) or is_constant(b) or dtype not in ("float32", "float16") or \
+            getattr(b.ty, "dtype", None) != dtype or _static(a) is None or \
+            _static(a) != _static(b):
+        return expr
+    return relax.op.add(a, relax.op.multiply(b, relax.const(-1.0, dtype)))
+
+
+def tensor_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
+    """subtract(a, b) of two computed tensors of one shape -> add(a, multiply(b, -1))."""
+    return _rewrite(mod, _TENSOR_MINUS, _plus_negated)
 
 
 # Channels-last sandwiches of NCHW data (ConvNeXt's block, torchvision's LayerNorm2d: permute
@@ -1450,4 +1476,4 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor, layer_norm_shifts_into_convs)
+                  constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs)
