@@ -25,7 +25,7 @@ result computes the same values).
   channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
   flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
   constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
-  reshape to its input's own shape its input; a broadcast of a constant or a take of one at
+  reshape to its input's own shape its input; ``a - b`` of two tensors ``a + b * -1``; a broadcast of a constant or a take of one at
   constant indices the constant they compute, a constant operand of lower rank (2 or more
   axes) the same with leading unit axes, a take at one constant index of a computed tensor a
   strided slice (ViT's class token for its head); a convolution strided wider than the CONV's
@@ -1158,6 +1158,29 @@ def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
 
 
+# a - b of two tensors of one shape (box decoding's x2y2 - x1y1) -> a + b * (-1): the SDP's
+# scale of one run and the element-wise adder of the next. Exact: b * (-1) is -b, and IEEE
+# subtraction is the addition of the negation, one rounding.
+_MINUEND_T = wildcard()
+_SUBTRAHEND_T = wildcard()
+_TENSOR_MINUS = is_op("relax.subtract")(_MINUEND_T, _SUBTRAHEND_T)
+
+
+def _plus_negated(expr: relax.Expr, matches) -> relax.Expr:
+    a, b = matches[_MINUEND_T], matches[_SUBTRAHEND_T]
+    dtype = getattr(a.ty, "dtype", None)
+    if is_constant(a) or is_constant(b) or dtype not in ("float32", "float16") or \
+            getattr(b.ty, "dtype", None) != dtype or _static(a) is None or \
+            _static(a) != _static(b):
+        return expr
+    return relax.op.add(a, relax.op.multiply(b, relax.const(-1.0, dtype)))
+
+
+def tensor_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
+    """subtract(a, b) of two computed tensors of one shape -> add(a, multiply(b, -1))."""
+    return _rewrite(mod, _TENSOR_MINUS, _plus_negated)
+
+
 # Channels-last sandwiches of NCHW data (ConvNeXt's block, torchvision's LayerNorm2d: permute
 # NCHW -> NHWC, layer norm over C, Linear over C, GELU, a per-channel scale, permute back)
 # -> the same ops over the channels of the NCHW tensor itself: layer_norm over axis 1, a 1x1
@@ -1423,4 +1446,4 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor)
+                  constant_minus_tensor, tensor_minus_tensor)
