@@ -14,6 +14,8 @@ result computes the same values).
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
   one activation for the SDP's lookup table.
+- GELU written as its formula (torch.onnx's export: x * (erf(x / sqrt(2)) + 1) * 0.5) becomes
+  ``relax.nn.gelu``: one activation for the SDP's lookup table.
 - Layer norm written as its formula (Paddle's ONNX export: mean, subtract, power 2, mean, add
   eps, sqrt, divide, * gamma, + beta over the last axis) becomes ``relax.nn.layer_norm``: one
   composite of engine passes (sim/decompose.py).
@@ -265,6 +267,40 @@ def _to_silu(expr: relax.Expr, matches) -> relax.Expr:
 def silu_from_sigmoid(mod: tvm.IRModule) -> tvm.IRModule:
     """x * sigmoid(x) -> silu(x) (TOPI's silu is that product: the host computes the same)."""
     return _rewrite(mod, _SILU, _to_silu)
+
+
+# --- GELU written out ------------------------------------------------------------------------
+# torch.onnx exports nn.GELU (erf form, opsets before 20) as its formula: x * (erf(x / sqrt(2))
+# + 1) * 0.5. Read back as the gelu it is (TOPI's gelu is that formula), it is one activation
+# for the SDP's lookup table, as from torch.export.
+_GELU_X = wildcard()
+_GELU_SCALE, _GELU_ONE, _GELU_HALF = is_const(), is_const(), is_const()
+_GELU_DIVIDED = is_op("relax.divide")(_GELU_X, _GELU_SCALE)
+_GELU_ERF = is_op("relax.erf")(_GELU_DIVIDED | is_op("relax.multiply")(_GELU_X, _GELU_SCALE))
+_GELU_SUM = is_op("relax.add")(_GELU_ERF, _GELU_ONE) | is_op("relax.add")(_GELU_ONE, _GELU_ERF)
+_GELU_PRODUCT = is_op("relax.multiply")(_GELU_X, _GELU_SUM) | \
+    is_op("relax.multiply")(_GELU_SUM, _GELU_X)
+_GELU = is_op("relax.multiply")(_GELU_PRODUCT, _GELU_HALF) | \
+    is_op("relax.multiply")(_GELU_HALF, _GELU_PRODUCT)
+
+
+def _scalar(expr: relax.Expr) -> Optional[float]:
+    value = constant_value(expr)
+    return float(value) if value.size == 1 else None
+
+
+def _to_gelu(expr: relax.Expr, matches) -> relax.Expr:
+    scale, one, half = (_scalar(matches[p]) for p in (_GELU_SCALE, _GELU_ONE, _GELU_HALF))
+    root2 = scale if _GELU_DIVIDED in matches else (1 / scale if scale else None)
+    if root2 is None or one != 1.0 or half != 0.5 or \
+            not np.isclose(root2, np.sqrt(2.0), rtol=1e-6, atol=0):
+        return expr
+    return relax.op.nn.gelu(matches[_GELU_X])
+
+
+def gelu_from_erf(mod: tvm.IRModule) -> tvm.IRModule:
+    """x * (erf(x / sqrt(2)) + 1) * 0.5 -> gelu(x)."""
+    return _rewrite(mod, _GELU, _to_gelu)
 
 
 # --- layer norm written out -------------------------------------------------------------------
@@ -843,7 +879,7 @@ def _wide_stride_conv(expr: relax.Expr, matches) -> relax.Expr:
             max(strides) <= limit or shape is None or out_shape is None or \
             len(shape) != 4 or weight.ndim != 4 or \
             str(x.ty.dtype) not in ("float32", "float16") or \
-            str(a.out_dtype) not in ("", str(x.ty.dtype)):
+            str(expr.ty.dtype) != str(x.ty.dtype):
         return expr
     out_ch, c, kh, kw = weight.shape
     factors = [_phase_factor(s, k, limit, int(lib.ACCEL_MAX_CONV_KERNEL))

@@ -154,6 +154,31 @@ def test_a_wide_stride_with_no_common_factor_stays_on_the_host_with_its_reason()
     assert "stride_h = 11 is outside [1, 8]" in report.host[0].reason
 
 
+class PatchGelu(torch.nn.Module):
+    """ViT's patch conv (16x16, stride 16) and an MLP's Linear + GELU over the patches."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 8, 16, 16)
+        self.fc = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.patch(x).flatten(2).transpose(1, 2)))
+
+
+def test_the_patch_conv_and_gelu_from_onnx_run_whole(tmp_path):
+    """From ONNX too: the conv (whose out_dtype the importer leaves unset) is rewritten, and
+    GELU, exported as its formula x * (erf(x / sqrt(2)) + 1) * 0.5, is read back as one
+    activation; within fp32's error of PyTorch."""
+    model, x = PatchGelu().eval(), _input((1, 3, 32, 48), 7)
+    mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "pg.onnx"))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    assert "relax.erf" not in [op.op for op in report.ops], str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
 # --- constants computed at compile time; one token taken ---------------------------------------------
 
 class TokenHead(torch.nn.Module):
