@@ -402,8 +402,11 @@ def pool2d(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
         return stacked.max(axis=0).astype(np.float32)
     values, inside = _pool_windows(np.asarray(x, np.float32), kernel, stride, padding, 0.0)
     total = np.zeros(values.shape[1:], dtype=np.float32)
-    for value, mask in zip(values, inside):
-        total = np.where(mask, total + value, total)
+    # IEEE float32 as the engine sums: a sum past float32's range is inf and inf + -inf is
+    # NaN, the engine's defined results, not numerical accidents worth a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        for value, mask in zip(values, inside):
+            total = np.where(mask, total + value, total)
     divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
                else inside.sum(axis=0).astype(np.float32))
     return (total / divisor).astype(np.float32)
@@ -894,8 +897,11 @@ def pool2d_fp16(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
         return pool2d(wide, "max", kernel, stride, padding).astype(np.float16)
     values, inside = _pool_windows(wide, kernel, stride, padding, 0.0)
     total = np.zeros(values.shape[1:], dtype=np.float32)
-    for value, mask in zip(values, inside):
-        total = np.where(mask, total + value, total)
+    # IEEE float32 as the engine sums: a sum past float32's range is inf and inf + -inf is
+    # NaN, the engine's defined results, not numerical accidents worth a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        for value, mask in zip(values, inside):
+            total = np.where(mask, total + value, total)
     divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
                else inside.sum(axis=0).astype(np.float32))
     with np.errstate(over="ignore"):
