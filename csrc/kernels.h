@@ -143,12 +143,24 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
  * A kernel may apply these in registers before its store, in the same order
  * (conv/f32_implicit_avx512.c). */
 int sdp_f32_one_pass(const sdp_f32* p);
-/* Whether a C16 kernel takes this epilogue in registers: none, or one pass (act NONE / RELU /
- * CLIP: no PReLU, no LUT) whose ADD operand is given. */
-static inline int c16_epilogue_fits(const sdp_f32* ep) {
-  return ep == NULL ||
-         (sdp_f32_one_pass(ep) && (ep->ew_op != ACCEL_EW_ADD || ep->ew_operand != NULL));
+/* 1 when p ends in FP32's exact form of a lookup-table activation (sigmoid, silu, hardswish,
+ * ...: activation_exact) after its scale / shift and ADD or no element-wise op: a C16 kernel
+ * computes the steps before the activation as a one-pass epilogue (its act is neither RELU nor
+ * CLIP, so it applies none), and the caller then applies the activation to the whole output,
+ * element by element, which the layout does not change (device.c: run_c16_kernel). */
+static inline int c16_post_activation(const sdp_f32* p) {
+  return p != NULL && p->lut == NULL && lut_activation(p->act) &&
+         (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD);
 }
+/* Whether a C16 kernel takes this epilogue: none, or one pass (act NONE / RELU / CLIP: no
+ * PReLU, no LUT) in registers, or one pass then a post activation (c16_post_activation), whose
+ * ADD operand is given. */
+static inline int c16_epilogue_fits(const sdp_f32* ep) {
+  return ep == NULL || ((sdp_f32_one_pass(ep) || c16_post_activation(ep)) &&
+                        (ep->ew_op != ACCEL_EW_ADD || ep->ew_operand != NULL));
+}
+/* x = act(x) over count values with up to num_threads threads (sdp.c): a post activation. */
+void activation_exact_run(accel_activation act, float* x, int64_t count, int32_t num_threads);
 
 /* out = SDP(in) over a whole [n][c][hw] tensor; in may equal out. */
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,

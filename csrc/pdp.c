@@ -412,10 +412,11 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t planes = (int64_t)g->n * g->c;
   const int64_t in_plane = (int64_t)g->h * g->w;
   int tiles = 0;
+  int64_t per_item = 4096 / (in_plane + 1) + 1;
 #ifdef __AVX512F__
   tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
+  if (tiles) per_item = TILE_PLANES;
 #endif
-  const int64_t per_item = tiles ? TILE_PLANES : 4096 / (in_plane + 1) + 1;
   const pdp_job J = {g, in, out, planes, per_item, tiles};
   pool_for(planes * in_plane > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item,
            pdp_item, (void*)&J);

@@ -219,3 +219,25 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
   pool_for(planes * hw > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item, run_item,
            (void*)&J);
 }
+
+/* activation_exact over a whole tensor, in chunks of 4096 values (a post activation). */
+typedef struct act_job {
+  accel_activation act;
+  float* x;
+  int64_t count;
+} act_job;
+
+enum { ACT_CHUNK = 4096 };
+
+static void act_item(void* ctx, int64_t item, int participant) {
+  const act_job* J = ctx;
+  (void)participant;
+  const int64_t at = item * ACT_CHUNK;
+  activation_exact(J->act, J->x + at, J->count - at < ACT_CHUNK ? J->count - at : ACT_CHUNK);
+}
+
+void activation_exact_run(accel_activation act, float* x, int64_t count, int32_t num_threads) {
+  const act_job J = {act, x, count};
+  pool_for(count > 32768 ? num_threads : 1, (count + ACT_CHUNK - 1) / ACT_CHUNK, act_item,
+           (void*)&J);
+}

@@ -708,6 +708,24 @@ def _add_activation(sdp: SdpSpec, call: relax.Call, channels: int, order: List[S
     order.append(SdpUnit.ACTIVATION)
 
 
+#: The most elements a constant operand broadcast along axes other than the channels is
+#: expanded to (it becomes a constant of the feature's size).
+MAX_EXPANDED_OPERAND = 1 << 20
+
+
+def _expanded_operand(other: relax.Expr, feature: Sequence[int]) -> relax.Expr:
+    """A constant element-wise operand broadcast along axes other than the channels (YOLOv8's
+    per-position stride [1, L] against [N, 4, L]) as a constant of the feature's own shape:
+    the SDP's element-wise operand, the same values broadcasting repeats. Unchanged where it
+    does not broadcast to the feature, or would be too large."""
+    shape = static_shape(other)
+    if len(shape) > len(feature) or int(np.prod(feature)) > MAX_EXPANDED_OPERAND or any(
+            s not in (1, f) for s, f in zip(shape[::-1], feature[::-1])):
+        return other
+    value = np.broadcast_to(np.asarray(constant_value(other)), tuple(feature))
+    return relax.const(np.ascontiguousarray(value), str(other.ty.dtype))
+
+
 def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int, order: List[SdpUnit],
                 lookup: Lookup) -> None:
     """A bias add or per-channel multiply (scale/shift), or an element-wise op with a second
@@ -738,7 +756,10 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     if name in AFFINE_ONLY:
         raise Unsupported(f"{name} of two tensors: the SDP's element-wise unit adds, multiplies "
                           "or takes the max or min")
-    if static_shape(other) != feature or static_shape(call.args[0]) != static_shape(call.args[1]):
+    if is_constant(other) and static_shape(other) != feature:
+        other = _expanded_operand(other, feature)
+    if static_shape(other) != feature or any(
+            static_shape(a) != feature for a in call.args if not is_constant(a)):
         raise Unsupported(f"{name} with broadcasting between {list(static_shape(call.args[0]))} "
                           f"and {list(static_shape(call.args[1]))}")
     if len(static_shape(other)) != 3 or layer.in_shape[2:] != (1, 1):
@@ -1003,21 +1024,37 @@ def _concat(call: relax.Call, lookup: Lookup) -> Tuple[List[CopySpec], Optional[
     return copies, axis_view(shape, axis) if axis > 1 else None
 
 
+def _reshape_view(shape: Sequence[int], out: Sequence[int]) -> Tuple[int, int, int, int]:
+    """The (n, c, 1, w) that both sides of a reshape keeping the batch read as the same
+    dense bytes: c the product of the most leading axes (after the batch) that end at the
+    same place in both shapes, so that each "channel" is a whole line of each side (the
+    channels themselves when both keep them)."""
+    if tuple(shape[:2]) == tuple(out[:2]):
+        return axis_view(shape, 1)
+    n, total = int(shape[0]), int(np.prod(shape, dtype=np.int64))
+    ends = set(np.cumprod(shape[:-1], dtype=np.int64).tolist()) & \
+        set(np.cumprod(out[:-1], dtype=np.int64).tolist())
+    common = max((e for e in ends if e % n == 0), default=n)
+    return (n, common // n, 1, total // common)
+
+
 def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
-    """A reshape that keeps the batch and the channels ([N, C, H, W] <-> [N, C, H*W] <->
-    [N, C, 1, L], [N, C, 1, 1] <-> [N, C]): the same positions in the same order, so the
-    same bytes on NVDLA's feature format and the simulator's dense NCHW alike; one BDMA copy
-    of every channel. A channel shuffle is read first (_shuffle)."""
+    """A reshape that keeps the batch ([N, C, H, W] <-> [N, C, H*W] <-> [N, C, 1, L],
+    [N, C, 1, 1] <-> [N, C], [N, 4*R, L] <-> [N, 4, R, L], [N, 1, 4, L] <-> [N, 4, L]): the
+    same elements in the same order, so the same dense bytes; one BDMA copy of the lines both
+    sides share (_reshape_view; on NVDLA's feature format, which pads the channels, a copy
+    per line where the channels change: the BDMA's lines and surfaces of any pitch). A channel
+    shuffle is read first (_shuffle)."""
     x = call.args[0]
     shape, out = static_shape(x), static_shape(call)
     if is_constant(x):
         raise Unsupported("a reshape of a constant (folded at compile time)")
     if len(shape) < 2 or len(out) < 2 or len(shape) > 4 or len(out) > 4 or \
-            shape[:2] != out[:2]:
+            shape[0] != out[0]:
         raise Unsupported("a reshape other than a channel shuffle or one that keeps the batch "
-                          "and the channels (of NCHW, [N, C, L] or [N, C] data)")
-    n, c = shape[:2]
-    return [CopySpec(x, c, view=axis_view(shape, 1))], axis_view(out, 1)
+                          "(of NCHW, [N, C, L] or [N, C] data)")
+    view = _reshape_view(shape, out)
+    return [CopySpec(x, view[1], view=view)], view
 
 
 #: The most BDMA copies a transpose is made of (one per row of the smaller side): enough for
@@ -1027,27 +1064,44 @@ def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
 MAX_TRANSPOSE_COPIES = 256
 
 
+def _swapped_axes(axes: Optional[Tuple[int, ...]], rank: int) -> Optional[int]:
+    """i when ``axes`` (of a permute_dims) swaps the adjacent axes i and i + 1 (i >= 1) and
+    keeps the others; else None."""
+    if axes is None:
+        return None
+    axes = tuple(a % rank for a in axes)
+    for i in range(1, rank - 1):
+        if axes == tuple(range(i)) + (i + 1, i) + tuple(range(i + 2, rank)):
+            return i
+    return None
+
+
 def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
-    """permute_dims(x, [0, 2, 1]) of [N, R, S] (a detection head's [N, C, L] into
-    [N, L, C] rows): every image as R * S "channels", out[s * R + r] = x[r * S + s], as one
-    strided BDMA copy per row of the smaller side (a channel shuffle's copies)."""
+    """permute_dims swapping two adjacent axes after the batch: [N, R, S] -> [N, S, R] (a
+    detection head's [N, C, L] into [N, L, C] rows), [N, A, B, L] -> [N, B, A, L] (YOLOv8's
+    DFL). The axes before the pair as n, the pair as R * S "channels", the axes after it as
+    the line each channel is: out[s * R + r] = x[r * S + s], one strided BDMA copy per row of
+    the smaller side (a channel shuffle's copies)."""
     x = call.args[0]
     if is_constant(x):
         raise Unsupported("a transpose of a constant (folded at compile time)")
     shape = static_shape(x)
     axes = _ints(call.attrs.axes) if call.attrs.axes is not None else None
-    if len(shape) != 3 or axes not in ((0, 2, 1), (-3, -1, -2)):
+    i = _swapped_axes(axes, len(shape)) if len(shape) in (3, 4) else None
+    if i is None:
         raise Unsupported(f"a permute_dims {list(axes) if axes else 'reversing the axes'} of a "
-                          f"{len(shape)}-D tensor: the BDMA transposes the last two axes of "
-                          "[N, R, S] only")
-    n, r, s = shape
+                          f"{len(shape)}-D tensor: the BDMA swaps two adjacent axes after the "
+                          "batch of [N, R, S] or [N, A, B, L] only")
+    n = int(np.prod(shape[:i], dtype=np.int64))
+    r, s = shape[i], shape[i + 1]
+    line = int(np.prod(shape[i + 2:], dtype=np.int64))
     if min(r, s) > MAX_TRANSPOSE_COPIES:
-        raise Unsupported(f"a transpose of [{n}, {r}, {s}] would be {min(r, s)} BDMA copies "
+        raise Unsupported(f"a transpose of {list(shape)} would be {min(r, s)} BDMA copies "
                           f"(at most {MAX_TRANSPOSE_COPIES})")
-    view = (n, r * s, 1, 1)
+    view = (n, r * s, 1, line)
     if r <= s:
-        copies = [CopySpec(x, s, src_offset=i * s, dst_offset=i, dst_stride=r, view=view)
-                  for i in range(r)]
+        copies = [CopySpec(x, s, src_offset=j * s, dst_offset=j, dst_stride=r, view=view)
+                  for j in range(r)]
     else:
         copies = [CopySpec(x, r, src_offset=j, src_stride=s, dst_offset=j * r, view=view)
                   for j in range(s)]

@@ -23,7 +23,7 @@ result computes the same values).
   channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
   flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
   constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
-  reshape to its input's own shape its input; a broadcast of a constant or a take of one at
+  reshape to its input's own shape its input; ``a - b`` of two tensors ``a + b * -1``; a broadcast of a constant or a take of one at
   constant indices the constant they compute, a constant operand of lower rank (2 or more
   axes) the same with leading unit axes, a take at one constant index of a computed tensor a
   strided slice (ViT's class token for its head); a convolution strided wider than the CONV's
@@ -31,7 +31,10 @@ result computes the same values).
   16x16 stride-16 patch embedding); a channels-last sandwich of NCHW data
   (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a per-channel scale, permute
   back) the same ops over the NCHW tensor's channels (layer norm over axis 1, a 1x1 conv),
-  without the permutes.
+  without the permutes; a squeeze or expand_dims the reshape to its shape; a softmax over the
+  last axis of reshaped rows (ONNX's opset-12 Softmax) the softmax of the tensor's own rows;
+  a permute that swaps the only two axes longer than 1 a transpose of [1, R, S] between
+  reshapes.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -954,10 +957,12 @@ _TAKE_AT = is_op("relax.take")(_TAKEN, is_const())
 def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
     x, index = matches[_TAKEN], constant_value(expr.args[1])
     shape, out = _static(x), _static(expr)
+    # axis 1 of 2-D to 4-D data only: the slices the BDMA copies (lowering._slice); a take
+    # elsewhere would only become two host ops instead of one
     if is_constant(x) or index.ndim != 0 or expr.attrs.axis is None or shape is None or \
-            out is None or not shape:
+            out is None or len(shape) not in (2, 3, 4) or int(expr.attrs.axis) % len(shape) != 1:
         return expr
-    axis = int(expr.attrs.axis) % len(shape)
+    axis = 1
     size, i = shape[axis], int(index)
     i = i % size if str(expr.attrs.mode) == "wrap" else min(max(i, 0), size - 1)
     return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
@@ -965,7 +970,8 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """take(x, constant scalar i, axis) -> reshape(strided_slice(x, axis, i, i + 1))."""
+    """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
+    i + 1))."""
     return _rewrite(mod, _TAKE_AT, _sliced_take)
 
 
@@ -1114,6 +1120,29 @@ def _negated_plus(expr: relax.Expr, matches) -> relax.Expr:
 def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
     """subtract(constant c, x) -> add(multiply(x, -1), c)."""
     return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
+
+
+# a - b of two tensors of one shape (box decoding's x2y2 - x1y1) -> a + b * (-1): the SDP's
+# scale of one run and the element-wise adder of the next. Exact: b * (-1) is -b, and IEEE
+# subtraction is the addition of the negation, one rounding.
+_MINUEND_T = wildcard()
+_SUBTRAHEND_T = wildcard()
+_TENSOR_MINUS = is_op("relax.subtract")(_MINUEND_T, _SUBTRAHEND_T)
+
+
+def _plus_negated(expr: relax.Expr, matches) -> relax.Expr:
+    a, b = matches[_MINUEND_T], matches[_SUBTRAHEND_T]
+    dtype = getattr(a.ty, "dtype", None)
+    if is_constant(a) or is_constant(b) or dtype not in ("float32", "float16") or \
+            getattr(b.ty, "dtype", None) != dtype or _static(a) is None or \
+            _static(a) != _static(b):
+        return expr
+    return relax.op.add(a, relax.op.multiply(b, relax.const(-1.0, dtype)))
+
+
+def tensor_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
+    """subtract(a, b) of two computed tensors of one shape -> add(a, multiply(b, -1))."""
+    return _rewrite(mod, _TENSOR_MINUS, _plus_negated)
 
 
 # Channels-last sandwiches of NCHW data (ConvNeXt's block, torchvision's LayerNorm2d: permute
@@ -1280,10 +1309,105 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _RESHAPE, _unreshaped)
 
 
+# Layout ops that only name the same bytes otherwise (Paddle2ONNX's SVTR mixer, PP-OCR): a
+# squeeze or expand_dims is the reshape to its output's shape; an opset-12 Softmax over the
+# last axis arrives as softmax(reshape(x, [rows, L])) reshaped back, the softmax of x's own
+# rows when x's last axis is L (a reshape keeps row-major order, so the rows are the same);
+# a permute_dims that swaps the only two axes longer than 1 (Paddle's [1, T, C] tokens put
+# back on the NCHW surface: reshape to [1, 1, T, C], permute [0, 3, 1, 2]) is the transpose
+# of [1, R, S] between reshapes, which the BDMA runs and the reshapes name.
+def _squeeze_as_reshape(binding, values: dict):
+    value = binding.value
+    if not isinstance(value, relax.Call) or getattr(value.op, "name", "") not in (
+            "relax.squeeze", "relax.expand_dims"):
+        return binding
+    x = value.args[0]
+    source = values.get(x)
+    shape = _static(value)
+    # torch's decomposed LocalResponseNorm keeps its squeeze: the accel.lrn entry reads it so
+    if shape is None or _static(x) is None or (
+            isinstance(source, relax.Call) and
+            getattr(source.op, "name", "") == "relax.nn.avg_pool3d"):
+        return binding
+    return relax.VarBinding(binding.var, named_as(relax.op.reshape(x, shape), value))
+
+
+def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape). (Binding by
+    binding: a rewrite_call with this pattern merged equal constants' transposes, which two
+    dense layers then shared.)"""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if not isinstance(function, relax.Function) or (
+                function.attrs is not None and "Composite" in function.attrs):
+            continue
+        values = {b.var: b.value for block in function.body.blocks for b in block.bindings}
+        result[gv] = _rebuild(function, lambda b: _squeeze_as_reshape(b, values))
+    return result
+
+
+_ROWS_X = wildcard()
+_ROWS_SOFTMAX = is_op("relax.nn.softmax")(is_op("relax.reshape")(_ROWS_X, wildcard()))
+_ROWS_BACK = is_op("relax.reshape")(_ROWS_SOFTMAX, wildcard())
+
+
+def _softmax_of_rows(expr: relax.Expr, matches) -> relax.Expr:
+    softmax = matches[_ROWS_SOFTMAX]
+    x = matches[_ROWS_X]
+    shape, rows, out = _static(x), _static(softmax), _static(expr)
+    if shape is None or rows is None or out is None or not shape or \
+            int(softmax.attrs.axis) % len(rows) != len(rows) - 1 or rows[-1] != shape[-1] or \
+            str(getattr(x.ty, "dtype", "")) != str(getattr(softmax.ty, "dtype", "")):
+        return expr
+    result = named_as(relax.op.nn.softmax(x, axis=-1), softmax)
+    return result if out == shape else relax.op.reshape(result, out)
+
+
+def softmax_rows(mod: tvm.IRModule) -> tvm.IRModule:
+    """reshape(softmax(reshape(x, [..., L]), axis=-1), S) with x [..., L] ->
+    softmax(x, axis=-1) (reshaped to S where S is not x's shape)."""
+    return _rewrite(mod, _ROWS_BACK, _softmax_of_rows)
+
+
+_SWAPPED_FROM = wildcard()
+_SWAPPED_X = is_op("relax.reshape")(_SWAPPED_FROM, wildcard()) | wildcard()
+_SWAP = is_op("relax.permute_dims")(_SWAPPED_X)
+
+
+def _two_axis_swap(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_SWAPPED_X]
+    shape, out = _static(x), _static(expr)
+    if shape is None or out is None:
+        return expr
+    axes = list(range(len(shape)))[::-1] if expr.attrs.axes is None \
+        else [a % len(shape) for a in _int_list(expr.attrs.axes)]
+    long = [a for a in range(len(shape)) if shape[a] > 1]
+    # a constant's transpose (a dense weight's) is folded where it is read
+    if len(shape) < 3 or is_constant(x) or len(long) != 2 or \
+            [a for a in axes if shape[a] > 1] != long[::-1] or \
+            (len(shape) == 3 and axes == [0, 2, 1] and shape[0] == 1):
+        return expr
+    # reshape(reshape(y)) is reshape(y): read y where x is a reshape of it
+    source = matches[_SWAPPED_FROM] if _SWAPPED_FROM in matches else None
+    data = x if source is None or _static(source) is None else source
+    rows = [1, shape[long[0]], shape[long[1]]]
+    data = data if _static(data) == rows else relax.op.reshape(data, rows)
+    swapped = named_as(relax.op.permute_dims(data, [0, 2, 1]), expr)
+    return relax.op.reshape(swapped, out)
+
+
+def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
+    """permute_dims(x) that swaps x's only two axes longer than 1 ->
+    reshape(permute_dims(reshape(x, [1, R, S]), [0, 2, 1]), out)."""
+    return _rewrite(mod, _SWAP, _two_axis_swap)
+
+
 #: The exact rewrites onto the engines' ops, in the order the partitioner applies them (a
 #: shared constant reshape first: ``c - x`` then sees the constant; the channels-last
-#: sandwiches before a permute before a flatten is folded into the dense layer's weight).
+#: sandwiches before a permute before a flatten is folded into the dense layer's weight;
+#: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
 EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_constants,
-                  sliced_takes, shared_constant_reshapes, max_pool_cascades, space_to_depth_convs,
+                  sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
+                  two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor)
+                  constant_minus_tensor, tensor_minus_tensor)

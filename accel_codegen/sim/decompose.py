@@ -58,6 +58,10 @@ from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
 NEWTON_FP16 = {"rsqrt": 2, "reciprocal": 3}
 PRECISIONS = ("fp32", "fp16")
 REDUCTIONS = ("tree", "conv")
+#: attention's softmax: the largest power-of-two divisor between the keys' sum and the input
+#: of its reciprocal (the PDP's averages, scaled back by the rest beyond it): averages of
+#: at least 2^-12 stay in FP16's reciprocal table, and 1 / average within 4096
+MAX_COVERED = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,6 +536,13 @@ class _HeadPasses:
                 precision=p)], total, f"{head}.a{i}",
                 (1, t, 1, (self.shapes[total][3] + pad) // window))
             covered *= window
+        if covered > MAX_COVERED:  # the average of many keys back up into the reciprocal
+            # table's range (its smallest input 2^-15 in FP16, and 1 / average a half)
+            back = covered // MAX_COVERED
+            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(back, t),
+                                                           precision=p)],
+                             total, f"{head}.total", one)
+            covered = MAX_COVERED
         steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
                                                    else 0)
         r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],

@@ -550,6 +550,8 @@ static c16_kind c16_kernel(const resolved_chain* chain, accel_layout in_layout) 
   if (chain->num_ops != end + 1 && !pooled) return C16_NONE;
   const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
   const sdp_f32* ep = end == 1 ? &e : NULL;
+  /* a post activation runs on the kernel's output: before a fused pool it would come late */
+  if (pooled && c16_post_activation(ep)) return C16_NONE;
   if (!in_c16)
     return r->op->conv.mode != ACCEL_CONV_WINOGRAD && conv_c16_stem_fits(&r->conv, ep)
                ? (pooled ? C16_STEM_POOL : C16_STEM)
@@ -574,9 +576,9 @@ static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
 
 #ifdef __AVX512F__
 /* The run on its C16 kernel (c16_kernel's answer, not C16_NONE). */
-static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chain,
-                                   c16_kind kernel, const accel_tensor* input,
-                                   const accel_tensor* output) {
+static accel_status run_c16_kernel_alone(accel_device* dev, const resolved_chain* chain,
+                                         c16_kind kernel, const accel_tensor* input,
+                                         const accel_tensor* output) {
   const int32_t threads = dev->num_threads;
   const resolved_op* r = &chain->ops[0];
   const int32_t end = kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32) : 0;
@@ -615,6 +617,21 @@ static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chai
       break;
   }
   return ACCEL_ERR_UNSUPPORTED; /* never: the caller runs a kernel it has */
+}
+
+/* The kernel, then a post activation (c16_post_activation) on its whole output. */
+static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chain,
+                                   c16_kind kernel, const accel_tensor* input,
+                                   const accel_tensor* output) {
+  const accel_status st = run_c16_kernel_alone(dev, chain, kernel, input, output);
+  if (st != ACCEL_OK || kernel == C16_POOL || pass_end(chain, 0, ACCEL_FP32) != 1) return st;
+  const sdp_f32 e = sdp_operands(&chain->ops[1].op->sdp);
+  if (c16_post_activation(&e)) {
+    activation_exact_run(e.act, output->data,
+                         (int64_t)output->n * output->c * output->h * output->w,
+                         dev->num_threads);
+  }
+  return st;
 }
 #endif
 

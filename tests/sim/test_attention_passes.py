@@ -2,8 +2,8 @@
 head a BDMA copy of Q's head rows, a CONV reading K's head channels (a view of its surface)
 with Q's rows as its weights (the scores transposed: the keys along W), the softmax over W on
 the PDP (max and sum) and the SDP (per-channel operands), a BDMA copy of V's head rows, a CONV
-reading them with the probabilities as its weights, and a BDMA copy into the output's
-channels of the head.
+reading them with the exponentials as its weights and its SDP normalising the sums, and a
+BDMA copy into the output's channels of the head.
 
 Every pass equals the NumPy reference (reference.run_chain) given the same inputs: bit for
 bit, except the two CONVs of a head, within the CONV's summation bound (the reference sums in
@@ -116,6 +116,24 @@ def test_the_softmax_runs_along_w_and_the_cost_model_prices_every_pass():
     # Q [T, d] is fetched as dense weights: as many bytes as K [d, T], its data
     conv = stats.ops[0]
     assert conv.weight_bytes == conv.input_bytes > 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_many_keys_keep_the_reciprocal_in_its_table(precision, rng):
+    """5000 keys pad to 8192 (power-of-two windows): the average falls below 2^-12, so a pass
+    scales it back by 2 before the reciprocal (FP16's table starts at 2^-15)."""
+    t, tk, d = 3, 5000, 8
+    decomposition = dc.attention_passes(t, 1, d, 1 / np.sqrt(d), precision, tk)
+    assert [p.role for p in decomposition.passes].count("attention.h0.softmax.total") == 1
+    dtype = dc.dtype_for(precision)
+    q, k, v, _ = _tokens(rng, False, t, tk, 1, d)
+    q, k, v = (m.astype(dtype) for m in (q, k, v))
+    y, _ = dc.run_passes(DEVICE, decomposition, np.ascontiguousarray(q[:, :, None, None]),
+                         inputs={"k": np.ascontiguousarray(k.T[None, :, None, :]),
+                                 "v": np.ascontiguousarray(v[:, :, None, None])})
+    expected = _attention64(q, k, v, 1, d, 1 / np.sqrt(d), {})
+    tolerance = 1e-5 if precision == "fp32" else 4e-3  # fp16: measured 1.9e-3
+    assert np.abs(y[:, :, 0, 0] - expected).max() <= tolerance * np.abs(expected).max()
 
 
 def test_bad_shapes_are_refused():

@@ -158,6 +158,46 @@ def test_c16_kernels_do_not_depend_on_the_thread_count(rng, threads):
         assert_same(_same_either_way(ops, x, threads=threads), single)
 
 
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "hardswish"])
+def test_post_activations_run_on_the_c16_kernels(rng, act):
+    """FP32's exact LUT activations after a C16 kernel's one-pass steps (BN, or a scale and an
+    ADD): the kernel applies those, the runtime the activation on its whole output (element by
+    element, so the layout does not matter): the NCHW run's bits, natively, at 1-3 threads, on
+    the 1x1 (stride 1 and 2), depthwise 3x3, dense 3x3 and Winograd kernels."""
+    x = _data(rng, (1, 32, 14, 12)) * 4
+    convs = [Conv(_data(rng, (48, 32, 1, 1), zeros=False)),
+             Conv(_data(rng, (48, 32, 1, 1), zeros=False), stride=(2, 2)),
+             Conv(_data(rng, (32, 1, 3, 3), zeros=False), padding=1, groups=32),
+             Conv(_data(rng, (32, 1, 3, 3), zeros=False), stride=(2, 2), padding=1, groups=32),
+             Conv(_data(rng, (48, 32, 3, 3), zeros=False), padding=1),
+             Conv(_data(rng, (48, 32, 3, 3), zeros=False), padding=1, mode="winograd")]
+    for i, conv in enumerate(convs):
+        k = conv.weights.shape[0]
+        out = DEVICES[1].run([conv], x)[0].shape
+        bn = Sdp(scale=rng.standard_normal(k, dtype=np.float32),
+                 shift=rng.standard_normal(k, dtype=np.float32), act=act)
+        add = Sdp(scale=rng.standard_normal(k, dtype=np.float32), ew_op="add",
+                  operand=_data(rng, out), act=act)
+        for sdp in (bn, add) if i in (0, 4) else (bn,):
+            for threads in (1, 2, 3):
+                _same_either_way([conv, sdp], x, threads=threads)
+
+
+def test_a_post_activation_before_a_fused_pool_is_converted_around(rng):
+    """The image layer's C16 kernel with its pool fused would pool before the activation
+    ran: converted around instead, the same bits."""
+    x = _data(rng, (1, 3, 32, 32))
+    ops = [Conv(_data(rng, (32, 3, 3, 3)), stride=(2, 2), padding=1),
+           Sdp(scale=np.ones(32, np.float32), act="silu"),
+           Pool("max", kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1))]
+    assert not c16_native("nv_full", ops, x.shape, in_layout="nchw")
+    assert c16_native("nv_full", ops[:2], x.shape, in_layout="nchw")
+    for chain in (ops, ops[:2]):  # the pool converted around; the stem kernel alone
+        expected = DEVICES[2].run(chain, x)[0]
+        blocked = DEVICES[2].run(chain, x, out_layout="c16")[0]
+        assert_same(from_c16(blocked).view(np.uint32), expected.view(np.uint32))
+
+
 def test_runs_without_a_c16_kernel_are_converted_around(rng):
     """A dilated 3x3 convolution, an SDP alone with an operand, an independent CONV -> SDP and
     a PDP after a 1x1 CONV have no C16 kernel: the same bits through conversions."""
