@@ -2,10 +2,14 @@
  * single-threaded sgemm each. The portable path, last in the list: the only one without AVX-512. */
 #include "conv/f32.h"
 
-/* Columns [n0, n0+nt) of the im2col matrix of image-group input img, as rows of nt. */
+/* Columns [n0, n0+nt) of the im2col matrix of image-group input img, as rows of nt: each
+ * row's positions an output row at a time, the taps inside the plane copied as a run (a
+ * strided one at stride 2 and up), the padding's zeros around them; the same values as one
+ * bounds check per element (which took three quarters of an x86-64-v3 build's time on
+ * MobileNetV3-small). */
 static void im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, float* col) {
   const conv_geometry* g = P->g;
-  const int64_t ow = g->out_w;
+  const int64_t ow = g->out_w, sw = g->stride_w;
   int64_t kk = 0;
   for (int64_t c = 0; c < P->cg; ++c)
     for (int64_t r = 0; r < g->kernel_h; ++r)
@@ -13,11 +17,28 @@ static void im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_
         float* d = col + kk * nt;
         const float* plane = img + c * P->hw;
         int64_t y = n0 / ow, x = n0 % ow;
-        for (int64_t j = 0; j < nt; ++j) {
+        for (int64_t j = 0; j < nt;) {
+          const int64_t run = ow - x < nt - j ? ow - x : nt - j; /* this output row's */
           const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
-          const int64_t ix = x * g->stride_w - g->pad_left + s * g->dilation_w;
-          d[j] = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w ? plane[iy * g->w + ix] : 0.0f;
-          if (++x == ow) {
+          const int64_t ix0 = x * sw - g->pad_left + s * g->dilation_w; /* of position x */
+          int64_t lo = 0, hi = 0; /* positions [lo, hi) of the run read inside the plane */
+          if (iy >= 0 && iy < g->h && ix0 < g->w) {
+            lo = ix0 >= 0 ? 0 : (-ix0 + sw - 1) / sw;
+            hi = (g->w - 1 - ix0) / sw + 1;
+            if (hi > run) hi = run;
+            if (lo > hi) lo = hi;
+          }
+          for (int64_t t = 0; t < lo; ++t) d[j + t] = 0.0f;
+          const int64_t at = iy * g->w + ix0; /* read only for t in [lo, hi) */
+          if (sw == 1) {
+            for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t];
+          } else {
+            for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t * sw];
+          }
+          for (int64_t t = hi; t < run; ++t) d[j + t] = 0.0f;
+          j += run;
+          x += run;
+          if (x == ow) {
             x = 0;
             ++y;
           }
