@@ -137,7 +137,8 @@ static void span_fast(const int32_t* v, int8_t* y, int64_t count, int64_t bias, 
   const __m512i vlo = _mm512_set1_epi32((int32_t)(INT32_MIN - (bias < 0 ? bias : 0)));
   const __m512i vhi = _mm512_set1_epi32((int32_t)(INT32_MAX - (bias > 0 ? bias : 0)));
   const __m512i b = _mm512_set1_epi32((int32_t)bias), m = _mm512_set1_epi64(mul);
-  const __m512i hz = _mm512_set1_epi64((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
+  const __m512i hz =
+      _mm512_set1_epi64((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
   const __m512i sh = _mm512_set1_epi64(s);
   const __m128i l8 = _mm_set1_epi8((char)lo), h8 = _mm_set1_epi8((char)hi);
   for (int64_t i = 0; i < count; i += 16) {
@@ -604,7 +605,7 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   q.mul = _mm512_set1_epi64(c.mul);
   q.half = half_of(c.shift + c.pre);
   q.shift = _mm512_set1_epi64(c.shift + c.pre);
-  q.pre = _mm512_set1_epi64(c.pre < 31 ? c.pre : 31);
+  q.pre = _mm512_set1_epi64(bs_pre(c.pre));
   q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
   span_fn fn = span_general;
   if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {

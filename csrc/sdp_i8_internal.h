@@ -55,13 +55,16 @@ static inline chan_params channel_params(const sdp_i8* p, int32_t ch) {
   return c;
 }
 
+/* BS's shift as applied: pre >= 31 saturates any t != 0 as 31 does (bs_out). */
+static inline int64_t bs_pre(int64_t pre) { return pre < 31 ? pre : 31; }
+
 /* BS's output: sat32(t 2^pre), t = v + bias in NVDLA's 33-bit ALU (|t| < 2^33). |t| > 2^31
  * saturates whatever pre is, and pre >= 31 saturates any t != 0, so the shift is taken on t
  * clamped to 2^31 by at most 31 (< 2^63). */
 static inline int64_t bs_out(int64_t t, int64_t pre) {
   const int64_t lim = (int64_t)1 << 31;
   t = t < -lim ? -lim : t > lim ? lim : t;
-  return sat32(t * ((int64_t)1 << (pre < 31 ? pre : 31)));
+  return sat32(t * ((int64_t)1 << bs_pre(pre)));
 }
 
 /* The exact forms below are written for sat32(rhaz(sat32(v + bias) * mul, shift)), which is
@@ -70,7 +73,7 @@ static inline int64_t bs_out(int64_t t, int64_t pre) {
  * (the form's own threshold: rhaz and the clamps are monotonic) and BS does not saturate up to
  * it: then a larger |t| gives BS's output >= threshold 2^pre and the same saturated code. */
 static inline int bs_exact_to(const chan_params* c, int64_t threshold) {
-  return c->pre == 0 || threshold <= (INT32_MAX >> (c->pre < 31 ? c->pre : 31));
+  return c->pre == 0 || threshold <= (INT32_MAX >> bs_pre(c->pre));
 }
 
 /* The smallest t >= 0 from which rhaz(t * mul, s) >= r in magnitude (0 for mul 0, whose
@@ -100,6 +103,7 @@ struct sdp_i8_lut_plan {
   int32_t t_lo, t_hi; /* t's clamp: the first and last bins' codes hold beyond them */
   int32_t base, w;    /* bin b holds t in [base + b 2^w, base + (b + 1) 2^w) */
   int32_t bins_count;
+  int32_t multi;      /* bins with more than one change (LUT_PLAN_MULTI) */
   uint32_t bins[];
 };
 

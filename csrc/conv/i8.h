@@ -229,6 +229,7 @@ typedef struct panel_codes {
   const int8_t* opnd;         /* its operand codes, laid out as out */
   int wide;                   /* rows readable to NR values whatever cols (a tile's) */
   const int32_t* corr;        /* codes_of_panel_corr: row m's values are c[m][.] + corr[m] */
+  const sdp_i8_lane_lut* lut; /* a LUT activation's plan (cvt: the rows' t converters), or NULL */
 } panel_codes;
 
 /* q of the 16 values v of converter e (split: its form); with a residual add (add: 1 any,
@@ -280,6 +281,41 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
   }
 }
 
+/* panel_step for a LUT activation (E->lut): 64 values of each row from column i. */
+static inline __attribute__((always_inline)) void panel_step_lut(const panel_codes* E,
+                                                                  const int32_t* c, int64_t ldc,
+                                                                  int64_t i, int panel,
+                                                                  int corr) {
+  const int64_t n = E->cols - i;
+  const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
+                  k3 = lane_mask(n - 48);
+  const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+  const int64_t rows = E->rows, ldo = E->ldo;
+  const sdp_i8_lane_cvt* cvt = E->cvt;
+  const sdp_i8_lane_lut L = *E->lut;
+  int8_t* out = E->out + i;
+  for (int64_t m = 0; m < rows; ++m) {
+    const sdp_i8_lane_cvt* e = cvt + m;
+    const int32_t* r = c + m * ldc + i;
+    const __m512i cm = corr ? _mm512_set1_epi32(E->corr[m]) : _mm512_setzero_si512();
+    __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
+    __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
+    __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
+    __m512i v3 = panel ? v2 : _mm512_maskz_loadu_epi32(k3, r + 48);
+    if (corr) {
+      v0 = _mm512_add_epi32(v0, cm);
+      v1 = _mm512_add_epi32(v1, cm);
+      v2 = _mm512_add_epi32(v2, cm);
+      v3 = _mm512_add_epi32(v3, cm);
+    }
+    const __m512i q0 = sdp_i8_lanes_lut(e, &L, v0);
+    const __m512i q1 = sdp_i8_lanes_lut(e, &L, v1);
+    const __m512i q2 = sdp_i8_lanes_lut(e, &L, v2);
+    const __m512i q3 = panel ? q2 : sdp_i8_lanes_lut(e, &L, v3);
+    _mm512_mask_storeu_epi8(out + m * ldo, keep, sdp_i8_lut_codes64(q0, q1, q2, q3));
+  }
+}
+
 static inline __attribute__((always_inline)) void panel_body(const panel_codes* E,
                                                               const int32_t* c, int64_t ldc,
                                                               int split, int add, int corr) {
@@ -293,7 +329,11 @@ static inline __attribute__((always_inline)) void panel_body(const panel_codes* 
 static inline __attribute__((always_inline)) void codes_body(const panel_codes* E,
                                                                const int32_t* c, int64_t ldc,
                                                                int corr) {
-  if (E->add != NULL) {
+  if (E->lut != NULL) {
+    if (E->wide && E->cols <= NR) panel_step_lut(E, c, ldc, 0, 1, corr);
+    else
+      for (int64_t i = 0; i < E->cols; i += 64) panel_step_lut(E, c, ldc, i, 0, corr);
+  } else if (E->add != NULL) {
     const int lean = E->add->lean ? 2 : 1;
     if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2, corr);
     else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2, corr);
@@ -467,6 +507,8 @@ typedef struct imp_job {
   int8_t lo, hi;              /* and the codes' bounds */
   const sdp_i8_lane_add* add; /* the residual add in lanes (with cvt), or NULL */
   sdp_i8_lane_add add_consts; /* its constants */
+  const sdp_i8_lane_lut* lut; /* a LUT activation's plan in lanes (cvt: t), or NULL */
+  sdp_i8_lane_lut lut_consts; /* its constants */
 } imp_job;
 
 /* A 1x1 convolution with stride 1 and no padding copies each channel's plane as it is (wq =

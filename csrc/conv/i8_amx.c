@@ -214,7 +214,7 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
     for (int64_t m = 0; m < nm * 16; ++m) crow[m] = corr[m * 16];
     E = (panel_codes){J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
                       rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                      J->add != NULL ? J->ep->ew_operand + at : NULL, 0, crow};
+                      J->add != NULL ? J->ep->ew_operand + at : NULL, 0, crow, J->lut};
   }
   _tile_loadconfig(&X->cfg);
   /* one depth tile (a 1x1 layer of at most 16 channel blocks): its A tiles once */
@@ -286,7 +286,7 @@ static accel_status conv_amx(const plan* P, int32_t in_zero, const int8_t* in,
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}};
+               tile_bytes, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {

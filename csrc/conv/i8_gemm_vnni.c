@@ -278,6 +278,7 @@ int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job
   const conv_geometry* g = P->g;
   J->cvt = NULL;
   J->add = NULL;
+  J->lut = NULL;
   if (P->ohw <= 1) return 1;
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL) return 0;
@@ -287,6 +288,9 @@ int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job
   } else if (sdp_i8_lanes_prepare_add(ep, 0, g->k, vmax, cvt, &J->add_consts, &J->lo, &J->hi)) {
     J->cvt = cvt;
     J->add = &J->add_consts;
+  } else if (sdp_i8_lanes_prepare_lut(ep, 0, g->k, vmax, cvt, &J->lut_consts)) {
+    J->cvt = cvt;
+    J->lut = &J->lut_consts;
   }
   return 1;
 }
@@ -297,7 +301,7 @@ void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int3
                           int64_t ldc, int64_t at, int64_t cols, int wide) {
   const panel_codes E = {J->cvt + k0, J->out + at, J->P->ohw, rows, cols, J->lo, J->hi,
                          rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide, NULL};
+                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide, NULL, J->lut};
   codes_of_panel(&E, c, ldc);
 }
 
@@ -372,7 +376,7 @@ void i8_imp_unit_item(void* ctx, int64_t u, int participant) {
     const int64_t at = (b * g->k + k0) * P->ohw;
     const panel_codes E = {J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
                            rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                           J->add != NULL ? ep->ew_operand + at : NULL, 1, NULL};
+                           J->add != NULL ? ep->ew_operand + at : NULL, 1, NULL, J->lut};
     i8_gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
     return;
   }

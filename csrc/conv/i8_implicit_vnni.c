@@ -48,7 +48,7 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0, NULL, {0}};
+               tile_bytes, ldt, rows_per_item, nbuild, tiles, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {

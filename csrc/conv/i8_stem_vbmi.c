@@ -160,7 +160,7 @@ static accel_status conv_stem(const plan* P, const stem_plan* T, int32_t in_zero
   }
   const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
   imp_job J = {&D, &Q, &B, in_zero, in, weights, apack, wsum, NULL, NULL, out, ep, scratch,
-               tile_bytes, 0, 0, 0, tiles, 0, 0, NULL, 0, 0, NULL, {0}};
+               tile_bytes, 0, 0, 0, tiles, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   S.P = P;
   S.Q = &Q;

@@ -84,6 +84,12 @@ def test_reference_answers_are_right():
     for name, least in (("ppocrv4_det", 4), ("ddddocr_det", 3)):
         model, _, _, _, references = _loaded(name)
         assert all(len(model.answers(r)[0]) >= least for r in references), name
+    # YOLOv8n finds the face on the photograph and on its crop (class 1, FACE_FEMALE in
+    # NudeNet's labels), one box each, over the face (x 90-190 of the letterboxed photograph)
+    model, _, _, _, references = _loaded("yolov8n_320")
+    found = [model.answers(r)[0] for r in references]
+    assert [[b[4] for b in boxes] for boxes in found] == [[1]] * RUNS, found
+    assert 80 <= found[0][0][0] < found[0][0][2] <= 200, found
 
 
 @pytest.mark.parametrize("name", list(tm.MODELS))

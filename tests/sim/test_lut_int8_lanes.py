@@ -282,6 +282,45 @@ def test_a_conv_epilogue_through_the_plan():
     assert len(np.unique(y)) > 40
 
 
+#: (input channels, output channels, kernel, stride, groups, size): the CONV paths whose epilogue
+#: takes the plan in lanes (conv/i8.h: panel_step_lut): a flat 1x1 (codes per panel), a padded
+#: 3x3 (a tile's rows), a small grid (small_vnni); and depthwise rows and a small depthwise plane
+#: (dw_rows_vbmi, through sdp_i8_span: the same plan)
+PLAN_LANE_CONVS = [(16, 48, 1, 1, 1, 40), (8, 16, 3, 1, 1, 33), (64, 40, 1, 1, 1, 7),
+                   (24, 24, 3, 1, 24, 60), (48, 48, 5, 2, 48, 14)]
+
+
+@pytest.mark.parametrize("geometry", PLAN_LANE_CONVS, ids=lambda g: "x".join(map(str, g)))
+@pytest.mark.parametrize("extra", [4, 20], ids=["shift-below-17", "shift-above-16"])
+def test_conv_epilogues_in_lanes_through_the_plan(geometry, extra):
+    """The CONV epilogue's LUT in lanes (sdp_i8_lanes_lut: v clamped where t passes the plan's
+    ends, t in int32 lanes by the small-shift or the split form) gives the reference's codes,
+    with per-channel shifts (BS's pre), biases and accumulators reaching both plan ends."""
+    cin, cout, k, stride, groups, size = geometry
+    rng = np.random.default_rng(cin * cout + extra)
+    op, _ = _compiler_case("silu", 72)
+    x = rng.integers(-128, 128, (1, cin, size, size)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin // groups, k, k)).astype(np.int8)
+    # the accumulators' unit: t near the table's range at the shifts below 17, and at the
+    # split form's shifts a bias that moves it there
+    base = np.resize(op.rshift.astype(np.int64), cout) + extra
+    bias = np.resize(op.bias, cout).astype(np.int64) * (1 << (extra - 4))
+    if extra > 16:
+        bias += (op.lut.lo_start + (rng.integers(0, 256, cout) << op.lut.lo_index_select)
+                 ).astype(np.int64) * (1 << int(base.max())) // np.resize(op.mul, cout)
+    sdp = Sdp(**{**op.__dict__, "in_zero": 0, "rshift": base.astype(np.uint8),
+                 "mul": np.resize(op.mul, cout),
+                 "bias": np.clip(bias, -2**31, 2**31 - 1).astype(np.int32)})
+    chain = [Conv(w, stride=stride, padding=k // 2, groups=groups, precision="int8",
+                  in_zero=-2), sdp]
+    expected = ref.run_chain(chain, x)
+    device = Device("nv_full", num_threads=2)
+    runs = 1 + -(-PLAN_ELEMENTS // expected.size)  # the last ones through the kept plan
+    for _ in range(runs):
+        np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+    assert len(np.unique(expected)) > 8
+
+
 def test_verbose_names_the_plan(tmp_path):
     """ACCEL_VERBOSE prints the plan of a LUT layer (bins, changes, bins of several changes):
     the cases above take it, once each: the plan is kept from run to run."""
