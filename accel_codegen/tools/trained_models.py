@@ -680,15 +680,17 @@ def _answer(result: Result, model: LoadedModel, outputs, references) -> None:
 def accel_result(model: LoadedModel, mod, params, precision: str,
                  inputs: Sequence[Tuple[np.ndarray, ...]],
                  references: Sequence[Sequence[np.ndarray]], calibration=None,
-                 config: str = "nv_full", raise_errors: bool = True) -> Result:
+                 config: str = "nv_full", raise_errors: bool = True, **int8_options
+                 ) -> Result:
     """Partition, build and run ``model`` in ``precision`` on ``inputs``, compared with
-    ``references`` (ONNX Runtime fp32's outputs of the same inputs)."""
+    ``references`` (ONNX Runtime fp32's outputs of the same inputs); ``int8_options``: the
+    int8 keywords of ``partition_for_accel`` (calibration_method, bias_correction, ...)."""
     from ..flows.pipeline import build, partition_for_accel, partition_report
     from ..compiler.vm import virtual_machine
 
     result = Result(precision)
     try:
-        kwargs = {"calibration": calibration} if precision == "int8" else {}
+        kwargs = dict(int8_options, calibration=calibration) if precision == "int8" else {}
         part = partition_for_accel(mod, params, config=config, precision=precision, **kwargs)
         report = partition_report(part)
         result.offloaded, result.total = len(report.offloaded), len(report.ops)
