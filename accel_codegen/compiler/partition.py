@@ -32,8 +32,9 @@ from .reasons import reason_code
 from .source_names import name_of
 from .target import LayerPlan, Target
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
-                       flattened_global_pools, fold_zero_padding, hide_match_casts,
-                       layer_norm_from_formula, restore_match_casts, silu_from_sigmoid, split_into_slices, static_shapes)
+                       flattened_global_pools, fold_zero_padding, gelu_from_erf,
+                       hide_match_casts, layer_norm_from_formula, restore_match_casts,
+                       silu_from_sigmoid, split_into_slices, static_shapes)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -253,7 +254,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid,
+    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, gelu_from_erf,
                     layer_norm_from_formula, split_into_slices, flattened_global_pools,
                     attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)

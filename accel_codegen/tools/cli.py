@@ -1106,8 +1106,9 @@ def _debug_command(sub) -> None:
                        "accelerator layer: the SQNR and largest error of its output against "
                        "the fp32 build's same tensor (cumulative: upstream errors included), "
                        "its cycles, and for int8 on a configuration with fp16 the cycles if "
-                       "that layer alone ran in fp16. The first layer whose SQNR is below "
-                       "--threshold is flagged with '!'. The builds are the code generator's "
+                       "that layer alone ran in fp16. In the table's first column, the first "
+                       "layer whose SQNR is below --threshold is marked '!' and each later "
+                       "one below it '<'. The builds are the code generator's "
                        "(Winograd where the configuration has it and it pays).")
     _model_args(p, winograd=False)
     _precision_args(p, choices=[c for c in GENERATED_PRECISIONS if c != "fp32"],
@@ -1117,7 +1118,8 @@ def _debug_command(sub) -> None:
                    "(default 4), or an .npz of the model's inputs by name (np.savez(path, "
                    "x=...)) or in order, each array one input or a stack of them")
     p.add_argument("--threshold", type=_decibels, default=30.0, metavar="DB",
-                   help="flag the first layer whose SQNR is below DB (default 30)")
+                   help="mark the first layer whose SQNR is below DB '!' and later ones '<' "
+                   "(default 30)")
     _output_args(p, "per-layer table")
     _csv_arg(p, "the per-layer table")
     p.set_defaults(func=cmd_debug)

@@ -154,6 +154,31 @@ def test_a_wide_stride_with_no_common_factor_stays_on_the_host_with_its_reason()
     assert "stride_h = 11 is outside [1, 8]" in report.host[0].reason
 
 
+class PatchGelu(torch.nn.Module):
+    """ViT's patch conv (16x16, stride 16) and an MLP's Linear + GELU over the patches."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 8, 16, 16)
+        self.fc = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.patch(x).flatten(2).transpose(1, 2)))
+
+
+def test_the_patch_conv_and_gelu_from_onnx_run_whole(tmp_path):
+    """From ONNX too: the conv (whose out_dtype the importer leaves unset) is rewritten, and
+    GELU, exported as its formula x * (erf(x / sqrt(2)) + 1) * 0.5, is read back as one
+    activation; within fp32's error of PyTorch."""
+    model, x = PatchGelu().eval(), _input((1, 3, 32, 48), 7)
+    mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "pg.onnx"))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    assert "relax.erf" not in [op.op for op in report.ops], str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
 # --- constants computed at compile time; one token taken ---------------------------------------------
 
 class TokenHead(torch.nn.Module):
@@ -309,3 +334,51 @@ def test_the_detector_in_fp16_and_int8(detector, precision, min_db):
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
     assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+
+
+# --- a layer norm's shift folded into the conv after it -------------------------------------------
+
+class NormThenConv(torch.nn.Module):
+    """ConvNeXt's downsampling (LayerNorm2d, then a 2x2 stride-2 conv), and a layer norm read by
+    a padded conv (not folded: its padding would not be shifted) and by the residual add."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        from accel_codegen.tools.models import LayerNorm2d
+        self.down = torch.nn.Sequential(LayerNorm2d(c), torch.nn.Conv2d(c, 2 * c, 2, 2))
+        self.norm = LayerNorm2d(2 * c)
+        self.padded = torch.nn.Conv2d(2 * c, 2 * c, 3, padding=1)
+        with torch.no_grad():
+            for norm in (self.down[0], self.norm):
+                norm.bias.copy_(torch.linspace(-0.5, 0.5, norm.bias.numel()))
+
+    def forward(self, x):
+        y = self.norm(self.down(x))
+        return self.padded(y) + y
+
+
+def test_a_layer_norms_shift_folds_into_the_conv_that_alone_reads_it():
+    import tvm
+
+    from accel_codegen.compiler import rewrites
+    from accel_codegen.compiler.relax_exprs import constant_value
+
+    model, x = NormThenConv().eval(), _input((1, 16, 8, 8), 0)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    if params:
+        mod = tvm.relax.transform.BindParams("main", params)(mod)
+    mod = rewrites.layer_norm_shifts_into_convs(rewrites.channels_last_sandwiches(mod))
+    norms = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: norms.append(e) if getattr(
+        getattr(e, "op", None), "name", "") == "relax.nn.layer_norm" else None)
+    # the downsampling's beta is in its conv's bias; the second norm's, read twice, stays
+    assert sorted(float(np.abs(constant_value(n.args[2])).max()) for n in norms) == [0.0, 0.5]
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    expected = torch_forward(model, x)
+    assert_close(build_and_run(partitioned, x), expected, 1e-4)
+    half = torch_forward(model.half(), torch.from_numpy(x).half()).astype(np.float32)
+    model.float()
+    exact = torch_forward(model.double(), torch.from_numpy(x).double())
+    assert sqnr(build_and_run(partitioned, x, precision="fp16"), exact) >= \
+        sqnr(half, exact) - 3.0

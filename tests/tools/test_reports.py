@@ -167,6 +167,28 @@ def test_debug_flags_the_first_layer_below_the_threshold(zoo):
     assert data["schema"] == "accel-codegen/debug/1" and data["first_below"] == "f0.0"
 
 
+def test_debug_help_names_the_marks_its_table_prints(capsys):
+    """The table marks the first layer below the threshold '!' and later ones '<': the help
+    says the same (it once named '!' alone)."""
+    from accel_codegen.tools.debug import DebugReport, LayerDebug
+
+    def layer(i, sqnr, below, first):
+        return LayerDebug(f"f0.{i}", "accel.conv2d", "relax.nn.conv2d", [1, 8, 4, 4], sqnr,
+                          0.1, None, 100, None, below=below, first_below=first)
+
+    report = DebugReport("nv_full", "int8", 30.0, 1, 20.0,
+                         [layer(0, 40.0, False, False), layer(1, 25.0, True, True),
+                          layer(2, 20.0, True, False)])
+    rows = [line for line in str(report).splitlines() if "accel.conv2d" in line
+            and not line.startswith("! first layer")]
+    assert [row[:1] for row in rows] == [" ", "!", "<"]
+    status, out, _ = run_cli(capsys, "debug", "--help")
+    help_text = " ".join(out.split())
+    assert status == 0
+    assert "marked '!' and each later one below it '<'" in help_text
+    assert "first layer whose SQNR is below DB '!' and later ones '<'" in help_text
+
+
 def test_debug_cli_reads_an_npz_and_says_what_it_cannot_tell(capsys, tmp_path, zoo):
     x = zoo("lenet5").x_np
     np.savez(tmp_path / "data.npz", np.concatenate([x, -x]))  # a stack of two inputs
