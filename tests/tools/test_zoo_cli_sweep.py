@@ -63,14 +63,7 @@ def _check(capsys, *argv):
     return status, out
 
 
-#: The zoo as swept when this test landed; convnext_mini and the transformers (added after)
-#: are yet to be swept.
-SWEPT = sorted(name for name in MODELS
-               if name not in ("convnext_mini", "vit_ti16", "swin_mini", "encoder_stack",
-                               "hybrid_recogniser"))
-
-
-@pytest.mark.parametrize("name", SWEPT)
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_zoo_model_estimates_in_every_precision_on_every_preset(capsys, name):
     for config in PRESETS:
         for precision in ("fp32", "fp16", "int8"):
@@ -90,9 +83,7 @@ def test_partitions_in_every_precision(capsys, name):
             status, out = _check(capsys, "partition", name, "--config", config,
                                  "--precision", precision, *extra)
             assert status == 1 or "operators offloaded" in out
-        # mixed_block's search (layer norms) after other precisions' partitions of the same
-        # import was refused once ('mixed' handed to a layer norm's passes): not yet covered
-        if name in ("lenet5", "squeezenet1_1"):
+        if name in ("lenet5", "squeezenet1_1", "mixed_block"):
             status, out = _check(capsys, "partition", name, "--config", config, "--precision",
                                  "mixed", "--calibration", "2", "--target-sqnr", "30")
             assert status == (0 if config == "nv_full" else 1)
