@@ -286,14 +286,16 @@ _GELU = is_op("relax.multiply")(_GELU_PRODUCT, _GELU_HALF) | \
 
 def _scalar(expr: relax.Expr) -> Optional[float]:
     value = constant_value(expr)
-    return float(value) if value.size == 1 else None
+    return float(value.reshape(())) if value.size == 1 else None
 
 
 def _to_gelu(expr: relax.Expr, matches) -> relax.Expr:
     scale, one, half = (_scalar(matches[p]) for p in (_GELU_SCALE, _GELU_ONE, _GELU_HALF))
     root2 = scale if _GELU_DIVIDED in matches else (1 / scale if scale else None)
+    # (a constant of size 1 but more axes than x would broadcast the formula to its rank)
     if root2 is None or one != 1.0 or half != 0.5 or \
-            not np.isclose(root2, np.sqrt(2.0), rtol=1e-6, atol=0):
+            not np.isclose(root2, np.sqrt(2.0), rtol=1e-6, atol=0) or \
+            _static(expr) is None or _static(expr) != _static(matches[_GELU_X]):
         return expr
     return relax.op.nn.gelu(matches[_GELU_X])
 

@@ -382,3 +382,33 @@ def test_a_layer_norms_shift_folds_into_the_conv_that_alone_reads_it():
     exact = torch_forward(model.double(), torch.from_numpy(x).double())
     assert sqnr(build_and_run(partitioned, x, precision="fp16"), exact) >= \
         sqnr(half, exact) - 3.0
+
+
+# --- preconditions that keep a rewrite exact ----------------------------------------------------
+def _relax_run(mod, *arrays):
+    import tvm
+    from tvm import relax
+    vm = relax.VirtualMachine(relax.build(relax.transform.LegalizeOps()(mod), "llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+
+
+def test_gelu_formula_whose_half_broadcasts_to_a_higher_rank_keeps_its_shape():
+    """A [1, 1] 0.5 makes x * (erf(x / sqrt 2) + 1) * 0.5 of [4] a [1, 4]: gelu(x) would be [4]."""
+    import tvm
+    from tvm.script import relax as R
+    from accel_codegen.compiler import rewrites
+
+    @tvm.script.ir_module
+    class Gelu:
+        @R.function
+        def main(x: R.Tensor((4,), "float32")):
+            with R.dataflow():
+                a = R.divide(x, R.const(np.sqrt(2.0), "float32"))
+                c = R.add(R.erf(a), R.const(1.0, "float32"))
+                e = R.multiply(R.multiply(x, c), R.const(np.full((1, 1), 0.5, "float32")))
+                R.output(e)
+            return e
+
+    x = np.linspace(-2, 2, 4).astype("float32")
+    assert_same(_relax_run(rewrites.gelu_from_erf(Gelu), x), _relax_run(Gelu, x))
+
