@@ -925,7 +925,7 @@ _TAKE_CONSTANT = is_op("relax.take")(is_const(), is_const())
 
 
 def _take_mode(mode: str) -> str:
-    """NumPy's take mode of a Relax take's ("fast" reads in bounds: clip gives the same)."""
+    """NumPy's take mode of a Relax take's (in bounds, checked, "fast" is clip's)."""
     return "wrap" if mode == "wrap" else "clip"
 
 
@@ -937,8 +937,12 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
     if expr.op.name == "relax.broadcast_to":
         folded = np.broadcast_to(value, shape)
     else:
-        axis = expr.attrs.axis
-        folded = np.take(value, constant_value(expr.args[1]).astype(np.int64),
+        axis, indices = expr.attrs.axis, constant_value(expr.args[1]).astype(np.int64)
+        extent = value.size if axis is None else value.shape[int(axis)]
+        if str(expr.attrs.mode) not in ("clip", "wrap") and \
+                np.any((indices < 0) | (indices >= extent)):
+            return expr  # "fast" reads in bounds only: no value to fold
+        folded = np.take(value, indices,
                          axis=None if axis is None else int(axis),
                          mode=_take_mode(str(expr.attrs.mode)))
     if list(folded.shape) != shape:
@@ -1001,8 +1005,11 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
             out is None or len(shape) not in (2, 3, 4) or int(expr.attrs.axis) % len(shape) != 1:
         return expr
     axis = 1
-    size, i = shape[axis], int(index)
-    i = i % size if str(expr.attrs.mode) == "wrap" else min(max(i, 0), size - 1)
+    size, i, mode = shape[axis], int(index), str(expr.attrs.mode)
+    # "fast" reads in bounds only (out of them the host's take reads what lies there)
+    if mode not in ("clip", "wrap") and not 0 <= i < size:
+        return expr
+    i = i % size if mode == "wrap" else min(max(i, 0), size - 1)
     return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
                             out)
 

@@ -412,3 +412,21 @@ def test_gelu_formula_whose_half_broadcasts_to_a_higher_rank_keeps_its_shape():
     x = np.linspace(-2, 2, 4).astype("float32")
     assert_same(_relax_run(rewrites.gelu_from_erf(Gelu), x), _relax_run(Gelu, x))
 
+
+def test_a_take_at_a_negative_index_in_fast_mode_is_no_slice():
+    """take's "fast" mode reads in bounds only: a negative index is not clipped to 0 here."""
+    import tvm
+    from tvm.script import relax as R
+    from accel_codegen.compiler import rewrites
+
+    @tvm.script.ir_module
+    class Take:
+        @R.function
+        def main(x: R.Tensor((2, 3, 4), "float32")):
+            with R.dataflow():
+                y = R.add(x, x)
+                e = R.take(y, R.const(-1, "int64"), axis=1)
+                R.output(e)
+            return e
+
+    assert "strided_slice" not in rewrites.sliced_takes(Take).script()
