@@ -891,21 +891,10 @@ def pool2d_fp16(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
     """The FP16 PDP: pooling in float32 on widened halves as the engine computes it (average:
     the window's image elements summed in float32 row by row, from 0, then divided by the
     float32 divisor), the result rounded once to half."""
-    kernel_h, kernel_w = _pair(kernel, "kernel")
-    wide = _widen(x)
-    if kind == "max":
-        return pool2d(wide, "max", kernel, stride, padding).astype(np.float16)
-    values, inside = _pool_windows(wide, kernel, stride, padding, 0.0)
-    total = np.zeros(values.shape[1:], dtype=np.float32)
-    # IEEE float32 as the engine sums: a sum past float32's range is inf and inf + -inf is
-    # NaN, the engine's defined results, not numerical accidents worth a warning
-    with np.errstate(over="ignore", invalid="ignore"):
-        for value, mask in zip(values, inside):
-            total = np.where(mask, total + value, total)
-    divisor = (np.float32(kernel_h * kernel_w) if count_include_pad
-               else inside.sum(axis=0).astype(np.float32))
-    with np.errstate(over="ignore"):
-        return (total / divisor).astype(np.float32).astype(np.float16)
+    # pool2d on the widened halves is that float32 computation; the result rounded to half
+    with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
+        return pool2d(_widen(x), kind, kernel, stride, padding,
+                      count_include_pad).astype(np.float16)
 
 
 # --- BDMA ------------------------------------------------------------------------------------
