@@ -156,8 +156,17 @@ def _quantized(node, value: np.ndarray, scale: np.ndarray, zero: Optional[np.nda
     return np.clip(codes, info.min, info.max).astype(dtype)
 
 
+def _output_channel_axis(reader) -> int:
+    """The axis of a weight's output channels in ONNX's layout for the op reading it: Conv's
+    [M, C/g, kH, kW] on 0, ConvTranspose's [C, M/g, kH, kW] and MatMul's [K, N] on 1, Gemm's
+    B on 0 when it is transposed (transB) and on 1 otherwise."""
+    if reader.op_type == "Gemm":
+        return 0 if any(a.name == "transB" and a.i for a in reader.attribute) else 1
+    return 0 if reader.op_type == "Conv" else 1
+
+
 def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[np.ndarray],
-                        reader: str) -> Optional[str]:
+                        reader) -> Optional[str]:
     """Why a weight's codes have no int8 form, or None. NVDLA's CONV multiplies int8 weights
     without a zero point; a weight quantised per tensor with one, (q - zero) * scale, keeps
     the model's codes q - zero in every output channel where they lie within -127..127
@@ -169,13 +178,14 @@ def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[n
     if scale.size != 1 or zero is None or not np.any(zero != 0) or q.ndim < 2:
         return None
     centred = q.astype(np.int64) - zero.astype(np.int64).reshape(-1)[0]
-    per_channel = np.abs(centred.reshape(centred.shape[0], -1)).max(axis=1)
+    by_channel = np.moveaxis(centred, _output_channel_axis(reader), 0)
+    per_channel = np.abs(by_channel.reshape(by_channel.shape[0], -1)).max(axis=1)
     beyond = int(np.count_nonzero(per_channel > 127))
     if not beyond:
         return None
     name = node.input[0]
     return (f"initializer '{name}' (dequantised by {_node_name(node)}, the weights of "
-            f"{reader}) is quantised per tensor with zero point "
+            f"{_node_name(reader)}) is quantised per tensor with zero point "
             f"{int(zero.reshape(-1)[0])}: in {beyond} of its {len(per_channel)} output "
             f"channels a code minus the zero point reaches {int(per_channel.max())}, beyond "
             "int8's 127 (NVDLA's CONV has no weight zero point, and folding it into the "
@@ -276,7 +286,7 @@ class _QdqStripper:
             self.annotations.weights[node.output[0]] = "per-channel" if scale.size > 1 \
                 else "per-tensor"
             beyond = _weight_beyond_int8(node, self.constants[node.input[0]], scale, zero,
-                                         _node_name(weights_of[0]))
+                                         weights_of[0])
             if beyond is not None and self.strict:
                 raise AccelUnsupportedError(beyond)
             if beyond is not None:

@@ -342,3 +342,22 @@ def test_unsupported_quantisations_name_the_node():
         onnx.helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")], scalar)
     with pytest.raises(AccelUnsupportedError, match="node 'dq'"):
         from_onnx(int8_input, qdq=True)
+
+
+@pytest.mark.parametrize("op, attributes, axis", [
+    ("Conv", {}, 0), ("ConvTranspose", {}, 1), ("MatMul", {}, 1),
+    ("Gemm", {"transB": 1}, 0), ("Gemm", {}, 1)])
+def test_weight_channels_beyond_int8_are_counted_along_the_readers_output_axis(op, attributes,
+                                                                               axis):
+    """The warning's "N of its M output channels" counts along the axis the reading op
+    takes its output channels from (ONNX's layouts differ: MatMul's B is [K, N])."""
+    shape = [3, 5, 1, 1] if op.startswith("Conv") else [3, 5]
+    q = np.full(shape, 128, np.uint8)
+    index = [0] * len(shape)
+    index[axis] = 1  # one output channel holds a code 128 below the zero point
+    q[tuple(index)] = 0
+    dequantize = onnx.helper.make_node("DequantizeLinear", ["w_q", "s", "z"], ["w"])
+    reader = onnx.helper.make_node(op, ["x", "w"], ["y"], **attributes)
+    said = qdq._weight_beyond_int8(dequantize, q, np.float32([0.1]), np.uint8([128]), reader)
+    assert f"in 1 of its {shape[axis]} output channels" in said, said
+    assert "reaches 128" in said
