@@ -166,6 +166,19 @@ def as_typed(array, dtype, what: str) -> np.ndarray:
     return np.ascontiguousarray(source, dtype=dtype)
 
 
+def _int16_tables(owner, tables: Sequence[Tuple[str, int]], what: str) -> np.ndarray:
+    """The named int16 lookup tables of ``owner`` laid end to end, each checked for its count
+    of entries (``accel.h``'s sizes): the part of a LUT struct the descriptor points at."""
+    checked = []
+    for name, size in tables:
+        table = as_typed(np.asarray(getattr(owner, name)).reshape(-1), np.int16,
+                         f"{what} {name}")
+        if table.size != size:
+            raise AccelShapeError(f"{what} {name} has {table.size} entries, not {size}")
+        checked.append(table)
+    return np.concatenate(checked)
+
+
 def as_operand(array, precision: str, what: str) -> np.ndarray:
     """A C-contiguous array of the precision's dtype (see :func:`as_typed`)."""
     return as_typed(array, dtype_for(precision), what)
@@ -388,15 +401,9 @@ class LutInt8:
     def words(self) -> np.ndarray:
         """The struct's memory as int32 words (644 bytes of int16 entries, then the fields):
         what the descriptor points at, and the generated code's constant."""
-        tables = []
-        for name, size in (("lo", lib.ACCEL_LUT_LO_ENTRIES), ("le", lib.ACCEL_LUT_LE_ENTRIES)):
-            table = as_typed(np.asarray(getattr(self, name)).reshape(-1), np.int16,
-                             f"sdp lut {name}")
-            if table.size != size:
-                raise AccelShapeError(f"sdp lut {name} has {table.size} entries, not {size}")
-            tables.append(table)
+        entries = _int16_tables(self, (("lo", lib.ACCEL_LUT_LO_ENTRIES),
+                                       ("le", lib.ACCEL_LUT_LE_ENTRIES)), "sdp lut")
         fields = [integer(getattr(self, f), f"sdp lut {f}") for f in self.FIELDS]
-        entries = np.concatenate(tables)
         return np.concatenate([entries.view(np.int32), np.asarray(fields, np.int32)])
 
 
@@ -452,15 +459,10 @@ class CdpInt8:
     def words(self) -> np.ndarray:
         """The struct's memory as int32 words: what the descriptor points at."""
         wide = np.asarray([int(getattr(self, f)) for f in self.WIDE], np.int64)
-        tables = []
-        for name, size in (("le", lib.ACCEL_LUT_LE_ENTRIES), ("lo", lib.ACCEL_LUT_LO_ENTRIES)):
-            table = as_typed(np.asarray(getattr(self, name)).reshape(-1), np.int16,
-                             f"cdp {name}")
-            if table.size != size:
-                raise AccelShapeError(f"cdp {name} has {table.size} entries, not {size}")
-            tables.append(table)
+        entries = _int16_tables(self, (("le", lib.ACCEL_LUT_LE_ENTRIES),
+                                       ("lo", lib.ACCEL_LUT_LO_ENTRIES)), "cdp")
         fields = [integer(getattr(self, f), f"cdp {f}") for f in self.FIELDS]
-        return np.concatenate([wide.view(np.int32), np.concatenate(tables).view(np.int32),
+        return np.concatenate([wide.view(np.int32), entries.view(np.int32),
                                np.asarray(fields, np.int32)])
 
 
