@@ -127,3 +127,18 @@ def test_int8_lut_runs_on_the_y_unit(act):
     cfg = DEVICE.config
     atom_channels = cfg.memory_atom_bytes  # int8: one byte per channel
     assert stats.ops[0].compute_cycles == -(-atom_channels * 16 * 16 // cfg.sdp_ew_throughput)
+
+
+@pytest.mark.parametrize("table", ["lo", "le"])
+def test_a_lut_table_of_the_wrong_size_is_a_shape_error_naming_it(table):
+    """Each table must have accel.h's count of entries (LO 257, LE 65): one short is refused
+    before the descriptor points at it."""
+    from accel_codegen.errors import AccelShapeError
+    sizes = {"lo": 257, "le": 65}
+    tables = {name: np.zeros(size - (name == table), np.int16) for name, size in sizes.items()}
+    fields = dict(lo_start=0, le_start=0, lo_index_select=0, le_index_select=0)
+    with pytest.raises(AccelShapeError, match=f"sdp lut {table} has {sizes[table] - 1} "
+                                              f"entries, not {sizes[table]}"):
+        LutInt8(**tables, **fields).words()
+    assert LutInt8(**{n: np.zeros(s, np.int16) for n, s in sizes.items()},
+                   **fields).words().size > 0
