@@ -27,7 +27,7 @@ from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_name
 from ..target import Target
-from . import emit, int8, int8_ops, passes, run_ops
+from . import emit, int8_ops, passes, run_ops
 from .int8_plan import quantize_int8
 from .planning import plan_program
 from .tensors import STORAGE, FunctionTensors  # noqa: F401  (STORAGE: part of the interface)
@@ -133,11 +133,26 @@ class FunctionCodegen(FunctionTensors):
         if int8_code and layer.rescaled_rows:
             self._rescaled_concat(var, runs)
             return
+        if int8_code and layer.keeps_input_scales:
+            self._output_regions(var, layer, runs)
+            return
         if int8_code and layer.several_sources:  # every input enters before the first copy
             for run in runs:
                 self._data(run.layer.data, run.scope, (run.key, INPUT))
         for run in runs:
             self._emit(run, self.operands[var])
+
+    def _output_regions(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
+        """An int8 concat that only leaves the function (Layer.keeps_input_scales): each
+        copy moves its input's codes into the input's channel range, and that range leaves
+        as fp32 with the input's own scale and zero point (``regions``)."""
+        size = int(np.prod(layer.out_surface[2:]))
+        regions = []
+        for run in runs:
+            self._emit(run, self.operands[var])
+            c = run.layer.copies[0]
+            regions.append((c.dst_offset * size, c.channels * size, run.quant.output))
+        self.regions[var] = regions
 
     def _rescaled_concat(self, var: relax.Var, runs: List[Run]) -> None:
         """An int8 concat along a later axis (Layer.rescaled_rows): each copy moves its

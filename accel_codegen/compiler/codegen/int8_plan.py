@@ -151,6 +151,11 @@ class _FunctionQuant:
                                   converters=int8.Converters(**converters))
             self.quant[var] = quant
             return
+        if layer.keeps_input_scales:  # each copy keeps its input's codes (an output's
+            # ranges leave as fp32 each with its own); what read the tensor as one int8
+            # tensor (nothing in this function) would need the scale that covers them all
+            self.quant[var] = int8.concat_quant([self.run(run) for run in runs])
+            return
         if layer.several_sources:
             self.quant[var] = int8.concat_quant(
                 self.data(run.layer.data, run.scope, (run.key, INPUT)) for run in runs)
