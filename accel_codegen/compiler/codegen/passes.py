@@ -9,7 +9,6 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 (``layer.token_surface``)."""
 from __future__ import annotations
 
-import dataclasses
 from typing import List
 
 import numpy as np
@@ -19,6 +18,7 @@ from ...sim.observer import INPUT
 from ...sim.ops import Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
+from .int8_plan import token_dense
 
 #: C element type of each float precision's storage.
 C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
@@ -89,25 +89,17 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
-def _dense_run(gen, var: relax.Var, data: relax.Expr, surface: str, data_quant,
-               program_run, dense: Layer) -> str:
+def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer) -> str:
     """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
     buffer it returns. In int8 the transposes move codes as they are: the run reads the
-    data's quantisation, and ``var`` (after the transpose back) has the run's."""
+    data's quantisation, and the layer's output (after the transpose back) has the run's
+    (``int8_plan``)."""
     out = gen._temp(int(np.prod(dense.out_shape)))
     gen.inner[data] = surface
-    held_quant = gen.quant.get(data)
-    gen.quant[data] = data_quant
     try:
-        quant = gen._emit(program_run, out, layer=dense)
+        gen._emit(program_run, out, layer=dense)
     finally:
         del gen.inner[data]
-        if held_quant is None:
-            del gen.quant[data]
-        else:
-            gen.quant[data] = held_quant
-    if gen.precision == "int8":
-        gen.quant[var] = quant
     return out
 
 
@@ -122,17 +114,16 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     b, c, h, w = layer.in_shape
     program_runs = [run for run in gen.program.runs if run.call == index and not run.converts]
     decomposition = None
+    runs = [run.layer for run in program_runs] if layer.norm is not None else \
+        [token_dense(layer, program_runs)]  # without a norm: one run, on the surface
     if layer.norm is not None:
-        runs = [run.layer for run in program_runs]
         surface_shape = layer.in_shape if layer.conv is None else \
             (b, layer.conv.weight_shape[0], h, w)
         decomposition = layer.norm.decomposition(surface_shape, precision)
-    else:  # one run, on the surface
-        runs = [dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))]
     first_key = program_runs[0].key
     itemsize = gen.storage.itemsize
     ctype = C_TYPES[precision]
-    data, data_quant = gen._data(layer.data, scope, (first_key, INPUT))
+    data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is None and layer.tokens:
         surface = gen._temp(int(np.prod(layer.in_shape)))
@@ -166,8 +157,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
 
     start = 0
     if layer.conv is not None:
-        tensors["x"] = _dense_run(gen, var, layer.data, surface, data_quant,
-                                  program_runs[0], runs[0])
+        tensors["x"] = _dense_run(gen, layer.data, surface, program_runs[0], runs[0])
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
