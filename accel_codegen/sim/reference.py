@@ -154,6 +154,56 @@ def exp_f32(t: np.ndarray) -> np.ndarray:
         return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
 
 
+#: gelu_f64's polynomials and exp's constants (csrc/lut.c: the same doubles)
+_GELU_A = [1.1283791670955126, -0.37612638903183515, 0.1128379167094405, -0.026866170643090832,
+           0.005223977605955977, -0.0008548325921832884, 0.00012055293361789941,
+           -1.4924708324571507e-05, 1.6447084274239356e-06, -1.6205964194101388e-07,
+           1.3709519207384055e-08, -7.77682913736281e-10]
+_GELU_B = [0.15921348587767364, 2.379629345296726, 16.81081582883102, 104.19436117406323,
+           563.0080875183819, 2620.722423404825, 10290.022841460313, 32766.264300610168,
+           77548.52116997201, 100856.85243798897, -107830.48811859265, -851102.8690426609,
+           -1280629.0521935227, 2912513.6829396607, 12374987.272467982, 1320276.9524882296]
+_EXP64_LN2_HI = float.fromhex("0x1.62e42fefa0000p-1")
+_EXP64_C = [1.0 / math.factorial(k) for k in range(14)]
+
+
+def _exp_f64(x: np.ndarray) -> np.ndarray:
+    """e^x in float64 as gelu_f64's exp (csrc/lut.c: exp_f64), for x <= 0."""
+    x = np.maximum(x, -708.0)
+    k = x * 1.4426950408889634 + 6755399441055744.0
+    n = k - 6755399441055744.0
+    r = x - n * _EXP64_LN2_HI
+    r = r - n * 1.6465717678215697e-12
+    p = np.full_like(r, _EXP64_C[13])
+    for c in _EXP64_C[12::-1]:
+        p = p * r + c
+    finite = ~np.isnan(n)
+    return np.where(finite, np.ldexp(p, np.where(finite, n, 0).astype(np.int64)), np.nan)
+
+
+def gelu_f64(t: np.ndarray) -> np.ndarray:
+    """GELU in float32 as the FP32 SDP computes it (gelu_f64 in csrc/lut.c, the same double
+    operations, so the same bits): t Phi(t) in double through erf's and erfc's polynomials,
+    rounded once, within 0.5 + 1e-6 ulp of the exact value (accel.h)."""
+    w = np.asarray(t, dtype=np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.abs(w) * _SQRT1_2
+        q = a * a
+        pa = np.full_like(q, _GELU_A[11])
+        for c in _GELU_A[10::-1]:
+            pa = pa * q + c
+        e = a * pa
+        v = 1.0 / (a + 4.0) - 0.135
+        pb = np.full_like(v, _GELU_B[15])
+        for c in _GELU_B[14::-1]:
+            pb = pb * v + c
+        g = np.where(a > 10.5, 0.0, _exp_f64(-q) * pb)
+        positive = ~np.signbit(w)
+        phi = np.where(a < 1.0, np.where(positive, 0.5 + 0.5 * e, 0.5 - 0.5 * e),
+                       np.where(positive, 1.0 - 0.5 * g, 0.5 * g))
+        return (w * phi).astype(np.float32)
+
+
 #: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
 _TANH_P = [_F32(-3.333328068e-01), _F32(1.333144158e-01), _F32(-5.373971164e-02),
            _F32(2.063908055e-02), _F32(-5.704979878e-03)]
@@ -182,7 +232,7 @@ def tanh_f32(t: np.ndarray) -> np.ndarray:
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
     order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
-    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit),
+    :func:`tanh_f32`, GELU through :func:`gelu_f64` (in float64, rounded once),
     its tanh form in float64 through libm's exp, rounded once."""
     t = np.asarray(t, dtype=np.float32)
     one, three, six = np.float32(1), np.float32(3), np.float32(6)
@@ -198,8 +248,7 @@ def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
         if act == "hardsigmoid":
             return np.clip(t + three, np.float32(0), six) / six
         if act == "gelu":
-            wide = t.astype(np.float64)
-            return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
+            return gelu_f64(t)
         if act == "gelu_tanh":
             return _gelu_tanh64(t).astype(np.float32)
         if act == "exp":
