@@ -1,4 +1,4 @@
-"""The SDP's X units with operands read from memory (accel_sdp_desc.x1 / x2, ABI 12): NVDLA's
+"""The SDP's X units with operands read from memory (accel_sdp_desc.x1 / x2, ABI 13): NVDLA's
 BS and BN units, t = ((x + x1.alu) * x1.mul + x2.alu) * x2.mul before the affine step, each
 operand per element or per channel. The C engine against the NumPy reference bit for bit,
 alone and after a CONV, in place, with the other SDP steps; their cost; their refusals."""
