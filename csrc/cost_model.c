@@ -487,12 +487,43 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   s->bytes_written = output_on_chip ? 0 : written;
 }
 
+/* Windows still open past the image's end on one axis, which NVDLA's PDP flushes after it
+ * (floor(far padding / stride), at most 7), and how many of those it flushes in bubbles at the
+ * end of each but the last line (or surface): the ones the next line's first outputs do not
+ * overlap (NV_NVDLA_PDP_CORE_cal1d / cal2d: flush_num, first_out_num, bubble_num). */
+static void pdp_flush(int64_t out, int64_t stride, int64_t kernel, int64_t size, int64_t pad,
+                      int64_t* at_end, int64_t* between) {
+  const int64_t far_pad = (out - 1) * stride + kernel - size - pad;
+  int64_t flush = far_pad > 0 ? far_pad / stride : 0;
+  if (flush > 7) flush = 7;
+  int64_t first_out = kernel - pad;
+  if (flush > 0 && size <= 8 && size + pad < kernel) {
+    /* A small image (its first window reaches past it): only the far padding beyond that
+     * window, when it is a whole number (1 to 6) of strides, is flushed. */
+    const int64_t remain = size + pad + far_pad - kernel;
+    flush = remain > 0 && remain % stride == 0 && remain / stride <= 6 ? remain / stride : 0;
+    first_out = size;
+  }
+  *at_end = flush;
+  *between = flush > 0 && flush >= first_out ? flush - first_out + 1 : 0;
+}
+
 static void cost_pdp(const accel_config* cfg, const resolved_op* r, int input_on_chip,
                      accel_op_stats* s) {
   const pdp_geometry* g = &r->pdp;
   const accel_precision p = r->op->pdp.precision;
   copy_text(s->op, sizeof s->op, g->pool == ACCEL_POOL_MAX ? "pdp:max" : "pdp:avg");
   s->compute_cycles = ceil_div(atom_elements(cfg, g->n, g->c, g->h, g->w, p), cfg->pdp_throughput);
+  /* While it flushes, the PDP takes no input: each bubble is one output position (a line of
+   * out_w positions in height) at the atom's elements per cycle. Pads up to stride - 1 (the
+   * usual pooling) flush nothing. */
+  const int64_t surfaces = g->n * (position_bytes(cfg, g->c, p) / cfg->memory_atom_bytes);
+  int64_t end_w, between_w, end_h, between_h;
+  pdp_flush(g->out_w, g->stride_w, g->kernel_w, g->w, g->pad_left, &end_w, &between_w);
+  pdp_flush(g->out_h, g->stride_h, g->kernel_h, g->h, g->pad_top, &end_h, &between_h);
+  const int64_t bubbles = (surfaces * g->h - 1) * between_w + end_w +
+                          ((surfaces - 1) * between_h + end_h) * g->out_w;
+  s->compute_cycles += ceil_div(bubbles * atom_elements(cfg, 1, 1, 1, 1, p), cfg->pdp_throughput);
   s->engine_energy_pj = (double)g->n * g->c * g->h * g->w * cfg->pdp_pj_per_element;
   s->input_bytes = input_on_chip ? 0 : feature_bytes(cfg, g->n, g->c, g->h, g->w, p);
   s->bytes_written = feature_bytes(cfg, g->n, g->c, g->out_h, g->out_w, p);
