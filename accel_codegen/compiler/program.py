@@ -79,6 +79,16 @@ def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
     return layer
 
 
+def leaves_only(function: relax.Function) -> List[bool]:
+    """Per layer of ``function``, whether its output is one of the function's outputs that
+    no layer of the function reads (``Layer.leaves_function``)."""
+    result = function.body.body
+    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    read = {s for sources in layer_sources(function) for s in sources}
+    return [i not in read and any(binding.var.same_as(o) for o in outputs)
+            for i, (binding, _) in enumerate(composite_calls(function))]
+
+
 def layer_sources(function: relax.Function) -> List[List[int]]:
     """Per layer of ``function``, the earlier layers whose outputs it reads."""
     calls = list(composite_calls(function))
@@ -392,6 +402,8 @@ def lower_function(function: relax.Function, index: int, precision: Optional[str
     """One offloaded function's layers and runs (``index``: its number in the module)."""
     calls = [Call(binding, composite, layer_of(composite, binding.value.args, function))
              for binding, composite in composite_calls(function)]
+    for call, leaves in zip(calls, leaves_only(function)):
+        call.layer.leaves_function = leaves
     return _with_precisions(function, index, calls, layer_sources(function), precision,
                             layer_precisions)
 

@@ -127,6 +127,9 @@ class FunctionCodegen(FunctionTensors):
         if int8_code and layer.rescaled_rows:
             self._rescaled_concat(var, runs)
             return
+        if int8_code and layer.keeps_input_scales:
+            self._output_regions(var, layer, runs)
+            return
         if int8_code and layer.several_sources:
             self.quant[var] = int8.concat_quant(
                 self._data(run.layer.data, run.scope, (run.key, INPUT))[1] for run in runs)
@@ -137,6 +140,21 @@ class FunctionCodegen(FunctionTensors):
             # source's would be the wrong one): its int8 readers get the converting run's.
             if int8_code:
                 self.quant[var] = quant
+
+    def _output_regions(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
+        """An int8 concat that only leaves the function (Layer.keeps_input_scales): each
+        copy moves its input's codes into the input's channel range, and that range leaves
+        as fp32 with the input's own scale and zero point (``regions``)."""
+        size = int(np.prod(layer.out_surface[2:]))
+        regions = []
+        for run in runs:
+            quant = self._emit(run, self.operands[var])
+            c = run.layer.copies[0]
+            regions.append((c.dst_offset * size, c.channels * size, quant))
+        self.regions[var] = regions
+        # what reads the tensor as one int8 tensor (nothing in this function) would need
+        # the scale that covers every input
+        self.quant[var] = int8.concat_quant(q for _, _, q in regions)
 
     def _rescaled_concat(self, var: relax.Var, runs: List[Run]) -> None:
         """An int8 concat along a later axis (Layer.rescaled_rows): each copy moves its

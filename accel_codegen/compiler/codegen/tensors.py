@@ -59,6 +59,9 @@ class FunctionTensors:
         self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
+        # int8 outputs that leave range by range, each in its own quantisation: (offset,
+        # count, quantisation) in elements (an int8 concat of Layer.keeps_input_scales)
+        self.regions: Dict[relax.Var, List[Tuple[int, int, TensorQuant]]] = {}
 
     @property
     def constants(self) -> Dict[str, np.ndarray]:
@@ -170,7 +173,14 @@ class FunctionTensors:
         return temp
 
     def _leave(self, var: relax.Var) -> None:
-        """A function output written in the code's precision leaves as fp32."""
+        """A function output written in the code's precision leaves as fp32 (an int8 one
+        with ``regions``: each range with its own quantisation)."""
+        if self.precision == "int8" and var in self.args and var in self.regions:
+            for offset, count, quant in self.regions[var]:
+                self.body.append(emit.convert(
+                    f"(int8_t*){self.operands[var]} + {offset}", "int8",
+                    f"(float*){self.args[var]} + {offset}", "fp32", count, *scale_zero(quant)))
+            return
         if self.precision != "fp32" and var in self.args:
             quant = self.quant[var] if self.precision == "int8" else None
             self.body.append(emit.convert(
