@@ -62,7 +62,15 @@ static void dw2_copy(const conv_plan* P, const dw2_plan* Q, const float* src, fl
         if (sw == 1) {
           memcpy(row + jlo, in + jlo, (size_t)(jhi - jlo) * sizeof(float));
         } else {
-          for (int64_t j = jlo; j < jhi; ++j) row[j] = in[j * sw];
+          int64_t j = jlo;
+          if (sw == 2) /* 8 even columns of 16 at a time while the 16 lie in the row */
+            for (; j + 8 <= jhi && x0 + 2 * j + 16 <= g->w; j += 8) {
+              const __m256 v0 = _mm256_loadu_ps(in + 2 * j), v1 = _mm256_loadu_ps(in + 2 * j + 8);
+              const __m256 e = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+              _mm256_storeu_ps(row + j, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                                            _mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+            }
+          for (; j < jhi; ++j) row[j] = in[j * sw];
         }
         for (int64_t j = jhi; j < Q->wq; ++j) row[j] = 0.0f;
       }
