@@ -58,7 +58,7 @@ static int32_t num_shared_devices;
 /* Field by field, every field (the energy figures too: accel_run's stats charge them):
  * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
  * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
-_Static_assert(ACCEL_ABI_VERSION == 11,
+_Static_assert(ACCEL_ABI_VERSION == 12,
                "accel.h changed a layout: compare any new accel_config field in same_config, "
                "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {

@@ -42,13 +42,14 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 11,  /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 12,  /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
                             * RTL-calibrated configuration fields; 9: RUBIK,
                             * accel_config.rubik_bytes_per_cycle; 10:
-                            * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8) */
+                            * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8; 12:
+                            * accel_transpose) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */

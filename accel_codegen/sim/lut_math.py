@@ -1,0 +1,88 @@
+"""The FP32 SDP's lookup-table activations in NumPy, in the C library's operation order
+(``csrc/lut.c``), written apart from the C: the building blocks of the activations' reference
+definitions, which each LUT activation's row of the op vocabulary holds (``vocabulary.py``:
+``exact``, ``function64``) and :mod:`.reference` reads. NumPy only."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+_SQRT1_2 = 0.70710678118654752440
+_SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
+_exp64 = np.frompyfunc(math.exp, 1, 1)  # libm's exp, as the C library's
+
+
+def gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
+    """GELU's tanh form in float64 as the C library computes it (csrc/lut.c: gelu_tanh64):
+    t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t + 0.044715 t^3), the exponent held to 709;
+    through libm's exp (the FP32 SDP's bits), or NumPy's (``libm`` False: the table entries,
+    rounded to half, where the two never differ)."""
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = _SQRT_2_PI * (t + 0.044715 * (t * t * t))
+        z = -2.0 * u
+        z = np.where(z > 709.0, 709.0, z)  # NaN stays NaN (C's `z > 709` is false for it)
+        return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
+
+
+def gelu64(t: np.ndarray) -> np.ndarray:
+    """GELU in float64 through erfc (libm's)."""
+    return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
+
+
+_F32 = np.float32
+#: exp_f32's constants (csrc/lut.c): log2(e), 1.5 2^23, ln 2 in two parts, the polynomial
+_EXP_LOG2E, _EXP_ROUND = _F32(1.44269502163), _F32(12582912.0)
+_LN2_HI, _LN2_LO = _F32(0.693359375), _F32(-2.12194440e-4)
+_EXP_Q = [_F32(4.999999404e-01), _F32(1.666652113e-01), _F32(4.166838899e-02),
+          _F32(8.368745446e-03), _F32(1.381453942e-03)]
+
+
+def exp_f32(t: np.ndarray) -> np.ndarray:
+    """e^t in float32 as the FP32 SDP computes it (exp_f32 in csrc/lut.c, the same operations
+    in the same order, so the same bits): at most 0.99 ulp from the exact value (accel.h)."""
+    t = np.asarray(t, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.where(t < _F32(-104), _F32(-104), t)  # NaN stays
+        c = np.where(c > _F32(89), _F32(89), c).astype(np.float32)
+        k = c * _EXP_LOG2E + _EXP_ROUND
+        n = k - _EXP_ROUND
+        r = c - n * _LN2_HI
+        r = r - n * _LN2_LO
+        q = _EXP_Q[4] * r + _EXP_Q[3]
+        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
+            q = q * r + coefficient
+        p = (r * r) * q + r
+        p = p + _F32(1)
+        ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
+        h = (ni.view(np.int32) >> 1).view(np.uint32)
+        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        s2 = ((ni - h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
+
+
+#: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
+_TANH_P = [_F32(-3.333328068e-01), _F32(1.333144158e-01), _F32(-5.373971164e-02),
+           _F32(2.063908055e-02), _F32(-5.704979878e-03)]
+
+
+def tanh_f32(t: np.ndarray) -> np.ndarray:
+    """tanh in float32 as the FP32 SDP computes it (tanh_f32 in csrc/lut.c, the same
+    operations, so the same bits): a polynomial below |t| = 0.625, 1 - 2 / (exp_f32(2|t|) + 1)
+    with t's sign from there."""
+    shape = np.shape(t)
+    t = np.atleast_1d(np.asarray(t, dtype=np.float32))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sign = t.view(np.uint32) & np.uint32(0x80000000)
+        a = (t.view(np.uint32) ^ sign).view(np.float32)
+        z = t * t
+        q = _TANH_P[4] * z + _TANH_P[3]
+        for coefficient in (_TANH_P[2], _TANH_P[1], _TANH_P[0]):
+            q = q * z + coefficient
+        near = t + (t * z) * q
+        e = exp_f32(a + a)
+        far = (_F32(1) - _F32(2) / (e + _F32(1))).astype(np.float32)
+        y = np.where(a < _F32(0.625), near, far).astype(np.float32)
+        return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
