@@ -219,6 +219,25 @@ def test_int8_global_average_pool_matches_reference_exactly(size, zero):
         assert_same(y, expected, f"global {size} zero {zero}, {threads} threads")
 
 
+@pytest.mark.parametrize("zero", [-128, 0, 127])
+@pytest.mark.parametrize("shape,kernel,padding", [
+    ((112, 112), 8, 0), ((28, 30), 7, 0), ((45, 57), (5, 8), (0, 0, 0, 7)),
+    ((9, 70), (3, 6), (0, 0, 0, 2)), ((13, 4), (7, 2), (0, 0, 1, 0))], ids=str)
+def test_int8_tiled_averages_match_reference_exactly(shape, kernel, padding, zero):
+    """INT8 averages whose windows tile the plane (a wide or global pool's passes, pdp_i8.c
+    pool_blocks: column sums 32 columns a step, windows cut by the plane's edge reading the zero
+    point, finish_avg in 16 int32 lanes): bit for bit the reference's, sums at both rails."""
+    rng = np.random.default_rng(abs(zero) + shape[1])
+    x = rng.integers(-128, 128, (2, 5) + shape).astype(np.int8)
+    x[0, 0], x[0, 1] = 127, -128
+    x[1, 0] = np.clip(x[1, 0] // 8 + zero, -128, 127)
+    op = Pool("avg", kernel, kernel, padding, True, precision="int8", zero=zero)
+    expected = ref.run_op(op, x)
+    assert len(np.unique(expected)) > 3
+    for threads in (1, 2):
+        assert_same(DEVICES[threads].run([op], x)[0], expected, f"{threads} threads")
+
+
 @pytest.mark.parametrize("kernel", [(3, 3), (1, 2), (2, 5), (7, 6), (8, 8)])
 @pytest.mark.parametrize("zero", [-128, -9, 0, 100])
 def test_int8_average_is_nvdlas(kernel, zero):
