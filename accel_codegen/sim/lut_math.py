@@ -86,3 +86,54 @@ def tanh_f32(t: np.ndarray) -> np.ndarray:
         far = (_F32(1) - _F32(2) / (e + _F32(1))).astype(np.float32)
         y = np.where(a < _F32(0.625), near, far).astype(np.float32)
         return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
+
+
+#: gelu_f64's polynomials (csrc/lut.c: the same doubles): erf(a) / a in a^2 on [0, 1), and
+#: exp(a^2) erfc(a) in 1 / (a + 4) - 0.135 on [1, 10.5]
+_GELU_A = [1.1283791670955126, -0.37612638903183515, 0.1128379167094405, -0.026866170643090832,
+           0.005223977605955977, -0.0008548325921832884, 0.00012055293361789941,
+           -1.4924708324571507e-05, 1.6447084274239356e-06, -1.6205964194101388e-07,
+           1.3709519207384055e-08, -7.77682913736281e-10]
+_GELU_B = [0.15921348587767364, 2.379629345296726, 16.81081582883102, 104.19436117406323,
+           563.0080875183819, 2620.722423404825, 10290.022841460313, 32766.264300610168,
+           77548.52116997201, 100856.85243798897, -107830.48811859265, -851102.8690426609,
+           -1280629.0521935227, 2912513.6829396607, 12374987.272467982, 1320276.9524882296]
+_EXP64_LN2_HI = float.fromhex("0x1.62e42fefa0000p-1")
+_EXP64_C = [1.0 / math.factorial(k) for k in range(14)]
+
+
+def _exp_f64(x: np.ndarray) -> np.ndarray:
+    """e^x in float64 as gelu_f64's exp (csrc/lut.c: exp_f64), for x <= 0."""
+    x = np.maximum(x, -708.0)
+    k = x * 1.4426950408889634 + 6755399441055744.0
+    n = k - 6755399441055744.0
+    r = x - n * _EXP64_LN2_HI
+    r = r - n * 1.6465717678215697e-12
+    p = np.full_like(r, _EXP64_C[13])
+    for c in _EXP64_C[12::-1]:
+        p = p * r + c
+    finite = ~np.isnan(n)
+    return np.where(finite, np.ldexp(p, np.where(finite, n, 0).astype(np.int64)), np.nan)
+
+
+def gelu_f64(t: np.ndarray) -> np.ndarray:
+    """GELU in float32 as the FP32 SDP computes it (gelu_f64 in csrc/lut.c, the same double
+    operations in the same order, so the same bits): t Phi(t) in double through erf's and
+    erfc's polynomials, rounded once, within 0.5 + 1e-6 ulp of the exact value (accel.h)."""
+    w = np.asarray(t, dtype=np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.abs(w) * _SQRT1_2
+        q = a * a
+        pa = np.full_like(q, _GELU_A[11])
+        for c in _GELU_A[10::-1]:
+            pa = pa * q + c
+        e = a * pa
+        v = 1.0 / (a + 4.0) - 0.135
+        pb = np.full_like(v, _GELU_B[15])
+        for c in _GELU_B[14::-1]:
+            pb = pb * v + c
+        g = np.where(a > 10.5, 0.0, _exp_f64(-q) * pb)
+        positive = ~np.signbit(w)
+        phi = np.where(a < 1.0, np.where(positive, 0.5 + 0.5 * e, 0.5 - 0.5 * e),
+                       np.where(positive, 1.0 - 0.5 * g, 0.5 * g))
+        return (w * phi).astype(np.float32)

@@ -40,7 +40,8 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import (AccelDtypeError, AccelInvalidError, AccelShapeError, AccelUnsupportedError,
                       check)
-from .ops import Bdma, CdpInt8, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
+from .ops import (X_FIELDS, Bdma, CdpInt8, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding,
+                  _pair, dtype_for)
 from .lut_math import exp_f32, tanh_f32  # noqa: F401  (the FP32 SDP's, for tests and docs)
 from .vocabulary import ACTIVATIONS
 
@@ -116,8 +117,8 @@ def _lut_entry(act: str):
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
     order, bit for bit): its vocabulary row's ``exact`` (sigmoid, silu and exp through
-    :func:`exp_f32`, tanh through :func:`tanh_f32`, GELU in float64 through erfc, rounded once
-    (within libm's last bit), its tanh form in float64 through libm's exp, rounded once)."""
+    :func:`exp_f32`, tanh through :func:`tanh_f32`, GELU through ``gelu_f64`` (float64
+    polynomials, rounded once), its tanh form in float64 through libm's exp, rounded once)."""
     entry = _lut_entry(act)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return entry.exact(np.asarray(t, dtype=np.float32))
@@ -246,11 +247,20 @@ def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
 def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.ndarray] = None,
         ew_op: Optional[str] = None, operand: Optional[np.ndarray] = None,
         act: Optional[str] = None, clip=(0.0, 6.0),
-        prelu_slope: Optional[np.ndarray] = None, use_lut: bool = False) -> np.ndarray:
-    """``act(ew(x * scale[c] + shift[c], operand))`` in float32, one rounding per operation.
-    A lookup-table activation is computed exactly, or through the LUT model with ``use_lut``
-    (the FP16 SDP)."""
+        prelu_slope: Optional[np.ndarray] = None, use_lut: bool = False,
+        x_units: Sequence = (None, None, None, None), x_per_channel=()) -> np.ndarray:
+    """``act(ew(x_units(x) * scale[c] + shift[c], operand))`` in float32, one rounding per
+    operation. ``x_units``: the X units' operands (x1_alu, x1_mul, x2_alu, x2_mul; accel.h's
+    accel_sdp_x), ``t = ((x + x1_alu) * x1_mul + x2_alu) * x2_mul``, each of x's shape or [C]
+    where its name is in ``x_per_channel``. A lookup-table activation is computed exactly, or
+    through the LUT model with ``use_lut`` (the FP16 SDP)."""
     t = np.array(x, dtype=np.float32)
+    for name, value in zip(X_FIELDS, x_units):
+        if value is None:
+            continue
+        value = _per_channel(value, t.ndim) if name in x_per_channel else \
+            np.asarray(value, dtype=np.float32).reshape(t.shape)
+        t = t + value if name.endswith("alu") else t * value
     if clip is None:
         clip = (0.0, 6.0)
     if scale is not None:
@@ -754,7 +764,8 @@ def conv2d_fp16(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilatio
 
 
 def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None, operand=None,
-             act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None) -> np.ndarray:
+             act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None,
+             x_units: Sequence = (None, None, None, None), x_per_channel=()) -> np.ndarray:
     """The FP16 SDP: the fp32 SDP on widened halves (x: halves read from memory, or a CONV's
     float32 accumulators), LUT activations through the LUT model, the result rounded once to
     half."""
@@ -765,7 +776,8 @@ def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None,
     # is not an error here.
     with np.errstate(invalid="ignore"):
         wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
-                   _widen(prelu_slope), use_lut=True)
+                   _widen(prelu_slope), use_lut=True,
+                   x_units=[_widen(v) for v in x_units], x_per_channel=x_per_channel)
     with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
         return wide.astype(np.float16)
 
@@ -893,12 +905,16 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                                      operand=np.ascontiguousarray(
                                          np.broadcast_to(operand, np.shape(x))))
         if precision == "int8":
+            if op.has_x_units:
+                raise AccelUnsupportedError("sdp x1 / x2 operands run in fp32 and fp16 only, "
+                                            "not int8")
             return _sdp_int8_op(op, x)
+        units = [getattr(op, field) for field in X_FIELDS]
         if precision == "fp16":
             return sdp_fp16(x, op.scale, op.shift, op.ew_op, op.operand, op.act,
-                            op.clip_bounds, op.prelu_slope)
+                            op.clip_bounds, op.prelu_slope, units, op.x_per_channel_fields())
         return sdp(x, op.scale, op.shift, op.ew_op, op.operand, op.act, op.clip_bounds,
-                   op.prelu_slope)
+                   op.prelu_slope, x_units=units, x_per_channel=op.x_per_channel_fields())
     if isinstance(op, Lrn):
         if precision == "fp16":  # the fp32 computation on widened halves, rounded once
             y = lrn(_widen(x), op.size, op.alpha, op.beta, op.k)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelInvalidError, check
-from .lut_math import exp_f32, gelu64, gelu_tanh64, tanh_f32
+from .lut_math import exp_f32, gelu64, gelu_f64, gelu_tanh64, tanh_f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut",
           exact=lambda t: np.clip(t + _THREE, _ZERO, _SIX) / _SIX, function64=_hardsigmoid64),
     Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut",
-          exact=lambda t: gelu64(t.astype(np.float64)).astype(np.float32), function64=gelu64),
+          exact=gelu_f64, function64=gelu64),
     Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", exact=exp_f32,
           function64=np.exp),
     # No Relax op: layer norm's and softmax's decompositions use them (sim/decompose.py);
