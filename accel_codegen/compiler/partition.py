@@ -31,6 +31,7 @@ from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
 from .source_names import name_of
 from .target import LayerPlan, Target
+from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -256,7 +257,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, gelu_from_erf,
                     layer_norm_from_formula, split_into_slices, flattened_global_pools,
-                    attention_cores, *EXACT_REWRITES):
+                    attention_cores, *EXACT_REWRITES, *WINDOW_REWRITES):
         mod = rewrite(mod)
     mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                     relax.transform.DeadCodeElimination()])(mod)

@@ -1,0 +1,168 @@
+"""Window layouts onto the BDMA's copies (Swin: issue 29): exact rewrites of the layout ops a
+shifted-window transformer spells in more axes than the engines' surfaces have.
+
+- A ``permute_dims`` of any rank that, once the axes it keeps together are merged (and its
+  unit axes dropped), swaps two adjacent groups of axes becomes
+  ``reshape(permute_dims(reshape(x, [N, A, B, L]), [0, 2, 1, 3]), out)``: the transpose the
+  BDMA runs as min(A, B) strided copies (``lowering._transpose``). Swin's window partition
+  ``view(b, h/ws, ws, w/ws, ws, c).permute(0, 1, 3, 2, 4, 5)`` is [h/ws, ws, w/ws, ws c] with
+  its middle pair swapped; its window reverse the same swap back; a head split's
+  ``permute(2, 0, 3, 1, 4)`` of [windows, n, 3, heads, d] swaps [windows n] and [3 heads].
+  A permute that moves unit axes only is the reshape to its shape.
+- ``reshape(reshape(x, S), T)`` with S of more than 4 axes (the 6-D views around those
+  permutes, which no surface holds) is ``reshape(x, T)``: a reshape only renames dense bytes.
+- ``take(x, (arange(n) + s) mod n, axis)`` (torch.roll by -s along an axis of length n, as
+  torch.export spells it) becomes ``concat([x[s:n], x[0:s]], axis)``: two slices along the
+  axis and their concat, each a BDMA copy of lines (``lowering._slice``, ``_concat``).
+
+These run after the other exact rewrites (``rewrites.EXACT_REWRITES``): the channels-last
+sandwiches and the folds of a permute into a dense layer's weight read the permutes as
+torch wrote them.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from .attention import evaluate_indices
+from .layer import is_constant
+from .rewrites import _rewrite, named_as
+
+#: The most axes a feature surface (and so a reshape the BDMA copies) has.
+_SURFACE_RANK = 4
+
+
+def _static(expr: relax.Expr) -> Optional[List[int]]:
+    try:
+        return [int(v) for v in expr.ty.shape.values]
+    except (AttributeError, TypeError):
+        return None
+
+
+def _native_swap(axes: List[int], rank: int) -> bool:
+    """Whether the BDMA's transpose reads this permute as it is: [N, R, S] or [N, A, B, L]
+    with two adjacent axes after the first swapped."""
+    return rank in (3, 4) and any(
+        axes == list(range(i)) + [i + 1, i] + list(range(i + 2, rank)) for i in range(1, rank - 1))
+
+
+def merged_swap(shape: List[int], axes: List[int]) -> Optional[tuple]:
+    """(N, A, B, L) when ``permute_dims(x, axes)`` of an x of ``shape`` is the transpose of
+    x's bytes read as [N, A, B, L] into [N, B, A, L]; () when it moves unit axes only (a
+    reshape); None otherwise."""
+    long = [a for a in range(len(shape)) if shape[a] > 1]
+    rank_of = {a: i for i, a in enumerate(long)}
+    order = [rank_of[a] for a in axes if shape[a] > 1]  # the long axes, in output order
+    runs: List[List[int]] = []
+    for a in order:
+        if runs and runs[-1][-1] + 1 == a:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    if len(runs) <= 1:
+        return ()
+    by_input = sorted(runs)
+    swaps = [j for j in range(len(by_input) - 1)
+             if runs == by_input[:j] + [by_input[j + 1], by_input[j]] + by_input[j + 2:]]
+    if not swaps:
+        return None
+    j = swaps[0]
+    size = [int(np.prod([shape[long[a]] for a in run], dtype=np.int64)) for run in by_input]
+    return (int(np.prod(size[:j], dtype=np.int64)), size[j], size[j + 1],
+            int(np.prod(size[j + 2:], dtype=np.int64)))
+
+
+_PERMUTED = wildcard()
+_PERMUTE = is_op("relax.permute_dims")(_PERMUTED)
+
+
+def _as_swap(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_PERMUTED]
+    shape, out = _static(x), _static(expr)
+    if shape is None or out is None or is_constant(x) or not shape:
+        return expr
+    axes = list(range(len(shape)))[::-1] if expr.attrs.axes is None \
+        else [int(a) % len(shape) for a in expr.attrs.axes]
+    # the BDMA's transpose reads it as it is; a channel shuffle's is the shuffle entry's
+    if _native_swap(axes, len(shape)) or axes == [0, 2, 1, 3, 4]:
+        return expr
+    swap = merged_swap(shape, axes)
+    if swap is None:
+        return expr
+    if swap == ():
+        return named_as(relax.op.reshape(x, out), expr)
+    n, a, b, line = swap
+    grouped = [n, a, b, line] if line > 1 else [n, a, b]
+    data = x if shape == grouped else relax.op.reshape(x, grouped)
+    swapped = named_as(relax.op.permute_dims(data, [0, 2, 1, 3][:len(grouped)]), expr)
+    return swapped if _static(expr) == [n, b, a, line][:len(grouped)] else \
+        relax.op.reshape(swapped, out)
+
+
+def swaps_of_merged_axes(mod: tvm.IRModule) -> tvm.IRModule:
+    """permute_dims(x) that swaps two adjacent groups of x's axes ->
+    reshape(permute_dims(reshape(x, [N, A, B, L]), [0, 2, 1, 3]), out)."""
+    return _rewrite(mod, _PERMUTE, _as_swap)
+
+
+_INNER_X = wildcard()
+_INNER = is_op("relax.reshape")(_INNER_X, wildcard())
+_OUTER = is_op("relax.reshape")(_INNER, wildcard())
+
+
+def _through_wide_view(expr: relax.Expr, matches) -> relax.Expr:
+    inner, out = _static(matches[_INNER]), _static(expr)
+    if inner is None or out is None or len(inner) <= _SURFACE_RANK:
+        return expr
+    x = matches[_INNER_X]
+    return x if _static(x) == out else named_as(relax.op.reshape(x, out), expr)
+
+
+def reshapes_through_wide_views(mod: tvm.IRModule) -> tvm.IRModule:
+    """reshape(reshape(x, S), T) with S of more than 4 axes -> reshape(x, T)."""
+    return _rewrite(mod, _OUTER, _through_wide_view)
+
+
+def _bound_values(mod: tvm.IRModule) -> dict:
+    return {b.var: b.value for _, f in mod.functions_items() if isinstance(f, relax.Function)
+            for block in f.body.blocks for b in block.bindings}
+
+
+_ROLLED = wildcard()
+_ROLL_INDEX = wildcard()
+_ROLL = is_op("relax.take")(_ROLLED, _ROLL_INDEX)
+
+
+def _rolled(values: dict):
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        x = matches[_ROLLED]
+        shape = _static(x)
+        if shape is None or expr.attrs.axis is None or is_constant(x):
+            return expr
+        axis = int(expr.attrs.axis) % len(shape)
+        n = shape[axis]
+        index = evaluate_indices(matches[_ROLL_INDEX], values.get)
+        if index is None or index.shape != (n,) or n < 2:
+            return expr
+        s = int(index[0]) % n
+        if not np.array_equal(index, (np.arange(n) + s) % n):
+            return expr
+        if s == 0:
+            return x
+        parts = [relax.op.strided_slice(x, [axis], [s], [n], [1]),
+                 relax.op.strided_slice(x, [axis], [0], [s], [1])]
+        return named_as(relax.op.concat(parts, axis), expr)
+    return rewrite
+
+
+def rolls_as_concats(mod: tvm.IRModule) -> tvm.IRModule:
+    """take(x, (arange(n) + s) mod n, axis) -> concat([x[s:n], x[0:s]], axis) along it."""
+    return _rewrite(mod, _ROLL, _rolled(_bound_values(mod)))
+
+
+#: In the order the partitioner applies them, after rewrites.EXACT_REWRITES.
+WINDOW_REWRITES = (rolls_as_concats, swaps_of_merged_axes, reshapes_through_wide_views)
