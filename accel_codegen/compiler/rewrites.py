@@ -1154,10 +1154,20 @@ _SUBTRAHEND = wildcard()
 _CONSTANT_MINUS = is_op("relax.subtract")(_MINUEND, _SUBTRAHEND)
 
 
+def _negatable(x: relax.Expr, other: relax.Expr) -> Optional[str]:
+    """The float dtype of a computed tensor ``x`` that a subtraction negates, when ``other``,
+    the other operand, has the same one (None: the subtraction stays as it is)."""
+    dtype = str(getattr(x.ty, "dtype", None))
+    if is_constant(x) or dtype not in ("float32", "float16") or \
+            str(getattr(other.ty, "dtype", None)) != dtype:
+        return None
+    return dtype
+
+
 def _negated_plus(expr: relax.Expr, matches) -> relax.Expr:
     c, x = matches[_MINUEND], matches[_SUBTRAHEND]
-    dtype = getattr(x.ty, "dtype", None)
-    if is_constant(x) or dtype not in ("float32", "float16") or str(c.ty.dtype) != dtype:
+    dtype = _negatable(x, c)
+    if dtype is None:
         return expr
     return relax.op.add(relax.op.multiply(x, relax.const(-1.0, dtype)), c)
 
@@ -1177,10 +1187,8 @@ _TENSOR_MINUS = is_op("relax.subtract")(_MINUEND_T, _SUBTRAHEND_T)
 
 def _plus_negated(expr: relax.Expr, matches) -> relax.Expr:
     a, b = matches[_MINUEND_T], matches[_SUBTRAHEND_T]
-    dtype = getattr(a.ty, "dtype", None)
-    if is_constant(a) or is_constant(b) or dtype not in ("float32", "float16") or \
-            getattr(b.ty, "dtype", None) != dtype or _static(a) is None or \
-            _static(a) != _static(b):
+    dtype = _negatable(b, a)
+    if dtype is None or is_constant(a) or _static(a) is None or _static(a) != _static(b):
         return expr
     return relax.op.add(a, relax.op.multiply(b, relax.const(-1.0, dtype)))
 

@@ -377,12 +377,11 @@ def _windows(size: int, limit: int = 8, powers: bool = False) -> List[Tuple[int,
     the windows, by which an average is scaled back to a sum, is exact in any precision."""
     passes = []
     while size > 1:
-        if powers:
+        if powers:  # at least 2: size > 1
             window = min(limit, 1 << (size - 1).bit_length())
-        else:
-            window = next((k for k in range(min(limit, size), 1, -1) if size % k == 0), 1)
-        if window == 1:
-            window = min(limit, size)
+        else:  # no exact factor: the widest window, padded
+            window = next((k for k in range(min(limit, size), 1, -1) if size % k == 0),
+                          min(limit, size))
         pad = -size % window
         passes.append((window, pad))
         size = (size + pad) // window

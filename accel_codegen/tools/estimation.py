@@ -208,22 +208,6 @@ class EstimateReport:
                          + ([FP32_BYTES_NOTE] if self.precision == "fp32" else []))
 
 
-def _layers(matched: tvm.IRModule, precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
-    """(label, primitive, layer) of every accelerator run of a matched module, in execution
-    order, labelled as the generated code labels its runs."""
-    return [(run.label, run.primitive, run.layer)
-            for run in lower_module(matched, precision).runs]
-
-
-def model_layers(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
-                 config: AccelConfig | str = "nv_full", fuse: bool = True,
-                 precision: str = "fp32") -> List[Tuple[str, str, Layer]]:
-    """(label, primitive, :class:`~accel_codegen.lowering.Layer`) of every accelerator run the
-    partitioned model would make, in execution order (for per-layer benchmarks)."""
-    return _layers(match_composites(mod, params, config=AccelConfig.resolve(config), fuse=fuse,
-                                    precision=precision), precision)
-
-
 def model_runs(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                config: AccelConfig | str = "nv_full", winograd: bool = True
                ) -> List[Tuple[str, str, Layer, Dict[str, dict]]]:

@@ -402,9 +402,10 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
     const int64_t n = f32_imp_copy_floats(P, &Q), used = P->cg * Q.nph * Q.plane;
     memset(copy + used, 0, (size_t)(n - used) * sizeof(float));
   }
-  imp_job J = {P,    &Q,      weights,    NULL,   copy,    NULL,    off,         apack,
-               out,  ep,      Q.direct ? 0 : P->cg * Q.nph, 0, 0, ntiles, mchunks, mblocks,
-               panels, panel_bytes, poff};
+  imp_job J = {.P = P, .Q = &Q, .weights = weights, .copy = copy, .off = off, .apack = apack,
+               .out = out, .ep = ep, .nbuild = Q.direct ? 0 : P->cg * Q.nph, .ntiles = ntiles,
+               .mchunks = mchunks, .mblocks = mblocks, .panels = panels,
+               .panel_bytes = panel_bytes, .poff = poff};
   for (int64_t gb = 0; gb < (int64_t)g->n * g->groups; ++gb) {
     J.grp = gb / g->n; /* group outer: weights packed once each */
     J.b = gb % g->n;

@@ -285,8 +285,10 @@ static accel_status conv_amx(const plan* P, int32_t in_zero, const int8_t* in,
   const bsrc B = {copy, Q.gbytes, off, Q.ncols, 0, 0};
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
-  imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               tile_bytes, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
+  imp_job J = {.P = P, .Q = &Q, .B = &B, .in_zero = in_zero, .in = in, .weights = weights,
+               .apack = apack, .wsum = wsum, .pdata = pdata, .psum = psum, .out = out,
+               .ep = ep, .scratch = scratch, .tile_bytes = tile_bytes, .ldt = ldt,
+               .rows_per_item = rows_per_item, .nbuild = nbuild};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {

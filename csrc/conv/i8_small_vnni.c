@@ -220,8 +220,10 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   /* the copy's tmp rows (strides > 2) sit at the start of each scratch: tile_bytes 0 */
-  imp_job J = {P, &Q, &B, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, scratch,
-               0, ldt, rows_per_item, nbuild, 0, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
+  imp_job J = {.P = P, .Q = &Q, .B = &B, .in_zero = in_zero, .in = in, .weights = weights,
+               .apack = apack, .wsum = wsum, .pdata = pdata, .psum = psum, .out = out,
+               .ep = ep, .scratch = scratch, .ldt = ldt, .rows_per_item = rows_per_item,
+               .nbuild = nbuild};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   const small_job S = {&J, sets, ptiles, chunks, ldr};
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;

@@ -159,8 +159,9 @@ static accel_status conv_stem(const plan* P, const stem_plan* T, int32_t in_zero
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
-  imp_job J = {&D, &Q, &B, in_zero, in, weights, apack, wsum, NULL, NULL, out, ep, scratch,
-               tile_bytes, 0, 0, 0, tiles, 0, 0, NULL, 0, 0, NULL, {0}, NULL, {0, 0, 0, 0, NULL}};
+  imp_job J = {.P = &D, .Q = &Q, .B = &B, .in_zero = in_zero, .in = in, .weights = weights,
+               .apack = apack, .wsum = wsum, .out = out, .ep = ep, .scratch = scratch,
+               .tile_bytes = tile_bytes, .tiles = tiles};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   S.P = P;
   S.Q = &Q;

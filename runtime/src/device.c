@@ -575,13 +575,14 @@ static float* scratch_floats(accel_device* dev, int slot, int64_t count) {
 }
 
 #ifdef __AVX512F__
-/* The run on its C16 kernel (c16_kernel's answer, not C16_NONE). */
+/* The run on its C16 kernel (c16_kernel's answer, not C16_NONE); `end`: its conv pass's last
+ * op (0 for a pool). */
 static accel_status run_c16_kernel_alone(accel_device* dev, const resolved_chain* chain,
-                                         c16_kind kernel, const accel_tensor* input,
+                                         c16_kind kernel, int32_t end,
+                                         const accel_tensor* input,
                                          const accel_tensor* output) {
   const int32_t threads = dev->num_threads;
   const resolved_op* r = &chain->ops[0];
-  const int32_t end = kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32) : 0;
   const sdp_f32 e = end == 1 ? sdp_operands(&chain->ops[1].op->sdp) : (sdp_f32){0};
   const sdp_f32* ep = end == 1 ? &e : NULL;
   const float* w = r->op->conv.weights;
@@ -623,8 +624,9 @@ static accel_status run_c16_kernel_alone(accel_device* dev, const resolved_chain
 static accel_status run_c16_kernel(accel_device* dev, const resolved_chain* chain,
                                    c16_kind kernel, const accel_tensor* input,
                                    const accel_tensor* output) {
-  const accel_status st = run_c16_kernel_alone(dev, chain, kernel, input, output);
-  if (st != ACCEL_OK || kernel == C16_POOL || pass_end(chain, 0, ACCEL_FP32) != 1) return st;
+  const int32_t end = kernel != C16_POOL ? pass_end(chain, 0, ACCEL_FP32) : 0;
+  const accel_status st = run_c16_kernel_alone(dev, chain, kernel, end, input, output);
+  if (st != ACCEL_OK || end != 1) return st;
   const sdp_f32 e = sdp_operands(&chain->ops[1].op->sdp);
   if (c16_post_activation(&e)) {
     activation_exact_run(e.act, output->data,

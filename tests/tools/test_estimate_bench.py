@@ -7,7 +7,7 @@ import accel_codegen as ac
 from accel_codegen import AccelConfig, AccelInvalidError, AccelUnsupportedError
 from accel_codegen.tools.bench import format_table, run_bench
 from accel_codegen.sim.costs import engine_names
-from accel_codegen.tools.estimation import (estimate, format_sweep, mac_array, model_layers, sweep,
+from accel_codegen.tools.estimation import (estimate, format_sweep, mac_array, model_runs, sweep,
                                             sweep_configs)
 from conftest import run_main
 
@@ -97,7 +97,7 @@ def test_report_table_and_dict(zoo):
     assert set(data["layers"][0]) >= {"label", "primitive", "engines", "macs", "cycles",
                                       "bytes_read", "bytes_written", "utilization"}
     assert 0 < data["utilization"] <= 1
-    assert [label for label, _, _ in model_layers(mod, params)] == \
+    assert [label for label, *_ in model_runs(mod, params)] == \
         [layer.label for layer in estimate(mod, params).layers]
 
 

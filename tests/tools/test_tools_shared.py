@@ -284,14 +284,14 @@ def test_sweep_reports_progress_with_increasing_counts(zoo):
 
 def test_bench_reports_progress_with_increasing_counts(zoo):
     from accel_codegen.tools.bench import run_bench
-    from accel_codegen.tools.estimation import model_layers
+    from accel_codegen.tools.estimation import model_runs
 
     mod, _, x = zoo("lenet5").imported
     calls = []
     result = run_bench(mod, [x], modes=["fused", "decomposed"], repeat=2, warmup=1,
                        per_layer_wall=True,
                        progress=lambda done, total: calls.append((done, total)))
-    layers = len(model_layers(mod))
+    layers = len(model_runs(mod))
     # builds, warm-ups and timed runs of two modes, then every fused layer timed alone
     assert calls[-1] == (2 * (1 + 1 + 2) + layers,) * 2 and _counts_increase(calls)
     assert all("fused_wall_ms" in row for row in result["layers"])
