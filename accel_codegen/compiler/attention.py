@@ -17,10 +17,15 @@ of that tensor's element indices: the operand is a head split of that tensor exa
 indices it gathers are ``token * channels + first + head * head_dim + j``. The result is
 traced forward the same way to the tensor whose indices are the heads merged, token-major.
 
-What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), no mask (an add
-before the softmax is not a scale: the region stays as it was), every intermediate read only
-by the next op. The result computes the same values up to rounding (the scale is applied
-once, to the scores, where torch applies its square root to q and to k).
+What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), or one image's
+windows (Swin, MaxViT: the operands gather the heads of consecutive blocks of rows of one
+token tensor, window after window: the batch of ``nn.attention`` is the windows); adds of
+constants between the scores and the softmax (Swin's relative position bias and its shifted
+windows' region mask, each layout ops of a constant table) become its bias, one
+[T, Tk] per head (and per window where they differ); every intermediate read only by the next
+op. An add of a computed tensor, or a normalisation of q or k (Swin-V2's cosine attention),
+leaves the region as it was. The result computes the same values up to rounding (the scale
+is applied once, to the scores, where torch applies its square root to q and to k).
 """
 from __future__ import annotations
 

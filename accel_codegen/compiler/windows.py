@@ -1,14 +1,17 @@
 """Window layouts onto the BDMA's copies (Swin: issue 29): exact rewrites of the layout ops a
 shifted-window transformer spells in more axes than the engines' surfaces have.
 
-- A ``permute_dims`` of any rank that, once the axes it keeps together are merged (and its
-  unit axes dropped), swaps two adjacent groups of axes becomes
-  ``reshape(permute_dims(reshape(x, [N, A, B, L]), [0, 2, 1, 3]), out)``: the transpose the
-  BDMA runs as min(A, B) strided copies (``lowering._transpose``). Swin's window partition
+- A ``permute_dims`` of any rank, once the axes it keeps together are merged into groups
+  (and its unit axes dropped), is a sequence of swaps of two neighbouring groups, each
+  ``reshape(permute_dims(reshape(x, [N, A, B, L]), [0, 2, 1, 3]), ...)``: the transpose the
+  BDMA runs as min(A, B) strided copies (``lowering._transpose``), at most ``MAX_SWAPS`` of
+  them. Swin's window partition
   ``view(b, h/ws, ws, w/ws, ws, c).permute(0, 1, 3, 2, 4, 5)`` is [h/ws, ws, w/ws, ws c] with
   its middle pair swapped; its window reverse the same swap back; a head split's
-  ``permute(2, 0, 3, 1, 4)`` of [windows, n, 3, heads, d] swaps [windows n] and [3 heads].
-  A permute that moves unit axes only is the reshape to its shape.
+  ``permute(2, 0, 3, 1, 4)`` of [windows, n, 3, heads, d] swaps [windows n] and [3 heads];
+  MaxViT's window and grid partitions of NCHW data (``permute(0, 2, 4, 3, 5, 1)``,
+  ``permute(0, 3, 5, 2, 4, 1)``) are five. A permute that moves
+  unit axes only is the reshape to its shape.
 - ``reshape(reshape(x, S), T)`` with S of more than 4 axes (the 6-D views around those
   permutes, which no surface holds) is ``reshape(x, T)``: a reshape only renames dense bytes.
 - ``take(x, (arange(n) + s) mod n, axis)`` (torch.roll by -s along an axis of length n, as
@@ -50,10 +53,18 @@ def _native_swap(axes: List[int], rank: int) -> bool:
         axes == list(range(i)) + [i + 1, i] + list(range(i + 2, rank)) for i in range(1, rank - 1))
 
 
-def merged_swap(shape: List[int], axes: List[int]) -> Optional[tuple]:
-    """(N, A, B, L) when ``permute_dims(x, axes)`` of an x of ``shape`` is the transpose of
-    x's bytes read as [N, A, B, L] into [N, B, A, L]; () when it moves unit axes only (a
-    reshape); None otherwise."""
+#: The most transposes one permute becomes (each a BDMA run of strided copies): a 6-D
+#: permute has at most 15 inversions of its groups; the layouts seen need 1 to 5.
+MAX_SWAPS = 8
+
+
+def merged_swaps(shape: List[int], axes: List[int]) -> Optional[List[tuple]]:
+    """The transposes ``permute_dims(x, axes)`` of an x of ``shape`` is, in order: each
+    (N, A, B, L), x's bytes read as [N, A, B, L] written as [N, B, A, L]. The axes the permute
+    keeps together are one group and unit axes are dropped; the groups are put in the
+    output's order by swapping neighbours (Swin's window partition of channels-last data:
+    one swap; MaxViT's window or grid partition of NCHW data: five). [] when it moves unit
+    axes only (a reshape); None beyond MAX_SWAPS."""
     long = [a for a in range(len(shape)) if shape[a] > 1]
     rank_of = {a: i for i, a in enumerate(long)}
     order = [rank_of[a] for a in axes if shape[a] > 1]  # the long axes, in output order
@@ -63,17 +74,22 @@ def merged_swap(shape: List[int], axes: List[int]) -> Optional[tuple]:
             runs[-1].append(a)
         else:
             runs.append([a])
-    if len(runs) <= 1:
-        return ()
-    by_input = sorted(runs)
-    swaps = [j for j in range(len(by_input) - 1)
-             if runs == by_input[:j] + [by_input[j + 1], by_input[j]] + by_input[j + 2:]]
-    if not swaps:
-        return None
-    j = swaps[0]
-    size = [int(np.prod([shape[long[a]] for a in run], dtype=np.int64)) for run in by_input]
-    return (int(np.prod(size[:j], dtype=np.int64)), size[j], size[j + 1],
-            int(np.prod(size[j + 2:], dtype=np.int64)))
+    size = {run[0]: int(np.prod([shape[long[a]] for a in run], dtype=np.int64))
+            for run in runs}
+    target = {run[0]: i for i, run in enumerate(runs)}
+    current = sorted(target)  # the groups in memory order
+    swaps = []
+    moved = True
+    while moved:
+        moved = False
+        for j in range(len(current) - 1):
+            if target[current[j]] > target[current[j + 1]]:
+                sizes = [size[g] for g in current]
+                swaps.append((int(np.prod(sizes[:j], dtype=np.int64)), sizes[j], sizes[j + 1],
+                              int(np.prod(sizes[j + 2:], dtype=np.int64))))
+                current[j], current[j + 1] = current[j + 1], current[j]
+                moved = True
+    return swaps if len(swaps) <= MAX_SWAPS else None
 
 
 _PERMUTED = wildcard()
@@ -90,22 +106,22 @@ def _as_swap(expr: relax.Expr, matches) -> relax.Expr:
     # the BDMA's transpose reads it as it is; a channel shuffle's is the shuffle entry's
     if _native_swap(axes, len(shape)) or axes == [0, 2, 1, 3, 4]:
         return expr
-    swap = merged_swap(shape, axes)
-    if swap is None:
+    swaps = merged_swaps(shape, axes)
+    if swaps is None:
         return expr
-    if swap == ():
-        return named_as(relax.op.reshape(x, out), expr)
-    n, a, b, line = swap
-    grouped = [n, a, b, line] if line > 1 else [n, a, b]
-    data = x if shape == grouped else relax.op.reshape(x, grouped)
-    swapped = named_as(relax.op.permute_dims(data, [0, 2, 1, 3][:len(grouped)]), expr)
-    return swapped if _static(expr) == [n, b, a, line][:len(grouped)] else \
-        relax.op.reshape(swapped, out)
+    data = x
+    for n, a, b, line in swaps:
+        grouped = [n, a, b, line] if line > 1 else [n, a, b]
+        if _static(data) != grouped:
+            data = relax.op.reshape(data, grouped)
+        data = named_as(relax.op.permute_dims(data, [0, 2, 1, 3][:len(grouped)]), expr)
+    return data if _static(data) == out else named_as(relax.op.reshape(data, out), expr)
 
 
 def swaps_of_merged_axes(mod: tvm.IRModule) -> tvm.IRModule:
-    """permute_dims(x) that swaps two adjacent groups of x's axes ->
-    reshape(permute_dims(reshape(x, [N, A, B, L]), [0, 2, 1, 3]), out)."""
+    """permute_dims(x) of groups of x's axes -> reshape(permute_dims(reshape(x, [N, A, B, L]),
+    [0, 2, 1, 3]), ...) for each swap of two neighbouring groups (merged_swaps), then the
+    reshape to its shape."""
     return _rewrite(mod, _PERMUTE, _as_swap)
 
 

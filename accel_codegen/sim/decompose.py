@@ -434,25 +434,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     merged = heads * d
     channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
     t, tk = tokens, kv_tokens
-    if int(windows) != windows or windows < 1:
-        raise AccelInvalidError(f"attention: windows = {windows!r} is not a positive integer")
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
-    if windows == 1:
-        shapes = {"x": (t, cq, 1, 1), "k": (1, ck, 1, tk), "v": (tk, cv, 1, 1),
-                  "o": (t, merged, 1, 1)}
-    else:
-        shapes = {"x": (1, windows * t * cq, 1, 1), "k": (1, windows * ck, 1, tk),
-                  "v": (1, windows * tk * cv, 1, 1), "o": (1, windows * t * merged, 1, 1)}
-    b = _HeadPasses(precision, d, shapes)
-    constants = {}
-    if bias is not None:
-        bias = np.asarray(bias, np.float32)
-        if bias.ndim != 4 or bias.shape[0] not in (1, windows) or \
-                bias.shape[1:] != (heads, t, tk):
-            raise AccelInvalidError(f"attention: the bias's shape {list(bias.shape)} is not "
-                                    f"[1 or {windows}, {heads}, {t}, {tk}]")
-        constants["bias"] = bias.astype(b.dtype).reshape(1, -1, 1, tk)
-        b.shapes["bias"] = constants["bias"].shape
+    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
+    constants = _attention_bias(bias, windows, heads, t, tk, b)
     for w in range(windows):
         one = windows == 1
         at = "" if one else f"w{w}."
@@ -496,6 +480,32 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                                          precision=precision)], o, out, (t, merged, 1, 1))
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
                          ("k", "v"), ("o",), constants)
+
+
+def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int, ...]]:
+    """The shapes of attention's inputs and output: one image's rows, or (windows) all
+    windows' bytes as one image (K: each window's surface after the other)."""
+    if int(windows) != windows or windows < 1:
+        raise AccelInvalidError(f"attention: windows = {windows!r} is not a positive integer")
+    if windows == 1:
+        return {"x": (t, cq, 1, 1), "k": (1, ck, 1, tk), "v": (tk, cv, 1, 1),
+                "o": (t, merged, 1, 1)}
+    return {"x": (1, windows * t * cq, 1, 1), "k": (1, windows * ck, 1, tk),
+            "v": (1, windows * tk * cv, 1, 1), "o": (1, windows * t * merged, 1, 1)}
+
+
+def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses") -> Dict[str, np.ndarray]:
+    """attention_passes' constants: the bias, [1 or windows, heads, T, Tk] checked, in the
+    precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut."""
+    if bias is None:
+        return {}
+    bias = np.asarray(bias, np.float32)
+    if bias.ndim != 4 or bias.shape[0] not in (1, windows) or bias.shape[1:] != (heads, t, tk):
+        raise AccelInvalidError(f"attention: the bias's shape {list(bias.shape)} is not "
+                                f"[1 or {windows}, {heads}, {t}, {tk}]")
+    value = bias.astype(b.dtype).reshape(1, -1, 1, tk)
+    b.shapes["bias"] = value.shape
+    return {"bias": value}
 
 
 def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels

@@ -7,19 +7,21 @@ import torch
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
-from accel_codegen.compiler.windows import merged_swap
+from accel_codegen.compiler.windows import merged_swaps
 from conftest import assert_same, build_and_run, torch_forward
 
 
-@pytest.mark.parametrize("shape, axes, swap", [
-    ([1, 2, 7, 2, 7, 16], [0, 1, 3, 2, 4, 5], (2, 7, 2, 112)),  # window partition
-    ([4, 49, 3, 1, 16], [2, 0, 3, 1, 4], (1, 196, 3, 16)),  # a packed head split
-    ([2, 3, 4], [2, 0, 1], (1, 6, 4, 1)),
-    ([1, 5, 1], [0, 2, 1], ()),  # unit axes only: a reshape
-    ([2, 3, 4, 5], [3, 1, 2, 0], None),  # the outer groups swapped past the middle one
+@pytest.mark.parametrize("shape, axes, swaps", [
+    ([1, 2, 7, 2, 7, 16], [0, 1, 3, 2, 4, 5], [(2, 7, 2, 112)]),  # window partition
+    ([4, 49, 3, 1, 16], [2, 0, 3, 1, 4], [(1, 196, 3, 16)]),  # a packed head split
+    ([2, 3, 4], [2, 0, 1], [(1, 6, 4, 1)]),
+    ([1, 5, 1], [0, 2, 1], []),  # unit axes only: a reshape
+    # the outer groups swapped past the middle one: three swaps of neighbours
+    ([2, 3, 4, 5], [3, 1, 2, 0], [(1, 2, 12, 5), (12, 2, 5, 1), (1, 12, 5, 2)]),
+    ([1, 2, 3, 2, 3, 4], [0, 2, 4, 1, 3, 5], [(1, 2, 3, 24), (6, 2, 3, 4), (3, 2, 3, 8)]),
 ])
-def test_merged_swap(shape, axes, swap):
-    assert merged_swap(shape, axes) == swap
+def test_merged_swaps(shape, axes, swaps):
+    assert merged_swaps(shape, axes) == swaps
 
 
 class Windows(torch.nn.Module):
@@ -31,6 +33,9 @@ class Windows(torch.nn.Module):
         y = y.view(b, 2, 7, 2, 7, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 49, c)
         y = y.view(b, 2, 2, 7, 7, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
         y = torch.roll(y, (3, 3), (1, 2)) + x
+        # MaxViT's grid: windows of every 7th token, and back
+        g = y.view(b, 7, 2, 7, 2, c).permute(0, 2, 4, 1, 3, 5).reshape(-1, 49, c)
+        y = g.view(b, 2, 2, 7, 7, c).permute(0, 3, 1, 4, 2, 5).reshape(b, h, w, c) - x
         return torch.cat([y[:, 0::2, 0::2], y[:, 1::2, 0::2], y[:, 0::2, 1::2],
                           y[:, 1::2, 1::2]], -1)
 
