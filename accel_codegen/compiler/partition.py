@@ -257,10 +257,15 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, gelu_from_erf,
                     layer_norm_from_formula, split_into_slices, flattened_global_pools,
-                    attention_cores, *EXACT_REWRITES, *WINDOW_REWRITES):
+                    attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
-    mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
-                                    relax.transform.DeadCodeElimination()])(mod)
+    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
+                                     relax.transform.DeadCodeElimination()])
+    # the window layouts once the layout ops that attention_cores replaced are gone
+    mod = tidy(mod)
+    for rewrite in WINDOW_REWRITES:
+        mod = rewrite(mod)
+    mod = tidy(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
     mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(
         table, bind_constants=True, annotate_codegen=False)(mod)))

@@ -92,14 +92,11 @@ def merged_swaps(shape: List[int], axes: List[int]) -> Optional[List[tuple]]:
     return swaps if len(swaps) <= MAX_SWAPS else None
 
 
-_PERMUTED = wildcard()
-_PERMUTE = is_op("relax.permute_dims")(_PERMUTED)
-
-
-def _as_swap(expr: relax.Expr, matches) -> relax.Expr:
-    x = matches[_PERMUTED]
+def _as_swap(expr: relax.Call) -> relax.Expr:
+    x = expr.args[0]
     shape, out = _static(x), _static(expr)
-    if shape is None or out is None or is_constant(x) or not shape:
+    # a 2-D transpose is a dense layer's weight (or attention's K^T), which its pattern reads
+    if shape is None or out is None or is_constant(x) or len(shape) < 3:
         return expr
     axes = list(range(len(shape)))[::-1] if expr.attrs.axes is None \
         else [int(a) % len(shape) for a in expr.attrs.axes]
@@ -118,11 +115,57 @@ def _as_swap(expr: relax.Expr, matches) -> relax.Expr:
     return data if _static(data) == out else named_as(relax.op.reshape(data, out), expr)
 
 
+@relax.expr_functor.mutator
+class _ByBinding(relax.PyExprMutator):
+    """Each binding of a call of ``op`` replaced by ``rewrite(call)`` (nested calls, each
+    emitted as a binding of its own), where that is not the call itself. Binding by binding:
+    TVM's rewrite_call would also merge equal expressions elsewhere (two layers' equal
+    constant weight transposes, which their dense layers then share)."""
+
+    def __init__(self, mod: tvm.IRModule, op: str, rewrite):
+        super().__init__(mod)
+        self.op, self.rewrite = op, rewrite
+
+    def _emit_args(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._emit_args(f) for f in expr.fields])
+        if not isinstance(expr, relax.Call):
+            return expr
+        args = [self._emit_args(a) for a in expr.args]
+        args = [self.builder_.emit(a) if isinstance(a, relax.Call) else a for a in args]
+        return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and
+                value.op.name == self.op):
+            super().visit_var_binding_(binding)
+            return
+        call = self.visit_expr(value)
+        new = self.rewrite(call)
+        if new is call or new is None:
+            super().visit_var_binding_(binding)
+            return
+        new = self._emit_args(new)
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) \
+            else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
+
+
+def _by_binding(mod: tvm.IRModule, op: str, rewrite) -> tvm.IRModule:
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function) and not (
+                function.attrs is not None and "Composite" in function.attrs):
+            result[gv] = _ByBinding(result, op, rewrite).visit_expr(function)
+    return result
+
+
 def swaps_of_merged_axes(mod: tvm.IRModule) -> tvm.IRModule:
     """permute_dims(x) of groups of x's axes -> reshape(permute_dims(reshape(x, [N, A, B, L]),
     [0, 2, 1, 3]), ...) for each swap of two neighbouring groups (merged_swaps), then the
     reshape to its shape."""
-    return _rewrite(mod, _PERMUTE, _as_swap)
+    return _by_binding(mod, "relax.permute_dims", _as_swap)
 
 
 _INNER_X = wildcard()
