@@ -261,6 +261,10 @@ class Layer:
     # pass rescales it to the concat's and writes its channel range (one image: contiguous).
     # Without copies, the SDP pass after an int8 concat along a later axis (rescaled_rows).
     requantize: bool = False
+    # The output is one of its external function's outputs, read by no layer of that
+    # function (set by the walker, which sees the function): it leaves as fp32, so an int8
+    # concat need not bring its inputs to one scale (keeps_input_scales).
+    leaves_function: bool = False
     # Channels-last data ([B, T, C]) read as the surface token_surface gives, and the output
     # written back channels-last (a layer with ``norm``).
     tokens: bool = False
@@ -378,8 +382,23 @@ class Layer:
             return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape, copies=[c])
                     for c in self.copies] + [self.rescale()]
         return [dataclasses.replace(self, data=c.source, in_shape=c.in_shape,
-                                    copies=[c], requantize=self.several_sources)
+                                    copies=[c], requantize=self.several_sources and
+                                    not self.keeps_input_scales)
                 for c in self.copies]
+
+    @property
+    def keeps_input_scales(self) -> bool:
+        """Whether an int8 concat of several tensors, each whole into one channel range of
+        one image, is only an output of its function (:attr:`leaves_function`): its copies
+        then move each input's codes in that input's own scale, and the output leaves as
+        fp32 range by range, each with its input's scale and zero point. So inputs whose
+        ranges differ by orders of magnitude (a detector's boxes in pixels beside its scores
+        in 0..1, YOLOv8's one output) each keep their resolution, which the one scale
+        covering them all would lose (the scores' codes all 0)."""
+        return self.leaves_function and self.out_view is None and self.several_sources \
+            and self.in_shape[0] == 1 and all(
+                c.in_shape[1] == c.channels and c.src_offset == 0 and c.src_stride == 1
+                and c.dst_stride == 1 for c in self.copies)
 
     @property
     def rescaled_rows(self) -> bool:

@@ -380,6 +380,18 @@ def _nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> List[int]:
     return keep
 
 
+def _detections(boxes: np.ndarray, scores: np.ndarray, score_thresh: float,
+                nms_thresh: float, classes: Optional[np.ndarray] = None) -> Tuple[tuple, ...]:
+    """One image's detections: the boxes (x0, y0, x1, y1) whose score is above
+    ``score_thresh``, NMS at ``nms_thresh`` over all of them (class-agnostic), each kept box
+    rounded to whole pixels, followed by its class where ``classes`` are given; sorted."""
+    mask = scores > score_thresh
+    kept = _nms(boxes[mask], scores[mask], nms_thresh)
+    labels = () if classes is None else classes[mask]
+    return tuple(sorted(tuple(int(round(v)) for v in boxes[mask][k]) +
+                        (() if classes is None else (int(labels[k]),)) for k in kept))
+
+
 def yolox_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
                      score_thresh: float = 0.3, nms_thresh: float = 0.45,
                      strides=(8, 16, 32)) -> List[Tuple[Tuple[int, int, int, int], ...]]:
@@ -400,9 +412,7 @@ def yolox_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
         extent = np.exp(p[:, 2:4]) * stride
         boxes = np.concatenate([centre - extent / 2, centre + extent / 2], axis=1)
         scores = (p[:, 4:5] * p[:, 5:]).max(axis=1)
-        mask = scores > score_thresh
-        kept = _nms(boxes[mask], scores[mask], nms_thresh)
-        result.append(tuple(sorted(tuple(int(round(v)) for v in boxes[mask][k]) for k in kept)))
+        result.append(_detections(boxes, scores, score_thresh, nms_thresh))
     return result
 
 
@@ -417,11 +427,8 @@ def yolov8_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
     for p in np.asarray(outputs[0], np.float64):
         p = p.T
         boxes = np.concatenate([p[:, :2] - p[:, 2:4] / 2, p[:, :2] + p[:, 2:4] / 2], axis=1)
-        classes, scores = p[:, 4:].argmax(axis=1), p[:, 4:].max(axis=1)
-        mask = scores > score_thresh
-        kept = _nms(boxes[mask], scores[mask], nms_thresh)
-        result.append(tuple(sorted(tuple(int(round(v)) for v in boxes[mask][k]) +
-                                   (int(classes[mask][k]),) for k in kept)))
+        result.append(_detections(boxes, p[:, 4:].max(axis=1), score_thresh, nms_thresh,
+                                  classes=p[:, 4:].argmax(axis=1)))
     return result
 
 

@@ -83,6 +83,10 @@ static inline void pack_col(const conv_plan* P, const float* img, int64_t y, int
   for (int64_t kk = kc; kk & 15; ++kk) dst[kk] = 0.0f;
 }
 
+/* Depth rows [p0, p0+kc) of columns [n0, n0+nt) of the im2col matrix of image-group input
+ * img, row p0 + i at col + i * ld (conv/f32_blas.c; the AVX2 GEMM packs its tiles with it). */
+void f32_im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, int64_t p0,
+                     int64_t kc, int64_t ld, float* col);
 
 /* ---- the implementation interface (conv/f32_impls.c) ------------------------------------ */
 typedef struct conv_f32_call {
@@ -109,8 +113,12 @@ typedef struct conv_f32_impl {
 } conv_f32_impl;
 
 extern const conv_f32_impl conv_f32_fc_blas_impl, conv_f32_blas_impl;
+#if defined(__AVX2__) && defined(__FMA__)
+extern const conv_f32_impl conv_f32_dw_avx2_impl, conv_f32_gemm_avx2_impl;
+#endif
 #ifdef __AVX512F__
-extern const conv_f32_impl conv_f32_dw_rows_avx512_impl, conv_f32_dw_avx512_impl,
+extern const conv_f32_impl conv_f32_dw_c16_avx512_impl, conv_f32_dw_rows_avx512_impl,
+    conv_f32_dw_avx512_impl,
     conv_f32_implicit_avx512_impl, conv_f32_packed_avx512_impl;
 #endif
 

@@ -2,48 +2,48 @@
  * single-threaded sgemm each. The portable path, last in the list: the only one without AVX-512. */
 #include "conv/f32.h"
 
-/* Columns [n0, n0+nt) of the im2col matrix of image-group input img, as rows of nt: each
- * row's positions an output row at a time, the taps inside the plane copied as a run (a
- * strided one at stride 2 and up), the padding's zeros around them; the same values as one
- * bounds check per element (which took three quarters of an x86-64-v3 build's time on
- * MobileNetV3-small). */
-static void im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, float* col) {
+/* Depth rows [p0, p0+kc) of columns [n0, n0+nt) of the im2col matrix of image-group input
+ * img, row p0 + i at col + i * ld (ld >= nt; f32.h): each row's positions an output row at a
+ * time, the taps inside the plane copied as a run (a strided one at stride 2 and up), the
+ * padding's zeros around them; the same values as one bounds check per element (which took
+ * three quarters of an x86-64-v3 build's time on MobileNetV3-small). */
+void f32_im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, int64_t p0,
+                     int64_t kc, int64_t ld, float* col) {
   const conv_geometry* g = P->g;
   const int64_t ow = g->out_w, sw = g->stride_w;
-  int64_t kk = 0;
-  for (int64_t c = 0; c < P->cg; ++c)
-    for (int64_t r = 0; r < g->kernel_h; ++r)
-      for (int64_t s = 0; s < g->kernel_w; ++s, ++kk) {
-        float* d = col + kk * nt;
-        const float* plane = img + c * P->hw;
-        int64_t y = n0 / ow, x = n0 % ow;
-        for (int64_t j = 0; j < nt;) {
-          const int64_t run = ow - x < nt - j ? ow - x : nt - j; /* this output row's */
-          const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
-          const int64_t ix0 = x * sw - g->pad_left + s * g->dilation_w; /* of position x */
-          int64_t lo = 0, hi = 0; /* positions [lo, hi) of the run read inside the plane */
-          if (iy >= 0 && iy < g->h && ix0 < g->w) {
-            lo = ix0 >= 0 ? 0 : (-ix0 + sw - 1) / sw;
-            hi = (g->w - 1 - ix0) / sw + 1;
-            if (hi > run) hi = run;
-            if (lo > hi) lo = hi;
-          }
-          for (int64_t t = 0; t < lo; ++t) d[j + t] = 0.0f;
-          const int64_t at = iy * g->w + ix0; /* read only for t in [lo, hi) */
-          if (sw == 1) {
-            for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t];
-          } else {
-            for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t * sw];
-          }
-          for (int64_t t = hi; t < run; ++t) d[j + t] = 0.0f;
-          j += run;
-          x += run;
-          if (x == ow) {
-            x = 0;
-            ++y;
-          }
-        }
+  const int64_t S = g->kernel_w, RS = (int64_t)g->kernel_h * S;
+  for (int64_t i = 0; i < kc; ++i) {
+    const int64_t kk = p0 + i, c = kk / RS, r = kk % RS / S, s = kk % S;
+    float* d = col + i * ld;
+    const float* plane = img + c * P->hw;
+    int64_t y = n0 / ow, x = n0 % ow;
+    for (int64_t j = 0; j < nt;) {
+      const int64_t run = ow - x < nt - j ? ow - x : nt - j; /* this output row's */
+      const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
+      const int64_t ix0 = x * sw - g->pad_left + s * g->dilation_w; /* of position x */
+      int64_t lo = 0, hi = 0; /* positions [lo, hi) of the run read inside the plane */
+      if (iy >= 0 && iy < g->h && ix0 < g->w) {
+        lo = ix0 >= 0 ? 0 : (-ix0 + sw - 1) / sw;
+        hi = (g->w - 1 - ix0) / sw + 1;
+        if (hi > run) hi = run;
+        if (lo > hi) lo = hi;
       }
+      for (int64_t t = 0; t < lo; ++t) d[j + t] = 0.0f;
+      const int64_t at = iy * g->w + ix0; /* read only for t in [lo, hi) */
+      if (sw == 1) {
+        for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t];
+      } else {
+        for (int64_t t = lo; t < hi; ++t) d[j + t] = plane[at + t * sw];
+      }
+      for (int64_t t = hi; t < run; ++t) d[j + t] = 0.0f;
+      j += run;
+      x += run;
+      if (x == ow) {
+        x = 0;
+        ++y;
+      }
+    }
+  }
 }
 
 /* Portable path: per item, an im2col tile of columns and one single-threaded sgemm into the
@@ -68,7 +68,8 @@ static void blas_tile_item(void* ctx, int64_t it, int participant) {
   const int64_t b = bg / g->groups, grp = bg % g->groups;
   const int64_t n0 = tile * nt, ncols = P->ohw - n0 < nt ? P->ohw - n0 : nt;
   const int64_t m0 = P->mg * mc / mchunks, m1 = P->mg * (mc + 1) / mchunks;
-  im2col_tile(P, J->in + (b * g->c + grp * P->cg) * P->hw, n0, ncols, col);
+  f32_im2col_tile(P, J->in + (b * g->c + grp * P->cg) * P->hw, n0, ncols, 0, P->kd, ncols,
+                  col);
   const int64_t ch0 = grp * P->mg + m0;
   scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(m1 - m0),
                     (blasint)ncols, (blasint)P->kd, 1.0f, J->weights + ch0 * P->kd,

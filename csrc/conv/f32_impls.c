@@ -2,12 +2,15 @@
  * the order they are tried, and conv_f32, the loop over them.
  *
  * The list, chosen by measurement (figures: docs/kernels.md; each file says what its kernel
- * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 3x3 and 5x5 by
- * output rows (dw_rows_avx512) or other depthwise kernels through a padded phase copy
+ * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 5x5, and 3x3 on
+ * short rows, through a channel-blocked copy (dw_c16_avx512), other depthwise 3x3 by output
+ * rows (dw_rows_avx512), other depthwise kernels through a padded phase copy
  * (dw_avx512); the implicit GEMM where its grid wastes few columns and its weight panel
- * streams well (implicit_avx512); packed panels otherwise (packed_avx512); and last OpenBLAS on
- * im2col tiles (blas), the only one without AVX-512 (its thread pool and ours would spin
- * against each other on convolutions, hence not used where a kernel of ours applies).
+ * streams well (implicit_avx512); packed panels otherwise (packed_avx512); without AVX-512
+ * (x86-64-v3) depthwise (dw_avx2) and GEMM (gemm_avx2) kernels of 8-lane FMAs in the same
+ * order; and last OpenBLAS on im2col tiles (blas), for builds without AVX2 and FMA, in
+ * OpenBLAS's order (its thread pool and ours would spin against each other on convolutions,
+ * hence not used where a kernel of ours applies).
  * ACCEL_CONV_IMPL=name runs `name` where it supports the geometry; ACCEL_VERBOSE=1 prints the
  * one that ran (conv/impl.c). Every output is summed in the order conv/f32_order.h states, so
  * results do not depend on the thread count, and fused equals unfused bit for bit.
@@ -24,10 +27,15 @@
 static const conv_f32_impl* const impls[] = {
     &conv_f32_fc_blas_impl,
 #ifdef __AVX512F__
+    &conv_f32_dw_c16_avx512_impl,
     &conv_f32_dw_rows_avx512_impl,
     &conv_f32_dw_avx512_impl,
     &conv_f32_implicit_avx512_impl,
-    &conv_f32_packed_avx512_impl,
+    &conv_f32_packed_avx512_impl, /* always applies: the AVX2 ones run only when forced */
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    &conv_f32_dw_avx2_impl,
+    &conv_f32_gemm_avx2_impl,
 #endif
     &conv_f32_blas_impl, /* always applies */
 };

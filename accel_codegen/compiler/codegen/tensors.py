@@ -59,6 +59,9 @@ class FunctionTensors:
         self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
+        # int8 outputs that leave range by range, each in its own quantisation: (offset,
+        # count, quantisation) in elements (an int8 concat of Layer.keeps_input_scales)
+        self.regions: Dict[relax.Var, List[Tuple[int, int, TensorQuant]]] = {}
 
     @property
     def constants(self) -> Dict[str, np.ndarray]:
@@ -122,8 +125,9 @@ class FunctionTensors:
         return self.converted.get(var)
 
     def _data(self, expr: relax.Expr, scope, key: Key) -> Tuple[str, Optional[TensorQuant]]:
-        """Pointer and quantisation of a data tensor in the function's precision; ``key``
-        names the calibration statistics of this use, for tensors quantised here."""
+        """Pointer and quantisation of a data tensor in the function's precision (int8: the
+        quantisation pass's, ``int8_plan``); ``key`` names the calibration statistics of this
+        use, for a function input that enters the code here."""
         if expr in self.inner:
             return self.inner[expr], self.quant.get(expr)
         resolved = scope.get(expr, expr)
@@ -141,20 +145,13 @@ class FunctionTensors:
             return self._enter(resolved, key), self.quant.get(resolved)
         raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
 
-    def _calibrated(self, key: Key, layer_int8: bool = False) -> Optional[TensorQuant]:
-        """The calibrated quantisation of ``key`` in int8 code (``layer_int8``: also for a
-        layer of another precision, whose output mixed code converts to int8)."""
-        if self.precision != "int8" and not layer_int8:
-            return None
-        if self.calibration is None:
-            raise AccelInvalidError("int8 code needs a calibration")
-        return self.calibration.get(*key)
-
     def _enter(self, var: relax.Var, key: Optional[Key]) -> str:
         """A function input converted to the function's precision, once, where it is first
         read; it stays until its last reader."""
         count = int(np.prod(static_shape(var)))
-        quant = self._calibrated(key) if key is not None else None
+        # int8: the quantisation the int8 pass gave it at this use (``key``; None: a read
+        # without one, which int8 code cannot convert)
+        quant = self.quant.get(var) if self.precision == "int8" and key is not None else None
         if self.precision == "int8" and quant is None:
             raise AccelInvalidError(f"{self.short}: input {var.name} has no calibration")
         temp = self._temp(count, self.last_use.get(var, self.layer_index))
@@ -162,15 +159,20 @@ class FunctionTensors:
             self.converted[var] = temp
         else:
             self.operands[var], self.held[var] = temp, self.precision
-        if quant is not None:
-            self.quant[var] = quant
         self.body.append(f"/* input {var.name} enters as {self.precision} */")
         self.body.append(emit.convert(self.args[var], "fp32", temp, self.precision, count,
                                       *scale_zero(quant)))
         return temp
 
     def _leave(self, var: relax.Var) -> None:
-        """A function output written in the code's precision leaves as fp32."""
+        """A function output written in the code's precision leaves as fp32 (an int8 one
+        with ``regions``: each range with its own quantisation)."""
+        if self.precision == "int8" and var in self.args and var in self.regions:
+            for offset, count, quant in self.regions[var]:
+                self.body.append(emit.convert(
+                    f"(int8_t*){self.operands[var]} + {offset}", "int8",
+                    f"(float*){self.args[var]} + {offset}", "fp32", count, *scale_zero(quant)))
+            return
         if self.precision != "fp32" and var in self.args:
             quant = self.quant[var] if self.precision == "int8" else None
             self.body.append(emit.convert(

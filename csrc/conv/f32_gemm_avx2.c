@@ -1,0 +1,281 @@
+/* conv/f32_gemm_avx2.c - FP32 CONV as a GEMM of 8-lane FMAs (impl "gemm_avx2"): the fp32 path
+ * of builds without AVX-512 (x86-64-v3), in conv/f32_order.h's order, so such a build gives
+ * the bits an AVX-512 build gives.
+ *
+ * im2col tiles (f32_im2col_tile: depth rows of a tile's positions), a 4-channel x 24-position
+ * micro-kernel (12 accumulators of the 16 ymm registers) over them with the weights read in
+ * place, each 32-deep block summed from zero by one FMA per depth step and added to the output
+ * (the first block stored): the implicit and packed AVX-512 kernels' sums. An image's last
+ * ohw % 16 positions are 16-lane dot products along the depth, reduced in
+ * _mm512_reduce_add_ps's order, where the AVX-512 list computes them so: where it takes its
+ * packed path (f32_packed_avx512.c: packed_dot_tail), that is where its implicit GEMM does
+ * not apply (avx512_takes_implicit below restates implicit_applies for the geometries that
+ * have such a tail, whose choice does not depend on the host). On an AVX-512 build the list's
+ * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
+ * tests/sim/test_conv_impls.py uses to compare the bits.
+ */
+#include "conv/f32.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions */
+enum { A2_KC = 256 };                 /* depth block of a tile: a multiple of SUM_BLOCK */
+
+/* Whether an AVX-512 build's list runs this geometry on implicit_avx512 (its applies, for a
+ * geometry with a packed-path tail; f32_imp_make_plan's grid): such a geometry then has no
+ * dot-product tail. */
+static int avx512_takes_implicit(const conv_plan* P) {
+  const conv_geometry* g = P->g;
+  const int64_t sh = g->stride_h, sw = g->stride_w;
+  if (sh > 2 || sw > 2) return 0;
+  const int one = g->kernel_h == 1 && g->kernel_w == 1;
+  const int64_t sqmax = ((int64_t)(g->kernel_w - 1) * g->dilation_w) / sw;
+  int64_t wq;
+  if (P->pointwise) {
+    wq = g->w;
+  } else if (sw == 1) {
+    const int64_t need = (int64_t)g->out_w + sqmax - g->pad_left;
+    wq = (int64_t)g->w + g->pad_left > need ? (int64_t)g->w + g->pad_left : need;
+    if (wq < g->out_w) wq = g->out_w;
+  } else {
+    wq = g->out_w + sqmax;
+  }
+  if (!P->pointwise && wq < 16) return 0;
+  const int64_t nph = one ? 1 : sh * sw;
+  const int all_phases = nph == 1 || (g->kernel_h >= sh && g->kernel_w >= sw &&
+                                      g->dilation_h == 1 && g->dilation_w == 1);
+  const int64_t ncols = (int64_t)g->out_h * wq;
+  return (wq - g->out_w) * 12 <= wq && ncols >= 512 && P->kd <= 2304 && all_phases &&
+         (nph == 1 || P->kd <= 1024);
+}
+
+/* conv/f32_order.h's dot-product tail of this geometry on every host. */
+static int64_t a2_dot_tail(const conv_plan* P) {
+  const int64_t t = P->ohw % 16;
+  if (t == 0 || t > TMAX || avx512_takes_implicit(P)) return 0;
+  return t;
+}
+
+static inline __m256i lanes_below(int64_t n) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(n < 0 ? 0 : n > 8 ? 8 : n)), iota);
+}
+
+/* c[m][0..w) (+)= sum over depth [0, kc) of a[m*lda + k] * b[k*ldb + 0..AN) for m < MR_, in
+ * 32-deep blocks: each summed from zero, then added to c (stored into it when it is the first
+ * block of the output: !accumulate && k0 == 0). b has AN readable columns (zeros past w). */
+#define A2_ROWS(X) X(0) X(1) X(2) X(3)
+#define A2_ACC(m) __m256 c##m##0 = _mm256_setzero_ps(), c##m##1 = c##m##0, c##m##2 = c##m##0;
+#define A2_ZERO(m) if (MR_ > m) c##m##0 = c##m##1 = c##m##2 = _mm256_setzero_ps();
+#define A2_FMA(m)                                                   \
+  if (MR_ > m) {                                                    \
+    const __m256 av = _mm256_broadcast_ss(a##m + k);                \
+    c##m##0 = _mm256_fmadd_ps(av, b0, c##m##0);                     \
+    c##m##1 = _mm256_fmadd_ps(av, b1, c##m##1);                     \
+    c##m##2 = _mm256_fmadd_ps(av, b2, c##m##2);                     \
+  }
+#define A2_OUT1(m, v)                                                                 \
+  {                                                                                   \
+    float* p = c + m * ldc + 8 * v;                                                   \
+    if (FULL) {                                                                       \
+      _mm256_storeu_ps(p, first ? c##m##v : _mm256_add_ps(_mm256_loadu_ps(p), c##m##v)); \
+    } else if (w > 8 * v) {                                                           \
+      const __m256i mk = lanes_below(w - 8 * v);                                      \
+      _mm256_maskstore_ps(p, mk, first ? c##m##v                                      \
+                                       : _mm256_add_ps(_mm256_maskload_ps(p, mk), c##m##v)); \
+    }                                                                                 \
+  }
+#define A2_OUT(m)     \
+  if (MR_ > m) {      \
+    A2_OUT1(m, 0)     \
+    A2_OUT1(m, 1)     \
+    A2_OUT1(m, 2)     \
+  }
+
+static inline __attribute__((always_inline)) void a2_body(const int MR_, const int FULL,
+                                                          int64_t kc, const float* a, int64_t lda,
+                                                          const float* b, int64_t ldb, float* c,
+                                                          int64_t ldc, int accumulate, int64_t w) {
+  const float* a0 = a;
+  const float* a1 = a + (MR_ > 1 ? 1 : 0) * lda;
+  const float* a2 = a + (MR_ > 2 ? 2 : 0) * lda;
+  const float* a3 = a + (MR_ > 3 ? 3 : 0) * lda;
+  A2_ROWS(A2_ACC)
+  for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) {
+    const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
+    A2_ROWS(A2_ZERO)
+    const float* bk = b + k0 * ldb;
+    _Pragma("GCC unroll 4")
+    for (int64_t k = k0; k < k1; ++k, bk += ldb) {
+      const __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8),
+                   b2 = _mm256_loadu_ps(bk + 16);
+      A2_ROWS(A2_FMA)
+    }
+    const int first = !accumulate && k0 == 0;
+    A2_ROWS(A2_OUT)
+  }
+}
+
+typedef void (*a2_fn)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int,
+                      int64_t);
+#define A2_KERNEL(M_, F_)                                                                    \
+  static void a2_##M_##_##F_(int64_t kc, const float* a, int64_t lda, const float* b,         \
+                             int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w) { \
+    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w);                               \
+  }
+A2_KERNEL(1, 0) A2_KERNEL(2, 0) A2_KERNEL(3, 0) A2_KERNEL(4, 0)
+A2_KERNEL(1, 1) A2_KERNEL(2, 1) A2_KERNEL(3, 1) A2_KERNEL(4, 1)
+static const a2_fn a2_table[2][AR + 1] = {{0, a2_1_0, a2_2_0, a2_3_0, a2_4_0},
+                                          {0, a2_1_1, a2_2_1, a2_3_1, a2_4_1}};
+
+/* The 16 lanes lo (0..7), hi (8..15) summed in _mm512_reduce_add_ps's order (GCC's: halves,
+ * then quarters, then pairs; kernels.h's c16_lanes_reduced). */
+static inline float a2_reduce16(__m256 lo, __m256 hi) {
+  const __m256 t3 = _mm256_add_ps(hi, lo);
+  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6)); /* t6[0] + t6[2], t6[1] + t6[3] */
+  return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+/* Dot products of weight rows a (lda apart, kd deep) with the tail column bt (zero past kd,
+ * padded to a multiple of 16): lane l of 16 sums depths l, l + 16, ... by one FMA each (the
+ * weights past kd read as zero), then the lanes reduced. Out: c[m * ldc] for m < mr. */
+static void a2_dot(int64_t mr, int64_t kd, const float* a, int64_t lda, const float* bt,
+                   float* c, int64_t ldc) {
+  for (int64_t m = 0; m < mr; ++m) {
+    const float* am = a + m * lda;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    int64_t k = 0;
+    for (; k + 16 <= kd; k += 16) {
+      lo = _mm256_fmadd_ps(_mm256_loadu_ps(am + k), _mm256_load_ps(bt + k), lo);
+      hi = _mm256_fmadd_ps(_mm256_loadu_ps(am + k + 8), _mm256_load_ps(bt + k + 8), hi);
+    }
+    if (k < kd) {
+      const __m256 x0 = _mm256_maskload_ps(am + k, lanes_below(kd - k));
+      const __m256 x1 = _mm256_maskload_ps(am + k + 8, lanes_below(kd - k - 8));
+      lo = _mm256_fmadd_ps(x0, _mm256_load_ps(bt + k), lo);
+      hi = _mm256_fmadd_ps(x1, _mm256_load_ps(bt + k + 8), hi);
+    }
+    c[m * ldc] = a2_reduce16(lo, hi);
+  }
+}
+
+typedef struct a2_job {
+  const conv_plan* P;
+  const float* in;
+  const float* weights;
+  float* out;
+  const sdp_f32* ep;
+  float* const* bufs; /* per participant: the tile's columns, then the tail columns */
+  int64_t ntail, vcols, nt, ntiles, mchunks, mblocks, ldbt;
+} a2_job;
+
+/* Item it = (image-group, tile of positions, chunk of output channels), chunk innermost. A
+ * tile's positions [n0, n0 + ncols) of the image's first vcols; the last tile also computes
+ * the ntail dot-product positions. Depth blocks outermost, channel blocks of AR over every
+ * panel of AN positions inside; each output's 32-deep blocks so run in depth order. */
+static void a2_item(void* ctx, int64_t it, int participant) {
+  const a2_job* J = ctx;
+  const conv_plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int64_t mc = it % J->mchunks, tile = it / J->mchunks % J->ntiles;
+  const int64_t bg = it / (J->mchunks * J->ntiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t n0 = tile * J->nt;
+  const int64_t ncols = J->vcols - n0 < J->nt ? J->vcols - n0 : J->nt;
+  const int64_t ntail = tile == J->ntiles - 1 ? J->ntail : 0;
+  const int64_t m0 = J->mblocks * mc / J->mchunks * AR;
+  int64_t m1 = J->mblocks * (mc + 1) / J->mchunks * AR;
+  if (m1 > P->mg) m1 = P->mg;
+  const float* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+  float* cbase = J->out + (b * g->k + grp * P->mg) * P->ohw;
+  const float* abase = J->weights + grp * P->mg * P->kd;
+  const int64_t ldb = (ncols + AN - 1) / AN * AN; /* the panels' columns, zero past ncols */
+  float* col = J->bufs[participant];
+  float* bt = col + ((J->nt + AN - 1) / AN * AN) * A2_KC;
+
+  for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += A2_KC) {
+    const int64_t kc = P->kd - p0 < A2_KC ? P->kd - p0 : A2_KC;
+    f32_im2col_tile(P, img, n0, ncols, p0, kc, ldb, col);
+    if (ldb > ncols)
+      for (int64_t kk = 0; kk < kc; ++kk)
+        memset(col + kk * ldb + ncols, 0, (size_t)(ldb - ncols) * sizeof(float));
+    for (int64_t m = m0; m < m1; m += AR) {
+      const int64_t mr = m1 - m < AR ? m1 - m : AR;
+      for (int64_t j = 0; j < ncols; j += AN) {
+        const int64_t w = ncols - j < AN ? ncols - j : AN;
+        a2_table[w == AN][mr](kc, abase + m * P->kd + p0, P->kd, col + j, ldb,
+                              cbase + m * P->ohw + n0 + j, P->ohw, p0 > 0, w);
+      }
+    }
+  }
+  if (ntail > 0) {
+    for (int64_t j = 0; j < ntail; ++j) {
+      const int64_t n = J->vcols + j;
+      pack_col(P, img, n / g->out_w, n % g->out_w, 0, P->kd, bt + j * J->ldbt);
+    }
+    for (int64_t m = m0; m < m1; m += AR) {
+      const int64_t mr = m1 - m < AR ? m1 - m : AR;
+      for (int64_t j = 0; j < ntail; ++j)
+        a2_dot(mr, P->kd, abase + m * P->kd, P->kd, bt + j * J->ldbt,
+               cbase + m * P->ohw + J->vcols + j, P->ohw);
+    }
+  }
+  if (J->ep != NULL) {
+    const int64_t at = n0 < J->vcols ? n0 : J->vcols;
+    const int64_t count = (ncols > 0 ? ncols : 0) + ntail;
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t ch = grp * P->mg + m;
+      epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
+    }
+  }
+}
+
+static accel_status a2_run(const conv_f32_call* c) {
+  const conv_plan* P = c->P;
+  const conv_geometry* g = P->g;
+  const int64_t ntail = a2_dot_tail(P);
+  const int64_t vcols = P->ohw - ntail;
+  /* a tile's depth block of columns about 384 KB, in whole panels */
+  const int64_t kc = P->kd < A2_KC ? P->kd : A2_KC;
+  int64_t nt = (96 * 1024 / kc) / AN * AN;
+  if (nt < AN) nt = AN;
+  if (nt > vcols) nt = vcols;
+  int64_t ntiles = nt > 0 ? (vcols + nt - 1) / nt : 1;
+  const int64_t outer = (int64_t)g->n * g->groups;
+  const int nthreads = c->nth;
+  /* more, smaller tiles until every thread has an item, while a tile keeps 4 panels */
+  while (outer * ntiles < nthreads && nt > 4 * AN) {
+    nt = ((nt + 1) / 2 + AN - 1) / AN * AN;
+    ntiles = (vcols + nt - 1) / nt;
+  }
+  const int64_t mblocks = (P->mg + AR - 1) / AR;
+  int64_t mchunks = 1;
+  while (outer * ntiles * mchunks < nthreads && mchunks < mblocks) ++mchunks;
+  const int64_t items = outer * ntiles * mchunks;
+  const int nth = (int)(items < nthreads ? items : nthreads);
+  const int64_t ldbt = (P->kd + 15) & ~(int64_t)15;
+  const size_t col_floats = (size_t)((nt + AN - 1) / AN * AN) * A2_KC;
+  const size_t bytes = (col_floats + (size_t)(TMAX * ldbt)) * sizeof(float) + 64;
+  float* bufs[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    bufs[t] = workspace_get(c->ws, t, bytes);
+    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  a2_job J = {P, c->in, c->weights, c->out, c->ep, bufs, ntail, vcols, nt, ntiles, mchunks,
+              mblocks, ldbt};
+  pool_for(nth, items, a2_item, &J);
+  return ACCEL_OK;
+}
+
+/* Every geometry but depthwise (dw_avx2's) and a batch of fully connected rows (fc_blas's). */
+static int a2_applies(const conv_f32_call* c) {
+  return c->P->cg > 1 && !(c->P->ohw == 1 && c->P->g->n > 1);
+}
+
+static int a2_dot_tail_int(const conv_plan* P) { return (int)a2_dot_tail(P); }
+
+const conv_f32_impl conv_f32_gemm_avx2_impl = {"gemm_avx2", a2_applies, NULL, a2_run,
+                                               a2_dot_tail_int};
+#endif /* __AVX2__ && __FMA__ */
