@@ -9,8 +9,10 @@ multiplied by weights of up to 73 while the channel that sets the range (up to 4
 multiplied by 0.14. The error that matters is the convolution's, sum over channels of
 |w_c|^2 times channel c's error: so calibration weighs each value of channel c by
 |w_c|^2 (:func:`depthwise_weights`), which trades a clipped top of the wide channel for the
-resolution of the amplified ones. A tensor another layer also reads (a residual add, a
-branch) or that leaves its function keeps the plain search.
+resolution of the amplified ones, where the plain threshold erases such a channel
+(``quantization.calibration.loses_amplified_channel``: a channel weighed above the mean
+within 2 codes over its whole range). A tensor another layer also reads (a residual add,
+a branch) or that leaves its function keeps the plain search.
 """
 from __future__ import annotations
 

@@ -25,11 +25,14 @@ Methods (``calibration_method``):
   quantisation error (clipping above, rounding below) over the calibration histogram, searched
   per tensor (:func:`mse_threshold`; for a signed tensor the step and zero point together,
   :func:`mse_asymmetric`); the exact zeros of a ReLU are left out, as they are exact. A
-  tensor that a depthwise convolution alone reads weighs each channel's values by that
+  tensor that a depthwise convolution alone reads, whose threshold leaves a channel the
+  convolution weighs above the mean within 2 codes over its whole range
+  (:func:`loses_amplified_channel`), takes the threshold of least error of the
+  convolution's output instead: the same search with each channel's values weighed by the
   convolution's squared weights (``Observer.channel_weights``, from
-  compiler/sensitivity.py), so the error minimised is the convolution's, not the tensor's:
-  a trained depthwise kernel multiplies a channel of small range by up to 70 (PP-PicoDet),
-  and the plain search, set by the widest channel, left that channel one code. Against ``percentile`` on the zoo it gained up to 1.8 dB at the output (VGG-11-BN)
+  compiler/sensitivity.py). A trained depthwise kernel multiplies a channel of small range
+  by up to 73 (PP-PicoDet), and the plain search, set by the widest channel, left that
+  channel one code. Against ``percentile`` on the zoo it gained up to 1.8 dB at the output (VGG-11-BN)
   and lost 0.9 dB on MobileNet-v3-small, where a smaller range than the least-error one did
   better (docs/calibration_methods.txt).
 - ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
@@ -150,42 +153,60 @@ class Observer:
 
     def __init__(self, channel_weights: Optional[Dict[Key, np.ndarray]] = None) -> None:
         self.stats: Dict[Key, _Stats] = {}
-        #: per tensor, its channels' (axis 1) weights in the histogram (``mse`` only: the
-        #: error its threshold search minimises is then the weighted one; see
-        #: compiler/sensitivity.py)
+        #: per tensor, its channels' (axis 1) weights: such a tensor also gets a histogram
+        #: weighted by them (``weighted``) and each channel's range (``spans``), which
+        #: ``mse`` reads (see compiler/sensitivity.py and :func:`loses_amplified_channel`)
         self.channel_weights = channel_weights or {}
+        self.weighted: Dict[Key, _Stats] = {}
+        self.spans: Dict[Key, Tuple[np.ndarray, np.ndarray]] = {}
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         if x.dtype != np.float32:
             return
         key = (label_key(label), op_index)
         stats = self.stats.setdefault(key, _Stats())
-        weights = self.channel_weights.get(key)
-        if weights is not None and (x.ndim < 2 or x.shape[1] != len(weights)):
-            weights = None
-        if weights is not None:
-            weights = np.broadcast_to(np.asarray(weights, np.float64).reshape(
-                (1, -1) + (1,) * (x.ndim - 2)), x.shape)
         low, high = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
         finite = x
         if not (math.isfinite(low) and math.isfinite(high)):  # rare: filter, then again
             finite = x[np.isfinite(x)]
             low, high = (float(finite.min()), float(finite.max())) if finite.size else (0, 0)
-        if finite is not x:
-            weights = None  # (a tensor with inf or NaN: unweighted)
         if finite.size:
             stats.low, stats.high = min(stats.low, low), max(stats.high, high)
-            stats.add_histogram(finite, max(abs(low), abs(high)), weights)
-            if weights is None:
-                stats.zeros += int(finite.size - np.count_nonzero(finite))
-            else:
-                stats.zeros += float(weights[finite == 0].sum())
+            weights = self.channel_weights.get(key)
+            if weights is not None and finite is x and x.ndim >= 2 and \
+                    x.shape[1] == len(weights):
+                self._add_weighted(key, x, weights, max(abs(low), abs(high)))
+            stats.add_histogram(finite, max(abs(low), abs(high)))
+            stats.zeros += int(finite.size - np.count_nonzero(finite))
         if op_index == INPUT:
             sums = (x if finite is x else np.nan_to_num(x)).sum(axis=(0, 2, 3),
                                                                  dtype=np.float64)
             stats.channel_sum = sums if stats.channel_sum is None else \
                 stats.channel_sum + sums
             stats.count += x.shape[0] * x.shape[2] * x.shape[3]
+
+    def _add_weighted(self, key: Key, x: np.ndarray, weights: np.ndarray, amax: float) -> None:
+        """The weighted histogram and the channels' ranges of a tensor with channel weights."""
+        stats = self.weighted.setdefault(key, _Stats())
+        stats.low, stats.high = min(stats.low, float(x.min())), max(stats.high, float(x.max()))
+        each = np.broadcast_to(np.asarray(weights, np.float64).reshape(
+            (1, -1) + (1,) * (x.ndim - 2)), x.shape)
+        stats.add_histogram(x, amax, each)
+        stats.zeros += float(each[x == 0].sum())
+        axes = (0,) + tuple(range(2, x.ndim))
+        lo, hi = x.min(axis=axes).astype(np.float64), x.max(axis=axes).astype(np.float64)
+        if key in self.spans:
+            lo, hi = np.minimum(self.spans[key][0], lo), np.maximum(self.spans[key][1], hi)
+        self.spans[key] = (lo, hi)
+
+
+def loses_amplified_channel(quant: TensorQuant, weights: np.ndarray,
+                            spans: Tuple[np.ndarray, np.ndarray], codes: float = 2.0) -> bool:
+    """Whether ``quant`` leaves a channel its reader weighs above the mean (``weights``,
+    mean 1) within ``codes`` steps over its whole range (``spans``: each channel's low and
+    high): the depthwise reader then amplifies a channel int8 has all but erased."""
+    lo, hi = spans
+    return bool(np.any((weights > 1) & (hi - lo <= codes * quant.scale)))
 
 
 def tensor_quant(stats: _Stats, method: str) -> TensorQuant:
@@ -414,6 +435,11 @@ class Calibration:
             if stats.channel_sum is not None and stats.count:
                 means[key[0]] = stats.channel_sum / stats.count
             tensors[key] = tensor_quant(stats, method)
+            # a channel its depthwise reader amplifies and the plain threshold erased: the
+            # least error of the reader's output instead (compiler/sensitivity.py)
+            if method == "mse" and key in observer.weighted and loses_amplified_channel(
+                    tensors[key], observer.channel_weights[key], observer.spans[key]):
+                tensors[key] = tensor_quant(observer.weighted[key], method)
         return cls(method, samples, tensors, means)
 
     def get(self, key: str, op_index: int) -> TensorQuant:

@@ -2,7 +2,8 @@
 convolution's weights (compiler/sensitivity.py): trained depthwise kernels multiply a channel
 whose whole range is one step of the tensor's int8 scale by up to 70 (PP-PicoDet's first
 block), so the plain least-error threshold, set by the widest channel, leaves the amplified
-channel constant and the convolution's output at about 11 dB."""
+channel constant and the convolution's output at about 11 dB. Where the plain threshold
+erases such a channel, calibration takes the convolution's least-error threshold instead."""
 import numpy as np
 import torch
 
@@ -26,6 +27,14 @@ def test_weighted_histogram_trades_the_wide_channel_for_the_amplified_one():
     plain, weighted = quants
     assert plain.scale * 255 > 30           # the wide channel's range
     assert weighted.scale * 255 < 10         # the wide channel clipped
+    # a channel the plain threshold keeps (many codes over its range): the plain search
+    x[:, 1] *= 100
+    observer = Observer({("f0.0", 1): np.array([1e-6, 2.0])})
+    observer.add("f0.0 conv", 1, x.copy())
+    kept = Calibration.from_observer(observer, "mse", 1).tensors[("f0.0", 1)]
+    observer = Observer()
+    observer.add("f0.0 conv", 1, x.copy())
+    assert kept == Calibration.from_observer(observer, "mse", 1).tensors[("f0.0", 1)]
 
 
 class Block(torch.nn.Module):
