@@ -436,9 +436,10 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   char name[ACCEL_NAME_LEN] = "sdp";
   size_t used = strlen(name);
   const int affine = d->scale || d->shift || d->bias || d->mul;
-  const char* parts[3] = {affine ? "scale_shift" : "", ew_names[d->ew_op],
+  const int x_units = d->x1.alu || d->x1.mul || d->x2.alu || d->x2.mul;
+  const char* parts[4] = {x_units ? "x" : "", affine ? "scale_shift" : "", ew_names[d->ew_op],
                           activation_name(d->act)};
-  for (int i = 0; i < 3 && used + 1 < sizeof name; ++i) {
+  for (int i = 0; i < 4 && used + 1 < sizeof name; ++i) {
     if (parts[i][0] == '\0') continue;
     used += copy_text(name + used, sizeof name - used, used == 3 ? ":" : "+");
     used += copy_text(name + used, sizeof name - used, parts[i]);
@@ -446,7 +447,9 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   copy_text(s->op, sizeof s->op, d->convert ? "sdp:convert" : name);
   const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
-  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act);
+  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act) ||
+                          d->x1.alu != NULL || d->x1.mul != NULL || d->x2.alu != NULL ||
+                          d->x2.mul != NULL;
   s->compute_cycles = ceil_div(atom_elements(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p),
                                uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
   s->engine_energy_pj = (double)elements * cfg->sdp_pj_per_element;
@@ -461,6 +464,21 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   s->operand_bytes = d->ew_op == ACCEL_EW_NONE ? 0
                      : d->ew_per_channel ? (int64_t)r->in_n * r->in_c * hw_element_bytes(p)
                                          : tensor;
+  /* the X units' operands (accel_sdp_x): a per-element one is read as a tensor, a per-channel
+   * one once per channel, each by its unit's own read DMA */
+  const accel_sdp_x* units[2] = {&d->x1, &d->x2};
+  for (int u = 0; u < 2; ++u) {
+    const void* ops[2] = {units[u]->alu, units[u]->mul};
+    const int32_t per_channel[2] = {units[u]->alu_per_channel, units[u]->mul_per_channel};
+    for (int k = 0; k < 2; ++k) {
+      if (ops[k] == NULL) continue;
+      if (per_channel[k]) {
+        s->weight_bytes += (int64_t)r->in_c * hw_element_bytes(p);
+      } else {
+        s->operand_bytes += tensor;
+      }
+    }
+  }
   /* A converting SDP writes the other precision (accel_sdp_desc.convert). */
   const int64_t written =
       d->convert ? feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w,

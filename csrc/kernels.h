@@ -73,7 +73,20 @@ typedef struct sdp_f32 {
   const float* prelu_slope;           /* [C] or NULL */
   const lut_table* lut;               /* FP16 LUT activation: its tables; NULL computes it
                                        * exactly (FP32) */
+  /* The X units' operands (accel_sdp_x), x[0] = X1, x[1] = X2: [C] or whole NCHW tensors;
+   * any set makes the op a plain one (sdp_f32_one_pass 0), run by sdp_f32_run only. */
+  struct {
+    const float* alu;
+    const float* mul;
+    int32_t alu_per_channel, mul_per_channel;
+  } x[2];
 } sdp_f32;
+
+/* 1 when any X unit operand of p is set. */
+static inline int sdp_f32_has_x(const sdp_f32* p) {
+  return p->x[0].alu != NULL || p->x[0].mul != NULL || p->x[1].alu != NULL ||
+         p->x[1].mul != NULL;
+}
 
 /* A pooling op's resolved geometry. */
 typedef struct pdp_geometry {

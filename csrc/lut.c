@@ -366,9 +366,139 @@ static inline float tanh_f32(float t) {
   return r;
 }
 
+/* GELU in FP32: t Phi(t), Phi(t) = erfc(-t / sqrt 2) / 2, in plain double operations (no libm
+ * call, so 8 lanes of them; the NumPy reference's gelu_f64 does the same operations in the same
+ * order), rounded to float once. With a = |t| / sqrt 2:
+ *  - a < 1: erf(a) = a A(a^2), A of degree 11 fitted to erf(a) / a (relative error 1.4e-16),
+ *    Phi = 1/2 +- erf(a) / 2;
+ *  - 1 <= a <= 10.5: erfc(a) = exp(-a^2) B(1 / (a + 4) - 0.135), B of degree 15 fitted to
+ *    exp(a^2) erfc(a) (relative error 4e-16), Phi = 1 - erfc(a) / 2 for t >= 0, erfc(a) / 2 below;
+ *    beyond 10.5, Phi is 1 or 0 (|GELU(t)| < 1e-48 there for t < 0: -0 in float);
+ *  - exp in double: n = round(x log2 e) (the 1.5 2^52 trick), r = x - n ln2 in two steps (ln2's
+ *    high part has 33 bits: n LN2_HI exact), e^r by its Taylor series to degree 13 on |r| <=
+ *    ln2 / 2 (truncation error 2e-17), times 2^n (exact or one rounding, either way).
+ * Phi is within 1e-14 of its value relative, so GELU is within 0.5 + 1e-6 ulp of the exact
+ * value (measured over 7,000 inputs against mpmath: 0.49994 ulp; the libm erfc form it replaced
+ * gave the same float for each of 10^6 random inputs in [-15, 15]); NaN stays NaN, -inf gives NaN
+ * (-inf times 0), as t erfc(...) / 2 did. */
+static const double GELU_A[12] = {
+    1.1283791670955126, -0.37612638903183515, 0.1128379167094405, -0.026866170643090832,
+    0.005223977605955977, -0.0008548325921832884, 0.00012055293361789941,
+    -1.4924708324571507e-05, 1.6447084274239356e-06, -1.6205964194101388e-07,
+    1.3709519207384055e-08, -7.77682913736281e-10};
+static const double GELU_B[16] = {
+    0.15921348587767364, 2.379629345296726, 16.81081582883102, 104.19436117406323,
+    563.0080875183819, 2620.722423404825, 10290.022841460313, 32766.264300610168,
+    77548.52116997201, 100856.85243798897, -107830.48811859265, -851102.8690426609,
+    -1280629.0521935227, 2912513.6829396607, 12374987.272467982, 1320276.9524882296};
+static const double GELU_B_CENTRE = 0.135, GELU_FAR = 10.5;
+static const double EXP64_LOG2E = 1.4426950408889634, EXP64_ROUND = 6755399441055744.0;
+static const double EXP64_LN2_HI = 0x1.62e42fefa0000p-1, EXP64_LN2_LO = 1.6465717678215697e-12;
+/* 1 / k!, k = 0 .. 13 */
+static const double EXP64_C[14] = {1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720,
+                                   1.0 / 5040, 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800,
+                                   1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800};
+
+static inline double exp_f64(double x) {
+  x = x < -708.0 ? -708.0 : x; /* NaN stays */
+  const double k = x * EXP64_LOG2E + EXP64_ROUND;
+  const double n = k - EXP64_ROUND;
+  double r = x - n * EXP64_LN2_HI;
+  r = r - n * EXP64_LN2_LO;
+  double p = EXP64_C[13];
+  for (int i = 12; i >= 0; --i) p = p * r + EXP64_C[i];
+  if (n != n) return p * n; /* NaN */
+  const uint64_t bits = (uint64_t)((int64_t)n + 1023) << 52; /* 2^n, normal for n >= -708 log2 e */
+  double scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+static inline float gelu_f64(float t) {
+  const double w = t;
+  const double a = fabs(w) * SQRT1_2, q = a * a;
+  double pa = GELU_A[11];
+  for (int i = 10; i >= 0; --i) pa = pa * q + GELU_A[i];
+  const double e = a * pa;
+  const double v = 1.0 / (a + 4.0) - GELU_B_CENTRE;
+  double pb = GELU_B[15];
+  for (int i = 14; i >= 0; --i) pb = pb * v + GELU_B[i];
+  const double g = a > GELU_FAR ? 0.0 : exp_f64(-q) * pb;
+  const int positive = !signbit(w);
+  const double phi = a < 1.0 ? (positive ? 0.5 + 0.5 * e : 0.5 - 0.5 * e)
+                             : (positive ? 1.0 - 0.5 * g : 0.5 * g);
+  return (float)(w * phi);
+}
+
+#if defined(__AVX512F__)
+static inline __m512d exp_f64_x8(__m512d x) {
+  x = _mm512_max_pd(x, _mm512_set1_pd(-708.0)); /* NaN: -708 (the result is not used) */
+  const __m512d round = _mm512_set1_pd(EXP64_ROUND);
+  const __m512d k = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(EXP64_LOG2E)), round);
+  const __m512d n = _mm512_sub_pd(k, round);
+  __m512d r = _mm512_sub_pd(x, _mm512_mul_pd(n, _mm512_set1_pd(EXP64_LN2_HI)));
+  r = _mm512_sub_pd(r, _mm512_mul_pd(n, _mm512_set1_pd(EXP64_LN2_LO)));
+  __m512d p = _mm512_set1_pd(EXP64_C[13]);
+  for (int i = 12; i >= 0; --i)
+    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(EXP64_C[i]));
+  return _mm512_scalef_pd(p, n);
+}
+
+/* gelu_f64 of 8 floats, the same operations and selections in 8 double lanes. */
+static inline __m256 gelu_x8(__m256 t) {
+  const __m512d w = _mm512_cvtps_pd(t);
+  const __m512d a = _mm512_mul_pd(_mm512_abs_pd(w), _mm512_set1_pd(SQRT1_2));
+  const __m512d q = _mm512_mul_pd(a, a);
+  __m512d pa = _mm512_set1_pd(GELU_A[11]);
+  for (int i = 10; i >= 0; --i)
+    pa = _mm512_add_pd(_mm512_mul_pd(pa, q), _mm512_set1_pd(GELU_A[i]));
+  const __m512d e = _mm512_mul_pd(a, pa);
+  const __m512d v = _mm512_sub_pd(_mm512_div_pd(_mm512_set1_pd(1.0),
+                                                _mm512_add_pd(a, _mm512_set1_pd(4.0))),
+                                  _mm512_set1_pd(GELU_B_CENTRE));
+  __m512d pb = _mm512_set1_pd(GELU_B[15]);
+  for (int i = 14; i >= 0; --i)
+    pb = _mm512_add_pd(_mm512_mul_pd(pb, v), _mm512_set1_pd(GELU_B[i]));
+  const __m512d g = _mm512_maskz_mul_pd(
+      _mm512_cmp_pd_mask(a, _mm512_set1_pd(GELU_FAR), _CMP_NGT_UQ),
+      exp_f64_x8(_mm512_sub_pd(_mm512_setzero_pd(), q)), pb);
+  const __m512d half = _mm512_set1_pd(0.5);
+  const __m512d he = _mm512_mul_pd(half, e), hg = _mm512_mul_pd(half, g);
+  const __mmask8 positive =
+      _mm512_cmp_epi64_mask(_mm512_castpd_si512(w), _mm512_setzero_si512(), _MM_CMPINT_NLT);
+  const __mmask8 near = _mm512_cmp_pd_mask(a, _mm512_set1_pd(1.0), _CMP_LT_OQ);
+  const __m512d phi_near = _mm512_mask_blend_pd(positive, _mm512_sub_pd(half, he),
+                                                _mm512_add_pd(half, he));
+  const __m512d phi_far =
+      _mm512_mask_blend_pd(positive, hg, _mm512_sub_pd(_mm512_set1_pd(1.0), hg));
+  const __m512d phi = _mm512_mask_blend_pd(near, phi_far, phi_near);
+  return _mm512_cvtpd_ps(_mm512_mul_pd(w, phi));
+}
+
+static inline __m512 gelu_x16(__m512 t) {
+  const __m256 lo = _mm512_castps512_ps256(t);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(gelu_x8(lo))),
+                                             _mm256_castps_pd(gelu_x8(hi)), 1));
+}
+
+static void gelu_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, gelu_x16(_mm512_loadu_ps(x + i)));
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    _mm512_mask_storeu_ps(x + i, m, gelu_x16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+#else
+static void gelu_pass(float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] = gelu_f64(x[i]);
+}
+#endif
+
 /* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
- * through tanh_f32; GELU in double, rounded once (1 + erf cancels in fp32 for negative t,
- * which erfc avoids; the tanh form as t / (1 + exp(-2 u)) for the same reason). */
+ * through tanh_f32; GELU through gelu_f64 (in double, rounded once); its tanh form in double as
+ * t / (1 + exp(-2 u)), rounded once (1 + tanh cancels in fp32 for negative t). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
 #if defined(__AVX512F__)
@@ -407,10 +537,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       }
       break;
     case ACCEL_ACT_GELU:
-      for (int64_t i = 0; i < count; ++i) {
-        const double t = x[i];
-        x[i] = (float)(0.5 * t * erfc(-t * SQRT1_2));
-      }
+      gelu_pass(x, count);
       break;
     case ACCEL_ACT_GELU_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);

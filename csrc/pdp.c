@@ -303,10 +303,16 @@ static void pool_global(const pdp_geometry* g, const float* in, float* out, int6
 enum { TILE_PLANES = 16, TILE_MAX_OUT_W = 64 };
 
 static int pool_tiles_fit(const pdp_geometry* g) {
-  return g->pool == ACCEL_POOL_AVG && g->kernel_h == g->stride_h &&
-         g->kernel_w == g->stride_w && g->pad_top == 0 && g->pad_left == 0 &&
-         (int64_t)g->out_h * g->kernel_h <= g->h && (int64_t)g->out_w * g->kernel_w <= g->w &&
-         g->out_w <= TILE_MAX_OUT_W && (int64_t)g->out_h * g->out_w > 1 &&
+  /* windows past the right edge read no column of the image there: +0 for a sum that counts
+   * them (x + 0 = x from +0 on), -inf for a max (never taken); an average that does not count
+   * them divides by fewer taps, which the tiles do not */
+  const int right_padding = (int64_t)g->out_w * g->kernel_w > g->w;
+  return (g->pool == ACCEL_POOL_MAX || (g->pool == ACCEL_POOL_AVG &&
+                                        (g->count_include_pad || !right_padding))) &&
+         g->kernel_h == g->stride_h && g->kernel_w == g->stride_w && g->pad_top == 0 &&
+         g->pad_left == 0 && (int64_t)g->out_h * g->kernel_h <= g->h &&
+         (int64_t)(g->out_w - 1) * g->kernel_w < g->w && g->out_w <= TILE_MAX_OUT_W &&
+         (int64_t)g->out_h * g->out_w > 1 &&
          !(g->out_w >= 8 && g->stride_w <= 2); /* pool_plane's vector rows take those */
 }
 
@@ -350,26 +356,37 @@ static inline __m512 add_to(__m512 acc, __m512 v) {
 static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
+  const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const __m512 fill = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
   const __m512 divisor = _mm512_set1_ps((float)(kh * kw));
   __m512 acc[TILE_MAX_OUT_W];
   float avg[TILE_MAX_OUT_W][TILE_PLANES] __attribute__((aligned(64)));
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
-    for (int32_t j = 0; j < ow; ++j) acc[j] = _mm512_setzero_ps();
+    for (int32_t j = 0; j < ow; ++j) acc[j] = fill;
     for (int32_t r = 0; r < kh; ++r) {
       const float* row = in + (int64_t)(oy * kh + r) * g->w;
       for (int32_t c0 = 0; c0 < cols; c0 += 16) {
         const int32_t n = cols - c0 < 16 ? cols - c0 : 16;
-        const __mmask16 m = (__mmask16)((1u << n) - 1u);
+        const int32_t live = inside - c0 < 0 ? 0 : inside - c0 < 16 ? inside - c0 : 16;
+        const __mmask16 m = (__mmask16)((1u << live) - 1u);
         __m512 v[16];
-        for (int p = 0; p < TILE_PLANES; ++p) v[p] = _mm512_maskz_loadu_ps(m, row + p * hw + c0);
+        for (int p = 0; p < TILE_PLANES; ++p)
+          v[p] = _mm512_mask_loadu_ps(fill, m, row + p * hw + c0);
         transpose16(v);
         for (int32_t c = 0; c < n; ++c) {
           const int32_t j = (c0 + c) / kw;
-          acc[j] = add_to(acc[j], v[c]);
+          if (is_max) { /* v > acc ? v : acc, then a NaN v wins (pool_row_vector's) */
+            acc[j] = _mm512_mask_mov_ps(_mm512_max_ps(v[c], acc[j]),
+                                        _mm512_cmp_ps_mask(v[c], v[c], _CMP_UNORD_Q), v[c]);
+          } else {
+            acc[j] = add_to(acc[j], v[c]);
+          }
         }
       }
     }
-    for (int32_t j = 0; j < ow; ++j) _mm512_store_ps(avg[j], _mm512_div_ps(acc[j], divisor));
+    for (int32_t j = 0; j < ow; ++j)
+      _mm512_store_ps(avg[j], is_max ? acc[j] : _mm512_div_ps(acc[j], divisor));
     for (int p = 0; p < TILE_PLANES; ++p) {
       for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
     }

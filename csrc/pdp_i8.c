@@ -103,11 +103,38 @@ static void row_block(int is_max, int32_t sw, const int8_t* const* srcs, const i
 #define ROW_BLOCKS 1
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* rhaz16 in int32 lanes, exact for |p| < 2^31 - 2^15. */
+static inline __m512i rhaz16_x16(__m512i p) {
+  const __m512i a = _mm512_srli_epi32(_mm512_add_epi32(_mm512_abs_epi32(p), _mm512_set1_epi32(1 << 15)), 16);
+  return _mm512_mask_sub_epi32(a, _mm512_movepi32_mask(p), _mm512_setzero_si512(), a);
+}
+#endif
+
 /* dst[j] = NVDLA's average of column j's window: acc[j] sums its codes over in_rows x inside[j]
- * image elements. */
+ * image elements. In 16 int32 lanes where AVX-512 is: nvdla_avg's int64 steps stay inside
+ * int32 because a window holds at most 8 x 8 codes: |S| <= 64 x 128 = 2^13 and the reciprocals
+ * are at most 2^16, so each product is below 2^29 in magnitude (the same values, so the same
+ * roundings); the scalar loop took most of an 8x8/8 pass over 112x112 planes. */
+_Static_assert(ACCEL_MAX_POOL_KERNEL <= 8, "finish_avg's int32 lanes need windows of <= 64");
 static void finish_avg(const pdp_geometry* g, const int32_t* acc, const int32_t* inside,
                        int32_t in_rows, int32_t zero, int64_t nc, int8_t* dst) {
-  for (int64_t j = 0; j < nc; ++j) dst[j] = nvdla_avg(g, zero, acc[j], in_rows * inside[j]);
+  int64_t j = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512i area = _mm512_set1_epi32(g->kernel_h * g->kernel_w), z = _mm512_set1_epi32(zero);
+  const __m512i rows = _mm512_set1_epi32(in_rows);
+  const __m512i rw = _mm512_set1_epi32((1 << 16) / g->kernel_w);
+  const __m512i rh = _mm512_set1_epi32((1 << 16) / g->kernel_h);
+  for (; j < nc; j += 16) {
+    const __mmask16 m = nc - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - j)) - 1u);
+    const __m512i in = _mm512_mullo_epi32(rows, _mm512_maskz_loadu_epi32(m, inside + j));
+    const __m512i S = _mm512_add_epi32(_mm512_maskz_loadu_epi32(m, acc + j),
+                                       _mm512_mullo_epi32(z, _mm512_sub_epi32(area, in)));
+    const __m512i y = rhaz16_x16(_mm512_mullo_epi32(rhaz16_x16(_mm512_mullo_epi32(S, rw)), rh));
+    _mm_mask_storeu_epi8(dst + j, m, _mm512_cvtsepi32_epi8(y));
+  }
+#endif
+  for (; j < nc; ++j) dst[j] = nvdla_avg(g, zero, acc[j], in_rows * inside[j]);
 }
 
 static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
@@ -217,19 +244,34 @@ static int blocks_apply(const pdp_geometry* g) {
 static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
   const int32_t W = g->w, kh = g->kernel_h, kw = g->kernel_w;
   int16_t col[BLOCK_COLS];
+  int32_t sum[BLOCK_COLS], inside[BLOCK_COLS];
+  for (int32_t ox = 0; ox < g->out_w; ++ox)
+    inside[ox] = W - ox * kw < kw ? W - ox * kw : kw; /* the window's columns in the plane */
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
     const int32_t y0 = oy * kh, rows = g->h - y0 < kh ? g->h - y0 : kh;
-    for (int32_t x = 0; x < W; ++x) col[x] = 0;
-    for (int32_t r = 0; r < rows; ++r) {
-      const int8_t* row = in + (int64_t)(y0 + r) * W;
-      for (int32_t x = 0; x < W; ++x) col[x] = (int16_t)(col[x] + row[x]);
+    int32_t x = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    for (; x < W; x += 32) { /* 32 columns a step, the rows summed in registers */
+      const __mmask32 m = W - x >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (W - x)) - 1u);
+      __m512i a = _mm512_setzero_si512();
+      for (int32_t r = 0; r < rows; ++r)
+        a = _mm512_add_epi16(a, _mm512_cvtepi8_epi16(
+                                    _mm256_maskz_loadu_epi8(m, in + (int64_t)(y0 + r) * W + x)));
+      _mm512_mask_storeu_epi16(col + x, m, a);
+    }
+#endif
+    for (; x < W; ++x) {
+      int16_t c = 0;
+      for (int32_t r = 0; r < rows; ++r) c = (int16_t)(c + in[(int64_t)(y0 + r) * W + x]);
+      col[x] = c;
     }
     for (int32_t ox = 0; ox < g->out_w; ++ox) {
-      const int32_t x0 = ox * kw, cols = W - x0 < kw ? W - x0 : kw;
-      int32_t sum = 0;
-      for (int32_t s = 0; s < cols; ++s) sum += col[x0 + s];
-      out[(int64_t)oy * g->out_w + ox] = nvdla_avg(g, zero, sum, rows * cols);
+      const int16_t* c = col + ox * kw;
+      int32_t t = 0;
+      for (int32_t s = 0; s < inside[ox]; ++s) t += c[s];
+      sum[ox] = t;
     }
+    finish_avg(g, sum, inside, rows, zero, g->out_w, out + (int64_t)oy * g->out_w);
   }
 }
 

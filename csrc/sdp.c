@@ -50,7 +50,7 @@ typedef void (*one_pass_fn)(const float*, float*, const float*, int64_t, float, 
                             float, accel_activation);
 
 int sdp_f32_one_pass(const sdp_f32* p) {
-  return (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD) &&
+  return !sdp_f32_has_x(p) && (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD) &&
          (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP);
 }
 
@@ -187,25 +187,56 @@ static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in
   }
 }
 
+/* The X units (accel_sdp_x) on one plane, from in to dst: t = ((x + a1) * m1 + a2) * m2, each
+ * step one fp32 operation, an operand per channel or per element (offset: the plane's first). */
+static void plane_x_units(const sdp_f32* p, int32_t channel, int64_t offset, const float* in,
+                          float* dst, int64_t hw) {
+  if (dst != in) {
+    for (int64_t i = 0; i < hw; ++i) dst[i] = in[i];
+  }
+  for (int u = 0; u < 2; ++u) {
+    const float* alu = p->x[u].alu;
+    const float* mul = p->x[u].mul;
+    if (alu != NULL && p->x[u].alu_per_channel) {
+      const float a = alu[channel];
+      for (int64_t i = 0; i < hw; ++i) dst[i] = dst[i] + a;
+    } else if (alu != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = dst[i] + alu[offset + i];
+    }
+    if (mul != NULL && p->x[u].mul_per_channel) {
+      const float m = mul[channel];
+      for (int64_t i = 0; i < hw; ++i) dst[i] = dst[i] * m;
+    } else if (mul != NULL) {
+      for (int64_t i = 0; i < hw; ++i) dst[i] = dst[i] * mul[offset + i];
+    }
+  }
+}
+
 static void run_item(void* ctx, int64_t item, int participant) {
   const run_job* J = ctx;
   (void)participant;
   const int64_t end = (item + 1) * J->per_item < J->planes ? (item + 1) * J->per_item : J->planes;
+  const int x_units = sdp_f32_has_x(J->p);
   for (int64_t plane = item * J->per_item; plane < end; ++plane) {
     const int64_t offset = plane * J->hw;
     float* dst = J->out + offset;
+    const float* in = J->in + offset;
+    if (x_units) { /* the X units first, then the rest of the op in place */
+      plane_x_units(J->p, (int32_t)(plane % J->c), offset, in, dst, J->hw);
+      in = dst;
+    }
     if (J->p->ew_per_channel) {
-      plane_per_channel(J->p, (int32_t)(plane % J->c), J->in + offset, dst,
-                        J->p->ew_operand[plane], J->hw);
+      plane_per_channel(J->p, (int32_t)(plane % J->c), in, dst, J->p->ew_operand[plane],
+                        J->hw);
       continue;
     }
     const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
     if (sdp_f32_one_pass(J->p)) { /* reads the input once, no copy first */
-      span_from(J->p, (int32_t)(plane % J->c), J->in + offset, dst, operand, J->hw);
+      span_from(J->p, (int32_t)(plane % J->c), in, dst, operand, J->hw);
       continue;
     }
-    if (dst != J->in + offset) {
-      for (int64_t i = 0; i < J->hw; ++i) dst[i] = J->in[offset + i];
+    if (dst != in) {
+      for (int64_t i = 0; i < J->hw; ++i) dst[i] = in[i];
     }
     sdp_f32_span(J->p, (int32_t)(plane % J->c), dst, operand, J->hw);
   }

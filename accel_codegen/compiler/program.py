@@ -17,7 +17,9 @@ The planning steps are passes over the program that set fields of its runs
 (``codegen/planning.py`` runs them): each conv's modes (``codegen/memory.py``:
 ``choose_conv_modes``), its emitted weights, folded, halved or quantised once
 (``codegen/weights.py``: ``quantize``), the memory plan and with it each conv's mode
-(``plan_memory``), the fp32 layouts (``codegen/layouts.py``: ``plan_layouts``). The costing
+(``plan_memory``), the fp32 layouts (``codegen/layouts.py``: ``plan_layouts``), and in int8
+code each run's quantisation: the scales of what it reads and writes and its converters
+(``codegen/int8_plan.py``: ``quantize_int8``, from a calibration). The costing
 (:class:`~.costing.ProgramCosts`: the runs' chains lowered to C once, costed on any
 configuration with the same partition, with the code generator's memory plan and mode rule),
 which ``estimate``, the sweep, the timeline and the mixed-precision search read, and the code
@@ -32,6 +34,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError
+from ..quantization import TensorQuant
 from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
                           copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
@@ -176,6 +179,32 @@ class RunMemory:
         return ops
 
 
+def _quant_dict(quant: Optional[TensorQuant]) -> Optional[dict]:
+    return None if quant is None else {"scale": float(quant.scale), "zero": int(quant.zero)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunQuant:
+    """The int8 quantisation of one run (``codegen/int8_plan.py``: ``quantize_int8``): the
+    scale and zero point of its data (``input``; None: an int8 concat's rescale, whose
+    scratch holds each input's), its element-wise operand's and its output's; ``tensors``:
+    every tensor it reads or writes by the observer's op index (``sim.observer``: INPUT, an
+    op's output, an operand), as the calibration keys them; ``converters``: its SDP's integer
+    converters (``codegen/int8.py``: Converters; None: a run that moves codes)."""
+
+    input: Optional[TensorQuant]
+    output: Optional[TensorQuant]
+    operand: Optional[TensorQuant] = None
+    tensors: Mapping[int, TensorQuant] = dataclasses.field(default_factory=dict)
+    converters: Optional[object] = None
+
+    def to_dict(self) -> dict:
+        return {"input": _quant_dict(self.input), "output": _quant_dict(self.output),
+                "operand": _quant_dict(self.operand),
+                "converters": self.converters.to_dict() if self.converters is not None
+                else None}
+
+
 @dataclasses.dataclass(eq=False)
 class Run:
     """One accelerator run of a program.
@@ -194,7 +223,8 @@ class Run:
     (``codegen/memory.py``: ``choose_conv_modes``), ``memory`` and with it the CONV's mode
     (``plan_memory``), ``in_layout`` / ``out_layout`` (``codegen/layouts.py``:
     ``plan_layouts``), ``weights``: the conv's constants as emitted, folded, halved or
-    quantised once (``codegen/weights.py``: ``quantize``)."""
+    quantised once (``codegen/weights.py``: ``quantize``), ``quant``: in int8 code its
+    quantisation and converters (``codegen/int8_plan.py``: ``quantize_int8``)."""
 
     key: str
     primitive: str
@@ -224,6 +254,8 @@ class Run:
     out_layout: str = "nchw"        # "c16": it writes its output channel-blocked
     #: its conv's weights as emitted (``codegen/weights.py``: EmittedWeights; None: no conv)
     weights: Optional[object] = dataclasses.field(default=None, repr=False)
+    #: its int8 quantisation (None: not int8 code, or not quantised yet)
+    quant: Optional[RunQuant] = dataclasses.field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -255,6 +287,7 @@ class Run:
             "sram": list(self.memory.sram),
             "conv": dataclasses.asdict(conv) if conv is not None else None,
             "in_layout": self.in_layout, "out_layout": self.out_layout,
+            "quant": self.quant.to_dict() if self.quant is not None else None,
         }
 
 
@@ -284,6 +317,9 @@ class Function:
     runs: List[Run]
     #: per layer, the earlier layers whose outputs it reads
     sources: List[List[int]] = dataclasses.field(default_factory=list)
+    #: int8 code: the quantisation of each tensor an int8 run reads or writes (function
+    #: inputs and layer outputs, a downsample branch's output; ``quantize_int8`` fills it)
+    quant: Dict[relax.Var, TensorQuant] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def symbol(self) -> str:

@@ -371,6 +371,8 @@ class Conv:
 _SDP_CHANNEL_FIELDS = {"scale": None, "shift": None, "prelu_slope": None, "bias": np.int32,
                        "mul": np.int16, "rshift": np.uint8, "prelu_mul": np.int16}
 #: The SDP's scalar INT8 converter fields (None: the default, see Sdp.int8_converters).
+#: The SDP's X unit operands (accel_sdp_x: x1 then x2, each an add then a multiply).
+X_FIELDS = ("x1_alu", "x1_mul", "x2_alu", "x2_mul")
 _SDP_CONVERTER_FIELDS = ("in_zero", "ew_zero", "ew_mul", "ew_shift", "prelu_shift", "out_mul",
                          "out_shift", "out_zero", "clip_lo", "clip_hi")
 
@@ -484,6 +486,11 @@ class Sdp:
 
     ``ew_per_channel=True``: the element-wise ``operand`` holds one value per image and channel
     ([N, C] or [N, C, 1, 1]), read for every position (squeeze-excite's ``x * s``).
+
+    ``x1_alu``, ``x1_mul``, ``x2_alu``, ``x2_mul`` (fp32 / fp16): NVDLA's X units' operands
+    read from memory (accel.h's accel_sdp_x), applied first:
+    ``t = ((x + x1_alu) * x1_mul + x2_alu) * x2_mul``, each the op's shape, or [C] when its
+    name is in ``x_per_channel``.
     """
 
     scale: Optional[np.ndarray] = None
@@ -513,6 +520,11 @@ class Sdp:
     cvt_scale: float = 0.0
     cvt_zero: int = 0
     ew_per_channel: bool = False
+    x1_alu: Optional[np.ndarray] = None
+    x1_mul: Optional[np.ndarray] = None
+    x2_alu: Optional[np.ndarray] = None
+    x2_mul: Optional[np.ndarray] = None
+    x_per_channel: Sequence[str] = ()
 
     sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
@@ -551,6 +563,10 @@ class Sdp:
                 dtype = np.float32 if int8 else data_dtype
             setattr(self, field, _operand(getattr(self, field), dtype, f"sdp {field}", True))
         self.operand = _operand(self.operand, data_dtype, "sdp operand")
+        per_channel = self.x_per_channel_fields()
+        for field in X_FIELDS:
+            setattr(self, field, _operand(getattr(self, field), data_dtype, f"sdp {field}",
+                                          field in per_channel))
         c_op.engine = ENGINES.code(self.engine)
         d = c_op.sdp
         d.scale, d.shift = _pointer(self.scale), _pointer(self.shift)
@@ -572,6 +588,13 @@ class Sdp:
         d.cvt_scale = real(self.cvt_scale, "sdp cvt_scale")
         d.cvt_zero = integer(self.cvt_zero, "sdp cvt_zero")
         d.ew_per_channel = 1 if flag(self.ew_per_channel, "sdp ew_per_channel") else 0
+        for unit in (d.x1, d.x2):
+            unit.alu = unit.mul = ffi.NULL
+            unit.alu_per_channel = unit.mul_per_channel = 0
+        for field in X_FIELDS:
+            unit, part = getattr(d, field[:2]), field[3:]
+            setattr(unit, part, _pointer(getattr(self, field)))
+            setattr(unit, f"{part}_per_channel", int(field in per_channel))
         if int8 and not self.convert:
             if self.clip is not None:
                 raise AccelInvalidError(
@@ -593,6 +616,21 @@ class Sdp:
                 value = getattr(self, field)
                 setattr(d, field, 0 if value is None else integer(value, f"sdp {field}"))
 
+    def x_per_channel_fields(self) -> frozenset:
+        """The X unit operands given per channel (``x_per_channel``, checked)."""
+        names = (self.x_per_channel,) if isinstance(self.x_per_channel, str) else \
+            tuple(self.x_per_channel)
+        for name in names:
+            if name not in X_FIELDS:
+                raise AccelInvalidError(f"sdp x_per_channel names {name!r}, not one of "
+                                        f"{list(X_FIELDS)}")
+        return frozenset(names)
+
+    @property
+    def has_x_units(self) -> bool:
+        """Whether any X unit operand is set."""
+        return any(getattr(self, field) is not None for field in X_FIELDS)
+
     def check_sizes(self, in_shape: Tuple[int, int, int, int], layout: str = "nchw") -> None:
         """The C side reads its operands through raw pointers: check their sizes against the
         NCHW shape the op sees, so it never reads past them."""
@@ -601,6 +639,19 @@ class Sdp:
             if isinstance(value, np.ndarray) and value.size != in_shape[1]:
                 raise AccelInvalidError(
                     f"sdp {field} has {value.size} values for {in_shape[1]} channels")
+        per_channel = self.x_per_channel_fields()
+        for field in X_FIELDS:
+            value = getattr(self, field)
+            if not isinstance(value, np.ndarray):
+                continue
+            if field in per_channel:
+                if value.size != in_shape[1]:
+                    raise AccelInvalidError(f"sdp {field} (per channel) has {value.size} "
+                                            f"values for {in_shape[1]} channels")
+            elif value.shape != tuple(in_shape) and not (
+                    in_shape[2:] == (1, 1) and value.shape == tuple(in_shape[:2])):
+                raise AccelInvalidError(f"sdp {field} of shape {value.shape} does not match "
+                                        f"the op's shape {tuple(in_shape)}")
         if isinstance(self.operand, np.ndarray):
             shapes = [tuple(in_shape)]
             if self.ew_per_channel:

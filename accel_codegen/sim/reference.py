@@ -21,7 +21,8 @@ in fp32, and every engine output is rounded to half once (round to nearest even)
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
 through the model of NVDLA's LUT (:func:`lut`, accel_lut in accel.h), fp32 as the functions
-themselves (:func:`activation_exact`; sigmoid, silu, exp and tanh through the library's own
+themselves (:func:`activation_exact`: each activation's vocabulary row defines them, on
+``lut_math.py``'s building blocks; sigmoid, silu, exp and tanh through the library's own
 :func:`exp_f32` and :func:`tanh_f32`, bit for bit).
 
 BDMA (any precision): a copy of channels, bit for bit, into a destination whose other
@@ -39,7 +40,9 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import (AccelDtypeError, AccelInvalidError, AccelShapeError, AccelUnsupportedError,
                       check)
-from .ops import Bdma, CdpInt8, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding, _pair, dtype_for
+from .ops import (X_FIELDS, Bdma, CdpInt8, Conv, LutInt8, Lrn, Op, Pool, Rubik, Sdp, _padding,
+                  _pair, dtype_for)
+from .lut_math import exp_f32, tanh_f32  # noqa: F401  (the FP32 SDP's, for tests and docs)
 from .vocabulary import ACTIVATIONS
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
@@ -99,153 +102,35 @@ def _per_channel(values: np.ndarray, ndim: int, dtype=np.float32) -> np.ndarray:
 
 # --- the SDP's lookup-table activations ------------------------------------------------------
 
-_erfc = np.frompyfunc(math.erfc, 1, 1)
-_SQRT1_2 = 0.70710678118654752440
-_SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
-_exp64 = np.frompyfunc(math.exp, 1, 1)  # libm's exp, as the C library's
-
-
-def _gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
-    """GELU's tanh form in float64 as the C library computes it (csrc/lut.c: gelu_tanh64):
-    t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t + 0.044715 t^3), the exponent held to 709;
-    through libm's exp (the FP32 SDP's bits), or NumPy's (``libm`` False: the table entries,
-    rounded to half, where the two never differ)."""
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        u = _SQRT_2_PI * (t + 0.044715 * (t * t * t))
-        z = -2.0 * u
-        z = np.where(z > 709.0, 709.0, z)  # NaN stays NaN (C's `z > 709` is false for it)
-        return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
-
-
 def is_lut_activation(act: Optional[str]) -> bool:
     """Whether an activation is a lookup-table one (the vocabulary's feature "lut")."""
     return act is not None and ACTIVATIONS[act].feature == "lut"
 
 
-_F32 = np.float32
-#: exp_f32's constants (csrc/lut.c): log2(e), 1.5 2^23, ln 2 in two parts, the polynomial
-_EXP_LOG2E, _EXP_ROUND = _F32(1.44269502163), _F32(12582912.0)
-_LN2_HI, _LN2_LO = _F32(0.693359375), _F32(-2.12194440e-4)
-_EXP_Q = [_F32(4.999999404e-01), _F32(1.666652113e-01), _F32(4.166838899e-02),
-          _F32(8.368745446e-03), _F32(1.381453942e-03)]
-
-
-def exp_f32(t: np.ndarray) -> np.ndarray:
-    """e^t in float32 as the FP32 SDP computes it (exp_f32 in csrc/lut.c, the same operations
-    in the same order, so the same bits): at most 0.99 ulp from the exact value (accel.h)."""
-    t = np.asarray(t, dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        c = np.where(t < _F32(-104), _F32(-104), t)  # NaN stays
-        c = np.where(c > _F32(89), _F32(89), c).astype(np.float32)
-        k = c * _EXP_LOG2E + _EXP_ROUND
-        n = k - _EXP_ROUND
-        r = c - n * _LN2_HI
-        r = r - n * _LN2_LO
-        q = _EXP_Q[4] * r + _EXP_Q[3]
-        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
-            q = q * r + coefficient
-        p = (r * r) * q + r
-        p = p + _F32(1)
-        ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
-        h = (ni.view(np.int32) >> 1).view(np.uint32)
-        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
-        s2 = ((ni - h + np.uint32(127)) << np.uint32(23)).view(np.float32)
-        return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
-
-
-#: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
-_TANH_P = [_F32(-3.333328068e-01), _F32(1.333144158e-01), _F32(-5.373971164e-02),
-           _F32(2.063908055e-02), _F32(-5.704979878e-03)]
-
-
-def tanh_f32(t: np.ndarray) -> np.ndarray:
-    """tanh in float32 as the FP32 SDP computes it (tanh_f32 in csrc/lut.c, the same
-    operations, so the same bits): a polynomial below |t| = 0.625, 1 - 2 / (exp_f32(2|t|) + 1)
-    with t's sign from there."""
-    shape = np.shape(t)
-    t = np.atleast_1d(np.asarray(t, dtype=np.float32))
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        sign = t.view(np.uint32) & np.uint32(0x80000000)
-        a = (t.view(np.uint32) ^ sign).view(np.float32)
-        z = t * t
-        q = _TANH_P[4] * z + _TANH_P[3]
-        for coefficient in (_TANH_P[2], _TANH_P[1], _TANH_P[0]):
-            q = q * z + coefficient
-        near = t + (t * z) * q
-        e = exp_f32(a + a)
-        far = (_F32(1) - _F32(2) / (e + _F32(1))).astype(np.float32)
-        y = np.where(a < _F32(0.625), near, far).astype(np.float32)
-        return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
+def _lut_entry(act: str):
+    """The vocabulary row of a LUT activation (AccelInvalidError for any other ``act``)."""
+    if act not in ACTIVATIONS or not is_lut_activation(act):
+        raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
+    return ACTIVATIONS[act]
 
 
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
-    order, bit for bit): sigmoid, silu and exp through :func:`exp_f32`, tanh through
-    :func:`tanh_f32`, GELU in float64 through erfc, rounded once (within libm's last bit),
-    its tanh form in float64 through libm's exp, rounded once."""
-    t = np.asarray(t, dtype=np.float32)
-    one, three, six = np.float32(1), np.float32(3), np.float32(6)
+    order, bit for bit): its vocabulary row's ``exact`` (sigmoid, silu and exp through
+    :func:`exp_f32`, tanh through :func:`tanh_f32`, GELU through ``gelu_f64`` (float64
+    polynomials, rounded once), its tanh form in float64 through libm's exp, rounded once)."""
+    entry = _lut_entry(act)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if act == "sigmoid":  # exp(-t) = inf for very negative t: sigmoid is 0
-            return one / (one + exp_f32(-t))
-        if act == "tanh":
-            return tanh_f32(t)
-        if act == "silu":
-            return t / (one + exp_f32(-t))
-        if act == "hardswish":
-            return t * np.clip(t + three, np.float32(0), six) / six
-        if act == "hardsigmoid":
-            return np.clip(t + three, np.float32(0), six) / six
-        if act == "gelu":
-            wide = t.astype(np.float64)
-            return (0.5 * wide * _erfc(-wide * _SQRT1_2).astype(np.float64)).astype(np.float32)
-        if act == "gelu_tanh":
-            return _gelu_tanh64(t).astype(np.float32)
-        if act == "exp":
-            return exp_f32(t)
-        if act == "rsqrt":  # IEEE sqrt and division, each correctly rounded (as the C's)
-            return (one / np.sqrt(t)).astype(np.float32)
-        if act == "reciprocal":
-            return (one / t).astype(np.float32)
-    raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
-
-
-@functools.lru_cache(maxsize=None)
-def _domain_start(act: str) -> float:
-    """Where the FP16 LUT of rsqrt / reciprocal begins (its LE table's le_start)."""
-    geometry = ffi.new("accel_lut*")
-    check(lib.accel_lut_info(ACTIVATIONS.code(act), geometry))
-    return float(geometry.le_start)
+        return entry.exact(np.asarray(t, dtype=np.float32))
 
 
 def function64(act: str, t: np.ndarray) -> np.ndarray:
-    """A LUT activation in float64: the source of the table entries (as the C library's);
-    rsqrt and reciprocal held to their domain (t >= the FP16 table's start, accel.h)."""
+    """A LUT activation in float64, its vocabulary row's ``function64``: the source of the
+    table entries (as the C library's); rsqrt and reciprocal held to their domain (t >= the
+    FP16 table's start, accel.h)."""
+    entry = _lut_entry(act)
     with np.errstate(over="ignore"):
-        if act == "sigmoid":
-            return 1.0 / (1.0 + np.exp(-t))
-        if act == "tanh":
-            return np.tanh(t)
-        if act == "silu":
-            return t / (1.0 + np.exp(-t))
-        if act == "hardswish":
-            return t * np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
-        if act == "hardsigmoid":
-            return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
-        if act == "gelu":
-            return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
-        if act == "gelu_tanh":
-            return _gelu_tanh64(t, libm=False)
-        if act == "exp":
-            return np.exp(t)
-    if act in ("rsqrt", "reciprocal"):
-        # Defined for t > 0; below the FP16 table's start (0, negatives, -inf and tiny t)
-        # the value there, as the LUT answers (accel.h), and so the INT8 tables hold it too:
-        # a finite top (32768 for both) where IEEE would give inf or NaN. NaN stays.
-        t = np.maximum(np.asarray(t, dtype=np.float64), _domain_start(act))
-        return 1.0 / np.sqrt(t) if act == "rsqrt" else 1.0 / t
-    raise AccelInvalidError(f"act = {act!r} is not a lookup-table activation")
+        return entry.function64(t)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,11 +247,20 @@ def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
 def sdp(x: np.ndarray, scale: Optional[np.ndarray] = None, shift: Optional[np.ndarray] = None,
         ew_op: Optional[str] = None, operand: Optional[np.ndarray] = None,
         act: Optional[str] = None, clip=(0.0, 6.0),
-        prelu_slope: Optional[np.ndarray] = None, use_lut: bool = False) -> np.ndarray:
-    """``act(ew(x * scale[c] + shift[c], operand))`` in float32, one rounding per operation.
-    A lookup-table activation is computed exactly, or through the LUT model with ``use_lut``
-    (the FP16 SDP)."""
+        prelu_slope: Optional[np.ndarray] = None, use_lut: bool = False,
+        x_units: Sequence = (None, None, None, None), x_per_channel=()) -> np.ndarray:
+    """``act(ew(x_units(x) * scale[c] + shift[c], operand))`` in float32, one rounding per
+    operation. ``x_units``: the X units' operands (x1_alu, x1_mul, x2_alu, x2_mul; accel.h's
+    accel_sdp_x), ``t = ((x + x1_alu) * x1_mul + x2_alu) * x2_mul``, each of x's shape or [C]
+    where its name is in ``x_per_channel``. A lookup-table activation is computed exactly, or
+    through the LUT model with ``use_lut`` (the FP16 SDP)."""
     t = np.array(x, dtype=np.float32)
+    for name, value in zip(X_FIELDS, x_units):
+        if value is None:
+            continue
+        value = _per_channel(value, t.ndim) if name in x_per_channel else \
+            np.asarray(value, dtype=np.float32).reshape(t.shape)
+        t = t + value if name.endswith("alu") else t * value
     if clip is None:
         clip = (0.0, 6.0)
     if scale is not None:
@@ -870,7 +764,8 @@ def conv2d_fp16(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilatio
 
 
 def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None, operand=None,
-             act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None) -> np.ndarray:
+             act: Optional[str] = None, clip=(0.0, 6.0), prelu_slope=None,
+             x_units: Sequence = (None, None, None, None), x_per_channel=()) -> np.ndarray:
     """The FP16 SDP: the fp32 SDP on widened halves (x: halves read from memory, or a CONV's
     float32 accumulators), LUT activations through the LUT model, the result rounded once to
     half."""
@@ -881,7 +776,8 @@ def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None,
     # is not an error here.
     with np.errstate(invalid="ignore"):
         wide = sdp(t, _widen(scale), _widen(shift), ew_op, _widen(operand), act, clip,
-                   _widen(prelu_slope), use_lut=True)
+                   _widen(prelu_slope), use_lut=True,
+                   x_units=[_widen(v) for v in x_units], x_per_channel=x_per_channel)
     with np.errstate(over="ignore"):  # beyond the half range: infinity, as the engine rounds
         return wide.astype(np.float16)
 
@@ -1009,12 +905,16 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                                      operand=np.ascontiguousarray(
                                          np.broadcast_to(operand, np.shape(x))))
         if precision == "int8":
+            if op.has_x_units:
+                raise AccelUnsupportedError("sdp x1 / x2 operands run in fp32 and fp16 only, "
+                                            "not int8")
             return _sdp_int8_op(op, x)
+        units = [getattr(op, field) for field in X_FIELDS]
         if precision == "fp16":
             return sdp_fp16(x, op.scale, op.shift, op.ew_op, op.operand, op.act,
-                            op.clip_bounds, op.prelu_slope)
+                            op.clip_bounds, op.prelu_slope, units, op.x_per_channel_fields())
         return sdp(x, op.scale, op.shift, op.ew_op, op.operand, op.act, op.clip_bounds,
-                   op.prelu_slope)
+                   op.prelu_slope, x_units=units, x_per_channel=op.x_per_channel_fields())
     if isinstance(op, Lrn):
         if precision == "fp16":  # the fp32 computation on widened halves, rounded once
             y = lrn(_widen(x), op.size, op.alpha, op.beta, op.k)

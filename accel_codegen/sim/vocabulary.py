@@ -13,10 +13,14 @@ checks that every C enumerator (up to the ``_COUNT`` sentinel) has exactly one r
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, Optional, Tuple
+import functools
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
-from .._accel_ffi import lib
-from ..errors import AccelInvalidError
+import numpy as np
+
+from .._accel_ffi import ffi, lib
+from ..errors import AccelInvalidError, check
+from .lut_math import exp_f32, gelu64, gelu_f64, gelu_tanh64, tanh_f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +37,13 @@ class Entry:
     # (("beta", 1.0),): an attribute the compiler neither reads nor finds here keeps the op on
     # the host (compiler/lowering.py ``check_attributes``).
     relax_attrs: Tuple[Tuple[str, object], ...] = ()
+    # A LUT activation's NumPy reference (sim/reference.py reads them), written apart from the
+    # C (csrc/lut.c): ``exact``, the FP32 SDP's float32 result in the C's operation order;
+    # ``function64``, the float64 function its tables are built from.
+    exact: Optional[Callable[[np.ndarray], np.ndarray]] = dataclasses.field(
+        default=None, compare=False, repr=False)
+    function64: Optional[Callable[[np.ndarray], np.ndarray]] = dataclasses.field(
+        default=None, compare=False, repr=False)
 
     @property
     def value(self) -> int:
@@ -105,28 +116,71 @@ ELEMENTWISE = Table("accel_eltwise", "ew_op", "ACCEL_EW_COUNT", (
     Entry("min", "ACCEL_EW_MIN", "relax.minimum", feature="elementwise", relax_args=1),
 ))
 
+_ONE, _THREE, _SIX, _ZERO = np.float32(1), np.float32(3), np.float32(6), np.float32(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _domain_start(c_name: str) -> float:
+    """Where the FP16 LUT of rsqrt / reciprocal begins (its LE table's le_start)."""
+    geometry = ffi.new("accel_lut*")
+    check(lib.accel_lut_info(getattr(lib, c_name), geometry))
+    return float(geometry.le_start)
+
+
+def _in_domain(c_name: str, t: np.ndarray) -> np.ndarray:
+    """rsqrt's and reciprocal's t, held to their domain: defined for t > 0, below the FP16
+    table's start (0, negatives, -inf and tiny t) the value there, as the LUT answers
+    (accel.h), and so the INT8 tables hold it too: a finite top (32768 for both) where IEEE
+    would give inf or NaN. NaN stays."""
+    return np.maximum(np.asarray(t, dtype=np.float64), _domain_start(c_name))
+
+
+def _hardsigmoid64(t):
+    return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
+
+
 ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry(None, "ACCEL_ACT_NONE"),
     Entry("relu", "ACCEL_ACT_RELU", "relax.nn.relu"),
     Entry("clip", "ACCEL_ACT_CLIP", "relax.clip", relax_args=2),      # the bounds
     Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
-    Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut"),
-    Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut"),
-    Entry("silu", "ACCEL_ACT_SILU", "relax.nn.silu", feature="lut"),
+    # The LUT activations: exact is the FP32 SDP's float32 (sigmoid, silu and exp through
+    # exp_f32, tanh through tanh_f32; GELU in float64 through erfc, rounded once),
+    # function64 the float64 function of the tables.
+    Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut",
+          exact=lambda t: _ONE / (_ONE + exp_f32(-t)),  # exp(-t) = inf: 0
+          function64=lambda t: 1.0 / (1.0 + np.exp(-t))),
+    Entry("tanh", "ACCEL_ACT_TANH", "relax.tanh", feature="lut", exact=tanh_f32,
+          function64=np.tanh),
+    Entry("silu", "ACCEL_ACT_SILU", "relax.nn.silu", feature="lut",
+          exact=lambda t: t / (_ONE + exp_f32(-t)),
+          function64=lambda t: t / (1.0 + np.exp(-t))),
     # No Relax op: the compiler recognises their decomposed forms.
-    Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut"),
-    Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut"),
-    Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut"),
-    Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut"),
+    Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut",
+          exact=lambda t: t * np.clip(t + _THREE, _ZERO, _SIX) / _SIX,
+          function64=lambda t: t * np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0),
+    Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut",
+          exact=lambda t: np.clip(t + _THREE, _ZERO, _SIX) / _SIX, function64=_hardsigmoid64),
+    Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut",
+          exact=gelu_f64, function64=gelu64),
+    Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", exact=exp_f32,
+          function64=np.exp),
     # No Relax op: layer norm's and softmax's decompositions use them (sim/decompose.py);
     # relax.rsqrt is not mapped to rsqrt because the FP16 LUT answers LE[0], not NaN, for
     # t <= 0 (accel.h), a different answer where the Relax op's input may be negative.
     # int8=False: the INT8 engine runs any tables it is given, but the compiler builds none
     # for them (quantization/lut.py): their pole at 0 needs more range than one int8 scale
     # and a linear table give, so int8 builds keep these passes in FP16.
-    Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut", int8=False),
-    Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut", int8=False),
-    Entry("gelu_tanh", "ACCEL_ACT_GELU_TANH", "relax.nn.gelu_tanh", feature="lut"),
+    # exact: IEEE sqrt and division, each correctly rounded (as the C's).
+    Entry("rsqrt", "ACCEL_ACT_RSQRT", feature="lut", int8=False,
+          exact=lambda t: (_ONE / np.sqrt(t)).astype(np.float32),
+          function64=lambda t: 1.0 / np.sqrt(_in_domain("ACCEL_ACT_RSQRT", t))),
+    Entry("reciprocal", "ACCEL_ACT_RECIPROCAL", feature="lut", int8=False,
+          exact=lambda t: (_ONE / t).astype(np.float32),
+          function64=lambda t: 1.0 / _in_domain("ACCEL_ACT_RECIPROCAL", t)),
+    Entry("gelu_tanh", "ACCEL_ACT_GELU_TANH", "relax.nn.gelu_tanh", feature="lut",
+          exact=lambda t: gelu_tanh64(t).astype(np.float32),
+          function64=lambda t: gelu_tanh64(t, libm=False)),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -141,6 +142,11 @@ def load_callable(spec: str) -> Callable[[], Any]:
     path = Path(path_text)
     if not path.is_file():
         raise AccelInvalidError(f"model file '{path}' does not exist")
+    # As `python file.py` runs it: the file's folder first on the import path, so that the
+    # file (and the function, when it runs) imports the files beside it.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     module_spec = importlib.util.spec_from_file_location(f"_accel_user_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:

@@ -117,7 +117,8 @@ extern const conv_f32_impl conv_f32_fc_blas_impl, conv_f32_blas_impl;
 extern const conv_f32_impl conv_f32_dw_avx2_impl, conv_f32_gemm_avx2_impl;
 #endif
 #ifdef __AVX512F__
-extern const conv_f32_impl conv_f32_dw_rows_avx512_impl, conv_f32_dw_avx512_impl,
+extern const conv_f32_impl conv_f32_dw_c16_avx512_impl, conv_f32_dw_rows_avx512_impl,
+    conv_f32_dw_avx512_impl,
     conv_f32_implicit_avx512_impl, conv_f32_packed_avx512_impl;
 #endif
 

@@ -2,8 +2,9 @@
  * the order they are tried, and conv_f32, the loop over them.
  *
  * The list, chosen by measurement (figures: docs/kernels.md; each file says what its kernel
- * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 3x3 and 5x5 by
- * output rows (dw_rows_avx512) or other depthwise kernels through a padded phase copy
+ * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 5x5, and 3x3 on
+ * short rows, through a channel-blocked copy (dw_c16_avx512), other depthwise 3x3 by output
+ * rows (dw_rows_avx512), other depthwise kernels through a padded phase copy
  * (dw_avx512); the implicit GEMM where its grid wastes few columns and its weight panel
  * streams well (implicit_avx512); packed panels otherwise (packed_avx512); without AVX-512
  * (x86-64-v3) depthwise (dw_avx2) and GEMM (gemm_avx2) kernels of 8-lane FMAs in the same
@@ -26,6 +27,7 @@
 static const conv_f32_impl* const impls[] = {
     &conv_f32_fc_blas_impl,
 #ifdef __AVX512F__
+    &conv_f32_dw_c16_avx512_impl,
     &conv_f32_dw_rows_avx512_impl,
     &conv_f32_dw_avx512_impl,
     &conv_f32_implicit_avx512_impl,

@@ -94,7 +94,9 @@ static accel_status check_sdp_convert(const accel_config* cfg, const accel_sdp_d
       d->rshift != NULL || d->prelu_mul != NULL || d->lut != NULL || d->in_zero != 0 ||
       d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 || d->prelu_shift != 0 ||
       d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 || d->clip_lo != 0 ||
-      d->clip_hi != 0 || d->ew_per_channel != 0) {
+      d->clip_hi != 0 || d->ew_per_channel != 0 || d->x1.alu != NULL || d->x1.mul != NULL ||
+      d->x2.alu != NULL || d->x2.mul != NULL || d->x1.alu_per_channel != 0 ||
+      d->x1.mul_per_channel != 0 || d->x2.alu_per_channel != 0 || d->x2.mul_per_channel != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: a converting SDP (convert = 1) sets only "
                       "cvt_scale and cvt_zero", where);
   }
@@ -140,6 +142,29 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
   if (d->ew_per_channel && d->ew_op == ACCEL_EW_NONE) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: ew_per_channel = 1 needs an ew_op", where);
   }
+  RANGE("x1.alu_per_channel", d->x1.alu_per_channel, 0, 1)
+  RANGE("x1.mul_per_channel", d->x1.mul_per_channel, 0, 1)
+  RANGE("x2.alu_per_channel", d->x2.alu_per_channel, 0, 1)
+  RANGE("x2.mul_per_channel", d->x2.mul_per_channel, 0, 1)
+  const accel_sdp_x* units[2] = {&d->x1, &d->x2};
+  for (int u = 0; u < 2; ++u) {
+    const char* unit = u == 0 ? "x1" : "x2";
+    if (units[u]->alu == NULL && units[u]->mul == NULL) {
+      if (units[u]->alu_per_channel || units[u]->mul_per_channel) {
+        return accel_fail(ACCEL_ERR_INVALID, "%s: %s.*_per_channel is set without its operand",
+                          where, unit);
+      }
+      continue;
+    }
+    if (int8) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: %s's operands (the X units read from "
+                        "memory) run in FP32 and FP16 only, not INT8", where, unit);
+    }
+    if (!(cfg->features & ACCEL_FEATURE_ELEMENTWISE)) {
+      return accel_fail(ACCEL_ERR_UNSUPPORTED, "%s: %s's operands need the SDP's operand read "
+                        "DMA (the element-wise feature), which %s lacks", where, unit, cfg->name);
+    }
+  }
   if (need_data) {
     const int64_t eb = element_bytes(d->precision);
     const char* type = precision_name(d->precision);
@@ -149,7 +174,9 @@ static accel_status resolve_sdp(const accel_config* cfg, resolved_op* r, const c
             {d->ew_operand, ": ew_operand", d->ew_op != ACCEL_EW_NONE, eb, type},
             {d->prelu_slope, ": prelu_slope", !int8 && d->act == ACCEL_ACT_PRELU, eb, type},
             {d->bias, ": bias", 0, 4, "int32"}, {d->mul, ": mul", 0, 2, "int16"},
-            {d->prelu_mul, ": prelu_mul", int8 && d->act == ACCEL_ACT_PRELU, 2, "int16"}};
+            {d->prelu_mul, ": prelu_mul", int8 && d->act == ACCEL_ACT_PRELU, 2, "int16"},
+            {d->x1.alu, ": x1.alu", 0, eb, type}, {d->x1.mul, ": x1.mul", 0, eb, type},
+            {d->x2.alu, ": x2.alu", 0, eb, type}, {d->x2.mul, ": x2.mul", 0, eb, type}};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; ++i) {
       if (params[i].ptr == NULL && !params[i].needed) continue;
       st = check_array(params[i].ptr, params[i].bytes, params[i].type, where, params[i].name);
@@ -410,6 +437,11 @@ static int operand_ranges(const accel_op* op, const resolved_op* r, int64_t eb,
     OPERAND(d->rshift, (int64_t)r->in_c, "rshift")
     OPERAND(prelu ? d->prelu_mul : NULL, (int64_t)r->in_c * 2, "prelu_mul")
     OPERAND(d->lut, (int64_t)sizeof(accel_lut_int8), "lut")
+    const int64_t whole = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+    OPERAND(d->x1.alu, (d->x1.alu_per_channel ? r->in_c : whole) * eb, "x1.alu")
+    OPERAND(d->x1.mul, (d->x1.mul_per_channel ? r->in_c : whole) * eb, "x1.mul")
+    OPERAND(d->x2.alu, (d->x2.alu_per_channel ? r->in_c : whole) * eb, "x2.alu")
+    OPERAND(d->x2.mul, (d->x2.mul_per_channel ? r->in_c : whole) * eb, "x2.mul")
   }
 #undef OPERAND
   return count;
@@ -604,6 +636,12 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
         return accel_fail(ACCEL_ERR_UNSUPPORTED, "op %d (SDP): a per-channel element-wise "
                           "operand (ew_per_channel) runs on NCHW tensors only", i);
       }
+      const accel_sdp_desc* d = &ops[i].sdp;
+      if (ops[i].engine == ACCEL_ENGINE_SDP && (d->x1.alu != NULL || d->x1.mul != NULL ||
+                                                d->x2.alu != NULL || d->x2.mul != NULL)) {
+        return accel_fail(ACCEL_ERR_UNSUPPORTED, "op %d (SDP): the X units' operands (x1, x2) "
+                          "run on NCHW tensors only", i);
+      }
     }
   }
   if (output->layout == ACCEL_LAYOUT_C16) {
@@ -652,7 +690,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
     const int64_t out_bytes = out_hi - out_lo;
     for (int32_t i = 0; i < num_ops; ++i) {
       const resolved_op* r = &out->ops[i];
-      operand_range operands[8];
+      operand_range operands[16];
       const int count = operand_ranges(&ops[i], r, eb, operands);
       for (int j = 0; j < count; ++j) {
         if (ranges_overlap(operands[j].ptr, operands[j].bytes, out_lo, out_bytes)) {

@@ -127,3 +127,57 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
   }
   return ACCEL_OK;
 }
+
+/* Tiles of TILE x TILE elements: each tile's rows read and its columns written while both stay
+ * in L1 (a row-major walk of a [197, 768] matrix writes a new cache line per element). */
+enum { TRANSPOSE_TILE = 32 };
+
+#define TRANSPOSE_TILES(T)                                                                 \
+  static void transpose_##T(const T* s, T* d, int64_t rows, int64_t cols) {               \
+    for (int64_t i0 = 0; i0 < rows; i0 += TRANSPOSE_TILE) {                               \
+      const int64_t i1 = i0 + TRANSPOSE_TILE < rows ? i0 + TRANSPOSE_TILE : rows;         \
+      for (int64_t j0 = 0; j0 < cols; j0 += TRANSPOSE_TILE) {                             \
+        const int64_t j1 = j0 + TRANSPOSE_TILE < cols ? j0 + TRANSPOSE_TILE : cols;       \
+        for (int64_t j = j0; j < j1; ++j)                                                 \
+          for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];            \
+      }                                                                                   \
+    }                                                                                     \
+  }
+TRANSPOSE_TILES(uint8_t)
+TRANSPOSE_TILES(uint16_t)
+TRANSPOSE_TILES(uint32_t)
+#undef TRANSPOSE_TILES
+
+accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t rows,
+                             int64_t cols, int32_t element_bytes) {
+  if (src == NULL || dst == NULL) return accel_fail(ACCEL_ERR_NULL, "src or dst is NULL");
+  if (batch < 0 || rows < 0 || cols < 0) {
+    return accel_fail(ACCEL_ERR_INVALID, "batch = %lld, rows = %lld, cols = %lld: one is "
+                      "negative", (long long)batch, (long long)rows, (long long)cols);
+  }
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4) {
+    return accel_fail(ACCEL_ERR_INVALID, "element_bytes = %d is not 1, 2 or 4", element_bytes);
+  }
+  if ((uintptr_t)src % (uintptr_t)element_bytes != 0 ||
+      (uintptr_t)dst % (uintptr_t)element_bytes != 0) {
+    return accel_fail(ACCEL_ERR_ALIGNMENT, "src = %p or dst = %p is not aligned to its %d-byte "
+                      "elements", src, dst, element_bytes);
+  }
+  const int64_t matrix = rows * cols, bytes = batch * matrix * element_bytes;
+  const char* s = src;
+  const char* d = dst;
+  if (bytes > 0 && s < d + bytes && d < s + bytes) {
+    return accel_fail(ACCEL_ERR_INVALID, "src %p and dst %p overlap", src, dst);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t at = b * matrix;
+    if (element_bytes == 4) {
+      transpose_uint32_t((const uint32_t*)src + at, (uint32_t*)dst + at, rows, cols);
+    } else if (element_bytes == 2) {
+      transpose_uint16_t((const uint16_t*)src + at, (uint16_t*)dst + at, rows, cols);
+    } else {
+      transpose_uint8_t((const uint8_t*)src + at, (uint8_t*)dst + at, rows, cols);
+    }
+  }
+  return ACCEL_OK;
+}

@@ -58,7 +58,7 @@ static int32_t num_shared_devices;
 /* Field by field, every field (the energy figures too: accel_run's stats charge them):
  * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
  * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
-_Static_assert(ACCEL_ABI_VERSION == 11,
+_Static_assert(ACCEL_ABI_VERSION == 13,
                "accel.h changed a layout: compare any new accel_config field in same_config, "
                "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {
@@ -164,7 +164,14 @@ static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
                    .ew_operand = d->ew_operand, .ew_per_channel = d->ew_per_channel,
                    .act = d->act, .clip_min = d->clip_min,
                    .clip_max = d->clip_max, .prelu_slope = d->prelu_slope,
-                   .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL};
+                   .lut = d->precision == ACCEL_FP16 ? lut_get(d->act) : NULL,
+                   .x = {{d->x1.alu, d->x1.mul, d->x1.alu_per_channel, d->x1.mul_per_channel},
+                         {d->x2.alu, d->x2.mul, d->x2.alu_per_channel, d->x2.mul_per_channel}}};
+}
+
+/* Whether an FP32 / FP16 SDP reads X unit operands (accel_sdp_x). */
+static int sdp_has_x(const accel_sdp_desc* d) {
+  return d->x1.alu != NULL || d->x1.mul != NULL || d->x2.alu != NULL || d->x2.mul != NULL;
 }
 
 static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d, int32_t channels) {
@@ -210,6 +217,16 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
                     : op->engine == ACCEL_ENGINE_PDP ? op->pdp.precision
                                                      : op->cdp.precision) == ACCEL_INT8;
   const int32_t threads = dev->num_threads;
+  if (epilogue != NULL && !int8 && sdp_has_x(epilogue)) {
+    /* X unit operands: the CONV's fp32 accumulators first, then the SDP over them (the same
+     * operations as on the fly; the kernels' epilogues take no X units) */
+    accel_status st = execute_pass(dev, chain, first, first, half, src, dst);
+    if (st != ACCEL_OK) return st;
+    const resolved_op* e = &chain->ops[last];
+    const sdp_f32 p = sdp_operands(epilogue);
+    sdp_f32_run(&p, e->in_n, e->in_c, (int64_t)e->in_h * e->in_w, dst, dst, threads);
+    return ACCEL_OK;
+  }
   switch (op->engine) {
     case ACCEL_ENGINE_CONV:
       if (op->conv.mode == ACCEL_CONV_WINOGRAD && !int8) { /* INT8's is direct's, exactly */
@@ -360,9 +377,14 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
       total += (int64_t)r->conv.k * (r->conv.c / r->conv.groups) * r->conv.kernel_h *
                r->conv.kernel_w;
     } else if (r->op->engine == ACCEL_ENGINE_SDP) {
-      total += 3 * (int64_t)r->in_c +
-               (r->op->sdp.ew_op != ACCEL_EW_NONE ? (int64_t)r->in_n * r->in_c * r->in_h * r->in_w
-                                                  : 0);
+      const int64_t whole = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+      const accel_sdp_desc* d = &r->op->sdp;
+      total += 3 * (int64_t)r->in_c + (d->ew_op != ACCEL_EW_NONE ? whole : 0);
+      const accel_sdp_x* units[2] = {&d->x1, &d->x2};
+      for (int u = 0; u < 2; ++u) {
+        total += units[u]->alu == NULL ? 0 : units[u]->alu_per_channel ? r->in_c : whole;
+        total += units[u]->mul == NULL ? 0 : units[u]->mul_per_channel ? r->in_c : whole;
+      }
     }
   }
   float* cursor = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)total * sizeof(float));
@@ -395,10 +417,13 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
       d->scale = widen(d->scale, r->in_c, &cursor);
       d->shift = widen(d->shift, r->in_c, &cursor);
       d->prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;
-      d->ew_operand = d->ew_op != ACCEL_EW_NONE
-                          ? widen(d->ew_operand, (int64_t)r->in_n * r->in_c * r->in_h * r->in_w,
-                                  &cursor)
-                          : NULL;
+      const int64_t whole = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
+      d->ew_operand = d->ew_op != ACCEL_EW_NONE ? widen(d->ew_operand, whole, &cursor) : NULL;
+      accel_sdp_x* units[2] = {&d->x1, &d->x2};
+      for (int u = 0; u < 2; ++u) {
+        units[u]->alu = widen(units[u]->alu, units[u]->alu_per_channel ? r->in_c : whole, &cursor);
+        units[u]->mul = widen(units[u]->mul, units[u]->mul_per_channel ? r->in_c : whole, &cursor);
+      }
     } else if (r->op->engine == ACCEL_ENGINE_PDP) {
       ops[i].pdp.precision = ACCEL_FP32;
     } else {

@@ -122,3 +122,55 @@ def test_program_of_refuses_a_module_that_is_not_partitioned(matched):
 
     with pytest.raises(AccelInvalidError, match="not partitioned"):
         ac.program_of(matched)
+
+
+def test_an_int8_program_carries_its_quantisation():
+    """Each int8 run's quantisation is a field of the Run (codegen/int8_plan.py), set before
+    the C is printed: the Program JSON shows each run's input, operand and output scales and
+    its converters, the same as the module's record of every tensor the runs read and write;
+    an fp32 program has none."""
+    import torch
+    from torch import nn
+
+    import accel_codegen as ac
+    from accel_codegen import frontend
+    from accel_codegen.sim.observer import INPUT
+
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+            self.b = nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.a(x)
+            return torch.sigmoid(self.b(y) + y)
+
+    net = Net().eval()
+    x = torch.randn(1, 3, 8, 8)
+    mod, params = frontend.from_pytorch(net, (x,))
+    partitioned = ac.partition_for_accel(mod, params, precision="int8",
+                                         calibration=[[x.numpy()]])
+    runs = [run for f in ac.program_of(partitioned)["functions"] for run in f["runs"]]
+    used = ac.calibration_of(partitioned, used=True).tensors
+    assert len(runs) == 3 and all(run["quant"] is not None for run in runs)
+    for run, out_index in zip(runs, (1, 1, 0)):  # the SDP's output (the sigmoid's own run)
+        quant, key = run["quant"], run["key"]
+        assert quant["input"] == {"scale": used[(key, INPUT)].scale,
+                                  "zero": used[(key, INPUT)].zero}
+        assert quant["output"]["scale"] == used[(key, out_index)].scale
+        converters = quant["converters"]
+        assert len(converters["bias"]) == len(converters["mul"]) == 8
+        assert all(0 <= shift <= 37 for shift in converters["rshift"])
+    conv, residual, sigmoid = runs
+    # the residual's operand is the first layer's output, in its codes; the sigmoid a table
+    assert residual["quant"]["operand"] == residual["quant"]["input"] == \
+        conv["quant"]["output"]
+    assert residual["quant"]["converters"]["ew"]["extra_bits"] > 0
+    assert sigmoid["quant"]["input"] == residual["quant"]["output"]
+    assert sigmoid["quant"]["converters"]["lut"] is not None
+    assert conv["quant"]["converters"]["lut"] is None and conv["quant"]["operand"] is None
+    fp32 = ac.program_of(ac.partition_for_accel(mod, params))
+    assert all(run["quant"] is None for f in fp32["functions"] for run in f["runs"])

@@ -19,8 +19,8 @@ from accel_codegen.sim import Conv, Sdp
 
 I8_IMPLS = ["dw_rows_vbmi", "dw_vnni", "im2col_vnni", "stem_vbmi", "amx", "small_vnni",
             "implicit_vnni", "portable"]
-F32_IMPLS = ["fc_blas", "dw_rows_avx512", "dw_avx512", "implicit_avx512", "packed_avx512",
-             "dw_avx2", "gemm_avx2", "blas"]
+F32_IMPLS = ["fc_blas", "dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
+             "packed_avx512", "dw_avx2", "gemm_avx2", "blas"]
 C16_IMPLS = ["c16_pointwise", "c16_depthwise", "c16_dense_3x3", "c16_winograd", "c16_stem",
              "c16_stem_pool"]
 LINE = re.compile(r"^accel_verbose,conv,(int8|fp32|fp16),(\w+),mb(\d+)_g(\d+)_ic(\d+)oc(\d+)_"
@@ -191,7 +191,8 @@ def test_forced_implementations_compute_the_reference():
     assert {"portable", "blas", "fc_blas"} <= ran
     flags = _cpu_flags()
     if " avx512f" in flags:
-        assert {"dw_rows_avx512", "dw_avx512", "implicit_avx512", "packed_avx512"} <= ran
+        assert {"dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
+                "packed_avx512"} <= ran
     if " avx512_vnni" in flags:
         assert {"dw_vnni", "im2col_vnni", "small_vnni", "implicit_vnni"} <= ran
     if " avx512_vnni" in flags and " avx512vbmi" in flags:
@@ -201,12 +202,13 @@ def test_forced_implementations_compute_the_reference():
 # fp32 layers whose implementation or depth blocking depends on the L1d size: a stride-2 3x3
 # 576 deep (the implicit GEMM up to 1024 deep with a 32 KiB L1d, 512 with 48 KiB) with an
 # output of 23x23 (529 positions: the packed path's dot-product tail of 1) and of 28x28 (no
-# tail), deep 1x1 and 3x3 layers (128- or 512-deep cache blocks), a depthwise 7x7 plane (rows
-# of 8 or 4), and the same stride-2 conv on C16 tensors (conv3x3_c16.c follows
-# conv_f32_dot_tail).
+# tail), deep 1x1 and 3x3 layers (128- or 512-deep cache blocks), depthwise 3x3 on a 7x7 and a
+# 12x12 plane (the row kernel's rows of 8 or 4 on the second), and the same stride-2 conv on
+# C16 tensors (conv3x3_c16.c follows conv_f32_dot_tail).
 L1_LAYERS = [(1, 64, 46, 46, 32, 3, 2, 1, 1), (1, 64, 56, 56, 16, 3, 2, 1, 1),
              (1, 640, 7, 7, 32, 1, 1, 0, 1), (1, 160, 9, 9, 16, 3, 1, 1, 1),
-             (1, 96, 7, 7, 96, 3, 1, 1, 96), (1, 64, 46, 46, 32, [3, "c16"], 2, 1, 1)]
+             (1, 96, 7, 7, 96, 3, 1, 1, 96), (1, 96, 12, 12, 96, 3, 1, 1, 96),
+             (1, 64, 46, 46, 32, [3, "c16"], 2, 1, 1)]
 
 
 def test_fp32_bits_do_not_depend_on_the_l1d_size():
@@ -225,6 +227,32 @@ def test_fp32_bits_do_not_depend_on_the_l1d_size():
     first = _parse([l for l in base_lines if "fp32" in l][offset + 1])[1]
     if first == "implicit_avx512":
         assert _parse(runs["48K"][1][1])[1] == "packed_avx512"
+
+
+# Depthwise layers both fp32 depthwise kernels compute (3x3 and 5x5, strides 1 and 2): a batch
+# of two with a plane wider than high, channels not a multiple of 16 (a partial block), a 5x5
+# kernel with padding 1, a strided row of 8, one 16-channel plane large enough to be split into
+# bands of rows between the two threads.
+DW_LAYERS = [(2, 40, 9, 13, 40, 5, 1, 2, 40), (1, 24, 14, 14, 24, 5, 2, 2, 24),
+             (1, 17, 7, 5, 17, 3, 1, 1, 17), (1, 32, 6, 6, 32, 5, 1, 1, 32),
+             (1, 48, 15, 15, 48, 3, 2, 1, 48), (1, 16, 64, 64, 16, 5, 1, 2, 16)]
+
+
+def test_depthwise_kernels_give_the_same_bits():
+    """The channel-blocked depthwise kernel (dw_c16_avx512) sums as the row kernel
+    (dw_rows_avx512): every output the same bits (conv/f32_order.h), whichever the list picks."""
+    runs = {impl: _child(DW_LAYERS, ["fp32"], ACCEL_CONV_IMPL=impl, ACCEL_VERBOSE="1")
+            for impl in ("dw_rows_avx512", "dw_c16_avx512")}
+    if " avx512f" in _cpu_flags():  # elsewhere neither is built: the list's choice ran twice
+        for impl, (_, lines) in runs.items():
+            assert {_parse(line)[1] for line in lines} == {impl}, lines
+    for i, layer in enumerate(DW_LAYERS):
+        assert runs["dw_c16_avx512"][0][f"{i}/fp32"][0] == \
+            runs["dw_rows_avx512"][0][f"{i}/fp32"][0], layer
+        expected = _reference(layer, "fp32")
+        got = _values(runs["dw_c16_avx512"][0][f"{i}/fp32"][1], expected)
+        np.testing.assert_allclose(got, expected, rtol=1e-4,
+                                   atol=1e-4 * np.abs(expected).max(), err_msg=str(layer))
 
 
 # fp32 layers for the AVX2 kernels beside those above: dot-product tails of 4 (14x14) and 1

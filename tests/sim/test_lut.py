@@ -8,6 +8,7 @@ library's own exp and tanh, bit for bit the NumPy reference's (tests/sim/test_lu
 GELU with libm against NumPy within the last bit; all against PyTorch.
 """
 import dataclasses
+import math
 import pathlib
 import re
 
@@ -160,15 +161,15 @@ def test_the_lut_differs_from_the_exact_function():
 
 @pytest.mark.parametrize("act", LUT_ACTS)
 def test_fp32_is_exact(act, rng):
-    """FP32 equals the NumPy reference (bit for bit through exp_f32 and tanh_f32, within libm's
-    last bit otherwise), and PyTorch within 1e-6."""
+    """FP32 equals the NumPy reference (bit for bit through exp_f32, tanh_f32 and gelu_f64,
+    within libm's last bit otherwise), and PyTorch within 1e-6."""
     torch = pytest.importorskip("torch")
     functional = torch.nn.functional
     x = (rng.standard_normal((2, 4, 8, 16)) * 6).astype(np.float32)
     x.flat[:6] = [0.0, -0.0, 88.0, -100.0, np.inf, -np.inf]
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
-    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal", "gelu_tanh"):
+    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal", "gelu_tanh", "gelu"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
@@ -181,6 +182,27 @@ def test_fp32_is_exact(act, rng):
     # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).
     finite = np.isfinite(x)
     np.testing.assert_allclose(y[finite], theirs[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_fp32_gelu_is_rounded_once():
+    """FP32 GELU (gelu_f64: 8 double lanes, or the scalar loop for a tail) is the reference's
+    bit for bit and within 0.5 + 1e-6 ulp of t erfc(-t / sqrt 2) / 2 in float64 (libm's erfc,
+    within 1e-15 of exact): every input of [-16, 16] in steps of 2^-9, random ones, the tails
+    where Phi is 0 or 1, subnormals, zeros and NaN; 100,003 values, so the last vector is part."""
+    rng = np.random.default_rng(47)
+    x = np.concatenate([np.arange(-16, 16, 2.0 ** -9), rng.standard_normal(80_000) * 4,
+                        [0.0, -0.0, 1e-40, -1e-40, 14.8, -14.8, -14.9, -30.0, 1e30, -1e30,
+                         np.inf, np.nan]]).astype(np.float32)[:100_003]
+    y = DEVICE.run([Sdp(act="gelu")], x.reshape(1, 1, 1, -1))[0].ravel()
+    assert_same(y, ref.activation_exact("gelu", x), "gelu")
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = 0.5 * wide * np.array([math.erfc(-v * math.sqrt(0.5)) for v in wide])
+        finite = np.isfinite(exact)
+        ulp = np.spacing(np.abs(exact[finite]).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(y[finite] - exact[finite]) <= 0.5 * (1 + 1e-6) * ulp)
+    assert np.signbit(y[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+    assert np.isnan(y[np.isnan(x)]).all() and y[x == np.inf] == np.inf
 
 
 @pytest.mark.parametrize("act", LUT_ACTS)

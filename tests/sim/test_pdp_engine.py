@@ -113,6 +113,32 @@ def test_tiled_averages_are_bit_exact(shape, kernel):
                     f"{threads} threads: NaNs")
 
 
+@pytest.mark.parametrize("kind,include_pad", [("max", False), ("avg", True)])
+def test_tiles_padded_on_the_right_are_bit_exact(kind, include_pad):
+    """Windows that tile a row and run past its right edge (attention's softmax: a max over
+    197 keys in windows of 8 from 200, its sum the same counting the padding)
+    run 16 planes at a time too: bit for bit the reference's and the one-plane path's, a max's
+    first of +0 and -0 and its last NaN, on 1, 2 and 3 threads (37 planes: a rest)."""
+    rng = np.random.default_rng(46)
+    x = rng.standard_normal((1, 37, 2, 197), dtype=np.float32) * 3
+    x[0, 3, 0, 8:16] = 0.0
+    x[0, 3, 0, 9] = -0.0  # the window's first largest is +0 (tap 8), then -0 first in another
+    x[0, 3, 1, 16], x[0, 3, 1, 17] = -0.0, 0.0
+    x[0, 20, 1, 196], x[0, 21, 0, 0] = np.inf, -np.inf
+    op = Pool(kind, (1, 8), (1, 8), (0, 0, 0, 3), include_pad)
+    expected = ref.run_op(op, x)
+    nans = x.copy()
+    nans[0, 7, 0, 0:2] = np.array([0x7FC00001, 0xFFC00002], np.uint32).view(np.float32)
+    nans[0, 30, 1, 195] = nans[0, 7, 0, 1]
+    one = np.concatenate([DEVICE.run([op], nans[:, c:c + 1])[0] for c in range(37)], axis=1)
+    for threads, device in DEVICES.items():
+        y = device.run([op], x)[0]
+        assert_same(y, expected, f"{threads} threads")
+        assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{threads} threads: zeros"
+        assert_same(device.run([op], nans)[0].view(np.uint32), one.view(np.uint32),
+                    f"{threads} threads: NaNs")
+
+
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("padding,include_pad", [(0, False), (1, False), (1, True)])
 def test_global_pooling_is_bit_exact(kind, padding, include_pad):
@@ -191,6 +217,25 @@ def test_int8_global_average_pool_matches_reference_exactly(size, zero):
     for threads in (1, 2, 3):
         y, _ = DEVICES[threads].run([op], x)
         assert_same(y, expected, f"global {size} zero {zero}, {threads} threads")
+
+
+@pytest.mark.parametrize("zero", [-128, 0, 127])
+@pytest.mark.parametrize("shape,kernel,padding", [
+    ((112, 112), 8, 0), ((28, 30), 7, 0), ((45, 57), (5, 8), (0, 0, 0, 7)),
+    ((9, 70), (3, 6), (0, 0, 0, 2)), ((13, 4), (7, 2), (0, 0, 1, 0))], ids=str)
+def test_int8_tiled_averages_match_reference_exactly(shape, kernel, padding, zero):
+    """INT8 averages whose windows tile the plane (a wide or global pool's passes, pdp_i8.c
+    pool_blocks: column sums 32 columns a step, windows cut by the plane's edge reading the zero
+    point, finish_avg in 16 int32 lanes): bit for bit the reference's, sums at both rails."""
+    rng = np.random.default_rng(abs(zero) + shape[1])
+    x = rng.integers(-128, 128, (2, 5) + shape).astype(np.int8)
+    x[0, 0], x[0, 1] = 127, -128
+    x[1, 0] = np.clip(x[1, 0] // 8 + zero, -128, 127)
+    op = Pool("avg", kernel, kernel, padding, True, precision="int8", zero=zero)
+    expected = ref.run_op(op, x)
+    assert len(np.unique(expected)) > 3
+    for threads in (1, 2):
+        assert_same(DEVICES[threads].run([op], x)[0], expected, f"{threads} threads")
 
 
 @pytest.mark.parametrize("kernel", [(3, 3), (1, 2), (2, 5), (7, 6), (8, 8)])

@@ -80,14 +80,21 @@ def test_partition_decomposed_on_a_config_file(capsys, tmp_path):
 
 
 def test_partition_python_function(capsys, tmp_path):
+    """A file.py:function model, which imports a file beside it (as `python file.py` would)."""
+    (tmp_path / "my_model_blocks.py").write_text(textwrap.dedent("""
+        from torch import nn
+
+        def block():
+            return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        """))
     source = tmp_path / "my_model.py"
     source.write_text(textwrap.dedent("""
         import torch
-        from torch import nn
+
+        from my_model_blocks import block
 
         def build():
-            model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
-            return model.eval(), (torch.randn(1, 3, 16, 16),)
+            return block().eval(), (torch.randn(1, 3, 16, 16),)
 
         def not_a_pair():
             return 42

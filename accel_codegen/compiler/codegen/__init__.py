@@ -34,6 +34,7 @@ from ...errors import register_with_tvm_ffi
 from ...quantization import Calibration, TensorQuant
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
+from .int8_plan import quantize_int8
 from .planning import plan_program
 from ..program import lower_functions
 from ..target import Target
@@ -67,9 +68,11 @@ def generate(functions, options, into: Generated) -> List:
     create = tvm.get_global_func("runtime.CSourceModuleCreate")
     modules = []
     functions = list(functions)
-    # the functions' runs, lowered once, planned by the passes, then printed as C
-    program = plan_program(lower_functions(functions, len(into.sources), target.code,
-                                           target.layer_precisions), target)
+    # the functions' runs, lowered once, planned by the passes (int8: quantised from the
+    # calibration), then printed as C
+    program = quantize_int8(plan_program(lower_functions(
+        functions, len(into.sources), target.code, target.layer_precisions), target),
+        calibration)
     into.conv_modes.update({run.key: run.memory.conv.mode for run in program.runs
                             if run.memory.conv is not None})
     described = program.to_dict()

@@ -1,6 +1,7 @@
 """C source for one offloaded function: prints the runs of its Program (``..program``), in
 order, one ``accel_run`` each, with the choices the planning passes set on them (conv modes,
-memory, layouts, emitted weights: ``planning.py``).
+memory, layouts, emitted weights: ``planning.py``; in int8 code each run's quantisation and
+converters: ``int8_plan.py``).
 
 The parts live beside it: where each tensor lives and enters or leaves (:mod:`.tensors`), the
 engine ops of a run (:mod:`.run_ops`; int8's converters: :mod:`.int8_ops`), a token layer's
@@ -26,7 +27,8 @@ from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_name
 from ..target import Target
-from . import emit, int8, int8_ops, passes, run_ops
+from . import emit, int8_ops, passes, run_ops
+from .int8_plan import quantize_int8
 from .planning import plan_program
 from .tensors import STORAGE, FunctionTensors  # noqa: F401  (STORAGE: part of the interface)
 
@@ -51,21 +53,27 @@ class FunctionCodegen(FunctionTensors):
         precision = target.code
         super().__init__(function, MIXED[0] if precision == "mixed" else precision, calibration)
         if program is None:
-            program = plan_program(Program([lower_function(function, index, precision,
-                                                           target.layer_precisions)],
-                                           precision, target.layer_precisions),
-                                   target).functions[0]
+            program = quantize_int8(plan_program(Program(
+                [lower_function(function, index, precision, target.layer_precisions)],
+                precision, target.layer_precisions), target), calibration).functions[0]
         self.program, self.target = program, target
+        self.quant = program.quant  # the int8 quantisation pass's (read only here)
         self.config, self.fuse, self.index = target.config, target.fuse, index
         self.function_precision = precision
         self.packed = 0  # convs whose weights the glue packs once (int8, fp16, Winograd)
-        self.quantization: Dict[Key, TensorQuant] = {}  # every tensor the runs read or write
         self.layer_comments: List[str] = []
         self.emitting: Optional[Run] = None  # the run being printed
         self.layer_source = ""  # the source model's name of the layer being printed
         # layer key -> its source-model name, Relax operators and precision: the function's
         # record in the library (emit.INFO_SECTION)
         self.layer_info: Dict[str, Dict[str, object]] = {}
+
+    @property
+    def quantization(self) -> Dict[Key, TensorQuant]:
+        """int8: every tensor the runs read or write, keyed as the observer reports them
+        (``Run.quant``'s)."""
+        return {(run.key, index): quant for run in self.program.runs if run.quant is not None
+                for index, quant in run.quant.tensors.items()}
 
     def run(self) -> str:
         """The function's C source: every layer's runs, in the Program's order."""
@@ -115,9 +123,7 @@ class FunctionCodegen(FunctionTensors):
                     else output
                 if run.branch:
                     self.inner[run.output] = target
-                quant = self._emit(run, target)
-                if run.branch or self.precision == "int8":  # fp16 and fp32 have none
-                    self.quant[run.output] = quant
+                self._emit(run, target)
         self._leave(var)
 
     def _concat(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
@@ -130,16 +136,11 @@ class FunctionCodegen(FunctionTensors):
         if int8_code and layer.keeps_input_scales:
             self._output_regions(var, layer, runs)
             return
-        if int8_code and layer.several_sources:
-            self.quant[var] = int8.concat_quant(
-                self._data(run.layer.data, run.scope, (run.key, INPUT))[1] for run in runs)
+        if int8_code and layer.several_sources:  # every input enters before the first copy
+            for run in runs:
+                self._data(run.layer.data, run.scope, (run.key, INPUT))
         for run in runs:
-            quant = self._emit(run, self.operands[var],
-                               concat=self.quant.get(var) if int8_code else None)
-            # An fp16 concat of mixed code has no int8 quantisation of its own (an int8
-            # source's would be the wrong one): its int8 readers get the converting run's.
-            if int8_code:
-                self.quant[var] = quant
+            self._emit(run, self.operands[var])
 
     def _output_regions(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
         """An int8 concat that only leaves the function (Layer.keeps_input_scales): each
@@ -148,13 +149,10 @@ class FunctionCodegen(FunctionTensors):
         size = int(np.prod(layer.out_surface[2:]))
         regions = []
         for run in runs:
-            quant = self._emit(run, self.operands[var])
+            self._emit(run, self.operands[var])
             c = run.layer.copies[0]
-            regions.append((c.dst_offset * size, c.channels * size, quant))
+            regions.append((c.dst_offset * size, c.channels * size, run.quant.output))
         self.regions[var] = regions
-        # what reads the tensor as one int8 tensor (nothing in this function) would need
-        # the scale that covers every input
-        self.quant[var] = int8.concat_quant(q for _, _, q in regions)
 
     def _rescaled_concat(self, var: relax.Var, runs: List[Run]) -> None:
         """An int8 concat along a later axis (Layer.rescaled_rows): each copy moves its
@@ -163,43 +161,27 @@ class FunctionCodegen(FunctionTensors):
         of the input that wrote it (the view's channels are the positions)."""
         *copies, last = runs
         scratch = self._temp(int(np.prod(last.layer.in_shape)))
-        quants = []
         for run in copies:
-            quants.append(self._emit(run, scratch))
-            # the scratch holds several scales: the copy's output has no one quantisation
-            self.quantization.pop((run.key, 0), None)
-        quant = int8.concat_quant(quants)
-        positions = last.layer.in_shape[1]
-        unit, shift = np.zeros(positions), np.zeros(positions)
-        for run, q in zip(copies, quants):
-            c = run.layer.copies[0]
-            unit[c.dst_offset:c.dst_offset + c.channels] = q.scale
-            shift[c.dst_offset:c.dst_offset + c.channels] = -q.zero * q.scale
+            self._emit(run, scratch)
         self.emitting, layer = last, last.layer
-        converters = int8.channel_converters(np.ones(positions), shift, unit, quant.scale,
-                                             f"layer {last.key}")
         op = emit.sdp_op("each position's input to the concat's scale", {
-            "precision": "ACCEL_INT8", "in_zero": 0, "out_zero": quant.zero,
-            "bias": f"(const int32_t*){self._constant(converters['bias'])}",
-            "mul": f"(const int16_t*){self._constant(converters['mul'])}",
-            "rshift": f"(const uint8_t*){self._constant(converters['rshift'])}"})
+            "precision": "ACCEL_INT8", "in_zero": 0, "out_zero": last.quant.output.zero,
+            **int8_ops.converter_fields(self, last.quant.converters)})
         lines = [f"/* {last.label}: {' -> '.join(layer.source_ops)} */", "{",
                  emit.name_run(last.label, self.layer_source)]
         lines += emit.run_layer(emit.sram_streams([op], last.memory.sram), scratch,
                                 layer.in_shape, self.operands[var], layer.out_surface,
                                 layer.fused(self.fuse), last.label, self.precision)
         self.body.extend(lines + ["}"])
-        self.quantization[(last.key, 0)] = self.quant[var] = quant
 
     def _deconvolution(self, var: relax.Var, runs: List[Run]) -> None:
         """A transposed convolution or nearest upsampling: its conv (or one BDMA copy per
         phase) writes the output's phases into scratch, then a RUBIK run contracts them into
         the output. The contract moves codes, so an int8 output keeps the phases' scale."""
         phases = self._temp(int(np.prod(runs[-1].layer.in_shape)))
-        quant = None
         for run in runs:
             if not run.layer.contract_only:
-                quant = self._emit(run, phases)
+                self._emit(run, phases)
                 continue
             self.emitting, layer = run, run.layer
             ops = emit.sram_streams([emit.rubik_op(layer.rubik, self.precision)],
@@ -210,22 +192,16 @@ class FunctionCodegen(FunctionTensors):
                                     feature_surface(layer.out_shape), layer.fused(self.fuse),
                                     run.label, self.precision)
             self.body.extend(lines + ["}"])
-            if self.precision == "int8":
-                self.quantization[(run.key, INPUT)] = self.quantization[(run.key, 0)] = quant
-        if self.precision == "int8":
-            self.quant[var] = quant
 
     def _convert_output(self, run: Run) -> None:
         """A converting run: its layer's output into the other precision, for the layers
         that read it in that one."""
-        var = run.output
-        quant = int8_ops.int8_output(self, run.call)
+        var, quant = run.output, run.quant.output
         target = other_precision(self.precision)
         shape = feature_surface(static_shape(var))
         temp = self._temp(int(np.prod(shape)), self.last_use.get(var, run.call),
                           itemsize=np.dtype(STORAGE[target]).itemsize)
-        self.converted[var], self.quant[var] = temp, quant
-        self.quantization[(run.key, INPUT)] = self.quantization[(run.key, 0)] = quant
+        self.converted[var] = temp
         lines = [f"/* {run.label}: layer {run.call}'s output for its {target} readers */", "{",
                  emit.name_run(run.label, self.layer_source)]
         lines += emit.run_layer([emit.convert_op(self.precision, quant.scale, quant.zero)],
@@ -233,30 +209,27 @@ class FunctionCodegen(FunctionTensors):
                                 self.precision, target)
         self.body.extend(lines + ["}"])
 
-    def _emit(self, run: Run, output: str, concat: Optional[TensorQuant] = None,
-              layer: Optional[Layer] = None) -> Optional[TensorQuant]:
-        """One accelerator run into ``output``; returns the int8 quantisation of its output
-        (``concat``: the quantisation of the int8 concat this copy rescales its input into;
-        ``layer``: the run's layer as the caller reshaped it, a token layer's surface)."""
+    def _emit(self, run: Run, output: str, layer: Optional[Layer] = None) -> None:
+        """One accelerator run into ``output`` (``layer``: the run's layer as the caller
+        reshaped it, a token layer's surface)."""
         self.emitting, layer, key = run, layer or run.layer, run.key
         lines = [f"/* {run.label}: {' -> '.join(layer.source_ops)} */", "{",
                  emit.name_run(run.label, self.layer_source)]
-        data, in_quant = self._data(layer.data, run.scope, (key, INPUT))
+        data, _ = self._data(layer.data, run.scope, (key, INPUT))
         out_shape = layer.out_surface
         if self.precision == "int8":
-            ops, out_quant = int8_ops.run_ops(self, layer, key, in_quant, concat)
+            ops = int8_ops.run_ops(self, layer, run)
             if layer.requantize:  # into the concat's channel range
                 out_shape = layer.in_shape
                 offset = layer.copies[0].dst_offset * int(np.prod(out_shape[2:]))
                 output = f"(int8_t*){output} + {offset}"
         else:
-            ops, out_quant = run_ops.float_ops(self, layer, lines), in_quant
+            ops = run_ops.float_ops(self, layer, lines)
         ops = emit.sram_streams(ops, run.memory.sram)
         lines += emit.run_layer(ops, data, layer.in_shape, output, out_shape,
                                 layer.fused(self.fuse), run.label, self.precision,
                                 in_layout=run.in_layout, out_layout=run.out_layout)
         self.body.extend(lines + ["}"])
-        return out_quant
 
 
 def translation_unit(gen: FunctionCodegen) -> str:

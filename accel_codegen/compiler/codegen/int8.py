@@ -79,6 +79,39 @@ def elementwise(ew_op: str, out_quant: TensorQuant, ew_quant: TensorQuant,
     return Elementwise(target, ew_mul, ew_shift, 1, extra, extra)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Converters:
+    """An int8 SDP's converters, as a run's quantisation holds them (``RunQuant.converters``):
+    the per-channel int32 bias, int16 multiplier and right shift (:func:`channel_converters`),
+    and where the layer has them the element-wise operand's (:class:`Elementwise`), a LUT
+    activation's tables (``quantization.lut.LayerLut``), a clip's bounds as output codes and
+    PReLU's slopes (int16 multipliers and their one shift)."""
+
+    bias: np.ndarray
+    mul: np.ndarray
+    rshift: np.ndarray
+    ew: Optional[Elementwise] = None
+    lut: Optional[object] = None
+    clip: Optional[Tuple[int, int]] = None
+    prelu: Optional[Tuple[np.ndarray, int]] = None
+
+    def to_dict(self) -> dict:
+        """As JSON data (the Program's): the arrays as lists, the LUT by its scales."""
+        data = {"bias": self.bias.tolist(), "mul": self.mul.tolist(),
+                "rshift": self.rshift.tolist(), "ew": None, "lut": None,
+                "clip": [int(c) for c in self.clip] if self.clip is not None else None,
+                "prelu": None}
+        if self.ew is not None:
+            data["ew"] = {k: (float(v) if k == "target" else int(v))
+                          for k, v in dataclasses.asdict(self.ew).items()}
+        if self.lut is not None:
+            data["lut"] = {"input_step": float(self.lut.input_step),
+                           "out_shift": int(self.lut.out_shift)}
+        if self.prelu is not None:
+            data["prelu"] = {"mul": self.prelu[0].tolist(), "shift": int(self.prelu[1])}
+        return data
+
+
 #: Where a shift goes when it cannot be expressed in the channel's own accumulator units:
 #: 2^30 accumulator steps, half of int32's reach, so that the accumulator (below 2^30 for
 #: every conv the ISA holds in practice: 255 x 127 x C x R x S) still adds without sat32.

@@ -125,8 +125,9 @@ class FunctionTensors:
         return self.converted.get(var)
 
     def _data(self, expr: relax.Expr, scope, key: Key) -> Tuple[str, Optional[TensorQuant]]:
-        """Pointer and quantisation of a data tensor in the function's precision; ``key``
-        names the calibration statistics of this use, for tensors quantised here."""
+        """Pointer and quantisation of a data tensor in the function's precision (int8: the
+        quantisation pass's, ``int8_plan``); ``key`` names the calibration statistics of this
+        use, for a function input that enters the code here."""
         if expr in self.inner:
             return self.inner[expr], self.quant.get(expr)
         resolved = scope.get(expr, expr)
@@ -144,20 +145,13 @@ class FunctionTensors:
             return self._enter(resolved, key), self.quant.get(resolved)
         raise AccelInvalidError(f"{self.short}: operand {expr} is not bound in the function")
 
-    def _calibrated(self, key: Key, layer_int8: bool = False) -> Optional[TensorQuant]:
-        """The calibrated quantisation of ``key`` in int8 code (``layer_int8``: also for a
-        layer of another precision, whose output mixed code converts to int8)."""
-        if self.precision != "int8" and not layer_int8:
-            return None
-        if self.calibration is None:
-            raise AccelInvalidError("int8 code needs a calibration")
-        return self.calibration.get(*key)
-
     def _enter(self, var: relax.Var, key: Optional[Key]) -> str:
         """A function input converted to the function's precision, once, where it is first
         read; it stays until its last reader."""
         count = int(np.prod(static_shape(var)))
-        quant = self._calibrated(key) if key is not None else None
+        # int8: the quantisation the int8 pass gave it at this use (``key``; None: a read
+        # without one, which int8 code cannot convert)
+        quant = self.quant.get(var) if self.precision == "int8" and key is not None else None
         if self.precision == "int8" and quant is None:
             raise AccelInvalidError(f"{self.short}: input {var.name} has no calibration")
         temp = self._temp(count, self.last_use.get(var, self.layer_index))
@@ -165,8 +159,6 @@ class FunctionTensors:
             self.converted[var] = temp
         else:
             self.operands[var], self.held[var] = temp, self.precision
-        if quant is not None:
-            self.quant[var] = quant
         self.body.append(f"/* input {var.name} enters as {self.precision} */")
         self.body.append(emit.convert(self.args[var], "fp32", temp, self.precision, count,
                                       *scale_zero(quant)))

@@ -42,13 +42,14 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 11,  /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 13,  /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
                             * RTL-calibrated configuration fields; 9: RUBIK,
                             * accel_config.rubik_bytes_per_cycle; 10:
-                            * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8) */
+                            * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8; 12:
+                            * accel_transpose; 13: accel_sdp_desc.x1, x2) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -383,7 +384,10 @@ typedef enum accel_eltwise {
  *         host and in the NumPy reference), at most 0.99 ulp from e^t over every fp32 input
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
- *         hardsigmoid exactly as written; GELU (both forms) in double, rounded once;
+ *         hardsigmoid exactly as written; GELU in double through the library's own erf and
+ *         erfc polynomials (csrc/lut.c: gelu_f64, plain double operations, the same bits in
+ *         the NumPy reference), rounded once: within 0.5 + 1e-6 ulp of the exact value; its
+ *         tanh form in double, rounded once;
  *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there;
  *   INT8: through integer tables the compiler programs (accel_lut_int8), as NVDLA's integer
  *         pipeline does: the function is whatever the tables hold. */
@@ -518,8 +522,25 @@ typedef struct accel_lut_int8 {
   int32_t overflow_scale, overflow_shift;   /* slope above LE */
 } accel_lut_int8;
 
-/* SDP: per-channel affine, element-wise op, activation, in that order, one pass:
- *   t = x[n][c][h][w] * scale[c] + shift[c]       (scale NULL: 1, shift NULL: 0; two roundings)
+/* One of NVDLA's SDP X units with its operands read from memory (ABI 13): NVDLA's X1 (BS)
+ * and X2 (BN) units each hold an ALU and then a multiplier, whose operands are a register,
+ * one value per kernel (channel) or one per element, fetched by the unit's own read DMA
+ * (BRDMA, NRDMA). FP32 and FP16 only:
+ *   t = (t + alu) * mul       (alu NULL: no add; mul NULL: no multiply; two roundings in fp32)
+ * each operand [N][C][H][W] in the op's shape, or [C] with *_per_channel = 1 (NVDLA's
+ * per-kernel mode), in the SDP's precision. The ALU is modelled as a sum only (NVDLA's also
+ * takes a max, a min or an equality). A layer norm's last pass reads x, -mean and 1/sqrt
+ * (var + eps) through them and rounds once (docs/transformer_ops.md). */
+typedef struct accel_sdp_x {
+  const void* alu;
+  const void* mul;
+  int32_t alu_per_channel, mul_per_channel;  /* 0 or 1 */
+} accel_sdp_x;
+
+/* SDP: the X units, per-channel affine, element-wise op, activation, in that order, one pass,
+ * every step in fp32 (FP16: on widened halves, rounded to half once, at the output):
+ *   t = ((x[n][c][h][w] + x1.alu) * x1.mul + x2.alu) * x2.mul   (accel_sdp_x; unset: skipped)
+ *   t = t * scale[c] + shift[c]                   (scale NULL: 1, shift NULL: 0; two roundings)
  *   t = ew_op(t, ew_operand[n][c][h][w])          (ew_op NONE: skipped)
  *   y = act(t)
  * Bias is shift alone; inference batch norm folds to scale = gamma / sqrt(var + eps) and
@@ -587,6 +608,12 @@ typedef struct accel_sdp_desc {
    * scale is a computed tensor); the op is otherwise as above, its converters included.
    * Needs ew_op; NCHW tensors only (ACCEL_ERR_UNSUPPORTED with a C16 layout). 0: [N][C][H][W]. */
   int32_t ew_per_channel;
+  /* (ABI 13) The X units' operands read from memory (accel_sdp_x), applied first: FP32 and
+   * FP16 (INT8: ACCEL_ERR_UNSUPPORTED), NCHW tensors only, and ACCEL_FEATURE_ELEMENTWISE (the
+   * operand read DMA). Costed as operand bytes read, with the SDP's element-wise throughput
+   * (one pass through the pipelined units, whatever they do). An observer does not see these
+   * operands (only ew_operand). All zero: no X unit step. */
+  accel_sdp_x x1, x2;
 } accel_sdp_desc;
 
 typedef enum accel_pool {

@@ -149,6 +149,14 @@ accel_status accel_fold_batch_norm(int32_t channels, const float* gamma, const f
 accel_status accel_convert(const void* src, accel_precision from, void* dst, accel_precision to,
                            int64_t count, float scale, int32_t zero);
 
+/* For each of `batch` images, the row-major [rows, cols] matrix at src written transposed
+ * ([cols, rows]) at dst, element by element as bytes (element_bytes 1, 2 or 4: an int8, fp16
+ * or fp32 tensor, moved bit for bit); src and dst must not overlap. The generated code's moves
+ * of token tensors between their rows and the simulator's NCHW surface, which NVDLA's feature
+ * format does not need (docs/transformer_ops.md: Layout). */
+accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t rows,
+                             int64_t cols, int32_t element_bytes);
+
 /* ---- profiling ------------------------------------------------------------------------- */
 
 /* While enabled, every accel_run in the process appends its run and op records. Enabling

@@ -210,6 +210,14 @@ static inline int accel_glue_convert(const accel_glue_function* f, const void* s
   return status == ACCEL_OK ? 0 : accel_glue_raise_status(f, status, "");
 }
 
+/* A token tensor moved between its rows and its NCHW surface (accel_transpose). */
+static inline int accel_glue_transpose(const accel_glue_function* f, const void* src, void* dst,
+                                       int64_t batch, int64_t rows, int64_t cols,
+                                       int32_t element_bytes) {
+  const accel_status status = accel_transpose(src, dst, batch, rows, cols, element_bytes);
+  return status == ACCEL_OK ? 0 : accel_glue_raise_status(f, status, "");
+}
+
 /* The weights of conv op `op` packed once, in slot `slot`, for the kernel: int8 in its layout,
  * fp16 widened (NVDLA's compiler pre-formats weights too). */
 static inline int accel_glue_pack_weights(accel_glue_function* f, accel_op* op, int32_t in_c,

@@ -1,0 +1,276 @@
+"""The int8 quantisation pass: each int8 run's quantisation (``Run.quant``, a
+:class:`~..program.RunQuant`) from a calibration, before any C is printed, in the Program's
+order, since a run reads what earlier runs wrote:
+
+- a function input: the calibrated quantisation of its first int8 reader's use of it (the
+  key it enters the code under); a constant element-wise operand its own range's;
+- a layer's output: its SDP's calibrated output before any pool (a conv or SDP), its input's
+  (a pool, a copy, a CDP), an int8 concat's one that covers every input (each copy then
+  rescales into it), a deconvolution's its phases'; in mixed code a converting run's the one
+  an int8 layer would have given it;
+- each run's converters (``int8.py``'s real-value model): the conv's weights folded and
+  quantised once (``Run.weights``), bias correction, the element-wise operand's alignment,
+  a LUT activation's tables, a clip's codes, PReLU's slopes.
+
+The code generator prints what this sets (``int8_ops.py``), and ``Program.to_dict`` shows it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional
+
+import numpy as np
+from tvm import relax
+
+from ...errors import AccelInvalidError
+from ...quantization import Calibration, Key, TensorQuant
+from ...quantization.lut import layer_lut
+from ...sim.labels import run_key
+from ...sim.observer import INPUT, operand_index
+from ...sim.reference import is_lut_activation
+from ..layer import Layer, constant_value, is_constant
+from ..program import Call, Function, Program, Run, RunQuant
+from . import int8
+from .folding import affine
+from .run_ops import channels_of
+
+
+def pre_pool(layer: Layer) -> int:
+    """The index of the layer's op whose output is quantised (its last before any pool)."""
+    return (1 if layer.conv is not None else 0) + (0 if layer.sdp.empty() else 1) - 1
+
+
+def token_dense(layer: Layer, runs: List[Run]) -> Layer:
+    """A token layer's dense CONV + SDP run's layer, on its surface (``runs``: the layer's
+    runs): a norm's first pass, or the layer with the conv's output channels."""
+    if layer.norm is not None:
+        return runs[0].layer
+    b, _, h, w = layer.in_shape
+    return dataclasses.replace(layer, out_shape=(b, layer.conv.weight_shape[0], h, w))
+
+
+def quantize_int8(program: Program, calibration: Optional[Calibration]) -> Program:
+    """``program`` with every int8 run's quantisation set (and mixed code's converting runs'),
+    from ``calibration``; functions without an int8 run are left as they are."""
+    for function in program.functions:
+        if any(run.precision == "int8" or run.converts for run in function.runs):
+            _FunctionQuant(function, calibration).walk()
+    return program
+
+
+class _FunctionQuant:
+    """The pass over one function: ``quant`` is the function's table of tensors (Function.quant),
+    filled in the order the code reads and writes them."""
+
+    def __init__(self, function: Function, calibration: Optional[Calibration]):
+        self.function, self.calibration = function, calibration
+        function.quant.clear()
+        self.quant: Dict[relax.Var, TensorQuant] = function.quant
+        self.params = set(function.function.params)
+
+    def calibrated(self, key: Key) -> TensorQuant:
+        if self.calibration is None:
+            raise AccelInvalidError("int8 code needs a calibration")
+        return self.calibration.get(*key)
+
+    def data(self, expr: relax.Expr, scope, key: Key) -> TensorQuant:
+        """The quantisation of a data tensor a run reads (``key``: the calibration's name of
+        this use, for a function input that enters the code here)."""
+        if expr in self.quant:  # a downsample branch's output, inside the composite
+            return self.quant[expr]
+        resolved = scope.get(expr, expr)
+        if is_constant(resolved):  # a constant element-wise operand: its own range
+            return int8.range_quant(np.asarray(constant_value(resolved), np.float64))
+        if resolved in self.quant:
+            return self.quant[resolved]
+        if resolved in self.params:
+            self.quant[resolved] = self.calibrated(key)
+            return self.quant[resolved]
+        raise AccelInvalidError(f"{self.function.symbol}: operand {expr} is not bound in the "
+                                "function")
+
+    def walk(self) -> None:
+        runs: Dict[int, List[Run]] = {}
+        for run in self.function.runs:
+            runs.setdefault(run.call, []).append(run)
+        for index, call in enumerate(self.function.calls):
+            if call.precision == "int8":
+                self.call(call, [r for r in runs[index] if not r.converts])
+            for run in runs[index]:
+                if run.converts:
+                    quant = self.int8_output(index, call, runs[index])
+                    self.quant[call.binding.var] = quant
+                    run.quant = RunQuant(quant, quant, tensors={INPUT: quant, 0: quant})
+
+    def call(self, call: Call, runs: List[Run]) -> None:
+        var, layer = call.binding.var, call.layer
+        if layer.tokens or layer.norm is not None:
+            scope, key = runs[0].scope, (runs[0].key, INPUT)
+            data = self.data(layer.data, scope, key)
+            attention = layer.norm.attention if layer.norm is not None else None
+            if attention is not None:  # K and V enter as Q does
+                self.data(attention.key, scope, key)
+                self.data(attention.value, scope, key)
+            if layer.conv is not None:
+                self.quant[var] = self.run(runs[0], layer=token_dense(layer, runs),
+                                           in_quant=data)
+        elif layer.rubik is not None:  # the contract moves codes: the phases' quantisation
+            quant = None
+            for run in runs:
+                if not run.layer.contract_only:
+                    quant = self.run(run)
+                else:
+                    run.quant = RunQuant(quant, quant, tensors={INPUT: quant, 0: quant})
+            self.quant[var] = quant
+        elif len(layer.copies) > 1:
+            self.concat(var, layer, runs)
+        else:
+            for run in runs:  # a downsample branch's output is its layer's operand
+                self.quant[run.output] = self.run(run)
+
+    def concat(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
+        """An int8 concat's quantisation covers every input's; each copy rescales its input
+        into it (or, along a later axis, one SDP pass after the copies: Layer.rescaled_rows)."""
+        if layer.rescaled_rows:
+            *copies, last = runs
+            quants = []
+            for run in copies:  # the scratch holds several scales: no output quantisation
+                quants.append(self.run(run))
+                run.quant = RunQuant(run.quant.input, run.quant.output,
+                                     tensors={INPUT: run.quant.input})
+            quant = int8.concat_quant(quants)
+            positions = last.layer.in_shape[1]
+            unit, shift = np.zeros(positions), np.zeros(positions)
+            for run, q in zip(copies, quants):
+                c = run.layer.copies[0]
+                unit[c.dst_offset:c.dst_offset + c.channels] = q.scale
+                shift[c.dst_offset:c.dst_offset + c.channels] = -q.zero * q.scale
+            converters = int8.channel_converters(np.ones(positions), shift, unit, quant.scale,
+                                                 f"layer {last.key}")
+            last.quant = RunQuant(None, quant, tensors={0: quant},
+                                  converters=int8.Converters(**converters))
+            self.quant[var] = quant
+            return
+        if layer.keeps_input_scales:  # each copy keeps its input's codes (an output's
+            # ranges leave as fp32 each with its own); what read the tensor as one int8
+            # tensor (nothing in this function) would need the scale that covers them all
+            self.quant[var] = int8.concat_quant([self.run(run) for run in runs])
+            return
+        if layer.several_sources:
+            self.quant[var] = int8.concat_quant(
+                self.data(run.layer.data, run.scope, (run.key, INPUT)) for run in runs)
+        for run in runs:
+            self.quant[var] = self.run(run, concat=self.quant.get(var))
+
+    def int8_output(self, index: int, call: Call, runs: List[Run]) -> TensorQuant:
+        """The int8 quantisation of layer ``index``'s output, for its converting run: an int8
+        layer's own; for an fp16 layer, the one int8 code of that layer would have given it
+        (its last run's calibration: a concat's copies together, a pool or copy its input's,
+        else its output before any pool)."""
+        if call.precision == "int8":
+            return self.quant[call.binding.var]
+        layer = call.layer
+        if len(layer.copies) > 1:
+            return int8.concat_quant(self.calibrated((run.key, INPUT)) for run in runs
+                                     if not run.converts)
+        key = run_key(self.function.index, index, "b" if layer.branch is not None else "")
+        if layer.conv is None and layer.sdp.empty():  # a pool or a copy keeps its input's
+            return self.calibrated((key, INPUT))
+        return self.calibrated((key, pre_pool(layer)))
+
+    def run(self, run: Run, concat: Optional[TensorQuant] = None, layer: Optional[Layer] = None,
+            in_quant: Optional[TensorQuant] = None) -> TensorQuant:
+        """One run's quantisation (``concat``: the int8 concat's, which this copy rescales its
+        input into; ``layer`` and ``in_quant``: a token layer's dense run on its surface);
+        returns its output's."""
+        layer, key = layer or run.layer, run.key
+        if in_quant is None:
+            in_quant = self.data(layer.data, run.scope, (key, INPUT))
+        if layer.requantize:  # into the concat's channel range
+            channels = layer.in_shape[1]
+            converters = int8.channel_converters(
+                np.ones(channels), np.zeros(channels), np.full(channels, in_quant.scale),
+                concat.scale, f"layer {key}")
+            run.quant = RunQuant(in_quant, concat, tensors={INPUT: in_quant, 0: concat},
+                                 converters=int8.Converters(**converters))
+        elif layer.lrn is not None:
+            run.quant = RunQuant(in_quant, in_quant)
+        elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
+            run.quant = RunQuant(in_quant, in_quant, tensors={INPUT: in_quant, 0: in_quant})
+        elif layer.computed_scale:
+            run.quant = self.channel_mul(run, layer, in_quant)
+        else:
+            run.quant = self.layer(run, layer, in_quant)
+        return run.quant.output
+
+    def channel_mul(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
+        """x * s with s a computed [N, C] tensor (squeeze-excite): s in the codes and zero
+        point its layer wrote; x to the product's units, the output converter to the output
+        step (int8.elementwise)."""
+        s, key = layer.sdp, run.key
+        what, channels = f"layer {key}", channels_of(layer)
+        out_quant = self.calibrated((key, 0))
+        ew_quant = self.data(s.scale, run.scope, (key, operand_index(0)))
+        ew = int8.elementwise("mul", out_quant, ew_quant, what)
+        converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
+                                             np.full(channels, in_quant.scale), ew.target, what)
+        clip = int8.clip_codes(s.clip, out_quant) if s.act == "clip" else None
+        return RunQuant(in_quant, out_quant, ew_quant,
+                        {operand_index(0): ew_quant, INPUT: in_quant, 0: out_quant},
+                        int8.Converters(**converters, ew=ew, clip=clip))
+
+    def layer(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
+        """A conv, SDP and pool layer: the conv's weights folded and quantised once, then the
+        SDP's converters to its calibrated output (before any pool, which keeps it)."""
+        s, scope, key = layer.sdp, run.scope, run.key
+        channels = channels_of(layer)
+        if layer.conv is not None:
+            weights = run.weights
+            g, h = weights.affine
+            calibration = self.calibration
+            means = calibration.means.get(key) \
+                if calibration and calibration.bias_correction else None
+            h = h - int8.bias_correction(means, layer.conv.groups, weights.codes,
+                                         weights.scales, weights.folded)
+            unit = in_quant.scale * weights.scales
+            g = np.ones(channels)
+        else:
+            g, h = affine(s, channels, scope)
+            unit = np.full(channels, in_quant.scale)
+        ops = 1 if layer.conv is not None else 0
+        tensors: Dict[int, TensorQuant] = {}
+        out_quant, operand, converters = in_quant, None, None
+        if layer.conv is not None or not s.empty():
+            out_quant = self.calibrated((key, pre_pool(layer)))
+            operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
+            ops += 1
+        if layer.pool is not None:
+            passes, rescale = layer.pool.passes()
+            ops += len(passes) + (rescale != 1.0)
+        tensors[INPUT] = in_quant
+        for i in range(1 if layer.conv is not None else 0, ops):
+            tensors[i] = out_quant
+        return RunQuant(in_quant, out_quant, operand, tensors, converters)
+
+    def sdp(self, run: Run, layer: Layer, g, h, unit, out_quant: TensorQuant,
+            tensors: Dict[int, TensorQuant]):
+        """The SDP's element-wise operand's quantisation and its converters (recording the
+        operand in ``tensors``)."""
+        s, key = layer.sdp, run.key
+        what = f"layer {key}"
+        target, ew, ew_quant, lut, clip, prelu = out_quant.scale, None, None, None, None, None
+        if s.ew_op is not None:
+            index = operand_index(1 if layer.conv is not None else 0)
+            ew_quant = tensors[index] = self.data(s.operand, run.scope, (key, index))
+            ew = int8.elementwise(s.ew_op, out_quant, ew_quant, what)
+            target = ew.target
+        if is_lut_activation(s.act):  # X converts to the table's input units
+            lut = layer_lut(s.act, out_quant, float(np.max(np.abs(g * unit))), what)
+            target = lut.input_step
+        converters = int8.channel_converters(g, h, unit, target, what)
+        if s.act == "clip":
+            clip = int8.clip_codes(s.clip, out_quant)
+        elif s.act == "prelu":
+            slope = constant_value(run.scope.get(s.prelu_slope, s.prelu_slope))
+            prelu = int8.prelu_converter(slope, len(g), what)
+        return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
