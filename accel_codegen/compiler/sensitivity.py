@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 import numpy as np
 import tvm
 
-from .codegen.int8_ops import pre_pool
+from .codegen.int8_plan import pre_pool
 from .codegen.weights import EmittedWeights
 from .program import lower_module
 
