@@ -207,3 +207,117 @@ def layer_name(composite: relax.Function) -> str:
     """The source name of an accelerator layer (a composite function): its operators' names
     compressed (:func:`compress`); empty where the module carries none."""
     return compress([name_of(call) or "" for call in function_calls(composite)])
+
+
+def _bindings(function: relax.Function) -> List[relax.Binding]:
+    return [b for block in function.body.blocks for b in block.bindings]
+
+
+def _key(value, env: Mapping) -> Optional[tuple]:
+    """What identifies a binding's value in the main before fusion: its op and the variables it
+    reads (through ``env``); None for a value that reads no variable."""
+    if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+        return ("getitem", env.get(value.tuple_value, value.tuple_value), value.index)
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        reads = tuple(env.get(a, a) for a in value.args if isinstance(a, relax.Var))
+        return (value.op.name, *reads) if reads else None
+    return None
+
+
+class _SiteNames:
+    """Each composite call's own source names, found by following the merged module's data
+    flow through the main before fusion (see :func:`name_call_sites`)."""
+
+    def __init__(self, before: relax.Function):
+        self.before: Dict[tuple, tuple] = {}
+        for binding in _bindings(before):
+            key = _key(binding.value, {})
+            if key is not None:
+                self.before.setdefault(key, (binding.var, name_of(binding.value)))
+
+    def composite(self, function: relax.Function, args, env: Dict) -> tuple:
+        """(the pre-fusion variable of its result, {its body's variable name: source name})."""
+        inner = {p: env.get(a, a) for p, a in zip(function.params, args)}
+        names = {}
+        for binding in _bindings(function):
+            key = _key(binding.value, inner)
+            found = self.before.get(key) if key is not None else None
+            if found is not None:
+                inner[binding.var] = found[0]
+                if found[1]:
+                    names[binding.var.name] = found[1]
+        return inner.get(function.body.body), names
+
+    def external(self, function: relax.Function, args, corr: Dict) -> tuple:
+        """(the pre-fusion variables of its result, {composite variable: names}) of one
+        external function called with ``args``."""
+        env = {p: corr.get(a, a) for p, a in zip(function.params, args)}
+        composites, renamed = {}, {}
+        for binding in _bindings(function):
+            value = binding.value
+            if isinstance(value, relax.Function):
+                composites[binding.var] = value
+            elif isinstance(value, relax.Call) and value.op in composites:
+                env[binding.var], names = self.composite(composites[value.op], value.args, env)
+                current = {b.var.name: name_of(b.value) for b in _bindings(composites[value.op])}
+                if any(current.get(var) != name for var, name in names.items()):
+                    renamed[value.op] = names
+            elif isinstance(value, relax.TupleGetItem):
+                inner = env.get(value.tuple_value)
+                env[binding.var] = inner[value.index] if isinstance(inner, tuple) else None
+        result = function.body.body
+        if isinstance(result, relax.Tuple):
+            return tuple(env.get(f) for f in result.fields), renamed
+        return env.get(result), renamed
+
+
+def name_call_sites(merged: tvm.IRModule, before: relax.Function) -> tvm.IRModule:
+    """``merged`` (the partitioned module) with each composite named by the source operators
+    it replaced. FuseOpsByPattern gives structurally equal matches one function (TVM's
+    BlockBuilder deduplicates them, spans are not compared), and the merge then copies it
+    into each external function with the first match's names: the standalone ReLU after
+    every residual add of a ResNet named as the first block's. ``before``: the main before
+    fusion, whose calls carry their own names."""
+    sites = _SiteNames(before)
+    corr: Dict[relax.Var, object] = {}
+    updates = {}
+    for binding in _bindings(merged["main"]):
+        value = binding.value
+        function = merged[value.op] if isinstance(value, relax.Call) and \
+            isinstance(value.op, tvm.ir.GlobalVar) else None
+        if isinstance(function, relax.Function) and function.attrs is not None and \
+                "Codegen" in function.attrs:
+            corr[binding.var], renamed = sites.external(function, value.args, corr)
+            if renamed:
+                updates[value.op] = (function, renamed)
+            continue
+        key = _key(value, corr)
+        found = sites.before.get(key) if key is not None else None
+        if found is not None:
+            corr[binding.var] = found[0]
+        elif isinstance(value, relax.TupleGetItem) and \
+                isinstance(corr.get(value.tuple_value), tuple):
+            corr[binding.var] = corr[value.tuple_value][value.index]
+    if not updates:
+        return merged
+    merged = merged.clone() if hasattr(merged, "clone") else merged
+    for gv, (function, renamed) in updates.items():
+        merged[gv] = _Renamed(renamed).visit_expr(function)
+    return merged
+
+
+@relax.expr_functor.mutator
+class _Renamed(relax.PyExprMutator):
+    """An external function with some of its composite functions' calls renamed."""
+
+    def __init__(self, renamed):
+        super().__init__()
+        self.renamed = renamed
+
+    def visit_var_binding_(self, binding):
+        names = self.renamed.get(binding.var)
+        if names is not None:
+            self.builder_.emit_normalized(relax.VarBinding(
+                binding.var, name_bindings(binding.value, names)))
+            return
+        super().visit_var_binding_(binding)

@@ -584,7 +584,7 @@ class Sdp:
             d.lut = ffi.cast("accel_lut_int8*", self._lut_words.ctypes.data)
         else:
             d.lut = _pointer(self.lut)
-        d.convert = 1 if self.convert else 0
+        d.convert = 1 if flag(self.convert, "sdp convert") else 0
         d.cvt_scale = real(self.cvt_scale, "sdp cvt_scale")
         d.cvt_zero = integer(self.cvt_zero, "sdp cvt_zero")
         d.ew_per_channel = 1 if flag(self.ew_per_channel, "sdp ew_per_channel") else 0
@@ -618,8 +618,12 @@ class Sdp:
 
     def x_per_channel_fields(self) -> frozenset:
         """The X unit operands given per channel (``x_per_channel``, checked)."""
-        names = (self.x_per_channel,) if isinstance(self.x_per_channel, str) else \
-            tuple(self.x_per_channel)
+        names = self.x_per_channel
+        if isinstance(names, str):
+            names = (names,)
+        if not isinstance(names, (tuple, list, set, frozenset)):
+            raise AccelInvalidError(f"sdp x_per_channel = {names!r} is not a sequence of "
+                                    f"names of {list(X_FIELDS)}")
         for name in names:
             if name not in X_FIELDS:
                 raise AccelInvalidError(f"sdp x_per_channel names {name!r}, not one of "
