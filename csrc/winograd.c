@@ -347,6 +347,9 @@ static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_
   for (; t + 48 <= nt16; t += 48) gemm_panel_3(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
   if (nt16 - t == 32) gemm_panel_2(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
   if (nt16 - t == 16) gemm_panel_1(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
+#elif defined(__AVX2__) && defined(__FMA__)
+  (void)next;
+  wino_gemm_avx2(U, V, CF, ntp, nt16, M, KB);
 #else
   (void)next;
   for (int r = 0; r < KB; ++r) {
@@ -363,6 +366,9 @@ static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_
  * its kernels' rows of M, each the same fused multiply-add chain over the channels from 0. */
 static void gemm_narrow(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
                         float* M, int nk) {
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+  wino_gemm_avx2(U, V, CF, ntp, nt16, M, nk);
+#else
   for (int r = 0; r < nk; ++r) {
 #ifdef __AVX512F__
     for (int64_t t = 0; t < nt16; t += 16) {
@@ -381,6 +387,7 @@ static void gemm_narrow(const float* U, const float* V, int64_t CF, int64_t ntp,
     }
 #endif
   }
+#endif
 }
 
 /* ---- 4. the output transform ----------------------------------------------------------- */

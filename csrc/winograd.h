@@ -96,4 +96,9 @@ static inline __attribute__((always_inline)) void wino_output_transform(const __
 }
 #endif
 
+/* The MAC-array GEMM of builds with AVX2 and FMA but not AVX-512 (winograd_avx2.c): rows
+ * r < nk of M[r][t] = the FMA chain over c from 0 of U[c][r] V[c][t], for the tiles t < nt16. */
+void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
+                    float* M, int nk);
+
 #endif /* ACCEL_WINOGRAD_H_ */

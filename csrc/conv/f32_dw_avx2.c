@@ -41,32 +41,39 @@ static void dw2_make_plan(const conv_plan* P, dw2_plan* Q) {
 static void dw2_copy(const conv_plan* P, const dw2_plan* Q, const float* src, float* dst) {
   const conv_geometry* g = P->g;
   const int64_t sh = g->stride_h, sw = g->stride_w;
-  for (int64_t py = 0; py < sh; ++py)
-    for (int64_t px = 0; px < sw; ++px) {
-      float* ph = dst + (py * sw + px) * Q->plane;
-      /* columns j with input column j * sw + px - pad_left in [0, w) */
-      const int64_t x0 = px - g->pad_left;
-      int64_t jlo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
-      int64_t jhi = x0 < g->w ? (g->w - 1 - x0) / sw + 1 : 0;
-      if (jhi > Q->wq) jhi = Q->wq;
-      if (jlo > jhi) jlo = jhi;
-      for (int64_t i = 0; i < Q->hq; ++i) {
-        float* row = ph + i * Q->wq;
+  /* rows outermost: the phases of one input row are taken while it is in L1 */
+  for (int64_t i = 0; i < Q->hq; ++i)
+    for (int64_t py = 0; py < sh; ++py)
+      for (int64_t px = 0; px < sw; ++px) {
+        float* row = dst + (py * sw + px) * Q->plane + i * Q->wq;
         const int64_t iy = i * sh + py - g->pad_top;
         if (iy < 0 || iy >= g->h) {
           memset(row, 0, (size_t)Q->wq * sizeof(float));
           continue;
         }
+        /* columns j with input column j * sw + px - pad_left in [0, w) */
+        const int64_t x0 = px - g->pad_left;
+        int64_t jlo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+        int64_t jhi = x0 < g->w ? (g->w - 1 - x0) / sw + 1 : 0;
+        if (jhi > Q->wq) jhi = Q->wq;
+        if (jlo > jhi) jlo = jhi;
         const float* in = src + iy * g->w + x0;
         for (int64_t j = 0; j < jlo; ++j) row[j] = 0.0f;
         if (sw == 1) {
           memcpy(row + jlo, in + jlo, (size_t)(jhi - jlo) * sizeof(float));
         } else {
-          for (int64_t j = jlo; j < jhi; ++j) row[j] = in[j * sw];
+          int64_t j = jlo;
+          if (sw == 2) /* 8 even columns of 16 at a time while the 16 lie in the row */
+            for (; j + 8 <= jhi && x0 + 2 * j + 16 <= g->w; j += 8) {
+              const __m256 v0 = _mm256_loadu_ps(in + 2 * j), v1 = _mm256_loadu_ps(in + 2 * j + 8);
+              const __m256 e = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+              _mm256_storeu_ps(row + j, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                                            _mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+            }
+          for (; j < jhi; ++j) row[j] = in[j * sw];
         }
         for (int64_t j = jhi; j < Q->wq; ++j) row[j] = 0.0f;
       }
-    }
   memset(dst + Q->nph * Q->plane, 0, (size_t)(Q->copy_floats - Q->nph * Q->plane) * sizeof(float));
 }
 

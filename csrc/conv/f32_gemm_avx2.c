@@ -20,7 +20,8 @@
 #include <immintrin.h>
 
 enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions */
-enum { A2_KC = 256 };                 /* depth block of a tile: a multiple of SUM_BLOCK */
+enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
+enum { A2_TILE_FLOATS = 128 * 1024 }; /* a tile's depth block of columns: 512 KB, in L2 */
 
 /* Whether an AVX-512 build's list runs this geometry on implicit_avx512 (its applies, for a
  * geometry with a packed-path tail; f32_imp_make_plan's grid): such a geometry then has no
@@ -96,7 +97,8 @@ static inline __m256i lanes_below(int64_t n) {
 static inline __attribute__((always_inline)) void a2_body(const int MR_, const int FULL,
                                                           int64_t kc, const float* a, int64_t lda,
                                                           const float* b, int64_t ldb, float* c,
-                                                          int64_t ldc, int accumulate, int64_t w) {
+                                                          int64_t ldc, int accumulate, int64_t w,
+                                                          const float* pf) {
   const float* a0 = a;
   const float* a1 = a + (MR_ > 1 ? 1 : 0) * lda;
   const float* a2 = a + (MR_ > 2 ? 2 : 0) * lda;
@@ -105,6 +107,9 @@ static inline __attribute__((always_inline)) void a2_body(const int MR_, const i
   for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) {
     const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
     A2_ROWS(A2_ZERO)
+    if (pf != NULL) /* the next rows' lines of this block meanwhile: weights stream from memory */
+      for (int64_t k = k0; k < k1; k += 16)
+        for (int m = 0; m < AR; ++m) _mm_prefetch((const char*)(pf + m * lda + k), _MM_HINT_T0);
     const float* bk = b + k0 * ldb;
     _Pragma("GCC unroll 4")
     for (int64_t k = k0; k < k1; ++k, bk += ldb) {
@@ -118,11 +123,12 @@ static inline __attribute__((always_inline)) void a2_body(const int MR_, const i
 }
 
 typedef void (*a2_fn)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int,
-                      int64_t);
+                      int64_t, const float*);
 #define A2_KERNEL(M_, F_)                                                                    \
   static void a2_##M_##_##F_(int64_t kc, const float* a, int64_t lda, const float* b,         \
-                             int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w) { \
-    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w);                               \
+                             int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w,   \
+                             const float* pf) {                                               \
+    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w, pf);                           \
   }
 A2_KERNEL(1, 0) A2_KERNEL(2, 0) A2_KERNEL(3, 0) A2_KERNEL(4, 0)
 A2_KERNEL(1, 1) A2_KERNEL(2, 1) A2_KERNEL(3, 1) A2_KERNEL(4, 1)
@@ -168,7 +174,7 @@ typedef struct a2_job {
   float* out;
   const sdp_f32* ep;
   float* const* bufs; /* per participant: the tile's columns, then the tail columns */
-  int64_t ntail, vcols, nt, ntiles, mchunks, mblocks, ldbt;
+  int64_t ntail, vcols, nt, ntiles, mchunks, mblocks, ldbt, kc;
 } a2_job;
 
 /* Item it = (image-group, tile of positions, chunk of output channels), chunk innermost. A
@@ -193,20 +199,22 @@ static void a2_item(void* ctx, int64_t it, int participant) {
   const float* abase = J->weights + grp * P->mg * P->kd;
   const int64_t ldb = (ncols + AN - 1) / AN * AN; /* the panels' columns, zero past ncols */
   float* col = J->bufs[participant];
-  float* bt = col + ((J->nt + AN - 1) / AN * AN) * A2_KC;
+  float* bt = col + ((J->nt + AN - 1) / AN * AN) * J->kc;
 
-  for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += A2_KC) {
-    const int64_t kc = P->kd - p0 < A2_KC ? P->kd - p0 : A2_KC;
+  for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
+    const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
     f32_im2col_tile(P, img, n0, ncols, p0, kc, ldb, col);
     if (ldb > ncols)
       for (int64_t kk = 0; kk < kc; ++kk)
         memset(col + kk * ldb + ncols, 0, (size_t)(ldb - ncols) * sizeof(float));
     for (int64_t m = m0; m < m1; m += AR) {
       const int64_t mr = m1 - m < AR ? m1 - m : AR;
+      const float* a = abase + m * P->kd + p0;
+      const float* pf = m + 2 * AR <= m1 ? a + AR * P->kd : NULL;
       for (int64_t j = 0; j < ncols; j += AN) {
         const int64_t w = ncols - j < AN ? ncols - j : AN;
-        a2_table[w == AN][mr](kc, abase + m * P->kd + p0, P->kd, col + j, ldb,
-                              cbase + m * P->ohw + n0 + j, P->ohw, p0 > 0, w);
+        a2_table[w == AN][mr](kc, a, P->kd, col + j, ldb, cbase + m * P->ohw + n0 + j, P->ohw,
+                              p0 > 0, w, j == 0 ? pf : NULL);
       }
     }
   }
@@ -237,11 +245,7 @@ static accel_status a2_run(const conv_f32_call* c) {
   const conv_geometry* g = P->g;
   const int64_t ntail = a2_dot_tail(P);
   const int64_t vcols = P->ohw - ntail;
-  /* a tile's depth block of columns about 384 KB, in whole panels */
-  const int64_t kc = P->kd < A2_KC ? P->kd : A2_KC;
-  int64_t nt = (96 * 1024 / kc) / AN * AN;
-  if (nt < AN) nt = AN;
-  if (nt > vcols) nt = vcols;
+  int64_t nt = vcols < A2_NT ? vcols : A2_NT;
   int64_t ntiles = nt > 0 ? (vcols + nt - 1) / nt : 1;
   const int64_t outer = (int64_t)g->n * g->groups;
   const int nthreads = c->nth;
@@ -256,7 +260,13 @@ static accel_status a2_run(const conv_f32_call* c) {
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   const int64_t ldbt = (P->kd + 15) & ~(int64_t)15;
-  const size_t col_floats = (size_t)((nt + AN - 1) / AN * AN) * A2_KC;
+  /* the depth block: a tile's columns of it in L2 (a few panels: a deep block, each weight row
+   * read in long runs; any multiple of SUM_BLOCK gives the same sums) */
+  const int64_t ldb_max = (nt + AN - 1) / AN * AN;
+  int64_t kc_max = ldb_max > 0 ? A2_TILE_FLOATS / ldb_max / SUM_BLOCK * SUM_BLOCK : P->kd;
+  if (kc_max < 256) kc_max = 256;
+  const int64_t kc = f32_depth_block(P->kd, kc_max);
+  const size_t col_floats = (size_t)ldb_max * kc;
   const size_t bytes = (col_floats + (size_t)(TMAX * ldbt)) * sizeof(float) + 64;
   float* bufs[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
@@ -264,7 +274,7 @@ static accel_status a2_run(const conv_f32_call* c) {
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   a2_job J = {P, c->in, c->weights, c->out, c->ep, bufs, ntail, vcols, nt, ntiles, mchunks,
-              mblocks, ldbt};
+              mblocks, ldbt, kc};
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
 }
