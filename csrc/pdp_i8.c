@@ -106,7 +106,8 @@ static void row_block(int is_max, int32_t sw, const int8_t* const* srcs, const i
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 /* rhaz16 in int32 lanes, exact for |p| < 2^31 - 2^15. */
 static inline __m512i rhaz16_x16(__m512i p) {
-  const __m512i a = _mm512_srli_epi32(_mm512_add_epi32(_mm512_abs_epi32(p), _mm512_set1_epi32(1 << 15)), 16);
+  const __m512i half = _mm512_set1_epi32(1 << 15);
+  const __m512i a = _mm512_srli_epi32(_mm512_add_epi32(_mm512_abs_epi32(p), half), 16);
   return _mm512_mask_sub_epi32(a, _mm512_movepi32_mask(p), _mm512_setzero_si512(), a);
 }
 #endif

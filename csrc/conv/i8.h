@@ -241,6 +241,26 @@ static inline __attribute__((always_inline)) __m512i q_of(const panel_codes* E,
   return sdp_i8_lanes_add(E->add, e, v, _mm512_cvtepi8_epi32(o), split, add == 2);
 }
 
+/* Row m's 64 values from r (panel: NR of them, read unmasked, v3 = v2; else masked by k), plus
+ * the row's correction (corr: codes_of_panel_corr): panel_step's and panel_step_lut's loads. */
+static inline __attribute__((always_inline)) void panel_load(const panel_codes* E,
+                                                              const int32_t* r, int64_t m,
+                                                              const __mmask16* k, int panel,
+                                                              int corr, __m512i* v0, __m512i* v1,
+                                                              __m512i* v2, __m512i* v3) {
+  *v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k[0], r);
+  *v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k[1], r + 16);
+  *v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k[2], r + 32);
+  *v3 = panel ? *v2 : _mm512_maskz_loadu_epi32(k[3], r + 48);
+  if (corr) {
+    const __m512i cm = _mm512_set1_epi32(E->corr[m]);
+    *v0 = _mm512_add_epi32(*v0, cm);
+    *v1 = _mm512_add_epi32(*v1, cm);
+    *v2 = _mm512_add_epi32(*v2, cm);
+    *v3 = _mm512_add_epi32(*v3, cm);
+  }
+}
+
 /* One step of 64 values of each row from column i (panel: of at most NR, read unmasked). */
 static inline __attribute__((always_inline)) void panel_step(const panel_codes* E,
                                                               const int32_t* c, int64_t ldc,
@@ -248,8 +268,7 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
                                                               int panel, int corr) {
   const __m512i lo = _mm512_set1_epi8(E->lo), hi = _mm512_set1_epi8(E->hi);
   const int64_t n = E->cols - i;
-  const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
-                  k3 = lane_mask(n - 48);
+  const __mmask16 k[4] = {lane_mask(n), lane_mask(n - 16), lane_mask(n - 32), lane_mask(n - 48)};
   const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
   /* locals: the code stores could alias E's fields */
   const int64_t rows = E->rows, ldo = E->ldo;
@@ -261,17 +280,8 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
     const int32_t* r = c + m * ldc + i;
     __m512i o = _mm512_setzero_si512();
     if (add) o = _mm512_maskz_loadu_epi8(keep, opnd + m * ldo);
-    const __m512i cm = corr ? _mm512_set1_epi32(E->corr[m]) : _mm512_setzero_si512();
-    __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
-    __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
-    __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
-    __m512i v3 = panel ? v2 : _mm512_maskz_loadu_epi32(k3, r + 48);
-    if (corr) {
-      v0 = _mm512_add_epi32(v0, cm);
-      v1 = _mm512_add_epi32(v1, cm);
-      v2 = _mm512_add_epi32(v2, cm);
-      v3 = _mm512_add_epi32(v3, cm);
-    }
+    __m512i v0, v1, v2, v3;
+    panel_load(E, r, m, k, panel, corr, &v0, &v1, &v2, &v3);
     const __m512i q0 = q_of(E, e, v0, _mm512_castsi512_si128(o), split, add);
     const __m512i q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
     const __m512i q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
@@ -287,8 +297,7 @@ static inline __attribute__((always_inline)) void panel_step_lut(const panel_cod
                                                                   int64_t i, int panel,
                                                                   int corr) {
   const int64_t n = E->cols - i;
-  const __mmask16 k0 = lane_mask(n), k1 = lane_mask(n - 16), k2 = lane_mask(n - 32),
-                  k3 = lane_mask(n - 48);
+  const __mmask16 k[4] = {lane_mask(n), lane_mask(n - 16), lane_mask(n - 32), lane_mask(n - 48)};
   const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
   const int64_t rows = E->rows, ldo = E->ldo;
   const sdp_i8_lane_cvt* cvt = E->cvt;
@@ -297,17 +306,8 @@ static inline __attribute__((always_inline)) void panel_step_lut(const panel_cod
   for (int64_t m = 0; m < rows; ++m) {
     const sdp_i8_lane_cvt* e = cvt + m;
     const int32_t* r = c + m * ldc + i;
-    const __m512i cm = corr ? _mm512_set1_epi32(E->corr[m]) : _mm512_setzero_si512();
-    __m512i v0 = panel ? _mm512_loadu_si512(r) : _mm512_maskz_loadu_epi32(k0, r);
-    __m512i v1 = panel ? _mm512_loadu_si512(r + 16) : _mm512_maskz_loadu_epi32(k1, r + 16);
-    __m512i v2 = panel ? _mm512_loadu_si512(r + 32) : _mm512_maskz_loadu_epi32(k2, r + 32);
-    __m512i v3 = panel ? v2 : _mm512_maskz_loadu_epi32(k3, r + 48);
-    if (corr) {
-      v0 = _mm512_add_epi32(v0, cm);
-      v1 = _mm512_add_epi32(v1, cm);
-      v2 = _mm512_add_epi32(v2, cm);
-      v3 = _mm512_add_epi32(v3, cm);
-    }
+    __m512i v0, v1, v2, v3;
+    panel_load(E, r, m, k, panel, corr, &v0, &v1, &v2, &v3);
     const __m512i q0 = sdp_i8_lanes_lut(e, &L, v0);
     const __m512i q1 = sdp_i8_lanes_lut(e, &L, v1);
     const __m512i q2 = sdp_i8_lanes_lut(e, &L, v2);
