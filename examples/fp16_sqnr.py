@@ -5,7 +5,7 @@ the same model (issue 29: fp16 within 1 dB of .half()). Prints one row per model
 
 encoder: nn.TransformerEncoderLayer(192, 3 heads) (post-norm, PyTorch's defaults), input
 [1, T, 192] N(0, 1), T = 197 by default; attention: its nn.MultiheadAttention(192, 3) alone, the same
-input; convnext_mini: the zoo's (3x64x64). Figures in
+input; convnext_mini: the zoo's (3x64x64); vit_ti16: the zoo's ViT-Ti/16 (3x224x224). Figures in
 docs/transformer_ops.md (fp16 accuracy)."""
 import argparse
 import copy
@@ -56,7 +56,15 @@ def convnext_mini(tokens: int):
     return model.eval(), x
 
 
-MODELS = {"encoder": encoder, "attention": attention, "convnext_mini": convnext_mini}
+def vit_ti16(tokens: int):
+    from accel_codegen.tools.models import vit_ti16 as zoo
+
+    model, (x,) = zoo()
+    return model.eval(), x
+
+
+MODELS = {"encoder": encoder, "attention": attention, "convnext_mini": convnext_mini,
+          "vit_ti16": vit_ti16}
 
 
 def measure(model, x):

@@ -212,8 +212,11 @@ class NormSpec:
             return None if expr is None else np.asarray(constant_value(expr),
                                                         np.float32).reshape(-1)
 
+        # FP16: the sums as CONVs (fp32 accumulators) and the last pass through the SDP's X
+        # units, rounding once (sim/decompose.py); FP32: the BDMA + SDP trees
         return layer_norm_passes(shape, value(self.gamma), value(self.beta), self.epsilon,
-                                 precision, act=self.act)
+                                 precision, reduce="conv" if precision == "fp16" else "tree",
+                                 act=self.act)
 
 
 def token_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:

@@ -78,6 +78,15 @@ class Pass:
     #: a CONV whose weights are tensor ``weights`` (another pass's output or an input, read as
     #: [K, C, 1, 1] where it lies: attention's K and V); None: the CONV's own constants
     weights: Optional[str] = None
+    #: the SDP's X unit operands read from tensors: (field, tensor) pairs, field one of
+    #: ops.X_FIELDS (accel.h's accel_sdp_x; per-channel constants are the op's own arrays)
+    units: Tuple[Tuple[str, str], ...] = ()
+
+    def reads(self) -> Tuple[str, ...]:
+        """The tensors the pass reads besides its input: the element-wise operand, the X
+        units' operands, the computed weights."""
+        names = [self.operand] + [t for _, t in self.units] + [self.weights]
+        return tuple(n for n in names if n is not None)
 
     def bound(self, tensors: Optional[Dict[str, np.ndarray]]) -> List[Op]:
         """The chain with the element-wise operand and computed weights set (SHAPE_ONLY and
@@ -87,6 +96,11 @@ class Pass:
             ops = [dataclasses.replace(op, weights=np.ascontiguousarray(
                 tensors[self.weights]).reshape(op.weight_shape), weight_shape=None)
                 if isinstance(op, Conv) else op for op in ops]
+        if self.units:
+            values = {field: tensors[name] if tensors is not None else SHAPE_ONLY
+                      for field, name in self.units}
+            ops = [dataclasses.replace(op, **values) if isinstance(op, Sdp) else op
+                   for op in ops]
         if self.operand is None:
             return ops
         value = tensors[self.operand] if tensors is not None else SHAPE_ONLY
@@ -144,8 +158,7 @@ class Decomposition:
             out = self.tensor(tensors, p.output) if p.output in self.views or \
                 p.output in self.into else None
             y = run_pass(p, p.bound({**tensors, **{v: self.tensor(tensors, v)
-                                                   for v in (p.operand, p.weights)
-                                                   if v in self.views}}),
+                                                   for v in p.reads() if v in self.views}}),
                          self.tensor(tensors, p.input), out)
             if out is None:
                 tensors[p.output] = y
@@ -179,11 +192,12 @@ class _Builder:
     def values(self, v, channels: int) -> np.ndarray:
         return np.broadcast_to(np.asarray(v, np.float32), (channels,)).astype(self.dtype)
 
-    def add(self, role, ops, src, channels, operand=None) -> str:
+    def add(self, role, ops, src, channels, operand=None, units=()) -> str:
         self.count += 1
         name = f"t{self.count}"
         self.shapes[name] = (self.n, channels, self.h, self.w)
-        self.passes.append(Pass(f"{self.layer}.{role}", tuple(ops), src, name, operand))
+        self.passes.append(Pass(f"{self.layer}.{role}", tuple(ops), src, name, operand,
+                                units=tuple(units)))
         return name
 
     def channels(self, name) -> int:
@@ -272,6 +286,8 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
     for name, v in (("gamma", gamma), ("beta", beta)):
         if v is not None and np.shape(v) != (c,):
             raise AccelInvalidError(f"layer_norm: {name} has shape {np.shape(v)}, not ({c},)")
+    if precision == "fp16" and reduce == "conv":
+        return _layer_norm_fp16(b, gamma, beta, eps, newton, act)
     inv_c = np.float32(1.0) / np.float32(c)
 
     def center(src, role):
@@ -301,6 +317,63 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
     if beta is not None:
         y = b.add("shift", [Sdp(shift=np.asarray(beta, np.float32).astype(b.dtype), act=act,
                                 precision=precision)], y, c)
+    return b.done(y)
+
+
+def mean_factors(c: int) -> Tuple[np.float16, np.float16]:
+    """Two halves w (in [0.5, 1]) and s whose product is 1 / c within a few 2^-24 (a half
+    1 / c alone is within 2^-12 only where c is no power of two: 2.4e-4 for c = 192), so a CONV
+    of weights w and an SDP scale s average exactly enough in FP16."""
+    ws = np.arange(0x3800, 0x3C01, dtype=np.uint16).view(np.float16)  # every half in [0.5, 1]
+    ss = (1.0 / (c * ws.astype(np.float64))).astype(np.float16)
+    errors = np.abs(ws.astype(np.float64) * ss.astype(np.float64) * c - 1.0)
+    errors[~np.isfinite(errors) | (ss == 0)] = np.inf
+    best = int(np.argmin(errors))
+    return ws[best], ss[best]
+
+
+def _layer_norm_fp16(b: "_Builder", gamma, beta, eps: float, newton: Optional[int],
+                     act: Optional[str]) -> Decomposition:
+    """The FP16 layer norm with fp32 inside its passes (layer_norm_passes' docstring)."""
+    c, p = b.c, "fp16"
+    h = np.float16
+    inv_c = b.values(-1.0 / c, c)
+
+    def sum_broadcast(src, role):  # -mean of src on every channel: CONV of ones, SDP -1/C
+        return b.add(role, [b.ones(c, c), Sdp(scale=inv_c, precision=p)], src, c)
+
+    a1 = sum_broadcast("x", "mean")                                      # -M, M in half
+    d = b.add("center", [Sdp(ew_op="add", precision=p)], "x", c, a1)      # x - M, in half
+    a2 = sum_broadcast(d, "remean")                                     # -(mean of x - M)
+    sq = b.add("square", [Sdp(precision=p)], d, c,                      # (d + a2) d
+               units=[("x1_alu", a2), ("x1_mul", d)])
+    w, s = mean_factors(c)
+    weights = np.full((1, c, 1, 1), w, h)
+    v = b.add("var", [Conv(weights, precision=p), Sdp(scale=b.values(s, 1),
+                                                      shift=b.values(eps, 1), precision=p)],
+              sq, 1)                                                    # var + eps, in half
+    steps = NEWTON_FP16["rsqrt"] if newton is None else newton
+    if steps < 0:
+        raise AccelInvalidError(f"{b.layer}: newton = {newton!r} is negative")
+    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
+    for _ in range(steps):  # y (1.5 - 0.5 v y y), v y y in fp32: one pass
+        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
+                                 ew_op="mul", precision=p)], v, 1, r,
+                  units=[("x1_mul", r), ("x2_mul", r)])
+    # the rest of 1 / sqrt(var + eps) beyond the half r: r (1 - (var + eps) r^2) / 2 from the
+    # sum's fp32 accumulator (s (S + eps / s) = var + eps), a first-order Newton correction
+    r_lo = b.add("rsqrt.low", [Conv(weights, precision=p), Sdp(
+        x1_alu=np.array([eps / float(s)], np.float32).astype(h), x_per_channel=("x1_alu",),
+        scale=b.values(-0.5 * float(s), 1), shift=b.values(0.5, 1), ew_op="mul",
+        precision=p)], sq, 1, r, units=[("x1_mul", r), ("x2_mul", r)])
+    rb = b.add("rsqrt.broadcast", [b.ones(1), Sdp(precision=p)], r, c)
+    rlb = b.add("rsqrt.low.broadcast", [b.ones(1), Sdp(precision=p)], r_lo, c)
+    scale = None if gamma is None else np.asarray(gamma, np.float32).astype(h)
+    shift = None if beta is None else np.asarray(beta, np.float32).astype(h)
+    low = b.add("normalise.low", [Sdp(scale=scale, precision=p)], "x", c,
+                units=[("x1_alu", a1), ("x2_alu", a2), ("x2_mul", rlb)])
+    y = b.add("normalise", [Sdp(scale=scale, shift=shift, ew_op="add", act=act, precision=p)],
+              "x", c, low, units=[("x1_alu", a1), ("x2_alu", a2), ("x2_mul", rb)])
     return b.done(y)
 
 

@@ -203,3 +203,43 @@ def test_bad_arguments_are_refused():
         dc.softmax_passes((1, 4, 1, 4), reduce="pdp")
     with pytest.raises(AccelInvalidError, match="x has shape"):
         dc.run_passes(DEVICE, dc.softmax_passes((1, 4, 1, 4)), np.zeros((1, 4, 1, 5), np.float32))
+
+
+@pytest.mark.parametrize("offset", [0.5, 60.0])
+def test_fp16_conv_form_rounds_like_pytorchs_half(offset, rng):
+    """FP16 with reduce="conv": the sums in the CONVs' fp32 accumulators, the mean and
+    1 / sqrt(var + eps) each kept as a half and its remainder, the last pass through the SDP's
+    X units in fp32 (accel_sdp_x): one rounding of the output, like PyTorch's half layer norm
+    (fp32 inside), so its SQNR against float64 is within 0.5 dB of PyTorch's (the tree form's
+    is about 8 dB below it); 13 runs instead of the tree's 85, every SDP pass the reference's
+    bit for bit on the simulator's own inputs."""
+    c, w = 192, 40
+    x, gamma, beta = _inputs(rng, c, w, np.float16, offset)
+    d = dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, "fp16", "conv")
+    assert len(d.passes) == 13
+    tensors = {}
+
+    def run(p, ops, data, out):
+        y, _ = DEVICE.run(ops, np.ascontiguousarray(data), out=out)
+        if not any(type(op).__name__ == "Conv" for op in ops):  # SDP passes: bit for bit
+            assert_same(y, ref.run_chain(ops, data), p.role)
+        tensors[p.output] = y
+        return y
+
+    y = d.tensor(d.run(run, x), d.output)
+    exact = _layer_norm64(x, gamma, beta, 1e-5)
+    ours = _sqnr(exact, y)
+    theirs = _sqnr(exact, _torch_layer_norm(x, gamma, beta, 1e-5))
+    assert ours >= theirs - 0.5, (ours, theirs)
+    tree = _sqnr(exact, dc.run_passes(DEVICE, dc.layer_norm_passes(
+        x.shape, gamma, beta, 1e-5, "fp16"), x)[0])
+    assert ours > tree + 4
+    constant = np.full((1, c, 1, 3), 0.3, np.float16)  # variance 0: exactly beta
+    y, _ = dc.run_passes(DEVICE, dc.layer_norm_passes(constant.shape, gamma, beta, 1e-5,
+                                                      "fp16", "conv"), constant)
+    assert_same(y, np.broadcast_to(beta[None, :, None, None], constant.shape))
+
+
+def _sqnr(exact, y):
+    error = np.sum((np.asarray(y, np.float64) - exact) ** 2)
+    return 10 * math.log10(np.sum(exact ** 2) / error)

@@ -15,7 +15,7 @@ import numpy as np
 from tvm import relax
 
 from ...sim.observer import INPUT
-from ...sim.ops import Bdma, Conv, Pool
+from ...sim.ops import X_FIELDS, Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 from .int8_plan import token_dense
@@ -36,7 +36,7 @@ def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: s
             f"!= 0) return -1;"]
 
 
-def _op(gen, op, tensor, operand, weights=None) -> str:
+def _op(gen, op, tensor, operand, weights=None, units=()) -> str:
     """One engine op of a pass as a C descriptor (``OP`` stands for it); ``tensor(name)``: the
     pointer of a pass's tensor; ``weights``: the tensor a CONV reads as its weights (attention's
     K and V, where another run or the function's input wrote them: never packed, since the
@@ -72,6 +72,22 @@ def _op(gen, op, tensor, operand, weights=None) -> str:
         what.append(f"{op.ew_op} {operand}")
         if op.ew_per_channel:  # one value per channel, for every position
             fields["ew_per_channel"] = 1
+    # the X units' operands: tensors of the passes (units), or the op's own per-channel
+    # constants (accel_sdp_x)
+    read = dict(units)
+    per_channel = op.x_per_channel_fields()
+    for field in X_FIELDS:
+        unit, part = field[:2], field[3:]
+        if field in read:
+            fields[f"{unit}.{part}"] = tensor(read[field])
+            what.append(f"{unit} {'+' if part == 'alu' else 'x'} {read[field]}")
+        elif isinstance(getattr(op, field), np.ndarray):
+            fields[f"{unit}.{part}"] = gen._constant(getattr(op, field))
+            what.append(f"{unit} {part}")
+        else:
+            continue
+        if field in per_channel:
+            fields[f"{unit}.{part}_per_channel"] = 1
     if op.act:
         fields["act"] = emit.c_activation(op.act)
         what.append(op.act)
@@ -168,7 +184,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         if _clears(step.ops) and step.output not in decomposition.into:  # heads: all written
             lines.append(f"  memset({out}, 0, {count * itemsize});")
-        ops = [_op(gen, op, tensor, step.operand, step.weights) for op in step.ops]
+        ops = [_op(gen, op, tensor, step.operand, step.weights, step.units) for op in step.ops]
         lines += emit.run_layer(ops, tensor(step.input), run.in_shape, out, run.out_shape,
                                 run.fused(gen.fuse), label, precision)
         gen.body.extend(lines + ["}"])
