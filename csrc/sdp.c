@@ -158,18 +158,12 @@ enum { SAME = 1024 };
 static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in, float* dst,
                               float value, int64_t hw) {
   if (p->ew_op == ACCEL_EW_MUL && p->act == ACCEL_ACT_NONE) {
-    /* squeeze-excite's x * s: the steps of sdp_f32_span in one pass, value for the operand */
+    /* squeeze-excite's x * s: the steps of sdp_f32_span in one pass, value for the operand;
+     * a missing scale as 1 and a missing shift as -0, which change no value (x * 1 and
+     * x + -0 are x, -0 and NaN included) */
     const float s = p->scale != NULL ? p->scale[channel] : 1.0f;
-    const float b = p->shift != NULL ? p->shift[channel] : 0.0f;
-    if (p->scale != NULL && p->shift != NULL) {
-      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * value;
-    } else if (p->scale != NULL) {
-      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * s * value;
-    } else if (p->shift != NULL) {
-      for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] + b) * value;
-    } else {
-      for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * value;
-    }
+    const float b = p->shift != NULL ? p->shift[channel] : -0.0f;
+    for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * value;
     return;
   }
   float same[SAME];

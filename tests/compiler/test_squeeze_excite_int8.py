@@ -43,6 +43,36 @@ def test_a_per_channel_operand_is_read_for_every_position(precision):
     assert 0 < stats.ops[0].operand_bytes <= 2 * s.size < whole.ops[0].operand_bytes / 6
 
 
+@pytest.mark.parametrize("affine", ["none", "scale", "shift", "both"])
+def test_fp32_per_channel_multiply_keeps_zeros_signs_and_nans(affine):
+    """fp32 x * s per channel after the SDP's scale and shift (sdp.c's one loop, a missing
+    scale taken as 1 and a missing shift as -0): the bits of the same run with the operand
+    broadcast to a whole tensor (the general span path), -0, infinities and NaN included, and
+    the reference's values."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 4, 3, 5)).astype(np.float32)
+    x[0, 0, 0, :4] = [-0.0, 0.0, np.inf, np.nan]
+    x[1, 2, 1, :3] = [-np.inf, -0.0, 0.0]
+    s = rng.standard_normal((2, 4)).astype(np.float32)
+    s[0, 1], s[1, 3], s[1, 2] = -0.0, np.inf, 2.0
+    fields = {}
+    if affine in ("scale", "both"):
+        fields["scale"] = np.array([1.5, -1.0, 0.0, 1.0], np.float32)
+    if affine in ("shift", "both"):
+        fields["shift"] = np.array([-0.0, 0.5, 0.0, -2.0], np.float32)
+    per_channel = Sdp(ew_op="mul", operand=s, ew_per_channel=True, **fields)
+    broadcast = Sdp(ew_op="mul", operand=np.ascontiguousarray(
+        np.broadcast_to(s[:, :, None, None], x.shape)), **fields)
+    y = Device().run([per_channel], x)[0]
+    whole = Device().run([broadcast], x)[0]
+    assert np.isnan(y).any() and (np.signbit(y) & (y == 0)).any()
+    nan = np.isnan(whole)
+    assert np.array_equal(np.isnan(y), nan)
+    assert np.array_equal(y.view(np.uint32)[~nan], whole.view(np.uint32)[~nan])
+    with np.errstate(invalid="ignore"):  # inf * 0 is NaN here on purpose
+        assert_same(y, run_op(per_channel, x))
+
+
 def test_a_per_channel_operand_is_checked():
     x = np.zeros((1, 4, 2, 2), np.float32)
     with pytest.raises(AccelInvalidError, match="ew_per_channel = 1 needs an ew_op"):
