@@ -17,10 +17,15 @@ of that tensor's element indices: the operand is a head split of that tensor exa
 indices it gathers are ``token * channels + first + head * head_dim + j``. The result is
 traced forward the same way to the tensor whose indices are the heads merged, token-major.
 
-What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), no mask (an add
-before the softmax is not a scale: the region stays as it was), every intermediate read only
-by the next op. The result computes the same values up to rounding (the scale is applied
-once, to the scores, where torch applies its square root to q and to k).
+What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), or one image's
+windows (Swin, MaxViT: the operands gather the heads of consecutive blocks of rows of one
+token tensor, window after window: the batch of ``nn.attention`` is the windows); adds of
+constants between the scores and the softmax (Swin's relative position bias and its shifted
+windows' region mask, each layout ops of a constant table) become its bias, one
+[T, Tk] per head (and per window where they differ); every intermediate read only by the next
+op. An add of a computed tensor, or a normalisation of q or k (Swin-V2's cosine attention),
+leaves the region as it was. The result computes the same values up to rounding (the scale
+is applied once, to the scores, where torch applies its square root to q and to k).
 """
 from __future__ import annotations
 
@@ -57,12 +62,21 @@ def _scalar(expr: relax.Expr) -> Optional[float]:
 
 
 _ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
-               "relax.less": np.less, "relax.greater": np.greater, "relax.equal": np.equal}
+               "relax.less": np.less, "relax.greater": np.greater, "relax.equal": np.equal,
+               "relax.mod": np.fmod, "relax.floor_mod": np.mod}
 
 
-def _evaluate(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
+def _prim_int(value) -> Optional[int]:
+    """The integer of a PrimValue or IntImm argument (arange's bounds), or None."""
+    while hasattr(value, "value") and not isinstance(value, (int, np.integer)):
+        value = value.value
+    return int(value) if isinstance(value, (int, np.integer)) else None
+
+
+def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
     """The value of an integer expression computed from constants and static shapes (ONNX's
-    Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``), or None."""
+    Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``; torch.roll's
+    ``(arange(n) + shift) mod n``), or None."""
     if depth > 16:
         return None
     if is_constant(expr):
@@ -74,14 +88,17 @@ def _evaluate(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray
             return None
     if isinstance(expr, relax.Var):
         value = value_of(expr)
-        return None if value is None else _evaluate(value, value_of, depth + 1)
+        return None if value is None else evaluate_indices(value, value_of, depth + 1)
     if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
         return None
     name = expr.op.name
+    if name == "relax.arange":  # torch.roll's indices: (arange(n) + shift) mod n
+        bounds = [_prim_int(a) for a in expr.args]
+        return None if None in bounds else np.arange(*bounds, dtype=np.int64)
     if name == "relax.shape_of":
         shape = _static(expr.args[0])
         return None if shape is None else np.array(shape, np.int64)
-    args = [_evaluate(a, value_of, depth + 1) for a in expr.args]
+    args = [evaluate_indices(a, value_of, depth + 1) for a in expr.args]
     if any(a is None for a in args):
         return None
     if name == "relax.shape_to_tensor":
@@ -125,7 +142,7 @@ def _apply(call: relax.Call, index: np.ndarray, value_of=lambda var: None
         result = index[tuple(slices)]
         return result if result.shape == out else None
     if name == "relax.take":
-        indices = _evaluate(call.args[1], value_of)
+        indices = evaluate_indices(call.args[1], value_of)
         if indices is None:
             return None
         axis = call.attrs.axis
@@ -240,7 +257,8 @@ def _rows_of(graph: _Graph, data: relax.Expr, tokens: int) -> Optional[relax.Exp
     channels = _static(data)[-1]
     for base, chain, scale in candidates:
         shape = _static(base)
-        if scale != 1.0 or shape is None or shape[-1] != channels or \
+        # (a view of more axes than a surface has, such as Swin's 6-D windows, is passed)
+        if scale != 1.0 or shape is None or shape[-1] != channels or len(shape) > 4 or \
                 int(np.prod(shape)) != tokens * channels:
             continue
         index = _indices_of(graph, _static(base), chain)
@@ -262,45 +280,51 @@ def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.
 
 
 def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
-           ) -> Optional[Tuple[relax.Expr, int, float]]:
-    """(base, first channel, scale) where ``operand`` ([..., tokens, d], or [..., d, tokens]
-    with ``keys_first`` False: K transposed) gathers the heads of ``base``'s tokens; None if it
-    does not."""
+           ) -> Optional[Tuple[relax.Expr, int, float, int]]:
+    """(base, first channel, scale, windows) where ``operand`` ([..., tokens, d], or
+    [..., d, tokens] with ``keys_first`` False: K transposed) gathers the heads of ``base``'s
+    tokens, window after window (Swin's windows: ``windows`` consecutive blocks of
+    ``tokens`` rows, each split into heads; 1 for one image); None if it does not."""
     shape = _static(operand)
     if shape is None or len(shape) < 3:
         return None
-    heads = int(np.prod(shape[:-2]))
+    groups = int(np.prod(shape[:-2]))
     d = shape[-1] if keys_first else shape[-2]
     candidates, _ = graph.back(operand)
     # the factors between the operand and the base it reads: those before the base are
     # already in it
     for base, chain, scale in candidates:
         base_shape = _static(base)
-        if base_shape is None or not base_shape or base_shape[-1] < heads * d or \
-                int(np.prod(base_shape)) != tokens * base_shape[-1]:
+        if base_shape is None or not base_shape:
             continue
+        rows = int(np.prod(base_shape)) // base_shape[-1]
+        windows = rows // tokens
+        if rows % tokens or groups % windows or base_shape[-1] < groups // windows * d:
+            continue
+        heads = groups // windows
         index = _indices_of(graph, _static(base), chain)
         if index is None or index.shape != shape:
             continue
-        index = index.reshape(heads, *shape[-2:])
+        index = index.reshape(windows, heads, *shape[-2:])
         if not keys_first:
-            index = index.transpose(0, 2, 1)
+            index = index.transpose(0, 1, 3, 2)
         first = int(index.flat[0])
-        h = np.arange(heads)[:, None, None]
-        t = np.arange(tokens)[None, :, None]
-        j = np.arange(d)[None, None, :]
-        expected = t * base_shape[-1] + first + h * d + j
+        w = np.arange(windows)[:, None, None, None]
+        h = np.arange(heads)[None, :, None, None]
+        t = np.arange(tokens)[None, None, :, None]
+        j = np.arange(d)[None, None, None, :]
+        expected = (w * tokens + t) * base_shape[-1] + first + h * d + j
         if first + heads * d <= base_shape[-1] and np.array_equal(index, expected):
-            return base, first, scale
+            return base, first, scale, windows
     return None
 
 
-def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int
-            ) -> Optional[relax.Var]:
-    """The last tensor of the layout ops after ``result`` ([heads, tokens, d]) that holds the
-    heads merged token-major ([tokens, heads x d] in memory)."""
-    index = np.arange(heads * tokens * d, dtype=np.int64)
-    expected = index.reshape(heads, tokens, d).transpose(1, 0, 2).reshape(-1)
+def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
+            windows: int = 1) -> Optional[relax.Var]:
+    """The last tensor of the layout ops after ``result`` ([windows x heads, tokens, d]) that
+    holds the heads merged token-major ([windows x tokens, heads x d] in memory)."""
+    index = np.arange(windows * heads * tokens * d, dtype=np.int64)
+    expected = index.reshape(windows, heads, tokens, d).transpose(0, 2, 1, 3).reshape(-1)
     index = index.reshape(_static(result))
     found, var = None, result
     while True:
@@ -323,10 +347,14 @@ class _Core:
     merged heads' tensor ``output``; and, where a projection reads only that, the tensor
     ``projected`` = (the projection's result as it is read, W, b)."""
 
-    def __init__(self, q, k, v, heads, tokens, kv_tokens, d, scale, output):
+    def __init__(self, q, k, v, heads, tokens, kv_tokens, d, scale, output, windows=1,
+                 bias=None):
         self.q, self.k, self.v = q, k, v
         self.heads, self.tokens, self.kv_tokens, self.d = heads, tokens, kv_tokens, d
         self.scale, self.output = scale, output
+        # Swin: the windows (a batch of token blocks) and the constant added to the scores
+        # before the softmax, [1 or windows, heads, tokens, kv_tokens] (None: no bias)
+        self.windows, self.bias = windows, bias
         self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray]]] = None
 
 
@@ -420,6 +448,48 @@ def _identity(graph: _Graph, var: relax.Var, until: str
     return reader, call
 
 
+def _constant_of(graph: _Graph, expr: relax.Expr) -> Optional[np.ndarray]:
+    """The value of ``expr`` where it is layout ops and scalar factors of a constant (Swin's
+    bias table gathered, viewed and permuted), else None."""
+    candidates, _ = graph.back(expr)
+    base, chain, scale = candidates[0]
+    if not is_constant(base):
+        return None
+    value = np.asarray(constant_value(base), np.float64)
+    for call in chain:
+        value = _apply(call, value, graph.value.get)
+        if value is None:
+            return None
+    return value * scale
+
+
+def _scores_map(graph: _Graph, shape, steps: list):
+    """(scale, index, bias) of the scores after ``steps`` from the matmul's output of
+    ``shape``: the product of the scalar factors, the matmul's element each score is, and
+    the constant added to it (scaled by the factors after it), in the matmul's order where
+    the index is the identity; bias None where nothing is added."""
+    if shape is None:
+        return 1.0, None, None
+    index = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    bias, scale, added = np.zeros(shape), 1.0, False
+    for step in steps:
+        if isinstance(step, tuple) and step[0] == "scale":
+            scale, bias = scale * step[1], bias * step[1]
+        elif isinstance(step, tuple):
+            if np.broadcast_shapes(bias.shape, step[1].shape) != bias.shape:
+                return scale, None, None
+            bias, added = bias + step[1], True
+        else:
+            index = _apply(step, index, graph.value.get)
+            bias = None if index is None else _apply(step, bias, graph.value.get)
+            if index is None or bias is None:
+                return scale, None, None
+    if not added:
+        return scale, index, None
+    # nn.attention adds its bias to the scaled products: the bias is as it is
+    return scale, index, bias.reshape(shape)
+
+
 def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     """The attention core around ``softmax_var`` (None: not one this module rewrites)."""
     softmax = graph.call(softmax_var, "relax.nn.softmax")
@@ -434,9 +504,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     if found is None:
         return None
     reader, pv = found
-    # the scores: matmul(A, B), then scalar factors and layout ops that move nothing, each
-    # read once (the scores by the softmax and torch's guard alone)
-    scale, expr, chain = 1.0, scores, []
+    # the scores: matmul(A, B), then scalar factors, adds of constants (Swin's relative
+    # position bias and shifted windows' mask) and layout ops that move nothing, each read
+    # once (the scores by the softmax and torch's guard alone)
+    steps, expr = [], scores
     while True:
         call = graph.call(expr)
         readers = graph.readers.get(expr, [])
@@ -445,8 +516,18 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         if call.op.name == "relax.matmul":
             break
         if call.op.name in LAYOUT_OPS:
-            chain.insert(0, call)
+            steps.insert(0, call)
             expr = call.args[0]
+            continue
+        if call.op.name == "relax.add":
+            a, b = call.args
+            constant = _constant_of(graph, b)
+            if constant is None:
+                a, constant = b, _constant_of(graph, a)
+            if constant is None:
+                return None
+            steps.insert(0, ("bias", constant))
+            expr = a
             continue
         if call.op.name not in _SCALARS:
             return None
@@ -456,10 +537,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
             factor, other = _scalar(call.args[0]), call.args[1]
         if not factor:
             return None
-        scale *= factor if call.op.name == "relax.multiply" else 1.0 / factor
+        steps.insert(0, ("scale", factor if call.op.name == "relax.multiply" else 1.0 / factor))
         expr = other
     qk = call
-    index = _indices_of(graph, _static(expr), chain)
+    scale, index, bias = _scores_map(graph, _static(expr), steps)
     if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
         return None
     a_shape, b_shape, v_shape = (_static(e) for e in (qk.args[0], qk.args[1], pv.args[1]))
@@ -480,16 +561,24 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     v = _heads(graph, pv.args[1], kv_tokens, True)
     # a factor on V scales the output, not the scores: nn.attention's scale would put it
     # inside the softmax
-    if q is None or k is None or v is None or v[2] != 1.0:
+    if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3]:
         return None
-    output = _merged(graph, reader, heads, tokens, d)
+    windows = q[3]
+    heads //= windows
+    output = _merged(graph, reader, heads, tokens, d, windows)
     if output is None:
         return None
+    if bias is not None:  # [windows x heads, T, Tk] -> [1 or windows, heads, T, Tk]
+        bias = bias.reshape(windows, heads, tokens, kv_tokens)
+        if np.all(bias == bias[:1]):
+            bias = bias[:1]
+        # the scale of the products applies to them alone: the bias was added after it
+        bias = bias.astype(np.float32)
     width = heads * d
-    core = _Core(_projected_input(graph, q[:2], tokens, width),
-                 _projected_input(graph, k[:2], kv_tokens, width),
-                 _projected_input(graph, v[:2], kv_tokens, width), heads, tokens, kv_tokens, d,
-                 scale * q[2] * k[2], output)
+    core = _Core(_projected_input(graph, q[:2], windows * tokens, width),
+                 _projected_input(graph, k[:2], windows * kv_tokens, width),
+                 _projected_input(graph, v[:2], windows * kv_tokens, width), heads, tokens,
+                 kv_tokens, d, scale * q[2] * k[2], output, windows, bias)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
@@ -532,7 +621,8 @@ class _Rewriter(relax.PyExprMutator):
             if first != 0 or shape[-1] != width:
                 x = self.builder_.emit(relax.op.strided_slice(
                     x, axes=[len(shape) - 1], begin=[first], end=[first + width]))
-        return self.builder_.emit(relax.op.reshape(x, [1, tokens, core.heads, core.d]))
+        return self.builder_.emit(relax.op.reshape(x, [core.windows, tokens, core.heads,
+                                                       core.d]))
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
@@ -546,7 +636,8 @@ class _Rewriter(relax.PyExprMutator):
         q = self._input(core.q, core, core.tokens)
         k = self._input(core.k, core, core.kv_tokens)
         v = self._input(core.v, core, core.kv_tokens)
-        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, scale=core.scale))
+        bias = None if core.bias is None else relax.const(core.bias, "float32")
+        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, bias, scale=core.scale))
         if core.projected is not None:  # the output projection reads the query's rows
             rows = list(_static(core.q[1])[:-1]) + [core.heads * core.d]
             result = self.builder_.emit(relax.op.reshape(attention, rows))

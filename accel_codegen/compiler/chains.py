@@ -388,7 +388,9 @@ def _token_entries() -> List[Entry]:
             data, *(wildcard() for _ in range(4)))
         heads.append(is_op("relax.reshape")(sliced | data, wildcard()))
     annotations["input"] = annotations["query"]
-    annotations["attention"] = is_op("relax.nn.attention")(*heads)
+    # Swin's windows add a constant (relative position bias, mask) to the scores
+    annotations["attention"] = is_op("relax.nn.attention")(*heads) | is_op(
+        "relax.nn.attention_bias")(*heads, is_const())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
     annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)

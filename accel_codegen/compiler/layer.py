@@ -178,6 +178,10 @@ class AttentionSpec:
     kv_tokens: int
     scale: float
     channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
+    #: Swin's windows: attention in each of ``windows`` consecutive blocks of tokens
+    windows: int = 1
+    #: added to the scaled scores, [1 or windows, heads, tokens, kv_tokens] (None: nothing)
+    bias: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass
@@ -206,7 +210,7 @@ class NormSpec:
         if self.kind == "attention":
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
-                                    a.kv_tokens, a.channels)
+                                    a.kv_tokens, a.channels, windows=a.windows, bias=a.bias)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),

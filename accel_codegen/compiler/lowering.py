@@ -935,17 +935,25 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     sim/decompose.attention_passes'."""
     call = roles["attention"]
     a = call.attrs
-    if len(call.args) > 3 and call.args[3] is not None:
-        raise Unsupported("attention with a bias (a mask) is not generated: the scores' SDP "
-                          "would add it as an element-wise operand per head")
     if a.causal_mask is not None or (a.window_size is not None and int(a.window_size) > 0):
         raise Unsupported(f"attention with a causal mask ({a.causal_mask}) is not generated")
-    batch, tokens, heads, d = static_shape(call.args[0])
+    # a batch is Swin's windows: each its own attention, its rows consecutive in Q, K, V and
+    # the output (one image's windows, compiler/attention.py)
+    windows, tokens, heads, d = static_shape(call.args[0])
     kv_tokens = static_shape(call.args[1])[1]
-    if batch != 1 or static_shape(call.args[2])[-1] != d:
-        raise Unsupported(f"attention of a batch of {batch} (or a value head size other than "
-                          "the key's) is not generated: its CONVs read one image's K and V "
-                          "as their weights")
+    if static_shape(call.args[2])[-1] != d:
+        raise Unsupported("attention with a value head size other than the key's is not "
+                          "generated")
+    bias = None
+    if len(call.args) > 3 and call.args[3] is not None:
+        if not is_constant(call.args[3]):
+            raise Unsupported("attention with a computed bias is not generated: the scores' "
+                              "SDP adds a constant")
+        bias = np.asarray(constant_value(call.args[3]), np.float32)
+        if bias.ndim != 4 or bias.shape[0] not in (1, windows) or \
+                bias.shape[1:] != (heads, tokens, kv_tokens):
+            raise Unsupported(f"attention's bias of shape {list(bias.shape)} is not one "
+                              f"[{tokens}, {kv_tokens}] per head (and window)")
     channels, sources = {}, {}
     for i, (role, name) in enumerate((("query", "x"), ("key", "k"), ("value", "v"))):
         heads_of = call.args[i]  # reshape(data or a slice of it, [1, T, H, d])
@@ -965,7 +973,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
                     end[0] - begin[0] != heads * d:
                 raise Unsupported("attention's input is a slice other than a channel range")
             first = begin[0]
-        if int(np.prod(shape)) != shape[-1] * (tokens if name == "x" else kv_tokens):
+        if int(np.prod(shape)) != shape[-1] * windows * (tokens if name == "x" else kv_tokens):
             raise Unsupported(f"attention's {role} {list(shape)} is not [tokens, channels]")
         _require_float32(data, f"attention's {role}")
         if _resolve(data, lookup) is not None and not is_constant(data):
@@ -975,9 +983,9 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     _require_float32(call, "the attention output")
     scale = float(a.scale) if a.scale is not None else 1.0 / math.sqrt(d)
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
-                         channels)
+                         channels, windows, bias)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
-    return Layer(data=sources["x"], in_shape=(tokens, channels["x"][0], 1, 1),
+    return Layer(data=sources["x"], in_shape=(windows * tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)
 
 
@@ -1025,13 +1033,17 @@ def _concat(call: relax.Call, lookup: Lookup) -> Tuple[List[CopySpec], Optional[
 
 
 def _reshape_view(shape: Sequence[int], out: Sequence[int]) -> Tuple[int, int, int, int]:
-    """The (n, c, 1, w) that both sides of a reshape keeping the batch read as the same
+    """The (n, c, 1, w) that both sides of a reshape (n: the batch where both keep it, else
+    1) read as the same
     dense bytes: c the product of the most leading axes (after the batch) that end at the
     same place in both shapes, so that each "channel" is a whole line of each side (the
     channels themselves when both keep them)."""
     if tuple(shape[:2]) == tuple(out[:2]):
         return axis_view(shape, 1)
-    n, total = int(shape[0]), int(np.prod(shape, dtype=np.int64))
+    # a reshape that moves the batch (Swin's windows: [1, H, W, C] <-> [windows, n, C]) is
+    # one image of the lines both sides share
+    n = int(shape[0]) if shape[0] == out[0] else 1
+    total = int(np.prod(shape, dtype=np.int64))
     ends = set(np.cumprod(shape[:-1], dtype=np.int64).tolist()) & \
         set(np.cumprod(out[:-1], dtype=np.int64).tolist())
     common = max((e for e in ends if e % n == 0), default=n)
@@ -1049,10 +1061,9 @@ def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     shape, out = static_shape(x), static_shape(call)
     if is_constant(x):
         raise Unsupported("a reshape of a constant (folded at compile time)")
-    if len(shape) < 2 or len(out) < 2 or len(shape) > 4 or len(out) > 4 or \
-            shape[0] != out[0]:
-        raise Unsupported("a reshape other than a channel shuffle or one that keeps the batch "
-                          "(of NCHW, [N, C, L] or [N, C] data)")
+    if len(shape) < 2 or len(out) < 2 or len(shape) > 4 or len(out) > 4:
+        raise Unsupported(f"a reshape of {list(shape)} to {list(out)}: the BDMA copies "
+                          "NCHW, [N, C, L] or [N, C] data (2 to 4 axes)")
     view = _reshape_view(shape, out)
     return [CopySpec(x, view[1], view=view)], view
 
@@ -1108,21 +1119,27 @@ def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     return copies, view
 
 
-def _slice(call: relax.Call) -> List[CopySpec]:
+def _slice(call: relax.Call) -> Tuple[List[CopySpec], Optional[tuple]]:
     x = call.args[0]
     axes, begin, _ = (_tuple_ints(arg) for arg in call.args[1:4])
     strides = _tuple_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes)
     shape = static_shape(x)
     rank = len(shape)
     # The rank first: a 1-D or 0-D tensor has no channel axis to read.
-    if rank not in (2, 3, 4) or [a % rank for a in axes] != [1] or strides[0] < 1:
+    if rank not in (2, 3, 4) or len(axes) != 1 or axes[0] % rank == 0 or strides[0] < 1:
         raise Unsupported(f"a slice along axes {list(axes)} (strides {list(strides)}) of a "
-                          f"{rank}-D tensor: the BDMA copies channel ranges of NCHW, "
-                          "[N, C, L] or [N, C] data, in order")
-    channels = shape[1]
+                          f"{rank}-D tensor: the BDMA copies ranges of the channels (or of a "
+                          "later axis) of NCHW, [N, C, L] or [N, C] data, in order")
+    axis = axes[0] % rank
+    channels = shape[axis]
     out = static_shape(call)
     start = begin[0] + channels if begin[0] < 0 else min(begin[0], channels)
-    return [CopySpec(x, out[1], src_offset=start, src_stride=strides[0])]
+    if axis == 1:
+        return [CopySpec(x, out[1], src_offset=start, src_stride=strides[0])], None
+    # along a later axis (Swin's rolls and patch merging's phases of [B, H, W, C]): the
+    # axis as the copy's channels of the tensor's axis_view, as a concat along it
+    return [CopySpec(x, out[axis], src_offset=start, src_stride=strides[0],
+                     view=axis_view(shape, axis))], axis_view(out, axis)
 
 
 def _tuple_ints(arg: relax.Expr) -> Tuple[int, ...]:
@@ -1169,7 +1186,7 @@ def _lower_copies(call: relax.Call, lookup: Lookup) -> Layer:
     if name == "relax.concat":
         copies, out_view = _concat(call, lookup)
     elif name == "relax.strided_slice":
-        copies = _slice(call)
+        copies, out_view = _slice(call)
     elif name == "relax.permute_dims":
         copies, out_view = _transpose(call)
     elif _is_shuffle(call, lookup):

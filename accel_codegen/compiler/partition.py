@@ -31,6 +31,7 @@ from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
 from .source_names import name_call_sites, name_of
 from .target import LayerPlan, Target
+from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -258,8 +259,13 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
                     layer_norm_from_formula, split_into_slices, flattened_global_pools,
                     attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
-    mod = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
-                                    relax.transform.DeadCodeElimination()])(mod)
+    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
+                                     relax.transform.DeadCodeElimination()])
+    # the window layouts once the layout ops that attention_cores replaced are gone
+    mod = tidy(mod)
+    for rewrite in WINDOW_REWRITES:
+        mod = rewrite(mod)
+    mod = tidy(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
     before = mod["main"]  # its calls' source names, for the composites fusion shares
     mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(

@@ -21,9 +21,11 @@ from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
 from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate, is_partitioned,
                                   match_composites, reference_machine, run_main)
+from ..compiler.sensitivity import depthwise_weights
 from ..compiler.target import MIXED, LayerPlan, Target
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
+from ..quantization.calibration import Observer
 from ..quantization.gptq import HessianObserver
 from ..sim.config import AccelConfig, Precision, check_precision
 from .qdq import qdq_calibration
@@ -189,16 +191,24 @@ def _calibrate_int8(mod, params, target: Target, examples):
     if target.equalize:
         mod = equalization.equalize(mod)[0]
     observer = None
+    matched = None
     if gptq:  # each conv's H = X^T X, gathered in the same pass
         matched = match_composites(mod, None, config=target.config, fuse=target.fuse,
                                    precision="int8")
         examples = examples_of(examples, "calibration")
         observer = HessianObserver(weight_rounding_pass.conv_geometries(matched), len(examples))
+    if target.calibration_method == "mse":
+        # a tensor read by a depthwise conv alone: its error weighed by the conv's weights
+        if matched is None:
+            matched = match_composites(mod, params, config=target.config, fuse=target.fuse,
+                                       precision="int8")
+        observer = observer if observer is not None else Observer()
+        observer.channel_weights = depthwise_weights(matched, target.fuse)
     vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
     calibration = calibrate(lambda *inputs: run_main(vm, inputs), examples,
                             target.calibration_method, observer)
     calibration.equalized = target.equalize
-    if observer is not None:
+    if gptq:
         mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration

@@ -129,6 +129,8 @@ class Decomposition:
     #: tensors that several BDMA passes write parts of (attention's heads into its output):
     #: zeros before the first
     into: Tuple[str, ...] = ()
+    #: constant tensors the passes read (attention's bias, in the precision's dtype)
+    constants: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def tensor(self, tensors: Dict[str, np.ndarray], name: str) -> np.ndarray:
         """Tensor ``name`` of ``tensors``; a view: the channel range of its tensor, read as the
@@ -146,7 +148,7 @@ class Decomposition:
         missing = set(self.inputs) - set(inputs)
         if missing:
             raise AccelInvalidError(f"{self.layer}: the passes read {sorted(missing)}, not given")
-        tensors = {"x": x, **inputs}
+        tensors = {"x": x, **inputs, **self.constants}
         for name in self.inputs:
             if tensors[name].shape != self.shapes[name]:
                 raise AccelInvalidError(f"{self.layer}: {name} has shape {tensors[name].shape}, "
@@ -462,7 +464,8 @@ def _windows(size: int, limit: int = 8, powers: bool = False) -> List[Tuple[int,
 def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      precision: str = "fp32", kv_tokens: Optional[int] = None,
                      channels: Optional[Dict[str, Tuple[int, int]]] = None,
-                     newton: Optional[int] = None) -> Decomposition:
+                     newton: Optional[int] = None, windows: int = 1,
+                     bias: Optional[np.ndarray] = None) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
@@ -489,40 +492,93 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     CONV (V_h, weights E^T: T kernels of Tk) + SDP (x 1 / the windows' product, x the
     reciprocal as the per-channel operand) = O_h [1, T, 1, d], which is [T, d] in memory: the
     softmax normalised after the P V products, in the accumulator, so the probabilities are
-    never rounded to the data precision; [BDMA O_h into the output's channels of the head]."""
+    never rounded to the data precision; [BDMA O_h into the output's channels of the head].
+
+    ``windows`` > 1 (Swin): attention within each of that many consecutive blocks of
+    ``tokens`` rows of Q, K, V and the output, the passes above per window. The tensors are
+    then read as one image of all their bytes: "x" [1, W T Cq, 1, 1], "v" and "o" likewise,
+    "k" [1, W Ck, 1, Tk] (each window's K on its own surface, one after the other); a
+    window's rows are a view at its address. ``bias`` [1 or windows, heads, T, Tk] is added
+    to the scaled scores by the scores' own SDP, as its element-wise operand (S^T's channels
+    are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
+    read as tensor "bias"."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
     channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
     t, tk = tokens, kv_tokens
-    b = _HeadPasses(precision, d, {"x": (t, channels["x"][0], 1, 1),
-                                   "k": (1, channels["k"][0], 1, tk),
-                                   "v": (tk, channels["v"][0], 1, 1), "o": (t, merged, 1, 1)})
-    for h in range(heads):
-        q = b.rows("x", channels["x"][1] + h * d, f"h{h}.q", f"h{h}.queries", t)
-        k = b.view(f"h{h}.k", "k", channels["k"][1] + h * d, d, (1, d, 1, tk))
-        s = b.add(f"h{h}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
-                                   Sdp(scale=b.values(scale, t), precision=precision)],
-                  k, f"h{h}.s", (1, t, 1, tk), weights=q)
-        e, r, covered = b.softmax_along_w(f"h{h}", s, newton)
-        v = b.rows("v", channels["v"][1] + h * d, f"h{h}.v", f"h{h}.values.rows", tk)
-        v = b.view(f"h{h}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
-        # the exponentials' products with V summed in the CONV's fp32 accumulator, then
-        # normalised by the SDP in the same run (1 / covered: the sums' windows, a power of
-        # two; 1 / average per query, the per-channel operand): P is never rounded
-        ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision),
-               Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
-                   precision=precision)]
-        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-            b.add(f"h{h}.values", ops, v, b.view("o.surface", "o", 0, merged, (1, t, 1, d)),
-                  (1, t, 1, d), operand=r, weights=e)
-            continue
-        o = b.add(f"h{h}.values", ops, v, f"h{h}.o", (1, t, 1, d), operand=r, weights=e)
-        o = b.view(f"h{h}.orows", o, 0, t, (t, d, 1, 1))
-        b.add(f"h{h}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
-                                   precision=precision)], o, "o", (t, merged, 1, 1))
+    cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
+    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
+    constants = _attention_bias(bias, windows, heads, t, tk, b)
+    for w in range(windows):
+        one = windows == 1
+        at = "" if one else f"w{w}."
+        x, v_rows, out = "x", "v", "o"
+        if not one:
+            x = b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
+            v_rows = b.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
+            out = b.view(f"{at}o", "o", w * t * merged, t * merged, (t, merged, 1, 1))
+        for h in range(heads):
+            head = f"{at}h{h}"
+            q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
+            k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
+            sdp = Sdp(scale=b.values(scale, t), precision=precision)
+            operand = None
+            if bias is not None:
+                first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
+                operand = b.view(f"{head}.bias", "bias", first, t, (1, t, 1, tk))
+                sdp = dataclasses.replace(sdp, ew_op="add")
+            s = b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1),
+                                              precision=precision), sdp],
+                      k, f"{head}.s", (1, t, 1, tk), operand=operand, weights=q)
+            e, r, covered = b.softmax_along_w(head, s, newton)
+            v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows",
+                       tk)
+            v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
+            # the exponentials' products with V summed in the CONV's fp32 accumulator, then
+            # normalised by the SDP in the same run (1 / covered: the sums' windows, a power
+            # of two; 1 / average per query, the per-channel operand): P is never rounded
+            ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision),
+                   Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
+                       precision=precision)]
+            if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
+                surface = b.view(f"{at}o.surface", "o", w * t * merged if not one else 0,
+                                 t * merged if not one else merged, (1, t, 1, d))
+                b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e)
+                continue
+            o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r,
+                      weights=e)
+            o = b.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
+            b.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
+                                         precision=precision)], o, out, (t, merged, 1, 1))
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
-                         ("k", "v"), ("o",))
+                         ("k", "v"), ("o",), constants)
+
+
+def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int, ...]]:
+    """The shapes of attention's inputs and output: one image's rows, or (windows) all
+    windows' bytes as one image (K: each window's surface after the other)."""
+    if int(windows) != windows or windows < 1:
+        raise AccelInvalidError(f"attention: windows = {windows!r} is not a positive integer")
+    if windows == 1:
+        return {"x": (t, cq, 1, 1), "k": (1, ck, 1, tk), "v": (tk, cv, 1, 1),
+                "o": (t, merged, 1, 1)}
+    return {"x": (1, windows * t * cq, 1, 1), "k": (1, windows * ck, 1, tk),
+            "v": (1, windows * tk * cv, 1, 1), "o": (1, windows * t * merged, 1, 1)}
+
+
+def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses") -> Dict[str, np.ndarray]:
+    """attention_passes' constants: the bias, [1 or windows, heads, T, Tk] checked, in the
+    precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut."""
+    if bias is None:
+        return {}
+    bias = np.asarray(bias, np.float32)
+    if bias.ndim != 4 or bias.shape[0] not in (1, windows) or bias.shape[1:] != (heads, t, tk):
+        raise AccelInvalidError(f"attention: the bias's shape {list(bias.shape)} is not "
+                                f"[1 or {windows}, {heads}, {t}, {tk}]")
+    value = bias.astype(b.dtype).reshape(1, -1, 1, tk)
+    b.shapes["bias"] = value.shape
+    return {"bias": value}
 
 
 def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels

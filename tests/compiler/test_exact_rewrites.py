@@ -384,6 +384,32 @@ def test_a_layer_norms_shift_folds_into_the_conv_that_alone_reads_it():
         sqnr(half, exact) - 3.0
 
 
+def test_a_layer_norm_without_center_keeps_its_conv_bias():
+    """center=False: the layer norm ignores its beta, so no W beta joins the conv's bias."""
+    import tvm
+    from tvm import relax
+
+    from accel_codegen.compiler import rewrites
+    from accel_codegen.compiler.relax_exprs import constant_value
+
+    c = 8
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, c, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.layer_norm(
+                x, relax.const(np.ones(c, np.float32)), relax.const(np.full(c, 0.5, np.float32)),
+                axes=[1], center=False))
+            z = bb.emit(relax.op.nn.conv2d(y, relax.const(np.ones((c, c, 1, 1), np.float32))))
+            out = bb.emit_output(relax.op.add(z, relax.const(np.zeros((1, c, 1, 1), np.float32))))
+        bb.emit_func_output(out)
+    mod = rewrites.layer_norm_shifts_into_convs(bb.get())
+    adds = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: adds.append(e) if getattr(
+        getattr(e, "op", None), "name", "") == "relax.add" else None)
+    assert [float(np.abs(constant_value(a.args[1])).max()) for a in adds] == [0.0]
+
+
 # --- preconditions that keep a rewrite exact ----------------------------------------------------
 def _relax_run(mod, *arrays):
     import tvm

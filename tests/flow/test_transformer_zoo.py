@@ -1,15 +1,20 @@
 """The zoo's transformers on the accelerator (issue 29), at test sizes: an
 ``nn.TransformerEncoderLayer`` stack, the conv-stem + transformer hybrid (an OCR recogniser's
-form) and a ViT (its stride-16 patch conv, class token concat, position embedding add and
-class-token head included: compiler/rewrites.py) are whole, one external function, within
-1e-4 of the output scale of PyTorch in fp32."""
+form), a ViT (its stride-16 patch conv, class token concat, position embedding add and
+class-token head included: compiler/rewrites.py) and a Swin (shifted windows: rolls, window
+partition and reverse, attention with its relative position bias and region mask, patch
+merging: compiler/windows.py, compiler/attention.py) are whole, one external function,
+within 1e-4 of the output scale of PyTorch in fp32; the Swin in fp16 within 1 dB of
+PyTorch's own ``.half()`` against float64."""
+import numpy as np
 import pytest
 from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
-from accel_codegen.tools.models import HybridRecogniser, VisionTransformer, build_realistic
-from conftest import assert_close, build_and_run, torch_forward
+from accel_codegen.tools.models import (HybridRecogniser, SwinTransformer, VisionTransformer,
+                                        build_realistic)
+from conftest import assert_close, build_and_run, sqnr, torch_forward
 
 
 def _encoder_stack():
@@ -32,8 +37,16 @@ def _vit():
                                                      num_classes=10), (3, 48, 48))
 
 
-@pytest.mark.parametrize("make", [_encoder_stack, _hybrid, _vit],
-                         ids=["encoder_stack", "hybrid", "vit"])
+def _swin():
+    """swin_mini's architecture at width 16, [2, 2] blocks of [1, 2] heads, window 7, on a
+    3x56x56 image (14x14 then 7x7 tokens: 4 windows, shifted in the second block, then 1)."""
+    return build_realistic(lambda: SwinTransformer(image=56, dim=16, depths=(2, 2),
+                                                   heads=(1, 2), window=7, num_classes=10),
+                           (3, 56, 56))
+
+
+@pytest.mark.parametrize("make", [_encoder_stack, _hybrid, _vit, _swin],
+                         ids=["encoder_stack", "hybrid", "vit", "swin"])
 def test_zoo_transformer_is_one_function_and_matches_pytorch(make):
     model, (x,) = make()
     mod, params = from_pytorch(model, (x,))
@@ -41,3 +54,14 @@ def test_zoo_transformer_is_one_function_and_matches_pytorch(make):
     assert not report.host, [(op.op, op.reason) for op in report.host]
     assert len(report.functions) == 1, report.functions
     assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)
+
+
+def test_swin_in_fp16_is_whole_and_within_1db_of_pytorch_half():
+    model, (x,) = _swin()
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params, precision="fp16")
+    assert not report.host and len(report.functions) == 1, report.functions
+    ours = build_and_run(mod, x.numpy(), params=params, precision="fp16")
+    exact = torch_forward(model.double(), x.double())
+    half = torch_forward(model.half(), x.half()).astype(np.float64)
+    assert sqnr(ours, exact) >= sqnr(half, exact) - 1.0

@@ -141,3 +141,57 @@ def test_bad_shapes_are_refused():
         dc.attention_passes(4, 0, 8)
     with pytest.raises(AccelInvalidError, match="beyond"):
         dc.attention_passes(4, 2, 8, channels={"k": (16, 8)})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("per_window", [False, True], ids=["bias", "bias_and_mask"])
+def test_windows_with_a_bias_equal_the_reference_and_the_maths(per_window, precision, rng):
+    """Swin's windows (attention within each block of T rows) with a bias added to the
+    scaled scores by the scores' SDP: one [T, T] per head, or per window and head (a shifted
+    window's mask added): every pass as the reference's, the whole as float64 maths."""
+    windows, t, heads, d = 3, 5, 2, 4
+    dtype = dc.dtype_for(precision)
+    c = heads * d
+    q, k, v = (rng.standard_normal((windows * t, c)).astype(dtype) for _ in range(3))
+    bias = rng.standard_normal((windows if per_window else 1, heads, t, t)).astype(np.float32)
+    if per_window:
+        bias[1, :, :2, 2:] -= 100.0  # a mask: these keys are another region's
+    scale = 1 / np.sqrt(d)
+    decomposition = dc.attention_passes(t, heads, d, scale, precision, windows=windows,
+                                        bias=bias)
+    x = q.reshape(1, -1, 1, 1)
+    inputs = {"k": np.ascontiguousarray(k.reshape(windows, t, c).transpose(0, 2, 1)
+                                        ).reshape(1, windows * c, 1, t),
+              "v": v.reshape(1, -1, 1, 1)}
+
+    def both(p, ops, data, out):
+        ours, _ = DEVICE.run(ops, np.ascontiguousarray(data), label=p.role)
+        theirs = ref.run_chain(ops, data)
+        if any(isinstance(op, Conv) and op.weights.shape[1] > 1 for op in ops):
+            tolerance = 2e-6 if precision == "fp32" else 2 ** -10
+            scale_ = float(np.abs(theirs.astype(np.float64)).max()) or 1.0
+            assert np.abs(ours.astype(np.float64) - theirs).max() <= tolerance * scale_, p.role
+        else:
+            assert_same(ours, theirs)
+        return ours
+
+    tensors = decomposition.run(both, x, inputs)
+    ours = decomposition.tensor(tensors, "o").reshape(windows * t, c).astype(np.float64)
+    expected = []
+    for w in range(windows):
+        rows = slice(w * t, (w + 1) * t)
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            s = scale * q[rows, cols].astype(np.float64) @ k[rows, cols].astype(np.float64).T
+            s += bias[w if per_window else 0, h].astype(dtype)
+            e = np.exp(s - s.max(1, keepdims=True))
+            expected.append(((w, h), (e / e.sum(1, keepdims=True)) @ v[rows, cols]))
+    full = np.zeros_like(ours)
+    for (w, h), o in expected:
+        full[w * t:(w + 1) * t, h * d:(h + 1) * d] = o
+    if precision == "fp32":
+        assert np.abs(ours - full).max() <= 1e-5 * np.abs(full).max()
+    else:
+        assert sqnr(ours, full) >= 50
+    roles = [p.role for p in decomposition.passes]
+    assert "attention.w2.h1.scores" in roles and "attention.h0.scores" not in roles

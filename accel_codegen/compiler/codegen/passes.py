@@ -150,12 +150,16 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         tensors = {"x": surface}
     else:  # Q and V as written (a row per token), K onto its surface, the output by rows
         _, ck, _, tk = decomposition.shapes["k"]
+        windows = attention.windows  # Swin's: each window's K onto a surface of its own
+        ck //= windows
         k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
         tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
-                   "k": gen._temp(ck * tk), "o": gen.operands[var]}
-        gen.body.extend(transpose(k_data, tensors["k"], 1, tk, ck, precision,
-                                  f"layer {index}: K [{tk}, {ck}] onto the surface "
-                                  f"[1, {ck}, 1, {tk}]"))
+                   "k": gen._temp(windows * ck * tk), "o": gen.operands[var]}
+        tensors.update({name: gen._constant(value)
+                        for name, value in decomposition.constants.items()})
+        gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, precision,
+                                  f"layer {index}: K [{windows * tk}, {ck}] onto "
+                                  f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
     views = decomposition.views if decomposition is not None else {}
 
     def tensor(name: str) -> str:
@@ -182,7 +186,9 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         else:
             out = tensors[step.output] = gen._temp(count)
         lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
-        if _clears(step.ops) and step.output not in decomposition.into:  # heads: all written
+        # heads: all written, into the output or a window's rows of it
+        if _clears(step.ops) and step.output not in decomposition.into and \
+                views.get(step.output, (None,))[0] not in decomposition.into:
             lines.append(f"  memset({out}, 0, {count * itemsize});")
         ops = [_op(gen, op, tensor, step.operand, step.weights, step.units) for op in step.ops]
         lines += emit.run_layer(ops, tensor(step.input), run.in_shape, out, run.out_shape,
