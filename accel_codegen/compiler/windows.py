@@ -147,8 +147,9 @@ class _ByBinding(relax.PyExprMutator):
             super().visit_var_binding_(binding)
             return
         new = self._emit_args(new)
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) \
-            else self.builder_.emit_output
+        # a function's output of a dataflow block; a binding block's variables are all Vars
+        emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
+            not isinstance(binding.var, relax.DataflowVar) else self.builder_.emit
         self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
 
 
