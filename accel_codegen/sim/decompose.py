@@ -546,8 +546,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                    Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
                        precision=precision)]
             if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-                surface = b.view(f"{at}o.surface", "o", w * t * merged if not one else 0,
-                                 t * merged if not one else merged, (1, t, 1, d))
+                surface = b.view(f"{at}o.surface", "o", w * t * merged,
+                                 merged if one else t * merged, (1, t, 1, d))
                 b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e)
                 continue
             o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r,
