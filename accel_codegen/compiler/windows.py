@@ -33,17 +33,10 @@ from tvm.relax.dpl import is_op, wildcard
 
 from .attention import evaluate_indices
 from .layer import is_constant
-from .rewrites import _rewrite, named_as
+from .rewrites import _rewrite, _static, named_as
 
 #: The most axes a feature surface (and so a reshape the BDMA copies) has.
 _SURFACE_RANK = 4
-
-
-def _static(expr: relax.Expr) -> Optional[List[int]]:
-    try:
-        return [int(v) for v in expr.ty.shape.values]
-    except (AttributeError, TypeError):
-        return None
 
 
 def _native_swap(axes: List[int], rank: int) -> bool:
