@@ -55,7 +55,7 @@ def depthwise_weights(matched: tvm.IRModule, fuse: bool = True
                 continue
             reader, source = reading[0], made[0]
             layer = source.layer
-            if not _depthwise(reader.layer) or reader.branch or reader.operand is var or \
+            if not _depthwise(reader.layer) or reader.branch or var.same_as(reader.operand) or \
                     layer.copies or layer.norm is not None or layer.rubik is not None or \
                     layer.tokens or layer.requantize or layer.computed_scale or \
                     (layer.conv is None and layer.sdp.empty()):

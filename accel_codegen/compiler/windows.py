@@ -33,17 +33,10 @@ from tvm.relax.dpl import is_op, wildcard
 
 from .attention import evaluate_indices
 from .layer import is_constant
-from .rewrites import _rewrite, named_as
+from .rewrites import _rewrite, _static, named_as
 
 #: The most axes a feature surface (and so a reshape the BDMA copies) has.
 _SURFACE_RANK = 4
-
-
-def _static(expr: relax.Expr) -> Optional[List[int]]:
-    try:
-        return [int(v) for v in expr.ty.shape.values]
-    except (AttributeError, TypeError):
-        return None
 
 
 def _native_swap(axes: List[int], rank: int) -> bool:
@@ -147,8 +140,9 @@ class _ByBinding(relax.PyExprMutator):
             super().visit_var_binding_(binding)
             return
         new = self._emit_args(new)
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) \
-            else self.builder_.emit_output
+        # a function's output of a dataflow block; a binding block's variables are all Vars
+        emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
+            not isinstance(binding.var, relax.DataflowVar) else self.builder_.emit
         self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
 
 

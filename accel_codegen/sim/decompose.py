@@ -64,6 +64,15 @@ REDUCTIONS = ("tree", "conv")
 MAX_COVERED = 4096
 
 
+def newton_steps(layer: str, act: str, precision: str, newton: Optional[int]) -> int:
+    """The Newton steps after the LUT's ``act`` (rsqrt or reciprocal): ``newton``, or by
+    default FP16's NEWTON_FP16 and none in fp32 (AccelInvalidError where negative)."""
+    steps = newton if newton is not None else (NEWTON_FP16[act] if precision == "fp16" else 0)
+    if steps < 0:
+        raise AccelInvalidError(f"{layer}: newton = {newton!r} is negative")
+    return steps
+
+
 @dataclasses.dataclass(frozen=True)
 class Pass:
     """One run: ``ops`` (a chain for Device.run) on tensor ``input``, writing ``output``; an
@@ -247,10 +256,7 @@ class _Builder:
 
     def lut(self, src: str, act: str, newton: Optional[int]) -> str:
         """act(src) through the LUT, then Newton steps (default: FP16's NEWTON_FP16)."""
-        steps = newton if newton is not None else (
-            NEWTON_FP16[act] if self.precision == "fp16" else 0)
-        if steps < 0:
-            raise AccelInvalidError(f"{self.layer}: newton = {newton!r} is negative")
+        steps = newton_steps(self.layer, act, self.precision, newton)
         k = self.channels(src)
         p = self.precision
         y = self.add(act, [Sdp(act=act, precision=p)], src, k)
@@ -354,9 +360,7 @@ def _layer_norm_fp16(b: "_Builder", gamma, beta, eps: float, newton: Optional[in
     v = b.add("var", [Conv(weights, precision=p), Sdp(scale=b.values(s, 1),
                                                       shift=b.values(eps, 1), precision=p)],
               sq, 1)                                                    # var + eps, in half
-    steps = NEWTON_FP16["rsqrt"] if newton is None else newton
-    if steps < 0:
-        raise AccelInvalidError(f"{b.layer}: newton = {newton!r} is negative")
+    steps = newton_steps(b.layer, "rsqrt", p, newton)
     r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
     for _ in range(steps):  # y (1.5 - 0.5 v y y), v y y in fp32: one pass
         r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
@@ -542,8 +546,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                    Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
                        precision=precision)]
             if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-                surface = b.view(f"{at}o.surface", "o", w * t * merged if not one else 0,
-                                 t * merged if not one else merged, (1, t, 1, d))
+                surface = b.view(f"{at}o.surface", "o", w * t * merged,
+                                 merged if one else t * merged, (1, t, 1, d))
                 b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e)
                 continue
             o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r,
@@ -671,8 +675,7 @@ class _HeadPasses:
                                                            precision=p)],
                              total, f"{head}.total", one)
             covered = MAX_COVERED
-        steps = newton if newton is not None else (NEWTON_FP16["reciprocal"] if p == "fp16"
-                                                   else 0)
+        steps = newton_steps("attention", "reciprocal", p, newton)
         r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
                      total, f"{head}.r", one)
         for i in range(steps):  # y (2 - s y)

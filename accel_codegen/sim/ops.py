@@ -370,9 +370,9 @@ class Conv:
 #: The SDP's per-channel operands and their element types (None: the op's precision).
 _SDP_CHANNEL_FIELDS = {"scale": None, "shift": None, "prelu_slope": None, "bias": np.int32,
                        "mul": np.int16, "rshift": np.uint8, "prelu_mul": np.int16}
-#: The SDP's scalar INT8 converter fields (None: the default, see Sdp.int8_converters).
 #: The SDP's X unit operands (accel_sdp_x: x1 then x2, each an add then a multiply).
 X_FIELDS = ("x1_alu", "x1_mul", "x2_alu", "x2_mul")
+#: The SDP's scalar INT8 converter fields (None: the default, see Sdp.int8_converters).
 _SDP_CONVERTER_FIELDS = ("in_zero", "ew_zero", "ew_mul", "ew_shift", "prelu_shift", "out_mul",
                          "out_shift", "out_zero", "clip_lo", "clip_hi")
 
@@ -588,10 +588,7 @@ class Sdp:
         d.cvt_scale = real(self.cvt_scale, "sdp cvt_scale")
         d.cvt_zero = integer(self.cvt_zero, "sdp cvt_zero")
         d.ew_per_channel = 1 if flag(self.ew_per_channel, "sdp ew_per_channel") else 0
-        for unit in (d.x1, d.x2):
-            unit.alu = unit.mul = ffi.NULL
-            unit.alu_per_channel = unit.mul_per_channel = 0
-        for field in X_FIELDS:
+        for field in X_FIELDS:  # all four: a field not given is NULL
             unit, part = getattr(d, field[:2]), field[3:]
             setattr(unit, part, _pointer(getattr(self, field)))
             setattr(unit, f"{part}_per_channel", int(field in per_channel))

@@ -135,8 +135,9 @@ def _in_domain(c_name: str, t: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(t, dtype=np.float64), _domain_start(c_name))
 
 
-def _hardsigmoid64(t):
-    return np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0
+def _relu6_shifted64(t):
+    """min(max(t + 3, 0), 6) in float64, hardswish's and hardsigmoid's (csrc/lut.c)."""
+    return np.minimum(np.maximum(t + 3.0, 0.0), 6.0)
 
 
 ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
@@ -145,8 +146,9 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("clip", "ACCEL_ACT_CLIP", "relax.clip", relax_args=2),      # the bounds
     Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
     # The LUT activations: exact is the FP32 SDP's float32 (sigmoid, silu and exp through
-    # exp_f32, tanh through tanh_f32; GELU in float64 through erfc, rounded once),
-    # function64 the float64 function of the tables.
+    # exp_f32, tanh through tanh_f32; GELU through gelu_f64's float64 polynomials, rounded
+    # once), function64 the float64 function of the tables (GELU's through libm's erfc, as
+    # csrc/lut.c's lut_function).
     Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut",
           exact=lambda t: _ONE / (_ONE + exp_f32(-t)),  # exp(-t) = inf: 0
           function64=lambda t: 1.0 / (1.0 + np.exp(-t))),
@@ -158,9 +160,9 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     # No Relax op: the compiler recognises their decomposed forms.
     Entry("hardswish", "ACCEL_ACT_HARDSWISH", feature="lut",
           exact=lambda t: t * np.clip(t + _THREE, _ZERO, _SIX) / _SIX,
-          function64=lambda t: t * np.minimum(np.maximum(t + 3.0, 0.0), 6.0) / 6.0),
+          function64=lambda t: t * _relu6_shifted64(t) / 6.0),
     Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut",
-          exact=lambda t: np.clip(t + _THREE, _ZERO, _SIX) / _SIX, function64=_hardsigmoid64),
+          exact=lambda t: np.clip(t + _THREE, _ZERO, _SIX) / _SIX, function64=lambda t: _relu6_shifted64(t) / 6.0),
     Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut",
           exact=gelu_f64, function64=gelu64),
     Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", exact=exp_f32,

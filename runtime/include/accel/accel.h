@@ -408,9 +408,8 @@ typedef enum accel_activation {
    * and maxima over C as BDMA + SDP halving trees (the PDP never pools across channels) or
    * sums as a 1x1 CONV of ones; x - mean, squares, products on the SDP's element-wise unit;
    * 1 / sqrt(var + eps) (eps the SDP's shift) and 1 / sum through these two, with Newton
-   * steps on the SDP in FP16. FP32 layer norm with the CONV sums: 5 runs (2 CONV + 5 SDP
-   * ops), 67k cycles on nv_full for ViT-Ti's 1x192x1x197 (BDMA trees: 53 runs, 181k);
-   * softmax: 27 runs, 105k cycles (its max is a tree either way). INT8 builds keep both in
+   * steps on the SDP in FP16 (their runs and cycles per precision: docs/transformer_ops.md,
+   * "Cost on nv_full", from decompose.estimate_passes). INT8 builds keep both in
    * FP16: no int8 tables for these (a pole at 0). FP32: 1.0f / sqrtf(t) (two correctly
    * rounded IEEE steps: at most 1.5 ulp from 1/sqrt(t), measured over every fp32 in [1, 4),
    * which repeats for every positive normal t) and 1.0f / t (correctly rounded); outside the
