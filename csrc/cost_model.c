@@ -447,9 +447,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   copy_text(s->op, sizeof s->op, d->convert ? "sdp:convert" : name);
   const int64_t elements = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
   const int64_t tensor = feature_bytes(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p);
-  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act) ||
-                          d->x1.alu != NULL || d->x1.mul != NULL || d->x2.alu != NULL ||
-                          d->x2.mul != NULL;
+  const int uses_y_unit = d->ew_op != ACCEL_EW_NONE || lut_activation(d->act) || x_units;
   s->compute_cycles = ceil_div(atom_elements(cfg, r->in_n, r->in_c, r->in_h, r->in_w, p),
                                uses_y_unit ? cfg->sdp_ew_throughput : cfg->sdp_throughput);
   s->engine_energy_pj = (double)elements * cfg->sdp_pj_per_element;
@@ -469,10 +467,10 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   const accel_sdp_x* units[2] = {&d->x1, &d->x2};
   for (int u = 0; u < 2; ++u) {
     const void* ops[2] = {units[u]->alu, units[u]->mul};
-    const int32_t per_channel[2] = {units[u]->alu_per_channel, units[u]->mul_per_channel};
+    const int32_t unit_per_channel[2] = {units[u]->alu_per_channel, units[u]->mul_per_channel};
     for (int k = 0; k < 2; ++k) {
       if (ops[k] == NULL) continue;
-      if (per_channel[k]) {
+      if (unit_per_channel[k]) {
         s->weight_bytes += (int64_t)r->in_c * hw_element_bytes(p);
       } else {
         s->operand_bytes += tensor;

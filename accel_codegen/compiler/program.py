@@ -82,11 +82,16 @@ def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
     return layer
 
 
+def function_outputs(function: relax.Function) -> List[relax.Expr]:
+    """The values ``function`` returns: its result tuple's fields, or its one result."""
+    result = function.body.body
+    return list(result.fields) if isinstance(result, relax.Tuple) else [result]
+
+
 def leaves_only(function: relax.Function) -> List[bool]:
     """Per layer of ``function``, whether its output is one of the function's outputs that
     no layer of the function reads (``Layer.leaves_function``)."""
-    result = function.body.body
-    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    outputs = function_outputs(function)
     read = {s for sources in layer_sources(function) for s in sources}
     return [i not in read and any(binding.var.same_as(o) for o in outputs)
             for i, (binding, _) in enumerate(composite_calls(function))]

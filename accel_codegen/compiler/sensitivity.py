@@ -23,7 +23,7 @@ import tvm
 
 from .codegen.int8_plan import pre_pool
 from .codegen.weights import EmittedWeights
-from .program import lower_module
+from .program import function_outputs, lower_module
 
 
 def _depthwise(layer) -> bool:
@@ -40,8 +40,7 @@ def depthwise_weights(matched: tvm.IRModule, fuse: bool = True
     program = lower_module(matched, "int8")
     found: Dict[Tuple[str, int], np.ndarray] = {}
     for function in program.functions:
-        result = function.function.body.body
-        outputs = list(result.fields) if isinstance(result, tvm.relax.Tuple) else [result]
+        outputs = function_outputs(function.function)
         readers: Dict[object, list] = {}
         producer = {}
         for run in function.runs:

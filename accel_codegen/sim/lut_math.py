@@ -28,7 +28,8 @@ def gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
 
 
 def gelu64(t: np.ndarray) -> np.ndarray:
-    """GELU in float64 through erfc (libm's)."""
+    """GELU in float64 through libm's erfc: the function its tables are built from (csrc/lut.c:
+    lut_function); the FP32 SDP computes :func:`gelu_f64` instead."""
     return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
 
 

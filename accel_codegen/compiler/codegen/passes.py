@@ -19,6 +19,7 @@ from ...sim.ops import X_FIELDS, Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 from .int8_plan import token_dense
+from .tensors import STORAGE
 
 #: C element type of each float precision's storage.
 C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
@@ -30,7 +31,7 @@ def transpose(src: str, dst: str, batch: int, rows: int, cols: int, precision: s
     transposed ([cols, rows]) at ``dst`` (storage elements, copied bit for bit by the library's
     tiled ``accel_transpose``: the generated C is compiled without optimisation, where its own
     element loop cost 2-3 ns an element, a quarter of ViT-Ti's time)."""
-    size = {"fp32": 4, "fp16": 2, "int8": 1}[precision]
+    size = np.dtype(STORAGE[precision]).itemsize
     return [f"/* {what} */",
             f"if (accel_glue_transpose(&k_fn, {src}, {dst}, {batch}, {rows}, {cols}, {size}) "
             f"!= 0) return -1;"]
