@@ -103,12 +103,13 @@ static void row_block(int is_max, int32_t sw, const int8_t* const* srcs, const i
 #define ROW_BLOCKS 1
 #endif
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* rhaz16 in int32 lanes, exact for |p| < 2^31 - 2^15. */
 static inline __m512i rhaz16_x16(__m512i p) {
   const __m512i half = _mm512_set1_epi32(1 << 15);
   const __m512i a = _mm512_srli_epi32(_mm512_add_epi32(_mm512_abs_epi32(p), half), 16);
-  return _mm512_mask_sub_epi32(a, _mm512_movepi32_mask(p), _mm512_setzero_si512(), a);
+  return _mm512_mask_sub_epi32(a, _mm512_cmplt_epi32_mask(p, _mm512_setzero_si512()),
+                               _mm512_setzero_si512(), a);
 }
 #endif
 
@@ -121,7 +122,7 @@ _Static_assert(ACCEL_MAX_POOL_KERNEL <= 8, "finish_avg's int32 lanes need window
 static void finish_avg(const pdp_geometry* g, const int32_t* acc, const int32_t* inside,
                        int32_t in_rows, int32_t zero, int64_t nc, int8_t* dst) {
   int64_t j = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   const __m512i area = _mm512_set1_epi32(g->kernel_h * g->kernel_w), z = _mm512_set1_epi32(zero);
   const __m512i rows = _mm512_set1_epi32(in_rows);
   const __m512i rw = _mm512_set1_epi32((1 << 16) / g->kernel_w);
@@ -251,7 +252,7 @@ static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, i
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
     const int32_t y0 = oy * kh, rows = g->h - y0 < kh ? g->h - y0 : kh;
     int32_t x = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     for (; x < W; x += 32) { /* 32 columns a step, the rows summed in registers */
       const __mmask32 m = W - x >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (W - x)) - 1u);
       __m512i a = _mm512_setzero_si512();
