@@ -74,7 +74,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cost_model.h"
 
 /* src into dst (size bytes), cut to fit and terminated, as snprintf's "%s" (whose format
  * parsing, on every run's names and label, was about 0.5 % of a MobileNet's int8 inference);
