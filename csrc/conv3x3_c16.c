@@ -221,9 +221,8 @@ KDEF(1, 4, 2) KDEF(2, 4, 2) KDEF(3, 4, 2)
  * depth's end the sums stay in the accumulators, returned in registers for the epilogue in C.
  * The block end is copied out of line at each site, its state in registers: called (call/ret)
  * with its state in memory it cost the 7 x 2 tile ~8 % of its time (the tile's body alone ran
- * at 88 % of the FMA peak). Hot in L1, a 32-channel chunk ran at (GCC's code -> this, best of
- * 10) 7 x 2 86 -> 88 %, 6 x 4 80 -> 83 %, 5 x 4 76 -> 80 %, 4 x 4 70 -> 75 % of the peak
- * (~215 GFLOP/s). */
+ * at 88 % of the FMA peak). Hot in L1, every tile shape ran closer to the
+ * FMA peak than GCC's code (docs/kernels.md, conv3x3_c16.c). */
 typedef struct c3_asm_st {
   float* o[4];      /* the tile's outputs in blocks 0..NB-1 (0) */
   int64_t cb_next;  /* bytes from channel 16 of a block of 16 to channel 0 of the next (32) */
@@ -460,9 +459,8 @@ typedef struct c3_job {
  * the padding rows' taps are skipped (every weight finite), no tap reads a padding column
  * right of the input, only a row's first tile (up to C3_TILE positions at stride 2) one on the
  * left; and the input and its copy would not fit in L2 together (2 MB). In ResNet-50 the
- * copy of 128 x 56x56 (1.6 MB read, 1.7 MB written) took 0.24 ms of its 3x3/2's 1.87, which
- * ran x0.87-0.90 without it; 256 x 28x28 (0.8 MB) ran the same or slower (C harness x1.03-1.07,
- * docs/kernels.md). */
+ * copy of 128 x 56x56 (1.6 MB read, 1.7 MB written) was an eighth of its 3x3/2, which ran
+ * faster without it; 256 x 28x28 (0.8 MB) ran the same or slower (docs/kernels.md). */
 static int edge_only(const conv_geometry* g, int finite) {
   return finite && g->stride_w == 2 && g->pad_left <= 2 &&
          (int64_t)(g->out_w - 1) * g->stride_w + 3 <= (int64_t)g->pad_left + g->w &&
@@ -516,8 +514,8 @@ static void copy_item(void* ctx, int64_t item, int participant) {
  * depths l, l + 16, ..., one fmadd each) reduced as _mm512_reduce_add_ps; then the epilogue.
  * The lane sums wait in `lanes` while conv_item passes over the depth chunk by chunk: each
  * chunk's packed weights are then in L1 or L2 from its tiles (read again afterwards, they
- * came from L2 or memory at a few GB/s: one tail position of 512 -> 512 3x3/2 on 14x14 took
- * 0.28 ms, 11 % of the layer). */
+ * came from L2 or memory at a few GB/s: one tail position cost a tenth of a layer,
+ * docs/kernels.md). */
 enum { TAIL_MAX = 8 }; /* conv_f32's TMAX */
 
 /* cols: the tail positions' columns of image img, [tail][9c]. */
@@ -626,7 +624,7 @@ static void tail_store(const c3_job* J, int64_t grp, const float* lanes, const c
 
 /* Item = (image, group, strip of output rows), strips innermost: the items that follow each
  * other share the group's weights (2.4 MB for 256 -> 256, more than L2: with groups innermost
- * each strip fetched them again, 256 -> 256 on 14x14 1.75 -> 1.6 ms). */
+ * each strip fetched them again, docs/kernels.md). */
 static void conv_item(void* ctx, int64_t item, int participant) {
   const c3_job* J = ctx;
   const conv_geometry* g = J->g;
@@ -667,8 +665,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const int64_t blocked = ohw - J->tail; /* positions summed in 32-deep blocks */
   /* The next group's weights into L2, each strip a share spread over its tiles: in a network
    * they come from memory (~10 GB/s), and fetched on demand by the group's first strip they
-   * stalled its tiles (256 -> 256 on 14x14: 2.4 MB, ~0.2 ms of ~1.6; prefetched, x0.92-0.97
-   * in ResNet-50, docs/kernels.md) */
+   * stalled its tiles (docs/kernels.md, conv3x3_c16.c) */
   const char* pf = NULL;
   int64_t pf_left = 0, pf_step = 0;
   if (item + 1 < J->n_items) {

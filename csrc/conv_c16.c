@@ -471,7 +471,7 @@ static void conv_item(void* ctx, int64_t item, int participant) {
      * last, the next group's first chunk, which follows it in `packed`) are prefetched into L2,
      * spread over this chunk's tiles. In a network the weights of a deep layer (1-4 MB) come
      * from L3 or memory, and a 14x14 plane is one strip, so every chunk's first tile waited
-     * for them (alone, with weights and output flushed: 0.63 -> 0.70 ms for 512 -> 512).
+     * for them (measured: docs/kernels.md, conv_c16.c).
      * Into L2, not L1: the chunk being read fills most of L1. In the network, 1 thread:
      * ResNet-50's 14x14 1x1 layers 3-12 % faster, MobileNet-v1's 2-8 %; 56x56 and 28x28
      * level (a later strip finds the weights in L2 and prefetches nothing). Not on planes of

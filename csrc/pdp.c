@@ -5,12 +5,12 @@
  * the same bits. Output rows of at least 8 columns with stride 1 or 2 go 16 columns per
  * AVX-512 step, one tap at a time over the whole vector: a tap outside the image columns
  * reads -inf for max (never taken: neither greater nor NaN) and +0 for the average (x + 0 = x
- * for every sum that starts at +0). The scalar window-by-window loop was 9.4 ms on ResNet's
- * 3x3/2 max pool over 64x112x112 (1 thread), three times the convolution before it. Max
- * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows: 0.35 ->
- * 0.28 ms on that pool). Global pooling (one output per plane) takes 8 planes at a time
- * (pool_global). Other averages (narrow rows, strides above 2: a wide pool's passes) take a
- * row's windows inside the image side by side, each in its own order (pool_row_inside).
+ * for every sum that starts at +0). The scalar window-by-window loop took three times the
+ * convolution before ResNet's 3x3/2 max pool. Max pooling of such rows first takes each input
+ * row's maxima once (pool_plane_max_rows; measured: docs/kernels.md, pdp.c). Global pooling
+ * (one output per plane) takes 8 planes at a time (pool_global). Other averages (narrow rows,
+ * strides above 2: a wide pool's passes) take a row's windows inside the image side by side,
+ * each in its own order (pool_row_inside).
  */
 #include <math.h>
 #ifdef __AVX512F__
@@ -210,7 +210,7 @@ static int pool_plane_max_rows(const pdp_geometry* g, const float* in, float* ou
  * adds as pool_row_scalar (NaN payloads too), but the windows' chains interleaved (one window
  * alone is a chain of dependent adds: an 8x8 average, a wide pool's pass, waited for 64 adds'
  * latency per output). Kept scalar: a vectorised loop could swap an add's operands, and
- * gathering the taps of 16 windows into lanes measured slower on Zen 4 than the scalar loop. */
+ * gathering the taps of 16 windows into lanes measured slower than the scalar loop. */
 enum { ROW_BLOCK = 64 };
 
 __attribute__((optimize("no-tree-vectorize"))) static void pool_row_inside(

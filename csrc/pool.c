@@ -1,13 +1,12 @@
 /* pool.c - parallel loops in which the caller never waits for a thread that has not started.
  *
  * OpenMP's fork-join makes the calling thread wait at every barrier for each team member to
- * arrive. On a shared machine a team member is often not running (2 CPUs, a load of 8-10):
- * MobileNetV2 int8 then took 52-134 ms per inference with 2 threads against 16 ms with 1
- * (docs/whole_network_time.md). Here the items of a loop are claimed one at a time from a
- * shared counter by the caller and by whichever workers are awake; the caller claims items
- * until none is left and then waits only for the items a worker has claimed. A worker that
- * wakes late finds no item and goes back to sleep. Results do not depend on who runs an item:
- * every item writes its own outputs.
+ * arrive. On a shared machine a team member is often not running, and a 2-thread team then ran
+ * a network several times slower than 1 thread (docs/kernels.md, pool.c). Here the items of a
+ * loop are claimed one at a time from a shared counter by the caller and by whichever workers
+ * are awake; the caller claims items until none is left and then waits only for the items a
+ * worker has claimed. A worker that wakes late finds no item and goes back to sleep. Results do
+ * not depend on who runs an item: every item writes its own outputs.
  *
  * Claims take a run of consecutive items, a share of what is left (guided scheduling): the
  * counter's cache line moves between the cores once per claim, about 0.1-0.2 us here, which

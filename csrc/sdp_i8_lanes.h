@@ -262,8 +262,8 @@ static inline __m512i sdp_i8_lut_codes64(__m512i c0, __m512i c1, __m512i c2, __m
 
 /* 64 codes of four vectors of q (values 0-15, 16-31, 32-47, 48-63), saturated to int8 in
  * order: two saturating packs (int32 -> int16 -> int8; sat8(sat16(x)) = sat8(x)) leave 128-bit
- * lane L holding values 4L..4L+3 of each vector, one vpermd puts them back in order. On Zen 4
- * this costs about a quarter of four vpmovsdb. */
+ * lane L holding values 4L..4L+3 of each vector, one vpermd puts them back in order: fewer
+ * cycles than four vpmovsdb (docs/kernels.md, sdp_i8_lanes.h). */
 static inline __m512i sdp_i8_codes64(__m512i q0, __m512i q1, __m512i q2, __m512i q3) {
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(q0, q1), _mm512_packs_epi32(q2, q3));

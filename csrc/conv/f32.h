@@ -23,11 +23,10 @@
 #ifndef CONV_KC_MAX
 #define CONV_KC_MAX 512 /* depth block of the packed path: 8 weight rows of it stay in L1 */
 #endif
-/* Depth block of the packed path where a 48-wide panel of CONV_KC_L1 rows (24 KB) fits in half
- * the L1 data cache (48 KB on Intel's Golden Cove cores): the panel then stays in L1 while every
- * block of output channels passes over it, panels outermost. With a smaller L1 (32 KB on Zen 4)
- * neither depth keeps a panel there, and CONV_KC_MAX with channel blocks outermost measured
- * faster (docs/whole_network_time.md). */
+/* Depth block of the packed path where a 48-wide panel of CONV_KC_L1 rows (24 KB) fits in half the
+ * L1 data cache (a 48 KB L1d): the panel then stays in L1 while every block of output channels
+ * passes over it, panels outermost. With a smaller L1 (32 KB) neither depth keeps a panel there,
+ * and CONV_KC_MAX with channel blocks outermost measured faster (docs/whole_network_time.md). */
 #ifndef CONV_KC_L1
 #define CONV_KC_L1 128
 #endif
@@ -40,9 +39,9 @@ typedef struct conv_plan {
   int64_t kc;     /* depth block of the packed path: a multiple of 32 (SUM_BLOCK) below kd, so
                    * the 32-deep sums start at the same depths whatever it is */
   int panels_outer; /* a 48 x CONV_KC_L1 panel fits in half the L1d (l1_keeps_panel): the
-                     * packed path's panels stay in L1, outermost. The choices measured on the
-                     * one such machine (Sapphire Rapids, whose two 512-bit FMA units came with
-                     * it) key on it too; with 32 KB (Zen 4) the old ones stay. */
+                     * packed path's panels stay in L1, outermost. The choices measured on such
+                     * a machine (whose two 512-bit FMA units came with it, docs/kernels.md) key
+                     * on it too; with a 32 KB L1d the old ones stay. */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 

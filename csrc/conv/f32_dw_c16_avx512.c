@@ -221,7 +221,7 @@ static int dwc_supports(const conv_f32_call* c) {
          g->pad_left < g->kernel_w && g->pixel_bytes == 0;
 }
 
-/* Where measured faster than the row kernel (docs/kernels.md, Zen 4): 5x5 kernels (25 taps
+/* Where measured faster than the row kernel (docs/kernels.md): 5x5 kernels (25 taps
  * per output: the copy's cost is spread thin), and rows of at most 8 outputs, which leave
  * the row kernel's lanes half empty; 3x3 on wider rows stays on the row kernel (level on
  * 14x14, 4-12 % slower on 28x28 and larger: the transposes cost what the lanes gain). */

@@ -14,9 +14,9 @@
 /* Output rows computed at once (R: 4, or 8 for rows of one vector): each input row is loaded
  * (zeros past the plane's edges) and shifted into its taps once for every row of the block that
  * reads it. A row's sum is a chain of K*K dependent fused multiply-adds; 8 rows keep 8 chains
- * going, which two FMA units of 4 cycles' latency need (Sapphire Rapids: 960 channels on 7x7
- * 0.051 -> 0.043 ms, 384 on 14x14 0.039 -> 0.034; planes wider than a vector have their chains
- * already and gain nothing). */
+ * going, which two FMA units of 4 cycles' latency need (docs/kernels.md,
+ * conv/f32_dw_rows_avx512.c; planes wider than a vector have their chains already and gain
+ * nothing). */
 enum { DWR_ROWS = 8 }; /* the most */
 
 /* Output plane (offset `at` of out) of channel ch from input plane src and its taps w, for a

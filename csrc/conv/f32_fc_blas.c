@@ -4,12 +4,13 @@
 
 
 /* One output position per image (fully connected as a convolution) with a batch: per group,
- * out[b][k] = sum_kk w[k][kk] * col_b[kk], as sgemms over chunks of output channels, W (the
- * big operand) as the row matrix: t[k][b] = W x cols^T (measured 85 GFLOP/s against 37 for
- * out = cols x W^T, whose weight copying dominates), then transposed into the output with the
- * epilogue. Chunks have a fixed size, not one per thread: sgemm's summation order depends on
- * the shape of the call, and the bits must not depend on the thread count. The im2col column
- * of an image is its input when the window covers it exactly; otherwise it is packed. */
+ * out[b][k] = sum_kk w[k][kk] * col_b[kk], as sgemms over chunks of output channels, W (the big
+ * operand) as the row matrix: t[k][b] = W x cols^T (measured over twice as fast as out = cols x
+ * W^T, whose weight copying dominates: docs/kernels.md, conv/f32_fc_blas.c), then transposed into
+ * the output with the epilogue. Chunks have a fixed size, not one per thread: sgemm's summation
+ * order depends on the shape of the call, and the bits must not depend on the thread count. The
+ * im2col column of an image is its input when the window covers it exactly; otherwise it is
+ * packed. */
 enum { FC_CHUNK_ROWS = 64 };
 typedef struct fc_job {
   const conv_plan* P;

@@ -8,7 +8,7 @@
  * vector's outputs past the few garbage columns. Used where the garbage is
  * < 1/12 and the depth <= 2304 (a deeper weight panel no longer streams well from L2); with
  * stride-2 phases only up to 1024 deep (512 where the packed panels stay in L1, below).
- * Where the packed panels stay in L1 (measured on Sapphire Rapids), a tile's first block of
+ * Where the packed panels stay in L1 (a 48 KB L1d: l1_keeps_panel), a tile's first block of
  * channels reading the input in place fetches each next panel's rows (the input comes from
  * L3 or memory), and a panel 96-170 deep of a tile with >= 16 channel blocks is copied into
  * a contiguous buffer that stays in L1 while the blocks pass over it (the same sums).
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void uki_body(const int mr, const i
   float total[MR * NR] __attribute__((aligned(64))); /* the blocks' running sums */
   ALL_ROWS(ACC_ROW)
   /* the element-wise operand (a residual written layers ago, often out of cache) is fetched
-   * while the sums run: a cold 64 -> 256 1x1 + add on 56x56 1.33-1.38 -> 1.23-1.25 ms */
+   * while the sums run (docs/kernels.md, conv/f32_implicit_avx512.c) */
   if (e != NULL && e->operand != NULL)
     for (int m = 0; m < mr; ++m)
       for (int v = 0; v < nv; ++v)
@@ -286,11 +286,11 @@ static void imp_tile(const conv_plan* P, const imp_plan* Q, const float* src, co
       const int64_t w = Q->ncols - j * NR < NR ? Q->ncols - j * NR : NR;
       const int64_t nv = (w + 15) / 16;
       /* read in place (not a copy just built), the input comes from L3: the tile's first
-       * block of channels fetches each next panel's (256 -> 64 1x1 on 56x56, input in L3:
-       * 0.697-0.728 -> 0.663-0.684 ms; 256 -> 128 1.39-1.40 -> 1.31-1.36) */
+       * block of channels fetches each next panel's (faster with the input in L3: docs/kernels.md,
+       * conv/f32_implicit_avx512.c) */
       const float* pfb = P->panels_outer && Q->direct && m == m0 && (j + 1) * NR < Q->ncols
                              ? src + (j + 1) * NR
-                             : NULL; /* (on Zen 4 the same fetch was 3 % slower: helper f32) */
+                             : NULL; /* (only there: with a 32 KB L1d it was slower) */
       uki_table[mr][nv](P->kd, a, src + j * NR, off, orow, P->ohw, &d[j - pa],
                         lane_mask(w - 16 * (nv - 1)), in_regs ? &e : NULL, pfb);
     }
@@ -372,11 +372,8 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
 
   /* Where the packed panels stay in L1 (P->panels_outer) and a panel of 96-170 depth rows
    * fits in 32 KB, tiles of at least IMP_PACK_BLOCKS blocks of channels copy each panel into a
-   * contiguous buffer first and pass every block over it (Sapphire Rapids, medians of 5: 128 ->
-   * 512 1x1 on 28x28 0.699 -> 0.667 ms, 128 -> 256 on 56x56 1.36 -> 1.25; not with 8 blocks,
-   * 32 -> 64 on 112x112 0.42 -> 0.44, nor 64 deep: 64 -> 128 on 112x112 gained 1.56 -> 1.45
-   * alone, but ResNet-50's 64 -> 256 on 56x56 lost in the network, 0.45 -> 0.71 ms at 2
-   * threads; 24 -> 144 on 56x56 0.157 -> 0.166). */
+   * contiguous buffer first and pass every block over it; not with 8 blocks, nor 64 deep (a
+   * gain alone, a loss in the network). Measured: docs/kernels.md, conv/f32_implicit_avx512.c. */
   const int packb = P->panels_outer && P->kd >= 96 &&
                     P->kd * NR * (int64_t)sizeof(float) <= 32 * 1024 &&
                     mblocks / mchunks >= IMP_PACK_BLOCKS;
@@ -437,8 +434,8 @@ static int implicit_supports(const conv_f32_call* c) {
 /* Where measured faster: enough columns (tails cost a panel), few garbage columns, a depth
  * whose weight panel streams well from L2 (the packed path blocks it), and with stride 2 only a
  * small depth and every phase copied used (a 1x1/2 copies its one). (With the packed panels in
- * L1 the packed path wins the stride-2 phases from 576 deep: 128 3x3/2 on 56x56 1.83-1.85 ->
- * 1.55-1.58 ms, 64 -> 128 0.88 -> 0.83; only where it has no dot-product tail, whose order
+ * L1 the packed path wins the stride-2 phases from 576 deep (docs/kernels.md,
+ * conv/f32_implicit_avx512.c); only where it has no dot-product tail, whose order
  * differs from the implicit GEMM's: the host's L1d then picks between equal sums, so the bits
  * do not depend on it, conv/f32_order.h.) */
 static int implicit_applies(const conv_f32_call* c) {

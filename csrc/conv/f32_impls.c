@@ -80,8 +80,8 @@ static void f32_plan(const conv_geometry* g, conv_plan* P) {
   P->panels_outer = l1_keeps_panel();
   P->kc = f32_depth_block(P->kd, P->panels_outer ? CONV_KC_L1 : CONV_KC_MAX);
   /* no panels (at most 8 positions: dot products only): the whole depth at once, a
-   * classifier's weight rows streamed once (2048 -> 1000 with its weights out of cache: 128-
-   * deep blocks 0.71-0.72 ms, 512-deep 0.61) */
+   * classifier's weight rows streamed once, faster than blocks of them (docs/kernels.md,
+   * conv/f32_impls.c) */
   if (P->ohw <= 8) P->kc = P->kd;
   P->pointwise = g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                  g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;

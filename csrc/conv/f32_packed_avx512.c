@@ -6,14 +6,13 @@
  * read in place and the next block's prefetched. The depth is blocked by a multiple of 32
  * (so the 32-deep sums start at the same depths whatever the block, and the bits do not
  * depend on it): by up to 512, channel blocks outermost, so the kernel's weight rows stay in
- * L1 (measured on Zen 4, 32 KB L1d); where a 48 x 128 panel fits in half the L1d (sysconf:
- * 48 KB on Sapphire Rapids) by up to 128, panels outermost, each panel staying in L1 while
- * the channels pass over it in passes of 128 KB of weights, and threads split a layer's
- * channels rather than its image when it has more channels than positions. A tile of one
- * panel (a 7x7 image) up to 2048 deep with >= 4 MB of weights packs every block first and
- * runs them inside passes of 16 channels: it reads each weight once, each row front to back
- * (4 KB pages, few TLB misses). Without panels (<= 8 positions an image) the whole depth in
- * one block.
+ * L1 (a 32 KB L1d); where a 48 x 128 panel fits in half the L1d (sysconf, a 48 KB L1d) by up
+ * to 128, panels outermost, each panel staying in L1 while the channels pass over it in passes of
+ * 128 KB of weights, and threads split a layer's channels rather than its image when it has more
+ * channels than positions. A tile of one panel (a 7x7 image) up to 2048 deep with >= 4 MB of
+ * weights packs every block first and runs them inside passes of 16 channels: it reads each weight
+ * once, each row front to back (4 KB pages, few TLB misses). Without panels (<= 8 positions an
+ * image) the whole depth in one block.
  * An image's last < 16 positions are dot products along the depth instead of a mostly
  * empty vector.
  */
@@ -470,11 +469,11 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
     const int64_t kc = P->kd - p0 < P->kc ? P->kd - p0 : P->kc;
     const int last = p0 + kc == P->kd;
     pack_block(P, img, n0, vcols, npanels, ntail, p0, kc, tb->bp, tb->bt, ldbt);
-    /* Panels outermost where a panel's depth block stays in L1 meanwhile (P->panels_outer),
-     * over the channels in passes of 128 KB of weights (their rows are often a power of two
-     * apart: all of 1024 -> 512's 512 rows in one pass took 1.45-1.50 ms on 14x14, 1.29 in
-     * passes of 256 rows); otherwise each block of MR channels passes over every panel in
-     * turn. The next weight block is fetched on the first panel either way. */
+    /* Panels outermost where a panel's depth block stays in L1 meanwhile (P->panels_outer), over
+     * the channels in passes of 128 KB of weights (their rows are often a power of two apart, and
+     * all rows in one pass measured slower: docs/kernels.md, conv/f32_packed_avx512.c); otherwise
+     * each block of MR channels passes over every panel in turn. The next weight block is fetched
+     * on the first panel either way. */
     const int pouter = P->panels_outer && npanels > 1;
     if (pouter) {
       int64_t rows = (128 * 1024 / (int64_t)sizeof(float)) / kc / MR * MR;
@@ -565,10 +564,10 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
   const int64_t mchunk_max = (mblocks + mchunks - 1) / mchunks * MR;
 
   /* One panel a tile (a 7x7 image), a few depth blocks, >= 4 MB of weights: each read once, so
-   * passes of 16 channels over the whole depth (every block packed first) read each row front
-   * to back, not a 512-byte slice of every row per block (1024 -> 2048 1x1/2 on 14x14: 1.95 ->
-   * 1.72 ms alone, weights cold). A deeper panel (3x3 on 7x7, 4608 deep), several (14x14) or
-   * smaller weights (MobileNet-v2's 960 -> 320, 320 -> 1280 on 7x7: 4-12 %) measured slower. */
+   * passes of 16 channels over the whole depth (every block packed first) read each row front to
+   * back, not a 512-byte slice of every row per block, which measured faster. A deeper panel (3x3
+   * on 7x7, 4608 deep), several (14x14) or smaller weights (MobileNet-v2's 7x7 layers) measured
+   * slower (docs/kernels.md, conv/f32_packed_avx512.c). */
   const int64_t pass_rows = P->panels_outer && tile_panels_max == 1 && P->kd > P->kc &&
                                     P->kd <= 2048 && P->mg * P->kd >= (1 << 20)
                                 ? 16

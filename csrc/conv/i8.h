@@ -113,9 +113,8 @@ typedef struct pack_header {
 
 /* AMX: with fewer 4-channel blocks (C/groups < 13) a product's depth is mostly zeros; with
  * fewer depth steps the tiles' loads and stores (the initial correction, the sums) outweigh
- * the products. MobileNetV2's 1x1 expansions with AMX / VNNI (1 thread, interleaved runs,
- * in the network): 16 -> 96 at 112x112 (4 steps) 0.36 / 0.24 ms, 24 -> 144 at 56x56 (6) 0.15 /
- * 0.10, 32 -> 192 at 28x28 (8) 0.050 / 0.039; the whole network 3.45 / 3.19 ms. */
+ * the products, and VNNI was faster on MobileNetV2's 1x1 expansions of 4-8 depth steps
+ * (docs/kernels.md, conv/i8.h). */
 enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
 
 /* The layout's weight bytes (LAYOUT_AMX: its VNNI part's; the header's data_bytes). */

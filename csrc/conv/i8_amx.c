@@ -30,8 +30,8 @@
 #endif
 
 /* ---- AMX: whether this process may use the tiles ------------------------------------------
- * Compiled in where the compiler targets AMX-TILE and AMX-INT8 (-march=native on a Sapphire
- * Rapids); used where CPUID reports both, the OS enables the tile state in XCR0 and Linux
+ * Compiled in where the compiler targets AMX-TILE and AMX-INT8 (-march=native on a CPU with
+ * AMX); used where CPUID reports both, the OS enables the tile state in XCR0 and Linux
  * grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA):
  * checked once (pthread_once). ACCEL_INT8_AMX=0 in the environment, or conv_i8_amx(0),
  * turns the path off (the VNNI paths then run as on machines without AMX). */

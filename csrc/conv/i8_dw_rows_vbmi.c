@@ -3,8 +3,8 @@
  *
  * depthwise (one input channel per group), AVX-512 VBMI builds: by output rows, no copy;
  * each input row of a block of 8 output rows is loaded once per 16 output columns and
- * vpermb places each column's 4 taps in its 32-bit lane for vpdpbusd (MobileNetV2's 17
- * depthwise layers: 2.27 ms with the copy kernel, 1.42 ms; 1 thread, thread CPU time).
+ * vpermb places each column's 4 taps in its 32-bit lane for vpdpbusd: it saves the copy
+ * kernel's copy of the plane, and measured faster (docs/kernels.md, conv/i8_dw_rows_vbmi.c).
  */
 #include "conv/i8.h"
 

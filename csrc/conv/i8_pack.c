@@ -53,9 +53,10 @@ void i8_pack_amx_block(const plan* P, const int8_t* w, int64_t grp, int64_t ab, 
   }
 }
 
-/* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. Written in order, 4 bytes per
- * (step, row) from the 4 channels' rows of taps (each read rs times while in L1): the
- * destination-scattered order (one byte per 32) took 1.9 ms for 512x512x3x3. */
+/* Block (grp, mb) of LAYOUT_VNNI, and its rows' weight sums. Written in order, 4 bytes per (step,
+ * row) from the 4 channels' rows of taps (each read rs times while in L1): the
+ * destination-scattered order (one byte per 32) was much slower (docs/kernels.md, conv/i8_pack.c).
+ * */
 void i8_pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8_t* data,
                    int32_t* wsum) {
   const int64_t blk = grp * P->mblocks + mb, rs = P->rs;

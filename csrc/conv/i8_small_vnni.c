@@ -12,12 +12,11 @@
 /* ---- output channels along the vector (small grids, dropped columns) ----------------------
  * The implicit GEMM puts 16 grid positions in a vector: a 7x7 output (49 positions, 61 grid
  * columns with the 3x3 window's dropped ones) fills 64 lanes, so ResNet's 7x7 layers computed
- * 31 % more than their outputs (3x3 512 -> 512 at 7x7 in ResNet-18: 0.76 ms against ONNX
- * Runtime's 0.58; 0.81 -> 0.65 ms with this kernel, 1 thread, Device.run included).
+ * 31 % more than their outputs (docs/kernels.md, conv/i8_small_vnni.c).
  * Here a vector holds 8 output channels (one MR block of the packed weights: 32 bytes per
  * depth step, a ymm operand as it lies) and each output position's 4 input bytes of a depth
- * step are broadcast to it: vpdpbusd on ymm ran two a cycle on this project's Zen 4 (224-235
- * GMAC/s against 231 on zmm), and no lane is wasted on a dropped column. The
+ * step are broadcast to it: vpdpbusd on ymm runs two a cycle where zmm runs one, as fast, and no
+ * lane is wasted on a dropped column. The
  * input is the implicit GEMM's copy (i8_imp_build_item); a micro-tile is SP positions (any
  * positions: each has its own pointer into the copy) x SV blocks of MR channels, 24 ymm
  * accumulators. The sums are those of the implicit GEMM (the same correction), transposed to

@@ -16,8 +16,8 @@ static int8_t quantize(float x, double scale, int32_t zero) {
 }
 
 /* The same codes 16 floats at a time without a division (the scalar loop's double division
- * and libm round cost ~4 ns per element; the vector double division still made the input of a
- * MobileNet's int8 inference 74 us, 1.7 % of it). x and scale are floats, so x / scale is never
+ * and libm round, and even a vector double division, were a visible share of an int8
+ * inference: docs/kernels.md, runtime/src/convert.c). x and scale are floats, so x / scale is never
  * within 2^-26 of a half-integer unless it is one exactly: the double quotient rounds as the
  * exact one does. Here m = trunc(|x| * (1 / scale)) in float (off by at most one near an
  * integer), clamped to 1024 (every code saturates from there, as does infinity); the exact

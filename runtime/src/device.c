@@ -703,9 +703,8 @@ static accel_status execute_c16(accel_device* dev, const resolved_chain* chain,
   const resolved_op* r0 = &chain->ops[0];
   if (in_c16 && !observing() && r0->op->engine == ACCEL_ENGINE_CONV &&
       r0->op->conv.mode != ACCEL_CONV_WINOGRAD && phase_conv(&r0->conv, &phase)) {
-    /* only the phase the conv reads, a quarter of the input, converted: ResNet-50's 1024 ->
-     * 2048 downsample into NCHW 1.81-1.90 -> 1.60-1.64 ms (the conversion, and the stride-2
-     * panel packing) */
+    /* only the phase the conv reads, a quarter of the input, converted (the conversion,
+     * and the stride-2 panel packing, are smaller: docs/kernels.md, runtime/src/device.c) */
     float* nchw = scratch_floats(dev, WS_LAYOUT_IN,
                                  (int64_t)input->n * input->c * phase.h * phase.w);
     if (nchw == NULL) return ACCEL_ERR_NO_MEMORY;
