@@ -300,7 +300,7 @@ def name_call_sites(merged: tvm.IRModule, before: relax.Function) -> tvm.IRModul
             corr[binding.var] = corr[value.tuple_value][value.index]
     if not updates:
         return merged
-    merged = merged.clone()
+    merged = merged.clone() if hasattr(merged, "clone") else merged
     for gv, (function, renamed) in updates.items():
         merged[gv] = _Renamed(renamed).visit_expr(function)
     return merged
