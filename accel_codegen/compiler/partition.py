@@ -29,7 +29,7 @@ from .attention import attention_cores
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
-from .source_names import name_call_sites, name_of
+from .source_names import name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
@@ -267,7 +267,6 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         mod = rewrite(mod)
     mod = tidy(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
-    before = mod["main"]  # its calls' source names, for the composites fusion shares
     mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(
         table, bind_constants=True, annotate_codegen=False)(mod)))
     # The merge cannot take match_cast bindings: they go through it as host calls.
@@ -279,7 +278,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
             f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
             f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
         ) from error
-    return name_call_sites(restore_match_casts(merged), before)
+    return restore_match_casts(merged)
 
 
 def _symbolic_cause(main: relax.Function) -> str:

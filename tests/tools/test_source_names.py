@@ -192,28 +192,3 @@ def test_tvmscript_spans_name_no_layer():
             return y
 
     assert [op.source for op in partition_report(Scripted).ops] == [None]
-
-
-def test_layers_that_fusion_shares_keep_their_own_names():
-    """Structurally equal matches share one composite function after FuseOpsByPattern (a
-    standalone ReLU after each residual add, on a preset that leaves the add on the host):
-    each layer is still named by its own block's module (source_names.name_call_sites)."""
-    from torch import nn
-
-    import accel_codegen as ac
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv2d(4, 4, 3, padding=1)
-            self.relu = nn.ReLU()
-
-        def forward(self, x):
-            return self.relu(self.relu(self.conv(x)) + x)
-
-    torch.manual_seed(0)
-    mod, params = frontend.from_pytorch(nn.Sequential(Block(), Block(), Block()).eval(),
-                                        (torch.randn(1, 4, 8, 8),))
-    layers = ac.estimate(mod, params, config="nv_small").to_dict()["layers"]
-    names = [layer["source"] for layer in layers if layer["label"].endswith("accel.relu")]
-    assert names == ["0.relu", "1.relu", "2.relu"], names
