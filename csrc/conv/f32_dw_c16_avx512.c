@@ -24,41 +24,6 @@
 enum { DCB = 8 };                    /* output positions of a row computed at once */
 enum { DWC_SCRATCH = 96 * 1024 };    /* bytes of copy and output a band aims for (L2) */
 
-/* 16 vectors transposed in place: lane j of r[i] becomes lane i of r[j]. */
-AI void tr16(__m512 r[16]) {
-  __m512 t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  /* r[4i + j] now holds, per 128-bit quarter q, elements 4q..4q+3 of column (4i + j)'s
-   * rows 4i..4i+3: the quarters are gathered next */
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
-    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
-  }
-}
-
 /* N (<= DCB) outputs of a row at stride ST from the copy's K rows (row0, rows rs floats
  * apart, at the block's first column), taps wp ([K * K][16]); o: N vectors. */
 AI void dwc_block(const int K, const int ST, const int N, const float* row0, int64_t rs,
@@ -148,7 +113,7 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
 #pragma GCC unroll 16
     for (int l = 0; l < 16; ++l)
       v[l] = _mm512_maskz_loadu_ps(l < nch ? tm : 0, J->weights + (c0 + l) * P->kd + t0);
-    tr16(v);
+    transpose_16x16(v);
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) _mm512_store_ps(wp + (t0 + t) * 16, v[t]);
   }
@@ -180,7 +145,7 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
 #pragma GCC unroll 16
     for (int l = 0; l < 16; ++l) /* a lane past the block's channels loads nothing */
       v[l] = _mm512_maskz_loadu_ps(l < nch ? xm : 0, first + l * P->hw + q0);
-    tr16(v);
+    transpose_16x16(v);
     if (n == 16) {
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) _mm512_store_ps(copy + at[q0 + i], v[i]);
@@ -201,7 +166,7 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
       v[i] = _mm512_maskz_load_ps(i < n ? (__mmask16)0xFFFF : 0, outs + (q0 + i) * 16);
-    tr16(v);
+    transpose_16x16(v);
     const __mmask16 qm = lane_mask(n);
     for (int l = 0; l < nch; ++l) _mm512_mask_storeu_ps(J->out + at0 + l * P->ohw + q0, qm, v[l]);
   }
