@@ -295,8 +295,8 @@ static inline int c16_epi_kind(const sdp_f32* ep) {
 
 /* The vectors of channels 16 * cb .. 16 * cb + 15 (ep may be NULL). */
 static inline c16_epi_vectors c16_epi_load(const sdp_f32* ep, int64_t cb) {
-  c16_epi_vectors e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(),
-                       _mm512_setzero_ps()};
+  c16_epi_vectors e = {.sc = _mm512_set1_ps(1.0f), .sh = _mm512_set1_ps(-0.0f),
+                       .lo = _mm512_setzero_ps(), .hi = _mm512_setzero_ps()};
   if (ep != NULL) {
     if (ep->scale != NULL) e.sc = _mm512_loadu_ps(ep->scale + cb * 16);
     if (ep->shift != NULL) e.sh = _mm512_loadu_ps(ep->shift + cb * 16);
