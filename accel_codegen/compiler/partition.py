@@ -376,10 +376,13 @@ def generate(mod: tvm.IRModule, params, target: Target,
 
 
 def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
-                      winograd: bool = True):
+                      winograd: bool = True,
+                      matched: Optional[Tuple[tvm.IRModule, PartitionLog]] = None):
     """A VM of the fp32 code of the int8 partition: what calibration observes and what int8
-    and mixed builds are measured against."""
-    reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd)
+    and mixed builds are measured against. ``matched``: ``mod`` already matched for int8, and
+    the log of that matching (as :func:`generate_partition` takes it)."""
+    reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd,
+                                   matched=matched)
     return virtual_machine(tvm.compile(reference, target="llvm"))
 
 

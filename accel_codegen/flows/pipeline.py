@@ -21,6 +21,8 @@ from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
 from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate, is_partitioned,
                                   match_composites, reference_machine, run_main)
+from ..compiler.patterns import PartitionLog
+from ..compiler.program import lower_module
 from ..compiler.sensitivity import depthwise_weights
 from ..compiler.target import MIXED, LayerPlan, Target
 from ..errors import AccelInvalidError, AccelUnsupportedError
@@ -190,26 +192,27 @@ def _calibrate_int8(mod, params, target: Target, examples):
         mod, params = frontend.bind_params(mod, params) if params else mod, None
     if target.equalize:
         mod = equalization.equalize(mod)[0]
+    # matched once: the reference machine's partition, and the passes below read its runs
+    log = PartitionLog()
+    matched = match_composites(mod, params, config=target.config, fuse=target.fuse, log=log,
+                               precision="int8")
     observer = None
-    matched = None
     if gptq:  # each conv's H = X^T X, gathered in the same pass
-        matched = match_composites(mod, None, config=target.config, fuse=target.fuse,
-                                   precision="int8")
+        conv_program = lower_module(matched)  # GPTQ's conv runs, lowered once for both uses
         examples = examples_of(examples, "calibration")
-        observer = HessianObserver(weight_rounding_pass.conv_geometries(matched), len(examples))
+        observer = HessianObserver(weight_rounding_pass.conv_geometries(conv_program),
+                                   len(examples))
     if target.calibration_method == "mse":
         # a tensor read by a depthwise conv alone: its error weighed by the conv's weights
-        if matched is None:
-            matched = match_composites(mod, params, config=target.config, fuse=target.fuse,
-                                       precision="int8")
         observer = observer if observer is not None else Observer()
         observer.channel_weights = depthwise_weights(matched, target.fuse)
-    vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
+    vm = reference_machine(mod, params, target.config, target.fuse, target.winograd,
+                           matched=(matched, log))
     calibration = calibrate(lambda *inputs: run_main(vm, inputs), examples,
                             target.calibration_method, observer)
     calibration.equalized = target.equalize
     if gptq:
-        mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
+        mod = weight_rounding_pass.round_weights(mod, conv_program, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration
 
