@@ -153,7 +153,10 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
  * ([cols, rows]) at dst, element by element as bytes (element_bytes 1, 2 or 4: an int8, fp16
  * or fp32 tensor, moved bit for bit); src and dst must not overlap. The generated code's moves
  * of token tensors between their rows and the simulator's NCHW surface, which NVDLA's feature
- * format does not need (docs/transformer_ops.md: Layout). */
+ * format does not need (docs/transformer_ops.md: Layout). Refused, naming the value: src or dst
+ * NULL (ACCEL_ERR_NULL), a negative size, element_bytes not 1, 2 or 4, a byte count
+ * (batch x rows x cols x element_bytes) beyond int64, or overlapping buffers (ACCEL_ERR_INVALID),
+ * a buffer not aligned to its elements (ACCEL_ERR_ALIGNMENT). */
 accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t rows,
                              int64_t cols, int32_t element_bytes);
 
