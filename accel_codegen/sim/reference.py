@@ -179,6 +179,10 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     (a and b float32 arrays) are exact in float32: one float32 addition is the FMA then."""
     if a.dtype == np.float32:
         return c + a * b
+    if _powers_of_two(a):  # b times a power of two is exact (but for underflow) in float32
+        exact = a * b
+        if np.all(np.abs(exact[exact != 0]) >= np.finfo(np.float32).tiny):
+            return c + exact.astype(np.float32)
     p = a * b
     c64 = c.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -190,6 +194,12 @@ def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         if inexact.any():
             s = np.where(inexact, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
         return s.astype(np.float32)
+
+
+def _powers_of_two(a: np.ndarray) -> bool:
+    """Whether every value of ``a`` is 0 or +-2^k (a CONV of ones, a layer norm's sums)."""
+    mantissa, _ = np.frexp(a)
+    return bool(np.all((mantissa == 0.5) | (mantissa == -0.5) | (a == 0)))
 
 
 def _ordered_sums(cols: np.ndarray, weights: np.ndarray, tail: int,
@@ -1159,9 +1169,9 @@ def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
     """A layer norm's, softmax's or attention's engine passes (sim/decompose.py's
     Decomposition) in NumPy: each pass through :func:`run_chain` with its element-wise operand
     and computed weights bound, as the simulator runs them (``inputs``: the tensors besides
-    ``x``, attention's K and V); bit for bit the simulator's where every pass is (the BDMA +
-    SDP trees, the one-product broadcasts, attention's CONVs of fewer than 32 channels in
-    fp32), within the CONV's summation bound otherwise."""
+    ``x``, attention's K and V); bit for bit the simulator's, its CONVs summing in the
+    library's order (:func:`conv2d_f32`; but for a batch of [N, C, 1, 1] rows, N > 1, which
+    the library sums through OpenBLAS)."""
     dtype = dtype_for(decomposition.precision)
     x = np.asarray(x, dtype=dtype)
 
