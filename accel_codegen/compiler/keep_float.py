@@ -15,8 +15,8 @@ import tvm
 
 from ..errors import AccelInvalidError
 from ..sim.labels import run_key
-from .source_names import compress, function_calls, name_of
-from .walk import composite_calls, external_calls
+from .source_names import compress, layer_op_names
+from .walk import external_calls
 
 
 def layer_source_names(matched: tvm.IRModule) -> Dict[str, List[str]]:
@@ -24,8 +24,7 @@ def layer_source_names(matched: tvm.IRModule) -> Dict[str, List[str]]:
     pattern-matched module (empty lists for a module without source names)."""
     result: Dict[str, List[str]] = {}
     for function, (_, external) in enumerate(external_calls(matched)):
-        for index, (_, composite) in enumerate(composite_calls(external)):
-            names = [name_of(call) for call in function_calls(composite)]
+        for index, names in enumerate(layer_op_names(external)):
             result[run_key(function, index)] = [n for n in names if n]
     return result
 

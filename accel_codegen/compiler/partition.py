@@ -29,7 +29,7 @@ from .attention import attention_cores
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
-from .source_names import name_of
+from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
@@ -202,10 +202,12 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
             if isinstance(value.op, tvm.ir.GlobalVar) and value.op in external:
                 function = external[value.op]
                 symbol = str(function.attrs["global_symbol"])
+                sources = layer_op_names(function)
                 for index, (_, composite) in enumerate(composite_calls(function)):
                     primitive = str(composite.attrs["Composite"])
                     key = run_key(functions, index)
                     chosen = layer_precisions[key] if layer_precisions else None
+                    names = iter(sources[index])
                     for cblock in composite.body.blocks:
                         for cb in cblock.bindings:
                             name = _call_name(cb.value) if isinstance(cb.value, relax.Call) \
@@ -214,7 +216,7 @@ def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
                                 ops.append(OpRecord(len(ops), name, _shape_of(cb.var), True,
                                                     primitive, symbol, layers,
                                                     precision=chosen,
-                                                    key=key, source=name_of(cb.value)))
+                                                    key=key, source=next(names, None)))
                     layers += 1
                 functions += 1
                 continue
@@ -267,6 +269,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         mod = rewrite(mod)
     mod = tidy(mod)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
+    before = mod["main"]  # its calls' own source names, for the layers fusion shares
     mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(
         table, bind_constants=True, annotate_codegen=False)(mod)))
     # The merge cannot take match_cast bindings: they go through it as host calls.
@@ -278,7 +281,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
             f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
             f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
         ) from error
-    return restore_match_casts(merged)
+    return name_call_sites(restore_match_casts(merged), before)
 
 
 def _symbolic_cause(main: relax.Function) -> str:

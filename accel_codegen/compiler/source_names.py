@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 #: The module attribute that says a module carries source names (its value: "torch"/"onnx").
@@ -207,3 +208,175 @@ def layer_name(composite: relax.Function) -> str:
     """The source name of an accelerator layer (a composite function): its operators' names
     compressed (:func:`compress`); empty where the module carries none."""
     return compress([name_of(call) or "" for call in function_calls(composite)])
+
+
+# --- per call site: the layers that fusion shares -------------------------------------------------
+
+#: The external function attribute that holds each of its layers' own source names: per
+#: composite call, in order, its operators' names (:func:`function_calls` order; "" for none).
+LAYERS_ATTR = "accel_layer_sources"
+
+
+def _bindings(function: relax.Function) -> List[relax.Binding]:
+    return [b for block in function.body.blocks for b in block.bindings]
+
+
+def _composites(function: relax.Function) -> List[relax.Function]:
+    """The composite function of each layer (a call of a locally bound function) of an
+    external function, in order."""
+    local: Dict[relax.Var, relax.Function] = {}
+    found = []
+    for binding in _bindings(function):
+        value = binding.value
+        if isinstance(value, relax.Function):
+            local[binding.var] = value
+        elif isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and \
+                value.op in local:
+            found.append(local[value.op])
+    return found
+
+
+def layer_op_names(function: relax.Function) -> List[List[Optional[str]]]:
+    """Per layer of an external function, in order, its operators' source names (None where
+    an operator has none): the names of the call site (:data:`LAYERS_ATTR`, which
+    :func:`name_call_sites` sets) where the function has them, else its composites' own."""
+    composites = _composites(function)
+    sites = function.attrs.get(LAYERS_ATTR) if function.attrs is not None else None
+    if sites is not None and len(sites) == len(composites) and all(
+            len(names) == len(list(function_calls(c))) for names, c in zip(sites, composites)):
+        return [[str(name) or None for name in names] for names in sites]
+    return [[name_of(call) for call in function_calls(c)] for c in composites]
+
+
+def layer_names(function: relax.Function) -> List[str]:
+    """Per layer of an external function, in order, its source name (:func:`compress`)."""
+    return [compress([n or "" for n in names]) for names in layer_op_names(function)]
+
+
+class _Keys:
+    """What identifies a binding's value across fusion: its kind (the op, a tuple item), the
+    pre-fusion variables it reads and its other arguments and attributes by structure (so
+    ``reshape(x, A)`` and ``reshape(x, B)``, or two convolutions of ``x`` with different
+    weights, are told apart). A constant's structural hash is computed once."""
+
+    def __init__(self):
+        self.hashes: Dict[object, int] = {}
+
+    def _hash(self, obj) -> int:
+        if isinstance(obj, tvm.ir.expr.GenericConst):  # relax.const's
+            if obj not in self.hashes:
+                self.hashes[obj] = tvm_ffi.structural_hash(obj)
+            return self.hashes[obj]
+        return tvm_ffi.structural_hash(obj, map_free_vars=True)
+
+    def arg(self, arg, env: Mapping):
+        if isinstance(arg, relax.Var):
+            return ("var", env.get(arg, arg))
+        if isinstance(arg, relax.Tuple):
+            return ("tuple", *(self.arg(f, env) for f in arg.fields))
+        return ("value", self._hash(arg))
+
+    def __call__(self, value, env: Mapping) -> Optional[tuple]:
+        if isinstance(value, relax.TupleGetItem):
+            return ("getitem", self.arg(value.tuple_value, env), value.index)
+        if isinstance(value, relax.Tuple):
+            return self.arg(value, env)
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            attrs = self._hash(value.attrs) if value.attrs is not None else None
+            return (value.op.name, attrs, *(self.arg(a, env) for a in value.args))
+        return None
+
+
+class _Sites:
+    """The main before fusion, searchable by :class:`_Keys`: each binding's variable and
+    source name; a key several bindings share (the same computation twice) is handed out in
+    order."""
+
+    def __init__(self, before: relax.Function):
+        self.keys = _Keys()
+        self.found: Dict[tuple, List[tuple]] = {}
+        for binding in _bindings(before):
+            key = self.keys(binding.value, {})
+            if key is not None:
+                self.found.setdefault(key, []).append((binding.var, name_of(binding.value)))
+
+    def take(self, value, env: Mapping) -> Optional[tuple]:
+        key = self.keys(value, env)
+        candidates = self.found.get(key) if key is not None else None
+        if not candidates:
+            return None
+        return candidates.pop(0) if len(candidates) > 1 else candidates[0]
+
+    def composite(self, function: relax.Function, args, env: Mapping):
+        """(the pre-fusion value of its result, its operators' source names in
+        :func:`function_calls` order) of a composite called with ``args``."""
+        inner = {p: env.get(a, a) for p, a in zip(function.params, args)}
+        names = []
+        for binding in _bindings(function):
+            found = self.take(binding.value, inner)
+            if found is not None:
+                inner[binding.var] = found[0]
+            if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op):
+                names.append((found[1] if found is not None else None)
+                             or name_of(binding.value) or "")
+        result = function.body.body
+        if isinstance(result, relax.Tuple):
+            return tuple(inner.get(f) for f in result.fields), names
+        return inner.get(result), names
+
+    def external(self, function: relax.Function, args, env: Mapping):
+        """(the pre-fusion values of its results, per layer its operators' names) of an
+        external function called with ``args``."""
+        inner = {p: env.get(a, a) for p, a in zip(function.params, args)}
+        local: Dict[relax.Var, relax.Function] = {}
+        layers = []
+        for binding in _bindings(function):
+            value = binding.value
+            if isinstance(value, relax.Function):
+                local[binding.var] = value
+            elif isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and \
+                    value.op in local:
+                inner[binding.var], names = self.composite(local[value.op], value.args, inner)
+                layers.append(names)
+            elif isinstance(value, relax.TupleGetItem):
+                made = inner.get(value.tuple_value)
+                inner[binding.var] = made[value.index] if isinstance(made, tuple) else None
+        result = function.body.body
+        if isinstance(result, relax.Tuple):
+            return tuple(inner.get(f) for f in result.fields), layers
+        return inner.get(result), layers
+
+
+def name_call_sites(merged: tvm.IRModule, before: relax.Function) -> tvm.IRModule:
+    """``merged`` (the partitioned module) with each external function's layers named by the
+    source operators each call site replaced (:data:`LAYERS_ATTR`). FuseOpsByPattern gives
+    structurally equal matches one composite function (spans are not compared), which the
+    merge copies into each external function with the first match's spans: a ResNet's
+    standalone ReLU after every residual add would be named as the first block's. The
+    composites and the calls stay as they are (the layer keys, ``f1.1``, are the same);
+    ``before``: the main before fusion, whose calls carry their own names, which the merged
+    main's data flow is followed through."""
+    if not any(name_of(b.value) for b in _bindings(before)):
+        return merged
+    sites = _Sites(before)
+    env: Dict[relax.Var, object] = {}
+    updates = {}
+    for binding in _bindings(merged["main"]):
+        value = binding.value
+        function = merged[value.op] if isinstance(value, relax.Call) and \
+            isinstance(value.op, tvm.ir.GlobalVar) else None
+        if isinstance(function, relax.Function) and function.attrs is not None and \
+                "Codegen" in function.attrs:
+            env[binding.var], layers = sites.external(function, value.args, env)
+            if value.op not in updates:  # a function called twice keeps its first call's
+                updates[value.op] = function.with_attr(LAYERS_ATTR, layers)
+            continue
+        found = sites.take(value, env)
+        if found is not None:
+            env[binding.var] = found[0]
+        elif isinstance(value, relax.TupleGetItem) and \
+                isinstance(env.get(value.tuple_value), tuple):
+            env[binding.var] = env[value.tuple_value][value.index]
+    for gv, function in updates.items():
+        merged[gv] = function
+    return merged

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Set
 import tvm
 from tvm import relax
 
-from ..compiler.source_names import layer_name, name_of
+from ..compiler.source_names import layer_names, name_of
 from ..compiler.walk import composite_calls
 from ..errors import AccelInvalidError
 from ..sim.labels import run_key
@@ -85,9 +85,10 @@ def graph_nodes(matched: tvm.IRModule, report=None) -> List[_Node]:
                 function = external[value.op]
                 scope: Dict[relax.Var, object] = {
                     param: resolve(arg, {}) for param, arg in zip(function.params, value.args)}
+                sources = layer_names(function)
                 for index, (cb, composite) in enumerate(composite_calls(function)):
                     node = _Node("layer", str(composite.attrs["Composite"]),
-                                 layer_name(composite), functions, run_key(functions, index))
+                                 sources[index], functions, run_key(functions, index))
                     node.inputs = resolve(cb.value, scope)
                     scope[cb.var] = {len(nodes)}
                     nodes.append(node)

@@ -40,16 +40,17 @@ def source_ops(matched) -> LayerSources:
     """Layer key (``f0.3``) -> the Relax operators the layer computes, in order, of a
     partitioned or pattern-matched module (what the partition report lists per layer), with
     each layer's source-model name (:class:`LayerSources`)."""
-    from ..compiler.source_names import function_calls, layer_name
+    from ..compiler.source_names import function_calls, layer_names
     from ..compiler.walk import composite_calls, external_calls
     from ..sim.labels import run_key
 
     result = LayerSources()
     for function, (_, external) in enumerate(external_calls(matched)):
+        names = layer_names(external)
         for index, (_, composite) in enumerate(composite_calls(external)):
             key = run_key(function, index)
             result[key] = [call.op.name for call in function_calls(composite)]
-            name = layer_name(composite)
+            name = names[index]
             if name:
                 result.names[key] = name
     return result

@@ -192,3 +192,89 @@ def test_tvmscript_spans_name_no_layer():
             return y
 
     assert [op.source for op in partition_report(Scripted).ops] == [None]
+
+
+def _layers(module, x, config="nv_small"):
+    """(label, source) of each accelerator layer of ``module``'s estimate on ``config``."""
+    import accel_codegen as ac
+
+    mod, params = frontend.from_pytorch(module.eval(), (x,))
+    layers = ac.estimate(mod, params, config=config).to_dict()["layers"]
+    return [(layer["label"], layer["source"]) for layer in layers]
+
+
+class ReluBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.relu(self.conv(x)) + x)
+
+
+def test_layers_that_fusion_shares_keep_their_own_names():
+    """Structurally equal matches share one composite function after FuseOpsByPattern (a
+    standalone ReLU after each residual add, on a preset that leaves the add on the host):
+    each layer is still named by its own block's module (source_names.name_call_sites), and
+    the layer keys stay those of the shared composites (the mixed search's)."""
+    from accel_codegen.compiler.partition import layer_keys, match_composites
+    from accel_codegen.compiler.keep_float import layer_source_names
+    from accel_codegen.tools.report import source_ops
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(ReluBlock(), ReluBlock(), ReluBlock()), torch.randn(1, 4, 8, 8)
+    names = [source for label, source in _layers(model, x) if label.endswith("accel.relu")]
+    assert names == ["0.relu", "1.relu", "2.relu"], names
+    mod, params = frontend.from_pytorch(model.eval(), (x,))
+    matched = match_composites(mod, params, config="nv_small")
+    keys = layer_keys(matched)
+    assert list(source_ops(matched)) == keys == list(layer_source_names(matched))
+    relus = [source_ops(matched).names[k] for k in keys if source_ops(matched)[k] == ["relax.nn.relu"]]
+    assert relus == ["0.relu", "1.relu", "2.relu"]
+    report = partition_report(mod, params, config="nv_small")
+    assert [op.source for op in report.ops if op.op == "relax.nn.relu" and op.offloaded and
+            op.primitive.endswith("accel.relu")] == ["0.relu", "1.relu", "2.relu"]
+
+
+class TwoBranches(torch.nn.Module):
+    """Two convolutions of one input, told apart only by their weights, and two poolings of
+    one input, told apart only by their attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.small = torch.nn.MaxPool2d(2)
+        self.large = torch.nn.MaxPool2d(4)
+
+    def forward(self, x):
+        return (torch.relu(self.b(x)) + torch.relu(self.a(x)), self.small(x).sum() +
+                self.large(x).sum())
+
+
+def test_operators_of_one_input_are_told_apart_by_their_constants_and_attributes():
+    """The key that follows a layer across fusion (source_names._Keys) reads an operator's
+    constants, shape arguments and attributes besides its variables: reshape(x, A) and
+    reshape(x, B), two convolutions of x with other weights or paddings differ."""
+    import numpy as np
+    from tvm import relax
+
+    from accel_codegen.compiler.source_names import _Keys
+
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    w1, w2 = (relax.const(np.full((4, 4, 3, 3), v, "float32")) for v in (1, 2))
+    keys = _Keys()
+    calls = [relax.op.reshape(x, (1, 256)), relax.op.reshape(x, (4, 64)),
+             relax.op.nn.conv2d(x, w1), relax.op.nn.conv2d(x, w2),
+             relax.op.nn.conv2d(x, w1, padding=1)]
+    assert len({keys(call, {}) for call in calls}) == len(calls)
+    assert keys(relax.op.reshape(x, (1, 256)), {}) == keys(calls[0], {})
+    assert keys(relax.op.nn.conv2d(x, relax.const(np.full((4, 4, 3, 3), 2, "float32"))),
+                {}) == keys(calls[3], {})
+
+    torch.manual_seed(0)
+    layers = dict((source, label) for label, source in _layers(TwoBranches(),
+                                                               torch.randn(1, 4, 8, 8),
+                                                               config="nv_full"))
+    assert {"b+relu", "a+relu", "small", "large"} <= set(layers), layers

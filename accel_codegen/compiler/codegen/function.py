@@ -25,7 +25,7 @@ from ...sim.observer import INPUT
 from ..layer import Layer, feature_surface, static_shape
 from ..program import MIXED, Call, Program, Run, lower_function
 from ..program import Function as ProgramFunction
-from ..source_names import function_calls, layer_name
+from ..source_names import function_calls, layer_names
 from ..target import Target
 from . import emit, int8_ops, passes, run_ops
 from .int8_plan import quantize_int8
@@ -64,6 +64,7 @@ class FunctionCodegen(FunctionTensors):
         self.layer_comments: List[str] = []
         self.emitting: Optional[Run] = None  # the run being printed
         self.layer_source = ""  # the source model's name of the layer being printed
+        self.layer_sources: List[str] = []  # per layer (call site) of the function
         # layer key -> its source-model name, Relax operators and precision: the function's
         # record in the library (emit.INFO_SECTION)
         self.layer_info: Dict[str, Dict[str, object]] = {}
@@ -88,6 +89,7 @@ class FunctionCodegen(FunctionTensors):
         runs: Dict[int, List[Run]] = {}
         for run in self.program.runs:
             runs.setdefault(run.call, []).append(run)
+        self.layer_sources = layer_names(self.function)  # per call site (source_names)
         for index, call in enumerate(calls):
             self.layer_index = index
             if self.function_precision == "mixed":
@@ -101,7 +103,8 @@ class FunctionCodegen(FunctionTensors):
     def _call(self, index: int, call: Call, runs: List[Run]) -> None:
         """The runs of one layer, into its output's buffer."""
         var, layer = call.binding.var, call.layer
-        self.layer_source = layer_name(call.composite)
+        self.layer_source = self.layer_sources[index] if index < len(self.layer_sources) \
+            else ""
         self.layer_info[run_key(self.index, index)] = {
             "source": self.layer_source, "precision": self.precision,
             "ops": [c.op.name for c in function_calls(call.composite)]}
