@@ -497,6 +497,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     reciprocal as the per-channel operand) = O_h [1, T, 1, d], which is [T, d] in memory: the
     softmax normalised after the P V products, in the accumulator, so the probabilities are
     never rounded to the data precision; [BDMA O_h into the output's channels of the head].
+    FP16 rounds twice less (softmax_along_w): the exp pass recomputes the scores in its own
+    CONV (S^T rounded to half feeds the max only), and the reciprocal's last Newton step reads
+    the exponentials' sum from a CONV's fp32 accumulator.
 
     ``windows`` > 1 (Swin): attention within each of that many consecutive blocks of
     ``tokens`` rows of Q, K, V and the output, the passes above per window. The tensors are
@@ -535,7 +538,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             s = b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1),
                                               precision=precision), sdp],
                       k, f"{head}.s", (1, t, 1, tk), operand=operand, weights=q)
-            e, r, covered = b.softmax_along_w(head, s, newton)
+            e, r, covered = b.softmax_along_w(head, s, newton, (k, q, scale, operand))
             v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows",
                        tk)
             v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
@@ -556,7 +559,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             b.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
                                          precision=precision)], o, out, (t, merged, 1, 1))
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
-                         ("k", "v"), ("o",), constants)
+                         ("k", "v"), ("o",), {**constants, **b.constants})
 
 
 def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int, ...]]:
@@ -617,10 +620,13 @@ class _HeadPasses:
         self.shapes = dict(shapes)
         self.views: Dict[str, Tuple] = {}
         self.passes: List[Pass] = []
+        #: constant tensors the passes read (the FP16 softmax's ones surface)
+        self.constants: Dict[str, np.ndarray] = {}
 
-    def add(self, role, ops, src, name, shape, operand=None, weights=None) -> str:
+    def add(self, role, ops, src, name, shape, operand=None, weights=None, units=()) -> str:
         self.shapes[name] = shape
-        self.passes.append(Pass(f"attention.{role}", tuple(ops), src, name, operand, weights))
+        self.passes.append(Pass(f"attention.{role}", tuple(ops), src, name, operand, weights,
+                                tuple(units)))
         return name
 
     def view(self, name, base, first, count, shape) -> str:
@@ -640,15 +646,24 @@ class _HeadPasses:
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
                                     precision=self.precision)], src, name, (count, d, 1, 1))
 
-    def softmax_along_w(self, head: str, s: str, newton: Optional[int]
+    def softmax_along_w(self, head: str, s: str, newton: Optional[int], scores=None
                         ) -> Tuple[str, str, int]:
         """The softmax over W of scores ``s`` [1, T, 1, Tk] but its normalisation: PDP max
         passes, SDP -max, SDP exp with it as the per-channel operand, PDP average passes
         (power-of-two windows), the LUT reciprocal of the average (FP16: then Newton steps,
         as the softmax's). Returns e = exp(s - max), r = 1 / average [1, T, 1, 1] and the
         windows' product ``covered`` (a power of two): softmax = e r / covered, which the P V
-        CONV's SDP applies to the CONV's sums."""
+        CONV's SDP applies to the CONV's sums.
+
+        FP16 (``scores``: the scores CONV's data K_h, weights Q_h, scale and bias): the
+        exponentials' pass recomputes the scores in its CONV, so exp reads scale Q_h K_h^T +
+        bias - max in fp32 (S^T rounded to half feeds the max only, which any value near the
+        true max serves); the Newton steps are one SDP pass each, s r in fp32 in the X1 unit;
+        the last step reads the sum of the exponentials from a CONV's fp32 accumulator (a
+        ones surface, weights E^T), not the PDP's averages rounded to half, so 1 / sum is
+        rounded once (docs/transformer_ops.md, fp16 accuracy)."""
         p = self.precision
+        fp16 = p == "fp16" and scores is not None
         _, t, _, tk = self.shapes[s]
         one = (1, t, 1, 1)
         m = s
@@ -658,9 +673,12 @@ class _HeadPasses:
                          m, f"{head}.m{i}", (1, t, 1, (self.shapes[m][3] + pad) // window))
         neg = self.add(f"{head}.softmax.negate", [Sdp(scale=self.values(-1.0, t), precision=p)],
                        m, f"{head}.negmax", one)
-        e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True, act="exp",
-                                                 precision=p)], s, f"{head}.e", (1, t, 1, tk),
-                     neg)
+        if fp16:
+            e = self._exponentials(head, scores, neg, (1, t, 1, tk))
+        else:
+            e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True,
+                                                     act="exp", precision=p)],
+                         s, f"{head}.e", (1, t, 1, tk), neg)
         total, covered = e, 1
         for i, (window, pad) in enumerate(_windows(tk, powers=True)):
             total = self.add(f"{head}.softmax.sum", [Pool(
@@ -679,9 +697,51 @@ class _HeadPasses:
         r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
                      total, f"{head}.r", one)
         for i in range(steps):  # y (2 - s y)
-            sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
-                          total, f"{head}.sy{i}", one, r)
-            r = self.add(f"{head}.softmax.newton.step", [Sdp(
-                scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
-                precision=p)], sy, f"{head}.r{i}", one, r)
+            if fp16 and i == steps - 1:
+                r = self._last_newton_step(head, e, r, covered, (1, t, 1, tk))
+            elif fp16:  # s y in fp32 (X1), 2 - s y (scale, shift), times y: one rounding
+                r = self.add(f"{head}.softmax.newton", [Sdp(
+                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
+                    precision=p)], total, f"{head}.r{i}", one, r, units=[("x1_mul", r)])
+            else:
+                sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
+                              total, f"{head}.sy{i}", one, r)
+                r = self.add(f"{head}.softmax.newton.step", [Sdp(
+                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
+                    precision=p)], sy, f"{head}.r{i}", one, r)
         return e, r, covered
+
+    def _exponentials(self, head: str, scores, neg: str, shape) -> str:
+        """E^T = exp(scale Q_h K_h^T + bias - max): the scores CONV again, its SDP taking the
+        fp32 accumulator through the scale (with a bias: the X1 unit's per-channel multiplier,
+        then the X2 unit adds the bias, so the element-wise unit is free for -max), the
+        per-channel -max and the exp LUT, rounded once."""
+        k, q, scale, bias = scores
+        t = shape[1]
+        conv = Conv(None, weight_shape=(t, self.d, 1, 1), precision=self.precision)
+        if bias is None:
+            sdp = Sdp(scale=self.values(scale, t), ew_op="add", ew_per_channel=True, act="exp",
+                      precision=self.precision)
+            units = ()
+        else:
+            sdp = Sdp(x1_mul=self.values(scale, t), x_per_channel=("x1_mul",), ew_op="add",
+                      ew_per_channel=True, act="exp", precision=self.precision)
+            units = (("x2_alu", bias),)
+        return self.add(f"{head}.softmax.exp", [conv, sdp], k, f"{head}.e", shape, neg,
+                        weights=q, units=units)
+
+    def _last_newton_step(self, head: str, e: str, r: str, covered: int, shape) -> str:
+        """y (2 - (S / covered) y) with S = the sum of the exponentials in a CONV's fp32
+        accumulator: a ones surface [1, Tk, 1, 1] (a constant) with E^T as the weights (T
+        kernels of Tk, as the P V CONV reads them), its SDP S y (X1), x -1 / covered, + 2,
+        x y (the element-wise unit), rounded once: 1 / average within a half's rounding of
+        the exact sum's, where the PDP's averages were rounded to half three times."""
+        t, tk = shape[1], shape[3]
+        if "ones" not in self.shapes:
+            self.shapes["ones"] = (1, tk, 1, 1)
+            self.constants["ones"] = np.ones((1, tk, 1, 1), self.dtype)
+        return self.add(f"{head}.softmax.newton.sum", [
+            Conv(None, weight_shape=(t, tk, 1, 1), precision=self.precision),
+            Sdp(scale=self.values(-1.0 / covered, t), shift=self.values(2.0, t), ew_op="mul",
+                ew_per_channel=True, precision=self.precision)],
+            "ones", f"{head}.rs", (1, t, 1, 1), r, weights=e, units=(("x1_mul", r),))

@@ -57,11 +57,12 @@ def _check_runs(model, mod, params, precision):
             assert ours_db >= half_db - 3.5, (ours_db, half_db)
 
 
-def test_fp16_attention_against_float64_stays_near_pytorch_half():
-    """SQNR against a float64 run: ours and PyTorch's .half(), T = 10. Measured 64.9 / 65.9
-    and 62.0 / 63.3 dB; 63.4 and 60.9 (gaps of 2.4 dB) before the softmax was normalised in
-    the P V CONV's SDP, when P was rounded to half for the CONV (docs/transformer_ops.md:
-    where the rest of the gap comes from)."""
+def test_fp16_attention_against_float64_is_within_1db_of_pytorch_half():
+    """SQNR against a float64 run: ours and PyTorch's .half(), T = 10 (issue 29's goal: within
+    1 dB). Measured 65.1 / 65.9 and 62.5 / 63.3 dB; 64.9 and 62.0 (gaps of 1.0 and 1.3 dB)
+    while the exponentials read the scores rounded to half and 1 / sum came from the PDP's
+    averages rounded to half; 63.4 and 60.9 (gaps of 2.4 dB) before the softmax was
+    normalised in the P V CONV's SDP (docs/transformer_ops.md: fp16 accuracy)."""
     torch.manual_seed(0)
     model = SelfAttention().eval()
     mod, params = from_pytorch(model, (torch.from_numpy(_x()),))
@@ -72,7 +73,7 @@ def test_fp16_attention_against_float64_stays_near_pytorch_half():
             exact = copy.deepcopy(model).double()(torch.from_numpy(x).double()).numpy()
             half = copy.deepcopy(model).half()(torch.from_numpy(x).half()).float().numpy()
         ours_db, half_db = sqnr(run_main(vm, x), exact), sqnr(half, exact)
-        assert ours_db >= half_db - 1.5, (seed, ours_db, half_db)
+        assert ours_db >= half_db - 1.0, (seed, ours_db, half_db)
 
 
 @pytest.mark.parametrize("batch_first", [False])  # True: the encoder layers below

@@ -4,8 +4,10 @@ form), a ViT (its stride-16 patch conv, class token concat, position embedding a
 class-token head included: compiler/rewrites.py) and a Swin (shifted windows: rolls, window
 partition and reverse, attention with its relative position bias and region mask, patch
 merging: compiler/windows.py, compiler/attention.py) are whole, one external function,
-within 1e-4 of the output scale of PyTorch in fp32; the Swin in fp16 within 1 dB of
-PyTorch's own ``.half()`` against float64."""
+within 1e-4 of the output scale of PyTorch in fp32; the Swin and the ViT in fp16 within
+1 dB of PyTorch's own ``.half()`` against float64."""
+import copy
+
 import numpy as np
 import pytest
 from torch import nn
@@ -64,4 +66,16 @@ def test_swin_in_fp16_is_whole_and_within_1db_of_pytorch_half():
     ours = build_and_run(mod, x.numpy(), params=params, precision="fp16")
     exact = torch_forward(model.double(), x.double())
     half = torch_forward(model.half(), x.half()).astype(np.float64)
+    assert sqnr(ours, exact) >= sqnr(half, exact) - 1.0
+
+
+def test_vit_in_fp16_is_within_1db_of_pytorch_half():
+    """The small ViT (2 blocks, 10 tokens) in fp16, SQNR against float64: measured 62.6 dB,
+    PyTorch's ``.half()`` 60.6 dB (issue 29's goal: within 1 dB; zoo's vit_ti16: 56.0 and
+    55.5 dB, docs/transformer_ops.md)."""
+    model, (x,) = _vit()
+    mod, params = from_pytorch(model, (x,))
+    ours = build_and_run(mod, x.numpy(), params=params, precision="fp16")
+    exact = torch_forward(copy.deepcopy(model).double(), x.double())
+    half = torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float64)
     assert sqnr(ours, exact) >= sqnr(half, exact) - 1.0

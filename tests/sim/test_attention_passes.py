@@ -3,7 +3,9 @@ head a BDMA copy of Q's head rows, a CONV reading K's head channels (a view of i
 with Q's rows as its weights (the scores transposed: the keys along W), the softmax over W on
 the PDP (max and sum) and the SDP (per-channel operands), a BDMA copy of V's head rows, a CONV
 reading them with the exponentials as its weights and its SDP normalising the sums, and a
-BDMA copy into the output's channels of the head.
+BDMA copy into the output's channels of the head. In FP16 the exponentials' pass is the
+scores CONV again (exp of its fp32 accumulator, not of the scores rounded to half) and the
+reciprocal's last Newton step a CONV summing the exponentials in fp32.
 
 Every pass equals the NumPy reference (reference.run_chain) given the same inputs: bit for
 bit, except the two CONVs of a head, within the CONV's summation bound (the reference sums in
@@ -79,8 +81,10 @@ def test_each_pass_equals_the_reference_and_the_whole_the_maths(t, tk, heads, d,
         return ours
 
     tensors = decomposition.run(both, x, inputs)
-    assert convs == [role for h in range(heads)
-                     for role in (f"attention.h{h}.scores", f"attention.h{h}.values")]
+    # FP16: the exponentials' pass recomputes the scores, the last Newton step sums E^T
+    per_head = ("scores", "values") if precision == "fp32" else \
+        ("scores", "softmax.exp", "softmax.newton.sum", "values")
+    assert convs == [f"attention.h{h}.{role}" for h in range(heads) for role in per_head]
     assert not any("tree" in role or ".lo" in role for role in convs)
     ours = decomposition.tensor(tensors, "o")[:, :, 0, 0].astype(np.float64)
     expected = _attention64(q.astype(dtype), k.astype(dtype), v.astype(dtype), heads, d, scale,
