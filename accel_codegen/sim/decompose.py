@@ -11,10 +11,10 @@ its channels as C):
   which a max does not mind), ceil(log2 C) levels down to one channel. A sum is the same tree
   with the element-wise add (odd counts: the upper half is zero-padded by the BDMA), or
   (``reduce="conv"``) one 1x1 CONV with weights of ones and C output channels, which sums and
-  broadcasts at once. The tree is the default because every step of it is an SDP operation
-  or a copy, which the NumPy reference reproduces bit for bit; the CONV sums in its own
-  blocked fp32 order (csrc/conv/f32_order.h), so the CONV form agrees with the reference
-  within the CONV's summation bound only (and costs fewer runs: docs/transformer_ops.md).
+  broadcasts at once. Both are bit for bit the NumPy reference's: the tree's steps are SDP
+  operations and copies, and the CONV sums in the library's fp32 order
+  (csrc/conv/f32_order.h), which the reference follows (reference.conv2d_f32). The CONV form
+  costs fewer runs (docs/transformer_ops.md).
 - **Broadcasts** of a one-channel result back to C channels: a 1x1 CONV with C ones as
   weights over one input channel. Each output is one product by 1, exact in every precision,
   so the broadcast is bit-exact; the SDP after it applies the per-channel scale and the

@@ -1,7 +1,11 @@
 """NumPy reference of every engine op: the living definition of what the simulator computes.
 
-FP32: the convolution accumulates in float64 (the simulator's fp32 sums differ from it only by
-rounding); SDP and PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
+FP32: the convolution sums in the simulator's order (csrc/conv/f32_order.h: 32-deep blocks of
+FMAs, the dot-product tail positions of :func:`conv_dot_tail` in 16 lanes; depthwise taps in
+order: :func:`conv2d_f32`), bit for bit but for a batch of fully connected rows (the library's
+OpenBLAS path) and the Winograd mode (its own transforms: :func:`conv2d_winograd`);
+:func:`conv2d` is the float64 sum, rounded once, that the error bounds compare against. SDP and
+PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
 pooling (max, and average: a float32 sum in the engine's order) match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
 order, rounded once (bit for bit too).
 
@@ -13,10 +17,8 @@ carries (:func:`lut_int8`), and pooling works on codes with the input's zero poi
 LRN is NVDLA's (:func:`cdp_int8`: converters, square sum, its LE/LO tables), the one definition
 of the simulator's int8 LRN and of the NVDLA trace front end's.
 
-FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (here:
-the exact float64 sum of the exact products, rounded once to float32; the simulator's fp32
-summation order differs, so CONV results agree within a summation bound, see
-tests/sim/test_conv_engine.py), SDP and PDP compute in float32 on widened halves exactly as
+FP16 (accel.h): halves in memory; products of halves are exact, CONV accumulates in fp32 (in
+the FP32 CONV's order, on the widened halves: bit for bit the simulator's), SDP and PDP compute in float32 on widened halves exactly as
 in fp32, and every engine output is rounded to half once (round to nearest even). A CONV's
 accumulators go to its SDP unrounded: the CONV + SDP pair rounds once, at the SDP output.
 The lookup-table activations (sigmoid, tanh, silu, ...) are the exception: FP16 evaluates them
@@ -73,6 +75,217 @@ def _conv_sum(x: np.ndarray, weights: np.ndarray, stride, padding, dilation, gro
             # [G, K/G, C/G] @ [N, G, C/G, positions] -> [N, G, K/G, positions]
             out += np.matmul(grouped_w[:, :, :, r, s], patch.reshape(n, groups, c_group, -1))
     return out.reshape(n, k, out_h, out_w)
+
+
+# --- the FP32 CONV's summation order (csrc/conv/f32_order.h) -------------------------------------
+
+#: f32_order.h's SUM_BLOCK: depth steps an accumulator sums from zero before its block joins
+#: the running total
+SUM_BLOCK = 32
+#: f32_order.h's TMAX: the most positions of an image's tail summed as dot products
+TAIL_MAX = 8
+#: lanes of a dot product's partial sums (one AVX-512 vector)
+DOT_LANES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeometry:
+    """A CONV's geometry as the C library's conv_geometry has it (bottom and right padding
+    implied by the output size)."""
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    out_h: int
+    out_w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    dilation_h: int = 1
+    dilation_w: int = 1
+    groups: int = 1
+
+    @property
+    def depth(self) -> int:
+        return self.c // self.groups * self.kernel_h * self.kernel_w
+
+
+def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1,
+                  groups: int = 1) -> ConvGeometry:
+    """The geometry of a CONV of an NCHW input of ``x_shape`` by weights of ``w_shape``."""
+    n, c, h, w = x_shape
+    k, _, kernel_h, kernel_w = w_shape
+    stride_h, stride_w = _pair(stride, "stride")
+    dil_h, dil_w = _pair(dilation, "dilation")
+    top, left, bottom, right = _padding(padding)
+    out_h = (h + top + bottom - dil_h * (kernel_h - 1) - 1) // stride_h + 1
+    out_w = (w + left + right - dil_w * (kernel_w - 1) - 1) // stride_w + 1
+    return ConvGeometry(n, c, h, w, k, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w,
+                        top, left, dil_h, dil_w, groups)
+
+
+def implicit_gemm_chosen(g: ConvGeometry, panels_outer: bool = False) -> bool:
+    """f32_order.h's f32_implicit_chosen: whether the FP32 CONV sums every output of ``g`` in
+    32-deep blocks through the implicit GEMM's grid (where the library's list takes it; the
+    packed panels' dot-product tail is then not used). ``panels_outer`` (a 48 KiB L1d) matters
+    only for geometries without such a tail, whose orders are equal either way."""
+    sh, sw = g.stride_h, g.stride_w
+    cg = g.c // g.groups
+    ohw = g.out_h * g.out_w
+    if cg == 1 or (ohw == 1 and g.n > 1) or sh > 2 or sw > 2:
+        return False
+    one = g.kernel_h == 1 and g.kernel_w == 1
+    sqmax = (g.kernel_w - 1) * g.dilation_w // sw
+    direct = (one and sh == 1 and sw == 1 and g.pad_top == 0 and g.pad_left == 0
+              and g.out_h == g.h and g.out_w == g.w)
+    if direct:
+        wq = g.w
+    elif sw == 1:
+        wq = max(g.w + g.pad_left, g.out_w + sqmax - g.pad_left, g.out_w)
+    else:
+        wq = g.out_w + sqmax
+    if not direct and wq < 16:
+        return False
+    nph = 1 if one else sh * sw
+    all_phases = nph == 1 or (g.kernel_h >= sh and g.kernel_w >= sw and g.dilation_h == 1
+                              and g.dilation_w == 1)
+    packed_tail = 0 < ohw % 16 <= TAIL_MAX
+    strided_max = 512 if panels_outer and not packed_tail else 1024
+    return ((wq - g.out_w) * 12 <= wq and g.out_h * wq >= 512 and g.depth <= 2304
+            and all_phases and (nph == 1 or g.depth <= strided_max))
+
+
+def conv_dot_tail(g: ConvGeometry) -> int:
+    """f32_order.h's f32_dot_tail: how many of an image's last output positions the FP32 CONV
+    sums as 16-lane dot products (0: none; every other position in 32-deep blocks), or -1
+    where it sums otherwise: a depthwise conv (its taps in order) or a batch of fully
+    connected rows (fc_blas: OpenBLAS's order, not reproduced here)."""
+    cg = g.c // g.groups
+    ohw = g.out_h * g.out_w
+    if cg == 1 or (ohw == 1 and g.n > 1):
+        return -1
+    t = ohw % 16
+    return t if 0 < t <= TAIL_MAX and not implicit_gemm_chosen(g) else 0
+
+
+def _fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fmaf(a, b, c) element-wise, rounded once: a and b float32 values (as float64: their
+    product is exact), c float32. The float64 sum's error (TwoSum) makes it round to odd,
+    which then rounds to float32 as the exact sum would (53 >= 24 + 2 bits). Halves' products
+    (a and b float32 arrays) are exact in float32: one float32 addition is the FMA then."""
+    if a.dtype == np.float32:
+        return c + a * b
+    if _powers_of_two(a):  # b times a power of two is exact (but for underflow) in float32
+        exact = a * b
+        if np.all(np.abs(exact[exact != 0]) >= np.finfo(np.float32).tiny):
+            return c + exact.astype(np.float32)
+    p = a * b
+    c64 = c.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c64
+        bv = s - p
+        e = (p - (s - bv)) + (c64 - bv)
+        even = (s.view(np.int64) & 1) == 0
+        inexact = (e != 0) & even & np.isfinite(s)
+        if inexact.any():
+            s = np.where(inexact, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)
+
+
+def _powers_of_two(a: np.ndarray) -> bool:
+    """Whether every value of ``a`` is 0 or +-2^k (a CONV of ones, a layer norm's sums)."""
+    mantissa, _ = np.frexp(a)
+    return bool(np.all((mantissa == 0.5) | (mantissa == -0.5) | (a == 0)))
+
+
+def _ordered_sums(cols: np.ndarray, weights: np.ndarray, tail: int,
+                  halves: bool = False) -> np.ndarray:
+    """[N, G, D, P] im2col columns (float32) by [G, K, D] weights (float32) -> [N, G, K, P]
+    float32 sums in f32_order.h's order: tail < 0 each output's D steps one FMA each from zero
+    (depthwise); else the last ``tail`` positions as 16 lane sums along the depth (lane l
+    taking depths l, l + 16, ..., zeros past D) reduced as GCC's _mm512_reduce_add_ps, the
+    others in 32-deep blocks each summed from zero and added to the running total in order.
+    ``halves``: the operands are widened halves, whose products float32 holds exactly."""
+    n, groups, depth, positions = cols.shape
+    k = weights.shape[1]
+    out = np.empty((n, groups, k, positions), np.float32)
+    wide = np.float32 if halves else np.float64
+    cols64, w64 = cols.astype(wide), weights.astype(wide)
+    # output channels at a time: a step's arrays of about 2^21 values
+    chunk = max(1, (1 << 21) // max(1, n * groups * positions * max(1, -(-depth // SUM_BLOCK))))
+    for k0 in range(0, k, chunk):
+        w = w64[:, k0:k0 + chunk]
+        kc = w.shape[1]
+        if tail < 0:
+            acc = np.zeros((n, groups, kc, positions), np.float32)
+            for d in range(depth):
+                acc = _fma32(w[None, :, :, d, None], cols64[:, :, None, d], acc)
+            out[:, :, k0:k0 + kc] = acc
+            continue
+        blocked = positions - tail
+        if blocked > 0:
+            nb = -(-depth // SUM_BLOCK)
+            acc = np.zeros((n, groups, kc, nb, blocked), np.float32)
+            for j in range(SUM_BLOCK):
+                active = len(range(j, depth, SUM_BLOCK))  # blocks with a step j
+                if active == 0:
+                    break
+                d = slice(j, j + SUM_BLOCK * (active - 1) + 1, SUM_BLOCK)
+                acc[:, :, :, :active] = _fma32(
+                    w[None, :, :, d, None], cols64[:, :, None, d, :blocked],
+                    acc[:, :, :, :active])
+            total = acc[:, :, :, 0]
+            for b in range(1, nb):
+                total = total + acc[:, :, :, b]
+            out[:, :, k0:k0 + kc, :blocked] = total
+        if tail > 0:
+            steps = -(-depth // DOT_LANES)
+            pad = steps * DOT_LANES - depth
+            wl = np.pad(w, ((0, 0), (0, 0), (0, pad))).reshape(groups, kc, steps, DOT_LANES)
+            xl = np.pad(cols64[..., blocked:], ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(
+                n, groups, steps, DOT_LANES, tail)
+            lanes = np.zeros((n, groups, kc, DOT_LANES, tail), np.float32)
+            for i in range(steps):
+                lanes = _fma32(wl[None, :, :, i, :, None], xl[:, :, None, i], lanes)
+            t3 = lanes[:, :, :, 8:] + lanes[:, :, :, :8]
+            t6 = t3[:, :, :, 4:] + t3[:, :, :, :4]
+            out[:, :, k0:k0 + kc, blocked:] = ((t6[:, :, :, 0] + t6[:, :, :, 2])
+                                               + (t6[:, :, :, 1] + t6[:, :, :, 3]))
+    return out
+
+
+def conv2d_f32(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
+               groups: int = 1, halves: bool = False) -> np.ndarray:
+    """The FP32 CONV as the simulator sums it (csrc/conv/f32_order.h), bit for bit: NCHW
+    float32 x [K, C/groups, R, S] float32 -> NCHW float32. Each output's depth runs over
+    (c, r, s), c the slowest; :func:`conv_dot_tail` says which order each position takes.
+    ``halves``: x and weights hold widened halves (the FP16 CONV's, :func:`conv2d_fp16`)."""
+    x = np.asarray(x, np.float32)
+    weights = np.asarray(weights, np.float32)
+    g = conv_geometry(x.shape, weights.shape, stride, padding, dilation, groups)
+    n, c, h, w = x.shape
+    k, c_group, kernel_h, kernel_w = weights.shape
+    top, left, bottom, right = _padding(padding)
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    grouped = padded.reshape(n, groups, c_group, *padded.shape[2:])
+    taps = []
+    for r in range(kernel_h):
+        for s in range(kernel_w):
+            y0, x0 = r * g.dilation_h, s * g.dilation_w
+            taps.append(grouped[:, :, :, y0:y0 + g.stride_h * (g.out_h - 1) + 1:g.stride_h,
+                                x0:x0 + g.stride_w * (g.out_w - 1) + 1:g.stride_w])
+    # depth index c * R * S + r * S + s
+    cols = np.stack(taps, axis=3).reshape(n, groups, g.depth, g.out_h * g.out_w)
+    wmat = weights.reshape(groups, k // groups, g.depth)
+    tail = conv_dot_tail(g)
+    if tail < 0 and c_group > 1:  # fc_blas's batch: summed here as one image's rows would be
+        tail = conv_dot_tail(dataclasses.replace(g, n=1))
+    sums = _ordered_sums(cols, wmat, tail, halves)
+    return sums.reshape(n, k, g.out_h, g.out_w)
 
 
 def _pool_windows(x: np.ndarray, kernel, stride, padding, fill):
@@ -240,7 +453,8 @@ def lut(act: str, t: np.ndarray, tables: Optional[LutTables] = None) -> np.ndarr
 
 def conv2d(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
            groups: int = 1) -> np.ndarray:
-    """Direct convolution, NCHW x [K, C/groups, R, S] -> NCHW, float64 accumulation."""
+    """Direct convolution, NCHW x [K, C/groups, R, S] -> NCHW, float64 accumulation: the exact
+    sum the error bounds measure from (the engine's own order: :func:`conv2d_f32`)."""
     return _conv_sum(x, weights, stride, padding, dilation, groups, np.float64)
 
 
@@ -758,9 +972,9 @@ def _widen(values) -> Optional[np.ndarray]:
 def conv2d_fp16(x: np.ndarray, weights: np.ndarray, stride=1, padding=0, dilation=1,
                 groups: int = 1) -> np.ndarray:
     """The FP16 CONV's accumulators (float32, not rounded to half: they go to the SDP): the
-    exact sum of the exact products of halves, rounded once to float32."""
-    return conv2d(_widen(x), _widen(weights), stride, padding, dilation, groups).astype(
-        np.float32)
+    exact products of halves summed in fp32 in the FP32 CONV's order (:func:`conv2d_f32`)."""
+    return conv2d_f32(_widen(x), _widen(weights), stride, padding, dilation, groups,
+                      halves=True)
 
 
 def sdp_fp16(x: np.ndarray, scale=None, shift=None, ew_op: Optional[str] = None, operand=None,
@@ -893,8 +1107,7 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
                                op.in_zero)
         if precision == "fp16":
             return conv2d_fp16(x, op.weights, op.stride, op.padding, op.dilation, op.groups)
-        return conv2d(x, op.weights, op.stride, op.padding, op.dilation, op.groups).astype(
-            np.float32)
+        return conv2d_f32(x, op.weights, op.stride, op.padding, op.dilation, op.groups)
     if isinstance(op, Sdp):
         if op.convert:
             return convert(x, precision, op.output_precision, op.cvt_scale, op.cvt_zero)
@@ -956,9 +1169,9 @@ def run_decomposition(decomposition, x: np.ndarray, inputs=None) -> np.ndarray:
     """A layer norm's, softmax's or attention's engine passes (sim/decompose.py's
     Decomposition) in NumPy: each pass through :func:`run_chain` with its element-wise operand
     and computed weights bound, as the simulator runs them (``inputs``: the tensors besides
-    ``x``, attention's K and V); bit for bit the simulator's where every pass is (the BDMA +
-    SDP trees, the one-product broadcasts, attention's CONVs of fewer than 32 channels in
-    fp32), within the CONV's summation bound otherwise."""
+    ``x``, attention's K and V); bit for bit the simulator's, its CONVs summing in the
+    library's order (:func:`conv2d_f32`; but for a batch of [N, C, 1, 1] rows, N > 1, which
+    the library sums through OpenBLAS)."""
     dtype = dtype_for(decomposition.precision)
     x = np.asarray(x, dtype=dtype)
 

@@ -6,33 +6,16 @@
 
 void f32_imp_make_plan(const conv_plan* P, imp_plan* Q, int allow_direct) {
   const conv_geometry* g = P->g;
-  const int64_t sh = g->stride_h, sw = g->stride_w;
-  const int64_t rqmax = ((int64_t)(g->kernel_h - 1) * g->dilation_h) / sh;
-  const int64_t sqmax = ((int64_t)(g->kernel_w - 1) * g->dilation_w) / sw;
-  Q->direct = allow_direct && g->kernel_h == 1 && g->kernel_w == 1 && sh == 1 && sw == 1 &&
-              g->pad_top == 0 &&
-              g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
-  Q->nph = g->kernel_h == 1 && g->kernel_w == 1 ? 1 : sh * sw; /* 1x1/2: one phase of four */
-  Q->sqmax = sqmax;
-  if (Q->direct) {
-    Q->wq = g->w;
-    Q->hq = g->h;
-    Q->plane = P->hw;
-  } else if (sw == 1) {
-    /* Stride 1: rows overlap their padding. A row of wq >= w + pad_left columns ends in zeros;
-     * a tap reading past it lands in the next row's left padding, zero as well, as long as
-     * wq >= out_w + sqmax - pad_left. */
-    const int64_t need = (int64_t)g->out_w + sqmax - g->pad_left;
-    Q->wq = (int64_t)g->w + g->pad_left > need ? (int64_t)g->w + g->pad_left : need;
-    if (Q->wq < g->out_w) Q->wq = g->out_w;
-    Q->hq = g->out_h + rqmax;
-    Q->plane = Q->hq * Q->wq;
-  } else {
-    Q->wq = g->out_w + sqmax;
-    Q->hq = g->out_h + rqmax;
-    Q->plane = Q->hq * Q->wq;
-  }
-  Q->ncols = (int64_t)g->out_h * Q->wq;
+  const f32_grid q = f32_implicit_grid(g); /* conv/f32_order.h: the tail rule reads it too */
+  const int64_t rqmax = ((int64_t)(g->kernel_h - 1) * g->dilation_h) / g->stride_h;
+  /* a 1x1 stride-1 unpadded geometry's grid is its input's (wq = w) either way */
+  Q->direct = allow_direct && q.direct;
+  Q->nph = q.nph;
+  Q->sqmax = q.sqmax;
+  Q->wq = q.wq;
+  Q->hq = Q->direct ? g->h : g->out_h + rqmax;
+  Q->plane = Q->direct ? P->hw : Q->hq * Q->wq;
+  Q->ncols = q.ncols;
   Q->npanels = (Q->ncols + NR - 1) / NR;
 }
 

@@ -7,10 +7,8 @@
  * place, each 32-deep block summed from zero by one FMA per depth step and added to the output
  * (the first block stored): the implicit and packed AVX-512 kernels' sums. An image's last
  * ohw % 16 positions are 16-lane dot products along the depth, reduced in
- * _mm512_reduce_add_ps's order, where the AVX-512 list computes them so: where it takes its
- * packed path (f32_packed_avx512.c: packed_dot_tail), that is where its implicit GEMM does
- * not apply (avx512_takes_implicit below restates implicit_applies for the geometries that
- * have such a tail, whose choice does not depend on the host). On an AVX-512 build the list's
+ * _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so (a rule of the
+ * geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
  * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
  * tests/sim/test_conv_impls.py uses to compare the bits.
  */
@@ -23,40 +21,8 @@ enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions 
 enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
 enum { A2_TILE_FLOATS = 128 * 1024 }; /* a tile's depth block of columns: 512 KB, in L2 */
 
-/* Whether an AVX-512 build's list runs this geometry on implicit_avx512 (its applies, for a
- * geometry with a packed-path tail; f32_imp_make_plan's grid): such a geometry then has no
- * dot-product tail. */
-static int avx512_takes_implicit(const conv_plan* P) {
-  const conv_geometry* g = P->g;
-  const int64_t sh = g->stride_h, sw = g->stride_w;
-  if (sh > 2 || sw > 2) return 0;
-  const int one = g->kernel_h == 1 && g->kernel_w == 1;
-  const int64_t sqmax = ((int64_t)(g->kernel_w - 1) * g->dilation_w) / sw;
-  int64_t wq;
-  if (P->pointwise) {
-    wq = g->w;
-  } else if (sw == 1) {
-    const int64_t need = (int64_t)g->out_w + sqmax - g->pad_left;
-    wq = (int64_t)g->w + g->pad_left > need ? (int64_t)g->w + g->pad_left : need;
-    if (wq < g->out_w) wq = g->out_w;
-  } else {
-    wq = g->out_w + sqmax;
-  }
-  if (!P->pointwise && wq < 16) return 0;
-  const int64_t nph = one ? 1 : sh * sw;
-  const int all_phases = nph == 1 || (g->kernel_h >= sh && g->kernel_w >= sw &&
-                                      g->dilation_h == 1 && g->dilation_w == 1);
-  const int64_t ncols = (int64_t)g->out_h * wq;
-  return (wq - g->out_w) * 12 <= wq && ncols >= 512 && P->kd <= 2304 && all_phases &&
-         (nph == 1 || P->kd <= 1024);
-}
-
-/* conv/f32_order.h's dot-product tail of this geometry on every host. */
-static int64_t a2_dot_tail(const conv_plan* P) {
-  const int64_t t = P->ohw % 16;
-  if (t == 0 || t > TMAX || avx512_takes_implicit(P)) return 0;
-  return t;
-}
+/* conv/f32_order.h's dot-product tail of this geometry: the one rule every build keeps. */
+static int64_t a2_dot_tail(const conv_plan* P) { return f32_dot_tail(P->g); }
 
 static inline __m256i lanes_below(int64_t n) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -416,39 +416,17 @@ static accel_status conv_implicit(const conv_plan* P, const float* in, const flo
 }
 
 
-/* Whether the implicit GEMM computes this geometry: not depthwise nor a batch of fully connected
- * rows, strides up to 2, and a grid of at least a vector's width (or the input itself). */
-static int implicit_supports_plan(const conv_f32_call* c, imp_plan* Q) {
-  const conv_plan* P = c->P;
-  const conv_geometry* g = P->g;
-  if (P->cg == 1 || (P->ohw == 1 && g->n > 1)) return 0;
-  f32_imp_make_plan(P, Q, 1);
-  return g->stride_h <= 2 && g->stride_w <= 2 && (Q->direct || Q->wq >= 16);
-}
-
+/* Whether it computes this geometry in conv/f32_order.h's order: f32_implicit_computes, and
+ * no dot-product tail (f32_dot_tail: this kernel sums every position in 32-deep blocks, so
+ * ACCEL_CONV_IMPL does not force it onto a geometry whose tail the order gives to dot
+ * products). */
 static int implicit_supports(const conv_f32_call* c) {
-  imp_plan Q;
-  return implicit_supports_plan(c, &Q);
+  return f32_implicit_computes(c->P->g) && f32_dot_tail(c->P->g) == 0;
 }
 
-/* Where measured faster: enough columns (tails cost a panel), few garbage columns, a depth
- * whose weight panel streams well from L2 (the packed path blocks it), and with stride 2 only a
- * small depth and every phase copied used (a 1x1/2 copies its one). (With the packed panels in
- * L1 the packed path wins the stride-2 phases from 576 deep (docs/kernels.md,
- * conv/f32_implicit_avx512.c); only where it has no dot-product tail, whose order
- * differs from the implicit GEMM's: the host's L1d then picks between equal sums, so the bits
- * do not depend on it, conv/f32_order.h.) */
+/* Where measured faster: f32_implicit_chosen (conv/f32_order.h), which the tail rule reads. */
 static int implicit_applies(const conv_f32_call* c) {
-  const conv_plan* P = c->P;
-  const conv_geometry* g = P->g;
-  imp_plan Q;
-  if (!implicit_supports_plan(c, &Q)) return 0;
-  const int all_phases = Q.nph == 1 || (g->kernel_h >= g->stride_h && g->kernel_w >= g->stride_w &&
-                                        g->dilation_h == 1 && g->dilation_w == 1);
-  const int packed_tail = P->ohw % 16 != 0 && P->ohw % 16 <= TMAX;
-  const int64_t strided_max = P->panels_outer && !packed_tail ? 512 : 1024;
-  return (Q.wq - g->out_w) * 12 <= Q.wq && Q.ncols >= 512 && P->kd <= 2304 && all_phases &&
-         (Q.nph == 1 || P->kd <= strided_max);
+  return f32_implicit_chosen(c->P->g, c->P->panels_outer);
 }
 
 static accel_status implicit_run(const conv_f32_call* c) {

@@ -544,7 +544,7 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
    * Tiles split an image's panels (the last tile takes the tail) so that a depth block of them
    * stays in L2, in a multiple of the thread count when possible; output-channel chunks are
    * added when there are fewer tiles than threads. */
-  const int64_t ntail = P->ohw % 16 <= TMAX ? P->ohw % 16 : 0;
+  const int64_t ntail = f32_dot_tail(P->g); /* conv/f32_order.h */
   const int64_t panels_img = (P->ohw - ntail + NR - 1) / NR;
   int64_t max_panels = (512 * 1024) / (P->kc * NR * 4);
   if (max_panels < 1) max_panels = 1;
@@ -598,18 +598,17 @@ static int packed_applies(const conv_f32_call* c) {
   return 1;
 }
 
-/* Every geometry but a batch of fully connected rows (fc_blas's). */
+/* Every geometry but a batch of fully connected rows (fc_blas's) and depthwise ones (whose
+ * taps conv/f32_order.h sums in order, not in 32-deep blocks: the dw kernels'). */
 static int packed_supports(const conv_f32_call* c) {
-  return !(c->P->ohw == 1 && c->P->g->n > 1 && c->P->cg > 1);
+  return c->P->cg > 1 && !(c->P->ohw == 1 && c->P->g->n > 1);
 }
 
 static accel_status packed_run(const conv_f32_call* c) {
   return conv_packed(c->P, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
 }
 
-static int packed_dot_tail(const conv_plan* P) {
-  return (int)(P->ohw % 16 <= TMAX ? P->ohw % 16 : 0);
-}
+static int packed_dot_tail(const conv_plan* P) { return f32_dot_tail(P->g); }
 
 const conv_f32_impl conv_f32_packed_avx512_impl = {"packed_avx512", packed_applies,
                                                    packed_supports, packed_run, packed_dot_tail};

@@ -1,0 +1,138 @@
+"""The FP32 CONV's summation order (csrc/conv/f32_order.h) as the NumPy reference mirrors it
+(reference.conv2d_f32, conv_dot_tail): on random small geometries every fp32 and fp16 CONV
+gives the reference's bits, whichever implementation ACCEL_CONV_IMPL forces (each forced name
+runs where it computes the geometry in that order; the list's choice elsewhere), and with the
+L1d sizes other hosts report. The OpenBLAS paths (fc_blas, blas) sum in OpenBLAS's order and
+are not among them. Each setting runs in a child process (the library reads the variables
+once per process)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from accel_codegen.sim import reference as ref
+
+#: the fp32 implementations that keep f32_order.h's order (AVX-512 and x86-64-v3 builds)
+ORDERED = ["implicit_avx512", "packed_avx512", "gemm_avx2", "dw_c16_avx512", "dw_rows_avx512",
+           "dw_avx512", "dw_avx2"]
+
+CHILD = r"""
+import hashlib, json, sys
+import numpy as np
+from accel_codegen.sim import Device, Conv, Sdp
+cases = json.loads(sys.argv[1])
+dev = Device(num_threads=2)
+out = []
+for seed, (n, c, h, w, k, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, g), prec in cases:
+    rng = np.random.default_rng(seed)
+    dt = np.float16 if prec == "fp16" else np.float32
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    wt = rng.standard_normal((k, c // g, kh, kw)).astype(dt)
+    conv = Conv(wt, stride=(sh, sw), padding=(pt, pl, pb, pr), dilation=(dh, dw), groups=g,
+                precision=prec)
+    # fp16: an SDP scale of 2^-8 keeps the accumulators' bits in the half output
+    chain = [conv] if prec == "fp32" else [conv, Sdp(scale=np.full(k, 2**-8, dt),
+                                                     precision=prec)]
+    out.append(dev.run(chain, x)[0].tobytes().hex())
+print(json.dumps(out))
+"""
+
+
+def _geometries(count, seed):
+    """Small random geometries: 1x1 to 5x5 kernels, strides 1-2, dilation, padding, groups
+    and depthwise, planes from 1 position to past the implicit GEMM's 512 columns (its
+    choice and the dot-product tails of 1-8), depths across 32-deep blocks."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        kh, kw = (int(v) for v in rng.choice([1, 1, 2, 3, 3, 5], 2))
+        sh, sw = (int(v) for v in rng.choice([1, 1, 2], 2))
+        dh, dw = (int(v) for v in rng.choice([1, 1, 1, 2], 2))
+        groups = int(rng.choice([1, 1, 1, 2, 0]))  # 0: depthwise
+        c = int(rng.integers(1, 80))
+        if groups == 0:
+            groups = c
+            k = c * int(rng.choice([1, 1, 2]))
+        else:
+            c = max(groups, c - c % groups)
+            k = groups * int(rng.integers(1, 24))
+        h, w = int(rng.integers(1, 30)), int(rng.integers(1, 40))
+        pt, pl, pb, pr = (int(v) for v in rng.integers(0, 3, 4))
+        n = int(rng.choice([1, 1, 2]))
+        if (pt >= kh or pl >= kw or pb >= kh or pr >= kw or
+                h + pt + pb < dh * (kh - 1) + 1 or w + pl + pr < dw * (kw - 1) + 1):
+            continue
+        geometry = ref.conv_geometry((n, c, h, w), (k, c // groups, kh, kw), (sh, sw),
+                                     (pt, pl, pb, pr), (dh, dw), groups)
+        if geometry.out_h * geometry.out_w == 1 and n > 1 and c // groups > 1:
+            continue  # fc_blas: OpenBLAS's order
+        cases.append((n, c, h, w, k, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, groups))
+    return cases
+
+
+#: geometries the tail rule turns on: ViT's 197 tokens (a tail of 5) and 50, a 1x1 whose
+#: plane the implicit GEMM takes (28x28, no tail), a 7x7 and a classifier row (tails of 1),
+#: a stride-2 3x3 576 deep (the L1d picks implicit or packed, equal sums), odd channels
+FIXED = [(1, 192, 1, 197, 192, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 37, 1, 50, 37, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 40, 28, 28, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 70, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+         (1, 300, 1, 1, 30, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 64, 46, 46, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1)]
+
+
+def _run(cases, **env):
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES")}
+    environ.update(env)
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)],
+                            capture_output=True, text=True, env=environ, cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def _expected(seed, geometry, precision):
+    n, c, h, w, k, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, g = geometry
+    rng = np.random.default_rng(seed)
+    dt = np.float16 if precision == "fp16" else np.float32
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    wt = rng.standard_normal((k, c // g, kh, kw)).astype(dt)
+    args = ((sh, sw), (pt, pl, pb, pr), (dh, dw), g)
+    if precision == "fp32":
+        return ref.conv2d_f32(x, wt, *args)
+    acc = ref.conv2d_fp16(x, wt, *args)
+    return ref.sdp_fp16(acc, scale=np.full(k, 2**-8, dt))
+
+
+def test_every_ordered_implementation_gives_the_references_bits():
+    geometries = FIXED + _geometries(24, seed=29)
+    cases = [(i, geometry, precision) for i, geometry in enumerate(geometries)
+             for precision in ("fp32", "fp16")]
+    expected = [_expected(*case) for case in cases]
+    settings = [{}, {"ACCEL_L1D_BYTES": "48K"}] + [{"ACCEL_CONV_IMPL": name} for name in ORDERED]
+    for env in settings:
+        got = _run(cases, **env)
+        for case, value, want in zip(cases, got, expected):
+            y = np.frombuffer(bytes.fromhex(value), want.dtype).reshape(want.shape)
+            differ = int((y != want).sum())
+            assert differ == 0, (env, case, f"{differ} of {y.size} differ")
+
+
+def test_the_tail_rule():
+    """conv_dot_tail: an image's last ohw % 16 positions where that is 1-8 and the implicit
+    GEMM is not chosen; depthwise and batched fully connected rows have no tail (-1)."""
+    def tail(x_shape, w_shape, stride=1, padding=0, groups=1):
+        return ref.conv_dot_tail(ref.conv_geometry(x_shape, w_shape, stride, padding, 1,
+                                                   groups))
+    assert tail((1, 192, 1, 197), (192, 192, 1, 1)) == 5  # ViT-Ti's tokens
+    assert tail((1, 1024, 1, 1), (1000, 1024, 1, 1)) == 1  # a classifier row
+    assert tail((1, 64, 7, 7), (64, 64, 3, 3), padding=1) == 1
+    assert tail((1, 64, 14, 14), (64, 64, 3, 3), padding=1) == 4
+    assert tail((1, 40, 28, 28), (24, 40, 1, 1)) == 0  # 784 = 49 x 16
+    assert tail((1, 32, 23, 23), (8, 32, 1, 1)) == 0  # 529 % 16 = 1, the implicit GEMM's
+    assert tail((1, 16, 46, 46), (8, 16, 3, 3), 2, 1) == 0  # 23x23 through implicit
+    assert tail((1, 16, 9, 9), (16, 1, 3, 3), padding=1, groups=16) == -1
+    assert tail((3, 70, 1, 1), (24, 70, 1, 1)) == -1
