@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import Calibration
+from ..quantization import Calibration, Observer, calibrate
 from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
@@ -29,6 +29,7 @@ from .attention import attention_cores
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
+from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
@@ -384,6 +385,31 @@ def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool
     and mixed builds are measured against."""
     reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd)
     return virtual_machine(tvm.compile(reference, target="llvm"))
+
+
+def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
+                        winograd: bool, examples, method: str, *, observer=None,
+                        matched: Optional[tvm.IRModule] = None, vm=None, each=None):
+    """The int8 calibration of example inputs, one definition for every flow that calibrates
+    (an int8 build, the mixed-precision search, a mixed build given its layers' precisions, a
+    QDQ model's tensors without a scale): the fp32 code of the int8 partition
+    (:func:`reference_machine`, or ``vm``) runs each example while ``observer`` (an
+    :class:`~accel_codegen.quantization.calibration.Observer` by default) gathers every
+    tensor's statistics; under ``mse`` a tensor a depthwise convolution alone reads has its
+    error weighed by the convolution's channels (:mod:`.sensitivity`; ``matched``: the int8
+    matching of ``mod``, made here when not given). ``each(vm, example)`` runs one example
+    (``run_main`` by default: a caller keeping the reference outputs records them there).
+    Returns (the Calibration, the reference VM)."""
+    if method == "mse":
+        if matched is None:
+            matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
+        observer = observer if observer is not None else Observer()
+        observer.channel_weights = depthwise_weights(matched, fuse)
+    if vm is None:
+        vm = reference_machine(mod, params, config, fuse, winograd)
+    each = each if each is not None else run_main
+    calibration = calibrate(lambda *inputs: each(vm, inputs), examples, method, observer)
+    return calibration, vm
 
 
 def run_main(vm, inputs) -> np.ndarray:

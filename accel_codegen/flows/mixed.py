@@ -8,7 +8,8 @@ The search, in builds of the model (each one compiled and run on every calibrati
 1. The example inputs split: the last quarter (at least one) is held back, unless the caller
    gives held-back inputs. One pass of the others through the fp32 build of the int8
    partition: the activation statistics (the :class:`~.calibration.Calibration` every int8
-   layer uses) and the reference outputs; the held-back inputs' reference outputs apart,
+   layer uses, made as an int8 build's is: ``compiler.partition.calibrate_reference``) and
+   the reference outputs; the held-back inputs' reference outputs apart,
    unobserved.
 2. The two ends, all-int8 and all-fp16. The target must lie between: all-fp16 must reach it
    on every output, on both sets of inputs (else an error says which output falls short).
@@ -45,7 +46,7 @@ import tvm
 from ..errors import AccelInvalidError
 from ..quantization.metrics import sqnr_db
 from ..quantization import calibration as calibration_pass
-from ..quantization.calibration import DEFAULT_METHOD, Calibration, calibrate, examples_of
+from ..quantization.calibration import DEFAULT_METHOD, Calibration, examples_of
 
 PRECISIONS = ("int8", "fp16")
 
@@ -307,8 +308,8 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     ``held_back`` (example inputs), or by default the last quarter of ``calibration_inputs``
     (at least one; the rest calibrate). Raises AccelInvalidError when even all-fp16 falls
     short of the target, naming the output and the inputs."""
-    from ..compiler.partition import (generate_partition, layer_keys, match_composites,
-                                      reference_machine)
+    from ..compiler.partition import (calibrate_reference, generate_partition, layer_keys,
+                                      match_composites)
     from ..compiler.patterns import PartitionLog
     from ..compiler.program import lower_module
     from ..compiler.vm import virtual_machine
@@ -318,17 +319,18 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     config = AccelConfig.resolve(config)
     examples, held = split_held_back(
         examples_of(calibration_inputs, "the mixed-precision search"), held_back)
-    reference_vm = reference_machine(mod, params, config, True, winograd)
+    log = PartitionLog()  # one matching: every candidate's code is generated for it
+    matched = match_composites(mod, params, config=config, fuse=True, precision="int8",
+                               log=log)
     reference: List[List[np.ndarray]] = []
-    calibration = calibrate(lambda *x: reference.append(_run(reference_vm, x)), examples,
-                            calibration_method)
+    # the int8 flow's calibration (the depthwise-aware search included), keeping the outputs
+    calibration, reference_vm = calibrate_reference(
+        mod, params, config, True, winograd, examples, calibration_method, matched=matched,
+        each=lambda vm, x: reference.append(_run(vm, x)))
     held_reference = [_run(reference_vm, x) for x in held]  # not observed: not calibrated on
     del reference_vm
     signal, held_signal = _powers(reference), _powers(held_reference)
     outputs = len(signal)
-    log = PartitionLog()  # one matching: every candidate's code is generated for it
-    matched = match_composites(mod, params, config=config, fuse=True, precision="int8",
-                               log=log)
     keys = layer_keys(matched)
     builds = 0
     # progress per build: the all-fp16 one and one per layer, then the few the path measures

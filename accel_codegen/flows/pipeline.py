@@ -19,13 +19,11 @@ import tvm
 
 from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
-from ..compiler.partition import (REPORT_ATTR, PartitionReport, generate, is_partitioned,
-                                  match_composites, reference_machine, run_main)
-from ..compiler.sensitivity import depthwise_weights
+from ..compiler.partition import (REPORT_ATTR, PartitionReport, calibrate_reference, generate,
+                                  is_partitioned, match_composites)
 from ..compiler.target import MIXED, LayerPlan, Target
 from ..errors import AccelInvalidError, AccelUnsupportedError
-from ..quantization import DEFAULT_METHOD, Calibration, calibrate, examples_of
-from ..quantization.calibration import Observer
+from ..quantization import DEFAULT_METHOD, Calibration, examples_of
 from ..quantization.gptq import HessianObserver
 from ..sim.config import AccelConfig, Precision, check_precision
 from .qdq import qdq_calibration
@@ -197,16 +195,9 @@ def _calibrate_int8(mod, params, target: Target, examples):
                                    precision="int8")
         examples = examples_of(examples, "calibration")
         observer = HessianObserver(weight_rounding_pass.conv_geometries(matched), len(examples))
-    if target.calibration_method == "mse":
-        # a tensor read by a depthwise conv alone: its error weighed by the conv's weights
-        if matched is None:
-            matched = match_composites(mod, params, config=target.config, fuse=target.fuse,
-                                       precision="int8")
-        observer = observer if observer is not None else Observer()
-        observer.channel_weights = depthwise_weights(matched, target.fuse)
-    vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
-    calibration = calibrate(lambda *inputs: run_main(vm, inputs), examples,
-                            target.calibration_method, observer)
+    calibration = calibrate_reference(mod, params, target.config, target.fuse, target.winograd,
+                                      examples, target.calibration_method, observer=observer,
+                                      matched=matched)[0]
     calibration.equalized = target.equalize
     if gptq:
         mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
@@ -265,9 +256,9 @@ def _partition_mixed(mod, params, target: Target, calibration, target_sqnr_db) -
         calibration = search.calibration
         target = target.replace(precision=LayerPlan.of(search.layer_precisions))
     elif not isinstance(calibration, Calibration):
-        vm = reference_machine(mod, params, target.config, target.fuse, target.winograd)
-        calibration = calibrate(lambda *inputs: run_main(vm, inputs), calibration,
-                                target.calibration_method)
+        calibration = calibrate_reference(mod, params, target.config, target.fuse,
+                                          target.winograd, calibration,
+                                          target.calibration_method)[0]
     mod = generate(mod, params, target, calibration)
     return mod if search is None else mod.with_attr(MIXED_ATTR, search.to_json())
 

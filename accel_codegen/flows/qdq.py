@@ -11,11 +11,11 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..compiler.partition import reference_machine, run_main
+from ..compiler.partition import calibrate_reference, reference_machine, run_main
 from ..compiler.qdq import (QDQ_ATTR, QDQ_METHOD, QdqAnnotations, annotations_of,
                             fingerprint_positions, matching_inputs)
 from ..errors import AccelInvalidError
-from ..quantization import DEFAULT_METHOD, Calibration, Observer, TensorQuant, calibrate, observing
+from ..quantization import DEFAULT_METHOD, Calibration, Observer, TensorQuant, observing
 from ..quantization.calibration import tensor_quant
 from ..sim.config import AccelConfig
 
@@ -71,8 +71,8 @@ def qdq_calibration(mod, params=None, *, config="nv_full", fuse: bool = True,
     for name, (size, _, values) in annotations.fingerprints.items():
         candidates.setdefault(size, []).append((name, np.asarray(values, np.float64)))
     # the tensors the model gives no scale: calibrated on the examples, as a build would
-    seen = calibrate(lambda *inputs: run_main(vm, inputs), examples, method) \
-        if examples is not None else Calibration("max", 1, {})
+    seen = calibrate_reference(mod, params, config, fuse, winograd, examples, method,
+                               vm=vm)[0] if examples is not None else Calibration("max", 1, {})
     tensors, matched, unmatched = {}, {}, []
     for key, stats in observer.stats.items():
         size, sample = observer.samples.get(key, (0, None))

@@ -74,3 +74,25 @@ def test_depthwise_reader_sets_the_threshold():
     # with the plain threshold, which the wide channel, multiplied by 0.02, set)
     assert sqnr(got[:, 1], want[:, 1]) >= 20
     assert sqnr(got, want) >= 15
+
+
+def test_mixed_precision_calibrates_as_int8_does():
+    """The mixed search and a mixed build given its layers' precisions calibrate through the
+    int8 flow's path (compiler.partition.calibrate_reference): the same depthwise-weighted
+    threshold for the tensor the depthwise conv alone reads."""
+    from accel_codegen.compiler.partition import calibration_of
+    from accel_codegen.flows.mixed import search_mixed_precision
+
+    torch.manual_seed(0)
+    mod, params = from_pytorch(Block().eval(), (torch.from_numpy(_input(0)),))
+    examples = [(_input(s),) for s in range(10, 14)]
+    key = ("f0.0", 1)
+    int8 = calibration_of(ac.partition_for_accel(mod, params, precision="int8", equalize=False,
+                                                 calibration=examples)).tensors[key]
+    assert int8.scale * 255 < 20  # weighted: the plain threshold keeps the wide channel, ~45
+    given = ac.partition_for_accel(mod, params, precision="mixed", calibration=examples,
+                                   layer_precisions={"f0.0": "int8", "f0.1": "fp16"})
+    assert calibration_of(given).tensors[key] == int8
+    search = search_mixed_precision(mod, params, examples, 10.0, config="nv_full",
+                                    held_back=[(_input(20),)])
+    assert search.calibration.tensors[key] == int8
