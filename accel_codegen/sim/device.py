@@ -361,6 +361,29 @@ def c16_native(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int
                                      MODES.code(mode)))
 
 
+def c16_saving(kernel: Tuple[int, int], groups: int, group_channels: int, stride: int, *,
+               winograd: bool, out_shape: Tuple[int, ...]) -> float:
+    """Seconds that a convolution saves on its C16 kernel against its NCHW kernel on this host
+    (``accel_host_c16_saving``; negative: it loses, 0: a kernel the runtime's table does not
+    list). The figures are the runtime's, overridden by ``ACCEL_HOST_C16``
+    (docs/kernels.md)."""
+    seconds = ffi.new("double*")
+    check(lib.accel_host_c16_saving(int(kernel[0]), int(kernel[1]), int(groups),
+                                    int(group_channels), int(stride), int(bool(winograd)),
+                                    int(np.prod(out_shape)), int(np.prod(out_shape[2:])),
+                                    seconds))
+    return seconds[0]
+
+
+def conversion_seconds_per_byte() -> float:
+    """Seconds per byte of a tensor that converting it between NCHW and C16 takes on this host
+    (``accel_host_conversion_seconds``: the runtime's figure, ``ACCEL_HOST_C16``'s convert
+    row)."""
+    per_byte = ffi.new("double*")
+    check(lib.accel_host_conversion_seconds(per_byte))
+    return per_byte[0]
+
+
 class ChainBatch:
     """Chains lowered to C once, then costed on any configuration by one library call
     (``accel_estimate_chains``): what :func:`accel_codegen.estimate` and the sweep use, so a
