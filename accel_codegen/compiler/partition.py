@@ -26,6 +26,7 @@ from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
 from .attention import attention_cores
+from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
@@ -258,9 +259,9 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, gelu_from_erf,
-                    layer_norm_from_formula, split_into_slices, flattened_global_pools,
-                    attention_cores, *EXACT_REWRITES):
+    for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
+                    gelu_from_erf, layer_norm_from_formula, split_into_slices,
+                    flattened_global_pools, attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])
