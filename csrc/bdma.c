@@ -36,7 +36,8 @@ void bdma_copy(const bdma_geometry* g, size_t element_bytes, const void* src, vo
   const int64_t per_image = g->channels / span, copies = (int64_t)g->n * per_image;
   const size_t plane = (size_t)g->hw * element_bytes;
   const int64_t per_item = (int64_t)(65536 / (plane * (size_t)span + 1)) + 1;
-  const bdma_job J = {g, plane, src, dst, copies, per_item, per_image, span};
+  const bdma_job J = {.g = g, .plane = plane, .src = src, .dst = dst, .copies = copies,
+                      .per_item = per_item, .per_image = per_image, .span = span};
   pool_for((int64_t)g->n * g->channels * g->hw > 262144 ? num_threads : 1,
            (copies + per_item - 1) / per_item, copy_item, (void*)&J);
 }

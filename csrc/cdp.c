@@ -48,7 +48,7 @@ static void cdp_item(void* ctx, int64_t item, int participant) {
 void cdp_f32(const cdp_geometry* g, const float* in, float* out, int32_t num_threads) {
   const int64_t planes = (int64_t)g->n * g->c, hw = (int64_t)g->h * g->w;
   const int64_t per_item = 2048 / (hw + 1) + 1;
-  const cdp_job J = {g, in, out, planes, per_item};
+  const cdp_job J = {.g = g, .in = in, .out = out, .planes = planes, .per_item = per_item};
   pool_for(planes * hw > 8192 ? num_threads : 1, (planes + per_item - 1) / per_item, cdp_item,
            (void*)&J);
 }
@@ -189,6 +189,6 @@ static void cdp_i8_item(void* ctx, int64_t item, int participant) {
 void cdp_i8(const cdp_geometry* g, const accel_cdp_int8* p, const int8_t* in, int8_t* out,
             int32_t num_threads) {
   const int64_t positions = (int64_t)g->n * g->h * g->w;
-  const cdp_i8_job J = {g, p, in, out};
+  const cdp_i8_job J = {.g = g, .p = p, .in = in, .out = out};
   pool_for(positions * g->c > 8192 ? num_threads : 1, positions, cdp_i8_item, (void*)&J);
 }

@@ -374,9 +374,11 @@ typedef struct c3_asm_st {
   static void NAME(int64_t c, int64_t c0, int64_t c1, const float* in,                         \
                                   int64_t cbs, int64_t rs, const float* w, float* out,         \
                                   int64_t os, int rlo, int rhi, const c16_ep* e) {             \
-    c3_asm_st st = {{out, out + os, NB > 2 ? out + 2 * os : NULL, NB > 3 ? out + 3 * os : NULL}, \
-                    (cbs - 16) * 4, 0, c0 != 0, (7 >> (3 - rhi)) & (7 << rlo), c1 - c0,        \
-                    in + (c0 >> 4) * cbs, w + c0 * 9 * NB * 16, rs * 4};                      \
+    c3_asm_st st = {.o = {out, out + os, NB > 2 ? out + 2 * os : NULL,                         \
+                          NB > 3 ? out + 3 * os : NULL},                                       \
+                    .cb_next = (cbs - 16) * 4, .nbe = 0, .add = c0 != 0,                       \
+                    .mask = (7 >> (3 - rhi)) & (7 << rlo), .n = c1 - c0,                       \
+                    .ic = in + (c0 >> 4) * cbs, .w = w + c0 * 9 * NB * 16, .rs = rs * 4};      \
     const int64_t last = 9 * c1 < 9 * c - 1 ? 9 * c1 : 9 * c - 1;                             \
     st.nbe = last / 32 - 9 * c0 / 32; /* the block ends before the depth's end */              \
     C3_ALL##NB(NP, C3_REG)                                                                     \
@@ -641,7 +643,8 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const float* din = J->in + img * (c / 16) * dcbs - (g->pad_top * drs + g->pad_left * 16);
   float* out = J->out + (img * k + grp * C3_GROUP * 16) * ohw;
   const sdp_f32* ep = J->ep;
-  c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  c16_ep e = {.scale = NULL, .shift = NULL, .operand = NULL, .act = ACCEL_ACT_NONE, .lo = 0.0f,
+              .hi = 0.0f};
   const float* operand = NULL;
   if (ep != NULL) {
     e.scale = ep->scale != NULL ? ep->scale + grp * C3_GROUP * 16 : NULL;
@@ -780,13 +783,16 @@ accel_status conv_c16_3x3(const conv_geometry* g, const float* in, const float* 
   char* base = workspace_get(ws, WS_C16_WEIGHTS, wbytes + cbytes + tbytes + lbytes);
   if (base == NULL) return ACCEL_ERR_NO_MEMORY;
   int64_t* tap = (int64_t*)(base + wbytes + cbytes);
-  c3_job J = {g, in, weights,
-              prepacked != NULL ? (float*)((const char*)prepacked + C3_PACK_HEADER)
-                                : (float*)base,
-              (float*)(base + wbytes), tap, (float*)(base + wbytes + cbytes + tbytes), out,
-              epilogue, hp, wp, ohw, groups, strips, tail, items, srows, ew, direct, finite,
-              finite && g->stride_w == 1 && g->pad_left == 1,
-              prepacked != NULL};
+  c3_job J = {.g = g, .in = in, .weights = weights,
+              .packed = prepacked != NULL
+                            ? (float*)((const char*)prepacked + C3_PACK_HEADER)
+                            : (float*)base,
+              .copy = (float*)(base + wbytes), .tap = tap,
+              .cols = (float*)(base + wbytes + cbytes + tbytes), .out = out, .ep = epilogue,
+              .hp = hp, .wp = wp, .ohw = ohw, .groups = groups, .strips = strips, .tail = tail,
+              .n_items = items, .strip_rows = srows, .ew = ew, .direct = direct, .finite = finite,
+              .edge_taps = finite && g->stride_w == 1 && g->pad_left == 1,
+              .pf0 = prepacked != NULL};
   if (tail > 0) /* depth (ci, r, s) at a position's tap (0, 0) of channel block 0 */
     for (int64_t dd = 0; dd < depth; ++dd) {
       const int64_t ci = dd / 9, r = dd % 9 / 3, s = dd % 3;
@@ -810,8 +816,9 @@ size_t conv_c16_3x3_packed_bytes(const conv_geometry* g) {
 }
 
 void conv_c16_3x3_pack(const conv_geometry* g, const float* weights, void* packed) {
-  const c3_pack_header h = {C3_PACK_MAGIC, g->k, g->c, (int32_t)panel_blocks(g),
-                           all_finite(weights, (int64_t)g->k * 9 * g->c)};
+  const c3_pack_header h = {.magic = C3_PACK_MAGIC, .k = g->k, .c = g->c,
+                            .panel = (int32_t)panel_blocks(g),
+                            .finite = all_finite(weights, (int64_t)g->k * 9 * g->c)};
   memset(packed, 0, C3_PACK_HEADER);
   memcpy(packed, &h, sizeof h);
   for (int64_t p = 0; p * panel_blocks(g) * 16 < g->k; ++p)

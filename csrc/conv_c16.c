@@ -450,7 +450,8 @@ static void conv_item(void* ctx, int64_t item, int participant) {
   const float* w = J->packed + grp * 64 * c;
   const kfn* kt = ktab[nb];
   const sdp_f32* ep = J->ep;
-  c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+  c16_ep e = {.scale = NULL, .shift = NULL, .operand = NULL, .act = ACCEL_ACT_NONE, .lo = 0.0f,
+              .hi = 0.0f};
   if (ep != NULL) {
     e.scale = ep->scale != NULL ? ep->scale + grp * 64 : NULL;
     e.shift = ep->shift != NULL ? ep->shift + grp * 64 : NULL;
@@ -528,10 +529,11 @@ accel_status conv_c16_pointwise(const conv_geometry* g, const float* in, const f
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
   const int64_t tail = conv_f32_dot_tail(g), blocked = hw - tail;
-  c16_job J = {g, strided ? phase : in, weights, packed, out, epilogue, hw,
-               (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
-               blocked > C16_STRIP ? (blocked + C16_STRIP - 1) / C16_STRIP : 1,
-               (g->c + C16_CHUNK - 1) / C16_CHUNK, tail, strided ? in : NULL, phase, 0};
+  c16_job J = {.g = g, .in = strided ? phase : in, .weights = weights, .packed = packed, .out = out,
+               .ep = epilogue, .hw = hw, .groups = (g->k + C16_GROUP * 16 - 1) / (C16_GROUP * 16),
+               .strips = blocked > C16_STRIP ? (blocked + C16_STRIP - 1) / C16_STRIP : 1,
+               .pack_chunks = (g->c + C16_CHUNK - 1) / C16_CHUNK, .tail = tail,
+               .strided = strided ? in : NULL, .phase = phase, .pack_items = 0};
   J.pack_items = prepacked != NULL ? 0 : J.groups * J.pack_chunks;
   const int64_t prepare = J.pack_items + (strided ? (int64_t)g->n * (g->c / 16) : 0);
   if (prepare > 0)

@@ -436,7 +436,7 @@ static void cost_sdp(const accel_config* cfg, const resolved_op* r, int input_on
   char name[ACCEL_NAME_LEN] = "sdp";
   size_t used = strlen(name);
   const int affine = d->scale || d->shift || d->bias || d->mul;
-  const int x_units = d->x1.alu || d->x1.mul || d->x2.alu || d->x2.mul;
+  const int x_units = sdp_desc_has_x(d);
   const char* parts[4] = {x_units ? "x" : "", affine ? "scale_shift" : "", ew_names[d->ew_op],
                           activation_name(d->act)};
   for (int i = 0; i < 4 && used + 1 < sizeof name; ++i) {

@@ -174,7 +174,8 @@ accel_status conv_c16_depthwise(const conv_geometry* g, const float* in, const f
   bands = (OH + band_rows - 1) / band_rows;
   const int64_t items = planes * bands;
   if (nth > items) nth = (int)items;
-  dw_job J = {g, in, wp, zero_row, out, epilogue, ek, ncb, bands, band_rows};
+  dw_job J = {.g = g, .in = in, .wp = wp, .zero_row = zero_row, .out = out, .ep = epilogue,
+              .ek = ek, .ncb = ncb, .bands = bands, .band_rows = band_rows};
   pool_for(nth, items, dw_item, &J);
   return ACCEL_OK;
 }

@@ -70,7 +70,8 @@ size_t conv_f16_packed_bytes(const conv_geometry* g) {
 }
 
 void conv_f16_pack(const conv_geometry* g, const uint16_t* weights, void* dst) {
-  const f16_header h = {F16_MAGIC, g->k, g->c, g->kernel_h, g->kernel_w, g->groups};
+  const f16_header h = {.magic = F16_MAGIC, .k = g->k, .c = g->c, .kernel_h = g->kernel_h,
+                        .kernel_w = g->kernel_w, .groups = g->groups};
   memset(dst, 0, F16_HEADER);
   memcpy(dst, &h, sizeof h);
   half_to_float(weights, (float*)((char*)dst + F16_HEADER), weight_count(g));

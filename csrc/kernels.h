@@ -82,11 +82,14 @@ typedef struct sdp_f32 {
   } x[2];
 } sdp_f32;
 
-/* 1 when any X unit operand of p is set. */
-static inline int sdp_f32_has_x(const sdp_f32* p) {
-  return p->x[0].alu != NULL || p->x[0].mul != NULL || p->x[1].alu != NULL ||
-         p->x[1].mul != NULL;
-}
+/* 1 when an SDP reads X unit operands (accel_sdp_x): X1's or X2's ALU or multiplier operand
+ * is set (their per-channel flags alone are not operands). The one test, on a descriptor
+ * (sdp_desc_has_x: the runtime's checks and dispatch, the cost model's op name) and on the
+ * kernels' operands (sdp_f32_has_x). */
+#define SDP_HAS_X(x1, x2) \
+  ((x1).alu != NULL || (x1).mul != NULL || (x2).alu != NULL || (x2).mul != NULL)
+static inline int sdp_desc_has_x(const accel_sdp_desc* d) { return SDP_HAS_X(d->x1, d->x2); }
+static inline int sdp_f32_has_x(const sdp_f32* p) { return SDP_HAS_X(p->x[0], p->x[1]); }
 
 /* A pooling op's resolved geometry. */
 typedef struct pdp_geometry {
@@ -295,8 +298,8 @@ static inline int c16_epi_kind(const sdp_f32* ep) {
 
 /* The vectors of channels 16 * cb .. 16 * cb + 15 (ep may be NULL). */
 static inline c16_epi_vectors c16_epi_load(const sdp_f32* ep, int64_t cb) {
-  c16_epi_vectors e = {_mm512_set1_ps(1.0f), _mm512_set1_ps(-0.0f), _mm512_setzero_ps(),
-                       _mm512_setzero_ps()};
+  c16_epi_vectors e = {.sc = _mm512_set1_ps(1.0f), .sh = _mm512_set1_ps(-0.0f),
+                       .lo = _mm512_setzero_ps(), .hi = _mm512_setzero_ps()};
   if (ep != NULL) {
     if (ep->scale != NULL) e.sc = _mm512_loadu_ps(ep->scale + cb * 16);
     if (ep->shift != NULL) e.sh = _mm512_loadu_ps(ep->shift + cb * 16);

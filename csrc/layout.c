@@ -94,18 +94,18 @@ static void layout_run(int64_t n, layout_job* J, int32_t num_threads, pool_fn fn
 
 void layout_to_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
                    int32_t num_threads) {
-  layout_job J = {c, hw, in, out, hw, 0, 0};
+  layout_job J = {.c = c, .hw = hw, .in = in, .out = out, .in_hw = hw, .in_w = 0, .ow = 0};
   layout_run(n, &J, num_threads, to_item);
 }
 
 void layout_from_c16(int64_t n, int64_t c, int64_t hw, const float* in, float* out,
                      int32_t num_threads) {
-  layout_job J = {c, hw, in, out, hw, 0, 0};
+  layout_job J = {.c = c, .hw = hw, .in = in, .out = out, .in_hw = hw, .in_w = 0, .ow = 0};
   layout_run(n, &J, num_threads, from_item);
 }
 
 void layout_from_c16_phase(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
                            const float* in, float* out, int32_t num_threads) {
-  layout_job J = {c, oh * ow, in, out, h * w, w, ow};
+  layout_job J = {.c = c, .hw = oh * ow, .in = in, .out = out, .in_hw = h * w, .in_w = w, .ow = ow};
   layout_run(n, &J, num_threads, from_phase_item);
 }

@@ -434,7 +434,8 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
   if (tiles) per_item = TILE_PLANES;
 #endif
-  const pdp_job J = {g, in, out, planes, per_item, tiles};
+  const pdp_job J = {.g = g, .in = in, .out = out, .planes = planes, .per_item = per_item,
+                     .tiles = tiles};
   pool_for(planes * in_plane > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item,
            pdp_item, (void*)&J);
 }

@@ -141,7 +141,9 @@ void pdp_c16(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t taps = (int64_t)g->out_w * g->kernel_h * g->kernel_w;
   const int64_t per_item = taps < 2048 ? 2048 / taps : 1;
   const int64_t items = (rows + per_item - 1) / per_item;
-  const pool_job J = {g, in, out, g->pool == ACCEL_POOL_MAX ? max_row : avg_row, rows, per_item};
+  const pool_job J = {.g = g, .in = in, .out = out,
+                      .row = g->pool == ACCEL_POOL_MAX ? max_row : avg_row, .rows = rows,
+                      .per_item = per_item};
   const int64_t floats = (int64_t)g->n * g->c * g->h * g->w;
   const int threads = floats > 32768 ? (items < num_threads ? (int)items : num_threads) : 1;
   pool_for(threads, items, pool_item, (void*)&J);

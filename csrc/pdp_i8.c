@@ -319,6 +319,7 @@ void pdp_i8(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
   const int global = g->pool == ACCEL_POOL_AVG && g->out_h == 1 && g->out_w == 1 &&
                      g->kernel_h == g->h && g->kernel_w == g->w && g->pad_top == 0 &&
                      g->pad_left == 0 && in_plane <= 64;
-  const pdp_job J = {g, zero, in, out, planes, per_item, global};
+  const pdp_job J = {.g = g, .zero = zero, .in = in, .out = out, .planes = planes,
+                     .per_item = per_item, .global = global};
   pool_for(participants, (planes + per_item - 1) / per_item, pdp_item, (void*)&J);
 }

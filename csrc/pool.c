@@ -155,7 +155,8 @@ void pool_for(int participants, int64_t items, pool_fn fn, void* ctx) {
     return;
   }
   ensure_workers(participants);
-  pool_job j = {fn, ctx, items, participants, 0, 0};
+  pool_job j = {.fn = fn, .ctx = ctx, .items = items, .participants = participants, .next = 0,
+                .done = 0};
   atomic_store(&pool.job, &j);
   atomic_fetch_add(&pool.generation, 1);
   if (atomic_load(&pool.sleepers) > 0) {

@@ -41,6 +41,6 @@ void rubik_contract(const rubik_geometry* g, size_t element_bytes, const void* s
                     int32_t num_threads) {
   const int64_t rows = (int64_t)g->n * g->out_c * g->h * g->sy;
   const int64_t elements = rows * g->w * g->sx;
-  const rubik_job J = {g, element_bytes, src, dst};
+  const rubik_job J = {.g = g, .eb = element_bytes, .src = src, .dst = dst};
   pool_for(elements > 262144 ? num_threads : 1, rows, contract_row, (void*)&J);
 }

@@ -240,7 +240,8 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
                  int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
   const int64_t per_item = 4096 / (hw + 1) + 1;
-  const run_job J = {p, c, hw, planes, per_item, in, out};
+  const run_job J = {.p = p, .c = c, .hw = hw, .planes = planes, .per_item = per_item, .in = in,
+                     .out = out};
   pool_for(planes * hw > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item, run_item,
            (void*)&J);
 }

@@ -209,6 +209,34 @@ static void run_planes_item(void* ctx, int64_t it, int participant) {
   sdp_i8_span(p, (int32_t)(plane % J->c), v, operand, J->out + at, cnt);
 }
 
+/* Planes smaller than run_table's chunks whose operand is one code per plane (squeeze-excite's
+ * x * s on 7x7 and 14x14), several to an item (about RUN_CHUNK values): sdp_i8_planes_avx512,
+ * or plane by plane as run_planes_item where it declines. */
+static int small_planes_apply(const sdp_i8* p, int64_t hw) {
+  return SDP_I8_VECTOR && p->ew_per_channel && p->lut == NULL && hw < TABLE_MIN &&
+         (p->ew_op == ACCEL_EW_MUL || p->ew_op == ACCEL_EW_ADD);
+}
+
+typedef struct planes_job {
+  const sdp_i8* p;
+  int32_t c;
+  int64_t hw, planes, per_item;
+  const int8_t* in;
+  int8_t* out;
+} planes_job;
+
+static void run_small_planes_item(void* ctx, int64_t it, int participant) {
+  const planes_job* J = ctx;
+  const int64_t p0 = it * J->per_item;
+  const int64_t p1 = p0 + J->per_item < J->planes ? p0 + J->per_item : J->planes;
+#if SDP_I8_VECTOR
+  if (sdp_i8_planes_avx512(J->p, J->c, J->hw, J->in, J->out, p0, p1)) return;
+#endif
+  const run_job one = {.p = J->p, .c = J->c, .hw = J->hw, .chunks = 1, .in = J->in,
+                       .out = J->out};
+  for (int64_t plane = p0; plane < p1; ++plane) run_planes_item((void*)&one, plane, participant);
+}
+
 void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t* in,
                 int8_t* out, int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
@@ -216,6 +244,14 @@ void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t*
   if (hw == 1) {
     const run_job J = {p, c, hw, (c + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
     pool_for(planes > 32768 ? num_threads : 1, n * J.chunks, run_channels_item, (void*)&J);
+    return;
+  }
+  if (small_planes_apply(p, hw)) {
+    const int64_t per_item = RUN_CHUNK / hw + 1;
+    const planes_job J = {.p = p, .c = c, .hw = hw, .planes = planes, .per_item = per_item,
+                          .in = in, .out = out};
+    pool_for(planes * hw > 32768 ? num_threads : 1, (planes + per_item - 1) / per_item,
+             run_small_planes_item, (void*)&J);
     return;
   }
   sdp_i8 q = *p;

@@ -34,13 +34,9 @@ static inline void store_codes(__m512i pe, __m512i po, __m128i lo, __m128i hi, _
   _mm_mask_storeu_epi8(y, k, _mm_min_epi8(_mm_max_epi8(r, lo), hi));
 }
 
-/* Steps 1-5 on 8 values (int64 lanes) of v and the 8 operand codes in the low bytes of `op`;
- * returns the 8 output codes in the low 8 bytes, before CLIP. Flags are compile-time constants
- * in each instantiation below. */
-static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const vec_params* q,
-                                                          __m512i v, __m128i op, int has_mul,
-                                                          int ew, int act, int out_cvt) {
-  __m512i t = front8(q, v, op, has_mul, ew);
+/* Steps 4-5 (the activation, the output converter) on sdp8's t; the codes before CLIP. */
+static inline __attribute__((always_inline)) __m128i back8(const vec_params* q, __m512i t,
+                                                           int act, int out_cvt) {
   if (act == ACCEL_ACT_RELU) t = _mm512_max_epi64(t, q->zero);
   if (act == ACCEL_ACT_PRELU) {
     const __mmask8 neg = _mm512_movepi64_mask(t);
@@ -50,8 +46,17 @@ static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const
   if (out_cvt) {
     t = rhaz8(_mm512_mul_epi32(t, q->out_mul), q->out_half, q->out_shift); /* t inside int32 */
   }
-  (void)p;
   return _mm512_cvtsepi64_epi8(_mm512_add_epi64(t, q->out_zero)); /* sat8 */
+}
+
+/* Steps 1-5 on 8 values (int64 lanes) of v and the 8 operand codes in the low bytes of `op`;
+ * returns the 8 output codes in the low 8 bytes, before CLIP. Flags are compile-time constants
+ * in each instantiation below. */
+static inline __attribute__((always_inline)) __m128i sdp8(const sdp_i8* p, const vec_params* q,
+                                                          __m512i v, __m128i op, int has_mul,
+                                                          int ew, int act, int out_cvt) {
+  (void)p;
+  return back8(q, front8(q, v, op, has_mul, ew), act, out_cvt);
 }
 
 static inline __attribute__((always_inline)) void span_body(const sdp_i8* p, const vec_params* q,
@@ -570,6 +575,16 @@ static int64_t add_threshold(const sdp_i8* p, const chan_params* c) {
   return ((t2 << s) + abs64(c->mul) - 1) / abs64(c->mul);
 }
 
+/* The general path's lanes for one channel: every lane holds channel c's parameters. */
+static void channel_vectors(const chan_params* c, vec_params* q) {
+  q->bias = _mm512_set1_epi64(c->bias);
+  q->mul = _mm512_set1_epi64(c->mul);
+  q->half = half_of(c->shift + c->pre);
+  q->shift = _mm512_set1_epi64(c->shift + c->pre);
+  q->pre = _mm512_set1_epi64(bs_pre(c->pre));
+  q->prelu_mul = _mm512_set1_epi64(c->prelu_mul);
+}
+
 void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
@@ -601,12 +616,7 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
   }
   vec_params q;
   call_params(p, &q);
-  q.bias = _mm512_set1_epi64(c.bias);
-  q.mul = _mm512_set1_epi64(c.mul);
-  q.half = half_of(c.shift + c.pre);
-  q.shift = _mm512_set1_epi64(c.shift + c.pre);
-  q.pre = _mm512_set1_epi64(bs_pre(c.pre));
-  q.prelu_mul = _mm512_set1_epi64(c.prelu_mul);
+  channel_vectors(&c, &q);
   span_fn fn = span_general;
   if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0) {
     fn = p->act == ACCEL_ACT_RELU ? span_relu
@@ -618,6 +628,78 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
          : p->act == ACCEL_ACT_CLIP ? span_add_clip : span_general;
   }
   fn(p, &q, v, operand, y, count);
+}
+
+/* An independent run's planes [p0, p1) (of hw codes, c channels) whose element-wise operand is
+ * one code per plane (ew_per_channel: squeeze-excite's x * s), without a LUT: the general steps
+ * (sdp8's) on the input codes as they lie, the plane's e = sat32(rhaz((o - ew_zero) ew_mul,
+ * ew_shift)) taken once (sdp_one's expression) and the call's constants set once. Planes too
+ * small for sdp_i8.c's run_table (7x7, 14x14) went through a span call each, after the codes
+ * were widened to int32 and the operand copied per value: 2-4 ns a value. */
+static inline __attribute__((always_inline)) void planes_body(const sdp_i8* p, vec_params* q,
+                                                              int32_t c, int64_t hw,
+                                                              const int8_t* in, int8_t* out,
+                                                              int64_t p0, int64_t p1, int ew,
+                                                              int act, int out_cvt) {
+  const __m512i in_zero = _mm512_set1_epi64(p->in_zero);
+  const __m128i none = _mm_setzero_si128();
+  for (int64_t plane = p0; plane < p1; ++plane) {
+    const chan_params cp = channel_params(p, (int32_t)(plane % c));
+    channel_vectors(&cp, q);
+    const int64_t o = (int64_t)p->ew_operand[plane] - p->ew_zero;
+    const __m512i e = _mm512_set1_epi64(sat32(rhaz(o * p->ew_mul, p->ew_shift)));
+    const int8_t* x = in + plane * hw;
+    int8_t* y = out + plane * hw;
+    for (int64_t i = 0; i < hw; i += 16) {
+      const __mmask16 m = tail_mask(hw - i);
+      const __m128i b = _mm_maskz_loadu_epi8(m, x + i);
+      const __m512i v0 = _mm512_sub_epi64(_mm512_cvtepi8_epi64(b), in_zero);
+      const __m512i v1 = _mm512_sub_epi64(_mm512_cvtepi8_epi64(_mm_srli_si128(b, 8)), in_zero);
+      const __m512i t0 = ew8(q, front8(q, v0, none, 1, ACCEL_EW_NONE), e, ew);
+      const __m512i t1 = ew8(q, front8(q, v1, none, 1, ACCEL_EW_NONE), e, ew);
+      __m128i r = _mm_unpacklo_epi64(back8(q, t0, act, out_cvt), back8(q, t1, act, out_cvt));
+      if (act == ACCEL_ACT_CLIP) r = _mm_min_epi8(_mm_max_epi8(r, q->clip_lo), q->clip_hi);
+      _mm_mask_storeu_epi8(y + i, m, r);
+    }
+  }
+}
+
+/* 1 where it ran planes_body (ew_per_channel MUL or ADD, no LUT), 0 where the caller must. */
+int sdp_i8_planes_avx512(const sdp_i8* p, int32_t c, int64_t hw, const int8_t* in, int8_t* out,
+                         int64_t p0, int64_t p1) {
+  if (!p->ew_per_channel || p->lut != NULL || p->ew_operand == NULL ||
+      (p->ew_op != ACCEL_EW_MUL && p->ew_op != ACCEL_EW_ADD)) {
+    return 0;
+  }
+  vec_params q;
+  call_params(p, &q);
+  const int out_cvt = p->out_mul != 0;
+#define PLANES_ACT(EW)                                                                      \
+  switch (p->act) {                                                                         \
+    case ACCEL_ACT_RELU:                                                                    \
+      if (out_cvt) planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_RELU, 1);       \
+      else planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_RELU, 0);               \
+      break;                                                                                \
+    case ACCEL_ACT_CLIP:                                                                    \
+      if (out_cvt) planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_CLIP, 1);       \
+      else planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_CLIP, 0);               \
+      break;                                                                                \
+    case ACCEL_ACT_PRELU:                                                                   \
+      if (out_cvt) planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_PRELU, 1);      \
+      else planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_PRELU, 0);              \
+      break;                                                                                \
+    default:                                                                                \
+      if (out_cvt) planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_NONE, 1);       \
+      else planes_body(p, &q, c, hw, in, out, p0, p1, EW, ACCEL_ACT_NONE, 0);               \
+      break;                                                                                \
+  }
+  if (p->ew_op == ACCEL_EW_MUL) {
+    PLANES_ACT(ACCEL_EW_MUL)
+  } else {
+    PLANES_ACT(ACCEL_EW_ADD)
+  }
+#undef PLANES_ACT
+  return 1;
 }
 
 /* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */

@@ -142,6 +142,16 @@ static inline __m512i sat32x8(const vec_params* q, __m512i x) {
   return _mm512_min_epi64(_mm512_max_epi64(x, q->lo32), q->hi32);
 }
 
+/* Step 3, the element-wise op, of t and the operand's converted e (both inside int32). */
+static inline __attribute__((always_inline)) __m512i ew8(const vec_params* q, __m512i t,
+                                                         __m512i e, int ew) {
+  if (ew == ACCEL_EW_ADD) t = sat32x8(q, _mm512_add_epi64(t, e));
+  if (ew == ACCEL_EW_MUL) t = sat32x8(q, _mm512_mul_epi32(t, e)); /* both within int32 */
+  if (ew == ACCEL_EW_MAX) t = _mm512_max_epi64(t, e);
+  if (ew == ACCEL_EW_MIN) t = _mm512_min_epi64(t, e);
+  return t;
+}
+
 /* Steps 1-3 (BS, BN, element-wise op) on 8 values: t, inside int32. q->shift and q->half
  * are BN's (shift_max), q->pre each lane's BS power (bs_out). */
 static inline __attribute__((always_inline)) __m512i front8(const vec_params* q, __m512i v,
@@ -154,10 +164,7 @@ static inline __attribute__((always_inline)) __m512i front8(const vec_params* q,
   if (ew != ACCEL_EW_NONE) {
     const __m512i o = _mm512_sub_epi64(_mm512_cvtepi8_epi64(op), q->ew_zero);
     const __m512i e = sat32x8(q, rhaz8(_mm512_mullo_epi64(o, q->ew_mul), q->ew_half, q->ew_shift));
-    if (ew == ACCEL_EW_ADD) t = sat32x8(q, _mm512_add_epi64(t, e));
-    if (ew == ACCEL_EW_MUL) t = sat32x8(q, _mm512_mul_epi32(t, e)); /* both within int32 */
-    if (ew == ACCEL_EW_MAX) t = _mm512_max_epi64(t, e);
-    if (ew == ACCEL_EW_MIN) t = _mm512_min_epi64(t, e);
+    t = ew8(q, t, e, ew);
   }
   return t;
 }
@@ -200,6 +207,8 @@ void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int
                         int8_t* y, int64_t count);
 void sdp_i8_channels_avx512(const sdp_i8* p, int32_t first, const int32_t* v,
                             const int8_t* operand, int8_t* y, int64_t count);
+int sdp_i8_planes_avx512(const sdp_i8* p, int32_t c, int64_t hw, const int8_t* in, int8_t* out,
+                         int64_t p0, int64_t p1);
 /* sdp_i8_lut.c: sdp_i8_span and sdp_i8_channels with a LUT activation. */
 void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count);

@@ -215,7 +215,8 @@ static void stem_item(void* ctx, int64_t item, int participant) {
     const int64_t nb = (k - ch0) / 16 < STEM_GROUP ? (k - ch0) / 16 : STEM_GROUP;
     const float* w = J->packed + ch0 * kd;
     float* out = J->ring > 0 ? J->out + ch0 * J->ring * ow : J->out + (img * k + ch0) * ohw;
-    c16_ep e = {NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
+    c16_ep e = {.scale = NULL, .shift = NULL, .operand = NULL, .act = ACCEL_ACT_NONE, .lo = 0.0f,
+                .hi = 0.0f};
     const float* operand = NULL;
     if (ep != NULL) {
       e.scale = ep->scale != NULL ? ep->scale + ch0 : NULL;
@@ -294,9 +295,11 @@ static accel_status stem_run(const conv_geometry* g, const float* in, const floa
     memset(pooled, 0, pbytes);
     for (int i = 0; i < WS_THREAD_SLOTS; ++i) last[i] = -2;
   }
-  stem_job J = {g, in, packed, off, (float*)(base + wbytes + obytes), out, epilogue,
-                rows, wp, buf_floats, (int64_t)g->out_h * g->out_w, strips,
-                pg, pout, pooled, last, last + WS_THREAD_SLOTS, 0};
+  stem_job J = {.g = g, .in = in, .packed = packed, .off = off,
+                .bufs = (float*)(base + wbytes + obytes), .out = out, .ep = epilogue, .rows = rows,
+                .wp = wp, .buf_floats = buf_floats, .ohw = (int64_t)g->out_h * g->out_w,
+                .strips = strips, .pg = pg, .pout = pout, .pooled = pooled, .last = last,
+                .run_first = last + WS_THREAD_SLOTS, .ring = 0};
   /* One participant takes the strips in order: the conv rows the pool still reads (a strip
    * and the kernel_h - 1 rows before it) in a ring at the start of out, which stays in L2
    * (no 3.2 MB of scratch written and read back). Not with an element-wise operand (read in

@@ -182,14 +182,15 @@ static void transform_kernel(void* ctx, int64_t item, int participant) {
 
 static void transform_weights(const wino_plan* P, const void* weights, int half, float* U,
                               int nth) {
-  weights_job J = {P, weights, half, U};
+  weights_job J = {.P = P, .weights = weights, .half = half, .U = U};
   pool_for(nth, P->groups * P->kblocks * KB, transform_kernel, &J);
 }
 
 void conv_winograd_pack(const conv_geometry* g, const void* weights, int half, void* dst) {
   const wino_plan P = weight_plan(g);
-  const pack_header h = {PACK_MAGIC,  g->k, g->c, g->kernel_h, g->kernel_w,
-                         g->stride_h, half, g->groups};
+  const pack_header h = {.magic = PACK_MAGIC, .k = g->k, .c = g->c, .kernel_h = g->kernel_h,
+                         .kernel_w = g->kernel_w, .stride = g->stride_h, .half = half,
+                         .groups = g->groups};
   memset(dst, 0, PACK_HEADER);
   memcpy(dst, &h, sizeof h);
   transform_weights(&P, weights, half, (float*)((char*)dst + PACK_HEADER), 1);
@@ -547,7 +548,8 @@ accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const fl
     buffers[t] = workspace_get(ws, t, (size_t)thread_floats(&P) * sizeof(float));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const wino_job J = {&P, in, U, half, out, epilogue, buffers, parts};
+  const wino_job J = {.P = &P, .in = in, .U = U, .half = half, .out = out, .ep = epilogue,
+                      .buffers = buffers, .parts = parts};
   pool_for(nth, items, wino_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -236,8 +236,9 @@ accel_status conv_winograd_c16(const conv_geometry* g, const float* in, const fl
     buffers[t] = workspace_get(ws, t, (size_t)thread_floats(&P) * sizeof(float));
     if (buffers[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const wc16_job J = {&P, in, U, out, epilogue, c16_epi_kind(epilogue), buffers, parts,
-                      kgroups};
+  const wc16_job J = {.P = &P, .in = in, .U = U, .out = out, .ep = epilogue,
+                      .ek = c16_epi_kind(epilogue), .buffers = buffers, .parts = parts,
+                      .kgroups = kgroups};
   pool_for(nth, items, wc16_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -23,8 +23,12 @@ token tensor, window after window: the batch of ``nn.attention`` is the windows)
 constants between the scores and the softmax (Swin's relative position bias and its shifted
 windows' region mask, each layout ops of a constant table) become its bias, one
 [T, Tk] per head (and per window where they differ); every intermediate read only by the next
-op. An add of a computed tensor, or a normalisation of q or k (Swin-V2's cosine attention),
-leaves the region as it was. The result computes the same values up to rounding (the scale
+op. Swin-V2's cosine attention: F.normalize of q and of k over each head's channels (passed
+on the way back like a layout op, checked to normalise exactly one head's d channels of a
+token per row) becomes an L2 norm of the heads' rows before ``nn.attention``, and a constant
+factor per head on the scores (its logit scale, after compiler/constant_folding.py folded
+its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. An add of a
+computed tensor leaves the region as it was. The result computes the same values up to rounding (the scale
 is applied once, to the scores, where torch applies its square root to q and to k).
 """
 from __future__ import annotations
@@ -35,7 +39,12 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm.relax.dpl import wildcard
+
+from . import chains
 from .layer import constant_value, is_constant
+from .lowering import l2_normalize_parts
+from .relax_exprs import Unsupported
 
 #: Ops that only move elements (their index maps are applied to index arrays).
 LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
@@ -113,6 +122,27 @@ def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.
     return None
 
 
+_L2_INPUT = wildcard()
+_L2 = chains.l2_normalize(_L2_INPUT)
+
+
+def _l2_normalized(graph: "_Graph", call: relax.Call) -> Optional[Tuple[relax.Expr, float]]:
+    """(x, eps) where ``call`` is torch's F.normalize of x over its last axis
+    (chains.l2_normalize), else None."""
+    if call.op.name != "relax.divide" or _L2.extract_matched_expr(call, graph.value) is None:
+        return None
+    try:
+        x, total, eps = l2_normalize_parts(call, graph.value.get)
+    except Unsupported:
+        return None
+    shape = _static(x)
+    axes = total.attrs.axis
+    if shape is None or axes is None or [int(a) % len(shape) for a in axes] != \
+            [len(shape) - 1] or not bool(total.attrs.keepdims):
+        return None
+    return x, eps
+
+
 def _apply(call: relax.Call, index: np.ndarray, value_of=lambda var: None
            ) -> Optional[np.ndarray]:
     """The layout op ``call`` applied to ``index`` (its input's element indices); ``value_of``
@@ -177,10 +207,13 @@ class _Graph:
         readers = self.readers.get(var, [])
         return readers[0] if len(readers) == 1 else None
 
-    def back(self, expr: relax.Expr
+    def back(self, expr: relax.Expr, normalizes: Optional[list] = None
              ) -> Tuple[List[Tuple[relax.Expr, List[relax.Call], float]], float]:
         """Candidate (base, layout ops from it to ``expr``, the product of the scalar factors
-        on the way) triples, furthest base first, and the product of all the factors."""
+        on the way) triples, furthest base first, and the product of all the factors. With
+        ``normalizes`` (a list), F.normalize over the last axis is passed too (it moves no
+        element), each appended as (the number of bases nearer ``expr`` than it, its eps, the
+        layout ops after it, the product of the factors after it)."""
         chain: List[relax.Call] = []
         scale = 1.0
         bases = [(expr, [], scale)]
@@ -188,6 +221,12 @@ class _Graph:
             call = self.call(expr)
             if call is None:
                 break
+            normalized = _l2_normalized(self, call) if normalizes is not None else None
+            if normalized is not None:
+                normalizes.append((len(bases), normalized[1], len(chain), scale))
+                expr = normalized[0]
+                bases.append((expr, list(chain), scale))
+                continue
             if call.op.name in LAYOUT_OPS:
                 chain.insert(0, call)
                 expr = call.args[0]
@@ -279,21 +318,24 @@ def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.
     return index
 
 
-def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
-           ) -> Optional[Tuple[relax.Expr, int, float, int]]:
+def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
+           normalized: Optional[list] = None) -> Optional[Tuple[relax.Expr, int, float, int]]:
     """(base, first channel, scale, windows) where ``operand`` ([..., tokens, d], or
     [..., d, tokens] with ``keys_first`` False: K transposed) gathers the heads of ``base``'s
     tokens, window after window (Swin's windows: ``windows`` consecutive blocks of
-    ``tokens`` rows, each split into heads; 1 for one image); None if it does not."""
+    ``tokens`` rows, each split into heads; 1 for one image); None if it does not. With
+    ``normalized`` (a list), the heads may be L2-normalised on the way (F.normalize over
+    each head's d channels: Swin-V2's cosine attention), whose eps (or None) is appended."""
     shape = _static(operand)
     if shape is None or len(shape) < 3:
         return None
     groups = int(np.prod(shape[:-2]))
     d = shape[-1] if keys_first else shape[-2]
-    candidates, _ = graph.back(operand)
+    norms = [] if normalized is not None else None
+    candidates, _ = graph.back(operand, norms)
     # the factors between the operand and the base it reads: those before the base are
     # already in it
-    for base, chain, scale in candidates:
+    for position, (base, chain, scale) in zip(range(len(candidates) - 1, -1, -1), candidates):
         base_shape = _static(base)
         if base_shape is None or not base_shape:
             continue
@@ -315,6 +357,22 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool
         j = np.arange(d)[None, None, None, :]
         expected = (w * tokens + t) * base_shape[-1] + first + h * d + j
         if first + heads * d <= base_shape[-1] and np.array_equal(index, expected):
+            passed = [n for n in norms or [] if n[0] <= position]
+            if not passed:
+                if normalized is not None:
+                    normalized.append(None)
+                return base, first, scale, windows
+            # one normalisation, over rows that are one head's d channels each, no factor
+            # before it (a negative one would flip the sign it removes)
+            (_, eps, after, factor), = passed if len(passed) == 1 else [(0, 0, 0, None)]
+            rows = _indices_of(graph, base_shape, chain[:len(chain) - after])
+            if factor != scale or rows is None or rows.shape[-1] != d:
+                continue
+            rows = rows.reshape(-1, d)
+            if not np.array_equal(rows - rows[:, :1], np.broadcast_to(np.arange(d), rows.shape)) \
+                    or np.any((rows[:, 0] % base_shape[-1] - first) % d):
+                continue
+            normalized.append(eps)
             return base, first, scale, windows
     return None
 
@@ -355,6 +413,10 @@ class _Core:
         # Swin: the windows (a batch of token blocks) and the constant added to the scores
         # before the softmax, [1 or windows, heads, tokens, kv_tokens] (None: no bias)
         self.windows, self.bias = windows, bias
+        # Swin-V2's cosine attention: the eps of F.normalize of each head of q and of k (None:
+        # not normalised); ``scale`` is then one factor per head (an array) or one float
+        self.q_eps: Optional[float] = None
+        self.k_eps: Optional[float] = None
         self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray]]] = None
 
 
@@ -471,9 +533,11 @@ def _scores_map(graph: _Graph, shape, steps: list):
     if shape is None:
         return 1.0, None, None
     index = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    bias, scale, added = np.zeros(shape), 1.0, False
+    bias, scale, added = np.zeros(shape), np.ones(shape), False
     for step in steps:
         if isinstance(step, tuple) and step[0] == "scale":
+            if np.broadcast_shapes(scale.shape, np.shape(step[1])) != scale.shape:
+                return scale, None, None
             scale, bias = scale * step[1], bias * step[1]
         elif isinstance(step, tuple):
             if np.broadcast_shapes(bias.shape, step[1].shape) != bias.shape:
@@ -482,28 +546,19 @@ def _scores_map(graph: _Graph, shape, steps: list):
         else:
             index = _apply(step, index, graph.value.get)
             bias = None if index is None else _apply(step, bias, graph.value.get)
-            if index is None or bias is None:
-                return scale, None, None
+            scale = None if bias is None else _apply(step, scale, graph.value.get)
+            if index is None or bias is None or scale is None:
+                return 1.0, None, None
     if not added:
         return scale, index, None
     # nn.attention adds its bias to the scaled products: the bias is as it is
     return scale, index, bias.reshape(shape)
 
 
-def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
-    """The attention core around ``softmax_var`` (None: not one this module rewrites)."""
-    softmax = graph.call(softmax_var, "relax.nn.softmax")
-    shape = _static(softmax_var)
-    # the scores may reach the softmax as rows of any rank (Paddle's [heads x tokens, keys]):
-    # their last axis must be the keys' (checked once the matmul's shapes are known)
-    if softmax is None or shape is None or len(shape) < 2 or \
-            int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
-        return None
-    scores = softmax.args[0]
-    found = _identity(graph, _unguarded(graph, softmax_var, scores), "relax.matmul")
-    if found is None:
-        return None
-    reader, pv = found
+def _score_steps(graph: _Graph, scores: relax.Expr):
+    """(the matmul Q K^T, its output, the steps from it to ``scores``: layout ops,
+    ("scale", factor) and ("bias", constant)), or None where something else comes
+    between."""
     # the scores: matmul(A, B), then scalar factors, adds of constants (Swin's relative
     # position bias and shifted windows' mask) and layout ops that move nothing, each read
     # once (the scores by the softmax and torch's guard alone)
@@ -535,10 +590,44 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         other = call.args[0]
         if factor is None and call.op.name == "relax.multiply":
             factor, other = _scalar(call.args[0]), call.args[1]
+        if factor is None and call.op.name == "relax.multiply":
+            # a constant of more values (Swin-V2's logit scale, [heads, 1, 1]): per score,
+            # read back as one per head or refused (_core)
+            for a, b in (call.args, call.args[::-1]):
+                constant = _constant_of(graph, b)
+                if constant is not None and np.all(np.isfinite(constant)) and \
+                        np.all(constant != 0):
+                    steps.insert(0, ("scale", constant))
+                    expr = a
+                    break
+            else:
+                return None
+            continue
         if not factor:
             return None
         steps.insert(0, ("scale", factor if call.op.name == "relax.multiply" else 1.0 / factor))
         expr = other
+    return call, expr, steps
+
+
+def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
+    """The attention core around ``softmax_var`` (None: not one this module rewrites)."""
+    softmax = graph.call(softmax_var, "relax.nn.softmax")
+    shape = _static(softmax_var)
+    # the scores may reach the softmax as rows of any rank (Paddle's [heads x tokens, keys]):
+    # their last axis must be the keys' (checked once the matmul's shapes are known)
+    if softmax is None or shape is None or len(shape) < 2 or \
+            int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
+        return None
+    scores = softmax.args[0]
+    found = _identity(graph, _unguarded(graph, softmax_var, scores), "relax.matmul")
+    if found is None:
+        return None
+    reader, pv = found
+    walked = _score_steps(graph, scores)
+    if walked is None:
+        return None
+    call, expr, steps = walked
     qk = call
     scale, index, bias = _scores_map(graph, _static(expr), steps)
     if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
@@ -556,8 +645,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     if dv != d or shape[-1] != kv_tokens or any(str(getattr(e.ty, "dtype", "")) != "float32"
                       for e in (qk.args[0], qk.args[1], pv.args[1], reader)):
         return None
-    q = _heads(graph, qk.args[0], tokens, True)
-    k = _heads(graph, qk.args[1], kv_tokens, False)
+    q_eps, k_eps = [], []
+    q = _heads(graph, qk.args[0], tokens, True, q_eps)
+    k = _heads(graph, qk.args[1], kv_tokens, False, k_eps)
     v = _heads(graph, pv.args[1], kv_tokens, True)
     # a factor on V scales the output, not the scores: nn.attention's scale would put it
     # inside the softmax
@@ -568,6 +658,12 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     output = _merged(graph, reader, heads, tokens, d, windows)
     if output is None:
         return None
+    # the factors on the scores: one, or one per head (the same in every window)
+    scale = np.asarray(scale, np.float64).reshape(windows, heads, tokens, kv_tokens)
+    per_head = scale[0, :, 0, 0]
+    if not np.all(scale == per_head[None, :, None, None]):
+        return None
+    scale = float(per_head[0]) if np.all(per_head == per_head[0]) else per_head
     if bias is not None:  # [windows x heads, T, Tk] -> [1 or windows, heads, T, Tk]
         bias = bias.reshape(windows, heads, tokens, kv_tokens)
         if np.all(bias == bias[:1]):
@@ -579,9 +675,19 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
                  _projected_input(graph, k[:2], windows * kv_tokens, width),
                  _projected_input(graph, v[:2], windows * kv_tokens, width), heads, tokens,
                  kv_tokens, d, scale * q[2] * k[2], output, windows, bias)
+    core.q_eps, core.k_eps = q_eps[0], k_eps[0]
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
+
+
+def _l2_normalize(x: relax.Expr, eps: float) -> relax.Expr:
+    """torch's F.normalize(x, dim=-1) in the ops torch.export spells it with (the form
+    chains.l2_normalize matches): x / clip(sum(x^2, -1)^0.5, eps, inf)."""
+    squares = relax.op.power(relax.op.abs(x), relax.const(2.0, "float32"))
+    norm = relax.op.power(relax.op.sum(squares, axis=[-1], keepdims=True),
+                          relax.const(0.5, "float32"))
+    return relax.op.divide(x, relax.op.clip(norm, eps, float("inf")))
 
 
 def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
@@ -609,7 +715,8 @@ class _Rewriter(relax.PyExprMutator):
             self.made[key] = self.builder_.emit(_dense(x, w, b))
         return self.made[key]
 
-    def _input(self, source, core: _Core, tokens: int) -> relax.Expr:
+    def _input(self, source, core: _Core, tokens: int, eps: Optional[float] = None
+               ) -> relax.Expr:
         width = core.heads * core.d
         if source[0] == "linear":
             _, x, w, b = source
@@ -621,8 +728,11 @@ class _Rewriter(relax.PyExprMutator):
             if first != 0 or shape[-1] != width:
                 x = self.builder_.emit(relax.op.strided_slice(
                     x, axes=[len(shape) - 1], begin=[first], end=[first + width]))
-        return self.builder_.emit(relax.op.reshape(x, [core.windows, tokens, core.heads,
-                                                       core.d]))
+        shape = [core.windows, tokens, core.heads, core.d]
+        if eps is not None:  # each head L2-normalised over its d channels, as rows of d
+            x = self.builder_.emit(relax.op.reshape(x, [int(np.prod(shape[:3])), core.d]))
+            x = self.builder_.emit(_l2_normalize(x, eps))
+        return self.builder_.emit(relax.op.reshape(x, shape))
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
@@ -633,11 +743,16 @@ class _Rewriter(relax.PyExprMutator):
         if core is None:
             super().visit_var_binding_(binding)
             return
-        q = self._input(core.q, core, core.tokens)
-        k = self._input(core.k, core, core.kv_tokens)
+        q = self._input(core.q, core, core.tokens, core.q_eps)
+        k = self._input(core.k, core, core.kv_tokens, core.k_eps)
         v = self._input(core.v, core, core.kv_tokens)
         bias = None if core.bias is None else relax.const(core.bias, "float32")
-        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, bias, scale=core.scale))
+        scale = core.scale
+        if np.ndim(scale):  # one per head: a constant [1, 1, heads, 1] on the query's heads
+            q = self.builder_.emit(relax.op.multiply(q, relax.const(
+                np.asarray(scale, np.float32).reshape(1, 1, -1, 1), "float32")))
+            scale = 1.0
+        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, bias, scale=scale))
         if core.projected is not None:  # the output projection reads the query's rows
             rows = list(_static(core.q[1])[:-1]) + [core.heads * core.d]
             result = self.builder_.emit(relax.op.reshape(attention, rows))

@@ -304,7 +304,13 @@ def _standalone_entries() -> List[Entry]:
         is_op("relax.reshape")(is_op("relax.multiply")(x, x), wildcard())))
     denominator = is_op("relax.power")(is_op("relax.add")(is_op("relax.multiply")(
         is_op("relax.squeeze")(summed), is_const()), is_const()), is_const())
-    entries.append(Entry("accel.lrn", is_op("relax.divide")(x, denominator), {}, 9))
+    # and F.normalize (an L2 norm over the last axis, decomposed the same way: x divided by a
+    # norm of x; lowering._lower_l2_normalize, the passes of sim/decompose.py): one entry of
+    # two kinds, matched before the standalone divide, abs, power and clip
+    annotations = {"input": x}
+    entries.append(Entry("accel.{norm}", _kinds("norm", [
+        ("lrn", is_op("relax.divide")(x, denominator)), ("l2_normalize", l2_normalize(x))],
+        annotations), annotations, 9))
     for name, op in (("accel.global_avgpool", "relax.mean"),
                      ("accel.adaptive_avgpool", "relax.nn.adaptive_avg_pool2d")):
         annotations = {"input": wildcard()}
@@ -320,6 +326,20 @@ def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
     call = is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())
     annotations["norm"] = call
     return call
+
+
+def l2_normalize(x: DFPattern) -> DFPattern:
+    """torch's F.normalize(x, dim) as torch.export spells it, x / broadcast_to(clip(power(
+    sum(power(abs(x), 2), dim, keepdims), 0.5), eps, inf)) (also the squares as x * x, the
+    root as sqrt, the clamp as maximum with a constant, the divisor not broadcast: ONNX's
+    ReduceL2); lowering.py checks the exponents, the axis and eps."""
+    squares = is_op("relax.power")(is_op("relax.abs")(x), is_const()) | is_op("relax.power")(
+        x, is_const()) | is_op("relax.multiply")(x, x)
+    total = is_op("relax.sum")(squares)
+    norm = is_op("relax.power")(total, is_const()) | is_op("relax.sqrt")(total)
+    clamped = is_op("relax.clip")(norm, wildcard(), wildcard()) | is_op("relax.maximum")(
+        norm, is_const())
+    return is_op("relax.divide")(x, is_op("relax.broadcast_to")(clamped, wildcard()) | clamped)
 
 
 def token_dense(bias: bool, annotations: Annotations) -> DFPattern:
@@ -387,6 +407,8 @@ def _token_entries() -> List[Entry]:
             data, *(wildcard() for _ in range(3))) | is_op("relax.strided_slice")(
             data, *(wildcard() for _ in range(4)))
         heads.append(is_op("relax.reshape")(sliced | data, wildcard()))
+    # Swin-V2's logit scale per head: the query's heads times a constant [1, 1, heads, 1]
+    heads[0] = heads[0] | is_op("relax.multiply")(heads[0], is_const())
     annotations["input"] = annotations["query"]
     # Swin's windows add a constant (relative position bias, mask) to the scores
     annotations["attention"] = is_op("relax.nn.attention")(*heads) | is_op(

@@ -177,8 +177,9 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
                               "of exponentials and 1/sum have a dynamic range no "
                               "per-tensor int8 scale covers")
         if precision == "int8":
-            what = "its variance and 1/sqrt" if layer.norm.kind == "layer_norm" else \
-                "its sum of exponentials and 1/sum"
+            what = {"layer_norm": "its variance and 1/sqrt",
+                    "l2_normalize": "its sum of squares and 1/sqrt"}.get(
+                layer.norm.kind, "its sum of exponentials and 1/sum")
             raise Unsupported(f"a {layer.norm.kind} in int8 is not generated: {what} have "
                               "a dynamic range no per-tensor int8 scale covers (its passes "
                               "would stay fp16 between converting runs, which this "

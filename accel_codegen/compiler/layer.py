@@ -11,14 +11,15 @@ is :mod:`.relax_exprs`, whose names this module keeps for its importers.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 from tvm import relax
 
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
-from ..sim.decompose import Pass, attention_passes, layer_norm_passes, softmax_passes
+from ..sim.decompose import (Pass, attention_passes, l2_normalize_passes, layer_norm_passes,
+                             softmax_passes)
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, feature_surface, is_constant, op_name,
@@ -176,7 +177,9 @@ class AttentionSpec:
     head_dim: int
     tokens: int
     kv_tokens: int
-    scale: float
+    #: the scores' factor, or one per head (Swin-V2's logit scales: a constant multiplying
+    #: the query's heads, compiler/attention.py)
+    scale: Union[float, Tuple[float, ...]]
     channels: Dict[str, Tuple[int, int]]  # name -> (channels of its tensor, first of the heads)
     #: Swin's windows: attention in each of ``windows`` consecutive blocks of tokens
     windows: int = 1
@@ -186,7 +189,8 @@ class AttentionSpec:
 
 @dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm"), a softmax ("softmax") over the channels of the
+    """A layer norm (``kind`` "layer_norm"), an L2 norm (torch's F.normalize:
+    "l2_normalize", ``epsilon`` its eps), a softmax ("softmax") over the channels of the
     layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
     ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
     ``gamma`` / ``beta`` constants (None: 1 / 0)."""
@@ -201,12 +205,16 @@ class NormSpec:
 
     @property
     def source(self) -> str:
+        if self.kind == "l2_normalize":  # no Relax op: torch's F.normalize, its ops matched
+            return "F.normalize (L2 norm, decomposed)"
         return f"relax.nn.{self.kind}"
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
         if self.kind == "softmax":
             return softmax_passes(shape, precision)
+        if self.kind == "l2_normalize":
+            return l2_normalize_passes(shape, self.epsilon, precision)
         if self.kind == "attention":
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,

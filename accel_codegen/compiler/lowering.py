@@ -800,6 +800,8 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if "norm" not in roles:
         return _lower_token_dense(roles, lookup, root)
     norm = roles["norm"]
+    if op_name(norm) == "relax.divide":
+        return _lower_l2_normalize(norm, lookup, root)
     a = norm.attrs
     normed = norm.args[0]
     shape = static_shape(normed)
@@ -862,6 +864,51 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     return Layer(data=data, in_shape=surface or token_surface(static_shape(data)),
                  out_shape=static_shape(root), conv=conv, sdp=sdp, tokens=not channels_first,
                  norm=spec)
+
+
+def l2_normalize_parts(norm: relax.Call, lookup: Lookup):
+    """(x, the sum, eps) of F.normalize's ops (chains.l2_normalize), the exponents checked."""
+    x = norm.args[0]
+    divisor = _resolve(norm.args[1], lookup)
+    if op_name(divisor) == "relax.broadcast_to":
+        divisor = _resolve(divisor.args[0], lookup)
+    if op_name(divisor) == "relax.clip":
+        eps, top = (float(getattr(v, "value", v)) for v in divisor.args[1:3])
+        if top != math.inf:
+            raise Unsupported(f"F.normalize's clamp has an upper bound {top}")
+    else:  # maximum(norm, eps)
+        eps = float(np.asarray(constant_value(divisor.args[1])).reshape(-1)[0]) if \
+            constant_value(divisor.args[1]).size == 1 else -1.0
+    root = _resolve(divisor.args[0], lookup)
+    if op_name(root) == "relax.power" and float(
+            constant_value(root.args[1]).reshape(-1)[0]) != 0.5:
+        raise Unsupported("a power of the sum of squares other than 0.5 is not an L2 norm")
+    total = _resolve(root.args[0], lookup)
+    squares = _resolve(total.args[0], lookup)
+    if op_name(squares) == "relax.power" and float(
+            constant_value(squares.args[1]).reshape(-1)[0]) != 2.0:
+        raise Unsupported("a sum of powers other than squares is not an L2 norm")
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise Unsupported(f"F.normalize's eps {eps} is not a finite value >= 0")
+    return x, total, eps
+
+
+def _lower_l2_normalize(norm: relax.Call, lookup: Lookup, root: relax.Expr) -> Layer:
+    """F.normalize over the last axis (chains.l2_normalize): one layer whose runs are
+    sim/decompose.l2_normalize_passes over the token surface, as a layer norm's are."""
+    x, total, eps = l2_normalize_parts(norm, lookup)
+    shape = static_shape(x)
+    rank = len(shape)
+    axes = total.attrs.axis
+    axes = sorted(int(v) % rank for v in axes) if axes is not None else list(range(rank))
+    if rank not in (2, 3, 4) or axes != [rank - 1] or not bool(total.attrs.keepdims):
+        raise Unsupported(f"F.normalize over axes {axes} of a {rank}-D tensor {list(shape)}: "
+                          "the engine passes normalise the channels, the last axis of [T, C], "
+                          "[B, T, C] or [B, H, W, C]")
+    _require_float32(x, "the input")
+    _require_float32(norm, "the F.normalize output")
+    return Layer(data=x, in_shape=token_surface(shape), out_shape=static_shape(root),
+                 tokens=True, norm=NormSpec(None, None, eps, kind="l2_normalize"))
 
 
 def _lower_token_dense(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
@@ -955,9 +1002,21 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
             raise Unsupported(f"attention's bias of shape {list(bias.shape)} is not one "
                               f"[{tokens}, {kv_tokens}] per head (and window)")
     channels, sources = {}, {}
+    per_head = None
     for i, (role, name) in enumerate((("query", "x"), ("key", "k"), ("value", "v"))):
         heads_of = call.args[i]  # reshape(data or a slice of it, [1, T, H, d])
         heads_of = heads_of if isinstance(heads_of, relax.Call) else _resolve(heads_of, lookup)
+        if name == "x" and op_name(heads_of) == "relax.multiply":
+            # Swin-V2's logit scale: a constant per head on the query's heads [1, 1, H, 1]
+            factor = np.asarray(constant_value(heads_of.args[1]), np.float64)
+            if factor.size not in (1, heads) or (factor.size == heads and (
+                    factor.ndim < 2 or factor.shape[-2:] != (heads, 1))):
+                raise Unsupported(f"attention's query scaled by a constant of shape "
+                                  f"{list(factor.shape)}: one factor per head is generated")
+            per_head = np.broadcast_to(factor.reshape(-1), (heads,))
+            heads_of = heads_of.args[0]
+            heads_of = heads_of if isinstance(heads_of, relax.Call) else \
+                _resolve(heads_of, lookup)
         data = heads_of.args[0]
         sliced = data if isinstance(data, relax.Call) else _resolve(data, lookup)
         if op_name(sliced) == "relax.strided_slice":
@@ -973,7 +1032,12 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
                     end[0] - begin[0] != heads * d:
                 raise Unsupported("attention's input is a slice other than a channel range")
             first = begin[0]
-        if int(np.prod(shape)) != shape[-1] * windows * (tokens if name == "x" else kv_tokens):
+        rows = windows * (tokens if name == "x" else kv_tokens)
+        if sliced is None and shape[-1] == d and int(np.prod(shape)) == rows * heads * d:
+            # the rows of each token's heads, [tokens x heads, d] (Swin-V2's q and k, each
+            # head L2-normalised over its d channels): the bytes of [tokens, heads x d]
+            shape = (rows, heads * d)
+        if int(np.prod(shape)) != shape[-1] * rows:
             raise Unsupported(f"attention's {role} {list(shape)} is not [tokens, channels]")
         _require_float32(data, f"attention's {role}")
         if _resolve(data, lookup) is not None and not is_constant(data):
@@ -982,6 +1046,8 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         sources[name] = data
     _require_float32(call, "the attention output")
     scale = float(a.scale) if a.scale is not None else 1.0 / math.sqrt(d)
+    if per_head is not None:
+        scale = tuple(float(scale * f) for f in per_head)
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
                          channels, windows, bias)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)

@@ -26,6 +26,7 @@ from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
 from .attention import attention_cores
+from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import reason_code
@@ -258,9 +259,9 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (static_shapes, fold_zero_padding, silu_from_sigmoid, gelu_from_erf,
-                    layer_norm_from_formula, split_into_slices, flattened_global_pools,
-                    attention_cores, *EXACT_REWRITES):
+    for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
+                    gelu_from_erf, layer_norm_from_formula, split_into_slices,
+                    flattened_global_pools, attention_cores, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])
@@ -380,16 +381,20 @@ def generate(mod: tvm.IRModule, params, target: Target,
 
 
 def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
-                      winograd: bool = True):
+                      winograd: bool = True,
+                      matched: Optional[Tuple[tvm.IRModule, PartitionLog]] = None):
     """A VM of the fp32 code of the int8 partition: what calibration observes and what int8
-    and mixed builds are measured against."""
-    reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd)
+    and mixed builds are measured against. ``matched``: ``mod`` already matched for int8, and
+    the log of that matching (as :func:`generate_partition` takes it)."""
+    reference = generate_partition(mod, params, config, fuse, "int8", "fp32", None, winograd,
+                                   matched=matched)
     return virtual_machine(tvm.compile(reference, target="llvm"))
 
 
 def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                         winograd: bool, examples, method: str, *, observer=None,
-                        matched: Optional[tvm.IRModule] = None, vm=None, each=None):
+                        matched: Optional[tvm.IRModule] = None,
+                        log: Optional[PartitionLog] = None, vm=None, each=None):
     """The int8 calibration of example inputs, one definition for every flow that calibrates
     (an int8 build, the mixed-precision search, a mixed build given its layers' precisions, a
     QDQ model's tensors without a scale): the fp32 code of the int8 partition
@@ -397,16 +402,21 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
     :class:`~accel_codegen.quantization.calibration.Observer` by default) gathers every
     tensor's statistics; under ``mse`` a tensor a depthwise convolution alone reads has its
     error weighed by the convolution's channels (:mod:`.sensitivity`; ``matched``: the int8
-    matching of ``mod``, made here when not given). ``each(vm, example)`` runs one example
-    (``run_main`` by default: a caller keeping the reference outputs records them there).
+    matching of ``mod``, made here when not given; the reference machine's partition reuses it
+    when made here or given with the ``log`` of that matching). ``each(vm, example)`` runs one
+    example (``run_main`` by default: a caller keeping the reference outputs records them
+    there).
     Returns (the Calibration, the reference VM)."""
+    if matched is None and (method == "mse" or vm is None):
+        log = PartitionLog()
+        matched = match_composites(mod, params, config=config, fuse=fuse, log=log,
+                                   precision="int8")
     if method == "mse":
-        if matched is None:
-            matched = match_composites(mod, params, config=config, fuse=fuse, precision="int8")
         observer = observer if observer is not None else Observer()
         observer.channel_weights = depthwise_weights(matched, fuse)
     if vm is None:
-        vm = reference_machine(mod, params, config, fuse, winograd)
+        vm = reference_machine(mod, params, config, fuse, winograd,
+                               matched=(matched, log) if log is not None else None)
     each = each if each is not None else run_main
     calibration = calibrate(lambda *inputs: each(vm, inputs), examples, method, observer)
     return calibration, vm

@@ -1521,34 +1521,75 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
 # a permute_dims that swaps the only two axes longer than 1 (Paddle's [1, T, C] tokens put
 # back on the NCHW surface: reshape to [1, 1, T, C], permute [0, 3, 1, 2]) is the transpose
 # of [1, R, S] between reshapes, which the BDMA runs and the reshapes name.
-def _squeeze_as_reshape(binding, values: dict):
-    value = binding.value
-    if not isinstance(value, relax.Call) or getattr(value.op, "name", "") not in (
-            "relax.squeeze", "relax.expand_dims"):
-        return binding
-    x = value.args[0]
-    source = values.get(x)
-    shape = _static(value)
+@relax.expr_functor.mutator
+class _ByBinding(relax.PyExprMutator):
+    """Each binding of a call of one of ``ops`` replaced by ``rewrite(call, source)`` (nested
+    calls, each emitted as a binding of its own), where that is not the call itself;
+    ``source(var)``: the value bound to a variable of the function (None: a parameter)."""
+
+    def __init__(self, mod: tvm.IRModule, ops, rewrite):
+        super().__init__(mod)
+        self.ops, self.rewrite = frozenset(ops), rewrite
+
+    def _emit_args(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._emit_args(f) for f in expr.fields])
+        if not isinstance(expr, relax.Call):
+            return expr
+        args = [self._emit_args(a) for a in expr.args]
+        args = [self.builder_.emit(a) if isinstance(a, relax.Call) else a for a in args]
+        return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and
+                value.op.name in self.ops):
+            super().visit_var_binding_(binding)
+            return
+        call = self.visit_expr(value)
+        new = self.rewrite(call, self.lookup_binding)
+        if new is call or new is None:
+            super().visit_var_binding_(binding)
+            return
+        new = self._emit_args(new)
+        # a function's output of a dataflow block; a binding block's variables are all Vars
+        emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
+            not isinstance(binding.var, relax.DataflowVar) else self.builder_.emit
+        self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
+
+
+def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
+    """``mod`` with each binding of a call of one of ``ops`` (operator names) in its functions
+    (not the composites) replaced by ``rewrite(call, source)``, where that returns another
+    expression (nested calls become bindings of their own); ``source(var)`` gives the value
+    bound to ``var`` (None for a parameter). Binding by binding, where TVM's rewrite_call
+    would also merge equal expressions elsewhere (two layers' equal constant weight
+    transposes, which their dense layers then share): the squeezes here and the window
+    layouts' swaps (``windows.py``) rewrite this way."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function) and not (
+                function.attrs is not None and "Composite" in function.attrs):
+            result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
+    return result
+
+
+def _squeeze_as_reshape(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape = _static(call)
+    bound = source(x) if isinstance(x, relax.Var) else None
     # torch's decomposed LocalResponseNorm keeps its squeeze: the accel.lrn entry reads it so
     if shape is None or _static(x) is None or (
-            isinstance(source, relax.Call) and
-            getattr(source.op, "name", "") == "relax.nn.avg_pool3d"):
-        return binding
-    return relax.VarBinding(binding.var, named_as(relax.op.reshape(x, shape), value))
+            isinstance(bound, relax.Call) and
+            getattr(bound.op, "name", "") == "relax.nn.avg_pool3d"):
+        return call
+    return named_as(relax.op.reshape(x, shape), call)
 
 
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape). (Binding by
-    binding: a rewrite_call with this pattern merged equal constants' transposes, which two
-    dense layers then shared.)"""
-    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gv, function in mod.functions_items():
-        if not isinstance(function, relax.Function) or (
-                function.attrs is not None and "Composite" in function.attrs):
-            continue
-        values = {b.var: b.value for block in function.body.blocks for b in block.bindings}
-        result[gv] = _rebuild(function, lambda b: _squeeze_as_reshape(b, values))
-    return result
+    """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
+    binding (:func:`rewrite_bindings`)."""
+    return rewrite_bindings(mod, ("relax.squeeze", "relax.expand_dims"), _squeeze_as_reshape)
 
 
 _ROWS_X = wildcard()

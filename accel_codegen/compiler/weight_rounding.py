@@ -17,7 +17,7 @@ out of the layer's batch-norm beta (or mean) or bias. A layer with neither, or a
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 import tvm
@@ -26,18 +26,20 @@ from ..quantization.gptq import ConvGeometry, Hessian, gptq_codes, mean_shift
 from .codegen.weights import EmittedWeights
 from .equalization import constants_in, Graph, with_constants
 from .layer import Layer, constant_value, is_constant
-from .program import lower_module
+from .program import Program, lower_module
 
 
-def conv_runs(matched: tvm.IRModule) -> Iterator[Tuple[str, Layer, dict]]:
-    """(run key, layer, scope) of every convolution run of a pattern-matched module, keyed as
+def conv_runs(matched: Union[tvm.IRModule, Program]) -> Iterator[Tuple[str, Layer, dict]]:
+    """(run key, layer, scope) of every convolution run of a pattern-matched module (or of its
+    program, ``lower_module(matched)``, lowered once for the passes that share it), keyed as
     the generated code labels its runs (and so as calibration names their inputs)."""
-    for run in lower_module(matched).runs:
+    program = matched if isinstance(matched, Program) else lower_module(matched)
+    for run in program.runs:
         if run.layer.conv is not None and not run.converts:
             yield run.key, run.layer, run.scope
 
 
-def conv_geometries(matched: tvm.IRModule) -> Dict[str, ConvGeometry]:
+def conv_geometries(matched: Union[tvm.IRModule, Program]) -> Dict[str, ConvGeometry]:
     """Each convolution run's im2col geometry, by run key."""
     return {key: ConvGeometry(tuple(layer.conv.weight_shape), tuple(layer.conv.stride),
                               tuple(layer.conv.padding), tuple(layer.conv.dilation),
@@ -45,7 +47,8 @@ def conv_geometries(matched: tvm.IRModule) -> Dict[str, ConvGeometry]:
             for key, layer, _ in conv_runs(matched)}
 
 
-def round_weights(mod: tvm.IRModule, matched: tvm.IRModule, hessians: Dict[str, Hessian],
+def round_weights(mod: tvm.IRModule, matched: Union[tvm.IRModule, Program],
+                  hessians: Dict[str, Hessian],
                   bias_correction: bool = True) -> Tuple[tvm.IRModule, int]:
     """``mod`` (params bound) with the weights of every convolution that has a Hessian
     rounded by GPTQ (as values; see the module); ``matched``: ``mod`` pattern-matched for

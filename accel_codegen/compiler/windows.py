@@ -33,7 +33,7 @@ from tvm.relax.dpl import is_op, wildcard
 
 from .attention import evaluate_indices
 from .layer import is_constant
-from .rewrites import _rewrite, _static, named_as
+from .rewrites import _rewrite, _static, named_as, rewrite_bindings
 
 #: The most axes a feature surface (and so a reshape the BDMA copies) has.
 _SURFACE_RANK = 4
@@ -108,58 +108,11 @@ def _as_swap(expr: relax.Call) -> relax.Expr:
     return data if _static(data) == out else named_as(relax.op.reshape(data, out), expr)
 
 
-@relax.expr_functor.mutator
-class _ByBinding(relax.PyExprMutator):
-    """Each binding of a call of ``op`` replaced by ``rewrite(call)`` (nested calls, each
-    emitted as a binding of its own), where that is not the call itself. Binding by binding:
-    TVM's rewrite_call would also merge equal expressions elsewhere (two layers' equal
-    constant weight transposes, which their dense layers then share)."""
-
-    def __init__(self, mod: tvm.IRModule, op: str, rewrite):
-        super().__init__(mod)
-        self.op, self.rewrite = op, rewrite
-
-    def _emit_args(self, expr: relax.Expr) -> relax.Expr:
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([self._emit_args(f) for f in expr.fields])
-        if not isinstance(expr, relax.Call):
-            return expr
-        args = [self._emit_args(a) for a in expr.args]
-        args = [self.builder_.emit(a) if isinstance(a, relax.Call) else a for a in args]
-        return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        value = binding.value
-        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and
-                value.op.name == self.op):
-            super().visit_var_binding_(binding)
-            return
-        call = self.visit_expr(value)
-        new = self.rewrite(call)
-        if new is call or new is None:
-            super().visit_var_binding_(binding)
-            return
-        new = self._emit_args(new)
-        # a function's output of a dataflow block; a binding block's variables are all Vars
-        emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
-            not isinstance(binding.var, relax.DataflowVar) else self.builder_.emit
-        self.set_var_remap(binding.var, emit(new, name_hint=binding.var.name))
-
-
-def _by_binding(mod: tvm.IRModule, op: str, rewrite) -> tvm.IRModule:
-    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gv, function in mod.functions_items():
-        if isinstance(function, relax.Function) and not (
-                function.attrs is not None and "Composite" in function.attrs):
-            result[gv] = _ByBinding(result, op, rewrite).visit_expr(function)
-    return result
-
-
 def swaps_of_merged_axes(mod: tvm.IRModule) -> tvm.IRModule:
     """permute_dims(x) of groups of x's axes -> reshape(permute_dims(reshape(x, [N, A, B, L]),
     [0, 2, 1, 3]), ...) for each swap of two neighbouring groups (merged_swaps), then the
     reshape to its shape."""
-    return _by_binding(mod, "relax.permute_dims", _as_swap)
+    return rewrite_bindings(mod, ("relax.permute_dims",), lambda call, _: _as_swap(call))
 
 
 _INNER_X = wildcard()

@@ -326,7 +326,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     # the int8 flow's calibration (the depthwise-aware search included), keeping the outputs
     calibration, reference_vm = calibrate_reference(
         mod, params, config, True, winograd, examples, calibration_method, matched=matched,
-        each=lambda vm, x: reference.append(_run(vm, x)))
+        log=log, each=lambda vm, x: reference.append(_run(vm, x)))
     held_reference = [_run(reference_vm, x) for x in held]  # not observed: not calibrated on
     del reference_vm
     signal, held_signal = _powers(reference), _powers(held_reference)

@@ -21,6 +21,8 @@ from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
 from ..compiler.partition import (REPORT_ATTR, PartitionReport, calibrate_reference, generate,
                                   is_partitioned, match_composites)
+from ..compiler.patterns import PartitionLog
+from ..compiler.program import lower_module
 from ..compiler.target import MIXED, LayerPlan, Target
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, examples_of
@@ -189,18 +191,21 @@ def _calibrate_int8(mod, params, target: Target, examples):
     if target.equalize:
         mod = equalization.equalize(mod)[0]
     observer = None
-    matched = None
+    matched = log = None
     if gptq:  # each conv's H = X^T X, gathered in the same pass
-        matched = match_composites(mod, None, config=target.config, fuse=target.fuse,
+        log = PartitionLog()  # one matching: GPTQ's, the depthwise weights' and the reference's
+        matched = match_composites(mod, None, config=target.config, fuse=target.fuse, log=log,
                                    precision="int8")
+        conv_program = lower_module(matched)  # GPTQ's conv runs, lowered once for both uses
         examples = examples_of(examples, "calibration")
-        observer = HessianObserver(weight_rounding_pass.conv_geometries(matched), len(examples))
+        observer = HessianObserver(weight_rounding_pass.conv_geometries(conv_program),
+                                   len(examples))
     calibration = calibrate_reference(mod, params, target.config, target.fuse, target.winograd,
                                       examples, target.calibration_method, observer=observer,
-                                      matched=matched)[0]
+                                      matched=matched, log=log)[0]
     calibration.equalized = target.equalize
     if gptq:
-        mod = weight_rounding_pass.round_weights(mod, matched, observer.hessians,
+        mod = weight_rounding_pass.round_weights(mod, conv_program, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration
 

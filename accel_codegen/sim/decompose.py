@@ -328,6 +328,55 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
     return b.done(y)
 
 
+def l2_normalize_passes(shape, eps: float = 1e-12, precision: str = "fp32",
+                        newton: Optional[int] = None) -> Decomposition:
+    """L2 normalisation over the channels of an [N, C, H, W] surface, torch's
+    ``F.normalize(x, dim=channels)``: ``x / max(||x||_2, eps)``, as engine passes: SDP x * x,
+    the sum tree over C, SDP (shift eps^2, rsqrt through the LUT; FP16: then the Newton
+    steps), CONV broadcast + SDP (mul x). Every pass is an SDP operation, a copy or a
+    broadcast by ones, so the NumPy reference gives the same bits in fp32 and fp16.
+
+    In FP16 the sum's rsqrt is the LUT and two Newton steps, each one pass through the SDP's
+    X units, kept as a half and its remainder, and the last pass x r + x r_lo is in fp32
+    inside, rounded once (below).
+
+    ``eps`` enters as eps^2 added to the sum of squares (the SDP's shift) instead of the max:
+    1 / sqrt(s + eps^2) equals 1 / max(sqrt(s), eps) where s >= 2^24 eps^2 (fp32 adds
+    nothing to s there: every norm above 4096 eps, 4e-9 for torch's default 1e-12), and an x
+    of zeros gives zeros either way. In FP16 eps^2 < 2^-24 is 0 as a half, and a token of
+    zeros gives 0 * inf = NaN, as PyTorch's ``.half()`` F.normalize does (its eps is 0 in
+    half too)."""
+    b = _Builder("l2_normalize", shape, precision, "tree")
+    if not np.isfinite(eps) or eps < 0:
+        raise AccelInvalidError(f"l2_normalize: eps = {eps!r} is not a finite value >= 0")
+    c = b.c
+    sq = b.add("square", [Sdp(ew_op="mul", precision=precision)], "x", c, "x")
+    shift = b.values(float(eps) ** 2, 1)
+    if precision == "fp32" and (newton or 0) == 0:  # rsqrt in the sum's own SDP pass
+        r = b.reduce_sum(sq, "sum", shift=shift, act="rsqrt")
+        return b.done(b.broadcast(r, "normalise", "x", ew_op="mul"))
+    # FP16: the LUT, then each Newton step y (1.5 - 0.5 v y y) one pass, v y y in fp32 inside
+    # it through the SDP's X units; 1 / sqrt(v) kept as the half r and its remainder r_lo =
+    # r (1 - v r^2) / 2 (a first-order Newton correction, in fp32 inside its pass), and the
+    # last pass x r + x r_lo in fp32, rounded once (as the fp16 layer norm's passes): r
+    # rounded to half alone costs about 1.5 dB against PyTorch's half F.normalize
+    p = precision
+    v = b.reduce_sum(sq, "sum", shift=shift)
+    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
+    for _ in range(newton_steps(b.layer, "rsqrt", p, newton)):
+        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
+                                 ew_op="mul", precision=p)], v, 1, r,
+                  units=[("x1_mul", r), ("x2_mul", r)])
+    r_lo = b.add("rsqrt.low", [Sdp(scale=b.values(-0.5, 1), shift=b.values(0.5, 1),
+                                   ew_op="mul", precision=p)], v, 1, r,
+                 units=[("x1_mul", r), ("x2_mul", r)])
+    rb = b.add("rsqrt.broadcast", [b.ones(1), Sdp(precision=p)], r, c)
+    rlb = b.add("rsqrt.low.broadcast", [b.ones(1), Sdp(precision=p)], r_lo, c)
+    low = b.add("normalise.low", [Sdp(ew_op="mul", precision=p)], "x", c, rlb)
+    return b.done(b.add("normalise", [Sdp(ew_op="add", precision=p)], "x", c, low,
+                        units=[("x1_mul", rb)]))
+
+
 def mean_factors(c: int) -> Tuple[np.float16, np.float16]:
     """Two halves w (in [0.5, 1]) and s whose product is 1 / c within a few 2^-24 (a half
     1 / c alone is within 2^-12 only where c is no power of two: 2.4e-4 for c = 192), so a CONV
@@ -487,6 +536,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     - "o", the output: [T, heads x d, 1, 1], a row per token; head h's rows are written into
       its channels by a BDMA run (none for one head).
 
+    ``scale``: one factor, or one per head (Swin-V2's learnt logit scales): the scores SDP's
+    scale of each head's run.
+
     Per head: [BDMA Q_h]; CONV (K_h, weights Q_h) + SDP (x scale) = the scores transposed,
     S^T [1, T, 1, Tk]: the queries as channels, the keys along W, so that the softmax over the
     keys is the PDP's: the max in PDP max passes along W (windows of at most 8, padded: padding
@@ -513,6 +565,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     d = head_dim
     merged = heads * d
     channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
+    scales = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (heads,))
     t, tk = tokens, kv_tokens
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
     b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
@@ -529,7 +582,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             head = f"{at}h{h}"
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
-            sdp = Sdp(scale=b.values(scale, t), precision=precision)
+            sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
             operand = None
             if bias is not None:
                 first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
@@ -603,8 +656,9 @@ def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels
         if first < 0 or first + merged > total:
             raise AccelInvalidError(f"attention: {name}'s heads take channels {first} to "
                                     f"{first + merged}, beyond its {total}")
-    if not np.isfinite(scale):
-        raise AccelInvalidError(f"attention: scale = {scale!r} is not finite")
+    if np.size(scale) not in (1, heads) or not np.all(np.isfinite(scale)):
+        raise AccelInvalidError(f"attention: scale = {scale!r} is not one finite factor or "
+                                f"one per head ({heads})")
     if precision not in PRECISIONS:
         raise AccelInvalidError(f"attention: precision = {precision!r} is not one of "
                                 f"{list(PRECISIONS)}")

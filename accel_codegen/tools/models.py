@@ -106,6 +106,11 @@ def _init_weights(model: nn.Module, gen: torch.Generator) -> None:
             # A transformer's learned tokens and tables (zeros or 0.02 at the start of
             # training, O(0.1) after it): class token, position embedding, relative
             # position bias
+            # Swin-V2's logit scales per head (log 10 at the start of training; trained
+            # heads spread from about 3 to 50)
+            if isinstance(getattr(module, "logit_scale", None), nn.Parameter):
+                module.logit_scale.copy_(torch.log(torch.rand(module.logit_scale.shape,
+                                                              generator=gen) * 47 + 3))
             for name in ("cls_token", "pos_embed", "relative_position_bias_table"):
                 table = getattr(module, name, None)
                 if isinstance(table, nn.Parameter):
@@ -1310,6 +1315,54 @@ class WindowAttention(nn.Module):
         return x
 
 
+class WindowAttentionV2(WindowAttention):
+    """Swin-V2's window attention as torchvision writes it (``ShiftedWindowAttentionV2``):
+    cosine attention (q and k L2-normalised per head, ``F.normalize``) scaled by a learnt
+    logit scale per head (``clamp(log_scale, max=log 100).exp()``), and the relative position
+    bias ``16 sigmoid`` of a small MLP (2 -> 512 -> heads) over a constant table of
+    log-spaced relative coordinates; the key has no bias. The rest is Swin's."""
+
+    def __init__(self, dim: int, heads: int, window: int, shift: int, size: int):
+        super().__init__(dim, heads, window, shift, size)
+        del self.relative_position_bias_table
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((heads, 1, 1))))
+        self.cpb_mlp = nn.Sequential(nn.Linear(2, 512), nn.ReLU(), nn.Linear(512, heads,
+                                                                             bias=False))
+        span = torch.arange(-(window - 1), window, dtype=torch.float32)
+        table = torch.stack(torch.meshgrid(span, span, indexing="ij")).permute(1, 2, 0)
+        table = table.contiguous().unsqueeze(0) / (window - 1) * 8
+        table = torch.sign(table) * torch.log2(table.abs() + 1.0) / 3.0
+        self.register_buffer("relative_coords_table", table, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        ws, n, d = self.window, self.window * self.window, c // self.heads
+        if self.shift:
+            x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
+        x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+        bias = self.qkv.bias.clone()
+        bias[c:2 * c] = 0.0  # torchvision's: the key has no bias
+        qkv = nn.functional.linear(x, self.qkv.weight, bias)
+        qkv = qkv.reshape(x.shape[0], n, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(
+            k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        table = self.cpb_mlp(self.relative_coords_table).view(-1, self.heads)
+        bias = table[self.relative_position_index].view(n, n, -1).permute(2, 0, 1)
+        attn = attn + 16 * torch.sigmoid(bias.unsqueeze(0))
+        if self.shift:
+            windows = self.mask.shape[0]
+            attn = attn.view(-1, windows, self.heads, n, n) + self.mask[None, :, None]
+            attn = attn.view(-1, self.heads, n, n)
+        x = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(-1, n, c)
+        x = self.proj(x).view(b, h // ws, w // ws, ws, ws, c)
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+        if self.shift:
+            x = torch.roll(x, (self.shift, self.shift), (1, 2))
+        return x
+
+
 class SwinBlock(nn.Module):
     """x + attn(norm1(x)), then x + mlp(norm2(x)), on [B, H, W, C]."""
 
@@ -1323,6 +1376,18 @@ class SwinBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
+
+
+class SwinBlockV2(SwinBlock):
+    """Swin-V2's post-norm block: x + norm1(attn(x)), then x + norm2(mlp(x)), on [B, H, W, C]."""
+
+    def __init__(self, dim: int, heads: int, window: int, shift: int, size: int):
+        super().__init__(dim, heads, window, shift, size)
+        self.attn = WindowAttentionV2(dim, heads, window, shift, size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.norm1(self.attn(x))
+        return x + self.norm2(self.mlp(x))
 
 
 class PatchMerging(nn.Module):
@@ -1340,13 +1405,29 @@ class PatchMerging(nn.Module):
         return self.reduction(self.norm(x))
 
 
+class PatchMergingV2(PatchMerging):
+    """Swin-V2's downsampling: the phases concatenated, Linear 4C -> 2C, then layer norm."""
+
+    def __init__(self, dim: int):
+        super().__init__(dim)
+        self.norm = nn.LayerNorm(2 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]],
+                      -1)
+        return self.norm(self.reduction(x))
+
+
 class SwinTransformer(nn.Module):
     """Swin Transformer (Liu et al., 2021) in torchvision's op order: a 4x4/4 patch conv,
     channels-last + layer norm, stages of (shifted) window blocks with patch merging between
-    them, a final layer norm, back to NCHW, global average pool and a Linear head."""
+    them, a final layer norm, back to NCHW, global average pool and a Linear head; ``v2``:
+    Swin-V2's blocks (post-norm, cosine attention, the continuous position bias:
+    :class:`WindowAttentionV2`) and patch merging (the norm after the reduction)."""
 
     def __init__(self, image: int = 224, dim: int = 32, depths=(2, 2, 2, 2),
-                 heads=(1, 2, 4, 8), window: int = 7, num_classes: int = 1000):
+                 heads=(1, 2, 4, 8), window: int = 7, num_classes: int = 1000,
+                 v2: bool = False):
         super().__init__()
         self.patch_embed = nn.Conv2d(3, dim, 4, 4)
         self.patch_norm = nn.LayerNorm(dim)
@@ -1354,10 +1435,11 @@ class SwinTransformer(nn.Module):
         size = image // 4
         for i, (depth, head) in enumerate(zip(depths, heads)):
             shift = window // 2 if size > window else 0
-            stages += [SwinBlock(dim, head, window, shift if j % 2 else 0, size)
+            block = SwinBlockV2 if v2 else SwinBlock
+            stages += [block(dim, head, window, shift if j % 2 else 0, size)
                        for j in range(depth)]
             if i + 1 < len(depths):
-                stages.append(PatchMerging(dim))
+                stages.append((PatchMergingV2 if v2 else PatchMerging)(dim))
                 dim, size = 2 * dim, size // 2
         self.stages = nn.Sequential(*stages)
         self.norm = nn.LayerNorm(dim)

@@ -99,7 +99,8 @@ static accel_status conv_blas_tiles(const conv_plan* P, const float* in, const f
     if (cols[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   blas_single_threaded();
-  blas_job J = {P, in, weights, out, ep, cols, nt, tiles, mchunks};
+  blas_job J = {.P = P, .in = in, .weights = weights, .out = out, .ep = ep, .cols = cols, .nt = nt,
+                .tiles = tiles, .mchunks = mchunks};
   pool_for(nth, items, blas_tile_item, &J);
   return ACCEL_OK;
 }
@@ -113,4 +114,5 @@ static accel_status blas_run(const conv_f32_call* c) {
   return conv_blas_tiles(c->P, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_f32_impl conv_f32_blas_impl = {"blas", blas_applies, NULL, blas_run, NULL};
+const conv_f32_impl conv_f32_blas_impl = {.name = "blas", .applies = blas_applies, .supports = NULL,
+                                          .run = blas_run, .dot_tail = NULL};

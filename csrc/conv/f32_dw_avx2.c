@@ -164,12 +164,14 @@ static accel_status dw2_run(const conv_f32_call* c) {
     bufs[t] = workspace_get(c->ws, t, bytes);
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  dw2_job J = {P, &Q, off, c->in, c->weights, c->out, c->ep, bufs};
+  dw2_job J = {.P = P, .Q = &Q, .off = off, .in = c->in, .weights = c->weights, .out = c->out,
+               .ep = c->ep, .bufs = bufs};
   pool_for(nth, items, dw2_item, &J);
   return ACCEL_OK;
 }
 
 static int dw2_applies(const conv_f32_call* c) { return c->P->cg == 1; }
 
-const conv_f32_impl conv_f32_dw_avx2_impl = {"dw_avx2", dw2_applies, NULL, dw2_run, NULL};
+const conv_f32_impl conv_f32_dw_avx2_impl = {.name = "dw_avx2", .applies = dw2_applies,
+                                             .supports = NULL, .run = dw2_run, .dot_tail = NULL};
 #endif /* __AVX2__ && __FMA__ */

@@ -101,7 +101,8 @@ static accel_status conv_depthwise(const conv_plan* P, const float* in, const fl
   int64_t chunk = (int64_t)(8192 / (P->ohw * P->mg + 1));
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  dw_job J = {P, &Q, in, weights, out, ep, bufs, copy_bytes, grid_bytes, chunk, planes};
+  dw_job J = {.P = P, .Q = &Q, .in = in, .weights = weights, .out = out, .ep = ep, .bufs = bufs,
+              .copy_bytes = copy_bytes, .grid_bytes = grid_bytes, .chunk = chunk, .planes = planes};
   pool_for(nth, (planes + chunk - 1) / chunk, dw_item, &J);
   return ACCEL_OK;
 }
@@ -113,5 +114,6 @@ static accel_status dw_run(const conv_f32_call* c) {
   return conv_depthwise(c->P, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_f32_impl conv_f32_dw_avx512_impl = {"dw_avx512", dw_applies, NULL, dw_run, NULL};
+const conv_f32_impl conv_f32_dw_avx512_impl = {.name = "dw_avx512", .applies = dw_applies,
+                                               .supports = NULL, .run = dw_run, .dot_tail = NULL};
 #endif /* __AVX512F__ */

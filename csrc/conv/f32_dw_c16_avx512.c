@@ -223,8 +223,9 @@ static accel_status dwc_run(const conv_f32_call* c) {
   const int64_t items = planes * bands;
   if (nth > items) nth = (int)items;
 
-  dwc_job J = {P, c->in, c->weights, c->out, c->ep, dwc_row(g), ncb, bands, band_rows, pw,
-               0, {0}};
+  dwc_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep,
+               .row = dwc_row(g), .ncb = ncb, .bands = bands, .band_rows = band_rows, .pw = pw,
+               .copy_floats = 0, .scratch = {0}};
   J.copy_floats = (int64_t)round64((size_t)((band_rows - 1) * st + K) * pw * 16 * sizeof(float)) /
                   (int64_t)sizeof(float);
   const size_t bytes = (size_t)J.copy_floats * sizeof(float) +
@@ -236,6 +237,7 @@ static accel_status dwc_run(const conv_f32_call* c) {
   return ACCEL_OK;
 }
 
-const conv_f32_impl conv_f32_dw_c16_avx512_impl = {"dw_c16_avx512", dwc_applies, dwc_supports,
-                                                   dwc_run, NULL};
+const conv_f32_impl conv_f32_dw_c16_avx512_impl = {.name = "dw_c16_avx512", .applies = dwc_applies,
+                                                   .supports = dwc_supports, .run = dwc_run,
+                                                   .dot_tail = NULL};
 #endif /* __AVX512F__ */

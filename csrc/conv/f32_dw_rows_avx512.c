@@ -151,7 +151,8 @@ static accel_status conv_depthwise_rows(const conv_plan* P, dwr_fn kernel, const
   int64_t chunk = (int64_t)(8192 / (P->ohw + 1)); /* a few planes per item when they are small */
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  dwr_job J = {P, in, weights, out, ep, kernel, chunk, planes};
+  dwr_job J = {.P = P, .in = in, .weights = weights, .out = out, .ep = ep, .kernel = kernel,
+               .chunk = chunk, .planes = planes};
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, &J);
   return ACCEL_OK;
 }
@@ -165,6 +166,7 @@ static accel_status dw_rows_run(const conv_f32_call* c) {
   return conv_depthwise_rows(c->P, dwr_kernel(c->P), c->in, c->weights, c->out, c->ep, c->nth);
 }
 
-const conv_f32_impl conv_f32_dw_rows_avx512_impl = {"dw_rows_avx512", dw_rows_applies, NULL,
-                                                    dw_rows_run, NULL};
+const conv_f32_impl conv_f32_dw_rows_avx512_impl = {.name = "dw_rows_avx512",
+                                                    .applies = dw_rows_applies, .supports = NULL,
+                                                    .run = dw_rows_run, .dot_tail = NULL};
 #endif /* __AVX512F__ */

@@ -71,7 +71,8 @@ static accel_status conv_fc_batch(const conv_plan* P, const float* in, const flo
     if (tmp[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
   blas_single_threaded();
-  fc_job J = {P, in, weights, out, ep, cols, tmp, NULL, ldb, 0};
+  fc_job J = {.P = P, .in = in, .weights = weights, .out = out, .ep = ep, .cols = cols, .tmp = tmp,
+              .bt = NULL, .ldb = ldb, .grp = 0};
   for (int64_t grp = 0; grp < g->groups; ++grp) {
     J.grp = grp;
     if (!covers) pool_for(nth, g->n, fc_pack_item, &J);
@@ -90,4 +91,5 @@ static accel_status fc_run(const conv_f32_call* c) {
   return conv_fc_batch(c->P, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_f32_impl conv_f32_fc_blas_impl = {"fc_blas", fc_applies, NULL, fc_run, NULL};
+const conv_f32_impl conv_f32_fc_blas_impl = {.name = "fc_blas", .applies = fc_applies,
+                                             .supports = NULL, .run = fc_run, .dot_tail = NULL};

@@ -239,8 +239,9 @@ static accel_status a2_run(const conv_f32_call* c) {
     bufs[t] = workspace_get(c->ws, t, bytes);
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  a2_job J = {P, c->in, c->weights, c->out, c->ep, bufs, ntail, vcols, nt, ntiles, mchunks,
-              mblocks, ldbt, kc};
+  a2_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep, .bufs = bufs,
+              .ntail = ntail, .vcols = vcols, .nt = nt, .ntiles = ntiles, .mchunks = mchunks,
+              .mblocks = mblocks, .ldbt = ldbt, .kc = kc};
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
 }
@@ -252,6 +253,7 @@ static int a2_applies(const conv_f32_call* c) {
 
 static int a2_dot_tail_int(const conv_plan* P) { return (int)a2_dot_tail(P); }
 
-const conv_f32_impl conv_f32_gemm_avx2_impl = {"gemm_avx2", a2_applies, NULL, a2_run,
-                                               a2_dot_tail_int};
+const conv_f32_impl conv_f32_gemm_avx2_impl = {.name = "gemm_avx2", .applies = a2_applies,
+                                               .supports = NULL, .run = a2_run,
+                                               .dot_tail = a2_dot_tail_int};
 #endif /* __AVX2__ && __FMA__ */

@@ -384,7 +384,8 @@ static void pack_block(const conv_plan* P, const float* img, int64_t n0, int64_t
       const int64_t y = n / ow, x = n % ow;
       int64_t len = ow - x;
       if (len > w - lane) len = w - lane;
-      segs[nsegs++] = (seg){img, (int32_t)y, (int32_t)x, (int32_t)len, (int32_t)lane};
+      segs[nsegs++] = (seg){.img = img, .y = (int32_t)y, .x0 = (int32_t)x, .len = (int32_t)len,
+                            .lane0 = (int32_t)lane};
       lane += len;
     }
     pack_panel(P, segs, nsegs, p0, kc, pw, bp + j * NR * kc);
@@ -586,8 +587,9 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
     bufs[t].state = (float*)(base + bp_bytes + bt_bytes);
   }
 
-  packed_job J = {P,      in,         weights, out,    ep,      bufs,
-                  ntail,  panels_img, ntiles,  mchunks, mblocks, pass_rows};
+  packed_job J = {.P = P, .in = in, .weights = weights, .out = out, .ep = ep, .bufs = bufs,
+                  .ntail = ntail, .panels_img = panels_img, .ntiles = ntiles, .mchunks = mchunks,
+                  .mblocks = mblocks, .pass_rows = pass_rows};
   pool_for(nth, items, packed_item, &J);
   return ACCEL_OK;
 }
@@ -610,6 +612,8 @@ static accel_status packed_run(const conv_f32_call* c) {
 
 static int packed_dot_tail(const conv_plan* P) { return f32_dot_tail(P->g); }
 
-const conv_f32_impl conv_f32_packed_avx512_impl = {"packed_avx512", packed_applies,
-                                                   packed_supports, packed_run, packed_dot_tail};
+const conv_f32_impl conv_f32_packed_avx512_impl = {.name = "packed_avx512",
+                                                   .applies = packed_applies,
+                                                   .supports = packed_supports, .run = packed_run,
+                                                   .dot_tail = packed_dot_tail};
 #endif /* __AVX512F__ */

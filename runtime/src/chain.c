@@ -94,9 +94,9 @@ static accel_status check_sdp_convert(const accel_config* cfg, const accel_sdp_d
       d->rshift != NULL || d->prelu_mul != NULL || d->lut != NULL || d->in_zero != 0 ||
       d->ew_zero != 0 || d->ew_mul != 0 || d->ew_shift != 0 || d->prelu_shift != 0 ||
       d->out_mul != 0 || d->out_shift != 0 || d->out_zero != 0 || d->clip_lo != 0 ||
-      d->clip_hi != 0 || d->ew_per_channel != 0 || d->x1.alu != NULL || d->x1.mul != NULL ||
-      d->x2.alu != NULL || d->x2.mul != NULL || d->x1.alu_per_channel != 0 ||
-      d->x1.mul_per_channel != 0 || d->x2.alu_per_channel != 0 || d->x2.mul_per_channel != 0) {
+      d->clip_hi != 0 || d->ew_per_channel != 0 || sdp_desc_has_x(d) ||
+      d->x1.alu_per_channel != 0 || d->x1.mul_per_channel != 0 || d->x2.alu_per_channel != 0 ||
+      d->x2.mul_per_channel != 0) {
     return accel_fail(ACCEL_ERR_INVALID, "%s: a converting SDP (convert = 1) sets only "
                       "cvt_scale and cvt_zero", where);
   }
@@ -637,8 +637,7 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
                           "operand (ew_per_channel) runs on NCHW tensors only", i);
       }
       const accel_sdp_desc* d = &ops[i].sdp;
-      if (ops[i].engine == ACCEL_ENGINE_SDP && (d->x1.alu != NULL || d->x1.mul != NULL ||
-                                                d->x2.alu != NULL || d->x2.mul != NULL)) {
+      if (ops[i].engine == ACCEL_ENGINE_SDP && sdp_desc_has_x(d)) {
         return accel_fail(ACCEL_ERR_UNSUPPORTED, "op %d (SDP): the X units' operands (x1, x2) "
                           "run on NCHW tensors only", i);
       }

@@ -163,7 +163,14 @@ accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t 
     return accel_fail(ACCEL_ERR_ALIGNMENT, "src = %p or dst = %p is not aligned to its %d-byte "
                       "elements", src, dst, element_bytes);
   }
-  const int64_t matrix = rows * cols, bytes = batch * matrix * element_bytes;
+  int64_t matrix, elements, bytes;
+  if (__builtin_mul_overflow(rows, cols, &matrix) ||
+      __builtin_mul_overflow(batch, matrix, &elements) ||
+      __builtin_mul_overflow(elements, (int64_t)element_bytes, &bytes)) {
+    return accel_fail(ACCEL_ERR_INVALID, "batch = %lld, rows = %lld, cols = %lld of %d-byte "
+                      "elements: the tensor's byte count overflows int64", (long long)batch,
+                      (long long)rows, (long long)cols, element_bytes);
+  }
   const char* s = src;
   const char* d = dst;
   if (bytes > 0 && s < d + bytes && d < s + bytes) {

@@ -169,11 +169,6 @@ static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
                          {d->x2.alu, d->x2.mul, d->x2.alu_per_channel, d->x2.mul_per_channel}}};
 }
 
-/* Whether an FP32 / FP16 SDP reads X unit operands (accel_sdp_x). */
-static int sdp_has_x(const accel_sdp_desc* d) {
-  return d->x1.alu != NULL || d->x1.mul != NULL || d->x2.alu != NULL || d->x2.mul != NULL;
-}
-
 static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d, int32_t channels) {
   const int clip = d->act == ACCEL_ACT_CLIP;
   int32_t shift_max = 0; /* NVDLA's one shifter for the layer: accel.h's INT8 SDP */
@@ -217,7 +212,7 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
                     : op->engine == ACCEL_ENGINE_PDP ? op->pdp.precision
                                                      : op->cdp.precision) == ACCEL_INT8;
   const int32_t threads = dev->num_threads;
-  if (epilogue != NULL && !int8 && sdp_has_x(epilogue)) {
+  if (epilogue != NULL && !int8 && sdp_desc_has_x(epilogue)) {
     /* X unit operands: the CONV's fp32 accumulators first, then the SDP over them (the same
      * operations as on the fly; the kernels' epilogues take no X units) */
     accel_status st = execute_pass(dev, chain, first, first, half, src, dst);

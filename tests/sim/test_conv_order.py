@@ -1,10 +1,10 @@
 """The FP32 CONV's summation order (csrc/conv/f32_order.h) as the NumPy reference mirrors it
 (reference.conv2d_f32, conv_dot_tail): on random small geometries every fp32 and fp16 CONV
 gives the reference's bits, whichever implementation ACCEL_CONV_IMPL forces (each forced name
-runs where it computes the geometry in that order; the list's choice elsewhere), and with the
-L1d sizes other hosts report. The OpenBLAS paths (fc_blas, blas) sum in OpenBLAS's order and
-are not among them. Each setting runs in a child process (the library reads the variables
-once per process)."""
+runs where it computes the geometry in that order; the list's choice elsewhere), with the
+L1d sizes other hosts report, and on C16 tensors (the channel-blocked kernels). The
+OpenBLAS paths (fc_blas, blas) sum in OpenBLAS's order and are not among them. Each setting
+runs in a child process (the library reads the variables once per process)."""
 import json
 import os
 import subprocess
@@ -136,3 +136,26 @@ def test_the_tail_rule():
     assert tail((1, 16, 46, 46), (8, 16, 3, 3), 2, 1) == 0  # 23x23 through implicit
     assert tail((1, 16, 9, 9), (16, 1, 3, 3), padding=1, groups=16) == -1
     assert tail((3, 70, 1, 1), (24, 70, 1, 1)) == -1
+
+
+def test_the_c16_kernels_give_the_references_bits():
+    """The channel-blocked kernels (c16_pointwise, c16_dense_3x3: runtime/src/device.c) sum
+    as conv_f32 does, the dot-product tails included: the reference's bits. ViT-Ti's tokens
+    (a tail of 5), a 3x3 on 14x14 (4) and on 7x7 (1), a stride-2 3x3 and 1x1."""
+    from accel_codegen.sim import Conv, Device, Sdp
+    device = Device(num_threads=2)
+    rng = np.random.default_rng(16)
+    for n, c, h, w, k, kernel, stride, pad in [(1, 192, 1, 197, 48, 1, 1, 0),
+                                               (1, 64, 14, 14, 32, 3, 1, 1),
+                                               (1, 32, 7, 7, 48, 3, 1, 1),
+                                               (1, 32, 46, 46, 16, 3, 2, 1),
+                                               (1, 32, 14, 14, 16, 1, 2, 0)]:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        weights = rng.standard_normal((k, c, kernel, kernel)).astype(np.float32)
+        scale = rng.uniform(0.5, 1.5, k).astype(np.float32)
+        chain = [Conv(weights, stride=(stride, stride), padding=(pad,) * 4),
+                 Sdp(scale=scale, shift=-scale, act="relu")]
+        x16 = np.ascontiguousarray(x.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
+        y = device.run(chain, x16, layout="c16", out_layout="c16")[0]
+        y = y.transpose(0, 1, 4, 2, 3).reshape(n, k, *y.shape[2:4])
+        assert np.array_equal(y, ref.run_chain(chain, x)), (n, c, h, w, k, kernel, stride)

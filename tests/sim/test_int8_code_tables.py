@@ -40,6 +40,37 @@ def test_a_per_channel_operand_looked_up_by_codes(ew_op, hw):
     assert len(np.unique(y)) > 20
 
 
+@pytest.mark.parametrize("act", [None, "relu", "clip", "prelu"])
+@pytest.mark.parametrize("out_mul", [0, 3])
+def test_small_planes_with_a_per_channel_operand(act, out_mul):
+    """Planes below the table's threshold (7x7 .. 22x22) go several to an item through the
+    general steps on the codes themselves (sdp_i8_planes_avx512): every activation without a
+    LUT, with and without the output converter, t * e and BN saturating in some channels, on
+    2 threads."""
+    rng = np.random.default_rng(zlib.crc32(repr((act, out_mul)).encode()))
+    c = 90
+    for hw, ew_op in (((7, 7), "mul"), ((14, 14), "mul"), ((22, 22), "add")):
+        x = rng.integers(-128, 128, (2, c) + hw).astype(np.int8)
+        op = _per_channel(rng, ew_op, 2, c)
+        # e about the operand's code (out_mul 3: y about t e 3 / 2^9) or an eighth of it with
+        # t an eighth of x (out_mul 0: y = t e)
+        fields = dict(op.__dict__, act=act, out_mul=out_mul,
+                      out_shift=op.out_shift + (2 if out_mul else 0),
+                      ew_mul=int(rng.integers(2000, 2100)) if out_mul else 256, ew_shift=11,
+                      rshift=np.full(c, 14 if out_mul else 17, np.uint8))
+        fields["mul"][:5] = 32767  # BN saturates int32 in these (rshift 0 below)
+        fields["rshift"][:3] = 0
+        fields["bias"][5:8] = [2**31 - 1, -(2**31), 2**30]
+        if act == "clip":
+            fields.update(clip_lo=-50, clip_hi=90)
+        if act == "prelu":
+            fields.update(prelu_mul=rng.integers(-2**15, 2**15, c).astype(np.int16), prelu_shift=9)
+        op = Sdp(**fields)
+        y = Device("nv_full", num_threads=2).run([op], x)[0]
+        np.testing.assert_array_equal(y, ref.run_chain([op], x))
+        assert len(np.unique(y)) > 20, (hw, ew_op)
+
+
 def test_a_per_channel_operand_with_a_lut():
     op, x = _compiler_case("silu", 5)  # 16 x 64 x 65, the compiler's table
     rng = np.random.default_rng(5)

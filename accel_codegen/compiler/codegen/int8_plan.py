@@ -28,11 +28,12 @@ from ...quantization.lut import layer_lut
 from ...sim.labels import run_key
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
-from ..layer import Layer, constant_value, is_constant
+from ..layer import Layer, constant_value
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
 from .run_ops import channels_of
+from .tensors import resolve_operand
 
 
 def pre_pool(layer: Layer) -> int:
@@ -78,9 +79,9 @@ class _FunctionQuant:
         this use, for a function input that enters the code here)."""
         if expr in self.quant:  # a downsample branch's output, inside the composite
             return self.quant[expr]
-        resolved = scope.get(expr, expr)
-        if is_constant(resolved):  # a constant element-wise operand: its own range
-            return int8.range_quant(np.asarray(constant_value(resolved), np.float64))
+        resolved, value = resolve_operand(expr, scope)
+        if value is not None:  # a constant element-wise operand: its own range
+            return int8.range_quant(value)
         if resolved in self.quant:
             return self.quant[resolved]
         if resolved in self.params:

@@ -5,8 +5,9 @@ A run has a C16 kernel when the C library says so (``accel_c16_native``: the C l
 one judge); with all its tensors C16 it runs without conversions. Any other run that reads or
 writes a C16 tensor is converted around by the runtime: a pass over each C16 tensor it touches.
 The plan chooses the runs that run C16 so that what their kernels save outweighs the
-conversions they cause (``C16_SAVING``, ``CONVERSION_SECONDS_PER_BYTE``); their tensors are the
-C16 ones. So a group's edge falls where converting is cheapest: a layer without a C16 kernel
+conversions they cause, by the host's figures, which the runtime owns
+(``accel_host_c16_saving``, ``accel_host_conversion_seconds``: docs/kernels.md, "Host-speed
+figures"; ``ACCEL_HOST_C16`` sets them for another host); their tensors are the C16 ones. So a group's edge falls where converting is cheapest: a layer without a C16 kernel
 may convert its output to C16 for the readers that have one, and the image layer's conv (with
 ResNet's max pool) writes C16 from its NCHW input without a conversion
 (``c16_native(..., in_layout="nchw")``).
@@ -26,35 +27,11 @@ import numpy as np
 from tvm import relax
 
 from ...sim.config import AccelConfig
-from ...sim.device import c16_native
+from ...sim.device import c16_native, c16_saving, conversion_seconds_per_byte
 from ...sim.layout import ATOM
 from ..layer import Layer, static_shape
 from ..program import Function as ProgramFunction
 from ..program import Program, Run
-
-#: What a conversion costs: it reads and writes a tensor, at about 29 GB/s together (this
-#: Sapphire Rapids VM: docs/whole_network_time.md, the NCHW16c study), per byte of the tensor.
-CONVERSION_SECONDS_PER_BYTE = 2 / 29e9
-
-#: What a convolution's C16 kernel saves against its NCHW kernel, measured in networks on the
-#: same machine (docs/whole_network_time.md): (fraction of the NCHW time, NCHW FLOP/s).
-#: A 1x1 on 28x28 or larger planes runs 5-20 % faster, on 14x14 level, on 7x7 slower (the
-#: weights come from memory and the C16 kernel overlaps that less); a depthwise 3x3 saves
-#: 30-32 % at stride 1 (MobileNetV2's on 112x112, 56x56, 14x14: the NCHW kernel at 35-44
-#: GFLOP/s) and 32-66 % at stride 2 (the NCHW kernel at 11-14 GFLOP/s); a 3x3 in Winograd mode
-#: takes 0.66-0.79 of the NCHW time (its FLOP/s: the direct convolution's FLOPs); a dense 3x3
-#: runs 4-18 % faster on 28x28 and larger outputs, level on 14x14. Kernels not listed save
-#: nothing here: they run C16 to spare conversions.
-C16_SAVING = {
-    "pointwise, >= 784 positions": (0.2, 150e9),
-    "pointwise, >= 196": (0.0, 150e9),
-    "pointwise, fewer": (-0.1, 150e9),
-    "depthwise, stride 1": (0.3, 35e9),
-    "depthwise, stride 2": (0.4, 13e9),
-    "winograd": (0.28, 215e9),
-    "dense 3x3, >= 784 positions": (0.1, 150e9),
-}
-
 
 class _Run:
     """One run of the function as the layout plan weighs it: what it reads and writes,
@@ -78,25 +55,14 @@ class _Run:
         return [v for v in (self.data, self.operand, self.output) if v is not None]
 
     def saving(self) -> float:
-        """What running it C16 saves (seconds, by C16_SAVING; negative: it loses)."""
+        """What running it C16 saves (seconds, the runtime's figures for this host; negative:
+        it loses)."""
         c = self.layer.conv
         if c is None:
             return 0.0
-        k, c_group, r, s = c.weight_shape
-        positions = int(np.prod(self.layer.out_shape[2:]))
-        if self.mode == "winograd":
-            kind = "winograd"
-        elif r == s == 1:
-            kind = "pointwise, " + (">= 784 positions" if positions >= 784 else
-                                    ">= 196" if positions >= 196 else "fewer")
-        elif c_group == 1 and c.groups > 1:
-            kind = f"depthwise, stride {max(c.stride)}"
-        elif r == s == 3 and c.groups == 1 and positions >= 784:
-            kind = "dense 3x3, >= 784 positions"
-        else:
-            return 0.0
-        fraction, rate = C16_SAVING[kind]
-        return fraction * 2 * int(np.prod(self.layer.out_shape)) * c_group * r * s / rate
+        _, c_group, r, s = c.weight_shape
+        return c16_saving((r, s), c.groups, c_group, max(c.stride),
+                          winograd=self.mode == "winograd", out_shape=self.layer.out_shape)
 
 
 def _bytes(var: relax.Var) -> int:
@@ -237,6 +203,9 @@ class _Plan:
             for k, b in touched.items():
                 self.total[k] = self.total.get(k, 0) + b
         self.chosen = [r for r in runs if r.native and all(t in candidates for t in r.tensors())]
+        # the host's figures, asked of the runtime once per plan
+        self.savings = {id(r): r.saving() for r in self.chosen}
+        self.per_byte = conversion_seconds_per_byte()
         self.held = {k: 0 for k in self.total}
         self.holders = {k: 0 for k in self.total}
         for r in self.chosen:
@@ -250,7 +219,7 @@ class _Plan:
     def cost(self) -> float:
         """Seconds the conversions take minus what the C16 runs save (lower is better)."""
         converted = sum(self.total[k] - self.held[k] for k in self.total if self.holders[k])
-        return converted * CONVERSION_SECONDS_PER_BYTE - sum(r.saving() for r in self.chosen)
+        return converted * self.per_byte - sum(self.savings[id(r)] for r in self.chosen)
 
     def _change(self, drop: List[_Run]) -> float:
         """What dropping the runs ``drop`` changes in the cost."""
@@ -262,7 +231,7 @@ class _Plan:
                 holders[k] = holders.get(k, self.holders[k]) - 1
         converted = sum((self.total[k] - held[k] if holders[k] else 0) -
                         (self.total[k] - self.held[k]) for k in held)
-        return converted * CONVERSION_SECONDS_PER_BYTE + sum(r.saving() for r in drop)
+        return converted * self.per_byte + sum(self.savings[id(r)] for r in drop)
 
     def _groups(self) -> List[List[_Run]]:
         """The chosen runs linked by classes they share, groups of more than one run."""

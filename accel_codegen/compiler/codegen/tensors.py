@@ -29,6 +29,17 @@ def scale_zero(quant: Optional[TensorQuant]) -> Tuple[float, int]:
     return (quant.scale, quant.zero) if quant is not None else (1.0, 0)
 
 
+def resolve_operand(expr: relax.Expr, scope) -> Tuple[relax.Expr, Optional[np.ndarray]]:
+    """What a run's operand names through its call's scope, and its value (float64) where that
+    is a constant (an element-wise operand, quantised to its own range in int8 code), else
+    None: the function's tensor. The one lookup of the code generator (``Tensors._data``) and
+    the int8 pass (``int8_plan``), which then find the tensor where each keeps it."""
+    resolved = scope.get(expr, expr)
+    if is_constant(resolved):
+        return resolved, np.asarray(constant_value(resolved), np.float64)
+    return resolved, None
+
+
 class FunctionTensors:
     """The tensors of ``function`` in code of ``precision`` (a layer's, in mixed code: see
     :meth:`_use_precision`); ``calibration``: int8's activation scales."""
@@ -130,9 +141,8 @@ class FunctionTensors:
         use, for a function input that enters the code here."""
         if expr in self.inner:
             return self.inner[expr], self.quant.get(expr)
-        resolved = scope.get(expr, expr)
-        if is_constant(resolved):  # a constant element-wise operand: its own scale
-            value = np.asarray(constant_value(resolved), np.float64)
+        resolved, value = resolve_operand(expr, scope)
+        if value is not None:  # a constant element-wise operand: its own scale
             quant = None
             if self.precision == "int8":
                 quant = int8.range_quant(value)

@@ -153,7 +153,10 @@ accel_status accel_convert(const void* src, accel_precision from, void* dst, acc
  * ([cols, rows]) at dst, element by element as bytes (element_bytes 1, 2 or 4: an int8, fp16
  * or fp32 tensor, moved bit for bit); src and dst must not overlap. The generated code's moves
  * of token tensors between their rows and the simulator's NCHW surface, which NVDLA's feature
- * format does not need (docs/transformer_ops.md: Layout). */
+ * format does not need (docs/transformer_ops.md: Layout). Refused, naming the value: src or dst
+ * NULL (ACCEL_ERR_NULL), a negative size, element_bytes not 1, 2 or 4, a byte count
+ * (batch x rows x cols x element_bytes) beyond int64, or overlapping buffers (ACCEL_ERR_INVALID),
+ * a buffer not aligned to its elements (ACCEL_ERR_ALIGNMENT). */
 accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t rows,
                              int64_t cols, int32_t element_bytes);
 
@@ -206,6 +209,26 @@ void accel_set_recorder(accel_recorder recorder, void* user);
  * AMX path off, 1 back on (process-wide, between runs). Returns 1 when it is on after the
  * call, 0 when off or unavailable. */
 int32_t accel_int8_amx(int32_t request);
+
+/* What the host's kernels cost, for the compiler's choice of the tensors an fp32 function keeps
+ * C16 (compiler/codegen/layouts.py asks these; the figures are the runtime's because they are
+ * the host's). The defaults are one machine's (docs/kernels.md, "Host-speed figures");
+ * ACCEL_HOST_C16 in the environment (read once per process) replaces rows of the table:
+ * comma-separated name=fraction:flops entries (convert=bytes_per_second), e.g.
+ * ACCEL_HOST_C16=pointwise_784=0.1:120e9,convert=40e9. A malformed entry makes every query
+ * fail with ACCEL_ERR_INVALID naming it. */
+/* Seconds that a convolution saves on its C16 kernel against its NCHW kernel (negative: it
+ * loses; 0 for the kernels the table does not list): the NCHW kernel's time, its direct FLOPs
+ * (2 x out_elements x group_channels x kernel_h x kernel_w) at the case's rate, times the case's
+ * fraction. The case: WINOGRAD mode (winograd nonzero), a 1x1 by its output positions (per
+ * image: 784 or more, 196 or more, fewer), a depthwise conv (group_channels 1) by its largest
+ * stride (1 or 2), a dense 3x3 on 784 or more positions. */
+accel_status accel_host_c16_saving(int32_t kernel_h, int32_t kernel_w, int32_t groups,
+                                   int32_t group_channels, int32_t stride, int32_t winograd,
+                                   int64_t out_elements, int64_t positions, double* seconds);
+/* Seconds per byte of a tensor that converting it between NCHW and C16 takes (it reads and
+ * writes each byte once: 2 / the "convert" row's bytes per second). */
+accel_status accel_host_conversion_seconds(double* per_byte);
 
 /* ---- memory ----------------------------------------------------------------------------- */
 

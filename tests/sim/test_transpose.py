@@ -1,0 +1,58 @@
+"""accel_transpose (runtime/src/convert.c), the generated code's moves of token tensors, through
+the Python binding: its bytes against NumPy's transpose, and each refusal with its typed error
+naming the value (issue 28 C review)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accel_codegen._accel_ffi import ffi, lib
+from accel_codegen.errors import AccelBufferError, AccelInvalidError, check
+
+
+def _transpose(src, dst, batch, rows, cols, element_bytes):
+    check(lib.accel_transpose(ffi.cast("void*", src.ctypes.data),
+                              ffi.cast("void*", dst.ctypes.data), batch, rows, cols,
+                              element_bytes))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32])
+def test_each_matrix_transposed_bit_for_bit(dtype):
+    rng = np.random.default_rng(28)
+    x = rng.integers(-100, 100, (3, 37, 70)).astype(dtype)  # tiles of 32 with ragged edges
+    out = np.zeros((3, 70, 37), dtype)
+    _transpose(x, out, 3, 37, 70, x.itemsize)
+    assert out.tobytes() == np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+
+
+def test_refusals_name_the_value():
+    src = np.zeros(64, np.float32)
+    dst = np.zeros(64, np.float32)
+    with pytest.raises(AccelBufferError, match="NULL"):
+        check(lib.accel_transpose(ffi.NULL, ffi.cast("void*", dst.ctypes.data), 1, 2, 2, 4))
+    with pytest.raises(AccelBufferError, match="NULL"):
+        check(lib.accel_transpose(ffi.cast("void*", src.ctypes.data), ffi.NULL, 1, 2, 2, 4))
+    with pytest.raises(AccelInvalidError, match="rows = -2"):
+        _transpose(src, dst, 1, -2, 4, 4)
+    with pytest.raises(AccelInvalidError, match="element_bytes = 3"):
+        _transpose(src, dst, 1, 2, 4, 3)
+    with pytest.raises(AccelBufferError, match="not aligned to its 4-byte elements"):
+        check(lib.accel_transpose(ffi.cast("void*", src.ctypes.data + 2),
+                                  ffi.cast("void*", dst.ctypes.data), 1, 2, 4, 4))
+    with pytest.raises(AccelInvalidError, match="overlap"):
+        check(lib.accel_transpose(ffi.cast("void*", src.ctypes.data),
+                                  ffi.cast("void*", src.ctypes.data + 16), 1, 4, 4, 4))
+    assert not dst.any()  # nothing written by a refused call
+
+
+@pytest.mark.parametrize("batch, rows, cols, element_bytes", [
+    (1 << 40, 1 << 20, 1 << 10, 1),   # batch x rows x cols overflows
+    (1, 1 << 40, 1 << 30, 1),         # rows x cols overflows
+    (1, 1 << 31, 1 << 31, 4),         # only the byte count overflows
+])
+def test_a_byte_count_beyond_int64_is_refused(batch, rows, cols, element_bytes):
+    src = np.zeros(16, np.float32)
+    dst = np.zeros(16, np.float32)
+    with pytest.raises(AccelInvalidError, match=f"batch = {batch}, rows = {rows}, cols = "
+                       f"{cols} of {element_bytes}-byte elements: .*overflows int64"):
+        _transpose(src, dst, batch, rows, cols, element_bytes)
