@@ -591,7 +591,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             s = b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1),
                                               precision=precision), sdp],
                       k, f"{head}.s", (1, t, 1, tk), operand=operand, weights=q)
-            e, r, covered = b.softmax_along_w(head, s, newton, (k, q, scale, operand))
+            e, r, covered = b.softmax_along_w(head, s, newton, (k, q, scales[h], operand))
             v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows",
                        tk)
             v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
