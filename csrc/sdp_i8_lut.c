@@ -194,11 +194,19 @@ static void plan_key_of(const sdp_i8* p, plan_key* k) {
   k->clip_hi = p->clip_hi;
 }
 
-static uint64_t plan_hash(const plan_key* k) { /* FNV-1a over the key's bytes */
+/* FNV-1a's steps over the key's 8-byte words (a byte at a time, the ~700 bytes were a chain of
+ * dependent multiplies in every LUT run's call); the slot compares the bytes whole anyway. */
+static uint64_t plan_hash(const plan_key* k) {
   const unsigned char* b = (const unsigned char*)k;
   uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < sizeof(*k); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
+  size_t i = 0;
+  for (; i + 8 <= sizeof(*k); i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < sizeof(*k); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
 }
 
 /* The slot of key k (inserting it, evicting the least recently used slot no run holds), or
@@ -574,8 +582,9 @@ static inline __m512i lut_front32(const lut_front* f, __m512i x, __mmask16 valid
 void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
-  lut_vec L;
-  lut_vectors(p, &L);
+  lut_vec L; /* the table's, set up at its first use (with a plan most calls never need it:
+              * a depthwise layer calls once per plane, 49 values at 7x7) */
+  int L_ready = 0;
   vec_params q; /* front8's, set up at its first use (most calls take lut_front32 only) */
   int q_ready = 0;
   lut_front f;
@@ -621,6 +630,10 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
         _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(code));
         continue;
       }
+    }
+    if (!L_ready) {
+      lut_vectors(p, &L);
+      L_ready = 1;
     }
     int far;
     const __m512i u = lut16(&L, t, k, &far);

@@ -271,8 +271,19 @@ class AccelConfig:
     _FLAGS = {"precisions": (_PRECISION_CODES, "precision"), "features": (_FEATURES, "feature")}
 
     def to_c(self):
-        """The config as a C ``accel_config*`` (every field type-checked and named)."""
+        """The config as a C ``accel_config*`` (every field type-checked and named), a new
+        struct each call; the fields are converted once (the config is frozen) and copied
+        after: the partitioner's checks ask for it once per chain."""
         c_config = ffi.new("accel_config*")
+        converted = self.__dict__.get("_c_bytes")
+        if converted is not None:
+            ffi.memmove(c_config, converted, len(converted))
+            return c_config
+        self._convert(c_config)
+        object.__setattr__(self, "_c_bytes", bytes(ffi.buffer(c_config)))
+        return c_config
+
+    def _convert(self, c_config) -> None:
         for name, field in ffi.typeof("accel_config").fields:
             value = getattr(self, name)
             if name in self._FLAGS:
@@ -298,7 +309,6 @@ class AccelConfig:
                 if not -2**(bits - 1) <= value < 2**(bits - 1):
                     raise AccelInvalidError(f"config {self.name}: {name} = {value} overflows")
                 setattr(c_config, name, value)
-        return c_config
 
     def _flag_bits(self, field: str, names) -> int:
         codes, what = self._FLAGS[field]

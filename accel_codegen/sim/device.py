@@ -18,8 +18,8 @@ import numpy as np
 from .._accel_ffi import ffi, lib
 from ..errors import AccelBufferError, AccelError, AccelInvalidError, check
 from .config import AccelConfig, precision_code, precision_name
-from .ops import (OP_CLASSES, AccelDtypeError, Bdma, Op, as_operand, dtype_for, has_data,
-                  integer, sram_bits)
+from .ops import (OP_CLASSES, SHAPE_ONLY, AccelDtypeError, Bdma, Op, as_operand, dtype_for,
+                  has_data, integer, sram_bits)
 from .layout import c16_shape, nchw_shape
 from .vocabulary import ENGINES, LAYOUTS, MODES, PRECISIONS
 
@@ -149,6 +149,48 @@ class _Chain:
         for op, out_shape in zip(ops, self.shapes):
             op.check_sizes(seen, out_layout or layout)  # operands: the output's layout
             seen = out_shape
+
+
+class _Unkeyed(Exception):
+    """A chain with a large array operand (or a value of unknown kind): no :func:`chain_key`."""
+
+
+_SCALARS = frozenset((type(None), bool, int, float, str))
+
+
+def _value_key(value):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list:
+        return tuple(v if type(v) in _SCALARS else _value_key(v) for v in value)
+    if value is SHAPE_ONLY:  # present, no data
+        return "SHAPE_ONLY"
+    if kind is np.ndarray and value.nbytes <= _KEYED_BYTES:  # by its content
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return value.item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (kind, tuple(v if type(v) in _SCALARS else _value_key(v)
+                            for v in vars(value).values()))
+    raise _Unkeyed(kind.__name__)
+
+
+#: The largest array operand a chain key holds (an attention pass's per-token scales, a
+#: depthwise layer's weights); a chain with a larger one has no key.
+_KEYED_BYTES = 1 << 16
+
+
+def chain_key(ops: Sequence[Op], in_shape: Tuple[int, ...], precision: Optional[str],
+              mode: str) -> Optional[tuple]:
+    """What a chain's cost estimate depends on besides the configuration (its ops' every
+    field, small arrays by their content, the input shape, precision and mode), hashable;
+    None for a chain with a larger array operand. A partition checks every run of every
+    layer (:func:`estimate_chain`), and a window attention's or a concat's runs repeat."""
+    try:
+        return (_value_key(list(ops)), tuple(int(d) for d in in_shape), precision, mode)
+    except (_Unkeyed, TypeError, ValueError):
+        return None
 
 
 def op_list(ops: Sequence[Op]) -> List[Op]:
@@ -335,7 +377,28 @@ def estimate_chain(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple
     """The cost of a chain on a configuration without executing it (no data needed; operands
     may be SHAPE_ONLY). ``precision`` defaults to the first op's."""
     precision = chain_precision(ops, precision)
-    config_c = AccelConfig.resolve(config).to_c()
+    config = AccelConfig.resolve(config)
+    key = chain_key(ops, in_shape, precision, mode)
+    if key is not None:
+        known = _ESTIMATES.get((config, key))
+        if known is not None:
+            return known
+    stats = _estimate_chain(config, ops, in_shape, mode, precision)
+    if key is not None:
+        if len(_ESTIMATES) >= _ESTIMATES_KEPT:
+            _ESTIMATES.pop(next(iter(_ESTIMATES)))
+        _ESTIMATES[(config, key)] = stats
+    return stats
+
+
+#: estimate_chain's results by (configuration, chain_key), the oldest dropped past the limit:
+#: a partition checks every run of every layer, and a window attention's runs repeat.
+_ESTIMATES: dict = {}
+_ESTIMATES_KEPT = 8192
+
+
+def _estimate_chain(config: AccelConfig, ops, in_shape, mode: str, precision: str) -> RunStats:
+    config_c = config.to_c()
     chain = _Chain(config_c, ops, tuple(in_shape), precision, mode)
     output = _tensor_struct(chain.shapes[-1], output_precision(ops, precision))
     c_run = ffi.new("accel_run_stats*")

@@ -3,7 +3,8 @@
 FP32: the convolution sums in the simulator's order (csrc/conv/f32_order.h: 32-deep blocks of
 FMAs, the dot-product tail positions of :func:`conv_dot_tail` in 16 lanes; depthwise taps in
 order: :func:`conv2d_f32`), bit for bit but for a batch of fully connected rows (the library's
-OpenBLAS path) and the Winograd mode (its own transforms: :func:`conv2d_winograd`);
+OpenBLAS path); the Winograd mode its transforms and its MAC array's FMA chains over the
+channels (:func:`conv2d_winograd`), bit for bit too;
 :func:`conv2d` is the float64 sum, rounded once, that the error bounds compare against. SDP and
 PDP compute in float32 in the simulator's order, so non-LUT SDP ops and
 pooling (max, and average: a float32 sum in the engine's order) match the simulator bit for bit; the CDP's LRN runs in float64 in the simulator's
@@ -922,8 +923,13 @@ def _conv2d_winograd(x, weights, stride, padding, precision, in_zero) -> np.ndar
         if precision == "fp16":  # beyond the half range the operand is infinite (accel.h)
             with np.errstate(over="ignore"):
                 vt = vt.astype(np.float16).astype(np.float32)
-        m = np.einsum("kcij,ncyxij->nkyxij", u.astype(np.float64),
-                      vt.astype(np.float64)).astype(np.float32)
+        # the MAC array: each M element the FMA chain over the channels from 0 up, from 0
+        # (winograd.c); halves' products are exact in float32 (_fma32's fast path)
+        wide = np.float32 if precision == "fp16" else np.float64
+        u, vt = u.astype(wide), vt.astype(wide)
+        m = np.zeros((vt.shape[0], u.shape[0], *vt.shape[2:]), np.float32)
+        for c in range(u.shape[1]):
+            m = _fma32(u[None, :, c, None, None], vt[:, None, c], m)
         y = _rows_then_columns(m, _at)
     n, k, th, tw = y.shape[:4]
     y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * th, 2 * tw)

@@ -822,7 +822,8 @@ def cmd_estimate(args) -> int:
 def _show_report(report, json_path, kind: str) -> int:
     """Print a report (estimate or accuracy) and, when asked, write its JSON form."""
     print(report)
-    _write_json(kind, report.to_dict(), json_path)
+    if json_path:  # a large model's JSON form takes a while to build: only when asked
+        _write_json(kind, report.to_dict(), json_path)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The CONV's Winograd mode (accel_conv_mode in accel.h): the kernel against the NumPy reference
-and the stated bound against the exact convolution in each precision (random and adversarial
+(bit for bit in every precision) and the stated bound against the exact convolution in each precision (random and adversarial
 inputs), INT8 bit for bit equal to direct convolution, the weights pre-transformed once at
 packing bit for bit as the reference's, the cost model's figures computed by hand, and the
 conditions the C library refuses by name. Fixed seeds."""
@@ -48,6 +48,8 @@ def test_fp32_is_within_its_bound_of_the_exact_convolution(case, rng):
         assert stats.ops[0].op == "conv2d_winograd"
     reference = ref.run_op(op, x)
     assert np.all(np.abs(reference - exact) <= bound)
+    # and the reference's bits: its MAC array sums each M element as the kernel's FMA chain
+    np.testing.assert_array_equal(y, reference)
     # the same bits at any thread count (fixed tile blocks), fused or independent
     one, _ = DEVICES[1].run([op], x)
     two, _ = DEVICES[2].run([op], x, mode="independent")
@@ -68,8 +70,9 @@ def test_fp16_is_within_its_bound_through_the_sdp(case, rng):
     # the SDP rounds the accumulator to half once more
     rounding = 2.0 ** -11 * np.abs(exact) * (1 + 2.0 ** -10) + 2.0 ** -25
     assert np.all(np.abs(y.astype(np.float64) - exact) <= bound + rounding)
-    reference = ref.run_chain(chain, x).astype(np.float64)
-    assert np.all(np.abs(reference - exact) <= bound + rounding)
+    reference = ref.run_chain(chain, x)
+    assert np.all(np.abs(reference.astype(np.float64) - exact) <= bound + rounding)
+    np.testing.assert_array_equal(y, reference)  # bit for bit
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -25,7 +25,7 @@ class ConstantPool:
         """Add a constant; returns its index in the loader's array."""
         array = np.asarray(array)
         if array.dtype.kind == "f":
-            array = array.astype(self.float_dtype)
+            array = array.astype(self.float_dtype, copy=False)
         self.arrays[f"{self.symbol}_c{len(self.arrays)}"] = np.ascontiguousarray(array)
         return len(self.arrays) - 1
 

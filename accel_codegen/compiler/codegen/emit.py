@@ -203,6 +203,82 @@ def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
     return lines
 
 
+#: What a layer's C refers to that differs between two layers of the same code: the function's
+#: arguments, scratch and constants (by index), and string literals (run labels, layer names).
+_REFERENCE = re.compile(r'\b(a|k_temp|k_const)\[(\d+)\]|"(?:[^"\\\n]|\\.)*"')
+_COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+#: the parameter that stands for each kind of reference in a shared layer function
+_PARAMETERS = {"a": ("A", "float* const*"), "k_temp": ("T", "void* const*"),
+               "k_const": ("C", "const void* const*"), '"': ("S", "const char* const*")}
+
+
+#: Layers of fewer runs stay inline: a layer of one run or a few (a conv, a concat's copies)
+#: gains little from a shared function, and its run reads better where it runs; a layer norm,
+#: a softmax or an attention is tens of runs, the same in every block of a transformer.
+SHARED_LAYER_RUNS = 8
+
+
+def _template(text: str) -> Optional[Tuple[str, Dict[str, List[str]]]]:
+    """A layer's C as a function body over its references (``_REFERENCE``), each distinct
+    one a parameter in the order it first appears, with the references by kind; None when
+    something in it is not a reference the function can take as a parameter."""
+    refs: Dict[str, List[str]] = {kind: [] for kind in _PARAMETERS}
+
+    def parameter(match: "re.Match[str]") -> str:
+        kind, ref = match.group(1) or '"', match.group(0)
+        seen = refs[kind]
+        if ref not in seen:
+            seen.append(ref)
+        return f"{_PARAMETERS[kind][0]}[{seen.index(ref)}]"
+
+    body = _REFERENCE.sub(parameter, _COMMENT.sub("", text))
+    if re.search(r"\b(a|k_temp|k_const|k_packed|k_const_object)\b", body):
+        return None  # used otherwise than as an element read: stays where it is
+    return body, refs
+
+
+def shared_layers(layers: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Layers whose C is the same but for the buffers, constants and strings it names (the
+    blocks of a transformer, a layer norm's passes) printed once, as a static function that
+    takes those as arrays; each such layer then calls it. Returns (the functions, the body's
+    statements). The calls and their arguments, and so what runs, are the same as the layers'
+    own text; the C is shorter, which is what the compiler's time goes by."""
+    templates = [_template(text) if text.count("accel_glue_run_layer(") >= SHARED_LAYER_RUNS
+                 else None for text in layers]
+    uses: Dict[str, int] = {}
+    for template in templates:
+        if template is not None:
+            uses[template[0]] = uses.get(template[0], 0) + 1
+    names: Dict[str, str] = {}
+    functions: List[str] = []
+    body: List[str] = []
+    for text, template in zip(layers, templates):
+        if template is None or uses[template[0]] < 2:
+            body.append(text)
+            continue
+        code, refs = template
+        if code not in names:
+            names[code] = f"layer_code{len(names)}"
+            signature = ", ".join(f"{ctype} {name}" for name, ctype in _PARAMETERS.values())
+            functions.append(f"static int {names[code]}({signature}) {{\n"
+                             f"{textwrap.indent(code.strip(), '  ')}\n  return 0;\n}}")
+        first = _COMMENT.search(text)
+        call = [first.group(0)] if first else []
+        arrays = []
+        for kind, (name, ctype) in _PARAMETERS.items():
+            if refs[kind]:
+                element = ctype.rsplit("*", 1)[0].strip()
+                storage = "static const char* const" if kind == '"' else element
+                call.append(f"  {storage} {name}_[{len(refs[kind])}] = "
+                            f"{{{', '.join(refs[kind])}}};")
+                arrays.append(f"{name}_")
+            else:
+                arrays.append("NULL")
+        call.append(f"  if ({names[code]}({', '.join(arrays)}) != 0) return -1;")
+        body.append("\n".join(["{", *call, "}"]))
+    return functions, body
+
+
 #: The ELF section where each generated function leaves its record, a JSON text ended by a
 #: NUL (the linker puts the functions' records one after the other): the configuration, the
 #: precision and each layer's source-model name (:func:`accel_codegen.compiler.library.
@@ -244,12 +320,14 @@ def convert_op(precision: str, quant_scale: float, quant_zero: int) -> str:
 def translation_unit(*, symbol: str, name: str, header: str,
                      cfg: AccelConfig, args: Sequence[Tuple[str, Tuple[int, ...]]],
                      num_inputs: int, constants: Sequence[Tuple[int, Tuple[str, int]]],
-                     temps: Sequence[int], num_packed: int, body: str, info: str) -> str:
+                     temps: Sequence[int], num_packed: int, body: str, info: str,
+                     functions: Sequence[str] = ()) -> str:
     """The C source of one external function. ``name``: what its errors outside a run start
     with ("external function f0"); ``args``: (what, shape) of every argument; ``constants``:
     (value count, DLPack type) of each; ``temps``: scratch bytes; ``body``: the statements of
     run_layers, indented; ``info``: the function's record (JSON) in the library's
-    :data:`INFO_SECTION`."""
+    :data:`INFO_SECTION`; ``functions``: the layer functions run_layers calls
+    (:func:`shared_layers`)."""
     shapes = "\n".join(f"static const int64_t k_shape{i}[{max(len(shape), 1)}] = "
                        f"{{{_table(map(str, shape))}}};" for i, (_, shape) in enumerate(args))
     arg_table = ",\n  ".join(f'{{"{what}", {len(shape)}, k_shape{i}}}'
@@ -293,7 +371,7 @@ static accel_glue_function k_fn = {{
   {n_temps}, k_temp_bytes, k_temp,
   {num_packed}, k_packed, k_packed_bytes, &k_lock}};
 
-static int run_layers(float** a) {{
+{"".join(f + chr(10) + chr(10) for f in functions)}static int run_layers(float** a) {{
 {body}
   return 0;
 }}

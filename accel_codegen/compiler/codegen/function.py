@@ -68,6 +68,7 @@ class FunctionCodegen(FunctionTensors):
         # layer key -> its source-model name, Relax operators and precision: the function's
         # record in the library (emit.INFO_SECTION)
         self.layer_info: Dict[str, Dict[str, object]] = {}
+        self.layer_starts: List[int] = []  # where each layer's statements begin in the body
 
     @property
     def quantization(self) -> Dict[Key, TensorQuant]:
@@ -92,6 +93,7 @@ class FunctionCodegen(FunctionTensors):
         self.layer_sources = layer_names(self.function)  # per call site (source_names)
         for index, call in enumerate(calls):
             self.layer_index = index
+            self.layer_starts.append(len(self.body))
             if self.function_precision == "mixed":
                 self._use_precision(call.precision)
             self._call(index, call, [r for r in runs[index] if not r.converts])
@@ -241,7 +243,11 @@ def translation_unit(gen: FunctionCodegen) -> str:
             for i, var in enumerate(gen.inputs)]
     args += [(f"output {r} ({var.name})", static_shape(var))
              for r, var in enumerate(gen.outputs)]
-    body = list(gen.body)
+    ends = gen.layer_starts[1:] + [len(gen.body)]
+    layer_code = ["\n".join(gen.body[start:end])
+                  for start, end in zip(gen.layer_starts, ends)]
+    functions, body = emit.shared_layers(layer_code)
+    body = gen.body[:gen.layer_starts[0]] + body if gen.layer_starts else list(gen.body)
     for r, var in enumerate(gen.outputs):
         source = gen.args[var]  # an fp32 input, or the output's first position
         target = f"a[{len(gen.inputs) + r}]"
@@ -263,5 +269,5 @@ def translation_unit(gen: FunctionCodegen) -> str:
         symbol=gen.symbol, name=f"external function f{gen.index}", header=header,
         cfg=gen.config, args=args, num_inputs=len(gen.inputs), constants=constants,
         temps=gen.scratch.sizes, num_packed=gen.packed,
-        body=textwrap.indent("\n".join(body), "  "),
+        body=textwrap.indent("\n".join(body), "  "), functions=functions,
         info=json.dumps(info, separators=(",", ":"), sort_keys=True))

@@ -53,8 +53,8 @@ def conv_op(gen, layer: Layer, scope, weights: Optional[str] = None, in_zero: in
           c16: bool = False) -> str:
     c = layer.conv
     if weights is None:
-        weights = gen._pointer(c.weight, scope,
-                                reshape=(lambda v: v.T) if c.transpose_weight else None)
+        weights = _fp32_weights(gen, c, scope) or gen._pointer(
+            c.weight, scope, reshape=(lambda v: v.T) if c.transpose_weight else None)
     modes = gen.emitting.modes
     pack = None
     # packed (int8), widened (fp16) or pre-transformed (fp32 Winograd, constant weights
@@ -73,6 +73,20 @@ def conv_op(gen, layer: Layer, scope, weights: Optional[str] = None, in_zero: in
         gen.packed += 1
     return emit.conv_op(c, weights, gen.precision, in_zero, pack, modes,
                         gen.emitting.memory.conv)
+
+
+def _fp32_weights(gen, c, scope) -> Optional[str]:
+    """fp32 constant weights pooled from the run's emitted weights (``weights.py``), which the
+    memory plan read already, in the shape the constant has (transposed where the conv reads
+    it so): the same bytes as the constant's own, without reading them out of TVM again."""
+    emitted = gen.emitting.weights if gen.emitting is not None else None
+    if gen.precision != "fp32" or emitted is None or emitted.precision != "fp32" or \
+            not emitted.constant or not emitted.expr.same_as(scope.get(c.weight, c.weight)) or \
+            emitted.layer.conv.transpose_weight != c.transpose_weight or \
+            tuple(emitted.layer.conv.weight_shape) != tuple(c.weight_shape):
+        return None
+    shape = [int(d) for d in emitted.expr.value.shape]
+    return gen._constant(emitted.array.reshape(shape[::-1] if c.transpose_weight else shape))
 
 
 def sdp_ops(gen, layer: Layer, scope, lines: List[str],

@@ -40,8 +40,10 @@ class EmittedWeights:
     @functools.cached_property
     def original(self) -> np.ndarray:
         """The constant weights as [K, C/groups, R, S], float64."""
+        return self._shaped(np.asarray(constant_value(self.expr), np.float64))
+
+    def _shaped(self, w: np.ndarray) -> np.ndarray:
         c = self.layer.conv
-        w = np.asarray(constant_value(self.expr), np.float64)
         return (w.T if c.transpose_weight else w).reshape(c.weight_shape)
 
     @functools.cached_property
@@ -78,7 +80,9 @@ class EmittedWeights:
             return self.codes
         if self.precision == "fp16":
             return (self.folded if self.fuse else self.original).astype(np.float16)
-        return self.original.astype(np.float32)
+        # float32 as read (through float64 it is the same values): one copy fewer of
+        # a model's every weight than self.original's
+        return self._shaped(np.asarray(constant_value(self.expr), np.float32))
 
     @functools.cached_property
     def nonzero(self) -> Optional[int]:
