@@ -242,7 +242,8 @@ void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t*
   const int64_t planes = (int64_t)n * c;
   if (num_threads < 1) num_threads = 1;
   if (hw == 1) {
-    const run_job J = {p, c, hw, (c + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
+    const run_job J = {.p = p, .c = c, .hw = hw, .chunks = (c + RUN_CHUNK - 1) / RUN_CHUNK,
+                       .in = in, .out = out};
     pool_for(planes > 32768 ? num_threads : 1, n * J.chunks, run_channels_item, (void*)&J);
     return;
   }
@@ -263,7 +264,8 @@ void sdp_i8_run(const sdp_i8* p, int32_t n, int32_t c, int64_t hw, const int8_t*
                                       ? planes * chunks * 256 : planes * hw);
     q.lut_plan = plan;
   }
-  const run_job J = {&q, c, hw, (hw + RUN_CHUNK - 1) / RUN_CHUNK, in, out};
+  const run_job J = {.p = &q, .c = c, .hw = hw, .chunks = (hw + RUN_CHUNK - 1) / RUN_CHUNK,
+                     .in = in, .out = out};
   pool_for(planes * hw > 32768 ? num_threads : 1, planes * J.chunks, run_planes_item, (void*)&J);
   sdp_i8_lut_plan_free(plan);
 }

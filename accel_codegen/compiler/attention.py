@@ -19,7 +19,10 @@ traced forward the same way to the tensor whose indices are the heads merged, to
 
 What is rewritten: one image (batch 1, or the batch axis of size 1 anywhere), or one image's
 windows (Swin, MaxViT: the operands gather the heads of consecutive blocks of rows of one
-token tensor, window after window: the batch of ``nn.attention`` is the windows); adds of
+token tensor, window after window: the batch of ``nn.attention`` is the windows), or a
+sequence-first batch (torch's batch_first=False: B images' rows alternate, so [T, B, C] is
+T rows of B x C channels and image b's head h is head b x heads + h of one image, where
+each image's channels are the whole row or a projection of its own); adds of
 constants between the scores and the softmax (Swin's relative position bias and its shifted
 windows' region mask, each layout ops of a constant table) become its bias, one
 [T, Tk] per head (and per window where they differ); every intermediate read only by the next
@@ -319,11 +322,14 @@ def _indices_of(graph: "_Graph", shape, chain: List[relax.Call]) -> Optional[np.
 
 
 def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
-           normalized: Optional[list] = None) -> Optional[Tuple[relax.Expr, int, float, int]]:
-    """(base, first channel, scale, windows) where ``operand`` ([..., tokens, d], or
-    [..., d, tokens] with ``keys_first`` False: K transposed) gathers the heads of ``base``'s
-    tokens, window after window (Swin's windows: ``windows`` consecutive blocks of
-    ``tokens`` rows, each split into heads; 1 for one image); None if it does not. With
+           normalized: Optional[list] = None
+           ) -> Optional[Tuple[relax.Expr, int, float, int, bool]]:
+    """(base, first channel, scale, windows, interleaved) where ``operand`` ([..., tokens, d],
+    or [..., d, tokens] with ``keys_first`` False: K transposed) gathers the heads of
+    ``base``'s tokens, window after window (Swin's windows: ``windows`` consecutive blocks of
+    ``tokens`` rows, each split into heads; 1 for one image), or (``interleaved``) of a
+    sequence-first batch: ``windows`` images whose rows alternate, token t of image b at row
+    t x windows + b (nn.MultiheadAttention with batch_first=False); None if it does not. With
     ``normalized`` (a list), the heads may be L2-normalised on the way (F.normalize over
     each head's d channels: Swin-V2's cosine attention), whose eps (or None) is appended."""
     shape = _static(operand)
@@ -355,32 +361,48 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
         h = np.arange(heads)[None, :, None, None]
         t = np.arange(tokens)[None, None, :, None]
         j = np.arange(d)[None, None, None, :]
-        expected = (w * tokens + t) * base_shape[-1] + first + h * d + j
-        if first + heads * d <= base_shape[-1] and np.array_equal(index, expected):
-            passed = [n for n in norms or [] if n[0] <= position]
-            if not passed:
-                if normalized is not None:
-                    normalized.append(None)
-                return base, first, scale, windows
-            # one normalisation, over rows that are one head's d channels each, no factor
-            # before it (a negative one would flip the sign it removes)
-            (_, eps, after, factor), = passed if len(passed) == 1 else [(0, 0, 0, None)]
-            rows = _indices_of(graph, base_shape, chain[:len(chain) - after])
-            if factor != scale or rows is None or rows.shape[-1] != d:
-                continue
-            rows = rows.reshape(-1, d)
-            if not np.array_equal(rows - rows[:, :1], np.broadcast_to(np.arange(d), rows.shape)) \
-                    or np.any((rows[:, 0] % base_shape[-1] - first) % d):
-                continue
-            normalized.append(eps)
-            return base, first, scale, windows
+        if first + heads * d > base_shape[-1]:
+            continue
+        # a sequence-first batch's rows are one image's heads of a tensor of B x C channels
+        # only where each image's C channels are the whole row, or a projection of its own
+        # (compiler/lowering.py reads a channel range, which B images' heads are not)
+        separable = first == 0 and base_shape[-1] == heads * d or \
+            _projected_input(graph, (base, first), rows, heads * d)[0] == "linear"
+        forms = (False, True) if windows > 1 and separable else (False,)
+        interleaved = next((form for form in forms if np.array_equal(index, (
+            t * windows + w if form else w * tokens + t) * base_shape[-1] + first + h * d + j)),
+            None)
+        if interleaved is None:
+            continue
+        passed = [n for n in norms or [] if n[0] <= position]
+        if not passed:
+            if normalized is not None:
+                normalized.append(None)
+            return base, first, scale, windows, interleaved
+        if interleaved:  # a normalised sequence-first batch: not read
+            continue
+        # one normalisation, over rows that are one head's d channels each, no factor
+        # before it (a negative one would flip the sign it removes)
+        (_, eps, after, factor), = passed if len(passed) == 1 else [(0, 0, 0, None)]
+        normed = _indices_of(graph, base_shape, chain[:len(chain) - after])
+        if factor != scale or normed is None or normed.shape[-1] != d:
+            continue
+        normed = normed.reshape(-1, d)
+        if not np.array_equal(normed - normed[:, :1],
+                              np.broadcast_to(np.arange(d), normed.shape)) \
+                or np.any((normed[:, 0] % base_shape[-1] - first) % d):
+            continue
+        normalized.append(eps)
+        return base, first, scale, windows, interleaved
     return None
 
 
 def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
-            windows: int = 1) -> Optional[relax.Var]:
+            windows: int = 1, width: Optional[int] = None) -> Optional[relax.Var]:
     """The last tensor of the layout ops after ``result`` ([windows x heads, tokens, d]) that
-    holds the heads merged token-major ([windows x tokens, heads x d] in memory)."""
+    holds the heads merged token-major ([windows x tokens, heads x d] in memory), in rows of
+    ``width`` (default heads x d; a sequence-first batch: one image's heads x d)."""
+    width = heads * d if width is None else width
     index = np.arange(windows * heads * tokens * d, dtype=np.int64)
     expected = index.reshape(windows, heads, tokens, d).transpose(0, 2, 1, 3).reshape(-1)
     index = index.reshape(_static(result))
@@ -394,7 +416,7 @@ def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
         if index is None:
             return found
         shape = _static(call)
-        if shape[-1] == heads * d and np.array_equal(index.reshape(-1), expected):
+        if shape[-1] == width and np.array_equal(index.reshape(-1), expected):
             found = reader
         var = reader
 
@@ -406,9 +428,13 @@ class _Core:
     ``projected`` = (the projection's result as it is read, W, b)."""
 
     def __init__(self, q, k, v, heads, tokens, kv_tokens, d, scale, output, windows=1,
-                 bias=None):
+                 bias=None, width=None):
         self.q, self.k, self.v = q, k, v
         self.heads, self.tokens, self.kv_tokens, self.d = heads, tokens, kv_tokens, d
+        # the channels of each input row the heads take: heads x d, or (a sequence-first
+        # batch, whose images' rows alternate: each image's heads are heads of one image of
+        # all the rows) one image's heads x d
+        self.width = heads * d if width is None else width
         self.scale, self.output = scale, output
         # Swin: the windows (a batch of token blocks) and the constant added to the scores
         # before the softmax, [1 or windows, heads, tokens, kv_tokens] (None: no bias)
@@ -653,9 +679,16 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     # inside the softmax
     if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3]:
         return None
+    if not q[4] == k[4] == v[4]:
+        return None
     windows = q[3]
+    # a sequence-first batch: each image's heads are more heads of one image of T rows (the
+    # rows of every image, [T, batch x C]: image b's head h is head b heads + h)
+    rows, width = windows, heads // windows * d
+    if q[4]:
+        windows = 1
     heads //= windows
-    output = _merged(graph, reader, heads, tokens, d, windows)
+    output = _merged(graph, reader, heads, tokens, d, windows, width)
     if output is None:
         return None
     # the factors on the scores: one, or one per head (the same in every window)
@@ -670,11 +703,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
             bias = bias[:1]
         # the scale of the products applies to them alone: the bias was added after it
         bias = bias.astype(np.float32)
-    width = heads * d
-    core = _Core(_projected_input(graph, q[:2], windows * tokens, width),
-                 _projected_input(graph, k[:2], windows * kv_tokens, width),
-                 _projected_input(graph, v[:2], windows * kv_tokens, width), heads, tokens,
-                 kv_tokens, d, scale * q[2] * k[2], output, windows, bias)
+    core = _Core(_projected_input(graph, q[:2], rows * tokens, width),
+                 _projected_input(graph, k[:2], rows * kv_tokens, width),
+                 _projected_input(graph, v[:2], rows * kv_tokens, width), heads, tokens,
+                 kv_tokens, d, scale * q[2] * k[2], output, windows, bias, width)
     core.q_eps, core.k_eps = q_eps[0], k_eps[0]
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
@@ -717,7 +749,7 @@ class _Rewriter(relax.PyExprMutator):
 
     def _input(self, source, core: _Core, tokens: int, eps: Optional[float] = None
                ) -> relax.Expr:
-        width = core.heads * core.d
+        width = core.width
         if source[0] == "linear":
             _, x, w, b = source
             x = self._linear(self.visit_expr(x), w, b)
@@ -754,7 +786,7 @@ class _Rewriter(relax.PyExprMutator):
             scale = 1.0
         attention = self.builder_.emit(relax.op.nn.attention(q, k, v, bias, scale=scale))
         if core.projected is not None:  # the output projection reads the query's rows
-            rows = list(_static(core.q[1])[:-1]) + [core.heads * core.d]
+            rows = list(_static(core.q[1])[:-1]) + [core.width]
             result = self.builder_.emit(relax.op.reshape(attention, rows))
             var, w, b = core.projected
             self.projections[var] = (result, w, b)

@@ -1032,17 +1032,19 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
                     end[0] - begin[0] != heads * d:
                 raise Unsupported("attention's input is a slice other than a channel range")
             first = begin[0]
+        # the rows of the tensor: [tokens, channels] (a sequence-first batch's [T, B, C] is
+        # [T, B x C], each image's heads more heads of the one image: compiler/attention.py;
+        # Swin-V2's q and k, each head L2-normalised over its d channels, [tokens x heads, d]
+        # is [tokens, heads x d])
         rows = windows * (tokens if name == "x" else kv_tokens)
-        if sliced is None and shape[-1] == d and int(np.prod(shape)) == rows * heads * d:
-            # the rows of each token's heads, [tokens x heads, d] (Swin-V2's q and k, each
-            # head L2-normalised over its d channels): the bytes of [tokens, heads x d]
-            shape = (rows, heads * d)
-        if int(np.prod(shape)) != shape[-1] * rows:
+        width = int(np.prod(shape)) // rows
+        if width * rows != int(np.prod(shape)) or width < first + heads * d or \
+                (sliced is not None and shape[-1] != width):
             raise Unsupported(f"attention's {role} {list(shape)} is not [tokens, channels]")
         _require_float32(data, f"attention's {role}")
         if _resolve(data, lookup) is not None and not is_constant(data):
             raise Unsupported("the chain's input is computed inside the matched region")
-        channels[name] = (shape[-1], first)
+        channels[name] = (width, first)
         sources[name] = data
     _require_float32(call, "the attention output")
     scale = float(a.scale) if a.scale is not None else 1.0 / math.sqrt(d)

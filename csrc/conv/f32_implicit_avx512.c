@@ -217,11 +217,14 @@ static void imp_vdest(const conv_plan* P, const imp_plan* Q, int64_t j, vdest* d
 /* The one-pass epilogue's operands at channel ch0 and output offset at0 (read only where
  * sdp_f32_one_pass(ep)). */
 static reg_ep reg_ep_at(const sdp_f32* ep, int64_t ch0, int64_t at0) {
-  if (ep == NULL) return (reg_ep){NULL, NULL, NULL, ACCEL_ACT_NONE, 0.0f, 0.0f};
-  return (reg_ep){ep->scale != NULL ? ep->scale + ch0 : NULL,
-                  ep->shift != NULL ? ep->shift + ch0 : NULL,
-                  ep->ew_op == ACCEL_EW_ADD ? ep->ew_operand + at0 : NULL, ep->act,
-                  ep->clip_min, ep->clip_max};
+  if (ep == NULL) {
+    return (reg_ep){.scale = NULL, .shift = NULL, .operand = NULL, .act = ACCEL_ACT_NONE,
+                    .lo = 0.0f, .hi = 0.0f};
+  }
+  return (reg_ep){.scale = ep->scale != NULL ? ep->scale + ch0 : NULL,
+                  .shift = ep->shift != NULL ? ep->shift + ch0 : NULL,
+                  .operand = ep->ew_op == ACCEL_EW_ADD ? ep->ew_operand + at0 : NULL,
+                  .act = ep->act, .lo = ep->clip_min, .hi = ep->clip_max};
 }
 
 /* One tile of the grid: panels [pa, pb) x output channels [m0, m1) of image b, group grp; each
@@ -438,7 +441,9 @@ static int implicit_dot_tail(const conv_plan* P) {
   return 0;
 }
 
-const conv_f32_impl conv_f32_implicit_avx512_impl = {"implicit_avx512", implicit_applies,
-                                                     implicit_supports, implicit_run,
-                                                     implicit_dot_tail};
+const conv_f32_impl conv_f32_implicit_avx512_impl = {.name = "implicit_avx512",
+                                                     .applies = implicit_applies,
+                                                     .supports = implicit_supports,
+                                                     .run = implicit_run,
+                                                     .dot_tail = implicit_dot_tail};
 #endif /* __AVX512F__ */

@@ -104,7 +104,8 @@ static const conv_f32_impl* pick(const conv_f32_call* c) {
 int conv_f32_dot_tail(const conv_geometry* g) {
   conv_plan P;
   f32_plan(g, &P);
-  const conv_f32_call c = {&P, NULL, NULL, NULL, NULL, NULL, 1};
+  const conv_f32_call c = {.P = &P, .in = NULL, .weights = NULL, .out = NULL, .ep = NULL,
+                           .ws = NULL, .nth = 1};
   const conv_f32_impl* impl = pick(&c);
   return impl->dot_tail != NULL ? impl->dot_tail(&P) : -1;
 }
@@ -115,7 +116,8 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
   f32_plan(g, &P);
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
-  const conv_f32_call c = {&P, in, weights, out, epilogue, ws, num_threads};
+  const conv_f32_call c = {.P = &P, .in = in, .weights = weights, .out = out, .ep = epilogue,
+                           .ws = ws, .nth = num_threads};
   const conv_f32_impl* impl = pick(&c);
   if (conv_verbose()) conv_verbose_line("fp32", g, impl->name);
   return impl->run(&c);

@@ -212,9 +212,11 @@ static void amx_unit_item(void* ctx, int64_t u, int participant) {
   if (direct) {
     const int64_t at = (J->b * P->g->k + k0) * P->ohw;
     for (int64_t m = 0; m < nm * 16; ++m) crow[m] = corr[m * 16];
-    E = (panel_codes){J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
-                      rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                      J->add != NULL ? J->ep->ew_operand + at : NULL, 0, crow, J->lut};
+    E = (panel_codes){.cvt = J->cvt + k0, .out = J->out + at, .ldo = P->ohw, .rows = rows,
+                      .cols = 0, .lo = J->lo, .hi = J->hi,
+                      .split = rows_form(J->cvt + k0, rows, J->add != NULL), .add = J->add,
+                      .opnd = J->add != NULL ? J->ep->ew_operand + at : NULL, .wide = 0,
+                      .corr = crow, .lut = J->lut};
   }
   _tile_loadconfig(&X->cfg);
   /* one depth tile (a 1x1 layer of at most 16 channel blocks): its A tiles once */
@@ -282,7 +284,8 @@ static accel_status conv_amx(const plan* P, int32_t in_zero, const int8_t* in,
     scratch[t] = workspace_get(ws, t, tile_bytes + (size_t)(4 * ldt));
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const bsrc B = {copy, Q.gbytes, off, Q.ncols, 0, 0};
+  const bsrc B = {.base = copy, .group_bytes = Q.gbytes, .off = off, .ncols = Q.ncols, .npanels = 0,
+                  .tiles = 0};
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   imp_job J = {.P = P, .Q = &Q, .B = &B, .in_zero = in_zero, .in = in, .weights = weights,
@@ -334,5 +337,6 @@ static accel_status amx_run(const conv_i8_call* c) {
                   c->nth);
 }
 
-const conv_i8_impl conv_i8_amx_impl = {"amx", amx_applies, NULL, amx_run};
+const conv_i8_impl conv_i8_amx_impl = {.name = "amx", .applies = amx_applies, .supports = NULL,
+                                       .run = amx_run};
 #endif /* CONV_I8_AMX */

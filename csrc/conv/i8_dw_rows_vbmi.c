@@ -170,10 +170,11 @@ static void dwr_band(const plan* P, const dwr_plan* D, const int8_t* src, int32_
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const int8_t* rows[DWR_IN];
   __mmask64 rmask[DWR_IN];
-  dwr_args A = {rows, rmask, D->idx, wv,
-                _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum)),
-                _mm512_set1_epi8((char)in_zero), kh, g->stride_h, g->dilation_h, nq, ow, 0, W, sw,
-                g->pad_left};
+  dwr_args A = {.rows = rows, .rmask = rmask, .idx = D->idx, .wv = wv,
+                .init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum)),
+                .padv = _mm512_set1_epi8((char)in_zero), .kh = kh, .sh = g->stride_h,
+                .dh = g->dilation_h, .nq = nq, .ow = ow, .nr = 0, .w = W, .sw = sw,
+                .pad_left = g->pad_left};
   const int64_t nin = (DWR_ROWS - 1) * g->stride_h + (kh - 1) * g->dilation_h + 1;
   for (int64_t oy = oy0; oy < oy1; oy += DWR_ROWS) {
     A.nr = oy1 - oy < DWR_ROWS ? oy1 - oy : DWR_ROWS;
@@ -311,8 +312,11 @@ typedef struct dws_dir {
 /* This geometry's table (*tab NULL when it has none); 0 when out of memory. Call it before a
  * parallel region (the workspace is not thread-safe). */
 static int dws_table(const conv_geometry* g, int64_t nq, workspace* ws, const dws_entry** tab) {
-  const dws_key key = {g->h, g->w, g->out_h, g->out_w, g->kernel_h, g->kernel_w, g->stride_h,
-                       g->stride_w, g->dilation_h, g->dilation_w, g->pad_top, g->pad_left, nq};
+  const dws_key key = {.h = g->h, .w = g->w, .out_h = g->out_h, .out_w = g->out_w,
+                       .kernel_h = g->kernel_h, .kernel_w = g->kernel_w, .stride_h = g->stride_h,
+                       .stride_w = g->stride_w, .dilation_h = g->dilation_h,
+                       .dilation_w = g->dilation_w, .pad_top = g->pad_top, .pad_left = g->pad_left,
+                       .nq = nq};
   const int fresh = ws->ptr[WS_DWS] == NULL;
   dws_dir* dir = workspace_get(ws, WS_DWS, sizeof(dws_dir));
   if (dir == NULL) return 0;
@@ -509,7 +513,9 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  dwr_job J = {P, D, in_zero, in, w, out, ep, grids, planes, chunk, small, NULL, 0, 0};
+  dwr_job J = {.P = P, .D = D, .in_zero = in_zero, .in = in, .w = w, .out = out, .ep = ep,
+               .grids = grids, .planes = planes, .chunk = chunk, .small = small, .cvt = NULL,
+               .lo = 0, .hi = 0};
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
   if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
@@ -529,7 +535,7 @@ static accel_status dw_rows_run(const conv_i8_call* c) {
   return conv_dw_rows(c->P, &D, c->in_zero, c->in, c->raw, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_i8_impl conv_i8_dw_rows_vbmi_impl = {"dw_rows_vbmi", dw_rows_applies, NULL,
-                                                dw_rows_run};
+const conv_i8_impl conv_i8_dw_rows_vbmi_impl = {.name = "dw_rows_vbmi", .applies = dw_rows_applies,
+                                                .supports = NULL, .run = dw_rows_run};
 #endif /* __AVX512VBMI__ */
 #endif /* CONV_I8_VNNI */

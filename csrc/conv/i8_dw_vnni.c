@@ -188,8 +188,10 @@ static accel_status conv_dw(const plan* P, int32_t in_zero, const int8_t* in, co
   int64_t chunk = 8192 / (P->ohw * P->mg + 1);
   if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
   if (chunk < 1) chunk = 1;
-  const dw_job J = {P, &Q, in_zero, in, w, out, ep, bufs, terms, nterms, ngrid, planes, chunk,
-                    copy_bytes, grid_bytes};
+  const dw_job J = {.P = P, .Q = &Q, .in_zero = in_zero, .in = in, .w = w, .out = out, .ep = ep,
+                    .bufs = bufs, .terms = terms, .nterms = nterms, .ngrid = ngrid,
+                    .planes = planes, .chunk = chunk, .copy_bytes = copy_bytes,
+                    .grid_bytes = grid_bytes};
   pool_for(nth, (planes + chunk - 1) / chunk, dw_item, (void*)&J);
   return ACCEL_OK;
 }
@@ -200,5 +202,6 @@ static accel_status dw_run(const conv_i8_call* c) {
   return conv_dw(c->P, c->in_zero, c->in, c->raw, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_i8_impl conv_i8_dw_vnni_impl = {"dw_vnni", dw_applies, NULL, dw_run};
+const conv_i8_impl conv_i8_dw_vnni_impl = {.name = "dw_vnni", .applies = dw_applies,
+                                           .supports = NULL, .run = dw_run};
 #endif /* CONV_I8_VNNI */

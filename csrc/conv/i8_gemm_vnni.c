@@ -299,9 +299,11 @@ int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job
  * output offset `at` of channel k0 (the operand at the same offset), in lanes. */
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
                           int64_t ldc, int64_t at, int64_t cols, int wide) {
-  const panel_codes E = {J->cvt + k0, J->out + at, J->P->ohw, rows, cols, J->lo, J->hi,
-                         rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                         J->add != NULL ? J->ep->ew_operand + at : NULL, wide, NULL, J->lut};
+  const panel_codes E = {.cvt = J->cvt + k0, .out = J->out + at, .ldo = J->P->ohw, .rows = rows,
+                         .cols = cols, .lo = J->lo, .hi = J->hi,
+                         .split = rows_form(J->cvt + k0, rows, J->add != NULL), .add = J->add,
+                         .opnd = J->add != NULL ? J->ep->ew_operand + at : NULL, .wide = wide,
+                         .corr = NULL, .lut = J->lut};
   codes_of_panel(&E, c, ldc);
 }
 
@@ -374,9 +376,11 @@ void i8_imp_unit_item(void* ctx, int64_t u, int participant) {
   if (J->cvt != NULL && Q->wq == g->out_w) {
     /* grid column n is output position n: each panel's codes straight after its GEMM */
     const int64_t at = (b * g->k + k0) * P->ohw;
-    const panel_codes E = {J->cvt + k0, J->out + at, P->ohw, rows, 0, J->lo, J->hi,
-                           rows_form(J->cvt + k0, rows, J->add != NULL), J->add,
-                           J->add != NULL ? ep->ew_operand + at : NULL, 1, NULL, J->lut};
+    const panel_codes E = {.cvt = J->cvt + k0, .out = J->out + at, .ldo = P->ohw, .rows = rows,
+                           .cols = 0, .lo = J->lo, .hi = J->hi,
+                           .split = rows_form(J->cvt + k0, rows, J->add != NULL), .add = J->add,
+                           .opnd = J->add != NULL ? ep->ew_operand + at : NULL, .wide = 1,
+                           .corr = NULL, .lut = J->lut};
     i8_gemm_tile(P, J->B, J->apack, J->wsum, J->in_zero, grp, mb, p0, p1, tile, &E);
     return;
   }

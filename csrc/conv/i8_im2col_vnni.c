@@ -182,7 +182,8 @@ static void col_unit_item(void* ctx, int64_t u, int participant) {
   const sdp_i8* ep = J->ep;
   int32_t* tile = J->tiles_buf[participant];
   const int64_t nc = J->nc, j0 = J->j0, tiles = J->tiles, npanels = J->npanels;
-  const bsrc B = {J->cols, J->gbytes, J->off, nc, npanels, tiles};
+  const bsrc B = {.base = J->cols, .group_bytes = J->gbytes, .off = J->off, .ncols = nc,
+                  .npanels = npanels, .tiles = tiles};
   const int64_t mb = u % P->mblocks, tl = u / P->mblocks % tiles;
   const int64_t grp = u / (P->mblocks * tiles);
   const int64_t p0 = npanels * tl / tiles, p1 = npanels * (tl + 1) / tiles;
@@ -259,8 +260,11 @@ static accel_status conv_im2col(const plan* P, int32_t in_zero, const int8_t* in
     if (xp == NULL) return ACCEL_ERR_NO_MEMORY;
   }
 
-  col_job J = {P, in_zero, in, weights, apack, wsum, pdata, psum, out, ep, tiles_buf, cols, off,
-               xp, gbytes, ldb, 0, 0, 0, 0, total <= GEMV_COLS, kd2};
+  col_job J = {.P = P, .in_zero = in_zero, .in = in, .weights = weights, .apack = apack,
+               .wsum = wsum, .pdata = pdata, .psum = psum, .out = out, .ep = ep,
+               .tiles_buf = tiles_buf, .cols = cols, .off = off, .xp = xp, .gbytes = gbytes,
+               .ldb = ldb, .j0 = 0, .nc = 0, .npanels = 0, .tiles = 0, .gemv = total <= GEMV_COLS,
+               .kd2 = kd2};
   if (npack > 0) pool_for(nth, npack, col_pack_item, &J);
   for (int64_t j0 = 0; j0 < total; j0 += chunk) { /* the columns are rebuilt for each chunk */
     J.j0 = j0;
@@ -296,6 +300,6 @@ static accel_status im2col_run(const conv_i8_call* c) {
                      c->nth);
 }
 
-const conv_i8_impl conv_i8_im2col_vnni_impl = {"im2col_vnni", im2col_applies, im2col_supports,
-                                               im2col_run};
+const conv_i8_impl conv_i8_im2col_vnni_impl = {.name = "im2col_vnni", .applies = im2col_applies,
+                                               .supports = im2col_supports, .run = im2col_run};
 #endif /* CONV_I8_VNNI */

@@ -43,7 +43,8 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
     scratch[t] = workspace_get(ws, t, tile_bytes + (size_t)(4 * ldt));
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
+  const bsrc B = {.base = copy, .group_bytes = Q.gbytes, .off = off, .ncols = Q.ncols,
+                  .npanels = npanels, .tiles = tiles};
   /* copy rows in items of about 4 KiB (a claim per row would cost as much as a short row) */
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
@@ -73,6 +74,7 @@ static accel_status implicit_run(const conv_i8_call* c) {
                        c->ws, c->nth);
 }
 
-const conv_i8_impl conv_i8_implicit_vnni_impl = {"implicit_vnni", implicit_applies, NULL,
-                                                 implicit_run};
+const conv_i8_impl conv_i8_implicit_vnni_impl = {.name = "implicit_vnni",
+                                                 .applies = implicit_applies, .supports = NULL,
+                                                 .run = implicit_run};
 #endif /* CONV_I8_VNNI */

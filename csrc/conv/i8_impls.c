@@ -72,10 +72,12 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
                      const sdp_i8* epilogue, workspace* ws, int32_t num_threads) {
   plan P;
   make_plan(g, &P);
-  conv_i8_call c = {&P, in_zero, in, weights, weights, NULL, NULL, NULL, NULL, out, epilogue,
-                    ws, num_threads < 1                   ? 1
-                        : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS
-                                                        : num_threads};
+  conv_i8_call c = {.P = &P, .in_zero = in_zero, .in = in, .weights = weights, .raw = weights,
+                    .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
+                    .ep = epilogue, .ws = ws,
+                    .nth = num_threads < 1                   ? 1
+                           : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS
+                                                           : num_threads};
   if (packed != NULL) {
     pack_header h;
     memcpy(&h, packed, sizeof h);

@@ -66,7 +66,8 @@ static accel_status conv_portable(const plan* P, int32_t in_zero, const int8_t* 
     accs[t] = workspace_get(ws, t, (size_t)P->ohw * sizeof(uint32_t));
     if (accs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const portable_job J = {P, in_zero, in, w, out, ep, accs};
+  const portable_job J = {.P = P, .in_zero = in_zero, .in = in, .w = w, .out = out, .ep = ep,
+                          .accs = accs};
   pool_for(nth, planes, portable_item, (void*)&J);
   return ACCEL_OK;
 }
@@ -80,4 +81,5 @@ static accel_status portable_run(const conv_i8_call* c) {
   return conv_portable(c->P, c->in_zero, c->in, c->raw, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_i8_impl conv_i8_portable_impl = {"portable", portable_applies, NULL, portable_run};
+const conv_i8_impl conv_i8_portable_impl = {.name = "portable", .applies = portable_applies,
+                                            .supports = NULL, .run = portable_run};

@@ -215,7 +215,8 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
     scratch[t] = workspace_get(ws, t, scratch_bytes);
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const bsrc B = {copy, Q.gbytes, off, Q.ncols, 0, 0};
+  const bsrc B = {.base = copy, .group_bytes = Q.gbytes, .off = off, .ncols = Q.ncols, .npanels = 0,
+                  .tiles = 0};
   int64_t rows_per_item = 4096 / (Q.wq * 4) + 1;
   if (rows_per_item * 4 * nth > nbuild) rows_per_item = nbuild / (4 * nth) + 1;
   /* the copy's tmp rows (strides > 2) sit at the start of each scratch: tile_bytes 0 */
@@ -224,7 +225,7 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
                .ep = ep, .scratch = scratch, .ldt = ldt, .rows_per_item = rows_per_item,
                .nbuild = nbuild};
   if (!i8_imp_prepare_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
-  const small_job S = {&J, sets, ptiles, chunks, ldr};
+  const small_job S = {.J = &J, .sets = sets, .ptiles = ptiles, .chunks = chunks, .ldr = ldr};
   int64_t nbuild_items = (nbuild + rows_per_item - 1) / rows_per_item;
   if (imp_flat(g)) {
     J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
@@ -253,6 +254,6 @@ static accel_status small_run(const conv_i8_call* c) {
                     c->nth);
 }
 
-const conv_i8_impl conv_i8_small_vnni_impl = {"small_vnni", small_applies, small_supports,
-                                              small_run};
+const conv_i8_impl conv_i8_small_vnni_impl = {.name = "small_vnni", .applies = small_applies,
+                                              .supports = small_supports, .run = small_run};
 #endif /* CONV_I8_VNNI */

@@ -158,7 +158,8 @@ static accel_status conv_stem(const plan* P, const stem_plan* T, int32_t in_zero
     scratch[t] = workspace_get(ws, t, tile_bytes);
     if (scratch[t] == NULL) return ACCEL_ERR_NO_MEMORY;
   }
-  const bsrc B = {copy, Q.gbytes, off, Q.ncols, npanels, tiles};
+  const bsrc B = {.base = copy, .group_bytes = Q.gbytes, .off = off, .ncols = Q.ncols,
+                  .npanels = npanels, .tiles = tiles};
   imp_job J = {.P = &D, .Q = &Q, .B = &B, .in_zero = in_zero, .in = in, .weights = weights,
                .apack = apack, .wsum = wsum, .out = out, .ep = ep, .scratch = scratch,
                .tile_bytes = tile_bytes, .tiles = tiles};
@@ -188,6 +189,7 @@ static accel_status stem_run(const conv_i8_call* c) {
   return conv_stem(c->P, &T, c->in_zero, c->in, c->weights, c->out, c->ep, c->ws, c->nth);
 }
 
-const conv_i8_impl conv_i8_stem_vbmi_impl = {"stem_vbmi", stem_applies, NULL, stem_run};
+const conv_i8_impl conv_i8_stem_vbmi_impl = {.name = "stem_vbmi", .applies = stem_applies,
+                                             .supports = NULL, .run = stem_run};
 #endif /* __AVX512VBMI__ */
 #endif /* CONV_I8_VNNI */

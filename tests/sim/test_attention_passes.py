@@ -195,3 +195,26 @@ def test_windows_with_a_bias_equal_the_reference_and_the_maths(per_window, preci
         assert sqnr(ours, full) >= 50
     roles = [p.role for p in decomposition.passes]
     assert "attention.w2.h1.scores" in roles and "attention.h0.scores" not in roles
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_scale_per_head_scales_each_heads_scores_and_exponentials(precision, rng):
+    """Swin-V2's learnt logit scale, one factor per head: the scores' SDP and (FP16) the
+    exponentials' pass, which recomputes the scores, each take their head's factor."""
+    t, heads, d = 9, 3, 8
+    scales = [0.3, 0.5, 0.7]
+    dtype = dc.dtype_for(precision)
+    q, k, v, _ = _tokens(rng, False, t, t, heads, d)
+    q, k, v = (m.astype(dtype) for m in (q, k, v))
+    decomposition = dc.attention_passes(t, heads, d, scales, precision)
+    y, _ = dc.run_passes(DEVICE, decomposition, np.ascontiguousarray(q[:, :, None, None]),
+                         inputs={"k": np.ascontiguousarray(k.T[None, :, None, :]),
+                                 "v": np.ascontiguousarray(v[:, :, None, None])})
+    expected = np.concatenate([_attention64(q[:, h * d:(h + 1) * d], k[:, h * d:(h + 1) * d],
+                                            v[:, h * d:(h + 1) * d], 1, d, s, {})
+                               for h, s in enumerate(scales)], 1)
+    ours = y[:, :, 0, 0].astype(np.float64)
+    if precision == "fp32":
+        assert np.abs(ours - expected).max() <= 1e-5 * np.abs(expected).max()
+    else:
+        assert sqnr(ours, expected) >= 50
