@@ -7,10 +7,12 @@ Within CI's time: every zoo model is estimated (matched and costed: fp32, fp16, 
 every preset; models whose operators exercise the int8 and mixed paths apart (a concat, a
 channel shuffle, squeeze-excite, a token layer) are partitioned with code generated in every
 precision; two are built and run. Each model is imported
-once for the whole module (the import is torch's, not the command line's, concern).
+once for the session, shared with the other modules' tests (the import is torch's, not the
+command line's, concern).
 """
 import re
 
+import numpy as np
 import pytest
 
 from accel_codegen.sim.config import AccelConfig
@@ -30,17 +32,19 @@ REFUSALS = re.compile(r"configuration \w+ has no fp16")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def imported_once():
-    """Each MODEL imported once for the module (the commands re-run on the same import)."""
-    cache = {}
+def imported_once(zoo):
+    """Each zoo MODEL imported once for the session (the commands re-run on the same import):
+    the session's ZooCache, which other modules' tests share (conftest.zoo)."""
     load = model_spec.load_model
 
     def cached(spec, inputs=None):
-        if inputs is not None or not isinstance(spec, str):
+        if inputs is not None or not isinstance(spec, str) or spec not in MODELS:
             return load(spec, inputs)
-        if spec not in cache:
-            cache[spec] = load(spec)
-        return cache[spec]
+        imported = zoo(spec)
+        x = imported.x
+        return model_spec.LoadedModel(spec, imported.mod, imported.params,
+                                      [np.ascontiguousarray(x.detach().numpy())],
+                                      imported.model, (x,))
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(model_spec, "load_model", cached)
