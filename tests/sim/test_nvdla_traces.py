@@ -222,3 +222,26 @@ def test_cost_model_cycles_against_the_rtl(traces):
     # every exception is still one (a fix should tighten this table, not hide behind it)
     assert all(abs(errors[t]) > 0.15 for t in CYCLE_EXCEPTIONS), {
         t: round(errors[t], 3) for t in CYCLE_EXCEPTIONS}
+
+
+def test_pdp_split_mode_costs_the_shared_columns_each_further_strip_rereads(traces):
+    """cycles.pdp_split_cycles from the registers (NV_NVDLA_PDP_RDMA_ig's request size): each
+    strip after the first re-reads and pools ``kernel_w - stride_w`` columns per line of each
+    8-channel surface, one element per cycle, nothing more (no restart per strip); fewer when
+    the stride exceeds the kernel. Both split traces then land on the RTL's cycles exactly."""
+    from accel_codegen.sim.nvdla.cycles import (estimate_cycles, pdp_split_cycles,
+                                                testbench_config)
+    from accel_codegen.sim.nvdla.layers import Layer
+
+    config = testbench_config()
+    pool = dict(kernel=(2, 5), stride=(2, 2), method=1, padding=(0, 0, 0, 0), on_the_fly=False)
+    # 3 strips, 20 channels = 3 surfaces, 4 lines, 3 shared columns of 8 elements
+    assert pdp_split_cycles(Layer("pdp", (20, 4, 30), (20, 2, 13), dict(pool, splits=3)),
+                            config) == 2 * 3 * 3 * 4 * 8
+    assert pdp_split_cycles(Layer("pdp", (20, 4, 30), (20, 2, 13), dict(pool, splits=1)),
+                            config) == 0
+    wide = dict(pool, kernel=(2, 1), stride=(2, 3), splits=2)
+    assert pdp_split_cycles(Layer("pdp", (8, 4, 30), (8, 2, 10), wide), config) == -2 * 4 * 8
+    for test in ("pdp_5x7x8_4x1_split_max_int8_0", "pdp_16x6x16_4x2_split_max_int8_0"):
+        layers = _LAYERS.get(test) or play(str(_cfg(traces, test))).layers
+        assert estimate_cycles(layers) == int(RTL[test]["rtl_cycles_last_write"]), test

@@ -90,19 +90,23 @@ def _cdp_cycles(layer: Layer, config: AccelConfig) -> int:
 
 def pdp_split_cycles(layer: Layer, config: AccelConfig) -> int:
     """What NVDLA's PDP spends on split mode (a width its line buffer cannot hold pooled in
-    SPLIT_NUM + 1 vertical strips; the simulator's descriptor has no split): each further strip
-    starts again for every surface of 8 channels, paying the PDP's pipeline, the read latency
-    and the ``kernel_w - stride_w`` columns it shares with the strip before, re-read over the
-    height. Fitted on the two split traces: pdp_5x7x8_4x1_split (one more strip, one surface;
-    112 cycles short without it, 12 with it) and pdp_16x6x16_4x2_split (two more, two
-    surfaces; 392 short, 0)."""
+    SPLIT_NUM + 1 vertical strips; the simulator's descriptor has no split): every strip after
+    the first reads, for each line of each 8-channel surface, its partial width plus the
+    ``kernel_w - stride_w`` columns it shares with the strip before (NV_NVDLA_PDP_RDMA_ig's
+    request size; fewer when the stride exceeds the kernel), and the core pools them
+    (NV_NVDLA_PDP_CORE_cal1d's pooling_pwidth), at the PDP's elements per cycle. The reads of
+    the strips pipeline like those of the surfaces (no restart per strip), and each strip's
+    line ends add no flush bubble the whole cube's do not (cal1d sets them only at the last
+    strip, where its first output is a whole kernel). From the registers; the RTL's cycles on
+    both split traces exactly: pdp_5x7x8_4x1_split (one more strip, one surface, 2 columns x 7
+    lines: 112 cycles) and pdp_16x6x16_4x2_split (two more, two surfaces, 2 x 6: 384)."""
     splits = int(layer.params.get("splits", 1))
     if layer.kind != "pdp" or splits <= 1:
         return 0
     c, h, _ = layer.in_shape
-    overlap = max(layer.params["kernel"][1] - layer.params["stride"][1], 0)
-    return (splits - 1) * (whole_atoms(c) // ATOM_C) * (
-        config.pdp_pipeline_cycles + config.dram_latency_cycles + overlap * h)
+    overlap = layer.params["kernel"][1] - layer.params["stride"][1]
+    elements = (splits - 1) * (whole_atoms(c) // ATOM_C) * overlap * h * ATOM_C
+    return math.ceil(elements / config.pdp_throughput)   # negative: the columns skipped
 
 
 def simulator_chains(layers: Sequence[Layer]):
