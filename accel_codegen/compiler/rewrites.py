@@ -1468,8 +1468,14 @@ def _affine_folded(readers: dict, bound: dict):
         d = _per_channel(constant_value(matches[_AFF_D]), k)
         b = np.zeros(k)
         if inner is biased:
-            b = constant_value(matches[_AFF_B]).astype(np.float64).reshape(-1)
-            if b.size != k:
+            # the bias as the add reads it (after its reshape): a [k] bias broadcasts along W,
+            # not the channels, so only the shapes _per_channel takes are per channel
+            value = constant_value(matches[_AFF_B])
+            added = _static(biased.args[1])
+            if added is None or int(np.prod(added)) != value.size:
+                return expr
+            b = _per_channel(value.reshape(added), k)
+            if b is None:
                 return expr
         if c is None or d is None or not np.all(np.isfinite(c)) or \
                 _static(expr) != [int(v) for v in shape]:
