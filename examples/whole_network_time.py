@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ENGINES = ["CONV", "SDP", "PDP", "CDP", "BDMA"]
+ENGINES = ["CONV", "SDP", "PDP", "CDP", "BDMA", "RUBIK"]  # accel.h's accel_engine order
 
 
 def parse_args():
@@ -110,13 +110,14 @@ def build_runner(model_name: str, precision: str):
     return model, lambda: vm["main"](*inputs)
 
 
-def ort_model(model, precision: str) -> Path:
-    """The model's ONNX file as `accel-codegen bench` runs it (ort_fp32 or ort_int8's QDQ)."""
+def ort_model(model, precision: str, source=None) -> Path:
+    """The model's ONNX file as `accel-codegen bench` runs it (ort_fp32 or ort_int8's QDQ):
+    ``source`` itself where the MODEL is an .onnx file."""
     from accel_codegen.quantization import ort_baseline
     from accel_codegen.tools.bench import calibration_inputs, onnx_file
 
     directory = tempfile.mkdtemp(prefix="whole-network-ort-")
-    path = onnx_file(model, directory)
+    path = onnx_file(model, directory, source)
     if precision == "int8":
         path = ort_baseline.quantize_int8(path, calibration_inputs(model, None, 1234), directory,
                                           ort_baseline.Int8Settings())
@@ -298,7 +299,9 @@ def main() -> None:
             realtime()
         (compare_threads if args.compare_threads else compare_environment)(args, run, timer)
         return
-    ort_path = ort_model(model, args.precision) if args.ort or args.ort_layers else None
+    onnx_source = args.model if args.model.endswith(".onnx") else None
+    ort_path = (ort_model(model, args.precision, onnx_source) if args.ort or args.ort_layers
+                else None)
     ort_run = build_ort(model, ort_path, args.threads) if args.ort else None
     if args.fifo:
         realtime()

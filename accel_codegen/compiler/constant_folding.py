@@ -69,7 +69,6 @@ def _folded(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
     if not any(constant.values()):
         return {}
     # the computing constants that something else reads (or the function returns)
-    targets = []
     readers_outside = set(_uses(function.body.body))
     for block in function.body.blocks:
         for binding in block.bindings:

@@ -36,7 +36,9 @@ result computes the same values).
   without the permutes; a squeeze or expand_dims the reshape to its shape; a softmax over the
   last axis of reshaped rows (ONNX's opset-12 Softmax) the softmax of the tensor's own rows;
   a permute that swaps the only two axes longer than 1 a transpose of [1, R, S] between
-  reshapes.
+  reshapes; a constant scale and shift per channel after a convolution, ``(conv2d(x, W) + b)
+  * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's ``x * 0.2 + 0.5``), the
+  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block).
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -1414,6 +1416,93 @@ def layer_norm_shifts_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return mod
 
 
+# A constant scale and shift after a convolution, (conv2d(x, W) + b) * c + d (PP-LCNetV3's
+# learnable affine blocks after each conv + batch norm, in Paddle's ONNX as Mul and Add of
+# [1] constants): folded into the conv as batch norm folds, conv2d(x, W c) + (b c + d), exact
+# for any padding and groups (each output channel scaled, then shifted). Without it the
+# scale/shift was a layer of its own after the conv's, one more int8 rounding of every conv
+# output (30 in the PP-OCRv4 recogniser).
+_AFF_X, _AFF_W, _AFF_B = wildcard(), is_const(), is_const()
+_AFF_CONV = is_op("relax.nn.conv2d")(_AFF_X, _AFF_W)
+_AFF_BIASED = is_op("relax.add")(_AFF_CONV, _AFF_B | is_op("relax.reshape")(_AFF_B, wildcard()))
+_AFF_C, _AFF_D = is_const(), is_const()
+_AFF_MUL = is_op("relax.multiply")(_AFF_BIASED | _AFF_CONV, _AFF_C)
+_AFF_MUL_FIRST = is_op("relax.multiply")(_AFF_C, _AFF_BIASED | _AFF_CONV)  # Paddle's scale * x
+_AFF_SHIFTED = is_op("relax.add")(_AFF_MUL | _AFF_MUL_FIRST, _AFF_D) | \
+    is_op("relax.add")(_AFF_D, _AFF_MUL | _AFF_MUL_FIRST)
+
+
+def _per_channel(value: np.ndarray, k: int) -> Optional[np.ndarray]:
+    """A constant that broadcasts per output channel of [N, k, H, W] ([1], [k, 1, 1],
+    [1, k, 1, 1]): its k values; None for any other shape."""
+    shape = [int(v) for v in value.shape]
+    if value.size == 1 and len(shape) <= 4:
+        return np.full(k, float(value.reshape(-1)[0]))
+    if value.size == k and shape[-2:] == [1, 1] and len(shape) in (3, 4) and shape[-3] == k:
+        return value.reshape(-1).astype(np.float64)
+    return None
+
+
+def _affine_folded(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        conv = matches[_AFF_CONV]
+        scaled = matches[_AFF_MUL] if _AFF_MUL in matches else matches[_AFF_MUL_FIRST]
+        biased = matches[_AFF_BIASED] if _AFF_BIASED in matches else None
+        weight = constant_value(matches[_AFF_W]).astype(np.float64)
+        shape = _static(conv)
+        if shape is None or len(shape) != 4 or weight.ndim != 4 or \
+                str(conv.attrs.data_layout) != "NCHW" or str(conv.attrs.kernel_layout) != \
+                "OIHW" or str(conv.attrs.out_layout) not in ("", "NCHW"):
+            return expr
+        k = weight.shape[0]
+        # the scale's tensor operand (a bound variable) is the biased sum's or the conv's
+        data = scaled.args[1] if is_constant(scaled.args[0]) else scaled.args[0]
+        inner = next((e for e in (biased, conv) if e is not None and (
+            data.same_as(e) or data.same_as(bound.get(e)))), None)
+        if inner is None:
+            return expr
+        if any(readers.get(bound.get(e), 0) != 1 for e in (inner, scaled)) or \
+                (inner is biased and readers.get(bound.get(conv), 0) != 1):
+            return expr
+        c = _per_channel(constant_value(matches[_AFF_C]), k)
+        d = _per_channel(constant_value(matches[_AFF_D]), k)
+        b = np.zeros(k)
+        if inner is biased:
+            # the bias as the add reads it (after its reshape): a [k] bias broadcasts along W,
+            # not the channels, so only the shapes _per_channel takes are per channel
+            value = constant_value(matches[_AFF_B])
+            added = _static(biased.args[1])
+            if added is None or int(np.prod(added)) != value.size:
+                return expr
+            b = _per_channel(value.reshape(added), k)
+            if b is None:
+                return expr
+        if c is None or d is None or not np.all(np.isfinite(c)) or \
+                _static(expr) != [int(v) for v in shape]:
+            return expr
+        dtype = str(conv.ty.dtype)
+        folded = relax.const((weight * c.reshape(-1, 1, 1, 1)).astype(dtype), dtype)
+        out = relax.Call(conv.op, [conv.args[0], folded], conv.attrs)
+        return relax.op.add(named_as(out, conv),
+                            relax.const((b * c + d).reshape(1, k, 1, 1).astype(dtype), dtype))
+    return rewriter
+
+
+def affines_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """(conv2d(x, W) [+ b]) * c + d with constant c, d per output channel (or scalars), the
+    conv's output read by the scale alone -> conv2d(x, W c) + (b c + d)."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if not isinstance(function, relax.Function) or (
+                function.attrs is not None and "Composite" in function.attrs):
+            continue
+        bound = {value: var for var, value in _bindings_table(function).items()}
+        part = _rewrite(tvm.IRModule({gv: function}), _AFF_SHIFTED,
+                        _affine_folded(_readers(function), bound))
+        result[gv] = part[gv]
+    return result
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened): it moves nothing, and alone it stayed on the host between two functions.
 _RESHAPED = wildcard()
@@ -1573,4 +1662,5 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs)
+                  constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs,
+                  affines_into_convs)

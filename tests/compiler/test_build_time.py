@@ -43,3 +43,21 @@ def test_repeated_layers_share_their_code_and_run_the_same(monkeypatch):
     inline_out, inline_labels = _run(inline, x.numpy())
     assert labels == inline_labels and len(labels) > 200
     assert np.array_equal(out, inline_out)
+
+
+def test_layers_that_differ_only_in_their_weight_pack_slots_share_their_code():
+    # the glue's pack slot is a counter over the function (fp16 / int8 constant weights,
+    # Winograd, C16 1x1 convs): two layers' equal code differs in it, as in an fp16 ViT's
+    # layer norms, and each call passes its own slots
+    def layer(first_slot, temp):
+        runs = [f"if (accel_glue_pack_weights(&k_fn, &ops[0], 32, {first_slot + i}) != 0) "
+                f"return -1;\nif (accel_glue_run_layer(&k_fn, ops, 1, k_temp[{temp}], "
+                f"in_shape, k_temp[{temp + 1}], out_shape, \"run {i}\") != 0) return -1;"
+                for i in range(emit.SHARED_LAYER_RUNS)]
+        return "\n".join(runs)
+
+    functions, body = emit.shared_layers([layer(0, 0), layer(8, 4)])
+    assert len(functions) == 1 and "P[7]) != 0" in functions[0], functions
+    assert "const int P_[8] = {0, 1, 2, 3, 4, 5, 6, 7};" in body[0]
+    assert "const int P_[8] = {8, 9, 10, 11, 12, 13, 14, 15};" in body[1]
+    assert "layer_code0(NULL, T_, NULL, S_, P_)" in body[1]

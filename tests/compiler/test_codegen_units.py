@@ -23,6 +23,33 @@ def test_scratch_is_reused_once_dead_and_grows_to_its_largest_use():
     assert d == b and plan.sizes == [300, 50]
 
 
+
+def _scan_choice(sizes, ends, size, now):
+    """The planner's rule stated as a scan: among the buffers free before ``now``, the smallest
+    that fits, else the smallest (grown), the lowest index on a tie; None for a new buffer."""
+    free = [i for i, end in enumerate(ends) if end < now]
+    fits = [i for i in free if sizes[i] >= size]
+    pool = fits or free
+    return min(pool, key=lambda i: (sizes[i], i)) if pool else None
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_scratch_choice_equals_the_scan_of_every_buffer(in_order):
+    rng = np.random.default_rng(7)
+    plan, sizes, ends, now = ScratchPlanner(), [], [], 0
+    for _ in range(3000):
+        now = now + int(rng.integers(0, 3)) if in_order else int(rng.integers(0, 40))
+        size = int(rng.choice([16, 32, 48, 64])) if rng.random() < 0.5 else int(rng.integers(1, 999))
+        free_after = now + int(rng.choice([-1, 0, 0, 1, 2, 6, 30]))
+        want = _scan_choice(sizes, ends, size, now)
+        if want is None:
+            want = len(sizes)
+            sizes.append(size), ends.append(free_after)
+        else:
+            sizes[want], ends[want] = max(sizes[want], size), free_after
+        assert plan.allocate(size, now, free_after) == want
+        assert plan.sizes == sizes
+
 def test_constant_pool_keeps_integer_types_and_takes_the_float_precision():
     pool = ConstantPool("fn", "fp16")
     assert pool.add(np.ones(3)) == 0 and pool.add(np.arange(4, dtype=np.int8)) == 1

@@ -456,3 +456,51 @@ def test_a_take_at_a_negative_index_in_fast_mode_is_no_slice():
             return e
 
     assert "strided_slice" not in rewrites.sliced_takes(Take).script()
+
+
+# --- a constant scale and shift after a conv (PP-LCNetV3's learnable affine blocks) -----------
+
+class ConvAffine(torch.nn.Module):
+    """conv + bias, then x * c + d per channel, then hardswish; a depthwise conv without bias,
+    then 0.25 + 1.5 * x; and a conv whose output a second op also reads (not folded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.shared = torch.nn.Conv2d(8, 8, 1)
+        self.register_buffer("c", torch.linspace(0.5, 2, 8).reshape(1, 8, 1, 1))
+        self.register_buffer("d", torch.linspace(-1, 1, 8).reshape(1, 8, 1, 1))
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.conv(x) * self.c + self.d)
+        y = 0.25 + 1.5 * self.dw(y)  # the constants first (Paddle's scale * x + bias)
+        z = self.shared(y)
+        return (z * 2.0 + 1.0) + z
+
+
+def test_a_constant_scale_and_shift_fold_into_the_conv():
+    import tvm
+
+    from accel_codegen.compiler import rewrites
+
+    torch.manual_seed(0)
+    model, x = ConvAffine().eval(), _input((1, 3, 10, 12), 0)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    mod = rewrites.affines_into_convs(tvm.relax.transform.BindParams("main", params)(mod))
+    ops = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: ops.append(e.op.name) if hasattr(
+        getattr(e, "op", None), "name") else None)
+    assert ops.count("relax.multiply") == 2  # hardswish's x * relu6(x + 3); the shared conv's
+    assert_close(_relax_run(mod, x), torch_forward(model, x), 1e-5)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    # the two folded scale/shifts are their convs' layers, not layers of their own
+    layers = {r.key: r.primitive for r in report.offloaded}
+    assert layers["f0.0"] == "accel.conv2d_bias_hardswish" and \
+        layers["f0.1"] == "accel.conv2d_bias", str(report)
+    expected = torch_forward(model, x)
+    assert_close(build_and_run(partitioned, x), expected, 1e-4)
+    int8, _ = _partition(model, x, precision="int8",
+                         calibration=[(_input((1, 3, 10, 12), s),) for s in range(1, 5)])
+    assert sqnr(build_and_run(int8, x), expected) >= 30

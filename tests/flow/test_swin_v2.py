@@ -27,3 +27,7 @@ def test_a_shifted_swin_v2_block_is_one_function_within_1e_4_of_pytorch():
     # the CPB MLP, its sigmoid and the logit scale's clamp and exp are constants: no op left
     assert not {"relax.sigmoid", "relax.exp", "relax.nn.relu"} & {op.op for op in report.ops}
     assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)
+    # fp16's attention passes take each head's factor too (its exponentials recompute the
+    # scores with it)
+    report = ac.partition_report(mod, params, precision="fp16")
+    assert not report.host and len(report.functions) == 1, report.host

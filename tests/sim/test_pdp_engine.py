@@ -185,6 +185,25 @@ INT8_POOLS = [p for p in FP16_POOLS if not (p[0] == "avg" and p[3] != 0 and not 
     ("avg", 3, 2, 1, True), ("avg", (3, 6), (1, 4), (2, 0, 1, 5), True)]
 
 
+@pytest.mark.parametrize("shape,kernel,stride,padding", [
+    ((13, 13), 5, 1, 2),                       # SPP's cascade stage (YOLOX at 416)
+    ((7, 9), 3, 1, 1), ((20, 6), (2, 3), (2, 1), (0, 1, 1, 2)),
+    ((5, 15), (8, 8), 1, (7, 7, 0, 0)),        # most of the first windows in the padding
+    ((1, 22), (1, 8), 1, 0)])
+def test_int8_narrow_max_pools_match_reference_exactly(shape, kernel, stride, padding):
+    """Max pools of stride 1 across outputs narrower than 16 columns go by rows of window
+    maxima (pdp_i8.c, pool_narrow_max): the reference's codes, the image's edges included."""
+    rng = np.random.default_rng(shape[0] * 100 + shape[1])
+    x = rng.integers(-128, 128, (2, 5) + shape).astype(np.int8)
+    x[0, 0] = -128  # a plane at the rail: padding must not win
+    op = Pool("max", kernel, stride, padding, precision="int8", zero=-3)
+    expected = ref.run_op(op, x)
+    assert expected.shape[3] < 16
+    for threads in (1, 3):
+        y, _ = DEVICES[threads].run([op], x)
+        assert_same(y, expected, f"max {kernel} on {shape}, {threads} threads")
+
+
 @pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
 @pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", INT8_POOLS, ids=str)
 def test_int8_pool_matches_reference_exactly(kind, kernel, stride, padding, include_pad, zero):

@@ -4,7 +4,8 @@ recorded in ``program_reference.json`` by the code before the refactoring.
 
 The test checks the quick cases; ``python tests/tools/test_program_reference.py`` checks every
 case (``--full`` adds the estimate-only zoo networks) and prints what differs; ``--write``
-records the reference (run it on the commit whose behaviour is the reference).
+records the reference (run it on the commit whose behaviour is the reference); ``--write`` with
+case names (``token_norm/nv_full_sram/fp16/fused``) records those cases only, the others kept.
 """
 from __future__ import annotations
 
@@ -266,7 +267,10 @@ def test_quick_cases_match_the_reference():
 if __name__ == "__main__":
     full = "--full" in sys.argv
     if "--write" in sys.argv:
-        text = json.dumps(compute(full=full), indent=1, sort_keys=True)
+        cases = [a for a in sys.argv[1:] if not a.startswith("--")]
+        recorded = json.loads(REFERENCE.read_text()) if cases else {}
+        recorded.update(compute(set(cases) if cases else None, full=full))
+        text = json.dumps(recorded, indent=1, sort_keys=True)
         # one line per run: [label, cycles]
         text = re.sub(r'\[\n\s+("[^"\n]*"),\n\s+(\d+)\n\s+\]', r"[\1, \2]", text)
         REFERENCE.write_text(text + "\n")

@@ -204,12 +204,16 @@ def run_layer(ops: List[str], data: str, in_shape: Sequence[int], output: str,
 
 
 #: What a layer's C refers to that differs between two layers of the same code: the function's
-#: arguments, scratch and constants (by index), and string literals (run labels, layer names).
-_REFERENCE = re.compile(r'\b(a|k_temp|k_const)\[(\d+)\]|"(?:[^"\\\n]|\\.)*"')
+#: arguments, scratch and constants (by index), string literals (run labels, layer names) and
+#: the slot of weights the glue packs once (a counter over the function: fp16 and int8
+#: constant weights, Winograd, C16 1x1 convs), which group "pack" holds.
+_REFERENCE = re.compile(r'\b(a|k_temp|k_const)\[(\d+)\]|"(?:[^"\\\n]|\\.)*"|'
+                        r'(?P<pack>accel_glue_pack_weights\(&k_fn, &ops\[\d+\], \d+, )(\d+)\)')
 _COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
 #: the parameter that stands for each kind of reference in a shared layer function
 _PARAMETERS = {"a": ("A", "float* const*"), "k_temp": ("T", "void* const*"),
-               "k_const": ("C", "const void* const*"), '"': ("S", "const char* const*")}
+               "k_const": ("C", "const void* const*"), '"': ("S", "const char* const*"),
+               "pack": ("P", "const int*")}
 
 
 #: Layers of fewer runs stay inline: a layer of one run or a few (a conv, a concat's copies)
@@ -225,11 +229,15 @@ def _template(text: str) -> Optional[Tuple[str, Dict[str, List[str]]]]:
     refs: Dict[str, List[str]] = {kind: [] for kind in _PARAMETERS}
 
     def parameter(match: "re.Match[str]") -> str:
-        kind, ref = match.group(1) or '"', match.group(0)
+        if match.group("pack"):
+            kind, ref = "pack", match.group(4)
+        else:
+            kind, ref = match.group(1) or '"', match.group(0)
         seen = refs[kind]
         if ref not in seen:
             seen.append(ref)
-        return f"{_PARAMETERS[kind][0]}[{seen.index(ref)}]"
+        parameter = f"{_PARAMETERS[kind][0]}[{seen.index(ref)}]"
+        return f"{match.group('pack')}{parameter})" if kind == "pack" else parameter
 
     body = _REFERENCE.sub(parameter, _COMMENT.sub("", text))
     if re.search(r"\b(a|k_temp|k_const|k_packed|k_const_object)\b", body):
