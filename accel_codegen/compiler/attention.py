@@ -383,7 +383,9 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
             continue
         # one normalisation, over rows that are one head's d channels each, no factor
         # before it (a negative one would flip the sign it removes)
-        (_, eps, after, factor), = passed if len(passed) == 1 else [(0, 0, 0, None)]
+        if len(passed) != 1:
+            continue
+        (_, eps, after, factor), = passed
         normed = _indices_of(graph, base_shape, chain[:len(chain) - after])
         if factor != scale or normed is None or normed.shape[-1] != d:
             continue
@@ -677,9 +679,8 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     v = _heads(graph, pv.args[1], kv_tokens, True)
     # a factor on V scales the output, not the scores: nn.attention's scale would put it
     # inside the softmax
-    if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3]:
-        return None
-    if not q[4] == k[4] == v[4]:
+    if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3] or \
+            not q[4] == k[4] == v[4]:
         return None
     windows = q[3]
     # a sequence-first batch: each image's heads are more heads of one image of T rows (the

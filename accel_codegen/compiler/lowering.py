@@ -877,8 +877,10 @@ def l2_normalize_parts(norm: relax.Call, lookup: Lookup):
         if top != math.inf:
             raise Unsupported(f"F.normalize's clamp has an upper bound {top}")
     else:  # maximum(norm, eps)
-        eps = float(np.asarray(constant_value(divisor.args[1])).reshape(-1)[0]) if \
-            constant_value(divisor.args[1]).size == 1 else -1.0
+        bound = np.asarray(constant_value(divisor.args[1])).reshape(-1)
+        if bound.size != 1:
+            raise Unsupported(f"F.normalize's clamp by a constant of {bound.size} values")
+        eps = float(bound[0])
     root = _resolve(divisor.args[0], lookup)
     if op_name(root) == "relax.power" and float(
             constant_value(root.args[1]).reshape(-1)[0]) != 0.5:
