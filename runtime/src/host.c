@@ -102,7 +102,9 @@ static int apply_entry(const char* entry, const char* end) {
 
 static void read_environment(void) {
   const char* env = getenv("ACCEL_HOST_C16");
-  for (const char* p = env; p != NULL && *p != '\0';) {
+  if (env == NULL || *env == '\0') return;
+  /* every entry, an empty one too (a leading, doubled or trailing comma): it is malformed */
+  for (const char* p = env; p != NULL;) {
     const char* comma = strchr(p, ',');
     const char* end = comma != NULL ? comma : p + strlen(p);
     if (!apply_entry(p, end)) {
