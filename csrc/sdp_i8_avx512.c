@@ -575,16 +575,6 @@ static int64_t add_threshold(const sdp_i8* p, const chan_params* c) {
   return ((t2 << s) + abs64(c->mul) - 1) / abs64(c->mul);
 }
 
-/* The general path's lanes for one channel: every lane holds channel c's parameters. */
-static void channel_vectors(const chan_params* c, vec_params* q) {
-  q->bias = _mm512_set1_epi64(c->bias);
-  q->mul = _mm512_set1_epi64(c->mul);
-  q->half = half_of(c->shift + c->pre);
-  q->shift = _mm512_set1_epi64(c->shift + c->pre);
-  q->pre = _mm512_set1_epi64(bs_pre(c->pre));
-  q->prelu_mul = _mm512_set1_epi64(c->prelu_mul);
-}
-
 void sdp_i8_span_avx512(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);

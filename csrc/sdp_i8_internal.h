@@ -168,6 +168,17 @@ static inline __attribute__((always_inline)) __m512i front8(const vec_params* q,
   }
   return t;
 }
+/* The general path's lanes for one channel: every lane holds channel c's parameters
+ * (sdp_i8_avx512.c's span and planes, sdp_i8_lut.c's front8 fallback). */
+static inline void channel_vectors(const chan_params* c, vec_params* q) {
+  q->bias = _mm512_set1_epi64(c->bias);
+  q->mul = _mm512_set1_epi64(c->mul);
+  q->half = half_of(c->shift + c->pre);
+  q->shift = _mm512_set1_epi64(c->shift + c->pre);
+  q->pre = _mm512_set1_epi64(bs_pre(c->pre));
+  q->prelu_mul = _mm512_set1_epi64(c->prelu_mul);
+}
+
 /* The parameters every channel shares. */
 static inline void call_params(const sdp_i8* p, vec_params* q) {
   q->ew_zero = _mm512_set1_epi64(p->ew_zero);

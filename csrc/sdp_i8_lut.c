@@ -608,11 +608,7 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
     if (!ok) {
       if (!q_ready) {
         call_params(p, &q);
-        q.bias = _mm512_set1_epi64(c.bias);
-        q.mul = _mm512_set1_epi64(c.mul);
-        q.half = half_of(c.shift + c.pre);
-        q.shift = _mm512_set1_epi64(c.shift + c.pre);
-        q.pre = _mm512_set1_epi64(bs_pre(c.pre));
+        channel_vectors(&c, &q);
         q_ready = 1;
       }
       const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
