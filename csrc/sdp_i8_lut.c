@@ -206,7 +206,7 @@ static uint64_t plan_hash(const plan_key* k) {
     h = (h ^ w) * 1099511628211ull;
   }
   for (; i < sizeof(*k); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
+  return h; /* only compared for equality (plan_slot_of): no finaliser */
 }
 
 /* The slot of key k (inserting it, evicting the least recently used slot no run holds), or
