@@ -8,7 +8,7 @@ exported program, a node of the ONNX graph), which Relax expression that node's 
 (``tvm.ir.Span``), the field TVM keeps on an expression through its passes: the
 pattern-matched composites and the merged external functions carry the same calls, so the
 partition report, the estimate, the profile's labels and the errors can name a layer by its
-source (:func:`name_of`, :func:`layer_name`).
+source (:func:`name_of`, :func:`layer_names`).
 
 A call the importer emits on its own to build a node's result (the transpose of a linear
 layer's weight, a convolution's bias reshape) has no node of its own: it takes the name of the
@@ -204,12 +204,6 @@ def compress(names: Sequence[str]) -> str:
     return "+".join(_grouped([name.split(sep) for name in distinct], sep))
 
 
-def layer_name(composite: relax.Function) -> str:
-    """The source name of an accelerator layer (a composite function): its operators' names
-    compressed (:func:`compress`); empty where the module carries none."""
-    return compress([name_of(call) or "" for call in function_calls(composite)])
-
-
 # --- per call site: the layers that fusion shares -------------------------------------------------
 
 #: The external function attribute that holds each of its layers' own source names: per
@@ -221,19 +215,23 @@ def _bindings(function: relax.Function) -> List[relax.Binding]:
     return [b for block in function.body.blocks for b in block.bindings]
 
 
-def _composites(function: relax.Function) -> List[relax.Function]:
-    """The composite function of each layer (a call of a locally bound function) of an
-    external function, in order."""
+def _layer_bindings(function: relax.Function):
+    """(binding, the composite it calls or None) for each binding of an external function
+    but the local definitions of its composites, in order: a layer is a call of a locally
+    bound function."""
     local: Dict[relax.Var, relax.Function] = {}
-    found = []
     for binding in _bindings(function):
         value = binding.value
         if isinstance(value, relax.Function):
             local[binding.var] = value
-        elif isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and \
-                value.op in local:
-            found.append(local[value.op])
-    return found
+        else:
+            called = value.op if isinstance(value, relax.Call) else None
+            yield binding, (local.get(called) if isinstance(called, relax.Var) else None)
+
+
+def _composites(function: relax.Function) -> List[relax.Function]:
+    """The composite function of each layer of an external function, in order."""
+    return [composite for _, composite in _layer_bindings(function) if composite is not None]
 
 
 def layer_op_names(function: relax.Function) -> List[List[Optional[str]]]:
@@ -328,15 +326,11 @@ class _Sites:
         """(the pre-fusion values of its results, per layer its operators' names) of an
         external function called with ``args``."""
         inner = {p: env.get(a, a) for p, a in zip(function.params, args)}
-        local: Dict[relax.Var, relax.Function] = {}
         layers = []
-        for binding in _bindings(function):
+        for binding, composite in _layer_bindings(function):
             value = binding.value
-            if isinstance(value, relax.Function):
-                local[binding.var] = value
-            elif isinstance(value, relax.Call) and isinstance(value.op, relax.Var) and \
-                    value.op in local:
-                inner[binding.var], names = self.composite(local[value.op], value.args, inner)
+            if composite is not None:
+                inner[binding.var], names = self.composite(composite, value.args, inner)
                 layers.append(names)
             elif isinstance(value, relax.TupleGetItem):
                 made = inner.get(value.tuple_value)

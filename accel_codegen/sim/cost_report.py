@@ -108,7 +108,7 @@ def record_precision(record) -> Optional[str]:
 class LayerSources(dict):
     """Layer key (``f0.3``) -> the Relax operators the layer computes, in order; ``names``:
     layer key -> the layer's name in the source model (``layer2.0.{downsample.0,...}``,
-    :func:`accel_codegen.compiler.source_names.layer_name`), for the layers that have one.
+    :func:`accel_codegen.compiler.source_names.layer_names`), for the layers that have one.
     What the partition (``tools/report.py``: ``source_ops``) and a library's record of its
     build (``compiler/library.py``: ``LibraryInfo.sources``) give the reports."""
 
