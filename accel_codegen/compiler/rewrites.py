@@ -1126,16 +1126,35 @@ def _moved_constant(value: relax.Call) -> np.ndarray:
     return array.reshape(_static(value))
 
 
+def _graph_functions(mod: tvm.IRModule):
+    """(global var, function) of each Relax function of ``mod`` but the composites: the
+    graphs the rewrites change."""
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function) and not (
+                function.attrs is not None and "Composite" in function.attrs):
+            yield gv, function
+
+
+def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRModule:
+    """``pattern`` rewritten in each graph function by ``make_rewriter(readers, bound)``: the
+    function's reader counts and its bound value -> var table (a fold that needs an
+    intermediate result read by the next op alone)."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in _graph_functions(mod):
+        bound = {value: var for var, value in _bindings_table(function).items()}
+        part = _rewrite(tvm.IRModule({gv: function}), pattern,
+                        make_rewriter(_readers(function), bound))
+        result[gv] = part[gv]
+    return result
+
+
 def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """A reshape (expand_dims, squeeze) or a permute_dims of a constant read by two ops or more
     -> the reshaped constant in each reader (torch.export binds one permute_dims for the equal
     weights of cloned layers, as nn.TransformerEncoder's are before training: each dense
     layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gv, function in mod.functions_items():
-        if not isinstance(function, relax.Function) or (
-                function.attrs is not None and "Composite" in function.attrs):
-            continue
+    for gv, function in _graph_functions(mod):
         readers = _readers(function)
         constants = {}
         for var, value in _bindings_table(function).items():
@@ -1402,18 +1421,7 @@ def _beta_folded(readers: dict, bound: dict):
 def layer_norm_shifts_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d(layer_norm(x, gamma, beta, axes=[1]), W) + b, the layer norm read by the conv
     alone and the conv without padding -> conv2d(layer_norm(x, gamma, 0), W) + (b + W beta)."""
-    for pattern in (_FOLD_BIASED,):
-        result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-        for gv, function in mod.functions_items():
-            if not isinstance(function, relax.Function) or (
-                    function.attrs is not None and "Composite" in function.attrs):
-                continue
-            bound = {value: var for var, value in _bindings_table(function).items()}
-            part = _rewrite(tvm.IRModule({gv: function}), pattern,
-                            _beta_folded(_readers(function), bound))
-            result[gv] = part[gv]
-        mod = result
-    return mod
+    return _rewrite_with_readers(mod, _FOLD_BIASED, _beta_folded)
 
 
 # A constant scale and shift after a convolution, (conv2d(x, W) + b) * c + d (PP-LCNetV3's
@@ -1491,16 +1499,7 @@ def _affine_folded(readers: dict, bound: dict):
 def affines_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """(conv2d(x, W) [+ b]) * c + d with constant c, d per output channel (or scalars), the
     conv's output read by the scale alone -> conv2d(x, W c) + (b c + d)."""
-    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gv, function in mod.functions_items():
-        if not isinstance(function, relax.Function) or (
-                function.attrs is not None and "Composite" in function.attrs):
-            continue
-        bound = {value: var for var, value in _bindings_table(function).items()}
-        part = _rewrite(tvm.IRModule({gv: function}), _AFF_SHIFTED,
-                        _affine_folded(_readers(function), bound))
-        result[gv] = part[gv]
-    return result
+    return _rewrite_with_readers(mod, _AFF_SHIFTED, _affine_folded)
 
 
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
@@ -1573,10 +1572,8 @@ def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
     transposes, which their dense layers then share): the squeezes here and the window
     layouts' swaps (``windows.py``) rewrite this way."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gv, function in mod.functions_items():
-        if isinstance(function, relax.Function) and not (
-                function.attrs is not None and "Composite" in function.attrs):
-            result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
+    for gv, function in _graph_functions(mod):
+        result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
     return result
 
 
