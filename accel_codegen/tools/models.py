@@ -1292,17 +1292,25 @@ class WindowAttention(nn.Module):
             mask = torch.where(diff != 0, -100.0, 0.0)
         self.register_buffer("mask", mask, persistent=False)
 
+    def _projected(self, x: torch.Tensor) -> torch.Tensor:
+        return self.qkv(x)
+
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, n: int) -> torch.Tensor:
+        """Scaled dot products plus the relative position bias, [windows, heads, n, n]."""
+        attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        return attn + bias.view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, h, w, c = x.shape
         ws, n, d = self.window, self.window * self.window, c // self.heads
         if self.shift:
             x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
         x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
-        qkv = self.qkv(x).reshape(x.shape[0], n, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (q * d ** -0.5) @ k.transpose(-2, -1)
-        bias = self.relative_position_bias_table[self.relative_position_index]
-        attn = attn + bias.view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+        qkv = self._projected(x).reshape(x.shape[0], n, 3, self.heads, d)
+        qkv = qkv.permute(2, 0, 3, 1, 4)
+        attn = self._scores(qkv[0], qkv[1], n)
+        v = qkv[2]
         if self.shift:
             windows = self.mask.shape[0]
             attn = attn.view(-1, windows, self.heads, n, n) + self.mask[None, :, None]
@@ -1334,33 +1342,19 @@ class WindowAttentionV2(WindowAttention):
         table = torch.sign(table) * torch.log2(table.abs() + 1.0) / 3.0
         self.register_buffer("relative_coords_table", table, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, h, w, c = x.shape
-        ws, n, d = self.window, self.window * self.window, c // self.heads
-        if self.shift:
-            x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
-        x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+    def _projected(self, x: torch.Tensor) -> torch.Tensor:
+        c = x.shape[-1]
         bias = self.qkv.bias.clone()
         bias[c:2 * c] = 0.0  # torchvision's: the key has no bias
-        qkv = nn.functional.linear(x, self.qkv.weight, bias)
-        qkv = qkv.reshape(x.shape[0], n, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        return nn.functional.linear(x, self.qkv.weight, bias)
+
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, n: int) -> torch.Tensor:
         attn = nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(
             k, dim=-1).transpose(-2, -1)
         attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
         table = self.cpb_mlp(self.relative_coords_table).view(-1, self.heads)
         bias = table[self.relative_position_index].view(n, n, -1).permute(2, 0, 1)
-        attn = attn + 16 * torch.sigmoid(bias.unsqueeze(0))
-        if self.shift:
-            windows = self.mask.shape[0]
-            attn = attn.view(-1, windows, self.heads, n, n) + self.mask[None, :, None]
-            attn = attn.view(-1, self.heads, n, n)
-        x = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(-1, n, c)
-        x = self.proj(x).view(b, h // ws, w // ws, ws, ws, c)
-        x = x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
-        if self.shift:
-            x = torch.roll(x, (self.shift, self.shift), (1, 2))
-        return x
+        return attn + 16 * torch.sigmoid(bias.unsqueeze(0))
 
 
 class SwinBlock(nn.Module):
