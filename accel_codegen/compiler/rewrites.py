@@ -10,6 +10,9 @@ result computes the same values).
 - torch's unchecked gathers (``take`` in "fast" mode) become bounds-clamped ones: the same
   values in bounds, no read outside the tensor, and no warning from TVM at every build.
 - Each part of a ``split`` (torch's chunk and split) becomes a ``strided_slice`` of its own.
+- A batched matmul whose weight is a ``broadcast_to`` of one [K, N] matrix (torch.export's Linear
+  of a non-contiguous batch: batch-first attention's transposed input) becomes the dense layer
+  of its rows, reshaped back (its bias with it).
 - A flatten of a global average pool's [N, C, 1, 1] to [N, C] becomes the pool without
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
