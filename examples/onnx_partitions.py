@@ -8,7 +8,8 @@ Zoo models by name (``tools.models.get_model``), and: ``mha_b1`` / ``mha_b2``
 (``nn.MultiheadAttention(48, 3, batch_first=True)`` on 1 or 2 images of 10 tokens),
 ``mha_seq_b2`` (the sequence-first form on [10, 2, 48]), ``normalize`` (a Linear then
 F.normalize over 48 channels), ``swin_v2_blocks`` (two ``SwinBlockV2`` of width 16, 2 heads,
-window 7, the second shifted, on 14x14x16). nv_full, fp32, realistic initialisation (the
+window 7, the second shifted, on 14x14x16), ``swin_v2_tiny`` (``SwinTransformer(v2=True)`` of
+width 16, [2, 2] blocks of [1, 2] heads, 3x56x56). nv_full, fp32, realistic initialisation (the
 partition does not depend on the weights' values). Figures in docs/transformer_ops.md."""
 import argparse
 import collections
@@ -20,7 +21,8 @@ import torch
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
-from accel_codegen.tools.models import SwinBlockV2, build_realistic, get_model
+from accel_codegen.tools.models import (SwinBlockV2, SwinTransformer, build_realistic,
+                                        get_model)
 
 
 class _SelfAttention(torch.nn.Module):
@@ -54,6 +56,9 @@ EXTRA = {
     "normalize": lambda: _small(_Normalize(), (1, 10, 48)),
     "swin_v2_blocks": lambda: build_realistic(lambda: torch.nn.Sequential(
         SwinBlockV2(16, 2, 7, 0, 14), SwinBlockV2(16, 2, 7, 3, 14)), (14, 14, 16)),
+    "swin_v2_tiny": lambda: build_realistic(lambda: SwinTransformer(
+        image=56, dim=16, depths=(2, 2), heads=(1, 2), window=7, num_classes=10, v2=True),
+        (3, 56, 56)),
 }
 DEFAULT = ["vit_ti16", "swin_mini", "convnext_mini", "encoder_stack", "hybrid_recogniser",
            *EXTRA]

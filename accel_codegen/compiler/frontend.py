@@ -297,6 +297,59 @@ def _load_onnx(model_or_path: Any):
             f"'{path}' is not a readable ONNX model: {_first_line(error)}") from error
 
 
+#: LpNormalization's p = 2 as ReduceL2, a Clip to this floor, Div: ONNX's y = x / ||x||_2 (0
+#: where the norm is 0) wherever the norm is 0 or at least the floor, whose square is float32's
+#: smallest normal number (the accelerator's passes add it to the sum of squares).
+LP_NORM_FLOOR = 2.0 ** -63
+
+
+def _lp_normalizations(model):
+    """``model`` with each LpNormalization of p = 2 as ReduceL2 (keepdims) over its axis, a
+    Clip to :data:`LP_NORM_FLOOR` and Div (F.normalize's form, which TVM imports and
+    ``accel.l2_normalize`` reads; TVM has no converter for LpNormalization); the model
+    itself where it has none."""
+    import onnx
+    from onnx import helper
+
+    if not any(n.op_type == "LpNormalization" and n.domain in ("", "ai.onnx") and
+               helper.get_attribute_value(next((a for a in n.attribute if a.name == "p"),
+                                               helper.make_attribute("p", 2))) == 2
+               for n in model.graph.node):
+        return model
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type != "LpNormalization" or node.domain not in ("", "ai.onnx") or \
+                attrs.get("p", 2) != 2:
+            nodes.append(node)
+            continue
+        name = node.name or node.output[0]
+        x, axis = node.input[0], int(attrs.get("axis", -1))
+        norm, floor, floored = (f"{name}/norm", f"{name}/floor", f"{name}/floored")
+        if opset >= 18:  # the axes an input
+            axes = f"{name}/axes"
+            nodes.append(helper.make_node("Constant", [], [axes], name=axes, value=(
+                helper.make_tensor(axes, onnx.TensorProto.INT64, [1], [axis]))))
+            nodes.append(helper.make_node("ReduceL2", [x, axes], [norm], name=norm,
+                                          keepdims=1))
+        else:
+            nodes.append(helper.make_node("ReduceL2", [x], [norm], name=norm, axes=[axis],
+                                          keepdims=1))
+        if opset >= 11:  # the bounds inputs
+            nodes.append(helper.make_node("Constant", [], [floor], name=floor, value=(
+                helper.make_tensor(floor, onnx.TensorProto.FLOAT, [], [LP_NORM_FLOOR]))))
+            nodes.append(helper.make_node("Clip", [norm, floor], [floored], name=floored))
+        else:
+            nodes.append(helper.make_node("Clip", [norm], [floored], name=floored,
+                                          min=LP_NORM_FLOOR))
+        nodes.append(helper.make_node("Div", [x, floored], list(node.output), name=name))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
 def _unconvertible_nodes(graph, convert_map) -> list:
     """(name, op type, outputs) of every node, subgraphs included, that TVM's importer has no
     converter for (it checks the op types, without saying which node has them)."""
@@ -385,6 +438,7 @@ def from_onnx(
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+    model = _lp_normalizations(model)
     graph_name = model.graph.name
     missing = _unconvertible_nodes(model.graph, _get_convert_map())
     if missing:

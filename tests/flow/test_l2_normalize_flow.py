@@ -65,3 +65,35 @@ def test_normalize_from_onnx_is_the_same_composite(tmp_path):
     y = build_and_run(mod, x, params=params)
     assert_same(y, build_and_run(torch_mod, x, params=torch_params))
     assert_close(y, torch_forward(model, x), 1e-4)
+
+
+@pytest.mark.parametrize("opset", [13, 18])  # ReduceL2's axes an attribute, an input
+def test_onnx_lp_normalization_is_the_same_composite(opset):
+    """ONNX's LpNormalization (p = 2), which TVM's importer has no converter for, imported as
+    ReduceL2, a Clip to 2^-63 and Div (frontend._lp_normalizations): one accel.l2_normalize
+    composite, within 1e-4 of ONNX Runtime's LpNormalization, a token of zeros 0 as ONNX's."""
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((32, 32)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("LpNormalization", ["h"], ["y"], name="norm", axis=-1, p=2)],
+        "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 32])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    mod, params = from_onnx(model)
+    report = ac.partition_report(mod, params)
+    assert not report.host, [(op.op, op.reason) for op in report.host]
+    assert len(report.functions) == 1 and \
+        "accel.l2_normalize" in list(report.functions.values())[0], report.functions
+    x = rng.standard_normal((1, 12, 32)).astype(np.float32)
+    x[0, 4] = 0.0
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    y = build_and_run(mod, x, params=params)
+    assert_close(y, expected, 1e-4)
+    assert not np.any(y[0, 4])
