@@ -41,7 +41,9 @@ result computes the same values).
   a permute that swaps the only two axes longer than 1 a transpose of [1, R, S] between
   reshapes; a constant scale and shift per channel after a convolution, ``(conv2d(x, W) + b)
   * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's ``x * 0.2 + 0.5``), the
-  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block).
+  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block); one that
+  no convolution before it takes (after a hardswish), read by a convolution without padding
+  alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -1556,6 +1558,83 @@ def affines_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_with_readers(mod, _AFF_SHIFTED, _affine_folded)
 
 
+# A constant scale and shift that no convolution before it can take (PP-LCNetV3's learnable
+# affine block after each hardswish: hardswish(y) * c + d, [1] constants), read by a
+# convolution alone: folded into that conv's input side, conv2d(x c + d, W) ->
+# conv2d(x, W c) + sum(W d), W c per input channel and the shift summed over each output
+# channel's taps. Exact only without padding: a padded tap reads 0 where the folded conv
+# would need -d / c (NVDLA's CONV pads with one value per tensor, which in int8 would have to
+# be a code: no exact form), so a padded conv is left as it is. The conv's bias add, when it
+# has one, takes the shift (two passes: with the bias, then a conv without one).
+_NX_X, _NX_C, _NX_D = wildcard(), is_const(), is_const()
+_NX_MULS = (is_op("relax.multiply")(_NX_X, _NX_C), is_op("relax.multiply")(_NX_C, _NX_X))
+_NX_MUL = _NX_MULS[0] | _NX_MULS[1]
+_NX_ADDS = (is_op("relax.add")(_NX_MUL, _NX_D), is_op("relax.add")(_NX_D, _NX_MUL))
+_NX_AFFINE = _NX_ADDS[0] | _NX_ADDS[1] | _NX_MUL
+_NX_W, _NX_B = is_const(), is_const()
+_NX_CONV = is_op("relax.nn.conv2d")(_NX_AFFINE, _NX_W)
+_NX_BIASED = is_op("relax.add")(_NX_CONV, _NX_B | is_op("relax.reshape")(_NX_B, wildcard()))
+
+
+def _input_side_folded(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        conv = matches[_NX_CONV]
+        mul = next(matches[p] for p in _NX_MULS if p in matches)
+        shifted = next((matches[p] for p in _NX_ADDS if p in matches), None)
+        affine = mul if shifted is None else shifted
+        a = conv.attrs
+        weight = constant_value(matches[_NX_W]).astype(np.float64)
+        shape = _static(affine)
+        if shape is None or len(shape) != 4 or weight.ndim != 4 or \
+                any(int(v) for v in a.padding) or str(a.data_layout) != "NCHW" or \
+                str(a.kernel_layout) != "OIHW" or str(a.out_layout) not in ("", "NCHW") or \
+                _static(mul) != shape or _static(matches[_NX_X]) != shape:
+            return expr
+        # the affine's result is the conv's alone (and the product the shift's alone)
+        if readers.get(bound.get(affine), 0) != 1 or \
+                (shifted is not None and readers.get(bound.get(mul), 0) != 1):
+            return expr
+        channels, k, groups = shape[1], weight.shape[0], int(a.groups)
+        c = _per_channel(constant_value(matches[_NX_C]), channels)
+        d = np.zeros(channels) if shifted is None else \
+            _per_channel(constant_value(matches[_NX_D]), channels)
+        if c is None or d is None or not np.all(np.isfinite(c)) or \
+                not np.all(np.isfinite(d)) or weight.shape[1] * groups != channels or \
+                k % groups:
+            return expr
+        # the input channel each weight [k, i] reads: group k // (K / g), channel i of it
+        group = np.arange(k) // (k // groups)
+        source = group[:, None] * weight.shape[1] + np.arange(weight.shape[1])[None, :]
+        folded_w = weight * c[source][:, :, None, None]
+        shift = np.einsum("kirs,ki->k", weight, d[source])
+        biased = not expr.same_as(conv)
+        if biased:
+            value = constant_value(matches[_NX_B])
+            added = _static(expr.args[1])
+            if added is None or int(np.prod(added)) != value.size or \
+                    readers.get(bound.get(conv), 0) != 1:
+                return expr
+            b = _per_channel(value.reshape(added), k)
+            if b is None:
+                return expr
+            shift = shift + b
+        dtype = str(conv.ty.dtype)
+        out = relax.Call(conv.op, [matches[_NX_X], relax.const(folded_w.astype(dtype), dtype)],
+                         conv.attrs)
+        return relax.op.add(named_as(out, conv),
+                            relax.const(shift.reshape(1, k, 1, 1).astype(dtype), dtype))
+    return rewriter
+
+
+def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d(x * c [+ d], W) [+ b] with constant c, d per channel of x (or scalars), the
+    affine read by the conv alone and the conv without padding -> conv2d(x, W c) + (b +
+    sum(W d)). After :func:`affines_into_convs`, which folds an affine into the conv that
+    computes its input (exact with any padding) where there is one."""
+    once = _rewrite_with_readers(mod, _NX_BIASED, _input_side_folded)
+    return _rewrite_with_readers(once, _NX_CONV, _input_side_folded)
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened): it moves nothing, and alone it stayed on the host between two functions.
 _RESHAPED = wildcard()
@@ -1714,4 +1793,4 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
                   constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs,
-                  affines_into_convs)
+                  affines_into_convs, affines_into_next_convs)
