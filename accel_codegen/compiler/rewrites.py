@@ -921,7 +921,7 @@ def _wide_stride_conv(expr: relax.Expr, matches) -> relax.Expr:
 def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d strided wider than the CONV's register -> a one-hot f x f stride-f conv2d then
     the conv2d of kernel k/f, stride s/f (the same products)."""
-    return _rewrite(mod, _WIDE_CONV, _wide_stride_conv)
+    return _rewrite_calls(mod, _WIDE_CONV, _wide_stride_conv)
 
 
 # Constants computed at compile time: broadcast_to of a constant (ViT's class token expanded
@@ -959,8 +959,8 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
 
 def constant_broadcasts_and_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """broadcast_to(constant) and take(constant, constant indices) -> the constant."""
-    return _rewrite(_rewrite(mod, _BROADCAST_CONSTANT, _folded_constant), _TAKE_CONSTANT,
-                    _folded_constant)
+    return _rewrite_calls(_rewrite_calls(mod, _BROADCAST_CONSTANT, _folded_constant),
+                          _TAKE_CONSTANT, _folded_constant)
 
 
 # A batched matmul whose weight is a broadcast_to of one [K, N] matrix over the batch
@@ -1075,7 +1075,7 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
     i + 1))."""
-    return _rewrite(mod, _TAKE_AT, _sliced_take)
+    return _rewrite_calls(mod, _TAKE_AT, _sliced_take)
 
 
 def _bindings_table(function: relax.Function) -> dict:
@@ -1663,11 +1663,18 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
 class _ByBinding(relax.PyExprMutator):
     """Each binding of a call of one of ``ops`` replaced by ``rewrite(call, source)`` (nested
     calls, each emitted as a binding of its own), where that is not the call itself;
-    ``source(var)``: the value bound to a variable of the function (None: a parameter)."""
+    ``source(var)``: the value bound to a variable of the function (None: a parameter). A
+    dataflow variable whose call becomes a constant is replaced by the constant in its
+    readers (as TVM's CanonicalizeBindings does after rewrite_call), so that the next
+    rewrite sees a constant operand."""
 
     def __init__(self, mod: tvm.IRModule, ops, rewrite):
         super().__init__(mod)
         self.ops, self.rewrite = frozenset(ops), rewrite
+        self.constants: Dict[relax.Var, relax.Expr] = {}
+
+    def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
+        return self.constants.get(var) or super().visit_dataflow_var_(var)
 
     def _emit_args(self, expr: relax.Expr) -> relax.Expr:
         if isinstance(expr, relax.Tuple):
@@ -1689,6 +1696,9 @@ class _ByBinding(relax.PyExprMutator):
         if new is call or new is None:
             super().visit_var_binding_(binding)
             return
+        if is_constant(new) and isinstance(binding.var, relax.DataflowVar):
+            self.constants[binding.var] = new
+            return
         new = self._emit_args(new)
         # a function's output of a dataflow block; a binding block's variables are all Vars
         emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
@@ -1702,12 +1712,34 @@ def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
     expression (nested calls become bindings of their own); ``source(var)`` gives the value
     bound to ``var`` (None for a parameter). Binding by binding, where TVM's rewrite_call
     would also merge equal expressions elsewhere (two layers' equal constant weight
-    transposes, which their dense layers then share): the squeezes here and the window
+    transposes, which their dense layers then share) and, to find them, hash every
+    constant's bytes once per rewrite that changes the graph (ViT-B's 344 MB): the squeezes
+    here, the folded constants, the sliced takes, the wide-stride convolutions and the window
     layouts' swaps (``windows.py``) rewrite this way."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
     return result
+
+
+def _rewrite_calls(mod: tvm.IRModule, pattern: DFPattern, rewriter) -> tvm.IRModule:
+    """:func:`_rewrite`'s ``rewriter(expr, matches)`` of a ``pattern`` that is one call of
+    operands (``is_op(...)(wildcard(), is_const(), ...)``), applied binding by binding
+    (:func:`rewrite_bindings`); the new call keeps the source name of the one it replaces,
+    unless the rewriter named it."""
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        matches = pattern.extract_matched_expr(call)
+        if matches is None:
+            return call
+        new = rewriter(call, matches)
+        return new if new is call or name_of(new) else named_as(new, call)
+
+    return rewrite_bindings(mod, _pattern_ops(pattern), rewrite)
+
+
+def _pattern_ops(pattern: DFPattern) -> tuple:
+    """The operator name a call pattern matches."""
+    return (str(pattern.op.expr.name),)
 
 
 def _squeeze_as_reshape(call: relax.Call, source) -> relax.Expr:
