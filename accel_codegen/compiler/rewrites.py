@@ -10,6 +10,9 @@ result computes the same values).
 - torch's unchecked gathers (``take`` in "fast" mode) become bounds-clamped ones: the same
   values in bounds, no read outside the tensor, and no warning from TVM at every build.
 - Each part of a ``split`` (torch's chunk and split) becomes a ``strided_slice`` of its own.
+- A batched matmul whose weight is a ``broadcast_to`` of one [K, N] matrix (torch.export's Linear
+  of a non-contiguous batch: batch-first attention's transposed input) becomes the dense layer
+  of its rows, reshaped back (its bias with it).
 - A flatten of a global average pool's [N, C, 1, 1] to [N, C] becomes the pool without
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
@@ -956,6 +959,57 @@ def constant_broadcasts_and_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """broadcast_to(constant) and take(constant, constant indices) -> the constant."""
     return _rewrite(_rewrite(mod, _BROADCAST_CONSTANT, _folded_constant), _TAKE_CONSTANT,
                     _folded_constant)
+
+
+# A batched matmul whose weight is a broadcast_to of one [K, N] matrix over the batch
+# (torch.export's Linear of a non-contiguous [B, M, K] tensor, such as
+# nn.MultiheadAttention(batch_first=True)'s transposed input: an expand of W^T, a bmm, then
+# the bias added) -> reshape(matmul(reshape(x, [B M, K]), W) + b, [B, M, N]): the dense
+# layer of x's rows that torch gives for a contiguous x (every batch multiplies the same W:
+# the same sums). A broadcast_to of x to its own shape, which torch's expand of x adds, is x.
+_BATCHED = wildcard()
+_BROADCAST_WEIGHT = wildcard()
+_WEIGHT_MATMUL = is_op("relax.matmul")(
+    _BATCHED, is_op("relax.broadcast_to")(_BROADCAST_WEIGHT, wildcard()))
+_MATMUL_BIAS = is_const()
+_WEIGHT_MATMUL_BIAS = is_op("relax.add")(_WEIGHT_MATMUL, _MATMUL_BIAS) | \
+    is_op("relax.add")(_MATMUL_BIAS, _WEIGHT_MATMUL)
+
+
+def _unbroadcast(expr: relax.Expr) -> relax.Expr:
+    """x where ``expr`` is broadcast_to(x, x's own shape), else ``expr``."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+            expr.op.name == "relax.broadcast_to" and _static(expr) is not None and \
+            _static(expr) == _static(expr.args[0]):
+        return expr.args[0]
+    return expr
+
+
+def _dense_of_broadcast(expr: relax.Expr, matches) -> relax.Expr:
+    matmul = matches[_WEIGHT_MATMUL]
+    x, w = _unbroadcast(matches[_BATCHED]), matches[_BROADCAST_WEIGHT]
+    shape, w_shape, out = _static(x), _static(w), _static(matmul)
+    if shape is None or w_shape is None or out is None or len(w_shape) != 2 or \
+            len(shape) < 3 or _static(matmul.args[1]) != shape[:-2] + w_shape or \
+            shape[-1] != w_shape[0] or out != shape[:-1] + [w_shape[1]]:
+        return expr
+    rows = relax.op.reshape(x, [int(np.prod(shape[:-1])), shape[-1]])
+    dense = named_as(relax.op.matmul(rows, w, out_dtype=matmul.attrs.out_dtype), matmul)
+    if _MATMUL_BIAS in matches:
+        bias = constant_value(matches[_MATMUL_BIAS])
+        # a bias along the last axis only, as the dense layer's rows read it
+        if bias.size != w_shape[1] or bias.shape[-1] != w_shape[1] or _static(expr) != out:
+            return expr
+        dense = named_as(relax.op.add(dense, relax.const(bias.reshape(-1),
+                                                         str(expr.ty.dtype))), expr)
+    return relax.op.reshape(dense, out)
+
+
+def broadcast_weight_matmuls(mod: tvm.IRModule) -> tvm.IRModule:
+    """matmul(x [B, M, K], broadcast_to(W [K, N], [B, K, N])) (+ b [N]) ->
+    reshape(matmul(reshape(x, [B M, K]), W) (+ b), [B, M, N])."""
+    return _rewrite(_rewrite(mod, _WEIGHT_MATMUL_BIAS, _dense_of_broadcast), _WEIGHT_MATMUL,
+                    _dense_of_broadcast)
 
 
 # A constant operand of an element-wise op with fewer axes (at least 2) than the tensor (a
