@@ -38,10 +38,10 @@ def test_repeated_layers_share_their_code_and_run_the_same(monkeypatch):
     inline = ac.partition_for_accel(mod, params)
     (inline_source,) = ac.generated_sources(inline).values()
     assert "layer_code" not in inline_source
-    assert len(source) < len(inline_source) / 2, (len(source), len(inline_source))
+    assert len(source) < len(inline_source) * 2 / 3, (len(source), len(inline_source))
     out, labels = _run(shared, x.numpy())
     inline_out, inline_labels = _run(inline, x.numpy())
-    assert labels == inline_labels and len(labels) > 200
+    assert labels == inline_labels and len(labels) > 100
     assert np.array_equal(out, inline_out)
 
 
