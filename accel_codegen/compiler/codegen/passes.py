@@ -9,7 +9,7 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 (``layer.token_surface``)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 from tvm import relax
@@ -19,7 +19,7 @@ from ...sim.ops import X_FIELDS, Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 from .int8_plan import token_dense
-from .tensors import STORAGE
+from .tensors import STORAGE, resolve_operand
 
 #: C element type of each float precision's storage.
 C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
@@ -104,12 +104,13 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
-def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer) -> str:
+def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer,
+               free_after: Optional[int] = None) -> str:
     """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
-    buffer it returns. In int8 the transposes move codes as they are: the run reads the
+    buffer it returns (live to ``free_after``, this layer by default). In int8 the transposes move codes as they are: the run reads the
     data's quantisation, and the layer's output (after the transpose back) has the run's
     (``int8_plan``)."""
-    out = gen._temp(int(np.prod(dense.out_shape)))
+    out = gen._temp(int(np.prod(dense.out_shape)), free_after)
     gen.inner[data] = surface
     try:
         gen._emit(program_run, out, layer=dense)
@@ -141,10 +142,16 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is None and layer.tokens:
-        surface = gen._temp(int(np.prod(layer.in_shape)))
-        gen.body.extend(transpose(data, surface, b, h * w, c, precision,
-                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
-                                  f"surface [{b}, {c}, {h}, {w}]"))
+        held = gen.token_surfaces.get(resolve_operand(layer.data, scope)[0])
+        if held is not None and held[1:] == ((b, c, h * w), precision):
+            surface = held[0]  # the token layer that wrote the data left it there
+            gen.body.append(f"/* layer {index}: tokens [{b}, {h * w}, {c}] on their surface "
+                            f"[{b}, {c}, {h}, {w}] already */")
+        else:
+            surface = gen._temp(int(np.prod(layer.in_shape)))
+            gen.body.extend(transpose(data, surface, b, h * w, c, precision,
+                                      f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
+                                      f"surface [{b}, {c}, {h}, {w}]"))
         tensors = {"x": surface}
     elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
@@ -174,9 +181,13 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         shape = decomposition.shapes[base]
         return f"(({ctype}*){tensor(base)} + {first * shape[2] * shape[3]})"
 
+    # the last pass's output lives as long as the layer's (the surface its token readers take)
+    keep = gen.last_use.get(var, gen.layer_index) if layer.tokens and attention is None \
+        else None
     start = 0
     if layer.conv is not None:
-        tensors["x"] = _dense_run(gen, layer.data, surface, program_runs[0], runs[0])
+        tensors["x"] = _dense_run(gen, layer.data, surface, program_runs[0], runs[0],
+                                  keep if decomposition is None else None)
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
@@ -185,7 +196,8 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         if step.output in views or step.output in decomposition.into:
             out = tensor(step.output)
         else:
-            out = tensors[step.output] = gen._temp(count)
+            out = tensors[step.output] = gen._temp(
+                count, keep if step.output == decomposition.output else None)
         lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         # heads: all written, into the output or a window's rows of it
         if _clears(step.ops) and step.output not in decomposition.into and \
@@ -210,3 +222,6 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
                               precision, f"layer {index}: the surface [{b}, {k}, {h}, {w}] "
                                          f"back to tokens [{b}, {h * w}, {k}]"))
+    if decomposition is None or (decomposition.output not in views and
+                                 decomposition.output not in decomposition.into):
+        gen.token_surfaces[var] = (last, (b, k, h * w), precision)
