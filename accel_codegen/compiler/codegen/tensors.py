@@ -74,6 +74,9 @@ class FunctionTensors:
         # var -> (pointer, (B, C, T), precision); a token layer reading it takes the surface
         # instead of transposing the tokens again (codegen/passes.py)
         self.token_surfaces: Dict[relax.Var, Tuple[str, Tuple[int, int, int], str]] = {}
+        # tensors whose tokens were never written: every reader takes the surface
+        self.surface_only: set = set()
+        self.readers: Dict[relax.Var, List[int]] = {}  # the layers reading each tensor
         # int8 outputs that leave range by range, each in its own quantisation: (offset,
         # count, quantisation) in elements (an int8 concat of Layer.keeps_input_scales)
         self.regions: Dict[relax.Var, List[Tuple[int, int, TensorQuant]]] = {}
