@@ -167,8 +167,10 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes(const sdp_i8_l
 }
 
 /* q of 16 values v of channel c with their operand codes o (int32 lanes), the residual add
- * a. form: 1 any channel, 2 c->exact (no sat32 clamp), 3 exact and s <= 16 (no add, shift);
- * lean: a->lean. */
+ * a. form: 1 any channel, 2 c->exact (no sat32 clamp), 3 exact and s <= 16 (no add, shift),
+ * 4 exact and s >= 17: u = rhaz(t * mul, s) as the conv's form 3 computes it (|t|'s halves by
+ * vpmaddwd and vpmulhuw, then t's sign), without vpmulld; lean: a->lean. The operand's
+ * product o * ew_mul by vpmaddwd (o's high word 0 or -1 times 0; ew_mul is int16: accel.h). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_i8_lane_add* a,
                                                                       const sdp_i8_lane_cvt* c,
                                                                       __m512i v, __m512i o,
@@ -177,18 +179,32 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
     v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),
                          _mm512_set1_epi32(c->vhi));
   const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
-  const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
-  const __m512i lp = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
-                       _mm512_set1_epi32(c->neg)),
-      _mm512_srai_epi32(t, 31));
-  __m512i u = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srav_epi32(t, k), m),
-                               _mm512_srav_epi32(lp, k));
-  if (form < 3)
-    u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
-                          _mm512_set1_epi32(c->shift));
-  const __m512i x = _mm512_add_epi32(_mm512_mullo_epi32(o, _mm512_set1_epi32(a->ew_mul)),
-                                     _mm512_set1_epi32(a->ew_base));
+  __m512i u;
+  if (form == 4) {
+    const __m512i at = _mm512_abs_epi32(t);
+    const __m512i hp =
+        _mm512_madd_epi16(at, _mm512_set1_epi32((int32_t)((uint32_t)c->mul << 16)));
+    const __m512i lp = _mm512_mulhi_epu16(at, _mm512_set1_epi32(c->mul));
+    const __m512i r = _mm512_srav_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->add)),
+        _mm512_set1_epi32(c->shift));
+    u = _mm512_mask_sub_epi32(r, _mm512_cmplt_epi32_mask(t, _mm512_setzero_si512()),
+                              _mm512_setzero_si512(), r);
+  } else {
+    const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
+    const __m512i lp = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
+                         _mm512_set1_epi32(c->neg)),
+        _mm512_srai_epi32(t, 31));
+    u = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srav_epi32(t, k), m),
+                         _mm512_srav_epi32(lp, k));
+    if (form < 3)
+      u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
+                            _mm512_set1_epi32(c->shift));
+  }
+  const __m512i x = _mm512_add_epi32(
+      _mm512_madd_epi16(o, _mm512_set1_epi32((int32_t)(uint16_t)(int16_t)a->ew_mul)),
+      _mm512_set1_epi32(a->ew_base));
   const __mmask16 n = _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(a->ew_nlt));
   const __m512i e = _mm512_srav_epi32(_mm512_mask_sub_epi32(x, n, x, _mm512_set1_epi32(1)),
                                       _mm512_set1_epi32(a->ew_shift));
