@@ -303,14 +303,8 @@ static int64_t lut_reach(const chan_params* c, int64_t r, int* ok) {
 
 /* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
  * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
-int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
-                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
-  (void)vmax; /* the clamp bounds v itself */
-  const struct sdp_i8_lut_plan* P = p->lut_plan;
-  if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
-      p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
-      P->t_hi > (1 << 30))
-    return 0;
+static int lanes_lut_channels(const sdp_i8* p, const struct sdp_i8_lut_plan* P, int32_t first,
+                              int32_t count, sdp_i8_lane_cvt* cvt) {
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
     if (c.mul <= 0 || c.shift > 40) return 0;
@@ -340,6 +334,135 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
     e->low = (int32_t)(s >= 17 ? 0 : 16 - s);
     e->neg = s >= 1 ? -1 : 0;
   }
+  return 1;
+}
+
+/* ---- the channels' lane constants kept between calls --------------------------------------
+ * lanes_lut_channels costs two divisions and a dozen evaluations of lut_input per channel
+ * (lut_reach), in every conv call of a LUT layer: EfficientNet-B0's ~11,000 SiLU channels
+ * redid them at every inference. They are a function of the plan's t_lo and t_hi and of the
+ * channels' bias, mul, rshift and the layer's shift_max, so they are kept keyed by those values
+ * (compared whole, as the plans are; LANES_SLOTS entries, least recently used out). */
+typedef struct lanes_key {
+  int32_t t_lo, t_hi, first, count, shift_max, has; /* has: which of the arrays are given */
+} lanes_key;
+
+typedef struct lanes_slot {
+  lanes_key key;
+  uint64_t hash, used; /* used: the clock at the last request (0: empty) */
+  unsigned char* params; /* the channels' bias, mul, rshift bytes as compared */
+  sdp_i8_lane_cvt* cvt;  /* count entries, or NULL: the channels have no lane form */
+} lanes_slot;
+
+enum { LANES_SLOTS = 64 };
+
+static struct {
+  pthread_mutex_t lock;
+  uint64_t clock;
+  lanes_slot slot[LANES_SLOTS];
+} lanes_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t fnv_words(uint64_t h, const unsigned char* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The channels' parameter arrays [first, first + count) (NULL where not given), as kept and
+ * compared: bias, mul, rshift bytes one after the other. */
+typedef struct lanes_params {
+  const unsigned char* part[3];
+  size_t bytes[3], total;
+} lanes_params;
+
+static void lanes_params_of(const sdp_i8* p, int32_t first, int32_t count, lanes_params* a) {
+  a->part[0] = p->bias != NULL ? (const unsigned char*)(p->bias + first) : NULL;
+  a->part[1] = p->mul != NULL ? (const unsigned char*)(p->mul + first) : NULL;
+  a->part[2] = p->rshift != NULL ? (const unsigned char*)(p->rshift + first) : NULL;
+  a->bytes[0] = p->bias != NULL ? (size_t)count * sizeof(int32_t) : 0;
+  a->bytes[1] = p->mul != NULL ? (size_t)count * sizeof(int16_t) : 0;
+  a->bytes[2] = p->rshift != NULL ? (size_t)count : 0;
+  a->total = a->bytes[0] + a->bytes[1] + a->bytes[2];
+}
+
+/* Whether kept bytes equal the arrays of a */
+static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) {
+  for (int i = 0; i < 3; ++i) {
+    if (a->bytes[i] != 0 && memcmp(kept, a->part[i], a->bytes[i]) != 0) return 0;
+    kept += a->bytes[i];
+  }
+  return 1;
+}
+
+int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
+                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
+  (void)vmax; /* the clamp bounds v itself */
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
+      p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
+      P->t_hi > (1 << 30) || count <= 0)
+    return 0;
+  lanes_key k;
+  memset(&k, 0, sizeof(k));
+  k.t_lo = P->t_lo;
+  k.t_hi = P->t_hi;
+  k.first = first;
+  k.count = count;
+  k.shift_max = p->shift_max;
+  k.has = (p->bias != NULL) | (p->mul != NULL) << 1 | (p->rshift != NULL) << 2;
+  lanes_params a;
+  lanes_params_of(p, first, count, &a);
+  uint64_t h = fnv_words(1469598103934665603ull, (const unsigned char*)&k, sizeof(k));
+  for (int i = 0; i < 3; ++i) h = fnv_words(h, a.part[i], a.bytes[i]);
+  int ok = -1;
+  pthread_mutex_lock(&lanes_cache.lock);
+  lanes_slot* victim = &lanes_cache.slot[0];
+  for (int i = 0; i < LANES_SLOTS; ++i) {
+    lanes_slot* s = &lanes_cache.slot[i];
+    if (s->used != 0 && s->hash == h && memcmp(&s->key, &k, sizeof(k)) == 0 &&
+        lanes_params_equal(s->params, &a)) {
+      s->used = ++lanes_cache.clock;
+      ok = s->cvt != NULL;
+      if (ok) memcpy(cvt, s->cvt, (size_t)count * sizeof(*cvt));
+      break;
+    }
+    if (s->used < victim->used) victim = s;
+  }
+  pthread_mutex_unlock(&lanes_cache.lock);
+  if (ok < 0) { /* not kept yet: computed outside the lock, then kept */
+    ok = lanes_lut_channels(p, P, first, count, cvt);
+    sdp_i8_lane_cvt* copy = ok ? malloc((size_t)count * sizeof(*cvt)) : NULL;
+    unsigned char* params = malloc(a.total + 1);
+    if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));
+    if (params != NULL) {
+      unsigned char* at = params;
+      for (int i = 0; i < 3; ++i) {
+        if (a.bytes[i] != 0) memcpy(at, a.part[i], a.bytes[i]);
+        at += a.bytes[i];
+      }
+    }
+    if (params != NULL && (!ok || copy != NULL)) {
+      pthread_mutex_lock(&lanes_cache.lock);
+      free(victim->params);
+      free(victim->cvt);
+      victim->key = k;
+      victim->hash = h;
+      victim->used = ++lanes_cache.clock;
+      victim->params = params;
+      victim->cvt = copy;
+      params = NULL;
+      copy = NULL;
+      pthread_mutex_unlock(&lanes_cache.lock);
+    }
+    free(params); /* out of memory: computed, not kept */
+    free(copy);
+  }
+  if (!ok) return 0;
   lut->t_lo = P->t_lo;
   lut->t_hi = P->t_hi;
   lut->base = P->base;
@@ -616,8 +739,8 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
       t = lut_front64(p, &q, &q, x, op);
     }
     if (P != NULL) {
-      const __m512i c = _mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi);
-      const __m512i u = _mm512_sub_epi32(c, p_base);
+      const __m512i tc = _mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi);
+      const __m512i u = _mm512_sub_epi32(tc, p_base);
       const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, p_w), P->bins, 4);
       const __m512i off = _mm512_and_si512(g, p_low16);
       if (!_mm512_mask_cmpeq_epi32_mask(k, off, p_multi)) {

@@ -4,7 +4,7 @@ whole VM call: per layer, per engine, the gaps between runs (generated glue, TVM
 lies outside them (host ops and the border conversions, accel_convert).
 
     python examples/whole_network_time.py resnet18 [--precision int8] [--threads 1]
-        [--repeat 20] [--clock thread|wall] [--layers] [--ort] [--ort-layers]
+        [--repeat 20] [--clock thread|wall] [--layers] [--classes] [--ort] [--ort-layers]
     python examples/whole_network_time.py mobilenet_v2 --precision int8 --compare-threads 2
     RUN_TIMER_LIB=build/libaccel.so python examples/whole_network_time.py mobilenet_v1 \
         --compare-env MY_KNOB=0,1 --layers
@@ -35,6 +35,7 @@ import argparse
 import collections
 import ctypes
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -53,6 +54,9 @@ def parse_args():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--clock", choices=["thread", "wall"], default=None)
     ap.add_argument("--layers", action="store_true", help="print every layer's median")
+    ap.add_argument("--classes", action="store_true",
+                    help="sum the runs by class (the label's primitive and pass, heads and "
+                         "halving-tree levels merged), each with the gaps before its runs")
     ap.add_argument("--ort", action="store_true",
                     help="time ONNX Runtime on the same clock, interleaved")
     ap.add_argument("--ort-layers", action="store_true",
@@ -179,6 +183,34 @@ def realtime() -> None:
     the timed calls compete this way."""
     for tid in os.listdir("/proc/self/task"):
         os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
+
+
+def run_class(label: str) -> str:
+    """A run's class: its label without the function and layer (``f0.12p3 ``), the head
+    (``.h7.`` -> ``.h*.``) and the halving tree's level (``mean.lo`` / ``mean.hi`` / ``mean.add``
+    stay apart, their repeats merge)."""
+    kind = label.split(" ", 1)[-1]
+    return re.sub(r"\.h\d+(?=\.|$)", ".h*", kind)
+
+
+def print_classes(nets: list, by_label: dict) -> None:
+    """Per class of run: how many runs a call makes, their median time summed, and the gaps
+    before them (the generated glue that sets each run up), summed over the first call's
+    runs with each run's median gap."""
+    runs, gaps, count = collections.Counter(), collections.Counter(), collections.Counter()
+    gap_of = collections.defaultdict(list)
+    for n in nets:
+        for r in n[1:]:
+            gap_of[r[0]].append(float(r[4]))
+    for r in nets[0]:
+        key = run_class(r[0])
+        count[key] += 1
+        runs[key] += statistics.median(by_label[r[0]])
+        if gap_of[r[0]]:
+            gaps[key] += statistics.median(gap_of[r[0]])
+    print(f"  {'class of run':48s} {'runs':>5s} {'run ms':>8s} {'gaps ms':>8s}")
+    for key, seconds in sorted(runs.items(), key=lambda kv: -(kv[1] + gaps[kv[0]])):
+        print(f"  {key[:48]:48s} {count[key]:5d} {seconds * 1e3:8.2f} {gaps[key] * 1e3:8.2f}")
 
 
 def read_events(timer) -> list:
@@ -345,6 +377,8 @@ def main() -> None:
         by_engine[key] += statistics.median(by_label[r[0]])
     for key, seconds in by_engine.most_common():
         print(f"  {key:12s} {seconds * 1e3:8.2f} ms")
+    if args.classes:
+        print_classes(nets, by_label)
     if args.layers:
         for r in nets[0]:
             print(f"  {r[0][:56]:56s} {ms(by_label[r[0]]):8.3f} ms")

@@ -48,6 +48,7 @@ from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
 from .relax_exprs import Unsupported
+from .source_names import name_of, span_of
 
 #: Ops that only move elements (their index maps are applied to index arrays).
 LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
@@ -723,10 +724,19 @@ def _l2_normalize(x: relax.Expr, eps: float) -> relax.Expr:
     return relax.op.divide(x, relax.op.clip(norm, eps, float("inf")))
 
 
-def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
-    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear)."""
-    out = relax.op.matmul(x, relax.op.permute_dims(relax.const(w, "float32"), [1, 0]))
-    return out if b is None else relax.op.add(out, relax.const(b, "float32"))
+def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray],
+           name: Optional[str] = None) -> relax.Expr:
+    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear); its calls carry the
+    source name ``name`` where given (the output projection's, which it replaces)."""
+    span = span_of(name) if name else None
+
+    def call(op, *args):
+        made = op(*args)
+        return relax.Call(made.op, made.args, made.attrs, made.ty_args, span) if span else made
+
+    out = call(relax.op.matmul, x,
+               call(relax.op.permute_dims, relax.const(w, "float32"), [1, 0]))
+    return out if b is None else call(relax.op.add, out, relax.const(b, "float32"))
 
 
 @relax.expr_functor.mutator
@@ -770,7 +780,8 @@ class _Rewriter(relax.PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
             result, w, b = self.projections.pop(binding.var)
-            self.set_var_remap(binding.var, self._emit(binding.var, _dense(result, w, b)))
+            self.set_var_remap(binding.var, self._emit(
+                binding.var, _dense(result, w, b, name_of(binding.value))))
             return
         core = self.cores.get(binding.var)
         if core is None:

@@ -34,7 +34,8 @@ from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
-from .rewrites import (EXACT_REWRITES, end_at_first_item, first_item_only,
+from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, end_at_first_item,
+                       first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
                        silu_from_sigmoid, split_into_slices, static_shapes)
@@ -261,7 +262,8 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
                     gelu_from_erf, layer_norm_from_formula, split_into_slices,
-                    flattened_global_pools, attention_cores, *EXACT_REWRITES):
+                    flattened_global_pools, broadcast_weight_matmuls, attention_cores,
+                    *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])

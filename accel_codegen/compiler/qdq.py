@@ -40,7 +40,7 @@ quantised"): rounding at ties (the converters round half away, ONNX Runtime half
 int16 multipliers (2^-15 relative), a local pool's output (kept at its input's scale, where
 the QDQ graph may take another; a global mean requantised finer becomes a depthwise conv:
 :func:`_means_as_convolutions`), and the output channels of a weight quantised per tensor with
-a zero point whose codes minus the zero point go beyond -127..127 (re-quantised, with a
+a zero point whose codes minus the zero point go beyond -128..127 (re-quantised, with a
 warning naming the initializer: :func:`_weight_beyond_int8`; the other channels keep the
 model's codes).
 """
@@ -54,6 +54,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import AccelUnsupportedError
+from ..quantization.encoding import WEIGHT_MAX, WEIGHT_MIN
 
 #: The module attribute that carries a stripped QDQ graph's annotations to the partitioner.
 QDQ_ATTR = "accel_qdq"
@@ -169,8 +170,8 @@ def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[n
                         reader) -> Optional[str]:
     """Why a weight's codes have no int8 form, or None. NVDLA's CONV multiplies int8 weights
     without a zero point; a weight quantised per tensor with one, (q - zero) * scale, keeps
-    the model's codes q - zero in every output channel where they lie within -127..127
-    (``quantize_weights``: exact, what ONNX Runtime computes), but a channel with a code
+    the model's codes q - zero in every output channel where they lie within -128..127
+    (``quantize_weights``; the CONV's weights are signed bytes: exact, what ONNX Runtime computes), but a channel with a code
     beyond (9 bits: a zero point far from the middle of the range) is re-quantised at its own
     amax / 127, one more rounding than the model's int8 runtime makes. Folding the zero
     point into the bias instead is not exact either: zero * the sum of the window's inputs
@@ -179,16 +180,20 @@ def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[n
         return None
     centred = q.astype(np.int64) - zero.astype(np.int64).reshape(-1)[0]
     by_channel = np.moveaxis(centred, _output_channel_axis(reader), 0)
-    per_channel = np.abs(by_channel.reshape(by_channel.shape[0], -1)).max(axis=1)
-    beyond = int(np.count_nonzero(per_channel > 127))
+    rows = by_channel.reshape(by_channel.shape[0], -1)
+    highest, lowest = rows.max(axis=1), rows.min(axis=1)
+    outside = (highest > WEIGHT_MAX) | (lowest < WEIGHT_MIN)
+    beyond = int(np.count_nonzero(outside))
     if not beyond:
         return None
     name = node.input[0]
+    reach = int(highest[outside].max()) if np.any(highest[outside] > WEIGHT_MAX) else \
+        int(lowest[outside].min())
     return (f"initializer '{name}' (dequantised by {_node_name(node)}, the weights of "
             f"{_node_name(reader)}) is quantised per tensor with zero point "
-            f"{int(zero.reshape(-1)[0])}: in {beyond} of its {len(per_channel)} output "
-            f"channels a code minus the zero point reaches {int(per_channel.max())}, beyond "
-            "int8's 127 (NVDLA's CONV has no weight zero point, and folding it into the "
+            f"{int(zero.reshape(-1)[0])}: in {beyond} of its {len(rows)} output "
+            f"channels a code minus the zero point reaches {reach}, beyond "
+            "int8's -128..127 (NVDLA's CONV has no weight zero point, and folding it into the "
             "bias is not exact: zero x the sum of each window's inputs), so those channels "
             "are re-quantised on their own (amax / 127), one rounding more than the model's "
             "int8 runtime makes; the others keep the model's codes. Quantise weights "
@@ -204,7 +209,7 @@ def strip_qdq(model, strict: bool = False):
     activations quantised per axis or to 16 bits, a quantised tensor read by anything but a
     DequantizeLinear, a DequantizeLinear of a graph input, and a QuantizeLinear whose readers
     dequantise it with other parameters. A weight quantised per tensor with a zero point
-    whose codes minus the zero point go beyond int8's -127..127 in some output channels
+    whose codes minus the zero point go beyond int8's -128..127 in some output channels
     (:func:`_weight_beyond_int8`): those channels' codes have no int8 form, so they are
     re-quantised; a warning names the initializer, or with ``strict`` an
     AccelUnsupportedError does.

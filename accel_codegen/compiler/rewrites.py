@@ -10,6 +10,9 @@ result computes the same values).
 - torch's unchecked gathers (``take`` in "fast" mode) become bounds-clamped ones: the same
   values in bounds, no read outside the tensor, and no warning from TVM at every build.
 - Each part of a ``split`` (torch's chunk and split) becomes a ``strided_slice`` of its own.
+- A batched matmul whose weight is a ``broadcast_to`` of one [K, N] matrix (torch.export's Linear
+  of a non-contiguous batch: batch-first attention's transposed input) becomes the dense layer
+  of its rows, reshaped back (its bias with it).
 - A flatten of a global average pool's [N, C, 1, 1] to [N, C] becomes the pool without
   keepdims: no reshape between the PDP and a dense layer, or the function's output.
 - SiLU, which torch's frontend decomposes into ``x * sigmoid(x)``, becomes ``relax.nn.silu``:
@@ -38,7 +41,9 @@ result computes the same values).
   a permute that swaps the only two axes longer than 1 a transpose of [1, R, S] between
   reshapes; a constant scale and shift per channel after a convolution, ``(conv2d(x, W) + b)
   * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's ``x * 0.2 + 0.5``), the
-  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block).
+  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block); one that
+  no convolution before it takes (after a hardswish), read by a convolution without padding
+  alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -916,7 +921,7 @@ def _wide_stride_conv(expr: relax.Expr, matches) -> relax.Expr:
 def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d strided wider than the CONV's register -> a one-hot f x f stride-f conv2d then
     the conv2d of kernel k/f, stride s/f (the same products)."""
-    return _rewrite(mod, _WIDE_CONV, _wide_stride_conv)
+    return _rewrite_calls(mod, _WIDE_CONV, _wide_stride_conv)
 
 
 # Constants computed at compile time: broadcast_to of a constant (ViT's class token expanded
@@ -954,8 +959,59 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
 
 def constant_broadcasts_and_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """broadcast_to(constant) and take(constant, constant indices) -> the constant."""
-    return _rewrite(_rewrite(mod, _BROADCAST_CONSTANT, _folded_constant), _TAKE_CONSTANT,
-                    _folded_constant)
+    return _rewrite_calls(_rewrite_calls(mod, _BROADCAST_CONSTANT, _folded_constant),
+                          _TAKE_CONSTANT, _folded_constant)
+
+
+# A batched matmul whose weight is a broadcast_to of one [K, N] matrix over the batch
+# (torch.export's Linear of a non-contiguous [B, M, K] tensor, such as
+# nn.MultiheadAttention(batch_first=True)'s transposed input: an expand of W^T, a bmm, then
+# the bias added) -> reshape(matmul(reshape(x, [B M, K]), W) + b, [B, M, N]): the dense
+# layer of x's rows that torch gives for a contiguous x (every batch multiplies the same W:
+# the same sums). A broadcast_to of x to its own shape, which torch's expand of x adds, is x.
+_BATCHED = wildcard()
+_BROADCAST_WEIGHT = wildcard()
+_WEIGHT_MATMUL = is_op("relax.matmul")(
+    _BATCHED, is_op("relax.broadcast_to")(_BROADCAST_WEIGHT, wildcard()))
+_MATMUL_BIAS = is_const()
+_WEIGHT_MATMUL_BIAS = is_op("relax.add")(_WEIGHT_MATMUL, _MATMUL_BIAS) | \
+    is_op("relax.add")(_MATMUL_BIAS, _WEIGHT_MATMUL)
+
+
+def _unbroadcast(expr: relax.Expr) -> relax.Expr:
+    """x where ``expr`` is broadcast_to(x, x's own shape), else ``expr``."""
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+            expr.op.name == "relax.broadcast_to" and _static(expr) is not None and \
+            _static(expr) == _static(expr.args[0]):
+        return expr.args[0]
+    return expr
+
+
+def _dense_of_broadcast(expr: relax.Expr, matches) -> relax.Expr:
+    matmul = matches[_WEIGHT_MATMUL]
+    x, w = _unbroadcast(matches[_BATCHED]), matches[_BROADCAST_WEIGHT]
+    shape, w_shape, out = _static(x), _static(w), _static(matmul)
+    if shape is None or w_shape is None or out is None or len(w_shape) != 2 or \
+            len(shape) < 3 or _static(matmul.args[1]) != shape[:-2] + w_shape or \
+            shape[-1] != w_shape[0] or out != shape[:-1] + [w_shape[1]]:
+        return expr
+    rows = relax.op.reshape(x, [int(np.prod(shape[:-1])), shape[-1]])
+    dense = named_as(relax.op.matmul(rows, w, out_dtype=matmul.attrs.out_dtype), matmul)
+    if _MATMUL_BIAS in matches:
+        bias = constant_value(matches[_MATMUL_BIAS])
+        # a bias along the last axis only, as the dense layer's rows read it
+        if bias.size != w_shape[1] or bias.shape[-1] != w_shape[1] or _static(expr) != out:
+            return expr
+        dense = named_as(relax.op.add(dense, relax.const(bias.reshape(-1),
+                                                         str(expr.ty.dtype))), expr)
+    return relax.op.reshape(dense, out)
+
+
+def broadcast_weight_matmuls(mod: tvm.IRModule) -> tvm.IRModule:
+    """matmul(x [B, M, K], broadcast_to(W [K, N], [B, K, N])) (+ b [N]) ->
+    reshape(matmul(reshape(x, [B M, K]), W) (+ b), [B, M, N])."""
+    return _rewrite(_rewrite(mod, _WEIGHT_MATMUL_BIAS, _dense_of_broadcast), _WEIGHT_MATMUL,
+                    _dense_of_broadcast)
 
 
 # A constant operand of an element-wise op with fewer axes (at least 2) than the tensor (a
@@ -1019,7 +1075,7 @@ def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
     i + 1))."""
-    return _rewrite(mod, _TAKE_AT, _sliced_take)
+    return _rewrite_calls(mod, _TAKE_AT, _sliced_take)
 
 
 def _bindings_table(function: relax.Function) -> dict:
@@ -1502,6 +1558,83 @@ def affines_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_with_readers(mod, _AFF_SHIFTED, _affine_folded)
 
 
+# A constant scale and shift that no convolution before it can take (PP-LCNetV3's learnable
+# affine block after each hardswish: hardswish(y) * c + d, [1] constants), read by a
+# convolution alone: folded into that conv's input side, conv2d(x c + d, W) ->
+# conv2d(x, W c) + sum(W d), W c per input channel and the shift summed over each output
+# channel's taps. Exact only without padding: a padded tap reads 0 where the folded conv
+# would need -d / c (NVDLA's CONV pads with one value per tensor, which in int8 would have to
+# be a code: no exact form), so a padded conv is left as it is. The conv's bias add, when it
+# has one, takes the shift (two passes: with the bias, then a conv without one).
+_NX_X, _NX_C, _NX_D = wildcard(), is_const(), is_const()
+_NX_MULS = (is_op("relax.multiply")(_NX_X, _NX_C), is_op("relax.multiply")(_NX_C, _NX_X))
+_NX_MUL = _NX_MULS[0] | _NX_MULS[1]
+_NX_ADDS = (is_op("relax.add")(_NX_MUL, _NX_D), is_op("relax.add")(_NX_D, _NX_MUL))
+_NX_AFFINE = _NX_ADDS[0] | _NX_ADDS[1] | _NX_MUL
+_NX_W, _NX_B = is_const(), is_const()
+_NX_CONV = is_op("relax.nn.conv2d")(_NX_AFFINE, _NX_W)
+_NX_BIASED = is_op("relax.add")(_NX_CONV, _NX_B | is_op("relax.reshape")(_NX_B, wildcard()))
+
+
+def _input_side_folded(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        conv = matches[_NX_CONV]
+        mul = next(matches[p] for p in _NX_MULS if p in matches)
+        shifted = next((matches[p] for p in _NX_ADDS if p in matches), None)
+        affine = mul if shifted is None else shifted
+        a = conv.attrs
+        weight = constant_value(matches[_NX_W]).astype(np.float64)
+        shape = _static(affine)
+        if shape is None or len(shape) != 4 or weight.ndim != 4 or \
+                any(int(v) for v in a.padding) or str(a.data_layout) != "NCHW" or \
+                str(a.kernel_layout) != "OIHW" or str(a.out_layout) not in ("", "NCHW") or \
+                _static(mul) != shape or _static(matches[_NX_X]) != shape:
+            return expr
+        # the affine's result is the conv's alone (and the product the shift's alone)
+        if readers.get(bound.get(affine), 0) != 1 or \
+                (shifted is not None and readers.get(bound.get(mul), 0) != 1):
+            return expr
+        channels, k, groups = shape[1], weight.shape[0], int(a.groups)
+        c = _per_channel(constant_value(matches[_NX_C]), channels)
+        d = np.zeros(channels) if shifted is None else \
+            _per_channel(constant_value(matches[_NX_D]), channels)
+        if c is None or d is None or not np.all(np.isfinite(c)) or \
+                not np.all(np.isfinite(d)) or weight.shape[1] * groups != channels or \
+                k % groups:
+            return expr
+        # the input channel each weight [k, i] reads: group k // (K / g), channel i of it
+        group = np.arange(k) // (k // groups)
+        source = group[:, None] * weight.shape[1] + np.arange(weight.shape[1])[None, :]
+        folded_w = weight * c[source][:, :, None, None]
+        shift = np.einsum("kirs,ki->k", weight, d[source])
+        biased = not expr.same_as(conv)
+        if biased:
+            value = constant_value(matches[_NX_B])
+            added = _static(expr.args[1])
+            if added is None or int(np.prod(added)) != value.size or \
+                    readers.get(bound.get(conv), 0) != 1:
+                return expr
+            b = _per_channel(value.reshape(added), k)
+            if b is None:
+                return expr
+            shift = shift + b
+        dtype = str(conv.ty.dtype)
+        out = relax.Call(conv.op, [matches[_NX_X], relax.const(folded_w.astype(dtype), dtype)],
+                         conv.attrs)
+        return relax.op.add(named_as(out, conv),
+                            relax.const(shift.reshape(1, k, 1, 1).astype(dtype), dtype))
+    return rewriter
+
+
+def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d(x * c [+ d], W) [+ b] with constant c, d per channel of x (or scalars), the
+    affine read by the conv alone and the conv without padding -> conv2d(x, W c) + (b +
+    sum(W d)). After :func:`affines_into_convs`, which folds an affine into the conv that
+    computes its input (exact with any padding) where there is one."""
+    once = _rewrite_with_readers(mod, _NX_BIASED, _input_side_folded)
+    return _rewrite_with_readers(once, _NX_CONV, _input_side_folded)
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened): it moves nothing, and alone it stayed on the host between two functions.
 _RESHAPED = wildcard()
@@ -1530,11 +1663,18 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
 class _ByBinding(relax.PyExprMutator):
     """Each binding of a call of one of ``ops`` replaced by ``rewrite(call, source)`` (nested
     calls, each emitted as a binding of its own), where that is not the call itself;
-    ``source(var)``: the value bound to a variable of the function (None: a parameter)."""
+    ``source(var)``: the value bound to a variable of the function (None: a parameter). A
+    dataflow variable whose call becomes a constant is replaced by the constant in its
+    readers (as TVM's CanonicalizeBindings does after rewrite_call), so that the next
+    rewrite sees a constant operand."""
 
     def __init__(self, mod: tvm.IRModule, ops, rewrite):
         super().__init__(mod)
         self.ops, self.rewrite = frozenset(ops), rewrite
+        self.constants: Dict[relax.Var, relax.Expr] = {}
+
+    def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
+        return self.constants.get(var) or super().visit_dataflow_var_(var)
 
     def _emit_args(self, expr: relax.Expr) -> relax.Expr:
         if isinstance(expr, relax.Tuple):
@@ -1556,6 +1696,9 @@ class _ByBinding(relax.PyExprMutator):
         if new is call or new is None:
             super().visit_var_binding_(binding)
             return
+        if is_constant(new) and isinstance(binding.var, relax.DataflowVar):
+            self.constants[binding.var] = new
+            return
         new = self._emit_args(new)
         # a function's output of a dataflow block; a binding block's variables are all Vars
         emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
@@ -1569,12 +1712,34 @@ def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
     expression (nested calls become bindings of their own); ``source(var)`` gives the value
     bound to ``var`` (None for a parameter). Binding by binding, where TVM's rewrite_call
     would also merge equal expressions elsewhere (two layers' equal constant weight
-    transposes, which their dense layers then share): the squeezes here and the window
+    transposes, which their dense layers then share) and, to find them, hash every
+    constant's bytes once per rewrite that changes the graph (ViT-B's 344 MB): the squeezes
+    here, the folded constants, the sliced takes, the wide-stride convolutions and the window
     layouts' swaps (``windows.py``) rewrite this way."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
     return result
+
+
+def _rewrite_calls(mod: tvm.IRModule, pattern: DFPattern, rewriter) -> tvm.IRModule:
+    """:func:`_rewrite`'s ``rewriter(expr, matches)`` of a ``pattern`` that is one call of
+    operands (``is_op(...)(wildcard(), is_const(), ...)``), applied binding by binding
+    (:func:`rewrite_bindings`); the new call keeps the source name of the one it replaces,
+    unless the rewriter named it."""
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        matches = pattern.extract_matched_expr(call)
+        if matches is None:
+            return call
+        new = rewriter(call, matches)
+        return new if new is call or name_of(new) else named_as(new, call)
+
+    return rewrite_bindings(mod, _pattern_ops(pattern), rewrite)
+
+
+def _pattern_ops(pattern: DFPattern) -> tuple:
+    """The operator name a call pattern matches."""
+    return (str(pattern.op.expr.name),)
 
 
 def _squeeze_as_reshape(call: relax.Call, source) -> relax.Expr:
@@ -1660,4 +1825,4 @@ EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_const
                   two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
                   wide_stride_convs, channels_last_sandwiches, permuted_flattens,
                   constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs,
-                  affines_into_convs)
+                  affines_into_convs, affines_into_next_convs)

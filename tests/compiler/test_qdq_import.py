@@ -141,7 +141,7 @@ def test_qdq_model_runs_whole_and_agrees_with_onnx_runtime(tmp_path, activations
 
 def test_asymmetric_per_tensor_weights(tmp_path):
     """Weights quantised per tensor with a zero point (uint8 weights, WeightSymmetric=False):
-    the model's codes where q - zero fits int8, the channels beyond re-quantised on their
+    the model's codes where q - zero fits int8 (-128 included), the channels beyond re-quantised on their
     own, which a warning names (an AccelUnsupportedError with qdq=True); within one output
     code of ONNX Runtime's int8 run, whole."""
     path = quantized(tmp_path, "flatten", QuantType.QUInt8, False, QuantType.QUInt8,
@@ -150,6 +150,11 @@ def test_asymmetric_per_tensor_weights(tmp_path):
              for i in onnx.load(str(path)).graph.initializer
              if i.name.endswith("weight_zero_point")}
     assert zeros and all(z != 0 for z in zeros.values()), zeros
+    codes = {i.name: onnx.numpy_helper.to_array(i).astype(int)
+             for i in onnx.load(str(path)).graph.initializer}
+    # c3 and c4 have channels reaching q - zero = -128: NVDLA's byte, kept (not re-quantised)
+    assert [n for n, z in zeros.items() if n.startswith("c") and (
+        codes[n.replace("_zero_point", "_quantized")] - z).min() == -128], zeros
     with pytest.raises(AccelUnsupportedError, match=r"initializer '\S+\.weight_quantized'"
                                                     r".* zero point \d+: in \d+ of its"):
         from_onnx(path, qdq=True)
@@ -352,12 +357,17 @@ def test_weight_channels_beyond_int8_are_counted_along_the_readers_output_axis(o
     """The warning's "N of its M output channels" counts along the axis the reading op
     takes its output channels from (ONNX's layouts differ: MatMul's B is [K, N])."""
     shape = [3, 5, 1, 1] if op.startswith("Conv") else [3, 5]
-    q = np.full(shape, 128, np.uint8)
+    q = np.full(shape, 127, np.uint8)
     index = [0] * len(shape)
-    index[axis] = 1  # one output channel holds a code 128 below the zero point
+    index[axis] = 1  # one output channel holds a code 128 above the zero point
+    q[tuple(index)] = 255
+    index[axis] = 2  # and one 127 below it: -127..127 and -128 (below) are int8 codes
     q[tuple(index)] = 0
     dequantize = onnx.helper.make_node("DequantizeLinear", ["w_q", "s", "z"], ["w"])
     reader = onnx.helper.make_node(op, ["x", "w"], ["y"], **attributes)
-    said = qdq._weight_beyond_int8(dequantize, q, np.float32([0.1]), np.uint8([128]), reader)
+    said = qdq._weight_beyond_int8(dequantize, q, np.float32([0.1]), np.uint8([127]), reader)
     assert f"in 1 of its {shape[axis]} output channels" in said, said
     assert "reaches 128" in said
+    # a code 128 below the zero point is NVDLA's -128: kept, nothing to say
+    assert qdq._weight_beyond_int8(dequantize, q, np.float32([0.1]), np.uint8([128]),
+                                   reader) is None

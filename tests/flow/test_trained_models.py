@@ -90,6 +90,15 @@ def test_reference_answers_are_right():
     found = [model.answers(r)[0] for r in references]
     assert [[b[4] for b in boxes] for boxes in found] == [[1]] * RUNS, found
     assert 80 <= found[0][0][0] < found[0][0][2] <= 200, found
+    # The layout detector finds each page's figure (the photograph, centred below or above
+    # the text) and its title line at the top (as 'title' or 'header'), by their classes
+    model, _, _, _, references = _loaded("picodet_layout")
+    classes = model.labels
+    for r in references:
+        boxes = model.answers(r)[0]
+        named = {classes[b[4]]: b for b in boxes}
+        assert "figure" in named and named["figure"][2] - named["figure"][0] >= 380, boxes
+        assert any(classes[b[4]] in ("title", "header") and b[1] < 60 for b in boxes), boxes
 
 
 @pytest.mark.parametrize("name", list(tm.MODELS))

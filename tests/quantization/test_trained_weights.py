@@ -300,7 +300,7 @@ def test_per_tensor_codes_are_kept():
 def test_per_tensor_codes_with_a_zero_point_are_kept_where_they_fit():
     """Weights (q - zero) * step of a model quantised per tensor with a zero point (uint8,
     zero 113: codes -113..142) keep the model's codes and step in every channel whose codes
-    lie within -127..127; a channel with a code beyond is re-quantised on its own, amax /
+    lie within -128..127; a channel with a code beyond is re-quantised on its own, amax /
     127 (no int8 code is 142)."""
     rng = np.random.default_rng(12)
     q = rng.integers(0, 256, (5, 4, 3, 3)).astype(np.int64)
@@ -316,6 +316,24 @@ def test_per_tensor_codes_with_a_zero_point_are_kept_where_they_fit():
     float_weights = rng.standard_normal((5, 4, 3, 3))  # no grid: per channel, as before
     amax = np.abs(float_weights.reshape(5, -1)).max(axis=1)
     assert np.array_equal(quantize_weights(float_weights)[1], amax / 127)
+
+
+def test_a_models_code_of_minus_128_is_kept():
+    """NVDLA's CONV multiplies signed bytes: a model's code -128 (a per-tensor quantisation
+    with a zero point: q - zero = -128) is kept, with the model's step, in its channel, not
+    re-quantised at 128 / 127 of it; the project's own quantisation stays -127..127."""
+    rng = np.random.default_rng(13)
+    q = rng.integers(-128, 128, (4, 3, 3, 3))
+    q[:, 0, 0, 0] = 1  # a code of +-1 in the layer
+    q[1, 0, 0, 1], q[2, 0, 0, 1] = -128, 127
+    q[3] = np.clip(q[3], -127, 127)
+    q[3, 0, 0, 1] = -127
+    step = np.float32(0.0041)
+    codes, scales = quantize_weights(((q.astype(np.float32)) * step).astype(np.float32))
+    assert np.array_equal(codes, q) and np.all(scales == np.float64(step))
+    assert codes[1].min() == -128
+    float_weights = rng.standard_normal((4, 3, 3, 3))
+    assert quantize_weights(float_weights)[0].min() >= -127
 
 
 def test_gptq_keeps_negligible_channels_at_zero():

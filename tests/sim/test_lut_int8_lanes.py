@@ -340,3 +340,31 @@ def test_verbose_names_the_plan(tmp_path):
     assert len(lines) == len(PLAN_CASES), done.stderr[-2000:]
     multi = [int(ln.rsplit("_multi", 1)[1]) for ln in lines]
     assert multi[-1] > 0 and all(m == 0 for m in multi[:-1])  # only the jumping table's
+
+
+def test_kept_lane_constants_follow_the_channels():
+    """The conv epilogue's per-channel lane constants are kept between calls keyed by the
+    channels' bias, mul and rshift (sdp_i8_lut.c's lanes cache): the same layer with one
+    channel's bias changed, under the same kept plan, still gives the reference's codes."""
+    rng = np.random.default_rng(29)
+    op, _ = _compiler_case("silu", 72)
+    cout = 16
+    x = rng.integers(-128, 128, (1, 16, 40, 40)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, 16, 1, 1)).astype(np.int8)
+    base = np.resize(op.rshift.astype(np.int64), cout) + 4
+    fields = {**op.__dict__, "in_zero": 0, "rshift": base.astype(np.uint8),
+              "mul": np.resize(op.mul, cout), "bias": np.resize(op.bias, cout)}
+    device = Device("nv_full", num_threads=1)
+    chain = [Conv(w, precision="int8", in_zero=-2), Sdp(**fields)]
+    runs = 1 + -(-PLAN_ELEMENTS // (cout * 40 * 40))
+    for _ in range(runs):
+        y = device.run(chain, x)[0]
+    np.testing.assert_array_equal(y, ref.run_chain(chain, x))
+    bias = fields["bias"].astype(np.int64)
+    bias[5] += 1 << (int(base[5]) + 2)  # t moves by about 4 units: other codes in channel 5
+    moved = [Conv(w, precision="int8", in_zero=-2),
+             Sdp(**{**fields, "bias": bias.astype(np.int32)})]
+    expected = ref.run_chain(moved, x)
+    assert not np.array_equal(expected[:, 5], y[:, 5])
+    np.testing.assert_array_equal(device.run(moved, x)[0], expected)
+    np.testing.assert_array_equal(device.run(chain, x)[0], y)

@@ -107,3 +107,20 @@ def test_compare_env_on_a_real_network():
     assert len(layers) == 5
     for line in layers:
         assert all(float(x) > 0 for x in line.split()[-3:])
+
+
+def test_classes_merge_heads_and_layers_and_count_gaps(wnt, capsys):
+    assert wnt.run_class("f0.12p3 accel.attention:attention.h11.softmax.exp") == \
+        "accel.attention:attention.h*.softmax.exp"
+    assert wnt.run_class("f0.4p2 accel.layer_norm:layer_norm.center.mean.lo") == \
+        "accel.layer_norm:layer_norm.center.mean.lo"
+    # two calls of three runs: (label, engine, ops, seconds, gap before it)
+    call = [("f0.1p0 accel.attention:attention.h0.scores", 0, 2, 2e-3, 1e-3),
+            ("f0.1p1 accel.attention:attention.h1.scores", 0, 2, 4e-3, 3e-3),
+            ("f0.2 accel.add", 1, 1, 1e-3, 5e-3)]
+    nets = [call, call]
+    by_label = {r[0]: [r[3], r[3]] for r in call}
+    wnt.print_classes(nets, by_label)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["accel.attention:attention.h*.scores", "2", "6.00", "3.00"]
+    assert out[2].split() == ["accel.add", "1", "1.00", "5.00"]

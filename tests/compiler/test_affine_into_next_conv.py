@@ -1,0 +1,86 @@
+"""rewrites.affines_into_next_convs (issue 33): a constant scale and shift after an op no conv
+computes (PP-LCNetV3's learnable affine block after a hardswish) folds into the conv that
+reads it when that conv has no padding (a 1x1 conv, or any kernel with padding 0), per input
+channel, groups included; a padded conv keeps the affine (a padded tap reads 0, not the
+shift). Against PyTorch in fp32 (rewrite alone, and whole builds) and int8."""
+import numpy as np
+import torch
+import tvm
+
+import accel_codegen as ac
+from accel_codegen.compiler import rewrites
+from accel_codegen.compiler.frontend import from_pytorch
+from conftest import assert_close, build_and_run, sqnr, torch_forward
+
+
+class AffineAfterHardswish(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pw = torch.nn.Conv2d(8, 12, 1)                      # folds (scalar c, d)
+        self.dw = torch.nn.Conv2d(12, 12, 3, padding=1, groups=12, bias=False)  # padded: kept
+        self.grouped = torch.nn.Conv2d(12, 8, 3, groups=4)       # folds (per channel, groups)
+        self.register_buffer("c", torch.linspace(0.5, 2, 12).reshape(1, 12, 1, 1))
+        self.register_buffer("d", torch.linspace(-1, 1, 12).reshape(1, 12, 1, 1))
+
+    def forward(self, x):
+        h = torch.nn.functional.hardswish
+        y = self.pw(1.25 * h(self.stem(x)) + 0.375)  # Paddle's scale * x + bias
+        y = self.dw(h(y) * 0.75 - 0.5)
+        return self.grouped(h(y) * self.c + self.d)
+
+
+def _ops(mod) -> list:
+    ops = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: ops.append(e.op.name) if hasattr(
+        getattr(e, "op", None), "name") else None)
+    return ops
+
+
+def _relax_run(mod, x):
+    vm = tvm.relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_an_affine_folds_into_the_unpadded_conv_that_reads_it():
+    torch.manual_seed(0)
+    model = AffineAfterHardswish().eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 12, 14)).astype(np.float32)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    mod = tvm.relax.transform.BindParams("main", params)(mod)
+    before = _ops(mod).count("relax.multiply")
+    new = rewrites.affines_into_next_convs(mod)
+    # the 1x1's and the grouped conv's scales went into their weights; the padded
+    # depthwise conv's stayed
+    assert _ops(new).count("relax.multiply") == before - 2, new["main"].script()
+    expected = torch_forward(model, x)
+    assert_close(_relax_run(new, x), expected, 1e-5)
+
+    partitioned = ac.partition_for_accel(*from_pytorch(model, (torch.from_numpy(x),)))
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    assert_close(build_and_run(partitioned, x), expected, 1e-4)
+    calibration = [(np.random.default_rng(s).standard_normal(x.shape).astype(np.float32),)
+                   for s in range(1, 5)]
+    int8 = ac.partition_for_accel(*from_pytorch(model, (torch.from_numpy(x),)),
+                                  precision="int8", calibration=calibration)
+    assert sqnr(build_and_run(int8, x), expected) >= 25
+
+
+def test_an_affine_read_twice_is_not_folded():
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pw = torch.nn.Conv2d(4, 4, 1)
+
+        def forward(self, x):
+            y = torch.relu(x) * 2.0 + 1.0
+            return self.pw(y) + y
+
+    model = Twice().eval()
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    mod = tvm.relax.transform.BindParams("main", params)(mod)
+    new = rewrites.affines_into_next_convs(mod)
+    assert _ops(new).count("relax.multiply") == _ops(mod).count("relax.multiply")
+    assert_close(_relax_run(new, x), torch_forward(model, x), 1e-6)
