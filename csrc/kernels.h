@@ -154,6 +154,11 @@ void pool_for(int participants, int64_t items, pool_fn fn, void* ctx);
 void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
                   int64_t count);
 
+/* sdp_f32_span's steps on n channels of one value each, side by side: x[i] and operand[i] (NULL
+ * when ew_op is NONE) are channel ch0 + i's; the same bits as n spans of one value. For a
+ * convolution's outputs at a single position (1x1 images: squeeze-excite, a dense layer). */
+void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n);
+
 /* 1 when p is one of the common epilogues sdp_f32_span computes in one pass: scale and/or shift,
  * then ADD or no element-wise op, then NONE / RELU / CLIP, in that order, each step rounded.
  * A kernel may apply these in registers before its store, in the same order
@@ -445,6 +450,8 @@ typedef struct sdp_i8 {
   int32_t clip_lo, clip_hi;
   const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
   const struct sdp_i8_lut_plan* lut_plan; /* the LUT's codes by input ranges, or NULL */
+  const struct sdp_i8_lane_cvt* lut_lanes; /* [C]: each channel's constants of the plan in
+                                            * lanes (sdp_i8_lut_lanes_new), or NULL */
   int32_t shift_max;                  /* the largest rshift over the op's channels (0 without
                                        * rshift): NVDLA's BN shifter, one per layer (accel.h) */
 } sdp_i8;
@@ -456,6 +463,13 @@ typedef struct sdp_i8 {
  * stores it in sdp_i8.lut_plan for the run and hands it back with sdp_i8_lut_plan_free. */
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);
 void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan);
+
+/* The lane constants of p's `channels` channels for its plan (sdp_i8_lanes_prepare_lut, kept
+ * between runs), for a CONV epilogue's run: NULL where they do not apply (no plan, a bin of
+ * several changes, an element-wise op, a channel without the lane form). The caller stores them
+ * in sdp_i8.lut_lanes for the run (sdp_i8_span then converts a channel's values in lanes without
+ * a set-up per call: a depthwise layer calls it once per plane) and frees them with free(). */
+struct sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels);
 
 /* The INT8 LUT at t (accel_lut_int8 in accel.h): the int32 result before the output
  * converter. */
