@@ -35,6 +35,7 @@ from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, end_at_first_item,
+                       global_means_as_convolutions,
                        first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -265,6 +266,8 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
                     flattened_global_pools, broadcast_weight_matmuls, attention_cores,
                     *EXACT_REWRITES):
         mod = rewrite(mod)
+    if precision == "int8":
+        mod = global_means_as_convolutions(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])
     # the window layouts once the layout ops that attention_cores replaced are gone
