@@ -154,6 +154,11 @@ void pool_for(int participants, int64_t items, pool_fn fn, void* ctx);
 void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
                   int64_t count);
 
+/* sdp_f32_span's steps on n channels of one value each, side by side: x[i] and operand[i] (NULL
+ * when ew_op is NONE) are channel ch0 + i's; the same bits as n spans of one value. For a
+ * convolution's outputs at a single position (1x1 images: squeeze-excite, a dense layer). */
+void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n);
+
 /* 1 when p is one of the common epilogues sdp_f32_span computes in one pass: scale and/or shift,
  * then ADD or no element-wise op, then NONE / RELU / CLIP, in that order, each step rounded.
  * A kernel may apply these in registers before its store, in the same order

@@ -142,6 +142,79 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
   }
 }
 
+/* The SDP on n channels of one value each (x[i] is channel ch0 + i's, operand[i] its element-wise
+ * operand): a convolution's outputs at a single position (squeeze-excite's 1x1 convolutions, a
+ * classifier's dense layer), whose channels lie side by side. The steps of sdp_f32_span in its
+ * order, each rounded alone, so the bits of n spans of one value each, without a call per
+ * channel (which cost more than a 1x1 squeeze-excite layer's arithmetic). */
+void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n) {
+  if (sdp_f32_has_x(p) || p->ew_per_channel) { /* not a CONV epilogue: span by span */
+    for (int64_t i = 0; i < n; ++i)
+      sdp_f32_span(p, ch0 + (int32_t)i, x + i, operand != NULL ? operand + i : NULL, 1);
+    return;
+  }
+  const float* s = p->scale != NULL ? p->scale + ch0 : NULL;
+  const float* b = p->shift != NULL ? p->shift + ch0 : NULL;
+  if (s != NULL && b != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i] + b[i];
+  } else if (s != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i];
+  } else if (b != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] + b[i];
+  }
+
+  switch (p->ew_op) {
+    case ACCEL_EW_ADD:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] + operand[i];
+      break;
+    case ACCEL_EW_MUL:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] * operand[i];
+      break;
+    case ACCEL_EW_MAX:
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = (x[i] > operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
+      }
+      break;
+    case ACCEL_EW_MIN:
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = (x[i] < operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
+      }
+      break;
+    case ACCEL_EW_NONE:
+    case ACCEL_EW_COUNT:
+      break;
+  }
+
+  switch (p->act) {
+    case ACCEL_ACT_RELU:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN stays */
+      break;
+    case ACCEL_ACT_CLIP: {
+      const float lo = p->clip_min, hi = p->clip_max;
+      for (int64_t i = 0; i < n; ++i) {
+        const float t = x[i] < lo ? lo : x[i]; /* NaN stays */
+        x[i] = t > hi ? hi : t;
+      }
+      break;
+    }
+    case ACCEL_ACT_PRELU: {
+      const float* a = p->prelu_slope + ch0;
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0.0f ? x[i] : x[i] * a[i];
+      break;
+    }
+    case ACCEL_ACT_NONE:
+    case ACCEL_ACT_COUNT:
+      break;
+    default: /* the lookup-table activations: element by element, whatever the channel */
+      if (p->lut != NULL) {
+        lut_apply(p->lut, x, n);
+      } else {
+        activation_exact(p->act, x, n);
+      }
+      break;
+  }
+}
+
 /* Independent mode: planes, a few per pool_for item (about 16 KiB of data each). */
 typedef struct run_job {
   const sdp_f32* p;

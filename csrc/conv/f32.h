@@ -51,6 +51,14 @@ static inline void epilogue_span(const sdp_f32* ep, int64_t ch, float* out, int6
                count);
 }
 
+/* The epilogue of channels ch .. ch + n - 1 of an image whose outputs are single positions
+ * (ohw 1), out + at the first: one call, not one per channel (sdp_f32_channels). */
+static inline void epilogue_channels(const sdp_f32* ep, int64_t ch, float* out, int64_t at,
+                                     int64_t n) {
+  sdp_f32_channels(ep, (int32_t)ch, out + at, ep->ew_operand != NULL ? ep->ew_operand + at : NULL,
+                   n);
+}
+
 /* ---- OpenBLAS (fc_blas, blas) and the packed path's column packing ------------------- */
 
 /* One threading layer: pool.c. OpenBLAS runs single-threaded inside our parallel loops.

@@ -199,9 +199,14 @@ static void a2_item(void* ctx, int64_t it, int participant) {
   if (J->ep != NULL) {
     const int64_t at = n0 < J->vcols ? n0 : J->vcols;
     const int64_t count = (ncols > 0 ? ncols : 0) + ntail;
-    for (int64_t m = m0; m < m1; ++m) {
-      const int64_t ch = grp * P->mg + m;
-      epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
+    if (P->ohw == 1) { /* channels of one position side by side: one call (sdp_f32_channels) */
+      const int64_t ch = grp * P->mg + m0;
+      epilogue_channels(J->ep, ch, J->out, b * g->k + ch, m1 - m0);
+    } else {
+      for (int64_t m = m0; m < m1; ++m) {
+        const int64_t ch = grp * P->mg + m;
+        epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
+      }
     }
   }
 }

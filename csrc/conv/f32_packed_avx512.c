@@ -401,6 +401,19 @@ static void pack_block(const conv_plan* P, const float* img, int64_t n0, int64_t
  * passes of pass_rows channels; either way each output's blocks run in depth order, so the
  * bits are the same. The epilogue runs on each block of MR channels right after its last
  * depth block, while it is in cache. */
+/* The epilogue of mr channels from ch of image b over columns n0 .. n0 + ncols: channel by channel,
+ * or all at once where each is one position (a 1x1 image: squeeze-excite's convolutions, a
+ * dense layer), the same bits. */
+static inline void epilogue_rows(const conv_plan* P, const sdp_f32* ep, float* out, int64_t b,
+                                 int64_t ch, int64_t mr, int64_t n0, int64_t ncols) {
+  const int64_t at = (b * P->g->k + ch) * P->ohw + n0;
+  if (P->ohw == 1) {
+    epilogue_channels(ep, ch, out, at, mr);
+    return;
+  }
+  for (int64_t i = 0; i < mr; ++i) epilogue_span(ep, ch + i, out, at + i * P->ohw, ncols);
+}
+
 static void gemm_tile(const conv_plan* P, const float* in, const float* weights, float* out,
                       const sdp_f32* ep, int64_t b, int64_t grp, int64_t m0, int64_t m1,
                       int64_t n0, int64_t ncols, int64_t ntail, const tile_bufs* tb,
@@ -453,12 +466,7 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
                              tb->state + ((m - m0) * TMAX + j) * 16,
                              cbase + m * P->ohw + vcols + j, P->ohw, p0 == 0, last, NULL);
           }
-          if (last && ep != NULL) {
-            for (int64_t i = 0; i < mr; ++i) {
-              const int64_t ch = grp * P->mg + m + i;
-              epilogue_span(ep, ch, out, (b * g->k + ch) * P->ohw + n0, ncols);
-            }
-          }
+          if (last && ep != NULL) epilogue_rows(P, ep, out, b, grp * P->mg + m, mr, n0, ncols);
         }
       }
     }
@@ -498,12 +506,7 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
                          P->ohw, p0 == 0, last,
                          npanels == 0 && j == 0 && m + MR + MR <= m1 ? a + MR * P->kd : NULL);
       }
-      if (last && ep != NULL) {
-        for (int64_t i = 0; i < mr; ++i) {
-          const int64_t ch = grp * P->mg + m + i;
-          epilogue_span(ep, ch, out, (b * g->k + ch) * P->ohw + n0, ncols);
-        }
-      }
+      if (last && ep != NULL) epilogue_rows(P, ep, out, b, grp * P->mg + m, mr, n0, ncols);
     }
   }
 }

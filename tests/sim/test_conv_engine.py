@@ -291,6 +291,46 @@ def test_fp32_epilogue_in_registers_matches_the_separate_pass(layer, epilogue):
     assert_close(separate[finite], expected[finite], rtol=1e-5)
 
 
+SINGLE_POSITION_EPILOGUES = ["bn-sigmoid", "bn-silu", "shift-hardswish", "scale-prelu",
+                             "bn-add-clip", "shift-mul-relu", "max", "exp"]
+
+
+@pytest.mark.parametrize("epilogue", SINGLE_POSITION_EPILOGUES)
+@pytest.mark.parametrize("n, c, k", [(1, 28, 672), (2, 70, 37)])
+def test_fp32_single_position_epilogue_matches_the_separate_pass(epilogue, n, c, k):
+    """A convolution of 1x1 images (squeeze-excite's, a dense layer) applies its epilogue to
+    all of a block's channels at once (sdp_f32_channels), not one span per channel: the bits
+    of the independent mode's spans, signs of zero and NaNs included, at 1, 2 and 3 threads."""
+    rng = np.random.default_rng(c + k)
+    x = rng.standard_normal((n, c, 1, 1), dtype=np.float32)
+    w = (rng.standard_normal((k, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    w[3] = 0.0  # +0 sums
+    w[5, 0] = np.inf  # an infinite output
+    scale = rng.uniform(0.5, 2, k).astype(np.float32)
+    scale[::7] *= -1
+    shift = rng.standard_normal(k).astype(np.float32) * 4
+    operand = rng.standard_normal((n, k, 1, 1), dtype=np.float32)
+    operand.flat[::11] = np.nan
+    sdp = {"bn-sigmoid": Sdp(scale=scale, shift=shift, act="sigmoid"),
+           "bn-silu": Sdp(scale=scale, shift=shift, act="silu"),
+           "shift-hardswish": Sdp(shift=shift, act="hardswish"),
+           "scale-prelu": Sdp(scale=scale, act="prelu", prelu_slope=shift),
+           "bn-add-clip": Sdp(scale=scale, shift=shift, ew_op="add", operand=operand,
+                              act="clip", clip=(-0.5, 1.0)),
+           "shift-mul-relu": Sdp(shift=shift, ew_op="mul", operand=operand, act="relu"),
+           "max": Sdp(ew_op="max", operand=operand),
+           "exp": Sdp(scale=scale, act="exp")}[epilogue]
+    chain = [Conv(w), sdp]
+    separate, _ = DEVICES[1].run(chain, x, mode="independent")
+    assert np.isnan(separate).any() or epilogue in ("bn-sigmoid", "bn-silu", "shift-hardswish",
+                                                    "scale-prelu", "exp")
+    assert len(np.unique(separate)) > k // 8  # not a constant: the channels' own parameters
+    for threads in (1, 2, 3):
+        fused, _ = DEVICES[threads].run(chain, x)
+        assert_same(fused.view(np.uint32), separate.view(np.uint32),
+                    f"bits, fused at {threads} threads vs independent")
+
+
 FP32_PACKED_SEGMENTS = [  # in_shape, k, kernel, stride, padding, dilation: im2col panels whose
     ((1, 20, 14, 14), 12, 3, 1, 1, 1),  # output rows fit 1-2 vectors (segments in registers)
     ((1, 6, 13, 11), 9, 5, 1, 2, 1),    # 5x5, rows of 11
