@@ -42,6 +42,10 @@
  *   group that runs past the kernel costs a whole atomic operation (the hardware drops the
  *   extra lines). Every output position costs ceil(R / L) x ceil(L x S x P / atomic_c) x
  *   ceil(K / atomic_k) cycles: the 7x7 RGB stem takes 4 where direct convolution takes 49.
+ * - Direct mode, where the CACC's credits hold one stripe (nv_small int8): a kernel group's
+ *   stripe also waits for the previous stripe's delivery to the SDP and the credits' round trip
+ *   (cacc_credit_stall; from NVDLA's RTL), so a layer of few weight blocks per group (a 1x1
+ *   conv of few channels, a depthwise conv) is bound by the delivery, not the MACs.
  * - Multi-batch (multi_batch, fully connected layers): the weights stream through once for up
  *   to ACCEL_MAX_BATCH images whose input vectors CBUF holds together beside one atomic-K group
  *   of kernels; without it each image fetches the weights again.
@@ -145,6 +149,99 @@ static int64_t stripe_cycles(const accel_config* cfg, int64_t positions) {
   const int64_t full = positions / ACCEL_CONV_STRIPE, rest = positions % ACCEL_CONV_STRIPE;
   return full * (ACCEL_CONV_STRIPE > load ? ACCEL_CONV_STRIPE : load) +
          (rest == 0 ? 0 : rest > load ? rest : load);
+}
+
+/* NVDLA's CACC returns the CSC one credit per output position it has delivered to the SDP, and
+ * the CSC sends a stripe's last package (the one that completes its positions) only while it
+ * holds credits for the whole stripe (NV_NVDLA_CSC_sg: credit_ready, credit_cnt starting at
+ * NVDLA_CC_CREDIT_SIZE = 2 x atomic K). Where that pool is one stripe of ACCEL_CONV_STRIPE
+ * positions (nv_small), a stripe that computes faster than the one before it is delivered
+ * waits. The figures below are the RTL's pipeline (nvdla/hw, nv_small branch), not a fit. */
+
+/* Cycles from the CSC popping a stripe's last package to the CACC reading that package's
+ * first position from its delivery buffer: the CSC 22 (the package's flop 1; the data
+ * loader's balance with its PRA cell 5 (CSC_DL_PRA_LATENCY) and its own pipe 4; the request
+ * 2; CBUF's read 6 (NVDLA_CBUF_READ_LATENCY); the response, output and sc2mac flops 3);
+ * CMAC 6 to the result's valid (input retiming 2, MAC_PD_LATENCY 2, output retiming 2);
+ * CACC 8 (the calculator's 3 flops that align the data, CACC_CELL_FINAL_LATENCY 2, dlv_valid
+ * 1, CACC_D_RAM_WRITE_LATENCY 1, the delivery buffer's entry count 1). */
+#define CACC_FIRST_READ_CYCLES 36
+/* Cycles from a position's last beat to the SDP to its credit counting in the CSC: the CACC's
+ * credit flop, the CSC's input flop (the credit crosses a partition), credit_cnt. */
+#define CACC_CREDIT_RETURN_CYCLES 3
+
+/* The CACC's delivery buffer: each position's entry is atomic K accumulators wide whatever
+ * the kernel group's count (a group of one kernel delivers the same 8 lanes on nv_small), sent
+ * in atomic K / SDP throughput beats; the next entry is read only once the last beat has left
+ * (NV_NVDLA_CACC_delivery_buffer: data_left_mask), one cycle more per position. */
+typedef struct {
+  int64_t beats;                       /* beats per position */
+  int64_t next_read;                   /* earliest cycle the buffer reads its next entry */
+  int64_t popped;                      /* positions whose last package the CSC has sent */
+  int64_t credit[ACCEL_CONV_STRIPE];   /* when each of the last pool positions credits back */
+  int64_t pop, len;                    /* the last stripe's pop cycle and package cycles */
+} cacc_credits;
+
+/* The CSC pops the last package of a stripe of `positions` (each of its `blocks` packages
+ * `len` cycles in the CSC) at the later of when its packages are ready and when the pool
+ * holds `positions` credits; its positions then enter the delivery buffer one a cycle.
+ * Returns the cycles it waited for credits. */
+static int64_t cacc_pop_stripe(cacc_credits* c, int64_t positions, int64_t blocks, int64_t len,
+                               int first) {
+  const int64_t pool = ACCEL_CONV_STRIPE;
+  int64_t pop = first ? 0 : c->pop + c->len + (blocks - 1) * len, stall = 0;
+  const int64_t need = c->popped + positions - pool;  /* positions that must have credited */
+  if (!first && need > 0 && c->credit[(need - 1) % pool] > pop) {
+    stall = c->credit[(need - 1) % pool] - pop;
+    pop += stall;
+  }
+  for (int64_t m = 0; m < positions; ++m) {
+    const int64_t ready = pop + CACC_FIRST_READ_CYCLES + m;
+    const int64_t read = ready > c->next_read ? ready : c->next_read;
+    c->credit[(c->popped + m) % pool] = read + c->beats + CACC_CREDIT_RETURN_CYCLES;
+    c->next_read = read + c->beats + 1;
+  }
+  c->popped += positions, c->pop = pop, c->len = len;
+  return stall;
+}
+
+/* Cycles the CSC waits for the CACC's credits over a direct convolution: per image, kernel
+ * group after kernel group, each in stripes of ACCEL_CONV_STRIPE positions and a last shorter
+ * one (stripe_cycles), each stripe `blocks` packages. A full stripe takes the whole pool, so
+ * when it pops nothing else is in delivery: the full stripes after the first of a group each
+ * wait the same, computed once. Charged where the pool, 2 x atomic K, is one stripe. */
+static int64_t cacc_credit_stall(const accel_config* cfg, accel_precision p,
+                                 int64_t groups_run, int64_t image, int64_t blocks) {
+  if (2 * atomic_k_at(cfg, p) != ACCEL_CONV_STRIPE || cfg->sdp_throughput <= 0 ||
+      groups_run <= 0 || image <= 0 || blocks <= 0)
+    return 0;
+  cacc_credits c = {.beats = ceil_div(atomic_k_at(cfg, p), cfg->sdp_throughput)};
+  const int64_t full = image / ACCEL_CONV_STRIPE, rest = image % ACCEL_CONV_STRIPE;
+  const int64_t full_len = stripe_cycles(cfg, ACCEL_CONV_STRIPE), rest_len = stripe_cycles(cfg, rest);
+  /* a full stripe popped at 0 with nothing in delivery, and the next full one's wait */
+  cacc_credits probe = {.beats = c.beats};
+  cacc_pop_stripe(&probe, ACCEL_CONV_STRIPE, blocks, full_len, 1);
+  const int64_t full_wait = cacc_pop_stripe(&probe, ACCEL_CONV_STRIPE, blocks, full_len, 0);
+  int64_t stall = 0;
+  for (int64_t group = 0; group < groups_run; ++group) {
+    if (full > 0) {
+      stall += cacc_pop_stripe(&c, ACCEL_CONV_STRIPE, blocks, full_len, group == 0);
+      if (full > 2) {  /* the middle full stripes: each pops full_wait after its package time */
+        const int64_t skipped = full - 2;
+        stall += skipped * full_wait;
+        c.pop += skipped * (blocks * full_len + full_wait);
+        c.popped += skipped * ACCEL_CONV_STRIPE;
+        for (int64_t m = 0; m < ACCEL_CONV_STRIPE; ++m)  /* the last skipped one's delivery */
+          c.credit[(c.popped - ACCEL_CONV_STRIPE + m) % ACCEL_CONV_STRIPE] =
+              c.pop + CACC_FIRST_READ_CYCLES + m * (c.beats + 1) + c.beats +
+              CACC_CREDIT_RETURN_CYCLES;
+        c.next_read = c.pop + CACC_FIRST_READ_CYCLES + ACCEL_CONV_STRIPE * (c.beats + 1);
+      }
+      if (full > 1) stall += cacc_pop_stripe(&c, ACCEL_CONV_STRIPE, blocks, full_len, 0);
+    }
+    if (rest > 0) stall += cacc_pop_stripe(&c, rest, blocks, rest_len, group == 0 && full == 0);
+  }
+  return stall;
 }
 
 /* The most input rows one output row reads that are stored (padding rows are not): its
@@ -390,6 +487,9 @@ static void cost_conv(const accel_config* cfg, const resolved_op* r, int output_
     const int64_t image = (int64_t)g->out_h * g->out_w;
     busy = g->multi_batch ? weight_blocks * stripe_cycles(cfg, image * g->n)
                           : (int64_t)g->n * weight_blocks * stripe_cycles(cfg, image);
+    const int64_t kernel_groups = (int64_t)g->groups * ceil_div(k_group, atomic_k_at(cfg, p));
+    if (!g->multi_batch)
+      busy += cacc_credit_stall(cfg, p, g->n * kernel_groups, image, weight_blocks / kernel_groups);
   }
   s->data_banks = r->data_banks, s->weight_banks = r->weight_banks;
   int64_t slices = 1, once_input = 0, once_weights = 0, one = 1;

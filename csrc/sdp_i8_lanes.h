@@ -89,7 +89,12 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
  *   k = 0 (s <= 16): (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s)  (n = 0, no 2^(s-1)
  *   for s = 0), the left term modulo 2^32, the sum exact as t is inside int32.
  * The channel's sdp_i8_lane_cvt holds vlo, vhi, bias, mul, add (2^(s-17) / 2^(s-1) / 0), neg
- * (-1, or 0 for s = 0), k, shift (s - 16 / s) and in `low` the left shift 16 - s (k = 0). */
+ * (-1, or 0 for s = 0), k, shift (s - 16 / s) and in `low` the left shift 16 - s (k = 0).
+ * exact = 1 marks the direct form instead, where x = v + bias (clamped as above) times mul stays
+ * inside int32 with the plan's base folded in: u = t - base = (x mul + add + (x >> 31)) >> shift,
+ * add = 2^(shift-1) - base 2^shift, rhaz's (x < 0) from x's sign as mul > 0 (s = 0 runs as
+ * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [0, t_hi
+ * - base], the same clamp as t's. */
 typedef struct sdp_i8_lane_lut {
   int32_t t_lo, t_hi, base, w;
   const uint32_t* bins;
@@ -207,6 +212,19 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
   return _mm512_srav_epi32(q, _mm512_set1_epi32(a->out_shift));
 }
 
+/* The codes (each int32 lane's low byte) of 16 offsets u = t - base in [0, t_hi - base] through
+ * the plan's bins: one gather of the bin's word, the code below or above its threshold. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_bins(const sdp_i8_lane_lut* L,
+                                                                           __m512i u) {
+  const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, _mm_cvtsi32_si128(L->w)),
+                                           (const void*)L->bins, 4);
+  const __m512i low = _mm512_set1_epi32((1 << L->w) - 1);
+  const __mmask16 above = _mm512_cmpge_epi32_mask(_mm512_and_si512(u, low),
+                                                  _mm512_and_si512(g, _mm512_set1_epi32(0xFFFF)));
+  return _mm512_srlv_epi32(g, _mm512_mask_blend_epi32(above, _mm512_set1_epi32(16),
+                                                      _mm512_set1_epi32(24)));
+}
+
 /* The 16 codes (one per int32 lane's low byte) of 16 accumulators v of channel c through the
  * LUT plan L (sdp_i8_lane_lut): the same word and compare as sdp_i8_span_lut's plan step. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_i8_lane_cvt* c,
@@ -216,6 +234,15 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_
       _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
       _mm512_set1_epi32(c->bias));
   const __m512i m = _mm512_set1_epi32(c->mul);
+  if (c->exact) { /* the direct form: u = t - base from one product */
+    const __m512i q = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(x, m), _mm512_set1_epi32(c->add)),
+        _mm512_srai_epi32(x, 31));
+    const __m512i u = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift)), _mm512_setzero_si512()),
+        _mm512_set1_epi32(L->t_hi - L->base));
+    return sdp_i8_lanes_lut_bins(L, u);
+  }
   const __m512i hp = _mm512_mullo_epi32(_mm512_srai_epi32(x, 16), m);
   const __m512i lp = _mm512_add_epi32(
       _mm512_mullo_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0xFFFF)), m),
@@ -230,14 +257,7 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_
                              _mm512_sra_epi32(_mm512_add_epi32(lp, add), sh));
   const __m512i t = _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(L->t_lo)),
                                      _mm512_set1_epi32(L->t_hi));
-  const __m512i u = _mm512_sub_epi32(t, _mm512_set1_epi32(L->base));
-  const __m512i g = _mm512_i32gather_epi32(_mm512_srl_epi32(u, _mm_cvtsi32_si128(L->w)),
-                                           (const void*)L->bins, 4);
-  const __m512i low = _mm512_set1_epi32((1 << L->w) - 1);
-  const __mmask16 above = _mm512_cmpge_epi32_mask(_mm512_and_si512(u, low),
-                                                  _mm512_and_si512(g, _mm512_set1_epi32(0xFFFF)));
-  return _mm512_srlv_epi32(g, _mm512_mask_blend_epi32(above, _mm512_set1_epi32(16),
-                                                      _mm512_set1_epi32(24)));
+  return sdp_i8_lanes_lut_bins(L, _mm512_sub_epi32(t, _mm512_set1_epi32(L->base)));
 }
 
 /* 64 codes of four vectors of sdp_i8_lanes_lut (values 0-15, ..., 48-63), in order: each

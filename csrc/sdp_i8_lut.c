@@ -333,6 +333,19 @@ static int lanes_lut_channels(const sdp_i8* p, const struct sdp_i8_lut_plan* P, 
     e->shift = (int32_t)(s >= 17 ? s - 16 : s);
     e->low = (int32_t)(s >= 17 ? 0 : 16 - s);
     e->neg = s >= 1 ? -1 : 0;
+    /* the direct form (exact = 1, sdp_i8_lanes.h): u = t - base = (x m' + add' + (x >> 31))
+     * >> s' with m' = mul, s' = s, or for s = 0 m' = 2 mul, s' = 1 (rhaz(p, 0) = p = (2p + 1 -
+     * (p < 0)) >> 1); add' = 2^(s'-1) - base 2^s'. It holds where x m' + add' - 1 and x m' +
+     * add' stay inside int32 over [xlo, xhi] (monotonic in x: the ends suffice). */
+    const int64_t m2 = s == 0 ? 2 * c.mul : c.mul, s2 = s == 0 ? 1 : s;
+    const int64_t add2 = ((int64_t)1 << (s2 - 1)) - ((int64_t)P->base << s2);
+    const int64_t e_lo = xlo * m2 + add2 - 1, e_hi = xhi * m2 + add2;
+    if (s2 <= 30 && e_lo >= INT32_MIN && e_hi <= INT32_MAX) {
+      e->exact = 1;
+      e->mul = (int32_t)m2;
+      e->add = (int32_t)add2;
+      e->shift = (int32_t)s2;
+    }
   }
   return 1;
 }
@@ -399,6 +412,14 @@ static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) 
   return 1;
 }
 
+static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
+  lut->t_lo = P->t_lo;
+  lut->t_hi = P->t_hi;
+  lut->base = P->base;
+  lut->w = P->w;
+  lut->bins = P->bins;
+}
+
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
   (void)vmax; /* the clamp bounds v itself */
@@ -463,13 +484,10 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
     free(copy);
   }
   if (!ok) return 0;
-  lut->t_lo = P->t_lo;
-  lut->t_hi = P->t_hi;
-  lut->base = P->base;
-  lut->w = P->w;
-  lut->bins = P->bins;
+  lane_lut_of(P, lut);
   return 1;
 }
+
 #else
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {

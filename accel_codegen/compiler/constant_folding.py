@@ -14,11 +14,17 @@ computation reads them. Layout ops alone over a constant (a weight's transpose, 
 reshape, a table's gather) are left as they are: the patterns read them as a weight's or a
 bias's form, and ``rewrites.constant_broadcasts_and_takes`` folds what they do not. The
 values are TVM's own ``FoldConstant`` of those bindings alone (the ops legalised and run on
-the host CPU, in the ops' precision), so the fold computes what the host build would."""
+the host CPU, in the ops' precision), so the fold computes what the host build would.
+
+A tensor's shape is a constant too where it is static: ``shape_to_tensor(shape_of(x))`` of an
+``x`` whose shape the module states is that shape as an int64 constant. TVM's ONNX importer
+normalises a Gather's index at run time so (``where(i < 0, i + shape[axis], i)``, ViT's head
+``x[:, 0]``), and the index then folds to the constant the take's rewrites read."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -47,6 +53,48 @@ def _uses(expr: relax.Expr) -> List[relax.Var]:
     relax.analysis.post_order_visit(expr, lambda e: found.append(e)
                                     if isinstance(e, relax.Var) else None)
     return found
+
+
+def _static_shape(expr: relax.Expr, shapes: Dict[relax.Var, List[int]]
+                  ) -> Optional[List[int]]:
+    """The values of a shape expression: a static ``R.shape``, a ``shape_of`` of a tensor of
+    static shape, or a var bound to one (``shapes``), else None."""
+    if isinstance(expr, relax.Var):
+        return shapes.get(expr)
+    if isinstance(expr, relax.ShapeExpr):
+        try:
+            return [int(v) for v in expr.values]
+        except TypeError:  # a symbolic dimension
+            return None
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+            expr.op.name == "relax.shape_of":
+        try:
+            return [int(v) for v in expr.args[0].ty.shape.values]
+        except (AttributeError, TypeError):
+            return None
+    return None
+
+
+def _shape_tensors(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
+    """The vars bound to ``shape_to_tensor`` of a static shape, and that shape as an int64
+    constant (module docstring)."""
+    shapes: Dict[relax.Var, List[int]] = {}
+    folded: Dict[relax.Var, relax.Expr] = {}
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(binding, relax.VarBinding):
+                continue
+            if isinstance(binding.var.ty, relax.ShapeType):
+                shape = _static_shape(value, shapes)
+                if shape is not None:
+                    shapes[binding.var] = shape
+            elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                    value.op.name == "relax.shape_to_tensor":
+                shape = _static_shape(value.args[0], shapes)
+                if shape is not None:
+                    folded[binding.var] = relax.const(np.array(shape, np.int64), "int64")
+    return folded
 
 
 def _folded(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
@@ -132,6 +180,10 @@ def constant_computations(mod: tvm.IRModule) -> tvm.IRModule:
         if not isinstance(function, relax.Function) or (
                 function.attrs is not None and "Composite" in function.attrs):
             continue
+        shapes = _shape_tensors(function)
+        if shapes:  # the shapes first: what is computed from them folds below
+            function = _Inliner(result, shapes).visit_expr(function)
+            result[gv] = function
         folded = _folded(function)
         if folded:
             result[gv] = _Inliner(result, folded).visit_expr(function)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 from typing import Dict, List, Optional, Tuple
 
@@ -243,6 +244,81 @@ def is_partitioned(mod: tvm.IRModule) -> bool:
     return mod.attrs is not None and REPORT_ATTR in mod.attrs
 
 
+def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
+    mod = frontend.bind_params(mod, params) if params else mod
+    for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
+                    gelu_from_erf, layer_norm_from_formula, split_into_slices,
+                    flattened_global_pools, broadcast_weight_matmuls, attention_cores,
+                    *EXACT_REWRITES):
+        mod = rewrite(mod)
+    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
+                                     relax.transform.DeadCodeElimination()])
+    # the window layouts once the layout ops that attention_cores replaced are gone
+    mod = tidy(mod)
+    for rewrite in WINDOW_REWRITES:
+        mod = rewrite(mod)
+    return tidy(mod)
+
+
+def _params_digest(params) -> Optional[str]:
+    """A digest of the params' names, dtypes, shapes and bytes (None without params)."""
+    if not params:
+        return None
+    digest = hashlib.sha1()
+    for name in sorted(params):
+        value = params[name]
+        array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+        digest.update(f"{name}|{array.dtype}|{array.shape}|".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+class _RewriteCache:
+    """The rewrites before matching of the last (module, params) pair. They depend on the
+    module and its params alone, not on the configuration, precision or fusion, so the
+    commands of a session that partition one import for several targets (the CLI sweep, the
+    accuracy report's precisions) run them once. Keyed by the module's functions themselves
+    (Relax functions and the constants in them are immutable: setting a function of the
+    module, or importing again, makes a new one, which misses; comparing them by structure
+    instead would hash every constant's bytes, hundreds of MB in a ViT-B) and a digest of the
+    params' bytes (NumPy arrays can change in place: such a change misses)."""
+
+    def __init__(self, size: int = 1):
+        self.size = size
+        self.entries: "collections.OrderedDict[tuple, tvm.IRModule]" = \
+            collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def __call__(self, mod: tvm.IRModule, params) -> tvm.IRModule:
+        # TVM objects compare and hash by identity; the key holds them, so none is reused
+        key = (tuple(sorted(((gv.name_hint, f) for gv, f in mod.functions_items()),
+                            key=lambda item: item[0])),
+               mod.attrs, _params_digest(params))
+        result = self.entries.get(key)
+        if result is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+        else:
+            self.misses += 1
+            result = _rewrite_for_matching(mod, params)
+            self.entries[key] = result
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        # a module of its own: a caller setting a function in it leaves the cached one whole
+        return tvm.IRModule(result.functions, attrs=result.attrs)
+
+
+#: :func:`rewritten`'s cache (one per process)
+REWRITE_CACHE = _RewriteCache()
+
+
+def rewritten(mod: tvm.IRModule, params=None) -> tvm.IRModule:
+    """``mod`` with ``params`` bound and the rewrites before matching applied (onto what the
+    engines run: ``rewrites.py``, ``attention.py``, ``windows.py``), from
+    :data:`REWRITE_CACHE` when the same module and params were rewritten last."""
+    return REWRITE_CACHE(mod, params)
+
+
 def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                      config: AccelConfig | str = "nv_full", fuse: bool = True,
                      log: Optional[PartitionLog] = None, precision: str = "fp32"
@@ -259,19 +335,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     if is_partitioned(mod):
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
-    mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
-                    gelu_from_erf, layer_norm_from_formula, split_into_slices,
-                    flattened_global_pools, broadcast_weight_matmuls, attention_cores,
-                    *EXACT_REWRITES):
-        mod = rewrite(mod)
-    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
-                                     relax.transform.DeadCodeElimination()])
-    # the window layouts once the layout ops that attention_cores replaced are gone
-    mod = tidy(mod)
-    for rewrite in WINDOW_REWRITES:
-        mod = rewrite(mod)
-    mod = tidy(mod)
+    mod = rewritten(mod, params)
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]))
     before = mod["main"]  # its calls' own source names, for the layers fusion shares
     mod = name_composites(end_at_first_item(relax.transform.FuseOpsByPattern(

@@ -157,9 +157,29 @@ def _to_clip(expr: relax.Expr, matches) -> relax.Expr:
     return relax.op.clip(x, lo, hi)
 
 
+# A Clip with one bound (torch's clamp(min=eps) in F.normalize's export, clamp(max=...)) is
+# one call_tir: maximum(x, lo) or minimum(x, hi), the other bound infinite.
+_ONE_X, _ONE_BOUND = wildcard(), _bound()
+_LOWER_ONLY = is_call_tir("maximum", [_ONE_X, _ONE_BOUND])
+_UPPER_ONLY = is_call_tir("minimum", [_ONE_X, _ONE_BOUND])
+
+
+def _one_sided_clip(lower: bool):
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        bound, x = _bound_value(matches[_ONE_BOUND]), matches[_ONE_X]
+        if bound is None or str(expr.ty) != str(x.ty):  # no broadcast
+            return expr
+        return relax.op.clip(x, bound, np.inf) if lower else relax.op.clip(x, -np.inf, bound)
+    return rewrite
+
+
 def clip_from_bounds(mod: tvm.IRModule) -> tvm.IRModule:
-    """minimum(maximum(x, lo), hi) of scalar constant bounds (ONNX Clip) -> clip(x, lo, hi)."""
-    return _rewrite(mod, _CLIP, _to_clip)
+    """minimum(maximum(x, lo), hi) of scalar constant bounds (ONNX Clip) -> clip(x, lo, hi);
+    maximum(x, lo) or minimum(x, hi) alone (a Clip of one bound) -> clip(x, lo, inf) or
+    clip(x, -inf, hi)."""
+    mod = _rewrite(mod, _CLIP, _to_clip)
+    return _rewrite(_rewrite(mod, _LOWER_ONLY, _one_sided_clip(True)), _UPPER_ONLY,
+                    _one_sided_clip(False))
 
 
 # --- take --------------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ its channels as C):
 
 - **Channel reductions** (a sum over C, a max over C). The PDP pools over H and W only, never
   across channels, so a max over C cannot be a pooling; it is a halving tree: at each level
-  the BDMA copies the lower and the upper half of the channels into two surfaces and the
-  SDP's element-wise unit takes their max (odd counts: the halves overlap in one channel,
-  which a max does not mind), ceil(log2 C) levels down to one channel. A sum is the same tree
-  with the element-wise add (odd counts: the upper half is zero-padded by the BDMA), or
+  the SDP's element-wise unit takes the max of the lower and the upper half of the channels
+  (odd counts: the halves overlap in one channel, which a max does not mind), ceil(log2 C)
+  levels down to one channel. With one image each half is a contiguous block that the SDP
+  reads where it lies (its input and its operand at two addresses: a view, no copy); with
+  several, the BDMA first copies each half into a surface of its own. A sum is the same tree
+  with the element-wise add (odd counts: the upper half is zero-padded by a BDMA copy), or
   (``reduce="conv"``) one 1x1 CONV with weights of ones and C output channels, which sums and
   broadcasts at once. Both are bit for bit the NumPy reference's: the tree's steps are SDP
   operations and copies, and the CONV sums in the library's fp32 order
@@ -197,6 +199,7 @@ class _Builder:
         self.dtype = dtype_for(precision)
         self.n, self.c, self.h, self.w = shape
         self.shapes = {"x": shape}
+        self.views: Dict[str, Tuple[str, int, int, Tuple[int, int, int, int]]] = {}
         self.passes: List[Pass] = []
         self.count = 0
 
@@ -214,18 +217,38 @@ class _Builder:
     def channels(self, name) -> int:
         return self.shapes[name][1]
 
+    def view(self, src: str, first: int, count: int) -> str:
+        """Channels [first, first + count) of ``src`` read where they lie (one image: a
+        contiguous block, which the SDP's DMA reads at its address)."""
+        self.count += 1
+        name = f"t{self.count}"
+        shape = (self.n, count, self.h, self.w)
+        self.views[name] = (src, first, count, shape)
+        self.shapes[name] = shape
+        return name
+
     def tree(self, src: str, op: str, role: str) -> str:
-        """Max or sum over the channels of ``src`` down to one channel (module docstring)."""
+        """Max or sum over the channels of ``src`` down to one channel (module docstring).
+        With one image the SDP reads both halves where they lie (views: one run a level);
+        a BDMA copy remains only for a sum's odd upper half, which is zero-padded to the
+        lower's count, and with several images (a channel range is then not one block)."""
         p = self.precision
         while self.channels(src) > 1:
             c = self.channels(src)
             half = (c + 1) // 2
-            lo = self.add(f"{role}.lo", [Bdma(half, dst_channels=half, precision=p)], src, half)
+            if self.n == 1:
+                lo = self.view(src, 0, half)
+            else:
+                lo = self.add(f"{role}.lo", [Bdma(half, dst_channels=half, precision=p)], src,
+                              half)
             if op == "max":  # overlapping halves: a channel twice does not change a max
                 hi_op = Bdma(half, src_offset=c - half, dst_channels=half, precision=p)
             else:  # the upper half zero-padded to the lower's count
                 hi_op = Bdma(c - half, src_offset=half, dst_channels=half, precision=p)
-            hi = self.add(f"{role}.hi", [hi_op], src, half)
+            if self.n == 1 and (op == "max" or c % 2 == 0):
+                hi = self.view(src, c - half, half)
+            else:
+                hi = self.add(f"{role}.hi", [hi_op], src, half)
             src = self.add(f"{role}.{op}", [Sdp(ew_op=op, precision=p)], lo, half, operand=hi)
         return src
 
@@ -277,7 +300,7 @@ class _Builder:
 
     def done(self, output: str) -> Decomposition:
         return Decomposition(self.layer, self.precision, tuple(self.passes), dict(self.shapes),
-                             output)
+                             output, views=dict(self.views))
 
 
 def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,

@@ -145,8 +145,64 @@ enum { TRANSPOSE_TILE = 32 };
   }
 TRANSPOSE_TILES(uint8_t)
 TRANSPOSE_TILES(uint16_t)
+#ifndef __AVX512F__
 TRANSPOSE_TILES(uint32_t)
+#endif
 #undef TRANSPOSE_TILES
+
+#ifdef __AVX512F__
+/* 4-byte elements in blocks of 16 x 16 held in registers: 16 row loads, four rounds of
+ * shuffles, 16 column stores (the scalar tiles moved an element per load and store, about
+ * 1.5 ns an element on ViT-B's [197, 768] token tensors, a tenth of its time between runs).
+ * Ragged blocks at the bottom and right edges load their rows with a mask (missing rows as
+ * zeros) and store only the columns' existing lanes, so every byte written is a source byte and
+ * nothing past either matrix is touched. The bits are moved, never computed on. */
+static inline void transpose_block16(const uint32_t* s, uint32_t* d, int64_t rows, int64_t cols,
+                                     int64_t nr, int64_t nc) {
+  const __mmask16 load = (__mmask16)((1u << nc) - 1u), store = (__mmask16)((1u << nr) - 1u);
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < nr ? _mm512_maskz_loadu_epi32(load, s + i * cols) : _mm512_setzero_si512();
+  for (int i = 0; i < 16; i += 2) { /* 32-bit pairs */
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { /* 64-bit pairs */
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* each r[i] now holds, per 128-bit lane L, column (i % 4) + 4 L of rows i - i % 4 .. + 3 */
+  for (int i = 0; i < 4; ++i) { /* 128-bit lanes: rows 0-3 with 4-7, 8-11 with 12-15 */
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);      /* lanes 0, 2 of each */
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);  /* lanes 1, 3 */
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    /* columns i, 4 + i, 8 + i, 12 + i: rows 0-7 from t[i] / t[i + 4], 8-15 from t[i + 8] / t[i + 12] */
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+  for (int j = 0; j < nc; ++j) _mm512_mask_storeu_epi32(d + j * rows, store, r[j]);
+}
+
+static void transpose_uint32_t(const uint32_t* s, uint32_t* d, int64_t rows, int64_t cols) {
+  for (int64_t i0 = 0; i0 < rows; i0 += TRANSPOSE_TILE) {
+    const int64_t i1 = i0 + TRANSPOSE_TILE < rows ? i0 + TRANSPOSE_TILE : rows;
+    for (int64_t j0 = 0; j0 < cols; j0 += TRANSPOSE_TILE) {
+      const int64_t j1 = j0 + TRANSPOSE_TILE < cols ? j0 + TRANSPOSE_TILE : cols;
+      for (int64_t i = i0; i < i1; i += 16)
+        for (int64_t j = j0; j < j1; j += 16)
+          transpose_block16(s + i * cols + j, d + j * rows + i, rows, cols,
+                            i1 - i < 16 ? i1 - i : 16, j1 - j < 16 ? j1 - j : 16);
+    }
+  }
+}
+#endif
 
 accel_status accel_transpose(const void* src, void* dst, int64_t batch, int64_t rows,
                              int64_t cols, int32_t element_bytes) {

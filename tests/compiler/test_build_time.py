@@ -31,17 +31,19 @@ def test_repeated_layers_share_their_code_and_run_the_same(monkeypatch):
     mod, params = from_pytorch(model, (x,))
     shared = ac.partition_for_accel(mod, params)
     (source,) = ac.generated_sources(shared).values()
-    # the 5 layer norms (one code: the same shapes) and the 2 attentions share 2 functions
+    # the 4 layer norms in the blocks (one code: the same shapes, their results left on the
+    # surface for the dense layers after them) and the 2 attentions share 2 functions; the
+    # final norm, which writes its tokens, is printed inline
     assert source.count("static int layer_code") == 2, source[:2000]
-    assert source.count("if (layer_code0(") + source.count("if (layer_code1(") == 7
+    assert source.count("if (layer_code0(") + source.count("if (layer_code1(") == 6
     monkeypatch.setattr(emit, "SHARED_LAYER_RUNS", 10 ** 9)
     inline = ac.partition_for_accel(mod, params)
     (inline_source,) = ac.generated_sources(inline).values()
     assert "layer_code" not in inline_source
-    assert len(source) < len(inline_source) / 2, (len(source), len(inline_source))
+    assert len(source) < len(inline_source) * 2 / 3, (len(source), len(inline_source))
     out, labels = _run(shared, x.numpy())
     inline_out, inline_labels = _run(inline, x.numpy())
-    assert labels == inline_labels and len(labels) > 200
+    assert labels == inline_labels and len(labels) > 100
     assert np.array_equal(out, inline_out)
 
 

@@ -188,9 +188,7 @@ def test_cli_prints_one_json_line_per_trace(traces, capsys, tmp_path):
 
 #: Tests the calibrated cost model does not bring within the issue's bounds, each with the
 #: error it reaches (the honest bound: a regression fails). docs/nvdla_rtl.md says why.
-CYCLE_EXCEPTIONS = {
-    "dc_8192x1x1_2x3x1x41_int8_0": 0.34,        # 1 channel, 41 kernels: RTL ~2x the MAC cycles
-}
+CYCLE_EXCEPTIONS = {}  # none since the CACC's credits are costed (cost_model.c)
 #: Tests of 500 cycles or fewer: within 64 cycles, but for these (none since split mode is
 #: costed: cycles.pdp_split_cycles).
 SMALL_EXCEPTIONS = {}
@@ -199,7 +197,7 @@ SMALL_EXCEPTIONS = {}
 def test_cost_model_cycles_against_the_rtl(traces):
     """The cost model under the testbench's memory (cycles.testbench_config) against the RTL's
     cycles to the last output write, on every trace the RTL passes: within 15 % on all but
-    CYCLE_EXCEPTIONS (within theirs), median under 1.5 %, within 64 cycles on the tests of 500
+    CYCLE_EXCEPTIONS (within theirs), median under 1 %, within 64 cycles on the tests of 500
     cycles or fewer (but SMALL_EXCEPTIONS), and each class's mean absolute error bounded."""
     import statistics
 
@@ -215,9 +213,9 @@ def test_cost_model_cycles_against_the_rtl(traces):
         assert abs(errors[test]) <= CYCLE_EXCEPTIONS.get(test, 0.15), (test, estimate, rtl)
         if rtl <= 500:
             assert abs(estimate - rtl) <= SMALL_EXCEPTIONS.get(test, 64), (test, estimate, rtl)
-    assert statistics.median(abs(e) for e in errors.values()) < 0.015
+    assert statistics.median(abs(e) for e in errors.values()) < 0.01
     means = {c: statistics.mean(v) for c, v in classes.items()}
-    assert means["cdp"] < 0.015 and means["dc"] < 0.05, means
+    assert means["cdp"] < 0.015 and means["dc"] < 0.02, means
     assert means["pdp"] < 0.01 and means["sdp"] < 0.03, means
     # every exception is still one (a fix should tighten this table, not hide behind it)
     assert all(abs(errors[t]) > 0.15 for t in CYCLE_EXCEPTIONS), {
@@ -245,3 +243,39 @@ def test_pdp_split_mode_costs_the_shared_columns_each_further_strip_rereads(trac
     for test in ("pdp_5x7x8_4x1_split_max_int8_0", "pdp_16x6x16_4x2_split_max_int8_0"):
         layers = _LAYERS.get(test) or play(str(_cfg(traces, test))).layers
         assert estimate_cycles(layers) == int(RTL[test]["rtl_cycles_last_write"]), test
+
+
+def test_cacc_credits_hold_one_stripe_and_a_group_of_one_kernel_delivers_eight_lanes(traces):
+    """cost_model.c's cacc_credit_stall, from nv_small's RTL: the CSC sends a stripe's last
+    package only with credits for the whole stripe (16 on nv_small, one a position), the CACC
+    reads a position's entry 36 cycles after that package leaves the CSC, sends it to the SDP
+    in 8 beats plus one read cycle, and the credit counts in the CSC 3 cycles after the last
+    beat. A 1x1 convolution of 8 channels over 16 positions (16 MAC cycles a kernel group):
+    the second group's stripe pops when the first's 16th position credits back, at
+    36 + 15 x 9 + 8 + 3 = 182, so 16 MAC cycles and a wait of 166 more. A group of one kernel
+    waits as long (the delivery buffer sends atomic K lanes whatever the count). Over 20
+    positions (16 + 4), the 4-position stripes wait for 4 positions (36 + 3 x 9 + 11 = 74,
+    ready at 16: 58) and the second group's first stripe for the 4 queued behind the first
+    16 (read from 180, credited at 218, ready at 82: 136), its 4-position stripe 58 again.
+    dc_8192x1x1 (6 MAC cycles a
+    position, the last of its 6 groups one kernel) lands within 0.1 %."""
+    from accel_codegen.sim.device import estimate_chain
+    from accel_codegen.sim.nvdla.cycles import estimate_cycles, testbench_config
+    from accel_codegen.sim.ops import Conv, Sdp
+
+    config = testbench_config()
+
+    def conv_cycles(k, positions):
+        ops = [Conv(weights=None, weight_shape=(k, 8, 1, 1), stride=(1, 1),
+                    padding=(0, 0, 0, 0), dilation=(1, 1), precision="int8"),
+               Sdp(precision="int8")]
+        return estimate_chain(config, ops, (1, 8, 1, positions),
+                              precision="int8").ops[0].compute_cycles
+
+    assert conv_cycles(16, 16) - conv_cycles(8, 16) == 16 + 166
+    assert conv_cycles(9, 16) == conv_cycles(16, 16) and conv_cycles(9, 20) == conv_cycles(16, 20)
+    assert conv_cycles(16, 20) - conv_cycles(8, 20) == (16 + 8) + 136 + 58
+    test = "dc_8192x1x1_2x3x1x41_int8_0"
+    rtl = int(RTL[test]["rtl_cycles_last_write"])
+    layers = _LAYERS.get(test) or play(str(_cfg(traces, test))).layers
+    assert abs(estimate_cycles(layers) - rtl) <= 0.001 * rtl

@@ -56,3 +56,17 @@ def test_a_byte_count_beyond_int64_is_refused(batch, rows, cols, element_bytes):
     with pytest.raises(AccelInvalidError, match=f"batch = {batch}, rows = {rows}, cols = "
                        f"{cols} of {element_bytes}-byte elements: .*overflows int64"):
         _transpose(src, dst, batch, rows, cols, element_bytes)
+
+
+@pytest.mark.parametrize("batch, rows, cols", [(1, 197, 192), (1, 192, 197), (2, 1, 17),
+                                               (2, 17, 1), (3, 16, 16), (1, 33, 47)])
+def test_4_byte_blocks_and_ragged_edges_write_only_the_matrix(batch, rows, cols):
+    """The AVX-512 path's 16 x 16 blocks, their masked edges (a token count of 197), and the
+    words after the destination left as they were."""
+    rng = np.random.default_rng(rows * cols)
+    x = rng.integers(0, 2 ** 32, (batch, rows, cols), dtype=np.uint64).astype(np.uint32)
+    size = batch * rows * cols
+    out = np.full(size + 40, 0xDEADBEEF, np.uint32)
+    _transpose(x, out, batch, rows, cols, 4)
+    assert out[:size].tobytes() == np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+    assert (out[size:] == 0xDEADBEEF).all()

@@ -87,6 +87,7 @@ class FunctionCodegen(FunctionTensors):
         for index, call in enumerate(calls):
             for arg in call.binding.value.args:
                 self.last_use[arg] = index
+                self.readers.setdefault(arg, []).append(index)
         runs: Dict[int, List[Run]] = {}
         for run in self.program.runs:
             runs.setdefault(run.call, []).append(run)

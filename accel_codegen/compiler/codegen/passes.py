@@ -9,17 +9,18 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 (``layer.token_surface``)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 from tvm import relax
 
+from ...errors import AccelInvalidError
 from ...sim.observer import INPUT
 from ...sim.ops import X_FIELDS, Bdma, Conv, Pool
 from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
 from . import emit
 from .int8_plan import token_dense
-from .tensors import STORAGE
+from .tensors import STORAGE, resolve_operand
 
 #: C element type of each float precision's storage.
 C_TYPES = {"fp32": "float", "fp16": "uint16_t", "int8": "int8_t"}
@@ -104,18 +105,41 @@ def _clears(ops) -> bool:
                for op in ops)
 
 
-def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer) -> str:
+def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer,
+               free_after: Optional[int] = None) -> str:
     """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
-    buffer it returns. In int8 the transposes move codes as they are: the run reads the
+    buffer it returns (live to ``free_after``, this layer by default). In int8 the transposes move codes as they are: the run reads the
     data's quantisation, and the layer's output (after the transpose back) has the run's
     (``int8_plan``)."""
-    out = gen._temp(int(np.prod(dense.out_shape)))
+    out = gen._temp(int(np.prod(dense.out_shape)), free_after)
     gen.inner[data] = surface
     try:
         gen._emit(program_run, out, layer=dense)
     finally:
         del gen.inner[data]
     return out
+
+
+def _surface_of(gen, index: int, layer: Layer, scope, data: str) -> str:
+    """The [B, C, 1, T] surface of a token layer's data: where the token layer that wrote the
+    data left it (``token_surfaces``), else its tokens at ``data`` transposed into scratch."""
+    b, c, h, w = layer.in_shape
+    precision = gen.precision
+    source = resolve_operand(layer.data, scope)[0]
+    held = gen.token_surfaces.get(source)
+    fits = held is not None and held[1:] == ((b, c, h * w), precision)
+    if source in gen.surface_only and not fits:
+        raise AccelInvalidError(f"layer {index}: its data's tokens were not written (every "
+                                f"reader was to take their surface), and it cannot")
+    if fits:
+        gen.body.append(f"/* layer {index}: tokens [{b}, {h * w}, {c}] on their surface "
+                        f"[{b}, {c}, {h}, {w}] already */")
+        return held[0]
+    surface = gen._temp(int(np.prod(layer.in_shape)))
+    gen.body.extend(transpose(data, surface, b, h * w, c, precision,
+                              f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
+                              f"surface [{b}, {c}, {h}, {w}]"))
+    return surface
 
 
 def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
@@ -141,10 +165,7 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     data, _ = gen._data(layer.data, scope, (first_key, INPUT))
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is None and layer.tokens:
-        surface = gen._temp(int(np.prod(layer.in_shape)))
-        gen.body.extend(transpose(data, surface, b, h * w, c, precision,
-                                  f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
-                                  f"surface [{b}, {c}, {h}, {w}]"))
+        surface = _surface_of(gen, index, layer, scope, data)
         tensors = {"x": surface}
     elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
@@ -174,9 +195,13 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         shape = decomposition.shapes[base]
         return f"(({ctype}*){tensor(base)} + {first * shape[2] * shape[3]})"
 
+    # the last pass's output lives as long as the layer's (the surface its token readers take)
+    keep = gen.last_use.get(var, gen.layer_index) if layer.tokens and attention is None \
+        else None
     start = 0
     if layer.conv is not None:
-        tensors["x"] = _dense_run(gen, layer.data, surface, program_runs[0], runs[0])
+        tensors["x"] = _dense_run(gen, layer.data, surface, program_runs[0], runs[0],
+                                  keep if decomposition is None else None)
         start = 1
     for part, run in enumerate(runs[start:], start):
         step = run.step
@@ -185,7 +210,8 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         if step.output in views or step.output in decomposition.into:
             out = tensor(step.output)
         else:
-            out = tensors[step.output] = gen._temp(count)
+            out = tensors[step.output] = gen._temp(
+                count, keep if step.output == decomposition.output else None)
         lines = [f"/* {label}: {step.role} */", "{", emit.name_run(label, gen.layer_source)]
         # heads: all written, into the output or a window's rows of it
         if _clears(step.ops) and step.output not in decomposition.into and \
@@ -207,6 +233,52 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
         gen.body.append(f"memcpy({gen.operands[var]}, {last}, {b * k * h * w * itemsize}); "
                         f"/* layer {index}: the result into its buffer */")
         return
+    kept = decomposition is None or (decomposition.output not in views and
+                                     decomposition.output not in decomposition.into)
+    _tokens_of(gen, index, var, last, (b, k, h, w), kept)
+
+
+def _tokens_of(gen, index: int, var: relax.Var, last: str, shape, kept: bool) -> None:
+    """A token layer's result on its surface ``last`` ([B, K, H, W]) kept for the token
+    layers that read it (if ``kept``: it lives as long as ``var``) and transposed back to
+    ``var``'s tokens, unless every reader takes the surface."""
+    b, k, h, w = shape
+    precision = gen.precision
+    if kept:
+        gen.token_surfaces[var] = (last, (b, k, h * w), precision)
+    if kept and _readers_take_surface(gen, index, var, (b, k, h * w), precision):
+        gen.surface_only.add(var)
+        gen.body.append(f"/* layer {index}: its tokens stay on the surface [{b}, {k}, {h}, "
+                        f"{w}]: every reader takes it */")
+        return
     gen.body.extend(transpose(last, gen.operands[var], b, k, h * w,
                               precision, f"layer {index}: the surface [{b}, {k}, {h}, {w}] "
                                          f"back to tokens [{b}, {h * w}, {k}]"))
+
+
+def _readers_take_surface(gen, index: int, var: relax.Var, shape, precision: str) -> bool:
+    """Whether every layer reading ``var`` (the output of layer ``index``) reads it as the
+    data of a token layer of that shape and precision, and only so, which then takes the
+    surface (emit_token_layer): the tokens need not be written at all. Not for an output of
+    the function, nor where a converting run reads them."""
+    call = gen.program.calls[index]
+    users = gen.readers.get(var, [])
+    if not users or call.converted or any(var.same_as(o) for o in gen.outputs):
+        return False
+    for j in set(users):
+        reader = gen.program.calls[j]
+        layer = reader.layer
+        if not layer.tokens or (layer.norm is not None and layer.norm.attention is not None):
+            return False
+        mixed = gen.function_precision == "mixed"
+        if (reader.precision if mixed else gen.precision) != precision:
+            return False
+        if sum(1 for a in reader.binding.value.args if var.same_as(a)) != 1:
+            return False
+        scope = next(r.scope for r in gen.program.runs if r.call == j and not r.converts)
+        if not var.same_as(resolve_operand(layer.data, scope)[0]):
+            return False
+        b, c, h, w = layer.in_shape
+        if (b, c, h * w) != tuple(shape):
+            return False
+    return True

@@ -70,6 +70,13 @@ class FunctionTensors:
         self.converted: Dict[relax.Var, str] = {}  # mixed: operands in the other precision
         self.quant: Dict[relax.Var, TensorQuant] = {}
         self.inner: Dict[relax.Var, str] = {}  # composite-internal results held in scratch
+        # a token layer's output also held on its [B, C, 1, T] surface until its last reader:
+        # var -> (pointer, (B, C, T), precision); a token layer reading it takes the surface
+        # instead of transposing the tokens again (codegen/passes.py)
+        self.token_surfaces: Dict[relax.Var, Tuple[str, Tuple[int, int, int], str]] = {}
+        # tensors whose tokens were never written: every reader takes the surface
+        self.surface_only: set = set()
+        self.readers: Dict[relax.Var, List[int]] = {}  # the layers reading each tensor
         # int8 outputs that leave range by range, each in its own quantisation: (offset,
         # count, quantisation) in elements (an int8 concat of Layer.keeps_input_scales)
         self.regions: Dict[relax.Var, List[Tuple[int, int, TensorQuant]]] = {}
