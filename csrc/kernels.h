@@ -468,7 +468,8 @@ void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan);
  * between runs), for a CONV epilogue's run: NULL where they do not apply (no plan, a bin of
  * several changes, an element-wise op, a channel without the lane form). The caller stores them
  * in sdp_i8.lut_lanes for the run (sdp_i8_span then converts a channel's values in lanes without
- * a set-up per call: a depthwise layer calls it once per plane) and frees them with free(). */
+ * a set-up per call: a depthwise layer calls it once per plane) and frees them with free().
+ * ACCEL_SDP_I8_LUT=span (read per run) keeps the plan but not these, to compare. */
 struct sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels);
 
 /* The INT8 LUT at t (accel_lut_int8 in accel.h): the int32 result before the output

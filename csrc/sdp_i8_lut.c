@@ -228,7 +228,7 @@ static plan_slot* plan_slot_of(const plan_key* k, uint64_t h) {
 
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
   const char* env = lut_env();
-  if (p->lut == NULL || (env != NULL && *env != '\0')) return NULL;
+  if (p->lut == NULL || (env != NULL && *env != '\0' && strcmp(env, "span") != 0)) return NULL;
   plan_key k;
   plan_key_of(p, &k);
   const uint64_t h = plan_hash(&k);
@@ -494,7 +494,9 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
 }
 
 sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels) {
-  if (p->lut_plan == NULL || channels <= 0) return NULL;
+  const char* env = lut_env(); /* "span": the plan without them (read per run, to compare) */
+  if (p->lut_plan == NULL || channels <= 0 || (env != NULL && strcmp(env, "span") == 0))
+    return NULL;
   sdp_i8_lane_cvt* cvt = malloc((size_t)channels * sizeof(*cvt));
   sdp_i8_lane_lut lut;
   sdp_i8 q = *p;

@@ -10,7 +10,16 @@ within one process. A standalone LUT run converts each plane's 256 input codes o
 the plane up in them (sdp_i8.c's run_table) either way, so its two rows differ only in those
 256 conversions per chunk; the conv stack's epilogue (int32 accumulators) has no such table.
 
-    python examples/lut_vs_relu.py [--rounds 7] [--no-convs]
+The conv epilogue per element (--epilogues, issue 32's goal: an int8 LUT activation no slower
+per element than twice ReLU's epilogue): layers whose convolution is small beside their
+epilogue, a 1x1 conv from 4 channels (the VNNI GEMM's panels, sdp_i8_lanes.h) and a 3x3
+depthwise conv (the depthwise rows, then sdp_i8_span per plane), 64 channels at 112x112 against
+the same at 8x8 (the difference per output: the call's fixed costs drop out), LUT layers also
+with ACCEL_SDP_I8_LUT=span (EPILOGUE_PATHS). Each layer's ns
+per output includes its convolution, so the LUT / ReLU ratio of the epilogues alone is larger
+than the ratio printed; the difference is the LUT's extra cost per element.
+
+    python examples/lut_vs_relu.py [--rounds 7] [--no-convs] [--epilogues]
 """
 from __future__ import annotations
 
@@ -32,6 +41,9 @@ _spec.loader.exec_module(sdp_bench)
 
 LUT_OPS = ("int8_silu", "int8_hardswish", "int8_sigmoid")
 PATHS = ("plan", "gather")
+#: the conv epilogues: as the library runs them, and ACCEL_SDP_I8_LUT=span (the plan without the
+#: run's lane constants: a depthwise layer's sdp_i8_span call per plane sets its front up itself)
+EPILOGUE_PATHS = ("plan", "span")
 
 
 def _path(path: str) -> None:
@@ -98,16 +110,76 @@ def convs(rounds: int) -> None:
               f"(+{m - relu:5.2f} ms over relu)")
 
 
+def epilogue_layer(kind: str, act: str, size: int, rng):
+    """One int8 conv + SDP layer (kind "1x1": 4 -> 64 channels; "dw": 64 channels, 3x3
+    depthwise) with ReLU's converter or the compiler's tables for ``act``, and its input."""
+    from accel_codegen import Conv, Sdp
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+
+    channels, cin = 64, (4 if kind == "1x1" else 64)
+    if kind == "1x1":
+        w = rng.integers(-127, 128, (channels, cin, 1, 1)).astype(np.int8)
+        conv = dict(padding=0)
+    else:
+        w = rng.integers(-127, 128, (channels, 1, 3, 3)).astype(np.int8)
+        conv = dict(padding=1, groups=channels)
+    acc_scale = 0.05 * 0.002
+    out = TensorQuant(0.05, -20 if act == "silu" else 0 if act == "relu" else -10)
+    bias = rng.integers(-2000, 2000, channels).astype(np.int32)
+    if act == "relu":
+        mul, rshift = encode_multipliers(np.full(channels, acc_scale / out.scale), "bench")
+        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act="relu", precision="int8",
+                  out_zero=out.zero)
+    else:
+        table = layer_lut(act, out, acc_scale, "bench")
+        mul, rshift = encode_multipliers(np.full(channels, acc_scale / table.input_step), "bench")
+        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act=act, precision="int8", out_mul=1,
+                  out_shift=table.out_shift, out_zero=out.zero, lut=table.lut)
+    layer = [Conv(w, precision="int8", in_zero=out.zero, **conv), sdp]
+    return layer, rng.integers(-128, 128, (1, cin, size, size)).astype(np.int8)
+
+
+def epilogues(rounds: int, calls: int) -> None:
+    device = Device("nv_full", num_threads=1)
+    acts = ("relu",) + tuple(name.removeprefix("int8_") for name in LUT_OPS)
+    cases = {(kind, act, path): [epilogue_layer(kind, act, size, np.random.default_rng(0))
+                                 for size in (112, 8)]
+             for kind in ("1x1", "dw") for act in acts
+             for path in (EPILOGUE_PATHS if act != "relu" else ("plan",))}
+    outputs = 64 * (112 * 112 - 8 * 8)
+    ns = {c: [] for c in cases}
+    for r in range(rounds + 1):  # round 0 warms up (and plans the LUTs)
+        for c, made in cases.items():
+            os.environ["ACCEL_SDP_I8_LUT"] = "" if c[2] == "plan" else c[2]
+            big, small = [_timed(lambda m=m: device.run(m[0], m[1]), calls) for m in made]
+            if r:
+                ns[c].append((big - small) / outputs)
+    os.environ.pop("ACCEL_SDP_I8_LUT", None)
+    print(f"int8 conv + SDP layers, 64 channels at 112x112, ns per output (1 thread, medians of "
+          f"{rounds} rounds)")
+    for kind, act, path in cases:
+        relu = statistics.median(ns[(kind, "relu", "plan")])
+        m = statistics.median(ns[(kind, act, path)])
+        print(f"  {kind:4s} {act:10s} {path:5s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
+              f"(+{m - relu:6.3f} ns over relu)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--no-convs", action="store_true")
+    ap.add_argument("--epilogues", action="store_true",
+                    help="only the conv epilogue per element (1x1 and depthwise layers)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} at the start")
-    standalone(args.rounds, args.calls)
-    if not args.no_convs:
-        convs(args.rounds)
+    if args.epilogues:
+        epilogues(args.rounds, args.calls)
+    else:
+        standalone(args.rounds, args.calls)
+        if not args.no_convs:
+            convs(args.rounds)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
