@@ -450,8 +450,6 @@ typedef struct sdp_i8 {
   int32_t clip_lo, clip_hi;
   const accel_lut_int8* lut;          /* LUT activation's tables, or NULL */
   const struct sdp_i8_lut_plan* lut_plan; /* the LUT's codes by input ranges, or NULL */
-  const struct sdp_i8_lane_cvt* lut_lanes; /* [C]: each channel's constants of the plan in
-                                            * lanes (sdp_i8_lut_lanes_new), or NULL */
   int32_t shift_max;                  /* the largest rshift over the op's channels (0 without
                                        * rshift): NVDLA's BN shifter, one per layer (accel.h) */
 } sdp_i8;
@@ -463,14 +461,6 @@ typedef struct sdp_i8 {
  * stores it in sdp_i8.lut_plan for the run and hands it back with sdp_i8_lut_plan_free. */
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);
 void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan);
-
-/* The lane constants of p's `channels` channels for its plan (sdp_i8_lanes_prepare_lut, kept
- * between runs), for a CONV epilogue's run: NULL where they do not apply (no plan, a bin of
- * several changes, an element-wise op, a channel without the lane form). The caller stores them
- * in sdp_i8.lut_lanes for the run (sdp_i8_span then converts a channel's values in lanes without
- * a set-up per call: a depthwise layer calls it once per plane) and frees them with free().
- * ACCEL_SDP_I8_LUT=span (read per run) keeps the plan but not these, to compare. */
-struct sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels);
 
 /* The INT8 LUT at t (accel_lut_int8 in accel.h): the int32 result before the output
  * converter. */

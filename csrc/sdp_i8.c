@@ -18,8 +18,7 @@
  * at lut_vec); ACCEL_SDP_I8_LUT=scalar forces sdp_one instead. Once the runs of a table have
  * converted 2^16 values its LUT is planned, and the plan kept (sdp_i8_lut_plan: the codes by bins
  * of the table's input, one gather and a compare per 16 values instead of the table's arithmetic;
- * ACCEL_SDP_I8_LUT=gather keeps the table in lanes, =span the plan without a conv run's lane
- * constants (sdp_i8_lut_lanes_new), ACCEL_VERBOSE prints the plan). Independent
+ * ACCEL_SDP_I8_LUT=gather keeps the table in lanes, ACCEL_VERBOSE prints the plan). Independent
  * runs whose codes are a function of each plane's input bytes look them up (run_table). What the
  * files share is in sdp_i8_internal.h.
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give

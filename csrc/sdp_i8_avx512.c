@@ -693,6 +693,18 @@ int sdp_i8_planes_avx512(const sdp_i8* p, int32_t c, int64_t hw, const int8_t* i
 }
 
 /* The lane form of the channels' converters (sdp_i8_lanes.h): span_avx512's fast32 case. */
+/* bs_exact_to(c, T) for T = code_threshold(c->mul, c->shift, r) (add: T = add_threshold's,
+ * r its t2, which the caller found no bound for when negative), without the division: the
+ * lanes' set-up runs it for every channel of every conv call, and the division was most of
+ * it. T = ceil(r 2^s / m) <= B exactly when r 2^s <= B m (m > 0; r 2^s < 2^61, B m < 2^46). */
+static int bs_exact_within(const chan_params* c, int64_t r, int add) {
+  if (c->pre == 0) return 1;
+  const int64_t m = abs64(c->mul), s = c->shift;
+  if (m == 0) return 1; /* T = 0 */
+  if (s > 40 || (add ? r > ((int64_t)1 << (61 - s)) : r > ((int64_t)1 << 20))) return 0;
+  return (r << s) <= (int64_t)(INT32_MAX >> bs_pre(c->pre)) * m;
+}
+
 int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                          sdp_i8_lane_cvt* cvt, int8_t* lo, int8_t* hi) {
   if (p->lut != NULL || p->ew_op != ACCEL_EW_NONE || p->out_mul != 0 ||
@@ -701,10 +713,11 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
   *lo = (int8_t)(p->act == ACCEL_ACT_RELU ? p->out_zero
                  : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
   *hi = (int8_t)(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+  const int64_t r = 128 + abs64(p->out_zero);
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
     sdp_i8_lane_cvt* e = cvt + i;
-    if (!bs_exact_to(&c, code_threshold(c.mul, c.shift, 128 + abs64(p->out_zero)))) return 0;
+    if (!bs_exact_within(&c, r, 0)) return 0;
     /* a conv's converter (mul > 0, shifts 17..40): the split form with t clamped to int32
      * only, no plan (fast32_plan divides per channel, and every conv layer prepares) */
     const int64_t s = c.shift;
@@ -750,12 +763,24 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
       !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
     return 0;
   const int64_t limit = (int64_t)1 << 31;
+  /* add_threshold's t2, the call's (no channel's): its t_out + the operand's largest |e| */
+  const int64_t om0 = p->out_mul != 0 ? abs64(p->out_mul) : 1;
+  const int64_t os0 = p->out_mul != 0 ? p->out_shift : 0;
+  int64_t t2 = -1; /* -1: no bound (add_threshold's INT64_MAX) */
+  if (os0 <= 30) {
+    int64_t e_max = 0;
+    for (int64_t code = -128; code <= 127; code += 255) {
+      const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+      e_max = abs64(e) > e_max ? abs64(e) : e_max;
+    }
+    t2 = ((((int64_t)128 + abs64(p->out_zero)) << os0) + om0 - 1) / om0 + e_max;
+  }
   /* the channels: u = rhaz(t * mul, s) for |t| <= tm; the largest |u| over them */
   int64_t u_max = 0;
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
     const int64_t s = c.shift, mul = c.mul;
-    if (mul <= 0 || s < 1 || s > 40 || !bs_exact_to(&c, add_threshold(p, &c))) return 0;
+    if (mul <= 0 || s < 1 || s > 40 || t2 < 0 || !bs_exact_within(&c, t2, 1)) return 0;
     sdp_i8_lane_cvt* e = cvt + i;
     e->exact = vmax + abs64(c.bias) <= INT32_MAX;
     e->conv = e->zero = 0;

@@ -110,6 +110,18 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
+/* c + th * mul for the 16 lanes of t with th = t >> 16 in [0, 2^15) and 0 < mul < 2^15 (the
+ * high words of t times mul, the low words times 0): one vpdpwssd where VNNI is there. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_high_product(__m512i c, __m512i t,
+                                                                         int32_t mul) {
+  const __m512i m = _mm512_set1_epi32((int32_t)((uint32_t)mul << 16));
+#ifdef __AVX512VNNI__
+  return _mm512_dpwssd_epi32(c, t, m);
+#else
+  return _mm512_add_epi32(c, _mm512_madd_epi16(t, m));
+#endif
+}
+
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
  * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2. Form 3:
@@ -123,20 +135,16 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp
   if (split == 4) { /* t < 0 gives out_zero, clamped to lo >= out_zero as rhaz's would be */
     const __m512i t = _mm512_max_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(c->bias)),
                                        _mm512_setzero_si512());
-    const __m512i hp = _mm512_madd_epi16(t, _mm512_set1_epi32((int32_t)((uint32_t)c->mul << 16)));
+    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(c->add), t, c->mul);
     const __m512i lp = _mm512_mulhi_epu16(t, _mm512_set1_epi32(c->mul));
-    return _mm512_srav_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->add)),
-        _mm512_set1_epi32(c->shift));
+    return _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
   }
   if (split == 3) {
     const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
     const __m512i a = _mm512_abs_epi32(t);
-    const __m512i hp = _mm512_madd_epi16(a, _mm512_set1_epi32((int32_t)((uint32_t)c->mul << 16)));
+    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(1 << (c->shift - 1)), a, c->mul);
     const __m512i lp = _mm512_mulhi_epu16(a, _mm512_set1_epi32(c->mul));
-    const __m512i r = _mm512_srav_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(1 << (c->shift - 1))),
-        _mm512_set1_epi32(c->shift));
+    const __m512i r = _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
     const __m512i z = _mm512_set1_epi32(c->zero);
     return _mm512_mask_sub_epi32(_mm512_add_epi32(z, r),
                                  _mm512_cmplt_epi32_mask(t, _mm512_setzero_si512()), z, r);
@@ -172,8 +180,10 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes(const sdp_i8_l
 }
 
 /* q of 16 values v of channel c with their operand codes o (int32 lanes), the residual add
- * a. form: 1 any channel, 2 c->exact (no sat32 clamp), 3 exact and s <= 16 (no add, shift);
- * lean: a->lean. */
+ * a. form: 1 any channel, 2 c->exact (no sat32 clamp), 3 exact and s <= 16 (no add, shift),
+ * 4 exact and s >= 17: u = rhaz(t * mul, s) as the conv's form 3 computes it (|t|'s halves by
+ * vpmaddwd and vpmulhuw, then t's sign), without vpmulld; lean: a->lean. The operand's
+ * product o * ew_mul by vpmaddwd (o's high word 0 or -1 times 0; ew_mul is int16: accel.h). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_i8_lane_add* a,
                                                                       const sdp_i8_lane_cvt* c,
                                                                       __m512i v, __m512i o,
@@ -182,18 +192,29 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
     v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),
                          _mm512_set1_epi32(c->vhi));
   const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
-  const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
-  const __m512i lp = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
-                       _mm512_set1_epi32(c->neg)),
-      _mm512_srai_epi32(t, 31));
-  __m512i u = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srav_epi32(t, k), m),
-                               _mm512_srav_epi32(lp, k));
-  if (form < 3)
-    u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
-                          _mm512_set1_epi32(c->shift));
-  const __m512i x = _mm512_add_epi32(_mm512_mullo_epi32(o, _mm512_set1_epi32(a->ew_mul)),
-                                     _mm512_set1_epi32(a->ew_base));
+  __m512i u;
+  if (form == 4) {
+    const __m512i at = _mm512_abs_epi32(t);
+    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(c->add), at, c->mul);
+    const __m512i lp = _mm512_mulhi_epu16(at, _mm512_set1_epi32(c->mul));
+    const __m512i r = _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
+    u = _mm512_mask_sub_epi32(r, _mm512_cmplt_epi32_mask(t, _mm512_setzero_si512()),
+                              _mm512_setzero_si512(), r);
+  } else {
+    const __m512i m = _mm512_set1_epi32(c->mul), k = _mm512_set1_epi32(c->k);
+    const __m512i lp = _mm512_add_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(t, _mm512_set1_epi32(c->low)), m),
+                         _mm512_set1_epi32(c->neg)),
+        _mm512_srai_epi32(t, 31));
+    u = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srav_epi32(t, k), m),
+                         _mm512_srav_epi32(lp, k));
+    if (form < 3)
+      u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
+                            _mm512_set1_epi32(c->shift));
+  }
+  const __m512i x = _mm512_add_epi32(
+      _mm512_madd_epi16(o, _mm512_set1_epi32((int32_t)(uint16_t)(int16_t)a->ew_mul)),
+      _mm512_set1_epi32(a->ew_base));
   const __mmask16 n = _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(a->ew_nlt));
   const __m512i e = _mm512_srav_epi32(_mm512_mask_sub_epi32(x, n, x, _mm512_set1_epi32(1)),
                                       _mm512_set1_epi32(a->ew_shift));

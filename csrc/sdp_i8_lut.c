@@ -228,7 +228,7 @@ static plan_slot* plan_slot_of(const plan_key* k, uint64_t h) {
 
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
   const char* env = lut_env();
-  if (p->lut == NULL || (env != NULL && *env != '\0' && strcmp(env, "span") != 0)) return NULL;
+  if (p->lut == NULL || (env != NULL && *env != '\0')) return NULL;
   plan_key k;
   plan_key_of(p, &k);
   const uint64_t h = plan_hash(&k);
@@ -428,11 +428,6 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
       P->t_hi > (1 << 30) || count <= 0)
     return 0;
-  if (p->lut_lanes != NULL) { /* the run's (sdp_i8_lut_lanes_new) */
-    memcpy(cvt, p->lut_lanes + first, (size_t)count * sizeof(*cvt));
-    lane_lut_of(P, lut);
-    return 1;
-  }
   lanes_key k;
   memset(&k, 0, sizeof(k));
   k.t_lo = P->t_lo;
@@ -493,18 +488,6 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   return 1;
 }
 
-sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels) {
-  const char* env = lut_env(); /* "span": the plan without them (read per run, to compare) */
-  if (p->lut_plan == NULL || channels <= 0 || (env != NULL && strcmp(env, "span") == 0))
-    return NULL;
-  sdp_i8_lane_cvt* cvt = malloc((size_t)channels * sizeof(*cvt));
-  sdp_i8_lane_lut lut;
-  sdp_i8 q = *p;
-  q.lut_lanes = NULL;
-  if (cvt != NULL && sdp_i8_lanes_prepare_lut(&q, 0, channels, 0, cvt, &lut)) return cvt;
-  free(cvt);
-  return NULL;
-}
 #else
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
@@ -514,11 +497,6 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
 
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
   (void)p, (void)elements;
-  return NULL;
-}
-
-sdp_i8_lane_cvt* sdp_i8_lut_lanes_new(const sdp_i8* p, int32_t channels) {
-  (void)p, (void)channels;
   return NULL;
 }
 
@@ -742,36 +720,8 @@ static inline __m512i lut_front32(const lut_front* f, __m512i x, __mmask16 valid
   return _mm512_add_epi32(_mm512_sll_epi32(_mm512_mullo_epi32(th, f->mul), f->left), lo);
 }
 
-/* sdp_i8_span_lut with the run's lane constants (sdp_i8.lut_lanes): the conv epilogue's
- * sdp_i8_lanes_lut on 64 values per step, no set-up per call */
-static void span_lut_lanes(const sdp_i8* p, int32_t ch, const int32_t* v, int8_t* y,
-                           int64_t count) {
-  const sdp_i8_lane_cvt* e = p->lut_lanes + ch;
-  sdp_i8_lane_lut L;
-  lane_lut_of(p->lut_plan, &L);
-  for (int64_t i = 0; i < count; i += 64) {
-    const int64_t n = count - i;
-    const __m512i q0 = sdp_i8_lanes_lut(e, &L, _mm512_maskz_loadu_epi32(tail_mask(n), v + i));
-    const __m512i q1 = n > 16 ? sdp_i8_lanes_lut(e, &L, _mm512_maskz_loadu_epi32(
-                                                            tail_mask(n - 16), v + i + 16))
-                              : q0;
-    const __m512i q2 = n > 32 ? sdp_i8_lanes_lut(e, &L, _mm512_maskz_loadu_epi32(
-                                                            tail_mask(n - 32), v + i + 32))
-                              : q0;
-    const __m512i q3 = n > 48 ? sdp_i8_lanes_lut(e, &L, _mm512_maskz_loadu_epi32(
-                                                            tail_mask(n - 48), v + i + 48))
-                              : q0;
-    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-    _mm512_mask_storeu_epi8(y + i, keep, sdp_i8_lut_codes64(q0, q1, q2, q3));
-  }
-}
-
 void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count) {
-  if (p->lut_lanes != NULL && p->lut_plan != NULL) {
-    span_lut_lanes(p, ch, v, y, count);
-    return;
-  }
   const chan_params c = channel_params(p, ch);
   lut_vec L; /* the table's, set up at its first use (with a plan most calls never need it:
               * a depthwise layer calls once per plane, 49 values at 7x7) */

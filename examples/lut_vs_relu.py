@@ -14,8 +14,7 @@ The conv epilogue per element (--epilogues, issue 32's goal: an int8 LUT activat
 per element than twice ReLU's epilogue): layers whose convolution is small beside their
 epilogue, a 1x1 conv from 4 channels (the VNNI GEMM's panels, sdp_i8_lanes.h) and a 3x3
 depthwise conv (the depthwise rows, then sdp_i8_span per plane), 64 channels at 112x112 against
-the same at 8x8 (the difference per output: the call's fixed costs drop out), LUT layers also
-with ACCEL_SDP_I8_LUT=span (EPILOGUE_PATHS). Each layer's ns
+the same at 8x8 (the difference per output: the call's fixed costs drop out). Each layer's ns
 per output includes its convolution, so the LUT / ReLU ratio of the epilogues alone is larger
 than the ratio printed; the difference is the LUT's extra cost per element.
 
@@ -41,9 +40,6 @@ _spec.loader.exec_module(sdp_bench)
 
 LUT_OPS = ("int8_silu", "int8_hardswish", "int8_sigmoid")
 PATHS = ("plan", "gather")
-#: the conv epilogues: as the library runs them, and ACCEL_SDP_I8_LUT=span (the plan without the
-#: run's lane constants: a depthwise layer's sdp_i8_span call per plane sets its front up itself)
-EPILOGUE_PATHS = ("plan", "span")
 
 
 def _path(path: str) -> None:
@@ -143,25 +139,22 @@ def epilogue_layer(kind: str, act: str, size: int, rng):
 def epilogues(rounds: int, calls: int) -> None:
     device = Device("nv_full", num_threads=1)
     acts = ("relu",) + tuple(name.removeprefix("int8_") for name in LUT_OPS)
-    cases = {(kind, act, path): [epilogue_layer(kind, act, size, np.random.default_rng(0))
-                                 for size in (112, 8)]
-             for kind in ("1x1", "dw") for act in acts
-             for path in (EPILOGUE_PATHS if act != "relu" else ("plan",))}
+    cases = {(kind, act): [epilogue_layer(kind, act, size, np.random.default_rng(0))
+                           for size in (112, 8)]
+             for kind in ("1x1", "dw") for act in acts}
     outputs = 64 * (112 * 112 - 8 * 8)
     ns = {c: [] for c in cases}
     for r in range(rounds + 1):  # round 0 warms up (and plans the LUTs)
         for c, made in cases.items():
-            os.environ["ACCEL_SDP_I8_LUT"] = "" if c[2] == "plan" else c[2]
             big, small = [_timed(lambda m=m: device.run(m[0], m[1]), calls) for m in made]
             if r:
                 ns[c].append((big - small) / outputs)
-    os.environ.pop("ACCEL_SDP_I8_LUT", None)
     print(f"int8 conv + SDP layers, 64 channels at 112x112, ns per output (1 thread, medians of "
           f"{rounds} rounds)")
-    for kind, act, path in cases:
-        relu = statistics.median(ns[(kind, "relu", "plan")])
-        m = statistics.median(ns[(kind, act, path)])
-        print(f"  {kind:4s} {act:10s} {path:5s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
+    for kind, act in cases:
+        relu = statistics.median(ns[(kind, "relu")])
+        m = statistics.median(ns[(kind, act)])
+        print(f"  {kind:4s} {act:10s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
               f"(+{m - relu:6.3f} ns over relu)")
 
 

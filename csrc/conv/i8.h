@@ -37,11 +37,12 @@ enum {
   WS_DWS = WS_PACK + 5,             /* the small-plane depthwise tables' directory, */
   DWS_CACHE = 4,                    /* the tables, kept in slots WS_DWS + 1 .. + DWS_CACHE, */
   WS_BOFF = WS_DWS + DWS_CACHE + 1, /* AMX: the depth tiles' offsets */
+  WS_LANES = WS_BOFF + 1,           /* the channels' lane converters, kept (i8_lanes_cached) */
   GEMV_COLS = 8,      /* at most this many columns in all: matrix-vector products */
   AMB = 32,           /* AMX: output channels per block (two A tiles of 16 rows) */
   AKT = 16            /* AMX: 4-channel blocks per depth tile (a tile row's 64 bytes) */
 };
-_Static_assert((int)WS_BOFF < (int)WORKSPACE_SLOTS, "conv/i8.h's shared workspace slots");
+_Static_assert((int)WS_LANES < (int)WORKSPACE_SLOTS, "conv/i8.h's shared workspace slots");
 
 typedef int32_t __attribute__((may_alias)) i32_alias;
 
@@ -334,7 +335,9 @@ static inline __attribute__((always_inline)) void codes_body(const panel_codes* 
       for (int64_t i = 0; i < E->cols; i += 64) panel_step_lut(E, c, ldc, i, 0, corr);
   } else if (E->add != NULL) {
     const int lean = E->add->lean ? 2 : 1;
-    if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2, corr);
+    if (E->split == 4 && lean == 2) panel_body(E, c, ldc, 4, 2, corr);
+    else if (E->split == 4) panel_body(E, c, ldc, 4, 1, corr);
+    else if (E->split == 3 && lean == 2) panel_body(E, c, ldc, 3, 2, corr);
     else if (E->split == 2 && lean == 2) panel_body(E, c, ldc, 2, 2, corr);
     else if (lean == 2) panel_body(E, c, ldc, 1, 2, corr);
     else if (E->split == 3) panel_body(E, c, ldc, 3, 1, corr);
@@ -360,12 +363,21 @@ static inline __attribute__((always_inline)) void codes_of_panel(const panel_cod
 
 /* The form every one of the rows' converters has: 4 / 3 the conv form (sdp_i8_lanes.h), 2 split
  * without clamp, 1 split, 0 any
- * (a residual add's: 3 without clamp and shifts <= 16, 2 without clamp, 1 any). */
+ * (a residual add's: 4 without clamp and shifts >= 17, 3 without clamp and shifts <= 16, 2
+ * without clamp, 1 any: 3 and 4 are not ordered, rows of both take 2). */
 static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
-  int split = add ? 3 : 4;
+  if (add) {
+    int low = 0, high = 0; /* rows with shifts <= 16 / >= 17 */
+    for (int64_t m = 0; m < rows; ++m) {
+      if (!cvt[m].exact) return 1;
+      if (cvt[m].shift == 0 && cvt[m].add == 0) low = 1;
+      else high = 1;
+    }
+    return low && high ? 2 : high ? 4 : 3;
+  }
+  int split = 4;
   for (int64_t m = 0; m < rows; ++m) {
-    const int form = add ? 1 + cvt[m].exact + (cvt[m].exact && cvt[m].shift == 0 && cvt[m].add == 0)
-                         : cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
+    const int form = cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
     split = form < split ? form : split;
   }
   return split;
@@ -534,6 +546,9 @@ void i8_imp_make_plan(const plan* P, imp_plan* Q);
 void i8_imp_used_phases(const plan* P, imp_plan* Q);
 int i8_imp_reserve_copy(const plan* P, const imp_plan* Q, int32_t in_zero, workspace* ws,
                         uint8_t** copy, int64_t** off);
+const sdp_i8_lane_cvt* i8_lanes_cached(const sdp_i8* p, int64_t k, int64_t vmax, int add_ok,
+                                       workspace* ws, int* kind, int8_t* lo, int8_t* hi,
+                                       sdp_i8_lane_add* add);
 int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J);
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
                           int64_t ldc, int64_t at, int64_t cols, int wide);

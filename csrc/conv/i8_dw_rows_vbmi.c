@@ -516,9 +516,12 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   dwr_job J = {.P = P, .D = D, .in_zero = in_zero, .in = in, .w = w, .out = out, .ep = ep,
                .grids = grids, .planes = planes, .chunk = chunk, .small = small, .cvt = NULL,
                .lo = 0, .hi = 0};
-  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+  int kind;
+  sdp_i8_lane_add unused;
+  const sdp_i8_lane_cvt* cvt =
+      i8_lanes_cached(ep, g->k, P->kd * 255 * 128, 0, ws, &kind, &J.lo, &J.hi, &unused);
   if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
-  if (sdp_i8_lanes_prepare(ep, 0, g->k, P->kd * 255 * 128, cvt, &J.lo, &J.hi)) J.cvt = cvt;
+  if (kind == 1) J.cvt = cvt;
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }

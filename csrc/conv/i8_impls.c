@@ -28,8 +28,10 @@
  * Threads: every path's loops run on pool.c (the caller and whichever workers are awake
  * claim items; no barrier waits for a thread that is not running); an AMX item loads the tile
  * configuration on the thread that runs it and releases the tiles at its end. Scratch:
- * workspace slots 0..nth-1 per participant, WS_CONV_I8_FIRST (kernels.h) .. WS_BOFF shared (the
- * depthwise tables among them kept from run to run), reserved before the loops.
+ * workspace slots 0..nth-1 per participant, WS_CONV_I8_FIRST (kernels.h) .. WS_LANES shared (the
+ * depthwise tables and the channels' lane converters among them kept from run to run, the
+ * converters checked against their arrays' contents on every call: i8_lanes_cached),
+ * reserved before the loops.
  */
 #include "conv/i8.h"
 

@@ -155,14 +155,25 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
     corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
   const int8_t* a = J->apack + blk * P->kd4 * MR * 4;
   const int64_t ablk = P->kd4 * MR * 4;
-  const uint8_t* base = J->B->base + grp * Q->gbytes;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t o0 = P->ohw * t / S->ptiles, o1 = P->ohw * (t + 1) / S->ptiles;
+  /* the positions' copy addresses counted on from the chunk's first output (a division per
+   * position cost about 1 % of ResNet-50's int8 time) */
+  const int64_t skip = 4 * (Q->wq - g->out_w);
+  int64_t ox = first % g->out_w;
+  const uint8_t* bq = J->B->base + grp * Q->gbytes + 4 * ((first / g->out_w) * Q->wq + ox);
+  for (int64_t t = t0, o0 = first; t < t1; ++t) {
+    const int64_t o1 = P->ohw * (t + 1) / S->ptiles;
     const uint8_t* bp[SP];
-    for (int64_t o = o0; o < o1; ++o)
-      bp[o - o0] = base + 4 * ((o / g->out_w) * Q->wq + o % g->out_w);
+    for (int64_t o = o0; o < o1; ++o) {
+      bp[o - o0] = bq;
+      bq += 4;
+      if (++ox == g->out_w) {
+        ox = 0;
+        bq += skip;
+      }
+    }
     skr_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0 - first,
                                    ldr);
+    o0 = o1;
   }
   const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
   if (J->cvt != NULL) {

@@ -236,11 +236,8 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
         struct sdp_i8_lut_plan* plan =
             e.lut != NULL ? sdp_i8_lut_plan_new(&e, output_count(r)) : NULL;
         e.lut_plan = plan;
-        struct sdp_i8_lane_cvt* lanes = plan != NULL ? sdp_i8_lut_lanes_new(&e, r->out_c) : NULL;
-        e.lut_lanes = lanes;
         const accel_status status = conv_i8(&r->conv, op->conv.in_zero, src, op->conv.weights,
                                             op->conv.weights_packed, dst, &e, &dev->ws, threads);
-        free(lanes);
         sdp_i8_lut_plan_free(plan);
         return status;
       } else {

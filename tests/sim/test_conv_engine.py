@@ -883,6 +883,41 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
         assert len(codes) > 5, "codes inside the range, not only saturated"
 
 
+def test_int8_kept_lane_converters_follow_their_arrays():
+    """A device keeps each layer's lane converters from run to run (conv/i8_gemm_vnni.c,
+    i8_lanes_cached), keyed by the SDP's arrays: the same arrays changed in place between runs
+    (biases, multipliers, shifts) give the reference's codes of their new contents, on the
+    small-grid, implicit GEMM and depthwise kernels, with and without a residual add."""
+    rng = np.random.default_rng(4242)
+    device = Device("nv_full", num_threads=1)
+    layers = [((1, 32, 7, 7), (48, 32, 3, 3), dict(padding=1), False),
+              ((1, 32, 16, 12), (48, 32, 1, 1), dict(), True),
+              ((1, 24, 14, 14), (24, 1, 3, 3), dict(padding=1, groups=24), False)]
+    for in_shape, weight_shape, conv_args, add in layers:
+        k = weight_shape[0]
+        x = rng.integers(-128, 128, in_shape).astype(np.int8)
+        conv = Conv(rng.integers(-127, 128, weight_shape).astype(np.int8), precision="int8",
+                    in_zero=-3, **conv_args)
+        acc = ref.run_op(conv, x)
+        bias = rng.integers(-2**14, 2**14, k).astype(np.int32)
+        mul = rng.integers(2**13, 2**15, k).astype(np.int16)
+        rshift = np.full(k, 21 if weight_shape[1] > 1 else 17, np.uint8)
+        extra = (dict(ew_op="add", operand=rng.integers(-128, 128, acc.shape).astype(np.int8),
+                      ew_zero=5, ew_mul=3 << 12, ew_shift=12) if add else {})
+        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act="relu", out_zero=-20,
+                  precision="int8", **extra)
+        seen = []
+        for step in range(4):
+            expected = ref.run_chain([conv, sdp], x)
+            seen.append(expected)
+            assert_same(device.run([conv, sdp], x)[0], expected,
+                        f"{weight_shape} add {add}, step {step}")
+            bias += rng.integers(-2**13, 2**13, k).astype(np.int32)  # in place
+            mul[step::3] = mul[step::3] // 2
+            rshift[step::4] += 1
+        assert not np.array_equal(seen[0], seen[-1]), "the changes change the codes"
+
+
 # Small depthwise planes (<= 256 outputs) whose tables differ in one field of the spatial
 # geometry each: more of them than the dw_rows_vbmi tables kept (4), so that they replace each
 # other, and the same geometry again with other channels, weights and data
