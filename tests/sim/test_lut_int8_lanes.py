@@ -368,3 +368,34 @@ def test_kept_lane_constants_follow_the_channels():
     assert not np.array_equal(expected[:, 5], y[:, 5])
     np.testing.assert_array_equal(device.run(moved, x)[0], expected)
     np.testing.assert_array_equal(device.run(chain, x)[0], y)
+
+
+def test_the_direct_form_rounds_ties_away_from_zero():
+    """The conv epilogue's direct form (sdp_i8_lanes.h, exact = 1: u = (x mul + 2^(s-1) - base
+    2^s + (x >> 31)) >> s) rounds a negative tie away from zero as rhaz does: with mul 1 and
+    shift 1 every odd negative x = v + bias is a tie, and the bias puts x = 2T - 1 (input code 0)
+    on a threshold T of the table's codes, where floor rounding would give code(T)."""
+    from accel_codegen.sim.reference import lut_int8, rhaz
+
+    op, _ = _compiler_case("silu", 72)
+    lut = op.lut
+    start = max(lut.lo_start, -(1 << 18))  # silu's codes change every few thousand t near 0
+    t = np.arange(start, 0, dtype=np.int64)
+    codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), op.out_shift) + op.out_zero,
+                    -128, 127)
+    T = int(t[1:][codes[1:] != codes[:-1]][-1])  # the last change below 0: code(T - 1) != code(T)
+    cout, size = 16, 64
+    w = np.zeros((cout, 4, 1, 1), np.int8)
+    w[:, 0] = 1  # v = input channel 0's code (in_zero 0)
+    sdp = Sdp(bias=np.full(cout, 2 * T - 1, np.int32), mul=np.ones(cout, np.int16),
+              rshift=np.ones(cout, np.uint8), act="silu", precision="int8", out_mul=1,
+              out_shift=op.out_shift, out_zero=op.out_zero, lut=lut)
+    x = np.resize(np.arange(-128, 128, dtype=np.int8), (1, 4, size, size))
+    chain = [Conv(w, precision="int8", in_zero=0), sdp]
+    expected = ref.run_chain(chain, x)
+    at_zero = expected[0, 0][x[0, 0] == 0]
+    assert at_zero.size and (at_zero == codes[T - 1 - start]).all()
+    assert codes[T - 1 - start] != codes[T - start]
+    device = Device("nv_full", num_threads=1)
+    for _ in range(1 + -(-PLAN_ELEMENTS // expected.size)):  # the last ones through the plan
+        np.testing.assert_array_equal(device.run(chain, x)[0], expected)
