@@ -1655,6 +1655,57 @@ def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_with_readers(once, _NX_CONV, _input_side_folded)
 
 
+# A global average whose window the PDP cannot split into exact passes (a side with a prime
+# factor above its 8: PP-PicoDet's squeeze-excite means over its stride-32 map, 25x19) runs
+# as padded passes and a rescale, which int8 does not generate: for int8 it becomes the
+# depthwise convolution it is, weights 1 / (H W) (a CONV window up to
+# ACCEL_MAX_CONV_KERNEL; equal weights are one int8 code, 127, per channel), whose SDP then
+# converts to the mean's own scale.
+_GAP_X = wildcard()
+_GAP = is_op("relax.mean")(_GAP_X) | is_op("relax.nn.adaptive_avg_pool2d")(_GAP_X)
+
+
+def _pdp_splits(size: int) -> bool:
+    """Whether a side of ``size`` splits into PDP windows exactly (every prime factor fits
+    the PDP's window), as ``PoolSpec.passes`` splits it."""
+    from .._accel_ffi import lib
+
+    for window in range(lib.ACCEL_MAX_POOL_KERNEL, 1, -1):
+        while size % window == 0 and size > 1:
+            size //= window
+    return size == 1
+
+
+def _mean_as_conv(expr: relax.Expr, matches) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    x = matches[_GAP_X]
+    shape, out = _static(x), _static(expr)
+    if shape is None or out is None or len(shape) != 4 or out not in (
+            shape[:2] + [1, 1], shape[:2]) or str(x.ty.dtype) not in ("float32", "float16"):
+        return expr
+    if expr.op.name == "relax.mean" and sorted(
+            int(a) % 4 for a in (expr.attrs.axis or [])) != [2, 3]:
+        return expr
+    n, channels, height, width = shape
+    if (height <= lib.ACCEL_MAX_POOL_KERNEL and width <= lib.ACCEL_MAX_POOL_KERNEL) or (
+            _pdp_splits(height) and _pdp_splits(width)) or \
+            max(height, width) > lib.ACCEL_MAX_CONV_KERNEL:
+        return expr
+    dtype = str(x.ty.dtype)
+    weight = np.full((channels, 1, height, width), 1.0 / (height * width), dtype)
+    conv = named_as(relax.op.nn.conv2d(x, relax.const(weight, dtype), groups=channels), expr)
+    return conv if out == shape[:2] + [1, 1] else relax.op.reshape(conv, [n, channels])
+
+
+def global_means_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
+    """mean(x, [2, 3]) (or adaptive_avg_pool2d to 1 x 1) of a window the PDP splits only
+    with padding and a rescale, and a CONV's kernel holds -> conv2d(x, 1 / (H W), groups=C)
+    [reshaped to [N, C]]: applied for int8 alone (the partitioner), where the padded passes'
+    rescale has no form; fp32 and fp16 keep the pool."""
+    return _rewrite(mod, _GAP, _mean_as_conv)
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened): it moves nothing, and alone it stayed on the host between two functions.
 _RESHAPED = wildcard()
