@@ -323,6 +323,93 @@ static void exp_pass(float* x, int64_t count) {
     _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
+#elif defined(__AVX2__)
+#include <immintrin.h>
+
+/* exp_f32 in 8 lanes (an x86-64-v3 build), the same bits: the clamp as max / min with t second
+ * (NaN stays, as in the bit selection), then exp_f32's operations in its order, each rounded
+ * alone (no FMA), 2^n as its two powers of two. GCC's vectorisation of the scalar loops kept
+ * the BN's scale and shift a pass of their own and spilled the constants. */
+static inline __m256 exp_f32_x8(__m256 t) {
+  __m256 c = _mm256_max_ps(_mm256_set1_ps(-104.0f), t);
+  c = _mm256_min_ps(_mm256_set1_ps(89.0f), c);
+  const __m256 round = _mm256_set1_ps(EXP_ROUND);
+  const __m256 k = _mm256_add_ps(_mm256_mul_ps(c, _mm256_set1_ps(EXP_LOG2E)), round);
+  const __m256 n = _mm256_sub_ps(k, round);
+  __m256 r = _mm256_sub_ps(c, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
+  __m256 q = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(EXP_Q4), r), _mm256_set1_ps(EXP_Q3));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q2));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q1));
+  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q0));
+  __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(r, r), q), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000));
+  const __m256i h = _mm256_srai_epi32(ni, 1);
+  const __m256i b1 = _mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23);
+  const __m256i b2 =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(b1)), _mm256_castsi256_ps(b2));
+}
+
+static inline __m256 logistic_x8(__m256 t, int silu) {
+  const __m256 neg = _mm256_xor_ps(t, _mm256_set1_ps(-0.0f));
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_f32_x8(neg));
+  return _mm256_div_ps(silu ? t : _mm256_set1_ps(1.0f), d);
+}
+
+/* x = sigmoid(x * s + b) or silu(...) in one pass, as the AVX-512 build's logistic_pass; the
+ * last count % 8 values through the scalar exp_f32 (the same bits). */
+static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_t count,
+                                                                float s, float b, int affine,
+                                                                int silu) {
+  const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 t = _mm256_loadu_ps(x + i);
+    if (affine & 2) t = _mm256_mul_ps(t, vs);
+    if (affine & 1) t = _mm256_add_ps(t, vb);
+    _mm256_storeu_ps(x + i, logistic_x8(t, silu));
+  }
+  for (; i < count; ++i) {
+    float t = x[i];
+    if (affine & 2) t = t * s;
+    if (affine & 1) t = t + b;
+    x[i] = (silu ? t : 1.0f) / (1.0f + exp_f32(-t));
+  }
+}
+
+#define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
+  static void NAME(float* x, int64_t count, float s, float b) {           \
+    logistic_pass(x, count, s, b, AFFINE, SILU);                          \
+  }
+LOGISTIC_PASS(sigmoid_pass, 0, 0)
+LOGISTIC_PASS(sigmoid_pass_shift, 1, 0)
+LOGISTIC_PASS(sigmoid_pass_scale, 2, 0)
+LOGISTIC_PASS(sigmoid_pass_bn, 3, 0)
+LOGISTIC_PASS(silu_pass, 0, 1)
+LOGISTIC_PASS(silu_pass_shift, 1, 1)
+LOGISTIC_PASS(silu_pass_scale, 2, 1)
+LOGISTIC_PASS(silu_pass_bn, 3, 1)
+#undef LOGISTIC_PASS
+
+int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
+                      const float* b) {
+  typedef void (*pass_fn)(float*, int64_t, float, float);
+  static const pass_fn passes[2][4] = {
+      {sigmoid_pass, sigmoid_pass_shift, sigmoid_pass_scale, sigmoid_pass_bn},
+      {silu_pass, silu_pass_shift, silu_pass_scale, silu_pass_bn}};
+  if (act != ACCEL_ACT_SIGMOID && act != ACCEL_ACT_SILU) return 0;
+  passes[act == ACCEL_ACT_SILU][(s != NULL) * 2 + (b != NULL)](
+      x, count, s != NULL ? *s : 1.0f, b != NULL ? *b : 0.0f);
+  return 1;
+}
+
+static void exp_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_f32_x8(_mm256_loadu_ps(x + i)));
+  for (; i < count; ++i) x[i] = exp_f32(x[i]);
+}
 #else
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b) {
@@ -575,7 +662,7 @@ static void gelu_pass(float* x, int64_t count) {
  * t / (1 + exp(-2 u)), rounded once (1 + tanh cancels in fp32 for negative t). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
     case ACCEL_ACT_SIGMOID:
     case ACCEL_ACT_SILU:
       activation_affine(act, x, count, NULL, NULL);

@@ -118,6 +118,24 @@ def _from_torch(name: str, model, inputs) -> LoadedModel:
     return LoadedModel(name, mod, params, arrays, model, inputs)
 
 
+def _static_onnx(path: Path):
+    """An ONNX file's model with every unknown input dimension (a dynamic batch, as
+    scikit-learn's and many PyTorch exports declare) fixed to 1, as :func:`_onnx_inputs`
+    shapes the example inputs: with a symbolic dimension every operator would stay on the
+    host (``[runtime-shape]``)."""
+    from ..compiler.frontend import _load_onnx
+
+    model = _load_onnx(path)
+    initializers = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                dim.dim_value = 1
+    return model
+
+
 def _onnx_inputs(path: Path) -> List[np.ndarray]:
     """Random N(0, 1) arrays (seed 0) of an ONNX graph's inputs (unknown dimensions: 1)."""
     import onnx
@@ -194,7 +212,7 @@ def load_model(spec: Any, inputs: Optional[Sequence] = None) -> LoadedModel:
     if spec.kind == ONNX:
         from ..compiler import frontend
 
-        mod, params = frontend.from_onnx(Path(spec.path))
+        mod, params = frontend.from_onnx(_static_onnx(Path(spec.path)))
         return LoadedModel(spec.name, mod, params, _onnx_inputs(Path(spec.path)))
     if spec.kind == PYTHON:
         result = load_callable(spec.text)()

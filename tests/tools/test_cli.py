@@ -118,6 +118,29 @@ def test_partition_onnx_file(capsys, tmp_path, zoo):
     assert "accel.conv2d_bias_relu_maxpool" in out
 
 
+def test_partition_onnx_file_with_a_dynamic_batch(capsys, tmp_path):
+    """A symbolic input dimension (scikit-learn's and many PyTorch exports declare the batch
+    so) is fixed to 1, as the example inputs are: otherwise every operator stays on the host
+    with [runtime-shape]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["h"], name="dense"),
+         helper.make_node("Add", ["h", "B"], ["a"], name="bias"),
+         helper.make_node("Relu", ["a"], ["Y"], name="relu")],
+        "mlp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W"),
+         numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")])
+    path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    status, out, err = run_cli(capsys, "partition", str(path))
+    assert status == 0, err
+    assert "3 of 3 operators offloaded" in out and "runtime-shape" not in out, out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["partition", "nosuchnet"], "unknown model 'nosuchnet'"),
     (["partition", "missing.onnx"], "ONNX file 'missing.onnx' does not exist"),
