@@ -353,11 +353,12 @@ static int lanes_lut_channels(const sdp_i8* p, const struct sdp_i8_lut_plan* P, 
 /* ---- the channels' lane constants kept between calls --------------------------------------
  * lanes_lut_channels costs two divisions and a dozen evaluations of lut_input per channel
  * (lut_reach), in every conv call of a LUT layer: EfficientNet-B0's ~11,000 SiLU channels
- * redid them at every inference. They are a function of the plan's t_lo and t_hi and of the
- * channels' bias, mul, rshift and the layer's shift_max, so they are kept keyed by those values
- * (compared whole, as the plans are; LANES_SLOTS entries, least recently used out). */
+ * redid them at every inference. They are a function of the plan's t_lo, t_hi and base (the
+ * direct form folds base in) and of the channels' bias, mul, rshift and the layer's shift_max,
+ * so they are kept keyed by those values (compared whole, as the plans are; LANES_SLOTS entries,
+ * least recently used out). */
 typedef struct lanes_key {
-  int32_t t_lo, t_hi, first, count, shift_max, has; /* has: which of the arrays are given */
+  int32_t t_lo, t_hi, base, first, count, shift_max, has; /* has: which arrays are given */
 } lanes_key;
 
 typedef struct lanes_slot {
@@ -432,6 +433,7 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   memset(&k, 0, sizeof(k));
   k.t_lo = P->t_lo;
   k.t_hi = P->t_hi;
+  k.base = P->base;
   k.first = first;
   k.count = count;
   k.shift_max = p->shift_max;
