@@ -66,103 +66,12 @@ static void span_from(const sdp_f32* p, int32_t channel, const float* src, float
       p->shift != NULL ? p->shift[channel] : 0.0f, p->clip_min, p->clip_max, p->act);
 }
 
-/* Built with -ffp-contract=off: x * scale + shift rounds twice, as the NumPy reference does. */
-void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
-                  int64_t count) {
-  if (sdp_f32_one_pass(p)) {
-    span_from(p, channel, x, x, operand, count);
-    return;
-  }
-  /* scale / shift and FP32's sigmoid or silu in one pass where the build has one */
-  if (p->ew_op == ACCEL_EW_NONE && p->lut == NULL &&
-      activation_affine(p->act, x, count, p->scale != NULL ? p->scale + channel : NULL,
-                        p->shift != NULL ? p->shift + channel : NULL)) {
-    return;
-  }
-  if (p->scale != NULL && p->shift != NULL) {
-    const float s = p->scale[channel], b = p->shift[channel];
-    for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s + b;
-  } else if (p->scale != NULL) {
-    const float s = p->scale[channel];
-    for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s;
-  } else if (p->shift != NULL) {
-    const float b = p->shift[channel];
-    for (int64_t i = 0; i < count; ++i) x[i] = x[i] + b;
-  }
-
-  switch (p->ew_op) {
-    case ACCEL_EW_ADD:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] + operand[i];
-      break;
-    case ACCEL_EW_MUL:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] * operand[i];
-      break;
-    case ACCEL_EW_MAX:
-      for (int64_t i = 0; i < count; ++i) {
-        x[i] = (x[i] > operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
-      }
-      break;
-    case ACCEL_EW_MIN:
-      for (int64_t i = 0; i < count; ++i) {
-        x[i] = (x[i] < operand[i] || x[i] != x[i]) ? x[i] : operand[i]; /* NaN wins */
-      }
-      break;
-    case ACCEL_EW_NONE:
-    case ACCEL_EW_COUNT:
-      break;
-  }
-
-  switch (p->act) {
-    case ACCEL_ACT_RELU:
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN stays */
-      break;
-    case ACCEL_ACT_CLIP: {
-      const float lo = p->clip_min, hi = p->clip_max;
-      for (int64_t i = 0; i < count; ++i) {
-        const float t = x[i] < lo ? lo : x[i]; /* NaN stays */
-        x[i] = t > hi ? hi : t;
-      }
-      break;
-    }
-    case ACCEL_ACT_PRELU: {
-      const float a = p->prelu_slope[channel];
-      for (int64_t i = 0; i < count; ++i) x[i] = x[i] >= 0.0f ? x[i] : x[i] * a;
-      break;
-    }
-    case ACCEL_ACT_NONE:
-    case ACCEL_ACT_COUNT:
-      break;
-    default: /* the lookup-table activations */
-      if (p->lut != NULL) {
-        lut_apply(p->lut, x, count);
-      } else {
-        activation_exact(p->act, x, count);
-      }
-      break;
-  }
-}
-
-/* The SDP on n channels of one value each (x[i] is channel ch0 + i's, operand[i] its element-wise
- * operand): a convolution's outputs at a single position (squeeze-excite's 1x1 convolutions, a
- * classifier's dense layer), whose channels lie side by side. The steps of sdp_f32_span in its
- * order, each rounded alone, so the bits of n spans of one value each, without a call per
- * channel (which cost more than a 1x1 squeeze-excite layer's arithmetic). */
-void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n) {
-  if (sdp_f32_has_x(p) || p->ew_per_channel) { /* not a CONV epilogue: span by span */
-    for (int64_t i = 0; i < n; ++i)
-      sdp_f32_span(p, ch0 + (int32_t)i, x + i, operand != NULL ? operand + i : NULL, 1);
-    return;
-  }
-  const float* s = p->scale != NULL ? p->scale + ch0 : NULL;
-  const float* b = p->shift != NULL ? p->shift + ch0 : NULL;
-  if (s != NULL && b != NULL) {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i] + b[i];
-  } else if (s != NULL) {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i];
-  } else if (b != NULL) {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] + b[i];
-  }
-
+/* sdp_f32_span's element-wise and activation steps on n values after the affine step;
+ * slope: the PReLU slope of value i at slope[i * slope_step] (step 0: one channel's). */
+static inline __attribute__((always_inline)) void ew_act(const sdp_f32* p, float* x,
+                                                         const float* operand, int64_t n,
+                                                         const float* slope,
+                                                         int64_t slope_step) {
   switch (p->ew_op) {
     case ACCEL_EW_ADD:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] + operand[i];
@@ -197,15 +106,13 @@ void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* oper
       }
       break;
     }
-    case ACCEL_ACT_PRELU: {
-      const float* a = p->prelu_slope + ch0;
-      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0.0f ? x[i] : x[i] * a[i];
+    case ACCEL_ACT_PRELU:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0.0f ? x[i] : x[i] * slope[i * slope_step];
       break;
-    }
     case ACCEL_ACT_NONE:
     case ACCEL_ACT_COUNT:
       break;
-    default: /* the lookup-table activations: element by element, whatever the channel */
+    default: /* the lookup-table activations */
       if (p->lut != NULL) {
         lut_apply(p->lut, x, n);
       } else {
@@ -213,6 +120,57 @@ void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* oper
       }
       break;
   }
+}
+
+/* Built with -ffp-contract=off: x * scale + shift rounds twice, as the NumPy reference does. */
+void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* operand,
+                  int64_t count) {
+  if (sdp_f32_one_pass(p)) {
+    span_from(p, channel, x, x, operand, count);
+    return;
+  }
+  /* scale / shift and FP32's sigmoid or silu in one pass where the build has one */
+  if (p->ew_op == ACCEL_EW_NONE && p->lut == NULL &&
+      activation_affine(p->act, x, count, p->scale != NULL ? p->scale + channel : NULL,
+                        p->shift != NULL ? p->shift + channel : NULL)) {
+    return;
+  }
+  if (p->scale != NULL && p->shift != NULL) {
+    const float s = p->scale[channel], b = p->shift[channel];
+    for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s + b;
+  } else if (p->scale != NULL) {
+    const float s = p->scale[channel];
+    for (int64_t i = 0; i < count; ++i) x[i] = x[i] * s;
+  } else if (p->shift != NULL) {
+    const float b = p->shift[channel];
+    for (int64_t i = 0; i < count; ++i) x[i] = x[i] + b;
+  }
+
+  ew_act(p, x, operand, count, p->prelu_slope != NULL ? p->prelu_slope + channel : NULL, 0);
+}
+
+/* The SDP on n channels of one value each (x[i] is channel ch0 + i's, operand[i] its element-wise
+ * operand): a convolution's outputs at a single position (squeeze-excite's 1x1 convolutions, a
+ * classifier's dense layer), whose channels lie side by side. The steps of sdp_f32_span in its
+ * order, each rounded alone, so the bits of n spans of one value each, without a call per
+ * channel (which cost more than a 1x1 squeeze-excite layer's arithmetic). */
+void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n) {
+  if (sdp_f32_has_x(p) || p->ew_per_channel) { /* not a CONV epilogue: span by span */
+    for (int64_t i = 0; i < n; ++i)
+      sdp_f32_span(p, ch0 + (int32_t)i, x + i, operand != NULL ? operand + i : NULL, 1);
+    return;
+  }
+  const float* s = p->scale != NULL ? p->scale + ch0 : NULL;
+  const float* b = p->shift != NULL ? p->shift + ch0 : NULL;
+  if (s != NULL && b != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i] + b[i];
+  } else if (s != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s[i];
+  } else if (b != NULL) {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] + b[i];
+  }
+
+  ew_act(p, x, operand, n, p->prelu_slope != NULL ? p->prelu_slope + ch0 : NULL, 1);
 }
 
 /* Independent mode: planes, a few per pool_for item (about 16 KiB of data each). */

