@@ -37,6 +37,7 @@ const char* activation_name(accel_activation act) {
     case ACCEL_ACT_RSQRT: return "rsqrt";
     case ACCEL_ACT_RECIPROCAL: return "reciprocal";
     case ACCEL_ACT_GELU_TANH: return "gelu_tanh";
+    case ACCEL_ACT_SOFTMAX_EXP: return "softmax_exp";
     case ACCEL_ACT_COUNT: break;
   }
   return "?";
@@ -66,6 +67,10 @@ static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
     [ACCEL_ACT_RSQRT - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-30f, 0.0f, 0.0f, 0.0f},
     [ACCEL_ACT_RECIPROCAL - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-15f, 0.0f, 0.0f, 0.0f},
     [ACCEL_ACT_GELU_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
+    /* exp where softmax reads it, t - max <= 0 (a little above 0 where the max was rounded
+     * to half): LO twice as fine as exp's, a quarter of its interpolation error; above 0 the
+     * slope continues e^0 = 1, 1 + t (within t^2 / 2 of e^t). */
+    [ACCEL_ACT_SOFTMAX_EXP - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 32, -32.0f, 0.5f, 0.0f, 1.0f},
 };
 
 accel_status accel_lut_info(accel_activation act, accel_lut* out) {
@@ -87,7 +92,8 @@ static double lut_function(accel_activation act, double t) {
     case ACCEL_ACT_HARDSWISH: return t * fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
     case ACCEL_ACT_HARDSIGMOID: return fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
     case ACCEL_ACT_GELU: return 0.5 * t * erfc(-t * SQRT1_2);
-    case ACCEL_ACT_EXP: return exp(t);
+    case ACCEL_ACT_EXP:
+    case ACCEL_ACT_SOFTMAX_EXP: return exp(t);
     case ACCEL_ACT_RSQRT: return 1.0 / sqrt(t);
     case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
     case ACCEL_ACT_GELU_TANH: return gelu_tanh64(t);
@@ -668,6 +674,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       activation_affine(act, x, count, NULL, NULL);
       break;
     case ACCEL_ACT_EXP:
+    case ACCEL_ACT_SOFTMAX_EXP:
       exp_pass(x, count);
       break;
 #else
@@ -678,6 +685,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       for (int64_t i = 0; i < count; ++i) x[i] = x[i] / (1.0f + exp_f32(-x[i]));
       break;
     case ACCEL_ACT_EXP:
+    case ACCEL_ACT_SOFTMAX_EXP:
       for (int64_t i = 0; i < count; ++i) x[i] = exp_f32(x[i]);
       break;
 #endif

@@ -614,23 +614,20 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             s = b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1),
                                               precision=precision), sdp],
                       k, f"{head}.s", (1, t, 1, tk), operand=operand, weights=q)
-            e, r, covered = b.softmax_along_w(head, s, newton, (k, q, scales[h], operand))
+            e, r, covered, r_lo = b.softmax_along_w(head, s, newton,
+                                                    (k, q, scales[h], operand))
             v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows",
                        tk)
             v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
-            # the exponentials' products with V summed in the CONV's fp32 accumulator, then
-            # normalised by the SDP in the same run (1 / covered: the sums' windows, a power
-            # of two; 1 / average per query, the per-channel operand): P is never rounded
-            ops = [Conv(None, weight_shape=(t, tk, 1, 1), precision=precision),
-                   Sdp(scale=b.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
-                       precision=precision)]
+            ops, r, units = b.values_runs(head, v, e, r, r_lo, covered)
             if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
                 surface = b.view(f"{at}o.surface", "o", w * t * merged,
                                  merged if one else t * merged, (1, t, 1, d))
-                b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e)
+                b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e,
+                      units=units)
                 continue
             o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r,
-                      weights=e)
+                      weights=e, units=units)
             o = b.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
             b.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
                                          precision=precision)], o, out, (t, merged, 1, 1))
@@ -723,8 +720,29 @@ class _HeadPasses:
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
                                     precision=self.precision)], src, name, (count, d, 1, 1))
 
+    def values_runs(self, head, v, e, r, r_lo, covered):
+        """The P V run's chain, its element-wise operand and X unit operands: the
+        exponentials' products with V summed in the CONV's fp32 accumulator, then normalised
+        by the SDP in the same run (1 / covered: the sums' windows, a power of two; 1 /
+        average per query, the per-channel operand): P is never rounded. FP16 (``r_lo``, 1 /
+        average's remainder beyond the half r): E V r_lo first, rounded to half (2^-11 of
+        the output), then E V r + that in fp32 inside the last run, rounded once: r rounded
+        to half alone cost 3 dB of the attention core's SQNR."""
+        _, t, _, tk = self.shapes[e]
+        d = self.shapes[v][3]
+        p = self.precision
+        conv = Conv(None, weight_shape=(t, tk, 1, 1), precision=p)
+        ops = [conv, Sdp(scale=self.values(1.0 / covered, t), ew_op="mul", ew_per_channel=True,
+                         precision=p)]
+        if r_lo is None:
+            return ops, r, ()
+        low = self.add(f"{head}.values.remainder", ops, v, f"{head}.olow", (1, t, 1, d),
+                       operand=r_lo, weights=e)
+        return [conv, Sdp(x_per_channel=("x1_mul",), scale=self.values(1.0 / covered, t),
+                          ew_op="add", precision=p)], low, (("x1_mul", r),)
+
     def softmax_along_w(self, head: str, s: str, newton: Optional[int], scores=None
-                        ) -> Tuple[str, str, int]:
+                        ) -> Tuple[str, str, int, Optional[str]]:
         """The softmax over W of scores ``s`` [1, T, 1, Tk] but its normalisation: PDP max
         passes, SDP -max, SDP exp with it as the per-channel operand, PDP average passes
         (power-of-two windows), the LUT reciprocal of the average (FP16: then Newton steps,
@@ -756,7 +774,7 @@ class _HeadPasses:
             e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True,
                                                      act="exp", precision=p)],
                          s, f"{head}.e", (1, t, 1, tk), neg)
-        total, covered = e, 1
+        total, covered, r_lo = e, 1, None
         for i, (window, pad) in enumerate(_windows(tk, powers=True)):
             total = self.add(f"{head}.softmax.sum", [Pool(
                 "avg", (1, window), (1, window), (0, 0, 0, pad), count_include_pad=True,
@@ -774,8 +792,8 @@ class _HeadPasses:
         r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
                      total, f"{head}.r", one)
         for i in range(steps):  # y (2 - s y)
-            if fp16 and i == steps - 1:
-                r = self._last_newton_step(head, e, r, covered, (1, t, 1, tk))
+            if fp16 and i == steps - 1:  # r stays the half before it, r_lo its remainder
+                r_lo = self._last_newton_step(head, e, r, covered, (1, t, 1, tk))
             elif fp16:  # s y in fp32 (X1), 2 - s y (scale, shift), times y: one rounding
                 r = self.add(f"{head}.softmax.newton", [Sdp(
                     scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
@@ -786,23 +804,25 @@ class _HeadPasses:
                 r = self.add(f"{head}.softmax.newton.step", [Sdp(
                     scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
                     precision=p)], sy, f"{head}.r{i}", one, r)
-        return e, r, covered
+        return e, r, covered, r_lo
 
     def _exponentials(self, head: str, scores, neg: str, shape) -> str:
         """E^T = exp(scale Q_h K_h^T + bias - max): the scores CONV again, its SDP taking the
         fp32 accumulator through the scale (with a bias: the X1 unit's per-channel multiplier,
         then the X2 unit adds the bias, so the element-wise unit is free for -max), the
-        per-channel -max and the exp LUT, rounded once."""
+        per-channel -max and the exp LUT, rounded once. The LUT is softmax_exp's, twice as
+        fine as exp's where t - max <= 0 lies: exp's own table's interpolation cost 6 dB on
+        E^T against half(e^t) (68.8 against 74.9 dB, docs/transformer_ops.md)."""
         k, q, scale, bias = scores
         t = shape[1]
         conv = Conv(None, weight_shape=(t, self.d, 1, 1), precision=self.precision)
         if bias is None:
-            sdp = Sdp(scale=self.values(scale, t), ew_op="add", ew_per_channel=True, act="exp",
-                      precision=self.precision)
+            sdp = Sdp(scale=self.values(scale, t), ew_op="add", ew_per_channel=True,
+                      act="softmax_exp", precision=self.precision)
             units = ()
         else:
             sdp = Sdp(x1_mul=self.values(scale, t), x_per_channel=("x1_mul",), ew_op="add",
-                      ew_per_channel=True, act="exp", precision=self.precision)
+                      ew_per_channel=True, act="softmax_exp", precision=self.precision)
             units = (("x2_alu", bias),)
         return self.add(f"{head}.softmax.exp", [conv, sdp], k, f"{head}.e", shape, neg,
                         weights=q, units=units)
@@ -819,6 +839,6 @@ class _HeadPasses:
             self.constants["ones"] = np.ones((1, tk, 1, 1), self.dtype)
         return self.add(f"{head}.softmax.newton.sum", [
             Conv(None, weight_shape=(t, tk, 1, 1), precision=self.precision),
-            Sdp(scale=self.values(-1.0 / covered, t), shift=self.values(2.0, t), ew_op="mul",
+            Sdp(scale=self.values(-1.0 / covered, t), shift=self.values(1.0, t), ew_op="mul",
                 ew_per_channel=True, precision=self.precision)],
             "ones", f"{head}.rs", (1, t, 1, 1), r, weights=e, units=(("x1_mul", r),))

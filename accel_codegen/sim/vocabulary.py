@@ -183,6 +183,9 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("gelu_tanh", "ACCEL_ACT_GELU_TANH", "relax.nn.gelu_tanh", feature="lut",
           exact=lambda t: gelu_tanh64(t).astype(np.float32),
           function64=lambda t: gelu_tanh64(t, libm=False)),
+    # No Relax op: exp with a table for softmax's t - max <= 0 (attention_passes, FP16)
+    Entry("softmax_exp", "ACCEL_ACT_SOFTMAX_EXP", feature="lut", int8=False, exact=exp_f32,
+          function64=np.exp),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -5,7 +5,8 @@ the PDP (max and sum) and the SDP (per-channel operands), a BDMA copy of V's hea
 reading them with the exponentials as its weights and its SDP normalising the sums, and a
 BDMA copy into the output's channels of the head. In FP16 the exponentials' pass is the
 scores CONV again (exp of its fp32 accumulator, not of the scores rounded to half) and the
-reciprocal's last Newton step a CONV summing the exponentials in fp32.
+reciprocal's last Newton step a CONV summing the exponentials in fp32, giving the remainder of
+1 / sum beyond its half, which the values' runs apply (E V r_lo, then E V r + that).
 
 Every pass equals the NumPy reference (reference.run_chain) given the same inputs bit for
 bit, the CONVs too (the reference sums in the simulator's fp32 order, csrc/conv/f32_order.h),
@@ -77,9 +78,10 @@ def test_each_pass_equals_the_reference_and_the_whole_the_maths(t, tk, heads, d,
         return ours
 
     tensors = decomposition.run(both, x, inputs)
-    # FP16: the exponentials' pass recomputes the scores, the last Newton step sums E^T
+    # FP16: the exponentials' pass recomputes the scores, the last Newton step sums E^T, and
+    # E V is formed twice: times 1 / sum's remainder, then times its half plus that
     per_head = ("scores", "values") if precision == "fp32" else \
-        ("scores", "softmax.exp", "softmax.newton.sum", "values")
+        ("scores", "softmax.exp", "softmax.newton.sum", "values.remainder", "values")
     assert convs == [f"attention.h{h}.{role}" for h in range(heads) for role in per_head]
     assert not any("tree" in role or ".lo" in role for role in convs)
     ours = decomposition.tensor(tensors, "o")[:, :, 0, 0].astype(np.float64)

@@ -78,7 +78,7 @@ def test_the_header_states_every_lut_activation_and_its_geometry():
                     str(tables.overflow_slope.item()).rstrip("0").rstrip(".")) == row["slopes"]
 
 
-@pytest.mark.parametrize("act", [a for a in LINEAR_ACTS if a != "exp"])
+@pytest.mark.parametrize("act", [a for a in LINEAR_ACTS if a not in ("exp", "softmax_exp")])
 def test_the_lut_stays_within_the_stated_bound(act):
     """|half(LUT(t)) - f(t)| <= E + 2^-10 |f(t)| (plus the half's subnormal rounding), and E is
     the interpolation error of the tables with exact entries (measured, not a loose guess)."""
@@ -112,6 +112,23 @@ def test_exp_stays_within_its_stated_bound():
         assert np.all(np.abs(exact - y)[top] <= 5e-3 * exact[top])
     assert np.all(np.isinf(y[t >= 11.0944])) and np.all(np.isfinite(y[t < 11.0943]))
     assert ref.lut("exp", np.float32(-1e30)) == 0
+
+
+def test_softmax_exp_stays_within_its_stated_bound_and_below_exps():
+    """accel.h: softmax's exp (t - max <= 0): |y - e^t| <= 1e-5 + 1.1e-3 e^t for t <= 0, its
+    RMS relative error below exp's table's (the attention passes' E^T, FP16), 1 + t above 0."""
+    t = _dense_grid()
+    t = t[t <= 0]
+    exact = np.exp(t.astype(np.float64))
+    y = ref.lut("softmax_exp", t).astype(np.float16).astype(np.float64)
+    assert np.all(np.abs(y - exact) <= 1e-5 + 1.1e-3 * exact)
+    big = exact > 0.01
+    rms = {act: np.sqrt(np.mean(((ref.lut(act, t[big]).astype(np.float16) - exact[big])
+                                 / exact[big]) ** 2)) for act in ("exp", "softmax_exp")}
+    assert rms["softmax_exp"] <= 0.7 * rms["exp"], rms
+    above = np.float32([0.0, 0.001, 0.01])
+    np.testing.assert_array_equal(ref.lut("softmax_exp", above), 1 + above)
+    assert ref.lut("softmax_exp", np.float32(-1e30)) == 0
 
 
 def _run_fp16(act, x, **sdp):
@@ -169,13 +186,14 @@ def test_fp32_is_exact(act, rng):
     x.flat[:6] = [0.0, -0.0, 88.0, -100.0, np.inf, -np.inf]
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
-    if act in ("sigmoid", "silu", "exp", "tanh", "rsqrt", "reciprocal", "gelu_tanh", "gelu"):
+    if act in ("sigmoid", "silu", "exp", "softmax_exp", "tanh", "rsqrt", "reciprocal",
+               "gelu_tanh", "gelu"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
     torch_fn = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": functional.silu,
                 "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
-                "gelu": functional.gelu, "exp": torch.exp,
+                "gelu": functional.gelu, "exp": torch.exp, "softmax_exp": torch.exp,
                 "gelu_tanh": lambda t: functional.gelu(t, approximate="tanh"), "rsqrt": torch.rsqrt,
                 "reciprocal": torch.reciprocal}[act]
     theirs = torch_fn(torch.from_numpy(x)).numpy()
