@@ -167,7 +167,9 @@ _UPPER_ONLY = is_call_tir("minimum", [_ONE_X, _ONE_BOUND])
 def _one_sided_clip(lower: bool):
     def rewrite(expr: relax.Expr, matches) -> relax.Expr:
         bound, x = _bound_value(matches[_ONE_BOUND]), matches[_ONE_X]
-        if bound is None or str(expr.ty) != str(x.ty):  # no broadcast
+        # no broadcast; a float tensor alone: clip's infinite other bound has no integer form
+        if bound is None or str(expr.ty) != str(x.ty) or \
+                not str(x.ty.dtype).startswith(("float", "bfloat")):
             return expr
         return relax.op.clip(x, bound, np.inf) if lower else relax.op.clip(x, -np.inf, bound)
     return rewrite
