@@ -1683,6 +1683,8 @@ def _mean_as_conv(expr: relax.Expr, matches) -> relax.Expr:
 
     x = matches[_GAP_X]
     shape, out = _static(x), _static(expr)
+    # the output [N, C(, 1, 1)] of a 4-D input rules out an NHWC pool (its [N, 1, 1, C]
+    # equals [N, H, 1, 1] only when H = 1, a window the PDP holds)
     if shape is None or out is None or len(shape) != 4 or out not in (
             shape[:2] + [1, 1], shape[:2]) or str(x.ty.dtype) not in ("float32", "float16"):
         return expr
