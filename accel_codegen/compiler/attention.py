@@ -48,7 +48,7 @@ from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
 from .relax_exprs import Unsupported
-from .source_names import name_of, span_of
+from .rewrites import named_as
 
 #: Ops that only move elements (their index maps are applied to index arrays).
 LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
@@ -725,14 +725,12 @@ def _l2_normalize(x: relax.Expr, eps: float) -> relax.Expr:
 
 
 def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray],
-           name: Optional[str] = None) -> relax.Expr:
+           like: Optional[relax.Expr] = None) -> relax.Expr:
     """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear); its calls carry the
-    source name ``name`` where given (the output projection's, which it replaces)."""
-    span = span_of(name) if name else None
-
+    source name of ``like`` where given (the output projection it replaces)."""
     def call(op, *args):
         made = op(*args)
-        return relax.Call(made.op, made.args, made.attrs, made.ty_args, span) if span else made
+        return made if like is None else named_as(made, like)
 
     out = call(relax.op.matmul, x,
                call(relax.op.permute_dims, relax.const(w, "float32"), [1, 0]))
@@ -781,7 +779,7 @@ class _Rewriter(relax.PyExprMutator):
         if binding.var in self.projections:
             result, w, b = self.projections.pop(binding.var)
             self.set_var_remap(binding.var, self._emit(
-                binding.var, _dense(result, w, b, name_of(binding.value))))
+                binding.var, _dense(result, w, b, binding.value)))
             return
         core = self.cores.get(binding.var)
         if core is None:

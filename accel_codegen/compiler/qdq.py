@@ -171,8 +171,9 @@ def _weight_beyond_int8(node, q: np.ndarray, scale: np.ndarray, zero: Optional[n
     """Why a weight's codes have no int8 form, or None. NVDLA's CONV multiplies int8 weights
     without a zero point; a weight quantised per tensor with one, (q - zero) * scale, keeps
     the model's codes q - zero in every output channel where they lie within -128..127
-    (``quantize_weights``; the CONV's weights are signed bytes: exact, what ONNX Runtime computes), but a channel with a code
-    beyond (9 bits: a zero point far from the middle of the range) is re-quantised at its own
+    (``quantize_weights``; the CONV's weights are signed bytes: exact, what ONNX Runtime
+    computes), but a channel with a code beyond (9 bits: a zero point far from the middle of
+    the range) is re-quantised at its own
     amax / 127, one more rounding than the model's int8 runtime makes. Folding the zero
     point into the bias instead is not exact either: zero * the sum of the window's inputs
     depends on the input."""

@@ -167,7 +167,9 @@ _UPPER_ONLY = is_call_tir("minimum", [_ONE_X, _ONE_BOUND])
 def _one_sided_clip(lower: bool):
     def rewrite(expr: relax.Expr, matches) -> relax.Expr:
         bound, x = _bound_value(matches[_ONE_BOUND]), matches[_ONE_X]
-        if bound is None or str(expr.ty) != str(x.ty):  # no broadcast
+        # no broadcast; a float tensor alone: clip's infinite other bound has no integer form
+        if bound is None or str(expr.ty) != str(x.ty) or \
+                not str(x.ty.dtype).startswith(("float", "bfloat")):
             return expr
         return relax.op.clip(x, bound, np.inf) if lower else relax.op.clip(x, -np.inf, bound)
     return rewrite
@@ -1681,6 +1683,8 @@ def _mean_as_conv(expr: relax.Expr, matches) -> relax.Expr:
 
     x = matches[_GAP_X]
     shape, out = _static(x), _static(expr)
+    # the output [N, C(, 1, 1)] of a 4-D input rules out an NHWC pool (its [N, 1, 1, C]
+    # equals [N, H, 1, 1] only when H = 1, a window the PDP holds)
     if shape is None or out is None or len(shape) != 4 or out not in (
             shape[:2] + [1, 1], shape[:2]) or str(x.ty.dtype) not in ("float32", "float16"):
         return expr

@@ -108,9 +108,9 @@ def _clears(ops) -> bool:
 def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer,
                free_after: Optional[int] = None) -> str:
     """A token layer's dense CONV + SDP run on ``surface`` (``data`` transposed), into a new
-    buffer it returns (live to ``free_after``, this layer by default). In int8 the transposes move codes as they are: the run reads the
-    data's quantisation, and the layer's output (after the transpose back) has the run's
-    (``int8_plan``)."""
+    buffer it returns (live to ``free_after``, this layer by default). In int8 the transposes
+    move codes as they are: the run reads the data's quantisation, and the layer's output
+    (after the transpose back) has the run's (``int8_plan``)."""
     out = gen._temp(int(np.prod(dense.out_shape)), free_after)
     gen.inner[data] = surface
     try:
