@@ -22,28 +22,28 @@ result computes the same values).
 - Layer norm written as its formula (Paddle's ONNX export: mean, subtract, power 2, mean, add
   eps, sqrt, divide, * gamma, + beta over the last axis) becomes ``relax.nn.layer_norm``: one
   composite of engine passes (sim/decompose.py).
-- Exact rewrites onto what the engines run (``EXACT_REWRITES``, applied after the above): a
-  stride-1 'same' max pool wider than the PDP's window becomes a cascade of 5x5 ones (their
-  identical stages computed once: SPP becomes SPPF); the s x s phases of x concatenated on
-  channels (Focus, space-to-depth) a one-hot s x s stride-s convolution; a permute before the
-  flatten of a dense layer a permutation of the constant weight's columns; a reshape of a
-  constant read by several ops the reshaped constant in each; ``c - x`` ``x * -1 + c``; a
-  reshape to its input's own shape its input; ``a - b`` of two tensors ``a + b * -1``; a broadcast of a constant or a take of one at
-  constant indices the constant they compute, a constant operand of lower rank (2 or more
-  axes) the same with leading unit axes, a take at one constant index of a computed tensor a
-  strided slice (ViT's class token for its head); a convolution strided wider than the CONV's
-  register a one-hot space-to-depth convolution then one of kernel k/f and stride s/f (ViT's
-  16x16 stride-16 patch embedding); a channels-last sandwich of NCHW data
-  (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a per-channel scale, permute
-  back) the same ops over the NCHW tensor's channels (layer norm over axis 1, a 1x1 conv),
-  without the permutes; a squeeze or expand_dims the reshape to its shape; a softmax over the
-  last axis of reshaped rows (ONNX's opset-12 Softmax) the softmax of the tensor's own rows;
-  a permute that swaps the only two axes longer than 1 a transpose of [1, R, S] between
-  reshapes; a constant scale and shift per channel after a convolution, ``(conv2d(x, W) + b)
-  * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's ``x * 0.2 + 0.5``), the
-  convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per block); one that
-  no convolution before it takes (after a hardswish), read by a convolution without padding
-  alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``.
+- Exact rewrites onto what the engines run (``EXACT_REWRITES``, applied after the above): a cast
+  to its input's own type is that input; a stride-1 'same' max pool wider than the PDP's window
+  becomes a cascade of 5x5 ones (their identical stages computed once: SPP becomes SPPF); the s x
+  s phases of x concatenated on channels (Focus, space-to-depth) a one-hot s x s stride-s
+  convolution; a permute before the flatten of a dense layer a permutation of the constant
+  weight's columns; a reshape of a constant read by several ops the reshaped constant in each;
+  ``c - x`` ``x * -1 + c``; a reshape to its input's own shape its input; ``a - b`` of two tensors
+  ``a + b * -1``; a broadcast of a constant or a take of one at constant indices the constant they
+  compute, a constant operand of lower rank (2 or more axes) the same with leading unit axes, a
+  take at one constant index of a computed tensor a strided slice (ViT's class token for its
+  head); a convolution strided wider than the CONV's register a one-hot space-to-depth convolution
+  then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a channels-last
+  sandwich of NCHW data (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a
+  per-channel scale, permute back) the same ops over the NCHW tensor's channels (layer norm over
+  axis 1, a 1x1 conv), without the permutes; a squeeze or expand_dims the reshape to its shape; a
+  softmax over the last axis of reshaped rows (ONNX's opset-12 Softmax) the softmax of the
+  tensor's own rows; a permute that swaps the only two axes longer than 1 a transpose of [1, R, S]
+  between reshapes; a constant scale and shift per channel after a convolution,
+  ``(conv2d(x, W) + b) * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's
+  ``x * 0.2 + 0.5``), the convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per
+  block); one that no convolution before it takes (after a hardswish), read by a convolution
+  without padding alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -1727,6 +1727,22 @@ def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _RESHAPE, _unreshaped)
 
 
+# A cast to the type its input has (skl2onnx's Cast to float of a float input): no engine op,
+# and alone it stayed on the host before the first function.
+_CAST_X = wildcard()
+_CAST = is_op("relax.astype")(_CAST_X)
+
+
+def _uncast(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_CAST_X]
+    return x if str(x.ty.dtype) == str(expr.attrs.dtype) else expr
+
+
+def identity_casts(mod: tvm.IRModule) -> tvm.IRModule:
+    """astype(x, x's own dtype) -> x."""
+    return _rewrite(mod, _CAST, _uncast)
+
+
 # Layout ops that only name the same bytes otherwise (Paddle2ONNX's SVTR mixer, PP-OCR): a
 # squeeze or expand_dims is the reshape to its output's shape; an opset-12 Softmax over the
 # last axis arrives as softmax(reshape(x, [rows, L])) reshaped back, the softmax of x's own
@@ -1895,9 +1911,9 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 #: shared constant reshape first: ``c - x`` then sees the constant; the channels-last
 #: sandwiches before a permute before a flatten is folded into the dense layer's weight;
 #: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
-EXACT_REWRITES = (identity_reshapes, constant_broadcasts_and_takes, ranked_constants,
-                  sliced_takes, shared_constant_reshapes, squeezes_as_reshapes, softmax_rows,
-                  two_axis_swaps, identity_reshapes, max_pool_cascades, space_to_depth_convs,
-                  wide_stride_convs, channels_last_sandwiches, permuted_flattens,
-                  constant_minus_tensor, tensor_minus_tensor, layer_norm_shifts_into_convs,
-                  affines_into_convs, affines_into_next_convs)
+EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
+                  ranked_constants, sliced_takes, shared_constant_reshapes, squeezes_as_reshapes,
+                  softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
+                  space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
+                  permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
+                  layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs)

@@ -504,3 +504,30 @@ def test_a_constant_scale_and_shift_fold_into_the_conv():
     int8, _ = _partition(model, x, precision="int8",
                          calibration=[(_input((1, 3, 10, 12), s),) for s in range(1, 5)])
     assert sqnr(build_and_run(int8, x), expected) >= 30
+
+
+# --- a cast to the type its input has ------------------------------------------------------------
+
+def test_a_cast_to_the_inputs_own_type_is_no_op_on_the_host():
+    """skl2onnx begins its graphs with a Cast to float of the float input: nothing to compute,
+    it was a host op before the first function."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    w = np.random.default_rng(3).standard_normal((8, 4, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+         helper.make_node("Conv", ["xf", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "cast_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    mod, params = from_onnx(model)
+    partitioned = ac.partition_for_accel(mod, params)
+    _whole(ac.partition_report(partitioned))
+    x = _input((1, 4, 8, 8), 4)
+    expected = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert_close(build_and_run(partitioned, x), expected, 1e-5)
