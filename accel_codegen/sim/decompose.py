@@ -573,8 +573,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     softmax normalised after the P V products, in the accumulator, so the probabilities are
     never rounded to the data precision; [BDMA O_h into the output's channels of the head].
     FP16 rounds twice less (softmax_along_w): the exp pass recomputes the scores in its own
-    CONV (S^T rounded to half feeds the max only), and the reciprocal's last Newton step reads
-    the exponentials' sum from a CONV's fp32 accumulator.
+    CONV (S^T rounded to half feeds the max only) through softmax_exp's finer table, and the
+    reciprocal's last Newton step reads the exponentials' sum from a CONV's fp32 accumulator
+    and gives 1 / sum's remainder beyond its half, which the P V runs apply (values_runs).
 
     ``windows`` > 1 (Swin): attention within each of that many consecutive blocks of
     ``tokens`` rows of Q, K, V and the output, the passes above per window. The tensors are
