@@ -41,7 +41,7 @@ from .rewrites import bounded_takes, clip_from_bounds
 from . import custom
 from . import source_names
 
-__all__ = ["from_pytorch", "from_onnx", "bind_params", "export_onnx", "cleanup"]
+__all__ = ["from_pytorch", "from_onnx", "load_onnx", "bind_params", "export_onnx", "cleanup"]
 
 # Opset of :func:`export_onnx`: new enough for LayerNormalization, old enough for every
 # converter in TVM's ONNX frontend.
@@ -278,8 +278,9 @@ def _recording_onnx(recorder: source_names.Recorder) -> Iterator[None]:
             ONNXGraphImporter._convert_operator = original
 
 
-def _load_onnx(model_or_path: Any):
-    """Return an ``onnx.ModelProto`` from a proto, a ``str`` path or an ``os.PathLike``."""
+def load_onnx(model_or_path: Any):
+    """Return an ``onnx.ModelProto`` from a proto, a ``str`` path or an ``os.PathLike``; a
+    missing or unreadable file is an :class:`AccelInvalidError` naming it."""
     import onnx
 
     if isinstance(model_or_path, onnx.ModelProto):
@@ -434,7 +435,7 @@ def from_onnx(
         If TVM has no converter for one of the model's ops, or its converter fails: the
         message names the ONNX node (name and op type); the original exception is chained.
     """
-    model = _load_onnx(model_or_path)
+    model = load_onnx(model_or_path)
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 

@@ -123,9 +123,9 @@ def _static_onnx(path: Path):
     scikit-learn's and many PyTorch exports declare) fixed to 1, the shapes
     :func:`_onnx_inputs` reads: with a symbolic dimension every operator would stay on the
     host (``[runtime-shape]``)."""
-    from ..compiler.frontend import _load_onnx
+    from ..compiler.frontend import load_onnx
 
-    model = _load_onnx(path)
+    model = load_onnx(path)
     initializers = {i.name for i in model.graph.initializer}
     for value in model.graph.input:
         if value.name in initializers:
