@@ -295,32 +295,6 @@ static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_
   }
 }
 
-#define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
-  static void NAME(float* x, int64_t count, float s, float b) {           \
-    logistic_pass(x, count, s, b, AFFINE, SILU);                          \
-  }
-LOGISTIC_PASS(sigmoid_pass, 0, 0)
-LOGISTIC_PASS(sigmoid_pass_shift, 1, 0)
-LOGISTIC_PASS(sigmoid_pass_scale, 2, 0)
-LOGISTIC_PASS(sigmoid_pass_bn, 3, 0)
-LOGISTIC_PASS(silu_pass, 0, 1)
-LOGISTIC_PASS(silu_pass_shift, 1, 1)
-LOGISTIC_PASS(silu_pass_scale, 2, 1)
-LOGISTIC_PASS(silu_pass_bn, 3, 1)
-#undef LOGISTIC_PASS
-
-int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
-                      const float* b) {
-  typedef void (*pass_fn)(float*, int64_t, float, float);
-  static const pass_fn passes[2][4] = {
-      {sigmoid_pass, sigmoid_pass_shift, sigmoid_pass_scale, sigmoid_pass_bn},
-      {silu_pass, silu_pass_shift, silu_pass_scale, silu_pass_bn}};
-  if (act != ACCEL_ACT_SIGMOID && act != ACCEL_ACT_SILU) return 0;
-  passes[act == ACCEL_ACT_SILU][(s != NULL) * 2 + (b != NULL)](
-      x, count, s != NULL ? *s : 1.0f, b != NULL ? *b : 0.0f);
-  return 1;
-}
-
 static void exp_pass(float* x, int64_t count) {
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, exp_f32_x16(_mm512_loadu_ps(x + i)));
@@ -385,6 +359,15 @@ static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_
   }
 }
 
+static void exp_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_f32_x8(_mm256_loadu_ps(x + i)));
+  for (; i < count; ++i) x[i] = exp_f32(x[i]);
+}
+#endif
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+/* The sigmoid and silu passes of either build's logistic_pass, one per affine form. */
 #define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
   static void NAME(float* x, int64_t count, float s, float b) {           \
     logistic_pass(x, count, s, b, AFFINE, SILU);                          \
@@ -409,12 +392,6 @@ int activation_affine(accel_activation act, float* x, int64_t count, const float
   passes[act == ACCEL_ACT_SILU][(s != NULL) * 2 + (b != NULL)](
       x, count, s != NULL ? *s : 1.0f, b != NULL ? *b : 0.0f);
   return 1;
-}
-
-static void exp_pass(float* x, int64_t count) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_f32_x8(_mm256_loadu_ps(x + i)));
-  for (; i < count; ++i) x[i] = exp_f32(x[i]);
 }
 #else
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
