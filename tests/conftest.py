@@ -152,6 +152,20 @@ def run_main(vm, *inputs) -> np.ndarray:
     return vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)).numpy()
 
 
+def run_profiled(partitioned, *inputs):
+    """``partitioned`` built for the host and run once on ``inputs``: its output and the
+    labels of the accelerator runs it made, in order."""
+    import tvm
+
+    import accel_codegen as ac
+    from accel_codegen.sim.profiling import profile
+
+    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
+    with profile() as runs:
+        out = run_main(vm, *inputs)
+    return out, [r.label for r in runs.records]
+
+
 def run_all(vm, examples) -> np.ndarray:
     """run_main on every example (an array, or a tuple of the inputs), outputs stacked."""
     return np.stack([run_main(vm, *(e if isinstance(e, tuple) else (e,))) for e in examples])

@@ -3,21 +3,12 @@ instead of transposing the tokens onto a surface of its own (codegen/passes.py,
 ``token_surfaces``): the q, k and v projections after a layer norm, fc2 after fc1 + GELU;
 and a token layer whose every reader takes its surface writes no tokens at all. The same
 runs and the same output bytes as with every transpose."""
-import numpy as np
-import tvm
 
 import accel_codegen as ac
 from accel_codegen.compiler.codegen import emit, passes
 from accel_codegen.compiler.frontend import from_pytorch
-from accel_codegen.sim.profiling import profile
 from accel_codegen.tools.models import VisionTransformer, build_realistic
-
-
-def _run(partitioned, x):
-    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
-    with profile() as runs:
-        out = vm["main"](tvm.runtime.tensor(x)).numpy()
-    return out, [r.label for r in runs.records]
+from conftest import run_profiled
 
 
 def test_token_layers_read_the_surface_their_data_was_written_on(monkeypatch):
@@ -39,7 +30,7 @@ def test_token_layers_read_the_surface_their_data_was_written_on(monkeypatch):
     assert "already */" not in transposing_source
     assert "every reader takes it" not in transposing_source
     assert transposing_source.count("onto the surface") == onto + already
-    out, labels = _run(reused, x.numpy())
-    transposing_out, transposing_labels = _run(transposing, x.numpy())
+    out, labels = run_profiled(reused, x.numpy())
+    transposing_out, transposing_labels = run_profiled(transposing, x.numpy())
     assert labels == transposing_labels
     assert out.tobytes() == transposing_out.tobytes()
