@@ -246,15 +246,19 @@ static inline float exp_f32(float t) {
 /* exp_f32 in 16 lanes, the same bits: the clamp as max / min with t second (MAXPS returns
  * its second operand for a NaN, so NaN stays as in the bit selection), and (p 2^h) 2^(n-h) as
  * one VSCALEFPS by n: p 2^h is exact (normal for the held t), so both round p 2^n once, to
- * the same value, subnormal or infinite results included. Same operations otherwise, in
- * the same order, each rounded alone (no FMA). */
+ * the same value, subnormal or infinite results included. Two steps in one instruction each
+ * where that rounds alike: n = (c log2e + 1.5 2^23) - 1.5 2^23 is c log2e rounded to the
+ * nearest integer, ties to even (|c log2e| <= 151 < 2^22), which VRNDSCALEPS gives; and
+ * c - n LN2_HI, whose product is exact (9 bits times 8), one FNMADD. Same operations otherwise,
+ * in the same order, each rounded alone (no other FMA). Compared with the scalar steps over
+ * all 2^32 inputs: the same bits (NaNs included); the SiLU pass 0.396 -> 0.359 ns a value
+ * (C harness, Zen 4, 1 thread, thread clock). */
 static inline __m512 exp_f32_x16(__m512 t) {
   __m512 c = _mm512_max_ps(_mm512_set1_ps(-104.0f), t);
   c = _mm512_min_ps(_mm512_set1_ps(89.0f), c);
-  const __m512 round = _mm512_set1_ps(EXP_ROUND);
-  const __m512 k = _mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(EXP_LOG2E)), round);
-  const __m512 n = _mm512_sub_ps(k, round);
-  __m512 r = _mm512_sub_ps(c, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI)));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(EXP_LOG2E)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), c);
   r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
   __m512 q = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(EXP_Q4), r), _mm512_set1_ps(EXP_Q3));
   q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q2));
@@ -308,15 +312,20 @@ static void exp_pass(float* x, int64_t count) {
 
 /* exp_f32 in 8 lanes (an x86-64-v3 build), the same bits: the clamp as max / min with t second
  * (NaN stays, as in the bit selection), then exp_f32's operations in its order, each rounded
- * alone (no FMA), 2^n as its two powers of two. GCC's vectorisation of the scalar loops kept
- * the BN's scale and shift a pass of their own and spilled the constants. */
+ * alone (no FMA but c - n LN2_HI, whose product is exact: exp_f32_x16), 2^n as its two powers
+ * of two. GCC's vectorisation of the scalar loops kept the BN's scale and shift a pass of their
+ * own and spilled the constants. */
 static inline __m256 exp_f32_x8(__m256 t) {
   __m256 c = _mm256_max_ps(_mm256_set1_ps(-104.0f), t);
   c = _mm256_min_ps(_mm256_set1_ps(89.0f), c);
   const __m256 round = _mm256_set1_ps(EXP_ROUND);
   const __m256 k = _mm256_add_ps(_mm256_mul_ps(c, _mm256_set1_ps(EXP_LOG2E)), round);
   const __m256 n = _mm256_sub_ps(k, round);
+#ifdef __FMA__
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), c);
+#else
   __m256 r = _mm256_sub_ps(c, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI)));
+#endif
   r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
   __m256 q = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(EXP_Q4), r), _mm256_set1_ps(EXP_Q3));
   q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q2));
