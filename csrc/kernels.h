@@ -57,7 +57,8 @@ void lut_apply(const lut_table* lut, float* x, int64_t count);
 void activation_exact(accel_activation act, float* x, int64_t count);
 /* x = act(x * s + b) in place (s, b: one channel's, either NULL for none) in one pass, the
  * same bits as the scale / shift pass then activation_exact; returns 0 (nothing done) where
- * the build has no such pass for act (sigmoid and silu on AVX-512 and AVX2 builds have one). */
+ * the build has no such pass for act (hardswish and hardsigmoid have one on every build,
+ * sigmoid and silu on AVX-512 and AVX2 builds). */
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b);
 

@@ -375,6 +375,41 @@ static void exp_pass(float* x, int64_t count) {
 }
 #endif
 
+/* hardswish (SWISH 1) or hardsigmoid (SWISH 0) of x * s + b in one pass (affine as
+ * logistic_pass's): the scale / shift pass's steps then activation_exact's, each rounded alone,
+ * in plain C on every build (GCC vectorises the loop: the clamp's comparisons become
+ * max / min, which keep NaN and -0 as the comparisons do), so the bits of the two passes;
+ * MobileNetV3's conv epilogues took the scale and shift as a pass of their own. */
+static inline __attribute__((always_inline)) void hard_pass(float* x, int64_t count, float s,
+                                                            float b, int affine, int swish) {
+  for (int64_t i = 0; i < count; ++i) {
+    float t = x[i];
+    if (affine & 2) t = t * s;
+    if (affine & 1) t = t + b;
+    const float u = t + 3.0f;
+    const float c = u < 0.0f ? 0.0f : u > 6.0f ? 6.0f : u; /* NaN stays */
+    x[i] = swish ? t * c / 6.0f : c / 6.0f;
+  }
+}
+
+typedef void (*affine_pass_fn)(float*, int64_t, float, float);
+#define HARD_PASS(NAME, AFFINE, SWISH)                                    \
+  static void NAME(float* x, int64_t count, float s, float b) {           \
+    hard_pass(x, count, s, b, AFFINE, SWISH);                             \
+  }
+HARD_PASS(hardsigmoid_pass, 0, 0)
+HARD_PASS(hardsigmoid_pass_shift, 1, 0)
+HARD_PASS(hardsigmoid_pass_scale, 2, 0)
+HARD_PASS(hardsigmoid_pass_bn, 3, 0)
+HARD_PASS(hardswish_pass, 0, 1)
+HARD_PASS(hardswish_pass_shift, 1, 1)
+HARD_PASS(hardswish_pass_scale, 2, 1)
+HARD_PASS(hardswish_pass_bn, 3, 1)
+#undef HARD_PASS
+static const affine_pass_fn hard_passes[2][4] = {
+    {hardsigmoid_pass, hardsigmoid_pass_shift, hardsigmoid_pass_scale, hardsigmoid_pass_bn},
+    {hardswish_pass, hardswish_pass_shift, hardswish_pass_scale, hardswish_pass_bn}};
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 /* The sigmoid and silu passes of either build's logistic_pass, one per affine form. */
 #define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
@@ -390,25 +425,27 @@ LOGISTIC_PASS(silu_pass_shift, 1, 1)
 LOGISTIC_PASS(silu_pass_scale, 2, 1)
 LOGISTIC_PASS(silu_pass_bn, 3, 1)
 #undef LOGISTIC_PASS
+static const affine_pass_fn logistic_passes[2][4] = {
+    {sigmoid_pass, sigmoid_pass_shift, sigmoid_pass_scale, sigmoid_pass_bn},
+    {silu_pass, silu_pass_shift, silu_pass_scale, silu_pass_bn}};
+#endif
 
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b) {
-  typedef void (*pass_fn)(float*, int64_t, float, float);
-  static const pass_fn passes[2][4] = {
-      {sigmoid_pass, sigmoid_pass_shift, sigmoid_pass_scale, sigmoid_pass_bn},
-      {silu_pass, silu_pass_shift, silu_pass_scale, silu_pass_bn}};
-  if (act != ACCEL_ACT_SIGMOID && act != ACCEL_ACT_SILU) return 0;
-  passes[act == ACCEL_ACT_SILU][(s != NULL) * 2 + (b != NULL)](
-      x, count, s != NULL ? *s : 1.0f, b != NULL ? *b : 0.0f);
-  return 1;
-}
-#else
-int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
-                      const float* b) {
-  (void)act, (void)x, (void)count, (void)s, (void)b;
+  const int affine = (s != NULL) * 2 + (b != NULL);
+  const float sv = s != NULL ? *s : 1.0f, bv = b != NULL ? *b : 0.0f;
+  if (act == ACCEL_ACT_HARDSWISH || act == ACCEL_ACT_HARDSIGMOID) {
+    hard_passes[act == ACCEL_ACT_HARDSWISH][affine](x, count, sv, bv);
+    return 1;
+  }
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (act == ACCEL_ACT_SIGMOID || act == ACCEL_ACT_SILU) {
+    logistic_passes[act == ACCEL_ACT_SILU][affine](x, count, sv, bv);
+    return 1;
+  }
+#endif
   return 0;
 }
-#endif
 
 /* tanh in fp32 from plain fp32 operations as exp_f32 (the same bits on every host and in the
  * NumPy reference's tanh_f32): |t| < 0.625: t + t^3 P(t^2), P of degree 4 fitted to (tanh(t) -
@@ -678,18 +715,9 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
     case ACCEL_ACT_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = tanh_f32(x[i]);
       break;
-    case ACCEL_ACT_HARDSWISH:
-      for (int64_t i = 0; i < count; ++i) {
-        const float t = x[i] + 3.0f;
-        const float c = t < 0.0f ? 0.0f : t > 6.0f ? 6.0f : t; /* NaN stays */
-        x[i] = x[i] * c / 6.0f;
-      }
-      break;
-    case ACCEL_ACT_HARDSIGMOID:
-      for (int64_t i = 0; i < count; ++i) {
-        const float t = x[i] + 3.0f;
-        x[i] = (t < 0.0f ? 0.0f : t > 6.0f ? 6.0f : t) / 6.0f;
-      }
+    case ACCEL_ACT_HARDSWISH: /* x (x + 3 held to [0, 6]) / 6, NaN stays */
+    case ACCEL_ACT_HARDSIGMOID: /* (x + 3 held to [0, 6]) / 6 */
+      activation_affine(act, x, count, NULL, NULL);
       break;
     case ACCEL_ACT_GELU:
       gelu_pass(x, count);
