@@ -640,6 +640,12 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
             warnings.filterwarnings("ignore", category=DeprecationWarning,
                                     message=r"The feature will be removed",
                                     module=r"torch\.onnx\.")
+            # torch's own multi-head attention checks its shapes in Python (embed_dim,
+            # head_dim, key.shape): the trace records them as the constants they are for the
+            # static shapes exported, which the tracer warns of from torch's code, not the
+            # model's (a model's own data-dependent branch still warns)
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning,
+                                    module=r"torch\.nn\.functional")
             torch.onnx.export(model.eval(), args, str(path), dynamo=False,
                               do_constant_folding=False, opset_version=ONNX_OPSET,
                               input_names=_input_names(model, len(args)))

@@ -348,3 +348,33 @@ def test_sum_is_the_element_wise_adder():
     expected = ort.InferenceSession(model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert_close(build_and_run(mod, x, params=params), expected, 1e-5)
+
+
+def test_export_of_torchs_attention_warns_of_nothing(tmp_path):
+    """torch's multi-head attention checks its shapes in Python, which the TorchScript tracer
+    warns of (three TracerWarnings from torch.nn.functional per export: the test suite's
+    only warnings); export_onnx records static shapes, so they say nothing to act on. A
+    model's own data-dependent branch still warns."""
+    import warnings
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    class Branching(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+
+    x = torch.randn(1, 4, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_onnx(Attention().eval(), (x,), tmp_path / "attention.onnx")
+    assert [str(w.message)[:60] for w in caught] == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_onnx(Branching().eval(), (x,), tmp_path / "branching.onnx")
+    assert any(issubclass(w.category, torch.jit.TracerWarning) for w in caught)
