@@ -77,6 +77,11 @@ def test_reference_answers_are_right():
     model, _, _, inputs, references = _loaded("ppocrv4_rec")
     read = [model.answers(r)[0].strip() for r in references]
     assert read == [t for t in tm.TEXTS[:RUNS]]
+    # and the 12 lines of examples/recogniser_int8.py (int8 against ONNX Runtime's int8)
+    session = tm.ort_session(model)
+    texts = tm.HELD_OUT_TEXTS + tm.MORE_TEXTS
+    read = [model.answers(tm.ort_run(session, x))[0].strip() for x in tm.recogniser_lines(texts)]
+    assert read == list(texts)
     model, _, _, _, references = _loaded("ppocr_cls")
     assert [model.answers(r)[0] for r in references] == ["0", "180"][:RUNS]
     model, _, _, _, references = _loaded("orientation")
