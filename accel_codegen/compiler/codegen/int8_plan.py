@@ -31,6 +31,7 @@ from ...sim.labels import run_key
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import Layer, constant_value
+from ..qdq import QDQ_METHOD
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
@@ -142,6 +143,8 @@ class _FunctionQuant:
         in the concat's quantisation (the one covering every branch's calibrated range), so
         its copy moves codes and the branch is rounded once, where writing its own scale and
         rescaling into the concat's rounded it twice."""
+        if self.calibration is None or self.calibration.method == QDQ_METHOD:
+            return  # a quantised model's own scales are kept, as ONNX Runtime keeps them
         calls = self.function.calls
         producer = {call.binding.var: index for index, call in enumerate(calls)}
         readers = _readers(self.function.function)
