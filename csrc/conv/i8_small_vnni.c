@@ -153,6 +153,12 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
   int32_t corr[SV * MR];
   for (int64_t m = 0; m < nv * MR; ++m)
     corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
+  const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
+  const int64_t kc0 = grp * P->mg + mb0 * MR;
+  /* the conv forms: the bias in the initial values too (fold_bias) */
+  const int split = J->cvt != NULL && J->add == NULL && J->lut == NULL
+                        ? fold_bias(J->cvt + kc0, chans, rows_form(J->cvt + kc0, chans, 0), corr)
+                        : -1;
   const int8_t* a = J->apack + blk * P->kd4 * MR * 4;
   const int64_t ablk = P->kd4 * MR * 4;
   /* the positions' copy addresses counted on from the chunk's first output (a division per
@@ -175,10 +181,9 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
                                    ldr);
     o0 = o1;
   }
-  const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
   if (J->cvt != NULL) {
-    const int64_t k0 = grp * P->mg + mb0 * MR;
-    i8_imp_codes_of_rows(J, k0, chans, rows, ldr, (J->b * g->k + k0) * P->ohw + first, cnt, 0);
+    i8_imp_codes_of_rows(J, kc0, chans, rows, ldr, (J->b * g->k + kc0) * P->ohw + first, cnt, 0,
+                         split);
     return;
   }
   for (int64_t m = 0; m < chans; ++m) {
