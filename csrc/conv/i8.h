@@ -388,14 +388,16 @@ static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
 }
 
 /* The form of rows whose accumulators start at their bias as well as at the correction (a
- * GEMM's initial values, corr[m] for rows m < rows, changed here): forms 3 and 4 become 6 and 5,
- * which add no bias; any other form is returned as it is and corr left alone (a residual add,
- * a LUT or a clamped converter adds its bias after the clamp). */
+ * GEMM's initial values, corr[m] for rows m < rows, changed here): form 3 becomes 6, which adds
+ * no bias; any other form is returned as it is and corr left alone (a residual add, a LUT or a
+ * clamped converter adds its bias after the clamp). Form 4 as 5 was slower in the implicit
+ * GEMM's panels (1x1 layers with ReLU 2-5 %, the same build either way: docs/kernels.md), form
+ * 3 as 6 faster (ResNet-50's linear 64 -> 256 at 56x56 5-7 %). */
 static inline int fold_bias(const sdp_i8_lane_cvt* cvt, int64_t rows, int form, int32_t* corr) {
-  if (form != 3 && form != 4) return form;
+  if (form != 3) return form;
   for (int64_t m = 0; m < rows; ++m)
     corr[m] = (int32_t)((uint32_t)corr[m] + (uint32_t)cvt[m].bias);
-  return form + 2;
+  return 6;
 }
 
 /* dst[i] = src[i] for i < n; dst may equal src or lie below it (memmove's rep movsb is slow

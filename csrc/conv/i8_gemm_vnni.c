@@ -76,8 +76,8 @@ void i8_gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32
     corr[m] = (int32_t)((uint32_t)(128 + in_zero) * (uint32_t)wsum[blk * MR + m]);
   /* -corr[m] below: corr is never INT32_MIN in practice, but negate modulo 2^32 anyway */
   for (int m = 0; m < MR; ++m) corr[m] = (int32_t)(0u - (uint32_t)corr[m]);
-  /* the conv forms take the bias in the accumulators' initial values (one addition fewer per
-   * value in the epilogue) */
+  /* the linear conv form takes the bias in the accumulators' initial values (one addition
+   * fewer per value in the epilogue: fold_bias) */
   panel_codes e0;
   if (E != NULL) {
     e0 = *E;

@@ -156,7 +156,7 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
     corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
   const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
   const int64_t kc0 = grp * P->mg + mb0 * MR;
-  /* the conv forms: the bias in the initial values too (fold_bias) */
+  /* the linear conv form: the bias in the initial values too (fold_bias) */
   const int split = J->cvt != NULL && J->add == NULL && J->lut == NULL
                         ? fold_bias(J->cvt + kc0, chans, rows_form(J->cvt + kc0, chans, 0), corr)
                         : -1;
