@@ -61,6 +61,12 @@ void activation_exact(accel_activation act, float* x, int64_t count);
  * sigmoid and silu on AVX-512 and AVX2 builds). */
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b);
+/* The same on `positions` positions of 16 channels side by side ([positions][16], lane l
+ * channel l; s, b: 16 per-lane values, either NULL for none); the same bits per value. Returns
+ * 0 (nothing done) for an act other than sigmoid, silu, hardsigmoid and hardswish, and on
+ * builds without AVX-512. */
+int activation_affine_c16(accel_activation act, float* x, int64_t positions, const float* s,
+                          const float* b);
 
 /* An SDP op with fp32 operands (see accel_sdp_desc for the semantics). */
 typedef struct sdp_f32 {

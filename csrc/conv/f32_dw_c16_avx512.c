@@ -8,7 +8,8 @@
  * are transposed into a zero-padded [rows][columns][16] copy in the participant's scratch,
  * the outputs computed there in blocks of up to DCB positions of a row (no masks, no
  * permutes: the padding is in the copy), and transposed back into the 16 NCHW planes, where
- * the epilogue runs on the band (epilogue_span, as the row kernel). A block of fewer than 16
+ * the epilogue runs on the band (epilogue_span, as the row kernel), or, for a scale / shift
+ * and sigmoid, silu, hardsigmoid or hardswish, on the C16 outputs before (dwc_ep_c16). A block of fewer than 16
  * channels (C % 16) fills the other lanes with zeros and stores none of them.
  *
  * Sums: each output is sum over taps t = r * K + s, in that order, of w[t] * x by one fused
@@ -81,6 +82,7 @@ typedef struct dwc_job {
   const float* weights;
   float* out;
   const sdp_f32* ep;
+  int ep_c16; /* the epilogue on the C16 outputs before they go back (dwc_ep_c16) */
   dwc_row_fn row;
   int64_t ncb, bands, band_rows;
   int64_t pw;          /* positions of a copy row: the padded input's columns */
@@ -157,9 +159,19 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
   /* the outputs, [band rows * OW][16] */
   for (int64_t y = y0; y < y1; ++y)
     J->row(copy + (y - y0) * st * rs, rs, OW, wp, outs + (y - y0) * OW * 16);
+  const int64_t nq = (y1 - y0) * OW, at0 = (b * g->k + c0) * P->ohw + y0 * OW;
+  if (J->ep_c16) { /* the epilogue on the block's vectors (lanes past nch: discarded) */
+    const sdp_f32* ep = J->ep;
+    float sc[16], sh[16];
+    for (int l = 0; l < 16; ++l) {
+      sc[l] = ep->scale != NULL && l < nch ? ep->scale[c0 + l] : 1.0f;
+      sh[l] = ep->shift != NULL && l < nch ? ep->shift[c0 + l] : 0.0f;
+    }
+    activation_affine_c16(ep->act, outs, nq, ep->scale != NULL ? sc : NULL,
+                          ep->shift != NULL ? sh : NULL);
+  }
 
   /* back into the planes (a band's rows are contiguous in each), then the epilogue */
-  const int64_t nq = (y1 - y0) * OW, at0 = (b * g->k + c0) * P->ohw + y0 * OW;
   for (int64_t q0 = 0; q0 < nq; q0 += 16) {
     const int64_t n = nq - q0 < 16 ? nq - q0 : 16;
     __m512 v[16];
@@ -170,8 +182,19 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
     const __mmask16 qm = lane_mask(n);
     for (int l = 0; l < nch; ++l) _mm512_mask_storeu_ps(J->out + at0 + l * P->ohw + q0, qm, v[l]);
   }
-  if (J->ep != NULL)
+  if (J->ep != NULL && !J->ep_c16)
     for (int l = 0; l < nch; ++l) epilogue_span(J->ep, c0 + l, J->out, at0 + l * P->ohw, nq);
+}
+
+/* Whether the epilogue is sdp_f32_span's scale / shift and activation pass (activation_affine:
+ * no element-wise operand, no LUT, not one of the one-pass epilogues) of an activation that
+ * activation_affine_c16 computes on 16 channels' vectors: then it runs on the band's C16
+ * outputs, the same steps per value (the bits of the per-channel spans), in full vectors. */
+static int dwc_ep_c16(const sdp_f32* ep) {
+  return ep != NULL && !sdp_f32_one_pass(ep) && !sdp_f32_has_x(ep) &&
+         ep->ew_op == ACCEL_EW_NONE && ep->lut == NULL &&
+         (ep->act == ACCEL_ACT_SIGMOID || ep->act == ACCEL_ACT_SILU ||
+          ep->act == ACCEL_ACT_HARDSIGMOID || ep->act == ACCEL_ACT_HARDSWISH);
 }
 
 /* Square 3x3 and 5x5 depthwise kernels (one input channel per output channel) at stride 1 or
@@ -224,7 +247,7 @@ static accel_status dwc_run(const conv_f32_call* c) {
   if (nth > items) nth = (int)items;
 
   dwc_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep,
-               .row = dwc_row(g), .ncb = ncb, .bands = bands, .band_rows = band_rows, .pw = pw,
+               .ep_c16 = dwc_ep_c16(c->ep), .row = dwc_row(g), .ncb = ncb, .bands = bands, .band_rows = band_rows, .pw = pw,
                .copy_floats = 0, .scratch = {0}};
   J.copy_floats = (int64_t)round64((size_t)((band_rows - 1) * st + K) * pw * 16 * sizeof(float)) /
                   (int64_t)sizeof(float);

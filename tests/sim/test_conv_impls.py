@@ -40,6 +40,7 @@ import hashlib, json, sys, zlib
 import numpy as np
 from accel_codegen.sim import Device, Conv, Sdp
 layers, precisions = json.loads(sys.argv[1]), sys.argv[2].split(",")
+act = sys.argv[3] if len(sys.argv) > 3 else "relu"
 dev = Device(num_threads=2)
 out = {}
 for i, (n, c, h, w, k, kh, s, p, g) in enumerate(layers):
@@ -61,7 +62,7 @@ for i, (n, c, h, w, k, kh, s, p, g) in enumerate(layers):
             wt = rng.standard_normal((k, c // g, kh, kh)).astype(np.float32)
             sc = rng.uniform(0.5, 1.5, k).astype(np.float32)
             chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g),
-                     Sdp(scale=sc, shift=-sc, act="relu")]
+                     Sdp(scale=sc, shift=-sc, act=act)]
         if layout == "c16":
             x16 = np.ascontiguousarray(x.reshape(n, c // 16, 16, h, w).transpose(0, 1, 3, 4, 2))
             y = dev.run(chain, x16, layout="c16", out_layout="c16", label=f"l{i} {prec}")[0]
@@ -75,28 +76,29 @@ print(json.dumps(out))
 
 
 @functools.lru_cache(maxsize=None)
-def _child_cached(layers_json, precisions, env_items):
-    return _run_child(layers_json, precisions, dict(env_items))
+def _child_cached(layers_json, precisions, env_items, act):
+    return _run_child(layers_json, precisions, dict(env_items), act)
 
 
-def _child(layers, precisions, **env):
+def _child(layers, precisions, act="relu", **env):
     """The child's outputs {layer/precision: [sha, hex bytes]} and its ACCEL_VERBOSE lines
-    (each setting run once per test session)."""
-    return _child_cached(json.dumps(layers), ",".join(precisions), tuple(sorted(env.items())))
+    (each setting run once per test session); `act`: the fp32 layers' activation."""
+    return _child_cached(json.dumps(layers), ",".join(precisions), tuple(sorted(env.items())),
+                         act)
 
 
-def _run_child(layers_json, precisions, env):
+def _run_child(layers_json, precisions, env, act="relu"):
     environ = {k: v for k, v in os.environ.items()
                if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES")}
     environ.update(env)
-    result = subprocess.run([sys.executable, "-c", CHILD, layers_json, precisions],
+    result = subprocess.run([sys.executable, "-c", CHILD, layers_json, precisions, act],
                             capture_output=True, text=True, env=environ, cwd=Path(__file__).parent)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [l for l in result.stderr.splitlines() if l.startswith("accel_verbose")]
     return json.loads(result.stdout), lines
 
 
-def _reference(layer, precision):
+def _reference(layer, precision, act="relu"):
     """What the child computes for `layer`, by the NumPy reference."""
     n, c, h, w, k, kh, s, p, g = layer
     rng = np.random.default_rng(zlib.crc32(json.dumps([list(layer), precision]).encode()))
@@ -110,7 +112,7 @@ def _reference(layer, precision):
         wt = rng.standard_normal((k, c // g, kh, kh)).astype(np.float32)
         sc = rng.uniform(0.5, 1.5, k).astype(np.float32)
         chain = [Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g),
-                 Sdp(scale=sc, shift=-sc, act="relu")]
+                 Sdp(scale=sc, shift=-sc, act=act)]
     return ref.run_chain(chain, x)
 
 
@@ -264,6 +266,21 @@ def test_depthwise_kernels_give_the_same_bits():
         expected = _reference(layer, "fp32")
         got = _values(runs["dw_c16_avx512"][0][f"{i}/fp32"][1], expected)
         assert np.array_equal(got, expected), layer  # taps in order (conv/f32_order.h)
+
+
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "hardswish", "hardsigmoid"])
+def test_depthwise_lut_epilogues_give_the_same_bits(act):
+    """dw_c16_avx512 applies a scale / shift and these activations to its channel-blocked
+    outputs (activation_affine_c16, lanes past a partial block's channels discarded), the row
+    kernel per channel on the NCHW planes: the same bits, and the reference's."""
+    runs = {impl: _child(DW_LAYERS, ["fp32"], act, ACCEL_CONV_IMPL=impl)
+            for impl in ("dw_rows_avx512", "dw_c16_avx512")}
+    for i, layer in enumerate(DW_LAYERS):
+        assert runs["dw_c16_avx512"][0][f"{i}/fp32"][0] == \
+            runs["dw_rows_avx512"][0][f"{i}/fp32"][0], layer
+        expected = _reference(layer, "fp32", act)
+        got = _values(runs["dw_c16_avx512"][0][f"{i}/fp32"][1], expected)
+        assert np.array_equal(got, expected), layer
 
 
 # fp32 layers for the AVX2 kernels beside those above: dot-product tails of 4 (14x14) and 1
