@@ -436,212 +436,157 @@ static inline float tanh_f32(float t) {
   return r;
 }
 
-/* GELU in FP32: t Phi(t), Phi(t) = erfc(-t / sqrt 2) / 2, in plain double operations (no libm
- * call, so 8 lanes of them; the NumPy reference's gelu_f64 does the same operations in the same
- * order), rounded to float once. With a = |t| / sqrt 2:
- *  - a < 1: erf(a) = a A(a^2), A of degree 11 fitted to erf(a) / a (relative error 1.4e-16),
- *    Phi = 1/2 +- erf(a) / 2;
- *  - 1 <= a <= 10.5: erfc(a) = exp(-a^2) B(1 / (a + 4) - 0.135), B of degree 15 fitted to
- *    exp(a^2) erfc(a) (relative error 4e-16), Phi = 1 - erfc(a) / 2 for t >= 0, erfc(a) / 2 below;
- *    beyond 10.5, Phi is 1 or 0 (|GELU(t)| < 1e-48 there for t < 0: -0 in float);
- *  - exp in double: n = round(x log2 e) (the 1.5 2^52 trick), r = x - n ln2 in two steps (ln2's
- *    high part has 33 bits: n LN2_HI exact), e^r by its Taylor series to degree 13 on |r| <=
- *    ln2 / 2 (truncation error 2e-17), times 2^n (exact or one rounding, either way).
- * Phi is within 1e-14 of its value relative, so GELU is within 0.5 + 1e-6 ulp of the exact
- * value (measured over 7,000 inputs against mpmath: 0.49994 ulp; the libm erfc form it replaced
- * gave the same float for each of 10^6 random inputs in [-15, 15]); NaN stays NaN, -inf gives NaN
- * (-inf times 0), as t erfc(...) / 2 did. */
-static const double GELU_A[12] = {
-    1.1283791670955126, -0.37612638903183515, 0.1128379167094405, -0.026866170643090832,
-    0.005223977605955977, -0.0008548325921832884, 0.00012055293361789941,
-    -1.4924708324571507e-05, 1.6447084274239356e-06, -1.6205964194101388e-07,
-    1.3709519207384055e-08, -7.77682913736281e-10};
-static const double GELU_B[16] = {
-    0.15921348587767364, 2.379629345296726, 16.81081582883102, 104.19436117406323,
-    563.0080875183819, 2620.722423404825, 10290.022841460313, 32766.264300610168,
-    77548.52116997201, 100856.85243798897, -107830.48811859265, -851102.8690426609,
-    -1280629.0521935227, 2912513.6829396607, 12374987.272467982, 1320276.9524882296};
-static const double GELU_B_CENTRE = 0.135, GELU_FAR = 10.5;
-static const double EXP64_LOG2E = 1.4426950408889634, EXP64_ROUND = 6755399441055744.0;
-static const double EXP64_LN2_HI = 0x1.62e42fefa0000p-1, EXP64_LN2_LO = 1.6465717678215697e-12;
-/* 1 / k!, k = 0 .. 13 */
-static const double EXP64_C[14] = {1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720,
-                                   1.0 / 5040, 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800,
-                                   1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800};
+/* GELU in FP32: t Phi(t), Phi(t) = erfc(-t / sqrt 2) / 2, in plain fp32 operations (no libm
+ * call, no branch; 16 lanes with AVX-512, 8 with AVX2, the same bits on every build and in the
+ * NumPy reference's gelu_f32, the same operations in the same order, each rounded alone). With
+ * x = |t| held to 15 (NaN: 15) and E = erfc(x / sqrt 2) / 2 = exp(-x^2 / 2) C(x):
+ *  - C(x) = erfcx(x / sqrt 2) / 2 is smooth and within [0.025, 0.5]: on each unit interval
+ *    [n, n + 1), n = trunc(x) = 0 .. 15, a degree-7 polynomial in d = x - (n + 0.5) (the
+ *    Chebyshev interpolant at 8 points, scipy's erfcx, converted to powers of d and rounded
+ *    to float: GELU_C[j][n] is d^j's coefficient), the 16 intervals' coefficients one vector
+ *    each, so a lane's is a permutation by n (no gather, no division);
+ *  - exp(-x^2 / 2) without x^2's rounding, which would cost up to 12 ulp at x = 15: s = x with
+ *    its 12 low mantissa bits cleared, so s^2 is exact, and exp(-x^2 / 2) = exp(-s^2 / 2)
+ *    exp((s - x)(s + x) / 2), both through exp_f32 (s - x is exact, the second argument is
+ *    below 0.06 in magnitude, so its rounding costs nothing);
+ *  - t < 0: GELU = ((t C e2) e1), the subnormal product last; otherwise t (1 - C e2 e1)
+ *    (no cancellation: E <= 1/2).
+ * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.2 ulp (accel.h)
+ * of the result (subnormal results: in units of 2^-149), measured over every 61st fp32 input
+ * of [-15, 15] (36 M values) and tested (tests/sim/test_lut.py); PyTorch's and ONNX
+ * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
+ * +-0 stays, NaN stays NaN, inf gives inf and -inf NaN (-inf times 0, as the formula). */
+static const float GELU_C[8][16] = {
+    {3.49618822e-01f, 2.05780670e-01f, 1.41331330e-01f, 1.06345154e-01f, 8.48033950e-02f,
+     7.03426972e-02f, 6.00156747e-02f, 5.22930957e-02f, 4.63100448e-02f, 4.15432900e-02f,
+     3.76588590e-02f, 3.44340578e-02f, 3.17149274e-02f, 2.93917321e-02f, 2.73842253e-02f,
+     2.56323908e-02f},
+    {-2.24132866e-01f, -9.02712792e-02f, -4.56139520e-02f, -2.67342422e-02f, -1.73270162e-02f,
+     -1.20574636e-02f, -8.84039048e-03f, -6.74405182e-03f, -5.30691398e-03f, -4.28103982e-03f,
+     -3.52426386e-03f, -2.95060663e-03f, -2.50571081e-03f, -2.15390348e-03f, -1.87101518e-03f,
+     -1.64021412e-03f},
+    {1.18777506e-01f, 3.51869836e-02f, 1.36482390e-02f, 6.38765423e-03f, 3.41591076e-03f,
+     2.01332313e-03f, 1.27656804e-03f, 8.56353494e-04f, 6.00636122e-04f, 4.36705974e-04f,
+     3.27044138e-04f, 2.51041289e-04f, 1.96770416e-04f, 1.57017843e-04f, 1.27252933e-04f,
+     1.04535888e-04f},
+    {-5.49153090e-02f, -1.24970172e-02f, -3.83113208e-03f, -1.45915383e-03f, -6.51806651e-04f,
+     -3.28062190e-04f, -1.80899573e-04f, -1.07133579e-04f, -6.71690286e-05f, -4.41109260e-05f,
+     -3.01001510e-05f, -2.12105842e-05f, -1.53601850e-05f, -1.13874939e-05f, -8.61585522e-06f,
+     -6.63596666e-06f},
+    {2.28036195e-02f, 4.10818215e-03f, 1.01734092e-03f, 3.20111780e-04f, 1.20686484e-04f,
+     5.22430964e-05f, 2.51795555e-05f, 1.32127007e-05f, 7.42476595e-06f, 4.41301427e-06f,
+     2.74812419e-06f, 1.77988636e-06f, 1.19202173e-06f, 8.21667754e-07f, 5.80756534e-07f,
+     4.19600866e-07f},
+    {-8.69226176e-03f, -1.26574573e-03f, -2.57369131e-04f, -6.77151547e-05f, -2.17342931e-05f,
+     -8.14234136e-06f, -3.44558975e-06f, -1.60732463e-06f, -8.11563154e-07f, -4.37395300e-07f,
+     -2.48939017e-07f, -1.48362787e-07f, -9.19746270e-08f, -5.89912332e-08f, -3.89745374e-08f,
+     -2.64291060e-08f},
+    {3.24527477e-03f, 3.82249535e-04f, 6.39942809e-05f, 1.41218034e-05f, 3.86923784e-06f,
+     1.25723454e-06f, 4.67924480e-07f, 1.94310687e-07f, 8.82468214e-08f, 4.31627178e-08f,
+     2.24662173e-08f, 1.23272512e-08f, 7.07694703e-09f, 4.22497504e-09f, 2.60998823e-09f,
+     1.66150627e-09f},
+    {-1.07207999e-03f, -1.05424508e-04f, -1.48699592e-05f, -2.79803294e-06f, -6.62230605e-07f,
+     -1.88236868e-07f, -6.20055971e-08f, -2.30279511e-08f, -9.43995815e-09f, -4.20160973e-09f,
+     -2.00424211e-09f, -1.01414344e-09f, -5.39927214e-10f, -3.00360625e-10f, -1.73685066e-10f,
+     -1.03852926e-10f},
+};
 
-static inline double exp_f64(double x) {
-  x = x < -708.0 ? -708.0 : x; /* NaN stays */
-  const double k = x * EXP64_LOG2E + EXP64_ROUND;
-  const double n = k - EXP64_ROUND;
-  double r = x - n * EXP64_LN2_HI;
-  r = r - n * EXP64_LN2_LO;
-  double p = EXP64_C[13];
-  for (int i = 12; i >= 0; --i) p = p * r + EXP64_C[i];
-  if (n != n) return p * n; /* NaN */
-  const uint64_t bits = (uint64_t)((int64_t)n + 1023) << 52; /* 2^n, normal for n >= -708 log2 e */
-  double scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-static inline float gelu_f64(float t) {
-  const double w = t;
-  const double a = fabs(w) * SQRT1_2, q = a * a;
-  double pa = GELU_A[11];
-  for (int i = 10; i >= 0; --i) pa = pa * q + GELU_A[i];
-  const double e = a * pa;
-  const double v = 1.0 / (a + 4.0) - GELU_B_CENTRE;
-  double pb = GELU_B[15];
-  for (int i = 14; i >= 0; --i) pb = pb * v + GELU_B[i];
-  const double g = a > GELU_FAR ? 0.0 : exp_f64(-q) * pb;
-  const int positive = !signbit(w);
-  const double phi = a < 1.0 ? (positive ? 0.5 + 0.5 * e : 0.5 - 0.5 * e)
-                             : (positive ? 1.0 - 0.5 * g : 0.5 * g);
-  return (float)(w * phi);
+static inline float gelu_f32(float t) {
+  uint32_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  const uint32_t ab = tb & 0x7fffffffu;
+  float a;
+  memcpy(&a, &ab, sizeof a);
+  const float x = a < 15.0f ? a : 15.0f; /* NaN: 15 (MINPS's choice) */
+  const int32_t n = (int32_t)x;
+  const float d = x - ((float)n + 0.5f);
+  float q = GELU_C[7][n];
+  for (int j = 6; j >= 0; --j) q = q * d + GELU_C[j][n];
+  uint32_t sb;
+  memcpy(&sb, &x, sizeof sb);
+  sb &= 0xfffff000u;
+  float s;
+  memcpy(&s, &sb, sizeof s);
+  const float e1 = exp_f32(-(s * s) * 0.5f);
+  const float e2 = exp_f32(((s - x) * (s + x)) * 0.5f);
+  const float p = q * e2;
+  return t < 0.0f ? (t * p) * e1 : t * (1.0f - p * e1);
 }
 
 #if defined(__AVX512F__)
-static inline __m512d exp_f64_x8(__m512d x) {
-  x = _mm512_max_pd(x, _mm512_set1_pd(-708.0)); /* NaN: -708 (the result is not used) */
-  const __m512d round = _mm512_set1_pd(EXP64_ROUND);
-  const __m512d k = _mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(EXP64_LOG2E)), round);
-  const __m512d n = _mm512_sub_pd(k, round);
-  __m512d r = _mm512_sub_pd(x, _mm512_mul_pd(n, _mm512_set1_pd(EXP64_LN2_HI)));
-  r = _mm512_sub_pd(r, _mm512_mul_pd(n, _mm512_set1_pd(EXP64_LN2_LO)));
-  __m512d p = _mm512_set1_pd(EXP64_C[13]);
-  for (int i = 12; i >= 0; --i)
-    p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(EXP64_C[i]));
-  return _mm512_scalef_pd(p, n);
-}
-
-/* gelu_f64 of 8 floats, the same operations in 8 double lanes, in its two branches: near
- * (a = |t| / sqrt 2 < 1: erf's polynomial) and far (the others, NaN included: erfc's
- * polynomial, its division and exp). Each lane's value is the one gelu_f64 selects. */
-static inline __m512d gelu_phi_sign(__m512d w, __m512d low, __m512d high) {
-  const __mmask8 positive =
-      _mm512_cmp_epi64_mask(_mm512_castpd_si512(w), _mm512_setzero_si512(), _MM_CMPINT_NLT);
-  return _mm512_mul_pd(w, _mm512_mask_blend_pd(positive, low, high));
-}
-
-static inline __m256 gelu_near_x8(__m256 t) {
-  const __m512d w = _mm512_cvtps_pd(t);
-  const __m512d a = _mm512_mul_pd(_mm512_abs_pd(w), _mm512_set1_pd(SQRT1_2));
-  const __m512d q = _mm512_mul_pd(a, a);
-  __m512d pa = _mm512_set1_pd(GELU_A[11]);
-  for (int i = 10; i >= 0; --i)
-    pa = _mm512_add_pd(_mm512_mul_pd(pa, q), _mm512_set1_pd(GELU_A[i]));
-  const __m512d half = _mm512_set1_pd(0.5);
-  const __m512d he = _mm512_mul_pd(half, _mm512_mul_pd(a, pa));
-  return _mm512_cvtpd_ps(gelu_phi_sign(w, _mm512_sub_pd(half, he), _mm512_add_pd(half, he)));
-}
-
-static inline __m256 gelu_far_x8(__m256 t) {
-  const __m512d w = _mm512_cvtps_pd(t);
-  const __m512d a = _mm512_mul_pd(_mm512_abs_pd(w), _mm512_set1_pd(SQRT1_2));
-  const __m512d q = _mm512_mul_pd(a, a);
-  const __m512d v = _mm512_sub_pd(_mm512_div_pd(_mm512_set1_pd(1.0),
-                                                _mm512_add_pd(a, _mm512_set1_pd(4.0))),
-                                  _mm512_set1_pd(GELU_B_CENTRE));
-  __m512d pb = _mm512_set1_pd(GELU_B[15]);
-  for (int i = 14; i >= 0; --i)
-    pb = _mm512_add_pd(_mm512_mul_pd(pb, v), _mm512_set1_pd(GELU_B[i]));
-  const __m512d g = _mm512_maskz_mul_pd(
-      _mm512_cmp_pd_mask(a, _mm512_set1_pd(GELU_FAR), _CMP_NGT_UQ),
-      exp_f64_x8(_mm512_sub_pd(_mm512_setzero_pd(), q)), pb);
-  const __m512d hg = _mm512_mul_pd(_mm512_set1_pd(0.5), g);
-  return _mm512_cvtpd_ps(gelu_phi_sign(w, hg, _mm512_sub_pd(_mm512_set1_pd(1.0), hg)));
-}
-
-#define GELU_X16(branch)                                                                    \
-  static inline __m512 gelu_##branch##_x16(__m512 t) {                                      \
-    const __m256 lo = _mm512_castps512_ps256(t);                                            \
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1));     \
-    return _mm512_castpd_ps(_mm512_insertf64x4(                                             \
-        _mm512_castps_pd(_mm512_castps256_ps512(gelu_##branch##_x8(lo))),                   \
-        _mm256_castps_pd(gelu_##branch##_x8(hi)), 1));                                      \
-  }
-GELU_X16(near)
-GELU_X16(far)
-#undef GELU_X16
-
-/* The lanes of 16 floats that take the near branch: a = |t| / sqrt 2 < 1 in double, as
- * gelu_f64 decides (NaN: far). */
-static inline __mmask16 gelu_near_lanes(__m512 t) {
-  const __m512d r = _mm512_set1_pd(SQRT1_2), one = _mm512_set1_pd(1.0);
-  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(t));
-  const __m512d hi = _mm512_cvtps_pd(
-      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
-  const __mmask8 l = _mm512_cmp_pd_mask(_mm512_mul_pd(_mm512_abs_pd(lo), r), one, _CMP_LT_OQ);
-  const __mmask8 h = _mm512_cmp_pd_mask(_mm512_mul_pd(_mm512_abs_pd(hi), r), one, _CMP_LT_OQ);
-  return (__mmask16)(l | (h << 8));
-}
-
-/* Computing both branches in every lane cost 3-4 ns an element (a quarter of ViT-Ti's MLP
- * time). Instead, per chunk of the tensor, the elements are sorted by branch (compressed into
- * two buffers, in order), each buffer runs its branch alone in full vectors, and the results
- * are expanded back to their places: the same operations on each element, so the same bits.
- * The compress and expand are the register forms (their memory forms are slow on AMD Zen 4). */
-enum { GELU_CHUNK = 1024 };
-
-static inline void gelu_branch(float* buf, int64_t n, int near) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(buf + i);
-    _mm512_storeu_ps(buf + i, near ? gelu_near_x16(v) : gelu_far_x16(v));
-  }
-  if (i < n) {
-    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(m, buf + i);
-    _mm512_mask_storeu_ps(buf + i, m, near ? gelu_near_x16(v) : gelu_far_x16(v));
-  }
+static inline __m512 gelu_f32_x16(__m512 t) {
+  const __m512 x = _mm512_min_ps(_mm512_abs_ps(t), _mm512_set1_ps(15.0f)); /* NaN: 15 */
+  const __m512i n = _mm512_cvttps_epi32(x);
+  const __m512 d = _mm512_sub_ps(x, _mm512_add_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(0.5f)));
+  __m512 q = _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[7]));
+  for (int j = 6; j >= 0; --j)
+    q = _mm512_add_ps(_mm512_mul_ps(q, d), _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[j])));
+  const __m512 s = _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xfffff000u)));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512 ss = _mm512_mul_ps(s, s);
+  const __m512 e1 = exp_f32_x16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), ss), half));
+  const __m512 e2 = exp_f32_x16(
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half));
+  const __m512 p = _mm512_mul_ps(q, e2);
+  const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t, p), e1);
+  const __m512 pos =
+      _mm512_mul_ps(t, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(p, e1)));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ), pos, neg);
 }
 
 static void gelu_pass(float* x, int64_t count) {
-  float near[GELU_CHUNK], far[GELU_CHUNK];
-  __mmask16 lanes[GELU_CHUNK / 16];
-  for (int64_t c0 = 0; c0 < count; c0 += GELU_CHUNK) {
-    const int64_t n = count - c0 < GELU_CHUNK ? count - c0 : GELU_CHUNK;
-    float* chunk = x + c0;
-    int64_t nn = 0, nf = 0;
-    for (int64_t b = 0; b * 16 < n; ++b) {
-      const int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
-      const __mmask16 valid = (__mmask16)((1u << len) - 1u);
-      const __m512 v = _mm512_maskz_loadu_ps(valid, chunk + b * 16);
-      const __mmask16 mn = gelu_near_lanes(v) & valid, mf = (__mmask16)(~mn & valid);
-      const int kn = __builtin_popcount(mn), kf = __builtin_popcount(mf);
-      lanes[b] = mn;
-      _mm512_mask_storeu_ps(near + nn, (__mmask16)((1u << kn) - 1u),
-                            _mm512_maskz_compress_ps(mn, v));
-      _mm512_mask_storeu_ps(far + nf, (__mmask16)((1u << kf) - 1u),
-                            _mm512_maskz_compress_ps(mf, v));
-      nn += kn;
-      nf += kf;
-    }
-    gelu_branch(near, nn, 1);
-    gelu_branch(far, nf, 0);
-    int64_t pn = 0, pf = 0;
-    for (int64_t b = 0; b * 16 < n; ++b) {
-      const int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
-      const __mmask16 valid = (__mmask16)((1u << len) - 1u);
-      const __mmask16 mn = lanes[b], mf = (__mmask16)(~mn & valid);
-      const int kn = __builtin_popcount(mn), kf = __builtin_popcount(mf);
-      const __m512 from_near = _mm512_maskz_loadu_ps((__mmask16)((1u << kn) - 1u), near + pn);
-      const __m512 from_far = _mm512_maskz_loadu_ps((__mmask16)((1u << kf) - 1u), far + pf);
-      const __m512 r = _mm512_mask_expand_ps(_mm512_maskz_expand_ps(mn, from_near), mf, from_far);
-      _mm512_mask_storeu_ps(chunk + b * 16, valid, r);
-      pn += kn;
-      pf += kf;
-    }
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, gelu_f32_x16(_mm512_loadu_ps(x + i)));
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
   }
+}
+#elif defined(__AVX2__)
+/* A lane's coefficient of 16: the two halves permuted by n's low 3 bits, the upper where n >= 8 */
+static inline __m256 gelu_coefficient_x8(int j, __m256i n, __m256 upper) {
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j]), n);
+  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j] + 8), n);
+  return _mm256_blendv_ps(lo, hi, upper);
+}
+
+static inline __m256 gelu_f32_x8(__m256 t) {
+  const __m256 a = _mm256_and_ps(t, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+  const __m256 x = _mm256_min_ps(a, _mm256_set1_ps(15.0f)); /* NaN: 15 */
+  const __m256i n = _mm256_cvttps_epi32(x);
+  const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(7)));
+  const __m256 d = _mm256_sub_ps(x, _mm256_add_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(0.5f)));
+  __m256 q = gelu_coefficient_x8(7, n, upper);
+  for (int j = 6; j >= 0; --j)
+    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper));
+  const __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 ss = _mm256_mul_ps(s, s);
+  const __m256 e1 = exp_f32_x8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), ss), half));
+  const __m256 e2 = exp_f32_x8(
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half));
+  const __m256 p = _mm256_mul_ps(q, e2);
+  const __m256 neg = _mm256_mul_ps(_mm256_mul_ps(t, p), e1);
+  const __m256 pos =
+      _mm256_mul_ps(t, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(p, e1)));
+  return _mm256_blendv_ps(pos, neg, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
+}
+
+/* the last count % 8 values through the scalar gelu_f32 (the same bits) */
+static void gelu_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, gelu_f32_x8(_mm256_loadu_ps(x + i)));
+  for (; i < count; ++i) x[i] = gelu_f32(x[i]);
 }
 #else
 static void gelu_pass(float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = gelu_f64(x[i]);
+  for (int64_t i = 0; i < count; ++i) x[i] = gelu_f32(x[i]);
 }
 #endif
 
 /* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
- * through tanh_f32; GELU through gelu_f64 (in double, rounded once); its tanh form in double as
+ * through tanh_f32; GELU through gelu_f32 (fp32, within 4.2 ulp); its tanh form in double as
  * t / (1 + exp(-2 u)), rounded once (1 + tanh cancels in fp32 for negative t). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {

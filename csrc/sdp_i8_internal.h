@@ -104,6 +104,8 @@ struct sdp_i8_lut_plan {
   int32_t base, w;    /* bin b holds t in [base + b 2^w, base + (b + 1) 2^w) */
   int32_t bins_count;
   int32_t multi;      /* bins with more than one change (LUT_PLAN_MULTI) */
+  const struct sdp_i8_lut_bytes* bytes; /* the same codes as byte tables (VBMI builds, multi
+                                         * 0: sdp_i8_lanes.h), or NULL */
   uint32_t bins[];
 };
 

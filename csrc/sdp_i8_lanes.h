@@ -95,9 +95,30 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
  * add = 2^(shift-1) - base 2^shift, rhaz's (x < 0) from x's sign as mul > 0 (s = 0 runs as
  * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [0, t_hi
  * - base], the same clamp as t's. */
+/* The plan's codes as byte tables (sdp_i8_lut.c builds them where VBMI is there: 64 codes with
+ * byte permutes instead of four gathers of bin words, which Zen 4 runs at ~20 cycles each).
+ * With u = t - origin clamped to [0, u_hi], u_hi = 2^(e+8) - 1 (e <= 16), and u' = u 2^up
+ * (up = 16 - e): byte 2 of u' is u's interval j (2^e values of t, 256 of them), bytes 0-1 its
+ * offset o in the interval (times 2^up), and the code is
+ *   B[j] + sum_k D_k[j] [o >= T_k[j]] + sum_i gd_i [u >= gt_i]   (modulo 256)
+ * B[j] the code at the interval's start, T_k / D_k the interval's code changes (at most m;
+ * an unused one T 0, D 0), gt / gd the changes beyond u_hi (at most 2: the compiler's tables
+ * change a few t units past 256 2^16 of span). Each table is 256 bytes: two register pairs of
+ * vpermi2b and a blend on j's top bit. The plan's builder checks the codes against its bins at
+ * every change and interval start, where alone either form's code can change. */
+enum { SDP_I8_LUT_BYTES_M = 4, SDP_I8_LUT_BYTES_G = 2 };
+typedef struct sdp_i8_lut_bytes {
+  int32_t origin, u_hi, up, m, g;
+  int32_t gt[SDP_I8_LUT_BYTES_G];
+  uint8_t gd[SDP_I8_LUT_BYTES_G];
+  /* [0]: B; [1 + 3k]: T_k's low byte, [2 + 3k]: its high byte, [3 + 3k]: D_k */
+  uint8_t f[1 + 3 * SDP_I8_LUT_BYTES_M][256];
+} sdp_i8_lut_bytes;
+
 typedef struct sdp_i8_lane_lut {
   int32_t t_lo, t_hi, base, w;
   const uint32_t* bins;
+  const sdp_i8_lut_bytes* bytes; /* the byte tables (base = their origin), or NULL: bins */
 } sdp_i8_lane_lut;
 
 /* The channels' t converters above and the plan's constants, for values |v| <= vmax; 1 when p
@@ -246,11 +267,11 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_bins(const
                                                       _mm512_set1_epi32(24)));
 }
 
-/* The 16 codes (one per int32 lane's low byte) of 16 accumulators v of channel c through the
- * LUT plan L (sdp_i8_lane_lut): the same word and compare as sdp_i8_span_lut's plan step. */
-static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_i8_lane_cvt* c,
-                                                                      const sdp_i8_lane_lut* L,
-                                                                      __m512i v) {
+/* u = t - base, clamped to [0, t_hi - base], of 16 accumulators v of channel c (the LUT plan
+ * L's input converter, sdp_i8_lane_lut). */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sdp_i8_lane_cvt* c,
+                                                                        const sdp_i8_lane_lut* L,
+                                                                        __m512i v) {
   const __m512i x = _mm512_add_epi32(
       _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
       _mm512_set1_epi32(c->bias));
@@ -262,7 +283,7 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_
     const __m512i u = _mm512_min_epi32(
         _mm512_max_epi32(_mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift)), _mm512_setzero_si512()),
         _mm512_set1_epi32(L->t_hi - L->base));
-    return sdp_i8_lanes_lut_bins(L, u);
+    return u;
   }
   const __m512i hp = _mm512_mullo_epi32(_mm512_srai_epi32(x, 16), m);
   const __m512i lp = _mm512_add_epi32(
@@ -278,8 +299,81 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_
                              _mm512_sra_epi32(_mm512_add_epi32(lp, add), sh));
   const __m512i t = _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(L->t_lo)),
                                      _mm512_set1_epi32(L->t_hi));
-  return sdp_i8_lanes_lut_bins(L, _mm512_sub_epi32(t, _mm512_set1_epi32(L->base)));
+  return _mm512_sub_epi32(t, _mm512_set1_epi32(L->base));
 }
+
+/* The 16 codes (one per int32 lane's low byte) of 16 accumulators v of channel c through the
+ * LUT plan L (sdp_i8_lane_lut): the same word and compare as sdp_i8_span_lut's plan step. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_i8_lane_cvt* c,
+                                                                      const sdp_i8_lane_lut* L,
+                                                                      __m512i v) {
+  return sdp_i8_lanes_lut_bins(L, sdp_i8_lanes_lut_u(c, L, v));
+}
+
+#ifdef __AVX512VBMI__
+/* Byte b of each int32 lane of a and c (32 lanes) in order: lanes 0-31 of the result. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_byte_of(__m512i a, __m512i c,
+                                                                     int b) {
+  const __m512i idx = _mm512_add_epi8(
+      _mm512_set_epi32(0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440, 0x3C383430, 0x2C282420,
+                       0x1C181410, 0x0C080400, 0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440,
+                       0x3C383430, 0x2C282420, 0x1C181410, 0x0C080400),
+      _mm512_set1_epi8((char)b));
+  return _mm512_permutex2var_epi8(a, idx, c);
+}
+
+/* Table f (256 bytes) at the 64 indices j; top: j's bit 7. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_at(const uint8_t* f,
+                                                                         __m512i j,
+                                                                         __mmask64 top) {
+  const __m512i r0 = _mm512_permutex2var_epi8(_mm512_loadu_si512(f), j,
+                                              _mm512_loadu_si512(f + 64));
+  const __m512i r1 = _mm512_permutex2var_epi8(_mm512_loadu_si512(f + 128), j,
+                                              _mm512_loadu_si512(f + 192));
+  return _mm512_mask_mov_epi8(r0, top, r1);
+}
+
+/* The 64 codes of u = t - origin in four vectors (values 0-15, ..., 48-63; u >= 0, each
+ * inside the plan's clamp) through the byte tables B (sdp_i8_lut_bytes). */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
+    const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3) {
+  __mmask64 gm[SDP_I8_LUT_BYTES_G] = {0, 0};
+  for (int i = 0; i < B->g; ++i) {
+    const __m512i gt = _mm512_set1_epi32(B->gt[i]);
+    const __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epi32_mask(u1, gt),
+                                        _mm512_cmpge_epi32_mask(u0, gt));
+    const __mmask32 b = _mm512_kunpackw(_mm512_cmpge_epi32_mask(u3, gt),
+                                        _mm512_cmpge_epi32_mask(u2, gt));
+    gm[i] = _mm512_kunpackd(b, a);
+  }
+  const __m512i hi = _mm512_set1_epi32(B->u_hi);
+  const __m128i up = _mm_cvtsi32_si128(B->up);
+  u0 = _mm512_sll_epi32(_mm512_min_epi32(u0, hi), up);
+  u1 = _mm512_sll_epi32(_mm512_min_epi32(u1, hi), up);
+  u2 = _mm512_sll_epi32(_mm512_min_epi32(u2, hi), up);
+  u3 = _mm512_sll_epi32(_mm512_min_epi32(u3, hi), up);
+  const __m512i ol = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 0),
+                                        _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 0)), 1);
+  const __m512i oh = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 1),
+                                        _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 1)), 1);
+  const __m512i j = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 2),
+                                       _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 2)), 1);
+  const __mmask64 top = _mm512_movepi8_mask(j);
+  __m512i code = sdp_i8_lut_bytes_at(B->f[0], j, top);
+  for (int k = 0; k < B->m; ++k) {
+    const __m512i tl = sdp_i8_lut_bytes_at(B->f[1 + 3 * k], j, top);
+    const __m512i th = sdp_i8_lut_bytes_at(B->f[2 + 3 * k], j, top);
+    const __m512i d = sdp_i8_lut_bytes_at(B->f[3 + 3 * k], j, top);
+    /* o >= T: the high bytes above, or equal and the low bytes at least */
+    const __mmask64 pass = _mm512_cmpgt_epu8_mask(oh, th) |
+                           _mm512_mask_cmpge_epu8_mask(_mm512_cmpeq_epi8_mask(oh, th), ol, tl);
+    code = _mm512_mask_add_epi8(code, pass, code, d);
+  }
+  for (int i = 0; i < B->g; ++i)
+    code = _mm512_mask_add_epi8(code, gm[i], code, _mm512_set1_epi8((char)B->gd[i]));
+  return code;
+}
+#endif
 
 /* 64 codes of four vectors of sdp_i8_lanes_lut (values 0-15, ..., 48-63), in order: each
  * lane's low byte (two byte permutes across register pairs with VBMI, else four truncations). */

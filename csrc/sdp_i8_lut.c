@@ -64,7 +64,106 @@ static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
 enum { LUT_PLAN_BINS = 4096 };
 
 #if SDP_I8_VECTOR
-static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
+#ifdef __AVX512VBMI__
+/* The bins plan's code at t (clamped to the plan's range as its users clamp it). */
+static int plan_code(const struct sdp_i8_lut_plan* P, int64_t t) {
+  t = clamp64(t, P->t_lo, P->t_hi);
+  const int64_t u = t - P->base;
+  const uint32_t b = P->bins[u >> P->w];
+  const int64_t off = u & (((int64_t)1 << P->w) - 1);
+  return (int)(int8_t)(uint8_t)(off >= (int64_t)(b & 0xFFFF) ? b >> 24 : b >> 16);
+}
+
+/* sdp_i8_lut_bytes's code at u >= 0 (the scalar form of sdp_i8_lut_bytes64) */
+static int bytes_code(const sdp_i8_lut_bytes* B, int64_t u) {
+  const int64_t w = (u < B->u_hi ? u : B->u_hi) << B->up;
+  const int64_t j = w >> 16, o = w & 0xFFFF;
+  uint8_t code = B->f[0][j];
+  for (int k = 0; k < B->m; ++k)
+    if (o >= (B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j] << 8)) code += B->f[3 + 3 * k][j];
+  for (int i = 0; i < B->g; ++i)
+    if (u >= B->gt[i]) code += B->gd[i];
+  return (int)(int8_t)code;
+}
+
+/* The bins plan P (no multi bins) as byte tables into B: 1, or 0 where its changes need more
+ * than SDP_I8_LUT_BYTES_M per interval or SDP_I8_LUT_BYTES_G beyond the 256 intervals. The
+ * changes: where the code at t differs from the code at t - 1 (at a bin's start, or at its
+ * threshold); the origin just below the first. */
+static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
+  const int64_t count = P->bins_count, width = (int64_t)1 << P->w;
+  int64_t* pos = malloc((size_t)(2 * count + 1) * sizeof(int64_t));
+  int* delta = malloc((size_t)(2 * count + 1) * sizeof(int));
+  if (pos == NULL || delta == NULL) {
+    free(pos);
+    free(delta);
+    return 0;
+  }
+  int64_t n = 0;
+  int prev = plan_code(P, P->base);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t s = P->base + k * width;
+    const int gs = plan_code(P, s);
+    if (gs != prev) pos[n] = s, delta[n++] = gs - prev;
+    const int64_t off = P->bins[k] & 0xFFFF;
+    prev = gs;
+    if (off != 0 && s + off <= P->t_hi) {
+      const int ge = plan_code(P, s + off);
+      if (ge != gs) pos[n] = s + off, delta[n++] = ge - gs;
+      prev = ge;
+    }
+  }
+  int ok = 0;
+  memset(B, 0, sizeof(*B));
+  B->origin = (int32_t)(n > 0 ? pos[0] - 1 : P->base);
+  for (int e = 16; e >= 0 && !ok; --e) { /* the widest intervals that hold the changes */
+    const int64_t u_hi = ((int64_t)1 << (e + 8)) - 1;
+    int per[256] = {0}, m = 0, g = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t u = pos[i] - B->origin;
+      if (u > u_hi) ++g;
+      else if ((u & (((int64_t)1 << e) - 1)) != 0 && ++per[u >> e] > m) m = per[u >> e];
+    }
+    if (m > SDP_I8_LUT_BYTES_M || g > SDP_I8_LUT_BYTES_G) continue;
+    B->u_hi = (int32_t)u_hi;
+    B->up = 16 - e;
+    B->m = m;
+    memset(per, 0, sizeof(per));
+    for (int j = 0; j < 256; ++j)
+      B->f[0][j] = (uint8_t)plan_code(P, (int64_t)B->origin + ((int64_t)j << e));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t u = pos[i] - B->origin;
+      if (u > u_hi) {
+        B->gt[B->g] = (int32_t)u;
+        B->gd[B->g++] = (uint8_t)delta[i];
+      } else if ((u & (((int64_t)1 << e) - 1)) != 0) {
+        const int64_t j = u >> e, k = per[j]++, t = (u & (((int64_t)1 << e) - 1)) << B->up;
+        B->f[1 + 3 * k][j] = (uint8_t)t;
+        B->f[2 + 3 * k][j] = (uint8_t)(t >> 8);
+        B->f[3 + 3 * k][j] = (uint8_t)delta[i];
+      }
+    }
+    ok = 1;
+  }
+  /* checked where either form's code can change: the changes, the intervals' starts, the ends */
+  const int64_t top = (int64_t)P->t_hi - B->origin;
+  for (int64_t i = 0; ok && i < n; ++i) {
+    const int64_t u = pos[i] - B->origin;
+    ok = bytes_code(B, u) == plan_code(P, pos[i]) && bytes_code(B, u - 1) == plan_code(P, pos[i] - 1);
+  }
+  for (int64_t j = 0; ok && j < 256; ++j) {
+    const int64_t u = j << (16 - B->up);
+    ok = u > top || (bytes_code(B, u) == plan_code(P, B->origin + u) &&
+                     (j == 0 || bytes_code(B, u - 1) == plan_code(P, B->origin + u - 1)));
+  }
+  ok = ok && bytes_code(B, 0) == plan_code(P, P->t_lo) && bytes_code(B, top) == plan_code(P, P->t_hi);
+  free(pos);
+  free(delta);
+  return ok;
+}
+#endif
+
+static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
   const accel_lut_int8* l = p->lut;
   const int32_t sel = l->lo_index_select;
   const int32_t w = sel > 3 ? sel - 3 : 0;
@@ -103,8 +202,10 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
   const int64_t inner = (b + 1 - a) >> w, count = below + inner + above;
   const int64_t base = a - below * width, end = b + above * width; /* t's clamp */
   if (count > LUT_PLAN_BINS || base < INT32_MIN || end > INT32_MAX) return NULL;
-  struct sdp_i8_lut_plan* plan = malloc(sizeof(*plan) + (size_t)count * sizeof(uint32_t));
+  const size_t bins_bytes = sizeof(struct sdp_i8_lut_plan) + (size_t)count * sizeof(uint32_t);
+  struct sdp_i8_lut_plan* plan = malloc(bins_bytes + sizeof(sdp_i8_lut_bytes) + 8);
   if (plan == NULL) return NULL;
+  plan->bytes = NULL;
   plan->t_lo = (int32_t)base;
   plan->t_hi = (int32_t)end;
   plan->base = (int32_t)base;
@@ -144,9 +245,17 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
     multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
   }
   plan->multi = (int32_t)multi;
+#ifdef __AVX512VBMI__
+  sdp_i8_lut_bytes* bytes = (sdp_i8_lut_bytes*)(void*)((char*)plan + ((bins_bytes + 7) & ~(size_t)7));
+  if (multi == 0 && !bins_only && bytes_build(plan, bytes)) plan->bytes = bytes;
+#else
+  (void)bins_only;
+#endif
   if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
-    fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_multi%lld\n",
-            (long long)count, w, (long long)(changes - multi), (long long)multi);
+    /* bytes: the byte tables' changes per interval, -1 without them */
+    fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_bytes%d_multi%lld\n",
+            (long long)count, w, (long long)(changes - multi),
+            plan->bytes != NULL ? plan->bytes->m : -1, (long long)multi);
   }
   return plan;
 }
@@ -164,6 +273,7 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p) {
 typedef struct plan_key {
   accel_lut_int8 lut;
   int32_t out_mul, out_shift, out_zero, clip, clip_lo, clip_hi;
+  int32_t bins_only; /* ACCEL_SDP_I8_LUT=bins: no byte tables (read per run, a plan apart) */
 } plan_key;
 
 enum { PLAN_SLOTS = 128 };
@@ -183,7 +293,7 @@ static struct {
   plan_slot slot[PLAN_SLOTS];
 } plans = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void plan_key_of(const sdp_i8* p, plan_key* k) {
+static void plan_key_of(const sdp_i8* p, int bins_only, plan_key* k) {
   memset(k, 0, sizeof(*k)); /* padding too: keys are compared and hashed as bytes */
   memcpy(&k->lut, p->lut, sizeof(k->lut));
   k->out_mul = p->out_mul;
@@ -192,6 +302,7 @@ static void plan_key_of(const sdp_i8* p, plan_key* k) {
   k->clip = p->act == ACCEL_ACT_CLIP;
   k->clip_lo = p->clip_lo;
   k->clip_hi = p->clip_hi;
+  k->bins_only = bins_only;
 }
 
 /* FNV-1a's steps over the key's 8-byte words (a byte at a time, the ~700 bytes were a chain of
@@ -227,22 +338,23 @@ static plan_slot* plan_slot_of(const plan_key* k, uint64_t h) {
 }
 
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
-  const char* env = lut_env();
-  if (p->lut == NULL || (env != NULL && *env != '\0')) return NULL;
+  const char* env = lut_env(); /* "bins": the plan without its byte tables */
+  if (p->lut == NULL || (env != NULL && *env != '\0' && strcmp(env, "bins") != 0)) return NULL;
+  const int bins_only = env != NULL && strcmp(env, "bins") == 0;
   plan_key k;
-  plan_key_of(p, &k);
+  plan_key_of(p, bins_only, &k);
   const uint64_t h = plan_hash(&k);
   pthread_mutex_lock(&plans.lock);
   plan_slot* s = plan_slot_of(&k, h);
   if (s == NULL) { /* every slot held by a run: plan this run alone, as before the cache */
     pthread_mutex_unlock(&plans.lock);
-    return elements >= LUT_PLAN_MIN_ELEMENTS ? plan_build(p) : NULL;
+    return elements >= LUT_PLAN_MIN_ELEMENTS ? plan_build(p, bins_only) : NULL;
   }
   s->used = ++plans.clock;
   s->elements += elements;
   if (s->plan == NULL && !s->failed && s->elements >= LUT_PLAN_MIN_ELEMENTS) {
     /* built under the lock: another thread asking for the same key waits for it */
-    s->plan = plan_build(p);
+    s->plan = plan_build(p, bins_only);
     s->failed = s->plan == NULL;
   }
   struct sdp_i8_lut_plan* plan = s->plan;
@@ -303,7 +415,7 @@ static int64_t lut_reach(const chan_params* c, int64_t r, int* ok) {
 
 /* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
  * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
-static int lanes_lut_channels(const sdp_i8* p, const struct sdp_i8_lut_plan* P, int32_t first,
+static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t first,
                               int32_t count, sdp_i8_lane_cvt* cvt) {
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
@@ -413,12 +525,15 @@ static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) 
   return 1;
 }
 
+/* The plan's constants in lanes: its bins, or where it has them its byte tables, whose t
+ * starts at their origin (codes below it are the origin's: no change lies there). */
 static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
-  lut->t_lo = P->t_lo;
+  lut->t_lo = P->bytes != NULL ? P->bytes->origin : P->t_lo;
   lut->t_hi = P->t_hi;
-  lut->base = P->base;
+  lut->base = P->bytes != NULL ? P->bytes->origin : P->base;
   lut->w = P->w;
   lut->bins = P->bins;
+  lut->bytes = P->bytes;
 }
 
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
@@ -429,11 +544,13 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
       P->t_hi > (1 << 30) || count <= 0)
     return 0;
+  sdp_i8_lane_lut L;
+  lane_lut_of(P, &L);
   lanes_key k;
   memset(&k, 0, sizeof(k));
-  k.t_lo = P->t_lo;
-  k.t_hi = P->t_hi;
-  k.base = P->base;
+  k.t_lo = L.t_lo;
+  k.t_hi = L.t_hi;
+  k.base = L.base;
   k.first = first;
   k.count = count;
   k.shift_max = p->shift_max;
@@ -458,7 +575,7 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   }
   pthread_mutex_unlock(&lanes_cache.lock);
   if (ok < 0) { /* not kept yet: computed outside the lock, then kept */
-    ok = lanes_lut_channels(p, P, first, count, cvt);
+    ok = lanes_lut_channels(p, &L, first, count, cvt);
     sdp_i8_lane_cvt* copy = ok ? malloc((size_t)count * sizeof(*cvt)) : NULL;
     unsigned char* params = malloc(a.total + 1);
     if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));
@@ -486,7 +603,7 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
     free(copy);
   }
   if (!ok) return 0;
-  lane_lut_of(P, lut);
+  *lut = L;
   return 1;
 }
 
@@ -722,6 +839,27 @@ static inline __m512i lut_front32(const lut_front* f, __m512i x, __mmask16 valid
   return _mm512_add_epi32(_mm512_sll_epi32(_mm512_mullo_epi32(th, f->mul), f->left), lo);
 }
 
+/* t of the 16 values x (mask k) of channel c: lut_front32 where its bounds hold, else front8's
+ * int64 steps (q set up at the first such step) */
+static inline __attribute__((always_inline)) __m512i span_t(const sdp_i8* p, const chan_params* c,
+                                                            int lanes32, const lut_front* f,
+                                                            vec_params* q, int* q_ready,
+                                                            __m512i x, __mmask16 k,
+                                                            const int8_t* operand, int64_t at) {
+  __m512i t = _mm512_setzero_si512();
+  int ok = 0;
+  if (lanes32) t = lut_front32(f, x, k, &ok);
+  if (ok) return t;
+  if (!*q_ready) {
+    call_params(p, q);
+    channel_vectors(c, q);
+    *q_ready = 1;
+  }
+  const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + at)
+                                               : _mm_setzero_si128();
+  return lut_front64(p, q, q, x, op);
+}
+
 void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                      int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
@@ -742,22 +880,30 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
   const __m512i p_mask = _mm512_set1_epi32(P != NULL ? (1 << P->w) - 1 : 0);
   const __m512i p_low16 = _mm512_set1_epi32(0xFFFF), p_multi = _mm512_set1_epi32(LUT_PLAN_MULTI);
   const __m512i p_16 = _mm512_set1_epi32(16), p_24 = _mm512_set1_epi32(24);
+#ifdef __AVX512VBMI__
+  if (P != NULL && P->bytes != NULL) { /* 64 codes a step through the byte tables */
+    const sdp_i8_lut_bytes* B = P->bytes;
+    const __m512i origin = _mm512_set1_epi32(B->origin);
+    for (int64_t i = 0; i < count; i += 64) {
+      __m512i u[4];
+      for (int s = 0; s < 4; ++s) {
+        const int64_t at = i + 16 * s;
+        const __mmask16 k = at < count ? tail_mask(count - at) : 0;
+        const __m512i x = _mm512_maskz_loadu_epi32(k, v + at);
+        const __m512i t = span_t(p, &c, lanes32, &f, &q, &q_ready, x, k, operand, at);
+        u[s] = _mm512_sub_epi32(_mm512_min_epi32(_mm512_max_epi32(t, origin), p_hi), origin);
+      }
+      const int64_t n = count - i;
+      _mm512_mask_storeu_epi8(y + i, n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1,
+                              sdp_i8_lut_bytes64(B, u[0], u[1], u[2], u[3]));
+    }
+    return;
+  }
+#endif
   for (int64_t i = 0; i < count; i += 16) {
     const __mmask16 k = tail_mask(count - i);
     const __m512i x = _mm512_maskz_loadu_epi32(k, v + i);
-    __m512i t;
-    int ok = 0;
-    if (lanes32) t = lut_front32(&f, x, k, &ok);
-    if (!ok) {
-      if (!q_ready) {
-        call_params(p, &q);
-        channel_vectors(&c, &q);
-        q_ready = 1;
-      }
-      const __m128i op = p->ew_op != ACCEL_EW_NONE ? _mm_maskz_loadu_epi8(k, operand + i)
-                                                   : _mm_setzero_si128();
-      t = lut_front64(p, &q, &q, x, op);
-    }
+    const __m512i t = span_t(p, &c, lanes32, &f, &q, &q_ready, x, k, operand, i);
     if (P != NULL) {
       const __m512i tc = _mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi);
       const __m512i u = _mm512_sub_epi32(tc, p_base);

@@ -43,8 +43,8 @@ PATHS = ("plan", "gather")
 
 
 def _path(path: str) -> None:
-    if path == "gather":
-        os.environ["ACCEL_SDP_I8_LUT"] = "gather"
+    if path in ("gather", "bins"):
+        os.environ["ACCEL_SDP_I8_LUT"] = path
     else:
         os.environ.pop("ACCEL_SDP_I8_LUT", None)
 
@@ -139,22 +139,26 @@ def epilogue_layer(kind: str, act: str, size: int, rng):
 def epilogues(rounds: int, calls: int) -> None:
     device = Device("nv_full", num_threads=1)
     acts = ("relu",) + tuple(name.removeprefix("int8_") for name in LUT_OPS)
-    cases = {(kind, act): [epilogue_layer(kind, act, size, np.random.default_rng(0))
-                           for size in (112, 8)]
-             for kind in ("1x1", "dw") for act in acts}
+    cases = {(kind, act, path): [epilogue_layer(kind, act, size, np.random.default_rng(0))
+                                 for size in (112, 8)]
+             for kind in ("1x1", "dw") for act in acts
+             for path in (("plan",) if act == "relu" else ("plan", "bins"))}
     outputs = 64 * (112 * 112 - 8 * 8)
     ns = {c: [] for c in cases}
     for r in range(rounds + 1):  # round 0 warms up (and plans the LUTs)
         for c, made in cases.items():
+            _path(c[2])
             big, small = [_timed(lambda m=m: device.run(m[0], m[1]), calls) for m in made]
             if r:
                 ns[c].append((big - small) / outputs)
+    _path("plan")
     print(f"int8 conv + SDP layers, 64 channels at 112x112, ns per output (1 thread, medians of "
-          f"{rounds} rounds)")
-    for kind, act in cases:
-        relu = statistics.median(ns[(kind, "relu")])
-        m = statistics.median(ns[(kind, act)])
-        print(f"  {kind:4s} {act:10s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
+          f"{rounds} rounds; plan: the library's path, bins: ACCEL_SDP_I8_LUT=bins, the plan "
+          f"without its byte tables: a gather per 16 values)")
+    for kind, act, path in cases:
+        relu = statistics.median(ns[(kind, "relu", "plan")])
+        m = statistics.median(ns[(kind, act, path)])
+        print(f"  {kind:4s} {act:10s} {path:5s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
               f"(+{m - relu:6.3f} ns over relu)")
 
 

@@ -187,9 +187,10 @@ def realtime() -> None:
 
 def run_class(label: str) -> str:
     """A run's class: its label without the function and layer (``f0.12p3 ``), the head
-    (``.h7.`` -> ``.h*.``) and the halving tree's level (``mean.lo`` / ``mean.hi`` / ``mean.add``
-    stay apart, their repeats merge)."""
-    kind = label.split(" ", 1)[-1]
+    (``.h7.`` -> ``.h*.``) and the number of a repeated pass (a halving tree's level
+    ``mean.add2``, a Newton step: ``mean.lo`` / ``mean.hi`` / ``mean.add`` stay apart, their
+    repeats merge)."""
+    kind = re.sub(r"(?<=[a-z_])\d+$", "", label.split(" ", 1)[-1])
     return re.sub(r"\.h\d+(?=\.|$)", ".h*", kind)
 
 

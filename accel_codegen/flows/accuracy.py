@@ -6,7 +6,11 @@ observer (``accel_set_observer``) hands over the same tensors of both: each run'
 every engine pass's output, including what a fused chain keeps on chip. int8 codes are
 dequantised with the scale the generated code used for them.
 
-Per-tensor figures are cumulative: a tensor's error includes everything upstream of it.
+Per-tensor figures are cumulative: a tensor's error includes everything upstream of it. A
+layer decomposed into engine passes (softmax, layer norm) may make other passes in the target
+precision (fp16's Newton steps, its sums as CONVs): its pass runs are compared only with the
+fp32 run of the same label, and each layer's output (the last tensor its runs make) with the
+fp32 build's output of the layer (``layers`` of the report: what the debugger reads).
 
 For int8, given the model's ONNX file (``onnx_model``), the report also quantises it with ONNX
 Runtime's static QDQ int8 quantisation, calibrated on the same calibration inputs, and sets
@@ -26,10 +30,11 @@ import tvm
 
 from ..compiler.walk import runs
 from ..errors import AccelInvalidError
-from ..compiler.partition import calibration_of, generate_partition, match_composites
+from ..compiler.partition import (PartitionReport, calibration_of, generate_partition,
+                                  match_composites)
 from ..compiler.target import Target
 from ..sim.config import AccelConfig
-from ..sim.labels import layer_key
+from ..sim.labels import CONVERT_PART, layer_key
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
 from ..compiler.frontend import bind_params
@@ -95,6 +100,11 @@ class AccuracyReport:
     target_sqnr_db: Optional[float] = None
     search_sqnr_db: Optional[float] = None
     search_held_back_sqnr_db: Optional[float] = None
+    # each accelerator layer's output against the fp32 build's (key: the layer's, ``f0.3``)
+    layers: List[TensorAccuracy] = dataclasses.field(default_factory=list)
+    # the build's partition report (where each operator runs; not in to_dict: `partition
+    # --json` gives it)
+    partition: Optional[PartitionReport] = None
 
     @property
     def ort_gap_db(self) -> Optional[float]:
@@ -102,12 +112,13 @@ class AccuracyReport:
         return None if self.ort is None else self.output_sqnr_db - self.ort.output_sqnr_db
 
     def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
+        data = dataclasses.asdict(dataclasses.replace(self, partition=None))
+        del data["partition"]
         for key in ("output_sqnr_db", "search_sqnr_db", "search_held_back_sqnr_db"):
             data[key] = _finite(data[key]) if data[key] is not None else None
         if data["output_sqnrs_db"] is not None:
             data["output_sqnrs_db"] = [_finite(v) for v in data["output_sqnrs_db"]]
-        for t in data["tensors"]:
+        for t in data["tensors"] + data["layers"]:
             t["sqnr_db"] = _finite(t["sqnr_db"])
         if data["ort"] is not None:
             for key in ("output_sqnr_db", "fp32_sqnr_db"):
@@ -183,12 +194,15 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.tensors: Dict[Key, np.ndarray] = {}
+        self.labels: Dict[Key, str] = {}
+        self.layers: Dict[str, np.ndarray] = {}  # each layer's output: its last tensor
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         if op_index < 0:
             return
         key = (label.split(" ", 1)[0], op_index)
-        self.tensors[key] = np.array(x, np.float64)
+        self.tensors[key] = self.layers[layer_key(key[0])] = np.array(x, np.float64)
+        self.labels[key] = label
 
 
 class _Comparer:
@@ -200,14 +214,16 @@ class _Comparer:
         self.quantization = quantization
         self.shifted = shifted
         self.reference: Dict[Key, np.ndarray] = {}
+        self.reference_labels: Dict[Key, str] = {}
         # signal, noise, max error, saturated, count, shape, label
         self.sums: Dict[Key, list] = {}
+        # the same of each layer's output (its op index in place of the shape's place: below)
+        self.layer_sums: Dict[str, list] = {}
+        self.last: Dict[str, tuple] = {}  # this example's: layer -> its last tensor
 
     def add(self, label: str, op_index: int, x: np.ndarray) -> None:
         key = (label.split(" ", 1)[0], op_index)
-        fp32_index = op_index - 1 if key[0] in self.shifted and op_index >= 1 else op_index
-        ref = self.reference.get((key[0], fp32_index))
-        if op_index < 0 or ref is None or ref.shape != x.shape:
+        if op_index < 0:
             return
         saturated = 0
         if x.dtype == np.int8:
@@ -219,13 +235,38 @@ class _Comparer:
             value = (x.astype(np.float64) - quant.zero) * np.float64(np.float32(quant.scale))
         else:
             value = x.astype(np.float64)
-        error = value - ref
-        sums = self.sums.setdefault(key, [0.0, 0.0, 0.0, 0, 0, x.shape, label])
-        sums[0] += float(np.sum(ref * ref))
-        sums[1] += float(np.sum(error * error))
-        sums[2] = max(sums[2], float(np.max(np.abs(error))) if error.size else 0.0)
-        sums[3] += saturated
-        sums[4] += x.size
+        if not key[0].endswith(CONVERT_PART):  # a converting run is not a tensor of its own
+            self.last[layer_key(key[0])] = (key, label, value, saturated)
+        fp32_index = op_index - 1 if key[0] in self.shifted and op_index >= 1 else op_index
+        ref = self.reference.get((key[0], fp32_index))
+        if ref is None or ref.shape != x.shape:
+            return
+        # an engine pass (``<primitive>:<pass>``) only against the same pass: the precisions'
+        # passes of one layer differ (fp16's Newton steps), so their numbers do
+        if ":" in label and self.reference_labels.get((key[0], fp32_index)) != label:
+            return
+        _accumulate(self.sums.setdefault(key, [0.0, 0.0, 0.0, 0, 0, x.shape, label]),
+                    ref, value, saturated)
+
+    def end_example(self, reference_layers: Dict[str, np.ndarray]) -> None:
+        """Each layer's output of this example against the fp32 build's output of it."""
+        for layer, (key, label, value, saturated) in self.last.items():
+            ref = reference_layers.get(layer)
+            if ref is not None and ref.shape == value.shape:
+                _accumulate(self.layer_sums.setdefault(
+                    layer, [0.0, 0.0, 0.0, 0, 0, value.shape, label, key]), ref, value,
+                    saturated)
+        self.last = {}
+
+
+def _accumulate(sums: list, ref: np.ndarray, value: np.ndarray, saturated: int) -> None:
+    """Add one example's signal, noise, max error, saturated codes and count to ``sums``."""
+    error = value - ref
+    sums[0] += float(np.sum(ref * ref))
+    sums[1] += float(np.sum(error * error))
+    sums[2] = max(sums[2], float(np.max(np.abs(error))) if error.size else 0.0)
+    sums[3] += saturated
+    sums[4] += value.size
 
 
 def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
@@ -325,7 +366,8 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                           agree / total if total else None, tensors, ort, ort_skipped, chosen,
                           outputs, search.target_sqnr_db if search else None,
                           search.point.sqnr_db if search else None,
-                          search.point.held_back_sqnr_db if search else None)
+                          search.point.held_back_sqnr_db if search else None,
+                          _layer_accuracies(comparer, used), partition_report(built))
 
 
 def _keywords(target: Target) -> tuple:
@@ -353,9 +395,10 @@ def _compare_runs(ref_vm, vm, examples, comparer: _Comparer, ort_runs):
         recorder = _Recorder()
         with observing(recorder):
             expected = _run(ref_vm, example)
-        comparer.reference = recorder.tensors
+        comparer.reference, comparer.reference_labels = recorder.tensors, recorder.labels
         with observing(comparer):
             actual = _run(vm, example)
+        comparer.end_example(recorder.layers)
         signal = _add(signal, [float(np.sum(e * e)) for e in expected])
         noise = _add(noise, [float(np.sum((a - e) ** 2)) for a, e in zip(actual, expected)])
         # top-1 of a classifier: one [N, classes] output
@@ -385,6 +428,20 @@ def _tensor_accuracies(comparer: _Comparer, used) -> List[TensorAccuracy]:
             max_err, saturated / count if count else 0.0,
             quant.scale if quant else None, quant.zero if quant else None))
     return tensors
+
+
+def _layer_accuracies(comparer: _Comparer, used) -> List[TensorAccuracy]:
+    """The accuracy of each accelerator layer's output, in execution order: the key is the
+    layer's, the op index and label those of the run that made it."""
+    layers = []
+    for layer, (sig, err, max_err, saturated, count, shape, label, key) in \
+            comparer.layer_sums.items():
+        quant = used.tensors.get(key) if used is not None else None
+        layers.append(TensorAccuracy(
+            layer, key[1], label, tuple(int(d) for d in shape), sqnr_db(sig, err), max_err,
+            saturated / count if count else 0.0, quant.scale if quant else None,
+            quant.zero if quant else None))
+    return layers
 
 
 def _outputs(result) -> List[np.ndarray]:

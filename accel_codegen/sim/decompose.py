@@ -47,7 +47,9 @@ with the cost model (``estimate_chain``).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -143,6 +145,19 @@ class Decomposition:
     #: constant tensors the passes read (attention's bias, in the precision's dtype)
     constants: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        # a role several passes share (Newton's steps, attention's PDP windows) is numbered
+        # in order from 1, so that each run's label (profile, trace, estimate) says its pass
+        counts = collections.Counter(p.role for p in self.passes)
+        seen: Dict[str, int] = collections.Counter()
+        passes = []
+        for p in self.passes:
+            if counts[p.role] > 1:
+                seen[p.role] += 1
+                p = dataclasses.replace(p, role=f"{p.role}{seen[p.role]}")
+            passes.append(p)
+        object.__setattr__(self, "passes", tuple(passes))
+
     def tensor(self, tensors: Dict[str, np.ndarray], name: str) -> np.ndarray:
         """Tensor ``name`` of ``tensors``; a view: the channel range of its tensor, read as the
         view's shape (the same bytes)."""
@@ -233,13 +248,15 @@ class _Builder:
         a BDMA copy remains only for a sum's odd upper half, which is zero-padded to the
         lower's count, and with several images (a channel range is then not one block)."""
         p = self.precision
+        level = 0
         while self.channels(src) > 1:
             c = self.channels(src)
+            level += 1  # in each role: its passes say their level (``softmax.max.max2``)
             half = (c + 1) // 2
             if self.n == 1:
                 lo = self.view(src, 0, half)
             else:
-                lo = self.add(f"{role}.lo", [Bdma(half, dst_channels=half, precision=p)], src,
+                lo = self.add(f"{role}.lo{level}", [Bdma(half, dst_channels=half, precision=p)], src,
                               half)
             if op == "max":  # overlapping halves: a channel twice does not change a max
                 hi_op = Bdma(half, src_offset=c - half, dst_channels=half, precision=p)
@@ -248,8 +265,9 @@ class _Builder:
             if self.n == 1 and (op == "max" or c % 2 == 0):
                 hi = self.view(src, c - half, half)
             else:
-                hi = self.add(f"{role}.hi", [hi_op], src, half)
-            src = self.add(f"{role}.{op}", [Sdp(ew_op=op, precision=p)], lo, half, operand=hi)
+                hi = self.add(f"{role}.hi{level}", [hi_op], src, half)
+            src = self.add(f"{role}.{op}{level}", [Sdp(ew_op=op, precision=p)], lo, half,
+                           operand=hi)
         return src
 
     def ones(self, channels_in: int, channels_out: Optional[int] = None) -> Conv:
@@ -506,6 +524,7 @@ def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) 
     """One line per kind of pass: runs, engines, cycles (for docs and reports)."""
     rows: Dict[str, List[int]] = {}
     for p, (role, s) in zip(decomposition.passes, runs):
+        role = re.sub(r"\d+$", "", role)  # a tree's level, a repeated pass's number
         kind = role.rsplit(".", 1)[0] if ".lo" in role or ".hi" in role or ".max" in role \
             or ".add" in role else role
         engines = "+".join(op.engine if hasattr(op, "engine") else type(op).__name__.upper()

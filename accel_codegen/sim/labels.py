@@ -13,7 +13,8 @@ concat along a later axis (a detection head's [N, C, L] along L) copies each inp
 (``f2.5c0``, ...), then one SDP pass ``f2.5q`` rescales them to the concat's scale.
 A layer norm makes one run per engine pass (its dense layer's CONV first, if it has one),
 ``f2.5p0``, ``f2.5p1``, ..., each labelled ``<primitive>:<pass>`` (``accel.layer_norm:
-layer_norm.center``). In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
+layer_norm.center``; a halving tree's passes end in their level, ``layer_norm.var.add2``,
+other repeated passes in their number, ``softmax.newton.step1``: each label names one pass). In mixed int8/fp16 code, ``f2.5x convert`` converts layer 5's output to the other precision
 for the layers that read it in that one.
 The part before the space is the run's *key*; its ``f<function>.<layer>`` the layer's.
 """

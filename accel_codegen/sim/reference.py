@@ -331,8 +331,8 @@ def _lut_entry(act: str):
 def activation_exact(act: str, t: np.ndarray) -> np.ndarray:
     """A LUT activation as the FP32 SDP computes it (float32 in the C library's operation
     order, bit for bit): its vocabulary row's ``exact`` (sigmoid, silu and exp through
-    :func:`exp_f32`, tanh through :func:`tanh_f32`, GELU through ``gelu_f64`` (float64
-    polynomials, rounded once), its tanh form in float64 through libm's exp, rounded once)."""
+    :func:`exp_f32`, tanh through :func:`tanh_f32`, GELU through ``gelu_f32`` (float32
+    polynomials per unit interval and exp_f32), its tanh form in float64 through libm's exp, rounded once)."""
     entry = _lut_entry(act)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return entry.exact(np.asarray(t, dtype=np.float32))

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelInvalidError, check
-from .lut_math import exp_f32, gelu64, gelu_f64, gelu_tanh64, tanh_f32
+from .lut_math import exp_f32, gelu64, gelu_f32, gelu_tanh64, tanh_f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +146,8 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("clip", "ACCEL_ACT_CLIP", "relax.clip", relax_args=2),      # the bounds
     Entry("prelu", "ACCEL_ACT_PRELU", "relax.nn.prelu", relax_args=1),  # the slopes
     # The LUT activations: exact is the FP32 SDP's float32 (sigmoid, silu and exp through
-    # exp_f32, tanh through tanh_f32; GELU through gelu_f64's float64 polynomials, rounded
-    # once), function64 the float64 function of the tables (GELU's through libm's erfc, as
+    # exp_f32, tanh through tanh_f32; GELU through gelu_f32's float32 polynomials and
+    # exp_f32), function64 the float64 function of the tables (GELU's through libm's erfc, as
     # csrc/lut.c's lut_function).
     Entry("sigmoid", "ACCEL_ACT_SIGMOID", "relax.sigmoid", feature="lut",
           exact=lambda t: _ONE / (_ONE + exp_f32(-t)),  # exp(-t) = inf: 0
@@ -164,7 +164,7 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("hardsigmoid", "ACCEL_ACT_HARDSIGMOID", feature="lut",
           exact=lambda t: np.clip(t + _THREE, _ZERO, _SIX) / _SIX, function64=lambda t: _relu6_shifted64(t) / 6.0),
     Entry("gelu", "ACCEL_ACT_GELU", "relax.nn.gelu", feature="lut",
-          exact=gelu_f64, function64=gelu64),
+          exact=gelu_f32, function64=gelu64),
     Entry("exp", "ACCEL_ACT_EXP", "relax.exp", feature="lut", exact=exp_f32,
           function64=np.exp),
     # No Relax op: layer norm's and softmax's decompositions use them (sim/decompose.py);

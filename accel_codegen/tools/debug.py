@@ -1,13 +1,16 @@
 """A layer-by-layer debugger: each accelerator layer's numerical error against the fp32 build's
 same tensor, and its simulated cost, in one table; the first layer whose SQNR falls below a
 threshold is flagged, so a user finds the layer that breaks accuracy and what keeping it in a
-wider precision would cost.
+wider precision would cost. The operators the partition leaves on the host (TVM runs them in
+fp32: an int8 softmax, say) have a row each where they run, with the partition's reason and
+no figures: their error shows in the layers after them.
 
 The error side is :func:`accel_codegen.flows.accuracy.accuracy_report`: the fp32 and
 the reduced-precision builds of the same partition run the same inputs while the simulator's
 observer (``sim/observer.py``, the hook calibration uses) hands over every tensor of both; a
-layer's figures are those of its output (the last tensor its runs make). Errors are
-cumulative: a layer's includes everything upstream of it.
+layer's figures are those of its output (the last tensor its runs make, against the fp32
+build's: the report's ``layers``), its shape the source model's (the partition report's).
+Errors are cumulative: a layer's includes everything upstream of it.
 
 The cost side is the estimate's cost model on the same partition: each layer's cycles in the
 build's precision, and for an int8 build on a configuration with fp16, the cycles of the
@@ -54,6 +57,24 @@ class LayerDebug:
 
 
 @dataclasses.dataclass
+class HostOp:
+    """An operator the partition leaves on the host: TVM runs it in fp32, so it has no
+    accelerator tensor to compare; ``after``: the key of the layer it runs after ("" before
+    the first)."""
+
+    index: int                    # its place in the partition report
+    op: str
+    shape: List[int]
+    source: str
+    code: str
+    reason: str
+    after: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
 class DebugReport:
     config: str
     precision: str
@@ -62,6 +83,7 @@ class DebugReport:
     output_sqnr_db: float
     layers: List[LayerDebug]
     fp16_note: Optional[str] = None  # why there is no fp16 column
+    host: List[HostOp] = dataclasses.field(default_factory=list)
 
     @property
     def first_below(self) -> Optional[LayerDebug]:
@@ -75,20 +97,35 @@ class DebugReport:
             "threshold_db": self.threshold_db, "inputs": self.inputs,
             "output_sqnr_db": output if abs(output) != float("inf") else str(output),
             "first_below": first.key if first else None, "fp16_note": self.fp16_note,
-            "layers": [layer.to_dict() for layer in self.layers]})
+            "layers": [layer.to_dict() for layer in self.layers],
+            "host": [op.to_dict() for op in self.host]})
+
+    def host_after(self, key: str) -> List[HostOp]:
+        """The host operators that run after layer ``key`` ("": before the first layer)."""
+        return [op for op in self.host if op.after == key]
 
     def __str__(self) -> str:
-        width = min(40, max([len("layer"), *(len(f"{r.key} {r.primitive}") for r in self.layers)]))
+        width = min(40, max([len("layer"), *(len(f"{r.key} {r.primitive}") for r in self.layers),
+                             *(len(f"host {op.op}") for op in self.host)]))
         columns = [Column("", 1), Column("layer", width, "<"), Column("shape", 14, "<"),
                    Column("SQNR dB", 8, spec=".1f"), Column("max err", 9, spec=".3g"),
                    Column("sat", 6, spec=".1%"), Column("cycles", 10, spec=","),
                    Column("if fp16", 10, spec=",")]
-        named = any(r.source for r in self.layers)
+        named = any(r.source for r in [*self.layers, *self.host])
         if named:
-            columns.append(Column("source", min(48, max(len(r.source) for r in self.layers)),
+            columns.append(Column("source", min(48, max(len(r.source) for r in
+                                                        [*self.layers, *self.host])),
                                   "<", gap="  "))
         columns.append(Column("source ops", 0, "<", gap="  "))
         rows: List[Any] = []
+
+        def host_rows(key):
+            for op in self.host_after(key):
+                rows.append(["", f"host {op.op}"[:width], "x".join(map(str, op.shape)), None,
+                             None, None, None, None] + ([op.source] if named else [])
+                            + [f"on the host (TVM, fp32): [{op.code}] {op.reason}"])
+
+        host_rows("")
         for r in self.layers:
             label, *more = wrap_label(f"{r.key} {r.primitive}", width)
             rows.append(["!" if r.first_below else ("<" if r.below else ""), label,
@@ -96,6 +133,7 @@ class DebugReport:
                          r.saturated, r.cycles, r.fp16_cycles]
                         + ([r.source] if named else []) + [r.source_ops])
             rows += ["  " + part for part in more]
+            host_rows(r.key)
         first = self.first_below
         lines = [f"debug: {self.precision} against fp32 on {self.config}, {self.inputs} "
                  f"input(s); output SQNR {self.output_sqnr_db:.1f} dB; threshold "
@@ -109,6 +147,10 @@ class DebugReport:
                  "upstream of it); cycles: the cost model's, of the layer in "
                  f"{self.precision}; if fp16: the layer alone in fp16, its converting runs "
                  "included"]
+        if self.host:
+            lines.append(f"host: {len(self.host)} operator(s) the partition leaves to TVM, "
+                         "run in fp32 and not compared (their error shows in the layers after "
+                         "them)")
         if self.fp16_note:
             lines.append(f"if fp16: {self.fp16_note}")
         return "\n".join(lines)
@@ -131,10 +173,19 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     config = AccelConfig.resolve(config)
     accuracy = accuracy_report(mod, params, inputs, config=config, precision=precision,
                                fuse=fuse, **options)
-    # a layer's output: the last tensor its runs make (the tensors are in execution order)
-    outputs: Dict[str, Any] = {}
-    for tensor in accuracy.tensors:
-        outputs[layer_key(tensor.key)] = tensor
+    # a layer's output against the fp32 build's (its last tensor in either build)
+    outputs = {tensor.key: tensor for tensor in accuracy.layers}
+    # each layer's output shape as the source model has it (its last operator's), and the
+    # host operators, each after the layer before it
+    shapes: Dict[str, List[int]] = {}
+    host: List[HostOp] = []
+    last = ""
+    for op in accuracy.partition.ops if accuracy.partition is not None else ():
+        if op.offloaded and op.key:
+            shapes[op.key], last = list(op.shape or []), op.key
+        elif not op.offloaded:
+            host.append(HostOp(op.index, op.op, list(op.shape or []), op.source or "",
+                               op.code or "", op.reason or "", last))
     matched = match_composites(mod, params, config=config, fuse=fuse, precision=precision)
     sources = source_ops(matched)
     estimate = report_of(lower(matched, config, precision, fuse), config, matched, sources)
@@ -143,7 +194,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     for layer in estimate.layers:
         key = layer_key(label_key(layer.label))
         cycles[key] = cycles.get(key, 0) + layer.cycles
-        primitives.setdefault(key, layer.primitive)
+        primitives.setdefault(key, layer.primitive.split(":", 1)[0])  # not a pass's role
     keys = layer_keys(matched)
     fp16: Dict[str, int] = {}
     note = None
@@ -162,7 +213,8 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
         tensor = outputs.get(key)
         rows.append(LayerDebug(
             key, primitives.get(key, ""), " ".join(sources.get(key, ())),
-            list(tensor.shape) if tensor else [], tensor.sqnr_db if tensor else None,
+            shapes.get(key) or (list(tensor.shape) if tensor else []),
+            tensor.sqnr_db if tensor else None,
             tensor.max_abs_error if tensor else None, tensor.saturated if tensor else None,
             cycles.get(key, 0), fp16.get(key), source=source_names(sources).get(key, "")))
     first = True
@@ -171,4 +223,4 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
         if row.below and first:
             row.first_below, first = True, False
     return DebugReport(config.name, precision, threshold_db, accuracy.inputs,
-                       accuracy.output_sqnr_db, rows, note)
+                       accuracy.output_sqnr_db, rows, note, host)

@@ -308,6 +308,16 @@ static inline __attribute__((always_inline)) void panel_step_lut(const panel_cod
     const int32_t* r = c + m * ldc + i;
     __m512i v0, v1, v2, v3;
     panel_load(E, r, m, k, panel, corr, &v0, &v1, &v2, &v3);
+#ifdef __AVX512VBMI__
+    if (L.bytes != NULL) { /* the plan's byte tables: no gathers */
+      const __m512i u0 = sdp_i8_lanes_lut_u(e, &L, v0);
+      const __m512i u1 = sdp_i8_lanes_lut_u(e, &L, v1);
+      const __m512i u2 = sdp_i8_lanes_lut_u(e, &L, v2);
+      const __m512i u3 = panel ? u2 : sdp_i8_lanes_lut_u(e, &L, v3);
+      _mm512_mask_storeu_epi8(out + m * ldo, keep, sdp_i8_lut_bytes64(L.bytes, u0, u1, u2, u3));
+      continue;
+    }
+#endif
     const __m512i q0 = sdp_i8_lanes_lut(e, &L, v0);
     const __m512i q1 = sdp_i8_lanes_lut(e, &L, v1);
     const __m512i q2 = sdp_i8_lanes_lut(e, &L, v2);

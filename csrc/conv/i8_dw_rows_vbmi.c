@@ -389,6 +389,66 @@ static inline __attribute__((always_inline)) void dws_codes_body(
   }
 }
 
+/* dws_codes_body for a LUT activation through its plan's byte tables (sdp_i8_lut_bytes): each
+ * vector's t offsets from the channel's converter, 64 codes from the tables. */
+static inline __attribute__((always_inline)) void dws_lut_body(
+    const int64_t KH, const int64_t NQ, const dws_entry* tab, int64_t ohw, const int8_t* src,
+    const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
+    const sdp_i8_lane_lut* L, int8_t* y) {
+  const int64_t nvec = (ohw + 15) / 16;
+  __m512i x = _mm512_setzero_si512();
+  for (int64_t v = 0; v < nvec; v += 4) {
+    const __m512i u0 =
+        sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v, src, wv, init, padu, &x));
+    __m512i u1 = u0, u2 = u0, u3 = u0; /* past the plane: codes not stored */
+    if (v + 1 < nvec)
+      u1 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 1, src, wv, init, padu, &x));
+    if (v + 2 < nvec)
+      u2 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 2, src, wv, init, padu, &x));
+    if (v + 3 < nvec)
+      u3 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 3, src, wv, init, padu, &x));
+    const int64_t n = ohw - 16 * v;
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    _mm512_mask_storeu_epi8(y + 16 * v, keep, sdp_i8_lut_bytes64(L->bytes, u0, u1, u2, u3));
+  }
+}
+
+static void dws_lut_3(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw, const int8_t* src,
+                      const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
+                      const sdp_i8_lane_lut* L, int8_t* y) {
+  (void)kh, (void)nq;
+  dws_lut_body(3, 1, tab, ohw, src, wv, init, padu, cvt, L, y);
+}
+static void dws_lut_5(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw, const int8_t* src,
+                      const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
+                      const sdp_i8_lane_lut* L, int8_t* y) {
+  (void)kh, (void)nq;
+  dws_lut_body(5, 2, tab, ohw, src, wv, init, padu, cvt, L, y);
+}
+static void dws_lut_any(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw,
+                        const int8_t* src, const __m512i* wv, __m512i init, __m512i padu,
+                        const sdp_i8_lane_cvt* cvt, const sdp_i8_lane_lut* L, int8_t* y) {
+  dws_lut_body(kh, nq, tab, ohw, src, wv, init, padu, cvt, L, y);
+}
+
+/* A band's int32 values v (count of them) of channel converter e as LUT codes through the
+ * plan's byte tables: 64 a step. */
+static void codes_of_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
+                             int8_t* y, int64_t count) {
+  for (int64_t i = 0; i < count; i += 64) {
+    const int64_t n = count - i;
+    const __m512i u0 = sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n), v + i));
+    const __m512i u1 =
+        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 16), v + i + 16));
+    const __m512i u2 =
+        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 32), v + i + 32));
+    const __m512i u3 =
+        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 48), v + i + 48));
+    const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    _mm512_mask_storeu_epi8(y + i, keep, sdp_i8_lut_bytes64(L->bytes, u0, u1, u2, u3));
+  }
+}
+
 typedef void (*dws_codes_fn)(int64_t, int64_t, const dws_entry*, int64_t, const int8_t*,
                              const __m512i*, __m512i, __m512i, const sdp_i8_lane_cvt*, int8_t,
                              int8_t, int8_t*);
@@ -420,12 +480,19 @@ DWS_CODES(dws_codes_any_0, kh, nq, 0)
  * with a converter (cvt not NULL) as codes into y, 64 per step, straight from the registers. */
 static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry* tab,
                       const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid,
-                      const sdp_i8_lane_cvt* cvt, int8_t lo, int8_t hi, int8_t* y) {
+                      const sdp_i8_lane_cvt* cvt, const sdp_i8_lane_lut* lut, int8_t lo,
+                      int8_t hi, int8_t* y) {
   const int64_t kh = g->kernel_h, nq = D->nq, ohw = (int64_t)g->out_h * g->out_w;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
   const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80));
+  if (cvt != NULL && lut != NULL) {
+    (kh == 3 && nq == 1   ? dws_lut_3
+     : kh == 5 && nq == 2 ? dws_lut_5
+                          : dws_lut_any)(kh, nq, tab, ohw, src, wv, init, padu, cvt, lut, y);
+    return;
+  }
   if (cvt == NULL) {
     __m512i x = _mm512_setzero_si512();
     for (int64_t v = 0; v < (ohw + 15) / 16; ++v)
@@ -454,6 +521,7 @@ typedef struct dwr_job {
   int64_t planes, chunk;
   const dws_entry* small; /* small planes: the table of dws_plane, else NULL */
   const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
+  const sdp_i8_lane_lut* lut; /* with cvt, a LUT plan's byte tables (cvt: t), or NULL */
   int8_t lo, hi;
 } dwr_job;
 
@@ -474,8 +542,8 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
       const sdp_i8_lane_cvt* cvt = J->cvt != NULL ? J->cvt + k : NULL;
       if (J->small != NULL) {
         const int64_t at = (b * g->k + k) * P->ohw;
-        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid, cvt, J->lo, J->hi,
-                  J->out + at);
+        dws_plane(g, D, J->small, src, J->in_zero, J->w + k * P->rs, grid, cvt, J->lut, J->lo,
+                  J->hi, J->out + at);
         if (cvt == NULL)
           convert_at(ep, k, grid, J->out, at, P->ohw);
         continue;
@@ -484,7 +552,9 @@ static void dwr_item(void* ctx, int64_t item, int participant) {
         const int64_t oy1 = oy0 + D->band < g->out_h ? oy0 + D->band : g->out_h;
         dwr_band(P, D, src, J->in_zero, J->w + k * P->rs, oy0, oy1, grid);
         const int64_t at = (b * g->k + k) * P->ohw + oy0 * ow;
-        if (cvt != NULL)
+        if (cvt != NULL && J->lut != NULL)
+          codes_of_run_lut(cvt, J->lut, grid, J->out + at, (oy1 - oy0) * ow);
+        else if (cvt != NULL)
           codes_of_run(cvt, J->lo, J->hi, grid, J->out + at, (oy1 - oy0) * ow);
         else
           convert_at(ep, k, grid, J->out, at, (oy1 - oy0) * ow);
@@ -515,13 +585,25 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   if (chunk < 1) chunk = 1;
   dwr_job J = {.P = P, .D = D, .in_zero = in_zero, .in = in, .w = w, .out = out, .ep = ep,
                .grids = grids, .planes = planes, .chunk = chunk, .small = small, .cvt = NULL,
-               .lo = 0, .hi = 0};
+               .lut = NULL, .lo = 0, .hi = 0};
   int kind;
   sdp_i8_lane_add unused;
-  const sdp_i8_lane_cvt* cvt =
-      i8_lanes_cached(ep, g->k, P->kd * 255 * 128, 0, ws, &kind, &J.lo, &J.hi, &unused);
+  const int64_t vmax = P->kd * 255 * 128;
+  const sdp_i8_lane_cvt* cvt = i8_lanes_cached(ep, g->k, vmax, 0, ws, &kind, &J.lo, &J.hi, &unused);
   if (cvt == NULL) return ACCEL_ERR_NO_MEMORY;
   if (kind == 1) J.cvt = cvt;
+  sdp_i8_lane_lut lut;
+  if (kind == 0 && ep->lut != NULL) {
+    /* a LUT activation in registers where its plan has byte tables (with the bins' gathers
+     * the lanes were slower than sdp_i8_span per plane: docs/kernels.md); the channels'
+     * constants are kept by sdp_i8_lut.c */
+    sdp_i8_lane_cvt* t = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
+    if (t == NULL) return ACCEL_ERR_NO_MEMORY;
+    if (sdp_i8_lanes_prepare_lut(ep, 0, (int32_t)g->k, vmax, t, &lut) && lut.bytes != NULL) {
+      J.cvt = t;
+      J.lut = &lut;
+    }
+  }
   pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -177,6 +177,22 @@ def test_softmax_takes_the_true_max(rng):
     assert np.all(np.isfinite(y)) and np.allclose(y.astype(np.float64).sum(1), 1, atol=1e-2)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_each_pass_has_its_own_name(precision):
+    """A run's label is its layer's key and its pass's role: the halving trees' levels and
+    the Newton steps are numbered, so no two passes of a layer (profiled runs) share one."""
+    softmax = [p.role for p in dc.softmax_passes((1, 10, 1, 1), precision).passes]
+    assert len(set(softmax)) == len(softmax), softmax
+    assert [r for r in softmax if r.startswith("softmax.max")] == \
+        [f"softmax.max.max{level}" for level in (1, 2, 3, 4)]  # 10 -> 5 -> 3 -> 2 -> 1
+    norm = [p.role for p in dc.layer_norm_passes((2, 5, 1, 3), precision=precision).passes]
+    assert len(set(norm)) == len(norm), norm
+    assert norm[:3] == ["layer_norm.center.mean.lo1", "layer_norm.center.mean.hi1",
+                        "layer_norm.center.mean.add1"]  # two images: BDMA copies per level
+    if precision == "fp16":
+        assert "softmax.newton.step3" in softmax and "softmax.newton.step4" not in softmax
+
+
 def test_costs_are_the_cost_models_and_summed():
     """estimate_passes prices each pass with estimate_chain; the CONV form of the sums takes
     fewer runs and fewer cycles on nv_full for ViT-Ti's token tensor (docs/transformer_ops.md)."""

@@ -321,6 +321,42 @@ def test_conv_epilogues_in_lanes_through_the_plan(geometry, extra):
     assert len(np.unique(expected)) > 8
 
 
+@pytest.mark.parametrize("geometry", [PLAN_LANE_CONVS[0], PLAN_LANE_CONVS[3]],
+                         ids=["1x1", "depthwise"])
+def test_the_byte_tables_and_the_bins_give_the_same_codes(geometry, monkeypatch):
+    """A plan's byte tables (VBMI builds: vpermi2b lookups, sdp_i8_lanes.h's sdp_i8_lut_bytes)
+    and its bins (ACCEL_SDP_I8_LUT=bins, read per run: a plan without byte tables, a gather
+    per 16 values) give the reference's codes, in a conv's panel epilogue and through
+    sdp_i8_span (depthwise), with accumulators whose t spans the table (154 codes)."""
+    cin, cout, k, stride, groups, size = geometry
+    rng = np.random.default_rng(31)
+    op, _ = _compiler_case("silu", 73)
+    x = rng.integers(-128, 128, (1, cin, size, size)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin // groups, k, k)).astype(np.int8)
+    base = np.resize(op.rshift.astype(np.int64), cout) + 6
+    bias = np.resize(op.bias, cout).astype(np.int64) * (1 << 6)
+    sdp = Sdp(**{**op.__dict__, "in_zero": 0, "rshift": base.astype(np.uint8),
+                 "mul": np.resize(op.mul, cout),
+                 "bias": np.clip(bias, -2**31, 2**31 - 1).astype(np.int32)})
+    chain = [Conv(w, stride=stride, padding=k // 2, groups=groups, precision="int8",
+                  in_zero=-2), sdp]
+    expected = ref.run_chain(chain, x)
+    device = Device("nv_full", num_threads=1)
+    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
+    for path in ("", "bins"):
+        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
+        for _ in range(runs):  # the last ones through the kept plan
+            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+    assert len(np.unique(expected)) > 100
+
+
+def _has_vbmi() -> bool:
+    try:
+        return " avx512vbmi " in pathlib.Path("/proc/cpuinfo").read_text() + " "
+    except OSError:
+        return False
+
+
 def test_verbose_names_the_plan(tmp_path):
     """ACCEL_VERBOSE prints the plan of a LUT layer (bins, changes, bins of several changes):
     the cases above take it, once each: the plan is kept from run to run."""
@@ -340,6 +376,12 @@ def test_verbose_names_the_plan(tmp_path):
     assert len(lines) == len(PLAN_CASES), done.stderr[-2000:]
     multi = [int(ln.rsplit("_multi", 1)[1]) for ln in lines]
     assert multi[-1] > 0 and all(m == 0 for m in multi[:-1])  # only the jumping table's
+    # the byte tables' changes per interval (-1: none): the compiler's tables have them where
+    # the library was built for a VBMI host (-march=native), the jumping table never
+    per = [int(ln.split("_bytes", 1)[1].split("_", 1)[0]) for ln in lines]
+    assert per[-1] == -1
+    if _has_vbmi():
+        assert all(1 <= m <= 4 for m in per[:-1]), lines
 
 
 def test_kept_lane_constants_follow_the_channels():

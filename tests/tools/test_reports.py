@@ -167,6 +167,54 @@ def test_debug_flags_the_first_layer_below_the_threshold(zoo):
     assert data["schema"] == "accel-codegen/debug/1" and data["first_below"] == "f0.0"
 
 
+def _softmax_head():
+    import torch
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 4 * 4, 10)
+
+        def forward(self, x):
+            return torch.softmax(self.fc(torch.relu(self.conv(x)).flatten(1)), dim=1)
+
+    torch.manual_seed(0)
+    return Head().eval(), torch.randn(1, 3, 4, 4)
+
+
+def test_debug_shows_a_softmax_where_it_runs():
+    """int8 leaves the softmax on the host: a row says so, with the partition's reason (the
+    table once said nothing of it); fp16 runs it in engine passes: its row is the layer's
+    output against fp32's (once the last pass its key shared with fp32's, another tensor: 21
+    dB of a 69 dB output), named by its primitive, not a pass. Shapes are the source's (the
+    dense layer's 1x10, not its surface 1x10x1x1), as the partition report has them."""
+    from accel_codegen import frontend
+    from accel_codegen.tools.debug import debug_report
+    from accel_codegen.tools.model_spec import random_inputs
+
+    model, x = _softmax_head()
+    mod, params = frontend.from_pytorch(model, (x,))
+    int8 = debug_report(mod, params, random_inputs([x.numpy()], 2, 1),
+                        calibration=random_inputs([x.numpy()], 2, 0))
+    assert [(r.key, r.primitive, r.shape) for r in int8.layers] == [
+        ("f0.0", "accel.conv2d_bias_relu", [1, 8, 4, 4]),
+        ("f0.1", "accel.flatten_dense_bias", [1, 10])]
+    assert [(op.op, op.source, op.code, op.after) for op in int8.host] == [
+        ("relax.nn.softmax", "softmax", "precision", "f0.1")]
+    text = str(int8).splitlines()
+    dense = next(i for i, line in enumerate(text) if "accel.flatten_dense_bias" in line)
+    assert text[dense + 1].split()[:3] == ["host", "relax.nn.softmax", "1x10"]
+    assert "a softmax in int8 is not generated" in text[dense + 1]
+    assert int8.to_dict()["host"][0]["reason"].startswith("a softmax in int8")
+    fp16 = debug_report(mod, params, random_inputs([x.numpy()], 2, 1), precision="fp16")
+    assert fp16.host == []
+    softmax = fp16.layers[-1]
+    assert (softmax.primitive, softmax.shape, softmax.source) == ("accel.softmax", [1, 10],
+                                                                  "softmax")
+    assert softmax.sqnr_db == pytest.approx(fp16.output_sqnr_db)
+
+
 def test_debug_help_names_the_marks_its_table_prints(capsys):
     """The table marks the first layer below the threshold '!' and later ones '<': the help
     says the same (it once named '!' alone)."""
@@ -200,6 +248,7 @@ def test_debug_cli_reads_an_npz_and_says_what_it_cannot_tell(capsys, tmp_path, z
     assert "if fp16: nv_small has no fp16" in out
     rows = _rows((tmp_path / "d.csv").read_text())
     assert len(rows) == 5 and all(r["fp16_cycles"] == "" for r in rows)
+    assert all(r["host_reason"] == "" for r in rows)  # lenet5: every operator offloaded
     status, _, err = run_cli(capsys, "debug", "lenet5", "--inputs", tmp_path / "x.txt")
     assert status == 1 and "a count of random inputs or an .npz file" in err
 

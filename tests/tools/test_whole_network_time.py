@@ -112,8 +112,10 @@ def test_compare_env_on_a_real_network():
 def test_classes_merge_heads_and_layers_and_count_gaps(wnt, capsys):
     assert wnt.run_class("f0.12p3 accel.attention:attention.h11.softmax.exp") == \
         "accel.attention:attention.h*.softmax.exp"
-    assert wnt.run_class("f0.4p2 accel.layer_norm:layer_norm.center.mean.lo") == \
+    assert wnt.run_class("f0.4p2 accel.layer_norm:layer_norm.center.mean.lo2") == \
         "accel.layer_norm:layer_norm.center.mean.lo"
+    assert wnt.run_class("f0.12p4 accel.attention:attention.h3.softmax.max2") == \
+        "accel.attention:attention.h*.softmax.max"
     # two calls of three runs: (label, engine, ops, seconds, gap before it)
     call = [("f0.1p0 accel.attention:attention.h0.scores", 0, 2, 2e-3, 1e-3),
             ("f0.1p1 accel.attention:attention.h1.scores", 0, 2, 4e-3, 3e-3),

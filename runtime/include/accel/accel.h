@@ -384,10 +384,12 @@ typedef enum accel_eltwise {
  *         host and in the NumPy reference), at most 0.99 ulp from e^t over every fp32 input
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
- *         hardsigmoid exactly as written; GELU in double through the library's own erf and
- *         erfc polynomials (csrc/lut.c: gelu_f64, plain double operations, the same bits in
- *         the NumPy reference), rounded once: within 0.5 + 1e-6 ulp of the exact value; its
- *         tanh form in double, rounded once;
+ *         hardsigmoid exactly as written; GELU in fp32 through the library's own
+ *         polynomials per unit interval and exp_f32 (csrc/lut.c: gelu_f32, plain fp32
+ *         operations, the same bits on every host and in the NumPy reference): within 4.2 ulp
+ *         of t erfc(-t / sqrt 2) / 2 (in units of 2^-149 for subnormal results), relative for
+ *         negative t too (0.5 t (1 + erf) would cancel there); its tanh form in double,
+ *         rounded once;
  *   FP16: through the LUT model (accel_lut), whose error bound per function is listed there;
  *   INT8: through integer tables the compiler programs (accel_lut_int8), as NVDLA's integer
  *         pipeline does: the function is whatever the tables hold. */
