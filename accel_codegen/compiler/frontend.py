@@ -351,6 +351,40 @@ def _lp_normalizations(model):
     return model
 
 
+def _sums_as_adds(model):
+    """``model`` with each Sum of two or more inputs as a chain of Adds, ((a + b) + c) ...,
+    and a Sum of one input as Identity; the model itself where it has none. TVM's importer
+    reads a Sum of static shapes as its inputs broadcast, stacked and summed over the stack
+    (three host operators beside the accelerator's element-wise adder: Caffe2's and other
+    exporters' residual additions); ONNX's Sum is the same element-wise addition with the
+    same broadcasting (opset 8 on; before it the inputs have one shape), in this order."""
+    import onnx
+    from onnx import helper
+
+    if not any(n.op_type == "Sum" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        name, inputs = node.name or node.output[0], list(node.input)
+        if len(inputs) == 1:
+            nodes.append(helper.make_node("Identity", inputs, list(node.output), name=name))
+            continue
+        total = inputs[0]
+        for i, term in enumerate(inputs[1:], 1):
+            last = i == len(inputs) - 1
+            out = node.output[0] if last else f"{name}/sum{i}"
+            nodes.append(helper.make_node("Add", [total, term], [out],
+                                          name=name if last else out))
+            total = out
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
 def _unconvertible_nodes(graph, convert_map) -> list:
     """(name, op type, outputs) of every node, subgraphs included, that TVM's importer has no
     converter for (it checks the op types, without saying which node has them)."""
@@ -439,7 +473,7 @@ def from_onnx(
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    model = _lp_normalizations(model)
+    model = _sums_as_adds(_lp_normalizations(model))
     graph_name = model.graph.name
     missing = _unconvertible_nodes(model.graph, _get_convert_map())
     if missing:
@@ -606,6 +640,12 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
             warnings.filterwarnings("ignore", category=DeprecationWarning,
                                     message=r"The feature will be removed",
                                     module=r"torch\.onnx\.")
+            # torch's own multi-head attention checks its shapes in Python (embed_dim,
+            # head_dim, key.shape): the trace records them as the constants they are for the
+            # static shapes exported, which the tracer warns of from torch's code, not the
+            # model's (a model's own data-dependent branch still warns)
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning,
+                                    module=r"torch\.nn\.functional")
             torch.onnx.export(model.eval(), args, str(path), dynamo=False,
                               do_constant_folding=False, opset_version=ONNX_OPSET,
                               input_names=_input_names(model, len(args)))

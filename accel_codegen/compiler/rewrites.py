@@ -1584,15 +1584,20 @@ def affines_into_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # affine block after each hardswish: hardswish(y) * c + d, [1] constants), read by a
 # convolution alone: folded into that conv's input side, conv2d(x c + d, W) ->
 # conv2d(x, W c) + sum(W d), W c per input channel and the shift summed over each output
-# channel's taps. Exact only without padding: a padded tap reads 0 where the folded conv
-# would need -d / c (NVDLA's CONV pads with one value per tensor, which in int8 would have to
-# be a code: no exact form), so a padded conv is left as it is. The conv's bias add, when it
-# has one, takes the shift (two passes: with the bias, then a conv without one).
+# channel's taps. With padding a padded tap reads 0 where the folded conv would need -d / c
+# (NVDLA's CONV pads with one value per tensor, which in int8 would have to be a code), so
+# the shift's sum differs at the border: there the fold adds the difference, a constant of
+# the output's shape that is 0 wherever every tap is inside the image (the SDP's
+# element-wise operand after the bias: exact in fp32; in int8 a rounding of the border's
+# corrections alone, in place of a pass that rounds the whole tensor). The conv's bias add,
+# when it has one, takes the interior's shift (two passes: with the bias, then a conv
+# without one).
 _NX_X, _NX_C, _NX_D = wildcard(), is_const(), is_const()
 _NX_MULS = (is_op("relax.multiply")(_NX_X, _NX_C), is_op("relax.multiply")(_NX_C, _NX_X))
 _NX_MUL = _NX_MULS[0] | _NX_MULS[1]
-_NX_ADDS = (is_op("relax.add")(_NX_MUL, _NX_D), is_op("relax.add")(_NX_D, _NX_MUL))
-_NX_AFFINE = _NX_ADDS[0] | _NX_ADDS[1] | _NX_MUL
+_NX_ADDS = (is_op("relax.add")(_NX_MUL, _NX_D), is_op("relax.add")(_NX_D, _NX_MUL),
+            is_op("relax.subtract")(_NX_MUL, _NX_D))
+_NX_AFFINE = _NX_ADDS[0] | _NX_ADDS[1] | _NX_ADDS[2] | _NX_MUL
 _NX_W, _NX_B = is_const(), is_const()
 _NX_CONV = is_op("relax.nn.conv2d")(_NX_AFFINE, _NX_W)
 _NX_BIASED = is_op("relax.add")(_NX_CONV, _NX_B | is_op("relax.reshape")(_NX_B, wildcard()))
@@ -1607,8 +1612,9 @@ def _input_side_folded(readers: dict, bound: dict):
         a = conv.attrs
         weight = constant_value(matches[_NX_W]).astype(np.float64)
         shape = _static(affine)
-        if shape is None or len(shape) != 4 or weight.ndim != 4 or \
-                any(int(v) for v in a.padding) or str(a.data_layout) != "NCHW" or \
+        out_shape = _static(conv)
+        if shape is None or len(shape) != 4 or weight.ndim != 4 or out_shape is None or \
+                str(a.data_layout) != "NCHW" or \
                 str(a.kernel_layout) != "OIHW" or str(a.out_layout) not in ("", "NCHW") or \
                 _static(mul) != shape or _static(matches[_NX_X]) != shape:
             return expr
@@ -1620,6 +1626,8 @@ def _input_side_folded(readers: dict, bound: dict):
         c = _per_channel(constant_value(matches[_NX_C]), channels)
         d = np.zeros(channels) if shifted is None else \
             _per_channel(constant_value(matches[_NX_D]), channels)
+        if d is not None and shifted is not None and shifted.op.name == "relax.subtract":
+            d = -d
         if c is None or d is None or not np.all(np.isfinite(c)) or \
                 not np.all(np.isfinite(d)) or weight.shape[1] * groups != channels or \
                 k % groups:
@@ -1628,7 +1636,11 @@ def _input_side_folded(readers: dict, bound: dict):
         group = np.arange(k) // (k // groups)
         source = group[:, None] * weight.shape[1] + np.arange(weight.shape[1])[None, :]
         folded_w = weight * c[source][:, :, None, None]
-        shift = np.einsum("kirs,ki->k", weight, d[source])
+        shifted_w = np.einsum("kirs,ki->krs", weight, d[source])
+        shift = shifted_w.sum(axis=(1, 2))
+        border = _border_shift(shifted_w, shape[2:], out_shape[2:], a)
+        if border is not None and int(np.prod(out_shape[1:])) > _MAX_BORDER_SHIFT:
+            return expr
         biased = not expr.same_as(conv)
         if biased:
             value = constant_value(matches[_NX_B])
@@ -1643,16 +1655,48 @@ def _input_side_folded(readers: dict, bound: dict):
         dtype = str(conv.ty.dtype)
         out = relax.Call(conv.op, [matches[_NX_X], relax.const(folded_w.astype(dtype), dtype)],
                          conv.attrs)
-        return relax.op.add(named_as(out, conv),
-                            relax.const(shift.reshape(1, k, 1, 1).astype(dtype), dtype))
+        out = relax.op.add(named_as(out, conv),
+                           relax.const(shift.reshape(1, k, 1, 1).astype(dtype), dtype))
+        if border is None:
+            return out
+        return relax.op.add(out, relax.const(border[None].astype(dtype), dtype))
     return rewriter
+
+
+# The largest border correction (elements of one image's output) a padded fold adds: the
+# SDP reads it as a feature-sized operand (as lowering's expanded operands).
+_MAX_BORDER_SHIFT = 1 << 20
+
+
+def _border_shift(shifted_w: np.ndarray, size, out_size, attrs) -> Optional[np.ndarray]:
+    """The shift's sum at each output position of a padded conv minus its sum over all taps
+    (``shifted_w``: [K, R, S], each tap's share), [K, H', W']: 0 where every tap reads the
+    image, at the border minus the padded taps' shares; None when no tap is ever padded."""
+    top, left, bottom, right = (int(v) for v in attrs.padding)
+    if not any((top, left, bottom, right)):
+        return None
+    (stride_h, stride_w), (dil_h, dil_w) = [int(v) for v in attrs.strides], \
+        [int(v) for v in attrs.dilation]
+    _, taps_h, taps_w = shifted_w.shape
+
+    def inside(taps, stride, dilation, pad, length, out):  # [taps, out]: the tap reads x
+        rows = np.arange(out)[None, :] * stride - pad + np.arange(taps)[:, None] * dilation
+        return ((rows >= 0) & (rows < length)).astype(np.float64)
+
+    rows = inside(taps_h, stride_h, dil_h, top, int(size[0]), int(out_size[0]))
+    cols = inside(taps_w, stride_w, dil_w, left, int(size[1]), int(out_size[1]))
+    total = np.einsum("krs,ry,sx->kyx", shifted_w, rows, cols)
+    border = total - shifted_w.sum(axis=(1, 2))[:, None, None]
+    return border if np.any(border != 0) else None
 
 
 def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d(x * c [+ d], W) [+ b] with constant c, d per channel of x (or scalars), the
-    affine read by the conv alone and the conv without padding -> conv2d(x, W c) + (b +
-    sum(W d)). After :func:`affines_into_convs`, which folds an affine into the conv that
-    computes its input (exact with any padding) where there is one."""
+    affine read by the conv alone -> conv2d(x, W c) + (b + sum(W d)), and where the conv pads
+    and d is not 0, + the border's correction (a constant of the output's shape, 0 inside:
+    the padded taps' shares of sum(W d) taken off). After :func:`affines_into_convs`, which
+    folds an affine into the conv that computes its input (exact with any padding) where
+    there is one."""
     once = _rewrite_with_readers(mod, _NX_BIASED, _input_side_folded)
     return _rewrite_with_readers(once, _NX_CONV, _input_side_folded)
 
@@ -1851,6 +1895,29 @@ def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.squeeze", "relax.expand_dims"), _squeeze_as_reshape)
 
 
+def _pool_padding_as_pad(call: relax.Call, source) -> relax.Expr:
+    attrs = call.attrs
+    padding = [int(v) for v in attrs.padding]
+    if not any(padding) or not bool(attrs.count_include_pad) or bool(attrs.ceil_mode) or \
+            str(attrs.layout) != "NCDHW" or str(attrs.out_layout) != "NCDHW" or \
+            _static(call.args[0]) is None or len(padding) != 6:
+        return call
+    widths = [0, 0, 0, 0] + [w for axis in range(3) for w in (padding[axis], padding[axis + 3])]
+    padded = relax.op.nn.pad(call.args[0], widths, pad_value=0.0)
+    return named_as(relax.op.nn.avg_pool3d(
+        padded, [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides], 0,
+        [int(v) for v in attrs.dilation], False, True, "NCDHW", "NCDHW"), call)
+
+
+def pool_padding_as_pad(mod: tvm.IRModule) -> tvm.IRModule:
+    """avg_pool3d(x) counting its zero padding (count_include_pad) -> avg_pool3d of x padded
+    with zeros first, no padding: the same averages, exactly (the zeros it counts are the
+    ones it reads). TVM's ONNX importer writes LRN's channel window so; torch's
+    LocalResponseNorm pads first, the form the accel.lrn entry reads (Caffe2's AlexNet and
+    ZFNet exports)."""
+    return rewrite_bindings(mod, ("relax.nn.avg_pool3d",), _pool_padding_as_pad)
+
+
 _ROWS_X = wildcard()
 _ROWS_SOFTMAX = is_op("relax.nn.softmax")(is_op("relax.reshape")(_ROWS_X, wildcard()))
 _ROWS_BACK = is_op("relax.reshape")(_ROWS_SOFTMAX, wildcard())
@@ -1912,7 +1979,8 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 #: sandwiches before a permute before a flatten is folded into the dense layer's weight;
 #: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
-                  ranked_constants, sliced_takes, shared_constant_reshapes, squeezes_as_reshapes,
+                  ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
+                  squeezes_as_reshapes,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

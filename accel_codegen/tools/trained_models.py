@@ -196,6 +196,17 @@ TEXTS = ("Hello World 2026", "accel codegen", "NVDLA 8x8 conv", "ONNX Runtime 1.
 # A few held-out texts, for int8's held-out check.
 HELD_OUT_TEXTS = ("trained weights", "Zen 4 EPYC")
 
+# More lines for the recogniser's int8 against ONNX Runtime's (examples/recogniser_int8.py):
+# 2 inputs rank int8 settings on noise, so its comparison reads the set's 2, the 2 held out
+# and these 8.
+MORE_TEXTS = ("PP-OCRv4 text", "int8 weights", "Quick brown fox", "0123456789",
+              "Paddle ONNX export", "Hardswish 2x", "accelerator sim", "Batch norm fold")
+
+
+def recogniser_lines(texts: Sequence[str]) -> List[Tuple[np.ndarray]]:
+    """``texts`` as the recogniser's inputs (1x3x48x320, as the set makes its own)."""
+    return [(_paddle_normalise(im),) for im in text_lines(texts, 48, 320)]
+
 
 def text_lines(texts: Sequence[str], height: int, width: int) -> List[Any]:
     return [_fit_width(render_text(t), height, width) for t in texts]
@@ -212,7 +223,7 @@ def _cls_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]:
 
 def _rec_inputs(count: int, held_out: bool = False) -> List[Tuple[np.ndarray]]:
     texts = HELD_OUT_TEXTS if held_out else TEXTS
-    return [(_paddle_normalise(im),) for im in text_lines(texts, 48, 320)[:count]]
+    return recogniser_lines(texts[:count])
 
 
 def _document(index: int, size: Tuple[int, int]):
@@ -814,15 +825,14 @@ def _default_opset(onnx_model) -> int:
                default=0)
 
 
-def ort_int8_result(model: LoadedModel, inputs, references, calibration, folder) -> Result:
-    """ONNX Runtime's static int8 quantisation of the same file
-    (:mod:`accel_codegen.quantization.ort_baseline`, calibrated on the same inputs), run
-    by ONNX Runtime, against its fp32 run."""
+def ort_int8_outputs(model: LoadedModel, inputs, calibration, folder):
+    """(outputs, pre-processed, errors) of ONNX Runtime's static int8 quantisation of the
+    same file (:mod:`accel_codegen.quantization.ort_baseline`, calibrated on
+    ``calibration``), run by ONNX Runtime on ``inputs``; outputs None when it raised."""
     from ..quantization import ort_baseline
 
     from onnx import version_converter
 
-    result = Result("ort int8")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{model.spec.name}.onnx"
@@ -832,7 +842,7 @@ def ort_int8_result(model: LoadedModel, inputs, references, calibration, folder)
     if _default_opset(onnx_model) < 13:
         onnx_model = version_converter.convert_version(onnx_model, 13)
     path.write_bytes(onnx_model.SerializeToString())
-    outputs, errors = None, []
+    errors = []
     # ONNX Runtime's pre-processing (symbolic shape inference) asserts on some graphs
     # (a Concat along axis 1 of shape values); quantised without it then, and said so.
     for settings in (ort_baseline.Int8Settings(),
@@ -840,17 +850,23 @@ def ort_int8_result(model: LoadedModel, inputs, references, calibration, folder)
         try:
             quantized = ort_baseline.quantize_int8(path, calibration, folder, settings)
             session = ort_baseline.session(quantized, threads=1)
-            outputs = [ort_run(session, x) for x in inputs]
+            return [ort_run(session, x) for x in inputs], settings.pre_process, errors
         except Exception as error:  # pylint: disable=broad-except  (ONNX Runtime's, reported)
             text = (str(error).strip().splitlines() or [""])[0][:200]
             errors.append(f"{type(error).__name__}: {text}")
-            continue
-        if not settings.pre_process:
-            result.precision = "ort int8*"  # * without ONNX Runtime's pre-processing
-        break
+    return None, False, errors
+
+
+def ort_int8_result(model: LoadedModel, inputs, references, calibration, folder) -> Result:
+    """ONNX Runtime's static int8 quantisation of the same file (:func:`ort_int8_outputs`),
+    against its fp32 run."""
+    result = Result("ort int8")
+    outputs, pre_processed, errors = ort_int8_outputs(model, inputs, calibration, folder)
     if outputs is None:
         result.error = "; ".join(errors)
         return result
+    if not pre_processed:
+        result.precision = "ort int8*"  # * without ONNX Runtime's pre-processing
     result.max_error, result.sqnr_db = compare(outputs, references)
     _answer(result, model, outputs, references)
     return result

@@ -6,8 +6,10 @@ order, since a run reads what earlier runs wrote:
   key it enters the code under); a constant element-wise operand its own range's;
 - a layer's output: its SDP's calibrated output before any pool (a conv or SDP), its input's
   (a pool, a copy, a CDP), an int8 concat's one that covers every input (each copy then
-  rescales into it), a deconvolution's its phases'; in mixed code a converting run's the one
-  an int8 layer would have given it;
+  rescales into it; where every input is a conv or SDP layer of the function read by the
+  concat alone, those layers write their outputs in it and the copies move codes:
+  ``concat_producers``), a deconvolution's its phases'; in mixed code a converting run's the
+  one an int8 layer would have given it;
 - each run's converters (``int8.py``'s real-value model): the conv's weights folded and
   quantised once (``Run.weights``), bias correction, the element-wise operand's alignment,
   a LUT activation's tables, a clip's codes, PReLU's slopes.
@@ -29,6 +31,7 @@ from ...sim.labels import run_key
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import Layer, constant_value
+from ..qdq import QDQ_METHOD
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
@@ -68,6 +71,10 @@ class _FunctionQuant:
         function.quant.clear()
         self.quant: Dict[relax.Var, TensorQuant] = function.quant
         self.params = set(function.function.params)
+        # an int8 concat's quantisation, and its producers' outputs written in it
+        # (concat_producers)
+        self.concats: Dict[relax.Var, TensorQuant] = {}
+        self.produced: Dict[str, TensorQuant] = {}
 
     def calibrated(self, key: Key) -> TensorQuant:
         if self.calibration is None:
@@ -94,6 +101,7 @@ class _FunctionQuant:
         runs: Dict[int, List[Run]] = {}
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
+        self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
                 self.call(call, [r for r in runs[index] if not r.converts])
@@ -129,6 +137,42 @@ class _FunctionQuant:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
 
+    def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
+        """An int8 concat whose every input is a conv or SDP layer of this function read by
+        the concat alone (a detector neck's branches): each branch writes its output straight
+        in the concat's quantisation (the one covering every branch's calibrated range), so
+        its copy moves codes and the branch is rounded once, where writing its own scale and
+        rescaling into the concat's rounded it twice."""
+        if self.calibration is None or self.calibration.method == QDQ_METHOD:
+            return  # a quantised model's own scales are kept, as ONNX Runtime keeps them
+        calls = self.function.calls
+        producer = {call.binding.var: index for index, call in enumerate(calls)}
+        readers = _readers(self.function.function)
+        for at, call in enumerate(calls):
+            layer = call.layer
+            if call.precision != "int8" or len(layer.copies) < 2 or not runs.get(at) or \
+                    not layer.several_sources or layer.rescaled_rows or \
+                    layer.keeps_input_scales:
+                continue
+            sources, keys = [], []
+            for copy in layer.copies:
+                var, _ = resolve_operand(copy.source, runs[at][0].scope)
+                index = producer.get(var)
+                if index is None:
+                    break
+                source = calls[index]
+                made = [r for r in runs.get(index, []) if not r.converts]
+                if source.precision != "int8" or source.converted or not made or \
+                        readers.get(var, 0) != 1 or not _plain(source.layer):
+                    break
+                if var not in sources:
+                    sources.append(var)
+                    keys.append((made[-1].key, pre_pool(source.layer)))
+            else:
+                quant = int8.concat_quant(self.calibrated(key) for key in keys)
+                self.concats[call.binding.var] = quant
+                self.produced.update({key[0]: quant for key in keys})
+
     def concat(self, var: relax.Var, layer: Layer, runs: List[Run]) -> None:
         """An int8 concat's quantisation covers every input's; each copy rescales its input
         into it (or, along a later axis, one SDP pass after the copies: Layer.rescaled_rows)."""
@@ -157,7 +201,9 @@ class _FunctionQuant:
             # tensor (nothing in this function) would need the scale that covers them all
             self.quant[var] = int8.concat_quant([self.run(run) for run in runs])
             return
-        if layer.several_sources:
+        if var in self.concats:  # its inputs were written in it: the copies move codes
+            self.quant[var] = self.concats[var]
+        elif layer.several_sources:
             self.quant[var] = int8.concat_quant(
                 self.data(run.layer.data, run.scope, (run.key, INPUT)) for run in runs)
         for run in runs:
@@ -242,7 +288,7 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.calibrated((key, pre_pool(layer)))
+            out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
         if layer.pool is not None:
@@ -275,3 +321,36 @@ class _FunctionQuant:
             slope = constant_value(run.scope.get(s.prelu_slope, s.prelu_slope))
             prelu = int8.prelu_converter(slope, len(g), what)
         return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
+
+
+def _plain(layer: Layer) -> bool:
+    """A conv or SDP layer (a pool after them at most) whose one output quantisation is its
+    SDP's: what may write its output in another tensor's quantisation."""
+    return (layer.conv is not None or not layer.sdp.empty()) and not layer.copies and \
+        not layer.tokens and layer.norm is None and layer.rubik is None and \
+        not layer.computed_scale and not layer.requantize
+
+
+def _readers(function: relax.Function) -> Dict[relax.Var, int]:
+    """How many times each variable is read in ``function`` (its bindings' arguments and its
+    result)."""
+    counts: Dict[relax.Var, int] = {}
+
+    def read(expr) -> None:
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for field in expr.fields:
+                read(field)
+        elif isinstance(expr, relax.TupleGetItem):
+            read(expr.tuple_value)
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                read(arg)
+
+    body = function.body
+    for block in body.blocks:
+        for binding in block.bindings:
+            read(binding.value)
+    read(body.body)
+    return counts
