@@ -197,8 +197,17 @@ static void plane_per_channel(const sdp_f32* p, int32_t channel, const float* in
     for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * value;
     return;
   }
+  if (p->ew_op == ACCEL_EW_ADD && p->scale == NULL && p->shift == NULL && p->lut == NULL &&
+      lut_activation(p->act)) {
+    /* softmax's exp(s - max): sdp_f32_span's steps (the add, then activation_exact) in two
+     * passes over the plane, without the operand buffer or a copy first */
+    for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] + value;
+    activation_exact(p->act, dst, hw);
+    return;
+  }
   float same[SAME];
-  for (int i = 0; i < SAME; ++i) same[i] = value;
+  const int64_t filled = hw < SAME ? hw : SAME; /* a plane's worth: softmax's are 197 long */
+  for (int64_t i = 0; i < filled; ++i) same[i] = value;
   for (int64_t i0 = 0; i0 < hw; i0 += SAME) {
     const int64_t cnt = hw - i0 < SAME ? hw - i0 : SAME;
     if (sdp_f32_one_pass(p)) {
@@ -237,6 +246,24 @@ static void plane_x_units(const sdp_f32* p, int32_t channel, int64_t offset, con
   }
 }
 
+/* dst = (in * scale + shift) * operand, no activation (a layer norm's d * d, softmax's
+ * Newton products): sdp_f32_span's steps in its order, each rounded alone, in one pass with no
+ * copy first. */
+static void span_mul(const sdp_f32* p, int32_t channel, const float* in, float* dst,
+                     const float* operand, int64_t hw) {
+  const float s = p->scale != NULL ? p->scale[channel] : 1.0f;
+  const float b = p->shift != NULL ? p->shift[channel] : 0.0f;
+  if (p->scale != NULL && p->shift != NULL) {
+    for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s + b) * operand[i];
+  } else if (p->scale != NULL) {
+    for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] * s) * operand[i];
+  } else if (p->shift != NULL) {
+    for (int64_t i = 0; i < hw; ++i) dst[i] = (in[i] + b) * operand[i];
+  } else {
+    for (int64_t i = 0; i < hw; ++i) dst[i] = in[i] * operand[i];
+  }
+}
+
 static void run_item(void* ctx, int64_t item, int participant) {
   const run_job* J = ctx;
   (void)participant;
@@ -258,6 +285,10 @@ static void run_item(void* ctx, int64_t item, int participant) {
     const float* operand = J->p->ew_operand != NULL ? J->p->ew_operand + offset : NULL;
     if (sdp_f32_one_pass(J->p)) { /* reads the input once, no copy first */
       span_from(J->p, (int32_t)(plane % J->c), in, dst, operand, J->hw);
+      continue;
+    }
+    if (!x_units && J->p->ew_op == ACCEL_EW_MUL && J->p->act == ACCEL_ACT_NONE) {
+      span_mul(J->p, (int32_t)(plane % J->c), in, dst, operand, J->hw);
       continue;
     }
     if (dst != in) {

@@ -131,8 +131,8 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
-/* c + th * mul for the 16 lanes of t with th = t >> 16 in [0, 2^15) and 0 < mul < 2^15 (the
- * high words of t times mul, the low words times 0): one vpdpwssd where VNNI is there. */
+/* c + th * mul for the 16 lanes of t with th = t >> 16 in [-2^15, 2^15) and 0 < mul < 2^15
+ * (the high words of t times mul, the low words times 0): one vpdpwssd where VNNI is there. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_high_product(__m512i c, __m512i t,
                                                                          int32_t mul) {
   const __m512i m = _mm512_set1_epi32((int32_t)((uint32_t)mul << 16));
@@ -145,23 +145,27 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_high_product(__m512i
 
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
- * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2. Form 3:
+ * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2; 5 / 6:
+ * forms 4 / 3 with the bias already in v (t = v: the VNNI GEMMs start their accumulators at
+ * the bias, conv/i8_gemm_vnni.c; exact, so v + bias stays inside int32). Form 3:
  * |t| <= vmax + |bias| <= INT32_MAX (exact), so |t| = th 2^16 + tl with th < 2^15; th * mul
  * (vpmaddwd with mul in the high word) + floor(tl * mul / 2^16) (vpmulhuw with mul in the low
  * word) + 2^(s-17), shifted by s - 16, is floor((|t| * mul + 2^(s-1)) / 2^s) (2^(s-1) is a
  * multiple of 2^16), the magnitude of rhaz(t * mul, s); the sum stays below 2^30 + 2^23 +
- * 2^15. */
+ * 2^15. Form 4 takes t itself, of either sign (th = t >> 16 in [-2^15, 2^15)): the same sum is
+ * floor((t * mul + 2^(s-1)) / 2^s) + out_zero, which for t < 0 is at most out_zero; rhaz's code
+ * there is at most out_zero too, and the codes' lower bound lo >= out_zero (RELU, ReLU6's CLIP)
+ * makes both lo: so no max(t, 0) (the callers clamp every code to [lo, hi]). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp_i8_lane_cvt* c,
                                                                        __m512i v, int split) {
-  if (split == 4) { /* t < 0 gives out_zero, clamped to lo >= out_zero as rhaz's would be */
-    const __m512i t = _mm512_max_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(c->bias)),
-                                       _mm512_setzero_si512());
+  if (split == 4 || split == 5) {
+    const __m512i t = split == 4 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias)) : v;
     const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(c->add), t, c->mul);
     const __m512i lp = _mm512_mulhi_epu16(t, _mm512_set1_epi32(c->mul));
     return _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
   }
-  if (split == 3) {
-    const __m512i t = _mm512_add_epi32(v, _mm512_set1_epi32(c->bias));
+  if (split == 3 || split == 6) {
+    const __m512i t = split == 3 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias)) : v;
     const __m512i a = _mm512_abs_epi32(t);
     const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(1 << (c->shift - 1)), a, c->mul);
     const __m512i lp = _mm512_mulhi_epu16(a, _mm512_set1_epi32(c->mul));

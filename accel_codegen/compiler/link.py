@@ -1,8 +1,10 @@
 """How generated code is compiled and linked against the simulator library."""
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence
 
 from .. import _accel_ffi
 
@@ -18,3 +20,23 @@ def link_options() -> List[str]:
     lib_dir = PACKAGE_DIR / "lib"
     return [f"-I{PACKAGE_DIR / 'include'}", "-Wl,--no-as-needed", f"-L{lib_dir}", "-laccel",
             f"-Wl,-rpath,{lib_dir}", "-Wl,-z,now"]
+
+
+def c_compiler() -> Optional[str]:
+    """The C compiler for generated code: $CC, else gcc or cc on the PATH (None: none
+    found, TVM's default is used)."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def create_shared(output: str, objects: Sequence[str] | str, options=None, cc=None, **kwargs):
+    """TVM's ``tvm.support.cc.create_shared`` (the ``fcompile`` of ``export_library``), with
+    the C compiler where every file is C source or an object, as the generated code's are.
+    TVM's default, g++ (or $CXX), compiles the C as C++: about three times the time for the
+    same library (the same exported symbols, which are ``extern "C"`` either way, and the
+    same bits: tests/compiler/test_build_time.py), the most of a small model's build."""
+    from tvm.support import cc as tvm_cc
+
+    files = [objects] if isinstance(objects, str) else list(objects)
+    if cc is None and files and all(str(f).endswith((".c", ".o")) for f in files):
+        cc = c_compiler()
+    return tvm_cc.create_shared(output, objects, options, cc=cc, **kwargs)

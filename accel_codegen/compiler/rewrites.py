@@ -1898,6 +1898,29 @@ def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.squeeze", "relax.expand_dims"), _squeeze_as_reshape)
 
 
+def _pool_padding_as_pad(call: relax.Call, source) -> relax.Expr:
+    attrs = call.attrs
+    padding = [int(v) for v in attrs.padding]
+    if not any(padding) or not bool(attrs.count_include_pad) or bool(attrs.ceil_mode) or \
+            str(attrs.layout) != "NCDHW" or str(attrs.out_layout) != "NCDHW" or \
+            _static(call.args[0]) is None or len(padding) != 6:
+        return call
+    widths = [0, 0, 0, 0] + [w for axis in range(3) for w in (padding[axis], padding[axis + 3])]
+    padded = relax.op.nn.pad(call.args[0], widths, pad_value=0.0)
+    return named_as(relax.op.nn.avg_pool3d(
+        padded, [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides], 0,
+        [int(v) for v in attrs.dilation], False, True, "NCDHW", "NCDHW"), call)
+
+
+def pool_padding_as_pad(mod: tvm.IRModule) -> tvm.IRModule:
+    """avg_pool3d(x) counting its zero padding (count_include_pad) -> avg_pool3d of x padded
+    with zeros first, no padding: the same averages, exactly (the zeros it counts are the
+    ones it reads). TVM's ONNX importer writes LRN's channel window so; torch's
+    LocalResponseNorm pads first, the form the accel.lrn entry reads (Caffe2's AlexNet and
+    ZFNet exports)."""
+    return rewrite_bindings(mod, ("relax.nn.avg_pool3d",), _pool_padding_as_pad)
+
+
 _ROWS_X = wildcard()
 _ROWS_SOFTMAX = is_op("relax.nn.softmax")(is_op("relax.reshape")(_ROWS_X, wildcard()))
 _ROWS_BACK = is_op("relax.reshape")(_ROWS_SOFTMAX, wildcard())
@@ -1959,7 +1982,8 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 #: sandwiches before a permute before a flatten is folded into the dense layer's weight;
 #: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
-                  ranked_constants, sliced_takes, shared_constant_reshapes, squeezes_as_reshapes,
+                  ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
+                  squeezes_as_reshapes,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

@@ -16,7 +16,7 @@ from tvm import relax
 from ..errors import AccelInvalidError, AccelLibraryError
 from .frontend import bind_params
 from .library import append_checksum, check_writable, compiler_message
-from .link import link_options
+from .link import create_shared, link_options
 
 # Loading and running a library live in .library and .vm; their names stay importable here.
 from .library import CHECKSUM_MARKER, check_library, load_library  # noqa: E402,F401,I001
@@ -47,7 +47,8 @@ def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Pa
                                 f"{type(exe).__name__}")
     check_writable(path)
     try:
-        exe.export_library(str(path), options=link_options())
+        exe.export_library(str(path), fcompile=create_shared,
+                           options=link_options())
     except Exception as error:  # TVM's RuntimeError with the whole compiler command line
         raise AccelLibraryError(f"cannot build library '{path}': "
                                 f"{compiler_message(error)}") from None

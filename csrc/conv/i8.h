@@ -224,7 +224,7 @@ typedef struct panel_codes {
   int8_t* out;
   int64_t ldo, rows, cols;
   int8_t lo, hi;
-  int split;                  /* the form every row has (sdp_i8_lanes_form): 2, 1 or 0 */
+  int split;                  /* the form every row has (sdp_i8_lanes_form): 6 .. 0 */
   const sdp_i8_lane_add* add; /* the residual add (every row split), or NULL */
   const int8_t* opnd;         /* its operand codes, laid out as out */
   int wide;                   /* rows readable to NR values whatever cols (a tile's) */
@@ -353,6 +353,10 @@ static inline __attribute__((always_inline)) void codes_body(const panel_codes* 
     else if (E->split == 3) panel_body(E, c, ldc, 3, 1, corr);
     else if (E->split == 2) panel_body(E, c, ldc, 2, 1, corr);
     else panel_body(E, c, ldc, 1, 1, corr);
+  } else if (E->split == 5) {
+    panel_body(E, c, ldc, 5, 0, corr);
+  } else if (E->split == 6) {
+    panel_body(E, c, ldc, 6, 0, corr);
   } else if (E->split == 4) {
     panel_body(E, c, ldc, 4, 0, corr);
   } else if (E->split == 3) {
@@ -391,6 +395,19 @@ static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
     split = form < split ? form : split;
   }
   return split;
+}
+
+/* The form of rows whose accumulators start at their bias as well as at the correction (a
+ * GEMM's initial values, corr[m] for rows m < rows, changed here): form 3 becomes 6, which adds
+ * no bias; any other form is returned as it is and corr left alone (a residual add, a LUT or a
+ * clamped converter adds its bias after the clamp). Form 4 as 5 was slower in the implicit
+ * GEMM's panels (1x1 layers with ReLU 2-5 %, the same build either way: docs/kernels.md), form
+ * 3 as 6 faster (ResNet-50's linear 64 -> 256 at 56x56 5-7 %). */
+static inline int fold_bias(const sdp_i8_lane_cvt* cvt, int64_t rows, int form, int32_t* corr) {
+  if (form != 3) return form;
+  for (int64_t m = 0; m < rows; ++m)
+    corr[m] = (int32_t)((uint32_t)corr[m] + (uint32_t)cvt[m].bias);
+  return 6;
 }
 
 /* dst[i] = src[i] for i < n; dst may equal src or lie below it (memmove's rep movsb is slow
@@ -561,7 +578,7 @@ const sdp_i8_lane_cvt* i8_lanes_cached(const sdp_i8* p, int64_t k, int64_t vmax,
                                        sdp_i8_lane_add* add);
 int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J);
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
-                          int64_t ldc, int64_t at, int64_t cols, int wide);
+                          int64_t ldc, int64_t at, int64_t cols, int wide, int split);
 void i8_imp_pack_item(void* ctx, int64_t blk, int participant);
 void i8_imp_build_item(void* ctx, int64_t chunk, int participant);
 void i8_tile_codes(const imp_job* J, int32_t* tile, int64_t ldc, int64_t n0, int64_t n1,

@@ -76,13 +76,21 @@ void i8_gemm_tile(const plan* P, const bsrc* B, const int8_t* apack, const int32
     corr[m] = (int32_t)((uint32_t)(128 + in_zero) * (uint32_t)wsum[blk * MR + m]);
   /* -corr[m] below: corr is never INT32_MIN in practice, but negate modulo 2^32 anyway */
   for (int m = 0; m < MR; ++m) corr[m] = (int32_t)(0u - (uint32_t)corr[m]);
+  /* the linear conv form takes the bias in the accumulators' initial values (one addition
+   * fewer per value in the epilogue: fold_bias) */
+  panel_codes e0;
+  if (E != NULL) {
+    e0 = *E;
+    if (E->add == NULL && E->lut == NULL && E->corr == NULL)
+      e0.split = fold_bias(E->cvt, E->rows, E->split, corr);
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t left = B->ncols - p * NR;
     const int nv = left >= NR ? 3 : (int)((left + 15) / 16);
     int32_t* c = tile + (p - p0) * NR;
     ukr_table[nv](P->kd4, a, b + p * NR * 4, B->off, corr, c, TILE * NR);
     if (E != NULL) { /* grid columns p * NR.. are output positions */
-      panel_codes e = *E;
+      panel_codes e = e0;
       e.out += p * NR;
       if (e.add != NULL) e.opnd += p * NR;
       e.cols = left < NR ? left : NR;
@@ -413,12 +421,15 @@ int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job
 }
 
 /* The codes of a tile's rows of channels k0.. (rows of them, ldc apart, cols values each) at
- * output offset `at` of channel k0 (the operand at the same offset), in lanes. */
+ * output offset `at` of channel k0 (the operand at the same offset), in lanes; split: the rows'
+ * form (fold_bias's where the bias is in the values), or -1: rows_form's. */
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
-                          int64_t ldc, int64_t at, int64_t cols, int wide) {
+                          int64_t ldc, int64_t at, int64_t cols, int wide, int split) {
   const panel_codes E = {.cvt = J->cvt + k0, .out = J->out + at, .ldo = J->P->ohw, .rows = rows,
                          .cols = cols, .lo = J->lo, .hi = J->hi,
-                         .split = rows_form(J->cvt + k0, rows, J->add != NULL), .add = J->add,
+                         .split = split >= 0 ? split
+                                             : rows_form(J->cvt + k0, rows, J->add != NULL),
+                         .add = J->add,
                          .opnd = J->add != NULL ? J->ep->ew_operand + at : NULL, .wide = wide,
                          .corr = NULL, .lut = J->lut};
   codes_of_panel(&E, c, ldc);
@@ -550,6 +561,6 @@ void i8_tile_codes(const imp_job* J, int32_t* tile, int64_t ldc, int64_t n0, int
     convert_at(ep, k, row, J->out, (b * g->k + k) * P->ohw + o0, cnt);
   }
   if (J->cvt != NULL)
-    i8_imp_codes_of_rows(J, k0, rows, tile, ldc, (b * g->k + k0) * P->ohw + o0, cnt, 1);
+    i8_imp_codes_of_rows(J, k0, rows, tile, ldc, (b * g->k + k0) * P->ohw + o0, cnt, 1, -1);
 }
 #endif /* CONV_I8_VNNI */

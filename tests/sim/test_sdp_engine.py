@@ -109,6 +109,35 @@ def test_one_pass_epilogues_match_the_reference(scale, shift, add, act, rng):
     assert_same(fused, DEFAULT_DEVICE.run(chain, x, mode="independent")[0], f"{spec} fused")
 
 
+@pytest.mark.parametrize("scale,shift", [(False, False), (True, False), (False, True),
+                                         (True, True)])
+def test_multiply_and_per_channel_exp_passes_match_the_reference(scale, shift, rng):
+    """The passes sdp.c runs without a copy first: (x s + b) * operand (a layer norm's d * d,
+    its normalise step after the broadcast), and softmax's exp(x + one value per channel) (and
+    GELU's), bit for bit with the reference, with NaNs and infinities, a plane length (197)
+    that ends in a part vector, in place and not."""
+    shape = (1, 6, 1, 197)
+    x = rng.standard_normal(shape, dtype=np.float32) * 4
+    x.flat[::37] = np.nan
+    x.flat[5::41] = np.inf
+    x.flat[7::43] = -np.inf
+    op = _sdp(dict(scale=scale, shift=shift, ew_op="mul"), shape, rng)
+    assert_same(DEFAULT_DEVICE.run([op], x)[0], ref.run_op(op, x), "mul")
+    for act in ("exp", "softmax_exp", "gelu"):
+        per_channel = Sdp(ew_op="add", ew_per_channel=True, act=act,
+                          operand=-np.abs(rng.standard_normal((1, 6), dtype=np.float32)))
+        if scale or shift:  # the general path: the affine step first
+            per_channel = Sdp(ew_op="add", ew_per_channel=True, act=act,
+                              operand=per_channel.operand, **{
+                                  k: v for k, v in (("scale", op.scale), ("shift", op.shift))
+                                  if v is not None})
+        y = DEFAULT_DEVICE.run([per_channel], x)[0]
+        assert_same(y, ref.run_op(per_channel, x), act)
+        inplace = x.copy()
+        DEFAULT_DEVICE.run([per_channel], inplace, out=inplace)
+        assert_same(inplace, y, f"{act} in place")
+
+
 # --- INT8: the converters' edges, one at a time ------------------------------------------------
 
 def test_int8_element_wise_saturates_at_int32():
