@@ -1120,7 +1120,9 @@ def _debug_command(sub) -> None:
                        "accelerator layer: the SQNR and largest error of its output against "
                        "the fp32 build's same tensor (cumulative: upstream errors included), "
                        "its cycles, and for int8 on a configuration with fp16 the cycles if "
-                       "that layer alone ran in fp16. In the table's first column, the first "
+                       "that layer alone ran in fp16; an operator the partition leaves on the "
+                       "host has a row where it runs, with the partition's reason and no "
+                       "figures (TVM runs it in fp32). In the table's first column, the first "
                        "layer whose SQNR is below --threshold is marked '!' and each later "
                        "one below it '<'. The builds are the code generator's "
                        "(Winograd where the configuration has it and it pays).")

@@ -11,8 +11,10 @@
  * 128 KB of weights, and threads split a layer's channels rather than its image when it has more
  * channels than positions. A tile of one panel (a 7x7 image) up to 2048 deep with >= 4 MB of
  * weights packs every block first and runs them inside passes of 16 channels: it reads each weight
- * once, each row front to back (4 KB pages, few TLB misses). Without panels (<= 8 positions an
- * image) the whole depth in one block.
+ * once, each row front to back (4 KB pages, few TLB misses); with a 32 KB L1d, so does a tile
+ * whose outputs outgrow L2 while its panels over the whole depth do not (a wide dense layer over
+ * a transformer's tokens). Without panels (<= 8 positions an image) the whole depth in one
+ * block.
  * An image's last < 16 positions are dot products along the depth instead of a mostly
  * empty vector.
  */
@@ -572,8 +574,18 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
    * back, not a 512-byte slice of every row per block, which measured faster. A deeper panel (3x3
    * on 7x7, 4608 deep), several (14x14) or smaller weights (MobileNet-v2's 7x7 layers) measured
    * slower (docs/kernels.md, conv/f32_packed_avx512.c). */
-  const int64_t pass_rows = P->panels_outer && tile_panels_max == 1 && P->kd > P->kc &&
-                                    P->kd <= 2048 && P->mg * P->kd >= (1 << 20)
+  /* With a 32 KB L1d (no panels outermost), the same where a tile's panels over the whole
+   * depth fit in L2 (768 KB) but its outputs do not (1 MB or more: a transformer's wide dense
+   * layers, ViT-B's fc1 over 197 tokens): a pass's running totals then stay in cache across
+   * the depth blocks instead of every output being read and written again per block, which
+   * measured 5-6 % faster there (docs/transformer_ops.md, "The matrix products alone"). */
+  const int wide_outputs =
+      tile_panels_max * NR * P->kd * (int64_t)sizeof(float) <= (768 << 10) &&
+      P->mg * tile_panels_max * NR * (int64_t)sizeof(float) >= (1 << 20);
+  const int64_t pass_rows = P->kd > P->kc && (P->panels_outer ? tile_panels_max == 1 &&
+                                                                     P->kd <= 2048 &&
+                                                                     P->mg * P->kd >= (1 << 20)
+                                                                : wide_outputs)
                                 ? 16
                                 : 0;
   const int64_t depth = pass_rows > 0 ? P->kd : P->kc; /* packed at once */

@@ -159,3 +159,37 @@ def test_the_c16_kernels_give_the_references_bits():
         y = device.run(chain, x16, layout="c16", out_layout="c16")[0]
         y = y.transpose(0, 1, 4, 2, 3).reshape(n, k, *y.shape[2:4])
         assert np.array_equal(y, ref.run_chain(chain, x)), (n, c, h, w, k, kernel, stride)
+
+
+WIDE = r"""
+import sys
+import numpy as np
+from accel_codegen.sim import Device, Conv
+rng = np.random.default_rng(32)
+x = rng.standard_normal((1, 544, 1, 197)).astype(np.float32)
+w = rng.standard_normal((2800, 544, 1, 1)).astype(np.float32)
+out = [Device(num_threads=t).run([Conv(w)], x)[0] for t in (1, 2)]
+sys.stdout.write(out[0].tobytes().hex() + " " + out[1].tobytes().hex())
+"""
+
+
+def test_a_wide_dense_layer_over_tokens_sums_alike_in_every_loop_order():
+    """A dense layer too wide for its outputs to stay in L2 (2800 channels over 197 tokens,
+    544 deep: two depth blocks): with a 32 KB L1d the packed path runs it in passes of 16
+    channels over the whole depth (conv/f32_packed_avx512.c's wide_outputs), with 48 KB
+    panels outermost, block by block; forced onto gemm_avx2, another loop order again. The
+    bits are the same at 1 and 2 threads. (The NumPy reference takes minutes on 300 M MACs:
+    the order itself is held to it on the small geometries above.)"""
+    results = []
+    for env in [{"ACCEL_L1D_BYTES": "32K"}, {"ACCEL_L1D_BYTES": "48K"},
+                {"ACCEL_CONV_IMPL": "gemm_avx2"}]:
+        environ = {k: v for k, v in os.environ.items()
+                   if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES")}
+        environ.update(env)
+        result = subprocess.run([sys.executable, "-c", WIDE], capture_output=True, text=True,
+                                env=environ, cwd=Path(__file__).parent)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results.extend(result.stdout.split())
+    values = np.frombuffer(bytes.fromhex(results[0]), np.float32)
+    assert values.size == 2800 * 197 and np.isfinite(values).all() and values.std() > 1.0
+    assert all(r == results[0] for r in results[1:])
