@@ -93,20 +93,22 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
  * exact = 1 marks the direct form instead, where x = v + bias (clamped as above) times mul stays
  * inside int32 with the plan's base folded in: u = t - base = (x mul + add + (x >> 31)) >> shift,
  * add = 2^(shift-1) - base 2^shift, rhaz's (x < 0) from x's sign as mul > 0 (s = 0 runs as
- * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [0, t_hi
- * - base], the same clamp as t's. */
+ * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [t_lo -
+ * base, t_hi - base], the same clamp as t's. */
 /* The plan's codes as byte tables (sdp_i8_lut.c builds them where VBMI is there: 64 codes with
  * byte permutes instead of four gathers of bin words, which Zen 4 runs at ~20 cycles each).
- * With u = t - origin clamped to [0, u_hi], u_hi = 2^(e+8) - 1 (e <= 16), and u' = u 2^up
- * (up = 16 - e): byte 2 of u' is u's interval j (2^e values of t, 256 of them), bytes 0-1 its
- * offset o in the interval (times 2^up), and the code is
+ * With u = t - origin (t inside the plan's clamp), w = min(max(u, 0), u_hi), u_hi = 2^(e+8) - 1
+ * (e <= 16), and w' = w 2^up (up = 16 - e): byte 2 of w' is w's interval j (2^e values of t,
+ * 256 of them), bytes 0-1 its offset o in the interval (times 2^up), and the code is
  *   B[j] + sum_k D_k[j] [o >= T_k[j]] + sum_i gd_i [u >= gt_i]   (modulo 256)
  * B[j] the code at the interval's start, T_k / D_k the interval's code changes (at most m;
- * an unused one T 0, D 0), gt / gd the changes beyond u_hi (at most 2: the compiler's tables
- * change a few t units past 256 2^16 of span). Each table is 256 bytes: two register pairs of
- * vpermi2b and a blend on j's top bit. The plan's builder checks the codes against its bins at
- * every change and interval start, where alone either form's code can change. */
-enum { SDP_I8_LUT_BYTES_M = 4, SDP_I8_LUT_BYTES_G = 2 };
+ * an unused one T 0, D 0), gt / gd the changes outside the 256 intervals (at most
+ * SDP_I8_LUT_BYTES_G: the compiler's tables change a code a few times just outside 256 2^16
+ * values of t; one below the origin has gt < 0 and its change taken out of B). Each table is
+ * 256 bytes: two register pairs of vpermi2b and a blend on j's top bit. The plan's builder
+ * checks the codes against its bins at every change and interval start, where alone either
+ * form's code can change. */
+enum { SDP_I8_LUT_BYTES_M = 4, SDP_I8_LUT_BYTES_G = 6 };
 typedef struct sdp_i8_lut_bytes {
   int32_t origin, u_hi, up, m, g;
   int32_t gt[SDP_I8_LUT_BYTES_G];
@@ -118,7 +120,7 @@ typedef struct sdp_i8_lut_bytes {
 typedef struct sdp_i8_lane_lut {
   int32_t t_lo, t_hi, base, w;
   const uint32_t* bins;
-  const sdp_i8_lut_bytes* bytes; /* the byte tables (base = their origin), or NULL: bins */
+  const sdp_i8_lut_bytes* bytes; /* the byte tables (base: their origin), or NULL: bins */
 } sdp_i8_lane_lut;
 
 /* The channels' t converters above and the plan's constants, for values |v| <= vmax; 1 when p
@@ -271,7 +273,7 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_bins(const
                                                       _mm512_set1_epi32(24)));
 }
 
-/* u = t - base, clamped to [0, t_hi - base], of 16 accumulators v of channel c (the LUT plan
+/* u = t - base, t clamped to [t_lo, t_hi], of 16 accumulators v of channel c (the LUT plan
  * L's input converter, sdp_i8_lane_lut). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sdp_i8_lane_cvt* c,
                                                                         const sdp_i8_lane_lut* L,
@@ -285,7 +287,8 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sd
         _mm512_add_epi32(_mm512_mullo_epi32(x, m), _mm512_set1_epi32(c->add)),
         _mm512_srai_epi32(x, 31));
     const __m512i u = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift)), _mm512_setzero_si512()),
+        _mm512_max_epi32(_mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift)),
+                         _mm512_set1_epi32(L->t_lo - L->base)),
         _mm512_set1_epi32(L->t_hi - L->base));
     return u;
   }
@@ -337,11 +340,11 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_at(const u
   return _mm512_mask_mov_epi8(r0, top, r1);
 }
 
-/* The 64 codes of u = t - origin in four vectors (values 0-15, ..., 48-63; u >= 0, each
- * inside the plan's clamp) through the byte tables B (sdp_i8_lut_bytes). */
+/* The 64 codes of u = t - origin in four vectors (values 0-15, ..., 48-63; t inside the
+ * plan's clamp) through the byte tables B (sdp_i8_lut_bytes). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
     const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3) {
-  __mmask64 gm[SDP_I8_LUT_BYTES_G] = {0, 0};
+  __mmask64 gm[SDP_I8_LUT_BYTES_G] = {0};
   for (int i = 0; i < B->g; ++i) {
     const __m512i gt = _mm512_set1_epi32(B->gt[i]);
     const __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epi32_mask(u1, gt),
@@ -350,12 +353,12 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
                                         _mm512_cmpge_epi32_mask(u2, gt));
     gm[i] = _mm512_kunpackd(b, a);
   }
-  const __m512i hi = _mm512_set1_epi32(B->u_hi);
+  const __m512i hi = _mm512_set1_epi32(B->u_hi), zero = _mm512_setzero_si512();
   const __m128i up = _mm_cvtsi32_si128(B->up);
-  u0 = _mm512_sll_epi32(_mm512_min_epi32(u0, hi), up);
-  u1 = _mm512_sll_epi32(_mm512_min_epi32(u1, hi), up);
-  u2 = _mm512_sll_epi32(_mm512_min_epi32(u2, hi), up);
-  u3 = _mm512_sll_epi32(_mm512_min_epi32(u3, hi), up);
+  u0 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u0, zero), hi), up);
+  u1 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u1, zero), hi), up);
+  u2 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u2, zero), hi), up);
+  u3 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u3, zero), hi), up);
   const __m512i ol = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 0),
                                         _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 0)), 1);
   const __m512i oh = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 1),

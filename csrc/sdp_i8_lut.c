@@ -74,9 +74,9 @@ static int plan_code(const struct sdp_i8_lut_plan* P, int64_t t) {
   return (int)(int8_t)(uint8_t)(off >= (int64_t)(b & 0xFFFF) ? b >> 24 : b >> 16);
 }
 
-/* sdp_i8_lut_bytes's code at u >= 0 (the scalar form of sdp_i8_lut_bytes64) */
+/* sdp_i8_lut_bytes's code at u (the scalar form of sdp_i8_lut_bytes64) */
 static int bytes_code(const sdp_i8_lut_bytes* B, int64_t u) {
-  const int64_t w = (u < B->u_hi ? u : B->u_hi) << B->up;
+  const int64_t w = (u < 0 ? 0 : u < B->u_hi ? u : B->u_hi) << B->up;
   const int64_t j = w >> 16, o = w & 0xFFFF;
   uint8_t code = B->f[0][j];
   for (int k = 0; k < B->m; ++k)
@@ -86,10 +86,37 @@ static int bytes_code(const sdp_i8_lut_bytes* B, int64_t u) {
   return (int)(int8_t)code;
 }
 
+/* With the origin just below change `first` and intervals of 2^e, the fewest thresholds outside
+ * the intervals' (*g: the changes outside the 256 intervals and those past the first *m of an
+ * interval) for the cheapest *m (a threshold per interval costs about twice one outside:
+ * three table lookups against one compare of four vectors); *m -1 where none fits. */
+static void bytes_fit(const int64_t* pos, int64_t n, int64_t first, int e, int* m, int* g) {
+  int per[256] = {0};
+  const int64_t origin = pos[first] - 1, u_hi = ((int64_t)1 << (e + 8)) - 1;
+  int outside = (int)first;
+  for (int64_t i = first; i < n; ++i) {
+    const int64_t u = pos[i] - origin;
+    if (u > u_hi) ++outside;
+    else if ((u & (((int64_t)1 << e) - 1)) != 0) ++per[u >> e];
+  }
+  *m = -1;
+  int best = 0;
+  for (int mm = 0; mm <= SDP_I8_LUT_BYTES_M; ++mm) {
+    int over = outside;
+    for (int j = 0; j < 256; ++j) over += per[j] > mm ? per[j] - mm : 0;
+    if (over <= SDP_I8_LUT_BYTES_G && (*m < 0 || 2 * mm + over < best)) {
+      *m = mm;
+      *g = over;
+      best = 2 * mm + over;
+    }
+  }
+}
+
 /* The bins plan P (no multi bins) as byte tables into B: 1, or 0 where its changes need more
- * than SDP_I8_LUT_BYTES_M per interval or SDP_I8_LUT_BYTES_G beyond the 256 intervals. The
+ * than SDP_I8_LUT_BYTES_M per interval or SDP_I8_LUT_BYTES_G outside the 256 intervals. The
  * changes: where the code at t differs from the code at t - 1 (at a bin's start, or at its
- * threshold); the origin just below the first. */
+ * threshold); the origin just below one of the first few (those below it are thresholds
+ * outside), the widest intervals first, then the fewest thresholds. */
 static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
   const int64_t count = P->bins_count, width = (int64_t)1 << P->w;
   int64_t* pos = malloc((size_t)(2 * count + 1) * sizeof(int64_t));
@@ -113,40 +140,51 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
       prev = ge;
     }
   }
-  int ok = 0;
   memset(B, 0, sizeof(*B));
-  B->origin = (int32_t)(n > 0 ? pos[0] - 1 : P->base);
-  for (int e = 16; e >= 0 && !ok; --e) { /* the widest intervals that hold the changes */
-    const int64_t u_hi = ((int64_t)1 << (e + 8)) - 1;
-    int per[256] = {0}, m = 0, g = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t u = pos[i] - B->origin;
-      if (u > u_hi) ++g;
-      else if ((u & (((int64_t)1 << e) - 1)) != 0 && ++per[u >> e] > m) m = per[u >> e];
+  int e = -1, first = 0, best = 0, slots = 0;
+  for (int ee = 16; ee >= 0 && e < 0 && n > 0; --ee)
+    for (int i = 0; i <= SDP_I8_LUT_BYTES_G && i < n; ++i) {
+      int m, g;
+      bytes_fit(pos, n, i, ee, &m, &g);
+      if (m >= 0 && (e < 0 || 2 * m + g < best)) {
+        e = ee;
+        first = i;
+        slots = m;
+        best = 2 * m + g;
+      }
     }
-    if (m > SDP_I8_LUT_BYTES_M || g > SDP_I8_LUT_BYTES_G) continue;
+  if (n == 0) e = 16; /* constant codes: B alone */
+  int ok = e >= 0;
+  if (ok) {
+    int per[256] = {0};
+    const int64_t u_hi = ((int64_t)1 << (e + 8)) - 1, low = ((int64_t)1 << e) - 1;
+    B->origin = (int32_t)(n > 0 ? pos[first] - 1 : P->base);
     B->u_hi = (int32_t)u_hi;
     B->up = 16 - e;
-    B->m = m;
-    memset(per, 0, sizeof(per));
     for (int j = 0; j < 256; ++j)
       B->f[0][j] = (uint8_t)plan_code(P, (int64_t)B->origin + ((int64_t)j << e));
     for (int64_t i = 0; i < n; ++i) {
       const int64_t u = pos[i] - B->origin;
-      if (u > u_hi) {
+      if (u < 0 || u > u_hi) { /* outside: a threshold of its own (below: out of B too) */
         B->gt[B->g] = (int32_t)u;
         B->gd[B->g++] = (uint8_t)delta[i];
-      } else if ((u & (((int64_t)1 << e) - 1)) != 0) {
-        const int64_t j = u >> e, k = per[j]++, t = (u & (((int64_t)1 << e) - 1)) << B->up;
+        if (u < 0)
+          for (int j = 0; j < 256; ++j) B->f[0][j] = (uint8_t)(B->f[0][j] - delta[i]);
+      } else if ((u & low) != 0 && per[u >> e] == slots) { /* past the interval's slots: */
+        B->gt[B->g] = (int32_t)u;                            /* out of the later starts' B */
+        B->gd[B->g++] = (uint8_t)delta[i];
+        for (int64_t j = (u >> e) + 1; j < 256; ++j) B->f[0][j] = (uint8_t)(B->f[0][j] - delta[i]);
+      } else if ((u & low) != 0) {
+        const int64_t j = u >> e, k = per[j]++, t = (u & low) << B->up;
         B->f[1 + 3 * k][j] = (uint8_t)t;
         B->f[2 + 3 * k][j] = (uint8_t)(t >> 8);
         B->f[3 + 3 * k][j] = (uint8_t)delta[i];
+        if (per[j] > B->m) B->m = per[j];
       }
     }
-    ok = 1;
   }
   /* checked where either form's code can change: the changes, the intervals' starts, the ends */
-  const int64_t top = (int64_t)P->t_hi - B->origin;
+  const int64_t bottom = (int64_t)P->t_lo - B->origin, top = (int64_t)P->t_hi - B->origin;
   for (int64_t i = 0; ok && i < n; ++i) {
     const int64_t u = pos[i] - B->origin;
     ok = bytes_code(B, u) == plan_code(P, pos[i]) && bytes_code(B, u - 1) == plan_code(P, pos[i] - 1);
@@ -154,9 +192,10 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
   for (int64_t j = 0; ok && j < 256; ++j) {
     const int64_t u = j << (16 - B->up);
     ok = u > top || (bytes_code(B, u) == plan_code(P, B->origin + u) &&
-                     (j == 0 || bytes_code(B, u - 1) == plan_code(P, B->origin + u - 1)));
+                     bytes_code(B, u - 1) == plan_code(P, B->origin + u - 1));
   }
-  ok = ok && bytes_code(B, 0) == plan_code(P, P->t_lo) && bytes_code(B, top) == plan_code(P, P->t_hi);
+  ok = ok && bytes_code(B, bottom) == plan_code(P, P->t_lo) &&
+       bytes_code(B, top) == plan_code(P, P->t_hi);
   free(pos);
   free(delta);
   return ok;
@@ -525,10 +564,10 @@ static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) 
   return 1;
 }
 
-/* The plan's constants in lanes: its bins, or where it has them its byte tables, whose t
- * starts at their origin (codes below it are the origin's: no change lies there). */
+/* The plan's constants in lanes: its bins, or where it has them its byte tables, whose u is
+ * t less their origin. */
 static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
-  lut->t_lo = P->bytes != NULL ? P->bytes->origin : P->t_lo;
+  lut->t_lo = P->t_lo;
   lut->t_hi = P->t_hi;
   lut->base = P->bytes != NULL ? P->bytes->origin : P->base;
   lut->w = P->w;
@@ -891,7 +930,7 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
         const __mmask16 k = at < count ? tail_mask(count - at) : 0;
         const __m512i x = _mm512_maskz_loadu_epi32(k, v + at);
         const __m512i t = span_t(p, &c, lanes32, &f, &q, &q_ready, x, k, operand, at);
-        u[s] = _mm512_sub_epi32(_mm512_min_epi32(_mm512_max_epi32(t, origin), p_hi), origin);
+        u[s] = _mm512_sub_epi32(_mm512_min_epi32(_mm512_max_epi32(t, p_lo), p_hi), origin);
       }
       const int64_t n = count - i;
       _mm512_mask_storeu_epi8(y + i, n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1,
