@@ -182,9 +182,10 @@ def test_int8_offloaded_in_at_most_two_functions(name):
 
 def test_recogniser_affines_fold_into_their_convs():
     """PP-LCNetV3's learnable affine blocks after a hardswish fold into the conv that reads
-    each where that is their one reader (13 of them padded depthwise convs), so int8 rounds
-    none of those affines' outputs on its own (examples/recogniser_int8.py: 14.7 dB on 12
-    lines against ONNX Runtime's static int8 11.1 dB; 10.6 dB with the padded readers' 13
-    kept as passes, 313 operators)."""
+    each where that is their one reader, 8 of them into padded depthwise convs (the 5 whose
+    border correction would be larger than the shift stay), so int8 rounds none of those
+    affines' outputs on its own (examples/recogniser_int8.py: 13.3 dB on 12 lines against
+    ONNX Runtime's static int8 11.1 dB; 10.6 dB with the 13 padded readers' affines kept as
+    passes, 313 operators)."""
     model, result = _result("ppocrv4_rec", "fp32")
-    assert result.total == 300, f"{result.total} operators (313 with the 13 kept)"
+    assert result.total == 305, f"{result.total} operators (313 with the 13 kept)"

@@ -386,7 +386,7 @@ typedef enum accel_eltwise {
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
  *         hardsigmoid exactly as written; GELU in fp32 through the library's own
  *         polynomials per unit interval and exp_f32 (csrc/lut.c: gelu_f32, plain fp32
- *         operations, the same bits on every host and in the NumPy reference): within 4.2 ulp
+ *         operations, the same bits on every host and in the NumPy reference): within 4.6 ulp
  *         of t erfc(-t / sqrt 2) / 2 (in units of 2^-149 for subnormal results), relative for
  *         negative t too (0.5 t (1 + erf) would cancel there); its tanh form in double,
  *         rounded once;
