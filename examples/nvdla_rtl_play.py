@@ -96,12 +96,12 @@ def build(hw: Path, verilator: Path, jobs: int) -> Path:
         # verilator_nv_small.f lists only some of those cell models: -y finds the rest.
         # Verilator 5 wants --no-timing for the RTL's delays.
         rams = f"../../outdir/{PROJECT}/vmod/rams"
-    _run(["nice", verilator / "bin" / "verilator", "--no-timing", "-Wno-fatal", "-Wno-lint",
+        _run(["nice", verilator / "bin" / "verilator", "--no-timing", "-Wno-fatal", "-Wno-lint",
               "-Wno-style", "--cc", "--exe", "-y", f"{rams}/fpga/small_rams",
               "-f", f"verilator_{PROJECT}.f", "-y", f"{rams}/model", "--Mdir", mdir,
               "nvdla.cpp", "--output-split", "50000"], hw / "verif" / "verilator", env,
              logs / "verilator.log")
-    shutil.copy(hw / "verif" / "verilator" / "nvdla.cpp", mdir / "nvdla.cpp")
+        shutil.copy(hw / "verif" / "verilator" / "nvdla.cpp", mdir / "nvdla.cpp")
     # The wheel's verilated.mk was configured without a compiler: its precompiled-header and
     # C++-standard flags are empty, so they are given here (GCC's)
     _run(["nice", "make", f"-j{jobs}", "-f", "VNV_nvdla.mk", "VM_PARALLEL_BUILDS=1",
@@ -233,9 +233,17 @@ def main(argv=None) -> int:
     p.add_argument("tests", nargs="+", help="test folders, folders of them, or .cfg files")
     args = parser.parse_args(argv)
     hw = Path(args.hw).resolve()
+    if not (hw / "tools" / "bin" / "tmake").is_file():
+        raise SystemExit(f"--hw {hw}: not a work tree of github.com/nvdla/hw at branch "
+                         "nv_small (no tools/bin/tmake)")
     if args.cmd == "build":
-        build(hw, _verilator_root(args.verilator_root), args.jobs)
+        verilator = _verilator_root(args.verilator_root)
+        if not (verilator / "bin" / "verilator").is_file():
+            raise SystemExit(f"no Verilator in {verilator} (no bin/verilator)")
+        build(hw, verilator, args.jobs)
         return 0
+    if not (hw / "outdir" / PROJECT / "verilator" / "VNV_nvdla").is_file():
+        raise SystemExit(f"no testbench in {hw}: run `build --hw {args.hw}` first")
     work = Path(args.work).resolve() if args.work else \
         hw / "outdir" / PROJECT / "verilator" / "test"
     op_enables = _op_enable_addresses(hw)
