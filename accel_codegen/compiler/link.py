@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .. import _accel_ffi
+from ..errors import AccelLibraryError
 
 #: Where the compiled parts (the bindings, include/ and lib/) were installed: beside the
 #: Python files, except in an editable install, where only the bindings' folder has them.
@@ -24,8 +25,15 @@ def link_options() -> List[str]:
 
 def c_compiler() -> Optional[str]:
     """The C compiler for generated code: $CC, else gcc or cc on the PATH (None: none
-    found, TVM's default is used)."""
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    found, TVM's default is used). $CC names one executable (TVM runs it without a shell):
+    one that is not on the PATH is an AccelLibraryError saying so."""
+    cc = os.environ.get("CC")
+    if not cc:
+        return shutil.which("gcc") or shutil.which("cc")
+    if shutil.which(cc) is None:
+        raise AccelLibraryError(f"$CC ('{cc}') is not an executable C compiler: set it to "
+                                f"one program (no options), or unset it to use gcc")
+    return cc
 
 
 def create_shared(output: str, objects: Sequence[str] | str, options=None, cc=None, **kwargs):
