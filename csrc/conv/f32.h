@@ -42,6 +42,7 @@ typedef struct conv_plan {
                      * packed path's panels stay in L1, outermost. The choices measured on such
                      * a machine (whose two 512-bit FMA units came with it, docs/kernels.md) key
                      * on it too; with a 32 KB L1d the old ones stay. */
+  int64_t l2;     /* the L2 cache's size in bytes (sysconf; 0 when the system does not say) */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 

@@ -575,13 +575,14 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
    * on 7x7, 4608 deep), several (14x14) or smaller weights (MobileNet-v2's 7x7 layers) measured
    * slower (docs/kernels.md, conv/f32_packed_avx512.c). */
   /* With a 32 KB L1d (no panels outermost), the same where a tile's panels over the whole
-   * depth fit in L2 (768 KB) but its outputs do not (1 MB or more: a transformer's wide dense
-   * layers, ViT-B's fc1 over 197 tokens): a pass's running totals then stay in cache across
-   * the depth blocks instead of every output being read and written again per block, which
-   * measured 5-6 % faster there (docs/transformer_ops.md, "The matrix products alone"). */
+   * depth fit in 3/4 of L2 (P->l2, detected; 768 KB of Zen 4's 1 MB) but its outputs do not
+   * (a transformer's wide dense layers, ViT-B's fc1 over 197 tokens): a pass's running totals
+   * then stay in cache across the depth blocks instead of every output being read and written
+   * again per block, which measured 5-6 % faster there (docs/transformer_ops.md, "The matrix
+   * products alone"). An unknown L2 (0) keeps the depth blocks outermost. */
   const int wide_outputs =
-      tile_panels_max * NR * P->kd * (int64_t)sizeof(float) <= (768 << 10) &&
-      P->mg * tile_panels_max * NR * (int64_t)sizeof(float) >= (1 << 20);
+      P->l2 > 0 && tile_panels_max * NR * P->kd * (int64_t)sizeof(float) * 4 <= P->l2 * 3 &&
+      P->mg * tile_panels_max * NR * (int64_t)sizeof(float) >= P->l2;
   const int64_t pass_rows = P->kd > P->kc && (P->panels_outer ? tile_panels_max == 1 &&
                                                                      P->kd <= 2048 &&
                                                                      P->mg * P->kd >= (1 << 20)
