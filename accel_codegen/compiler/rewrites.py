@@ -1180,7 +1180,9 @@ class _InlinedConstants(relax.PyExprMutator):
         return self.constants.get(var) or super().visit_dataflow_var_(var)
 
 
-def _readers(function: relax.Function) -> dict:
+def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
+    """How many times each variable is read in ``function`` (its bindings' values and its
+    result)."""
     counts = {}
 
     def count(expr):
@@ -1221,7 +1223,7 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
     for gv, function in _graph_functions(mod):
         bound = {value: var for var, value in _bindings_table(function).items()}
         part = _rewrite(tvm.IRModule({gv: function}), pattern,
-                        make_rewriter(_readers(function), bound))
+                        make_rewriter(read_counts(function), bound))
         result[gv] = part[gv]
     return result
 
@@ -1233,7 +1235,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
-        readers = _readers(function)
+        readers = read_counts(function)
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
