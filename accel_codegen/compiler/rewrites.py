@@ -1699,9 +1699,9 @@ def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d(x * c [+ d], W) [+ b] with constant c, d per channel of x (or scalars), the
     affine read by the conv alone -> conv2d(x, W c) + (b + sum(W d)), and where the conv pads
     and d is not 0, + the border's correction (a constant of the output's shape, 0 inside:
-    the padded taps' shares of sum(W d) taken off), when that is no larger than sum(W d). After :func:`affines_into_convs`, which
-    folds an affine into the conv that computes its input (exact with any padding) where
-    there is one."""
+    the padded taps' shares of sum(W d) taken off), when that is no larger than sum(W d).
+    After :func:`affines_into_convs`, which folds an affine into the conv that computes its
+    input (exact with any padding) where there is one."""
     once = _rewrite_with_readers(mod, _NX_BIASED, _input_side_folded)
     return _rewrite_with_readers(once, _NX_CONV, _input_side_folded)
 
