@@ -196,6 +196,9 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
   }
   ok = ok && bytes_code(B, bottom) == plan_code(P, P->t_lo) &&
        bytes_code(B, top) == plan_code(P, P->t_hi);
+  /* the lanes take u = t - origin in int32 (bytes_code above in int64): a plan whose clamp
+   * spans more than that keeps its bins */
+  ok = ok && bottom >= INT32_MIN && top <= INT32_MAX;
   free(pos);
   free(delta);
   return ok;
