@@ -1180,9 +1180,7 @@ class _InlinedConstants(relax.PyExprMutator):
         return self.constants.get(var) or super().visit_dataflow_var_(var)
 
 
-def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
-    """How many times each variable is read in ``function`` (its bindings' values and its
-    result)."""
+def _readers(function: relax.Function) -> dict:
     counts = {}
 
     def count(expr):
@@ -1223,7 +1221,7 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
     for gv, function in _graph_functions(mod):
         bound = {value: var for var, value in _bindings_table(function).items()}
         part = _rewrite(tvm.IRModule({gv: function}), pattern,
-                        make_rewriter(read_counts(function), bound))
+                        make_rewriter(_readers(function), bound))
         result[gv] = part[gv]
     return result
 
@@ -1235,7 +1233,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
-        readers = read_counts(function)
+        readers = _readers(function)
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
