@@ -88,3 +88,21 @@ def test_generated_code_is_compiled_by_the_c_compiler(monkeypatch, tmp_path):
     assert used == [link.c_compiler()] and "g++" not in str(used[0])
     y = ac.virtual_machine(path)["main"](x.numpy())
     np.testing.assert_allclose(y.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_cc_that_is_not_one_program_is_a_typed_error(monkeypatch):
+    """$CC with options, or a path that is no program, names $CC in an AccelLibraryError
+    (TVM would run it without a shell and fail with a bare 'No such file'); unset, gcc."""
+    import shutil
+
+    import pytest
+
+    from accel_codegen.compiler import link
+    from accel_codegen.errors import AccelLibraryError
+
+    for bad in ("/nonexistent/cc", "gcc -O1"):
+        monkeypatch.setenv("CC", bad)
+        with pytest.raises(AccelLibraryError, match=r"\$CC"):
+            link.c_compiler()
+    monkeypatch.delenv("CC")
+    assert link.c_compiler() == (shutil.which("gcc") or shutil.which("cc"))
