@@ -48,3 +48,17 @@ def create_shared(output: str, objects: Sequence[str] | str, options=None, cc=No
     if cc is None and files and all(str(f).endswith((".c", ".o")) for f in files):
         cc = c_compiler()
     return tvm_cc.create_shared(output, objects, options, cc=cc, **kwargs)
+
+
+def _target_triple() -> str:
+    """The C compiler's target triple (``-dumpmachine``), as TVM's own ``create_shared``
+    reports it: with it, ``export_library`` packs the constants into an object through LLVM;
+    without it, into a C array (devc.c) that the C compiler takes minutes and gigabytes to
+    compile for a model of 60 M weights."""
+    from tvm.support import cc as tvm_cc
+
+    return tvm_cc.get_target_by_dump_machine(c_compiler() or tvm_cc.get_cc())()
+
+
+create_shared.output_format = "so"
+create_shared.get_target_triple = _target_triple

@@ -106,3 +106,23 @@ def test_a_cc_that_is_not_one_program_is_a_typed_error(monkeypatch):
             link.c_compiler()
     monkeypatch.delenv("CC")
     assert link.c_compiler() == (shutil.which("gcc") or shutil.which("cc"))
+
+
+def test_the_constants_are_packed_as_an_object_not_as_c(tmp_path):
+    """export_library packs the constants through LLVM into an object only when its fcompile
+    reports a target triple; otherwise into devc.c, a C array of every weight, which the C
+    compiler took minutes and gigabytes over on AlexNet's 61 M weights."""
+    import torch
+
+    from accel_codegen.compiler import link
+
+    assert link.create_shared.get_target_triple().startswith(("x86_64", "aarch64", "arm"))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 64)
+    mod, params = from_pytorch(model, (x,))
+    work = tmp_path / "work"
+    work.mkdir()
+    ac.build(mod, params).export_library(str(tmp_path / "m.so"), fcompile=link.create_shared,
+                                         options=link.link_options(),
+                                         workspace_dir=str(work))
+    assert not list(work.glob("*devc.c")) and list(work.glob("*devc.o"))
