@@ -63,7 +63,7 @@ static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
  * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
 enum { LUT_PLAN_BINS = 4096 };
 
-#if SDP_I8_VECTOR
+#if SDP_I8_VECTOR || SDP_I8_AVX2 /* the plans: both vector builds convert through them */
 #ifdef __AVX512VBMI__
 /* The bins plan's code at t (clamped to the plan's range as its users clamp it). */
 static int plan_code(const struct sdp_i8_lut_plan* P, int64_t t) {
@@ -581,6 +581,9 @@ static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
   (void)vmax; /* the clamp bounds v itself */
+  /* sdp_i8_lanes.h's lane forms are AVX-512's: an AVX2 build's callers convert through
+   * sdp_i8_span (sdp_i8_avx2.c, the same plan) */
+  if (!SDP_I8_VECTOR) return 0;
   const struct sdp_i8_lut_plan* P = p->lut_plan;
   if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
