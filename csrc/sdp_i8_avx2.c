@@ -241,8 +241,12 @@ static void lut_v8_plan(const chan_params* c, const struct sdp_i8_lut_plan* P, l
   if (limit > INT32_MAX) limit = INT32_MAX;
   if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
-  f->vmin = _mm256_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
-  f->vmax = _mm256_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
+  /* no int32 v at all (bias -2^31 with pre >= 31: limit 0, vmin 2^31, which the cast to int32
+   * turned into INT32_MIN, accepting every v): an empty range, every lane takes the scalar
+   * steps */
+  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
+  f->vmin = _mm256_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm256_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
   f->bias = _mm256_set1_epi32((int32_t)c->bias);
   f->mul = _mm256_set1_epi32((int32_t)m);
   f->low16 = _mm256_set1_epi32(0xFFFF);

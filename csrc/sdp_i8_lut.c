@@ -854,8 +854,11 @@ static void lut_front_plan(const chan_params* c, lut_front* f) {
   /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
   if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
-  f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
-  f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
+  /* no int32 v at all (bias -2^31 with pre >= 31: limit 0, vmin 2^31, which the cast to int32
+   * turned into INT32_MIN, accepting every v): an empty range, every step takes front8's */
+  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
+  f->vmin = _mm512_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm512_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
   f->bias = _mm512_set1_epi32((int32_t)c->bias);
   f->mul = _mm512_set1_epi32((int32_t)m);
   f->low16 = _mm512_set1_epi32(0xFFFF);
