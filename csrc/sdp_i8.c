@@ -86,7 +86,7 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
 #define CHANNELS_LUT_IMPL sdp_i8_channels_lut
 #elif SDP_I8_AVX2
 #define SPAN_IMPL sdp_i8_span_avx2
-#define CHANNELS_IMPL channels_scalar
+#define CHANNELS_IMPL sdp_i8_channels_avx2
 #define SPAN_LUT_IMPL sdp_i8_span_avx2
 #define CHANNELS_LUT_IMPL channels_scalar
 #else
@@ -99,6 +99,11 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
 void sdp_i8_span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count) {
   span_scalar(p, ch, v, operand, y, count);
+}
+
+void sdp_i8_channels_scalar(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count) {
+  channels_scalar(p, first, v, operand, y, count);
 }
 
 /* ACCEL_SDP_I8_LUT=scalar in the environment (read once) sends LUT activations to the scalar

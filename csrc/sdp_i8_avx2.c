@@ -332,6 +332,226 @@ static void span_lut(const sdp_i8* p, int32_t ch, const chan_params* c, const in
   }
 }
 
+/* ---- the general steps in 4 int64 lanes ---------------------------------------------------
+ * sdp_one's steps as they are (BS, BN, the element-wise op, PRELU, the output converter) for
+ * what the int32 forms do not cover (an element-wise MUL / MAX / MIN: squeeze-excite's x * s;
+ * PRELU; output converters beyond add32's bounds; one value per channel). AVX2 has 64-bit adds,
+ * logical shifts, compares and vpmuldq (int32 x int32 -> int64), but no 64-bit min / max or
+ * arithmetic shift: min / max are a compare and a blend, and rhaz shifts the magnitude
+ * logically and puts the sign back (as sdp_i8_avx512.c's rhaz8 does). Every product has int32
+ * factors (t after a sat32, mul / ew_mul / prelu_mul / out_mul inside int32), so vpmuldq is
+ * exact; a count of 64 or more shifts to 0, so half = 1 << (s - 1) is 0 for s = 0. */
+typedef struct gen4 {
+  __m256i bias, mul, pre, shift, half; /* per lane: the channel's (span) or each lane's own */
+  __m256i prelu_mul;
+  __m256i ew_zero, ew_mul, ew_half, ew_shift, prelu_half, prelu_shift;
+  __m256i out_mul, out_half, out_shift, out_zero;
+  __m256i lo32, hi32, lim, nlim, lo8, hi8, clip_lo, clip_hi, zero, one;
+} gen4;
+
+static inline __m256i min64(__m256i a, __m256i b) {
+  return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(a, b));
+}
+
+static inline __m256i max64(__m256i a, __m256i b) {
+  return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(a, b));
+}
+
+static inline __m256i rhaz4(__m256i p, __m256i half, __m256i shift, __m256i zero) {
+  const __m256i neg = _mm256_cmpgt_epi64(zero, p);
+  const __m256i mag = _mm256_sub_epi64(_mm256_xor_si256(p, neg), neg);
+  const __m256i a = _mm256_srlv_epi64(_mm256_add_epi64(mag, half), shift);
+  return _mm256_sub_epi64(_mm256_xor_si256(a, neg), neg);
+}
+
+static inline __m256i half4(__m256i shift, __m256i one) {
+  return _mm256_sllv_epi64(one, _mm256_sub_epi64(shift, one));
+}
+
+static void gen4_call(const sdp_i8* p, gen4* g) {
+  g->zero = _mm256_setzero_si256();
+  g->one = _mm256_set1_epi64x(1);
+  g->ew_zero = _mm256_set1_epi64x(p->ew_zero);
+  g->ew_mul = _mm256_set1_epi64x(p->ew_mul);
+  g->ew_shift = _mm256_set1_epi64x(p->ew_shift);
+  g->ew_half = half4(g->ew_shift, g->one);
+  g->prelu_shift = _mm256_set1_epi64x(p->prelu_shift);
+  g->prelu_half = half4(g->prelu_shift, g->one);
+  g->out_mul = _mm256_set1_epi64x(p->out_mul);
+  g->out_shift = _mm256_set1_epi64x(p->out_shift);
+  g->out_half = half4(g->out_shift, g->one);
+  g->out_zero = _mm256_set1_epi64x(p->out_zero);
+  g->lo32 = _mm256_set1_epi64x(INT32_MIN);
+  g->hi32 = _mm256_set1_epi64x(INT32_MAX);
+  g->lim = _mm256_set1_epi64x((int64_t)1 << 31);
+  g->nlim = _mm256_set1_epi64x(-((int64_t)1 << 31));
+  g->lo8 = _mm256_set1_epi64x(-128);
+  g->hi8 = _mm256_set1_epi64x(127);
+  g->clip_lo = _mm256_set1_epi64x(p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
+  g->clip_hi = _mm256_set1_epi64x(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+}
+
+/* One channel's parameters in every lane (channel_params). */
+static void gen4_channel(const chan_params* c, gen4* g) {
+  g->bias = _mm256_set1_epi64x(c->bias);
+  g->mul = _mm256_set1_epi64x(c->mul);
+  g->pre = _mm256_set1_epi64x(bs_pre(c->pre));
+  g->shift = _mm256_set1_epi64x(c->shift + c->pre);
+  g->half = half4(g->shift, g->one);
+  g->prelu_mul = _mm256_set1_epi64x(c->prelu_mul);
+}
+
+/* Channels [ch, ch + 4), each lane its own (channel_params: BN's shift max(shift_max, own),
+ * BS's power min(shift_max - own, 31) where shift_max is larger). */
+static void gen4_lanes(const sdp_i8* p, int64_t ch, gen4* g) {
+  int64_t b[4], m[4], pr[4], sh[4], pm[4];
+  for (int i = 0; i < 4; ++i) {
+    const chan_params c = channel_params(p, (int32_t)(ch + i));
+    b[i] = c.bias, m[i] = c.mul, pr[i] = bs_pre(c.pre), sh[i] = c.shift + c.pre;
+    pm[i] = c.prelu_mul;
+  }
+  g->bias = _mm256_setr_epi64x(b[0], b[1], b[2], b[3]);
+  g->mul = _mm256_setr_epi64x(m[0], m[1], m[2], m[3]);
+  g->pre = _mm256_setr_epi64x(pr[0], pr[1], pr[2], pr[3]);
+  g->shift = _mm256_setr_epi64x(sh[0], sh[1], sh[2], sh[3]);
+  g->half = half4(g->shift, g->one);
+  g->prelu_mul = _mm256_setr_epi64x(pm[0], pm[1], pm[2], pm[3]);
+}
+
+/* The codes of 4 values v (int64 lanes) with their operand codes o (int64 lanes), clamped to
+ * [-128, 127] and CLIP's bounds, in int64 lanes. */
+static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p, const gen4* g,
+                                                                __m256i v, __m256i o, int ew,
+                                                                int act, int out_cvt) {
+  /* BS: v + bias clamped to +-2^31, times 2^pre (<= 2^62), sat32 */
+  __m256i t = min64(max64(_mm256_add_epi64(v, g->bias), g->nlim), g->lim);
+  t = min64(max64(_mm256_sllv_epi64(t, g->pre), g->lo32), g->hi32);
+  /* BN */
+  t = rhaz4(_mm256_mul_epi32(t, g->mul), g->half, g->shift, g->zero);
+  t = min64(max64(t, g->lo32), g->hi32);
+  if (ew != ACCEL_EW_NONE) {
+    const __m256i e0 = rhaz4(_mm256_mul_epi32(_mm256_sub_epi64(o, g->ew_zero), g->ew_mul),
+                             g->ew_half, g->ew_shift, g->zero);
+    const __m256i e = min64(max64(e0, g->lo32), g->hi32);
+    if (ew == ACCEL_EW_ADD) t = min64(max64(_mm256_add_epi64(t, e), g->lo32), g->hi32);
+    if (ew == ACCEL_EW_MUL) t = min64(max64(_mm256_mul_epi32(t, e), g->lo32), g->hi32);
+    if (ew == ACCEL_EW_MAX) t = max64(t, e);
+    if (ew == ACCEL_EW_MIN) t = min64(t, e);
+  }
+  if (act == ACCEL_ACT_RELU) t = max64(t, g->zero);
+  if (act == ACCEL_ACT_PRELU) {
+    const __m256i n = rhaz4(_mm256_mul_epi32(t, g->prelu_mul), g->prelu_half, g->prelu_shift,
+                            g->zero);
+    t = _mm256_blendv_epi8(t, min64(max64(n, g->lo32), g->hi32), _mm256_cmpgt_epi64(g->zero, t));
+  }
+  if (out_cvt) t = rhaz4(_mm256_mul_epi32(t, g->out_mul), g->out_half, g->out_shift, g->zero);
+  __m256i y = min64(max64(_mm256_add_epi64(t, g->out_zero), g->lo8), g->hi8);
+  if (act == ACCEL_ACT_CLIP) y = min64(max64(y, g->clip_lo), g->clip_hi);
+  (void)p;
+  return y;
+}
+
+/* 8 codes (int64 lanes' low dwords) of two gen4_codes results as 8 int32 lanes */
+static inline __m256i gen4_join(__m256i a, __m256i b) {
+  const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, idx),
+                            _mm256_permutevar8x32_epi32(b, idx), 0xF0);
+}
+
+/* 32 values a step (operand: NULL without an element-wise op); lanes: each lane's own channel
+ * from `first` (sdp_i8_channels), else g holds the channel. */
+static inline __attribute__((always_inline)) void gen4_step(const sdp_i8* p, gen4* g,
+                                                            const int32_t* v, const int8_t* operand,
+                                                            int8_t* y, int64_t first, int lanes,
+                                                            int ew, int act, int out_cvt) {
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
+    __m256i o = _mm256_setzero_si256();
+    if (ew != ACCEL_EW_NONE)
+      o = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(operand + 8 * j)));
+    if (lanes) gen4_lanes(p, first + 8 * j, g);
+    const __m256i a = gen4_codes(p, g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(x)),
+                                 _mm256_cvtepi32_epi64(_mm256_castsi256_si128(o)), ew, act,
+                                 out_cvt);
+    if (lanes) gen4_lanes(p, first + 8 * j + 4, g);
+    const __m256i b = gen4_codes(p, g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(x, 1)),
+                                 _mm256_cvtepi32_epi64(_mm256_extracti128_si256(o, 1)), ew, act,
+                                 out_cvt);
+    q[j] = gen4_join(a, b);
+  }
+  _mm256_storeu_si256((__m256i*)(void*)y, codes32(q[0], q[1], q[2], q[3]));
+}
+
+static inline __attribute__((always_inline)) void gen4_body(const sdp_i8* p, gen4* g,
+                                                            const int32_t* v, const int8_t* operand,
+                                                            int8_t* y, int64_t count, int64_t first,
+                                                            int lanes, int ew, int act,
+                                                            int out_cvt) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32)
+    gen4_step(p, g, v + i, operand != NULL ? operand + i : NULL, y + i, first + i, lanes, ew,
+              act, out_cvt);
+  if (i < count) {
+    /* the tail through a zero-padded copy (one channel: the padding is any value of it) */
+    int32_t tv[32] = {0};
+    int8_t to[32] = {0}, ty[32];
+    const int64_t n = count - i;
+    memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
+    if (operand != NULL) memcpy(to, operand + i, (size_t)n);
+    if (lanes) { /* one value per channel: no channels past the last to read */
+      sdp_i8_channels_scalar(p, (int32_t)(first + i), v + i,
+                             operand != NULL ? operand + i : NULL, y + i, n);
+      return;
+    }
+    gen4_step(p, g, tv, to, ty, first + i, 0, ew, act, out_cvt);
+    memcpy(y + i, ty, (size_t)n);
+  }
+}
+
+/* The instantiations: the element-wise op and one channel or each lane's own at compile time,
+ * the activation and the output converter read in the loop (invariant branches). */
+#define GEN4(NAME, EW, LANES)                                                                  \
+  static void NAME(const sdp_i8* p, gen4* g, const int32_t* v, const int8_t* operand,         \
+                   int8_t* y, int64_t count, int64_t first) {                                  \
+    gen4_body(p, g, v, operand, y, count, first, LANES, EW, p->act, p->out_mul != 0);          \
+  }
+GEN4(gen4_none, ACCEL_EW_NONE, 0)
+GEN4(gen4_add, ACCEL_EW_ADD, 0)
+GEN4(gen4_mul, ACCEL_EW_MUL, 0)
+GEN4(gen4_max, ACCEL_EW_MAX, 0)
+GEN4(gen4_min, ACCEL_EW_MIN, 0)
+GEN4(gen4_none_lanes, ACCEL_EW_NONE, 1)
+GEN4(gen4_add_lanes, ACCEL_EW_ADD, 1)
+GEN4(gen4_mul_lanes, ACCEL_EW_MUL, 1)
+GEN4(gen4_max_lanes, ACCEL_EW_MAX, 1)
+GEN4(gen4_min_lanes, ACCEL_EW_MIN, 1)
+#undef GEN4
+
+typedef void (*gen4_fn)(const sdp_i8*, gen4*, const int32_t*, const int8_t*, int8_t*, int64_t,
+                        int64_t);
+
+static gen4_fn gen4_of(accel_eltwise ew, int lanes) {
+  switch (ew) {
+    case ACCEL_EW_ADD: return lanes ? gen4_add_lanes : gen4_add;
+    case ACCEL_EW_MUL: return lanes ? gen4_mul_lanes : gen4_mul;
+    case ACCEL_EW_MAX: return lanes ? gen4_max_lanes : gen4_max;
+    case ACCEL_EW_MIN: return lanes ? gen4_min_lanes : gen4_min;
+    default: return lanes ? gen4_none_lanes : gen4_none;
+  }
+}
+
+void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count) {
+  if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT's codes: sdp_one */
+    sdp_i8_channels_scalar(p, first, v, operand, y, count);
+    return;
+  }
+  gen4 g;
+  gen4_call(p, &g);
+  gen4_of(p->ew_op, 1)(p, &g, v, p->ew_op != ACCEL_EW_NONE ? operand : NULL, y, count, first);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
@@ -364,7 +584,14 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
       return;
     }
   }
-  sdp_i8_span_scalar(p, ch, v, operand, y, count);
+  if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT without its plan: sdp_one */
+    sdp_i8_span_scalar(p, ch, v, operand, y, count);
+    return;
+  }
+  gen4 g;
+  gen4_call(p, &g);
+  gen4_channel(&c, &g);
+  gen4_of(p->ew_op, 0)(p, &g, v, p->ew_op != ACCEL_EW_NONE ? operand : NULL, y, count, ch);
 }
 
 #endif

@@ -382,15 +382,20 @@ void sdp_i8_channels_lut(const sdp_i8* p, int32_t first, const int32_t* v,
                          const int8_t* operand, int8_t* y, int64_t count);
 #endif
 
-/* sdp_i8.c: sdp_one over a span (the definition; the vector paths' fallback for what their
- * forms do not cover). */
+/* sdp_i8.c: sdp_one over a span / along the channels (the definition; the vector paths'
+ * fallback for what their forms do not cover). */
 void sdp_i8_span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                         int8_t* y, int64_t count);
 
+void sdp_i8_channels_scalar(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count);
+
 #if SDP_I8_AVX2
-/* sdp_i8_avx2.c: sdp_i8_span on AVX2 (its forms, else sdp_i8_span_scalar). */
+/* sdp_i8_avx2.c: sdp_i8_span and sdp_i8_channels on AVX2 (its forms, else the scalar ones). */
 void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                       int8_t* y, int64_t count);
+void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count);
 #endif
 
 #endif /* ACCEL_SDP_I8_INTERNAL_H */
