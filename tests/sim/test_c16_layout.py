@@ -4,6 +4,10 @@ with their SDP fused; the dense 3x3 in test_c16_conv3x3.py, Winograd mode in
 test_c16_winograd.py, pooling in test_c16_pool.py) or the runtime converts around the NCHW
 kernels (everything else, and any run an observer watches), at 1-3 threads; the cost does not
 depend on the layout; and a bad layout is refused by name."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -15,6 +19,12 @@ from accel_codegen.sim.observer import observing
 from conftest import assert_same
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
+
+# The C16 kernels are AVX-512 code (runtime/src/device.c): a build without AVX-512 runs every C16
+# tensor converted around the NCHW kernels, with the same bits. C16_KERNELS: this build has them
+# (a 1x1 conv on 16 channels asks for one); test_c16_kernels_come_with_avx512 holds it to the
+# fp32 list's own answer, so that the native answers below cannot all turn false unnoticed.
+C16_KERNELS = c16_native("nv_full", [Conv(np.ones((16, 16, 1, 1), np.float32))], (1, 16, 8, 8))
 
 
 def _data(rng, shape, zeros=True):
@@ -53,7 +63,7 @@ def _blocked(op):
 def _same_either_way(ops, x, threads=2, mode="fused", native=True):
     """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel (else
     converted around the NCHW kernels)."""
-    assert c16_native("nv_full", ops, x.shape, mode=mode) == native
+    assert c16_native("nv_full", ops, x.shape, mode=mode) == (native and C16_KERNELS)
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
     blocked, blocked_stats = device.run([_blocked(op) for op in ops], to_c16(x), mode=mode,
@@ -191,7 +201,7 @@ def test_a_post_activation_before_a_fused_pool_is_converted_around(rng):
            Sdp(scale=np.ones(32, np.float32), act="silu"),
            Pool("max", kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1))]
     assert not c16_native("nv_full", ops, x.shape, in_layout="nchw")
-    assert c16_native("nv_full", ops[:2], x.shape, in_layout="nchw")
+    assert c16_native("nv_full", ops[:2], x.shape, in_layout="nchw") == C16_KERNELS
     for chain in (ops, ops[:2]):  # the pool converted around; the stem kernel alone
         expected = DEVICES[2].run(chain, x)[0]
         blocked = DEVICES[2].run(chain, x, out_layout="c16")[0]
@@ -320,3 +330,20 @@ def test_bad_c16_tensors_are_refused_by_name(rng):
     tensor.c, tensor.layout = 16, 7
     assert lib.accel_chain_shapes(config, op, 1, tensor, lib.ACCEL_MODE_FUSED, shapes) != 0
     assert "layout = 7 is not an accel_layout" in ffi.string(lib.accel_last_error()).decode()
+
+
+def test_c16_kernels_come_with_avx512():
+    """C16_KERNELS is true exactly in an AVX-512 build, where the fp32 list runs a dense conv on
+    an AVX-512 implementation (gemm_avx2 or blas otherwise). ACCEL_VERBOSE names it; the library
+    reads the variable once per process, hence a child."""
+    child = ("import numpy as np; from accel_codegen import Conv, Device; "
+             "Device(num_threads=1).run([Conv(np.ones((8, 8, 3, 3), np.float32), padding=1)], "
+             "np.ones((1, 8, 8, 8), np.float32))")
+    env = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
+    done = subprocess.run([sys.executable, "-c", child], env={**env, "ACCEL_VERBOSE": "1"},
+                          capture_output=True, text=True, check=True)
+    lines = [line for line in (done.stdout + done.stderr).splitlines()
+             if line.startswith("accel_verbose,conv,fp32,")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    impl = lines[0].split(",")[3]
+    assert C16_KERNELS == impl.endswith("_avx512"), impl
