@@ -4,27 +4,23 @@ with their SDP fused; the dense 3x3 in test_c16_conv3x3.py, Winograd mode in
 test_c16_winograd.py, pooling in test_c16_pool.py) or the runtime converts around the NCHW
 kernels (everything else, and any run an observer watches), at 1-3 threads; the cost does not
 depend on the layout; and a bad layout is refused by name."""
-import os
-import subprocess
-import sys
+import pathlib
 
 import numpy as np
 import pytest
 
 from accel_codegen import AccelInvalidError, Bdma, Conv, Device, Pool, Sdp
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.sim.device import c16_native
+from accel_codegen.sim.device import c16_native, host_isa
 from accel_codegen.sim.layout import c16_shape, from_c16, nchw_shape, to_c16
 from accel_codegen.sim.observer import observing
 from conftest import assert_same
 
-DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
+# The C16 kernels are AVX-512 code: a build without it converts every C16 run around the NCHW
+# kernels (the same bits and cost; c16_native is false for every chain).
+C16_KERNELS = "avx512" in host_isa()
 
-# The C16 kernels are AVX-512 code (runtime/src/device.c): a build without AVX-512 runs every C16
-# tensor converted around the NCHW kernels, with the same bits. C16_KERNELS: this build has them
-# (a 1x1 conv on 16 channels asks for one); test_c16_kernels_come_with_avx512 holds it to the
-# fp32 list's own answer, so that the native answers below cannot all turn false unnoticed.
-C16_KERNELS = c16_native("nv_full", [Conv(np.ones((16, 16, 1, 1), np.float32))], (1, 16, 8, 8))
+DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 
 
 def _data(rng, shape, zeros=True):
@@ -61,8 +57,8 @@ def _blocked(op):
 
 
 def _same_either_way(ops, x, threads=2, mode="fused", native=True):
-    """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel (else
-    converted around the NCHW kernels)."""
+    """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel where the
+    build has them (else converted around the NCHW kernels)."""
     assert c16_native("nv_full", ops, x.shape, mode=mode) == (native and C16_KERNELS)
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
@@ -332,18 +328,20 @@ def test_bad_c16_tensors_are_refused_by_name(rng):
     assert "layout = 7 is not an accel_layout" in ffi.string(lib.accel_last_error()).decode()
 
 
-def test_c16_kernels_come_with_avx512():
-    """C16_KERNELS is true exactly in an AVX-512 build, where the fp32 list runs a dense conv on
-    an AVX-512 implementation (gemm_avx2 or blas otherwise). ACCEL_VERBOSE names it; the library
-    reads the variable once per process, hence a child."""
-    child = ("import numpy as np; from accel_codegen import Conv, Device; "
-             "Device(num_threads=1).run([Conv(np.ones((8, 8, 3, 3), np.float32), padding=1)], "
-             "np.ones((1, 8, 8, 8), np.float32))")
-    env = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
-    done = subprocess.run([sys.executable, "-c", child], env={**env, "ACCEL_VERBOSE": "1"},
-                          capture_output=True, text=True, check=True)
-    lines = [line for line in (done.stdout + done.stderr).splitlines()
-             if line.startswith("accel_verbose,conv,fp32,")]
-    assert len(lines) == 1, done.stdout + done.stderr
-    impl = lines[0].split(",")[3]
-    assert C16_KERNELS == impl.endswith("_avx512"), impl
+def test_the_build_claims_only_instruction_sets_the_cpu_has():
+    """accel_host_isa names the instruction sets the kernels were compiled for: each must be
+    one this CPU has (its kernels would fault otherwise), and C16_KERNELS above follows it."""
+    flags = set()
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    needs = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl"},
+             "avx512_vnni": {"avx512_vnni"}, "avx512_vbmi": {"avx512vbmi"},
+             "amx": {"amx_tile", "amx_int8"}}
+    isa = host_isa()
+    assert isa <= needs.keys()
+    for name in isa:
+        assert needs[name] <= flags, (name, sorted(needs[name] - flags))
+    if "avx512" not in isa:  # every instruction set above AVX2 needs AVX-512 here
+        assert not isa & {"avx512_vnni", "avx512_vbmi", "amx"}

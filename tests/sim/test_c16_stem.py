@@ -55,8 +55,8 @@ def _blocked(op):
 def _nchw_in_c16_out(ops, x, threads=2, native=True, mode="fused"):
     """The run from an NCHW input into a C16 output gives the all-NCHW run's bits and cost;
     ``native``: on the stem kernel (else converted around the NCHW kernels)."""
-    assert c16_native("nv_full", ops, x.shape, in_layout="nchw", mode=mode) == (native and
-                                                                                 C16_KERNELS)
+    assert c16_native("nv_full", ops, x.shape, in_layout="nchw", mode=mode) == (
+        native and C16_KERNELS)
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
     blocked, blocked_stats = device.run([_blocked(op) for op in ops], x, mode=mode,
