@@ -63,6 +63,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
+from .relax_exprs import read_counts
 from .source_names import name_bindings, name_of, span_of
 
 
@@ -1180,20 +1181,6 @@ class _InlinedConstants(relax.PyExprMutator):
         return self.constants.get(var) or super().visit_dataflow_var_(var)
 
 
-def _readers(function: relax.Function) -> dict:
-    counts = {}
-
-    def count(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            relax.analysis.post_order_visit(binding.value, count)
-    relax.analysis.post_order_visit(function.body.body, count)
-    return counts
-
-
 def _moved_constant(value: relax.Call) -> np.ndarray:
     """The constant a reshape or a permute_dims of a constant computes."""
     array = constant_value(value.args[0])
@@ -1221,7 +1208,7 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
     for gv, function in _graph_functions(mod):
         bound = {value: var for var, value in _bindings_table(function).items()}
         part = _rewrite(tvm.IRModule({gv: function}), pattern,
-                        make_rewriter(_readers(function), bound))
+                        make_rewriter(read_counts(function), bound))
         result[gv] = part[gv]
     return result
 
@@ -1233,7 +1220,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
-        readers = _readers(function)
+        readers = read_counts(function)
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
