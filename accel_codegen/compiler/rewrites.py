@@ -64,7 +64,7 @@ from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call,
 
 from .layer import constant_value, is_constant
 from .relax_exprs import read_counts
-from .source_names import name_bindings, name_of, span_of
+from .source_names import name_bindings, name_of, named
 
 
 _PAD = is_op("relax.nn.pad")(wildcard())
@@ -121,10 +121,7 @@ def named_as(new: relax.Expr, old: relax.Expr) -> relax.Expr:
     """``new`` (a call a rewriter returns) with ``old``'s source-model name (its span:
     :mod:`.source_names`): what a rewrite puts in a node's place is that node, for the
     reports. :func:`_rewrite` gives the name to the binding of the call."""
-    name = name_of(old)
-    if name is None or not isinstance(new, relax.Call):
-        return new
-    return relax.Call(new.op, new.args, new.attrs, new.ty_args, span_of(name))
+    return named(new, name_of(old))
 
 
 # ONNX's Clip(x, min, max) with its bounds as inputs (torch exports ReLU6 so) arrives from TVM's
@@ -1893,7 +1890,7 @@ def _pool_padding_as_pad(call: relax.Call, source) -> relax.Expr:
             _static(call.args[0]) is None or len(padding) != 6:
         return call
     widths = [0, 0, 0, 0] + [w for axis in range(3) for w in (padding[axis], padding[axis + 3])]
-    padded = relax.op.nn.pad(call.args[0], widths, pad_value=0.0)
+    padded = named_as(relax.op.nn.pad(call.args[0], widths, pad_value=0.0), call)
     return named_as(relax.op.nn.avg_pool3d(
         padded, [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides], 0,
         [int(v) for v in attrs.dilation], False, True, "NCDHW", "NCDHW"), call)
