@@ -595,6 +595,29 @@ def _input_names(model: Any, count: int) -> list[str]:
     return plain[:count] if len(plain) >= count else [f"input{i}" for i in range(count)]
 
 
+#: The start of the TracerWarning a tensor's truth value raises.
+_TRACED_BOOL = r"Converting a tensor to a Python boolean"
+
+
+def _ignore_attention_shape_checks(torch) -> None:
+    """In the current warnings context, ignore the TracerWarnings of torch's own multi-head
+    attention and nothing else: its ``multi_head_attention_forward`` checks its shapes in
+    Python (embed_dim, head_dim, key.shape), which the trace records as the constants they
+    are for the static shapes exported; the tracer warns of them from torch's code, not the
+    model's. A filter names a module and a line, not a function: one per line of that
+    function, each for that warning's message only, so a user's own data-dependent branch,
+    or another torch function's warning, still shows."""
+    function = torch.nn.functional.multi_head_attention_forward
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except (OSError, TypeError):  # no source (a frozen install): nothing can be told apart
+        return
+    for line in range(first, first + len(lines)):
+        warnings.filterwarnings("ignore", message=_TRACED_BOOL,
+                                category=torch.jit.TracerWarning,
+                                module=r"torch\.nn\.functional\Z", lineno=line)
+
+
 def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> Path:
     """Export a PyTorch model to ONNX with batch norm kept as ``BatchNormalization``.
 
@@ -640,12 +663,7 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
             warnings.filterwarnings("ignore", category=DeprecationWarning,
                                     message=r"The feature will be removed",
                                     module=r"torch\.onnx\.")
-            # torch's own multi-head attention checks its shapes in Python (embed_dim,
-            # head_dim, key.shape): the trace records them as the constants they are for the
-            # static shapes exported, which the tracer warns of from torch's code, not the
-            # model's (a model's own data-dependent branch still warns)
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning,
-                                    module=r"torch\.nn\.functional")
+            _ignore_attention_shape_checks(torch)
             torch.onnx.export(model.eval(), args, str(path), dynamo=False,
                               do_constant_folding=False, opset_version=ONNX_OPSET,
                               input_names=_input_names(model, len(args)))

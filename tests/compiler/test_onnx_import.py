@@ -380,6 +380,34 @@ def test_export_of_torchs_attention_warns_of_nothing(tmp_path):
     assert any(issubclass(w.category, torch.jit.TracerWarning) for w in caught)
 
 
+def test_export_ignores_only_the_attention_shape_checks_tracer_warnings():
+    """export_onnx's filter is that of torch's multi-head attention alone: a TracerWarning
+    from any other line of torch.nn.functional (a function a user's model calls) or of
+    another message still shows (the filter once took the whole module)."""
+    import inspect
+    import warnings
+
+    from accel_codegen.compiler.frontend import _TRACED_BOOL, _ignore_attention_shape_checks
+
+    function = torch.nn.functional.multi_head_attention_forward
+    filename = inspect.getsourcefile(function)
+    inside = inspect.getsourcelines(function)[1] + 5
+    outside = inspect.getsourcelines(torch.nn.functional.interpolate)[1] + 5
+
+    def shown(message, lineno):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _ignore_attention_shape_checks(torch)
+            warnings.warn_explicit(message, torch.jit.TracerWarning, filename, lineno,
+                                   module="torch.nn.functional")
+        return len(caught)
+
+    message = _TRACED_BOOL + " might cause the trace to be incorrect."
+    assert shown(message, inside) == 0
+    assert shown(message, outside) == 1
+    assert shown("Iterating over a tensor might cause the trace to be incorrect.", inside) == 1
+
+
 def test_onnx_lrn_is_the_cdp_local_response_norm():
     """ONNX's LRN (Caffe2's AlexNet and ZFNet): TVM's importer pools the squares' channel
     window with the pool's own zero padding, torch's decomposition pads first; as that
@@ -400,3 +428,4 @@ def test_onnx_lrn_is_the_cdp_local_response_norm():
     expected = ort.InferenceSession(model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert_close(build_and_run(mod, x, params=params), expected, 1e-5)
+
