@@ -470,12 +470,12 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
     QDQ model's tensors without a scale): the fp32 code of the int8 partition
     (:func:`reference_machine`, or ``vm``) runs each example while ``observer`` (an
     :class:`~accel_codegen.quantization.calibration.Observer` by default) gathers every
-    tensor's statistics; under ``mse`` (and ``mse_positions``) a tensor a depthwise convolution alone reads has its
-    error weighed by the convolution's channels (:mod:`.sensitivity`; ``matched``: the int8
-    matching of ``mod``, made here when not given; the reference machine's partition reuses it
-    when made here or given with the ``log`` of that matching). ``each(vm, example)`` runs one
+    tensor's statistics; under ``mse`` (and ``mse_positions``) a tensor a depthwise convolution
+    alone reads has its error weighed by the convolution's channels (:mod:`.sensitivity`;
+    ``matched``: the int8 matching of ``mod``, made here when not given; the reference
+    machine's partition reuses it when made here or given with the ``log`` of that matching). ``each(vm, example)`` runs one
     example (``run_main`` by default: a caller keeping the reference outputs records them
-    there).
+    there), once per example whatever the method.
     Returns (the Calibration, the reference VM)."""
     if matched is None and (method in LEAST_ERROR or vm is None):
         log = PartitionLog()
@@ -488,7 +488,10 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
         vm = reference_machine(mod, params, config, fuse, winograd,
                                matched=(matched, log) if log is not None else None)
     each = each if each is not None else run_main
-    calibration = calibrate(lambda *inputs: each(vm, inputs), examples, method, observer)
+    # mse_positions runs the examples twice: the second pass through run_main, so that a
+    # caller's ``each`` (the mixed-precision search keeps the outputs) sees each example once
+    calibration = calibrate(lambda *inputs: each(vm, inputs), examples, method, observer,
+                            rerun=lambda *inputs: run_main(vm, inputs))
     return calibration, vm
 
 

@@ -541,11 +541,14 @@ progress_factory: Optional[Callable[[str], Callable[[int, int], None]]] = None
 
 
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD,
-              observer: Optional[Observer] = None) -> Calibration:
+              observer: Optional[Observer] = None, *, rerun=None) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
     on each example (one pass), turned into scales by ``method``. ``observer``: one that
     gathers more in the same pass (e.g. :class:`~.gptq.HessianObserver`). Each example done
-    is reported to :data:`progress_factory`'s callback, when set."""
+    is reported to :data:`progress_factory`'s callback, when set. ``rerun``: what runs an
+    example in ``mse_positions``'s second pass (``run`` by default); a caller whose ``run``
+    also records each example's outputs gives one that does not, so that it records each
+    example once."""
     if method not in METHODS:
         raise AccelInvalidError(f"calibration_method = {method!r} is not one of {METHODS}")
     examples = examples_of(inputs, "calibration")
@@ -560,7 +563,7 @@ def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAU
         progress(len(examples), len(examples))
     calibration = Calibration.from_observer(observer, method, len(examples))
     if method == "mse_positions":
-        spare_concentrated_clipping(calibration, observer, run, examples)
+        spare_concentrated_clipping(calibration, observer, rerun or run, examples)
     return calibration
 
 

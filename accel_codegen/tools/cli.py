@@ -35,7 +35,8 @@ that reaches ``--target-sqnr DB`` of output SQNR against fp32 at every output, o
 calibration inputs and on the quarter of them held back from calibration, in the fewest
 cycles: docs/mixed-precision.md). int8 and mixed are calibrated (CALIBRATION:
 ``--calibration N`` random N(0, 1) inputs of the model's input shapes, default 32, drawn with
-``--seed``, default 1234; ``--calibration-method`` mse, percentile, max or entropy);
+``--seed``, default 1234; ``--calibration-method`` mse, percentile, max, entropy or
+mse_positions);
 ``accuracy`` evaluates on inputs drawn with seed + 1, never the calibration ones; for int8 it
 also quantises the model with ONNX Runtime (static QDQ) on the same calibration inputs and
 prints its SQNR beside ours. bench's

@@ -96,3 +96,30 @@ def test_mixed_precision_calibrates_as_int8_does():
     search = search_mixed_precision(mod, params, examples, 10.0, config="nv_full",
                                     held_back=[(_input(20),)])
     assert search.calibration.tensors[key] == int8
+
+
+def test_mse_positions_hands_each_example_to_the_caller_once():
+    """mse_positions runs the examples twice (mse, then the positions' clipping count); the
+    caller's ``each`` of calibrate_reference sees each example once all the same: the
+    mixed-precision search keeps the outputs it records there as its reference and sums their
+    power, which a second pass doubled (every SQNR 3 dB too high), and the same calibration
+    as without ``each``."""
+    from accel_codegen.compiler.partition import calibrate_reference, run_main
+    from accel_codegen.sim.config import AccelConfig
+
+    torch.manual_seed(0)
+    mod, params = from_pytorch(Block().eval(), (torch.from_numpy(_input(0)),))
+    examples = [(_input(s),) for s in range(10, 13)]
+    seen = []
+
+    def each(vm, inputs):
+        seen.append(inputs[0])
+        return run_main(vm, inputs)
+
+    config = AccelConfig.preset("nv_full")
+    recorded, _ = calibrate_reference(mod, params, config, True, False, examples,
+                                      "mse_positions", each=each)
+    assert [id(x) for x in seen] == [id(x) for (x,) in examples]
+    plain, _ = calibrate_reference(mod, params, config, True, False, examples,
+                                   "mse_positions")
+    assert recorded.tensors == plain.tensors
