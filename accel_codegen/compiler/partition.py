@@ -31,7 +31,7 @@ from .attention import attention_cores
 from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
-from .reasons import reason_code
+from .reasons import coded_reason, reason_code
 from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
@@ -131,7 +131,7 @@ class PartitionReport:
                  f"{len(self.functions)} external function(s)"]
         if self.host:
             lines.append(f"{len(self.host)} on the host:")
-            lines += [f"{count:>6} x [{reason_code(reason)}] {reason}"
+            lines += [f"{count:>6} x {coded_reason(reason)}"
                       for reason, count in self.host_reasons()]
             lines.append("")
         if self.precision == "mixed":
@@ -149,7 +149,7 @@ class PartitionReport:
                  ("accel" + (f" {op.precision}" if op.precision else "")) if op.offloaded
                  else "host",
                  (op.primitive + (f" ({op.conv_mode})" if op.conv_mode == "winograd" else "")
-                  if op.offloaded else f"[{op.code}] {op.reason}")] for op in self.ops]
+                  if op.offloaded else coded_reason(op.reason, op.code))] for op in self.ops]
         return "\n".join(lines + [render_table(columns, rows)])
 
 

@@ -64,6 +64,12 @@ def reason_code(reason: Optional[str]) -> Optional[str]:
     return OTHER
 
 
+def coded_reason(reason: str, code: Optional[str] = None) -> str:
+    """A host reason as every report prints it: its stable code in brackets first
+    (``reason_code``'s unless ``code`` is given), then the sentence."""
+    return f"[{reason_code(reason) if code is None else code}] {reason}"
+
+
 def codes() -> Tuple[str, ...]:
     """Every code, :data:`OTHER` last."""
     return tuple(code for code, _, _ in REASON_CODES) + (OTHER,)

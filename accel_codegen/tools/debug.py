@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
+from ..compiler.reasons import coded_reason
 from ..sim.config import AccelConfig
 from ..sim.labels import label_key, layer_key
 from ..tables import Column, render_table, wrap_label
@@ -76,7 +77,7 @@ class HostOp:
     @property
     def why(self) -> str:
         """The partition's reason, its stable code first: what the table and the CSV say."""
-        return f"[{self.code}] {self.reason}"
+        return coded_reason(self.reason, self.code)
 
 
 #: The columns of ``debug --csv`` (:meth:`DebugReport.csv_rows`).

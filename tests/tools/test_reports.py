@@ -356,3 +356,26 @@ def test_bench_csv_has_the_simulator_modes_runs(capsys, tmp_path):
     assert {r["precision"] for r in rows} == {"fp32"}
     assert sum(int(r["cycles"]) for r in rows) == data["modes"]["fused"]["cycles"]
     assert rows[0]["source_ops"].startswith("relax.nn.conv2d ")
+
+
+def test_host_reasons_read_alike_in_the_partition_report_and_the_debugger():
+    """A host operator's reason, its code first, is formatted once (compiler.reasons.
+    coded_reason): the partition report's summary and table and the debugger's table and CSV
+    print the same text."""
+    from accel_codegen.compiler.partition import OpRecord, PartitionReport
+    from accel_codegen.compiler.reasons import coded_reason, reason_code
+    from accel_codegen.tools.debug import DebugReport, HostOp
+
+    reason = "no accelerator primitive for `relax.take`"
+    assert coded_reason(reason) == f"[{reason_code(reason)}] {reason}"
+    assert coded_reason(reason, "mine") == f"[mine] {reason}"
+    op = OpRecord(0, "relax.take", [1, 4], False, reason=reason)
+    text = coded_reason(reason)
+    partition = str(PartitionReport("nv_full", True, [op]))
+    assert f"1 x {text}" in partition and partition.rstrip().endswith(text)
+    host = HostOp(0, op.op, op.shape, "", op.code, reason)
+    debug = DebugReport("nv_full", "int8", 30.0, 1, 40.0, [], host=[host])
+    assert host.why == text
+    assert any(line.endswith(f"on the host (TVM, fp32): {text}")
+               for line in str(debug).splitlines())
+    assert debug.csv_rows()[0]["host_reason"] == text
