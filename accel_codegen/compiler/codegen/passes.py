@@ -170,18 +170,29 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
         tensors = {"x": surface}
-    else:  # Q and V as written (a row per token), K onto its surface, the output by rows
+    else:  # Q and V as written (a row per token), K on its surface (the K projection's, or
+        # its tokens transposed), the output by rows
         _, ck, _, tk = decomposition.shapes["k"]
         windows = attention.windows  # Swin's: each window's K onto a surface of its own
         ck //= windows
-        k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
         tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
-                   "k": gen._temp(windows * ck * tk), "o": gen.operands[var]}
+                   "o": gen.operands[var]}
         tensors.update({name: gen._constant(value)
                         for name, value in decomposition.constants.items()})
-        gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, precision,
-                                  f"layer {index}: K [{windows * tk}, {ck}] onto "
-                                  f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
+        held = _key_surface(gen, attention, scope, (ck, tk))
+        if held is not None:  # the K projection left it: no transpose back and forth
+            tensors["k"] = held
+            gen.body.append(f"/* layer {index}: K on its surface [1, {ck}, 1, {tk}] already */")
+        else:
+            if resolve_operand(attention.key, scope)[0] in gen.surface_only:
+                raise AccelInvalidError(f"layer {index}: its K's tokens were not written "
+                                        f"(every reader was to take their surface), and it "
+                                        f"cannot")
+            k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
+            tensors["k"] = gen._temp(windows * ck * tk)
+            gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, precision,
+                                      f"layer {index}: K [{windows * tk}, {ck}] onto "
+                                      f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
     views = decomposition.views if decomposition is not None else {}
 
     def tensor(name: str) -> str:
@@ -256,6 +267,47 @@ def _tokens_of(gen, index: int, var: relax.Var, last: str, shape, kept: bool) ->
                                          f"back to tokens [{b}, {h * w}, {k}]"))
 
 
+def _key_surface(gen, attention, scope, shape) -> Optional[str]:
+    """The surface [1, C, 1, Tk] of attention's K where the token layer that wrote K left
+    it (``token_surfaces``: the K projection's output before its transpose back to tokens),
+    else None. One image, not Swin's windows (their K is one surface per window)."""
+    if attention.windows != 1:
+        return None
+    source = resolve_operand(attention.key, scope)[0]
+    held = gen.token_surfaces.get(source)
+    if held is None or held[1:] != ((1,) + tuple(shape), gen.precision):
+        return None
+    return held[0]
+
+
+def _takes_surface(gen, j: int, var: relax.Var, shape, precision: str) -> bool:
+    """Whether layer ``j`` reads ``var`` only as a surface of ``shape`` [B, C, T] in
+    ``precision``: a token layer's data, or attention's K (one image; not also its Q or V,
+    which it reads as rows)."""
+    reader = gen.program.calls[j]
+    layer = reader.layer
+    if not layer.tokens:
+        return False
+    mixed = gen.function_precision == "mixed"
+    if (reader.precision if mixed else gen.precision) != precision:
+        return False
+    if sum(1 for a in reader.binding.value.args if var.same_as(a)) != 1:
+        return False
+    scope = next(r.scope for r in gen.program.runs if r.call == j and not r.converts)
+    attention = layer.norm.attention if layer.norm is not None else None
+    if attention is not None:
+        b, c, t = shape
+        reads = [resolve_operand(e, scope)[0] for e in (layer.data, attention.key,
+                                                         attention.value)]
+        return (attention.windows == 1 and b == 1 and var.same_as(reads[1]) and
+                not var.same_as(reads[0]) and not var.same_as(reads[2]) and
+                attention.channels["k"][0] == c and attention.kv_tokens == t)
+    if not var.same_as(resolve_operand(layer.data, scope)[0]):
+        return False
+    b, c, h, w = layer.in_shape
+    return (b, c, h * w) == tuple(shape)
+
+
 def _readers_take_surface(gen, index: int, var: relax.Var, shape, precision: str) -> bool:
     """Whether every layer reading ``var`` (the output of layer ``index``) reads it as the
     data of a token layer of that shape and precision, and only so, which then takes the
@@ -265,20 +317,4 @@ def _readers_take_surface(gen, index: int, var: relax.Var, shape, precision: str
     users = gen.readers.get(var, [])
     if not users or call.converted or any(var.same_as(o) for o in gen.outputs):
         return False
-    for j in set(users):
-        reader = gen.program.calls[j]
-        layer = reader.layer
-        if not layer.tokens or (layer.norm is not None and layer.norm.attention is not None):
-            return False
-        mixed = gen.function_precision == "mixed"
-        if (reader.precision if mixed else gen.precision) != precision:
-            return False
-        if sum(1 for a in reader.binding.value.args if var.same_as(a)) != 1:
-            return False
-        scope = next(r.scope for r in gen.program.runs if r.call == j and not r.converts)
-        if not var.same_as(resolve_operand(layer.data, scope)[0]):
-            return False
-        b, c, h, w = layer.in_shape
-        if (b, c, h * w) != tuple(shape):
-            return False
-    return True
+    return all(_takes_surface(gen, j, var, shape, precision) for j in set(users))
