@@ -176,29 +176,9 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
         tensors = {"x": surface}
-    else:  # Q and V as written (a row per token), K on its surface (the K projection's, or
-        # its tokens transposed), the output by rows
-        _, ck, _, tk = decomposition.shapes["k"]
-        windows = attention.windows  # Swin's: each window's K onto a surface of its own
-        ck //= windows
-        tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
-                   "o": gen.operands[var]}
-        tensors.update({name: gen._constant(value)
-                        for name, value in decomposition.constants.items()})
-        held = _key_surface(gen, attention, scope, (ck, tk))
-        if held is not None:  # the K projection left it: no transpose back and forth
-            tensors["k"] = held
-            gen.body.append(f"/* layer {index}: K on its surface [1, {ck}, 1, {tk}] already */")
-        else:
-            if resolve_operand(attention.key, scope)[0] in gen.surface_only:
-                raise AccelInvalidError(f"layer {index}: its K's tokens were not written "
-                                        f"(every reader was to take their surface), and it "
-                                        f"cannot")
-            k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
-            tensors["k"] = gen._temp(windows * ck * tk)
-            gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, precision,
-                                      f"layer {index}: K [{windows * tk}, {ck}] onto "
-                                      f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
+    else:
+        tensors = _attention_tensors(gen, index, var, attention, scope, decomposition, data,
+                                     first_key)
     views = decomposition.views if decomposition is not None else {}
 
     def tensor(name: str) -> str:
@@ -253,6 +233,34 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     kept = decomposition is None or (decomposition.output not in views and
                                      decomposition.output not in decomposition.into)
     _tokens_of(gen, index, var, last, (b, k, h, w), kept)
+
+
+def _attention_tensors(gen, index: int, var: relax.Var, attention, scope, decomposition,
+                       data: str, first_key: str) -> dict:
+    """Attention's tensors: Q (``data``) and V as written (a row per token), K on its surface
+    (the K projection's, or its tokens transposed), the output by rows, the passes'
+    constants."""
+    _, ck, _, tk = decomposition.shapes["k"]
+    windows = attention.windows  # Swin's: each window's K onto a surface of its own
+    ck //= windows
+    tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
+               "o": gen.operands[var]}
+    tensors.update({name: gen._constant(value)
+                    for name, value in decomposition.constants.items()})
+    held = _key_surface(gen, attention, scope, (ck, tk))
+    if held is not None:  # the K projection left it: no transpose back and forth
+        tensors["k"] = held
+        gen.body.append(f"/* layer {index}: K on its surface [1, {ck}, 1, {tk}] already */")
+        return tensors
+    if resolve_operand(attention.key, scope)[0] in gen.surface_only:
+        raise AccelInvalidError(f"layer {index}: its K's tokens were not written (every "
+                                f"reader was to take their surface), and it cannot")
+    k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
+    tensors["k"] = gen._temp(windows * ck * tk)
+    gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, gen.precision,
+                              f"layer {index}: K [{windows * tk}, {ck}] onto "
+                              f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
+    return tensors
 
 
 def _tokens_of(gen, index: int, var: relax.Var, last: str, shape, kept: bool) -> None:
