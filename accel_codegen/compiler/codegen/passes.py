@@ -351,11 +351,11 @@ def surface_adds(function, precision: str) -> Dict[int, Tuple[int, int, int]]:
                 out_c = layer.conv.weight_shape[0] if layer.conv is not None else c
                 surfaces[call.binding.var] = (b, out_c, h * w)
             continue
-        if not _plain_elementwise(call, runs[j]):
-            continue
         shape = _token_shape(call.binding.var)
+        if shape is None or not _plain_elementwise(call, runs[j]):
+            continue
         operands = [resolve_operand(e, scope) for e in (layer.data, layer.sdp.operand)]
-        if shape is None or any(value is not None or not isinstance(source, relax.Var) or
+        if any(value is not None or not isinstance(source, relax.Var) or
                                 _token_shape(source) != shape or surfaces.get(source) != shape
                                 for source, value in operands):
             continue
