@@ -187,6 +187,9 @@ typedef struct conv_i8_impl {
 } conv_i8_impl;
 
 extern const conv_i8_impl conv_i8_portable_impl;
+#ifdef __AVX2__
+extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
+#endif
 #ifdef CONV_I8_VNNI
 extern const conv_i8_impl conv_i8_dw_vnni_impl, conv_i8_im2col_vnni_impl, conv_i8_small_vnni_impl,
     conv_i8_implicit_vnni_impl;

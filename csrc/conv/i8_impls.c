@@ -11,8 +11,11 @@
  * explicit columns where they pay (im2col_vnni: batched fully connected layers, grids mostly
  * dropped columns, matrix-vector products); an RGB stem's taps packed densely (stem_vbmi); AMX
  * tiles where the CPU and OS grant them (amx); output channels along the vector for small
- * grids (small_vnni); the implicit GEMM (implicit_vnni); and last the portable direct loops
- * (portable), the only one in builds without AVX-512 VNNI. ACCEL_CONV_IMPL=name runs `name`
+ * grids (small_vnni); the implicit GEMM (implicit_vnni); in AVX2 builds without VNNI, groups of
+ * one input channel (depthwise) and of 2-4 (an RGB stem) with vpmaddwd on pairs of taps
+ * (dw_madd_avx2, stem_madd_avx2: in VNNI builds the VNNI ones take every geometry first, so
+ * these run only when forced); and last the portable direct loops (portable), the only one in
+ * builds without AVX2. ACCEL_CONV_IMPL=name runs `name`
  * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
  * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in L1,
@@ -50,6 +53,10 @@ static const conv_i8_impl* const impls[] = {
 #endif
     &conv_i8_small_vnni_impl,
     &conv_i8_implicit_vnni_impl,
+#endif
+#ifdef __AVX2__ /* after the VNNI ones, which take every geometry where they are built */
+    &conv_i8_dw_madd_avx2_impl,
+    &conv_i8_stem_madd_avx2_impl,
 #endif
     &conv_i8_portable_impl, /* always applies */
 };
