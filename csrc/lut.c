@@ -541,7 +541,7 @@ static inline float tanh_f32(float t) {
  * (tests/sim/test_lut.py); PyTorch's and ONNX
  * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
  * +-0 stays, NaN stays NaN, inf gives inf and -inf NaN (-inf times 0, as the formula). */
-static const float GELU_C[8][16] = {
+static const float GELU_C[ACCEL_GELU_DEGREE + 1][ACCEL_GELU_INTERVALS] = {
     {3.49618822e-01f, 2.05780670e-01f, 1.41331330e-01f, 1.06345154e-01f, 8.48033950e-02f,
      7.03426972e-02f, 6.00156747e-02f, 5.22930957e-02f, 4.63100448e-02f, 4.15432900e-02f,
      3.76588590e-02f, 3.44340578e-02f, 3.17149274e-02f, 2.93917321e-02f, 2.73842253e-02f,
@@ -575,6 +575,19 @@ static const float GELU_C[8][16] = {
      -2.00424211e-09f, -1.01414344e-09f, -5.39927214e-10f, -3.00360625e-10f, -1.73685066e-10f,
      -1.03852926e-10f},
 };
+
+_Static_assert(sizeof GELU_C == ACCEL_GELU_COEFFICIENTS * sizeof(float),
+               "ACCEL_GELU_COEFFICIENTS is GELU_C's size");
+
+accel_status accel_gelu_coefficients(float* out, int32_t count) {
+  if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "accel_gelu_coefficients: out is NULL");
+  if (count != ACCEL_GELU_COEFFICIENTS) {
+    return accel_fail(ACCEL_ERR_INVALID, "accel_gelu_coefficients: count = %d, not %d",
+                      (int)count, (int)ACCEL_GELU_COEFFICIENTS);
+  }
+  memcpy(out, GELU_C, sizeof GELU_C);
+  return ACCEL_OK;
+}
 
 static inline float gelu_f32(float t) {
   uint32_t tb;

@@ -1,12 +1,16 @@
 """The FP32 SDP's lookup-table activations in NumPy, in the C library's operation order
 (``csrc/lut.c``), written apart from the C: the building blocks of the activations' reference
 definitions, which each LUT activation's row of the op vocabulary holds (``vocabulary.py``:
-``exact``, ``function64``) and :mod:`.reference` reads. NumPy only."""
+``exact``, ``function64``) and :mod:`.reference` reads. NumPy, and the C library for GELU's table
+(one copy of its coefficients)."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from .._accel_ffi import ffi, lib
+from ..errors import check
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 _SQRT1_2 = 0.70710678118654752440
@@ -89,42 +93,18 @@ def tanh_f32(t: np.ndarray) -> np.ndarray:
         return (y.view(np.uint32) | sign).view(np.float32).reshape(shape)  # -0 stays -0
 
 
-#: gelu_f32's table (csrc/lut.c: GELU_C, the same floats): _GELU_C[j][n] is d^j's coefficient
-#: of C(x) = erfcx(x / sqrt 2) / 2 on [n, n + 1), d = x - (n + 0.5)
-_GELU_C = np.array([
-    [3.49618822e-01, 2.05780670e-01, 1.41331330e-01, 1.06345154e-01, 8.48033950e-02,
-     7.03426972e-02, 6.00156747e-02, 5.22930957e-02, 4.63100448e-02, 4.15432900e-02,
-     3.76588590e-02, 3.44340578e-02, 3.17149274e-02, 2.93917321e-02, 2.73842253e-02,
-     2.56323908e-02],
-    [-2.24132866e-01, -9.02712792e-02, -4.56139520e-02, -2.67342422e-02, -1.73270162e-02,
-     -1.20574636e-02, -8.84039048e-03, -6.74405182e-03, -5.30691398e-03, -4.28103982e-03,
-     -3.52426386e-03, -2.95060663e-03, -2.50571081e-03, -2.15390348e-03, -1.87101518e-03,
-     -1.64021412e-03],
-    [1.18777506e-01, 3.51869836e-02, 1.36482390e-02, 6.38765423e-03, 3.41591076e-03,
-     2.01332313e-03, 1.27656804e-03, 8.56353494e-04, 6.00636122e-04, 4.36705974e-04,
-     3.27044138e-04, 2.51041289e-04, 1.96770416e-04, 1.57017843e-04, 1.27252933e-04,
-     1.04535888e-04],
-    [-5.49153090e-02, -1.24970172e-02, -3.83113208e-03, -1.45915383e-03, -6.51806651e-04,
-     -3.28062190e-04, -1.80899573e-04, -1.07133579e-04, -6.71690286e-05, -4.41109260e-05,
-     -3.01001510e-05, -2.12105842e-05, -1.53601850e-05, -1.13874939e-05, -8.61585522e-06,
-     -6.63596666e-06],
-    [2.28036195e-02, 4.10818215e-03, 1.01734092e-03, 3.20111780e-04, 1.20686484e-04,
-     5.22430964e-05, 2.51795555e-05, 1.32127007e-05, 7.42476595e-06, 4.41301427e-06,
-     2.74812419e-06, 1.77988636e-06, 1.19202173e-06, 8.21667754e-07, 5.80756534e-07,
-     4.19600866e-07],
-    [-8.69226176e-03, -1.26574573e-03, -2.57369131e-04, -6.77151547e-05, -2.17342931e-05,
-     -8.14234136e-06, -3.44558975e-06, -1.60732463e-06, -8.11563154e-07, -4.37395300e-07,
-     -2.48939017e-07, -1.48362787e-07, -9.19746270e-08, -5.89912332e-08, -3.89745374e-08,
-     -2.64291060e-08],
-    [3.24527477e-03, 3.82249535e-04, 6.39942809e-05, 1.41218034e-05, 3.86923784e-06,
-     1.25723454e-06, 4.67924480e-07, 1.94310687e-07, 8.82468214e-08, 4.31627178e-08,
-     2.24662173e-08, 1.23272512e-08, 7.07694703e-09, 4.22497504e-09, 2.60998823e-09,
-     1.66150627e-09],
-    [-1.07207999e-03, -1.05424508e-04, -1.48699592e-05, -2.79803294e-06, -6.62230605e-07,
-     -1.88236868e-07, -6.20055971e-08, -2.30279511e-08, -9.43995815e-09, -4.20160973e-09,
-     -2.00424211e-09, -1.01414344e-09, -5.39927214e-10, -3.00360625e-10, -1.73685066e-10,
-     -1.03852926e-10],
-], dtype=np.float32)
+def _gelu_coefficients() -> np.ndarray:
+    """gelu_f32's table, the floats the C library evaluates (csrc/lut.c: GELU_C, exported by
+    accel_gelu_coefficients, so one copy): [j][n] is d^j's coefficient of C(x) =
+    erfcx(x / sqrt 2) / 2 on [n, n + 1), d = x - (n + 0.5)."""
+    count = lib.ACCEL_GELU_COEFFICIENTS
+    out = ffi.new("float[]", count)
+    check(lib.accel_gelu_coefficients(out, count))
+    table = np.frombuffer(ffi.buffer(out), dtype=np.float32).copy()
+    return table.reshape(lib.ACCEL_GELU_DEGREE + 1, lib.ACCEL_GELU_INTERVALS)
+
+
+_GELU_C = _gelu_coefficients()
 
 
 def gelu_f32(t: np.ndarray) -> np.ndarray:

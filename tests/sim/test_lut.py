@@ -236,6 +236,37 @@ def test_fp32_gelu_is_within_its_bound():
     assert np.isnan(y[x == -np.inf]).all()  # -inf times Phi = 0, as the formula
 
 
+def test_gelu_coefficients_are_one_table_the_c_librarys():
+    """gelu_f32's 128 coefficients exist once, in csrc/lut.c: the NumPy reference reads them
+    through accel_gelu_coefficients (no copy of the floats in the package's Python), and they
+    are what they claim, each interval's polynomial within 2e-7 relative of erfcx(x / sqrt 2) /
+    2 (a corrupted or transposed table fails); a wrong count or NULL is a typed error."""
+    from accel_codegen._accel_ffi import ffi, lib
+    from accel_codegen.errors import AccelBufferError, AccelInvalidError, check
+    from accel_codegen.sim import lut_math
+
+    count = lib.ACCEL_GELU_COEFFICIENTS
+    out = ffi.new("float[]", count)
+    assert lib.accel_gelu_coefficients(out, count) == lib.ACCEL_OK
+    exported = np.frombuffer(ffi.buffer(out), np.float32).reshape(lib.ACCEL_GELU_DEGREE + 1,
+                                                                  lib.ACCEL_GELU_INTERVALS)
+    assert lut_math._GELU_C.tobytes() == exported.tobytes()
+    package = pathlib.Path(lut_math.__file__).parents[1]
+    first = f"{exported[0][0]:.8e}"  # 3.49618822e-01, as the C source spells it
+    assert first in (pathlib.Path(__file__).parents[2] / "csrc" / "lut.c").read_text()
+    assert not [p for p in package.rglob("*.py") if first in p.read_text()]
+    for n in range(lib.ACCEL_GELU_INTERVALS):
+        d = np.linspace(-0.5, 0.5, 101)
+        poly = sum(float(exported[j][n]) * d ** j for j in range(lib.ACCEL_GELU_DEGREE + 1))
+        x = n + 0.5 + d
+        exact = np.array([math.erfc(v * math.sqrt(0.5)) * math.exp(v * v / 2) / 2 for v in x])
+        assert np.abs(poly / exact - 1).max() < 2e-7, n
+    with pytest.raises(AccelInvalidError, match=f"count = {count - 1}, not {count}"):
+        check(lib.accel_gelu_coefficients(out, count - 1))
+    with pytest.raises(AccelBufferError, match="out is NULL"):
+        check(lib.accel_gelu_coefficients(ffi.NULL, count))
+
+
 @pytest.mark.parametrize("act", LUT_ACTS)
 def test_lut_activations_need_int8_tables_and_a_config_with_the_lut(act):
     with pytest.raises(AccelBufferError, match=f"act = {act} needs its INT8 tables"):

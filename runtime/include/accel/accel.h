@@ -69,6 +69,9 @@ enum {
   ACCEL_ERROR_LEN = 512,
   ACCEL_LUT_LE_ENTRIES = 65,   /* SDP lookup table: NVDLA's LE table size (64 intervals) */
   ACCEL_LUT_LO_ENTRIES = 257,  /* and its LO table size (256 intervals) */
+  ACCEL_GELU_INTERVALS = 16,   /* FP32 GELU: unit intervals of |t| with a polynomial each */
+  ACCEL_GELU_DEGREE = 7,       /* and their degree (accel_gelu_coefficients) */
+  ACCEL_GELU_COEFFICIENTS = 128, /* (ACCEL_GELU_DEGREE + 1) x ACCEL_GELU_INTERVALS */
   ACCEL_C16_CHANNELS = 16,     /* channels of one atom of the C16 layout (accel_layout) */
   ACCEL_MAX_RUBIK_STRIDE = 32, /* RUBIK contract factor per side (5-bit register field + 1) */
   ACCEL_MAX_RUBIK_DIM = 8192,  /* RUBIK: width, height and channels of input and output (13-bit

@@ -129,6 +129,13 @@ accel_status accel_conv_pack_weights(const accel_config* cfg, const accel_conv_d
 /* The lookup table geometry of a LUT activation (SIGMOID and after; see accel_lut). */
 accel_status accel_lut_info(accel_activation act, accel_lut* out);
 
+/* FP32 GELU's polynomials (ACCEL_ACT_GELU; csrc/lut.c: gelu_f32): C(x) = erfcx(x / sqrt 2) / 2
+ * on each unit interval [n, n + 1), n = 0 .. ACCEL_GELU_INTERVALS - 1, as a polynomial of degree
+ * ACCEL_GELU_DEGREE in d = x - (n + 0.5). Copies the floats the kernel evaluates into out:
+ * out[j * ACCEL_GELU_INTERVALS + n] is d^j's coefficient on interval n; count must be
+ * ACCEL_GELU_COEFFICIENTS (the NumPy reference reads its copy from here, so there is one). */
+accel_status accel_gelu_coefficients(float* out, int32_t count);
+
 /* Inference batch norm (and an optional preceding bias) as one SDP scale and shift:
  *   scale[c] = gamma[c] / sqrt(var[c] + epsilon)
  *   shift[c] = (bias[c] - mean[c]) * scale[c] + beta[c]
