@@ -31,7 +31,8 @@
 enum {
   DWA_MAX_CG = 4,    /* input channels per group: the stem's RGB(A); deeper groups: a GEMM */
   DWA_BAND = 2048,   /* outputs per band: its accumulators and copy stay in L1 */
-  DWA_V = 4          /* vectors of 8 outputs per step: independent chains of vpaddd */
+  DWA_V = 4,         /* vectors of 8 outputs per step anywhere in the band, */
+  DWA_RUN = 8        /* and along one row (one address per term for all of them) */
 };
 
 /* The geometry's phases, terms and copy sizes. */
@@ -53,7 +54,7 @@ typedef struct dwa_term {
   int32_t ta, tb; /* taps r * kernel_w + s; tb < 0: a lone tap */
 } dwa_term;
 
-static void dwa_make_plan(const plan* P, dwa_plan* D, dwa_term* terms) {
+static void dwa_make_plan(const plan* P, int nth, dwa_plan* D, dwa_term* terms) {
   const conv_geometry* g = P->g;
   const int64_t sh = g->stride_h, sw = g->stride_w, dh = g->dilation_h, dw = g->dilation_w;
   int8_t yslot[ACCEL_MAX_CONV_STRIDE], xslot[ACCEL_MAX_CONV_STRIDE];
@@ -74,6 +75,13 @@ static void dwa_make_plan(const plan* P, dwa_plan* D, dwa_term* terms) {
   D->nvr = (g->out_w + 7) / 8;
   D->L = (D->nvr * 8 + D->sq + 7) & ~(int64_t)7; /* whole vectors: no store crosses a row */
   D->band = DWA_BAND / g->out_w;
+  /* at least 4 items per participant where the rows allow (a stem is one group) */
+  const int64_t planes = (int64_t)g->n * g->groups, want = 4 * (int64_t)nth;
+  if (planes * ((g->out_h + D->band - 1) / D->band) < want) {
+    const int64_t per = (want + planes - 1) / planes; /* bands per plane */
+    const int64_t rows = (g->out_h + per - 1) / per;
+    if (rows < D->band) D->band = rows;
+  }
   if (D->band < 1) D->band = 1;
   if (D->band > g->out_h) D->band = g->out_h;
   D->hb = D->band + D->rq;
@@ -192,6 +200,26 @@ static inline __attribute__((always_inline)) void dwa_vectors(
   for (int j = 0; j < NV; ++j) _mm256_storeu_si256((__m256i*)(acc + apos[j]), s[j]);
 }
 
+/* NV vectors along one row: at copy word cpos + 8 j, stored at acc + apos + 8 j. */
+static inline __attribute__((always_inline)) void dwa_row(
+    const int NV, const int32_t* copy, int64_t cplane, int64_t cg, const dwa_term* terms,
+    int64_t nterms, const int32_t* words, int64_t cpos, int64_t apos, int32_t* acc) {
+  __m256i s[DWA_RUN];
+  for (int j = 0; j < NV; ++j) s[j] = _mm256_setzero_si256();
+  for (int64_t c = 0; c < cg; ++c) {
+    const int32_t* cp = copy + c * cplane + cpos;
+    const int32_t* wc = words + c * nterms;
+    for (int64_t t = 0; t < nterms; ++t) {
+      const __m256i wv = _mm256_set1_epi32(wc[t]);
+      const int32_t* b = cp + terms[t].off;
+      for (int j = 0; j < NV; ++j)
+        s[j] = _mm256_add_epi32(
+            s[j], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(b + 8 * j)), wv));
+    }
+  }
+  for (int j = 0; j < NV; ++j) _mm256_storeu_si256((__m256i*)(acc + apos + 8 * j), s[j]);
+}
+
 static void dwa_item(void* ctx, int64_t item, int participant) {
   const dwa_job* J = ctx;
   const plan* P = J->P;
@@ -221,20 +249,38 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
         const uint32_t wb = T->tb >= 0 ? (uint16_t)(int16_t)wk[c * P->rs + T->tb] : 0u;
         words[c * nterms + t] = (int32_t)(wa | wb << 16);
       }
-    int64_t v = 0;
-    for (; v + DWA_V <= nvec; v += DWA_V) {
-      int64_t cpos[DWA_V], apos[DWA_V];
-      for (int i = 0; i < DWA_V; ++i) {
-        const int64_t y = (v + i) / nvr, x = (v + i) % nvr * 8;
-        cpos[i] = y * L + x;
-        apos[i] = y * ow + x;
+    if (nvr >= DWA_RUN) {
+      /* runs of DWA_RUN vectors along each row, then of DWA_V, then single vectors: a row's
+       * last vector runs into the next row, whose stores come after it */
+      for (int64_t y = 0; y < rows; ++y) {
+        const int64_t cy = y * L, ay = y * ow;
+        int64_t x = 0;
+        for (; x + DWA_RUN <= nvr; x += DWA_RUN)
+          dwa_row(DWA_RUN, copy, D->cplane, cg, J->terms, nterms, words, cy + 8 * x,
+                  ay + 8 * x, acc);
+        for (; x + DWA_V <= nvr; x += DWA_V)
+          dwa_row(DWA_V, copy, D->cplane, cg, J->terms, nterms, words, cy + 8 * x, ay + 8 * x,
+                  acc);
+        for (; x < nvr; ++x)
+          dwa_row(1, copy, D->cplane, cg, J->terms, nterms, words, cy + 8 * x, ay + 8 * x, acc);
       }
-      dwa_vectors(DWA_V, copy, D->cplane, cg, J->terms, nterms, words, cpos, apos, acc);
-    }
-    for (; v < nvec; ++v) {
-      const int64_t y = v / nvr, x = v % nvr * 8;
-      const int64_t cpos = y * L + x, apos = y * ow + x;
-      dwa_vectors(1, copy, D->cplane, cg, J->terms, nterms, words, &cpos, &apos, acc);
+    } else {
+      /* narrow rows: the band's vectors laid end to end, DWA_V at a time in order */
+      int64_t v = 0;
+      for (; v + DWA_V <= nvec; v += DWA_V) {
+        int64_t cpos[DWA_V], apos[DWA_V];
+        for (int i = 0; i < DWA_V; ++i) {
+          const int64_t y = (v + i) / nvr, x = (v + i) % nvr * 8;
+          cpos[i] = y * L + x;
+          apos[i] = y * ow + x;
+        }
+        dwa_vectors(DWA_V, copy, D->cplane, cg, J->terms, nterms, words, cpos, apos, acc);
+      }
+      for (; v < nvec; ++v) {
+        const int64_t y = v / nvr, x = v % nvr * 8;
+        const int64_t cpos = y * L + x, apos = y * ow + x;
+        dwa_vectors(1, copy, D->cplane, cg, J->terms, nterms, words, &cpos, &apos, acc);
+      }
     }
     const int64_t at = ((b * g->k + k) * g->out_h + y0) * ow;
     convert_at(J->ep, k, acc, J->out, at, rows * ow);
@@ -247,7 +293,7 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
   dwa_term* terms = workspace_get(ws, WS_OFF, (size_t)P->rs * sizeof(dwa_term));
   if (terms == NULL) return ACCEL_ERR_NO_MEMORY;
   dwa_plan D;
-  dwa_make_plan(P, &D, terms);
+  dwa_make_plan(P, nth, &D, terms);
   const int64_t bands = (g->out_h + D.band - 1) / D.band;
   const int64_t items = (int64_t)g->n * g->groups * bands;
   if (nth > items) nth = (int)items;
