@@ -285,6 +285,8 @@ static void transform_input(const wino_plan* P, const float* X, int64_t nrows, i
         _mm512_mask_storeu_ps(dst + xi * CF * ntp + tx0, mask, v[xi]);
       }
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    wino_input_row_avx2(rows, sw, tw, half, dst, CF * ntp);
 #else
     for (int64_t tx = 0; tx < tw; ++tx) {
       float d[4][4], t[4][4];
@@ -410,6 +412,9 @@ static void transform_output(const wino_plan* P, const float* M, int r, int64_t 
       }
       output_tiles(m, ty, tx0, g->out_h, ow, plane);
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    wino_output_row_avx2(M + r * ntp + rr * tw, KB * ntp, tw, 2 * ty + 1 < g->out_h ? 2 : 1,
+                         plane + 2 * ty * ow, ow);
 #else
     for (int64_t tx = 0; tx < tw; ++tx) {
       float m[4][4], o[2][4];

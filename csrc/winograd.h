@@ -101,4 +101,16 @@ static inline __attribute__((always_inline)) void wino_output_transform(const __
 void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
                     float* M, int nk);
 
+/* The input transform of one tile row on such builds: V of tiles 0 .. tw - 1 of the 4 staged
+ * rows `rows` (sw apart, readable to 2 * round16(tw) + 2) into dst[xi * xstride + tx], B^T d B
+ * in winograd.c's order; rounded to half when `half`. */
+void wino_input_row_avx2(const float* rows, int64_t sw, int64_t tw, int half, float* dst,
+                         int64_t xstride);
+
+/* The output transform of one tile row on such builds: M's tiles 0 .. tw - 1 (M[xi * xstride
+ * + tx]) into output rows dst, dst + ow (the second when prows is 2), columns 0 .. ow - 1:
+ * A^T m A in winograd.c's order. */
+void wino_output_row_avx2(const float* M, int64_t xstride, int64_t tw, int prows, float* dst,
+                          int64_t ow);
+
 #endif /* ACCEL_WINOGRAD_H_ */

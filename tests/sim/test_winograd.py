@@ -16,8 +16,9 @@ DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2)
 DEVICE = DEVICES[2]
 
 # (C, K, H, W, kernel, stride, padding, groups): 3x3 stride 1, strides folded into channels,
-# and grouped convs (one Winograd convolution per group: AlexNet's conv4 and conv5 have 2)
-CASES = [(5, 7, 9, 11, 3, 1, 1, 1), (16, 8, 8, 8, 3, 1, 0, 1), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0), 1),
+# and grouped convs (one Winograd convolution per group: AlexNet's conv4 and conv5 have 2); rows
+# of more than 16 tiles, an odd width (the vector transforms' full vectors, tail and last column)
+CASES = [(5, 9, 6, 37, 3, 1, 1, 1), (5, 7, 9, 11, 3, 1, 1, 1), (16, 8, 8, 8, 3, 1, 0, 1), (3, 33, 6, 5, 3, 1, (0, 2, 1, 0), 1),
          (4, 6, 13, 10, 5, 2, 2, 1), (3, 5, 12, 12, 6, 2, (1, 2, 0, 3), 1),
          (2, 3, 20, 17, 9, 3, 4, 1), (70, 20, 7, 7, 3, 1, 1, 1), (12, 18, 9, 10, 3, 1, 1, 2),
          (6, 9, 11, 8, 5, 2, 2, 3), (16, 16, 6, 6, 3, 1, 1, 8)]
