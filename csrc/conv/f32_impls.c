@@ -70,22 +70,6 @@ static int l1_keeps_panel(void) {
   return v;
 }
 
-/* The L2 cache's size in bytes, sysconf's figure (0 when the system does not say). Read once. */
-static int64_t l2_bytes(void) {
-  static int64_t cached = -1; /* benign race: every thread computes the same value */
-  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (v < 0) {
-#ifdef _SC_LEVEL2_CACHE_SIZE
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    v = l2 > 0 ? l2 : 0;
-#else
-    v = 0;
-#endif
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-  }
-  return v;
-}
-
 static void f32_plan(const conv_geometry* g, conv_plan* P) {
   P->g = g;
   P->cg = g->c / g->groups;
@@ -94,7 +78,7 @@ static void f32_plan(const conv_geometry* g, conv_plan* P) {
   P->hw = (int64_t)g->h * g->w;
   P->ohw = (int64_t)g->out_h * g->out_w;
   P->panels_outer = l1_keeps_panel();
-  P->l2 = l2_bytes();
+  P->l2 = conv_l2_bytes();
   P->kc = f32_depth_block(P->kd, P->panels_outer ? CONV_KC_L1 : CONV_KC_MAX);
   /* no panels (at most 8 positions: dot products only): the whole depth at once, a
    * classifier's weight rows streamed once, faster than blocks of them (docs/kernels.md,

@@ -96,12 +96,20 @@ static inline void make_plan(const conv_geometry* g, plan* P) {
  *                 or dense convolution of at least AMX_MIN_C4 4-channel blocks): both
  *                 layouts, since the path depends on the input's size (explicit columns,
  *                 matrix-vector), which packing does not know, and on the switch
- *                 conv_i8_amx. */
+ *                 conv_i8_amx.
+ *   LAYOUT_I16:   builds with AVX2 but not AVX-512 VNNI (conv/i8_gemm_avx2.c), grouped and
+ *                 dense convolutions: per group and block of MR output channels, [kd2][MR]
+ *                 32-bit words, kd2 = ceil(kd / 2): word (j, m) holds row m's weights of depth
+ *                 2j (low int16) and 2j + 1 (high int16; 0 past kd), sign-extended, so one
+ *                 broadcast word is vpmaddwd's pair; rows past K/groups are 0. No sums: the
+ *                 kernel subtracts in_zero from the input, exactly, in int16. Twice the bytes of
+ *                 the weights, read in place by the GEMM with no widening in its loop. */
 enum {
   PACK_MAGIC = 0x38494341 /* "ACI8" */,
   LAYOUT_PLAIN = 1,
   LAYOUT_VNNI = 2,
   LAYOUT_AMX = 3,
+  LAYOUT_I16 = 4,
   HEADER = 64
 };
 
@@ -122,11 +130,13 @@ enum { AMX_MIN_C4 = 4, AMX_MIN_KD4 = 16 };
 static inline size_t data_bytes(const plan* P, int layout) {
   const conv_geometry* g = P->g;
   if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
+  if (layout == LAYOUT_I16)
+    return round64((size_t)(g->groups * P->mblocks * ((P->kd + 1) / 2) * MR) * sizeof(int32_t));
   return round64((size_t)(g->groups * P->mblocks * P->kd4 * MR * 4));
 }
 
 static inline size_t wsum_bytes(const plan* P, int layout) {
-  if (layout == LAYOUT_PLAIN) return 0;
+  if (layout == LAYOUT_PLAIN || layout == LAYOUT_I16) return 0;
   return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
 }
 
@@ -148,6 +158,8 @@ void i8_pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8
                    int32_t* wsum);
 void i8_pack_amx_block(const plan* P, const int8_t* w, int64_t grp, int64_t ab, int8_t* data,
                        int32_t* wsum);
+/* LAYOUT_I16's words of every group and block (conv/i8_pack.c). */
+void i8_pack_i16(const plan* P, const int8_t* w, int32_t* data);
 
 /* Channel k's int32 values v converted by the SDP into out[at, at + n), its element-wise
  * operand (if any) read at the same offset. */
@@ -166,6 +178,7 @@ typedef struct conv_i8_call {
   const int8_t* in;
   const int8_t* weights; /* as given: the kernels that pack on the call read these */
   const int8_t* raw;
+  const int32_t* i16;    /* LAYOUT_I16, */
   const int8_t* apack;   /* LAYOUT_VNNI, */
   const int32_t* wsum;
   const int8_t* xpack;   /* LAYOUT_AMX */
@@ -190,6 +203,9 @@ extern const conv_i8_impl conv_i8_portable_impl;
 #ifdef __AVX2__
 extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
 #endif
+#if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+extern const conv_i8_impl conv_i8_gemm_avx2_impl;
+#endif
 #ifdef CONV_I8_VNNI
 extern const conv_i8_impl conv_i8_dw_vnni_impl, conv_i8_im2col_vnni_impl, conv_i8_small_vnni_impl,
     conv_i8_implicit_vnni_impl;
@@ -200,6 +216,13 @@ extern const conv_i8_impl conv_i8_dw_rows_vbmi_impl, conv_i8_stem_vbmi_impl;
 extern const conv_i8_impl conv_i8_amx_impl;
 #endif
 #endif
+
+/* A 1x1 convolution with stride 1 and no padding: each output plane's positions are the input
+ * plane's (the implicit GEMM's flat copy, the AVX2 GEMM's column rows). */
+static inline int imp_flat(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+         g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
+}
 
 #ifdef CONV_I8_VNNI
 /* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
@@ -558,10 +581,6 @@ typedef struct imp_job {
  * more than the GEMM after it for MobileNetV2's 960 -> 320). Item = (grp, c4, segment). */
 enum { FLAT_SEG = 4096 };
 
-static inline int imp_flat(const conv_geometry* g) {
-  return g->kernel_h == 1 && g->kernel_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
-         g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
-}
 
 /* ---- the shared VNNI GEMM and input copy (conv/i8_gemm_vnni.c) ------------------------- */
 int i8_reserve_packing(const plan* P, workspace* ws, int8_t** pdata, int32_t** psum,

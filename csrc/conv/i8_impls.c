@@ -11,11 +11,12 @@
  * explicit columns where they pay (im2col_vnni: batched fully connected layers, grids mostly
  * dropped columns, matrix-vector products); an RGB stem's taps packed densely (stem_vbmi); AMX
  * tiles where the CPU and OS grant them (amx); output channels along the vector for small
- * grids (small_vnni); the implicit GEMM (implicit_vnni); in AVX2 builds without VNNI, groups of
- * one input channel (depthwise) and of 2-4 (an RGB stem) with vpmaddwd on pairs of taps
- * (dw_madd_avx2, stem_madd_avx2: in VNNI builds the VNNI ones take every geometry first, so
- * these run only when forced); and last the portable direct loops (portable), the only one in
- * builds without AVX2. ACCEL_CONV_IMPL=name runs `name`
+ * grids (small_vnni); the implicit GEMM (implicit_vnni); in builds with AVX2 (and without
+ * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) and of 2-4 (an RGB
+ * stem) with vpmaddwd on pairs of taps (dw_madd_avx2, stem_madd_avx2: in VNNI builds the VNNI
+ * ones take every geometry first, so these run there only when forced), then grouped and dense
+ * layers as a GEMM of int16 pairs (gemm16_avx2); and last the portable direct loops
+ * (portable). ACCEL_CONV_IMPL=name runs `name`
  * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
  * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in L1,
@@ -58,6 +59,9 @@ static const conv_i8_impl* const impls[] = {
     &conv_i8_dw_madd_avx2_impl,
     &conv_i8_stem_madd_avx2_impl,
 #endif
+#if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+    &conv_i8_gemm_avx2_impl, /* after any specialised kernel of the AVX2 build */
+#endif
     &conv_i8_portable_impl, /* always applies */
 };
 enum { NIMPLS = sizeof impls / sizeof impls[0] };
@@ -82,7 +86,7 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
   plan P;
   make_plan(g, &P);
   conv_i8_call c = {.P = &P, .in_zero = in_zero, .in = in, .weights = weights, .raw = weights,
-                    .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
+                    .i16 = NULL, .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
                     .ep = epilogue, .ws = ws,
                     .nth = num_threads < 1                   ? 1
                            : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS
@@ -93,6 +97,8 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
     const int8_t* data = (const int8_t*)packed + HEADER;
     if (h.layout == LAYOUT_PLAIN) {
       c.raw = data;
+    } else if (h.layout == LAYOUT_I16) {
+      c.i16 = (const int32_t*)(const void*)data;
     } else {
       c.apack = data;
       c.wsum = (const int32_t*)(const void*)(data + h.data_bytes);

@@ -6,6 +6,8 @@ static int layout_of(const plan* P) {
 #ifdef CONV_I8_VNNI
   if (P->cg == 1) return LAYOUT_PLAIN;
   return i8_amx_packed(P) ? LAYOUT_AMX : LAYOUT_VNNI;
+#elif defined(__AVX2__)
+  return P->cg == 1 ? LAYOUT_PLAIN : LAYOUT_I16;
 #else
   (void)P;
   return LAYOUT_PLAIN;
@@ -80,6 +82,22 @@ void i8_pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8
   }
 }
 
+void i8_pack_i16(const plan* P, const int8_t* w, int32_t* data) {
+  const int64_t kd = P->kd, kd2 = (kd + 1) / 2;
+  for (int64_t grp = 0; grp < P->g->groups; ++grp)
+    for (int64_t mb = 0; mb < P->mblocks; ++mb) {
+      int32_t* d = data + (grp * P->mblocks + mb) * kd2 * MR;
+      const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+      const int8_t* src = w + (grp * P->mg + mb * MR) * kd; /* row m at src + m * kd */
+      for (int64_t j = 0; j < kd2; ++j)
+        for (int64_t m = 0; m < MR; ++m) {
+          const int32_t lo = m < rows ? src[m * kd + 2 * j] : 0;
+          const int32_t hi = m < rows && 2 * j + 1 < kd ? src[m * kd + 2 * j + 1] : 0;
+          d[j * MR + m] = (int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFFu));
+        }
+    }
+}
+
 static void write_header(const plan* P, int layout, void* dst) {
   const conv_geometry* g = P->g;
   pack_header h;
@@ -106,6 +124,12 @@ void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst) {
   if (layout == LAYOUT_PLAIN) {
     const size_t n = (size_t)g->k * (size_t)P.kd;
     memcpy(data, weights, n);
+    memset(data + n, 0, data_bytes(&P, layout) - n);
+    return;
+  }
+  if (layout == LAYOUT_I16) {
+    const size_t n = (size_t)(g->groups * P.mblocks * ((P.kd + 1) / 2) * MR) * sizeof(int32_t);
+    i8_pack_i16(&P, weights, (int32_t*)(void*)data);
     memset(data + n, 0, data_bytes(&P, layout) - n);
     return;
   }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels.h"
 
@@ -58,4 +59,21 @@ void conv_verbose_line(const char* precision, const conv_geometry* g, const char
           precision, impl, g->n, g->groups, g->c, g->k, g->h, g->out_h, g->kernel_h, g->stride_h,
           g->dilation_h, g->pad_top, g->w, g->out_w, g->kernel_w, g->stride_w, g->dilation_w,
           g->pad_left, verbose_label != NULL ? verbose_label : "");
+}
+
+/* The L2 cache's size in bytes, sysconf's figure (0 when the system does not say). Read once:
+ * the kernels size their tiles by it rather than by one CPU's figure. */
+int64_t conv_l2_bytes(void) {
+  static int64_t cached = -1; /* benign race: every thread computes the same value */
+  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    v = l2 > 0 ? l2 : 0;
+#else
+    v = 0;
+#endif
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
 }

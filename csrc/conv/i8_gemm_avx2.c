@@ -1,0 +1,330 @@
+/* conv/i8_gemm_avx2.c - INT8 CONV as a GEMM of int16 pairs (impl "gemm16_avx2"): grouped and dense
+ * convolutions in builds with AVX2 but not AVX-512 VNNI (x86-64-v3: Zen 3, Haswell..).
+ *
+ * Arithmetic: vpmaddwd on sign-extended int16 pairs, (in - in_zero) x w, two exact products and
+ * their exact sum per 32-bit lane (|sum| <= 2 * 255 * 128), accumulated by vpaddd modulo 2^32:
+ * the reference's int32 sum whenever that fits int32 (the compiler's bound), whatever the weights
+ * (-128 included) and in_zero. vpmaddubsw (u8 x s8, 32 products per instruction) saturates its
+ * int16 pair sums: (in + 128) x w reaches 2 * 255 * 128, so it is not used.
+ *
+ * Weights: LAYOUT_I16 (conv/i8.h), packed at load (packed on the call into the workspace when
+ * the caller gives none). Input: per tile of output positions, im2col columns of (in - in_zero)
+ * as int16 pairs of consecutive depth rows (padding reads as in_zero: 0), in panels of up to
+ * G2_NR positions, [panel][kd2][width][2]; built from byte rows (padding = in_zero), interleaved
+ * by unpack and vpmovsxbw. A tile's columns stay in L2 (a quarter of it, sysconf's figure) while
+ * every block of MR channels runs over them: 4 channels x 24 positions (12 accumulators of the
+ * 16 ymm registers) per micro-kernel, the weights' word broadcast, the columns read by vpmaddwd
+ * from memory. The block's int32 rows then go through the channels' converters (convert_at) in
+ * L1. A single output position per image (fully connected layers, a kernel as large as its
+ * input): matrix-vector products with the channels along the vector (one load of 8 channels'
+ * pair per depth pair), converted by sdp_i8_channels.
+ * Threads: pool_for over (image, group, tile, chunk of channel blocks).
+ */
+#include "conv/i8.h"
+
+#if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+#include <immintrin.h>
+
+enum {
+  G2_MR = 4,              /* channels per micro-kernel (half a packed block of MR = 8) */
+  G2_NR = 24,             /* positions per panel (3 vectors of 8) */
+  G2_MAX_PANELS = 16,     /* panels per tile, at most */
+  G2_MIN_TILE = 48 * 1024 /* a tile's column bytes when the L2 does not say (a quarter of it) */
+};
+_Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
+
+/* ---- micro-kernel ---------------------------------------------------------------------------
+ * c[m][8v + i] = sum over pairs j of the pair products of a[8j + m] (row m's word) and column
+ * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV. */
+#define G2_ROWS(X) X(0) X(1) X(2) X(3)
+#define G2_ACC(m) __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;
+#define G2_MAC(m)                                                                 \
+  if (MR_ > m) {                                                                  \
+    const __m256i w = _mm256_set1_epi32(a[m]);                                   \
+    c##m##0 = _mm256_add_epi32(c##m##0, _mm256_madd_epi16(w, b0));               \
+    if (NV > 1) c##m##1 = _mm256_add_epi32(c##m##1, _mm256_madd_epi16(w, b1));   \
+    if (NV > 2) c##m##2 = _mm256_add_epi32(c##m##2, _mm256_madd_epi16(w, b2));   \
+  }
+#define G2_OUT(m)                                                                           \
+  if (MR_ > m) {                                                                            \
+    _mm256_storeu_si256((__m256i*)(c + m * ldc), c##m##0);                                  \
+    if (NV > 1) _mm256_storeu_si256((__m256i*)(c + m * ldc + 8), c##m##1);                  \
+    if (NV > 2) _mm256_storeu_si256((__m256i*)(c + m * ldc + 16), c##m##2);                 \
+  }
+
+static inline __attribute__((always_inline)) void g2_body(const int MR_, const int NV,
+                                                          int64_t kd2, const int32_t* a,
+                                                          const int16_t* b, int32_t* c,
+                                                          int64_t ldc) {
+  G2_ROWS(G2_ACC)
+  for (int64_t j = 0; j < kd2; ++j, a += MR, b += 16 * NV) {
+    const __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
+    const __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
+    const __m256i b2 = NV > 2 ? _mm256_loadu_si256((const __m256i*)(b + 32)) : b0;
+    G2_ROWS(G2_MAC)
+  }
+  G2_ROWS(G2_OUT)
+}
+
+typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t);
+#define G2_KERNEL(M_, V_)                                                                  \
+  static void g2_##M_##_##V_(int64_t kd2, const int32_t* a, const int16_t* b, int32_t* c,  \
+                             int64_t ldc) {                                                \
+    g2_body(M_, V_, kd2, a, b, c, ldc);                                                    \
+  }
+G2_KERNEL(1, 1) G2_KERNEL(2, 1) G2_KERNEL(3, 1) G2_KERNEL(4, 1)
+G2_KERNEL(1, 2) G2_KERNEL(2, 2) G2_KERNEL(3, 2) G2_KERNEL(4, 2)
+G2_KERNEL(1, 3) G2_KERNEL(2, 3) G2_KERNEL(3, 3) G2_KERNEL(4, 3)
+static const g2_fn g2_table[4][G2_MR + 1] = {{0, 0, 0, 0, 0},
+                                             {0, g2_1_1, g2_2_1, g2_3_1, g2_4_1},
+                                             {0, g2_1_2, g2_2_2, g2_3_2, g2_4_2},
+                                             {0, g2_1_3, g2_2_3, g2_3_3, g2_4_3}};
+
+/* ---- columns ------------------------------------------------------------------------------ */
+
+/* Depth row d (channel, tap) of the group's input img at positions [p0, p0 + nt) as bytes
+ * (padding, and rows past the depth, read as in_zero); dst holds ldb bytes (in_zero past nt). */
+static void g2_row(const plan* P, const int8_t* img, int64_t d, int64_t p0, int64_t nt,
+                   int64_t ldb, int8_t z, int8_t* dst) {
+  const conv_geometry* g = P->g;
+  if (d >= P->kd) {
+    memset(dst, z, (size_t)ldb);
+    return;
+  }
+  const int64_t c = d / P->rs, t = d % P->rs, r = t / g->kernel_w, s = t % g->kernel_w;
+  const int8_t* src = img + c * P->hw;
+  const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
+  if (imp_flat(g)) { /* 1x1, stride 1, no padding: the plane itself */
+    memcpy(dst, src + p0, (size_t)nt);
+  } else {
+    const int64_t dy = r * g->dilation_h - g->pad_top, dx = s * g->dilation_w - g->pad_left;
+    /* output columns whose input column ox * sw + dx lies inside [0, W) */
+    const int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+    int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
+    if (hi > ow) hi = ow;
+    int8_t* q = dst;
+    for (int64_t p = p0, end = p0 + nt; p < end;) {
+      const int64_t oy = p / ow, x0 = p % ow;
+      const int64_t x1 = ow < x0 + (end - p) ? ow : x0 + (end - p);
+      const int64_t iy = oy * g->stride_h + dy;
+      const int64_t a = lo > x0 ? lo : x0, e = hi < x1 ? hi : x1;
+      if (iy < 0 || iy >= H || a >= e) {
+        memset(q, z, (size_t)(x1 - x0));
+      } else {
+        memset(q, z, (size_t)(a - x0));
+        const int8_t* row = src + iy * W + dx;
+        int8_t* o = q + (a - x0);
+        if (sw == 1) memcpy(o, row + a, (size_t)(e - a));
+        else
+          for (int64_t ox = a; ox < e; ++ox) o[ox - a] = row[ox * sw];
+        memset(q + (e - x0), z, (size_t)(x1 - e));
+      }
+      q += x1 - x0;
+      p += x1 - x0;
+    }
+  }
+  memset(dst + nt, z, (size_t)(ldb - nt));
+}
+
+/* The tile's columns: positions [p0, p0 + nt) of the group's input img, ldb of them (a multiple
+ * of 8, in_zero past nt), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1, panel q of
+ * width wq = min(G2_NR, ldb - q G2_NR) at col + q G2_NR kd2 2, pair row j at + j wq 2. rows: two
+ * byte rows of ldb (+ 8 slack). */
+static void g2_columns(const plan* P, const int8_t* img, int32_t in_zero, int64_t p0, int64_t nt,
+                       int64_t ldb, int16_t* col, int8_t* rows) {
+  const int64_t kd2 = (P->kd + 1) / 2;
+  const int8_t z = (int8_t)in_zero;
+  const __m256i z16 = _mm256_set1_epi16((int16_t)in_zero);
+  int8_t* r0 = rows;
+  int8_t* r1 = rows + ldb + 8;
+  for (int64_t j = 0; j < kd2; ++j) {
+    g2_row(P, img, 2 * j, p0, nt, ldb, z, r0);
+    g2_row(P, img, 2 * j + 1, p0, nt, ldb, z, r1);
+    for (int64_t p = 0; p < ldb; p += 8) {
+      const int64_t q = p / G2_NR, wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
+      int16_t* dst = col + (q * G2_NR * kd2 + j * wq + (p - q * G2_NR)) * 2;
+      const __m128i x = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(r0 + p)),
+                                          _mm_loadl_epi64((const __m128i*)(r1 + p)));
+      _mm256_storeu_si256((__m256i*)dst, _mm256_sub_epi16(_mm256_cvtepi8_epi16(x), z16));
+    }
+  }
+}
+
+/* ---- the GEMM ----------------------------------------------------------------------------- */
+
+typedef struct g2_job {
+  const plan* P;
+  int32_t in_zero;
+  const int8_t* in;
+  const int32_t* w; /* LAYOUT_I16 */
+  int8_t* out;
+  const sdp_i8* ep;
+  char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
+  int64_t kd2, nt, ntiles, mchunks, col_bytes, ldb_max;
+} g2_job;
+
+/* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. */
+static void g2_item(void* ctx, int64_t it, int participant) {
+  const g2_job* J = ctx;
+  const plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int64_t mc = it % J->mchunks, tile = it / J->mchunks % J->ntiles;
+  const int64_t bg = it / (J->mchunks * J->ntiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t p0 = tile * J->nt, nt = P->ohw - p0 < J->nt ? P->ohw - p0 : J->nt;
+  const int64_t ldb = (nt + 7) / 8 * 8, kd2 = J->kd2;
+  const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
+  int16_t* col = (int16_t*)(void*)J->bufs[participant];
+  int32_t* acc = (int32_t*)(void*)(J->bufs[participant] + J->col_bytes);
+  int8_t* rows = (int8_t*)(acc + MR * J->ldb_max);
+  g2_columns(P, J->in + (b * g->c + grp * P->cg) * P->hw, J->in_zero, p0, nt, ldb, col, rows);
+  for (int64_t mb = mb0; mb < mb1; ++mb) {
+    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
+    for (int64_t q = 0; q * G2_NR < ldb; ++q) {
+      const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
+      const int16_t* bq = col + q * G2_NR * kd2 * 2;
+      for (int64_t h = 0; h * G2_MR < nrows; ++h) {
+        const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
+        g2_table[wq / 8][mr](kd2, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb);
+      }
+    }
+    for (int64_t m = 0; m < nrows; ++m) {
+      const int64_t k = grp * P->mg + k0 + m;
+      convert_at(J->ep, k, acc + m * ldb, J->out, (b * g->k + k) * P->ohw + p0, nt);
+    }
+  }
+}
+
+/* ---- matrix-vector products (one output position per image) ------------------------------ */
+
+/* Item = (image, group, chunk of channel blocks): the column's pairs as words, then per block
+ * the 8 channels' sums in one vector. */
+static void g2_gemv_item(void* ctx, int64_t it, int participant) {
+  const g2_job* J = ctx;
+  const plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int64_t mc = it % J->mchunks, bg = it / J->mchunks;
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
+  const int64_t kd2 = J->kd2;
+  int32_t* x = (int32_t*)(void*)J->bufs[participant];
+  int8_t* rows = (int8_t*)(x + kd2 + 8);
+  {
+    /* the column of the one position, as pairs: the tile's builder with 8 positions */
+    const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+    const int8_t z = (int8_t)J->in_zero;
+    for (int64_t j = 0; j < kd2; ++j) {
+      g2_row(P, img, 2 * j, 0, 1, 8, z, rows);
+      g2_row(P, img, 2 * j + 1, 0, 1, 8, z, rows + 16);
+      const uint32_t lo = (uint16_t)(int16_t)(rows[0] - J->in_zero);
+      const uint32_t hi = (uint16_t)(int16_t)(rows[16] - J->in_zero);
+      x[j] = (int32_t)(lo | hi << 16);
+    }
+  }
+  for (int64_t mb = mb0; mb < mb1; ++mb) {
+    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t j = 0;
+    for (; j + 4 <= kd2; j += 4) {
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
+                                                   _mm256_set1_epi32(x[j])));
+      s1 = _mm256_add_epi32(
+          s1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 1) * MR)),
+                                _mm256_set1_epi32(x[j + 1])));
+      s2 = _mm256_add_epi32(
+          s2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 2) * MR)),
+                                _mm256_set1_epi32(x[j + 2])));
+      s3 = _mm256_add_epi32(
+          s3, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 3) * MR)),
+                                _mm256_set1_epi32(x[j + 3])));
+    }
+    for (; j < kd2; ++j)
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
+                                                   _mm256_set1_epi32(x[j])));
+    int32_t v[MR];
+    _mm256_storeu_si256((__m256i*)v,
+                        _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3)));
+    const int64_t k = grp * P->mg + k0, at = b * g->k + k;
+    sdp_i8_channels(J->ep, (int32_t)k, v,
+                    J->ep->ew_operand != NULL ? J->ep->ew_operand + at : NULL, J->out + at,
+                    nrows);
+  }
+}
+
+static accel_status g2_run(const conv_i8_call* c) {
+  const plan* P = c->P;
+  const conv_geometry* g = P->g;
+  const int64_t kd2 = (P->kd + 1) / 2;
+  const int32_t* w = c->i16;
+  if (w == NULL) { /* no packed weights: pack them on this call */
+    int32_t* d = workspace_get(c->ws, WS_PACK, data_bytes(P, LAYOUT_I16));
+    if (d == NULL) return ACCEL_ERR_NO_MEMORY;
+    i8_pack_i16(P, c->weights, d);
+    w = d;
+  }
+  const int64_t outer = (int64_t)g->n * g->groups;
+  const int nthreads = c->nth;
+  g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in, .w = w, .out = c->out, .ep = c->ep,
+              .kd2 = kd2};
+  char* bufs[WS_THREAD_SLOTS];
+  J.bufs = bufs;
+  if (P->ohw == 1) {
+    int64_t mchunks = 1;
+    while (outer * mchunks < 4 * (int64_t)nthreads && mchunks < P->mblocks) mchunks *= 2;
+    if (mchunks > P->mblocks) mchunks = P->mblocks;
+    J.mchunks = mchunks;
+    const int64_t items = outer * mchunks;
+    const int nth = (int)(items < nthreads ? items : nthreads);
+    for (int t = 0; t < nth; ++t) {
+      bufs[t] = workspace_get(c->ws, t, (size_t)(kd2 + 8) * sizeof(int32_t) + 64);
+      if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+    }
+    pool_for(nth, items, g2_gemv_item, &J);
+    return ACCEL_OK;
+  }
+  /* the tile: its columns in a quarter of the L2, at least one panel, at most G2_MAX_PANELS */
+  const int64_t l2 = conv_l2_bytes();
+  const int64_t budget = l2 > 0 ? l2 / 4 : G2_MIN_TILE;
+  int64_t nt = budget / (kd2 * 4) / G2_NR * G2_NR;
+  if (nt < G2_NR) nt = G2_NR;
+  if (nt > G2_MAX_PANELS * G2_NR) nt = G2_MAX_PANELS * G2_NR;
+  if (nt > P->ohw) nt = P->ohw;
+  int64_t ntiles = (P->ohw + nt - 1) / nt;
+  /* more, smaller tiles until every thread has an item, while a tile keeps 2 panels */
+  while (outer * ntiles < nthreads && nt > 2 * G2_NR) {
+    nt = ((nt + 1) / 2 + G2_NR - 1) / G2_NR * G2_NR;
+    ntiles = (P->ohw + nt - 1) / nt;
+  }
+  int64_t mchunks = 1;
+  while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
+  const int64_t ldb_max = (nt + 7) / 8 * 8;
+  J.nt = nt;
+  J.ntiles = ntiles;
+  J.mchunks = mchunks;
+  J.ldb_max = ldb_max;
+  J.col_bytes = (int64_t)round64((size_t)(kd2 * ldb_max * 4));
+  const int64_t items = outer * ntiles * mchunks;
+  const int nth = (int)(items < nthreads ? items : nthreads);
+  const size_t bytes =
+      (size_t)J.col_bytes + (size_t)(MR * ldb_max) * sizeof(int32_t) + 2 * (size_t)ldb_max + 64;
+  for (int t = 0; t < nth; ++t) {
+    bufs[t] = workspace_get(c->ws, t, bytes);
+    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  pool_for(nth, items, g2_item, &J);
+  return ACCEL_OK;
+}
+
+/* Grouped and dense convolutions: depthwise layers (one input channel per group) have their
+ * own kernels and would use one pair in eight of a packed block here. */
+static int g2_applies(const conv_i8_call* c) { return c->P->cg > 1; }
+static int g2_supports(const conv_i8_call* c) {
+  (void)c;
+  return 1;
+}
+
+const conv_i8_impl conv_i8_gemm_avx2_impl = {.name = "gemm16_avx2", .applies = g2_applies,
+                                             .supports = g2_supports, .run = g2_run};
+#endif /* __AVX2__ && !CONV_I8_VNNI */

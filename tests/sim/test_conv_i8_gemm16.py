@@ -1,0 +1,124 @@
+"""The AVX2 INT8 GEMM (csrc/conv/i8_gemm_avx2.c, impl "gemm16_avx2"): forced on every geometry
+it computes, it gives the NumPy reference's codes bit for bit: 1x1 and kxk, strides 1-3,
+padding, dilation, groups, odd channel counts, weights of -128, every in_zero, packed and
+unpacked weights, fully connected rows, and sums near the int32 bound. The library reads
+ACCEL_CONV_IMPL once per process, so the layers run in a child process. On builds without the
+kernel (AVX-512 VNNI builds, or no AVX2) the list's own choices run and must agree as well."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from accel_codegen.sim import reference as ref
+from accel_codegen.sim import Conv, Sdp
+
+# (n, c, h, w, k, kh, kw, stride, pad, dilation, groups, in_zero)
+LAYERS = [
+    (1, 24, 12, 12, 40, 3, 3, 1, 1, 1, 1, 5),      # 3x3, in_zero != 0
+    (1, 48, 9, 9, 32, 1, 1, 1, 0, 1, 1, 0),        # 1x1 on a 9x9 plane (81: a 24/24/24/8 tile)
+    (1, 64, 14, 14, 36, 1, 1, 2, 0, 1, 1, -7),     # 1x1 stride 2
+    (2, 12, 8, 8, 18, 3, 3, 1, 1, 1, 3, 3),        # grouped, a batch of 2
+    (1, 33, 15, 13, 17, 3, 3, 2, 1, 1, 1, -128),   # odd channels, stride 2, the lowest zero
+    (1, 20, 11, 11, 9, 3, 3, 1, 2, 2, 1, 127),     # dilation 2, the highest zero
+    (1, 7, 5, 9, 5, 2, 3, 1, 0, 1, 1, 9),          # odd depth (21: a half pair), 2x3 kernel
+    (1, 3, 20, 20, 16, 7, 7, 2, 3, 1, 1, -20),     # an RGB stem
+    (1, 16, 11, 11, 16, 3, 3, 1, 1, 1, 16, 2),     # depthwise (supported, not applied)
+    (1, 10, 17, 19, 6, 5, 5, 3, 2, 1, 2, -1),      # stride 3, 5x5, 2 groups
+    (3, 70, 1, 1, 24, 1, 1, 1, 0, 1, 1, 1),        # fully connected rows: matrix-vector
+    (1, 16, 7, 7, 10, 7, 7, 1, 0, 1, 1, 4),        # a kernel as large as its input
+    (1, 130, 30, 30, 12, 1, 1, 1, 0, 1, 1, -3),    # 900 positions: several tiles
+]
+# Sums at the int32 bound the library allows (depth <= 65536): (in - in_zero) = 255 times -128
+# over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
+# positions (the GEMM) and a 3x3 on a 3x3 input (one position: the matrix-vector path).
+DEEP = [(1, 65536, 3, 3, 9, 1, 1, 1, 0, 1, 1, -128), (1, 7281, 3, 3, 9, 3, 3, 1, 0, 1, 1, -128)]
+
+CHILD = r"""
+import hashlib, json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_conv_i8_gemm16 import chain_of
+from accel_codegen.sim import Device
+dev = Device(num_threads=int(sys.argv[3]))
+out = {}
+for i, layer in enumerate(json.loads(sys.argv[1])):
+    for packed in (0, 1):
+        x, chain = chain_of(layer, packed)
+        out[f"{i}/{packed}"] = dev.run(chain, x)[0].tobytes().hex()
+print(json.dumps(out))
+"""
+
+
+def chain_of(layer, packed):
+    """The input and the conv + SDP chain of a layer (the same in the child and here)."""
+    n, c, h, w, k, kh, kw, s, p, d, g, z = layer
+    rng = np.random.default_rng(sum(layer) + 1000 * len(LAYERS))
+    deep = c >= 4096
+    if deep:  # every product at its most negative in channels 0..3, random elsewhere
+        x = np.full((n, c, h, w), 127, np.int8)
+        wt = np.full((k, c // g, kh, kw), -128, np.int8)
+        wt[4:] = rng.integers(-128, 128, wt[4:].shape)
+        bias = np.full(k, 255 * 128 * (c // g) * kh * kw, np.int32)
+        bias[4:] = 0
+        rshift = np.full(k, 16, np.uint8)
+    else:
+        x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+        wt = rng.integers(-128, 128, (k, c // g, kh, kw)).astype(np.int8)
+        wt.flat[:: 7] = -128
+        bias = rng.integers(-3000, 3000, k).astype(np.int32)
+        rshift = np.full(k, 9, np.uint8)
+    conv = Conv(wt, stride=(s, s), padding=(p,) * 4, dilation=(d, d), groups=g, precision="int8",
+                in_zero=z)
+    if packed:
+        conv = conv.packed_for("nv_full", in_c=c)
+    return x, [conv, Sdp(precision="int8", bias=bias, rshift=rshift)]
+
+
+def _run(layers, threads, **env):
+    environ = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE")}
+    environ.update(env)
+    here = str(Path(__file__).parent)
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers), here, str(threads)],
+                            capture_output=True, text=True, env=environ, cwd=here)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [l for l in result.stderr.splitlines() if l.startswith("accel_verbose")]
+    return json.loads(result.stdout), [l.split(",")[3] for l in lines]
+
+
+def _has_kernel():
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return " avx2" in flags and " avx512_vnni" not in flags
+
+
+def _check(layers, threads):
+    got, names = _run(layers, threads, ACCEL_CONV_IMPL="gemm16_avx2", ACCEL_VERBOSE="1")
+    if _has_kernel():
+        assert names == ["gemm16_avx2"] * (2 * len(layers)), names
+    for i, layer in enumerate(layers):
+        for packed in (0, 1):
+            x, chain = chain_of(layer, packed)
+            expected = ref.run_chain(chain, x)
+            y = np.frombuffer(bytes.fromhex(got[f"{i}/{packed}"]), np.int8).reshape(expected.shape)
+            assert np.array_equal(y, expected), (layer, packed, int(np.sum(y != expected)))
+
+
+def test_gemm16_gives_the_reference_codes():
+    _check(LAYERS, 2)
+
+
+def test_gemm16_one_thread_and_sums_near_the_int32_bound():
+    _check(LAYERS[:3] + DEEP, 1)
+    # the bound is reached: channel 0's sum is -2 139 095 040, its code (sum + bias) >> 16 = 0
+    x, chain = chain_of(DEEP[0], 0)
+    assert ref.run_chain(chain, x)[0, 0].max() == 0
+
+
+def test_gemm16_runs_where_the_list_chooses_it():
+    """Dense and grouped layers take gemm16_avx2 in an AVX2 build without VNNI; depthwise ones
+    do not."""
+    _, names = _run(LAYERS[:2] + LAYERS[8:9], 2, ACCEL_VERBOSE="1")
+    if _has_kernel():
+        assert names[:4] == ["gemm16_avx2"] * 4 and "gemm16_avx2" not in names[4:], names
