@@ -1,6 +1,7 @@
 /* conv/i8_dw_avx2.c - INT8 CONV of few input channels per group with vpmaddwd on pairs of taps,
  * AVX2 builds (impls "dw_madd_avx2": depthwise, one input channel per group; "stem_madd_avx2":
- * 2 to DWA_MAX_CG input channels per group, an RGB stem).
+ * 2 to DWA_MAX_CG input channels per group, an RGB stem, run only when forced: see
+ * stem_applies).
  *
  * Output (y, x) of channel k is the sum over the group's input channels c and the taps (r, s)
  * of (in - in_zero) * w. With the input's stride phases split apart (as the implicit GEMM's
@@ -316,7 +317,15 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
 
 static int dw_applies(const conv_i8_call* c) { return c->P->cg == 1; }
 
+/* Stems: forced only. gemm16_avx2 (conv/i8_gemm_avx2.c) packs a 3-channel 3x3 window's 27
+ * taps into 14 pair words where the terms here take 18 (a row's lone tap per channel), and
+ * measured faster on 3x224 3x3/2 -> 32 and as fast on 7x7/2 -> 64 (docs/kernels.md). */
 static int stem_applies(const conv_i8_call* c) {
+  (void)c;
+  return 0;
+}
+
+static int stem_supports(const conv_i8_call* c) {
   return c->P->cg > 1 && c->P->cg <= DWA_MAX_CG;
 }
 
@@ -327,6 +336,7 @@ static accel_status dwa_run(const conv_i8_call* c) {
 const conv_i8_impl conv_i8_dw_madd_avx2_impl = {.name = "dw_madd_avx2", .applies = dw_applies,
                                                 .supports = NULL, .run = dwa_run};
 const conv_i8_impl conv_i8_stem_madd_avx2_impl = {.name = "stem_madd_avx2",
-                                                  .applies = stem_applies, .supports = NULL,
+                                                  .applies = stem_applies,
+                                                  .supports = stem_supports,
                                                   .run = dwa_run};
 #endif /* __AVX2__ */

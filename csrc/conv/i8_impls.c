@@ -12,10 +12,11 @@
  * dropped columns, matrix-vector products); an RGB stem's taps packed densely (stem_vbmi); AMX
  * tiles where the CPU and OS grant them (amx); output channels along the vector for small
  * grids (small_vnni); the implicit GEMM (implicit_vnni); in builds with AVX2 (and without
- * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) and of 2-4 (an RGB
- * stem) with vpmaddwd on pairs of taps (dw_madd_avx2, stem_madd_avx2: in VNNI builds the VNNI
- * ones take every geometry first, so these run there only when forced), then grouped and dense
- * layers as a GEMM of int16 pairs (gemm16_avx2); and last the portable direct loops
+ * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) with vpmaddwd on
+ * pairs of taps (dw_madd_avx2: in VNNI builds dw_vnni takes them first, so it runs there only
+ * when forced; stem_madd_avx2, the same kernel on 2-4 channels a group, only when forced), then
+ * grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2); and last the portable
+ * direct loops
  * (portable). ACCEL_CONV_IMPL=name runs `name`
  * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
