@@ -3,7 +3,7 @@
  * Every output takes its window's taps in one order, rows then columns (max: a NaN wins, the
  * last one met; average: the sum in that order, then one division), so every path below gives
  * the same bits. Output rows of at least 8 columns with stride 1 or 2 go 16 columns per
- * AVX-512 step, one tap at a time over the whole vector: a tap outside the image columns
+ * AVX-512 step (8 per AVX2 step in an x86-64-v3 build), one tap at a time over the whole vector: a tap outside the image columns
  * reads -inf for max (never taken: neither greater nor NaN) and +0 for the average (x + 0 = x
  * for every sum that starts at +0). The scalar window-by-window loop took three times the
  * convolution before ResNet's 3x3/2 max pool. Max pooling of such rows first takes each input
@@ -13,7 +13,7 @@
  * each in its own order (pool_row_inside).
  */
 #include <math.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -205,6 +205,171 @@ static int pool_plane_max_rows(const pdp_geometry* g, const float* in, float* ou
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__)
+/* The AVX-512 paths below in 8 lanes (an AVX2 build): the same taps in the same order, the
+ * same fills (-inf for max, +0 for the average) where a tap lies outside the image columns,
+ * the same per-lane divisor; so the same bits (pool_row_vector, pool_plane_max_rows, and
+ * pool_tile with 8 planes a step). */
+static inline __m256i iota8(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+
+/* Lanes whose input column base + lane lies in [0, w): all ones. */
+static inline __m256i columns_inside8(int64_t base, int64_t w) {
+  const __m256i ix = _mm256_add_epi32(iota8(), _mm256_set1_epi32((int32_t)base));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), ix),
+                             _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)w), ix));
+}
+
+/* Columns base .. base + 7 from p (p's lane 0 is column base), fill outside [0, w). */
+static inline __m256 load_columns8(const float* p, int64_t base, int64_t w, __m256 fill) {
+  if (base >= 0 && base + 8 <= w) return _mm256_loadu_ps(p);
+  const __m256i m = columns_inside8(base, w);
+  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+
+/* Lanes 0, 2, .. 14 (even8) and 1, 3, .. 15 (odd8) of the pair lo, hi. */
+static inline __m256 even8(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline __m256 odd8(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* v > acc ? v : acc (MAXPS returns its second operand unless the first is greater, so a NaN
+ * acc stays), then a NaN v wins. */
+static inline __m256 max_tap8(__m256 acc, __m256 v) {
+  return _mm256_blendv_ps(_mm256_max_ps(v, acc), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+/* acc + v with acc as the first source: of two NaNs the sum keeps acc's, as the scalar loop's
+ * acc += v (a compiler may swap an intrinsic's operands, to fold a load into the second). */
+static inline __m256 add_to8(__m256 acc, __m256 v) {
+  __m256 sum;
+  __asm__("vaddps %2, %1, %0" : "=x"(sum) : "x"(acc), "xm"(v));
+  return sum;
+}
+
+static inline __m256i first_lanes8(int64_t live) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)live), iota8());
+}
+
+/* pool_row_vector in 8 lanes: output row oy, 8 columns at a time (strides 1 and 2). */
+static void pool_row_vector8(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const int64_t sw = g->stride_w, W = g->w;
+  const __m256 fill = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
+  int32_t y0, r0, r1;
+  pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  for (int64_t ox = 0; ox < g->out_w; ox += 8) {
+    const int64_t live = g->out_w - ox < 8 ? g->out_w - ox : 8;
+    __m256 acc = fill;
+    for (int32_t r = r0; r < r1; ++r) {
+      const float* row = in + (int64_t)(y0 + r) * W + ox * sw - g->pad_left;
+      const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
+      for (int32_t s = 0; s < g->kernel_w; ++s) {
+        __m256 v;
+        if (sw == 1) {
+          v = load_columns8(row + s, base + s, W, fill);
+        } else { /* taps s and s + 1 from one pair of loads */
+          const __m256 lo = load_columns8(row + s, base + s, W, fill);
+          const __m256 hi = load_columns8(row + s + 8, base + s + 8, W, fill);
+          v = even8(lo, hi);
+          if (s + 1 < g->kernel_w) {
+            acc = is_max ? max_tap8(acc, v) : add_to8(acc, v);
+            v = odd8(lo, hi);
+            ++s;
+          }
+        }
+        acc = is_max ? max_tap8(acc, v) : add_to8(acc, v);
+      }
+    }
+    if (!is_max) {
+      __m256 d;
+      if (g->count_include_pad) {
+        d = _mm256_set1_ps((float)(g->kernel_h * g->kernel_w));
+      } else { /* per lane: the window's image columns times its image rows */
+        const __m256i first = _mm256_sub_epi32(
+            _mm256_mullo_epi32(_mm256_add_epi32(iota8(), _mm256_set1_epi32((int32_t)ox)),
+                               _mm256_set1_epi32((int32_t)sw)),
+            _mm256_set1_epi32(g->pad_left));
+        const __m256i lo = _mm256_max_epi32(first, _mm256_setzero_si256());
+        const __m256i hi = _mm256_min_epi32(
+            _mm256_add_epi32(first, _mm256_set1_epi32(g->kernel_w)), _mm256_set1_epi32(g->w));
+        const __m256i cols = _mm256_max_epi32(_mm256_sub_epi32(hi, lo), _mm256_set1_epi32(1));
+        d = _mm256_cvtepi32_ps(_mm256_mullo_epi32(cols, _mm256_set1_epi32(r1 - r0)));
+      }
+      acc = _mm256_div_ps(acc, d);
+    }
+    float* dst = out + (int64_t)oy * g->out_w + ox;
+    if (live == 8) {
+      _mm256_storeu_ps(dst, acc);
+    } else {
+      _mm256_maskstore_ps(dst, first_lanes8(live), acc);
+    }
+  }
+}
+
+/* pool_plane_max_rows in 8 lanes: each input row's maxima over the window's columns once (a
+ * ring of the last kernel_h rows), then each output row's maximum over its rows; the same
+ * grouping argument (no NaN: the first largest tap stays in any grouping of v > acc ? v :
+ * acc), so 0 where the plane holds a NaN. */
+enum { RING_FLOATS = 8192 };
+
+static int pool_plane_max_rows8(const pdp_geometry* g, const float* in, float* out) {
+  const int64_t sw = g->stride_w, W = g->w, ow = g->out_w, kh = g->kernel_h;
+  const int64_t ldr = (ow + 7) & ~(int64_t)7;
+  if (kh * ldr > RING_FLOATS) return 0;
+  float ring[RING_FLOATS] __attribute__((aligned(32)));
+  const __m256 fill = _mm256_set1_ps(-INFINITY);
+  __m256 nan = _mm256_setzero_ps();
+  int64_t next = 0; /* the first input row not in the ring yet */
+  for (int32_t oy = 0; oy < g->out_h; ++oy) {
+    int32_t y0, r0, r1;
+    pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+    if (next < y0 + r0) next = y0 + r0;
+    for (; next < y0 + r1; ++next) { /* row next's maxima over each output's columns */
+      const float* row = in + next * W - g->pad_left;
+      float* h = ring + (next % kh) * ldr;
+      for (int64_t ox = 0; ox < ow; ox += 8) {
+        const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
+        __m256 acc = fill;
+        for (int32_t s = 0; s < g->kernel_w; ++s) {
+          if (sw == 1) {
+            const __m256 v = load_columns8(row + ox + s, base + s, W, fill);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            acc = _mm256_max_ps(v, acc); /* v > acc ? v : acc */
+            continue;
+          }
+          /* stride 2: taps s and s + 1 are the even and odd lanes of one pair of loads */
+          const __m256 lo = load_columns8(row + 2 * ox + s, base + s, W, fill);
+          const __m256 hi = load_columns8(row + 2 * ox + s + 8, base + s + 8, W, fill);
+          nan = _mm256_or_ps(nan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
+          nan = _mm256_or_ps(nan, _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+          acc = _mm256_max_ps(even8(lo, hi), acc);
+          if (s + 1 < g->kernel_w) acc = _mm256_max_ps(odd8(lo, hi), acc);
+          ++s;
+        }
+        _mm256_store_ps(h + ox, acc);
+      }
+    }
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+      __m256 acc = fill;
+      for (int32_t r = r0; r < r1; ++r)
+        acc = _mm256_max_ps(_mm256_load_ps(ring + ((y0 + r) % kh) * ldr + ox), acc);
+      const int64_t live = ow - ox < 8 ? ow - ox : 8;
+      float* dst = out + (int64_t)oy * ow + ox;
+      if (live == 8) {
+        _mm256_storeu_ps(dst, acc);
+      } else {
+        _mm256_maskstore_ps(dst, first_lanes8(live), acc);
+      }
+    }
+  }
+  return _mm256_movemask_ps(nan) == 0;
+}
+#endif
+
 /* Average: output columns [ox_lo, ox_hi) of row oy whose windows lie inside the image columns,
  * side by side: each window's taps in its own order (rows, then columns) and the same scalar
  * adds as pool_row_scalar (NaN payloads too), but the windows' chains interleaved (one window
@@ -239,6 +404,12 @@ static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
   if (g->out_w >= 8 && (g->stride_w == 1 || g->stride_w == 2)) {
     if (g->pool == ACCEL_POOL_MAX && pool_plane_max_rows(g, in, out)) return;
     for (int32_t oy = 0; oy < g->out_h; ++oy) pool_row_vector(g, in, out, oy);
+    return;
+  }
+#elif defined(__AVX2__)
+  if (g->out_w >= 8 && (g->stride_w == 1 || g->stride_w == 2)) {
+    if (g->pool == ACCEL_POOL_MAX && pool_plane_max_rows8(g, in, out)) return;
+    for (int32_t oy = 0; oy < g->out_h; ++oy) pool_row_vector8(g, in, out, oy);
     return;
   }
 #endif
@@ -294,13 +465,18 @@ static void pool_global(const pdp_geometry* g, const float* in, float* out, int6
   for (; p0 < planes; ++p0) pool_row_scalar(g, in + p0 * hw, out + p0, 0, 0, 1);
 }
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 /* Averages over windows that tile the image (kernel = stride, no padding, every window
  * inside: a wide pool's passes, 8x8/8 on 112x112) with too few or too wide windows for
- * pool_row_vector: 16 planes at a time, a plane per lane, so each window's sum is one vector
- * add per tap, in the scalar order (row by row, left to right, from +0). The rows of the 16
- * planes are read 16 columns at a time and transposed in registers. */
+ * pool_row_vector: 16 planes at a time (8 in an AVX2 build), a plane per lane, so each
+ * window's sum is one vector add per tap, in the scalar order (row by row, left to right, from
+ * +0). The rows of the planes are read a vector of columns at a time and transposed in
+ * registers. */
+#ifdef __AVX512F__
 enum { TILE_PLANES = 16, TILE_MAX_OUT_W = 64 };
+#else
+enum { TILE_PLANES = 8, TILE_MAX_OUT_W = 64 };
+#endif
 
 static int pool_tiles_fit(const pdp_geometry* g) {
   /* windows past the right edge read no column of the image there: +0 for a sum that counts
@@ -315,6 +491,9 @@ static int pool_tiles_fit(const pdp_geometry* g) {
          (int64_t)g->out_h * g->out_w > 1 &&
          !(g->out_w >= 8 && g->stride_w <= 2); /* pool_plane's vector rows take those */
 }
+#endif
+
+#ifdef __AVX512F__
 
 /* v[c] = column c of the 16 x 16 block whose rows are v[0..15]. */
 static inline void transpose16(__m512 v[16]) {
@@ -392,6 +571,60 @@ static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
     }
   }
 }
+#elif defined(__AVX2__)
+/* v[c] = column c of the 8 x 8 block whose rows are v[0..7]. */
+static inline void transpose8(__m256 v[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  /* u[4 h + k], 128-bit lane L: rows 4h .. 4h+3 at column 4L + k */
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    v[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
+
+/* pool_tile in 8 lanes: 8 planes at a time. */
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
+  const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
+  const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const __m256 fill = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
+  const __m256 divisor = _mm256_set1_ps((float)(kh * kw));
+  __m256 acc[TILE_MAX_OUT_W];
+  float avg[TILE_MAX_OUT_W][TILE_PLANES] __attribute__((aligned(32)));
+  for (int32_t oy = 0; oy < g->out_h; ++oy) {
+    for (int32_t j = 0; j < ow; ++j) acc[j] = fill;
+    for (int32_t r = 0; r < kh; ++r) {
+      const float* row = in + (int64_t)(oy * kh + r) * g->w;
+      for (int32_t c0 = 0; c0 < cols; c0 += 8) {
+        const int32_t n = cols - c0 < 8 ? cols - c0 : 8;
+        __m256 v[8];
+        for (int p = 0; p < TILE_PLANES; ++p)
+          v[p] = load_columns8(row + p * hw + c0, c0, inside, fill);
+        transpose8(v);
+        for (int32_t c = 0; c < n; ++c) {
+          const int32_t j = (c0 + c) / kw;
+          acc[j] = is_max ? max_tap8(acc[j], v[c]) : add_to8(acc[j], v[c]);
+        }
+      }
+    }
+    for (int32_t j = 0; j < ow; ++j)
+      _mm256_store_ps(avg[j], is_max ? acc[j] : _mm256_div_ps(acc[j], divisor));
+    for (int p = 0; p < TILE_PLANES; ++p) {
+      for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+    }
+  }
+}
 #endif
 
 /* Planes, a few per pool_for item (about 16 KiB of input each; 16 with tiles). */
@@ -414,7 +647,7 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
     pool_global(g, J->in + first * in_plane, J->out + first, end - first);
     return;
   }
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
   if (J->tiles && end - first == TILE_PLANES) {
     pool_tile(g, J->in + first * in_plane, J->out + first * out_plane);
     return;
@@ -430,7 +663,7 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t in_plane = (int64_t)g->h * g->w;
   int tiles = 0;
   int64_t per_item = 4096 / (in_plane + 1) + 1;
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
   tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
   if (tiles) per_item = TILE_PLANES;
 #endif

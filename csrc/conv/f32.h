@@ -42,6 +42,8 @@ typedef struct conv_plan {
                      * packed path's panels stay in L1, outermost. The choices measured on such
                      * a machine (whose two 512-bit FMA units came with it, docs/kernels.md) key
                      * on it too; with a 32 KB L1d the old ones stay. */
+  int64_t l1;     /* the L1 data cache's size in bytes (l1d_bytes: ACCEL_L1D_BYTES or sysconf; 0
+                   * when neither says) */
   int64_t l2;     /* the L2 cache's size in bytes (sysconf; 0 when the system does not say) */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
@@ -92,7 +94,7 @@ static inline void pack_col(const conv_plan* P, const float* img, int64_t y, int
 }
 
 /* Depth rows [p0, p0+kc) of columns [n0, n0+nt) of the im2col matrix of image-group input
- * img, row p0 + i at col + i * ld (conv/f32_blas.c; the AVX2 GEMM packs its tiles with it). */
+ * img, row p0 + i at col + i * ld (conv/f32_blas.c). */
 void f32_im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, int64_t p0,
                      int64_t kc, int64_t ld, float* col);
 

@@ -2,16 +2,19 @@
  * of builds without AVX-512 (x86-64-v3), in conv/f32_order.h's order, so such a build gives
  * the bits an AVX-512 build gives.
  *
- * im2col tiles (f32_im2col_tile: depth rows of a tile's positions), a 4-channel x 24-position
- * micro-kernel (12 accumulators of the 16 ymm registers) over them with the weights read in
- * place, each 32-deep block summed from zero by one FMA per depth step and added to the output
- * (the first block stored): the implicit and packed AVX-512 kernels' sums. An image's last
+ * im2col tiles written as panels (a2_im2col_panels: each 24 positions' depth rows contiguous),
+ * a 4-channel x 24-position micro-kernel (12 accumulators of the 16 ymm registers) over them
+ * with the weights read in place, each 32-deep block summed from zero by one FMA per depth step
+ * and added to the output (the first block stored): the implicit and packed AVX-512 kernels'
+ * sums. Per depth block (sized so that a panel of it fills half the L1d), panels outermost:
+ * a panel stays in L1 while every block of 4 channels passes over it (with the whole tile
+ * read from L2 per channel block instead, and a 512 KB tile, Zen 3's 512 KB L2 held it badly:
+ * docs/kernels.md). An image's last
  * ohw % 16 positions are 16-lane dot products along the depth, reduced in
  * _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so (a rule of the
  * geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
  * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
- * tests/sim/test_conv_impls.py uses to compare the bits.
- */
+ * tests/sim/test_conv_impls.py uses to compare the bits. */
 #include "conv/f32.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -19,7 +22,59 @@
 
 enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions */
 enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
-enum { A2_TILE_FLOATS = 128 * 1024 }; /* a tile's depth block of columns: 512 KB, in L2 */
+enum { A2_KC_DEFAULT = 128 };         /* depth block where the L1d size is not known */
+
+/* Depth rows [p0, p0 + kc) of columns [n0, n0 + nt) of the im2col matrix of image-group input
+ * img (f32_im2col_tile's values) as panels of AN columns: column j of row i at
+ * col[(j / AN) * kc * AN + i * AN + j % AN]. */
+static void a2_im2col_panels(const conv_plan* P, const float* img, int64_t n0, int64_t nt,
+                             int64_t p0, int64_t kc, float* col) {
+  const conv_geometry* g = P->g;
+  const int64_t ow = g->out_w, sw = g->stride_w;
+  const int64_t S = g->kernel_w, RS = (int64_t)g->kernel_h * S;
+  if (P->pointwise) { /* row i is input channel p0 + i's positions: copies of the panels' runs */
+    for (int64_t i = 0; i < kc; ++i) {
+      const float* src = img + (p0 + i) * P->hw + n0;
+      int64_t j = 0;
+      for (; j + AN <= nt; j += AN) memcpy(col + j * kc + i * AN, src + j, AN * sizeof(float));
+      if (j < nt) memcpy(col + j * kc + i * AN, src + j, (size_t)(nt - j) * sizeof(float));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < kc; ++i) {
+    const int64_t kk = p0 + i, c = kk / RS, r = kk % RS / S, s = kk % S;
+    const float* plane = img + c * P->hw;
+    int64_t y = n0 / ow, x = n0 % ow;
+    for (int64_t j = 0; j < nt;) {
+      int64_t run = ow - x < nt - j ? ow - x : nt - j; /* this output row's, in this panel */
+      if (run > AN - j % AN) run = AN - j % AN;
+      float* d = col + (j / AN) * kc * AN + i * AN + j % AN;
+      const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
+      const int64_t ix0 = x * sw - g->pad_left + s * g->dilation_w; /* of position x */
+      int64_t lo = 0, hi = 0; /* positions [lo, hi) of the run read inside the plane */
+      if (iy >= 0 && iy < g->h && ix0 < g->w) {
+        lo = ix0 >= 0 ? 0 : (-ix0 + sw - 1) / sw;
+        hi = (g->w - 1 - ix0) / sw + 1;
+        if (hi > run) hi = run;
+        if (lo > hi) lo = hi;
+      }
+      for (int64_t t = 0; t < lo; ++t) d[t] = 0.0f;
+      const float* src = plane + iy * g->w + ix0; /* read only for t in [lo, hi) */
+      if (sw == 1) {
+        for (int64_t t = lo; t < hi; ++t) d[t] = src[t];
+      } else {
+        for (int64_t t = lo; t < hi; ++t) d[t] = src[t * sw];
+      }
+      for (int64_t t = hi; t < run; ++t) d[t] = 0.0f;
+      j += run;
+      x += run;
+      if (x == ow) {
+        x = 0;
+        ++y;
+      }
+    }
+  }
+}
 
 /* conv/f32_order.h's dot-product tail of this geometry: the one rule every build keeps. */
 static int64_t a2_dot_tail(const conv_plan* P) { return f32_dot_tail(P->g); }
@@ -163,24 +218,27 @@ static void a2_item(void* ctx, int64_t it, int participant) {
   const float* img = J->in + (b * g->c + grp * P->cg) * P->hw;
   float* cbase = J->out + (b * g->k + grp * P->mg) * P->ohw;
   const float* abase = J->weights + grp * P->mg * P->kd;
-  const int64_t ldb = (ncols + AN - 1) / AN * AN; /* the panels' columns, zero past ncols */
+  const int64_t npanels = (ncols + AN - 1) / AN;
   float* col = J->bufs[participant];
   float* bt = col + ((J->nt + AN - 1) / AN * AN) * J->kc;
 
   for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
     const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
-    f32_im2col_tile(P, img, n0, ncols, p0, kc, ldb, col);
-    if (ldb > ncols)
+    a2_im2col_panels(P, img, n0, ncols, p0, kc, col);
+    const int64_t wlast = ncols - (npanels - 1) * AN; /* the last panel's columns */
+    if (wlast < AN)
       for (int64_t kk = 0; kk < kc; ++kk)
-        memset(col + kk * ldb + ncols, 0, (size_t)(ldb - ncols) * sizeof(float));
-    for (int64_t m = m0; m < m1; m += AR) {
-      const int64_t mr = m1 - m < AR ? m1 - m : AR;
-      const float* a = abase + m * P->kd + p0;
-      const float* pf = m + 2 * AR <= m1 ? a + AR * P->kd : NULL;
-      for (int64_t j = 0; j < ncols; j += AN) {
-        const int64_t w = ncols - j < AN ? ncols - j : AN;
-        a2_table[w == AN][mr](kc, a, P->kd, col + j, ldb, cbase + m * P->ohw + n0 + j, P->ohw,
-                              p0 > 0, w, j == 0 ? pf : NULL);
+        memset(col + (npanels - 1) * kc * AN + kk * AN + wlast, 0,
+               (size_t)(AN - wlast) * sizeof(float));
+    for (int64_t j = 0; j < ncols; j += AN) {
+      const int64_t w = ncols - j < AN ? ncols - j : AN;
+      const float* panel = col + (j / AN) * kc * AN;
+      for (int64_t m = m0; m < m1; m += AR) {
+        const int64_t mr = m1 - m < AR ? m1 - m : AR;
+        const float* a = abase + m * P->kd + p0;
+        const float* pf = m + 2 * AR <= m1 ? a + AR * P->kd : NULL;
+        a2_table[w == AN][mr](kc, a, P->kd, panel, AN, cbase + m * P->ohw + n0 + j, P->ohw,
+                              p0 > 0, w, pf);
       }
     }
   }
@@ -231,11 +289,12 @@ static accel_status a2_run(const conv_f32_call* c) {
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   const int64_t ldbt = (P->kd + 15) & ~(int64_t)15;
-  /* the depth block: a tile's columns of it in L2 (a few panels: a deep block, each weight row
-   * read in long runs; any multiple of SUM_BLOCK gives the same sums) */
+  /* the depth block: a panel of it in half the L1d (any multiple of SUM_BLOCK gives the same
+   * sums; a block's outputs are added to the output anyway, every 32 steps) */
   const int64_t ldb_max = (nt + AN - 1) / AN * AN;
-  int64_t kc_max = ldb_max > 0 ? A2_TILE_FLOATS / ldb_max / SUM_BLOCK * SUM_BLOCK : P->kd;
-  if (kc_max < 256) kc_max = 256;
+  int64_t kc_max = P->l1 > 0 ? P->l1 / 2 / (AN * (int64_t)sizeof(float)) / SUM_BLOCK * SUM_BLOCK
+                             : A2_KC_DEFAULT;
+  if (kc_max < SUM_BLOCK) kc_max = SUM_BLOCK;
   const int64_t kc = f32_depth_block(P->kd, kc_max);
   const size_t col_floats = (size_t)ldb_max * kc;
   const size_t bytes = (col_floats + (size_t)(TMAX * ldbt)) * sizeof(float) + 64;

@@ -45,17 +45,24 @@ enum { NIMPLS = sizeof impls / sizeof impls[0] };
  * lets one host take the choices another makes (tests/sim/test_conv_impls.py), else sysconf's
  * figure (0 when the system does not say). Read once. */
 static long l1d_bytes(void) {
+  static long cached = -1; /* benign race: every thread computes the same value */
+  long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v >= 0) return v;
   const char* env = getenv("ACCEL_L1D_BYTES");
   if (env != NULL && env[0] != '\0') {
     char* end;
-    const long v = strtol(env, &end, 10);
-    return *end == 'K' || *end == 'k' ? v * 1024 : v;
-  }
+    v = strtol(env, &end, 10);
+    if (*end == 'K' || *end == 'k') v *= 1024;
+  } else {
 #ifdef _SC_LEVEL1_DCACHE_SIZE
-  return sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
 #else
-  return 0;
+    v = 0;
 #endif
+  }
+  if (v < 0) v = 0;
+  __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  return v;
 }
 
 /* 1 when a packed panel of CONV_KC_L1 depth rows fits in half the L1 data cache. */
@@ -78,6 +85,7 @@ static void f32_plan(const conv_geometry* g, conv_plan* P) {
   P->hw = (int64_t)g->h * g->w;
   P->ohw = (int64_t)g->out_h * g->out_w;
   P->panels_outer = l1_keeps_panel();
+  P->l1 = l1d_bytes();
   P->l2 = conv_l2_bytes();
   P->kc = f32_depth_block(P->kd, P->panels_outer ? CONV_KC_L1 : CONV_KC_MAX);
   /* no panels (at most 8 positions: dot products only): the whole depth at once, a
