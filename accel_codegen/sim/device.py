@@ -408,6 +408,21 @@ def _estimate_chain(config: AccelConfig, ops, in_shape, mode: str, precision: st
     return _stats(c_run, c_ops, len(chain.ops))
 
 
+_ISA_NAMES = (("avx2", "ACCEL_ISA_AVX2"), ("avx512", "ACCEL_ISA_AVX512"),
+              ("avx512_vnni", "ACCEL_ISA_AVX512_VNNI"), ("avx512_vbmi", "ACCEL_ISA_AVX512_VBMI"),
+              ("amx", "ACCEL_ISA_AMX"))
+
+
+def host_isa() -> frozenset:
+    """The instruction sets the library's host kernels were compiled for
+    (``accel_host_isa``), by name: ``"avx2"``, ``"avx512"``, ``"avx512_vnni"``,
+    ``"avx512_vbmi"``, ``"amx"``. They decide which kernel implementations a build has
+    (docs/kernels.md): the C16 kernels are AVX-512 code, so without ``"avx512"`` every C16 run
+    is converted around the NCHW kernels (``c16_native`` is false)."""
+    bits = lib.accel_host_isa()
+    return frozenset(name for name, c_name in _ISA_NAMES if bits & getattr(lib, c_name))
+
+
 def c16_native(config: AccelConfig | str, ops: Sequence[Op], in_shape: Tuple[int, ...], *,
                mode: str = "fused", in_layout: str = "c16") -> bool:
     """Whether the chain has a C16 kernel (``accel_c16_native``): with its output

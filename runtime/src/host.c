@@ -165,3 +165,23 @@ accel_status accel_host_conversion_seconds(double* per_byte) {
   *per_byte = 2 / figures[CONVERT].flops;
   return ACCEL_OK;
 }
+
+uint32_t accel_host_isa(void) {
+  uint32_t isa = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  isa |= ACCEL_ISA_AVX2;
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  isa |= ACCEL_ISA_AVX512;
+#endif
+#if defined(__AVX512VNNI__)
+  isa |= ACCEL_ISA_AVX512_VNNI;
+#endif
+#if defined(__AVX512VBMI__)
+  isa |= ACCEL_ISA_AVX512_VBMI;
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+  isa |= ACCEL_ISA_AMX;
+#endif
+  return isa;
+}

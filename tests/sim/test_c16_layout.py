@@ -4,15 +4,21 @@ with their SDP fused; the dense 3x3 in test_c16_conv3x3.py, Winograd mode in
 test_c16_winograd.py, pooling in test_c16_pool.py) or the runtime converts around the NCHW
 kernels (everything else, and any run an observer watches), at 1-3 threads; the cost does not
 depend on the layout; and a bad layout is refused by name."""
+import pathlib
+
 import numpy as np
 import pytest
 
 from accel_codegen import AccelInvalidError, Bdma, Conv, Device, Pool, Sdp
 from accel_codegen._accel_ffi import ffi, lib
-from accel_codegen.sim.device import c16_native
+from accel_codegen.sim.device import c16_native, host_isa
 from accel_codegen.sim.layout import c16_shape, from_c16, nchw_shape, to_c16
 from accel_codegen.sim.observer import observing
 from conftest import assert_same
+
+# The C16 kernels are AVX-512 code: a build without it converts every C16 run around the NCHW
+# kernels (the same bits and cost; c16_native is false for every chain).
+C16_KERNELS = "avx512" in host_isa()
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 
@@ -51,9 +57,9 @@ def _blocked(op):
 
 
 def _same_either_way(ops, x, threads=2, mode="fused", native=True):
-    """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel (else
-    converted around the NCHW kernels)."""
-    assert c16_native("nv_full", ops, x.shape, mode=mode) == native
+    """The run in C16 gives the NCHW run's bits and cost; ``native``: on a C16 kernel where the
+    build has them (else converted around the NCHW kernels)."""
+    assert c16_native("nv_full", ops, x.shape, mode=mode) == (native and C16_KERNELS)
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
     blocked, blocked_stats = device.run([_blocked(op) for op in ops], to_c16(x), mode=mode,
@@ -191,7 +197,7 @@ def test_a_post_activation_before_a_fused_pool_is_converted_around(rng):
            Sdp(scale=np.ones(32, np.float32), act="silu"),
            Pool("max", kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1))]
     assert not c16_native("nv_full", ops, x.shape, in_layout="nchw")
-    assert c16_native("nv_full", ops[:2], x.shape, in_layout="nchw")
+    assert c16_native("nv_full", ops[:2], x.shape, in_layout="nchw") == C16_KERNELS
     for chain in (ops, ops[:2]):  # the pool converted around; the stem kernel alone
         expected = DEVICES[2].run(chain, x)[0]
         blocked = DEVICES[2].run(chain, x, out_layout="c16")[0]
@@ -320,3 +326,22 @@ def test_bad_c16_tensors_are_refused_by_name(rng):
     tensor.c, tensor.layout = 16, 7
     assert lib.accel_chain_shapes(config, op, 1, tensor, lib.ACCEL_MODE_FUSED, shapes) != 0
     assert "layout = 7 is not an accel_layout" in ffi.string(lib.accel_last_error()).decode()
+
+
+def test_the_build_claims_only_instruction_sets_the_cpu_has():
+    """accel_host_isa names the instruction sets the kernels were compiled for: each must be
+    one this CPU has (its kernels would fault otherwise), and C16_KERNELS above follows it."""
+    flags = set()
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    needs = {"avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl"},
+             "avx512_vnni": {"avx512_vnni"}, "avx512_vbmi": {"avx512vbmi"},
+             "amx": {"amx_tile", "amx_int8"}}
+    isa = host_isa()
+    assert isa <= needs.keys()
+    for name in isa:
+        assert needs[name] <= flags, (name, sorted(needs[name] - flags))
+    if "avx512" not in isa:  # every instruction set above AVX2 needs AVX-512 here
+        assert not isa & {"avx512_vnni", "avx512_vbmi", "amx"}

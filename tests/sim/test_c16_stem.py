@@ -12,7 +12,7 @@ from accel_codegen import Conv, Pool, Sdp
 from accel_codegen.sim.device import c16_native
 from accel_codegen.sim.layout import c16_shape, from_c16, to_c16
 from conftest import assert_same
-from test_c16_layout import DEVICES, _data, _epilogue
+from test_c16_layout import C16_KERNELS, DEVICES, _data, _epilogue
 
 EPILOGUES = ["none", "bn_relu", "bn_clip", "scale_add_relu", "shift"]
 
@@ -55,7 +55,8 @@ def _blocked(op):
 def _nchw_in_c16_out(ops, x, threads=2, native=True, mode="fused"):
     """The run from an NCHW input into a C16 output gives the all-NCHW run's bits and cost;
     ``native``: on the stem kernel (else converted around the NCHW kernels)."""
-    assert c16_native("nv_full", ops, x.shape, in_layout="nchw", mode=mode) == native
+    assert c16_native("nv_full", ops, x.shape, in_layout="nchw", mode=mode) == (
+        native and C16_KERNELS)
     device = DEVICES[threads]
     expected, stats = device.run(ops, x, mode=mode)
     blocked, blocked_stats = device.run([_blocked(op) for op in ops], x, mode=mode,
@@ -123,7 +124,7 @@ def test_which_runs_read_nchw_natively(rng):
     the C16-in question (in_layout="c16", the default) is unchanged."""
     x = _data(rng, (1, 3, 32, 32))
     stem = _ops(rng, 1, 3, 32, 32, 32, 3, (2, 2), (1, 1, 1, 1), "bn_relu")
-    assert c16_native("nv_full", stem, x.shape, in_layout="nchw")
+    assert c16_native("nv_full", stem, x.shape, in_layout="nchw") == C16_KERNELS
     assert not c16_native("nv_full", stem, x.shape)  # 3 channels cannot be C16
     odd_k = _ops(rng, 1, 3, 24, 32, 32, 3, (2, 2), (1, 1, 1, 1), "none")
     assert not c16_native("nv_full", odd_k, x.shape, in_layout="nchw")  # no C16 output
@@ -145,8 +146,9 @@ def test_which_runs_read_nchw_natively(rng):
         _nchw_in_c16_out(ops, _data(rng, shape), native=False, mode=mode)
     # C16 in: the old answers
     x16 = (1, 16, 14, 14)
-    assert c16_native("nv_full", [Conv(_data(rng, (32, 16, 1, 1)))], x16)
-    assert c16_native("nv_full", [Conv(_data(rng, (32, 16, 3, 3)), padding=(1, 1, 1, 1))], x16)
+    assert c16_native("nv_full", [Conv(_data(rng, (32, 16, 1, 1)))], x16) == C16_KERNELS
+    assert c16_native("nv_full", [Conv(_data(rng, (32, 16, 3, 3)), padding=(1, 1, 1, 1))],
+                      x16) == C16_KERNELS
     assert not c16_native("nv_full", [Conv(_data(rng, (32, 16, 5, 5)), padding=(2, 2, 2, 2))],
                           x16)
     # and an NCHW input with 16 channels asks for the stem kernel, which takes <= 4

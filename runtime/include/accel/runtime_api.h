@@ -77,6 +77,19 @@ accel_status accel_run(accel_device* dev, const accel_op* ops, int32_t num_ops,
 accel_status accel_chain_shapes(const accel_config* cfg, const accel_op* ops, int32_t num_ops,
                                 const accel_tensor* input, accel_mode mode, accel_tensor* shapes);
 
+/* The instruction sets this library's host kernels were compiled for (accel_isa bits): which
+ * kernel implementations exist in this build (docs/kernels.md), e.g. the C16 kernels need
+ * AVX-512. A build for -march=native has what its build machine has; AMX also needs the OS's
+ * grant at run time. */
+typedef enum accel_isa {
+  ACCEL_ISA_AVX2 = 1,        /* AVX2 and FMA (x86-64-v3) */
+  ACCEL_ISA_AVX512 = 2,      /* AVX-512 F, BW, VL */
+  ACCEL_ISA_AVX512_VNNI = 4,
+  ACCEL_ISA_AVX512_VBMI = 8,
+  ACCEL_ISA_AMX = 16         /* AMX-TILE and AMX-INT8 */
+} accel_isa;
+uint32_t accel_host_isa(void);
+
 /* Whether a run has a C16 kernel (accel_layout): 1 when, its output C16 and its input in
  * `input->layout`, it runs without conversions (input C16: C16 in and out; input NCHW: reads
  * NCHW and writes C16, as the image layer's convolution can); 0 when it would be converted
