@@ -464,7 +464,7 @@ typedef struct sdp_i8 {
 
 /* A LUT activation's output codes as a function of its input t (sdp_i8_lut.c states the form),
  * kept from run to run by its table and output converter: NULL where it does not apply (no
- * AVX-512, fewer than ~64K elements converted by the runs of that table so far, codes that
+ * AVX-512 or AVX2, fewer than ~64K elements converted by the runs of that table so far, codes that
  * change outside the LO table, ACCEL_SDP_I8_LUT set to "scalar" or "gather"); the caller
  * stores it in sdp_i8.lut_plan for the run and hands it back with sdp_i8_lut_plan_free. */
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements);

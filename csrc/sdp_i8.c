@@ -21,6 +21,8 @@
  * ACCEL_SDP_I8_LUT=gather keeps the table in lanes, ACCEL_VERBOSE prints the plan). Independent
  * runs whose codes are a function of each plane's input bytes look them up (run_table). What the
  * files share is in sdp_i8_internal.h.
+ * AVX2 without AVX-512 (sdp_i8_avx2.c): the common converter, the residual add and a planned
+ * LUT in 8 int32 lanes (the same int32 identities and plans), sdp_one for the rest.
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give
  * identical codes. Figures: docs/kernels.md.
  */
@@ -82,6 +84,11 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
 #define CHANNELS_IMPL sdp_i8_channels_avx512
 #define SPAN_LUT_IMPL sdp_i8_span_lut
 #define CHANNELS_LUT_IMPL sdp_i8_channels_lut
+#elif SDP_I8_AVX2
+#define SPAN_IMPL sdp_i8_span_avx2
+#define CHANNELS_IMPL sdp_i8_channels_avx2
+#define SPAN_LUT_IMPL sdp_i8_span_avx2
+#define CHANNELS_LUT_IMPL channels_scalar
 #else
 #define SPAN_IMPL span_scalar
 #define CHANNELS_IMPL channels_scalar
@@ -89,8 +96,18 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
 #define CHANNELS_LUT_IMPL channels_scalar
 #endif
 
+void sdp_i8_span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                        int8_t* y, int64_t count) {
+  span_scalar(p, ch, v, operand, y, count);
+}
+
+void sdp_i8_channels_scalar(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count) {
+  channels_scalar(p, first, v, operand, y, count);
+}
+
 /* ACCEL_SDP_I8_LUT=scalar in the environment (read once) sends LUT activations to the scalar
- * definition, as a build without AVX-512 runs them: the tests compare both paths. */
+ * definition, as a build without AVX-512 or AVX2 runs them: the tests compare both paths. */
 static int lut_scalar_forced;
 static pthread_once_t lut_env_once = PTHREAD_ONCE_INIT;
 

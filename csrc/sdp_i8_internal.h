@@ -22,6 +22,15 @@
 #define SDP_I8_VECTOR 0
 #endif
 
+/* Without them, AVX2 (8 int32 lanes, no mask registers, no 64-bit arithmetic shifts) runs the
+ * int32-lane forms of sdp_i8_avx2.c, and sdp_one for the rest. */
+#if !SDP_I8_VECTOR && defined(__AVX2__)
+#define SDP_I8_AVX2 1
+#include <immintrin.h>
+#else
+#define SDP_I8_AVX2 0
+#endif
+
 /* ---- scalar definition ------------------------------------------------------------------ */
 
 static inline int64_t rhaz(int64_t p, int64_t s) {
@@ -83,6 +92,150 @@ static inline int64_t code_threshold(int64_t mul, int64_t s, int64_t r) {
   if (m == 0) return 0;
   if (s > 40 || r > ((int64_t)1 << 20)) return INT64_MAX;
   return ((r << s) + m - 1) / m;
+}
+
+/* ---- the int32-lane forms' plans (sdp_i8_avx512.c's span_fast32 / span_add32, sdp_i8_avx2.c's
+ * the same forms in 8 lanes): scalar int64 checks, shared so that both builds take a form
+ * under the same bounds ------------------------------------------------------------------ */
+
+/* span_fast in int32 lanes, 16 values per step (about twice span_fast's rate), for mul > 0
+ * where these identities keep every intermediate inside int32 (fast32_plan checks the bounds
+ * in int64; otherwise span_fast runs):
+ *  - only codes matter: with R = 128 + |out_zero| and T = ceil(R * 2^s / mul), any t >= T
+ *    gives rhaz(t * mul, s) >= R, a code saturated high, as t = T does (rhaz and the clamps
+ *    are monotonic); likewise t <= -T. So t is clamped to [-T, T] together with sat32(v + bias)
+ *    (one min/max on v), and the product is at most R * 2^s + mul;
+ *  - "direct" (small s): y = (p + (p < 0 ? -1 : 0) + 2^(s-1) + out_zero * 2^s) >> s with
+ *    p = t * mul in int32 (s = 0: y = p + out_zero);
+ *  - "split" (s >= 17, larger products): t = th * 2^16 + tl, 0 <= tl < 2^16, so
+ *    p + 2^(s-1) - n = 2^16 * (th * mul + 2^(s-17)) + (tl * mul - n) with n = (t < 0), and
+ *    floor(X / 2^s) = floor((th * mul + 2^(s-17) + floor((tl * mul - n) / 2^16)) / 2^(s-16)):
+ *    two int32 products (tl * mul < 2^31) and arithmetic shifts, out_zero folded in. */
+typedef struct fast32 {
+  int32_t vlo, vhi, bias, mul, add, shift;
+  int split;
+} fast32;
+
+static inline int fast32_plan(int64_t bias, int64_t mul, int64_t s, int64_t out_zero, fast32* f) {
+  if (mul <= 0 || s > 40) return 0;
+  const int64_t r = 128 + (out_zero < 0 ? -out_zero : out_zero);
+  const int64_t t = ((r << s) + mul - 1) / mul; /* < 2^49: s <= 40, r <= 2^31 + 128 */
+  if (r > ((int64_t)1 << 20)) return 0;
+  const int64_t lo = INT32_MIN - (bias < 0 ? bias : 0), hi = INT32_MAX - (bias > 0 ? bias : 0);
+  const int64_t vlo = -t - bias > lo ? -t - bias : lo, vhi = t - bias < hi ? t - bias : hi;
+  const int64_t tmax_hi = vhi + bias, tmax_lo = -(vlo + bias);
+  const int64_t tm = tmax_hi > tmax_lo ? tmax_hi : tmax_lo; /* |t| <= tm <= 2^31 */
+  const int64_t limit = (int64_t)1 << 31;
+  f->vlo = (int32_t)vlo;
+  f->vhi = (int32_t)vhi;
+  f->bias = (int32_t)bias;
+  f->mul = (int32_t)mul;
+  if (tm * mul + ((r + 1) << s) < limit) {
+    f->split = 0;
+    f->add = (int32_t)((s > 0 ? (int64_t)1 << (s - 1) : 0) + out_zero * ((int64_t)1 << s));
+    f->shift = (int32_t)s;
+    return 1;
+  }
+  if (s < 17) return 0;
+  const int64_t add = ((int64_t)1 << (s - 17)) + out_zero * ((int64_t)1 << (s - 16));
+  if ((tm / 65536 + 1) * mul + mul + 1 + (add < 0 ? -add : add) >= limit) return 0;
+  f->split = 1;
+  f->add = (int32_t)add;
+  f->shift = (int32_t)(s - 16);
+  return 1;
+}
+
+/* span_fast_add in int32 lanes, 16 values per step, where these identities keep every
+ * intermediate inside int32 (add32_plan checks the bounds in int64; otherwise span_fast_add
+ * runs). Only codes matter, as in span_fast32:
+ *  - the output: with R = 128 + |out_zero| and T_out = ceil(R * 2^out_shift / |out_mul|), any
+ *    |t| >= T_out gives a code saturated on t's side (times out_mul's sign), so t is clamped to
+ *    [-T_out, T_out] before the output multiply, which then fits;
+ *  - the sum: |e| <= E (the largest |e| over the 256 operand codes), so t2 >= T2 = T_out + E
+ *    gives t2 + e >= T_out whatever the operand (likewise <= -T2); t2 need not be exact beyond
+ *    T2, so no sat32 is needed on t2 or on the sum;
+ *  - the channel converter: any t >= T1 = ceil(T2 * 2^s / mul) (mul > 0) gives rhaz(t * mul, s)
+ *    >= T2, so t is clamped to [-T1, T1] together with sat32(v + bias) (one min/max on v);
+ *    then either "direct" (the product and the rounding fit int32) or "split": t = th * 2^k +
+ *    tl, 0 <= tl < 2^k, k = min(s, 16), and floor((t * mul + 2^(s-1) - n) / 2^s) (n = t < 0)
+ *    = floor((th * mul + c_hi + floor((tl * mul + c_lo - n) / 2^k)) / 2^(s-k)), the half
+ *    2^(s-1) in c_lo when s <= k, else 2^(s-1-k) in c_hi. */
+typedef struct add32 {
+  int32_t vlo, vhi, bias, mul, add, shift; /* the channel converter (direct: add, shift) */
+  int32_t low_mask, k, c_lo, c_hi;         /* split: t's low k bits and the constants */
+  int split;
+  int32_t t_out, out_mul, out_add, out_shift;
+} add32;
+
+static inline int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+static inline int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t s, add32* f) {
+  const int64_t os = p->out_shift, om = p->out_mul;
+  if (mul <= 0 || om == 0 || s > 40 || os > 30) return 0;
+  const int64_t r = 128 + abs64(p->out_zero);
+  const int64_t t_out = ((r << os) + abs64(om) - 1) / abs64(om);
+  const int64_t out_add = (os > 0 ? (int64_t)1 << (os - 1) : 0) + p->out_zero * ((int64_t)1 << os);
+  const int64_t limit = (int64_t)1 << 31;
+  if (t_out * abs64(om) + abs64(out_add) + 1 >= limit) return 0;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t t2 = t_out + e_max; /* < 2^32: t_out * |om| < 2^31 is checked above */
+  if (t2 > ((int64_t)1 << (61 - s))) return 0;
+  const int64_t t1 = ((t2 << s) + mul - 1) / mul; /* <= 2^61 */
+  const int64_t lo = INT32_MIN - (bias < 0 ? bias : 0), hi = INT32_MAX - (bias > 0 ? bias : 0);
+  const int64_t vlo = -t1 - bias > lo ? -t1 - bias : lo, vhi = t1 - bias < hi ? t1 - bias : hi;
+  const int64_t tm = vhi + bias > -(vlo + bias) ? vhi + bias : -(vlo + bias); /* |t| <= tm */
+  /* |t2'| <= rhaz(tm * mul, s) <= tm * mul / 2^s + 1; the sum with e must fit */
+  if (((tm * mul) >> s) + 1 + e_max >= limit) return 0;
+  f->vlo = (int32_t)vlo;
+  f->vhi = (int32_t)vhi;
+  f->bias = (int32_t)bias;
+  f->mul = (int32_t)mul;
+  f->t_out = (int32_t)t_out;
+  f->out_mul = (int32_t)om;
+  f->out_add = (int32_t)out_add;
+  f->out_shift = (int32_t)os;
+  f->low_mask = f->k = f->c_lo = f->c_hi = 0; /* the split form's, unused by the direct one */
+  if (tm * mul + (s > 0 ? (int64_t)1 << (s - 1) : 0) < limit) {
+    f->split = 0;
+    f->add = (int32_t)(s > 0 ? (int64_t)1 << (s - 1) : 0);
+    f->shift = (int32_t)s;
+    return 1;
+  }
+  if (s == 0) return 0; /* never: tm * mul <= t2 + mul, the direct form */
+  const int64_t k = s < 16 ? s : 16;
+  const int64_t c_lo = s - 1 < k ? (int64_t)1 << (s - 1) : 0;
+  const int64_t c_hi = s - 1 >= k ? (int64_t)1 << (s - 1 - k) : 0;
+  /* |th| <= tm / 2^k + 1; floor(low / 2^k) in [-1, mul + 1) (tl * mul + c_lo < 2^31) */
+  if ((tm / ((int64_t)1 << k) + 1) * mul + c_hi + mul + 1 >= limit) return 0;
+  f->split = 1;
+  f->low_mask = (int32_t)(((int64_t)1 << k) - 1);
+  f->k = (int32_t)k;
+  f->c_lo = (int32_t)c_lo;
+  f->c_hi = (int32_t)c_hi;
+  f->shift = (int32_t)(s - k);
+  return 1;
+}
+
+/* add32_plan's threshold t1 for any channel (bs_exact_to): from t1 on, the residual add's
+ * code is saturated on t's side whatever the operand. */
+static inline int64_t add_threshold(const sdp_i8* p, const chan_params* c) {
+  const int64_t om = p->out_mul != 0 ? abs64(p->out_mul) : 1;
+  const int64_t os = p->out_mul != 0 ? p->out_shift : 0;
+  if (c->mul == 0) return 0;
+  if (os > 30) return INT64_MAX;
+  const int64_t t_out = ((((int64_t)128 + abs64(p->out_zero)) << os) + om - 1) / om;
+  int64_t e_max = 0;
+  for (int64_t code = -128; code <= 127; code += 255) {
+    const int64_t e = rhaz((code - p->ew_zero) * p->ew_mul, p->ew_shift);
+    e_max = abs64(e) > e_max ? abs64(e) : e_max;
+  }
+  const int64_t t2 = t_out + e_max, s = c->shift;
+  if (s > 40 || t2 > ((int64_t)1 << (61 - s))) return INT64_MAX;
+  return ((t2 << s) + abs64(c->mul) - 1) / abs64(c->mul);
 }
 
 /* ---- a LUT activation's codes by input ranges (sdp_i8_lut_plan) ------------------------------
@@ -227,6 +380,22 @@ void sdp_i8_span_lut(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t
                      int8_t* y, int64_t count);
 void sdp_i8_channels_lut(const sdp_i8* p, int32_t first, const int32_t* v,
                          const int8_t* operand, int8_t* y, int64_t count);
+#endif
+
+/* sdp_i8.c: sdp_one over a span / along the channels (the definition; the vector paths'
+ * fallback for what their forms do not cover). */
+void sdp_i8_span_scalar(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                        int8_t* y, int64_t count);
+
+void sdp_i8_channels_scalar(const sdp_i8* p, int32_t first, const int32_t* v,
+                            const int8_t* operand, int8_t* y, int64_t count);
+
+#if SDP_I8_AVX2
+/* sdp_i8_avx2.c: sdp_i8_span and sdp_i8_channels on AVX2 (its forms, else the scalar ones). */
+void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                      int8_t* y, int64_t count);
+void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count);
 #endif
 
 #endif /* ACCEL_SDP_I8_INTERNAL_H */

@@ -63,7 +63,7 @@ static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
  * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
 enum { LUT_PLAN_BINS = 4096 };
 
-#if SDP_I8_VECTOR
+#if SDP_I8_VECTOR || SDP_I8_AVX2 /* the plans: both vector builds convert through them */
 #ifdef __AVX512VBMI__
 /* The bins plan's code at t (clamped to the plan's range as its users clamp it). */
 static int plan_code(const struct sdp_i8_lut_plan* P, int64_t t) {
@@ -581,6 +581,7 @@ static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
   (void)vmax; /* the clamp bounds v itself */
+  if (!SDP_I8_VECTOR) return 0; /* no lane forms on AVX2: sdp_i8_span (sdp_i8_avx2.c) */
   const struct sdp_i8_lut_plan* P = p->lut_plan;
   if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
@@ -655,12 +656,9 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lut;
   return 0; /* no vector lanes in this build */
 }
-
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
-  (void)p, (void)elements;
-  return NULL;
+  return (void)p, (void)elements, NULL; /* no plans without vector lanes */
 }
-
 void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) { (void)plan; }
 #endif
 
@@ -851,8 +849,10 @@ static void lut_front_plan(const chan_params* c, lut_front* f) {
   /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
   if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
   const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
-  f->vmin = _mm512_set1_epi32((int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
-  f->vmax = _mm512_set1_epi32((int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
+  /* no int32 v (bias -2^31, pre >= 31: limit 0, vmin 2^31): empty, every step front8's */
+  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
+  f->vmin = _mm512_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm512_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
   f->bias = _mm512_set1_epi32((int32_t)c->bias);
   f->mul = _mm512_set1_epi32((int32_t)m);
   f->low16 = _mm512_set1_epi32(0xFFFF);

@@ -82,70 +82,90 @@ static const g2_fn g2_table[4][G2_MR + 1] = {{0, 0, 0, 0, 0},
 
 /* ---- columns ------------------------------------------------------------------------------ */
 
-/* Depth row d (channel, tap) of the group's input img at positions [p0, p0 + nt) as bytes
- * (padding, and rows past the depth, read as in_zero); dst holds ldb bytes (in_zero past nt). */
-static void g2_row(const plan* P, const int8_t* img, int64_t d, int64_t p0, int64_t nt,
-                   int64_t ldb, int8_t z, int8_t* dst) {
-  const conv_geometry* g = P->g;
-  if (d >= P->kd) {
-    memset(dst, z, (size_t)ldb);
+/* Bytes [x, x + n) of a row: z everywhere (fill) or from src (copy), in 16-byte stores that may
+ * write up to 15 bytes past the run (the row's next run or its slack overwrites them: runs are
+ * written left to right); the loads stop at end, where the input ends (memcpy past it). */
+static inline void g2_fill(int8_t* d, int8_t z, int64_t n) {
+  const __m128i v = _mm_set1_epi8(z);
+  for (int64_t i = 0; i < n; i += 16) _mm_storeu_si128((__m128i*)(d + i), v);
+}
+
+static inline void g2_copy(int8_t* d, const int8_t* src, int64_t n, const int8_t* end) {
+  if (src + n + 15 > end) {
+    memcpy(d, src, (size_t)n);
     return;
   }
+  for (int64_t i = 0; i < n; i += 16)
+    _mm_storeu_si128((__m128i*)(d + i), _mm_loadu_si128((const __m128i*)(src + i)));
+}
+
+/* Depth row d (channel, tap) of the group's input img at positions [p0, p0 + nt), as bytes
+ * (padding reads as in_zero): a pointer to them, ldb readable bytes, those past nt (columns no
+ * output keeps) and a row past the depth (whose weights are 0) of any value. Either in place in
+ * the input (a 1x1 layer with stride 1 and no padding whose ldb bytes lie inside it, which ends
+ * at end) or built in dst (ldb + 16 bytes). */
+static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end, int64_t d,
+                            int64_t p0, int64_t nt, int64_t ldb, int8_t z, int8_t* dst) {
+  const conv_geometry* g = P->g;
+  if (d >= P->kd) return dst;
   const int64_t c = d / P->rs, t = d % P->rs, r = t / g->kernel_w, s = t % g->kernel_w;
   const int8_t* src = img + c * P->hw;
   const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
   if (imp_flat(g)) { /* 1x1, stride 1, no padding: the plane itself */
+    if (src + p0 + ldb <= end) return src + p0;
     memcpy(dst, src + p0, (size_t)nt);
-  } else {
-    const int64_t dy = r * g->dilation_h - g->pad_top, dx = s * g->dilation_w - g->pad_left;
-    /* output columns whose input column ox * sw + dx lies inside [0, W) */
-    const int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
-    int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
-    if (hi > ow) hi = ow;
-    int8_t* q = dst;
-    for (int64_t p = p0, end = p0 + nt; p < end;) {
-      const int64_t oy = p / ow, x0 = p % ow;
-      const int64_t x1 = ow < x0 + (end - p) ? ow : x0 + (end - p);
-      const int64_t iy = oy * g->stride_h + dy;
-      const int64_t a = lo > x0 ? lo : x0, e = hi < x1 ? hi : x1;
-      if (iy < 0 || iy >= H || a >= e) {
-        memset(q, z, (size_t)(x1 - x0));
-      } else {
-        memset(q, z, (size_t)(a - x0));
-        const int8_t* row = src + iy * W + dx;
-        int8_t* o = q + (a - x0);
-        if (sw == 1) memcpy(o, row + a, (size_t)(e - a));
-        else
-          for (int64_t ox = a; ox < e; ++ox) o[ox - a] = row[ox * sw];
-        memset(q + (e - x0), z, (size_t)(x1 - e));
-      }
-      q += x1 - x0;
-      p += x1 - x0;
-    }
+    return dst;
   }
-  memset(dst + nt, z, (size_t)(ldb - nt));
+  const int64_t dy = r * g->dilation_h - g->pad_top, dx = s * g->dilation_w - g->pad_left;
+  /* output columns whose input column ox * sw + dx lies inside [0, W) */
+  const int64_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+  int64_t hi = dx > W - 1 ? 0 : (W - 1 - dx) / sw + 1;
+  if (hi > ow) hi = ow;
+  int8_t* q = dst;
+  for (int64_t p = p0, stop = p0 + nt; p < stop;) {
+    const int64_t oy = p / ow, x0 = p % ow;
+    const int64_t x1 = ow < x0 + (stop - p) ? ow : x0 + (stop - p);
+    const int64_t iy = oy * g->stride_h + dy;
+    const int64_t a = lo > x0 ? lo : x0, e = hi < x1 ? hi : x1;
+    if (iy < 0 || iy >= H || a >= e) {
+      g2_fill(q, z, x1 - x0);
+    } else {
+      g2_fill(q, z, a - x0);
+      const int8_t* row = src + iy * W + dx;
+      int8_t* o = q + (a - x0);
+      if (sw == 1) g2_copy(o, row + a, e - a, end);
+      else
+        for (int64_t ox = a; ox < e; ++ox) o[ox - a] = row[ox * sw];
+      g2_fill(q + (e - x0), z, x1 - e);
+    }
+    q += x1 - x0;
+    p += x1 - x0;
+  }
+  return dst;
 }
 
 /* The tile's columns: positions [p0, p0 + nt) of the group's input img, ldb of them (a multiple
- * of 8, in_zero past nt), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1, panel q of
- * width wq = min(G2_NR, ldb - q G2_NR) at col + q G2_NR kd2 2, pair row j at + j wq 2. rows: two
- * byte rows of ldb (+ 8 slack). */
-static void g2_columns(const plan* P, const int8_t* img, int32_t in_zero, int64_t p0, int64_t nt,
-                       int64_t ldb, int16_t* col, int8_t* rows) {
+ * of 8; those past nt of any value), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1,
+ * panel q of width wq = min(G2_NR, ldb - q G2_NR) at col + q G2_NR kd2 2, pair row j at
+ * + j wq 2. rows: two byte rows of ldb + 32. */
+static void g2_columns(const plan* P, const int8_t* img, const int8_t* end, int32_t in_zero,
+                       int64_t p0, int64_t nt, int64_t ldb, int16_t* col, int8_t* rows) {
   const int64_t kd2 = (P->kd + 1) / 2;
   const int8_t z = (int8_t)in_zero;
   const __m256i z16 = _mm256_set1_epi16((int16_t)in_zero);
-  int8_t* r0 = rows;
-  int8_t* r1 = rows + ldb + 8;
   for (int64_t j = 0; j < kd2; ++j) {
-    g2_row(P, img, 2 * j, p0, nt, ldb, z, r0);
-    g2_row(P, img, 2 * j + 1, p0, nt, ldb, z, r1);
+    const int8_t* r0 = g2_row(P, img, end, 2 * j, p0, nt, ldb, z, rows);
+    const int8_t* r1 = g2_row(P, img, end, 2 * j + 1, p0, nt, ldb, z, rows + ldb + 32);
+    int16_t* dst = col + j * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
     for (int64_t p = 0; p < ldb; p += 8) {
-      const int64_t q = p / G2_NR, wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
-      int16_t* dst = col + (q * G2_NR * kd2 + j * wq + (p - q * G2_NR)) * 2;
+      if (p > 0 && p % G2_NR == 0) { /* the next panel */
+        const int64_t q = p / G2_NR, wq = ldb - p < G2_NR ? ldb - p : G2_NR;
+        dst = col + (q * G2_NR * kd2 + j * wq) * 2;
+      }
       const __m128i x = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(r0 + p)),
                                           _mm_loadl_epi64((const __m128i*)(r1 + p)));
       _mm256_storeu_si256((__m256i*)dst, _mm256_sub_epi16(_mm256_cvtepi8_epi16(x), z16));
+      dst += 16;
     }
   }
 }
@@ -156,7 +176,8 @@ typedef struct g2_job {
   const plan* P;
   int32_t in_zero;
   const int8_t* in;
-  const int32_t* w; /* LAYOUT_I16 */
+  const int8_t* in_end; /* past the input's last byte */
+  const int32_t* w;     /* LAYOUT_I16 */
   int8_t* out;
   const sdp_i8* ep;
   char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
@@ -177,7 +198,8 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   int16_t* col = (int16_t*)(void*)J->bufs[participant];
   int32_t* acc = (int32_t*)(void*)(J->bufs[participant] + J->col_bytes);
   int8_t* rows = (int8_t*)(acc + MR * J->ldb_max);
-  g2_columns(P, J->in + (b * g->c + grp * P->cg) * P->hw, J->in_zero, p0, nt, ldb, col, rows);
+  g2_columns(P, J->in + (b * g->c + grp * P->cg) * P->hw, J->in_end, J->in_zero, p0, nt, ldb,
+             col, rows);
   for (int64_t mb = mb0; mb < mb1; ++mb) {
     const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
     const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
@@ -209,16 +231,16 @@ static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
   const int64_t kd2 = J->kd2;
   int32_t* x = (int32_t*)(void*)J->bufs[participant];
-  int8_t* rows = (int8_t*)(x + kd2 + 8);
+  int8_t* rows = (int8_t*)(x + kd2 + 8); /* two rows of 8 + 16 bytes */
   {
     /* the column of the one position, as pairs: the tile's builder with 8 positions */
     const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
     const int8_t z = (int8_t)J->in_zero;
     for (int64_t j = 0; j < kd2; ++j) {
-      g2_row(P, img, 2 * j, 0, 1, 8, z, rows);
-      g2_row(P, img, 2 * j + 1, 0, 1, 8, z, rows + 16);
-      const uint32_t lo = (uint16_t)(int16_t)(rows[0] - J->in_zero);
-      const uint32_t hi = (uint16_t)(int16_t)(rows[16] - J->in_zero);
+      const int8_t* r0 = g2_row(P, img, J->in_end, 2 * j, 0, 1, 8, z, rows);
+      const int8_t* r1 = g2_row(P, img, J->in_end, 2 * j + 1, 0, 1, 8, z, rows + 32);
+      const uint32_t lo = (uint16_t)(int16_t)(r0[0] - J->in_zero);
+      const uint32_t hi = 2 * j + 1 < P->kd ? (uint16_t)(int16_t)(r1[0] - J->in_zero) : 0;
       x[j] = (int32_t)(lo | hi << 16);
     }
   }
@@ -266,7 +288,8 @@ static accel_status g2_run(const conv_i8_call* c) {
   }
   const int64_t outer = (int64_t)g->n * g->groups;
   const int nthreads = c->nth;
-  g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in, .w = w, .out = c->out, .ep = c->ep,
+  g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in,
+              .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .out = c->out, .ep = c->ep,
               .kd2 = kd2};
   char* bufs[WS_THREAD_SLOTS];
   J.bufs = bufs;
@@ -278,7 +301,7 @@ static accel_status g2_run(const conv_i8_call* c) {
     const int64_t items = outer * mchunks;
     const int nth = (int)(items < nthreads ? items : nthreads);
     for (int t = 0; t < nth; ++t) {
-      bufs[t] = workspace_get(c->ws, t, (size_t)(kd2 + 8) * sizeof(int32_t) + 64);
+      bufs[t] = workspace_get(c->ws, t, (size_t)(kd2 + 8) * sizeof(int32_t) + 128);
       if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
     }
     pool_for(nth, items, g2_gemv_item, &J);
@@ -308,7 +331,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   const size_t bytes =
-      (size_t)J.col_bytes + (size_t)(MR * ldb_max) * sizeof(int32_t) + 2 * (size_t)ldb_max + 64;
+      (size_t)J.col_bytes + (size_t)(MR * ldb_max) * sizeof(int32_t) + 2 * (size_t)ldb_max + 128;
   for (int t = 0; t < nth; ++t) {
     bufs[t] = workspace_get(c->ws, t, bytes);
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;

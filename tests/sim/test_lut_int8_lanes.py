@@ -441,3 +441,27 @@ def test_the_direct_form_rounds_ties_away_from_zero():
     device = Device("nv_full", num_threads=1)
     for _ in range(1 + -(-PLAN_ELEMENTS // expected.size)):  # the last ones through the plan
         np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+
+
+def test_a_channel_whose_bs_saturates_every_value():
+    """Bias -2^31 on a channel whose BS power pre = shift_max - rshift is 31 or more: NVDLA's
+    BS saturates every t = v + bias != 0, so no v has the int32 form of t (its range of v was
+    empty, and cast to int32 it had read as all of int32: v + bias wrapped, sdp_i8_lut.c's
+    lut_front_plan, sdp_i8_avx2.c's lut_v8_plan). Through the plan (runs past 2^16 values) and
+    without it, every code, against the reference."""
+    op, x = _compiler_case("silu", 76)
+    rshift = op.rshift.astype(np.int64)
+    rshift[:4] = 0
+    rshift[4] = 32  # shift_max: pre = 32 for channels 0-3, 31 beside a shift of 1
+    rshift[5] = 1
+    bias = op.bias.astype(np.int64)
+    bias[[0, 2, 5]] = -2**31
+    bias[[1, 3]] = 2**31 - 1
+    sdp = Sdp(**{**op.__dict__, "in_zero": 0, "rshift": rshift.astype(np.uint8),
+                 "bias": bias.astype(np.int32)})
+    expected = ref.run_chain([sdp], x)
+    device = Device("nv_full", num_threads=1)
+    for _ in range(PLAN_RUNS):  # the last ones through the kept plan
+        np.testing.assert_array_equal(device.run([sdp], x)[0], expected)
+    # BS saturates channels 0-5 whatever v: one code each
+    assert all(len(np.unique(expected[0, c])) == 1 for c in range(6))

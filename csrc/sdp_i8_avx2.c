@@ -1,0 +1,597 @@
+/* sdp_i8_avx2.c - the INT8 SDP converter on AVX2 (8 int32 lanes, no AVX-512): the int32-lane
+ * forms of the converters the compiler emits most, sdp_one's codes exactly (sdp_i8.c):
+ *  - the common converter (no element-wise op, out_mul 0, act NONE / RELU / CLIP: a conv's
+ *    epilogue), fast32_plan's direct and split forms (identities at fast32, sdp_i8_internal.h);
+ *  - the residual add (element-wise ADD with an output converter, NONE / RELU / CLIP),
+ *    add32_plan's forms (identities at add32);
+ *  - a LUT activation through the layer's plan of codes by bins of the table's input t
+ *    (sdp_i8_lut_plan): t in int32 lanes (lut_t8 below), one vpgatherdd of 8 bin words, the
+ *    code below or above the bin's threshold.
+ * 32 values a step (four vectors, packed to bytes together); a tail of fewer goes through a
+ * zero-padded copy. Everything else (PRELU, MUL / MAX / MIN, channels whose bounds the int32
+ * forms do not hold, a LUT without a plan or in a bin with two changes) runs sdp_one
+ * (sdp_i8_span_scalar). AVX2 lacks what the AVX-512 forms lean on (64-bit arithmetic shifts and
+ * min/max, mask registers, vpmovsdb), so those (sdp_i8_avx512.c's int64 lanes) are not ported.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "sdp_i8_internal.h"
+
+#if SDP_I8_AVX2
+
+/* 32 codes of four vectors q (values 0-7, 8-15, 16-23, 24-31), saturated to int8, in order:
+ * two saturating packs (sat8(sat16(x)) = sat8(x)) leave dword d of 128-bit lane L holding
+ * values 4L..4L+3 of vector d; one vpermd puts them back in order. */
+static inline __m256i codes32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* ---- the common converter: fast32 in 8 lanes ---------------------------------------------- */
+
+typedef struct fast32_v8 {
+  __m256i vlo, vhi, b, m, add, low16, lo8, hi8;
+  __m128i sh;
+} fast32_v8;
+
+static inline __attribute__((always_inline)) __m256i fast32_8(const fast32_v8* c, __m256i x,
+                                                              int split, int shift) {
+  const __m256i t = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x, c->vlo), c->vhi), c->b);
+  if (split) {
+    const __m256i ph = _mm256_mullo_epi32(_mm256_srai_epi32(t, 16), c->m);
+    const __m256i pl = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t, c->low16), c->m),
+                                        _mm256_srai_epi32(t, 31));
+    const __m256i q = _mm256_add_epi32(_mm256_add_epi32(ph, c->add), _mm256_srai_epi32(pl, 16));
+    return _mm256_sra_epi32(q, c->sh);
+  }
+  const __m256i p = _mm256_mullo_epi32(t, c->m);
+  const __m256i q = _mm256_add_epi32(p, c->add);
+  if (!shift) return q;
+  return _mm256_sra_epi32(_mm256_add_epi32(q, _mm256_srai_epi32(p, 31)), c->sh);
+}
+
+static inline __attribute__((always_inline)) void fast32_step(const fast32_v8* c,
+                                                              const int32_t* v, int8_t* y,
+                                                              int split, int shift) {
+  const __m256i* x = (const __m256i*)(const void*)v;
+  const __m256i r = codes32(fast32_8(c, _mm256_loadu_si256(x), split, shift),
+                            fast32_8(c, _mm256_loadu_si256(x + 1), split, shift),
+                            fast32_8(c, _mm256_loadu_si256(x + 2), split, shift),
+                            fast32_8(c, _mm256_loadu_si256(x + 3), split, shift));
+  _mm256_storeu_si256((__m256i*)(void*)y, _mm256_min_epi8(_mm256_max_epi8(r, c->lo8), c->hi8));
+}
+
+static inline __attribute__((always_inline)) void fast32_body(const fast32_v8* c,
+                                                              const int32_t* v, int8_t* y,
+                                                              int64_t count, int split,
+                                                              int shift) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32) fast32_step(c, v + i, y + i, split, shift);
+  if (i < count) {
+    int32_t tv[32] = {0};
+    int8_t ty[32];
+    memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
+    fast32_step(c, tv, ty, split, shift);
+    memcpy(y + i, ty, (size_t)(count - i));
+  }
+}
+
+static void span_fast32(const fast32* f, const int32_t* v, int8_t* y, int64_t count, int32_t lo,
+                        int32_t hi) {
+  fast32_v8 c;
+  c.vlo = _mm256_set1_epi32(f->vlo);
+  c.vhi = _mm256_set1_epi32(f->vhi);
+  c.b = _mm256_set1_epi32(f->bias);
+  c.m = _mm256_set1_epi32(f->mul);
+  c.add = _mm256_set1_epi32(f->add);
+  c.low16 = _mm256_set1_epi32(0xFFFF);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  c.lo8 = _mm256_set1_epi8((char)lo);
+  c.hi8 = _mm256_set1_epi8((char)hi);
+  if (f->split) fast32_body(&c, v, y, count, 1, 1);
+  else if (f->shift > 0) fast32_body(&c, v, y, count, 0, 1);
+  else fast32_body(&c, v, y, count, 0, 0);
+}
+
+/* ---- the residual add: add32 in 8 lanes --------------------------------------------------- */
+
+typedef struct add32_v8 {
+  __m256i vlo, vhi, b, m, add, c_lo, low, tlo, thi, om, oadd, ez, em, eh, zero, lo8, hi8;
+  __m128i k, sh, osh, esh;
+  int32_t es, shift, out_shift;
+} add32_v8;
+
+/* The int32 result of 8 values x with their operand codes o (int32 lanes), before the int8
+ * saturation: sdp_i8_avx512.c's add32_lanes step for step. */
+static inline __attribute__((always_inline)) __m256i add32_8(const add32_v8* c, __m256i x,
+                                                             __m256i o, int relu, int split,
+                                                             int unit_out) {
+  const __m256i t = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x, c->vlo), c->vhi), c->b);
+  __m256i u;
+  if (split) {
+    const __m256i lp = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t, c->low), c->m), c->c_lo),
+        _mm256_srai_epi32(t, 31));
+    const __m256i hp = _mm256_mullo_epi32(_mm256_sra_epi32(t, c->k), c->m);
+    u = _mm256_sra_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(hp, c->add), _mm256_sra_epi32(lp, c->k)), c->sh);
+  } else {
+    const __m256i pr = _mm256_mullo_epi32(t, c->m);
+    u = _mm256_add_epi32(pr, c->add);
+    if (c->shift > 0) u = _mm256_sra_epi32(_mm256_add_epi32(u, _mm256_srai_epi32(pr, 31)), c->sh);
+  }
+  if (c->es < 24) {
+    __m256i e = _mm256_mullo_epi32(_mm256_sub_epi32(o, c->ez), c->em);
+    if (c->es > 0)
+      e = _mm256_sra_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(e, c->eh), _mm256_srai_epi32(e, 31)), c->esh);
+    u = _mm256_add_epi32(u, e);
+  }
+  if (relu) u = _mm256_max_epi32(u, c->zero);
+  u = _mm256_min_epi32(_mm256_max_epi32(u, c->tlo), c->thi);
+  const __m256i pr = unit_out ? u : _mm256_mullo_epi32(u, c->om);
+  const __m256i q = _mm256_add_epi32(pr, c->oadd);
+  if (c->out_shift == 0) return q;
+  return _mm256_sra_epi32(_mm256_add_epi32(q, _mm256_srai_epi32(pr, 31)), c->osh);
+}
+
+static inline __attribute__((always_inline)) void add32_step(const add32_v8* c, const int32_t* v,
+                                                             const int8_t* operand, int8_t* y,
+                                                             int relu, int split, int unit_out) {
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256i o = c->es < 24 ? _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                       (const __m128i*)(const void*)(operand + 8 * j)))
+                                 : c->zero;
+    q[j] = add32_8(c, _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j)), o, relu,
+                   split, unit_out);
+  }
+  const __m256i r = codes32(q[0], q[1], q[2], q[3]);
+  _mm256_storeu_si256((__m256i*)(void*)y, _mm256_min_epi8(_mm256_max_epi8(r, c->lo8), c->hi8));
+}
+
+static inline __attribute__((always_inline)) void add32_body(const add32_v8* c, const int32_t* v,
+                                                             const int8_t* operand, int8_t* y,
+                                                             int64_t count, int relu, int split,
+                                                             int unit_out) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32) add32_step(c, v + i, operand + i, y + i, relu, split, unit_out);
+  if (i < count) {
+    int32_t tv[32] = {0};
+    int8_t to[32] = {0}, ty[32];
+    memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
+    memcpy(to, operand + i, (size_t)(count - i));
+    add32_step(c, tv, to, ty, relu, split, unit_out);
+    memcpy(y + i, ty, (size_t)(count - i));
+  }
+}
+
+static void span_add32(const sdp_i8* p, const add32* f, const int32_t* v, const int8_t* operand,
+                       int8_t* y, int64_t count) {
+  const int32_t es = p->ew_shift;
+  add32_v8 c;
+  c.vlo = _mm256_set1_epi32(f->vlo);
+  c.vhi = _mm256_set1_epi32(f->vhi);
+  c.b = _mm256_set1_epi32(f->bias);
+  c.m = _mm256_set1_epi32(f->mul);
+  c.add = _mm256_set1_epi32(f->split ? f->c_hi : f->add);
+  c.c_lo = _mm256_set1_epi32(f->c_lo);
+  c.low = _mm256_set1_epi32(f->low_mask);
+  c.k = _mm_cvtsi32_si128(f->k);
+  c.sh = _mm_cvtsi32_si128(f->shift);
+  c.tlo = _mm256_set1_epi32(-f->t_out);
+  c.thi = _mm256_set1_epi32(f->t_out);
+  c.om = _mm256_set1_epi32(f->out_mul);
+  c.oadd = _mm256_set1_epi32(f->out_add);
+  c.osh = _mm_cvtsi32_si128(f->out_shift);
+  c.esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
+  c.ez = _mm256_set1_epi32(p->ew_zero);
+  c.em = _mm256_set1_epi32(p->ew_mul);
+  c.eh = _mm256_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
+  c.zero = _mm256_setzero_si256();
+  c.lo8 = _mm256_set1_epi8((char)p->clip_lo);
+  c.hi8 = _mm256_set1_epi8((char)p->clip_hi);
+  c.es = es;
+  c.shift = f->shift;
+  c.out_shift = f->out_shift;
+  const int relu = p->act == ACCEL_ACT_RELU, unit = f->out_mul == 1;
+#define ADD32(RELU, SPLIT, UNIT) add32_body(&c, v, operand, y, count, RELU, SPLIT, UNIT)
+  if (relu) {
+    if (f->split) {
+      if (unit) ADD32(1, 1, 1); else ADD32(1, 1, 0);
+    } else {
+      if (unit) ADD32(1, 0, 1); else ADD32(1, 0, 0);
+    }
+  } else {
+    if (f->split) {
+      if (unit) ADD32(0, 1, 1); else ADD32(0, 1, 0);
+    } else {
+      if (unit) ADD32(0, 0, 1); else ADD32(0, 0, 0);
+    }
+  }
+#undef ADD32
+}
+
+/* ---- a LUT activation through the layer's plan --------------------------------------------
+ * t = sat32(rhaz(sat32(v + bias) * mul, s)) of one channel in int32 lanes for mul >= 0, v in
+ * [vmin, vmax] (sdp_i8_lut.c's lut_front32, whose identities this repeats):
+ *  - s >= 17: (th mul + 2^(s-17) + ((tl mul - n) >> 16)) >> (s - 16), t = th 2^16 + tl, n = (t
+ *    < 0): every term inside int32 for any int32 t, mul < 2^15;
+ *  - 1 <= s <= 16: (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s), exact while |t| <=
+ *    limit = 2^30 2^s / mul (the left term modulo 2^32, the sum inside int32);
+ *  - s = 0: t mul, exact for |t| <= 2^30 / mul;
+ * and BS's t 2^pre inside int32 (limit <= INT32_MAX >> pre), where BS -> BN is this one
+ * rounding. A step of 32 with a lane outside [vmin, vmax] runs sdp_one. */
+typedef struct lut_v8 {
+  __m256i vmin, vmax, bias, mul, add, low16;
+  __m128i left, shift;
+  int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
+  __m256i t_lo, t_hi, base, mask, multi, eight;
+  __m128i w;
+  const uint32_t* bins;
+} lut_v8;
+
+static void lut_v8_plan(const chan_params* c, const struct sdp_i8_lut_plan* P, lut_v8* f) {
+  const int64_t s = c->shift, m = c->mul;
+  int64_t limit = INT32_MAX;
+  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
+  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
+  if (limit > INT32_MAX) limit = INT32_MAX;
+  if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
+  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
+  /* no int32 v at all (bias -2^31 with pre >= 31: limit 0, vmin 2^31, which the cast to int32
+   * turned into INT32_MIN, accepting every v): an empty range, every lane takes the scalar
+   * steps */
+  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
+  f->vmin = _mm256_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
+  f->vmax = _mm256_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
+  f->bias = _mm256_set1_epi32((int32_t)c->bias);
+  f->mul = _mm256_set1_epi32((int32_t)m);
+  f->low16 = _mm256_set1_epi32(0xFFFF);
+  f->add = _mm256_set1_epi32(f->form == 2 ? (int32_t)((int64_t)1 << (s - 17))
+                             : f->form == 1 ? 1 << (s - 1) : 0);
+  f->shift = _mm_cvtsi32_si128((int32_t)(f->form == 2 ? s - 16 : s));
+  f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
+  f->t_lo = _mm256_set1_epi32(P->t_lo);
+  f->t_hi = _mm256_set1_epi32(P->t_hi);
+  f->base = _mm256_set1_epi32(P->base);
+  f->mask = _mm256_set1_epi32((1 << P->w) - 1);
+  f->multi = _mm256_set1_epi32(LUT_PLAN_MULTI);
+  f->eight = _mm256_set1_epi32(8);
+  f->w = _mm_cvtsi32_si128(P->w);
+  f->bins = P->bins;
+}
+
+/* The codes (sign-extended int32) of 8 values x; *bad collects lanes outside [vmin, vmax] and
+ * lanes in a bin with more than one change (then the step runs sdp_one). */
+static inline __attribute__((always_inline)) __m256i lut_8(const lut_v8* f, __m256i x,
+                                                           __m256i* bad) {
+  *bad = _mm256_or_si256(*bad, _mm256_or_si256(_mm256_cmpgt_epi32(f->vmin, x),
+                                               _mm256_cmpgt_epi32(x, f->vmax)));
+  const __m256i t0 = _mm256_add_epi32(x, f->bias);
+  __m256i t;
+  if (f->form == 0) {
+    t = _mm256_mullo_epi32(t0, f->mul);
+  } else {
+    const __m256i th = _mm256_srai_epi32(t0, 16), n = _mm256_srai_epi32(t0, 31);
+    const __m256i tl =
+        _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t0, f->low16), f->mul), n);
+    if (f->form == 2) {
+      t = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(th, f->mul), f->add),
+                                            _mm256_srai_epi32(tl, 16)),
+                           f->shift);
+    } else {
+      const __m256i lo = _mm256_sra_epi32(_mm256_add_epi32(tl, f->add), f->shift);
+      t = _mm256_add_epi32(_mm256_sll_epi32(_mm256_mullo_epi32(th, f->mul), f->left), lo);
+    }
+  }
+  /* the plan's step: u = clamp(t) - base, the bin's word, the code below or above its offset */
+  const __m256i u = _mm256_sub_epi32(_mm256_min_epi32(_mm256_max_epi32(t, f->t_lo), f->t_hi),
+                                     f->base);
+  const __m256i g = _mm256_i32gather_epi32((const int*)(const void*)f->bins,
+                                           _mm256_srl_epi32(u, f->w), 4);
+  const __m256i off = _mm256_and_si256(g, f->low16);
+  *bad = _mm256_or_si256(*bad, _mm256_cmpeq_epi32(off, f->multi));
+  /* above: (u & mask) >= off, i.e. not off > (u & mask); the code is bits 24-31 (above) or
+   * 16-23 (below, moved up by 8), sign-extended by the arithmetic shift */
+  const __m256i below = _mm256_cmpgt_epi32(off, _mm256_and_si256(u, f->mask));
+  return _mm256_srai_epi32(_mm256_sllv_epi32(g, _mm256_and_si256(below, f->eight)), 24);
+}
+
+/* 32 values from v: 1 with the codes stored, 0 where a lane needs sdp_one (nothing stored). */
+static inline __attribute__((always_inline)) int lut_step(const lut_v8* f, const int32_t* v,
+                                                          int8_t* y) {
+  const __m256i* x = (const __m256i*)(const void*)v;
+  __m256i bad = _mm256_setzero_si256();
+  const __m256i c0 = lut_8(f, _mm256_loadu_si256(x), &bad);
+  const __m256i c1 = lut_8(f, _mm256_loadu_si256(x + 1), &bad);
+  const __m256i c2 = lut_8(f, _mm256_loadu_si256(x + 2), &bad);
+  const __m256i c3 = lut_8(f, _mm256_loadu_si256(x + 3), &bad);
+  if (!_mm256_testz_si256(bad, bad)) return 0;
+  _mm256_storeu_si256((__m256i*)(void*)y, codes32(c0, c1, c2, c3));
+  return 1;
+}
+
+static void span_lut(const sdp_i8* p, int32_t ch, const chan_params* c, const int32_t* v,
+                     int8_t* y, int64_t count) {
+  lut_v8 f;
+  lut_v8_plan(c, p->lut_plan, &f);
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32)
+    if (!lut_step(&f, v + i, y + i)) sdp_i8_span_scalar(p, ch, v + i, NULL, y + i, 32);
+  if (i < count) {
+    int32_t tv[32];
+    int8_t ty[32];
+    const int64_t n = count - i;
+    memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
+    for (int64_t j = n; j < 32; ++j) tv[j] = v[i]; /* a lane of the span: no extra fallback */
+    if (lut_step(&f, tv, ty)) memcpy(y + i, ty, (size_t)n);
+    else sdp_i8_span_scalar(p, ch, v + i, NULL, y + i, n);
+  }
+}
+
+/* ---- the general steps in 4 int64 lanes ---------------------------------------------------
+ * sdp_one's steps as they are (BS, BN, the element-wise op, PRELU, the output converter) for
+ * what the int32 forms do not cover (an element-wise MUL / MAX / MIN: squeeze-excite's x * s;
+ * PRELU; output converters beyond add32's bounds; one value per channel). AVX2 has 64-bit adds,
+ * logical shifts, compares and vpmuldq (int32 x int32 -> int64), but no 64-bit min / max or
+ * arithmetic shift: min / max are a compare and a blend, and rhaz shifts the magnitude
+ * logically and puts the sign back (as sdp_i8_avx512.c's rhaz8 does). Every product has int32
+ * factors (t after a sat32, mul / ew_mul / prelu_mul / out_mul inside int32), so vpmuldq is
+ * exact; a count of 64 or more shifts to 0, so half = 1 << (s - 1) is 0 for s = 0. */
+typedef struct gen4 {
+  __m256i bias, mul, pre, shift, half; /* per lane: the channel's (span) or each lane's own */
+  __m256i prelu_mul;
+  __m256i ew_zero, ew_mul, ew_half, ew_shift, prelu_half, prelu_shift;
+  __m256i out_mul, out_half, out_shift, out_zero;
+  __m256i lo32, hi32, lim, nlim, lo8, hi8, clip_lo, clip_hi, zero, one;
+} gen4;
+
+static inline __m256i min64(__m256i a, __m256i b) {
+  return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(a, b));
+}
+
+static inline __m256i max64(__m256i a, __m256i b) {
+  return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(a, b));
+}
+
+static inline __m256i rhaz4(__m256i p, __m256i half, __m256i shift, __m256i zero) {
+  const __m256i neg = _mm256_cmpgt_epi64(zero, p);
+  const __m256i mag = _mm256_sub_epi64(_mm256_xor_si256(p, neg), neg);
+  const __m256i a = _mm256_srlv_epi64(_mm256_add_epi64(mag, half), shift);
+  return _mm256_sub_epi64(_mm256_xor_si256(a, neg), neg);
+}
+
+static inline __m256i half4(__m256i shift, __m256i one) {
+  return _mm256_sllv_epi64(one, _mm256_sub_epi64(shift, one));
+}
+
+static void gen4_call(const sdp_i8* p, gen4* g) {
+  g->zero = _mm256_setzero_si256();
+  g->one = _mm256_set1_epi64x(1);
+  g->ew_zero = _mm256_set1_epi64x(p->ew_zero);
+  g->ew_mul = _mm256_set1_epi64x(p->ew_mul);
+  g->ew_shift = _mm256_set1_epi64x(p->ew_shift);
+  g->ew_half = half4(g->ew_shift, g->one);
+  g->prelu_shift = _mm256_set1_epi64x(p->prelu_shift);
+  g->prelu_half = half4(g->prelu_shift, g->one);
+  g->out_mul = _mm256_set1_epi64x(p->out_mul);
+  g->out_shift = _mm256_set1_epi64x(p->out_shift);
+  g->out_half = half4(g->out_shift, g->one);
+  g->out_zero = _mm256_set1_epi64x(p->out_zero);
+  g->lo32 = _mm256_set1_epi64x(INT32_MIN);
+  g->hi32 = _mm256_set1_epi64x(INT32_MAX);
+  g->lim = _mm256_set1_epi64x((int64_t)1 << 31);
+  g->nlim = _mm256_set1_epi64x(-((int64_t)1 << 31));
+  g->lo8 = _mm256_set1_epi64x(-128);
+  g->hi8 = _mm256_set1_epi64x(127);
+  g->clip_lo = _mm256_set1_epi64x(p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128);
+  g->clip_hi = _mm256_set1_epi64x(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127);
+}
+
+/* One channel's parameters in every lane (channel_params). */
+static void gen4_channel(const chan_params* c, gen4* g) {
+  g->bias = _mm256_set1_epi64x(c->bias);
+  g->mul = _mm256_set1_epi64x(c->mul);
+  g->pre = _mm256_set1_epi64x(bs_pre(c->pre));
+  g->shift = _mm256_set1_epi64x(c->shift + c->pre);
+  g->half = half4(g->shift, g->one);
+  g->prelu_mul = _mm256_set1_epi64x(c->prelu_mul);
+}
+
+/* Channels [ch, ch + 4), each lane its own (channel_params: BN's shift max(shift_max, own),
+ * BS's power min(shift_max - own, 31) where shift_max is larger). */
+static void gen4_lanes(const sdp_i8* p, int64_t ch, gen4* g) {
+  int64_t b[4], m[4], pr[4], sh[4], pm[4];
+  for (int i = 0; i < 4; ++i) {
+    const chan_params c = channel_params(p, (int32_t)(ch + i));
+    b[i] = c.bias, m[i] = c.mul, pr[i] = bs_pre(c.pre), sh[i] = c.shift + c.pre;
+    pm[i] = c.prelu_mul;
+  }
+  g->bias = _mm256_setr_epi64x(b[0], b[1], b[2], b[3]);
+  g->mul = _mm256_setr_epi64x(m[0], m[1], m[2], m[3]);
+  g->pre = _mm256_setr_epi64x(pr[0], pr[1], pr[2], pr[3]);
+  g->shift = _mm256_setr_epi64x(sh[0], sh[1], sh[2], sh[3]);
+  g->half = half4(g->shift, g->one);
+  g->prelu_mul = _mm256_setr_epi64x(pm[0], pm[1], pm[2], pm[3]);
+}
+
+/* The codes of 4 values v (int64 lanes) with their operand codes o (int64 lanes), clamped to
+ * [-128, 127] and CLIP's bounds, in int64 lanes. */
+static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p, const gen4* g,
+                                                                __m256i v, __m256i o, int ew,
+                                                                int act, int out_cvt) {
+  /* BS: v + bias clamped to +-2^31, times 2^pre (<= 2^62), sat32 */
+  __m256i t = min64(max64(_mm256_add_epi64(v, g->bias), g->nlim), g->lim);
+  t = min64(max64(_mm256_sllv_epi64(t, g->pre), g->lo32), g->hi32);
+  /* BN */
+  t = rhaz4(_mm256_mul_epi32(t, g->mul), g->half, g->shift, g->zero);
+  t = min64(max64(t, g->lo32), g->hi32);
+  if (ew != ACCEL_EW_NONE) {
+    const __m256i e0 = rhaz4(_mm256_mul_epi32(_mm256_sub_epi64(o, g->ew_zero), g->ew_mul),
+                             g->ew_half, g->ew_shift, g->zero);
+    const __m256i e = min64(max64(e0, g->lo32), g->hi32);
+    if (ew == ACCEL_EW_ADD) t = min64(max64(_mm256_add_epi64(t, e), g->lo32), g->hi32);
+    if (ew == ACCEL_EW_MUL) t = min64(max64(_mm256_mul_epi32(t, e), g->lo32), g->hi32);
+    if (ew == ACCEL_EW_MAX) t = max64(t, e);
+    if (ew == ACCEL_EW_MIN) t = min64(t, e);
+  }
+  if (act == ACCEL_ACT_RELU) t = max64(t, g->zero);
+  if (act == ACCEL_ACT_PRELU) {
+    const __m256i n = rhaz4(_mm256_mul_epi32(t, g->prelu_mul), g->prelu_half, g->prelu_shift,
+                            g->zero);
+    t = _mm256_blendv_epi8(t, min64(max64(n, g->lo32), g->hi32), _mm256_cmpgt_epi64(g->zero, t));
+  }
+  if (out_cvt) t = rhaz4(_mm256_mul_epi32(t, g->out_mul), g->out_half, g->out_shift, g->zero);
+  __m256i y = min64(max64(_mm256_add_epi64(t, g->out_zero), g->lo8), g->hi8);
+  if (act == ACCEL_ACT_CLIP) y = min64(max64(y, g->clip_lo), g->clip_hi);
+  (void)p;
+  return y;
+}
+
+/* 8 codes (int64 lanes' low dwords) of two gen4_codes results as 8 int32 lanes */
+static inline __m256i gen4_join(__m256i a, __m256i b) {
+  const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, idx),
+                            _mm256_permutevar8x32_epi32(b, idx), 0xF0);
+}
+
+/* 32 values a step (operand: NULL without an element-wise op); lanes: each lane's own channel
+ * from `first` (sdp_i8_channels), else g holds the channel. */
+static inline __attribute__((always_inline)) void gen4_step(const sdp_i8* p, gen4* g,
+                                                            const int32_t* v, const int8_t* operand,
+                                                            int8_t* y, int64_t first, int lanes,
+                                                            int ew, int act, int out_cvt) {
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
+    __m256i o = _mm256_setzero_si256();
+    if (ew != ACCEL_EW_NONE)
+      o = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(operand + 8 * j)));
+    if (lanes) gen4_lanes(p, first + 8 * j, g);
+    const __m256i a = gen4_codes(p, g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(x)),
+                                 _mm256_cvtepi32_epi64(_mm256_castsi256_si128(o)), ew, act,
+                                 out_cvt);
+    if (lanes) gen4_lanes(p, first + 8 * j + 4, g);
+    const __m256i b = gen4_codes(p, g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(x, 1)),
+                                 _mm256_cvtepi32_epi64(_mm256_extracti128_si256(o, 1)), ew, act,
+                                 out_cvt);
+    q[j] = gen4_join(a, b);
+  }
+  _mm256_storeu_si256((__m256i*)(void*)y, codes32(q[0], q[1], q[2], q[3]));
+}
+
+static inline __attribute__((always_inline)) void gen4_body(const sdp_i8* p, gen4* g,
+                                                            const int32_t* v, const int8_t* operand,
+                                                            int8_t* y, int64_t count, int64_t first,
+                                                            int lanes, int ew, int act,
+                                                            int out_cvt) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32)
+    gen4_step(p, g, v + i, operand != NULL ? operand + i : NULL, y + i, first + i, lanes, ew,
+              act, out_cvt);
+  if (i < count) {
+    /* the tail through a zero-padded copy (one channel: the padding is any value of it) */
+    int32_t tv[32] = {0};
+    int8_t to[32] = {0}, ty[32];
+    const int64_t n = count - i;
+    memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
+    if (operand != NULL) memcpy(to, operand + i, (size_t)n);
+    if (lanes) { /* one value per channel: no channels past the last to read */
+      sdp_i8_channels_scalar(p, (int32_t)(first + i), v + i,
+                             operand != NULL ? operand + i : NULL, y + i, n);
+      return;
+    }
+    gen4_step(p, g, tv, to, ty, first + i, 0, ew, act, out_cvt);
+    memcpy(y + i, ty, (size_t)n);
+  }
+}
+
+/* The instantiations: the element-wise op and one channel or each lane's own at compile time,
+ * the activation and the output converter read in the loop (invariant branches). */
+#define GEN4(NAME, EW, LANES)                                                                  \
+  static void NAME(const sdp_i8* p, gen4* g, const int32_t* v, const int8_t* operand,         \
+                   int8_t* y, int64_t count, int64_t first) {                                  \
+    gen4_body(p, g, v, operand, y, count, first, LANES, EW, p->act, p->out_mul != 0);          \
+  }
+GEN4(gen4_none, ACCEL_EW_NONE, 0)
+GEN4(gen4_add, ACCEL_EW_ADD, 0)
+GEN4(gen4_mul, ACCEL_EW_MUL, 0)
+GEN4(gen4_max, ACCEL_EW_MAX, 0)
+GEN4(gen4_min, ACCEL_EW_MIN, 0)
+GEN4(gen4_none_lanes, ACCEL_EW_NONE, 1)
+GEN4(gen4_add_lanes, ACCEL_EW_ADD, 1)
+GEN4(gen4_mul_lanes, ACCEL_EW_MUL, 1)
+GEN4(gen4_max_lanes, ACCEL_EW_MAX, 1)
+GEN4(gen4_min_lanes, ACCEL_EW_MIN, 1)
+#undef GEN4
+
+typedef void (*gen4_fn)(const sdp_i8*, gen4*, const int32_t*, const int8_t*, int8_t*, int64_t,
+                        int64_t);
+
+static gen4_fn gen4_of(accel_eltwise ew, int lanes) {
+  switch (ew) {
+    case ACCEL_EW_ADD: return lanes ? gen4_add_lanes : gen4_add;
+    case ACCEL_EW_MUL: return lanes ? gen4_mul_lanes : gen4_mul;
+    case ACCEL_EW_MAX: return lanes ? gen4_max_lanes : gen4_max;
+    case ACCEL_EW_MIN: return lanes ? gen4_min_lanes : gen4_min;
+    default: return lanes ? gen4_none_lanes : gen4_none;
+  }
+}
+
+void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
+                          const int8_t* operand, int8_t* y, int64_t count) {
+  if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT's codes: sdp_one */
+    sdp_i8_channels_scalar(p, first, v, operand, y, count);
+    return;
+  }
+  gen4 g;
+  gen4_call(p, &g);
+  gen4_of(p->ew_op, 1)(p, &g, v, p->ew_op != ACCEL_EW_NONE ? operand : NULL, y, count, first);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------ */
+
+void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                      int8_t* y, int64_t count) {
+  const chan_params c = channel_params(p, ch);
+  const int basic_act =
+      p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP;
+  if (p->lut != NULL) {
+    /* the plan's codes, for t from the channel's int32 form (mul >= 0: n = (p < 0)) */
+    if (p->lut_plan != NULL && p->ew_op == ACCEL_EW_NONE && c.shift <= 40 && c.mul >= 0) {
+      span_lut(p, ch, &c, v, y, count);
+      return;
+    }
+  } else if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && basic_act) {
+    /* the exact forms hold for this channel where BS cannot saturate before the codes do */
+    const int exact = bs_exact_to(&c, code_threshold(c.mul, c.shift, 128 + abs64(p->out_zero)));
+    fast32 f;
+    if (c.shift <= 55 && exact && fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) {
+      const int32_t lo = p->act == ACCEL_ACT_RELU ? p->out_zero
+                         : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
+      const int32_t hi = p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127;
+      span_fast32(&f, v, y, count, lo, hi);
+      return;
+    }
+  } else if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 && basic_act &&
+             bs_exact_to(&c, add_threshold(p, &c))) {
+    add32 f;
+    if (add32_plan(p, c.bias, c.mul, c.shift, &f)) {
+      span_add32(p, &f, v, operand, y, count);
+      return;
+    }
+  }
+  if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT without its plan: sdp_one */
+    sdp_i8_span_scalar(p, ch, v, operand, y, count);
+    return;
+  }
+  gen4 g;
+  gen4_call(p, &g);
+  gen4_channel(&c, &g);
+  gen4_of(p->ew_op, 0)(p, &g, v, p->ew_op != ACCEL_EW_NONE ? operand : NULL, y, count, ch);
+}
+
+#endif
