@@ -10,6 +10,10 @@ with a space, a marginal CTC decision either int8 flips) and each line whose str
 
     python examples/recogniser_int8.py [--calibration-method mse] [--no-bias-correction]
                                        [--no-ort-int8] [--debug-files DIR]
+                                       [--lines validation]
+
+``--lines validation`` compares 12 other lines instead (``tm.VALIDATION_TEXTS``), none of
+them calibrated on, nor looked at while the int8 settings were chosen on the 12 above.
 
 ``--debug-files DIR`` also writes the static-shape ONNX file and the lines as .npz archives,
 for the per-layer table of the debugger::
@@ -33,8 +37,10 @@ from accel_codegen.tools import trained_models as tm
 NAME = "ppocrv4_rec"
 
 
-def lines():
-    """The 12 texts compared."""
+def lines(which: str = "compared"):
+    """The 12 texts compared (``validation``: the 12 lines kept for validating)."""
+    if which == "validation":
+        return tm.VALIDATION_TEXTS
     return tm.TEXTS[:2] + tm.HELD_OUT_TEXTS + tm.MORE_TEXTS
 
 
@@ -66,13 +72,14 @@ def main(argv=None) -> None:
                         default=True)
     parser.add_argument("--ort-int8", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--debug-files", type=Path, default=None)
+    parser.add_argument("--lines", choices=("compared", "validation"), default="compared")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     from accel_codegen.compiler.vm import virtual_machine
     from accel_codegen.flows.pipeline import build, partition_for_accel, partition_report
 
     model = tm.load(NAME)
-    texts = lines()
+    texts = lines(args.lines)
     inputs = tm.recogniser_lines(texts)
     calibration = model.inputs(4)[2:]
     session = tm.ort_session(model)

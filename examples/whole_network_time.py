@@ -190,7 +190,9 @@ def run_class(label: str) -> str:
     (``.h7.`` -> ``.h*.``) and the number of a repeated pass (a halving tree's level
     ``mean.add2``, a Newton step: ``mean.lo`` / ``mean.hi`` / ``mean.add`` stay apart, their
     repeats merge)."""
-    kind = re.sub(r"(?<=[a-z_])\d+$", "", label.split(" ", 1)[-1])
+    from accel_codegen.sim.labels import pass_kind
+
+    kind = pass_kind(label.split(" ", 1)[-1])
     return re.sub(r"\.h\d+(?=\.|$)", ".h*", kind)
 
 

@@ -48,7 +48,7 @@ from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
 from .relax_exprs import Unsupported
-from .rewrites import named_as
+from .source_names import name_of, named
 
 #: Ops that only move elements (their index maps are applied to index arrays).
 LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
@@ -426,7 +426,8 @@ def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
 
 class _Core:
     """One attention core: its inputs, each (base tensor, first channel) or, where the base is
-    a projection of a token tensor, ("linear", that tensor, W rows, b rows); its shapes; the
+    a projection of a token tensor, ("linear", that tensor, W rows, b rows, the projection's
+    source name); its shapes; the
     merged heads' tensor ``output``; and, where a projection reads only that, the tensor
     ``projected`` = (the projection's result as it is read, W, b)."""
 
@@ -451,7 +452,7 @@ class _Core:
 
 def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int, width: int):
     """A head source whose base is x W^T + b of a token tensor x: ("linear", x, the rows of
-    W and b of those channels); else the source as it is."""
+    W and b of those channels, the projection's source name); else the source as it is."""
     base, first = source
     linear = graph.linear(base)
     if linear is None:
@@ -460,7 +461,8 @@ def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int,
     rows = _rows_of(graph, data, tokens)
     if rows is None:
         return source
-    return ("linear", rows, w[first:first + width], None if b is None else b[first:first + width])
+    return ("linear", rows, w[first:first + width], None if b is None else b[first:first + width],
+            name_of(graph.call(base)))
 
 
 def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
@@ -724,17 +726,15 @@ def _l2_normalize(x: relax.Expr, eps: float) -> relax.Expr:
     return relax.op.divide(x, relax.op.clip(norm, eps, float("inf")))
 
 
-def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray],
-           like: Optional[relax.Expr] = None) -> relax.Expr:
-    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear); its calls carry the
-    source name of ``like`` where given (the output projection it replaces)."""
-    def call(op, *args):
-        made = op(*args)
-        return made if like is None else named_as(made, like)
-
-    out = call(relax.op.matmul, x,
-               call(relax.op.permute_dims, relax.const(w, "float32"), [1, 0]))
-    return out if b is None else call(relax.op.add, out, relax.const(b, "float32"))
+def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray], name: Optional[str],
+           emit) -> relax.Expr:
+    """``x W^T + b``: a dense layer of the tokens ``x`` (torch's Linear), its calls carrying
+    the source name ``name`` (of the projection it replaces or is a part of); ``emit`` binds
+    each call but the last, which is returned (the block builder's normaliser would bind
+    nested calls itself, rebuilding them without their names)."""
+    weight = emit(named(relax.op.permute_dims(relax.const(w, "float32"), [1, 0]), name))
+    out = named(relax.op.matmul(x, weight), name)
+    return out if b is None else named(relax.op.add(emit(out), relax.const(b, "float32")), name)
 
 
 @relax.expr_functor.mutator
@@ -750,58 +750,73 @@ class _Rewriter(relax.PyExprMutator):
             return self.builder_.emit(value, name_hint=binding_var.name)
         return self.builder_.emit_output(value, name_hint=binding_var.name)
 
-    def _linear(self, x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray]) -> relax.Expr:
+    def _linear(self, x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray],
+                name: Optional[str]) -> relax.Expr:
         key = (x, w.tobytes(), None if b is None else b.tobytes())
         if key not in self.made:
-            self.made[key] = self.builder_.emit(_dense(x, w, b))
+            self.made[key] = self.builder_.emit(_dense(x, w, b, name, self.builder_.emit))
         return self.made[key]
 
-    def _input(self, source, core: _Core, tokens: int, eps: Optional[float] = None
-               ) -> relax.Expr:
+    def _input(self, source, core: _Core, tokens: int, eps: Optional[float], name: Optional[str],
+               projection: Optional[str]) -> relax.Expr:
+        """The heads of q, k or v as [windows, tokens, heads, d]: ``projection`` names the
+        dense layer made of a projection's rows, ``name`` the layout ops (the core's)."""
         width = core.width
         if source[0] == "linear":
-            _, x, w, b = source
-            x = self._linear(self.visit_expr(x), w, b)
+            _, x, w, b, _ = source
+            x = self._linear(self.visit_expr(x), w, b, projection)
         else:
             base, first = source
             x = self.visit_expr(base)
             shape = _static(base)
             if first != 0 or shape[-1] != width:
-                x = self.builder_.emit(relax.op.strided_slice(
-                    x, axes=[len(shape) - 1], begin=[first], end=[first + width]))
+                x = self.builder_.emit(named(relax.op.strided_slice(
+                    x, axes=[len(shape) - 1], begin=[first], end=[first + width]), name))
         shape = [core.windows, tokens, core.heads, core.d]
         if eps is not None:  # each head L2-normalised over its d channels, as rows of d
-            x = self.builder_.emit(relax.op.reshape(x, [int(np.prod(shape[:3])), core.d]))
+            x = self.builder_.emit(named(relax.op.reshape(
+                x, [int(np.prod(shape[:3])), core.d]), name))
             x = self.builder_.emit(_l2_normalize(x, eps))
-        return self.builder_.emit(relax.op.reshape(x, shape))
+        return self.builder_.emit(named(relax.op.reshape(x, shape), name))
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
             result, w, b = self.projections.pop(binding.var)
             self.set_var_remap(binding.var, self._emit(
-                binding.var, _dense(result, w, b, binding.value)))
+                binding.var, _dense(result, w, b, name_of(binding.value), self.builder_.emit)))
             return
         core = self.cores.get(binding.var)
         if core is None:
             super().visit_var_binding_(binding)
             return
-        q = self._input(core.q, core, core.tokens, core.q_eps)
-        k = self._input(core.k, core, core.kv_tokens, core.k_eps)
-        v = self._input(core.v, core, core.kv_tokens)
+        # the source names: the core's (the merged heads', the attention module's), and each
+        # projection's own, or, where one projection packs q, k and v (torch's
+        # MultiheadAttention, a ViT's qkv Linear), that name and the part: ``self_attn.q``
+        name = name_of(binding.value)
+        parts = {"q": core.q, "k": core.k, "v": core.v}
+        projections = {part: source[4] if source[0] == "linear" else None
+                       for part, source in parts.items()}
+        packed = len(set(projections.values())) == 1
+        projections = {part: f"{found}.{part}" if found and packed else found
+                       for part, found in projections.items()}
+        q = self._input(core.q, core, core.tokens, core.q_eps, name, projections["q"])
+        k = self._input(core.k, core, core.kv_tokens, core.k_eps, name, projections["k"])
+        v = self._input(core.v, core, core.kv_tokens, None, name, projections["v"])
         bias = None if core.bias is None else relax.const(core.bias, "float32")
         scale = core.scale
         if np.ndim(scale):  # one per head: a constant [1, 1, heads, 1] on the query's heads
-            q = self.builder_.emit(relax.op.multiply(q, relax.const(
-                np.asarray(scale, np.float32).reshape(1, 1, -1, 1), "float32")))
+            q = self.builder_.emit(named(relax.op.multiply(q, relax.const(
+                np.asarray(scale, np.float32).reshape(1, 1, -1, 1), "float32")), name))
             scale = 1.0
-        attention = self.builder_.emit(relax.op.nn.attention(q, k, v, bias, scale=scale))
+        attention = self.builder_.emit(named(relax.op.nn.attention(q, k, v, bias, scale=scale),
+                                             name))
         if core.projected is not None:  # the output projection reads the query's rows
             rows = list(_static(core.q[1])[:-1]) + [core.width]
-            result = self.builder_.emit(relax.op.reshape(attention, rows))
+            result = self.builder_.emit(named(relax.op.reshape(attention, rows), name))
             var, w, b = core.projected
             self.projections[var] = (result, w, b)
         self.set_var_remap(binding.var, self._emit(
-            binding.var, relax.op.reshape(attention, list(_static(binding.var)))))
+            binding.var, named(relax.op.reshape(attention, list(_static(binding.var))), name)))
 
 
 def attention_cores(mod: tvm.IRModule) -> tvm.IRModule:

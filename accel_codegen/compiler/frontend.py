@@ -385,6 +385,77 @@ def _sums_as_adds(model):
     return model
 
 
+def _even_lrns(model):
+    """``model`` with each LRN of an even size as its ONNX definition in ops TVM imports; the
+    model itself where it has none. ONNX sums the squares over channels c - (size/2 - 1) ..
+    c + size/2 (floor((size - 1) / 2) before, ceil after), a window TVM's converter centres
+    (size/2 on each side: one channel too many, and a divide of mismatched shapes) and
+    ONNX Runtime refuses (its LRN kernel takes odd sizes). Written out: x * x, a channel
+    axis inserted, an AveragePool of size x 1 ... over it with the window's zero padding
+    counted, the axis taken out, times alpha, plus bias, to the power beta, x divided by it.
+    These run on the host (the CDP's windows are centred: sizes 3, 5, 7, 9), each named after
+    the LRN node. An input of unknown rank or shape is left to TVM's converter."""
+    import onnx
+    from onnx import helper
+
+    def even(node):
+        return node.op_type == "LRN" and node.domain in ("", "ai.onnx") and any(
+            a.name == "size" and helper.get_attribute_value(a) % 2 == 0 for a in node.attribute)
+
+    if not any(even(n) for n in model.graph.node):
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    shapes = {}
+    for info in [*inferred.input, *inferred.value_info]:
+        dims = info.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            shapes[info.name] = [d.dim_value for d in dims]
+    nodes = []
+    for node in model.graph.node:
+        shape = shapes.get(node.input[0]) if even(node) else None
+        if shape is None or len(shape) not in (3, 4):  # TVM pools 1 to 3 axes
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        size, name = int(attrs["size"]), node.name or node.output[0]
+        x, part = node.input[0], (lambda what: f"{name}/{what}")
+
+        def constant(what, dtype, dims, values):
+            nodes.append(helper.make_node("Constant", [], [part(what)], name=part(what),
+                                          value=helper.make_tensor(part(what), dtype, dims,
+                                                                   values)))
+            return part(what)
+
+        def op(op_type, inputs, what, **attributes):
+            out = node.output[0] if what is None else part(what)
+            nodes.append(helper.make_node(op_type, inputs, [out], name=name if what is None
+                                          else out, **attributes))
+            return out
+
+        wide = [shape[0], 1, *shape[1:]]
+        axes = len(shape) - 1  # the pool's: the channels and the spatial axes
+        squares = op("Mul", [x, x], "square")
+        stacked = op("Reshape", [squares, constant("wide", onnx.TensorProto.INT64, [len(wide)],
+                                                   wide)], "wide_square")
+        before, after = (size - 1) // 2, size // 2
+        pooled = op("AveragePool", [stacked], "mean", kernel_shape=[size] + [1] * (axes - 1),
+                    pads=[before] + [0] * (axes - 1) + [after] + [0] * (axes - 1),
+                    count_include_pad=1)
+        mean = op("Reshape", [pooled, constant("shape", onnx.TensorProto.INT64, [len(shape)],
+                                               shape)], "channel_mean")
+        scaled = op("Mul", [mean, constant("alpha", onnx.TensorProto.FLOAT, [],
+                                           [float(attrs.get("alpha", 1e-4))])], "scaled")
+        based = op("Add", [scaled, constant("bias", onnx.TensorProto.FLOAT, [],
+                                            [float(attrs.get("bias", 1.0))])], "based")
+        power = op("Pow", [based, constant("beta", onnx.TensorProto.FLOAT, [],
+                                           [float(attrs.get("beta", 0.75))])], "power")
+        op("Div", [x, power], None)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
 def _unconvertible_nodes(graph, convert_map) -> list:
     """(name, op type, outputs) of every node, subgraphs included, that TVM's importer has no
     converter for (it checks the op types, without saying which node has them)."""
@@ -473,7 +544,7 @@ def from_onnx(
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    model = _sums_as_adds(_lp_normalizations(model))
+    model = _even_lrns(_sums_as_adds(_lp_normalizations(model)))
     graph_name = model.graph.name
     missing = _unconvertible_nodes(model.graph, _get_convert_map())
     if missing:
@@ -595,6 +666,29 @@ def _input_names(model: Any, count: int) -> list[str]:
     return plain[:count] if len(plain) >= count else [f"input{i}" for i in range(count)]
 
 
+#: The start of the TracerWarning a tensor's truth value raises.
+_TRACED_BOOL = r"Converting a tensor to a Python boolean"
+
+
+def _ignore_attention_shape_checks(torch) -> None:
+    """In the current warnings context, ignore the TracerWarnings of torch's own multi-head
+    attention and nothing else: its ``multi_head_attention_forward`` checks its shapes in
+    Python (embed_dim, head_dim, key.shape), which the trace records as the constants they
+    are for the static shapes exported; the tracer warns of them from torch's code, not the
+    model's. A filter names a module and a line, not a function: one per line of that
+    function, each for that warning's message only, so a user's own data-dependent branch,
+    or another torch function's warning, still shows."""
+    function = torch.nn.functional.multi_head_attention_forward
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except (OSError, TypeError):  # no source (a frozen install): nothing can be told apart
+        return
+    for line in range(first, first + len(lines)):
+        warnings.filterwarnings("ignore", message=_TRACED_BOOL,
+                                category=torch.jit.TracerWarning,
+                                module=r"torch\.nn\.functional\Z", lineno=line)
+
+
 def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> Path:
     """Export a PyTorch model to ONNX with batch norm kept as ``BatchNormalization``.
 
@@ -640,12 +734,7 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
             warnings.filterwarnings("ignore", category=DeprecationWarning,
                                     message=r"The feature will be removed",
                                     module=r"torch\.onnx\.")
-            # torch's own multi-head attention checks its shapes in Python (embed_dim,
-            # head_dim, key.shape): the trace records them as the constants they are for the
-            # static shapes exported, which the tracer warns of from torch's code, not the
-            # model's (a model's own data-dependent branch still warns)
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning,
-                                    module=r"torch\.nn\.functional")
+            _ignore_attention_shape_checks(torch)
             torch.onnx.export(model.eval(), args, str(path), dynamo=False,
                               do_constant_folding=False, opset_version=ONNX_OPSET,
                               input_names=_input_names(model, len(args)))

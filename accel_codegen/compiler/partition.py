@@ -23,6 +23,7 @@ from tvm import relax
 
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import Calibration, Observer, calibrate
+from ..quantization.calibration import LEAST_ERROR
 from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
@@ -469,18 +470,18 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
     QDQ model's tensors without a scale): the fp32 code of the int8 partition
     (:func:`reference_machine`, or ``vm``) runs each example while ``observer`` (an
     :class:`~accel_codegen.quantization.calibration.Observer` by default) gathers every
-    tensor's statistics; under ``mse`` a tensor a depthwise convolution alone reads has its
+    tensor's statistics; under ``mse`` (and ``mse_positions``) a tensor a depthwise convolution alone reads has its
     error weighed by the convolution's channels (:mod:`.sensitivity`; ``matched``: the int8
     matching of ``mod``, made here when not given; the reference machine's partition reuses it
     when made here or given with the ``log`` of that matching). ``each(vm, example)`` runs one
     example (``run_main`` by default: a caller keeping the reference outputs records them
     there).
     Returns (the Calibration, the reference VM)."""
-    if matched is None and (method == "mse" or vm is None):
+    if matched is None and (method in LEAST_ERROR or vm is None):
         log = PartitionLog()
         matched = match_composites(mod, params, config=config, fuse=fuse, log=log,
                                    precision="int8")
-    if method == "mse":
+    if method in LEAST_ERROR:
         observer = observer if observer is not None else Observer()
         observer.channel_weights = depthwise_weights(matched, fuse)
     if vm is None:

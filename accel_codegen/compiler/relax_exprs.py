@@ -3,7 +3,7 @@ chain's bindings and last op; and :class:`Unsupported`, what a chain the acceler
 raises (its message says why, in words)."""
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -100,3 +100,20 @@ def chain_root(function: relax.Function) -> relax.Expr:
         if value is not None:
             return value
     return result
+
+
+def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
+    """How many times each variable is read in ``function``: in its bindings' values (at any
+    depth: a call's arguments, a tuple's fields) and in its result. A variable read by no one
+    is absent. The rewrites and the int8 plan ask it whether one op alone reads a value."""
+    counts: Dict[relax.Var, int] = {}
+
+    def count(expr) -> None:
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    for block in function.body.blocks:
+        for binding in block.bindings:
+            relax.analysis.post_order_visit(binding.value, count)
+    relax.analysis.post_order_visit(function.body.body, count)
+    return counts

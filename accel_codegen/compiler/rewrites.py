@@ -63,7 +63,8 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
-from .source_names import name_bindings, name_of, span_of
+from .relax_exprs import read_counts
+from .source_names import name_bindings, name_of, named
 
 
 _PAD = is_op("relax.nn.pad")(wildcard())
@@ -120,10 +121,7 @@ def named_as(new: relax.Expr, old: relax.Expr) -> relax.Expr:
     """``new`` (a call a rewriter returns) with ``old``'s source-model name (its span:
     :mod:`.source_names`): what a rewrite puts in a node's place is that node, for the
     reports. :func:`_rewrite` gives the name to the binding of the call."""
-    name = name_of(old)
-    if name is None or not isinstance(new, relax.Call):
-        return new
-    return relax.Call(new.op, new.args, new.attrs, new.ty_args, span_of(name))
+    return named(new, name_of(old))
 
 
 # ONNX's Clip(x, min, max) with its bounds as inputs (torch exports ReLU6 so) arrives from TVM's
@@ -1180,20 +1178,6 @@ class _InlinedConstants(relax.PyExprMutator):
         return self.constants.get(var) or super().visit_dataflow_var_(var)
 
 
-def _readers(function: relax.Function) -> dict:
-    counts = {}
-
-    def count(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-
-    for block in function.body.blocks:
-        for binding in block.bindings:
-            relax.analysis.post_order_visit(binding.value, count)
-    relax.analysis.post_order_visit(function.body.body, count)
-    return counts
-
-
 def _moved_constant(value: relax.Call) -> np.ndarray:
     """The constant a reshape or a permute_dims of a constant computes."""
     array = constant_value(value.args[0])
@@ -1221,7 +1205,7 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
     for gv, function in _graph_functions(mod):
         bound = {value: var for var, value in _bindings_table(function).items()}
         part = _rewrite(tvm.IRModule({gv: function}), pattern,
-                        make_rewriter(_readers(function), bound))
+                        make_rewriter(read_counts(function), bound))
         result[gv] = part[gv]
     return result
 
@@ -1233,7 +1217,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     layer then reads its weights on its own)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
-        readers = _readers(function)
+        readers = read_counts(function)
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
@@ -1906,7 +1890,7 @@ def _pool_padding_as_pad(call: relax.Call, source) -> relax.Expr:
             _static(call.args[0]) is None or len(padding) != 6:
         return call
     widths = [0, 0, 0, 0] + [w for axis in range(3) for w in (padding[axis], padding[axis + 3])]
-    padded = relax.op.nn.pad(call.args[0], widths, pad_value=0.0)
+    padded = named_as(relax.op.nn.pad(call.args[0], widths, pad_value=0.0), call)
     return named_as(relax.op.nn.avg_pool3d(
         padded, [int(v) for v in attrs.pool_size], [int(v) for v in attrs.strides], 0,
         [int(v) for v in attrs.dilation], False, True, "NCDHW", "NCDHW"), call)

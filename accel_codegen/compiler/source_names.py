@@ -77,6 +77,14 @@ def span_of(name: str) -> tvm.ir.Span:
     return tvm.ir.Span(tvm.ir.SourceName(name), 0, 0, 0, 0)
 
 
+def named(call: relax.Expr, name: Optional[str]) -> relax.Expr:
+    """``call`` carrying the source name ``name`` (its span); ``call`` itself for no name or
+    for an expression that is no call (only calls carry names here)."""
+    if not name or not isinstance(call, relax.Call):
+        return call
+    return relax.Call(call.op, call.args, call.attrs, call.ty_args, span_of(name))
+
+
 def name_of(expr) -> Optional[str]:
     """The source name an expression carries (None without one). Only a span of
     :func:`span_of`'s, which has no line: TVMScript's parser gives each call the span of its

@@ -73,7 +73,8 @@ def partition_for_accel(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray
         keeps the model's scales: int8 needs no calibration, and example inputs set only
         the tensors the model leaves unquantised (:mod:`accel_codegen.compiler.qdq`).
     calibration_method : str
-        "mse" (default), "percentile", "max" or "entropy"; see :mod:`accel_codegen.quantization`.
+        "mse" (default), "percentile", "max", "entropy" or "mse_positions"; see
+        :mod:`accel_codegen.quantization.calibration`.
     winograd : bool
         True: convolutions the configuration runs in Winograd mode (accel_conv_mode in accel.h:
         3x3 after stride folding, no groups or dilation, ACCEL_FEATURE_WINOGRAD) use it; the

@@ -65,6 +65,11 @@ class Int8Settings:
     per_channel: bool = True
     calibrate_method: str = "MinMax"
     pre_process: bool = True
+    #: ONNX Runtime's ``reduce_range``: 7-bit weights, which its own documentation advises on
+    #: an x86 CPU without VNNI, where its u8 x s8 products are summed in pairs in int16
+    #: (``vpmaddubsw``) and saturate; with VNNI (or AVX-512 VNNI) nothing saturates, and the
+    #: result depends on which CPU ran it (docs/trained_models.md: the recogniser's int8)
+    reduce_range: bool = False
 
     def __post_init__(self):
         if self.activation_type not in ACTIVATION_TYPES:
@@ -72,8 +77,9 @@ class Int8Settings:
                                     f"{', '.join(ACTIVATION_TYPES)}")
 
     def describe(self) -> str:
+        weights = f"7-bit {self.weight_type}" if self.reduce_range else self.weight_type
         return (f"static {self.quant_format}, {self.activation_type} activations, per-channel "
-                f"{self.weight_type} weights, {self.calibrate_method} calibration")
+                f"{weights} weights, {self.calibrate_method} calibration")
 
 
 def session(path, threads: int, profile_prefix: Optional[str] = None):
@@ -155,7 +161,8 @@ def quantize_int8(path, calibration: Sequence[Sequence[np.ndarray]], out_dir,
     quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat[settings.quant_format],
                     activation_type=types[settings.activation_type],
                     weight_type=types[settings.weight_type], per_channel=settings.per_channel,
-                    calibrate_method=CalibrationMethod[settings.calibrate_method])
+                    calibrate_method=CalibrationMethod[settings.calibrate_method],
+                    reduce_range=settings.reduce_range)
     return out
 
 

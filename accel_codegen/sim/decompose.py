@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import AccelInvalidError
 from .device import Device, RunStats, estimate_chain
+from .labels import pass_kind
 from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
 
 #: Newton steps after the LUT in FP16 (FP32's LUT functions are IEEE's: none needed).
@@ -524,7 +524,7 @@ def summary(decomposition: Decomposition, runs: Sequence[Tuple[str, RunStats]]) 
     """One line per kind of pass: runs, engines, cycles (for docs and reports)."""
     rows: Dict[str, List[int]] = {}
     for p, (role, s) in zip(decomposition.passes, runs):
-        role = re.sub(r"\d+$", "", role)  # a tree's level, a repeated pass's number
+        role = pass_kind(role)
         kind = role.rsplit(".", 1)[0] if ".lo" in role or ".hi" in role or ".max" in role \
             or ".add" in role else role
         engines = "+".join(op.engine if hasattr(op, "engine") else type(op).__name__.upper()

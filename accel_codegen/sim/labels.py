@@ -51,6 +51,18 @@ def pass_primitive(primitive: str, role: str) -> str:
     return f"{primitive}:{role}"
 
 
+#: A repeated pass's number at the end of its role (a halving tree's level ``add2``, a Newton
+#: step's ``step1``): after a name, so a role's own digits elsewhere stay.
+_PASS_NUMBER = re.compile(r"(?<=[A-Za-z_])\d+$")
+
+
+def pass_kind(role: str) -> str:
+    """A pass's role without its number, the kind its repeats share:
+    ``"layer_norm.var.add2"`` -> ``"layer_norm.var.add"``, ``"softmax.newton.step1"`` ->
+    ``"softmax.newton.step"``; a role without one is itself."""
+    return _PASS_NUMBER.sub("", role)
+
+
 def run_label(key: str, primitive: str, branch: bool = False) -> str:
     """The label a run carries: its key and primitive (and "(branch)" for a branch)."""
     return f"{key} {primitive}{' (branch)' if branch else ''}"

@@ -767,27 +767,12 @@ def cmd_debug(args) -> int:
         json_out.write_text(json.dumps(report.to_dict(), indent=2))
         _say(f"wrote {json_out}")
     if csv_out:
+        from .debug import CSV_COLUMNS
         from .report import write_csv
 
-        columns = ("key", "primitive", "source", "source_ops", "shape", "sqnr_db",
-                   "max_abs_error", "saturated", "cycles", "fp16_cycles", "below", "first_below",
-                   "host_reason")
-        rows = []
-        for op in report.host_after(""):
-            rows.append(_debug_host_row(op))
-        for row in report.layers:
-            rows.append({**row.to_dict(), "shape": "x".join(map(str, row.shape))})
-            rows += [_debug_host_row(op) for op in report.host_after(row.key)]
-        write_csv(rows, csv_out, columns)
+        write_csv(report.csv_rows(), csv_out, CSV_COLUMNS)
         _say(f"wrote {csv_out}")
     return 0
-
-
-def _debug_host_row(op) -> dict:
-    """debug --csv's row of a host operator: where it runs, its shape and the partition's
-    reason; no figures (TVM runs it in fp32: nothing is compared)."""
-    return {"key": "", "primitive": "host", "source": op.source, "source_ops": op.op,
-            "shape": "x".join(map(str, op.shape)), "host_reason": f"[{op.code}] {op.reason}"}
 
 
 def _onnx_for_ort(args, model, directory):

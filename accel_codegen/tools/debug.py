@@ -73,6 +73,16 @@ class HostOp:
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def why(self) -> str:
+        """The partition's reason, its stable code first: what the table and the CSV say."""
+        return f"[{self.code}] {self.reason}"
+
+
+#: The columns of ``debug --csv`` (:meth:`DebugReport.csv_rows`).
+CSV_COLUMNS = ("key", "primitive", "source", "source_ops", "shape", "sqnr_db", "max_abs_error",
+               "saturated", "cycles", "fp16_cycles", "below", "first_below", "host_reason")
+
 
 @dataclasses.dataclass
 class DebugReport:
@@ -104,6 +114,24 @@ class DebugReport:
         """The host operators that run after layer ``key`` ("": before the first layer)."""
         return [op for op in self.host if op.after == key]
 
+    def in_order(self) -> List[LayerDebug | HostOp]:
+        """The layers and the host operators in the order they run: each host operator after
+        the layer before it (the table's rows and the CSV's)."""
+        ordered: List[LayerDebug | HostOp] = list(self.host_after(""))
+        for layer in self.layers:
+            ordered += [layer, *self.host_after(layer.key)]
+        return ordered
+
+    def csv_rows(self) -> List[Dict[str, Any]]:
+        """``debug --csv``'s rows (:data:`CSV_COLUMNS`), in :meth:`in_order`'s order: a
+        host operator's says where it runs, its shape and the partition's reason, with no
+        figures (TVM runs it in fp32: nothing is compared)."""
+        return [{"key": "", "primitive": "host", "source": item.source, "source_ops": item.op,
+                 "shape": "x".join(map(str, item.shape)), "host_reason": item.why}
+                if isinstance(item, HostOp) else
+                {**item.to_dict(), "shape": "x".join(map(str, item.shape))}
+                for item in self.in_order()]
+
     def __str__(self) -> str:
         width = min(40, max([len("layer"), *(len(f"{r.key} {r.primitive}") for r in self.layers),
                              *(len(f"host {op.op}") for op in self.host)]))
@@ -118,22 +146,18 @@ class DebugReport:
                                   "<", gap="  "))
         columns.append(Column("source ops", 0, "<", gap="  "))
         rows: List[Any] = []
-
-        def host_rows(key):
-            for op in self.host_after(key):
-                rows.append(["", f"host {op.op}"[:width], "x".join(map(str, op.shape)), None,
-                             None, None, None, None] + ([op.source] if named else [])
-                            + [f"on the host (TVM, fp32): [{op.code}] {op.reason}"])
-
-        host_rows("")
-        for r in self.layers:
+        for r in self.in_order():
+            if isinstance(r, HostOp):
+                rows.append(["", f"host {r.op}"[:width], "x".join(map(str, r.shape)), None,
+                             None, None, None, None] + ([r.source] if named else [])
+                            + [f"on the host (TVM, fp32): {r.why}"])
+                continue
             label, *more = wrap_label(f"{r.key} {r.primitive}", width)
             rows.append(["!" if r.first_below else ("<" if r.below else ""), label,
                          "x".join(map(str, r.shape)), r.sqnr_db, r.max_abs_error,
                          r.saturated, r.cycles, r.fp16_cycles]
                         + ([r.source] if named else []) + [r.source_ops])
             rows += ["  " + part for part in more]
-            host_rows(r.key)
         first = self.first_below
         lines = [f"debug: {self.precision} against fp32 on {self.config}, {self.inputs} "
                  f"input(s); output SQNR {self.output_sqnr_db:.1f} dB; threshold "

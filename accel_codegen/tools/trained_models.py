@@ -202,6 +202,13 @@ HELD_OUT_TEXTS = ("trained weights", "Zen 4 EPYC")
 MORE_TEXTS = ("PP-OCRv4 text", "int8 weights", "Quick brown fox", "0123456789",
               "Paddle ONNX export", "Hardswish 2x", "accelerator sim", "Batch norm fold")
 
+# Lines for validating an int8 change made while looking at the 12 above (issue 33: a fix is
+# judged on strings it was not chosen on): ``python examples/recogniser_int8.py --lines
+# validation``.
+VALIDATION_TEXTS = ("Winograd F(2,3)", "depthwise 3x3", "Model zoo 42", "softmax rows",
+                    "Layer norm eps", "bias 0.125", "June 2027", "Open source code",
+                    "max pool 2x2", "Fused ReLU", "Texas 1984", "calibration set")
+
 
 def recogniser_lines(texts: Sequence[str]) -> List[Tuple[np.ndarray]]:
     """``texts`` as the recogniser's inputs (1x3x48x320, as the set makes its own)."""

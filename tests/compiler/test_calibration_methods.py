@@ -139,3 +139,61 @@ def test_bias_correction_removes_a_planted_mean_shift():
     after = np.abs((rounded - shift - exact).mean(axis=0))
     assert np.all(before > 0.4 * step[:, 0] * 15)  # the planted shift: 0.4 step x 15 x mean
     assert after.max() < 1e-9 * before.max()
+
+
+def _calibrated(x: np.ndarray, method: str, monkeypatch) -> TensorQuant:
+    """``calibrate`` on ``x`` as one run's output (key f0.0, op 1), each pass handing its
+    observer the tensor as the C library's observer hook would."""
+    from contextlib import contextmanager
+
+    from accel_codegen.quantization import calibration
+
+    current = []
+
+    @contextmanager
+    def observing(observer):
+        current.append(observer)
+        yield
+        current.pop()
+
+    monkeypatch.setattr(calibration, "observing", observing)
+    result = calibration.calibrate(lambda example: current[-1].add("f0.0 accel.conv2d", 1,
+                                                                   example.copy()),
+                                   [(part,) for part in np.array_split(x, 2, axis=0)], method)
+    return result.get("f0.0", 1)
+
+
+def _clipped(x: np.ndarray, quant: TensorQuant) -> np.ndarray:
+    """Per position of the last axis, the values ``quant`` clips."""
+    lo, hi = (-128 - quant.zero) * quant.scale, (127 - quant.zero) * quant.scale
+    return ((x < lo) | (x > hi)).reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+def test_mse_positions_keeps_the_range_of_clipping_gathered_in_one_position(monkeypatch):
+    """A feature map whose first column (a border, a text line's end) has a long tail: mse
+    clips that column's largest values and no other column's; mse_positions sees the
+    clipping gathered in one position and takes the whole range. A heavy tail spread over
+    every position keeps mse's threshold."""
+    from accel_codegen.quantization.calibration import concentrated_clipping
+
+    rng = np.random.default_rng(5)
+    edge = np.abs(np.random.default_rng(4).standard_normal((4, 8, 6, 64))).astype(np.float32)
+    rows = rng.random(edge.shape[:-1]) < 0.2
+    edge[..., 0][rows] = 3 + rng.exponential(16.0, int(rows.sum()))
+    mse = _calibrated(edge, "mse", monkeypatch)
+    clipped = _clipped(edge, mse)
+    assert clipped[0] > 0 and not clipped[1:].any(), clipped
+    assert concentrated_clipping(clipped, edge.size // edge.shape[-1])
+    positions = _calibrated(edge, "mse_positions", monkeypatch)
+    assert not _clipped(edge, positions).any() and positions.scale > mse.scale
+    # Student-t values everywhere: mse clips a few, spread; the positions' pass agrees
+    spread = np.random.default_rng(3).standard_t(3, size=(8, 16, 24, 24)).astype(np.float32)
+    mse = _calibrated(spread, "mse", monkeypatch)
+    assert _clipped(spread, mse).sum() > 0
+    assert _calibrated(spread, "mse_positions", monkeypatch) == mse
+    # the rule itself: a position's share above 1e-3 and 5 x the tensor's
+    assert concentrated_clipping(np.array([10] + [0] * 7), 1000)
+    assert not concentrated_clipping(np.array([10, 0, 0, 0]), 1000)  # 1 % < 5 x 0.25 %
+    assert not concentrated_clipping(np.array([10] * 8), 1000)
+    assert not concentrated_clipping(np.zeros(8, np.int64), 1000)
+    assert not concentrated_clipping(np.array([1] + [0] * 7), 10_000)  # 0.01 % < 0.1 %

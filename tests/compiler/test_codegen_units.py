@@ -176,3 +176,25 @@ def test_calibration_histograms_widen_in_one_pass():
     direct, _ = np.histogram(everything, bins=stats.histogram.size, range=(0.0, stats.top))
     assert stats.histogram.sum() == everything.size
     assert np.abs(stats.histogram - direct).sum() <= 4  # values on a merged bin edge
+
+
+def test_read_counts_counts_every_read_at_any_depth():
+    """compiler.relax_exprs.read_counts, the one reader counter of the rewrites and the int8
+    plan: a variable read twice by one call and once inside a tuple, the result once, an unread
+    one absent."""
+    from tvm import relax
+
+    from accel_codegen.compiler.relax_exprs import read_counts
+
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            square = builder.emit(relax.op.multiply(x, x))
+            unread = builder.emit(relax.op.add(x, x))
+            joined = builder.emit(relax.op.concat(relax.Tuple([square, x]), axis=1))
+            out = builder.emit_output(relax.op.concat(relax.Tuple([joined, square]), axis=1))
+        builder.emit_func_output(out)
+    counts = {var.name: count for var, count in read_counts(builder.get()["main"]).items()}
+    assert counts == {"x": 5, "lv": 2, "lv2": 1, "gv": 1}, counts
+    assert (square.name, unread.name, joined.name) == ("lv", "lv1", "lv2")

@@ -380,6 +380,34 @@ def test_export_of_torchs_attention_warns_of_nothing(tmp_path):
     assert any(issubclass(w.category, torch.jit.TracerWarning) for w in caught)
 
 
+def test_export_ignores_only_the_attention_shape_checks_tracer_warnings():
+    """export_onnx's filter is that of torch's multi-head attention alone: a TracerWarning
+    from any other line of torch.nn.functional (a function a user's model calls) or of
+    another message still shows (the filter once took the whole module)."""
+    import inspect
+    import warnings
+
+    from accel_codegen.compiler.frontend import _TRACED_BOOL, _ignore_attention_shape_checks
+
+    function = torch.nn.functional.multi_head_attention_forward
+    filename = inspect.getsourcefile(function)
+    inside = inspect.getsourcelines(function)[1] + 5
+    outside = inspect.getsourcelines(torch.nn.functional.interpolate)[1] + 5
+
+    def shown(message, lineno):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _ignore_attention_shape_checks(torch)
+            warnings.warn_explicit(message, torch.jit.TracerWarning, filename, lineno,
+                                   module="torch.nn.functional")
+        return len(caught)
+
+    message = _TRACED_BOOL + " might cause the trace to be incorrect."
+    assert shown(message, inside) == 0
+    assert shown(message, outside) == 1
+    assert shown("Iterating over a tensor might cause the trace to be incorrect.", inside) == 1
+
+
 def test_onnx_lrn_is_the_cdp_local_response_norm():
     """ONNX's LRN (Caffe2's AlexNet and ZFNet): TVM's importer pools the squares' channel
     window with the pool's own zero padding, torch's decomposition pads first; as that
@@ -400,3 +428,37 @@ def test_onnx_lrn_is_the_cdp_local_response_norm():
     expected = ort.InferenceSession(model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert_close(build_and_run(mod, x, params=params), expected, 1e-5)
+
+
+def _onnx_lrn(x, size, alpha, beta, bias):
+    """ONNX's LRN by its definition, in float64: the squares summed over channels
+    c - floor((size - 1) / 2) .. c + ceil((size - 1) / 2) (zero outside)."""
+    wide = x.astype(np.float64)
+    total = np.zeros_like(wide)
+    for c in range(x.shape[1]):
+        first, last = max(0, c - (size - 1) // 2), min(x.shape[1] - 1, c + size // 2)
+        total[:, c] = (wide[:, first:last + 1] ** 2).sum(axis=1)
+    return wide / (bias + alpha / size * total) ** beta
+
+
+@pytest.mark.parametrize("size, rank", [(4, 4), (2, 4), (6, 3)])
+def test_onnx_lrn_of_an_even_size_runs_its_onnx_window_on_the_host(size, rank):
+    """An even size: ONNX's window is off centre (size/2 - 1 channels before, size/2 after),
+    which TVM's converter centres (it failed on a divide of mismatched shapes), ONNX Runtime
+    refuses (its LRN kernel takes odd sizes) and the CDP does not have (3, 5, 7, 9). It is
+    imported as its definition's ops (frontend._even_lrns), named after the node: the squares'
+    window mean (on the PDP where it pools 2-D), the power and the divide on the host, within
+    1e-5 of the definition."""
+    shape = [1, 16, 5, 5][:rank]
+    nodes = [helper.make_node("LRN", ["x"], ["y"], name="norm", size=size, alpha=1e-2,
+                              beta=0.75, bias=2.0)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [], 13)
+    mod, params = from_onnx(model)
+    report = ac.partition_report(mod, params)
+    assert "accel.lrn" not in {op.primitive for op in report.ops}
+    assert {"relax.power", "relax.divide"} <= {op.op for op in report.host}
+    assert {op.source.split("/")[0] for op in report.ops} == {"norm"}
+    x = (_RNG.standard_normal(shape) * 4).astype(np.float32)
+    assert_close(build_and_run(mod, x, params=params), _onnx_lrn(x, size, 1e-2, 0.75, 2.0),
+                 1e-5)

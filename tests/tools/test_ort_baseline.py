@@ -82,6 +82,28 @@ def test_ort_int8_model_is_quantised(lenet5_onnx, tmp_path):
     assert 10 < sqnr_db(np.sum(fp32 ** 2), np.sum((int8 - fp32) ** 2)) < 80
 
 
+def test_reduce_range_stores_seven_bit_weights(lenet5_onnx, tmp_path):
+    """ONNX Runtime's advice for x86 without VNNI (its u8 x s8 pairs summed in int16
+    saturate): 7-bit weights, codes within [-64, 63]; the default uses the 8 bits."""
+    import onnx
+    from onnx import numpy_helper
+
+    path, x = lenet5_onnx
+    calibration = random_inputs([x], 4, 0)
+    codes = {}
+    for reduce_range in (False, True):
+        folder = tmp_path / str(reduce_range)
+        folder.mkdir()
+        out = ort_baseline.quantize_int8(path, calibration, folder,
+                                         ort_baseline.Int8Settings(reduce_range=reduce_range))
+        q = onnx.load(str(out))
+        codes[reduce_range] = max(int(np.abs(numpy_helper.to_array(i).astype(np.int32)).max())
+                                  for i in q.graph.initializer
+                                  if i.data_type == onnx.TensorProto.INT8 and len(i.dims) >= 2)
+    assert codes[False] == 127 and codes[True] <= 64, codes
+    assert "7-bit int8 weights" in ort_baseline.Int8Settings(reduce_range=True).describe()
+
+
 def test_activation_type_is_checked():
     with pytest.raises(AccelInvalidError, match="activation_type = 'int4'"):
         ort_baseline.Int8Settings(activation_type="int4")

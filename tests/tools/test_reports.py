@@ -237,6 +237,31 @@ def test_debug_help_names_the_marks_its_table_prints(capsys):
     assert "first layer whose SQNR is below DB '!' and later ones '<'" in help_text
 
 
+def test_debug_table_and_csv_place_host_operators_alike():
+    """The table and the CSV list the same rows in the same order (one definition: each host
+    operator after the layer before it, one before the first), a host row giving the
+    partition's reason with its code in both."""
+    from accel_codegen.tools.debug import CSV_COLUMNS, DebugReport, HostOp, LayerDebug
+
+    layers = [LayerDebug(f"f0.{i}", "accel.conv2d", "relax.nn.conv2d", [1, 8, 4, 4], 40.0, 0.1,
+                         None, 100, None) for i in range(2)]
+    host = [HostOp(0, "relax.reshape", [1, 3, 4, 4], "view", "layout", "a reshape", ""),
+            HostOp(2, "relax.nn.softmax", [1, 8], "softmax", "precision", "int8", "f0.0")]
+    report = DebugReport("nv_full", "int8", 30.0, 1, 40.0, layers, host=host)
+    order = ["host", "f0.0", "host", "f0.1"]
+    assert [getattr(item, "key", "host") for item in report.in_order()] == order
+    rows = report.csv_rows()
+    assert [row["key"] or row["primitive"] for row in rows] == order
+    assert set(rows[0]) <= set(CSV_COLUMNS) and set(rows[1]) <= set(CSV_COLUMNS)
+    assert (rows[2]["source"], rows[2]["source_ops"], rows[2]["shape"], rows[2]["host_reason"]) \
+        == ("softmax", "relax.nn.softmax", "1x8", "[precision] int8")
+    table = [line for line in str(report).splitlines()
+             if line.split()[:1] in (["host"], ["f0.0"], ["f0.1"])]
+    assert [line.split()[0] for line in table] == ["host", "f0.0", "host", "f0.1"]
+    assert table[0].endswith("on the host (TVM, fp32): [layout] a reshape")
+    assert table[2].endswith("on the host (TVM, fp32): [precision] int8")
+
+
 def test_debug_cli_reads_an_npz_and_says_what_it_cannot_tell(capsys, tmp_path, zoo):
     x = zoo("lenet5").x_np
     np.savez(tmp_path / "data.npz", np.concatenate([x, -x]))  # a stack of two inputs

@@ -278,3 +278,33 @@ def test_operators_of_one_input_are_told_apart_by_their_constants_and_attributes
                                                                torch.randn(1, 4, 8, 8),
                                                                config="nv_full"))
     assert {"b+relu", "a+relu", "small", "large"} <= set(layers), layers
+
+
+def test_attention_layers_keep_their_module_paths():
+    """torch's MultiheadAttention packs q, k and v in one projection, which the attention
+    rewrite splits into three dense layers and a core (compiler/attention.py): each is named
+    by the attention module's path, the projections with their part (they once had no name),
+    every operator of each layer named."""
+    from accel_codegen.compiler.partition import match_composites
+    from accel_codegen.tools.report import source_names, source_ops
+
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(
+        16, 2, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False).eval()
+    mod, params = frontend.from_pytorch(model, (torch.randn(1, 8, 16),))
+    report = partition_report(mod, params)
+    assert not report.host
+    assert all(op.source for op in report.ops), [op.op for op in report.ops if not op.source]
+    for i in range(2):
+        attention = f"layers.{i}.self_attn"
+        layers = [(op.primitive, op.source) for op in report.ops if op.op in (
+            "relax.matmul", "relax.nn.attention") and op.source.startswith(attention)]
+        assert layers == [("accel.token_dense_bias", f"{attention}.q"),
+                          ("accel.token_dense_bias", f"{attention}.k"),
+                          ("accel.token_dense_bias", f"{attention}.v"),
+                          ("accel.attention", attention),
+                          ("accel.token_dense_bias", attention)], layers  # its out_proj
+    names = source_names(source_ops(match_composites(mod, params)))
+    assert list(names.values())[:5] == ["layers.0.self_attn.q", "layers.0.self_attn.k",
+                                        "layers.0.self_attn.v", "layers.0.self_attn",
+                                        "layers.0.self_attn"]

@@ -32,6 +32,7 @@ from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import Layer, constant_value
 from ..qdq import QDQ_METHOD
+from ..relax_exprs import read_counts
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
@@ -147,7 +148,7 @@ class _FunctionQuant:
             return  # a quantised model's own scales are kept, as ONNX Runtime keeps them
         calls = self.function.calls
         producer = {call.binding.var: index for index, call in enumerate(calls)}
-        readers = _readers(self.function.function)
+        readers = read_counts(self.function.function)
         for at, call in enumerate(calls):
             layer = call.layer
             if call.precision != "int8" or len(layer.copies) < 2 or not runs.get(at) or \
@@ -329,28 +330,3 @@ def _plain(layer: Layer) -> bool:
     return (layer.conv is not None or not layer.sdp.empty()) and not layer.copies and \
         not layer.tokens and layer.norm is None and layer.rubik is None and \
         not layer.computed_scale and not layer.requantize
-
-
-def _readers(function: relax.Function) -> Dict[relax.Var, int]:
-    """How many times each variable is read in ``function`` (its bindings' arguments and its
-    result)."""
-    counts: Dict[relax.Var, int] = {}
-
-    def read(expr) -> None:
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-        elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
-                read(field)
-        elif isinstance(expr, relax.TupleGetItem):
-            read(expr.tuple_value)
-        elif isinstance(expr, relax.Call):
-            for arg in expr.args:
-                read(arg)
-
-    body = function.body
-    for block in body.blocks:
-        for binding in block.bindings:
-            read(binding.value)
-    read(body.body)
-    return counts
