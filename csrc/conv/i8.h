@@ -200,6 +200,9 @@ typedef struct conv_i8_impl {
 } conv_i8_impl;
 
 extern const conv_i8_impl conv_i8_portable_impl;
+#ifdef __AVX2__
+extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
+#endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
 extern const conv_i8_impl conv_i8_gemm_avx2_impl;
 #endif

@@ -11,9 +11,13 @@
  * explicit columns where they pay (im2col_vnni: batched fully connected layers, grids mostly
  * dropped columns, matrix-vector products); an RGB stem's taps packed densely (stem_vbmi); AMX
  * tiles where the CPU and OS grant them (amx); output channels along the vector for small
- * grids (small_vnni); the implicit GEMM (implicit_vnni); in builds with AVX2 but not AVX-512
- * VNNI, grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2, after any specialised
- * kernel of such builds); and last the portable direct loops (portable). ACCEL_CONV_IMPL=name runs `name`
+ * grids (small_vnni); the implicit GEMM (implicit_vnni); in builds with AVX2 (and without
+ * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) with vpmaddwd on
+ * pairs of taps (dw_madd_avx2: in VNNI builds dw_vnni takes them first, so it runs there only
+ * when forced; stem_madd_avx2, the same kernel on 2-4 channels a group, only when forced), then
+ * grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2); and last the portable
+ * direct loops
+ * (portable). ACCEL_CONV_IMPL=name runs `name`
  * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
  * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in L1,
@@ -51,6 +55,10 @@ static const conv_i8_impl* const impls[] = {
 #endif
     &conv_i8_small_vnni_impl,
     &conv_i8_implicit_vnni_impl,
+#endif
+#ifdef __AVX2__ /* after the VNNI ones, which take every geometry where they are built */
+    &conv_i8_dw_madd_avx2_impl,
+    &conv_i8_stem_madd_avx2_impl,
 #endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
     &conv_i8_gemm_avx2_impl, /* after any specialised kernel of the AVX2 build */

@@ -1,0 +1,113 @@
+"""The INT8 direct kernels of few input channels per group (csrc/conv/i8_dw_avx2.c: depthwise
+``dw_madd_avx2``, stems ``stem_madd_avx2``), forced by name (ACCEL_CONV_IMPL) on geometries
+at their edges, against the NumPy reference bit for bit. The library reads ACCEL_CONV_IMPL once
+per process, so the runs are in a child process; the reference is computed here from the same
+seeds."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from accel_codegen.sim import reference as ref
+
+# Layers (n, c, h, w, k, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), groups):
+# depthwise 3x3 and 5x5 at strides 1 and 2 on planes from 1x1 to 112x112, odd widths (7, 13,
+# 57, 113: a row's last vector partial), channels not a multiple of 8, a channel multiplier of
+# 2, stride 3, dilation 2 (lone taps), a 7x1 and a 1x9 kernel, padding larger than the kernel
+# needs and none, a batch of two, bands of rows (planes of more than 2048 outputs); stems on 2, 3
+# and 4 channels (3x3/2, 7x7/2, 5x5/1); and a one-channel input with 6 outputs.
+LAYERS = [
+    (1, 32, 112, 112, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),
+    (1, 19, 113, 57, 19, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 19),
+    (2, 13, 14, 14, 13, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 13),
+    (1, 21, 28, 27, 21, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 21),
+    (1, 37, 7, 7, 37, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 37),
+    (1, 11, 7, 7, 11, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 11),
+    (1, 9, 1, 1, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 9),
+    (1, 5, 2, 3, 5, (3, 3), (2, 2), (3, 3, 3, 3), (1, 1), 5),
+    (1, 6, 20, 23, 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6),
+    (1, 7, 25, 31, 7, (3, 3), (3, 3), (1, 2, 0, 1), (1, 1), 7),
+    (1, 5, 19, 21, 5, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 5),
+    (1, 4, 16, 33, 4, (5, 5), (2, 1), (4, 4, 4, 4), (2, 2), 4),
+    (1, 3, 30, 10, 3, (7, 1), (2, 1), (3, 0, 3, 0), (1, 1), 3),
+    (1, 3, 9, 64, 3, (1, 9), (1, 2), (0, 4, 0, 4), (1, 1), 3),
+    (1, 8, 12, 12, 8, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 8),
+    (1, 3, 64, 64, 16, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    (1, 3, 45, 47, 20, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),
+    (2, 2, 17, 19, 5, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 1),
+    (1, 4, 24, 24, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (1, 6, 10, 10, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # grouped, 3 channels a group
+    (1, 1, 28, 28, 6, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+]
+
+GEN = r"""
+import numpy as np
+from accel_codegen.sim import Conv, Sdp
+
+def layer_chain(layer, index):
+    n, c, h, w, k, kernel, stride, pad, dil, g = layer
+    rng = np.random.default_rng(9000 + index)
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (k, c // g, *kernel)).astype(np.int8)
+    wt.reshape(-1)[::5] = -128  # trained models have -128
+    conv = Conv(wt, stride=stride, padding=pad, dilation=dil, groups=g, precision="int8",
+                in_zero=int(rng.integers(-128, 128)))
+    # converters that spread the codes over about +-50: a sum's spread is about 5500 sqrt(depth)
+    depth = c // g * kernel[0] * kernel[1]
+    shift = int(np.round(np.log2(5500 * np.sqrt(depth) * 12000 / 50)))
+    sdp = Sdp(precision="int8", bias=rng.integers(-2 ** 12, 2 ** 12, k).astype(np.int32),
+              mul=rng.integers(1 << 13, 1 << 14, k).astype(np.int16),
+              rshift=np.full(k, shift, np.uint8), out_zero=int(rng.integers(-20, 20)))
+    return x, [conv, sdp]
+"""
+
+CHILD = GEN + r"""
+import json, sys
+from accel_codegen.sim import Device
+layers = json.loads(sys.argv[1])
+out = {}
+for threads in (1, 2, 3):
+    dev = Device(num_threads=threads)
+    for i, layer in enumerate(layers):
+        x, chain = layer_chain(layer, i)
+        out[f"{i}/{threads}"] = dev.run(chain, x, label=f"l{i}")[0].tobytes().hex()
+print(json.dumps(out))
+"""
+
+
+def _run(impl):
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE")}
+    env.update(ACCEL_CONV_IMPL=impl, ACCEL_VERBOSE="1")
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(LAYERS)], capture_output=True,
+                            text=True, env=env, cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = [line.split(",")[3] for line in result.stderr.splitlines()
+             if line.startswith("accel_verbose,conv")]
+    return json.loads(result.stdout), names
+
+
+def _avx2():
+    path = Path("/proc/cpuinfo")
+    return path.exists() and " avx2" in path.read_text()
+
+
+def test_direct_kernels_compute_the_reference_exactly():
+    """dw_madd_avx2 on every depthwise layer (one input channel per group), stem_madd_avx2 on
+    the others (2 to 4 per group), at 1, 2 and 3 threads: the reference's codes bit for bit."""
+    outputs, names = _run("dw_madd_avx2,stem_madd_avx2")
+    scope = {}
+    exec(GEN, scope)
+    if _avx2():  # built (x86-64-v3 and AVX-512 builds): forced, it runs every layer
+        want = ["dw_madd_avx2" if c // g == 1 else "stem_madd_avx2"
+                for (_, c, *_, g) in LAYERS]
+        assert names == want * 3, names
+    for i, layer in enumerate(LAYERS):
+        x, chain = scope["layer_chain"](layer, i)
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > (10 if expected.size >= 200 else 1), layer
+        for threads in (1, 2, 3):
+            got = np.frombuffer(bytes.fromhex(outputs[f"{i}/{threads}"]), np.int8)
+            assert np.array_equal(got.reshape(expected.shape), expected), (layer, threads)
