@@ -7,12 +7,11 @@
  * with the weights read in place, each 32-deep block summed from zero by one FMA per depth step
  * and added to the output (the first block stored): the implicit and packed AVX-512 kernels'
  * sums. Per depth block (sized so that a panel of it fills half the L1d), panels outermost:
- * a panel stays in L1 while every block of 4 channels passes over it (with the whole tile
- * read from L2 per channel block instead, and a 512 KB tile, Zen 3's 512 KB L2 held it badly:
- * docs/kernels.md). An image's last
- * ohw % 16 positions are 16-lane dot products along the depth, reduced in
- * _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so (a rule of the
- * geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
+ * a panel stays in L1 while every block of 4 channels passes over it, rather than each
+ * channel block reading the whole tile from L2, which an L2 of the tile's size holds badly
+ * (docs/kernels.md). An image's last ohw % 16 positions are 16-lane dot products along the
+ * depth, reduced in _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so
+ * (a rule of the geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
  * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
  * tests/sim/test_conv_impls.py uses to compare the bits. */
 #include "conv/f32.h"
