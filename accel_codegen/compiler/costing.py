@@ -16,6 +16,7 @@ from ..sim.costs import CostTotals
 from ..sim.device import ChainBatch
 from ..sim.ops import Sdp
 from .codegen.memory import ModulePlan, choose_options, choose_run_modes
+from .codegen.passes import plan_surface_adds
 from .codegen.weights import quantize
 from .layer import Layer, feature_surface
 from .program import Program, Run, RunMemory
@@ -120,6 +121,7 @@ class ProgramCosts:
         self.program, self.fuse = program, fuse
         self.precision = program.precision
         lowered = {} if lowered is None else lowered
+        plan_surface_adds(program)  # the runs' shapes as the code generator plans them
         for run in program.runs:
             key = (run.key, run.precision, run.converts)
             if key in lowered:  # the same layer in the same precision: its modes as chosen

@@ -22,16 +22,19 @@ def test_repeated_layers_share_their_code_and_run_the_same(monkeypatch):
     mod, params = from_pytorch(model, (x,))
     shared = ac.partition_for_accel(mod, params)
     (source,) = ac.generated_sources(shared).values()
-    # the 4 layer norms in the blocks (one code: the same shapes, their results left on the
-    # surface for the dense layers after them) and the 2 attentions share 2 functions; the
-    # final norm, which writes its tokens, is printed inline
+    # the layer norms in the blocks but the first (one code: the same shapes, their data
+    # and results on surfaces) and the 2 attentions share 2 functions; the first block's
+    # first norm, which transposes its data onto the surface, and the final norm, which
+    # writes its tokens, are printed inline
     assert source.count("static int layer_code") == 2, source[:2000]
-    assert source.count("if (layer_code0(") + source.count("if (layer_code1(") == 6
+    assert source.count("if (layer_code0(") + source.count("if (layer_code1(") == 5
     monkeypatch.setattr(emit, "SHARED_LAYER_RUNS", 10 ** 9)
     inline = ac.partition_for_accel(mod, params)
     (inline_source,) = ac.generated_sources(inline).values()
     assert "layer_code" not in inline_source
-    assert len(source) < len(inline_source) * 2 / 3, (len(source), len(inline_source))
+    # 0.73: the first block's first norm, which transposes its data, is printed inline (one of
+    # the four block norms at two blocks)
+    assert len(source) < len(inline_source) * 3 / 4, (len(source), len(inline_source))
     out, labels = run_profiled(shared, x.numpy())
     inline_out, inline_labels = run_profiled(inline, x.numpy())
     assert labels == inline_labels and len(labels) > 100

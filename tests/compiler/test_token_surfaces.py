@@ -1,8 +1,10 @@
 """A token layer whose data another token layer wrote reads that layer's [B, C, 1, T] surface
 instead of transposing the tokens onto a surface of its own (codegen/passes.py,
-``token_surfaces``): the q, k and v projections after a layer norm, fc2 after fc1 + GELU;
-and a token layer whose every reader takes its surface writes no tokens at all. The same
-runs and the same output bytes as with every transpose."""
+``token_surfaces``): the q, k and v projections after a layer norm, fc2 after fc1 + GELU,
+attention's K (the scores CONV's data) after the K projection; tokens transposed onto a
+surface once stay there for their later readers; a residual add of two token tensors held
+on surfaces runs on them (``surface_adds``); and a layer whose every reader takes its surface
+writes no tokens at all. The same runs and the same output bytes as with every transpose."""
 
 import accel_codegen as ac
 from accel_codegen.compiler.codegen import emit, passes
@@ -20,17 +22,45 @@ def test_token_layers_read_the_surface_their_data_was_written_on(monkeypatch):
     (source,) = ac.generated_sources(reused).values()
     onto = source.count("onto the surface")
     already = source.count("already */")
-    # per block: q, k, v after the first layer norm, fc1 after the second, fc2 after fc1
-    assert already == 2 * 5, source[:3000]
-    # per block: the two layer norms' results and fc1's are read by token layers alone
-    assert source.count("every reader takes it */") == 2 * 3
+    # per block: q, k, v, the second layer norm, fc1, fc2 and attention's K; the first layer
+    # norm of the second block (the first block's transposes its data) and the final one
+    assert already == 2 * 7 + 2, source[:3000]
+    assert source.count("K on its surface") == 2
+    assert "surface(s)" not in source  # no K transposed onto a surface of its own
+    # per block: the two residual adds, on the surfaces of their operands
+    assert source.count("on the surfaces") == 2 * 2
+    # left: the first layer norm's data, per block q and v (attention reads them as rows)
+    # and attention's output (the output projection's data), the last layer norm's result
+    # (the class token's slice reads it as tokens)
+    assert source.count("accel_glue_transpose") == 1 + 2 * 3 + 1
     monkeypatch.setattr(passes, "resolve_operand", lambda expr, scope: (None, None))
     transposing = ac.partition_for_accel(mod, params)
     (transposing_source,) = ac.generated_sources(transposing).values()
     assert "already */" not in transposing_source
     assert "every reader takes it" not in transposing_source
-    assert transposing_source.count("onto the surface") == onto + already
+    assert "on the surfaces" not in transposing_source
+    assert transposing_source.count("onto the surface") == onto + already - 2
+    assert transposing_source.count("surface(s)") == 2  # K: its tokens back onto a surface
     out, labels = run_profiled(reused, x.numpy())
     transposing_out, transposing_labels = run_profiled(transposing, x.numpy())
     assert labels == transposing_labels
     assert out.tobytes() == transposing_out.tobytes()
+
+
+def test_the_estimate_prices_the_residual_adds_on_their_surfaces():
+    """The planning pass gives a residual add's run the surface's shape [1, C, 1, T], the
+    shape it runs in: the estimate's runs are the profile's, cycle for cycle."""
+    import tvm
+
+    model, (x,) = build_realistic(lambda: VisionTransformer(image=32, dim=32, depth=1, heads=2,
+                                                            num_classes=10), (3, 32, 32))
+    mod, params = from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params)
+    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
+    with ac.profile() as prof:
+        vm["main"](tvm.runtime.tensor(x.numpy()))
+    estimated = ac.estimate(mod, params).layers
+    assert [(layer.label, layer.cycles) for layer in estimated] == \
+        [(r.label, r.cycles) for r in prof.records]
+    adds = [r for r in prof.records if r.label.endswith("accel.add")]
+    assert len(adds) == 3  # the position embedding's (a constant) and the two residual adds

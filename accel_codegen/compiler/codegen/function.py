@@ -116,7 +116,9 @@ class FunctionCodegen(FunctionTensors):
             layer.branch.source_ops + layer.source_ops
         self.layer_comments.append(f"{index}: {call.primitive} ({', '.join(sources)})" + (
             f" in {self.precision}" if self.function_precision == "mixed" else ""))
-        if layer.tokens or layer.norm is not None:
+        if passes.emit_surface_add(self, index, var, layer, runs):
+            pass  # a residual add of token tensors, on their surfaces (codegen/passes.py)
+        elif layer.tokens or layer.norm is not None:
             # channels-last data, or a norm: one run per engine pass (codegen/passes.py)
             passes.emit_token_layer(self, index, var, layer, runs[0].scope, call.primitive)
         elif layer.rubik is not None:

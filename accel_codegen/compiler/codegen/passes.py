@@ -9,7 +9,8 @@ simulator's tensors are dense NCHW, so the generated code moves them, outside th
 (``layer.token_surface``)."""
 from __future__ import annotations
 
-from typing import List, Optional
+import dataclasses
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from tvm import relax
@@ -17,7 +18,8 @@ from tvm import relax
 from ...errors import AccelInvalidError
 from ...sim.observer import INPUT
 from ...sim.ops import X_FIELDS, Bdma, Conv, Pool
-from ..layer import ConvSpec, CopySpec, Layer, PoolSpec
+from ..layer import (ConvSpec, CopySpec, Layer, PoolSpec, feature_surface, static_shape,
+                     token_surface)
 from . import emit
 from .int8_plan import token_dense
 from .tensors import STORAGE, resolve_operand
@@ -122,7 +124,8 @@ def _dense_run(gen, data: relax.Expr, surface: str, program_run, dense: Layer,
 
 def _surface_of(gen, index: int, layer: Layer, scope, data: str) -> str:
     """The [B, C, 1, T] surface of a token layer's data: where the token layer that wrote the
-    data left it (``token_surfaces``), else its tokens at ``data`` transposed into scratch."""
+    data left it (``token_surfaces``), else its tokens at ``data`` transposed into scratch,
+    which then holds it for the data's later readers."""
     b, c, h, w = layer.in_shape
     precision = gen.precision
     source = resolve_operand(layer.data, scope)[0]
@@ -135,10 +138,13 @@ def _surface_of(gen, index: int, layer: Layer, scope, data: str) -> str:
         gen.body.append(f"/* layer {index}: tokens [{b}, {h * w}, {c}] on their surface "
                         f"[{b}, {c}, {h}, {w}] already */")
         return held[0]
-    surface = gen._temp(int(np.prod(layer.in_shape)))
+    # kept until the data's last reader: a later token layer or residual add reads it there
+    surface = gen._temp(int(np.prod(layer.in_shape)), gen.last_use.get(source, index))
     gen.body.extend(transpose(data, surface, b, h * w, c, precision,
                               f"layer {index}: tokens [{b}, {h * w}, {c}] onto the "
                               f"surface [{b}, {c}, {h}, {w}]"))
+    if isinstance(source, relax.Var):
+        gen.token_surfaces[source] = (surface, (b, c, h * w), precision)
     return surface
 
 
@@ -170,18 +176,9 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     elif attention is None:  # a norm over the channels of NCHW data: the data is its surface
         surface = data
         tensors = {"x": surface}
-    else:  # Q and V as written (a row per token), K onto its surface, the output by rows
-        _, ck, _, tk = decomposition.shapes["k"]
-        windows = attention.windows  # Swin's: each window's K onto a surface of its own
-        ck //= windows
-        k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
-        tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
-                   "k": gen._temp(windows * ck * tk), "o": gen.operands[var]}
-        tensors.update({name: gen._constant(value)
-                        for name, value in decomposition.constants.items()})
-        gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, precision,
-                                  f"layer {index}: K [{windows * tk}, {ck}] onto "
-                                  f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
+    else:
+        tensors = _attention_tensors(gen, index, var, attention, scope, decomposition, data,
+                                     first_key)
     views = decomposition.views if decomposition is not None else {}
 
     def tensor(name: str) -> str:
@@ -238,6 +235,34 @@ def emit_token_layer(gen, index: int, var: relax.Var, layer: Layer, scope,
     _tokens_of(gen, index, var, last, (b, k, h, w), kept)
 
 
+def _attention_tensors(gen, index: int, var: relax.Var, attention, scope, decomposition,
+                       data: str, first_key: str) -> dict:
+    """Attention's tensors: Q (``data``) and V as written (a row per token), K on its surface
+    (the K projection's, or its tokens transposed), the output by rows, the passes'
+    constants."""
+    _, ck, _, tk = decomposition.shapes["k"]
+    windows = attention.windows  # Swin's: each window's K onto a surface of its own
+    ck //= windows
+    tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
+               "o": gen.operands[var]}
+    tensors.update({name: gen._constant(value)
+                    for name, value in decomposition.constants.items()})
+    held = _key_surface(gen, attention, scope, (ck, tk))
+    if held is not None:  # the K projection left it: no transpose back and forth
+        tensors["k"] = held
+        gen.body.append(f"/* layer {index}: K on its surface [1, {ck}, 1, {tk}] already */")
+        return tensors
+    if resolve_operand(attention.key, scope)[0] in gen.surface_only:
+        raise AccelInvalidError(f"layer {index}: its K's tokens were not written (every "
+                                f"reader was to take their surface), and it cannot")
+    k_data = gen._data(attention.key, scope, (first_key, INPUT))[0]
+    tensors["k"] = gen._temp(windows * ck * tk)
+    gen.body.extend(transpose(k_data, tensors["k"], windows, tk, ck, gen.precision,
+                              f"layer {index}: K [{windows * tk}, {ck}] onto "
+                              f"{windows} surface(s) [1, {ck}, 1, {tk}]"))
+    return tensors
+
+
 def _tokens_of(gen, index: int, var: relax.Var, last: str, shape, kept: bool) -> None:
     """A token layer's result on its surface ``last`` ([B, K, H, W]) kept for the token
     layers that read it (if ``kept``: it lives as long as ``var``) and transposed back to
@@ -256,6 +281,185 @@ def _tokens_of(gen, index: int, var: relax.Var, last: str, shape, kept: bool) ->
                                          f"back to tokens [{b}, {h * w}, {k}]"))
 
 
+def _key_surface(gen, attention, scope, shape) -> Optional[str]:
+    """The surface [1, C, 1, Tk] of attention's K where the token layer that wrote K left
+    it (``token_surfaces``: the K projection's output before its transpose back to tokens),
+    else None. One image, not Swin's windows (their K is one surface per window)."""
+    if attention.windows != 1:
+        return None
+    source = resolve_operand(attention.key, scope)[0]
+    held = gen.token_surfaces.get(source)
+    if held is None or held[1:] != ((1,) + tuple(shape), gen.precision):
+        return None
+    return held[0]
+
+
+def _token_shape(var: relax.Expr) -> Optional[Tuple[int, int, int]]:
+    """(B, C, T) of a [B, T, C] or [T, C] tensor's surface, else None."""
+    try:
+        shape = static_shape(var)
+    except Exception:  # pylint: disable=broad-except  (not a tensor of a static shape)
+        return None
+    if len(shape) not in (2, 3):
+        return None
+    b, c, _, t = token_surface(tuple(shape))
+    return b, c, t
+
+
+def _plain_elementwise(call, runs) -> bool:
+    """Whether a layer is one SDP run of an element-wise op and nothing per channel (no bias,
+    scale, batch norm or PReLU slope), reading its data as the feature surface of its type."""
+    layer, s = call.layer, call.layer.sdp
+    return (len(runs) == 1 and not layer.tokens and layer.norm is None and
+            layer.conv is None and layer.pool is None and not layer.copies and
+            layer.lrn is None and layer.rubik is None and layer.branch is None and
+            layer.out_view is None and s.ew_op is not None and s.bias is None and
+            s.batch_norm is None and s.scale is None and s.prelu_slope is None and
+            s.act != "prelu" and
+            tuple(layer.in_shape) == feature_surface(tuple(static_shape(call.binding.var))))
+
+
+def surface_adds(function, precision: str) -> Dict[int, Tuple[int, int, int]]:
+    """The layers of a Program function that run on token surfaces (``emit_surface_add``):
+    layer index -> (B, C, T). Such a layer is an element-wise op of two token tensors (a
+    transformer's residual add): one SDP run with nothing per channel, its data, operand and
+    output all [B, T, C] (or [T, C]), each operand held on its surface when the layer runs:
+    written by a token layer that keeps its result's surface, or by another such layer, or
+    read before as the data of a token layer (which transposes it onto a surface it then
+    keeps, ``_surface_of``). In fp32 and fp16 code only (int8 and mixed code plan their
+    converters on the tokens). The planning pass (``plan_surface_adds``) gives these runs the
+    surface's shape, so that the estimate prices the run that runs."""
+    if precision not in ("fp32", "fp16"):
+        return {}
+    runs: Dict[int, List] = {}
+    for run in function.runs:
+        if not run.converts:
+            runs.setdefault(run.call, []).append(run)
+    surfaces: Dict[relax.Var, Tuple[int, int, int]] = {}  # var -> the surface held
+    chosen: Dict[int, Tuple[int, int, int]] = {}
+    for j, call in enumerate(function.calls):
+        layer = call.layer
+        if j not in runs:
+            continue
+        scope = runs[j][0].scope
+        if layer.tokens and (layer.norm is None or layer.norm.attention is None):
+            b, c, h, w = layer.in_shape
+            data = resolve_operand(layer.data, scope)[0]
+            if isinstance(data, relax.Var):  # held from here on (_surface_of)
+                surfaces.setdefault(data, (b, c, h * w))
+            if _keeps_surface(layer, precision):
+                out_c = layer.conv.weight_shape[0] if layer.conv is not None else c
+                surfaces[call.binding.var] = (b, out_c, h * w)
+            continue
+        shape = _token_shape(call.binding.var)
+        if shape is None or not _plain_elementwise(call, runs[j]):
+            continue
+        operands = [resolve_operand(e, scope) for e in (layer.data, layer.sdp.operand)]
+        if any(value is not None or not isinstance(source, relax.Var) or
+                                _token_shape(source) != shape or surfaces.get(source) != shape
+                                for source, value in operands):
+            continue
+        chosen[j] = shape
+        surfaces[call.binding.var] = shape
+    return chosen
+
+
+def _keeps_surface(layer: Layer, precision: str) -> bool:
+    """Whether a token layer (not attention) keeps its result's surface for its readers
+    (``emit_token_layer``'s ``kept``): its last pass writes a tensor of its own."""
+    if layer.norm is None:
+        return True
+    b, c, h, w = layer.in_shape
+    surface = layer.in_shape if layer.conv is None else (b, layer.conv.weight_shape[0], h, w)
+    decomposition = layer.norm.decomposition(surface, precision)
+    return decomposition.output not in decomposition.views and \
+        decomposition.output not in decomposition.into
+
+
+def plan_surface_adds(program) -> None:
+    """The planning pass of ``surface_adds``: each such run's layer on the surface [B, C, 1, T]
+    (the same element-wise op on the same values; the estimate and the profile then price
+    the run of that shape)."""
+    for function in program.functions:
+        chosen = surface_adds(function, program.precision)
+        for run in function.runs:
+            if run.call in chosen and not run.converts:
+                run.layer = _on_surface(run.layer, chosen[run.call])
+
+
+def _on_surface(layer: Layer, shape) -> Layer:
+    b, c, t = shape
+    return dataclasses.replace(layer, in_shape=(b, c, 1, t), out_shape=(b, c, 1, t))
+
+
+def _adds(gen) -> Dict[int, Tuple[int, int, int]]:
+    """The function's surface adds, decided once per function."""
+    if gen.surface_adds is None:
+        gen.surface_adds = surface_adds(gen.program, gen.function_precision)
+    return gen.surface_adds
+
+
+def emit_surface_add(gen, index: int, var: relax.Var, layer: Layer, runs) -> bool:
+    """An element-wise op of two token tensors (a transformer's residual add) run on the
+    surfaces the layers that wrote them left, its result kept on its own surface for its
+    readers (and transposed back to tokens unless every reader takes the surface): the same
+    SDP run on the same values, element for element, without a transpose either side. NVDLA
+    adds the two [B, C, 1, T] surfaces where they lie. False (nothing emitted): not such a
+    layer (``_surface_add``)."""
+    shape = _adds(gen).get(index)
+    if shape is None:
+        return False
+    b, c, t = shape
+    scope = runs[0].scope
+    exprs = (layer.data, layer.sdp.operand)
+    surfaces = []
+    for expr in exprs:
+        held = gen.token_surfaces.get(resolve_operand(expr, scope)[0])
+        if held is None or held[1:] != (shape, gen.precision):
+            raise AccelInvalidError(f"layer {index}: an operand's surface was not kept")
+        surfaces.append(held[0])
+    out = gen._temp(b * c * t, gen.last_use.get(var, gen.layer_index))
+    surface_layer = _on_surface(runs[0].layer, shape)
+    gen.body.append(f"/* layer {index}: on the surfaces [{b}, {c}, 1, {t}] of its operands */")
+    for expr, surface in zip(exprs, surfaces):
+        gen.inner[expr] = surface
+    try:
+        gen._emit(runs[0], out, layer=surface_layer)
+    finally:
+        for expr in exprs:
+            gen.inner.pop(expr, None)
+    _tokens_of(gen, index, var, out, (b, c, 1, t), True)
+    return True
+
+
+def _takes_surface(gen, j: int, var: relax.Var, shape, precision: str) -> bool:
+    """Whether layer ``j`` reads ``var`` only as a surface of ``shape`` [B, C, T] in
+    ``precision``: a token layer's data, or attention's K (one image; not also its Q or V,
+    which it reads as rows)."""
+    reader = gen.program.calls[j]
+    layer = reader.layer
+    if not layer.tokens:
+        return _adds(gen).get(j) == tuple(shape) and precision == gen.precision
+    mixed = gen.function_precision == "mixed"
+    if (reader.precision if mixed else gen.precision) != precision:
+        return False
+    if sum(1 for a in reader.binding.value.args if var.same_as(a)) != 1:
+        return False
+    scope = next(r.scope for r in gen.program.runs if r.call == j and not r.converts)
+    attention = layer.norm.attention if layer.norm is not None else None
+    if attention is not None:
+        b, c, t = shape
+        reads = [resolve_operand(e, scope)[0] for e in (layer.data, attention.key,
+                                                         attention.value)]
+        return (attention.windows == 1 and b == 1 and var.same_as(reads[1]) and
+                not var.same_as(reads[0]) and not var.same_as(reads[2]) and
+                attention.channels["k"][0] == c and attention.kv_tokens == t)
+    if not var.same_as(resolve_operand(layer.data, scope)[0]):
+        return False
+    b, c, h, w = layer.in_shape
+    return (b, c, h * w) == tuple(shape)
+
+
 def _readers_take_surface(gen, index: int, var: relax.Var, shape, precision: str) -> bool:
     """Whether every layer reading ``var`` (the output of layer ``index``) reads it as the
     data of a token layer of that shape and precision, and only so, which then takes the
@@ -265,20 +469,4 @@ def _readers_take_surface(gen, index: int, var: relax.Var, shape, precision: str
     users = gen.readers.get(var, [])
     if not users or call.converted or any(var.same_as(o) for o in gen.outputs):
         return False
-    for j in set(users):
-        reader = gen.program.calls[j]
-        layer = reader.layer
-        if not layer.tokens or (layer.norm is not None and layer.norm.attention is not None):
-            return False
-        mixed = gen.function_precision == "mixed"
-        if (reader.precision if mixed else gen.precision) != precision:
-            return False
-        if sum(1 for a in reader.binding.value.args if var.same_as(a)) != 1:
-            return False
-        scope = next(r.scope for r in gen.program.runs if r.call == j and not r.converts)
-        if not var.same_as(resolve_operand(layer.data, scope)[0]):
-            return False
-        b, c, h, w = layer.in_shape
-        if (b, c, h * w) != tuple(shape):
-            return False
-    return True
+    return all(_takes_surface(gen, j, var, shape, precision) for j in set(users))
