@@ -3,14 +3,14 @@
  * Every output takes its window's taps in one order, rows then columns (max: a NaN wins, the
  * last one met; average: the sum in that order, then one division), so every path below gives
  * the same bits. Output rows of at least 8 columns with stride 1 or 2 go 16 columns per
- * AVX-512 step (8 per AVX2 step in an x86-64-v3 build), one tap at a time over the whole vector: a tap outside the image columns
- * reads -inf for max (never taken: neither greater nor NaN) and +0 for the average (x + 0 = x
- * for every sum that starts at +0). The scalar window-by-window loop took three times the
- * convolution before ResNet's 3x3/2 max pool. Max pooling of such rows first takes each input
- * row's maxima once (pool_plane_max_rows; measured: docs/kernels.md, pdp.c). Global pooling
- * (one output per plane) takes 8 planes at a time (pool_global). Other averages (narrow rows,
- * strides above 2: a wide pool's passes) take a row's windows inside the image side by side,
- * each in its own order (pool_row_inside).
+ * AVX-512 step (8 per AVX2 step in an x86-64-v3 build), one tap at a time over the whole
+ * vector: a tap outside the image columns reads -inf for max (never taken: neither greater nor
+ * NaN) and +0 for the average (x + 0 = x for every sum that starts at +0). The scalar
+ * window-by-window loop took three times the convolution before ResNet's 3x3/2 max pool. Max
+ * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows;
+ * measured: docs/kernels.md, pdp.c). Global pooling (one output per plane) takes 8 planes at a
+ * time (pool_global). Other averages (narrow rows, strides above 2: a wide pool's passes) take
+ * a row's windows inside the image side by side, each in its own order (pool_row_inside).
  */
 #include <math.h>
 #if defined(__AVX512F__) || defined(__AVX2__)

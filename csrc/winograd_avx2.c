@@ -1,10 +1,10 @@
 /* winograd_avx2.c - the Winograd mode's steps 2-4 (winograd.c) with 8-lane vectors: the path
  * of builds without AVX-512 (x86-64-v3). The MAC-array GEMM replaced a scalar fmaf loop that
- * made ResNet-50's 3x3 layers the x86-64-v3 build's slowest part; the input and output
- * transforms replaced scalar loops that took 38 % of a 64-channel 56x56 layer on a Zen 3
- * (docs/kernels.md). Every M element is the same fused multiply-add chain over the channels
- * from 0 up, starting from 0, and every transform the same additions in the same order, as
- * winograd.c's other paths compute them: the same bits; only the tiles are taken 8 at a time.
+ * made ResNet-50's 3x3 layers the x86-64-v3 build's slowest part, the input and output
+ * transforms scalar loops (their cost then and now: docs/winograd.md). Every M element is the
+ * same fused multiply-add chain over the channels from 0 up, starting from 0, and every
+ * transform the same additions in the same order, as winograd.c's other paths compute them:
+ * the same bits; only the tiles are taken 8 at a time.
  */
 #include "winograd.h"
 

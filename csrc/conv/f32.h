@@ -94,9 +94,11 @@ static inline void pack_col(const conv_plan* P, const float* img, int64_t y, int
 }
 
 /* Depth rows [p0, p0+kc) of columns [n0, n0+nt) of the im2col matrix of image-group input
- * img, row p0 + i at col + i * ld (conv/f32_blas.c). */
+ * img in panels of pw columns: column j of row p0 + i at col[(j / pw) * kc * pw + i * pw +
+ * j % pw] (pw >= nt: one panel, row p0 + i at col + i * pw, the blas path's; the AVX2 GEMM's
+ * panels of 24). conv/f32_blas.c. */
 void f32_im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t nt, int64_t p0,
-                     int64_t kc, int64_t ld, float* col);
+                     int64_t kc, int64_t pw, float* col);
 
 /* ---- the implementation interface (conv/f32_impls.c) ------------------------------------ */
 typedef struct conv_f32_call {

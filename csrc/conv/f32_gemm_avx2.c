@@ -7,12 +7,11 @@
  * with the weights read in place, each 32-deep block summed from zero by one FMA per depth step
  * and added to the output (the first block stored): the implicit and packed AVX-512 kernels'
  * sums. Per depth block (sized so that a panel of it fills half the L1d), panels outermost:
- * a panel stays in L1 while every block of 4 channels passes over it (with the whole tile
- * read from L2 per channel block instead, and a 512 KB tile, Zen 3's 512 KB L2 held it badly:
- * docs/kernels.md). An image's last
- * ohw % 16 positions are 16-lane dot products along the depth, reduced in
- * _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so (a rule of the
- * geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
+ * a panel stays in L1 while every block of 4 channels passes over it, rather than each
+ * channel block reading the whole tile from L2, which an L2 of the tile's size holds badly
+ * (docs/kernels.md). An image's last ohw % 16 positions are 16-lane dot products along the
+ * depth, reduced in _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so
+ * (a rule of the geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
  * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
  * tests/sim/test_conv_impls.py uses to compare the bits. */
 #include "conv/f32.h"
@@ -25,13 +24,10 @@ enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
 enum { A2_KC_DEFAULT = 128 };         /* depth block where the L1d size is not known */
 
 /* Depth rows [p0, p0 + kc) of columns [n0, n0 + nt) of the im2col matrix of image-group input
- * img (f32_im2col_tile's values) as panels of AN columns: column j of row i at
- * col[(j / AN) * kc * AN + i * AN + j % AN]. */
+ * img as panels of AN columns: column j of row i at col[(j / AN) * kc * AN + i * AN + j % AN]
+ * (f32_im2col_tile's layout and values). */
 static void a2_im2col_panels(const conv_plan* P, const float* img, int64_t n0, int64_t nt,
                              int64_t p0, int64_t kc, float* col) {
-  const conv_geometry* g = P->g;
-  const int64_t ow = g->out_w, sw = g->stride_w;
-  const int64_t S = g->kernel_w, RS = (int64_t)g->kernel_h * S;
   if (P->pointwise) { /* row i is input channel p0 + i's positions: copies of the panels' runs */
     for (int64_t i = 0; i < kc; ++i) {
       const float* src = img + (p0 + i) * P->hw + n0;
@@ -41,39 +37,7 @@ static void a2_im2col_panels(const conv_plan* P, const float* img, int64_t n0, i
     }
     return;
   }
-  for (int64_t i = 0; i < kc; ++i) {
-    const int64_t kk = p0 + i, c = kk / RS, r = kk % RS / S, s = kk % S;
-    const float* plane = img + c * P->hw;
-    int64_t y = n0 / ow, x = n0 % ow;
-    for (int64_t j = 0; j < nt;) {
-      int64_t run = ow - x < nt - j ? ow - x : nt - j; /* this output row's, in this panel */
-      if (run > AN - j % AN) run = AN - j % AN;
-      float* d = col + (j / AN) * kc * AN + i * AN + j % AN;
-      const int64_t iy = y * g->stride_h - g->pad_top + r * g->dilation_h;
-      const int64_t ix0 = x * sw - g->pad_left + s * g->dilation_w; /* of position x */
-      int64_t lo = 0, hi = 0; /* positions [lo, hi) of the run read inside the plane */
-      if (iy >= 0 && iy < g->h && ix0 < g->w) {
-        lo = ix0 >= 0 ? 0 : (-ix0 + sw - 1) / sw;
-        hi = (g->w - 1 - ix0) / sw + 1;
-        if (hi > run) hi = run;
-        if (lo > hi) lo = hi;
-      }
-      for (int64_t t = 0; t < lo; ++t) d[t] = 0.0f;
-      const float* src = plane + iy * g->w + ix0; /* read only for t in [lo, hi) */
-      if (sw == 1) {
-        for (int64_t t = lo; t < hi; ++t) d[t] = src[t];
-      } else {
-        for (int64_t t = lo; t < hi; ++t) d[t] = src[t * sw];
-      }
-      for (int64_t t = hi; t < run; ++t) d[t] = 0.0f;
-      j += run;
-      x += run;
-      if (x == ow) {
-        x = 0;
-        ++y;
-      }
-    }
-  }
+  f32_im2col_tile(P, img, n0, nt, p0, kc, AN, col);
 }
 
 /* conv/f32_order.h's dot-product tail of this geometry: the one rule every build keeps. */

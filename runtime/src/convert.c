@@ -203,11 +203,12 @@ static void transpose_uint32_t(const uint32_t* s, uint32_t* d, int64_t rows, int
   }
 }
 #elif defined(__AVX2__)
-/* The same with AVX2's 8 x 8 blocks (hosts without AVX-512: the scalar tiles took 4-6 % of a
- * ViT-Ti inference on a Zen 3, docs/transformer_ops.md): 8 row loads, three rounds of
- * shuffles (32-bit pairs, 64-bit pairs, 128-bit halves), 8 column stores. Ragged blocks load
- * their rows' existing lanes (missing rows as zeros) and store only the columns' existing
- * lanes, as the AVX-512 path does; the shuffles move bits, never compute on them. */
+/* The same with AVX2's 8 x 8 blocks (hosts without AVX-512, which ran the scalar tiles: their
+ * share of a ViT-Ti inference before and after is in docs/transformer_ops.md): 8 row loads,
+ * three rounds of shuffles (32-bit pairs, 64-bit pairs, 128-bit halves), 8 column stores.
+ * Ragged blocks load their rows' existing lanes (missing rows as zeros) and store only the
+ * columns' existing lanes, as the AVX-512 path does; the shuffles move bits, never compute on
+ * them. */
 static inline __m256i lanes_below(int64_t n) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), index);
