@@ -22,7 +22,8 @@
  * runs whose codes are a function of each plane's input bytes look them up (run_table). What the
  * files share is in sdp_i8_internal.h.
  * AVX2 without AVX-512 (sdp_i8_avx2.c): the common converter, the residual add and a planned
- * LUT in 8 int32 lanes (the same int32 identities and plans), sdp_one for the rest.
+ * LUT in 8 int32 lanes (the same int32 identities and plans), the other converters' steps in 4
+ * int64 lanes, sdp_one for a LUT outside its plan.
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give
  * identical codes. Figures: docs/kernels.md.
  */

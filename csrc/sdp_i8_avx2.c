@@ -5,13 +5,14 @@
  *  - the residual add (element-wise ADD with an output converter, NONE / RELU / CLIP),
  *    add32_plan's forms (identities at add32);
  *  - a LUT activation through the layer's plan of codes by bins of the table's input t
- *    (sdp_i8_lut_plan): t in int32 lanes (lut_t8 below), one vpgatherdd of 8 bin words, the
+ *    (sdp_i8_lut_plan): t in int32 lanes (lut_8 below), one vpgatherdd of 8 bin words, the
  *    code below or above the bin's threshold.
  * 32 values a step (four vectors, packed to bytes together); a tail of fewer goes through a
- * zero-padded copy. Everything else (PRELU, MUL / MAX / MIN, channels whose bounds the int32
- * forms do not hold, a LUT without a plan or in a bin with two changes) runs sdp_one
- * (sdp_i8_span_scalar). AVX2 lacks what the AVX-512 forms lean on (64-bit arithmetic shifts and
- * min/max, mask registers, vpmovsdb), so those (sdp_i8_avx512.c's int64 lanes) are not ported.
+ * zero-padded copy. Everything else without a LUT (PRELU, MUL / MAX / MIN, channels whose
+ * bounds the int32 forms do not hold, sdp_i8_channels) runs sdp_one's steps in 4 int64 lanes
+ * (gen4 below: AVX2 lacks the AVX-512 forms' 64-bit arithmetic shifts and min/max, mask
+ * registers and vpmovsdb); a LUT without a plan, in a bin with two changes or along the
+ * channels runs sdp_one itself (sdp_i8_span_scalar, sdp_i8_channels_scalar).
  */
 #include <stdint.h>
 #include <string.h>

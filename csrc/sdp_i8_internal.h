@@ -1,9 +1,9 @@
 /* sdp_i8_internal.h - what the INT8 SDP converter's files share (internal to them).
  *
  * The converter is one definition (sdp_one, sdp_i8.c) and several exact vector forms of it;
- * they live in three files (sdp_i8.c: the definition, the dispatch and independent runs;
+ * they live in four files (sdp_i8.c: the definition, the dispatch and independent runs;
  * sdp_i8_avx512.c: the general and fast vector paths and the conv epilogue's lane forms;
- * sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the int64-lane
+ * sdp_i8_avx2.c: the AVX2 build's forms; sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the int64-lane
  * front end are static inline here so that every file computes them from the one text.
  */
 #ifndef ACCEL_SDP_I8_INTERNAL_H
@@ -23,7 +23,8 @@
 #endif
 
 /* Without them, AVX2 (8 int32 lanes, no mask registers, no 64-bit arithmetic shifts) runs the
- * int32-lane forms of sdp_i8_avx2.c, and sdp_one for the rest. */
+ * int32-lane forms of sdp_i8_avx2.c, its 4 int64 lanes (gen4) for the other converters, and
+ * sdp_one for a LUT outside its plan. */
 #if !SDP_I8_VECTOR && defined(__AVX2__)
 #define SDP_I8_AVX2 1
 #include <immintrin.h>

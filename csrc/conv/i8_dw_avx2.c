@@ -76,6 +76,7 @@ static void dwa_make_plan(const plan* P, int nth, dwa_plan* D, dwa_term* terms) 
   D->nvr = (g->out_w + 7) / 8;
   D->L = (D->nvr * 8 + D->sq + 7) & ~(int64_t)7; /* whole vectors: no store crosses a row */
   D->band = DWA_BAND / g->out_w;
+  if (D->band < 1) D->band = 1; /* rows wider than DWA_BAND: one a band (a divisor below) */
   /* at least 4 items per participant where the rows allow (a stem is one group) */
   const int64_t planes = (int64_t)g->n * g->groups, want = 4 * (int64_t)nth;
   if (planes * ((g->out_h + D->band - 1) / D->band) < want) {

@@ -12,13 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from accel_codegen.sim import reference as ref
+from accel_codegen.sim.device import host_isa
 
 # Layers (n, c, h, w, k, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), groups):
 # depthwise 3x3 and 5x5 at strides 1 and 2 on planes from 1x1 to 112x112, odd widths (7, 13,
 # 57, 113: a row's last vector partial), channels not a multiple of 8, a channel multiplier of
 # 2, stride 3, dilation 2 (lone taps), a 7x1 and a 1x9 kernel, padding larger than the kernel
 # needs and none, a batch of two, bands of rows (planes of more than 2048 outputs); stems on 2, 3
-# and 4 channels (3x3/2, 7x7/2, 5x5/1); and a one-channel input with 6 outputs.
+# and 4 channels (3x3/2, 7x7/2, 5x5/1); a one-channel input with 6 outputs; rows of more than
+# 2048 outputs.
 LAYERS = [
     (1, 32, 112, 112, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),
     (1, 19, 113, 57, 19, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 19),
@@ -41,6 +43,9 @@ LAYERS = [
     (1, 4, 24, 24, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     (1, 6, 10, 10, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # grouped, 3 channels a group
     (1, 1, 28, 28, 6, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # rows wider than a band's 2048 outputs (one row a band: its size was 0, then a divisor)
+    (1, 3, 3, 2100, 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    (1, 2, 2, 2060, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 ]
 
 GEN = r"""
@@ -90,8 +95,9 @@ def _run(impl):
 
 
 def _avx2():
-    path = Path("/proc/cpuinfo")
-    return path.exists() and " avx2" in path.read_text()
+    """Whether this build has the kernels (compiled for AVX2: host_isa), not whether the CPU
+    has AVX2 (a build without -march=native on an AVX2 CPU has none)."""
+    return "avx2" in host_isa()
 
 
 def test_direct_kernels_compute_the_reference_exactly():
