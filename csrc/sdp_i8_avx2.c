@@ -235,26 +235,17 @@ typedef struct lut_v8 {
 } lut_v8;
 
 static void lut_v8_plan(const chan_params* c, const struct sdp_i8_lut_plan* P, lut_v8* f) {
-  const int64_t s = c->shift, m = c->mul;
-  int64_t limit = INT32_MAX;
-  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
-  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
-  if (limit > INT32_MAX) limit = INT32_MAX;
-  if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
-  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
-  /* no int32 v at all (bias -2^31 with pre >= 31: limit 0, vmin 2^31, which the cast to int32
-   * turned into INT32_MIN, accepting every v): an empty range, every lane takes the scalar
-   * steps */
-  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
-  f->vmin = _mm256_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
-  f->vmax = _mm256_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
-  f->bias = _mm256_set1_epi32((int32_t)c->bias);
-  f->mul = _mm256_set1_epi32((int32_t)m);
+  lut_t32 t; /* the scalars (sdp_i8_internal.h; an empty range sends every lane to sdp_one) */
+  lut_t32_plan(c, &t);
+  f->form = t.form;
+  f->vmin = _mm256_set1_epi32(t.vmin);
+  f->vmax = _mm256_set1_epi32(t.vmax);
+  f->bias = _mm256_set1_epi32(t.bias);
+  f->mul = _mm256_set1_epi32(t.mul);
   f->low16 = _mm256_set1_epi32(0xFFFF);
-  f->add = _mm256_set1_epi32(f->form == 2 ? (int32_t)((int64_t)1 << (s - 17))
-                             : f->form == 1 ? 1 << (s - 1) : 0);
-  f->shift = _mm_cvtsi32_si128((int32_t)(f->form == 2 ? s - 16 : s));
-  f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
+  f->add = _mm256_set1_epi32(t.add);
+  f->shift = _mm_cvtsi32_si128(t.shift);
+  f->left = _mm_cvtsi32_si128(t.left);
   f->t_lo = _mm256_set1_epi32(P->t_lo);
   f->t_hi = _mm256_set1_epi32(P->t_hi);
   f->base = _mm256_set1_epi32(P->base);

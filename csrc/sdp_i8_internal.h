@@ -221,6 +221,36 @@ static inline int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t
   return 1;
 }
 
+/* A LUT activation's input t = sat32(rhaz(sat32(v + bias) * mul, s)) of one channel in int32
+ * lanes, mul >= 0 (the identities: sdp_i8_lut.c's lut_front): the scalars both vector builds
+ * broadcast (sdp_i8_lut.c's lut_front_plan, sdp_i8_avx2.c's lut_v8_plan), one definition. v in
+ * [vmin, vmax] keeps t = v + bias inside int32 and |t| <= limit, where the form is exact and
+ * BS's t 2^pre fits int32 (NVDLA's BS -> BN is then this one rounding); with bias -2^31 and
+ * pre >= 31 no v does (limit 0, vmin 2^31: cast to int32 it read as INT32_MIN, every v), so the
+ * range is empty (vmin > vmax) and every value takes the int64 / scalar steps. */
+typedef struct lut_t32 {
+  int32_t vmin, vmax, bias, mul, add, shift, left;
+  int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
+} lut_t32;
+
+static inline void lut_t32_plan(const chan_params* c, lut_t32* f) {
+  const int64_t s = c->shift, m = c->mul;
+  int64_t limit = INT32_MAX;
+  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
+  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
+  if (limit > INT32_MAX) limit = INT32_MAX;
+  if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
+  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
+  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
+  f->vmin = empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN);
+  f->vmax = empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX);
+  f->bias = (int32_t)c->bias;
+  f->mul = (int32_t)m;
+  f->add = f->form == 2 ? (int32_t)((int64_t)1 << (s - 17)) : f->form == 1 ? 1 << (s - 1) : 0;
+  f->shift = (int32_t)(f->form == 2 ? s - 16 : s);
+  f->left = (int32_t)(16 - s);
+}
+
 /* add32_plan's threshold t1 for any channel (bs_exact_to): from t1 on, the residual add's
  * code is saturated on t's side whatever the operand. */
 static inline int64_t add_threshold(const sdp_i8* p, const chan_params* c) {

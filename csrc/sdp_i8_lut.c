@@ -840,26 +840,19 @@ typedef struct lut_front {
   int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
 } lut_front;
 
+/* lut_t32_plan's scalars (sdp_i8_internal.h) in 16 lanes */
 static void lut_front_plan(const chan_params* c, lut_front* f) {
-  const int64_t s = c->shift, m = c->mul;
-  int64_t limit = INT32_MAX;
-  f->form = s >= 17 ? 2 : s >= 1 ? 1 : 0;
-  if (f->form < 2 && m > 0) limit = (((int64_t)1 << 30) << s) / m;
-  if (limit > INT32_MAX) limit = INT32_MAX;
-  /* and BS's t 2^pre inside int32, where NVDLA's BS -> BN is this one rounding */
-  if (limit > (INT32_MAX >> bs_pre(c->pre))) limit = INT32_MAX >> bs_pre(c->pre);
-  const int64_t vmin = -limit - c->bias, vmax = limit - c->bias;
-  /* no int32 v (bias -2^31, pre >= 31: limit 0, vmin 2^31): empty, every step front8's */
-  const int empty = vmin > INT32_MAX || vmax < INT32_MIN;
-  f->vmin = _mm512_set1_epi32(empty ? INT32_MAX : (int32_t)(vmin > INT32_MIN ? vmin : INT32_MIN));
-  f->vmax = _mm512_set1_epi32(empty ? INT32_MIN : (int32_t)(vmax < INT32_MAX ? vmax : INT32_MAX));
-  f->bias = _mm512_set1_epi32((int32_t)c->bias);
-  f->mul = _mm512_set1_epi32((int32_t)m);
+  lut_t32 t;
+  lut_t32_plan(c, &t);
+  f->form = t.form;
+  f->vmin = _mm512_set1_epi32(t.vmin);
+  f->vmax = _mm512_set1_epi32(t.vmax);
+  f->bias = _mm512_set1_epi32(t.bias);
+  f->mul = _mm512_set1_epi32(t.mul);
   f->low16 = _mm512_set1_epi32(0xFFFF);
-  f->add = _mm512_set1_epi32(f->form == 2 ? (int32_t)((int64_t)1 << (s - 17))
-                             : f->form == 1 ? 1 << (s - 1) : 0);
-  f->shift = _mm_cvtsi32_si128((int32_t)(f->form == 2 ? s - 16 : s));
-  f->left = _mm_cvtsi32_si128((int32_t)(16 - s));
+  f->add = _mm512_set1_epi32(t.add);
+  f->shift = _mm_cvtsi32_si128(t.shift);
+  f->left = _mm_cvtsi32_si128(t.left);
 }
 
 /* t of 16 values by lut_front_plan's forms; *ok = 0 when a lane in `valid` is outside [vmin,
