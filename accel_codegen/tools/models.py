@@ -1,7 +1,8 @@
 """A model zoo in plain PyTorch, for exercising the frontends and the offload flow.
 
 Every model is built from a fixed seed (the same seed gives bit-identical weights and inputs
-with the same torch build), put in eval mode, and initialised realistically, as after
+on any CPU: they are drawn by NumPy's generator, whose bits do not depend on the host, and
+the batch-norm statistics are measured in float64, see :func:`_build`), put in eval mode, and initialised realistically, as after
 training (:func:`_init_weights`, then :func:`_measure_batch_norm_statistics`):
 
 * convolution and linear weights are drawn from N(0, 2 / fan_in) (He / Kaiming, fan-in
@@ -46,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -74,47 +76,64 @@ CALIBRATION_BATCH = 4
 # --------------------------------------------------------------------------------------
 # Initialisation
 # --------------------------------------------------------------------------------------
-def _init_weights(model: nn.Module, gen: torch.Generator) -> None:
+def _dims(shape) -> tuple:
+    return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+def _normal(gen: np.random.Generator, shape, std: float = 1.0) -> torch.Tensor:
+    """N(0, std^2) samples as a float32 tensor. NumPy draws them and scales them in float64,
+    rounding once: torch's own generator and arithmetic take vector paths chosen by the CPU
+    (``ATEN_CPU_CAPABILITY``), whose bits differ from one CPU to another."""
+    return torch.from_numpy((gen.standard_normal(_dims(shape)) * std).astype(np.float32))
+
+
+def _uniform(gen: np.random.Generator, shape, low: float, high: float,
+             log: bool = False) -> torch.Tensor:
+    """U(low, high) samples (their natural logarithms with ``log``) as a float32 tensor, in
+    float64 and rounded once, as :func:`_normal`'s."""
+    x = gen.uniform(low, high, _dims(shape))
+    return torch.from_numpy((np.log(x) if log else x).astype(np.float32))
+
+
+def _init_weights(model: nn.Module, gen: np.random.Generator) -> None:
     """Overwrite every parameter of ``model`` from ``gen``, in module order (a conv or linear
     layer's weight then bias, a norm's weight then bias). Batch-norm running statistics are
     left to :func:`_measure_batch_norm_statistics`."""
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)):
+            if isinstance(module, (nn.modules.conv._ConvNd, nn.Linear)):
                 w = module.weight
-                fan_in = w[0].numel()  # in_channels / groups * kh * kw, or in_features
-                w.copy_(torch.randn(w.shape, generator=gen) * math.sqrt(2.0 / fan_in))
+                fan_in = w[0].numel()  # in_channels / groups * kh * kw (out_channels for a
+                # transposed conv, as torch counts it), or in_features
+                w.copy_(_normal(gen, w.shape, math.sqrt(2.0 / fan_in)))
                 if module.bias is not None:
-                    module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
+                    module.bias.copy_(_normal(gen, module.bias.shape, 0.1))
             elif isinstance(module, nn.BatchNorm2d):
                 c = module.num_features
-                module.weight.copy_(torch.rand(c, generator=gen) + 0.5)
-                module.bias.copy_(torch.randn(c, generator=gen) * 0.1)
-            elif isinstance(module, nn.LayerNorm):
-                shape = module.normalized_shape
-                module.weight.copy_(torch.rand(shape, generator=gen) + 0.5)
-                module.bias.copy_(torch.randn(shape, generator=gen) * 0.1)
+                module.weight.copy_(_uniform(gen, c, 0.5, 1.5))
+                module.bias.copy_(_normal(gen, c, 0.1))
+            elif isinstance(module, (nn.LayerNorm, nn.GroupNorm)) and module.weight is not None:
+                shape = module.weight.shape
+                module.weight.copy_(_uniform(gen, shape, 0.5, 1.5))
+                module.bias.copy_(_normal(gen, shape, 0.1))
             elif isinstance(module, nn.MultiheadAttention):  # its fused in-projection
                 w = module.in_proj_weight
-                w.copy_(torch.randn(w.shape, generator=gen) * math.sqrt(2.0 / w.shape[1]))
-                module.in_proj_bias.copy_(torch.randn(module.in_proj_bias.shape,
-                                                      generator=gen) * 0.1)
+                w.copy_(_normal(gen, w.shape, math.sqrt(2.0 / w.shape[1])))
+                module.in_proj_bias.copy_(_normal(gen, module.in_proj_bias.shape, 0.1))
             # ConvNeXt's layer scales (1e-6 at the start of training, 0.1 to 1 after it)
             if isinstance(getattr(module, "layer_scale", None), nn.Parameter):
-                module.layer_scale.copy_(torch.rand(module.layer_scale.shape,
-                                                    generator=gen) * 0.9 + 0.1)
+                module.layer_scale.copy_(_uniform(gen, module.layer_scale.shape, 0.1, 1.0))
             # A transformer's learned tokens and tables (zeros or 0.02 at the start of
             # training, O(0.1) after it): class token, position embedding, relative
             # position bias
             # Swin-V2's logit scales per head (log 10 at the start of training; trained
             # heads spread from about 3 to 50)
             if isinstance(getattr(module, "logit_scale", None), nn.Parameter):
-                module.logit_scale.copy_(torch.log(torch.rand(module.logit_scale.shape,
-                                                              generator=gen) * 47 + 3))
+                module.logit_scale.copy_(_uniform(gen, module.logit_scale.shape, 3.0, 50.0, log=True))
             for name in ("cls_token", "pos_embed", "relative_position_bias_table"):
                 table = getattr(module, name, None)
                 if isinstance(table, nn.Parameter):
-                    table.copy_(torch.randn(table.shape, generator=gen) * 0.1)
+                    table.copy_(_normal(gen, table.shape, 0.1))
 
 
 def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -122,8 +141,8 @@ def calibration_input(input_shape: tuple[int, ...], seed: int) -> torch.Tensor:
     example input's distribution, :data:`CALIBRATION_BATCH` samples of ``input_shape``
     (without the batch dimension), from its own stream of ``seed`` (so neither the example
     input nor the ``batch`` asked for changes the weights)."""
-    gen = torch.Generator().manual_seed(seed ^ _CALIBRATION_STREAM)
-    return torch.randn((CALIBRATION_BATCH, *input_shape), generator=gen)
+    return _normal(np.random.default_rng(seed ^ _CALIBRATION_STREAM),
+                   (CALIBRATION_BATCH, *input_shape))
 
 
 #: Threads of the batch-norm statistics pass (any fixed count gives the same weights every time).
@@ -191,13 +210,17 @@ def _build(factory: Callable[[], nn.Module], input_shape: tuple[int, ...], batch
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = factory()
-        _init_weights(model, torch.Generator().manual_seed(seed))
-        _measure_batch_norm_statistics(model, calibration_input(input_shape, seed))
+        _init_weights(model, np.random.default_rng(seed))
+        # in float64, so that the statistics' float32 values do not depend on the CPU's
+        # convolution kernels (their summation orders differ between ISAs); the weights
+        # round-trip exactly
+        model.double()
+        _measure_batch_norm_statistics(model, calibration_input(input_shape, seed).double())
+        model.float()
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    x = torch.randn((batch, *input_shape), generator=torch.Generator().manual_seed(
-        seed ^ _INPUT_STREAM))
+    x = _normal(np.random.default_rng(seed ^ _INPUT_STREAM), (batch, *input_shape))
     return model, (x,)
 
 

@@ -4,8 +4,9 @@ recorded in ``program_reference.json`` by the code before the refactoring.
 
 The test checks the quick cases; ``python tests/tools/test_program_reference.py`` checks every
 case (``--full`` adds the estimate-only zoo networks) and prints what differs; ``--write``
-records the reference (run it on the commit whose behaviour is the reference); ``--write`` with
-case names (``token_norm/nv_full_sram/fp16/fused``) records those cases only, the others kept.
+records the reference (run it on the commit whose behaviour is the reference; the estimate-only
+cases only with ``--full``); ``--write`` with case names (``token_norm/nv_full_sram/fp16/fused``)
+records those cases only, the others kept.
 """
 from __future__ import annotations
 
@@ -268,7 +269,9 @@ if __name__ == "__main__":
     full = "--full" in sys.argv
     if "--write" in sys.argv:
         cases = [a for a in sys.argv[1:] if not a.startswith("--")]
-        recorded = json.loads(REFERENCE.read_text()) if cases else {}
+        # the cases not computed (others than those named; without --full, the estimate-only
+        # ones) keep their records
+        recorded = json.loads(REFERENCE.read_text())
         recorded.update(compute(set(cases) if cases else None, full=full))
         text = json.dumps(recorded, indent=1, sort_keys=True)
         # one line per run: [label, cycles]
