@@ -122,55 +122,70 @@ static void dwa_make_plan(const plan* P, int nth, dwa_plan* D, dwa_term* terms) 
     }
 }
 
-/* Plane row d from input row `row` (NULL: a padding row): column i = padded column
- * px + csw i. csw 1: only the image columns [pad_left, pad_left + wb) are written (the pads
- * hold in_zero from the call's fill); image rows never write past them, padding rows may write
- * in_zero up to 15 words further (into pads, later rows or the buffer's slack). */
-static void dwa_row(const conv_geometry* g, const dwa_plan* D, const int8_t* row, int64_t px,
-                    int16_t in_zero, int16_t* d) {
-  if (D->csw == 1) {
-    int16_t* b = d + g->pad_left;
-    const int64_t n = D->wb;
-    if (row == NULL) {
-      const __m256i z = _mm256_set1_epi16(in_zero);
-      for (int64_t j = 0; j < n; j += 16) _mm256_storeu_si256((__m256i*)(b + j), z);
-      return;
-    }
-    if (n >= 16) {
-      int64_t j = 0;
-      for (; j + 16 <= n; j += 16)
-        _mm256_storeu_si256((__m256i*)(b + j),
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(row + j))));
-      if (j < n) /* the last 16, overlapping */
-        _mm256_storeu_si256(
-            (__m256i*)(b + n - 16),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(row + n - 16))));
-    } else if (n >= 8) {
-      _mm_storeu_si128((__m128i*)b, _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)row)));
-      _mm_storeu_si128((__m128i*)(b + n - 8),
-                       _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(row + n - 8))));
-    } else {
-      for (int64_t j = 0; j < n; ++j) b[j] = row[j];
-    }
-    return;
-  }
-  /* a column phase of a stride of 3 or more: element by element */
-  for (int64_t i = 0; i < D->E; ++i) {
-    const int64_t ix = px + i * D->csw - g->pad_left;
-    d[i] = row != NULL && ix >= 0 && ix < g->w ? row[ix] : in_zero;
+/* An image row's n values into d as int16, never past d + n. */
+static void dwa_image_row(const int8_t* row, int64_t n, int16_t* d) {
+  if (n >= 16) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+      _mm256_storeu_si256((__m256i*)(d + j),
+                          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(row + j))));
+    if (j < n) /* the last 16, overlapping */
+      _mm256_storeu_si256((__m256i*)(d + n - 16),
+                          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(row + n - 16))));
+  } else if (n >= 8) {
+    _mm_storeu_si128((__m128i*)d, _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)row)));
+    _mm_storeu_si128((__m128i*)(d + n - 8),
+                     _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(row + n - 8))));
+  } else {
+    for (int64_t j = 0; j < n; ++j) d[j] = row[j];
   }
 }
 
 /* The band's planes of input channel plane `src`: row phase a, column phase b, row i holds
- * input row (y0 + i) sh + ry[a] - pad_top. */
+ * input row (y0 + i) sh + ry[a] - pad_top at padded columns b + csw j. csw 1: the image
+ * columns [pad_left, pad_left + wb) are written (the pads hold in_zero from the call's fill).
+ * Image rows of 16 columns or more never write past them; shorter ones (where 16 bytes are
+ * readable from the row and E - wb <= 16) write 16 values and then in_zero over the 16 words
+ * after their image columns: their right pad and the next row's left pad, restored, and the
+ * next row's columns, which it writes after. Padding rows write in_zero up to 15 words past
+ * their image columns (into pads, later rows or the buffer's slack). */
 static void dwa_build(const conv_geometry* g, const dwa_plan* D, const int8_t* src,
-                      int16_t in_zero, int64_t y0, int16_t* copy) {
+                      const int8_t* in_end, int16_t in_zero, int64_t y0, int16_t* copy) {
+  const int64_t E = D->E, hp = D->hp, W = g->w, H = g->h, sh = g->stride_h;
+  if (D->csw == 1) {
+    const int64_t n = D->wb;
+    const int short_rows = n == W && n < 16 && E - n <= 16;
+    const __m256i z = _mm256_set1_epi16(in_zero);
+    for (int64_t a = 0; a < D->nry; ++a) {
+      int16_t* d = copy + a * D->plane + g->pad_left;
+      int64_t iy = y0 * sh + D->ry[a] - g->pad_top;
+      for (int64_t i = 0; i < hp; ++i, iy += sh, d += E) {
+        if (iy < 0 || iy >= H) {
+          for (int64_t j = 0; j < n; j += 16) _mm256_storeu_si256((__m256i*)(d + j), z);
+          continue;
+        }
+        const int8_t* row = src + iy * W;
+        if (short_rows && in_end - row >= 16) {
+          _mm256_storeu_si256((__m256i*)d,
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)row)));
+          _mm256_storeu_si256((__m256i*)(d + n), z);
+        } else {
+          dwa_image_row(row, n, d);
+        }
+      }
+    }
+    return;
+  }
+  /* column phases of a stride of 3 or more: element by element */
   for (int64_t a = 0; a < D->nry; ++a)
     for (int64_t b = 0; b < D->ncx; ++b) {
-      int16_t* pl = copy + (a * D->ncx + b) * D->plane;
-      for (int64_t i = 0; i < D->hp; ++i) {
-        const int64_t iy = (y0 + i) * g->stride_h + D->ry[a] - g->pad_top;
-        dwa_row(g, D, iy >= 0 && iy < g->h ? src + iy * g->w : NULL, b, in_zero, pl + i * D->E);
+      int16_t* d = copy + (a * D->ncx + b) * D->plane;
+      for (int64_t i = 0; i < hp; ++i, d += E) {
+        const int64_t iy = (y0 + i) * sh + D->ry[a] - g->pad_top;
+        for (int64_t j = 0; j < E; ++j) {
+          const int64_t ix = b + j * D->csw - g->pad_left;
+          d[j] = iy >= 0 && iy < H && ix >= 0 && ix < W ? src[iy * W + ix] : in_zero;
+        }
       }
     }
 }
@@ -225,13 +240,44 @@ static inline __attribute__((always_inline)) void dwa_direct(
   for (int j = 0; j < NB; ++j) _mm256_storeu_si256((__m256i*)(acc + p + 8 * j), s[j]);
 }
 
+/* Output rows y = 1 .. rows - 1 from acc + y Eo to acc + y ow (Eo > ow), each moved down over
+ * the junk columns before it, front to back (a row's destination ends before its source's
+ * unread part: y ow + i < y Eo + i). Rows of 8 or more in vectors, loaded before they are
+ * stored (the last, overlapping, reads values the first may have overwritten otherwise); the
+ * accumulators' slack takes the reads past the last row. */
+static void dwa_compact(int32_t* acc, int64_t rows, int64_t ow, int64_t Eo) {
+  if (ow > 64) {
+    for (int64_t y = 1; y < rows; ++y)
+      memmove(acc + y * ow, acc + y * Eo, (size_t)ow * sizeof(int32_t));
+    return;
+  }
+  for (int64_t y = 1; y < rows; ++y) {
+    const int32_t* s = acc + y * Eo;
+    int32_t* d = acc + y * ow;
+    if (ow < 8) {
+      /* 8 values where the 8 - ow past the row fall short of the next row's source */
+      if (y * ow + 8 <= (y + 1) * Eo)
+        _mm256_storeu_si256((__m256i*)d, _mm256_loadu_si256((const __m256i*)s));
+      else
+        for (int64_t i = 0; i < ow; ++i) d[i] = s[i];
+      continue;
+    }
+    __m256i v[8];
+    const int64_t nv = (ow + 7) / 8; /* the last vector ends at the row's end */
+    for (int64_t i = 0; i < nv; ++i)
+      v[i] = _mm256_loadu_si256((const __m256i*)(s + (i + 1 < nv ? 8 * i : ow - 8)));
+    for (int64_t i = 0; i < nv; ++i)
+      _mm256_storeu_si256((__m256i*)(d + (i + 1 < nv ? 8 * i : ow - 8)), v[i]);
+  }
+}
+
 /* The loop over the bands (pool_for items: image, group, band). */
 typedef struct dwa_job {
   const plan* P;
   const dwa_plan* D;
   const dwa_term* terms;
   int32_t in_zero;
-  const int8_t* in;
+  const int8_t *in, *in_end;
   const int8_t* w;
   int8_t* out;
   const sdp_i8* ep;
@@ -255,8 +301,8 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
   const int64_t rows = g->out_h - y0 < D->band ? g->out_h - y0 : D->band;
   const int64_t cg = P->cg, ow = g->out_w, Eo = D->Eo, nterms = D->nterms;
   for (int64_t c = 0; c < cg; ++c)
-    dwa_build(g, D, J->in + (b * g->c + grp * cg + c) * P->hw, (int16_t)J->in_zero, y0,
-              copy + c * D->cplane);
+    dwa_build(g, D, J->in + (b * g->c + grp * cg + c) * P->hw, J->in_end, (int16_t)J->in_zero,
+              y0, copy + c * D->cplane);
   const int64_t np = rows * Eo; /* the band's outputs, junk columns included */
   for (int64_t j = 0; j < P->mg; ++j) {
     const int64_t k = grp * P->mg + j;
@@ -272,24 +318,26 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
       }
     /* modulo 2^32, as the sums */
     const __m256i init = _mm256_set1_epi32((int32_t)(uint32_t)(-(int64_t)J->in_zero * wsum));
+    /* blocks of 64 while more than 48 outputs remain (the last may run past the band: junk
+     * outputs, in the slack), then the fewest blocks of 16 (parity) or 32 / 8 (direct) */
     int64_t p = 0;
     if (D->direct) {
-      for (; p + 64 <= np; p += 64)
+      for (; np - p > 48; p += 64)
         dwa_direct(8, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-      for (; p + 32 <= np; p += 32)
+      for (; np - p > 16; p += 32)
         dwa_direct(4, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
       for (; p < np; p += 8)
         dwa_direct(1, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
     } else {
-      for (; p + 64 <= np; p += 64)
+      for (; np - p > 48; p += 64)
         dwa_parity(4, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-      for (; p < np; p += 16)
-        dwa_parity(1, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
+      if (np - p > 16) {
+        dwa_parity(2, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
+        p += 32;
+      }
+      if (p < np) dwa_parity(1, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
     }
-    /* rows to out_w apart: each moves down over the junk columns before it */
-    if (Eo != ow)
-      for (int64_t y = 1; y < rows; ++y)
-        memmove(acc + y * ow, acc + y * Eo, (size_t)ow * sizeof(int32_t));
+    if (Eo != ow) dwa_compact(acc, rows, ow, Eo);
     const int64_t at = ((b * g->k + k) * g->out_h + y0) * ow;
     convert_at(J->ep, k, acc, J->out, at, rows * ow);
   }
@@ -320,7 +368,8 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
     int16_t* copy = (int16_t*)bufs[t];
     for (size_t i = 0; i < copy_words; ++i) copy[i] = (int16_t)in_zero;
   }
-  const dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in, .w = w,
+  const dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in,
+                     .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w,
                      .out = out, .ep = ep, .bufs = bufs, .copy_bytes = copy_bytes,
                      .acc_bytes = acc_bytes, .bands = bands};
   pool_for(nth, items, dwa_item, (void*)&J);
