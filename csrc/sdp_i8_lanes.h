@@ -1,12 +1,13 @@
-/* sdp_i8_lanes.h - the common INT8 converter on int32 lanes in registers (AVX-512 builds).
+/* sdp_i8_lanes.h - the common INT8 converter on int32 lanes in registers (AVX-512: 16 lanes;
+ * AVX2: 8 lanes, the section at the end).
  *
  * The conv kernels convert their accumulators where they finish them, without storing the int32
  * values and reloading them in sdp_i8_span (that store and reload, and the per-call set-up of a
  * converter, were most of MobileNetV2's epilogue: docs/whole_network_time.md). It covers the
  * converter a conv's epilogue has most (no element-wise operand, out_mul 0, act NONE / RELU / CLIP,
- * no LUT) where sdp_i8_avx512.c's int32-lane identities hold for the channel (fast32_plan there);
- * the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8_avx512.c states
- * the identities):
+ * no LUT) where the int32-lane identities hold for the channel (fast32_plan, sdp_i8_internal.h);
+ * the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8_internal.h's
+ * fast32 states the identities):
  *   t = min(max(v, vlo), vhi) + bias                  (sat32(v + bias), clamped to +-T)
  *   q = ((t >> k) * mul + add + (((t & low) * mul + (neg & (t >> 31))) >> k)) >> shift
  * k = 16 (the split product, shift = s - 16) or k = 0, low = 0 (the direct product, shift = s;
