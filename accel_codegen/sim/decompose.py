@@ -644,27 +644,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                                             [(head, first, scores) for _, _, head, first, scores
                                              in heads_of])
     for w, h, head, first, _ in heads_of:
-        at = "" if one else f"w{w}."
-        v_rows = "v" if one else b.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
-        v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows", tk)
-        v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
-        e_h = b.view(f"{head}.e", e, first, t, (1, t, 1, tk))
-        r_h = b.view(f"{head}.r", r, first, t, (1, t, 1, 1))
-        r_lo_h = None if r_lo is None else b.view(f"{head}.rlo", r_lo, first, t, (1, t, 1, 1))
-        ops, r_h, units = b.values_runs(head, v, e_h, r_h, r_lo_h, covered)
-        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-            surface = b.view(f"{at}o.surface", "o", w * t * merged,
-                             merged if one else t * merged, (1, t, 1, d))
-            b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r_h, weights=e_h,
-                  units=units)
-            continue
-        out = "o" if one else b.view(f"{at}o", "o", w * t * merged, t * merged,
-                                     (t, merged, 1, 1))
-        o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r_h,
-                  weights=e_h, units=units)
-        o = b.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
-        b.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
-                                     precision=precision)], o, out, (t, merged, 1, 1))
+        b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"], (e, r, r_lo),
+                      covered)
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
                          ("k", "v"), ("o",), {**constants, **b.constants})
 
@@ -753,6 +734,36 @@ class _HeadPasses:
             return src
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
                                     precision=self.precision)], src, name, (count, d, 1, 1))
+
+    def head_values(self, w, h, head, first, sizes, v_channels, softmax, covered) -> None:
+        """Head h of window w after the softmax: [BDMA V_h], the P V CONV reading its block
+        of the exponentials (channel ``first``) and of the reciprocals, [BDMA O_h into the
+        output's channels of the head]."""
+        t, tk, windows, heads = sizes
+        d, (cv, v_first), (e, r, r_lo) = self.d, v_channels, softmax
+        merged, one = heads * d, windows == 1
+        at = "" if one else f"w{w}."
+        v_rows = "v" if one else self.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
+        v = self.rows(v_rows, v_first + h * d, f"{head}.v", f"{head}.values.rows", tk)
+        v = self.view(f"{head}.vs", v, 0, self.shapes[v][1], (1, tk, 1, d))
+        e_h = self.view(f"{head}.e", e, first, t, (1, t, 1, tk))
+        r_h = self.view(f"{head}.r", r, first, t, (1, t, 1, 1))
+        r_lo_h = None if r_lo is None else self.view(f"{head}.rlo", r_lo, first, t,
+                                                     (1, t, 1, 1))
+        ops, r_h, units = self.values_runs(head, v, e_h, r_h, r_lo_h, covered)
+        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
+            surface = self.view(f"{at}o.surface", "o", w * t * merged,
+                                merged if one else t * merged, (1, t, 1, d))
+            self.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r_h,
+                     weights=e_h, units=units)
+            return
+        out = "o" if one else self.view(f"{at}o", "o", w * t * merged, t * merged,
+                                        (t, merged, 1, 1))
+        o = self.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r_h,
+                     weights=e_h, units=units)
+        o = self.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
+        self.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
+                                        precision=self.precision)], o, out, (t, merged, 1, 1))
 
     def values_runs(self, head, v, e, r, r_lo, covered):
         """The P V run's chain, its element-wise operand and X unit operands: the
