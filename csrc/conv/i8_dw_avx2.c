@@ -31,8 +31,10 @@
  *
  * Work items are bands of output rows of one image and group (about DWA_BAND outputs): the
  * band's plane rows of the group's input channels are built, then for each output channel of
- * the group the band's accumulators are computed, moved down over the junk columns, and
- * converted while in L1 (convert_at: sdp_i8_span).
+ * the group the band's accumulators are computed and converted in registers where the
+ * channels' converters have the lane form (sdp_i8_lanes.h), their codes' rows copied to the
+ * output without the junk columns; other converters (LUTs, residual adds): stored, moved down
+ * over the junk columns, and converted while in L1 (convert_at: sdp_i8_span).
  */
 #include "conv/i8.h"
 
@@ -190,12 +192,46 @@ static void dwa_build(const conv_geometry* g, const dwa_plan* D, const int8_t* s
     }
 }
 
+/* Where a block's vectors go: FORM < 0, int32 into acc + p (converted later by
+ * sdp_i8_span); else codes into cb + p through the channel's lane converter e
+ * (sdp_i8_lanes.h: FORM its form, or DWA_FORM_ANY: eform, known at run time), 32 at a time
+ * (missing vectors as 0: junk codes past the block, in the buffer's slack). */
+enum { DWA_FORM_ANY = 9 };
+
+typedef struct dwa_sink {
+  int32_t* acc;
+  int8_t* cb;
+  const sdp_i8_lane_cvt* e;
+  int eform;
+  int8_t lo, hi;
+} dwa_sink;
+
+static inline __attribute__((always_inline)) void dwa_emit(const int FORM, const int NV,
+                                                          const __m256i* v, int64_t p,
+                                                          const dwa_sink* k) {
+  if (FORM < 0) {
+    for (int j = 0; j < NV; ++j) _mm256_storeu_si256((__m256i*)(k->acc + p + 8 * j), v[j]);
+    return;
+  }
+  const __m256i lo = _mm256_set1_epi8(k->lo), hi = _mm256_set1_epi8(k->hi);
+  for (int j = 0; j < NV; j += 4) {
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i)
+      q[i] = j + i >= NV ? _mm256_setzero_si256()
+             : FORM == DWA_FORM_ANY ? sdp_i8_lanes8_form(k->e, v[j + i], k->eform)
+                                    : sdp_i8_lanes8_form(k->e, v[j + i], FORM);
+    const __m256i c = _mm256_min_epi8(_mm256_max_epi8(sdp_i8_codes32(q[0], q[1], q[2], q[3]), lo), hi);
+    _mm256_storeu_si256((__m256i*)(k->cb + p + 8 * j), c);
+  }
+}
+
 /* NB blocks of 16 outputs from p (parity): the even outputs' vector at p + off, the odd ones'
  * at p + 1 + off, interleaved into order. */
 static inline __attribute__((always_inline)) void dwa_parity(
-    const int NB, const int16_t* copy, int64_t cplane, int64_t cg, const dwa_term* terms,
-    int64_t nterms, const int32_t* words, __m256i init, int64_t p, int32_t* acc) {
-  __m256i e[4], o[4];
+    const int FORM, const int NB, const int16_t* copy, int64_t cplane, int64_t cg,
+    const dwa_term* terms, int64_t nterms, const int32_t* words, __m256i init, int64_t p,
+    const dwa_sink* k) {
+  __m256i e[4], o[4], v[8];
   for (int j = 0; j < NB; ++j) e[j] = o[j] = init;
   for (int64_t c = 0; c < cg; ++c) {
     const int16_t* cp = copy + c * cplane + p;
@@ -214,16 +250,17 @@ static inline __attribute__((always_inline)) void dwa_parity(
   for (int j = 0; j < NB; ++j) {
     const __m256i lo = _mm256_unpacklo_epi32(e[j], o[j]); /* 0 1 2 3 | 8 9 10 11 */
     const __m256i hi = _mm256_unpackhi_epi32(e[j], o[j]); /* 4 5 6 7 | 12 13 14 15 */
-    _mm256_storeu_si256((__m256i*)(acc + p + 16 * j), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256((__m256i*)(acc + p + 16 * j + 8),
-                        _mm256_permute2x128_si256(lo, hi, 0x31));
+    v[2 * j] = _mm256_permute2x128_si256(lo, hi, 0x20);
+    v[2 * j + 1] = _mm256_permute2x128_si256(lo, hi, 0x31);
   }
+  dwa_emit(FORM, 2 * NB, v, p, k);
 }
 
 /* NB blocks of 8 outputs from p (direct): at 2p + off. */
 static inline __attribute__((always_inline)) void dwa_direct(
-    const int NB, const int16_t* copy, int64_t cplane, int64_t cg, const dwa_term* terms,
-    int64_t nterms, const int32_t* words, __m256i init, int64_t p, int32_t* acc) {
+    const int FORM, const int NB, const int16_t* copy, int64_t cplane, int64_t cg,
+    const dwa_term* terms, int64_t nterms, const int32_t* words, __m256i init, int64_t p,
+    const dwa_sink* k) {
   __m256i s[8];
   for (int j = 0; j < NB; ++j) s[j] = init;
   for (int64_t c = 0; c < cg; ++c) {
@@ -237,7 +274,49 @@ static inline __attribute__((always_inline)) void dwa_direct(
             s[j], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(b + 16 * j)), wv));
     }
   }
-  for (int j = 0; j < NB; ++j) _mm256_storeu_si256((__m256i*)(acc + p + 8 * j), s[j]);
+  dwa_emit(FORM, NB, s, p, k);
+}
+
+/* The band's np outputs of one channel: blocks of 64 while more than 48 remain (the last may
+ * run past the band: junk outputs, in the slack), then the fewest blocks of 16 (parity) or
+ * 32 / 8 (direct). */
+static inline __attribute__((always_inline)) void dwa_band(
+    const int FORM, const dwa_plan* D, const int16_t* copy, int64_t cg, const dwa_term* terms,
+    const int32_t* words, __m256i init, int64_t np, const dwa_sink* k) {
+  const int64_t cp = D->cplane, nt = D->nterms;
+  int64_t p = 0;
+  if (D->direct) {
+    for (; np - p > 48; p += 64) dwa_direct(FORM, 8, copy, cp, cg, terms, nt, words, init, p, k);
+    for (; np - p > 16; p += 32) dwa_direct(FORM, 4, copy, cp, cg, terms, nt, words, init, p, k);
+    for (; p < np; p += 8) dwa_direct(FORM, 1, copy, cp, cg, terms, nt, words, init, p, k);
+  } else {
+    for (; np - p > 48; p += 64) dwa_parity(FORM, 4, copy, cp, cg, terms, nt, words, init, p, k);
+    if (np - p > 16) {
+      dwa_parity(FORM, 2, copy, cp, cg, terms, nt, words, init, p, k);
+      p += 32;
+    }
+    if (p < np) dwa_parity(FORM, 1, copy, cp, cg, terms, nt, words, init, p, k);
+  }
+}
+
+/* A band's rows of codes, Eo apart in cb, to out, ow apart (ow < Eo). */
+static void dwa_rows_out(const int8_t* cb, int64_t rows, int64_t ow, int64_t Eo, int8_t* out) {
+  for (int64_t y = 0; y < rows; ++y) {
+    const int8_t* s = cb + y * Eo;
+    int8_t* d = out + y * ow;
+    if (ow >= 16) {
+      int64_t j = 0;
+      for (; j + 16 <= ow; j += 16)
+        _mm_storeu_si128((__m128i*)(d + j), _mm_loadu_si128((const __m128i*)(s + j)));
+      if (j < ow)
+        _mm_storeu_si128((__m128i*)(d + ow - 16), _mm_loadu_si128((const __m128i*)(s + ow - 16)));
+    } else if (ow >= 8) {
+      _mm_storel_epi64((__m128i*)d, _mm_loadl_epi64((const __m128i*)s));
+      _mm_storel_epi64((__m128i*)(d + ow - 8), _mm_loadl_epi64((const __m128i*)(s + ow - 8)));
+    } else {
+      for (int64_t j = 0; j < ow; ++j) d[j] = s[j];
+    }
+  }
 }
 
 /* Output rows y = 1 .. rows - 1 from acc + y Eo to acc + y ow (Eo > ow), each moved down over
@@ -281,7 +360,10 @@ typedef struct dwa_job {
   const int8_t* w;
   int8_t* out;
   const sdp_i8* ep;
-  char* const* bufs; /* per participant: the copy, the accumulators, the words */
+  const sdp_i8_lane_cvt* cvt; /* the channels' lane converters, or NULL: convert_at */
+  int form;                   /* theirs (sdp_i8_lane_form) */
+  int8_t lo, hi;              /* the codes' bounds */
+  char* const* bufs; /* per participant: the copy, the accumulators (or codes), the words */
   size_t copy_bytes, acc_bytes;
   int64_t bands;
 } dwa_job;
@@ -294,6 +376,7 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
   char* buf = J->bufs[participant];
   int16_t* copy = (int16_t*)buf;
   int32_t* acc = (int32_t*)(buf + J->copy_bytes);
+  int8_t* cb = (int8_t*)acc; /* the band's codes, Eo apart, where the converters are lanes */
   int32_t* words = (int32_t*)(buf + J->copy_bytes + J->acc_bytes);
   const int64_t band = item % J->bands, bg = item / J->bands;
   const int64_t b = bg / g->groups, grp = bg % g->groups;
@@ -318,29 +401,43 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
       }
     /* modulo 2^32, as the sums */
     const __m256i init = _mm256_set1_epi32((int32_t)(uint32_t)(-(int64_t)J->in_zero * wsum));
-    /* blocks of 64 while more than 48 outputs remain (the last may run past the band: junk
-     * outputs, in the slack), then the fewest blocks of 16 (parity) or 32 / 8 (direct) */
-    int64_t p = 0;
-    if (D->direct) {
-      for (; np - p > 48; p += 64)
-        dwa_direct(8, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-      for (; np - p > 16; p += 32)
-        dwa_direct(4, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-      for (; p < np; p += 8)
-        dwa_direct(1, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-    } else {
-      for (; np - p > 48; p += 64)
-        dwa_parity(4, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-      if (np - p > 16) {
-        dwa_parity(2, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
-        p += 32;
-      }
-      if (p < np) dwa_parity(1, copy, D->cplane, cg, J->terms, nterms, words, init, p, acc);
+    if (J->cvt != NULL) { /* converted in registers */
+      const dwa_sink sink = {.cb = cb, .e = J->cvt + k, .eform = J->form, .lo = J->lo,
+                             .hi = J->hi};
+      if (J->form == 4)
+        dwa_band(4, D, copy, cg, J->terms, words, init, np, &sink);
+      else if (J->form == 3)
+        dwa_band(3, D, copy, cg, J->terms, words, init, np, &sink);
+      else
+        dwa_band(DWA_FORM_ANY, D, copy, cg, J->terms, words, init, np, &sink);
+      dwa_rows_out(cb, rows, ow, Eo, J->out + ((b * g->k + k) * g->out_h + y0) * ow);
+      continue;
     }
+    const dwa_sink sink = {.acc = acc};
+    dwa_band(-1, D, copy, cg, J->terms, words, init, np, &sink);
     if (Eo != ow) dwa_compact(acc, rows, ow, Eo);
     const int64_t at = ((b * g->k + k) * g->out_h + y0) * ow;
     convert_at(J->ep, k, acc, J->out, at, rows * ow);
   }
+}
+
+/* The channels' converters in lanes (sdp_i8_lanes.h), prepared for the call, where every
+ * channel has the common converter's lane form (|v| <= kd 255 128); else J->cvt stays NULL.
+ * J->form: one form that serves every channel (a form serves those above it; 7 and 0 aside:
+ * 7 only its own, 0 any). */
+static void dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_job* J) {
+  const int64_t k = P->g->k;
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL || !sdp_i8_lanes_prepare(ep, 0, (int32_t)k, P->kd * 255 * 128, cvt, &J->lo,
+                                           &J->hi))
+    return;
+  int form = sdp_i8_lane_form(cvt);
+  for (int64_t m = 1; m < k; ++m) {
+    const int f = sdp_i8_lane_form(cvt + m);
+    if (f != form) form = f == 7 || form == 7 || f == 0 || form == 0 ? 0 : f < form ? f : form;
+  }
+  J->cvt = cvt;
+  J->form = form;
 }
 
 static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, const int8_t* w,
@@ -368,10 +465,10 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
     int16_t* copy = (int16_t*)bufs[t];
     for (size_t i = 0; i < copy_words; ++i) copy[i] = (int16_t)in_zero;
   }
-  const dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in,
-                     .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w,
-                     .out = out, .ep = ep, .bufs = bufs, .copy_bytes = copy_bytes,
-                     .acc_bytes = acc_bytes, .bands = bands};
+  dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in,
+               .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w, .out = out, .ep = ep,
+               .bufs = bufs, .copy_bytes = copy_bytes, .acc_bytes = acc_bytes, .bands = bands};
+  dwa_lanes(P, ep, ws, &J);
   pool_for(nth, items, dwa_item, (void*)&J);
   return ACCEL_OK;
 }

@@ -20,7 +20,7 @@ from accel_codegen.sim.device import host_isa
 # 2, stride 3, dilation 2 (lone taps), a 7x1 and a 1x9 kernel, padding larger than the kernel
 # needs and none, a batch of two, bands of rows (planes of more than 2048 outputs); stems on 2, 3
 # and 4 channels (3x3/2, 7x7/2, 5x5/1); a one-channel input with 6 outputs; rows of more than
-# 2048 outputs.
+# 2048 outputs. The converters: ReLU, CLIP and none in turn.
 LAYERS = [
     (1, 32, 112, 112, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),
     (1, 19, 113, 57, 19, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 19),
@@ -63,9 +63,11 @@ def layer_chain(layer, index):
     # converters that spread the codes over about +-50: a sum's spread is about 5500 sqrt(depth)
     depth = c // g * kernel[0] * kernel[1]
     shift = int(np.round(np.log2(5500 * np.sqrt(depth) * 12000 / 50)))
+    # the activations a conv's converter has (each its own form in the kernels' lanes)
+    act = ({}, {"act": "relu"}, {"act": "clip", "clip_lo": -30, "clip_hi": 40})[(index + 1) % 3]
     sdp = Sdp(precision="int8", bias=rng.integers(-2 ** 12, 2 ** 12, k).astype(np.int32),
               mul=rng.integers(1 << 13, 1 << 14, k).astype(np.int16),
-              rshift=np.full(k, shift, np.uint8), out_zero=int(rng.integers(-20, 20)))
+              rshift=np.full(k, shift, np.uint8), out_zero=int(rng.integers(-20, 20)), **act)
     return x, [conv, sdp]
 """
 
