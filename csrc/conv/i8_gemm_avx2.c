@@ -11,11 +11,15 @@
  * the caller gives none). Input: per tile of output positions, im2col columns of (in - in_zero)
  * as int16 pairs of consecutive depth rows (padding reads as in_zero: 0), in panels of up to
  * G2_NR positions, [panel][kd2][width][2]; built from byte rows (padding = in_zero), interleaved
- * by unpack and vpmovsxbw. A tile's columns stay in L2 (a quarter of it, sysconf's figure) while
- * every block of MR channels runs over them: 4 channels x 24 positions (12 accumulators of the
- * 16 ymm registers) per micro-kernel, the weights' word broadcast, the columns read by vpmaddwd
- * from memory. The block's int32 rows then go through the channels' converters (convert_at) in
- * L1. A single output position per image (fully connected layers, a kernel as large as its
+ * by unpack and vpmovsxbw (stride-2 rows gathered 16 bytes a step). A tile's columns stay in L2
+ * (a quarter of it, sysconf's figure) while every block of MR channels runs over them: 4
+ * channels x 24 positions (12 accumulators of the 16 ymm registers) per micro-kernel, the
+ * weights' word broadcast, the columns read by vpmaddwd from memory. The block's int32 rows then
+ * go through the channels' converters (convert_at) in L1. A depth whose panel (24 positions)
+ * exceeds half the L1 runs in depth chunks, when a chunk's weights of every channel fit the L2:
+ * per chunk its columns (tiles of several panels, not one), per panel (in L1) every block, the
+ * sums added to the int32 rows of all the item's channels (g2_item). A single output position
+ * per image (fully connected layers, a kernel as large as its
  * input): matrix-vector products with the channels along the vector (one load of 8 channels'
  * pair per depth pair), converted by sdp_i8_channels.
  * Threads: pool_for over (image, group, tile, chunk of channel blocks).
@@ -24,20 +28,45 @@
 
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
 #include <immintrin.h>
+#include <unistd.h>
 
 enum {
   G2_MR = 4,              /* channels per micro-kernel (half a packed block of MR = 8) */
   G2_NR = 24,             /* positions per panel (3 vectors of 8) */
   G2_MAX_PANELS = 16,     /* panels per tile, at most */
-  G2_MIN_TILE = 48 * 1024 /* a tile's column bytes when the L2 does not say (a quarter of it) */
+  G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
+  G2_MIN_L1 = 32 * 1024     /* the L1 data cache's bytes when sysconf does not say */
 };
+
+/* The L1 data cache's bytes (sysconf; 0: not said). */
+static int64_t g2_l1_bytes(void) {
+  static int64_t cached = -1; /* benign race: every thread computes the same value */
+  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    v = l1 > 0 ? l1 : 0;
+#else
+    v = 0;
+#endif
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
 _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 
 /* ---- micro-kernel ---------------------------------------------------------------------------
  * c[m][8v + i] = sum over pairs j of the pair products of a[8j + m] (row m's word) and column
- * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV. */
+ * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV; more: added to the
+ * values c holds (the sums of the depth chunks before this one), modulo 2^32. */
 #define G2_ROWS(X) X(0) X(1) X(2) X(3)
-#define G2_ACC(m) __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;
+#define G2_ACC(m)                                                                           \
+  __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;          \
+  if (MR_ > m && more) {                                                                    \
+    c##m##0 = _mm256_loadu_si256((const __m256i*)(c + m * ldc));                            \
+    if (NV > 1) c##m##1 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 8));            \
+    if (NV > 2) c##m##2 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 16));           \
+  }
 #define G2_MAC(m)                                                                 \
   if (MR_ > m) {                                                                  \
     const __m256i w = _mm256_set1_epi32(a[m]);                                   \
@@ -55,7 +84,7 @@ _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 static inline __attribute__((always_inline)) void g2_body(const int MR_, const int NV,
                                                           int64_t kd2, const int32_t* a,
                                                           const int16_t* b, int32_t* c,
-                                                          int64_t ldc) {
+                                                          int64_t ldc, int more) {
   G2_ROWS(G2_ACC)
   for (int64_t j = 0; j < kd2; ++j, a += MR, b += 16 * NV) {
     const __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
@@ -66,11 +95,11 @@ static inline __attribute__((always_inline)) void g2_body(const int MR_, const i
   G2_ROWS(G2_OUT)
 }
 
-typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t);
+typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t, int);
 #define G2_KERNEL(M_, V_)                                                                  \
   static void g2_##M_##_##V_(int64_t kd2, const int32_t* a, const int16_t* b, int32_t* c,  \
-                             int64_t ldc) {                                                \
-    g2_body(M_, V_, kd2, a, b, c, ldc);                                                    \
+                             int64_t ldc, int more) {                                      \
+    g2_body(M_, V_, kd2, a, b, c, ldc, more);                                              \
   }
 G2_KERNEL(1, 1) G2_KERNEL(2, 1) G2_KERNEL(3, 1) G2_KERNEL(4, 1)
 G2_KERNEL(1, 2) G2_KERNEL(2, 2) G2_KERNEL(3, 2) G2_KERNEL(4, 2)
@@ -99,21 +128,39 @@ static inline void g2_copy(int8_t* d, const int8_t* src, int64_t n, const int8_t
     _mm_storeu_si128((__m128i*)(d + i), _mm_loadu_si128((const __m128i*)(src + i)));
 }
 
+/* d[i] = src[2i] for i < n, 16 a step (the even bytes of 32: masked to words, packed), the
+ * same stores as g2_copy; the loads stop at end (scalar past it). */
+static inline void g2_gather2(int8_t* d, const int8_t* src, int64_t n, const int8_t* end) {
+  const __m128i even = _mm_set1_epi16(0x00FF);
+  int64_t i = 0;
+  for (; i < n && src + 2 * i + 32 <= end; i += 16) {
+    const __m128i lo = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * i)), even);
+    const __m128i hi = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * i + 16)), even);
+    _mm_storeu_si128((__m128i*)(d + i), _mm_packus_epi16(lo, hi));
+  }
+  for (; i < n; ++i) d[i] = src[2 * i];
+}
+
 /* Depth row d (channel, tap) of the group's input img at positions [p0, p0 + nt), as bytes
- * (padding reads as in_zero): a pointer to them, ldb readable bytes, those past nt (columns no
- * output keeps) and a row past the depth (whose weights are 0) of any value. Either in place in
- * the input (a 1x1 layer with stride 1 and no padding whose ldb bytes lie inside it, which ends
- * at end) or built in dst (ldb + 16 bytes). */
+ * (padding reads as in_zero): a pointer to ldb of them. Either in place in the input (a 1x1
+ * layer with stride 1 and no padding whose ldb bytes lie inside it, which ends at end) or built
+ * in dst (ldb + 32 bytes), where the bytes past nt (columns no output keeps) and a row past the
+ * depth (whose weights are 0) read as in_zero: their products are discarded or 0, but every
+ * byte the GEMM reads is written (valgrind's memcheck cannot see that x * 0 is defined). */
 static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end, int64_t d,
                             int64_t p0, int64_t nt, int64_t ldb, int8_t z, int8_t* dst) {
   const conv_geometry* g = P->g;
-  if (d >= P->kd) return dst;
+  if (d >= P->kd) {
+    g2_fill(dst, z, ldb);
+    return dst;
+  }
   const int64_t c = d / P->rs, t = d % P->rs, r = t / g->kernel_w, s = t % g->kernel_w;
   const int8_t* src = img + c * P->hw;
   const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
   if (imp_flat(g)) { /* 1x1, stride 1, no padding: the plane itself */
     if (src + p0 + ldb <= end) return src + p0;
     memcpy(dst, src + p0, (size_t)nt);
+    g2_fill(dst + nt, z, ldb - nt);
     return dst;
   }
   const int64_t dy = r * g->dilation_h - g->pad_top, dx = s * g->dilation_w - g->pad_left;
@@ -134,6 +181,7 @@ static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end,
       const int8_t* row = src + iy * W + dx;
       int8_t* o = q + (a - x0);
       if (sw == 1) g2_copy(o, row + a, e - a, end);
+      else if (sw == 2) g2_gather2(o, row + 2 * a, e - a, end);
       else
         for (int64_t ox = a; ox < e; ++ox) o[ox - a] = row[ox * sw];
       g2_fill(q + (e - x0), z, x1 - e);
@@ -141,26 +189,28 @@ static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end,
     q += x1 - x0;
     p += x1 - x0;
   }
+  g2_fill(q, z, ldb - nt);
   return dst;
 }
 
 /* The tile's columns: positions [p0, p0 + nt) of the group's input img, ldb of them (a multiple
- * of 8; those past nt of any value), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1,
- * panel q of width wq = min(G2_NR, ldb - q G2_NR) at col + q G2_NR kd2 2, pair row j at
- * + j wq 2. rows: two byte rows of ldb + 32. */
+ * of 8; those past nt read as in_zero), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1
+ * for pairs j in [j0, j1) (kc = j1 - j0 of them): panel q of width wq = min(G2_NR, ldb - q G2_NR)
+ * at col + q G2_NR kc 2, pair row j at + (j - j0) wq 2. rows: two byte rows of ldb + 32. */
 static void g2_columns(const plan* P, const int8_t* img, const int8_t* end, int32_t in_zero,
-                       int64_t p0, int64_t nt, int64_t ldb, int16_t* col, int8_t* rows) {
-  const int64_t kd2 = (P->kd + 1) / 2;
+                       int64_t p0, int64_t nt, int64_t ldb, int64_t j0, int64_t j1, int16_t* col,
+                       int8_t* rows) {
+  const int64_t kc = j1 - j0;
   const int8_t z = (int8_t)in_zero;
   const __m256i z16 = _mm256_set1_epi16((int16_t)in_zero);
-  for (int64_t j = 0; j < kd2; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const int8_t* r0 = g2_row(P, img, end, 2 * j, p0, nt, ldb, z, rows);
     const int8_t* r1 = g2_row(P, img, end, 2 * j + 1, p0, nt, ldb, z, rows + ldb + 32);
-    int16_t* dst = col + j * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
+    int16_t* dst = col + (j - j0) * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
     for (int64_t p = 0; p < ldb; p += 8) {
       if (p > 0 && p % G2_NR == 0) { /* the next panel */
         const int64_t q = p / G2_NR, wq = ldb - p < G2_NR ? ldb - p : G2_NR;
-        dst = col + (q * G2_NR * kd2 + j * wq) * 2;
+        dst = col + (q * G2_NR * kc + (j - j0) * wq) * 2;
       }
       const __m128i x = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(r0 + p)),
                                           _mm_loadl_epi64((const __m128i*)(r1 + p)));
@@ -181,10 +231,30 @@ typedef struct g2_job {
   int8_t* out;
   const sdp_i8* ep;
   char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
-  int64_t kd2, nt, ntiles, mchunks, col_bytes, ldb_max;
+  int64_t kd2, nt, ntiles, mchunks, col_bytes, acc_bytes;
+  int64_t kc; /* pairs per depth chunk (kd2: one chunk) */
 } g2_job;
 
-/* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. */
+/* The micro-kernels over panels [0, ldb) of a tile's columns col (kc pairs from pair j0) for
+ * channel block mb of group grp: rows m < nrows of acc (ldb apart), more: added to them. */
+static inline void g2_block(const g2_job* J, int64_t grp, int64_t mb, int64_t nrows,
+                            const int16_t* bq, int64_t q, int64_t ldb, int64_t j0, int64_t kc,
+                            int32_t* acc, int more) {
+  const int32_t* a = J->w + ((grp * J->P->mblocks + mb) * J->kd2 + j0) * MR;
+  const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
+  for (int64_t h = 0; h * G2_MR < nrows; ++h) {
+    const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
+    g2_table[wq / 8][mr](kc, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb, more);
+  }
+}
+
+/* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. One depth chunk:
+ * per block of MR channels, every panel, then the block's rows converted (in L1). Several
+ * (a deep layer): per depth chunk, its columns, then per panel (in L1) every block, added to
+ * the int32 rows of all the item's channels, converted after the last chunk; the weights of
+ * every block stream past a panel instead of the panels past a block's weights (a deep panel
+ * is larger than L1, and a tile of positions whole-depth columns fit in L2 is a few panels,
+ * each reading every weight from memory again). */
 static void g2_item(void* ctx, int64_t it, int participant) {
   const g2_job* J = ctx;
   const plan* P = J->P;
@@ -193,27 +263,42 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   const int64_t bg = it / (J->mchunks * J->ntiles);
   const int64_t b = bg / g->groups, grp = bg % g->groups;
   const int64_t p0 = tile * J->nt, nt = P->ohw - p0 < J->nt ? P->ohw - p0 : J->nt;
-  const int64_t ldb = (nt + 7) / 8 * 8, kd2 = J->kd2;
+  const int64_t ldb = (nt + 7) / 8 * 8, kd2 = J->kd2, kc = J->kc;
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
   int16_t* col = (int16_t*)(void*)J->bufs[participant];
   int32_t* acc = (int32_t*)(void*)(J->bufs[participant] + J->col_bytes);
-  int8_t* rows = (int8_t*)(acc + MR * J->ldb_max);
-  g2_columns(P, J->in + (b * g->c + grp * P->cg) * P->hw, J->in_end, J->in_zero, p0, nt, ldb,
-             col, rows);
-  for (int64_t mb = mb0; mb < mb1; ++mb) {
-    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
-    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
-    for (int64_t q = 0; q * G2_NR < ldb; ++q) {
-      const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
-      const int16_t* bq = col + q * G2_NR * kd2 * 2;
-      for (int64_t h = 0; h * G2_MR < nrows; ++h) {
-        const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
-        g2_table[wq / 8][mr](kd2, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb);
+  int8_t* rows = (int8_t*)(void*)(J->bufs[participant] + J->col_bytes + J->acc_bytes);
+  const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+  const int64_t npanels = (ldb + G2_NR - 1) / G2_NR;
+  if (kc >= kd2) {
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows);
+    for (int64_t mb = mb0; mb < mb1; ++mb) {
+      const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+      for (int64_t q = 0; q < npanels; ++q)
+        g2_block(J, grp, mb, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
+      for (int64_t m = 0; m < nrows; ++m) {
+        const int64_t k = grp * P->mg + k0 + m;
+        convert_at(J->ep, k, acc + m * ldb, J->out, (b * g->k + k) * P->ohw + p0, nt);
       }
     }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < kd2; j0 += kc) {
+    const int64_t kcc = kd2 - j0 < kc ? kd2 - j0 : kc;
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows);
+    for (int64_t q = 0; q < npanels; ++q)
+      for (int64_t mb = mb0; mb < mb1; ++mb) {
+        const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        g2_block(J, grp, mb, nrows, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc,
+                 acc + (mb - mb0) * MR * ldb, j0 > 0);
+      }
+  }
+  for (int64_t mb = mb0; mb < mb1; ++mb) {
+    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
     for (int64_t m = 0; m < nrows; ++m) {
       const int64_t k = grp * P->mg + k0 + m;
-      convert_at(J->ep, k, acc + m * ldb, J->out, (b * g->k + k) * P->ohw + p0, nt);
+      convert_at(J->ep, k, acc + ((mb - mb0) * MR + m) * ldb, J->out,
+                 (b * g->k + k) * P->ohw + p0, nt);
     }
   }
 }
@@ -275,6 +360,16 @@ static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   }
 }
 
+/* The positions per tile of n positions in `tiles` tiles: of one size in whole panels when the
+ * last tile keeps at least half of one (a last tile of a few positions reads every weight again
+ * for them), else nt (tiles of 8-position panels cost more than a small last tile). */
+static int64_t g2_even_tile(int64_t n, int64_t tiles, int64_t nt) {
+  const int64_t even = (n + tiles - 1) / tiles;
+  const int64_t whole = (even + G2_NR - 1) / G2_NR * G2_NR;
+  if (2 * (n - (tiles - 1) * whole) >= whole) nt = whole;
+  return nt < n ? nt : n;
+}
+
 static accel_status g2_run(const conv_i8_call* c) {
   const plan* P = c->P;
   const conv_geometry* g = P->g;
@@ -307,31 +402,51 @@ static accel_status g2_run(const conv_i8_call* c) {
     pool_for(nth, items, g2_gemv_item, &J);
     return ACCEL_OK;
   }
-  /* the tile: its columns in a quarter of the L2, at least one panel, at most G2_MAX_PANELS */
+  /* depth chunks: a panel's chunk in half the L1 (one chunk when the depth allows) */
+  const int64_t l1 = g2_l1_bytes();
+  int64_t kc = (l1 > 0 ? l1 : G2_MIN_L1) / 2 / (G2_NR * 4);
+  if (kc < 8) kc = 8;
+  int64_t nchunks = (kd2 + kc - 1) / kc;
+  kc = (kd2 + nchunks - 1) / nchunks;
+  /* ... while the chunk's weights of every channel stay in the L2 (else each panel would read
+   * them from memory: then whole-depth columns, the weights of one block at a time) */
   const int64_t l2 = conv_l2_bytes();
   const int64_t budget = l2 > 0 ? l2 / 4 : G2_MIN_TILE;
-  int64_t nt = budget / (kd2 * 4) / G2_NR * G2_NR;
+  if (nchunks > 1 && P->mblocks * MR * kc * 4 > 4 * budget) {
+    nchunks = 1;
+    kc = kd2;
+  }
+  /* the tile: its columns in a quarter of the L2, at least one panel, at most G2_MAX_PANELS */
+  int64_t nt = budget / (kc * 4) / G2_NR * G2_NR;
   if (nt < G2_NR) nt = G2_NR;
   if (nt > G2_MAX_PANELS * G2_NR) nt = G2_MAX_PANELS * G2_NR;
   if (nt > P->ohw) nt = P->ohw;
   int64_t ntiles = (P->ohw + nt - 1) / nt;
-  /* more, smaller tiles until every thread has an item, while a tile keeps 2 panels */
-  while (outer * ntiles < nthreads && nt > 2 * G2_NR) {
-    nt = ((nt + 1) / 2 + G2_NR - 1) / G2_NR * G2_NR;
+  nt = g2_even_tile(P->ohw, ntiles, nt);
+  ntiles = (P->ohw + nt - 1) / nt;
+  /* more, smaller tiles until every thread has an item, while a tile keeps 2 panels (else the
+   * threads share a tile's channels) */
+  while (outer * ntiles < nthreads && nt >= 4 * G2_NR) {
+    nt = g2_even_tile(P->ohw, ntiles + 1, ((P->ohw + ntiles) / (ntiles + 1) + 7) / 8 * 8);
     ntiles = (P->ohw + nt - 1) / nt;
   }
+  const int64_t ldb_max = (nt + 7) / 8 * 8;
   int64_t mchunks = 1;
   while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
-  const int64_t ldb_max = (nt + 7) / 8 * 8;
+  /* several depth chunks: the item's int32 rows (all its channels) in a quarter of the L2 */
+  while (nchunks > 1 && mchunks < P->mblocks &&
+         (P->mblocks + mchunks - 1) / mchunks * MR * ldb_max * 4 > budget)
+    ++mchunks;
+  const int64_t acc_rows = nchunks > 1 ? (P->mblocks + mchunks - 1) / mchunks * MR : MR;
   J.nt = nt;
   J.ntiles = ntiles;
   J.mchunks = mchunks;
-  J.ldb_max = ldb_max;
-  J.col_bytes = (int64_t)round64((size_t)(kd2 * ldb_max * 4));
+  J.kc = nchunks > 1 ? kc : kd2;
+  J.col_bytes = (int64_t)round64((size_t)(J.kc * ldb_max * 4));
+  J.acc_bytes = (int64_t)round64((size_t)(acc_rows * ldb_max) * sizeof(int32_t));
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
-  const size_t bytes =
-      (size_t)J.col_bytes + (size_t)(MR * ldb_max) * sizeof(int32_t) + 2 * (size_t)ldb_max + 128;
+  const size_t bytes = (size_t)(J.col_bytes + J.acc_bytes) + 2 * (size_t)ldb_max + 128;
   for (int t = 0; t < nth; ++t) {
     bufs[t] = workspace_get(c->ws, t, bytes);
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
