@@ -15,16 +15,18 @@
  * (a quarter of it, sysconf's figure) while every block of MR channels runs over them: 4
  * channels x 24 positions (12 accumulators of the 16 ymm registers) per micro-kernel, the
  * weights' word broadcast, the columns read by vpmaddwd from memory. The block's int32 rows then
- * go through the channels' converters (convert_at) in L1. A depth whose panel (24 positions)
- * exceeds half the L1 runs in depth chunks, when a chunk's weights of every channel fit the L2:
- * per chunk its columns (tiles of several panels, not one), per panel (in L1) every block, the
- * sums added to the int32 rows of all the item's channels (g2_item). A single output position
- * per image (fully connected layers, a kernel as large as its
- * input): matrix-vector products with the channels along the vector (one load of 8 channels'
- * pair per depth pair), converted by sdp_i8_channels.
+ * go through the channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters
+ * prepared once per call) where every channel has a lane form, else sdp_i8_span. A depth whose
+ * panel (24 positions) exceeds half the L1 runs in depth chunks, when a chunk's weights of
+ * every channel fit the L2: per chunk its columns (tiles of several panels, not one), per panel
+ * (in L1) every block, the sums added to the int32 rows of all the item's channels (g2_item).
+ * A single output position per image (fully connected layers, a kernel as large as its
+ * input): matrix-vector products of the plain int8 weights, widened in registers
+ * (g2_gemv_item), converted by sdp_i8_channels.
  * Threads: pool_for over (image, group, tile, chunk of channel blocks).
  */
 #include "conv/i8.h"
+#include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build has sdp_i8_lanes8_run */
 
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
 #include <immintrin.h>
@@ -227,13 +229,67 @@ typedef struct g2_job {
   int32_t in_zero;
   const int8_t* in;
   const int8_t* in_end; /* past the input's last byte */
-  const int32_t* w;     /* LAYOUT_I16 */
+  const int32_t* w;     /* LAYOUT_I16 (not for one position per image) */
+  const int8_t* raw;    /* the plain weights (one position per image) */
   int8_t* out;
   const sdp_i8* ep;
   char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
   int64_t kd2, nt, ntiles, mchunks, col_bytes, acc_bytes;
   int64_t kc; /* pairs per depth chunk (kd2: one chunk) */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
+  const sdp_i8_lane_add* add; /* with cvt: the residual add's constants, or NULL */
+  sdp_i8_lane_add add_consts;
+  int form; /* the one lane form of every channel (sdp_i8_lane_form's, rows_form's with add) */
+  int8_t lo, hi;
 } g2_job;
+
+/* Channel k's int32 row v (n values) into its codes at output offset `at`: in lanes with the
+ * converters prepared once per call (no sdp_i8_span set-up per row), else sdp_i8_span. */
+static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,
+                              int64_t n) {
+#if SDP_I8_AVX2
+  if (J->cvt != NULL) {
+    sdp_i8_lanes8_run(J->cvt + k, J->add, J->form, J->lo, J->hi, v,
+                      J->add != NULL ? J->ep->ew_operand + at : NULL, J->out + at, n);
+    return;
+  }
+#endif
+  convert_at(J->ep, k, v, J->out, at, n);
+}
+
+/* J's converters in lanes (conv/i8.h's WS_CVT) when every channel has a lane form for the
+ * accumulators' bound, else none; 0 when out of memory. */
+static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
+  J->cvt = NULL;
+  J->add = NULL;
+#if SDP_I8_AVX2
+  const int64_t k = P->g->k;
+  if (ep->lut != NULL || (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD)) return 1;
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL) return 0;
+  const int64_t vmax = P->kd * 255 * 128; /* |v|: depth x |in - in_zero| x |w| */
+  if (ep->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(ep, 0, (int32_t)k, vmax, cvt, &J->lo,
+                                                         &J->hi)) {
+    int form = 4, direct = 0, split = 0;
+    for (int64_t m = 0; m < k; ++m) {
+      const int f = sdp_i8_lane_form(cvt + m);
+      if (f == 7) direct = 1;
+      else split = 1, form = f < form ? f : form;
+    }
+    J->form = direct ? (split ? 0 : 7) : form;
+    J->cvt = cvt;
+  } else if (ep->ew_op == ACCEL_EW_ADD &&
+             sdp_i8_lanes_prepare_add(ep, 0, (int32_t)k, vmax, cvt, &J->add_consts, &J->lo,
+                                      &J->hi)) {
+    J->form = rows_form(cvt, k, 1);
+    J->cvt = cvt;
+    J->add = &J->add_consts;
+  }
+#else
+  (void)P, (void)ep, (void)ws;
+#endif
+  return 1;
+}
 
 /* The micro-kernels over panels [0, ldb) of a tile's columns col (kc pairs from pair j0) for
  * channel block mb of group grp: rows m < nrows of acc (ldb apart), more: added to them. */
@@ -278,7 +334,7 @@ static void g2_item(void* ctx, int64_t it, int participant) {
         g2_block(J, grp, mb, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
       for (int64_t m = 0; m < nrows; ++m) {
         const int64_t k = grp * P->mg + k0 + m;
-        convert_at(J->ep, k, acc + m * ldb, J->out, (b * g->k + k) * P->ohw + p0, nt);
+        g2_convert(J, k, acc + m * ldb, (b * g->k + k) * P->ohw + p0, nt);
       }
     }
     return;
@@ -297,16 +353,19 @@ static void g2_item(void* ctx, int64_t it, int participant) {
     const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
     for (int64_t m = 0; m < nrows; ++m) {
       const int64_t k = grp * P->mg + k0 + m;
-      convert_at(J->ep, k, acc + ((mb - mb0) * MR + m) * ldb, J->out,
-                 (b * g->k + k) * P->ohw + p0, nt);
+      g2_convert(J, k, acc + ((mb - mb0) * MR + m) * ldb, (b * g->k + k) * P->ohw + p0, nt);
     }
   }
 }
 
 /* ---- matrix-vector products (one output position per image) ------------------------------ */
 
-/* Item = (image, group, chunk of channel blocks): the column's pairs as words, then per block
- * the 8 channels' sums in one vector. */
+/* Item = (image, group, chunk of channel blocks): the column of the one position as int16
+ * (in - in_zero), padded with 0 to a multiple of 16; then per block of MR channels their rows
+ * of the plain weights ([K][C/groups][R][S] int8: half the bytes of LAYOUT_I16's, which a
+ * product of one position streams once from memory), 16 a step widened in registers
+ * (vpmovsxbw) against the column (vpmaddwd), one accumulator per channel, summed across lanes
+ * at the block's end; the depth's last kd % 16 scalar. */
 static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   const g2_job* J = ctx;
   const plan* P = J->P;
@@ -314,47 +373,49 @@ static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   const int64_t mc = it % J->mchunks, bg = it / J->mchunks;
   const int64_t b = bg / g->groups, grp = bg % g->groups;
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
-  const int64_t kd2 = J->kd2;
-  int32_t* x = (int32_t*)(void*)J->bufs[participant];
-  int8_t* rows = (int8_t*)(x + kd2 + 8); /* two rows of 8 + 16 bytes */
-  {
-    /* the column of the one position, as pairs: the tile's builder with 8 positions */
-    const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
-    const int8_t z = (int8_t)J->in_zero;
-    for (int64_t j = 0; j < kd2; ++j) {
-      const int8_t* r0 = g2_row(P, img, J->in_end, 2 * j, 0, 1, 8, z, rows);
-      const int8_t* r1 = g2_row(P, img, J->in_end, 2 * j + 1, 0, 1, 8, z, rows + 32);
-      const uint32_t lo = (uint16_t)(int16_t)(r0[0] - J->in_zero);
-      const uint32_t hi = 2 * j + 1 < P->kd ? (uint16_t)(int16_t)(r1[0] - J->in_zero) : 0;
-      x[j] = (int32_t)(lo | hi << 16);
-    }
-  }
+  const int64_t kd = P->kd, kd16 = kd / 16 * 16;
+  int16_t* x = (int16_t*)(void*)J->bufs[participant];
+  int8_t* rows = (int8_t*)(x + (kd + 31) / 16 * 16); /* two rows of 8 + 16 bytes */
+  const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+  const __m256i z16 = _mm256_set1_epi16((int16_t)J->in_zero);
+  int64_t d = 0;
+  if (imp_flat(g)) /* 1x1 on a 1x1 input: the depth is the input's channels */
+    for (; d + 16 <= kd; d += 16)
+      _mm256_storeu_si256((__m256i*)(x + d),
+                          _mm256_sub_epi16(_mm256_cvtepi8_epi16(
+                                               _mm_loadu_si128((const __m128i*)(img + d))),
+                                           z16));
+  for (; d < kd; ++d) /* the tile's builder with 8 positions, of which the first is kept */
+    x[d] = (int16_t)(g2_row(P, img, J->in_end, d, 0, 1, 8, (int8_t)J->in_zero, rows)[0] -
+                     J->in_zero);
+  for (; d < (kd + 15) / 16 * 16; ++d) x[d] = 0;
   for (int64_t mb = mb0; mb < mb1; ++mb) {
-    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
-    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t j = 0;
-    for (; j + 4 <= kd2; j += 4) {
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
-                                                   _mm256_set1_epi32(x[j])));
-      s1 = _mm256_add_epi32(
-          s1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 1) * MR)),
-                                _mm256_set1_epi32(x[j + 1])));
-      s2 = _mm256_add_epi32(
-          s2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 2) * MR)),
-                                _mm256_set1_epi32(x[j + 2])));
-      s3 = _mm256_add_epi32(
-          s3, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 3) * MR)),
-                                _mm256_set1_epi32(x[j + 3])));
+    const int64_t k0 = grp * P->mg + mb * MR, nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+    const int8_t* w[MR]; /* rows past the group's last channel read its row 0 (discarded) */
+    for (int m = 0; m < MR; ++m) w[m] = J->raw + (k0 + (m < nrows ? m : 0)) * kd;
+    __m256i s[MR];
+    for (int m = 0; m < MR; ++m) s[m] = _mm256_setzero_si256();
+    for (int64_t e = 0; e < kd16; e += 16) {
+      const __m256i xv = _mm256_loadu_si256((const __m256i*)(x + e));
+      for (int m = 0; m < MR; ++m)
+        s[m] = _mm256_add_epi32(
+            s[m], _mm256_madd_epi16(
+                      _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(w[m] + e))), xv));
     }
-    for (; j < kd2; ++j)
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
-                                                   _mm256_set1_epi32(x[j])));
+    /* lane m of the sum: channel m's 8 lanes added (hadd twice, then the two halves) */
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
+                                         _mm256_hadd_epi32(s[2], s[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]),
+                                         _mm256_hadd_epi32(s[6], s[7]));
     int32_t v[MR];
     _mm256_storeu_si256((__m256i*)v,
-                        _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3)));
-    const int64_t k = grp * P->mg + k0, at = b * g->k + k;
-    sdp_i8_channels(J->ep, (int32_t)k, v,
+                        _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                         _mm256_permute2x128_si256(h0, h1, 0x31)));
+    for (int m = 0; m < MR; ++m) /* modulo 2^32, as the lanes */
+      for (int64_t e = kd16; e < kd; ++e)
+        v[m] = (int32_t)((uint32_t)v[m] + (uint32_t)(w[m][e] * x[e]));
+    const int64_t at = b * g->k + k0;
+    sdp_i8_channels(J->ep, (int32_t)k0, v,
                     J->ep->ew_operand != NULL ? J->ep->ew_operand + at : NULL, J->out + at,
                     nrows);
   }
@@ -375,7 +436,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   const conv_geometry* g = P->g;
   const int64_t kd2 = (P->kd + 1) / 2;
   const int32_t* w = c->i16;
-  if (w == NULL) { /* no packed weights: pack them on this call */
+  if (w == NULL && P->ohw > 1) { /* no packed weights: pack them on this call */
     int32_t* d = workspace_get(c->ws, WS_PACK, data_bytes(P, LAYOUT_I16));
     if (d == NULL) return ACCEL_ERR_NO_MEMORY;
     i8_pack_i16(P, c->weights, d);
@@ -384,7 +445,8 @@ static accel_status g2_run(const conv_i8_call* c) {
   const int64_t outer = (int64_t)g->n * g->groups;
   const int nthreads = c->nth;
   g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in,
-              .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .out = c->out, .ep = c->ep,
+              .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .raw = c->raw,
+              .out = c->out, .ep = c->ep,
               .kd2 = kd2};
   char* bufs[WS_THREAD_SLOTS];
   J.bufs = bufs;
@@ -396,12 +458,13 @@ static accel_status g2_run(const conv_i8_call* c) {
     const int64_t items = outer * mchunks;
     const int nth = (int)(items < nthreads ? items : nthreads);
     for (int t = 0; t < nth; ++t) {
-      bufs[t] = workspace_get(c->ws, t, (size_t)(kd2 + 8) * sizeof(int32_t) + 128);
+      bufs[t] = workspace_get(c->ws, t, (size_t)(P->kd + 31) / 16 * 16 * sizeof(int16_t) + 128);
       if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
     }
     pool_for(nth, items, g2_gemv_item, &J);
     return ACCEL_OK;
   }
+  if (!g2_prepare_lanes(P, c->ep, c->ws, &J)) return ACCEL_ERR_NO_MEMORY;
   /* depth chunks: a panel's chunk in half the L1 (one chunk when the depth allows) */
   const int64_t l1 = g2_l1_bytes();
   int64_t kc = (l1 > 0 ? l1 : G2_MIN_L1) / 2 / (G2_NR * 4);

@@ -36,6 +36,8 @@ LAYERS = [
     (1, 400, 13, 13, 10, 1, 1, 1, 0, 1, 2, -50),   # 2 groups of depth 200: chunks, 1x1
     (1, 6, 9, 75, 12, 3, 3, 2, 1, 1, 1, 3),        # stride 2 on rows of 75: vector gathers
     (1, 40, 20, 41, 16, 1, 1, 2, 0, 1, 1, 100),    # 1x1 stride 2, rows of 41
+    (2, 100, 1, 1, 26, 1, 1, 1, 0, 1, 2, -128),    # fully connected, 2 groups of 13 (8 + 5)
+    (1, 5, 1, 1, 8, 3, 3, 1, 1, 1, 1, 7),          # one position that reads padding
 ]
 # Sums at the int32 bound the library allows (depth <= 65536): (in - in_zero) = 255 times -128
 # over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
