@@ -422,22 +422,16 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
 }
 
 /* The channels' converters in lanes (sdp_i8_lanes.h), prepared for the call, where every
- * channel has the common converter's lane form (|v| <= kd 255 128); else J->cvt stays NULL.
- * J->form: one form that serves every channel (a form serves those above it; 7 and 0 aside:
- * 7 only its own, 0 any). */
+ * channel has the common converter's lane form (|v| <= kd 255 128), and the form that serves
+ * them all (rows_form, conv/i8.h); else J->cvt stays NULL. */
 static void dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_job* J) {
   const int64_t k = P->g->k;
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL || !sdp_i8_lanes_prepare(ep, 0, (int32_t)k, P->kd * 255 * 128, cvt, &J->lo,
                                            &J->hi))
     return;
-  int form = sdp_i8_lane_form(cvt);
-  for (int64_t m = 1; m < k; ++m) {
-    const int f = sdp_i8_lane_form(cvt + m);
-    if (f != form) form = f == 7 || form == 7 || f == 0 || form == 0 ? 0 : f < form ? f : form;
-  }
   J->cvt = cvt;
-  J->form = form;
+  J->form = rows_form(cvt, k, 0);
 }
 
 static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, const int8_t* w,
