@@ -224,8 +224,8 @@ static inline int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t
 }
 
 /* A LUT activation's input t = sat32(rhaz(sat32(v + bias) * mul, s)) of one channel in int32
- * lanes, mul >= 0 (the identities: sdp_i8_lut.c's lut_front): the scalars both vector builds
- * broadcast (sdp_i8_lut.c's lut_front_plan, sdp_i8_avx2.c's lut_v8_plan), one definition. v in
+ * lanes, mul >= 0 (the identities: sdp_i8_lut.c's lut_front): the scalars sdp_i8_lut.c's
+ * lut_front_plan broadcasts (AVX-512 spans without the lane form). v in
  * [vmin, vmax] keeps t = v + bias inside int32 and |t| <= limit, where the form is exact and
  * BS's t 2^pre fits int32 (NVDLA's BS -> BN is then this one rounding); with bias -2^31 and
  * pre >= 31 no v does (limit 0, vmin 2^31: cast to int32 it read as INT32_MIN, every v), so the

@@ -582,7 +582,6 @@ static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
   (void)vmax; /* the clamp bounds v itself */
-  if (!SDP_I8_VECTOR) return 0; /* no lane forms on AVX2: sdp_i8_span (sdp_i8_avx2.c) */
   const struct sdp_i8_lut_plan* P = p->lut_plan;
   if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
