@@ -129,6 +129,40 @@ void sdp_i8_lanes8_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, c
   }
 }
 
+/* A span's LUT converter in the lane form (sdp_i8_lanes8_lut) without sdp_i8_lanes_prepare_lut's
+ * search: v clamped to lut_t32_plan's [vmin, vmax], where the form is exact, and t then
+ * clamped to the plan's [t_lo, t_hi]. A v beyond vmax has t >= t(vmax) (t is monotonic in v
+ * for mul >= 0), so the same code when t(vmax) >= t_hi, which is checked on sdp_one's own t
+ * (lut_input) where such a v exists; likewise below vmin. 0: the span takes sdp_one. */
+static int span_lut_prepare(const sdp_i8* p, const chan_params* c, sdp_i8_lane_cvt* e,
+                            sdp_i8_lane_lut* L) {
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  if (P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE || c->shift > 40 || c->mul < 0)
+    return 0;
+  lut_t32 f;
+  lut_t32_plan(c, &f);
+  if (f.vmin > f.vmax) return 0;
+  if (f.vmax < INT32_MAX && lut_input(c, (int64_t)f.vmax + c->bias) < P->t_hi) return 0;
+  if (f.vmin > INT32_MIN && lut_input(c, (int64_t)f.vmin + c->bias) > P->t_lo) return 0;
+  memset(e, 0, sizeof(*e));
+  e->vlo = f.vmin;
+  e->vhi = f.vmax;
+  e->bias = f.bias;
+  e->mul = f.mul;
+  e->add = f.add;
+  e->shift = f.shift;
+  e->k = f.form == 2 ? 16 : 0;
+  e->low = f.form == 2 ? 0 : f.left; /* s = 0: (th mul << 16) + tl mul, t0 mul exactly */
+  e->neg = f.form == 0 ? 0 : -1;
+  L->t_lo = P->t_lo;
+  L->t_hi = P->t_hi;
+  L->base = P->base;
+  L->w = P->w;
+  L->bins = P->bins;
+  L->bytes = NULL;
+  return 1;
+}
+
 /* ---- the general steps in 4 int64 lanes ---------------------------------------------------
  * sdp_one's steps as they are (BS, BN, the element-wise op, PRELU, the output converter) for
  * what the int32 forms do not cover (an element-wise MUL / MAX / MIN: squeeze-excite's x * s;
@@ -357,11 +391,11 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
   const int basic_act =
       p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP;
   if (p->lut != NULL) {
-    /* the plan's codes in lanes (sdp_i8_lanes_prepare_lut: every lane's v clamped where t
-     * reaches the plan's ends; kept per layer, so a call costs a lookup of its constants) */
+    /* the plan's codes in lanes, set up per call (sdp_i8_lanes_prepare_lut's constants cost two
+     * divisions and a dozen evaluations of t per channel: the conv kernels keep them per call) */
     sdp_i8_lane_cvt e;
     sdp_i8_lane_lut L;
-    if (p->lut_plan != NULL && sdp_i8_lanes_prepare_lut(p, ch, 1, (int64_t)1 << 31, &e, &L)) {
+    if (span_lut_prepare(p, &c, &e, &L)) {
       sdp_i8_lanes8_run_lut(&e, &L, v, y, count);
       return;
     }

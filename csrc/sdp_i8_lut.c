@@ -419,10 +419,6 @@ void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) {
   free(plan); /* built outside the cache */
 }
 
-/* The table's input t of channel c for the ALU's sum x = v + bias (sdp_one's BS and BN). */
-static int64_t lut_input(const chan_params* c, int64_t x) {
-  return sat32(rhaz(bs_out(x, c->pre) * c->mul, c->shift + c->pre));
-}
 
 /* The smallest x with lut_input(x) >= r, for mul > 0 (lut_input is then monotonic), where BS
  * does not saturate: rhaz(x mul, s) >= r is x mul + h >= r 2^s for r > 0 (h = 2^(s-1), 0 for
