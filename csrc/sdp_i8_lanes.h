@@ -430,6 +430,9 @@ static inline __m512i sdp_i8_codes64(__m512i q0, __m512i q1, __m512i q2, __m512i
  *   per 32 values:          codes = sdp_i8_codes32(q0, q1, q2, q3), clamped to [lo, hi] by
  *                           vpmaxsb / vpminsb, stored;
  * or, for int32 rows it stored, sdp_i8_lanes8_run (sdp_i8_avx2.c): no sdp_i8_span set-up per row.
+ * A LUT activation: sdp_i8_lanes_prepare_lut once per call, then per 8 values
+ * sdp_i8_lanes8_lut(cvt + m, &lut, v, sdp_i8_lane_lut_form(cvt + m)) (the codes themselves, no
+ * clamp), or sdp_i8_lanes8_run_lut over a stored row.
  * Forms (split): 0 any channel; 7 k = 0 (the direct product, fast32's "direct"); 1 k = 16;
  * 2 k = 16 and exact (no clamp); 3 / 4 conv / conv 2; 5 / 6 forms 4 / 3 with the bias already
  * in v. AVX2 has no mask registers: form 3's sign comes back by vpsignd (|t| 0 gives r 0), and
