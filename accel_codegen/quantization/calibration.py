@@ -41,10 +41,9 @@ Methods (``calibration_method``):
   positions of the last axis (a border column, the end of a line of text:
   :func:`concentrated_clipping`, by a count that chance does not explain), a decision read
   at that position (a CTC time step) sees the whole clipping, so such a tensor takes its
-  whole range (``max``'s) instead. Not the default: measured on PP-OCRv4's recogniser, the
-  trained set and the zoo it changes few tensors (8 of the recogniser's 511, none of 4 zoo
-  networks') and moves nothing beyond noise; without the count's evidence it changed 131
-  and read more strings exactly but lost 2 dB on held-back lines (docs/ptq.md).
+  whole range (``max``'s) instead. Not the default: on PP-OCRv4's recogniser, the trained
+  set and the zoo it changes few tensors or none and moves nothing beyond noise, and
+  without the count's evidence it lost SQNR on held-back inputs (docs/ptq.md).
 - ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
   does not stretch the range for every other value, but a heavy tail is clipped hard.
 - ``"max"``: the range seen (ONNX Runtime's MinMax): nothing saturates on the calibration
@@ -426,11 +425,10 @@ def _entropy_threshold(counts: np.ndarray, unsigned: bool) -> int:
 #: clipped values is above CLIP_POSITION_SHARE and CLIP_POSITION_RATIO times the tensor's
 #: share makes the tensor take its whole range, where its count is evidence of that: a
 #: position clipping at exactly that rate reaches the count with a probability below
-#: CLIP_POSITION_EVIDENCE (Poisson). ``mse`` clips few values (a tensor's largest handful),
-#: and with 2 calibration lines a token of PP-OCRv4's recogniser holds 240 values, 0.24 at
-#: the 0.1 % share: without the evidence one clipped value (which must be at some position)
-#: decided 74 of the 131 tensors the rule changed there. The evidence asks 5 of 240 (one
-#: position of 40 clipping), 22 where the share's count is 10 (10,000 values)
+#: CLIP_POSITION_EVIDENCE (Poisson). Why: ``mse`` clips few values (a tensor's largest
+#: handful), and a position of few values (a token of 2 calibration lines) passes the 0.1 %
+#: share with one clipped value, which must be at some position: without the evidence such
+#: chance decided most of the tensors the rule changed (docs/ptq.md)
 CLIP_POSITION_SHARE = 1e-3
 CLIP_POSITION_RATIO = 5.0
 CLIP_POSITION_EVIDENCE = 1e-3
