@@ -1,14 +1,14 @@
 /* sdp_i8_avx2.c - the INT8 SDP converter on AVX2 (8 int32 lanes, no AVX-512): the int32-lane
  * forms of the converters the compiler emits most, sdp_one's codes exactly (sdp_i8.c):
  *  - the common converter (no element-wise op, out_mul 0, act NONE / RELU / CLIP: a conv's
- *    epilogue), fast32_plan's direct and split forms (identities at fast32, sdp_i8_internal.h);
- *  - the residual add (element-wise ADD with an output converter, NONE / RELU / CLIP),
- *    add32_plan's forms (identities at add32);
+ *    epilogue) and the residual add (element-wise ADD, NONE / RELU / CLIP) through the lane
+ *    forms of sdp_i8_lanes.h (the ones conv kernels use in registers), prepared per span for
+ *    any int32 value; sdp_i8_lanes8_run converts rows a kernel stored;
  *  - a LUT activation through the layer's plan of codes by bins of the table's input t
  *    (sdp_i8_lut_plan): t in int32 lanes (lut_8 below), one vpgatherdd of 8 bin words, the
  *    code below or above the bin's threshold.
  * 32 values a step (four vectors, packed to bytes together); a tail of fewer goes through a
- * zero-padded copy. Everything else without a LUT (PRELU, MUL / MAX / MIN, channels whose
+ * padded copy. Everything else without a LUT (PRELU, MUL / MAX / MIN, channels whose
  * bounds the int32 forms do not hold, sdp_i8_channels) runs sdp_one's steps in 4 int64 lanes
  * (gen4 below: AVX2 lacks the AVX-512 forms' 64-bit arithmetic shifts and min/max, mask
  * registers and vpmovsdb); a LUT without a plan, in a bin with two changes or along the
@@ -19,200 +19,76 @@
 
 #include "kernels.h"
 #include "sdp_i8_internal.h"
+#include "sdp_i8_lanes.h"
 
 #if SDP_I8_AVX2
 
-/* 32 codes of four vectors q (values 0-7, 8-15, 16-23, 24-31), saturated to int8, in order:
- * two saturating packs (sat8(sat16(x)) = sat8(x)) leave dword d of 128-bit lane L holding
- * values 4L..4L+3 of vector d; one vpermd puts them back in order. */
-static inline __m256i codes32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
-  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
-  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
+/* ---- the lane forms (sdp_i8_lanes.h) over a row -------------------------------------------- */
 
-/* ---- the common converter: fast32 in 8 lanes ---------------------------------------------- */
-
-typedef struct fast32_v8 {
-  __m256i vlo, vhi, b, m, add, low16, lo8, hi8;
-  __m128i sh;
-} fast32_v8;
-
-static inline __attribute__((always_inline)) __m256i fast32_8(const fast32_v8* c, __m256i x,
-                                                              int split, int shift) {
-  const __m256i t = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x, c->vlo), c->vhi), c->b);
-  if (split) {
-    const __m256i ph = _mm256_mullo_epi32(_mm256_srai_epi32(t, 16), c->m);
-    const __m256i pl = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t, c->low16), c->m),
-                                        _mm256_srai_epi32(t, 31));
-    const __m256i q = _mm256_add_epi32(_mm256_add_epi32(ph, c->add), _mm256_srai_epi32(pl, 16));
-    return _mm256_sra_epi32(q, c->sh);
-  }
-  const __m256i p = _mm256_mullo_epi32(t, c->m);
-  const __m256i q = _mm256_add_epi32(p, c->add);
-  if (!shift) return q;
-  return _mm256_sra_epi32(_mm256_add_epi32(q, _mm256_srai_epi32(p, 31)), c->sh);
-}
-
-static inline __attribute__((always_inline)) void fast32_step(const fast32_v8* c,
-                                                              const int32_t* v, int8_t* y,
-                                                              int split, int shift) {
-  const __m256i* x = (const __m256i*)(const void*)v;
-  const __m256i r = codes32(fast32_8(c, _mm256_loadu_si256(x), split, shift),
-                            fast32_8(c, _mm256_loadu_si256(x + 1), split, shift),
-                            fast32_8(c, _mm256_loadu_si256(x + 2), split, shift),
-                            fast32_8(c, _mm256_loadu_si256(x + 3), split, shift));
-  _mm256_storeu_si256((__m256i*)(void*)y, _mm256_min_epi8(_mm256_max_epi8(r, c->lo8), c->hi8));
-}
-
-static inline __attribute__((always_inline)) void fast32_body(const fast32_v8* c,
-                                                              const int32_t* v, int8_t* y,
-                                                              int64_t count, int split,
-                                                              int shift) {
-  int64_t i = 0;
-  for (; i + 32 <= count; i += 32) fast32_step(c, v + i, y + i, split, shift);
-  if (i < count) {
-    int32_t tv[32] = {0};
-    int8_t ty[32];
-    memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
-    fast32_step(c, tv, ty, split, shift);
-    memcpy(y + i, ty, (size_t)(count - i));
-  }
-}
-
-static void span_fast32(const fast32* f, const int32_t* v, int8_t* y, int64_t count, int32_t lo,
-                        int32_t hi) {
-  fast32_v8 c;
-  c.vlo = _mm256_set1_epi32(f->vlo);
-  c.vhi = _mm256_set1_epi32(f->vhi);
-  c.b = _mm256_set1_epi32(f->bias);
-  c.m = _mm256_set1_epi32(f->mul);
-  c.add = _mm256_set1_epi32(f->add);
-  c.low16 = _mm256_set1_epi32(0xFFFF);
-  c.sh = _mm_cvtsi32_si128(f->shift);
-  c.lo8 = _mm256_set1_epi8((char)lo);
-  c.hi8 = _mm256_set1_epi8((char)hi);
-  if (f->split) fast32_body(&c, v, y, count, 1, 1);
-  else if (f->shift > 0) fast32_body(&c, v, y, count, 0, 1);
-  else fast32_body(&c, v, y, count, 0, 0);
-}
-
-/* ---- the residual add: add32 in 8 lanes --------------------------------------------------- */
-
-typedef struct add32_v8 {
-  __m256i vlo, vhi, b, m, add, c_lo, low, tlo, thi, om, oadd, ez, em, eh, zero, lo8, hi8;
-  __m128i k, sh, osh, esh;
-  int32_t es, shift, out_shift;
-} add32_v8;
-
-/* The int32 result of 8 values x with their operand codes o (int32 lanes), before the int8
- * saturation: sdp_i8_avx512.c's add32_lanes step for step. */
-static inline __attribute__((always_inline)) __m256i add32_8(const add32_v8* c, __m256i x,
-                                                             __m256i o, int relu, int split,
-                                                             int unit_out) {
-  const __m256i t = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(x, c->vlo), c->vhi), c->b);
-  __m256i u;
-  if (split) {
-    const __m256i lp = _mm256_add_epi32(
-        _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t, c->low), c->m), c->c_lo),
-        _mm256_srai_epi32(t, 31));
-    const __m256i hp = _mm256_mullo_epi32(_mm256_sra_epi32(t, c->k), c->m);
-    u = _mm256_sra_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(hp, c->add), _mm256_sra_epi32(lp, c->k)), c->sh);
-  } else {
-    const __m256i pr = _mm256_mullo_epi32(t, c->m);
-    u = _mm256_add_epi32(pr, c->add);
-    if (c->shift > 0) u = _mm256_sra_epi32(_mm256_add_epi32(u, _mm256_srai_epi32(pr, 31)), c->sh);
-  }
-  if (c->es < 24) {
-    __m256i e = _mm256_mullo_epi32(_mm256_sub_epi32(o, c->ez), c->em);
-    if (c->es > 0)
-      e = _mm256_sra_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(e, c->eh), _mm256_srai_epi32(e, 31)), c->esh);
-    u = _mm256_add_epi32(u, e);
-  }
-  if (relu) u = _mm256_max_epi32(u, c->zero);
-  u = _mm256_min_epi32(_mm256_max_epi32(u, c->tlo), c->thi);
-  const __m256i pr = unit_out ? u : _mm256_mullo_epi32(u, c->om);
-  const __m256i q = _mm256_add_epi32(pr, c->oadd);
-  if (c->out_shift == 0) return q;
-  return _mm256_sra_epi32(_mm256_add_epi32(q, _mm256_srai_epi32(pr, 31)), c->osh);
-}
-
-static inline __attribute__((always_inline)) void add32_step(const add32_v8* c, const int32_t* v,
-                                                             const int8_t* operand, int8_t* y,
-                                                             int relu, int split, int unit_out) {
+/* 32 values a step; a tail of fewer through a zero-padded copy (0 is a value as any other). */
+static inline __attribute__((always_inline)) void run_step(const sdp_i8_lane_cvt* e,
+                                                           const sdp_i8_lane_add* a, int form,
+                                                           int add, __m256i lo, __m256i hi,
+                                                           const int32_t* v, const int8_t* o,
+                                                           int8_t* y) {
   __m256i q[4];
   for (int j = 0; j < 4; ++j) {
-    const __m256i o = c->es < 24 ? _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                       (const __m128i*)(const void*)(operand + 8 * j)))
-                                 : c->zero;
-    q[j] = add32_8(c, _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j)), o, relu,
-                   split, unit_out);
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
+    if (add)
+      q[j] = sdp_i8_lanes8_add(
+          a, e, x, _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(o + 8 * j))),
+          form, add == 2);
+    else
+      q[j] = sdp_i8_lanes8_form(e, x, form);
   }
-  const __m256i r = codes32(q[0], q[1], q[2], q[3]);
-  _mm256_storeu_si256((__m256i*)(void*)y, _mm256_min_epi8(_mm256_max_epi8(r, c->lo8), c->hi8));
+  _mm256_storeu_si256((__m256i*)(void*)y,
+                      _mm256_min_epi8(_mm256_max_epi8(sdp_i8_codes32(q[0], q[1], q[2], q[3]), lo),
+                                      hi));
 }
 
-static inline __attribute__((always_inline)) void add32_body(const add32_v8* c, const int32_t* v,
-                                                             const int8_t* operand, int8_t* y,
-                                                             int64_t count, int relu, int split,
-                                                             int unit_out) {
+static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e,
+                                                           const sdp_i8_lane_add* a, int form,
+                                                           int add, int8_t lo, int8_t hi,
+                                                           const int32_t* v, const int8_t* o,
+                                                           int8_t* y, int64_t count) {
+  const __m256i l = _mm256_set1_epi8(lo), h = _mm256_set1_epi8(hi);
   int64_t i = 0;
-  for (; i + 32 <= count; i += 32) add32_step(c, v + i, operand + i, y + i, relu, split, unit_out);
+  for (; i + 32 <= count; i += 32) run_step(e, a, form, add, l, h, v + i, add ? o + i : NULL, y + i);
   if (i < count) {
     int32_t tv[32] = {0};
     int8_t to[32] = {0}, ty[32];
     memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
-    memcpy(to, operand + i, (size_t)(count - i));
-    add32_step(c, tv, to, ty, relu, split, unit_out);
+    if (add) memcpy(to, o + i, (size_t)(count - i));
+    run_step(e, a, form, add, l, h, tv, to, ty);
     memcpy(y + i, ty, (size_t)(count - i));
   }
 }
 
-static void span_add32(const sdp_i8* p, const add32* f, const int32_t* v, const int8_t* operand,
-                       int8_t* y, int64_t count) {
-  const int32_t es = p->ew_shift;
-  add32_v8 c;
-  c.vlo = _mm256_set1_epi32(f->vlo);
-  c.vhi = _mm256_set1_epi32(f->vhi);
-  c.b = _mm256_set1_epi32(f->bias);
-  c.m = _mm256_set1_epi32(f->mul);
-  c.add = _mm256_set1_epi32(f->split ? f->c_hi : f->add);
-  c.c_lo = _mm256_set1_epi32(f->c_lo);
-  c.low = _mm256_set1_epi32(f->low_mask);
-  c.k = _mm_cvtsi32_si128(f->k);
-  c.sh = _mm_cvtsi32_si128(f->shift);
-  c.tlo = _mm256_set1_epi32(-f->t_out);
-  c.thi = _mm256_set1_epi32(f->t_out);
-  c.om = _mm256_set1_epi32(f->out_mul);
-  c.oadd = _mm256_set1_epi32(f->out_add);
-  c.osh = _mm_cvtsi32_si128(f->out_shift);
-  c.esh = _mm_cvtsi32_si128(es < 24 ? es : 0);
-  c.ez = _mm256_set1_epi32(p->ew_zero);
-  c.em = _mm256_set1_epi32(p->ew_mul);
-  c.eh = _mm256_set1_epi32(es > 0 && es < 24 ? 1 << (es - 1) : 0);
-  c.zero = _mm256_setzero_si256();
-  c.lo8 = _mm256_set1_epi8((char)p->clip_lo);
-  c.hi8 = _mm256_set1_epi8((char)p->clip_hi);
-  c.es = es;
-  c.shift = f->shift;
-  c.out_shift = f->out_shift;
-  const int relu = p->act == ACCEL_ACT_RELU, unit = f->out_mul == 1;
-#define ADD32(RELU, SPLIT, UNIT) add32_body(&c, v, operand, y, count, RELU, SPLIT, UNIT)
-  if (relu) {
-    if (f->split) {
-      if (unit) ADD32(1, 1, 1); else ADD32(1, 1, 0);
-    } else {
-      if (unit) ADD32(1, 0, 1); else ADD32(1, 0, 0);
+void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int form, int8_t lo,
+                       int8_t hi, const int32_t* v, const int8_t* operand, int8_t* y,
+                       int64_t count) {
+#define RUN(FORM, ADD) run_body(e, add, FORM, ADD, lo, hi, v, operand, y, count)
+  if (add != NULL) {
+    const int lean = add->lean;
+    switch (form) {
+      case 4: if (lean) RUN(4, 2); else RUN(4, 1); break;
+      case 3: if (lean) RUN(3, 2); else RUN(3, 1); break;
+      case 2: if (lean) RUN(2, 2); else RUN(2, 1); break;
+      default: if (lean) RUN(1, 2); else RUN(1, 1); break;
     }
-  } else {
-    if (f->split) {
-      if (unit) ADD32(0, 1, 1); else ADD32(0, 1, 0);
-    } else {
-      if (unit) ADD32(0, 0, 1); else ADD32(0, 0, 0);
-    }
+    return;
   }
-#undef ADD32
+  switch (form) {
+    case 7: RUN(7, 0); break;
+    case 6: RUN(6, 0); break;
+    case 5: RUN(5, 0); break;
+    case 4: RUN(4, 0); break;
+    case 3: RUN(3, 0); break;
+    case 2: RUN(2, 0); break;
+    case 1: RUN(1, 0); break;
+    default: RUN(0, 0); break;
+  }
+#undef RUN
 }
 
 /* ---- a LUT activation through the layer's plan --------------------------------------------
@@ -302,7 +178,7 @@ static inline __attribute__((always_inline)) int lut_step(const lut_v8* f, const
   const __m256i c2 = lut_8(f, _mm256_loadu_si256(x + 2), &bad);
   const __m256i c3 = lut_8(f, _mm256_loadu_si256(x + 3), &bad);
   if (!_mm256_testz_si256(bad, bad)) return 0;
-  _mm256_storeu_si256((__m256i*)(void*)y, codes32(c0, c1, c2, c3));
+  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(c0, c1, c2, c3));
   return 1;
 }
 
@@ -327,7 +203,7 @@ static void span_lut(const sdp_i8* p, int32_t ch, const chan_params* c, const in
 /* ---- the general steps in 4 int64 lanes ---------------------------------------------------
  * sdp_one's steps as they are (BS, BN, the element-wise op, PRELU, the output converter) for
  * what the int32 forms do not cover (an element-wise MUL / MAX / MIN: squeeze-excite's x * s;
- * PRELU; output converters beyond add32's bounds; one value per channel). AVX2 has 64-bit adds,
+ * PRELU; output converters beyond the lane forms' bounds; one value per channel). AVX2 has 64-bit adds,
  * logical shifts, compares and vpmuldq (int32 x int32 -> int64), but no 64-bit min / max or
  * arithmetic shift: min / max are a compare and a blend, and rhaz shifts the magnitude
  * logically and puts the sign back (as sdp_i8_avx512.c's rhaz8 does). Every product has int32
@@ -472,7 +348,7 @@ static inline __attribute__((always_inline)) void gen4_step(const sdp_i8* p, gen
                                  out_cvt);
     q[j] = gen4_join(a, b);
   }
-  _mm256_storeu_si256((__m256i*)(void*)y, codes32(q[0], q[1], q[2], q[3]));
+  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(q[0], q[1], q[2], q[3]));
 }
 
 static inline __attribute__((always_inline)) void gen4_body(const sdp_i8* p, gen4* g,
@@ -557,22 +433,18 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
       span_lut(p, ch, &c, v, y, count);
       return;
     }
-  } else if (p->ew_op == ACCEL_EW_NONE && p->out_mul == 0 && basic_act) {
-    /* the exact forms hold for this channel where BS cannot saturate before the codes do */
-    const int exact = bs_exact_to(&c, code_threshold(c.mul, c.shift, 128 + abs64(p->out_zero)));
-    fast32 f;
-    if (c.shift <= 55 && exact && fast32_plan(c.bias, c.mul, c.shift, p->out_zero, &f)) {
-      const int32_t lo = p->act == ACCEL_ACT_RELU ? p->out_zero
-                         : p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128;
-      const int32_t hi = p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127;
-      span_fast32(&f, v, y, count, lo, hi);
+  } else if (basic_act && (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD)) {
+    /* the lane forms (sdp_i8_lanes.h) of this channel, for any int32 v (|v| <= 2^31) */
+    sdp_i8_lane_cvt e;
+    sdp_i8_lane_add a;
+    int8_t lo, hi;
+    if (p->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(p, ch, 1, (int64_t)1 << 31, &e, &lo, &hi)) {
+      sdp_i8_lanes8_run(&e, NULL, sdp_i8_lane_form(&e), lo, hi, v, NULL, y, count);
       return;
     }
-  } else if (p->ew_op == ACCEL_EW_ADD && p->out_mul != 0 && p->out_shift <= 55 && basic_act &&
-             bs_exact_to(&c, add_threshold(p, &c))) {
-    add32 f;
-    if (add32_plan(p, c.bias, c.mul, c.shift, &f)) {
-      span_add32(p, &f, v, operand, y, count);
+    if (p->ew_op == ACCEL_EW_ADD &&
+        sdp_i8_lanes_prepare_add(p, ch, 1, (int64_t)1 << 31, &e, &a, &lo, &hi)) {
+      sdp_i8_lanes8_run(&e, &a, 1, lo, hi, v, operand, y, count);
       return;
     }
   }

@@ -1,10 +1,12 @@
 /* sdp_i8_internal.h - what the INT8 SDP converter's files share (internal to them).
  *
  * The converter is one definition (sdp_one, sdp_i8.c) and several exact vector forms of it;
- * they live in four files (sdp_i8.c: the definition, the dispatch and independent runs;
- * sdp_i8_avx512.c: the general and fast vector paths and the conv epilogue's lane forms;
- * sdp_i8_avx2.c: the AVX2 build's forms; sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the int64-lane
- * front end are static inline here so that every file computes them from the one text.
+ * they live in five files (sdp_i8.c: the definition, the dispatch and independent runs;
+ * sdp_i8_avx512.c: the general and fast vector paths; sdp_i8_lanes.c: the constants of the
+ * lane forms conv kernels convert with (sdp_i8_lanes.h); sdp_i8_avx2.c: the AVX2 build's
+ * paths; sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the
+ * int64-lane front end are static inline here so that every file computes them from the one
+ * text.
  */
 #ifndef ACCEL_SDP_I8_INTERNAL_H
 #define ACCEL_SDP_I8_INTERNAL_H
@@ -95,9 +97,9 @@ static inline int64_t code_threshold(int64_t mul, int64_t s, int64_t r) {
   return ((r << s) + m - 1) / m;
 }
 
-/* ---- the int32-lane forms' plans (sdp_i8_avx512.c's span_fast32 / span_add32, sdp_i8_avx2.c's
- * the same forms in 8 lanes): scalar int64 checks, shared so that both builds take a form
- * under the same bounds ------------------------------------------------------------------ */
+/* ---- the int32-lane forms' plans (sdp_i8_avx512.c's span_fast32 / span_add32; fast32_plan
+ * also in sdp_i8_lanes.c's converters, which both builds' lane forms and sdp_i8_avx2.c's spans
+ * run): scalar int64 checks, shared so that every path takes a form under the same bounds -- */
 
 /* span_fast in int32 lanes, 16 values per step (about twice span_fast's rate), for mul > 0
  * where these identities keep every intermediate inside int32 (fast32_plan checks the bounds

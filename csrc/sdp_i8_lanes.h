@@ -1,12 +1,13 @@
-/* sdp_i8_lanes.h - the common INT8 converter on int32 lanes in registers (AVX-512 builds).
+/* sdp_i8_lanes.h - the common INT8 converter on int32 lanes in registers (AVX-512: 16 lanes;
+ * AVX2: 8 lanes, the section at the end).
  *
  * The conv kernels convert their accumulators where they finish them, without storing the int32
  * values and reloading them in sdp_i8_span (that store and reload, and the per-call set-up of a
  * converter, were most of MobileNetV2's epilogue: docs/whole_network_time.md). It covers the
  * converter a conv's epilogue has most (no element-wise operand, out_mul 0, act NONE / RELU / CLIP,
- * no LUT) where sdp_i8_avx512.c's int32-lane identities hold for the channel (fast32_plan there);
- * the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8_avx512.c states
- * the identities):
+ * no LUT) where the int32-lane identities hold for the channel (fast32_plan, sdp_i8_internal.h);
+ * the codes are sdp_i8_span's exactly. One form serves every such channel (sdp_i8_internal.h's
+ * fast32 states the identities):
  *   t = min(max(v, vlo), vhi) + bias                  (sat32(v + bias), clamped to +-T)
  *   q = ((t >> k) * mul + add + (((t & low) * mul + (neg & (t >> 31))) >> k)) >> shift
  * k = 16 (the split product, shift = s - 16) or k = 0, low = 0 (the direct product, shift = s;
@@ -411,6 +412,159 @@ static inline __m512i sdp_i8_codes64(__m512i q0, __m512i q1, __m512i q2, __m512i
   const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(q0, q1), _mm512_packs_epi32(q2, q3));
   return _mm512_permutexvar_epi32(order, b);
 }
+#endif
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* ---- AVX2: the same forms on 8 int32 lanes ----------------------------------------------------
+ * For builds without AVX-512 (x86-64-v3: Zen 3, Haswell..; compiled in AVX-512 builds too, where
+ * an AVX2 kernel may use them). The constants are the ones above, from the same prepare calls
+ * (sdp_i8_lanes_prepare, _add), so the codes are sdp_i8_span's exactly, as the 16-lane forms'.
+ * A conv kernel converts its accumulators where it finishes them:
+ *   prepare once per call:  sdp_i8_lanes_prepare(p, 0, k, vmax, cvt, &lo, &hi) (else _add);
+ *                           form = the smallest sdp_i8_lane_form(cvt + m) over the rows it runs
+ *                           (one form per call keeps the branch out of the loop);
+ *   per 8 values of row m:  q = sdp_i8_lanes8_form(cvt + m, v, form) (a residual add:
+ *                           sdp_i8_lanes8_add(&add, cvt + m, v, o, form, add.lean));
+ *   per 32 values:          codes = sdp_i8_codes32(q0, q1, q2, q3), clamped to [lo, hi] by
+ *                           vpmaxsb / vpminsb, stored;
+ * or, for int32 rows it stored, sdp_i8_lanes8_run (sdp_i8_avx2.c): no sdp_i8_span set-up per row.
+ * Forms (split): 0 any channel; 7 k = 0 (the direct product, fast32's "direct"); 1 k = 16;
+ * 2 k = 16 and exact (no clamp); 3 / 4 conv / conv 2; 5 / 6 forms 4 / 3 with the bias already
+ * in v. AVX2 has no mask registers: form 3's sign comes back by vpsignd (|t| 0 gives r 0), and
+ * without AVX-VNNI the high product is vpmaddwd then vpaddd. */
+
+/* The cheapest form a channel's converter allows (the caller takes the smallest over its rows:
+ * every form serves the channels of the forms above it, 7 and 0 aside: 7 only k = 0 rows, 0
+ * any). Forms 5 and 6 are the caller's (its accumulators start at the bias). */
+static inline int sdp_i8_lane_form(const sdp_i8_lane_cvt* e) {
+  if (e->k == 16) return 1 + e->exact + e->conv;
+  return e->k == 0 && e->low == 0 ? 7 : 0;
+}
+
+static inline __attribute__((always_inline)) __m256i sdp_i8_high_product8(__m256i c, __m256i t,
+                                                                           int32_t mul) {
+  return _mm256_add_epi32(c, _mm256_madd_epi16(t, _mm256_set1_epi32((int32_t)((uint32_t)mul << 16))));
+}
+
+/* q of 8 accumulators of one channel (before the int8 saturation): sdp_i8_lanes_form's forms
+ * (its comment states form 3 and 4's identities) and form 7, q = (t mul + add + (neg & n)) >>
+ * shift with n = -(t < 0) (fast32's direct form: k = 0, low = 0). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_form(const sdp_i8_lane_cvt* c,
+                                                                        __m256i v, int split) {
+  if (split == 4 || split == 5) {
+    const __m256i t = split == 4 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias)) : v;
+    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(c->add), t, c->mul);
+    const __m256i lp = _mm256_mulhi_epu16(t, _mm256_set1_epi32(c->mul));
+    return _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift));
+  }
+  if (split == 3 || split == 6) {
+    const __m256i t = split == 3 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias)) : v;
+    const __m256i a = _mm256_abs_epi32(t);
+    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(1 << (c->shift - 1)), a, c->mul);
+    const __m256i lp = _mm256_mulhi_epu16(a, _mm256_set1_epi32(c->mul));
+    const __m256i r = _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift));
+    return _mm256_add_epi32(_mm256_set1_epi32(c->zero), _mm256_sign_epi32(r, t));
+  }
+  const __m256i t =
+      split == 2 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias))
+                 : _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(c->vlo)),
+                                                     _mm256_set1_epi32(c->vhi)),
+                                    _mm256_set1_epi32(c->bias));
+  const __m256i m = _mm256_set1_epi32(c->mul);
+  const __m128i sh = _mm_cvtsi32_si128(c->shift);
+  if (split == 7) {
+    const __m256i q = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_mullo_epi32(t, m), _mm256_set1_epi32(c->add)),
+        _mm256_and_si256(_mm256_srai_epi32(t, 31), _mm256_set1_epi32(c->neg)));
+    return _mm256_sra_epi32(q, sh);
+  }
+  if (split) {
+    const __m256i hp = _mm256_mullo_epi32(_mm256_srai_epi32(t, 16), m);
+    const __m256i lp = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xFFFF)), m),
+        _mm256_srai_epi32(t, 31));
+    const __m256i q = _mm256_add_epi32(_mm256_add_epi32(hp, _mm256_set1_epi32(c->add)),
+                                       _mm256_srai_epi32(lp, 16));
+    return _mm256_sra_epi32(q, sh);
+  }
+  const __m128i k = _mm_cvtsi32_si128(c->k);
+  const __m256i hp = _mm256_mullo_epi32(_mm256_sra_epi32(t, k), m);
+  const __m256i lp = _mm256_add_epi32(
+      _mm256_mullo_epi32(_mm256_and_si256(t, _mm256_set1_epi32(c->low)), m),
+      _mm256_and_si256(_mm256_srai_epi32(t, 31), _mm256_set1_epi32(c->neg)));
+  const __m256i q =
+      _mm256_add_epi32(_mm256_add_epi32(hp, _mm256_set1_epi32(c->add)), _mm256_sra_epi32(lp, k));
+  return _mm256_sra_epi32(q, sh);
+}
+
+/* q of 8 values v of channel c with their operand codes o (int32 lanes): sdp_i8_lanes_add's
+ * forms 1-4 and lean (its comment states them). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_add(const sdp_i8_lane_add* a,
+                                                                       const sdp_i8_lane_cvt* c,
+                                                                       __m256i v, __m256i o,
+                                                                       int form, int lean) {
+  if (form < 2)
+    v = _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(c->vlo)),
+                         _mm256_set1_epi32(c->vhi));
+  const __m256i t = _mm256_add_epi32(v, _mm256_set1_epi32(c->bias));
+  __m256i u;
+  if (form == 4) {
+    const __m256i at = _mm256_abs_epi32(t);
+    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(c->add), at, c->mul);
+    const __m256i lp = _mm256_mulhi_epu16(at, _mm256_set1_epi32(c->mul));
+    u = _mm256_sign_epi32(
+        _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift)), t);
+  } else {
+    const __m256i m = _mm256_set1_epi32(c->mul);
+    const __m128i k = _mm_cvtsi32_si128(c->k);
+    const __m256i lp = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t, _mm256_set1_epi32(c->low)), m),
+                         _mm256_set1_epi32(c->neg)),
+        _mm256_srai_epi32(t, 31));
+    u = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sra_epi32(t, k), m), _mm256_sra_epi32(lp, k));
+    if (form < 3)
+      u = _mm256_sra_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(c->add)),
+                           _mm_cvtsi32_si128(c->shift));
+  }
+  const __m256i x = _mm256_add_epi32(
+      _mm256_madd_epi16(o, _mm256_set1_epi32((int32_t)(uint16_t)(int16_t)a->ew_mul)),
+      _mm256_set1_epi32(a->ew_base));
+  /* x - (x < ew_nlt): the compare's -1 added */
+  const __m256i e = _mm256_sra_epi32(
+      _mm256_add_epi32(x, _mm256_cmpgt_epi32(_mm256_set1_epi32(a->ew_nlt), x)),
+      _mm_cvtsi32_si128(a->ew_shift));
+  if (lean) {
+    const __m256i w = _mm256_max_epi32(_mm256_add_epi32(u, e), _mm256_setzero_si256());
+    return _mm256_sra_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(a->out_add)),
+                            _mm_cvtsi32_si128(a->out_shift));
+  }
+  const __m256i w = _mm256_min_epi32(
+      _mm256_max_epi32(_mm256_add_epi32(u, e), _mm256_set1_epi32(a->w_lo)),
+      _mm256_set1_epi32(a->w_hi));
+  const __m256i pr = _mm256_mullo_epi32(w, _mm256_set1_epi32(a->out_mul));
+  const __m256i q = _mm256_add_epi32(
+      _mm256_add_epi32(pr, _mm256_set1_epi32(a->out_add)),
+      _mm256_and_si256(_mm256_srai_epi32(pr, 31), _mm256_set1_epi32(a->out_neg)));
+  return _mm256_sra_epi32(q, _mm_cvtsi32_si128(a->out_shift));
+}
+
+/* 32 codes of four vectors q (values 0-7, 8-15, 16-23, 24-31), saturated to int8, in order:
+ * two saturating packs (sat8(sat16(x)) = sat8(x)) leave dword d of 128-bit lane L holding
+ * values 4L..4L+3 of vector d; one vpermd puts them back in order. */
+static inline __attribute__((always_inline)) __m256i sdp_i8_codes32(__m256i q0, __m256i q1,
+                                                                    __m256i q2, __m256i q3) {
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* count int32 values v of one channel (converter e, form: sdp_i8_lane_form's or smaller; a
+ * residual add: add and its operand codes, else NULL) converted into y, codes clamped to [lo,
+ * hi]: for rows a kernel stored (sdp_i8_avx2.c; 32 per step, the tail through a padded copy). */
+void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int form, int8_t lo,
+                       int8_t hi, const int32_t* v, const int8_t* operand, int8_t* y,
+                       int64_t count);
 #endif
 
 #endif /* ACCEL_SDP_I8_LANES_H */

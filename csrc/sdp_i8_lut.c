@@ -13,6 +13,8 @@
 #include "sdp_i8_internal.h"
 #include "sdp_i8_lanes.h"
 
+#if SDP_I8_VECTOR || SDP_I8_AVX2 /* the plans: both vector builds convert through them */
+
 static int lut_code(const sdp_i8* p, int64_t t) {
   const int64_t y = lut_int8_eval(p->lut, t);
   int64_t q = p->out_mul != 0 ? rhaz(y * p->out_mul, p->out_shift) : y;
@@ -63,7 +65,6 @@ static inline const char* lut_env(void) { return getenv("ACCEL_SDP_I8_LUT"); }
  * codes change (the compiler's tables: a few LE intervals), then at most LUT_PLAN_BINS. */
 enum { LUT_PLAN_BINS = 4096 };
 
-#if SDP_I8_VECTOR || SDP_I8_AVX2 /* the plans: both vector builds convert through them */
 #ifdef __AVX512VBMI__
 /* The bins plan's code at t (clamped to the plan's range as its users clamp it). */
 static int plan_code(const struct sdp_i8_lut_plan* P, int64_t t) {

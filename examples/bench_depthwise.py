@@ -9,6 +9,11 @@ stems (3x3/2 -> 32 and 7x7/2 -> 64 on 3x224x224, rows ``stem``).
 
     python examples/bench_depthwise.py [--threads 1] [--rounds 4] [--impls dw_rows_avx512,dw_c16_avx512]
     python examples/bench_depthwise.py --precision int8 --impls dw_madd_avx2,stem_madd_avx2:portable
+    python examples/bench_depthwise.py --precision int8 --impls dw_madd_avx2 --libs old/libaccel.so,
+
+``--libs`` compares builds of the library instead: each path is preloaded in place of the
+installed one (an empty entry: the installed one), with the first implementation of
+``--impls`` forced in every child; columns are the builds, in the given order.
 """
 from __future__ import annotations
 
@@ -72,6 +77,16 @@ print(json.dumps(res))
 """
 
 
+def blas_dir() -> str:
+    """The directory of the OpenBLAS that the installed libaccel links (a scratch build's
+    run path may name a build environment that is gone)."""
+    try:
+        import scipy_openblas32
+    except ImportError:
+        return ""
+    return os.path.join(os.path.dirname(scipy_openblas32.__file__), "lib")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -80,25 +95,39 @@ def main() -> None:
                     help="implementations compared, comma-separated (each may be a "
                          "ACCEL_CONV_IMPL list of its own, its names joined by ':')")
     ap.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    ap.add_argument("--libs", default=None,
+                    help="builds compared, comma-separated libaccel.so paths (empty: the "
+                         "installed one)")
     args = ap.parse_args()
     impls = args.impls.split(",")
+    libs = args.libs.split(",") if args.libs is not None else None
+    columns = libs if libs is not None else impls
     layers = LAYERS + (STEMS if args.precision == "int8" else [])
-    times = {i: [[] for _ in layers] for i in impls}
+    times = {i: [[] for _ in layers] for i in columns}
     for rnd in range(args.rounds):
-        for impl in impls if rnd % 2 == 0 else impls[::-1]:
+        for col in columns if rnd % 2 == 0 else columns[::-1]:
+            impl = impls[0] if libs is not None else col
             env = dict(os.environ, ACCEL_CONV_IMPL=impl.replace(":", ","))
+            if libs is not None and col:
+                # the build's own dependencies (OpenBLAS) resolve from the installed package's
+                env["LD_PRELOAD"] = os.path.abspath(col)
+                env["LD_LIBRARY_PATH"] = ":".join(filter(None, [blas_dir(),
+                                                                env.get("LD_LIBRARY_PATH")]))
             r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers),
                                 str(args.threads), "15", args.precision], capture_output=True,
                                text=True,
                                env=env, cwd=os.path.expanduser("~"), check=True)
             for j, ts in enumerate(json.loads(r.stdout)):
-                times[impl][j] += ts
+                times[col][j] += ts
     print(f"{args.precision}, threads {args.threads}, load average {os.getloadavg()[0]:.1f}, "
           "medians in ms")
-    print(f"{'channels, plane, kernel, stride':34}" + "".join(f"{i:>16}" for i in impls) +
+    if libs is not None:
+        print(f"{impls[0]} forced; builds: " + ", ".join(lib or "installed" for lib in libs))
+    print(f"{'channels, plane, kernel, stride':34}" +
+          "".join(f"{(i or 'installed')[-15:]:>16}" for i in columns) +
           "   first / last")
     for j, layer in enumerate(layers):
-        med = [statistics.median(times[i][j]) * 1e3 for i in impls]
+        med = [statistics.median(times[i][j]) * 1e3 for i in columns]
         print(f"{str(layer):34}" + "".join(f"{m:16.4f}" for m in med) +
               f"   {med[0] / med[-1]:.2f}")
 

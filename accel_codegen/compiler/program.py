@@ -325,6 +325,10 @@ class Function:
     #: int8 code: the quantisation of each tensor an int8 run reads or writes (function
     #: inputs and layer outputs, a downsample branch's output; ``quantize_int8`` fills it)
     quant: Dict[relax.Var, TensorQuant] = dataclasses.field(default_factory=dict, repr=False)
+    #: the layers that run on token surfaces, index -> (B, C, T): the planning pass's one
+    #: decision (``codegen.passes.plan_surface_adds``), which the estimate prices and the code
+    #: generator follows; None before that pass ran
+    surface_adds: Optional[Dict[int, Tuple[int, int, int]]] = None
 
     @property
     def symbol(self) -> str:

@@ -583,10 +583,13 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
 
     Per head: [BDMA Q_h]; CONV (K_h, weights Q_h) + SDP (x scale) = the scores transposed,
     S^T [1, T, 1, Tk]: the queries as channels, the keys along W, so that the softmax over the
-    keys is the PDP's: the max in PDP max passes along W (windows of at most 8, padded: padding
-    never wins a max), SDP -max, SDP exp(S^T - max) = E^T with the max as the per-channel
-    operand, the average as PDP average passes (power-of-two windows, zero padding counted),
-    its reciprocal through the LUT (FP16: then Newton steps, as the softmax's); [BDMA V_h];
+    keys is the PDP's. Every head's S^T is a block of one surface [1, heads T, 1, Tk] (head h
+    at channel h T), over which each softmax pass runs once for all heads, as the PDP and SDP
+    work channel by channel: the max in PDP max passes along W (windows of at most 8, padded:
+    padding never wins a max), SDP -max, SDP exp(S^T - max) = E^T with the max as the
+    per-channel operand, the average as PDP average passes (power-of-two windows, zero padding
+    counted), its reciprocal through the LUT (FP16: then Newton steps, as the softmax's). Then
+    per head: [BDMA V_h];
     CONV (V_h, weights E^T: T kernels of Tk) + SDP (x 1 / the windows' product, x the
     reciprocal as the per-channel operand) = O_h [1, T, 1, d], which is [T, d] in memory: the
     softmax normalised after the P V products, in the accumulator, so the probabilities are
@@ -597,7 +600,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     and gives 1 / sum's remainder beyond its half, which the P V runs apply (values_runs).
 
     ``windows`` > 1 (Swin): attention within each of that many consecutive blocks of
-    ``tokens`` rows of Q, K, V and the output, the passes above per window. The tensors are
+    ``tokens`` rows of Q, K, V and the output, the per-head passes above per window and head,
+    the softmax's once over every window's and head's scores. The tensors are
     then read as one image of all their bytes: "x" [1, W T Cq, 1, 1], "v" and "o" likewise,
     "k" [1, W Ck, 1, Tk] (each window's K on its own surface, one after the other); a
     window's rows are a view at its address. ``bias`` [1 or windows, heads, T, Tk] is added
@@ -613,44 +617,35 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
     b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
     constants = _attention_bias(bias, windows, heads, t, tk, b)
+    # every head's (and window's) scores are one surface [1, W H T, 1, Tk], head h of window
+    # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
+    # PDP and SDP passes, which work channel by channel, run once over all of them
+    b.shapes["s"] = (1, windows * heads * t, 1, tk)
+    one = windows == 1
+    heads_of = []  # per head: its name, first channel, scores CONV (data, weights, scale, bias)
     for w in range(windows):
-        one = windows == 1
         at = "" if one else f"w{w}."
-        x, v_rows, out = "x", "v", "o"
-        if not one:
-            x = b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
-            v_rows = b.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
-            out = b.view(f"{at}o", "o", w * t * merged, t * merged, (t, merged, 1, 1))
+        x = "x" if one else b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
         for h in range(heads):
-            head = f"{at}h{h}"
+            head, first = f"{at}h{h}", (w * heads + h) * t
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
             sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
             operand = None
             if bias is not None:
-                first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
-                operand = b.view(f"{head}.bias", "bias", first, t, (1, t, 1, tk))
+                bias_first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
+                operand = b.view(f"{head}.bias", "bias", bias_first, t, (1, t, 1, tk))
                 sdp = dataclasses.replace(sdp, ew_op="add")
-            s = b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1),
-                                              precision=precision), sdp],
-                      k, f"{head}.s", (1, t, 1, tk), operand=operand, weights=q)
-            e, r, covered, r_lo = b.softmax_along_w(head, s, newton,
-                                                    (k, q, scales[h], operand))
-            v = b.rows(v_rows, channels["v"][1] + h * d, f"{head}.v", f"{head}.values.rows",
-                       tk)
-            v = b.view(f"{head}.vs", v, 0, b.shapes[v][1], (1, tk, 1, d))
-            ops, r, units = b.values_runs(head, v, e, r, r_lo, covered)
-            if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
-                surface = b.view(f"{at}o.surface", "o", w * t * merged,
-                                 merged if one else t * merged, (1, t, 1, d))
-                b.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r, weights=e,
-                      units=units)
-                continue
-            o = b.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r,
-                      weights=e, units=units)
-            o = b.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
-            b.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
-                                         precision=precision)], o, out, (t, merged, 1, 1))
+            s = b.view(f"{head}.s", "s", first, t, (1, t, 1, tk))
+            b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
+                                     sdp], k, s, (1, t, 1, tk), operand=operand, weights=q)
+            heads_of.append((w, h, head, first, (k, q, scales[h], operand)))
+    e, r, covered, r_lo = b.softmax_along_w("", "s", newton,
+                                            [(head, first, scores) for _, _, head, first, scores
+                                             in heads_of])
+    for w, h, head, first, _ in heads_of:
+        b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"], (e, r, r_lo),
+                      covered)
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
                          ("k", "v"), ("o",), {**constants, **b.constants})
 
@@ -740,6 +735,36 @@ class _HeadPasses:
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
                                     precision=self.precision)], src, name, (count, d, 1, 1))
 
+    def head_values(self, w, h, head, first, sizes, v_channels, softmax, covered) -> None:
+        """Head h of window w after the softmax: [BDMA V_h], the P V CONV reading its block
+        of the exponentials (channel ``first``) and of the reciprocals, [BDMA O_h into the
+        output's channels of the head]."""
+        t, tk, windows, heads = sizes
+        d, (cv, v_first), (e, r, r_lo) = self.d, v_channels, softmax
+        merged, one = heads * d, windows == 1
+        at = "" if one else f"w{w}."
+        v_rows = "v" if one else self.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
+        v = self.rows(v_rows, v_first + h * d, f"{head}.v", f"{head}.values.rows", tk)
+        v = self.view(f"{head}.vs", v, 0, self.shapes[v][1], (1, tk, 1, d))
+        e_h = self.view(f"{head}.e", e, first, t, (1, t, 1, tk))
+        r_h = self.view(f"{head}.r", r, first, t, (1, t, 1, 1))
+        r_lo_h = None if r_lo is None else self.view(f"{head}.rlo", r_lo, first, t,
+                                                     (1, t, 1, 1))
+        ops, r_h, units = self.values_runs(head, v, e_h, r_h, r_lo_h, covered)
+        if heads == 1:  # O_h is the output: [1, T, 1, d] and [T, d, 1, 1] are its bytes
+            surface = self.view(f"{at}o.surface", "o", w * t * merged,
+                                merged if one else t * merged, (1, t, 1, d))
+            self.add(f"{head}.values", ops, v, surface, (1, t, 1, d), operand=r_h,
+                     weights=e_h, units=units)
+            return
+        out = "o" if one else self.view(f"{at}o", "o", w * t * merged, t * merged,
+                                        (t, merged, 1, 1))
+        o = self.add(f"{head}.values", ops, v, f"{head}.o", (1, t, 1, d), operand=r_h,
+                     weights=e_h, units=units)
+        o = self.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
+        self.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
+                                        precision=self.precision)], o, out, (t, merged, 1, 1))
+
     def values_runs(self, head, v, e, r, r_lo, covered):
         """The P V run's chain, its element-wise operand and X unit operands: the
         exponentials' products with V summed in the CONV's fp32 accumulator, then normalised
@@ -761,72 +786,88 @@ class _HeadPasses:
         return [conv, Sdp(x_per_channel=("x1_mul",), scale=self.values(1.0 / covered, t),
                           ew_op="add", precision=p)], low, (("x1_mul", r),)
 
-    def softmax_along_w(self, head: str, s: str, newton: Optional[int], scores=None
+    def softmax_along_w(self, prefix: str, s: str, newton: Optional[int], heads=None
                         ) -> Tuple[str, str, int, Optional[str]]:
-        """The softmax over W of scores ``s`` [1, T, 1, Tk] but its normalisation: PDP max
-        passes, SDP -max, SDP exp with it as the per-channel operand, PDP average passes
-        (power-of-two windows), the LUT reciprocal of the average (FP16: then Newton steps,
-        as the softmax's). Returns e = exp(s - max), r = 1 / average [1, T, 1, 1] and the
-        windows' product ``covered`` (a power of two): softmax = e r / covered, which the P V
-        CONV's SDP applies to the CONV's sums.
+        """The softmax over W of scores ``s`` [1, R, 1, Tk] but its normalisation, every row
+        (channel) on its own: PDP max passes, SDP -max, SDP exp with it as the per-channel
+        operand, PDP average passes (power-of-two windows), the LUT reciprocal of the average
+        (FP16: then Newton steps, as the softmax's). Each pass is one run over all R rows
+        (every head's queries). Returns e = exp(s - max), r = 1 / average [1, R, 1, 1] and
+        the windows' product ``covered`` (a power of two): softmax = e r / covered, which the
+        P V CONV's SDP applies to the CONV's sums.
 
-        FP16 (``scores``: the scores CONV's data K_h, weights Q_h, scale and bias): the
-        exponentials' pass recomputes the scores in its CONV, so exp reads scale Q_h K_h^T +
-        bias - max in fp32 (S^T rounded to half feeds the max only, which any value near the
-        true max serves); the Newton steps are one SDP pass each, s r in fp32 in the X1 unit;
-        the last step reads the sum of the exponentials from a CONV's fp32 accumulator (a
-        ones surface, weights E^T), not the PDP's averages rounded to half, so 1 / sum is
-        rounded once (docs/transformer_ops.md, fp16 accuracy)."""
+        FP16 (``heads``: per head its name, first row of ``s`` and its scores CONV's data K_h,
+        weights Q_h, scale and bias): the exponentials' pass recomputes each head's scores in
+        its CONV, so exp reads scale Q_h K_h^T + bias - max in fp32 (S^T rounded to half
+        feeds the max only, which any value near the true max serves); the Newton steps are
+        one SDP pass each, s r in fp32 in the X1 unit; the last step reads each head's sum of
+        the exponentials from a CONV's fp32 accumulator (a ones surface, weights E^T), not
+        the PDP's averages rounded to half, so 1 / sum is rounded once (returned as r_lo,
+        1 / average's remainder beyond r: docs/transformer_ops.md, fp16 accuracy)."""
         p = self.precision
-        fp16 = p == "fp16" and scores is not None
-        _, t, _, tk = self.shapes[s]
-        one = (1, t, 1, 1)
+        fp16 = p == "fp16" and heads is not None
+        _, rows, _, tk = self.shapes[s]
+        one = (1, rows, 1, 1)
         m = s
         for i, (window, pad) in enumerate(_windows(tk)):
-            m = self.add(f"{head}.softmax.max", [Pool("max", (1, window), (1, window),
-                                                      (0, 0, 0, pad), precision=p)],
-                         m, f"{head}.m{i}", (1, t, 1, (self.shapes[m][3] + pad) // window))
-        neg = self.add(f"{head}.softmax.negate", [Sdp(scale=self.values(-1.0, t), precision=p)],
-                       m, f"{head}.negmax", one)
+            m = self.add(f"{prefix}softmax.max", [Pool("max", (1, window), (1, window),
+                                                        (0, 0, 0, pad), precision=p)],
+                         m, f"{prefix}m{i}", (1, rows, 1, (self.shapes[m][3] + pad) // window))
+        neg = self.add(f"{prefix}softmax.negate",
+                       [Sdp(scale=self.values(-1.0, rows), precision=p)], m,
+                       f"{prefix}negmax", one)
+        e = f"{prefix}e"
         if fp16:
-            e = self._exponentials(head, scores, neg, (1, t, 1, tk))
+            self.shapes[e] = (1, rows, 1, tk)  # written head by head
+            t = rows // len(heads)
+            for head, first, scores in heads:
+                self._exponentials(head, scores, self.view(f"{head}.negmax", neg, first, t,
+                                                           (1, t, 1, 1)),
+                                   self.view(f"{head}.e", e, first, t, (1, t, 1, tk)))
         else:
-            e = self.add(f"{head}.softmax.exp", [Sdp(ew_op="add", ew_per_channel=True,
-                                                     act="exp", precision=p)],
-                         s, f"{head}.e", (1, t, 1, tk), neg)
+            self.add(f"{prefix}softmax.exp", [Sdp(ew_op="add", ew_per_channel=True, act="exp",
+                                                  precision=p)], s, e, (1, rows, 1, tk), neg)
         total, covered, r_lo = e, 1, None
         for i, (window, pad) in enumerate(_windows(tk, powers=True)):
-            total = self.add(f"{head}.softmax.sum", [Pool(
+            total = self.add(f"{prefix}softmax.sum", [Pool(
                 "avg", (1, window), (1, window), (0, 0, 0, pad), count_include_pad=True,
-                precision=p)], total, f"{head}.a{i}",
-                (1, t, 1, (self.shapes[total][3] + pad) // window))
+                precision=p)], total, f"{prefix}a{i}",
+                (1, rows, 1, (self.shapes[total][3] + pad) // window))
             covered *= window
         if covered > MAX_COVERED:  # the average of many keys back up into the reciprocal
             # table's range (its smallest input 2^-15 in FP16, and 1 / average a half)
             back = covered // MAX_COVERED
-            total = self.add(f"{head}.softmax.total", [Sdp(scale=self.values(back, t),
-                                                           precision=p)],
-                             total, f"{head}.total", one)
+            total = self.add(f"{prefix}softmax.total", [Sdp(scale=self.values(back, rows),
+                                                             precision=p)],
+                             total, f"{prefix}total", one)
             covered = MAX_COVERED
         steps = newton_steps("attention", "reciprocal", p, newton)
-        r = self.add(f"{head}.softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
-                     total, f"{head}.r", one)
+        r = self.add(f"{prefix}softmax.reciprocal", [Sdp(act="reciprocal", precision=p)],
+                     total, f"{prefix}r", one)
         for i in range(steps):  # y (2 - s y)
             if fp16 and i == steps - 1:  # r stays the half before it, r_lo its remainder
-                r_lo = self._last_newton_step(head, e, r, covered, (1, t, 1, tk))
+                r_lo = f"{prefix}rlo"
+                self.shapes[r_lo] = one  # written head by head
+                t = rows // len(heads)
+                for head, first, _ in heads:
+                    at = (first, t, (1, t, 1, 1))
+                    self._last_newton_step(
+                        head, self.view(f"{head}.e", e, first, t, (1, t, 1, tk)),
+                        self.view(f"{head}.ry", r, *at), covered,
+                        self.view(f"{head}.rlo", r_lo, *at))
             elif fp16:  # s y in fp32 (X1), 2 - s y (scale, shift), times y: one rounding
-                r = self.add(f"{head}.softmax.newton", [Sdp(
-                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
-                    precision=p)], total, f"{head}.r{i}", one, r, units=[("x1_mul", r)])
+                r = self.add(f"{prefix}softmax.newton", [Sdp(
+                    scale=self.values(-1.0, rows), shift=self.values(2.0, rows), ew_op="mul",
+                    precision=p)], total, f"{prefix}r{i}", one, r, units=[("x1_mul", r)])
             else:
-                sy = self.add(f"{head}.softmax.newton.times_s", [Sdp(ew_op="mul", precision=p)],
-                              total, f"{head}.sy{i}", one, r)
-                r = self.add(f"{head}.softmax.newton.step", [Sdp(
-                    scale=self.values(-1.0, t), shift=self.values(2.0, t), ew_op="mul",
-                    precision=p)], sy, f"{head}.r{i}", one, r)
+                sy = self.add(f"{prefix}softmax.newton.times_s",
+                              [Sdp(ew_op="mul", precision=p)], total, f"{prefix}sy{i}", one, r)
+                r = self.add(f"{prefix}softmax.newton.step", [Sdp(
+                    scale=self.values(-1.0, rows), shift=self.values(2.0, rows), ew_op="mul",
+                    precision=p)], sy, f"{prefix}r{i}", one, r)
         return e, r, covered, r_lo
 
-    def _exponentials(self, head: str, scores, neg: str, shape) -> str:
+    def _exponentials(self, head: str, scores, neg: str, out: str) -> str:
         """E^T = exp(scale Q_h K_h^T + bias - max): the scores CONV again, its SDP taking the
         fp32 accumulator through the scale (with a bias: the X1 unit's per-channel multiplier,
         then the X2 unit adds the bias, so the element-wise unit is free for -max), the
@@ -834,6 +875,7 @@ class _HeadPasses:
         fine as exp's where t - max <= 0 lies: exp's own table's interpolation cost 6 dB on
         E^T against half(e^t) (68.8 against 74.9 dB, docs/transformer_ops.md)."""
         k, q, scale, bias = scores
+        shape = self.shapes[out]
         t = shape[1]
         conv = Conv(None, weight_shape=(t, self.d, 1, 1), precision=self.precision)
         if bias is None:
@@ -844,16 +886,16 @@ class _HeadPasses:
             sdp = Sdp(x1_mul=self.values(scale, t), x_per_channel=("x1_mul",), ew_op="add",
                       ew_per_channel=True, act="softmax_exp", precision=self.precision)
             units = (("x2_alu", bias),)
-        return self.add(f"{head}.softmax.exp", [conv, sdp], k, f"{head}.e", shape, neg,
+        return self.add(f"{head}.softmax.exp", [conv, sdp], k, out, shape, neg,
                         weights=q, units=units)
 
-    def _last_newton_step(self, head: str, e: str, r: str, covered: int, shape) -> str:
+    def _last_newton_step(self, head: str, e: str, r: str, covered: int, out: str) -> str:
         """y (2 - (S / covered) y) with S = the sum of the exponentials in a CONV's fp32
         accumulator: a ones surface [1, Tk, 1, 1] (a constant) with E^T as the weights (T
         kernels of Tk, as the P V CONV reads them), its SDP S y (X1), x -1 / covered, + 2,
         x y (the element-wise unit), rounded once: 1 / average within a half's rounding of
         the exact sum's, where the PDP's averages were rounded to half three times."""
-        t, tk = shape[1], shape[3]
+        t, tk = self.shapes[out][1], self.shapes[e][3]
         if "ones" not in self.shapes:
             self.shapes["ones"] = (1, tk, 1, 1)
             self.constants["ones"] = np.ones((1, tk, 1, 1), self.dtype)
@@ -861,4 +903,4 @@ class _HeadPasses:
             Conv(None, weight_shape=(t, tk, 1, 1), precision=self.precision),
             Sdp(scale=self.values(-1.0 / covered, t), shift=self.values(1.0, t), ew_op="mul",
                 ew_per_channel=True, precision=self.precision)],
-            "ones", f"{head}.rs", (1, t, 1, 1), r, weights=e, units=(("x1_mul", r),))
+            "ones", out, (1, t, 1, 1), r, weights=e, units=(("x1_mul", r),))

@@ -64,3 +64,24 @@ def test_the_estimate_prices_the_residual_adds_on_their_surfaces():
         [(r.label, r.cycles) for r in prof.records]
     adds = [r for r in prof.records if r.label.endswith("accel.add")]
     assert len(adds) == 3  # the position embedding's (a constant) and the two residual adds
+
+
+def test_the_code_generator_follows_the_planned_surface_adds(monkeypatch):
+    """Which residual adds run on surfaces is decided once per function, by the planning pass
+    the estimate prices (``Function.surface_adds``); the code generator follows that choice
+    instead of deciding again by its own reading of the precision (the two readings could
+    differ: then an operand's surface was missing, a typed error)."""
+    model, (x,) = build_realistic(lambda: VisionTransformer(image=32, dim=32, depth=1, heads=2,
+                                                            num_classes=10), (3, 32, 32))
+    mod, params = from_pytorch(model, (x,))
+    decide = passes.surface_adds
+    decided = []
+
+    def once(function, precision):
+        decided.append(function)
+        return decide(function, precision)
+
+    monkeypatch.setattr(passes, "surface_adds", once)
+    (source,) = ac.generated_sources(ac.partition_for_accel(mod, params)).values()
+    assert source.count("on the surfaces") == 2
+    assert decided and len({id(f) for f in decided}) == len(decided)

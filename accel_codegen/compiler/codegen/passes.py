@@ -377,14 +377,23 @@ def _keeps_surface(layer: Layer, precision: str) -> bool:
 
 
 def plan_surface_adds(program) -> None:
-    """The planning pass of ``surface_adds``: each such run's layer on the surface [B, C, 1, T]
-    (the same element-wise op on the same values; the estimate and the profile then price
-    the run of that shape)."""
+    """The planning pass of ``surface_adds``, once per function: its choice recorded on the
+    function (``Function.surface_adds``, which the code generator follows), each such run's
+    layer on the surface [B, C, 1, T] (the same element-wise op on the same values; the
+    estimate and the profile then price the run of that shape). A function planned before
+    keeps its choice (the estimate plans a program the code generator planned)."""
     for function in program.functions:
-        chosen = surface_adds(function, program.precision)
+        _plan_function(function, program.precision)
+
+
+def _plan_function(function, precision: str) -> Dict[int, Tuple[int, int, int]]:
+    if function.surface_adds is None:
+        chosen = surface_adds(function, precision)
         for run in function.runs:
             if run.call in chosen and not run.converts:
                 run.layer = _on_surface(run.layer, chosen[run.call])
+        function.surface_adds = chosen
+    return function.surface_adds
 
 
 def _on_surface(layer: Layer, shape) -> Layer:
@@ -393,10 +402,10 @@ def _on_surface(layer: Layer, shape) -> Layer:
 
 
 def _adds(gen) -> Dict[int, Tuple[int, int, int]]:
-    """The function's surface adds, decided once per function."""
-    if gen.surface_adds is None:
-        gen.surface_adds = surface_adds(gen.program, gen.function_precision)
-    return gen.surface_adds
+    """The function's surface adds as its planning pass chose them: one decision per
+    function, not a second one here by the code generator's own reading of the precision
+    (where the two could differ, an operand's surface would be missing)."""
+    return _plan_function(gen.program, gen.function_precision)
 
 
 def emit_surface_add(gen, index: int, var: relax.Var, layer: Layer, runs) -> bool:

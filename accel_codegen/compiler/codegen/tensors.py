@@ -76,9 +76,6 @@ class FunctionTensors:
         self.token_surfaces: Dict[relax.Var, Tuple[str, Tuple[int, int, int], str]] = {}
         # tensors whose tokens were never written: every reader takes the surface
         self.surface_only: set = set()
-        # layer index -> (B, C, T) of each element-wise layer run on its operands' surfaces
-        # (passes.surface_adds), decided at the first question
-        self.surface_adds: Optional[Dict[int, Tuple[int, int, int]]] = None
         self.readers: Dict[relax.Var, List[int]] = {}  # the layers reading each tensor
         # int8 outputs that leave range by range, each in its own quantisation: (offset,
         # count, quantisation) in elements (an int8 concat of Layer.keeps_input_scales)
