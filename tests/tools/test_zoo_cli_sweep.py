@@ -84,7 +84,7 @@ def test_partitions_in_every_precision(capsys, name):
     mixed search over concats through the command line is
     tests/flow/test_mixed_precision_outputs.py's (a concat inside a function, a host op
     between two: the case that failed with an AttributeError, issue 30); squeezenet1_1's
-    search repeated it at many times the cost."""
+    search repeated it, at more CPU time than that model's other partitions together."""
     for config in ("nv_small", "nv_full"):
         for precision in ("fp32", "fp16", "int8"):
             extra = ["--calibration", "2"] if precision == "int8" else []
