@@ -41,6 +41,14 @@
 
 #include "winograd.h"
 
+/* builds with AVX2 and FMA but not AVX-512: the MAC array one xi at a time over all of an
+ * item's kernels (wino_gemm_xi_avx2), M [16][kernels][ntp] */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define WINO_XI_OUTER 1
+#else
+#define WINO_XI_OUTER 0
+#endif
+
 enum {
   PACK_MAGIC = 0x47574341,    /* "ACWG" */
   PACK_HEADER = 64
@@ -58,16 +66,38 @@ static wino_plan weight_plan(const conv_geometry* g) {
   return P;
 }
 
+#if WINO_XI_OUTER
+/* Tile rows per block on the xi-outer path (0: the whole image, kept one block whatever the
+ * threads). A block's MAC array reads all of U once (16 CF KP floats) and streams its V and M
+ * (16 (CF + KP) floats a tile) through once each. Where U outweighs the image's V and M (deep
+ * layers on small planes: 256 channels on 14x14), the image is one block, read U once, and the
+ * threads split its kernels; else blocks whose V and M fill twice the L2 (sysconf's figure,
+ * V_BUDGET's where the system does not say): fewer blocks read U fewer times, and beyond that
+ * the transforms' traffic leaves the cache (docs/winograd.md). */
+static int64_t wino_xi_fit(const wino_plan* P) {
+  const int64_t kp = P->kblocks * KB, tiles = P->tiles_h * P->tiles_w;
+  if (P->cf * kp >= (P->cf + kp) * tiles) return 0;
+  const int64_t l2 = conv_l2_bytes();
+  return 2 * (l2 > 0 ? l2 : V_BUDGET) / (16 * (P->cf + kp) * (int64_t)sizeof(float)) / P->tiles_w;
+}
+#endif
+
 /* Block b: rows tiles_h * b / blocks up to the next block's first. */
 wino_plan wino_make_plan(const conv_geometry* g, int32_t num_threads) {
   wino_plan P = weight_plan(g);
   P.tiles_h = (g->out_h + 1) / 2;
   P.tiles_w = (g->out_w + 1) / 2;
+#if WINO_XI_OUTER
+  int64_t fit = wino_xi_fit(&P);
+  const int whole = fit == 0;
+#else
   int64_t fit = V_BUDGET / (16 * (int64_t)sizeof(float) * P.cf) / P.tiles_w;
-  if (fit < 1) fit = 1;
+  const int whole = 0;
+#endif
+  if (fit < 1 || whole) fit = whole ? P.tiles_h : 1;
   if (fit > P.tiles_h) fit = P.tiles_h;
   P.blocks = (P.tiles_h + fit - 1) / fit;
-  const int64_t team = g->n == 1 && num_threads > 1 ? num_threads : 1;
+  const int64_t team = g->n == 1 && num_threads > 1 && !whole ? num_threads : 1;
   P.blocks = (P.blocks + team - 1) / team * team;
   if (P.blocks > P.tiles_h) P.blocks = P.tiles_h;
   P.rows = (P.tiles_h + P.blocks - 1) / P.blocks; /* the largest block's */
@@ -447,6 +477,9 @@ const float* wino_weights(const wino_plan* P, const float* weights, const void* 
 
 /* Floats of one thread's buffers: staged rows, V [16][CF][ntp], M [16][KB][ntp]. */
 static int64_t thread_floats(const wino_plan* P) {
+#if WINO_XI_OUTER /* M of every kernel, then a packed panel of 24 tiles (32-byte aligned) */
+  return (2 * P->rows + 2) * P->sw + 16 * (P->cf + P->kblocks * KB) * P->ntp + P->cf * 24 + 8;
+#endif
   return (2 * P->rows + 2) * P->sw + 16 * (P->cf + KB) * P->ntp;
 }
 
@@ -516,6 +549,30 @@ static void wino_item(void* ctx, int64_t item, int participant) {
     }
   }
   const int64_t kb0 = P->kblocks * part / parts, kb1 = P->kblocks * (part + 1) / parts;
+#if WINO_XI_OUTER
+  {
+    const int64_t kp = (kb1 - kb0) * KB, nk = K - kb0 * KB < kp ? K - kb0 * KB : kp;
+    float* panel = (float*)(((uintptr_t)(M + 16 * kp * ntp) + 31) & ~(uintptr_t)31);
+    for (int xi = 0; xi < 16; ++xi)
+      wino_gemm_xi_avx2(U + (xi * P->kblocks + kb0) * CF * KB, V + xi * CF * ntp, CF, ntp, nt16,
+                        M + xi * kp * ntp, nk, panel);
+    for (int64_t r = 0; r < nk; ++r) {
+      const int64_t k = gi * K + kb0 * KB + r, at = (img * g->k + k) * ohw;
+      for (int64_t rr = 0; rr < nrows; ++rr) {
+        const int64_t ty = ty0 + rr;
+        wino_output_row_avx2(M + r * ntp + rr * P->tiles_w, kp * ntp, P->tiles_w,
+                             2 * ty + 1 < g->out_h ? 2 : 1, out + at + 2 * ty * g->out_w,
+                             g->out_w);
+      }
+      if (ep != NULL) {
+        const int64_t first = at + y0 * g->out_w, count = (y1 - y0) * g->out_w;
+        sdp_f32_span(ep, (int32_t)k, out + first,
+                     ep->ew_operand != NULL ? ep->ew_operand + first : NULL, count);
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     for (int xi = 0; xi < 16; ++xi) {
       const int64_t nxi = xi < 15 ? xi + 1 : 0, nkb = xi < 15 ? kb : kb + 1;

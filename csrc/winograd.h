@@ -101,6 +101,13 @@ static inline __attribute__((always_inline)) void wino_output_transform(const __
 void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
                     float* M, int nk);
 
+/* The MAC array of such builds, one xi at a time over every kernel of an item: rows k < nk of
+ * M[k][t] (ntp apart) = the FMA chain over c from 0 of U[k / KB][c][k % KB] V[c][t] for the
+ * tiles t < nt (a multiple of 8), V's tiles taken 24 at a time into `panel` ([CF][24], 32-byte
+ * aligned), which then serves every kernel from L1 (winograd.c, wino_xi_outer). */
+void wino_gemm_xi_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt,
+                       float* M, int64_t nk, float* panel);
+
 /* The input transform of one tile row on such builds: V of tiles 0 .. tw - 1 of the 4 staged
  * rows `rows` (sw apart, readable to 2 * round16(tw) + 2) into dst[xi * xstride + tx], B^T d B
  * in winograd.c's order; rounded to half when `half`. */

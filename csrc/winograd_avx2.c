@@ -148,4 +148,65 @@ void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int
     for (; t < nt16; t += 8) wino_panel_1_1(U, V, CF, ntp, t, r, M);
   }
 }
+
+/* Rows r0 .. r0 + NR_ - 1 of one xi's M (ldm apart) over the NV_ vectors of tiles of a packed
+ * panel b ([CF][AN]): the same FMA chain over the channels from 0, from 0, as wino_panel. */
+enum { AN = 24 }; /* tiles of a packed panel */
+#define XP_FMA(r)                                                          \
+  if (NR_ > r) {                                                           \
+    const __m256 w = _mm256_broadcast_ss(u + r);                           \
+    a##r##0 = _mm256_fmadd_ps(w, x0, a##r##0);                             \
+    if (NV_ > 1) a##r##1 = _mm256_fmadd_ps(w, x1, a##r##1);                \
+    if (NV_ > 2) a##r##2 = _mm256_fmadd_ps(w, x2, a##r##2);                \
+  }
+#define XP_STORE(r)                                                              \
+  if (NR_ > r) {                                                                 \
+    float* m = M + r * ldm;                                                      \
+    _mm256_storeu_ps(m, a##r##0);                                                \
+    if (NV_ > 1) _mm256_storeu_ps(m + 8, a##r##1);                               \
+    if (NV_ > 2) _mm256_storeu_ps(m + 16, a##r##2);                              \
+  }
+static inline __attribute__((always_inline)) void xi_panel(const int NR_, const int NV_,
+                                                           const float* u, const float* b,
+                                                           int64_t CF, float* M, int64_t ldm) {
+  WP_ROWS(WP_ACC)
+  _Pragma("GCC unroll 4")
+  for (int64_t c = 0; c < CF; ++c, b += AN, u += KB) {
+    const __m256 x0 = _mm256_load_ps(b);
+    const __m256 x1 = NV_ > 1 ? _mm256_load_ps(b + 8) : x0;
+    const __m256 x2 = NV_ > 2 ? _mm256_load_ps(b + 16) : x0;
+    WP_ROWS(XP_FMA)
+  }
+  WP_ROWS(XP_STORE)
+}
+typedef void (*xi_fn)(const float*, const float*, int64_t, float*, int64_t);
+#define XI_PANEL(R_, V_)                                                                   \
+  static void xi_panel_##R_##_##V_(const float* u, const float* b, int64_t CF, float* M,    \
+                                   int64_t ldm) {                                          \
+    xi_panel(R_, V_, u, b, CF, M, ldm);                                                    \
+  }
+XI_PANEL(4, 1) XI_PANEL(4, 2) XI_PANEL(4, 3) XI_PANEL(1, 1) XI_PANEL(1, 2) XI_PANEL(1, 3)
+static const xi_fn xi_table[2][4] = {{0, xi_panel_1_1, xi_panel_1_2, xi_panel_1_3},
+                                     {0, xi_panel_4_1, xi_panel_4_2, xi_panel_4_3}};
+
+void wino_gemm_xi_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt,
+                       float* M, int64_t nk, float* panel) {
+  for (int64_t t = 0; t < nt; t += AN) {
+    const int64_t w = nt - t < AN ? nt - t : AN; /* a multiple of 8 */
+    const int nv = (int)(w / 8);
+    for (int64_t c = 0; c < CF; ++c) /* the panel's channel rows side by side: one stream */
+      for (int j = 0; j < nv; ++j)
+        _mm256_store_ps(panel + c * AN + 8 * j, _mm256_loadu_ps(V + c * ntp + t + 8 * j));
+    for (int64_t k = 0; k < nk;) {
+      const float* u = U + (k / KB) * CF * KB + k % KB;
+      if (nk - k >= 4 && k % KB <= KB - 4) {
+        xi_table[1][nv](u, panel, CF, M + k * ntp + t, ntp);
+        k += 4;
+      } else {
+        xi_table[0][nv](u, panel, CF, M + k * ntp + t, ntp);
+        k += 1;
+      }
+    }
+  }
+}
 #endif

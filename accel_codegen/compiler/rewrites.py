@@ -1693,7 +1693,13 @@ def affines_into_next_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # as padded passes and a rescale, which int8 does not generate: for int8 it becomes the
 # depthwise convolution it is, weights 1 / (H W) (a CONV window up to
 # ACCEL_MAX_CONV_KERNEL; equal weights are one int8 code, 127, per channel), whose SDP then
-# converts to the mean's own scale.
+# converts to the mean's own scale. Only where the mean's value is read by an op that
+# computes: the convolution is there to keep its function whole, and it is dear (one output
+# position per channel, so every tap of every channel is a weight block that waits for its
+# load: C H W x cmac_weight_load_cycles). A mean whose value only leaves the program
+# (SqueezeNet's classifier: a 13x13 mean of 1000 channels, then the flatten) splits nothing
+# on the host, where its convolution cost 2.7 M cycles on nv_full, four times the rest of
+# the network.
 _GAP_X = wildcard()
 _GAP = is_op("relax.mean")(_GAP_X) | is_op("relax.nn.adaptive_avg_pool2d")(_GAP_X)
 
@@ -1709,7 +1715,36 @@ def _pdp_splits(size: int) -> bool:
     return size == 1
 
 
-def _mean_as_conv(expr: relax.Expr, matches) -> relax.Expr:
+def _leaving_only(function: relax.Function) -> set:
+    """The variables of ``function`` whose values only leave it: read by its result alone,
+    or by shape-only ops (reshape, squeeze, expand_dims), aliases and tuples whose values
+    only leave it too."""
+    bindings = [b for block in function.body.blocks for b in block.bindings
+                if isinstance(b, relax.VarBinding)]
+    readers: Dict[relax.Var, list] = {}
+    for binding in bindings:
+        for var in relax.analysis.free_vars(binding.value):
+            readers.setdefault(var, []).append(binding)
+    returned = set(relax.analysis.free_vars(function.body.body))
+    leaving: set = set()
+    for binding in reversed(bindings):  # a value's readers come after it
+        reads = readers.get(binding.var, [])
+        if (reads or binding.var in returned) and all(
+                r.var in leaving and (isinstance(r.value, (relax.Var, relax.Tuple)) or
+                                      getattr(getattr(r.value, "op", None), "name", None) in
+                                      _SHAPE_ONLY)
+                for r in reads):
+            leaving.add(binding.var)
+    return leaving
+
+
+def _mean_as_conv(leaving: set, bound: dict):
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        return expr if bound.get(expr) in leaving else _mean_conv(expr, matches)
+    return rewrite
+
+
+def _mean_conv(expr: relax.Expr, matches) -> relax.Expr:
     from .._accel_ffi import lib
 
     x = matches[_GAP_X]
@@ -1737,8 +1772,15 @@ def global_means_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     """mean(x, [2, 3]) (or adaptive_avg_pool2d to 1 x 1) of a window the PDP splits only
     with padding and a rescale, and a CONV's kernel holds -> conv2d(x, 1 / (H W), groups=C)
     [reshaped to [N, C]]: applied for int8 alone (the partitioner), where the padded passes'
-    rescale has no form; fp32 and fp16 keep the pool."""
-    return _rewrite(mod, _GAP, _mean_as_conv)
+    rescale has no form; fp32 and fp16 keep the pool. A mean whose value only leaves the
+    program (through reshapes) stays: on the host it splits no function."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in _graph_functions(mod):
+        bound = {value: var for var, value in _bindings_table(function).items()}
+        part = _rewrite(tvm.IRModule({gv: function}), _GAP,
+                        _mean_as_conv(_leaving_only(function), bound))
+        result[gv] = part[gv]
+    return result
 
 
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then

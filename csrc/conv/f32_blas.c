@@ -1,6 +1,9 @@
 /* conv/f32_blas.c - FP32 CONV through OpenBLAS (impl "blas"): im2col tiles and one
  * single-threaded sgemm each. The portable path, last in the list: the only one without AVX-512. */
 #include "conv/f32.h"
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 /* Depth rows [p0, p0+kc) of columns [n0, n0+nt) of the im2col matrix of image-group input
  * img in panels of pw columns (f32.h): each row's positions an output row (and a panel) at a
@@ -35,7 +38,19 @@ void f32_im2col_tile(const conv_plan* P, const float* img, int64_t n0, int64_t n
       if (sw == 1) {
         for (int64_t t = lo; t < hi; ++t) d[t] = plane[at + t];
       } else {
-        for (int64_t t = lo; t < hi; ++t) d[t] = plane[at + t * sw];
+        int64_t t = lo;
+#ifdef __AVX2__
+        /* stride 2 (a ResNet stem's and downsampling 3x3's): the even elements of 16 read
+         * inside the plane, 8 at a time, where gcc's loop gathered one element a step */
+        if (sw == 2)
+          for (; t + 8 <= hi && at + 2 * t + 16 <= P->hw; t += 8) {
+            const __m256 a = _mm256_loadu_ps(plane + at + 2 * t);
+            const __m256 b = _mm256_loadu_ps(plane + at + 2 * t + 8);
+            _mm256_storeu_ps(d + t, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                                        _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+          }
+#endif
+        for (; t < hi; ++t) d[t] = plane[at + t * sw];
       }
       for (int64_t t = hi; t < run; ++t) d[t] = 0.0f;
       j += run;

@@ -152,6 +152,52 @@ static void a2_dot(int64_t mr, int64_t kd, const float* a, int64_t lda, const fl
   }
 }
 
+/* a2_dot's lane sums of rows a (lda apart, mr of them) with the nt tail columns bt (ldbt apart)
+ * over depths [k0, k1) (k0 a multiple of 16, k1 one too or kd), carried in lanes[(r * nt + j) *
+ * 16 ..] from one depth block to the next (from zero when first): the same FMAs per lane in the
+ * same order as a2_dot over the whole depth, while the block's weight rows are in L1 from the
+ * panels, not read again from memory after them. Columns 4 at a time (8 accumulators). */
+static void a2_dot_block(int64_t mr, int64_t k0, int64_t k1, int64_t kd, const float* a,
+                         int64_t lda, const float* bt, int64_t ldbt, int64_t nt, float* lanes,
+                         int first) {
+  for (int64_t r = 0; r < mr; ++r) {
+    const float* am = a + r * lda;
+    for (int64_t j0 = 0; j0 < nt; j0 += 4) {
+      const int64_t nj = nt - j0 < 4 ? nt - j0 : 4;
+      float* l = lanes + (r * nt + j0) * 16;
+      __m256 lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = j < nj && !first ? _mm256_loadu_ps(l + 16 * j) : _mm256_setzero_ps();
+        hi[j] = j < nj && !first ? _mm256_loadu_ps(l + 16 * j + 8) : _mm256_setzero_ps();
+      }
+      const float* b = bt + j0 * ldbt;
+      int64_t k = k0;
+      for (; k + 16 <= k1; k += 16) {
+        const __m256 x0 = _mm256_loadu_ps(am + k), x1 = _mm256_loadu_ps(am + k + 8);
+        for (int j = 0; j < 4; ++j)
+          if (j < nj) {
+            lo[j] = _mm256_fmadd_ps(x0, _mm256_load_ps(b + j * ldbt + k), lo[j]);
+            hi[j] = _mm256_fmadd_ps(x1, _mm256_load_ps(b + j * ldbt + k + 8), hi[j]);
+          }
+      }
+      if (k < k1) { /* the depth's last, partial 16: weights past kd read as zero */
+        const __m256 x0 = _mm256_maskload_ps(am + k, lanes_below(kd - k));
+        const __m256 x1 = _mm256_maskload_ps(am + k + 8, lanes_below(kd - k - 8));
+        for (int j = 0; j < 4; ++j)
+          if (j < nj) {
+            lo[j] = _mm256_fmadd_ps(x0, _mm256_load_ps(b + j * ldbt + k), lo[j]);
+            hi[j] = _mm256_fmadd_ps(x1, _mm256_load_ps(b + j * ldbt + k + 8), hi[j]);
+          }
+      }
+      for (int j = 0; j < 4; ++j)
+        if (j < nj) {
+          _mm256_storeu_ps(l + 16 * j, lo[j]);
+          _mm256_storeu_ps(l + 16 * j + 8, hi[j]);
+        }
+    }
+  }
+}
+
 typedef struct a2_job {
   const conv_plan* P;
   const float* in;
@@ -186,6 +232,14 @@ static void a2_item(void* ctx, int64_t it, int participant) {
   float* col = J->bufs[participant];
   float* bt = col + ((J->nt + AN - 1) / AN * AN) * J->kc;
 
+  /* the tail's columns over the whole depth; with panels, their lane sums ride along the depth
+   * blocks (a2_dot_block) */
+  const int fused_tail = ntail > 0 && ncols > 0;
+  float* lanes = bt + TMAX * J->ldbt;
+  for (int64_t j = 0; j < ntail; ++j) {
+    const int64_t n = J->vcols + j;
+    pack_col(P, img, n / g->out_w, n % g->out_w, 0, P->kd, bt + j * J->ldbt);
+  }
   for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
     const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
     a2_im2col_panels(P, img, n0, ncols, p0, kc, col);
@@ -203,14 +257,19 @@ static void a2_item(void* ctx, int64_t it, int participant) {
         const float* pf = m + 2 * AR <= m1 ? a + AR * P->kd : NULL;
         a2_table[w == AN][mr](kc, a, P->kd, panel, AN, cbase + m * P->ohw + n0 + j, P->ohw,
                               p0 > 0, w, pf);
+        if (fused_tail && j + AN >= ncols) /* the last panel: the rows are in L1 */
+          a2_dot_block(mr, p0, p0 + kc, P->kd, a - p0, P->kd, bt, J->ldbt, ntail,
+                       lanes + (m - m0) * ntail * 16, p0 == 0);
       }
     }
   }
-  if (ntail > 0) {
-    for (int64_t j = 0; j < ntail; ++j) {
-      const int64_t n = J->vcols + j;
-      pack_col(P, img, n / g->out_w, n % g->out_w, 0, P->kd, bt + j * J->ldbt);
-    }
+  if (fused_tail) {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t j = 0; j < ntail; ++j) {
+        const float* l = lanes + ((m - m0) * ntail + j) * 16;
+        cbase[m * P->ohw + J->vcols + j] = a2_reduce16(_mm256_loadu_ps(l), _mm256_loadu_ps(l + 8));
+      }
+  } else if (ntail > 0) {
     for (int64_t m = m0; m < m1; m += AR) {
       const int64_t mr = m1 - m < AR ? m1 - m : AR;
       for (int64_t j = 0; j < ntail; ++j)
@@ -261,7 +320,9 @@ static accel_status a2_run(const conv_f32_call* c) {
   if (kc_max < SUM_BLOCK) kc_max = SUM_BLOCK;
   const int64_t kc = f32_depth_block(P->kd, kc_max);
   const size_t col_floats = (size_t)ldb_max * kc;
-  const size_t bytes = (col_floats + (size_t)(TMAX * ldbt)) * sizeof(float) + 64;
+  const size_t bytes =
+      (col_floats + (size_t)(TMAX * ldbt) + (size_t)(ntail * 16 * mblocks * AR)) * sizeof(float) +
+      64;
   float* bufs[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
     bufs[t] = workspace_get(c->ws, t, bytes);

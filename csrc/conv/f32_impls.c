@@ -22,6 +22,10 @@
  * split in (positions x channel blocks), OpenBLAS kept at one thread. Scratch: workspace slots
  * only, reserved before the parallel loops; a participant's slot is its number.
  */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+
 #include "conv/f32.h"
 
 static const conv_f32_impl* const impls[] = {
@@ -41,28 +45,64 @@ static const conv_f32_impl* const impls[] = {
 };
 enum { NIMPLS = sizeof impls / sizeof impls[0] };
 
-/* The L1 data cache's size: ACCEL_L1D_BYTES (bytes, or with a K suffix KiB) where set, which
- * lets one host take the choices another makes (tests/sim/test_conv_impls.py), else sysconf's
- * figure (0 when the system does not say). Read once. */
-static long l1d_bytes(void) {
-  static long cached = -1; /* benign race: every thread computes the same value */
-  long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (v >= 0) return v;
+/* ACCEL_L1D_BYTES's value in bytes: digits, then nothing (bytes), K (KiB) or M (MiB), either
+ * case, clamped to L1D_MAX (*clamped set); -1 for anything else (the setting is then ignored). */
+enum { L1D_MAX = 1 << 30 }; /* past any L1d, and small enough that sizes derived from it fit */
+static long l1d_setting(const char* text, int* clamped) {
+  *clamped = 0;
+  if (text[0] < '0' || text[0] > '9') return -1; /* no sign, no space, no empty number */
+  errno = 0;
+  char* end;
+  const unsigned long long v = strtoull(text, &end, 10);
+  unsigned long long unit = 1;
+  if (*end == 'K' || *end == 'k') {
+    unit = 1024, ++end;
+  } else if (*end == 'M' || *end == 'm') {
+    unit = 1024 * 1024, ++end;
+  }
+  if (*end != '\0') return -1;
+  if (errno == ERANGE || v > L1D_MAX / unit) {
+    *clamped = 1;
+    return L1D_MAX;
+  }
+  return (long)(v * unit);
+}
+
+/* The L1 data cache's size: ACCEL_L1D_BYTES where set and valid (l1d_setting), which lets one
+ * host take the choices another makes (tests/sim/test_conv_impls.py), else sysconf's figure (0
+ * when the system does not say). A setting that is not a size is ignored, as the library's other
+ * settings are (it never aborts); ACCEL_VERBOSE says on stderr how a setting was read. Read
+ * once. */
+static long l1d_cached = -1;
+static void l1d_read(void) {
+  long v = -1;
   const char* env = getenv("ACCEL_L1D_BYTES");
   if (env != NULL && env[0] != '\0') {
-    char* end;
-    v = strtol(env, &end, 10);
-    if (*end == 'K' || *end == 'k') v *= 1024;
-  } else {
+    int clamped;
+    v = l1d_setting(env, &clamped);
+    if (conv_verbose()) {
+      if (v < 0)
+        fprintf(stderr, "accel: ACCEL_L1D_BYTES=%s ignored: not a size (a number of bytes, or "
+                        "with a K or M suffix)\n", env);
+      else
+        fprintf(stderr, "accel: ACCEL_L1D_BYTES=%s read as %ld bytes%s\n", env, v,
+                clamped ? " (clamped)" : "");
+    }
+  }
+  if (v < 0) {
 #ifdef _SC_LEVEL1_DCACHE_SIZE
     v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
 #else
     v = 0;
 #endif
   }
-  if (v < 0) v = 0;
-  __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-  return v;
+  l1d_cached = v < 0 ? 0 : v;
+}
+
+static long l1d_bytes(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, l1d_read);
+  return l1d_cached;
 }
 
 /* 1 when a packed panel of CONV_KC_L1 depth rows fits in half the L1 data cache. */

@@ -243,6 +243,33 @@ def test_fp32_bits_do_not_depend_on_the_l1d_size():
         assert _parse(runs["48K"][1][1])[1] == "packed_avx512"
 
 
+SETTING = r"""
+import numpy as np
+from accel_codegen.sim import Device, Conv
+x = np.ones((1, 8, 6, 6), np.float32)
+print(Device(num_threads=1).run([Conv(np.ones((4, 8, 3, 3), np.float32), padding=(1,) * 4)], x)[0].sum())
+"""
+
+
+@pytest.mark.parametrize("value, read", [
+    ("1M", "read as 1048576 bytes"), ("48k", "read as 49152 bytes"), ("65536", "read as 65536 bytes"),
+    ("3m", "read as 3145728 bytes"), ("99999999999999999999999K", "read as 1073741824 bytes (clamped)"),
+    ("4096M", "read as 1073741824 bytes (clamped)"), ("12X", "ignored"), ("48KB", "ignored"),
+    ("-32K", "ignored"), (" 32K", "ignored"), ("K", "ignored")])
+def test_l1d_setting_is_read_with_its_suffix_or_ignored(value, read):
+    """ACCEL_L1D_BYTES takes bytes, KiB (K) or MiB (M), clamps what overflows and ignores anything
+    else (with ACCEL_VERBOSE, a line says how it was read); the conv runs either way."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL",)}
+    environ.update(ACCEL_VERBOSE="1", ACCEL_L1D_BYTES=value)
+    result = subprocess.run([sys.executable, "-c", SETTING], capture_output=True, text=True,
+                            env=environ, cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout) == 4 * (16 * 72 + 16 * 48 + 4 * 32), result.stdout
+    said = [l for l in result.stderr.splitlines() if l.startswith("accel: ACCEL_L1D_BYTES=")]
+    assert said == [f"accel: ACCEL_L1D_BYTES={value} {read}"] if read != "ignored" else \
+        len(said) == 1 and said[0].startswith(f"accel: ACCEL_L1D_BYTES={value} ignored"), said
+
+
 # Depthwise layers both fp32 depthwise kernels compute (3x3 and 5x5, strides 1 and 2): a batch
 # of two with a plane wider than high, channels not a multiple of 16 (a partial block), a 5x5
 # kernel with padding 1, a strided row of 8, one 16-channel plane large enough to be split into

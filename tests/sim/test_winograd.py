@@ -57,6 +57,25 @@ def test_fp32_is_within_its_bound_of_the_exact_convolution(case, rng):
     np.testing.assert_array_equal(one, two)
 
 
+# One image: a deep layer on a small plane (its U outweighs its V and M: one block whose kernels
+# the threads split, on x86-64-v3 builds), kernels not a multiple of 8 or 4; and a plane whose
+# tiles take several blocks (threads take blocks).
+SINGLE = [(64, 70, 6, 6, 3, 1, 1, 1), (40, 22, 70, 66, 3, 1, 1, 1), (9, 13, 5, 7, 5, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("case", SINGLE, ids=_case_id)
+def test_fp32_one_image_gives_the_reference_bits_at_any_thread_count(case, rng):
+    """The MAC array's blocks of tiles and parts of kernels (winograd.c's plan) never change an
+    M element's FMA chain: the reference's bits with 1 and 2 threads, fused and not."""
+    x, w = _data(rng, case, n=1)
+    op = Conv(w, stride=case[5], padding=case[6], groups=case[7], mode="winograd")
+    sdp = Sdp(scale=np.linspace(0.5, 1.5, case[1], dtype=np.float32), act="relu")
+    reference = ref.run_chain([op, sdp], x)
+    for device in DEVICES.values():
+        np.testing.assert_array_equal(device.run([op, sdp], x)[0], reference)
+        np.testing.assert_array_equal(device.run([op, sdp], x, mode="independent")[0], reference)
+
+
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_fp16_is_within_its_bound_through_the_sdp(case, rng):
     x, w = _data(rng, case)
