@@ -224,6 +224,29 @@ static inline int imp_flat(const conv_geometry* g) {
          g->pad_top == 0 && g->pad_left == 0 && g->out_h == g->h && g->out_w == g->w;
 }
 
+/* The form every one of the rows' converters has (the VNNI GEMMs' panels; the AVX2 GEMM's
+ * residual adds): 4 / 3 the conv form (sdp_i8_lanes.h), 2 split
+ * without clamp, 1 split, 0 any
+ * (a residual add's: 4 without clamp and shifts >= 17, 3 without clamp and shifts <= 16, 2
+ * without clamp, 1 any: 3 and 4 are not ordered, rows of both take 2). */
+static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
+  if (add) {
+    int low = 0, high = 0; /* rows with shifts <= 16 / >= 17 */
+    for (int64_t m = 0; m < rows; ++m) {
+      if (!cvt[m].exact) return 1;
+      if (cvt[m].shift == 0 && cvt[m].add == 0) low = 1;
+      else high = 1;
+    }
+    return low && high ? 2 : high ? 4 : 3;
+  }
+  int split = 4;
+  for (int64_t m = 0; m < rows; ++m) {
+    const int form = cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
+    split = form < split ? form : split;
+  }
+  return split;
+}
+
 #ifdef CONV_I8_VNNI
 /* The epilogue of column `col` of a tile whose rows are channels k0.. (rows of them) with one
  * output position per image: those outputs are consecutive, from out + at. */
@@ -399,28 +422,6 @@ static inline __attribute__((always_inline)) void codes_body(const panel_codes* 
 static inline __attribute__((always_inline)) void codes_of_panel(const panel_codes* E,
                                                                    const int32_t* c, int64_t ldc) {
   codes_body(E, c, ldc, 0);
-}
-
-/* The form every one of the rows' converters has: 4 / 3 the conv form (sdp_i8_lanes.h), 2 split
- * without clamp, 1 split, 0 any
- * (a residual add's: 4 without clamp and shifts >= 17, 3 without clamp and shifts <= 16, 2
- * without clamp, 1 any: 3 and 4 are not ordered, rows of both take 2). */
-static inline int rows_form(const sdp_i8_lane_cvt* cvt, int64_t rows, int add) {
-  if (add) {
-    int low = 0, high = 0; /* rows with shifts <= 16 / >= 17 */
-    for (int64_t m = 0; m < rows; ++m) {
-      if (!cvt[m].exact) return 1;
-      if (cvt[m].shift == 0 && cvt[m].add == 0) low = 1;
-      else high = 1;
-    }
-    return low && high ? 2 : high ? 4 : 3;
-  }
-  int split = 4;
-  for (int64_t m = 0; m < rows; ++m) {
-    const int form = cvt[m].k == 16 ? 1 + cvt[m].exact + cvt[m].conv : 0;
-    split = form < split ? form : split;
-  }
-  return split;
 }
 
 /* The form of rows whose accumulators start at their bias as well as at the correction (a

@@ -11,33 +11,64 @@
  * the caller gives none). Input: per tile of output positions, im2col columns of (in - in_zero)
  * as int16 pairs of consecutive depth rows (padding reads as in_zero: 0), in panels of up to
  * G2_NR positions, [panel][kd2][width][2]; built from byte rows (padding = in_zero), interleaved
- * by unpack and vpmovsxbw. A tile's columns stay in L2 (a quarter of it, sysconf's figure) while
- * every block of MR channels runs over them: 4 channels x 24 positions (12 accumulators of the
- * 16 ymm registers) per micro-kernel, the weights' word broadcast, the columns read by vpmaddwd
- * from memory. The block's int32 rows then go through the channels' converters (convert_at) in
- * L1. A single output position per image (fully connected layers, a kernel as large as its
- * input): matrix-vector products with the channels along the vector (one load of 8 channels'
- * pair per depth pair), converted by sdp_i8_channels.
+ * by unpack and vpmovsxbw (stride-2 rows gathered 16 bytes a step). A tile's columns stay in L2
+ * (a quarter of it, sysconf's figure) while every block of MR channels runs over them: 4
+ * channels x 24 positions (12 accumulators of the 16 ymm registers) per micro-kernel, the
+ * weights' word broadcast, the columns read by vpmaddwd from memory. The block's int32 rows then
+ * go through the channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters
+ * prepared once per call) where every channel has a lane form, else sdp_i8_span. A depth whose
+ * panel (24 positions) exceeds half the L1 runs in depth chunks, when a chunk's weights of
+ * every channel fit the L2: per chunk its columns (tiles of several panels, not one), per panel
+ * (in L1) every block, the sums added to the int32 rows of all the item's channels (g2_item).
+ * A single output position per image (fully connected layers, a kernel as large as its
+ * input): matrix-vector products of the plain int8 weights, widened in registers
+ * (g2_gemv_item), converted by sdp_i8_channels.
  * Threads: pool_for over (image, group, tile, chunk of channel blocks).
  */
 #include "conv/i8.h"
+#include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build has sdp_i8_lanes8_run */
 
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
 #include <immintrin.h>
+#include <unistd.h>
 
 enum {
   G2_MR = 4,              /* channels per micro-kernel (half a packed block of MR = 8) */
   G2_NR = 24,             /* positions per panel (3 vectors of 8) */
   G2_MAX_PANELS = 16,     /* panels per tile, at most */
-  G2_MIN_TILE = 48 * 1024 /* a tile's column bytes when the L2 does not say (a quarter of it) */
+  G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
+  G2_MIN_L1 = 32 * 1024     /* the L1 data cache's bytes when sysconf does not say */
 };
+
+/* The L1 data cache's bytes (sysconf; 0: not said). */
+static int64_t g2_l1_bytes(void) {
+  static int64_t cached = -1; /* benign race: every thread computes the same value */
+  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    v = l1 > 0 ? l1 : 0;
+#else
+    v = 0;
+#endif
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
 _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 
 /* ---- micro-kernel ---------------------------------------------------------------------------
  * c[m][8v + i] = sum over pairs j of the pair products of a[8j + m] (row m's word) and column
- * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV. */
+ * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV; more: added to the
+ * values c holds (the sums of the depth chunks before this one), modulo 2^32. */
 #define G2_ROWS(X) X(0) X(1) X(2) X(3)
-#define G2_ACC(m) __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;
+#define G2_ACC(m)                                                                           \
+  __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;          \
+  if (MR_ > m && more) {                                                                    \
+    c##m##0 = _mm256_loadu_si256((const __m256i*)(c + m * ldc));                            \
+    if (NV > 1) c##m##1 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 8));            \
+    if (NV > 2) c##m##2 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 16));           \
+  }
 #define G2_MAC(m)                                                                 \
   if (MR_ > m) {                                                                  \
     const __m256i w = _mm256_set1_epi32(a[m]);                                   \
@@ -55,7 +86,7 @@ _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 static inline __attribute__((always_inline)) void g2_body(const int MR_, const int NV,
                                                           int64_t kd2, const int32_t* a,
                                                           const int16_t* b, int32_t* c,
-                                                          int64_t ldc) {
+                                                          int64_t ldc, int more) {
   G2_ROWS(G2_ACC)
   for (int64_t j = 0; j < kd2; ++j, a += MR, b += 16 * NV) {
     const __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
@@ -66,11 +97,11 @@ static inline __attribute__((always_inline)) void g2_body(const int MR_, const i
   G2_ROWS(G2_OUT)
 }
 
-typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t);
+typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t, int);
 #define G2_KERNEL(M_, V_)                                                                  \
   static void g2_##M_##_##V_(int64_t kd2, const int32_t* a, const int16_t* b, int32_t* c,  \
-                             int64_t ldc) {                                                \
-    g2_body(M_, V_, kd2, a, b, c, ldc);                                                    \
+                             int64_t ldc, int more) {                                      \
+    g2_body(M_, V_, kd2, a, b, c, ldc, more);                                              \
   }
 G2_KERNEL(1, 1) G2_KERNEL(2, 1) G2_KERNEL(3, 1) G2_KERNEL(4, 1)
 G2_KERNEL(1, 2) G2_KERNEL(2, 2) G2_KERNEL(3, 2) G2_KERNEL(4, 2)
@@ -99,21 +130,39 @@ static inline void g2_copy(int8_t* d, const int8_t* src, int64_t n, const int8_t
     _mm_storeu_si128((__m128i*)(d + i), _mm_loadu_si128((const __m128i*)(src + i)));
 }
 
+/* d[i] = src[2i] for i < n, 16 a step (the even bytes of 32: masked to words, packed), the
+ * same stores as g2_copy; the loads stop at end (scalar past it). */
+static inline void g2_gather2(int8_t* d, const int8_t* src, int64_t n, const int8_t* end) {
+  const __m128i even = _mm_set1_epi16(0x00FF);
+  int64_t i = 0;
+  for (; i < n && src + 2 * i + 32 <= end; i += 16) {
+    const __m128i lo = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * i)), even);
+    const __m128i hi = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * i + 16)), even);
+    _mm_storeu_si128((__m128i*)(d + i), _mm_packus_epi16(lo, hi));
+  }
+  for (; i < n; ++i) d[i] = src[2 * i];
+}
+
 /* Depth row d (channel, tap) of the group's input img at positions [p0, p0 + nt), as bytes
- * (padding reads as in_zero): a pointer to them, ldb readable bytes, those past nt (columns no
- * output keeps) and a row past the depth (whose weights are 0) of any value. Either in place in
- * the input (a 1x1 layer with stride 1 and no padding whose ldb bytes lie inside it, which ends
- * at end) or built in dst (ldb + 16 bytes). */
+ * (padding reads as in_zero): a pointer to ldb of them. Either in place in the input (a 1x1
+ * layer with stride 1 and no padding whose ldb bytes lie inside it, which ends at end) or built
+ * in dst (ldb + 32 bytes), where the bytes past nt (columns no output keeps) and a row past the
+ * depth (whose weights are 0) read as in_zero: their products are discarded or 0, but every
+ * byte the GEMM reads is written (valgrind's memcheck cannot see that x * 0 is defined). */
 static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end, int64_t d,
                             int64_t p0, int64_t nt, int64_t ldb, int8_t z, int8_t* dst) {
   const conv_geometry* g = P->g;
-  if (d >= P->kd) return dst;
+  if (d >= P->kd) {
+    g2_fill(dst, z, ldb);
+    return dst;
+  }
   const int64_t c = d / P->rs, t = d % P->rs, r = t / g->kernel_w, s = t % g->kernel_w;
   const int8_t* src = img + c * P->hw;
   const int64_t H = g->h, W = g->w, ow = g->out_w, sw = g->stride_w;
   if (imp_flat(g)) { /* 1x1, stride 1, no padding: the plane itself */
     if (src + p0 + ldb <= end) return src + p0;
     memcpy(dst, src + p0, (size_t)nt);
+    g2_fill(dst + nt, z, ldb - nt);
     return dst;
   }
   const int64_t dy = r * g->dilation_h - g->pad_top, dx = s * g->dilation_w - g->pad_left;
@@ -134,6 +183,7 @@ static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end,
       const int8_t* row = src + iy * W + dx;
       int8_t* o = q + (a - x0);
       if (sw == 1) g2_copy(o, row + a, e - a, end);
+      else if (sw == 2) g2_gather2(o, row + 2 * a, e - a, end);
       else
         for (int64_t ox = a; ox < e; ++ox) o[ox - a] = row[ox * sw];
       g2_fill(q + (e - x0), z, x1 - e);
@@ -141,26 +191,28 @@ static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end,
     q += x1 - x0;
     p += x1 - x0;
   }
+  g2_fill(q, z, ldb - nt);
   return dst;
 }
 
 /* The tile's columns: positions [p0, p0 + nt) of the group's input img, ldb of them (a multiple
- * of 8; those past nt of any value), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1,
- * panel q of width wq = min(G2_NR, ldb - q G2_NR) at col + q G2_NR kd2 2, pair row j at
- * + j wq 2. rows: two byte rows of ldb + 32. */
+ * of 8; those past nt read as in_zero), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1
+ * for pairs j in [j0, j1) (kc = j1 - j0 of them): panel q of width wq = min(G2_NR, ldb - q G2_NR)
+ * at col + q G2_NR kc 2, pair row j at + (j - j0) wq 2. rows: two byte rows of ldb + 32. */
 static void g2_columns(const plan* P, const int8_t* img, const int8_t* end, int32_t in_zero,
-                       int64_t p0, int64_t nt, int64_t ldb, int16_t* col, int8_t* rows) {
-  const int64_t kd2 = (P->kd + 1) / 2;
+                       int64_t p0, int64_t nt, int64_t ldb, int64_t j0, int64_t j1, int16_t* col,
+                       int8_t* rows) {
+  const int64_t kc = j1 - j0;
   const int8_t z = (int8_t)in_zero;
   const __m256i z16 = _mm256_set1_epi16((int16_t)in_zero);
-  for (int64_t j = 0; j < kd2; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const int8_t* r0 = g2_row(P, img, end, 2 * j, p0, nt, ldb, z, rows);
     const int8_t* r1 = g2_row(P, img, end, 2 * j + 1, p0, nt, ldb, z, rows + ldb + 32);
-    int16_t* dst = col + j * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
+    int16_t* dst = col + (j - j0) * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
     for (int64_t p = 0; p < ldb; p += 8) {
       if (p > 0 && p % G2_NR == 0) { /* the next panel */
         const int64_t q = p / G2_NR, wq = ldb - p < G2_NR ? ldb - p : G2_NR;
-        dst = col + (q * G2_NR * kd2 + j * wq) * 2;
+        dst = col + (q * G2_NR * kc + (j - j0) * wq) * 2;
       }
       const __m128i x = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(r0 + p)),
                                           _mm_loadl_epi64((const __m128i*)(r1 + p)));
@@ -177,14 +229,88 @@ typedef struct g2_job {
   int32_t in_zero;
   const int8_t* in;
   const int8_t* in_end; /* past the input's last byte */
-  const int32_t* w;     /* LAYOUT_I16 */
+  const int32_t* w;     /* LAYOUT_I16 (not for one position per image) */
+  const int8_t* raw;    /* the plain weights (one position per image) */
   int8_t* out;
   const sdp_i8* ep;
   char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
-  int64_t kd2, nt, ntiles, mchunks, col_bytes, ldb_max;
+  int64_t kd2, nt, ntiles, mchunks, col_bytes, acc_bytes;
+  int64_t kc; /* pairs per depth chunk (kd2: one chunk) */
+  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
+  const sdp_i8_lane_add* add; /* with cvt: the residual add's constants, or NULL */
+  sdp_i8_lane_add add_consts;
+  int form; /* the one lane form of every channel (sdp_i8_lane_form's, rows_form's with add) */
+  int8_t lo, hi;
 } g2_job;
 
-/* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. */
+/* Channel k's int32 row v (n values) into its codes at output offset `at`: in lanes with the
+ * converters prepared once per call (no sdp_i8_span set-up per row), else sdp_i8_span. */
+static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,
+                              int64_t n) {
+#if SDP_I8_AVX2
+  if (J->cvt != NULL) {
+    sdp_i8_lanes8_run(J->cvt + k, J->add, J->form, J->lo, J->hi, v,
+                      J->add != NULL ? J->ep->ew_operand + at : NULL, J->out + at, n);
+    return;
+  }
+#endif
+  convert_at(J->ep, k, v, J->out, at, n);
+}
+
+/* J's converters in lanes (conv/i8.h's WS_CVT) when every channel has a lane form for the
+ * accumulators' bound, else none; 0 when out of memory. */
+static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
+  J->cvt = NULL;
+  J->add = NULL;
+#if SDP_I8_AVX2
+  const int64_t k = P->g->k;
+  if (ep->lut != NULL || (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD)) return 1;
+  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
+  if (cvt == NULL) return 0;
+  const int64_t vmax = P->kd * 255 * 128; /* |v|: depth x |in - in_zero| x |w| */
+  if (ep->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(ep, 0, (int32_t)k, vmax, cvt, &J->lo,
+                                                         &J->hi)) {
+    int form = 4, direct = 0, split = 0;
+    for (int64_t m = 0; m < k; ++m) {
+      const int f = sdp_i8_lane_form(cvt + m);
+      if (f == 7) direct = 1;
+      else split = 1, form = f < form ? f : form;
+    }
+    J->form = direct ? (split ? 0 : 7) : form;
+    J->cvt = cvt;
+  } else if (ep->ew_op == ACCEL_EW_ADD &&
+             sdp_i8_lanes_prepare_add(ep, 0, (int32_t)k, vmax, cvt, &J->add_consts, &J->lo,
+                                      &J->hi)) {
+    J->form = rows_form(cvt, k, 1);
+    J->cvt = cvt;
+    J->add = &J->add_consts;
+  }
+#else
+  (void)P, (void)ep, (void)ws;
+#endif
+  return 1;
+}
+
+/* The micro-kernels over panels [0, ldb) of a tile's columns col (kc pairs from pair j0) for
+ * channel block mb of group grp: rows m < nrows of acc (ldb apart), more: added to them. */
+static inline void g2_block(const g2_job* J, int64_t grp, int64_t mb, int64_t nrows,
+                            const int16_t* bq, int64_t q, int64_t ldb, int64_t j0, int64_t kc,
+                            int32_t* acc, int more) {
+  const int32_t* a = J->w + ((grp * J->P->mblocks + mb) * J->kd2 + j0) * MR;
+  const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
+  for (int64_t h = 0; h * G2_MR < nrows; ++h) {
+    const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
+    g2_table[wq / 8][mr](kc, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb, more);
+  }
+}
+
+/* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. One depth chunk:
+ * per block of MR channels, every panel, then the block's rows converted (in L1). Several
+ * (a deep layer): per depth chunk, its columns, then per panel (in L1) every block, added to
+ * the int32 rows of all the item's channels, converted after the last chunk; the weights of
+ * every block stream past a panel instead of the panels past a block's weights (a deep panel
+ * is larger than L1, and a tile of positions whole-depth columns fit in L2 is a few panels,
+ * each reading every weight from memory again). */
 static void g2_item(void* ctx, int64_t it, int participant) {
   const g2_job* J = ctx;
   const plan* P = J->P;
@@ -193,35 +319,53 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   const int64_t bg = it / (J->mchunks * J->ntiles);
   const int64_t b = bg / g->groups, grp = bg % g->groups;
   const int64_t p0 = tile * J->nt, nt = P->ohw - p0 < J->nt ? P->ohw - p0 : J->nt;
-  const int64_t ldb = (nt + 7) / 8 * 8, kd2 = J->kd2;
+  const int64_t ldb = (nt + 7) / 8 * 8, kd2 = J->kd2, kc = J->kc;
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
   int16_t* col = (int16_t*)(void*)J->bufs[participant];
   int32_t* acc = (int32_t*)(void*)(J->bufs[participant] + J->col_bytes);
-  int8_t* rows = (int8_t*)(acc + MR * J->ldb_max);
-  g2_columns(P, J->in + (b * g->c + grp * P->cg) * P->hw, J->in_end, J->in_zero, p0, nt, ldb,
-             col, rows);
-  for (int64_t mb = mb0; mb < mb1; ++mb) {
-    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
-    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
-    for (int64_t q = 0; q * G2_NR < ldb; ++q) {
-      const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
-      const int16_t* bq = col + q * G2_NR * kd2 * 2;
-      for (int64_t h = 0; h * G2_MR < nrows; ++h) {
-        const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
-        g2_table[wq / 8][mr](kd2, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb);
+  int8_t* rows = (int8_t*)(void*)(J->bufs[participant] + J->col_bytes + J->acc_bytes);
+  const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+  const int64_t npanels = (ldb + G2_NR - 1) / G2_NR;
+  if (kc >= kd2) {
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows);
+    for (int64_t mb = mb0; mb < mb1; ++mb) {
+      const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+      for (int64_t q = 0; q < npanels; ++q)
+        g2_block(J, grp, mb, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
+      for (int64_t m = 0; m < nrows; ++m) {
+        const int64_t k = grp * P->mg + k0 + m;
+        g2_convert(J, k, acc + m * ldb, (b * g->k + k) * P->ohw + p0, nt);
       }
     }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < kd2; j0 += kc) {
+    const int64_t kcc = kd2 - j0 < kc ? kd2 - j0 : kc;
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows);
+    for (int64_t q = 0; q < npanels; ++q)
+      for (int64_t mb = mb0; mb < mb1; ++mb) {
+        const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        g2_block(J, grp, mb, nrows, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc,
+                 acc + (mb - mb0) * MR * ldb, j0 > 0);
+      }
+  }
+  for (int64_t mb = mb0; mb < mb1; ++mb) {
+    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
     for (int64_t m = 0; m < nrows; ++m) {
       const int64_t k = grp * P->mg + k0 + m;
-      convert_at(J->ep, k, acc + m * ldb, J->out, (b * g->k + k) * P->ohw + p0, nt);
+      g2_convert(J, k, acc + ((mb - mb0) * MR + m) * ldb, (b * g->k + k) * P->ohw + p0, nt);
     }
   }
 }
 
 /* ---- matrix-vector products (one output position per image) ------------------------------ */
 
-/* Item = (image, group, chunk of channel blocks): the column's pairs as words, then per block
- * the 8 channels' sums in one vector. */
+/* Item = (image, group, chunk of channel blocks): the column of the one position as int16
+ * (in - in_zero), padded with 0 to a multiple of 16; then per block of MR channels their rows
+ * of the plain weights ([K][C/groups][R][S] int8: half the bytes of LAYOUT_I16's, which a
+ * product of one position streams once from memory), 16 a step widened in registers
+ * (vpmovsxbw) against the column (vpmaddwd), one accumulator per channel, summed across lanes
+ * at the block's end; the depth's last kd % 16 scalar. */
 static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   const g2_job* J = ctx;
   const plan* P = J->P;
@@ -229,50 +373,62 @@ static void g2_gemv_item(void* ctx, int64_t it, int participant) {
   const int64_t mc = it % J->mchunks, bg = it / J->mchunks;
   const int64_t b = bg / g->groups, grp = bg % g->groups;
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
-  const int64_t kd2 = J->kd2;
-  int32_t* x = (int32_t*)(void*)J->bufs[participant];
-  int8_t* rows = (int8_t*)(x + kd2 + 8); /* two rows of 8 + 16 bytes */
-  {
-    /* the column of the one position, as pairs: the tile's builder with 8 positions */
-    const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
-    const int8_t z = (int8_t)J->in_zero;
-    for (int64_t j = 0; j < kd2; ++j) {
-      const int8_t* r0 = g2_row(P, img, J->in_end, 2 * j, 0, 1, 8, z, rows);
-      const int8_t* r1 = g2_row(P, img, J->in_end, 2 * j + 1, 0, 1, 8, z, rows + 32);
-      const uint32_t lo = (uint16_t)(int16_t)(r0[0] - J->in_zero);
-      const uint32_t hi = 2 * j + 1 < P->kd ? (uint16_t)(int16_t)(r1[0] - J->in_zero) : 0;
-      x[j] = (int32_t)(lo | hi << 16);
-    }
-  }
+  const int64_t kd = P->kd, kd16 = kd / 16 * 16;
+  int16_t* x = (int16_t*)(void*)J->bufs[participant];
+  int8_t* rows = (int8_t*)(x + (kd + 31) / 16 * 16); /* two rows of 8 + 16 bytes */
+  const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
+  const __m256i z16 = _mm256_set1_epi16((int16_t)J->in_zero);
+  int64_t d = 0;
+  if (imp_flat(g)) /* 1x1 on a 1x1 input: the depth is the input's channels */
+    for (; d + 16 <= kd; d += 16)
+      _mm256_storeu_si256((__m256i*)(x + d),
+                          _mm256_sub_epi16(_mm256_cvtepi8_epi16(
+                                               _mm_loadu_si128((const __m128i*)(img + d))),
+                                           z16));
+  for (; d < kd; ++d) /* the tile's builder with 8 positions, of which the first is kept */
+    x[d] = (int16_t)(g2_row(P, img, J->in_end, d, 0, 1, 8, (int8_t)J->in_zero, rows)[0] -
+                     J->in_zero);
+  for (; d < (kd + 15) / 16 * 16; ++d) x[d] = 0;
   for (int64_t mb = mb0; mb < mb1; ++mb) {
-    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
-    const int32_t* a = J->w + (grp * P->mblocks + mb) * kd2 * MR;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t j = 0;
-    for (; j + 4 <= kd2; j += 4) {
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
-                                                   _mm256_set1_epi32(x[j])));
-      s1 = _mm256_add_epi32(
-          s1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 1) * MR)),
-                                _mm256_set1_epi32(x[j + 1])));
-      s2 = _mm256_add_epi32(
-          s2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 2) * MR)),
-                                _mm256_set1_epi32(x[j + 2])));
-      s3 = _mm256_add_epi32(
-          s3, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + (j + 3) * MR)),
-                                _mm256_set1_epi32(x[j + 3])));
+    const int64_t k0 = grp * P->mg + mb * MR, nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+    const int8_t* w[MR]; /* rows past the group's last channel read its row 0 (discarded) */
+    for (int m = 0; m < MR; ++m) w[m] = J->raw + (k0 + (m < nrows ? m : 0)) * kd;
+    __m256i s[MR];
+    for (int m = 0; m < MR; ++m) s[m] = _mm256_setzero_si256();
+    for (int64_t e = 0; e < kd16; e += 16) {
+      const __m256i xv = _mm256_loadu_si256((const __m256i*)(x + e));
+      for (int m = 0; m < MR; ++m)
+        s[m] = _mm256_add_epi32(
+            s[m], _mm256_madd_epi16(
+                      _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(w[m] + e))), xv));
     }
-    for (; j < kd2; ++j)
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a + j * MR)),
-                                                   _mm256_set1_epi32(x[j])));
+    /* lane m of the sum: channel m's 8 lanes added (hadd twice, then the two halves) */
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
+                                         _mm256_hadd_epi32(s[2], s[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]),
+                                         _mm256_hadd_epi32(s[6], s[7]));
     int32_t v[MR];
     _mm256_storeu_si256((__m256i*)v,
-                        _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3)));
-    const int64_t k = grp * P->mg + k0, at = b * g->k + k;
-    sdp_i8_channels(J->ep, (int32_t)k, v,
+                        _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                         _mm256_permute2x128_si256(h0, h1, 0x31)));
+    for (int m = 0; m < MR; ++m) /* modulo 2^32, as the lanes */
+      for (int64_t e = kd16; e < kd; ++e)
+        v[m] = (int32_t)((uint32_t)v[m] + (uint32_t)(w[m][e] * x[e]));
+    const int64_t at = b * g->k + k0;
+    sdp_i8_channels(J->ep, (int32_t)k0, v,
                     J->ep->ew_operand != NULL ? J->ep->ew_operand + at : NULL, J->out + at,
                     nrows);
   }
+}
+
+/* The positions per tile of n positions in `tiles` tiles: of one size in whole panels when the
+ * last tile keeps at least half of one (a last tile of a few positions reads every weight again
+ * for them), else nt (tiles of 8-position panels cost more than a small last tile). */
+static int64_t g2_even_tile(int64_t n, int64_t tiles, int64_t nt) {
+  const int64_t even = (n + tiles - 1) / tiles;
+  const int64_t whole = (even + G2_NR - 1) / G2_NR * G2_NR;
+  if (2 * (n - (tiles - 1) * whole) >= whole) nt = whole;
+  return nt < n ? nt : n;
 }
 
 static accel_status g2_run(const conv_i8_call* c) {
@@ -280,7 +436,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   const conv_geometry* g = P->g;
   const int64_t kd2 = (P->kd + 1) / 2;
   const int32_t* w = c->i16;
-  if (w == NULL) { /* no packed weights: pack them on this call */
+  if (w == NULL && P->ohw > 1) { /* no packed weights: pack them on this call */
     int32_t* d = workspace_get(c->ws, WS_PACK, data_bytes(P, LAYOUT_I16));
     if (d == NULL) return ACCEL_ERR_NO_MEMORY;
     i8_pack_i16(P, c->weights, d);
@@ -289,7 +445,8 @@ static accel_status g2_run(const conv_i8_call* c) {
   const int64_t outer = (int64_t)g->n * g->groups;
   const int nthreads = c->nth;
   g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in,
-              .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .out = c->out, .ep = c->ep,
+              .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .raw = c->raw,
+              .out = c->out, .ep = c->ep,
               .kd2 = kd2};
   char* bufs[WS_THREAD_SLOTS];
   J.bufs = bufs;
@@ -301,37 +458,58 @@ static accel_status g2_run(const conv_i8_call* c) {
     const int64_t items = outer * mchunks;
     const int nth = (int)(items < nthreads ? items : nthreads);
     for (int t = 0; t < nth; ++t) {
-      bufs[t] = workspace_get(c->ws, t, (size_t)(kd2 + 8) * sizeof(int32_t) + 128);
+      bufs[t] = workspace_get(c->ws, t, (size_t)(P->kd + 31) / 16 * 16 * sizeof(int16_t) + 128);
       if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
     }
     pool_for(nth, items, g2_gemv_item, &J);
     return ACCEL_OK;
   }
-  /* the tile: its columns in a quarter of the L2, at least one panel, at most G2_MAX_PANELS */
+  if (!g2_prepare_lanes(P, c->ep, c->ws, &J)) return ACCEL_ERR_NO_MEMORY;
+  /* depth chunks: a panel's chunk in half the L1 (one chunk when the depth allows) */
+  const int64_t l1 = g2_l1_bytes();
+  int64_t kc = (l1 > 0 ? l1 : G2_MIN_L1) / 2 / (G2_NR * 4);
+  if (kc < 8) kc = 8;
+  int64_t nchunks = (kd2 + kc - 1) / kc;
+  kc = (kd2 + nchunks - 1) / nchunks;
+  /* ... while the chunk's weights of every channel stay in the L2 (else each panel would read
+   * them from memory: then whole-depth columns, the weights of one block at a time) */
   const int64_t l2 = conv_l2_bytes();
   const int64_t budget = l2 > 0 ? l2 / 4 : G2_MIN_TILE;
-  int64_t nt = budget / (kd2 * 4) / G2_NR * G2_NR;
+  if (nchunks > 1 && P->mblocks * MR * kc * 4 > 4 * budget) {
+    nchunks = 1;
+    kc = kd2;
+  }
+  /* the tile: its columns in a quarter of the L2, at least one panel, at most G2_MAX_PANELS */
+  int64_t nt = budget / (kc * 4) / G2_NR * G2_NR;
   if (nt < G2_NR) nt = G2_NR;
   if (nt > G2_MAX_PANELS * G2_NR) nt = G2_MAX_PANELS * G2_NR;
   if (nt > P->ohw) nt = P->ohw;
   int64_t ntiles = (P->ohw + nt - 1) / nt;
-  /* more, smaller tiles until every thread has an item, while a tile keeps 2 panels */
-  while (outer * ntiles < nthreads && nt > 2 * G2_NR) {
-    nt = ((nt + 1) / 2 + G2_NR - 1) / G2_NR * G2_NR;
+  nt = g2_even_tile(P->ohw, ntiles, nt);
+  ntiles = (P->ohw + nt - 1) / nt;
+  /* more, smaller tiles until every thread has an item, while a tile keeps 2 panels (else the
+   * threads share a tile's channels) */
+  while (outer * ntiles < nthreads && nt >= 4 * G2_NR) {
+    nt = g2_even_tile(P->ohw, ntiles + 1, ((P->ohw + ntiles) / (ntiles + 1) + 7) / 8 * 8);
     ntiles = (P->ohw + nt - 1) / nt;
   }
+  const int64_t ldb_max = (nt + 7) / 8 * 8;
   int64_t mchunks = 1;
   while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
-  const int64_t ldb_max = (nt + 7) / 8 * 8;
+  /* several depth chunks: the item's int32 rows (all its channels) in a quarter of the L2 */
+  while (nchunks > 1 && mchunks < P->mblocks &&
+         (P->mblocks + mchunks - 1) / mchunks * MR * ldb_max * 4 > budget)
+    ++mchunks;
+  const int64_t acc_rows = nchunks > 1 ? (P->mblocks + mchunks - 1) / mchunks * MR : MR;
   J.nt = nt;
   J.ntiles = ntiles;
   J.mchunks = mchunks;
-  J.ldb_max = ldb_max;
-  J.col_bytes = (int64_t)round64((size_t)(kd2 * ldb_max * 4));
+  J.kc = nchunks > 1 ? kc : kd2;
+  J.col_bytes = (int64_t)round64((size_t)(J.kc * ldb_max * 4));
+  J.acc_bytes = (int64_t)round64((size_t)(acc_rows * ldb_max) * sizeof(int32_t));
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
-  const size_t bytes =
-      (size_t)J.col_bytes + (size_t)(MR * ldb_max) * sizeof(int32_t) + 2 * (size_t)ldb_max + 128;
+  const size_t bytes = (size_t)(J.col_bytes + J.acc_bytes) + 2 * (size_t)ldb_max + 128;
   for (int t = 0; t < nth; ++t) {
     bufs[t] = workspace_get(c->ws, t, bytes);
     if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;

@@ -31,6 +31,13 @@ LAYERS = [
     (3, 70, 1, 1, 24, 1, 1, 1, 0, 1, 1, 1),        # fully connected rows: matrix-vector
     (1, 16, 7, 7, 10, 7, 7, 1, 0, 1, 1, 4),        # a kernel as large as its input
     (1, 130, 30, 30, 12, 1, 1, 1, 0, 1, 1, -3),    # 900 positions: several tiles
+    (1, 96, 9, 9, 20, 3, 3, 1, 1, 1, 1, -128),     # depth 864: depth chunks, 81 positions
+    (1, 300, 7, 7, 44, 3, 3, 1, 1, 1, 1, 77),      # depth 2700 on 7x7: chunks, 6 blocks
+    (1, 400, 13, 13, 10, 1, 1, 1, 0, 1, 2, -50),   # 2 groups of depth 200: chunks, 1x1
+    (1, 6, 9, 75, 12, 3, 3, 2, 1, 1, 1, 3),        # stride 2 on rows of 75: vector gathers
+    (1, 40, 20, 41, 16, 1, 1, 2, 0, 1, 1, 100),    # 1x1 stride 2, rows of 41
+    (2, 100, 1, 1, 26, 1, 1, 1, 0, 1, 2, -128),    # fully connected, 2 groups of 13 (8 + 5)
+    (1, 5, 1, 1, 8, 3, 3, 1, 1, 1, 1, 7),          # one position that reads padding
 ]
 # Sums at the int32 bound the library allows (depth <= 65536): (in - in_zero) = 255 times -128
 # over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
