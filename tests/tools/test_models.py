@@ -115,7 +115,7 @@ print(digest.hexdigest())
 """
 
 
-def test_zoo_bits_do_not_depend_on_the_cpu():
+def test_zoo_bits_do_not_depend_on_the_cpu(tmp_path):
     """The same seed gives the same weights, statistics and inputs on any CPU: here, with
     torch's and oneDNN's vector paths held to their baseline (``ATEN_CPU_CAPABILITY=default``,
     ``ONEDNN_MAX_CPU_ISA=SSE41``) and left to the host's. torch's generator and convolutions
@@ -131,8 +131,11 @@ def test_zoo_bits_do_not_depend_on_the_cpu():
     digests = set()
     for overrides in ({}, {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}):
         env = {**os.environ, **overrides}
-        done = subprocess.run([sys.executable, "-c", _ZOO_DIGEST, *names], env=env,
-                              capture_output=True, text=True, check=True)
+        # run outside the checkout: from its root, ``-c`` would import the source tree's
+        # package, which has no compiled library in a non-editable install
+        done = subprocess.run([sys.executable, "-c", _ZOO_DIGEST, *names], env=env, cwd=tmp_path,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
         digests.add(done.stdout.strip())
     assert len(digests) == 1, digests
 
