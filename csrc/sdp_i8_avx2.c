@@ -5,14 +5,16 @@
  *    forms of sdp_i8_lanes.h (the ones conv kernels use in registers), prepared per span for
  *    any int32 value; sdp_i8_lanes8_run converts rows a kernel stored;
  *  - a LUT activation through the layer's plan of codes by bins of the table's input t
- *    (sdp_i8_lut_plan): t in int32 lanes (lut_8 below), one vpgatherdd of 8 bin words, the
- *    code below or above the bin's threshold.
+ *    (sdp_i8_lut_plan) in the lane form of sdp_i8_lanes.h too (sdp_i8_lanes8_lut: v clamped
+ *    where t reaches the plan's ends, t in int32 lanes, each lane's bin word, the code below
+ *    or above the bin's threshold), sdp_i8_lanes8_run_lut over a row.
  * 32 values a step (four vectors, packed to bytes together); a tail of fewer goes through a
  * padded copy. Everything else without a LUT (PRELU, MUL / MAX / MIN, channels whose
  * bounds the int32 forms do not hold, sdp_i8_channels) runs sdp_one's steps in 4 int64 lanes
  * (gen4 below: AVX2 lacks the AVX-512 forms' 64-bit arithmetic shifts and min/max, mask
- * registers and vpmovsdb); a LUT without a plan, in a bin with two changes or along the
- * channels runs sdp_one itself (sdp_i8_span_scalar, sdp_i8_channels_scalar).
+ * registers and vpmovsdb); a LUT without a plan or a lane form (a bin with two changes, mul <=
+ * 0, BS saturating) or along the channels runs sdp_one itself (sdp_i8_span_scalar,
+ * sdp_i8_channels_scalar).
  */
 #include <stdint.h>
 #include <string.h>
@@ -91,113 +93,74 @@ void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int
 #undef RUN
 }
 
-/* ---- a LUT activation through the layer's plan --------------------------------------------
- * t = sat32(rhaz(sat32(v + bias) * mul, s)) of one channel in int32 lanes for mul >= 0, v in
- * [vmin, vmax] (sdp_i8_lut.c's lut_front32, whose identities this repeats):
- *  - s >= 17: (th mul + 2^(s-17) + ((tl mul - n) >> 16)) >> (s - 16), t = th 2^16 + tl, n = (t
- *    < 0): every term inside int32 for any int32 t, mul < 2^15;
- *  - 1 <= s <= 16: (th mul << (16 - s)) + ((tl mul + 2^(s-1) - n) >> s), exact while |t| <=
- *    limit = 2^30 2^s / mul (the left term modulo 2^32, the sum inside int32);
- *  - s = 0: t mul, exact for |t| <= 2^30 / mul;
- * and BS's t 2^pre inside int32 (limit <= INT32_MAX >> pre), where BS -> BN is this one
- * rounding. A step of 32 with a lane outside [vmin, vmax] runs sdp_one. */
-typedef struct lut_v8 {
-  __m256i vmin, vmax, bias, mul, add, low16;
-  __m128i left, shift;
-  int form; /* 2: s >= 17, 1: 1 <= s <= 16, 0: s = 0 */
-  __m256i t_lo, t_hi, base, mask, multi, eight;
-  __m128i w;
-  const uint32_t* bins;
-} lut_v8;
-
-static void lut_v8_plan(const chan_params* c, const struct sdp_i8_lut_plan* P, lut_v8* f) {
-  lut_t32 t; /* the scalars (sdp_i8_internal.h; an empty range sends every lane to sdp_one) */
-  lut_t32_plan(c, &t);
-  f->form = t.form;
-  f->vmin = _mm256_set1_epi32(t.vmin);
-  f->vmax = _mm256_set1_epi32(t.vmax);
-  f->bias = _mm256_set1_epi32(t.bias);
-  f->mul = _mm256_set1_epi32(t.mul);
-  f->low16 = _mm256_set1_epi32(0xFFFF);
-  f->add = _mm256_set1_epi32(t.add);
-  f->shift = _mm_cvtsi32_si128(t.shift);
-  f->left = _mm_cvtsi32_si128(t.left);
-  f->t_lo = _mm256_set1_epi32(P->t_lo);
-  f->t_hi = _mm256_set1_epi32(P->t_hi);
-  f->base = _mm256_set1_epi32(P->base);
-  f->mask = _mm256_set1_epi32((1 << P->w) - 1);
-  f->multi = _mm256_set1_epi32(LUT_PLAN_MULTI);
-  f->eight = _mm256_set1_epi32(8);
-  f->w = _mm_cvtsi32_si128(P->w);
-  f->bins = P->bins;
-}
-
-/* The codes (sign-extended int32) of 8 values x; *bad collects lanes outside [vmin, vmax] and
- * lanes in a bin with more than one change (then the step runs sdp_one). */
-static inline __attribute__((always_inline)) __m256i lut_8(const lut_v8* f, __m256i x,
-                                                           __m256i* bad) {
-  *bad = _mm256_or_si256(*bad, _mm256_or_si256(_mm256_cmpgt_epi32(f->vmin, x),
-                                               _mm256_cmpgt_epi32(x, f->vmax)));
-  const __m256i t0 = _mm256_add_epi32(x, f->bias);
-  __m256i t;
-  if (f->form == 0) {
-    t = _mm256_mullo_epi32(t0, f->mul);
-  } else {
-    const __m256i th = _mm256_srai_epi32(t0, 16), n = _mm256_srai_epi32(t0, 31);
-    const __m256i tl =
-        _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(t0, f->low16), f->mul), n);
-    if (f->form == 2) {
-      t = _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(th, f->mul), f->add),
-                                            _mm256_srai_epi32(tl, 16)),
-                           f->shift);
-    } else {
-      const __m256i lo = _mm256_sra_epi32(_mm256_add_epi32(tl, f->add), f->shift);
-      t = _mm256_add_epi32(_mm256_sll_epi32(_mm256_mullo_epi32(th, f->mul), f->left), lo);
-    }
-  }
-  /* the plan's step: u = clamp(t) - base, the bin's word, the code below or above its offset */
-  const __m256i u = _mm256_sub_epi32(_mm256_min_epi32(_mm256_max_epi32(t, f->t_lo), f->t_hi),
-                                     f->base);
-  const __m256i g = _mm256_i32gather_epi32((const int*)(const void*)f->bins,
-                                           _mm256_srl_epi32(u, f->w), 4);
-  const __m256i off = _mm256_and_si256(g, f->low16);
-  *bad = _mm256_or_si256(*bad, _mm256_cmpeq_epi32(off, f->multi));
-  /* above: (u & mask) >= off, i.e. not off > (u & mask); the code is bits 24-31 (above) or
-   * 16-23 (below, moved up by 8), sign-extended by the arithmetic shift */
-  const __m256i below = _mm256_cmpgt_epi32(off, _mm256_and_si256(u, f->mask));
-  return _mm256_srai_epi32(_mm256_sllv_epi32(g, _mm256_and_si256(below, f->eight)), 24);
-}
-
-/* 32 values from v: 1 with the codes stored, 0 where a lane needs sdp_one (nothing stored). */
-static inline __attribute__((always_inline)) int lut_step(const lut_v8* f, const int32_t* v,
-                                                          int8_t* y) {
-  const __m256i* x = (const __m256i*)(const void*)v;
-  __m256i bad = _mm256_setzero_si256();
-  const __m256i c0 = lut_8(f, _mm256_loadu_si256(x), &bad);
-  const __m256i c1 = lut_8(f, _mm256_loadu_si256(x + 1), &bad);
-  const __m256i c2 = lut_8(f, _mm256_loadu_si256(x + 2), &bad);
-  const __m256i c3 = lut_8(f, _mm256_loadu_si256(x + 3), &bad);
-  if (!_mm256_testz_si256(bad, bad)) return 0;
-  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(c0, c1, c2, c3));
-  return 1;
-}
-
-static void span_lut(const sdp_i8* p, int32_t ch, const chan_params* c, const int32_t* v,
-                     int8_t* y, int64_t count) {
-  lut_v8 f;
-  lut_v8_plan(c, p->lut_plan, &f);
+static inline __attribute__((always_inline)) void run_lut_body(const sdp_i8_lane_cvt* e,
+                                                               const sdp_i8_lane_lut* L,
+                                                               const int32_t* v, int8_t* y,
+                                                               int64_t count, int form) {
   int64_t i = 0;
-  for (; i + 32 <= count; i += 32)
-    if (!lut_step(&f, v + i, y + i)) sdp_i8_span_scalar(p, ch, v + i, NULL, y + i, 32);
-  if (i < count) {
-    int32_t tv[32];
-    int8_t ty[32];
-    const int64_t n = count - i;
-    memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
-    for (int64_t j = n; j < 32; ++j) tv[j] = v[i]; /* a lane of the span: no extra fallback */
-    if (lut_step(&f, tv, ty)) memcpy(y + i, ty, (size_t)n);
-    else sdp_i8_span_scalar(p, ch, v + i, NULL, y + i, n);
+  for (; i + 32 <= count; i += 32) {
+    const __m256i* x = (const __m256i*)(const void*)(v + i);
+    _mm256_storeu_si256((__m256i*)(void*)(y + i),
+                        sdp_i8_codes32(sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 1), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 2), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 3), form)));
   }
+  if (i < count) { /* any padding: v is clamped */
+    int32_t tv[32] = {0};
+    int8_t ty[32];
+    memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
+    const __m256i* x = (const __m256i*)(const void*)tv;
+    _mm256_storeu_si256((__m256i*)(void*)ty,
+                        sdp_i8_codes32(sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 1), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 2), form),
+                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 3), form)));
+    memcpy(y + i, ty, (size_t)(count - i));
+  }
+}
+
+void sdp_i8_lanes8_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
+                           int8_t* y, int64_t count) {
+  switch (sdp_i8_lane_lut_form(e)) {
+    case 2: run_lut_body(e, L, v, y, count, 2); break;
+    case 1: run_lut_body(e, L, v, y, count, 1); break;
+    default: run_lut_body(e, L, v, y, count, 0); break;
+  }
+}
+
+/* A span's LUT converter in the lane form (sdp_i8_lanes8_lut) without sdp_i8_lanes_prepare_lut's
+ * search: v clamped to lut_t32_plan's [vmin, vmax], where the form is exact, and t then
+ * clamped to the plan's [t_lo, t_hi]. A v beyond vmax has t >= t(vmax) (t is monotonic in v
+ * for mul >= 0), so the same code when t(vmax) >= t_hi, which is checked on sdp_one's own t
+ * (lut_input) where such a v exists; likewise below vmin. 0: the span takes sdp_one. */
+static int span_lut_prepare(const sdp_i8* p, const chan_params* c, sdp_i8_lane_cvt* e,
+                            sdp_i8_lane_lut* L) {
+  const struct sdp_i8_lut_plan* P = p->lut_plan;
+  if (P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE || c->shift > 40 || c->mul < 0)
+    return 0;
+  lut_t32 f;
+  lut_t32_plan(c, &f);
+  if (f.vmin > f.vmax) return 0;
+  if (f.vmax < INT32_MAX && lut_input(c, (int64_t)f.vmax + c->bias) < P->t_hi) return 0;
+  if (f.vmin > INT32_MIN && lut_input(c, (int64_t)f.vmin + c->bias) > P->t_lo) return 0;
+  memset(e, 0, sizeof(*e));
+  e->vlo = f.vmin;
+  e->vhi = f.vmax;
+  e->bias = f.bias;
+  e->mul = f.mul;
+  e->add = f.add;
+  e->shift = f.shift;
+  e->k = f.form == 2 ? 16 : 0;
+  e->low = f.form == 2 ? 0 : f.left; /* s = 0: (th mul << 16) + tl mul, t0 mul exactly */
+  e->neg = f.form == 0 ? 0 : -1;
+  L->t_lo = P->t_lo;
+  L->t_hi = P->t_hi;
+  L->base = P->base;
+  L->w = P->w;
+  L->bins = P->bins;
+  L->bytes = NULL;
+  return 1;
 }
 
 /* ---- the general steps in 4 int64 lanes ---------------------------------------------------
@@ -428,9 +391,12 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
   const int basic_act =
       p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP;
   if (p->lut != NULL) {
-    /* the plan's codes, for t from the channel's int32 form (mul >= 0: n = (p < 0)) */
-    if (p->lut_plan != NULL && p->ew_op == ACCEL_EW_NONE && c.shift <= 40 && c.mul >= 0) {
-      span_lut(p, ch, &c, v, y, count);
+    /* the plan's codes in lanes, set up per call (sdp_i8_lanes_prepare_lut's constants cost two
+     * divisions and a dozen evaluations of t per channel: the conv kernels keep them per call) */
+    sdp_i8_lane_cvt e;
+    sdp_i8_lane_lut L;
+    if (span_lut_prepare(p, &c, &e, &L)) {
+      sdp_i8_lanes8_run_lut(&e, &L, v, y, count);
       return;
     }
   } else if (basic_act && (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD)) {

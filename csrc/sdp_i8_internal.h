@@ -224,8 +224,8 @@ static inline int add32_plan(const sdp_i8* p, int64_t bias, int64_t mul, int64_t
 }
 
 /* A LUT activation's input t = sat32(rhaz(sat32(v + bias) * mul, s)) of one channel in int32
- * lanes, mul >= 0 (the identities: sdp_i8_lut.c's lut_front): the scalars both vector builds
- * broadcast (sdp_i8_lut.c's lut_front_plan, sdp_i8_avx2.c's lut_v8_plan), one definition. v in
+ * lanes, mul >= 0 (the identities: sdp_i8_lut.c's lut_front): the scalars sdp_i8_lut.c's
+ * lut_front_plan broadcasts and sdp_i8_avx2.c's span_lut_prepare clamps v with. v in
  * [vmin, vmax] keeps t = v + bias inside int32 and |t| <= limit, where the form is exact and
  * BS's t 2^pre fits int32 (NVDLA's BS -> BN is then this one rounding); with bias -2^31 and
  * pre >= 31 no v does (limit 0, vmin 2^31: cast to int32 it read as INT32_MIN, every v), so the
@@ -251,6 +251,11 @@ static inline void lut_t32_plan(const chan_params* c, lut_t32* f) {
   f->add = f->form == 2 ? (int32_t)((int64_t)1 << (s - 17)) : f->form == 1 ? 1 << (s - 1) : 0;
   f->shift = (int32_t)(f->form == 2 ? s - 16 : s);
   f->left = (int32_t)(16 - s);
+}
+
+/* The table's input t of channel c for the ALU's sum x = v + bias (sdp_one's BS and BN). */
+static inline int64_t lut_input(const chan_params* c, int64_t x) {
+  return sat32(rhaz(bs_out(x, c->pre) * c->mul, c->shift + c->pre));
 }
 
 /* add32_plan's threshold t1 for any channel (bs_exact_to): from t1 on, the residual add's

@@ -430,6 +430,9 @@ static inline __m512i sdp_i8_codes64(__m512i q0, __m512i q1, __m512i q2, __m512i
  *   per 32 values:          codes = sdp_i8_codes32(q0, q1, q2, q3), clamped to [lo, hi] by
  *                           vpmaxsb / vpminsb, stored;
  * or, for int32 rows it stored, sdp_i8_lanes8_run (sdp_i8_avx2.c): no sdp_i8_span set-up per row.
+ * A LUT activation: sdp_i8_lanes_prepare_lut once per call, then per 8 values
+ * sdp_i8_lanes8_lut(cvt + m, &lut, v, sdp_i8_lane_lut_form(cvt + m)) (the codes themselves, no
+ * clamp), or sdp_i8_lanes8_run_lut over a stored row.
  * Forms (split): 0 any channel; 7 k = 0 (the direct product, fast32's "direct"); 1 k = 16;
  * 2 k = 16 and exact (no clamp); 3 / 4 conv / conv 2; 5 / 6 forms 4 / 3 with the bias already
  * in v. AVX2 has no mask registers: form 3's sign comes back by vpsignd (|t| 0 gives r 0), and
@@ -559,12 +562,92 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_codes32(__m256i q0, 
   return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* The LUT input converter's form of a channel (sdp_i8_lanes_prepare_lut's constants): 2 the
+ * direct product (exact), 1 the split one with k = 16 (s >= 17), 0 with k = 0 (s <= 16). */
+static inline int sdp_i8_lane_lut_form(const sdp_i8_lane_cvt* e) {
+  return e->exact ? 2 : e->k == 16 ? 1 : 0;
+}
+
+/* u = t - base, t clamped to [t_lo, t_hi], of 8 accumulators v of channel c: the LUT plan L's
+ * input converter (sdp_i8_lanes_lut_u's forms, whose comment states them; form: c's
+ * sdp_i8_lane_lut_form, a constant in the caller's loop). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const sdp_i8_lane_cvt* c,
+                                                                         const sdp_i8_lane_lut* L,
+                                                                         __m256i v, int form) {
+  const __m256i x = _mm256_add_epi32(
+      _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(c->vlo)), _mm256_set1_epi32(c->vhi)),
+      _mm256_set1_epi32(c->bias));
+  const __m256i m = _mm256_set1_epi32(c->mul);
+  const __m128i sh = _mm_cvtsi32_si128(c->shift);
+  if (form == 2) { /* the direct form: u = t - base from one product */
+    const __m256i q = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_mullo_epi32(x, m), _mm256_set1_epi32(c->add)),
+        _mm256_srai_epi32(x, 31));
+    return _mm256_min_epi32(_mm256_max_epi32(_mm256_sra_epi32(q, sh),
+                                             _mm256_set1_epi32(L->t_lo - L->base)),
+                            _mm256_set1_epi32(L->t_hi - L->base));
+  }
+  const __m256i hp = _mm256_mullo_epi32(_mm256_srai_epi32(x, 16), m);
+  const __m256i lp = _mm256_add_epi32(
+      _mm256_mullo_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0xFFFF)), m),
+      _mm256_and_si256(_mm256_srai_epi32(x, 31), _mm256_set1_epi32(c->neg)));
+  const __m256i add = _mm256_set1_epi32(c->add);
+  const __m256i r =
+      form == 1
+          ? _mm256_sra_epi32(_mm256_add_epi32(_mm256_add_epi32(hp, add), _mm256_srai_epi32(lp, 16)),
+                             sh)
+          : _mm256_add_epi32(_mm256_sll_epi32(hp, _mm_cvtsi32_si128(c->low)),
+                             _mm256_sra_epi32(_mm256_add_epi32(lp, add), sh));
+  const __m256i t = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(L->t_lo)),
+                                     _mm256_set1_epi32(L->t_hi));
+  return _mm256_sub_epi32(t, _mm256_set1_epi32(L->base));
+}
+
+/* The codes (sign-extended int32) of 8 offsets u = t - base in [0, t_hi - base] through the
+ * plan's bins (L->bytes NULL: u from the bins' base; an AVX-512 VBMI build's plans with byte
+ * tables count u from their origin instead): each lane's bin word, the code below or above its
+ * threshold. The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd: on
+ * Zen 3 the gather's span took about 15 % more time (docs/kernels.md). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(const sdp_i8_lane_lut* L,
+                                                                            __m256i u) {
+  const __m256i j = _mm256_srl_epi32(u, _mm_cvtsi32_si128(L->w));
+  const __m128i a = _mm256_castsi256_si128(j), b = _mm256_extracti128_si256(j, 1);
+  const uint64_t a0 = (uint64_t)_mm_cvtsi128_si64(a), a1 = (uint64_t)_mm_extract_epi64(a, 1);
+  const uint64_t b0 = (uint64_t)_mm_cvtsi128_si64(b), b1 = (uint64_t)_mm_extract_epi64(b, 1);
+  const int* w = (const int*)(const void*)L->bins;
+  __m128i lo = _mm_cvtsi32_si128(w[(uint32_t)a0]);
+  lo = _mm_insert_epi32(lo, w[a0 >> 32], 1);
+  lo = _mm_insert_epi32(lo, w[(uint32_t)a1], 2);
+  lo = _mm_insert_epi32(lo, w[a1 >> 32], 3);
+  __m128i hi = _mm_cvtsi32_si128(w[(uint32_t)b0]);
+  hi = _mm_insert_epi32(hi, w[b0 >> 32], 1);
+  hi = _mm_insert_epi32(hi, w[(uint32_t)b1], 2);
+  hi = _mm_insert_epi32(hi, w[b1 >> 32], 3);
+  const __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  /* below the threshold (bits 0-15): the code in bits 16-23, moved up by 8; else bits 24-31 */
+  const __m256i below = _mm256_cmpgt_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)),
+                                           _mm256_and_si256(u, _mm256_set1_epi32((1 << L->w) - 1)));
+  return _mm256_srai_epi32(_mm256_sllv_epi32(g, _mm256_and_si256(below, _mm256_set1_epi32(8))), 24);
+}
+
+/* The 8 codes of 8 accumulators v of channel c through the LUT plan L (sdp_i8_lanes_prepare_lut's
+ * constants, L->bytes NULL; form: sdp_i8_lane_lut_form's), sign-extended in int32 lanes:
+ * sdp_i8_codes32 packs four of them. */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut(const sdp_i8_lane_cvt* c,
+                                                                       const sdp_i8_lane_lut* L,
+                                                                       __m256i v, int form) {
+  return sdp_i8_lanes8_lut_bins(L, sdp_i8_lanes8_lut_u(c, L, v, form));
+}
+
 /* count int32 values v of one channel (converter e, form: sdp_i8_lane_form's or smaller; a
  * residual add: add and its operand codes, else NULL) converted into y, codes clamped to [lo,
  * hi]: for rows a kernel stored (sdp_i8_avx2.c; 32 per step, the tail through a padded copy). */
 void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int form, int8_t lo,
                        int8_t hi, const int32_t* v, const int8_t* operand, int8_t* y,
                        int64_t count);
+/* The same for a LUT activation (sdp_i8_lanes8_lut: e and L from sdp_i8_lanes_prepare_lut). */
+void sdp_i8_lanes8_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
+                           int8_t* y, int64_t count);
 #endif
 
 #endif /* ACCEL_SDP_I8_LANES_H */

@@ -419,10 +419,6 @@ void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) {
   free(plan); /* built outside the cache */
 }
 
-/* The table's input t of channel c for the ALU's sum x = v + bias (sdp_one's BS and BN). */
-static int64_t lut_input(const chan_params* c, int64_t x) {
-  return sat32(rhaz(bs_out(x, c->pre) * c->mul, c->shift + c->pre));
-}
 
 /* The smallest x with lut_input(x) >= r, for mul > 0 (lut_input is then monotonic), where BS
  * does not saturate: rhaz(x mul, s) >= r is x mul + h >= r 2^s for r > 0 (h = 2^(s-1), 0 for
@@ -582,7 +578,6 @@ static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
   (void)vmax; /* the clamp bounds v itself */
-  if (!SDP_I8_VECTOR) return 0; /* no lane forms on AVX2: sdp_i8_span (sdp_i8_avx2.c) */
   const struct sdp_i8_lut_plan* P = p->lut_plan;
   if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
