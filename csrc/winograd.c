@@ -368,6 +368,7 @@ GEMM_PANEL(2)
 GEMM_PANEL(3)
 #endif
 
+#if !WINO_XI_OUTER /* x86-64-v3 builds: wino_gemm_xi_avx2 and wino_item's own loop */
 /* M[r][t] = sum over c from 0 up of U[c][r] V[c][t] (fused multiply-adds from 0), for the
  * tiles t < nt16 (a multiple of 16). `next` (or NULL): the U panel the following call reads,
  * fetched into cache meanwhile (packed weights come from memory: a deep layer's are 4-16 MB,
@@ -380,9 +381,6 @@ static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_
   for (; t + 48 <= nt16; t += 48) gemm_panel_3(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
   if (nt16 - t == 32) gemm_panel_2(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
   if (nt16 - t == 16) gemm_panel_1(U, V, CF, ntp, t, M, t == 0 ? next : NULL);
-#elif defined(__AVX2__) && defined(__FMA__)
-  (void)next;
-  wino_gemm_avx2(U, V, CF, ntp, nt16, M, KB);
 #else
   (void)next;
   for (int r = 0; r < KB; ++r) {
@@ -399,9 +397,6 @@ static void gemm(const float* U, const float* V, int64_t CF, int64_t ntp, int64_
  * its kernels' rows of M, each the same fused multiply-add chain over the channels from 0. */
 static void gemm_narrow(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
                         float* M, int nk) {
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-  wino_gemm_avx2(U, V, CF, ntp, nt16, M, nk);
-#else
   for (int r = 0; r < nk; ++r) {
 #ifdef __AVX512F__
     for (int64_t t = 0; t < nt16; t += 16) {
@@ -420,7 +415,6 @@ static void gemm_narrow(const float* U, const float* V, int64_t CF, int64_t ntp,
     }
 #endif
   }
-#endif
 }
 
 /* ---- 4. the output transform ----------------------------------------------------------- */
@@ -442,9 +436,6 @@ static void transform_output(const wino_plan* P, const float* M, int r, int64_t 
       }
       output_tiles(m, ty, tx0, g->out_h, ow, plane);
     }
-#elif defined(__AVX2__) && defined(__FMA__)
-    wino_output_row_avx2(M + r * ntp + rr * tw, KB * ntp, tw, 2 * ty + 1 < g->out_h ? 2 : 1,
-                         plane + 2 * ty * ow, ow);
 #else
     for (int64_t tx = 0; tx < tw; ++tx) {
       float m[4][4], o[2][4];
@@ -461,6 +452,7 @@ static void transform_output(const wino_plan* P, const float* M, int r, int64_t 
 #endif
   }
 }
+#endif
 
 const float* wino_weights(const wino_plan* P, const float* weights, const void* packed,
                           int half, workspace* ws, int32_t num_threads) {
@@ -570,9 +562,8 @@ static void wino_item(void* ctx, int64_t item, int participant) {
                      ep->ew_operand != NULL ? ep->ew_operand + first : NULL, count);
       }
     }
-    return;
   }
-#endif
+#else
   for (int64_t kb = kb0; kb < kb1; ++kb) {
     for (int xi = 0; xi < 16; ++xi) {
       const int64_t nxi = xi < 15 ? xi + 1 : 0, nkb = xi < 15 ? kb : kb + 1;
@@ -594,6 +585,7 @@ static void wino_item(void* ctx, int64_t item, int participant) {
       }
     }
   }
+#endif
 }
 
 accel_status conv_winograd_f32(const conv_geometry* g, const float* in, const float* weights,

@@ -96,12 +96,7 @@ static inline __attribute__((always_inline)) void wino_output_transform(const __
 }
 #endif
 
-/* The MAC-array GEMM of builds with AVX2 and FMA but not AVX-512 (winograd_avx2.c): rows
- * r < nk of M[r][t] = the FMA chain over c from 0 of U[c][r] V[c][t], for the tiles t < nt16. */
-void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
-                    float* M, int nk);
-
-/* The MAC array of such builds, one xi at a time over every kernel of an item: rows k < nk of
+/* The MAC array of builds with AVX2 and FMA but not AVX-512 (winograd_avx2.c), one xi at a time over every kernel of an item: rows k < nk of
  * M[k][t] (ntp apart) = the FMA chain over c from 0 of U[k / KB][c][k % KB] V[c][t] for the
  * tiles t < nt (a multiple of 8), V's tiles taken 24 at a time into `panel` ([CF][24], 32-byte
  * aligned), which then serves every kernel from L1 (winograd.c, wino_xi_outer). */

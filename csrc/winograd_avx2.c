@@ -1,7 +1,9 @@
 /* winograd_avx2.c - the Winograd mode's steps 2-4 (winograd.c) with 8-lane vectors: the path
  * of builds without AVX-512 (x86-64-v3). The MAC-array GEMM replaced a scalar fmaf loop that
  * made ResNet-50's 3x3 layers the x86-64-v3 build's slowest part, the input and output
- * transforms scalar loops (their cost then and now: docs/winograd.md). Every M element is the
+ * transforms scalar loops; the GEMM now runs one xi at a time over every kernel of an item from
+ * a packed panel of tiles (wino_gemm_xi_avx2; the costs then and now: docs/winograd.md). Every
+ * M element is the
  * same fused multiply-add chain over the channels from 0 up, starting from 0, and every
  * transform the same additions in the same order, as winograd.c's other paths compute them:
  * the same bits; only the tiles are taken 8 at a time.
@@ -92,65 +94,13 @@ void wino_output_row_avx2(const float* M, int64_t xstride, int64_t tw, int prows
   }
 }
 
-/* Rows r0 .. r0 + NR_ - 1 (NR_ <= 4) of M over the tiles t .. t + 8 * NV_ - 1. The accumulators
- * are named variables: in an array gcc stored all 12 to the stack after every channel's FMAs
- * (twice the instructions of the FMAs themselves). */
+/* The accumulators are named variables: in an array gcc stored all 12 to the stack after every
+ * channel's FMAs (twice the instructions of the FMAs themselves). */
 #define WP_ROWS(X) X(0) X(1) X(2) X(3)
 #define WP_ACC(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0;
-#define WP_FMA(r)                                                          \
-  if (NR_ > r) {                                                           \
-    const __m256 w = _mm256_broadcast_ss(u + r);                           \
-    a##r##0 = _mm256_fmadd_ps(w, x0, a##r##0);                             \
-    if (NV_ > 1) a##r##1 = _mm256_fmadd_ps(w, x1, a##r##1);                \
-    if (NV_ > 2) a##r##2 = _mm256_fmadd_ps(w, x2, a##r##2);                \
-  }
-#define WP_STORE(r)                                                              \
-  if (NR_ > r) {                                                                 \
-    float* m = M + (r0 + r) * ntp + t;                                           \
-    _mm256_storeu_ps(m, a##r##0);                                                \
-    if (NV_ > 1) _mm256_storeu_ps(m + 8, a##r##1);                               \
-    if (NV_ > 2) _mm256_storeu_ps(m + 16, a##r##2);                              \
-  }
-static inline __attribute__((always_inline)) void wino_panel(const int NR_, const int NV_,
-                                                             const float* U, const float* V,
-                                                             int64_t CF, int64_t ntp, int64_t t,
-                                                             int r0, float* M) {
-  WP_ROWS(WP_ACC)
-  const float* v = V + t;
-  const float* u = U + r0;
-  for (int64_t c = 0; c < CF; ++c, v += ntp, u += KB) {
-    const __m256 x0 = _mm256_loadu_ps(v);
-    const __m256 x1 = NV_ > 1 ? _mm256_loadu_ps(v + 8) : x0;
-    const __m256 x2 = NV_ > 2 ? _mm256_loadu_ps(v + 16) : x0;
-    WP_ROWS(WP_FMA)
-  }
-  WP_ROWS(WP_STORE)
-}
 
-#define WINO_PANEL(R_, V_)                                                                  \
-  static void wino_panel_##R_##_##V_(const float* U, const float* V, int64_t CF, int64_t ntp, \
-                                     int64_t t, int r0, float* M) {                          \
-    wino_panel(R_, V_, U, V, CF, ntp, t, r0, M);                                             \
-  }
-WINO_PANEL(4, 3) WINO_PANEL(4, 1) WINO_PANEL(1, 3) WINO_PANEL(1, 1)
-
-void wino_gemm_avx2(const float* U, const float* V, int64_t CF, int64_t ntp, int64_t nt16,
-                    float* M, int nk) {
-  int r = 0;
-  for (; r + 4 <= nk; r += 4) {
-    int64_t t = 0;
-    for (; t + 24 <= nt16; t += 24) wino_panel_4_3(U, V, CF, ntp, t, r, M);
-    for (; t < nt16; t += 8) wino_panel_4_1(U, V, CF, ntp, t, r, M);
-  }
-  for (; r < nk; ++r) {
-    int64_t t = 0;
-    for (; t + 24 <= nt16; t += 24) wino_panel_1_3(U, V, CF, ntp, t, r, M);
-    for (; t < nt16; t += 8) wino_panel_1_1(U, V, CF, ntp, t, r, M);
-  }
-}
-
-/* Rows r0 .. r0 + NR_ - 1 of one xi's M (ldm apart) over the NV_ vectors of tiles of a packed
- * panel b ([CF][AN]): the same FMA chain over the channels from 0, from 0, as wino_panel. */
+/* NR_ (<= 4) rows of one xi's M (ldm apart) over the NV_ vectors of tiles of a packed panel b
+ * ([CF][AN]): each the FMA chain over the channels from 0, starting from 0. */
 enum { AN = 24 }; /* tiles of a packed panel */
 #define XP_FMA(r)                                                          \
   if (NR_ > r) {                                                           \

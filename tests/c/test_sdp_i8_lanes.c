@@ -9,7 +9,10 @@
  * the channels' own shifts, every out_zero, CLIP bounds), residual adds with every operand
  * code, and the values +-vmax, 0, +-1 and random ones within the bound. Each form must have run
  * on some converter, so a change of the prepare functions that stops a form cannot pass
- * unnoticed. Built and run by tests/sim/test_sdp_i8_lanes.py with the library's sources.
+ * unnoticed. A LUT activation's lane form (sdp_i8_lanes_prepare_lut, sdp_i8_lanes8_lut_u /
+ * _run_lut: every input converter form, its t against sdp_one's too, ties of the rounding
+ * included) runs on a smooth table's plan. Built and run by tests/sim/test_sdp_i8_lanes.py
+ * with the library's sources.
  * Output: one line per failure, then "N passed, M failed".
  */
 #include <stdint.h>
@@ -176,8 +179,108 @@ static void one_case(int index) {
   }
 }
 
+/* A LUT activation through sdp_i8_lanes_prepare_lut and sdp_i8_lanes8_run_lut (every input
+ * converter form: the direct product, the split ones for s >= 17 and s <= 16): a smooth table
+ * (LO a tanh of +-20000, LE and both slopes at LO's first entry, so the codes fall back above
+ * LO), channels' converters that spread t over LO, values at the int32 limits too. */
+static int lut_runs[3];
+static void lut_case(int index) {
+  static accel_lut_int8 l;
+  for (int i = 0; i < ACCEL_LUT_LO_ENTRIES; ++i) {
+    const double x = (i - 128) / 40.0;
+    l.lo[i] = (int16_t)(20000.0 * (1.0 - 2.0 / (1.0 + __builtin_exp(2.0 * x))));
+  }
+  for (int j = 0; j < ACCEL_LUT_LE_ENTRIES; ++j) l.le[j] = l.lo[0];
+  l.lo_index_select = 16;
+  l.le_index_select = 16;
+  l.lo_start = -(1 << 23) + (int32_t)uniform(-1000, 1000);
+  l.le_start = l.lo_start - (64 << 16);
+  int32_t bias[C];
+  int16_t mul[C];
+  uint8_t rshift[C];
+  const int64_t s0 = index % 3 == 0 ? uniform(17, 24) : index % 3 == 1 ? uniform(1, 16) : 0;
+  for (int c = 0; c < C; ++c) {
+    rshift[c] = (uint8_t)s0;
+    mul[c] = (int16_t)uniform(1, 32767);
+    bias[c] = (int32_t)uniform(-(1 << 20), 1 << 20);
+  }
+  sdp_i8 p;
+  memset(&p, 0, sizeof(p));
+  p.bias = bias;
+  p.mul = mul;
+  p.rshift = rshift;
+  p.shift_max = (int32_t)s0;
+  p.act = ACCEL_ACT_TANH;
+  p.lut = &l;
+  p.out_mul = 1;
+  p.out_shift = 7;
+  p.out_zero = (int32_t)uniform(-20, 20);
+  p.clip_lo = -128;
+  p.clip_hi = 127;
+  struct sdp_i8_lut_plan* P = sdp_i8_lut_plan_new(&p, (int64_t)1 << 24);
+  if (P == NULL) {
+    ++failed;
+    printf("FAIL lut case %d: no plan\n", index);
+    return;
+  }
+  p.lut_plan = P;
+  sdp_i8_lane_cvt cvt[C];
+  sdp_i8_lane_lut L;
+  if (sdp_i8_lanes_prepare_lut(&p, 0, C, (int64_t)1 << 31, cvt, &L) && L.bytes == NULL) {
+    for (int c = 0; c < C; ++c) {
+      int32_t v[N];
+      int8_t y[N];
+      for (int i = 0; i < N; ++i) { /* t over [-2^24, 2^24]: LO and beyond both ends */
+        const int64_t t = uniform(-(1 << 24), 1 << 24);
+        int64_t x = (t << s0) / mul[c] - bias[c];
+        if (i < 2) x = i == 0 ? INT32_MIN : INT32_MAX;
+        if (i >= 2 && i < 34 && s0 >= 1 && s0 <= 16) { /* a tie of rhaz: (x mul) mod 2^s = 2^(s-1) */
+          int64_t x0 = x + bias[c];
+          for (int64_t k = 0; k < ((int64_t)1 << s0); ++k, ++x0)
+            if ((((x0 * mul[c]) % ((int64_t)1 << s0)) + ((int64_t)1 << s0)) % ((int64_t)1 << s0) ==
+                ((int64_t)1 << (s0 - 1))) {
+              x = x0 - bias[c];
+              break;
+            }
+        }
+        v[i] = (int32_t)(x > INT32_MAX ? INT32_MAX : x < INT32_MIN ? INT32_MIN : x);
+      }
+      /* t itself (u = t - base) against sdp_one's: a wrong rounding of t shows in the codes
+       * only where it crosses a code's threshold */
+      const chan_params cp = channel_params(&p, c);
+      const int form = sdp_i8_lane_lut_form(cvt + c);
+      for (int i = 0; i + 8 <= N; i += 8) {
+        const __m256i x8 = _mm256_loadu_si256((const __m256i*)(const void*)(v + i));
+        const __m256i u8 = form == 2   ? sdp_i8_lanes8_lut_u(cvt + c, &L, x8, 2)
+                           : form == 1 ? sdp_i8_lanes8_lut_u(cvt + c, &L, x8, 1)
+                                       : sdp_i8_lanes8_lut_u(cvt + c, &L, x8, 0);
+        int32_t u[8];
+        _mm256_storeu_si256((__m256i*)(void*)u, u8);
+        for (int j = 0; j < 8; ++j) {
+          const int64_t xc = v[i + j] < cvt[c].vlo ? cvt[c].vlo : v[i + j] > cvt[c].vhi ? cvt[c].vhi : v[i + j];
+          const int64_t t = clamp64(lut_input(&cp, xc + bias[c]), L.t_lo, L.t_hi) - L.base;
+          if (u[j] != t) {
+            ++failed;
+            if (failed <= 20) printf("FAIL lut t form %d: v %d: u %d, want %lld\n", form, v[i + j], u[j], (long long)t);
+          }
+        }
+      }
+      sdp_i8_lanes8_run_lut(cvt + c, &L, v, y, N);
+      check("lut", sdp_i8_lane_lut_form(cvt + c), 0, c, &p, v, NULL, y, N);
+      ++lut_runs[sdp_i8_lane_lut_form(cvt + c)];
+    }
+  }
+  sdp_i8_lut_plan_free(P);
+}
+
 int main(void) {
   printf("AVX2 lanes\n");
+  for (int i = 0; i < 60; ++i) lut_case(i);
+  for (int f = 0; f < 3; ++f)
+    if (lut_runs[f] == 0) {
+      ++failed;
+      printf("FAIL the LUT's form %d never ran\n", f);
+    }
   for (int i = 0; i < 3000; ++i) one_case(i);
   for (int f = 0; f < 8; ++f)
     if (form_runs[f] == 0) {

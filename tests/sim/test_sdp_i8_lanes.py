@@ -3,7 +3,8 @@
 tests/c/test_sdp_i8_lanes.c runs every form each prepared converter allows, on values within
 the accumulator bound a conv kernel gives (the forms without a clamp, the conv forms and the
 bias folded into the accumulators, which sdp_i8_span alone never reaches), for random layers'
-converters and residual adds, and requires every form to have run. Built from the converter's
+converters and residual adds, and a LUT activation's lane form (each input converter form, its
+t checked against sdp_one's as well as its codes), and requires every form to have run. Built from the converter's
 sources with the library's flags (-O3 -march=native); a build without AVX2 checks that the preparations decline instead.
 """
 import os
