@@ -75,6 +75,12 @@ class Int8Settings:
         if self.activation_type not in ACTIVATION_TYPES:
             raise AccelInvalidError(f"activation_type = {self.activation_type!r}: choose among "
                                     f"{', '.join(ACTIVATION_TYPES)}")
+        # the switches go to ONNX Runtime's quantiser as they are, which reads any truthy
+        # value as on (reduce_range="no" would quantise with 7-bit weights): bools only
+        for name in ("per_channel", "pre_process", "reduce_range"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise AccelInvalidError(f"{name} = {value!r}: expected True or False")
 
     def describe(self) -> str:
         weights = f"7-bit {self.weight_type}" if self.reduce_range else self.weight_type

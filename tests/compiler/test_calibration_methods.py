@@ -170,30 +170,66 @@ def _clipped(x: np.ndarray, quant: TensorQuant) -> np.ndarray:
 
 
 def test_mse_positions_keeps_the_range_of_clipping_gathered_in_one_position(monkeypatch):
-    """A feature map whose first column (a border, a text line's end) has a long tail: mse
-    clips that column's largest values and no other column's; mse_positions sees the
-    clipping gathered in one position and takes the whole range. A heavy tail spread over
-    every position keeps mse's threshold."""
+    """A feature map whose first column (a border, a text line's end) reaches up to 1.5
+    times the others' range on half its rows: mse clips that column's largest values (5 of
+    its 192) and no other column's; mse_positions sees the clipping gathered in one position
+    and takes the whole range. A long tail whose largest value alone is clipped is no such
+    evidence: mse's threshold stays. A heavy tail spread over every position keeps mse's
+    threshold."""
     from accel_codegen.quantization.calibration import concentrated_clipping
 
     rng = np.random.default_rng(5)
-    edge = np.abs(np.random.default_rng(4).standard_normal((4, 8, 6, 64))).astype(np.float32)
-    rows = rng.random(edge.shape[:-1]) < 0.2
-    edge[..., 0][rows] = 3 + rng.exponential(16.0, int(rows.sum()))
+    edge = np.random.default_rng(4).uniform(0, 1, (4, 8, 6, 64)).astype(np.float32)
+    rows = rng.random(edge.shape[:-1]) < 0.5
+    edge[..., 0][rows] = rng.uniform(1.0, 1.5, int(rows.sum()))
     mse = _calibrated(edge, "mse", monkeypatch)
     clipped = _clipped(edge, mse)
-    assert clipped[0] > 0 and not clipped[1:].any(), clipped
+    assert clipped[0] >= 5 and not clipped[1:].any(), clipped
     assert concentrated_clipping(clipped, edge.size // edge.shape[-1])
     positions = _calibrated(edge, "mse_positions", monkeypatch)
     assert not _clipped(edge, positions).any() and positions.scale > mse.scale
+    # one clipped value: the tail's largest, in column 0 as it must be somewhere
+    tail = np.abs(np.random.default_rng(4).standard_normal((4, 8, 6, 64))).astype(np.float32)
+    rows = rng.random(tail.shape[:-1]) < 0.2
+    tail[..., 0][rows] = 3 + rng.exponential(16.0, int(rows.sum()))
+    mse = _calibrated(tail, "mse", monkeypatch)
+    clipped = _clipped(tail, mse)
+    assert clipped.sum() == clipped[0] == 1, clipped
+    assert concentrated_clipping(clipped, tail.size // tail.shape[-1], evidence=1.01)
+    assert _calibrated(tail, "mse_positions", monkeypatch) == mse
     # Student-t values everywhere: mse clips a few, spread; the positions' pass agrees
     spread = np.random.default_rng(3).standard_t(3, size=(8, 16, 24, 24)).astype(np.float32)
     mse = _calibrated(spread, "mse", monkeypatch)
     assert _clipped(spread, mse).sum() > 0
     assert _calibrated(spread, "mse_positions", monkeypatch) == mse
     # the rule itself: a position's share above 1e-3 and 5 x the tensor's
-    assert concentrated_clipping(np.array([10] + [0] * 7), 1000)
+    assert concentrated_clipping(np.array([10] + [0] * 39), 1000)
     assert not concentrated_clipping(np.array([10, 0, 0, 0]), 1000)  # 1 % < 5 x 0.25 %
     assert not concentrated_clipping(np.array([10] * 8), 1000)
     assert not concentrated_clipping(np.zeros(8, np.int64), 1000)
     assert not concentrated_clipping(np.array([1] + [0] * 7), 10_000)  # 0.01 % < 0.1 %
+
+
+def test_mse_positions_needs_evidence_of_a_count():
+    """One or two clipped values among a position's few hundred are above the 0.1 % share
+    by chance alone (2 calibration lines give a recogniser's token 240 values): the count
+    must be one a position clipping at the threshold's rate reaches with probability below
+    1e-3, which asks 5 of 240 here, and about twice the rate's count of 10 where a position
+    holds 10,000 values."""
+    import math
+
+    from accel_codegen.quantization.calibration import concentrated_clipping, poisson_tail
+
+    def tail(k, mean):  # the direct sum, for small means
+        return 1 - sum(math.exp(-mean) * mean ** i / math.factorial(i) for i in range(k))
+
+    for k, mean in ((1, 0.24), (4, 0.24), (21, 10.0), (3, 7.5), (0, 2.0)):
+        assert math.isclose(poisson_tail(k, mean), tail(k, mean), rel_tol=1e-9, abs_tol=1e-15)
+    assert poisson_tail(5000, 4000.0) < 1e-40 and poisson_tail(3000, 4000.0) == 1.0
+    one = np.array([1] + [0] * 39)
+    assert concentrated_clipping(one, 240, evidence=1.01)  # the rule without the evidence
+    assert not concentrated_clipping(one, 240)
+    assert not concentrated_clipping(4 * one, 240)
+    assert concentrated_clipping(5 * one, 240)
+    assert not concentrated_clipping(15 * one, 10_000)  # above the 10 of 0.1 %, by chance
+    assert concentrated_clipping(25 * one, 10_000)

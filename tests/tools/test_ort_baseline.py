@@ -109,6 +109,14 @@ def test_activation_type_is_checked():
         ort_baseline.Int8Settings(activation_type="int4")
 
 
+@pytest.mark.parametrize("name, value", [("reduce_range", "no"), ("reduce_range", 1),
+                                         ("per_channel", None), ("pre_process", "False")])
+def test_switches_are_bools(name, value):
+    with pytest.raises(AccelInvalidError, match=f"{name} = {value!r}: expected True or False"):
+        ort_baseline.Int8Settings(**{name: value})
+    assert getattr(ort_baseline.Int8Settings(**{name: True}), name) is True
+
+
 # --- the accuracy report ----------------------------------------------------------------------
 
 def test_accuracy_report_sets_ort_int8_beside_ours(zoo, lenet5_onnx, monkeypatch):
