@@ -254,26 +254,47 @@ static inline __m256i first_lanes8(int64_t live) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)live), iota8());
 }
 
-/* pool_row_vector in 8 lanes: output row oy, 8 columns at a time (strides 1 and 2). */
+/* Columns from p under the mask m (all ones: lanes whose column lies in the image), fill
+ * elsewhere: load_columns8 with its mask made once. */
+static inline __m256 load_masked8(const float* p, __m256i m, __m256 fill) {
+  return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+
+/* pool_row_vector in 8 lanes: output row oy, 8 columns at a time (strides 1 and 2). A
+ * vector whose taps reach past an image side makes each load's mask once for all its rows
+ * (as pool_row_vector does), not once per tap and row. */
 static void pool_row_vector8(const pdp_geometry* g, const float* in, float* out, int32_t oy) {
   const int is_max = g->pool == ACCEL_POOL_MAX;
-  const int64_t sw = g->stride_w, W = g->w;
+  const int64_t sw = g->stride_w, W = g->w, kw = g->kernel_w;
   const __m256 fill = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
   int32_t y0, r0, r1;
   pool_window(oy, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
   for (int64_t ox = 0; ox < g->out_w; ox += 8) {
     const int64_t live = g->out_w - ox < 8 ? g->out_w - ox : 8;
+    const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
+    /* the loads' offsets from base: stride 1, tap s's at s; stride 2, the pair of taps s and
+     * s + 1 (s even) at s and s + 8, so the last load ends at column base + last */
+    const int64_t last = sw == 1 ? kw - 1 + 7 : ((kw - 1) & ~(int64_t)1) + 15;
+    const int edge = base < 0 || base + last >= W;
+    __m256i inside[ACCEL_MAX_POOL_KERNEL + 1]; /* the mask of the load at offset s (+ 8) */
+    if (edge) {
+      for (int64_t s = 0; s < kw; s += sw) {
+        inside[s] = columns_inside8(base + s, W);
+        if (sw == 2) inside[s + 1] = columns_inside8(base + s + 8, W);
+      }
+    }
     __m256 acc = fill;
     for (int32_t r = r0; r < r1; ++r) {
-      const float* row = in + (int64_t)(y0 + r) * W + ox * sw - g->pad_left;
-      const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
-      for (int32_t s = 0; s < g->kernel_w; ++s) {
+      const float* row = in + (int64_t)(y0 + r) * W + base;
+      for (int32_t s = 0; s < kw; ++s) {
         __m256 v;
         if (sw == 1) {
-          v = load_columns8(row + s, base + s, W, fill);
+          v = edge ? load_masked8(row + s, inside[s], fill) : _mm256_loadu_ps(row + s);
         } else { /* taps s and s + 1 from one pair of loads */
-          const __m256 lo = load_columns8(row + s, base + s, W, fill);
-          const __m256 hi = load_columns8(row + s + 8, base + s + 8, W, fill);
+          const __m256 lo =
+              edge ? load_masked8(row + s, inside[s], fill) : _mm256_loadu_ps(row + s);
+          const __m256 hi =
+              edge ? load_masked8(row + s + 8, inside[s + 1], fill) : _mm256_loadu_ps(row + s + 8);
           v = even8(lo, hi);
           if (s + 1 < g->kernel_w) {
             acc = is_max ? max_tap8(acc, v) : add_to8(acc, v);
@@ -333,23 +354,34 @@ static int pool_plane_max_rows8(const pdp_geometry* g, const float* in, float* o
       float* h = ring + (next % kh) * ldr;
       for (int64_t ox = 0; ox < ow; ox += 8) {
         const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
-        __m256 acc = fill;
+        __m256 acc = fill, unord = _mm256_setzero_ps();
         for (int32_t s = 0; s < g->kernel_w; ++s) {
           if (sw == 1) {
             const __m256 v = load_columns8(row + ox + s, base + s, W, fill);
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
             acc = _mm256_max_ps(v, acc); /* v > acc ? v : acc */
             continue;
           }
-          /* stride 2: taps s and s + 1 are the even and odd lanes of one pair of loads */
+          /* stride 2: taps s and s + 1 are the even and odd lanes of one pair of loads; the
+           * NaN test takes the taps, not the loads (an odd kernel's last pair's odd lanes
+           * are the next vector's columns) */
           const __m256 lo = load_columns8(row + 2 * ox + s, base + s, W, fill);
           const __m256 hi = load_columns8(row + 2 * ox + s + 8, base + s + 8, W, fill);
-          nan = _mm256_or_ps(nan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
-          nan = _mm256_or_ps(nan, _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
-          acc = _mm256_max_ps(even8(lo, hi), acc);
-          if (s + 1 < g->kernel_w) acc = _mm256_max_ps(odd8(lo, hi), acc);
+          const __m256 even = even8(lo, hi);
+          unord = _mm256_or_ps(unord, _mm256_cmp_ps(even, even, _CMP_UNORD_Q));
+          acc = _mm256_max_ps(even, acc);
+          if (s + 1 < g->kernel_w) {
+            const __m256 odd = odd8(lo, hi);
+            unord = _mm256_or_ps(unord, _mm256_cmp_ps(odd, odd, _CMP_UNORD_Q));
+            acc = _mm256_max_ps(odd, acc);
+          }
           ++s;
         }
+        /* the lanes past the plane's last output read columns its windows may not read (at
+         * stride 2, those past the last window: an unpadded pool's last column on an even
+         * width); every column a window reads, a lane below reads */
+        if (ow - ox < 8) unord = _mm256_and_ps(unord, _mm256_castsi256_ps(first_lanes8(ow - ox)));
+        nan = _mm256_or_ps(nan, unord);
         _mm256_store_ps(h + ox, acc);
       }
     }

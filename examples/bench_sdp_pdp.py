@@ -1,7 +1,8 @@
 """The SDP and PDP engines alone: nanoseconds per element of one op, the simulator's own time.
 
 Each op runs on a 256x56x56 tensor and on a 256x1x16 one (global pooling: 4096x7x7 and 64x7x7;
-ResNet's max pool: 64x112x112 and 64x2x2);
+ResNet's max pool: 64x112x112 and 64x2x2; the unpadded one whose last column, NaN, no window
+reads: 64x112x112 and 64x4x4; the 2x2/2 average: 256x56x56 and 256x2x16);
 the difference of their per-call thread CPU times over the difference of their element counts is
 the engine's cost per element, without the fixed cost of a call (Python, validation, the cost
 model). One thread, medians of 7 batches of 100 calls; thread time is barely moved by other
@@ -79,9 +80,24 @@ OPS = {
     "fp32_bn_add_relu": lambda rng, shape: (_fp32(rng, shape, True), "fp32"),
     "fp32_global_avgpool": lambda rng, shape: (Pool("avg", shape[2:], 1), "fp32"),
     "fp32_maxpool_3x3s2": lambda rng, shape: (Pool("max", 3, 2, 1), "fp32"),
+    # unpadded on an even width: the last column is read by no window, and holds NaN
+    "fp32_maxpool_3x3s2_nan_unread": lambda rng, shape: (Pool("max", 3, 2, 0), "fp32"),
+    "fp32_avgpool_3x3s1": lambda rng, shape: (Pool("avg", 3, 1, 1), "fp32"),
+    "fp32_avgpool_2x2s2": lambda rng, shape: (Pool("avg", 2, 2), "fp32"),
 }
 SHAPES = {"fp32_global_avgpool": ((1, 4096, 7, 7), (1, 64, 7, 7)),
-          "fp32_maxpool_3x3s2": ((1, 64, 112, 112), (1, 64, 2, 2))}
+          "fp32_maxpool_3x3s2": ((1, 64, 112, 112), (1, 64, 2, 2)),
+          "fp32_maxpool_3x3s2_nan_unread": ((1, 64, 112, 112), (1, 64, 4, 4)),
+          "fp32_avgpool_2x2s2": ((1, C, 56, 56), (1, C, 2, 16))}
+
+
+def _nan_last_column(x):
+    x[..., -1] = np.nan
+    return x
+
+
+#: what an op's input holds besides its random values
+INPUTS = {"fp32_maxpool_3x3s2_nan_unread": _nan_last_column}
 
 
 def per_call_us(device, op, x, calls=100, batches=7):
@@ -173,7 +189,7 @@ def main():
             op, precision = OPS[name](rng, shape)
             x = (rng.integers(-128, 128, shape).astype(np.int8) if precision == "int8"
                  else rng.standard_normal(shape).astype(np.float32))
-            times.append(per_call_us(device, op, x))
+            times.append(per_call_us(device, op, INPUTS.get(name, lambda v: v)(x)))
         elements = np.prod(big) - np.prod(small)
         print(f"{name:22s} {1e3 * (times[0] - times[1]) / elements:6.3f} ns per element "
               f"({times[0]:.1f} us per call on {'x'.join(map(str, big[1:]))}, "

@@ -80,6 +80,52 @@ def test_max_pool_by_rows_keeps_the_tap_order(kernel, stride, padding, shape):
         assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{threads} threads: zeros"
 
 
+def _avg_pool_in_tap_order(x, kernel, stride, padding, include_pad):
+    """The engine's average, one window at a time: its image taps summed in float32 in
+    rows-then-columns order from +0, then one division."""
+    n, c, h, w = x.shape
+    out_h = (h + 2 * padding - kernel) // stride + 1
+    out_w = (w + 2 * padding - kernel) // stride + 1
+    y = np.empty((n, c, out_h, out_w), dtype=np.float32)
+    for index in np.ndindex(n, c, out_h, out_w):
+        acc, count = np.float32(0), 0
+        for r in range(kernel):
+            for s in range(kernel):
+                iy, ix = index[2] * stride - padding + r, index[3] * stride - padding + s
+                if 0 <= iy < h and 0 <= ix < w:
+                    acc, count = np.float32(acc + x[index[0], index[1], iy, ix]), count + 1
+        y[index] = acc / np.float32(kernel * kernel if include_pad else count)
+    return y
+
+
+@pytest.mark.parametrize("kind,kernel,stride,padding,width", [
+    ("max", 3, 2, 0, 34),  # 16 outputs: the last column no window reads
+    ("max", 3, 2, 1, 37),  # 19: a partial last vector
+    ("max", 2, 2, 0, 35),  # 17: a partial last vector, the last column unread
+    ("max", 3, 1, 1, 21),
+    ("avg", 3, 2, 1, 37), ("avg", 2, 2, 0, 35), ("avg", 3, 1, 1, 21), ("avg", 5, 1, 2, 19),
+], ids=str)
+def test_rows_of_vectors_keep_the_tap_order_at_every_column(kind, kernel, stride, padding,
+                                                            width):
+    """Rows of 8 outputs or more, their vectors' loads masked at both image sides (pdp.c): max
+    with a NaN in each column in turn (plane j's at column j: the plane pools tap by tap where
+    a window reads it, by rows where none does) and the average, bit for bit the window-by-
+    window rule's, on 1 and 3 threads."""
+    rng = np.random.default_rng(kernel * 100 + width)
+    x = rng.standard_normal((1, width, 5, width)).astype(np.float32)
+    if kind == "max":
+        for j in range(width):
+            x[0, j, 1 + j % 3, j] = np.nan
+        expected = _max_pool_in_tap_order(x, kernel, stride, (padding, padding))
+    for include_pad in ((False,) if kind == "max" else (False, True)):
+        op = Pool(kind, kernel, stride, padding, include_pad)
+        if kind == "avg":
+            expected = _avg_pool_in_tap_order(x, kernel, stride, padding, include_pad)
+        for threads in (1, 3):
+            assert_same(DEVICES[threads].run([op], x)[0], expected,
+                        f"{kind} include_pad={include_pad}, {threads} threads")
+
+
 def test_global_average_pool_7x7(rng):
     x = rng.standard_normal((1, 512, 7, 7), dtype=np.float32)
     y, _ = DEFAULT_DEVICE.run([Pool("avg", 7, 1)], x)
