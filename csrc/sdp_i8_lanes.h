@@ -606,8 +606,8 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const s
 /* The codes (sign-extended int32) of 8 offsets u = t - base in [0, t_hi - base] through the
  * plan's bins (L->bytes NULL: u from the bins' base; an AVX-512 VBMI build's plans with byte
  * tables count u from their origin instead): each lane's bin word, the code below or above its
- * threshold. The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd: on
- * Zen 3 the gather's span took about 15 % more time (docs/kernels.md). */
+ * threshold. The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd,
+ * which was the slower of the two where measured (docs/kernels.md). */
 static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(const sdp_i8_lane_lut* L,
                                                                             __m256i u) {
   const __m256i j = _mm256_srl_epi32(u, _mm_cvtsi32_si128(L->w));

@@ -429,7 +429,9 @@ class _Core:
     a projection of a token tensor, ("linear", that tensor, W rows, b rows, the projection's
     source name); its shapes; the
     merged heads' tensor ``output``; and, where a projection reads only that, the tensor
-    ``projected`` = (the projection's result as it is read, W, b)."""
+    ``projected`` = (the projection's result as it is read, W, b, the projection's source
+    name: its own, not the layout ops' after it, which torch's MultiheadAttention names by
+    the attention module)."""
 
     def __init__(self, q, k, v, heads, tokens, kv_tokens, d, scale, output, windows=1,
                  bias=None, width=None):
@@ -447,7 +449,8 @@ class _Core:
         # not normalised); ``scale`` is then one factor per head (an array) or one float
         self.q_eps: Optional[float] = None
         self.k_eps: Optional[float] = None
-        self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray]]] = None
+        self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray],
+                                       Optional[str]]] = None
 
 
 def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int, width: int):
@@ -466,8 +469,9 @@ def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int,
 
 
 def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
-    """(the tensor, W, b) where the merged heads' only reader is a projection whose result,
-    through layout ops that move nothing, is a tensor of ``shape`` (the query's rows)."""
+    """(the tensor, W, b, the projection's source name) where the merged heads' only reader
+    is a projection whose result, through layout ops that move nothing, is a tensor of
+    ``shape`` (the query's rows)."""
     reader = graph.only_reader(merged)
     if reader is None:
         return None
@@ -485,7 +489,7 @@ def _projected_output(graph: _Graph, merged: relax.Var, shape: Tuple[int, ...]):
         if index is not None and tuple(index.shape) == tuple(shape[:-1]) + (w.shape[0],) and \
                 np.array_equal(index.reshape(-1), np.arange(index.size)):
             found = var
-    return None if found is None else (found, w, b)
+    return None if found is None else (found, w, b, name_of(graph.call(result)))
 
 
 def _unguarded(graph: _Graph, softmax_var: relax.Var, scores: relax.Expr) -> relax.Var:
@@ -742,7 +746,7 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, cores: Dict[relax.Var, _Core]):
         super().__init__(mod)
         self.cores = cores
-        self.projections = {}  # var of a projected output -> (core's result, W, b)
+        self.projections = {}  # var of a projected output -> (core's result, W, b, name)
         self.made: Dict[tuple, relax.Expr] = {}  # the projections emitted, by what they are
 
     def _emit(self, binding_var: relax.Var, value: relax.Expr) -> relax.Expr:
@@ -781,9 +785,9 @@ class _Rewriter(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
-            result, w, b = self.projections.pop(binding.var)
-            self.set_var_remap(binding.var, self._emit(
-                binding.var, _dense(result, w, b, name_of(binding.value), self.builder_.emit)))
+            result, w, b, name = self.projections.pop(binding.var)
+            self.set_var_remap(binding.var, self._emit(binding.var, _dense(
+                result, w, b, name or name_of(binding.value), self.builder_.emit)))
             return
         core = self.cores.get(binding.var)
         if core is None:
@@ -813,8 +817,8 @@ class _Rewriter(relax.PyExprMutator):
         if core.projected is not None:  # the output projection reads the query's rows
             rows = list(_static(core.q[1])[:-1]) + [core.width]
             result = self.builder_.emit(named(relax.op.reshape(attention, rows), name))
-            var, w, b = core.projected
-            self.projections[var] = (result, w, b)
+            var, w, b, projection = core.projected
+            self.projections[var] = (result, w, b, projection)
         self.set_var_remap(binding.var, self._emit(
             binding.var, named(relax.op.reshape(attention, list(_static(binding.var))), name)))
 

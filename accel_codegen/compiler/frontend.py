@@ -225,11 +225,14 @@ def _export(model, args: tuple, name: str):
             f"torch.export could not trace {name}: {_first_line(error)}") from error
 
 
-def _recording(convert: Callable, recorder: source_names.Recorder) -> Callable:
-    """``convert`` (an fx node's converter), noting the node's name on what it returns."""
+def _recording(convert: Callable, recorder: source_names.Recorder,
+               parameters: Mapping[str, str]) -> Callable:
+    """``convert`` (an fx node's converter), noting the node's name on what it returns
+    (``parameters``: the program's parameter placeholders' names, see
+    :func:`source_names.torch_node_name`)."""
     def converted(node, *rest):
         result = convert(node, *rest)
-        recorder.record(result, source_names.torch_node_name(node))
+        recorder.record(result, source_names.torch_node_name(node, parameters))
         return result
     return converted
 
@@ -241,12 +244,14 @@ def _import_exported(exported, keep_params_as_input: bool, converters: Mapping[s
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     recorder = source_names.Recorder()
+    decomposed = exported.run_decompositions()
+    parameters = dict(decomposed.graph_signature.inputs_to_parameters)
     importer = ExportedProgramImporter()
-    importer.convert_map = {name: _recording(convert, recorder)
+    importer.convert_map = {name: _recording(convert, recorder, parameters)
                             for name, convert in importer.convert_map.items()}
     mod = importer.from_exported_program(
-        exported.run_decompositions(), keep_params_as_input, True, False,
-        {name: _recording(convert, recorder) for name, convert in converters.items()})
+        decomposed, keep_params_as_input, True, False,
+        {name: _recording(convert, recorder, parameters) for name, convert in converters.items()})
     return source_names.attach(mod, recorder, "torch")
 
 
@@ -394,7 +399,9 @@ def _even_lrns(model):
     axis inserted, an AveragePool of size x 1 ... over it with the window's zero padding
     counted, the axis taken out, times alpha, plus bias, to the power beta, x divided by it.
     These run on the host (the CDP's windows are centred: sizes 3, 5, 7, 9), each named after
-    the LRN node. An input of unknown rank or shape is left to TVM's converter."""
+    the LRN node. Only the input's rank is needed (a symbolic batch stays symbolic); an input
+    of unknown rank, or of a rank TVM cannot pool (1 to 3 axes: ranks 3 and 4), is an
+    AccelUnsupportedError naming the node (TVM's converter would fail on it)."""
     import onnx
     from onnx import helper
 
@@ -406,19 +413,24 @@ def _even_lrns(model):
         return model
     model = onnx.ModelProto.FromString(model.SerializeToString())
     inferred = onnx.shape_inference.infer_shapes(model).graph
-    shapes = {}
-    for info in [*inferred.input, *inferred.value_info]:
-        dims = info.type.tensor_type.shape.dim
-        if all(d.HasField("dim_value") for d in dims):
-            shapes[info.name] = [d.dim_value for d in dims]
+    ranks = {info.name: len(info.type.tensor_type.shape.dim)
+             for info in [*inferred.input, *inferred.value_info]
+             if info.type.tensor_type.HasField("shape")}
+    # Unsqueeze and Squeeze take their axes as an input from opset 13, an attribute before
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [1])
     nodes = []
     for node in model.graph.node:
-        shape = shapes.get(node.input[0]) if even(node) else None
-        if shape is None or len(shape) not in (3, 4):  # TVM pools 1 to 3 axes
+        if not even(node):
             nodes.append(node)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         size, name = int(attrs["size"]), node.name or node.output[0]
+        rank = ranks.get(node.input[0])
+        if rank not in (3, 4):  # TVM pools 1 to 3 axes: the channels and 1 or 2 spatial
+            known = "of unknown rank" if rank is None else f"of rank {rank}"
+            raise AccelUnsupportedError(
+                f"LRN '{name}' of even size {size}: its input is {known}; an even size is "
+                f"imported as its definition's ops, which need an input of rank 3 or 4")
         x, part = node.input[0], (lambda what: f"{name}/{what}")
 
         def constant(what, dtype, dims, values):
@@ -433,17 +445,20 @@ def _even_lrns(model):
                                           else out, **attributes))
             return out
 
-        wide = [shape[0], 1, *shape[1:]]
-        axes = len(shape) - 1  # the pool's: the channels and the spatial axes
+        def on_axis_1(op_type, data, what):  # Unsqueeze / Squeeze of axis 1
+            if opset >= 13:
+                return op(op_type, [data, constant(f"{what}_axes", onnx.TensorProto.INT64, [1],
+                                                   [1])], what)
+            return op(op_type, [data], what, axes=[1])
+
+        axes = rank - 1  # the pool's: the channels and the spatial axes
         squares = op("Mul", [x, x], "square")
-        stacked = op("Reshape", [squares, constant("wide", onnx.TensorProto.INT64, [len(wide)],
-                                                   wide)], "wide_square")
+        stacked = on_axis_1("Unsqueeze", squares, "wide_square")
         before, after = (size - 1) // 2, size // 2
         pooled = op("AveragePool", [stacked], "mean", kernel_shape=[size] + [1] * (axes - 1),
                     pads=[before] + [0] * (axes - 1) + [after] + [0] * (axes - 1),
                     count_include_pad=1)
-        mean = op("Reshape", [pooled, constant("shape", onnx.TensorProto.INT64, [len(shape)],
-                                               shape)], "channel_mean")
+        mean = on_axis_1("Squeeze", pooled, "channel_mean")
         scaled = op("Mul", [mean, constant("alpha", onnx.TensorProto.FLOAT, [],
                                            [float(attrs.get("alpha", 1e-4))])], "scaled")
         based = op("Add", [scaled, constant("bias", onnx.TensorProto.FLOAT, [],

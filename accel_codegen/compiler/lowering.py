@@ -179,6 +179,10 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
         return layer
     if not roles:
         roles = _match(root_value, lookup)
+    if roles and _kind(roles, "norm") == "lrn":  # the shape of an LRN, not the CDP's (above)
+        raise Unsupported("a local response norm the CDP does not compute: its channel "
+                          "window is off centre (ONNX's of an even size) or its shapes are not "
+                          "the CDP's, which takes a centred window")
     if roles and ("norm" in roles or "unflatten" in roles or (
             "dense" in roles and len(static_shape(roles["dense"])) > 2)):
         return _lower_tokens(_token_roles(roles), lookup, root)

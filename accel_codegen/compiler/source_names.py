@@ -26,11 +26,15 @@ from tvm import relax
 SOURCE_ATTR = "accel_source_names"
 
 
-def torch_node_name(node) -> str:
+def torch_node_name(node, parameters: Mapping[str, str] = {}) -> str:
     """The PyTorch name of an fx node of an exported program: the path of the innermost
     module whose ``forward`` calls it (``layer1.0.conv1``); for an op written in a
     container's own ``forward`` (a residual add, a flatten), that path and the op
-    (``layer1.0.add``, ``flatten`` at the top)."""
+    (``layer1.0.add``, ``flatten`` at the top). An op of a torch module's ``forward`` that
+    reads a submodule's parameters without calling it is named by that submodule
+    (MultiheadAttention's output projection, ``self_attn.out_proj``, whose ``forward`` never
+    runs): ``parameters`` maps the program's parameter placeholders to their names
+    (``graph_signature.inputs_to_parameters``)."""
     stack = node.meta.get("nn_module_stack") or {}
     path, kind = "", None
     if stack:
@@ -40,9 +44,24 @@ def torch_node_name(node) -> str:
     leaf = bool(module) and module.startswith("torch.nn.modules") and \
         not module.startswith("torch.nn.modules.container")
     if path and leaf:
-        return path
+        return _submodule_read(node, path, parameters) or path
     op = _torch_op_name(node)
     return f"{path}.{op}" if path else op
+
+
+def _submodule_read(node, path: str, parameters: Mapping[str, str]) -> Optional[str]:
+    """The path of the first submodule of ``path`` whose parameter ``node`` reads (None:
+    it reads none)."""
+    pending = list(node.args) + list(node.kwargs.values())
+    while pending:
+        arg = pending.pop(0)
+        if isinstance(arg, (list, tuple)):
+            pending[:0] = list(arg)
+            continue
+        owner = parameters.get(getattr(arg, "name", None), "").rpartition(".")[0]
+        if owner.startswith(path + "."):
+            return owner
+    return None
 
 
 def _torch_op_name(node) -> str:

@@ -34,7 +34,7 @@ from ..compiler.partition import (PartitionReport, calibration_of, generate_part
                                   match_composites)
 from ..compiler.target import Target
 from ..sim.config import AccelConfig
-from ..sim.labels import CONVERT_PART, layer_key
+from ..sim.labels import CONVERT_PART, is_pass_label, layer_key
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
 from ..compiler.frontend import bind_params
@@ -243,7 +243,7 @@ class _Comparer:
             return
         # an engine pass (``<primitive>:<pass>``) only against the same pass: the precisions'
         # passes of one layer differ (fp16's Newton steps), so their numbers do
-        if ":" in label and self.reference_labels.get((key[0], fp32_index)) != label:
+        if is_pass_label(label) and self.reference_labels.get((key[0], fp32_index)) != label:
             return
         _accumulate(self.sums.setdefault(key, [0.0, 0.0, 0.0, 0, 0, x.shape, label]),
                     ref, value, saturated)

@@ -19,6 +19,7 @@ for the layers that read it in that one.
 The part before the space is the run's *key*; its ``f<function>.<layer>`` the layer's.
 """
 import re
+from typing import Tuple
 
 #: The key part of a layer's RUBIK contract run (after its conv or copies).
 CONTRACT_PART = "r"
@@ -46,9 +47,27 @@ def pass_part(index: int) -> str:
     return f"p{index}"
 
 
+#: What separates a pass run's primitive from its role (``accel.layer_norm:layer_norm.center``):
+#: a layer's primitive is a dotted name and never holds it.
+PASS_SEPARATOR = ":"
+
+
 def pass_primitive(primitive: str, role: str) -> str:
     """The primitive a pass run is labelled with: the layer's and the pass's role."""
-    return f"{primitive}:{role}"
+    return f"{primitive}{PASS_SEPARATOR}{role}"
+
+
+def split_pass_primitive(primitive: str) -> Tuple[str, str]:
+    """The layer's primitive and the pass's role of a run's primitive (:func:`pass_primitive`
+    undone): ``"accel.layer_norm:layer_norm.center"`` -> ``("accel.layer_norm",
+    "layer_norm.center")``; a run that is not a pass: ``(primitive, "")``."""
+    layer, _, role = primitive.partition(PASS_SEPARATOR)
+    return layer, role
+
+
+def is_pass_label(label: str) -> bool:
+    """Whether a run's label (or primitive) is an engine pass's (:func:`pass_primitive`)."""
+    return PASS_SEPARATOR in label
 
 
 #: A repeated pass's number at the end of its role (a halving tree's level ``add2``, a Newton

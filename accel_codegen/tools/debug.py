@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from ..compiler.reasons import coded_reason
 from ..sim.config import AccelConfig
-from ..sim.labels import label_key, layer_key
+from ..sim.labels import label_key, layer_key, split_pass_primitive
 from ..tables import Column, render_table, wrap_label
 from .report import tagged
 
@@ -219,7 +219,7 @@ def debug_report(mod, params=None, inputs=(), *, config: AccelConfig | str = "nv
     for layer in estimate.layers:
         key = layer_key(label_key(layer.label))
         cycles[key] = cycles.get(key, 0) + layer.cycles
-        primitives.setdefault(key, layer.primitive.split(":", 1)[0])  # not a pass's role
+        primitives.setdefault(key, split_pass_primitive(layer.primitive)[0])  # not a role
     keys = layer_keys(matched)
     fp16: Dict[str, int] = {}
     note = None

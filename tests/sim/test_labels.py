@@ -1,7 +1,17 @@
 """Run labels (sim/labels.py): a repeated pass's number is stripped by one definition, which
-the pass summary and the whole-network timing's run classes both use."""
+the pass summary and the whole-network timing's run classes both use; a pass run's primitive
+is made and split by one definition, which the debugger and the accuracy report read."""
 from accel_codegen.sim import decompose
-from accel_codegen.sim.labels import pass_kind
+from accel_codegen.sim.labels import (is_pass_label, pass_kind, pass_primitive, run_label,
+                                      split_pass_primitive)
+
+
+def test_a_pass_primitive_splits_into_the_layers_primitive_and_the_role():
+    made = pass_primitive("accel.layer_norm", "layer_norm.var.add2")
+    assert split_pass_primitive(made) == ("accel.layer_norm", "layer_norm.var.add2")
+    assert split_pass_primitive("accel.conv2d_bn_relu") == ("accel.conv2d_bn_relu", "")
+    assert is_pass_label(run_label("f0.3p1", made))
+    assert not is_pass_label(run_label("f0.3a", "accel.conv2d_bn", branch=True))
 
 
 def test_pass_kind_strips_the_number_after_a_name_only():

@@ -284,7 +284,9 @@ def test_attention_layers_keep_their_module_paths():
     """torch's MultiheadAttention packs q, k and v in one projection, which the attention
     rewrite splits into three dense layers and a core (compiler/attention.py): each is named
     by the attention module's path, the projections with their part (they once had no name),
-    every operator of each layer named."""
+    the output projection by its own module (``out_proj``, whose parameters the attention's
+    ``forward`` reads without calling it: once named as the core), every operator of each
+    layer named."""
     from accel_codegen.compiler.partition import match_composites
     from accel_codegen.tools.report import source_names, source_ops
 
@@ -303,8 +305,8 @@ def test_attention_layers_keep_their_module_paths():
                           ("accel.token_dense_bias", f"{attention}.k"),
                           ("accel.token_dense_bias", f"{attention}.v"),
                           ("accel.attention", attention),
-                          ("accel.token_dense_bias", attention)], layers  # its out_proj
+                          ("accel.token_dense_bias", f"{attention}.out_proj")], layers
     names = source_names(source_ops(match_composites(mod, params)))
     assert list(names.values())[:5] == ["layers.0.self_attn.q", "layers.0.self_attn.k",
                                         "layers.0.self_attn.v", "layers.0.self_attn",
-                                        "layers.0.self_attn"]
+                                        "layers.0.self_attn.out_proj"]

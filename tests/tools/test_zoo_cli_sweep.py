@@ -80,14 +80,18 @@ def test_every_zoo_model_estimates_in_every_precision_on_every_preset(capsys, na
 def test_partitions_in_every_precision(capsys, name):
     """Code generated in fp32, fp16 and int8 (calibrated) on the preset with the fewest
     engines (nv_small: no BDMA, int8 only) and on nv_full; mixed (a search: a build per layer)
-    for the smaller models, refused where the preset has no fp16."""
+    for the smallest model and the token layers, refused where the preset has no fp16. A
+    mixed search over concats through the command line is
+    tests/flow/test_mixed_precision_outputs.py's (a concat inside a function, a host op
+    between two: the case that failed with an AttributeError, issue 30); squeezenet1_1's
+    search repeated it, at more CPU time than that model's other partitions together."""
     for config in ("nv_small", "nv_full"):
         for precision in ("fp32", "fp16", "int8"):
             extra = ["--calibration", "2"] if precision == "int8" else []
             status, out = _check(capsys, "partition", name, "--config", config,
                                  "--precision", precision, *extra)
             assert status == 1 or "operators offloaded" in out
-        if name in ("lenet5", "squeezenet1_1", "mixed_block"):
+        if name in ("lenet5", "mixed_block"):
             status, out = _check(capsys, "partition", name, "--config", config, "--precision",
                                  "mixed", "--calibration", "2", "--target-sqnr", "30")
             assert status == (0 if config == "nv_full" else 1)
