@@ -204,6 +204,7 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
 int conv_verbose(void);
 void conv_verbose_run(const char* label);
 const char* conv_impl_forced(void); /* ACCEL_CONV_IMPL, or NULL */
+int64_t conv_l1_bytes(void);        /* the L1 data cache's bytes (sysconf; 0: not said) */
 int64_t conv_l2_bytes(void);        /* the L2 cache's bytes (sysconf; 0: not said) */
 int conv_impl_named(const char* names, const char* name); /* name in the comma-separated list */
 void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl);

@@ -40,21 +40,6 @@ enum {
   G2_MIN_L1 = 32 * 1024     /* the L1 data cache's bytes when sysconf does not say */
 };
 
-/* The L1 data cache's bytes (sysconf; 0: not said). */
-static int64_t g2_l1_bytes(void) {
-  static int64_t cached = -1; /* benign race: every thread computes the same value */
-  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (v < 0) {
-#ifdef _SC_LEVEL1_DCACHE_SIZE
-    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-    v = l1 > 0 ? l1 : 0;
-#else
-    v = 0;
-#endif
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-  }
-  return v;
-}
 _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 
 /* ---- micro-kernel ---------------------------------------------------------------------------
@@ -466,7 +451,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   }
   if (!g2_prepare_lanes(P, c->ep, c->ws, &J)) return ACCEL_ERR_NO_MEMORY;
   /* depth chunks: a panel's chunk in half the L1 (one chunk when the depth allows) */
-  const int64_t l1 = g2_l1_bytes();
+  const int64_t l1 = conv_l1_bytes();
   int64_t kc = (l1 > 0 ? l1 : G2_MIN_L1) / 2 / (G2_NR * 4);
   if (kc < 8) kc = 8;
   int64_t nchunks = (kd2 + kc - 1) / kc;

@@ -61,19 +61,32 @@ void conv_verbose_line(const char* precision, const conv_geometry* g, const char
           g->pad_left, verbose_label != NULL ? verbose_label : "");
 }
 
-/* The L2 cache's size in bytes, sysconf's figure (0 when the system does not say). Read once:
- * the kernels size their tiles by it rather than by one CPU's figure. */
-int64_t conv_l2_bytes(void) {
-  static int64_t cached = -1; /* benign race: every thread computes the same value */
-  int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+/* A cache's size in bytes, sysconf's figure for `name` (0 when the system does not say), read
+ * once into `cached`: the kernels size their tiles by it rather than by one CPU's figure. */
+static int64_t cache_bytes(int64_t* cached, int name) {
+  int64_t v = __atomic_load_n(cached, __ATOMIC_RELAXED); /* benign race: every thread computes the same value */
   if (v < 0) {
-#ifdef _SC_LEVEL2_CACHE_SIZE
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    v = l2 > 0 ? l2 : 0;
-#else
-    v = 0;
-#endif
-    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    const long bytes = name >= 0 ? sysconf(name) : 0;
+    v = bytes > 0 ? bytes : 0;
+    __atomic_store_n(cached, v, __ATOMIC_RELAXED);
   }
   return v;
+}
+
+int64_t conv_l1_bytes(void) {
+  static int64_t cached = -1;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  return cache_bytes(&cached, _SC_LEVEL1_DCACHE_SIZE);
+#else
+  return cache_bytes(&cached, -1);
+#endif
+}
+
+int64_t conv_l2_bytes(void) {
+  static int64_t cached = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  return cache_bytes(&cached, _SC_LEVEL2_CACHE_SIZE);
+#else
+  return cache_bytes(&cached, -1);
+#endif
 }
