@@ -468,12 +468,18 @@ int activation_affine_c16(accel_activation act, float* x, int64_t positions, con
 }
 #endif
 
+static const affine_pass_fn gelu_passes[4]; /* with gelu_f32, below */
+
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b) {
   const int affine = (s != NULL) * 2 + (b != NULL);
   const float sv = s != NULL ? *s : 1.0f, bv = b != NULL ? *b : 0.0f;
   if (act == ACCEL_ACT_HARDSWISH || act == ACCEL_ACT_HARDSIGMOID) {
     hard_passes[act == ACCEL_ACT_HARDSWISH][affine](x, count, sv, bv);
+    return 1;
+  }
+  if (act == ACCEL_ACT_GELU) {
+    gelu_passes[affine](x, count, sv, bv);
     return 1;
   }
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -611,6 +617,9 @@ static inline float gelu_f32(float t) {
   return t < 0.0f ? (t * p) * e1 : t * (1.0f - p * e1);
 }
 
+/* x = gelu_f32(x * s + b) in one pass (affine: 2 scale, 1 shift, as logistic_pass), each step
+ * rounded alone: the bits of the scale / shift pass then the GELU pass. A dense layer's bias
+ * and GELU read and wrote its output twice. */
 #if defined(__AVX512F__)
 static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 x = _mm512_min_ps(_mm512_abs_ps(t), _mm512_set1_ps(15.0f)); /* NaN: 15 */
@@ -633,31 +642,51 @@ static inline __m512 gelu_f32_x16(__m512 t) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ), pos, neg);
 }
 
-static void gelu_pass(float* x, int64_t count) {
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
   int64_t i = 0;
-  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, gelu_f32_x16(_mm512_loadu_ps(x + i)));
-  if (i < count) {
-    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
-    _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
+  for (; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? (__mmask16)0xffff
+                                        : (__mmask16)((1u << (count - i)) - 1u);
+    __m512 t = _mm512_maskz_loadu_ps(m, x + i);
+    if (affine & 2) t = _mm512_mul_ps(t, vs);
+    if (affine & 1) t = _mm512_add_ps(t, vb);
+    _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(t));
   }
 }
 #elif defined(__AVX2__)
-/* A lane's coefficient of 16: the two halves permuted by n's low 3 bits, the upper where n >= 8 */
-static inline __m256 gelu_coefficient_x8(int j, __m256i n, __m256 upper) {
+/* A lane's coefficient j of 16 intervals: GELU_C[j]'s lower eight permuted by n's low 3 bits,
+ * and, with `wide`, the upper eight too, taken where n >= 8 */
+static inline __attribute__((always_inline)) __m256 gelu_coefficient_x8(int j, __m256i n,
+                                                                        __m256 upper, int wide) {
   const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j]), n);
+  if (!wide) return lo;
   const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j] + 8), n);
   return _mm256_blendv_ps(lo, hi, upper);
 }
 
+static inline __attribute__((always_inline)) __m256 gelu_polynomial_x8(__m256i n, __m256 upper,
+                                                                       __m256 d, int wide) {
+  __m256 q = gelu_coefficient_x8(7, n, upper, wide);
+  for (int j = 6; j >= 0; --j)
+    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper, wide));
+  return q;
+}
+
+/* gelu_f32 in 8 lanes. A vector whose lanes all lie below 8 (n < 8: nearly every vector of a
+ * network's activations) takes the coefficients of the lower eight intervals alone, one
+ * permutation each instead of two and a blend: the same coefficients, so the same bits. */
 static inline __m256 gelu_f32_x8(__m256 t) {
   const __m256 a = _mm256_and_ps(t, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
   const __m256 x = _mm256_min_ps(a, _mm256_set1_ps(15.0f)); /* NaN: 15 */
   const __m256i n = _mm256_cvttps_epi32(x);
-  const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(7)));
+  const __m256i upper_bits = _mm256_cmpgt_epi32(n, _mm256_set1_epi32(7));
+  const __m256 upper = _mm256_castsi256_ps(upper_bits);
   const __m256 d = _mm256_sub_ps(x, _mm256_add_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(0.5f)));
-  __m256 q = gelu_coefficient_x8(7, n, upper);
-  for (int j = 6; j >= 0; --j)
-    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper));
+  const __m256 q = _mm256_testz_si256(upper_bits, upper_bits)
+                       ? gelu_polynomial_x8(n, upper, d, 0)
+                       : gelu_polynomial_x8(n, upper, d, 1);
   const __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
   const __m256 half = _mm256_set1_ps(0.5f);
   const __m256 ss = _mm256_mul_ps(s, s);
@@ -671,17 +700,50 @@ static inline __m256 gelu_f32_x8(__m256 t) {
   return _mm256_blendv_ps(pos, neg, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 
-/* the last count % 8 values through the scalar gelu_f32 (the same bits) */
-static void gelu_pass(float* x, int64_t count) {
+/* the last count % 8 values in a vector of their own, zero-padded (each lane's result is its
+ * value's alone): the scalar gelu_f32 gives the same bits at several times the cost, and a
+ * token plane of 197 values had 5 of them */
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
   int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, gelu_f32_x8(_mm256_loadu_ps(x + i)));
-  for (; i < count; ++i) x[i] = gelu_f32(x[i]);
+  for (; i + 8 <= count; i += 8) {
+    __m256 t = _mm256_loadu_ps(x + i);
+    if (affine & 2) t = _mm256_mul_ps(t, vs);
+    if (affine & 1) t = _mm256_add_ps(t, vb);
+    _mm256_storeu_ps(x + i, gelu_f32_x8(t));
+  }
+  if (i < count) {
+    float last[8] = {0.0f};
+    memcpy(last, x + i, (size_t)(count - i) * sizeof(float));
+    __m256 t = _mm256_loadu_ps(last);
+    if (affine & 2) t = _mm256_mul_ps(t, vs);
+    if (affine & 1) t = _mm256_add_ps(t, vb);
+    _mm256_storeu_ps(last, gelu_f32_x8(t));
+    memcpy(x + i, last, (size_t)(count - i) * sizeof(float));
+  }
 }
 #else
-static void gelu_pass(float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = gelu_f32(x[i]);
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  for (int64_t i = 0; i < count; ++i) {
+    float t = x[i];
+    if (affine & 2) t = t * s;
+    if (affine & 1) t = t + b;
+    x[i] = gelu_f32(t);
+  }
 }
 #endif
+
+#define GELU_PASS(NAME, AFFINE) \
+  static void NAME(float* x, int64_t count, float s, float b) { gelu_pass(x, count, s, b, AFFINE); }
+GELU_PASS(gelu_pass_plain, 0)
+GELU_PASS(gelu_pass_shift, 1)
+GELU_PASS(gelu_pass_scale, 2)
+GELU_PASS(gelu_pass_bn, 3)
+#undef GELU_PASS
+static const affine_pass_fn gelu_passes[4] = {gelu_pass_plain, gelu_pass_shift, gelu_pass_scale,
+                                              gelu_pass_bn};
 
 /* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
  * through tanh_f32; GELU through gelu_f32 (fp32, within 4.6 ulp); its tanh form in double as
@@ -717,7 +779,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       activation_affine(act, x, count, NULL, NULL);
       break;
     case ACCEL_ACT_GELU:
-      gelu_pass(x, count);
+      gelu_pass_plain(x, count, 1.0f, 0.0f);
       break;
     case ACCEL_ACT_GELU_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);
