@@ -536,14 +536,19 @@ static inline float tanh_f32(float t) {
  *    to float: GELU_C[j][n] is d^j's coefficient), the 16 intervals' coefficients one vector
  *    each, so a lane's is a permutation by n (no gather, no division);
  *  - exp(-x^2 / 2) without x^2's rounding, which would cost up to 12 ulp at x = 15: s = x with
- *    its 12 low mantissa bits cleared, so s^2 is exact, and exp(-x^2 / 2) = exp(-s^2 / 2)
- *    exp((s - x)(s + x) / 2), both through exp_f32 (s - x is exact, the second argument is
- *    below 0.06 in magnitude, so its rounding costs nothing);
- *  - t < 0: GELU = ((t C e2) e1), the subnormal product last; otherwise t (1 - C e2 e1)
- *    (no cancellation: E <= 1/2).
- * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.6 ulp (accel.h) of the result
- * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (4.59
- * at t = -5.729; beyond, the result is t or -0, within half an ulp) and tested on a sample
+ *    its 12 low mantissa bits cleared, so A = -s^2 / 2 is exact, and -x^2 / 2 = A + D with
+ *    D = (s - x)(s + x) / 2 (s - x is exact; |D| < 0.06, so its rounding costs nothing); one
+ *    exp of A + D as exp_f32 takes its argument apart: k = round((A + D) / ln 2), r = (A -
+ *    k ln2_hi, exact) + D - k ln2_lo, then 1 + r + r^2 q(r) and 2^k as two powers of two
+ *    (2^h, 2^(k-h): -163 <= k <= 0, both normal), with C's value multiplied in before them:
+ *    u = C p; the second exp of the two this took before (exp(A) exp(D)) is gone;
+ *  - t < 0: GELU = ((t u) 2^h) 2^(k-h), the subnormal product last; otherwise t (1 - (u 2^h)
+ *    2^(k-h)) (no cancellation: E <= 1/2); from |t| = 15 (and NaN) 2^(k-h) is taken as 0
+ *    (the result is t or -0; exp(A) underflowed to 0 there before).
+ * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.0 ulp (accel.h) of the result
+ * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (3.99
+ * at t = -5.962; with two exps it was 4.6, 4.59 at t = -5.729; beyond, the result is t or
+ * -0, within half an ulp) and tested on a sample
  * (tests/sim/test_lut.py); PyTorch's and ONNX
  * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
  * +-0 stays, NaN stays NaN, inf gives inf and -inf NaN (-inf times 0, as the formula). */
@@ -611,18 +616,38 @@ static inline float gelu_f32(float t) {
   sb &= 0xfffff000u;
   float s;
   memcpy(&s, &sb, sizeof s);
-  const float e1 = exp_f32(-(s * s) * 0.5f);
-  const float e2 = exp_f32(((s - x) * (s + x)) * 0.5f);
-  const float p = q * e2;
-  return t < 0.0f ? (t * p) * e1 : t * (1.0f - p * e1);
+  const float big = -(s * s) * 0.5f, small = ((s - x) * (s + x)) * 0.5f; /* A, D */
+  const float k = (big + small) * EXP_LOG2E + EXP_ROUND;
+  const float nk = k - EXP_ROUND;
+  float r = big - nk * LN2_HI;
+  r = r + small;
+  r = r - nk * LN2_LO;
+  float e = EXP_Q4 * r + EXP_Q3;
+  e = e * r + EXP_Q2;
+  e = e * r + EXP_Q1;
+  e = e * r + EXP_Q0;
+  float p = (r * r) * e + r;
+  p = p + 1.0f;
+  const float u = q * p;
+  uint32_t kb;
+  memcpy(&kb, &k, sizeof kb);
+  const uint32_t ni = kb - 0x4B400000u; /* k in two's complement */
+  const uint32_t h = (uint32_t)((int32_t)ni >> 1);
+  const uint32_t b1 = (h + 127u) << 23, b2 = ((ni - h + 127u) << 23) & -(uint32_t)(a < 15.0f);
+  float s1, s2;
+  memcpy(&s1, &b1, sizeof s1);
+  memcpy(&s2, &b2, sizeof s2);
+  return t < 0.0f ? ((t * u) * s1) * s2 : t * (1.0f - (u * s1) * s2);
 }
 
 /* x = gelu_f32(x * s + b) in one pass (affine: 2 scale, 1 shift, as logistic_pass), each step
  * rounded alone: the bits of the scale / shift pass then the GELU pass. A dense layer's bias
  * and GELU read and wrote its output twice. */
 #if defined(__AVX512F__)
+/* gelu_f32 in 16 lanes, the same operations (2^k from k's bits as there, not VSCALEFPS) */
 static inline __m512 gelu_f32_x16(__m512 t) {
-  const __m512 x = _mm512_min_ps(_mm512_abs_ps(t), _mm512_set1_ps(15.0f)); /* NaN: 15 */
+  const __m512 a = _mm512_abs_ps(t);
+  const __m512 x = _mm512_min_ps(a, _mm512_set1_ps(15.0f)); /* NaN: 15 */
   const __m512i n = _mm512_cvttps_epi32(x);
   const __m512 d = _mm512_sub_ps(x, _mm512_add_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(0.5f)));
   __m512 q = _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[7]));
@@ -631,14 +656,34 @@ static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 s = _mm512_castsi512_ps(
       _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xfffff000u)));
   const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512 ss = _mm512_mul_ps(s, s);
-  const __m512 e1 = exp_f32_x16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), ss), half));
-  const __m512 e2 = exp_f32_x16(
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half));
-  const __m512 p = _mm512_mul_ps(q, e2);
-  const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t, p), e1);
-  const __m512 pos =
-      _mm512_mul_ps(t, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(p, e1)));
+  const __m512 big = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(s, s)), half);
+  const __m512 small =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half);
+  const __m512 round = _mm512_set1_ps(EXP_ROUND);
+  const __m512 k = _mm512_add_ps(
+      _mm512_mul_ps(_mm512_add_ps(big, small), _mm512_set1_ps(EXP_LOG2E)), round);
+  const __m512 nk = _mm512_sub_ps(k, round);
+  __m512 r = _mm512_sub_ps(big, _mm512_mul_ps(nk, _mm512_set1_ps(LN2_HI))); /* exact */
+  r = _mm512_add_ps(r, small);
+  r = _mm512_sub_ps(r, _mm512_mul_ps(nk, _mm512_set1_ps(LN2_LO)));
+  __m512 e = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(EXP_Q4), r), _mm512_set1_ps(EXP_Q3));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q2));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q1));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q0));
+  __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(r, r), e), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512 u = _mm512_mul_ps(q, p);
+  const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(k), _mm512_set1_epi32(0x4B400000));
+  const __m512i h = _mm512_srai_epi32(ni, 1);
+  const __m512 s1 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_add_epi32(h, _mm512_set1_epi32(127)), 23));
+  const __mmask16 inside = _mm512_cmp_ps_mask(a, _mm512_set1_ps(15.0f), _CMP_LT_OQ);
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(
+      inside, _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, h),
+                                                 _mm512_set1_epi32(127)), 23)));
+  const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(t, u), s1), s2);
+  const __m512 pos = _mm512_mul_ps(
+      t, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_mul_ps(u, s1), s2)));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ), pos, neg);
 }
 
@@ -689,14 +734,33 @@ static inline __m256 gelu_f32_x8(__m256 t) {
                        : gelu_polynomial_x8(n, upper, d, 1);
   const __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
   const __m256 half = _mm256_set1_ps(0.5f);
-  const __m256 ss = _mm256_mul_ps(s, s);
-  const __m256 e1 = exp_f32_x8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), ss), half));
-  const __m256 e2 = exp_f32_x8(
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half));
-  const __m256 p = _mm256_mul_ps(q, e2);
-  const __m256 neg = _mm256_mul_ps(_mm256_mul_ps(t, p), e1);
-  const __m256 pos =
-      _mm256_mul_ps(t, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(p, e1)));
+  const __m256 big = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(s, s)), half);
+  const __m256 small =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half);
+  const __m256 round = _mm256_set1_ps(EXP_ROUND);
+  const __m256 k = _mm256_add_ps(
+      _mm256_mul_ps(_mm256_add_ps(big, small), _mm256_set1_ps(EXP_LOG2E)), round);
+  const __m256 nk = _mm256_sub_ps(k, round);
+  __m256 r = _mm256_sub_ps(big, _mm256_mul_ps(nk, _mm256_set1_ps(LN2_HI))); /* exact */
+  r = _mm256_add_ps(r, small);
+  r = _mm256_sub_ps(r, _mm256_mul_ps(nk, _mm256_set1_ps(LN2_LO)));
+  __m256 e = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(EXP_Q4), r), _mm256_set1_ps(EXP_Q3));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q2));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q1));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q0));
+  __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(r, r), e), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256 u = _mm256_mul_ps(q, p);
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000));
+  const __m256i h = _mm256_srai_epi32(ni, 1);
+  const __m256 s1 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+  const __m256 inside = _mm256_cmp_ps(a, _mm256_set1_ps(15.0f), _CMP_LT_OQ);
+  const __m256 s2 = _mm256_and_ps(inside, _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23)));
+  const __m256 neg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(t, u), s1), s2);
+  const __m256 pos = _mm256_mul_ps(
+      t, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_mul_ps(u, s1), s2)));
   return _mm256_blendv_ps(pos, neg, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 

@@ -389,8 +389,8 @@ typedef enum accel_eltwise {
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
  *         hardsigmoid exactly as written; GELU in fp32 through the library's own
- *         polynomials per unit interval and exp_f32 (csrc/lut.c: gelu_f32, plain fp32
- *         operations, the same bits on every host and in the NumPy reference): within 4.6 ulp
+ *         polynomials per unit interval and exp_f32's steps (csrc/lut.c: gelu_f32, plain fp32
+ *         operations, the same bits on every host and in the NumPy reference): within 4.0 ulp
  *         of t erfc(-t / sqrt 2) / 2 (in units of 2^-149 for subnormal results), relative for
  *         negative t too (0.5 t (1 + erf) would cancel there); its tanh form in double,
  *         rounded once;
