@@ -32,6 +32,7 @@ from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import coded_reason, reason_code
+from .recurrent import recurrent_steps
 from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
@@ -251,7 +252,7 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
                     gelu_from_erf, layer_norm_from_formula, split_into_slices,
                     flattened_global_pools, broadcast_weight_matmuls, attention_cores,
-                    *EXACT_REWRITES):
+                    recurrent_steps, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])
