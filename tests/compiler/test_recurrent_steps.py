@@ -12,7 +12,7 @@ import tvm
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx
 from accel_codegen.compiler.partition import rewritten
-from conftest import assert_close, build_and_run, torch_forward
+from conftest import assert_close, build_and_run, sqnr, torch_forward
 
 
 class _Direction(torch.nn.Module):
@@ -98,3 +98,15 @@ def test_the_steps_weight_transposes_stay_their_own(tmp_path):
     report = ac.partition_report(partitioned)
     assert report.host == [] and len(report.functions) == 1, str(report)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-4)
+
+
+def test_the_gates_sum_is_an_elementwise_add_in_fp16(tmp_path):
+    """Each step's gates are the state Gemm plus the input's (a computed [1, 4 hidden]
+    tensor): as one value per channel of a [1, C] tensor it passed for a bias, which fp16
+    and int8 code take only as constants (\\"the bias is not a constant\\", 2 operators a
+    step); it is the element-wise adder's operand read from memory, as a residual add's."""
+    model, x, (mod, params) = _model(tmp_path, affine=True)
+    partitioned = ac.partition_for_accel(mod, params, precision="fp16")
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= 40
