@@ -224,6 +224,8 @@ typedef struct g2_job {
   const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
   const sdp_i8_lane_add* add; /* with cvt: the residual add's constants, or NULL */
   sdp_i8_lane_add add_consts;
+  const sdp_i8_lane_lut* lut; /* with cvt: a LUT activation's plan in lanes, or NULL */
+  sdp_i8_lane_lut lut_consts;
   int form; /* the one lane form of every channel (sdp_i8_lane_form's, rows_form's with add) */
   int8_t lo, hi;
 } g2_job;
@@ -233,6 +235,10 @@ typedef struct g2_job {
 static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,
                               int64_t n) {
 #if SDP_I8_AVX2
+  if (J->lut != NULL) {
+    sdp_i8_lanes8_run_lut(J->cvt + k, J->lut, v, J->out + at, n);
+    return;
+  }
   if (J->cvt != NULL) {
     sdp_i8_lanes8_run(J->cvt + k, J->add, J->form, J->lo, J->hi, v,
                       J->add != NULL ? J->ep->ew_operand + at : NULL, J->out + at, n);
@@ -243,16 +249,28 @@ static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int6
 }
 
 /* J's converters in lanes (conv/i8.h's WS_CVT) when every channel has a lane form for the
- * accumulators' bound, else none; 0 when out of memory. */
+ * accumulators' bound, else none; 0 when out of memory. A LUT activation's (its plan's
+ * constants, sdp_i8_lanes_prepare_lut, kept between calls) are prepared here once per call too:
+ * through sdp_i8_span every row set them up again (a division and two evaluations of t), and
+ * without the per-channel search that gives the direct form (docs/kernels.md). */
 static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
   J->cvt = NULL;
   J->add = NULL;
+  J->lut = NULL;
 #if SDP_I8_AVX2
   const int64_t k = P->g->k;
-  if (ep->lut != NULL || (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD)) return 1;
+  if (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD) return 1;
+  if (ep->lut != NULL && ep->lut_plan == NULL) return 1;
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL) return 0;
   const int64_t vmax = P->kd * 255 * 128; /* |v|: depth x |in - in_zero| x |w| */
+  if (ep->lut != NULL) {
+    if (sdp_i8_lanes_prepare_lut(ep, 0, (int32_t)k, vmax, cvt, &J->lut_consts)) {
+      J->cvt = cvt;
+      J->lut = &J->lut_consts;
+    }
+    return 1;
+  }
   if (ep->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(ep, 0, (int32_t)k, vmax, cvt, &J->lo,
                                                          &J->hi)) {
     int form = 4, direct = 0, split = 0;
