@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-import numpy as np
-
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
-from .relax_exprs import Unsupported, constant_value, is_constant, static_shape
+from .relax_exprs import Unsupported, is_constant, static_shape
 
 
 def conv_modes(layer, config: AccelConfig, fuse: bool, precision: str = "fp32",
