@@ -7,12 +7,28 @@ run without them, and test_sanitizers.py runs them again with a sanitized libacc
 """
 import dataclasses
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
 
 # A pattern check that fails with anything but a stated reason is a compiler bug: raise it.
 os.environ["ACCEL_CODEGEN_STRICT"] = "1"
+
+# The zoo's import cache (accel_codegen/tools/import_cache.py) in a folder of the session's own,
+# not the user's: shared by every command-line process the tests start (the README's commands
+# import resnet18 once, not nine times), removed at the end. ACCEL_CODEGEN_CACHE set by the
+# caller (another folder, or "off") is kept.
+_SESSION_CACHE = None
+if "ACCEL_CODEGEN_CACHE" not in os.environ:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="accel-codegen-cache-")
+    os.environ["ACCEL_CODEGEN_CACHE"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 # --- the quick subset: pytest -m quick ----------------------------------------------------------

@@ -26,7 +26,7 @@ from tvm import relax
 SOURCE_ATTR = "accel_source_names"
 
 
-def torch_node_name(node, parameters: Mapping[str, str] = {}) -> str:
+def torch_node_name(node, parameters: Optional[Mapping[str, str]] = None) -> str:
     """The PyTorch name of an fx node of an exported program: the path of the innermost
     module whose ``forward`` calls it (``layer1.0.conv1``); for an op written in a
     container's own ``forward`` (a residual add, a flatten), that path and the op
@@ -34,7 +34,7 @@ def torch_node_name(node, parameters: Mapping[str, str] = {}) -> str:
     reads a submodule's parameters without calling it is named by that submodule
     (MultiheadAttention's output projection, ``self_attn.out_proj``, whose ``forward`` never
     runs): ``parameters`` maps the program's parameter placeholders to their names
-    (``graph_signature.inputs_to_parameters``)."""
+    (``graph_signature.inputs_to_parameters``; None: no parameters)."""
     stack = node.meta.get("nn_module_stack") or {}
     path, kind = "", None
     if stack:
@@ -44,7 +44,7 @@ def torch_node_name(node, parameters: Mapping[str, str] = {}) -> str:
     leaf = bool(module) and module.startswith("torch.nn.modules") and \
         not module.startswith("torch.nn.modules.container")
     if path and leaf:
-        return _submodule_read(node, path, parameters) or path
+        return _submodule_read(node, path, parameters or {}) or path
     op = _torch_op_name(node)
     return f"{path}.{op}" if path else op
 
@@ -191,6 +191,24 @@ def name_bindings(function: relax.Function, names: Mapping[str, str]) -> relax.F
         return span_of(name) if name else None
 
     return _Spans(span_for).visit_expr(function)
+
+
+def binding_names(function: relax.Function) -> List[Optional[str]]:
+    """The source name of each binding's value of ``function``, in binding order (None where
+    it carries none): what :func:`with_binding_names` puts back on a copy of the function."""
+    return [name_of(b.value) for b in _bindings(function)]
+
+
+def with_binding_names(function: relax.Function,
+                       names: Sequence[Optional[str]]) -> relax.Function:
+    """``function`` with the call of its i-th binding carrying ``names[i]`` (see
+    :func:`binding_names`): for a copy of a function made without spans, such as one parsed
+    from TVMScript, whose bindings are the original's in the same order."""
+    bindings = _bindings(function)
+    if len(bindings) != len(names):
+        raise ValueError(f"{len(names)} names for {len(bindings)} bindings")
+    spans = {b.var: span_of(name) for b, name in zip(bindings, names) if name}
+    return _Spans(spans.get).visit_expr(function)
 
 
 def function_calls(function: relax.Function) -> Iterable[relax.Call]:

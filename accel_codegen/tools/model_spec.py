@@ -105,6 +105,26 @@ class LoadedModel:
     torch_inputs: Optional[tuple] = None
 
 
+class _ZooModel(LoadedModel):
+    """A zoo model whose import was read from the import cache (:mod:`.import_cache`): its
+    torch module, which only the PyTorch and ONNX Runtime modes read, is built when first
+    read (``get_model``: the weights and inputs the import was made from)."""
+
+    def _built(self) -> tuple:
+        if self.__dict__.get("_torch") is None:
+            from .models import get_model
+
+            self.__dict__["_torch"] = get_model(self.name)
+        return self.__dict__["_torch"]
+
+    def _only_none(self, value) -> None:  # the dataclass's __init__ sets the fields to None
+        if value is not None:
+            raise AttributeError(f"{self.name}: a cached zoo model's torch module is the zoo's")
+
+    torch_model = property(lambda self: self._built()[0], _only_none)
+    torch_inputs = property(lambda self: self._built()[1], _only_none)
+
+
 def _from_torch(name: str, model, inputs) -> LoadedModel:
     from ..compiler import frontend
 
@@ -221,10 +241,12 @@ def load_model(spec: Any, inputs: Optional[Sequence] = None) -> LoadedModel:
             raise AccelInvalidError(f"{spec.text} must return (torch_module, "
                                     f"example_inputs_tuple), got {type(result).__name__}")
         return _from_torch(spec.name, *result)
-    from .models import get_model
+    from .import_cache import zoo_import
 
-    model, example = get_model(spec.name)
-    return _from_torch(spec.name, model, example)
+    mod, arrays, built = zoo_import(spec.name)
+    if built is not None:
+        return LoadedModel(spec.name, mod, {}, arrays, *built)
+    return _ZooModel(spec.name, mod, {}, arrays)
 
 
 def random_inputs(model, count: int, seed: int) -> List[tuple]:
