@@ -421,17 +421,20 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
   }
 }
 
-/* The channels' converters in lanes (sdp_i8_lanes.h), prepared for the call, where every
- * channel has the common converter's lane form (|v| <= kd 255 128), and the form that serves
- * them all (rows_form, conv/i8.h); else J->cvt stays NULL. */
-static void dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_job* J) {
+/* The channels' converters in lanes (sdp_i8_lanes.h), kept from run to run (i8_lanes_cached),
+ * where every channel has the common converter's lane form (|v| <= kd 255 128), and the form
+ * that serves them all (rows_form, conv/i8.h); else J->cvt stays NULL. 0 when out of memory. */
+static int dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_job* J) {
   const int64_t k = P->g->k;
-  sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
-  if (cvt == NULL || !sdp_i8_lanes_prepare(ep, 0, (int32_t)k, P->kd * 255 * 128, cvt, &J->lo,
-                                           &J->hi))
-    return;
+  int kind;
+  sdp_i8_lane_add unused;
+  const sdp_i8_lane_cvt* cvt =
+      i8_lanes_cached(ep, k, P->kd * 255 * 128, 0, ws, &kind, &J->lo, &J->hi, &unused);
+  if (cvt == NULL) return 0;
+  if (kind != 1) return 1;
   J->cvt = cvt;
   J->form = rows_form(cvt, k, 0);
+  return 1;
 }
 
 static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, const int8_t* w,
@@ -462,7 +465,7 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
   dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in,
                .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w, .out = out, .ep = ep,
                .bufs = bufs, .copy_bytes = copy_bytes, .acc_bytes = acc_bytes, .bands = bands};
-  dwa_lanes(P, ep, ws, &J);
+  if (!dwa_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
   pool_for(nth, items, dwa_item, (void*)&J);
   return ACCEL_OK;
 }
