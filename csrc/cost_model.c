@@ -64,7 +64,8 @@
  *   their bytes, no read-modify-write is charged). A contiguous copy of C channels from channel
  *   0 thus costs exactly the feature data of a C-channel tensor, a concat of atom-aligned
  *   inputs moves each byte once, and a strided copy (a channel shuffle) pays for every surface
- *   its channels are spread over.
+ *   its channels are spread over. A repeated copy (accel_bdma_desc.repeat) moves what its
+ *   repeat + 1 copies would, repeat by repeat: one run's fixed cost instead of repeat + 1.
  * - Energy (accel.h, accel_config's per-action energies): each op's action counts times their
  *   energies. MACs are the useful ones (idle lanes are not charged). A CONV writes into CBUF the
  *   bytes it reads from memory (re-reads included); it reads one atomic-C entry of data per
@@ -656,10 +657,16 @@ static void cost_bdma(const accel_config* cfg, const resolved_op* r, accel_op_st
   const int64_t positions = (int64_t)r->in_n * r->in_h * r->in_w;
   copy_text(s->op, sizeof s->op, "bdma:copy");
   s->compute_cycles = 0;
-  s->input_bytes = positions * surface_bytes *
-                   surfaces_touched(d->src_offset, d->src_stride, d->channels, per_surface);
-  s->bytes_written = positions * surface_bytes *
-                     surfaces_touched(d->dst_offset, d->dst_stride, d->channels, per_surface);
+  /* each repeat moves its line's surfaces: the bytes of repeat + 1 one-level copies */
+  int64_t read = 0, written = 0;
+  for (int64_t k = 0; k <= d->repeat; ++k) {
+    read += surfaces_touched(d->src_offset + k * d->src_repeat_stride, d->src_stride,
+                             d->channels, per_surface);
+    written += surfaces_touched(d->dst_offset + k * d->dst_repeat_stride, d->dst_stride,
+                                d->channels, per_surface);
+  }
+  s->input_bytes = positions * surface_bytes * read;
+  s->bytes_written = positions * surface_bytes * written;
 }
 
 /* RUBIK contract (memory to memory, like the BDMA): it reads the channel-extended cube once and

@@ -57,8 +57,8 @@ void lut_apply(const lut_table* lut, float* x, int64_t count);
 void activation_exact(accel_activation act, float* x, int64_t count);
 /* x = act(x * s + b) in place (s, b: one channel's, either NULL for none) in one pass, the
  * same bits as the scale / shift pass then activation_exact; returns 0 (nothing done) where
- * the build has no such pass for act (hardswish and hardsigmoid have one on every build,
- * sigmoid and silu on AVX-512 and AVX2 builds). */
+ * the build has no such pass for act (hardswish, hardsigmoid and GELU have one on every
+ * build, sigmoid and silu on AVX-512 and AVX2 builds). */
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b);
 /* The same on `positions` positions of 16 channels side by side ([positions][16], lane l
@@ -549,14 +549,17 @@ int conv_winograd_packed_matches(const conv_geometry* g, int half, const void* p
 
 /* ---- BDMA ---------------------------------------------------------------------------- */
 
-/* A channel copy's resolved geometry (accel_bdma_desc, validated): planes of hw elements. */
+/* A channel copy's resolved geometry (accel_bdma_desc, validated): planes of hw elements,
+ * the copy of `channels` planes run repeat + 1 times (no channel written twice). */
 typedef struct bdma_geometry {
   int32_t n, in_c, out_c;             /* input [n][in_c][hw], output [n][out_c][hw] */
   int64_t hw;
   int32_t src_offset, src_stride, dst_offset, dst_stride, channels;
+  int32_t repeat, src_repeat_stride, dst_repeat_stride;
 } bdma_geometry;
 
-/* out[b][dst_offset + i*dst_stride] = in[b][src_offset + i*src_stride] for i < channels, as
+/* out[b][dst_offset + r*dst_repeat_stride + i*dst_stride] =
+ * in[b][src_offset + r*src_repeat_stride + i*src_stride] for r <= repeat, i < channels, as
  * bytes (element_bytes each); every other output plane is left untouched. */
 void bdma_copy(const bdma_geometry* g, size_t element_bytes, const void* src, void* dst,
                int32_t num_threads);

@@ -468,12 +468,18 @@ int activation_affine_c16(accel_activation act, float* x, int64_t positions, con
 }
 #endif
 
+static const affine_pass_fn gelu_passes[4]; /* with gelu_f32, below */
+
 int activation_affine(accel_activation act, float* x, int64_t count, const float* s,
                       const float* b) {
   const int affine = (s != NULL) * 2 + (b != NULL);
   const float sv = s != NULL ? *s : 1.0f, bv = b != NULL ? *b : 0.0f;
   if (act == ACCEL_ACT_HARDSWISH || act == ACCEL_ACT_HARDSIGMOID) {
     hard_passes[act == ACCEL_ACT_HARDSWISH][affine](x, count, sv, bv);
+    return 1;
+  }
+  if (act == ACCEL_ACT_GELU) {
+    gelu_passes[affine](x, count, sv, bv);
     return 1;
   }
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -530,14 +536,19 @@ static inline float tanh_f32(float t) {
  *    to float: GELU_C[j][n] is d^j's coefficient), the 16 intervals' coefficients one vector
  *    each, so a lane's is a permutation by n (no gather, no division);
  *  - exp(-x^2 / 2) without x^2's rounding, which would cost up to 12 ulp at x = 15: s = x with
- *    its 12 low mantissa bits cleared, so s^2 is exact, and exp(-x^2 / 2) = exp(-s^2 / 2)
- *    exp((s - x)(s + x) / 2), both through exp_f32 (s - x is exact, the second argument is
- *    below 0.06 in magnitude, so its rounding costs nothing);
- *  - t < 0: GELU = ((t C e2) e1), the subnormal product last; otherwise t (1 - C e2 e1)
- *    (no cancellation: E <= 1/2).
- * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.6 ulp (accel.h) of the result
- * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (4.59
- * at t = -5.729; beyond, the result is t or -0, within half an ulp) and tested on a sample
+ *    its 12 low mantissa bits cleared, so A = -s^2 / 2 is exact, and -x^2 / 2 = A + D with
+ *    D = (s - x)(s + x) / 2 (s - x is exact; |D| < 0.06, so its rounding costs nothing); one
+ *    exp of A + D as exp_f32 takes its argument apart: k = round((A + D) / ln 2), r = (A -
+ *    k ln2_hi, exact) + D - k ln2_lo, then 1 + r + r^2 q(r) and 2^k as two powers of two
+ *    (2^h, 2^(k-h): -163 <= k <= 0, both normal), with C's value multiplied in before them:
+ *    u = C p; the second exp of the two this took before (exp(A) exp(D)) is gone;
+ *  - t < 0: GELU = ((t u) 2^h) 2^(k-h), the subnormal product last; otherwise t (1 - (u 2^h)
+ *    2^(k-h)) (no cancellation: E <= 1/2); from |t| = 15 (and NaN) 2^(k-h) is taken as 0
+ *    (the result is t or -0; exp(A) underflowed to 0 there before).
+ * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.0 ulp (accel.h) of the result
+ * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (3.99
+ * at t = -5.962; with two exps it was 4.6, 4.59 at t = -5.729; beyond, the result is t or
+ * -0, within half an ulp) and tested on a sample
  * (tests/sim/test_lut.py); PyTorch's and ONNX
  * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
  * +-0 stays, NaN stays NaN, inf gives inf and -inf NaN (-inf times 0, as the formula). */
@@ -605,15 +616,38 @@ static inline float gelu_f32(float t) {
   sb &= 0xfffff000u;
   float s;
   memcpy(&s, &sb, sizeof s);
-  const float e1 = exp_f32(-(s * s) * 0.5f);
-  const float e2 = exp_f32(((s - x) * (s + x)) * 0.5f);
-  const float p = q * e2;
-  return t < 0.0f ? (t * p) * e1 : t * (1.0f - p * e1);
+  const float big = -(s * s) * 0.5f, small = ((s - x) * (s + x)) * 0.5f; /* A, D */
+  const float k = (big + small) * EXP_LOG2E + EXP_ROUND;
+  const float nk = k - EXP_ROUND;
+  float r = big - nk * LN2_HI;
+  r = r + small;
+  r = r - nk * LN2_LO;
+  float e = EXP_Q4 * r + EXP_Q3;
+  e = e * r + EXP_Q2;
+  e = e * r + EXP_Q1;
+  e = e * r + EXP_Q0;
+  float p = (r * r) * e + r;
+  p = p + 1.0f;
+  const float u = q * p;
+  uint32_t kb;
+  memcpy(&kb, &k, sizeof kb);
+  const uint32_t ni = kb - 0x4B400000u; /* k in two's complement */
+  const uint32_t h = (uint32_t)((int32_t)ni >> 1);
+  const uint32_t b1 = (h + 127u) << 23, b2 = ((ni - h + 127u) << 23) & -(uint32_t)(a < 15.0f);
+  float s1, s2;
+  memcpy(&s1, &b1, sizeof s1);
+  memcpy(&s2, &b2, sizeof s2);
+  return t < 0.0f ? ((t * u) * s1) * s2 : t * (1.0f - (u * s1) * s2);
 }
 
+/* x = gelu_f32(x * s + b) in one pass (affine: 2 scale, 1 shift, as logistic_pass), each step
+ * rounded alone: the bits of the scale / shift pass then the GELU pass. A dense layer's bias
+ * and GELU read and wrote its output twice. */
 #if defined(__AVX512F__)
+/* gelu_f32 in 16 lanes, the same operations (2^k from k's bits as there, not VSCALEFPS) */
 static inline __m512 gelu_f32_x16(__m512 t) {
-  const __m512 x = _mm512_min_ps(_mm512_abs_ps(t), _mm512_set1_ps(15.0f)); /* NaN: 15 */
+  const __m512 a = _mm512_abs_ps(t);
+  const __m512 x = _mm512_min_ps(a, _mm512_set1_ps(15.0f)); /* NaN: 15 */
   const __m512i n = _mm512_cvttps_epi32(x);
   const __m512 d = _mm512_sub_ps(x, _mm512_add_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(0.5f)));
   __m512 q = _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[7]));
@@ -622,66 +656,158 @@ static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 s = _mm512_castsi512_ps(
       _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xfffff000u)));
   const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512 ss = _mm512_mul_ps(s, s);
-  const __m512 e1 = exp_f32_x16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), ss), half));
-  const __m512 e2 = exp_f32_x16(
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half));
-  const __m512 p = _mm512_mul_ps(q, e2);
-  const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t, p), e1);
-  const __m512 pos =
-      _mm512_mul_ps(t, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(p, e1)));
+  const __m512 big = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(s, s)), half);
+  const __m512 small =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half);
+  const __m512 round = _mm512_set1_ps(EXP_ROUND);
+  const __m512 k = _mm512_add_ps(
+      _mm512_mul_ps(_mm512_add_ps(big, small), _mm512_set1_ps(EXP_LOG2E)), round);
+  const __m512 nk = _mm512_sub_ps(k, round);
+  __m512 r = _mm512_sub_ps(big, _mm512_mul_ps(nk, _mm512_set1_ps(LN2_HI))); /* exact */
+  r = _mm512_add_ps(r, small);
+  r = _mm512_sub_ps(r, _mm512_mul_ps(nk, _mm512_set1_ps(LN2_LO)));
+  __m512 e = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(EXP_Q4), r), _mm512_set1_ps(EXP_Q3));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q2));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q1));
+  e = _mm512_add_ps(_mm512_mul_ps(e, r), _mm512_set1_ps(EXP_Q0));
+  __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(r, r), e), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512 u = _mm512_mul_ps(q, p);
+  const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(k), _mm512_set1_epi32(0x4B400000));
+  const __m512i h = _mm512_srai_epi32(ni, 1);
+  const __m512 s1 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_add_epi32(h, _mm512_set1_epi32(127)), 23));
+  const __mmask16 inside = _mm512_cmp_ps_mask(a, _mm512_set1_ps(15.0f), _CMP_LT_OQ);
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(
+      inside, _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, h),
+                                                 _mm512_set1_epi32(127)), 23)));
+  const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(t, u), s1), s2);
+  const __m512 pos = _mm512_mul_ps(
+      t, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_mul_ps(u, s1), s2)));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ), pos, neg);
 }
 
-static void gelu_pass(float* x, int64_t count) {
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
   int64_t i = 0;
-  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, gelu_f32_x16(_mm512_loadu_ps(x + i)));
-  if (i < count) {
-    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
-    _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
+  for (; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? (__mmask16)0xffff
+                                        : (__mmask16)((1u << (count - i)) - 1u);
+    __m512 t = _mm512_maskz_loadu_ps(m, x + i);
+    if (affine & 2) t = _mm512_mul_ps(t, vs);
+    if (affine & 1) t = _mm512_add_ps(t, vb);
+    _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(t));
   }
 }
 #elif defined(__AVX2__)
-/* A lane's coefficient of 16: the two halves permuted by n's low 3 bits, the upper where n >= 8 */
-static inline __m256 gelu_coefficient_x8(int j, __m256i n, __m256 upper) {
+/* A lane's coefficient j of 16 intervals: GELU_C[j]'s lower eight permuted by n's low 3 bits,
+ * and, with `wide`, the upper eight too, taken where n >= 8 */
+static inline __attribute__((always_inline)) __m256 gelu_coefficient_x8(int j, __m256i n,
+                                                                        __m256 upper, int wide) {
   const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j]), n);
+  if (!wide) return lo;
   const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(GELU_C[j] + 8), n);
   return _mm256_blendv_ps(lo, hi, upper);
 }
 
+static inline __attribute__((always_inline)) __m256 gelu_polynomial_x8(__m256i n, __m256 upper,
+                                                                       __m256 d, int wide) {
+  __m256 q = gelu_coefficient_x8(7, n, upper, wide);
+  for (int j = 6; j >= 0; --j)
+    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper, wide));
+  return q;
+}
+
+/* gelu_f32 in 8 lanes. A vector whose lanes all lie below 8 (n < 8: nearly every vector of a
+ * network's activations) takes the coefficients of the lower eight intervals alone, one
+ * permutation each instead of two and a blend: the same coefficients, so the same bits. */
 static inline __m256 gelu_f32_x8(__m256 t) {
   const __m256 a = _mm256_and_ps(t, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
   const __m256 x = _mm256_min_ps(a, _mm256_set1_ps(15.0f)); /* NaN: 15 */
   const __m256i n = _mm256_cvttps_epi32(x);
-  const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32(7)));
+  const __m256i upper_bits = _mm256_cmpgt_epi32(n, _mm256_set1_epi32(7));
+  const __m256 upper = _mm256_castsi256_ps(upper_bits);
   const __m256 d = _mm256_sub_ps(x, _mm256_add_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(0.5f)));
-  __m256 q = gelu_coefficient_x8(7, n, upper);
-  for (int j = 6; j >= 0; --j)
-    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper));
+  const __m256 q = _mm256_testz_si256(upper_bits, upper_bits)
+                       ? gelu_polynomial_x8(n, upper, d, 0)
+                       : gelu_polynomial_x8(n, upper, d, 1);
   const __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
   const __m256 half = _mm256_set1_ps(0.5f);
-  const __m256 ss = _mm256_mul_ps(s, s);
-  const __m256 e1 = exp_f32_x8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), ss), half));
-  const __m256 e2 = exp_f32_x8(
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half));
-  const __m256 p = _mm256_mul_ps(q, e2);
-  const __m256 neg = _mm256_mul_ps(_mm256_mul_ps(t, p), e1);
-  const __m256 pos =
-      _mm256_mul_ps(t, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(p, e1)));
+  const __m256 big = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(s, s)), half);
+  const __m256 small =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half);
+  const __m256 round = _mm256_set1_ps(EXP_ROUND);
+  const __m256 k = _mm256_add_ps(
+      _mm256_mul_ps(_mm256_add_ps(big, small), _mm256_set1_ps(EXP_LOG2E)), round);
+  const __m256 nk = _mm256_sub_ps(k, round);
+  __m256 r = _mm256_sub_ps(big, _mm256_mul_ps(nk, _mm256_set1_ps(LN2_HI))); /* exact */
+  r = _mm256_add_ps(r, small);
+  r = _mm256_sub_ps(r, _mm256_mul_ps(nk, _mm256_set1_ps(LN2_LO)));
+  __m256 e = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(EXP_Q4), r), _mm256_set1_ps(EXP_Q3));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q2));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q1));
+  e = _mm256_add_ps(_mm256_mul_ps(e, r), _mm256_set1_ps(EXP_Q0));
+  __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(r, r), e), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256 u = _mm256_mul_ps(q, p);
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000));
+  const __m256i h = _mm256_srai_epi32(ni, 1);
+  const __m256 s1 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+  const __m256 inside = _mm256_cmp_ps(a, _mm256_set1_ps(15.0f), _CMP_LT_OQ);
+  const __m256 s2 = _mm256_and_ps(inside, _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23)));
+  const __m256 neg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(t, u), s1), s2);
+  const __m256 pos = _mm256_mul_ps(
+      t, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_mul_ps(u, s1), s2)));
   return _mm256_blendv_ps(pos, neg, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 
-/* the last count % 8 values through the scalar gelu_f32 (the same bits) */
-static void gelu_pass(float* x, int64_t count) {
+/* the last count % 8 values in a vector of their own, zero-padded (each lane's result is its
+ * value's alone): the scalar gelu_f32 gives the same bits at several times the cost, and a
+ * token plane of 197 values had 5 of them */
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
   int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, gelu_f32_x8(_mm256_loadu_ps(x + i)));
-  for (; i < count; ++i) x[i] = gelu_f32(x[i]);
+  for (; i + 8 <= count; i += 8) {
+    __m256 t = _mm256_loadu_ps(x + i);
+    if (affine & 2) t = _mm256_mul_ps(t, vs);
+    if (affine & 1) t = _mm256_add_ps(t, vb);
+    _mm256_storeu_ps(x + i, gelu_f32_x8(t));
+  }
+  if (i < count) {
+    float last[8] = {0.0f};
+    memcpy(last, x + i, (size_t)(count - i) * sizeof(float));
+    __m256 t = _mm256_loadu_ps(last);
+    if (affine & 2) t = _mm256_mul_ps(t, vs);
+    if (affine & 1) t = _mm256_add_ps(t, vb);
+    _mm256_storeu_ps(last, gelu_f32_x8(t));
+    memcpy(x + i, last, (size_t)(count - i) * sizeof(float));
+  }
 }
 #else
-static void gelu_pass(float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = gelu_f32(x[i]);
+static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
+                                                            float b, int affine) {
+  for (int64_t i = 0; i < count; ++i) {
+    float t = x[i];
+    if (affine & 2) t = t * s;
+    if (affine & 1) t = t + b;
+    x[i] = gelu_f32(t);
+  }
 }
 #endif
+
+#define GELU_PASS(NAME, AFFINE) \
+  static void NAME(float* x, int64_t count, float s, float b) { gelu_pass(x, count, s, b, AFFINE); }
+GELU_PASS(gelu_pass_plain, 0)
+GELU_PASS(gelu_pass_shift, 1)
+GELU_PASS(gelu_pass_scale, 2)
+GELU_PASS(gelu_pass_bn, 3)
+#undef GELU_PASS
+static const affine_pass_fn gelu_passes[4] = {gelu_pass_plain, gelu_pass_shift, gelu_pass_scale,
+                                              gelu_pass_bn};
 
 /* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
  * through tanh_f32; GELU through gelu_f32 (fp32, within 4.6 ulp); its tanh form in double as
@@ -717,7 +843,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       activation_affine(act, x, count, NULL, NULL);
       break;
     case ACCEL_ACT_GELU:
-      gelu_pass(x, count);
+      gelu_pass_plain(x, count, 1.0f, 0.0f);
       break;
     case ACCEL_ACT_GELU_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);

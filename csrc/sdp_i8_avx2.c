@@ -145,21 +145,11 @@ static int span_lut_prepare(const sdp_i8* p, const chan_params* c, sdp_i8_lane_c
   if (f.vmax < INT32_MAX && lut_input(c, (int64_t)f.vmax + c->bias) < P->t_hi) return 0;
   if (f.vmin > INT32_MIN && lut_input(c, (int64_t)f.vmin + c->bias) > P->t_lo) return 0;
   memset(e, 0, sizeof(*e));
-  e->vlo = f.vmin;
-  e->vhi = f.vmax;
-  e->bias = f.bias;
-  e->mul = f.mul;
-  e->add = f.add;
-  e->shift = f.shift;
+  sdp_i8_lane_cvt_set(e, f.vmin, f.vmax, f.bias, f.mul, f.add, f.shift);
   e->k = f.form == 2 ? 16 : 0;
   e->low = f.form == 2 ? 0 : f.left; /* s = 0: (th mul << 16) + tl mul, t0 mul exactly */
   e->neg = f.form == 0 ? 0 : -1;
-  L->t_lo = P->t_lo;
-  L->t_hi = P->t_hi;
-  L->base = P->base;
-  L->w = P->w;
-  L->bins = P->bins;
-  L->bytes = NULL;
+  sdp_i8_lane_lut_of(P, L); /* forms 0 and 1: t clamped, then less the lanes' base */
   return 1;
 }
 

@@ -4,7 +4,8 @@
  * they live in five files (sdp_i8.c: the definition, the dispatch and independent runs;
  * sdp_i8_avx512.c: the general and fast vector paths; sdp_i8_lanes.c: the constants of the
  * lane forms conv kernels convert with (sdp_i8_lanes.h); sdp_i8_avx2.c: the AVX2 build's
- * paths; sdp_i8_lut.c: the LUT activations' plan and lanes). The scalar steps and the
+ * paths; sdp_i8_lut.c: the LUT activations' plan and 16 lanes, their lane constants in
+ * sdp_i8_lanes.c). The scalar steps and the
  * int64-lane front end are static inline here so that every file computes them from the one
  * text.
  */
@@ -297,10 +298,18 @@ struct sdp_i8_lut_plan {
   int32_t multi;      /* bins with more than one change (LUT_PLAN_MULTI) */
   const struct sdp_i8_lut_bytes* bytes; /* the same codes as byte tables (VBMI builds, multi
                                          * 0: sdp_i8_lanes.h), or NULL */
-  uint32_t bins[];
+  /* bins [0, bins_count), and `guard` copies of the first bin before it and of the last after
+   * it (bins[-guard..-1], bins[bins_count..+guard)): both are constant, their codes hold beyond
+   * t's clamp, so a lane whose t lies less than guard 2^w outside [t_lo, t_hi] reads its code
+   * without the clamp (the AVX2 direct form, sdp_i8_lanes.h) */
+  int32_t guard;
+  uint32_t* bins;     /* into store, past the guard below */
+  uint32_t store[];
 };
 
-enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF };
+/* LUT_PLAN_GUARD: the guard bins at most (the compiler's tables have w = 13: 6 of them, enough
+ * for a t step of 2^15 per unit of v, the largest int16 multiplier's) */
+enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF, LUT_PLAN_GUARD = 64 };
 
 #if SDP_I8_VECTOR
 /* ---- AVX-512: 16 values per step, as two halves of 8 int64 lanes ------------------------- */

@@ -38,6 +38,18 @@ typedef struct sdp_i8_lane_cvt {
   int32_t conv, zero;
 } sdp_i8_lane_cvt;
 
+/* The clamp of v, the bias and the product's constants of a channel's converter, from whichever
+ * plan found them (fast32_plan, lut_t32_plan: one definition of the copy). */
+static inline void sdp_i8_lane_cvt_set(sdp_i8_lane_cvt* e, int32_t vlo, int32_t vhi, int32_t bias,
+                                       int32_t mul, int32_t add, int32_t shift) {
+  e->vlo = vlo;
+  e->vhi = vhi;
+  e->bias = bias;
+  e->mul = mul;
+  e->add = add;
+  e->shift = shift;
+}
+
 /* The constants of channels [first, first + count) into cvt[0..count), and the codes' bounds
  * (*lo, *hi), for values |v| <= vmax (a conv's accumulators: depth * 255 * 128); 1 when every
  * one of them has the lane form, else 0 (then the caller converts through sdp_i8_span). */
@@ -77,7 +89,7 @@ typedef struct sdp_i8_lane_add {
 int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_add* add, int8_t* lo, int8_t* hi);
 
-/* A LUT activation in lanes (sdp_i8_lut.c): the layer's plan of codes by bins of the table's
+/* A LUT activation in lanes (sdp_i8_lanes.c's constants): the layer's plan of codes by bins of the table's
  * input t (sdp_i8_lut_plan, sdp_i8_internal.h): t clamped to [t_lo, t_hi], one gather of its
  * bin's word, the code below or above the bin's threshold. Only plans with one change at most
  * per bin (multi 0: the compiler's tables) take it, so no lane needs the table's arithmetic.
@@ -95,7 +107,8 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
  * inside int32 with the plan's base folded in: u = t - base = (x mul + add + (x >> 31)) >> shift,
  * add = 2^(shift-1) - base 2^shift, rhaz's (x < 0) from x's sign as mul > 0 (s = 0 runs as
  * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [t_lo -
- * base, t_hi - base], the same clamp as t's. */
+ * base, t_hi - base], the same clamp as t's (the 16-lane form; the AVX2 build's 8-lane form
+ * needs no clamp: sdp_i8_lanes8_lut_u). */
 /* The plan's codes as byte tables (sdp_i8_lut.c builds them where VBMI is there: 64 codes with
  * byte permutes instead of four gathers of bin words, which Zen 4 runs at ~20 cycles each).
  * With u = t - origin (t inside the plan's clamp), w = min(max(u, 0), u_hi), u_hi = 2^(e+8) - 1
@@ -130,6 +143,11 @@ typedef struct sdp_i8_lane_lut {
  * through sdp_i8_span). */
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut);
+
+/* The plan's constants in lanes (sdp_i8_lanes_prepare_lut's, and sdp_i8_avx2.c's spans'): its
+ * bins, or where it has them its byte tables, whose u is t less their origin; in the AVX2 build
+ * u counts from the bins' middle (sdp_i8_lanes8_lut_u). Vector builds only. */
+void sdp_i8_lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut);
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -570,7 +588,13 @@ static inline int sdp_i8_lane_lut_form(const sdp_i8_lane_cvt* e) {
 
 /* u = t - base, t clamped to [t_lo, t_hi], of 8 accumulators v of channel c: the LUT plan L's
  * input converter (sdp_i8_lanes_lut_u's forms, whose comment states them; form: c's
- * sdp_i8_lane_lut_form, a constant in the caller's loop). */
+ * sdp_i8_lane_lut_form, a constant in the caller's loop). The AVX2 build's constants differ in
+ * two ways (sdp_i8_lanes.c's sdp_i8_lane_lut_of and lanes_lut_channels; an AVX-512 build's are
+ * for the 16-lane forms only): base is the bins' middle, so u takes either sign, and the direct form
+ * (2) takes no clamp of t: its channels' clamp of v keeps t within the plan's guard bins, whose
+ * codes are the end bins' (sdp_i8_lut_plan), and the lookup reads them there. Form 2 is then
+ * one product and five additions, shifts and compares before the lookup (forms 0 and 1: two
+ * products and fifteen). */
 static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const sdp_i8_lane_cvt* c,
                                                                          const sdp_i8_lane_lut* L,
                                                                          __m256i v, int form) {
@@ -579,13 +603,12 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const s
       _mm256_set1_epi32(c->bias));
   const __m256i m = _mm256_set1_epi32(c->mul);
   const __m128i sh = _mm_cvtsi32_si128(c->shift);
-  if (form == 2) { /* the direct form: u = t - base from one product */
+  if (form == 2) { /* the direct form: u = t - base from one product, t inside the guard bins */
+    (void)L;
     const __m256i q = _mm256_add_epi32(
         _mm256_add_epi32(_mm256_mullo_epi32(x, m), _mm256_set1_epi32(c->add)),
         _mm256_srai_epi32(x, 31));
-    return _mm256_min_epi32(_mm256_max_epi32(_mm256_sra_epi32(q, sh),
-                                             _mm256_set1_epi32(L->t_lo - L->base)),
-                            _mm256_set1_epi32(L->t_hi - L->base));
+    return _mm256_sra_epi32(q, sh);
   }
   const __m256i hp = _mm256_mullo_epi32(_mm256_srai_epi32(x, 16), m);
   const __m256i lp = _mm256_add_epi32(
@@ -603,26 +626,30 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const s
   return _mm256_sub_epi32(t, _mm256_set1_epi32(L->base));
 }
 
-/* The codes (sign-extended int32) of 8 offsets u = t - base in [0, t_hi - base] through the
- * plan's bins (L->bytes NULL: u from the bins' base; an AVX-512 VBMI build's plans with byte
- * tables count u from their origin instead): each lane's bin word, the code below or above its
- * threshold. The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd,
+/* The codes (sign-extended int32) of 8 offsets u = t - base through the plan's bins, L->bins
+ * the bin of t = base (u of either sign: the AVX2 build's base is the bins' middle, a whole
+ * number of bins from the first; u >> w then indexes the guard bins too; L->bytes NULL: an
+ * AVX-512 VBMI build's plans with byte tables count u from their origin instead): each lane's
+ * bin word, the code below or above its threshold (u's low w bits are its offset in the bin,
+ * either sign). The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd,
  * which was the slower of the two where measured (docs/kernels.md). */
 static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(const sdp_i8_lane_lut* L,
                                                                             __m256i u) {
-  const __m256i j = _mm256_srl_epi32(u, _mm_cvtsi32_si128(L->w));
+  const __m256i j = _mm256_sra_epi32(u, _mm_cvtsi32_si128(L->w));
   const __m128i a = _mm256_castsi256_si128(j), b = _mm256_extracti128_si256(j, 1);
   const uint64_t a0 = (uint64_t)_mm_cvtsi128_si64(a), a1 = (uint64_t)_mm_extract_epi64(a, 1);
   const uint64_t b0 = (uint64_t)_mm_cvtsi128_si64(b), b1 = (uint64_t)_mm_extract_epi64(b, 1);
   const int* w = (const int*)(const void*)L->bins;
-  __m128i lo = _mm_cvtsi32_si128(w[(uint32_t)a0]);
-  lo = _mm_insert_epi32(lo, w[a0 >> 32], 1);
-  lo = _mm_insert_epi32(lo, w[(uint32_t)a1], 2);
-  lo = _mm_insert_epi32(lo, w[a1 >> 32], 3);
-  __m128i hi = _mm_cvtsi32_si128(w[(uint32_t)b0]);
-  hi = _mm_insert_epi32(hi, w[b0 >> 32], 1);
-  hi = _mm_insert_epi32(hi, w[(uint32_t)b1], 2);
-  hi = _mm_insert_epi32(hi, w[b1 >> 32], 3);
+#define SDP_I8_BIN(q) w[(int32_t)(uint32_t)(q)] /* a signed index: bins points at the middle */
+  __m128i lo = _mm_cvtsi32_si128(SDP_I8_BIN(a0));
+  lo = _mm_insert_epi32(lo, SDP_I8_BIN(a0 >> 32), 1);
+  lo = _mm_insert_epi32(lo, SDP_I8_BIN(a1), 2);
+  lo = _mm_insert_epi32(lo, SDP_I8_BIN(a1 >> 32), 3);
+  __m128i hi = _mm_cvtsi32_si128(SDP_I8_BIN(b0));
+  hi = _mm_insert_epi32(hi, SDP_I8_BIN(b0 >> 32), 1);
+  hi = _mm_insert_epi32(hi, SDP_I8_BIN(b1), 2);
+  hi = _mm_insert_epi32(hi, SDP_I8_BIN(b1 >> 32), 3);
+#undef SDP_I8_BIN
   const __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
   /* below the threshold (bits 0-15): the code in bits 16-23, moved up by 8; else bits 24-31 */
   const __m256i below = _mm256_cmpgt_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)),

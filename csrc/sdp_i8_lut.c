@@ -245,10 +245,18 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
   const int64_t inner = (b + 1 - a) >> w, count = below + inner + above;
   const int64_t base = a - below * width, end = b + above * width; /* t's clamp */
   if (count > LUT_PLAN_BINS || base < INT32_MIN || end > INT32_MAX) return NULL;
-  const size_t bins_bytes = sizeof(struct sdp_i8_lut_plan) + (size_t)count * sizeof(uint32_t);
+  /* guard bins (sdp_i8_internal.h): t moves by at most 2^15 per unit of v (an int16
+   * multiplier), so a channel's clamp of v leaves t within 2^15 of [t_lo, t_hi]; one more bin
+   * for the rounding (lanes_lut_channels checks each channel's reach against them) */
+  const int64_t guard = ((int64_t)1 << 15 >> w) + 2 < LUT_PLAN_GUARD ? ((int64_t)1 << 15 >> w) + 2
+                                                                       : LUT_PLAN_GUARD;
+  const size_t bins_bytes =
+      sizeof(struct sdp_i8_lut_plan) + (size_t)(count + 2 * guard) * sizeof(uint32_t);
   struct sdp_i8_lut_plan* plan = malloc(bins_bytes + sizeof(sdp_i8_lut_bytes) + 8);
   if (plan == NULL) return NULL;
   plan->bytes = NULL;
+  plan->guard = (int32_t)guard;
+  plan->bins = plan->store + guard;
   plan->t_lo = (int32_t)base;
   plan->t_hi = (int32_t)end;
   plan->base = (int32_t)base;
@@ -282,6 +290,10 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
                                               : LUT_BIN(LUT_PLAN_MULTI, 0, 0);
   }
 #undef LUT_BIN
+  for (int64_t g = 1; g <= guard; ++g) { /* copies of the constant end bins */
+    plan->bins[-g] = plan->bins[0];
+    plan->bins[count - 1 + g] = plan->bins[count - 1];
+  }
   int64_t changes = 0, multi = 0;
   for (int64_t k = 0; k < count; ++k) {
     changes += (plan->bins[k] & 0xFFFF) != 0;
@@ -419,239 +431,7 @@ void sdp_i8_lut_plan_free(struct sdp_i8_lut_plan* plan) {
   free(plan); /* built outside the cache */
 }
 
-
-/* The smallest x with lut_input(x) >= r, for mul > 0 (lut_input is then monotonic), where BS
- * does not saturate: rhaz(x mul, s) >= r is x mul + h >= r 2^s for r > 0 (h = 2^(s-1), 0 for
- * s = 0), and |x| mul + h < (1 - r) 2^s for x < 0 when r <= 0. The answer is checked (and
- * stepped to) on lut_input itself; outside +-2^32 it is clamped there (no int32 sum reaches
- * it); *ok = 0 where BS saturates on the way or the steps do not settle. */
-static int64_t lut_reach(const chan_params* c, int64_t r, int* ok) {
-  /* numerator a 2^(s-1) with a = 2r - 1 (r > 0) or 2(1 - r) - 1 (r <= 0), s >= 1; a 2^(s-1)
-   * beyond 2^62 gives |x| > 2^32 (mul < 2^15), the clamp below, so int64 holds every case that
-   * matters (a division per channel and call: no __int128) */
-  const int64_t lim = (int64_t)1 << 32, s = c->shift, m = c->mul;
-  const int64_t a = r > 0 ? 2 * r - 1 : 2 * (1 - r) - 1; /* >= 1, < 2^33 */
-  int64_t x;
-  if (s == 0) {
-    x = r > 0 ? (r + m - 1) / m : -((1 - r + m - 1) / m - 1);
-  } else if (s - 1 + (64 - __builtin_clzll((uint64_t)a)) > 62) {
-    x = r > 0 ? lim + 1 : -lim - 1;
-  } else {
-    const int64_t num = a << (s - 1);
-    x = r > 0 ? (num + m - 1) / m : -((num + m - 1) / m - 1);
-  }
-  if (x > lim) return lim;
-  if (x < -lim) return -lim;
-  int64_t y = (int64_t)x;
-  if (!bs_exact_to(c, (y < 0 ? -y : y) + 2)) return *ok = 0;
-  for (int i = 0; i < 4; ++i) {
-    if (lut_input(c, y - 1) >= r) --y;
-    else if (lut_input(c, y) < r) ++y;
-    else return y;
-  }
-  return *ok = 0;
-}
-
-/* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
- * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
-static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t first,
-                              int32_t count, sdp_i8_lane_cvt* cvt) {
-  for (int32_t i = 0; i < count; ++i) {
-    const chan_params c = channel_params(p, first + i);
-    if (c.mul <= 0 || c.shift > 40) return 0;
-    /* x in [xlo, xhi]: t inside [t_lo - step, t_hi + step]; beyond, t's clamp gives the same
-     * code. A sum beyond int32 is BS's clamp of it (bs_out: the same t as INT32_MIN / MAX) */
-    int ok = 1;
-    int64_t xlo = lut_reach(&c, (int64_t)P->t_lo + 1, &ok) - 1, xhi = lut_reach(&c, P->t_hi, &ok);
-    if (!ok || xlo > xhi) return 0;
-    xlo = xlo > INT32_MIN ? xlo : INT32_MIN;
-    xhi = xhi < INT32_MAX ? xhi : INT32_MAX;
-    if (!bs_exact_to(&c, xlo < 0 ? -xlo : xlo) || !bs_exact_to(&c, xhi < 0 ? -xhi : xhi))
-      return 0;
-    /* v clamped so that v + bias stays inside int32 too */
-    const int64_t vlo = xlo - c.bias > INT32_MIN ? xlo - c.bias : INT32_MIN;
-    const int64_t vhi = xhi - c.bias < INT32_MAX ? xhi - c.bias : INT32_MAX;
-    if (vlo + c.bias < xlo || vhi + c.bias > xhi) return 0;
-    const int64_t s = c.shift;
-    sdp_i8_lane_cvt* e = cvt + i;
-    memset(e, 0, sizeof(*e));
-    e->vlo = (int32_t)vlo;
-    e->vhi = (int32_t)vhi;
-    e->bias = (int32_t)c.bias;
-    e->mul = (int32_t)c.mul;
-    e->k = s >= 17 ? 16 : 0;
-    e->add = (int32_t)(s >= 17 ? (int64_t)1 << (s - 17) : s >= 1 ? (int64_t)1 << (s - 1) : 0);
-    e->shift = (int32_t)(s >= 17 ? s - 16 : s);
-    e->low = (int32_t)(s >= 17 ? 0 : 16 - s);
-    e->neg = s >= 1 ? -1 : 0;
-    /* the direct form (exact = 1, sdp_i8_lanes.h): u = t - base = (x m' + add' + (x >> 31))
-     * >> s' with m' = mul, s' = s, or for s = 0 m' = 2 mul, s' = 1 (rhaz(p, 0) = p = (2p + 1 -
-     * (p < 0)) >> 1); add' = 2^(s'-1) - base 2^s'. It holds where x m' + add' - 1 and x m' +
-     * add' stay inside int32 over [xlo, xhi] (monotonic in x: the ends suffice). */
-    const int64_t m2 = s == 0 ? 2 * c.mul : c.mul, s2 = s == 0 ? 1 : s;
-    const int64_t add2 = ((int64_t)1 << (s2 - 1)) - ((int64_t)P->base << s2);
-    const int64_t e_lo = xlo * m2 + add2 - 1, e_hi = xhi * m2 + add2;
-    if (s2 <= 30 && e_lo >= INT32_MIN && e_hi <= INT32_MAX) {
-      e->exact = 1;
-      e->mul = (int32_t)m2;
-      e->add = (int32_t)add2;
-      e->shift = (int32_t)s2;
-    }
-  }
-  return 1;
-}
-
-/* ---- the channels' lane constants kept between calls --------------------------------------
- * lanes_lut_channels costs two divisions and a dozen evaluations of lut_input per channel
- * (lut_reach), in every conv call of a LUT layer: EfficientNet-B0's ~11,000 SiLU channels
- * redid them at every inference. They are a function of the plan's t_lo, t_hi and base (the
- * direct form folds base in) and of the channels' bias, mul, rshift and the layer's shift_max,
- * so they are kept keyed by those values (compared whole, as the plans are; LANES_SLOTS entries,
- * least recently used out). */
-typedef struct lanes_key {
-  int32_t t_lo, t_hi, base, first, count, shift_max, has; /* has: which arrays are given */
-} lanes_key;
-
-typedef struct lanes_slot {
-  lanes_key key;
-  uint64_t hash, used; /* used: the clock at the last request (0: empty) */
-  unsigned char* params; /* the channels' bias, mul, rshift bytes as compared */
-  sdp_i8_lane_cvt* cvt;  /* count entries, or NULL: the channels have no lane form */
-} lanes_slot;
-
-enum { LANES_SLOTS = 64 };
-
-static struct {
-  pthread_mutex_t lock;
-  uint64_t clock;
-  lanes_slot slot[LANES_SLOTS];
-} lanes_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static uint64_t fnv_words(uint64_t h, const unsigned char* b, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, b + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-/* The channels' parameter arrays [first, first + count) (NULL where not given), as kept and
- * compared: bias, mul, rshift bytes one after the other. */
-typedef struct lanes_params {
-  const unsigned char* part[3];
-  size_t bytes[3], total;
-} lanes_params;
-
-static void lanes_params_of(const sdp_i8* p, int32_t first, int32_t count, lanes_params* a) {
-  a->part[0] = p->bias != NULL ? (const unsigned char*)(p->bias + first) : NULL;
-  a->part[1] = p->mul != NULL ? (const unsigned char*)(p->mul + first) : NULL;
-  a->part[2] = p->rshift != NULL ? (const unsigned char*)(p->rshift + first) : NULL;
-  a->bytes[0] = p->bias != NULL ? (size_t)count * sizeof(int32_t) : 0;
-  a->bytes[1] = p->mul != NULL ? (size_t)count * sizeof(int16_t) : 0;
-  a->bytes[2] = p->rshift != NULL ? (size_t)count : 0;
-  a->total = a->bytes[0] + a->bytes[1] + a->bytes[2];
-}
-
-/* Whether kept bytes equal the arrays of a */
-static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) {
-  for (int i = 0; i < 3; ++i) {
-    if (a->bytes[i] != 0 && memcmp(kept, a->part[i], a->bytes[i]) != 0) return 0;
-    kept += a->bytes[i];
-  }
-  return 1;
-}
-
-/* The plan's constants in lanes: its bins, or where it has them its byte tables, whose u is
- * t less their origin. */
-static void lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
-  lut->t_lo = P->t_lo;
-  lut->t_hi = P->t_hi;
-  lut->base = P->bytes != NULL ? P->bytes->origin : P->base;
-  lut->w = P->w;
-  lut->bins = P->bins;
-  lut->bytes = P->bytes;
-}
-
-int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
-                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
-  (void)vmax; /* the clamp bounds v itself */
-  const struct sdp_i8_lut_plan* P = p->lut_plan;
-  if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
-      p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
-      P->t_hi > (1 << 30) || count <= 0)
-    return 0;
-  sdp_i8_lane_lut L;
-  lane_lut_of(P, &L);
-  lanes_key k;
-  memset(&k, 0, sizeof(k));
-  k.t_lo = L.t_lo;
-  k.t_hi = L.t_hi;
-  k.base = L.base;
-  k.first = first;
-  k.count = count;
-  k.shift_max = p->shift_max;
-  k.has = (p->bias != NULL) | (p->mul != NULL) << 1 | (p->rshift != NULL) << 2;
-  lanes_params a;
-  lanes_params_of(p, first, count, &a);
-  uint64_t h = fnv_words(1469598103934665603ull, (const unsigned char*)&k, sizeof(k));
-  for (int i = 0; i < 3; ++i) h = fnv_words(h, a.part[i], a.bytes[i]);
-  int ok = -1;
-  pthread_mutex_lock(&lanes_cache.lock);
-  lanes_slot* victim = &lanes_cache.slot[0];
-  for (int i = 0; i < LANES_SLOTS; ++i) {
-    lanes_slot* s = &lanes_cache.slot[i];
-    if (s->used != 0 && s->hash == h && memcmp(&s->key, &k, sizeof(k)) == 0 &&
-        lanes_params_equal(s->params, &a)) {
-      s->used = ++lanes_cache.clock;
-      ok = s->cvt != NULL;
-      if (ok) memcpy(cvt, s->cvt, (size_t)count * sizeof(*cvt));
-      break;
-    }
-    if (s->used < victim->used) victim = s;
-  }
-  pthread_mutex_unlock(&lanes_cache.lock);
-  if (ok < 0) { /* not kept yet: computed outside the lock, then kept */
-    ok = lanes_lut_channels(p, &L, first, count, cvt);
-    sdp_i8_lane_cvt* copy = ok ? malloc((size_t)count * sizeof(*cvt)) : NULL;
-    unsigned char* params = malloc(a.total + 1);
-    if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));
-    if (params != NULL) {
-      unsigned char* at = params;
-      for (int i = 0; i < 3; ++i) {
-        if (a.bytes[i] != 0) memcpy(at, a.part[i], a.bytes[i]);
-        at += a.bytes[i];
-      }
-    }
-    if (params != NULL && (!ok || copy != NULL)) {
-      pthread_mutex_lock(&lanes_cache.lock);
-      free(victim->params);
-      free(victim->cvt);
-      victim->key = k;
-      victim->hash = h;
-      victim->used = ++lanes_cache.clock;
-      victim->params = params;
-      victim->cvt = copy;
-      params = NULL;
-      copy = NULL;
-      pthread_mutex_unlock(&lanes_cache.lock);
-    }
-    free(params); /* out of memory: computed, not kept */
-    free(copy);
-  }
-  if (!ok) return 0;
-  *lut = L;
-  return 1;
-}
-
 #else
-int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
-                             sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
-  (void)p, (void)first, (void)count, (void)vmax, (void)cvt, (void)lut;
-  return 0; /* no vector lanes in this build */
-}
 struct sdp_i8_lut_plan* sdp_i8_lut_plan_new(const sdp_i8* p, int64_t elements) {
   return (void)p, (void)elements, NULL; /* no plans without vector lanes */
 }

@@ -87,7 +87,9 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
     if layer.copies:
         (c,) = layer.copies  # one run per copy
         return [Bdma(c.channels, c.src_offset, c.src_stride, c.dst_offset, c.dst_stride,
-                     layer.out_surface[1], precision=precision)]
+                     layer.out_surface[1], precision=precision, repeat=c.repeat,
+                     src_repeat_stride=c.src_repeat_stride,
+                     dst_repeat_stride=c.dst_repeat_stride)]
 
     def sdp(scaled=False, shifted=False, **fields):
         if int8:  # the code generator always emits all three converter arrays

@@ -122,8 +122,10 @@ def _window_factors(size: int, limit: int, pad: bool) -> List[Tuple[int, int]]:
 
 @dataclasses.dataclass
 class CopySpec:
-    """A BDMA copy of channels of ``source`` into the layer's output: for i < channels,
-    out[:, dst_offset + i * dst_stride] = source[:, src_offset + i * src_stride].
+    """A BDMA copy of channels of ``source`` into the layer's output: for r <= repeat and
+    i < channels, out[:, dst_offset + r * dst_repeat_stride + i * dst_stride] =
+    source[:, src_offset + r * src_repeat_stride + i * src_stride] (accel.h's repeat: one
+    run).
     ``view``: the source's dense bytes as the (n, c, h, w) the copy reads, where its axes are
     not the surface's (a concat along the last axis copies each row of [N, C, L] as a range
     of the "channels" of [N * C, L, 1, 1]; the layer's ``out_view`` is the output's); None:
@@ -136,6 +138,9 @@ class CopySpec:
     dst_offset: int = 0
     dst_stride: int = 1
     view: Optional[Tuple[int, int, int, int]] = None
+    repeat: int = 0
+    src_repeat_stride: int = 0
+    dst_repeat_stride: int = 0
 
     @property
     def in_shape(self) -> Tuple[int, int, int, int]:

@@ -1142,13 +1142,6 @@ def _reshape(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     return [CopySpec(x, view[1], view=view)], view
 
 
-#: The most BDMA copies a transpose is made of (one per row of the smaller side): enough for
-#: a ViT's tokens at 224x224 (196 patches), whose [N, C, L] patch map becomes [N, L, C]
-#: tokens (a transpose that moves nothing on NVDLA, where both are the surface [N, C, 1, L],
-#: charged here as its copies).
-MAX_TRANSPOSE_COPIES = 256
-
-
 def _swapped_axes(axes: Optional[Tuple[int, ...]], rank: int) -> Optional[int]:
     """i when ``axes`` (of a permute_dims) swaps the adjacent axes i and i + 1 (i >= 1) and
     keeps the others; else None."""
@@ -1163,10 +1156,13 @@ def _swapped_axes(axes: Optional[Tuple[int, ...]], rank: int) -> Optional[int]:
 
 def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     """permute_dims swapping two adjacent axes after the batch: [N, R, S] -> [N, S, R] (a
-    detection head's [N, C, L] into [N, L, C] rows), [N, A, B, L] -> [N, B, A, L] (YOLOv8's
-    DFL). The axes before the pair as n, the pair as R * S "channels", the axes after it as
-    the line each channel is: out[s * R + r] = x[r * S + s], one strided BDMA copy per row of
-    the smaller side (a channel shuffle's copies)."""
+    detection head's [N, C, L] into [N, L, C] rows, a ViT's patch map into tokens),
+    [N, A, B, L] -> [N, B, A, L] (YOLOv8's DFL). The axes before the pair as n, the pair as
+    R * S "channels", the axes after it as the line each channel is: out[s * R + r] =
+    x[r * S + s], one BDMA run: a strided copy of a row of the smaller side, repeated once
+    per row (accel.h's repeat; it was one run per row: a ViT's 192 patch-map rows 192 runs).
+    On NVDLA the patch map and the tokens are the same surface [N, C, 1, L] and nothing
+    moves; the simulator's dense tensors do move, and the copy is charged."""
     x = call.args[0]
     if is_constant(x):
         raise Unsupported("a transpose of a constant (folded at compile time)")
@@ -1180,17 +1176,14 @@ def _transpose(call: relax.Call) -> Tuple[List[CopySpec], tuple]:
     n = int(np.prod(shape[:i], dtype=np.int64))
     r, s = shape[i], shape[i + 1]
     line = int(np.prod(shape[i + 2:], dtype=np.int64))
-    if min(r, s) > MAX_TRANSPOSE_COPIES:
-        raise Unsupported(f"a transpose of {list(shape)} would be {min(r, s)} BDMA copies "
-                          f"(at most {MAX_TRANSPOSE_COPIES})")
     view = (n, r * s, 1, line)
-    if r <= s:
-        copies = [CopySpec(x, s, src_offset=j * s, dst_offset=j, dst_stride=r, view=view)
-                  for j in range(r)]
-    else:
-        copies = [CopySpec(x, r, src_offset=j, src_stride=s, dst_offset=j * r, view=view)
-                  for j in range(s)]
-    return copies, view
+    if r <= s:  # row j of R: S channels in order, written every R from j
+        copy = CopySpec(x, s, dst_stride=r, view=view, repeat=r - 1, src_repeat_stride=s,
+                        dst_repeat_stride=1)
+    else:  # column j of S: R channels read every S from j, written in order from j * R
+        copy = CopySpec(x, r, src_stride=s, view=view, repeat=s - 1, src_repeat_stride=1,
+                        dst_repeat_stride=r)
+    return [copy], view
 
 
 def _slice(call: relax.Call) -> Tuple[List[CopySpec], Optional[tuple]]:

@@ -743,12 +743,18 @@ class Lrn:
 @dataclasses.dataclass
 class Bdma:
     """BDMA engine: a strided copy of channels, bit for bit, in any precision the simulator
-    runs: ``out[:, dst_offset + i*dst_stride] = x[:, src_offset + i*src_stride]`` for
-    ``i < channels``. The output has ``dst_channels`` channels (default: just enough for the
-    last one written) and the input's n, h, w; its other channels are left as they are, so
-    several runs into one ``Device.run(..., out=)`` fill it: a concat is one run per input, a
-    split one run per part, a channel shuffle of g groups g runs with ``dst_stride=g``. A BDMA
-    op runs alone in its chain."""
+    runs, repeated ``repeat + 1`` times (NVDLA's second repeat level)::
+
+        out[:, dst_offset + r*dst_repeat_stride + i*dst_stride] =
+            x[:, src_offset + r*src_repeat_stride + i*src_stride]   for r <= repeat, i < channels
+
+    The output has ``dst_channels`` channels (default: just enough for the last one written)
+    and the input's n, h, w; its other channels are left as they are, so several runs into
+    one ``Device.run(..., out=)`` fill it: a concat is one run per input, a split one run per
+    part, a channel shuffle of g groups g runs with ``dst_stride=g``, a transpose of R x S
+    one-element channels one run (``channels=S, dst_stride=R, repeat=R-1,
+    src_repeat_stride=S, dst_repeat_stride=1``). No channel may be written twice (accel.h).
+    A BDMA op runs alone in its chain."""
 
     channels: int
     src_offset: int = 0
@@ -757,6 +763,9 @@ class Bdma:
     dst_stride: int = 1
     dst_channels: Optional[int] = None
     precision: str = "fp32"
+    repeat: int = 0
+    src_repeat_stride: int = 0
+    dst_repeat_stride: int = 0
 
     sram: Sequence[str] = ()  # memory streams in the secondary memory: SRAM_STREAMS
 
@@ -764,7 +773,8 @@ class Bdma:
 
     #: The fields and their lower bounds (the upper one is int32's).
     _FIELDS = (("channels", 1), ("src_offset", 0), ("src_stride", 1), ("dst_offset", 0),
-               ("dst_stride", 1))
+               ("dst_stride", 1), ("repeat", 0), ("src_repeat_stride", 0),
+               ("dst_repeat_stride", 0))
 
     @property
     def output_channels(self) -> int:
@@ -773,9 +783,10 @@ class Bdma:
                   for field, lo in self._FIELDS}
         if self.dst_channels is not None:
             return integer(self.dst_channels, "bdma dst_channels", 1)
-        needed = values["dst_offset"] + (values["channels"] - 1) * values["dst_stride"] + 1
-        return integer(needed, "bdma dst_channels (dst_offset + (channels - 1) * dst_stride + 1)",
-                       1)
+        needed = values["dst_offset"] + values["repeat"] * values["dst_repeat_stride"] + \
+            (values["channels"] - 1) * values["dst_stride"] + 1
+        return integer(needed, "bdma dst_channels (dst_offset + repeat * dst_repeat_stride + "
+                       "(channels - 1) * dst_stride + 1)", 1)
 
     def lower(self, c_op) -> None:
         c_op.engine = ENGINES.code(self.engine)

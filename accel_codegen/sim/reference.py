@@ -1017,23 +1017,40 @@ def pool2d_fp16(x: np.ndarray, kind: str = "max", kernel=2, stride=2, padding=0,
 
 def bdma_copy(x: np.ndarray, channels: int, src_offset: int = 0, src_stride: int = 1,
               dst_offset: int = 0, dst_stride: int = 1, dst_channels: Optional[int] = None,
-              out: Optional[np.ndarray] = None) -> np.ndarray:
-    """``out[:, dst_offset + i*dst_stride] = x[:, src_offset + i*src_stride]`` for
-    ``i < channels``, on a copy of ``out`` (default: zeros of (n, dst_channels, h, w)); the
-    other channels keep their values. Bits are copied as they are (NaN payloads included)."""
+              out: Optional[np.ndarray] = None, repeat: int = 0, src_repeat_stride: int = 0,
+              dst_repeat_stride: int = 0) -> np.ndarray:
+    """``out[:, dst_offset + r*dst_repeat_stride + i*dst_stride] = x[:, src_offset +
+    r*src_repeat_stride + i*src_stride]`` for ``r <= repeat``, ``i < channels``, on a copy of
+    ``out`` (default: zeros of (n, dst_channels, h, w)); the other channels keep their values.
+    Bits are copied as they are (NaN payloads included). The repeats' destination blocks must
+    follow one another or interleave (accel.h: no channel written twice)."""
     x = np.asarray(x)
     if dst_channels is None:
-        dst_channels = dst_offset + (channels - 1) * dst_stride + 1
+        dst_channels = dst_offset + repeat * dst_repeat_stride + (channels - 1) * dst_stride + 1
     shape = (x.shape[0], dst_channels, *x.shape[2:])
     result = np.zeros(shape, x.dtype) if out is None else np.array(out, dtype=x.dtype)
     if result.shape != shape:
         raise AccelInvalidError(f"bdma out of shape {result.shape}, the copy writes {shape}")
-    source = np.arange(channels) * src_stride + src_offset
-    target = np.arange(channels) * dst_stride + dst_offset
-    if channels < 1 or source[-1] >= x.shape[1] or target[-1] >= dst_channels or min(
-            src_offset, dst_offset) < 0 or min(src_stride, dst_stride) < 1:
-        raise AccelInvalidError(f"bdma channels {source.tolist()} of {x.shape[1]} -> "
-                                f"{target.tolist()} of {dst_channels} are out of range")
+    if channels < 1 or repeat < 0 or min(src_offset, dst_offset, src_repeat_stride,
+                                         dst_repeat_stride) < 0 or min(src_stride,
+                                                                       dst_stride) < 1:
+        raise AccelInvalidError(f"bdma fields out of range: channels {channels}, repeat {repeat}, "
+                                f"strides {src_stride}, {dst_stride}, {src_repeat_stride}, "
+                                f"{dst_repeat_stride}, offsets {src_offset}, {dst_offset}")
+    span = (channels - 1) * dst_stride
+    if repeat > 0 and not dst_repeat_stride > span and not (
+            dst_repeat_stride >= 1 and dst_stride > repeat * dst_repeat_stride):
+        raise AccelInvalidError(f"bdma dst_repeat_stride {dst_repeat_stride} with repeat "
+                                f"{repeat}, channels {channels}, dst_stride {dst_stride} writes "
+                                "some channel twice")
+    repeats = np.arange(repeat + 1, dtype=np.int64)[:, None]
+    i = np.arange(channels, dtype=np.int64)
+    source = (src_offset + repeats * src_repeat_stride + i * src_stride).ravel()
+    target = (dst_offset + repeats * dst_repeat_stride + i * dst_stride).ravel()
+    if source.max() >= x.shape[1] or target.max() >= dst_channels:
+        raise AccelInvalidError(f"bdma channels {source.min()}..{source.max()} of {x.shape[1]} "
+                                f"-> {target.min()}..{target.max()} of {dst_channels} are out "
+                                "of range")
     result[:, target] = x[:, source]
     return result
 
@@ -1092,7 +1109,8 @@ def run_op(op: Op, x: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarra
             raise AccelDtypeError(f"a {precision} BDMA copies {np.dtype(dtype_for(precision))} "
                                   f"data, got {np.asarray(x).dtype}")
         return bdma_copy(x, op.channels, op.src_offset, op.src_stride, op.dst_offset,
-                         op.dst_stride, op.output_channels, out)
+                         op.dst_stride, op.output_channels, out, op.repeat,
+                         op.src_repeat_stride, op.dst_repeat_stride)
     if isinstance(op, Rubik):
         if np.asarray(x).dtype != dtype_for(precision):
             raise AccelDtypeError(f"a {precision} RUBIK moves {np.dtype(dtype_for(precision))} "

@@ -103,13 +103,19 @@ static inline void make_plan(const conv_geometry* g, plan* P) {
  *                 2j (low int16) and 2j + 1 (high int16; 0 past kd), sign-extended, so one
  *                 broadcast word is vpmaddwd's pair; rows past K/groups are 0. No sums: the
  *                 kernel subtracts in_zero from the input, exactly, in int16. Twice the bytes of
- *                 the weights, read in place by the GEMM with no widening in its loop. */
+ *                 the weights, read in place by the GEMM with no widening in its loop.
+ *   LAYOUT_I16T:  the same builds, stride-1 kxk layers (i8_tap_major): per group
+ *                 and block of MR output channels, [rs][cg2][MR] 32-bit words, cg2 =
+ *                 ceil(C/groups / 2): word (t, p, m) holds row m's weights of input channels 2p
+ *                 (low int16) and 2p + 1 (high; 0 past C/groups) at tap t, so a tap's depth
+ *                 rows pair channels as the input copy pairs them (conv/i8_gemm_avx2.c). */
 enum {
   PACK_MAGIC = 0x38494341 /* "ACI8" */,
   LAYOUT_PLAIN = 1,
   LAYOUT_VNNI = 2,
   LAYOUT_AMX = 3,
   LAYOUT_I16 = 4,
+  LAYOUT_I16T = 5,
   HEADER = 64
 };
 
@@ -132,11 +138,14 @@ static inline size_t data_bytes(const plan* P, int layout) {
   if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
   if (layout == LAYOUT_I16)
     return round64((size_t)(g->groups * P->mblocks * ((P->kd + 1) / 2) * MR) * sizeof(int32_t));
+  if (layout == LAYOUT_I16T)
+    return round64((size_t)(g->groups * P->mblocks * P->rs * ((P->cg + 1) / 2) * MR) *
+                   sizeof(int32_t));
   return round64((size_t)(g->groups * P->mblocks * P->kd4 * MR * 4));
 }
 
 static inline size_t wsum_bytes(const plan* P, int layout) {
-  if (layout == LAYOUT_PLAIN || layout == LAYOUT_I16) return 0;
+  if (layout == LAYOUT_PLAIN || layout == LAYOUT_I16 || layout == LAYOUT_I16T) return 0;
   return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
 }
 
@@ -158,8 +167,13 @@ void i8_pack_block(const plan* P, const int8_t* w, int64_t grp, int64_t mb, int8
                    int32_t* wsum);
 void i8_pack_amx_block(const plan* P, const int8_t* w, int64_t grp, int64_t ab, int8_t* data,
                        int32_t* wsum);
-/* LAYOUT_I16's words of every group and block (conv/i8_pack.c). */
+/* LAYOUT_I16's / LAYOUT_I16T's words of every group and block (conv/i8_pack.c). */
 void i8_pack_i16(const plan* P, const int8_t* w, int32_t* data);
+void i8_pack_i16t(const plan* P, const int8_t* w, int32_t* data);
+/* Whether an AVX2 build packs this layer's weights tap by tap (LAYOUT_I16T: stride-1 kxk
+ * layers, which the implicit GEMM takes; the column GEMM reads either layout), from the fields
+ * packing knows (no spatial size) (conv/i8_gemm_avx2.c). */
+int i8_tap_major(const plan* P);
 
 /* Channel k's int32 values v converted by the SDP into out[at, at + n), its element-wise
  * operand (if any) read at the same offset. */
@@ -179,6 +193,7 @@ typedef struct conv_i8_call {
   const int8_t* weights; /* as given: the kernels that pack on the call read these */
   const int8_t* raw;
   const int32_t* i16;    /* LAYOUT_I16, */
+  const int32_t* i16t;   /* LAYOUT_I16T, */
   const int8_t* apack;   /* LAYOUT_VNNI, */
   const int32_t* wsum;
   const int8_t* xpack;   /* LAYOUT_AMX */
@@ -210,7 +225,7 @@ extern const conv_i8_impl conv_i8_portable_impl;
 extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
 #endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
-extern const conv_i8_impl conv_i8_gemm_avx2_impl;
+extern const conv_i8_impl conv_i8_implicit16_avx2_impl, conv_i8_gemm_avx2_impl;
 #endif
 #ifdef CONV_I8_VNNI
 extern const conv_i8_impl conv_i8_dw_vnni_impl, conv_i8_im2col_vnni_impl, conv_i8_small_vnni_impl,

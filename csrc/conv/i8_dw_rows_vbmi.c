@@ -596,7 +596,7 @@ static accel_status conv_dw_rows(const plan* P, const dwr_plan* D, int32_t in_ze
   if (kind == 0 && ep->lut != NULL) {
     /* a LUT activation in registers where its plan has byte tables (with the bins' gathers
      * the lanes were slower than sdp_i8_span per plane: docs/kernels.md); the channels'
-     * constants are kept by sdp_i8_lut.c */
+     * constants are kept by sdp_i8_lanes.c */
     sdp_i8_lane_cvt* t = workspace_get(ws, WS_CVT, (size_t)g->k * sizeof(sdp_i8_lane_cvt));
     if (t == NULL) return ACCEL_ERR_NO_MEMORY;
     if (sdp_i8_lanes_prepare_lut(ep, 0, (int32_t)g->k, vmax, t, &lut) && lut.bytes != NULL) {

@@ -24,28 +24,32 @@
  * input): matrix-vector products of the plain int8 weights, widened in registers
  * (g2_gemv_item), converted by sdp_i8_channels.
  * Threads: pool_for over (image, group, tile, chunk of channel blocks).
+ * Stride-1 kxk layers on wide planes run without columns (impl "implicit16_avx2", below): the
+ * input copied once as int16 pairs of channels, read in place tap by tap against weights packed
+ * tap by tap (LAYOUT_I16T), which the column GEMM also reads where that one is not chosen.
  */
 #include "conv/i8.h"
 #include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build has sdp_i8_lanes8_run */
 
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
 #include <immintrin.h>
-#include <unistd.h>
 
 enum {
   G2_MR = 4,              /* channels per micro-kernel (half a packed block of MR = 8) */
   G2_NR = 24,             /* positions per panel (3 vectors of 8) */
   G2_MAX_PANELS = 16,     /* panels per tile, at most */
   G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
-  G2_MIN_L1 = 32 * 1024     /* the L1 data cache's bytes when sysconf does not say */
+  G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
+  I16_NR = 16               /* the implicit GEMM's positions per panel (its B in registers) */
 };
 
 _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 
 /* ---- micro-kernel ---------------------------------------------------------------------------
  * c[m][8v + i] = sum over pairs j of the pair products of a[8j + m] (row m's word) and column
- * 8v + i of the panel's pair row j (b + j * 16 NV), for m < MR_, v < NV; more: added to the
- * values c holds (the sums of the depth chunks before this one), modulo 2^32. */
+ * 8v + i of pair row j (b + j * bs: bs = 16 NV in a panel of columns, a plane's pairs in the
+ * implicit GEMM's input copy), for m < MR_, v < NV; more: added to the values c holds (the sums
+ * of the depth chunks or taps before this one), modulo 2^32. */
 #define G2_ROWS(X) X(0) X(1) X(2) X(3)
 #define G2_ACC(m)                                                                           \
   __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;          \
@@ -71,9 +75,9 @@ _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
 static inline __attribute__((always_inline)) void g2_body(const int MR_, const int NV,
                                                           int64_t kd2, const int32_t* a,
                                                           const int16_t* b, int32_t* c,
-                                                          int64_t ldc, int more) {
+                                                          int64_t ldc, int more, int64_t bs) {
   G2_ROWS(G2_ACC)
-  for (int64_t j = 0; j < kd2; ++j, a += MR, b += 16 * NV) {
+  for (int64_t j = 0; j < kd2; ++j, a += MR, b += bs) {
     const __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
     const __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
     const __m256i b2 = NV > 2 ? _mm256_loadu_si256((const __m256i*)(b + 32)) : b0;
@@ -82,11 +86,11 @@ static inline __attribute__((always_inline)) void g2_body(const int MR_, const i
   G2_ROWS(G2_OUT)
 }
 
-typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t, int);
+typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t, int, int64_t);
 #define G2_KERNEL(M_, V_)                                                                  \
   static void g2_##M_##_##V_(int64_t kd2, const int32_t* a, const int16_t* b, int32_t* c,  \
-                             int64_t ldc, int more) {                                      \
-    g2_body(M_, V_, kd2, a, b, c, ldc, more);                                              \
+                             int64_t ldc, int more, int64_t bs) {                          \
+    g2_body(M_, V_, kd2, a, b, c, ldc, more, bs);                                          \
   }
 G2_KERNEL(1, 1) G2_KERNEL(2, 1) G2_KERNEL(3, 1) G2_KERNEL(4, 1)
 G2_KERNEL(1, 2) G2_KERNEL(2, 2) G2_KERNEL(3, 2) G2_KERNEL(4, 2)
@@ -95,6 +99,44 @@ static const g2_fn g2_table[4][G2_MR + 1] = {{0, 0, 0, 0, 0},
                                              {0, g2_1_1, g2_2_1, g2_3_1, g2_4_1},
                                              {0, g2_1_2, g2_2_2, g2_3_2, g2_4_2},
                                              {0, g2_1_3, g2_2_3, g2_3_3, g2_4_3}};
+
+/* The implicit GEMM's micro-kernel: the same sums over ntaps taps of kc pairs each, tap t's
+ * words from a + t as and its pair rows from b + 2 off[t] (bs apart), the accumulators in
+ * registers across the taps (a call per tap cost a sixth more in loads, stores and calls). */
+static inline __attribute__((always_inline)) void g2t_body(const int MR_, const int NV,
+                                                           int64_t kc, int64_t ntaps,
+                                                           const int32_t* a0, int64_t as,
+                                                           const int16_t* bb, const int64_t* off,
+                                                           int64_t bs, int32_t* c, int64_t ldc,
+                                                           int more) {
+  G2_ROWS(G2_ACC)
+  for (int64_t t = 0; t < ntaps; ++t) {
+    const int32_t* a = a0 + t * as;
+    const int16_t* b = bb + 2 * off[t];
+    for (int64_t j = 0; j < kc; ++j, a += MR, b += bs) {
+      __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
+      __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
+      const __m256i b2 = b0; /* NV <= 2 (G2_MAC's third vector unused) */
+      __asm__("" : "+x"(b0), "+x"(b1)); /* in registers: one load each, not one per row */
+      G2_ROWS(G2_MAC)
+    }
+  }
+  G2_ROWS(G2_OUT)
+}
+
+typedef void (*g2t_fn)(int64_t, int64_t, const int32_t*, int64_t, const int16_t*, const int64_t*,
+                       int64_t, int32_t*, int64_t, int);
+#define G2T_KERNEL(M_, V_)                                                                   \
+  static void g2t_##M_##_##V_(int64_t kc, int64_t ntaps, const int32_t* a, int64_t as,       \
+                              const int16_t* b, const int64_t* off, int64_t bs, int32_t* c,  \
+                              int64_t ldc, int more) {                                       \
+    g2t_body(M_, V_, kc, ntaps, a, as, b, off, bs, c, ldc, more);                            \
+  }
+G2T_KERNEL(1, 1) G2T_KERNEL(2, 1) G2T_KERNEL(3, 1) G2T_KERNEL(4, 1)
+G2T_KERNEL(1, 2) G2T_KERNEL(2, 2) G2T_KERNEL(3, 2) G2T_KERNEL(4, 2)
+static const g2t_fn g2t_table[3][G2_MR + 1] = {{0, 0, 0, 0, 0},
+                                               {0, g2t_1_1, g2t_2_1, g2t_3_1, g2t_4_1},
+                                               {0, g2t_1_2, g2t_2_2, g2t_3_2, g2t_4_2}};
 
 /* ---- columns ------------------------------------------------------------------------------ */
 
@@ -183,16 +225,25 @@ static const int8_t* g2_row(const plan* P, const int8_t* img, const int8_t* end,
 /* The tile's columns: positions [p0, p0 + nt) of the group's input img, ldb of them (a multiple
  * of 8; those past nt read as in_zero), as int16 pairs (in - in_zero) of depth rows 2j, 2j + 1
  * for pairs j in [j0, j1) (kc = j1 - j0 of them): panel q of width wq = min(G2_NR, ldb - q G2_NR)
- * at col + q G2_NR kc 2, pair row j at + (j - j0) wq 2. rows: two byte rows of ldb + 32. */
+ * at col + q G2_NR kc 2, pair row j at + (j - j0) wq 2. rows: two byte rows of ldb + 32.
+ * The pairs are the weights' (cg2: 0 for LAYOUT_I16's, depth rows 2j and 2j + 1; else
+ * LAYOUT_I16T's, cg2 a tap: channels 2p and 2p + 1 at tap t for j = t cg2 + p, a channel past
+ * the group's reading as in_zero). */
 static void g2_columns(const plan* P, const int8_t* img, const int8_t* end, int32_t in_zero,
                        int64_t p0, int64_t nt, int64_t ldb, int64_t j0, int64_t j1, int16_t* col,
-                       int8_t* rows) {
+                       int8_t* rows, int64_t cg2) {
   const int64_t kc = j1 - j0;
   const int8_t z = (int8_t)in_zero;
   const __m256i z16 = _mm256_set1_epi16((int16_t)in_zero);
   for (int64_t j = j0; j < j1; ++j) {
-    const int8_t* r0 = g2_row(P, img, end, 2 * j, p0, nt, ldb, z, rows);
-    const int8_t* r1 = g2_row(P, img, end, 2 * j + 1, p0, nt, ldb, z, rows + ldb + 32);
+    int64_t d0 = 2 * j, d1 = 2 * j + 1;
+    if (cg2 > 0) {
+      const int64_t t = j / cg2, ch = 2 * (j % cg2);
+      d0 = ch * P->rs + t;
+      d1 = ch + 1 < P->cg ? d0 + P->rs : P->kd; /* past the depth: in_zero */
+    }
+    const int8_t* r0 = g2_row(P, img, end, d0, p0, nt, ldb, z, rows);
+    const int8_t* r1 = g2_row(P, img, end, d1, p0, nt, ldb, z, rows + ldb + 32);
     int16_t* dst = col + (j - j0) * (ldb < G2_NR ? ldb : G2_NR) * 2; /* panel 0's pair row j */
     for (int64_t p = 0; p < ldb; p += 8) {
       if (p > 0 && p % G2_NR == 0) { /* the next panel */
@@ -221,9 +272,12 @@ typedef struct g2_job {
   char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
   int64_t kd2, nt, ntiles, mchunks, col_bytes, acc_bytes;
   int64_t kc; /* pairs per depth chunk (kd2: one chunk) */
+  int64_t cg2; /* the weights' pairs: 0 LAYOUT_I16's, else LAYOUT_I16T's (cg2 a tap) */
   const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
   const sdp_i8_lane_add* add; /* with cvt: the residual add's constants, or NULL */
   sdp_i8_lane_add add_consts;
+  const sdp_i8_lane_lut* lut; /* with cvt: a LUT activation's plan in lanes, or NULL */
+  sdp_i8_lane_lut lut_consts;
   int form; /* the one lane form of every channel (sdp_i8_lane_form's, rows_form's with add) */
   int8_t lo, hi;
 } g2_job;
@@ -233,6 +287,10 @@ typedef struct g2_job {
 static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,
                               int64_t n) {
 #if SDP_I8_AVX2
+  if (J->lut != NULL) {
+    sdp_i8_lanes8_run_lut(J->cvt + k, J->lut, v, J->out + at, n);
+    return;
+  }
   if (J->cvt != NULL) {
     sdp_i8_lanes8_run(J->cvt + k, J->add, J->form, J->lo, J->hi, v,
                       J->add != NULL ? J->ep->ew_operand + at : NULL, J->out + at, n);
@@ -243,16 +301,28 @@ static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int6
 }
 
 /* J's converters in lanes (conv/i8.h's WS_CVT) when every channel has a lane form for the
- * accumulators' bound, else none; 0 when out of memory. */
+ * accumulators' bound, else none; 0 when out of memory. A LUT activation's (its plan's
+ * constants, sdp_i8_lanes_prepare_lut, kept between calls) are prepared here once per call too:
+ * through sdp_i8_span every row set them up again (a division and two evaluations of t), and
+ * without the per-channel search that gives the direct form (docs/kernels.md). */
 static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
   J->cvt = NULL;
   J->add = NULL;
+  J->lut = NULL;
 #if SDP_I8_AVX2
   const int64_t k = P->g->k;
-  if (ep->lut != NULL || (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD)) return 1;
+  if (ep->ew_op != ACCEL_EW_NONE && ep->ew_op != ACCEL_EW_ADD) return 1;
+  if (ep->lut != NULL && ep->lut_plan == NULL) return 1;
   sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
   if (cvt == NULL) return 0;
   const int64_t vmax = P->kd * 255 * 128; /* |v|: depth x |in - in_zero| x |w| */
+  if (ep->lut != NULL) {
+    if (sdp_i8_lanes_prepare_lut(ep, 0, (int32_t)k, vmax, cvt, &J->lut_consts)) {
+      J->cvt = cvt;
+      J->lut = &J->lut_consts;
+    }
+    return 1;
+  }
   if (ep->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(ep, 0, (int32_t)k, vmax, cvt, &J->lo,
                                                          &J->hi)) {
     int form = 4, direct = 0, split = 0;
@@ -285,7 +355,8 @@ static inline void g2_block(const g2_job* J, int64_t grp, int64_t mb, int64_t nr
   const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
   for (int64_t h = 0; h * G2_MR < nrows; ++h) {
     const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
-    g2_table[wq / 8][mr](kc, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb, more);
+    g2_table[wq / 8][mr](kc, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb, more,
+                         16 * (wq / 8));
   }
 }
 
@@ -312,7 +383,7 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
   const int64_t npanels = (ldb + G2_NR - 1) / G2_NR;
   if (kc >= kd2) {
-    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows);
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows, J->cg2);
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
       for (int64_t q = 0; q < npanels; ++q)
@@ -326,7 +397,7 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   }
   for (int64_t j0 = 0; j0 < kd2; j0 += kc) {
     const int64_t kcc = kd2 - j0 < kc ? kd2 - j0 : kc;
-    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows);
+    g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows, J->cg2);
     for (int64_t q = 0; q < npanels; ++q)
       for (int64_t mb = mb0; mb < mb1; ++mb) {
         const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
@@ -419,8 +490,10 @@ static int64_t g2_even_tile(int64_t n, int64_t tiles, int64_t nt) {
 static accel_status g2_run(const conv_i8_call* c) {
   const plan* P = c->P;
   const conv_geometry* g = P->g;
-  const int64_t kd2 = (P->kd + 1) / 2;
-  const int32_t* w = c->i16;
+  /* either packed layout (LAYOUT_I16T: stride-1 kxk layers the implicit GEMM does not take) */
+  const int64_t cg2 = c->i16 == NULL && c->i16t != NULL ? (P->cg + 1) / 2 : 0;
+  const int64_t kd2 = cg2 > 0 ? P->rs * cg2 : (P->kd + 1) / 2;
+  const int32_t* w = cg2 > 0 ? c->i16t : c->i16;
   if (w == NULL && P->ohw > 1) { /* no packed weights: pack them on this call */
     int32_t* d = workspace_get(c->ws, WS_PACK, data_bytes(P, LAYOUT_I16));
     if (d == NULL) return ACCEL_ERR_NO_MEMORY;
@@ -432,7 +505,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   g2_job J = {.P = P, .in_zero = c->in_zero, .in = c->in,
               .in_end = c->in + (int64_t)g->n * g->c * P->hw, .w = w, .raw = c->raw,
               .out = c->out, .ep = c->ep,
-              .kd2 = kd2};
+              .kd2 = kd2, .cg2 = cg2};
   char* bufs[WS_THREAD_SLOTS];
   J.bufs = bufs;
   if (P->ohw == 1) {
@@ -502,6 +575,227 @@ static accel_status g2_run(const conv_i8_call* c) {
   pool_for(nth, items, g2_item, &J);
   return ACCEL_OK;
 }
+
+/* ---- the implicit GEMM (stride 1, kernels larger than 1x1) --------------------------------
+ * No columns: the input of each (image, group) is copied once per call as int16 pairs
+ * (in - in_zero) of input channels 2p, 2p + 1, in planes padded to the hp x wp window the
+ * output reads (padding 0), cg2 planes of pstride pairs. Output position (oy, ox) then reads
+ * tap t of pair p at position oy wp + ox + off[t] of plane p (off[t] = r dh wp + s dw): a tap's
+ * depth rows are one pair-plane apart, which the micro-kernel steps over (bs), against weights
+ * packed tap by tap (LAYOUT_I16T). The GEMM runs over virtual positions v = oy wp + ox: the
+ * columns ox >= ow (a row's last wp - ow) are computed and dropped, the price of reading the
+ * copy in place. */
+
+typedef struct i16_job {
+  g2_job base; /* P, the converters, out; its columns' fields unused */
+  const int32_t* w; /* LAYOUT_I16T */
+  int16_t* x;       /* the pair copy */
+  int64_t cg2, hp, wp, pstride, rows, ntiles, mchunks, chunk, ldb_max;
+  const int64_t* off; /* per tap, in positions */
+  char* const* bufs;  /* per participant: the item's int32 rows */
+} i16_job;
+
+int i8_tap_major(const plan* P) {
+  const conv_geometry* g = P->g;
+  return P->cg > 1 && P->rs > 1 && g->stride_h == 1 && g->stride_w == 1 && g->pad_top >= 0 &&
+         g->pad_left >= 0;
+}
+
+/* Plane p of (image, group) it / cg2 into the copy: rows of wp pairs, the input's at
+ * [pad_left, pad_left + w) of rows [pad_top, pad_top + h), 0 elsewhere and in the slack. */
+static void i16_copy_item(void* ctx, int64_t it, int participant) {
+  (void)participant;
+  const i16_job* J = ctx;
+  const plan* P = J->base.P;
+  const conv_geometry* g = P->g;
+  const int64_t p = it % J->cg2, bg = it / J->cg2;
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t W = g->w, wp = J->wp, pl = g->pad_left;
+  const int8_t* s0 = J->base.in + (b * g->c + grp * P->cg + 2 * p) * P->hw;
+  const int8_t* s1 = 2 * p + 1 < P->cg ? s0 + P->hw : NULL; /* NULL: the high halves are 0 */
+  const int8_t z = (int8_t)J->base.in_zero;
+  const __m256i z16 = _mm256_set1_epi16((int16_t)z);
+  const __m128i zb = _mm_set1_epi8(z);
+  int16_t* d = J->x + it * J->pstride * 2;
+  const int64_t n = W < wp - pl ? W : wp - pl; /* input columns the window reads */
+  for (int64_t py = 0; py < J->hp; ++py, d += 2 * wp) {
+    const int64_t iy = py - g->pad_top;
+    if (iy < 0 || iy >= g->h || n <= 0) {
+      memset(d, 0, (size_t)(2 * wp) * sizeof(int16_t));
+      continue;
+    }
+    memset(d, 0, (size_t)(2 * pl) * sizeof(int16_t));
+    const int8_t* r0 = s0 + iy * W;
+    const int8_t* r1 = s1 != NULL ? s1 + iy * W : NULL;
+    int16_t* o = d + 2 * pl;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i lo = _mm_loadl_epi64((const __m128i*)(r0 + i));
+      const __m128i hi = r1 != NULL ? _mm_loadl_epi64((const __m128i*)(r1 + i)) : zb;
+      _mm256_storeu_si256((__m256i*)(o + 2 * i),
+                          _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi)), z16));
+    }
+    for (; i < n; ++i) {
+      o[2 * i] = (int16_t)(r0[i] - z);
+      o[2 * i + 1] = (int16_t)(r1 != NULL ? r1[i] - z : 0);
+    }
+    memset(o + 2 * n, 0, (size_t)(2 * (wp - pl - n)) * sizeof(int16_t));
+  }
+  memset(d, 0, (size_t)(2 * (J->pstride - J->hp * wp)) * sizeof(int16_t));
+}
+
+/* Item = (image, group, tile of output rows, chunk of channel blocks). Per depth chunk of
+ * pairs (every tap's weights of the chunk for the item's channels stay in L2 while the panels
+ * pass), per panel of G2_NR virtual positions (its chunk rows in L1), every block over every
+ * tap, added to the int32 rows of the item's channels; then each row's kept columns moved
+ * together and converted. */
+static void i16_item(void* ctx, int64_t it, int participant) {
+  const i16_job* J = ctx;
+  const plan* P = J->base.P;
+  const conv_geometry* g = P->g;
+  const int64_t mc = it % J->mchunks, tile = it / J->mchunks % J->ntiles;
+  const int64_t bg = it / (J->mchunks * J->ntiles);
+  const int64_t b = bg / g->groups, grp = bg % g->groups;
+  const int64_t ow = g->out_w, wp = J->wp, cg2 = J->cg2, rs = P->rs;
+  const int64_t oy0 = tile * J->rows, nrow = g->out_h - oy0 < J->rows ? g->out_h - oy0 : J->rows;
+  const int64_t v0 = oy0 * wp, ldb = (nrow * wp + 7) / 8 * 8;
+  const int64_t npanels = (ldb + I16_NR - 1) / I16_NR;
+  const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
+  int32_t* acc = (int32_t*)(void*)J->bufs[participant];
+  const int16_t* xb = J->x + bg * cg2 * J->pstride * 2;
+  for (int64_t c0 = 0; c0 < cg2; c0 += J->chunk) {
+    const int64_t kc = cg2 - c0 < J->chunk ? cg2 - c0 : J->chunk;
+    for (int64_t q = 0; q < npanels; ++q) {
+      const int64_t wq = ldb - q * I16_NR < I16_NR ? ldb - q * I16_NR : I16_NR;
+      const int16_t* bq = xb + (c0 * J->pstride + v0 + q * I16_NR) * 2;
+      for (int64_t mb = mb0; mb < mb1; ++mb) {
+        const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+        const int32_t* a = J->w + ((grp * P->mblocks + mb) * rs * cg2 + c0) * MR;
+        int32_t* c = acc + (mb - mb0) * MR * ldb + q * I16_NR;
+        for (int64_t h = 0; h * G2_MR < nrows; ++h) {
+          const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
+          g2t_table[wq / 8][mr](kc, rs, a + h * G2_MR, cg2 * MR, bq, J->off, 2 * J->pstride,
+                                c + h * G2_MR * ldb, ldb, c0 > 0);
+        }
+      }
+    }
+  }
+  for (int64_t mb = mb0; mb < mb1; ++mb) {
+    const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+    for (int64_t m = 0; m < nrows; ++m) {
+      int32_t* row = acc + ((mb - mb0) * MR + m) * ldb;
+      for (int64_t i = 1; i < nrow; ++i) { /* row i's ow kept values down to i ow (ascending:
+                                               each load precedes the stores over it) */
+        const int32_t* src = row + i * wp;
+        int32_t* dst = row + i * ow;
+        int64_t e = 0;
+        for (; e + 8 <= ow; e += 8)
+          _mm256_storeu_si256((__m256i*)(dst + e), _mm256_loadu_si256((const __m256i*)(src + e)));
+        for (; e < ow; ++e) dst[e] = src[e];
+      }
+      const int64_t k = grp * P->mg + k0 + m;
+      g2_convert(&J->base, k, row, (b * g->k + k) * P->ohw + oy0 * ow, nrow * ow);
+    }
+  }
+}
+
+static accel_status i16_run(const conv_i8_call* c) {
+  const plan* P = c->P;
+  const conv_geometry* g = P->g;
+  const int32_t* w = c->i16t;
+  if (w == NULL) { /* no packed weights: pack them on this call */
+    int32_t* d = workspace_get(c->ws, WS_PACK, data_bytes(P, LAYOUT_I16T));
+    if (d == NULL) return ACCEL_ERR_NO_MEMORY;
+    i8_pack_i16t(P, c->weights, d);
+    w = d;
+  }
+  i16_job J = {.base = {.P = P, .in_zero = c->in_zero, .in = c->in, .out = c->out, .ep = c->ep},
+               .w = w};
+  if (!g2_prepare_lanes(P, c->ep, c->ws, &J.base)) return ACCEL_ERR_NO_MEMORY;
+  const int64_t kh = g->kernel_h, kw = g->kernel_w, rs = P->rs;
+  J.cg2 = (P->cg + 1) / 2;
+  J.wp = g->out_w + (kw - 1) * g->dilation_w;
+  J.hp = g->out_h + (kh - 1) * g->dilation_h;
+  /* the last tile's panels read up to 7 positions past its rows, and its last tap (kw - 1) dw
+   * past the plane */
+  J.pstride = J.hp * J.wp + (kw - 1) * g->dilation_w + 8;
+  int64_t off[64];
+  int64_t* offs = rs <= 64 ? off : workspace_get(c->ws, WS_OFF, (size_t)rs * sizeof(int64_t));
+  if (offs == NULL) return ACCEL_ERR_NO_MEMORY;
+  for (int64_t t = 0; t < rs; ++t)
+    offs[t] = t / kw * g->dilation_h * J.wp + t % kw * g->dilation_w;
+  J.off = offs;
+  const int64_t planes = (int64_t)g->n * g->groups * J.cg2;
+  J.x = workspace_get(c->ws, WS_COPY, (size_t)(planes * J.pstride * 2) * sizeof(int16_t));
+  if (J.x == NULL) return ACCEL_ERR_NO_MEMORY;
+  const int nthreads = c->nth;
+  pool_for(planes < nthreads ? (int)planes : nthreads, planes, i16_copy_item, &J);
+  /* the item's int32 rows in a quarter of the L2; tiles of whole output rows */
+  const int64_t l2 = conv_l2_bytes();
+  const int64_t budget = l2 > 0 ? l2 / 4 : G2_MIN_TILE;
+  const int64_t outer = (int64_t)g->n * g->groups;
+  int64_t mchunks = 1;
+  int64_t rows = budget / (P->mblocks * MR * J.wp * 4);
+  while (rows < 2 && mchunks < P->mblocks) { /* channels split until two rows fit */
+    ++mchunks;
+    rows = budget / ((P->mblocks + mchunks - 1) / mchunks * MR * J.wp * 4);
+  }
+  if (rows < 1) rows = 1;
+  int64_t ntiles = (g->out_h + rows - 1) / rows;
+  rows = (g->out_h + ntiles - 1) / ntiles; /* tiles of one size */
+  while (outer * ntiles * mchunks < nthreads && rows > 1) { /* an item for every thread */
+    --rows;
+    ntiles = (g->out_h + rows - 1) / rows;
+  }
+  while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
+  J.rows = rows;
+  J.ntiles = ntiles;
+  J.mchunks = mchunks;
+  /* depth chunks: a panel's chunk rows in half the L1 (kh rows of G2_NR + (kw - 1) dw pairs a
+   * pair-plane; one chunk when the depth allows), and the chunk's weights of every tap for the
+   * item's channels in a quarter of the L2 */
+  const int64_t l1 = conv_l1_bytes();
+  const int64_t item_rows = (P->mblocks + mchunks - 1) / mchunks * MR;
+  int64_t chunk =
+      (l1 > 0 ? l1 : G2_MIN_L1) / 2 / (kh * ((I16_NR + (kw - 1) * g->dilation_w) * 4 + 64));
+  if (chunk > budget / (item_rows * rs * 4)) chunk = budget / (item_rows * rs * 4);
+  if (chunk < 8) chunk = 8;
+  const int64_t nchunks = (J.cg2 + chunk - 1) / chunk;
+  J.chunk = (J.cg2 + nchunks - 1) / nchunks;
+  J.ldb_max = (rows * J.wp + 7) / 8 * 8;
+  const size_t bytes = round64((size_t)(item_rows * J.ldb_max) * sizeof(int32_t));
+  const int64_t items = outer * ntiles * mchunks;
+  const int nth = (int)(items < nthreads ? items : nthreads);
+  char* bufs[WS_THREAD_SLOTS];
+  for (int t = 0; t < nth; ++t) {
+    bufs[t] = workspace_get(c->ws, t, bytes);
+    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
+  }
+  J.bufs = bufs;
+  pool_for(nth, items, i16_item, &J);
+  return ACCEL_OK;
+}
+
+/* The layers packed tap by tap, with more than one output position (one: the matrix-vector
+ * products), where a row's wp - ow dropped columns are at most a fifteenth of it: they cost
+ * their share of the products, and this micro-kernel (4 x 16) is slower than the columns' (4 x
+ * 24), which wins on ResNet's 14x14 and 7x7 planes and ties on 28x28 (docs/kernels.md). */
+static int i16_applies(const conv_i8_call* c) {
+  const conv_geometry* g = c->P->g;
+  const int64_t wp = g->out_w + (int64_t)(g->kernel_w - 1) * g->dilation_w;
+  return i8_tap_major(c->P) && c->P->ohw > 1 && 15 * (wp - g->out_w) <= wp;
+}
+/* Forced: any stride-1 grouped or dense layer with more than one output position (a 1x1
+ * layer's dropped columns are its padding's). */
+static int i16_supports(const conv_i8_call* c) {
+  const conv_geometry* g = c->P->g;
+  return c->P->cg > 1 && g->stride_h == 1 && g->stride_w == 1 && c->P->ohw > 1 &&
+         g->pad_top >= 0 && g->pad_left >= 0;
+}
+
+const conv_i8_impl conv_i8_implicit16_avx2_impl = {.name = "implicit16_avx2",
+                                                   .applies = i16_applies,
+                                                   .supports = i16_supports, .run = i16_run};
 
 /* Grouped and dense convolutions: depthwise layers (one input channel per group) have their
  * own kernels and would use one pair in eight of a packed block here. */

@@ -15,10 +15,10 @@
  * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) with vpmaddwd on
  * pairs of taps (dw_madd_avx2: in VNNI builds dw_vnni takes them first, so it runs there only
  * when forced; stem_madd_avx2, the same kernel on 2-4 channels a group, only when forced), then
- * grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2); and last the portable
- * direct loops
- * (portable). ACCEL_CONV_IMPL=name runs `name`
- * where it supports the geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
+ * stride-1 kxk layers on wide planes as a GEMM reading an int16 copy of the input in place
+ * (implicit16_avx2), grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2); and last
+ * the portable direct loops (portable). ACCEL_CONV_IMPL=name runs `name` where it supports the
+ * geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
  *
  * Common to the VNNI kernels: the epilogue runs on each row of a finished tile while it is in L1,
  * after the tile's output runs are moved down over the dropped columns (memmove's rep movsb is slow
@@ -61,6 +61,7 @@ static const conv_i8_impl* const impls[] = {
     &conv_i8_stem_madd_avx2_impl,
 #endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+    &conv_i8_implicit16_avx2_impl, /* stride-1 kxk layers: no columns */
     &conv_i8_gemm_avx2_impl, /* after any specialised kernel of the AVX2 build */
 #endif
     &conv_i8_portable_impl, /* always applies */
@@ -87,7 +88,7 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
   plan P;
   make_plan(g, &P);
   conv_i8_call c = {.P = &P, .in_zero = in_zero, .in = in, .weights = weights, .raw = weights,
-                    .i16 = NULL, .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
+                    .i16 = NULL, .i16t = NULL, .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
                     .ep = epilogue, .ws = ws,
                     .nth = num_threads < 1                   ? 1
                            : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS
@@ -100,6 +101,8 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
       c.raw = data;
     } else if (h.layout == LAYOUT_I16) {
       c.i16 = (const int32_t*)(const void*)data;
+    } else if (h.layout == LAYOUT_I16T) {
+      c.i16t = (const int32_t*)(const void*)data;
     } else {
       c.apack = data;
       c.wsum = (const int32_t*)(const void*)(data + h.data_bytes);

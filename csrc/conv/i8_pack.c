@@ -7,7 +7,7 @@ static int layout_of(const plan* P) {
   if (P->cg == 1) return LAYOUT_PLAIN;
   return i8_amx_packed(P) ? LAYOUT_AMX : LAYOUT_VNNI;
 #elif defined(__AVX2__)
-  return P->cg == 1 ? LAYOUT_PLAIN : LAYOUT_I16;
+  return P->cg == 1 ? LAYOUT_PLAIN : i8_tap_major(P) ? LAYOUT_I16T : LAYOUT_I16;
 #else
   (void)P;
   return LAYOUT_PLAIN;
@@ -98,6 +98,23 @@ void i8_pack_i16(const plan* P, const int8_t* w, int32_t* data) {
     }
 }
 
+void i8_pack_i16t(const plan* P, const int8_t* w, int32_t* data) {
+  const int64_t kd = P->kd, rs = P->rs, cg = P->cg, cg2 = (cg + 1) / 2;
+  for (int64_t grp = 0; grp < P->g->groups; ++grp)
+    for (int64_t mb = 0; mb < P->mblocks; ++mb) {
+      int32_t* d = data + (grp * P->mblocks + mb) * rs * cg2 * MR;
+      const int64_t rows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
+      const int8_t* src = w + (grp * P->mg + mb * MR) * kd; /* row m at src + m * kd */
+      for (int64_t t = 0; t < rs; ++t)
+        for (int64_t p = 0; p < cg2; ++p)
+          for (int64_t m = 0; m < MR; ++m) {
+            const int32_t lo = m < rows ? src[m * kd + 2 * p * rs + t] : 0;
+            const int32_t hi = m < rows && 2 * p + 1 < cg ? src[m * kd + (2 * p + 1) * rs + t] : 0;
+            d[(t * cg2 + p) * MR + m] = (int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFFu));
+          }
+    }
+}
+
 static void write_header(const plan* P, int layout, void* dst) {
   const conv_geometry* g = P->g;
   pack_header h;
@@ -130,6 +147,13 @@ void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst) {
   if (layout == LAYOUT_I16) {
     const size_t n = (size_t)(g->groups * P.mblocks * ((P.kd + 1) / 2) * MR) * sizeof(int32_t);
     i8_pack_i16(&P, weights, (int32_t*)(void*)data);
+    memset(data + n, 0, data_bytes(&P, layout) - n);
+    return;
+  }
+  if (layout == LAYOUT_I16T) {
+    const size_t n =
+        (size_t)(g->groups * P.mblocks * P.rs * ((P.cg + 1) / 2) * MR) * sizeof(int32_t);
+    i8_pack_i16t(&P, weights, (int32_t*)(void*)data);
     memset(data + n, 0, data_bytes(&P, layout) - n);
     return;
   }

@@ -318,8 +318,9 @@ static accel_status resolve_cdp(const accel_config* cfg, resolved_op* r, const c
   return ACCEL_OK;
 }
 
-/* BDMA: the copied channel ranges must lie inside both surfaces; the output is
- * (n, dst_channels, h, w). Last channels in int64: (2^31 - 1) * (2^31 - 1) + 2^31 fits. */
+/* BDMA: the copied channel ranges must lie inside both surfaces and write no channel twice;
+ * the output is (n, dst_channels, h, w). Last channels in int64: each of three int32 products
+ * and sums stays below 2^63. */
 static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const char* where) {
   const accel_bdma_desc* d = &r->op->bdma;
   accel_status st = check_engine(cfg, ACCEL_FEATURE_BDMA, "BDMA", where);
@@ -331,19 +332,38 @@ static accel_status resolve_bdma(const accel_config* cfg, resolved_op* r, const 
   RANGE("dst_offset", d->dst_offset, 0, INT32_MAX)
   RANGE("dst_stride", d->dst_stride, 1, INT32_MAX)
   RANGE("dst_channels", d->dst_channels, 1, INT32_MAX)
-  const int64_t src_last = (int64_t)d->src_offset + (int64_t)(d->channels - 1) * d->src_stride;
+  RANGE("repeat", d->repeat, 0, INT32_MAX)
+  RANGE("src_repeat_stride", d->src_repeat_stride, 0, INT32_MAX)
+  RANGE("dst_repeat_stride", d->dst_repeat_stride, 0, INT32_MAX)
+  const int64_t src_last = (int64_t)d->src_offset + (int64_t)d->repeat * d->src_repeat_stride +
+                           (int64_t)(d->channels - 1) * d->src_stride;
   if (src_last >= r->in_c) {
     return accel_fail(ACCEL_ERR_SHAPE,
-                      "%s: src_offset = %d + (channels = %d - 1) x src_stride = %d reads channel "
-                      "%lld, the input has %d channels", where, d->src_offset, d->channels,
+                      "%s: src_offset = %d + repeat = %d x src_repeat_stride = %d + (channels = "
+                      "%d - 1) x src_stride = %d reads channel %lld, the input has %d channels",
+                      where, d->src_offset, d->repeat, d->src_repeat_stride, d->channels,
                       d->src_stride, (long long)src_last, r->in_c);
   }
-  const int64_t dst_last = (int64_t)d->dst_offset + (int64_t)(d->channels - 1) * d->dst_stride;
+  const int64_t dst_span = (int64_t)(d->channels - 1) * d->dst_stride;
+  const int64_t dst_last =
+      (int64_t)d->dst_offset + (int64_t)d->repeat * d->dst_repeat_stride + dst_span;
   if (dst_last >= d->dst_channels) {
     return accel_fail(ACCEL_ERR_INVALID,
-                      "%s: dst_offset = %d + (channels = %d - 1) x dst_stride = %d writes channel "
-                      "%lld, dst_channels = %d", where, d->dst_offset, d->channels,
-                      d->dst_stride, (long long)dst_last, d->dst_channels);
+                      "%s: dst_offset = %d + repeat = %d x dst_repeat_stride = %d + (channels = "
+                      "%d - 1) x dst_stride = %d writes channel %lld, dst_channels = %d", where,
+                      d->dst_offset, d->repeat, d->dst_repeat_stride, d->channels, d->dst_stride,
+                      (long long)dst_last, d->dst_channels);
+  }
+  /* blocks one after another, or interleaved: each written channel is one (r, i) */
+  if (d->repeat > 0 && !(d->dst_repeat_stride > dst_span) &&
+      !(d->dst_repeat_stride >= 1 && d->dst_stride > (int64_t)d->repeat * d->dst_repeat_stride)) {
+    return accel_fail(ACCEL_ERR_INVALID,
+                      "%s: dst_repeat_stride = %d with repeat = %d, channels = %d and dst_stride "
+                      "= %d writes some channel twice (the repeats' blocks must follow one "
+                      "another, dst_repeat_stride > %lld, or interleave, 1 <= dst_repeat_stride "
+                      "and repeat x dst_repeat_stride < dst_stride)", where,
+                      d->dst_repeat_stride, d->repeat, d->channels, d->dst_stride,
+                      (long long)dst_span);
   }
   r->out_n = r->in_n;
   r->out_c = d->dst_channels;

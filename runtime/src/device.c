@@ -58,7 +58,7 @@ static int32_t num_shared_devices;
 /* Field by field, every field (the energy figures too: accel_run's stats charge them):
  * padding bytes of a caller's struct, and a name's bytes after its NUL, may hold anything.
  * A new accel_config field bumps ACCEL_ABI_VERSION (accel.h), which stops the build here. */
-_Static_assert(ACCEL_ABI_VERSION == 13,
+_Static_assert(ACCEL_ABI_VERSION == 14,
                "accel.h changed a layout: compare any new accel_config field in same_config, "
                "then update this version");
 static int same_config(const accel_config* a, const accel_config* b) {
@@ -466,7 +466,9 @@ static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
   const bdma_geometry g = {.n = r->in_n, .in_c = r->in_c, .out_c = r->out_c, .hw = hw,
                            .src_offset = d->src_offset, .src_stride = d->src_stride,
                            .dst_offset = d->dst_offset, .dst_stride = d->dst_stride,
-                           .channels = d->channels};
+                           .channels = d->channels, .repeat = d->repeat,
+                           .src_repeat_stride = d->src_repeat_stride,
+                           .dst_repeat_stride = d->dst_repeat_stride};
   const int watched = observing();
   accel_status st = ACCEL_OK;
   if (watched) {
@@ -476,16 +478,20 @@ static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
   }
   bdma_copy(&g, eb, input->data, output->data, dev->num_threads);
   if (!watched) return ACCEL_OK;
-  const size_t bytes = (size_t)r->in_n * (size_t)d->channels * (size_t)hw * eb;
+  /* the copied channels in the order copied: repeat by repeat */
+  const int32_t copied_c = (d->repeat + 1) * d->channels; /* <= dst_channels: none written twice */
+  const size_t bytes = (size_t)r->in_n * (size_t)copied_c * (size_t)hw * eb;
   void* copied = workspace_get(&dev->ws, WS_CHAIN_A, bytes);
   if (copied == NULL) {
     return accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", bytes);
   }
-  const bdma_geometry gather = {.n = r->in_n, .in_c = r->out_c, .out_c = d->channels, .hw = hw,
+  const bdma_geometry gather = {.n = r->in_n, .in_c = r->out_c, .out_c = copied_c, .hw = hw,
                                 .src_offset = d->dst_offset, .src_stride = d->dst_stride,
-                                .dst_offset = 0, .dst_stride = 1, .channels = d->channels};
+                                .dst_offset = 0, .dst_stride = 1, .channels = d->channels,
+                                .repeat = d->repeat, .src_repeat_stride = d->dst_repeat_stride,
+                                .dst_repeat_stride = d->channels};
   bdma_copy(&gather, eb, output->data, copied, dev->num_threads);
-  return observe_as_held(dev, label, 0, copied, r->in_n, d->channels, r->in_h, r->in_w, p);
+  return observe_as_held(dev, label, 0, copied, r->in_n, copied_c, r->in_h, r->in_w, p);
 }
 
 /* RUBIK contract: a byte copy in the tensors' own precision, like the BDMA's. An observer sees

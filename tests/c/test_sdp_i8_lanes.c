@@ -258,7 +258,14 @@ static void lut_case(int index) {
         _mm256_storeu_si256((__m256i*)(void*)u, u8);
         for (int j = 0; j < 8; ++j) {
           const int64_t xc = v[i + j] < cvt[c].vlo ? cvt[c].vlo : v[i + j] > cvt[c].vhi ? cvt[c].vhi : v[i + j];
-          const int64_t t = clamp64(lut_input(&cp, xc + bias[c]), L.t_lo, L.t_hi) - L.base;
+          /* the direct form: t unclamped, within the plan's guard bins (sdp_i8_lanes8_lut_u) */
+          const int64_t t0 = lut_input(&cp, xc + bias[c]);
+          const int64_t reach = (int64_t)P->guard << P->w;
+          const int64_t t = (form == 2 ? t0 : clamp64(t0, L.t_lo, L.t_hi)) - L.base;
+          if (form == 2 && (t0 < L.t_lo - reach || t0 > L.t_hi + reach)) {
+            ++failed;
+            if (failed <= 20) printf("FAIL lut t form 2: v %d: t %lld beyond the guard bins\n", v[i + j], (long long)t0);
+          }
           if (u[j] != t) {
             ++failed;
             if (failed <= 20) printf("FAIL lut t form %d: v %d: u %d, want %lld\n", form, v[i + j], u[j], (long long)t);

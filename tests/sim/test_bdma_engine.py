@@ -3,6 +3,7 @@ NumPy reference, bit for bit in every precision; its validation; its cost (whole
 channel surfaces a copy touches, at the DRAM bandwidth) and that estimate == run."""
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -334,3 +335,131 @@ def test_the_observer_sees_the_input_and_the_copied_channels(precision):
     assert_same(seen.seen[("f0.3 accel.shuffle", observer.INPUT)], x.astype(held), "input")
     assert_same(seen.seen[("f0.3 accel.shuffle", 0)], x[:, 2:9:3].astype(held), "copied")
     assert_same(out[:, 1::4], x[:, 2:9:3], "written")
+
+
+# --- the second repeat level (accel_bdma_desc.repeat) -------------------------------------------
+
+def _transpose_op(r, s, precision):
+    """[R, S] -> [S, R] of one-element (or one-line) channels in one run (lowering._transpose's
+    two forms: a row of S channels written every R, or a column of R channels read every S)."""
+    if r <= s:
+        return Bdma(s, dst_stride=r, repeat=r - 1, src_repeat_stride=s, dst_repeat_stride=1,
+                    precision=precision)
+    return Bdma(r, src_stride=s, repeat=s - 1, src_repeat_stride=1, dst_repeat_stride=r,
+                precision=precision)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("r, s, line", [(3, 5, 1), (5, 3, 1), (4, 4, 3), (7, 2, 2),
+                                        (192, 196, 1), (1, 9, 1)])
+def test_a_transpose_is_one_repeated_run(precision, r, s, line):
+    """A ViT's patch map [1, 192, 196] into its tokens: one run (192 before), the same bytes
+    as NumPy's transpose and the reference, on 1 and 2 threads."""
+    x = _data((2, r * s, 1, line), precision, seed=r + s)
+    op = _transpose_op(r, s, precision)
+    expected = x.reshape(2, r, s, line).transpose(0, 2, 1, 3).reshape(2, r * s, 1, line)
+    assert_same(ref.run_op(op, x), expected, "reference")
+    for threads in (1, 2):
+        y, stats = Device("nv_full", num_threads=threads).run([op], x)
+        assert_same(y, expected, f"{threads} threads")
+        assert len(stats.ops) == 1
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("fields", [
+    dict(channels=3, src_offset=1, src_stride=2, dst_offset=2, dst_stride=3, repeat=2,
+         src_repeat_stride=7, dst_repeat_stride=9),  # blocks one after another
+    dict(channels=4, src_offset=0, src_stride=1, dst_offset=1, dst_stride=5, repeat=3,
+         src_repeat_stride=4, dst_repeat_stride=1),  # interleaved: a shuffle in one run
+    dict(channels=2, src_offset=3, src_stride=4, dst_offset=0, dst_stride=1, repeat=4,
+         src_repeat_stride=0, dst_repeat_stride=2),  # the same channels read every time
+    dict(channels=5, src_offset=0, src_stride=1, dst_offset=0, dst_stride=1, repeat=3,
+         src_repeat_stride=5, dst_repeat_stride=6),  # contiguous blocks, a gap between
+])
+def test_a_repeated_copy_is_its_repeats_one_level_copies(precision, fields):
+    """repeat + 1 runs, run k with both offsets moved k repeat strides, write what one
+    repeated run writes, into the same destination; the channels neither writes stay."""
+    x = _data((2, 24, 3, 2), precision, seed=fields["repeat"])
+    op = Bdma(dst_channels=30, precision=precision, **fields)
+    out, expected = _sentinel((2, 30, 3, 2), precision), _sentinel((2, 30, 3, 2), precision)
+    y, _ = DEVICE.run([op], x, out=out)
+    assert y is out
+    for k in range(fields["repeat"] + 1):
+        one = Bdma(fields["channels"], fields["src_offset"] + k * fields["src_repeat_stride"],
+                   fields["src_stride"], fields["dst_offset"] + k * fields["dst_repeat_stride"],
+                   fields["dst_stride"], 30, precision=precision)
+        DEVICE.run([one], x, out=expected)
+    assert_same(out, expected, "repeat against its copies")
+    assert_same(out, ref.run_op(op, x, _sentinel((2, 30, 3, 2), precision)), "reference")
+    assert DEVICE.output_shape([dataclasses.replace(op, dst_channels=None)], x.shape)[1] == \
+        fields["dst_offset"] + fields["repeat"] * fields["dst_repeat_stride"] + \
+        (fields["channels"] - 1) * fields["dst_stride"] + 1
+
+
+@pytest.mark.parametrize("op, error, message", [
+    (Bdma(2, repeat=-1), AccelInvalidError, "bdma repeat = -1"),
+    (Bdma(2, repeat=1, src_repeat_stride=-2), AccelInvalidError, "bdma src_repeat_stride = -2"),
+    (Bdma(2, repeat=1, dst_repeat_stride=-1), AccelInvalidError, "bdma dst_repeat_stride = -1"),
+    # the C library, in int64: the last channel read or written with the repeat
+    (Bdma(2, repeat=3, src_repeat_stride=3), AccelShapeError,
+     "repeat = 3 x src_repeat_stride = 3 + (channels = 2 - 1) x src_stride = 1 reads channel 10"
+     ", the input has 8 channels"),
+    (Bdma(1, repeat=2**31 - 1, src_repeat_stride=2**31 - 1), AccelShapeError,
+     "reads channel 4611686014132420609"),
+    (Bdma(2, repeat=1, dst_repeat_stride=1, dst_channels=3), AccelInvalidError,
+     "writes some channel twice"),
+    (Bdma(2, repeat=2, dst_repeat_stride=2, dst_channels=5), AccelInvalidError,
+     "writes channel 5, dst_channels = 5"),
+    (Bdma(3, dst_stride=2, repeat=2, dst_repeat_stride=1, dst_channels=8), AccelInvalidError,
+     "writes some channel twice"),  # interleaved, but the third repeat meets the next column
+    (Bdma(1, repeat=1, dst_repeat_stride=0, dst_channels=1), AccelInvalidError,
+     "writes some channel twice"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_repeat_fields_are_checked_and_named(op, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        DEVICE.run([op], X)
+    with pytest.raises(error, match=re.escape(message)):
+        estimate_chain("nv_full", [op], X.shape)
+
+
+def test_the_reference_refuses_a_channel_written_twice():
+    x = _data((1, 8, 1, 1), "fp32")
+    with pytest.raises(AccelInvalidError, match="writes some channel twice"):
+        ref.bdma_copy(x, 2, repeat=1, dst_repeat_stride=1)
+    with pytest.raises(AccelInvalidError, match="out of range"):
+        ref.bdma_copy(x, 2, repeat=3, src_repeat_stride=3, dst_repeat_stride=2)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_repeated_copy_moves_its_copies_bytes_in_one_run(precision):
+    """The cost of a repeated run: the bytes of its repeat + 1 one-level copies (the same
+    surfaces touched, repeat by repeat), one run's fixed cost (DRAM latency) instead of
+    repeat + 1; estimate == profile."""
+    r, s = 12, 20
+    op = _transpose_op(r, s, precision)
+    one = estimate_chain("nv_full", [op], (1, r * s, 1, 1)).ops[0]
+    copies = [estimate_chain("nv_full", [Bdma(s, src_offset=j * s, dst_offset=j, dst_stride=r,
+                                              dst_channels=r * s, precision=precision)],
+                             (1, r * s, 1, 1)).ops[0] for j in range(r)]
+    assert one.bytes_read == sum(c.bytes_read for c in copies)
+    assert one.bytes_written == sum(c.bytes_written for c in copies)
+    assert one.cycles < sum(c.cycles for c in copies)
+    x = _data((1, r * s, 1, 1), precision)
+    profile_enable(True)
+    try:
+        _, stats = DEVICE.run([op], x, label="f0.4 accel.transpose")
+    finally:
+        profile_enable(False)
+    assert stats == dataclasses.replace(estimate_chain("nv_full", [op], x.shape),
+                                        label="f0.4 accel.transpose")
+
+
+def test_the_observer_sees_the_copied_channels_repeat_by_repeat():
+    x = _data((2, 12, 2, 1), "fp32")
+    op = _transpose_op(3, 4, "fp32")
+    with observer.observing(_Collector()) as seen:
+        y, _ = DEVICE.run([op], x, label="f0.5 accel.transpose")
+    copied = seen.seen[("f0.5 accel.transpose", 0)]
+    assert copied.shape == (2, 12, 2, 1)
+    written = (np.arange(3)[:, None] * 1 + np.arange(4) * 3).ravel()
+    assert_same(copied, y[:, written], "copied, in copy order")

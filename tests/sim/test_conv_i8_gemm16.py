@@ -1,9 +1,10 @@
-"""The AVX2 INT8 GEMM (csrc/conv/i8_gemm_avx2.c, impl "gemm16_avx2"): forced on every geometry
-it computes, it gives the NumPy reference's codes bit for bit: 1x1 and kxk, strides 1-3,
-padding, dilation, groups, odd channel counts, weights of -128, every in_zero, packed and
-unpacked weights, fully connected rows, and sums near the int32 bound. The library reads
+"""The AVX2 INT8 GEMMs (csrc/conv/i8_gemm_avx2.c, impls "gemm16_avx2" and "implicit16_avx2"):
+forced on every geometry it computes, each gives the NumPy reference's codes bit for bit: 1x1
+and kxk, strides 1-3, padding, dilation, groups, odd channel counts, weights of -128, every
+in_zero, packed and unpacked weights (each in both packed layouts: stride-1 kxk layers pack
+tap by tap), fully connected rows, and sums near the int32 bound. The library reads
 ACCEL_CONV_IMPL once per process, so the layers run in a child process. On builds without the
-kernel (AVX-512 VNNI builds, or no AVX2) the list's own choices run and must agree as well."""
+kernels (AVX-512 VNNI builds, or no AVX2) the list's own choices run and must agree as well."""
 import json
 import os
 import subprocess
@@ -43,6 +44,15 @@ LAYERS = [
 # over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
 # positions (the GEMM) and a 3x3 on a 3x3 input (one position: the matrix-vector path).
 DEEP = [(1, 65536, 3, 3, 9, 1, 1, 1, 0, 1, 1, -128), (1, 7281, 3, 3, 9, 3, 3, 1, 0, 1, 1, -128)]
+# The implicit GEMM's own cases (stride 1): depth chunks, several tiles of output rows, the
+# channels split when two rows do not fit, a kxk window on 2x2 outputs at the int32 bound.
+IMPLICIT = [
+    (1, 96, 20, 20, 40, 3, 3, 1, 1, 1, 1, -128),  # 48 pairs: 2 depth chunks
+    (1, 16, 24, 40, 256, 3, 3, 1, 1, 1, 1, 9),    # tiles of a few output rows
+    (1, 8, 6, 64, 1024, 3, 3, 1, 1, 1, 1, -3),    # one row's sums exceed the budget: split
+    (1, 10, 6, 7, 8, 1, 1, 1, 1, 1, 1, -128),     # 1x1 with padding (forced only)
+    (1, 7281, 4, 4, 9, 3, 3, 1, 0, 1, 1, -128),   # depth 65529 at the bound, 4 positions
+]
 
 CHILD = r"""
 import hashlib, json, sys
@@ -104,12 +114,20 @@ def _has_kernel():
     return "avx2" in isa and "avx512_vnni" not in isa
 
 
-def _check(layers, threads):
-    got, names = _run(layers, threads, ACCEL_CONV_IMPL="gemm16_avx2", ACCEL_VERBOSE="1")
+def _implicit_computes(layer):
+    """Whether implicit16_avx2 computes a layer when forced: grouped or dense, stride 1, more
+    than one output position."""
+    n, c, h, w, k, kh, kw, s, p, d, g, z = layer
+    return c // g > 1 and s == 1 and (h + 2 * p - d * (kh - 1)) * (w + 2 * p - d * (kw - 1)) > 1
+
+
+def _check(layers, threads, impl="gemm16_avx2"):
+    got, names = _run(layers, threads, ACCEL_CONV_IMPL=impl, ACCEL_VERBOSE="1")
     if _has_kernel():
-        assert names == ["gemm16_avx2"] * (2 * len(layers)), names
+        computes = [impl == "gemm16_avx2" or _implicit_computes(layer) for layer in layers]
+        assert [name == impl for name in names] == [c for c in computes for _ in (0, 1)], names
     else:  # not built: forcing it leaves the list's choices
-        assert len(names) == 2 * len(layers) and "gemm16_avx2" not in names, names
+        assert len(names) == 2 * len(layers) and impl not in names, names
     for i, layer in enumerate(layers):
         for packed in (0, 1):
             x, chain = chain_of(layer, packed)
@@ -129,11 +147,28 @@ def test_gemm16_one_thread_and_sums_near_the_int32_bound():
     assert ref.run_chain(chain, x)[0, 0].max() == 0
 
 
+def test_implicit16_gives_the_reference_codes():
+    """Forced on every layer above (those it does not compute run the list's choice) and its
+    own, with 2 threads and 1: the sums of the pair copy equal the reference's."""
+    _check(LAYERS + IMPLICIT, 2, "implicit16_avx2")
+    _check(IMPLICIT + LAYERS[:1] + LAYERS[5:6], 1, "implicit16_avx2")
+
+
+def test_gemm16_reads_the_tap_by_tap_layout():
+    """Stride-1 kxk layers pack tap by tap; the column GEMM runs them from that layout where
+    the implicit one is not chosen (7x7 planes, one position)."""
+    _check(IMPLICIT[:2] + LAYERS[14:15], 2)
+
+
 def test_gemm16_runs_where_the_list_chooses_it():
-    """Dense and grouped layers take gemm16_avx2 in an AVX2 build without VNNI; depthwise ones
-    do not."""
-    _, names = _run(LAYERS[:2] + LAYERS[8:9], 2, ACCEL_VERBOSE="1")
+    """Dense and grouped layers take gemm16_avx2 in an AVX2 build without VNNI, but stride-1
+    kxk layers on planes whose rows drop at most a fifteenth of their columns take
+    implicit16_avx2 (a 40-wide plane: 2 of 42; a 20-wide one: 2 of 22 is too many); depthwise
+    layers take neither."""
+    _, names = _run(LAYERS[:2] + LAYERS[8:9] + IMPLICIT[:1] + [IMPLICIT[1]], 2, ACCEL_VERBOSE="1")
     if _has_kernel():
-        assert names[:4] == ["gemm16_avx2"] * 4 and "gemm16_avx2" not in names[4:], names
+        assert names[:4] == ["gemm16_avx2"] * 4, names
+        assert not {"gemm16_avx2", "implicit16_avx2"} & set(names[4:6]), names
+        assert names[6:] == ["gemm16_avx2"] * 2 + ["implicit16_avx2"] * 2, names
     else:
-        assert len(names) == 6 and "gemm16_avx2" not in names, names
+        assert len(names) == 10 and not {"gemm16_avx2", "implicit16_avx2"} & set(names), names

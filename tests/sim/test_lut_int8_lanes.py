@@ -386,7 +386,7 @@ def test_verbose_names_the_plan(tmp_path):
 
 def test_kept_lane_constants_follow_the_channels():
     """The conv epilogue's per-channel lane constants are kept between calls keyed by the
-    channels' bias, mul and rshift (sdp_i8_lut.c's lanes cache): the same layer with one
+    channels' bias, mul and rshift (sdp_i8_lanes.c's lanes cache): the same layer with one
     channel's bias changed, under the same kept plan, still gives the reference's codes."""
     rng = np.random.default_rng(29)
     op, _ = _compiler_case("silu", 72)

@@ -139,14 +139,20 @@ OP.cdp.k = {c_float(n.k)};
 
 
 def bdma_op(c: CopySpec, dst_channels: int, precision: str) -> str:
-    """A BDMA copy of channels src_offset + i * src_stride to dst_offset + i * dst_stride."""
+    """A BDMA copy of channels src_offset + r * src_repeat_stride + i * src_stride to
+    dst_offset + r * dst_repeat_stride + i * dst_stride (the repeat's fields only where it
+    has one: the descriptor starts zeroed)."""
+    repeat = "" if not c.repeat else (
+        f"\n        OP.bdma.repeat = {c.repeat}; OP.bdma.src_repeat_stride = "
+        f"{c.src_repeat_stride}; OP.bdma.dst_repeat_stride = {c.dst_repeat_stride};")
+    copies = f"{c.repeat + 1} x {c.channels} channels" if c.repeat else f"{c.channels} channels"
     return textwrap.dedent(f"""\
-        OP.engine = ACCEL_ENGINE_BDMA;  /* {c.channels} channels */
+        OP.engine = ACCEL_ENGINE_BDMA;  /* {copies} */
         OP.bdma.src_offset = {c.src_offset}; OP.bdma.src_stride = {c.src_stride}; \
 OP.bdma.channels = {c.channels};
         OP.bdma.dst_offset = {c.dst_offset}; OP.bdma.dst_stride = {c.dst_stride}; \
 OP.bdma.dst_channels = {dst_channels};
-        OP.bdma.precision = {c_precision(precision)};""")
+        OP.bdma.precision = {c_precision(precision)};{repeat}""")
 
 
 def rubik_op(r: RubikSpec, precision: str) -> str:

@@ -48,7 +48,8 @@ def _op(gen, op, tensor, operand, weights=None, units=()) -> str:
     p = gen.precision
     if isinstance(op, Bdma):
         copy = CopySpec(None, op.channels, op.src_offset, op.src_stride, op.dst_offset,
-                        op.dst_stride)
+                        op.dst_stride, repeat=op.repeat, src_repeat_stride=op.src_repeat_stride,
+                        dst_repeat_stride=op.dst_repeat_stride)
         return emit.bdma_op(copy, op.dst_channels, p)
     if isinstance(op, Pool):
         spec = PoolSpec(op.kind, tuple(op.kernel), tuple(op.stride), tuple(op.padding),
@@ -103,7 +104,7 @@ def _clears(ops) -> bool:
     """Whether a pass leaves output channels unwritten (a BDMA copy of fewer channels than its
     surface has: the zero padding of an odd half), so its output must start as zeros."""
     return any(isinstance(op, Bdma) and op.dst_channels is not None and
-               (op.dst_offset > 0 or op.dst_stride > 1 or op.channels < op.dst_channels)
+               (op.repeat + 1) * op.channels < op.dst_channels  # none is written twice
                for op in ops)
 
 

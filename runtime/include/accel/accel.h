@@ -42,14 +42,15 @@ extern "C" {
 #endif
 
 enum {
-  ACCEL_ABI_VERSION = 13,  /* bumped when a struct below changes layout or tvm_glue.h needs a
+  ACCEL_ABI_VERSION = 14,  /* bumped when a struct below changes layout or tvm_glue.h needs a
                             * new function (4: CDP, BDMA; 5: the configuration fields of image
                             * input, Winograd, CBUF banks, DRAM, SRAM, weight compression and
                             * energy; 6: accel_tensor.layout; 7: accel_buffer_alloc; 8: the
                             * RTL-calibrated configuration fields; 9: RUBIK,
                             * accel_config.rubik_bytes_per_cycle; 10:
                             * accel_sdp_desc.ew_per_channel; 11: accel_cdp_desc.int8; 12:
-                            * accel_transpose; 13: accel_sdp_desc.x1, x2) */
+                            * accel_transpose; 13: accel_sdp_desc.x1, x2; 14:
+                            * accel_bdma_desc.repeat, src_repeat_stride, dst_repeat_stride) */
   ACCEL_MAX_CHAIN_OPS = 8, /* ops in one accel_run */
   ACCEL_MAX_CONV_KERNEL = 32,  /* CONV weight window per side (5-bit register field + 1) */
   ACCEL_MAX_CONV_STRIDE = 8,   /* CONV stride per side (3-bit register field + 1) */
@@ -388,8 +389,8 @@ typedef enum accel_eltwise {
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
  *         hardsigmoid exactly as written; GELU in fp32 through the library's own
- *         polynomials per unit interval and exp_f32 (csrc/lut.c: gelu_f32, plain fp32
- *         operations, the same bits on every host and in the NumPy reference): within 4.6 ulp
+ *         polynomials per unit interval and exp_f32's steps (csrc/lut.c: gelu_f32, plain fp32
+ *         operations, the same bits on every host and in the NumPy reference): within 4.0 ulp
  *         of t erfc(-t / sqrt 2) / 2 (in units of 2^-149 for subnormal results), relative for
  *         negative t too (0.5 t (1 + erf) would cancel there); its tanh form in double,
  *         rounded once;
@@ -713,25 +714,43 @@ typedef struct accel_cdp_desc {
 } accel_cdp_desc;
 
 /* BDMA: a strided copy of channels, bit for bit (a copy never converts). Input (n, C, h, w),
- * output (n, dst_channels, h, w):
- *   for i < channels:  out[:, dst_offset + i*dst_stride] = in[:, src_offset + i*src_stride]
+ * output (n, dst_channels, h, w); the copy of `channels` channels runs repeat + 1 times:
+ *   for r <= repeat, i < channels:
+ *     out[:, dst_offset + r*dst_repeat_stride + i*dst_stride]
+ *         = in[:, src_offset + r*src_repeat_stride + i*src_stride]
  * Every other output channel is left untouched, so several runs fill one destination: a concat
  * is one run per input (dst_offset = the channels before it), a split / chunk one run per part
  * (src_offset = its first channel), a channel shuffle of g groups g runs with dst_stride = g
- * (run j: src_offset = j*C/g, channels = C/g, dst_offset = j). Any precision the simulator runs.
- * Checks: the fields' ranges below; src_offset + (channels-1)*src_stride < C (ACCEL_ERR_SHAPE),
- * dst_offset + (channels-1)*dst_stride < dst_channels (ACCEL_ERR_INVALID); the output tensor's
- * n, h, w are the input's and its c is dst_channels; input and output must not overlap. A BDMA
- * op runs alone in its run (num_ops == 1), in either mode: it is not part of the CONV -> SDP
- * -> PDP pipe. Needs ACCEL_FEATURE_BDMA (ACCEL_ERR_UNSUPPORTED otherwise). */
+ * (run j: src_offset = j*C/g, channels = C/g, dst_offset = j). The repeat is NVDLA's second
+ * level (its BDMA copies a line LINE_REPEAT + 1 times at the line strides, then that surface
+ * SURF_REPEAT + 1 times at the surface strides; nvdla/doc, programming guide, "BDMA
+ * programming"): a transpose of R x S "channels" (one element or line each) is one run,
+ * channels = S read in order and written every R, repeated R times one row further (src
+ * S, dst 1), where it was R runs. Any precision the simulator runs. Checks: the fields'
+ * ranges below; the last channel read, src_offset + repeat*src_repeat_stride +
+ * (channels-1)*src_stride < C (ACCEL_ERR_SHAPE); the last written, dst_offset +
+ * repeat*dst_repeat_stride + (channels-1)*dst_stride < dst_channels (ACCEL_ERR_INVALID); no
+ * channel written twice: with a repeat, the repeats' blocks follow one another
+ * (dst_repeat_stride > (channels-1)*dst_stride) or interleave (dst_repeat_stride >= 1 and
+ * dst_stride > repeat*dst_repeat_stride), ACCEL_ERR_INVALID otherwise (which copy lands last
+ * would be the order's); the output tensor's n, h, w are the input's and its c is
+ * dst_channels; input and output must not overlap. A BDMA op runs alone in its run (num_ops
+ * == 1), in either mode: it is not part of the CONV -> SDP -> PDP pipe. Needs
+ * ACCEL_FEATURE_BDMA (ACCEL_ERR_UNSUPPORTED otherwise). */
 typedef struct accel_bdma_desc {
   int32_t src_offset;        /* first input channel read, >= 0 */
   int32_t src_stride;        /* input channel step, >= 1 */
-  int32_t channels;          /* channels copied, >= 1 */
+  int32_t channels;          /* channels copied per repeat, >= 1 */
   int32_t dst_offset;        /* first output channel written, >= 0 */
   int32_t dst_stride;        /* output channel step, >= 1 */
   int32_t dst_channels;      /* channels of the output surface, >= 1 */
   accel_precision precision; /* element type of both tensors */
+  int32_t repeat;            /* (ABI 14) further copies, >= 0 (0: one copy; NVDLA's
+                              * SURF_REPEAT) */
+  int32_t src_repeat_stride; /* (ABI 14) input channels from one copy's first to the next's,
+                              * >= 0 (unused without a repeat) */
+  int32_t dst_repeat_stride; /* (ABI 14) output channels from one copy's first to the next's,
+                              * >= 0 (unused without a repeat) */
 } accel_bdma_desc;
 
 /* RUBIK modes (accel_rubik_desc.mode), NVDLA's D_MISC_CFG.RUBIK_MODE. SPLIT (a feature cube
