@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-import numpy as np
-
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
-from .relax_exprs import Unsupported, constant_value, is_constant, static_shape
+from .relax_exprs import Unsupported, is_constant, static_shape
 
 
 def conv_modes(layer, config: AccelConfig, fuse: bool, precision: str = "fp32",
@@ -220,15 +218,6 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
         raise Unsupported(f"an int8 element-wise {layer.sdp.ew_op} before a "
                           f"{layer.sdp.act} is not generated (its operand would have to be "
                           "converted to the lookup table's input units)")
-    if precision == "int8" and layer.conv is None:
-        # Without a conv to take it into the weights, a channel factor of 0 would zero the
-        # shift too: the int8 SDP adds its bias before it multiplies.
-        bn = layer.sdp.batch_norm
-        for what, expr in (("batch_norm gamma", bn.gamma if bn else None),
-                           ("per-channel scale", layer.sdp.scale)):
-            if expr is not None and is_constant(expr) and np.any(constant_value(expr) == 0):
-                raise Unsupported(f"a {what} of 0 has no int8 converter (the SDP adds its "
-                                  "bias before it multiplies)")
     if layer.pool is not None and layer.pool.passes()[1] != 1.0 and (
             layer.conv is not None or not layer.sdp.empty() or precision == "int8"):
         raise Unsupported(f"a global average pool of {layer.pool.kernel[0]}x"

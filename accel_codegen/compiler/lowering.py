@@ -741,7 +741,14 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     # Per channel as the op sees the operand (after any reshape); then read the values from
     # behind a reshape bound inside the chain, which keeps their order.
     affine = AFFINE_ONLY.get(name, name)
-    if affine in ("relax.add", "relax.multiply") and _per_channel_operand(other, feature):
+    # A computed addend of the tensor's own shape is the element-wise adder's operand, read
+    # from memory as a residual add's: where the tensor is one value per channel (N = 1,
+    # H = W = 1: an LSTM step's gates, the state Gemm plus the input's), it would also pass
+    # for a bias, which fp16 and int8 code take only as constants.
+    elementwise = name == "relax.add" and not is_constant(_strip_reshape(other, lookup)) and \
+        static_shape(other) == feature
+    if affine in ("relax.add", "relax.multiply") and not elementwise and \
+            _per_channel_operand(other, feature):
         operand = _channel_operand(other, name, channels, lookup)
         if sdp.batch_norm is not None or sdp.ew_op is not None or sdp.act is not None:
             raise Unsupported(f"a per-channel {name} after batch norm, an element-wise op or an "

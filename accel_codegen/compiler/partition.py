@@ -32,6 +32,7 @@ from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import coded_reason, reason_code
+from .recurrent import recurrent_steps
 from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
@@ -41,7 +42,8 @@ from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, end_at_first_it
                        first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
-                       silu_from_sigmoid, split_into_slices, static_shapes)
+                       shared_constant_reshapes, silu_from_sigmoid, split_into_slices,
+                       static_shapes)
 from .vm import virtual_machine
 from ..sim.labels import layer_key, run_key
 from .walk import composite_calls, external_calls
@@ -251,7 +253,7 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
                     gelu_from_erf, layer_norm_from_formula, split_into_slices,
                     flattened_global_pools, broadcast_weight_matmuls, attention_cores,
-                    *EXACT_REWRITES):
+                    recurrent_steps, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                      relax.transform.DeadCodeElimination()])
@@ -259,7 +261,11 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     mod = tidy(mod)
     for rewrite in WINDOW_REWRITES:
         mod = rewrite(mod)
-    return tidy(mod)
+    # Once more, last: a rewrite through TVM's rewrite_call that changes a function merges
+    # its equal expressions, among them the layers' transposes of one constant weight (an
+    # unrolled LSTM's 20 steps of one W_hh), which a chain then cannot take (an intermediate
+    # read outside it): each dense layer reads the transposed constant itself again.
+    return tidy(shared_constant_reshapes(mod))
 
 
 def _params_digest(params) -> Optional[str]:

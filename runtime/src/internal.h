@@ -18,6 +18,8 @@ accel_status chain_resolve(const accel_config* cfg, const accel_op* ops, int32_t
 
 /* Append a run's records to the process profile when profiling is enabled. */
 void profile_record(const accel_run_stats* run, const accel_op_stats* ops);
+/* Whether profiling is enabled (a run costs itself only when someone reads the cost). */
+int profile_enabled(void);
 
 /* Hand a tensor to the calibration observer, if one is set. */
 void observe(const char* label, int32_t op_index, const accel_tensor* tensor);

@@ -37,6 +37,13 @@ void accel_profile_enable(int32_t enable) {
   pthread_mutex_unlock(&lock);
 }
 
+int profile_enabled(void) {
+  pthread_mutex_lock(&lock);
+  const int on = enabled;
+  pthread_mutex_unlock(&lock);
+  return on;
+}
+
 void profile_record(const accel_run_stats* run, const accel_op_stats* op_records) {
   pthread_mutex_lock(&lock);
   /* A record that cannot be stored is dropped rather than failing the run it describes. */
