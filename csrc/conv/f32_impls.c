@@ -7,8 +7,8 @@
  * rows (dw_rows_avx512), other depthwise kernels through a padded phase copy
  * (dw_avx512); the implicit GEMM where its grid wastes few columns and its weight panel
  * streams well (implicit_avx512); packed panels otherwise (packed_avx512); without AVX-512
- * (x86-64-v3) depthwise (dw_avx2) and GEMM (gemm_avx2) kernels of 8-lane FMAs in the same
- * order; and last OpenBLAS on im2col tiles (blas), for builds without AVX2 and FMA, in
+ * (x86-64-v3) depthwise 3x3 and 5x5 by output rows (dw_rows_avx2), other depthwise (dw_avx2)
+ * and GEMM (gemm_avx2) kernels of 8-lane FMAs in the same order; and last OpenBLAS on im2col tiles (blas), for builds without AVX2 and FMA, in
  * OpenBLAS's order (its thread pool and ours would spin against each other on convolutions,
  * hence not used where a kernel of ours applies).
  * ACCEL_CONV_IMPL=name runs `name` where it supports the geometry; ACCEL_VERBOSE=1 prints the
@@ -38,6 +38,7 @@ static const conv_f32_impl* const impls[] = {
     &conv_f32_packed_avx512_impl, /* always applies: the AVX2 ones run only when forced */
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
+    &conv_f32_dw_rows_avx2_impl,
     &conv_f32_dw_avx2_impl,
     &conv_f32_gemm_avx2_impl,
 #endif

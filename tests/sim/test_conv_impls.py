@@ -21,7 +21,7 @@ I8_IMPLS = ["dw_rows_vbmi", "dw_vnni", "im2col_vnni", "stem_vbmi", "amx", "small
             "dw_madd_avx2", "stem_madd_avx2", "implicit_vnni", "implicit16_avx2", "gemm16_avx2",
             "portable"]
 F32_IMPLS = ["fc_blas", "dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
-             "packed_avx512", "dw_avx2", "gemm_avx2", "blas"]
+             "packed_avx512", "dw_rows_avx2", "dw_avx2", "gemm_avx2", "blas"]
 C16_IMPLS = ["c16_pointwise", "c16_depthwise", "c16_dense_3x3", "c16_winograd", "c16_stem",
              "c16_stem_pool"]
 LINE = re.compile(r"^accel_verbose,conv,(int8|fp32|fp16),(\w+),mb(\d+)_g(\d+)_ic(\d+)oc(\d+)_"
@@ -315,29 +315,40 @@ def test_depthwise_lut_epilogues_give_the_same_bits(act):
 # (7x7, 5x5 600 deep: depth blocks), a classifier row (all tail), a 1x1 on 56x56 and a
 # 5x5 on 30x30 (the implicit GEMM: no tail), a stride-2 3x3 with a tail of 1 (packed), an RGB
 # stride-2 stem, a batch of two 10x10 images (tails of 4), a depthwise 3x3/2 on 28x28, a
-# one-channel input with 6 outputs, a depthwise 9x9.
+# one-channel input with 6 outputs, a depthwise 9x9 (dw_avx2's copy), and for dw_rows_avx2
+# (3x3 and 5x5 by rows: in-place steps, steps across an edge, padding rows): MobileNetV2's
+# 3x3 on 14x14 and 7x7 (rows of 8), 5x5 and 5x5/2 with odd planes, a plane narrower than a
+# step, asymmetric and wide padding, a depth multiplier of 2 on a batch of two.
 AVX2_LAYERS = [(1, 64, 14, 14, 64, 3, 1, 1, 1), (1, 256, 7, 7, 100, 1, 1, 0, 1),
                (1, 1024, 1, 1, 1000, 1, 1, 0, 1), (1, 32, 56, 56, 64, 1, 1, 0, 1),
                (1, 8, 30, 30, 12, 5, 1, 2, 1), (1, 16, 23, 23, 24, 3, 2, 1, 1),
                (1, 3, 32, 32, 16, 3, 2, 1, 1), (2, 40, 10, 10, 24, 1, 1, 0, 1),
                (1, 600, 5, 5, 70, 3, 1, 1, 1), (1, 96, 28, 28, 96, 3, 2, 1, 96),
-               (1, 1, 28, 28, 6, 5, 1, 0, 1), (1, 48, 15, 15, 48, 9, 1, 4, 48)]
+               (1, 1, 28, 28, 6, 5, 1, 0, 1), (1, 48, 15, 15, 48, 9, 1, 4, 48),
+               (1, 24, 14, 14, 24, 3, 1, 1, 24), (1, 24, 7, 7, 24, 3, 1, 1, 24),
+               (1, 16, 37, 37, 16, 5, 1, 2, 16), (1, 16, 41, 41, 16, 5, 2, 2, 16),
+               (1, 8, 3, 5, 8, 3, 2, 0, 8), (1, 8, 20, 27, 8, 3, 1, 2, 8),
+               (2, 8, 19, 45, 16, 5, 2, 1, 8)]
 
 
 def test_avx2_kernels_give_the_avx512_kernels_bits():
-    """The x86-64-v3 build's fp32 kernels (gemm_avx2, dw_avx2: 8-lane FMAs) sum in
-    conv/f32_order.h's order: forced on this build, they give the bits the list's own choices
-    give (the AVX-512 kernels on an AVX-512 host), dot-product tails and depthwise taps
-    included, so a result does not depend on which host path ran."""
+    """The x86-64-v3 build's fp32 kernels (gemm_avx2, dw_rows_avx2, dw_avx2: 8-lane FMAs) sum
+    in conv/f32_order.h's order: forced on this build, they give the bits the list's own
+    choices give (the AVX-512 kernels on an AVX-512 host), dot-product tails and depthwise taps
+    included, so a result does not depend on which host path ran. dw_avx2 is forced alone too:
+    the list puts dw_rows_avx2 before it for 3x3 and 5x5 kernels."""
     layers = LAYERS + [l for l in L1_LAYERS if not isinstance(l[5], list)] + AVX2_LAYERS
     base, base_lines = _child(layers, ["fp32"], ACCEL_VERBOSE="1")
-    forced, lines = _child(layers, ["fp32"], ACCEL_VERBOSE="1",
-                           ACCEL_CONV_IMPL="gemm_avx2,dw_avx2")
-    names = [_parse(line)[1] for line in lines]
-    if " avx2" in _cpu_flags() and " fma" in _cpu_flags():
-        assert set(names) == {"gemm_avx2", "dw_avx2", "fc_blas"}, names
     if " avx512f" in _cpu_flags():
         assert {_parse(line)[1] for line in base_lines} >= {
             "packed_avx512", "implicit_avx512", "dw_rows_avx512", "dw_avx512"}
-    for i, layer in enumerate(layers):
-        assert forced[f"{i}/fp32"][0] == base[f"{i}/fp32"][0], (layer, names[i])
+    avx2 = " avx2" in _cpu_flags() and " fma" in _cpu_flags()
+    for forcing, expected in (("gemm_avx2,dw_rows_avx2,dw_avx2",
+                               {"gemm_avx2", "dw_rows_avx2", "dw_avx2", "fc_blas"}),
+                              ("gemm_avx2,dw_avx2", {"gemm_avx2", "dw_avx2", "fc_blas"})):
+        forced, lines = _child(layers, ["fp32"], ACCEL_VERBOSE="1", ACCEL_CONV_IMPL=forcing)
+        names = [_parse(line)[1] for line in lines]
+        if avx2:
+            assert set(names) == expected, names
+        for i, layer in enumerate(layers):
+            assert forced[f"{i}/fp32"][0] == base[f"{i}/fp32"][0], (forcing, layer, names[i])
