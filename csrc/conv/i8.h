@@ -214,6 +214,12 @@ typedef struct conv_i8_impl {
   accel_status (*run)(const conv_i8_call* c);
 } conv_i8_impl;
 
+/* The converters of channels [0, k) of p for |v| <= vmax, kept in the device's workspace from
+ * run to run (conv/i8_lanes_cache.c, every build). */
+const sdp_i8_lane_cvt* i8_lanes_cached(const sdp_i8* p, int64_t k, int64_t vmax, int add_ok,
+                                       workspace* ws, int* kind, int8_t* lo, int8_t* hi,
+                                       sdp_i8_lane_add* add);
+
 extern const conv_i8_impl conv_i8_portable_impl;
 #ifdef __AVX2__
 extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
@@ -611,9 +617,6 @@ void i8_imp_make_plan(const plan* P, imp_plan* Q);
 void i8_imp_used_phases(const plan* P, imp_plan* Q);
 int i8_imp_reserve_copy(const plan* P, const imp_plan* Q, int32_t in_zero, workspace* ws,
                         uint8_t** copy, int64_t** off);
-const sdp_i8_lane_cvt* i8_lanes_cached(const sdp_i8* p, int64_t k, int64_t vmax, int add_ok,
-                                       workspace* ws, int* kind, int8_t* lo, int8_t* hi,
-                                       sdp_i8_lane_add* add);
 int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J);
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
                           int64_t ldc, int64_t at, int64_t cols, int wide, int split);

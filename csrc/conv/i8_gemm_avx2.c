@@ -26,7 +26,8 @@
  * Threads: pool_for over (image, group, tile, chunk of channel blocks).
  * Stride-1 kxk layers on wide planes run without columns (impl "implicit16_avx2", below): the
  * input copied once as int16 pairs of channels, read in place tap by tap against weights packed
- * tap by tap (LAYOUT_I16T), which the column GEMM also reads where that one is not chosen.
+ * tap by tap (LAYOUT_I16T), 6 channels x 16 positions a micro-kernel, which the column GEMM
+ * also reads where that one is not chosen.
  */
 #include "conv/i8.h"
 #include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build has sdp_i8_lanes8_run */
@@ -40,7 +41,7 @@ enum {
   G2_MAX_PANELS = 16,     /* panels per tile, at most */
   G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
   G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
-  I16_NR = 16               /* the implicit GEMM's positions per panel (its B in registers) */
+  I16_NR = 16               /* the implicit GEMM's positions per panel (its rows in registers) */
 };
 
 _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
@@ -100,43 +101,57 @@ static const g2_fn g2_table[4][G2_MR + 1] = {{0, 0, 0, 0, 0},
                                              {0, g2_1_2, g2_2_2, g2_3_2, g2_4_2},
                                              {0, g2_1_3, g2_2_3, g2_3_3, g2_4_3}};
 
-/* The implicit GEMM's micro-kernel: the same sums over ntaps taps of kc pairs each, tap t's
- * words from a + t as and its pair rows from b + 2 off[t] (bs apart), the accumulators in
- * registers across the taps (a call per tap cost a sixth more in loads, stores and calls). */
-static inline __attribute__((always_inline)) void g2t_body(const int MR_, const int NV,
+/* The implicit GEMM's micro-kernel, 6 channels x 8 NV positions (NV <= 2): the same sums over
+ * ntaps taps of kc pairs each, row m's words from p[m] (pair j of tap t at p[m][t as + j MR]:
+ * the rows may lie in two packed blocks) and the pair rows from b + 2 off[t] (bs apart), the
+ * pair rows in registers (two loads a pair step; 12 accumulators, 2 rows, the word and a
+ * product fill the 16 registers) and the accumulators across the taps (a call per tap cost a
+ * sixth more in loads, stores and calls). */
+#define G6_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define G6_PTR(m) const int32_t* const p##m = p[MR_ > m ? m : 0];
+#define G6_MAC(m)                                                                \
+  if (MR_ > m) {                                                                 \
+    const __m256i w = _mm256_set1_epi32(p##m[o]);                                \
+    c##m##0 = _mm256_add_epi32(c##m##0, _mm256_madd_epi16(w, b0));               \
+    if (NV > 1) c##m##1 = _mm256_add_epi32(c##m##1, _mm256_madd_epi16(w, b1));   \
+  }
+static inline __attribute__((always_inline)) void g6t_body(const int MR_, const int NV,
                                                            int64_t kc, int64_t ntaps,
-                                                           const int32_t* a0, int64_t as,
+                                                           const int32_t* const* p, int64_t as,
                                                            const int16_t* bb, const int64_t* off,
                                                            int64_t bs, int32_t* c, int64_t ldc,
                                                            int more) {
-  G2_ROWS(G2_ACC)
+  G6_ROWS(G6_PTR)
+  G6_ROWS(G2_ACC)
   for (int64_t t = 0; t < ntaps; ++t) {
-    const int32_t* a = a0 + t * as;
     const int16_t* b = bb + 2 * off[t];
-    for (int64_t j = 0; j < kc; ++j, a += MR, b += bs) {
+    int64_t o = t * as;
+    for (int64_t j = 0; j < kc; ++j, o += MR, b += bs) {
       __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
       __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
-      const __m256i b2 = b0; /* NV <= 2 (G2_MAC's third vector unused) */
       __asm__("" : "+x"(b0), "+x"(b1)); /* in registers: one load each, not one per row */
-      G2_ROWS(G2_MAC)
+      G6_ROWS(G6_MAC)
     }
   }
-  G2_ROWS(G2_OUT)
+  G6_ROWS(G2_OUT)
 }
 
-typedef void (*g2t_fn)(int64_t, int64_t, const int32_t*, int64_t, const int16_t*, const int64_t*,
-                       int64_t, int32_t*, int64_t, int);
-#define G2T_KERNEL(M_, V_)                                                                   \
-  static void g2t_##M_##_##V_(int64_t kc, int64_t ntaps, const int32_t* a, int64_t as,       \
-                              const int16_t* b, const int64_t* off, int64_t bs, int32_t* c,  \
-                              int64_t ldc, int more) {                                       \
-    g2t_body(M_, V_, kc, ntaps, a, as, b, off, bs, c, ldc, more);                            \
+enum { G6_MR = 6 };
+typedef void (*g6t_fn)(int64_t, int64_t, const int32_t* const*, int64_t, const int16_t*,
+                       const int64_t*, int64_t, int32_t*, int64_t, int);
+#define G6T_KERNEL(M_, V_)                                                                    \
+  static void g6t_##M_##_##V_(int64_t kc, int64_t ntaps, const int32_t* const* p, int64_t as, \
+                              const int16_t* b, const int64_t* off, int64_t bs, int32_t* c,   \
+                              int64_t ldc, int more) {                                        \
+    g6t_body(M_, V_, kc, ntaps, p, as, b, off, bs, c, ldc, more);                             \
   }
-G2T_KERNEL(1, 1) G2T_KERNEL(2, 1) G2T_KERNEL(3, 1) G2T_KERNEL(4, 1)
-G2T_KERNEL(1, 2) G2T_KERNEL(2, 2) G2T_KERNEL(3, 2) G2T_KERNEL(4, 2)
-static const g2t_fn g2t_table[3][G2_MR + 1] = {{0, 0, 0, 0, 0},
-                                               {0, g2t_1_1, g2t_2_1, g2t_3_1, g2t_4_1},
-                                               {0, g2t_1_2, g2t_2_2, g2t_3_2, g2t_4_2}};
+G6T_KERNEL(1, 1) G6T_KERNEL(2, 1) G6T_KERNEL(3, 1) G6T_KERNEL(4, 1) G6T_KERNEL(5, 1)
+G6T_KERNEL(6, 1) G6T_KERNEL(1, 2) G6T_KERNEL(2, 2) G6T_KERNEL(3, 2) G6T_KERNEL(4, 2)
+G6T_KERNEL(5, 2) G6T_KERNEL(6, 2)
+static const g6t_fn g6t_table[3][G6_MR + 1] = {
+    {0, 0, 0, 0, 0, 0, 0},
+    {0, g6t_1_1, g6t_2_1, g6t_3_1, g6t_4_1, g6t_5_1, g6t_6_1},
+    {0, g6t_1_2, g6t_2_2, g6t_3_2, g6t_4_2, g6t_5_2, g6t_6_2}};
 
 /* ---- columns ------------------------------------------------------------------------------ */
 
@@ -661,6 +676,7 @@ static void i16_item(void* ctx, int64_t it, int participant) {
   const int64_t v0 = oy0 * wp, ldb = (nrow * wp + 7) / 8 * 8;
   const int64_t npanels = (ldb + I16_NR - 1) / I16_NR;
   const int64_t mb0 = P->mblocks * mc / J->mchunks, mb1 = P->mblocks * (mc + 1) / J->mchunks;
+  const int64_t kf = mb0 * MR, nk = (P->mg < mb1 * MR ? P->mg : mb1 * MR) - kf;
   int32_t* acc = (int32_t*)(void*)J->bufs[participant];
   const int16_t* xb = J->x + bg * cg2 * J->pstride * 2;
   for (int64_t c0 = 0; c0 < cg2; c0 += J->chunk) {
@@ -668,15 +684,15 @@ static void i16_item(void* ctx, int64_t it, int participant) {
     for (int64_t q = 0; q < npanels; ++q) {
       const int64_t wq = ldb - q * I16_NR < I16_NR ? ldb - q * I16_NR : I16_NR;
       const int16_t* bq = xb + (c0 * J->pstride + v0 + q * I16_NR) * 2;
-      for (int64_t mb = mb0; mb < mb1; ++mb) {
-        const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
-        const int32_t* a = J->w + ((grp * P->mblocks + mb) * rs * cg2 + c0) * MR;
-        int32_t* c = acc + (mb - mb0) * MR * ldb + q * I16_NR;
-        for (int64_t h = 0; h * G2_MR < nrows; ++h) {
-          const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
-          g2t_table[wq / 8][mr](kc, rs, a + h * G2_MR, cg2 * MR, bq, J->off, 2 * J->pstride,
-                                c + h * G2_MR * ldb, ldb, c0 > 0);
+      for (int64_t r = 0; r < nk; r += G6_MR) { /* the item's channels kf + r.., 6 a call */
+        const int64_t mr = nk - r < G6_MR ? nk - r : G6_MR;
+        const int32_t* p[G6_MR];
+        for (int64_t m = 0; m < mr; ++m) {
+          const int64_t k = kf + r + m;
+          p[m] = J->w + ((grp * P->mblocks + k / MR) * rs * cg2 + c0) * MR + k % MR;
         }
+        g6t_table[wq / 8][mr](kc, rs, p, cg2 * MR, bq, J->off, 2 * J->pstride,
+                              acc + r * ldb + q * I16_NR, ldb, c0 > 0);
       }
     }
   }
@@ -778,8 +794,8 @@ static accel_status i16_run(const conv_i8_call* c) {
 
 /* The layers packed tap by tap, with more than one output position (one: the matrix-vector
  * products), where a row's wp - ow dropped columns are at most a fifteenth of it: they cost
- * their share of the products, and this micro-kernel (4 x 16) is slower than the columns' (4 x
- * 24), which wins on ResNet's 14x14 and 7x7 planes and ties on 28x28 (docs/kernels.md). */
+ * their share of the products, and the column GEMM wins on ResNet's 14x14 and 7x7 planes
+ * (docs/kernels.md). */
 static int i16_applies(const conv_i8_call* c) {
   const conv_geometry* g = c->P->g;
   const int64_t wp = g->out_w + (int64_t)(g->kernel_w - 1) * g->dilation_w;

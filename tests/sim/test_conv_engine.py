@@ -884,7 +884,7 @@ def test_int8_residual_add_in_lanes_matches_reference_exactly(layer, act):
 
 
 def test_int8_kept_lane_converters_follow_their_arrays():
-    """A device keeps each layer's lane converters from run to run (conv/i8_gemm_vnni.c,
+    """A device keeps each layer's lane converters from run to run (conv/i8_lanes_cache.c,
     i8_lanes_cached), keyed by the SDP's arrays: the same arrays changed in place between runs
     (biases, multipliers, shifts) give the reference's codes of their new contents, on the
     small-grid, implicit GEMM and depthwise kernels, with and without a residual add."""

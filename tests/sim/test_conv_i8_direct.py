@@ -20,7 +20,8 @@ from accel_codegen.sim.device import host_isa
 # 2, stride 3, dilation 2 (lone taps), a 7x1 and a 1x9 kernel, padding larger than the kernel
 # needs and none, a batch of two, bands of rows (planes of more than 2048 outputs); stems on 2, 3
 # and 4 channels (3x3/2, 7x7/2, 5x5/1); a one-channel input with 6 outputs; rows of more than
-# 2048 outputs. The converters: ReLU, CLIP and none in turn.
+# 2048 outputs; small planes (eight channels in the lanes) at their edges. The converters:
+# ReLU, CLIP, none, a residual add and a LUT in turn.
 LAYERS = [
     (1, 32, 112, 112, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 32),
     (1, 19, 113, 57, 19, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 19),
@@ -43,6 +44,17 @@ LAYERS = [
     (1, 4, 24, 24, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     (1, 6, 10, 10, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # grouped, 3 channels a group
     (1, 1, 28, 28, 6, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # small planes, eight channels in the lanes (at most 256 outputs, 8 channels or more):
+    # asymmetric pads with a row dilation, stride 3 from a 20-wide row (16-column blocks, the
+    # last overlapping), a column dilation (pairs 2 apart), a 7x7 kernel on a 7x7 plane with
+    # a group of 2 channels, an even kernel width (no lone tap), 16 channels (the last group's
+    # weights gathered from a padded copy) and 255 outputs
+    (1, 24, 9, 11, 24, (3, 3), (1, 1), (0, 2, 1, 0), (2, 1), 24),
+    (1, 16, 20, 20, 16, (3, 3), (3, 3), (1, 1, 1, 1), (1, 1), 16),
+    (1, 8, 14, 14, 8, (3, 3), (1, 1), (1, 2, 1, 2), (1, 2), 8),
+    (1, 10, 7, 7, 10, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1), 10),
+    (1, 12, 10, 10, 12, (2, 4), (1, 1), (0, 1, 1, 2), (1, 1), 12),
+    (2, 16, 15, 17, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
     # rows wider than a band's 2048 outputs (one row a band: its size was 0, then a divisor)
     (1, 3, 3, 2100, 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     (1, 2, 2, 2060, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -51,6 +63,7 @@ LAYERS = [
 GEN = r"""
 import numpy as np
 from accel_codegen.sim import Conv, Sdp
+from accel_codegen.sim.ops import LutInt8
 
 def layer_chain(layer, index):
     n, c, h, w, k, kernel, stride, pad, dil, g = layer
@@ -63,8 +76,18 @@ def layer_chain(layer, index):
     # converters that spread the codes over about +-50: a sum's spread is about 5500 sqrt(depth)
     depth = c // g * kernel[0] * kernel[1]
     shift = int(np.round(np.log2(5500 * np.sqrt(depth) * 12000 / 50)))
-    # the activations a conv's converter has (each its own form in the kernels' lanes)
-    act = ({}, {"act": "relu"}, {"act": "clip", "clip_lo": -30, "clip_hi": 40})[(index + 1) % 3]
+    # the activations a conv's converter has (each its own form in the kernels' lanes), a
+    # residual add and a LUT (converted by sdp_i8_span after the sums)
+    n_out = ((h + pad[0] + pad[2] - dil[0] * (kernel[0] - 1) - 1) // stride[0] + 1,
+             (w + pad[1] + pad[3] - dil[1] * (kernel[1] - 1) - 1) // stride[1] + 1)
+    act = ({}, {"act": "relu"}, {"act": "clip", "clip_lo": -30, "clip_hi": 40},
+           {"act": "relu", "ew_op": "add", "ew_zero": 5, "ew_mul": 3 << 12, "ew_shift": 12,
+            "operand": rng.integers(-128, 128, (n, k) + n_out).astype(np.int8)},
+           {"act": "silu", "out_mul": 1, "out_shift": 7,
+            # t = the scaled sum, about +-50: LO's 256 steps of 1 from -128, LE's of 8 beyond
+            "lut": LutInt8(np.sort(rng.integers(-16000, 16000, 257)).astype(np.int16),
+                           np.sort(rng.integers(-16000, 16000, 65)).astype(np.int16),
+                           -128, -256, 0, 3)})[(index + 1) % 5]
     sdp = Sdp(precision="int8", bias=rng.integers(-2 ** 12, 2 ** 12, k).astype(np.int32),
               mul=rng.integers(1 << 13, 1 << 14, k).astype(np.int16),
               rshift=np.full(k, shift, np.uint8), out_zero=int(rng.integers(-20, 20)), **act)
