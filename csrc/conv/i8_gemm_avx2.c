@@ -12,12 +12,12 @@
  * as int16 pairs of consecutive depth rows (padding reads as in_zero: 0), in panels of up to
  * G2_NR positions, [panel][kd2][width][2]; built from byte rows (padding = in_zero), interleaved
  * by unpack and vpmovsxbw (stride-2 rows gathered 16 bytes a step). A tile's columns stay in L2
- * (a quarter of it, sysconf's figure) while every block of MR channels runs over them: 4
- * channels x 24 positions (12 accumulators of the 16 ymm registers) per micro-kernel, the
- * weights' word broadcast, the columns read by vpmaddwd from memory. The block's int32 rows then
- * go through the channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters
- * prepared once per call) where every channel has a lane form, else sdp_i8_span. A depth whose
- * panel (24 positions) exceeds half the L1 runs in depth chunks, when a chunk's weights of
+ * (a quarter of it, sysconf's figure) while every G2_SB blocks of MR channels run over them: 6
+ * channels x 16 positions per micro-kernel (the implicit GEMM's, below: the weights' word
+ * broadcast, a panel's pair row in two registers). The blocks' int32 rows then go through the
+ * channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters prepared once per
+ * call) where every channel has a lane form, else sdp_i8_span. A depth whose panel (16
+ * positions) exceeds half the L1 runs in depth chunks, when a chunk's weights of
  * every channel fit the L2: per chunk its columns (tiles of several panels, not one), per panel
  * (in L1) every block, the sums added to the int32 rows of all the item's channels (g2_item).
  * A single output position per image (fully connected layers, a kernel as large as its
@@ -36,35 +36,25 @@
 #include <immintrin.h>
 
 enum {
-  G2_MR = 4,              /* channels per micro-kernel (half a packed block of MR = 8) */
-  G2_NR = 24,             /* positions per panel (3 vectors of 8) */
-  G2_MAX_PANELS = 16,     /* panels per tile, at most */
+  G2_NR = 16,             /* positions per panel (2 vectors of 8: the 6 x 16 micro-kernel's) */
+  G2_MAX_PANELS = 24,     /* panels per tile, at most */
+  G2_SB = 3,              /* packed blocks per pass of a one-chunk tile (24 rows: 4 calls of 6) */
   G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
   G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
   I16_NR = 16               /* the implicit GEMM's positions per panel (its rows in registers) */
 };
 
-_Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
-
 /* ---- micro-kernel ---------------------------------------------------------------------------
- * c[m][8v + i] = sum over pairs j of the pair products of a[8j + m] (row m's word) and column
+ * c[m][8v + i] = sum over pairs j of the pair products of row m's word of pair j and column
  * 8v + i of pair row j (b + j * bs: bs = 16 NV in a panel of columns, a plane's pairs in the
  * implicit GEMM's input copy), for m < MR_, v < NV; more: added to the values c holds (the sums
  * of the depth chunks or taps before this one), modulo 2^32. */
-#define G2_ROWS(X) X(0) X(1) X(2) X(3)
 #define G2_ACC(m)                                                                           \
   __m256i c##m##0 = _mm256_setzero_si256(), c##m##1 = c##m##0, c##m##2 = c##m##0;          \
   if (MR_ > m && more) {                                                                    \
     c##m##0 = _mm256_loadu_si256((const __m256i*)(c + m * ldc));                            \
     if (NV > 1) c##m##1 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 8));            \
     if (NV > 2) c##m##2 = _mm256_loadu_si256((const __m256i*)(c + m * ldc + 16));           \
-  }
-#define G2_MAC(m)                                                                 \
-  if (MR_ > m) {                                                                  \
-    const __m256i w = _mm256_set1_epi32(a[m]);                                   \
-    c##m##0 = _mm256_add_epi32(c##m##0, _mm256_madd_epi16(w, b0));               \
-    if (NV > 1) c##m##1 = _mm256_add_epi32(c##m##1, _mm256_madd_epi16(w, b1));   \
-    if (NV > 2) c##m##2 = _mm256_add_epi32(c##m##2, _mm256_madd_epi16(w, b2));   \
   }
 #define G2_OUT(m)                                                                           \
   if (MR_ > m) {                                                                            \
@@ -73,35 +63,7 @@ _Static_assert(MR == 2 * G2_MR, "a packed block is two micro-kernels' rows");
     if (NV > 2) _mm256_storeu_si256((__m256i*)(c + m * ldc + 16), c##m##2);                 \
   }
 
-static inline __attribute__((always_inline)) void g2_body(const int MR_, const int NV,
-                                                          int64_t kd2, const int32_t* a,
-                                                          const int16_t* b, int32_t* c,
-                                                          int64_t ldc, int more, int64_t bs) {
-  G2_ROWS(G2_ACC)
-  for (int64_t j = 0; j < kd2; ++j, a += MR, b += bs) {
-    const __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
-    const __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
-    const __m256i b2 = NV > 2 ? _mm256_loadu_si256((const __m256i*)(b + 32)) : b0;
-    G2_ROWS(G2_MAC)
-  }
-  G2_ROWS(G2_OUT)
-}
-
-typedef void (*g2_fn)(int64_t, const int32_t*, const int16_t*, int32_t*, int64_t, int, int64_t);
-#define G2_KERNEL(M_, V_)                                                                  \
-  static void g2_##M_##_##V_(int64_t kd2, const int32_t* a, const int16_t* b, int32_t* c,  \
-                             int64_t ldc, int more, int64_t bs) {                          \
-    g2_body(M_, V_, kd2, a, b, c, ldc, more, bs);                                          \
-  }
-G2_KERNEL(1, 1) G2_KERNEL(2, 1) G2_KERNEL(3, 1) G2_KERNEL(4, 1)
-G2_KERNEL(1, 2) G2_KERNEL(2, 2) G2_KERNEL(3, 2) G2_KERNEL(4, 2)
-G2_KERNEL(1, 3) G2_KERNEL(2, 3) G2_KERNEL(3, 3) G2_KERNEL(4, 3)
-static const g2_fn g2_table[4][G2_MR + 1] = {{0, 0, 0, 0, 0},
-                                             {0, g2_1_1, g2_2_1, g2_3_1, g2_4_1},
-                                             {0, g2_1_2, g2_2_2, g2_3_2, g2_4_2},
-                                             {0, g2_1_3, g2_2_3, g2_3_3, g2_4_3}};
-
-/* The implicit GEMM's micro-kernel, 6 channels x 8 NV positions (NV <= 2): the same sums over
+/* The micro-kernel of both GEMMs, 6 channels x 8 NV positions (NV <= 2): the same sums over
  * ntaps taps of kc pairs each, row m's words from p[m] (pair j of tap t at p[m][t as + j MR]:
  * the rows may lie in two packed blocks) and the pair rows from b + 2 off[t] (bs apart), the
  * pair rows in registers (two loads a pair step; 12 accumulators, 2 rows, the word and a
@@ -361,22 +323,30 @@ static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_j
   return 1;
 }
 
-/* The micro-kernels over panels [0, ldb) of a tile's columns col (kc pairs from pair j0) for
- * channel block mb of group grp: rows m < nrows of acc (ldb apart), more: added to them. */
-static inline void g2_block(const g2_job* J, int64_t grp, int64_t mb, int64_t nrows,
-                            const int16_t* bq, int64_t q, int64_t ldb, int64_t j0, int64_t kc,
-                            int32_t* acc, int more) {
-  const int32_t* a = J->w + ((grp * J->P->mblocks + mb) * J->kd2 + j0) * MR;
+/* The micro-kernel over panel q of a tile's columns bq (kc pairs from pair j0; width
+ * min(G2_NR, ldb - q G2_NR)) for the group grp's channels [k0, k0 + n), 6 a call (a call's
+ * rows may lie in two packed blocks): channel k0 + r's sums in row r of acc (ldb apart),
+ * more: added to them. The implicit GEMM's kernel with one tap, the panel's pair rows 2 wq
+ * int16 apart. */
+static inline void g2_rows(const g2_job* J, int64_t grp, int64_t k0, int64_t n,
+                           const int16_t* bq, int64_t q, int64_t ldb, int64_t j0, int64_t kc,
+                           int32_t* acc, int more) {
+  static const int64_t tap0 = 0;
   const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
-  for (int64_t h = 0; h * G2_MR < nrows; ++h) {
-    const int64_t mr = nrows - h * G2_MR < G2_MR ? nrows - h * G2_MR : G2_MR;
-    g2_table[wq / 8][mr](kc, a + h * G2_MR, bq, acc + h * G2_MR * ldb + q * G2_NR, ldb, more,
-                         16 * (wq / 8));
+  for (int64_t r = 0; r < n; r += G6_MR) {
+    const int64_t mr = n - r < G6_MR ? n - r : G6_MR;
+    const int32_t* p[G6_MR];
+    for (int64_t m = 0; m < mr; ++m) {
+      const int64_t k = k0 + r + m;
+      p[m] = J->w + ((grp * J->P->mblocks + k / MR) * J->kd2 + j0) * MR + k % MR;
+    }
+    g6t_table[wq / 8][mr](kc, 1, p, 0, bq, &tap0, 2 * wq, acc + r * ldb + q * G2_NR, ldb, more);
   }
 }
 
 /* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. One depth chunk:
- * per block of MR channels, every panel, then the block's rows converted (in L1). Several
+ * per G2_SB blocks of MR channels (24 rows: the 6-row micro-kernel's calls do not straddle a
+ * pass), every panel, then their rows converted (in L1). Several
  * (a deep layer): per depth chunk, its columns, then per panel (in L1) every block, added to
  * the int32 rows of all the item's channels, converted after the last chunk; the weights of
  * every block stream past a panel instead of the panels past a block's weights (a deep panel
@@ -399,10 +369,11 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   const int64_t npanels = (ldb + G2_NR - 1) / G2_NR;
   if (kc >= kd2) {
     g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows, J->cg2);
-    for (int64_t mb = mb0; mb < mb1; ++mb) {
-      const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
+    for (int64_t mb = mb0; mb < mb1; mb += G2_SB) {
+      const int64_t k0 = mb * MR, e = (mb + G2_SB < mb1 ? mb + G2_SB : mb1) * MR;
+      const int64_t nrows = (P->mg < e ? P->mg : e) - k0;
       for (int64_t q = 0; q < npanels; ++q)
-        g2_block(J, grp, mb, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
+        g2_rows(J, grp, k0, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
       for (int64_t m = 0; m < nrows; ++m) {
         const int64_t k = grp * P->mg + k0 + m;
         g2_convert(J, k, acc + m * ldb, (b * g->k + k) * P->ohw + p0, nt);
@@ -413,12 +384,9 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   for (int64_t j0 = 0; j0 < kd2; j0 += kc) {
     const int64_t kcc = kd2 - j0 < kc ? kd2 - j0 : kc;
     g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows, J->cg2);
+    const int64_t nk = (P->mg < mb1 * MR ? P->mg : mb1 * MR) - mb0 * MR;
     for (int64_t q = 0; q < npanels; ++q)
-      for (int64_t mb = mb0; mb < mb1; ++mb) {
-        const int64_t nrows = P->mg - mb * MR < MR ? P->mg - mb * MR : MR;
-        g2_block(J, grp, mb, nrows, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc,
-                 acc + (mb - mb0) * MR * ldb, j0 > 0);
-      }
+      g2_rows(J, grp, mb0 * MR, nk, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc, acc, j0 > 0);
   }
   for (int64_t mb = mb0; mb < mb1; ++mb) {
     const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;
@@ -573,7 +541,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   while (nchunks > 1 && mchunks < P->mblocks &&
          (P->mblocks + mchunks - 1) / mchunks * MR * ldb_max * 4 > budget)
     ++mchunks;
-  const int64_t acc_rows = nchunks > 1 ? (P->mblocks + mchunks - 1) / mchunks * MR : MR;
+  const int64_t acc_rows = (nchunks > 1 ? (P->mblocks + mchunks - 1) / mchunks : G2_SB) * MR;
   J.nt = nt;
   J.ntiles = ntiles;
   J.mchunks = mchunks;
