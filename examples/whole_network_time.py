@@ -24,8 +24,8 @@ an environment variable that a build of the library reads on every call (RUN_TIM
 build, preloaded in place of the installed one), so that two variants of a kernel meet the
 same machine and the same network; a change timed alone on one layer can gain where the
 network does not. The library's own switches (ACCEL_CONV_IMPL, ACCEL_VERBOSE, ACCEL_L1D_BYTES,
-ACCEL_INT8_AMX, ACCEL_NUM_THREADS) are read once per process, so --compare-env refuses them:
-set one for a whole run instead (ACCEL_CONV_IMPL=name forces a CONV implementation,
+ACCEL_L2_BYTES, ACCEL_INT8_AMX, ACCEL_NUM_THREADS) are read once per process, so --compare-env
+refuses them: set one for a whole run instead (ACCEL_CONV_IMPL=name forces a CONV implementation,
 docs/kernels.md) and compare two runs. Results: docs/whole_network_time.md (the decisions)
 and its raw log, docs/notebook/whole_network_time_log.md.
 """
@@ -280,8 +280,8 @@ def compare_threads(args, run, timer) -> None:
 
 #: The library's switches read once per process (csrc/conv/impl.c, f32_impls.c, i8_amx.c,
 #: runtime/src/device.c): changing them between calls changes nothing.
-READ_ONCE = ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES", "ACCEL_INT8_AMX",
-             "ACCEL_NUM_THREADS")
+READ_ONCE = ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES", "ACCEL_L2_BYTES",
+             "ACCEL_INT8_AMX", "ACCEL_NUM_THREADS")
 
 
 def compare_environment(args, run, timer) -> None:

@@ -44,7 +44,8 @@ typedef struct conv_plan {
                      * on it too; with a 32 KB L1d the old ones stay. */
   int64_t l1;     /* the L1 data cache's size in bytes (l1d_bytes: ACCEL_L1D_BYTES or sysconf; 0
                    * when neither says) */
-  int64_t l2;     /* the L2 cache's size in bytes (sysconf; 0 when the system does not say) */
+  int64_t l2;     /* the L2 cache's size in bytes (ACCEL_L2_BYTES or sysconf; 0 when neither
+                   * says) */
   int pointwise;  /* 1x1, stride 1, no padding: output position n reads input position n */
 } conv_plan;
 

@@ -22,6 +22,7 @@
 enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions */
 enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
 enum { A2_KC_DEFAULT = 128 };         /* depth block where the L1d size is not known */
+enum { A2_L2_DEFAULT = 256 << 10 };   /* L2 bytes assumed where the system does not say */
 
 /* Depth rows [p0, p0 + kc) of columns [n0, n0 + nt) of the im2col matrix of image-group input
  * img as panels of AN columns: column j of row i at col[(j / AN) * kc * AN + i * AN + j % AN]
@@ -83,12 +84,18 @@ static inline __attribute__((always_inline)) void a2_body(const int MR_, const i
                                                           int64_t kc, const float* a, int64_t lda,
                                                           const float* b, int64_t ldb, float* c,
                                                           int64_t ldc, int accumulate, int64_t w,
-                                                          const float* pf) {
+                                                          const float* pf, const float* pc) {
   const float* a0 = a;
   const float* a1 = a + (MR_ > 1 ? 1 : 0) * lda;
   const float* a2 = a + (MR_ > 2 ? 2 : 0) * lda;
   const float* a3 = a + (MR_ > 3 ? 3 : 0) * lda;
   A2_ROWS(A2_ACC)
+  if (pc != NULL) /* the next tile's outputs (AN floats a row: 3 lines at most) */
+    for (int m = 0; m < AR; ++m) {
+      _mm_prefetch((const char*)(pc + m * ldc), _MM_HINT_T0);
+      _mm_prefetch((const char*)(pc + m * ldc + 16), _MM_HINT_T0);
+      _mm_prefetch((const char*)(pc + m * ldc + AN - 1), _MM_HINT_T0);
+    }
   for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) {
     const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
     A2_ROWS(A2_ZERO)
@@ -108,12 +115,12 @@ static inline __attribute__((always_inline)) void a2_body(const int MR_, const i
 }
 
 typedef void (*a2_fn)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int,
-                      int64_t, const float*);
+                      int64_t, const float*, const float*);
 #define A2_KERNEL(M_, F_)                                                                    \
   static void a2_##M_##_##F_(int64_t kc, const float* a, int64_t lda, const float* b,         \
                              int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w,   \
-                             const float* pf) {                                               \
-    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w, pf);                           \
+                             const float* pf, const float* pc) {                              \
+    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w, pf, pc);                       \
   }
 A2_KERNEL(1, 0) A2_KERNEL(2, 0) A2_KERNEL(3, 0) A2_KERNEL(4, 0)
 A2_KERNEL(1, 1) A2_KERNEL(2, 1) A2_KERNEL(3, 1) A2_KERNEL(4, 1)
@@ -206,6 +213,8 @@ typedef struct a2_job {
   const sdp_f32* ep;
   float* const* bufs; /* per participant: the tile's columns, then the tail columns */
   int64_t ntail, vcols, nt, ntiles, mchunks, mblocks, ldbt, kc;
+  int64_t mc; /* channels a chunk of whose weights (mc x kc) stays in L2: a multiple of AR */
+  int64_t mo; /* channels a chunk of whose outputs stays in L2 across the depth blocks */
 } a2_job;
 
 /* Item it = (image-group, tile of positions, chunk of output channels), chunk innermost. A
@@ -240,53 +249,72 @@ static void a2_item(void* ctx, int64_t it, int participant) {
     const int64_t n = J->vcols + j;
     pack_col(P, img, n / g->out_w, n % g->out_w, 0, P->kd, bt + j * J->ldbt);
   }
-  for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
-    const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
-    a2_im2col_panels(P, img, n0, ncols, p0, kc, col);
-    const int64_t wlast = ncols - (npanels - 1) * AN; /* the last panel's columns */
-    if (wlast < AN)
-      for (int64_t kk = 0; kk < kc; ++kk)
-        memset(col + (npanels - 1) * kc * AN + kk * AN + wlast, 0,
-               (size_t)(AN - wlast) * sizeof(float));
-    for (int64_t j = 0; j < ncols; j += AN) {
-      const int64_t w = ncols - j < AN ? ncols - j : AN;
-      const float* panel = col + (j / AN) * kc * AN;
-      for (int64_t m = m0; m < m1; m += AR) {
-        const int64_t mr = m1 - m < AR ? m1 - m : AR;
-        const float* a = abase + m * P->kd + p0;
-        const float* pf = m + 2 * AR <= m1 ? a + AR * P->kd : NULL;
-        a2_table[w == AN][mr](kc, a, P->kd, panel, AN, cbase + m * P->ohw + n0 + j, P->ohw,
-                              p0 > 0, w, pf);
-        if (fused_tail && j + AN >= ncols) /* the last panel: the rows are in L1 */
-          a2_dot_block(mr, p0, p0 + kc, P->kd, a - p0, P->kd, bt, J->ldbt, ntail,
-                       lanes + (m - m0) * ntail * 16, p0 == 0);
+  /* Channels in chunks of J->mc whose weight block stays in L2 while every panel passes over
+   * it, inside the depth blocks: without, a layer of many channels (ViT-B's 3072) read its
+   * weight block from memory once per panel. Where the item's outputs do not fit in L2 either
+   * (a2_run), chunks of J->mo channels outside the depth blocks, so that a chunk's outputs
+   * stay in L2 across them rather than come back from L3 at each; such a chunk builds the
+   * panels of each depth block again (a copy for ViT-B's 1x1 layers: cheap beside the
+   * block's GEMM). A chunk's tail lane sums and epilogue run while its outputs are in L2. */
+  const int one_block = P->kd <= J->kc;
+  for (int64_t mo = m0; mo < m1; mo += J->mo) {
+    const int64_t mo1 = m1 - mo < J->mo ? m1 : mo + J->mo;
+    for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
+      const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
+      if (!one_block || mo == m0) {
+        a2_im2col_panels(P, img, n0, ncols, p0, kc, col);
+        const int64_t wlast = ncols - (npanels - 1) * AN; /* the last panel's columns */
+        if (wlast < AN)
+          for (int64_t kk = 0; kk < kc; ++kk)
+            memset(col + (npanels - 1) * kc * AN + kk * AN + wlast, 0,
+                   (size_t)(AN - wlast) * sizeof(float));
+      }
+      for (int64_t mb = mo; mb < mo1; mb += J->mc) {
+        const int64_t mb1 = mo1 - mb < J->mc ? mo1 : mb + J->mc;
+        for (int64_t j = 0; j < ncols; j += AN) {
+          const int64_t w = ncols - j < AN ? ncols - j : AN;
+          const float* panel = col + (j / AN) * kc * AN;
+          for (int64_t m = mb; m < mb1; m += AR) {
+            const int64_t mr = mb1 - m < AR ? mb1 - m : AR;
+            const float* a = abase + m * P->kd + p0;
+            const float* pf = m + 2 * AR <= mb1 ? a + AR * P->kd : NULL;
+            float* ct = cbase + m * P->ohw + n0 + j;
+            /* the next tile's outputs meanwhile (from L2 or beyond at each depth block) */
+            const float* pc = m + 2 * AR <= mb1 ? ct + AR * P->ohw : NULL;
+            a2_table[w == AN][mr](kc, a, P->kd, panel, AN, ct, P->ohw, p0 > 0, w, pf, pc);
+            if (fused_tail && j + AN >= ncols) /* the last panel: the rows are in L1 */
+              a2_dot_block(mr, p0, p0 + kc, P->kd, a - p0, P->kd, bt, J->ldbt, ntail,
+                           lanes + (m - m0) * ntail * 16, p0 == 0);
+          }
+        }
       }
     }
-  }
-  if (fused_tail) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t j = 0; j < ntail; ++j) {
-        const float* l = lanes + ((m - m0) * ntail + j) * 16;
-        cbase[m * P->ohw + J->vcols + j] = a2_reduce16(_mm256_loadu_ps(l), _mm256_loadu_ps(l + 8));
+    if (fused_tail) {
+      for (int64_t m = mo; m < mo1; ++m)
+        for (int64_t j = 0; j < ntail; ++j) {
+          const float* l = lanes + ((m - m0) * ntail + j) * 16;
+          cbase[m * P->ohw + J->vcols + j] =
+              a2_reduce16(_mm256_loadu_ps(l), _mm256_loadu_ps(l + 8));
+        }
+    } else if (ntail > 0) {
+      for (int64_t m = mo; m < mo1; m += AR) {
+        const int64_t mr = mo1 - m < AR ? mo1 - m : AR;
+        for (int64_t j = 0; j < ntail; ++j)
+          a2_dot(mr, P->kd, abase + m * P->kd, P->kd, bt + j * J->ldbt,
+                 cbase + m * P->ohw + J->vcols + j, P->ohw);
       }
-  } else if (ntail > 0) {
-    for (int64_t m = m0; m < m1; m += AR) {
-      const int64_t mr = m1 - m < AR ? m1 - m : AR;
-      for (int64_t j = 0; j < ntail; ++j)
-        a2_dot(mr, P->kd, abase + m * P->kd, P->kd, bt + j * J->ldbt,
-               cbase + m * P->ohw + J->vcols + j, P->ohw);
     }
-  }
-  if (J->ep != NULL) {
-    const int64_t at = n0 < J->vcols ? n0 : J->vcols;
-    const int64_t count = (ncols > 0 ? ncols : 0) + ntail;
-    if (P->ohw == 1) { /* channels of one position side by side: one call (sdp_f32_channels) */
-      const int64_t ch = grp * P->mg + m0;
-      epilogue_channels(J->ep, ch, J->out, b * g->k + ch, m1 - m0);
-    } else {
-      for (int64_t m = m0; m < m1; ++m) {
-        const int64_t ch = grp * P->mg + m;
-        epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
+    if (J->ep != NULL) {
+      const int64_t at = n0 < J->vcols ? n0 : J->vcols;
+      const int64_t count = (ncols > 0 ? ncols : 0) + ntail;
+      if (P->ohw == 1) { /* channels of one position side by side: one call (sdp_f32_channels) */
+        const int64_t ch = grp * P->mg + mo;
+        epilogue_channels(J->ep, ch, J->out, b * g->k + ch, mo1 - mo);
+      } else {
+        for (int64_t m = mo; m < mo1; ++m) {
+          const int64_t ch = grp * P->mg + m;
+          epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
+        }
       }
     }
   }
@@ -319,6 +347,19 @@ static accel_status a2_run(const conv_f32_call* c) {
                              : A2_KC_DEFAULT;
   if (kc_max < SUM_BLOCK) kc_max = SUM_BLOCK;
   const int64_t kc = f32_depth_block(P->kd, kc_max);
+  /* a chunk's weight block in half the L2 (the panels and the outputs share the rest); where
+   * an item's outputs exceed half of it, chunks of weights and outputs (mc x (kc + nt)) in
+   * half, outermost; the channels split evenly */
+  const int64_t m_item = (mblocks + mchunks - 1) / mchunks * AR;
+  const int64_t l2 = P->l2 > 0 ? P->l2 : A2_L2_DEFAULT;
+  const int chunks_outer = m_item * ldb_max * (int64_t)sizeof(float) > l2 / 2;
+  int64_t mc = l2 / 2 / ((kc + (chunks_outer ? ldb_max : 0)) * (int64_t)sizeof(float));
+  if (mc < AR) mc = AR;
+  if (mc < m_item) {
+    const int64_t n = (m_item + mc - 1) / mc;
+    mc = ((m_item + n - 1) / n + AR - 1) / AR * AR;
+  }
+  const int64_t mo = chunks_outer ? mc : m_item;
   const size_t col_floats = (size_t)ldb_max * kc;
   const size_t bytes =
       (col_floats + (size_t)(TMAX * ldbt) + (size_t)(ntail * 16 * mblocks * AR)) * sizeof(float) +
@@ -330,7 +371,7 @@ static accel_status a2_run(const conv_f32_call* c) {
   }
   a2_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep, .bufs = bufs,
               .ntail = ntail, .vcols = vcols, .nt = nt, .ntiles = ntiles, .mchunks = mchunks,
-              .mblocks = mblocks, .ldbt = ldbt, .kc = kc};
+              .mblocks = mblocks, .ldbt = ldbt, .kc = kc, .mc = mc, .mo = mo};
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
 }

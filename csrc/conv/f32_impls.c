@@ -46,10 +46,11 @@ static const conv_f32_impl* const impls[] = {
 };
 enum { NIMPLS = sizeof impls / sizeof impls[0] };
 
-/* ACCEL_L1D_BYTES's value in bytes: digits, then nothing (bytes), K (KiB) or M (MiB), either
- * case, clamped to L1D_MAX (*clamped set); -1 for anything else (the setting is then ignored). */
+/* ACCEL_L1D_BYTES's or ACCEL_L2_BYTES's value in bytes: digits, then nothing (bytes), K (KiB)
+ * or M (MiB), either case, clamped to L1D_MAX (*clamped set); -1 for anything else (the
+ * setting is then ignored). */
 enum { L1D_MAX = 1 << 30 }; /* past any L1d, and small enough that sizes derived from it fit */
-static long l1d_setting(const char* text, int* clamped) {
+static long cache_size_text(const char* text, int* clamped) {
   *clamped = 0;
   if (text[0] < '0' || text[0] > '9') return -1; /* no sign, no space, no empty number */
   errno = 0;
@@ -69,27 +70,31 @@ static long l1d_setting(const char* text, int* clamped) {
   return (long)(v * unit);
 }
 
-/* The L1 data cache's size: ACCEL_L1D_BYTES where set and valid (l1d_setting), which lets one
- * host take the choices another makes (tests/sim/test_conv_impls.py), else sysconf's figure (0
- * when the system does not say). A setting that is not a size is ignored, as the library's other
- * settings are (it never aborts); ACCEL_VERBOSE says on stderr how a setting was read. Read
- * once. */
+/* A cache size set by the environment variable `name` where set and valid (cache_size_text), else
+ * -1. A setting that is not a size is ignored, as the library's other settings are (it never
+ * aborts); ACCEL_VERBOSE says on stderr how a setting was read. */
+static long cache_setting(const char* name) {
+  const char* env = getenv(name);
+  if (env == NULL || env[0] == '\0') return -1;
+  int clamped;
+  const long v = cache_size_text(env, &clamped);
+  if (conv_verbose()) {
+    if (v < 0)
+      fprintf(stderr, "accel: %s=%s ignored: not a size (a number of bytes, or with a K or M "
+                      "suffix)\n", name, env);
+    else
+      fprintf(stderr, "accel: %s=%s read as %ld bytes%s\n", name, env, v,
+              clamped ? " (clamped)" : "");
+  }
+  return v;
+}
+
+/* The L1 data cache's size: ACCEL_L1D_BYTES where set and valid, which lets one host take the
+ * choices another makes (tests/sim/test_conv_impls.py), else sysconf's figure (0 when the
+ * system does not say). Read once. */
 static long l1d_cached = -1;
 static void l1d_read(void) {
-  long v = -1;
-  const char* env = getenv("ACCEL_L1D_BYTES");
-  if (env != NULL && env[0] != '\0') {
-    int clamped;
-    v = l1d_setting(env, &clamped);
-    if (conv_verbose()) {
-      if (v < 0)
-        fprintf(stderr, "accel: ACCEL_L1D_BYTES=%s ignored: not a size (a number of bytes, or "
-                        "with a K or M suffix)\n", env);
-      else
-        fprintf(stderr, "accel: ACCEL_L1D_BYTES=%s read as %ld bytes%s\n", env, v,
-                clamped ? " (clamped)" : "");
-    }
-  }
+  long v = cache_setting("ACCEL_L1D_BYTES");
   if (v < 0) {
 #ifdef _SC_LEVEL1_DCACHE_SIZE
     v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
@@ -104,6 +109,21 @@ static long l1d_bytes(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, l1d_read);
   return l1d_cached;
+}
+
+/* The L2's size for the fp32 plans: ACCEL_L2_BYTES where set and valid (so that a test runs
+ * the chunked loops of a small L2 on small geometries: tests/sim/test_conv_order.py), else
+ * conv_l2_bytes (sysconf). The bits never depend on it (conv/f32_order.h). Read once. */
+static long l2_cached = -1;
+static void l2_read(void) {
+  const long v = cache_setting("ACCEL_L2_BYTES");
+  l2_cached = v >= 0 ? v : (long)conv_l2_bytes();
+}
+
+static long l2_bytes(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, l2_read);
+  return l2_cached;
 }
 
 /* 1 when a packed panel of CONV_KC_L1 depth rows fits in half the L1 data cache. */
@@ -127,7 +147,7 @@ static void f32_plan(const conv_geometry* g, conv_plan* P) {
   P->ohw = (int64_t)g->out_h * g->out_w;
   P->panels_outer = l1_keeps_panel();
   P->l1 = l1d_bytes();
-  P->l2 = conv_l2_bytes();
+  P->l2 = l2_bytes();
   P->kc = f32_depth_block(P->kd, P->panels_outer ? CONV_KC_L1 : CONV_KC_MAX);
   /* no panels (at most 8 positions: dot products only): the whole depth at once, a
    * classifier's weight rows streamed once, faster than blocks of them (docs/kernels.md,
