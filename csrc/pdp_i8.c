@@ -8,7 +8,9 @@
  * out = sat8(rhaz(rhaz(S * rw, 16) * rh, 16)). The divisor is always the whole window.
  *
  * Global average pooling (one output per plane, the window the whole plane) sums each plane
- * with one vpsadbw and finishes 16 planes at once (pool_global).
+ * with one vpsadbw (two on AVX2) and finishes 16 planes at once (pool_global). AVX2 builds
+ * without AVX-512 sum the windows of non-overlapping averages up to 8 wide straight from the
+ * codes (vpshufb, vpsadbw: pool_blocks) and finish in 8 int32 lanes.
  * Wide outputs go an output row at a time: for strides 1 and 2, 32 columns per AVX-512 step,
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
  * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
@@ -23,6 +25,12 @@
 #include <immintrin.h>
 #endif
 
+/* POOL_AVX2: the AVX2 forms of the average's column sums, window sums, finish and global sums,
+ * for builds without the AVX-512 ones (whose code is unchanged). */
+#if defined(__AVX2__) && !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__))
+#define POOL_AVX2 1
+#endif
+
 #include "kernels.h"
 
 enum { COLS = 1024, NARROW = 16 }; /* output columns per pass (a stack row of int32) */
@@ -35,11 +43,18 @@ static inline int64_t rhaz16(int64_t p) {
 
 /* NVDLA's average of a window whose codes sum to `sum` over `inside` image elements: the
  * padded positions read as the zero point; see the top of the file. */
-static inline int8_t nvdla_avg(const pdp_geometry* g, int32_t zero, int32_t sum, int32_t inside) {
+static inline int8_t nvdla_avg_r(const pdp_geometry* g, int32_t zero, int32_t sum,
+                                 int32_t inside, int64_t rw, int64_t rh) {
   const int64_t S = sum + (int64_t)zero * (g->kernel_h * g->kernel_w - inside);
-  const int64_t rw = (1 << 16) / g->kernel_w, rh = (1 << 16) / g->kernel_h;
   const int64_t y = rhaz16(rhaz16(S * rw) * rh);
   return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
+}
+
+/* the same with the reciprocals computed here (rw, rh: RECIP_KERNEL_WIDTH / HEIGHT; a caller
+ * finishing many windows computes them once: two divisions per window were most of a 14x14
+ * plane's 7x7 pass) */
+static inline int8_t nvdla_avg(const pdp_geometry* g, int32_t zero, int32_t sum, int32_t inside) {
+  return nvdla_avg_r(g, zero, sum, inside, (1 << 16) / g->kernel_w, (1 << 16) / g->kernel_h);
 }
 
 /* Window by window: few output columns, where a pass per tap would be mostly overhead. */
@@ -153,8 +168,18 @@ static inline __m512i rhaz16_x16(__m512i p) {
 }
 #endif
 
+#ifdef POOL_AVX2
+/* rhaz16 in 8 int32 lanes, exact for |p| < 2^31 - 2^15 (vpsignd gives 0 where p is 0, whose
+ * rounded magnitude is 0 anyway). */
+static inline __m256i rhaz16_x8(__m256i p) {
+  const __m256i a =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_abs_epi32(p), _mm256_set1_epi32(1 << 15)), 16);
+  return _mm256_sign_epi32(a, p);
+}
+#endif
+
 /* dst[j] = NVDLA's average of column j's window: acc[j] sums its codes over in_rows x inside[j]
- * image elements. In 16 int32 lanes where AVX-512 is: nvdla_avg's int64 steps stay inside
+ * image elements. In 16 int32 lanes where AVX-512 is, 8 on AVX2: nvdla_avg's int64 steps stay inside
  * int32 because a window holds at most 8 x 8 codes: |S| <= 64 x 128 = 2^13 and the reciprocals
  * are at most 2^16, so each product is below 2^29 in magnitude (the same values, so the same
  * roundings); the scalar loop took most of an 8x8/8 pass over 112x112 planes. */
@@ -175,8 +200,35 @@ static void finish_avg(const pdp_geometry* g, const int32_t* acc, const int32_t*
     const __m512i y = rhaz16_x16(_mm512_mullo_epi32(rhaz16_x16(_mm512_mullo_epi32(S, rw)), rh));
     _mm_mask_storeu_epi8(dst + j, m, _mm512_cvtsepi32_epi8(y));
   }
+#elif defined(POOL_AVX2)
+  /* the same int32 steps in 8 lanes (rhaz16_x8), whole vectors; the tail scalar */
+  const __m256i area = _mm256_set1_epi32(g->kernel_h * g->kernel_w), z = _mm256_set1_epi32(zero);
+  const __m256i rows = _mm256_set1_epi32(in_rows);
+  const __m256i rw = _mm256_set1_epi32((1 << 16) / g->kernel_w);
+  const __m256i rh = _mm256_set1_epi32((1 << 16) / g->kernel_h);
+  for (; j < nc; j += 8) { /* a tail of n < 8: vpmaskmovd loads, the codes stored via a copy */
+    const int64_t n = nc - j < 8 ? nc - j : 8;
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)n),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i in = _mm256_mullo_epi32(
+        rows, _mm256_maskload_epi32((const int*)(const void*)(inside + j), m));
+    const __m256i S =
+        _mm256_add_epi32(_mm256_maskload_epi32((const int*)(const void*)(acc + j), m),
+                         _mm256_mullo_epi32(z, _mm256_sub_epi32(area, in)));
+    const __m256i y = rhaz16_x8(_mm256_mullo_epi32(rhaz16_x8(_mm256_mullo_epi32(S, rw)), rh));
+    /* sat8(sat16(y)) = sat8(y) */
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    if (n == 8) {
+      _mm_storel_epi64((__m128i*)(void*)(dst + j), _mm_packs_epi16(w, w));
+    } else {
+      int8_t codes[16];
+      _mm_storeu_si128((__m128i*)(void*)codes, _mm_packs_epi16(w, w));
+      memcpy(dst + j, codes, (size_t)n);
+    }
+  }
 #endif
-  for (; j < nc; ++j) dst[j] = nvdla_avg(g, zero, acc[j], in_rows * inside[j]);
+  const int64_t rw1 = (1 << 16) / g->kernel_w, rh1 = (1 << 16) / g->kernel_h;
+  for (; j < nc; ++j) dst[j] = nvdla_avg_r(g, zero, acc[j], in_rows * inside[j], rw1, rh1);
 }
 
 static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
@@ -240,13 +292,20 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
 
 /* Global average pooling (the window is the whole unpadded plane: at most 8x8 = 64 codes):
  * planes [p0, p1) of hw codes each, 16 at a time: each plane's sum from one masked 64-byte load
- * (vpsadbw on the codes + 128), then finish_avg on the 16 sums at once. Window by window
+ * (vpsadbw on the codes + 128; AVX2: two 32-byte loads from 16 codes up, 49 scalar additions
+ * a 7x7 plane before), then finish_avg on the 16 sums at once. Window by window
  * (pool_narrow) took ~100 cycles per 7x7 plane. */
 static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
                         int64_t p0, int64_t p1) {
   const int64_t hw = (int64_t)g->h * g->w;
   int32_t acc[16], inside[16];
   for (int j = 0; j < 16; ++j) inside[j] = g->w;
+#ifdef POOL_AVX2
+  uint8_t keep[64]; /* 0xFF on a plane's bytes */
+  for (int i = 0; i < 64; ++i) keep[i] = i < hw ? 0xFF : 0;
+  const __m256i keep0 = _mm256_loadu_si256((const __m256i*)(const void*)keep);
+  const __m256i keep1 = _mm256_loadu_si256((const __m256i*)(const void*)(keep + 32));
+#endif
   for (int64_t p = p0; p < p1; p += 16) {
     const int64_t n = p1 - p < 16 ? p1 - p : 16;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -258,7 +317,38 @@ static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, i
                          128 * hw);
     }
 #else
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+#ifdef POOL_AVX2
+    /* planes of 16 codes or more: two 32-byte loads (one up to 32 codes), vpsadbw on the codes
+     * + 128 with the bytes past the plane masked to 0; a plane whose loads would pass the
+     * item's last plane (the buffer's end at most) is copied into a zeroed row first */
+    if (hw >= 16) {
+      const int64_t reach = hw > 32 ? 64 : 32;
+      for (; j < n; ++j) {
+        const int8_t* src = in + (p + j) * hw;
+        int8_t row[64] = {0};
+        if ((p1 - p - j) * hw < reach) {
+          memcpy(row, src, (size_t)hw);
+          src = row;
+        }
+        __m256i s = _mm256_sad_epu8(
+            _mm256_and_si256(_mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(const void*)src),
+                                              _mm256_set1_epi8((char)0x80)),
+                             keep0),
+            _mm256_setzero_si256());
+        if (hw > 32)
+          s = _mm256_add_epi64(
+              s, _mm256_sad_epu8(_mm256_and_si256(_mm256_xor_si256(_mm256_loadu_si256(
+                                                      (const __m256i*)(const void*)(src + 32)),
+                                                  _mm256_set1_epi8((char)0x80)),
+                                                  keep1),
+                                 _mm256_setzero_si256()));
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        acc[j] = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1) - 128 * hw);
+      }
+    }
+#endif
+    for (; j < n; ++j) {
       int32_t sum = 0;
       for (int64_t i = 0; i < hw; ++i) sum += in[(p + j) * hw + i];
       acc[j] = sum;
@@ -273,7 +363,10 @@ static void pool_global(const pdp_geometry* g, int32_t zero, const int8_t* in, i
  * counts the rest): the passes of a wide or global average (compiler/layer.py, PoolSpec.passes).
  * Each output row sums its input rows into int16 column sums (<= 8 x 128 in magnitude), then
  * each window sums its columns: every code read once, where window by window (pool_narrow)
- * reads them one at a time. The sums are the window's codes, as pool_narrow's. */
+ * reads them one at a time. The sums are the window's codes, as pool_narrow's. AVX2 builds
+ * sum whole windows of 2..8 columns without the column sums (vpsadbw), the rest as above with
+ * 16 / 8 columns a step (the scalar loops took 0.7-0.9 ns a code: docs/kernels.md). `readable`:
+ * the bytes from `in` to the input's end, which the 16-byte loads stay within. */
 enum { BLOCK_COLS = 4096 };
 
 static int blocks_apply(const pdp_geometry* g) {
@@ -283,15 +376,87 @@ static int blocks_apply(const pdp_geometry* g) {
          (int64_t)g->out_w * g->kernel_w < (int64_t)g->w + g->kernel_w;
 }
 
-static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out) {
+static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, int8_t* out,
+                        int64_t readable) {
+  (void)readable;
   const int32_t W = g->w, kh = g->kernel_h, kw = g->kernel_w;
   int16_t col[BLOCK_COLS];
   int32_t sum[BLOCK_COLS], inside[BLOCK_COLS];
   for (int32_t ox = 0; ox < g->out_w; ++ox)
     inside[ox] = W - ox * kw < kw ? W - ox * kw : kw; /* the window's columns in the plane */
+#ifdef POOL_AVX2
+  const int32_t whole = W / kw < g->out_w ? W / kw : g->out_w; /* windows inside the plane */
+  int8_t pick[16]; /* vpshufb's: two windows of a 16-byte load, each into its own 8 bytes */
+  for (int32_t i = 0; i < 8; ++i) {
+    pick[i] = i < kw ? (int8_t)i : (int8_t)-128;
+    pick[8 + i] = i < kw ? (int8_t)(kw + i) : (int8_t)-128;
+  }
+#endif
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
     const int32_t y0 = oy * kh, rows = g->h - y0 < kh ? g->h - y0 : kh;
-    int32_t x = 0;
+    int32_t x = 0, ox0 = 0; /* windows [0, ox0) summed already, from column ox0 kw on */
+#ifdef POOL_AVX2
+    if (kw >= 2 && kw <= 8) {
+      /* whole windows straight from the codes: 16 bytes from a window's first column hold two
+       * windows, vpshufb puts each in its own 8 bytes (the rest zeroed) and vpsadbw sums each
+       * 8 bytes (of the codes + 128), the rows added in int64: 4 windows per 256-bit step,
+       * then 2 per 128-bit one; loads reach 16 bytes from their column, within `readable`
+       * (the last row's load decides) */
+      const int64_t last = (int64_t)(y0 + rows - 1) * W;
+      const __m128i idx = _mm_loadu_si128((const __m128i*)(const void*)pick);
+      const __m256i idx2 = _mm256_broadcastsi128_si256(idx);
+      const __m256i flip = _mm256_set1_epi8((char)0x80);
+      for (; ox0 + 4 <= whole && last + (int64_t)kw * (ox0 + 2) + 16 <= readable; ox0 += 4) {
+        __m256i a = _mm256_setzero_si256();
+        for (int32_t r = 0; r < rows; ++r) {
+          const int8_t* q = in + (int64_t)(y0 + r) * W + (int64_t)kw * ox0;
+          __m256i v;
+          if (kw == 8) { /* the windows lie as vpsadbw sums them */
+            v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(const void*)q), flip);
+          } else {
+            v = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(const void*)q)),
+                _mm_loadu_si128((const __m128i*)(const void*)(q + 2 * kw)), 1);
+            v = _mm256_shuffle_epi8(_mm256_xor_si256(v, flip), idx2);
+          }
+          a = _mm256_add_epi64(a, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+        }
+        /* each sum < 2^16: its low dword, less the 128 added to each of kw x rows codes */
+        const __m256i d = _mm256_sub_epi32(
+            _mm256_permutevar8x32_epi32(a, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)),
+            _mm256_set1_epi32(128 * kw * rows));
+        _mm_storeu_si128((__m128i*)(void*)(sum + ox0), _mm256_castsi256_si128(d));
+      }
+      for (; ox0 + 2 <= whole && last + (int64_t)kw * ox0 + 16 <= readable; ox0 += 2) {
+        __m128i a = _mm_setzero_si128();
+        for (int32_t r = 0; r < rows; ++r) {
+          const __m128i v = _mm_loadu_si128(
+              (const __m128i*)(const void*)(in + (int64_t)(y0 + r) * W + (int64_t)kw * ox0));
+          a = _mm_add_epi64(a, _mm_sad_epu8(_mm_shuffle_epi8(_mm_xor_si128(v, _mm256_castsi256_si128(flip)), idx),
+                                            _mm_setzero_si128()));
+        }
+        const __m128i d = _mm_sub_epi32(_mm_shuffle_epi32(a, _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm_set1_epi32(128 * kw * rows));
+        _mm_storel_epi64((__m128i*)(void*)(sum + ox0), d);
+      }
+      x = kw * ox0;
+    }
+    /* the other columns' sums in int16 lanes, 16 and then 8 columns a step */
+    for (; x + 16 <= W; x += 16) {
+      __m256i a = _mm256_setzero_si256();
+      for (int32_t r = 0; r < rows; ++r)
+        a = _mm256_add_epi16(a, _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                    (const __m128i*)(const void*)(in + (int64_t)(y0 + r) * W + x))));
+      _mm256_storeu_si256((__m256i*)(void*)(col + x), a);
+    }
+    for (; x + 8 <= W; x += 8) {
+      __m128i a = _mm_setzero_si128();
+      for (int32_t r = 0; r < rows; ++r)
+        a = _mm_add_epi16(a, _mm_cvtepi8_epi16(_mm_loadl_epi64(
+                                 (const __m128i*)(const void*)(in + (int64_t)(y0 + r) * W + x))));
+      _mm_storeu_si128((__m128i*)(void*)(col + x), a);
+    }
+#endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     for (; x < W; x += 32) { /* 32 columns a step, the rows summed in registers */
       const __mmask32 m = W - x >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (W - x)) - 1u);
@@ -307,7 +472,7 @@ static void pool_blocks(const pdp_geometry* g, int32_t zero, const int8_t* in, i
       for (int32_t r = 0; r < rows; ++r) c = (int16_t)(c + in[(int64_t)(y0 + r) * W + x]);
       col[x] = c;
     }
-    for (int32_t ox = 0; ox < g->out_w; ++ox) {
+    for (int32_t ox = ox0; ox < g->out_w; ++ox) {
       const int16_t* c = col + ox * kw;
       int32_t t = 0;
       for (int32_t s = 0; s < inside[ox]; ++s) t += c[s];
@@ -340,7 +505,8 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
   for (int64_t plane = item * J->per_item; plane < (item + 1) * J->per_item && plane < J->planes;
        ++plane) {
     if (blocks_apply(g)) {
-      pool_blocks(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane);
+      pool_blocks(g, J->zero, J->in + plane * in_plane, J->out + plane * out_plane,
+                  (J->planes - plane) * in_plane);
     } else if (g->out_w < NARROW) {
 #ifdef __SSE4_1__
       if (narrow_max_applies(g)) {

@@ -184,9 +184,16 @@ static void run_table(const sdp_i8* p, int32_t ch, const int8_t* operand, const 
                       int8_t* out, int64_t cnt) {
   int32_t v[256];
   int8_t code[256], op[256];
-  for (int b = 0; b < 256; ++b) v[b] = (int32_t)(int8_t)(uint8_t)b - p->in_zero;
-  if (operand != NULL) memset(op, *operand, sizeof op);
-  sdp_i8_span(p, ch, v, operand != NULL ? op : NULL, code, 256);
+#if SDP_I8_AVX2
+  int8_t bytes[256]; /* squeeze-excite's x * s: its 256 codes in int32 lanes */
+  for (int b = 0; b < 256; ++b) bytes[b] = (int8_t)(uint8_t)b;
+  if (operand == NULL || !sdp_i8_plane_codes_avx2(p, ch, *operand, bytes, code, 256))
+#endif
+  {
+    for (int b = 0; b < 256; ++b) v[b] = (int32_t)(int8_t)(uint8_t)b - p->in_zero;
+    if (operand != NULL) memset(op, *operand, sizeof op);
+    sdp_i8_span(p, ch, v, operand != NULL ? op : NULL, code, 256);
+  }
 #ifdef __AVX512VBMI__
   const __m512i t0 = _mm512_loadu_si512(code), t1 = _mm512_loadu_si512(code + 64);
   const __m512i t2 = _mm512_loadu_si512(code + 128), t3 = _mm512_loadu_si512(code + 192);
@@ -251,11 +258,11 @@ static void run_planes_item(void* ctx, int64_t it, int participant) {
 }
 
 /* Planes smaller than run_table's chunks whose operand is one code per plane (squeeze-excite's
- * x * s on 7x7 and 14x14), several to an item (about RUN_CHUNK values): sdp_i8_planes_avx512,
- * or plane by plane as run_planes_item where it declines. */
+ * x * s on 7x7 and 14x14), several to an item (about RUN_CHUNK values): sdp_i8_planes_avx512
+ * (sdp_i8_planes_avx2 on AVX2), or plane by plane as run_planes_item where it declines. */
 static int small_planes_apply(const sdp_i8* p, int64_t hw) {
-  return SDP_I8_VECTOR && p->ew_per_channel && p->lut == NULL && hw < TABLE_MIN &&
-         (p->ew_op == ACCEL_EW_MUL || p->ew_op == ACCEL_EW_ADD);
+  return (SDP_I8_VECTOR || SDP_I8_AVX2) && p->ew_per_channel && p->lut == NULL &&
+         hw < TABLE_MIN && (p->ew_op == ACCEL_EW_MUL || p->ew_op == ACCEL_EW_ADD);
 }
 
 typedef struct planes_job {
@@ -272,6 +279,8 @@ static void run_small_planes_item(void* ctx, int64_t it, int participant) {
   const int64_t p1 = p0 + J->per_item < J->planes ? p0 + J->per_item : J->planes;
 #if SDP_I8_VECTOR
   if (sdp_i8_planes_avx512(J->p, J->c, J->hw, J->in, J->out, p0, p1)) return;
+#elif SDP_I8_AVX2
+  if (sdp_i8_planes_avx2(J->p, J->c, J->hw, J->in, J->out, p0, p1)) return;
 #endif
   const run_job one = {.p = J->p, .c = J->c, .hw = J->hw, .chunks = 1, .in = J->in,
                        .out = J->out};

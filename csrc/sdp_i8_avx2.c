@@ -373,6 +373,152 @@ void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
   gen4_of(p->ew_op, 1)(p, &g, v, p->ew_op != ACCEL_EW_NONE ? operand : NULL, y, count, first);
 }
 
+/* ---- squeeze-excite's x * s on small planes --------------------------------------------------
+ * An independent run's planes whose element-wise operand is one code per plane (ew_per_channel
+ * MUL, act NONE / RELU / CLIP, out_mul > 0: the compiler's x * s), in int32 lanes where the
+ * plane's bounds allow, else its values through sdp_i8_span (gen4). With v = x - in_zero (x the
+ * input code, so v takes 256 values at most) and e the plane's element-wise value (sdp_one's
+ * expression, once per plane), sdp_one's steps are, for the channel's bias, mul, shift and pre
+ * (BS's power) and the run's out_mul M and out_shift S:
+ *   P = (v + bias) mul 2^pre, t1 = rhaz(P, shift + pre), t2 = t1 e (RELU: max(t2, 0)),
+ *   y = rhaz(t2 M, S) + out_zero, saturated to int8 (then CLIP's bounds)
+ * exactly, when no step saturates: |v + bias| 2^pre <= INT32_MAX (BS), |P| + 2^(shift+pre-1) <
+ * 2^31 (P and its rounding in int32 lanes), |t1 e| <= INT32_MAX (the element-wise sat32) and
+ * (|t2| M + 2^(S-1)) >> S < 2^30 (y in int32). P is linear in v and every later step monotonic
+ * in its input, so the plane's largest magnitudes are at v's two ends, where they are checked.
+ * rhaz(P, s) for P of either sign is (P + 2^(s-1) - (P < 0)) >> s (s >= 1; P itself for s = 0);
+ * rhaz(t2 M, S) takes |t2| M in 64-bit lanes (vpmuludq on the even and odd dwords), adds half,
+ * shifts logically and puts t2's sign back (vpsignd). The general steps in 4 int64 lanes
+ * (gen4), after the codes were widened and the operand copied per value, took ~3x longer. */
+typedef struct se_plane {
+  int32_t bias, mul, shift, neg, half, e; /* bias: less in_zero; mul: times 2^pre */
+} se_plane;
+
+/* The plane's constants, 1 where the bounds above hold for it. */
+static int se_plane_of(const sdp_i8* p, int32_t ch, int8_t operand, se_plane* k) {
+  const chan_params c = channel_params(p, ch);
+  const int64_t pre = bs_pre(c.pre), s = c.shift + c.pre;
+  const int64_t x0 = -128 - (int64_t)p->in_zero + c.bias, x1 = 127 - (int64_t)p->in_zero + c.bias;
+  const int64_t ax = x0 < 0 ? (-x0 > x1 ? -x0 : x1) : x1; /* the largest |v + bias| */
+  if (pre >= 31 || s > 30 || (ax << pre) > INT32_MAX) return 0;
+  const int64_t m = c.mul * ((int64_t)1 << pre);
+  const int64_t half = s > 0 ? (int64_t)1 << (s - 1) : 0;
+  if (ax * (m < 0 ? -m : m) + half >= ((int64_t)1 << 31)) return 0;
+  const int64_t t0 = rhaz(x0 * m, s), t1 = rhaz(x1 * m, s);
+  const int64_t at = (t0 < 0 ? -t0 : t0) > (t1 < 0 ? -t1 : t1) ? (t0 < 0 ? -t0 : t0)
+                                                                : (t1 < 0 ? -t1 : t1);
+  const int64_t e = sat32(rhaz(((int64_t)operand - p->ew_zero) * p->ew_mul, p->ew_shift));
+  const int64_t t2 = at * (e < 0 ? -e : e);
+  if (t2 > INT32_MAX) return 0;
+  const int64_t oh = p->out_shift > 0 ? (int64_t)1 << (p->out_shift - 1) : 0;
+  if ((t2 * p->out_mul + oh) >> p->out_shift >= ((int64_t)1 << 30)) return 0;
+  k->bias = (int32_t)(c.bias - p->in_zero);
+  k->mul = (int32_t)m;
+  k->shift = (int32_t)s;
+  k->neg = s > 0 ? -1 : 0;
+  k->half = (int32_t)half;
+  k->e = (int32_t)e;
+  return 1;
+}
+
+/* 8 codes' y (int32 lanes, before the int8 saturation) of the plane k (act: RELU or not; the
+ * run's M, its half and S in `om`, `oh`, `os`) */
+static inline __attribute__((always_inline)) __m256i se_lanes(const se_plane* k, __m256i x,
+                                                              int relu, __m256i om, __m256i oh,
+                                                              __m128i os, __m256i oz) {
+  const __m256i pr = _mm256_mullo_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(k->bias)),
+                                        _mm256_set1_epi32(k->mul));
+  const __m256i r = _mm256_add_epi32(
+      _mm256_add_epi32(pr, _mm256_set1_epi32(k->half)),
+      _mm256_and_si256(_mm256_srai_epi32(pr, 31), _mm256_set1_epi32(k->neg)));
+  __m256i t = _mm256_mullo_epi32(_mm256_sra_epi32(r, _mm_cvtsi32_si128(k->shift)),
+                                 _mm256_set1_epi32(k->e));
+  if (relu) t = _mm256_max_epi32(t, _mm256_setzero_si256());
+  const __m256i a = _mm256_abs_epi32(t);
+  const __m256i ye = _mm256_srl_epi64(_mm256_add_epi64(_mm256_mul_epu32(a, om), oh), os);
+  const __m256i yo =
+      _mm256_srl_epi64(_mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), om), oh), os);
+  const __m256i y = _mm256_blend_epi32(ye, _mm256_slli_epi64(yo, 32), 0xAA);
+  return _mm256_add_epi32(_mm256_sign_epi32(y, t), oz);
+}
+
+/* One plane's hw codes x (channel ch, operand code o) into y, the plane's bounds checked
+ * (se_plane_of), else its values through sdp_i8_span_avx2. */
+static inline __attribute__((always_inline)) void se_plane_run(const sdp_i8* p, int32_t ch,
+                                                               int8_t o, const int8_t* x,
+                                                               int8_t* y, int64_t hw,
+                                                               int relu) {
+  se_plane k;
+  if (!se_plane_of(p, ch, o, &k)) { /* the general steps */
+    for (int64_t i = 0; i < hw; i += 256) {
+      int32_t v[256];
+      int8_t op[256];
+      const int64_t n = hw - i < 256 ? hw - i : 256;
+      for (int64_t j = 0; j < n; ++j) v[j] = (int32_t)x[i + j] - p->in_zero;
+      memset(op, o, (size_t)n);
+      sdp_i8_span_avx2(p, ch, v, op, y + i, n);
+    }
+    return;
+  }
+  const __m256i om = _mm256_set1_epi64x(p->out_mul);
+  const __m256i oh = _mm256_set1_epi64x(p->out_shift > 0 ? (int64_t)1 << (p->out_shift - 1) : 0);
+  const __m128i os = _mm_cvtsi32_si128(p->out_shift);
+  const __m256i oz = _mm256_set1_epi32(p->out_zero);
+  const __m256i lo = _mm256_set1_epi8((char)(p->act == ACCEL_ACT_CLIP ? p->clip_lo : -128));
+  const __m256i hi = _mm256_set1_epi8((char)(p->act == ACCEL_ACT_CLIP ? p->clip_hi : 127));
+  /* a tail of a plane of 32 codes or more: its last 32 again (the values in both steps get
+   * the same codes), unless the output overwrote them (a run in place); else a copy */
+  const int again = hw >= 32 && (x + hw <= y || y + hw <= x);
+  for (int64_t i = 0; i < hw; i += 32) {
+    int8_t tx[32] = {0}, ty[32];
+    if (hw - i < 32 && again) i = hw - 32;
+    const int whole = hw - i >= 32;
+    if (!whole) memcpy(tx, x + i, (size_t)(hw - i));
+    const __m256i b = _mm256_loadu_si256((const __m256i*)(const void*)(whole ? x + i : tx));
+    const __m128i b0 = _mm256_castsi256_si128(b), b1 = _mm256_extracti128_si256(b, 1);
+    const __m256i q = sdp_i8_codes32(
+        se_lanes(&k, _mm256_cvtepi8_epi32(b0), relu, om, oh, os, oz),
+        se_lanes(&k, _mm256_cvtepi8_epi32(_mm_srli_si128(b0, 8)), relu, om, oh, os, oz),
+        se_lanes(&k, _mm256_cvtepi8_epi32(b1), relu, om, oh, os, oz),
+        se_lanes(&k, _mm256_cvtepi8_epi32(_mm_srli_si128(b1, 8)), relu, om, oh, os, oz));
+    const __m256i codes = _mm256_min_epi8(_mm256_max_epi8(q, lo), hi);
+    if (whole) {
+      _mm256_storeu_si256((__m256i*)(void*)(y + i), codes);
+    } else {
+      _mm256_storeu_si256((__m256i*)(void*)ty, codes);
+      memcpy(y + i, ty, (size_t)(hw - i));
+    }
+  }
+}
+
+static int se_applies(const sdp_i8* p) {
+  return p->ew_per_channel && p->lut == NULL && p->ew_operand != NULL &&
+         p->ew_op == ACCEL_EW_MUL && p->out_mul > 0 && p->out_shift <= 62 &&
+         (p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP);
+}
+
+int sdp_i8_planes_avx2(const sdp_i8* p, int32_t c, int64_t hw, const int8_t* in, int8_t* out,
+                       int64_t p0, int64_t p1) {
+  if (!se_applies(p)) return 0;
+  for (int64_t plane = p0; plane < p1; ++plane) {
+    if (p->act == ACCEL_ACT_RELU)
+      se_plane_run(p, (int32_t)(plane % c), p->ew_operand[plane], in + plane * hw,
+                   out + plane * hw, hw, 1);
+    else
+      se_plane_run(p, (int32_t)(plane % c), p->ew_operand[plane], in + plane * hw,
+                   out + plane * hw, hw, 0);
+  }
+  return 1;
+}
+
+int sdp_i8_plane_codes_avx2(const sdp_i8* p, int32_t ch, int8_t operand, const int8_t* x,
+                            int8_t* y, int64_t count) {
+  if (!se_applies(p)) return 0;
+  if (p->act == ACCEL_ACT_RELU) se_plane_run(p, ch, operand, x, y, count, 1);
+  else se_plane_run(p, ch, operand, x, y, count, 0);
+  return 1;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,

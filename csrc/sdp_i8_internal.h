@@ -443,6 +443,15 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
                       int8_t* y, int64_t count);
 void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
                           const int8_t* operand, int8_t* y, int64_t count);
+/* An independent run's planes [p0, p1) of hw codes whose operand is one code per plane
+ * (squeeze-excite's x * s: ew_per_channel MUL, act NONE / RELU / CLIP, out_mul > 0): 1 where it
+ * converted them, 0 where the caller must (sdp_i8_planes_avx512's contract). */
+int sdp_i8_planes_avx2(const sdp_i8* p, int32_t c, int64_t hw, const int8_t* in, int8_t* out,
+                       int64_t p0, int64_t p1);
+/* The same for count codes x of channel ch with the operand code `operand` (run_table's 256
+ * codes of a plane): 1 where it converted them into y, 0 where the caller must. */
+int sdp_i8_plane_codes_avx2(const sdp_i8* p, int32_t ch, int8_t operand, const int8_t* x,
+                            int8_t* y, int64_t count);
 #endif
 
 #endif /* ACCEL_SDP_I8_INTERNAL_H */

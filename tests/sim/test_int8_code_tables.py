@@ -71,6 +71,43 @@ def test_small_planes_with_a_per_channel_operand(act, out_mul):
         assert len(np.unique(y)) > 20, (hw, ew_op)
 
 
+@pytest.mark.parametrize("case", ["ties", "t_e_at_int32", "y_beyond_int32"])
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+def test_small_planes_in_int32_lanes_at_their_bounds(case, act):
+    """x * s on small planes in int32 lanes (AVX2: sdp_i8_planes_avx2 where the plane's bounds
+    hold, the general steps where not) at the edges of those bounds: t's rounding with ties
+    in every other value (shifts 0-3, the codes t itself), t e about int32's limit (saturating
+    in some planes, just inside in others) and t e out_mul / 2^out_shift beyond int32 before
+    the codes saturate; planes of 25 (a tail alone), 36, 49 and 196 codes."""
+    rng = np.random.default_rng(zlib.crc32(repr((case, act)).encode()))
+    c = 40
+    for hw in ((5, 5), (6, 6), (7, 7), (14, 14)):
+        x = rng.integers(-128, 128, (1, c) + hw).astype(np.int8)
+        op = _per_channel(rng, "mul", 1, c)
+        fields = dict(op.__dict__, act=act, ew_zero=0, ew_mul=1, ew_shift=0)
+        if case == "ties":
+            fields.update(mul=rng.integers(-7, 8, c).astype(np.int16),
+                          rshift=rng.integers(0, 4, c).astype(np.uint8), out_mul=1, out_shift=0,
+                          operand=rng.integers(-1, 2, (1, c)).astype(np.int8))
+        elif case == "t_e_at_int32":  # |t| up to 255 x 32767, e = o (240..270): ~2^31
+            fields.update(mul=np.full(c, 32767, np.int16), rshift=np.zeros(c, np.uint8),
+                          in_zero=0, bias=rng.integers(-5, 6, c).astype(np.int32),
+                          ew_mul=int(rng.integers(240, 271)), out_mul=3, out_shift=24,
+                          operand=rng.integers(-127, 128, (1, c)).astype(np.int8))
+        else:
+            fields.update(mul=rng.integers(1000, 32768, c).astype(np.int16),
+                          rshift=np.zeros(c, np.uint8), out_mul=int(rng.integers(1, 32768)),
+                          out_shift=int(rng.integers(0, 41)),
+                          operand=rng.integers(-60, 61, (1, c)).astype(np.int8))
+        if act == "clip":
+            fields.update(clip_lo=-50, clip_hi=90)
+        op = Sdp(**fields)
+        y = Device("nv_full", num_threads=1).run([op], x)[0]
+        np.testing.assert_array_equal(y, ref.run_chain([op], x), err_msg=f"{case} {hw}")
+        # y beyond int32 saturates most codes: both rails (or CLIP's) and few others
+        assert len(np.unique(y)) > (1 if case == "y_beyond_int32" else 3), (case, hw)
+
+
 def test_a_per_channel_operand_with_a_lut():
     op, x = _compiler_case("silu", 5)  # 16 x 64 x 65, the compiler's table
     rng = np.random.default_rng(5)

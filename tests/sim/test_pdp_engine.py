@@ -266,7 +266,8 @@ def test_int8_pool_matches_reference_exactly(kind, kernel, stride, padding, incl
 
 
 @pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
-@pytest.mark.parametrize("size", [(7, 7), (1, 1), (8, 8), (2, 5), (1, 8)])
+@pytest.mark.parametrize("size", [(7, 7), (1, 1), (8, 8), (2, 5), (1, 8), (4, 4), (3, 7),
+                                  (6, 6)])
 def test_int8_global_average_pool_matches_reference_exactly(size, zero):
     """Global average pooling (pdp_i8.c pool_global: each plane summed with one vpsadbw, 16
     planes finished at once): planes of 1 to 64 codes, 83 planes per image (a partial group of
@@ -287,11 +288,16 @@ def test_int8_global_average_pool_matches_reference_exactly(size, zero):
 @pytest.mark.parametrize("zero", [-128, 0, 127])
 @pytest.mark.parametrize("shape,kernel,padding", [
     ((112, 112), 8, 0), ((28, 30), 7, 0), ((45, 57), (5, 8), (0, 0, 0, 7)),
-    ((9, 70), (3, 6), (0, 0, 0, 2)), ((13, 4), (7, 2), (0, 0, 1, 0))], ids=str)
+    ((9, 70), (3, 6), (0, 0, 0, 2)), ((13, 4), (7, 2), (0, 0, 1, 0)),
+    ((56, 56), 8, 0), ((14, 14), 7, 0), ((16, 100), (4, 3), (0, 0, 0, 2)),
+    ((12, 23), (6, 2), (0, 0, 0, 1)), ((8, 20), (8, 5), 0), ((7, 60), (7, 4), 0),
+    ((10, 50), (3, 8), 0), ((9, 100), 3, 0)], ids=str)
 def test_int8_tiled_averages_match_reference_exactly(shape, kernel, padding, zero):
     """INT8 averages whose windows tile the plane (a wide or global pool's passes, pdp_i8.c
     pool_blocks: column sums 32 columns a step, windows cut by the plane's edge reading the zero
-    point, finish_avg in 16 int32 lanes): bit for bit the reference's, sums at both rails."""
+    point, finish_avg in 16 int32 lanes; on AVX2 whole windows of 2-8 columns summed from the
+    codes, 4 and then 2 at a time, the last plane's loads kept inside the input, finish_avg in
+    8 lanes with a tail): bit for bit the reference's, sums at both rails."""
     rng = np.random.default_rng(abs(zero) + shape[1])
     x = rng.integers(-128, 128, (2, 5) + shape).astype(np.int8)
     x[0, 0], x[0, 1] = 127, -128
