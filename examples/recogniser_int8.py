@@ -10,10 +10,16 @@ with a space, a marginal CTC decision either int8 flips) and each line whose str
 
     python examples/recogniser_int8.py [--calibration-method mse] [--no-bias-correction]
                                        [--no-ort-int8] [--debug-files DIR]
-                                       [--lines validation]
+                                       [--lines validation] [--keep-float NAME ...]
 
 ``--lines validation`` compares 12 other lines instead (``tm.VALIDATION_TEXTS``), none of
 them calibrated on, nor looked at while the int8 settings were chosen on the 12 above.
+
+``--keep-float NAME ...`` keeps those layers in fp16 (keys ``f0.3`` or source names, as
+``partition_for_accel(keep_float=...)`` takes them; a mixed build, which does not equalise):
+``--keep-float f0.{0..19}`` (bash expands it) keeps the first stage, the layers whose
+outputs are 160 wide, where the trailing spaces are lost (docs/trained_models.md, "The
+recogniser's ends of lines").
 
 ``--debug-files DIR`` also writes the static-shape ONNX file and the lines as .npz archives,
 for the per-layer table of the debugger::
@@ -73,6 +79,8 @@ def main(argv=None) -> None:
     parser.add_argument("--ort-int8", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--debug-files", type=Path, default=None)
     parser.add_argument("--lines", choices=("compared", "validation"), default="compared")
+    parser.add_argument("--keep-float", nargs="+", default=None, metavar="NAME",
+                        help="layers to keep in fp16 (keys or source names)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     from accel_codegen.compiler.vm import virtual_machine
@@ -103,6 +111,8 @@ def main(argv=None) -> None:
     options = {"bias_correction": args.bias_correction}
     if args.calibration_method is not None:
         options["calibration_method"] = args.calibration_method
+    if args.keep_float:
+        options["keep_float"] = args.keep_float
     part = partition_for_accel(mod, params, config="nv_full", precision="int8",
                                calibration=calibration, **options)
     report = partition_report(part)

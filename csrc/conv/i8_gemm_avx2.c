@@ -16,7 +16,9 @@
  * channels x 16 positions per micro-kernel (the implicit GEMM's, below: the weights' word
  * broadcast, a panel's pair row in two registers). The blocks' int32 rows then go through the
  * channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters prepared once per
- * call) where every channel has a lane form, else sdp_i8_span. A depth whose panel (16
+ * call) where every channel has a lane form, else sdp_i8_span. A tile's last panel of 8
+ * keeping at most G2_TAIL positions (7x7 planes: 49 = 3 x 16 + 1) runs as matrix-vector
+ * products (g2_tail). A depth whose panel (16
  * positions) exceeds half the L1 runs in depth chunks, when a chunk's weights of
  * every channel fit the L2: per chunk its columns (tiles of several panels, not one), per panel
  * (in L1) every block, the sums added to the int32 rows of all the item's channels (g2_item).
@@ -39,6 +41,7 @@ enum {
   G2_NR = 16,             /* positions per panel (2 vectors of 8: the 6 x 16 micro-kernel's) */
   G2_MAX_PANELS = 24,     /* panels per tile, at most */
   G2_SB = 3,              /* packed blocks per pass of a one-chunk tile (24 rows: 4 calls of 6) */
+  G2_TAIL = 4,            /* kept positions of an 8-wide last panel that g2_tail takes, at most */
   G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
   G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
   I16_NR = 16               /* the implicit GEMM's positions per panel (its rows in registers) */
@@ -344,9 +347,64 @@ static inline void g2_rows(const g2_job* J, int64_t grp, int64_t k0, int64_t n,
   }
 }
 
+/* A tile's last panel when it is 8 wide and keeps at most G2_TAIL positions (a 7x7 plane's
+ * 49th, a 14x14 plane's last 4): per block of MR channels, pair j's 8 weight words against
+ * each kept position's broadcast column word, one vpmaddwd per pair and position for 8
+ * channels, where the 6 x 8 micro-kernel spends one per 6 channels and 8 positions, the most of
+ * them dropped. Channels [k0, k0 + n) of group grp (k0 a block's first), positions [0, t) of
+ * the panel at bq (kc pairs from pair j0, pair rows 8 words apart) into columns [c0, c0 + t)
+ * of acc's rows (ldb apart; row r: channel k0 + r), more: added to them. */
+static inline __attribute__((always_inline)) void g2_tail_body(const int T, const g2_job* J,
+                                                               int64_t grp, int64_t k0,
+                                                               int64_t n, const int16_t* bq,
+                                                               int64_t j0, int64_t kc,
+                                                               int32_t* acc, int64_t c0,
+                                                               int64_t ldb, int more) {
+  const i32_alias* x = (const i32_alias*)(const void*)bq;
+  for (int64_t r0 = 0; r0 < n; r0 += 2 * MR) { /* two blocks a pass (the second may be absent) */
+    const int two = r0 + MR < n;
+    const int32_t* a0 = J->w + ((grp * J->P->mblocks + (k0 + r0) / MR) * J->kd2 + j0) * MR;
+    const int32_t* a1 = two ? a0 + J->kd2 * MR : a0;
+    __m256i s0[G2_TAIL], s1[G2_TAIL];
+    for (int p = 0; p < T; ++p) s0[p] = s1[p] = _mm256_setzero_si256();
+    for (int64_t j = 0; j < kc; ++j) {
+      const __m256i w0 = _mm256_loadu_si256((const __m256i*)(a0 + j * MR));
+      const __m256i w1 = _mm256_loadu_si256((const __m256i*)(a1 + j * MR));
+      for (int p = 0; p < T; ++p) {
+        const __m256i xp = _mm256_set1_epi32(x[j * 8 + p]);
+        s0[p] = _mm256_add_epi32(s0[p], _mm256_madd_epi16(xp, w0));
+        s1[p] = _mm256_add_epi32(s1[p], _mm256_madd_epi16(xp, w1));
+      }
+    }
+    for (int h = 0; h <= two; ++h) {
+      const int64_t rb = r0 + h * MR, rows = n - rb < MR ? n - rb : MR;
+      for (int p = 0; p < T; ++p) {
+        int32_t v[MR];
+        _mm256_storeu_si256((__m256i*)v, h ? s1[p] : s0[p]);
+        for (int64_t m = 0; m < rows; ++m) {
+          int32_t* d = acc + (rb + m) * ldb + c0 + p;
+          *d = more ? (int32_t)((uint32_t)*d + (uint32_t)v[m]) : v[m];
+        }
+      }
+    }
+  }
+}
+
+static void g2_tail(int64_t t, const g2_job* J, int64_t grp, int64_t k0, int64_t n,
+                    const int16_t* bq, int64_t j0, int64_t kc, int32_t* acc, int64_t c0,
+                    int64_t ldb, int more) {
+  switch (t) {
+    case 1: g2_tail_body(1, J, grp, k0, n, bq, j0, kc, acc, c0, ldb, more); break;
+    case 2: g2_tail_body(2, J, grp, k0, n, bq, j0, kc, acc, c0, ldb, more); break;
+    case 3: g2_tail_body(3, J, grp, k0, n, bq, j0, kc, acc, c0, ldb, more); break;
+    default: g2_tail_body(4, J, grp, k0, n, bq, j0, kc, acc, c0, ldb, more); break;
+  }
+}
+
 /* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. One depth chunk:
  * per G2_SB blocks of MR channels (24 rows: the 6-row micro-kernel's calls do not straddle a
- * pass), every panel, then their rows converted (in L1). Several
+ * pass), every panel (the last through g2_tail where it takes it), then their rows converted
+ * (in L1). Several
  * (a deep layer): per depth chunk, its columns, then per panel (in L1) every block, added to
  * the int32 rows of all the item's channels, converted after the last chunk; the weights of
  * every block stream past a panel instead of the panels past a block's weights (a deep panel
@@ -367,13 +425,18 @@ static void g2_item(void* ctx, int64_t it, int participant) {
   int8_t* rows = (int8_t*)(void*)(J->bufs[participant] + J->col_bytes + J->acc_bytes);
   const int8_t* img = J->in + (b * g->c + grp * P->cg) * P->hw;
   const int64_t npanels = (ldb + G2_NR - 1) / G2_NR;
+  /* the panels of the 6 x 16 kernel: all but a last one of 8 keeping at most G2_TAIL */
+  const int64_t last = (npanels - 1) * G2_NR, tv = nt - last;
+  const int64_t nfull = ldb - last == 8 && tv <= G2_TAIL ? npanels - 1 : npanels;
   if (kc >= kd2) {
     g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, 0, kd2, col, rows, J->cg2);
     for (int64_t mb = mb0; mb < mb1; mb += G2_SB) {
       const int64_t k0 = mb * MR, e = (mb + G2_SB < mb1 ? mb + G2_SB : mb1) * MR;
       const int64_t nrows = (P->mg < e ? P->mg : e) - k0;
-      for (int64_t q = 0; q < npanels; ++q)
+      for (int64_t q = 0; q < nfull; ++q)
         g2_rows(J, grp, k0, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
+      if (nfull < npanels)
+        g2_tail(tv, J, grp, k0, nrows, col + last * kd2 * 2, 0, kd2, acc, last, ldb, 0);
       for (int64_t m = 0; m < nrows; ++m) {
         const int64_t k = grp * P->mg + k0 + m;
         g2_convert(J, k, acc + m * ldb, (b * g->k + k) * P->ohw + p0, nt);
@@ -385,8 +448,10 @@ static void g2_item(void* ctx, int64_t it, int participant) {
     const int64_t kcc = kd2 - j0 < kc ? kd2 - j0 : kc;
     g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows, J->cg2);
     const int64_t nk = (P->mg < mb1 * MR ? P->mg : mb1 * MR) - mb0 * MR;
-    for (int64_t q = 0; q < npanels; ++q)
+    for (int64_t q = 0; q < nfull; ++q)
       g2_rows(J, grp, mb0 * MR, nk, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc, acc, j0 > 0);
+    if (nfull < npanels)
+      g2_tail(tv, J, grp, mb0 * MR, nk, col + last * kcc * 2, j0, kcc, acc, last, ldb, j0 > 0);
   }
   for (int64_t mb = mb0; mb < mb1; ++mb) {
     const int64_t k0 = mb * MR, nrows = P->mg - k0 < MR ? P->mg - k0 : MR;

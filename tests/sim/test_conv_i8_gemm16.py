@@ -39,6 +39,10 @@ LAYERS = [
     (1, 40, 20, 41, 16, 1, 1, 2, 0, 1, 1, 100),    # 1x1 stride 2, rows of 41
     (2, 100, 1, 1, 26, 1, 1, 1, 0, 1, 2, -128),    # fully connected, 2 groups of 13 (8 + 5)
     (1, 5, 1, 1, 8, 3, 3, 1, 1, 1, 1, 7),          # one position that reads padding
+    # a last panel of 8 keeping at most 4 positions (g2_tail; 9x9 and 7x7 above keep 1)
+    (1, 24, 11, 11, 13, 3, 3, 2, 1, 1, 1, -9),     # 6x6 outputs: 36 = 2 x 16 + 4
+    (1, 12, 5, 10, 30, 1, 1, 1, 0, 1, 1, 60),      # 50 = 3 x 16 + 2, 30 channels (an odd block)
+    (1, 300, 5, 7, 21, 3, 3, 1, 1, 1, 1, -128),    # 35 = 2 x 16 + 3 in depth chunks
 ]
 # Sums at the int32 bound the library allows (depth <= 65536): (in - in_zero) = 255 times -128
 # over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
