@@ -62,16 +62,16 @@ static inline __m256i lanes_below(int64_t n) {
     c##m##1 = _mm256_fmadd_ps(av, b1, c##m##1);                     \
     c##m##2 = _mm256_fmadd_ps(av, b2, c##m##2);                     \
   }
-#define A2_OUT1(m, v)                                                                 \
-  {                                                                                   \
-    float* p = c + m * ldc + 8 * v;                                                   \
-    if (FULL) {                                                                       \
-      _mm256_storeu_ps(p, first ? c##m##v : _mm256_add_ps(_mm256_loadu_ps(p), c##m##v)); \
-    } else if (w > 8 * v) {                                                           \
-      const __m256i mk = lanes_below(w - 8 * v);                                      \
-      _mm256_maskstore_ps(p, mk, first ? c##m##v                                      \
-                                       : _mm256_add_ps(_mm256_maskload_ps(p, mk), c##m##v)); \
-    }                                                                                 \
+#define A2_OUT1(m, v)                                                                      \
+  {                                                                                        \
+    float* p = c + m * ldc + 8 * v;                                                        \
+    if (FULL || w >= 8 * (v + 1)) {                                                        \
+      _mm256_storeu_ps(p, first ? c##m##v : _mm256_add_ps(_mm256_loadu_ps(p), c##m##v));  \
+    } else if (w > 8 * v) { /* stored 4, 2, 1 lanes at a time: no vmaskmovps store */      \
+      const __m256i mk = lanes_below(w - 8 * v);                                           \
+      const __m256 t = first ? c##m##v : _mm256_add_ps(_mm256_maskload_ps(p, mk), c##m##v); \
+      f32x8_store_first(p, t, w - 8 * v);                                                  \
+    }                                                                                      \
   }
 #define A2_OUT(m)     \
   if (MR_ > m) {      \
