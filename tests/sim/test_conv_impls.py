@@ -260,15 +260,28 @@ print(Device(num_threads=1).run([Conv(np.ones((4, 8, 3, 3), np.float32), padding
 def test_l1d_setting_is_read_with_its_suffix_or_ignored(value, read):
     """ACCEL_L1D_BYTES takes bytes, KiB (K) or MiB (M), clamps what overflows and ignores anything
     else (with ACCEL_VERBOSE, a line says how it was read); the conv runs either way."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL",)}
-    environ.update(ACCEL_VERBOSE="1", ACCEL_L1D_BYTES=value)
+    _check_cache_setting("ACCEL_L1D_BYTES", value, read)
+
+
+@pytest.mark.parametrize("value, read", [
+    ("16K", "read as 16384 bytes"), ("2m", "read as 2097152 bytes"), ("512KiB", "ignored")])
+def test_l2_setting_is_read_like_the_l1d_one(value, read):
+    """ACCEL_L2_BYTES (the fp32 plans' L2 size: gemm_avx2's channel chunks) is read as
+    ACCEL_L1D_BYTES is, by the same parser."""
+    _check_cache_setting("ACCEL_L2_BYTES", value, read)
+
+
+def _check_cache_setting(name, value, read):
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("ACCEL_CONV_IMPL", "ACCEL_L1D_BYTES", "ACCEL_L2_BYTES")}
+    environ.update({"ACCEL_VERBOSE": "1", name: value})
     result = subprocess.run([sys.executable, "-c", SETTING], capture_output=True, text=True,
                             env=environ, cwd=Path(__file__).parent)
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout) == 4 * (16 * 72 + 16 * 48 + 4 * 32), result.stdout
-    said = [l for l in result.stderr.splitlines() if l.startswith("accel: ACCEL_L1D_BYTES=")]
-    assert said == [f"accel: ACCEL_L1D_BYTES={value} {read}"] if read != "ignored" else \
-        len(said) == 1 and said[0].startswith(f"accel: ACCEL_L1D_BYTES={value} ignored"), said
+    said = [l for l in result.stderr.splitlines() if l.startswith(f"accel: {name}=")]
+    assert said == [f"accel: {name}={value} {read}"] if read != "ignored" else \
+        len(said) == 1 and said[0].startswith(f"accel: {name}={value} ignored"), said
 
 
 # Depthwise layers both fp32 depthwise kernels compute (3x3 and 5x5, strides 1 and 2): a batch
