@@ -331,14 +331,83 @@ static void pool_row_vector8(const pdp_geometry* g, const float* in, float* out,
   }
 }
 
+/* One input row's maxima over the kw taps of 8 outputs from output column ox (lane 0's tap 0
+ * at input column base; row points at the row's column 0 less the left padding), taps in
+ * order; *probe gets the sum of each lane's taps, NaN where a tap is (one add a tap instead of
+ * a test a tap). KW and SW are constants in the common geometries (the tap loop unrolls);
+ * EDGE 0 where every load lies inside the row (no mask, no test a load). */
+static inline __attribute__((always_inline)) __m256 row_taps8(const float* row, int64_t ox,
+                                                              int64_t base, int64_t W,
+                                                              const int64_t kw, const int64_t sw,
+                                                              const int edge, __m256 fill,
+                                                              __m256* probe) {
+  __m256 acc = fill, sum = _mm256_setzero_ps();
+  for (int64_t s = 0; s < kw; ++s) {
+    if (sw == 1) {
+      const __m256 v =
+          edge ? load_columns8(row + ox + s, base + s, W, fill) : _mm256_loadu_ps(row + ox + s);
+      sum = _mm256_add_ps(sum, v);
+      acc = _mm256_max_ps(v, acc); /* v > acc ? v : acc */
+      continue;
+    }
+    /* stride 2: taps s and s + 1 are the even and odd lanes of one pair of loads; the probe
+     * takes the taps, not the loads (an odd kernel's last pair's odd lanes are the next
+     * vector's columns) */
+    const float* p = row + 2 * ox + s;
+    const __m256 lo = edge ? load_columns8(p, base + s, W, fill) : _mm256_loadu_ps(p);
+    const __m256 hi = edge ? load_columns8(p + 8, base + s + 8, W, fill) : _mm256_loadu_ps(p + 8);
+    const __m256 even = even8(lo, hi);
+    sum = _mm256_add_ps(sum, even);
+    acc = _mm256_max_ps(even, acc);
+    if (s + 1 < kw) {
+      const __m256 odd = odd8(lo, hi);
+      sum = _mm256_add_ps(sum, odd);
+      acc = _mm256_max_ps(odd, acc);
+    }
+    ++s;
+  }
+  *probe = sum;
+  return acc;
+}
+
+/* Row `row`'s maxima into h (ldr floats) for every output column, and the NaN test's lanes
+ * or-ed into *nan: the sum of a lane's taps is NaN where a tap is, or where +inf meets -inf
+ * (a padding column's or the data's) or the sum overflows into it; the caller then pools the
+ * plane tap by tap, with the same bits. The lanes past the plane's last output read columns
+ * its windows may not read (at stride 2, those past the last window: an unpadded pool's last
+ * column on an even width), so the last partial vector's are masked; every column a window
+ * reads, a lane below reads. */
+static inline __attribute__((always_inline)) void row_maxima8(const float* row, float* h,
+                                                              int64_t ow, int64_t W,
+                                                              int64_t pad_left, const int64_t kw,
+                                                              const int64_t sw, __m256 fill,
+                                                              __m256* nan) {
+  /* the loads' reach from base: stride 1, kw - 1 + 8 columns; stride 2, pairs of 16 */
+  const int64_t last = sw == 1 ? kw - 1 + 7 : ((kw - 1) & ~(int64_t)1) + 15;
+  for (int64_t ox = 0; ox < ow; ox += 8) {
+    const int64_t base = ox * sw - pad_left; /* input column of lane 0, tap 0 */
+    __m256 probe, acc;
+    if (base < 0 || base + last >= W) {
+      acc = row_taps8(row, ox, base, W, kw, sw, 1, fill, &probe);
+    } else {
+      acc = row_taps8(row, ox, base, W, kw, sw, 0, fill, &probe);
+    }
+    __m256 unord = _mm256_cmp_ps(probe, probe, _CMP_UNORD_Q);
+    if (ow - ox < 8) unord = _mm256_and_ps(unord, _mm256_castsi256_ps(first_lanes8(ow - ox)));
+    *nan = _mm256_or_ps(*nan, unord);
+    _mm256_store_ps(h + ox, acc);
+  }
+}
+
 /* pool_plane_max_rows in 8 lanes: each input row's maxima over the window's columns once (a
  * ring of the last kernel_h rows), then each output row's maximum over its rows; the same
  * grouping argument (no NaN: the first largest tap stays in any grouping of v > acc ? v :
- * acc), so 0 where the plane holds a NaN. */
+ * acc), so 0 where the plane may hold a NaN (row_maxima8). The row pass has its own copies
+ * for ResNet's 3x3/2 and the 3x3/1 and 5x5/1 kernels (SPPF's), the taps unrolled. */
 enum { RING_FLOATS = 8192 };
 
 static int pool_plane_max_rows8(const pdp_geometry* g, const float* in, float* out) {
-  const int64_t sw = g->stride_w, W = g->w, ow = g->out_w, kh = g->kernel_h;
+  const int64_t sw = g->stride_w, W = g->w, ow = g->out_w, kh = g->kernel_h, kw = g->kernel_w;
   const int64_t ldr = (ow + 7) & ~(int64_t)7;
   if (kh * ldr > RING_FLOATS) return 0;
   float ring[RING_FLOATS] __attribute__((aligned(32)));
@@ -352,43 +421,21 @@ static int pool_plane_max_rows8(const pdp_geometry* g, const float* in, float* o
     for (; next < y0 + r1; ++next) { /* row next's maxima over each output's columns */
       const float* row = in + next * W - g->pad_left;
       float* h = ring + (next % kh) * ldr;
-      for (int64_t ox = 0; ox < ow; ox += 8) {
-        const int64_t base = ox * sw - g->pad_left; /* input column of lane 0, tap 0 */
-        __m256 acc = fill, unord = _mm256_setzero_ps();
-        for (int32_t s = 0; s < g->kernel_w; ++s) {
-          if (sw == 1) {
-            const __m256 v = load_columns8(row + ox + s, base + s, W, fill);
-            unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-            acc = _mm256_max_ps(v, acc); /* v > acc ? v : acc */
-            continue;
-          }
-          /* stride 2: taps s and s + 1 are the even and odd lanes of one pair of loads; the
-           * NaN test takes the taps, not the loads (an odd kernel's last pair's odd lanes
-           * are the next vector's columns) */
-          const __m256 lo = load_columns8(row + 2 * ox + s, base + s, W, fill);
-          const __m256 hi = load_columns8(row + 2 * ox + s + 8, base + s + 8, W, fill);
-          const __m256 even = even8(lo, hi);
-          unord = _mm256_or_ps(unord, _mm256_cmp_ps(even, even, _CMP_UNORD_Q));
-          acc = _mm256_max_ps(even, acc);
-          if (s + 1 < g->kernel_w) {
-            const __m256 odd = odd8(lo, hi);
-            unord = _mm256_or_ps(unord, _mm256_cmp_ps(odd, odd, _CMP_UNORD_Q));
-            acc = _mm256_max_ps(odd, acc);
-          }
-          ++s;
-        }
-        /* the lanes past the plane's last output read columns its windows may not read (at
-         * stride 2, those past the last window: an unpadded pool's last column on an even
-         * width); every column a window reads, a lane below reads */
-        if (ow - ox < 8) unord = _mm256_and_ps(unord, _mm256_castsi256_ps(first_lanes8(ow - ox)));
-        nan = _mm256_or_ps(nan, unord);
-        _mm256_store_ps(h + ox, acc);
+      if (kw == 3 && sw == 2) {
+        row_maxima8(row, h, ow, W, g->pad_left, 3, 2, fill, &nan);
+      } else if (kw == 3 && sw == 1) {
+        row_maxima8(row, h, ow, W, g->pad_left, 3, 1, fill, &nan);
+      } else if (kw == 5 && sw == 1) {
+        row_maxima8(row, h, ow, W, g->pad_left, 5, 1, fill, &nan);
+      } else {
+        row_maxima8(row, h, ow, W, g->pad_left, kw, sw, fill, &nan);
       }
     }
+    const float* rows[ACCEL_MAX_POOL_KERNEL]; /* the window's ring rows, in order */
+    for (int32_t r = r0; r < r1; ++r) rows[r - r0] = ring + ((y0 + r) % kh) * ldr;
     for (int64_t ox = 0; ox < ow; ox += 8) {
       __m256 acc = fill;
-      for (int32_t r = r0; r < r1; ++r)
-        acc = _mm256_max_ps(_mm256_load_ps(ring + ((y0 + r) % kh) * ldr + ox), acc);
+      for (int32_t r = 0; r < r1 - r0; ++r) acc = _mm256_max_ps(_mm256_load_ps(rows[r] + ox), acc);
       const int64_t live = ow - ox < 8 ? ow - ox : 8;
       float* dst = out + (int64_t)oy * ow + ox;
       if (live == 8) {

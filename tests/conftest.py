@@ -7,6 +7,9 @@ run without them, and test_sanitizers.py runs them again with a sanitized libacc
 """
 import dataclasses
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,6 +194,38 @@ def count_batch_norms(model) -> int:
     import torch
 
     return sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+
+
+#: the repository's root (tests/..), for the C test programs' sources
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_c_program(tmp_path_factory, program: str, sources, flags) -> Path:
+    """tests/c/``program`` built with the library's ``sources`` (paths from the repository's
+    root) and ``flags`` (optimisation, -march, ...), warnings as errors, the library's include
+    folders and libm: an executable in a fresh folder. No C compiler ($CC, else cc) fails the
+    test: it is part of what CI has."""
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.fail(f"a C compiler ({cc}) is needed to build tests/c/{program}")
+    exe = tmp_path_factory.mktemp(Path(program).stem) / Path(program).stem
+    subprocess.run([cc, *flags, "-Wall", "-Wextra", "-Werror", "-pthread",
+                    f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'runtime' / 'include'}",
+                    f"-I{ROOT / 'runtime' / 'src'}", str(ROOT / "tests" / "c" / program),
+                    *(str(ROOT / s) for s in sources), "-lm", "-o", str(exe)], check=True)
+    return exe
+
+
+def run_c_program(exe: Path, timeout: float = 600) -> tuple[int, list[str]]:
+    """Runs a C test program whose last line is 'N passed, N failed'; asserts that it exited 0
+    and that no check failed, and returns the passed count and its output's lines (the caller
+    asserts how many checks must have run)."""
+    result = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    lines = result.stdout.strip().splitlines()
+    assert lines, f"{exe.name} printed nothing (exit {result.returncode}): {result.stderr[-4000:]}"
+    passed, failed = (int(word) for word in lines[-1].replace(",", "").split()[::2])
+    assert result.returncode == 0 and failed == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return passed, lines
 
 
 def run_cli(capsys, *argv):

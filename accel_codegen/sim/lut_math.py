@@ -45,6 +45,33 @@ _EXP_Q = [_F32(4.999999404e-01), _F32(1.666652113e-01), _F32(4.166838899e-02),
           _F32(8.368745446e-03), _F32(1.381453942e-03)]
 
 
+def _exp_parts(a: np.ndarray, d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """e^(a + d) taken apart as the C library's exp does (exp_parts in csrc/lut.c), for exp_f32
+    (d None: e^a) and gelu_f32 (a exact, d small): k = (a + d) log2(e) + 1.5 2^23, whose bits
+    hold n = round((a + d) / ln 2) (ties to even), r = a - n ln2_hi (exact), + d, - n ln2_lo,
+    and p = 1 + r + r^2 q(r); returns (p, k), e^(a + d) being p 2^n (:func:`_exp_scales`)."""
+    k = (a if d is None else a + d) * _EXP_LOG2E + _EXP_ROUND
+    n = k - _EXP_ROUND
+    r = a - n * _LN2_HI
+    if d is not None:
+        r = r + d
+    r = r - n * _LN2_LO
+    q = _EXP_Q[4] * r + _EXP_Q[3]
+    for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
+        q = q * r + coefficient
+    p = (r * r) * q + r
+    return p + _F32(1), k
+
+
+def _exp_scales(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """2^h and 2^(n - h) as uint32 bits, h = n >> 1, n from k's bits (:func:`_exp_parts`): two
+    powers of two, each normal where the exps hold their arguments, whose product 2^n is
+    multiplied in one at a time, so a subnormal result rounds once."""
+    ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
+    h = (ni.view(np.int32) >> 1).view(np.uint32)
+    return (h + np.uint32(127)) << np.uint32(23), (ni - h + np.uint32(127)) << np.uint32(23)
+
+
 def exp_f32(t: np.ndarray) -> np.ndarray:
     """e^t in float32 as the FP32 SDP computes it (exp_f32 in csrc/lut.c, the same operations
     in the same order, so the same bits): at most 0.99 ulp from the exact value (accel.h)."""
@@ -52,20 +79,9 @@ def exp_f32(t: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         c = np.where(t < _F32(-104), _F32(-104), t)  # NaN stays
         c = np.where(c > _F32(89), _F32(89), c).astype(np.float32)
-        k = c * _EXP_LOG2E + _EXP_ROUND
-        n = k - _EXP_ROUND
-        r = c - n * _LN2_HI
-        r = r - n * _LN2_LO
-        q = _EXP_Q[4] * r + _EXP_Q[3]
-        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
-            q = q * r + coefficient
-        p = (r * r) * q + r
-        p = p + _F32(1)
-        ni = np.atleast_1d(k).view(np.uint32) - np.uint32(0x4B400000)
-        h = (ni.view(np.int32) >> 1).view(np.uint32)
-        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
-        s2 = ((ni - h + np.uint32(127)) << np.uint32(23)).view(np.float32)
-        return ((np.atleast_1d(p) * s1) * s2).reshape(t.shape)
+        p, k = _exp_parts(c)
+        s1, s2 = _exp_scales(k)
+        return ((np.atleast_1d(p) * s1.view(np.float32)) * s2.view(np.float32)).reshape(t.shape)
 
 
 #: tanh_f32's polynomial (csrc/lut.c): tanh(t) = t + t^3 P(t^2) for |t| < 0.625
@@ -128,22 +144,12 @@ def gelu_f32(t: np.ndarray) -> np.ndarray:
         s = (x.view(np.uint32) & np.uint32(0xFFFFF000)).view(np.float32)
         big = -(s * s) * _F32(0.5)
         small = ((s - x) * (s + x)) * _F32(0.5)
-        k = (big + small) * _EXP_LOG2E + _EXP_ROUND
-        nk = k - _EXP_ROUND
-        r = big - nk * _LN2_HI  # exact
-        r = r + small
-        r = r - nk * _LN2_LO
-        e = _EXP_Q[4] * r + _EXP_Q[3]
-        for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
-            e = e * r + coefficient
-        p = (r * r) * e + r
-        p = p + _F32(1)
+        p, k = _exp_parts(big, small)
         u = q * p
-        ni = k.view(np.uint32) - np.uint32(0x4B400000)
-        h = (ni.view(np.int32) >> 1).view(np.uint32)
-        s1 = ((h + np.uint32(127)) << np.uint32(23)).view(np.float32)
+        b1, b2 = _exp_scales(k)
+        s1 = b1.view(np.float32)
         inside = np.where(a < _F32(15), np.uint32(0xFFFFFFFF), np.uint32(0))
-        s2 = (((ni - h + np.uint32(127)) << np.uint32(23)) & inside).view(np.float32)
+        s2 = (b2 & inside).view(np.float32)
         y = np.where(t < 0, ((t * u) * s1) * s2,
                      t * (_F32(1) - (u * s1) * s2)).astype(np.float32)
         return y.reshape(shape)

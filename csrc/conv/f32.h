@@ -148,6 +148,13 @@ typedef struct conv_f32_impl {
 } conv_f32_impl;
 
 extern const conv_f32_impl conv_f32_fc_blas_impl, conv_f32_blas_impl;
+
+/* A depthwise kernel's output plane (offset `at` of out) of channel ch from its input plane src
+ * and its taps w, the epilogue ep included (dw_rows_avx2, dw_rows_avx512), and the driver that
+ * runs one over every plane of a call on the pool (conv/f32_dw_planes.c). */
+typedef void (*f32_dw_plane_fn)(const conv_plan* P, const float* src, const float* w,
+                                float* out, int64_t at, const sdp_f32* ep, int64_t ch);
+accel_status f32_dw_planes_run(const conv_f32_call* c, f32_dw_plane_fn kernel);
 #if defined(__AVX2__) && defined(__FMA__)
 extern const conv_f32_impl conv_f32_dw_rows_avx2_impl, conv_f32_dw_avx2_impl,
     conv_f32_gemm_avx2_impl;

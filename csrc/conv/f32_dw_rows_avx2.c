@@ -194,8 +194,6 @@ static inline __attribute__((always_inline)) void dr2_body(const int K, const in
   }
 }
 
-typedef void (*dr2_fn)(const conv_plan*, const float*, const float*, float*, int64_t,
-                       const sdp_f32*, int64_t);
 #define DR2(K_, ST_, R_, V_)                                                                  \
   static void dr2_##K_##_##ST_##_##R_(const conv_plan* P, const float* src, const float* w,   \
                                       float* out, int64_t at, const sdp_f32* ep, int64_t ch) { \
@@ -206,7 +204,7 @@ DR2(3, 1, 8, 1) DR2(3, 2, 8, 1) DR2(5, 1, 8, 1) DR2(5, 2, 8, 1)
 
 /* The row kernel for this geometry, or NULL: square 3x3 and 5x5 kernels, strides 1 and 2 in
  * both directions, no dilation; the rest take dw_avx2's copy. */
-static dr2_fn dr2_kernel(const conv_plan* P) {
+static f32_dw_plane_fn dr2_kernel(const conv_plan* P) {
   const conv_geometry* g = P->g;
   if (g->kernel_h != g->kernel_w || g->stride_h != g->stride_w || g->dilation_h != 1 ||
       g->dilation_w != 1)
@@ -220,46 +218,12 @@ static dr2_fn dr2_kernel(const conv_plan* P) {
   return NULL;
 }
 
-typedef struct dr2_job {
-  const conv_plan* P;
-  const float* in;
-  const float* weights;
-  float* out;
-  const sdp_f32* ep;
-  dr2_fn kernel;
-  int64_t chunk, planes;
-} dr2_job;
-
-/* Item: output planes [item * chunk, ...). */
-static void dr2_item(void* ctx, int64_t item, int participant) {
-  const dr2_job* J = ctx;
-  const conv_plan* P = J->P;
-  const conv_geometry* g = P->g;
-  (void)participant;
-  const int64_t p1 = (item + 1) * J->chunk < J->planes ? (item + 1) * J->chunk : J->planes;
-  for (int64_t plane = item * J->chunk; plane < p1; ++plane) {
-    const int64_t b = plane / g->k, k = plane % g->k;
-    J->kernel(P, J->in + (b * g->c + k / P->mg) * P->hw, J->weights + k * P->kd, J->out,
-              plane * P->ohw, J->ep, k);
-  }
-}
-
 static int dr2_applies(const conv_f32_call* c) {
   return c->P->cg == 1 && dr2_kernel(c->P) != NULL;
 }
 
 static accel_status dr2_run(const conv_f32_call* c) {
-  const conv_plan* P = c->P;
-  const conv_geometry* g = P->g;
-  const int64_t planes = (int64_t)g->n * g->k;
-  const int nth = (int)(planes < c->nth ? planes : c->nth);
-  int64_t chunk = (int64_t)(8192 / (P->ohw + 1)); /* a few planes per item when they are small */
-  if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
-  if (chunk < 1) chunk = 1;
-  dr2_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep,
-               .kernel = dr2_kernel(P), .chunk = chunk, .planes = planes};
-  pool_for(nth, (planes + chunk - 1) / chunk, dr2_item, &J);
-  return ACCEL_OK;
+  return f32_dw_planes_run(c, dr2_kernel(c->P));
 }
 
 const conv_f32_impl conv_f32_dw_rows_avx2_impl = {.name = "dw_rows_avx2", .applies = dr2_applies,

@@ -91,8 +91,6 @@ static inline __attribute__((always_inline)) void dwr_body(const int K, const in
   }
 }
 
-typedef void (*dwr_fn)(const conv_plan*, const float*, const float*, float*, int64_t,
-                       const sdp_f32*, int64_t);
 #define DWR(K_, ST_, R_)                                                                      \
   static void dwr_##K_##_##ST_##_##R_(const conv_plan* P, const float* src, const float* w,   \
                                       float* out, int64_t at, const sdp_f32* ep, int64_t ch) {\
@@ -103,7 +101,7 @@ DWR(3, 1, 8) DWR(3, 2, 8) DWR(5, 1, 8) DWR(5, 2, 8)
 
 /* The row kernel for this geometry, or NULL: square 3x3 and 5x5 kernels, strides 1 and 2 in
  * both directions, no dilation (MobileNets', EfficientNets'); the rest take the copy. */
-static dwr_fn dwr_kernel(const conv_plan* P) {
+static f32_dw_plane_fn dwr_kernel(const conv_plan* P) {
   const conv_geometry* g = P->g;
   if (g->kernel_h != g->kernel_w || g->stride_h != g->stride_w || g->dilation_h != 1 ||
       g->dilation_w != 1)
@@ -118,52 +116,12 @@ static dwr_fn dwr_kernel(const conv_plan* P) {
   return NULL;
 }
 
-typedef struct dwr_job {
-  const conv_plan* P;
-  const float* in;
-  const float* weights;
-  float* out;
-  const sdp_f32* ep;
-  dwr_fn kernel;
-  int64_t chunk, planes;
-} dwr_job;
-
-/* Item: output planes [item * chunk, ...). */
-static void dwr_item(void* ctx, int64_t item, int participant) {
-  const dwr_job* J = ctx;
-  const conv_plan* P = J->P;
-  const conv_geometry* g = P->g;
-  (void)participant;
-  const int64_t p1 = (item + 1) * J->chunk < J->planes ? (item + 1) * J->chunk : J->planes;
-  for (int64_t plane = item * J->chunk; plane < p1; ++plane) {
-    const int64_t b = plane / g->k, k = plane % g->k;
-    J->kernel(P, J->in + (b * g->c + k / P->mg) * P->hw, J->weights + k * P->kd, J->out,
-              plane * P->ohw, J->ep, k);
-  }
-}
-
-static accel_status conv_depthwise_rows(const conv_plan* P, dwr_fn kernel, const float* in,
-                                        const float* weights, float* out, const sdp_f32* ep,
-                                        int num_threads) {
-  const conv_geometry* g = P->g;
-  const int64_t planes = (int64_t)g->n * g->k;
-  const int nth = (int)(planes < num_threads ? planes : num_threads);
-  int64_t chunk = (int64_t)(8192 / (P->ohw + 1)); /* a few planes per item when they are small */
-  if (chunk > planes / (4 * nth)) chunk = planes / (4 * nth);
-  if (chunk < 1) chunk = 1;
-  dwr_job J = {.P = P, .in = in, .weights = weights, .out = out, .ep = ep, .kernel = kernel,
-               .chunk = chunk, .planes = planes};
-  pool_for(nth, (planes + chunk - 1) / chunk, dwr_item, &J);
-  return ACCEL_OK;
-}
-
-
 static int dw_rows_applies(const conv_f32_call* c) {
   return c->P->cg == 1 && dwr_kernel(c->P) != NULL;
 }
 
 static accel_status dw_rows_run(const conv_f32_call* c) {
-  return conv_depthwise_rows(c->P, dwr_kernel(c->P), c->in, c->weights, c->out, c->ep, c->nth);
+  return f32_dw_planes_run(c, dwr_kernel(c->P));
 }
 
 const conv_f32_impl conv_f32_dw_rows_avx512_impl = {.name = "dw_rows_avx512",

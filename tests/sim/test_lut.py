@@ -237,6 +237,26 @@ def test_fp32_gelu_is_within_its_bound():
     assert np.isnan(y[x == -np.inf]).all()  # -inf times Phi = 0, as the formula
 
 
+def test_fp32_gelu_vectors_below_8_are_the_references():
+    """An 8-lane vector whose |t| all lie below 8 takes one power of two instead of two
+    (csrc/lut.c, gelu_f32_x8): the same bits as the reference's two-step product, with
+    subnormal and zero t (k = 0), t either side of k's first step (|t| = 0.8326) and just
+    below 8 (k = -46) in such vectors, and beside them vectors with one lane at 8, 15, inf or
+    NaN (the two-step path)."""
+    first_step = np.float32(0.83255461)  # k = round(-t^2 / 2 / ln 2) turns -1 here
+    around = np.arange(first_step.view(np.int32) - 4, first_step.view(np.int32) + 4,
+                       dtype=np.int32).view(np.float32)
+    below_8 = np.nextafter(np.float32(8), np.float32(0))
+    narrow = [[1e-40, -1e-40, 0.0, -0.0, 1e-45, -3e-39, 7.5, -7.5], list(around),
+              list(-around), [below_8, -below_8, 7.0, -7.0, 6.5, -6.5, 3.25, -0.5]]
+    wide = [row[:7] + [value] for row, value in zip(narrow, [8.0, -15.0, np.inf, np.nan])]
+    x = np.array(narrow + wide, np.float32).reshape(1, 1, 1, -1)
+    y = DEVICE.run([Sdp(act="gelu")], x)[0]
+    assert_same(y, ref.activation_exact("gelu", x), "gelu")
+    rows = y.reshape(8, 8)  # each wide row's first 7 values are a narrow row's, other path
+    assert_same(rows[4:, :7], rows[:4, :7], "one power of two against two")
+
+
 def test_gelu_coefficients_are_one_table_the_c_librarys():
     """gelu_f32's 128 coefficients exist once, in csrc/lut.c: the NumPy reference reads them
     through accel_gelu_coefficients (no copy of the floats in the package's Python), and they

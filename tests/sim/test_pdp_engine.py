@@ -61,18 +61,23 @@ def _max_pool_in_tap_order(x, kernel, stride, padding):
     (3, 2, 1, (1, 2, 11, 64)),     # 3x3/2: two whole vectors, the last column a tap's
     (2, 2, 0, (1, 4, 16, 33)),
     (3, 1, 1, (1, 3, 9, 20)),
+    (5, 1, 2, (1, 3, 12, 30)),     # SPPF's 5x5/1: loads inside the row and across its sides
+    (4, 2, 1, (1, 3, 10, 40)),     # 4x4/2: the general row pass (the taps a loop)
     (8, 1, 0, (1, 2, 9, 1110)),    # a ring of 8 rows x 1104 floats: too large, tap by tap
 ], ids=str)
 def test_max_pool_by_rows_keeps_the_tap_order(kernel, stride, padding, shape):
     """fp32 max pooling of rows >= 8 outputs takes each input row's maxima once, then the
     rows' (pdp.c): the same outputs, sign of zero included, as the tap-by-tap rule; a plane
-    holding a NaN is pooled tap by tap (the NaN wins), its neighbours by rows; 1-3 threads."""
+    holding a NaN is pooled tap by tap (the NaN wins), its neighbours by rows, and so is one
+    whose +inf meets a padding column's -inf in the NaN probe's sum (plane 2); 1-3 threads."""
     rng = np.random.default_rng(kernel * 10 + stride)
     x = rng.integers(-3, 4, shape).astype(np.float32)  # many ties
     x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)
     x[0, 0, 1, 2] = -np.inf
     x[0, 1, 3, 5] = np.nan
     x[0, 1, 4, 9] = np.inf
+    if shape[1] > 2:
+        x[0, 2, 2, 0] = np.inf
     expected = _max_pool_in_tap_order(x, kernel, stride, (padding, padding))
     for threads, device in DEVICES.items():
         y = device.run([Pool("max", kernel, stride, padding)], x)[0]

@@ -7,31 +7,16 @@ at once run on their callers, and that a forked child starts workers of its own.
 build runs the same program (test_sanitizers.py); this one runs it at -O2, where the atomics'
 races have the timing of the real library.
 """
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import build_c_program, run_c_program
 
 
 @pytest.fixture(scope="module")
 def pool_test(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.fail(f"a C compiler ({cc}) is needed to build tests/c/test_pool.c")
-    exe = tmp_path_factory.mktemp("pool") / "test_pool"
-    subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-pthread",
-                    f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'runtime' / 'include'}",
-                    str(ROOT / "tests" / "c" / "test_pool.c"), str(ROOT / "csrc" / "pool.c"),
-                    "-o", str(exe)], check=True)
-    return exe
+    return build_c_program(tmp_path_factory, "test_pool.c", ["csrc/pool.c"], ["-O2"])
 
 
 def test_thread_pool(pool_test):
-    result = subprocess.run([pool_test], capture_output=True, text=True, timeout=600)
-    summary = result.stdout.strip().splitlines()[-1]
-    passed, failed = (int(word) for word in summary.replace(",", "").split()[::2])
-    assert result.returncode == 0 and failed == 0 and passed >= 140, result.stdout[-4000:]
+    passed, lines = run_c_program(pool_test)
+    assert passed >= 140, "\n".join(lines[-40:])
