@@ -39,7 +39,7 @@ import json, sys, time
 import numpy as np
 from accel_codegen.sim import Device, Conv, Sdp
 layers, nth, rep = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-precision = sys.argv[4]
+precision, act = sys.argv[4], sys.argv[5]
 dev = Device(num_threads=nth)
 clock = time.thread_time if nth == 1 else time.perf_counter
 res = []
@@ -52,11 +52,23 @@ for c, h, k, s, *dense in layers:
         w = rng.integers(-128, 128, (m, c // g, k, k), dtype=np.int8)
         conv = Conv(w, stride=(s, s), padding=(k // 2,) * 4, groups=g, precision="int8",
                     in_zero=-128)
-        chain = [conv.packed_for("nv_full", c),
-                 Sdp(bias=rng.integers(-2 ** 20, 2 ** 20, m, dtype=np.int32),
-                     mul=rng.integers(1 << 13, 1 << 14, m, dtype=np.int16),
-                     rshift=np.full(m, 24, np.uint8), act="relu", out_zero=-128,
-                     precision="int8")]
+        if act == "silu":  # the compiler's tables (EfficientNet's depthwise layers)
+            from accel_codegen.quantization.lut import layer_lut
+            from accel_codegen.quantization import encode_multipliers
+            from accel_codegen.quantization.calibration import TensorQuant
+            # a sum's spread (about 74^2 sqrt(depth)) onto about +-8 of SiLU's input
+            step = 8.0 / (74 * 74 * k * (c // g))
+            table = layer_lut("silu", TensorQuant(0.05, -20), step, "bench")
+            mul, rshift = encode_multipliers(np.full(m, step / table.input_step), "bench")
+            sdp = Sdp(bias=rng.integers(-2 ** 10, 2 ** 10, m, dtype=np.int32), mul=mul,
+                      rshift=rshift, act="silu", out_mul=1, out_shift=table.out_shift,
+                      out_zero=-20, lut=table.lut, precision="int8")
+        else:
+            sdp = Sdp(bias=rng.integers(-2 ** 20, 2 ** 20, m, dtype=np.int32),
+                      mul=rng.integers(1 << 13, 1 << 14, m, dtype=np.int16),
+                      rshift=np.full(m, 24, np.uint8), act="relu", out_zero=-128,
+                      precision="int8")
+        chain = [conv.packed_for("nv_full", c), sdp]
         out = np.empty((1, m, oh, oh), np.int8)
     else:
         x = rng.standard_normal((1, c, h, h)).astype(np.float32)
@@ -95,6 +107,9 @@ def main() -> None:
                     help="implementations compared, comma-separated (each may be a "
                          "ACCEL_CONV_IMPL list of its own, its names joined by ':')")
     ap.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    ap.add_argument("--act", choices=("relu", "silu"), default="relu",
+                    help="int8: the converter's activation (silu: the compiler's LUT, as in "
+                         "EfficientNet's depthwise layers)")
     ap.add_argument("--libs", default=None,
                     help="builds compared, comma-separated libaccel.so paths (empty: the "
                          "installed one)")
@@ -114,12 +129,12 @@ def main() -> None:
                 env["LD_LIBRARY_PATH"] = ":".join(filter(None, [blas_dir(),
                                                                 env.get("LD_LIBRARY_PATH")]))
             r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers),
-                                str(args.threads), "15", args.precision], capture_output=True,
+                                str(args.threads), "15", args.precision, args.act], capture_output=True,
                                text=True,
                                env=env, cwd=os.path.expanduser("~"), check=True)
             for j, ts in enumerate(json.loads(r.stdout)):
                 times[col][j] += ts
-    print(f"{args.precision}, threads {args.threads}, load average {os.getloadavg()[0]:.1f}, "
+    print(f"{args.precision} ({args.act}), threads {args.threads}, load average {os.getloadavg()[0]:.1f}, "
           "medians in ms")
     if libs is not None:
         print(f"{impls[0]} forced; builds: " + ", ".join(lib or "installed" for lib in libs))

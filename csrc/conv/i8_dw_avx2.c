@@ -32,11 +32,14 @@
  * Work items are bands of output rows of one image and group (about DWA_BAND outputs): the
  * band's plane rows of the group's input channels are built, then for each output channel of
  * the group the band's accumulators are computed and converted in registers where the
- * channels' converters have the lane form (sdp_i8_lanes.h), their codes' rows copied to the
- * output without the junk columns; other converters (LUTs, residual adds): stored, moved down
- * over the junk columns, and converted while in L1 (convert_at: sdp_i8_span).
+ * channels' converters have the lane form (sdp_i8_lanes.h) or, in the AVX2 build, a LUT
+ * activation's (sdp_i8_lanes8_lut), their codes' rows copied to the output without the junk
+ * columns; other converters (residual adds, a LUT before its plan exists or in an AVX-512
+ * build): stored, moved down over the junk columns, and converted while in L1 (convert_at:
+ * sdp_i8_span).
  */
 #include "conv/i8.h"
+#include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build whose LUT constants are the 8-lane forms' */
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -195,13 +198,16 @@ static void dwa_build(const conv_geometry* g, const dwa_plan* D, const int8_t* s
 /* Where a block's vectors go: FORM < 0, int32 into acc + p (converted later by
  * sdp_i8_span); else codes into cb + p through the channel's lane converter e
  * (sdp_i8_lanes.h: FORM its form, or DWA_FORM_ANY: eform, known at run time), 32 at a time
- * (missing vectors as 0: junk codes past the block, in the buffer's slack). */
-enum { DWA_FORM_ANY = 9 };
+ * (missing vectors as 0: junk codes past the block, in the buffer's slack). A LUT activation
+ * (lut: its plan in lanes, e the channel's t converter): DWA_FORM_LUT2 the direct form (2),
+ * DWA_FORM_LUT eform (sdp_i8_lane_lut_form's); the LUT's codes need no clamp. */
+enum { DWA_FORM_ANY = 9, DWA_FORM_LUT = 10, DWA_FORM_LUT2 = 11 };
 
 typedef struct dwa_sink {
   int32_t* acc;
   int8_t* cb;
   const sdp_i8_lane_cvt* e;
+  const sdp_i8_lane_lut* lut;
   int eform;
   int8_t lo, hi;
 } dwa_sink;
@@ -211,6 +217,17 @@ static inline __attribute__((always_inline)) void dwa_emit(const int FORM, const
                                                           const dwa_sink* k) {
   if (FORM < 0) {
     for (int j = 0; j < NV; ++j) _mm256_storeu_si256((__m256i*)(k->acc + p + 8 * j), v[j]);
+    return;
+  }
+  if (FORM == DWA_FORM_LUT || FORM == DWA_FORM_LUT2) {
+    for (int j = 0; j < NV; j += 4) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i)
+        q[i] = j + i >= NV ? _mm256_setzero_si256()
+                           : sdp_i8_lanes8_lut(k->e, k->lut, v[j + i],
+                                               FORM == DWA_FORM_LUT2 ? 2 : k->eform);
+      _mm256_storeu_si256((__m256i*)(k->cb + p + 8 * j), sdp_i8_codes32(q[0], q[1], q[2], q[3]));
+    }
     return;
   }
   const __m256i lo = _mm256_set1_epi8(k->lo), hi = _mm256_set1_epi8(k->hi);
@@ -350,6 +367,26 @@ static void dwa_compact(int32_t* acc, int64_t rows, int64_t ow, int64_t Eo) {
   }
 }
 
+/* The channels' converters in registers (dwa_lanes): cvt NULL where they convert by
+ * convert_at (sdp_i8_span) after the sums. */
+typedef struct dwa_cvt {
+  const sdp_i8_lane_cvt* cvt; /* the channels' lane converters (a LUT's: its t converters) */
+  const sdp_i8_lane_lut* lut; /* a LUT activation's plan in lanes (lut_consts), or NULL */
+  int form;                   /* the common converter's form (rows_form) */
+  int8_t lo, hi;              /* its codes' bounds */
+  sdp_i8_lane_lut lut_consts;
+} dwa_cvt;
+
+/* Channel k's sink in registers (C->cvt not NULL): its form among dwa_emit's. */
+static inline dwa_sink dwa_sink_of(const dwa_cvt* C, int64_t k, int8_t* cb, int* FORM) {
+  const dwa_sink s = {.cb = cb, .e = C->cvt + k, .lut = C->lut,
+                      .eform = C->lut != NULL ? sdp_i8_lane_lut_form(C->cvt + k) : C->form,
+                      .lo = C->lo, .hi = C->hi};
+  *FORM = C->lut != NULL ? (s.eform == 2 ? DWA_FORM_LUT2 : DWA_FORM_LUT)
+          : C->form == 4 || C->form == 3 ? C->form : DWA_FORM_ANY;
+  return s;
+}
+
 /* The loop over the bands (pool_for items: image, group, band). */
 typedef struct dwa_job {
   const plan* P;
@@ -360,9 +397,7 @@ typedef struct dwa_job {
   const int8_t* w;
   int8_t* out;
   const sdp_i8* ep;
-  const sdp_i8_lane_cvt* cvt; /* the channels' lane converters, or NULL: convert_at */
-  int form;                   /* theirs (sdp_i8_lane_form) */
-  int8_t lo, hi;              /* the codes' bounds */
+  const dwa_cvt* C;
   char* const* bufs; /* per participant: the copy, the accumulators (or codes), the words */
   size_t copy_bytes, acc_bytes;
   int64_t bands;
@@ -401,13 +436,17 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
       }
     /* modulo 2^32, as the sums */
     const __m256i init = _mm256_set1_epi32((int32_t)(uint32_t)(-(int64_t)J->in_zero * wsum));
-    if (J->cvt != NULL) { /* converted in registers */
-      const dwa_sink sink = {.cb = cb, .e = J->cvt + k, .eform = J->form, .lo = J->lo,
-                             .hi = J->hi};
-      if (J->form == 4)
+    if (J->C->cvt != NULL) { /* converted in registers */
+      int form;
+      const dwa_sink sink = dwa_sink_of(J->C, k, cb, &form);
+      if (form == 4)
         dwa_band(4, D, copy, cg, J->terms, words, init, np, &sink);
-      else if (J->form == 3)
+      else if (form == 3)
         dwa_band(3, D, copy, cg, J->terms, words, init, np, &sink);
+      else if (form == DWA_FORM_LUT2)
+        dwa_band(DWA_FORM_LUT2, D, copy, cg, J->terms, words, init, np, &sink);
+      else if (form == DWA_FORM_LUT)
+        dwa_band(DWA_FORM_LUT, D, copy, cg, J->terms, words, init, np, &sink);
       else
         dwa_band(DWA_FORM_ANY, D, copy, cg, J->terms, words, init, np, &sink);
       dwa_rows_out(cb, rows, ow, Eo, J->out + ((b * g->k + k) * g->out_h + y0) * ow);
@@ -421,19 +460,37 @@ static void dwa_item(void* ctx, int64_t item, int participant) {
   }
 }
 
-/* The channels' converters in lanes (sdp_i8_lanes.h), kept from run to run (i8_lanes_cached),
- * where every channel has the common converter's lane form (|v| <= kd 255 128), and the form
- * that serves them all (rows_form, conv/i8.h); else J->cvt stays NULL. 0 when out of memory. */
-static int dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_job* J) {
+/* The channels' converters in lanes (sdp_i8_lanes.h) where every channel has the common
+ * converter's lane form (|v| <= kd 255 128), kept from run to run (i8_lanes_cached), with the
+ * form that serves them all (rows_form, conv/i8.h); in the AVX2 build, a LUT activation's plan
+ * and its channels' t converters once per call (sdp_i8_lanes_prepare_lut, kept between calls:
+ * through convert_at every band and channel set them up again, about 300 instructions, more
+ * than the LUT of a 7x7 plane's 49 outputs, docs/kernels.md). Else C->cvt is NULL. 0 when out
+ * of memory. */
+static int dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_cvt* C) {
   const int64_t k = P->g->k;
+  C->cvt = NULL;
+  C->lut = NULL;
+#if SDP_I8_AVX2 /* an AVX-512 build's LUT constants are the 16-lane forms' */
+  if (ep->lut != NULL) {
+    if (ep->lut_plan == NULL) return 1; /* no plan yet (sdp_i8_lut.c): sdp_i8_span */
+    sdp_i8_lane_cvt* cvt = workspace_get(ws, WS_CVT, (size_t)k * sizeof(sdp_i8_lane_cvt));
+    if (cvt == NULL) return 0;
+    if (sdp_i8_lanes_prepare_lut(ep, 0, (int32_t)k, P->kd * 255 * 128, cvt, &C->lut_consts)) {
+      C->cvt = cvt;
+      C->lut = &C->lut_consts;
+    }
+    return 1;
+  }
+#endif
   int kind;
   sdp_i8_lane_add unused;
   const sdp_i8_lane_cvt* cvt =
-      i8_lanes_cached(ep, k, P->kd * 255 * 128, 0, ws, &kind, &J->lo, &J->hi, &unused);
+      i8_lanes_cached(ep, k, P->kd * 255 * 128, 0, ws, &kind, &C->lo, &C->hi, &unused);
   if (cvt == NULL) return 0;
   if (kind != 1) return 1;
-  J->cvt = cvt;
-  J->form = rows_form(cvt, k, 0);
+  C->cvt = cvt;
+  C->form = rows_form(cvt, k, 0);
   return 1;
 }
 
@@ -569,23 +626,21 @@ typedef struct dwc_job {
   const int8_t *in, *in_end, *w;
   int8_t* out;
   const sdp_i8* ep;
-  const sdp_i8_lane_cvt* cvt;
-  int form;
-  int8_t lo, hi;
+  const dwa_cvt* C;
   char* const* bufs; /* per participant: X, B, the terms' weights, the rows, the codes */
   int64_t cgroups;   /* groups of 8 channels per image */
 } dwc_job;
 
 /* Channel k's row of ohw accumulators a into its output plane. */
 static inline __attribute__((always_inline)) void dwc_codes(const int FORM, const dwc_job* J,
-                                                            int64_t k, const int32_t* a,
-                                                            int8_t* cb, int8_t* out) {
+                                                            const dwa_sink* sink,
+                                                            const int32_t* a, int8_t* cb,
+                                                            int8_t* out) {
   const int64_t ohw = J->P->ohw;
-  const dwa_sink sink = {.cb = cb, .e = J->cvt + k, .eform = J->form, .lo = J->lo, .hi = J->hi};
   for (int64_t p = 0; p < ohw; p += 32) {
     __m256i v[4];
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256((const __m256i*)(a + p + 8 * j));
-    dwa_emit(FORM, 4, v, p, &sink);
+    dwa_emit(FORM, 4, v, p, sink);
   }
   dwa_rows_out(cb, 1, ohw, ohw, out);
 }
@@ -712,15 +767,22 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
     const int64_t k = k0 + c;
     int8_t* out = J->out + (b * K + k) * P->ohw;
     const int32_t* a = A + c * D->arow;
-    if (J->cvt == NULL) {
+    if (J->C->cvt == NULL) {
       convert_at(J->ep, k, a, J->out, (b * K + k) * P->ohw, P->ohw);
-    } else if (J->form == 4) {
-      dwc_codes(4, J, k, a, cb, out);
-    } else if (J->form == 3) {
-      dwc_codes(3, J, k, a, cb, out);
-    } else {
-      dwc_codes(DWA_FORM_ANY, J, k, a, cb, out);
+      continue;
     }
+    int form;
+    const dwa_sink sink = dwa_sink_of(J->C, k, cb, &form);
+    if (form == 4)
+      dwc_codes(4, J, &sink, a, cb, out);
+    else if (form == 3)
+      dwc_codes(3, J, &sink, a, cb, out);
+    else if (form == DWA_FORM_LUT2)
+      dwc_codes(DWA_FORM_LUT2, J, &sink, a, cb, out);
+    else if (form == DWA_FORM_LUT)
+      dwc_codes(DWA_FORM_LUT, J, &sink, a, cb, out);
+    else
+      dwc_codes(DWA_FORM_ANY, J, &sink, a, cb, out);
   }
 }
 
@@ -748,15 +810,11 @@ static accel_status conv_dwc(const plan* P, const dwc_plan* D, int32_t in_zero, 
      * never written out), defined */
     memset(bufs[t] + D->x_bytes + D->b_bytes + D->w_bytes, 0, D->a_bytes);
   }
+  dwa_cvt C;
+  if (!dwa_lanes(P, ep, ws, &C)) return ACCEL_ERR_NO_MEMORY;
   dwc_job J = {.P = P, .D = D, .terms = terms, .pos = pos, .in_zero = in_zero, .in = in,
                .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w, .out = out, .ep = ep,
-               .bufs = bufs, .cgroups = cgroups};
-  dwa_job L = {.cvt = NULL};
-  if (!dwa_lanes(P, ep, ws, &L)) return ACCEL_ERR_NO_MEMORY;
-  J.cvt = L.cvt;
-  J.form = L.form;
-  J.lo = L.lo;
-  J.hi = L.hi;
+               .C = &C, .bufs = bufs, .cgroups = cgroups};
   pool_for(nth, items, dwc_item, (void*)&J);
   return ACCEL_OK;
 }
@@ -788,10 +846,12 @@ static accel_status conv_dwa(const plan* P, int32_t in_zero, const int8_t* in, c
     int16_t* copy = (int16_t*)bufs[t];
     for (size_t i = 0; i < copy_words; ++i) copy[i] = (int16_t)in_zero;
   }
+  dwa_cvt L;
+  if (!dwa_lanes(P, ep, ws, &L)) return ACCEL_ERR_NO_MEMORY;
   dwa_job J = {.P = P, .D = &D, .terms = terms, .in_zero = in_zero, .in = in,
                .in_end = in + (int64_t)g->n * g->c * P->hw, .w = w, .out = out, .ep = ep,
-               .bufs = bufs, .copy_bytes = copy_bytes, .acc_bytes = acc_bytes, .bands = bands};
-  if (!dwa_lanes(P, ep, ws, &J)) return ACCEL_ERR_NO_MEMORY;
+               .C = &L, .bufs = bufs, .copy_bytes = copy_bytes, .acc_bytes = acc_bytes,
+               .bands = bands};
   pool_for(nth, items, dwa_item, (void*)&J);
   return ACCEL_OK;
 }

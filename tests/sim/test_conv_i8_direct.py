@@ -142,3 +142,84 @@ def test_direct_kernels_compute_the_reference_exactly():
         for threads in (1, 2, 3):
             got = np.frombuffer(bytes.fromhex(outputs[f"{i}/{threads}"]), np.int8)
             assert np.array_equal(got.reshape(expected.shape), expected), (layer, threads)
+
+
+# A LUT activation (the compiler's SiLU and hardswish tables, as EfficientNet's and
+# MobileNetV3's depthwise layers have) converted in registers by dw_madd_avx2 in the AVX2
+# build (sdp_i8_lanes8_lut on the accumulators, the plan's constants once per call): the bands
+# at stride 1 and 2, odd widths, and the small planes (eight channels in the lanes; a last group
+# of 5 channels, a batch of two, stride 2). Per-channel factors over a wide range give the t
+# converter's direct form (2) and its split forms (0, 1) in one layer. The first layer has
+# enough outputs for the table's plan (sdp_i8_lut.c plans a table once its runs reach
+# LUT_PLAN_MIN_ELEMENTS values); every layer runs twice and both runs must be the reference's.
+LUT_LAYERS = [
+    (1, 24, 56, 56, (3, 3), (1, 1), "silu"),
+    (1, 20, 57, 41, (5, 5), (2, 2), "silu"),
+    (1, 11, 31, 33, (3, 3), (1, 1), "hardswish"),
+    (2, 16, 7, 7, (5, 5), (1, 1), "silu"),
+    (1, 13, 14, 14, (3, 3), (1, 1), "silu"),
+    (1, 8, 28, 28, (3, 3), (2, 2), "hardswish"),
+]
+
+LUT_GEN = r"""
+import numpy as np
+from accel_codegen.sim import Conv, Sdp
+from accel_codegen.quantization import encode_multipliers
+from accel_codegen.quantization.calibration import TensorQuant
+from accel_codegen.quantization.lut import layer_lut
+
+def lut_chain(layer, index):
+    n, c, h, w, kernel, stride, act = layer
+    rng = np.random.default_rng(7000 + index)
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (c, 1, *kernel)).astype(np.int8)
+    wt.reshape(-1)[::7] = -128
+    pad = (kernel[0] // 2, kernel[1] // 2) * 2
+    conv = Conv(wt, stride=stride, padding=pad, groups=c, precision="int8",
+                in_zero=int(rng.integers(-128, 128)))
+    # a sum's spread (about 74^2 sqrt(depth)) onto a few units of the activation's input,
+    # each channel's factor 2^-5 .. 2^2 of that
+    step = 4.0 / (74 * 74 * kernel[0] * kernel[1]) * np.exp2(rng.uniform(-5, 2, c))
+    out = TensorQuant(0.05, -20)
+    table = layer_lut(act, out, float(step.max()), "test")
+    mul, rshift = encode_multipliers(step / table.input_step, "test")
+    sdp = Sdp(precision="int8", bias=rng.integers(-2 ** 12, 2 ** 12, c).astype(np.int32),
+              mul=mul, rshift=rshift, act=act, out_mul=1, out_shift=table.out_shift,
+              out_zero=out.zero, lut=table.lut)
+    return x, [conv, sdp]
+"""
+
+LUT_CHILD = LUT_GEN + r"""
+import json, sys
+from accel_codegen.sim import Device
+layers = json.loads(sys.argv[1])
+out = {}
+for threads in (1, 2):
+    dev = Device(num_threads=threads)
+    for i, layer in enumerate(layers):
+        x, chain = lut_chain(layer, i)
+        for run in range(2):
+            out[f"{i}/{threads}/{run}"] = dev.run(chain, x)[0].tobytes().hex()
+print(json.dumps(out))
+"""
+
+
+def test_depthwise_lut_epilogue_computes_the_reference_exactly():
+    """dw_madd_avx2 with a LUT activation (converted in registers in the AVX2 build, through
+    sdp_i8_span in the others) on the bands and the small planes, at 1 and 2 threads: the
+    reference's codes bit for bit."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE")}
+    env.update(ACCEL_CONV_IMPL="dw_madd_avx2")
+    result = subprocess.run([sys.executable, "-c", LUT_CHILD, json.dumps(LUT_LAYERS)],
+                            capture_output=True, text=True, env=env, cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = json.loads(result.stdout)
+    scope = {}
+    exec(LUT_GEN, scope)
+    for i, layer in enumerate(LUT_LAYERS):
+        x, chain = scope["lut_chain"](layer, i)
+        expected = ref.run_chain(chain, x)
+        assert len(np.unique(expected)) > 20, layer
+        for key in (f"{i}/{t}/{r}" for t in (1, 2) for r in (0, 1)):
+            got = np.frombuffer(bytes.fromhex(outputs[key]), np.int8)
+            assert np.array_equal(got.reshape(expected.shape), expected), (layer, key)
