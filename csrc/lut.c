@@ -406,20 +406,28 @@ static inline __m256 logistic_x8(__m256 t, int silu) {
   return _mm256_div_ps(silu ? t : _mm256_set1_ps(1.0f), d);
 }
 
-/* x = sigmoid(x * s + b) or silu(...) in one pass, as the AVX-512 build's logistic_pass; the
- * last count % 8 values in a vector of their own, zero-padded (each lane's result is its
- * value's alone; a 7x7 plane has one, which the scalar exp_f32 took at several times the
- * cost). */
-static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_t count,
-                                                                float s, float b, int affine,
-                                                                int silu) {
+/* The functions of the AVX2 passes; each call site passes a constant, so the always-inline
+ * pass below becomes one loop per function. */
+enum { PASS_SIGMOID, PASS_SILU, PASS_GELU };
+static inline __m256 gelu_f32_x8(__m256 t); /* with gelu_f32, below */
+static inline __attribute__((always_inline)) __m256 pass_function_x8(__m256 t, int function) {
+  return function == PASS_GELU ? gelu_f32_x8(t) : logistic_x8(t, function == PASS_SILU);
+}
+
+/* x = function(x * s + b) in one pass (affine: 2 scale, 1 shift), as the AVX-512 build's
+ * logistic_pass and gelu_pass; the last count % 8 values in a vector of their own, zero-padded
+ * (each lane's result is its value's alone: the scalar exp_f32 / gelu_f32 give the same bits at
+ * several times the cost, and a 7x7 plane has one such vector, a 197-token plane five values). */
+static inline __attribute__((always_inline)) void function_pass_x8(float* x, int64_t count,
+                                                                   float s, float b, int affine,
+                                                                   int function) {
   const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
     __m256 t = _mm256_loadu_ps(x + i);
     if (affine & 2) t = _mm256_mul_ps(t, vs);
     if (affine & 1) t = _mm256_add_ps(t, vb);
-    _mm256_storeu_ps(x + i, logistic_x8(t, silu));
+    _mm256_storeu_ps(x + i, pass_function_x8(t, function));
   }
   if (i < count) {
     float last[8] = {0.0f};
@@ -427,9 +435,15 @@ static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_
     __m256 t = _mm256_loadu_ps(last);
     if (affine & 2) t = _mm256_mul_ps(t, vs);
     if (affine & 1) t = _mm256_add_ps(t, vb);
-    _mm256_storeu_ps(last, logistic_x8(t, silu));
+    _mm256_storeu_ps(last, pass_function_x8(t, function));
     memcpy(x + i, last, (size_t)(count - i) * sizeof(float));
   }
+}
+
+static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_t count,
+                                                                float s, float b, int affine,
+                                                                int silu) {
+  function_pass_x8(x, count, s, b, affine, silu ? PASS_SILU : PASS_SIGMOID);
 }
 
 static void exp_pass(float* x, int64_t count) {
@@ -800,28 +814,9 @@ static inline __m256 gelu_f32_x8(__m256 t) {
   return _mm256_blendv_ps(pos, neg, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 
-/* the last count % 8 values in a vector of their own, zero-padded (each lane's result is its
- * value's alone): the scalar gelu_f32 gives the same bits at several times the cost, and a
- * token plane of 197 values had 5 of them */
 static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
                                                             float b, int affine) {
-  const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    __m256 t = _mm256_loadu_ps(x + i);
-    if (affine & 2) t = _mm256_mul_ps(t, vs);
-    if (affine & 1) t = _mm256_add_ps(t, vb);
-    _mm256_storeu_ps(x + i, gelu_f32_x8(t));
-  }
-  if (i < count) {
-    float last[8] = {0.0f};
-    memcpy(last, x + i, (size_t)(count - i) * sizeof(float));
-    __m256 t = _mm256_loadu_ps(last);
-    if (affine & 2) t = _mm256_mul_ps(t, vs);
-    if (affine & 1) t = _mm256_add_ps(t, vb);
-    _mm256_storeu_ps(last, gelu_f32_x8(t));
-    memcpy(x + i, last, (size_t)(count - i) * sizeof(float));
-  }
+  function_pass_x8(x, count, s, b, affine, PASS_GELU);
 }
 #else
 static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t count, float s,
