@@ -10,10 +10,12 @@ with a space, a marginal CTC decision either int8 flips) and each line whose str
 
     python examples/recogniser_int8.py [--calibration-method mse] [--no-bias-correction]
                                        [--no-ort-int8] [--debug-files DIR]
-                                       [--lines validation] [--keep-float NAME ...]
+                                       [--lines compared validation] [--keep-float NAME ...]
 
 ``--lines validation`` compares 12 other lines instead (``tm.VALIDATION_TEXTS``), none of
-them calibrated on, nor looked at while the int8 settings were chosen on the 12 above.
+them calibrated on, nor looked at while the int8 settings were chosen on the 12 above;
+``--lines compared validation`` both sets, one table each, from one build (a calibration
+that searches, ``mse_outputs``, runs once).
 
 ``--keep-float NAME ...`` keeps those layers in fp16 (keys ``f0.3`` or source names, as
 ``partition_for_accel(keep_float=...)`` takes them; a mixed build, which does not equalise):
@@ -78,7 +80,8 @@ def main(argv=None) -> None:
                         default=True)
     parser.add_argument("--ort-int8", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--debug-files", type=Path, default=None)
-    parser.add_argument("--lines", choices=("compared", "validation"), default="compared")
+    parser.add_argument("--lines", nargs="+", choices=("compared", "validation"),
+                        default=["compared"])
     parser.add_argument("--keep-float", nargs="+", default=None, metavar="NAME",
                         help="layers to keep in fp16 (keys or source names)")
     args = parser.parse_args(argv)
@@ -87,26 +90,21 @@ def main(argv=None) -> None:
     from accel_codegen.flows.pipeline import build, partition_for_accel, partition_report
 
     model = tm.load(NAME)
-    texts = lines(args.lines)
-    inputs = tm.recogniser_lines(texts)
     calibration = model.inputs(4)[2:]
     session = tm.ort_session(model)
-    references = [tm.ort_run(session, x) for x in inputs]
     print(f"# python examples/recogniser_int8.py {' '.join(argv or sys.argv[1:])}")
-    print(f"# {len(texts)} lines against ONNX Runtime fp32; int8 calibrated on "
-          f"{[tm.TEXTS[2], tm.TEXTS[3]]}")
     if args.debug_files is not None:
         args.debug_files.mkdir(parents=True, exist_ok=True)
         (args.debug_files / f"{NAME}.onnx").write_bytes(model.serialized())
         name = session.get_inputs()[0].name
+        inputs = tm.recogniser_lines(lines(args.lines[0]))
         np.savez(args.debug_files / "lines.npz", **{name: np.concatenate([x[0] for x in inputs])})
         np.savez(args.debug_files / "calibration.npz",
                  **{name: np.concatenate([x[0] for x in calibration])})
     header = (f"{'int8':<10} {'offloaded':<16} {'SQNR dB':>8} {'worst':>8} {'exact':>7}"
               f" {'stripped':>7}")
-    rows, misses = [header, "-" * len(header)], []
 
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     mod, params = tm.import_model(model)
     options = {"bias_correction": args.bias_correction}
     if args.calibration_method is not None:
@@ -118,25 +116,33 @@ def main(argv=None) -> None:
     report = partition_report(part)
     offloaded = f"{len(report.offloaded)}/{len(report.ops)} in {len(report.functions)} f"
     vm = virtual_machine(build(part))
-    outputs = [tm.run_vm(vm, x) for x in inputs]
-    row, miss = summary("ours", model, outputs, references, texts, offloaded)
-    rows.append(row)
-    misses += miss
-    print(f"  ours: {time.time() - started:.0f} s", file=sys.stderr)
-    if args.ort_int8:
-        with tempfile.TemporaryDirectory() as work:
-            outputs, pre_processed, errors = tm.ort_int8_outputs(model, inputs, calibration,
-                                                                 Path(work))
-        if outputs is None:
-            rows.append(f"ort int8 RAISED {'; '.join(errors)}")
-        else:
-            row, miss = summary("ort int8" if pre_processed else "ort int8*", model, outputs,
-                                references, texts)
-            rows.append(row)
-            misses += miss
-    print("\n".join(rows))
-    print("\nstrings that differ from ONNX Runtime fp32's:")
-    print("\n".join(misses) if misses else "    none")
+    print(f"# ours: calibrated and built in {time.time() - started:.0f} s "
+          f"({time.process_time() - cpu:.0f} s of CPU)")
+    for which in args.lines:
+        texts = lines(which)
+        inputs = tm.recogniser_lines(texts)
+        references = [tm.ort_run(session, x) for x in inputs]
+        print(f"\n# {len(texts)} {which} lines against ONNX Runtime fp32; int8 calibrated on "
+              f"{[tm.TEXTS[2], tm.TEXTS[3]]}")
+        rows, misses = [header, "-" * len(header)], []
+        outputs = [tm.run_vm(vm, x) for x in inputs]
+        row, miss = summary("ours", model, outputs, references, texts, offloaded)
+        rows.append(row)
+        misses += miss
+        if args.ort_int8:
+            with tempfile.TemporaryDirectory() as work:
+                outputs, pre_processed, errors = tm.ort_int8_outputs(model, inputs, calibration,
+                                                                     Path(work))
+            if outputs is None:
+                rows.append(f"ort int8 RAISED {'; '.join(errors)}")
+            else:
+                row, miss = summary("ort int8" if pre_processed else "ort int8*", model,
+                                    outputs, references, texts)
+                rows.append(row)
+                misses += miss
+        print("\n".join(rows))
+        print("\nstrings that differ from ONNX Runtime fp32's:")
+        print("\n".join(misses) if misses else "    none")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ Methods (``calibration_method``):
   whole range (``max``'s) instead. Not the default: on PP-OCRv4's recogniser, the trained
   set and the zoo it changes few tensors or none and moves nothing beyond noise, and
   without the count's evidence it lost SQNR on held-back inputs (docs/ptq.md).
+- ``"mse_outputs"``: ``mse``, then each of the tensors that cost the outputs most takes,
+  of a few multiples of its range, the one of least error at the network's outputs, in
+  the fp32 reference run with the int8 activations emulated (:mod:`.output_aware`: a
+  coordinate descent, (tensors + 32 x 8) runs of the examples). Not the default: measured
+  on PP-OCRv4's recogniser alone (docs/trained_models.md, "Output-aware ranges").
 - ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
   does not stretch the range for every other value, but a heavy tail is clipped hard.
 - ``"max"``: the range seen (ONNX Runtime's MinMax): nothing saturates on the calibration
@@ -67,10 +72,11 @@ from ..sim.labels import label_key
 from ..sim.observer import INPUT, observing
 from .encoding import round_half_away
 
-METHODS = ("mse", "percentile", "max", "entropy", "mse_positions")
+METHODS = ("mse", "percentile", "max", "entropy", "mse_positions", "mse_outputs")
 #: the methods that search the least-error threshold (``mse_positions``: ``mse``, then the
-#: positions' pass, :func:`spare_concentrated_clipping`)
-LEAST_ERROR = ("mse", "mse_positions")
+#: positions' pass, :func:`spare_concentrated_clipping`; ``mse_outputs``: ``mse``, then the
+#: outputs' search, :mod:`.output_aware`)
+LEAST_ERROR = ("mse", "mse_positions", "mse_outputs")
 DEFAULT_METHOD = "mse"
 PERCENTILE = 99.99
 HISTOGRAM_BINS = 2048
@@ -603,6 +609,11 @@ def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAU
     calibration = Calibration.from_observer(observer, method, len(examples))
     if method == "mse_positions":
         spare_concentrated_clipping(calibration, observer, rerun or run, examples)
+    if method == "mse_outputs":
+        from .output_aware import refine_for_outputs
+        refine_for_outputs(calibration, observer, rerun or run, examples,
+                           progress=progress_factory("output-aware ranges")
+                           if progress_factory is not None else None)
     return calibration
 
 
