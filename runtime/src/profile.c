@@ -15,8 +15,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int32_t enabled;
 static run_entry* runs;
 static int32_t num_runs, runs_capacity;
-static accel_op_stats* ops;
-static int32_t num_ops, ops_capacity;
+static accel_op_stats* op_stats;
+static int32_t num_op_stats, op_stats_capacity;
 
 /* Grow *array to hold `needed` items of `size` bytes; 0 when out of memory. */
 static int reserve(void** array, int32_t* capacity, int32_t needed, size_t size) {
@@ -32,7 +32,7 @@ static int reserve(void** array, int32_t* capacity, int32_t needed, size_t size)
 
 void accel_profile_enable(int32_t enable) {
   pthread_mutex_lock(&lock);
-  if (enable) num_runs = num_ops = 0;
+  if (enable) num_runs = num_op_stats = 0;
   enabled = enable != 0;
   pthread_mutex_unlock(&lock);
 }
@@ -47,14 +47,14 @@ int profile_enabled(void) {
 void profile_record(const accel_run_stats* run, const accel_op_stats* op_records) {
   pthread_mutex_lock(&lock);
   /* A record that cannot be stored is dropped rather than failing the run it describes. */
-  if (enabled && num_runs < INT32_MAX && num_ops <= INT32_MAX - run->num_ops &&
+  if (enabled && num_runs < INT32_MAX && num_op_stats <= INT32_MAX - run->num_ops &&
       reserve((void**)&runs, &runs_capacity, num_runs + 1, sizeof *runs) &&
-      reserve((void**)&ops, &ops_capacity, num_ops + run->num_ops, sizeof *ops)) {
+      reserve((void**)&op_stats, &op_stats_capacity, num_op_stats + run->num_ops, sizeof *op_stats)) {
     runs[num_runs].run = *run;
-    runs[num_runs].first_op = num_ops;
-    memcpy(ops + num_ops, op_records, sizeof *ops * (size_t)run->num_ops);
+    runs[num_runs].first_op = num_op_stats;
+    memcpy(op_stats + num_op_stats, op_records, sizeof *op_stats * (size_t)run->num_ops);
     num_runs += 1;
-    num_ops += run->num_ops;
+    num_op_stats += run->num_ops;
   }
   pthread_mutex_unlock(&lock);
 }
@@ -68,7 +68,7 @@ int32_t accel_profile_num_runs(void) {
 
 int32_t accel_profile_num_ops(void) {
   pthread_mutex_lock(&lock);
-  const int32_t count = num_ops;
+  const int32_t count = num_op_stats;
   pthread_mutex_unlock(&lock);
   return count;
 }
@@ -91,8 +91,8 @@ accel_status accel_profile_run(int32_t index, accel_run_stats* out, int32_t* fir
 accel_status accel_profile_op(int32_t index, accel_op_stats* out) {
   if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "output op record is NULL");
   pthread_mutex_lock(&lock);
-  const int32_t count = num_ops;
-  if (index >= 0 && index < count) *out = ops[index];
+  const int32_t count = num_op_stats;
+  if (index >= 0 && index < count) *out = op_stats[index];
   pthread_mutex_unlock(&lock);
   if (index < 0 || index >= count) {
     return accel_fail(ACCEL_ERR_NOT_FOUND, "op index %d is outside [0, %d)", index, count);
