@@ -23,7 +23,8 @@
  * files share is in sdp_i8_internal.h.
  * AVX2 without AVX-512 (sdp_i8_avx2.c): the common converter, the residual add and a planned
  * LUT in 8 int32 lanes (the same int32 identities and plans), the other converters' steps in 4
- * int64 lanes, sdp_one for a LUT outside its plan.
+ * int64 lanes (along the channels with a LUT: then the table in 8 int32 lanes), sdp_one for a
+ * LUT span outside its plan.
  * The CONV epilogue and sdp_i8_run both go through these, so fused and independent runs give
  * identical codes. Figures: docs/kernels.md.
  */
@@ -89,7 +90,7 @@ static __attribute__((unused)) void span_scalar(const sdp_i8* p, int32_t ch, con
 #define SPAN_IMPL sdp_i8_span_avx2
 #define CHANNELS_IMPL sdp_i8_channels_avx2
 #define SPAN_LUT_IMPL sdp_i8_span_avx2
-#define CHANNELS_LUT_IMPL channels_scalar
+#define CHANNELS_LUT_IMPL sdp_i8_channels_avx2
 #else
 #define SPAN_IMPL span_scalar
 #define CHANNELS_IMPL channels_scalar

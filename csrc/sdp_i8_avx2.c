@@ -12,10 +12,11 @@
  * padded copy. Everything else without a LUT (PRELU, MUL / MAX / MIN, channels whose
  * bounds the int32 forms do not hold, sdp_i8_channels) runs sdp_one's steps in 4 int64 lanes
  * (gen4 below: AVX2 lacks the AVX-512 forms' 64-bit arithmetic shifts and min/max, mask
- * registers and vpmovsdb); a LUT without a plan or a lane form (a bin with two changes, mul <=
- * 0, BS saturating) or along the channels runs sdp_one itself (sdp_i8_span_scalar,
- * sdp_i8_channels_scalar).
+ * registers and vpmovsdb); along the channels a LUT's table runs in 8 int32 lanes after gen4's
+ * steps (channels_lut); a LUT without a plan or a lane form (a bin with two changes, mul <= 0,
+ * BS saturating) runs sdp_one itself (sdp_i8_span_scalar).
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -48,11 +49,17 @@ static inline __attribute__((always_inline)) void run_step(const sdp_i8_lane_cvt
                                       hi));
 }
 
-static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* e,
-                                                           const sdp_i8_lane_add* a, int form,
+/* e and a are copied first, as in run_lut_body below (y's bytes may alias them). */
+static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* ep,
+                                                           const sdp_i8_lane_add* ap, int form,
                                                            int add, int8_t lo, int8_t hi,
                                                            const int32_t* v, const int8_t* o,
                                                            int8_t* y, int64_t count) {
+  const sdp_i8_lane_cvt ec = *ep;
+  sdp_i8_lane_add ac;
+  if (add) ac = *ap;
+  const sdp_i8_lane_cvt* e = &ec;
+  const sdp_i8_lane_add* a = add ? &ac : NULL;
   const __m256i l = _mm256_set1_epi8(lo), h = _mm256_set1_epi8(hi);
   int64_t i = 0;
   for (; i + 32 <= count; i += 32) run_step(e, a, form, add, l, h, v + i, add ? o + i : NULL, y + i);
@@ -93,29 +100,38 @@ void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int
 #undef RUN
 }
 
-static inline __attribute__((always_inline)) void run_lut_body(const sdp_i8_lane_cvt* e,
+/* 32 values of a row (v) into their codes (y): the four vectors' u first, then their bin
+ * words, then the picks, so that the scalar loads of one vector overlap the others' arithmetic
+ * (one vector at a time waited on each lookup in turn). */
+static inline __attribute__((always_inline)) void run_lut_step(const sdp_i8_lane_cvt* e,
                                                                const sdp_i8_lane_lut* L,
                                                                const int32_t* v, int8_t* y,
+                                                               int form) {
+  const __m256i* x = (const __m256i*)(const void*)v;
+  __m256i u[4], g[4];
+  for (int k = 0; k < 4; ++k) u[k] = sdp_i8_lanes8_lut_u(e, L, _mm256_loadu_si256(x + k), form);
+  for (int k = 0; k < 4; ++k) g[k] = sdp_i8_lanes8_lut_words(L, u[k]);
+  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(sdp_i8_lanes8_lut_pick(L, g[0], u[0]),
+                                                         sdp_i8_lanes8_lut_pick(L, g[1], u[1]),
+                                                         sdp_i8_lanes8_lut_pick(L, g[2], u[2]),
+                                                         sdp_i8_lanes8_lut_pick(L, g[3], u[3])));
+}
+
+/* The constants are copied first: y's bytes may alias them, so through the pointers the
+ * compiler loaded them again after every store of codes. */
+static inline __attribute__((always_inline)) void run_lut_body(const sdp_i8_lane_cvt* ep,
+                                                               const sdp_i8_lane_lut* Lp,
+                                                               const int32_t* v, int8_t* y,
                                                                int64_t count, int form) {
+  const sdp_i8_lane_cvt e = *ep;
+  const sdp_i8_lane_lut L = *Lp;
   int64_t i = 0;
-  for (; i + 32 <= count; i += 32) {
-    const __m256i* x = (const __m256i*)(const void*)(v + i);
-    _mm256_storeu_si256((__m256i*)(void*)(y + i),
-                        sdp_i8_codes32(sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 1), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 2), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 3), form)));
-  }
+  for (; i + 32 <= count; i += 32) run_lut_step(&e, &L, v + i, y + i, form);
   if (i < count) { /* any padding: v is clamped */
     int32_t tv[32] = {0};
     int8_t ty[32];
     memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
-    const __m256i* x = (const __m256i*)(const void*)tv;
-    _mm256_storeu_si256((__m256i*)(void*)ty,
-                        sdp_i8_codes32(sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 1), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 2), form),
-                                       sdp_i8_lanes8_lut(e, L, _mm256_loadu_si256(x + 3), form)));
+    run_lut_step(&e, &L, tv, ty, form);
     memcpy(y + i, ty, (size_t)(count - i));
   }
 }
@@ -223,11 +239,12 @@ static void gen4_channel(const chan_params* c, gen4* g) {
 }
 
 /* Channels [ch, ch + 4), each lane its own (channel_params: BN's shift max(shift_max, own),
- * BS's power min(shift_max - own, 31) where shift_max is larger). */
-static void gen4_lanes(const sdp_i8* p, int64_t ch, gen4* g) {
+ * BS's power min(shift_max - own, 31) where shift_max is larger); lanes past channel `last`
+ * (a padded tail) take last's. */
+static void gen4_lanes_to(const sdp_i8* p, int64_t ch, int64_t last, gen4* g) {
   int64_t b[4], m[4], pr[4], sh[4], pm[4];
   for (int i = 0; i < 4; ++i) {
-    const chan_params c = channel_params(p, (int32_t)(ch + i));
+    const chan_params c = channel_params(p, (int32_t)(ch + i < last ? ch + i : last));
     b[i] = c.bias, m[i] = c.mul, pr[i] = bs_pre(c.pre), sh[i] = c.shift + c.pre;
     pm[i] = c.prelu_mul;
   }
@@ -239,11 +256,35 @@ static void gen4_lanes(const sdp_i8* p, int64_t ch, gen4* g) {
   g->prelu_mul = _mm256_setr_epi64x(pm[0], pm[1], pm[2], pm[3]);
 }
 
-/* The codes of 4 values v (int64 lanes) with their operand codes o (int64 lanes), clamped to
- * [-128, 127] and CLIP's bounds, in int64 lanes. */
-static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p, const gen4* g,
-                                                                __m256i v, __m256i o, int ew,
-                                                                int act, int out_cvt) {
+/* gen4_lanes_to's parameters of channels [ch, ch + 4), all of them there, loaded as vectors
+ * (channel_params and the inserts per lane were most of sdp_i8_channels' time: docs/kernels.md) */
+static inline __attribute__((always_inline)) void gen4_lanes(const sdp_i8* p, int64_t ch,
+                                                             gen4* g) {
+  g->bias = p->bias != NULL ? _mm256_cvtepi32_epi64(
+                                  _mm_loadu_si128((const __m128i*)(const void*)(p->bias + ch)))
+                            : g->zero;
+  g->mul = p->mul != NULL ? _mm256_cvtepi16_epi64(
+                                _mm_loadl_epi64((const __m128i*)(const void*)(p->mul + ch)))
+                          : g->one;
+  g->prelu_mul = p->prelu_mul != NULL
+                     ? _mm256_cvtepi16_epi64(
+                           _mm_loadl_epi64((const __m128i*)(const void*)(p->prelu_mul + ch)))
+                     : g->one;
+  int32_t rs = 0;
+  if (p->rshift != NULL) memcpy(&rs, p->rshift + ch, sizeof rs);
+  /* pre = max(shift_max - shift, 0), BS's power min(pre, 31), BN's shift shift + pre */
+  const __m128i own = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(rs));
+  const __m128i pre =
+      _mm_max_epi32(_mm_sub_epi32(_mm_set1_epi32(p->shift_max), own), _mm_setzero_si128());
+  g->pre = _mm256_cvtepi32_epi64(_mm_min_epi32(pre, _mm_set1_epi32(31)));
+  g->shift = _mm256_cvtepi32_epi64(_mm_add_epi32(own, pre));
+  g->half = half4(g->shift, g->one);
+}
+
+/* t of 4 values v (int64 lanes) with their operand codes o (int64 lanes) after BS, BN and the
+ * element-wise op: sdp_one's t before the activation, inside int32. */
+static inline __attribute__((always_inline)) __m256i gen4_t(const gen4* g, __m256i v, __m256i o,
+                                                            int ew) {
   /* BS: v + bias clamped to +-2^31, times 2^pre (<= 2^62), sat32 */
   __m256i t = min64(max64(_mm256_add_epi64(v, g->bias), g->nlim), g->lim);
   t = min64(max64(_mm256_sllv_epi64(t, g->pre), g->lo32), g->hi32);
@@ -259,6 +300,13 @@ static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p,
     if (ew == ACCEL_EW_MAX) t = max64(t, e);
     if (ew == ACCEL_EW_MIN) t = min64(t, e);
   }
+  return t;
+}
+
+/* The codes of 4 values t (int64 lanes inside int32: gen4_t's, or a LUT's y with act NONE)
+ * after the activation and the output converter, clamped to [-128, 127] and CLIP's bounds. */
+static inline __attribute__((always_inline)) __m256i gen4_out(const gen4* g, __m256i t, int act,
+                                                              int out_cvt) {
   if (act == ACCEL_ACT_RELU) t = max64(t, g->zero);
   if (act == ACCEL_ACT_PRELU) {
     const __m256i n = rhaz4(_mm256_mul_epi32(t, g->prelu_mul), g->prelu_half, g->prelu_shift,
@@ -268,8 +316,16 @@ static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p,
   if (out_cvt) t = rhaz4(_mm256_mul_epi32(t, g->out_mul), g->out_half, g->out_shift, g->zero);
   __m256i y = min64(max64(_mm256_add_epi64(t, g->out_zero), g->lo8), g->hi8);
   if (act == ACCEL_ACT_CLIP) y = min64(max64(y, g->clip_lo), g->clip_hi);
-  (void)p;
   return y;
+}
+
+/* The codes of 4 values v (int64 lanes) with their operand codes o (int64 lanes), clamped to
+ * [-128, 127] and CLIP's bounds, in int64 lanes. */
+static inline __attribute__((always_inline)) __m256i gen4_codes(const sdp_i8* p, const gen4* g,
+                                                                __m256i v, __m256i o, int ew,
+                                                                int act, int out_cvt) {
+  (void)p;
+  return gen4_out(g, gen4_t(g, v, o, ew), act, out_cvt);
 }
 
 /* 8 codes (int64 lanes' low dwords) of two gen4_codes results as 8 int32 lanes */
@@ -362,9 +418,154 @@ static gen4_fn gen4_of(accel_eltwise ew, int lanes) {
   }
 }
 
+/* ---- a LUT activation along the channels (sdp_i8_channels: fully connected layers) ---------
+ * One value per channel, so no plan of codes by t per channel row: sdp_one's steps to t in
+ * gen4's int64 lanes with each lane's channel (gen4_t), the table in 8 int32 lanes (lut8_y),
+ * the output converter in gen4's lanes again (gen4_out, act NONE: the LUT's y is the value it
+ * converts). The table's integers are lut_int8_eval's (lut.c), in int32 as sdp_i8_lut.c's lut16
+ * states them: t inside int32, so d = t - start read as uint32 is exact for t >= start, and the
+ * hit test d < (N - 1) 2^select is start <= t <= min(start + (N - 1) 2^select - 1, INT32_MAX);
+ * the index d >> select, the fraction (d << (32 - select)) >> 16 (logical shifts; a count of
+ * 32 gives 0, select 0); one 32-bit gather at entry i reads entries i and i + 1 (LE's follow
+ * LO's in accel_lut_int8: i <= 255 in LO, 257 + i <= 320 in LE, inside the tables); e_i 2^16 +
+ * (e_(i+1) - e_i) f is a convex combination of e_i 2^16 and e_(i+1) 2^16, inside int32, so
+ * modulo-2^32 arithmetic gives it and rhaz(., 16) = (. + 2^15 - (. < 0)) >> 16. Lanes outside
+ * both tables (the slopes beyond LE, rare) take lut_int8_eval itself. (sdp_one per value, which
+ * this replaces, took two to three times as long: docs/kernels.md.) */
+typedef struct lut8 {
+  __m256i lo_start, lo_last, le_start, le_last, lo_sel, le_sel, lo_up, le_up, le_base;
+  const accel_lut_int8* l;
+} lut8;
+
+static int32_t lut8_last(int64_t start, int64_t entries, int32_t select) {
+  const int64_t last = start + ((entries - 1) << select) - 1;
+  return (int32_t)(last < INT32_MAX ? last : INT32_MAX);
+}
+
+static void lut8_of(const accel_lut_int8* l, lut8* L) {
+  L->lo_start = _mm256_set1_epi32(l->lo_start);
+  L->lo_last = _mm256_set1_epi32(lut8_last(l->lo_start, ACCEL_LUT_LO_ENTRIES, l->lo_index_select));
+  L->le_start = _mm256_set1_epi32(l->le_start);
+  L->le_last = _mm256_set1_epi32(lut8_last(l->le_start, ACCEL_LUT_LE_ENTRIES, l->le_index_select));
+  L->lo_sel = _mm256_set1_epi32(l->lo_index_select);
+  L->le_sel = _mm256_set1_epi32(l->le_index_select);
+  L->lo_up = _mm256_set1_epi32(32 - l->lo_index_select);
+  L->le_up = _mm256_set1_epi32(32 - l->le_index_select);
+  L->le_base = _mm256_set1_epi32((int32_t)(offsetof(accel_lut_int8, le) / sizeof(int16_t)));
+  L->l = l;
+}
+
+/* lut_int8_eval of 8 values t (int32 lanes) */
+static inline __attribute__((always_inline)) __m256i lut8_y(const lut8* L, __m256i t) {
+  const __m256i ones = _mm256_set1_epi32(-1);
+  const __m256i in_lo = _mm256_andnot_si256(
+      _mm256_or_si256(_mm256_cmpgt_epi32(L->lo_start, t), _mm256_cmpgt_epi32(t, L->lo_last)), ones);
+  const __m256i in_le = _mm256_andnot_si256(
+      _mm256_or_si256(_mm256_cmpgt_epi32(L->le_start, t), _mm256_cmpgt_epi32(t, L->le_last)), ones);
+  const __m256i hit = _mm256_or_si256(in_lo, in_le);
+  /* the table of each lane: LO where it hits (priority), else LE */
+  const __m256i d = _mm256_sub_epi32(t, _mm256_blendv_epi8(L->le_start, L->lo_start, in_lo));
+  __m256i index = _mm256_srlv_epi32(d, _mm256_blendv_epi8(L->le_sel, L->lo_sel, in_lo));
+  index = _mm256_add_epi32(index, _mm256_and_si256(_mm256_andnot_si256(in_lo, in_le), L->le_base));
+  index = _mm256_and_si256(index, hit); /* a lane outside both reads entry 0, unused */
+  const __m256i frac = _mm256_srli_epi32(
+      _mm256_sllv_epi32(d, _mm256_blendv_epi8(L->le_up, L->lo_up, in_lo)), 16);
+  const __m256i pair = _mm256_i32gather_epi32((const int*)(const void*)L->l, index, 2);
+  const __m256i e0_high = _mm256_slli_epi32(pair, 16); /* entry i 2^16 */
+  const __m256i step =
+      _mm256_sub_epi32(_mm256_srai_epi32(pair, 16), _mm256_srai_epi32(e0_high, 16));
+  const __m256i pr = _mm256_add_epi32(e0_high, _mm256_mullo_epi32(step, frac));
+  __m256i y = _mm256_srai_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(pr, _mm256_set1_epi32(1 << 15)), _mm256_srai_epi32(pr, 31)),
+      16);
+  const int miss = ~_mm256_movemask_ps(_mm256_castsi256_ps(hit)) & 0xFF;
+  if (miss) {
+    int32_t tv[8], yv[8];
+    _mm256_storeu_si256((__m256i*)(void*)tv, t);
+    _mm256_storeu_si256((__m256i*)(void*)yv, y);
+    for (int i = 0; i < 8; ++i)
+      if (miss >> i & 1) yv[i] = (int32_t)lut_int8_eval(L->l, tv[i]);
+    y = _mm256_loadu_si256((const __m256i*)(const void*)yv);
+  }
+  return y;
+}
+
+/* 32 values of channels [ch, ch + 32) (last INT64_MAX: all of them there; else lanes past
+ * channel `last` take last's: a padded tail) */
+static inline __attribute__((always_inline)) void channels_lut_step(const sdp_i8* p, gen4* g,
+                                                                    const lut8* L,
+                                                                    const int32_t* v,
+                                                                    const int8_t* operand,
+                                                                    int8_t* y, int64_t ch,
+                                                                    int64_t last, int ew,
+                                                                    int out_cvt) {
+  __m256i q[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
+    __m256i o = _mm256_setzero_si256();
+    if (ew != ACCEL_EW_NONE)
+      o = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(operand + 8 * j)));
+    if (last == INT64_MAX) gen4_lanes(p, ch + 8 * j, g);
+    else gen4_lanes_to(p, ch + 8 * j, last, g);
+    const __m256i a = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(x)),
+                             _mm256_cvtepi32_epi64(_mm256_castsi256_si128(o)), ew);
+    if (last == INT64_MAX) gen4_lanes(p, ch + 8 * j + 4, g);
+    else gen4_lanes_to(p, ch + 8 * j + 4, last, g);
+    const __m256i b = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(x, 1)),
+                             _mm256_cvtepi32_epi64(_mm256_extracti128_si256(o, 1)), ew);
+    const __m256i u = lut8_y(L, gen4_join(a, b));
+    q[j] = gen4_join(
+        gen4_out(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(u)), ACCEL_ACT_NONE, out_cvt),
+        gen4_out(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(u, 1)), ACCEL_ACT_NONE,
+                 out_cvt));
+  }
+  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(q[0], q[1], q[2], q[3]));
+}
+
+static inline __attribute__((always_inline)) void channels_lut_body(const sdp_i8* p,
+                                                                    const int32_t* v,
+                                                                    const int8_t* operand,
+                                                                    int8_t* y, int64_t count,
+                                                                    int64_t first, int ew,
+                                                                    int out_cvt) {
+  gen4 g;
+  gen4_call(p, &g);
+  lut8 L;
+  lut8_of(p->lut, &L);
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32)
+    channels_lut_step(p, &g, &L, v + i, ew != ACCEL_EW_NONE ? operand + i : NULL, y + i,
+                      first + i, INT64_MAX, ew, out_cvt);
+  if (i < count) { /* through a padded copy, the lanes past the last channel given its own */
+    int32_t tv[32] = {0};
+    int8_t to[32] = {0}, ty[32];
+    const int64_t n = count - i;
+    memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
+    if (ew != ACCEL_EW_NONE) memcpy(to, operand + i, (size_t)n);
+    channels_lut_step(p, &g, &L, tv, to, ty, first + i, first + count - 1, ew, out_cvt);
+    memcpy(y + i, ty, (size_t)n);
+  }
+}
+
+static void channels_lut(const sdp_i8* p, int32_t first, const int32_t* v, const int8_t* operand,
+                         int8_t* y, int64_t count) {
+  const int out_cvt = p->out_mul != 0;
+  switch (p->ew_op) {
+    case ACCEL_EW_ADD: channels_lut_body(p, v, operand, y, count, first, ACCEL_EW_ADD, out_cvt); break;
+    case ACCEL_EW_MUL: channels_lut_body(p, v, operand, y, count, first, ACCEL_EW_MUL, out_cvt); break;
+    case ACCEL_EW_MAX: channels_lut_body(p, v, operand, y, count, first, ACCEL_EW_MAX, out_cvt); break;
+    case ACCEL_EW_MIN: channels_lut_body(p, v, operand, y, count, first, ACCEL_EW_MIN, out_cvt); break;
+    default: channels_lut_body(p, v, NULL, y, count, first, ACCEL_EW_NONE, out_cvt); break;
+  }
+}
+
 void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
                           const int8_t* operand, int8_t* y, int64_t count) {
-  if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT's codes: sdp_one */
+  if (p->lut != NULL) {
+    channels_lut(p, first, v, operand, y, count);
+    return;
+  }
+  if (p->act > ACCEL_ACT_PRELU) { /* a LUT activation without its table: sdp_one */
     sdp_i8_channels_scalar(p, first, v, operand, y, count);
     return;
   }

@@ -626,15 +626,13 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_u(const s
   return _mm256_sub_epi32(t, _mm256_set1_epi32(L->base));
 }
 
-/* The codes (sign-extended int32) of 8 offsets u = t - base through the plan's bins, L->bins
- * the bin of t = base (u of either sign: the AVX2 build's base is the bins' middle, a whole
- * number of bins from the first; u >> w then indexes the guard bins too; L->bytes NULL: an
- * AVX-512 VBMI build's plans with byte tables count u from their origin instead): each lane's
- * bin word, the code below or above its threshold (u's low w bits are its offset in the bin,
- * either sign). The words are 8 scalar loads put into the vector by vpinsrd, not vpgatherdd,
- * which was the slower of the two where measured (docs/kernels.md). */
-static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(const sdp_i8_lane_lut* L,
-                                                                            __m256i u) {
+/* The bin words of 8 offsets u = t - base (L->bins the bin of t = base: u of either sign, the
+ * AVX2 build's base is the bins' middle, a whole number of bins from the first; u >> w then
+ * indexes the guard bins too; L->bytes NULL: an AVX-512 VBMI build's plans with byte tables
+ * count u from their origin instead). The words are 8 scalar loads put into the vector by
+ * vpinsrd, not vpgatherdd, which was the slower of the two where measured (docs/kernels.md). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_words(const sdp_i8_lane_lut* L,
+                                                                             __m256i u) {
   const __m256i j = _mm256_sra_epi32(u, _mm_cvtsi32_si128(L->w));
   const __m128i a = _mm256_castsi256_si128(j), b = _mm256_extracti128_si256(j, 1);
   const uint64_t a0 = (uint64_t)_mm_cvtsi128_si64(a), a1 = (uint64_t)_mm_extract_epi64(a, 1);
@@ -650,11 +648,23 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(cons
   hi = _mm_insert_epi32(hi, SDP_I8_BIN(b1), 2);
   hi = _mm_insert_epi32(hi, SDP_I8_BIN(b1 >> 32), 3);
 #undef SDP_I8_BIN
-  const __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* The codes (sign-extended int32) of 8 offsets u from their bin words g: the code below or
+ * above the bin's threshold (u's low w bits are its offset in the bin, either sign). */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_pick(const sdp_i8_lane_lut* L,
+                                                                            __m256i g, __m256i u) {
   /* below the threshold (bits 0-15): the code in bits 16-23, moved up by 8; else bits 24-31 */
   const __m256i below = _mm256_cmpgt_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)),
                                            _mm256_and_si256(u, _mm256_set1_epi32((1 << L->w) - 1)));
   return _mm256_srai_epi32(_mm256_sllv_epi32(g, _mm256_and_si256(below, _mm256_set1_epi32(8))), 24);
+}
+
+/* The codes of 8 offsets u through the plan's bins: their words, then the pick. */
+static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_lut_bins(const sdp_i8_lane_lut* L,
+                                                                            __m256i u) {
+  return sdp_i8_lanes8_lut_pick(L, sdp_i8_lanes8_lut_words(L, u), u);
 }
 
 /* The 8 codes of 8 accumulators v of channel c through the LUT plan L (sdp_i8_lanes_prepare_lut's

@@ -162,6 +162,66 @@ def test_a_conv_epilogue_with_large_accumulators(mode):
     np.testing.assert_array_equal(y, ref.run_chain(chain, x))
 
 
+def _channel_wise(index: int):
+    """_case's converters and table with every input code in every channel, one position
+    per image: 256 images of [CHANNELS] outputs (a fully connected layer's shape: each SDP
+    step takes the channels along, sdp_i8_channels)."""
+    op, _ = _case(index, LUT_ACTS[index % len(LUT_ACTS)], (1, 1))
+    codes = np.arange(-128, 128, dtype=np.int8)
+    x = np.stack([np.roll(codes, 7 * c) for c in range(CHANNELS)], axis=1)
+    return op, x.reshape(256, CHANNELS, 1, 1)
+
+
+@pytest.mark.parametrize("index", range(len(SELECTS)))
+def test_one_value_per_channel_reaches_every_branch(index):
+    """Along the channels (AVX2: t in int64 lanes with each lane's converter, the table in
+    int32 lanes, the slopes through lut_int8_eval; 37 channels: a step of 32 and a padded tail
+    of 5), t in LO, LE and both slopes, against the reference."""
+    op, x = _channel_wise(index)
+    y = Device("nv_full", num_threads=1).run([op], x)[0]
+    np.testing.assert_array_equal(y, ref.run_chain([op], x))
+    lo, le, under, over = _reaches_every_branch(op, x)
+    reach_max = op.lut.lo_start + (256 << op.lut.lo_index_select) > 2**31
+    assert lo > 0 and le > 0 and under > 0 and (over > 0 or reach_max), (lo, le, under, over)
+    assert len(np.unique(y)) > 4
+
+
+@pytest.mark.parametrize("ew_op", ["add", "mul", "max", "min"])
+def test_one_value_per_channel_with_an_element_wise_op(ew_op):
+    op, x = _channel_wise(4)
+    rng = np.random.default_rng(6)
+    operand = rng.integers(-128, 128, x.shape).astype(np.int8)
+    operand.flat[:2] = [-128, 127]
+    op = Sdp(**{**op.__dict__, "ew_op": ew_op, "operand": operand, "ew_zero": -3,
+                "ew_mul": int(rng.integers(1, 32768)), "ew_shift": 6})
+    y = Device("nv_full", num_threads=1).run([op], x)[0]
+    np.testing.assert_array_equal(y, ref.run_chain([op], x))
+
+
+@pytest.mark.parametrize("act", ["sigmoid", "silu", "hardswish", "hardsigmoid"])
+def test_a_fully_connected_epilogue_through_the_compiler_tables(act):
+    """Squeeze-excite's FC layers: a 1x1 CONV on one position per image, its accumulators
+    converted along the channels, through the compiler's table."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+
+    rng = np.random.default_rng(31)
+    cin, cout = 48, 200
+    out = TensorQuant(1 / 255, -128) if act in ("sigmoid", "hardsigmoid") else TensorQuant(0.05, -20)
+    acc_scale = rng.uniform(0.5e-4, 2e-4, cout)
+    table = layer_lut(act, out, float(acc_scale.max()), "test")
+    mul, rshift = encode_multipliers(acc_scale / table.input_step, "test")
+    w = rng.integers(-127, 128, (cout, cin, 1, 1)).astype(np.int8)
+    chain = [Conv(w, precision="int8", in_zero=-7),
+             Sdp(bias=rng.integers(-20000, 20000, cout).astype(np.int32), mul=mul,
+                 rshift=rshift, act=act, precision="int8", out_mul=1,
+                 out_shift=table.out_shift, out_zero=out.zero, lut=table.lut)]
+    x = rng.integers(-128, 128, (5, cin, 1, 1)).astype(np.int8)
+    y, _ = Device("nv_full", num_threads=1).run(chain, x)
+    np.testing.assert_array_equal(y, ref.run_chain(chain, x))
+    assert len(np.unique(y)) > 20
+
+
 def test_the_scalar_path_gives_the_same_codes(tmp_path):
     """ACCEL_SDP_I8_LUT=scalar: the portable definition (what a build without AVX-512 runs)
     gives the codes of the vector path and of the reference."""
