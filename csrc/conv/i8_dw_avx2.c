@@ -506,9 +506,12 @@ static int dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_cvt* C)
  * - a term (r, s) & (r, s + 1) (or a lone tap with the pair (w, 0)) is the vector of the 8
  *   channels' weight pairs; output (y, x) adds vpmaddwd(X[y sh + r dh][x sw + s dw], term),
  *   every output the same sums as the band loop's (exact, in int32 modulo 2^32);
- * - 8 outputs at a time (their positions from a table; the last block repeats the last
- *   output), their 8 x 8 accumulators transposed into each channel's row, which the channel's
- *   converter turns into codes (in lanes, else convert_at) written to its output plane. */
+ * - 8 outputs at a time (their positions from a table; the last block ends at the plane's
+ *   last output, overlapping the one before), converted there where every channel's converter
+ *   has form 3 or 4 (dwc_lanes_codes: the 8 channels' constants in the lanes, the codes
+ *   transposed as bytes), else their 8 x 8 accumulators transposed into each channel's row,
+ *   which the channel's converter turns into codes (in lanes, else convert_at) written to its
+ *   output plane. */
 enum {
   DWC_MAX_OUT = 256,       /* outputs per plane for this path (14x14; 28x28 takes the bands) */
   DWC_MAX_COPY = 64 << 10  /* bytes of X (L1 and a half) */
@@ -555,6 +558,13 @@ static int dwc_make_plan(const plan* P, dwc_plan* D) {
   return 1;
 }
 
+/* The first output of block blk: 8 blk, the last block ending at the plane's last output
+ * (overlapping the one before: its outputs computed twice, the same values) where the plane
+ * has 8 or more; else 0 (the block repeats the last output). */
+static inline int64_t dwc_block(int64_t ohw, int64_t blk) {
+  return ohw < 8 ? 0 : 8 * blk < ohw - 8 ? 8 * blk : ohw - 8;
+}
+
 static void dwc_terms(const conv_geometry* g, const dwc_plan* D, dwc_term* terms, int64_t* pos) {
   const int64_t R = g->kernel_h, S = g->kernel_w;
   int64_t n = 0;
@@ -566,11 +576,13 @@ static void dwc_terms(const conv_geometry* g, const dwc_plan* D, dwc_term* terms
       ++n;
     }
   const int64_t ohw = g->out_h * g->out_w;
-  for (int64_t p = 0; p < D->nblk * 8; ++p) {
-    const int64_t q = p < ohw ? p : ohw - 1;
-    const int64_t y = q / g->out_w, x = q % g->out_w;
-    pos[p] = (y * g->stride_h * D->wx + x * g->stride_w) * 16;
-  }
+  for (int64_t blk = 0; blk < D->nblk; ++blk)
+    for (int64_t j = 0; j < 8; ++j) {
+      int64_t q = dwc_block(ohw, blk) + j;
+      if (q > ohw - 1) q = ohw - 1;
+      const int64_t y = q / g->out_w, x = q % g->out_w;
+      pos[blk * 8 + j] = (y * g->stride_h * D->wx + x * g->stride_w) * 16;
+    }
 }
 
 /* 16 columns of 8 rows (bytes) into 16 positions of 8 bytes each at d; the columns where
@@ -645,6 +657,120 @@ static inline __attribute__((always_inline)) void dwc_codes(const int FORM, cons
   dwa_rows_out(cb, 1, ohw, ohw, out);
 }
 
+/* Codes with the channels in the lanes. Where every channel converts by form 3 or 4 (the
+ * conv converters, sdp_i8_lanes.h, whose comments state their identities; sdp_i8_lanes8_form
+ * applies them with one channel's constants broadcast), a block's 8 accumulators (one output
+ * position each, the 8 channels in the lanes) convert where they are with each lane's own
+ * channel constants (the same steps; the shift per lane by vpsravd, equal to vpsrad's for
+ * every count), and their codes are transposed as bytes: no 8 x 8 transpose of int32 values
+ * and no pass per channel over a stored row (about 40 % of a 960x7 3x3 call's instructions
+ * before, docs/kernels.md). */
+typedef struct dwc_lanes {
+  __m256i bias, add, mulh, mul, shift, zero, lo, hi;
+} dwc_lanes;
+
+/* The constants of channels k0 .. k0 + 7 (past the last: the last's). */
+static void dwc_lanes_of(const dwa_cvt* C, int64_t k0, int64_t K, dwc_lanes* L) {
+  int32_t bias[8], add[8], mulh[8], mul[8], shift[8], zero[8];
+  for (int c = 0; c < 8; ++c) {
+    const sdp_i8_lane_cvt* e = C->cvt + (k0 + c < K ? k0 + c : K - 1);
+    bias[c] = e->bias;
+    /* form 4 adds `add`; form 3 rounds by 2^(shift - 1) there (sdp_i8_lanes8_form) */
+    add[c] = C->form == 4 ? e->add : (int32_t)(1u << (e->shift - 1));
+    mulh[c] = (int32_t)((uint32_t)e->mul << 16);
+    mul[c] = e->mul;
+    shift[c] = e->shift;
+    zero[c] = e->zero;
+  }
+  L->bias = _mm256_loadu_si256((const __m256i*)bias);
+  L->add = _mm256_loadu_si256((const __m256i*)add);
+  L->mulh = _mm256_loadu_si256((const __m256i*)mulh);
+  L->mul = _mm256_loadu_si256((const __m256i*)mul);
+  L->shift = _mm256_loadu_si256((const __m256i*)shift);
+  L->zero = _mm256_loadu_si256((const __m256i*)zero);
+  L->lo = _mm256_set1_epi8(C->lo);
+  L->hi = _mm256_set1_epi8(C->hi);
+}
+
+/* q of one output position's 8 channels (before the int8 saturation): form 4 or 3. */
+static inline __attribute__((always_inline)) __m256i dwc_lanes_q(const int FORM, const dwc_lanes* L,
+                                                                 __m256i v) {
+  const __m256i t = _mm256_add_epi32(v, L->bias);
+  const __m256i a = FORM == 3 ? _mm256_abs_epi32(t) : t;
+  const __m256i hp = _mm256_add_epi32(L->add, _mm256_madd_epi16(a, L->mulh));
+  const __m256i lp = _mm256_mulhi_epu16(a, L->mul);
+  const __m256i r = _mm256_srav_epi32(_mm256_add_epi32(hp, lp), L->shift);
+  return FORM == 3 ? _mm256_add_epi32(L->zero, _mm256_sign_epi32(r, t)) : r;
+}
+
+/* The codes of outputs p .. p + 7 of the 8 channels (v: one vector a position) to outs[c] + p:
+ * saturated to int8 as sdp_i8_codes32, clamped to [lo, hi], transposed as bytes. */
+static inline __attribute__((always_inline)) void dwc_lanes_codes(const int FORM,
+                                                                  const dwc_lanes* L,
+                                                                  const __m256i* v,
+                                                                  int8_t* const* outs, int64_t p) {
+  __m256i q[8];
+  for (int j = 0; j < 8; ++j) q[j] = dwc_lanes_q(FORM, L, v[j]);
+  /* per 128-bit lane: byte 4 j + c holds position j's code of channel c (c4 .. c7 in the
+   * upper lane); the shuffle makes it 4 c + j, and the unpacks put each channel's 8 codes in
+   * one 64-bit half */
+  const __m256i order = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                         0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m256i x = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  __m256i y = _mm256_packs_epi16(_mm256_packs_epi32(q[4], q[5]), _mm256_packs_epi32(q[6], q[7]));
+  x = _mm256_shuffle_epi8(_mm256_min_epi8(_mm256_max_epi8(x, L->lo), L->hi), order);
+  y = _mm256_shuffle_epi8(_mm256_min_epi8(_mm256_max_epi8(y, L->lo), L->hi), order);
+  const __m256i a = _mm256_unpacklo_epi32(x, y); /* c0 c1 | c4 c5 */
+  const __m256i b = _mm256_unpackhi_epi32(x, y); /* c2 c3 | c6 c7 */
+  const __m128i a0 = _mm256_castsi256_si128(a), a1 = _mm256_extracti128_si256(a, 1);
+  const __m128i b0 = _mm256_castsi256_si128(b), b1 = _mm256_extracti128_si256(b, 1);
+  _mm_storel_epi64((__m128i*)(outs[0] + p), a0);
+  _mm_storeh_pd((double*)(void*)(outs[1] + p), _mm_castsi128_pd(a0));
+  _mm_storel_epi64((__m128i*)(outs[2] + p), b0);
+  _mm_storeh_pd((double*)(void*)(outs[3] + p), _mm_castsi128_pd(b0));
+  _mm_storel_epi64((__m128i*)(outs[4] + p), a1);
+  _mm_storeh_pd((double*)(void*)(outs[5] + p), _mm_castsi128_pd(a1));
+  _mm_storel_epi64((__m128i*)(outs[6] + p), b1);
+  _mm_storeh_pd((double*)(void*)(outs[7] + p), _mm_castsi128_pd(b1));
+}
+
+/* Every block's sums (8 outputs, dwc_block's), then FORM < 0: transposed into the channels'
+ * rows of A; else their codes to outs (dwc_lanes_codes). */
+static inline __attribute__((always_inline)) void dwc_blocks(const int FORM, const dwc_job* J,
+                                                             const int16_t* X, const __m256i* W,
+                                                             __m256i vinit, const dwc_lanes* L,
+                                                             int8_t* const* outs, int32_t* A) {
+  const dwc_plan* D = J->D;
+  const int64_t nt = D->nterms, ohw = J->P->ohw;
+  for (int64_t blk = 0; blk < D->nblk; ++blk) {
+    const int64_t* q = J->pos + blk * 8;
+    const int16_t* x0 = X + q[0];
+    const int16_t* x1 = X + q[1];
+    const int16_t* x2 = X + q[2];
+    const int16_t* x3 = X + q[3];
+    const int16_t* x4 = X + q[4];
+    const int16_t* x5 = X + q[5];
+    const int16_t* x6 = X + q[6];
+    const int16_t* x7 = X + q[7];
+    /* opaque to gcc, which otherwise adds X + q[j] + off per load (an lea each) */
+    __asm__("" : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3), "+r"(x4), "+r"(x5), "+r"(x6), "+r"(x7));
+    __m256i v[8];
+    for (int j = 0; j < 8; ++j) v[j] = vinit;
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t o = J->terms[t].off;
+      const __m256i wt = _mm256_load_si256(W + t);
+#define DWC_ADD(j) \
+  v[j] = _mm256_add_epi32(v[j], _mm256_madd_epi16(_mm256_load_si256((const __m256i*)(x##j + o)), wt));
+      DWC_ADD(0) DWC_ADD(1) DWC_ADD(2) DWC_ADD(3) DWC_ADD(4) DWC_ADD(5) DWC_ADD(6) DWC_ADD(7)
+#undef DWC_ADD
+    }
+    if (FORM < 0)
+      dwc_store8x8(v, A, D->arow, dwc_block(ohw, blk));
+    else
+      dwc_lanes_codes(FORM, L, v, outs, dwc_block(ohw, blk));
+  }
+}
+
 static void dwc_item(void* ctx, int64_t item, int participant) {
   const dwc_job* J = ctx;
   const plan* P = J->P;
@@ -706,17 +832,14 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
     if (iy < 0 || iy >= g->h) continue;
     const int8_t* rows[8];
     int8_t tmp[8][16];
-    int near_end = 0;
-    for (int c = 0; c < 8; ++c) {
-      rows[c] = plane[c] + iy * W8;
-      if (J->in_end - rows[c] < 16) near_end = 1;
-    }
+    for (int c = 0; c < 8; ++c) rows[c] = plane[c] + iy * W8;
     if (W8 >= 16) {
       int64_t x = 0;
       for (; x + 16 <= W8; x += 16) dwc_transpose16(rows, x, all, zb, B + (g->pad_left + x) * 8);
       if (x < W8) dwc_transpose16(rows, W8 - 16, all, zb, B + (g->pad_left + W8 - 16) * 8);
     } else {
-      if (near_end) { /* the image's last rows: 16 readable bytes from a copy */
+      /* the image's last rows (plane[7] is the last channel's): 16 readable bytes from a copy */
+      if (J->in_end - rows[7] < 16) {
         for (int c = 0; c < 8; ++c) {
           memset(tmp[c], 0, 16);
           memcpy(tmp[c], rows[c], (size_t)W8);
@@ -735,34 +858,24 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
                          _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(lo, hi)));
     }
   }
-  /* the sums, 8 outputs at a time */
-  const int64_t nt = D->nterms;
-  for (int64_t blk = 0; blk < D->nblk; ++blk) {
-    const int64_t* q = J->pos + blk * 8;
-    const int16_t* x0 = X + q[0];
-    const int16_t* x1 = X + q[1];
-    const int16_t* x2 = X + q[2];
-    const int16_t* x3 = X + q[3];
-    const int16_t* x4 = X + q[4];
-    const int16_t* x5 = X + q[5];
-    const int16_t* x6 = X + q[6];
-    const int16_t* x7 = X + q[7];
-    /* opaque to gcc, which otherwise adds X + q[j] + off per load (an lea each) */
-    __asm__("" : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3), "+r"(x4), "+r"(x5), "+r"(x6), "+r"(x7));
-    __m256i v[8];
-    for (int j = 0; j < 8; ++j) v[j] = vinit;
-    for (int64_t t = 0; t < nt; ++t) {
-      const int64_t o = J->terms[t].off;
-      const __m256i wt = _mm256_load_si256(W + t);
-#define DWC_ADD(j) \
-  v[j] = _mm256_add_epi32(v[j], _mm256_madd_epi16(_mm256_load_si256((const __m256i*)(x##j + o)), wt));
-      DWC_ADD(0) DWC_ADD(1) DWC_ADD(2) DWC_ADD(3) DWC_ADD(4) DWC_ADD(5) DWC_ADD(6) DWC_ADD(7)
-#undef DWC_ADD
-    }
-    dwc_store8x8(v, A, D->arow, blk * 8);
-  }
-  /* the codes */
+  /* the sums, 8 outputs at a time: converted where they are (channels in lanes), or
+   * transposed into the channels' rows and converted per channel below */
   const int64_t nk = K - k0 < 8 ? K - k0 : 8;
+  if (J->C->cvt != NULL && J->C->lut == NULL && (J->C->form == 3 || J->C->form == 4) &&
+      P->ohw >= 8) {
+    dwc_lanes L;
+    int8_t* outs[8];
+    for (int c = 0; c < 8; ++c) /* lanes past the last channel: codes into A (unused here) */
+      outs[c] = c < nk ? J->out + (b * K + k0 + c) * P->ohw : (int8_t*)A;
+    dwc_lanes_of(J->C, k0, K, &L);
+    if (J->C->form == 4)
+      dwc_blocks(4, J, X, W, vinit, &L, outs, A);
+    else
+      dwc_blocks(3, J, X, W, vinit, &L, outs, A);
+    return;
+  }
+  dwc_blocks(-1, J, X, W, vinit, NULL, NULL, A);
+  /* the codes */
   for (int64_t c = 0; c < nk; ++c) {
     const int64_t k = k0 + c;
     int8_t* out = J->out + (b * K + k) * P->ohw;
