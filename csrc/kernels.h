@@ -145,7 +145,8 @@ enum { WS_THREAD_SLOTS = 32, WS_CHAIN_A = 32, WS_CHAIN_B = 33,
        WS_LAYOUT_IN = 37, WS_LAYOUT_OUT = 38, /* a run's input and output in the other layout */
        WS_LAYOUT_OPERANDS = 39,  /* and its element-wise operands */
        WS_EW_BROADCAST = 40,     /* per-channel element-wise operands, broadcast (device.c) */
-       WS_CONV_I8_FIRST = 41 };
+       WS_CONV_F32_PHASE = 41,   /* the phase a strided 1x1 conv reads (conv/f32_gemm_avx2.c) */
+       WS_CONV_I8_FIRST = 42 };
 
 /* A parallel loop (pool.c): fn(ctx, item, participant) for every item in [0, items), on the
  * caller (participant 0) and up to participants - 1 workers (1..), each item once; returns

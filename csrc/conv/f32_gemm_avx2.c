@@ -11,9 +11,10 @@
  * channel block reading the whole tile from L2, which an L2 of the tile's size holds badly
  * (docs/kernels.md). An image's last ohw % 16 positions are 16-lane dot products along the
  * depth, reduced in _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so
- * (a rule of the geometry that the AVX-512 paths keep too). On an AVX-512 build the list's
- * AVX-512 kernels run first and this one only when forced (ACCEL_CONV_IMPL=gemm_avx2), which
- * tests/sim/test_conv_impls.py uses to compare the bits. */
+ * (a rule of the geometry that the AVX-512 paths keep too). A strided 1x1 conv runs as the
+ * pointwise GEMM over the one phase of its input that it reads, copied once (a2_run). On an
+ * AVX-512 build the list's AVX-512 kernels run first and this one only when forced
+ * (ACCEL_CONV_IMPL=gemm_avx2), which tests/sim/test_conv_impls.py uses to compare the bits. */
 #include "conv/f32.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -320,10 +321,11 @@ static void a2_item(void* ctx, int64_t it, int participant) {
   }
 }
 
-static accel_status a2_run(const conv_f32_call* c) {
+/* The GEMM of call c (its plan, input) with ntail dot-product positions (the tail rule of the
+ * geometry the caller was given: a2_run). */
+static accel_status a2_gemm(const conv_f32_call* c, int64_t ntail) {
   const conv_plan* P = c->P;
   const conv_geometry* g = P->g;
-  const int64_t ntail = a2_dot_tail(P);
   const int64_t vcols = P->ohw - ntail;
   int64_t nt = vcols < A2_NT ? vcols : A2_NT;
   int64_t ntiles = nt > 0 ? (vcols + nt - 1) / nt : 1;
@@ -374,6 +376,75 @@ static accel_status a2_run(const conv_f32_call* c) {
               .mblocks = mblocks, .ldbt = ldbt, .kc = kc, .mc = mc, .mo = mo};
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
+}
+
+/* A strided 1x1 conv without padding (ResNet's downsampling 1x1/2) reads one phase of its
+ * input: rows y * stride_h, columns x * stride_w. Copied once into a plane of out_h x out_w
+ * per channel, the conv is the pointwise (stride-1) GEMM over it, whose panels are row copies;
+ * before, every chunk of output channels (a2_item) gathered the strided columns again from the
+ * whole input, which for ResNet-50's 256 -> 512 /2 on 56x56 came from L3 five times a tile
+ * (docs/kernels.md). The same products in the same order: only where the inputs come from
+ * changes, and the tail rule stays the strided geometry's (a2_run passes it). */
+typedef struct a2_phase_job {
+  const conv_geometry* g;
+  const float* in;
+  float* out;
+} a2_phase_job;
+
+static void a2_phase_plane(void* ctx, int64_t plane, int participant) {
+  (void)participant;
+  const a2_phase_job* J = ctx;
+  const conv_geometry* g = J->g;
+  const int64_t sh = g->stride_h, sw = g->stride_w, ow = g->out_w;
+  const float* src = J->in + plane * (int64_t)g->h * g->w;
+  float* dst = J->out + plane * (int64_t)g->out_h * ow;
+  for (int64_t y = 0; y < g->out_h; ++y) {
+    const float* s = src + y * sh * g->w;
+    float* d = dst + y * ow;
+    int64_t x = 0;
+    if (sw == 1) {
+      memcpy(d, s, (size_t)ow * sizeof(float));
+      continue;
+    }
+    if (sw == 2) /* the even elements of 16, 8 at a time, while the 16 lie in the row */
+      for (; x + 8 <= ow && 2 * x + 16 <= g->w; x += 8) {
+        const __m256 a = _mm256_loadu_ps(s + 2 * x), b = _mm256_loadu_ps(s + 2 * x + 8);
+        _mm256_storeu_ps(d + x, _mm256_castpd_ps(_mm256_permute4x64_pd(
+                                    _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+      }
+    for (; x < ow; ++x) d[x] = s[x * sw];
+  }
+}
+
+static int a2_phase_applies(const conv_geometry* g) {
+  return g->kernel_h == 1 && g->kernel_w == 1 && (g->stride_h > 1 || g->stride_w > 1) &&
+         g->pad_top == 0 && g->pad_left == 0 && g->out_h >= 1 && g->out_w >= 1 &&
+         (int64_t)(g->out_h - 1) * g->stride_h < g->h &&
+         (int64_t)(g->out_w - 1) * g->stride_w < g->w;
+}
+
+static accel_status a2_run(const conv_f32_call* c) {
+  const conv_plan* P = c->P;
+  const conv_geometry* g = P->g;
+  const int64_t ntail = a2_dot_tail(P); /* the given geometry's rule, whichever input is read */
+  if (!a2_phase_applies(g)) return a2_gemm(c, ntail);
+  const int64_t planes = (int64_t)g->n * g->c;
+  float* phase = workspace_get(c->ws, WS_CONV_F32_PHASE, (size_t)(planes * P->ohw) * sizeof(float));
+  if (phase == NULL) return ACCEL_ERR_NO_MEMORY;
+  a2_phase_job PJ = {.g = g, .in = c->in, .out = phase};
+  pool_for(c->nth < planes ? c->nth : (int)planes, planes, a2_phase_plane, &PJ);
+  conv_geometry g1 = *g;
+  g1.h = g->out_h;
+  g1.w = g->out_w;
+  g1.stride_h = g1.stride_w = 1;
+  conv_plan P1 = *P;
+  P1.g = &g1;
+  P1.hw = P->ohw;
+  P1.pointwise = 1;
+  conv_f32_call c1 = *c;
+  c1.P = &P1;
+  c1.in = phase;
+  return a2_gemm(&c1, ntail);
 }
 
 /* Every geometry but depthwise (dw_avx2's) and a batch of fully connected rows (fc_blas's). */

@@ -75,8 +75,16 @@ def _geometries(count, seed):
 
 #: geometries the tail rule turns on: ViT's 197 tokens (a tail of 5) and 50, a 1x1 whose
 #: plane the implicit GEMM takes (28x28, no tail), a 7x7 and a classifier row (tails of 1),
-#: a stride-2 3x3 576 deep (the L1d picks implicit or packed, equal sums), odd channels
-FIXED = [(1, 192, 1, 197, 192, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+#: a stride-2 3x3 576 deep (the L1d picks implicit or packed, equal sums), odd channels;
+#: strided 1x1s (gemm_avx2 runs them over the phase they read): ResNet's downsampling on an odd
+#: plane with a tail of 1 (13x13 /2 -> 7x7), batch 2 with the last column and row read, strides
+#: (2, 1) and (3, 3), two groups
+FIXED = [(1, 40, 13, 13, 24, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1),
+         (2, 24, 14, 11, 20, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1),
+         (1, 16, 9, 30, 12, 1, 1, 2, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 9, 10, 11, 8, 1, 1, 3, 3, 0, 0, 0, 0, 1, 1, 1),
+         (1, 32, 10, 10, 16, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 2),
+         (1, 192, 1, 197, 192, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 37, 1, 50, 37, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 40, 28, 28, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 70, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),
