@@ -25,7 +25,8 @@
  * A single output position per image (fully connected layers, a kernel as large as its
  * input): matrix-vector products of the plain int8 weights, widened in registers
  * (g2_gemv_item), converted by sdp_i8_channels.
- * Threads: pool_for over (image, group, tile, chunk of channel blocks).
+ * Threads: pool_for over (image, group, tile, chunk of channel blocks), the tiles sized so that
+ * the busiest thread takes the fewest positions (g2_balanced).
  * Stride-1 kxk layers on wide planes run without columns (impl "implicit16_avx2", below): the
  * input copied once as int16 pairs of channels, read in place tap by tap against weights packed
  * tap by tap (LAYOUT_I16T), 6 channels x 16 positions a micro-kernel, which the column GEMM
@@ -535,6 +536,45 @@ static int64_t g2_even_tile(int64_t n, int64_t tiles, int64_t nt) {
   return nt < n ? nt : n;
 }
 
+/* The most positions (or rows) one of nth participants takes when pool_for hands out outer
+ * planes' tiles of nt of n (each plane's last tile the rest) in order, each to the participant
+ * that finishes first (the least loaded one, items taking time in proportion to their size).
+ * Many items: about an even share (no simulation). */
+static int64_t g2_busiest(int64_t n, int64_t nt, int64_t outer, int nth) {
+  const int64_t tiles = (n + nt - 1) / nt;
+  if (nth > WS_THREAD_SLOTS) nth = WS_THREAD_SLOTS;
+  if (outer * tiles > 16 * (int64_t)nth) return (outer * n + nth - 1) / nth;
+  int64_t load[WS_THREAD_SLOTS] = {0}, most = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t t = 0; t < tiles; ++t) {
+      int m = 0;
+      for (int i = 1; i < nth; ++i)
+        if (load[i] < load[m]) m = i;
+      load[m] += n - t * nt < nt ? n - t * nt : nt;
+      if (load[m] > most) most = load[m];
+    }
+  return most;
+}
+
+/* Several participants: among the present tile size (nt of n, outer planes) and smaller ones
+ * down to half of it (at least min; step: whole panels, or whole rows for the implicit GEMM),
+ * the one whose busiest participant takes the fewest positions, where the tiles are the items
+ * (at least one per participant; fewer: the channels are split instead), and the last keeps
+ * at least min. A last round of items that leaves participants idle (3 tiles on 2 threads) or
+ * a small last tile cost up to a quarter of a layer's time on 2 threads (docs/kernels.md). A
+ * smaller size must gain over a sixteenth: smaller tiles read the weights more often. */
+static int64_t g2_balanced(int64_t n, int64_t nt, int64_t outer, int nth, int64_t min,
+                           int64_t step) {
+  if (nth <= 1 || outer * ((n + nt - 1) / nt) < nth) return nt;
+  int64_t best = nt, most = g2_busiest(n, nt, outer, nth);
+  for (int64_t cand = nt / step * step; cand >= min && 2 * cand >= nt; cand -= step) {
+    if (n % cand != 0 && n % cand < min) continue; /* a last tile of a few: every weight again */
+    const int64_t m = g2_busiest(n, cand, outer, nth);
+    if (16 * m < 15 * most) best = cand, most = m;
+  }
+  return best;
+}
+
 static accel_status g2_run(const conv_i8_call* c) {
   const plan* P = c->P;
   const conv_geometry* g = P->g;
@@ -599,6 +639,8 @@ static accel_status g2_run(const conv_i8_call* c) {
     nt = g2_even_tile(P->ohw, ntiles + 1, ((P->ohw + ntiles) / (ntiles + 1) + 7) / 8 * 8);
     ntiles = (P->ohw + nt - 1) / nt;
   }
+  nt = g2_balanced(P->ohw, nt, outer, nthreads, 2 * G2_NR, G2_NR);
+  ntiles = (P->ohw + nt - 1) / nt;
   const int64_t ldb_max = (nt + 7) / 8 * 8;
   int64_t mchunks = 1;
   while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
@@ -796,6 +838,8 @@ static accel_status i16_run(const conv_i8_call* c) {
     --rows;
     ntiles = (g->out_h + rows - 1) / rows;
   }
+  rows = g2_balanced(g->out_h, rows, outer, nthreads, (2 * I16_NR + J.wp - 1) / J.wp, 1);
+  ntiles = (g->out_h + rows - 1) / rows;
   while (outer * ntiles * mchunks < nthreads && mchunks < P->mblocks) ++mchunks;
   J.rows = rows;
   J.ntiles = ntiles;

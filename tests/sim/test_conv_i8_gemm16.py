@@ -43,6 +43,11 @@ LAYERS = [
     (1, 24, 11, 11, 13, 3, 3, 2, 1, 1, 1, -9),     # 6x6 outputs: 36 = 2 x 16 + 4
     (1, 12, 5, 10, 30, 1, 1, 1, 0, 1, 1, 60),      # 50 = 3 x 16 + 2, 30 channels (an odd block)
     (1, 300, 5, 7, 21, 3, 3, 1, 1, 1, 1, -128),    # 35 = 2 x 16 + 3 in depth chunks
+    # the column builder's walk over depth rows and output rows (no divisions per row): an odd
+    # depth (1161) in chunks that start inside a tap (packed tap by tap: 65 pairs a tap) and
+    # tiles that start inside an output row (25 wide), dilation 2; stride 2 with an odd depth
+    (1, 129, 27, 27, 10, 3, 3, 1, 1, 2, 1, 11),
+    (1, 171, 9, 11, 14, 3, 3, 2, 1, 1, 1, -5),
 ]
 # Sums at the int32 bound the library allows (depth <= 65536): (in - in_zero) = 255 times -128
 # over 65 536 taps is -2 139 095 040; the bias brings the codes back into range. A 1x1 over 9
