@@ -222,6 +222,29 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
  * write C16 and compute the same sums, bit for bit, as conv_f32 on the NCHW tensors; a run
  * whose ops have no C16 kernel is converted around (runtime/src/device.c). */
 
+#ifdef __AVX2__
+#include <immintrin.h>
+/* 8-lane helpers of the AVX2 kernels (pdp.c's pools, conv/f32_dw_rows_avx2.c's rows) */
+/* All ones in lanes l with 0 <= base + l < w: the columns base .. base + 7 inside a plane. */
+static inline __m256i lanes_inside8(int64_t base, int64_t w) {
+  const __m256i ix = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                      _mm256_set1_epi32((int32_t)base));
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), ix),
+                             _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)w), ix));
+}
+
+/* The even (odd) lanes of the pair lo:hi, in order: lanes 0, 2, .., 14 (1, 3, .., 15) of the
+ * 16 (stride-2 windows' columns). */
+static inline __m256 even_lanes8(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline __m256 odd_lanes8(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+#endif
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 /* r[i] = row i of a 16 x 16 block of floats -> r[j] = column j (layout.c's conversions,

@@ -8,6 +8,15 @@
 
 #include "kernels.h"
 
+/* The 8-lane passes need FMA as well as AVX2: exp_f32 and gelu_f32 are defined with fused
+ * multiply-adds (one rounding each), which an AVX2 build without FMA would have to emulate;
+ * such a build (and any without AVX2) runs the scalar forms (fma_f32, below). */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define LUT_AVX2 1
+#else
+#define LUT_AVX2 0
+#endif
+
 static const double SQRT1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
 static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2 / pi) */
 
@@ -189,10 +198,18 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
 }
 
-/* exp in fp32 (accel.h: FP32's sigmoid, silu and exp), in plain fp32 operations that the
- * compiler turns into vector code on any host (no libm call, no branch), so every build
- * gives the same bits, and so does the NumPy reference (exp_f32 in reference.py, the same
- * operations in the same order):
+/* a b + c rounded once: fmaf, one instruction where the target has FMA (x86-64-v3, AVX-512,
+ * AArch64); in an x86-64 baseline build libm's exact software fmaf, a call each, which makes
+ * exp_f32 and gelu_f32 there many times slower than with every step rounded alone (the price
+ * of one definition of the bits on every host; a double-precision round-to-odd form in
+ * vectorisable C was no faster: docs/kernels.md). The NumPy reference's fma_f32 rounds alike. */
+static inline float fma_f32(float a, float b, float c) { return fmaf(a, b, c); }
+
+/* exp in fp32 (accel.h: FP32's sigmoid, silu and exp), in fp32 operations and fused
+ * multiply-adds (fma_f32, above: one rounding; no other libm call, no branch), so every build gives
+ * the same bits, and so does the NumPy reference (exp_f32 in lut_math.py, the same operations
+ * in the same order, its fma_f32 the same rounding). The multiply-adds fused (k, the second
+ * reduction step, the polynomial's Horner steps and r + r^2 q) save 7 of its ~25 operations:
  *  - t is held to [-104, 89] (NaN stays): beyond, e^t rounds to 0 or overflows either way;
  *  - n = round(t log2(e)) by the 1.5 2^23 trick (ties to even), r = t - n ln2 in two steps
  *    (ln2's high part has 9 bits, so n * LN2_HI is exact for |n| <= 151);
@@ -200,29 +217,31 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
  *    (e^r - 1 - r) / r^2 (truncation error 3.1e-9 relative);
  *  - times 2^n as two powers of two built from n's bits (2^h, 2^(n-h), h = n >> 1), each
  *    normal for the held t, so subnormal results round once.
- * Error, over every fp32 input against exp in double: at most 0.99 ulp (libm's expf: 0.51);
- * it overflows to infinity at the same inputs as libm's. */
+ * Error, over every fp32 input against exp in double: at most 1.01 ulp (1.0095 at t = -59.92;
+ * 0.99 with every step rounded alone; libm's expf: 0.51); it overflows to infinity at the same
+ * inputs as libm's. */
 static const float EXP_LOG2E = 1.44269502163f, EXP_ROUND = 12582912.0f; /* 1.5 2^23 */
 static const float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f;
 static const float EXP_Q0 = 4.999999404e-01f, EXP_Q1 = 1.666652113e-01f,
                    EXP_Q2 = 4.166838899e-02f, EXP_Q3 = 8.368745446e-03f,
                    EXP_Q4 = 1.381453942e-03f;
 
-/* e^(A + D) taken apart (exp_f32: D none, WITH_D 0; gelu_f32: A exact, D small): k = (A + D)
- * log2(e) + 1.5 2^23, whose bits hold n = round((A + D) / ln 2), r = A - n LN2_HI (exact), +
- * D, - n LN2_LO, and p = 1 + r + r^2 q(r) returned; e^(A + D) = p 2^n (exp_scales). The NumPy
- * reference's _exp_parts is the same steps. */
+/* e^(A + D) taken apart (exp_f32: D none, WITH_D 0; gelu_f32: A, D its tail): k = (A + D)
+ * log2(e) + 1.5 2^23 rounded once, whose bits hold n = round((A + D) / ln 2) (ties to even,
+ * |n| <= 151), r = A - n LN2_HI (exact), + D, - n LN2_LO, and p = 1 + r + r^2 q(r) returned,
+ * every multiply-add fused; e^(A + D) = p 2^n (exp_scales). The NumPy reference's _exp_parts
+ * is the same steps. */
 static inline float exp_parts(float a, float d, const int with_d, float* k_out) {
-  const float k = (with_d ? a + d : a) * EXP_LOG2E + EXP_ROUND;
+  const float k = fma_f32(with_d ? a + d : a, EXP_LOG2E, EXP_ROUND);
   const float n = k - EXP_ROUND;
-  float r = a - n * LN2_HI;
+  float r = fma_f32(-n, LN2_HI, a); /* exact product */
   if (with_d) r = r + d;
-  r = r - n * LN2_LO;
-  float q = EXP_Q4 * r + EXP_Q3;
-  q = q * r + EXP_Q2;
-  q = q * r + EXP_Q1;
-  q = q * r + EXP_Q0;
-  const float p = (r * r) * q + r;
+  r = fma_f32(-n, LN2_LO, r);
+  float q = fma_f32(EXP_Q4, r, EXP_Q3);
+  q = fma_f32(q, r, EXP_Q2);
+  q = fma_f32(q, r, EXP_Q1);
+  q = fma_f32(q, r, EXP_Q0);
+  const float p = fma_f32(r * r, q, r);
   *k_out = k;
   return p + 1.0f;
 }
@@ -264,29 +283,25 @@ static inline float exp_f32(float t) {
 #include <immintrin.h>
 
 /* exp_f32 in 16 lanes, the same bits: the clamp as max / min with t second (MAXPS returns
- * its second operand for a NaN, so NaN stays as in the bit selection), and (p 2^h) 2^(n-h) as
- * one VSCALEFPS by n: p 2^h is exact (normal for the held t), so both round p 2^n once, to
- * the same value, subnormal or infinite results included. Two steps in one instruction each
- * where that rounds alike: n = (c log2e + 1.5 2^23) - 1.5 2^23 is c log2e rounded to the
- * nearest integer, ties to even (|c log2e| <= 151 < 2^22), which VRNDSCALEPS gives; and
- * c - n LN2_HI, whose product is exact (9 bits times 8), one FNMADD. Same operations otherwise,
- * in the same order, each rounded alone (no other FMA). Compared with the scalar steps over
- * all 2^32 inputs: the same bits (NaNs included); the SiLU pass 0.396 -> 0.359 ns a value
- * (C harness, Zen 4, 1 thread, thread clock). */
-/* exp_parts in 16 lanes, n itself (not k) returned in *n_out: VRNDSCALEPS's ties-to-even n
- * is the k trick's, |(A + D) log2e| < 2^22 in every caller. */
+ * its second operand for a NaN, so NaN stays as in the bit selection), exp_parts' operations
+ * in its order (its multiply-adds as VFMADD, one rounding each), and (p 2^h) 2^(n-h) as one
+ * VSCALEFPS by n: p 2^h is exact (normal for the held t), so both round p 2^n once, to the
+ * same value, subnormal or infinite results included. The SiLU pass 0.396 -> 0.359 ns a value
+ * with VSCALEFPS (C harness, Zen 4, 1 thread, thread clock). */
+/* exp_parts in 16 lanes, n itself (not k) returned in *n_out (k - 1.5 2^23, exact). */
 static inline __m512 exp_parts_x16(__m512 a, __m512 d, const int with_d, __m512* n_out) {
-  const __m512 n = _mm512_roundscale_ps(
-      _mm512_mul_ps(with_d ? _mm512_add_ps(a, d) : a, _mm512_set1_ps(EXP_LOG2E)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 round = _mm512_set1_ps(EXP_ROUND);
+  const __m512 n = _mm512_sub_ps(
+      _mm512_fmadd_ps(with_d ? _mm512_add_ps(a, d) : a, _mm512_set1_ps(EXP_LOG2E), round),
+      round);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), a); /* exact product */
   if (with_d) r = _mm512_add_ps(r, d);
-  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
-  __m512 q = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(EXP_Q4), r), _mm512_set1_ps(EXP_Q3));
-  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q2));
-  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q1));
-  q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(EXP_Q0));
-  const __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(r, r), q), r);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(EXP_Q4), r, _mm512_set1_ps(EXP_Q3));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_Q2));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_Q1));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(EXP_Q0));
+  const __m512 p = _mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r);
   *n_out = n;
   return _mm512_add_ps(p, _mm512_set1_ps(1.0f));
 }
@@ -337,32 +352,28 @@ static void exp_pass(float* x, int64_t count) {
     _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
-#elif defined(__AVX2__)
+#elif LUT_AVX2
 #include <immintrin.h>
 
 /* exp_f32 in 8 lanes (an x86-64-v3 build), the same bits: the clamp as max / min with t second
- * (NaN stays, as in the bit selection), then exp_f32's operations in its order, each rounded
- * alone (no FMA but c - n LN2_HI, whose product is exact: exp_f32_x16), 2^n as its two powers
- * of two. GCC's vectorisation of the scalar loops kept the BN's scale and shift a pass of their
- * own and spilled the constants. */
-/* exp_parts and exp_scales in 8 lanes (c - n LN2_HI one FNMADD: its product is exact) */
+ * (NaN stays, as in the bit selection), then exp_f32's operations in its order (its
+ * multiply-adds as VFMADD, one rounding each), 2^n as its two powers of two. GCC's
+ * vectorisation of the scalar loops kept the BN's scale and shift a pass of their own and
+ * spilled the constants. */
+/* exp_parts and exp_scales in 8 lanes */
 static inline __m256 exp_parts_x8(__m256 a, __m256 d, const int with_d, __m256* k_out) {
   const __m256 round = _mm256_set1_ps(EXP_ROUND);
-  const __m256 k = _mm256_add_ps(
-      _mm256_mul_ps(with_d ? _mm256_add_ps(a, d) : a, _mm256_set1_ps(EXP_LOG2E)), round);
+  const __m256 k =
+      _mm256_fmadd_ps(with_d ? _mm256_add_ps(a, d) : a, _mm256_set1_ps(EXP_LOG2E), round);
   const __m256 n = _mm256_sub_ps(k, round);
-#ifdef __FMA__
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), a);
-#else
-  __m256 r = _mm256_sub_ps(a, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI)));
-#endif
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), a); /* exact product */
   if (with_d) r = _mm256_add_ps(r, d);
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
-  __m256 q = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(EXP_Q4), r), _mm256_set1_ps(EXP_Q3));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q2));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q1));
-  q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(EXP_Q0));
-  const __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(r, r), q), r);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+  __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(EXP_Q4), r, _mm256_set1_ps(EXP_Q3));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(EXP_Q2));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(EXP_Q1));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(EXP_Q0));
+  const __m256 p = _mm256_fmadd_ps(_mm256_mul_ps(r, r), q, r);
   *k_out = k;
   return _mm256_add_ps(p, _mm256_set1_ps(1.0f));
 }
@@ -488,7 +499,7 @@ static const affine_pass_fn hard_passes[2][4] = {
     {hardsigmoid_pass, hardsigmoid_pass_shift, hardsigmoid_pass_scale, hardsigmoid_pass_bn},
     {hardswish_pass, hardswish_pass_shift, hardswish_pass_scale, hardswish_pass_bn}};
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || LUT_AVX2
 /* The sigmoid and silu passes of either build's logistic_pass, one per affine form. */
 #define LOGISTIC_PASS(NAME, AFFINE, SILU)                                 \
   static void NAME(float* x, int64_t count, float s, float b) {           \
@@ -560,7 +571,7 @@ int activation_affine(accel_activation act, float* x, int64_t count, const float
     gelu_passes[affine](x, count, sv, bv);
     return 1;
   }
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || LUT_AVX2
   if (act == ACCEL_ACT_SIGMOID || act == ACCEL_ACT_SILU) {
     logistic_passes[act == ACCEL_ACT_SILU][affine](x, count, sv, bv);
     return 1;
@@ -604,28 +615,31 @@ static inline float tanh_f32(float t) {
   return r;
 }
 
-/* GELU in FP32: t Phi(t), Phi(t) = erfc(-t / sqrt 2) / 2, in plain fp32 operations (no libm
- * call, no branch; 16 lanes with AVX-512, 8 with AVX2, the same bits on every build and in the
- * NumPy reference's gelu_f32, the same operations in the same order, each rounded alone). With
+/* GELU in FP32: t Phi(t), Phi(t) = erfc(-t / sqrt 2) / 2, in fp32 operations and fused
+ * multiply-adds (fma_f32; no other libm call, no branch; 16 lanes with AVX-512, 8 with AVX2 +
+ * FMA, the same bits on every build and in the NumPy reference's gelu_f32, the same operations
+ * in the same order, each rounded once: the reference's fma_f32 rounds a b + c once). With
  * x = |t| held to 15 (NaN: 15) and E = erfc(x / sqrt 2) / 2 = exp(-x^2 / 2) C(x):
  *  - C(x) = erfcx(x / sqrt 2) / 2 is smooth and within [0.025, 0.5]: on each unit interval
  *    [n, n + 1), n = trunc(x) = 0 .. 15, a degree-7 polynomial in d = x - (n + 0.5) (the
  *    Chebyshev interpolant at 8 points, scipy's erfcx, converted to powers of d and rounded
  *    to float: GELU_C[j][n] is d^j's coefficient), the 16 intervals' coefficients one vector
- *    each, so a lane's is a permutation by n (no gather, no division);
- *  - exp(-x^2 / 2) without x^2's rounding, which would cost up to 12 ulp at x = 15: s = x with
- *    its 12 low mantissa bits cleared, so A = -s^2 / 2 is exact, and -x^2 / 2 = A + D with
- *    D = (s - x)(s + x) / 2 (s - x is exact; |D| < 0.06, so its rounding costs nothing); one
- *    exp of A + D as exp_f32 takes its argument apart: k = round((A + D) / ln 2), r = (A -
- *    k ln2_hi, exact) + D - k ln2_lo, then 1 + r + r^2 q(r) and 2^k as two powers of two
+ *    each, so a lane's is a permutation by n (no gather, no division), evaluated by Horner's
+ *    rule in 7 fused multiply-adds;
+ *  - exp(-x^2 / 2) without x^2's rounding, which would cost up to 12 ulp at x = 15: sq = x^2
+ *    rounded and sq_tail = fma(x, x, -sq), so x^2 = sq + sq_tail exactly (where x^2 is
+ *    normal), A = -sq / 2 and D = -sq_tail / 2 (|D| <= ulp(A) / 2); one exp of A + D as
+ *    exp_f32 takes its argument apart: k = round((A + D) / ln 2), r = (A - k ln2_hi, exact) +
+ *    D - k ln2_lo, then 1 + r + r^2 q(r) and 2^k as two powers of two
  *    (2^h, 2^(k-h): -163 <= k <= 0, both normal), with C's value multiplied in before them:
  *    u = C p; the second exp of the two this took before (exp(A) exp(D)) is gone;
  *  - t < 0: GELU = ((t u) 2^h) 2^(k-h), the subnormal product last; otherwise t (1 - (u 2^h)
  *    2^(k-h)) (no cancellation: E <= 1/2); from |t| = 15 (and NaN) 2^(k-h) is taken as 0
  *    (the result is t or -0; exp(A) underflowed to 0 there before).
  * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.0 ulp (accel.h) of the result
- * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (3.99
- * at t = -5.962; with two exps it was 4.6, 4.59 at t = -5.729; beyond, the result is t or
+ * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (3.986
+ * at t = -5.962, 3.99 there before the multiply-adds were fused; with two exps it was 4.6,
+ * 4.59 at t = -5.729; beyond, the result is t or
  * -0, within half an ulp) and tested on a sample
  * (tests/sim/test_lut.py); PyTorch's and ONNX
  * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
@@ -688,13 +702,9 @@ static inline float gelu_f32(float t) {
   const int32_t n = (int32_t)x;
   const float d = x - ((float)n + 0.5f);
   float q = GELU_C[7][n];
-  for (int j = 6; j >= 0; --j) q = q * d + GELU_C[j][n];
-  uint32_t sb;
-  memcpy(&sb, &x, sizeof sb);
-  sb &= 0xfffff000u;
-  float s;
-  memcpy(&s, &sb, sizeof s);
-  const float big = -(s * s) * 0.5f, small = ((s - x) * (s + x)) * 0.5f; /* A, D */
+  for (int j = 6; j >= 0; --j) q = fma_f32(q, d, GELU_C[j][n]);
+  const float sq = x * x, sq_tail = fma_f32(x, x, -sq); /* x^2 = sq + sq_tail exactly */
+  const float big = sq * -0.5f, small = sq_tail * -0.5f; /* A, D */
   float k;
   const float u = q * exp_parts(big, small, 1, &k);
   uint32_t b1, b2;
@@ -718,13 +728,10 @@ static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 d = _mm512_sub_ps(x, _mm512_add_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(0.5f)));
   __m512 q = _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[7]));
   for (int j = 6; j >= 0; --j)
-    q = _mm512_add_ps(_mm512_mul_ps(q, d), _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[j])));
-  const __m512 s = _mm512_castsi512_ps(
-      _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xfffff000u)));
-  const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512 big = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(s, s)), half);
-  const __m512 small =
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(s, x), _mm512_add_ps(s, x)), half);
+    q = _mm512_fmadd_ps(q, d, _mm512_permutexvar_ps(n, _mm512_loadu_ps(GELU_C[j])));
+  const __m512 sq = _mm512_mul_ps(x, x), sq_tail = _mm512_fmsub_ps(x, x, sq);
+  const __m512 big = _mm512_mul_ps(sq, _mm512_set1_ps(-0.5f));
+  const __m512 small = _mm512_mul_ps(sq_tail, _mm512_set1_ps(-0.5f));
   __m512 nk;
   const __m512 u = _mm512_mul_ps(q, exp_parts_x16(big, small, 1, &nk));
   const __m512i ni = _mm512_cvtps_epi32(nk); /* an integer: exact */
@@ -754,7 +761,7 @@ static inline __attribute__((always_inline)) void gelu_pass(float* x, int64_t co
     _mm512_mask_storeu_ps(x + i, m, gelu_f32_x16(t));
   }
 }
-#elif defined(__AVX2__)
+#elif LUT_AVX2
 /* A lane's coefficient j of 16 intervals: GELU_C[j]'s lower eight permuted by n's low 3 bits,
  * and, with `wide`, the upper eight too, taken where n >= 8 */
 static inline __attribute__((always_inline)) __m256 gelu_coefficient_x8(int j, __m256i n,
@@ -769,7 +776,7 @@ static inline __attribute__((always_inline)) __m256 gelu_polynomial_x8(__m256i n
                                                                        __m256 d, int wide) {
   __m256 q = gelu_coefficient_x8(7, n, upper, wide);
   for (int j = 6; j >= 0; --j)
-    q = _mm256_add_ps(_mm256_mul_ps(q, d), gelu_coefficient_x8(j, n, upper, wide));
+    q = _mm256_fmadd_ps(q, d, gelu_coefficient_x8(j, n, upper, wide));
   return q;
 }
 
@@ -785,11 +792,9 @@ static inline __m256 gelu_f32_x8(__m256 t) {
   const __m256 d = _mm256_sub_ps(x, _mm256_add_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(0.5f)));
   const int narrow = _mm256_testz_si256(upper_bits, upper_bits);
   const __m256 q = narrow ? gelu_polynomial_x8(n, upper, d, 0) : gelu_polynomial_x8(n, upper, d, 1);
-  const __m256 s = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xfffff000u)));
-  const __m256 half = _mm256_set1_ps(0.5f);
-  const __m256 big = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(s, s)), half);
-  const __m256 small =
-      _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(s, x), _mm256_add_ps(s, x)), half);
+  const __m256 sq = _mm256_mul_ps(x, x), sq_tail = _mm256_fmsub_ps(x, x, sq);
+  const __m256 big = _mm256_mul_ps(sq, _mm256_set1_ps(-0.5f));
+  const __m256 small = _mm256_mul_ps(sq_tail, _mm256_set1_ps(-0.5f));
   __m256 k;
   const __m256 u = _mm256_mul_ps(q, exp_parts_x8(big, small, 1, &k));
   if (narrow) {
@@ -845,7 +850,7 @@ static const affine_pass_fn gelu_passes[4] = {gelu_pass_plain, gelu_pass_shift, 
  * t / (1 + exp(-2 u)), rounded once (1 + tanh cancels in fp32 for negative t). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
   switch (act) {
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || LUT_AVX2
     case ACCEL_ACT_SIGMOID:
     case ACCEL_ACT_SILU:
       activation_affine(act, x, count, NULL, NULL);

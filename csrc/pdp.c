@@ -212,28 +212,11 @@ static int pool_plane_max_rows(const pdp_geometry* g, const float* in, float* ou
  * pool_tile with 8 planes a step). */
 static inline __m256i iota8(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
 
-/* Lanes whose input column base + lane lies in [0, w): all ones. */
-static inline __m256i columns_inside8(int64_t base, int64_t w) {
-  const __m256i ix = _mm256_add_epi32(iota8(), _mm256_set1_epi32((int32_t)base));
-  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), ix),
-                             _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)w), ix));
-}
-
 /* Columns base .. base + 7 from p (p's lane 0 is column base), fill outside [0, w). */
 static inline __m256 load_columns8(const float* p, int64_t base, int64_t w, __m256 fill) {
   if (base >= 0 && base + 8 <= w) return _mm256_loadu_ps(p);
-  const __m256i m = columns_inside8(base, w);
+  const __m256i m = lanes_inside8(base, w);
   return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
-}
-
-/* Lanes 0, 2, .. 14 (even8) and 1, 3, .. 15 (odd8) of the pair lo, hi. */
-static inline __m256 even8(__m256 lo, __m256 hi) {
-  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
-}
-static inline __m256 odd8(__m256 lo, __m256 hi) {
-  const __m256 t = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 /* v > acc ? v : acc (MAXPS returns its second operand unless the first is greater, so a NaN
@@ -279,8 +262,8 @@ static void pool_row_vector8(const pdp_geometry* g, const float* in, float* out,
     __m256i inside[ACCEL_MAX_POOL_KERNEL + 1]; /* the mask of the load at offset s (+ 8) */
     if (edge) {
       for (int64_t s = 0; s < kw; s += sw) {
-        inside[s] = columns_inside8(base + s, W);
-        if (sw == 2) inside[s + 1] = columns_inside8(base + s + 8, W);
+        inside[s] = lanes_inside8(base + s, W);
+        if (sw == 2) inside[s + 1] = lanes_inside8(base + s + 8, W);
       }
     }
     __m256 acc = fill;
@@ -295,10 +278,10 @@ static void pool_row_vector8(const pdp_geometry* g, const float* in, float* out,
               edge ? load_masked8(row + s, inside[s], fill) : _mm256_loadu_ps(row + s);
           const __m256 hi =
               edge ? load_masked8(row + s + 8, inside[s + 1], fill) : _mm256_loadu_ps(row + s + 8);
-          v = even8(lo, hi);
+          v = even_lanes8(lo, hi);
           if (s + 1 < g->kernel_w) {
             acc = is_max ? max_tap8(acc, v) : add_to8(acc, v);
-            v = odd8(lo, hi);
+            v = odd_lanes8(lo, hi);
             ++s;
           }
         }
@@ -356,11 +339,11 @@ static inline __attribute__((always_inline)) __m256 row_taps8(const float* row, 
     const float* p = row + 2 * ox + s;
     const __m256 lo = edge ? load_columns8(p, base + s, W, fill) : _mm256_loadu_ps(p);
     const __m256 hi = edge ? load_columns8(p + 8, base + s + 8, W, fill) : _mm256_loadu_ps(p + 8);
-    const __m256 even = even8(lo, hi);
+    const __m256 even = even_lanes8(lo, hi);
     sum = _mm256_add_ps(sum, even);
     acc = _mm256_max_ps(even, acc);
     if (s + 1 < kw) {
-      const __m256 odd = odd8(lo, hi);
+      const __m256 odd = odd_lanes8(lo, hi);
       sum = _mm256_add_ps(sum, odd);
       acc = _mm256_max_ps(odd, acc);
     }

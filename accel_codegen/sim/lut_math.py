@@ -38,6 +38,29 @@ def gelu64(t: np.ndarray) -> np.ndarray:
 
 
 _F32 = np.float32
+
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """a b + c rounded once to float32, as C's fmaf (the FP32 SDP's fused multiply-adds):
+    a b is exact in float64 (24 + 24 bits < 53); the sum is rounded to odd in float64 (the
+    round-to-nearest sum, stepped one ulp towards the exact sum where it is inexact and even;
+    the error from TwoSum, exact without overflow, which float32 operands cannot reach), and
+    a sum rounded to odd with 53 bits rounds to the nearest float32 (24 bits, fewer than 53 -
+    2) as the exact sum does: no double rounding. Infinities and NaN as the float64 sum's."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        c64 = np.asarray(c, dtype=np.float32).astype(np.float64)
+        p = (np.asarray(a, dtype=np.float32).astype(np.float64)
+             * np.asarray(b, dtype=np.float32).astype(np.float64))
+        s = p + c64
+        v = s - p
+        e = (p - (s - v)) + (c64 - v)  # TwoSum: s + e = p + c exactly
+        bits = np.atleast_1d(s).view(np.uint64)
+        even = (bits & np.uint64(1)) == 0
+        step = np.isfinite(s) & (e != 0) & even
+        # towards the exact sum: away from zero where e has s's sign (s is not 0 there)
+        up = (e > 0) == (s > 0)
+        bits = np.where(step, np.where(up, bits + np.uint64(1), bits - np.uint64(1)), bits)
+        return bits.view(np.float64).astype(np.float32).reshape(np.shape(s))
 #: exp_f32's constants (csrc/lut.c): log2(e), 1.5 2^23, ln 2 in two parts, the polynomial
 _EXP_LOG2E, _EXP_ROUND = _F32(1.44269502163), _F32(12582912.0)
 _LN2_HI, _LN2_LO = _F32(0.693359375), _F32(-2.12194440e-4)
@@ -50,16 +73,16 @@ def _exp_parts(a: np.ndarray, d: np.ndarray | None = None) -> tuple[np.ndarray, 
     (d None: e^a) and gelu_f32 (a exact, d small): k = (a + d) log2(e) + 1.5 2^23, whose bits
     hold n = round((a + d) / ln 2) (ties to even), r = a - n ln2_hi (exact), + d, - n ln2_lo,
     and p = 1 + r + r^2 q(r); returns (p, k), e^(a + d) being p 2^n (:func:`_exp_scales`)."""
-    k = (a if d is None else a + d) * _EXP_LOG2E + _EXP_ROUND
+    k = fma_f32(a if d is None else a + d, _EXP_LOG2E, _EXP_ROUND)
     n = k - _EXP_ROUND
-    r = a - n * _LN2_HI
+    r = a - n * _LN2_HI  # exact product: the C library's fmaf(-n, LN2_HI, a)
     if d is not None:
         r = r + d
-    r = r - n * _LN2_LO
-    q = _EXP_Q[4] * r + _EXP_Q[3]
+    r = fma_f32(-n, _LN2_LO, r)
+    q = fma_f32(_EXP_Q[4], r, _EXP_Q[3])
     for coefficient in (_EXP_Q[2], _EXP_Q[1], _EXP_Q[0]):
-        q = q * r + coefficient
-    p = (r * r) * q + r
+        q = fma_f32(q, r, coefficient)
+    p = fma_f32(r * r, q, r)
     return p + _F32(1), k
 
 
@@ -140,10 +163,10 @@ def gelu_f32(t: np.ndarray) -> np.ndarray:
         d = x - (n.astype(np.float32) + _F32(0.5))
         q = _GELU_C[7][n]
         for j in range(6, -1, -1):
-            q = q * d + _GELU_C[j][n]
-        s = (x.view(np.uint32) & np.uint32(0xFFFFF000)).view(np.float32)
-        big = -(s * s) * _F32(0.5)
-        small = ((s - x) * (s + x)) * _F32(0.5)
+            q = fma_f32(q, d, _GELU_C[j][n])
+        sq = x * x
+        big = sq * _F32(-0.5)
+        small = fma_f32(x, x, -sq) * _F32(-0.5)  # x^2 = sq + fma(x, x, -sq) exactly
         p, k = _exp_parts(big, small)
         u = q * p
         b1, b2 = _exp_scales(k)

@@ -20,24 +20,6 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-/* Lanes l with 0 <= col + l < w (columns of the plane; the others load as zeros). */
-static inline __m256i dr2_cols(int64_t col, int64_t w) {
-  const __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int32_t)col),
-                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  return _mm256_and_si256(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(-1)),
-                          _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)w), c));
-}
-
-/* The even (odd) lanes of lo:hi, in order: columns 0, 2, .., 14 (1, 3, .., 15) of 16. */
-static inline __m256 dr2_even(__m256 lo, __m256 hi) {
-  const __m256 e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
-}
-static inline __m256 dr2_odd(__m256 lo, __m256 hi) {
-  const __m256 o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
-}
-
 /* What a step in the plane's columns reads for a padding row: its widest reach, 16 * 2 + 4. */
 static const float dr2_zeros[40] __attribute__((aligned(32)));
 
@@ -116,7 +98,7 @@ static inline __attribute__((always_inline)) void dr2_step(const int K, const in
               hi[v] = _mm256_loadu_ps(row + 16 * v + s + 8);
             }
           }
-          xv[v] = (s & 1) ? dr2_odd(lo[v], hi[v]) : dr2_even(lo[v], hi[v]);
+          xv[v] = (s & 1) ? odd_lanes8(lo[v], hi[v]) : even_lanes8(lo[v], hi[v]);
         }
       }
 #pragma GCC unroll 8
@@ -182,7 +164,7 @@ static inline __attribute__((always_inline)) void dr2_body(const int K, const in
       if (base >= 0 && base + reach <= W) {
         dr2_step(K, ST, R, V, 0, rows, cm, w, o, ow, nr, ow - x0);
       } else {
-        for (int q = 0; q < DR2_VECS; ++q) cm[q] = dr2_cols(base + 8 * q, W);
+        for (int q = 0; q < DR2_VECS; ++q) cm[q] = lanes_inside8(base + 8 * q, W);
         dr2_step(K, ST, R, V, 1, rows, cm, w, o, ow, nr, ow - x0);
       }
     }

@@ -500,7 +500,8 @@ static int dwa_lanes(const plan* P, const sdp_i8* ep, workspace* ws, dwa_cvt* C)
  * instructions per channel on 960x7 3x3, docs/kernels.md) outweigh its sums. Here eight
  * depthwise channels (one input and one output channel per group) share every instruction:
  * - the copy X: for each padded position (yp, xp) the plane reads, one vector of 16 words,
- *   lane c's pair (in_c[yp][xp], in_c[yp][xp + dw]); built per image row from a byte row B
+ *   lane c's pair (in_c[yp][xp], in_c[yp][xp + dw]) (at an even column stride the pairs start
+ *   at even columns only, and X holds those); built per image row from a byte row B
  *   (B[xp] = the 8 channels' bytes at padded column xp, by an 8 x 16 byte transpose) with one
  *   unpack and one widening per position; padding rows are in_zero for the whole call;
  * - a term (r, s) & (r, s + 1) (or a lone tap with the pair (w, 0)) is the vector of the 8
@@ -518,7 +519,8 @@ enum {
 };
 
 typedef struct dwc_plan {
-  int64_t hp, wx;      /* padded rows the plane reads, vectors per row of X (even) */
+  int64_t hp, wx;      /* padded rows the plane reads, vectors per row of X (cs 1: even) */
+  int64_t cs;          /* padded columns per vector of X: 2 at an even column stride */
   int64_t bn;          /* positions of the byte row B */
   int64_t nblk, arow;  /* blocks of 8 outputs; int32 values per channel row (multiple of 32) */
   int64_t nterms;
@@ -537,12 +539,15 @@ static int dwc_make_plan(const plan* P, dwc_plan* D) {
   if (P->cg != 1 || P->mg != 1 || g->k < 8 || P->ohw > DWC_MAX_OUT) return 0;
   D->hp = (g->out_h - 1) * g->stride_h + (g->kernel_h - 1) * g->dilation_h + 1;
   const int64_t wp = (g->out_w - 1) * g->stride_w + (g->kernel_w - 1) * g->dilation_w + 1;
-  D->wx = (wp + 1) & ~(int64_t)1;
+  /* an even column stride reads pairs from even columns only (x sw + s dw, s even): X holds
+   * those, half the vectors to build */
+  D->cs = g->stride_w % 2 == 0 ? 2 : 1;
+  D->wx = D->cs == 2 ? (wp + 1) / 2 : (wp + 1) & ~(int64_t)1;
   D->x_bytes = round64((size_t)(D->hp * D->wx) * 32);
   if (D->x_bytes > DWC_MAX_COPY) return 0;
   /* B: X's columns and their partners (wx + dw + 1: pairs of positions per load), and the
    * image row's 16-column blocks from pad_left */
-  int64_t bn = D->wx + g->dilation_w + 1;
+  int64_t bn = D->cs * D->wx + g->dilation_w + 1;
   const int64_t img = g->pad_left + (g->w > 16 ? g->w : 16);
   if (img > bn) bn = img;
   D->bn = bn;
@@ -570,7 +575,7 @@ static void dwc_terms(const conv_geometry* g, const dwc_plan* D, dwc_term* terms
   int64_t n = 0;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t s = 0; s < S; s += 2) {
-      terms[n].off = (r * g->dilation_h * D->wx + s * g->dilation_w) * 16;
+      terms[n].off = (r * g->dilation_h * D->wx + s * g->dilation_w / D->cs) * 16;
       terms[n].ta = (int32_t)(r * S + s);
       terms[n].tb = s + 1 < S ? (int32_t)(r * S + s + 1) : -1;
       ++n;
@@ -581,7 +586,7 @@ static void dwc_terms(const conv_geometry* g, const dwc_plan* D, dwc_term* terms
       int64_t q = dwc_block(ohw, blk) + j;
       if (q > ohw - 1) q = ohw - 1;
       const int64_t y = q / g->out_w, x = q % g->out_w;
-      pos[blk * 8 + j] = (y * g->stride_h * D->wx + x * g->stride_w) * 16;
+      pos[blk * 8 + j] = (y * g->stride_h * D->wx + x * g->stride_w / D->cs) * 16;
     }
 }
 
@@ -674,13 +679,10 @@ static void dwc_lanes_of(const dwa_cvt* C, int64_t k0, int64_t K, dwc_lanes* L) 
   int32_t bias[8], add[8], mulh[8], mul[8], shift[8], zero[8];
   for (int c = 0; c < 8; ++c) {
     const sdp_i8_lane_cvt* e = C->cvt + (k0 + c < K ? k0 + c : K - 1);
-    bias[c] = e->bias;
     /* form 4 adds `add`; form 3 rounds by 2^(shift - 1) there (sdp_i8_lanes8_form) */
     add[c] = C->form == 4 ? e->add : (int32_t)(1u << (e->shift - 1));
-    mulh[c] = (int32_t)((uint32_t)e->mul << 16);
-    mul[c] = e->mul;
-    shift[c] = e->shift;
-    zero[c] = e->zero;
+    bias[c] = e->bias, mulh[c] = (int32_t)((uint32_t)e->mul << 16), mul[c] = e->mul;
+    shift[c] = e->shift, zero[c] = e->zero;
   }
   L->bias = _mm256_loadu_si256((const __m256i*)bias);
   L->add = _mm256_loadu_si256((const __m256i*)add);
@@ -722,16 +724,12 @@ static inline __attribute__((always_inline)) void dwc_lanes_codes(const int FORM
   y = _mm256_shuffle_epi8(_mm256_min_epi8(_mm256_max_epi8(y, L->lo), L->hi), order);
   const __m256i a = _mm256_unpacklo_epi32(x, y); /* c0 c1 | c4 c5 */
   const __m256i b = _mm256_unpackhi_epi32(x, y); /* c2 c3 | c6 c7 */
-  const __m128i a0 = _mm256_castsi256_si128(a), a1 = _mm256_extracti128_si256(a, 1);
-  const __m128i b0 = _mm256_castsi256_si128(b), b1 = _mm256_extracti128_si256(b, 1);
-  _mm_storel_epi64((__m128i*)(outs[0] + p), a0);
-  _mm_storeh_pd((double*)(void*)(outs[1] + p), _mm_castsi128_pd(a0));
-  _mm_storel_epi64((__m128i*)(outs[2] + p), b0);
-  _mm_storeh_pd((double*)(void*)(outs[3] + p), _mm_castsi128_pd(b0));
-  _mm_storel_epi64((__m128i*)(outs[4] + p), a1);
-  _mm_storeh_pd((double*)(void*)(outs[5] + p), _mm_castsi128_pd(a1));
-  _mm_storel_epi64((__m128i*)(outs[6] + p), b1);
-  _mm_storeh_pd((double*)(void*)(outs[7] + p), _mm_castsi128_pd(b1));
+  const __m128i h[4] = {_mm256_castsi256_si128(a), _mm256_castsi256_si128(b),
+                         _mm256_extracti128_si256(a, 1), _mm256_extracti128_si256(b, 1)};
+  for (int i = 0; i < 4; ++i) { /* channels 2 i and 2 i + 1 */
+    _mm_storel_epi64((__m128i*)(outs[2 * i] + p), h[i]);
+    _mm_storeh_pd((double*)(void*)(outs[2 * i + 1] + p), _mm_castsi128_pd(h[i]));
+  }
 }
 
 /* Every block's sums (8 outputs, dwc_block's), then FORM < 0: transposed into the channels'
@@ -744,14 +742,8 @@ static inline __attribute__((always_inline)) void dwc_blocks(const int FORM, con
   const int64_t nt = D->nterms, ohw = J->P->ohw;
   for (int64_t blk = 0; blk < D->nblk; ++blk) {
     const int64_t* q = J->pos + blk * 8;
-    const int16_t* x0 = X + q[0];
-    const int16_t* x1 = X + q[1];
-    const int16_t* x2 = X + q[2];
-    const int16_t* x3 = X + q[3];
-    const int16_t* x4 = X + q[4];
-    const int16_t* x5 = X + q[5];
-    const int16_t* x6 = X + q[6];
-    const int16_t* x7 = X + q[7];
+    const int16_t *x0 = X + q[0], *x1 = X + q[1], *x2 = X + q[2], *x3 = X + q[3];
+    const int16_t *x4 = X + q[4], *x5 = X + q[5], *x6 = X + q[6], *x7 = X + q[7];
     /* opaque to gcc, which otherwise adds X + q[j] + off per load (an lea each) */
     __asm__("" : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3), "+r"(x4), "+r"(x5), "+r"(x6), "+r"(x7));
     __m256i v[8];
@@ -850,6 +842,14 @@ static void dwc_item(void* ctx, int64_t item, int participant) {
       dwc_transpose16(rows, 0, keep, zb, B + g->pad_left * 8);
     }
     int16_t* xr = X + yp * D->wx * 16;
+    if (D->cs == 2) { /* vector j: padded column 2 j and its partner */
+      for (int64_t j = 0; j < D->wx; ++j) {
+        const __m128i lo = _mm_loadl_epi64((const __m128i*)(B + 2 * j * 8));
+        const __m128i hi = _mm_loadl_epi64((const __m128i*)(B + (2 * j + dw) * 8));
+        _mm256_store_si256((__m256i*)(xr + j * 16), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi)));
+      }
+      continue;
+    }
     for (int64_t xp = 0; xp < D->wx; xp += 2) {
       const __m128i lo = _mm_loadu_si128((const __m128i*)(B + xp * 8));
       const __m128i hi = _mm_loadu_si128((const __m128i*)(B + (xp + dw) * 8));

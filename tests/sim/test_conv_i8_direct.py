@@ -58,6 +58,13 @@ LAYERS = [
     # rows wider than a band's 2048 outputs (one row a band: its size was 0, then a divisor)
     (1, 3, 3, 2100, 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     (1, 2, 2, 2060, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    # small planes at an even column stride (X holds the even columns only): stride 2 on an
+    # odd width, a column stride of 2 with a column dilation of 2 and asymmetric pads, 5x5/2
+    # with a plane of 15 outputs, a residual add (converted after the sums)
+    (1, 12, 15, 13, 12, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 12),
+    (1, 9, 11, 14, 9, (3, 3), (1, 2), (1, 0, 1, 2), (1, 2), 9),
+    (1, 8, 5, 9, 8, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 8),
+    (1, 17, 14, 14, 17, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1), 17),
 ]
 
 GEN = r"""

@@ -384,13 +384,15 @@ typedef enum accel_eltwise {
 /* Activations. From SIGMOID on, every activation is a lookup-table one: it needs
  * ACCEL_FEATURE_LUT, runs on the SDP's Y unit, and is computed
  *   FP32: the functions as written below, in fp32: sigmoid, silu and exp through the
- *         library's own exp (csrc/lut.c: exp_f32, plain fp32 operations, the same bits on every
- *         host and in the NumPy reference), at most 0.99 ulp from e^t over every fp32 input
+ *         library's own exp (csrc/lut.c: exp_f32, fp32 operations and fused multiply-adds,
+ *         each rounded once, the same bits on every host and in the NumPy reference, which
+ *         rounds a multiply-add once exactly), at most 1.01 ulp from e^t over every fp32 input
  *         and infinite from the same input as libm's expf; tanh through tanh_f32 (the same
  *         way), at most 1.34 ulp from tanh(t) over every fp32 input; hardswish and
  *         hardsigmoid exactly as written; GELU in fp32 through the library's own
- *         polynomials per unit interval and exp_f32's steps (csrc/lut.c: gelu_f32, plain fp32
- *         operations, the same bits on every host and in the NumPy reference): within 4.0 ulp
+ *         polynomials per unit interval and exp_f32's steps (csrc/lut.c: gelu_f32, fp32
+ *         operations and fused multiply-adds, the same bits on every host and in the NumPy
+ *         reference): within 4.0 ulp
  *         of t erfc(-t / sqrt 2) / 2 (in units of 2^-149 for subnormal results), relative for
  *         negative t too (0.5 t (1 + erf) would cancel there); its tanh form in double,
  *         rounded once;
