@@ -490,36 +490,38 @@ static inline __attribute__((always_inline)) __m256i lut8_y(const lut8* L, __m25
   return y;
 }
 
-/* 32 values of channels [ch, ch + 32) (last INT64_MAX: all of them there; else lanes past
- * channel `last` take last's: a padded tail) */
-static inline __attribute__((always_inline)) void channels_lut_step(const sdp_i8* p, gen4* g,
-                                                                    const lut8* L,
-                                                                    const int32_t* v,
-                                                                    const int8_t* operand,
-                                                                    int8_t* y, int64_t ch,
-                                                                    int64_t last, int ew,
-                                                                    int out_cvt) {
-  __m256i q[4];
-  for (int j = 0; j < 4; ++j) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
-    __m256i o = _mm256_setzero_si256();
-    if (ew != ACCEL_EW_NONE)
-      o = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(operand + 8 * j)));
-    if (last == INT64_MAX) gen4_lanes(p, ch + 8 * j, g);
-    else gen4_lanes_to(p, ch + 8 * j, last, g);
-    const __m256i a = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(x)),
-                             _mm256_cvtepi32_epi64(_mm256_castsi256_si128(o)), ew);
-    if (last == INT64_MAX) gen4_lanes(p, ch + 8 * j + 4, g);
-    else gen4_lanes_to(p, ch + 8 * j + 4, last, g);
-    const __m256i b = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(x, 1)),
-                             _mm256_cvtepi32_epi64(_mm256_extracti128_si256(o, 1)), ew);
-    const __m256i u = lut8_y(L, gen4_join(a, b));
-    q[j] = gen4_join(
-        gen4_out(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(u)), ACCEL_ACT_NONE, out_cvt),
-        gen4_out(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(u, 1)), ACCEL_ACT_NONE,
-                 out_cvt));
-  }
-  _mm256_storeu_si256((__m256i*)(void*)y, sdp_i8_codes32(q[0], q[1], q[2], q[3]));
+/* The codes of 8 values of channels [ch, ch + 8) (last INT64_MAX: all of them there; else
+ * lanes past channel `last` take last's: a padded tail), sign-extended in int32 lanes. One
+ * vector a step: the fully connected kernels convert 8 channels a call (g2_gemv_item), which
+ * steps of 32 padded fourfold. */
+static inline __attribute__((always_inline)) __m256i channels_lut8(const sdp_i8* p, gen4* g,
+                                                                   const lut8* L,
+                                                                   const int32_t* v,
+                                                                   const int8_t* operand,
+                                                                   int64_t ch, int64_t last,
+                                                                   int ew, int out_cvt) {
+  const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)v);
+  __m256i o = _mm256_setzero_si256();
+  if (ew != ACCEL_EW_NONE)
+    o = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)operand));
+  if (last == INT64_MAX) gen4_lanes(p, ch, g);
+  else gen4_lanes_to(p, ch, last, g);
+  const __m256i a = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(x)),
+                           _mm256_cvtepi32_epi64(_mm256_castsi256_si128(o)), ew);
+  if (last == INT64_MAX) gen4_lanes(p, ch + 4, g);
+  else gen4_lanes_to(p, ch + 4, last, g);
+  const __m256i b = gen4_t(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(x, 1)),
+                           _mm256_cvtepi32_epi64(_mm256_extracti128_si256(o, 1)), ew);
+  const __m256i u = lut8_y(L, gen4_join(a, b));
+  return gen4_join(
+      gen4_out(g, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(u)), ACCEL_ACT_NONE, out_cvt),
+      gen4_out(g, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(u, 1)), ACCEL_ACT_NONE, out_cvt));
+}
+
+/* 8 codes (int32 lanes in [-128, 127]) as bytes into y */
+static inline void store_codes8(int8_t* y, __m256i q) {
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64((__m128i*)(void*)y, _mm_packs_epi16(w, w));
 }
 
 static inline __attribute__((always_inline)) void channels_lut_body(const sdp_i8* p,
@@ -533,16 +535,16 @@ static inline __attribute__((always_inline)) void channels_lut_body(const sdp_i8
   lut8 L;
   lut8_of(p->lut, &L);
   int64_t i = 0;
-  for (; i + 32 <= count; i += 32)
-    channels_lut_step(p, &g, &L, v + i, ew != ACCEL_EW_NONE ? operand + i : NULL, y + i,
-                      first + i, INT64_MAX, ew, out_cvt);
+  for (; i + 8 <= count; i += 8)
+    store_codes8(y + i, channels_lut8(p, &g, &L, v + i, ew != ACCEL_EW_NONE ? operand + i : NULL,
+                                      first + i, INT64_MAX, ew, out_cvt));
   if (i < count) { /* through a padded copy, the lanes past the last channel given its own */
-    int32_t tv[32] = {0};
-    int8_t to[32] = {0}, ty[32];
+    int32_t tv[8] = {0};
+    int8_t to[8] = {0}, ty[8];
     const int64_t n = count - i;
     memcpy(tv, v + i, (size_t)n * sizeof(int32_t));
     if (ew != ACCEL_EW_NONE) memcpy(to, operand + i, (size_t)n);
-    channels_lut_step(p, &g, &L, tv, to, ty, first + i, first + count - 1, ew, out_cvt);
+    store_codes8(ty, channels_lut8(p, &g, &L, tv, to, first + i, first + count - 1, ew, out_cvt));
     memcpy(y + i, ty, (size_t)n);
   }
 }
