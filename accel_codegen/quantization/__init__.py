@@ -7,6 +7,7 @@ build flow) is in :mod:`accel_codegen.flows`.
 """
 from .calibration import (DEFAULT_METHOD, METHODS, Calibration, Key, Observer, TensorQuant,
                           calibrate, covering_quant, examples_of, label_key, observing)
+from . import output_aware  # registers calibration_method="mse_outputs"'s search
 from .encoding import (WEIGHT_MAX, encode_multiplier, encode_multipliers, quantize_weights,
                        round_half_away)
 

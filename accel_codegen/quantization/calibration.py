@@ -586,6 +586,13 @@ def examples_of(inputs, what: str) -> list:
 progress_factory: Optional[Callable[[str], Callable[[int, int], None]]] = None
 
 
+#: a method's pass over the examples after the statistics (its progress label, the pass), by
+#: method name: ``mse_outputs``'s
+#: search (:func:`.output_aware.refine_for_outputs`) registers itself here when the package
+#: is imported, so that this module does not import the module built on top of it
+SECOND_PASSES: Dict[str, Tuple[str, Callable[..., object]]] = {}
+
+
 def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAULT_METHOD,
               observer: Optional[Observer] = None, *, rerun=None) -> Calibration:
     """Statistics of every accelerator tensor while ``run(*example)`` executes the fp32 build
@@ -610,11 +617,10 @@ def calibrate(run, inputs: Iterable[Tuple[np.ndarray, ...]], method: str = DEFAU
     calibration = Calibration.from_observer(observer, method, len(examples))
     if method == "mse_positions":
         spare_concentrated_clipping(calibration, observer, rerun or run, examples)
-    if method == "mse_outputs":
-        from .output_aware import refine_for_outputs
-        refine_for_outputs(calibration, observer, rerun or run, examples,
-                           progress=progress_factory("output-aware ranges")
-                           if progress_factory is not None else None)
+    if method in SECOND_PASSES:
+        label, second_pass = SECOND_PASSES[method]
+        second_pass(calibration, observer, rerun or run, examples,
+                    progress=progress_factory(label) if progress_factory is not None else None)
     return calibration
 
 

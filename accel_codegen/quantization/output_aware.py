@@ -45,7 +45,7 @@ import numpy as np
 from ..sim.labels import label_key
 from ..sim.observer import INPUT, observing
 from .calibration import Calibration, Key, Observer, TensorQuant, covering_quant
-from .calibration import _unsigned_quant
+from .calibration import SECOND_PASSES, _unsigned_quant
 
 #: the tensors the coordinate descent revisits, the most sensitive first
 TENSORS = 32
@@ -149,3 +149,6 @@ def refine_for_outputs(calibration: Calibration, observer: Observer, run: Callab
             changed[key] = current[key].scale / start.scale
     calibration.tensors.update({k: current[k] for k in changed})
     return changed
+
+
+SECOND_PASSES["mse_outputs"] = ("output-aware ranges", refine_for_outputs)
