@@ -728,7 +728,7 @@ static inline __attribute__((always_inline)) void dwc_lanes_codes(const int FORM
                          _mm256_extracti128_si256(a, 1), _mm256_extracti128_si256(b, 1)};
   for (int i = 0; i < 4; ++i) { /* channels 2 i and 2 i + 1 */
     _mm_storel_epi64((__m128i*)(outs[2 * i] + p), h[i]);
-    _mm_storeh_pd((double*)(void*)(outs[2 * i + 1] + p), _mm_castsi128_pd(h[i]));
+    _mm_storeh_pi((__m64*)(void*)(outs[2 * i + 1] + p), _mm_castsi128_ps(h[i])); /* movhps: unaligned */
   }
 }
 
