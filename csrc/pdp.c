@@ -654,12 +654,17 @@ static inline void transpose8(__m256 v[8]) {
   }
 }
 
-/* pool_tile in 8 lanes: 8 planes at a time. */
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+/* pool_tile in 8 lanes: 8 planes at a time. A tap's window advances without a division (one a
+ * block of 8 columns); windows of 8 columns (attention's softmax passes, a wide pool's 8x8
+ * passes) are each one block of a row, their taps added in a register; the outputs go back to
+ * their planes 8 columns at a time through the transpose (each a lane of its window's
+ * vector). The same taps in the same order as before, so the same bits. */
+static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geometry* g,
+                                                                 const float* in, float* out,
+                                                                 const int is_max) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
   const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
-  const int is_max = g->pool == ACCEL_POOL_MAX;
   const __m256 fill = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
   const __m256 divisor = _mm256_set1_ps((float)(kh * kw));
   __m256 acc[TILE_MAX_OUT_W];
@@ -674,17 +679,45 @@ static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
         for (int p = 0; p < TILE_PLANES; ++p)
           v[p] = load_columns8(row + p * hw + c0, c0, inside, fill);
         transpose8(v);
+        int32_t j = c0 / kw;
+        if (kw == 8) { /* the block is window j: n = 8 */
+          __m256 a = acc[j];
+          for (int32_t c = 0; c < 8; ++c) a = is_max ? max_tap8(a, v[c]) : add_to8(a, v[c]);
+          acc[j] = a;
+          continue;
+        }
+        int32_t at = c0 - j * kw; /* tap c0's column in its window */
         for (int32_t c = 0; c < n; ++c) {
-          const int32_t j = (c0 + c) / kw;
           acc[j] = is_max ? max_tap8(acc[j], v[c]) : add_to8(acc[j], v[c]);
+          if (++at == kw) {
+            at = 0;
+            ++j;
+          }
         }
       }
     }
-    for (int32_t j = 0; j < ow; ++j)
-      _mm256_store_ps(avg[j], is_max ? acc[j] : _mm256_div_ps(acc[j], divisor));
-    for (int p = 0; p < TILE_PLANES; ++p) {
-      for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+    if (!is_max)
+      for (int32_t j = 0; j < ow; ++j) acc[j] = _mm256_div_ps(acc[j], divisor);
+    int32_t j0 = 0;
+    for (; j0 + 8 <= ow; j0 += 8) { /* lane p of acc[j0 + k]: plane p's output j0 + k */
+      __m256 t[8];
+      for (int k = 0; k < 8; ++k) t[k] = acc[j0 + k];
+      transpose8(t);
+      for (int p = 0; p < TILE_PLANES; ++p)
+        _mm256_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
     }
+    for (int32_t j = j0; j < ow; ++j) _mm256_store_ps(avg[j], acc[j]);
+    for (int p = 0; p < TILE_PLANES; ++p) {
+      for (int32_t j = j0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+    }
+  }
+}
+
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  if (g->pool == ACCEL_POOL_MAX) {
+    pool_tile_body(g, in, out, 1);
+  } else {
+    pool_tile_body(g, in, out, 0);
   }
 }
 
