@@ -37,12 +37,10 @@ from ..sim.config import AccelConfig
 from ..sim.labels import CONVERT_PART, is_pass_label, layer_key
 from ..tables import Column, render_table
 from ..compiler.toolchain import virtual_machine
-from ..compiler.frontend import bind_params
-from ..compiler import equalization
 from ..quantization import ort_baseline
 from ..quantization.calibration import DEFAULT_METHOD, Calibration, Key, examples_of, observing
 from ..quantization.metrics import sqnr_db
-from .pipeline import mixed_precision_of, partition_for_accel, partition_report
+from .pipeline import equalized_module, mixed_precision_of, partition_for_accel, partition_report
 
 
 @dataclasses.dataclass
@@ -340,7 +338,7 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
     used = calibration_of(built, used=True)
     made = calibration_of(built)
     if made is not None and made.equalized:  # the fp32 tensors of the weights int8 quantises
-        mod, params = equalization.equalize(bind_params(mod, params) if params else mod)[0], None
+        mod, params = equalized_module(mod, params)
     reference = generate_partition(mod, params, config, fuse, chains_for, "fp32", None,
                                    winograd)
     ref_vm = virtual_machine(tvm.compile(reference, target="llvm"))

@@ -176,6 +176,13 @@ def _partition_int8(mod, params, target: Target, calibration) -> tvm.IRModule:
     target = target.replace(equalize=equalize, bias_correction=bias_correction)
     if not isinstance(calibration, Calibration):
         mod, params, calibration = _calibrate_int8(mod, params, target, calibration)
+    elif equalize:
+        # a Calibration made on equalised weights (an earlier build's, calibration_of): its
+        # scales are of the equalised weights' tensors, so the code must be generated from
+        # those weights too, as the build that made it was (the same transform of the same
+        # module gives the same weights); from the weights as given, each equalised channel
+        # would run at a scale made for another range
+        mod, params = equalized_module(mod, params)
     calibration = dataclasses.replace(calibration, bias_correction=bias_correction,
                                       weight_rounding=target.weight_rounding)
     return generate(mod, params, target, calibration)
@@ -187,10 +194,10 @@ def _calibrate_int8(mod, params, target: Target, examples):
     conv's Hessian gathered in the same pass and its weights rewritten to their GPTQ codes.
     Returns the module and params the int8 code is generated from, and the Calibration."""
     gptq = target.weight_rounding == "gptq"
-    if target.equalize or gptq:
-        mod, params = frontend.bind_params(mod, params) if params else mod, None
     if target.equalize:
-        mod = equalization.equalize(mod)[0]
+        mod, params = equalized_module(mod, params)
+    elif gptq:
+        mod, params = frontend.bind_params(mod, params) if params else mod, None
     observer = None
     matched = log = None
     if gptq:  # each conv's H = X^T X, gathered in the same pass
@@ -209,6 +216,14 @@ def _calibrate_int8(mod, params, target: Target, examples):
         mod = weight_rounding_pass.round_weights(mod, conv_program, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration
+
+
+def equalized_module(mod, params):
+    """(mod, None): ``params`` bound and the weights cross-layer equalised
+    (:mod:`accel_codegen.compiler.equalization`): the weights an int8 build with
+    ``equalize=True`` quantises, whether it calibrates or is given a Calibration made so."""
+    mod = frontend.bind_params(mod, params) if params else mod
+    return equalization.equalize(mod)[0], None
 
 
 def keep_float_assignment(mod, params, config: AccelConfig, fuse: bool, precision: str,

@@ -163,6 +163,24 @@ def test_the_options_switch_the_transforms_off(chains):
     assert _same_constants(again, off)
 
 
+def test_an_equalised_calibration_given_back_builds_the_same_code(chains):
+    """A Calibration made with equalisation (an earlier build's, ``calibration_of``) holds the
+    scales of the equalised weights' tensors: given back to ``partition_for_accel``, the code
+    must be generated from the equalised weights again, the same constants as the build that
+    made it (before the fix it was generated from the weights as given, so each equalised
+    channel ran at a scale made for another range), and its int8 output the same bits."""
+    _, mod, shape = chains
+    calibration = random_inputs(shape, 4, 1234)
+    on = ac.partition_for_accel(mod, precision="int8", calibration=calibration)
+    used_on = calibration_of(on)
+    assert used_on.equalized
+    again = ac.partition_for_accel(mod, precision="int8", calibration=used_on)
+    assert _same_constants(again, on)
+    assert ac.generated_sources(again) == ac.generated_sources(on)
+    x = random_inputs(shape, 1, 1235)[0]
+    np.testing.assert_array_equal(run_main(_host(again), x), run_main(_host(on), x))
+
+
 def _same_constants(a, b) -> bool:
     """The generated code's constants (weights, converters) of two int8 modules are equal."""
     ca, cb = (m.attrs["const_name_to_constant"] for m in (a, b))
