@@ -464,29 +464,74 @@ static inline int sdp_i8_lane_form(const sdp_i8_lane_cvt* e) {
   return e->k == 0 && e->low == 0 ? 7 : 0;
 }
 
-static inline __attribute__((always_inline)) __m256i sdp_i8_high_product8(__m256i c, __m256i t,
-                                                                           int32_t mul) {
-  return _mm256_add_epi32(c, _mm256_madd_epi16(t, _mm256_set1_epi32((int32_t)((uint32_t)mul << 16))));
+/* Forms 3 and 4 (5 / 6: 4 / 3 with the bias already in v) with their constants as vectors:
+ * one channel's broadcast (sdp_i8_conv8_of: sdp_i8_lanes8_form), or in each lane its own
+ * channel's (eight channels of one output position: conv/i8_dw_planes_avx2.c). The identities
+ * are sdp_i8_lanes_form's (its comment states them); the shift per lane by vpsravd, as the
+ * 16-lane form's (vpsrad's result for every count). add: form 4's c->add, form 3's
+ * 2^(shift - 1); zero: form 3's out_zero. */
+typedef struct sdp_i8_conv8 {
+  __m256i bias, add, mulh, mul, shift, zero;
+} sdp_i8_conv8;
+
+/* L.add of channel c in form `form`. */
+static inline int32_t sdp_i8_conv8_add(const sdp_i8_lane_cvt* c, int form) {
+  return form == 4 || form == 5 ? c->add : (int32_t)(1u << (c->shift - 1));
+}
+
+/* Channel c's constants in every lane. */
+static inline __attribute__((always_inline)) sdp_i8_conv8 sdp_i8_conv8_of(const sdp_i8_lane_cvt* c,
+                                                                          int form) {
+  sdp_i8_conv8 L;
+  L.bias = _mm256_set1_epi32(c->bias);
+  L.add = _mm256_set1_epi32(sdp_i8_conv8_add(c, form));
+  L.mulh = _mm256_set1_epi32((int32_t)((uint32_t)c->mul << 16));
+  L.mul = _mm256_set1_epi32(c->mul);
+  L.shift = _mm256_set1_epi32(c->shift);
+  L.zero = _mm256_set1_epi32(c->zero);
+  return L;
+}
+
+/* Lane j: channel c + j's constants, the last one's past c + n - 1 (n >= 1). */
+static inline sdp_i8_conv8 sdp_i8_conv8_lanes(const sdp_i8_lane_cvt* c, int64_t n, int form) {
+  int32_t bias[8], add[8], mulh[8], mul[8], shift[8], zero[8];
+  for (int j = 0; j < 8; ++j) {
+    const sdp_i8_lane_cvt* e = c + (j < n ? j : n - 1);
+    bias[j] = e->bias, add[j] = sdp_i8_conv8_add(e, form);
+    mulh[j] = (int32_t)((uint32_t)e->mul << 16), mul[j] = e->mul;
+    shift[j] = e->shift, zero[j] = e->zero;
+  }
+  sdp_i8_conv8 L;
+  L.bias = _mm256_loadu_si256((const __m256i*)(const void*)bias);
+  L.add = _mm256_loadu_si256((const __m256i*)(const void*)add);
+  L.mulh = _mm256_loadu_si256((const __m256i*)(const void*)mulh);
+  L.mul = _mm256_loadu_si256((const __m256i*)(const void*)mul);
+  L.shift = _mm256_loadu_si256((const __m256i*)(const void*)shift);
+  L.zero = _mm256_loadu_si256((const __m256i*)(const void*)zero);
+  return L;
+}
+
+/* q of 8 accumulators (before the int8 saturation) by form 3, 4, 5 or 6 with L's constants. */
+static inline __attribute__((always_inline)) __m256i sdp_i8_conv8_q(const int form,
+                                                                   const sdp_i8_conv8* L,
+                                                                   __m256i v) {
+  const int sign = form == 3 || form == 6; /* |t|, then t's sign and out_zero */
+  const __m256i t = form == 3 || form == 4 ? _mm256_add_epi32(v, L->bias) : v;
+  const __m256i a = sign ? _mm256_abs_epi32(t) : t;
+  const __m256i hp = _mm256_add_epi32(L->add, _mm256_madd_epi16(a, L->mulh));
+  const __m256i lp = _mm256_mulhi_epu16(a, L->mul);
+  const __m256i r = _mm256_srav_epi32(_mm256_add_epi32(hp, lp), L->shift);
+  return sign ? _mm256_add_epi32(L->zero, _mm256_sign_epi32(r, t)) : r;
 }
 
 /* q of 8 accumulators of one channel (before the int8 saturation): sdp_i8_lanes_form's forms
- * (its comment states form 3 and 4's identities) and form 7, q = (t mul + add + (neg & n)) >>
+ * (forms 3 to 6 by sdp_i8_conv8_q) and form 7, q = (t mul + add + (neg & n)) >>
  * shift with n = -(t < 0) (fast32's direct form: k = 0, low = 0). */
 static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_form(const sdp_i8_lane_cvt* c,
                                                                         __m256i v, int split) {
-  if (split == 4 || split == 5) {
-    const __m256i t = split == 4 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias)) : v;
-    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(c->add), t, c->mul);
-    const __m256i lp = _mm256_mulhi_epu16(t, _mm256_set1_epi32(c->mul));
-    return _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift));
-  }
-  if (split == 3 || split == 6) {
-    const __m256i t = split == 3 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias)) : v;
-    const __m256i a = _mm256_abs_epi32(t);
-    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(1 << (c->shift - 1)), a, c->mul);
-    const __m256i lp = _mm256_mulhi_epu16(a, _mm256_set1_epi32(c->mul));
-    const __m256i r = _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift));
-    return _mm256_add_epi32(_mm256_set1_epi32(c->zero), _mm256_sign_epi32(r, t));
+  if (split >= 3 && split <= 6) {
+    const sdp_i8_conv8 L = sdp_i8_conv8_of(c, split);
+    return sdp_i8_conv8_q(split, &L, v);
   }
   const __m256i t =
       split == 2 ? _mm256_add_epi32(v, _mm256_set1_epi32(c->bias))
@@ -531,12 +576,10 @@ static inline __attribute__((always_inline)) __m256i sdp_i8_lanes8_add(const sdp
                          _mm256_set1_epi32(c->vhi));
   const __m256i t = _mm256_add_epi32(v, _mm256_set1_epi32(c->bias));
   __m256i u;
-  if (form == 4) {
-    const __m256i at = _mm256_abs_epi32(t);
-    const __m256i hp = sdp_i8_high_product8(_mm256_set1_epi32(c->add), at, c->mul);
-    const __m256i lp = _mm256_mulhi_epu16(at, _mm256_set1_epi32(c->mul));
-    u = _mm256_sign_epi32(
-        _mm256_sra_epi32(_mm256_add_epi32(hp, lp), _mm_cvtsi32_si128(c->shift)), t);
+  if (form == 4) { /* the conv's form 3 (here add is 2^(shift - 1)) without out_zero */
+    sdp_i8_conv8 L = sdp_i8_conv8_of(c, 4);
+    L.zero = _mm256_setzero_si256();
+    u = sdp_i8_conv8_q(6, &L, t);
   } else {
     const __m256i m = _mm256_set1_epi32(c->mul);
     const __m128i k = _mm_cvtsi32_si128(c->k);
