@@ -9,7 +9,7 @@
  * window-by-window loop took three times the convolution before ResNet's 3x3/2 max pool. Max
  * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows;
  * measured: docs/kernels.md, pdp.c). Global pooling (one output per plane) takes 8 planes at a
- * time (pool_global). Other averages (narrow rows, strides above 2: a wide pool's passes) take
+ * time (pool_global; an AVX2 build 16, a plane per lane: pool_global8). Other averages (narrow rows, strides above 2: a wide pool's passes) take
  * a row's windows inside the image side by side, each in its own order (pool_row_inside).
  */
 #include <math.h>
@@ -654,12 +654,17 @@ static inline void transpose8(__m256 v[8]) {
   }
 }
 
-/* pool_tile in 8 lanes: 8 planes at a time. */
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+/* pool_tile in 8 lanes: 8 planes at a time. A tap's window advances without a division (one a
+ * block of 8 columns); windows of 8 columns (attention's softmax passes, a wide pool's 8x8
+ * passes) are each one block of a row, their taps added in a register; the outputs go back to
+ * their planes 8 columns at a time through the transpose (each a lane of its window's
+ * vector). The same taps in the same order as before, so the same bits. */
+static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geometry* g,
+                                                                 const float* in, float* out,
+                                                                 const int is_max) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
   const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
-  const int is_max = g->pool == ACCEL_POOL_MAX;
   const __m256 fill = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
   const __m256 divisor = _mm256_set1_ps((float)(kh * kw));
   __m256 acc[TILE_MAX_OUT_W];
@@ -674,18 +679,104 @@ static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
         for (int p = 0; p < TILE_PLANES; ++p)
           v[p] = load_columns8(row + p * hw + c0, c0, inside, fill);
         transpose8(v);
+        int32_t j = c0 / kw;
+        if (kw == 8) { /* the block is window j: n = 8 */
+          __m256 a = acc[j];
+          for (int32_t c = 0; c < 8; ++c) a = is_max ? max_tap8(a, v[c]) : add_to8(a, v[c]);
+          acc[j] = a;
+          continue;
+        }
+        int32_t at = c0 - j * kw; /* tap c0's column in its window */
         for (int32_t c = 0; c < n; ++c) {
-          const int32_t j = (c0 + c) / kw;
           acc[j] = is_max ? max_tap8(acc[j], v[c]) : add_to8(acc[j], v[c]);
+          if (++at == kw) {
+            at = 0;
+            ++j;
+          }
         }
       }
     }
-    for (int32_t j = 0; j < ow; ++j)
-      _mm256_store_ps(avg[j], is_max ? acc[j] : _mm256_div_ps(acc[j], divisor));
+    if (!is_max)
+      for (int32_t j = 0; j < ow; ++j) acc[j] = _mm256_div_ps(acc[j], divisor);
+    int32_t j0 = 0;
+    for (; j0 + 8 <= ow; j0 += 8) { /* lane p of acc[j0 + k]: plane p's output j0 + k */
+      __m256 t[8];
+      for (int k = 0; k < 8; ++k) t[k] = acc[j0 + k];
+      transpose8(t);
+      for (int p = 0; p < TILE_PLANES; ++p)
+        _mm256_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
+    }
+    for (int32_t j = j0; j < ow; ++j) _mm256_store_ps(avg[j], acc[j]);
     for (int p = 0; p < TILE_PLANES; ++p) {
-      for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+      for (int32_t j = j0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
     }
   }
+}
+
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  if (g->pool == ACCEL_POOL_MAX) {
+    pool_tile_body(g, in, out, 1);
+  } else {
+    pool_tile_body(g, in, out, 0);
+  }
+}
+
+/* Global pooling (pool_global) in 8 lanes, a plane per lane: the window's taps are read 8 at a
+ * time from 8 planes and transposed, then taken tap by tap in the scalar order (rows, then
+ * columns), so the same bits as pool_global; GLOBAL_GROUPS vectors of 8 planes side by side,
+ * as one vector's adds are a chain of dependent adds (measured: docs/kernels.md, pdp.c). A
+ * window of whole rows (every unpadded global pool) is one run of taps in memory, read as one
+ * row. Planes [0, the returned count): whole groups of 8; pool_global takes the rest. */
+enum { GLOBAL_GROUPS = 2 };
+
+/* rows rows of n taps each, the first at in + start, a row every stride floats */
+static inline __attribute__((always_inline)) void global_groups8(
+    const pdp_geometry* g, const float* in, float* out, int groups, int64_t start, int32_t rows,
+    int64_t n, int64_t stride, float divisor) {
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const int64_t hw = (int64_t)g->h * g->w;
+  __m256 acc[GLOBAL_GROUPS];
+  for (int k = 0; k < groups; ++k) acc[k] = _mm256_set1_ps(is_max ? -INFINITY : 0.0f);
+  for (int32_t r = 0; r < rows; ++r) {
+    const float* row = in + start + r * stride;
+    for (int64_t c0 = 0; c0 < n; c0 += 8) {
+      const int32_t taps = n - c0 < 8 ? (int32_t)(n - c0) : 8;
+      const __m256i m = first_lanes8(taps); /* lanes past the window: not read, not taken */
+      for (int k = 0; k < groups; ++k) {
+        __m256 v[8];
+        for (int p = 0; p < 8; ++p) {
+          const float* src = row + (int64_t)(8 * k + p) * hw + c0;
+          v[p] = taps == 8 ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, m);
+        }
+        transpose8(v);
+        for (int32_t c = 0; c < taps; ++c)
+          acc[k] = is_max ? max_tap8(acc[k], v[c]) : add_to8(acc[k], v[c]);
+      }
+    }
+  }
+  const __m256 d = _mm256_set1_ps(divisor);
+  for (int k = 0; k < groups; ++k)
+    _mm256_storeu_ps(out + 8 * k, is_max ? acc[k] : _mm256_div_ps(acc[k], d));
+}
+
+static int64_t pool_global8(const pdp_geometry* g, const float* in, float* out,
+                            int64_t planes) {
+  const int64_t hw = (int64_t)g->h * g->w;
+  int32_t y0, r0, r1, x0, s0, s1;
+  pool_window(0, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
+  pool_window(0, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
+  const float divisor = g->count_include_pad ? (float)(g->kernel_h * g->kernel_w)
+                                             : (float)((r1 - r0) * (s1 - s0));
+  const int64_t start = (int64_t)(y0 + r0) * g->w + x0 + s0;
+  const int whole_rows = x0 + s0 == 0 && s1 - s0 == g->w;
+  const int32_t rows = whole_rows ? 1 : r1 - r0;
+  const int64_t n = whole_rows ? (int64_t)(r1 - r0) * g->w : s1 - s0;
+  int64_t p0 = 0;
+  for (; p0 + 8 * GLOBAL_GROUPS <= planes; p0 += 8 * GLOBAL_GROUPS)
+    global_groups8(g, in + p0 * hw, out + p0, GLOBAL_GROUPS, start, rows, n, g->w, divisor);
+  for (; p0 + 8 <= planes; p0 += 8)
+    global_groups8(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, divisor);
+  return p0;
 }
 #endif
 
@@ -706,7 +797,12 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
   const int64_t first = item * J->per_item;
   const int64_t end = first + J->per_item < J->planes ? first + J->per_item : J->planes;
   if (out_plane == 1) {
-    pool_global(g, J->in + first * in_plane, J->out + first, end - first);
+    int64_t done = 0;
+#if !defined(__AVX512F__) && defined(__AVX2__)
+    done = pool_global8(g, J->in + first * in_plane, J->out + first, end - first);
+#endif
+    pool_global(g, J->in + (first + done) * in_plane, J->out + first + done,
+                end - first - done);
     return;
   }
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -725,6 +821,11 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t in_plane = (int64_t)g->h * g->w;
   int tiles = 0;
   int64_t per_item = 4096 / (in_plane + 1) + 1;
+#if !defined(__AVX512F__) && defined(__AVX2__)
+  /* global pooling: whole groups of pool_global8's planes an item */
+  if ((int64_t)g->out_h * g->out_w == 1)
+    per_item = (per_item + 8 * GLOBAL_GROUPS - 1) / (8 * GLOBAL_GROUPS) * (8 * GLOBAL_GROUPS);
+#endif
 #if defined(__AVX512F__) || defined(__AVX2__)
   tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
   if (tiles) per_item = TILE_PLANES;

@@ -18,8 +18,8 @@ from tvm import relax
 
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
-from ..sim.decompose import (Pass, attention_passes, l2_normalize_passes, layer_norm_passes,
-                             softmax_passes)
+from ..sim.decompose import (Pass, attention_passes, fp32_sums, l2_normalize_passes,
+                             layer_norm_passes, softmax_passes)
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, feature_surface, is_constant, op_name,
@@ -216,8 +216,9 @@ class NormSpec:
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
-        if self.kind == "softmax":
-            return softmax_passes(shape, precision)
+        if self.kind == "softmax":  # fp32: the sum a CONV (decompose.fp32_sums)
+            return softmax_passes(shape, precision,
+                                  fp32_sums(shape) if precision == "fp32" else "tree")
         if self.kind == "l2_normalize":
             return l2_normalize_passes(shape, self.epsilon, precision)
         if self.kind == "attention":
@@ -230,10 +231,11 @@ class NormSpec:
                                                         np.float32).reshape(-1)
 
         # FP16: the sums as CONVs (fp32 accumulators) and the last pass through the SDP's X
-        # units, rounding once (sim/decompose.py); FP32: the BDMA + SDP trees
+        # units, rounding once (sim/decompose.py); FP32: each sum one CONV to one channel
+        # (decompose.fp32_sums)
         return layer_norm_passes(shape, value(self.gamma), value(self.beta), self.epsilon,
-                                 precision, reduce="conv" if precision == "fp16" else "tree",
-                                 act=self.act)
+                                 precision, reduce="conv" if precision == "fp16" else
+                                 fp32_sums(shape), act=self.act)
 
 
 def token_surface(shape: Tuple[int, ...]) -> Tuple[int, int, int, int]:

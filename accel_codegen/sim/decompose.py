@@ -13,10 +13,13 @@ its channels as C):
   several, the BDMA first copies each half into a surface of its own. A sum is the same tree
   with the element-wise add (odd counts: the upper half is zero-padded by a BDMA copy), or
   (``reduce="conv"``) one 1x1 CONV with weights of ones and C output channels, which sums and
-  broadcasts at once. Both are bit for bit the NumPy reference's: the tree's steps are SDP
-  operations and copies, and the CONV sums in the library's fp32 order
-  (csrc/conv/f32_order.h), which the reference follows (reference.conv2d_f32). The CONV form
-  costs fewer runs (docs/transformer_ops.md).
+  broadcasts at once, or (``reduce="conv1"``) one 1x1 CONV of ones to one output channel,
+  broadcast after as the tree's sum (what the compiler emits for an fp32 layer norm: the
+  fewest cycles, docs/transformer_ops.md; the CONV engine is NVDLA's reduction across
+  channels, its MAC cells summing C inputs per output). All are bit for bit the NumPy
+  reference's: the tree's steps are SDP operations and copies, and the CONV sums in the
+  library's fp32 order (csrc/conv/f32_order.h), which the reference follows
+  (reference.conv2d_f32). The CONV forms cost fewer runs (docs/transformer_ops.md).
 - **Broadcasts** of a one-channel result back to C channels: a 1x1 CONV with C ones as
   weights over one input channel. Each output is one product by 1, exact in every precision,
   so the broadcast is bit-exact; the SDP after it applies the per-channel scale and the
@@ -61,11 +64,23 @@ from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
 #: Newton steps after the LUT in FP16 (FP32's LUT functions are IEEE's: none needed).
 NEWTON_FP16 = {"rsqrt": 2, "reciprocal": 3}
 PRECISIONS = ("fp32", "fp16")
-REDUCTIONS = ("tree", "conv")
+REDUCTIONS = ("tree", "conv", "conv1")
 #: attention's softmax: the largest power-of-two divisor between the keys' sum and the input
 #: of its reciprocal (the PDP's averages, scaled back by the rest beyond it): averages of
 #: at least 2^-12 stay in FP16's reciprocal table, and 1 / average within 4096
 MAX_COVERED = 4096
+
+
+def fp32_sums(shape) -> str:
+    """The sums over C an fp32 layer norm or softmax over a surface of ``shape`` takes (the
+    compiler's choice): ``"conv1"``, each sum one CONV of ones to one channel, the fewest
+    cycles on nv_full for ViT-Ti's [1, 192, 1, 197] tokens (layer norm 6 runs and 55,734
+    cycles against the trees' 23 and 101,946 and the broadcasting CONV form's 5 and 66,029;
+    softmax 12 and 55,358 against 20 and 77,444, 11 and 63,132: docs/transformer_ops.md); but
+    ``"tree"`` for [N > 1, C, 1, 1] rows, whose CONVs the library sums as a batch of fully
+    connected rows through OpenBLAS, not in the reference's order."""
+    n, _, h, w = shape
+    return "tree" if n > 1 and h * w == 1 else "conv1"
 
 
 def newton_steps(layer: str, act: str, precision: str, newton: Optional[int]) -> int:
@@ -285,9 +300,10 @@ class _Builder:
     def reduce_sum(self, src: str, role: str, broadcast: bool = False, **sdp) -> str:
         """The sum over C, then an SDP with ``sdp`` (none if empty, in a tree): a tree (one
         channel) or a CONV of ones in the same run as the SDP, with C output channels (the
-        sum broadcast) if ``broadcast``, else one (LUT and Newton passes on one channel)."""
-        if self.reduce == "conv":
-            k = self.c if broadcast else 1
+        sum broadcast) if ``broadcast`` and the form is "conv", else one (LUT and Newton
+        passes on one channel; "conv1" always)."""
+        if self.reduce in ("conv", "conv1"):
+            k = self.c if broadcast and self.reduce == "conv" else 1
             return self.add(role, [self.ones(self.c, k), Sdp(precision=self.precision, **sdp)],
                             src, k)
         total = self.tree(src, "add", role)
@@ -343,7 +359,8 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
         if reduce == "conv":
             return b.add(role, [b.ones(c), Sdp(scale=b.values(-inv_c, c), ew_op="add",
                                                 precision=precision)], src, c, src)
-        total = b.tree(src, "add", f"{role}.mean")
+        total = b.tree(src, "add", f"{role}.mean") if reduce == "tree" else \
+            b.reduce_sum(src, f"{role}.mean")
         return b.broadcast(total, role, src, scale=b.values(-inv_c, c), ew_op="add")
 
     d = center("x", "center")

@@ -64,7 +64,7 @@ def test_a_layer_norm_over_nchw_channels_runs_bit_for_bit_as_the_reference(preci
     y = build_and_run(mod, x, precision=precision)
     # fp16: the CONV-sum form (sim/decompose.py), the reference's bits too (its CONVs sum in
     # the library's order, csrc/conv/f32_order.h)
-    reduce = "conv" if precision == "fp16" else "tree"
+    reduce = "conv" if precision == "fp16" else "conv1"
     passes = decompose.layer_norm_passes(shape, gamma, beta, 1e-6, precision, reduce)
     expected = np.asarray(reference.run_decomposition(passes, x), np.float32)
     assert_same(y, expected)

@@ -51,7 +51,7 @@ def _torch_layer_norm(x, gamma, beta, eps):
     return y.permute(0, 3, 1, 2).numpy()
 
 
-@pytest.mark.parametrize("reduce", ["tree", "conv"])
+@pytest.mark.parametrize("reduce", ["tree", "conv", "conv1"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("c,w", SHAPES)
 def test_passes_equal_the_reference_bit_for_bit(c, w, precision, reduce, rng):
@@ -73,19 +73,22 @@ CONV_SHAPES = [(1, 192, 1, 197), (1, 37, 1, 50), (2, 48, 1, 21), (1, 40, 3, 7)]
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("shape", CONV_SHAPES)
 def test_the_conv_form_equals_the_reference_bit_for_bit(shape, precision, rng):
-    """The sums as CONVs (what the compiler emits for fp16 layer norm) sum in the library's
-    fp32 order, which the reference follows (reference.conv2d_f32): the same bits."""
+    """The sums as CONVs (what the compiler emits for a layer norm: fp16's broadcasting
+    ones, "conv", and fp32's to one channel, "conv1") sum in the library's fp32 order, which
+    the reference follows (reference.conv2d_f32): the same bits."""
     dtype = dc.dtype_for(precision)
     x = (rng.standard_normal(shape) * 2 + 0.5).astype(dtype)
     gamma = (1 + 0.3 * rng.standard_normal(shape[1])).astype(dtype)
     beta = (0.2 * rng.standard_normal(shape[1])).astype(dtype)
-    for decomposition in (dc.layer_norm_passes(shape, gamma, beta, 1e-5, precision, "conv"),
-                          dc.softmax_passes(shape, precision, "conv")):
-        y, _ = dc.run_passes(DEVICE, decomposition, x)
-        assert_same(y, ref.run_decomposition(decomposition, x), decomposition.layer)
+    for reduce in ("conv", "conv1"):
+        for decomposition in (dc.layer_norm_passes(shape, gamma, beta, 1e-5, precision, reduce),
+                              dc.softmax_passes(shape, precision, reduce)):
+            y, _ = dc.run_passes(DEVICE, decomposition, x)
+            assert_same(y, ref.run_decomposition(decomposition, x),
+                        f"{decomposition.layer}, {reduce}")
 
 
-@pytest.mark.parametrize("reduce", ["tree", "conv"])
+@pytest.mark.parametrize("reduce", ["tree", "conv", "conv1"])
 @pytest.mark.parametrize("c,w", SHAPES)
 def test_fp32_is_within_1e_5_of_pytorch(c, w, reduce, rng):
     """1e-5 of the output scale, or twice PyTorch fp32's own error against float64."""
@@ -211,6 +214,21 @@ def test_costs_are_the_cost_models_and_summed():
     assert [r for r, _ in conv_runs] == ["layer_norm.center", "layer_norm.square",
                                          "layer_norm.var", "layer_norm.normalise",
                                          "layer_norm.shift"]
+    # what the compiler emits in fp32: each sum a CONV to one channel, the cheapest of the three
+    assert dc.fp32_sums(shape) == "conv1"
+    one = dc.layer_norm_passes(shape, ones, zeros, reduce=dc.fp32_sums(shape))
+    one_total, one_runs = dc.estimate_passes("nv_full", one)
+    assert one_total < conv_total
+    assert [r for r, _ in one_runs] == ["layer_norm.center.mean", "layer_norm.center",
+                                        "layer_norm.square", "layer_norm.var",
+                                        "layer_norm.normalise", "layer_norm.shift"]
+    assert [one.shapes[p.output][1] for p in one.passes] == [1, 192, 192, 1, 192, 192]
+    softmax_tree, _ = dc.estimate_passes("nv_full", dc.softmax_passes(shape))
+    softmax_one, _ = dc.estimate_passes("nv_full", dc.softmax_passes(shape, "fp32", "conv1"))
+    assert softmax_one < softmax_tree
+    # rows of several images keep the trees: the library sums their CONVs through OpenBLAS
+    assert dc.fp32_sums((2, 192, 1, 1)) == "tree"
+    assert dc.fp32_sums((2, 192, 1, 3)) == "conv1"
 
 
 def test_bad_arguments_are_refused():

@@ -222,6 +222,41 @@ def test_global_pooling_is_bit_exact(kind, padding, include_pad):
             assert_same(device.run([pair], two)[0][..., :1], y, f"fp32 {kind} scalar path")
 
 
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("shape,padding", [((1, 1), 0), ((1, 4), 0), ((1, 5), 0), ((2, 3), 0),
+                                           ((7, 7), 0), ((8, 8), 0), ((3, 8), 0), ((1, 8), 0),
+                                           ((5, 6), 1), ((6, 1), 1)], ids=str)
+def test_global_pooling_in_lanes_is_bit_exact(kind, shape, padding):
+    """Global pooling in lanes (pdp.c pool_global8 in an AVX2 build: 16 or 8 planes at a time,
+    a plane per lane, the taps 8 at a time, the last ones through a masked load; a window of
+    whole rows as one run of taps) keeps the scalar order: bit for bit the reference's, max
+    and average, on plane counts that leave a group of 8, a rest below 8, or only a rest (1,
+    7, 9, 23, 37; 1x1 planes, 1, 4, 5 or 8 taps, 49 and 64 in whole rows; padded windows,
+    row by row from inside a row), -0 and infinities included; of NaNs, the bits of the one-plane path (the scalar
+    loop): the last NaN for a max, the first NaN a sum meets for an average."""
+    rng = np.random.default_rng(47)
+    h, w = shape
+    op = Pool(kind, (h + 2 * padding, w + 2 * padding), 1, padding, False)
+    for planes in (1, 7, 9, 23, 37):
+        x = rng.standard_normal((1, planes, h, w), dtype=np.float32) * 3
+        x[0, planes // 2] = -0.0
+        if planes > 2:
+            x[0, 1, 0, 0], x[0, 2, -1, -1] = np.inf, -np.inf
+        nans = x.copy()
+        nans[0, -1, -1, -1] = np.array(0x7FC00001, np.uint32).view(np.float32)
+        nans[0, -1, 0, 0] = np.array(0xFFC00002, np.uint32).view(np.float32)
+        one = np.concatenate([DEVICE.run([op], nans[:, c:c + 1])[0] for c in range(planes)],
+                             axis=1)
+        expected = ref.run_op(op, x)
+        for threads, device in DEVICES.items():
+            where = f"{planes} planes, {threads} threads"
+            y = device.run([op], x)[0]
+            assert_same(y, expected, where)
+            assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{where}: zeros"
+            assert_same(device.run([op], nans)[0].view(np.uint32), one.view(np.uint32),
+                        f"{where}: NaNs")
+
+
 # --- INT8 --------------------------------------------------------------------------------------
 
 FP16_POOLS = [
