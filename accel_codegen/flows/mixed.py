@@ -3,7 +3,8 @@ model reaches an SQNR target against the fp32 build in the fewest simulated cycl
 calibration inputs and on inputs held back from calibration (as a user judges the build: on
 inputs it was not calibrated on). docs/mixed-precision.md has the algorithm and figures.
 
-The search, in builds of the model (each one compiled and run on every calibration input):
+The search builds the model (each build compiled and run on every calibration input) only
+for the two ends and the few points it measures; it ranks the layers without building:
 
 1. The example inputs split: the last quarter (at least one) is held back, unless the caller
    gives held-back inputs. One pass of the others through the fp32 build of the int8
@@ -11,11 +12,18 @@ The search, in builds of the model (each one compiled and run on every calibrati
    layer uses, made as an int8 build's is: ``compiler.partition.calibrate_reference``) and
    the reference outputs; the held-back inputs' reference outputs apart,
    unobserved.
-2. The two ends, all-int8 and all-fp16. The target must lie between: all-fp16 must reach it
-   on every output, on both sets of inputs (else an error says which output falls short).
-3. Sensitivity: per layer l, each output's noise power with l alone in int8 (every other
-   layer fp16), less the all-fp16 noise: N_l, what quantising l adds at that output; the
-   greedy order weighs it by the output's power (summed over the outputs).
+2. The two ends, all-int8 and all-fp16, built and measured. The target must lie between:
+   all-fp16 must reach it on every output, on both sets of inputs (else an error says which
+   output falls short).
+3. Sensitivity, emulated: per layer l, the calibration inputs run again through the same
+   fp32 build with l's activations alone quantised in place (each pass output it writes
+   rounded to its int8 codes and back: ``output_aware.FakeQuantizer``, the observer
+   ``calibration_method="mse_outputs"`` ranks tensors with): each output's noise power, N_l.
+   The emulation leaves out the weights' rounding and the integer arithmetic, so the N_l are
+   scaled, per output, to sum to what the all-int8 build measured above all-fp16 (each
+   layer's share of the noise kept). One fp32 run of the inputs per layer instead of one
+   build per layer (a code generation, a C compile and the runs): PP-OCRv4's recogniser has
+   121 layers. The greedy order weighs N_l by the output's power (summed over the outputs).
 4. Price: the C cost model's cycles of each layer's runs in int8 and in fp16 (the estimates of
    the two ends: the records a profiled run has) and of each layer's converting run in either
    direction.
@@ -27,11 +35,14 @@ The search, in builds of the model (each one compiled and run on every calibrati
    rounding noise adds), and its cycles are the cost model's estimate of that assignment
    (what its profiled run records).
 6. The choice: all-int8 if it meets the target; else the first point whose prediction meets
-   it, then measured: one more layer promoted while the measurement falls short, one fewer
-   while the point before still meets it, and the later points that cost fewer cycles (the
-   converting runs make cycles rise and fall along the path). A point meets the target when
-   its worst output does on the calibration inputs and on the held-back ones. Of the points
-   measured, the one that meets the target in the fewest cycles.
+   it, then measured; from there steps of 1, 2, 4, ... layers (more promoted while the
+   measurement falls short, fewer while it meets) until two measured points bracket the
+   target's edge, then halving between them: the first point that meets it (the emulated
+   ranking may misplace it by many layers; the builds grow with the logarithm of the miss).
+   Then the later points that cost fewer cycles (the converting runs make cycles rise and
+   fall along the path), the cheapest first, until one meets the target. A point meets the
+   target when its worst output does on the calibration inputs and on the held-back ones. Of
+   the points measured, the one that meets the target in the fewest cycles.
 """
 from __future__ import annotations
 
@@ -47,6 +58,9 @@ from ..errors import AccelInvalidError
 from ..quantization.metrics import sqnr_db
 from ..quantization import calibration as calibration_pass
 from ..quantization.calibration import DEFAULT_METHOD, Calibration, examples_of
+from ..quantization.output_aware import FakeQuantizer
+from ..sim.labels import layer_key
+from ..sim.observer import observing
 
 PRECISIONS = ("int8", "fp16")
 
@@ -104,6 +118,7 @@ class MixedPrecision:
     path: List[PathPoint]              # promoted = 0 (all-int8) .. len(order) (all-fp16)
     chosen: int                        # the chosen point's index in path
     sensitivity_db: Dict[str, float]   # worst output SQNR with the layer alone in int8
+                                       # (emulated and scaled: module docstring, step 3)
     extra_cycles: Dict[str, int]       # cycles fp16 costs over int8, per layer
     samples: int                       # calibration inputs (scales, sensitivities, path)
     builds: int                        # builds the search measured
@@ -328,16 +343,15 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         mod, params, config, True, winograd, examples, calibration_method, matched=matched,
         log=log, each=lambda vm, x: reference.append(_run(vm, x)))
     held_reference = [_run(reference_vm, x) for x in held]  # not observed: not calibrated on
-    del reference_vm
     signal, held_signal = _powers(reference), _powers(held_reference)
     outputs = len(signal)
     keys = layer_keys(matched)
     builds = 0
-    # progress per build: the all-fp16 one and one per layer, then the few the path measures
-    # (the total grows by them as they come)
+    # progress per build: the two ends, then the few the path measures (the total grows by
+    # them as they come)
     factory = calibration_pass.progress_factory
     progress = factory("mixed-precision search") if factory is not None else None
-    expected = len(keys) + 2
+    expected = 2
 
     def noise_of(assignment: Dict[str, str], check: bool = False):
         """Each output's noise power on the calibration inputs (and, with ``check``, on the
@@ -373,14 +387,20 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     noise_fp16, held_noise_fp16 = noise_of(everything["fp16"], True)
     fp16_measured = (_sqnrs(signal, noise_fp16), _sqnrs(held_signal, held_noise_fp16))
     _out_of_reach(target, *fp16_measured)
+    noise_int8, held_noise_int8 = noise_of(everything["int8"], True)
+    int8_measured = (_sqnrs(signal, noise_int8), _sqnrs(held_signal, held_noise_int8))
     int8_cycles, fp16_cycles = layer_cycles("int8"), layer_cycles("fp16")
     extra = {k: fp16_cycles[k] - int8_cycles[k] for k in keys}
-    alone, added = _sensitivity(keys, everything["fp16"], noise_of, signal, noise_fp16)
+    added = _emulated_noise(keys, calibration, reference_vm, examples, reference)
+    del reference_vm
+    added = _scaled(added, noise_int8 - noise_fp16)
+    alone = {k: min(_sqnrs(signal, noise_fp16 + added[k])) for k in keys}
     # One figure per layer for the greedy order: the noise it adds relative to each output's
     # power, summed over the outputs (outputs of different scales count alike).
     relative = {k: float(np.sum(added[k] / np.where(signal > 0, signal, 1.0))) for k in keys}
     order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, relative)
     path = _predicted_path(keys, order, added, signal, noise_fp16, outputs, cycles)
+    _fill(path[0], int8_measured)
     _fill(path[-1], fp16_measured)
     chosen = _choose_point(path, keys, order, target, measure)
     fp16_set = set(order[:chosen])
@@ -413,18 +433,36 @@ def _layer_cycles(program, keys: List[str], precision: str, config, winograd: bo
     return per_layer
 
 
-def _sensitivity(keys: List[str], all_fp16: Dict[str, str],
-                 noise_of: Callable[[Dict[str, str]], np.ndarray], signal: np.ndarray,
-                 noise_fp16: np.ndarray) -> Tuple[Dict[str, float], Dict[str, np.ndarray]]:
-    """Per layer, alone in int8 (every other layer fp16): the worst output's SQNR and, per
-    output, the noise power quantising the layer adds."""
-    alone: Dict[str, float] = {}
-    added: Dict[str, np.ndarray] = {}  # per output: the noise power quantising the layer adds
+def _emulated_noise(keys: List[str], calibration: Calibration, reference_vm, examples: list,
+                    reference: Sequence[List[np.ndarray]]) -> Dict[str, np.ndarray]:
+    """Per layer, per output: the noise power (summed over ``examples``) that quantising the
+    layer's activations alone adds, emulated in the fp32 build of the int8 partition
+    (``reference_vm``, whose outputs on the examples are ``reference``): every pass output of
+    the layer's runs rounded in place to the int8 codes of its calibrated quantisation
+    (module docstring, step 3)."""
+    quants: Dict[str, dict] = {k: {} for k in keys}
+    for tensor, quant in calibration.tensors.items():
+        owner = quants.get(layer_key(tensor[0]))
+        if owner is not None:
+            owner[tensor] = quant
+    added: Dict[str, np.ndarray] = {}
     for key in keys:
-        noise = noise_of({**all_fp16, key: "int8"})
-        alone[key] = min(_sqnrs(signal, noise))
-        added[key] = np.maximum(noise - noise_fp16, 0.0)
-    return alone, added
+        with observing(FakeQuantizer(quants[key])):
+            added[key] = _noise([_run(reference_vm, x) for x in examples], reference)
+    return added
+
+
+def _scaled(added: Dict[str, np.ndarray], measured: np.ndarray) -> Dict[str, np.ndarray]:
+    """The emulated noises (per layer, per output) scaled per output so that they sum to
+    ``measured`` (all-int8's noise less all-fp16's): what the emulation leaves out (weights,
+    integer arithmetic) taken in proportion to each layer's emulated share. An output the
+    emulation sees no noise at keeps its figures (0)."""
+    if not added:
+        return added
+    total = np.sum(list(added.values()), axis=0)
+    factor = np.where(total > 0, np.maximum(measured, 0.0) / np.where(total > 0, total, 1.0),
+                      1.0)
+    return {k: v * factor for k, v in added.items()}
 
 
 def _predicted_path(keys: List[str], order: List[str], added: Dict[str, np.ndarray],
@@ -453,22 +491,51 @@ def _choose_point(path: List[PathPoint], keys: List[str], order: List[str], targ
             _fill(path[k], measure({key: "fp16" if key in fp16 else "int8" for key in keys}))
         return path[k].meets(target)
 
-    chosen = 0
     if not meets(0):
-        chosen = next((k for k, p in enumerate(path) if p.predicted_sqnr_db >= target),
-                      len(keys))
-        while not meets(chosen):
-            chosen += 1  # all-fp16 meets it (checked above), so this ends
-        while chosen > 0 and meets(chosen - 1):
-            chosen -= 1
+        guess = next((k for k, p in enumerate(path) if p.predicted_sqnr_db >= target),
+                     len(keys))
+        chosen = _first_meeting(len(path) - 1, guess, meets)
         # Converting runs make the path's cycles rise and fall: the later points that cost
-        # fewer cycles (and promote more layers) are measured too.
-        for k in range(chosen + 1, len(path)):
-            if path[k].cycles < path[chosen].cycles:
-                meets(k)
+        # fewer cycles (and promote more layers) are measured too, the cheapest first, until
+        # one meets the target (no point after it can be cheaper).
+        for k in sorted(range(chosen + 1, len(path)), key=lambda k: (path[k].cycles, k)):
+            if path[k].cycles >= path[chosen].cycles or meets(k):
+                break
     # Of the points measured, the fewest cycles that meet the target.
     return min((k for k, p in enumerate(path) if p.meets(target)),
                key=lambda k: (path[k].cycles, k))
+
+
+def _first_meeting(last: int, guess: int, meets: Callable[[int], bool]) -> int:
+    """The first point of the path that meets the target (as far as the measurements tell),
+    where point 0 falls short and point ``last`` meets: from ``guess``, steps of 1, 2, 4, ...
+    away from it (fewer layers promoted while the points meet, more while they fall short)
+    until a point that falls short and one that meets bracket the edge, then halving."""
+    below, above = 0, last  # measured: ``below`` falls short, ``above`` meets
+    k, step = min(max(guess, 1), last), 1
+    if meets(k):
+        above = k
+        while above - below > 1:
+            k = max(above - step, below + 1)
+            if not meets(k):
+                below = k
+                break
+            above, step = k, step * 2
+    else:
+        below = k
+        while above - below > 1:
+            k = min(below + step, above - 1)
+            if meets(k):
+                above = k
+                break
+            below, step = k, step * 2
+    while above - below > 1:
+        k = (below + above) // 2
+        if meets(k):
+            above = k
+        else:
+            below = k
+    return above
 
 
 def _out_of_reach(target: float, calibration: List[float], held: List[float]) -> None:

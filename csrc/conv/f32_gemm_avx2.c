@@ -11,7 +11,9 @@
  * channel block reading the whole tile from L2, which an L2 of the tile's size holds badly
  * (docs/kernels.md). An image's last ohw % 16 positions are 16-lane dot products along the
  * depth, reduced in _mm512_reduce_add_ps's order, where conv/f32_order.h's f32_dot_tail says so
- * (a rule of the geometry that the AVX-512 paths keep too). A strided 1x1 conv runs as the
+ * (a rule of the geometry that the AVX-512 paths keep too). A GEMM of one 32-deep block applies
+ * a one-pass epilogue in the micro-kernel's store (a2_epi), the others in a pass over a chunk's
+ * outputs while they are in L2. A strided 1x1 conv runs as the
  * pointwise GEMM over the one phase of its input that it reads, copied once (a2_run). On an
  * AVX-512 build the list's AVX-512 kernels run first and this one only when forced
  * (ACCEL_CONV_IMPL=gemm_avx2), which tests/sim/test_conv_impls.py uses to compare the bits. */
@@ -19,6 +21,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#include <math.h>
 
 enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions */
 enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
@@ -80,12 +83,48 @@ static inline __m256i lanes_below(int64_t n) {
     A2_OUT1(m, 1)     \
     A2_OUT1(m, 2)     \
   }
+/* The output's final value (the depth's only block: EPI runs on one) with the epilogue in
+ * registers (a2_epi): t * scale + shift, + the ADD operand, then max(lo, t) and min(hi, t), each
+ * rounded, as sdp.c's span_one_pass. */
+#define A2_EPI1(m, v)                                                                      \
+  {                                                                                        \
+    float* p = c + m * ldc + 8 * v;                                                        \
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(c##m##v, s##m), b##m);                          \
+    if (FULL || w >= 8 * (v + 1)) {                                                        \
+      if (EPI == 2) t = _mm256_add_ps(t, _mm256_loadu_ps(o + m * ldc + 8 * v));            \
+      _mm256_storeu_ps(p, _mm256_min_ps(hi, _mm256_max_ps(lo, t)));                        \
+    } else if (w > 8 * v) {                                                                \
+      if (EPI == 2)                                                                        \
+        t = _mm256_add_ps(t, _mm256_maskload_ps(o + m * ldc + 8 * v, lanes_below(w - 8 * v))); \
+      f32x8_store_first(p, _mm256_min_ps(hi, _mm256_max_ps(lo, t)), w - 8 * v);            \
+    }                                                                                      \
+  }
+#define A2_EPI(m)                                                                       \
+  if (MR_ > m) {                                                                        \
+    const __m256 s##m = _mm256_broadcast_ss(E->scale != NULL ? E->scale + ch + m : &one); \
+    const __m256 b##m = _mm256_broadcast_ss(E->shift != NULL ? E->shift + ch + m : &nz);  \
+    A2_EPI1(m, 0)                                                                       \
+    A2_EPI1(m, 1)                                                                       \
+    A2_EPI1(m, 2)                                                                       \
+  }
 
-static inline __attribute__((always_inline)) void a2_body(const int MR_, const int FULL,
-                                                          int64_t kc, const float* a, int64_t lda,
-                                                          const float* b, int64_t ldb, float* c,
-                                                          int64_t ldc, int accumulate, int64_t w,
-                                                          const float* pf, const float* pc) {
+/* A one-pass epilogue (sdp_f32_one_pass) applied by the micro-kernel to an output's final
+ * block before its store, where a separate pass over the tile's outputs (epilogue_span) would
+ * read and write them again: scale and shift per channel (NULL: none; multiplying by 1 and
+ * adding -0 change no value, NaN and signed zeros included), the ADD operand (same layout as
+ * the output) or NULL, and NONE / RELU / CLIP as the bounds [lo, hi] (NONE: -inf, +inf; RELU:
+ * 0, +inf; max(lo, t) keeps NaN and -0 as span_one_pass's `t < lo ? lo : t` does). */
+typedef struct a2_epi {
+  const float* scale;
+  const float* shift;
+  const float* operand;
+  float lo, hi;
+} a2_epi;
+
+static inline __attribute__((always_inline)) void a2_body(
+    const int MR_, const int FULL, const int EPI, int64_t kc, const float* a, int64_t lda,
+    const float* b, int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w,
+    const float* pf, const float* pc, const a2_epi* E, int64_t ch, const float* o) {
   const float* a0 = a;
   const float* a1 = a + (MR_ > 1 ? 1 : 0) * lda;
   const float* a2 = a + (MR_ > 2 ? 2 : 0) * lda;
@@ -111,22 +150,34 @@ static inline __attribute__((always_inline)) void a2_body(const int MR_, const i
       A2_ROWS(A2_FMA)
     }
     const int first = !accumulate && k0 == 0;
-    A2_ROWS(A2_OUT)
+    if (EPI) { /* the depth's one block (a2_gemm): the output's final value */
+      const float one = 1.0f, nz = -0.0f;
+      const __m256 lo = _mm256_set1_ps(E->lo), hi = _mm256_set1_ps(E->hi);
+      A2_ROWS(A2_EPI)
+    } else {
+      A2_ROWS(A2_OUT)
+    }
   }
 }
 
 typedef void (*a2_fn)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int,
-                      int64_t, const float*, const float*);
-#define A2_KERNEL(M_, F_)                                                                    \
-  static void a2_##M_##_##F_(int64_t kc, const float* a, int64_t lda, const float* b,         \
-                             int64_t ldb, float* c, int64_t ldc, int accumulate, int64_t w,   \
-                             const float* pf, const float* pc) {                              \
-    a2_body(M_, F_, kc, a, lda, b, ldb, c, ldc, accumulate, w, pf, pc);                       \
+                      int64_t, const float*, const float*, const a2_epi*, int64_t, const float*);
+#define A2_KERNEL(M_, F_, E_)                                                                 \
+  static void a2_##M_##_##F_##_##E_(int64_t kc, const float* a, int64_t lda, const float* b,  \
+                                    int64_t ldb, float* c, int64_t ldc, int accumulate,       \
+                                    int64_t w, const float* pf, const float* pc,              \
+                                    const a2_epi* E, int64_t ch, const float* o) {            \
+    a2_body(M_, F_, E_, kc, a, lda, b, ldb, c, ldc, accumulate, w, pf, pc, E, ch, o);         \
   }
-A2_KERNEL(1, 0) A2_KERNEL(2, 0) A2_KERNEL(3, 0) A2_KERNEL(4, 0)
-A2_KERNEL(1, 1) A2_KERNEL(2, 1) A2_KERNEL(3, 1) A2_KERNEL(4, 1)
-static const a2_fn a2_table[2][AR + 1] = {{0, a2_1_0, a2_2_0, a2_3_0, a2_4_0},
-                                          {0, a2_1_1, a2_2_1, a2_3_1, a2_4_1}};
+#define A2_KERNELS(E_)                                                                       \
+  A2_KERNEL(1, 0, E_) A2_KERNEL(2, 0, E_) A2_KERNEL(3, 0, E_) A2_KERNEL(4, 0, E_)             \
+  A2_KERNEL(1, 1, E_) A2_KERNEL(2, 1, E_) A2_KERNEL(3, 1, E_) A2_KERNEL(4, 1, E_)
+A2_KERNELS(0) A2_KERNELS(1) A2_KERNELS(2)
+/* [epilogue: none, in registers, in registers with an ADD operand][full panel][rows] */
+static const a2_fn a2_table[3][2][AR + 1] = {
+    {{0, a2_1_0_0, a2_2_0_0, a2_3_0_0, a2_4_0_0}, {0, a2_1_1_0, a2_2_1_0, a2_3_1_0, a2_4_1_0}},
+    {{0, a2_1_0_1, a2_2_0_1, a2_3_0_1, a2_4_0_1}, {0, a2_1_1_1, a2_2_1_1, a2_3_1_1, a2_4_1_1}},
+    {{0, a2_1_0_2, a2_2_0_2, a2_3_0_2, a2_4_0_2}, {0, a2_1_1_2, a2_2_1_2, a2_3_1_2, a2_4_1_2}}};
 
 /* The 16 lanes lo (0..7), hi (8..15) summed in _mm512_reduce_add_ps's order (GCC's: halves,
  * then quarters, then pairs; kernels.h's c16_lanes_reduced). */
@@ -216,6 +267,10 @@ typedef struct a2_job {
   int64_t ntail, vcols, nt, ntiles, mchunks, mblocks, ldbt, kc;
   int64_t mc; /* channels a chunk of whose weights (mc x kc) stays in L2: a multiple of AR */
   int64_t mo; /* channels a chunk of whose outputs stays in L2 across the depth blocks */
+  int epi;    /* 0: the epilogue (if any) as a pass over a chunk's outputs; 1, 2: in the
+               * micro-kernel's last store (a2_epi E; 2: with its ADD operand), channel blocks
+               * outside the panels (a2_item) */
+  a2_epi E;
 } a2_job;
 
 /* Item it = (image-group, tile of positions, chunk of output channels), chunk innermost. A
@@ -270,6 +325,28 @@ static void a2_item(void* ctx, int64_t it, int participant) {
             memset(col + (npanels - 1) * kc * AN + kk * AN + wlast, 0,
                    (size_t)(AN - wlast) * sizeof(float));
       }
+      if (J->epi) { /* one depth block (a2_gemm): each output's final value at its store */
+        /* Channel blocks outside the panels: a block's 4 output rows are written in order,
+         * panel after panel (each line whole before the next, the line 2 panels ahead
+         * prefetched), where panels outermost wrote 96 bytes of every channel's row in turn.
+         * The tile's panels are few (kc x 384 floats), so they stay in L1 / L2 meanwhile. */
+        for (int64_t m = mo; m < mo1; m += AR) {
+          const int64_t mr = mo1 - m < AR ? mo1 - m : AR;
+          const float* a = abase + m * P->kd;
+          for (int64_t j = 0; j < ncols; j += AN) {
+            const int64_t w = ncols - j < AN ? ncols - j : AN;
+            float* ct = cbase + m * P->ohw + n0 + j;
+            a2_table[J->epi][w == AN][mr](kc, a, P->kd, col + (j / AN) * kc * AN, AN, ct, P->ohw,
+                                          0, w, NULL, j + 3 * AN <= ncols ? ct + 2 * AN : NULL,
+                                          &J->E, grp * P->mg + m,
+                                          J->epi == 2 ? J->E.operand + (ct - J->out) : NULL);
+            if (fused_tail && j + AN >= ncols)
+              a2_dot_block(mr, 0, kc, P->kd, a, P->kd, bt, J->ldbt, ntail,
+                           lanes + (m - m0) * ntail * 16, 1);
+          }
+        }
+        continue;
+      }
       for (int64_t mb = mo; mb < mo1; mb += J->mc) {
         const int64_t mb1 = mo1 - mb < J->mc ? mo1 : mb + J->mc;
         for (int64_t j = 0; j < ncols; j += AN) {
@@ -282,7 +359,8 @@ static void a2_item(void* ctx, int64_t it, int participant) {
             float* ct = cbase + m * P->ohw + n0 + j;
             /* the next tile's outputs meanwhile (from L2 or beyond at each depth block) */
             const float* pc = m + 2 * AR <= mb1 ? ct + AR * P->ohw : NULL;
-            a2_table[w == AN][mr](kc, a, P->kd, panel, AN, ct, P->ohw, p0 > 0, w, pf, pc);
+            a2_table[0][w == AN][mr](kc, a, P->kd, panel, AN, ct, P->ohw, p0 > 0, w, pf, pc, NULL,
+                                     0, NULL);
             if (fused_tail && j + AN >= ncols) /* the last panel: the rows are in L1 */
               a2_dot_block(mr, p0, p0 + kc, P->kd, a - p0, P->kd, bt, J->ldbt, ntail,
                            lanes + (m - m0) * ntail * 16, p0 == 0);
@@ -305,13 +383,13 @@ static void a2_item(void* ctx, int64_t it, int participant) {
                  cbase + m * P->ohw + J->vcols + j, P->ohw);
       }
     }
-    if (J->ep != NULL) {
-      const int64_t at = n0 < J->vcols ? n0 : J->vcols;
-      const int64_t count = (ncols > 0 ? ncols : 0) + ntail;
+    if (J->ep != NULL) { /* where the micro-kernel applied it, on the tail positions alone */
+      const int64_t at = J->epi && ncols > 0 ? J->vcols : n0 < J->vcols ? n0 : J->vcols;
+      const int64_t count = (ncols > 0 && !J->epi ? ncols : 0) + ntail;
       if (P->ohw == 1) { /* channels of one position side by side: one call (sdp_f32_channels) */
         const int64_t ch = grp * P->mg + mo;
         epilogue_channels(J->ep, ch, J->out, b * g->k + ch, mo1 - mo);
-      } else {
+      } else if (count > 0) {
         for (int64_t m = mo; m < mo1; ++m) {
           const int64_t ch = grp * P->mg + m;
           epilogue_span(J->ep, ch, J->out, (b * g->k + ch) * P->ohw + at, count);
@@ -374,6 +452,20 @@ static accel_status a2_gemm(const conv_f32_call* c, int64_t ntail) {
   a2_job J = {.P = P, .in = c->in, .weights = c->weights, .out = c->out, .ep = c->ep, .bufs = bufs,
               .ntail = ntail, .vcols = vcols, .nt = nt, .ntiles = ntiles, .mchunks = mchunks,
               .mblocks = mblocks, .ldbt = ldbt, .kc = kc, .mc = mc, .mo = mo};
+  /* A GEMM of one 32-deep block (MobileNets' shallow 1x1 layers, RGB stems: 27 deep) applies
+   * a one-pass epilogue in the micro-kernel's store, so that its outputs, many for so little
+   * arithmetic, are written once instead of written, then read and written again by
+   * epilogue_span (docs/kernels.md). Deeper GEMMs keep the pass: their arithmetic hides it, and
+   * the in-store form measured slower there (per-vector tests of the epilogue's fields). */
+  const sdp_f32* ep = c->ep;
+  if (ep != NULL && P->kd <= SUM_BLOCK && P->ohw > 1 && sdp_f32_one_pass(ep) &&
+      !ep->ew_per_channel) {
+    J.epi = ep->ew_op == ACCEL_EW_ADD ? 2 : 1;
+    J.E = (a2_epi){.scale = ep->scale, .shift = ep->shift, .operand = ep->ew_operand,
+                   .lo = ep->act == ACCEL_ACT_CLIP ? ep->clip_min
+                         : ep->act == ACCEL_ACT_RELU ? 0.0f : -INFINITY,
+                   .hi = ep->act == ACCEL_ACT_CLIP ? ep->clip_max : INFINITY};
+  }
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
 }

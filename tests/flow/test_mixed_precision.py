@@ -2,6 +2,8 @@
 precision (converting runs between them), its ends against the plain int8 and fp16 builds, its
 profile against the estimate, the search for a target output SQNR, the CLI flags, and the
 errors for bad targets and assignments."""
+import math
+
 import pytest
 
 import accel_codegen as ac
@@ -162,6 +164,53 @@ def test_the_search_meets_the_target_between_the_two_ends(small, search):
     # No measured point that meets the target costs fewer cycles.
     assert all(p.cycles >= result.point.cycles for p in result.path if p.meets(TARGET_DB))
     assert ac.partition_report(part).layer_precisions == result.layer_precisions
+
+
+def test_the_search_builds_its_ends_and_the_points_it_measures_only(small, search):
+    """The layers are ranked by emulated int8 in the fp32 build (no build per layer, as
+    before: 2 + one per layer + the points measured); every build is a measured point."""
+    mod, _ = small
+    result, _ = search
+    measured = sum(p.measured for p in result.path)
+    assert result.builds <= measured < len(_keys(mod)) + 2
+    assert result.int8.measured and result.fp16.measured
+
+
+def test_the_emulated_sensitivities_rank_the_layers_as_builds_do(small, search):
+    """Each layer alone in int8 (every other fp16), built and run: the two layers that cost
+    the output most (the last conv and the classifier, about 50 dB against 71 dB for the
+    others) are the two the emulation ranks first, in the search's figures."""
+    mod, calibration = small
+    result, part = search
+    reference = run_all(ac.virtual_machine(ac.build(mod, precision="fp32")), calibration[:-1])
+    keys, scales = list(result.layer_precisions), ac.calibration_of(part)
+    built = {}
+    for key in keys:
+        alone = {k: "int8" if k == key else "fp16" for k in keys}
+        vm = ac.virtual_machine(ac.build(ac.partition_for_accel(
+            mod, precision="mixed", calibration=scales, layer_precisions=alone)))
+        built[key] = sqnr(run_all(vm, calibration[:-1]), reference)
+    worst_built = sorted(keys, key=built.get)[:2]
+    assert set(sorted(keys, key=result.sensitivity_db.get)[:2]) == set(worst_built)
+    assert set(result.order[:2]) == set(worst_built)
+
+
+@pytest.mark.parametrize("guess", [1, 10, 37, 38, 39, 90, 120])
+def test_the_first_point_meeting_the_target_is_found_in_few_builds(guess):
+    """From a guess far off the edge (the emulated prediction may miss by many layers), the
+    steps double until the edge is bracketed, then halve: the first point that meets the
+    target, in a number of measurements that grows with the logarithm of the miss."""
+    from accel_codegen.flows.mixed import _first_meeting
+
+    edge, measured = 38, []
+
+    def meets(k):
+        measured.append(k)
+        return k >= edge
+
+    assert _first_meeting(120, guess, meets) == edge
+    miss = abs(guess - edge) + 1
+    assert len(measured) <= 2 * math.ceil(math.log2(miss)) + 2, measured
 
 
 def test_a_target_all_int8_meets_chooses_all_int8(small, search):

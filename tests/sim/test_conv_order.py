@@ -206,3 +206,83 @@ def test_a_wide_dense_layer_over_tokens_sums_alike_in_every_loop_order():
     values = np.frombuffer(bytes.fromhex(results[0]), np.float32)
     assert values.size == 2800 * 197 and np.isfinite(values).all() and values.std() > 1.0
     assert all(r == results[0] for r in results[1:])
+
+
+EPILOGUES = r"""
+import json, sys
+import numpy as np
+from accel_codegen.sim import Device, Conv, Sdp
+cases = json.loads(sys.argv[1])
+dev = Device(num_threads=2)
+out = []
+for seed, (n, c, h, w, k, kh, s, p, g), epi in cases:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x[:, :, 1, :] = 0.0  # a row of zero outputs: a negative scale makes them -0
+    x[0, 0, 2, 1] = np.nan
+    wt = rng.standard_normal((k, c // g, kh, kh)).astype(np.float32)
+    conv = Conv(wt, stride=(s, s), padding=(p,) * 4, groups=g)
+    y0 = dev.run([conv], x)[0]
+    sdp = {"act": epi.get("act"), "clip": epi.get("clip")}
+    if "scale" in epi:
+        sdp["scale"] = rng.uniform(-1.5, 1.5, k).astype(np.float32)
+    if "shift" in epi:
+        sdp["shift"] = rng.standard_normal(k).astype(np.float32)
+    if epi.get("add"):
+        sdp.update(ew_op="add", operand=rng.standard_normal(y0.shape).astype(np.float32))
+    chain = [conv, Sdp(**sdp)]
+    fused = dev.run(chain, x)[0]
+    independent = dev.run(chain, x, mode="independent")[0]
+    out.append([fused.tobytes().hex(), independent.tobytes().hex(), y0.tobytes().hex(),
+                list(y0.shape), {k: v.tolist() if hasattr(v, "tolist") else v
+                                 for k, v in sdp.items()}])
+print(json.dumps(out))
+"""
+
+#: (n, c, h, w, k, kernel, stride, pad, groups) up to 32 deep, where conv/f32_gemm_avx2.c applies
+#: a one-pass epilogue in the micro-kernel's store: MobileNetV2's 16 -> 96 1x1 on a plane with
+#: a partial panel (667 positions, no tail), a 1x1 with a tail of 1 (9x9) and of 4 (batch 2,
+#: 10x10), an RGB 3x3/2 stem (27 deep) with padding, two groups of 16 deep, 32 deep on 7x13;
+#: and one 48 deep (two 32-deep blocks: the epilogue after the last)
+SHALLOW = [(1, 16, 23, 29, 24, 1, 1, 0, 1), (1, 24, 9, 9, 20, 1, 1, 0, 1),
+           (2, 8, 10, 10, 12, 1, 1, 0, 1), (1, 3, 33, 35, 16, 3, 2, 1, 1),
+           (1, 32, 11, 12, 16, 1, 1, 0, 2), (1, 32, 7, 13, 9, 1, 1, 0, 1),
+           (1, 48, 9, 11, 14, 1, 1, 0, 1)]
+#: every one-pass epilogue's parts (sdp_f32_one_pass): scale and / or shift, ADD, NONE / RELU /
+#: CLIP
+SDP_FORMS = [{"scale": 1, "shift": 1, "act": "clip", "clip": [0.0, 6.0]},
+             {"shift": 1, "act": "relu"}, {"scale": 1}, {"scale": 1, "act": "relu"},
+             {"shift": 1, "add": 1}, {"scale": 1, "shift": 1, "add": 1, "act": "relu"},
+             {"add": 1, "act": "clip", "clip": [-0.25, 0.5]}, {"act": "clip", "clip": [-1.0, 0.0]}]
+
+
+def test_one_pass_epilogues_in_registers_give_the_passes_bits():
+    """Shallow convolutions whose one-pass epilogue (scale / shift, ADD, RELU / CLIP) the AVX2
+    GEMM applies in registers before its store: the same bits as the SDP engine's pass over
+    the conv's output (an independent run), NaN and -0 included, and the reference's values,
+    with the list's choice and gemm_avx2 forced (with a 16 KB L2: channels in chunks)."""
+    cases = [(i * len(SDP_FORMS) + j, layer, epi) for i, layer in enumerate(SHALLOW)
+             for j, epi in enumerate(SDP_FORMS)]
+    for env in [{}, {"ACCEL_CONV_IMPL": "gemm_avx2"},
+                {"ACCEL_CONV_IMPL": "gemm_avx2", "ACCEL_L2_BYTES": "16K"}]:
+        environ = {k: v for k, v in os.environ.items()
+                   if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES",
+                                "ACCEL_L2_BYTES")}
+        environ.update(env)
+        result = subprocess.run([sys.executable, "-c", EPILOGUES, json.dumps(cases)],
+                                capture_output=True, text=True, env=environ,
+                                cwd=Path(__file__).parent)
+        assert result.returncode == 0, result.stderr[-3000:]
+        negative_zeros = 0
+        for (seed, layer, epi), (fused, independent, conv, shape, sdp) in zip(
+                cases, json.loads(result.stdout)):
+            assert fused == independent, (env, layer, epi)
+            y0 = np.frombuffer(bytes.fromhex(conv), np.float32).reshape(shape)
+            y = np.frombuffer(bytes.fromhex(fused), np.float32).reshape(shape)
+            args = {key: np.asarray(v, np.float32) for key, v in sdp.items()
+                    if key in ("scale", "shift", "operand")}
+            want = ref.sdp(y0, act=sdp["act"], clip=sdp["clip"], ew_op=sdp.get("ew_op"), **args)
+            assert np.array_equal(y, want, equal_nan=True), (env, layer, epi)
+            assert np.isnan(y).any() and (y != 0).sum() > y.size // 4, (layer, epi)
+            negative_zeros += int(((y == 0) & np.signbit(y)).sum())
+        assert negative_zeros > 0
