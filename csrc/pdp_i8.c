@@ -14,7 +14,8 @@
  * Wide outputs go an output row at a time: for strides 1 and 2, 32 columns per AVX-512 step,
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
  * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
- * wrote); other strides tap by tap, portably. Averages over non-overlapping windows from the
+ * wrote); AVX2 builds take max pools of strides 1 and 2 16 or 32 columns a step in int8
+ * lanes (max_row_avx2); other strides tap by tap, portably. Averages over non-overlapping windows from the
  * top left (the passes of a wide or global average) sum column by column (pool_blocks); max
  * pools of stride 1 across narrower outputs by rows of window maxima (pool_narrow_max); other
  * outputs narrower than 16 columns go window by window. Figures: docs/kernels.md.
@@ -127,6 +128,76 @@ static void tap_scalar(int is_max, int32_t sw, const int8_t* src, int32_t* acc, 
     acc[j] = is_max ? (acc[j] > v ? acc[j] : v) : acc[j] + v;
   }
 }
+
+#ifdef POOL_AVX2
+/* The codes at columns j .. j + 31 (j .. j + 15) of a tap's row. Stride 1 reads them in place;
+ * stride 2 takes the even bytes, the first half's as the low bytes of byte pairs from 2j and the
+ * second half's as the high bytes of pairs from one byte earlier, so a block never reads past
+ * its last column's byte (the plane's last), then packs the pairs' chosen bytes exactly
+ * (packus of 0..255). The 32-wide packus leaves the lanes in the order 0-7, 16-23, 8-15, 24-31,
+ * which max_row_avx2 puts right once per output block. */
+static inline __m256i tap_codes32(int32_t sw, const int8_t* src, int64_t j) {
+  if (sw == 1) return _mm256_loadu_si256((const __m256i*)(const void*)(src + j));
+  const __m256i a = _mm256_loadu_si256((const __m256i*)(const void*)(src + 2 * j));
+  const __m256i b = _mm256_loadu_si256((const __m256i*)(const void*)(src + 2 * j + 31));
+  return _mm256_packus_epi16(_mm256_and_si256(a, _mm256_set1_epi16(0xFF)),
+                             _mm256_srli_epi16(b, 8));
+}
+
+static inline __m128i tap_codes16(int32_t sw, const int8_t* src, int64_t j) {
+  if (sw == 1) return _mm_loadu_si128((const __m128i*)(const void*)(src + j));
+  const __m128i a = _mm_loadu_si128((const __m128i*)(const void*)(src + 2 * j));
+  const __m128i b = _mm_loadu_si128((const __m128i*)(const void*)(src + 2 * j + 15));
+  return _mm_packus_epi16(_mm_and_si128(a, _mm_set1_epi16(0xFF)), _mm_srli_epi16(b, 8));
+}
+
+/* One output row of a max pool of stride 1 or 2 on AVX2, which has no masked byte loads: the
+ * columns every tap sees inside the image in int8 lanes, 32 at a time (16 on rows of 16-31 such
+ * columns; the maximum of codes is exact in any order and needs no widening), the last block
+ * ending at the last such column and overlapping the one before (the maximum is idempotent);
+ * the edge columns, where some tap leaves the image, tap by tap (tap_scalar, from -128: padding
+ * never wins). The scalar loop stored a running maximum per code and tap. */
+static void max_row_avx2(int32_t sw, const int8_t* const* srcs, const int64_t* lo,
+                         const int64_t* hi, int32_t ntaps, int64_t nc, int32_t* acc,
+                         int8_t* dst) {
+  int64_t v0 = 0, v1 = nc; /* the columns inside every tap */
+  for (int32_t t = 0; t < ntaps; ++t) {
+    v0 = lo[t] > v0 ? lo[t] : v0;
+    v1 = hi[t] < v1 ? hi[t] : v1;
+  }
+  int64_t left = nc, right = nc; /* the columns left to taps: [0, left) and [right, nc) */
+  if (v1 - v0 >= 32) {
+    for (int64_t j = v0;; j += 32) {
+      if (j > v1 - 32) j = v1 - 32;
+      __m256i m = _mm256_set1_epi8(-128);
+      for (int32_t t = 0; t < ntaps; ++t) m = _mm256_max_epi8(m, tap_codes32(sw, srcs[t], j));
+      if (sw == 2) m = _mm256_permute4x64_epi64(m, _MM_SHUFFLE(3, 1, 2, 0));
+      _mm256_storeu_si256((__m256i*)(void*)(dst + j), m);
+      if (j == v1 - 32) break;
+    }
+    left = v0;
+    right = v1;
+  } else if (v1 - v0 >= 16) {
+    for (int64_t j = v0;; j = v1 - 16) {
+      __m128i m = _mm_set1_epi8(-128);
+      for (int32_t t = 0; t < ntaps; ++t) m = _mm_max_epi8(m, tap_codes16(sw, srcs[t], j));
+      _mm_storeu_si128((__m128i*)(void*)(dst + j), m);
+      if (j == v1 - 16) break;
+    }
+    left = v0;
+    right = v1;
+  }
+  const int64_t spans[2][2] = {{0, left}, {right, nc}};
+  for (int k = 0; k < 2; ++k) {
+    const int64_t a = spans[k][0], b = spans[k][1];
+    if (a >= b) continue;
+    for (int64_t i = a; i < b; ++i) acc[i] = -128;
+    for (int32_t t = 0; t < ntaps; ++t)
+      tap_scalar(1, sw, srcs[t], acc, lo[t] > a ? lo[t] : a, hi[t] < b ? hi[t] : b);
+    for (int64_t i = a; i < b; ++i) dst[i] = (int8_t)acc[i];
+  }
+}
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* Strides 1 and 2: 32 output columns at a time, every tap of the window folded into one
@@ -269,6 +340,13 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
           thi[ntaps] = hi[s];
           ++ntaps;
         }
+      int8_t* dst = out + (int64_t)oy * g->out_w + c0;
+#ifdef POOL_AVX2
+      if (is_max && sw <= 2) {
+        max_row_avx2(sw, srcs, tlo, thi, ntaps, nc, acc, dst);
+        continue;
+      }
+#endif
       int64_t j = 0;
 #ifdef ROW_BLOCKS
       if (sw <= 2) {
@@ -280,7 +358,6 @@ static void pool_rows(const pdp_geometry* g, int32_t zero, const int8_t* in, int
         for (int32_t i = 0; i < nc; ++i) acc[i] = is_max ? -128 : 0;
         for (int32_t t = 0; t < ntaps; ++t) tap_scalar(is_max, sw, srcs[t], acc, tlo[t], thi[t]);
       }
-      int8_t* dst = out + (int64_t)oy * g->out_w + c0;
       if (is_max) {
         for (int32_t i = 0; i < nc; ++i) dst[i] = (int8_t)acc[i];
       } else {

@@ -14,7 +14,8 @@
  * by unpack and vpmovsxbw (stride-2 rows gathered 16 bytes a step). A tile's columns stay in L2
  * (a quarter of it, sysconf's figure) while every G2_SB blocks of MR channels run over them: 6
  * channels x 16 positions per micro-kernel (the implicit GEMM's, below: the weights' word
- * broadcast, a panel's pair row in two registers). The blocks' int32 rows then go through the
+ * broadcast, a panel's pair row in two registers; a call runs every 16-wide panel of a
+ * one-chunk tile for its 6 channels). The blocks' int32 rows then go through the
  * channels' converters in L1: in lanes (sdp_i8_lanes8_run, the converters prepared once per
  * call) where every channel has a lane form, else sdp_i8_span. A tile's last panel of 8
  * keeping at most G2_TAIL positions (7x7 planes: 49 = 3 x 16 + 1) runs as matrix-vector
@@ -72,7 +73,10 @@ enum {
  * the rows may lie in two packed blocks) and the pair rows from b + 2 off[t] (bs apart), the
  * pair rows in registers (two loads a pair step; 12 accumulators, 2 rows, the word and a
  * product fill the 16 registers) and the accumulators across the taps (a call per tap cost a
- * sixth more in loads, stores and calls). */
+ * sixth more in loads, stores and calls); np such panels a call, each ps int16 past the one
+ * before (b) and 8 NV columns (c): the column GEMM's one-chunk tiles run all their 16-wide
+ * panels in one call per 6 channels, where a call per panel cost shallow layers up to a third
+ * more in set-up and calls (docs/kernels.md). */
 #define G6_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define G6_PTR(m) const int32_t* const p##m = p[MR_ > m ? m : 0];
 #define G6_MAC(m)                                                                \
@@ -86,30 +90,32 @@ static inline __attribute__((always_inline)) void g6t_body(const int MR_, const 
                                                            const int32_t* const* p, int64_t as,
                                                            const int16_t* bb, const int64_t* off,
                                                            int64_t bs, int32_t* c, int64_t ldc,
-                                                           int more) {
+                                                           int more, int64_t np, int64_t ps) {
   G6_ROWS(G6_PTR)
-  G6_ROWS(G2_ACC)
-  for (int64_t t = 0; t < ntaps; ++t) {
-    const int16_t* b = bb + 2 * off[t];
-    int64_t o = t * as;
-    for (int64_t j = 0; j < kc; ++j, o += MR, b += bs) {
-      __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
-      __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
-      __asm__("" : "+x"(b0), "+x"(b1)); /* in registers: one load each, not one per row */
-      G6_ROWS(G6_MAC)
+  for (int64_t q = 0; q < np; ++q, bb += ps, c += 8 * NV) {
+    G6_ROWS(G2_ACC)
+    for (int64_t t = 0; t < ntaps; ++t) {
+      const int16_t* b = bb + 2 * off[t];
+      int64_t o = t * as;
+      for (int64_t j = 0; j < kc; ++j, o += MR, b += bs) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i*)b);
+        __m256i b1 = NV > 1 ? _mm256_loadu_si256((const __m256i*)(b + 16)) : b0;
+        __asm__("" : "+x"(b0), "+x"(b1)); /* in registers: one load each, not one per row */
+        G6_ROWS(G6_MAC)
+      }
     }
+    G6_ROWS(G2_OUT)
   }
-  G6_ROWS(G2_OUT)
 }
 
 enum { G6_MR = 6 };
 typedef void (*g6t_fn)(int64_t, int64_t, const int32_t* const*, int64_t, const int16_t*,
-                       const int64_t*, int64_t, int32_t*, int64_t, int);
+                       const int64_t*, int64_t, int32_t*, int64_t, int, int64_t, int64_t);
 #define G6T_KERNEL(M_, V_)                                                                    \
   static void g6t_##M_##_##V_(int64_t kc, int64_t ntaps, const int32_t* const* p, int64_t as, \
                               const int16_t* b, const int64_t* off, int64_t bs, int32_t* c,   \
-                              int64_t ldc, int more) {                                        \
-    g6t_body(M_, V_, kc, ntaps, p, as, b, off, bs, c, ldc, more);                             \
+                              int64_t ldc, int more, int64_t np, int64_t ps) {                \
+    g6t_body(M_, V_, kc, ntaps, p, as, b, off, bs, c, ldc, more, np, ps);                     \
   }
 G6T_KERNEL(1, 1) G6T_KERNEL(2, 1) G6T_KERNEL(3, 1) G6T_KERNEL(4, 1) G6T_KERNEL(5, 1)
 G6T_KERNEL(6, 1) G6T_KERNEL(1, 2) G6T_KERNEL(2, 2) G6T_KERNEL(3, 2) G6T_KERNEL(4, 2)
@@ -327,14 +333,14 @@ static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_j
   return 1;
 }
 
-/* The micro-kernel over panel q of a tile's columns bq (kc pairs from pair j0; width
- * min(G2_NR, ldb - q G2_NR)) for the group grp's channels [k0, k0 + n), 6 a call (a call's
- * rows may lie in two packed blocks): channel k0 + r's sums in row r of acc (ldb apart),
- * more: added to them. The implicit GEMM's kernel with one tap, the panel's pair rows 2 wq
- * int16 apart. */
+/* The micro-kernel over np panels from panel q of a tile's columns bq (kc pairs from pair j0;
+ * width min(G2_NR, ldb - q G2_NR), every one of them when np > 1) for the group grp's channels
+ * [k0, k0 + n), 6 a call (a call's rows may lie in two packed blocks): channel k0 + r's sums
+ * in row r of acc (ldb apart), more: added to them. The implicit GEMM's kernel with one tap,
+ * the panel's pair rows 2 wq int16 apart, the panels G2_NR kc pairs apart. */
 static inline void g2_rows(const g2_job* J, int64_t grp, int64_t k0, int64_t n,
                            const int16_t* bq, int64_t q, int64_t ldb, int64_t j0, int64_t kc,
-                           int32_t* acc, int more) {
+                           int32_t* acc, int more, int64_t np) {
   static const int64_t tap0 = 0;
   const int64_t wq = ldb - q * G2_NR < G2_NR ? ldb - q * G2_NR : G2_NR;
   for (int64_t r = 0; r < n; r += G6_MR) {
@@ -344,7 +350,8 @@ static inline void g2_rows(const g2_job* J, int64_t grp, int64_t k0, int64_t n,
       const int64_t k = k0 + r + m;
       p[m] = J->w + ((grp * J->P->mblocks + k / MR) * J->kd2 + j0) * MR + k % MR;
     }
-    g6t_table[wq / 8][mr](kc, 1, p, 0, bq, &tap0, 2 * wq, acc + r * ldb + q * G2_NR, ldb, more);
+    g6t_table[wq / 8][mr](kc, 1, p, 0, bq, &tap0, 2 * wq, acc + r * ldb + q * G2_NR, ldb, more,
+                          np, G2_NR * kc * 2);
   }
 }
 
@@ -404,8 +411,8 @@ static void g2_tail(int64_t t, const g2_job* J, int64_t grp, int64_t k0, int64_t
 
 /* Item = (image, group, tile, chunk of channel blocks), the chunk innermost. One depth chunk:
  * per G2_SB blocks of MR channels (24 rows: the 6-row micro-kernel's calls do not straddle a
- * pass), every panel (the last through g2_tail where it takes it), then their rows converted
- * (in L1). Several
+ * pass), per 6 of them every 16-wide panel in one call, the panel of 8 (the last through
+ * g2_tail where it takes it), then their rows converted. Several
  * (a deep layer): per depth chunk, its columns, then per panel (in L1) every block, added to
  * the int32 rows of all the item's channels, converted after the last chunk; the weights of
  * every block stream past a panel instead of the panels past a block's weights (a deep panel
@@ -434,8 +441,10 @@ static void g2_item(void* ctx, int64_t it, int participant) {
     for (int64_t mb = mb0; mb < mb1; mb += G2_SB) {
       const int64_t k0 = mb * MR, e = (mb + G2_SB < mb1 ? mb + G2_SB : mb1) * MR;
       const int64_t nrows = (P->mg < e ? P->mg : e) - k0;
-      for (int64_t q = 0; q < nfull; ++q)
-        g2_rows(J, grp, k0, nrows, col + q * G2_NR * kd2 * 2, q, ldb, 0, kd2, acc, 0);
+      const int64_t n16 = ldb < nfull * G2_NR ? nfull - 1 : nfull; /* 16-wide panels */
+      if (n16 > 0) g2_rows(J, grp, k0, nrows, col, 0, ldb, 0, kd2, acc, 0, n16);
+      if (n16 < nfull)
+        g2_rows(J, grp, k0, nrows, col + n16 * G2_NR * kd2 * 2, n16, ldb, 0, kd2, acc, 0, 1);
       if (nfull < npanels)
         g2_tail(tv, J, grp, k0, nrows, col + last * kd2 * 2, 0, kd2, acc, last, ldb, 0);
       for (int64_t m = 0; m < nrows; ++m) {
@@ -450,7 +459,8 @@ static void g2_item(void* ctx, int64_t it, int participant) {
     g2_columns(P, img, J->in_end, J->in_zero, p0, nt, ldb, j0, j0 + kcc, col, rows, J->cg2);
     const int64_t nk = (P->mg < mb1 * MR ? P->mg : mb1 * MR) - mb0 * MR;
     for (int64_t q = 0; q < nfull; ++q)
-      g2_rows(J, grp, mb0 * MR, nk, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc, acc, j0 > 0);
+      g2_rows(J, grp, mb0 * MR, nk, col + q * G2_NR * kcc * 2, q, ldb, j0, kcc, acc, j0 > 0,
+              1);
     if (nfull < npanels)
       g2_tail(tv, J, grp, mb0 * MR, nk, col + last * kcc * 2, j0, kcc, acc, last, ldb, j0 > 0);
   }
@@ -767,7 +777,7 @@ static void i16_item(void* ctx, int64_t it, int participant) {
           p[m] = J->w + ((grp * P->mblocks + k / MR) * rs * cg2 + c0) * MR + k % MR;
         }
         g6t_table[wq / 8][mr](kc, rs, p, cg2 * MR, bq, J->off, 2 * J->pstride,
-                              acc + r * ldb + q * I16_NR, ldb, c0 > 0);
+                              acc + r * ldb + q * I16_NR, ldb, c0 > 0, 1, 0);
       }
     }
   }

@@ -79,10 +79,48 @@ print(json.dumps(out))
 """
 
 
+# Layers with the converters the compiler emits (a per-channel int16 mul, shifts of 17 and
+# more, an output zero point): ReLU, ReLU6's clip, none and a residual add run the lane forms
+# (sdp_i8_lanes.h: 4, 3 and the add's) where the layers above (shift 9) run the direct one.
+# 16 -> 96 on 28x28 (MobileNetV2's expansion: tiles of 17, 17 and 15 panels of 16, each run by
+# one micro-kernel call per 6 channels), 56 positions (3 panels of 16 and one of 8 keeping 8;
+# 20 channels: calls of 6, 6, 6 and 2), 81 (the matrix-vector tail), 7 channels (6 + 1).
+CONVERTED = [
+    (1, 16, 28, 28, 96, 1, 1, 1, 0, 1, 1, -128, "clip"),
+    (1, 24, 7, 8, 20, 1, 1, 1, 0, 1, 1, 5, "none"),
+    (1, 32, 9, 9, 13, 1, 1, 1, 0, 1, 1, -128, "relu"),
+    (1, 40, 10, 12, 30, 3, 3, 2, 1, 1, 1, 3, "add"),
+    (2, 24, 10, 10, 36, 3, 3, 1, 1, 1, 3, -5, "relu"),
+    (1, 8, 30, 30, 7, 1, 1, 1, 0, 1, 1, 127, "clip"),
+    (1, 64, 12, 12, 40, 1, 1, 1, 0, 1, 1, -128, "add"),
+]
+
+
+def _converter(layer, rng, x, wt, out_shape):
+    """The compiler's kind of SDP for CONVERTED's layers: per-channel mul, a shift that leaves
+    the codes spread over the range, out_zero, a bias that centres each channel's sums; kind:
+    ReLU, clip (ReLU6), none or a residual add (an operand of codes, ReLU)."""
+    n, c, h, w, k, kh, kw, s, p, d, g, z, kind = layer
+    depth = c // g * kh * kw
+    sums = ref.conv2d_int8(x, wt, s, p, d, g, z)
+    bias = -np.median(sums, axis=(0, 2, 3)).astype(np.int32)
+    mul = rng.integers(8192, 32768, k).astype(np.int16)
+    rshift = np.full(k, 21 + int(np.ceil(np.log2(depth) / 2)), np.uint8)
+    params = dict(precision="int8", bias=bias, mul=mul, rshift=rshift, out_zero=-20)
+    if kind == "relu":
+        params.update(act="relu")
+    elif kind == "clip":
+        params.update(act="clip", clip_lo=-20, clip_hi=90)
+    elif kind == "add":
+        params.update(ew_op="add", act="relu", ew_zero=7, ew_mul=3 << 12, ew_shift=12,
+                      operand=rng.integers(-128, 128, out_shape).astype(np.int8))
+    return Sdp(**params)
+
+
 def chain_of(layer, packed):
     """The input and the conv + SDP chain of a layer (the same in the child and here)."""
-    n, c, h, w, k, kh, kw, s, p, d, g, z = layer
-    rng = np.random.default_rng(sum(layer) + 1000 * len(LAYERS))
+    n, c, h, w, k, kh, kw, s, p, d, g, z = layer[:12]
+    rng = np.random.default_rng(sum(layer[:12]) + 1000 * len(LAYERS))
     deep = c >= 4096
     if deep:  # every product at its most negative in channels 0..3, random elsewhere
         x = np.full((n, c, h, w), 127, np.int8)
@@ -101,6 +139,9 @@ def chain_of(layer, packed):
                 in_zero=z)
     if packed:
         conv = conv.packed_for("nv_full", in_c=c)
+    if len(layer) > 12:
+        oh, ow = ((e + 2 * p - d * (kk - 1) - 1) // s + 1 for e, kk in ((h, kh), (w, kw)))
+        return x, [conv, _converter(layer, rng, x, wt, (n, k, oh, ow))]
     return x, [conv, Sdp(precision="int8", bias=bias, rshift=rshift)]
 
 
@@ -126,7 +167,7 @@ def _has_kernel():
 def _implicit_computes(layer):
     """Whether implicit16_avx2 computes a layer when forced: grouped or dense, stride 1, more
     than one output position."""
-    n, c, h, w, k, kh, kw, s, p, d, g, z = layer
+    n, c, h, w, k, kh, kw, s, p, d, g, z = layer[:12]
     return c // g > 1 and s == 1 and (h + 2 * p - d * (kh - 1)) * (w + 2 * p - d * (kw - 1)) > 1
 
 
@@ -154,6 +195,18 @@ def test_gemm16_one_thread_and_sums_near_the_int32_bound():
     # the bound is reached: channel 0's sum is -2 139 095 040, its code (sum + bias) >> 16 = 0
     x, chain = chain_of(DEEP[0], 0)
     assert ref.run_chain(chain, x)[0, 0].max() == 0
+
+
+def test_gemm16_with_the_compilers_converters():
+    """The lane converters' forms in the GEMMs' epilogues (ReLU, clip, none, residual add),
+    with 2 threads and 1, forced and as the list chooses, against the reference's codes."""
+    _check(CONVERTED, 2)
+    _check(CONVERTED, 1)
+    _check(CONVERTED, 2, "implicit16_avx2")
+    # the converters span the codes: the test would see a wrong sum
+    for layer in CONVERTED:
+        x, chain = chain_of(layer, 0)
+        assert len(np.unique(ref.run_chain(chain, x))) > 40, layer
 
 
 def test_implicit16_gives_the_reference_codes():

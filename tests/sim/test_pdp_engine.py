@@ -255,6 +255,31 @@ def test_int8_narrow_max_pools_match_reference_exactly(shape, kernel, stride, pa
         assert_same(y, expected, f"max {kernel} on {shape}, {threads} threads")
 
 
+@pytest.mark.parametrize("shape,kernel,stride,padding", [
+    ((112, 112), 3, 2, 1),                     # ResNet's stem pool
+    ((9, 131), 3, 1, 1), ((6, 70), 2, 2, 0), ((5, 97), (2, 5), (1, 2), (1, 0, 0, 4)),
+    ((4, 65), (3, 8), 2, (1, 7, 2, 0)),        # the first columns' windows mostly padding
+    ((3, 66), (1, 2), (1, 2), 0),              # the last pair ends the plane exactly
+    ((2, 2100), (2, 3), 1, (0, 1)),            # outputs past a pass's 1024 columns
+    ((5, 40), 2, 2, 0), ((4, 30), 3, 1, 1),    # 16-31 columns inside every tap: 16 a step
+    ((3, 33), 3, 2, 1),                        # 15 such columns: tap by tap
+    ((7, 50), 3, 3, 1)])                       # stride 3: tap by tap
+def test_int8_wide_max_pools_match_reference_exactly(shape, kernel, stride, padding):
+    """Max pools over outputs of 16 columns or more go an output row at a time (pdp_i8.c
+    pool_rows; on AVX2 builds max_row_avx2: the columns inside every tap 16 or 32 at a time,
+    the edges tap by tap): the reference's codes, edges, padding and block tails included."""
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    x = rng.integers(-128, 128, (1, 3) + shape).astype(np.int8)
+    x[0, 0] = -128  # a plane at the rail: padding must not win
+    x[0, 1, :, -1] = 127  # the last column wins where a window reaches it
+    op = Pool("max", kernel, stride, padding, precision="int8", zero=5)
+    expected = ref.run_op(op, x)
+    assert expected.shape[3] >= 16
+    for threads in (1, 3):
+        y, _ = DEVICES[threads].run([op], x)
+        assert_same(y, expected, f"max {kernel}/{stride} on {shape}, {threads} threads")
+
+
 @pytest.mark.parametrize("zero", [-128, -5, 0, 77, 127])
 @pytest.mark.parametrize("kind,kernel,stride,padding,include_pad", INT8_POOLS, ids=str)
 def test_int8_pool_matches_reference_exactly(kind, kernel, stride, padding, include_pad, zero):
