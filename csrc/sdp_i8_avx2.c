@@ -724,11 +724,41 @@ int sdp_i8_plane_codes_avx2(const sdp_i8* p, int32_t ch, int8_t operand, const i
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
+/* The lane forms (sdp_i8_lanes.h) of channel ch for values |v| <= vmax, without a LUT: 1 where
+ * they converted the span, 0 where the caller must. vmax 2^31: any int32 value (forms 0, 1, 7
+ * and the add's form 1); an independent run's v = code - in_zero (|v| <= 255) also takes the
+ * forms without a clamp and the conv forms, and the add's forms for shifts of 16 or less, which
+ * no add with any int32 value has (its product leaves int32): those ran gen4's int64 steps. */
+static int span_lanes(const sdp_i8* p, int32_t ch, int64_t vmax, const int32_t* v,
+                      const int8_t* operand, int8_t* y, int64_t count) {
+  if (p->lut != NULL ||
+      !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
+    return 0;
+  sdp_i8_lane_cvt e;
+  sdp_i8_lane_add a;
+  int8_t lo, hi;
+  if (p->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(p, ch, 1, vmax, &e, &lo, &hi)) {
+    sdp_i8_lanes8_run(&e, NULL, sdp_i8_lane_form(&e), lo, hi, v, NULL, y, count);
+    return 1;
+  }
+  if (p->ew_op == ACCEL_EW_ADD && sdp_i8_lanes_prepare_add(p, ch, 1, vmax, &e, &a, &lo, &hi)) {
+    /* the add's form of one row, as rows_form's (conv/i8.h): 3 / 4 without the clamp for
+     * shifts <= 16 / >= 17, else 1 */
+    const int form = !e.exact ? 1 : e.shift == 0 && e.add == 0 ? 3 : 4;
+    sdp_i8_lanes8_run(&e, &a, form, lo, hi, v, operand, y, count);
+    return 1;
+  }
+  return 0;
+}
+
+int sdp_i8_codes_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+                      int8_t* y, int64_t count) {
+  return span_lanes(p, ch, 255, v, operand, y, count);
+}
+
 void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
                       int8_t* y, int64_t count) {
   const chan_params c = channel_params(p, ch);
-  const int basic_act =
-      p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP;
   if (p->lut != NULL) {
     /* the plan's codes in lanes, set up per call (sdp_i8_lanes_prepare_lut's constants cost two
      * divisions and a dozen evaluations of t per channel: the conv kernels keep them per call) */
@@ -738,20 +768,8 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
       sdp_i8_lanes8_run_lut(&e, &L, v, y, count);
       return;
     }
-  } else if (basic_act && (p->ew_op == ACCEL_EW_NONE || p->ew_op == ACCEL_EW_ADD)) {
-    /* the lane forms (sdp_i8_lanes.h) of this channel, for any int32 v (|v| <= 2^31) */
-    sdp_i8_lane_cvt e;
-    sdp_i8_lane_add a;
-    int8_t lo, hi;
-    if (p->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(p, ch, 1, (int64_t)1 << 31, &e, &lo, &hi)) {
-      sdp_i8_lanes8_run(&e, NULL, sdp_i8_lane_form(&e), lo, hi, v, NULL, y, count);
-      return;
-    }
-    if (p->ew_op == ACCEL_EW_ADD &&
-        sdp_i8_lanes_prepare_add(p, ch, 1, (int64_t)1 << 31, &e, &a, &lo, &hi)) {
-      sdp_i8_lanes8_run(&e, &a, 1, lo, hi, v, operand, y, count);
-      return;
-    }
+  } else if (span_lanes(p, ch, (int64_t)1 << 31, v, operand, y, count)) {
+    return;
   }
   if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT without its plan: sdp_one */
     sdp_i8_span_scalar(p, ch, v, operand, y, count);
