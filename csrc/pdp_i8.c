@@ -15,10 +15,11 @@
  * every tap of the window folded into one register (int16 lanes), lanes outside a tap's image
  * columns left alone (a pass over the row per tap reloads the accumulators a masked store just
  * wrote); AVX2 builds take max pools of strides 1 and 2 16 or 32 columns a step in int8
- * lanes (max_row_avx2); other strides tap by tap, portably. Averages over non-overlapping windows from the
- * top left (the passes of a wide or global average) sum column by column (pool_blocks); max
- * pools of stride 1 across narrower outputs by rows of window maxima (pool_narrow_max); other
- * outputs narrower than 16 columns go window by window. Figures: docs/kernels.md.
+ * lanes (max_row_avx2); other strides tap by tap, portably. Averages over non-overlapping
+ * windows from the top left (the passes of a wide or global average) sum column by column
+ * (pool_blocks); max pools of stride 1 across narrower outputs by rows of window maxima
+ * (pool_narrow_max); other outputs narrower than 16 columns go window by window. Figures:
+ * docs/kernels.md.
  */
 #include <stdint.h>
 #include <string.h>
