@@ -9,8 +9,9 @@
  * window-by-window loop took three times the convolution before ResNet's 3x3/2 max pool. Max
  * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows;
  * measured: docs/kernels.md, pdp.c). Global pooling (one output per plane) takes 8 planes at a
- * time (pool_global; an AVX2 build 16, a plane per lane: pool_global8). Other averages (narrow rows, strides above 2: a wide pool's passes) take
- * a row's windows inside the image side by side, each in its own order (pool_row_inside).
+ * time (pool_global; an AVX2 build 16, a plane per lane: pool_global8). Other averages
+ * (narrow rows, strides above 2: a wide pool's passes) take a row's windows inside the image
+ * side by side, each in its own order (pool_row_inside).
  */
 #include <math.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -497,21 +498,33 @@ static void pool_plane(const pdp_geometry* g, const float* in, float* out) {
  * of one (a 7x7 average is otherwise 49 dependent adds per plane). */
 enum { GLOBAL_BLOCK = 8 };
 
+/* A global pool's one window: rows [r0, r1) from y0, columns [s0, s1) from x0 of each plane,
+ * and its average's divisor. */
+typedef struct global_window {
+  int32_t y0, r0, r1, x0, s0, s1;
+  float divisor;
+} global_window;
+
+static global_window global_window_of(const pdp_geometry* g) {
+  global_window win;
+  pool_window(0, g->stride_h, g->pad_top, g->kernel_h, g->h, &win.y0, &win.r0, &win.r1);
+  pool_window(0, g->stride_w, g->pad_left, g->kernel_w, g->w, &win.x0, &win.s0, &win.s1);
+  win.divisor = g->count_include_pad ? (float)(g->kernel_h * g->kernel_w)
+                                     : (float)((win.r1 - win.r0) * (win.s1 - win.s0));
+  return win;
+}
+
 static void pool_global(const pdp_geometry* g, const float* in, float* out, int64_t planes) {
   const int is_max = g->pool == ACCEL_POOL_MAX;
   const int64_t hw = (int64_t)g->h * g->w;
-  int32_t y0, r0, r1, x0, s0, s1;
-  pool_window(0, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
-  pool_window(0, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
-  const float divisor = g->count_include_pad ? (float)(g->kernel_h * g->kernel_w)
-                                             : (float)((r1 - r0) * (s1 - s0));
+  const global_window win = global_window_of(g);
   int64_t p0 = 0;
   for (; p0 + GLOBAL_BLOCK <= planes; p0 += GLOBAL_BLOCK) {
     float acc[GLOBAL_BLOCK];
     for (int j = 0; j < GLOBAL_BLOCK; ++j) acc[j] = is_max ? -INFINITY : 0.0f;
-    for (int32_t r = r0; r < r1; ++r) {
-      const float* row = in + p0 * hw + (int64_t)(y0 + r) * g->w + x0;
-      for (int32_t s = s0; s < s1; ++s) {
+    for (int32_t r = win.r0; r < win.r1; ++r) {
+      const float* row = in + p0 * hw + (int64_t)(win.y0 + r) * g->w + win.x0;
+      for (int32_t s = win.s0; s < win.s1; ++s) {
         for (int j = 0; j < GLOBAL_BLOCK; ++j) {
           const float v = row[j * hw + s];
           if (is_max) {
@@ -522,7 +535,7 @@ static void pool_global(const pdp_geometry* g, const float* in, float* out, int6
         }
       }
     }
-    for (int j = 0; j < GLOBAL_BLOCK; ++j) out[p0 + j] = is_max ? acc[j] : acc[j] / divisor;
+    for (int j = 0; j < GLOBAL_BLOCK; ++j) out[p0 + j] = is_max ? acc[j] : acc[j] / win.divisor;
   }
   for (; p0 < planes; ++p0) pool_row_scalar(g, in + p0 * hw, out + p0, 0, 0, 1);
 }
@@ -762,20 +775,16 @@ static inline __attribute__((always_inline)) void global_groups8(
 static int64_t pool_global8(const pdp_geometry* g, const float* in, float* out,
                             int64_t planes) {
   const int64_t hw = (int64_t)g->h * g->w;
-  int32_t y0, r0, r1, x0, s0, s1;
-  pool_window(0, g->stride_h, g->pad_top, g->kernel_h, g->h, &y0, &r0, &r1);
-  pool_window(0, g->stride_w, g->pad_left, g->kernel_w, g->w, &x0, &s0, &s1);
-  const float divisor = g->count_include_pad ? (float)(g->kernel_h * g->kernel_w)
-                                             : (float)((r1 - r0) * (s1 - s0));
-  const int64_t start = (int64_t)(y0 + r0) * g->w + x0 + s0;
-  const int whole_rows = x0 + s0 == 0 && s1 - s0 == g->w;
-  const int32_t rows = whole_rows ? 1 : r1 - r0;
-  const int64_t n = whole_rows ? (int64_t)(r1 - r0) * g->w : s1 - s0;
+  const global_window win = global_window_of(g);
+  const int64_t start = (int64_t)(win.y0 + win.r0) * g->w + win.x0 + win.s0;
+  const int whole_rows = win.x0 + win.s0 == 0 && win.s1 - win.s0 == g->w;
+  const int32_t rows = whole_rows ? 1 : win.r1 - win.r0;
+  const int64_t n = whole_rows ? (int64_t)(win.r1 - win.r0) * g->w : win.s1 - win.s0;
   int64_t p0 = 0;
   for (; p0 + 8 * GLOBAL_GROUPS <= planes; p0 += 8 * GLOBAL_GROUPS)
-    global_groups8(g, in + p0 * hw, out + p0, GLOBAL_GROUPS, start, rows, n, g->w, divisor);
+    global_groups8(g, in + p0 * hw, out + p0, GLOBAL_GROUPS, start, rows, n, g->w, win.divisor);
   for (; p0 + 8 <= planes; p0 += 8)
-    global_groups8(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, divisor);
+    global_groups8(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, win.divisor);
   return p0;
 }
 #endif
