@@ -32,12 +32,12 @@ def test_repeated_layers_share_their_code_and_run_the_same(monkeypatch):
     inline = ac.partition_for_accel(mod, params)
     (inline_source,) = ac.generated_sources(inline).values()
     assert "layer_code" not in inline_source
-    # 0.73: the first block's first norm, which transposes its data, is printed inline (one of
-    # the four block norms at two blocks)
-    assert len(source) < len(inline_source) * 3 / 4, (len(source), len(inline_source))
+    # 0.77 (0.73 while a layer norm's sums were 23-run trees): the first block's first norm,
+    # which transposes its data, is printed inline (one of the four block norms at two blocks)
+    assert len(source) < len(inline_source) * 0.8, (len(source), len(inline_source))
     out, labels = run_profiled(shared, x.numpy())
     inline_out, inline_labels = run_profiled(inline, x.numpy())
-    assert labels == inline_labels and len(labels) > 100
+    assert labels == inline_labels and len(labels) > 80  # 85 runs (a layer norm 6 in fp32)
     assert np.array_equal(out, inline_out)
 
 
@@ -49,9 +49,10 @@ def test_layers_that_differ_only_in_their_weight_pack_slots_share_their_code():
         runs = [f"if (accel_glue_pack_weights(&k_fn, &ops[0], 32, {first_slot + i}) != 0) "
                 f"return -1;\nif (accel_glue_run_layer(&k_fn, ops, 1, k_temp[{temp}], "
                 f"in_shape, k_temp[{temp + 1}], out_shape, \"run {i}\") != 0) return -1;"
-                for i in range(emit.SHARED_LAYER_RUNS)]
+                for i in range(8)]  # a layer of 8 runs: at least SHARED_LAYER_RUNS
         return "\n".join(runs)
 
+    assert emit.SHARED_LAYER_RUNS <= 8
     functions, body = emit.shared_layers([layer(0, 0), layer(8, 4)])
     assert len(functions) == 1 and "P[7]) != 0" in functions[0], functions
     assert "const int P_[8] = {0, 1, 2, 3, 4, 5, 6, 7};" in body[0]

@@ -223,9 +223,10 @@ _PARAMETERS = {"a": ("A", "float* const*"), "k_temp": ("T", "void* const*"),
 
 
 #: Layers of fewer runs stay inline: a layer of one run or a few (a conv, a concat's copies)
-#: gains little from a shared function, and its run reads better where it runs; a layer norm,
-#: a softmax or an attention is tens of runs, the same in every block of a transformer.
-SHARED_LAYER_RUNS = 8
+#: gains little from a shared function, and its run reads better where it runs; a layer norm
+#: (6 runs in fp32 since its sums became CONVs, tens in fp16), a softmax or an attention is
+#: many, the same in every block of a transformer.
+SHARED_LAYER_RUNS = 6
 
 
 def _template(text: str) -> Optional[Tuple[str, Dict[str, List[str]]]]:
