@@ -74,9 +74,7 @@ MAX_COVERED = 4096
 def fp32_sums(shape) -> str:
     """The sums over C an fp32 layer norm or softmax over a surface of ``shape`` takes (the
     compiler's choice): ``"conv1"``, each sum one CONV of ones to one channel, the fewest
-    cycles on nv_full for ViT-Ti's [1, 192, 1, 197] tokens (layer norm 6 runs and 55,734
-    cycles against the trees' 23 and 101,946 and the broadcasting CONV form's 5 and 66,029;
-    softmax 12 and 55,358 against 20 and 77,444, 11 and 63,132: docs/transformer_ops.md); but
+    modelled cycles of the three forms (docs/transformer_ops.md, "Cost on nv_full"); but
     ``"tree"`` for [N > 1, C, 1, 1] rows, whose CONVs the library sums as a batch of fully
     connected rows through OpenBLAS, not in the reference's order."""
     n, _, h, w = shape
