@@ -227,8 +227,9 @@ def _int8_runs(mod, params, target: Target):
     """What checks a second calibration pass in a real build (``verify`` of
     :func:`~accel_codegen.quantization.calibration.calibrate`): ``runs(calibration,
     examples)``, a Calibration's int8 code generated from ``mod`` as this build generates
-    it, compiled, and run on ``examples``; one result per example. GPTQ's rounding, made after calibration, is left out: the
-    check compares two sets of ranges, both with the weights rounded to nearest."""
+    it, compiled, and run on ``examples``; one result per example. GPTQ's rounding, made
+    after calibration, is left out: the check compares two sets of ranges, both with the
+    weights rounded to nearest."""
     def runs(calibration: Calibration, examples) -> list:
         calibration = dataclasses.replace(calibration, equalized=target.equalize,
                                           bias_correction=target.bias_correction,
