@@ -27,6 +27,9 @@ enum { AR = 4, AV = 3, AN = AV * 8 }; /* micro-tile: AR channels x AN positions 
 enum { A2_NT = 16 * AN };             /* positions of a tile, at most */
 enum { A2_KC_DEFAULT = 128 };         /* depth block where the L1d size is not known */
 enum { A2_L2_DEFAULT = 256 << 10 };   /* L2 bytes assumed where the system does not say */
+/* Output channels (per group), at most, of a pointwise GEMM whose full panels are read in place
+ * from the input rows (a2_item): measured on MobileNetV2's projecting 1x1 layers (docs/kernels.md) */
+enum { A2_IN_PLACE_MAX_MG = 32 };
 
 /* Depth rows [p0, p0 + kc) of columns [n0, n0 + nt) of the im2col matrix of image-group input
  * img as panels of AN columns: column j of row i at col[(j / AN) * kc * AN + i * AN + j % AN]
@@ -271,6 +274,7 @@ typedef struct a2_job {
                * micro-kernel's last store (a2_epi E; 2: with its ADD operand), channel blocks
                * outside the panels (a2_item) */
   a2_epi E;
+  int in_place; /* a pointwise GEMM of few output channels: full panels read from the input rows */
 } a2_job;
 
 /* Item it = (image-group, tile of positions, chunk of output channels), chunk innermost. A
@@ -317,10 +321,16 @@ static void a2_item(void* ctx, int64_t it, int participant) {
     const int64_t mo1 = m1 - mo < J->mo ? m1 : mo + J->mo;
     for (int64_t p0 = 0; p0 < P->kd && ncols > 0; p0 += J->kc) {
       const int64_t kc = P->kd - p0 < J->kc ? P->kd - p0 : J->kc;
-      if (!one_block || mo == m0) {
+      const int64_t jlast = (npanels - 1) * AN, wlast = ncols - jlast;
+      if (J->in_place) { /* the partial last panel alone copied (zeros past its columns) */
+        if (wlast < AN) {
+          a2_im2col_panels(P, img, n0 + jlast, wlast, p0, kc, col);
+          for (int64_t kk = 0; kk < kc; ++kk)
+            memset(col + kk * AN + wlast, 0, (size_t)(AN - wlast) * sizeof(float));
+        }
+      } else if (!one_block || mo == m0) {
         a2_im2col_panels(P, img, n0, ncols, p0, kc, col);
-        const int64_t wlast = ncols - (npanels - 1) * AN; /* the last panel's columns */
-        if (wlast < AN)
+        if (wlast < AN) /* the last panel's columns: zeros past them */
           for (int64_t kk = 0; kk < kc; ++kk)
             memset(col + (npanels - 1) * kc * AN + kk * AN + wlast, 0,
                    (size_t)(AN - wlast) * sizeof(float));
@@ -351,16 +361,34 @@ static void a2_item(void* ctx, int64_t it, int participant) {
         const int64_t mb1 = mo1 - mb < J->mc ? mo1 : mb + J->mc;
         for (int64_t j = 0; j < ncols; j += AN) {
           const int64_t w = ncols - j < AN ? ncols - j : AN;
-          const float* panel = col + (j / AN) * kc * AN;
+          /* A pointwise GEMM of few output channels (at most A2_IN_PLACE_MAX_MG) reads its full
+           * panels from the input rows themselves (ldb: the plane), the next panel's rows
+           * requested a share per channel block meanwhile: its panels serve too few channel
+           * blocks for their copy (input from L3, panels written to and read back from L2) to
+           * pay, which was a third of a 144 -> 24 layer's time. */
+          const int ip = J->in_place && w == AN;
+          const float* panel = ip ? img + p0 * P->hw + n0 + j
+                               : col + (J->in_place ? 0 : j / AN) * kc * AN;
+          const int64_t ldb = ip ? P->hw : AN;
+          const int64_t nblocks = (mb1 - mb + AR - 1) / AR;
+          const int fetch_next = J->in_place && j + 2 * AN <= ncols;
           for (int64_t m = mb; m < mb1; m += AR) {
             const int64_t mr = mb1 - m < AR ? mb1 - m : AR;
+            if (fetch_next) {
+              const int64_t bi = (m - mb) / AR;
+              for (int64_t r = kc * bi / nblocks; r < kc * (bi + 1) / nblocks; ++r) {
+                const float* q = img + (p0 + r) * P->hw + n0 + j + AN;
+                _mm_prefetch((const char*)q, _MM_HINT_T0);
+                _mm_prefetch((const char*)(q + AN - 1), _MM_HINT_T0);
+              }
+            }
             const float* a = abase + m * P->kd + p0;
             const float* pf = m + 2 * AR <= mb1 ? a + AR * P->kd : NULL;
             float* ct = cbase + m * P->ohw + n0 + j;
             /* the next tile's outputs meanwhile (from L2 or beyond at each depth block) */
             const float* pc = m + 2 * AR <= mb1 ? ct + AR * P->ohw : NULL;
-            a2_table[0][w == AN][mr](kc, a, P->kd, panel, AN, ct, P->ohw, p0 > 0, w, pf, pc, NULL,
-                                     0, NULL);
+            a2_table[0][w == AN][mr](kc, a, P->kd, panel, ldb, ct, P->ohw, p0 > 0, w, pf, pc,
+                                     NULL, 0, NULL);
             if (fused_tail && j + AN >= ncols) /* the last panel: the rows are in L1 */
               a2_dot_block(mr, p0, p0 + kc, P->kd, a - p0, P->kd, bt, J->ldbt, ntail,
                            lanes + (m - m0) * ntail * 16, p0 == 0);
@@ -466,6 +494,7 @@ static accel_status a2_gemm(const conv_f32_call* c, int64_t ntail) {
                          : ep->act == ACCEL_ACT_RELU ? 0.0f : -INFINITY,
                    .hi = ep->act == ACCEL_ACT_CLIP ? ep->clip_max : INFINITY};
   }
+  J.in_place = P->pointwise && !J.epi && P->mg <= A2_IN_PLACE_MAX_MG;
   pool_for(nth, items, a2_item, &J);
   return ACCEL_OK;
 }

@@ -46,7 +46,9 @@ enum {
   G2_TAIL = 4,            /* kept positions of an 8-wide last panel that g2_tail takes, at most */
   G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
   G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
-  I16_NR = 16               /* the implicit GEMM's positions per panel (its rows in registers) */
+  I16_NR = 16,              /* the implicit GEMM's positions per panel (its rows in registers) */
+  I16_SHALLOW = 128         /* pair steps (taps x pairs) of a depth chunk up to which one call
+                               runs every panel (docs/kernels.md) */
 };
 
 /* ---- micro-kernel ---------------------------------------------------------------------------
@@ -745,10 +747,12 @@ static void i16_copy_item(void* ctx, int64_t it, int participant) {
 }
 
 /* Item = (image, group, tile of output rows, chunk of channel blocks). Per depth chunk of
- * pairs (every tap's weights of the chunk for the item's channels stay in L2 while the panels
- * pass), per panel of G2_NR virtual positions (its chunk rows in L1), every block over every
- * tap, added to the int32 rows of the item's channels; then each row's kept columns moved
- * together and converted. */
+ * pairs (every tap's weights of the chunk for the item's channels stay in L2), per panel of
+ * I16_NR virtual positions (its chunk rows in L1), every block over every tap, added to the
+ * int32 rows of the item's channels; then each row's kept columns moved together and
+ * converted. A shallow chunk (at most I16_SHALLOW pair steps: a call's set-up is a large part
+ * of it) runs per 6 channels one call over every 16-wide panel (the copy's rows from L2), the
+ * panel of 8 after them. */
 static void i16_item(void* ctx, int64_t it, int participant) {
   const i16_job* J = ctx;
   const plan* P = J->base.P;
@@ -764,11 +768,13 @@ static void i16_item(void* ctx, int64_t it, int participant) {
   const int64_t kf = mb0 * MR, nk = (P->mg < mb1 * MR ? P->mg : mb1 * MR) - kf;
   int32_t* acc = (int32_t*)(void*)J->bufs[participant];
   const int16_t* xb = J->x + bg * cg2 * J->pstride * 2;
+  const int64_t n16 = ldb / I16_NR; /* the 16-wide panels; a last one of 8 after them */
   for (int64_t c0 = 0; c0 < cg2; c0 += J->chunk) {
     const int64_t kc = cg2 - c0 < J->chunk ? cg2 - c0 : J->chunk;
-    for (int64_t q = 0; q < npanels; ++q) {
+    const int16_t* bc = xb + (c0 * J->pstride + v0) * 2; /* panel 0 */
+    const int shallow = kc * rs <= I16_SHALLOW;
+    for (int64_t q = 0; q < npanels; q += shallow ? npanels : 1) {
       const int64_t wq = ldb - q * I16_NR < I16_NR ? ldb - q * I16_NR : I16_NR;
-      const int16_t* bq = xb + (c0 * J->pstride + v0 + q * I16_NR) * 2;
       for (int64_t r = 0; r < nk; r += G6_MR) { /* the item's channels kf + r.., 6 a call */
         const int64_t mr = nk - r < G6_MR ? nk - r : G6_MR;
         const int32_t* p[G6_MR];
@@ -776,8 +782,18 @@ static void i16_item(void* ctx, int64_t it, int participant) {
           const int64_t k = kf + r + m;
           p[m] = J->w + ((grp * P->mblocks + k / MR) * rs * cg2 + c0) * MR + k % MR;
         }
-        g6t_table[wq / 8][mr](kc, rs, p, cg2 * MR, bq, J->off, 2 * J->pstride,
-                              acc + r * ldb + q * I16_NR, ldb, c0 > 0, 1, 0);
+        int32_t* c = acc + r * ldb + q * I16_NR;
+        if (!shallow) { /* panel q */
+          g6t_table[wq / 8][mr](kc, rs, p, cg2 * MR, bc + q * I16_NR * 2, J->off,
+                                2 * J->pstride, c, ldb, c0 > 0, 1, 0);
+          continue;
+        }
+        if (n16 > 0) /* every panel */
+          g6t_table[2][mr](kc, rs, p, cg2 * MR, bc, J->off, 2 * J->pstride, c, ldb, c0 > 0, n16,
+                           2 * I16_NR);
+        if (n16 < npanels)
+          g6t_table[1][mr](kc, rs, p, cg2 * MR, bc + n16 * I16_NR * 2, J->off, 2 * J->pstride,
+                           c + n16 * I16_NR, ldb, c0 > 0, 1, 0);
       }
     }
   }
