@@ -90,6 +90,22 @@ def test_bits_move_as_they_are_and_c16_and_threads_agree():
     assert_same(y, ref.rubik_contract(big, 2, 2), "3 threads")
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("sx, sy", [(2, 2), (2, 1), (3, 2), (1, 2)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_of_whole_vectors_and_a_tail(precision, sx, sy, threads):
+    """Rows wider than the interleave's vectors (71 elements: 32-byte steps of every element
+    size, then a tail), many rows to an item (9 of 70 rows) and items across threads: a
+    nearest upsampling's shape, against the reference and the definition."""
+    x = _data((1, sx * sy * 70, 9, 71), precision, seed=7 * sx + sy)
+    y, _ = Device("nv_full", num_threads=threads).run([Rubik(sx, sy, precision=precision)], x)
+    assert_same(y, ref.rubik_contract(x, sx, sy), f"{sx}x{sy} contract")
+    for a in range(sy):
+        for b in range(sx):
+            assert_same(y[:, :, a::sy, b::sx], x[:, (a * sx + b) * 70:(a * sx + b + 1) * 70],
+                        f"phase ({a}, {b})")
+
+
 @pytest.mark.parametrize("mode", ["fused", "independent"])
 def test_both_modes_and_both_presets_contract_the_same(mode):
     x = _data((1, 8, 3, 3), "int8")
