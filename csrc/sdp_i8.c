@@ -254,12 +254,13 @@ static void run_planes_item(void* ctx, int64_t it, int participant) {
     memset(same, *operand, (size_t)cnt);
     operand = same;
   }
-  for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)J->in[at + i] - p->in_zero;
 #if SDP_I8_AVX2
   /* the codes' bound admits the lane forms that sdp_i8_span cannot assume (a residual add of
-   * shift <= 16: gen4's int64 steps, 4x the instructions) */
-  if (sdp_i8_codes_avx2(p, (int32_t)(plane % J->c), v, operand, J->out + at, cnt)) return;
+   * shift <= 16: gen4's int64 steps, 4x the instructions); they read the codes themselves */
+  if (sdp_i8_codes_avx2(p, (int32_t)(plane % J->c), J->in + at, operand, J->out + at, cnt))
+    return;
 #endif
+  for (int64_t i = 0; i < cnt; ++i) v[i] = (int32_t)J->in[at + i] - p->in_zero;
   sdp_i8_span(p, (int32_t)(plane % J->c), v, operand, J->out + at, cnt);
 }
 

@@ -28,15 +28,23 @@
 
 /* ---- the lane forms (sdp_i8_lanes.h) over a row -------------------------------------------- */
 
-/* 32 values a step; a tail of fewer through a zero-padded copy (0 is a value as any other). */
+/* 32 values a step; a tail of fewer through a zero-padded copy (0 is a value as any other,
+ * and code 0 gives v = -in_zero, within |v| <= 255). The values are int32 rows (codes 0: v)
+ * or an independent run's int8 codes x (codes 1: v = x - zero, widened here: an int32 copy
+ * stored and loaded again cost as much as the add's lanes, sdp_i8.c's run_planes_item). */
 static inline __attribute__((always_inline)) void run_step(const sdp_i8_lane_cvt* e,
                                                            const sdp_i8_lane_add* a, int form,
                                                            int add, __m256i lo, __m256i hi,
-                                                           const int32_t* v, const int8_t* o,
+                                                           const void* src, int codes,
+                                                           __m256i zero, const int8_t* o,
                                                            int8_t* y) {
   __m256i q[4];
   for (int j = 0; j < 4; ++j) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(const void*)(v + 8 * j));
+    const __m256i x =
+        codes ? _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                     (const __m128i*)(const void*)((const int8_t*)src + 8 * j))),
+                                 zero)
+              : _mm256_loadu_si256((const __m256i*)(const void*)((const int32_t*)src + 8 * j));
     if (add)
       q[j] = sdp_i8_lanes8_add(
           a, e, x, _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(o + 8 * j))),
@@ -53,7 +61,8 @@ static inline __attribute__((always_inline)) void run_step(const sdp_i8_lane_cvt
 static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt* ep,
                                                            const sdp_i8_lane_add* ap, int form,
                                                            int add, int8_t lo, int8_t hi,
-                                                           const int32_t* v, const int8_t* o,
+                                                           const void* src, int codes,
+                                                           int32_t in_zero, const int8_t* o,
                                                            int8_t* y, int64_t count) {
   const sdp_i8_lane_cvt ec = *ep;
   sdp_i8_lane_add ac;
@@ -61,44 +70,63 @@ static inline __attribute__((always_inline)) void run_body(const sdp_i8_lane_cvt
   const sdp_i8_lane_cvt* e = &ec;
   const sdp_i8_lane_add* a = add ? &ac : NULL;
   const __m256i l = _mm256_set1_epi8(lo), h = _mm256_set1_epi8(hi);
+  const __m256i z = _mm256_set1_epi32(in_zero);
+  const size_t size = codes ? 1 : sizeof(int32_t);
   int64_t i = 0;
-  for (; i + 32 <= count; i += 32) run_step(e, a, form, add, l, h, v + i, add ? o + i : NULL, y + i);
+  for (; i + 32 <= count; i += 32)
+    run_step(e, a, form, add, l, h, (const char*)src + (size_t)i * size, codes, z,
+             add ? o + i : NULL, y + i);
   if (i < count) {
     int32_t tv[32] = {0};
     int8_t to[32] = {0}, ty[32];
-    memcpy(tv, v + i, (size_t)(count - i) * sizeof(int32_t));
+    memcpy(tv, (const char*)src + (size_t)i * size, (size_t)(count - i) * size);
     if (add) memcpy(to, o + i, (size_t)(count - i));
-    run_step(e, a, form, add, l, h, tv, to, ty);
+    run_step(e, a, form, add, l, h, tv, codes, z, to, ty);
     memcpy(y + i, ty, (size_t)(count - i));
   }
 }
 
+/* The row run's forms, each compiled for int32 rows (CODES 0) and for int8 codes (1). */
+#define LANES8_RUN(CODES)                                                                      \
+  if (add != NULL) {                                                                           \
+    const int lean = add->lean;                                                                \
+    switch (form) {                                                                            \
+      case 4: if (lean) RUN(4, 2, CODES); else RUN(4, 1, CODES); break;                        \
+      case 3: if (lean) RUN(3, 2, CODES); else RUN(3, 1, CODES); break;                        \
+      case 2: if (lean) RUN(2, 2, CODES); else RUN(2, 1, CODES); break;                        \
+      default: if (lean) RUN(1, 2, CODES); else RUN(1, 1, CODES); break;                       \
+    }                                                                                          \
+    return;                                                                                    \
+  }                                                                                            \
+  switch (form) {                                                                              \
+    case 7: RUN(7, 0, CODES); break;                                                           \
+    case 6: RUN(6, 0, CODES); break;                                                           \
+    case 5: RUN(5, 0, CODES); break;                                                           \
+    case 4: RUN(4, 0, CODES); break;                                                           \
+    case 3: RUN(3, 0, CODES); break;                                                           \
+    case 2: RUN(2, 0, CODES); break;                                                           \
+    case 1: RUN(1, 0, CODES); break;                                                           \
+    default: RUN(0, 0, CODES); break;                                                          \
+  }
+
 void sdp_i8_lanes8_run(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int form, int8_t lo,
                        int8_t hi, const int32_t* v, const int8_t* operand, int8_t* y,
                        int64_t count) {
-#define RUN(FORM, ADD) run_body(e, add, FORM, ADD, lo, hi, v, operand, y, count)
-  if (add != NULL) {
-    const int lean = add->lean;
-    switch (form) {
-      case 4: if (lean) RUN(4, 2); else RUN(4, 1); break;
-      case 3: if (lean) RUN(3, 2); else RUN(3, 1); break;
-      case 2: if (lean) RUN(2, 2); else RUN(2, 1); break;
-      default: if (lean) RUN(1, 2); else RUN(1, 1); break;
-    }
-    return;
-  }
-  switch (form) {
-    case 7: RUN(7, 0); break;
-    case 6: RUN(6, 0); break;
-    case 5: RUN(5, 0); break;
-    case 4: RUN(4, 0); break;
-    case 3: RUN(3, 0); break;
-    case 2: RUN(2, 0); break;
-    case 1: RUN(1, 0); break;
-    default: RUN(0, 0); break;
-  }
+#define RUN(FORM, ADD, CODES) run_body(e, add, FORM, ADD, lo, hi, v, CODES, 0, operand, y, count)
+  LANES8_RUN(0)
 #undef RUN
 }
+
+/* sdp_i8_lanes8_run of an independent run's codes x, v = x - in_zero (|v| <= 255). */
+static void lanes8_run_codes(const sdp_i8_lane_cvt* e, const sdp_i8_lane_add* add, int form,
+                             int8_t lo, int8_t hi, const int8_t* x, int32_t in_zero,
+                             const int8_t* operand, int8_t* y, int64_t count) {
+#define RUN(FORM, ADD, CODES) \
+  run_body(e, add, FORM, ADD, lo, hi, x, CODES, in_zero, operand, y, count)
+  LANES8_RUN(1)
+#undef RUN
+}
+#undef LANES8_RUN
 
 /* 32 values of a row (v) into their codes (y): the four vectors' u first, then their bin
  * words, then the picks, so that the scalar loads of one vector overlap the others' arithmetic
@@ -724,13 +752,14 @@ int sdp_i8_plane_codes_avx2(const sdp_i8* p, int32_t ch, int8_t operand, const i
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-/* The lane forms (sdp_i8_lanes.h) of channel ch for values |v| <= vmax, without a LUT: 1 where
- * they converted the span, 0 where the caller must. vmax 2^31: any int32 value (forms 0, 1, 7
+/* The lane forms (sdp_i8_lanes.h) of channel ch for values |v| <= vmax (int32 values v, or with
+ * x an independent run's codes, v = x - in_zero), without a LUT: 1 where they converted the
+ * span, 0 where the caller must. vmax 2^31: any int32 value (forms 0, 1, 7
  * and the add's form 1); an independent run's v = code - in_zero (|v| <= 255) also takes the
  * forms without a clamp and the conv forms, and the add's forms for shifts of 16 or less, which
  * no add with any int32 value has (its product leaves int32): those ran gen4's int64 steps. */
 static int span_lanes(const sdp_i8* p, int32_t ch, int64_t vmax, const int32_t* v,
-                      const int8_t* operand, int8_t* y, int64_t count) {
+                      const int8_t* x, const int8_t* operand, int8_t* y, int64_t count) {
   if (p->lut != NULL ||
       !(p->act == ACCEL_ACT_NONE || p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_CLIP))
     return 0;
@@ -738,22 +767,24 @@ static int span_lanes(const sdp_i8* p, int32_t ch, int64_t vmax, const int32_t* 
   sdp_i8_lane_add a;
   int8_t lo, hi;
   if (p->ew_op == ACCEL_EW_NONE && sdp_i8_lanes_prepare(p, ch, 1, vmax, &e, &lo, &hi)) {
-    sdp_i8_lanes8_run(&e, NULL, sdp_i8_lane_form(&e), lo, hi, v, NULL, y, count);
+    if (x != NULL) lanes8_run_codes(&e, NULL, sdp_i8_lane_form(&e), lo, hi, x, p->in_zero, NULL, y, count);
+    else sdp_i8_lanes8_run(&e, NULL, sdp_i8_lane_form(&e), lo, hi, v, NULL, y, count);
     return 1;
   }
   if (p->ew_op == ACCEL_EW_ADD && sdp_i8_lanes_prepare_add(p, ch, 1, vmax, &e, &a, &lo, &hi)) {
     /* the add's form of one row, as rows_form's (conv/i8.h): 3 / 4 without the clamp for
      * shifts <= 16 / >= 17, else 1 */
     const int form = !e.exact ? 1 : e.shift == 0 && e.add == 0 ? 3 : 4;
-    sdp_i8_lanes8_run(&e, &a, form, lo, hi, v, operand, y, count);
+    if (x != NULL) lanes8_run_codes(&e, &a, form, lo, hi, x, p->in_zero, operand, y, count);
+    else sdp_i8_lanes8_run(&e, &a, form, lo, hi, v, operand, y, count);
     return 1;
   }
   return 0;
 }
 
-int sdp_i8_codes_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+int sdp_i8_codes_avx2(const sdp_i8* p, int32_t ch, const int8_t* x, const int8_t* operand,
                       int8_t* y, int64_t count) {
-  return span_lanes(p, ch, 255, v, operand, y, count);
+  return span_lanes(p, ch, 255, NULL, x, operand, y, count);
 }
 
 void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
@@ -768,7 +799,7 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
       sdp_i8_lanes8_run_lut(&e, &L, v, y, count);
       return;
     }
-  } else if (span_lanes(p, ch, (int64_t)1 << 31, v, operand, y, count)) {
+  } else if (span_lanes(p, ch, (int64_t)1 << 31, v, NULL, operand, y, count)) {
     return;
   }
   if (p->lut != NULL || p->act > ACCEL_ACT_PRELU) { /* a LUT without its plan: sdp_one */

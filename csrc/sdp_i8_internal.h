@@ -443,10 +443,10 @@ void sdp_i8_span_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_
                       int8_t* y, int64_t count);
 void sdp_i8_channels_avx2(const sdp_i8* p, int32_t first, const int32_t* v,
                           const int8_t* operand, int8_t* y, int64_t count);
-/* sdp_i8_span_avx2 for an independent run's values v = code - in_zero (|v| <= 255) where the
+/* sdp_i8_span_avx2 for an independent run's codes x, v = x - in_zero (|v| <= 255), where the
  * lane forms take that bound (no LUT; act NONE / RELU / CLIP; no element-wise op or ADD): 1
  * where it converted them, 0 where the caller must (through sdp_i8_span). */
-int sdp_i8_codes_avx2(const sdp_i8* p, int32_t ch, const int32_t* v, const int8_t* operand,
+int sdp_i8_codes_avx2(const sdp_i8* p, int32_t ch, const int8_t* x, const int8_t* operand,
                       int8_t* y, int64_t count);
 /* An independent run's planes [p0, p1) of hw codes whose operand is one code per plane
  * (squeeze-excite's x * s: ew_per_channel MUL, act NONE / RELU / CLIP, out_mul > 0): 1 where it

@@ -253,7 +253,9 @@ static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t
  * redid them at every inference. They are a function of the plan's t_lo, t_hi, base (the
  * direct form folds base in), w and guard bins, and of the channels' bias, mul, rshift and the
  * layer's shift_max, so they are kept keyed by those values (compared whole, as the plans are;
- * LANES_SLOTS entries, least recently used out). */
+ * LANES_SLOTS entries, least recently used out). A network calls its layers in a cycle, so
+ * one with more LUT layers than slots missed on every call (YOLOX's 80 with 64 slots): as
+ * many slots as conv/i8_lanes_cache.c keeps converters for. */
 typedef struct lanes_key {
   int32_t t_lo, t_hi, base, first, count, shift_max, has; /* has: which arrays are given */
   int32_t w, guard;
@@ -266,7 +268,7 @@ typedef struct lanes_slot {
   sdp_i8_lane_cvt* cvt;  /* count entries, or NULL: the channels have no lane form */
 } lanes_slot;
 
-enum { LANES_SLOTS = 64 };
+enum { LANES_SLOTS = 256 };
 
 static struct {
   pthread_mutex_t lock;

@@ -331,7 +331,9 @@ def test_depthwise_lut_epilogues_give_the_same_bits(act):
 # one-channel input with 6 outputs, a depthwise 9x9 (dw_avx2's copy), and for dw_rows_avx2
 # (3x3 and 5x5 by rows: in-place steps, steps across an edge, padding rows): MobileNetV2's
 # 3x3 on 14x14 and 7x7 (rows of 8), 5x5 and 5x5/2 with odd planes, a plane narrower than a
-# step, asymmetric and wide padding, a depth multiplier of 2 on a batch of two.
+# step, asymmetric and wide padding, a depth multiplier of 2 on a batch of two; rows whose last
+# step overlaps the step before and, at stride 2, reads no padding column (3x3/2 on 112x112
+# and 48x48, 5x5/2 on 40x40 with a padding of 1).
 AVX2_LAYERS = [(1, 64, 14, 14, 64, 3, 1, 1, 1), (1, 256, 7, 7, 100, 1, 1, 0, 1),
                (1, 1024, 1, 1, 1000, 1, 1, 0, 1), (1, 32, 56, 56, 64, 1, 1, 0, 1),
                (1, 8, 30, 30, 12, 5, 1, 2, 1), (1, 16, 23, 23, 24, 3, 2, 1, 1),
@@ -341,7 +343,8 @@ AVX2_LAYERS = [(1, 64, 14, 14, 64, 3, 1, 1, 1), (1, 256, 7, 7, 100, 1, 1, 0, 1),
                (1, 24, 14, 14, 24, 3, 1, 1, 24), (1, 24, 7, 7, 24, 3, 1, 1, 24),
                (1, 16, 37, 37, 16, 5, 1, 2, 16), (1, 16, 41, 41, 16, 5, 2, 2, 16),
                (1, 8, 3, 5, 8, 3, 2, 0, 8), (1, 8, 20, 27, 8, 3, 1, 2, 8),
-               (2, 8, 19, 45, 16, 5, 2, 1, 8)]
+               (2, 8, 19, 45, 16, 5, 2, 1, 8), (1, 8, 112, 112, 8, 3, 2, 1, 8),
+               (1, 8, 48, 48, 8, 3, 2, 1, 8), (1, 8, 40, 40, 8, 5, 2, 1, 8)]
 
 
 def test_avx2_kernels_give_the_avx512_kernels_bits():

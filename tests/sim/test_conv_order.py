@@ -78,8 +78,13 @@ def _geometries(count, seed):
 #: a stride-2 3x3 576 deep (the L1d picks implicit or packed, equal sums), odd channels;
 #: strided 1x1s (gemm_avx2 runs them over the phase they read): ResNet's downsampling on an odd
 #: plane with a tail of 1 (13x13 /2 -> 7x7), batch 2 with the last column and row read, strides
-#: (2, 1) and (3, 3), two groups
-FIXED = [(1, 40, 13, 13, 24, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1),
+#: (2, 1) and (3, 3), two groups; depthwise rows whose last step overlaps the one before
+#: (dw_rows_avx2): 3x3/2 and 5x5/2 where it reads no padding column (the last even tap's
+#: loads of 15 columns), a 60-wide 3x3 at stride 1
+FIXED = [(1, 8, 48, 48, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8),
+         (1, 8, 40, 40, 8, 5, 5, 2, 2, 1, 1, 1, 1, 1, 1, 8),
+         (1, 4, 9, 60, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4),
+         (1, 40, 13, 13, 24, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1),
          (2, 24, 14, 11, 20, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1),
          (1, 16, 9, 30, 12, 1, 1, 2, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 9, 10, 11, 8, 1, 1, 3, 3, 0, 0, 0, 0, 1, 1, 1),
