@@ -457,10 +457,49 @@ static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_
   function_pass_x8(x, count, s, b, affine, silu ? PASS_SILU : PASS_SIGMOID);
 }
 
+/* exp_f32_x8 with 2^n as one power of two where every lane lies in [-86, 89] (as
+ * exp_for_logistic_x8: n - 1 is then a normal exponent, p 2^(n-1) exact, and (p 2^(n-1)) 2
+ * rounds once, as exp_f32's (p 2^h) 2^(n-h) does: the same bits), else exp_f32_x8 itself: a
+ * vector with a lane below -86 or a NaN. Softmax's exp(s - max) lies there nearly always.
+ * Checked equal to exp_f32_x8 over every fp32 input; measured: docs/kernels.md, lut.c. */
+static inline __m256 exp_any_x8(__m256 t) {
+  if (_mm256_movemask_ps(_mm256_cmp_ps(t, _mm256_set1_ps(-86.0f), _CMP_NGE_UQ)) != 0)
+    return exp_f32_x8(t);
+  const __m256 c = _mm256_min_ps(_mm256_set1_ps(89.0f), t);
+  __m256 k;
+  const __m256 p = exp_parts_x8(c, c, 0, &k);
+  const __m256 half_scale = _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_slli_epi32(_mm256_castps_si256(k), 23), _mm256_set1_epi32(126 << 23)));
+  return _mm256_mul_ps(_mm256_mul_ps(p, half_scale), _mm256_set1_ps(2.0f));
+}
+
 static void exp_pass(float* x, int64_t count) {
   int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_f32_x8(_mm256_loadu_ps(x + i)));
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_any_x8(_mm256_loadu_ps(x + i)));
   for (; i < count; ++i) x[i] = exp_f32(x[i]);
+}
+
+/* in + v with in as the first source: of two NaNs the sum keeps in's, as the C expression
+ * in[i] + value reads (a compiler may swap an intrinsic's operands, to fold a load) */
+static inline __m256 add_first_x8(__m256 a, __m256 b) {
+  __m256 sum;
+  __asm__("vaddps %2, %1, %0" : "=x"(sum) : "x"(a), "xm"(b));
+  return sum;
+}
+
+/* dst = exp_f32(in + value) in one pass (softmax's exp(s - max) plane), the last count % 8
+ * values by a masked vector (each lane's result is its value's alone) instead of the add's own
+ * pass and the scalar exp_f32 a value. */
+static void exp_shifted_pass(const float* in, float value, float* dst, int64_t count) {
+  const __m256 v = _mm256_set1_ps(value);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(dst + i, exp_any_x8(add_first_x8(_mm256_loadu_ps(in + i), v)));
+  if (i < count) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(count - i)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(dst + i, m, exp_any_x8(add_first_x8(_mm256_maskload_ps(in + i, m), v)));
+  }
 }
 #endif
 
@@ -893,6 +932,18 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
     default:
       break;
   }
+}
+
+void activation_exact_shifted(accel_activation act, const float* in, float value, float* dst,
+                              int64_t count) {
+#if LUT_AVX2
+  if (act == ACCEL_ACT_EXP || act == ACCEL_ACT_SOFTMAX_EXP) {
+    exp_shifted_pass(in, value, dst, count);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < count; ++i) dst[i] = in[i] + value;
+  activation_exact(act, dst, count);
 }
 
 /* ---- INT8: the integer LUT (accel_lut_int8 in accel.h), exact in int64 ------------------ */

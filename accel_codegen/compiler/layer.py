@@ -219,8 +219,10 @@ class NormSpec:
         if self.kind == "softmax":  # fp32: the sum a CONV (decompose.fp32_sums)
             return softmax_passes(shape, precision,
                                   fp32_sums(shape) if precision == "fp32" else "tree")
-        if self.kind == "l2_normalize":
-            return l2_normalize_passes(shape, self.epsilon, precision)
+        if self.kind == "l2_normalize":  # fp32: the sum a CONV (decompose.fp32_sums)
+            return l2_normalize_passes(shape, self.epsilon, precision,
+                                       reduce=fp32_sums(shape) if precision == "fp32"
+                                       else "tree")
         if self.kind == "attention":
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,

@@ -72,8 +72,8 @@ MAX_COVERED = 4096
 
 
 def fp32_sums(shape) -> str:
-    """The sums over C an fp32 layer norm or softmax over a surface of ``shape`` takes (the
-    compiler's choice): ``"conv1"``, each sum one CONV of ones to one channel, the fewest
+    """The sums over C an fp32 layer norm, softmax or F.normalize over a surface of ``shape``
+    takes (the compiler's choice): ``"conv1"``, each sum one CONV of ones to one channel, the fewest
     modelled cycles of the three forms (docs/transformer_ops.md, "Cost on nv_full"); but
     ``"tree"`` for [N > 1, C, 1, 1] rows, whose CONVs the library sums as a batch of fully
     connected rows through OpenBLAS, not in the reference's order."""
@@ -385,12 +385,14 @@ def layer_norm_passes(shape, gamma=None, beta=None, eps: float = 1e-5,
 
 
 def l2_normalize_passes(shape, eps: float = 1e-12, precision: str = "fp32",
-                        newton: Optional[int] = None) -> Decomposition:
+                        newton: Optional[int] = None, reduce: str = "tree") -> Decomposition:
     """L2 normalisation over the channels of an [N, C, H, W] surface, torch's
     ``F.normalize(x, dim=channels)``: ``x / max(||x||_2, eps)``, as engine passes: SDP x * x,
     the sum tree over C, SDP (shift eps^2, rsqrt through the LUT; FP16: then the Newton
     steps), CONV broadcast + SDP (mul x). Every pass is an SDP operation, a copy or a
     broadcast by ones, so the NumPy reference gives the same bits in fp32 and fp16.
+    ``reduce`` is the sum's form, as a layer norm's (module docstring; the compiler's fp32
+    choice is ``fp32_sums``: one CONV of ones to one channel, its SDP the shift and rsqrt).
 
     In FP16 the sum's rsqrt is the LUT and two Newton steps, each one pass through the SDP's
     X units, kept as a half and its remainder, and the last pass x r + x r_lo is in fp32
@@ -402,7 +404,7 @@ def l2_normalize_passes(shape, eps: float = 1e-12, precision: str = "fp32",
     of zeros gives zeros either way. In FP16 eps^2 < 2^-24 is 0 as a half, and a token of
     zeros gives 0 * inf = NaN, as PyTorch's ``.half()`` F.normalize does (its eps is 0 in
     half too)."""
-    b = _Builder("l2_normalize", shape, precision, "tree")
+    b = _Builder("l2_normalize", shape, precision, reduce)
     if not np.isfinite(eps) or eps < 0:
         raise AccelInvalidError(f"l2_normalize: eps = {eps!r} is not a finite value >= 0")
     c = b.c

@@ -172,3 +172,34 @@ def test_fma_f32_rounds_once():
                       np.array([-1, 1, 1, 0, inf], np.float32))
     assert special[0] == inf and np.isnan(special[1:3]).all() and special[3] == inf
     assert np.isnan(special[4])
+
+
+@pytest.mark.parametrize("act", ["exp", "softmax_exp"])
+def test_softmax_exp_planes_of_every_tail_length_are_the_reference(act):
+    """Softmax's exp(s - max) (the add of each plane's value, then exp, one pass in an AVX2 +
+    FMA build: whole vectors, then a masked one of count % 8 values) and exp's two forms of
+    2^n (one power of two where a vector's lanes all lie in [-86, 89], two elsewhere): planes
+    of 1 to 17 values, their values around -86, the subnormal results, the overflow threshold,
+    NaN and infinities, each plane's value too (a NaN max, +-inf), bit for bit, in place and
+    not."""
+    rng = np.random.default_rng(5)
+    for hw in range(1, 18):
+        c = 24
+        around = np.float32(-86.0).view(np.int32) + np.arange(-c * hw // 2, c * hw - c * hw // 2,
+                                                               dtype=np.int32)
+        x = np.concatenate([
+            around.view(np.float32),  # every float about -86: a vector's lanes both sides
+            rng.uniform(-110, 95, c * hw).astype(np.float32),
+            rng.uniform(-20, 0, c * hw).astype(np.float32)]).reshape(1, 3 * c, 1, hw)
+        x.flat[::29] = np.nan
+        x.flat[3::31] = np.inf
+        x.flat[4::37] = -np.inf
+        value = rng.uniform(-3, 3, (1, 3 * c)).astype(np.float32)
+        value[0, 1:4] = [np.nan, np.inf, -np.inf]
+        value[0, 5] = -0.0
+        op = Sdp(ew_op="add", ew_per_channel=True, act=act, operand=value)
+        y = DEVICE.run([op], x)[0]
+        assert_same(y, ref.run_op(op, x), f"{act}, planes of {hw}")
+        inplace = x.copy()
+        DEVICE.run([op], inplace, out=inplace)
+        assert_same(inplace, y, f"{act}, planes of {hw}, in place")

@@ -480,3 +480,30 @@ def test_fp16_sdp_overflow_and_nan():
                Sdp(shift=np.array([65504], np.float16), act="clip", clip=(-1e6, 1e6),
                    precision="fp16")):
         assert_same(DEVICE.run([op], x)[0], ref.run_op(op, x), f"specials {op}")
+
+
+@pytest.mark.parametrize("name", [*EPILOGUES, "reciprocal", "rsqrt", "exp", "gelu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_planes_of_one_value_match_the_reference(name, threads, rng):
+    """Planes of one value ([N, C, 1, 1]: softmax's negate and reciprocal over its rows, a
+    layer norm's 1 / sqrt on one channel), which sdp.c runs as each image's channels side by
+    side: every epilogue and activation, several images, NaN and infinities, bit for bit with
+    the reference, in place and not."""
+    shape = (3, 37, 1, 1)
+    spec = EPILOGUES.get(name, dict(scale=True, act=name))
+    x = rng.standard_normal(shape, dtype=np.float32) * 4
+    x.flat[::7] = np.abs(x.flat[::7])  # rsqrt of positive values too
+    x.flat[::13] = np.nan
+    x.flat[5::17] = np.inf
+    x.flat[6::19] = -np.inf
+    x.flat[8::23] = 0.0
+    op = _sdp(spec, shape, rng)
+    y = DEVICES[threads].run([op], x)[0]
+    expected = ref.run_op(op, x)
+    if op.act in ("sigmoid", "tanh"):  # as test_sdp_matches_reference_bit_for_bit
+        np.testing.assert_allclose(y, expected, rtol=2e-6, atol=1e-7)
+    else:
+        assert_same(y, expected, name)
+    inplace = x.copy()
+    DEVICES[threads].run([op], inplace, out=inplace)
+    assert_same(inplace, y, f"{name} in place")
