@@ -108,7 +108,14 @@ static inline void make_plan(const conv_geometry* g, plan* P) {
  *                 and block of MR output channels, [rs][cg2][MR] 32-bit words, cg2 =
  *                 ceil(C/groups / 2): word (t, p, m) holds row m's weights of input channels 2p
  *                 (low int16) and 2p + 1 (high; 0 past C/groups) at tap t, so a tap's depth
- *                 rows pair channels as the input copy pairs them (conv/i8_gemm_avx2.c). */
+ *                 rows pair channels as the input copy pairs them (conv/i8_gemm_avx2.c).
+ *   LAYOUT_I16W:  the same builds, stride-1 3x3 layers of one group that the exact Winograd
+ *                 kernel takes (i8_winograd_fits: 32 channels or more, within its bound):
+ *                 LAYOUT_I16T's words (data_bytes of it), then per block of MR output
+ *                 channels [16][cg2][MR] 32-bit words: word
+ *                 (xi, p, m) holds position xi = 4i + j of row m's 4 G g G^T (exact integers
+ *                 within +-1152) for input channels 2p (low int16) and 2p + 1 (high; 0 past
+ *                 C) (conv/i8_winograd_avx2.c). */
 enum {
   PACK_MAGIC = 0x38494341 /* "ACI8" */,
   LAYOUT_PLAIN = 1,
@@ -116,6 +123,7 @@ enum {
   LAYOUT_AMX = 3,
   LAYOUT_I16 = 4,
   LAYOUT_I16T = 5,
+  LAYOUT_I16W = 6,
   HEADER = 64
 };
 
@@ -138,14 +146,18 @@ static inline size_t data_bytes(const plan* P, int layout) {
   if (layout == LAYOUT_PLAIN) return round64((size_t)g->k * (size_t)P->kd);
   if (layout == LAYOUT_I16)
     return round64((size_t)(g->groups * P->mblocks * ((P->kd + 1) / 2) * MR) * sizeof(int32_t));
-  if (layout == LAYOUT_I16T)
-    return round64((size_t)(g->groups * P->mblocks * P->rs * ((P->cg + 1) / 2) * MR) *
-                   sizeof(int32_t));
+  if (layout == LAYOUT_I16T || layout == LAYOUT_I16W) {
+    const size_t words = (size_t)(g->groups * P->mblocks * ((P->cg + 1) / 2) * MR);
+    return round64(words * (size_t)P->rs * sizeof(int32_t)) +
+           (layout == LAYOUT_I16W ? round64(words * 16 * sizeof(int32_t)) : 0);
+  }
   return round64((size_t)(g->groups * P->mblocks * P->kd4 * MR * 4));
 }
 
 static inline size_t wsum_bytes(const plan* P, int layout) {
-  if (layout == LAYOUT_PLAIN || layout == LAYOUT_I16 || layout == LAYOUT_I16T) return 0;
+  if (layout == LAYOUT_PLAIN || layout == LAYOUT_I16 || layout == LAYOUT_I16T ||
+      layout == LAYOUT_I16W)
+    return 0;
   return round64((size_t)(P->g->groups * P->mblocks * MR) * sizeof(int32_t));
 }
 
@@ -174,6 +186,11 @@ void i8_pack_i16t(const plan* P, const int8_t* w, int32_t* data);
  * layers, which the implicit GEMM takes; the column GEMM reads either layout), from the fields
  * packing knows (no spatial size) (conv/i8_gemm_avx2.c). */
 int i8_tap_major(const plan* P);
+/* Whether an AVX2 build packs this layer for the exact Winograd kernel too (LAYOUT_I16W: a
+ * stride-1 3x3 layer of one group, deep enough for it to pay, whose sums times 4 fit int32),
+ * and its words (conv/i8_winograd_avx2.c). */
+int i8_winograd_fits(const plan* P);
+void i8_pack_i16w(const plan* P, const int8_t* w, int32_t* data);
 
 /* Channel k's int32 values v converted by the SDP into out[at, at + n), its element-wise
  * operand (if any) read at the same offset. */
@@ -193,7 +210,8 @@ typedef struct conv_i8_call {
   const int8_t* weights; /* as given: the kernels that pack on the call read these */
   const int8_t* raw;
   const int32_t* i16;    /* LAYOUT_I16, */
-  const int32_t* i16t;   /* LAYOUT_I16T, */
+  const int32_t* i16t;   /* LAYOUT_I16T (or LAYOUT_I16W's first part), */
+  const int32_t* i16w;   /* LAYOUT_I16W's Winograd words, */
   const int8_t* apack;   /* LAYOUT_VNNI, */
   const int32_t* wsum;
   const int8_t* xpack;   /* LAYOUT_AMX */
@@ -225,7 +243,8 @@ extern const conv_i8_impl conv_i8_portable_impl;
 extern const conv_i8_impl conv_i8_dw_madd_avx2_impl, conv_i8_stem_madd_avx2_impl;
 #endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
-extern const conv_i8_impl conv_i8_implicit16_avx2_impl, conv_i8_gemm_avx2_impl;
+extern const conv_i8_impl conv_i8_winograd16_avx2_impl, conv_i8_implicit16_avx2_impl,
+    conv_i8_gemm_avx2_impl;
 #endif
 #ifdef CONV_I8_VNNI
 extern const conv_i8_impl conv_i8_dw_vnni_impl, conv_i8_im2col_vnni_impl, conv_i8_small_vnni_impl,

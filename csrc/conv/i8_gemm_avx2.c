@@ -34,17 +34,15 @@
  * also reads where that one is not chosen.
  */
 #include "conv/i8.h"
-#include "sdp_i8_internal.h" /* SDP_I8_AVX2: the build has sdp_i8_lanes8_run */
+#include "conv/i8_gemm_avx2.h"
 
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
-#include <immintrin.h>
 
 enum {
   G2_NR = 16,             /* positions per panel (2 vectors of 8: the 6 x 16 micro-kernel's) */
   G2_MAX_PANELS = 24,     /* panels per tile, at most */
   G2_SB = 3,              /* packed blocks per pass of a one-chunk tile (24 rows: 4 calls of 6) */
   G2_TAIL = 4,            /* kept positions of an 8-wide last panel that g2_tail takes, at most */
-  G2_MIN_TILE = 48 * 1024, /* a tile's column bytes when the L2 does not say (a quarter of it) */
   G2_MIN_L1 = 32 * 1024,    /* the L1 data cache's bytes when sysconf does not say */
   I16_NR = 16,              /* the implicit GEMM's positions per panel (its rows in registers) */
   I16_SHALLOW = 128         /* pair steps (taps x pairs) of a depth chunk up to which one call
@@ -110,9 +108,6 @@ static inline __attribute__((always_inline)) void g6t_body(const int MR_, const 
   }
 }
 
-enum { G6_MR = 6 };
-typedef void (*g6t_fn)(int64_t, int64_t, const int32_t* const*, int64_t, const int16_t*,
-                       const int64_t*, int64_t, int32_t*, int64_t, int, int64_t, int64_t);
 #define G6T_KERNEL(M_, V_)                                                                    \
   static void g6t_##M_##_##V_(int64_t kc, int64_t ntaps, const int32_t* const* p, int64_t as, \
                               const int16_t* b, const int64_t* off, int64_t bs, int32_t* c,   \
@@ -122,7 +117,7 @@ typedef void (*g6t_fn)(int64_t, int64_t, const int32_t* const*, int64_t, const i
 G6T_KERNEL(1, 1) G6T_KERNEL(2, 1) G6T_KERNEL(3, 1) G6T_KERNEL(4, 1) G6T_KERNEL(5, 1)
 G6T_KERNEL(6, 1) G6T_KERNEL(1, 2) G6T_KERNEL(2, 2) G6T_KERNEL(3, 2) G6T_KERNEL(4, 2)
 G6T_KERNEL(5, 2) G6T_KERNEL(6, 2)
-static const g6t_fn g6t_table[3][G6_MR + 1] = {
+const g6t_fn g6t_table[3][G6_MR + 1] = {
     {0, 0, 0, 0, 0, 0, 0},
     {0, g6t_1_1, g6t_2_1, g6t_3_1, g6t_4_1, g6t_5_1, g6t_6_1},
     {0, g6t_1_2, g6t_2_2, g6t_3_2, g6t_4_2, g6t_5_2, g6t_6_2}};
@@ -249,52 +244,12 @@ static void g2_columns(const plan* P, const int8_t* img, const int8_t* end, int3
 
 /* ---- the GEMM ----------------------------------------------------------------------------- */
 
-typedef struct g2_job {
-  const plan* P;
-  int32_t in_zero;
-  const int8_t* in;
-  const int8_t* in_end; /* past the input's last byte */
-  const int32_t* w;     /* LAYOUT_I16 (not for one position per image) */
-  const int8_t* raw;    /* the plain weights (one position per image) */
-  int8_t* out;
-  const sdp_i8* ep;
-  char* const* bufs; /* per participant: the tile's columns, its int32 rows, two byte rows */
-  int64_t kd2, nt, ntiles, mchunks, col_bytes, acc_bytes;
-  int64_t kc; /* pairs per depth chunk (kd2: one chunk) */
-  int64_t cg2; /* the weights' pairs: 0 LAYOUT_I16's, else LAYOUT_I16T's (cg2 a tap) */
-  const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL: sdp_i8_span */
-  const sdp_i8_lane_add* add; /* with cvt: the residual add's constants, or NULL */
-  sdp_i8_lane_add add_consts;
-  const sdp_i8_lane_lut* lut; /* with cvt: a LUT activation's plan in lanes, or NULL */
-  sdp_i8_lane_lut lut_consts;
-  int form; /* the one lane form of every channel (sdp_i8_lane_form's, rows_form's with add) */
-  int8_t lo, hi;
-} g2_job;
-
-/* Channel k's int32 row v (n values) into its codes at output offset `at`: in lanes with the
- * converters prepared once per call (no sdp_i8_span set-up per row), else sdp_i8_span. */
-static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,
-                              int64_t n) {
-#if SDP_I8_AVX2
-  if (J->lut != NULL) {
-    sdp_i8_lanes8_run_lut(J->cvt + k, J->lut, v, J->out + at, n);
-    return;
-  }
-  if (J->cvt != NULL) {
-    sdp_i8_lanes8_run(J->cvt + k, J->add, J->form, J->lo, J->hi, v,
-                      J->add != NULL ? J->ep->ew_operand + at : NULL, J->out + at, n);
-    return;
-  }
-#endif
-  convert_at(J->ep, k, v, J->out, at, n);
-}
-
 /* J's converters in lanes (conv/i8.h's WS_CVT) when every channel has a lane form for the
  * accumulators' bound, else none; 0 when out of memory. A LUT activation's (its plan's
  * constants, sdp_i8_lanes_prepare_lut, kept between calls) are prepared here once per call too:
  * through sdp_i8_span every row set them up again (a division and two evaluations of t), and
  * without the per-channel search that gives the direct form (docs/kernels.md). */
-static int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
+int g2_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, g2_job* J) {
   J->cvt = NULL;
   J->add = NULL;
   J->lut = NULL;
@@ -703,24 +658,20 @@ int i8_tap_major(const plan* P) {
          g->pad_left >= 0;
 }
 
-/* Plane p of (image, group) it / cg2 into the copy: rows of wp pairs, the input's at
- * [pad_left, pad_left + w) of rows [pad_top, pad_top + h), 0 elsewhere and in the slack. */
-static void i16_copy_item(void* ctx, int64_t it, int participant) {
-  (void)participant;
-  const i16_job* J = ctx;
-  const plan* P = J->base.P;
+void i16_pair_plane(const plan* P, const int8_t* in, int32_t in_zero, int64_t it, int64_t cg2,
+                    int64_t hp, int64_t wp, int64_t pstride, int16_t* x) {
   const conv_geometry* g = P->g;
-  const int64_t p = it % J->cg2, bg = it / J->cg2;
+  const int64_t p = it % cg2, bg = it / cg2;
   const int64_t b = bg / g->groups, grp = bg % g->groups;
-  const int64_t W = g->w, wp = J->wp, pl = g->pad_left;
-  const int8_t* s0 = J->base.in + (b * g->c + grp * P->cg + 2 * p) * P->hw;
+  const int64_t W = g->w, pl = g->pad_left;
+  const int8_t* s0 = in + (b * g->c + grp * P->cg + 2 * p) * P->hw;
   const int8_t* s1 = 2 * p + 1 < P->cg ? s0 + P->hw : NULL; /* NULL: the high halves are 0 */
-  const int8_t z = (int8_t)J->base.in_zero;
+  const int8_t z = (int8_t)in_zero;
   const __m256i z16 = _mm256_set1_epi16((int16_t)z);
   const __m128i zb = _mm_set1_epi8(z);
-  int16_t* d = J->x + it * J->pstride * 2;
+  int16_t* d = x + it * pstride * 2;
   const int64_t n = W < wp - pl ? W : wp - pl; /* input columns the window reads */
-  for (int64_t py = 0; py < J->hp; ++py, d += 2 * wp) {
+  for (int64_t py = 0; py < hp; ++py, d += 2 * wp) {
     const int64_t iy = py - g->pad_top;
     if (iy < 0 || iy >= g->h || n <= 0) {
       memset(d, 0, (size_t)(2 * wp) * sizeof(int16_t));
@@ -743,7 +694,15 @@ static void i16_copy_item(void* ctx, int64_t it, int participant) {
     }
     memset(o + 2 * n, 0, (size_t)(2 * (wp - pl - n)) * sizeof(int16_t));
   }
-  memset(d, 0, (size_t)(2 * (J->pstride - J->hp * wp)) * sizeof(int16_t));
+  memset(d, 0, (size_t)(2 * (pstride - hp * wp)) * sizeof(int16_t));
+}
+
+/* Plane it of the copy (i16_pair_plane: the window's hp x wp). */
+static void i16_copy_item(void* ctx, int64_t it, int participant) {
+  (void)participant;
+  const i16_job* J = ctx;
+  i16_pair_plane(J->base.P, J->base.in, J->base.in_zero, it, J->cg2, J->hp, J->wp, J->pstride,
+                 J->x);
 }
 
 /* Item = (image, group, tile of output rows, chunk of channel blocks). Per depth chunk of

@@ -61,6 +61,7 @@ static const conv_i8_impl* const impls[] = {
     &conv_i8_stem_madd_avx2_impl,
 #endif
 #if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+    &conv_i8_winograd16_avx2_impl, /* stride-1 3x3 layers packed for it: 2.25x fewer products */
     &conv_i8_implicit16_avx2_impl, /* stride-1 kxk layers: no columns */
     &conv_i8_gemm_avx2_impl, /* after any specialised kernel of the AVX2 build */
 #endif
@@ -88,7 +89,8 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
   plan P;
   make_plan(g, &P);
   conv_i8_call c = {.P = &P, .in_zero = in_zero, .in = in, .weights = weights, .raw = weights,
-                    .i16 = NULL, .i16t = NULL, .apack = NULL, .wsum = NULL, .xpack = NULL, .xsum = NULL, .out = out,
+                    .i16 = NULL, .i16t = NULL, .i16w = NULL, .apack = NULL, .wsum = NULL,
+                    .xpack = NULL, .xsum = NULL, .out = out,
                     .ep = epilogue, .ws = ws,
                     .nth = num_threads < 1                   ? 1
                            : num_threads > WS_THREAD_SLOTS ? WS_THREAD_SLOTS
@@ -101,8 +103,10 @@ accel_status conv_i8(const conv_geometry* g, int32_t in_zero, const int8_t* in,
       c.raw = data;
     } else if (h.layout == LAYOUT_I16) {
       c.i16 = (const int32_t*)(const void*)data;
-    } else if (h.layout == LAYOUT_I16T) {
+    } else if (h.layout == LAYOUT_I16T || h.layout == LAYOUT_I16W) {
       c.i16t = (const int32_t*)(const void*)data;
+      if (h.layout == LAYOUT_I16W)
+        c.i16w = (const int32_t*)(const void*)(data + data_bytes(&P, LAYOUT_I16T));
     } else {
       c.apack = data;
       c.wsum = (const int32_t*)(const void*)(data + h.data_bytes);

@@ -7,7 +7,10 @@ static int layout_of(const plan* P) {
   if (P->cg == 1) return LAYOUT_PLAIN;
   return i8_amx_packed(P) ? LAYOUT_AMX : LAYOUT_VNNI;
 #elif defined(__AVX2__)
-  return P->cg == 1 ? LAYOUT_PLAIN : i8_tap_major(P) ? LAYOUT_I16T : LAYOUT_I16;
+  return P->cg == 1          ? LAYOUT_PLAIN
+         : i8_winograd_fits(P) ? LAYOUT_I16W
+         : i8_tap_major(P)     ? LAYOUT_I16T
+                               : LAYOUT_I16;
 #else
   (void)P;
   return LAYOUT_PLAIN;
@@ -150,11 +153,15 @@ void conv_i8_pack(const conv_geometry* g, const int8_t* weights, void* dst) {
     memset(data + n, 0, data_bytes(&P, layout) - n);
     return;
   }
-  if (layout == LAYOUT_I16T) {
+  if (layout == LAYOUT_I16T || layout == LAYOUT_I16W) {
     const size_t n =
         (size_t)(g->groups * P.mblocks * P.rs * ((P.cg + 1) / 2) * MR) * sizeof(int32_t);
     i8_pack_i16t(&P, weights, (int32_t*)(void*)data);
     memset(data + n, 0, data_bytes(&P, layout) - n);
+#if defined(__AVX2__) && !defined(CONV_I8_VNNI)
+    if (layout == LAYOUT_I16W)
+      i8_pack_i16w(&P, weights, (int32_t*)(void*)(data + data_bytes(&P, LAYOUT_I16T)));
+#endif
     return;
   }
   int32_t* wsum = (int32_t*)(data + data_bytes(&P, layout));

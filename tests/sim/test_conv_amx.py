@@ -24,7 +24,8 @@ from test_conv_engine import _int8_sdp, _lane_add_sdp, _lane_sdp
 
 DEVICES = {threads: Device("nv_full", num_threads=threads) for threads in (1, 2, 3)}
 CPU_AMX = "amx_int8" in open("/proc/cpuinfo").read().split()  # (the flags of every CPU)
-LAYOUT_PLAIN, LAYOUT_VNNI, LAYOUT_AMX, LAYOUT_I16, LAYOUT_I16T = 1, 2, 3, 4, 5  # conv/i8.h's
+# conv/i8.h's
+LAYOUT_PLAIN, LAYOUT_VNNI, LAYOUT_AMX, LAYOUT_I16, LAYOUT_I16T, LAYOUT_I16W = 1, 2, 3, 4, 5, 6
 # (the header's second int32)
 
 AMX_LAYERS = [  # in_shape, weight_shape, conv arguments
@@ -126,22 +127,29 @@ def test_packed_layout_follows_the_machine():
     """Packed weights hold the AMX tiles too where the path can run (any switch state); never
     elsewhere, nor for layers it does not take (depthwise: as given; fewer than 13 channels or
     16 depth steps: the build's other layout: VNNI's, gemm16_avx2's int16 pairs in AVX2 builds
-    without VNNI (tap by tap for stride-1 kxk layers, which implicit16_avx2 takes), or as given
-    in portable builds)."""
+    without VNNI (tap by tap for stride-1 kxk layers, which implicit16_avx2 takes; with the
+    Winograd words too for stride-1 3x3 layers of one group and 32 channels or more, which
+    winograd16_avx2 takes, but not past its depth bound), or as given in portable builds)."""
     isa = host_isa()
     avx2 = "avx2" in isa and "avx512_vnni" not in isa
     other = (LAYOUT_VNNI if "avx512_vnni" in isa else LAYOUT_I16 if "avx2" in isa
              else LAYOUT_PLAIN)
     other3 = LAYOUT_I16T if avx2 else other  # a stride-1 3x3
+    wino3 = LAYOUT_I16W if avx2 else other  # ... of one group and 32 channels or more
     available = bool(lib.accel_int8_amx(-1)) or CPU_AMX and _amx_can_turn_on()
     rng = np.random.default_rng(1)
     weights = lambda *shape: rng.integers(-128, 128, shape).astype(np.int8)  # noqa: E731
     pack = lambda conv: _layout(conv.pack(DEVICES[1].config))  # noqa: E731
     assert pack(Conv(weights(96, 12, 3, 3), precision="int8")) == other3  # 3 channel blocks
     assert pack(Conv(weights(96, 12, 3, 3), precision="int8", stride=2)) == other
+    assert pack(Conv(weights(96, 32, 3, 3), precision="int8", dilation=2)) == other3
+    assert pack(Conv(weights(96, 32, 3, 3), precision="int8", groups=2)) == other3
+    assert pack(Conv(weights(8, 1828, 3, 3), precision="int8")) == other3  # past the bound
+    assert pack(Conv(weights(8, 1827, 3, 3), precision="int8")) == wino3
+    assert pack(Conv(weights(8, 32, 3, 3), precision="int8")) == wino3
     assert pack(Conv(weights(96, 16, 1, 1), precision="int8")) == other  # 4 depth steps
     assert pack(Conv(weights(64, 64, 3, 3), precision="int8")) == (LAYOUT_AMX if available
-                                                                    else other3)
+                                                                    else wino3)
     assert pack(Conv(weights(96, 64, 1, 1), precision="int8")) == (LAYOUT_AMX if available
                                                                     else other)
     assert pack(Conv(weights(32, 1, 3, 3), precision="int8", groups=32)) == LAYOUT_PLAIN  # dw

@@ -225,9 +225,12 @@ def test_gemm16_reads_the_tap_by_tap_layout():
 def test_gemm16_runs_where_the_list_chooses_it():
     """Dense and grouped layers take gemm16_avx2 in an AVX2 build without VNNI, but stride-1
     kxk layers on planes whose rows drop at most a fifteenth of their columns take
-    implicit16_avx2 (a 40-wide plane: 2 of 42; a 20-wide one: 2 of 22 is too many); depthwise
-    layers take neither."""
-    _, names = _run(LAYERS[:2] + LAYERS[8:9] + IMPLICIT[:1] + [IMPLICIT[1]], 2, ACCEL_VERBOSE="1")
+    implicit16_avx2 (a 40-wide plane: 2 of 42; a 20-wide one: 2 of 22 is too many; grouped
+    here: packed stride-1 3x3 layers of one group and 32 channels or more take winograd16_avx2,
+    test_conv_i8_winograd.py); depthwise layers take none of them."""
+    grouped = [(1, 96, 20, 20, 40, 3, 3, 1, 1, 1, 2, -128),
+               (1, 16, 24, 40, 256, 3, 3, 1, 1, 1, 2, 9)]
+    _, names = _run(LAYERS[:2] + LAYERS[8:9] + grouped, 2, ACCEL_VERBOSE="1")
     if _has_kernel():
         assert names[:4] == ["gemm16_avx2"] * 4, names
         assert not {"gemm16_avx2", "implicit16_avx2"} & set(names[4:6]), names
