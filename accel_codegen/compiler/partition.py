@@ -470,7 +470,8 @@ def reference_machine(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool
 def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bool,
                         winograd: bool, examples, method: str, *, observer=None,
                         matched: Optional[tvm.IRModule] = None,
-                        log: Optional[PartitionLog] = None, vm=None, each=None):
+                        log: Optional[PartitionLog] = None, vm=None, each=None,
+                        verify=None):
     """The int8 calibration of example inputs, one definition for every flow that calibrates
     (an int8 build, the mixed-precision search, a mixed build given its layers' precisions, a
     QDQ model's tensors without a scale): the fp32 code of the int8 partition
@@ -481,7 +482,8 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
     ``matched``: the int8 matching of ``mod``, made here when not given; the reference
     machine's partition reuses it when made here or given with the ``log`` of that matching). ``each(vm, example)`` runs one
     example (``run_main`` by default: a caller keeping the reference outputs records them
-    there), once per example whatever the method.
+    there), once per example whatever the method. ``verify``: :func:`calibrate`'s (a
+    second pass's check in a real int8 build).
     Returns (the Calibration, the reference VM)."""
     if matched is None and (method in LEAST_ERROR or vm is None):
         log = PartitionLog()
@@ -497,7 +499,7 @@ def calibrate_reference(mod: tvm.IRModule, params, config: AccelConfig, fuse: bo
     # mse_positions runs the examples twice: the second pass through run_main, so that a
     # caller's ``each`` (the mixed-precision search keeps the outputs) sees each example once
     calibration = calibrate(lambda *inputs: each(vm, inputs), examples, method, observer,
-                            rerun=lambda *inputs: run_main(vm, inputs))
+                            rerun=lambda *inputs: run_main(vm, inputs), verify=verify)
     return calibration, vm
 
 

@@ -20,12 +20,14 @@ import tvm
 from ..compiler import equalization, frontend, qdq
 from ..compiler import weight_rounding as weight_rounding_pass
 from ..compiler.partition import (REPORT_ATTR, PartitionReport, calibrate_reference, generate,
-                                  is_partitioned, match_composites)
+                                  is_partitioned, match_composites, run_main)
 from ..compiler.patterns import PartitionLog
 from ..compiler.program import lower_module
 from ..compiler.target import MIXED, LayerPlan, Target
+from ..compiler.toolchain import virtual_machine
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, examples_of
+from ..quantization.calibration import SECOND_PASSES
 from ..quantization.gptq import HessianObserver
 from ..sim.config import AccelConfig, Precision, check_precision
 from .qdq import qdq_calibration
@@ -208,14 +210,34 @@ def _calibrate_int8(mod, params, target: Target, examples):
         examples = examples_of(examples, "calibration")
         observer = HessianObserver(weight_rounding_pass.conv_geometries(conv_program),
                                    len(examples))
+    verify = None
+    if target.calibration_method in SECOND_PASSES:
+        verify = _int8_runs(mod, params, target)
     calibration = calibrate_reference(mod, params, target.config, target.fuse, target.winograd,
                                       examples, target.calibration_method, observer=observer,
-                                      matched=matched, log=log)[0]
+                                      matched=matched, log=log, verify=verify)[0]
     calibration.equalized = target.equalize
     if gptq:
         mod = weight_rounding_pass.round_weights(mod, conv_program, observer.hessians,
                                                  target.bias_correction)[0]
     return mod, params, calibration
+
+
+def _int8_runs(mod, params, target: Target):
+    """What checks a second calibration pass in a real build (``verify`` of
+    :func:`~accel_codegen.quantization.calibration.calibrate`): ``runs(calibration,
+    examples)``, a Calibration's int8 code generated from ``mod`` as this build generates
+    it, compiled, and run on ``examples``; one result per example. GPTQ's rounding, made
+    after calibration, is left out: the check compares two sets of ranges, both with the
+    weights rounded to nearest."""
+    def runs(calibration: Calibration, examples) -> list:
+        calibration = dataclasses.replace(calibration, equalized=target.equalize,
+                                          bias_correction=target.bias_correction,
+                                          weight_rounding="nearest")
+        machine = virtual_machine(tvm.compile(generate(mod, params, target, calibration),
+                                              target="llvm"))
+        return [run_main(machine, example) for example in examples]
+    return runs
 
 
 def equalized_module(mod, params):

@@ -89,3 +89,71 @@ def test_output_aware_ranges_follow_what_the_output_reads():
         results[method + " scales"] = ac.calibration_of(part).tensors
     print(results)
     assert min(results["mse_outputs"]) > min(results["mse"]) + 1.0
+
+
+def _weighed_examples():
+    torch.manual_seed(0)
+    model = Weighed().eval()
+    mod, params = from_pytorch(model, (torch.from_numpy(_input(0)),))
+    return mod, params, [(_input(s),) for s in range(10, 14)]
+
+
+@pytest.mark.parametrize("second_better", [False, True])
+def test_a_real_build_on_held_back_examples_decides_between_the_passes(second_better):
+    """With ``verify``, the pass searches on every other example and keeps its ranges only
+    where the int8 build of them beats the build of the first pass's on the others: here a
+    stand-in build that is exact for one calibration and noisy for the other, each way
+    round."""
+    from accel_codegen.compiler.partition import calibrate_reference, run_main
+    from accel_codegen.quantization.calibration import Observer
+    from accel_codegen.quantization.output_aware import refine_for_outputs
+    from accel_codegen.sim.config import AccelConfig
+
+    mod, params, examples = _weighed_examples()
+    observer = Observer()
+    calibration, vm = calibrate_reference(mod, params, AccelConfig.preset("nv_full"), True,
+                                          True, examples, "mse", observer=observer)
+    first = dict(calibration.tensors)
+    seen, searched = [], []
+
+    def verify(c, held_back):
+        seen.append((dict(c.tensors), [x[0][0, 0, 0, 0] for x in held_back]))
+        exact = (c.tensors != first) == second_better
+        clean = [run_main(vm, x) for x in held_back]
+        return [y if exact else y + np.float32(0.1) * np.abs(y).max() for y in clean]
+
+    def run(*x):
+        searched.append(x[0][0, 0, 0, 0])
+        return run_main(vm, x)
+
+    changed = refine_for_outputs(calibration, observer, run, examples, verify=verify)
+    assert len(seen) == 2 and seen[0][0] == first and seen[1][0] != first  # both builds ran
+    held_back = [examples[1][0][0, 0, 0, 0], examples[3][0][0, 0, 0, 0]]
+    assert seen[0][1] == seen[1][1] == held_back  # on the examples the search did not see
+    assert not set(held_back) & set(searched[:-2])  # (the last 2: their fp32 reference)
+    if second_better:
+        assert changed and calibration.tensors != first
+    else:
+        assert changed == {} and calibration.tensors == first
+
+
+def test_an_int8_build_checks_the_pass_in_a_real_build(monkeypatch):
+    """partition_for_accel gives the pass its check: a build that says the first pass's
+    ranges are better leaves the calibration at ``mse``'s."""
+    from accel_codegen.quantization import output_aware
+
+    mod, params, examples = _weighed_examples()
+    calls = []
+
+    def first_is_better(calibration, chosen, verify, reference):
+        calls.append((len(verify(calibration)), len(reference)))
+        return False
+
+    monkeypatch.setattr(output_aware, "verified", first_is_better)
+    scales = {}
+    for method in ("mse", "mse_outputs"):
+        part = ac.partition_for_accel(mod, params, precision="int8", calibration=examples,
+                                      calibration_method=method)
+        scales[method] = ac.calibration_of(part).tensors
+    assert calls == [(len(examples) // 2, len(examples) // 2)]  # the held-back half
+    assert scales["mse_outputs"] == scales["mse"]
