@@ -15,7 +15,8 @@
  * units of 4 cycles' latency want 8 chains): 4 rows of 2 vectors, or 8 rows of one vector
  * where a row is one vector. A row's last step ends at the row's end (overlapping the step
  * before) so that all its lanes are outputs. Steps across the plane's left or right edge read
- * each tap's vector masked (dr2_step); padding rows read zeros. The next block's rows are
+ * each tap's vector masked (rows of one vector: the row's vectors, the taps' columns shifted out
+ * of them; dr2_step); padding rows read zeros. The next block's rows are
  * prefetched, and the epilogue runs on finished rows while they are in L1.
  */
 #include "conv/f32.h"
@@ -27,16 +28,41 @@
  * masked loads up to 16 + 4 + 8 + 8). */
 static const float dr2_zeros[40] __attribute__((aligned(32)));
 
+/* Lanes s .. s + 7 of a:b (s a constant, 0..7): one permute and one byte shift (literal
+ * immediates: an unoptimised build does not fold s into them). */
+#define DR2_ALIGNR(hi, lo, bytes) \
+  _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(hi), _mm256_castps_si256(lo), bytes))
+static inline __m256 dr2_shift(__m256 a, __m256 b, const int s) {
+  const __m256 t = _mm256_permute2f128_ps(a, b, 0x21); /* lanes 4 .. 11 */
+  switch (s) {
+    case 0: return a;
+    case 1: return DR2_ALIGNR(t, a, 4);
+    case 2: return DR2_ALIGNR(t, a, 8);
+    case 3: return DR2_ALIGNR(t, a, 12);
+    case 4: return t;
+    case 5: return DR2_ALIGNR(b, t, 4);
+    case 6: return DR2_ALIGNR(b, t, 8);
+    default: return DR2_ALIGNR(b, t, 12);
+  }
+}
+
 enum { DR2_ACC = 8 };  /* accumulators: R rows x V vectors */
 enum { DR2_ROWS = 19 }; /* input rows of a step, at most: (8 - 1) * 2 + 5 */
 enum { DR2_MASKS = 12 }; /* an edge step's column masks, at most: V (K + 1) at stride 2 */
+enum { DR2_VECS1 = 3 };  /* vectors of a one-vector row's edge step, at most: (16 + 4) / 8 */
 
 /* The column masks of an edge step whose lane 0, tap 0 reads input column base of rows W wide:
- * lanes inside the row, per load of dr2_step (stride 1: vector v, tap s at v * K + s; stride 2:
- * the pair of even tap s at v * (K + 1) + s and + 1). */
+ * lanes inside the row, per load of dr2_step (rows of 2 vectors: stride 1, vector v, tap s at
+ * v * K + s; stride 2, the pair of even tap s at v * (K + 1) + s and + 1; rows of one vector:
+ * the row's vector q at q). */
 static inline __attribute__((always_inline)) void dr2_masks(const int K, const int ST,
                                                             const int V, int64_t base,
                                                             int64_t W, __m256i* cm) {
+  if (V == 1) {
+#pragma GCC unroll 5
+    for (int q = 0; q < DR2_VECS1; ++q) cm[q] = lanes_inside8(base + 8 * q, W);
+    return;
+  }
 #pragma GCC unroll 2
   for (int v = 0; v < V; ++v)
 #pragma GCC unroll 8
@@ -79,10 +105,10 @@ static inline __m256 dr2_in_order(__m256 v) {
  * within a row s ascending, is each accumulator's r * K + s order.
  * EDGE: the step's columns cross the plane's left or right edge. Each tap's vector is then a
  * vmaskmovps load masked by cm (dr2_masks: zeros outside the plane, no read outside it), where
- * this kernel loaded the row's vectors masked once and shifted each tap's columns out of them
- * (vperm2f128 + vpalignr: two shuffles a tap and vector beside the FMA) and a first version
- * copied the window to the stack (its loads waited on store forwarding); on MobileNetV2's
- * 14x14 and 28x28 planes every step is an edge step (docs/kernels.md).
+ * rows of 2 vectors loaded the row's vectors masked once and shifted each tap's columns out of
+ * them (vperm2f128 + vpalignr: two shuffles a tap and vector beside the FMA), as rows of one
+ * vector still do; a first version copied the window to the stack (its loads waited on store
+ * forwarding). On MobileNetV2's 14x14 and 28x28 planes every step is an edge step.
  * Stored: rows below nr, columns below n (rows o, o + ldo, ...). */
 static inline __attribute__((always_inline)) void dr2_step(const int K, const int ST, const int R,
                                                            const int V, const int EDGE,
@@ -97,6 +123,16 @@ static inline __attribute__((always_inline)) void dr2_step(const int K, const in
 #pragma GCC unroll 24
   for (int i = 0; i < ni; ++i) {
     const float* row = x[i];
+    /* rows of one vector: the row's vectors loaded masked once (a padding row: zeros, no
+     * load), each tap's columns shifted out of them (dr2_shift): a masked load per tap was
+     * slower there, on 5x5 layers of 7x7 planes (docs/kernels.md) */
+    const int nq = ST == 1 ? (8 + K - 1 + 7) / 8 : (16 + 2 * ((K - 1) / 2) + 7) / 8;
+    __m256 e[DR2_VECS1];
+    if (EDGE && V == 1) {
+#pragma GCC unroll 3
+      for (int q = 0; q < nq; ++q)
+        e[q] = row != NULL ? _mm256_maskload_ps(row + 8 * q, cm[q]) : _mm256_setzero_ps();
+    }
     if (row == NULL) row = dr2_zeros;
     __m256 lo[2], hi[2]; /* stride 2: the 16 columns of a pair of taps */
 #pragma GCC unroll 8
@@ -105,12 +141,16 @@ static inline __attribute__((always_inline)) void dr2_step(const int K, const in
 #pragma GCC unroll 2
       for (int v = 0; v < V; ++v) {
         if (ST == 1) { /* columns 8v + s + l */
-          xv[v] = EDGE ? _mm256_maskload_ps(row + 8 * v + s, cm[v * K + s])
-                       : _mm256_loadu_ps(row + 8 * v + s);
+          xv[v] = !EDGE  ? _mm256_loadu_ps(row + 8 * v + s)
+                  : V == 1 ? dr2_shift(e[0], e[1], s)
+                           : _mm256_maskload_ps(row + 8 * v + s, cm[v * K + s]);
         } else { /* columns 16v + s + 2l: taps 2q and 2q + 1 are the even and odd columns of the
                   * same 16 */
           if ((s & 1) == 0) {
-            if (EDGE) {
+            if (EDGE && V == 1) {
+              lo[v] = dr2_shift(e[0], e[1], s);
+              hi[v] = dr2_shift(e[1], e[2], s);
+            } else if (EDGE) {
               lo[v] = _mm256_maskload_ps(row + 16 * v + s, cm[v * (K + 1) + s]);
               hi[v] = _mm256_maskload_ps(row + 16 * v + s + 8, cm[v * (K + 1) + s + 1]);
             } else if (s == K - 1) { /* columns s .. s + 14 only: dr2_even_last */
