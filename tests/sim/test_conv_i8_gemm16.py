@@ -63,11 +63,12 @@ IMPLICIT = [
     (1, 7281, 4, 4, 9, 3, 3, 1, 0, 1, 1, -128),   # depth 65529 at the bound, 4 positions
 ]
 
+# A child process runs the layers of the test module named in argv[4] (its chain_of): the
+# library reads ACCEL_CONV_IMPL once per process.
 CHILD = r"""
-import hashlib, json, sys
-import numpy as np
+import importlib, json, sys
 sys.path.insert(0, sys.argv[2])
-from test_conv_i8_gemm16 import chain_of
+chain_of = importlib.import_module(sys.argv[4]).chain_of
 from accel_codegen.sim import Device
 dev = Device(num_threads=int(sys.argv[3]))
 out = {}
@@ -145,12 +146,14 @@ def chain_of(layer, packed):
     return x, [conv, Sdp(precision="int8", bias=bias, rshift=rshift)]
 
 
-def _run(layers, threads, **env):
+def _run(layers, threads, module="test_conv_i8_gemm16", **env):
+    """The layers (``module``'s chain_of) run in a child with ``env``: the outputs, and the
+    kernels' names that ACCEL_VERBOSE printed."""
     environ = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE")}
     environ.update(env)
     here = str(Path(__file__).parent)
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers), here, str(threads)],
-                            capture_output=True, text=True, env=environ, cwd=here)
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers), here, str(threads),
+                             module], capture_output=True, text=True, env=environ, cwd=here)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [l for l in result.stderr.splitlines() if l.startswith("accel_verbose")]
     return json.loads(result.stdout), [l.split(",")[3] for l in lines]

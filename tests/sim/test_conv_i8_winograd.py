@@ -6,19 +6,13 @@ several passes of 24 channels and odd channel counts, the compiler's converters 
 none, a residual add), 1 and 2 threads, packed and unpacked weights; sums at its depth bound
 (4 x depth x 255 x 128 within int32) and one channel past it, where it does not run and the
 direct kernels do. The library reads ACCEL_CONV_IMPL once per process, so the layers run in a
-child process. On builds without the kernel (AVX-512 VNNI builds, or no AVX2) the list's own
-choices run and must agree as well."""
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+child process (test_conv_i8_gemm16's `_run`). On builds without the kernel (AVX-512 VNNI builds,
+or no AVX2) the list's own choices run and must agree as well."""
 import numpy as np
 
 from accel_codegen.sim import reference as ref
 from accel_codegen.sim import Conv, Sdp
-from test_conv_i8_gemm16 import CONVERTED, _has_kernel, chain_of as gemm16_chain
+from test_conv_i8_gemm16 import _has_kernel, _run, chain_of as gemm16_chain
 
 IMPL = "winograd16_avx2"
 # (n, c, h, w, k, 3, 3, 1, pad, 1, 1, in_zero)
@@ -39,21 +33,6 @@ LAYERS = [
 # direct kernels run it). (in - in_zero) = 255 times -128 on channels 0..3's taps.
 BOUND = [(1, 1827, 6, 6, 9, 3, 3, 1, 0, 1, 1, -128), (1, 1828, 5, 5, 9, 3, 3, 1, 1, 1, 1, -128)]
 
-CHILD = r"""
-import json, sys
-sys.path.insert(0, sys.argv[2])
-from test_conv_i8_winograd import chain_of
-from accel_codegen.sim import Device
-dev = Device(num_threads=int(sys.argv[3]))
-out = {}
-for i, layer in enumerate(json.loads(sys.argv[1])):
-    for packed in (0, 1):
-        x, chain = chain_of(layer, packed)
-        out[f"{i}/{packed}"] = dev.run(chain, x)[0].tobytes().hex()
-print(json.dumps(out))
-"""
-
-
 def chain_of(layer, packed):
     """test_conv_i8_gemm16's layer, but at the bound: every product of channels 0..3 at its most
     negative (the bias brings the codes back into range)."""
@@ -72,26 +51,10 @@ def chain_of(layer, packed):
     return x, [conv, Sdp(precision="int8", bias=bias, rshift=np.full(k, 16, np.uint8))]
 
 
-def _run(layers, threads, **env):
-    environ = {k: v for k, v in os.environ.items() if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE")}
-    environ.update(env, ACCEL_VERBOSE="1")
-    here = str(Path(__file__).parent)
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(layers), here, str(threads)],
-                            capture_output=True, text=True, env=environ, cwd=here)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [l for l in result.stderr.splitlines() if l.startswith("accel_verbose")]
-    return json.loads(result.stdout), [l.split(",")[3] for l in lines]
-
-
-def _fits(layer):
-    n, c, h, w, k, kh, kw, s, p, d, g, z = layer[:12]
-    return g == 1 and c > 1 and (kh, kw, s, d) == (3, 3, 1, 1) and 4 * c * 9 * 255 * 128 < 2**31
-
-
 def _check(layers, threads, **env):
     """Each layer packed and unpacked against the reference; the names of the kernels that ran:
     forced, IMPL wherever it fits (in a build that has it)."""
-    got, names = _run(layers, threads, **env)
+    got, names = _run(layers, threads, "test_conv_i8_winograd", ACCEL_VERBOSE="1", **env)
     assert len(names) == 2 * len(layers), names
     for i, layer in enumerate(layers):
         for packed in (0, 1):
@@ -120,7 +83,7 @@ def test_winograd16_at_its_depth_bound_and_past_it():
 
 def test_winograd16_with_the_compilers_converters():
     """The lane converters' forms (ReLU, clip, none, a residual add) on its rows."""
-    layers = [layer for layer in CONVERTED if _fits(layer)] + [
+    layers = [
         (1, 40, 10, 12, 30, 3, 3, 1, 1, 1, 1, 3, "add"),
         (1, 24, 15, 9, 36, 3, 3, 1, 1, 1, 1, -5, "relu"),
         (1, 16, 20, 20, 50, 3, 3, 1, 1, 1, 1, -128, "clip"),
