@@ -50,11 +50,11 @@ Methods (``calibration_method``):
   coordinate descent, (tensors + 32 x 8) runs of every other example; a change only where
   no example's output noise rises), kept only where the int8 build of the chosen ranges
   beats the build of ``mse``'s on the examples the search did not see (two builds: the
-  emulation is not the build, and ranges fitted to few examples fit them). Not the
-  default: on the trained set it gains (YOLOv8n, the recogniser's strings) or checks back
-  to ``mse``, but it costs every int8 build the search and two builds, and the recogniser
-  0.7 dB over its compared lines (docs/trained_models.md, "`mse_outputs` checked in a real
-  build").
+  emulation is not the build, and ranges fitted to few examples fit them; with one example,
+  on that example). Not the default: on the trained set it gains (YOLOv8n, the
+  recogniser's strings) or checks back to ``mse``, but it costs every int8 build the
+  search and two builds, and the recogniser 0.7 dB over its compared lines
+  (docs/trained_models.md, "`mse_outputs` checked in a real build").
 - ``"percentile"``: the 99.99th percentile of |x|; one outlier in a large calibration set
   does not stretch the range for every other value, but a heavy tail is clipped hard.
 - ``"max"``: the range seen (ONNX Runtime's MinMax): nothing saturates on the calibration

