@@ -22,7 +22,8 @@ int64_t weight_count(const conv_geometry* g) {
 
 /* What accel_conv_pack_weights makes of a conv's weights (accel_conv_desc.weights_packed): the
  * Winograd pre-transform for FP32 and FP16 in WINOGRAD mode, otherwise INT8's kernel layout
- * (INT8 Winograd runs the direct kernel) or FP16's widened weights. */
+ * (an INT8 conv in either mode runs the int8 kernel list, conv/i8_impls.c) or FP16's widened
+ * weights. */
 typedef enum packing {
   PACKING_NONE, PACKING_INT8, PACKING_FP16, PACKING_WINOGRAD,
   PACKING_C16,    /* FP32 direct 1x1 weights for the C16 kernel (conv_c16.c) */
