@@ -625,10 +625,7 @@ static accel_status g2_run(const conv_i8_call* c) {
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   const size_t bytes = (size_t)(J.col_bytes + J.acc_bytes) + 2 * (size_t)ldb_max + 128;
-  for (int t = 0; t < nth; ++t) {
-    bufs[t] = workspace_get(c->ws, t, bytes);
-    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
-  }
+  if (!g2_thread_buffers(c->ws, nth, bytes, bufs)) return ACCEL_ERR_NO_MEMORY;
   pool_for(nth, items, g2_item, &J);
   return ACCEL_OK;
 }
@@ -845,10 +842,7 @@ static accel_status i16_run(const conv_i8_call* c) {
   const int64_t items = outer * ntiles * mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   char* bufs[WS_THREAD_SLOTS];
-  for (int t = 0; t < nth; ++t) {
-    bufs[t] = workspace_get(c->ws, t, bytes);
-    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
-  }
+  if (!g2_thread_buffers(c->ws, nth, bytes, bufs)) return ACCEL_ERR_NO_MEMORY;
   J.bufs = bufs;
   pool_for(nth, items, i16_item, &J);
   return ACCEL_OK;

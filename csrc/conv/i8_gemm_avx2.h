@@ -46,6 +46,14 @@ typedef struct g2_job {
   int8_t lo, hi;
 } g2_job;
 
+/* Each of the call's nth threads its workspace slot of `bytes` (bufs[t]): 0 where one is not
+ * to be had (the caller returns ACCEL_ERR_NO_MEMORY). */
+static inline int g2_thread_buffers(workspace* ws, int nth, size_t bytes, char** bufs) {
+  for (int t = 0; t < nth; ++t)
+    if ((bufs[t] = workspace_get(ws, t, bytes)) == NULL) return 0;
+  return 1;
+}
+
 /* Channel k's int32 row v (n values) into its codes at output offset `at`: in lanes with the
  * converters prepared once per call (no sdp_i8_span set-up per row), else sdp_i8_span. */
 static inline void g2_convert(const g2_job* J, int64_t k, const int32_t* v, int64_t at,

@@ -303,10 +303,7 @@ static accel_status w16_run(const conv_i8_call* c) {
   const int64_t items = (int64_t)g->n * J.nbands * J.mchunks;
   const int nth = (int)(items < nthreads ? items : nthreads);
   char* bufs[WS_THREAD_SLOTS];
-  for (int t = 0; t < nth; ++t) {
-    bufs[t] = workspace_get(c->ws, t, bytes);
-    if (bufs[t] == NULL) return ACCEL_ERR_NO_MEMORY;
-  }
+  if (!g2_thread_buffers(c->ws, nth, bytes, bufs)) return ACCEL_ERR_NO_MEMORY;
   J.bufs = bufs;
   pool_for(nth, items, w16_item, &J);
   return ACCEL_OK;
