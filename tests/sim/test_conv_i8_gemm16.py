@@ -174,6 +174,17 @@ def _implicit_computes(layer):
     return c // g > 1 and s == 1 and (h + 2 * p - d * (kh - 1)) * (w + 2 * p - d * (kw - 1)) > 1
 
 
+def _assert_reference_codes(got, layers, chain_of):
+    """Each layer's child output (``_run``'s, packed and unpacked) equal to the reference's
+    codes of ``chain_of``'s chain."""
+    for i, layer in enumerate(layers):
+        for packed in (0, 1):
+            x, chain = chain_of(layer, packed)
+            expected = ref.run_chain(chain, x)
+            y = np.frombuffer(bytes.fromhex(got[f"{i}/{packed}"]), np.int8).reshape(expected.shape)
+            assert np.array_equal(y, expected), (layer, packed, int(np.sum(y != expected)))
+
+
 def _check(layers, threads, impl="gemm16_avx2"):
     got, names = _run(layers, threads, ACCEL_CONV_IMPL=impl, ACCEL_VERBOSE="1")
     if _has_kernel():
@@ -181,12 +192,7 @@ def _check(layers, threads, impl="gemm16_avx2"):
         assert [name == impl for name in names] == [c for c in computes for _ in (0, 1)], names
     else:  # not built: forcing it leaves the list's choices
         assert len(names) == 2 * len(layers) and impl not in names, names
-    for i, layer in enumerate(layers):
-        for packed in (0, 1):
-            x, chain = chain_of(layer, packed)
-            expected = ref.run_chain(chain, x)
-            y = np.frombuffer(bytes.fromhex(got[f"{i}/{packed}"]), np.int8).reshape(expected.shape)
-            assert np.array_equal(y, expected), (layer, packed, int(np.sum(y != expected)))
+    _assert_reference_codes(got, layers, chain_of)
 
 
 def test_gemm16_gives_the_reference_codes():

@@ -12,7 +12,8 @@ import numpy as np
 
 from accel_codegen.sim import reference as ref
 from accel_codegen.sim import Conv, Sdp
-from test_conv_i8_gemm16 import _has_kernel, _run, chain_of as gemm16_chain
+from test_conv_i8_gemm16 import (_assert_reference_codes, _has_kernel, _run,
+                                 chain_of as gemm16_chain)
 
 IMPL = "winograd16_avx2"
 # (n, c, h, w, k, 3, 3, 1, pad, 1, 1, in_zero)
@@ -56,12 +57,7 @@ def _check(layers, threads, **env):
     forced, IMPL wherever it fits (in a build that has it)."""
     got, names = _run(layers, threads, "test_conv_i8_winograd", ACCEL_VERBOSE="1", **env)
     assert len(names) == 2 * len(layers), names
-    for i, layer in enumerate(layers):
-        for packed in (0, 1):
-            x, chain = chain_of(layer, packed)
-            expected = ref.run_chain(chain, x)
-            y = np.frombuffer(bytes.fromhex(got[f"{i}/{packed}"]), np.int8).reshape(expected.shape)
-            assert np.array_equal(y, expected), (layer, packed, int(np.sum(y != expected)))
+    _assert_reference_codes(got, layers, chain_of)
     return names
 
 
