@@ -3,7 +3,7 @@
  *
  * channels along the vector (where the implicit GEMM's vectors of 16 grid positions would
  * hold over 3 % more lanes than there are outputs: every ResNet 3x3 layer, the 7x7 and
- * 14x14 ones most): 8 output channels per ymm vector, each position's 4 input bytes
+ * 14x14 ones most): 16 output channels per zmm vector, each position's 4 input bytes
  * broadcast, on the implicit GEMM's copy (conv_small).
  */
 #include "conv/i8.h"
@@ -13,19 +13,18 @@
  * The implicit GEMM puts 16 grid positions in a vector: a 7x7 output (49 positions, 61 grid
  * columns with the 3x3 window's dropped ones) fills 64 lanes, so ResNet's 7x7 layers computed
  * 31 % more than their outputs (docs/kernels.md, conv/i8_small_vnni.c).
- * Here a vector holds 8 output channels (one MR block of the packed weights: 32 bytes per
- * depth step, a ymm operand as it lies) and each output position's 4 input bytes of a depth
- * step are broadcast to it: vpdpbusd on ymm runs two a cycle where zmm runs one, as fast, and no
- * lane is wasted on a dropped column. The
- * input is the implicit GEMM's copy (i8_imp_build_item); a micro-tile is SP positions (any
- * positions: each has its own pointer into the copy) x SV blocks of MR channels, 24 ymm
+ * Here a vector holds 16 output channels (two MR blocks of the packed weights: 32 bytes each
+ * per depth step, joined in the register) and each output position's 4 input bytes of a depth
+ * step are broadcast to it, so no lane is wasted on a dropped column. The input is the
+ * implicit GEMM's copy (i8_imp_build_item); a micro-tile is SP positions (any positions: each
+ * has its own pointer into the copy) x up to SZ blocks of MR channels (3 zmm vectors), 24 zmm
  * accumulators. The sums are those of the implicit GEMM (the same correction), transposed to
  * channel rows for the epilogue. */
-enum { SP = 8, SV = 3, SMALL_CHUNK = 32 /* position tiles a unit at most */ };
+enum { SP = 8, SZ = 6, SMALL_CHUNK = 32 /* position tiles a unit at most */ };
 
 /* c[m * ldc + p] = t[p][m / MR] lane m % MR, for positions p < np and blocks < nv: 8 x 8
  * transposes of int32. */
-static __attribute__((noinline)) void skr_store(const __m256i (*t)[SV], int np, int nv,
+static __attribute__((noinline)) void skr_store(const __m256i (*t)[SZ], int np, int nv,
                                                 int32_t* c, int64_t ldc) {
   const __mmask8 keep = (__mmask8)((1u << np) - 1u);
   for (int v = 0; v < nv; ++v) {
@@ -53,64 +52,84 @@ static __attribute__((noinline)) void skr_store(const __m256i (*t)[SV], int np, 
   }
 }
 
-static inline __attribute__((always_inline)) void skr(const int np, const int nv, int64_t kd4,
+typedef void (*skr_fn)(int64_t, const int8_t*, int64_t, const uint8_t* const*, const int64_t*,
+                       const int32_t*, int32_t*, int64_t);
+
+/* The micro-tile: SP positions x nb blocks of MR channels (blocks 2v and 2v + 1 in zmm vector
+ * v: ablk apart in the packed weights); with nb odd the last vector's upper lanes have zero
+ * weights. zmm rather than the ymm (8 channels a vector) this kernel had: on Zen 5 (full
+ * 512-bit datapaths) vpdpbusd runs two a cycle on zmm as on ymm (4 cycles' latency), so zmm
+ * does twice the products a cycle; on Zen 4 both widths ran 2 x 256 bits a cycle
+ * (docs/kernels.md). */
+static inline __attribute__((always_inline)) void skz(const int np, const int nb, int64_t kd4,
                                                       const int8_t* a, int64_t ablk,
                                                       const uint8_t* const* bp,
                                                       const int64_t* off, const int32_t* corr,
                                                       int32_t* c, int64_t ldc) {
-  const __m256i i0 = _mm256_loadu_si256((const __m256i*)corr);
-  const __m256i i1 = nv > 1 ? _mm256_loadu_si256((const __m256i*)(corr + MR)) : i0;
-  const __m256i i2 = nv > 2 ? _mm256_loadu_si256((const __m256i*)(corr + 2 * MR)) : i0;
-#define SDECL(p) __m256i c##p##0 = i0, c##p##1 = i1, c##p##2 = i2;
-  SDECL(0) SDECL(1) SDECL(2) SDECL(3) SDECL(4) SDECL(5) SDECL(6) SDECL(7)
-#undef SDECL
+  const int nz = (nb + 1) / 2;
+  const __m512i i0 = _mm512_loadu_si512(corr);
+  const __m512i i1 = nz > 1 ? _mm512_loadu_si512(corr + 2 * MR) : i0;
+  const __m512i i2 = nz > 2 ? _mm512_loadu_si512(corr + 4 * MR) : i0;
+#define ZDECL(p) __m512i c##p##0 = i0, c##p##1 = i1, c##p##2 = i2;
+  ZDECL(0) ZDECL(1) ZDECL(2) ZDECL(3) ZDECL(4) ZDECL(5) ZDECL(6) ZDECL(7)
+#undef ZDECL
   const uint8_t *b0 = bp[0], *b1 = bp[np > 1 ? 1 : 0], *b2 = bp[np > 2 ? 2 : 0],
                 *b3 = bp[np > 3 ? 3 : 0], *b4 = bp[np > 4 ? 4 : 0], *b5 = bp[np > 5 ? 5 : 0],
                 *b6 = bp[np > 6 ? 6 : 0], *b7 = bp[np > 7 ? 7 : 0];
   for (int64_t k = 0; k < kd4; ++k) {
     const int64_t o = off[k];
     const int8_t* ak = a + k * MR * 4;
-    const __m256i w0 = _mm256_loadu_si256((const __m256i*)ak);
-    const __m256i w1 = nv > 1 ? _mm256_loadu_si256((const __m256i*)(ak + ablk)) : w0;
-    const __m256i w2 = nv > 2 ? _mm256_loadu_si256((const __m256i*)(ak + 2 * ablk)) : w0;
-#define SPOS(p)                                                                    \
+#define WY(j) _mm256_loadu_si256((const __m256i*)(ak + (j) * ablk))
+#define WZ(v)                                                                              \
+  (2 * (v) + 1 < nb ? _mm512_inserti64x4(_mm512_castsi256_si512(WY(2 * (v))), WY(2 * (v) + 1), 1) \
+                    : _mm512_zextsi256_si512(WY(2 * (v))))
+    const __m512i w0 = WZ(0);
+    const __m512i w1 = nz > 1 ? WZ(1) : w0;
+    const __m512i w2 = nz > 2 ? WZ(2) : w0;
+#undef WZ
+#undef WY
+#define ZPOS(p)                                                                    \
   if (np > p) {                                                                    \
-    const __m256i x = _mm256_set1_epi32(*(const i32_alias*)(b##p + o));            \
-    c##p##0 = _mm256_dpbusd_epi32(c##p##0, x, w0);                                 \
-    if (nv > 1) c##p##1 = _mm256_dpbusd_epi32(c##p##1, x, w1);                     \
-    if (nv > 2) c##p##2 = _mm256_dpbusd_epi32(c##p##2, x, w2);                     \
+    const __m512i x = _mm512_set1_epi32(*(const i32_alias*)(b##p + o));            \
+    c##p##0 = _mm512_dpbusd_epi32(c##p##0, x, w0);                                 \
+    if (nz > 1) c##p##1 = _mm512_dpbusd_epi32(c##p##1, x, w1);                     \
+    if (nz > 2) c##p##2 = _mm512_dpbusd_epi32(c##p##2, x, w2);                     \
   }
-    SPOS(0) SPOS(1) SPOS(2) SPOS(3) SPOS(4) SPOS(5) SPOS(6) SPOS(7)
-#undef SPOS
+    ZPOS(0) ZPOS(1) ZPOS(2) ZPOS(3) ZPOS(4) ZPOS(5) ZPOS(6) ZPOS(7)
+#undef ZPOS
   }
-  /* the accumulators through L1 (transposing them here made the compiler spill them in the
-   * loop), then each block's 8 x 8 (positions x channels) to channel rows */
-  __m256i t[SP][SV];
-#define SST(p)                 \
-  t[p][0] = c##p##0;           \
-  if (nv > 1) t[p][1] = c##p##1; \
-  if (nv > 2) t[p][2] = c##p##2;
-  SST(0) SST(1) SST(2) SST(3) SST(4) SST(5) SST(6) SST(7)
-#undef SST
-  skr_store(t, np, nv, c, ldc);
+  __m256i t[SP][SZ];
+#define ZST(p)                                                                     \
+  t[p][0] = _mm512_castsi512_si256(c##p##0);                                       \
+  t[p][1] = _mm512_extracti64x4_epi64(c##p##0, 1);                                 \
+  if (nz > 1) {                                                                    \
+    t[p][2] = _mm512_castsi512_si256(c##p##1);                                     \
+    t[p][3] = _mm512_extracti64x4_epi64(c##p##1, 1);                               \
+  }                                                                                \
+  if (nz > 2) {                                                                    \
+    t[p][4] = _mm512_castsi512_si256(c##p##2);                                     \
+    t[p][5] = _mm512_extracti64x4_epi64(c##p##2, 1);                               \
+  }
+  ZST(0) ZST(1) ZST(2) ZST(3) ZST(4) ZST(5) ZST(6) ZST(7)
+#undef ZST
+  skr_store(t, np, nb, c, ldc);
 }
 
-typedef void (*skr_fn)(int64_t, const int8_t*, int64_t, const uint8_t* const*, const int64_t*,
-                       const int32_t*, int32_t*, int64_t);
-#define SKR(NP_, NV_)                                                                       \
-  static void skr##NP_##_##NV_(int64_t k, const int8_t* a, int64_t ablk,                   \
+#define SKZ(NP_, NB_)                                                                       \
+  static void skz##NP_##_##NB_(int64_t k, const int8_t* a, int64_t ablk,                   \
                                const uint8_t* const* bp, const int64_t* o,                 \
                                const int32_t* corr, int32_t* c, int64_t ldc) {             \
-    skr(NP_, NV_, k, a, ablk, bp, o, corr, c, ldc);                                         \
+    skz(NP_, NB_, k, a, ablk, bp, o, corr, c, ldc);                                         \
   }
-#define SKR3(NP_) SKR(NP_, 1) SKR(NP_, 2) SKR(NP_, 3)
-SKR3(1) SKR3(2) SKR3(3) SKR3(4) SKR3(5) SKR3(6) SKR3(7) SKR3(8)
-#undef SKR3
-#undef SKR
-#define SKR_ROW(NP_) {skr##NP_##_1, skr##NP_##_2, skr##NP_##_3}
-static const skr_fn skr_table[SP][SV] = {SKR_ROW(1), SKR_ROW(2), SKR_ROW(3), SKR_ROW(4),
-                                         SKR_ROW(5), SKR_ROW(6), SKR_ROW(7), SKR_ROW(8)};
-#undef SKR_ROW
+#define SKZ6(NP_) SKZ(NP_, 1) SKZ(NP_, 2) SKZ(NP_, 3) SKZ(NP_, 4) SKZ(NP_, 5) SKZ(NP_, 6)
+SKZ6(1) SKZ6(2) SKZ6(3) SKZ6(4) SKZ6(5) SKZ6(6) SKZ6(7) SKZ6(8)
+#undef SKZ6
+#undef SKZ
+#define SKZ_ROW(NP_) \
+  {skz##NP_##_1, skz##NP_##_2, skz##NP_##_3, skz##NP_##_4, skz##NP_##_5, skz##NP_##_6}
+static const skr_fn skz_table[SP][SZ] = {SKZ_ROW(1), SKZ_ROW(2), SKZ_ROW(3), SKZ_ROW(4),
+                                         SKZ_ROW(5), SKZ_ROW(6), SKZ_ROW(7), SKZ_ROW(8)};
+#undef SKZ_ROW
 
 /* Whether the implicit GEMM's panels would compute over 3 % more lanes than there are outputs
  * (their lanes: 16 per started vector of each panel of NR grid columns). Measured, 1 thread:
@@ -124,11 +143,11 @@ static int small_grid_pays(const plan* P, const imp_plan* Q) {
 }
 
 /* Unit u = (group, chunk of position tiles, set of channel blocks) of image b: its tiles,
- * then the epilogue of each channel over their positions. The channel blocks are split into
- * sets of at most SV as evenly as can be, the positions into tiles of at most SP, and the
- * tiles into chunks of at most SMALL_CHUNK (so that a unit's sums stay in L1), more when
- * there are too few units to share evenly among the threads. Consecutive units share a
- * chunk's input. */
+ * then the epilogue of each channel over their positions. The channel blocks are split, in
+ * pairs (a zmm vector's 16 channels), into sets of at most SZ as evenly as can be, the
+ * positions into tiles of at most SP, and the tiles into chunks of at most SMALL_CHUNK (so
+ * that a unit's sums stay in L1), more when there are too few units to share evenly among the
+ * threads. Consecutive units share a chunk's input. */
 typedef struct small_job {
   const imp_job* J;
   int64_t sets, ptiles, chunks, ldr;
@@ -146,12 +165,15 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
   const int64_t grp = u / S->sets / S->chunks;
   const int64_t t0 = S->ptiles * chunk / S->chunks, t1 = S->ptiles * (chunk + 1) / S->chunks;
   const int64_t first = P->ohw * t0 / S->ptiles, cnt = P->ohw * t1 / S->ptiles - first;
-  const int64_t mb0 = P->mblocks * set / S->sets, mb1 = P->mblocks * (set + 1) / S->sets;
+  const int64_t pairs = (P->mblocks + 1) / 2; /* of MR blocks */
+  const int64_t mb0 = 2 * (pairs * set / S->sets);
+  int64_t mb1 = 2 * (pairs * (set + 1) / S->sets);
+  if (mb1 > P->mblocks) mb1 = P->mblocks;
   const int nv = (int)(mb1 - mb0);
-  int32_t* rows = (int32_t*)J->scratch[participant]; /* [SV * MR][ldr]: the chunk's sums */
+  int32_t* rows = (int32_t*)J->scratch[participant]; /* [SZ * MR][ldr]: the chunk's sums */
   const int64_t ldr = S->ldr;
   const int64_t blk = grp * P->mblocks + mb0;
-  int32_t corr[SV * MR];
+  int32_t corr[SZ * MR] = {0};
   for (int64_t m = 0; m < nv * MR; ++m)
     corr[m] = (int32_t)(0u - (uint32_t)(128 + J->in_zero) * (uint32_t)J->wsum[blk * MR + m]);
   const int64_t chans = (mb1 * MR < P->mg ? mb1 * MR : P->mg) - mb0 * MR;
@@ -179,7 +201,7 @@ static void small_unit_item(void* ctx, int64_t u, int participant) {
         bq += skip;
       }
     }
-    skr_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0 - first,
+    skz_table[o1 - o0 - 1][nv - 1](P->kd4, a, ablk, bp, J->B->off, corr, rows + o0 - first,
                                    ldr);
     o0 = o1;
   }
@@ -222,7 +244,8 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
     sw = g->stride_w;
     sh = g->stride_h;
   }
-  const int64_t sets = (P->mblocks + SV - 1) / SV, ptiles = (P->ohw + SP - 1) / SP;
+  const int64_t sets = ((P->mblocks + 1) / 2 + SZ / 2 - 1) / (SZ / 2);
+  const int64_t ptiles = (P->ohw + SP - 1) / SP;
   /* at least 8 units a thread when there are several: units are claimed one at a time, so
    * the last one claimed is at most an eighth of a thread's work (11 units of a 14x14 layer
    * with 256 channels on 2 threads kept one thread 6/5 as long as the other) */
@@ -245,7 +268,7 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   int64_t* off;
   if (!i8_imp_reserve_copy(PB, &Q, in_zero, ws, &copy, &off)) return ACCEL_ERR_NO_MEMORY;
   const int64_t ldt = (Q.wq + 16 + 63) & ~(int64_t)63;
-  const size_t rows_bytes = (size_t)(SV * MR * ldr) * sizeof(int32_t);
+  const size_t rows_bytes = (size_t)(SZ * MR * ldr) * sizeof(int32_t);
   const size_t scratch_bytes = rows_bytes > (size_t)(4 * ldt) ? rows_bytes : (size_t)(4 * ldt);
   char* scratch[WS_THREAD_SLOTS];
   for (int t = 0; t < nth; ++t) {
