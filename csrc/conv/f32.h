@@ -162,7 +162,7 @@ extern const conv_f32_impl conv_f32_dw_rows_avx2_impl, conv_f32_dw_avx2_impl,
 #ifdef __AVX512F__
 extern const conv_f32_impl conv_f32_dw_c16_avx512_impl, conv_f32_dw_rows_avx512_impl,
     conv_f32_dw_avx512_impl,
-    conv_f32_implicit_avx512_impl, conv_f32_packed_avx512_impl;
+    conv_f32_implicit_avx512_impl, conv_f32_packed_avx512_impl, conv_f32_narrow_avx512_impl;
 #endif
 
 #ifdef __AVX512F__

@@ -2,7 +2,9 @@
  * the order they are tried, and conv_f32, the loop over them.
  *
  * The list, chosen by measurement (figures: docs/kernels.md; each file says what its kernel
- * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); depthwise 5x5, and 3x3 on
+ * does): batched fully connected layers as OpenBLAS sgemms (fc_blas); pointwise CONVs to or from
+ * one channel (a layer norm's sums and broadcasts) on the input rows in place (narrow_avx512);
+ * depthwise 5x5, and 3x3 on
  * short rows, through a channel-blocked copy (dw_c16_avx512), other depthwise 3x3 by output
  * rows (dw_rows_avx512), other depthwise kernels through a padded phase copy
  * (dw_avx512); the implicit GEMM where its grid wastes few columns and its weight panel
@@ -31,6 +33,7 @@
 static const conv_f32_impl* const impls[] = {
     &conv_f32_fc_blas_impl,
 #ifdef __AVX512F__
+    &conv_f32_narrow_avx512_impl, /* before the depthwise ones: one input channel to many */
     &conv_f32_dw_c16_avx512_impl,
     &conv_f32_dw_rows_avx512_impl,
     &conv_f32_dw_avx512_impl,

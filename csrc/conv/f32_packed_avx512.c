@@ -11,7 +11,7 @@
  * 128 KB of weights, and threads split a layer's channels rather than its image when it has more
  * channels than positions. A tile of one panel (a 7x7 image) up to 2048 deep with >= 4 MB of
  * weights packs every block first and runs them inside passes of 16 channels: it reads each weight
- * once, each row front to back (4 KB pages, few TLB misses); with a 32 KB L1d, so does a tile
+ * once, each row front to back (4 KB pages, few TLB misses); whatever the L1d, so does a tile
  * whose outputs outgrow L2 while its panels over the whole depth do not (a wide dense layer over
  * a transformer's tokens). Without panels (<= 8 positions an image) the whole depth in one
  * block.
@@ -574,7 +574,7 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
    * back, not a 512-byte slice of every row per block, which measured faster. A deeper panel (3x3
    * on 7x7, 4608 deep), several (14x14) or smaller weights (MobileNet-v2's 7x7 layers) measured
    * slower (docs/kernels.md, conv/f32_packed_avx512.c). */
-  /* With a 32 KB L1d (no panels outermost), the same where a tile's panels over the whole
+  /* On any L1d (panels outermost or not), the same where a tile's panels over the whole
    * depth fit in 3/4 of L2 (P->l2, detected; 768 KB of Zen 4's 1 MB) but its outputs do not
    * (a transformer's wide dense layers, ViT-B's fc1 over 197 tokens): a pass's running totals
    * then stay in cache across the depth blocks instead of every output being read and written
@@ -583,10 +583,13 @@ static accel_status conv_packed(const conv_plan* P, const float* in, const float
   const int wide_outputs =
       P->l2 > 0 && tile_panels_max * NR * P->kd * (int64_t)sizeof(float) * 4 <= P->l2 * 3 &&
       P->mg * tile_panels_max * NR * (int64_t)sizeof(float) >= P->l2;
-  const int64_t pass_rows = P->kd > P->kc && (P->panels_outer ? tile_panels_max == 1 &&
-                                                                     P->kd <= 2048 &&
-                                                                     P->mg * P->kd >= (1 << 20)
-                                                                : wide_outputs)
+  /* Zen 5 (a 48 KB L1d, panels outermost in 128-deep blocks) measured the wide-output tiles the
+   * same way: ViT-B's fc1 768 -> 3072 and the 768 -> 2304 shape over 197 tokens 92-95 -> 116-118
+   * GMAC/s by the passes (the depth blocks outermost read and wrote their 2.4 MB of outputs from
+   * L3 per 128-deep block), the bits the same (docs/kernels.md, conv/f32_*.c). */
+  const int64_t pass_rows = P->kd > P->kc && ((P->panels_outer && tile_panels_max == 1 &&
+                                               P->kd <= 2048 && P->mg * P->kd >= (1 << 20)) ||
+                                              wide_outputs)
                                 ? 16
                                 : 0;
   const int64_t depth = pass_rows > 0 ? P->kd : P->kc; /* packed at once */

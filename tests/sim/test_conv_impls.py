@@ -20,7 +20,7 @@ from accel_codegen.sim import Conv, Sdp
 I8_IMPLS = ["dw_rows_vbmi", "dw_vnni", "im2col_vnni", "stem_vbmi", "amx", "small_vnni",
             "dw_madd_avx2", "stem_madd_avx2", "implicit_vnni", "winograd16_avx2",
             "implicit16_avx2", "gemm16_avx2", "portable"]
-F32_IMPLS = ["fc_blas", "dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
+F32_IMPLS = ["fc_blas", "narrow_avx512", "dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
              "packed_avx512", "dw_rows_avx2", "dw_avx2", "gemm_avx2", "blas"]
 C16_IMPLS = ["c16_pointwise", "c16_depthwise", "c16_dense_3x3", "c16_winograd", "c16_stem",
              "c16_stem_pool"]

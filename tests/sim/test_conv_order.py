@@ -17,7 +17,7 @@ from accel_codegen.sim import reference as ref
 
 #: the fp32 implementations that keep f32_order.h's order (AVX-512 and x86-64-v3 builds)
 ORDERED = ["implicit_avx512", "packed_avx512", "gemm_avx2", "dw_c16_avx512", "dw_rows_avx512",
-           "dw_avx512", "dw_rows_avx2", "dw_avx2"]
+           "dw_avx512", "dw_rows_avx2", "dw_avx2", "narrow_avx512"]
 
 CHILD = r"""
 import hashlib, json, sys
@@ -94,7 +94,17 @@ FIXED = [(1, 8, 48, 48, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8),
          (1, 40, 28, 28, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 70, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),
          (1, 300, 1, 1, 30, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
-         (1, 64, 46, 46, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1)]
+         (1, 64, 46, 46, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1),
+         # pointwise to or from one channel (narrow_avx512): a layer norm's sum over ViT-Ti's
+         # 192 channels (a tail of 5) and its broadcast back, a plane past one item's 1024
+         # positions (1600: no tail), batch 2 with the implicit GEMM's plane (600: no tail),
+         # a depth of 33 (a 1-deep second block) on 7 positions (all tail), one channel to 3
+         (1, 192, 1, 197, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 1, 1, 197, 192, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 70, 40, 40, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (2, 40, 20, 30, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 33, 1, 7, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (2, 1, 5, 9, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1)]
 
 
 def _run(cases, **env):
