@@ -607,11 +607,26 @@ static inline __m512 add_to(__m512 acc, __m512 v) {
   return sum;
 }
 
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+/* v > acc ? v : acc (MAXPS returns its second operand unless the first is greater, so a NaN
+ * acc stays), then a NaN v wins (pool_row_vector's). */
+static inline __m512 max_tap16(__m512 acc, __m512 v) {
+  return _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+}
+
+/* pool_tile: 16 planes at a time, a plane per lane. A tap's window advances without a division
+ * (one a block of 16 columns), and a window's running value stays in a register for its block
+ * (windows of 8 columns, a wide pool's 8x8 passes and attention's softmax passes: two a
+ * block); the outputs go back to their planes 16 columns at a time through the transpose where
+ * a row has 16. Zen 5 (2026-12-01): with a tap's window found by a division and its
+ * accumulator in an array indexed at run time, the 8x8/8 pass of 32 x 112x112 took 0.43
+ * cycles a value (C harness, docs/kernels.md, pdp.c). The same taps in the same order as
+ * before, so the same bits. */
+static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geometry* g,
+                                                                 const float* in, float* out,
+                                                                 const int is_max) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
   const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
-  const int is_max = g->pool == ACCEL_POOL_MAX;
   const __m512 fill = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
   const __m512 divisor = _mm512_set1_ps((float)(kh * kw));
   __m512 acc[TILE_MAX_OUT_W];
@@ -625,26 +640,118 @@ static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
         const int32_t live = inside - c0 < 0 ? 0 : inside - c0 < 16 ? inside - c0 : 16;
         const __mmask16 m = (__mmask16)((1u << live) - 1u);
         __m512 v[16];
-        for (int p = 0; p < TILE_PLANES; ++p)
-          v[p] = _mm512_mask_loadu_ps(fill, m, row + p * hw + c0);
+        if (live == 16) {
+          for (int p = 0; p < TILE_PLANES; ++p) v[p] = _mm512_loadu_ps(row + p * hw + c0);
+        } else {
+          for (int p = 0; p < TILE_PLANES; ++p)
+            v[p] = _mm512_mask_loadu_ps(fill, m, row + p * hw + c0);
+        }
         transpose16(v);
+        int32_t j = c0 / kw;
+        if (kw == 8) { /* the block is windows j and j + 1 (n = 16), or j alone (n = 8) */
+          for (int32_t h = 0; h < n; h += 8) {
+            __m512 a = acc[j];
+            for (int32_t c = 0; c < 8; ++c)
+              a = is_max ? max_tap16(a, v[h + c]) : add_to(a, v[h + c]);
+            acc[j++] = a;
+          }
+          continue;
+        }
+        /* window j's running value in a register, stored when the window or block ends
+         * (through the array at every tap, each add waited on a store's forwarding) */
+        int32_t at = c0 - j * kw; /* tap c0's column in its window */
+        __m512 a = acc[j];
         for (int32_t c = 0; c < n; ++c) {
-          const int32_t j = (c0 + c) / kw;
-          if (is_max) { /* v > acc ? v : acc, then a NaN v wins (pool_row_vector's) */
-            acc[j] = _mm512_mask_mov_ps(_mm512_max_ps(v[c], acc[j]),
-                                        _mm512_cmp_ps_mask(v[c], v[c], _CMP_UNORD_Q), v[c]);
-          } else {
-            acc[j] = add_to(acc[j], v[c]);
+          a = is_max ? max_tap16(a, v[c]) : add_to(a, v[c]);
+          if (++at == kw) {
+            acc[j] = a;
+            at = 0;
+            if (++j == ow) break; /* the row's last tap */
+            a = acc[j];
           }
         }
+        if (j < ow) acc[j] = a;
       }
     }
-    for (int32_t j = 0; j < ow; ++j)
-      _mm512_store_ps(avg[j], is_max ? acc[j] : _mm512_div_ps(acc[j], divisor));
+    if (!is_max)
+      for (int32_t j = 0; j < ow; ++j) acc[j] = _mm512_div_ps(acc[j], divisor);
+    int32_t j0 = 0;
+    for (; j0 + 16 <= ow; j0 += 16) { /* lane p of acc[j0 + k]: plane p's output j0 + k */
+      __m512 t[16];
+      for (int k = 0; k < 16; ++k) t[k] = acc[j0 + k];
+      transpose16(t);
+      for (int p = 0; p < TILE_PLANES; ++p)
+        _mm512_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
+    }
+    for (int32_t j = j0; j < ow; ++j) _mm512_store_ps(avg[j], acc[j]);
     for (int p = 0; p < TILE_PLANES; ++p) {
-      for (int32_t j = 0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+      for (int32_t j = j0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
     }
   }
+}
+
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  if (g->pool == ACCEL_POOL_MAX) {
+    pool_tile_body(g, in, out, 1);
+  } else {
+    pool_tile_body(g, in, out, 0);
+  }
+}
+
+/* Global pooling (pool_global) in 16 lanes, a plane per lane: the window's taps are read 16 at
+ * a time from 16 planes and transposed, then taken tap by tap in the scalar order (rows, then
+ * columns), so the same bits as pool_global; GLOBAL_GROUPS16 vectors of 16 planes side by
+ * side, as one vector's adds are a chain of dependent adds. A window of whole rows (every
+ * unpadded global pool) is one run of taps in memory, read as one row. Planes [0, the
+ * returned count): whole groups of 16; pool_global takes the rest. (The AVX2 build's
+ * pool_global8, in zmm registers: Zen 5 runs 512-bit shuffles and adds at full width.) */
+enum { GLOBAL_GROUPS16 = 2 };
+
+/* rows rows of n taps each, the first at in + start, a row every stride floats */
+static inline __attribute__((always_inline)) void global_groups16(
+    const pdp_geometry* g, const float* in, float* out, int groups, int64_t start, int32_t rows,
+    int64_t n, int64_t stride, float divisor) {
+  const int is_max = g->pool == ACCEL_POOL_MAX;
+  const int64_t hw = (int64_t)g->h * g->w;
+  __m512 acc[GLOBAL_GROUPS16];
+  for (int k = 0; k < groups; ++k) acc[k] = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
+  for (int32_t r = 0; r < rows; ++r) {
+    const float* row = in + start + r * stride;
+    for (int64_t c0 = 0; c0 < n; c0 += 16) {
+      const int32_t taps = n - c0 < 16 ? (int32_t)(n - c0) : 16;
+      const __mmask16 m = (__mmask16)((1u << taps) - 1u); /* lanes past the window: not read */
+      for (int k = 0; k < groups; ++k) {
+        __m512 v[16];
+        for (int p = 0; p < 16; ++p) {
+          const float* src = row + (int64_t)(16 * k + p) * hw + c0;
+          v[p] = taps == 16 ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(m, src);
+        }
+        transpose16(v);
+        for (int32_t c = 0; c < taps; ++c)
+          acc[k] = is_max ? max_tap16(acc[k], v[c]) : add_to(acc[k], v[c]);
+      }
+    }
+  }
+  const __m512 d = _mm512_set1_ps(divisor);
+  for (int k = 0; k < groups; ++k)
+    _mm512_storeu_ps(out + 16 * k, is_max ? acc[k] : _mm512_div_ps(acc[k], d));
+}
+
+static int64_t pool_global16(const pdp_geometry* g, const float* in, float* out,
+                             int64_t planes) {
+  const int64_t hw = (int64_t)g->h * g->w;
+  const global_window win = global_window_of(g);
+  const int64_t start = (int64_t)(win.y0 + win.r0) * g->w + win.x0 + win.s0;
+  const int whole_rows = win.x0 + win.s0 == 0 && win.s1 - win.s0 == g->w;
+  const int32_t rows = whole_rows ? 1 : win.r1 - win.r0;
+  const int64_t n = whole_rows ? (int64_t)(win.r1 - win.r0) * g->w : win.s1 - win.s0;
+  int64_t p0 = 0;
+  for (; p0 + 16 * GLOBAL_GROUPS16 <= planes; p0 += 16 * GLOBAL_GROUPS16)
+    global_groups16(g, in + p0 * hw, out + p0, GLOBAL_GROUPS16, start, rows, n, g->w,
+                    win.divisor);
+  for (; p0 + 16 <= planes; p0 += 16)
+    global_groups16(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, win.divisor);
+  return p0;
 }
 #elif defined(__AVX2__)
 /* v[c] = column c of the 8 x 8 block whose rows are v[0..7]. */
@@ -807,7 +914,9 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
   const int64_t end = first + J->per_item < J->planes ? first + J->per_item : J->planes;
   if (out_plane == 1) {
     int64_t done = 0;
-#if !defined(__AVX512F__) && defined(__AVX2__)
+#if defined(__AVX512F__)
+    done = pool_global16(g, J->in + first * in_plane, J->out + first, end - first);
+#elif defined(__AVX2__)
     done = pool_global8(g, J->in + first * in_plane, J->out + first, end - first);
 #endif
     pool_global(g, J->in + (first + done) * in_plane, J->out + first + done,
@@ -830,7 +939,12 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t in_plane = (int64_t)g->h * g->w;
   int tiles = 0;
   int64_t per_item = 4096 / (in_plane + 1) + 1;
-#if !defined(__AVX512F__) && defined(__AVX2__)
+#if defined(__AVX512F__)
+  /* global pooling: whole groups of pool_global16's planes an item */
+  if ((int64_t)g->out_h * g->out_w == 1)
+    per_item = (per_item + 16 * GLOBAL_GROUPS16 - 1) / (16 * GLOBAL_GROUPS16) *
+               (16 * GLOBAL_GROUPS16);
+#elif defined(__AVX2__)
   /* global pooling: whole groups of pool_global8's planes an item */
   if ((int64_t)g->out_h * g->out_w == 1)
     per_item = (per_item + 8 * GLOBAL_GROUPS - 1) / (8 * GLOBAL_GROUPS) * (8 * GLOBAL_GROUPS);

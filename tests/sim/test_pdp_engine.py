@@ -138,12 +138,16 @@ def test_global_average_pool_7x7(rng):
 
 
 @pytest.mark.parametrize("shape,kernel", [((112, 112), 8), ((14, 14), 7), ((17, 13), (4, 3)),
-                                          ((9, 40), (3, 5))], ids=str)
+                                          ((9, 40), (3, 5)), ((8, 72), 8),
+                                          ((2, 136), (2, 8)), ((3, 119), (3, 7))], ids=str)
 def test_tiled_averages_are_bit_exact(shape, kernel):
     """Averages whose windows tile the image (kernel = stride, a wide pool's passes) run 16
     planes at a time, a plane per lane: bit for bit the reference's and the one-plane path's
     sums (37 planes: two whole blocks and a rest; 1, 2 and 3 threads), -0 and infinities
-    included; of two NaNs in a window the first one's bits, as the one-plane path."""
+    included; of two NaNs in a window the first one's bits, as the one-plane path. Windows of 8
+    columns (an AVX-512 build's blocks of 16 columns: two windows, or a last block of one), of
+    7 (a window across two blocks) and rows of 16 or more outputs (stored through the
+    transpose) included."""
     rng = np.random.default_rng(45)
     x = rng.standard_normal((2, 37, *shape), dtype=np.float32) * 3
     x[0, 3] = -0.0
@@ -228,16 +232,17 @@ def test_global_pooling_is_bit_exact(kind, padding, include_pad):
                                            ((5, 6), 1), ((6, 1), 1)], ids=str)
 def test_global_pooling_in_lanes_is_bit_exact(kind, shape, padding):
     """Global pooling in lanes (pdp.c pool_global8 in an AVX2 build: 16 or 8 planes at a time,
-    a plane per lane, the taps 8 at a time, the last ones through a masked load; a window of
-    whole rows as one run of taps) keeps the scalar order: bit for bit the reference's, max
-    and average, on plane counts that leave a group of 8, a rest below 8, or only a rest (1,
-    7, 9, 23, 37; 1x1 planes, 1, 4, 5 or 8 taps, 49 and 64 in whole rows; padded windows,
-    row by row from inside a row), -0 and infinities included; of NaNs, the bits of the one-plane path (the scalar
-    loop): the last NaN for a max, the first NaN a sum meets for an average."""
+    the taps 8 at a time; pool_global16 in an AVX-512 build: 32 or 16 planes, the taps 16 at a
+    time; a plane per lane, the last taps through a masked load; a window of whole rows as one
+    run of taps) keeps the scalar order: bit for bit the reference's, max and average, on plane
+    counts that leave whole groups, a rest, or only a rest (1, 7, 9, 23, 37, 53; 1x1 planes, 1,
+    4, 5 or 8 taps, 49 and 64 in whole rows; padded windows, row by row from inside a row), -0
+    and infinities included; of NaNs, the bits of the one-plane path (the scalar loop): the last
+    NaN for a max, the first NaN a sum meets for an average."""
     rng = np.random.default_rng(47)
     h, w = shape
     op = Pool(kind, (h + 2 * padding, w + 2 * padding), 1, padding, False)
-    for planes in (1, 7, 9, 23, 37):
+    for planes in (1, 7, 9, 23, 37, 53):
         x = rng.standard_normal((1, planes, h, w), dtype=np.float32) * 3
         x[0, planes // 2] = -0.0
         if planes > 2:
