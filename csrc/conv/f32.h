@@ -77,6 +77,12 @@ static inline void blas_single_threaded(void) {
 static inline void pack_col(const conv_plan* P, const float* img, int64_t y, int64_t x, int64_t p0,
                             int64_t kc, float* dst) {
   const conv_geometry* g = P->g;
+  if (P->pointwise) { /* depth row p is input channel p at (y, x): a strided copy, no bounds */
+    const float* src = img + p0 * P->hw + y * g->w + x;
+    for (int64_t kk = 0; kk < kc; ++kk) dst[kk] = src[kk * P->hw];
+    for (int64_t kk = kc; kk & 15; ++kk) dst[kk] = 0.0f;
+    return;
+  }
   const int64_t S = g->kernel_w, RS = (int64_t)g->kernel_h * S;
   int64_t c = p0 / RS, r = (p0 % RS) / S, s = p0 % S;
   const int64_t y0 = y * g->stride_h - g->pad_top, x0 = x * g->stride_w - g->pad_left;

@@ -486,29 +486,36 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
      * each block of MR channels passes over every panel in turn. The next weight block is fetched
      * on the first panel either way. */
     const int pouter = P->panels_outer && npanels > 1;
+    int64_t rows = MR; /* channels a pass (panels outermost inside it) */
     if (pouter) {
-      int64_t rows = (128 * 1024 / (int64_t)sizeof(float)) / kc / MR * MR;
+      rows = (128 * 1024 / (int64_t)sizeof(float)) / kc / MR * MR;
       if (rows < MR) rows = MR;
-      for (int64_t mp = m0; mp < m1; mp += rows)
-        for (int64_t j = 0; j < npanels; ++j)
-          for (int64_t m = mp; m < m1 && m < mp + rows; m += MR)
+    }
+    for (int64_t mp = m0; mp < m1; mp += rows) {
+      const int64_t me = m1 - mp < rows ? m1 : mp + rows;
+      if (pouter)
+        for (int64_t j = 0; j + 1 < npanels; ++j)
+          for (int64_t m = mp; m < me; m += MR)
             panel_rows(P, tb->bp + j * NR * kc, abase, cbase, m0, m1, m, j, vcols, p0, kc,
                        last);
-    }
-    for (int64_t m = m0; m < m1; m += MR) {
-      const int64_t mr = m1 - m < MR ? m1 - m : MR;
-      const float* a = abase + m * P->kd + p0;
-      if (!pouter)
-        for (int64_t j = 0; j < npanels; ++j)
+      /* Each block of MR channels' last panel, tail dot products and epilogue together: the
+       * dot products read the weight rows the panel just read (in L1). After the whole tile's
+       * passes they came from L2 or memory again: on Zen 5, ViT-B's fc2 (3072 -> 768 over 197
+       * tokens) spent 5 % of its time in dot_8_3's weight loads, for 2.5 % of its MACs. */
+      for (int64_t m = mp; m < me; m += MR) {
+        const int64_t mr = m1 - m < MR ? m1 - m : MR;
+        const float* a = abase + m * P->kd + p0;
+        for (int64_t j = pouter ? npanels - 1 : 0; j < npanels; ++j)
           panel_rows(P, tb->bp + j * NR * kc, abase, cbase, m0, m1, m, j, vcols, p0, kc, last);
-      for (int64_t j = 0; j < ntail; j += 3) {
-        const int64_t t = ntail - j < 3 ? ntail - j : 3;
-        dot_table[mr][t](kc, a, P->kd, tb->bt + j * ldbt, ldbt,
-                         tb->state + ((m - m0) * TMAX + j) * 16, cbase + m * P->ohw + vcols + j,
-                         P->ohw, p0 == 0, last,
-                         npanels == 0 && j == 0 && m + MR + MR <= m1 ? a + MR * P->kd : NULL);
+        for (int64_t j = 0; j < ntail; j += 3) {
+          const int64_t t = ntail - j < 3 ? ntail - j : 3;
+          dot_table[mr][t](kc, a, P->kd, tb->bt + j * ldbt, ldbt,
+                           tb->state + ((m - m0) * TMAX + j) * 16,
+                           cbase + m * P->ohw + vcols + j, P->ohw, p0 == 0, last,
+                           npanels == 0 && j == 0 && m + MR + MR <= m1 ? a + MR * P->kd : NULL);
+        }
+        if (last && ep != NULL) epilogue_rows(P, ep, out, b, grp * P->mg + m, mr, n0, ncols);
       }
-      if (last && ep != NULL) epilogue_rows(P, ep, out, b, grp * P->mg + m, mr, n0, ncols);
     }
   }
 }
