@@ -292,6 +292,17 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_bins(const
                                                       _mm512_set1_epi32(24)));
 }
 
+/* Whether sdp_i8_lanes_lut_u may leave u unclamped: where L has byte tables. Their code is
+ * constant below u = t_lo - origin (<= 0: w clamps to 0 there and every threshold gt is above
+ * it) and above t_hi - origin (the tables hold the plan's clamped codes up to u_hi, and no
+ * change lies beyond t_hi), so sdp_i8_lut_bytes64's own clamp of w suffices; u stays inside
+ * int32 as the channel's clamp of v keeps t within 2^15 of the plan's ends, whose span is at
+ * most 2^27 (4096 bins of at most 2^15). The bins' gather needs the clamp. */
+static inline __attribute__((always_inline)) int sdp_i8_lut_bytes_unclamped(
+    const sdp_i8_lane_lut* L) {
+  return L->bytes != NULL;
+}
+
 /* u = t - base, t clamped to [t_lo, t_hi], of 16 accumulators v of channel c (the LUT plan
  * L's input converter, sdp_i8_lane_lut). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sdp_i8_lane_cvt* c,
@@ -305,6 +316,9 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sd
     const __m512i q = _mm512_add_epi32(
         _mm512_add_epi32(_mm512_mullo_epi32(x, m), _mm512_set1_epi32(c->add)),
         _mm512_srai_epi32(x, 31));
+    /* byte tables: no clamp of u here (sdp_i8_lut_bytes64 clamps w and its codes are already
+     * constant beyond the plan's ends: sdp_i8_lut_bytes_unclamped) */
+    if (sdp_i8_lut_bytes_unclamped(L)) return _mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift));
     const __m512i u = _mm512_min_epi32(
         _mm512_max_epi32(_mm512_sra_epi32(q, _mm_cvtsi32_si128(c->shift)),
                          _mm512_set1_epi32(L->t_lo - L->base)),
@@ -323,6 +337,7 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sd
                              sh)
           : _mm512_add_epi32(_mm512_sll_epi32(hp, _mm_cvtsi32_si128(c->low)),
                              _mm512_sra_epi32(_mm512_add_epi32(lp, add), sh));
+  if (sdp_i8_lut_bytes_unclamped(L)) return _mm512_sub_epi32(r, _mm512_set1_epi32(L->base));
   const __m512i t = _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(L->t_lo)),
                                      _mm512_set1_epi32(L->t_hi));
   return _mm512_sub_epi32(t, _mm512_set1_epi32(L->base));

@@ -307,10 +307,13 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
   (void)bins_only;
 #endif
   if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
-    /* bytes: the byte tables' changes per interval, -1 without them */
-    fprintf(stderr, "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_bytes%d_multi%lld\n",
+    /* bytes: the byte tables' changes per interval, -1 without them; g: their thresholds
+     * outside the intervals' slots (a compare of the four vectors each) */
+    fprintf(stderr,
+            "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_bytes%d_g%d_multi%lld\n",
             (long long)count, w, (long long)(changes - multi),
-            plan->bytes != NULL ? plan->bytes->m : -1, (long long)multi);
+            plan->bytes != NULL ? plan->bytes->m : -1, plan->bytes != NULL ? plan->bytes->g : 0,
+            (long long)multi);
   }
   return plan;
 }
