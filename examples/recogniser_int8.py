@@ -6,7 +6,12 @@ ONNX Runtime fp32's run of the same file; both int8 builds calibrated on the set
 calibration lines (``model.inputs(4)[2:]``, as examples/trained_models.py calibrates). Prints
 the SQNR over the 12 lines (and the worst line's), the strings equal to ONNX Runtime fp32's
 (exactly, and with leading and trailing spaces ignored: PP-OCRv4 ends most of these lines
-with a space, a marginal CTC decision either int8 flips) and each line whose string differs.
+with a space, a marginal CTC decision either int8 flips), the time steps whose class (the
+argmax before CTC's collapse) is ONNX Runtime fp32's, of the 40 per line, and the characters'
+edit distance to ONNX Runtime fp32's strings summed over the lines; then each line whose
+string differs. Exact strings count a line lost for one space, so 12 lines rank two int8
+builds coarsely: the steps and the edits see every decision (docs/trained_models.md,
+session 14).
 
     python examples/recogniser_int8.py [--calibration-method mse] [--no-bias-correction]
                                        [--no-ort-int8] [--debug-files DIR]
@@ -52,12 +57,35 @@ def lines(which: str = "compared"):
     return tm.TEXTS[:2] + tm.HELD_OUT_TEXTS + tm.MORE_TEXTS
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein's distance: the fewest characters inserted, deleted or replaced that turn
+    ``a`` into ``b`` (a dropped trailing space costs 1, as it costs one line's exactness)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        diagonal, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (x != y))
+    return row[-1]
+
+
+def step_agreement(outputs, references) -> tuple:
+    """(time steps whose class is the reference's, time steps): the argmax over the classes
+    of every step of every line, before CTC collapses repeats and blanks."""
+    same = total = 0
+    for o, r in zip(outputs, references):
+        got, want = np.asarray(o[0]).argmax(axis=-1), np.asarray(r[0]).argmax(axis=-1)
+        same += int(np.count_nonzero(got == want))
+        total += want.size
+    return same, total
+
+
 def per_line_sqnr(outputs, references):
     return [tm.compare([o], [r])[1] for o, r in zip(outputs, references)]
 
 
 def summary(label, model, outputs, references, texts, offloaded="-"):
-    """One row: SQNR over all lines (worst output), the worst line, strings exact / stripped;
+    """One row: SQNR over all lines (worst output), the worst line, strings exact / stripped,
+    time steps of the same class, the strings' edit distance (characters) over all lines;
     then the lines whose string differs from ONNX Runtime fp32's."""
     _, sqnr = tm.compare(outputs, references)
     worst = min(per_line_sqnr(outputs, references))
@@ -65,8 +93,10 @@ def summary(label, model, outputs, references, texts, offloaded="-"):
     want = [model.answers(r)[0] for r in references]
     exact = sum(g == w for g, w in zip(got, want))
     stripped = sum(g.strip() == w.strip() for g, w in zip(got, want))
+    same, steps = step_agreement(outputs, references)
+    edits = sum(edit_distance(g, w) for g, w in zip(got, want))
     row = (f"{label:<10} {offloaded:<16} {sqnr:8.2f} {worst:8.2f} {exact:>5}/{len(texts)}"
-           f" {stripped:>5}/{len(texts)}")
+           f" {stripped:>5}/{len(texts)} {same:>5}/{steps} {edits:>3}/{sum(map(len, want))}")
     misses = [f"    {t!r}: fp32 {w!r}, {label} {g!r}" for t, g, w in zip(texts, got, want)
               if g != w]
     return row, misses
@@ -102,7 +132,7 @@ def main(argv=None) -> None:
         np.savez(args.debug_files / "calibration.npz",
                  **{name: np.concatenate([x[0] for x in calibration])})
     header = (f"{'int8':<10} {'offloaded':<16} {'SQNR dB':>8} {'worst':>8} {'exact':>7}"
-              f" {'stripped':>7}")
+              f" {'stripped':>7} {'steps':>9} {'edits':>7}")
 
     started, cpu = time.time(), time.process_time()
     mod, params = tm.import_model(model)
