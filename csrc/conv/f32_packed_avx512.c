@@ -175,6 +175,36 @@ static const ukr_fn ukr_table[PR + 1][NV + 1] = {{0, 0, 0, 0}, {0, ukr_1_1, ukr_
                                                  {0, ukr_4_1, ukr_4_2, ukr_4_3}};
 static const dot_fn dot_table[MR + 1][4] = F32_KERNEL_TABLE(dot_);
 
+/* A panel of one vector (at most 16 columns: attention's values CONV over a head's 64
+ * positions, 48 + 16; a 28x28 plane, 16 x 48 + 16) for MR = 8 channels at once: ukr_4_1 has
+ * four accumulator chains, which two FMA units of four cycles' latency leave half idle. The
+ * same sums as ukr_body's, in its order (each 32-deep block from zero, added to the running
+ * total), so the same bits. */
+static void ukr_8_1(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                    int64_t ldc, int accumulate, __mmask16 tail, const float* pf) {
+  __m512 t[MR], s[MR];
+  for (int m = 0; m < MR; ++m)
+    t[m] = accumulate ? _mm512_maskz_loadu_ps(tail, c + m * ldc) : _mm512_setzero_ps();
+  for (int64_t k0 = 0; k0 < kc; k0 += SUM_BLOCK) {
+    const int64_t k1 = kc - k0 < SUM_BLOCK ? kc : k0 + SUM_BLOCK;
+    for (int m = 0; m < MR; ++m) s[m] = _mm512_setzero_ps();
+    if (pf != NULL) /* as ukr_body: the next block's lines, its 8 rows' at this depth */
+      for (int64_t k = k0; k < k1; k += 4) {
+        _mm_prefetch((const char*)(pf + (k >> 2 & 3) * lda + (k >> 4) * 16), _MM_HINT_T0);
+        _mm_prefetch((const char*)(pf + ((k >> 2 & 3) + 4) * lda + (k >> 4) * 16), _MM_HINT_T0);
+      }
+    _Pragma("GCC unroll 2")
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m512 bv = _mm512_load_ps(b + 16 * k);
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) s[m] = _mm512_fmadd_ps(_mm512_set1_ps(a[m * lda + k]), bv, s[m]);
+    }
+    for (int m = 0; m < MR; ++m)
+      t[m] = accumulate || k0 > 0 ? _mm512_add_ps(t[m], s[m]) : s[m];
+  }
+  for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(c + m * ldc, tail, t[m]);
+}
+
 /* ---- the packed path: im2col into NR-wide panels, tails as dot products ------------------ */
 
 /* A run of panel lanes that map to one output row of one image. */
@@ -359,6 +389,10 @@ static void panel_rows(const conv_plan* P, const float* bp, const float* abase, 
   const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
   const int64_t nv = (w + 15) / 16;
   const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
+  if (nv == 1 && mr == MR) {
+    ukr_8_1(kc, a, P->kd, bp, cbase + m * P->ohw + c0, P->ohw, p0 > 0, tail, pf);
+    return;
+  }
   for (int64_t h = 0; h < mr; h += PR)
     ukr_table[mr - h < PR ? mr - h : PR][nv](kc, a + h * P->kd, P->kd, bp,
                                              cbase + (m + h) * P->ohw + c0, P->ohw, p0 > 0, tail,
@@ -457,6 +491,11 @@ static void gemm_tile(const conv_plan* P, const float* in, const float* weights,
             const int64_t w = vcols - c0 < NR ? vcols - c0 : NR;
             const int64_t nv = (w + 15) / 16;
             const __mmask16 tail = lane_mask(w - (nv - 1) * 16);
+            if (nv == 1 && mr == MR) {
+              ukr_8_1(kc, a, P->kd, bp + j * NR * kc, cbase + m * P->ohw + c0, P->ohw, p0 > 0,
+                      tail, j == 0 ? pf : NULL);
+              continue;
+            }
             for (int64_t h = 0; h < mr; h += PR)
               ukr_table[mr - h < PR ? mr - h : PR][nv](
                   kc, a + h * P->kd, P->kd, bp + j * NR * kc, cbase + (m + h) * P->ohw + c0,

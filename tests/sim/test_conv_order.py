@@ -104,7 +104,12 @@ FIXED = [(1, 8, 48, 48, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8),
          (1, 70, 40, 40, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (2, 40, 20, 30, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 33, 1, 7, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
-         (2, 1, 5, 9, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1)]
+         (2, 1, 5, 9, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         # a last panel of one vector under 8 channels at once (packed_avx512's ukr_8_1):
+         # attention's values CONV (197 deep over a head's 64 positions: 48 + 16), 21 channels
+         # (8 + 8 + 5), and 300 deep (several depth blocks: running totals read back)
+         (1, 197, 1, 64, 21, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
+         (1, 300, 1, 60, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1)]
 
 
 def _run(cases, **env):
