@@ -24,9 +24,10 @@ enum { DWR_ROWS = 8 }; /* the most */
  * loop below unrolls, the accumulators and source vectors stay in registers). Each output is
  * sum over taps t = r * K + s, in that order, of w[t] * x (x zero in the padding) by one fused
  * multiply-add each, from zero: the copy-based kernel's sums exactly. Rows past the plane are
- * computed from zeros and not stored. The epilogue runs on finished rows while in L1. */
+ * computed from zeros and not stored. The epilogue runs on finished rows while in L1. PF: the
+ * next block's rows prefetched. */
 static inline __attribute__((always_inline)) void dwr_body(const int K, const int ST,
-                                                           const int R,
+                                                           const int R, const int PF,
                                                            const conv_plan* P, const float* src,
                                                            const float* w, float* out, int64_t at,
                                                            const sdp_f32* ep, int64_t ch) {
@@ -77,6 +78,13 @@ static inline __attribute__((always_inline)) void dwr_body(const int K, const in
           }
         }
       }
+      if (PF) { /* the rows the next block reads first, at this step's columns, on their way
+                 * to L1 meanwhile (dwr_kernel says where) */
+        const int64_t reach = 16 * ST + K - 1;
+        for (int64_t iy = iy0 + ni > 0 ? iy0 + ni : 0; iy < iy0 + ni + R * ST && iy < H; ++iy)
+          for (int64_t c = 0; c < reach; c += 16)
+            _mm_prefetch((const char*)(src + iy * W + base + c), _MM_HINT_T0);
+      }
       const __mmask16 m = lane_mask(ow - x0);
       float* o0 = dst + y0 * ow + x0;
 #pragma GCC unroll 8
@@ -91,13 +99,15 @@ static inline __attribute__((always_inline)) void dwr_body(const int K, const in
   }
 }
 
-#define DWR(K_, ST_, R_)                                                                      \
-  static void dwr_##K_##_##ST_##_##R_(const conv_plan* P, const float* src, const float* w,   \
-                                      float* out, int64_t at, const sdp_f32* ep, int64_t ch) {\
-    dwr_body(K_, ST_, R_, P, src, w, out, at, ep, ch);                                        \
+#define DWR(K_, ST_, R_, PF_)                                                                 \
+  static void dwr_##K_##_##ST_##_##R_##_##PF_(const conv_plan* P, const float* src,           \
+                                              const float* w, float* out, int64_t at,         \
+                                              const sdp_f32* ep, int64_t ch) {                \
+    dwr_body(K_, ST_, R_, PF_, P, src, w, out, at, ep, ch);                                   \
   }
-DWR(3, 1, 4) DWR(3, 2, 4) DWR(5, 1, 4) DWR(5, 2, 4)
-DWR(3, 1, 8) DWR(3, 2, 8) DWR(5, 1, 8) DWR(5, 2, 8)
+#define DWR2(K_, ST_, R_) DWR(K_, ST_, R_, 0) DWR(K_, ST_, R_, 1)
+DWR2(3, 1, 4) DWR2(3, 2, 4) DWR2(5, 1, 4) DWR2(5, 2, 4)
+DWR2(3, 1, 8) DWR2(3, 2, 8) DWR2(5, 1, 8) DWR2(5, 2, 8)
 
 /* The row kernel for this geometry, or NULL: square 3x3 and 5x5 kernels, strides 1 and 2 in
  * both directions, no dilation (MobileNets', EfficientNets'); the rest take the copy. */
@@ -109,10 +119,18 @@ static f32_dw_plane_fn dwr_kernel(const conv_plan* P) {
   /* rows of one vector, where measured (two FMA units: see conv_plan.panels_outer) */
   const int one = P->panels_outer && g->out_w <= 16;
   const int k = g->kernel_h, st = g->stride_h;
-  if (k == 3 && st == 1) return one ? dwr_3_1_8 : dwr_3_1_4;
-  if (k == 3 && st == 2) return one ? dwr_3_2_8 : dwr_3_2_4;
-  if (k == 5 && st == 1) return one ? dwr_5_1_8 : dwr_5_1_4;
-  if (k == 5 && st == 2) return one ? dwr_5_2_8 : dwr_5_2_4;
+  /* the next block's rows prefetched where the plane is over half the L1d (a 112x112 plane:
+   * 50 KB), where the hardware prefetchers follow a block's rows badly; on smaller planes the
+   * prefetches only cost (docs/kernels.md, conv/f32_dw_rows_avx512.c) */
+  const int64_t l1 = P->l1 > 0 ? P->l1 : 32768;
+  const int pf = g->h * g->w * (int64_t)sizeof(float) > l1 / 2;
+#define PICK(K_, ST_)                                                                     \
+  (one ? (pf ? dwr_##K_##_##ST_##_8_1 : dwr_##K_##_##ST_##_8_0)                           \
+       : (pf ? dwr_##K_##_##ST_##_4_1 : dwr_##K_##_##ST_##_4_0))
+  if (k == 3 && st == 1) return PICK(3, 1);
+  if (k == 3 && st == 2) return PICK(3, 2);
+  if (k == 5 && st == 1) return PICK(5, 1);
+  if (k == 5 && st == 2) return PICK(5, 2);
   return NULL;
 }
 
