@@ -1,6 +1,7 @@
 /* conv/f32_packed_avx512.c - FP32 CONV on packed panels (impl "packed_avx512"): im2col per
  * tile into 48-wide panels, a 4-channel micro-kernel with the 32-deep blocks' running totals
- * in registers, an image's last < 16 positions as dot products along the depth.
+ * in registers (an 8-channel one on a panel of one vector: ukr_8_1), an image's last < 16
+ * positions as dot products along the depth.
  *
  * - packed: im2col per tile into 48-wide panels (vector shifts for stride 1 and 2), weights
  * read in place and the next block's prefetched. The depth is blocked by a multiple of 32
