@@ -95,8 +95,8 @@ typedef struct dwr_plan {
 
 /* Channel weights wk as broadcast words wv[r * nq + q] (taps 4q .. 4q + 3 of kernel row r, 0
  * past kernel_w); returns their sum modulo 2^32 (the correction's factor). */
-static uint32_t dw_weight_words(const dwr_plan* D, const conv_geometry* g, const int8_t* wk,
-                                __m512i* wv) {
+static inline __attribute__((always_inline)) uint32_t dw_weight_words(
+    const dwr_plan* D, const conv_geometry* g, const int8_t* wk, __m512i* wv) {
   const int64_t kh = g->kernel_h, kw = g->kernel_w, nq = D->nq;
   if (D->wvec) {
     const __m512i words =
@@ -477,11 +477,14 @@ DWS_CODES(dws_codes_any_0, kh, nq, 0)
 #undef DWS_CODES
 
 /* All outputs of one plane (src) for output channel weights wk: into grid (16-lane stores), or
- * with a converter (cvt not NULL) as codes into y, 64 per step, straight from the registers. */
-static void dws_plane(const conv_geometry* g, const dwr_plan* D, const dws_entry* tab,
-                      const int8_t* src, int32_t in_zero, const int8_t* wk, int32_t* grid,
-                      const sdp_i8_lane_cvt* cvt, const sdp_i8_lane_lut* lut, int8_t lo,
-                      int8_t hi, int8_t* y) {
+ * with a converter (cvt not NULL) as codes into y, 64 per step, straight from the registers.
+ * Inlined into dwr_item's loop over planes, with dw_weight_words: as calls (two per plane, each
+ * with its 64-byte aligned frame) they were a fifth of a 7x7 plane's time on Zen 5
+ * (docs/kernels.md, conv/i8_dw_rows_vbmi.c). */
+static inline __attribute__((always_inline)) void dws_plane(
+    const conv_geometry* g, const dwr_plan* D, const dws_entry* tab, const int8_t* src,
+    int32_t in_zero, const int8_t* wk, int32_t* grid, const sdp_i8_lane_cvt* cvt,
+    const sdp_i8_lane_lut* lut, int8_t lo, int8_t hi, int8_t* y) {
   const int64_t kh = g->kernel_h, nq = D->nq, ohw = (int64_t)g->out_h * g->out_w;
   __m512i wv[ACCEL_MAX_CONV_KERNEL * DWR_WORDS];
   const uint32_t sum = dw_weight_words(D, g, wk, wv);
