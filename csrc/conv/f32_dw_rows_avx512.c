@@ -2,9 +2,10 @@
  * (impl "dw_rows_avx512").
  *
  * - depthwise: 3x3 and 5x5 at stride 1 or 2 by output rows straight from the input plane
- * (blocks of 4 rows share each input row's loads and shifts; 8 when a row is one vector,
- * where measured: two FMA units want 8 chains); other kernels as a 1-D correlation over
- * the same padded phase copy. Both sum the taps in the same order.
+ * (blocks of 4 rows share each input row's loads and shifts; 8 when a row is one vector, or
+ * at stride 1 on planes in half the L1d, where measured: two FMA units want 8 chains); other
+ * kernels as a 1-D correlation over the same padded phase copy. Both sum the taps in the same
+ * order.
  */
 #include "conv/f32.h"
 
@@ -116,14 +117,17 @@ static f32_dw_plane_fn dwr_kernel(const conv_plan* P) {
   if (g->kernel_h != g->kernel_w || g->stride_h != g->stride_w || g->dilation_h != 1 ||
       g->dilation_w != 1)
     return NULL;
-  /* rows of one vector, where measured (two FMA units: see conv_plan.panels_outer) */
-  const int one = P->panels_outer && g->out_w <= 16;
   const int k = g->kernel_h, st = g->stride_h;
   /* the next block's rows prefetched where the plane is over half the L1d (a 112x112 plane:
    * 50 KB), where the hardware prefetchers follow a block's rows badly; on smaller planes the
    * prefetches only cost (docs/kernels.md, conv/f32_dw_rows_avx512.c) */
   const int64_t l1 = P->l1 > 0 ? P->l1 : 32768;
   const int pf = g->h * g->w * (int64_t)sizeof(float) > l1 / 2;
+  /* blocks of 8 rows, where measured (two FMA units: see conv_plan.panels_outer): rows of one
+   * vector, and at stride 1 planes in half the L1d (4 rows a block are 4 FMA chains a step;
+   * Zen 5: 144 x 56x56 x0.86-0.87, 88 x 28x28 x0.89; but 32 x 112x112 x1.15 and at stride 2
+   * 72 x 56x56 x1.15, 144 x 56x56 x1.05) */
+  const int one = P->panels_outer && (g->out_w <= 16 || (st == 1 && !pf));
 #define PICK(K_, ST_)                                                                     \
   (one ? (pf ? dwr_##K_##_##ST_##_8_1 : dwr_##K_##_##ST_##_8_0)                           \
        : (pf ? dwr_##K_##_##ST_##_4_1 : dwr_##K_##_##ST_##_4_0))
