@@ -345,10 +345,55 @@ static void imp_build_flat(const imp_job* J, int64_t item) {
   interleave4(rows, 0, n, n, (int8_t)J->in_zero, d);
 }
 
+/* imp_flat_s2's copy of block (grp, c4): output rows yq, yq + 1 (input rows 2 yq, 2 yq + 2)
+ * as one vector of 2 wq <= 64 positions, their even bytes picked by vpmovwb of two loads in
+ * which row yq + 1's bytes sit 2 wq bytes on (a merge-masked load from its row 2 wq bytes
+ * back, inside the input: 2 W - 2 wq >= W - 1); no byte outside the rows is read. */
+static void imp_build_s2_plane(const imp_job* J, int64_t item) {
+  const plan* P = J->P;
+  const conv_geometry* g = P->g;
+  const int64_t c4 = item % P->c4, grp = item / P->c4;
+  const int64_t W = g->w, wq = J->Q->wq, hq = J->Q->hq;
+  const int8_t* img = J->in + J->b * g->c * P->hw;
+  const __m512i pad = _mm512_set1_epi8((char)J->in_zero);
+  const __mmask64 ma = inside_mask(0, 0, 2 * wq - 1), mb0 = inside_mask(0, 2 * wq, 4 * wq - 1);
+  const __mmask64 mb1 = inside_mask(64, 2 * wq, 4 * wq - 1);
+  const int8_t* src[4];
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c4 * 4 + j;
+    src[j] = c < P->cg ? img + (grp * P->cg + c) * P->hw : NULL;
+  }
+  uint8_t* d = (uint8_t*)J->B->base + grp * J->Q->gbytes + c4 * hq * wq * 4;
+  for (int64_t yq = 0; yq < hq; yq += 2, d += 8 * wq) {
+    const int two = yq + 1 < hq;
+    __m512i v[4];
+    for (int j = 0; j < 4; ++j) {
+      if (src[j] == NULL) {
+        v[j] = pad;
+        continue;
+      }
+      const int8_t* ra = src[j] + 2 * yq * W;
+      const int8_t* rb = ra + 2 * W - 2 * wq; /* row 2 yq + 2, 2 wq bytes back */
+      __m512i l0 = _mm512_maskz_loadu_epi8(ma, ra), l1 = _mm512_setzero_si512();
+      if (two) {
+        l0 = _mm512_mask_loadu_epi8(l0, mb0, rb);
+        l1 = _mm512_maskz_loadu_epi8(mb1, rb + 64);
+      }
+      v[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(l0)),
+                                _mm512_cvtepi16_epi8(l1), 1);
+    }
+    interleave4_store(v, 0, two ? 2 * wq : wq, d);
+  }
+}
+
 void i8_imp_build_item(void* ctx, int64_t chunk, int participant) {
   const imp_job* J = ctx;
   if (J->flat_segs > 0) {
     imp_build_flat(J, chunk);
+    return;
+  }
+  if (J->s2_pairs) {
+    imp_build_s2_plane(J, chunk);
     return;
   }
   int8_t* tmp = (int8_t*)(J->scratch[participant] + J->tile_bytes);

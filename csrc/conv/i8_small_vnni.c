@@ -291,6 +291,9 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   if (imp_flat(g)) {
     J.flat_segs = (P->hw + FLAT_SEG - 1) / FLAT_SEG;
     nbuild_items = g->groups * P->c4 * J.flat_segs;
+  } else if (PB == P && imp_flat_s2(g, &Q)) {
+    J.s2_pairs = 1;
+    nbuild_items = g->groups * P->c4;
   }
   if (pack_now) pool_for(nth, g->groups * P->mblocks, i8_imp_pack_item, &J);
   imp_job JB = J; /* the copy's job: its plan */
