@@ -59,6 +59,7 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
       e->exact = vmax + abs64(c.bias) <= INT32_MAX;
       e->conv = e->exact ? 1 + (*lo >= p->out_zero) : 0;
       e->zero = p->out_zero;
+      e->mulh = (int32_t)((uint32_t)c.mul << 16);
       continue;
     }
     fast32 f;
@@ -69,7 +70,7 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
     e->neg = f.split || f.shift > 0 ? -1 : 0;
     /* no clamp: v + bias inside int32, |q| <= 2^30 + |add| + 2^15 inside int32 */
     e->exact = f.split && vmax + abs64(c.bias) <= INT32_MAX && abs64(f.add) < ((int64_t)1 << 29);
-    e->conv = e->zero = 0;
+    e->conv = e->zero = e->mulh = 0;
   }
   return 1;
 }
@@ -101,7 +102,7 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
     if (mul <= 0 || s < 1 || s > 40 || t2 < 0 || !bs_exact_within(&c, t2, 1)) return 0;
     sdp_i8_lane_cvt* e = cvt + i;
     e->exact = vmax + abs64(c.bias) <= INT32_MAX;
-    e->conv = e->zero = 0;
+    e->conv = e->zero = e->mulh = 0;
     const int64_t tm = e->exact ? vmax + abs64(c.bias) : limit; /* |t| */
     const int64_t k = s < 16 ? s : 16;
     e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));

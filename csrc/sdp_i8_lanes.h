@@ -36,6 +36,10 @@ typedef struct sdp_i8_lane_cvt {
    * the codes' lower bound >= out_zero (RELU, ReLU6's CLIP): form 4, t < 0 taken as 0 (its
    * code is that bound either way), q = (th * mul + floor(tl * mul / 2^16) + add) >> (s - 16) */
   int32_t conv, zero;
+  /* conv: mul << 16 (the high product's vpdpwssd operand), kept here so that a row's forms
+   * 3-6 read it from memory (an embedded broadcast) instead of shifting mul and broadcasting
+   * it from a general register: two fewer uops a row on Zen 5 (docs/kernels.md) */
+  int32_t mulh;
 } sdp_i8_lane_cvt;
 
 /* The clamp of v, the bias and the product's constants of a channel's converter, from whichever
@@ -164,6 +168,18 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_high_product(__m512i
 #endif
 }
 
+/* The same for a conv converter (forms 3-6), its mul << 16 read from e->mulh: a broadcast
+ * from memory, not a shift and a broadcast from a general register per row. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_high_product_h(__m512i c, __m512i t,
+                                                                           const sdp_i8_lane_cvt* e) {
+  const __m512i m = _mm512_set1_epi32(e->mulh);
+#ifdef __AVX512VNNI__
+  return _mm512_dpwssd_epi32(c, t, m);
+#else
+  return _mm512_add_epi32(c, _mm512_madd_epi16(t, m));
+#endif
+}
+
 /* q of 16 accumulators of one channel (before the int8 saturation); split: the caller knows
  * that c->k is 16 (the common case: a conv's shifts of 24-25), and the form's constants become
  * immediates; split 2: and c->exact, no clamp; split 3: and c->conv; 4: c->conv 2; 5 / 6:
@@ -181,14 +197,14 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_form(const sdp
                                                                        __m512i v, int split) {
   if (split == 4 || split == 5) {
     const __m512i t = split == 4 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias)) : v;
-    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(c->add), t, c->mul);
+    const __m512i hp = sdp_i8_high_product_h(_mm512_set1_epi32(c->add), t, c);
     const __m512i lp = _mm512_mulhi_epu16(t, _mm512_set1_epi32(c->mul));
     return _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
   }
   if (split == 3 || split == 6) {
     const __m512i t = split == 3 ? _mm512_add_epi32(v, _mm512_set1_epi32(c->bias)) : v;
     const __m512i a = _mm512_abs_epi32(t);
-    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(1 << (c->shift - 1)), a, c->mul);
+    const __m512i hp = sdp_i8_high_product_h(_mm512_set1_epi32(1 << (c->shift - 1)), a, c);
     const __m512i lp = _mm512_mulhi_epu16(a, _mm512_set1_epi32(c->mul));
     const __m512i r = _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
     const __m512i z = _mm512_set1_epi32(c->zero);
