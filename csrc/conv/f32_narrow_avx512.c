@@ -45,7 +45,7 @@ static inline __attribute__((always_inline)) void to_one_block(const float* x, i
   for (int64_t k0 = 0; k0 < kd; k0 += SUM_BLOCK) {
     const int64_t k1 = kd - k0 < SUM_BLOCK ? kd : k0 + SUM_BLOCK;
     for (int v = 0; v < 8; ++v) s[v] = _mm512_setzero_ps();
-    if (nv == 8) {
+    if (cnt == 128) { /* 113..127 positions are eight vectors too: the last one masked below */
       for (int64_t k = k0; k < k1; ++k) {
         const __m512 wv = _mm512_set1_ps(w[k]);
         const float* r = x + k * hw;

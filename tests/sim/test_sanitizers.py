@@ -24,7 +24,9 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   "test_c16_layout.py", "test_c16_winograd.py", "test_c16_pool.py",
                   "test_c16_conv3x3.py", "test_c16_stem.py",
                   # the AVX2 int8 kernels forced on edge geometries (children inherit the preload)
-                  "test_conv_i8_gemm16.py", "test_conv_i8_direct.py"]
+                  "test_conv_i8_gemm16.py", "test_conv_i8_direct.py",
+                  # every ordered fp32 implementation forced on edge geometries
+                  "test_conv_order.py"]
 
 
 def _run(cmd, **kwargs):
