@@ -15,8 +15,8 @@
  * dot products instead: 16 lane partial sums run along the depth (lane l taking depths l,
  * l + 16, ..., one FMA each from zero, zeros past the depth, carried across the cache blocks,
  * not in 32-deep blocks) and are reduced in GCC's _mm512_reduce_add_ps order
- * ((l8..15 + l0..7), then (upper 4 + lower 4), then (t0 + t2) + (t1 + t3)). The packed path
- * and gemm_avx2 compute them so, the C16 kernels too (c16_lanes_reduced, kernels.h: they
+ * ((l8..15 + l0..7), then (upper 4 + lower 4), then (t0 + t2) + (t1 + t3)). The packed path,
+ * narrow_avx512 and gemm_avx2 compute them so, the C16 kernels too (c16_lanes_reduced, kernels.h: they
  * read conv_f32_dot_tail, which is f32_dot_tail where conv_f32 sums in this order and -1 on
  * a path of another order: depthwise, OpenBLAS).
  *

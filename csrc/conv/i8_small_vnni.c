@@ -145,8 +145,10 @@ static int small_grid_pays(const plan* P, const imp_plan* Q) {
 /* Unit u = (group, chunk of position tiles, set of channel blocks) of image b: its tiles,
  * then the epilogue of each channel over their positions. The channel blocks are split, in
  * pairs (a zmm vector's 16 channels), into sets of at most SZ as evenly as can be, the
- * positions into tiles of at most SP, and the tiles into chunks of at most SMALL_CHUNK (so
- * that a unit's sums stay in L1), more when there are too few units to share evenly among the
+ * positions into tiles of at most SP, and the tiles into chunks of at most SMALL_CHUNK (a
+ * unit's int32 sums: with 16-channel pairs, up to SZ x 8 channels x 256 positions, 48 KiB, an
+ * L1d's worth on Zen 5 and more than a 32 KiB one holds; chosen when a set held 24 channels and
+ * not re-measured since), more when there are too few units to share evenly among the
  * threads. Consecutive units share a chunk's input. */
 typedef struct small_job {
   const imp_job* J;
