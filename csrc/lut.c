@@ -8,9 +8,8 @@
 
 #include "kernels.h"
 
-/* The 8-lane passes need FMA as well as AVX2: exp_f32 and gelu_f32 are defined with fused
- * multiply-adds (one rounding each), which an AVX2 build without FMA would have to emulate;
- * such a build (and any without AVX2) runs the scalar forms (fma_f32, below). */
+/* The 8-lane passes need FMA as well as AVX2 (exp_f32 and gelu_f32 are defined with fused
+ * multiply-adds); an AVX2 build without FMA, or without AVX2, runs the scalar forms. */
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #define LUT_AVX2 1
 #else
@@ -56,11 +55,10 @@ int lut_activation(accel_activation act) {
   return act >= ACCEL_ACT_SIGMOID && act < ACCEL_ACT_COUNT;
 }
 
-/* The geometry of each LUT activation's tables, from ACCEL_ACT_SIGMOID on. Ranges: where the
- * function bends (LO, fine) and where it has flattened enough for 1/2-steps (LE); steps are
- * powers of two because NVDLA's index is a shift. Beyond LE the slope continues the function's
- * asymptote: 0 for the bounded ends, 1 for silu / hardswish / gelu above (they approach t),
- * and for exp its own derivative at the table's end, e^11 rounded to half. */
+/* The geometry of each LUT activation's tables, from ACCEL_ACT_SIGMOID on: where the function
+ * bends (LO, fine) and where it has flattened for 1/2-steps (LE); steps are powers of two (the
+ * index is a shift). Beyond LE the slope is the asymptote's: 0 for the bounded ends, 1 for
+ * silu / hardswish / gelu above, for exp its derivative at the table's end (e^11 in half). */
 static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
     [ACCEL_ACT_SIGMOID - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -16.0f, 0.5f, 0.0f, 0.0f},
     [ACCEL_ACT_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
@@ -198,11 +196,9 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
 }
 
-/* a b + c rounded once: fmaf, one instruction where the target has FMA (x86-64-v3, AVX-512,
- * AArch64); in an x86-64 baseline build libm's exact software fmaf, a call each, which makes
- * exp_f32 and gelu_f32 there many times slower than with every step rounded alone (the price
- * of one definition of the bits on every host; a double-precision round-to-odd form in
- * vectorisable C was no faster: docs/kernels.md). The NumPy reference's fma_f32 rounds alike. */
+/* a b + c rounded once: fmaf, one instruction where the target has FMA; in an x86-64 baseline
+ * build libm's exact software fmaf, a call each (slower, the price of one definition of the
+ * bits on every host: docs/kernels.md). The NumPy reference's fma_f32 rounds alike. */
 static inline float fma_f32(float a, float b, float c) { return fmaf(a, b, c); }
 
 /* exp in fp32 (accel.h: FP32's sigmoid, silu and exp), in fp32 operations and fused
@@ -218,8 +214,7 @@ static inline float fma_f32(float a, float b, float c) { return fmaf(a, b, c); }
  *  - times 2^n as two powers of two built from n's bits (2^h, 2^(n-h), h = n >> 1), each
  *    normal for the held t, so subnormal results round once.
  * Error, over every fp32 input against exp in double: at most 1.01 ulp (1.0095 at t = -59.92;
- * 0.99 with every step rounded alone; libm's expf: 0.51); it overflows to infinity at the same
- * inputs as libm's. */
+ * libm's expf: 0.51); it overflows to infinity at the same inputs as libm's. */
 static const float EXP_LOG2E = 1.44269502163f, EXP_ROUND = 12582912.0f; /* 1.5 2^23 */
 static const float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f;
 static const float EXP_Q0 = 4.999999404e-01f, EXP_Q1 = 1.666652113e-01f,
@@ -286,8 +281,7 @@ static inline float exp_f32(float t) {
  * its second operand for a NaN, so NaN stays as in the bit selection), exp_parts' operations
  * in its order (its multiply-adds as VFMADD, one rounding each), and (p 2^h) 2^(n-h) as one
  * VSCALEFPS by n: p 2^h is exact (normal for the held t), so both round p 2^n once, to the
- * same value, subnormal or infinite results included. The SiLU pass 0.396 -> 0.359 ns a value
- * with VSCALEFPS (C harness, Zen 4, 1 thread, thread clock). */
+ * same value, subnormal or infinite results included (docs/kernels.md: measured). */
 /* exp_parts in 16 lanes, n itself (not k) returned in *n_out (k - 1.5 2^23, exact). */
 static inline __m512 exp_parts_x16(__m512 a, __m512 d, const int with_d, __m512* n_out) {
   const __m512 round = _mm512_set1_ps(EXP_ROUND);
@@ -352,14 +346,33 @@ static void exp_pass(float* x, int64_t count) {
     _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
+
+/* in + v with in as the first source (add_first_x8's reason: NaN payloads) */
+static inline __m512 add_first_x16(__m512 a, __m512 b) {
+  __m512 sum;
+  __asm__("vaddps %2, %1, %0" : "=v"(sum) : "v"(a), "vm"(b));
+  return sum;
+}
+
+/* dst = exp_f32(in + value) in one pass (softmax's exp(s - max)), the tail masked */
+static void exp_shifted_pass(const float* in, float value, float* dst, int64_t count) {
+  const __m512 v = _mm512_set1_ps(value);
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i, exp_f32_x16(add_first_x16(_mm512_loadu_ps(in + i), v)));
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, m,
+                          exp_f32_x16(add_first_x16(_mm512_maskz_loadu_ps(m, in + i), v)));
+  }
+}
 #elif LUT_AVX2
 #include <immintrin.h>
 
 /* exp_f32 in 8 lanes (an x86-64-v3 build), the same bits: the clamp as max / min with t second
  * (NaN stays, as in the bit selection), then exp_f32's operations in its order (its
- * multiply-adds as VFMADD, one rounding each), 2^n as its two powers of two. GCC's
- * vectorisation of the scalar loops kept the BN's scale and shift a pass of their own and
- * spilled the constants. */
+ * multiply-adds as VFMADD, one rounding each), 2^n as its two powers of two (GCC's
+ * vectorisation of the scalar loops kept the scale and shift a pass, spilled constants). */
 /* exp_parts and exp_scales in 8 lanes */
 static inline __m256 exp_parts_x8(__m256 a, __m256 d, const int with_d, __m256* k_out) {
   const __m256 round = _mm256_set1_ps(EXP_ROUND);
@@ -399,8 +412,7 @@ static inline __m256 exp_f32_x8(__m256 t) {
  * v held to [-86, 89] instead of [-104, 89], so n - 1 (-125 .. 127) is a normal exponent and
  * e = (p 2^(n-1)) 2 rounds once (p 2^(n-1) is exact), as exp_f32's two-step product does: the
  * same e for v >= -86, and below, both e < 2^-124, so 1 + e is 1 either way; 5 operations
- * fewer than exp_f32_x8 (9 for the two powers of two: 4 here). 2^(n-1)'s bits are (k's << 23)
- * + (126 << 23): 1.5 2^23's bits in k shift out. */
+ * fewer. 2^(n-1)'s bits: (k's << 23) + (126 << 23) (1.5 2^23's bits in k shift out). */
 static inline __m256 exp_for_logistic_x8(__m256 v) {
   __m256 c = _mm256_max_ps(_mm256_set1_ps(-86.0f), v); /* NaN stays */
   c = _mm256_min_ps(_mm256_set1_ps(89.0f), c);
@@ -678,10 +690,9 @@ static inline float tanh_f32(float t) {
  * Error, against t erfc(-t / sqrt 2) / 2 in float64: at most 4.0 ulp (accel.h) of the result
  * (subnormal results: in units of 2^-149), measured over every fp32 input of [-15, 15] (3.986
  * at t = -5.962, 3.99 there before the multiply-adds were fused; with two exps it was 4.6,
- * 4.59 at t = -5.729; beyond, the result is t or
- * -0, within half an ulp) and tested on a sample
- * (tests/sim/test_lut.py); PyTorch's and ONNX
- * Runtime's 0.5 t (1 + erf(t / sqrt 2)) lose t's digits to the cancellation for t < -3 instead.
+ * 4.59 at t = -5.729; beyond, the result is t or -0, within half an ulp) and tested on a
+ * sample (tests/sim/test_lut.py); PyTorch's and ONNX Runtime's 0.5 t (1 + erf(t / sqrt 2))
+ * lose t's digits to the cancellation for t < -3 instead.
  * +-0 stays, NaN stays NaN, inf gives inf and -inf NaN (-inf times 0, as the formula). */
 static const float GELU_C[ACCEL_GELU_DEGREE + 1][ACCEL_GELU_INTERVALS] = {
     {3.49618822e-01f, 2.05780670e-01f, 1.41331330e-01f, 1.06345154e-01f, 8.48033950e-02f,
@@ -773,6 +784,14 @@ static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 small = _mm512_mul_ps(sq_tail, _mm512_set1_ps(-0.5f));
   __m512 nk;
   const __m512 u = _mm512_mul_ps(q, exp_parts_x16(big, small, 1, &nk));
+  if (_mm512_cmp_ps_mask(a, _mm512_set1_ps(8.0f), _CMP_LT_OQ) == (__mmask16)0xffff) {
+    /* every |t| < 8 (NaN fails): E = u 2^k normal, VSCALEFPS exact, so the bits of the two
+     * steps below (gelu_f32_x8's narrow case): 9 operations fewer */
+    const __m512 e = _mm512_scalef_ps(u, nk);
+    const __m512 neg = _mm512_mul_ps(t, e);
+    const __m512 pos = _mm512_mul_ps(t, _mm512_sub_ps(_mm512_set1_ps(1.0f), e));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_LT_OQ), pos, neg);
+  }
   const __m512i ni = _mm512_cvtps_epi32(nk); /* an integer: exact */
   const __m512i h = _mm512_srai_epi32(ni, 1);
   const __m512 s1 = _mm512_castsi512_ps(
@@ -936,7 +955,7 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
 
 void activation_exact_shifted(accel_activation act, const float* in, float value, float* dst,
                               int64_t count) {
-#if LUT_AVX2
+#if defined(__AVX512F__) || LUT_AVX2
   if (act == ACCEL_ACT_EXP || act == ACCEL_ACT_SOFTMAX_EXP) {
     exp_shifted_pass(in, value, dst, count);
     return;

@@ -238,8 +238,9 @@ def test_fp32_gelu_is_within_its_bound():
 
 
 def test_fp32_gelu_vectors_below_8_are_the_references():
-    """An 8-lane vector whose |t| all lie below 8 takes one power of two instead of two
-    (csrc/lut.c, gelu_f32_x8): the same bits as the reference's two-step product, with
+    """An 8- or 16-lane vector whose |t| all lie below 8 takes one power of two instead of
+    two (csrc/lut.c, gelu_f32_x8, gelu_f32_x16; here the 16-lane vectors are rows 0-1 and 2-3,
+    narrow, and rows 4-5 and 6-7, each with a wide lane): the same bits as the reference's two-step product, with
     subnormal and zero t (k = 0), t either side of k's first step (|t| = 0.8326) and just
     below 8 (k = -46) in such vectors, and beside them vectors with one lane at 8, 15, inf or
     NaN (the two-step path)."""

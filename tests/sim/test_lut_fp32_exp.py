@@ -176,8 +176,8 @@ def test_fma_f32_rounds_once():
 
 @pytest.mark.parametrize("act", ["exp", "softmax_exp"])
 def test_softmax_exp_planes_of_every_tail_length_are_the_reference(act):
-    """Softmax's exp(s - max) (the add of each plane's value, then exp, one pass in an AVX2 +
-    FMA build: whole vectors, then a masked one of count % 8 values) and exp's two forms of
+    """Softmax's exp(s - max) (the add of each plane's value, then exp, one pass in an AVX-512 or
+    AVX2 + FMA build: whole vectors, then a masked one of count % 16 or count % 8 values) and exp's two forms of
     2^n (one power of two where a vector's lanes all lie in [-86, 89], two elsewhere): planes
     of 1 to 17 values, their values around -86, the subnormal results, the overflow threshold,
     NaN and infinities, each plane's value too (a NaN max, +-inf), bit for bit, in place and
