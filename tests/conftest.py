@@ -6,6 +6,7 @@ Nothing here imports TVM or torch when the module loads: the simulator's suites 
 run without them, and test_sanitizers.py runs them again with a sanitized libaccel preloaded.
 """
 import dataclasses
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -213,6 +214,14 @@ def count_batch_norms(model) -> int:
 
 #: the repository's root (tests/..), for the C test programs' sources
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_example(name: str):
+    """examples/NAME.py as a module (the examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_c_program(tmp_path_factory, program: str, sources, flags) -> Path:

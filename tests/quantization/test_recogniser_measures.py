@@ -4,21 +4,15 @@ line lost for one dropped space, so on 12 lines they rank two int8 builds coarse
 14: ours 4/12 exact against ONNX Runtime's 6/12 with 9 edits against 8 and 453/480 steps
 against 444/480); these see every decision. No model is needed: the recogniser's outputs are
 [1, T, classes] probabilities, made up here."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recogniser_int8.py"
+from conftest import load_example
 
 
 @pytest.fixture(scope="module")
 def rec():
-    spec = importlib.util.spec_from_file_location("recogniser_int8", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("recogniser_int8")
 
 
 @pytest.mark.parametrize("a, b, distance", [

@@ -4,11 +4,12 @@ LeNet-5 through export-nvdla) and each must still carry the CRC the RTL computed
 region (docs/nvdla_rtl_exports.json, recorded with examples/nvdla_rtl_play.py;
 docs/nvdla_rtl.md), with the cost model's estimate within 15 % of the RTL's cycles to the last
 output write. The RTL's verdict stays pinned without the RTL in CI."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from conftest import load_example
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = json.loads((ROOT / "docs" / "nvdla_rtl_exports.json").read_text())
@@ -16,11 +17,7 @@ RECORD = json.loads((ROOT / "docs" / "nvdla_rtl_exports.json").read_text())
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location(
-        "nvdla_rtl_exports", ROOT / "examples" / "nvdla_rtl_exports.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = module.export_all(str(tmp_path_factory.mktemp("rtl_exports")))
+    rows = load_example("nvdla_rtl_exports").export_all(str(tmp_path_factory.mktemp("rtl_exports")))
     return {name: (crc, cycles) for name, crc, cycles in rows}
 
 

@@ -1,7 +1,6 @@
 """examples/whole_network_time.py's side-by-side modes: --compare-env sets the variable to
 each value for every other call and files each call's runs under the value it ran with;
 --compare-threads likewise with thread counts. No assertion is about how fast anything is."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,15 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import load_example
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "whole_network_time.py"
 
 
 @pytest.fixture(scope="module")
 def wnt():
-    spec = importlib.util.spec_from_file_location("whole_network_time", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("whole_network_time")
 
 
 class FakeTimer:
