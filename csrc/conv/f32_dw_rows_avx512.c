@@ -12,12 +12,12 @@
 #ifdef __AVX512F__
 /* ---- depthwise by output rows: no copy of the plane ---------------------------------------- */
 
-/* Output rows computed at once (R: 4, or 8 for rows of one vector): each input row is loaded
+/* Output rows computed at once (R: 4, or 8: dwr_kernel says where): each input row is loaded
  * (zeros past the plane's edges) and shifted into its taps once for every row of the block that
  * reads it. A row's sum is a chain of K*K dependent fused multiply-adds; 8 rows keep 8 chains
  * going, which two FMA units of 4 cycles' latency need (docs/kernels.md,
- * conv/f32_dw_rows_avx512.c; planes wider than a vector have their chains already and gain
- * nothing). */
+ * conv/f32_dw_rows_avx512.c): rows of one vector, and on Zen 5 stride-1 planes that fit in half
+ * the L1d too; wider planes at stride 2 or past half the L1d lost with 8. */
 enum { DWR_ROWS = 8 }; /* the most */
 
 /* Output plane (offset `at` of out) of channel ch from input plane src and its taps w, for a
@@ -122,7 +122,7 @@ static f32_dw_plane_fn dwr_kernel(const conv_plan* P) {
    * 50 KB), where the hardware prefetchers follow a block's rows badly; on smaller planes the
    * prefetches only cost (docs/kernels.md, conv/f32_dw_rows_avx512.c) */
   const int64_t l1 = P->l1 > 0 ? P->l1 : 32768;
-  const int pf = g->h * g->w * (int64_t)sizeof(float) > l1 / 2;
+  const int pf = (int64_t)g->h * g->w * (int64_t)sizeof(float) > l1 / 2;
   /* blocks of 8 rows, where measured (two FMA units: see conv_plan.panels_outer): rows of one
    * vector, and at stride 1 planes in half the L1d (4 rows a block are 4 FMA chains a step;
    * Zen 5: 144 x 56x56 x0.86-0.87, 88 x 28x28 x0.89; but 32 x 112x112 x1.15 and at stride 2

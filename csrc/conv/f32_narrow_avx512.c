@@ -127,6 +127,7 @@ static void from_one_item(void* ctx, int64_t it, int participant) {
 static int narrow_applies(const conv_f32_call* c) {
   const conv_plan* P = c->P;
   if (!P->pointwise || P->g->groups != 1 || (P->ohw == 1 && P->g->n > 1)) return 0;
+  if (P->hw > INT32_MAX / 16) return 0; /* to_one_dot's gather offsets, 15 rows apart, are int32 */
   return (P->mg == 1 && P->kd > 1) || P->cg == 1;
 }
 

@@ -29,12 +29,13 @@ LINE = re.compile(r"^accel_verbose,conv,(int8|fp32|fp16),(\w+),mb(\d+)_g(\d+)_ic
                   r"dw(\d+)pw(\d+),(.*)$")
 
 # (n, c, h, w, k, kernel, stride, pad, groups): a dense 3x3, a 1x1, depthwise 3x3 and 5x5/2, a
-# 7x7 depthwise, an RGB stem, a batch of fully connected rows, a grouped conv, a 7x7 grid.
+# 7x7 depthwise, an RGB stem, a batch of fully connected rows, a grouped conv, a layer norm's
+# sum over the channels (a 1x1 to one channel), a 7x7 grid.
 LAYERS = [(1, 24, 12, 12, 40, 3, 1, 1, 1), (1, 48, 9, 9, 32, 1, 1, 0, 1),
           (1, 16, 11, 11, 16, 3, 1, 1, 16), (1, 20, 13, 13, 20, 5, 2, 2, 20),
           (1, 8, 9, 9, 8, 7, 1, 3, 8), (1, 3, 20, 20, 16, 7, 2, 3, 1),
           (3, 70, 1, 1, 24, 1, 1, 0, 1), (2, 12, 8, 8, 18, 3, 1, 1, 3),
-          (1, 64, 7, 7, 64, 3, 1, 1, 1)]
+          (1, 40, 1, 197, 1, 1, 1, 0, 1), (1, 64, 7, 7, 64, 3, 1, 1, 1)]
 
 CHILD = r"""
 import hashlib, json, sys, zlib
@@ -206,8 +207,8 @@ def test_forced_implementations_compute_the_reference():
     assert {"portable", "blas", "fc_blas"} <= ran
     flags = _cpu_flags()
     if " avx512f" in flags:
-        assert {"dw_c16_avx512", "dw_rows_avx512", "dw_avx512", "implicit_avx512",
-                "packed_avx512"} <= ran
+        assert {"narrow_avx512", "dw_c16_avx512", "dw_rows_avx512", "dw_avx512",
+                "implicit_avx512", "packed_avx512"} <= ran
     if " avx512_vnni" in flags:
         assert {"dw_vnni", "im2col_vnni", "small_vnni", "implicit_vnni"} <= ran
     if " avx512_vnni" in flags and " avx512vbmi" in flags:

@@ -98,7 +98,8 @@ FIXED = [(1, 8, 48, 48, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 8),
          # pointwise to or from one channel (narrow_avx512): a layer norm's sum over ViT-Ti's
          # 192 channels (a tail of 5) and its broadcast back, a plane past one item's 1024
          # positions (1600: no tail), batch 2 with the implicit GEMM's plane (600: no tail),
-         # a depth of 33 (a 1-deep second block) on 7 positions (all tail), one channel to 3
+         # a depth of 33 on 7 positions (all tail: the dot's last 16-lane step 1 deep), one channel
+         # to 3
          (1, 192, 1, 197, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 1, 1, 197, 192, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
          (1, 70, 40, 40, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1),
@@ -213,16 +214,19 @@ sys.stdout.write(out[0].tobytes().hex() + " " + out[1].tobytes().hex())
 
 def test_a_wide_dense_layer_over_tokens_sums_alike_in_every_loop_order():
     """A dense layer too wide for its outputs to stay in L2 (2800 channels over 197 tokens,
-    544 deep: two depth blocks): with a 32 KB L1d the packed path runs it in passes of 16
-    channels over the whole depth (conv/f32_packed_avx512.c's wide_outputs), with 48 KB
-    panels outermost, block by block; forced onto gemm_avx2, another loop order again. The
-    bits are the same at 1 and 2 threads. (The NumPy reference takes minutes on 300 M MACs:
-    the order itself is held to it on the small geometries above.)"""
+    544 deep: two depth blocks): the packed path runs it in passes of 16 channels over the
+    whole depth (conv/f32_packed_avx512.c's wide_outputs) with a 32 KB L1d and with 48 KB
+    (panels outermost), and block by block where the L2 holds the outputs (64 MB); forced
+    onto gemm_avx2, another loop order again. The bits are the same at 1 and 2 threads. (The
+    NumPy reference takes minutes on 300 M MACs: the order itself is held to it on the small
+    geometries above.)"""
     results = []
     for env in [{"ACCEL_L1D_BYTES": "32K"}, {"ACCEL_L1D_BYTES": "48K"},
+                {"ACCEL_L1D_BYTES": "48K", "ACCEL_L2_BYTES": "64M"},
                 {"ACCEL_CONV_IMPL": "gemm_avx2"}]:
         environ = {k: v for k, v in os.environ.items()
-                   if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES")}
+                   if k not in ("ACCEL_CONV_IMPL", "ACCEL_VERBOSE", "ACCEL_L1D_BYTES",
+                                "ACCEL_L2_BYTES")}
         environ.update(env)
         result = subprocess.run([sys.executable, "-c", WIDE], capture_output=True, text=True,
                                 env=environ, cwd=Path(__file__).parent)
