@@ -56,7 +56,7 @@ void lut_apply(const lut_table* lut, float* x, int64_t count);
 /* x = act(x) in place, exactly (FP32's LUT activations, with libm). */
 void activation_exact(accel_activation act, float* x, int64_t count);
 /* dst = act(in + value), the add rounded first (softmax's exp(s - max)): the bits of the add's
- * pass then activation_exact, in one pass where the build has one (exp on AVX2 + FMA). */
+ * pass then activation_exact, in one pass where the build has one (exp: AVX-512, AVX2 + FMA). */
 void activation_exact_shifted(accel_activation act, const float* in, float value, float* dst,
                               int64_t count);
 /* x = act(x * s + b) in place (s, b: one channel's, either NULL for none) in one pass, the

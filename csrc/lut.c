@@ -770,7 +770,7 @@ static inline float gelu_f32(float t) {
  * rounded alone: the bits of the scale / shift pass then the GELU pass. A dense layer's bias
  * and GELU read and wrote its output twice. */
 #if defined(__AVX512F__)
-/* gelu_f32 in 16 lanes, the same operations (2^k from k's bits as there, not VSCALEFPS) */
+/* gelu_f32 in 16 lanes, the same operations (2^k from k's bits; one VSCALEFPS where |t| < 8) */
 static inline __m512 gelu_f32_x16(__m512 t) {
   const __m512 a = _mm512_abs_ps(t);
   const __m512 x = _mm512_min_ps(a, _mm512_set1_ps(15.0f)); /* NaN: 15 */

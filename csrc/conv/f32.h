@@ -40,10 +40,11 @@ typedef struct conv_plan {
                    * the 32-deep sums start at the same depths whatever it is */
   int panels_outer; /* a 48 x CONV_KC_L1 panel fits in half the L1d (l1_keeps_panel): the
                      * packed path's panels stay in L1, outermost. The choices measured on such
-                     * machines (Sapphire Rapids, Zen 5: two 512-bit FMA units came with the
-                     * 48 KB L1d, docs/kernels.md) key on it too (the depthwise rows' 8-row
-                     * blocks: Zen 5 only; a client core with one 512-bit FMA unit and 48 KB
-                     * takes them unmeasured); with a 32 KB L1d the old ones stay. */
+                     * machines (Sapphire Rapids; Zen 5 server cores: two 512-bit FMA units
+                     * came with the 48 KB L1d, docs/kernels.md) key on it too (the depthwise
+                     * rows' 8-row blocks: measured on Zen 5 only; Intel client cores and Zen 5
+                     * mobile, 48 KB with narrower FMA datapaths, take them unmeasured); with a
+                     * 32 KB L1d the old ones stay. */
   int64_t l1;     /* the L1 data cache's size in bytes (l1d_bytes: ACCEL_L1D_BYTES or sysconf; 0
                    * when neither says) */
   int64_t l2;     /* the L2 cache's size in bytes (ACCEL_L2_BYTES or sysconf; 0 when neither
