@@ -9,7 +9,7 @@
  * window-by-window loop took three times the convolution before ResNet's 3x3/2 max pool. Max
  * pooling of such rows first takes each input row's maxima once (pool_plane_max_rows;
  * measured: docs/kernels.md, pdp.c). Global pooling (one output per plane) takes 8 planes at a
- * time (pool_global; an AVX2 build 16, a plane per lane: pool_global8). Other averages
+ * time (pool_global; AVX2 and AVX-512 builds 16 or 32, a plane per lane: pool_global_lanes). Other averages
  * (narrow rows, strides above 2: a wide pool's passes) take a row's windows inside the image
  * side by side, each in its own order (pool_row_inside).
  */
@@ -553,6 +553,27 @@ enum { TILE_PLANES = 16, TILE_MAX_OUT_W = 64 };
 enum { TILE_PLANES = 8, TILE_MAX_OUT_W = 64 };
 #endif
 
+/* Global pooling in vectors (pool_global_lanes): a plane per lane, TILE_PLANES planes a vector,
+ * GLOBAL_GROUPS vectors side by side, as one vector's adds are a chain of dependent adds
+ * (measured: docs/kernels.md, pdp.c). */
+enum { GLOBAL_GROUPS = 2, GLOBAL_PLANES = TILE_PLANES * GLOBAL_GROUPS };
+
+/* The taps of a global pool's window as rows of n taps, the first at `start` of a plane, a row
+ * every w floats: a window of whole rows (every unpadded global pool) is one run in memory,
+ * read as one row. */
+typedef struct global_run {
+  int64_t start, n;
+  int32_t rows;
+} global_run;
+
+static global_run global_run_of(const pdp_geometry* g, const global_window* win) {
+  const int whole_rows = win->x0 + win->s0 == 0 && win->s1 - win->s0 == g->w;
+  return (global_run){
+      .start = (int64_t)(win->y0 + win->r0) * g->w + win->x0 + win->s0,
+      .n = whole_rows ? (int64_t)(win->r1 - win->r0) * g->w : win->s1 - win->s0,
+      .rows = whole_rows ? 1 : win->r1 - win->r0};
+}
+
 static int pool_tiles_fit(const pdp_geometry* g) {
   /* windows past the right edge read no column of the image there: +0 for a sum that counts
    * them (x + 0 = x from +0 on), -inf for a max (never taken); an average that does not count
@@ -690,30 +711,17 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
   }
 }
 
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
-  if (g->pool == ACCEL_POOL_MAX) {
-    pool_tile_body(g, in, out, 1);
-  } else {
-    pool_tile_body(g, in, out, 0);
-  }
-}
-
-/* Global pooling (pool_global) in 16 lanes, a plane per lane: the window's taps are read 16 at
- * a time from 16 planes and transposed, then taken tap by tap in the scalar order (rows, then
- * columns), so the same bits as pool_global; GLOBAL_GROUPS16 vectors of 16 planes side by
- * side, as one vector's adds are a chain of dependent adds. A window of whole rows (every
- * unpadded global pool) is one run of taps in memory, read as one row. Planes [0, the
- * returned count): whole groups of 16; pool_global takes the rest. (The AVX2 build's
- * pool_global8, in zmm registers: Zen 5 runs 512-bit shuffles and adds at full width.) */
-enum { GLOBAL_GROUPS16 = 2 };
-
-/* rows rows of n taps each, the first at in + start, a row every stride floats */
-static inline __attribute__((always_inline)) void global_groups16(
+/* Global pooling (pool_global) in 16 lanes: the window's taps are read 16 at a time from 16
+ * planes and transposed, then taken tap by tap in the scalar order (rows, then columns), so
+ * the same bits as pool_global. (The AVX2 build's form in zmm registers: Zen 5 runs 512-bit
+ * shuffles and adds at full width.) rows rows of n taps each, the first at in + start, a row
+ * every stride floats. */
+static inline __attribute__((always_inline)) void global_groups(
     const pdp_geometry* g, const float* in, float* out, int groups, int64_t start, int32_t rows,
     int64_t n, int64_t stride, float divisor) {
   const int is_max = g->pool == ACCEL_POOL_MAX;
   const int64_t hw = (int64_t)g->h * g->w;
-  __m512 acc[GLOBAL_GROUPS16];
+  __m512 acc[GLOBAL_GROUPS];
   for (int k = 0; k < groups; ++k) acc[k] = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
   for (int32_t r = 0; r < rows; ++r) {
     const float* row = in + start + r * stride;
@@ -737,22 +745,6 @@ static inline __attribute__((always_inline)) void global_groups16(
     _mm512_storeu_ps(out + 16 * k, is_max ? acc[k] : _mm512_div_ps(acc[k], d));
 }
 
-static int64_t pool_global16(const pdp_geometry* g, const float* in, float* out,
-                             int64_t planes) {
-  const int64_t hw = (int64_t)g->h * g->w;
-  const global_window win = global_window_of(g);
-  const int64_t start = (int64_t)(win.y0 + win.r0) * g->w + win.x0 + win.s0;
-  const int whole_rows = win.x0 + win.s0 == 0 && win.s1 - win.s0 == g->w;
-  const int32_t rows = whole_rows ? 1 : win.r1 - win.r0;
-  const int64_t n = whole_rows ? (int64_t)(win.r1 - win.r0) * g->w : win.s1 - win.s0;
-  int64_t p0 = 0;
-  for (; p0 + 16 * GLOBAL_GROUPS16 <= planes; p0 += 16 * GLOBAL_GROUPS16)
-    global_groups16(g, in + p0 * hw, out + p0, GLOBAL_GROUPS16, start, rows, n, g->w,
-                    win.divisor);
-  for (; p0 + 16 <= planes; p0 += 16)
-    global_groups16(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, win.divisor);
-  return p0;
-}
 #elif defined(__AVX2__)
 /* v[c] = column c of the 8 x 8 block whose rows are v[0..7]. */
 static inline void transpose8(__m256 v[8]) {
@@ -833,24 +825,11 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
   }
 }
 
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
-  if (g->pool == ACCEL_POOL_MAX) {
-    pool_tile_body(g, in, out, 1);
-  } else {
-    pool_tile_body(g, in, out, 0);
-  }
-}
-
-/* Global pooling (pool_global) in 8 lanes, a plane per lane: the window's taps are read 8 at a
- * time from 8 planes and transposed, then taken tap by tap in the scalar order (rows, then
- * columns), so the same bits as pool_global; GLOBAL_GROUPS vectors of 8 planes side by side,
- * as one vector's adds are a chain of dependent adds (measured: docs/kernels.md, pdp.c). A
- * window of whole rows (every unpadded global pool) is one run of taps in memory, read as one
- * row. Planes [0, the returned count): whole groups of 8; pool_global takes the rest. */
-enum { GLOBAL_GROUPS = 2 };
-
-/* rows rows of n taps each, the first at in + start, a row every stride floats */
-static inline __attribute__((always_inline)) void global_groups8(
+/* Global pooling (pool_global) in 8 lanes: the window's taps are read 8 at a time from 8
+ * planes and transposed, then taken tap by tap in the scalar order (rows, then columns), so
+ * the same bits as pool_global. rows rows of n taps each, the first at in + start, a row every
+ * stride floats. */
+static inline __attribute__((always_inline)) void global_groups(
     const pdp_geometry* g, const float* in, float* out, int groups, int64_t start, int32_t rows,
     int64_t n, int64_t stride, float divisor) {
   const int is_max = g->pool == ACCEL_POOL_MAX;
@@ -879,19 +858,30 @@ static inline __attribute__((always_inline)) void global_groups8(
     _mm256_storeu_ps(out + 8 * k, is_max ? acc[k] : _mm256_div_ps(acc[k], d));
 }
 
-static int64_t pool_global8(const pdp_geometry* g, const float* in, float* out,
-                            int64_t planes) {
+#endif
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
+  if (g->pool == ACCEL_POOL_MAX) {
+    pool_tile_body(g, in, out, 1);
+  } else {
+    pool_tile_body(g, in, out, 0);
+  }
+}
+
+/* Planes [0, the returned count), whole vectors of TILE_PLANES, pooled globally in lanes;
+ * pool_global takes the rest. */
+static int64_t pool_global_lanes(const pdp_geometry* g, const float* in, float* out,
+                                 int64_t planes) {
   const int64_t hw = (int64_t)g->h * g->w;
   const global_window win = global_window_of(g);
-  const int64_t start = (int64_t)(win.y0 + win.r0) * g->w + win.x0 + win.s0;
-  const int whole_rows = win.x0 + win.s0 == 0 && win.s1 - win.s0 == g->w;
-  const int32_t rows = whole_rows ? 1 : win.r1 - win.r0;
-  const int64_t n = whole_rows ? (int64_t)(win.r1 - win.r0) * g->w : win.s1 - win.s0;
+  const global_run run = global_run_of(g, &win);
   int64_t p0 = 0;
-  for (; p0 + 8 * GLOBAL_GROUPS <= planes; p0 += 8 * GLOBAL_GROUPS)
-    global_groups8(g, in + p0 * hw, out + p0, GLOBAL_GROUPS, start, rows, n, g->w, win.divisor);
-  for (; p0 + 8 <= planes; p0 += 8)
-    global_groups8(g, in + p0 * hw, out + p0, 1, start, rows, n, g->w, win.divisor);
+  for (; p0 + GLOBAL_PLANES <= planes; p0 += GLOBAL_PLANES)
+    global_groups(g, in + p0 * hw, out + p0, GLOBAL_GROUPS, run.start, run.rows, run.n, g->w,
+                  win.divisor);
+  for (; p0 + TILE_PLANES <= planes; p0 += TILE_PLANES)
+    global_groups(g, in + p0 * hw, out + p0, 1, run.start, run.rows, run.n, g->w, win.divisor);
   return p0;
 }
 #endif
@@ -914,10 +904,8 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
   const int64_t end = first + J->per_item < J->planes ? first + J->per_item : J->planes;
   if (out_plane == 1) {
     int64_t done = 0;
-#if defined(__AVX512F__)
-    done = pool_global16(g, J->in + first * in_plane, J->out + first, end - first);
-#elif defined(__AVX2__)
-    done = pool_global8(g, J->in + first * in_plane, J->out + first, end - first);
+#if defined(__AVX512F__) || defined(__AVX2__)
+    done = pool_global_lanes(g, J->in + first * in_plane, J->out + first, end - first);
 #endif
     pool_global(g, J->in + (first + done) * in_plane, J->out + first + done,
                 end - first - done);
@@ -939,17 +927,10 @@ void pdp_f32(const pdp_geometry* g, const float* in, float* out, int32_t num_thr
   const int64_t in_plane = (int64_t)g->h * g->w;
   int tiles = 0;
   int64_t per_item = 4096 / (in_plane + 1) + 1;
-#if defined(__AVX512F__)
-  /* global pooling: whole groups of pool_global16's planes an item */
-  if ((int64_t)g->out_h * g->out_w == 1)
-    per_item = (per_item + 16 * GLOBAL_GROUPS16 - 1) / (16 * GLOBAL_GROUPS16) *
-               (16 * GLOBAL_GROUPS16);
-#elif defined(__AVX2__)
-  /* global pooling: whole groups of pool_global8's planes an item */
-  if ((int64_t)g->out_h * g->out_w == 1)
-    per_item = (per_item + 8 * GLOBAL_GROUPS - 1) / (8 * GLOBAL_GROUPS) * (8 * GLOBAL_GROUPS);
-#endif
 #if defined(__AVX512F__) || defined(__AVX2__)
+  /* global pooling: whole groups of pool_global_lanes' planes an item */
+  if ((int64_t)g->out_h * g->out_w == 1)
+    per_item = (per_item + GLOBAL_PLANES - 1) / GLOBAL_PLANES * GLOBAL_PLANES;
   tiles = planes >= TILE_PLANES && pool_tiles_fit(g);
   if (tiles) per_item = TILE_PLANES;
 #endif

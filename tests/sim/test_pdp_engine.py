@@ -231,8 +231,8 @@ def test_global_pooling_is_bit_exact(kind, padding, include_pad):
                                            ((7, 7), 0), ((8, 8), 0), ((3, 8), 0), ((1, 8), 0),
                                            ((5, 6), 1), ((6, 1), 1)], ids=str)
 def test_global_pooling_in_lanes_is_bit_exact(kind, shape, padding):
-    """Global pooling in lanes (pdp.c pool_global8 in an AVX2 build: 16 or 8 planes at a time,
-    the taps 8 at a time; pool_global16 in an AVX-512 build: 32 or 16 planes, the taps 16 at a
+    """Global pooling in lanes (pdp.c pool_global_lanes; in an AVX2 build 16 or 8 planes at a
+    time, the taps 8 at a time; in an AVX-512 build 32 or 16 planes, the taps 16 at a
     time; a plane per lane, the last taps through a masked load; a window of whole rows as one
     run of taps) keeps the scalar order: bit for bit the reference's, max and average, on plane
     counts that leave whole groups, a rest, or only a rest (1, 7, 9, 23, 37, 53; 1x1 planes, 1,
