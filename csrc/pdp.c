@@ -629,9 +629,10 @@ static inline __m512 add_to(__m512 acc, __m512 v) {
 }
 
 /* v > acc ? v : acc (MAXPS returns its second operand unless the first is greater, so a NaN
- * acc stays), then a NaN v wins (pool_row_vector's). */
+ * acc stays), and a NaN v wins (pool_row_vector's): the maximum taken only in the lanes whose
+ * v is a number, v kept in the others (one masked MAXPS: a compare and two operations before) */
 static inline __m512 max_tap16(__m512 acc, __m512 v) {
-  return _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+  return _mm512_mask_max_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v, acc);
 }
 
 /* pool_tile: 16 planes at a time, a plane per lane. A tap's window advances without a division
@@ -644,14 +645,13 @@ static inline __m512 max_tap16(__m512 acc, __m512 v) {
  * before, so the same bits. */
 static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geometry* g,
                                                                  const float* in, float* out,
-                                                                 const int is_max) {
+                                                                 const int is_max, const int np) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
   const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
   const __m512 fill = _mm512_set1_ps(is_max ? -INFINITY : 0.0f);
   const __m512 divisor = _mm512_set1_ps((float)(kh * kw));
   __m512 acc[TILE_MAX_OUT_W];
-  float avg[TILE_MAX_OUT_W][TILE_PLANES] __attribute__((aligned(64)));
   for (int32_t oy = 0; oy < g->out_h; ++oy) {
     for (int32_t j = 0; j < ow; ++j) acc[j] = fill;
     for (int32_t r = 0; r < kh; ++r) {
@@ -662,10 +662,11 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
         const __mmask16 m = (__mmask16)((1u << live) - 1u);
         __m512 v[16];
         if (live == 16) {
-          for (int p = 0; p < TILE_PLANES; ++p) v[p] = _mm512_loadu_ps(row + p * hw + c0);
+          for (int p = 0; p < TILE_PLANES; ++p)
+            v[p] = p < np ? _mm512_loadu_ps(row + p * hw + c0) : fill;
         } else {
           for (int p = 0; p < TILE_PLANES; ++p)
-            v[p] = _mm512_mask_loadu_ps(fill, m, row + p * hw + c0);
+            v[p] = p < np ? _mm512_mask_loadu_ps(fill, m, row + p * hw + c0) : fill;
         }
         transpose16(v);
         int32_t j = c0 / kw;
@@ -701,12 +702,17 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
       __m512 t[16];
       for (int k = 0; k < 16; ++k) t[k] = acc[j0 + k];
       transpose16(t);
-      for (int p = 0; p < TILE_PLANES; ++p)
-        _mm512_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
+      for (int p = 0; p < np; ++p) _mm512_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
     }
-    for (int32_t j = j0; j < ow; ++j) _mm512_store_ps(avg[j], acc[j]);
-    for (int p = 0; p < TILE_PLANES; ++p) {
-      for (int32_t j = j0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
+    if (j0 < ow) { /* the row's last ow - j0 < 16 outputs: one transpose, stores of that many
+                    * lanes (element by element through memory, they cost ViT's softmax max
+                    * and sum passes of 25 outputs a row a tenth of their time) */
+      const __mmask16 last = (__mmask16)((1u << (ow - j0)) - 1u);
+      __m512 t[16];
+      for (int k = 0; k < 16; ++k) t[k] = j0 + k < ow ? acc[j0 + k] : fill;
+      transpose16(t);
+      for (int p = 0; p < np; ++p)
+        _mm512_mask_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, last, t[p]);
     }
   }
 }
@@ -773,7 +779,7 @@ static inline void transpose8(__m256 v[8]) {
  * vector). The same taps in the same order as before, so the same bits. */
 static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geometry* g,
                                                                  const float* in, float* out,
-                                                                 const int is_max) {
+                                                                 const int is_max, const int np) {
   const int64_t hw = (int64_t)g->h * g->w, ohw = (int64_t)g->out_h * g->out_w;
   const int32_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w, cols = ow * kw;
   const int32_t inside = cols < g->w ? cols : g->w; /* the image columns the windows read */
@@ -789,7 +795,7 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
         const int32_t n = cols - c0 < 8 ? cols - c0 : 8;
         __m256 v[8];
         for (int p = 0; p < TILE_PLANES; ++p)
-          v[p] = load_columns8(row + p * hw + c0, c0, inside, fill);
+          v[p] = p < np ? load_columns8(row + p * hw + c0, c0, inside, fill) : fill;
         transpose8(v);
         int32_t j = c0 / kw;
         if (kw == 8) { /* the block is window j: n = 8 */
@@ -815,11 +821,10 @@ static inline __attribute__((always_inline)) void pool_tile_body(const pdp_geome
       __m256 t[8];
       for (int k = 0; k < 8; ++k) t[k] = acc[j0 + k];
       transpose8(t);
-      for (int p = 0; p < TILE_PLANES; ++p)
-        _mm256_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
+      for (int p = 0; p < np; ++p) _mm256_storeu_ps(out + p * ohw + (int64_t)oy * ow + j0, t[p]);
     }
     for (int32_t j = j0; j < ow; ++j) _mm256_store_ps(avg[j], acc[j]);
-    for (int p = 0; p < TILE_PLANES; ++p) {
+    for (int p = 0; p < np; ++p) {
       for (int32_t j = j0; j < ow; ++j) out[p * ohw + (int64_t)oy * ow + j] = avg[j][p];
     }
   }
@@ -861,11 +866,21 @@ static inline __attribute__((always_inline)) void global_groups(
 #endif
 
 #if defined(__AVX512F__) || defined(__AVX2__)
-static void pool_tile(const pdp_geometry* g, const float* in, float* out) {
-  if (g->pool == ACCEL_POOL_MAX) {
-    pool_tile_body(g, in, out, 1);
+/* np <= TILE_PLANES planes: a whole tile, or an image's last planes (planes % TILE_PLANES: the
+ * lanes past them read nothing and store nothing), which took the scalar windows: on Zen 5 the
+ * 15 planes left by ViT-Ti's 591 softmax rows cost its max pass of windows of 8 a fifth of its
+ * time (docs/kernels.md, pdp.c). */
+static void pool_tile(const pdp_geometry* g, const float* in, float* out, int np) {
+  if (np == TILE_PLANES) {
+    if (g->pool == ACCEL_POOL_MAX) {
+      pool_tile_body(g, in, out, 1, TILE_PLANES);
+    } else {
+      pool_tile_body(g, in, out, 0, TILE_PLANES);
+    }
+  } else if (g->pool == ACCEL_POOL_MAX) {
+    pool_tile_body(g, in, out, 1, np);
   } else {
-    pool_tile_body(g, in, out, 0);
+    pool_tile_body(g, in, out, 0, np);
   }
 }
 
@@ -892,7 +907,7 @@ typedef struct pdp_job {
   const float* in;
   float* out;
   int64_t planes, per_item;
-  int tiles; /* pool_tile on every whole item */
+  int tiles; /* pool_tile on every item (the last one's planes may be fewer) */
 } pdp_job;
 
 static void pdp_item(void* ctx, int64_t item, int participant) {
@@ -912,8 +927,8 @@ static void pdp_item(void* ctx, int64_t item, int participant) {
     return;
   }
 #if defined(__AVX512F__) || defined(__AVX2__)
-  if (J->tiles && end - first == TILE_PLANES) {
-    pool_tile(g, J->in + first * in_plane, J->out + first * out_plane);
+  if (J->tiles) {
+    pool_tile(g, J->in + first * in_plane, J->out + first * out_plane, (int)(end - first));
     return;
   }
 #endif

@@ -462,3 +462,32 @@ def test_wide_rows_are_bit_exact(kind, kernel, stride, padding, include_pad):
         op = Pool(kind, kernel, stride, padding, include_pad, precision="fp16")
         assert_same(DEVICES[threads].run([op], halves)[0], ref.run_op(op, halves),
                     f"fp16 {kind}, {threads} threads")
+
+
+@pytest.mark.parametrize("kind,include_pad", [("max", False), ("avg", True)])
+@pytest.mark.parametrize("width,window", [(197, 8), (25, 5), (40, 8)], ids=str)
+def test_tiles_of_an_images_last_planes_are_bit_exact(kind, include_pad, width, window):
+    """An image's last planes % 16 (ViT-Ti's softmax rows: 591 = 36 x 16 + 15) run in a tile of
+    fewer lanes, not window by window: bit for bit the reference's and the one-plane path's,
+    a max's first of +0 and -0 and its last NaN in those planes, rows of 25, 5 and 40 outputs
+    (the last outputs of a row stored through the transpose), on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(47)
+    planes = 47  # two whole tiles and 15 planes
+    x = rng.standard_normal((1, planes, 1, width), dtype=np.float32) * 3
+    x[0, 40, 0, 0:window] = 0.0
+    x[0, 40, 0, 1] = -0.0
+    x[0, 41, 0, :2] = -0.0, 0.0
+    x[0, 45, 0, width - 1], x[0, 46, 0, 0] = np.inf, -np.inf
+    pad = -width % window
+    op = Pool(kind, (1, window), (1, window), (0, 0, 0, pad), include_pad)
+    expected = ref.run_op(op, x)
+    nans = x.copy()
+    nans[0, 42, 0, 0:2] = np.array([0x7FC00001, 0xFFC00002], np.uint32).view(np.float32)
+    nans[0, 44, 0, width - 2] = nans[0, 42, 0, 1]
+    one = np.concatenate([DEVICE.run([op], nans[:, c:c + 1])[0] for c in range(planes)], axis=1)
+    for threads, device in DEVICES.items():
+        y = device.run([op], x)[0]
+        assert_same(y, expected, f"{threads} threads")
+        assert np.array_equal(np.signbit(y), np.signbit(expected)), f"{threads} threads: zeros"
+        assert_same(device.run([op], nans)[0].view(np.uint32), one.view(np.uint32),
+                    f"{threads} threads: NaNs")
