@@ -369,3 +369,43 @@ def test_avx2_kernels_give_the_avx512_kernels_bits():
             assert set(names) == expected, names
         for i, layer in enumerate(layers):
             assert forced[f"{i}/fp32"][0] == base[f"{i}/fp32"][0], (forcing, layer, names[i])
+
+
+@pytest.mark.parametrize("epilogue", ["center", "normalise", "bn-add-clip", "shift-mul-relu",
+                                      "scale", "bn-sigmoid"])
+def test_broadcasts_from_one_channel_apply_the_epilogue_in_registers(epilogue):
+    """A CONV from one channel (a layer norm's centre and normalise passes: w x + 0 per output
+    channel) on an AVX-512 host applies its SDP in registers before the one store when the SDP
+    is a scale / shift, an add or multiply by the operand and none, ReLU or a clip
+    (narrow_avx512's from_one_row): the bits of the independent mode's separate spans, NaNs and
+    signs of zero included, at 1, 2 and 3 threads; an SDP it does not take (a sigmoid) keeps the
+    span after the CONV."""
+    from accel_codegen import Device
+
+    rng = np.random.default_rng(91)
+    k, t = 48, 197
+    x = rng.standard_normal((1, 1, 1, t), dtype=np.float32)
+    x[0, 0, 0, 3], x[0, 0, 0, 4], x[0, 0, 0, 5] = -0.0, np.nan, np.inf
+    w = rng.standard_normal((k, 1, 1, 1)).astype(np.float32)
+    w[2] = 0.0
+    w[7] = -1.0
+    scale = rng.uniform(0.5, 2, k).astype(np.float32)
+    scale[::5] *= -1
+    shift = rng.standard_normal(k).astype(np.float32) * 4
+    operand = rng.standard_normal((1, k, 1, t), dtype=np.float32)
+    operand.flat[::13] = np.nan
+    operand.flat[1::17] = -0.0
+    sdp = {"center": Sdp(scale=np.full(k, -1 / k, np.float32), ew_op="add", operand=operand),
+           "normalise": Sdp(scale=scale, ew_op="mul", operand=operand),
+           "bn-add-clip": Sdp(scale=scale, shift=shift, ew_op="add", operand=operand,
+                              act="clip", clip=(-0.5, 1.0)),
+           "shift-mul-relu": Sdp(shift=shift, ew_op="mul", operand=operand, act="relu"),
+           "scale": Sdp(scale=scale),
+           "bn-sigmoid": Sdp(scale=scale, shift=shift, act="sigmoid")}[epilogue]
+    chain = [Conv(w), sdp]
+    separate, _ = Device("nv_full", num_threads=1).run(chain, x, mode="independent")
+    assert len(np.unique(separate)) > k  # not a constant: the channels' own parameters
+    for threads in (1, 2, 3):
+        fused, _ = Device("nv_full", num_threads=threads).run(chain, x)
+        assert np.array_equal(fused.view(np.uint32), separate.view(np.uint32)), \
+            (epilogue, threads, int((fused.view(np.uint32) != separate.view(np.uint32)).sum()))
