@@ -258,6 +258,38 @@ static inline __attribute__((always_inline)) void pack_segment(
   }
 }
 
+/* Taps s_lo..s_hi (< st) of a row segment of len columns at stride st = 4 or 8 (a patch
+ * embedding's 4x4/4 or 8x8/8: each window its own st columns): 16 columns at a time, the
+ * st source vectors they span loaded once (zero outside the image) and each tap's 16 values
+ * picked from them by st / 2 two-source permutes instead of element by element (Zen 5, C
+ * harness, hot: ViT-Ti's 8x8/8 patch CONV 12 -> 192 on 112x112 271 -> 260 us, ViT-B's to 768
+ * 931 -> 920, a 4x4/4 3 -> 96 on 224x224 168 -> 143; docs/kernels.md). Row s lands at
+ * dr + (s - s_lo) * pw; the same values as that copy. */
+static void pack_strided(const int st, const float* row, int64_t base, int64_t W, int64_t s_lo,
+                         int64_t s_hi, int64_t len, float* dr, int64_t pw) {
+  const int per = 32 / st; /* outputs a pair of source vectors holds */
+  __m512i idx[4]; /* pair q: lane l (q per <= l < (q + 1) per) reads l st - 32 q */
+  for (int q = 0; q < st / 2; ++q)
+    idx[q] = _mm512_sub_epi32(_mm512_mullo_epi32(iota16(), _mm512_set1_epi32(st)),
+                              _mm512_set1_epi32(32 * q));
+  for (int64_t l0 = 0; l0 < len; l0 += 16) {
+    const int64_t b0 = base + l0 * st;
+    __m512 src[8];
+    for (int q = 0; q < st; ++q)
+      src[q] = _mm512_maskz_loadu_ps(col_mask(b0 + 16 * q, W), row + b0 + 16 * q);
+    const __mmask16 live = lane_mask(len - l0);
+    for (int64_t s = s_lo; s < s_hi; ++s) {
+      const __m512i sv = _mm512_set1_epi32((int32_t)s);
+      __m512 r = _mm512_permutex2var_ps(src[0], _mm512_add_epi32(idx[0], sv), src[1]);
+      for (int q = 1; q < st / 2; ++q)
+        r = _mm512_mask_mov_ps(r, (__mmask16)(((1u << per) - 1u) << (q * per)),
+                               _mm512_permutex2var_ps(src[2 * q], _mm512_add_epi32(idx[q], sv),
+                                                      src[2 * q + 1]));
+      _mm512_mask_storeu_ps(dr + (s - s_lo) * pw + l0, live, r);
+    }
+  }
+}
+
 /* Pack the rows (c, r, s) for s in [s_lo, s_hi) of one panel: im2col of the columns in segs.
  * Row s goes to d + (s - s_lo) * pw. Whole vectors are stored (clipped to the panel width):
  * a segment's overrun lands in lanes a later segment or the final tail clear overwrites. */
@@ -324,6 +356,8 @@ static void pack_cr(const conv_plan* P, const seg* segs, int nsegs, int64_t c, i
           _mm512_mask_storeu_ps(dr + 16 * j, lane_mask(pw - sg->lane0 - 16 * j),
                                 shifted(ph + j, o >> 1));
       }
+    } else if ((st == 4 || st == 8) && dw == 1 && offmax < st) {
+      pack_strided((int)st, row, base, W, s_lo, s_hi, sg->len, d + sg->lane0, pw);
     } else {
       for (int64_t s = s_lo; s < s_hi; ++s) {
         float* dr = d + (s - s_lo) * pw + sg->lane0;

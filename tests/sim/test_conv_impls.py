@@ -409,3 +409,24 @@ def test_broadcasts_from_one_channel_apply_the_epilogue_in_registers(epilogue):
         fused, _ = Device("nv_full", num_threads=threads).run(chain, x)
         assert np.array_equal(fused.view(np.uint32), separate.view(np.uint32)), \
             (epilogue, threads, int((fused.view(np.uint32) != separate.view(np.uint32)).sum()))
+
+
+@pytest.mark.parametrize("c,size,k,kernel,pad", [(12, 48, 24, 8, 0), (3, 40, 16, 4, 0),
+                                                 (3, 160, 8, 4, 0), (5, 30, 16, 4, 1),
+                                                 (7, 27, 8, 8, 3)], ids=str)
+def test_patch_embeddings_pack_by_permutes(c, size, k, kernel, pad):
+    """A patch embedding (a kernel x kernel CONV at stride kernel, 4 or 8: ViT's 8x8/8 after
+    its 2x2/2, Swin's and ConvNeXt's 4x4/4) packs its panels 16 columns at a time by permutes
+    (f32_packed_avx512.c's pack_strided): the reference's bits, with padding (its zeros) and
+    planes whose columns end inside a window and rows of 40 outputs (segments of three
+    vectors), at 1 and 2 threads."""
+    from accel_codegen import Device
+
+    rng = np.random.default_rng(c * size + kernel)
+    x = rng.standard_normal((1, c, size, size), dtype=np.float32)
+    w = (rng.standard_normal((k, c, kernel, kernel)) / kernel).astype(np.float32)
+    op = Conv(w, stride=(kernel, kernel), padding=(pad,) * 4)
+    expected = ref.run_op(op, x)
+    for threads in (1, 2):
+        got, _ = Device("nv_full", num_threads=threads).run([op], x)
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), threads
