@@ -371,10 +371,14 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
     if (add) o = _mm512_maskz_loadu_epi8(keep, opnd + m * ldo);
     __m512i v0, v1, v2, v3;
     panel_load(E, r, m, k, panel, corr, &v0, &v1, &v2, &v3);
+    /* vectors with no value to store are not converted (their lanes are masked off): the
+     * small-grid kernel's rows of 196 values (14x14) took 16 conversions for 13 vectors */
     const __m512i q0 = q_of(E, e, v0, _mm512_castsi512_si128(o), split, add);
-    const __m512i q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
-    const __m512i q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
-    const __m512i q3 = panel ? q2 : q_of(E, e, v3, _mm512_extracti32x4_epi32(o, 3), split, add);
+    __m512i q1 = q0, q2 = q0, q3 = q0;
+    if (n > 16) q1 = q_of(E, e, v1, _mm512_extracti32x4_epi32(o, 1), split, add);
+    if (n > 32) q2 = q_of(E, e, v2, _mm512_extracti32x4_epi32(o, 2), split, add);
+    if (panel) q3 = q2;
+    else if (n > 48) q3 = q_of(E, e, v3, _mm512_extracti32x4_epi32(o, 3), split, add);
     const __m512i y = sdp_i8_codes64(q0, q1, q2, q3);
     _mm512_mask_storeu_epi8(out + m * ldo, keep, _mm512_min_epi8(_mm512_max_epi8(y, lo), hi));
   }
@@ -590,6 +594,19 @@ typedef struct seg {
   int64_t col, o, len;
 } seg;
 
+/* A stride-1 copy of one phase (nph 1) built a plane at a time (imp_build_plane): step s holds
+ * copy positions [64 s, 64 s + 64) of a 4-channel block's plane (hq x wq, the padding included);
+ * for each channel the input bytes of those positions lie within the 64 bytes from `base` of
+ * its plane (a copy row is at least as wide as an input row at stride 1, so 64 consecutive
+ * copy positions span at most 64 input bytes), and byte i of the step is byte idx[i] of them
+ * where bit i of `inside` is set (the padding byte elsewhere); `load`: those of the 64 bytes
+ * inside the plane. */
+typedef struct plane_step {
+  uint8_t idx[64];
+  uint64_t inside, load;
+  int64_t base;
+} plane_step;
+
 /* The implicit GEMM's loops (pool_for items): packing, copy rows, units. */
 typedef struct imp_job {
   const plan* P;
@@ -609,6 +626,8 @@ typedef struct imp_job {
   int64_t ldt, rows_per_item, nbuild, tiles, b;
   int64_t flat_segs; /* > 0: the copy is built as flat segments (imp_build_flat) */
   int s2_pairs;       /* 1: a 1x1/2 copy built a plane at a time (imp_build_s2_plane) */
+  const plane_step* steps; /* a stride-1 copy built a plane at a time (imp_build_plane), */
+  int64_t nsteps;          /* its steps per plane */
   const sdp_i8_lane_cvt* cvt; /* every channel's converter in lanes, or NULL */
   int8_t lo, hi;              /* and the codes' bounds */
   const sdp_i8_lane_add* add; /* the residual add in lanes (with cvt), or NULL */
@@ -650,6 +669,7 @@ void i8_imp_used_phases(const plan* P, imp_plan* Q);
 int i8_imp_reserve_copy(const plan* P, const imp_plan* Q, int32_t in_zero, workspace* ws,
                         uint8_t** copy, int64_t** off);
 int i8_imp_prepare_lanes(const plan* P, const sdp_i8* ep, workspace* ws, imp_job* J);
+int i8_imp_plane_steps(const plan* P, const imp_plan* Q, workspace* ws, imp_job* J);
 void i8_imp_codes_of_rows(const imp_job* J, int64_t k0, int64_t rows, const int32_t* c,
                           int64_t ldc, int64_t at, int64_t cols, int wide, int split);
 void i8_imp_pack_item(void* ctx, int64_t blk, int participant);

@@ -386,8 +386,98 @@ static void imp_build_s2_plane(const imp_job* J, int64_t item) {
   }
 }
 
+/* The steps of a plane-at-a-time copy (plane_step) of the stride-1, one-phase copy of P (no
+ * stride-phase split: Q->nph 1, stride 1), in the workspace (WS_XP, which only the column
+ * path uses otherwise): J->steps and J->nsteps; J->steps NULL (the copy built row by row) in
+ * builds without VBMI, for planes of over 256 steps (16384 positions: the table's 24 KiB
+ * would outweigh a row's set-up), and, as a guard, where a step's input bytes span more than
+ * 64. 0 when memory runs out. */
+int i8_imp_plane_steps(const plan* P, const imp_plan* Q, workspace* ws, imp_job* J) {
+  J->steps = NULL;
+  J->nsteps = 0;
+#ifdef __AVX512VBMI__
+  const conv_geometry* g = P->g;
+  if (Q->nph != 1 || g->stride_h != 1 || g->stride_w != 1) return 1;
+  const int64_t plane = Q->plane, nsteps = (plane + 63) / 64, hw = P->hw;
+  if (nsteps > 256) return 1;
+  plane_step* st = workspace_get(ws, WS_XP, (size_t)nsteps * sizeof(plane_step));
+  if (st == NULL) return 0;
+  int64_t yq = 0, xq = 0; /* position p's copy row and column */
+  for (int64_t s = 0; s < nsteps; ++s) {
+    plane_step* t = st + s;
+    memset(t->idx, 0, sizeof t->idx);
+    t->inside = 0;
+    t->base = -1;
+    for (int i = 0; i < 64 && 64 * s + i < plane; ++i) {
+      const int64_t iy = yq - g->pad_top, ix = xq - g->pad_left;
+      if (iy >= 0 && iy < g->h && ix >= 0 && ix < g->w) {
+        const int64_t o = iy * g->w + ix;
+        if (t->base < 0) t->base = o;
+        if (o - t->base >= 64) return 1; /* not at stride 1 (see plane_step): row by row */
+        t->idx[i] = (uint8_t)(o - t->base);
+        t->inside |= (uint64_t)1 << i;
+      }
+      if (++xq == Q->wq) {
+        xq = 0;
+        ++yq;
+      }
+    }
+    if (t->base < 0) t->base = 0;
+    t->load = inside_mask(0, 0, hw - t->base);
+  }
+  J->steps = st;
+  J->nsteps = nsteps;
+#else
+  (void)P;
+  (void)Q;
+  (void)ws;
+#endif
+  return 1;
+}
+
+#ifdef __AVX512VBMI__
+/* The plane of block (grp, c4) of a stride-1, one-phase copy, 64 positions a step
+ * (i8_imp_plane_steps): each channel's bytes by vpermb from a masked load of its plane, the
+ * padding blended in. Row by row, a 14x14 layer's rows of 16 positions each paid a
+ * 64-position interleave and the row's set-up. */
+static void imp_build_plane(const imp_job* J, int64_t item) {
+  const plan* P = J->P;
+  const int64_t c4 = item % P->c4, grp = item / P->c4;
+  const int64_t plane = J->Q->plane;
+  const int8_t* img = J->in + J->b * P->g->c * P->hw;
+  const __m512i pad = _mm512_set1_epi8((char)J->in_zero);
+  const int8_t* src[4];
+  for (int j = 0; j < 4; ++j) {
+    const int64_t c = c4 * 4 + j;
+    src[j] = c < P->cg ? img + (grp * P->cg + c) * P->hw : NULL;
+  }
+  uint8_t* d = (uint8_t*)J->B->base + grp * J->Q->gbytes + c4 * plane * 4;
+  for (int64_t s = 0; s < J->nsteps; ++s) {
+    const plane_step* t = J->steps + s;
+    const __m512i idx = _mm512_loadu_si512(t->idx);
+    __m512i v[4];
+    for (int j = 0; j < 4; ++j) {
+      if (src[j] == NULL || t->inside == 0) {
+        v[j] = pad;
+        continue;
+      }
+      const __m512i x = _mm512_maskz_loadu_epi8(t->load, src[j] + t->base);
+      v[j] = _mm512_mask_blend_epi8(t->inside, pad, _mm512_permutexvar_epi8(idx, x));
+    }
+    const int64_t n = plane - 64 * s < 64 ? plane - 64 * s : 64;
+    interleave4_store(v, 0, n, d + 256 * s);
+  }
+}
+#endif
+
 void i8_imp_build_item(void* ctx, int64_t chunk, int participant) {
   const imp_job* J = ctx;
+#ifdef __AVX512VBMI__
+  if (J->steps != NULL) {
+    imp_build_plane(J, chunk);
+    return;
+  }
+#endif
   if (J->flat_segs > 0) {
     imp_build_flat(J, chunk);
     return;

@@ -60,6 +60,9 @@ static accel_status conv_implicit(const plan* P, int32_t in_zero, const int8_t* 
   } else if (imp_flat_s2(g, &Q)) {
     J.s2_pairs = 1;
     nbuild_items = g->groups * P->c4;
+  } else {
+    if (!i8_imp_plane_steps(P, &Q, ws, &J)) return ACCEL_ERR_NO_MEMORY;
+    if (J.steps != NULL) nbuild_items = g->groups * P->c4;
   }
   if (pack_now) pool_for(nth, g->groups * P->mblocks, i8_imp_pack_item, &J);
   for (int64_t b = 0; b < g->n; ++b) { /* the copy is rebuilt for each image */

@@ -296,6 +296,9 @@ static accel_status conv_small(const plan* P, int32_t in_zero, const int8_t* in,
   } else if (PB == P && imp_flat_s2(g, &Q)) {
     J.s2_pairs = 1;
     nbuild_items = g->groups * P->c4;
+  } else {
+    if (!i8_imp_plane_steps(PB, &Q, ws, &J)) return ACCEL_ERR_NO_MEMORY;
+    if (J.steps != NULL) nbuild_items = g->groups * P->c4;
   }
   if (pack_now) pool_for(nth, g->groups * P->mblocks, i8_imp_pack_item, &J);
   imp_job JB = J; /* the copy's job: its plan */
