@@ -147,9 +147,10 @@ static int small_grid_pays(const plan* P, const imp_plan* Q) {
  * pairs (a zmm vector's 16 channels), into sets of at most SZ as evenly as can be, the
  * positions into tiles of at most SP, and the tiles into chunks of at most SMALL_CHUNK (a
  * unit's int32 sums: with 16-channel pairs, up to SZ x 8 channels x 256 positions, 48 KiB, an
- * L1d's worth on Zen 5 and more than a 32 KiB one holds; chosen when a set held 24 channels and
- * not re-measured since), more when there are too few units to share evenly among the
- * threads. Consecutive units share a chunk's input. */
+ * L1d's worth on Zen 5; re-measured there with 48-channel sets: chunks of 16, 24 and 48 tiles
+ * within 1-4 % of 32 on ResNet's 3x3 layers, none better: docs/kernels.md), more when there
+ * are too few units to share evenly among the threads. Consecutive units share a chunk's
+ * input. */
 typedef struct small_job {
   const imp_job* J;
   int64_t sets, ptiles, chunks, ldr;
