@@ -165,25 +165,50 @@ def _check_int8_concat(layer) -> None:
                               "into one channel range")
 
 
+def norm_name(layer) -> str:
+    """How the reports name a layer's norm: "a layer_norm", "a softmax", "attention"."""
+    kind = layer.norm.kind
+    return kind if kind == "attention" else f"a {kind}"
+
+
+def fp16_in_int8(layer) -> Optional[str]:
+    """Why int8 code runs this layer in fp16 (None: it runs in int8), the one definition the
+    partition's check, the program's precisions (``program.py``) and the reports read. A
+    layer norm, an L2 norm, a softmax and an attention core are reductions whose
+    intermediates no per-tensor int8 scale covers (a variance, a sum of squares or of
+    exponentials, and the 1/sqrt or 1/sum of it, each with a pole at 0): NVDLA-faithfully,
+    their passes run in fp16 on an engine that computes both and the SDP converts at their
+    borders (docs/mixed-precision.md, "int8 builds")."""
+    if layer.norm is None:
+        return None
+    if layer.norm.kind == "attention":
+        return ("its softmax's sum of exponentials and 1/sum have a dynamic range no "
+                "per-tensor int8 scale covers, and its CONVs' weights are K and V as other runs "
+                "compute them, with no int8 per-kernel scales at compile time")
+    what = {"layer_norm": "its variance and 1/sqrt",
+            "l2_normalize": "its sum of squares and 1/sqrt"}.get(
+        layer.norm.kind, "its sum of exponentials and 1/sum")
+    return f"{what} have a dynamic range no per-tensor int8 scale covers"
+
+
 def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
     """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
     if layer.branch is not None:
         check_hardware(layer.branch, config, fuse, precision)
     if layer.norm is not None:
-        if precision == "int8" and layer.norm.kind == "attention":
-            raise Unsupported("attention in int8 is not generated: its CONVs' weights are "
-                              "K and V as other runs compute them, which have no int8 "
-                              "per-kernel scales at compile time, and its softmax's sum "
-                              "of exponentials and 1/sum have a dynamic range no "
-                              "per-tensor int8 scale covers")
-        if precision == "int8":
-            what = {"layer_norm": "its variance and 1/sqrt",
-                    "l2_normalize": "its sum of squares and 1/sqrt"}.get(
-                layer.norm.kind, "its sum of exponentials and 1/sum")
-            raise Unsupported(f"a {layer.norm.kind} in int8 is not generated: {what} have "
-                              "a dynamic range no per-tensor int8 scale covers (its passes "
-                              "would stay fp16 between converting runs, which this "
-                              "compiler does not emit yet)")
+        why = fp16_in_int8(layer) if precision == "int8" else None
+        if why is not None:
+            # int8 code runs it in fp16 between converting SDP runs (program.py assigns the
+            # precision): the configuration must compute fp16, and the fp32 reference that
+            # calibrates the build must run it too
+            if not config.supports("fp16"):
+                raise Unsupported(f"{norm_name(layer)} in an int8 build runs in fp16 ({why}): "
+                                  f"precision fp16 is not supported by configuration "
+                                  f"{config.name} (its precisions: "
+                                  f"{', '.join(config.precisions)})")
+            for each in ("fp16", "fp32"):
+                check_hardware(layer, config, fuse, each)
+            return
         for run in layer.runs(precision):
             check_hardware(run, config, fuse, precision)
         return

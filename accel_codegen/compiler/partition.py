@@ -74,6 +74,9 @@ class OpRecord:
     key: Optional[str] = None        # its layer's key (``f0.3``, as run labels start)
     source: Optional[str] = None     # the source model's name of it (compiler/source_names.py)
     code: Optional[str] = None       # the stable code of its reason (compiler/reasons.py)
+    #: why its layer runs in fp16 in int8 or mixed code whatever the assignment (a norm,
+    #: softmax or attention core: engines.fp16_in_int8); None otherwise
+    fp16_reason: Optional[str] = None
 
     def __post_init__(self):
         if self.reason is not None and self.code is None:
@@ -122,6 +125,12 @@ class PartitionReport:
         """Mixed: each offloaded layer's precision by its key (``f0.3``), in order."""
         return {op.key: op.precision for op in self.offloaded if op.precision is not None}
 
+    def fp16_layers(self) -> Dict[str, str]:
+        """The layers int8 (or mixed) code runs in fp16 whatever the assignment: layer key ->
+        its primitive and why (``OpRecord.fp16_reason``), in order."""
+        return {op.key: f"{op.primitive}: {op.fp16_reason}" for op in self.offloaded
+                if op.fp16_reason is not None}
+
     def host_reasons(self) -> List[Tuple[str, int]]:
         """(reason, how many host operators give it), most frequent first."""
         return collections.Counter(op.reason for op in self.host).most_common()
@@ -136,10 +145,16 @@ class PartitionReport:
             lines += [f"{count:>6} x {coded_reason(reason)}"
                       for reason, count in self.host_reasons()]
             lines.append("")
-        if self.precision == "mixed":
+        if self.layer_precisions:
             chosen = collections.Counter(self.layer_precisions.values())
             lines.append("layers by precision: " + ", ".join(
                 f"{chosen[p]} {p}" for p in ("int8", "fp16")))
+        kept = self.fp16_layers()
+        if kept:
+            lines.append(f"{len(kept)} layer(s) in fp16 in {self.precision} code, the SDP "
+                         "converting at their borders:")
+            lines += [f"{count:>6} x {why}" for why, count in
+                      collections.Counter(kept.values()).most_common()]
         columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
                    Column("shape", 20, "<"), Column("where", 10, "<"),
                    Column("primitive / reason", 0, "<")]
@@ -184,6 +199,16 @@ def _conv_modes(report: PartitionReport, conv_modes: Dict[str, str]) -> None:
         by_layer.setdefault(layer_key(run), set()).add(mode)
     for op in report.offloaded:
         op.conv_mode = "+".join(sorted(by_layer.get(op.key, ()))) or None
+
+
+def _precisions(report: PartitionReport, generated) -> None:
+    """Each offloaded op's precision where its code has layers of both (mixed code, and int8
+    code whose norms, softmaxes and attention cores run in fp16: ``program.py``), as the code
+    generator's Program assigned them, and why a layer is fp16 whatever the assignment."""
+    chosen = generated.program.get("layer_precisions") or {}
+    for op in report.offloaded:
+        op.precision = chosen.get(op.key, op.precision)
+        op.fp16_reason = generated.fp16_reasons.get(op.key)
 
 
 def _build_report(mod: tvm.IRModule, config: AccelConfig, fuse: bool,
@@ -430,6 +455,7 @@ def generate_partition(mod: tvm.IRModule, params, config: AccelConfig, fuse: boo
     with codegen.collecting() as generated:
         mod = relax.transform.RunCodegen({"accel": options})(mod)
     _conv_modes(report, generated.conv_modes)
+    _precisions(report, generated)
     # The constant loader gets the codegen's own constants (folded scale/shift, weights), not
     # the originals RunCodegen recorded: those would be serialised unused.
     constants = {name: tvm.runtime.tensor(value) for name, value in generated.constants.items()}

@@ -9,9 +9,10 @@ layer gives its runs, named as :mod:`accel_codegen.sim.labels` says (a concat on
 layer with a downsample branch the branch's run then its own, a deconvolution its conv or
 copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/fp16 code a
 converting run after a layer whose output a layer of the other precision reads: this is the
-one place that inserts converting runs). A :class:`Run` knows its key and label, primitive,
-layer, precision, the function-level tensors it reads and writes, whether the memory plan
-places it, and whether it converts.
+one place that inserts converting runs; int8 code runs its norms, softmaxes and attention
+cores in fp16, ``engines.fp16_in_int8``, which makes it the mixed code of that assignment).
+A :class:`Run` knows its key and label, primitive, layer, precision, the function-level
+tensors it reads and writes, whether the memory plan places it, and whether it converts.
 
 The planning steps are passes over the program that set fields of its runs
 (``codegen/planning.py`` runs them): each conv's modes (``codegen/memory.py``:
@@ -38,6 +39,7 @@ from ..quantization import TensorQuant
 from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
                           copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
+from .engines import fp16_in_int8
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -374,13 +376,31 @@ def _function_dict(f: Function) -> dict:
             "runs": [run.to_dict(names) for run in f.runs]}
 
 
-def _layer_precision(precision: Optional[str], layer_precisions, key: str) -> Optional[str]:
+def _layer_precision(precision: Optional[str], layer_precisions, key: str,
+                     layer: Layer) -> Optional[str]:
+    """A layer's precision in code of ``precision``: the code's, but fp16 for a layer that int8
+    code runs in fp16 (``engines.fp16_in_int8``: a norm, softmax or attention core, in int8
+    code and in every mixed assignment); mixed: its own from ``layer_precisions``."""
+    if precision in (*MIXED, "mixed") and fp16_in_int8(layer) is not None:
+        return MIXED[1]
     if precision != "mixed":
         return precision
     chosen = (layer_precisions or {}).get(key)
     if chosen not in MIXED:
         raise AccelInvalidError(f"layer {key} has precision {chosen!r}, not one of {MIXED}")
     return chosen
+
+
+def _program(functions: List["Function"], precision: Optional[str]) -> Program:
+    """The Program of lowered functions: int8 code with layers in fp16 (``_layer_precision``)
+    is mixed int8/fp16 code, and a mixed program's ``layer_precisions`` are its layers' own
+    (the fp16 layers of every assignment included)."""
+    chosen = {run_key(f.index, i): c.precision for f in functions
+              for i, c in enumerate(f.calls)}
+    if precision == "mixed" or (precision == MIXED[0] and
+                                any(p != MIXED[0] for p in chosen.values())):
+        return Program(functions, "mixed", chosen)
+    return Program(functions, precision)
 
 
 def _call_runs(index: int, call: int, c: Call) -> List[Run]:
@@ -432,10 +452,9 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
                      layer_precisions: Optional[Mapping[str, str]]) -> Function:
     """The function with each layer's precision (mixed: ``layer_precisions``' by its key), a
     converting run after each layer whose output a layer of the other precision reads."""
-    precisions = [_layer_precision(precision, layer_precisions, run_key(index, i))
-                  for i in range(len(calls))]
-    converted = _converted(sources, precisions) if precision == "mixed" \
-        else [False] * len(calls)
+    precisions = [_layer_precision(precision, layer_precisions, run_key(index, i), c.layer)
+                  for i, c in enumerate(calls)]
+    converted = _converted(sources, precisions)  # none where every layer has one precision
     calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
              for i, c in enumerate(calls)]
     runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c)]
@@ -457,9 +476,8 @@ def assign_precisions(program: Program, layer_precisions: Mapping[str, str]) -> 
     """``program`` as mixed int8/fp16 code with each layer in its precision from
     ``layer_precisions`` (by layer key) and the converting runs that assignment needs; the
     layers are not lowered again (the mixed-precision search prices its candidates so)."""
-    return Program([_with_precisions(f.function, f.index, f.calls, f.sources, "mixed",
-                                     layer_precisions) for f in program.functions],
-                   "mixed", dict(layer_precisions))
+    return _program([_with_precisions(f.function, f.index, f.calls, f.sources, "mixed",
+                                      layer_precisions) for f in program.functions], "mixed")
 
 
 def lower_functions(functions: Sequence[relax.Function], first_index: int = 0,
@@ -467,9 +485,8 @@ def lower_functions(functions: Sequence[relax.Function], first_index: int = 0,
                     layer_precisions: Optional[Mapping[str, str]] = None) -> Program:
     """The program of offloaded functions numbered from ``first_index`` (as RunCodegen hands
     them to the code generator)."""
-    return Program([lower_function(f, first_index + i, precision, layer_precisions)
-                    for i, f in enumerate(functions)], precision,
-                   dict(layer_precisions) if layer_precisions is not None else None)
+    return _program([lower_function(f, first_index + i, precision, layer_precisions)
+                     for i, f in enumerate(functions)], precision)
 
 
 def lower_module(matched: tvm.IRModule, precision: Optional[str] = None,

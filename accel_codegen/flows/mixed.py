@@ -268,12 +268,14 @@ def split_held_back(examples: list, held_back=None) -> Tuple[list, list]:
 
 
 def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, int],
-                     fp16_cycles: Dict[str, int], added: Dict[str, float]) -> List[str]:
+                     fp16_cycles: Dict[str, int], added: Dict[str, float],
+                     fixed: Optional[Dict[str, str]] = None) -> List[str]:
     """Greedy, from all-int8: each step promotes the layer that removes the most output noise
     per extra cycle (a promotion that costs nothing first, the most noise first among those).
     The extra cycles of a step are the cost model's figures of the runs it changes: the
     layer's run in either precision, and the converting runs it adds or removes (each layer's
-    converting run costed once per direction)."""
+    converting run costed once per direction). ``fixed``: the layers every assignment runs
+    in fp16, whose converting runs count too."""
     from ..compiler.layer import feature_surface
     from ..compiler.walk import composite_calls, external_calls, layer_of, layer_sources
     from ..sim.device import estimate_chain
@@ -292,11 +294,12 @@ def _promotion_order(matched, config, keys: List[str], int8_cycles: Dict[str, in
     layer = {"int8": int8_cycles, "fp16": fp16_cycles}
 
     def priced(assignment: Dict[str, str]) -> int:
-        converted = {s for k in keys for s in sources[k] if assignment[s] != assignment[k]}
-        return sum(layer[p][k] for k, p in assignment.items()) + \
+        converted = {s for k in assignment for s in sources[k]
+                     if assignment[s] != assignment[k]}
+        return sum(layer[p].get(k, 0) for k, p in assignment.items()) + \
             sum(convert[k][assignment[k]] for k in converted)
 
-    assignment = {k: "int8" for k in keys}
+    assignment = {**{k: "int8" for k in keys}, **(fixed or {})}
     order: List[str] = []
     while len(order) < len(keys):
         now = priced(assignment)
@@ -345,7 +348,8 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     held_reference = [_run(reference_vm, x) for x in held]  # not observed: not calibrated on
     signal, held_signal = _powers(reference), _powers(held_reference)
     outputs = len(signal)
-    keys = layer_keys(matched)
+    program = lower_module(matched, "int8")  # its layers, lowered once for every candidate
+    fixed, every, keys = _choices(program, layer_keys(matched))
     builds = 0
     # progress per build: the two ends, then the few the path measures (the total grows by
     # them as they come)
@@ -362,7 +366,7 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
             progress(builds, expected)
         builds += 1
         part = generate_partition(mod, params, config, True, "int8", "mixed", calibration,
-                                  winograd, assignment, (matched, log))
+                                  winograd, {**assignment, **fixed}, (matched, log))
         vm = virtual_machine(tvm.compile(part, target="llvm"))
         noise = _noise([_run(vm, x) for x in examples], reference)
         if not check:
@@ -373,7 +377,6 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
         noise, held_noise = noise_of(assignment, True)
         return _sqnrs(signal, noise), _sqnrs(held_signal, held_noise)
 
-    program = lower_module(matched, "int8")  # its layers, lowered once for every candidate
     lowered_runs: dict = {}
 
     def cycles(assignment: Dict[str, str]) -> int:
@@ -398,19 +401,27 @@ def search_mixed_precision(mod, params, calibration_inputs, target_sqnr_db: floa
     # One figure per layer for the greedy order: the noise it adds relative to each output's
     # power, summed over the outputs (outputs of different scales count alike).
     relative = {k: float(np.sum(added[k] / np.where(signal > 0, signal, 1.0))) for k in keys}
-    order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, relative)
+    order = _promotion_order(matched, config, keys, int8_cycles, fp16_cycles, relative, fixed)
     path = _predicted_path(keys, order, added, signal, noise_fp16, outputs, cycles)
     _fill(path[0], int8_measured)
     _fill(path[-1], fp16_measured)
     chosen = _choose_point(path, keys, order, target, measure)
-    fp16_set = set(order[:chosen])
+    fp16_set = set(order[:chosen]) | set(fixed)
     if progress is not None:
         progress(builds, builds)
-    result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in keys},
+    result = MixedPrecision(target, {k: "fp16" if k in fp16_set else "int8" for k in every},
                             order, path, chosen, alone, extra, len(examples), builds,
                             len(held), outputs, calibration)
     result._measure = measure
     return result
+
+
+def _choices(program, every: List[str]) -> Tuple[Dict[str, str], List[str], List[str]]:
+    """(the layers every assignment runs in fp16, every layer, the layers the search
+    chooses for): norms, softmaxes and attention cores are fp16 in int8 code
+    (``engines.fp16_in_int8``), so no choice of the search."""
+    fixed = {k: p for k, p in (program.layer_precisions or {}).items() if p == "fp16"}
+    return fixed, every, [k for k in every if k not in fixed]
 
 
 def _costs(program, assignment: Dict[str, str], config, winograd: bool, lowered_runs: dict):
@@ -429,7 +440,8 @@ def _layer_cycles(program, keys: List[str], precision: str, config, winograd: bo
     costs = _costs(program, {k: precision for k in keys}, config, winograd, lowered_runs)
     per_layer = dict.fromkeys(keys, 0)
     for run, record in zip(costs.runs, costs.records(config, "estimate")):
-        per_layer[layer_key(run.key)] += record.cycles  # a layer's runs together
+        if layer_key(run.key) in per_layer:  # a layer's runs together (not a fixed one's)
+            per_layer[layer_key(run.key)] += record.cycles
     return per_layer
 
 

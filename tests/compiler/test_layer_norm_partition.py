@@ -76,13 +76,22 @@ def test_onnx_seed_partitions_like_the_pytorch_model(tmp_path):
     _one_composite(ac.partition_report(mod, params), "accel.token_dense_bias_layer_norm_relu")
 
 
-def test_int8_keeps_the_layer_norm_on_the_host_with_its_reason():
+def test_int8_runs_the_layer_norm_in_fp16_where_the_configuration_has_it():
+    """int8 code runs the layer norm in fp16 (its variance and 1/sqrt: engines.fp16_in_int8),
+    the report saying why; nv_small, int8 only, keeps it on the host with that reason."""
     x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
     report = ac.partition_report(_relax_seed(), precision="int8", calibration=[(x,)])
-    reasons = {op.op: op.reason for op in report.host}
-    assert "relax.nn.layer_norm" in reasons, report
-    assert "int8" in reasons["relax.nn.layer_norm"] and "dynamic range" in \
-        reasons["relax.nn.layer_norm"]
+    assert not report.host, report
+    assert {op.precision for op in report.ops} == {"fp16"}, report
+    (why,) = set(report.fp16_layers().values())
+    assert "variance and 1/sqrt" in why and "dynamic range" in why
+    assert "in fp16 in int8 code" in str(report)
+    small = ac.partition_report(_relax_seed(), config="nv_small", precision="int8",
+                                calibration=[(x,)])
+    reasons = {op.op: op.reason for op in small.host}
+    assert "relax.nn.layer_norm" in reasons, small
+    assert "int8 build runs in fp16" in reasons["relax.nn.layer_norm"] and "dynamic range" in \
+        reasons["relax.nn.layer_norm"] and "nv_small" in reasons["relax.nn.layer_norm"]
 
 
 def test_layer_norm_over_another_axis_stays_on_the_host():

@@ -26,6 +26,9 @@ SENTENCES = {
     "yet (fp32 and fp16 are)": "precision",
     "a layer norm in int8 is not generated: its variance and 1/sqrt have a dynamic range no "
     "per-tensor int8 scale covers": "precision",
+    "a layer_norm in an int8 build runs in fp16 (its variance and 1/sqrt have a dynamic "
+    "range no per-tensor int8 scale covers): precision fp16 is not supported by configuration "
+    "nv_small (its precisions: int8)": "config-lacks-precision",
     "the input is 3-D [1, 64, 32]; the engines take NCHW or [N, C]": "layout",
     "batched matmul (3-D input): the CONV engine runs dense layers, [N, C] x [C, K]": "layout",
     "the reshape before the dense layer is not a flatten": "layout",

@@ -4,7 +4,8 @@ external function whose attention core is one layer of engine passes
 (sim/decompose.attention_passes: per head the scores transposed, a CONV reading K's head
 with Q's head rows as its weights, the softmax along W on the PDP and the SDP, a CONV reading
 V's head rows with the probabilities as its weights, a BDMA copy into the head's channels); fp32 within 1e-4 of the output scale of PyTorch, fp16 against PyTorch's .half();
-int8 keeps attention on the host with its reason."""
+int8 runs the attention core in fp16 between converting runs (nv_small, int8 only, keeps it
+on the host with its reason)."""
 import copy
 
 import numpy as np
@@ -246,11 +247,20 @@ def test_hand_written_attention_applies_each_scalar_factor_once(factor_on):
     assert_close(run_main(vm, x), torch_forward(model, x), 1e-4)
 
 
-def test_int8_keeps_attention_on_the_host_saying_why():
+def test_int8_runs_attention_in_fp16_where_the_configuration_has_it():
+    """int8 code runs the attention core in fp16 between converting runs (its softmax's sums
+    and its computed K and V weights: engines.fp16_in_int8); nv_small, int8 only, keeps it on
+    the host saying why."""
     torch.manual_seed(0)
     model = SelfAttention().eval()
     x = _x()
     mod, params = from_pytorch(model, (torch.from_numpy(x),))
     report = ac.partition_report(mod, params, precision="int8", calibration=[(x,)])
-    reasons = {op.op: op.reason for op in report.host}
-    assert "attention in int8 is not generated" in reasons["relax.nn.attention"], report
+    assert not report.host and len(report.functions) == 1, report
+    assert {op.precision for op in report.ops if op.op == "relax.nn.attention"} == {"fp16"}
+    assert any("sum of exponentials" in why for why in report.fp16_layers().values()), report
+    small = ac.partition_report(mod, params, config="nv_small", precision="int8",
+                                calibration=[(x,)])
+    reasons = {op.op: op.reason for op in small.host}
+    assert "attention in an int8 build runs in fp16" in reasons["relax.nn.attention"], small
+    assert "fp16 is not supported by configuration nv_small" in reasons["relax.nn.attention"]

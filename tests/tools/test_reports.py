@@ -184,29 +184,35 @@ def _softmax_head():
 
 
 def test_debug_shows_a_softmax_where_it_runs():
-    """int8 leaves the softmax on the host: a row says so, with the partition's reason (the
-    table once said nothing of it); fp16 runs it in engine passes: its row is the layer's
-    output against fp32's (once the last pass its key shared with fp32's, another tensor: 21
-    dB of a 69 dB output), named by its primitive, not a pass. Shapes are the source's (the
-    dense layer's 1x10, not its surface 1x10x1x1), as the partition report has them."""
+    """int8 on nv_small (no fp16) leaves the softmax on the host: a row says so, with the
+    partition's reason (the table once said nothing of it); on nv_full int8 code runs it in
+    fp16 between converting runs, a layer of its own; fp16 runs it in engine passes: its row
+    is the layer's output against fp32's (once the last pass its key shared with fp32's,
+    another tensor: 21 dB of a 69 dB output), named by its primitive, not a pass. Shapes are
+    the source's (the dense layer's 1x10, not its surface 1x10x1x1), as the partition report
+    has them."""
     from accel_codegen import frontend
     from accel_codegen.tools.debug import debug_report
     from accel_codegen.tools.model_spec import random_inputs
 
     model, x = _softmax_head()
     mod, params = frontend.from_pytorch(model, (x,))
-    int8 = debug_report(mod, params, random_inputs([x.numpy()], 2, 1),
+    int8 = debug_report(mod, params, random_inputs([x.numpy()], 2, 1), config="nv_small",
                         calibration=random_inputs([x.numpy()], 2, 0))
     assert [(r.key, r.primitive, r.shape) for r in int8.layers] == [
         ("f0.0", "accel.conv2d_bias_relu", [1, 8, 4, 4]),
         ("f0.1", "accel.flatten_dense_bias", [1, 10])]
     assert [(op.op, op.source, op.code, op.after) for op in int8.host] == [
-        ("relax.nn.softmax", "softmax", "precision", "f0.1")]
+        ("relax.nn.softmax", "softmax", "config-lacks-precision", "f0.1")]
     text = str(int8).splitlines()
     dense = next(i for i, line in enumerate(text) if "accel.flatten_dense_bias" in line)
     assert text[dense + 1].split()[:3] == ["host", "relax.nn.softmax", "1x10"]
-    assert "a softmax in int8 is not generated" in text[dense + 1]
-    assert int8.to_dict()["host"][0]["reason"].startswith("a softmax in int8")
+    assert "a softmax in an int8 build runs in fp16" in text[dense + 1]
+    assert int8.to_dict()["host"][0]["reason"].startswith("a softmax in an int8 build")
+    full = debug_report(mod, params, random_inputs([x.numpy()], 2, 1),
+                        calibration=random_inputs([x.numpy()], 2, 0))
+    assert full.host == []
+    assert [(r.key, r.primitive) for r in full.layers][-1] == ("f0.2", "accel.softmax")
     fp16 = debug_report(mod, params, random_inputs([x.numpy()], 2, 1), precision="fp16")
     assert fp16.host == []
     softmax = fp16.layers[-1]

@@ -23,10 +23,10 @@ from ...quantization import Calibration, Key, TensorQuant
 from ...sim.labels import run_key
 from ...sim.observer import INPUT
 from ..layer import Layer, feature_surface, static_shape
-from ..program import MIXED, Call, Program, Run, lower_function
+from ..program import MIXED, Call, Run, lower_functions
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_names
-from ..target import Target
+from ..target import LayerPlan, Target
 from . import emit, int8_ops, passes, run_ops
 from .int8_plan import quantize_int8
 from .planning import plan_program
@@ -50,12 +50,13 @@ class FunctionCodegen(FunctionTensors):
     def __init__(self, function: relax.Function, target: Target, index: int,
                  calibration: Optional[Calibration] = None,
                  program: Optional[ProgramFunction] = None):
+        if program is None:
+            lowered = lower_functions([function], index, target.code, target.layer_precisions)
+            if lowered.mixed and not target.mixed:  # int8 code with fp16 layers (program.py)
+                target = target.replace(precision=LayerPlan.of(lowered.layer_precisions))
+            program = quantize_int8(plan_program(lowered, target), calibration).functions[0]
         precision = target.code
         super().__init__(function, MIXED[0] if precision == "mixed" else precision, calibration)
-        if program is None:
-            program = quantize_int8(plan_program(Program(
-                [lower_function(function, index, precision, target.layer_precisions)],
-                precision, target.layer_precisions), target), calibration).functions[0]
         self.program, self.target = program, target
         self.quant = program.quant  # the int8 quantisation pass's (read only here)
         self.config, self.fuse, self.index = target.config, target.fuse, index

@@ -27,7 +27,7 @@ from tvm import relax
 from ...errors import AccelInvalidError
 from ...quantization import Calibration, Key, TensorQuant
 from ...quantization.lut import layer_lut
-from ...sim.labels import run_key
+from ...sim.labels import pass_part, run_key
 from ...sim.observer import INPUT, operand_index
 from ...sim.reference import is_lut_activation
 from ..layer import Layer, constant_value
@@ -221,10 +221,35 @@ class _FunctionQuant:
         if len(layer.copies) > 1:
             return int8.concat_quant(self.calibrated((run.key, INPUT)) for run in runs
                                      if not run.converts)
+        if layer.norm is not None:
+            # a norm's (softmax's, attention's) output as an int8 layer that reads it saw it
+            # in the fp32 reference that made the calibration: the whole tensor (attention's
+            # last pass writes one head's channels of one window), weighed for that reader
+            # (a depthwise convolution's channels) as an int8 build's function input was
+            # where this layer ran on the host
+            read = self.read_as_data(call.binding.var)
+            if read is not None:
+                return self.calibrated(read)
+            passes = layer.runs("fp32")  # else its last engine pass's (fp16 has more passes)
+            return self.calibrated((run_key(self.function.index, index,
+                                            pass_part(len(passes) - 1)),
+                                    len(passes[-1].engine_ops(True, "fp32")) - 1))
         key = run_key(self.function.index, index, "b" if layer.branch is not None else "")
         if layer.conv is None and layer.sdp.empty():  # a pool or a copy keeps its input's
             return self.calibrated((key, INPUT))
         return self.calibrated((key, pre_pool(layer)))
+
+    def read_as_data(self, var: relax.Var) -> Optional[Key]:
+        """The calibration's key of ``var`` where the first int8 run that reads it as its data
+        reads it (None: no int8 run of the function does)."""
+        for run in self.function.runs:
+            if run.precision != "int8" or run.converts or run.layer.data is None:
+                continue
+            read = resolve_operand(run.layer.data, run.scope)[0]
+            if isinstance(read, relax.Var) and read.same_as(var) and \
+                    self.calibration is not None and (run.key, INPUT) in self.calibration.tensors:
+                return run.key, INPUT
+        return None
 
     def run(self, run: Run, concat: Optional[TensorQuant] = None, layer: Optional[Layer] = None,
             in_quant: Optional[TensorQuant] = None) -> TensorQuant:
