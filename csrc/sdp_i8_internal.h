@@ -303,6 +303,12 @@ struct sdp_i8_lut_plan {
    * t's clamp, so a lane whose t lies less than guard 2^w outside [t_lo, t_hi] reads its code
    * without the clamp (the AVX2 direct form, sdp_i8_lanes.h) */
   int32_t guard;
+  /* the t where the code changes (code(t) != code(t - 1)), ascending, inside [t_lo, t_hi]:
+   * changes_count of them (multi 0; else 0). sdp_i8_lanes.c's folded LUT form checks per
+   * channel that no tie of rhaz's rounding lands on one (sdp_i8_lanes.h). */
+  int32_t changes_count;
+  const int32_t* changes;
+  uint64_t changes_hash; /* FNV-1a of them (sdp_i8_lanes.c keys its channel constants by it) */
   uint32_t* bins;     /* into store, past the guard below */
   uint32_t store[];
 };

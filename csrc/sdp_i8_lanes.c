@@ -189,9 +189,27 @@ static int64_t lut_reach(const chan_params* c, int64_t r, int* ok) {
   return *ok = 0;
 }
 
+#if !SDP_I8_AVX2
+/* Whether dropping rhaz's sign term from t = rhaz(x m, s) (floor((x m + 2^(s-1)) / 2^s)
+ * instead) leaves every code of x in [xlo, xhi] as it is: the two differ only at the ties
+ * x m = (2c - 1) 2^(s-1) with x < 0, where the floor is c and rhaz c - 1; a code differs only
+ * if c is one of the plan's changes (c <= 0 there, as x m < 0). s >= 1 (the direct form runs
+ * s = 0 as s = 1 with m even: the odd numerator has no tie). */
+static int lut_ties_clear(const int32_t* change, int32_t n, int64_t m, int64_t s, int64_t xlo,
+                          int64_t xhi) {
+  for (int32_t i = 0; i < n && change[i] <= 0; ++i) {
+    const int64_t num = (2 * (int64_t)change[i] - 1) * ((int64_t)1 << (s - 1)); /* |.| < 2^63 */
+    if (num % m != 0) continue;
+    const int64_t x = num / m;
+    if (x < 0 && x >= xlo && x <= xhi) return 0;
+  }
+  return 1;
+}
+#endif
+
 /* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
  * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
-static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t guard,
+static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t guard, int64_t vmax,
                               int32_t first, int32_t count, sdp_i8_lane_cvt* cvt) {
   for (int32_t i = 0; i < count; ++i) {
     const chan_params c = channel_params(p, first + i);
@@ -234,9 +252,62 @@ static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t
     const int64_t reach = (int64_t)guard << P->w;
     const int covered = lut_input(&c, xlo) >= (int64_t)P->t_lo - reach &&
                         lut_input(&c, xhi) <= (int64_t)P->t_hi + reach;
+    (void)vmax;
 #else
     const int covered = 1;
     (void)guard;
+#endif
+#if !SDP_I8_AVX2
+    /* the folded form (exact 2, sdp_i8_lanes.h) over the x the clamp of v to [vlo, vhi] and
+     * the caller's bound |v| <= vmax leave, [fx_lo, fx_hi]: q = x m' + 2^(s'-1) - o 2^s' with
+     * o the floor form's t at fx_lo, so q lies in [0, 2^32) where that span of t allows
+     * (twice the direct form's int32, and the bound narrows it), the bias folded into add
+     * modulo 2^32, no rhaz sign term where no tie lands on one of the plan's changes
+     * (lut_ties_clear); exact 3 where the bound alone keeps x inside [xlo, xhi] (no clamp) */
+    const int64_t vb = vmax < ((int64_t)1 << 40) ? vmax : (int64_t)1 << 40; /* no overflow */
+    const int64_t fx_lo = vlo > -vb ? vlo + c.bias : c.bias - vb;
+    const int64_t fx_hi = vhi < vb ? vhi + c.bias : c.bias + vb;
+    const struct sdp_i8_lut_plan* plan = p->lut_plan;
+    if (fx_lo <= fx_hi && s2 <= 30 && plan->changes_count > 0) {
+      const int64_t o = (fx_lo * m2 + ((int64_t)1 << (s2 - 1))) >> s2; /* floor */
+      const int64_t q_hi = fx_hi * m2 + ((int64_t)1 << (s2 - 1)) - (o << s2);
+      if (q_hi <= (int64_t)UINT32_MAX &&
+          lut_ties_clear(plan->changes, plan->changes_count, m2, s2, fx_lo, fx_hi)) {
+        e->exact = vlo <= -vb && vhi >= vb ? 3 : 2;
+        e->k = 0; /* no split form (rows_form, conv/i8.h, reads k: not for a LUT's rows) */
+        e->vlo = (int32_t)(fx_lo - c.bias);
+        e->vhi = (int32_t)(fx_hi - c.bias);
+        e->mul = (int32_t)m2;
+        e->add = (int32_t)(uint32_t)(uint64_t)(c.bias * m2 + ((int64_t)1 << (s2 - 1)) - (o << s2));
+        e->shift = (int32_t)s2;
+        e->low = (int32_t)((int64_t)P->base - o);
+        continue;
+      }
+    }
+    /* the 16-bit split form (exact 4, sdp_i8_lanes.h), no clamp of v: for 1 <= s <= 16, every
+     * x = v + bias of the bound |v| <= vmax inside int32 and BS exact, u = t - base inside int32
+     * at both ends (t is monotonic in x) and no tie on a change over them */
+    const int64_t bx_lo = c.bias - vb, bx_hi = c.bias + vb;
+    if (s >= 1 && s <= 16 && plan->changes_count > 0 && bx_lo >= INT32_MIN &&
+        bx_hi <= INT32_MAX && bs_exact_to(&c, (bx_lo < 0 ? -bx_lo : bx_lo) + 1) &&
+        bs_exact_to(&c, (bx_hi < 0 ? -bx_hi : bx_hi) + 1)) {
+      const int64_t h = (int64_t)1 << (s - 1);
+      const int64_t u_lo = ((bx_lo * c.mul + h) >> s) - P->base;
+      const int64_t u_hi = ((bx_hi * c.mul + h) >> s) - P->base;
+      if (u_lo >= INT32_MIN && u_hi <= INT32_MAX &&
+          lut_ties_clear(plan->changes, plan->changes_count, c.mul, s, bx_lo, bx_hi)) {
+        /* v mul + K, K = bias mul + 2^(s-1) - base 2^s = a 2^16 + b, 0 <= b < 2^16 */
+        const int64_t K = c.bias * c.mul + h - (int64_t)P->base * ((int64_t)1 << s);
+        e->exact = 4;
+        e->k = 0;
+        e->mul = (int32_t)c.mul;
+        e->mulh = (int32_t)((uint32_t)c.mul << 16);
+        e->add = (int32_t)(uint32_t)(uint64_t)(K >> 16);
+        e->low = (int32_t)(K & 0xFFFF);
+        e->shift = (int32_t)s;
+        continue;
+      }
+    }
 #endif
     if (s2 <= 30 && e_lo >= INT32_MIN && e_hi <= INT32_MAX && covered) {
       e->exact = 1;
@@ -260,6 +331,9 @@ static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t
 typedef struct lanes_key {
   int32_t t_lo, t_hi, base, first, count, shift_max, has; /* has: which arrays are given */
   int32_t w, guard;
+  int64_t vmax;          /* the caller's bound on |v| (the folded form's range) */
+  int32_t changes_count; /* the plan's changes (exact 2 depends on them): their count and */
+  uint64_t changes_hash; /* hash (sdp_i8_lut_plan) */
 } lanes_key;
 
 typedef struct lanes_slot {
@@ -334,7 +408,6 @@ void sdp_i8_lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
 
 int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int64_t vmax,
                              sdp_i8_lane_cvt* cvt, sdp_i8_lane_lut* lut) {
-  (void)vmax; /* the clamp bounds v itself */
   const struct sdp_i8_lut_plan* P = p->lut_plan;
   if (p->lut == NULL || P == NULL || P->multi != 0 || p->ew_op != ACCEL_EW_NONE ||
       p->act == ACCEL_ACT_RELU || p->act == ACCEL_ACT_PRELU || P->t_lo < -(1 << 30) ||
@@ -352,6 +425,9 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   k.shift_max = p->shift_max;
   k.w = P->w;
   k.guard = P->guard;
+  k.vmax = vmax;
+  k.changes_count = P->changes_count;
+  k.changes_hash = P->changes_hash;
   k.has = (p->bias != NULL) | (p->mul != NULL) << 1 | (p->rshift != NULL) << 2;
   lanes_params a;
   lanes_params_of(p, first, count, &a);
@@ -373,7 +449,7 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   }
   pthread_mutex_unlock(&lanes_cache.lock);
   if (ok < 0) { /* not kept yet: computed outside the lock, then kept */
-    ok = lanes_lut_channels(p, &L, P->guard, first, count, cvt);
+    ok = lanes_lut_channels(p, &L, P->guard, vmax, first, count, cvt);
     sdp_i8_lane_cvt* copy = ok ? malloc((size_t)count * sizeof(*cvt)) : NULL;
     unsigned char* params = malloc(a.total + 1);
     if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));

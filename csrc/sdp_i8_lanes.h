@@ -112,7 +112,26 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
  * add = 2^(shift-1) - base 2^shift, rhaz's (x < 0) from x's sign as mul > 0 (s = 0 runs as
  * shift 1 with mul doubled: rhaz(p, 0) = p = (2p + 1 - (p < 0)) >> 1); u is clamped to [t_lo -
  * base, t_hi - base], the same clamp as t's (the 16-lane form; the AVX2 build's 8-lane form
- * needs no clamp: sdp_i8_lanes8_lut_u). */
+ * needs no clamp: sdp_i8_lanes8_lut_u).
+ * AVX-512 builds have three more forms (sdp_i8_lanes.c's lanes_lut_channels picks them;
+ * the compiler's tables, shifts 4-12, took the split ones above with two vpmulld before):
+ * exact = 2, the folded form: u = ((v mul + add) >> shift, logical) - low, v clamped to
+ * [vlo, vhi] (the clamp above, narrowed to the caller's bound |v| <= vmax): q = v mul + add =
+ * x mul + 2^(s-1) - o 2^s modulo 2^32 (the bias folded into add) with o the floor form's t at
+ * the lowest x, so q's true value lies in [0, 2^32) (checked: twice int32's range, the
+ * direct form's limit) and the wrapped sum is it; low = base - o. That is floor((x mul +
+ * 2^(s-1)) / 2^s) - base: t, or t + 1 at a tie x mul = (2c - 1) 2^(s-1) with x < 0;
+ * sdp_i8_lanes.c's lut_ties_clear takes the form only where no such tie over the x lands on
+ * a change of the plan's code (at c; elsewhere t and t + 1 have one code). Five operations
+ * per 16 values. exact = 3: the same without the clamp of v, where the bound alone keeps x
+ * inside [vlo, vhi] + bias. exact = 4, the 16-bit split form, for 1 <= s <= 16 where the
+ * bound keeps u inside int32 (no clamp): v mul + K = (A + a) 2^16 + (B + b) with A =
+ * floor(v mul / 2^16) = vh mul + floor(vl mul / 2^16) (vpdpwssd of v's signed high word by
+ * mulh, accumulating a = floor(K / 2^16) in add, plus vpmulhuw of its low word), B = (vl mul)
+ * mod 2^16 (vpmullw; mul's high word is 0) and b = K mod 2^16 in low, K = bias mul + 2^(s-1)
+ * - base 2^s: u = ((A + a) << (16 - s)) + ((B + b) >> s), exact modulo 2^32 as (A + a) 2^16
+ * is a multiple of 2^s, and u inside int32 (checked at the bound's ends); no sign term (the
+ * same tie check). Seven operations per 16 values, where the split form took fifteen. */
 /* The plan's codes as byte tables (sdp_i8_lut.c builds them where VBMI is there: 64 codes with
  * byte permutes instead of four gathers of bin words, which Zen 4 runs at ~20 cycles each).
  * With u = t - origin (t inside the plan's clamp), w = min(max(u, 0), u_hi), u_hi = 2^(e+8) - 1
@@ -324,10 +343,32 @@ static inline __attribute__((always_inline)) int sdp_i8_lut_bytes_unclamped(
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sdp_i8_lane_cvt* c,
                                                                         const sdp_i8_lane_lut* L,
                                                                         __m512i v) {
+  const __m512i m = _mm512_set1_epi32(c->mul);
+  if (c->exact == 4) { /* the 16-bit split form: v mul + K = (A + a) 2^16 + (B + b) */
+    const __m512i a = _mm512_add_epi32(sdp_i8_high_product_h(_mm512_set1_epi32(c->add), v, c),
+                                       _mm512_mulhi_epu16(v, m));
+    const __m512i b = _mm512_srl_epi32(_mm512_add_epi32(_mm512_mullo_epi16(v, m),
+                                                        _mm512_set1_epi32(c->low)),
+                                       _mm_cvtsi32_si128(c->shift));
+    const __m512i u = _mm512_add_epi32(_mm512_sll_epi32(a, _mm_cvtsi32_si128(16 - c->shift)), b);
+    if (sdp_i8_lut_bytes_unclamped(L)) return u;
+    return _mm512_min_epi32(_mm512_max_epi32(u, _mm512_set1_epi32(L->t_lo - L->base)),
+                            _mm512_set1_epi32(L->t_hi - L->base));
+  }
+  if (c->exact >= 2) { /* the folded form: u = t - base = ((v m + add) >> shift) - low */
+    const __m512i vc = c->exact == 3 ? v
+                                     : _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)),
+                                                        _mm512_set1_epi32(c->vhi));
+    const __m512i q = _mm512_add_epi32(_mm512_mullo_epi32(vc, m), _mm512_set1_epi32(c->add));
+    const __m512i u = _mm512_sub_epi32(_mm512_srl_epi32(q, _mm_cvtsi32_si128(c->shift)),
+                                       _mm512_set1_epi32(c->low));
+    if (sdp_i8_lut_bytes_unclamped(L)) return u;
+    return _mm512_min_epi32(_mm512_max_epi32(u, _mm512_set1_epi32(L->t_lo - L->base)),
+                            _mm512_set1_epi32(L->t_hi - L->base));
+  }
   const __m512i x = _mm512_add_epi32(
       _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->vlo)), _mm512_set1_epi32(c->vhi)),
       _mm512_set1_epi32(c->bias));
-  const __m512i m = _mm512_set1_epi32(c->mul);
   if (c->exact) { /* the direct form: u = t - base from one product */
     const __m512i q = _mm512_add_epi32(
         _mm512_add_epi32(_mm512_mullo_epi32(x, m), _mm512_set1_epi32(c->add)),
@@ -404,15 +445,28 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
     gm[i] = _mm512_kunpackd(b, a);
   }
   const __m512i hi = _mm512_set1_epi32(B->u_hi), zero = _mm512_setzero_si512();
-  const __m128i up = _mm_cvtsi32_si128(B->up);
-  u0 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u0, zero), hi), up);
-  u1 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u1, zero), hi), up);
-  u2 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u2, zero), hi), up);
-  u3 = _mm512_sll_epi32(_mm512_min_epi32(_mm512_max_epi32(u3, zero), hi), up);
-  const __m512i ol = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 0),
-                                        _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 0)), 1);
-  const __m512i oh = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 1),
-                                        _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 1)), 1);
+  u0 = _mm512_min_epi32(_mm512_max_epi32(u0, zero), hi);
+  u1 = _mm512_min_epi32(_mm512_max_epi32(u1, zero), hi);
+  u2 = _mm512_min_epi32(_mm512_max_epi32(u2, zero), hi);
+  u3 = _mm512_min_epi32(_mm512_max_epi32(u3, zero), hi);
+  if (B->up != 0) { /* intervals narrower than 2^16 (the compiler's tables: none) */
+    const __m128i up = _mm_cvtsi32_si128(B->up);
+    u0 = _mm512_sll_epi32(u0, up);
+    u1 = _mm512_sll_epi32(u1, up);
+    u2 = _mm512_sll_epi32(u2, up);
+    u3 = _mm512_sll_epi32(u3, up);
+  }
+  /* bytes 0 and 1 of 32 lanes by one permute (the low bytes in its lower half, the high ones
+   * in its upper), the two halves of values joined by vshufi64x2: four operations for ol and
+   * oh, where sdp_i8_byte_of per byte took six */
+  const __m512i b01 = _mm512_set_epi32(
+      0x7D797571, 0x6D696561, 0x5D595551, 0x4D494541, 0x3D393531, 0x2D292521, 0x1D191511,
+      0x0D090501, 0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440, 0x3C383430, 0x2C282420,
+      0x1C181410, 0x0C080400);
+  const __m512i lo01 = _mm512_permutex2var_epi8(u0, b01, u1);
+  const __m512i hi01 = _mm512_permutex2var_epi8(u2, b01, u3);
+  const __m512i ol = _mm512_shuffle_i64x2(lo01, hi01, 0x44);
+  const __m512i oh = _mm512_shuffle_i64x2(lo01, hi01, 0xEE);
   const __m512i j = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 2),
                                        _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 2)), 1);
   const __mmask64 top = _mm512_movepi8_mask(j);

@@ -252,9 +252,13 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
                                                                        : LUT_PLAN_GUARD;
   const size_t bins_bytes =
       sizeof(struct sdp_i8_lut_plan) + (size_t)(count + 2 * guard) * sizeof(uint32_t);
-  struct sdp_i8_lut_plan* plan = malloc(bins_bytes + sizeof(sdp_i8_lut_bytes) + 8);
+  /* then the byte tables, then the changes (at most two a bin: its start and its threshold) */
+  const size_t changes_at = ((bins_bytes + 7) & ~(size_t)7) + sizeof(sdp_i8_lut_bytes);
+  struct sdp_i8_lut_plan* plan = malloc(changes_at + (size_t)(2 * count) * sizeof(int32_t));
   if (plan == NULL) return NULL;
   plan->bytes = NULL;
+  plan->changes_count = 0;
+  plan->changes = (const int32_t*)(const void*)((const char*)plan + changes_at);
   plan->guard = (int32_t)guard;
   plan->bins = plan->store + guard;
   plan->t_lo = (int32_t)base;
@@ -300,6 +304,23 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
     multi += (plan->bins[k] & 0xFFFF) == LUT_PLAN_MULTI;
   }
   plan->multi = (int32_t)multi;
+  if (multi == 0) { /* the changes: a bin's start where its code is not the last bin's end's,
+                     * and its threshold */
+    int32_t* at = (int32_t*)(void*)((char*)plan + changes_at);
+    int32_t n = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const uint32_t word = plan->bins[k];
+      const uint32_t prev = k > 0 ? plan->bins[k - 1] >> 24 : (word >> 16) & 0xFF;
+      if (((word >> 16) & 0xFF) != prev) at[n++] = (int32_t)(base + (k << w));
+      if ((word & 0xFFFF) != 0 && ((word >> 16) & 0xFF) != word >> 24)
+        at[n++] = (int32_t)(base + (k << w) + (word & 0xFFFF));
+    }
+    plan->changes_count = n;
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t i = 0; i < plan->changes_count; ++i)
+    h = (h ^ (uint32_t)plan->changes[i]) * 1099511628211ull;
+  plan->changes_hash = h;
 #ifdef __AVX512VBMI__
   sdp_i8_lut_bytes* bytes = (sdp_i8_lut_bytes*)(void*)((char*)plan + ((bins_bytes + 7) & ~(size_t)7));
   if (multi == 0 && !bins_only && bytes_build(plan, bytes)) plan->bytes = bytes;

@@ -525,3 +525,50 @@ def test_a_channel_whose_bs_saturates_every_value():
         np.testing.assert_array_equal(device.run([sdp], x)[0], expected)
     # BS saturates channels 0-5 whatever v: one code each
     assert all(len(np.unique(expected[0, c])) == 1 for c in range(6))
+
+
+INT8_LUT_ACTS = [a for a in LUT_ACTS if ACTIVATIONS[a].int8]
+
+
+@pytest.mark.parametrize("act", INT8_LUT_ACTS)
+@pytest.mark.parametrize("reach", ["clamped", "unclamped", "deep"])
+def test_the_folded_form_through_the_compiler_tables(act, reach):
+    """The conv epilogue's folded forms (sdp_i8_lanes.h, exact 2: u = ((v mul + add) >> s) -
+    low, the bias in add modulo 2^32, no rhaz sign term, v clamped where t passes the plan's
+    ends; exact 3: no clamp, where |v| <= the kernel's bound 4 x 255 x 128 keeps t inside
+    them) on a 1x1 conv from 4 channels, and the 16-bit split form (exact 4: no clamp, the
+    product from vpdpwssd / vpmulhuw / vpmullw) on a 3x3 conv from 32 channels whose shift 11
+    makes the plan's span of t times 2^s more than 2^32 (deep), through the compiler's tables
+    for every int8 LUT activation: the reference's codes, the accumulators reaching both plan
+    ends (clamped), or t centred on LO within 2^21 of its middle (unclamped, deep)."""
+    rng = np.random.default_rng(41 + INT8_LUT_ACTS.index(act))
+    op, _ = _compiler_case(act, 77)
+    cin, cout, size, k = (32, 16, 40, 3) if reach == "deep" else (4, 16, 48, 1)
+    x = rng.integers(-128, 128, (1, cin, size, size)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+    w[:2] = 127  # the largest accumulators: cin x k^2 x 127 x 127 on both sides
+    mul = np.resize(op.mul, cout).astype(np.int64)
+    lut = op.lut
+    centre = lut.lo_start + (128 << lut.lo_index_select) + rng.integers(-2**20, 2**20, cout)
+    if reach == "clamped":
+        shift = np.resize(op.rshift.astype(np.int64), cout) + 4
+    elif reach == "deep":
+        shift = np.full(cout, 11)
+        centre = lut.lo_start + (128 << lut.lo_index_select) + rng.integers(-2**21, 2**21, cout)
+    else:  # |v| mul / 2^s <= 2^21 for every |v| <= 4 x 255 x 128, and 2 x that bound times
+        # mul below 2^32 (q's range without the clamp)
+        mul = np.maximum(mul // 4, 1)
+        centre = lut.lo_start + (128 << lut.lo_index_select) + rng.integers(-2**19, 2**19, cout)
+        shift = np.ceil(np.log2(mul * (4 * 255 * 128) / 2.0**21)).astype(np.int64)
+    # one BS shift for the layer (its largest): a channel of a smaller shift scales by 2^pre
+    shift[:] = shift.max()
+    bias = np.round(centre * 2.0**shift / mul).astype(np.int64)
+    sdp = Sdp(**{**op.__dict__, "in_zero": 0, "rshift": shift.astype(np.uint8),
+                 "mul": mul.astype(np.int16),
+                 "bias": np.clip(bias, -2**31, 2**31 - 1).astype(np.int32)})
+    chain = [Conv(w, precision="int8", in_zero=-3, padding=k // 2), sdp]
+    expected = ref.run_chain(chain, x)
+    device = Device("nv_full", num_threads=1)
+    for _ in range(1 + -(-PLAN_ELEMENTS // expected.size)):  # the last ones through the plan
+        np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+    assert len(np.unique(expected)) > (20 if reach == "clamped" else 4)
