@@ -389,9 +389,10 @@ static void imp_build_s2_plane(const imp_job* J, int64_t item) {
 /* The steps of a plane-at-a-time copy (plane_step) of the stride-1, one-phase copy of P (no
  * stride-phase split: Q->nph 1, stride 1), in the workspace (WS_XP, which only the column
  * path uses otherwise): J->steps and J->nsteps; J->steps NULL (the copy built row by row) in
- * builds without VBMI, for planes of over 256 steps (16384 positions: the table's 24 KiB
- * would outweigh a row's set-up), and, as a guard, where a step's input bytes span more than
- * 64. 0 when memory runs out. */
+ * builds without VBMI, for planes of over 256 steps (16384 positions; the caller builds the
+ * table alone before the copy's parallel loop, so it is capped: 256 steps, 24 KiB, hold
+ * ResNet's 58 x 58 planes; larger planes were not measured), and, as a guard, where a step's
+ * input bytes span more than 64. 0 when memory runs out. */
 int i8_imp_plane_steps(const plan* P, const imp_plan* Q, workspace* ws, imp_job* J) {
   J->steps = NULL;
   J->nsteps = 0;
