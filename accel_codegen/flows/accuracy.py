@@ -332,8 +332,9 @@ def accuracy_report(mod: tvm.IRModule, params=None, inputs: Iterable = (), *,
                                 calibration=calibration, winograd=winograd,
                                 calibration_method=calibration_method, **switches)
     # The chains of the build: a mixed build is the int8 partition, each layer in its own
-    # precision (None otherwise: the whole build is in ``precision``).
-    chosen = partition_report(built).layer_precisions if precision == "mixed" else None
+    # precision, and so is an int8 build whose norms, softmaxes and attention cores run in
+    # fp16 (None otherwise: the whole build is in ``precision``).
+    chosen = partition_report(built).layer_precisions or None
     chains_for = "int8" if precision == "mixed" else precision
     used = calibration_of(built, used=True)
     made = calibration_of(built)

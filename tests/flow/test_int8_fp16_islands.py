@@ -228,3 +228,16 @@ def _output_scale(path) -> float:
     (node,) = [n for n in graph.node if n.op_type == "DequantizeLinear" and
                n.output[0] == graph.output[0].name]
     return float(constants[node.input[1]])
+
+
+def test_the_accuracy_report_lists_each_tensor_in_its_precision():
+    """An int8 build with an fp16 layer is mixed code: the accuracy report says so per layer
+    (its softmax fp16, its convolutions int8), as it does for a mixed build."""
+    torch.manual_seed(0)
+    model = Classifier().eval()
+    shape = (1, 3, 16, 16)
+    mod, params = from_pytorch(model, (torch.from_numpy(_inputs(shape, [0])[0][0]),))
+    report = ac.accuracy_report(mod, params, _inputs(shape, (11, 12)), precision="int8",
+                                calibration=_inputs(shape, range(1, 5)))
+    assert sorted(set(report.layer_precisions.values())) == ["fp16", "int8"]
+    assert "int8 and 1 fp16 layers" in str(report).splitlines()[0]
