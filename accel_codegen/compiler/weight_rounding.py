@@ -32,10 +32,12 @@ from .program import Program, lower_module
 def conv_runs(matched: Union[tvm.IRModule, Program]) -> Iterator[Tuple[str, Layer, dict]]:
     """(run key, layer, scope) of every convolution run of a pattern-matched module (or of its
     program, ``lower_module(matched)``, lowered once for the passes that share it), keyed as
-    the generated code labels its runs (and so as calibration names their inputs)."""
-    program = matched if isinstance(matched, Program) else lower_module(matched)
+    the generated code labels its runs (and so as calibration names their inputs); the
+    program is int8 code's, ``lower_module(matched, "int8")``."""
+    program = matched if isinstance(matched, Program) else lower_module(matched, "int8")
     for run in program.runs:
-        if run.layer.conv is not None and not run.converts:
+        # not a layer int8 code runs in fp16 (engines.fp16_in_int8): its weights stay as given
+        if run.layer.conv is not None and not run.converts and run.precision != "fp16":
             yield run.key, run.layer, run.scope
 
 

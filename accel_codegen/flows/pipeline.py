@@ -206,7 +206,7 @@ def _calibrate_int8(mod, params, target: Target, examples):
         log = PartitionLog()  # one matching: GPTQ's, the depthwise weights' and the reference's
         matched = match_composites(mod, None, config=target.config, fuse=target.fuse, log=log,
                                    precision="int8")
-        conv_program = lower_module(matched)  # GPTQ's conv runs, lowered once for both uses
+        conv_program = lower_module(matched, "int8")  # GPTQ's conv runs, lowered once
         examples = examples_of(examples, "calibration")
         observer = HessianObserver(weight_rounding_pass.conv_geometries(conv_program),
                                    len(examples))
