@@ -449,6 +449,24 @@ class Layer:
                               out_shape=decomposition.shapes[p.output], tokens=True, step=p))
         return runs
 
+    def norm_output_writers(self, precision: str) -> List[int]:
+        """The indices in :meth:`norm_runs` of the passes that write the norm's output or a
+        part of it (attention: each head's, each window's last pass writes its channels or
+        rows), in order."""
+        surface = self.in_shape
+        if self.conv is not None:
+            surface = (surface[0], self.conv.weight_shape[0]) + tuple(surface[2:])
+        decomposition = self.norm.decomposition(surface, precision)
+
+        def base(name: str) -> str:
+            while name in decomposition.views:
+                name = decomposition.views[name][0]
+            return name
+
+        first = 1 if self.conv is not None else 0
+        return [first + i for i, p in enumerate(decomposition.passes)
+                if base(p.output) == decomposition.output]
+
     @property
     def several_sources(self) -> bool:
         """Whether the copies read more than one tensor (a concat, not a shuffle)."""

@@ -252,3 +252,44 @@ def test_gptq_leaves_the_weights_of_an_fp16_layer_as_given():
     shape = (1, 16, 32)
     _, _, part = _build(model, shape, weight_rounding="gptq")
     assert _sqnr_against_float64(model, part, shape) >= 60.0
+
+
+class _HeadsAdded(torch.nn.Module):
+    """Attention without an output projection, added to its input: the int8 add reads the
+    fp16 core's output as its data (``a + x``) or as its element-wise operand (``x + a``);
+    the heads' ranges differ 100-fold, the widest first."""
+
+    def __init__(self, attention_first: bool):
+        super().__init__()
+        self.attention_first = attention_first
+        self.q, self.k, self.v = (torch.nn.Linear(C, C) for _ in range(3))
+        with torch.no_grad():
+            self.v.weight[:C // HEADS] *= 20
+            self.v.weight[2 * C // HEADS:] *= 0.05
+
+    def forward(self, x):
+        def heads(t):
+            return t.reshape(1, T, HEADS, C // HEADS).transpose(1, 2)
+
+        a = torch.nn.functional.scaled_dot_product_attention(
+            heads(self.q(x)), heads(self.k(x)), heads(self.v(x))).transpose(1, 2).reshape(1, T, C)
+        return a + x if self.attention_first else x + a
+
+
+def test_the_converting_run_after_attention_covers_every_head_for_an_operand_reader():
+    """The int8 side of the converting run after an attention core is the calibrated range of
+    the whole tensor as its first int8 reader sees it, data or element-wise operand alike:
+    before, an operand reader fell back to the core's last pass, one head's channels, and
+    every other head saturated (1.5 dB against 27.7 for ``a + x``)."""
+    figures = []
+    for attention_first in (True, False):
+        torch.manual_seed(0)
+        model = _HeadsAdded(attention_first).eval()
+        _, _, part = _build(model, (1, T, C))
+        report = ac.partition_report(part)
+        assert len(report.functions) == 1 and not report.host
+        assert any(op.primitive == "accel.attention" and op.precision == "fp16"
+                   for op in report.offloaded)
+        figures.append(_sqnr_against_float64(model, part, (1, T, C)))
+    assert figures[1] > 15.0, figures
+    assert abs(figures[0] - figures[1]) < 0.5, figures

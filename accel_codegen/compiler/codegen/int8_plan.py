@@ -222,33 +222,48 @@ class _FunctionQuant:
             return int8.concat_quant(self.calibrated((run.key, INPUT)) for run in runs
                                      if not run.converts)
         if layer.norm is not None:
-            # a norm's (softmax's, attention's) output as an int8 layer that reads it saw it
-            # in the fp32 reference that made the calibration: the whole tensor (attention's
-            # last pass writes one head's channels of one window), weighed for that reader
-            # (a depthwise convolution's channels) as an int8 build's function input was
-            # where this layer ran on the host
-            read = self.read_as_data(call.binding.var)
+            # a norm's (softmax's, attention's) output as an int8 run that reads it saw it in
+            # the fp32 reference that made the calibration: the whole tensor, weighed for that
+            # reader (a depthwise convolution's channels) as an int8 build's function input
+            # was where this layer ran on the host
+            read = self.int8_read_of(call.binding.var)
             if read is not None:
                 return self.calibrated(read)
-            passes = layer.runs("fp32")  # else its last engine pass's (fp16 has more passes)
-            return self.calibrated((run_key(self.function.index, index,
-                                            pass_part(len(passes) - 1)),
-                                    len(passes[-1].engine_ops(True, "fp32")) - 1))
+            # else (an output of the function) the fp32 passes that write it: every head's
+            # and window's part of attention's (one alone would saturate the others), a
+            # norm's or softmax's last pass (fp16 has more passes)
+            passes = layer.runs("fp32")
+            writers = layer.norm_output_writers("fp32") if layer.norm.kind == "attention" \
+                else [len(passes) - 1]
+            return int8.concat_quant(
+                self.calibrated((run_key(self.function.index, index, pass_part(i)),
+                                 len(passes[i].engine_ops(True, "fp32")) - 1))
+                for i in writers)
         key = run_key(self.function.index, index, "b" if layer.branch is not None else "")
         if layer.conv is None and layer.sdp.empty():  # a pool or a copy keeps its input's
             return self.calibrated((key, INPUT))
         return self.calibrated((key, pre_pool(layer)))
 
-    def read_as_data(self, var: relax.Var) -> Optional[Key]:
-        """The calibration's key of ``var`` where the first int8 run that reads it as its data
-        reads it (None: no int8 run of the function does)."""
+    def int8_read_of(self, var: relax.Var) -> Optional[Key]:
+        """The calibration's key of ``var`` where the first int8 run that reads it reads it:
+        as its data, or as its SDP's element-wise operand (a residual add's, squeeze-excite's
+        scale); None: no int8 run of the function does."""
+        if self.calibration is None:
+            return None
         for run in self.function.runs:
-            if run.precision != "int8" or run.converts or run.layer.data is None:
+            if run.precision != "int8" or run.converts:
                 continue
-            read = resolve_operand(run.layer.data, run.scope)[0]
-            if isinstance(read, relax.Var) and read.same_as(var) and \
-                    self.calibration is not None and (run.key, INPUT) in self.calibration.tensors:
-                return run.key, INPUT
+            layer = run.layer
+            uses = [(layer.data, INPUT)]
+            if layer.sdp.ew_op is not None:
+                uses.append((layer.sdp.operand, operand_index(1 if layer.conv is not None else 0)))
+            if layer.computed_scale:
+                uses.append((layer.sdp.scale, operand_index(0)))
+            for expr, index in uses:
+                read = resolve_operand(expr, run.scope)[0] if expr is not None else None
+                if isinstance(read, relax.Var) and read.same_as(var) and \
+                        (run.key, index) in self.calibration.tensors:
+                    return run.key, index
         return None
 
     def run(self, run: Run, concat: Optional[TensorQuant] = None, layer: Optional[Layer] = None,
