@@ -308,7 +308,8 @@ struct sdp_i8_lut_plan {
    * channel that no tie of rhaz's rounding lands on one (sdp_i8_lanes.h). */
   int32_t changes_count;
   const int32_t* changes;
-  uint64_t changes_hash; /* FNV-1a of them (sdp_i8_lanes.c keys its channel constants by it) */
+  uint64_t changes_hash; /* FNV-1a's steps over them as 32-bit words (sdp_i8_lanes.c's cache
+                          * filters by it before comparing them whole) */
   uint32_t* bins;     /* into store, past the guard below */
   uint32_t store[];
 };

@@ -333,7 +333,8 @@ typedef struct lanes_key {
   int32_t w, guard;
   int64_t vmax;          /* the caller's bound on |v| (the folded form's range) */
   int32_t changes_count; /* the plan's changes (exact 2 depends on them): their count and */
-  uint64_t changes_hash; /* hash (sdp_i8_lut_plan) */
+  uint64_t changes_hash; /* hash (sdp_i8_lut_plan); the changes themselves are compared
+                         * whole with the channels' arrays (lanes_params) */
 } lanes_key;
 
 typedef struct lanes_slot {
@@ -364,24 +365,31 @@ static uint64_t fnv_words(uint64_t h, const unsigned char* b, size_t n) {
 
 /* The channels' parameter arrays [first, first + count) (NULL where not given), as kept and
  * compared: bias, mul, rshift bytes one after the other. */
+/* The arrays a slot's constants depend on beyond its key: the channels' bias, mul and rshift,
+ * and the plan's changes (which of the exact forms the tie check allows: the key holds only
+ * their count and hash, and a hash can collide) */
+enum { LANES_PARTS = 4 };
 typedef struct lanes_params {
-  const unsigned char* part[3];
-  size_t bytes[3], total;
+  const unsigned char* part[LANES_PARTS];
+  size_t bytes[LANES_PARTS], total;
 } lanes_params;
 
-static void lanes_params_of(const sdp_i8* p, int32_t first, int32_t count, lanes_params* a) {
+static void lanes_params_of(const sdp_i8* p, const struct sdp_i8_lut_plan* P, int32_t first,
+                            int32_t count, lanes_params* a) {
   a->part[0] = p->bias != NULL ? (const unsigned char*)(p->bias + first) : NULL;
   a->part[1] = p->mul != NULL ? (const unsigned char*)(p->mul + first) : NULL;
   a->part[2] = p->rshift != NULL ? (const unsigned char*)(p->rshift + first) : NULL;
+  a->part[3] = (const unsigned char*)P->changes;
   a->bytes[0] = p->bias != NULL ? (size_t)count * sizeof(int32_t) : 0;
   a->bytes[1] = p->mul != NULL ? (size_t)count * sizeof(int16_t) : 0;
   a->bytes[2] = p->rshift != NULL ? (size_t)count : 0;
-  a->total = a->bytes[0] + a->bytes[1] + a->bytes[2];
+  a->bytes[3] = P->changes != NULL ? (size_t)P->changes_count * sizeof(int32_t) : 0;
+  a->total = a->bytes[0] + a->bytes[1] + a->bytes[2] + a->bytes[3];
 }
 
 /* Whether kept bytes equal the arrays of a */
 static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) {
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < LANES_PARTS; ++i) {
     if (a->bytes[i] != 0 && memcmp(kept, a->part[i], a->bytes[i]) != 0) return 0;
     kept += a->bytes[i];
   }
@@ -430,9 +438,9 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   k.changes_hash = P->changes_hash;
   k.has = (p->bias != NULL) | (p->mul != NULL) << 1 | (p->rshift != NULL) << 2;
   lanes_params a;
-  lanes_params_of(p, first, count, &a);
+  lanes_params_of(p, P, first, count, &a);
   uint64_t h = fnv_words(1469598103934665603ull, (const unsigned char*)&k, sizeof(k));
-  for (int i = 0; i < 3; ++i) h = fnv_words(h, a.part[i], a.bytes[i]);
+  for (int i = 0; i < LANES_PARTS; ++i) h = fnv_words(h, a.part[i], a.bytes[i]);
   int ok = -1;
   pthread_mutex_lock(&lanes_cache.lock);
   lanes_slot* victim = &lanes_cache.slot[0];
@@ -455,7 +463,7 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
     if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));
     if (params != NULL) {
       unsigned char* at = params;
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < LANES_PARTS; ++i) {
         if (a.bytes[i] != 0) memcpy(at, a.part[i], a.bytes[i]);
         at += a.bytes[i];
       }
