@@ -152,7 +152,7 @@ class PartitionReport:
         kept = self.fp16_layers()
         if kept:
             lines.append(f"{len(kept)} layer(s) in fp16 in {self.precision} code, the SDP "
-                         "converting at their borders:")
+                         "converting where they meet int8 layers:")
             lines += [f"{count:>6} x {why}" for why, count in
                       collections.Counter(kept.values()).most_common()]
         columns = [Column("#", 4), Column("operator", 28, "<", gap="  "),
