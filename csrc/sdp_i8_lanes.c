@@ -102,7 +102,8 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
     if (mul <= 0 || s < 1 || s > 40 || t2 < 0 || !bs_exact_within(&c, t2, 1)) return 0;
     sdp_i8_lane_cvt* e = cvt + i;
     e->exact = vmax + abs64(c.bias) <= INT32_MAX;
-    e->conv = e->zero = e->mulh = 0;
+    e->conv = e->zero = 0;
+    e->mulh = (int32_t)((uint32_t)mul << 16);
     const int64_t tm = e->exact ? vmax + abs64(c.bias) : limit; /* |t| */
     const int64_t k = s < 16 ? s : 16;
     e->vlo = (int32_t)(INT32_MIN - (c.bias < 0 ? c.bias : 0));
@@ -128,6 +129,13 @@ int sdp_i8_lanes_prepare_add(const sdp_i8* p, int32_t first, int32_t count, int6
   add->ew_base = (int32_t)(half - (int64_t)p->ew_zero * em);
   add->ew_nlt = es > 0 ? (int32_t)half : INT32_MIN;
   add->ew_shift = (int32_t)es;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  /* sdp_i8_lanes_add's e needs ew_mul >= 0 (the compiler's adds: a ratio of scales) */
+  if (em < 0) return 0;
+#endif
+  add->ew_zero = em != 0 ? p->ew_zero : 0;
+  add->ew_mulw = (int32_t)(((uint32_t)(es > 0) << 16) | (uint32_t)(uint16_t)em);
+  add->ew_half = (int32_t)half;
   int64_t e_max = 0;
   for (int64_t code = -128; code <= 127; code += 255) {
     const int64_t e = rhaz((code - p->ew_zero) * em, es);

@@ -70,7 +70,14 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
  *   e = (x - (x < ew_nlt)) >> ew_shift,  x = o * ew_mul + ew_base
  *       = rhaz((o - ew_zero) * ew_mul, ew_shift) of the operand code o, the half in ew_base
  *       (x < half: the product is negative; ew_nlt = INT32_MIN when ew_shift is 0). |x| <
- *       2^23, so no sat32; ew_shift >= 24 gives e = 0 (ew_mul = ew_base = 0)
+ *       2^23, so no sat32; ew_shift >= 24 gives e = 0 (ew_mul = ew_base = 0). The 16-lane
+ *       form takes e as one vpmaddwd of d = o - ew_zero (int32 lanes, |d| <= 255: its low
+ *       word is d, its high word -(d < 0)) by ew_mul's low word and 1 in the high one:
+ *       d * ew_mul - (d < 0) = y - (y < 0) for ew_mul > 0, y the product; then e = (that +
+ *       half) >> ew_shift. rhaz(y, s) = floor((y + 2^(s-1) - (y < 0)) / 2^s) for s >= 1 (y <
+ *       0: -floor((-y + 2^(s-1)) / 2^s) = ceil((y - 2^(s-1)) / 2^s)); s = 0 (and ew_mul 0)
+ *       takes high word 0 and half 0. Four operations for the five of the compare's form
+ *       (ResNet-50's adds x0.975 on Zen 5, docs/kernels.md); ew_mul < 0 declines there.
  *   w = min(max(u + e, w_lo), w_hi)    (w_lo = 0 for RELU, which commutes with the clamp to
  *       +-T_out that keeps w * out_mul inside int32 where it could leave it: any |w| >= T_out
  *       gives a code saturated on w's side, as in add32_plan in sdp_i8_avx512.c)
@@ -83,6 +90,9 @@ int sdp_i8_lanes_prepare(const sdp_i8* p, int32_t first, int32_t count, int64_t 
  * which this form has no other use for), the call's these: */
 typedef struct sdp_i8_lane_add {
   int32_t ew_mul, ew_base, ew_nlt, ew_shift;
+  /* the 16-lane form's e (sdp_i8_lanes_add): ew_mul in the low word of ew_mulw, 1 in its high
+   * word when ew_shift > 0 (ew_mul > 0 there: sdp_i8_lanes_prepare_add) */
+  int32_t ew_zero, ew_mulw, ew_half;
   int32_t w_lo, w_hi;
   int32_t out_mul, out_add, out_neg, out_shift;
   int lean;
@@ -276,7 +286,7 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
   __m512i u;
   if (form == 4) {
     const __m512i at = _mm512_abs_epi32(t);
-    const __m512i hp = sdp_i8_high_product(_mm512_set1_epi32(c->add), at, c->mul);
+    const __m512i hp = sdp_i8_high_product_h(_mm512_set1_epi32(c->add), at, c);
     const __m512i lp = _mm512_mulhi_epu16(at, _mm512_set1_epi32(c->mul));
     const __m512i r = _mm512_srav_epi32(_mm512_add_epi32(hp, lp), _mm512_set1_epi32(c->shift));
     u = _mm512_mask_sub_epi32(r, _mm512_cmplt_epi32_mask(t, _mm512_setzero_si512()),
@@ -293,12 +303,11 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_add(const sdp_
       u = _mm512_srav_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(c->add)),
                             _mm512_set1_epi32(c->shift));
   }
-  const __m512i x = _mm512_add_epi32(
-      _mm512_madd_epi16(o, _mm512_set1_epi32((int32_t)(uint16_t)(int16_t)a->ew_mul)),
-      _mm512_set1_epi32(a->ew_base));
-  const __mmask16 n = _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(a->ew_nlt));
-  const __m512i e = _mm512_srav_epi32(_mm512_mask_sub_epi32(x, n, x, _mm512_set1_epi32(1)),
-                                      _mm512_set1_epi32(a->ew_shift));
+  const __m512i e = _mm512_srav_epi32(
+      _mm512_add_epi32(_mm512_madd_epi16(_mm512_sub_epi32(o, _mm512_set1_epi32(a->ew_zero)),
+                                         _mm512_set1_epi32(a->ew_mulw)),
+                       _mm512_set1_epi32(a->ew_half)),
+      _mm512_set1_epi32(a->ew_shift));
   if (lean) {
     const __m512i w = _mm512_max_epi32(_mm512_add_epi32(u, e), _mm512_setzero_si512());
     return _mm512_srav_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(a->out_add)),
