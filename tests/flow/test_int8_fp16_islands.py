@@ -12,6 +12,7 @@ import torch
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
 from conftest import run_main, sqnr, torch_forward
+from test_layer_norm_flow import Seed  # the forum's relu(layer_norm(x W))
 
 T, C, HEADS = 10, 48, 3
 
@@ -19,21 +20,6 @@ T, C, HEADS = 10, 48, 3
 def _inputs(shape, seeds):
     return [(np.random.default_rng(s).standard_normal(shape).astype(np.float32),)
             for s in seeds]
-
-
-class Seed(torch.nn.Module):
-    """The forum's net: relu(layer_norm(x W)), LayerNorm's affine away from 1 and 0."""
-
-    def __init__(self, c=32, k=48):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(c, k) / c ** 0.5)
-        self.ln = torch.nn.LayerNorm(k)
-        with torch.no_grad():
-            self.ln.weight.uniform_(0.5, 1.5)
-            self.ln.bias.uniform_(-0.5, 0.5)
-
-    def forward(self, x):
-        return torch.relu(self.ln(torch.matmul(x, self.w)))
 
 
 class Classifier(torch.nn.Module):
@@ -80,7 +66,7 @@ def _sqnr_against_float64(model, part, shape, seeds=(11, 12)) -> float:
 
 def test_the_seed_in_int8_is_one_function_with_its_layer_norm_in_fp16():
     torch.manual_seed(0)
-    model = Seed().eval()
+    model = Seed(linear=False).eval()
     shape = (1, 16, 32)
     _, _, part = _build(model, shape)
     report = ac.partition_report(part)
@@ -248,7 +234,7 @@ def test_gptq_leaves_the_weights_of_an_fp16_layer_as_given():
     its layer norm, so its weights stay as given (rounded to int8 codes they cost 23 dB:
     44.2 against 67.0 dB)."""
     torch.manual_seed(0)
-    model = Seed().eval()
+    model = Seed(linear=False).eval()
     shape = (1, 16, 32)
     _, _, part = _build(model, shape, weight_rounding="gptq")
     assert _sqnr_against_float64(model, part, shape) >= 60.0
