@@ -21,7 +21,8 @@ ort_int8), median over median and min over min; >= 1.0 means the simulator is at
 fast. onnxruntime is optional: without it the ORT modes are skipped, with the reason. Beside
 it, each simulator mode's ``slowdown``: its wall time over the modelled accelerator's time for
 the same inference (the cost model's cycles at the configuration's clock, ``simulated_ms``),
-how many times slower than the hardware it models the simulation runs.
+how many times slower than the hardware it models the simulation runs (below 1, a small net
+on a fast CPU: the simulation runs faster than the hardware would).
 
 Each mode is built, warmed up, then timed over ``repeat`` rounds that interleave the modes
 (fused, decomposed, host, pytorch, fused, ...), so that the machine's background load hits them
@@ -106,8 +107,11 @@ def slowdown(entry: Dict[str, Any]) -> Optional[Dict[str, float]]:
 
 
 def _times(ratio: float) -> str:
-    """A slowdown as text: whole times from 10 up, one decimal below."""
-    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+    """A slowdown as text: whole times from 10 up, one decimal from 1, two significant digits
+    below 1 (where one decimal would round a 0.04 to nothing)."""
+    if ratio >= 10:
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2g}x"
 
 
 def _layer_row(record) -> Dict[str, Any]:
@@ -655,7 +659,7 @@ def format_table(result: Dict[str, Any]) -> str:
         lines.append("slowdown: the simulator's median wall time over the modelled "
                      "accelerator's time for the same inference (sim ms: its cycles at "
                      f"{cfg['clock_hz'] / 1e9:g} GHz), how many times slower than the "
-                     "hardware the simulation runs")
+                     "hardware the simulation runs (below 1: faster)")
     lines += format_ort(result)
     if any(mode in modes for mode in ("fused", "decomposed")):  # the simulator's fp32 modes
         lines.append(FP32_BYTES_NOTE)

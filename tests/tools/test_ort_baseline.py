@@ -5,6 +5,7 @@ come from the measured times, and without onnxruntime both skip it with one stat
 onnxruntime is in the ``test`` extra: these tests run in CI, none is skipped for want of it.
 No assertion is about how fast anything is (the machines are noisy)."""
 import json
+import math
 import sys
 
 import numpy as np
@@ -201,7 +202,10 @@ def test_bench_ratios_come_from_the_measured_times(monkeypatch):
         slow = modes[ours]["slowdown"]
         assert slow["median"] == modes[ours]["wall_ms"]["median"] / modes[ours]["simulated_ms"]
         assert slow["min"] == modes[ours]["wall_ms"]["min"] / modes[ours]["simulated_ms"]
-        assert slow["median"] > 1 and r["slowdown"] == slow["median"]
+        # not > 1: a net as small as LeNet-5 can simulate faster than the modelled hardware
+        # runs it (0.86 on a Zen 5), so only the ratio's definition is the code's to hold
+        assert math.isfinite(slow["median"]) and slow["median"] > 0
+        assert r["slowdown"] == slow["median"]
         assert "slowdown" not in modes[theirs]
     # fused_int8 and ort_int8 calibrate on the same inputs: 6 drawn with seed 5
     model = bench.load_model("lenet5")
@@ -245,8 +249,9 @@ def test_slowdown_is_wall_time_over_the_modelled_time():
     ratios = bench.ort_ratios({"fused": {**entry, "slowdown": bench.slowdown(entry)},
                                "ort_fp32": {"wall_ms": {"median": 20.0, "min": 15.0}}})
     assert ratios["fp32"]["slowdown"] == 80.0 and ratios["fp32"]["median"] == 0.5
-    assert (bench._times(1234.4), bench._times(80.0), bench._times(1.64)) == \
-        ("1,234x", "80x", "1.6x")
+    assert (bench._times(1234.4), bench._times(80.0), bench._times(1.64),
+            bench._times(0.864), bench._times(0.0412)) == \
+        ("1,234x", "80x", "1.6x", "0.86x", "0.041x")
 
 
 def test_bench_of_an_onnx_file_times_the_file(lenet5_onnx):
