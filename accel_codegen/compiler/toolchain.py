@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import AccelInvalidError, AccelLibraryError
+from ..errors import AccelInvalidError, AccelLibraryError, register_with_tvm_ffi
 from .frontend import bind_params
 from .library import append_checksum, check_writable, compiler_message
 from .link import create_shared, link_options
@@ -21,6 +21,7 @@ from .link import create_shared, link_options
 # Loading and running a library live in .library and .vm; their names stay importable here.
 from .library import CHECKSUM_MARKER, check_library, load_library  # noqa: E402,F401,I001
 from .vm import AccelVirtualMachine, virtual_machine  # noqa: E402,F401,I001
+from .vm import jit_with_simulator  # noqa: E402,I001
 
 
 def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Path:
@@ -58,6 +59,34 @@ def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Pa
         raise AccelLibraryError(f"cannot write library '{path}': "
                                 f"{error.strerror or error}") from None
     return path
+
+
+class AccelExecutable(tvm.runtime.Executable):
+    """What ``build`` returns: TVM's executable, whose own ``jit`` and ``export_library`` link
+    the simulator library in, so that it runs as any ``tvm.compile`` result does
+    (``relax.VirtualMachine(exe, tvm.cpu())``, ``exe.export_library("m.so")``). TVM's defaults
+    would compile the generated C without the library's headers and fail in the C compiler.
+    A caller's own ``fcompile`` (or other export options) is TVM's path, left as it is."""
+
+    def jit(self, *, fcompile=None, addons=None, force_recompile=False, **kwargs):
+        if fcompile is not None or addons or kwargs:
+            return super().jit(fcompile=fcompile, addons=addons,
+                               force_recompile=force_recompile, **kwargs)
+        if force_recompile:
+            self._jitted_mod = None
+        register_with_tvm_ffi()  # errors raised by the generated code arrive typed
+        return jit_with_simulator(self)
+
+    def export_library(self, file_name, *, fcompile=None, addons=None, workspace_dir=None,
+                       **kwargs):
+        if fcompile is None and not addons and workspace_dir is None and not kwargs \
+                and str(file_name).endswith(".so"):
+            return export_library(self, file_name)  # checked on load, errors typed
+        if fcompile is None:
+            fcompile = create_shared
+            kwargs["options"] = link_options() + list(kwargs.get("options") or [])
+        return super().export_library(file_name, fcompile=fcompile, addons=addons,
+                                      workspace_dir=workspace_dir, **kwargs)
 
 
 def build_host(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None,

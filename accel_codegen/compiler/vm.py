@@ -207,7 +207,7 @@ class AccelVirtualMachine:
         return f"<accel_codegen.AccelVirtualMachine of {self.source} on {self.device}>"
 
 
-def _jit(exe) -> "tvm.runtime.Module":
+def jit_with_simulator(exe) -> "tvm.runtime.Module":
     """``exe.jit()`` with the simulator linked in, and the library loaded so that it is unloaded
     (its constants, packed weights and scratch freed) when the executable and every VM on it
     are dropped: ``Executable.jit`` loads with ``tvm.runtime.load_module``, which keeps every
@@ -246,7 +246,7 @@ def virtual_machine(exe_or_path, device=None) -> AccelVirtualMachine:
         module = load_library(exe_or_path)
         source = f"library '{exe_or_path}'"
     elif hasattr(exe_or_path, "jit"):
-        module, source = _jit(exe_or_path), "the executable"
+        module, source = jit_with_simulator(exe_or_path), "the executable"
     elif isinstance(exe_or_path, tvm.runtime.Module):
         module, source = exe_or_path, "the module"
     else:

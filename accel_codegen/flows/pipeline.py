@@ -24,7 +24,7 @@ from ..compiler.partition import (REPORT_ATTR, PartitionReport, calibrate_refere
 from ..compiler.patterns import PartitionLog
 from ..compiler.program import lower_module
 from ..compiler.target import MIXED, LayerPlan, Target
-from ..compiler.toolchain import virtual_machine
+from ..compiler.toolchain import AccelExecutable, virtual_machine
 from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..quantization import DEFAULT_METHOD, Calibration, examples_of
 from ..quantization.calibration import SECOND_PASSES
@@ -335,7 +335,7 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
           target="llvm", winograd: bool = True, target_sqnr_db: Optional[float] = None,
           layer_precisions: Optional[Dict[str, str]] = None, equalize: Optional[bool] = None,
           bias_correction: bool = True,
-          weight_rounding: str = "nearest") -> "tvm.runtime.Executable":
+          weight_rounding: str = "nearest") -> AccelExecutable:
     """Partition (unless partitioned already) and compile a module.
 
     Parameters
@@ -350,8 +350,11 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
 
     Returns
     -------
-    tvm.runtime.Executable
-        Run it with :func:`virtual_machine`, or export it with :func:`export_library`.
+    AccelExecutable
+        A ``tvm.runtime.Executable`` whose ``jit`` and ``export_library`` link the simulator
+        in: run it with :func:`virtual_machine` (thread-safe, typed errors) or TVM's
+        ``relax.VirtualMachine(exe, tvm.cpu())``; export it with :func:`export_library` or
+        ``exe.export_library(path)``.
     """
     if is_partitioned(mod):
         if params:
@@ -364,4 +367,4 @@ def build(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] = None, *,
                                   layer_precisions=layer_precisions, equalize=equalize,
                                   bias_correction=bias_correction,
                                   weight_rounding=weight_rounding)
-    return tvm.compile(mod, target=target)
+    return AccelExecutable(tvm.compile(mod, target=target).mod)

@@ -12,6 +12,7 @@ import tvm
 
 import accel_codegen as ac
 from accel_codegen import frontend
+from accel_codegen.compiler.library import CHECKSUM_MARKER, check_library
 from conftest import assert_close, build_and_run, random_inputs, run_main, torch_forward
 
 RTOL = 1e-4
@@ -79,6 +80,27 @@ def test_exported_library_runs_in_a_fresh_process(exported, tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_close(np.load(tmp_path / "y.npy"), torch_forward(model, x), rtol=RTOL)
+
+
+def test_tvm_own_calls_run_what_build_returns(zoo, tmp_path):
+    """A TVM user's first try: `relax.VirtualMachine(exe, dev)` and `exe.export_library`, as on
+    any tvm.compile result (TVM's defaults alone compile the generated C without the simulator's
+    headers and fail in the C compiler)."""
+    imported = zoo("lenet5")
+    exe = ac.build(imported.mod)
+    x = imported.x_np
+    expected = run_main(ac.virtual_machine(exe), x)
+    y = tvm.relax.VirtualMachine(exe, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_array_equal(y, expected)
+    assert exe.jit() is exe.jit() and exe.jit(force_recompile=True) is not None
+    path = tmp_path / "lenet5.so"
+    exe.export_library(str(path))
+    # written as ac.export_library writes: checked in full on load
+    assert path.read_bytes()[-48:-32] == CHECKSUM_MARKER and check_library(path) == path
+    loaded = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    np.testing.assert_array_equal(loaded["main"](tvm.runtime.tensor(x)).numpy(), expected)
+    with pytest.raises(ac.AccelInvalidError, match="must end in .so"):
+        ac.export_library(exe, tmp_path / "lenet5.dll")
 
 
 def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes(zoo):
