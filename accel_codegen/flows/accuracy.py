@@ -29,7 +29,7 @@ import numpy as np
 import tvm
 
 from ..compiler.walk import runs
-from ..errors import AccelInvalidError
+from ..errors import AccelInvalidError, AccelUnsupportedError
 from ..compiler.partition import (PartitionReport, calibration_of, generate_partition,
                                   match_composites)
 from ..compiler.target import Target
@@ -75,7 +75,7 @@ class OrtComparison:
         return (f"ONNX Runtime {self.version} int8 (static {s['quant_format']}, "
                 f"{s['activation_type']} activations, per-channel {s['weight_type']} weights, "
                 f"{s['calibrate_method']}, the same {self.calibration_samples} calibration "
-                f"inputs)")
+                f"inputs{'' if s['pre_process'] else ', without its pre-processing, which failed on this graph'})")
 
 
 @dataclasses.dataclass
@@ -480,9 +480,12 @@ def _ort_runs(onnx_model, precision: str, calibration):
     if reason:
         return None, reason
     examples = examples_of(calibration, "calibration")
-    settings = ort_baseline.Int8Settings()
     with tempfile.TemporaryDirectory(prefix="accel-ort-") as directory:
-        int8 = ort_baseline.quantize_int8(onnx_model, examples, directory, settings)
+        try:
+            int8, settings = ort_baseline.quantize_int8_as_ort_can(onnx_model, examples,
+                                                                   directory)
+        except AccelUnsupportedError as error:
+            return None, str(error)
         sessions = {"fp32": ort_baseline.session(onnx_model, 0),
                     "int8": ort_baseline.session(int8, 0)}
         summary = ort_baseline.qdq_summary(int8)

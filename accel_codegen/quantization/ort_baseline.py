@@ -10,7 +10,10 @@ same settings:
   int8 weights, calibrated (MinMax, ONNX Runtime's default) by a ``CalibrationDataReader``
   that hands over the very calibration inputs our int8 build uses. The model is first
   pre-processed with ``quant_pre_process`` (shape inference and graph optimisation: batch
-  norm folded into the convolutions), as ONNX Runtime's documentation asks. Activations are
+  norm folded into the convolutions), as ONNX Runtime's documentation asks; where that step
+  fails on a graph (its symbolic shape inference asserts on some reshapes of computed shapes)
+  the model is quantised without it, which the documentation allows, and the recorded
+  settings say so (:func:`quantize_int8_as_ort_can`). Activations are
   uint8 by default (U8S8: the operand order of x86's VNNI instructions, ONNX Runtime's fast
   path there; S8S8 measured 2.5x slower on ResNet-18 on this project's machine).
 
@@ -26,11 +29,12 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+import traceback
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import AccelInvalidError
+from ..errors import AccelInvalidError, AccelUnsupportedError
 
 #: The version the extra pins and the figures in docs/ were measured with.
 PINNED_VERSION = "1.32.0"
@@ -148,7 +152,11 @@ def quantize_int8(path, calibration: Sequence[Sequence[np.ndarray]], out_dir,
     source = path
     if settings.pre_process:
         source = out_dir / f"{path.stem}.pre.onnx"
-        quant_pre_process(str(path), str(source))
+        try:
+            quant_pre_process(str(path), str(source))
+        except Exception as error:  # pylint: disable=broad-except  (ONNX Runtime's, typed)
+            raise PreProcessError(f"ONNX Runtime's quant_pre_process failed on {path.name}: "
+                                  f"{_ort_error(error)}") from error
     names = _graph_inputs(source)
 
     class Reader(CalibrationDataReader):
@@ -164,12 +172,47 @@ def quantize_int8(path, calibration: Sequence[Sequence[np.ndarray]], out_dir,
 
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     out = out_dir / f"{path.stem}.int8.onnx"
-    quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat[settings.quant_format],
-                    activation_type=types[settings.activation_type],
-                    weight_type=types[settings.weight_type], per_channel=settings.per_channel,
-                    calibrate_method=CalibrationMethod[settings.calibrate_method],
-                    reduce_range=settings.reduce_range)
+    try:
+        quantize_static(str(source), str(out), Reader(),
+                        quant_format=QuantFormat[settings.quant_format],
+                        activation_type=types[settings.activation_type],
+                        weight_type=types[settings.weight_type],
+                        per_channel=settings.per_channel,
+                        calibrate_method=CalibrationMethod[settings.calibrate_method],
+                        reduce_range=settings.reduce_range)
+    except AccelInvalidError:
+        raise  # our feeds' own check
+    except Exception as error:  # pylint: disable=broad-except  (ONNX Runtime's, typed)
+        raise AccelUnsupportedError(f"ONNX Runtime's quantize_static failed on {path.name}: "
+                                    f"{_ort_error(error)}") from error
     return out
+
+
+class PreProcessError(AccelUnsupportedError):
+    """ONNX Runtime's ``quant_pre_process`` failed on the graph (an optional step)."""
+
+
+def _ort_error(error: Exception) -> str:
+    """An ONNX Runtime exception in one line: its type, first line and, for a bare assert
+    (the message is empty), the function that asserted."""
+    text = (str(error).strip().splitlines() or [""])[0][:200]
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" in {frames[-1].name}" if frames else ""
+    return f"{type(error).__name__}{where}{': ' + text if text else ''}"
+
+
+def quantize_int8_as_ort_can(path, calibration: Sequence[Sequence[np.ndarray]], out_dir,
+                             settings: Int8Settings = Int8Settings()
+                             ) -> Tuple[Path, Int8Settings]:
+    """:func:`quantize_int8`, and where its pre-processing fails on the graph, the same without
+    it (ONNX Runtime's documentation makes that step optional): the QDQ model's path and the
+    settings it was made with, which a result records. Other failures raise
+    AccelUnsupportedError with ONNX Runtime's error."""
+    try:
+        return quantize_int8(path, calibration, out_dir, settings), settings
+    except PreProcessError:
+        fallback = dataclasses.replace(settings, pre_process=False)
+        return quantize_int8(path, calibration, out_dir, fallback), fallback
 
 
 def qdq_summary(path) -> Dict[str, int]:

@@ -248,8 +248,11 @@ def _ort_runner(mode: str, setting: _Setting) -> Callable[[], Any]:
             raise _Skip(str(error)) from error
     path = setting.onnx_path
     if mode == "ort_int8":
-        settings = ort_baseline.Int8Settings()
-        path = ort_baseline.quantize_int8(path, setting.calibration, setting.directory, settings)
+        try:
+            path, settings = ort_baseline.quantize_int8_as_ort_can(path, setting.calibration,
+                                                                   setting.directory)
+        except AccelError as error:
+            raise _Skip(str(error)) from error
         setting.ort.update({"int8": dataclasses.asdict(settings),
                             "int8_model": ort_baseline.qdq_summary(path),
                             "calibration_samples": len(setting.calibration)})

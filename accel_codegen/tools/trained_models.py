@@ -849,19 +849,15 @@ def ort_int8_outputs(model: LoadedModel, inputs, calibration, folder):
     if _default_opset(onnx_model) < 13:
         onnx_model = version_converter.convert_version(onnx_model, 13)
     path.write_bytes(onnx_model.SerializeToString())
-    errors = []
-    # ONNX Runtime's pre-processing (symbolic shape inference) asserts on some graphs
-    # (a Concat along axis 1 of shape values); quantised without it then, and said so.
-    for settings in (ort_baseline.Int8Settings(),
-                     ort_baseline.Int8Settings(pre_process=False)):
-        try:
-            quantized = ort_baseline.quantize_int8(path, calibration, folder, settings)
-            session = ort_baseline.session(quantized, threads=1)
-            return [ort_run(session, x) for x in inputs], settings.pre_process, errors
-        except Exception as error:  # pylint: disable=broad-except  (ONNX Runtime's, reported)
-            text = (str(error).strip().splitlines() or [""])[0][:200]
-            errors.append(f"{type(error).__name__}: {text}")
-    return None, False, errors
+    # ONNX Runtime's pre-processing (symbolic shape inference) asserts on some graphs (a
+    # Concat along axis 1 of shape values): quantised without it then, and said so
+    try:
+        quantized, settings = ort_baseline.quantize_int8_as_ort_can(path, calibration, folder)
+        session = ort_baseline.session(quantized, threads=1)
+        return [ort_run(session, x) for x in inputs], settings.pre_process, []
+    except Exception as error:  # pylint: disable=broad-except  (ONNX Runtime's, reported)
+        text = (str(error).strip().splitlines() or [""])[0][:300]
+        return None, False, [f"{type(error).__name__}: {text}"]
 
 
 def ort_int8_result(model: LoadedModel, inputs, references, calibration, folder) -> Result:

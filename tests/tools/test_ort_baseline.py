@@ -105,6 +105,43 @@ def test_reduce_range_stores_seven_bit_weights(lenet5_onnx, tmp_path):
     assert "7-bit int8 weights" in ort_baseline.Int8Settings(reduce_range=True).describe()
 
 
+def test_a_graph_onnx_runtime_cannot_pre_process_is_quantised_without_it(tmp_path):
+    """ONNX Runtime's quant_pre_process asserts (`_infer_Reshape`) on torch's export of a
+    pre-norm nn.TransformerEncoder; its documentation makes that step optional, so the
+    comparison quantises without it and says so, where it used to crash `accuracy`."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 2, 64, batch_first=True, norm_first=True)
+    model = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(1, 8, 32)
+    path = frontend.export_onnx(model, (x,), tmp_path / "encoder.onnx")
+    calibration = random_inputs([x.numpy()], 4, 0)
+    with pytest.raises(ort_baseline.PreProcessError,
+                       match=r"quant_pre_process failed on encoder.onnx: AssertionError in "):
+        ort_baseline.quantize_int8(path, calibration, tmp_path)
+    out, settings = ort_baseline.quantize_int8_as_ort_can(path, calibration, tmp_path)
+    assert settings == ort_baseline.Int8Settings(pre_process=False)
+    assert ort_baseline.qdq_summary(out)["int8_initializers"] > 0
+    mod, params = frontend.from_onnx(path)
+    report = ac.accuracy_report(mod, params, random_inputs([x.numpy()], 2, 1),
+                                precision="int8", calibration=calibration, onnx_model=path)
+    assert report.ort is not None and report.ort.settings["pre_process"] is False
+    assert "without its pre-processing, which failed on this graph" in report.ort.describe()
+
+
+def test_onnx_runtime_failures_are_typed(lenet5_onnx, tmp_path, monkeypatch):
+    from onnxruntime import quantization
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("some ONNX Runtime failure")
+    monkeypatch.setattr(quantization, "quantize_static", fails)
+    path, x = lenet5_onnx
+    with pytest.raises(ac.AccelUnsupportedError,
+                       match="quantize_static failed on .*RuntimeError in fails: some ONNX"):
+        ort_baseline.quantize_int8_as_ort_can(path, random_inputs([x], 2, 0), tmp_path)
+
+
 def test_activation_type_is_checked():
     with pytest.raises(AccelInvalidError, match="activation_type = 'int4'"):
         ort_baseline.Int8Settings(activation_type="int4")
