@@ -43,7 +43,10 @@ result computes the same values).
   ``(conv2d(x, W) + b) * c + d`` (PP-LCNetV3's learnable affine blocks, a hardsigmoid's
   ``x * 0.2 + 0.5``), the convolution ``conv2d(x, W c) + (b c + d)`` (one int8 rounding fewer per
   block); one that no convolution before it takes (after a hardswish), read by a convolution
-  without padding alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``.
+  without padding alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``; a
+  conv1d of ``[N, C, L]`` the conv2d of ``[N, C, 1, L]`` between reshapes (as torch's frontend
+  imports the 1-D pools); a mean over the last axis of ``[N, C, L]`` or over the tokens of
+  ``[N, T, C]`` the global average of ``[N, C, 1, L]`` (the tokens transposed first).
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -1917,6 +1920,109 @@ def _squeeze_as_reshape(call: relax.Call, source) -> relax.Expr:
     return named_as(relax.op.reshape(x, shape), call)
 
 
+
+
+def _conv1d_rows(call: relax.Call) -> Optional[relax.Expr]:
+    """conv1d(x, W) of [N, C, L] as the conv2d of [N, C, 1, L] (4-D out), or None."""
+    a = call.attrs
+    x, weight = call.args
+    if str(a.data_layout) != "NCW" or str(a.kernel_layout) != "OIW" or \
+            str(a.out_layout) != "NCW" or _static(x) is None or _static(call) is None:
+        return None
+    if is_constant(weight):
+        value = constant_value(weight)
+        weight = relax.const(np.ascontiguousarray(value[:, :, None, :]), str(value.dtype))
+    else:
+        weight = relax.op.expand_dims(weight, axis=[2])
+    left, right = _int_list(a.padding)
+    return named_as(relax.op.nn.conv2d(
+        relax.op.expand_dims(x, axis=[2]), weight, strides=(1, _int_list(a.strides)[0]),
+        padding=(0, left, 0, right), dilation=(1, _int_list(a.dilation)[0]),
+        groups=int(a.groups), data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+        out_dtype=str(call.ty.dtype)), call)  # ONNX's import leaves out_dtype unset
+
+
+def _conv1d_as_conv2d(call: relax.Call, source) -> relax.Expr:
+    rows = _conv1d_rows(call)
+    return call if rows is None else named_as(relax.op.squeeze(rows, axis=[2]), call)
+
+
+# torch's Conv1d with a bias: add(conv1d, reshape(b, [1, K, 1])), rewritten as one so that the
+# bias meets the conv2d as a 2-D conv's does (the CONV's bias on the SDP, in every precision)
+_C1_CONV = is_op("relax.nn.conv1d")(wildcard(), wildcard())
+_C1_B = is_const()
+_C1_BIASED = is_op("relax.add")(_C1_CONV, _C1_B | is_op("relax.reshape")(_C1_B, wildcard()))
+
+
+def _conv1d_bias_folded(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        conv = matches[_C1_CONV]
+        bias = constant_value(matches[_C1_B])
+        out = _static(conv)
+        var = bound.get(conv)
+        rows = _conv1d_rows(conv) if var is not None and readers.get(var, 0) == 1 else None
+        if rows is None or bias.size != out[1] or _static(expr) != out or \
+                _static(expr.args[1]) not in ([1, out[1], 1], [out[1], 1]) or \
+                bias.dtype != np.dtype(str(conv.ty.dtype)):
+            return expr
+        biased = relax.op.add(rows, relax.const(bias.reshape(1, out[1], 1, 1)))
+        return relax.op.squeeze(named_as(biased, expr), axis=[2])
+    return rewriter
+
+
+_POOLS_2D = {"relax.nn.max_pool1d": relax.op.nn.max_pool2d,
+             "relax.nn.avg_pool1d": relax.op.nn.avg_pool2d}
+
+
+def _pool1d_as_pool2d(call: relax.Call, source) -> relax.Expr:
+    a = call.attrs
+    if str(a.layout) != "NCW" or str(a.out_layout) != "NCW" or _static(call.args[0]) is None:
+        return call
+    left, right = _int_list(a.padding)
+    rows = _POOLS_2D[call.op.name](
+        relax.op.expand_dims(call.args[0], axis=[2]), pool_size=(1, _int_list(a.pool_size)[0]),
+        strides=(1, _int_list(a.strides)[0]), padding=(0, left, 0, right),
+        dilation=(1, _int_list(a.dilation)[0]), ceil_mode=bool(a.ceil_mode),
+        count_include_pad=bool(a.count_include_pad), layout="NCHW", out_layout="NCHW")
+    return named_as(relax.op.squeeze(named_as(rows, call), axis=[2]), call)
+
+
+def conv1d_as_conv2d(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv1d of [N, C, L] (with its bias, where one is added) -> the conv2d of [N, C, 1, L]
+    with kernel [K, C/g, 1, k] (the same products in the same order), between an expand_dims
+    and a squeeze, which :func:`squeezes_as_reshapes` then makes the reshapes of the same
+    bytes; the 1-D pools of ONNX's import likewise (torch's frontend imports them in this form
+    already)."""
+    mod = _rewrite_with_readers(mod, _C1_BIASED, _conv1d_bias_folded)
+    mod = rewrite_bindings(mod, tuple(_POOLS_2D), _pool1d_as_pool2d)
+    return rewrite_bindings(mod, ("relax.nn.conv1d",), _conv1d_as_conv2d)
+
+
+def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    axes = call.attrs.axis
+    if shape is None or out is None or len(shape) != 3 or axes is None or len(axes) != 1 or \
+            str(x.ty.dtype) not in ("float32", "float16"):
+        return call
+    axis = int(axes[0]) % 3
+    if axis == 0:
+        return call
+    n, a, b = shape
+    if axis == 1:  # [N, T, C] tokens: their channels' means over the tokens
+        x, a, b = relax.op.permute_dims(x, [0, 2, 1]), b, a
+    pooled = relax.op.mean(relax.op.reshape(x, [n, a, 1, b]), axis=[2, 3], keepdims=False)
+    return pooled if out == [n, a] else relax.op.reshape(named_as(pooled, call), out)
+
+
+def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
+    """A mean over one axis of [N, C, L] (a 1-D network's global average) or of [N, T, C]
+    tokens (their average over the tokens: MLP-Mixer's, a ViT's average-pool head, a text
+    encoder's mean pooling) -> the PDP's global average of [N, C, 1, L] (of the tokens
+    transposed to [N, C, T] first), keepdims a reshape after it."""
+    return rewrite_bindings(mod, ("relax.mean",), _mean_of_3d)
+
+
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
     binding (:func:`rewrite_bindings`)."""
@@ -2008,7 +2114,7 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 #: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
-                  squeezes_as_reshapes,
+                  conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

@@ -217,7 +217,9 @@ def jit_with_simulator(exe) -> "tvm.runtime.Module":
     if module is not None:
         return module
     if not exe.mod._collect_from_import_tree(lambda m: m.kind in ("c", "static_library")):
-        return exe.jit()  # nothing to compile (as Executable.jit decides): runs as it is
+        # nothing to compile (as Executable.jit decides): runs as it is (TVM's own jit, not
+        # an AccelExecutable's, which comes here)
+        return tvm.runtime.Executable.jit(exe)
     with tempfile.TemporaryDirectory(prefix="accel-jit-") as directory:
         path = Path(directory) / "exported.so"
         try:

@@ -531,3 +531,83 @@ def test_a_cast_to_the_inputs_own_type_is_no_op_on_the_host():
     expected = ort.InferenceSession(model.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert_close(build_and_run(partitioned, x), expected, 1e-5)
+
+
+# --- 1-D convolutions -----------------------------------------------------------------------------
+
+class KeywordSpotter(torch.nn.Module):
+    """A 1-D conv network over [N, C, L] (audio features, a TCN): a biased conv + batch norm +
+    ReLU, a max pool, a dilated depthwise conv without bias, a strided conv whose output is
+    also read by a residual add (its bias then not folded: two readers), a global average."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv1d(20, 32, 5, padding=2),
+                                        torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                                        torch.nn.MaxPool1d(2))
+        self.depthwise = torch.nn.Conv1d(32, 32, 3, padding=2, dilation=2, groups=32, bias=False)
+        self.strided = torch.nn.Conv1d(32, 48, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(48, 6)
+        with torch.no_grad():
+            self.stem[1].running_mean.uniform_(-0.5, 0.5)
+            self.stem[1].running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        y = self.strided(torch.relu(self.depthwise(self.stem(x))))
+        y = y + torch.sigmoid(y)
+        return self.head(y.mean(2))
+
+
+@pytest.mark.parametrize("source", ["pytorch", "onnx"])
+def test_1d_convolutions_are_the_2d_convolutions_of_one_row(source, tmp_path):
+    model, x = KeywordSpotter().eval(), _input((1, 20, 64), 3)
+    if source == "onnx":
+        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "k.onnx"))
+        partitioned = ac.partition_for_accel(mod, params)
+    else:
+        partitioned, _ = _partition(model, x)
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    ops = [op.op for op in report.ops]
+    assert "relax.nn.conv1d" not in ops and ops.count("relax.nn.conv2d") == 3, str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
+def test_1d_convolutions_in_fp16_and_int8(precision, min_db):
+    model, x = KeywordSpotter().eval(), _input((1, 20, 64), 3)
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(4, 8)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+
+
+class TokenMeans(torch.nn.Module):
+    """Means over a 3-D tensor's axes: a text encoder's mean pooling of [N, T, C] tokens (an
+    MLP-Mixer's head), kept as [N, 1, C], and the mean over the last axis of [N, C, L]."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(12, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        tokens = self.norm(self.embed(x))                     # [1, 10, 16]
+        pooled = tokens.mean(1, keepdim=True)                  # [1, 1, 16]
+        channels = tokens.transpose(1, 2).mean(-1)             # [1, 16]
+        return torch.relu(pooled.flatten(1) + channels)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_means_over_tokens_and_the_last_axis_are_pdp_averages(precision):
+    model, x = TokenMeans().eval(), _input((1, 10, 12), 5)
+    partitioned, report = _partition(model, x, precision=precision)
+    _whole(report)
+    assert [op.primitive for op in report.ops if op.op == "relax.mean"] == \
+        ["accel.global_avgpool"] * 2, str(report)
+    y, expected = build_and_run(partitioned, x), torch_forward(model, x)
+    if precision == "fp32":
+        assert_close(y, expected, 1e-5)
+    else:
+        assert sqnr(y, expected) >= 55.0

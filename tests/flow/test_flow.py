@@ -101,6 +101,15 @@ def test_tvm_own_calls_run_what_build_returns(zoo, tmp_path):
     np.testing.assert_array_equal(loaded["main"](tvm.runtime.tensor(x)).numpy(), expected)
     with pytest.raises(ac.AccelInvalidError, match="must end in .so"):
         ac.export_library(exe, tmp_path / "lenet5.dll")
+    # all on the host (a module with nothing to offload): TVM's own jit, no C to link
+    builder = tvm.relax.BlockBuilder()
+    v = tvm.relax.Var("x", tvm.relax.TensorType((2, 3), "float32"))
+    with builder.function("main", [v]):
+        builder.emit_func_output(builder.emit(tvm.relax.op.exp(v)))
+    host_only = ac.build(builder.get())
+    small = x[0, 0, :2, :3].copy()
+    np.testing.assert_allclose(tvm.relax.VirtualMachine(host_only, tvm.cpu())["main"](
+        tvm.runtime.tensor(small)).numpy(), np.exp(small), rtol=1e-6)
 
 
 def test_decomposed_build_gives_the_same_numbers_and_moves_more_bytes(zoo):
