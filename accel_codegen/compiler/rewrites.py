@@ -186,20 +186,21 @@ def clip_from_bounds(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 # --- take --------------------------------------------------------------------------------------
-# torch's frontend gathers (embeddings, x[:, 0]) with take(mode="fast"): no bounds check, and
-# TVM warns at every one it compiles. "clip" gives the same values for every index in bounds
-# and clamps one out of bounds where "fast" would read outside the tensor.
+# torch's frontend gathers (embeddings, x[:, 0], x[:, -1]) with take(mode="fast"): no bounds
+# check, and TVM warns at every one it compiles. torch's indices count from the end when
+# negative (an LSTM's last step, x[:, -1]), which "wrap" reads as torch does for every index
+# torch accepts, [-n, n); "clip" read x[:, -1] as x[:, 0] (a wrong answer, not an error).
 _TAKE = is_op("relax.take")(wildcard(), wildcard())
 
 
 def _checked_take(expr: relax.Expr, matches) -> relax.Expr:
     if str(expr.attrs.mode) != "fast":
         return expr
-    return relax.op.take(expr.args[0], expr.args[1], axis=expr.attrs.axis, mode="clip")
+    return relax.op.take(expr.args[0], expr.args[1], axis=expr.attrs.axis, mode="wrap")
 
 
 def bounded_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """take(..., mode="fast") -> take(..., mode="clip")."""
+    """take(..., mode="fast") -> take(..., mode="wrap") (torch's negative indices)."""
     return _rewrite(mod, _TAKE, _checked_take)
 
 

@@ -458,6 +458,31 @@ def test_a_take_at_a_negative_index_in_fast_mode_is_no_slice():
     assert "strided_slice" not in rewrites.sliced_takes(Take).script()
 
 
+class LastSteps(torch.nn.Module):
+    """Negative indices as torch reads them, from the end: an LSTM's last step for a head
+    (`out[:, -1]`), the token before it of a dense layer's output, and a gather of token ids
+    with one negative (an embedding of the last id)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.proj = torch.nn.Linear(8, 16)
+        self.register_buffer("ids", torch.tensor([0, -1, 3]))
+
+    def forward(self, x):
+        steps = self.proj(x)
+        picked = steps[:, self.ids].sum(1)
+        return self.lstm(x)[0][:, -1] + steps[:, -2] + picked
+
+
+def test_negative_indices_read_from_the_end_as_in_torch():
+    """torch's frontend gathers with take(mode="fast"); made checked, a negative index must wrap
+    (it was clamped: `x[:, -1]` read `x[:, 0]`, a wrong answer on every LSTM head)."""
+    model, x = LastSteps().eval(), _input((1, 6, 8), 11)
+    partitioned, _ = _partition(model, x)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
 # --- a constant scale and shift after a conv (PP-LCNetV3's learnable affine blocks) -----------
 
 class ConvAffine(torch.nn.Module):
