@@ -46,7 +46,9 @@ result computes the same values).
   without padding alone, that convolution's input side ``conv2d(x, W c) + (b + sum W d)``; a
   conv1d of ``[N, C, L]`` the conv2d of ``[N, C, 1, L]`` between reshapes (as torch's frontend
   imports the 1-D pools); a mean over the last axis of ``[N, C, L]`` or over the tokens of
-  ``[N, T, C]`` the global average of ``[N, C, 1, L]`` (the tokens transposed first).
+  ``[N, T, C]`` the global average of ``[N, C, 1, L]`` (the tokens transposed first); a
+  bilinear upsampling (half-pixel centres) by an even factor the depthwise transposed
+  convolution of its tent kernel, of x with its border repeated.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -2024,6 +2026,50 @@ def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.mean",), _mean_of_3d)
 
 
+def _edge_padded(x: relax.Expr, axis: int, size: int) -> relax.Expr:
+    """x with its first and last rows (axis 2) or columns (axis 3) repeated once outside:
+    two slices and a concat, BDMA copies."""
+    return relax.op.concat([relax.op.strided_slice(x, axes=[axis], begin=[0], end=[1]), x,
+                            relax.op.strided_slice(x, axes=[axis], begin=[size - 1],
+                                                   end=[size])], axis=axis)
+
+
+def _bilinear_as_deconv(call: relax.Call, source) -> relax.Expr:
+    a = call.attrs
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    if str(a.method) != "linear" or str(a.layout) != "NCHW" or shape is None or \
+            out is None or len(shape) != 4 or \
+            str(a.coordinate_transformation_mode) not in ("half_pixel", "pytorch_half_pixel") or \
+            any(float(getattr(v, "value", v)) != 0.0 for v in a.roi) or \
+            str(x.ty.dtype) not in ("float32", "float16") or str(call.ty.dtype) != str(x.ty.dtype):
+        return call
+    factors = [o // i if o % i == 0 else 0 for o, i in zip(out[2:], shape[2:])]
+    if any(f < 2 or f % 2 for f in factors) or min(shape[2:]) < 2:
+        return call
+    dtype = str(x.ty.dtype)
+    # the triangle (tent) kernel of factor s at half-pixel centres, 2s taps: 1 - |(t + 1/2)/s - 1|
+    taps = [1.0 - np.abs((np.arange(2 * f) + 0.5) / f - 1.0) for f in factors]
+    kernel = np.outer(*taps).astype(dtype)
+    weight = np.ascontiguousarray(np.broadcast_to(kernel, (shape[1], 1) + kernel.shape))
+    padded = _edge_padded(_edge_padded(x, 2, shape[2]), 3, shape[3])
+    (fh, fw) = factors
+    return relax.op.nn.conv2d_transpose(
+        padded, relax.const(weight), strides=(fh, fw),
+        padding=(3 * fh // 2, 3 * fw // 2, 3 * fh // 2, 3 * fw // 2), groups=shape[1],
+        data_layout="NCHW", kernel_layout="IOHW", out_layout="NCHW", out_dtype=dtype)
+
+
+def bilinear_upsampling_as_deconvolution(mod: tvm.IRModule) -> tvm.IRModule:
+    """resize2d, linear, half-pixel centres (torch's bilinear with align_corners=False, ONNX's
+    Resize linear), by an even integer factor s per axis (FPN and segmentation heads' x2, x4,
+    x8) -> the depthwise transposed convolution of the tent kernel of 2s taps, stride s,
+    cropping 3s/2 each side, of x with its border rows and columns repeated once (the
+    resize's clamped edges): the same weighted sums, which the CONV + RUBIK deconvolution
+    runs (products summed in another order: fp32's rounding, not exact)."""
+    return rewrite_bindings(mod, ("relax.image.resize2d",), _bilinear_as_deconv)
+
+
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
     binding (:func:`rewrite_bindings`)."""
@@ -2116,6 +2162,7 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
+                  bilinear_upsampling_as_deconvolution,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

@@ -239,3 +239,69 @@ def test_drawn_geometries_run_as_offloaded_or_stay_on_the_host(shape):
     assert all(op.reason for op in report.host), str(report)
     for actual, expected in zip(_outputs(partitioned, x), _torch(model, x)):
         assert_close(actual, expected)
+
+
+# --- bilinear upsampling ------------------------------------------------------------------------
+
+class BilinearHead(torch.nn.Module):
+    """A segmentation head's bilinear upsampling (align_corners=False): x2 of a feature map
+    beside a skip connection, then x4 (and x(2, 4)) of the logits; odd and rectangular sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, 2, padding=1)
+        self.skip = torch.nn.Conv2d(3, 8, 1)
+        self.logits = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        y = F.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode="bilinear",
+                          align_corners=False) + self.skip(x)
+        logits = self.logits(y)
+        return torch.cat([F.interpolate(logits, scale_factor=4, mode="bilinear"),
+                          F.interpolate(logits, scale_factor=(2, 4), mode="bilinear")
+                          .repeat_interleave(2, dim=2)], 1)
+
+
+@pytest.mark.parametrize("source", ["pytorch", "onnx"])
+def test_bilinear_upsampling_is_a_depthwise_deconvolution(source, tmp_path):
+    from accel_codegen.compiler.frontend import export_onnx, from_onnx
+
+    model, x = BilinearHead().eval(), _input((1, 3, 10, 14), 21)
+    if source == "onnx":
+        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "b.onnx"))
+        partitioned = ac.partition_for_accel(mod, params)
+        report = ac.partition_report(partitioned)
+    else:
+        partitioned, report = _partition(model, x)
+    ops = [op.op for op in report.ops]
+    assert "relax.image.resize2d" not in [op.op for op in report.offloaded + report.host]
+    assert ops.count("relax.nn.conv2d_transpose") == 3, str(report)
+    # the upsamplings offloaded; repeat_interleave's broadcast through a 5-D view (the test's
+    # way to give the x(2, 4) branch the others' height) stays on the host
+    assert all(op.offloaded for op in report.ops if op.op == "relax.nn.conv2d_transpose")
+    assert {op.op for op in report.host} <= {"relax.reshape", "relax.broadcast_to"}
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
+def test_bilinear_upsampling_in_fp16_and_int8(precision, min_db):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Upsample(scale_factor=2, mode="bilinear"),
+                                torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    x = _input((1, 3, 9, 12), 22)
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(4)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+
+
+@pytest.mark.parametrize("scale, corners", [(3, False), (2, True)])
+def test_other_bilinear_upsamplings_stay_on_the_host_with_their_reason(scale, corners):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Upsample(
+        scale_factor=scale, mode="bilinear", align_corners=corners)).eval()
+    x = _input((1, 3, 6, 6), 23)
+    partitioned, report = _partition(model, x)
+    [host] = report.host
+    assert host.op == "relax.image.resize2d" and "nearest-neighbour only" in host.reason
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
