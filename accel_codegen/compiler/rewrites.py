@@ -48,7 +48,10 @@ result computes the same values).
   imports the 1-D pools); a mean over the last axis of ``[N, C, L]`` or over the tokens of
   ``[N, T, C]`` the global average of ``[N, C, 1, L]`` (the tokens transposed first); a
   bilinear upsampling (half-pixel centres) by an even factor the depthwise transposed
-  convolution of its tent kernel, of x with its border repeated.
+  convolution of its tent kernel, of x with its border repeated; a group norm (instance
+  norm) the layer norm of each group's values over the last axis of ``[N, G, C H W / G]``,
+  reshaped back, then its per-channel scale and shift; ``x * 1`` and ``x + 0`` of constants
+  that broadcast x to no more values ``x``.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -349,7 +352,8 @@ _LN_MEAN = is_op("relax.mean")(_LN_X)
 _LN_D = is_op("relax.subtract")(_LN_X, _LN_MEAN)
 _LN_EXPONENT = is_const()
 _LN_VAR = is_op("relax.mean")(is_op("relax.power")(_LN_D, _LN_EXPONENT) |
-                              is_op("relax.multiply")(_LN_D, _LN_D))
+                              is_op("relax.multiply")(_LN_D, _LN_D)) | \
+    is_op("relax.variance")(_LN_X)  # TVM's import of ONNX's InstanceNormalization
 _LN_EPS = is_const()
 _LN_VE = is_op("relax.add")(_LN_VAR, _LN_EPS) | is_op("relax.add")(_LN_EPS, _LN_VAR)
 _LN_NORMED = is_op("relax.divide")(_LN_D, is_op("relax.sqrt")(_LN_VE)) | \
@@ -389,10 +393,47 @@ def _to_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
                                   epsilon=float(eps.reshape(-1)[0]))
 
 
+def _trailing_axes(call: relax.Call, rank: int) -> Optional[int]:
+    """The first of the trailing axes a keepdims mean or variance reduces (k: axes k..rank-1),
+    or None."""
+    axes = call.attrs.axis
+    if axes is None or not bool(call.attrs.keepdims):
+        return None
+    axes = sorted(int(a) % rank for a in _int_list(axes))
+    return axes[0] if axes == list(range(axes[0], rank)) and axes[0] > 0 else None
+
+
+def _to_plain_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_LN_X]
+    shape = _static(x)
+    dtype = getattr(x.ty, "dtype", None)
+    if shape is None or not shape or dtype not in ("float32", "float16") or \
+            (_matched(matches, _LN_EXPONENT) is not None and
+             constant_value(matches[_LN_EXPONENT]).tolist() not in (2, 2.0, [2.0], [2])):
+        return expr
+    first = _trailing_axes(matches[_LN_MEAN], len(shape))
+    eps = constant_value(matches[_LN_EPS])
+    if first is None or _trailing_axes(matches[_LN_VAR], len(shape)) != first or \
+            eps.size != 1 or float(eps.reshape(-1)[0]) < 0:
+        return expr
+    # the trailing axes as one (InstanceNormalization's H and W): the same values in order
+    rows = shape[:first] + [int(np.prod(shape[first:]))]
+    channels, dtype = rows[-1], str(dtype)
+    normed = relax.op.nn.layer_norm(
+        x if rows == shape else relax.op.reshape(x, rows),
+        relax.const(np.ones(channels, dtype)), relax.const(np.zeros(channels, dtype)),
+        axes=[-1], epsilon=float(eps.reshape(-1)[0]), center=False, scale=False)
+    return normed if rows == shape else relax.op.reshape(named_as(normed, expr), shape)
+
+
 def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
     """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta over the last axis ->
-    layer_norm(x, gamma, beta) (the host build computes the same formula)."""
-    return _rewrite(mod, _LN_FORMULA, _to_layer_norm)
+    layer_norm(x, gamma, beta) (the host build computes the same formula); the formula without
+    gamma and beta, over the last axis or several trailing ones (the variance's form: TVM's
+    import of ONNX's InstanceNormalization, whose affine torch's GroupNorm export moves after a
+    reshape) the layer norm without them (of the trailing axes as one)."""
+    mod = _rewrite(mod, _LN_FORMULA, _to_layer_norm)
+    return _rewrite(mod, _LN_NORMED, _to_plain_layer_norm)
 
 
 # --- batch norm at the end of a chain -----------------------------------------------------------
@@ -1216,17 +1257,34 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
     return result
 
 
+_ELEMENT_WISE = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide")
+
+
+def _arithmetic_operands(function: relax.Function) -> set:
+    """The variables some element-wise arithmetic binding of ``function`` reads directly, but
+    for 4-D ones (torch's conv biases, [1, C, 1, 1], which the patterns read through their
+    reshape)."""
+    return {arg for value in _bindings_table(function).values()
+            if getattr(getattr(value, "op", None), "name", None) in _ELEMENT_WISE
+            for arg in value.args if isinstance(arg, relax.Var) and
+            len(_static(arg) or [0] * 4) != 4}
+
+
 def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """A reshape (expand_dims, squeeze) or a permute_dims of a constant read by two ops or more
     -> the reshaped constant in each reader (torch.export binds one permute_dims for the equal
     weights of cloned layers, as nn.TransformerEncoder's are before training: each dense
-    layer then reads its weights on its own)."""
+    layer then reads its weights on its own); and one of another rank than 4 that element-wise
+    arithmetic reads (a per-channel scale of [1, C, 1] of 1-D data: fp16 and int8 code read
+    constant operands)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         readers = read_counts(function)
+        arithmetic = _arithmetic_operands(function)
         constants = {}
         for var, value in _bindings_table(function).items():
-            if isinstance(var, relax.DataflowVar) and readers.get(var, 0) > 1 and \
+            if isinstance(var, relax.DataflowVar) and \
+                    (readers.get(var, 0) > 1 or var in arithmetic) and \
                     getattr(getattr(value, "op", None), "name", None) in _SHAPE_ONLY + (
                         "relax.permute_dims",) and \
                     is_constant(value.args[0]) and _static(value) is not None:
@@ -2070,6 +2128,77 @@ def bilinear_upsampling_as_deconvolution(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.image.resize2d",), _bilinear_as_deconv)
 
 
+def _grouped_norm(call: relax.Call, source) -> relax.Expr:
+    a = call.attrs
+    x, gamma, beta = call.args
+    shape = _static(x)
+    if shape is None or len(shape) not in (3, 4) or int(a.channel_axis) % len(shape) != 1 or \
+            str(x.ty.dtype) not in ("float32", "float16") or \
+            (bool(a.scale) and not is_constant(gamma)) or \
+            (bool(a.center) and not is_constant(beta)):
+        return call
+    axes = sorted(int(v) % len(shape) for v in a.axes)
+    spatial = list(range(2, len(shape)))
+    # TVM's import of torch's instance norm gives axes [0, 2, 3]: the same statistics as
+    # PyTorch's per-image ones for one image only
+    if axes != spatial and not (axes == [0] + spatial and shape[0] == 1):
+        return call
+    groups = int(a.num_groups) if call.op.name == "relax.nn.group_norm" else shape[1]
+    if shape[1] % groups:
+        return call
+    dtype = str(x.ty.dtype)
+    n, c = shape[0], shape[1]
+    length = int(np.prod(shape[1:])) // groups
+    normed = relax.op.nn.layer_norm(
+        relax.op.reshape(x, [n, groups, length]), relax.const(np.ones(length, dtype)),
+        relax.const(np.zeros(length, dtype)), axes=[-1], epsilon=float(a.epsilon),
+        center=False, scale=False)
+    out = relax.op.reshape(named_as(normed, call), shape)
+    per_channel = [1, c] + [1] * (len(shape) - 2)
+    if bool(a.scale):
+        out = relax.op.multiply(named_as(out, call), relax.const(
+            constant_value(gamma).astype(dtype).reshape(per_channel)))
+    if bool(a.center):
+        out = relax.op.add(named_as(out, call), relax.const(
+            constant_value(beta).astype(dtype).reshape(per_channel)))
+    return out
+
+
+def grouped_norms_as_layer_norms(mod: tvm.IRModule) -> tvm.IRModule:
+    """group_norm(x, G) (and instance_norm, G = C) of [N, C, H, W] or [N, C, L] -> the layer
+    norm of each group's values, reshape(x, [N, G, C H W / G]) over its last axis (the same
+    statistics; the layer norm's engine passes), reshaped back, then gamma and beta per channel
+    (the SDP's scale and shift)."""
+    return rewrite_bindings(mod, ("relax.nn.group_norm", "relax.nn.instance_norm"),
+                            _grouped_norm)
+
+
+# x * 1 and x + 0 of constants that do not broadcast x to more values: torch's ONNX export of
+# GroupNorm gives its InstanceNormalization a scale of ones and a bias of zeros (per group, in a
+# layout no engine reads), which then only copy x
+_UNIT_X, _UNIT_C = wildcard(), is_const()
+_UNIT_OPERAND = _UNIT_C | is_op("relax.reshape")(_UNIT_C, wildcard())
+_UNIT_TIMES = is_op("relax.multiply")(_UNIT_X, _UNIT_OPERAND) | \
+    is_op("relax.multiply")(_UNIT_OPERAND, _UNIT_X)
+_UNIT_PLUS = is_op("relax.add")(_UNIT_X, _UNIT_OPERAND) | \
+    is_op("relax.add")(_UNIT_OPERAND, _UNIT_X)
+
+
+def _unit(identity: float):
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        x, value = matches[_UNIT_X], constant_value(matches[_UNIT_C])
+        if _static(x) is None or _static(x) != _static(expr) or \
+                str(x.ty.dtype) != str(expr.ty.dtype) or not np.all(value == identity):
+            return expr
+        return x
+    return rewrite
+
+
+def unit_affines(mod: tvm.IRModule) -> tvm.IRModule:
+    """x * ones -> x and x + zeros -> x, where the constant broadcasts x to no more values."""
+    return _rewrite(_rewrite(mod, _UNIT_TIMES, _unit(1.0)), _UNIT_PLUS, _unit(0.0))
+
+
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
     binding (:func:`rewrite_bindings`)."""
@@ -2162,7 +2291,8 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
-                  bilinear_upsampling_as_deconvolution,
+                  bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
+                  unit_affines,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

@@ -636,3 +636,62 @@ def test_means_over_tokens_and_the_last_axis_are_pdp_averages(precision):
         assert_close(y, expected, 1e-5)
     else:
         assert sqnr(y, expected) >= 55.0
+
+
+# --- group and instance norms ---------------------------------------------------------------------
+
+class GroupNorms(torch.nn.Module):
+    """A diffusion / detection head's GroupNorm + SiLU, an affine and a plain InstanceNorm2d (a
+    style-transfer block), and a GroupNorm over a 1-D conv's [N, C, L]."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.group = torch.nn.GroupNorm(4, 16)
+        self.instance = torch.nn.InstanceNorm2d(16, affine=True)
+        self.plain = torch.nn.InstanceNorm2d(16)
+        self.conv1d = torch.nn.Conv1d(16, 8, 3, padding=1)
+        self.group1d = torch.nn.GroupNorm(2, 8)
+        with torch.no_grad():
+            for norm in (self.group, self.instance, self.group1d):
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        y = self.plain(torch.relu(self.instance(torch.nn.functional.silu(
+            self.group(self.conv(x))))))
+        return self.group1d(self.conv1d(y.flatten(2)))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_group_and_instance_norms_are_layer_norms_of_their_groups(batch):
+    model, x = GroupNorms().eval(), _input((batch, 3, 8, 10), 13)
+    partitioned, report = _partition(model, x)
+    _whole(report)
+    ops = [op.op for op in report.ops]
+    assert "relax.nn.group_norm" not in ops and "relax.nn.instance_norm" not in ops
+    assert ops.count("relax.nn.layer_norm") == 4, str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+def test_group_and_instance_norms_from_onnx(tmp_path):
+    """torch's ONNX export: InstanceNormalization (of the groups, reshaped, with a scale of ones
+    and a bias of zeros, then the affine per channel), which TVM imports as its formula (mean,
+    subtract, variance, sqrt, divide): read back as layer norms, whole."""
+    model, x = GroupNorms().eval(), _input((1, 3, 8, 10), 13)
+    mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "g.onnx"))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    assert [op.op for op in report.ops].count("relax.nn.layer_norm") == 4, str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 25.0)])
+def test_group_and_instance_norms_in_fp16_and_int8(precision, min_db):
+    model, x = GroupNorms().eval(), _input((1, 3, 8, 10), 13)
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(14, 18)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
