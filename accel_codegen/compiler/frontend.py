@@ -190,7 +190,8 @@ def from_pytorch(
         try:
             # Unwrapping the 1-tuple makes single-output models look like their ONNX import.
             # Registered custom primitives first, so that a user's own converter wins.
-            converters = {**custom.convert_map(), **dict(custom_convert_map or {})}
+            converters = {**_MISSING_CONVERTERS, **custom.convert_map(),
+                          **dict(custom_convert_map or {})}
             mod = _import_exported(exported, keep_params_as_input, converters)
         except (AssertionError, NotImplementedError, KeyError) as error:
             # TVM reports unconverted ops as "AssertionError: Unsupported function types".
@@ -202,6 +203,23 @@ def from_pytorch(
     if annotations is not None:  # after detaching the params, which drops module attributes
         mod = mod.with_attr(QDQ_ATTR, annotations.to_json())
     return mod, params
+
+
+def _reduction(op: Callable) -> Callable:
+    """A converter of aten's ``op(x, dim=[], keepdim=False)`` reductions (an empty dim: all)."""
+    def convert(node, importer) -> relax.Expr:
+        args = importer.retrieve_args(node)
+        dim = args[1] if len(args) > 1 else node.kwargs.get("dim", [])
+        keepdim = args[2] if len(args) > 2 else node.kwargs.get("keepdim", False)
+        axis = [int(d) for d in dim] if dim else None
+        return importer.block_builder.emit(op(args[0], axis=axis, keepdims=bool(keepdim)))
+    return convert
+
+
+#: Converters of aten ops TVM's PyTorch frontend lacks (its import raised "Unsupported function
+#: types"): torch.amax / amin, a CBAM block's channel max.
+_MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
+                       "amin.default": _reduction(relax.op.min)}
 
 
 def _in_eval_mode(model):

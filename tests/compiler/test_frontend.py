@@ -317,3 +317,34 @@ def test_gathers_are_bounds_checked_and_build_without_tvm_warnings(capfd):
     built = ac.virtual_machine(ac.build(ac.partition_for_accel(mod, params)))
     assert "Fast mode" not in capfd.readouterr().err
     np.testing.assert_array_equal(run_main(built, tokens.numpy()), model(tokens).detach().numpy())
+
+
+class ChannelExtremes(torch.nn.Module):
+    """CBAM's spatial attention reads the channels' max (torch.amax) and mean; amin over two
+    axes without keepdim, and over all axes: ops TVM's PyTorch frontend has no converter for."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.attend = torch.nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        pooled = torch.cat([y.mean(1, keepdim=True), y.amax(1, keepdim=True)], 1)
+        gated = y * torch.sigmoid(self.attend(pooled))
+        return gated.amin((2, 3)) + gated.amax()
+
+
+def test_amax_and_amin_import_and_run():
+    """They import (they raised 'Unsupported function types'), stay on the host with their
+    reason, and the answer is PyTorch's."""
+    model, x = ChannelExtremes().eval(), np.random.default_rng(4).standard_normal(
+        (1, 3, 10, 12)).astype(np.float32)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    partitioned = ac.partition_for_accel(mod, params)
+    report = ac.partition_report(partitioned)
+    assert any(op.op == "relax.max" and not op.offloaded for op in report.ops), str(report)
+    assert any(op.op == "relax.nn.conv2d" and op.offloaded for op in report.ops)
+    built = ac.virtual_machine(ac.build(partitioned))
+    np.testing.assert_allclose(run_main(built, x), model(torch.from_numpy(x)).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
