@@ -51,7 +51,8 @@ result computes the same values).
   convolution of its tent kernel, of x with its border repeated; a group norm (instance
   norm) the layer norm of each group's values over the last axis of ``[N, G, C H W / G]``,
   reshaped back, then its per-channel scale and shift; ``x * 1`` and ``x + 0`` of constants
-  that broadcast x to no more values ``x``.
+  that broadcast x to no more values ``x``; a product or sum of ``[N, C, H, W]`` and a computed
+  ``[N, 1, H, W]`` map the same of the map copied to C channels by a 1x1 convolution of ones.
 - After matching, a composite that ends at a batch_norm returns its normalised output, not the
   (y, mean, var) tuple (TVM's matcher cannot end a pattern at the tuple item).
 - A symbolic dimension that a match_cast defines from constants only (TVM's ONNX import of a
@@ -2199,6 +2200,33 @@ def unit_affines(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(_rewrite(mod, _UNIT_TIMES, _unit(1.0)), _UNIT_PLUS, _unit(0.0))
 
 
+def _channel_broadcast(call: relax.Call, source) -> relax.Expr:
+    a, b = call.args
+    shapes = [_static(a), _static(b)]
+    out = _static(call)
+    if out is None or len(out) != 4 or out[1] == 1 or None in shapes or \
+            any(len(shape) != 4 for shape in shapes) or \
+            str(call.ty.dtype) not in ("float32", "float16") or \
+            is_constant(a) or is_constant(b):
+        return call
+    wide, narrow = (a, b) if shapes[0] == out else (b, a)
+    if _static(wide) != out or _static(narrow) != [out[0], 1] + out[2:]:
+        return call
+    dtype = str(call.ty.dtype)
+    copies = relax.op.nn.conv2d(narrow, relax.const(np.ones((out[1], 1, 1, 1), dtype)),
+                                data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+                                out_dtype=dtype)
+    return relax.Call(call.op, [wide, named_as(copies, call)], call.attrs)
+
+
+def channel_broadcasts_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
+    """x * m and x + m with x [N, C, H, W] and a computed m [N, 1, H, W] (a spatial attention
+    map: CBAM's, BiSeNet's) -> the same with m copied to C channels by a 1x1 convolution of
+    ones (each output one product by 1: the copy exactly), whose output the SDP's element-wise
+    unit reads as it reads any tensor of x's shape."""
+    return rewrite_bindings(mod, ("relax.multiply", "relax.add"), _channel_broadcast)
+
+
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
     binding (:func:`rewrite_bindings`)."""
@@ -2292,7 +2320,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
-                  unit_affines,
+                  unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,

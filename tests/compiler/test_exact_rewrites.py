@@ -695,3 +695,34 @@ def test_group_and_instance_norms_in_fp16_and_int8(precision, min_db):
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
     assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+
+
+# --- a map of one channel applied to every channel ----------------------------------------------
+
+class SpatialGate(torch.nn.Module):
+    """A spatial attention gate: features times the sigmoid of a one-channel map (BiSeNet's,
+    CBAM's second half), plus a one-channel bias map added."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 12, 3, padding=1)
+        self.gate = torch.nn.Conv2d(12, 1, 3, padding=1)
+        self.shift = torch.nn.Conv2d(3, 1, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y * torch.sigmoid(self.gate(y)) + self.shift(x)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", 30.0)])
+def test_a_one_channel_map_is_copied_to_the_channels_by_a_convolution(precision, min_db):
+    model, x = SpatialGate().eval(), _input((1, 3, 10, 12), 19)
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(20, 24)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    y, expected = build_and_run(partitioned, x), torch_forward(model, x)
+    if min_db is None:
+        assert_close(y, expected, 1e-5)
+    else:
+        assert sqnr(y, expected) >= min_db
