@@ -2071,18 +2071,23 @@ def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
     if axis == 0:
         return call
     n, a, b = shape
+    length = shape[axis]
     if axis == 1:  # [N, T, C] tokens: their channels' means over the tokens
         x, a, b = relax.op.permute_dims(x, [0, 2, 1]), b, a
     pooled = relax.op.mean(relax.op.reshape(x, [n, a, 1, b]), axis=[2, 3], keepdims=False)
+    if call.op.name == "relax.sum":  # the mean times the count: the SDP's scale
+        pooled = relax.op.multiply(named_as(pooled, call),
+                                   relax.const(np.array(length, str(call.ty.dtype))))
     return pooled if out == [n, a] else relax.op.reshape(named_as(pooled, call), out)
 
 
 def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
-    """A mean over one axis of [N, C, L] (a 1-D network's global average) or of [N, T, C]
-    tokens (their average over the tokens: MLP-Mixer's, a ViT's average-pool head, a text
-    encoder's mean pooling) -> the PDP's global average of [N, C, 1, L] (of the tokens
-    transposed to [N, C, T] first), keepdims a reshape after it."""
-    return rewrite_bindings(mod, ("relax.mean",), _mean_of_3d)
+    """A mean (or sum) over one axis of [N, C, L] (a 1-D network's global average) or of
+    [N, T, C] tokens (their average over the tokens: MLP-Mixer's, a ViT's average-pool head, a
+    text encoder's mean pooling, written as a sum over the tokens divided by their count) ->
+    the PDP's global average of [N, C, 1, L] (of the tokens transposed to [N, C, T] first),
+    times L for a sum, keepdims a reshape after it."""
+    return rewrite_bindings(mod, ("relax.mean", "relax.sum"), _mean_of_3d)
 
 
 def _edge_padded(x: relax.Expr, axis: int, size: int) -> relax.Expr:
