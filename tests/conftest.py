@@ -152,6 +152,21 @@ def sqnr(actual, expected) -> float:
     return sqnr_db(float(np.sum(expected ** 2)), float(np.sum((actual - expected) ** 2)))
 
 
+def ort_int8_sqnr(model, x, calibration, tmp_path) -> float:
+    """The output SQNR against PyTorch of ONNX Runtime's static int8 quantisation of
+    ``model``'s ONNX export, calibrated on ``calibration`` (input tuples, ours): what a user
+    would otherwise get, the yardstick of an int8 figure that depends on the weights."""
+    import torch
+
+    from accel_codegen.compiler.frontend import export_onnx
+    from accel_codegen.quantization import ort_baseline
+
+    path = export_onnx(model, (torch.from_numpy(x),), tmp_path / "int8_baseline.onnx")
+    quantized, _ = ort_baseline.quantize_int8_as_ort_can(path, calibration, tmp_path)
+    y = ort_baseline.run(ort_baseline.session(quantized, threads=1), [x])
+    return sqnr(y, torch_forward(model, x))
+
+
 # --- inputs -------------------------------------------------------------------------------------
 
 def random_inputs(shape, count, seed):
@@ -204,6 +219,21 @@ def torch_forward(model, *inputs) -> np.ndarray:
     inputs = [torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs]
     with torch.no_grad():
         return model(*inputs).numpy()
+
+
+def trained_attention_biases(model, seed: int = 0):
+    """``model`` with its attention projections' biases drawn from N(0, 0.1): torch starts
+    them at zero, which the partitioner drops as x + 0 (rewrites.unit_affines); a trained
+    model's are not zero. Returns ``model``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for attention in model.modules():
+            if isinstance(attention, torch.nn.MultiheadAttention):
+                for bias in (attention.in_proj_bias, attention.out_proj.bias):
+                    bias.copy_(torch.randn(bias.shape, generator=gen) * 0.1)
+    return model
 
 
 def count_batch_norms(model) -> int:

@@ -2068,7 +2068,9 @@ def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
             str(x.ty.dtype) not in ("float32", "float16"):
         return call
     axis = int(axes[0]) % 3
-    if axis == 0:
+    # a sum over the last axis is the channel sum of tokens (an L2 norm's, an RMS norm's),
+    # which the normalisation composites match whole: only a sum over the tokens pools
+    if axis == 0 or (call.op.name == "relax.sum" and axis != 1):
         return call
     n, a, b = shape
     length = shape[axis]
@@ -2082,9 +2084,9 @@ def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
 
 
 def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
-    """A mean (or sum) over one axis of [N, C, L] (a 1-D network's global average) or of
-    [N, T, C] tokens (their average over the tokens: MLP-Mixer's, a ViT's average-pool head, a
-    text encoder's mean pooling, written as a sum over the tokens divided by their count) ->
+    """A mean over one axis of [N, C, L] (a 1-D network's global average), or a mean (or
+    sum) over the tokens of [N, T, C] (MLP-Mixer's, a ViT's average-pool head, a text
+    encoder's mean pooling, written as a sum over the tokens divided by their count) ->
     the PDP's global average of [N, C, 1, L] (of the tokens transposed to [N, C, T] first),
     times L for a sum, keepdims a reshape after it."""
     return rewrite_bindings(mod, ("relax.mean", "relax.sum"), _mean_of_3d)

@@ -13,7 +13,15 @@ import accel_codegen as ac
 from accel_codegen._accel_ffi import lib
 from accel_codegen.compiler.frontend import export_onnx, from_onnx
 from accel_codegen.compiler.frontend import from_pytorch
-from conftest import assert_close, assert_same, build_and_run, sqnr, torch_forward
+from conftest import (assert_close, assert_same, build_and_run, ort_int8_sqnr, sqnr,
+                      torch_forward)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_weights():
+    """Each test's model weights from seed 0, whatever ran before it (int8's error depends on
+    them: a figure measured alone is the figure in the whole suite)."""
+    torch.manual_seed(0)
 
 
 def _partition(model, x, **options):
@@ -28,6 +36,18 @@ def _whole(report):
 
 def _input(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path):
+    """fp16 at least ``min_db`` against PyTorch; int8 within 1 dB of ONNX Runtime's static int8
+    of the same weights and calibration (int8's figure moves with the weights: 24-40 dB for
+    one model's seeds, ONNX Runtime's within 0.5 dB of ours on each)."""
+    ours = sqnr(y, torch_forward(model, x))
+    if precision == "int8":
+        baseline = ort_int8_sqnr(model, x, calibration, tmp_path)
+        assert ours >= baseline - 1.0, (ours, baseline)
+    else:
+        assert ours >= min_db, ours
 
 
 # --- max pools wider than the PDP's window --------------------------------------------------------
@@ -326,14 +346,15 @@ def test_the_detector_from_onnx_is_whole_and_exact(detector, tmp_path):
     assert_close(build_and_run(partitioned, x), torch_forward(model, x))
 
 
-@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
-def test_the_detector_in_fp16_and_int8(detector, precision, min_db):
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", None)])
+def test_the_detector_in_fp16_and_int8(detector, precision, min_db, tmp_path):
     model, x = detector
-    options = {"calibration": [(_input(x.shape, seed),) for seed in range(6, 10)]} \
-        if precision == "int8" else {}
+    calibration = [(_input(x.shape, seed),) for seed in range(6, 10)]
+    options = {"calibration": calibration} if precision == "int8" else {}
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
-    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+    _check_sqnr(model, x, build_and_run(partitioned, x), precision, min_db, calibration,
+                tmp_path)
 
 
 # --- a layer norm's shift folded into the conv after it -------------------------------------------
@@ -598,14 +619,15 @@ def test_1d_convolutions_are_the_2d_convolutions_of_one_row(source, tmp_path):
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
 
 
-@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
-def test_1d_convolutions_in_fp16_and_int8(precision, min_db):
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", None)])
+def test_1d_convolutions_in_fp16_and_int8(precision, min_db, tmp_path):
     model, x = KeywordSpotter().eval(), _input((1, 20, 64), 3)
-    options = {"calibration": [(_input(x.shape, seed),) for seed in range(4, 8)]} \
-        if precision == "int8" else {}
+    calibration = [(_input(x.shape, seed),) for seed in range(4, 8)]
+    options = {"calibration": calibration} if precision == "int8" else {}
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
-    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+    _check_sqnr(model, x, build_and_run(partitioned, x), precision, min_db, calibration,
+                tmp_path)
 
 
 class TokenMeans(torch.nn.Module):
@@ -689,14 +711,15 @@ def test_group_and_instance_norms_from_onnx(tmp_path):
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
 
 
-@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 25.0)])
-def test_group_and_instance_norms_in_fp16_and_int8(precision, min_db):
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", None)])
+def test_group_and_instance_norms_in_fp16_and_int8(precision, min_db, tmp_path):
     model, x = GroupNorms().eval(), _input((1, 3, 8, 10), 13)
-    options = {"calibration": [(_input(x.shape, seed),) for seed in range(14, 18)]} \
-        if precision == "int8" else {}
+    calibration = [(_input(x.shape, seed),) for seed in range(14, 18)]
+    options = {"calibration": calibration} if precision == "int8" else {}
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
-    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
+    _check_sqnr(model, x, build_and_run(partitioned, x), precision, min_db, calibration,
+                tmp_path)
 
 
 # --- a map of one channel applied to every channel ----------------------------------------------
@@ -716,15 +739,16 @@ class SpatialGate(torch.nn.Module):
         return y * torch.sigmoid(self.gate(y)) + self.shift(x)
 
 
-@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", 30.0)])
-def test_a_one_channel_map_is_copied_to_the_channels_by_a_convolution(precision, min_db):
+@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", None)])
+def test_a_one_channel_map_is_copied_to_the_channels_by_a_convolution(precision, min_db,
+                                                                       tmp_path):
     model, x = SpatialGate().eval(), _input((1, 3, 10, 12), 19)
-    options = {"calibration": [(_input(x.shape, seed),) for seed in range(20, 24)]} \
-        if precision == "int8" else {}
+    calibration = [(_input(x.shape, seed),) for seed in range(20, 24)]
+    options = {"calibration": calibration} if precision == "int8" else {}
     partitioned, report = _partition(model, x, precision=precision, **options)
     _whole(report)
-    y, expected = build_and_run(partitioned, x), torch_forward(model, x)
-    if min_db is None:
-        assert_close(y, expected, 1e-5)
+    y = build_and_run(partitioned, x)
+    if precision == "fp32":
+        assert_close(y, torch_forward(model, x), 1e-5)
     else:
-        assert sqnr(y, expected) >= min_db
+        _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)

@@ -26,7 +26,7 @@ class Neck(torch.nn.Module):
         a = torch.nn.functional.silu(self.small(x))
         b = torch.nn.functional.silu(self.large(x))
         y = self.fuse(torch.cat([a, b], 1))
-        return y + a.sum(1, keepdim=True) if self.shared else y
+        return y + a if self.shared else y  # a: read by the concat and the add
 
 
 def _input(seed):

@@ -11,7 +11,7 @@ import torch
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
-from conftest import run_main, sqnr, torch_forward
+from conftest import run_main, sqnr, torch_forward, trained_attention_biases
 from test_layer_norm_flow import Seed  # the forum's relu(layer_norm(x W))
 
 T, C, HEADS = 10, 48, 3
@@ -39,8 +39,8 @@ class Classifier(torch.nn.Module):
 
 def _encoder():
     torch.manual_seed(0)
-    return torch.nn.TransformerEncoderLayer(C, HEADS, dim_feedforward=2 * C, dropout=0.0,
-                                            batch_first=True).eval()
+    return trained_attention_biases(torch.nn.TransformerEncoderLayer(
+        C, HEADS, dim_feedforward=2 * C, dropout=0.0, batch_first=True).eval())
 
 
 def _build(model, shape, config="nv_full", **options):

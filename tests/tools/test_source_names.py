@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from accel_codegen import partition_report
 from accel_codegen.compiler import frontend
 from accel_codegen.compiler.source_names import compress
+from conftest import trained_attention_biases
 
 
 class Block(torch.nn.Module):
@@ -291,8 +292,9 @@ def test_attention_layers_keep_their_module_paths():
     from accel_codegen.tools.report import source_names, source_ops
 
     torch.manual_seed(0)
-    model = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(
-        16, 2, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False).eval()
+    model = trained_attention_biases(torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
+        enable_nested_tensor=False).eval())
     mod, params = frontend.from_pytorch(model, (torch.randn(1, 8, 16),))
     report = partition_report(mod, params)
     assert not report.host
