@@ -30,8 +30,10 @@ op. Swin-V2's cosine attention: F.normalize of q and of k over each head's chann
 on the way back like a layout op, checked to normalise exactly one head's d channels of a
 token per row) becomes an L2 norm of the heads' rows before ``nn.attention``, and a constant
 factor per head on the scores (its logit scale, after compiler/constant_folding.py folded
-its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. An add of a
-computed tensor leaves the region as it was. The result computes the same values up to rounding (the scale
+its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. A padding
+mask's computed bias added last (one value per key, the same for every query and head: BERT's
+``(1 - mask) * min`` as [1, 1, 1, Tk]) becomes the bias too, its row copied to the T queries by a
+1x1 convolution of ones; another add of a computed tensor leaves the region as it was. The result computes the same values up to rounding (the scale
 is applied once, to the scores, where torch applies its square root to q and to k).
 """
 from __future__ import annotations
@@ -449,6 +451,9 @@ class _Core:
         # not normalised); ``scale`` is then one factor per head (an array) or one float
         self.q_eps: Optional[float] = None
         self.k_eps: Optional[float] = None
+        # a padding mask's computed bias, one value per key for every query and head (None:
+        # none): the row added to the scores before the softmax
+        self.key_bias: Optional[relax.Expr] = None
         self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray],
                                        Optional[str]]] = None
 
@@ -590,10 +595,26 @@ def _scores_map(graph: _Graph, shape, steps: list):
     return scale, index, bias.reshape(shape)
 
 
+def _key_bias(add: relax.Call) -> Optional[Tuple[relax.Expr, relax.Expr]]:
+    """(the scores, the bias) of ``add`` where one operand is the whole output and the other a
+    computed row of one value per key, broadcast over every other axis (a padding mask's
+    ``(1 - mask) * min`` as [B, 1, 1, Tk]), else None."""
+    out = _static(add)
+    if out is None:
+        return None
+    for scores, bias in (add.args, add.args[::-1]):
+        shape = _static(bias)
+        if _static(scores) == out and shape is not None and len(shape) <= len(out) and \
+                shape[-1] == out[-1] and int(np.prod(shape)) == out[-1] and \
+                str(getattr(bias.ty, "dtype", "")) == "float32":
+            return scores, bias
+    return None
+
+
 def _score_steps(graph: _Graph, scores: relax.Expr):
     """(the matmul Q K^T, its output, the steps from it to ``scores``: layout ops,
-    ("scale", factor) and ("bias", constant)), or None where something else comes
-    between."""
+    ("scale", factor) and ("bias", constant), last a ("key_bias", computed row) where one is
+    added just before the softmax), or None where something else comes between."""
     # the scores: matmul(A, B), then scalar factors, adds of constants (Swin's relative
     # position bias and shifted windows' mask) and layout ops that move nothing, each read
     # once (the scores by the softmax and torch's guard alone)
@@ -615,7 +636,13 @@ def _score_steps(graph: _Graph, scores: relax.Expr):
             if constant is None:
                 a, constant = b, _constant_of(graph, a)
             if constant is None:
-                return None
+                key_bias = _key_bias(call) if not steps else None
+                if key_bias is None:
+                    return None
+                a, b = key_bias
+                steps.insert(0, ("key_bias", b))
+                expr = a
+                continue
             steps.insert(0, ("bias", constant))
             expr = a
             continue
@@ -664,6 +691,8 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         return None
     call, expr, steps = walked
     qk = call
+    key_bias = steps.pop()[1] if steps and isinstance(steps[-1], tuple) and \
+        steps[-1][0] == "key_bias" else None
     scale, index, bias = _scores_map(graph, _static(expr), steps)
     if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
         return None
@@ -697,7 +726,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         windows = 1
     heads //= windows
     output = _merged(graph, reader, heads, tokens, d, windows, width)
-    if output is None:
+    # a computed bias: one image's attention (not windows, nor a sequence-first batch's
+    # images, which would each need their own row), no constant bias beside it
+    if output is None or (key_bias is not None and (windows != 1 or q[4] or bias is not None)):
         return None
     # the factors on the scores: one, or one per head (the same in every window)
     scale = np.asarray(scale, np.float64).reshape(windows, heads, tokens, kv_tokens)
@@ -716,6 +747,7 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
                  _projected_input(graph, v[:2], rows * kv_tokens, width), heads, tokens,
                  kv_tokens, d, scale * q[2] * k[2], output, windows, bias, width)
     core.q_eps, core.k_eps = q_eps[0], k_eps[0]
+    core.key_bias = key_bias
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
@@ -783,6 +815,22 @@ class _Rewriter(relax.PyExprMutator):
             x = self.builder_.emit(_l2_normalize(x, eps))
         return self.builder_.emit(named(relax.op.reshape(x, shape), name))
 
+    def _key_rows(self, core: _Core, name: Optional[str]) -> relax.Expr:
+        """The computed key bias as nn.attention's [1, 1, T, Tk]: the row [1, 1, 1, Tk] copied
+        to the T queries by a 1x1 convolution of ones (exact; the surface [1, T, 1, Tk] the
+        scores' SDP reads), made once for every core that adds the same row."""
+        t, tk = core.tokens, core.kv_tokens
+        row = self.visit_expr(core.key_bias)
+        key = (row, t)
+        if key not in self.made:
+            emit = self.builder_.emit
+            row = emit(named(relax.op.reshape(row, [1, 1, 1, tk]), name))
+            rows = emit(named(relax.op.nn.conv2d(
+                row, relax.const(np.ones((t, 1, 1, 1), np.float32)), data_layout="NCHW",
+                kernel_layout="OIHW", out_layout="NCHW", out_dtype="float32"), name))
+            self.made[key] = emit(named(relax.op.reshape(rows, [1, 1, t, tk]), name))
+        return self.made[key]
+
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.projections:
             result, w, b, name = self.projections.pop(binding.var)
@@ -807,6 +855,8 @@ class _Rewriter(relax.PyExprMutator):
         k = self._input(core.k, core, core.kv_tokens, core.k_eps, name, projections["k"])
         v = self._input(core.v, core, core.kv_tokens, None, name, projections["v"])
         bias = None if core.bias is None else relax.const(core.bias, "float32")
+        if core.key_bias is not None:
+            bias = self._key_rows(core, name)
         scale = core.scale
         if np.ndim(scale):  # one per head: a constant [1, 1, heads, 1] on the query's heads
             q = self.builder_.emit(named(relax.op.multiply(q, relax.const(

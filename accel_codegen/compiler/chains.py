@@ -410,9 +410,10 @@ def _token_entries() -> List[Entry]:
     # Swin-V2's logit scale per head: the query's heads times a constant [1, 1, heads, 1]
     heads[0] = heads[0] | is_op("relax.multiply")(heads[0], is_const())
     annotations["input"] = annotations["query"]
-    # Swin's windows add a constant (relative position bias, mask) to the scores
+    # Swin's windows add a constant (relative position bias, mask) to the scores; a padding
+    # mask a computed bias (compiler/attention.py)
     annotations["attention"] = is_op("relax.nn.attention")(*heads) | is_op(
-        "relax.nn.attention_bias")(*heads, is_const())
+        "relax.nn.attention_bias")(*heads, is_const() | wildcard())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
     annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)

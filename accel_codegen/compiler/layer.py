@@ -190,6 +190,9 @@ class AttentionSpec:
     windows: int = 1
     #: added to the scaled scores, [1 or windows, heads, tokens, kv_tokens] (None: nothing)
     bias: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
+    #: or a computed bias the same for every head (a padding mask's), [1, 1, tokens,
+    #: kv_tokens], whose bytes the scores' SDP reads as the surface [1, tokens, 1, kv_tokens]
+    key_bias: Optional[relax.Expr] = None
 
 
 @dataclasses.dataclass
@@ -226,7 +229,8 @@ class NormSpec:
         if self.kind == "attention":
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
-                                    a.kv_tokens, a.channels, windows=a.windows, bias=a.bias)
+                                    a.kv_tokens, a.channels, windows=a.windows, bias=a.bias,
+                                    key_bias=a.key_bias is not None)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),

@@ -1004,11 +1004,16 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if static_shape(call.args[2])[-1] != d:
         raise Unsupported("attention with a value head size other than the key's is not "
                           "generated")
-    bias = None
-    if len(call.args) > 3 and call.args[3] is not None:
-        if not is_constant(call.args[3]):
-            raise Unsupported("attention with a computed bias is not generated: the scores' "
-                              "SDP adds a constant")
+    bias = key_bias = None
+    if len(call.args) > 3 and call.args[3] is not None and not is_constant(call.args[3]):
+        # a padding mask's bias, copied to the queries by compiler/attention.py: the scores'
+        # SDP reads it as its element-wise operand
+        key_bias = call.args[3]
+        if windows != 1 or static_shape(key_bias) != (1, 1, tokens, kv_tokens):
+            raise Unsupported(f"attention's computed bias {list(static_shape(key_bias))} is not "
+                              f"[1, 1, {tokens}, {kv_tokens}] of one image")
+        _require_float32(key_bias, "attention's computed bias")
+    elif len(call.args) > 3 and call.args[3] is not None:
         bias = np.asarray(constant_value(call.args[3]), np.float32)
         if bias.ndim != 4 or bias.shape[0] not in (1, windows) or \
                 bias.shape[1:] != (heads, tokens, kv_tokens):
@@ -1064,7 +1069,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if per_head is not None:
         scale = tuple(float(scale * f) for f in per_head)
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
-                         channels, windows, bias)
+                         channels, windows, bias, key_bias)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
     return Layer(data=sources["x"], in_shape=(windows * tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)

@@ -577,7 +577,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      precision: str = "fp32", kv_tokens: Optional[int] = None,
                      channels: Optional[Dict[str, Tuple[int, int]]] = None,
                      newton: Optional[int] = None, windows: int = 1,
-                     bias: Optional[np.ndarray] = None) -> Decomposition:
+                     bias: Optional[np.ndarray] = None,
+                     key_bias: bool = False) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
@@ -624,7 +625,12 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     window's rows are a view at its address. ``bias`` [1 or windows, heads, T, Tk] is added
     to the scaled scores by the scores' own SDP, as its element-wise operand (S^T's channels
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
-    read as tensor "bias"."""
+    read as tensor "bias".
+
+    ``key_bias``: the bias is instead an input the passes read, tensor "bias" [1, T, 1, Tk]
+    computed by other runs (a padding mask's, the same for every query and head, copied to
+    the T queries' channels), every head's scores SDP reading all of it as its operand: one
+    image (``windows`` 1), no constant ``bias`` beside it."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -634,6 +640,11 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
     b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
     constants = _attention_bias(bias, windows, heads, t, tk, b)
+    if key_bias:
+        if bias is not None or windows != 1:
+            raise AccelInvalidError("attention: a computed key bias is for one image's "
+                                    "attention without a constant bias")
+        b.shapes["bias"] = (1, t, 1, tk)
     # every head's (and window's) scores are one surface [1, W H T, 1, Tk], head h of window
     # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
     # PDP and SDP passes, which work channel by channel, run once over all of them
@@ -648,10 +659,11 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
             sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
-            operand = None
+            operand = "bias" if key_bias else None
             if bias is not None:
                 bias_first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
                 operand = b.view(f"{head}.bias", "bias", bias_first, t, (1, t, 1, tk))
+            if operand is not None:
                 sdp = dataclasses.replace(sdp, ew_op="add")
             s = b.view(f"{head}.s", "s", first, t, (1, t, 1, tk))
             b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
@@ -664,7 +676,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
         b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"], (e, r, r_lo),
                       covered)
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
-                         ("k", "v"), ("o",), {**constants, **b.constants})
+                         ("k", "v", "bias") if key_bias else ("k", "v"), ("o",),
+                         {**constants, **b.constants})
 
 
 def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int, ...]]:

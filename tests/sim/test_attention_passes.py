@@ -235,3 +235,32 @@ def test_a_scale_per_head_scales_each_heads_scores_and_exponentials(precision, r
         assert np.abs(ours - expected).max() <= 1e-5 * np.abs(expected).max()
     else:
         assert sqnr(ours, expected) >= 50
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_computed_key_bias_is_an_input_every_head_reads(precision, rng):
+    """A padding mask's bias (BERT's (1 - mask) * -10000, one value per key) computed by
+    other runs and copied to the T queries' channels, [1, T, 1, Tk]: an input of the passes
+    (not a constant), every head's scores SDP adding all of it; the padded keys get no
+    weight; device and reference the same bits."""
+    t, heads, d = 6, 2, 8
+    dtype = dc.dtype_for(precision)
+    q, k, v, _ = _tokens(rng, False, t, t, heads, d)
+    q, k, v = (m.astype(dtype) for m in (q, k, v))
+    row = np.where(np.arange(t) < 4, 0.0, -10000.0).astype(np.float32)
+    decomposition = dc.attention_passes(t, heads, d, 1 / np.sqrt(d), precision, key_bias=True)
+    assert "bias" in decomposition.inputs and "bias" not in decomposition.constants
+    x = np.ascontiguousarray(q[:, :, None, None])
+    inputs = {"k": np.ascontiguousarray(k.T[None, :, None, :]),
+              "v": np.ascontiguousarray(v[:, :, None, None]),
+              "bias": np.broadcast_to(row.astype(dtype), (1, t, 1, t)).copy()}
+    y, _ = dc.run_passes(DEVICE, decomposition, x, inputs=inputs)
+    assert_same(y, ref.run_decomposition(decomposition, x, inputs))
+    kept = _attention64(q, k[:4], v[:4], heads, d, 1 / np.sqrt(d), {})
+    ours = y[:, :, 0, 0].astype(np.float64)
+    if precision == "fp32":
+        assert np.abs(ours - kept).max() <= 1e-5 * np.abs(kept).max()
+    else:
+        assert sqnr(ours, kept) >= 50
+    with pytest.raises(AccelInvalidError, match="key bias"):
+        dc.attention_passes(t, heads, d, precision=precision, key_bias=True, windows=2)

@@ -18,6 +18,7 @@ from ...sim.ops import count_nonzero
 from ..layer import Layer, constant_value, is_constant
 from ..program import Program, Run
 from .folding import affine
+from .constants import fp16_saturated
 
 
 class EmittedWeights:
@@ -79,7 +80,7 @@ class EmittedWeights:
         if self.precision == "int8":
             return self.codes
         if self.precision == "fp16":
-            return (self.folded if self.fuse else self.original).astype(np.float16)
+            return fp16_saturated(self.folded if self.fuse else self.original)
         # float32 as read (through float64 it is the same values): one copy fewer of
         # a model's every weight than self.original's
         return self._shaped(np.asarray(constant_value(self.expr), np.float32))
