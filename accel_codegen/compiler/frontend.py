@@ -216,10 +216,30 @@ def _reduction(op: Callable) -> Callable:
     return convert
 
 
+def _extreme_along(largest: bool) -> Callable:
+    """A converter of aten's ``max.dim`` / ``min.dim`` (``torch.max(x, dim)``: the values and
+    their indices): the values as the reduction they are, the indices an argmax (argmin),
+    where TVM's converter gives both from a topk of k = 1, which nothing runs but the host
+    (an unused argmax is dead code)."""
+    reduce, arg = (relax.op.max, relax.op.argmax) if largest else \
+        (relax.op.min, relax.op.argmin)
+
+    def convert(node, importer) -> relax.Expr:
+        args = importer.retrieve_args(node)
+        dim = int(args[1])
+        keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+        emit = importer.block_builder.emit
+        return emit(relax.Tuple([emit(reduce(args[0], axis=[dim], keepdims=keepdim)),
+                                 emit(arg(args[0], axis=dim, keepdims=keepdim))]))
+    return convert
+
+
 #: Converters of aten ops TVM's PyTorch frontend lacks (its import raised "Unsupported function
-#: types"): torch.amax / amin, a CBAM block's channel max.
+#: types"): torch.amax / amin, a CBAM block's channel max; and torch.max / min along a dim,
+#: which it imports as a topk.
 _MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
-                       "amin.default": _reduction(relax.op.min)}
+                       "amin.default": _reduction(relax.op.min),
+                       "max.dim": _extreme_along(True), "min.dim": _extreme_along(False)}
 
 
 def _in_eval_mode(model):

@@ -1904,13 +1904,23 @@ class _ByBinding(relax.PyExprMutator):
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
         return self.constants.get(var) or super().visit_dataflow_var_(var)
 
-    def _emit_args(self, expr: relax.Expr) -> relax.Expr:
+    def _emit_args(self, expr: relax.Expr, emitted=None) -> relax.Expr:
+        """``expr`` with its nested calls emitted, each once where a rewrite reads one call
+        twice (``emitted``: call -> its binding's variable)."""
+        emitted = {} if emitted is None else emitted
         if isinstance(expr, relax.Tuple):
-            return relax.Tuple([self._emit_args(f) for f in expr.fields])
+            return relax.Tuple([self._emit_args(f, emitted) for f in expr.fields])
         if not isinstance(expr, relax.Call):
             return expr
-        args = [self._emit_args(a) for a in expr.args]
-        args = [self.builder_.emit(a) if isinstance(a, relax.Call) else a for a in args]
+        args = []
+        for arg in expr.args:
+            if isinstance(arg, relax.Call):
+                if arg not in emitted:
+                    emitted[arg] = self.builder_.emit(self._emit_args(arg, emitted))
+                arg = emitted[arg]
+            else:
+                arg = self._emit_args(arg, emitted)
+            args.append(arg)
         return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
@@ -2090,6 +2100,44 @@ def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
     the PDP's global average of [N, C, 1, L] (of the tokens transposed to [N, C, T] first),
     times L for a sum, keepdims a reshape after it."""
     return rewrite_bindings(mod, ("relax.mean", "relax.sum"), _mean_of_3d)
+
+
+def _channel_reduction(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    axes = call.attrs.axis
+    if shape is None or out is None or len(shape) != 4 or axes is None or len(axes) != 1 or \
+            int(axes[0]) % 4 != 1 or shape[1] < 2 or \
+            str(x.ty.dtype) not in ("float32", "float16"):
+        return call
+    n, c, h, w = shape
+    dtype = str(x.ty.dtype)
+    if call.op.name == "relax.max":
+        # halves of the channels (overlapping by one where C is odd: max takes a value twice
+        # as readily as once), BDMA ranges, their element-wise max on the SDP, until one
+        while c > 1:
+            k = (c + 1) // 2
+            x = relax.op.maximum(
+                relax.op.strided_slice(x, axes=[1], begin=[0], end=[k]),
+                relax.op.strided_slice(x, axes=[1], begin=[c - k], end=[c]))
+            c = k
+        reduced = x
+    else:  # the sum: a convolution of ones to one channel; the mean: of 1 / C
+        value = 1.0 / c if call.op.name == "relax.mean" else 1.0
+        reduced = relax.op.nn.conv2d(x, relax.const(np.full((1, c, 1, 1), value, dtype)),
+                                     data_layout="NCHW", kernel_layout="OIHW",
+                                     out_layout="NCHW", out_dtype=dtype)
+    return reduced if out == [n, 1, h, w] else \
+        relax.op.reshape(named_as(reduced, call), out)
+
+
+def channel_reductions(mod: tvm.IRModule) -> tvm.IRModule:
+    """A sum, mean or max over the channels of NCHW data (CBAM's spatial attention reads the
+    mean and the max; a one-channel map's sum) -> a 1x1 convolution to one channel of ones
+    (the sum: exact) or of 1 / C (the mean: products summed, fp32's rounding), or (the max,
+    exact) a tree of the SDP's element-wise max over halves of the channels, each half a
+    BDMA channel range."""
+    return rewrite_bindings(mod, ("relax.sum", "relax.mean", "relax.max"), _channel_reduction)
 
 
 def _edge_padded(x: relax.Expr, axis: int, size: int) -> relax.Expr:
@@ -2326,6 +2374,7 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
+                  channel_reductions,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,

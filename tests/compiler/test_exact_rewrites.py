@@ -752,3 +752,55 @@ def test_a_one_channel_map_is_copied_to_the_channels_by_a_convolution(precision,
         assert_close(y, torch_forward(model, x), 1e-5)
     else:
         _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)
+
+
+# --- reductions over the channels -----------------------------------------------------------
+
+class ChannelPools(torch.nn.Module):
+    """CBAM's spatial attention (the mean and the max over the channels, a 7x7 conv, a
+    sigmoid gate; torch.max's values along a dim beside torch.amax), plus a channel sum; 7
+    channels, so the max's halves overlap."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 7, 3, padding=1)
+        self.gate = torch.nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        pooled = torch.cat([y.mean(1, keepdim=True), y.amax(1, keepdim=True)], 1)
+        return y * torch.sigmoid(self.gate(pooled)) + y.sum(1, keepdim=True) + \
+            torch.max(y, 1)[0][:, None]
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", None)])
+def test_channel_means_maxima_and_sums_run_on_the_engines(precision, min_db, tmp_path):
+    """Before: the mean, the max and the sum over axis 1 on the host ('the PDP averages H and
+    W only', 'no accelerator primitive'), torch.max a topk, 2 functions. fp32 measured
+    1.4e-7 of the output scale, fp16 69.1 dB, int8 25.1 dB."""
+    model, x = ChannelPools().eval(), _input((1, 3, 8, 10), 31)
+    calibration = [(_input(x.shape, seed),) for seed in range(32, 36)]
+    options = {"calibration": calibration} if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    y = build_and_run(partitioned, x)
+    if precision == "fp32":
+        assert_close(y, torch_forward(model, x), 1e-5)
+    else:
+        _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)
+
+
+class ArgMax(torch.nn.Module):
+    def forward(self, x):
+        values, indices = torch.max(x, 1)
+        return values + indices.float()
+
+
+def test_torch_max_along_a_dim_gives_its_values_and_indices():
+    """torch.max(x, dim) imports as max and argmax (frontend._extreme_along): the values on
+    the accelerator, the indices (an argmax) on the host, both as torch gives them."""
+    x = _input((1, 5, 4, 6), 37)
+    partitioned, report = _partition(ArgMax(), x)
+    assert [op.op for op in report.host] == ["relax.argmax", "relax.astype"], report
+    assert sum(op.op == "relax.maximum" for op in report.offloaded) == 3  # 5 -> 3 -> 2 -> 1
+    assert_close(build_and_run(partitioned, x), torch_forward(ArgMax(), x), 1e-6)
