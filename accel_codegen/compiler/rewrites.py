@@ -351,24 +351,66 @@ def gelu_from_erf(mod: tvm.IRModule) -> tvm.IRModule:
 _LN_X = wildcard()
 _LN_MEAN = is_op("relax.mean")(_LN_X)
 _LN_D = is_op("relax.subtract")(_LN_X, _LN_MEAN)
+# the variance's x - mean: the numerator's, or x - mean written again (detectron2's and SAM's
+# LayerNorm2d: "(x - u).pow(2).mean(1)" and "(x - u) / ..."), the same operands and values
+_LN_D_SQUARED = _LN_D | is_op("relax.subtract")(_LN_X, _LN_MEAN)
 _LN_EXPONENT = is_const()
-_LN_VAR = is_op("relax.mean")(is_op("relax.power")(_LN_D, _LN_EXPONENT) |
-                              is_op("relax.multiply")(_LN_D, _LN_D)) | \
+_LN_VAR = is_op("relax.mean")(is_op("relax.power")(_LN_D_SQUARED, _LN_EXPONENT) |
+                              is_op("relax.multiply")(_LN_D_SQUARED, _LN_D_SQUARED)) | \
     is_op("relax.variance")(_LN_X)  # TVM's import of ONNX's InstanceNormalization
 _LN_EPS = is_const()
 _LN_VE = is_op("relax.add")(_LN_VAR, _LN_EPS) | is_op("relax.add")(_LN_EPS, _LN_VAR)
 _LN_NORMED = is_op("relax.divide")(_LN_D, is_op("relax.sqrt")(_LN_VE)) | \
     is_op("relax.multiply")(_LN_D, is_op("relax.rsqrt")(_LN_VE))
-_LN_GAMMA, _LN_BETA = is_const(), is_const()
+def _constant_view(constant: DFPattern, depth: int = 2) -> DFPattern:
+    """``constant``, or up to ``depth`` reshapes / expand_dims of it (torch's
+    ``weight[:, None, None]``: constant folding leaves layout ops alone)."""
+    pattern = constant
+    for _ in range(depth):
+        pattern = pattern | is_op("relax.expand_dims")(pattern) | \
+            is_op("relax.reshape")(pattern, wildcard())
+    return pattern
+
+
+def _view_value(matches, view: DFPattern, constant: DFPattern) -> np.ndarray:
+    """The value a matched :func:`_constant_view` gives: its constant in the view's shape
+    (reshapes and expand_dims keep the elements' order)."""
+    return np.asarray(constant_value(matches[constant])).reshape(_static(matches[view]))
+
+
+_LN_GAMMA_CONSTANT, _LN_BETA_CONSTANT = is_const(), is_const()
+_LN_GAMMA, _LN_BETA = _constant_view(_LN_GAMMA_CONSTANT), _constant_view(_LN_BETA_CONSTANT)
 _LN_SCALED = is_op("relax.multiply")(_LN_NORMED, _LN_GAMMA) | \
     is_op("relax.multiply")(_LN_GAMMA, _LN_NORMED)
 _LN_FORMULA = is_op("relax.add")(_LN_SCALED, _LN_BETA) | is_op("relax.add")(_LN_BETA, _LN_SCALED)
 
 
-def _last_axis_mean(call: relax.Call, rank: int) -> bool:
+def _mean_axis(call: relax.Call, rank: int) -> Optional[int]:
+    """The one axis a keepdims mean reduces, or None."""
     axes = call.attrs.axis
-    return axes is not None and [int(a) % rank for a in _int_list(axes)] == [rank - 1] and \
-        bool(call.attrs.keepdims)
+    if axes is None or not bool(call.attrs.keepdims):
+        return None
+    axes = [int(a) % rank for a in _int_list(axes)]
+    return axes[0] if len(axes) == 1 else None
+
+
+def _norm_axis(rank: int, *means: relax.Call) -> Optional[int]:
+    """The channel axis the means of a layer norm's formula reduce: the last, or axis 1 of
+    NCHW data (ConvNeXt's and detectron2's / SAM's channels-first LayerNorm2d), else None."""
+    axes = {_mean_axis(mean, rank) for mean in means}
+    axis = axes.pop() if len(axes) == 1 else None
+    return axis if axis == rank - 1 or (axis == 1 and rank == 4) else None
+
+
+def _one_per_channel(value: np.ndarray, rank: int, axis: int, channels: int) -> bool:
+    """Whether a constant broadcast against rank-``rank`` data is one value per channel of
+    ``axis``: [C] or [.., C] for the last axis, [C, 1, 1] or [1, C, 1, 1] for axis 1."""
+    if value.size != channels:
+        return False
+    if axis == rank - 1:
+        return not value.ndim or value.shape[-1] == channels
+    trailing = value.shape[value.ndim - (rank - axis):] if value.ndim >= rank - axis else ()
+    return value.ndim <= rank and len(trailing) == rank - axis and trailing[0] == channels
 
 
 def _to_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
@@ -377,20 +419,24 @@ def _to_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
     dtype = getattr(x.ty, "dtype", None)
     if shape is None or not shape or dtype not in ("float32", "float16"):
         return expr
-    rank, channels = len(shape), shape[-1]
+    rank = len(shape)
     var = matches[_LN_VAR]
-    if not _last_axis_mean(matches[_LN_MEAN], rank) or not _last_axis_mean(var, rank):
+    axis = _norm_axis(rank, matches[_LN_MEAN], var) if var.op.name == "relax.mean" else None
+    if axis is None:
         return expr
+    channels = shape[axis]
     if _matched(matches, _LN_EXPONENT) is not None and \
             constant_value(matches[_LN_EXPONENT]).tolist() not in (2, 2.0, [2.0], [2]):
         return expr
     eps = constant_value(matches[_LN_EPS])
-    gamma, beta = constant_value(matches[_LN_GAMMA]), constant_value(matches[_LN_BETA])
-    if eps.size != 1 or float(eps.reshape(-1)[0]) < 0 or any(
-            v.size != channels or (v.ndim and v.shape[-1] != channels) for v in (gamma, beta)):
-        return expr  # one eps; gamma and beta one value per channel (the last axis)
+    gamma = _view_value(matches, _LN_GAMMA, _LN_GAMMA_CONSTANT)
+    beta = _view_value(matches, _LN_BETA, _LN_BETA_CONSTANT)
+    if eps.size != 1 or float(eps.reshape(-1)[0]) < 0 or \
+            not all(_one_per_channel(v, rank, axis, channels) for v in (gamma, beta)):
+        return expr  # one eps; gamma and beta one value per channel
     return relax.op.nn.layer_norm(x, relax.const(gamma.reshape(channels), dtype),
-                                  relax.const(beta.reshape(channels), dtype), axes=[-1],
+                                  relax.const(beta.reshape(channels), dtype),
+                                  axes=[axis if axis == 1 else -1],
                                   epsilon=float(eps.reshape(-1)[0]))
 
 
@@ -428,8 +474,8 @@ def _to_plain_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
-    """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta over the last axis ->
-    layer_norm(x, gamma, beta) (the host build computes the same formula); the formula without
+    """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta over the last axis
+    (or over axis 1 of NCHW data: LayerNorm2d) -> layer_norm(x, gamma, beta) (the host build computes the same formula); the formula without
     gamma and beta, over the last axis or several trailing ones (the variance's form: TVM's
     import of ONNX's InstanceNormalization, whose affine torch's GroupNorm export moves after a
     reshape) the layer norm without them (of the trailing axes as one)."""
