@@ -29,6 +29,11 @@ static double gelu_tanh64(double t) {
   return t / (1.0 + exp(z));
 }
 
+/* Mish in double: t tanh(ln(1 + e^t)); from t = 30 on tanh is 1 in double and the result t
+ * (e^t would overflow from 710); NaN stays NaN, -inf gives NaN (-inf x 0), as PyTorch's. The
+ * NumPy reference computes the same libm calls (accel_codegen/sim/lut_math.py: mish64). */
+static double mish64(double t) { return t * tanh(t > 30.0 ? t : log1p(exp(t))); }
+
 const char* activation_name(accel_activation act) {
   switch (act) {
     case ACCEL_ACT_NONE: return "";
@@ -46,6 +51,7 @@ const char* activation_name(accel_activation act) {
     case ACCEL_ACT_RECIPROCAL: return "reciprocal";
     case ACCEL_ACT_GELU_TANH: return "gelu_tanh";
     case ACCEL_ACT_SOFTMAX_EXP: return "softmax_exp";
+    case ACCEL_ACT_MISH: return "mish";
     case ACCEL_ACT_COUNT: break;
   }
   return "?";
@@ -78,6 +84,8 @@ static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
      * to half): LO twice as fine as exp's, a quarter of its interpolation error; above 0 the
      * slope continues e^0 = 1, 1 + t (within t^2 / 2 of e^t). */
     [ACCEL_ACT_SOFTMAX_EXP - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 32, -32.0f, 0.5f, 0.0f, 1.0f},
+    /* silu's: mish bends where silu does (its minimum -0.309 at -1.19) and has its ends */
+    [ACCEL_ACT_MISH - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
 };
 
 accel_status accel_lut_info(accel_activation act, accel_lut* out) {
@@ -104,6 +112,7 @@ static double lut_function(accel_activation act, double t) {
     case ACCEL_ACT_RSQRT: return 1.0 / sqrt(t);
     case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
     case ACCEL_ACT_GELU_TANH: return gelu_tanh64(t);
+    case ACCEL_ACT_MISH: return mish64(t);
     default: return 0.0;
   }
 }
@@ -941,6 +950,9 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       break;
     case ACCEL_ACT_GELU_TANH:
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);
+      break;
+    case ACCEL_ACT_MISH:
+      for (int64_t i = 0; i < count; ++i) x[i] = (float)mish64(x[i]);
       break;
     case ACCEL_ACT_RSQRT: /* two correctly rounded steps (IEEE sqrt and division) */
       for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / sqrtf(x[i]);

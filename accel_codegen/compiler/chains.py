@@ -80,8 +80,23 @@ def _decomposed_prelu(x: DFPattern) -> DFPattern:
     return is_op("relax.where")(is_op("relax.greater")(x, wildcard()), x, negative)
 
 
-#: Activations torch's frontend decomposes into several ops (lowering.py checks their constants).
-DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish}
+def _softplus(x: DFPattern) -> DFPattern:
+    """softplus(x) as the frontends spell it: torch's where(x > 20, x, log(exp(x) + 1)),
+    ONNX's Mish (log(1 + exp(x))) and ONNX's Softplus (max(x, 0) + log(1 + exp(-|x|)))."""
+    log = is_op("relax.log")(_either_order("relax.add", is_op("relax.exp")(x), is_const()))
+    guarded = is_op("relax.where")(is_op("relax.greater")(x, is_const()), x, log)
+    tail = is_op("relax.exp")(is_op("relax.negative")(is_op("relax.abs")(x)))
+    stable = _either_order("relax.add", is_op("relax.maximum")(x, is_const()),
+                           is_op("relax.log")(_either_order("relax.add", tail, is_const())))
+    return guarded | log | stable
+
+
+def _mish(x: DFPattern) -> DFPattern:
+    return _either_order("relax.multiply", x, is_op("relax.tanh")(_softplus(x)))
+
+
+#: Activations the frontends decompose into several ops (lowering.py checks their constants).
+DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish, "mish": _mish}
 
 
 def _one_op(entry: vocabulary.Entry, x: DFPattern) -> DFPattern:

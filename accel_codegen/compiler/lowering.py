@@ -1455,9 +1455,18 @@ def _channel_operand(other: relax.Expr, name: str, channels: int, lookup: Lookup
 
 def _decomposed_activation(call: relax.Expr, lookup: Lookup
                            ) -> Optional[Tuple[str, relax.Expr]]:
-    """(activation, its input) for the op groups torch's frontend decomposes activations the
-    LUT runs into: hardsigmoid = clip(x + 3, 0, 6) / 6 and hardswish = x * clip(x + 3, 0, 6) / 6
-    (each clip possibly as two one-sided ones); None for anything else."""
+    """(activation, its input) for the op groups the frontends decompose activations the LUT
+    runs into: hardsigmoid = clip(x + 3, 0, 6) / 6 and hardswish = x * clip(x + 3, 0, 6) / 6
+    (each clip possibly as two one-sided ones), mish = x * tanh(softplus(x))
+    (chains._softplus's forms); None for anything else."""
+    if op_name(call) == "relax.multiply":
+        for x, outer in (call.args, call.args[::-1]):
+            tanh = _resolve(outer, lookup)
+            if op_name(tanh) == "relax.tanh":
+                source = _softplus_input(tanh.args[0], lookup)
+                if source is not None and source.same_as(x):
+                    return _available("mish", x)
+        return None
     if op_name(call) != "relax.divide" or not _is_scalar(call.args[1], 6.0):
         return None
     inner = _resolve(call.args[0], lookup)
@@ -1469,6 +1478,48 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
         return None
     source = _relu6_plus3_input(call.args[0], lookup)
     return None if source is None else _available("hardsigmoid", source)
+
+
+def _softplus_input(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
+    """x, where expr is softplus(x) in one of chains._softplus's forms with its constants:
+    log(exp(x) + 1); torch's where(x > c, x, that) with c >= 10 (from 10 on, fp32's
+    tanh(softplus(x)) is 1 either way); max(x, 0) + log(1 + exp(-|x|))."""
+    value = _resolve(expr, lookup)
+    if op_name(value) == "relax.where":
+        condition = _resolve(value.args[0], lookup)
+        if op_name(condition) != "relax.greater" or not is_constant(condition.args[1]) or \
+                constant_value(condition.args[1]).size != 1 or \
+                float(constant_value(condition.args[1]).reshape(-1)[0]) < 10.0:
+            return None
+        x = _softplus_input(value.args[2], lookup)
+        return x if x is not None and x.same_as(value.args[1]) and \
+            x.same_as(condition.args[0]) else None
+    if op_name(value) == "relax.add":  # max(x, 0) + log(1 + exp(-|x|))
+        for top, log in (value.args, value.args[::-1]):
+            top, log = _resolve(top, lookup), _resolve(log, lookup)
+            if op_name(top) != "relax.maximum" or not _is_scalar(top.args[1], 0.0) or \
+                    op_name(log) != "relax.log":
+                continue
+            tail = _exp_plus_one(log.args[0], lookup)
+            negative = _resolve(tail, lookup) if tail is not None else None
+            magnitude = _resolve(negative.args[0], lookup) \
+                if op_name(negative) == "relax.negative" else None
+            if op_name(magnitude) == "relax.abs" and magnitude.args[0].same_as(top.args[0]):
+                return top.args[0]
+        return None
+    return _exp_plus_one(value.args[0], lookup) if op_name(value) == "relax.log" else None
+
+
+def _exp_plus_one(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
+    """t, where expr is exp(t) + 1 (either order)."""
+    value = _resolve(expr, lookup)
+    if op_name(value) != "relax.add":
+        return None
+    for e, one in (value.args, value.args[::-1]):
+        e = _resolve(e, lookup)
+        if op_name(e) == "relax.exp" and _is_scalar(one, 1.0):
+            return e.args[0]
+    return None
 
 
 def _available(act: str, x: relax.Expr) -> Optional[Tuple[str, relax.Expr]]:

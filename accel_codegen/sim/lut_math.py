@@ -31,6 +31,19 @@ def gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
         return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
 
 
+def _mish1(t: float) -> float:
+    return t * math.tanh(t if t > 30.0 else math.log1p(math.exp(t)))
+
+
+_mish = np.frompyfunc(_mish1, 1, 1)
+
+
+def mish64(t: np.ndarray) -> np.ndarray:
+    """Mish in float64 as the C library computes it (csrc/lut.c: mish64): t tanh(ln(1 + e^t))
+    through libm's exp, log1p and tanh (Python's math module calls them), t from 30 on."""
+    return _mish(np.asarray(t, dtype=np.float64)).astype(np.float64)
+
+
 def gelu64(t: np.ndarray) -> np.ndarray:
     """GELU in float64 through libm's erfc: the function its tables are built from (csrc/lut.c:
     lut_function); the FP32 SDP computes :func:`gelu_f32` instead."""

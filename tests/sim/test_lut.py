@@ -187,7 +187,7 @@ def test_fp32_is_exact(act, rng):
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
     if act in ("sigmoid", "silu", "exp", "softmax_exp", "tanh", "rsqrt", "reciprocal",
-               "gelu_tanh", "gelu"):
+               "gelu_tanh", "gelu", "mish"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
@@ -195,7 +195,7 @@ def test_fp32_is_exact(act, rng):
                 "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
                 "gelu": functional.gelu, "exp": torch.exp, "softmax_exp": torch.exp,
                 "gelu_tanh": lambda t: functional.gelu(t, approximate="tanh"), "rsqrt": torch.rsqrt,
-                "reciprocal": torch.reciprocal}[act]
+                "reciprocal": torch.reciprocal, "mish": functional.mish}[act]
     theirs = torch_fn(torch.from_numpy(x)).numpy()
     # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).
     finite = np.isfinite(x)

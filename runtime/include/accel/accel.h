@@ -435,6 +435,9 @@ typedef enum accel_activation {
   /* exp(t) with a table for softmax's t - max <= 0 (attention's exponentials, FP16): FP32 as
    * ACCEL_ACT_EXP; FP16 a LO table twice as fine over [-8, 0) (accel_lut). */
   ACCEL_ACT_SOFTMAX_EXP = 14,
+  /* Mish (YOLOv4's and Scaled-YOLOv4's activation): t tanh(softplus(t)) = t tanh(ln(1 +
+   * e^t)); FP32 in double (t from 30 on: t, where tanh is 1 in double), rounded once. */
+  ACCEL_ACT_MISH = 15,
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
 
@@ -465,6 +468,7 @@ typedef enum accel_activation {
  *   hardsigmoid  LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 0    E = 1e-7 (kinks on grid)
  *   gelu         LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
  *   gelu_tanh    LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
+ *   mish         LO [-8, 8) 1/16    LE [-32, 32) 1     slopes 0 / 1    E = 3.2e-4
  *   exp          LO [-5, 11) 1/16   LE [-21, 11) 1/2   slopes 0 / half(e^11) = 59872
  *       exp's bound is relative where its values are large: |y - e^t| <= 1.7e-4 + 1.5e-3 e^t
  *       for t < 11 (LE region, t < -5: interpolation is 3 % relative but below 1.7e-4
@@ -476,7 +480,7 @@ typedef enum accel_activation {
  *       interpolation a quarter of exp's table's: RMS relative error 2.8e-4 against
  *       exp's 4.4e-4 where e^t > 0.01); from 0 on 1 + t, within t^2 / 2 of e^t.
  * Flat ends (slope 0) leave at most |f(end) - f(+-inf)|: 1.2e-7 for sigmoid, 2.5e-14 for tanh,
- * 0 for hardsigmoid; silu, hardswish, gelu and gelu_tanh continue as 0 below and t above
+ * 0 for hardsigmoid; silu, hardswish, gelu, gelu_tanh and mish continue as 0 below and t above
  * their LE table.
  *
  * LE's exponent mode (NVDLA's X table: lut-programming.rst, "exponential mode", the mode of
