@@ -51,7 +51,7 @@ REJECTIONS = [
     ("prelu_without_slope", [Conv(W), Sdp(act="prelu")], AccelBufferError,
      "op 1 (SDP): prelu_slope is NULL"),
     ("clip_inverted", [Sdp(act="clip", clip=(6.0, 0.0))], AccelInvalidError, "clip_min = 6"),
-    ("unknown_activation", [Sdp(act="mish")], AccelInvalidError, "'mish'"),
+    ("unknown_activation", [Sdp(act="softsign")], AccelInvalidError, "'softsign'"),
     ("fused_out_of_order", [Sdp(act="relu"), Conv(W)], AccelInvalidError, "CONV -> SDP -> PDP"),
     ("fused_two_convs", [Conv(np.ones((4, 4, 1, 1), np.float32)), Conv(W)], AccelInvalidError,
      "op 1 (CONV)"),
