@@ -283,6 +283,17 @@ static inline float exp_f32(float t) {
   return (p * s1) * s2;
 }
 
+/* Mish in fp32 (accel.h) from exp_f32: tanh(ln(1 + e)) = n / (n + 2) with n = e (e + 2), so
+ * mish(t) = t (n / (n + 2)), each operation rounded once; from t > 20 on (n / (n + 2) is 1 in
+ * fp32 from about 8.7, and n overflows from 44) t itself. The vector passes compute the same
+ * operations, and so does the NumPy reference (lut_math.mish_f32). */
+static inline float mish_f32(float t) {
+  const float e = exp_f32(t);
+  const float n = e * (e + 2.0f);
+  const float y = t * (n / (n + 2.0f));
+  return t > 20.0f ? t : y;
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -353,6 +364,24 @@ static void exp_pass(float* x, int64_t count) {
   if (i < count) {
     const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
     _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+/* mish_f32 in 16 lanes, the same bits (t > 20, ordered: a NaN takes the formula's NaN) */
+static inline __m512 mish_x16(__m512 t) {
+  const __m512 two = _mm512_set1_ps(2.0f);
+  const __m512 e = exp_f32_x16(t);
+  const __m512 n = _mm512_mul_ps(e, _mm512_add_ps(e, two));
+  const __m512 y = _mm512_mul_ps(t, _mm512_div_ps(n, _mm512_add_ps(n, two)));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(20.0f), _CMP_GT_OQ), y, t);
+}
+
+static void mish_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, mish_x16(_mm512_loadu_ps(x + i)));
+  if (i < count) {
+    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
+    _mm512_mask_storeu_ps(x + i, m, mish_x16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
@@ -498,6 +527,21 @@ static void exp_pass(float* x, int64_t count) {
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp_any_x8(_mm256_loadu_ps(x + i)));
   for (; i < count; ++i) x[i] = exp_f32(x[i]);
+}
+
+/* mish_f32 in 8 lanes, the same bits (exp_any_x8 is exp_f32's) */
+static inline __m256 mish_x8(__m256 t) {
+  const __m256 two = _mm256_set1_ps(2.0f);
+  const __m256 e = exp_any_x8(t);
+  const __m256 n = _mm256_mul_ps(e, _mm256_add_ps(e, two));
+  const __m256 y = _mm256_mul_ps(t, _mm256_div_ps(n, _mm256_add_ps(n, two)));
+  return _mm256_blendv_ps(y, t, _mm256_cmp_ps(t, _mm256_set1_ps(20.0f), _CMP_GT_OQ));
+}
+
+static void mish_pass(float* x, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, mish_x8(_mm256_loadu_ps(x + i)));
+  for (; i < count; ++i) x[i] = mish_f32(x[i]);
 }
 
 /* in + v with in as the first source: of two NaNs the sum keeps in's, as the C expression
@@ -912,7 +956,7 @@ GELU_PASS(gelu_pass_bn, 3)
 static const affine_pass_fn gelu_passes[4] = {gelu_pass_plain, gelu_pass_shift, gelu_pass_scale,
                                               gelu_pass_bn};
 
-/* FP32: the functions themselves (accel.h): sigmoid, silu and exp through exp_f32, tanh
+/* FP32: the functions themselves (accel.h): sigmoid, silu, mish and exp through exp_f32, tanh
  * through tanh_f32; GELU through gelu_f32 (fp32, within 4.6 ulp); its tanh form in double as
  * t / (1 + exp(-2 u)), rounded once (1 + tanh cancels in fp32 for negative t). */
 void activation_exact(accel_activation act, float* x, int64_t count) {
@@ -952,7 +996,11 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       for (int64_t i = 0; i < count; ++i) x[i] = (float)gelu_tanh64(x[i]);
       break;
     case ACCEL_ACT_MISH:
-      for (int64_t i = 0; i < count; ++i) x[i] = (float)mish64(x[i]);
+#if defined(__AVX512F__) || LUT_AVX2
+      mish_pass(x, count);
+#else
+      for (int64_t i = 0; i < count; ++i) x[i] = mish_f32(x[i]);
+#endif
       break;
     case ACCEL_ACT_RSQRT: /* two correctly rounded steps (IEEE sqrt and division) */
       for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / sqrtf(x[i]);

@@ -31,6 +31,17 @@ def gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
         return t / (1.0 + (_exp64(z).astype(np.float64) if libm else np.exp(z)))
 
 
+def mish_f32(t: np.ndarray) -> np.ndarray:
+    """Mish in fp32 as the FP32 SDP computes it (csrc/lut.c: mish_f32): e = exp_f32(t),
+    n = e (e + 2), t (n / (n + 2)), each step rounded once; t itself above 20."""
+    t = np.asarray(t, dtype=_F32)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        e = exp_f32(t)
+        n = e * (e + _F32(2.0))
+        y = t * (n / (n + _F32(2.0)))
+    return np.where(t > _F32(20.0), t, y).astype(_F32)
+
+
 def _mish1(t: float) -> float:
     return t * math.tanh(t if t > 30.0 else math.log1p(math.exp(t)))
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelInvalidError, check
-from .lut_math import exp_f32, gelu64, gelu_f32, gelu_tanh64, mish64, tanh_f32
+from .lut_math import exp_f32, gelu64, gelu_f32, gelu_tanh64, mish64, mish_f32, tanh_f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,8 +187,7 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
     Entry("softmax_exp", "ACCEL_ACT_SOFTMAX_EXP", feature="lut", int8=False, exact=exp_f32,
           function64=np.exp),
     # No Relax op: torch's decomposed form (chains.DECOMPOSED), ONNX's Mish and Softplus forms
-    Entry("mish", "ACCEL_ACT_MISH", feature="lut",
-          exact=lambda t: mish64(t).astype(np.float32), function64=mish64),
+    Entry("mish", "ACCEL_ACT_MISH", feature="lut", exact=mish_f32, function64=mish64),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

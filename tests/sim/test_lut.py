@@ -237,6 +237,26 @@ def test_fp32_gelu_is_within_its_bound():
     assert np.isnan(y[x == -np.inf]).all()  # -inf times Phi = 0, as the formula
 
 
+def test_fp32_mish_is_within_its_bound():
+    """FP32 mish (mish_f32: t (n / (n + 2)), n = e (e + 2), from exp_f32) is the reference's
+    bit for bit and within 4 ulp of mish in float64 for t >= -80 (accel.h), the switch to t
+    above 20 and both ends included; 100,003 values, so the last vector is part."""
+    rng = np.random.default_rng(53)
+    around_20 = np.arange(-40, 40, dtype=np.int32) + np.float32(20.0).view(np.int32)
+    x = np.concatenate([[0.0, -0.0, -80.0, 20.0, 44.5, 89.0, 1e30, np.inf, -np.inf, np.nan,
+                         -3.32273], around_20.view(np.float32), np.arange(-80, 40, 2.0 ** -8),
+                        rng.standard_normal(60_000) * 6]).astype(np.float32)[:100_003]
+    y = DEVICE.run([Sdp(act="mish")], x.reshape(1, 1, 1, -1))[0].ravel()
+    assert_same(y, ref.activation_exact("mish", x), "mish")
+    held = np.isfinite(x) & (x >= -80)
+    exact = ref.function64("mish", x[held].astype(np.float64))
+    _, exponent = np.frexp(np.abs(exact))
+    ulps = np.abs(y[held] - exact) / np.maximum(np.ldexp(1.0, exponent - 24), 2.0 ** -149)
+    assert 1.0 < ulps.max() <= 4.0, x[held][np.argmax(ulps)]
+    assert y[x == np.inf] == np.inf and np.isnan(y[x == -np.inf]).all()
+    assert np.isnan(y[np.isnan(x)]).all() and y[x == 44.5] == np.float32(44.5)
+
+
 def test_fp32_gelu_vectors_below_8_are_the_references():
     """An 8- or 16-lane vector whose |t| all lie below 8 takes one power of two instead of
     two (csrc/lut.c, gelu_f32_x8, gelu_f32_x16; here the 16-lane vectors are rows 0-1 and 2-3,

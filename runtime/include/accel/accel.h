@@ -436,7 +436,10 @@ typedef enum accel_activation {
    * ACCEL_ACT_EXP; FP16 a LO table twice as fine over [-8, 0) (accel_lut). */
   ACCEL_ACT_SOFTMAX_EXP = 14,
   /* Mish (YOLOv4's and Scaled-YOLOv4's activation): t tanh(softplus(t)) = t tanh(ln(1 +
-   * e^t)); FP32 in double (t from 30 on: t, where tanh is 1 in double), rounded once. */
+   * e^t)). FP32 from exp_f32 as t (n / (n + 2)), n = e (e + 2), e = e^t (tanh(ln(1 + e)) is
+   * n / (n + 2)), t itself above 20: within 4 ulp of mish in double for t >= -80 (3.87
+   * measured; below, where |mish| < 2e-33, n nears the subnormals and the relative error
+   * grows); -inf gives NaN (-inf x 0), as PyTorch's. */
   ACCEL_ACT_MISH = 15,
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
