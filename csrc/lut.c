@@ -1,9 +1,7 @@
-/* lut.c - the SDP's lookup-table activations: their exact fp32 form, their names, the model
- * of NVDLA's LUT that the FP16 SDP evaluates them with (semantics and error bounds: accel_lut
- * in accel.h; NumPy model: accel_codegen/sim/reference.py), and the INT8 LUT, whose tables
- * the compiler programs (accel_lut_int8). */
+/* lut.c - the SDP's lookup-table activations in FP32: their exact forms (accel.h), in vectors
+ * where the build has AVX-512 or AVX2 + FMA. The FP16 LUT model is lut_tables.c's, the INT8
+ * LUT sdp_i8_lut.c's. */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -16,194 +14,6 @@
 #define LUT_AVX2 0
 #endif
 
-static const double SQRT1_2 = 0.70710678118654752440; /* 1 / sqrt(2) */
-static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2 / pi) */
-
-/* GELU's tanh form in double: 0.5 t (1 + tanh(u)) = t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t
- * + 0.044715 t^3), the exponent held to 709 (t = -inf gives -inf, not -inf / inf); the NumPy
- * reference computes the same operations (accel_codegen/sim/reference.py). */
-static double gelu_tanh64(double t) {
-  const double u = SQRT_2_PI * (t + 0.044715 * (t * t * t));
-  double z = -2.0 * u;
-  if (z > 709.0) z = 709.0;
-  return t / (1.0 + exp(z));
-}
-
-/* Mish in double: t tanh(ln(1 + e^t)); from t = 30 on tanh is 1 in double and the result t
- * (e^t would overflow from 710); NaN stays NaN, -inf gives NaN (-inf x 0), as PyTorch's. The
- * NumPy reference computes the same libm calls (accel_codegen/sim/lut_math.py: mish64). */
-static double mish64(double t) { return t * tanh(t > 30.0 ? t : log1p(exp(t))); }
-
-const char* activation_name(accel_activation act) {
-  switch (act) {
-    case ACCEL_ACT_NONE: return "";
-    case ACCEL_ACT_RELU: return "relu";
-    case ACCEL_ACT_CLIP: return "clip";
-    case ACCEL_ACT_PRELU: return "prelu";
-    case ACCEL_ACT_SIGMOID: return "sigmoid";
-    case ACCEL_ACT_TANH: return "tanh";
-    case ACCEL_ACT_SILU: return "silu";
-    case ACCEL_ACT_HARDSWISH: return "hardswish";
-    case ACCEL_ACT_HARDSIGMOID: return "hardsigmoid";
-    case ACCEL_ACT_GELU: return "gelu";
-    case ACCEL_ACT_EXP: return "exp";
-    case ACCEL_ACT_RSQRT: return "rsqrt";
-    case ACCEL_ACT_RECIPROCAL: return "reciprocal";
-    case ACCEL_ACT_GELU_TANH: return "gelu_tanh";
-    case ACCEL_ACT_SOFTMAX_EXP: return "softmax_exp";
-    case ACCEL_ACT_MISH: return "mish";
-    case ACCEL_ACT_COUNT: break;
-  }
-  return "?";
-}
-
-int lut_activation(accel_activation act) {
-  return act >= ACCEL_ACT_SIGMOID && act < ACCEL_ACT_COUNT;
-}
-
-/* The geometry of each LUT activation's tables, from ACCEL_ACT_SIGMOID on: where the function
- * bends (LO, fine) and where it has flattened for 1/2-steps (LE); steps are powers of two (the
- * index is a shift). Beyond LE the slope is the asymptote's: 0 for the bounded ends, 1 for
- * silu / hardswish / gelu above, for exp its derivative at the table's end (e^11 in half). */
-static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
-    [ACCEL_ACT_SIGMOID - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -16.0f, 0.5f, 0.0f, 0.0f},
-    [ACCEL_ACT_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
-    [ACCEL_ACT_SILU - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
-    [ACCEL_ACT_HARDSWISH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
-    [ACCEL_ACT_HARDSIGMOID - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 0.0f},
-    [ACCEL_ACT_GELU - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
-    [ACCEL_ACT_EXP - ACCEL_ACT_SIGMOID] = {-5.0f, 1.0f / 16, -21.0f, 0.5f, 0.0f, 59872.0f},
-    /* LE in exponent mode (le_step 0, accel.h): one entry per octave from le_start, so the
-     * table spans 64 octaves, which a linear table of 65 entries cannot; LO is the density
-     * table where layer norm's variances and softmax's sums mostly lie. Flat ends: below
-     * le_start (also 0, negatives and -inf) the first entry, above the last. */
-    [ACCEL_ACT_RSQRT - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-30f, 0.0f, 0.0f, 0.0f},
-    [ACCEL_ACT_RECIPROCAL - ACCEL_ACT_SIGMOID] = {0.5f, 1.0f / 64, 0x1p-15f, 0.0f, 0.0f, 0.0f},
-    [ACCEL_ACT_GELU_TANH - ACCEL_ACT_SIGMOID] = {-4.0f, 1.0f / 32, -16.0f, 0.5f, 0.0f, 1.0f},
-    /* exp where softmax reads it, t - max <= 0 (a little above 0 where the max was rounded
-     * to half): LO twice as fine as exp's, a quarter of its interpolation error; above 0 the
-     * slope continues e^0 = 1, 1 + t (within t^2 / 2 of e^t). */
-    [ACCEL_ACT_SOFTMAX_EXP - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 32, -32.0f, 0.5f, 0.0f, 1.0f},
-    /* silu's: mish bends where silu does (its minimum -0.309 at -1.19) and has its ends */
-    [ACCEL_ACT_MISH - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
-};
-
-accel_status accel_lut_info(accel_activation act, accel_lut* out) {
-  if (out == NULL) return accel_fail(ACCEL_ERR_NULL, "accel_lut_info: out is NULL");
-  if (!lut_activation(act)) {
-    return accel_fail(ACCEL_ERR_INVALID, "accel_lut_info: act = %d (%s) is not a lookup-table "
-                      "activation", (int)act, activation_name(act));
-  }
-  *out = lut_geometry[act - ACCEL_ACT_SIGMOID];
-  return ACCEL_OK;
-}
-
-/* The function itself, in double: the source of the table entries. */
-static double lut_function(accel_activation act, double t) {
-  switch (act) {
-    case ACCEL_ACT_SIGMOID: return 1.0 / (1.0 + exp(-t));
-    case ACCEL_ACT_TANH: return tanh(t);
-    case ACCEL_ACT_SILU: return t / (1.0 + exp(-t));
-    case ACCEL_ACT_HARDSWISH: return t * fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
-    case ACCEL_ACT_HARDSIGMOID: return fmin(fmax(t + 3.0, 0.0), 6.0) / 6.0;
-    case ACCEL_ACT_GELU: return 0.5 * t * erfc(-t * SQRT1_2);
-    case ACCEL_ACT_EXP:
-    case ACCEL_ACT_SOFTMAX_EXP: return exp(t);
-    case ACCEL_ACT_RSQRT: return 1.0 / sqrt(t);
-    case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
-    case ACCEL_ACT_GELU_TANH: return gelu_tanh64(t);
-    case ACCEL_ACT_MISH: return mish64(t);
-    default: return 0.0;
-  }
-}
-
-/* Entries are 16-bit in NVDLA: each is the function rounded once, from double, to half. */
-static float half_entry(double v) { return (float)(_Float16)v; }
-
-static lut_table tables[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID];
-static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
-
-static void build_tables(void) {
-  for (int a = ACCEL_ACT_SIGMOID; a < ACCEL_ACT_COUNT; ++a) {
-    const accel_lut* g = &lut_geometry[a - ACCEL_ACT_SIGMOID];
-    lut_table* t = &tables[a - ACCEL_ACT_SIGMOID];
-    t->lo_start = g->lo_start;
-    t->lo_scale = 1.0f / g->lo_step; /* exact: a power of two */
-    t->lo_end = g->lo_start + (ACCEL_LUT_LO_ENTRIES - 1) * g->lo_step;
-    t->le_start = g->le_start;
-    /* le_scale 0 marks LE's exponent mode (le_step 0): LE[i] = f(le_start 2^i) */
-    const int exponent = g->le_step == 0.0f;
-    t->le_scale = exponent ? 0.0f : 1.0f / g->le_step;
-    t->le_end = exponent ? ldexpf(g->le_start, ACCEL_LUT_LE_ENTRIES - 1)
-                         : g->le_start + (ACCEL_LUT_LE_ENTRIES - 1) * g->le_step;
-    t->underflow_slope = g->underflow_slope;
-    t->overflow_slope = g->overflow_slope;
-    for (int i = 0; i < ACCEL_LUT_LO_ENTRIES; ++i) {
-      t->lo[i] = half_entry(lut_function((accel_activation)a, g->lo_start + (double)i * g->lo_step));
-    }
-    for (int i = 0; i < ACCEL_LUT_LE_ENTRIES; ++i) {
-      const double at = exponent ? ldexp((double)g->le_start, i)
-                                 : g->le_start + (double)i * g->le_step;
-      t->le[i] = half_entry(lut_function((accel_activation)a, at));
-    }
-  }
-}
-
-const lut_table* lut_get(accel_activation act) {
-  if (!lut_activation(act)) return NULL;
-  pthread_once(&tables_once, build_tables);
-  return &tables[act - ACCEL_ACT_SIGMOID];
-}
-
-/* Linear interpolation in a table of `intervals` + 1 entries, for start <= t < start + range. */
-static float interpolate(const float* entries, int32_t intervals, float start, float scale,
-                         float t) {
-  const float u = (t - start) * scale;
-  int32_t i = (int32_t)u; /* u >= 0: truncation is floor */
-  if (i > intervals - 1) i = intervals - 1; /* t just below the end can round up to it */
-  const float f = u - (float)i;
-  return entries[i] + (entries[i + 1] - entries[i]) * f;
-}
-
-/* LE's exponent mode (NVDLA's X table with linear_start 0): the index is the octave of t
- * above le_start's, i = e - log2(le_start) for t in [2^e, 2^(e+1)) (a normal float: le_start
- * is), and the fraction is t's position within its octave, f = (t - 2^e) 2^-e: both from t's
- * exponent bits, and every step exact (t - 2^e by Sterbenz, a product by a power of two). */
-static float interpolate_octaves(const float* entries, float start, float t) {
-  uint32_t tb, sb;
-  memcpy(&tb, &t, sizeof tb);
-  memcpy(&sb, &start, sizeof sb);
-  const int32_t i = (int32_t)((tb >> 23) & 0xffu) - (int32_t)((sb >> 23) & 0xffu);
-  const uint32_t base_bits = tb & 0x7f800000u;
-  const uint32_t inverse_bits = (254u << 23) - base_bits; /* 2^-e */
-  float base, inverse;
-  memcpy(&base, &base_bits, sizeof base);
-  memcpy(&inverse, &inverse_bits, sizeof inverse);
-  const float f = (t - base) * inverse;
-  return entries[i] + (entries[i + 1] - entries[i]) * f;
-}
-
-static float lut_eval(const lut_table* l, float t) {
-  if (t != t) return t;
-  if (t >= l->lo_start && t < l->lo_end) {
-    return interpolate(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t);
-  }
-  if (t >= l->le_start && t < l->le_end) {
-    if (l->le_scale == 0.0f) return interpolate_octaves(l->le, l->le_start, t);
-    return interpolate(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t);
-  }
-  /* A zero slope is the flat end itself, also for infinite t (inf * 0 would be NaN). */
-  if (t < l->le_start) {
-    return l->underflow_slope == 0.0f ? l->le[0]
-                                      : l->le[0] + (t - l->le_start) * l->underflow_slope;
-  }
-  const float last = l->le[ACCEL_LUT_LE_ENTRIES - 1];
-  return l->overflow_slope == 0.0f ? last : last + (t - l->le_end) * l->overflow_slope;
-}
-
-void lut_apply(const lut_table* l, float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
-}
 
 /* a b + c rounded once: fmaf, one instruction where the target has FMA; in an x86-64 baseline
  * build libm's exact software fmaf, a call each (slower, the price of one definition of the
@@ -283,10 +93,8 @@ static inline float exp_f32(float t) {
   return (p * s1) * s2;
 }
 
-/* Mish in fp32 (accel.h) from exp_f32: tanh(ln(1 + e)) = n / (n + 2) with n = e (e + 2), so
- * mish(t) = t (n / (n + 2)), each operation rounded once; from t > 20 on (n / (n + 2) is 1 in
- * fp32 from about 8.7, and n overflows from 44) t itself. The vector passes compute the same
- * operations, and so does the NumPy reference (lut_math.mish_f32). */
+/* Mish in fp32 (accel.h): tanh(ln(1 + e)) = n / (n + 2), n = e (e + 2), each step rounded
+ * once; t itself above 20 (n overflows from 44). The vectors and lut_math.mish_f32 alike. */
 static inline float mish_f32(float t) {
   const float e = exp_f32(t);
   const float n = e * (e + 2.0f);
@@ -358,32 +166,27 @@ static inline __attribute__((always_inline)) void logistic_pass(float* x, int64_
   }
 }
 
-static void exp_pass(float* x, int64_t count) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, exp_f32_x16(_mm512_loadu_ps(x + i)));
-  if (i < count) {
-    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
-    _mm512_mask_storeu_ps(x + i, m, exp_f32_x16(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-}
-
 /* mish_f32 in 16 lanes, the same bits (t > 20, ordered: a NaN takes the formula's NaN) */
 static inline __m512 mish_x16(__m512 t) {
-  const __m512 two = _mm512_set1_ps(2.0f);
-  const __m512 e = exp_f32_x16(t);
+  const __m512 two = _mm512_set1_ps(2.0f), e = exp_f32_x16(t);
   const __m512 n = _mm512_mul_ps(e, _mm512_add_ps(e, two));
   const __m512 y = _mm512_mul_ps(t, _mm512_div_ps(n, _mm512_add_ps(n, two)));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(20.0f), _CMP_GT_OQ), y, t);
 }
 
-static void mish_pass(float* x, int64_t count) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, mish_x16(_mm512_loadu_ps(x + i)));
-  if (i < count) {
-    const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);
-    _mm512_mask_storeu_ps(x + i, m, mish_x16(_mm512_maskz_loadu_ps(m, x + i)));
+/* x = F(x) in 16 lanes, the last count % 16 values masked */
+#define UNARY_PASS_X16(NAME, F)                                                      \
+  static void NAME(float* x, int64_t count) {                                        \
+    int64_t i = 0;                                                                   \
+    for (; i + 16 <= count; i += 16) _mm512_storeu_ps(x + i, F(_mm512_loadu_ps(x + i))); \
+    if (i < count) {                                                                 \
+      const __mmask16 m = (__mmask16)((1u << (count - i)) - 1u);                     \
+      _mm512_mask_storeu_ps(x + i, m, F(_mm512_maskz_loadu_ps(m, x + i)));           \
+    }                                                                                \
   }
-}
+UNARY_PASS_X16(exp_pass, exp_f32_x16)
+UNARY_PASS_X16(mish_pass, mish_x16)
+#undef UNARY_PASS_X16
 
 /* in + v with in as the first source (add_first_x8's reason: NaN payloads) */
 static inline __m512 add_first_x16(__m512 a, __m512 b) {
@@ -469,10 +272,12 @@ static inline __m256 logistic_x8(__m256 t, int silu) {
 
 /* The functions of the AVX2 passes; each call site passes a constant, so the always-inline
  * pass below becomes one loop per function. */
-enum { PASS_SIGMOID, PASS_SILU, PASS_GELU };
+enum { PASS_SIGMOID, PASS_SILU, PASS_GELU, PASS_MISH };
 static inline __m256 gelu_f32_x8(__m256 t); /* with gelu_f32, below */
+static inline __m256 mish_x8(__m256 t);     /* with exp_any_x8, below */
 static inline __attribute__((always_inline)) __m256 pass_function_x8(__m256 t, int function) {
-  return function == PASS_GELU ? gelu_f32_x8(t) : logistic_x8(t, function == PASS_SILU);
+  return function == PASS_GELU ? gelu_f32_x8(t) : function == PASS_MISH ? mish_x8(t)
+                                                  : logistic_x8(t, function == PASS_SILU);
 }
 
 /* x = function(x * s + b) in one pass (affine: 2 scale, 1 shift), as the AVX-512 build's
@@ -531,18 +336,13 @@ static void exp_pass(float* x, int64_t count) {
 
 /* mish_f32 in 8 lanes, the same bits (exp_any_x8 is exp_f32's) */
 static inline __m256 mish_x8(__m256 t) {
-  const __m256 two = _mm256_set1_ps(2.0f);
-  const __m256 e = exp_any_x8(t);
+  const __m256 two = _mm256_set1_ps(2.0f), e = exp_any_x8(t);
   const __m256 n = _mm256_mul_ps(e, _mm256_add_ps(e, two));
   const __m256 y = _mm256_mul_ps(t, _mm256_div_ps(n, _mm256_add_ps(n, two)));
   return _mm256_blendv_ps(y, t, _mm256_cmp_ps(t, _mm256_set1_ps(20.0f), _CMP_GT_OQ));
 }
 
-static void mish_pass(float* x, int64_t count) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, mish_x8(_mm256_loadu_ps(x + i)));
-  for (; i < count; ++i) x[i] = mish_f32(x[i]);
-}
+static void mish_pass(float* x, int64_t count) { function_pass_x8(x, count, 1, 0, 0, PASS_MISH); }
 
 /* in + v with in as the first source: of two NaNs the sum keeps in's, as the C expression
  * in[i] + value reads (a compiler may swap an intrinsic's operands, to fold a load) */
@@ -1023,38 +823,4 @@ void activation_exact_shifted(accel_activation act, const float* in, float value
 #endif
   for (int64_t i = 0; i < count; ++i) dst[i] = in[i] + value;
   activation_exact(act, dst, count);
-}
-
-/* ---- INT8: the integer LUT (accel_lut_int8 in accel.h), exact in int64 ------------------ */
-
-static inline int64_t rhaz64(int64_t p, int64_t s) {
-  const int64_t half = s > 0 ? (int64_t)1 << (s - 1) : 0;
-  const int64_t a = ((p < 0 ? -p : p) + half) >> s;
-  return p < 0 ? -a : a;
-}
-
-/* Interpolation between entries i and i + 1 at offset d (>= 0) from the table's start. */
-static inline int64_t lut_int8_hit(const int16_t* entries, int64_t d, int32_t select) {
-  const int64_t i = d >> select;
-  const int64_t r = d & (((int64_t)1 << select) - 1);
-  const int64_t f = select >= 16 ? r >> (select - 16) : r << (16 - select);
-  return rhaz64((int64_t)entries[i] * (65536 - f) + (int64_t)entries[i + 1] * f, 16);
-}
-
-int64_t lut_int8_eval(const accel_lut_int8* l, int64_t t) {
-  int64_t y;
-  const int64_t lo = t - l->lo_start, le = t - l->le_start;
-  const int64_t le_end = (int64_t)l->le_start + ((int64_t)(ACCEL_LUT_LE_ENTRIES - 1)
-                                                 << l->le_index_select);
-  if (lo >= 0 && lo < ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << l->lo_index_select)) {
-    y = lut_int8_hit(l->lo, lo, l->lo_index_select);
-  } else if (le >= 0 && t < le_end) {
-    y = lut_int8_hit(l->le, le, l->le_index_select);
-  } else if (le < 0) {
-    y = l->le[0] + rhaz64(le * l->underflow_scale, l->underflow_shift);
-  } else {
-    y = l->le[ACCEL_LUT_LE_ENTRIES - 1] + rhaz64((t - le_end) * l->overflow_scale,
-                                                 l->overflow_shift);
-  }
-  return y < INT32_MIN ? INT32_MIN : y > INT32_MAX ? INT32_MAX : y;
 }

@@ -13,6 +13,41 @@
 #include "sdp_i8_internal.h"
 #include "sdp_i8_lanes.h"
 
+/* The integer LUT itself (accel_lut_int8 in accel.h), exact in int64: the definition every
+ * build's conversions (sdp_one, the plans and lanes below, sdp_i8_avx2.c) give the codes of. */
+
+static inline int64_t rhaz64(int64_t p, int64_t s) {
+  const int64_t half = s > 0 ? (int64_t)1 << (s - 1) : 0;
+  const int64_t a = ((p < 0 ? -p : p) + half) >> s;
+  return p < 0 ? -a : a;
+}
+
+/* Interpolation between entries i and i + 1 at offset d (>= 0) from the table's start. */
+static inline int64_t lut_int8_hit(const int16_t* entries, int64_t d, int32_t select) {
+  const int64_t i = d >> select;
+  const int64_t r = d & (((int64_t)1 << select) - 1);
+  const int64_t f = select >= 16 ? r >> (select - 16) : r << (16 - select);
+  return rhaz64((int64_t)entries[i] * (65536 - f) + (int64_t)entries[i + 1] * f, 16);
+}
+
+int64_t lut_int8_eval(const accel_lut_int8* l, int64_t t) {
+  int64_t y;
+  const int64_t lo = t - l->lo_start, le = t - l->le_start;
+  const int64_t le_end = (int64_t)l->le_start + ((int64_t)(ACCEL_LUT_LE_ENTRIES - 1)
+                                                 << l->le_index_select);
+  if (lo >= 0 && lo < ((int64_t)(ACCEL_LUT_LO_ENTRIES - 1) << l->lo_index_select)) {
+    y = lut_int8_hit(l->lo, lo, l->lo_index_select);
+  } else if (le >= 0 && t < le_end) {
+    y = lut_int8_hit(l->le, le, l->le_index_select);
+  } else if (le < 0) {
+    y = l->le[0] + rhaz64(le * l->underflow_scale, l->underflow_shift);
+  } else {
+    y = l->le[ACCEL_LUT_LE_ENTRIES - 1] + rhaz64((t - le_end) * l->overflow_scale,
+                                                 l->overflow_shift);
+  }
+  return y < INT32_MIN ? INT32_MIN : y > INT32_MAX ? INT32_MAX : y;
+}
+
 #if SDP_I8_VECTOR || SDP_I8_AVX2 /* the plans: both vector builds convert through them */
 
 static int lut_code(const sdp_i8* p, int64_t t) {

@@ -1192,6 +1192,86 @@ def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_calls(mod, _TAKE_AT, _sliced_take)
 
 
+def _leading_slice(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    axes = _int_list(call.args[1]) if len(call.args) > 1 else []
+    strides = _int_list(call.args[4]) if len(call.args) > 4 else [1]
+    if shape is None or out is None or len(shape) not in (2, 3) or shape[0] < 2 or \
+            [a % len(shape) for a in axes] != [0] or strides != [1] or out[1:] != shape[1:] or \
+            is_constant(x):
+        return call
+    begin = _int_list(call.args[2])[0] % shape[0] if _int_list(call.args[2])[0] < 0 else \
+        _int_list(call.args[2])[0]
+    rows, length = shape[0], int(np.prod(shape[1:]))
+    lines = relax.op.reshape(x, [1, rows, length])
+    taken = relax.op.strided_slice(lines, axes=[1], begin=[begin], end=[begin + out[0]])
+    return relax.op.reshape(named_as(taken, call), out)
+
+
+def leading_axis_slices(mod: tvm.IRModule) -> tvm.IRModule:
+    """A slice along axis 0 of 2-D or 3-D data (an LSTM's time steps of [T, N, 4H] gates, the
+    sequence-first layout torch's nn.LSTM computes them in) -> the same rows as a slice along
+    axis 1 of [1, A, B C] (one block of contiguous bytes either way), which the BDMA copies."""
+    return rewrite_bindings(mod, ("relax.strided_slice",), _leading_slice)
+
+
+#: The longest axis a flip is copied along row by row (one BDMA copy a row).
+_FLIP_ROWS = 64
+
+
+def _flip_as_copies(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape = _static(x)
+    if shape is None or len(shape) not in (2, 3, 4) or is_constant(x):
+        return call
+    axis = int(call.attrs.axis) % len(shape)
+    rows = shape[axis]
+    if not 2 <= rows <= _FLIP_ROWS:
+        return call
+    view = relax.op.reshape(x, [int(np.prod(shape[:axis])), rows, int(np.prod(shape[axis + 1:]))])
+    pieces = [relax.op.strided_slice(view, axes=[1], begin=[i], end=[i + 1])
+              for i in reversed(range(rows))]
+    return relax.op.reshape(named_as(relax.op.concat(pieces, axis=1), call), shape)
+
+
+def flips_as_copies(mod: tvm.IRModule) -> tvm.IRModule:
+    """flip(x, axis) with at most 64 rows along the axis (a bidirectional LSTM's or GRU's
+    backward pass reads the time steps reversed) -> the rows copied in reverse order: x viewed
+    as [P, rows, L], a slice of each row and their concat (BDMA copies), viewed back."""
+    return rewrite_bindings(mod, ("relax.flip",), _flip_as_copies)
+
+
+_ELEMENTWISE_PAIRS = ("relax.add", "relax.multiply", "relax.subtract", "relax.maximum",
+                      "relax.minimum")
+
+
+def _same_values_broadcast(call: relax.Call, source) -> relax.Expr:
+    a, b = call.args
+    shapes, out = [_static(a), _static(b)], _static(call)
+    if out is None or None in shapes or shapes[0] == shapes[1]:
+        return call
+    wide, narrow = (0, 1) if len(shapes[0]) >= len(shapes[1]) else (1, 0)
+    if is_constant(call.args[narrow]):  # ranked_constants' (the constant with unit axes)
+        return call
+    extra = len(shapes[wide]) - len(shapes[narrow])
+    # the narrow one is the wide one's shape without some of its leading unit axes: the
+    # same values in the same order, the broadcast a reshape
+    if shapes[wide] != out or extra == 0 or any(d != 1 for d in out[:extra]) or \
+            shapes[wide][extra:] != shapes[narrow]:
+        return call
+    args = list(call.args)
+    args[narrow] = relax.op.reshape(args[narrow], out)
+    return relax.Call(call.op, args, call.attrs)
+
+
+def same_values_broadcasts(mod: tvm.IRModule) -> tvm.IRModule:
+    """An element-wise op of two tensors whose shapes differ only by leading unit axes, the
+    lower-rank one computed ([1, 1, C] + [1, C]: an LSTM step's gates) -> that one reshaped to
+    the other's shape first (the same values), which the SDP's element-wise unit takes."""
+    return rewrite_bindings(mod, _ELEMENTWISE_PAIRS, _same_values_broadcast)
+
+
 def _bindings_table(function: relax.Function) -> dict:
     return {b.var: b.value for block in function.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding)}
@@ -2420,7 +2500,8 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
-                  channel_reductions,
+                  channel_reductions, flips_as_copies, leading_axis_slices,
+                  same_values_broadcasts,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,

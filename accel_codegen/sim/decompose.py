@@ -625,12 +625,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     window's rows are a view at its address. ``bias`` [1 or windows, heads, T, Tk] is added
     to the scaled scores by the scores' own SDP, as its element-wise operand (S^T's channels
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
-    read as tensor "bias".
-
-    ``key_bias``: the bias is instead an input the passes read, tensor "bias" [1, T, 1, Tk]
-    computed by other runs (a padding mask's, the same for every query and head, copied to
-    the T queries' channels), every head's scores SDP reading all of it as its operand: one
-    image (``windows`` 1), no constant ``bias`` beside it."""
+    read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, T, 1, Tk] (a padding
+    mask's row copied to the queries), all of it every head's operand; one image only."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -639,12 +635,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     t, tk = tokens, kv_tokens
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
     b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
-    constants = _attention_bias(bias, windows, heads, t, tk, b)
-    if key_bias:
-        if bias is not None or windows != 1:
-            raise AccelInvalidError("attention: a computed key bias is for one image's "
-                                    "attention without a constant bias")
-        b.shapes["bias"] = (1, t, 1, tk)
+    constants = _attention_bias(bias, windows, heads, t, tk, b, key_bias)
     # every head's (and window's) scores are one surface [1, W H T, 1, Tk], head h of window
     # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
     # PDP and SDP passes, which work channel by channel, run once over all of them
@@ -692,9 +683,17 @@ def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int
             "v": (1, windows * tk * cv, 1, 1), "o": (1, windows * t * merged, 1, 1)}
 
 
-def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses") -> Dict[str, np.ndarray]:
+def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses",
+                    key_bias: bool) -> Dict[str, np.ndarray]:
     """attention_passes' constants: the bias, [1 or windows, heads, T, Tk] checked, in the
-    precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut."""
+    precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut; none for a
+    computed key bias, an input [1, T, 1, Tk]."""
+    if key_bias:
+        if bias is not None or windows != 1:
+            raise AccelInvalidError("attention: a computed key bias is for one image's "
+                                    "attention without a constant bias")
+        b.shapes["bias"] = (1, t, 1, tk)
+        return {}
     if bias is None:
         return {}
     bias = np.asarray(bias, np.float32)

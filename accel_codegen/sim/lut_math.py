@@ -19,7 +19,7 @@ _exp64 = np.frompyfunc(math.exp, 1, 1)  # libm's exp, as the C library's
 
 
 def gelu_tanh64(t: np.ndarray, libm: bool = True) -> np.ndarray:
-    """GELU's tanh form in float64 as the C library computes it (csrc/lut.c: gelu_tanh64):
+    """GELU's tanh form in float64 as the C library computes it (csrc/lut_tables.c: gelu_tanh64):
     t / (1 + exp(-2 u)), u = sqrt(2 / pi) (t + 0.044715 t^3), the exponent held to 709;
     through libm's exp (the FP32 SDP's bits), or NumPy's (``libm`` False: the table entries,
     rounded to half, where the two never differ)."""
@@ -50,13 +50,13 @@ _mish = np.frompyfunc(_mish1, 1, 1)
 
 
 def mish64(t: np.ndarray) -> np.ndarray:
-    """Mish in float64 as the C library computes it (csrc/lut.c: mish64): t tanh(ln(1 + e^t))
+    """Mish in float64 as the C library computes it (csrc/lut_tables.c: mish64): t tanh(ln(1 + e^t))
     through libm's exp, log1p and tanh (Python's math module calls them), t from 30 on."""
     return _mish(np.asarray(t, dtype=np.float64)).astype(np.float64)
 
 
 def gelu64(t: np.ndarray) -> np.ndarray:
-    """GELU in float64 through libm's erfc: the function its tables are built from (csrc/lut.c:
+    """GELU in float64 through libm's erfc: the function its tables are built from (csrc/lut_tables.c:
     lut_function); the FP32 SDP computes :func:`gelu_f32` instead."""
     return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
 

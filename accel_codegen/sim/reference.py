@@ -411,7 +411,7 @@ def _interpolate(entries: np.ndarray, start, step, t: np.ndarray) -> np.ndarray:
 
 
 def _interpolate_octaves(entries: np.ndarray, start, t: np.ndarray) -> np.ndarray:
-    """LE's exponent mode (csrc/lut.c: interpolate_octaves, the same bits): the octave of t
+    """LE's exponent mode (csrc/lut_tables.c: interpolate_octaves, the same bits): the octave of t
     above le_start's is the index, t's place within its octave the fraction, both from t's
     exponent bits; out of range the value is unused."""
     t = np.atleast_1d(np.asarray(t, dtype=np.float32))

@@ -385,10 +385,10 @@ def test_channel_converters_for_shifts_beyond_int32_and_factors_beyond_int16():
 # (int8: the ones the compiler builds int8 tables for; rsqrt and reciprocal stay fp16)
 LUT_ACTS = [e.name for e in ACTIVATIONS if e.feature == "lut" and e.int8]
 #: Activations whose codes also change far from 0 in a signed output range far below 1e-3
-#: (silu's and gelu's tails near x = -70, gelu in either form; hardswish's return to 0 at
+#: (silu's, mish's and gelu's tails near x = -70, gelu in either form; hardswish's return to 0 at
 #: -3): one 256-entry table cannot resolve both places, and layer_lut does not know which one the input
 #: reaches (not fixed: issue 33's report).
-NON_MONOTONE = ("silu", "hardswish", "gelu", "gelu_tanh")
+NON_MONOTONE = ("silu", "hardswish", "gelu", "gelu_tanh", "mish")
 DEVICE = Device("nv_full", num_threads=1)
 
 

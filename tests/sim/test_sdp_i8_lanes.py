@@ -17,7 +17,8 @@ import pytest
 from conftest import build_c_program, run_c_program
 
 SOURCES = ["csrc/sdp_i8.c", "csrc/sdp_i8_avx2.c", "csrc/sdp_i8_avx512.c", "csrc/sdp_i8_lanes.c",
-           "csrc/sdp_i8_lut.c", "csrc/lut.c", "csrc/pool.c", "runtime/src/errors.c"]
+           "csrc/sdp_i8_lut.c", "csrc/lut.c", "csrc/lut_tables.c", "csrc/pool.c",
+           "runtime/src/errors.c"]
 
 
 @pytest.fixture(scope="module")

@@ -119,10 +119,9 @@ class _FunctionQuant:
             data = self.data(layer.data, scope, key)
             attention = layer.norm.attention if layer.norm is not None else None
             if attention is not None:  # K, V (and a computed bias) enter as Q does
-                self.data(attention.key, scope, key)
-                self.data(attention.value, scope, key)
-                if attention.key_bias is not None:
-                    self.data(attention.key_bias, scope, key)
+                for source in (attention.key, attention.value, attention.key_bias):
+                    if source is not None:
+                        self.data(source, scope, key)
             if layer.conv is not None:
                 self.quant[var] = self.run(runs[0], layer=token_dense(layer, runs),
                                            in_quant=data)
