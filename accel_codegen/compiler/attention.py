@@ -31,10 +31,11 @@ on the way back like a layout op, checked to normalise exactly one head's d chan
 token per row) becomes an L2 norm of the heads' rows before ``nn.attention``, and a constant
 factor per head on the scores (its logit scale, after compiler/constant_folding.py folded
 its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. A padding
-mask's computed bias added last (one value per key, the same for every query and head: BERT's
-``(1 - mask) * min`` as [1, 1, 1, Tk]) becomes the bias too, its row copied to the T queries by a
-1x1 convolution of ones; another add of a computed tensor leaves the region as it was. The result computes the same values up to rounding (the scale
-is applied once, to the scores, where torch applies its square root to q and to k).
+mask's computed bias added last (one value per key, the same for every query and head:
+BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]) becomes the bias too, its row copied to the T
+queries by a 1x1 convolution of ones; another add of a computed tensor leaves the region as
+it was. The result computes the same values up to rounding (the scale is applied once, to the
+scores, where torch applies its square root to q and to k).
 """
 from __future__ import annotations
 

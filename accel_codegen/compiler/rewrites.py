@@ -475,10 +475,11 @@ def _to_plain_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
 
 def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
     """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta over the last axis
-    (or over axis 1 of NCHW data: LayerNorm2d) -> layer_norm(x, gamma, beta) (the host build computes the same formula); the formula without
-    gamma and beta, over the last axis or several trailing ones (the variance's form: TVM's
-    import of ONNX's InstanceNormalization, whose affine torch's GroupNorm export moves after a
-    reshape) the layer norm without them (of the trailing axes as one)."""
+    (or over axis 1 of NCHW data: LayerNorm2d) -> layer_norm(x, gamma, beta) (the host build
+    computes the same formula); the formula without gamma and beta, over the last axis or
+    several trailing ones (the variance's form: TVM's import of ONNX's InstanceNormalization,
+    whose affine torch's GroupNorm export moves after a reshape) the layer norm without them
+    (of the trailing axes as one)."""
     mod = _rewrite(mod, _LN_FORMULA, _to_layer_norm)
     return _rewrite(mod, _LN_NORMED, _to_plain_layer_norm)
 

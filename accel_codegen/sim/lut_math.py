@@ -56,8 +56,8 @@ def mish64(t: np.ndarray) -> np.ndarray:
 
 
 def gelu64(t: np.ndarray) -> np.ndarray:
-    """GELU in float64 through libm's erfc: the function its tables are built from (csrc/lut_tables.c:
-    lut_function); the FP32 SDP computes :func:`gelu_f32` instead."""
+    """GELU in float64 through libm's erfc: the function its tables are built from
+    (csrc/lut_tables.c: lut_function); the FP32 SDP computes :func:`gelu_f32` instead."""
     return 0.5 * t * _erfc(-t * _SQRT1_2).astype(np.float64)
 
 
