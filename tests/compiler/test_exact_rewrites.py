@@ -50,6 +50,19 @@ def _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path):
         assert ours >= min_db, ours
 
 
+def _whole_and_close(model, x, calibration, precision, min_db, tmp_path):
+    """``model`` one external function in ``precision`` (int8 calibrated on ``calibration``),
+    its output fp32 within 1e-5 of PyTorch's scale, else as :func:`_check_sqnr` says."""
+    options = {"calibration": calibration} if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    y = build_and_run(partitioned, x)
+    if precision == "fp32":
+        assert_close(y, torch_forward(model, x), 1e-5)
+    else:
+        _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)
+
+
 # --- max pools wider than the PDP's window --------------------------------------------------------
 
 class SpatialPyramid(torch.nn.Module):
@@ -744,14 +757,7 @@ def test_a_one_channel_map_is_copied_to_the_channels_by_a_convolution(precision,
                                                                        tmp_path):
     model, x = SpatialGate().eval(), _input((1, 3, 10, 12), 19)
     calibration = [(_input(x.shape, seed),) for seed in range(20, 24)]
-    options = {"calibration": calibration} if precision == "int8" else {}
-    partitioned, report = _partition(model, x, precision=precision, **options)
-    _whole(report)
-    y = build_and_run(partitioned, x)
-    if precision == "fp32":
-        assert_close(y, torch_forward(model, x), 1e-5)
-    else:
-        _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)
+    _whole_and_close(model, x, calibration, precision, min_db, tmp_path)
 
 
 # --- reductions over the channels -----------------------------------------------------------
@@ -780,14 +786,7 @@ def test_channel_means_maxima_and_sums_run_on_the_engines(precision, min_db, tmp
     1.4e-7 of the output scale, fp16 69.1 dB, int8 25.1 dB."""
     model, x = ChannelPools().eval(), _input((1, 3, 8, 10), 31)
     calibration = [(_input(x.shape, seed),) for seed in range(32, 36)]
-    options = {"calibration": calibration} if precision == "int8" else {}
-    partitioned, report = _partition(model, x, precision=precision, **options)
-    _whole(report)
-    y = build_and_run(partitioned, x)
-    if precision == "fp32":
-        assert_close(y, torch_forward(model, x), 1e-5)
-    else:
-        _check_sqnr(model, x, y, precision, min_db, calibration, tmp_path)
+    _whole_and_close(model, x, calibration, precision, min_db, tmp_path)
 
 
 class ArgMax(torch.nn.Module):
