@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import operator
 import os
 import sys
 import threading
@@ -234,12 +235,43 @@ def _extreme_along(largest: bool) -> Callable:
     return convert
 
 
+def _adaptive_windows(size: int, out: int) -> list:
+    """PyTorch's adaptive pooling windows along an axis: [floor(i size / out),
+    ceil((i + 1) size / out)) for each of the ``out`` outputs."""
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def _adaptive_max_pool2d(node, importer) -> relax.Expr:
+    """aten's adaptive_max_pool2d (its values; the indices raise where a node reads them): a
+    max pool of kernel = stride = size / out where out divides the size (a PSPNet / SPP-net
+    pyramid level, which the PDP runs), else each window's max, concatenated."""
+    args = importer.retrieve_args(node)
+    x, out = args[0], args[1]
+    if any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users):
+        raise AccelUnsupportedError(f"{node.name}: the indices of adaptive_max_pool2d are not "
+                                    "imported (its values are)")
+    h, w = (int(v) for v in x.ty.shape.values[-2:])
+    oh, ow = (int(out), int(out)) if isinstance(out, int) else (int(out[0]), int(out[1]))
+    emit = importer.block_builder.emit
+    if h % oh == 0 and w % ow == 0:
+        kernel = (h // oh, w // ow)
+        return emit(relax.Tuple([emit(relax.op.nn.max_pool2d(x, kernel, kernel))]))
+    rows = []
+    for top, bottom in _adaptive_windows(h, oh):
+        cells = [emit(relax.op.max(emit(relax.op.strided_slice(
+            x, axes=[2, 3], begin=[top, left], end=[bottom, right])), axis=[2, 3],
+            keepdims=True)) for left, right in _adaptive_windows(w, ow)]
+        rows.append(emit(relax.op.concat(cells, axis=3)))
+    return emit(relax.Tuple([emit(relax.op.concat(rows, axis=2))]))
+
+
 #: Converters of aten ops TVM's PyTorch frontend lacks (its import raised "Unsupported function
-#: types"): torch.amax / amin, a CBAM block's channel max; and torch.max / min along a dim,
-#: which it imports as a topk.
+#: types"): torch.amax / amin, a CBAM block's channel max; adaptive max pooling; and torch.max
+#: / min along a dim, which it imports as a topk.
 _MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
                        "amin.default": _reduction(relax.op.min),
-                       "max.dim": _extreme_along(True), "min.dim": _extreme_along(False)}
+                       "max.dim": _extreme_along(True), "min.dim": _extreme_along(False),
+                       "adaptive_max_pool2d.default": _adaptive_max_pool2d}
 
 
 def _in_eval_mode(model):

@@ -874,6 +874,58 @@ def max_pool_cascades(mod: tvm.IRModule) -> tvm.IRModule:
     return result
 
 
+def _window_factors(size: int, limit: int) -> Optional[list]:
+    """``size`` as a product of factors of at most ``limit``, largest first (None: a prime
+    factor above it)."""
+    factors = []
+    while size > 1:
+        factor = next((f for f in range(limit, 1, -1) if size % f == 0), None)
+        if factor is None:
+            return None
+        factors.append(factor)
+        size //= factor
+    return factors
+
+
+def _global_max_cascade(call: relax.Call, source) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    if shape is None or out is None or len(shape) != 4 or \
+            str(x.ty.dtype) not in ("float32", "float16"):
+        return call
+    if call.op.name == "relax.max":
+        axes = call.attrs.axis
+        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3]:
+            return call
+    else:  # a max pool whose one window is the whole plane
+        a = call.attrs
+        if str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW" or \
+                _int_list(a.pool_size) != shape[2:] or any(_int_list(a.padding)) or \
+                _int_list(a.dilation) != [1, 1]:
+            return call
+    limit = int(lib.ACCEL_MAX_POOL_KERNEL)
+    rows, cols = _window_factors(shape[2], limit), _window_factors(shape[3], limit)
+    if rows is None or cols is None or max(shape[2:]) <= limit:
+        return call  # one PDP pass takes it (as a max pool) or no cascade of windows does
+    count = max(len(rows), len(cols))
+    pooled = x
+    for kh, kw in zip(rows + [1] * (count - len(rows)), cols + [1] * (count - len(cols))):
+        pooled = relax.op.nn.max_pool2d(pooled, (kh, kw), strides=(kh, kw), layout="NCHW",
+                                        out_layout="NCHW")
+    return pooled if out == shape[:2] + [1, 1] else \
+        relax.op.reshape(named_as(pooled, call), out)
+
+
+def global_max_pools(mod: tvm.IRModule) -> tvm.IRModule:
+    """A max over H and W of NCHW data (torch.amax(x, (2, 3)), adaptive_max_pool2d(x, 1):
+    CBAM's channel attention) or a max pool whose one window is the whole plane, wider than the
+    PDP's window -> a cascade of non-overlapping max pools of at most 8x8 (12 = 6 x 2), the
+    same maximum; a side with a prime factor above 8 stays as it is."""
+    return rewrite_bindings(mod, ("relax.max", "relax.nn.max_pool2d"), _global_max_cascade)
+
+
 # Focus / space-to-depth (YOLOv5's stem: cat([x[..., ::2, ::2], x[..., 1::2, ::2], ...], 1))
 # -> one convolution with an s_h x s_w kernel, stride (s_h, s_w), and one-hot weights: output
 # channel p*C + c reads input channel c at the offset (b_h, b_w) of the concat's p-th part.
@@ -2506,6 +2558,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
+                  global_max_pools,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
                   layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs)

@@ -837,3 +837,48 @@ def test_a_channels_first_layer_norm_formula_is_one_layer_norm(precision):
         assert_close(y, expected, 1e-5)
     else:
         assert sqnr(y, expected) >= 55.0
+
+
+class Cbam(torch.nn.Module):
+    """A whole CBAM block: channel attention (a shared MLP over the global average and the
+    global max, adaptive pools of output 1, 12x12 wider than the PDP's window), then spatial
+    attention (the channel mean and max, a 7x7 conv)."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1)
+        self.mlp = torch.nn.Sequential(torch.nn.Conv2d(channels, 4, 1), torch.nn.ReLU(),
+                                       torch.nn.Conv2d(4, channels, 1))
+        self.spatial = torch.nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        pool = torch.nn.functional
+        y = y * torch.sigmoid(self.mlp(pool.adaptive_avg_pool2d(y, 1)) +
+                              self.mlp(pool.adaptive_max_pool2d(y, 1)))
+        maps = torch.cat([y.mean(1, keepdim=True), torch.max(y, 1, keepdim=True)[0]], 1)
+        return y * torch.sigmoid(self.spatial(maps))
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", None)])
+def test_a_cbam_block_is_one_function(precision, min_db, tmp_path):
+    """Before: adaptive_max_pool2d did not import ('Unsupported function types'); its global
+    max is a cascade of 6x6 and 2x2 max pools (rewrites.global_max_pools)."""
+    model, x = Cbam().eval(), _input((1, 3, 12, 12), 43)
+    calibration = [(_input(x.shape, seed),) for seed in range(44, 48)]
+    _whole_and_close(model, x, calibration, precision, min_db, tmp_path)
+
+
+class AdaptiveMax(torch.nn.Module):
+    def forward(self, x):
+        pool = torch.nn.functional.adaptive_max_pool2d
+        return torch.cat([pool(x, k).flatten(1) for k in (1, 2, 3, 5)], 1)
+
+
+def test_adaptive_max_pools_give_pytorchs_windows():
+    """Output sizes that divide the input (1, 2, 3 of 12) are max pools on the PDP; 5 does
+    not, and its overlapping windows (PyTorch's floor / ceil bounds) stay on the host."""
+    x = _input((1, 4, 12, 12), 49)
+    partitioned, report = _partition(AdaptiveMax(), x)
+    assert sum(op.op == "relax.nn.max_pool2d" and op.offloaded for op in report.ops) == 4
+    assert_same(build_and_run(partitioned, x), torch_forward(AdaptiveMax(), x))
