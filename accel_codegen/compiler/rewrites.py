@@ -1305,7 +1305,10 @@ def _same_values_broadcast(call: relax.Call, source) -> relax.Expr:
     if out is None or None in shapes or shapes[0] == shapes[1]:
         return call
     wide, narrow = (0, 1) if len(shapes[0]) >= len(shapes[1]) else (1, 0)
-    if is_constant(call.args[narrow]):  # ranked_constants' (the constant with unit axes)
+    operand = call.args[narrow]
+    # a constant is ranked_constants'; a parameter (a weight left as a runtime input: a dense
+    # layer's bias) is read where it is, as the chains that fold it at run time expect
+    if is_constant(operand) or (isinstance(operand, relax.Var) and source(operand) is None):
         return call
     extra = len(shapes[wide]) - len(shapes[narrow])
     # the narrow one is the wide one's shape without some of its leading unit axes: the
@@ -1320,8 +1323,9 @@ def _same_values_broadcast(call: relax.Call, source) -> relax.Expr:
 
 def same_values_broadcasts(mod: tvm.IRModule) -> tvm.IRModule:
     """An element-wise op of two tensors whose shapes differ only by leading unit axes, the
-    lower-rank one computed ([1, 1, C] + [1, C]: an LSTM step's gates) -> that one reshaped to
-    the other's shape first (the same values), which the SDP's element-wise unit takes."""
+    lower-rank one computed in the function ([1, 1, C] + [1, C]: an LSTM step's gates) -> that
+    one reshaped to the other's shape first (the same values), which the SDP's element-wise
+    unit takes."""
     return rewrite_bindings(mod, _ELEMENTWISE_PAIRS, _same_values_broadcast)
 
 
