@@ -299,15 +299,25 @@ def _commutative_stage(value: relax.Call, lookup: Lookup) -> Tuple[Stage, relax.
     """An element-wise op: (its stage, its data operand). Every SDP element-wise op is
     commutative: the data is the operand from inside the chain, else the one with the op's own
     shape (``s * x`` reads x, not s). A constant is never the data (``pos_embed + x`` reads
-    x)."""
+    x), nor a reshape of a chain input where the other operand is computed in the chain
+    (``reshape(b, [1, K]) + x W^T`` with a runtime bias b reads x W^T: it read the bias)."""
     lhs, rhs = value.args[0], value.args[1]
     lhs_in_chain = _resolve(lhs, lookup) is not None and not is_constant(lhs)
     rhs_in_chain = _resolve(rhs, lookup) is not None and not is_constant(rhs)
+    if lhs_in_chain and rhs_in_chain and _reshaped_input(lhs, lookup) and \
+            not _reshaped_input(rhs, lookup):
+        lhs_in_chain = False
     if (rhs_in_chain and not lhs_in_chain) or (is_constant(lhs) and not is_constant(rhs)) or (
             not lhs_in_chain and not rhs_in_chain and _same_shape(rhs, value) and
             not _same_shape(lhs, value)):
         lhs, rhs = rhs, lhs
     return Stage("binary", value, other=rhs), lhs
+
+
+def _reshaped_input(expr: relax.Expr, lookup: Lookup) -> bool:
+    """Whether ``expr`` is an in-chain reshape of a chain input (a runtime bias's view)."""
+    value = _resolve(expr, lookup)
+    return op_name(value) == "relax.reshape" and _resolve(value.args[0], lookup) is None
 
 
 def _single_op(value: Optional[relax.Expr], lookup: Lookup) -> Tuple[relax.Expr, List[Stage]]:
