@@ -250,8 +250,13 @@ def _adaptive_max_pool2d(node, importer) -> relax.Expr:
     if any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users):
         raise AccelUnsupportedError(f"{node.name}: the indices of adaptive_max_pool2d are not "
                                     "imported (its values are)")
-    h, w = (int(v) for v in x.ty.shape.values[-2:])
-    oh, ow = (int(out), int(out)) if isinstance(out, int) else (int(out[0]), int(out[1]))
+    try:
+        h, w = (int(v) for v in x.ty.shape.values[-2:])
+    except (TypeError, AttributeError):
+        raise AccelShapeError(f"{node.name}: adaptive_max_pool2d of a tensor without a static "
+                              f"shape ({x.ty})") from None
+    sizes = [out, out] if isinstance(out, int) else list(out)
+    oh, ow = (int(s) if s is not None else full for s, full in zip(sizes, (h, w)))
     emit = importer.block_builder.emit
     if h % oh == 0 and w % ow == 0:
         kernel = (h // oh, w // ow)
