@@ -582,6 +582,15 @@ def examples_of(inputs, what: str) -> list:
     examples = [tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in inputs]
     if not examples:
         raise AccelInvalidError(f"{what} needs at least one example input")
+    for i, example in enumerate(examples):
+        for j, x in enumerate(example):
+            # a dict (ONNX Runtime's calibration readers give {name: array}) or anything else
+            # NumPy makes an object array of would reach TVM as dtype `object`
+            if isinstance(x, dict) or np.asarray(x).dtype.kind not in "biuf":
+                raise AccelInvalidError(
+                    f"{what}: input {j} of example {i} is a {type(x).__name__}, not an array "
+                    "of numbers; give each example as an array (one-input models) or a tuple "
+                    "of arrays in the order of main's parameters")
     return examples
 
 

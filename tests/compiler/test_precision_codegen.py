@@ -170,6 +170,14 @@ def test_calibration_must_be_examples_not_one_array(zoo):
         ac.partition_for_accel(mod, params, precision="int8", calibration=x)
 
 
+def test_calibration_examples_as_dicts_are_refused_typed(zoo):
+    """{name: array} (ONNX Runtime's calibration readers give them) used to reach TVM as an
+    object array and come back as its bare ValueError ("unknown dtype `object`")."""
+    mod, params, x = zoo("lenet5").imported
+    with pytest.raises(ac.AccelInvalidError, match="input 0 of example 0 is a dict"):
+        ac.partition_for_accel(mod, params, precision="int8", calibration=[{"x": x}])
+
+
 def test_int8_code_generation_errors_come_back_typed():
     """An error only the scales reveal (here an element-wise operand 10^6 times coarser than
     the output) is raised by the code generator inside TVM; the caller gets it typed."""
