@@ -222,15 +222,21 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
         for run in layer.runs(precision):
             check_hardware(run, config, fuse, precision)
         return
+    if layer.per_image_scale and not (fuse and layer.computed_scale):
+        raise Unsupported("a multiply by one value per image and channel runs as the SDP's "
+                          "per-channel element-wise multiplier, fused, with nothing but an "
+                          "activation after it")
     if precision != "fp32":
         for what, expr in layer.parameters():
             # fp16 reads a computed per-channel scale as it is (squeeze-excite's x * s):
-            # with nothing to fold it into, and one batch, it is the SDP's [C] halves.
+            # with nothing to fold it into, and one batch, it is the SDP's [C] halves (a
+            # batch's, [N, C], the fused per-channel multiplier's operand).
             # int8 reads it as the element-wise multiplier's per-channel operand (fused
             # runs only: the int8 code generator emits each layer as one SDP).
             computed_scale = what == "scale" and (
                 (precision == "fp16" and layer.conv is None and
                  layer.sdp.batch_norm is None and layer.in_shape[0] == 1) or
+                (precision == "fp16" and fuse and layer.per_image_scale) or
                 (precision == "int8" and fuse and layer.computed_scale and
                  layer.sdp.act in (None, "relu", "clip")))
             if not is_constant(expr) and not computed_scale and \

@@ -361,13 +361,25 @@ class Layer:
         multiplier with a per-channel operand (``ew_per_channel``), int8 in the codes and
         zero point of the layer (or the function input) that gave it. So the fp32 build that
         calibrates an int8 one observes ``s`` as that operand, where the host computed it too
-        (an external function's argument has no other run that sees it). ``s`` is one value
-        per channel ([1, C, 1, 1], the lowering's per-channel rule) and the operand holds
-        [N, C]: a batch above 1 reads it as the SDP's scale (fp32 only)."""
+        (an external function's argument has no other run that sees it). The operand holds
+        [N, C]: ``s`` is [1, C, 1, 1] for one image, [N, C, 1, 1] for a batch
+        (``per_image_scale``); a batch above 1 with one ``s`` for every image reads it as the
+        SDP's scale (fp32 only)."""
         s = self.sdp
         return self.conv is None and not self.copies and s.scale is not None and \
             not is_constant(s.scale) and s.batch_norm is None and s.bias is None and \
-            s.ew_op is None and self.in_shape[0] == 1
+            s.ew_op is None and (self.in_shape[0] == 1 or self.per_image_scale)
+
+    @property
+    def per_image_scale(self) -> bool:
+        """Whether the SDP's scale is computed with one value per image and channel of a batch
+        above 1 ([N, C, 1, 1]): only the fused per-channel multiplier (``computed_scale``)
+        reads it so."""
+        s = self.sdp
+        if s.scale is None or is_constant(s.scale) or self.in_shape[0] == 1:
+            return False
+        shape = tuple(static_shape(s.scale))
+        return len(shape) == 4 and shape[0] == self.in_shape[0] and shape[2:] == (1, 1)
 
     @property
     def computed_dense_weight(self) -> bool:

@@ -109,6 +109,18 @@ def _per_channel_operand(expr: relax.Expr, feature: Tuple[int, ...]) -> bool:
     return shape in ((c,), (1, c))
 
 
+def _per_image_channel_operand(expr: relax.Expr, feature: Tuple[int, ...]) -> bool:
+    """Whether a multiply's computed operand holds one value per image and channel of a batch
+    above 1 ([N, C, 1, 1] against [N, C, H, W]: squeeze-excite's ``x * s`` on a batch), the
+    SDP's element-wise multiplier with a per-channel operand, which reads it [N][C]."""
+    try:
+        shape = static_shape(expr)
+    except Unsupported:
+        return False
+    return len(feature) == 4 and feature[0] > 1 and not is_constant(expr) and \
+        tuple(shape) == (feature[0], feature[1], 1, 1)
+
+
 # --- the chain walker ------------------------------------------------------------------------
 
 def _resolve(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
@@ -757,6 +769,15 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
     # for a bias, which fp16 and int8 code take only as constants.
     elementwise = name == "relax.add" and not is_constant(_strip_reshape(other, lookup)) and \
         static_shape(other) == feature
+    if name == "relax.multiply" and _per_image_channel_operand(other, feature):
+        if layer.conv is not None or not sdp.empty():
+            raise Unsupported("a multiply by one value per image and channel after a "
+                              "convolution or another SDP stage (the SDP's per-channel operand "
+                              "is its element-wise multiplier's, in a run of its own)")
+        sdp.scale = other
+        sdp.sources.append(name)
+        order.append(SdpUnit.SCALE_SHIFT)
+        return
     if affine in ("relax.add", "relax.multiply") and not elementwise and \
             _per_channel_operand(other, feature):
         operand = _channel_operand(other, name, channels, lookup)

@@ -13,7 +13,8 @@ import tvm
 import accel_codegen as ac
 from accel_codegen import frontend
 from accel_codegen.compiler.library import CHECKSUM_MARKER, check_library
-from conftest import assert_close, build_and_run, random_inputs, run_main, torch_forward
+from conftest import (assert_close, build_and_run, ort_int8_sqnr, random_inputs, run_main,
+                      sqnr, torch_forward)
 
 RTOL = 1e-4
 ZOO = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mobilenet_v2",
@@ -403,6 +404,53 @@ def test_squeeze_excite_stays_whole_in_fp16():
     report = ac.partition_report(partitioned)
     assert report.host == [] and len(report.functions) == 1, str(report)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=3e-3)
+
+
+class ConvSqueezeExcite(torch.nn.Module):
+    """A conv + ReLU, then squeeze-excite on it, then ReLU (RegNetY's and EfficientNet's
+    blocks)."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.se = SqueezeExcite(channels)
+
+    def forward(self, x):
+        return torch.relu(self.se(torch.relu(self.conv(x))))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_squeeze_excite_on_a_batch_stays_whole(precision, tmp_path):
+    """x * s with s [N, C, 1, 1], N = 3: the SDP's per-channel multiplier reads s [N][C] (it
+    was a host op, 'multiply with broadcasting', splitting the function in two)."""
+    torch.manual_seed(3)
+    model = ConvSqueezeExcite().eval()
+    x = torch.randn(3, 16, 14, 14) + 0.5
+    calibration = [(torch.randn(3, 16, 14, 14) + 0.5).numpy() for _ in range(4)]
+    mod, params = frontend.from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(
+        mod, params, precision=precision,
+        calibration=calibration if precision == "int8" else None)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    y, expected = build_and_run(partitioned, x), torch_forward(model, x)
+    if precision == "fp32":
+        assert_close(y, expected, rtol=RTOL)
+    elif precision == "fp16":
+        assert_close(y, expected, rtol=3e-3)
+    else:
+        assert sqnr(y, expected) >= ort_int8_sqnr(model, x.numpy(), calibration, tmp_path) - 1.0
+
+
+def test_squeeze_excite_on_a_batch_unfused_stays_on_the_host():
+    """The per-image multiplier is a fused run: decomposed kernels keep x * s on the host,
+    with the reason."""
+    model = ConvSqueezeExcite().eval()
+    x = torch.randn(2, 16, 8, 8)
+    mod, params = frontend.from_pytorch(model, (x,))
+    report = ac.partition_report(ac.partition_for_accel(mod, params, fuse=False))
+    assert [r.op for r in report.host] == ["relax.multiply"], str(report)
+    assert "one value per image and channel" in report.host[0].reason
 
 
 @pytest.mark.parametrize("bias_first", [False, True])
