@@ -37,8 +37,8 @@ from .sensitivity import depthwise_weights
 from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
-from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, end_at_first_item,
-                       global_means_as_convolutions,
+from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
+                       end_at_first_item, global_means_as_convolutions,
                        first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -275,7 +275,8 @@ def is_partitioned(mod: tvm.IRModule) -> bool:
 
 def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     mod = frontend.bind_params(mod, params) if params else mod
-    for rewrite in (constant_computations, static_shapes, fold_zero_padding, silu_from_sigmoid,
+    for rewrite in (constant_computations, static_shapes, causal_masks, fold_zero_padding,
+                    silu_from_sigmoid,
                     gelu_from_erf, layer_norm_from_formula, split_into_slices,
                     flattened_global_pools, broadcast_weight_matmuls, attention_cores,
                     recurrent_steps, *EXACT_REWRITES):

@@ -1300,6 +1300,44 @@ _ELEMENTWISE_PAIRS = ("relax.add", "relax.multiply", "relax.subtract", "relax.ma
                       "relax.minimum")
 
 
+#: The smallest magnitude of a float32 fill value that masking by an add keeps exact: x + v
+#: rounds to v for every |x| below half of v's ulp (2^103 at 2^127), so for any x an
+#: activation holds; infinities absorb every finite x.
+_ABSORBING_FILL = 2.0 ** 100
+
+
+def _fill_bias(call: relax.Call, source) -> relax.Expr:
+    """where(c, v, x) -> x + where(c, v, 0) and where(c, x, v) -> x + where(c, 0, v), for a
+    constant condition c and a constant fill v that absorbs x (+-inf or |v| >= 2^100, float32)
+    and a computed x; the bias a constant of the result's shape broadcast as far as c and v
+    are (causal_masks)."""
+    cond, a, b = call.args
+    if not is_constant(cond) or str(getattr(call.ty, "dtype", None)) != "float32":
+        return call
+    for fill, x, fill_first in ((a, b, True), (b, a, False)):
+        if not is_constant(fill) or is_constant(x) or _static(x) != _static(call):
+            continue
+        v = np.asarray(constant_value(fill), np.float32)
+        if not np.all(np.isinf(v) | (np.abs(v) >= _ABSORBING_FILL)):
+            continue
+        c = np.asarray(constant_value(cond)).astype(bool)
+        zero = np.zeros((), np.float32)
+        bias = np.where(c, v, zero) if fill_first else np.where(c, zero, v)
+        if bias.ndim > len(_static(call)):
+            return call
+        return relax.op.add(x, relax.const(np.ascontiguousarray(bias, np.float32), "float32"))
+    return call
+
+
+def causal_masks(mod: tvm.IRModule) -> tvm.IRModule:
+    """A constant mask applied by ``where`` with an absorbing fill (GPT-2's and nanoGPT's
+    ``masked_fill(causal, -inf)``, Hugging Face's ``where(causal, scores, finfo.min)``) -> the
+    scores plus a constant bias (the fill where masked, 0 elsewhere): the same values, as the
+    scores' add of a constant, which attention cores take as their bias (Swin's relative
+    position bias is one), where ``where`` is no engine's op."""
+    return rewrite_bindings(mod, ("relax.where",), _fill_bias)
+
+
 def _same_values_broadcast(call: relax.Call, source) -> relax.Expr:
     a, b = call.args
     shapes, out = [_static(a), _static(b)], _static(call)
