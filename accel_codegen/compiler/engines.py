@@ -149,14 +149,11 @@ def fused(layer, fuse: bool) -> bool:
 
 def _check_int8_concat(layer) -> None:
     """An int8 concat rescales each whole input into a channel range of one image, which
-    an SDP pass writes as a dense tensor; along a later axis, its copies move the codes and
-    one SDP pass rescales the rows (Layer.rescaled_rows), for any batch."""
+    an SDP pass writes as a dense tensor; along a later axis, or along the channels of a
+    batch, its copies move the codes and one SDP pass rescales the rows
+    (Layer.rescaled_rows)."""
     if layer.rescaled_rows:
         return
-    if layer.in_shape[0] != 1:
-        raise Unsupported(f"an int8 concat of batch {layer.in_shape[0]} is not generated: "
-                          "each input is rescaled by an SDP pass into its channel range, "
-                          "contiguous for one image only")
     for c in layer.copies:
         whole = c.in_shape[1] == c.channels
         if not whole or c.src_offset != 0 or c.src_stride != 1 or c.dst_stride != 1:

@@ -439,18 +439,20 @@ class Layer:
     @property
     def rescaled_rows(self) -> bool:
         """Whether an int8 concat of several tensors is along a later axis (a detection
-        head's [N, C, L] along L): each input's rows are ranges of the output's rows, not one
-        contiguous range, which an SDP pass writing a dense tensor cannot fill. So its
-        copies move each input's codes, in its own scale, into scratch viewed as
-        ``out_view`` (n, positions, 1, w), and one SDP pass (:meth:`rescale`) then takes
-        every position to the concat's scale with that position's input's converter: the
-        SDP's per-channel converters are per position in that view."""
-        return self.out_view is not None and self.several_sources
+        head's [N, C, L] along L), or along the channels of a batch above 1: each input's
+        rows are ranges of the output's rows (of each image's channels), not one contiguous
+        range, which an SDP pass writing a dense tensor cannot fill. So its copies move each
+        input's codes, in its own scale, into scratch viewed as ``out_surface`` ((n,
+        positions, 1, w), or the channels' own NCHW surface), and one SDP pass
+        (:meth:`rescale`) then takes every position to the concat's scale with that
+        position's input's converter: the SDP's per-channel converters are per position in
+        that view."""
+        return self.several_sources and (self.out_view is not None or self.in_shape[0] > 1)
 
     def rescale(self) -> "Layer":
         """The SDP pass after the copies of a concat with :attr:`rescaled_rows`: the scratch
-        the copies wrote, viewed as ``out_view``, into the output."""
-        return dataclasses.replace(self, in_shape=self.out_view, copies=[], requantize=True)
+        the copies wrote, viewed as ``out_surface``, into the output."""
+        return dataclasses.replace(self, in_shape=self.out_surface, copies=[], requantize=True)
 
     def norm_runs(self, precision: str) -> List["Layer"]:
         """The dense layer's run (the CONV and its bias on the surface), then the passes."""

@@ -9,7 +9,7 @@ import torch
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import from_pytorch
 from accel_codegen.compiler.partition import program_of
-from conftest import build_and_run, sqnr, torch_forward
+from conftest import build_and_run, ort_int8_sqnr, sqnr, torch_forward
 
 
 class Neck(torch.nn.Module):
@@ -62,3 +62,21 @@ def test_branches_write_in_the_concats_scale():
             assert all(_identity(c["converters"]) for c in copies), copies
         x = _input(9)
         assert sqnr(build_and_run(part, x), torch_forward(model, x)) >= 30, shared
+
+
+def test_a_concat_of_a_batch_is_whole_in_int8(tmp_path):
+    """Along the channels of a batch of 2 each input's range is one per image: the copies
+    move each input's codes in its own scale and one SDP pass rescales every channel with its
+    input's converter (Layer.rescaled_rows). It was refused ("an int8 concat of batch 2 is not
+    generated"), splitting DenseNet-, Inception- and GhostNet-style networks at batch 2 into
+    3 to 9 external functions."""
+    torch.manual_seed(0)
+    model = Neck(shared=True).eval()
+    x = np.concatenate([_input(0), _input(9)])
+    calibration = [(np.concatenate([_input(s), _input(s + 10)]),) for s in range(1, 5)]
+    part = ac.partition_for_accel(*from_pytorch(model, (torch.from_numpy(x),)),
+                                  precision="int8", calibration=calibration)
+    report = ac.partition_report(part)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    ours = sqnr(build_and_run(part, x), torch_forward(model, x))
+    assert ours >= ort_int8_sqnr(model, x, [c for (c,) in calibration], tmp_path) - 1.0, ours
