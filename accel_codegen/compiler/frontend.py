@@ -270,13 +270,43 @@ def _adaptive_max_pool2d(node, importer) -> relax.Expr:
     return emit(relax.Tuple([emit(relax.op.concat(rows, axis=2))]))
 
 
+def _elu(node, importer) -> relax.Expr:
+    """aten's ``elu(x, alpha, scale, input_scale)`` = scale * (x > 0 ? x : alpha * (exp(x *
+    input_scale) - 1)), which ``nn.SELU`` decomposes into (alpha 1.6733, scale 1.0507). TVM's
+    converter reads alpha alone, so SELU came out as an ELU 1.0507 times too small (a wrong
+    answer on every backend). Written as TVM writes ELU, -alpha scale relu(1 - exp(x
+    input_scale)) + relu(scale x) (relu(s x) = s relu(x) for s > 0, bit for bit)."""
+    args = importer.retrieve_args(node)
+    names = ("alpha", "scale", "input_scale")
+    alpha, scale, input_scale = (
+        float(args[1 + i]) if len(args) > 1 + i else float(node.kwargs.get(name, 1.0))
+        for i, name in enumerate(names))
+    x = args[0]
+    dtype = str(x.ty.dtype)
+    emit = importer.block_builder.emit
+
+    def const(value: float) -> relax.Expr:
+        return relax.const(value, dtype)
+    inner = x if input_scale == 1.0 else emit(relax.op.multiply(x, const(input_scale)))
+    negative = emit(relax.op.multiply(const(-alpha * scale), emit(relax.op.nn.relu(
+        emit(relax.op.subtract(const(1.0), emit(relax.op.exp(inner))))))))
+    if scale > 0.0:
+        positive = emit(relax.op.nn.relu(
+            x if scale == 1.0 else emit(relax.op.multiply(x, const(scale)))))
+    else:
+        positive = emit(relax.op.multiply(emit(relax.op.nn.relu(x)), const(scale)))
+    return emit(relax.op.add(negative, positive))
+
+
 #: Converters of aten ops TVM's PyTorch frontend lacks (its import raised "Unsupported function
 #: types"): torch.amax / amin, a CBAM block's channel max; adaptive max pooling; and torch.max
-#: / min along a dim, which it imports as a topk.
+#: / min along a dim, which it imports as a topk. And one it gets wrong: elu's scale and
+#: input_scale (SELU).
 _MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
                        "amin.default": _reduction(relax.op.min),
                        "max.dim": _extreme_along(True), "min.dim": _extreme_along(False),
-                       "adaptive_max_pool2d.default": _adaptive_max_pool2d}
+                       "adaptive_max_pool2d.default": _adaptive_max_pool2d,
+                       "elu.default": _elu}
 
 
 def _in_eval_mode(model):
