@@ -69,6 +69,12 @@ REDUCTIONS = ("tree", "conv", "conv1")
 #: of its reciprocal (the PDP's averages, scaled back by the rest beyond it): averages of
 #: at least 2^-12 stay in FP16's reciprocal table, and 1 / average within 4096
 MAX_COVERED = 4096
+#: The most weights of the "conv" form's CONV of ones from C channels to C (a sum broadcast in
+#: the pass that takes it: C^2 of them, 2 MiB in FP16 at C = 1024); a wider sum (a group norm
+#: over a whole plane: C = 32768 for 32 channels of 32x32, a 2 GiB CONV) is a CONV to one
+#: channel and a broadcast pass of ones after it, the same bits (the broadcast copies the
+#: one channel's rounded value; the sum and its SDP are the same), linear in C.
+MAX_SUM_BROADCAST_WEIGHTS = 1 << 20
 
 
 def fp32_sums(shape) -> str:
@@ -300,14 +306,26 @@ class _Builder:
         channel) or a CONV of ones in the same run as the SDP, with C output channels (the
         sum broadcast) if ``broadcast`` and the form is "conv", else one (LUT and Newton
         passes on one channel; "conv1" always)."""
+        if self.reduce == "conv" and broadcast:
+            return self.sum_broadcast(src, role, lambda k: Sdp(precision=self.precision, **{
+                name: v[:k] if isinstance(v, np.ndarray) else v for name, v in sdp.items()}))
         if self.reduce in ("conv", "conv1"):
-            k = self.c if broadcast and self.reduce == "conv" else 1
-            return self.add(role, [self.ones(self.c, k), Sdp(precision=self.precision, **sdp)],
-                            src, k)
+            return self.add(role, [self.ones(self.c, 1), Sdp(precision=self.precision, **sdp)],
+                            src, 1)
         total = self.tree(src, "add", role)
         if sdp:
             total = self.add(f"{role}.scale", [Sdp(precision=self.precision, **sdp)], total, 1)
         return total
+
+    def sum_broadcast(self, src: str, role: str, sdp) -> str:
+        """The sum over C on every channel, through ``sdp(k)`` (the SDP of k channels): one
+        CONV of ones C -> C, or beyond MAX_SUM_BROADCAST_WEIGHTS a CONV to one channel and a
+        broadcast pass (the same bits)."""
+        c = self.c
+        if c * c <= MAX_SUM_BROADCAST_WEIGHTS:
+            return self.add(role, [self.ones(c, c), sdp(c)], src, c)
+        total = self.add(f"{role}.sum", [self.ones(c, 1), sdp(1)], src, 1)
+        return self.add(role, [self.ones(1), Sdp(precision=self.precision)], total, c)
 
     def lut(self, src: str, act: str, newton: Optional[int]) -> str:
         """act(src) through the LUT, then Newton steps (default: FP16's NEWTON_FP16)."""
@@ -452,10 +470,10 @@ def _layer_norm_fp16(b: "_Builder", gamma, beta, eps: float, newton: Optional[in
     """The FP16 layer norm with fp32 inside its passes (layer_norm_passes' docstring)."""
     c, p = b.c, "fp16"
     h = np.float16
-    inv_c = b.values(-1.0 / c, c)
 
     def sum_broadcast(src, role):  # -mean of src on every channel: CONV of ones, SDP -1/C
-        return b.add(role, [b.ones(c, c), Sdp(scale=inv_c, precision=p)], src, c)
+        return b.sum_broadcast(src, role,
+                               lambda k: Sdp(scale=b.values(-1.0 / c, k), precision=p))
 
     a1 = sum_broadcast("x", "mean")                                      # -M, M in half
     d = b.add("center", [Sdp(ew_op="add", precision=p)], "x", c, a1)      # x - M, in half

@@ -196,3 +196,31 @@ def test_batches_and_channels_last_4d_tokens_match_pytorch(model, shape):
     report = ac.partition_report(mod, params)
     assert report.host == [] and len(report.functions) == 1, report
     assert_close(build_and_run(mod, x.numpy(), params=params), torch_forward(model, x), 1e-4)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_a_group_norm_over_a_whole_plane_builds_in_linear_memory(precision):
+    """PoolFormer's GroupNorm(1, C): one group of 32 x 32 x 32 = 32768 values, a layer norm
+    over C = 32768 surface channels. Its fp16 sums (int8 builds run layer norms in fp16) were
+    a 32768 x 32768 CONV of ones: 2 GiB, a MemoryError from deep inside partitioning, or
+    minutes and gigabytes at 16 channels. Now a CONV to one channel and a broadcast: fp16 at
+    PyTorch's .half() SQNR within a decibel."""
+    import copy
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1),
+                                torch.nn.GroupNorm(1, 32)).eval()
+    x = torch.randn(1, 3, 32, 32)
+    calibration = [torch.randn(1, 3, 32, 32).numpy() for _ in range(2)]
+    partitioned = ac.partition_for_accel(
+        *from_pytorch(model, (x,)), precision=precision,
+        calibration=calibration if precision == "int8" else None)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    expected = torch_forward(model, x)
+    ours = sqnr(build_and_run(partitioned, x), expected)
+    if precision == "fp16":
+        with torch.no_grad():
+            half = copy.deepcopy(model).half()(x.half()).float().numpy()
+        assert ours >= sqnr(half, expected) - 1.0, ours
+    else:  # 36.0 dB with these seeds
+        assert ours >= 30.0, ours

@@ -88,6 +88,26 @@ def test_the_conv_form_equals_the_reference_bit_for_bit(shape, precision, rng):
                         f"{decomposition.layer}, {reduce}")
 
 
+def test_a_wide_sum_broadcast_is_two_passes_of_the_same_bits(monkeypatch, rng):
+    """Beyond MAX_SUM_BROADCAST_WEIGHTS the fp16 sums are a CONV to one channel and a
+    broadcast (a group norm over 32 channels of 32x32 made a 32768 x 32768 CONV of ones, 2 GiB,
+    in a MemoryError): the same output bits as the one C -> C pass, and the reference's."""
+    shape = (1, 48, 1, 9)
+    x = (rng.standard_normal(shape) * 2 + 0.5).astype(np.float16)
+    gamma = (1 + 0.3 * rng.standard_normal(48)).astype(np.float16)
+    beta = (0.2 * rng.standard_normal(48)).astype(np.float16)
+    build = (lambda: dc.layer_norm_passes(shape, gamma, beta, 1e-5, "fp16", "conv"),
+             lambda: dc.softmax_passes(shape, "fp16", "conv"))
+    one_pass = [dc.run_passes(DEVICE, make(), x)[0] for make in build]
+    monkeypatch.setattr(dc, "MAX_SUM_BROADCAST_WEIGHTS", 48 * 48 - 1)
+    for make, before in zip(build, one_pass):
+        decomposition = make()
+        assert any(p.role.endswith(".sum") for p in decomposition.passes), decomposition.layer
+        y, _ = dc.run_passes(DEVICE, decomposition, x)
+        assert_same(y, before, decomposition.layer)
+        assert_same(y, ref.run_decomposition(decomposition, x), decomposition.layer)
+
+
 @pytest.mark.parametrize("reduce", ["tree", "conv", "conv1"])
 @pytest.mark.parametrize("c,w", SHAPES)
 def test_fp32_is_within_1e_5_of_pytorch(c, w, reduce, rng):

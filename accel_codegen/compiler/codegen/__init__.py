@@ -30,7 +30,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import tvm
 
-from ...errors import register_with_tvm_ffi
+from ...errors import AccelMemoryError, register_with_tvm_ffi
 from ...quantization import Calibration, TensorQuant
 from .folding import fold_batch_norm  # noqa: F401  (part of this package's interface)
 from .function import FunctionCodegen
@@ -110,7 +110,11 @@ def register(into: Optional[Generated] = None) -> None:
 
     def entry(functions, options, constant_names):
         del constant_names  # the codegen names its own (folded) constants
-        return generate(functions, options, Generated() if into is None else into)
+        try:
+            return generate(functions, options, Generated() if into is None else into)
+        except MemoryError as error:  # NumPy's too: a layer whose constants outgrow the host
+            raise AccelMemoryError(f"code generation ran out of host memory: {error}") \
+                from error
 
     tvm.register_global_func(GLOBAL_NAME, entry, override=True)
 
