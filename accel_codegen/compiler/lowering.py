@@ -1019,9 +1019,10 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         # a padding mask's bias, copied to the queries by compiler/attention.py: the scores'
         # SDP reads it as its element-wise operand
         key_bias = call.args[3]
-        if windows != 1 or static_shape(key_bias) != (1, 1, tokens, kv_tokens):
+        if static_shape(key_bias) != (windows, 1, tokens, kv_tokens):
             raise Unsupported(f"attention's computed bias {list(static_shape(key_bias))} is not "
-                              f"[1, 1, {tokens}, {kv_tokens}] of one image")
+                              f"[{windows}, 1, {tokens}, {kv_tokens}]: one per window (a "
+                              f"batch's image), the same for every head")
         _require_float32(key_bias, "attention's computed bias")
     elif len(call.args) > 3 and call.args[3] is not None:
         bias = np.asarray(constant_value(call.args[3]), np.float32)
