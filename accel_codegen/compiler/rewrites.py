@@ -1331,6 +1331,34 @@ def same_values_broadcasts(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, _ELEMENTWISE_PAIRS, _same_values_broadcast)
 
 
+def _per_row_product(call: relax.Call, source) -> relax.Expr:
+    x, m = call.args
+    out, shapes = _static(call), [_static(x), _static(m)]
+    if out is None or None in shapes:
+        return call
+    if shapes[0] != out:
+        x, m = m, x
+        shapes = shapes[::-1]
+    # x [..., C] times a computed m [..., 1] of the same leading axes: one factor per row
+    if shapes[0] != out or len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2 or \
+            is_constant(m) or str(call.ty.dtype) not in ("float32", "float16") or \
+            str(m.ty.dtype) != str(call.ty.dtype):
+        return call
+    rows = int(np.prod(out[:-1]))
+    product = relax.op.multiply(relax.op.reshape(x, [1, rows, 1, out[-1]]),
+                                relax.op.reshape(m, [1, rows, 1, 1]))
+    return relax.op.reshape(named_as(product, call), out)
+
+
+def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
+    """x [..., C] times a computed tensor m [..., 1] of the same leading axes (a padded
+    batch's mean pooling, sentence-transformers': the tokens ``x * mask[..., None]``) ->
+    the product of x read as [1, R, 1, C] (R rows as channels: the same bytes) and m as
+    [1, R, 1, 1], viewed back: the SDP's multiply with a computed per-channel operand,
+    which squeeze-excite's ``x * s`` runs (``Layer.computed_scale``)."""
+    return rewrite_bindings(mod, ("relax.multiply",), _per_row_product)
+
+
 def _bindings_table(function: relax.Function) -> dict:
     return {b.var: b.value for block in function.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding)}
@@ -2560,7 +2588,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts,
+                  same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
