@@ -115,7 +115,7 @@ def build():
     """The trained encoder as a ``torch.nn.Module`` (eval mode) taking :func:`embeddings`
     (one unpadded sentence), or a padded :func:`batch` and its mask, ``model(x, mask)``:
     then, as Hugging Face's BERT and sentence-transformers run it, every head's scores get
-    ``(1 - mask) * float32's lowest`` added per key, and the mean pools the real tokens
+    ``(1 - mask) * the dtype's lowest`` added per key, and the mean pools the real tokens
     alone (their sum over the mask's)."""
     import torch
     from torch import nn
@@ -150,8 +150,9 @@ def build():
 
         def forward(self, x, mask=None):
             bias = None
-            if mask is not None:  # Hugging Face's extended attention mask, [B, 1, 1, T]
-                bias = (1.0 - mask)[:, None, None, :] * torch.finfo(torch.float32).min
+            if mask is not None:  # Hugging Face's extended attention mask, [B, 1, 1, T]:
+                # the dtype's lowest (float32's in the exported network)
+                bias = (1.0 - mask)[:, None, None, :] * torch.finfo(x.dtype).min
             x = self.norm(x)
             for layer in self.layers:
                 x = layer(x, bias)
