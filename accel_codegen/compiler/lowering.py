@@ -260,7 +260,7 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
         if act in chains.DECOMPOSED:
             decomposed = _decomposed_activation(call, lookup)
             if decomposed is None and act == "reciprocal":
-                raise Unsupported("1 / x of an x not held above a positive bound in its chain: "
+                raise Unsupported("1 / x with x not held above a positive bound in its chain: "
                                   "the LUT's reciprocal answers its table's start for x <= 0")
             if decomposed is None or decomposed[0] != act:
                 raise Unsupported(f"{op_name(call)} of {act}'s form with other constants is "

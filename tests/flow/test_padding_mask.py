@@ -129,3 +129,73 @@ def test_the_onnx_export_partitions_the_same(tmp_path):
     expected = torch_forward(model, x, mask)
     assert np.abs(build_and_run(part, x, mask) - expected).max() <= \
         1e-4 * np.abs(expected).max()
+
+
+class PooledEncoder(Encoder):
+    """The encoder fed a padded batch: each sentence's mask row its own bias, then
+    sentence-transformers' mean pooling over the real tokens and an L2 norm."""
+
+    def forward(self, x, mask):
+        x = super().forward(x, mask)
+        weight = mask[:, :, None]
+        pooled = (x * weight).sum(1) / torch.clamp(weight.sum(1), min=1e-9)
+        return nn.functional.normalize(pooled, dim=1)
+
+
+def _batch(valid, seed=1):
+    x = np.random.default_rng(seed).standard_normal((len(valid), T, C)).astype(np.float32)
+    mask = np.concatenate([_mask(n) for n in valid])
+    return x, mask
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_padded_batch_reads_each_sentences_own_row(precision):
+    """A batch of 3 sentences (batch-first: each a window of the attention), the mask [3, T]
+    at run time: each sentence's row [1, Tk] of (1 - mask) x min is its own heads' bias (the
+    rows copied to their sentence's queries by one 1x1 convolution of one-hot weights), the
+    pooling's x * mask and division by the clamped count per row on the SDP. Each sentence's
+    embedding is the one it has alone, unpadded; other masks through the same build. Before:
+    the score adds, both matmuls of every head and the pooling's product and division on
+    the host (15 functions)."""
+    torch.manual_seed(0)
+    model = PooledEncoder(-10000.0).eval()
+    x, mask = _batch((7, 3, T))
+    mod, params = from_pytorch(model, (torch.from_numpy(x), torch.from_numpy(mask)))
+    part = ac.partition_for_accel(mod, params, precision=precision)
+    _whole(part)
+    # 1 / max(count, 1e-9): one SDP pass
+    assert [op.op for op in ac.partition_report(part).ops
+            if op.primitive == "accel.max_reciprocal"] == ["relax.maximum", "relax.divide"]
+    vm = ac.virtual_machine(ac.build(part))
+    for valid in ((7, 3, T), (2, T, 5)):
+        x, mask = _batch(valid)
+        y = run_main(vm, x, mask)
+        alone = np.concatenate([torch_forward(model, x[i:i + 1, :n], _mask(n)[:, :n])
+                                for i, n in enumerate(valid)])
+        tolerance = 1e-4 if precision == "fp32" else 3e-3  # unit vectors
+        assert np.abs(y - torch_forward(model, x, mask)).max() <= tolerance, valid
+        assert np.abs(y - alone).max() <= tolerance, valid
+        # the mask ignored (all ones): the padded sentences differ
+        unmasked = run_main(vm, x, np.ones_like(mask))
+        off = np.abs(unmasked - alone).max(1)
+        assert all(off[i] > 10 * tolerance for i, n in enumerate(valid) if n < T), off
+
+
+def test_one_over_a_divisor_without_a_positive_bound_stays_on_the_host():
+    """The LUT's reciprocal answers its table's start for x <= 0 (IEEE's 1 / x: infinity or
+    a negative): 1 / x is taken only where its chain holds x above a positive bound
+    (torch.clamp(count, min=...), as mean pooling writes it)."""
+
+    class Scaled(nn.Module):
+        def forward(self, x, s):
+            return x * (1.0 / s), x / torch.clamp(s, min=0.5)
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    s = np.random.default_rng(1).uniform(0.25, 2.0, (2, 5, 1)).astype(np.float32)
+    mod, params = from_pytorch(Scaled(), (torch.from_numpy(x), torch.from_numpy(s)))
+    report = ac.partition_report(ac.partition_for_accel(mod, params))
+    assert [op.op for op in report.host] == ["relax.divide"], report
+    assert "not held above a positive bound" in report.host[0].reason
+    assert report.host[0].code == "unsupported-attribute"
+    assert [op.primitive for op in report.ops if op.op == "relax.maximum"] == \
+        ["accel.max_reciprocal"], report
