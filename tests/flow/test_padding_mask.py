@@ -156,7 +156,7 @@ def test_a_padded_batch_reads_each_sentences_own_row(precision):
     pooling's x * mask and division by the clamped count per row on the SDP. Each sentence's
     embedding is the one it has alone, unpadded; other masks through the same build. Before:
     the score adds, both matmuls of every head and the pooling's product and division on
-    the host: 122 of 138 operators in 12 functions)."""
+    the host, 122 of 138 operators in 12 functions."""
     torch.manual_seed(0)
     model = PooledEncoder(-10000.0).eval()
     x, mask = _batch((7, 3, T))
