@@ -35,8 +35,9 @@ mask's computed bias added last (one value per key, the same for every query and
 BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]; in a padded batch of sentences, batch-first,
 one row per sentence, [B, 1, 1, Tk], each sentence a window) becomes the bias too, its rows
 copied to the T queries by a 1x1 convolution of ones (one-hot per sentence); another add of
-a computed tensor leaves the region as it was. The result computes the same values up to rounding (the scale is applied once, to the
-scores, where torch applies its square root to q and to k).
+a computed tensor leaves the region as it was. The result computes the same values up to
+rounding (the scale is applied once, to the scores, where torch applies its square root to
+q and to k).
 """
 from __future__ import annotations
 
