@@ -1349,6 +1349,17 @@ def _positive_floor(expr: relax.Expr, source) -> Optional[Tuple[relax.Expr, floa
     return None
 
 
+def _reads(expr: relax.Expr, target: relax.Expr, source, depth: int = 8) -> bool:
+    """Whether ``expr`` is computed from ``target`` within ``depth`` ops."""
+    if expr.same_as(target):
+        return True
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if depth == 0 or not isinstance(value, relax.Call):
+        return False
+    return any(_reads(arg, target, source, depth - 1) for arg in value.args
+               if isinstance(arg, (relax.Var, relax.Call)))
+
+
 def _bound_of(bound) -> Optional[float]:
     value = getattr(bound, "value", None)
     value = getattr(value, "value", value)  # a PrimValue wraps the immediate
@@ -1364,7 +1375,9 @@ def _per_row_product(call: relax.Call, source) -> relax.Expr:
         # x / max(y, lo), lo > 0: x times the LUT's reciprocal of max(y, lo), one SDP pass
         # (its input in the reciprocal's domain: lowering._decomposed_activation)
         floor = _positive_floor(m, source)
-        if floor is None:
+        # x over a norm of itself (ONNX's LpNormalization: x / max(sqrt(sum(x x)), eps)) is
+        # the L2 norm composite's (chains.l2_normalize), not a division per row
+        if floor is None or _reads(m, x, source):
             return call
     elif shapes[0] != out:
         x, m = m, x
