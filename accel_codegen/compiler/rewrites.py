@@ -1407,7 +1407,8 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     which squeeze-excite's ``x * s`` runs (``Layer.computed_scale``). x divided by such an m
     held above a positive bound (the pooling's ``sum / clamp(count, min=1e-9)``) likewise, m
     then ``1 / maximum(count, 1e-9)``: the SDP's max then its LUT reciprocal, one pass (fp32:
-    IEEE's 1 / t, so x / m within an ulp; fp16: the table's)."""
+    IEEE's 1 / t, so x / m within an ulp; fp16: the table's); not where m is computed from x
+    (a norm of x: the L2 norm composite's)."""
     return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
 
 
