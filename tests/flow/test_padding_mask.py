@@ -4,6 +4,7 @@ compiler/attention.py takes that computed row as the attention's bias, copied to
 queries by a 1x1 convolution of ones; the scores' SDP adds it (sim/decompose.attention_passes,
 ``key_bias``). Before: 105 of 119 operators in 9 external functions (the adds of the row on
 the host, the attention cores with them)."""
+import copy
 import math
 
 import numpy as np
@@ -87,11 +88,12 @@ def test_the_mask_is_data_and_the_encoder_one_function(precision):
             assert np.abs(y - expected).max() <= 1e-4 * np.abs(expected).max(), valid
         else:  # 64.4 dB against torch's half 65.5 with every key valid; 64.4 and 65.3
             # without the mask at all (the add removed): the mask costs nothing
-            exact = torch_forward(model.double(), x.astype(np.float64),
+            # copies: .half() in place and back would round the built model's weights for
+            # the next mask's references
+            exact = torch_forward(copy.deepcopy(model).double(), x.astype(np.float64),
                                   _mask(valid).astype(np.float64))
-            half = torch_forward(model.half(), x.astype(np.float16),
+            half = torch_forward(copy.deepcopy(model).half(), x.astype(np.float16),
                                  _mask(valid).astype(np.float16)).astype(np.float64)
-            model.float()
             assert sqnr(y, exact) >= sqnr(half, exact) - 1.5, valid
 
 
