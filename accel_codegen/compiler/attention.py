@@ -32,10 +32,12 @@ token per row) becomes an L2 norm of the heads' rows before ``nn.attention``, an
 factor per head on the scores (its logit scale, after compiler/constant_folding.py folded
 its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. A padding
 mask's computed bias added last (one value per key, the same for every query and head:
-BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]) becomes the bias too, its row copied to the T
-queries by a 1x1 convolution of ones; another add of a computed tensor leaves the region as
-it was. The result computes the same values up to rounding (the scale is applied once, to the
-scores, where torch applies its square root to q and to k).
+BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]; in a padded batch of sentences, batch-first,
+one row per sentence, [B, 1, 1, Tk], each sentence a window) becomes the bias too, its rows
+copied to the T queries by a 1x1 convolution of ones (one-hot per sentence); another add of
+a computed tensor leaves the region as it was. The result computes the same values up to
+rounding (the scale is applied once, to the scores, where torch applies its square root to
+q and to k).
 """
 from __future__ import annotations
 
@@ -599,15 +601,19 @@ def _scores_map(graph: _Graph, shape, steps: list):
 def _key_bias(add: relax.Call) -> Optional[Tuple[relax.Expr, relax.Expr]]:
     """(the scores, the bias) of ``add`` where one operand is the whole output and the other a
     computed row of one value per key, broadcast over every other axis (a padding mask's
-    ``(1 - mask) * min`` as [B, 1, 1, Tk]), else None."""
+    ``(1 - mask) * min`` as [1, 1, 1, Tk]), or one such row per image of a batch on the
+    output's leading axis (a padded batch of sentences: [B, 1, 1, Tk] added to [B, heads, T,
+    Tk]; _core checks that those images are the attention's windows), else None."""
     out = _static(add)
     if out is None:
         return None
     for scores, bias in (add.args, add.args[::-1]):
         shape = _static(bias)
-        if _static(scores) == out and shape is not None and len(shape) <= len(out) and \
-                shape[-1] == out[-1] and int(np.prod(shape)) == out[-1] and \
-                str(getattr(bias.ty, "dtype", "")) == "float32":
+        if _static(scores) != out or shape is None or len(shape) > len(out) or \
+                shape[-1] != out[-1] or str(getattr(bias.ty, "dtype", "")) != "float32":
+            continue
+        rows = int(np.prod(shape)) // out[-1]
+        if rows == 1 or (len(shape) == len(out) and shape[0] == out[0] == rows):
             return scores, bias
     return None
 
@@ -727,10 +733,17 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         windows = 1
     heads //= windows
     output = _merged(graph, reader, heads, tokens, d, windows, width)
-    # a computed bias: one image's attention (not windows, nor a sequence-first batch's
-    # images, which would each need their own row), no constant bias beside it
-    if output is None or (key_bias is not None and (windows != 1 or q[4] or bias is not None)):
+    # a computed bias: one row for every window, or one per window (a padded batch of
+    # sentences, batch-first: each image is a window), the scores' leading axis then the
+    # windows' (row i of [B, 1, 1, Tk] broadcast to the scores [B, ...] is window i's); not a
+    # sequence-first batch's images (whose rows alternate), no constant bias beside it
+    if output is None:
         return None
+    if key_bias is not None:
+        rows = int(np.prod(_static(key_bias))) // kv_tokens
+        if q[4] or bias is not None or (rows != 1 and (
+                rows != windows or _static(scores)[0] != windows)):
+            return None
     # the factors on the scores: one, or one per head (the same in every window)
     scale = np.asarray(scale, np.float64).reshape(windows, heads, tokens, kv_tokens)
     per_head = scale[0, :, 0, 0]
@@ -817,19 +830,25 @@ class _Rewriter(relax.PyExprMutator):
         return self.builder_.emit(named(relax.op.reshape(x, shape), name))
 
     def _key_rows(self, core: _Core, name: Optional[str]) -> relax.Expr:
-        """The computed key bias as nn.attention's [1, 1, T, Tk]: the row [1, 1, 1, Tk] copied
-        to the T queries by a 1x1 convolution of ones (exact; the surface [1, T, 1, Tk] the
-        scores' SDP reads), made once for every core that adds the same row."""
-        t, tk = core.tokens, core.kv_tokens
+        """The computed key bias as nn.attention's [windows, 1, T, Tk]: its R rows (1, or
+        one per window: a padded batch's sentences) as [1, R, 1, Tk], copied to each window's
+        T queries by a 1x1 convolution of one-hot weights [windows T, R] (ones for one row;
+        exact: a sum of the row and zeros), the surface [1, windows T, 1, Tk] the scores' SDP
+        reads; made once for every core that adds the same rows."""
+        t, tk, windows = core.tokens, core.kv_tokens, core.windows
         row = self.visit_expr(core.key_bias)
-        key = (row, t)
+        key = (row, t, windows)
         if key not in self.made:
             emit = self.builder_.emit
-            row = emit(named(relax.op.reshape(row, [1, 1, 1, tk]), name))
+            count = int(np.prod(_static(core.key_bias))) // tk
+            weights = np.zeros((windows, t, count), np.float32)
+            weights[np.arange(windows), :, np.arange(windows) if count > 1 else 0] = 1.0
+            row = emit(named(relax.op.reshape(row, [1, count, 1, tk]), name))
             rows = emit(named(relax.op.nn.conv2d(
-                row, relax.const(np.ones((t, 1, 1, 1), np.float32)), data_layout="NCHW",
-                kernel_layout="OIHW", out_layout="NCHW", out_dtype="float32"), name))
-            self.made[key] = emit(named(relax.op.reshape(rows, [1, 1, t, tk]), name))
+                row, relax.const(weights.reshape(windows * t, count, 1, 1)),
+                data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+                out_dtype="float32"), name))
+            self.made[key] = emit(named(relax.op.reshape(rows, [windows, 1, t, tk]), name))
         return self.made[key]
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:

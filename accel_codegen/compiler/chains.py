@@ -95,8 +95,15 @@ def _mish(x: DFPattern) -> DFPattern:
     return _either_order("relax.multiply", x, is_op("relax.tanh")(_softplus(x)))
 
 
+def _reciprocal(x: DFPattern) -> DFPattern:
+    """1 / x (lowering.py takes it only of a divisor held above a positive bound in its own
+    chain: the LUT answers its table's start for x <= 0, where IEEE's 1 / x does not)."""
+    return is_op("relax.divide")(is_const(), x)
+
+
 #: Activations the frontends decompose into several ops (lowering.py checks their constants).
-DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish, "mish": _mish}
+DECOMPOSED = {"hardsigmoid": _hardsigmoid, "hardswish": _hardswish, "mish": _mish,
+              "reciprocal": _reciprocal}
 
 
 def _one_op(entry: vocabulary.Entry, x: DFPattern) -> DFPattern:

@@ -175,8 +175,12 @@ def fp16_in_int8(layer) -> Optional[str]:
     intermediates no per-tensor int8 scale covers (a variance, a sum of squares or of
     exponentials, and the 1/sqrt or 1/sum of it, each with a pole at 0): NVDLA-faithfully,
     their passes run in fp16 on an engine that computes both and the SDP converts at their
-    borders (docs/mixed-precision.md, "int8 builds")."""
+    borders (docs/mixed-precision.md, "int8 builds"). So does an SDP pass whose LUT is the
+    reciprocal (a mean pooling's 1 / max(count, eps)): the compiler builds no int8 table
+    for its pole (vocabulary: int8=False)."""
     if layer.norm is None:
+        if layer.conv is None and layer.pool is None and layer.sdp.act == "reciprocal":
+            return "its reciprocal's pole at 0 has no int8 table"
         return None
     if layer.norm.kind == "attention":
         return ("its softmax's sum of exponentials and 1/sum have a dynamic range no "
@@ -218,6 +222,17 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
             _check_int8_concat(layer)
         for run in layer.runs(precision):
             check_hardware(run, config, fuse, precision)
+        return
+    if precision == "int8" and fp16_in_int8(layer) is not None:
+        # int8 code runs it in fp16 between converting SDP runs, and the fp32 reference that
+        # calibrates the build runs it too
+        if not config.supports("fp16"):
+            raise Unsupported(f"a reciprocal in an int8 build runs in fp16 "
+                              f"({fp16_in_int8(layer)}): precision fp16 is not supported by "
+                              f"configuration {config.name} (its precisions: "
+                              f"{', '.join(config.precisions)})")
+        for each in ("fp16", "fp32"):
+            check_hardware(layer, config, fuse, each)
         return
     if layer.per_image_scale and not (fuse and layer.computed_scale):
         raise Unsupported("a multiply by one value per image and channel runs as the SDP's "

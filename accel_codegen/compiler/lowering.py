@@ -271,6 +271,9 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
         call = roles["act"]
         if act in chains.DECOMPOSED:
             decomposed = _decomposed_activation(call, lookup)
+            if decomposed is None and act == "reciprocal":
+                raise Unsupported("1 / x with x not held above a positive bound in its chain: "
+                                  "the LUT's reciprocal answers its table's start for x <= 0")
             if decomposed is None or decomposed[0] != act:
                 raise Unsupported(f"{op_name(call)} of {act}'s form with other constants is "
                                   f"not {act}")
@@ -1040,9 +1043,10 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         # a padding mask's bias, copied to the queries by compiler/attention.py: the scores'
         # SDP reads it as its element-wise operand
         key_bias = call.args[3]
-        if windows != 1 or static_shape(key_bias) != (1, 1, tokens, kv_tokens):
+        if static_shape(key_bias) != (windows, 1, tokens, kv_tokens):
             raise Unsupported(f"attention's computed bias {list(static_shape(key_bias))} is not "
-                              f"[1, 1, {tokens}, {kv_tokens}] of one image")
+                              f"[{windows}, 1, {tokens}, {kv_tokens}]: one per window (a "
+                              f"batch's image), the same for every head")
         _require_float32(key_bias, "attention's computed bias")
     elif len(call.args) > 3 and call.args[3] is not None:
         bias = np.asarray(constant_value(call.args[3]), np.float32)
@@ -1497,6 +1501,15 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
                 source = _softplus_input(tanh.args[0], lookup)
                 if source is not None and source.same_as(x):
                     return _available("mish", x)
+        return None
+    if op_name(call) == "relax.divide" and _is_scalar(call.args[0], 1.0):
+        # the LUT's reciprocal equals 1 / x where x is in its domain: x held above a
+        # positive bound by its chain's maximum (rewrites.per_row_products' pooling count)
+        held = _resolve(call.args[1], lookup)
+        if op_name(held) == "relax.maximum" and any(
+                is_constant(b) and constant_value(b).size == 1 and
+                float(constant_value(b).reshape(-1)[0]) > 0.0 for b in held.args):
+            return _available("reciprocal", call.args[1])
         return None
     if op_name(call) != "relax.divide" or not _is_scalar(call.args[1], 6.0):
         return None

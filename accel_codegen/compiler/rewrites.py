@@ -63,7 +63,7 @@ result computes the same values).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -1369,6 +1369,87 @@ def same_values_broadcasts(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, _ELEMENTWISE_PAIRS, _same_values_broadcast)
 
 
+def _positive_floor(expr: relax.Expr, source) -> Optional[Tuple[relax.Expr, float]]:
+    """(y, lo) where ``expr`` is clip(y, lo, inf) or maximum(y, lo) with lo > 0 (a mean
+    pooling's count, torch.clamp(count, min=1e-9)), else None."""
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+        return None
+    if value.op.name == "relax.clip":
+        low, high = (_bound_of(b) for b in value.args[1:3])
+        if low is not None and low > 0.0 and high == float("inf"):
+            return value.args[0], low
+    if value.op.name == "relax.maximum":
+        for y, bound in (value.args, value.args[::-1]):
+            if is_constant(bound) and constant_value(bound).size == 1 and \
+                    float(constant_value(bound).reshape(-1)[0]) > 0.0 and not is_constant(y):
+                return y, float(constant_value(bound).reshape(-1)[0])
+    return None
+
+
+def _reads(expr: relax.Expr, target: relax.Expr, source, depth: int = 8) -> bool:
+    """Whether ``expr`` is computed from ``target`` within ``depth`` ops."""
+    if expr.same_as(target):
+        return True
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if depth == 0 or not isinstance(value, relax.Call):
+        return False
+    return any(_reads(arg, target, source, depth - 1) for arg in value.args
+               if isinstance(arg, (relax.Var, relax.Call)))
+
+
+def _bound_of(bound) -> Optional[float]:
+    value = getattr(bound, "value", None)
+    value = getattr(value, "value", value)  # a PrimValue wraps the immediate
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _per_row_product(call: relax.Call, source) -> relax.Expr:
+    x, m = call.args
+    out, shapes = _static(call), [_static(x), _static(m)]
+    if out is None or None in shapes:
+        return call
+    if call.op.name == "relax.divide":
+        # x / max(y, lo), lo > 0: x times the LUT's reciprocal of max(y, lo), one SDP pass
+        # (its input in the reciprocal's domain: lowering._decomposed_activation)
+        floor = _positive_floor(m, source)
+        # x over a norm of itself (ONNX's LpNormalization: x / max(sqrt(sum(x x)), eps)) is
+        # the L2 norm composite's (chains.l2_normalize), not a division per row
+        if floor is None or _reads(m, x, source):
+            return call
+    elif shapes[0] != out:
+        x, m = m, x
+        shapes = shapes[::-1]
+    # x [..., C] times (or over) a computed m [..., 1] of the same leading axes: one factor
+    # per row
+    if shapes[0] != out or len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2 or \
+            is_constant(m) or str(call.ty.dtype) not in ("float32", "float16") or \
+            str(m.ty.dtype) != str(call.ty.dtype):
+        return call
+    if call.op.name == "relax.divide":
+        dtype = str(call.ty.dtype)
+        y, low = floor
+        m = named_as(relax.op.divide(relax.const(np.array(1.0, dtype)), named_as(
+            relax.op.maximum(y, relax.const(np.array(low, dtype))), call)), call)
+    rows = int(np.prod(out[:-1]))
+    product = relax.op.multiply(relax.op.reshape(x, [1, rows, 1, out[-1]]),
+                                relax.op.reshape(m, [1, rows, 1, 1]))
+    return relax.op.reshape(named_as(product, call), out)
+
+
+def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
+    """x [..., C] times a computed tensor m [..., 1] of the same leading axes (a padded
+    batch's mean pooling, sentence-transformers': the tokens ``x * mask[..., None]``) ->
+    the product of x read as [1, R, 1, C] (R rows as channels: the same bytes) and m as
+    [1, R, 1, 1], viewed back: the SDP's multiply with a computed per-channel operand,
+    which squeeze-excite's ``x * s`` runs (``Layer.computed_scale``). x divided by such an m
+    held above a positive bound (the pooling's ``sum / clamp(count, min=1e-9)``) likewise, m
+    then ``1 / maximum(count, 1e-9)``: the SDP's max then its LUT reciprocal, one pass (fp32:
+    IEEE's 1 / t, so x / m within an ulp; fp16: the table's); not where m is computed from x
+    (a norm of x: the L2 norm composite's)."""
+    return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
+
+
 def _bindings_table(function: relax.Function) -> dict:
     return {b.var: b.value for block in function.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding)}
@@ -2598,7 +2679,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts,
+                  same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   unit_affines, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,

@@ -643,8 +643,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     window's rows are a view at its address. ``bias`` [1 or windows, heads, T, Tk] is added
     to the scaled scores by the scores' own SDP, as its element-wise operand (S^T's channels
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
-    read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, T, 1, Tk] (a padding
-    mask's row copied to the queries), all of it every head's operand; one image only."""
+    read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
+    padding mask's row copied to the queries: with windows, a batch of sentences, each its
+    own row), window w's [1, T, 1, Tk] block every head's operand in that window."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -663,12 +664,15 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     for w in range(windows):
         at = "" if one else f"w{w}."
         x = "x" if one else b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
+        rows = None
+        if key_bias:  # the window's rows of the computed bias
+            rows = "bias" if one else b.view(f"{at}bias", "bias", w * t, t, (1, t, 1, tk))
         for h in range(heads):
             head, first = f"{at}h{h}", (w * heads + h) * t
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
             sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
-            operand = "bias" if key_bias else None
+            operand = rows
             if bias is not None:
                 bias_first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
                 operand = b.view(f"{head}.bias", "bias", bias_first, t, (1, t, 1, tk))
@@ -705,12 +709,12 @@ def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses",
                     key_bias: bool) -> Dict[str, np.ndarray]:
     """attention_passes' constants: the bias, [1 or windows, heads, T, Tk] checked, in the
     precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut; none for a
-    computed key bias, an input [1, T, 1, Tk]."""
+    computed key bias, an input [1, windows T, 1, Tk]."""
     if key_bias:
-        if bias is not None or windows != 1:
-            raise AccelInvalidError("attention: a computed key bias is for one image's "
-                                    "attention without a constant bias")
-        b.shapes["bias"] = (1, t, 1, tk)
+        if bias is not None:
+            raise AccelInvalidError("attention: a computed key bias is for attention without "
+                                    "a constant bias")
+        b.shapes["bias"] = (1, windows * t, 1, tk)
         return {}
     if bias is None:
         return {}

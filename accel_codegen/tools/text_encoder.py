@@ -95,8 +95,28 @@ def embeddings(text: str) -> np.ndarray:
             + weights["embeddings.token_type_embeddings.weight"][0])[None].astype(np.float32)
 
 
+def batch(texts: Sequence[str], length: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """A padded batch, as a tokenizer with ``padding=True`` gives it: the summed embeddings
+    ``[B, T, 384]`` of every sentence padded with [PAD] (id 0) to the longest (or to
+    ``length``, if longer), and the attention mask ``[B, T]`` (1 for a real token, 0 for
+    padding), both float32."""
+    weights, vocab = load()
+    ids = [tokenize(text, vocab) for text in texts]
+    tokens = max([length] + [len(i) for i in ids])
+    padded = np.array([i + [vocab["[PAD]"]] * (tokens - len(i)) for i in ids])
+    mask = np.array([[1.0] * len(i) + [0.0] * (tokens - len(i)) for i in ids], np.float32)
+    x = (weights["embeddings.word_embeddings.weight"][padded]
+         + weights["embeddings.position_embeddings.weight"][:tokens][None]
+         + weights["embeddings.token_type_embeddings.weight"][0])
+    return x.astype(np.float32), mask
+
+
 def build():
-    """The trained encoder as a ``torch.nn.Module`` (eval mode) taking :func:`embeddings`."""
+    """The trained encoder as a ``torch.nn.Module`` (eval mode) taking :func:`embeddings`
+    (one unpadded sentence), or a padded :func:`batch` and its mask, ``model(x, mask)``:
+    then, as Hugging Face's BERT and sentence-transformers run it, every head's scores get
+    ``(1 - mask) * the dtype's lowest`` added per key, and the mean pools the real tokens
+    alone (their sum over the mask's)."""
     import torch
     from torch import nn
 
@@ -109,13 +129,16 @@ def build():
             self.up, self.down = nn.Linear(WIDTH, HIDDEN), nn.Linear(HIDDEN, WIDTH)
             self.norm2 = nn.LayerNorm(WIDTH, eps=EPSILON)
 
-        def forward(self, x):
+        def forward(self, x, bias=None):
             batch, tokens, _ = x.shape
 
             def heads(t):
                 return t.reshape(batch, tokens, HEADS, WIDTH // HEADS).permute(0, 2, 1, 3)
             scores = heads(self.query(x)) @ heads(self.key(x)).transpose(-1, -2)
-            mixed = torch.softmax(scores / math.sqrt(WIDTH // HEADS), -1) @ heads(self.value(x))
+            scores = scores / math.sqrt(WIDTH // HEADS)
+            if bias is not None:
+                scores = scores + bias
+            mixed = torch.softmax(scores, -1) @ heads(self.value(x))
             x = self.norm1(x + self.out(mixed.permute(0, 2, 1, 3).reshape(batch, tokens, WIDTH)))
             return self.norm2(x + self.down(nn.functional.gelu(self.up(x))))
 
@@ -125,11 +148,20 @@ def build():
             self.norm = nn.LayerNorm(WIDTH, eps=EPSILON)
             self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
 
-        def forward(self, x):
+        def forward(self, x, mask=None):
+            bias = None
+            if mask is not None:  # Hugging Face's extended attention mask, [B, 1, 1, T]:
+                # the dtype's lowest (float32's in the exported network)
+                bias = (1.0 - mask)[:, None, None, :] * torch.finfo(x.dtype).min
             x = self.norm(x)
             for layer in self.layers:
-                x = layer(x)
-            return nn.functional.normalize(x.mean(1), dim=1)
+                x = layer(x, bias)
+            if mask is None:
+                return nn.functional.normalize(x.mean(1), dim=1)
+            # sentence-transformers' mean pooling: the real tokens' sum over their count
+            weight = mask[:, :, None]
+            pooled = (x * weight).sum(1) / torch.clamp(weight.sum(1), min=1e-9)
+            return nn.functional.normalize(pooled, dim=1)
 
     weights, _ = load()
     names = {"query": "attention.self.query", "key": "attention.self.key",

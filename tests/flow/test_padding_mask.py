@@ -4,6 +4,7 @@ compiler/attention.py takes that computed row as the attention's bias, copied to
 queries by a 1x1 convolution of ones; the scores' SDP adds it (sim/decompose.attention_passes,
 ``key_bias``). Before: 105 of 119 operators in 9 external functions (the adds of the row on
 the host, the attention cores with them)."""
+import copy
 import math
 
 import numpy as np
@@ -87,11 +88,12 @@ def test_the_mask_is_data_and_the_encoder_one_function(precision):
             assert np.abs(y - expected).max() <= 1e-4 * np.abs(expected).max(), valid
         else:  # 64.4 dB against torch's half 65.5 with every key valid; 64.4 and 65.3
             # without the mask at all (the add removed): the mask costs nothing
-            exact = torch_forward(model.double(), x.astype(np.float64),
+            # copies: .half() in place and back would round the built model's weights for
+            # the next mask's references
+            exact = torch_forward(copy.deepcopy(model).double(), x.astype(np.float64),
                                   _mask(valid).astype(np.float64))
-            half = torch_forward(model.half(), x.astype(np.float16),
+            half = torch_forward(copy.deepcopy(model).half(), x.astype(np.float16),
                                  _mask(valid).astype(np.float16)).astype(np.float64)
-            model.float()
             assert sqnr(y, exact) >= sqnr(half, exact) - 1.5, valid
 
 
@@ -129,3 +131,89 @@ def test_the_onnx_export_partitions_the_same(tmp_path):
     expected = torch_forward(model, x, mask)
     assert np.abs(build_and_run(part, x, mask) - expected).max() <= \
         1e-4 * np.abs(expected).max()
+
+
+class PooledEncoder(Encoder):
+    """The encoder fed a padded batch: each sentence's mask row its own bias, then
+    sentence-transformers' mean pooling over the real tokens and an L2 norm."""
+
+    def forward(self, x, mask):
+        x = super().forward(x, mask)
+        weight = mask[:, :, None]
+        pooled = (x * weight).sum(1) / torch.clamp(weight.sum(1), min=1e-9)
+        return nn.functional.normalize(pooled, dim=1)
+
+
+def _batch(valid, seed=1):
+    x = np.random.default_rng(seed).standard_normal((len(valid), T, C)).astype(np.float32)
+    mask = np.concatenate([_mask(n) for n in valid])
+    return x, mask
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_padded_batch_reads_each_sentences_own_row(precision):
+    """A batch of 3 sentences (batch-first: each a window of the attention), the mask [3, T]
+    at run time: each sentence's row [1, Tk] of (1 - mask) x min is its own heads' bias (the
+    rows copied to their sentence's queries by one 1x1 convolution of one-hot weights), the
+    pooling's x * mask and division by the clamped count per row on the SDP. Each sentence's
+    embedding is the one it has alone, unpadded; other masks through the same build. Before:
+    the score adds, both matmuls of every head and the pooling's product and division on
+    the host, 122 of 138 operators in 12 functions."""
+    torch.manual_seed(0)
+    model = PooledEncoder(-10000.0).eval()
+    x, mask = _batch((7, 3, T))
+    mod, params = from_pytorch(model, (torch.from_numpy(x), torch.from_numpy(mask)))
+    part = ac.partition_for_accel(mod, params, precision=precision)
+    _whole(part)
+    # 1 / max(count, 1e-9): one SDP pass
+    assert [op.op for op in ac.partition_report(part).ops
+            if op.primitive == "accel.max_reciprocal"] == ["relax.maximum", "relax.divide"]
+    vm = ac.virtual_machine(ac.build(part))
+    for valid in ((7, 3, T), (2, T, 5)):
+        x, mask = _batch(valid)
+        y = run_main(vm, x, mask)
+        alone = np.concatenate([torch_forward(model, x[i:i + 1, :n], _mask(n)[:, :n])
+                                for i, n in enumerate(valid)])
+        tolerance = 1e-4 if precision == "fp32" else 3e-3  # unit vectors
+        assert np.abs(y - torch_forward(model, x, mask)).max() <= tolerance, valid
+        assert np.abs(y - alone).max() <= tolerance, valid
+        # the mask ignored (all ones): the padded sentences differ
+        unmasked = run_main(vm, x, np.ones_like(mask))
+        off = np.abs(unmasked - alone).max(1)
+        assert all(off[i] > 10 * tolerance for i, n in enumerate(valid) if n < T), off
+
+
+def test_one_over_a_divisor_without_a_positive_bound_stays_on_the_host():
+    """The LUT's reciprocal answers its table's start for x <= 0 (IEEE's 1 / x: infinity or
+    a negative): 1 / x is taken only where its chain holds x above a positive bound
+    (torch.clamp(count, min=...), as mean pooling writes it)."""
+
+    class Scaled(nn.Module):
+        def forward(self, x, s):
+            return x * (1.0 / s), x / torch.clamp(s, min=0.5)
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    s = np.random.default_rng(1).uniform(0.25, 2.0, (2, 5, 1)).astype(np.float32)
+    mod, params = from_pytorch(Scaled(), (torch.from_numpy(x), torch.from_numpy(s)))
+    report = ac.partition_report(ac.partition_for_accel(mod, params))
+    assert [op.op for op in report.host] == ["relax.divide"], report
+    assert "not held above a positive bound" in report.host[0].reason
+    assert report.host[0].code == "unsupported-attribute"
+    assert [op.primitive for op in report.ops if op.op == "relax.maximum"] == \
+        ["accel.max_reciprocal"], report
+
+
+def test_a_padded_batch_in_int8_keeps_it_whole():
+    """int8: the reciprocal of the pooling's count runs in fp16 between converting runs (no
+    int8 table covers its pole, engines.fp16_in_int8), as the attention cores and the norms
+    do: one function (measured 20.6 dB; 20.7 with the reciprocal on the host before)."""
+    torch.manual_seed(0)
+    model = PooledEncoder(-10000.0).eval()
+    x, mask = _batch((7, 3, T))
+    mod, params = from_pytorch(model, (torch.from_numpy(x), torch.from_numpy(mask)))
+    calibration = [_batch((7, 3, T), seed) for seed in range(2, 4)]
+    part = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
+    _whole(part)
+    assert [op.precision for op in ac.partition_report(part).ops
+            if op.primitive == "accel.max_reciprocal"] == ["fp16", "fp16"]
+    assert sqnr(build_and_run(part, x, mask), torch_forward(model, x, mask)) >= 15.0

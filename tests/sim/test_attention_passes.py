@@ -263,4 +263,39 @@ def test_a_computed_key_bias_is_an_input_every_head_reads(precision, rng):
     else:
         assert sqnr(ours, kept) >= 50
     with pytest.raises(AccelInvalidError, match="key bias"):
-        dc.attention_passes(t, heads, d, precision=precision, key_bias=True, windows=2)
+        dc.attention_passes(t, heads, d, precision=precision, key_bias=True,
+                            bias=np.zeros((1, heads, t, t), np.float32))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_batch_of_sentences_reads_each_its_own_key_bias(precision, rng):
+    """A padded batch of sentences (attention within each block of T rows, as Swin's
+    windows) with each sentence's padding-mask row copied to its queries, [1, B T, 1, Tk]:
+    sentence w's heads read block w; a sentence's result equals its attention over its real
+    keys alone, and device and reference give the same bits."""
+    windows, t, heads, d = 3, 6, 2, 4
+    valid = (6, 2, 4)
+    dtype = dc.dtype_for(precision)
+    c = heads * d
+    q, k, v = (rng.standard_normal((windows * t, c)).astype(dtype) for _ in range(3))
+    # float32's lowest, as Hugging Face adds it (saturated to half's largest in fp16)
+    lowest = -65504.0 if precision == "fp16" else float(np.finfo(np.float32).min)
+    rows = np.array([np.where(np.arange(t) < n, 0.0, lowest) for n in valid], np.float32)
+    decomposition = dc.attention_passes(t, heads, d, 1 / np.sqrt(d), precision,
+                                        windows=windows, key_bias=True)
+    assert decomposition.shapes["bias"] == (1, windows * t, 1, t)
+    x = q.reshape(1, -1, 1, 1)
+    inputs = {"k": np.ascontiguousarray(k.reshape(windows, t, c).transpose(0, 2, 1)
+                                        ).reshape(1, windows * c, 1, t),
+              "v": v.reshape(1, -1, 1, 1),
+              "bias": np.repeat(rows.astype(dtype), t, axis=0).reshape(1, windows * t, 1, t)}
+    y, _ = dc.run_passes(DEVICE, decomposition, x, inputs=inputs)
+    assert_same(y, ref.run_decomposition(decomposition, x, inputs))
+    ours = y.reshape(windows * t, c).astype(np.float64)
+    for w, n in enumerate(valid):
+        block = slice(w * t, (w + 1) * t)
+        kept = _attention64(q[block], k[block][:n], v[block][:n], heads, d, 1 / np.sqrt(d), {})
+        if precision == "fp32":
+            assert np.abs(ours[block] - kept).max() <= 1e-5 * np.abs(kept).max(), w
+        else:
+            assert sqnr(ours[block], kept) >= 50, w

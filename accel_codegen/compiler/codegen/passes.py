@@ -248,7 +248,7 @@ def _attention_tensors(gen, index: int, var: relax.Var, attention, scope, decomp
                "o": gen.operands[var]}
     tensors.update({name: gen._constant(value)
                     for name, value in decomposition.constants.items()})
-    if attention.key_bias is not None:  # [1, 1, T, Tk]: the surface [1, T, 1, Tk]'s bytes
+    if attention.key_bias is not None:  # [W, 1, T, Tk]: the surface [1, W T, 1, Tk]'s bytes
         tensors["bias"] = gen._data(attention.key_bias, scope, (first_key, INPUT))[0]
     held = _key_surface(gen, attention, scope, (ck, tk))
     if held is not None:  # the K projection left it: no transpose back and forth
