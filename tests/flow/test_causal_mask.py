@@ -7,7 +7,6 @@ block kept ``where``, both attention matmuls and four broadcasts on the host, 5 
 functions."""
 import math
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
