@@ -344,10 +344,11 @@ def _standalone_entries() -> List[Entry]:
 # --- token chains (issue 29): [batch, tokens, channels] tensors, layer norm over channels -------
 
 def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
-    """layer_norm(x, gamma, beta) (role "norm"); lowering.py checks the axes (the last one)."""
-    call = is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())
-    annotations["norm"] = call
-    return call
+    """layer_norm(x, gamma, beta) or rms_norm(x, gamma) (role "norm", of kind "layer_norm" or
+    "rms_norm"); lowering.py checks the axes (the last one)."""
+    return _kinds("norm", [
+        ("layer_norm", is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())),
+        ("rms_norm", is_op("relax.nn.rms_norm")(x, wildcard()))], annotations)
 
 
 def l2_normalize(x: DFPattern) -> DFPattern:
@@ -403,10 +404,10 @@ def _token_entries() -> List[Entry]:
         annotations: Annotations = {}
         if bias is None:
             data = annotations["input"] = wildcard()
-            name, length = "accel.layer_norm", 1
+            name, length = "accel.{norm}", 1
         else:
             data = token_dense(bias, annotations)
-            name = "accel.token_dense" + ("_bias" if bias else "") + "_layer_norm"
+            name = "accel.token_dense" + ("_bias" if bias else "") + "_{norm}"
             length = 4 + bias
         out = layer_norm(data, annotations)
         if act:

@@ -19,7 +19,7 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
 from ..sim.decompose import (Pass, attention_passes, fp32_sums, l2_normalize_passes,
-                             layer_norm_passes, softmax_passes)
+                             layer_norm_passes, rms_norm_passes, softmax_passes)
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, feature_surface, is_constant, op_name,
@@ -197,7 +197,8 @@ class AttentionSpec:
 
 @dataclasses.dataclass
 class NormSpec:
-    """A layer norm (``kind`` "layer_norm"), an L2 norm (torch's F.normalize:
+    """A layer norm (``kind`` "layer_norm"), an RMS norm ("rms_norm": T5's, LLaMA's; no
+    ``beta``), an L2 norm (torch's F.normalize:
     "l2_normalize", ``epsilon`` its eps), a softmax ("softmax") over the channels of the
     layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
     ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
@@ -226,6 +227,10 @@ class NormSpec:
             return l2_normalize_passes(shape, self.epsilon, precision,
                                        reduce=fp32_sums(shape) if precision == "fp32"
                                        else "tree")
+        if self.kind == "rms_norm":  # as a layer norm's: FP16's mean a CONV
+            return rms_norm_passes(shape, None if self.gamma is None else np.asarray(
+                constant_value(self.gamma), np.float32).reshape(-1), self.epsilon, precision,
+                fp32_sums(shape) if precision == "fp32" else "tree", act=self.act)
         if self.kind == "attention":
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,

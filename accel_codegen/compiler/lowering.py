@@ -869,27 +869,30 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         return Layer(data=normed, in_shape=surface or token_surface(shape),
                      out_shape=static_shape(root), tokens=not channels_first,
                      norm=NormSpec(None, None, 0.0, kind="softmax"))
+    kind = "rms_norm" if op_name(norm) == "relax.nn.rms_norm" else "layer_norm"
     axes = sorted(int(v) % rank for v in a.axes) if rank else []
     if not channels_first and (rank not in (2, 3, 4) or axes != [rank - 1]):
-        raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
+        raise Unsupported(f"{kind} over axes {[int(v) for v in a.axes]} of a {rank}-D "
                           f"tensor {list(shape)}: the engine passes normalise the channels, the "
                           "last axis of [T, C], [B, T, C] or [B, H, W, C]")
-    _require_float32(norm, "the layer_norm output")
+    _require_float32(norm, f"the {kind} output")
     params = []
-    for expr, used, what in ((norm.args[1], bool(a.scale), "gamma"),
-                             (norm.args[2], bool(a.center), "beta")):
+    affine = ((norm.args[1], True, "gamma"),) if kind == "rms_norm" else (
+        (norm.args[1], bool(a.scale), "gamma"), (norm.args[2], bool(a.center), "beta"))
+    for expr, used, what in affine:
         if not used:
             params.append(None)
             continue
         value = _strip_reshape(expr, lookup)
         if not is_constant(value):
-            raise Unsupported(f"layer_norm's {what} is not a constant: its passes fold it into "
+            raise Unsupported(f"{kind}'s {what} is not a constant: its passes fold it into "
                               "the SDP's scale and shift at compile time")
         channels = shape[1] if channels_first else shape[-1]
         if constant_value(value).size != channels:
-            raise Unsupported(f"layer_norm's {what} has {constant_value(value).size} values for "
+            raise Unsupported(f"{kind}'s {what} has {constant_value(value).size} values for "
                               f"{channels} channels")
         params.append(value)
+    params += [None] * (2 - len(params))
     act = None
     if "act" in roles:
         probe = SdpSpec()
@@ -900,7 +903,7 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
             raise Unsupported(f"a {probe.act} after a layer norm is not generated (its "
                               "parameters are not carried into the passes)")
         act = probe.act
-    spec = NormSpec(params[0], params[1], float(a.epsilon), act)
+    spec = NormSpec(params[0], params[1], float(a.epsilon), act, kind=kind)
     data, conv, sdp = _token_dense_part(roles, lookup, normed)
     if channels_first and conv is not None:
         raise Unsupported("a dense layer over tokens before a layer norm over axis 1")
@@ -1615,7 +1618,7 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm",
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm", "relax.nn.rms_norm",
               "relax.nn.softmax"})
     if name == "relax.nn.attention":  # only with its head reshapes: accel.attention
         return ("attention runs on the accelerator as reshape(nn.attention(...)) of one "

@@ -42,6 +42,7 @@ from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
                        first_item_only,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
+                       rms_norm_from_formula,
                        shared_constant_reshapes, silu_from_sigmoid, split_into_slices,
                        static_shapes)
 from .vm import virtual_machine
@@ -276,9 +277,8 @@ def is_partitioned(mod: tvm.IRModule) -> bool:
 def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (constant_computations, static_shapes, causal_masks, fold_zero_padding,
-                    silu_from_sigmoid,
-                    gelu_from_erf, layer_norm_from_formula, split_into_slices,
-                    flattened_global_pools, broadcast_weight_matmuls, attention_cores,
+                    silu_from_sigmoid, gelu_from_erf, layer_norm_from_formula,
+                    rms_norm_from_formula, split_into_slices, flattened_global_pools, broadcast_weight_matmuls, attention_cores,
                     recurrent_steps, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),

@@ -486,6 +486,63 @@ def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(mod, _LN_NORMED, _to_plain_layer_norm)
 
 
+# --- RMS norm (T5, LLaMA, torch's nn.RMSNorm) -----------------------------------------------------
+# x * rsqrt(mean(x^2, -1, keepdims) + eps) [* gamma] (also x / sqrt(...), x * (1 / sqrt(...)),
+# the squares as x * x)
+# -> rms_norm(x, gamma): the host build computes the same formula; the engines run its passes
+# (sim/decompose.rms_norm_passes) as a layer norm's.
+_RMS_X = wildcard()
+_RMS_EXPONENT = is_const()
+_RMS_MEAN = is_op("relax.mean")(is_op("relax.power")(_RMS_X, _RMS_EXPONENT) |
+                                is_op("relax.multiply")(_RMS_X, _RMS_X))
+_RMS_EPS = is_const()
+_RMS_ME = is_op("relax.add")(_RMS_MEAN, _RMS_EPS) | is_op("relax.add")(_RMS_EPS, _RMS_MEAN)
+_RMS_ONE = is_const()  # 1 / sqrt(...): ONNX's Reciprocal, or torch.rsqrt as exported to ONNX
+_RMS_INVERSE = is_op("relax.rsqrt")(_RMS_ME) | \
+    is_op("relax.divide")(_RMS_ONE, is_op("relax.sqrt")(_RMS_ME))
+_RMS_NORMED = is_op("relax.multiply")(_RMS_X, _RMS_INVERSE) | \
+    is_op("relax.multiply")(_RMS_INVERSE, _RMS_X) | \
+    is_op("relax.divide")(_RMS_X, is_op("relax.sqrt")(_RMS_ME))
+_RMS_GAMMA_CONSTANT = is_const()
+_RMS_GAMMA = _constant_view(_RMS_GAMMA_CONSTANT)
+_RMS_SCALED = is_op("relax.multiply")(_RMS_NORMED, _RMS_GAMMA) | \
+    is_op("relax.multiply")(_RMS_GAMMA, _RMS_NORMED)
+
+
+def _to_rms_norm(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_RMS_X]
+    shape, dtype = _static(x), str(getattr(x.ty, "dtype", None))
+    if not shape or dtype not in ("float32", "float16"):
+        return expr
+    exponent, one = _matched(matches, _RMS_EXPONENT), _matched(matches, _RMS_ONE)
+    if exponent is not None and constant_value(exponent).tolist() not in (2, 2.0, [2.0], [2]):
+        return expr
+    if one is not None and constant_value(one).tolist() not in (1, 1.0, [1.0], [1]):
+        return expr
+    mean, eps = matches[_RMS_MEAN], constant_value(matches[_RMS_EPS])
+    if _trailing_axes(mean, len(shape)) != len(shape) - 1 or eps.size != 1 or \
+            not float(eps.reshape(-1)[0]) >= 0:
+        return expr
+    channels = shape[-1]
+    if _matched(matches, _RMS_GAMMA_CONSTANT) is not None:
+        gamma = _view_value(matches, _RMS_GAMMA, _RMS_GAMMA_CONSTANT)
+        # one value per channel, broadcast along the last axis only
+        if gamma.size != channels or gamma.shape[-1] != channels:
+            return expr
+        gamma = gamma.reshape(channels)
+    else:
+        gamma = np.ones(channels)
+    return relax.op.nn.rms_norm(x, relax.const(np.ascontiguousarray(gamma, dtype), dtype),
+                                axes=[-1], epsilon=float(eps.reshape(-1)[0]))
+
+
+def rms_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
+    """x * rsqrt(mean(x^2) + eps) * gamma over the last axis (T5's and LLaMA's RMS norm, as
+    torch exports nn.RMSNorm) -> rms_norm(x, gamma); without gamma, rms_norm(x, ones)."""
+    mod = _rewrite(mod, _RMS_SCALED, _to_rms_norm)
+    return _rewrite(mod, _RMS_NORMED, _to_rms_norm)
+
+
 # --- batch norm at the end of a chain -----------------------------------------------------------
 # batch_norm returns (y, mean, var), and TVM's matcher cannot end a pattern at the tuple item
 # y. A chain ending in batch norm (conv + BN before a linear bottleneck's add, or before

@@ -453,6 +453,54 @@ def l2_normalize_passes(shape, eps: float = 1e-12, precision: str = "fp32",
                         units=[("x1_mul", rb)]))
 
 
+def rms_norm_passes(shape, gamma=None, eps: float = 1e-6, precision: str = "fp32",
+                    reduce: str = "tree", newton: Optional[int] = None,
+                    act: Optional[str] = None) -> Decomposition:
+    """RMS norm over the channels of an [N, C, H, W] surface (T5's and LLaMA's, torch's
+    nn.RMSNorm): ``x / sqrt(mean(x^2) + eps) * gamma[c]``, as engine passes: SDP x * x, the
+    sum over C (scaled by 1/C and shifted by eps in its SDP), rsqrt (the LUT; FP16: then the
+    Newton steps), the broadcast of the one channel and SDP x * gamma * r. A layer norm's
+    passes without the centring; FP16 as its (the mean of squares a CONV of weights w and an
+    SDP scale s whose product is 1 / C, mean_factors; 1 / sqrt kept as the half r and its
+    remainder r_lo, the last pass x g r + x g r_lo in fp32 inside, rounded once)."""
+    b = _Builder("rms_norm", shape, precision, reduce)
+    c, p = b.c, precision
+    if not np.isfinite(eps) or eps < 0:
+        raise AccelInvalidError(f"rms_norm: eps = {eps!r} is not a finite value >= 0")
+    if gamma is not None and np.shape(gamma) != (c,):
+        raise AccelInvalidError(f"rms_norm: gamma has shape {np.shape(gamma)}, not ({c},)")
+    scale = None if gamma is None else np.asarray(gamma, np.float32).astype(b.dtype)
+    sq = b.add("square", [Sdp(ew_op="mul", precision=p)], "x", c, "x")
+    if p == "fp32":
+        inv_c = np.float32(1.0) / np.float32(c)
+        if (newton or 0) == 0:  # rsqrt in the mean's own SDP
+            r = b.reduce_sum(sq, "mean", scale=b.values(inv_c, 1), shift=b.values(eps, 1),
+                             act="rsqrt")
+        else:
+            r = b.lut(b.reduce_sum(sq, "mean", scale=b.values(inv_c, 1),
+                                   shift=b.values(eps, 1)), "rsqrt", newton)
+        return b.done(b.broadcast(r, "normalise", "x", scale=scale, ew_op="mul", act=act))
+    w, s = mean_factors(c)
+    weights = np.full((1, c, 1, 1), w, np.float16)
+    v = b.add("mean", [Conv(weights, precision=p), Sdp(scale=b.values(s, 1),
+                                                       shift=b.values(eps, 1), precision=p)],
+              sq, 1)                                                    # mean + eps, in half
+    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
+    for _ in range(newton_steps(b.layer, "rsqrt", p, newton)):
+        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
+                                 ew_op="mul", precision=p)], v, 1, r,
+                  units=[("x1_mul", r), ("x2_mul", r)])
+    r_lo = b.add("rsqrt.low", [Sdp(scale=b.values(-0.5, 1), shift=b.values(0.5, 1),
+                                   ew_op="mul", precision=p)], v, 1, r,
+                 units=[("x1_mul", r), ("x2_mul", r)])
+    rb = b.add("rsqrt.broadcast", [b.ones(1), Sdp(precision=p)], r, c)
+    rlb = b.add("rsqrt.low.broadcast", [b.ones(1), Sdp(precision=p)], r_lo, c)
+    low = b.add("normalise.low", [Sdp(scale=scale, precision=p)], "x", c,
+                units=[("x2_mul", rlb)])
+    return b.done(b.add("normalise", [Sdp(scale=scale, ew_op="add", act=act, precision=p)],
+                        "x", c, low, units=[("x2_mul", rb)]))
+
+
 def mean_factors(c: int) -> Tuple[np.float16, np.float16]:
     """Two halves w (in [0.5, 1]) and s whose product is 1 / c within a few 2^-24 (a half
     1 / c alone is within 2^-12 only where c is no power of two: 2.4e-4 for c = 192), so a CONV
