@@ -81,14 +81,9 @@ def _decomposed_prelu(x: DFPattern) -> DFPattern:
 
 
 def _softplus(x: DFPattern) -> DFPattern:
-    """softplus(x) as the frontends spell it: torch's where(x > 20, x, log(exp(x) + 1)),
-    ONNX's Mish (log(1 + exp(x))) and ONNX's Softplus (max(x, 0) + log(1 + exp(-|x|)))."""
-    log = is_op("relax.log")(_either_order("relax.add", is_op("relax.exp")(x), is_const()))
-    guarded = is_op("relax.where")(is_op("relax.greater")(x, is_const()), x, log)
-    tail = is_op("relax.exp")(is_op("relax.negative")(is_op("relax.abs")(x)))
-    stable = _either_order("relax.add", is_op("relax.maximum")(x, is_const()),
-                           is_op("relax.log")(_either_order("relax.add", tail, is_const())))
-    return guarded | log | stable
+    """softplus(x): the frontends' formulas for it are read back as the op before matching
+    (rewrites.softplus_from_formula)."""
+    return is_op("relax.nn.softplus")(x)
 
 
 def _mish(x: DFPattern) -> DFPattern:
@@ -494,18 +489,24 @@ def roles_of(entry: Entry, match) -> Roles:
     return roles
 
 
-def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr]
-                ) -> Optional[Tuple[Entry, Roles]]:
+def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr],
+                name: Optional[str] = None) -> Optional[Tuple[Entry, Roles]]:
     """The first entry (in table order) whose pattern matches at ``root`` and its roles; None
-    when none does."""
+    when none does. ``name``: a composite's name, the first match that gives it preferred (a
+    mish alone, x * tanh(softplus(x)), is also a product of two tensors, whose entry comes
+    first)."""
     op = getattr(getattr(root, "op", None), "name", None)
+    first = None
     for entry, ops in _cached_entries():
         if not entry.annotations or (ops is not None and op not in ops):
             continue
         match = entry.pattern.extract_matched_expr(root, var2val)
         if match is not None:
-            return entry, roles_of(entry, match)
-    return None
+            roles = roles_of(entry, match)
+            if name is None or composite_name(entry.name, roles) == name:
+                return entry, roles
+            first = first or (entry, roles)
+    return first
 
 
 def composite_name(name: str, roles: Roles) -> str:

@@ -146,12 +146,13 @@ def _lower_custom(call: relax.Call) -> Optional[Layer]:
     return layer
 
 
-def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None) -> Layer:
+def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None,
+                name: Optional[str] = None) -> Layer:
     """Interpret a matched chain, given its last op, a Var -> bound value lookup that knows
     only the chain's own bindings, and the roles its pattern annotated (``ctx.annotated_expr``;
     None: the chain's entry is matched again, which needs ``lookup`` to be a
     :class:`~accel_codegen.compiler.layer.Bindings`; an op that no entry matches is read
-    alone).
+    alone), and the composite's name, which that match must give (None: any).
 
     Raises
     ------
@@ -160,7 +161,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     """
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
     if op_name(root_value) == "relax.reshape":  # a token chain can end in torch's reshape
-        roles = roles or _match(root_value, lookup)
+        roles = roles or _match(root_value, lookup, name)
         if roles and "attention" in roles:
             return _lower_attention(roles, lookup, root)
         if roles and "unflatten" in roles:
@@ -178,7 +179,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
             raise Unsupported(f"no accelerator primitive for {root_value.args[0].name_hint}")
         return layer
     if not roles:
-        roles = _match(root_value, lookup)
+        roles = _match(root_value, lookup, name)
     if roles and _kind(roles, "norm") == "lrn":  # the shape of an LRN, not the CDP's (above)
         raise Unsupported("a local response norm the CDP does not compute: its channel "
                           "window is off centre (ONNX's of an even size) or its shapes are not "
@@ -196,14 +197,15 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     return _build_layer(data, stages, root, lookup)
 
 
-def _match(value: Optional[relax.Expr], lookup: Lookup) -> Optional[Roles]:
+def _match(value: Optional[relax.Expr], lookup: Lookup, name: Optional[str] = None
+           ) -> Optional[Roles]:
     """The roles of the first entry of the table that matches at ``value`` (batch norm's first
     item is matched at the batch norm)."""
     if isinstance(value, relax.TupleGetItem) and int(value.index) == 0:
         value = _resolve(value.tuple_value, lookup)
     if not isinstance(value, relax.Call):
         return None
-    found = chains.match_roles(value, lookup if isinstance(lookup, dict) else {})
+    found = chains.match_roles(value, lookup if isinstance(lookup, dict) else {}, name)
     return found[1] if found is not None else None
 
 
@@ -1467,8 +1469,8 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
                            ) -> Optional[Tuple[str, relax.Expr]]:
     """(activation, its input) for the op groups the frontends decompose activations the LUT
     runs into: hardsigmoid = clip(x + 3, 0, 6) / 6 and hardswish = x * clip(x + 3, 0, 6) / 6
-    (each clip possibly as two one-sided ones), mish = x * tanh(softplus(x))
-    (chains._softplus's forms); None for anything else."""
+    (each clip possibly as two one-sided ones), mish = x * tanh(softplus(x)); None for
+    anything else."""
     if op_name(call) == "relax.multiply":
         for x, outer in (call.args, call.args[::-1]):
             tanh = _resolve(outer, lookup)
@@ -1490,46 +1492,20 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
     return None if source is None else _available("hardsigmoid", source)
 
 
+#: mish's softplus: tanh(softplus(x)) is 1 in fp32 from x = 10 on, so a threshold from there
+#: (x itself above it) gives mish's values.
+MISH_SOFTPLUS_THRESHOLD = 10.0
+
+
 def _softplus_input(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
-    """x, where expr is softplus(x) in one of chains._softplus's forms with its constants:
-    log(exp(x) + 1); torch's where(x > c, x, that) with c >= 10 (from 10 on, fp32's
-    tanh(softplus(x)) is 1 either way); max(x, 0) + log(1 + exp(-|x|))."""
+    """x, where expr is softplus(x) with beta 1 and a threshold from
+    MISH_SOFTPLUS_THRESHOLD on (the frontends' formulas are relax.nn.softplus by now:
+    rewrites.softplus_from_formula)."""
     value = _resolve(expr, lookup)
-    if op_name(value) == "relax.where":
-        condition = _resolve(value.args[0], lookup)
-        if op_name(condition) != "relax.greater" or not is_constant(condition.args[1]) or \
-                constant_value(condition.args[1]).size != 1 or \
-                float(constant_value(condition.args[1]).reshape(-1)[0]) < 10.0:
-            return None
-        x = _softplus_input(value.args[2], lookup)
-        return x if x is not None and x.same_as(value.args[1]) and \
-            x.same_as(condition.args[0]) else None
-    if op_name(value) == "relax.add":  # max(x, 0) + log(1 + exp(-|x|))
-        for top, log in (value.args, value.args[::-1]):
-            top, log = _resolve(top, lookup), _resolve(log, lookup)
-            if op_name(top) != "relax.maximum" or not _is_scalar(top.args[1], 0.0) or \
-                    op_name(log) != "relax.log":
-                continue
-            tail = _exp_plus_one(log.args[0], lookup)
-            negative = _resolve(tail, lookup) if tail is not None else None
-            magnitude = _resolve(negative.args[0], lookup) \
-                if op_name(negative) == "relax.negative" else None
-            if op_name(magnitude) == "relax.abs" and magnitude.args[0].same_as(top.args[0]):
-                return top.args[0]
+    if op_name(value) != "relax.nn.softplus" or float(value.attrs.beta) != 1.0 or \
+            float(value.attrs.threshold) < MISH_SOFTPLUS_THRESHOLD:
         return None
-    return _exp_plus_one(value.args[0], lookup) if op_name(value) == "relax.log" else None
-
-
-def _exp_plus_one(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
-    """t, where expr is exp(t) + 1 (either order)."""
-    value = _resolve(expr, lookup)
-    if op_name(value) != "relax.add":
-        return None
-    for e, one in (value.args, value.args[::-1]):
-        e = _resolve(e, lookup)
-        if op_name(e) == "relax.exp" and _is_scalar(one, 1.0):
-            return e.args[0]
-    return None
+    return value.args[0]
 
 
 def _available(act: str, x: relax.Expr) -> Optional[Tuple[str, relax.Expr]]:

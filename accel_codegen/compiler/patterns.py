@@ -50,10 +50,16 @@ class PartitionLog:
 
 
 def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log: PartitionLog,
-                batch_norm_ends: frozenset):
+                batch_norm_ends: frozenset, mish_parts: frozenset):
     def check(ctx: PatternCheckContext) -> bool:
         if has_leaking_intermediate_variables(ctx):
             return log.refuse(ctx, name, "an intermediate result is also used outside the chain")
+        if ctx.value_to_bound_var.get(ctx.matched_expr) in mish_parts and \
+                "act:mish" not in ctx.annotated_expr:
+            # a softplus or tanh alone matches at its op, before the mish's multiply is
+            # reached; the multiply as two tensors' product, before the activations alone
+            return log.refuse(ctx, name, "a part of a mish, x * tanh(softplus(x)), which the "
+                                         "mish's pattern takes whole")
         try:
             layer = lower_chain(ctx.matched_expr, Bindings(ctx.matched_bindings),
                                 dict(ctx.annotated_expr))
@@ -80,7 +86,8 @@ def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log:
 
 def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
                   log: Optional[PartitionLog] = None, precision: str = "fp32",
-                  batch_norm_ends: Iterable[relax.Var] = ()) -> List[FusionPattern]:
+                  batch_norm_ends: Iterable[relax.Var] = (),
+                  mish_parts: Iterable[relax.Var] = ()) -> List[FusionPattern]:
     """The FusionPatterns for a configuration, longest chains first.
 
     Parameters
@@ -97,15 +104,19 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         The batch norms a chain may end at: those read through their first output only
         (:func:`~accel_codegen.compiler.rewrites.first_item_only`). The composite then ends at
         that output (:func:`~accel_codegen.compiler.rewrites.end_at_first_item`).
+    mish_parts : iterable of relax.Var
+        The ops of a mish x * tanh(softplus(x))
+        (:func:`~accel_codegen.compiler.rewrites.mish_parts`): only a mish's chain ends at
+        them.
     """
     config = AccelConfig.resolve(config)
     log = log if log is not None else PartitionLog()
     entries = chains.entries(tuple(
         chains.Entry(f"accel.custom.{p.name}", is_call_tir(p.primfunc), {}, 1)
         for p in custom.registered().values()))
-    ends = frozenset(batch_norm_ends)
+    ends, inner = frozenset(batch_norm_ends), frozenset(mish_parts)
     return [FusionPattern(e.name, e.pattern, e.annotations,
-                          _make_check(e.name, config, fuse, precision, log, ends))
+                          _make_check(e.name, config, fuse, precision, log, ends, inner))
             for e in entries]
 
 
