@@ -38,6 +38,9 @@ from ..sim import vocabulary
 
 #: Annotations: role name -> pattern node.
 Annotations = Dict[str, DFPattern]
+#: softmax and log_softmax (relax.nn.<name>): the token entries' engine passes, alike in
+#: their axes (lowering._lower_tokens), kinds of one entry (composites accel.<name>).
+SOFTMAXES = ("softmax", "log_softmax")
 #: The Relax ops the SDP runs only with a constant second operand (as its scale/shift).
 AFFINE_OPS = ("relax.subtract", "relax.divide")
 
@@ -426,10 +429,13 @@ def _token_entries() -> List[Entry]:
         "relax.nn.attention_bias")(*heads, is_const() | wildcard())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
-    annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
+    # softmax or log_softmax over the last axis, kinds of one entry: their engine passes
+    # (sim/decompose.py)
+    annotations = {}
     data = annotations["input"] = wildcard()
-    annotations["norm"] = is_op("relax.nn.softmax")(data)
-    entries.append(Entry("accel.softmax", annotations["norm"], annotations, 1))
+    norm = _kinds("norm", [(op, is_op(f"relax.nn.{op}")(data)) for op in SOFTMAXES],
+                  annotations)
+    entries.append(Entry("accel.{norm}", norm, annotations, 1))
     return entries
 
 

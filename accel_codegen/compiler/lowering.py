@@ -831,22 +831,24 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     rank = len(shape)
     # Over axis 1 of a 4-D tensor: the channels of NCHW data, whose surface it is itself
     # (rewrites.channels_last_sandwiches gives ConvNeXt's layer norms so).
+    softmax = op_name(norm)[len("relax.nn."):] if op_name(norm) in (
+        f"relax.nn.{op}" for op in chains.SOFTMAXES) else None
     channels_first = rank == 4 and (
-        int(a.axis) % rank == 1 if op_name(norm) == "relax.nn.softmax" else
-        sorted(int(v) % rank for v in a.axes) == [1])
+        int(a.axis) % rank == 1 if softmax else sorted(int(v) % rank for v in a.axes) == [1])
     surface = tuple(shape) if channels_first else None
-    if op_name(norm) == "relax.nn.softmax":
+    if softmax:  # softmax or log_softmax
         if not channels_first and (rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1):
-            raise Unsupported(f"softmax over axis {int(a.axis)} of a {rank}-D tensor "
+            raise Unsupported(f"{softmax} over axis {int(a.axis)} of a {rank}-D tensor "
                               f"{list(shape)}: the engine passes reduce the channels, the last "
-                              "axis of [T, C], [B, T, C] or [B, H, W, C]")
+                              "axis of [T, C], [B, T, C] or [B, H, W, C], or axis 1 of "
+                              "[N, C, H, W]")
         _require_float32(normed, "the input")
-        _require_float32(norm, "the softmax output")
+        _require_float32(norm, f"the {softmax} output")
         if _resolve(normed, lookup) is not None and not is_constant(normed):
             raise Unsupported("the chain's input is computed inside the matched region")
         return Layer(data=normed, in_shape=surface or token_surface(shape),
                      out_shape=static_shape(root), tokens=not channels_first,
-                     norm=NormSpec(None, None, 0.0, kind="softmax"))
+                     norm=NormSpec(None, None, 0.0, kind=softmax))
     axes = sorted(int(v) % rank for v in a.axes) if rank else []
     if not channels_first and (rank not in (2, 3, 4) or axes != [rank - 1]):
         raise Unsupported(f"layer_norm over axes {[int(v) for v in a.axes]} of a {rank}-D "
@@ -1557,8 +1559,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm",
-              "relax.nn.softmax"})
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm"} |
+             {f"relax.nn.{op}" for op in chains.SOFTMAXES})
     if name == "relax.nn.attention":  # only with its head reshapes: accel.attention
         return ("attention runs on the accelerator as reshape(nn.attention(...)) of one "
                 "image's [tokens, channels] tensors (compiler/attention.py writes it so)")
