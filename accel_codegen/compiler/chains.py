@@ -429,13 +429,17 @@ def _token_entries() -> List[Entry]:
         "relax.nn.attention_bias")(*heads, is_const() | wildcard())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
-    # softmax or log_softmax over the last axis, kinds of one entry: their engine passes
-    # (sim/decompose.py)
+    # softmax or log_softmax over the last axis, and softsign, x / (1 + |x|) (as the
+    # frontends write it), kinds ("passes:<kind>") of one entry, each a "norm" of engine
+    # passes (sim/decompose.py); the field is not {norm}, the decomposed LRN's entry's name
     annotations = {}
     data = annotations["input"] = wildcard()
-    norm = _kinds("norm", [(op, is_op(f"relax.nn.{op}")(data)) for op in SOFTMAXES],
-                  annotations)
-    entries.append(Entry("accel.{norm}", norm, annotations, 1))
+    softsign = is_op("relax.divide")(data, _either_order("relax.add", is_op("relax.abs")(data),
+                                                         is_const()))
+    norm = annotations["norm"] = _kinds(
+        "passes", [(op, is_op(f"relax.nn.{op}")(data)) for op in SOFTMAXES] +
+        [("softsign", softsign)], annotations)
+    entries.append(Entry("accel.{passes}", norm, annotations, 1))
     return entries
 
 

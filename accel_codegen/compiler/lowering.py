@@ -815,6 +815,20 @@ def _token_roles(roles: Roles) -> Roles:
     return roles
 
 
+def _lower_softsign(norm: relax.Call, lookup: Lookup, root: relax.Expr) -> Layer:
+    """x / (1 + |x|) (chains: the softsign kind): one layer of SDP passes over x's feature
+    surface (sim/decompose.softsign_passes)."""
+    x, total = norm.args[0], _resolve(norm.args[1], lookup)
+    if not any(_is_scalar(one, 1.0) for one in total.args):
+        raise Unsupported("x / (|x| + c) with c other than 1 is not softsign")
+    _require_float32(x, "the input")
+    _require_float32(norm, "the softsign output")
+    if _resolve(x, lookup) is not None and not is_constant(x):
+        raise Unsupported("the chain's input is computed inside the matched region")
+    return Layer(data=x, in_shape=_feature_shape(x, "the input"), out_shape=static_shape(root),
+                 norm=NormSpec(None, None, 0.0, kind="softsign"))
+
+
 def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     """[dense over tokens (+ bias)] -> layer_norm over the last axis -> [activation]: one layer
     whose data, [B, T, C] (or [T, C], or [B, H, W, C]) with the channels last, is read as the
@@ -823,6 +837,8 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if "norm" not in roles:
         return _lower_token_dense(roles, lookup, root)
     norm = roles["norm"]
+    if "passes:softsign" in roles:
+        return _lower_softsign(norm, lookup, root)
     if op_name(norm) == "relax.divide":
         return _lower_l2_normalize(norm, lookup, root)
     a = norm.attrs

@@ -427,21 +427,31 @@ def _softplus_formula(call: relax.Call, source) -> relax.Expr:
     return relax.op.nn.softplus(x, 1.0, _SOFTPLUS_DEFAULT_THRESHOLD)
 
 
-def mish_parts(function: relax.Function) -> frozenset:
-    """The Vars bound to the ops of a mish, x * tanh(softplus(x)): its softplus, its tanh and
-    its multiply (the pattern table's checks leave them to the mish's pattern:
-    patterns.pattern_table)."""
+def form_parts(function: relax.Function) -> Dict[relax.Var, str]:
+    """The Vars bound to the ops of a form several ops spell, each with the role its pattern
+    annotates when it takes the whole (the pattern table's checks leave those ops to it:
+    patterns.pattern_table): a mish, x * tanh(softplus(x)) ("act:mish"), and a softsign,
+    x / (|x| + 1) ("passes:softsign"). Alone, each part would match first, at its own op (or
+    as a product of two tensors, or an add of a constant)."""
     bound = {b.var: b.value for block in function.body.blocks for b in block.bindings}
-    found = set()
+    found: Dict[relax.Var, str] = {}
     for var, value in bound.items():
-        if op_name(value) != "relax.multiply":
-            continue
-        for x, outer in (value.args, value.args[::-1]):
-            tanh = bound.get(outer)
-            inner = bound.get(tanh.args[0]) if op_name(tanh) == "relax.tanh" else None
-            if op_name(inner) == "relax.nn.softplus" and inner.args[0].same_as(x):
-                found.update((var, outer, tanh.args[0]))
-    return frozenset(found)
+        if op_name(value) == "relax.multiply":
+            for x, outer in (value.args, value.args[::-1]):
+                tanh = bound.get(outer)
+                inner = bound.get(tanh.args[0]) if op_name(tanh) == "relax.tanh" else None
+                if op_name(inner) == "relax.nn.softplus" and inner.args[0].same_as(x):
+                    found.update({v: "act:mish" for v in (var, outer, tanh.args[0])})
+        elif op_name(value) == "relax.divide":
+            x, total = value.args[0], bound.get(value.args[1])
+            if op_name(total) != "relax.add":
+                continue
+            for magnitude, one in (total.args, total.args[::-1]):
+                absolute = bound.get(magnitude)
+                if op_name(absolute) == "relax.abs" and absolute.args[0].same_as(x) and \
+                        _size1(one) == 1.0:
+                    found.update({v: "passes:softsign" for v in (var, value.args[1], magnitude)})
+    return found
 
 
 def softplus_from_formula(mod: tvm.IRModule) -> tvm.IRModule:

@@ -1,4 +1,5 @@
-"""Layer norm, softmax and log_softmax as engine passes (accel_codegen/sim/decompose.py).
+"""Layer norm, softmax, log_softmax and softsign as engine passes
+(accel_codegen/sim/decompose.py).
 
 On the simulator the decompositions equal their NumPy reference (reference.run_decomposition)
 bit for bit in fp32 and fp16, the sums as BDMA + SDP trees or as CONVs (whose order the
@@ -154,6 +155,36 @@ def test_fp16_log_softmax_is_within_its_bound(c, w, rng):
         excess = np.abs(y.astype(np.float64) - exact) - fp16_log_softmax_bound(c, m, sums,
                                                                                  exact)
         assert excess.max() <= 0, (c, scale, excess.max())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_softsign_is_the_reference_and_within_its_bound(precision, rng):
+    """x / (1 + |x|) as |x| = max(-x, x), 1 / (1 + |x|) through the reciprocal's LUT (FP16:
+    its Newton steps) and the product: bit for bit the reference; fp32 within 2 ulp of
+    softsign in float64 (1.85 measured: two roundings after the sum's, where PyTorch's
+    division has one), fp16 over every finite half within 5 2^-11 |y| + 2^-24 (4.97
+    measured), and torch's within 2 ulp in fp32."""
+    if precision == "fp16":
+        halves = np.arange(-2**15, 2**15).astype(np.int16).view(np.float16)
+        halves = halves[np.isfinite(halves)]
+        x = halves[:(halves.size // 64) * 64].reshape(1, 64, 1, -1)
+    else:
+        x = (rng.standard_normal((2, 48, 3, 50)) * 10).astype(np.float32)
+        x.flat[:4] = [0.0, -0.0, 1e30, -3e38]
+    decomposition = dc.softsign_passes(x.shape, precision)
+    y, _ = dc.run_passes(DEVICE, decomposition, x)
+    assert_same(y, ref.run_decomposition(decomposition, x), f"{precision} softsign")
+    t = x.astype(np.float64)
+    exact = t / (1 + np.abs(t))
+    error = np.abs(y.astype(np.float64) - exact)
+    if precision == "fp32":
+        _, exponent = np.frexp(np.abs(exact))
+        ulp = np.maximum(np.ldexp(1.0, exponent - 24), 2.0 ** -149)
+        assert (error / ulp).max() <= 2.0
+        theirs = torch.nn.functional.softsign(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(y, theirs, rtol=2.5e-7, atol=0)
+    else:
+        assert np.all(error <= 5 * 2**-11 * np.abs(exact) + 2**-24)
 
 
 def fp16_layer_norm_bound(c: int) -> float:
