@@ -189,8 +189,9 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
           function64=np.exp),
     # No Relax op: torch's decomposed form (chains.DECOMPOSED), ONNX's Mish and Softplus forms
     Entry("mish", "ACCEL_ACT_MISH", feature="lut", exact=mish_f32, function64=mish64),
-    # relax.nn.softplus with PyTorch's defaults; also torch's and ONNX's decomposed forms of
-    # it (chains.DECOMPOSED). exact: float64 through libm, rounded once (as the C's)
+    # relax.nn.softplus with PyTorch's defaults, which torch's and ONNX's formulas become
+    # (compiler/rewrites.softplus_from_formula). exact: float64 through libm, rounded once
+    # (as the C's)
     Entry("softplus", "ACCEL_ACT_SOFTPLUS", "relax.nn.softplus", feature="lut",
           relax_attrs=(("beta", 1.0), ("threshold", 20.0)),
           exact=lambda t: softplus64(t).astype(np.float32), function64=softplus64),
