@@ -55,6 +55,8 @@ const lut_table* lut_get(accel_activation act);
 void lut_apply(const lut_table* lut, float* x, int64_t count);
 /* GELU's tanh form in double (lut_tables.c): its table entries and its FP32 form. */
 double gelu_tanh64(double t);
+/* softplus in double (lut_tables.c): its table entries and, rounded once, its FP32 form. */
+double softplus64(double t);
 /* x = act(x) in place, exactly (FP32's LUT activations, with libm). */
 void activation_exact(accel_activation act, float* x, int64_t count);
 /* dst = act(in + value), the add rounded first (softmax's exp(s - max)): the bits of the add's

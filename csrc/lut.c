@@ -802,6 +802,12 @@ void activation_exact(accel_activation act, float* x, int64_t count) {
       for (int64_t i = 0; i < count; ++i) x[i] = mish_f32(x[i]);
 #endif
       break;
+    case ACCEL_ACT_SOFTPLUS: /* in double, rounded once */
+      for (int64_t i = 0; i < count; ++i) x[i] = (float)softplus64(x[i]);
+      break;
+    case ACCEL_ACT_LOG: /* in double, rounded once: -inf at 0, NaN below */
+      for (int64_t i = 0; i < count; ++i) x[i] = (float)log((double)x[i]);
+      break;
     case ACCEL_ACT_RSQRT: /* two correctly rounded steps (IEEE sqrt and division) */
       for (int64_t i = 0; i < count; ++i) x[i] = 1.0f / sqrtf(x[i]);
       break;

@@ -27,6 +27,12 @@ double gelu_tanh64(double t) {
  * there); -inf gives NaN (-inf x 0), as PyTorch's. lut_math.mish64: the same libm calls. */
 static double mish64(double t) { return t * tanh(t > 30.0 ? t : log1p(exp(t))); }
 
+/* softplus in double (the tables' source and, rounded once, the FP32 SDP's): ln(1 + e^t)
+ * through libm's log1p and exp, t itself from 30 on (ln(1 + e^-30) = 9.4e-14 is below half an
+ * ulp of t in double from there: t rounds to itself either way, and e^t would overflow from
+ * 710). -inf gives 0, NaN stays. lut_math.softplus64: the same libm calls. */
+double softplus64(double t) { return t > 30.0 ? t : log1p(exp(t)); }
+
 const char* activation_name(accel_activation act) {
   switch (act) {
     case ACCEL_ACT_NONE: return "";
@@ -45,6 +51,8 @@ const char* activation_name(accel_activation act) {
     case ACCEL_ACT_GELU_TANH: return "gelu_tanh";
     case ACCEL_ACT_SOFTMAX_EXP: return "softmax_exp";
     case ACCEL_ACT_MISH: return "mish";
+    case ACCEL_ACT_SOFTPLUS: return "softplus";
+    case ACCEL_ACT_LOG: return "log";
     case ACCEL_ACT_COUNT: break;
   }
   return "?";
@@ -78,6 +86,12 @@ static const accel_lut lut_geometry[ACCEL_ACT_COUNT - ACCEL_ACT_SIGMOID] = {
      * slope continues e^0 = 1, 1 + t (within t^2 / 2 of e^t). */
     [ACCEL_ACT_SOFTMAX_EXP - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 32, -32.0f, 0.5f, 0.0f, 1.0f},
     [ACCEL_ACT_MISH - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
+    /* silu's too: softplus bends over the same [-8, 8) (softplus'' = sigmoid', at most 1/4
+     * at 0) and has silu's ends, 0 below and t above */
+    [ACCEL_ACT_SOFTPLUS - ACCEL_ACT_SIGMOID] = {-8.0f, 1.0f / 16, -32.0f, 1.0f, 0.0f, 1.0f},
+    /* LE in exponent mode, as reciprocal's: ln's octaves from half's smallest subnormal
+     * 2^-24; LO where log_softmax's sums of exponentials (1 .. C) mostly lie, [1, 9) */
+    [ACCEL_ACT_LOG - ACCEL_ACT_SIGMOID] = {1.0f, 1.0f / 32, 0x1p-24f, 0.0f, 0.0f, 0.0f},
 };
 
 accel_status accel_lut_info(accel_activation act, accel_lut* out) {
@@ -105,6 +119,8 @@ static double lut_function(accel_activation act, double t) {
     case ACCEL_ACT_RECIPROCAL: return 1.0 / t;
     case ACCEL_ACT_GELU_TANH: return gelu_tanh64(t);
     case ACCEL_ACT_MISH: return mish64(t);
+    case ACCEL_ACT_SOFTPLUS: return softplus64(t);
+    case ACCEL_ACT_LOG: return log(t);
     default: return 0.0;
   }
 }

@@ -38,6 +38,9 @@ from ..sim import vocabulary
 
 #: Annotations: role name -> pattern node.
 Annotations = Dict[str, DFPattern]
+#: softmax and log_softmax (relax.nn.<name>): the token entries' engine passes, alike in
+#: their axes (lowering._lower_tokens), kinds of one entry (composites accel.<name>).
+SOFTMAXES = ("softmax", "log_softmax")
 #: The Relax ops the SDP runs only with a constant second operand (as its scale/shift).
 AFFINE_OPS = ("relax.subtract", "relax.divide")
 
@@ -81,14 +84,9 @@ def _decomposed_prelu(x: DFPattern) -> DFPattern:
 
 
 def _softplus(x: DFPattern) -> DFPattern:
-    """softplus(x) as the frontends spell it: torch's where(x > 20, x, log(exp(x) + 1)),
-    ONNX's Mish (log(1 + exp(x))) and ONNX's Softplus (max(x, 0) + log(1 + exp(-|x|)))."""
-    log = is_op("relax.log")(_either_order("relax.add", is_op("relax.exp")(x), is_const()))
-    guarded = is_op("relax.where")(is_op("relax.greater")(x, is_const()), x, log)
-    tail = is_op("relax.exp")(is_op("relax.negative")(is_op("relax.abs")(x)))
-    stable = _either_order("relax.add", is_op("relax.maximum")(x, is_const()),
-                           is_op("relax.log")(_either_order("relax.add", tail, is_const())))
-    return guarded | log | stable
+    """softplus(x): the frontends' formulas for it are read back as the op before matching
+    (rewrites.softplus_from_formula)."""
+    return is_op("relax.nn.softplus")(x)
 
 
 def _mish(x: DFPattern) -> DFPattern:
@@ -439,10 +437,17 @@ def _token_entries() -> List[Entry]:
         "relax.nn.attention_bias")(*heads, is_const() | wildcard())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
-    annotations = {}  # softmax over the last axis: its engine passes (sim/decompose.py)
+    # softmax or log_softmax over the last axis, and softsign, x / (1 + |x|) (as the
+    # frontends write it), kinds ("passes:<kind>") of one entry, each a "norm" of engine
+    # passes (sim/decompose.py); the field is not {norm}, the decomposed LRN's entry's name
+    annotations = {}
     data = annotations["input"] = wildcard()
-    annotations["norm"] = is_op("relax.nn.softmax")(data)
-    entries.append(Entry("accel.softmax", annotations["norm"], annotations, 1))
+    softsign = is_op("relax.divide")(data, _either_order("relax.add", is_op("relax.abs")(data),
+                                                         is_const()))
+    norm = annotations["norm"] = _kinds(
+        "passes", [(op, is_op(f"relax.nn.{op}")(data)) for op in SOFTMAXES] +
+        [("softsign", softsign)], annotations)
+    entries.append(Entry("accel.{passes}", norm, annotations, 1))
     return entries
 
 
@@ -502,18 +507,24 @@ def roles_of(entry: Entry, match) -> Roles:
     return roles
 
 
-def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr]
-                ) -> Optional[Tuple[Entry, Roles]]:
+def match_roles(root: relax.Expr, var2val: Dict[relax.Var, relax.Expr],
+                name: Optional[str] = None) -> Optional[Tuple[Entry, Roles]]:
     """The first entry (in table order) whose pattern matches at ``root`` and its roles; None
-    when none does."""
+    when none does. ``name``: a composite's name, the first match that gives it preferred (a
+    mish alone, x * tanh(softplus(x)), is also a product of two tensors, whose entry comes
+    first)."""
     op = getattr(getattr(root, "op", None), "name", None)
+    first = None
     for entry, ops in _cached_entries():
         if not entry.annotations or (ops is not None and op not in ops):
             continue
         match = entry.pattern.extract_matched_expr(root, var2val)
         if match is not None:
-            return entry, roles_of(entry, match)
-    return None
+            roles = roles_of(entry, match)
+            if name is None or composite_name(entry.name, roles) == name:
+                return entry, roles
+            first = first or (entry, roles)
+    return first
 
 
 def composite_name(name: str, roles: Roles) -> str:

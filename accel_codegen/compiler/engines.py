@@ -186,9 +186,12 @@ def fp16_in_int8(layer) -> Optional[str]:
         return ("its softmax's sum of exponentials and 1/sum have a dynamic range no "
                 "per-tensor int8 scale covers, and its CONVs' weights are K and V as other runs "
                 "compute them, with no int8 per-kernel scales at compile time")
+    if layer.norm.kind == "softsign":
+        return "its 1 / (1 + |x|) is the reciprocal's LUT, which has no int8 tables"
     what = {"layer_norm": "its variance and 1/sqrt",
             "rms_norm": "its mean of squares and 1/sqrt",
-            "l2_normalize": "its sum of squares and 1/sqrt"}.get(
+            "l2_normalize": "its sum of squares and 1/sqrt",
+            "log_softmax": "its sum of exponentials and its log"}.get(
         layer.norm.kind, "its sum of exponentials and 1/sum")
     return f"{what} have a dynamic range no per-tensor int8 scale covers"
 

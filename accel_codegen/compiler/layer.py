@@ -19,7 +19,8 @@ from tvm import relax
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
 from ..sim.decompose import (Pass, attention_passes, fp32_sums, l2_normalize_passes,
-                             layer_norm_passes, rms_norm_passes, softmax_passes)
+                             layer_norm_passes, log_softmax_passes, rms_norm_passes,
+                             softmax_passes, softsign_passes)
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, feature_surface, is_constant, op_name,
@@ -199,7 +200,8 @@ class AttentionSpec:
 class NormSpec:
     """A layer norm (``kind`` "layer_norm"), an RMS norm ("rms_norm": T5's, LLaMA's; no
     ``beta``), an L2 norm (torch's F.normalize:
-    "l2_normalize", ``epsilon`` its eps), a softmax ("softmax") over the channels of the
+    "l2_normalize", ``epsilon`` its eps), softsign ("softsign", element-wise), a softmax
+    ("softmax") or log_softmax ("log_softmax") over the channels of the
     layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
     ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
     ``gamma`` / ``beta`` constants (None: 1 / 0)."""
@@ -223,6 +225,11 @@ class NormSpec:
         if self.kind == "softmax":  # fp32: the sum a CONV (decompose.fp32_sums)
             return softmax_passes(shape, precision,
                                   fp32_sums(shape) if precision == "fp32" else "tree")
+        if self.kind == "softsign":  # element-wise: |x|, 1 / (1 + |x|), times x
+            return softsign_passes(shape, precision)
+        if self.kind == "log_softmax":  # softmax's passes, ln(sum) subtracted
+            return log_softmax_passes(shape, precision,
+                                      fp32_sums(shape) if precision == "fp32" else "tree")
         if self.kind == "l2_normalize":  # fp32: the sum a CONV (decompose.fp32_sums)
             return l2_normalize_passes(shape, self.epsilon, precision,
                                        reduce=fp32_sums(shape) if precision == "fp32"

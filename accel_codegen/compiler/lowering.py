@@ -158,12 +158,13 @@ def _lower_custom(call: relax.Call) -> Optional[Layer]:
     return layer
 
 
-def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None) -> Layer:
+def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None,
+                name: Optional[str] = None) -> Layer:
     """Interpret a matched chain, given its last op, a Var -> bound value lookup that knows
     only the chain's own bindings, and the roles its pattern annotated (``ctx.annotated_expr``;
     None: the chain's entry is matched again, which needs ``lookup`` to be a
     :class:`~accel_codegen.compiler.layer.Bindings`; an op that no entry matches is read
-    alone).
+    alone), and the composite's name, which that match must give (None: any).
 
     Raises
     ------
@@ -172,7 +173,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     """
     root_value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
     if op_name(root_value) == "relax.reshape":  # a token chain can end in torch's reshape
-        roles = roles or _match(root_value, lookup)
+        roles = roles or _match(root_value, lookup, name)
         if roles and "attention" in roles:
             return _lower_attention(roles, lookup, root)
         if roles and "unflatten" in roles:
@@ -190,7 +191,7 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
             raise Unsupported(f"no accelerator primitive for {root_value.args[0].name_hint}")
         return layer
     if not roles:
-        roles = _match(root_value, lookup)
+        roles = _match(root_value, lookup, name)
     if roles and _kind(roles, "norm") == "lrn":  # the shape of an LRN, not the CDP's (above)
         raise Unsupported("a local response norm the CDP does not compute: its channel "
                           "window is off centre (ONNX's of an even size) or its shapes are not "
@@ -208,14 +209,15 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None)
     return _build_layer(data, stages, root, lookup)
 
 
-def _match(value: Optional[relax.Expr], lookup: Lookup) -> Optional[Roles]:
+def _match(value: Optional[relax.Expr], lookup: Lookup, name: Optional[str] = None
+           ) -> Optional[Roles]:
     """The roles of the first entry of the table that matches at ``value`` (batch norm's first
     item is matched at the batch norm)."""
     if isinstance(value, relax.TupleGetItem) and int(value.index) == 0:
         value = _resolve(value.tuple_value, lookup)
     if not isinstance(value, relax.Call):
         return None
-    found = chains.match_roles(value, lookup if isinstance(lookup, dict) else {})
+    found = chains.match_roles(value, lookup if isinstance(lookup, dict) else {}, name)
     return found[1] if found is not None else None
 
 
@@ -837,6 +839,20 @@ def _token_roles(roles: Roles) -> Roles:
     return roles
 
 
+def _lower_softsign(norm: relax.Call, lookup: Lookup, root: relax.Expr) -> Layer:
+    """x / (1 + |x|) (chains: the softsign kind): one layer of SDP passes over x's feature
+    surface (sim/decompose.softsign_passes)."""
+    x, total = norm.args[0], _resolve(norm.args[1], lookup)
+    if not any(_is_scalar(one, 1.0) for one in total.args):
+        raise Unsupported("x / (|x| + c) with c other than 1 is not softsign")
+    _require_float32(x, "the input")
+    _require_float32(norm, "the softsign output")
+    if _resolve(x, lookup) is not None and not is_constant(x):
+        raise Unsupported("the chain's input is computed inside the matched region")
+    return Layer(data=x, in_shape=_feature_shape(x, "the input"), out_shape=static_shape(root),
+                 norm=NormSpec(None, None, 0.0, kind="softsign"))
+
+
 def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     """[dense over tokens (+ bias)] -> layer_norm over the last axis -> [activation]: one layer
     whose data, [B, T, C] (or [T, C], or [B, H, W, C]) with the channels last, is read as the
@@ -845,6 +861,8 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if "norm" not in roles:
         return _lower_token_dense(roles, lookup, root)
     norm = roles["norm"]
+    if "passes:softsign" in roles:
+        return _lower_softsign(norm, lookup, root)
     if op_name(norm) == "relax.divide":
         return _lower_l2_normalize(norm, lookup, root)
     a = norm.attrs
@@ -853,22 +871,24 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     rank = len(shape)
     # Over axis 1 of a 4-D tensor: the channels of NCHW data, whose surface it is itself
     # (rewrites.channels_last_sandwiches gives ConvNeXt's layer norms so).
+    softmax = op_name(norm)[len("relax.nn."):] if op_name(norm) in (
+        f"relax.nn.{op}" for op in chains.SOFTMAXES) else None
     channels_first = rank == 4 and (
-        int(a.axis) % rank == 1 if op_name(norm) == "relax.nn.softmax" else
-        sorted(int(v) % rank for v in a.axes) == [1])
+        int(a.axis) % rank == 1 if softmax else sorted(int(v) % rank for v in a.axes) == [1])
     surface = tuple(shape) if channels_first else None
-    if op_name(norm) == "relax.nn.softmax":
+    if softmax:  # softmax or log_softmax
         if not channels_first and (rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1):
-            raise Unsupported(f"softmax over axis {int(a.axis)} of a {rank}-D tensor "
+            raise Unsupported(f"{softmax} over axis {int(a.axis)} of a {rank}-D tensor "
                               f"{list(shape)}: the engine passes reduce the channels, the last "
-                              "axis of [T, C], [B, T, C] or [B, H, W, C]")
+                              "axis of [T, C], [B, T, C] or [B, H, W, C], or axis 1 of "
+                              "[N, C, H, W]")
         _require_float32(normed, "the input")
-        _require_float32(norm, "the softmax output")
+        _require_float32(norm, f"the {softmax} output")
         if _resolve(normed, lookup) is not None and not is_constant(normed):
             raise Unsupported("the chain's input is computed inside the matched region")
         return Layer(data=normed, in_shape=surface or token_surface(shape),
                      out_shape=static_shape(root), tokens=not channels_first,
-                     norm=NormSpec(None, None, 0.0, kind="softmax"))
+                     norm=NormSpec(None, None, 0.0, kind=softmax))
     kind = "rms_norm" if op_name(norm) == "relax.nn.rms_norm" else "layer_norm"
     axes = sorted(int(v) % rank for v in a.axes) if rank else []
     if not channels_first and (rank not in (2, 3, 4) or axes != [rank - 1]):
@@ -1501,8 +1521,8 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
                            ) -> Optional[Tuple[str, relax.Expr]]:
     """(activation, its input) for the op groups the frontends decompose activations the LUT
     runs into: hardsigmoid = clip(x + 3, 0, 6) / 6 and hardswish = x * clip(x + 3, 0, 6) / 6
-    (each clip possibly as two one-sided ones), mish = x * tanh(softplus(x))
-    (chains._softplus's forms); None for anything else."""
+    (each clip possibly as two one-sided ones), mish = x * tanh(softplus(x)); None for
+    anything else."""
     if op_name(call) == "relax.multiply":
         for x, outer in (call.args, call.args[::-1]):
             tanh = _resolve(outer, lookup)
@@ -1533,46 +1553,20 @@ def _decomposed_activation(call: relax.Expr, lookup: Lookup
     return None if source is None else _available("hardsigmoid", source)
 
 
+#: mish's softplus: tanh(softplus(x)) is 1 in fp32 from x = 10 on, so a threshold from there
+#: (x itself above it) gives mish's values.
+MISH_SOFTPLUS_THRESHOLD = 10.0
+
+
 def _softplus_input(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
-    """x, where expr is softplus(x) in one of chains._softplus's forms with its constants:
-    log(exp(x) + 1); torch's where(x > c, x, that) with c >= 10 (from 10 on, fp32's
-    tanh(softplus(x)) is 1 either way); max(x, 0) + log(1 + exp(-|x|))."""
+    """x, where expr is softplus(x) with beta 1 and a threshold from
+    MISH_SOFTPLUS_THRESHOLD on (the frontends' formulas are relax.nn.softplus by now:
+    rewrites.softplus_from_formula)."""
     value = _resolve(expr, lookup)
-    if op_name(value) == "relax.where":
-        condition = _resolve(value.args[0], lookup)
-        if op_name(condition) != "relax.greater" or not is_constant(condition.args[1]) or \
-                constant_value(condition.args[1]).size != 1 or \
-                float(constant_value(condition.args[1]).reshape(-1)[0]) < 10.0:
-            return None
-        x = _softplus_input(value.args[2], lookup)
-        return x if x is not None and x.same_as(value.args[1]) and \
-            x.same_as(condition.args[0]) else None
-    if op_name(value) == "relax.add":  # max(x, 0) + log(1 + exp(-|x|))
-        for top, log in (value.args, value.args[::-1]):
-            top, log = _resolve(top, lookup), _resolve(log, lookup)
-            if op_name(top) != "relax.maximum" or not _is_scalar(top.args[1], 0.0) or \
-                    op_name(log) != "relax.log":
-                continue
-            tail = _exp_plus_one(log.args[0], lookup)
-            negative = _resolve(tail, lookup) if tail is not None else None
-            magnitude = _resolve(negative.args[0], lookup) \
-                if op_name(negative) == "relax.negative" else None
-            if op_name(magnitude) == "relax.abs" and magnitude.args[0].same_as(top.args[0]):
-                return top.args[0]
+    if op_name(value) != "relax.nn.softplus" or float(value.attrs.beta) != 1.0 or \
+            float(value.attrs.threshold) < MISH_SOFTPLUS_THRESHOLD:
         return None
-    return _exp_plus_one(value.args[0], lookup) if op_name(value) == "relax.log" else None
-
-
-def _exp_plus_one(expr: relax.Expr, lookup: Lookup) -> Optional[relax.Expr]:
-    """t, where expr is exp(t) + 1 (either order)."""
-    value = _resolve(expr, lookup)
-    if op_name(value) != "relax.add":
-        return None
-    for e, one in (value.args, value.args[::-1]):
-        e = _resolve(e, lookup)
-        if op_name(e) == "relax.exp" and _is_scalar(one, 1.0):
-            return e.args[0]
-    return None
+    return value.args[0]
 
 
 def _available(act: str, x: relax.Expr) -> Optional[Tuple[str, relax.Expr]]:
@@ -1624,8 +1618,8 @@ def explain(call: relax.Call, config: AccelConfig, precision: str = "fp32") -> s
         return "supported, but left on the host by the partitioner"
     known = (set(vocabulary.ACTIVATIONS.by_relax_op) | set(ELEMENTWISE) | set(POOLS) | set(AFFINE_ONLY) | set(COPIES) |
              {"relax.nn.leakyrelu", "relax.nn.conv2d", DECONV, UPSAMPLE, "relax.matmul", "relax.nn.batch_norm", "relax.mean",
-              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm", "relax.nn.rms_norm",
-              "relax.nn.softmax"})
+              "relax.nn.adaptive_avg_pool2d", "relax.nn.layer_norm", "relax.nn.rms_norm"} |
+             {f"relax.nn.{op}" for op in chains.SOFTMAXES})
     if name == "relax.nn.attention":  # only with its head reshapes: accel.attention
         return ("attention runs on the accelerator as reshape(nn.attention(...)) of one "
                 "image's [tokens, channels] tensors (compiler/attention.py writes it so)")

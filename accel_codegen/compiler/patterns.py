@@ -50,10 +50,16 @@ class PartitionLog:
 
 
 def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log: PartitionLog,
-                batch_norm_ends: frozenset):
+                batch_norm_ends: frozenset, form_parts: Dict[relax.Var, str]):
     def check(ctx: PatternCheckContext) -> bool:
         if has_leaking_intermediate_variables(ctx):
             return log.refuse(ctx, name, "an intermediate result is also used outside the chain")
+        whole = form_parts.get(ctx.value_to_bound_var.get(ctx.matched_expr))
+        if whole is not None and whole not in ctx.annotated_expr:
+            # a part alone matches first, at its own op (a mish's softplus or tanh, a
+            # softsign's add of 1), or as another entry (the mish's product of two tensors)
+            return log.refuse(ctx, name, f"a part of a {whole.split(':')[1]}, which its "
+                                         "pattern takes whole")
         try:
             layer = lower_chain(ctx.matched_expr, Bindings(ctx.matched_bindings),
                                 dict(ctx.annotated_expr))
@@ -80,7 +86,8 @@ def _make_check(name: str, config: AccelConfig, fuse: bool, precision: str, log:
 
 def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
                   log: Optional[PartitionLog] = None, precision: str = "fp32",
-                  batch_norm_ends: Iterable[relax.Var] = ()) -> List[FusionPattern]:
+                  batch_norm_ends: Iterable[relax.Var] = (),
+                  form_parts: Optional[Dict[relax.Var, str]] = None) -> List[FusionPattern]:
     """The FusionPatterns for a configuration, longest chains first.
 
     Parameters
@@ -97,15 +104,19 @@ def pattern_table(config: AccelConfig | str = "nv_full", fuse: bool = True,
         The batch norms a chain may end at: those read through their first output only
         (:func:`~accel_codegen.compiler.rewrites.first_item_only`). The composite then ends at
         that output (:func:`~accel_codegen.compiler.rewrites.end_at_first_item`).
+    form_parts : dict of relax.Var to str
+        The ops of forms several ops spell, a mish or a softsign, each with the role of the
+        pattern that takes the whole (:func:`~accel_codegen.compiler.rewrites.form_parts`):
+        only such a chain ends at them.
     """
     config = AccelConfig.resolve(config)
     log = log if log is not None else PartitionLog()
     entries = chains.entries(tuple(
         chains.Entry(f"accel.custom.{p.name}", is_call_tir(p.primfunc), {}, 1)
         for p in custom.registered().values()))
-    ends = frozenset(batch_norm_ends)
+    ends, parts = frozenset(batch_norm_ends), dict(form_parts or {})
     return [FusionPattern(e.name, e.pattern, e.annotations,
-                          _make_check(e.name, config, fuse, precision, log, ends))
+                          _make_check(e.name, config, fuse, precision, log, ends, parts))
             for e in entries]
 
 

@@ -77,7 +77,10 @@ def layer_of(composite: relax.Function, args: Sequence[relax.Expr] = (),
     """The accelerator layer a composite function describes; given the call's ``args`` and
     the external ``function`` it is called in, whether its data is one of that function's
     inputs (``Layer.host_input``)."""
-    layer = lower_chain(chain_root(composite), bound_values(composite))
+    name = composite.attrs["Composite"] if composite.attrs is not None and \
+        "Composite" in composite.attrs else None
+    layer = lower_chain(chain_root(composite), bound_values(composite),
+                        name=None if name is None else str(name))
     if function is not None:
         arg = dict(zip(composite.params, args)).get(layer.data)
         layer.host_input = arg is not None and any(arg.same_as(p) for p in function.params)

@@ -19,6 +19,10 @@ result computes the same values).
   one activation for the SDP's lookup table.
 - GELU written as its formula (torch.onnx's export: x * (erf(x / sqrt(2)) + 1) * 0.5) becomes
   ``relax.nn.gelu``: one activation for the SDP's lookup table.
+- softplus written as its formula (torch's where(b x > c, x, log(exp(b x) + 1) / b), ONNX's
+  max(x, 0) + log(1 + exp(-|x|)), log(1 + exp(x))) becomes ``relax.nn.softplus`` (with beta b
+  and threshold c: only PyTorch's defaults are the SDP's softplus), applied with the exact
+  rewrites below, after ``x * 1`` has gone (``softplus_from_formula``).
 - Layer norm written as its formula (Paddle's ONNX export: mean, subtract, power 2, mean, add
   eps, sqrt, divide, * gamma, + beta over the last axis) becomes ``relax.nn.layer_norm``: one
   composite of engine passes (sim/decompose.py).
@@ -72,7 +76,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
-from .relax_exprs import read_counts
+from .relax_exprs import op_name, read_counts
 from .source_names import name_bindings, name_of, named
 
 
@@ -340,6 +344,119 @@ def _to_gelu(expr: relax.Expr, matches) -> relax.Expr:
 def gelu_from_erf(mod: tvm.IRModule) -> tvm.IRModule:
     """x * (erf(x / sqrt(2)) + 1) * 0.5 -> gelu(x)."""
     return _rewrite(mod, _GELU, _to_gelu)
+
+
+# --- softplus written out --------------------------------------------------------------------
+# The frontends spell softplus(x) = ln(1 + e^x) as ops: torch's where(x > threshold, x,
+# log(exp(x) + 1)), ONNX's Softplus as max(x, 0) + log(1 + exp(-|x|)), its Mish op with
+# log(1 + exp(x)). Read back as relax.nn.softplus, it is one activation for the SDP's lookup
+# table (and mish's x * tanh(softplus(x)) one pattern).
+#: From this threshold on (torch's where(x > c, x, ...)), x and ln(1 + e^x) round to the same
+#: fp32 for every x > c (ln(1 + e^-x) < e^-x is below half an ulp of x from 14.56 on): the
+#: where is softplus with PyTorch's default threshold, 20.
+SOFTPLUS_EXACT_FROM = 15.0
+_SOFTPLUS_DEFAULT_THRESHOLD = 20.0
+
+
+def _size1(expr: relax.Expr) -> Optional[float]:
+    return _scalar(expr) if is_constant(expr) else None
+
+
+def _unit_softplus_of(expr: relax.Expr, source) -> Optional[Tuple[relax.Expr, float]]:
+    """(x, threshold) where ``expr`` is bound to softplus(x) with beta 1 (else None)."""
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if op_name(value) != "relax.nn.softplus" or float(value.attrs.beta) != 1.0:
+        return None
+    return value.args[0], float(value.attrs.threshold)
+
+
+def _softplus_formula(call: relax.Call, source) -> relax.Expr:
+    """log(exp(x) + 1) -> softplus(x); torch's where(b x > c, x, softplus(b x) / b) ->
+    softplus(x) with beta b and threshold c (beta 1: where(x > c, x, softplus(x)), threshold
+    20, PyTorch's default, from SOFTPLUS_EXACT_FROM on: the same fp32 values); max(x, 0) +
+    softplus(-|x|) -> softplus(x). The inner forms are read first (bindings in
+    order), so each outer one finds its inner part already a softplus."""
+    def bound(expr):
+        return source(expr) if isinstance(expr, relax.Var) else expr
+
+    name = op_name(call)
+    x = None
+    if name == "relax.log":
+        total = bound(call.args[0])
+        if op_name(total) == "relax.add":
+            for e, one in (total.args, total.args[::-1]):
+                e = bound(e)
+                if op_name(e) == "relax.exp" and _size1(one) == 1.0:
+                    x = e.args[0]
+                    break
+    elif name == "relax.where":  # torch's where(b x > c, x, softplus(b x) / b), b 1: no b
+        condition, data = bound(call.args[0]), call.args[1]
+        scaled = condition.args[0] if op_name(condition) == "relax.greater" else None
+        c = _size1(condition.args[1]) if scaled is not None else None
+        beta, tail = 1.0, bound(call.args[2])
+        if op_name(tail) == "relax.divide":
+            beta, tail = _size1(tail.args[1]), tail.args[0]
+        inner = _unit_softplus_of(tail, source)
+        times = bound(scaled) if scaled is not None and not scaled.same_as(data) else None
+        if times is not None:  # b x: x times its beta, either order
+            factors = [a for a in times.args if not a.same_as(data)] \
+                if op_name(times) == "relax.multiply" else []
+            beta = _size1(factors[0]) if len(factors) == 1 and len(times.args) == 2 and \
+                beta == _size1(factors[0]) else None
+        if c is not None and beta is not None and beta > 0 and inner is not None and \
+                inner[1] == _SOFTPLUS_DEFAULT_THRESHOLD and inner[0].same_as(scaled):
+            threshold = _SOFTPLUS_DEFAULT_THRESHOLD \
+                if beta == 1.0 and c >= SOFTPLUS_EXACT_FROM else c
+            if _static(data) is None or _static(data) != _static(call):
+                return call
+            return relax.op.nn.softplus(data, beta, threshold)
+    elif name == "relax.add":
+        for top, tail in (call.args, call.args[::-1]):
+            top, inner = bound(top), _unit_softplus_of(tail, source)
+            if op_name(top) != "relax.maximum" or _size1(top.args[1]) != 0.0 or \
+                    inner is None or inner[1] != _SOFTPLUS_DEFAULT_THRESHOLD:
+                continue
+            negative = bound(inner[0])
+            magnitude = bound(negative.args[0]) if op_name(negative) == "relax.negative" \
+                else None
+            if op_name(magnitude) == "relax.abs" and magnitude.args[0].same_as(top.args[0]):
+                x = top.args[0]
+                break
+    if x is None or _static(x) is None or _static(x) != _static(call):
+        return call
+    return relax.op.nn.softplus(x, 1.0, _SOFTPLUS_DEFAULT_THRESHOLD)
+
+
+def form_parts(function: relax.Function) -> Dict[relax.Var, str]:
+    """The Vars bound to the ops of a form several ops spell, each with the role its pattern
+    annotates when it takes the whole (the pattern table's checks leave those ops to it:
+    patterns.pattern_table): a mish, x * tanh(softplus(x)) ("act:mish"), and a softsign,
+    x / (|x| + 1) ("passes:softsign"). Alone, each part would match first, at its own op (or
+    as a product of two tensors, or an add of a constant)."""
+    bound = {b.var: b.value for block in function.body.blocks for b in block.bindings}
+    found: Dict[relax.Var, str] = {}
+    for var, value in bound.items():
+        if op_name(value) == "relax.multiply":
+            for x, outer in (value.args, value.args[::-1]):
+                tanh = bound.get(outer)
+                inner = bound.get(tanh.args[0]) if op_name(tanh) == "relax.tanh" else None
+                if op_name(inner) == "relax.nn.softplus" and inner.args[0].same_as(x):
+                    found.update({v: "act:mish" for v in (var, outer, tanh.args[0])})
+        elif op_name(value) == "relax.divide":
+            x, total = value.args[0], bound.get(value.args[1])
+            if op_name(total) != "relax.add":
+                continue
+            for magnitude, one in (total.args, total.args[::-1]):
+                absolute = bound.get(magnitude)
+                if op_name(absolute) == "relax.abs" and absolute.args[0].same_as(x) and \
+                        _size1(one) == 1.0:
+                    found.update({v: "passes:softsign" for v in (var, value.args[1], magnitude)})
+    return found
+
+
+def softplus_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
+    """The frontends' softplus formulas -> relax.nn.softplus (:func:`_softplus_formula`)."""
+    return rewrite_bindings(mod, ("relax.log", "relax.where", "relax.add"), _softplus_formula)
 
 
 # --- layer norm written out -------------------------------------------------------------------
@@ -2738,7 +2855,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
-                  unit_affines, channel_broadcasts_as_convolutions,
+                  unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   global_max_pools,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,

@@ -36,6 +36,10 @@ add x) = d = x - mean; SDP d * d; sum tree of d^2; SDP (scale 1/C, shift eps, rs
 [FP16: Newton]; CONV broadcast + SDP (scale gamma, mul d); SDP (shift beta).
 Softmax (over C): max tree of x; CONV broadcast + SDP (scale -1, add x, exp) = e = exp(x -
 max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e).
+log_softmax (over C): softmax's max and e; sum of e, SDP log = l; SDP l + max on one
+channel; CONV broadcast + SDP (scale -1, add x) = x - max - ln(sum).
+softsign (element-wise): SDP (scale -1, max x) = |x|; SDP (shift 1, reciprocal) = r [FP16:
+1 + |x| its own pass, then Newton]; SDP (mul x).
 The max is the true channel max (not a static bound): a static bound cannot keep exp(x - B)
 finite and non-zero for logits of any range, and in FP16 the exp LUT overflows from 11.09.
 
@@ -569,6 +573,42 @@ def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
     else:
         r = b.lut(b.reduce_sum(e, "sum"), "reciprocal", newton)
     return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
+
+
+def log_softmax_passes(shape, precision: str = "fp32", reduce: str = "tree") -> Decomposition:
+    """log_softmax over the channels of an [N, C, H, W] surface, ``x - (max + ln(sum))``
+    with sum = sum(exp(x - max)) >= 1: softmax's max and exponentials (:func:`softmax_passes`;
+    FP16: through softmax_exp's table for t <= 0, attention's), the sum with ln through the
+    LUT after it (ACCEL_ACT_LOG; FP16: its LO table covers sums
+    below 9, accel.h), max + ln(sum) on one channel, then broadcast with SDP(scale -1, add
+    x). No Newton steps: none is cheap for ln, and its table's error is absolute (accel.h)."""
+    b = _Builder("log_softmax", shape, precision, reduce)
+    c = b.c
+    m = b.tree("x", "max", "max")
+    e = b.broadcast(m, "exp", "x", scale=b.values(-1.0, c), ew_op="add", act="softmax_exp")
+    log_sum = b.reduce_sum(e, "sum", act="log")
+    offset = b.add("offset", [Sdp(ew_op="add", precision=precision)], log_sum, 1, operand=m)
+    return b.done(b.broadcast(offset, "subtract", "x", scale=b.values(-1.0, c), ew_op="add"))
+
+
+def softsign_passes(shape, precision: str = "fp32", newton: Optional[int] = None
+                    ) -> Decomposition:
+    """softsign, x / (1 + |x|), element-wise over an [N, C, H, W] surface, on the SDP:
+    |x| as max(-x, x) (scale -1, then the element-wise max with x), 1 / (1 + |x|) through
+    the reciprocal's LUT (1 + |x| >= 1: inside its domain; FP16: its Newton steps on
+    s = 1 + |x|, a pass of its own), then the product with x. FP32: x * (1 / (1 + |x|)), two
+    correctly rounded steps after the sum, where x / (1 + |x|) is one."""
+    b = _Builder("softsign", shape, precision, "tree")
+    c, p = b.c, precision
+    magnitude = b.add("abs", [Sdp(scale=b.values(-1.0, c), ew_op="max", precision=p)], "x", c,
+                      "x")
+    if newton_steps("softsign", "reciprocal", p, newton) == 0:
+        r = b.add("reciprocal", [Sdp(shift=b.values(1.0, c), act="reciprocal", precision=p)],
+                  magnitude, c)
+    else:
+        r = b.lut(b.add("plus_one", [Sdp(shift=b.values(1.0, c), precision=p)], magnitude, c),
+                  "reciprocal", newton)
+    return b.done(b.add("product", [Sdp(ew_op="mul", precision=p)], r, c, "x"))
 
 
 def run_passes(device: Device, decomposition: Decomposition, x: np.ndarray,

@@ -55,6 +55,35 @@ def mish64(t: np.ndarray) -> np.ndarray:
     return _mish(np.asarray(t, dtype=np.float64)).astype(np.float64)
 
 
+def _softplus1(t: float) -> float:
+    return t if t > 30.0 else math.log1p(math.exp(t))
+
+
+_softplus = np.frompyfunc(_softplus1, 1, 1)
+
+
+def softplus64(t: np.ndarray) -> np.ndarray:
+    """softplus in float64 as the C library computes it (csrc/lut_tables.c: softplus64):
+    ln(1 + e^t) through libm's log1p and exp (Python's math module calls them), t from 30 on;
+    rounded to float32 once, the FP32 SDP's softplus."""
+    return _softplus(np.asarray(t, dtype=np.float64)).astype(np.float64)
+
+
+def _log1(t: float) -> float:
+    if t > 0.0:
+        return math.log(t)  # libm's log (math.log raises for t <= 0, which C's answers)
+    return -math.inf if t == 0.0 else math.nan
+
+
+_log = np.frompyfunc(_log1, 1, 1)
+
+
+def log64(t: np.ndarray) -> np.ndarray:
+    """ln(t) in float64 through libm's log, as the FP32 SDP's log before its one rounding
+    (csrc/lut.c): -inf at +-0, NaN below 0 and for NaN, +inf at +inf."""
+    return _log(np.asarray(t, dtype=np.float64)).astype(np.float64)
+
+
 def gelu64(t: np.ndarray) -> np.ndarray:
     """GELU in float64 through libm's erfc: the function its tables are built from
     (csrc/lut_tables.c: lut_function); the FP32 SDP computes :func:`gelu_f32` instead."""

@@ -20,7 +20,8 @@ import numpy as np
 
 from .._accel_ffi import ffi, lib
 from ..errors import AccelInvalidError, check
-from .lut_math import exp_f32, gelu64, gelu_f32, gelu_tanh64, mish64, mish_f32, tanh_f32
+from .lut_math import (exp_f32, gelu64, gelu_f32, gelu_tanh64, log64, mish64, mish_f32,
+                       softplus64, tanh_f32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +189,18 @@ ACTIVATIONS = Table("accel_activation", "act", "ACCEL_ACT_COUNT", (
           function64=np.exp),
     # No Relax op: torch's decomposed form (chains.DECOMPOSED), ONNX's Mish and Softplus forms
     Entry("mish", "ACCEL_ACT_MISH", feature="lut", exact=mish_f32, function64=mish64),
+    # relax.nn.softplus with PyTorch's defaults, which torch's and ONNX's formulas become
+    # (compiler/rewrites.softplus_from_formula). exact: float64 through libm, rounded once
+    # (as the C's)
+    Entry("softplus", "ACCEL_ACT_SOFTPLUS", "relax.nn.softplus", feature="lut",
+          relax_attrs=(("beta", 1.0), ("threshold", 20.0)),
+          exact=lambda t: softplus64(t).astype(np.float32), function64=softplus64),
+    # No Relax op: log_softmax's log of its sum (sim/decompose.py); as rsqrt and reciprocal,
+    # defined for t > 0 (the FP16 table answers LE[0] below its start, not -inf or NaN), so
+    # not relax.log, and no int8 tables (its pole at 0). exact: libm's log, rounded once.
+    Entry("log", "ACCEL_ACT_LOG", feature="lut", int8=False,
+          exact=lambda t: log64(t).astype(np.float32),
+          function64=lambda t: np.log(_in_domain("ACCEL_ACT_LOG", t))),
 ))
 
 POOLS = Table("accel_pool", "pool kind", "ACCEL_POOL_COUNT", (

@@ -1,4 +1,5 @@
-"""Layer norm and softmax as engine passes (accel_codegen/sim/decompose.py).
+"""Layer norm, softmax, log_softmax and softsign as engine passes
+(accel_codegen/sim/decompose.py).
 
 On the simulator the decompositions equal their NumPy reference (reference.run_decomposition)
 bit for bit in fp32 and fp16, the sums as BDMA + SDP trees or as CONVs (whose order the
@@ -58,7 +59,8 @@ def test_passes_equal_the_reference_bit_for_bit(c, w, precision, reduce, rng):
     dtype = dc.dtype_for(precision)
     x, gamma, beta = _inputs(rng, c, w, dtype)
     for decomposition in (dc.layer_norm_passes(x.shape, gamma, beta, 1e-5, precision, reduce),
-                          dc.softmax_passes(x.shape, precision, reduce)):
+                          dc.softmax_passes(x.shape, precision, reduce),
+                          dc.log_softmax_passes(x.shape, precision, reduce)):
         y, stats = dc.run_passes(DEVICE, decomposition, x)
         assert_same(y, ref.run_decomposition(decomposition, x), decomposition.layer)
         assert len(stats) == len(decomposition.passes)
@@ -82,7 +84,8 @@ def test_the_conv_form_equals_the_reference_bit_for_bit(shape, precision, rng):
     beta = (0.2 * rng.standard_normal(shape[1])).astype(dtype)
     for reduce in ("conv", "conv1"):
         for decomposition in (dc.layer_norm_passes(shape, gamma, beta, 1e-5, precision, reduce),
-                              dc.softmax_passes(shape, precision, reduce)):
+                              dc.softmax_passes(shape, precision, reduce),
+                              dc.log_softmax_passes(shape, precision, reduce)):
             y, _ = dc.run_passes(DEVICE, decomposition, x)
             assert_same(y, ref.run_decomposition(decomposition, x),
                         f"{decomposition.layer}, {reduce}")
@@ -126,6 +129,82 @@ def test_fp32_is_within_1e_5_of_pytorch(c, w, reduce, rng):
     theirs = torch.softmax(torch.from_numpy(logits), 1).numpy()
     allowed = max(1e-5 * np.abs(exact).max(), 2 * np.abs(theirs - exact).max())
     assert np.abs(y - exact).max() <= allowed
+
+
+@pytest.mark.parametrize("reduce", ["tree", "conv", "conv1"])
+@pytest.mark.parametrize("c,w", SHAPES)
+def test_fp32_log_softmax_is_within_1e_5_of_pytorch(c, w, reduce, rng):
+    """x - (max + ln(sum)): within 1e-5 of the output scale (or twice PyTorch's own error
+    against float64) of float64 and of torch.log_softmax."""
+    logits = (rng.standard_normal((1, c, 1, w)) * 6).astype(np.float32)
+    y, _ = dc.run_passes(DEVICE, dc.log_softmax_passes(logits.shape, "fp32", reduce), logits)
+    x = logits.astype(np.float64)
+    m = x.max(1, keepdims=True)
+    exact = x - m - np.log(np.exp(x - m).sum(1, keepdims=True))
+    theirs = torch.log_softmax(torch.from_numpy(logits), 1).numpy()
+    allowed = max(1e-5 * np.abs(exact).max(), 2 * np.abs(theirs - exact).max())
+    assert np.abs(y - exact).max() <= allowed
+    assert np.abs(y - theirs).max() <= allowed + np.abs(theirs - exact).max()
+
+
+def fp16_log_softmax_bound(c: int, m: np.ndarray, sums: np.ndarray, y64: np.ndarray
+                           ) -> np.ndarray:
+    """Per element: ln(sum)'s error is the sum's relative error (the exp LUT's bound in each
+    term as in fp16_softmax_bound, C 1.7e-4 / S + 1.5e-3 + 2^-11, and the tree's ceil(log2 C)
+    half roundings) plus the log table's (accel.h: A = 1.2e-4 for S below 9, on LO, 6.0e-2
+    above, with 2^-10 |ln S| + 2^-24 for its half entries and output), then the halves of
+    max + ln S and of the result, 2^-11 each of their magnitudes."""
+    levels = math.ceil(math.log2(c))
+    log_sum = np.log(sums)
+    table = np.where(sums < 9, 1.2e-4, 6.0e-2) + 2**-10 * log_sum + 2**-24
+    return (c * 1.7e-4 / sums + 1.5e-3 + (levels + 1) * 2**-11 + table +
+            2**-11 * (np.abs(m + log_sum) + np.abs(y64)))
+
+
+@pytest.mark.parametrize("c,w", SHAPES)
+def test_fp16_log_softmax_is_within_its_bound(c, w, rng):
+    """Logits of scale 4 (sums mostly below 9, on the log's LO table) and of scale 0.5 (sums
+    near C: its LE octaves for C >= 9)."""
+    for scale in (4.0, 0.5):
+        logits = (rng.standard_normal((1, c, 1, w)) * scale).astype(np.float16)
+        y, _ = dc.run_passes(DEVICE, dc.log_softmax_passes(logits.shape, "fp16"), logits)
+        x = logits.astype(np.float64)
+        m = x.max(1, keepdims=True)
+        sums = np.exp(x - m).sum(1, keepdims=True)
+        exact = x - m - np.log(sums)
+        excess = np.abs(y.astype(np.float64) - exact) - fp16_log_softmax_bound(c, m, sums,
+                                                                                 exact)
+        assert excess.max() <= 0, (c, scale, excess.max())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_softsign_is_the_reference_and_within_its_bound(precision, rng):
+    """x / (1 + |x|) as |x| = max(-x, x), 1 / (1 + |x|) through the reciprocal's LUT (FP16:
+    its Newton steps) and the product: bit for bit the reference; fp32 within 2 ulp of
+    softsign in float64 (1.85 measured: two roundings after the sum's, where PyTorch's
+    division has one), fp16 over every finite half within 5 2^-11 |y| + 2^-24 (4.97
+    measured), and torch's within 2 ulp in fp32."""
+    if precision == "fp16":
+        halves = np.arange(-2**15, 2**15).astype(np.int16).view(np.float16)
+        halves = halves[np.isfinite(halves)]
+        x = halves[:(halves.size // 64) * 64].reshape(1, 64, 1, -1)
+    else:
+        x = (rng.standard_normal((2, 48, 3, 50)) * 10).astype(np.float32)
+        x.flat[:4] = [0.0, -0.0, 1e30, -3e38]
+    decomposition = dc.softsign_passes(x.shape, precision)
+    y, _ = dc.run_passes(DEVICE, decomposition, x)
+    assert_same(y, ref.run_decomposition(decomposition, x), f"{precision} softsign")
+    t = x.astype(np.float64)
+    exact = t / (1 + np.abs(t))
+    error = np.abs(y.astype(np.float64) - exact)
+    if precision == "fp32":
+        _, exponent = np.frexp(np.abs(exact))
+        ulp = np.maximum(np.ldexp(1.0, exponent - 24), 2.0 ** -149)
+        assert (error / ulp).max() <= 2.0
+        theirs = torch.nn.functional.softsign(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(y, theirs, rtol=2.5e-7, atol=0)
+    else:
+        assert np.all(error <= 5 * 2**-11 * np.abs(exact) + 2**-24)
 
 
 def fp16_layer_norm_bound(c: int) -> float:

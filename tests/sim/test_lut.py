@@ -23,9 +23,10 @@ from conftest import assert_same
 
 DEVICE = Device("nv_full", num_threads=2)
 LUT_ACTS = [e.name for e in ACTIVATIONS if e.feature == "lut"]
-#: The functions whose LE table runs in exponent mode (accel.h), tested on their own below.
+#: The functions whose LE table runs in exponent mode (accel.h), tested on their own below:
+#: rsqrt and reciprocal with relative bounds, log (which crosses 0) with absolute ones.
 EXPONENT_ACTS = ["rsqrt", "reciprocal"]
-LINEAR_ACTS = [a for a in LUT_ACTS if a not in EXPONENT_ACTS]
+LINEAR_ACTS = [a for a in LUT_ACTS if a not in EXPONENT_ACTS + ["log"]]
 HEADER = pathlib.Path(__file__).parents[2] / "runtime" / "include" / "accel" / "accel.h"
 
 
@@ -187,7 +188,7 @@ def test_fp32_is_exact(act, rng):
     y = DEVICE.run([Sdp(act=act)], x)[0]
     expected = ref.run_op(Sdp(act=act), x)
     if act in ("sigmoid", "silu", "exp", "softmax_exp", "tanh", "rsqrt", "reciprocal",
-               "gelu_tanh", "gelu", "mish"):
+               "gelu_tanh", "gelu", "mish", "softplus", "log"):
         assert_same(y, expected, act)
     else:
         np.testing.assert_allclose(y, expected, rtol=3e-7, atol=1e-38)
@@ -195,10 +196,11 @@ def test_fp32_is_exact(act, rng):
                 "hardswish": functional.hardswish, "hardsigmoid": functional.hardsigmoid,
                 "gelu": functional.gelu, "exp": torch.exp, "softmax_exp": torch.exp,
                 "gelu_tanh": lambda t: functional.gelu(t, approximate="tanh"), "rsqrt": torch.rsqrt,
-                "reciprocal": torch.reciprocal, "mish": functional.mish}[act]
+                "reciprocal": torch.reciprocal, "mish": functional.mish,
+                "softplus": functional.softplus, "log": torch.log}[act]
     theirs = torch_fn(torch.from_numpy(x)).numpy()
     # Infinities follow the formulas (PyTorch's vectorised gelu(inf) is NaN, not inf).
-    finite = np.isfinite(x)
+    finite = np.isfinite(x) & (np.isfinite(theirs) | (act != "log"))  # log: NaN below 0
     np.testing.assert_allclose(y[finite], theirs[finite], rtol=1e-6, atol=1e-6)
 
 
@@ -255,6 +257,53 @@ def test_fp32_mish_is_within_its_bound():
     assert 1.0 < ulps.max() <= 4.0, x[held][np.argmax(ulps)]
     assert y[x == np.inf] == np.inf and np.isnan(y[x == -np.inf]).all()
     assert np.isnan(y[np.isnan(x)]).all() and y[x == 44.5] == np.float32(44.5)
+
+
+def _ulps(y, exact):
+    """|y - exact| in ulp of the float32 nearest exact (2^-149 for subnormal results)."""
+    _, exponent = np.frexp(np.abs(exact))
+    return np.abs(y.astype(np.float64) - exact) / np.maximum(np.ldexp(1.0, exponent - 24),
+                                                             2.0 ** -149)
+
+
+def test_fp32_softplus_is_within_its_bound():
+    """FP32 softplus (ln(1 + e^t) in double through libm, t from 30 on, rounded once: accel.h)
+    is the reference's bit for bit, within 0.51 ulp of softplus in double, and PyTorch's
+    threshold-20 softplus itself from 20 on; -inf gives 0, +inf +inf, NaN NaN."""
+    rng = np.random.default_rng(71)
+    around = (np.arange(-40, 40, dtype=np.int32)[:, None] +
+              np.float32([20.0, 30.0]).view(np.int32)).ravel().view(np.float32)
+    x = np.concatenate([[0.0, -0.0, -104.0, -200.0, 88.0, 1e30, np.inf, -np.inf, np.nan],
+                        around, np.arange(-110, 40, 2.0 ** -7),
+                        rng.standard_normal(60_000) * 8]).astype(np.float32)
+    y = DEVICE.run([Sdp(act="softplus")], x.reshape(1, 1, 1, -1))[0].ravel()
+    assert_same(y, ref.activation_exact("softplus", x), "softplus")
+    held = np.isfinite(x)
+    t = x[held].astype(np.float64)
+    exact = np.where(t > 700, t, np.log1p(np.exp(np.minimum(t, 700))))  # t: e^t overflows
+    assert _ulps(y[held], exact).max() <= 0.51
+    above = held & (x > 20)
+    assert_same(y[above], x[above], "softplus above 20")
+    assert y[x == -np.inf] == 0 and y[x == np.inf] == np.inf and np.isnan(y[np.isnan(x)]).all()
+
+
+def test_fp32_log_is_within_its_bound():
+    """FP32 log (libm's log in double, rounded once: accel.h) is the reference's bit for bit
+    and within 0.51 ulp; -inf at +-0, NaN below 0, +inf at +inf."""
+    rng = np.random.default_rng(72)
+    x = np.concatenate([np.geomspace(1e-38, 3e38, 50_001), rng.uniform(0.5, 2.0, 20_000),
+                        [2.0 ** -149, 1.0, 0.0, -0.0, -1.0, -np.inf, np.inf, np.nan]]
+                       ).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = DEVICE.run([Sdp(act="log")], x.reshape(1, 1, 1, -1))[0].ravel()
+    assert_same(y, ref.activation_exact("log", x), "log")
+    held = np.isfinite(x) & (x > 0)
+    exact = np.log(x[held].astype(np.float64))
+    nonzero = exact != 0
+    assert _ulps(y[held][nonzero], exact[nonzero]).max() <= 0.51 and y[x == 1.0] == 0
+    assert np.all(y[x == 0] == -np.inf) and np.isnan(y[x == -1.0]).all()
+    assert np.isnan(y[x == -np.inf]).all() and y[x == np.inf] == np.inf
+    assert np.isnan(y[np.isnan(x)]).all()
 
 
 def test_fp32_gelu_vectors_below_8_are_the_references():
@@ -390,6 +439,47 @@ def test_exponent_mode_stays_within_the_stated_relative_bound(act):
         # (reciprocal's 1/8 is exact at 1.5 2^e: the fp32 steps may round a hair above it)
         assert stated / 1.3 <= relative[region].max() <= stated * (1 + 2**-20), (
             act, relative[region].max())
+
+
+def _stated_log():
+    """accel.h's row for log: LO range and step, LE's octaves, slopes, A on LO and on LE."""
+    m = re.search(r"^ \*   log\s+LO \[([\d.]+), ([\d.]+)\) (\S+)\s+LE 2\^\[(-?\d+), "
+                  r"(-?\d+)\) octaves\s+slopes (\S+) / (\S+)\s+A = ([\d.e-]+) / ([\d.e-]+)",
+                  HEADER.read_text(), re.M)
+    return dict(lo=(float(m[1]), float(m[2])), lo_step=_fraction(m[3]),
+                le=(2.0 ** int(m[4]), 2.0 ** int(m[5])), slopes=(m[6], m[7]),
+                bound_lo=float(m[8]), bound_le=float(m[9]))
+
+
+def test_log_stays_within_the_stated_absolute_bound():
+    """accel.h's log row: its geometry, and |y - ln t| <= A + 2^-10 |ln t| + 2^-24 with half
+    entries and output, A measured (the exact entries' error reaches A / 1.3 on each table);
+    outside the domain the end entries, on the engine as in the model."""
+    tables, row = ref.lut_tables("log"), _stated_log()
+    assert tables.exponent and (tables.lo_start, tables.lo_end) == row["lo"]
+    assert tables.lo_step == row["lo_step"] and (tables.le_start, tables.le_end) == row["le"]
+    assert row["slopes"] == ("0", "0") and tables.underflow_slope == 0 == tables.overflow_slope
+    t = _positive_grid(tables)
+    exact = np.log(t.astype(np.float64))
+    y = ref.lut("log", t).astype(np.float16).astype(np.float64)
+    on_lo = (t >= tables.lo_start) & (t < tables.lo_end)
+    bound = np.where(on_lo, row["bound_lo"], row["bound_le"])
+    assert np.all(np.abs(y - exact) <= bound + 2**-10 * np.abs(exact) + 2**-24)
+    exact_entries = dataclasses.replace(
+        tables, lo=np.log(float(tables.lo_start) + float(tables.lo_step) *
+                          np.arange(257)).astype(np.float32),
+        le=np.log(float(tables.le_start) * 2.0 ** np.arange(65)).astype(np.float32))
+    error = np.abs(ref.lut("log", t, exact_entries) - exact)
+    for region, stated in ((on_lo, row["bound_lo"]), (~on_lo, row["bound_le"])):
+        assert stated / 1.3 <= error[region].max() <= stated, error[region].max()
+    x = np.array([0.0, -0.0, -1.0, -np.inf, 2.0**-30, 2.0**15, np.inf, np.nan], np.float32)
+    model = ref.lut("log", x)
+    assert np.all(model[:5] == tables.le[0]) and tables.le[0] == np.float16(np.log(2.0**-24))
+    assert model[6] == tables.le[-1] and np.isnan(model[7])
+    engine = DEVICE.run([Sdp(act="log", precision="fp16")],
+                        x.astype(np.float16).reshape(1, 1, 1, -1))[0].ravel()
+    assert_same(engine, model.astype(np.float16), "fp16 log outside the domain")
+    assert not ACTIVATIONS["log"].int8
 
 
 @pytest.mark.parametrize("act", EXPONENT_ACTS)

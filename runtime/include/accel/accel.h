@@ -441,6 +441,18 @@ typedef enum accel_activation {
    * measured; below, where |mish| < 2e-33, n nears the subnormals and the relative error
    * grows); -inf gives NaN (-inf x 0), as PyTorch's. */
   ACCEL_ACT_MISH = 15,
+  /* softplus(t) = ln(1 + e^t) (PyTorch's beta 1, threshold 20: from t > 20 on PyTorch's t and
+   * ln(1 + e^t) round to the same fp32). FP32 in double through libm as log1p(exp(t)), t
+   * itself from 30 on, rounded once: within 0.51 ulp of softplus (correctly rounded but where
+   * the double lies within libm's error of a rounding boundary); -inf gives 0, +inf +inf. */
+  ACCEL_ACT_SOFTPLUS = 16,
+  /* ln(t), for t > 0: log_softmax's log of the sum of exponentials (sim/decompose.py).
+   * FP32 in double through libm's log, rounded once (within 0.51 ulp); outside the domain
+   * IEEE's answers: -inf at +-0, NaN below 0. FP16 through the LUT with LE in exponent mode
+   * (accel_lut: row log), defined for t > 0 only: t below le_start (0, negatives, -inf) gives
+   * LE[0] = half(ln 2^-24), never NaN or -inf; so, as rsqrt and reciprocal, not mapped from
+   * relax.log. INT8 builds keep it in FP16 (no int8 tables: its pole at 0). */
+  ACCEL_ACT_LOG = 17,
   ACCEL_ACT_COUNT            /* not an activation: the number of them (stays last) */
 } accel_activation;
 
@@ -472,6 +484,7 @@ typedef enum accel_activation {
  *   gelu         LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
  *   gelu_tanh    LO [-4, 4) 1/32    LE [-16, 16) 1/2   slopes 0 / 1    E = 9.8e-5
  *   mish         LO [-8, 8) 1/16    LE [-32, 32) 1     slopes 0 / 1    E = 3.2e-4
+ *   softplus     LO [-8, 8) 1/16    LE [-32, 32) 1     slopes 0 / 1    E = 1.3e-4
  *   exp          LO [-5, 11) 1/16   LE [-21, 11) 1/2   slopes 0 / half(e^11) = 59872
  *       exp's bound is relative where its values are large: |y - e^t| <= 1.7e-4 + 1.5e-3 e^t
  *       for t < 11 (LE region, t < -5: interpolation is 3 % relative but below 1.7e-4
@@ -483,8 +496,8 @@ typedef enum accel_activation {
  *       interpolation a quarter of exp's table's: RMS relative error 2.8e-4 against
  *       exp's 4.4e-4 where e^t > 0.01); from 0 on 1 + t, within t^2 / 2 of e^t.
  * Flat ends (slope 0) leave at most |f(end) - f(+-inf)|: 1.2e-7 for sigmoid, 2.5e-14 for tanh,
- * 0 for hardsigmoid; silu, hardswish, gelu, gelu_tanh and mish continue as 0 below and t above
- * their LE table.
+ * 0 for hardsigmoid; silu, hardswish, gelu, gelu_tanh, mish and softplus continue as 0 below
+ * and t above their LE table (softplus(-32) = 1.3e-14, softplus(32) - 32 the same).
  *
  * LE's exponent mode (NVDLA's X table: lut-programming.rst, "exponential mode", the mode of
  * its LRN table, with linear_start 0): le_step = 0 in accel_lut says so, and then LE holds
@@ -504,6 +517,13 @@ typedef enum accel_activation {
  * 12.5 %), so layer norm and softmax follow each in FP16 with Newton steps on the SDP
  * (sim/decompose.py). Beyond: rsqrt gives 32768 below 2^-30 and half(2^-17) = 7.6e-6 from
  * 2^34; reciprocal 32768 below 2^-15 and 0 from 2^49 (from 2^25 the entries are 0 already).
+ * log crosses 0, so its bound is absolute, A = max |y - ln t| of the tables with exact
+ * entries; with half entries and output within A + 2^-10 |ln t| + 2^-24 (same measurement):
+ *   log          LO [1, 9) 1/32       LE 2^[-24, 40) octaves   slopes 0 / 0   A = 1.2e-4 / 6.0e-2
+ * On LE the octave's chord of ln(1 + f) against f ln 2 is off by at most ln(1 / ln 2) - 1 +
+ * ln 2 = 0.0597 (at f = 1 / ln 2 - 1): LO covers log_softmax's sums of exponentials, 1 to C,
+ * for C up to 8 and wherever the sum stays below 9. Beyond: ln(2^-24) = -16.64 below 2^-24
+ * (0, negatives, -inf), half(ln 2^40) = 27.72 from 2^40.
  */
 typedef struct accel_lut {
   float lo_start, lo_step;   /* LO covers [lo_start, lo_start + 256 lo_step) */
