@@ -94,7 +94,8 @@ def _prim_int(value) -> Optional[int]:
 def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
     """The value of an integer expression computed from constants and static shapes (ONNX's
     Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``; torch.roll's
-    ``(arange(n) + shift) mod n``), or None."""
+    ``(arange(n) + shift) mod n``; T5's relative position buckets, a constant cast and
+    reshaped), or None."""
     if depth > 16:
         return None
     if is_constant(expr):
@@ -121,6 +122,11 @@ def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.
         return None
     if name == "relax.shape_to_tensor":
         return args[0]
+    if name == "relax.astype":  # T5's bucket table, int64 cast to int32 for its gather
+        return args[0].astype(str(expr.attrs.dtype))
+    if name in ("relax.reshape", "relax.expand_dims", "relax.squeeze"):
+        shape = _static(expr)
+        return None if shape is None else args[0].reshape(shape)
     if name == "relax.take" and len(args) == 2:
         axis = expr.attrs.axis
         return np.take(args[0], args[1].astype(np.int64), axis=None if axis is None else int(axis))

@@ -114,3 +114,47 @@ def test_the_passes_equal_the_reference_bit_for_bit(precision, reduce):
     decomposition = decompose.rms_norm_passes(shape, gamma, 1e-6, precision, reduce)
     y, _ = decompose.run_passes(ac.Device("nv_full"), decomposition, x)
     assert_same(y, reference.run_decomposition(decomposition, x), f"{precision}, {reduce}")
+
+
+class T5Layer(torch.nn.Module):
+    """A T5 encoder layer: RMS norms, attention without biases whose scores add a relative
+    position bias gathered from an embedding by a constant table of buckets (an int64 buffer,
+    cast for the gather), a ReLU MLP."""
+
+    def __init__(self, heads=4, tokens=16):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = T5Norm(), T5Norm()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(C, C, bias=False) for _ in range(4))
+        self.wi, self.wo = torch.nn.Linear(C, 4 * C, bias=False), torch.nn.Linear(4 * C, C,
+                                                                                 bias=False)
+        self.relative = torch.nn.Embedding(32, heads)
+        offset = torch.arange(tokens)[None, :] - torch.arange(tokens)[:, None]
+        self.register_buffer("bucket", (offset > 0).long() * 16 + offset.abs().clamp(max=15),
+                             persistent=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        y = self.norm1(x)
+        q, k, v = (f(y).view(b, t, self.heads, -1).transpose(1, 2) for f in (self.q, self.k,
+                                                                            self.v))
+        scores = q @ k.transpose(-1, -2) + self.relative(self.bucket).permute(2, 0, 1)[None]
+        mixed = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, C)
+        x = x + self.o(mixed)
+        return x + self.wo(torch.relu(self.wi(self.norm2(x))))
+
+
+@pytest.mark.parametrize("source", ["pytorch", "onnx"])
+def test_a_t5_encoder_is_whole(source, tmp_path):
+    """Its relative position bias is a constant once the buckets' cast and reshape are read
+    (attention.evaluate_indices): before, a T5 encoder of two layers was 7 external
+    functions (the bias's gather, both attention matmuls and their broadcasts on the host)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(T5Layer(), T5Layer(), T5Norm()).eval()
+    x = torch.randn(2, 16, C)
+    imported = from_pytorch(model, (x,)) if source == "pytorch" else \
+        from_onnx(export_onnx(model, (x,), tmp_path / "t5.onnx"))
+    partitioned = ac.partition_for_accel(*imported)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, str(report)
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=1e-4)
