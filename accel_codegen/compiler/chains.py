@@ -342,11 +342,14 @@ def _standalone_entries() -> List[Entry]:
 # --- token chains (issue 29): [batch, tokens, channels] tensors, layer norm over channels -------
 
 def layer_norm(x: DFPattern, annotations: Annotations) -> DFPattern:
-    """layer_norm(x, gamma, beta) or rms_norm(x, gamma) (role "norm", of kind "layer_norm" or
-    "rms_norm"); lowering.py checks the axes (the last one)."""
-    return _kinds("norm", [
+    """layer_norm(x, gamma, beta) or rms_norm(x, gamma) (role "norm"; its kind, "layer_norm"
+    or "rms_norm", the entry name's ``{token_norm}``: "accel.{norm}" is the LRN and L2 norm
+    entry's, and a template names one entry); lowering.py checks the axes (the last one)."""
+    pattern = _kinds("token_norm", [
         ("layer_norm", is_op("relax.nn.layer_norm")(x, wildcard(), wildcard())),
         ("rms_norm", is_op("relax.nn.rms_norm")(x, wildcard()))], annotations)
+    annotations["norm"] = pattern
+    return pattern
 
 
 def l2_normalize(x: DFPattern) -> DFPattern:
@@ -402,10 +405,10 @@ def _token_entries() -> List[Entry]:
         annotations: Annotations = {}
         if bias is None:
             data = annotations["input"] = wildcard()
-            name, length = "accel.{norm}", 1
+            name, length = "accel.{token_norm}", 1
         else:
             data = token_dense(bias, annotations)
-            name = "accel.token_dense" + ("_bias" if bias else "") + "_{norm}"
+            name = "accel.token_dense" + ("_bias" if bias else "") + "_{token_norm}"
             length = 4 + bias
         out = layer_norm(data, annotations)
         if act:
@@ -487,9 +490,14 @@ def _cached_entries() -> List[Tuple[Entry, Optional[frozenset]]]:
     return _ENTRIES[0]
 
 
-def templates() -> Dict[str, Entry]:
-    """The entries whose names have ``{role}`` fields, by name."""
-    return {e.name: e for e, _ in _cached_entries() if "{" in e.name}
+def templates() -> Dict[str, List[Entry]]:
+    """The entries whose names have ``{role}`` fields, by name (several entries share a name
+    where their forms differ: the element-wise operand first or second)."""
+    found: Dict[str, List[Entry]] = {}
+    for e, _ in _cached_entries():
+        if "{" in e.name:
+            found.setdefault(e.name, []).append(e)
+    return found
 
 
 # --- roles of a match -------------------------------------------------------------------------

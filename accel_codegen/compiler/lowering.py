@@ -1395,7 +1395,7 @@ def _lower_upsample(call: relax.Call, lookup: Lookup) -> Layer:
         raise Unsupported(f"bilinear resize2d {sizes} with coordinate mode "
                           f"{a.coordinate_transformation_mode}: bilinear runs as a "
                           "deconvolution of its tent kernel only at half-pixel centres "
-                          "(align_corners=False) by an even integer factor per axis")
+                          "(align_corners=False) by an even integer factor in H and W")
     if str(a.method) != "nearest_neighbor":
         raise Unsupported(f"resize2d with method = {a.method}: the RUBIK upsampling is "
                           "nearest-neighbour only")

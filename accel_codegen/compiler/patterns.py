@@ -133,9 +133,12 @@ def name_composites(mod: tvm.IRModule) -> tvm.IRModule:
             continue
         bindings = Bindings.of(function)
         root = bindings.get(function.body.body, function.body.body)
-        match = templates[name].pattern.extract_matched_expr(root, bindings)
-        roles = chains.roles_of(templates[name], match) if match is not None else {}
-        filled = chains.composite_name(name, roles)
+        filled = name
+        for entry in templates[name]:  # the one of that name whose form matched
+            match = entry.pattern.extract_matched_expr(root, bindings)
+            if match is not None:
+                filled = chains.composite_name(name, chains.roles_of(entry, match))
+                break
         if "{" in filled and os.environ.get(STRICT_ENV) == "1":  # the entry matched before
             raise RuntimeError(f"composite {gv.name_hint}: {name} does not match it again")
         updates[gv] = function.with_attr("Composite", filled)

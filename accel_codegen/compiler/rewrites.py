@@ -1272,6 +1272,11 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # gathered from its table) -> the constant they compute (NumPy copies its values exactly).
 _BROADCAST_CONSTANT = is_op("relax.broadcast_to")(is_const(), wildcard())
 _TAKE_CONSTANT = is_op("relax.take")(is_const(), is_const())
+# torch's nn.MultiheadAttention with a query other than its key and value (DETR's decoder,
+# cross-attention) projects each with rows of its one in_proj_weight and in_proj_bias
+_SLICE_CONSTANTS = (
+    is_op("relax.strided_slice")(is_const(), wildcard(), wildcard(), wildcard()),
+    is_op("relax.strided_slice")(is_const(), wildcard(), wildcard(), wildcard(), wildcard()))
 
 
 def _take_mode(mode: str) -> str:
@@ -1286,6 +1291,18 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
     value = constant_value(expr.args[0])
     if expr.op.name == "relax.broadcast_to":
         folded = np.broadcast_to(value, shape)
+    elif expr.op.name == "relax.strided_slice":
+        fields = []
+        for arg in expr.args[1:]:
+            if not isinstance(arg, relax.Tuple):
+                return expr
+            fields.append([int(getattr(v, "value", v)) for v in arg.fields])
+        axes, begin, end = fields[:3]
+        strides = fields[3] if len(fields) > 3 else [1] * len(axes)
+        index = [slice(None)] * value.ndim
+        for axis, b, e, step in zip(axes, begin, end, strides):
+            index[axis % value.ndim] = slice(b, e, step)
+        folded = value[tuple(index)]
     else:
         axis, indices = expr.attrs.axis, constant_value(expr.args[1]).astype(np.int64)
         extent = value.size if axis is None else value.shape[int(axis)]
@@ -1301,9 +1318,11 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def constant_broadcasts_and_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """broadcast_to(constant) and take(constant, constant indices) -> the constant."""
-    return _rewrite_calls(_rewrite_calls(mod, _BROADCAST_CONSTANT, _folded_constant),
-                          _TAKE_CONSTANT, _folded_constant)
+    """broadcast_to(constant), take(constant, constant indices) and strided_slice(constant)
+    -> the constant."""
+    for pattern in (_BROADCAST_CONSTANT, _TAKE_CONSTANT, *_SLICE_CONSTANTS):
+        mod = _rewrite_calls(mod, pattern, _folded_constant)
+    return mod
 
 
 # A batched matmul whose weight is a broadcast_to of one [K, N] matrix over the batch

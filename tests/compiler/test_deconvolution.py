@@ -157,8 +157,8 @@ def test_what_the_contract_cannot_compute_stays_on_the_host_with_its_reason():
     assert ("relax.nn.conv2d_transpose", "conv2d_transpose of 5x6 gives 11x13, not a multiple "
             "of its stride: the RUBIK contract would write 12x14 (a crop it does not do)") \
         in reasons, str(report)
-    assert any(op == "relax.image.resize2d" and "method = linear" in reason
-               for op, reason in reasons), str(report)
+    assert any(op == "relax.image.resize2d" and "bilinear resize2d" in reason and
+               "align_corners" in reason for op, reason in reasons), str(report)
     assert any(op == "relax.image.resize2d" and "not an integer scale" in reason
                for op, reason in reasons), str(report)
     # the integer nearest one runs

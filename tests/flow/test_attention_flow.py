@@ -264,3 +264,46 @@ def test_int8_runs_attention_in_fp16_where_the_configuration_has_it():
     reasons = {op.op: op.reason for op in small.host}
     assert "attention in an int8 build runs in fp16" in reasons["relax.nn.attention"], small
     assert "fp16 is not supported by configuration nv_small" in reasons["relax.nn.attention"]
+
+
+class CrossAttention(torch.nn.Module):
+    """A DETR-style decoder step: learned queries attend to themselves, then to a memory of
+    other tokens (the value; the key the memory plus a position embedding, as DETR's), each
+    nn.MultiheadAttention."""
+
+    def __init__(self, queries=6):
+        super().__init__()
+        self.queries = torch.nn.Parameter(torch.randn(1, queries, C))
+        self.position = torch.nn.Parameter(0.1 * torch.randn(1, T, C))
+        self.self_attention = torch.nn.MultiheadAttention(C, HEADS, batch_first=True)
+        self.cross = torch.nn.MultiheadAttention(C, HEADS, batch_first=True)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+
+    def forward(self, memory):
+        q = self.queries.expand(memory.shape[0], -1, -1)
+        t = self.norm1(q + self.self_attention(q, q, q, need_weights=False)[0])
+        return self.norm2(t + self.cross(t, memory + self.position, memory,
+                                          need_weights=False)[0])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_cross_attention_is_one_function(precision):
+    """With a query other than its key and value, torch's MultiheadAttention projects each by
+    a slice of its in_proj_weight and in_proj_bias: slices of constants, which fold
+    (rewrites.constant_broadcasts_and_takes). Before, they and the bias adds stayed on the
+    host, a DETR-style decoder in 3 external functions."""
+    torch.manual_seed(0)
+    model = CrossAttention().eval()
+    memory = torch.from_numpy(np.random.default_rng(5).standard_normal((2, T, C)).astype(
+        np.float32))
+    partitioned = ac.partition_for_accel(*from_pytorch(model, (memory,)), precision=precision)
+    report = ac.partition_report(partitioned)
+    assert report.host == [] and len(report.functions) == 1, report
+    expected = torch_forward(model, memory)
+    ours = run_main(ac.virtual_machine(ac.build(partitioned)), memory)
+    if precision == "fp32":
+        assert_close(ours, expected, 1e-4)
+    else:
+        with torch.no_grad():
+            half = copy.deepcopy(model).half()(memory.half()).float().numpy()
+        assert sqnr(ours, expected) >= sqnr(half, expected) - 1.0
