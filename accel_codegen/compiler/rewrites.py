@@ -2752,6 +2752,27 @@ def unit_affines(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite(_rewrite(mod, _UNIT_TIMES, _unit(1.0)), _UNIT_PLUS, _unit(0.0))
 
 
+def _square_as_product(call: relax.Call, source) -> relax.Expr:
+    x, exponent = call.args
+    if not is_constant(exponent) or is_constant(x) or \
+            np.asarray(constant_value(exponent)).reshape(-1).tolist() != [2.0] or \
+            _static(x) is None or _static(x) != _static(call) or \
+            str(getattr(x.ty, "dtype", None)) != "float32":
+        return call
+    # F.normalize's power(abs(x), 2) stays: its pattern (chains.l2_normalize) reads it
+    value = source(x) if isinstance(x, relax.Var) else x
+    if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.abs":
+        return call
+    return relax.op.multiply(x, x)
+
+
+def squares_as_products(mod: tvm.IRModule) -> tvm.IRModule:
+    """power(x, 2) -> x * x (torch's ``x ** 2`` and ``x.pow(2)``, ONNX's Pow of 2: the same
+    product, which torch's x ** 2 computes): the SDP's element-wise multiplier, where no
+    engine has a power."""
+    return rewrite_bindings(mod, ("relax.power",), _square_as_product)
+
+
 def _channel_broadcast(call: relax.Call, source) -> relax.Expr:
     a, b = call.args
     shapes = [_static(a), _static(b)]
@@ -2879,4 +2900,5 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   global_max_pools,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
-                  layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs)
+                  layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs,
+                  squares_as_products)

@@ -882,3 +882,24 @@ def test_adaptive_max_pools_give_pytorchs_windows():
     partitioned, report = _partition(AdaptiveMax(), x)
     assert sum(op.op == "relax.nn.max_pool2d" and op.offloaded for op in report.ops) == 4
     assert_same(build_and_run(partitioned, x), torch_forward(AdaptiveMax(), x))
+
+
+class Squares(torch.nn.Module):
+    """An energy feature: a conv's outputs squared (x ** 2 and x.pow(2)) and mixed."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.mix = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.mix(torch.cat([y ** 2, torch.relu(y).pow(2)], 1))
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp32", None), ("fp16", 55.0), ("int8", None)])
+def test_squares_are_the_sdps_products(precision, min_db, tmp_path):
+    """power(x, 2) is x * x, the SDP's element-wise multiplier (no engine has a power: it was a
+    host op splitting the function in two)."""
+    x = _input((1, 3, 12, 12), 51)
+    calibration = [(_input((1, 3, 12, 12), 52 + s),) for s in range(4)]
+    _whole_and_close(Squares().eval(), x, calibration, precision, min_db, tmp_path)
