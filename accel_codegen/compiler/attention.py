@@ -52,7 +52,7 @@ from tvm.relax.dpl import wildcard
 from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
-from .relax_exprs import Unsupported
+from .relax_exprs import Unsupported, strided_sliced
 from .source_names import name_of, named
 
 #: Ops that only move elements (their index maps are applied to index arrays).
@@ -174,18 +174,8 @@ def _apply(call: relax.Call, index: np.ndarray, value_of=lambda var: None
         axes = call.attrs.axes
         return np.transpose(index, None if axes is None else _ints(axes))
     if name == "relax.strided_slice":
-        fields = []
-        for arg in call.args[1:]:
-            if not isinstance(arg, relax.Tuple):
-                return None
-            fields.append(_ints(arg.fields))
-        axes, begin, end = fields[:3]
-        strides = fields[3] if len(fields) > 3 else [1] * len(axes)
-        slices = [slice(None)] * index.ndim
-        for axis, b, e, s in zip(axes, begin, end, strides):
-            slices[axis % index.ndim] = slice(b, e, s)
-        result = index[tuple(slices)]
-        return result if result.shape == out else None
+        result = strided_sliced(call, index)
+        return result if result is not None and result.shape == out else None
     if name == "relax.take":
         indices = evaluate_indices(call.args[1], value_of)
         if indices is None:

@@ -196,23 +196,25 @@ def fp16_in_int8(layer) -> Optional[str]:
     return f"{what} have a dynamic range no per-tensor int8 scale covers"
 
 
+def _check_in_fp16(layer, config: AccelConfig, fuse: bool, what: str) -> None:
+    """A layer int8 code runs in fp16 between converting SDP runs (program.py assigns the
+    precision): the configuration must compute fp16, and the fp32 reference that calibrates
+    the build must run it too."""
+    if not config.supports("fp16"):
+        raise Unsupported(f"{what} in an int8 build runs in fp16 ({fp16_in_int8(layer)}): "
+                          f"precision fp16 is not supported by configuration {config.name} "
+                          f"(its precisions: {', '.join(config.precisions)})")
+    for each in ("fp16", "fp32"):
+        check_hardware(layer, config, fuse, each)
+
+
 def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
     """Ask the C library whether the configuration runs this layer (Unsupported if not)."""
     if layer.branch is not None:
         check_hardware(layer.branch, config, fuse, precision)
     if layer.norm is not None:
-        why = fp16_in_int8(layer) if precision == "int8" else None
-        if why is not None:
-            # int8 code runs it in fp16 between converting SDP runs (program.py assigns the
-            # precision): the configuration must compute fp16, and the fp32 reference that
-            # calibrates the build must run it too
-            if not config.supports("fp16"):
-                raise Unsupported(f"{norm_name(layer)} in an int8 build runs in fp16 ({why}): "
-                                  f"precision fp16 is not supported by configuration "
-                                  f"{config.name} (its precisions: "
-                                  f"{', '.join(config.precisions)})")
-            for each in ("fp16", "fp32"):
-                check_hardware(layer, config, fuse, each)
+        if precision == "int8" and fp16_in_int8(layer) is not None:
+            _check_in_fp16(layer, config, fuse, norm_name(layer))
             return
         for run in layer.runs(precision):
             check_hardware(run, config, fuse, precision)
@@ -228,15 +230,7 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
             check_hardware(run, config, fuse, precision)
         return
     if precision == "int8" and fp16_in_int8(layer) is not None:
-        # int8 code runs it in fp16 between converting SDP runs, and the fp32 reference that
-        # calibrates the build runs it too
-        if not config.supports("fp16"):
-            raise Unsupported(f"a reciprocal in an int8 build runs in fp16 "
-                              f"({fp16_in_int8(layer)}): precision fp16 is not supported by "
-                              f"configuration {config.name} (its precisions: "
-                              f"{', '.join(config.precisions)})")
-        for each in ("fp16", "fp32"):
-            check_hardware(layer, config, fuse, each)
+        _check_in_fp16(layer, config, fuse, "a reciprocal")
         return
     if layer.per_image_scale and not (fuse and layer.computed_scale):
         raise Unsupported("a multiply by one value per image and channel runs as the SDP's "

@@ -117,3 +117,19 @@ def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
             relax.analysis.post_order_visit(binding.value, count)
     relax.analysis.post_order_visit(function.body.body, count)
     return counts
+
+
+def strided_sliced(call: relax.Call, value: np.ndarray) -> Optional[np.ndarray]:
+    """``value`` sliced as the strided_slice ``call`` slices its input (its axes, begins, ends
+    and strides, tuples of constants), or None where they are not static."""
+    fields = []
+    for arg in call.args[1:]:
+        if not isinstance(arg, relax.Tuple):
+            return None
+        fields.append([int(getattr(v, "value", v)) for v in arg.fields])
+    axes, begin, end = fields[:3]
+    strides = fields[3] if len(fields) > 3 else [1] * len(axes)
+    slices = [slice(None)] * value.ndim
+    for axis, first, last, step in zip(axes, begin, end, strides):
+        slices[axis % value.ndim] = slice(first, last, step)
+    return value[tuple(slices)]

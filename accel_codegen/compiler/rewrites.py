@@ -76,7 +76,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
 from .layer import constant_value, is_constant
-from .relax_exprs import op_name, read_counts
+from .relax_exprs import op_name, read_counts, strided_sliced
 from .source_names import name_bindings, name_of, named
 
 
@@ -1292,17 +1292,9 @@ def _folded_constant(expr: relax.Expr, matches) -> relax.Expr:
     if expr.op.name == "relax.broadcast_to":
         folded = np.broadcast_to(value, shape)
     elif expr.op.name == "relax.strided_slice":
-        fields = []
-        for arg in expr.args[1:]:
-            if not isinstance(arg, relax.Tuple):
-                return expr
-            fields.append([int(getattr(v, "value", v)) for v in arg.fields])
-        axes, begin, end = fields[:3]
-        strides = fields[3] if len(fields) > 3 else [1] * len(axes)
-        index = [slice(None)] * value.ndim
-        for axis, b, e, step in zip(axes, begin, end, strides):
-            index[axis % value.ndim] = slice(b, e, step)
-        folded = value[tuple(index)]
+        folded = strided_sliced(expr, value)
+        if folded is None:
+            return expr
     else:
         axis, indices = expr.attrs.axis, constant_value(expr.args[1]).astype(np.int64)
         extent = value.size if axis is None else value.shape[int(axis)]

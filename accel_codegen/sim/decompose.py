@@ -352,6 +352,23 @@ class _Builder:
                                                  precision=p)], sy, k, y)
         return y
 
+    def rsqrt_halves(self, v: str, newton: Optional[int]) -> Tuple[str, str]:
+        """FP16's 1 / sqrt of the one-channel ``v`` on every channel, as its half r (the LUT,
+        then each Newton step y (1.5 - 0.5 v y y) one pass, v y y in fp32 inside it through
+        the SDP's X units) and its remainder r_lo = r (1 - v r^2) / 2 (a first-order Newton
+        correction), each broadcast to C: a last pass x r + x r_lo in fp32 rounds once."""
+        p = self.precision
+        r = self.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
+        for _ in range(newton_steps(self.layer, "rsqrt", p, newton)):
+            r = self.add("newton", [Sdp(scale=self.values(-0.5, 1), shift=self.values(1.5, 1),
+                                        ew_op="mul", precision=p)], v, 1, r,
+                         units=[("x1_mul", r), ("x2_mul", r)])
+        r_lo = self.add("rsqrt.low", [Sdp(scale=self.values(-0.5, 1), shift=self.values(0.5, 1),
+                                          ew_op="mul", precision=p)], v, 1, r,
+                        units=[("x1_mul", r), ("x2_mul", r)])
+        return (self.add("rsqrt.broadcast", [self.ones(1), Sdp(precision=p)], r, self.c),
+                self.add("rsqrt.low.broadcast", [self.ones(1), Sdp(precision=p)], r_lo, self.c))
+
     def done(self, output: str) -> Decomposition:
         return Decomposition(self.layer, self.precision, tuple(self.passes), dict(self.shapes),
                              output, views=dict(self.views))
@@ -442,16 +459,7 @@ def l2_normalize_passes(shape, eps: float = 1e-12, precision: str = "fp32",
     # rounded to half alone costs about 1.5 dB against PyTorch's half F.normalize
     p = precision
     v = b.reduce_sum(sq, "sum", shift=shift)
-    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
-    for _ in range(newton_steps(b.layer, "rsqrt", p, newton)):
-        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
-                                 ew_op="mul", precision=p)], v, 1, r,
-                  units=[("x1_mul", r), ("x2_mul", r)])
-    r_lo = b.add("rsqrt.low", [Sdp(scale=b.values(-0.5, 1), shift=b.values(0.5, 1),
-                                   ew_op="mul", precision=p)], v, 1, r,
-                 units=[("x1_mul", r), ("x2_mul", r)])
-    rb = b.add("rsqrt.broadcast", [b.ones(1), Sdp(precision=p)], r, c)
-    rlb = b.add("rsqrt.low.broadcast", [b.ones(1), Sdp(precision=p)], r_lo, c)
+    rb, rlb = b.rsqrt_halves(v, newton)
     low = b.add("normalise.low", [Sdp(ew_op="mul", precision=p)], "x", c, rlb)
     return b.done(b.add("normalise", [Sdp(ew_op="add", precision=p)], "x", c, low,
                         units=[("x1_mul", rb)]))
@@ -489,16 +497,7 @@ def rms_norm_passes(shape, gamma=None, eps: float = 1e-6, precision: str = "fp32
     v = b.add("mean", [Conv(weights, precision=p), Sdp(scale=b.values(s, 1),
                                                        shift=b.values(eps, 1), precision=p)],
               sq, 1)                                                    # mean + eps, in half
-    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
-    for _ in range(newton_steps(b.layer, "rsqrt", p, newton)):
-        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
-                                 ew_op="mul", precision=p)], v, 1, r,
-                  units=[("x1_mul", r), ("x2_mul", r)])
-    r_lo = b.add("rsqrt.low", [Sdp(scale=b.values(-0.5, 1), shift=b.values(0.5, 1),
-                                   ew_op="mul", precision=p)], v, 1, r,
-                 units=[("x1_mul", r), ("x2_mul", r)])
-    rb = b.add("rsqrt.broadcast", [b.ones(1), Sdp(precision=p)], r, c)
-    rlb = b.add("rsqrt.low.broadcast", [b.ones(1), Sdp(precision=p)], r_lo, c)
+    rb, rlb = b.rsqrt_halves(v, newton)
     low = b.add("normalise.low", [Sdp(scale=scale, precision=p)], "x", c,
                 units=[("x2_mul", rlb)])
     return b.done(b.add("normalise", [Sdp(scale=scale, ew_op="add", act=act, precision=p)],
