@@ -873,15 +873,18 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     # (rewrites.channels_last_sandwiches gives ConvNeXt's layer norms so).
     softmax = op_name(norm)[len("relax.nn."):] if op_name(norm) in (
         f"relax.nn.{op}" for op in chains.SOFTMAXES) else None
-    channels_first = rank == 4 and (
+    # A softmax over axis 1 of [N, C, L]: the channels of [N, C, 1, L], the same bytes
+    # (ResNeSt's split attention normalises over its radix so).
+    channels_first = (rank == 4 or (rank == 3 and softmax)) and (
         int(a.axis) % rank == 1 if softmax else sorted(int(v) % rank for v in a.axes) == [1])
-    surface = tuple(shape) if channels_first else None
+    surface = (tuple(shape) if rank == 4 else (shape[0], shape[1], 1, shape[2])) \
+        if channels_first else None
     if softmax:  # softmax or log_softmax
         if not channels_first and (rank not in (2, 3, 4) or int(a.axis) % rank != rank - 1):
             raise Unsupported(f"{softmax} over axis {int(a.axis)} of a {rank}-D tensor "
                               f"{list(shape)}: the engine passes reduce the channels, the last "
                               "axis of [T, C], [B, T, C] or [B, H, W, C], or axis 1 of "
-                              "[N, C, H, W]")
+                              "[N, C, H, W] or [N, C, L]")
         _require_float32(normed, "the input")
         _require_float32(norm, f"the {softmax} output")
         if _resolve(normed, lookup) is not None and not is_constant(normed):

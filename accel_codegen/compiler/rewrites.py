@@ -100,9 +100,29 @@ def _fold_pad(expr: relax.Expr, matches) -> relax.Expr:
         kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=a.out_dtype)
 
 
+_CONV1D_OF_PAD = is_op("relax.nn.conv1d")(_PAD, wildcard())
+
+
+def _fold_pad_1d(expr: relax.Expr, matches) -> relax.Expr:
+    conv, pad = matches[_CONV1D_OF_PAD], matches[_PAD]
+    width = [int(v) for v in pad.attrs.pad_width]
+    if (str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0 or
+            len(width) != 6 or any(width[:4]) or min(width) < 0 or
+            str(conv.attrs.data_layout) != "NCW" or len(conv.attrs.padding) != 2):
+        return expr  # not a zero padding of L only
+    left, right = (int(v) for v in conv.attrs.padding)
+    a = conv.attrs
+    return relax.op.nn.conv1d(
+        pad.args[0], conv.args[1], strides=a.strides, padding=(left + width[4], right + width[5]),
+        dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
+        kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=a.out_dtype)
+
+
 def fold_zero_padding(mod: tvm.IRModule) -> tvm.IRModule:
-    """conv2d(pad(x, zeros on H and W)) -> conv2d(x) with the padding added to its own."""
-    return _rewrite(mod, _CONV_OF_PAD, _fold_pad)
+    """conv2d(pad(x, zeros on H and W)) -> conv2d(x) with the padding added to its own; the
+    same for conv1d and a zero padding of L (a causal convolution's left padding: TCNs,
+    WaveNet-style audio models)."""
+    return _rewrite(_rewrite(mod, _CONV_OF_PAD, _fold_pad), _CONV1D_OF_PAD, _fold_pad_1d)
 
 
 def _rewrite(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
@@ -2575,7 +2595,10 @@ def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
     length = shape[axis]
     if axis == 1:  # [N, T, C] tokens: their channels' means over the tokens
         x, a, b = relax.op.permute_dims(x, [0, 2, 1]), b, a
-    pooled = relax.op.mean(relax.op.reshape(x, [n, a, 1, b]), axis=[2, 3], keepdims=False)
+    # the max: PointNet's symmetric function over the points, a 1-D network's global max
+    # pool (global_max_pools then gives the PDP its windows)
+    reduce = relax.op.max if call.op.name == "relax.max" else relax.op.mean
+    pooled = reduce(relax.op.reshape(x, [n, a, 1, b]), axis=[2, 3], keepdims=False)
     if call.op.name == "relax.sum":  # the mean times the count: the SDP's scale
         pooled = relax.op.multiply(named_as(pooled, call),
                                    relax.const(np.array(length, str(call.ty.dtype))))
@@ -2583,12 +2606,13 @@ def _mean_of_3d(call: relax.Call, source) -> relax.Expr:
 
 
 def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
-    """A mean over one axis of [N, C, L] (a 1-D network's global average), or a mean (or
-    sum) over the tokens of [N, T, C] (MLP-Mixer's, a ViT's average-pool head, a text
-    encoder's mean pooling, written as a sum over the tokens divided by their count) ->
-    the PDP's global average of [N, C, 1, L] (of the tokens transposed to [N, C, T] first),
-    times L for a sum, keepdims a reshape after it."""
-    return rewrite_bindings(mod, ("relax.mean", "relax.sum"), _mean_of_3d)
+    """A mean or max over one axis of [N, C, L] (a 1-D network's global average or max,
+    PointNet's max over its points), or a mean (or sum, or max) over the tokens of [N, T, C]
+    (MLP-Mixer's, a ViT's average-pool head, a text encoder's mean pooling, written as a
+    sum over the tokens divided by their count) -> the PDP's global average (or max) of
+    [N, C, 1, L] (of the tokens transposed to [N, C, T] first), times L for a sum, keepdims a
+    reshape after it."""
+    return rewrite_bindings(mod, ("relax.mean", "relax.sum", "relax.max"), _mean_of_3d)
 
 
 def _channel_reduction(call: relax.Call, source) -> relax.Expr:
