@@ -492,3 +492,58 @@ def test_onnx_lrn_of_an_even_size_with_a_dynamic_batch():
     with pytest.raises(AccelUnsupportedError, match=r"LRN 'norm' of even size 2: its input is "
                                                      r"of rank 5; .* rank 3 or 4"):
         from_onnx(_even_lrn_model(2, [1, 4, 2, 3, 3]))
+
+
+def _pad_then_conv_model(opset):
+    """TensorFlow's export of a stride-2 "SAME" convolution (an explicit Pad of one row and
+    column after, then a Conv without padding) and a causal Conv1d (a Pad of L before), with
+    the widths an initializer (opset 11 on) or attributes (before)."""
+    def pad(x, widths, out, name):
+        if opset < 11:
+            return helper.make_node("Pad", [x], [out], pads=widths, name=name)
+        return helper.make_node("Pad", [x, f"{name}_widths"], [out], name=name)
+    nodes = [pad("x", [0, 0, 0, 0, 0, 0, 1, 1], "p1", "same_pad"),
+             helper.make_node("Conv", ["p1", "w1", "b1"], ["c1"], name="conv_s2",
+                              kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Reshape", ["r1", "rows"], ["s"], name="as_rows"),
+             pad("s", [0, 0, 2, 0, 0, 0], "p2", "causal_pad"),
+             helper.make_node("Conv", ["p2", "w2"], ["y"], name="causal_conv",
+                              kernel_shape=[3])]
+    initializers = [_weights("w1", 6, 4, 3, 3), _weights("b1", 6), _weights("w2", 6, 6, 3),
+                    _const("rows", [1, 6, 16])]
+    if opset >= 11:
+        initializers += [_const("same_pad_widths", [0, 0, 0, 0, 0, 0, 1, 1]),
+                         _const("causal_pad_widths", [0, 0, 2, 0, 0, 0])]
+    return _model(nodes, [_input("x", [1, 4, 8, 8])], [_output("y", [1, 6, 16])],
+                  initializers, opset)
+
+
+@pytest.mark.parametrize("opset", [9, 13])
+def test_a_zero_pad_before_a_conv_is_the_convs_own_padding(opset):
+    """TVM's importer makes a Pad a host kernel (call_tir) the partitioner cannot fold into
+    the convolution after it: frontend._pads_into_convs gives the Conv the widths (each side
+    on its own), so the graph is whole, within 1e-5 of ONNX Runtime's output scale."""
+    model = _pad_then_conv_model(opset)
+    mod, params = from_onnx(model)
+    report = ac.partition_report(mod, params)
+    assert not report.host, [(op.op, op.reason) for op in report.host]
+    assert len(report.functions) == 1
+    x = _RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    assert_close(build_and_run(mod, x, params=params), _onnxruntime(model, x), 1e-5)
+
+
+def test_a_pad_another_op_reads_too_stays_a_pad():
+    """A Pad that a Relu reads beside the Conv is not the Conv's padding alone: it stays,
+    and the graph still gives ONNX Runtime's answer."""
+    nodes = [helper.make_node("Pad", ["x", "widths"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w"], ["c"], name="conv", kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["p"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=1, name="mean"),
+             helper.make_node("Add", ["c", "m"], ["y"], name="add")]
+    model = _model(nodes, [_input("x", [1, 4, 6, 6])], [_output("y", [1, 4, 6, 6])],
+                   [_const("widths", [0, 0, 1, 1, 0, 0, 1, 1]), _weights("w", 4, 4, 3, 3)], 13)
+    mod, params = from_onnx(model)
+    assert [op.source for op in ac.partition_report(mod, params).host] == ["pad"]
+    x = _RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    assert_close(build_and_run(mod, x, params=params), _onnxruntime(model, x), 1e-5)
