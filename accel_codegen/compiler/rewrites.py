@@ -1452,6 +1452,42 @@ def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_calls(mod, _TAKE_AT, _sliced_take)
 
 
+#: The most pieces a gather of constant indices is copied as (one BDMA copy each).
+_GATHER_PIECES = 32
+
+
+def _gather_as_slices(expr: relax.Expr, matches) -> relax.Expr:
+    x, index = matches[_TAKEN], constant_value(expr.args[1])
+    shape, out = _static(x), _static(expr)
+    if is_constant(x) or index.ndim != 1 or expr.attrs.axis is None or shape is None or \
+            out is None or len(shape) not in (2, 3, 4) or index.dtype.kind not in "iu":
+        return expr
+    axis = int(expr.attrs.axis) % len(shape)
+    size, mode = shape[axis], str(expr.attrs.mode)
+    if axis == 0 or (mode not in ("clip", "wrap") and (index.min() < 0 or index.max() >= size)):
+        return expr
+    rows = index % size if mode == "wrap" else np.clip(index, 0, size - 1)
+    # runs of consecutive rows, each one slice
+    runs = [[int(rows[0]), int(rows[0]) + 1]]
+    for r in rows[1:]:
+        if int(r) == runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([int(r), int(r) + 1])
+    if len(runs) > _GATHER_PIECES or (len(runs) == 1 and runs[0] == [0, size]):
+        return expr if len(runs) > _GATHER_PIECES else x
+    pieces = [relax.op.strided_slice(x, axes=[axis], begin=[b], end=[e]) for b, e in runs]
+    return pieces[0] if len(pieces) == 1 else relax.op.concat(pieces, axis=axis)
+
+
+def gathers_as_slices(mod: tvm.IRModule) -> tvm.IRModule:
+    """take(x, constant 1-D indices, axis > 0) of 2-D to 4-D x whose indices are a few runs of
+    consecutive rows (torch's reflection and replication paddings gather so: [2, 1, 0, 1, 2,
+    ..., 7, 6, 5] for a reflection of 2) -> the concat along that axis of one slice per run:
+    the same elements, as BDMA copies where a gather has no engine."""
+    return _rewrite_calls(mod, _TAKE_AT, _gather_as_slices)
+
+
 def _leading_slice(call: relax.Call, source) -> relax.Expr:
     x = call.args[0]
     shape, out = _static(x), _static(call)
@@ -2906,7 +2942,8 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 #: sandwiches before a permute before a flatten is folded into the dense layer's weight;
 #: the layout ops that name the same bytes before the reshapes to a tensor's own shape go).
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
-                  ranked_constants, sliced_takes, shared_constant_reshapes, pool_padding_as_pad,
+                  ranked_constants, sliced_takes, gathers_as_slices, shared_constant_reshapes,
+                  pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products,

@@ -214,5 +214,10 @@ def concat_quant(inputs) -> TensorQuant:
     """The quantisation of an int8 concat: one that covers every input's range (unsigned when
     every input is), so no input saturates that did not already."""
     quants = list(inputs)
+    if all(q == quants[0] for q in quants[1:]):
+        # one quantisation (pieces of one tensor: a reflection padding's slices) is its own
+        # cover: recomputed from its range it could differ by a rounding, and every copy
+        # would then round its codes again
+        return quants[0]
     return covering_quant(min(-(q.zero + 128) * q.scale for q in quants),
                           max((127 - q.zero) * q.scale for q in quants))
