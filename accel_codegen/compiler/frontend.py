@@ -592,6 +592,82 @@ def _pads_into_convs(model):
     return model
 
 
+def _edge_paddings_as_slices(model):
+    """``model`` with each reflect or edge Pad (known widths, the batch not padded) as the
+    rows it repeats: per padded axis, a Concat of the input and of one-row Slices of it (a
+    reflection's rows 1..p reversed before, an edge's first row p times); the model itself
+    where it has none. TVM imports such a Pad as a host kernel (mirror_pad, replicate_pad);
+    the slices and concats are BDMA copies, as torch's own paddings become
+    (rewrites.gathers_as_slices): ONNX exports of style-transfer generators pad so."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if opset < 11 or not any(n.op_type == "Pad" for n in graph.node):
+        return model
+    constants = _constant_arrays(graph)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in
+             list(graph.input) + list(graph.value_info) + list(graph.output)
+             if v.type.tensor_type.HasField("shape")}
+    plans = {}
+    for node in graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        mode = attrs["mode"].s.decode() if "mode" in attrs else "constant"
+        inputs = list(node.input) + [""] * 3
+        if node.op_type != "Pad" or node.domain not in ("", "ai.onnx") or \
+                mode not in ("reflect", "edge") or inputs[1] not in constants or inputs[3]:
+            continue
+        pads = [int(v) for v in np.asarray(constants[inputs[1]]).ravel()]
+        rank = len(pads) // 2
+        if ranks.get(node.input[0], rank) != rank or rank < 2 or pads[0] or pads[rank] or \
+                min(pads) < 0 or sum(pads) > 64:
+            continue
+        plans[node.output[0]] = (node, mode, pads[:rank], pads[rank:])
+    if not plans:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    extra = []
+
+    def index(name, values):
+        extra.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "Pad" or node.output[0] not in plans:
+            nodes.append(node)
+            continue
+        _, mode, begins, ends = plans[node.output[0]]
+        stem = node.name or node.output[0]
+        x = node.input[0]
+        for axis, (before, after) in enumerate(zip(begins, ends)):
+            if not before and not after:
+                continue
+            def row(i, what):  # one row of x along axis; negative i from the end
+                out = f"{stem}/{what}{axis}_{i}"
+                nodes.append(helper.make_node(
+                    "Slice", [x, index(f"{out}/b", [i]),
+                              index(f"{out}/e", [i + 1 if i != -1 else np.iinfo(np.int64).max]),
+                              index(f"{out}/a", [axis])], [out], name=out))
+                return out
+            if mode == "reflect":
+                head = [row(i, "r") for i in range(before, 0, -1)]
+                tail = [row(-2 - i, "r") for i in range(after)]
+            else:
+                head = [row(0, "e")] * before
+                tail = [row(-1, "e")] * after
+            last = all(not b and not e for b, e in zip(begins[axis + 1:], ends[axis + 1:]))
+            out = node.output[0] if last else f"{stem}/padded{axis}"
+            nodes.append(helper.make_node("Concat", head + [x] + tail, [out], axis=axis,
+                                          name=stem if last else out))
+            x = out
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(extra)
+    return model
+
+
 def _even_lrns(model):
     """``model`` with each LRN of an even size as its ONNX definition in ops TVM imports; the
     model itself where it has none. ONNX sums the squares over channels c - (size/2 - 1) ..
@@ -782,7 +858,8 @@ def from_onnx(
                           stacklevel=2)
     if fold_shapes:
         model = fold_shape_arithmetic(model)[0]
-    model = _pads_into_convs(model)  # after the folding: a Pad's widths may be computed
+    # after the folding: a Pad's widths may be computed
+    model = _edge_paddings_as_slices(_pads_into_convs(model))
     # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;
     # the error raised here says it, with the node's name.
     printed = io.StringIO()
