@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,66 @@ static int lut_ties_clear(const int32_t* change, int32_t n, int64_t m, int64_t s
 }
 #endif
 
+#if !SDP_I8_AVX2
+/* floor(a / b) for b > 0 */
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* Whether none of the byte tables' own changes (the plan's, less the thresholds outside them)
+ * lies at u in (a, b]: their code is constant there. */
+static int bytes_quiet(const struct sdp_i8_lut_plan* plan, const sdp_i8_lut_bytes* B, int64_t a,
+                       int64_t b) {
+  for (int32_t i = 0; i < plan->changes_count; ++i) {
+    const int64_t u = (int64_t)plan->changes[i] - B->origin;
+    int outside = 0;
+    for (int k = 0; k < B->g; ++k) outside |= B->gt[k] == u;
+    if (u > a && u <= b && !outside) return 0;
+  }
+  return 1;
+}
+
+/* The byte form of channel c's LUT front (sdp_i8_lanes_lut_q, whose comment states it) for
+ * values |v| <= vmax, into e's lq, qlo, qhi, qmul, qadd and qg; lq 0 where it does not hold:
+ * shifts above 8, BS saturating within the bound, a step of v across a change next to the
+ * tables' ends, or a tie of the floor form on a change. */
+static void lut_byte_form(const struct sdp_i8_lut_plan* plan, const chan_params* c, int64_t vmax,
+                          sdp_i8_lane_cvt* e) {
+  const sdp_i8_lut_bytes* B = plan->bytes;
+  e->lq = 0;
+  if (B == NULL || B->up != 0 || B->g > 2 || c->shift > 8 || c->mul <= 0 || vmax < 0 ||
+      vmax >= INT32_MAX)
+    return;
+  const int64_t s = c->shift, m = c->mul, h = s > 0 ? (int64_t)1 << (s - 1) : 0;
+  const int64_t O = B->origin, uh = B->u_hi, p2 = (int64_t)1 << s;
+  const int64_t xlo = c->bias - vmax, xhi = c->bias + vmax; /* the bound's sums */
+  if (xlo < INT32_MIN || xhi > INT32_MAX ||
+      !bs_exact_to(c, (xlo < 0 ? -xlo : xlo) + 1) || !bs_exact_to(c, (xhi < 0 ? -xhi : xhi) + 1))
+    return;
+  /* F(x) = floor((x m + h) / 2^s) in [O, O + uh]: x in [xa, xb] */
+  const int64_t xa = -floor_div(h - O * p2, m), xb = floor_div((O + uh + 1) * p2 - h - 1, m);
+  const int64_t x0 = xa > xlo ? xa : xlo, x1 = xb < xhi ? xb : xhi;
+  if (x0 > x1) return;
+  /* below xa (t < O) the tables give their code at u = 0, and the clamp's F(xa) - O must not
+   * pass one of their changes; above xb (t >= O + uh) likewise from F(xb) - O to uh */
+  if (xa > xlo && !bytes_quiet(plan, B, 0, floor_div(xa * m + h, p2) - O)) return;
+  if (xb < xhi && !bytes_quiet(plan, B, floor_div(xb * m + h, p2) - O, uh)) return;
+  if (s >= 1 && !lut_ties_clear(plan->changes, plan->changes_count, m, s, x0, x1)) return;
+  const int64_t q_lo = (x0 * m + h) * (256 / p2) - O * 256, q_hi = (x1 * m + h) * (256 / p2) - O * 256;
+  if (q_lo < 0 || q_hi > (int64_t)UINT32_MAX) return; /* never: F - O in [0, uh] */
+  for (int i = 0; i < B->g; ++i) { /* the outside thresholds as values of v */
+    int ok = 1;
+    const int64_t x = lut_reach(c, O + B->gt[i], &ok);
+    if (!ok) return;
+    const int64_t v = x - c->bias;
+    e->qg[i] = (int32_t)(v < -vmax - 1 ? -vmax - 1 : v > vmax + 1 ? vmax + 1 : v);
+  }
+  e->qlo = (int32_t)(x0 - c->bias);
+  e->qhi = (int32_t)(x1 - c->bias);
+  e->qmul = (int32_t)(m * (256 / p2));
+  e->qadd = (int32_t)(uint32_t)(uint64_t)((c->bias * m + h) * (256 / p2) - O * 256);
+  e->lq = 1;
+}
+#endif
+
 /* sdp_i8_lanes.h's LUT form: each channel's clamp of v (the sums x = v + bias where t reaches
  * the plan's t_lo and t_hi), inside which BS does not saturate and |t| <= 2^30 + 2^15. */
 static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t guard, int64_t vmax,
@@ -247,6 +308,9 @@ static int lanes_lut_channels(const sdp_i8* p, const sdp_i8_lane_lut* P, int32_t
     e->shift = (int32_t)(s >= 17 ? s - 16 : s);
     e->low = (int32_t)(s >= 17 ? 0 : 16 - s);
     e->neg = s >= 1 ? -1 : 0;
+#if !SDP_I8_AVX2
+    if (p->lut_plan != NULL) lut_byte_form(p->lut_plan, &c, vmax, e);
+#endif
     /* the direct form (exact = 1, sdp_i8_lanes.h): u = t - base = (x m' + add' + (x >> 31))
      * >> s' with m' = mul, s' = s, or for s = 0 m' = 2 mul, s' = 1 (rhaz(p, 0) = p = (2p + 1 -
      * (p < 0)) >> 1); add' = 2^(s'-1) - base 2^s'. It holds where x m' + add' - 1 and x m' +
@@ -411,6 +475,7 @@ static int lanes_params_equal(const unsigned char* kept, const lanes_params* a) 
 void sdp_i8_lane_lut_of(const struct sdp_i8_lut_plan* P, sdp_i8_lane_lut* lut) {
   lut->t_lo = P->t_lo;
   lut->t_hi = P->t_hi;
+  lut->q = 0; /* sdp_i8_lanes_prepare_lut's, where every channel has the byte form */
   lut->base = P->bytes != NULL ? P->bytes->origin : P->base;
   lut->w = P->w;
   lut->bins = P->bins;
@@ -466,6 +531,12 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
   pthread_mutex_unlock(&lanes_cache.lock);
   if (ok < 0) { /* not kept yet: computed outside the lock, then kept */
     ok = lanes_lut_channels(p, &L, P->guard, vmax, first, count, cvt);
+    if (ok && conv_verbose()) { /* ACCEL_VERBOSE: how many channels have the byte form */
+      int32_t n = 0;
+      for (int32_t i = 0; i < count; ++i) n += cvt[i].lq;
+      fprintf(stderr, "accel_verbose,sdp,int8,lut_lanes,channels%d_byte_form%d\n", (int)count,
+              (int)n);
+    }
     sdp_i8_lane_cvt* copy = ok ? malloc((size_t)count * sizeof(*cvt)) : NULL;
     unsigned char* params = malloc(a.total + 1);
     if (copy != NULL) memcpy(copy, cvt, (size_t)count * sizeof(*cvt));
@@ -493,6 +564,9 @@ int sdp_i8_lanes_prepare_lut(const sdp_i8* p, int32_t first, int32_t count, int6
     free(copy);
   }
   if (!ok) return 0;
+  /* the byte form where every channel has it (sdp_i8_lanes_lut_q) */
+  L.q = L.bytes != NULL && L.bytes->up == 0 && L.bytes->g <= 2;
+  for (int32_t i = 0; i < count && L.q; ++i) L.q = cvt[i].lq;
   *lut = L;
   return 1;
 }

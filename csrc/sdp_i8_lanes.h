@@ -40,6 +40,11 @@ typedef struct sdp_i8_lane_cvt {
    * 3-6 read it from memory (an embedded broadcast) instead of shifting mul and broadcasting
    * it from a general register: two fewer uops a row on Zen 5 (docs/kernels.md) */
   int32_t mulh;
+  /* a LUT's byte form (sdp_i8_lanes_lut_q; lq 1 where the channel has it, AVX-512 builds with
+   * byte tables): v clamped to [qlo, qhi], Q = v qmul + qadd modulo 2^32 holds u = t - origin
+   * in its bytes 1-3, and the tables' outside thresholds as values of v: v >= qg[i] where
+   * t >= origin + gt[i] */
+  int32_t lq, qlo, qhi, qmul, qadd, qg[2];
 } sdp_i8_lane_cvt;
 
 /* The clamp of v, the bias and the product's constants of a channel's converter, from whichever
@@ -160,12 +165,17 @@ typedef struct sdp_i8_lut_bytes {
   int32_t origin, u_hi, up, m, g;
   int32_t gt[SDP_I8_LUT_BYTES_G];
   uint8_t gd[SDP_I8_LUT_BYTES_G];
+  /* dc[k] != 0: every entry of D_k is dc[k] (a slot whose changes have one size; its unused
+   * entries T 0, always passed, their dc[k] taken out of B), so no lookup of D_k */
+  uint8_t dc[SDP_I8_LUT_BYTES_M];
   /* [0]: B; [1 + 3k]: T_k's low byte, [2 + 3k]: its high byte, [3 + 3k]: D_k */
   uint8_t f[1 + 3 * SDP_I8_LUT_BYTES_M][256];
 } sdp_i8_lut_bytes;
 
 typedef struct sdp_i8_lane_lut {
   int32_t t_lo, t_hi, base, w;
+  int32_t q; /* 1: every channel of the call has the byte form (lq), the tables B->up 0 and
+              * B->g <= 2 (sdp_i8_lanes_prepare_lut) */
   const uint32_t* bins;
   const sdp_i8_lut_bytes* bytes; /* the byte tables (base: their origin), or NULL: bins */
 } sdp_i8_lane_lut;
@@ -409,6 +419,26 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_u(const sd
   return _mm512_sub_epi32(t, _mm512_set1_epi32(L->base));
 }
 
+/* The byte form of the LUT front (lq: sdp_i8_lanes.c's lut_byte_form finds its constants):
+ * Q = min(max(v, qlo), qhi) qmul + qadd modulo 2^32, four operations per 16 values. With x =
+ * v + bias (clamped), s <= 8, h = 2^(s-1) (0 for s = 0), qmul = mul 2^(8-s) and qadd = (bias
+ * mul + h) 2^(8-s) - origin 2^8: Q = (x mul + h) 2^(8-s) - origin 2^8, so floor(Q / 2^8) =
+ * floor((x mul + h) / 2^s) - origin = u (the folded form's t, which differs from rhaz's only at
+ * ties that lut_ties_clear rules out on the plan's changes). The clamp [qlo, qhi] is where
+ * that u lies in [0, u_hi]: then Q's true value lies in [0, 2^32) and the wrapped sum is it,
+ * and bytes 1-3 of Q are u's bytes 0-2, the byte tables' offset and interval as they stand (no
+ * shift, no subtraction, no clamp of u). Beyond the clamp the tables' code is their code at 0
+ * or at u_hi (the builder keeps their changes a margin from both ends, and lut_byte_form
+ * checks that a step of v stays inside it), and the thresholds outside the tables (B->gt) are
+ * compares of v itself with qg (the v where t reaches them). */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut_q(const sdp_i8_lane_cvt* c,
+                                                                        __m512i v) {
+  const __m512i x =
+      _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(c->qlo)), _mm512_set1_epi32(c->qhi));
+  return _mm512_add_epi32(_mm512_mullo_epi32(x, _mm512_set1_epi32(c->qmul)),
+                          _mm512_set1_epi32(c->qadd));
+}
+
 /* The 16 codes (one per int32 lane's low byte) of 16 accumulators v of channel c through the
  * LUT plan L (sdp_i8_lane_lut): the same word and compare as sdp_i8_span_lut's plan step. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lanes_lut(const sdp_i8_lane_cvt* c,
@@ -440,12 +470,70 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_at(const u
   return _mm512_mask_mov_epi8(r0, top, r1);
 }
 
+/* Table f at the 64 indices j from its four vectors t[0..3] (already in registers). */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_regs_at(const __m512i* t,
+                                                                        __m512i j,
+                                                                        __mmask64 top) {
+  const __m512i r0 = _mm512_permutex2var_epi8(t[0], j, t[1]);
+  const __m512i r1 = _mm512_permutex2var_epi8(t[2], j, t[3]);
+  return _mm512_mask_mov_epi8(r0, top, r1);
+}
+
+/* The 64 codes of four vectors w in [0, u_hi] (values 0-15, ..., 48-63) through the byte
+ * tables B: by = 0, w = u (shifted by B->up), interval j its byte 2 and offset o its bytes 0-1;
+ * by = 1, w = Q of the byte form (sdp_i8_lanes_lut_q, B->up 0: u in Q's bytes 1-3, so no shift
+ * of u at all). gm: the outside thresholds' masks, already known (lane i of mask k: u >= gt_k).
+ * M: B->m where the caller knows it (its loops unrolled), else -1; DC likewise the slots with
+ * one size of change (bit k: B->dc[k] != 0), else -1. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_core(
+    const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3, const int by,
+    const __mmask64* gm, int bg, const int M, const int DC, const __m512i* T) {
+  const int bm = M >= 0 ? M : B->m;
+  /* bytes by and by + 1 of 32 lanes by one permute (the low bytes in its lower half, the high
+   * ones in its upper), the two halves of values joined by vshufi64x2: four operations for ol
+   * and oh, where sdp_i8_byte_of per byte took six */
+  const __m512i b01 = _mm512_add_epi8(
+      _mm512_set_epi32(0x7D797571, 0x6D696561, 0x5D595551, 0x4D494541, 0x3D393531, 0x2D292521,
+                       0x1D191511, 0x0D090501, 0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440,
+                       0x3C383430, 0x2C282420, 0x1C181410, 0x0C080400),
+      _mm512_set1_epi8((char)by));
+  const __m512i lo01 = _mm512_permutex2var_epi8(u0, b01, u1);
+  const __m512i hi01 = _mm512_permutex2var_epi8(u2, b01, u3);
+  const __m512i ol = _mm512_shuffle_i64x2(lo01, hi01, 0x44);
+  const __m512i oh = _mm512_shuffle_i64x2(lo01, hi01, 0xEE);
+  const __m512i j = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 2 + by),
+                                       _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 2 + by)), 1);
+  const __mmask64 top = _mm512_movepi8_mask(j);
+#define SDP_I8_LUT_AT(t) \
+  (T != NULL ? sdp_i8_lut_regs_at(T + 4 * (t), j, top) : sdp_i8_lut_bytes_at(B->f[t], j, top))
+  __m512i code = SDP_I8_LUT_AT(0);
+  for (int k = 0; k < bm; ++k) {
+    const __m512i tl = SDP_I8_LUT_AT(1 + 3 * k);
+    const __m512i th = SDP_I8_LUT_AT(2 + 3 * k);
+    const __m512i d = (DC >= 0 ? (DC >> k) & 1 : B->dc[k] != 0)
+                          ? _mm512_set1_epi8((char)B->dc[k])
+                          : SDP_I8_LUT_AT(3 + 3 * k);
+#undef SDP_I8_LUT_AT
+    /* o >= T: the high bytes above, or equal and the low bytes at least */
+    const __mmask64 pass = _mm512_cmpgt_epu8_mask(oh, th) |
+                           _mm512_mask_cmpge_epu8_mask(_mm512_cmpeq_epi8_mask(oh, th), ol, tl);
+    code = _mm512_mask_add_epi8(code, pass, code, d);
+  }
+  for (int i = 0; i < bg; ++i)
+    code = _mm512_mask_add_epi8(code, gm[i], code, _mm512_set1_epi8((char)B->gd[i]));
+  return code;
+}
+
 /* The 64 codes of u = t - origin in four vectors (values 0-15, ..., 48-63; t inside the
- * plan's clamp) through the byte tables B (sdp_i8_lut_bytes). */
-static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
-    const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3) {
+ * plan's clamp) through the byte tables B (sdp_i8_lut_bytes); M / G: B->m and B->g where the
+ * caller knows them (a constant in its loop: the slots' and thresholds' loops unrolled, no
+ * masks kept in memory), else -1. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64_mg(
+    const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3, const int M,
+    const int G) {
+  const int bg = G >= 0 ? G : B->g;
   __mmask64 gm[SDP_I8_LUT_BYTES_G] = {0};
-  for (int i = 0; i < B->g; ++i) {
+  for (int i = 0; i < bg; ++i) {
     const __m512i gt = _mm512_set1_epi32(B->gt[i]);
     const __mmask32 a = _mm512_kunpackw(_mm512_cmpge_epi32_mask(u1, gt),
                                         _mm512_cmpge_epi32_mask(u0, gt));
@@ -465,33 +553,12 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
     u2 = _mm512_sll_epi32(u2, up);
     u3 = _mm512_sll_epi32(u3, up);
   }
-  /* bytes 0 and 1 of 32 lanes by one permute (the low bytes in its lower half, the high ones
-   * in its upper), the two halves of values joined by vshufi64x2: four operations for ol and
-   * oh, where sdp_i8_byte_of per byte took six */
-  const __m512i b01 = _mm512_set_epi32(
-      0x7D797571, 0x6D696561, 0x5D595551, 0x4D494541, 0x3D393531, 0x2D292521, 0x1D191511,
-      0x0D090501, 0x7C787470, 0x6C686460, 0x5C585450, 0x4C484440, 0x3C383430, 0x2C282420,
-      0x1C181410, 0x0C080400);
-  const __m512i lo01 = _mm512_permutex2var_epi8(u0, b01, u1);
-  const __m512i hi01 = _mm512_permutex2var_epi8(u2, b01, u3);
-  const __m512i ol = _mm512_shuffle_i64x2(lo01, hi01, 0x44);
-  const __m512i oh = _mm512_shuffle_i64x2(lo01, hi01, 0xEE);
-  const __m512i j = _mm512_inserti64x4(sdp_i8_byte_of(u0, u1, 2),
-                                       _mm512_castsi512_si256(sdp_i8_byte_of(u2, u3, 2)), 1);
-  const __mmask64 top = _mm512_movepi8_mask(j);
-  __m512i code = sdp_i8_lut_bytes_at(B->f[0], j, top);
-  for (int k = 0; k < B->m; ++k) {
-    const __m512i tl = sdp_i8_lut_bytes_at(B->f[1 + 3 * k], j, top);
-    const __m512i th = sdp_i8_lut_bytes_at(B->f[2 + 3 * k], j, top);
-    const __m512i d = sdp_i8_lut_bytes_at(B->f[3 + 3 * k], j, top);
-    /* o >= T: the high bytes above, or equal and the low bytes at least */
-    const __mmask64 pass = _mm512_cmpgt_epu8_mask(oh, th) |
-                           _mm512_mask_cmpge_epu8_mask(_mm512_cmpeq_epi8_mask(oh, th), ol, tl);
-    code = _mm512_mask_add_epi8(code, pass, code, d);
-  }
-  for (int i = 0; i < B->g; ++i)
-    code = _mm512_mask_add_epi8(code, gm[i], code, _mm512_set1_epi8((char)B->gd[i]));
-  return code;
+  return sdp_i8_lut_bytes_core(B, u0, u1, u2, u3, 0, gm, bg, M, -1, NULL);
+}
+
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes64(
+    const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3) {
+  return sdp_i8_lut_bytes64_mg(B, u0, u1, u2, u3, -1, -1);
 }
 #endif
 

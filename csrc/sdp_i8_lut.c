@@ -122,19 +122,30 @@ static int bytes_code(const sdp_i8_lut_bytes* B, int64_t u) {
   return (int)(int8_t)code;
 }
 
-/* With the origin just below change `first` and intervals of 2^e, the fewest thresholds outside
- * the intervals' (*g: the changes outside the 256 intervals and those past the first *m of an
+/* With the origin at `origin` and intervals of 2^e, the fewest thresholds outside the
+ * intervals' (*g: the changes outside the 256 intervals and those past the first *m of an
  * interval) for the cheapest *m (a threshold per interval costs about twice one outside:
- * three table lookups against one compare of four vectors); *m -1 where none fits. */
-static void bytes_fit(const int64_t* pos, int64_t n, int64_t first, int e, int* m, int* g) {
+ * three table lookups against one compare of four vectors); *m -1 where none fits. *margin:
+ * how far the changes inside the intervals keep from their ends (the nearest one's u, or
+ * u_hi + 1 less the last one's), which the byte form of a channel's front needs
+ * (sdp_i8_lanes.c's lut_byte_form: a clamp of v that moves t by up to a step of v). */
+static void bytes_fit(const int64_t* pos, int64_t n, int64_t origin, int e, int* m, int* g,
+                      int64_t* margin) {
   int per[256] = {0};
-  const int64_t origin = pos[first] - 1, u_hi = ((int64_t)1 << (e + 8)) - 1;
-  int outside = (int)first;
-  for (int64_t i = first; i < n; ++i) {
+  const int64_t u_hi = ((int64_t)1 << (e + 8)) - 1;
+  int outside = 0;
+  int64_t lo = u_hi + 1, hi = -1;
+  for (int64_t i = 0; i < n; ++i) {
     const int64_t u = pos[i] - origin;
-    if (u > u_hi) ++outside;
-    else if ((u & (((int64_t)1 << e) - 1)) != 0) ++per[u >> e];
+    if (u < 0 || u > u_hi) {
+      ++outside;
+      continue;
+    }
+    lo = u < lo ? u : lo;
+    hi = u > hi ? u : hi;
+    if ((u & (((int64_t)1 << e) - 1)) != 0) ++per[u >> e];
   }
+  *margin = hi < 0 ? u_hi : lo < u_hi + 1 - hi ? lo : u_hi + 1 - hi;
   *m = -1;
   int best = 0;
   for (int mm = 0; mm <= SDP_I8_LUT_BYTES_M; ++mm) {
@@ -177,24 +188,31 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
     }
   }
   memset(B, 0, sizeof(*B));
-  int e = -1, first = 0, best = 0, slots = 0;
+  /* the origin just below one of the first changes, or up to 2^15 lower where that costs no
+   * more lookups and keeps the changes further from the intervals' ends (the byte form's
+   * margin: at least a step of v, up to 2^15 values of t) */
+  int e = -1, slots = 0, best = 0;
+  int64_t origin = 0, best_margin = -1;
   for (int ee = 16; ee >= 0 && e < 0 && n > 0; --ee)
-    for (int i = 0; i <= SDP_I8_LUT_BYTES_G && i < n; ++i) {
-      int m, g;
-      bytes_fit(pos, n, i, ee, &m, &g);
-      if (m >= 0 && (e < 0 || 2 * m + g < best)) {
-        e = ee;
-        first = i;
-        slots = m;
-        best = 2 * m + g;
+    for (int i = 0; i <= SDP_I8_LUT_BYTES_G && i < n; ++i)
+      for (int64_t d = 0; d <= ((int64_t)1 << 15); d += 256) {
+        int m, g;
+        int64_t margin;
+        bytes_fit(pos, n, pos[i] - 1 - d, ee, &m, &g, &margin);
+        if (m >= 0 && (e < 0 || 2 * m + g < best || (2 * m + g == best && margin > best_margin))) {
+          e = ee;
+          origin = pos[i] - 1 - d;
+          slots = m;
+          best = 2 * m + g;
+          best_margin = margin;
+        }
       }
-    }
   if (n == 0) e = 16; /* constant codes: B alone */
   int ok = e >= 0;
   if (ok) {
     int per[256] = {0};
     const int64_t u_hi = ((int64_t)1 << (e + 8)) - 1, low = ((int64_t)1 << e) - 1;
-    B->origin = (int32_t)(n > 0 ? pos[first] - 1 : P->base);
+    B->origin = (int32_t)(n > 0 ? origin : P->base);
     B->u_hi = (int32_t)u_hi;
     B->up = 16 - e;
     for (int j = 0; j < 256; ++j)
@@ -217,6 +235,23 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
         B->f[3 + 3 * k][j] = (uint8_t)delta[i];
         if (per[j] > B->m) B->m = per[j];
       }
+    }
+    /* a slot whose changes all have one size c (sigmoid's: +1) needs no D lookup: its unused
+     * entries become T 0 (always passed) with D c, taken out of B (sdp_i8_lut_bytes.dc) */
+    for (int k = 0; k < B->m; ++k) {
+      int c = 0, one = 1;
+      for (int j = 0; j < 256; ++j)
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j]) != 0) {
+          one = one && (c == 0 || c == B->f[3 + 3 * k][j]);
+          c = B->f[3 + 3 * k][j];
+        }
+      if (!one || c == 0) continue;
+      for (int j = 0; j < 256; ++j)
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j]) == 0) {
+          B->f[3 + 3 * k][j] = (uint8_t)c;
+          B->f[0][j] = (uint8_t)(B->f[0][j] - c);
+        }
+      B->dc[k] = (uint8_t)c;
     }
   }
   /* checked where either form's code can change: the changes, the intervals' starts, the ends */

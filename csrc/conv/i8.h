@@ -384,11 +384,125 @@ static inline __attribute__((always_inline)) void panel_step(const panel_codes* 
   }
 }
 
+#ifdef __AVX512VBMI__
+/* Four masks of 16 lanes as one of 64 (a: lanes 0-15). */
+static inline __mmask64 lut_masks64(__mmask16 a, __mmask16 b, __mmask16 c, __mmask16 d) {
+  return _mm512_kunpackd(_mm512_kunpackw(d, c), _mm512_kunpackw(b, a));
+}
+
+/* The codes of four vectors of 16 values v (rows e[0..3]'s: one row four times, or a packed
+ * panel's vectors of several rows) through the byte tables: Q: the byte form (every row lq,
+ * L->q), its thresholds outside the tables compared on v (G of them, -1: B->g); else u by
+ * sdp_i8_lanes_lut_u. M: B->m, -1 where not a constant here; DC: the slots of one size of change
+ * (sdp_i8_lut_bytes_core's), with Q only. */
+static inline __attribute__((always_inline)) __m512i lut_bytes_of(
+    const sdp_i8_lane_lut* L, const sdp_i8_lane_cvt* const* e, const __m512i* v, const int Q,
+    const int M, const int G, const int DC, const __m512i* T) {
+  const sdp_i8_lut_bytes* B = L->bytes;
+  if (!Q)
+    return sdp_i8_lut_bytes64_mg(B, sdp_i8_lanes_lut_u(e[0], L, v[0]),
+                                 sdp_i8_lanes_lut_u(e[1], L, v[1]),
+                                 sdp_i8_lanes_lut_u(e[2], L, v[2]),
+                                 sdp_i8_lanes_lut_u(e[3], L, v[3]), M, G);
+  const int bg = G >= 0 ? G : B->g;
+  __mmask64 gm[2] = {0, 0};
+  for (int i = 0; i < bg && i < 2; ++i) {
+    __mmask16 k[4];
+    for (int r = 0; r < 4; ++r)
+      k[r] = _mm512_cmpge_epi32_mask(v[r], _mm512_set1_epi32(e[r]->qg[i]));
+    gm[i] = lut_masks64(k[0], k[1], k[2], k[3]);
+  }
+  return sdp_i8_lut_bytes_core(B, sdp_i8_lanes_lut_q(e[0], v[0]), sdp_i8_lanes_lut_q(e[1], v[1]),
+                               sdp_i8_lanes_lut_q(e[2], v[2]), sdp_i8_lanes_lut_q(e[3], v[3]), 1,
+                               gm, bg < 2 ? bg : 2, M, DC, T);
+}
+
+/* panel_step_lut through the plan's byte tables (Q, M, G: lut_bytes_of's). The tables are the
+ * layer's, the same for every row; only u is the row's. So a panel's rows of NR = 48 values
+ * (the VNNI GEMM's panels) go four at a time: their 12 vectors through 3 lookups of 64 instead
+ * of 4 (each lookup costs the same for 48 values as for 64), the codes stored as six masked
+ * pieces. */
+static inline __attribute__((always_inline)) void panel_step_lut_bytes(
+    const panel_codes* E, const int32_t* c, int64_t ldc, int64_t i, int panel, int corr,
+    const int Q, const int M, const int G, const int DC) {
+  const int64_t n = E->cols - i;
+  const __mmask16 k[4] = {lane_mask(n), lane_mask(n - 16), lane_mask(n - 32), lane_mask(n - 48)};
+  const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+  const int64_t rows = E->rows, ldo = E->ldo;
+  const sdp_i8_lane_cvt* cvt = E->cvt;
+  const sdp_i8_lane_lut L = *E->lut;
+  int8_t* out = E->out + i;
+  /* the tables in registers for the step's rows (Q, M known): the code stores, int8, could
+   * alias them, so the compiler would load them again for every 64 codes */
+  __m512i TR[4 * (1 + 3 * 2)];
+  const __m512i* T = NULL;
+  if (Q && M >= 0 && M <= 2) {
+    for (int t = 0; t < 1 + 3 * M; ++t)
+      if (t % 3 != 0 || t == 0 || !((DC >> (t / 3 - 1)) & 1))
+        for (int q = 0; q < 4; ++q) TR[4 * t + q] = _mm512_loadu_si512(L.bytes->f[t] + 64 * q);
+    T = TR;
+  }
+  int64_t m = 0;
+  _Static_assert(NR == 48, "four rows of a panel are three vectors of 64 codes");
+  if (panel && n == NR)
+    for (; m + 4 <= rows; m += 4) {
+      __m512i v[12];
+      const sdp_i8_lane_cvt* e[12];
+      for (int r = 0; r < 4; ++r) {
+        __m512i v3;
+        panel_load(E, c + (m + r) * ldc + i, m + r, k, 1, corr, v + 3 * r, v + 3 * r + 1,
+                   v + 3 * r + 2, &v3);
+        e[3 * r] = e[3 * r + 1] = e[3 * r + 2] = cvt + m + r;
+      }
+      /* codes of rows m..m+3 at bytes 48 r .. 48 r + 47 of the three vectors' 192 */
+      const __m512i y0 = lut_bytes_of(&L, e, v, Q, M, G, DC, T);
+      const __m512i y1 = lut_bytes_of(&L, e + 4, v + 4, Q, M, G, DC, T);
+      const __m512i y2 = lut_bytes_of(&L, e + 8, v + 8, Q, M, G, DC, T);
+      int8_t* o = out + m * ldo;
+      _mm512_mask_storeu_epi8(o, 0x0000FFFFFFFFFFFFull, y0);
+      _mm512_mask_storeu_epi8(o + ldo - 48, 0xFFFF000000000000ull, y0);
+      _mm512_mask_storeu_epi8(o + ldo + 16, 0x00000000FFFFFFFFull, y1);
+      _mm512_mask_storeu_epi8(o + 2 * ldo - 32, 0xFFFFFFFF00000000ull, y1);
+      _mm512_mask_storeu_epi8(o + 2 * ldo + 32, 0x000000000000FFFFull, y2);
+      _mm512_mask_storeu_epi8(o + 3 * ldo - 16, 0xFFFFFFFFFFFF0000ull, y2);
+    }
+  for (; m < rows; ++m) {
+    __m512i v[4];
+    panel_load(E, c + m * ldc + i, m, k, panel, corr, v, v + 1, v + 2, v + 3);
+    const sdp_i8_lane_cvt* e[4] = {cvt + m, cvt + m, cvt + m, cvt + m};
+    _mm512_mask_storeu_epi8(out + m * ldo, keep, lut_bytes_of(&L, e, v, Q, M, G, DC, T));
+  }
+}
+#endif
+
 /* panel_step for a LUT activation (E->lut): 64 values of each row from column i. */
 static inline __attribute__((always_inline)) void panel_step_lut(const panel_codes* E,
                                                                   const int32_t* c, int64_t ldc,
                                                                   int64_t i, int panel,
                                                                   int corr) {
+#ifdef __AVX512VBMI__
+  const sdp_i8_lut_bytes* B = E->lut->bytes;
+  if (B != NULL) { /* the plan's byte tables: no gathers; the compiler's tables' shapes unrolled */
+    const int q = E->lut->q, dc = (B->dc[0] != 0) | (B->dc[1] != 0) << 1;
+    if (q && B->m == 1 && B->g == 1 && dc == 1)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 1, 1, 1);
+    else if (q && B->m == 1 && B->g == 1 && dc == 0)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 1, 1, 0);
+    else if (q && B->m == 2 && B->g == 1 && dc == 2)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 2, 1, 2);
+    else if (q && B->m == 2 && B->g == 1 && dc == 0)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 2, 1, 0);
+    else if (q)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, -1, -1, -1);
+    else if (B->m == 1 && B->g == 1)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 0, 1, 1, 0);
+    else if (B->m == 2 && B->g == 1)
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 0, 2, 1, 0);
+    else
+      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 0, -1, -1, 0);
+    return;
+  }
+#endif
   const int64_t n = E->cols - i;
   const __mmask16 k[4] = {lane_mask(n), lane_mask(n - 16), lane_mask(n - 32), lane_mask(n - 48)};
   const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
@@ -401,16 +515,6 @@ static inline __attribute__((always_inline)) void panel_step_lut(const panel_cod
     const int32_t* r = c + m * ldc + i;
     __m512i v0, v1, v2, v3;
     panel_load(E, r, m, k, panel, corr, &v0, &v1, &v2, &v3);
-#ifdef __AVX512VBMI__
-    if (L.bytes != NULL) { /* the plan's byte tables: no gathers */
-      const __m512i u0 = sdp_i8_lanes_lut_u(e, &L, v0);
-      const __m512i u1 = sdp_i8_lanes_lut_u(e, &L, v1);
-      const __m512i u2 = sdp_i8_lanes_lut_u(e, &L, v2);
-      const __m512i u3 = panel ? u2 : sdp_i8_lanes_lut_u(e, &L, v3);
-      _mm512_mask_storeu_epi8(out + m * ldo, keep, sdp_i8_lut_bytes64(L.bytes, u0, u1, u2, u3));
-      continue;
-    }
-#endif
     const __m512i q0 = sdp_i8_lanes_lut(e, &L, v0);
     const __m512i q1 = sdp_i8_lanes_lut(e, &L, v1);
     const __m512i q2 = sdp_i8_lanes_lut(e, &L, v2);

@@ -572,3 +572,83 @@ def test_the_folded_form_through_the_compiler_tables(act, reach):
     for _ in range(1 + -(-PLAN_ELEMENTS // expected.size)):  # the last ones through the plan
         np.testing.assert_array_equal(device.run(chain, x)[0], expected)
     assert len(np.unique(expected)) > (20 if reach == "clamped" else 4)
+
+
+def _byte_form_case(act: str):
+    """A 1x1 conv from 4 channels with the compiler's tables at a shift <= 8 (lut_vs_relu.py's
+    layer: mul 16913-29301, shift 7), whose accumulators v = a + 127 b (input channels 0 and 1
+    on a 256 x 256 grid: every pair of codes once, so every v in [-16384, 16383] but a few)
+    cross each of the table's code changes on some channel (its bias puts the change at v = 0),
+    and on other channels pass both ends of the byte tables (where the byte form clamps v) by
+    more than a margin of 2^15 values of t."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+    from accel_codegen.sim.reference import lut_int8, rhaz
+
+    out = TensorQuant(0.05, -20 if act == "silu" else -10)
+    acc_scale = 0.05 * 0.002
+    table = layer_lut(act, out, acc_scale, "test")
+    mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
+    s, m = int(rshift[0]), int(mul[0])
+    assert s <= 8
+    lut = table.lut
+    t = np.arange(lut.lo_start - (1 << 22), lut.lo_start + (257 << lut.lo_index_select) + (1 << 22),
+                  dtype=np.int64)
+    codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), table.out_shift) + out.zero,
+                    -128, 127)
+    changes = t[1:][codes[1:] != codes[:-1]]
+    # targets: every change, then at least 8 points spread below the first and above the last;
+    # channels 3 past a multiple of 8 (a block of 3 rows at the end)
+    cout = len(changes) + 8 + (3 - len(changes)) % 8
+    spread = np.linspace(changes[0] - (1 << 21), changes[-1] + (1 << 21), cout - len(changes))
+    target = np.concatenate([changes, spread.astype(np.int64)])
+    bias = np.round(target * 2.0**s / m).astype(np.int64)
+    mul, rshift = np.resize(mul, cout), np.resize(rshift, cout)
+    w = np.zeros((cout, 4, 1, 1), np.int8)
+    w[:, 0], w[:, 1] = 1, 127
+    a = np.arange(-128, 128, dtype=np.int8)
+    x = np.zeros((1, 4, 256, 256), np.int8)
+    x[0, 0] = a[:, None]
+    x[0, 1] = a[None, :]
+    sdp = Sdp(bias=bias.astype(np.int32), mul=mul, rshift=rshift, act=act, precision="int8",
+              out_mul=1, out_shift=table.out_shift, out_zero=out.zero, lut=lut)
+    return [Conv(w, precision="int8", in_zero=0), sdp], x, len(changes)
+
+
+@pytest.mark.parametrize("act", ["silu", "hardswish", "sigmoid"])
+def test_the_byte_form_through_the_compiler_tables(act, monkeypatch):
+    """The conv panel epilogue's byte form (sdp_i8_lanes.h's sdp_i8_lanes_lut_q, every channel
+    lq: Q = clamp(v) mul 2^(8-s) + add holds u in bytes 1-3, the tables' outside thresholds
+    compared on v) and its panels' rows four at a time (conv/i8.h's panel_step_lut_bytes: blocks
+    of 8 rows and one of 3; 65536 outputs, so panels of 48 and a last one of 16): every code change of the table crossed at its exact v on some channel, both ends
+    of the tables passed, against the reference and the bins (ACCEL_SDP_I8_LUT=bins)."""
+    chain, x, changes = _byte_form_case(act)
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > (15 if act == "sigmoid" else 100)
+    device = Device("nv_full", num_threads=1)
+    for path in ("", "bins"):
+        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
+        for _ in range(2):  # the second through the kept plan
+            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+
+
+def test_verbose_names_the_byte_form(tmp_path):
+    """ACCEL_VERBOSE's lut_lanes line: every channel of the byte-form cases takes the byte form
+    (on a VBMI host; elsewhere the plan has no byte tables and none does)."""
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import test_lut_int8_lanes as m\n"
+        "from accel_codegen import Device\n"
+        "for act in ('silu', 'hardswish', 'sigmoid'):\n"
+        "    chain, x, _ = m._byte_form_case(act)\n"
+        "    for _ in range(2):\n"
+        "        Device('nv_full', num_threads=1).run(chain, x)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ACCEL_VERBOSE": "1"},
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ",lut_lanes," in ln]
+    assert lines, done.stderr[-2000:]
+    counts = [(int(ln.split(",channels", 1)[1].split("_", 1)[0]), int(ln.rsplit("_byte_form", 1)[1]))
+              for ln in lines]
+    assert all(f == (c if _has_vbmi() else 0) for c, f in counts), lines
