@@ -52,7 +52,7 @@ from tvm.relax.dpl import wildcard
 from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
-from .relax_exprs import Unsupported, read_counts, strided_sliced
+from .relax_exprs import Unsupported, prim_int, read_counts, strided_sliced
 from .source_names import name_of, named
 
 #: Ops that only move elements (their index maps are applied to index arrays).
@@ -84,13 +84,6 @@ _ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multip
                "relax.mod": np.fmod, "relax.floor_mod": np.mod}
 
 
-def _prim_int(value) -> Optional[int]:
-    """The integer of a PrimValue or IntImm argument (arange's bounds), or None."""
-    while hasattr(value, "value") and not isinstance(value, (int, np.integer)):
-        value = value.value
-    return int(value) if isinstance(value, (int, np.integer)) else None
-
-
 def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
     """The value of an integer expression computed from constants and static shapes (ONNX's
     Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``; torch.roll's
@@ -112,7 +105,7 @@ def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.
         return None
     name = expr.op.name
     if name == "relax.arange":  # torch.roll's indices: (arange(n) + shift) mod n
-        bounds = [_prim_int(a) for a in expr.args]
+        bounds = [prim_int(a) for a in expr.args]
         return None if None in bounds else np.arange(*bounds, dtype=np.int64)
     if name == "relax.shape_of":
         shape = _static(expr.args[0])
