@@ -920,49 +920,58 @@ def _vars(expr: relax.Expr) -> List[relax.Var]:
     return found
 
 
-#: The ops between an attention core's token tensors and nn.attention that its pattern takes
-#: (chains.py: a channel range, the heads' reshape, Swin-V2's factor per head on the query).
-_INPUT_VIEWS = ("relax.reshape", "relax.strided_slice", "relax.multiply")
+#: The ops between an attention core's token tensors and nn.attention that its pattern takes,
+#: each with what may come before it (chains.py: Swin-V2's factor per head on the query, the
+#: heads' reshape, a channel range).
+_INPUT_VIEWS = {"relax.multiply": ("relax.reshape",), "relax.reshape": ("relax.strided_slice",),
+                "relax.strided_slice": ()}
 _ATTENTION_OPS = ("relax.nn.attention", "relax.nn.attention_bias")
 
 
 @relax.expr_functor.mutator
 class _PrivateInputs(relax.PyExprMutator):
-    """Each nn.attention's input views bound again for it alone where one is shared."""
+    """Each nn.attention's input views (of q, k and v: a computed bias is an input of its
+    composite, read as it is) bound again for it alone where one is shared."""
 
     def __init__(self, mod: tvm.IRModule, function: relax.Function):
         super().__init__(mod)
         self.value = {b.var: b.value for block in function.body.blocks for b in block.bindings}
         self.readers = read_counts(function)
 
-    def _view(self, expr: relax.Expr) -> Optional[relax.Call]:
+    def _view(self, expr: relax.Expr, allowed) -> Optional[relax.Call]:
         value = self.value.get(expr) if isinstance(expr, relax.Var) else None
-        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in _INPUT_VIEWS and \
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in allowed and \
                 (value.op.name != "relax.multiply" or is_constant(value.args[1])):
             return value
         return None
 
-    def _copied(self, expr: relax.Expr) -> relax.Expr:
+    def _copied(self, expr: relax.Expr, allowed=tuple(_INPUT_VIEWS)) -> relax.Expr:
         """The views from a token tensor to ``expr``, bound anew (the tensor itself not)."""
-        view = self._view(expr)
+        view = self._view(expr, allowed)
         if view is None:
             return self.visit_expr(expr)
-        args = [self._copied(view.args[0])] + [self.visit_expr(a) for a in view.args[1:]]
+        args = [self._copied(view.args[0], _INPUT_VIEWS[view.op.name])] + \
+            [self.visit_expr(a) for a in view.args[1:]]
         return self.builder_.emit(relax.Call(view.op, args, view.attrs, view.ty_args,
                                              view.span))
 
-    def _shared(self, expr: relax.Expr) -> bool:
-        view = self._view(expr)
-        return view is not None and (self.readers.get(expr, 0) > 1 or self._shared(view.args[0]))
+    def shared(self, expr: relax.Expr, allowed=tuple(_INPUT_VIEWS)) -> bool:
+        view = self._view(expr, allowed)
+        return view is not None and (self.readers.get(expr, 0) > 1 or
+                                     self.shared(view.args[0], _INPUT_VIEWS[view.op.name]))
+
+    def sharing(self, value: relax.Expr) -> bool:
+        """Whether ``value`` is an nn.attention with a shared input view."""
+        return isinstance(value, relax.Call) and getattr(value.op, "name", "") in \
+            _ATTENTION_OPS and any(self.shared(arg) for arg in value.args[:3])
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = binding.value
-        if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") in
-                _ATTENTION_OPS and any(self._shared(arg) for arg in value.args)):
+        if not self.sharing(value):
             super().visit_var_binding_(binding)
             return
-        args = [self._copied(arg) if self._shared(arg) else self.visit_expr(arg)
-                for arg in value.args]
+        args = [self._copied(arg) if i < 3 and self.shared(arg) else self.visit_expr(arg)
+                for i, arg in enumerate(value.args)]
         new = relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
         if isinstance(binding.var, relax.DataflowVar):
             var = self.builder_.emit(new, name_hint=binding.var.name)
@@ -984,8 +993,6 @@ def private_attention_inputs(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(function, relax.Function) and not (
                 function.attrs is not None and "Composite" in function.attrs):
             rewriter = _PrivateInputs(result, function)
-            if any(isinstance(value, relax.Call) and getattr(value.op, "name", "") in
-                   _ATTENTION_OPS and any(rewriter._shared(arg) for arg in value.args)
-                   for value in rewriter.value.values()):
+            if any(rewriter.sharing(value) for value in rewriter.value.values()):
                 result[gv] = rewriter.visit_expr(function)
     return result
