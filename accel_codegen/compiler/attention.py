@@ -52,7 +52,7 @@ from tvm.relax.dpl import wildcard
 from . import chains
 from .layer import constant_value, is_constant
 from .lowering import l2_normalize_parts
-from .relax_exprs import Unsupported, strided_sliced
+from .relax_exprs import Unsupported, prim_int, read_counts, strided_sliced
 from .source_names import name_of, named
 
 #: Ops that only move elements (their index maps are applied to index arrays).
@@ -84,13 +84,6 @@ _ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multip
                "relax.mod": np.fmod, "relax.floor_mod": np.mod}
 
 
-def _prim_int(value) -> Optional[int]:
-    """The integer of a PrimValue or IntImm argument (arange's bounds), or None."""
-    while hasattr(value, "value") and not isinstance(value, (int, np.integer)):
-        value = value.value
-    return int(value) if isinstance(value, (int, np.integer)) else None
-
-
 def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.ndarray]:
     """The value of an integer expression computed from constants and static shapes (ONNX's
     Gather indices: ``where(i < 0, i + dim, i)`` of a ``shape_of``; torch.roll's
@@ -112,7 +105,7 @@ def evaluate_indices(expr: relax.Expr, value_of, depth: int = 0) -> Optional[np.
         return None
     name = expr.op.name
     if name == "relax.arange":  # torch.roll's indices: (arange(n) + shift) mod n
-        bounds = [_prim_int(a) for a in expr.args]
+        bounds = [prim_int(a) for a in expr.args]
         return None if None in bounds else np.arange(*bounds, dtype=np.int64)
     if name == "relax.shape_of":
         shape = _static(expr.args[0])
@@ -265,27 +258,36 @@ class _Graph:
 
     def linear(self, expr: relax.Expr
                ) -> Optional[Tuple[relax.Expr, np.ndarray, Optional[np.ndarray]]]:
-        """(data, W [K, C], b [K] or None) where ``expr`` is data W^T (+ b) of constants."""
+        """(data, W [K, C], b [K] or None) where ``expr`` is data W^T (+ b) of constants (or
+        of layout ops of constants: torch's MultiheadAttention with a query other than its
+        key projects each by a slice of in_proj_weight and in_proj_bias, which
+        rewrites.constant_broadcasts_and_takes folds only after this module's rewrite)."""
         call, bias = self.call(expr), None
         if call is not None and call.op.name == "relax.add":
             a, b = call.args
-            if not is_constant(b):
+            bias = _constant_of(self, b)
+            if bias is None:
                 a, b = b, a
-            if not is_constant(b):
+                bias = _constant_of(self, b)
+            if bias is None:
                 return None
-            bias = constant_value(b)
             call = self.call(a)
+            # a reshape of the rows before the bias's add (rewrites.broadcast_weight_matmuls
+            # leaves a bias it cannot read as a constant yet after its reshape back to
+            # [B, M, N]: the slice of in_proj_bias that the key and value add)
+            if call is not None and call.op.name == "relax.reshape" and \
+                    _static(call) is not None and _static(call.args[0]) is not None and \
+                    _static(call)[-1] == _static(call.args[0])[-1]:
+                call = self.call(call.args[0])
         if call is None or call.op.name != "relax.matmul":
             return None
         data, weight = call.args
-        permuted = self.call(weight, "relax.permute_dims")
-        if permuted is not None and is_constant(permuted.args[0]) and (
-                permuted.attrs.axes is None or _ints(permuted.attrs.axes) == [1, 0]):
-            w = constant_value(permuted.args[0])
-        elif is_constant(weight):
-            w = constant_value(weight).T
-        else:
+        w = _constant_of(self, weight)
+        if w is None or w.ndim != 2:
             return None
+        # (float32 of float32 values: _constant_of computes in float64)
+        w = w.T.astype(np.float32)
+        bias = None if bias is None else bias.astype(np.float32)
         shape = _static(data)
         if w.ndim != 2 or shape is None or shape[-1] != w.shape[1] or str(
                 getattr(data.ty, "dtype", "")) != "float32" or (
@@ -916,3 +918,81 @@ def _vars(expr: relax.Expr) -> List[relax.Var]:
     relax.analysis.post_order_visit(expr, lambda e: found.append(e)
                                     if isinstance(e, relax.Var) else None)
     return found
+
+
+#: The ops between an attention core's token tensors and nn.attention that its pattern takes,
+#: each with what may come before it (chains.py: Swin-V2's factor per head on the query, the
+#: heads' reshape, a channel range).
+_INPUT_VIEWS = {"relax.multiply": ("relax.reshape",), "relax.reshape": ("relax.strided_slice",),
+                "relax.strided_slice": ()}
+_ATTENTION_OPS = ("relax.nn.attention", "relax.nn.attention_bias")
+
+
+@relax.expr_functor.mutator
+class _PrivateInputs(relax.PyExprMutator):
+    """Each nn.attention's input views (of q, k and v: a computed bias is an input of its
+    composite, read as it is) bound again for it alone where one is shared."""
+
+    def __init__(self, mod: tvm.IRModule, function: relax.Function):
+        super().__init__(mod)
+        self.value = {b.var: b.value for block in function.body.blocks for b in block.bindings}
+        self.readers = read_counts(function)
+
+    def _view(self, expr: relax.Expr, allowed) -> Optional[relax.Call]:
+        value = self.value.get(expr) if isinstance(expr, relax.Var) else None
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") in allowed and \
+                (value.op.name != "relax.multiply" or is_constant(value.args[1])):
+            return value
+        return None
+
+    def _copied(self, expr: relax.Expr, allowed=tuple(_INPUT_VIEWS)) -> relax.Expr:
+        """The views from a token tensor to ``expr``, bound anew (the tensor itself not)."""
+        view = self._view(expr, allowed)
+        if view is None:
+            return self.visit_expr(expr)
+        args = [self._copied(view.args[0], _INPUT_VIEWS[view.op.name])] + \
+            [self.visit_expr(a) for a in view.args[1:]]
+        return self.builder_.emit(relax.Call(view.op, args, view.attrs, view.ty_args,
+                                             view.span))
+
+    def shared(self, expr: relax.Expr, allowed=tuple(_INPUT_VIEWS)) -> bool:
+        view = self._view(expr, allowed)
+        return view is not None and (self.readers.get(expr, 0) > 1 or
+                                     self.shared(view.args[0], _INPUT_VIEWS[view.op.name]))
+
+    def sharing(self, value: relax.Expr) -> bool:
+        """Whether ``value`` is an nn.attention with a shared input view."""
+        return isinstance(value, relax.Call) and getattr(value.op, "name", "") in \
+            _ATTENTION_OPS and any(self.shared(arg) for arg in value.args[:3])
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if not self.sharing(value):
+            super().visit_var_binding_(binding)
+            return
+        args = [self._copied(arg) if i < 3 and self.shared(arg) else self.visit_expr(arg)
+                for i, arg in enumerate(value.args)]
+        new = relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
+        if isinstance(binding.var, relax.DataflowVar):
+            var = self.builder_.emit(new, name_hint=binding.var.name)
+        else:
+            var = self.builder_.emit_output(new, name_hint=binding.var.name)
+        self.set_var_remap(binding.var, var)
+
+
+def private_attention_inputs(mod: tvm.IRModule) -> tvm.IRModule:
+    """An nn.attention whose input views (its pattern's reshape of the heads, channel range,
+    factor per head) another op reads too -> the views bound again for it alone. Two cores
+    read the same views where their keys and values are the same projections of one tensor
+    (nn.TransformerDecoder's cloned layers before training attend to the one memory with
+    equal weights), which the rewrites that merge equal expressions make one binding; the
+    attention pattern refuses a view read outside it (its chain would leak), which left
+    both cores on the host."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in mod.functions_items():
+        if isinstance(function, relax.Function) and not (
+                function.attrs is not None and "Composite" in function.attrs):
+            rewriter = _PrivateInputs(result, function)
+            if any(rewriter.sharing(value) for value in rewriter.value.values()):
+                result[gv] = rewriter.visit_expr(function)
+    return result

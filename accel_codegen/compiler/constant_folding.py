@@ -19,7 +19,9 @@ the host CPU, in the ops' precision), so the fold computes what the host build w
 A tensor's shape is a constant too where it is static: ``shape_to_tensor(shape_of(x))`` of an
 ``x`` whose shape the module states is that shape as an int64 constant. TVM's ONNX importer
 normalises a Gather's index at run time so (``where(i < 0, i + shape[axis], i)``, ViT's head
-``x[:, 0]``), and the index then folds to the constant the take's rewrites read."""
+``x[:, 0]``), and the index then folds to the constant the take's rewrites read. So is an
+integer ``arange`` of constant bounds, which TVM's FoldConstant leaves: torch's ``triu`` of
+``generate_square_subsequent_mask`` (a decoder's causal mask) compares two of them."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional
@@ -28,7 +30,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .relax_exprs import is_constant
+from .relax_exprs import is_constant, prim_int
 
 #: Ops that only move a constant's elements: left for the patterns (module docstring).
 MOVES = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
@@ -77,7 +79,8 @@ def _static_shape(expr: relax.Expr, shapes: Dict[relax.Var, List[int]]
 
 def _shape_tensors(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
     """The vars bound to ``shape_to_tensor`` of a static shape, and that shape as an int64
-    constant (module docstring)."""
+    constant (module docstring); and those bound to an integer ``arange`` of constant bounds,
+    and its values."""
     shapes: Dict[relax.Var, List[int]] = {}
     folded: Dict[relax.Var, relax.Expr] = {}
     for block in function.body.blocks:
@@ -94,6 +97,14 @@ def _shape_tensors(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
                 shape = _static_shape(value.args[0], shapes)
                 if shape is not None:
                     folded[binding.var] = relax.const(np.array(shape, np.int64), "int64")
+            elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                    value.op.name == "relax.arange":
+                # TVM's FoldConstant leaves arange (its bounds are no constant tensors):
+                # triu's and tril's index comparisons (a causal mask) then stay host ops
+                bounds = [prim_int(a) for a in value.args]
+                dtype = str(binding.var.ty.dtype)
+                if None not in bounds and dtype.startswith("int"):
+                    folded[binding.var] = relax.const(np.arange(*bounds).astype(dtype), dtype)
     return folded
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import math
 import operator
 import os
 import sys
@@ -298,15 +299,33 @@ def _elu(node, importer) -> relax.Expr:
     return emit(relax.op.add(negative, positive))
 
 
+def _full(node, importer) -> relax.Expr:
+    """aten's ``full(size, fill)`` of a static size and an infinite fill as ``broadcast_to``
+    of the number: TVM imports it as ``R.full``, whose legalisation fails for a fill of +-inf
+    (``TypeError: argument of type 'PrimType' is not iterable``, in the host build and in
+    constant folding alike), and ``nn.Transformer.generate_square_subsequent_mask`` is
+    ``triu(full((T, T), -inf), 1)``: a decoder's causal mask. The same elements. Any other
+    fill is TVM's converter's."""
+    args = importer.retrieve_args(node)
+    size = args[0] if isinstance(args[0], (list, tuple)) else (args[0],)
+    value = node.meta.get("val")
+    if not isinstance(args[1], float) or math.isfinite(args[1]) or value is None or \
+            not all(isinstance(n, int) for n in size):
+        return importer._full(node)  # pylint: disable=protected-access
+    dtype = str(value.dtype).replace("torch.", "")
+    return importer.block_builder.emit(relax.op.broadcast_to(
+        relax.const(args[1], dtype), relax.ShapeExpr([int(n) for n in size])))
+
+
 #: Converters of aten ops TVM's PyTorch frontend lacks (its import raised "Unsupported function
 #: types"): torch.amax / amin, a CBAM block's channel max; adaptive max pooling; and torch.max
-#: / min along a dim, which it imports as a topk. And one it gets wrong: elu's scale and
-#: input_scale (SELU).
+#: / min along a dim, which it imports as a topk. And ones it gets wrong: elu's scale and
+#: input_scale (SELU); full of an infinite fill, which does not build (_full).
 _MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
                        "amin.default": _reduction(relax.op.min),
                        "max.dim": _extreme_along(True), "min.dim": _extreme_along(False),
                        "adaptive_max_pool2d.default": _adaptive_max_pool2d,
-                       "elu.default": _elu}
+                       "elu.default": _elu, "full.default": _full}
 
 
 def _in_eval_mode(model):

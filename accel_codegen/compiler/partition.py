@@ -27,7 +27,7 @@ from ..quantization.calibration import LEAST_ERROR
 from ..sim.config import AccelConfig, Precision
 from ..tables import Column, render_table
 from . import codegen, frontend
-from .attention import attention_cores
+from .attention import attention_cores, private_attention_inputs
 from .constant_folding import constant_computations
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
@@ -290,8 +290,10 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     # Once more, last: a rewrite through TVM's rewrite_call that changes a function merges
     # its equal expressions, among them the layers' transposes of one constant weight (an
     # unrolled LSTM's 20 steps of one W_hh), which a chain then cannot take (an intermediate
-    # read outside it): each dense layer reads the transposed constant itself again.
-    return tidy(shared_constant_reshapes(mod))
+    # read outside it): each dense layer reads the transposed constant itself again. The
+    # same merging gives two attention cores of equal projections one binding of their input
+    # views, which each then binds again.
+    return tidy(private_attention_inputs(shared_constant_reshapes(mod)))
 
 
 def _params_digest(params) -> Optional[str]:

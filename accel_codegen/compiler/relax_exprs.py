@@ -102,6 +102,13 @@ def chain_root(function: relax.Function) -> relax.Expr:
     return result
 
 
+def prim_int(value) -> Optional[int]:
+    """The integer of a PrimValue or IntImm argument (arange's bounds), or None."""
+    while hasattr(value, "value") and not isinstance(value, (int, np.integer)):
+        value = value.value
+    return int(value) if isinstance(value, (int, np.integer)) else None
+
+
 def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
     """How many times each variable is read in ``function``: in its bindings' values (at any
     depth: a call's arguments, a tuple's fields) and in its result. A variable read by no one
