@@ -108,18 +108,6 @@ def _shape_tensors(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
     return folded
 
 
-def _arange(call: relax.Call) -> Optional[relax.Expr]:
-    """An ``arange`` of static bounds as its constant, else None. TVM's FoldConstant folds
-    calls of constant tensors only, and an arange's bounds are immediates: torch's reflection
-    and replication paddings compute their gather indices from one."""
-    if call.op.name != "relax.arange" or not all(
-            isinstance(getattr(a, "value", None), (int, float)) for a in call.args):
-        return None  # a bound computed at run time
-    start, end, step = (a.value for a in call.args)
-    dtype = str(call.ty.dtype)
-    return relax.const(np.arange(start, end, step).astype(dtype), dtype)
-
-
 def _folded(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
     """The vars of ``function`` to fold (module docstring) and their values."""
     # var -> whether its computation contains an op that computes
@@ -136,8 +124,7 @@ def _folded(function: relax.Function) -> Dict[relax.Var, relax.Expr]:
             computes = value.op.name not in MOVES or any(
                 constant.get(v, False) for v in _uses(value))
             constant[binding.var] = computes
-            steps = _arange(value)
-            bindings.append(binding if steps is None else relax.VarBinding(binding.var, steps))
+            bindings.append(binding)
     if not any(constant.values()):
         return {}
     # the computing constants that something else reads (or the function returns)
