@@ -25,7 +25,7 @@ import numpy as np
 from tvm import relax
 
 from ...errors import AccelInvalidError
-from ...quantization import Calibration, Key, TensorQuant
+from ...quantization import Calibration, ChannelQuant, Key, TensorQuant
 from ...quantization.lut import layer_lut
 from ...sim.labels import pass_part, run_key
 from ...sim.observer import INPUT, operand_index
@@ -76,6 +76,15 @@ class _FunctionQuant:
         # (concat_producers)
         self.concats: Dict[relax.Var, TensorQuant] = {}
         self.produced: Dict[str, TensorQuant] = {}
+        # the int8 concats whose channels keep their inputs' quantisations
+        # (concats_read_per_channel)
+        self.part_scaled: set = set()
+        # per tensor an SDP without conv wrote: the offset its rounded bias adds to each
+        # channel before its activation (real units), and whether that is a ReLU
+        # (input_shift)
+        self.offsets: Dict[relax.Var, tuple] = {}
+        # per tensor an average pool wrote: the mean shift of its channels (input_shift)
+        self.shifts: Dict[relax.Var, np.ndarray] = {}
 
     def calibrated(self, key: Key) -> TensorQuant:
         if self.calibration is None:
@@ -102,6 +111,7 @@ class _FunctionQuant:
         runs: Dict[int, List[Run]] = {}
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
+        self.part_scaled = self.concats_read_per_channel(runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
@@ -139,6 +149,34 @@ class _FunctionQuant:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
 
+    def concats_read_per_channel(self, runs: Dict[int, List[Run]]) -> set:
+        """The int8 channel concats (one image, each input whole into its channel range)
+        whose every reader is an int8 SDP layer reading the concat as its data (a DenseNet's
+        batch norm + ReLU after each concat): such a concat keeps each input's scale and zero
+        point in its channels (a ChannelQuant), its copies move codes, and the reader takes
+        each channel's scale into its multiplier and its zero point into its bias, which are
+        per channel on the SDP (NVDLA's BS/BN operands). One scale covering every input
+        instead rescales each into it (a rounding per input, on the codes already rounded
+        once: a ratio near 1/2, an unsigned input beside signed ones of the same reach, then
+        biases the codes) and gives the inputs of small range, a 12-channel growth layer's
+        beside the block's input, few codes, which the reader's batch norm then amplifies."""
+        found: set = set()
+        readers = read_counts(self.function.function)
+        for at, call in enumerate(self.function.calls):
+            layer, var = call.layer, call.binding.var
+            if call.precision != "int8" or call.converted or len(layer.copies) < 2 or \
+                    not runs.get(at) or not layer.several_sources or layer.rescaled_rows or \
+                    layer.keeps_input_scales or layer.in_shape[0] != 1 or \
+                    not all(c.in_shape[1] == c.channels and c.src_offset == 0 and
+                            c.src_stride == 1 and c.dst_stride == 1 for c in layer.copies):
+                continue
+            reading = [r for r in self.function.runs if r.data is not None and
+                       r.data.same_as(var) and r.call != at]
+            if reading and len({r.call for r in reading}) == readers.get(var, 0) and \
+                    all(_absorbs_channels(r) for r in reading):
+                found.add(var)
+        return found
+
     def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
         """An int8 concat whose every input is a conv or SDP layer of this function read by
         the concat alone (a detector neck's branches): each branch writes its output straight
@@ -154,7 +192,7 @@ class _FunctionQuant:
             layer = call.layer
             if call.precision != "int8" or len(layer.copies) < 2 or not runs.get(at) or \
                     not layer.several_sources or layer.rescaled_rows or \
-                    layer.keeps_input_scales:
+                    layer.keeps_input_scales or call.binding.var in self.part_scaled:
                 continue
             sources, keys = [], []
             for copy in layer.copies:
@@ -202,6 +240,15 @@ class _FunctionQuant:
             # ranges leave as fp32 each with its own); what read the tensor as one int8
             # tensor (nothing in this function) would need the scale that covers them all
             self.quant[var] = int8.concat_quant([self.run(run) for run in runs])
+            return
+        if var in self.part_scaled:  # each copy moves its input's codes (identity
+            # converters), the channels keeping that input's quantisation (ChannelQuant)
+            parts = []
+            for run in runs:
+                part = self.data(run.layer.data, run.scope, (run.key, INPUT))
+                self.run(run, concat=part)
+                parts.append((run.layer.copies[0].channels, part))
+            self.quant[var] = ChannelQuant.of_parts(parts)
             return
         if var in self.concats:  # its inputs were written in it: the copies move codes
             self.quant[var] = self.concats[var]
@@ -321,8 +368,22 @@ class _FunctionQuant:
                 if calibration and calibration.bias_correction else None
             h = h - int8.bias_correction(means, layer.conv.groups, weights.codes,
                                          weights.scales, weights.folded)
+            shift = self.input_shift(run) if means is not None else None
+            if shift is not None and layer.conv.groups == 1 and \
+                    len(shift) == weights.codes.shape[1]:
+                # the mean shift its input carries from an SDP's rounded bias goes back
+                # into the bias too, through the weights as quantised
+                quantised = weights.codes.astype(np.float64) * \
+                    weights.scales.reshape(-1, 1, 1, 1)
+                h = h - quantised.sum(axis=(2, 3)) @ shift
             unit = in_quant.scale * weights.scales
             g = np.ones(channels)
+        elif isinstance(in_quant, ChannelQuant):  # a concat's channels, each in its input's
+            # quantisation: the scales in the multipliers, the zero points in the bias
+            # (accumulator units, the codes: exact), so the SDP reads it with in_zero 0
+            g, h = affine(s, channels, scope)
+            unit = in_quant.scales
+            h = h - g * unit * in_quant.zeros
         else:
             g, h = affine(s, channels, scope)
             unit = np.full(channels, in_quant.scale)
@@ -336,10 +397,60 @@ class _FunctionQuant:
         if layer.pool is not None:
             passes, rescale = layer.pool.passes()
             ops += len(passes) + (rescale != 1.0)
-        tensors[INPUT] = in_quant
+        self.note_offsets(run, layer, g, h, unit, converters, out_quant)
+        if isinstance(in_quant, ChannelQuant):  # no one scale and zero point: the input
+            # is read with in_zero 0 (RunQuant.input None), its channels' in the converters
+            in_quant = None
+        else:
+            tensors[INPUT] = in_quant
         for i in range(1 if layer.conv is not None else 0, ops):
             tensors[i] = out_quant
         return RunQuant(in_quant, out_quant, operand, tensors, converters)
+
+    def note_offsets(self, run: Run, layer: Layer, g, h, unit, converters,
+                     out_quant: TensorQuant) -> None:
+        """Records what an int8 SDP reading its data from memory (a standalone batch norm:
+        DenseNet's before every conv) adds to its output's channel means. Its bias is in
+        accumulator units, here the input's codes, so the batch norm's shift is rounded to
+        half an input step per channel: the same offset at every position and every input,
+        which a ReLU then passes where it passes the values and an average pool keeps
+        (NVDLA's BS adds the bias before any multiply; a conv's accumulator is fine enough,
+        an int8 input is not). The reading conv takes it back into its bias (input_shift).
+        An average pool after it (or alone, reading such a tensor) keeps the mean shift."""
+        s = layer.sdp
+        if layer.conv is None and s.empty():  # a pool alone
+            shift = self.input_shift(run) if _average_pool(layer) else None
+            if shift is not None and run.output is not None:
+                self.shifts[run.output] = shift
+            return
+        if layer.conv is not None or s.empty() or converters is None or \
+                s.ew_op is not None or converters.lut is not None or \
+                s.act not in (None, "relu") or run.output is None or \
+                (layer.pool is not None and not _average_pool(layer)):
+            return
+        factor = converters.mul.astype(np.float64) / np.exp2(converters.rshift.astype(np.float64))
+        ideal = np.asarray(h, np.float64) / out_quant.scale
+        offset = (converters.bias.astype(np.float64) * factor - ideal) * out_quant.scale
+        self.offsets[run.output] = (offset, s.act == "relu")
+
+    def input_shift(self, run: Run) -> Optional[np.ndarray]:
+        """The mean shift of each channel of the run's data that an SDP's rounded bias
+        caused (note_offsets): its offset, times the share of the channel's values its ReLU
+        passed (the calibration's share above 0 of this run's input, which that ReLU wrote);
+        None: none known."""
+        if run.data is None:
+            return None
+        if run.data in self.shifts:
+            return self.shifts[run.data]
+        if run.data not in self.offsets or self.calibration is None:
+            return None
+        offset, relu = self.offsets[run.data]
+        if not relu:
+            return offset
+        passed = self.calibration.positives.get(run.key)
+        if passed is None or len(passed) != len(offset):
+            return None
+        return offset * passed
 
     def sdp(self, run: Run, layer: Layer, g, h, unit, out_quant: TensorQuant,
             tensors: Dict[int, TensorQuant]):
@@ -363,6 +474,21 @@ class _FunctionQuant:
             slope = constant_value(run.scope.get(s.prelu_slope, s.prelu_slope))
             prelu = int8.prelu_converter(slope, len(g), what)
         return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
+
+
+def _average_pool(layer: Layer) -> bool:
+    """Whether the layer's pool averages (and so keeps its input's channel means)."""
+    return layer.pool is not None and layer.pool.kind == "avg"
+
+
+def _absorbs_channels(run: Run) -> bool:
+    """Whether an int8 run reads its data through an SDP of per-channel converters alone (no
+    conv, no element-wise operand, one tensor in and out): what can take a ChannelQuant
+    input (per-channel scales and zero points) into its multipliers and bias exactly."""
+    layer = run.layer
+    return run.precision == "int8" and not run.converts and layer.conv is None and \
+        not layer.sdp.empty() and layer.sdp.ew_op is None and layer.branch is None and \
+        _plain(layer) and layer.lrn is None and run.part == ""
 
 
 def _plain(layer: Layer) -> bool:
