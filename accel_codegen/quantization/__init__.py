@@ -11,6 +11,7 @@ from . import output_aware  # registers calibration_method="mse_outputs"'s searc
 from .encoding import (WEIGHT_MAX, encode_multiplier, encode_multipliers, quantize_weights,
                        round_half_away)
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "Calibration", "ChannelQuant", "Key", "Observer", "TensorQuant",
-           "WEIGHT_MAX", "calibrate", "covering_quant", "encode_multiplier", "encode_multipliers", "examples_of",
-           "label_key", "observing", "quantize_weights", "round_half_away"]
+__all__ = ["DEFAULT_METHOD", "METHODS", "Calibration", "ChannelQuant", "Key", "Observer",
+           "TensorQuant", "WEIGHT_MAX", "calibrate", "covering_quant", "encode_multiplier",
+           "encode_multipliers", "examples_of", "label_key", "observing", "quantize_weights",
+           "round_half_away"]

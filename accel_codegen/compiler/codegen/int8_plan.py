@@ -397,7 +397,7 @@ class _FunctionQuant:
         if layer.pool is not None:
             passes, rescale = layer.pool.passes()
             ops += len(passes) + (rescale != 1.0)
-        self.note_offsets(run, layer, g, h, unit, converters, out_quant)
+        self.note_offsets(run, layer, g, h, converters, out_quant)
         if isinstance(in_quant, ChannelQuant):  # no one scale and zero point: the input
             # is read with in_zero 0 (RunQuant.input None), its channels' in the converters
             in_quant = None
@@ -407,7 +407,7 @@ class _FunctionQuant:
             tensors[i] = out_quant
         return RunQuant(in_quant, out_quant, operand, tensors, converters)
 
-    def note_offsets(self, run: Run, layer: Layer, g, h, unit, converters,
+    def note_offsets(self, run: Run, layer: Layer, g, h, converters,
                      out_quant: TensorQuant) -> None:
         """Records what an int8 SDP reading its data from memory (a standalone batch norm:
         DenseNet's before every conv) adds to its output's channel means. Its bias is in
@@ -415,22 +415,28 @@ class _FunctionQuant:
         half an input step per channel: the same offset at every position and every input,
         which a ReLU then passes where it passes the values and an average pool keeps
         (NVDLA's BS adds the bias before any multiply; a conv's accumulator is fine enough,
-        an int8 input is not). The reading conv takes it back into its bias (input_shift).
-        An average pool after it (or alone, reading such a tensor) keeps the mean shift."""
+        an int8 input is not). The reading conv takes it back into its bias (input_shift),
+        as does an SDP reading it (its factor g carries the shift into its own offset). An
+        average pool alone reading such a tensor keeps the mean shift."""
         s = layer.sdp
         if layer.conv is None and s.empty():  # a pool alone
             shift = self.input_shift(run) if _average_pool(layer) else None
             if shift is not None and run.output is not None:
                 self.shifts[run.output] = shift
             return
+        # a pool after the activation would make the ReLU's share the reader's input's
+        # no longer (a window passes when any of its values does): not followed
         if layer.conv is not None or s.empty() or converters is None or \
                 s.ew_op is not None or converters.lut is not None or \
-                s.act not in (None, "relu") or run.output is None or \
-                (layer.pool is not None and not _average_pool(layer)):
+                s.act not in (None, "relu") or run.output is None or layer.pool is not None:
             return
-        factor = converters.mul.astype(np.float64) / np.exp2(converters.rshift.astype(np.float64))
+        factor = converters.mul.astype(np.float64) / \
+            np.exp2(converters.rshift.astype(np.float64))
         ideal = np.asarray(h, np.float64) / out_quant.scale
         offset = (converters.bias.astype(np.float64) * factor - ideal) * out_quant.scale
+        inherited = self.input_shift(run)  # what its own input carried, through g
+        if inherited is not None and len(inherited) == len(offset):
+            offset = offset + np.asarray(g, np.float64) * inherited
         self.offsets[run.output] = (offset, s.act == "relu")
 
     def input_shift(self, run: Run) -> Optional[np.ndarray]:
