@@ -152,6 +152,7 @@ class _Stats:
     channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
     channel_positive: Optional[np.ndarray] = None  # values > 0 per channel (axis 1): the
                                                    # share a ReLU before it passed
+    channel_square: Optional[np.ndarray] = None    # sum of squares per channel (axis 1)
     count: int = 0                            # values per channel summed
     zeros: float = 0                          # exact zeros (in the histogram's first bin;
                                               # their weight, when weighted)
@@ -246,6 +247,10 @@ class Observer:
             positive = np.count_nonzero(x > 0, axis=(0, 2, 3))
             stats.channel_positive = positive if stats.channel_positive is None else \
                 stats.channel_positive + positive
+            squares = np.einsum("nchw,nchw->c", x, x, dtype=np.float64) if finite is x \
+                else (np.nan_to_num(x).astype(np.float64) ** 2).sum(axis=(0, 2, 3))
+            stats.channel_square = squares if stats.channel_square is None else \
+                stats.channel_square + squares
             stats.count += x.shape[0] * x.shape[2] * x.shape[3]
 
     def _add_weighted(self, key: Key, x: np.ndarray, weights: np.ndarray, amax: float) -> None:
@@ -574,21 +579,26 @@ class Calibration:
     # ReLU wrote the input, the share of its channel's values an offset before it moved
     # (codegen/int8_plan.py: _FunctionQuant.input_shift)
     positives: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
+    # per-channel standard deviations of every run's input (run key -> [C]): with ``means``,
+    # where an int8 average pool's rounding leans (_FunctionQuant.pool_bias)
+    stds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
-        tensors, means, positives = {}, {}, {}
+        tensors, means, positives, stds = {}, {}, {}, {}
         for key, stats in observer.stats.items():
             if stats.channel_sum is not None and stats.count:
                 means[key[0]] = stats.channel_sum / stats.count
                 positives[key[0]] = stats.channel_positive / stats.count
+                stds[key[0]] = np.sqrt(np.maximum(
+                    stats.channel_square / stats.count - means[key[0]] ** 2, 0.0))
             tensors[key] = tensor_quant(stats, method)
             # a channel its depthwise reader amplifies and the plain threshold erased: the
             # least error of the reader's output instead (compiler/sensitivity.py)
             if method in LEAST_ERROR and key in observer.weighted and loses_amplified_channel(
                     tensors[key], observer.channel_weights[key], observer.spans[key]):
                 tensors[key] = tensor_quant(observer.weighted[key], method)
-        return cls(method, samples, tensors, means, positives=positives)
+        return cls(method, samples, tensors, means, positives=positives, stds=stds)
 
     def get(self, key: str, op_index: int) -> TensorQuant:
         try:
@@ -605,6 +615,7 @@ class Calibration:
                            "means": {k: [float(v) for v in m] for k, m in self.means.items()},
                            "positives": {k: [float(v) for v in m]
                                          for k, m in self.positives.items()},
+                           "stds": {k: [float(v) for v in m] for k, m in self.stds.items()},
                            "equalized": self.equalized,
                            "bias_correction": self.bias_correction,
                            "weight_rounding": self.weight_rounding})
@@ -617,7 +628,8 @@ class Calibration:
                    {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()},
                    bool(data.get("equalized", False)), bool(data.get("bias_correction", True)),
                    str(data.get("weight_rounding", "nearest")),
-                   {k: np.asarray(m, np.float64) for k, m in data.get("positives", {}).items()})
+                   {k: np.asarray(m, np.float64) for k, m in data.get("positives", {}).items()},
+                   {k: np.asarray(m, np.float64) for k, m in data.get("stds", {}).items()})
 
 
 def examples_of(inputs, what: str) -> list:

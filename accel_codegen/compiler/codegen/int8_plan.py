@@ -19,6 +19,7 @@ The code generator prints what this sets (``int8_ops.py``), and ``Program.to_dic
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -392,6 +393,9 @@ class _FunctionQuant:
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
             out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
+            lean = self.pool_lean(run, layer, out_quant)
+            if lean is not None:  # the pool's rounding leans: the SDP leans the other way
+                h = h - lean * out_quant.scale
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
         if layer.pool is not None:
@@ -419,9 +423,15 @@ class _FunctionQuant:
         as does an SDP reading it (its factor g carries the shift into its own offset). An
         average pool alone reading such a tensor keeps the mean shift."""
         s = layer.sdp
-        if layer.conv is None and s.empty():  # a pool alone
-            shift = self.input_shift(run) if _average_pool(layer) else None
-            if shift is not None and run.output is not None:
+        if layer.conv is None and s.empty():  # a pool alone: what its input carried, and
+            # where its own rounding leans
+            if not _average_pool(layer) or run.output is None:
+                return
+            shift, lean = self.input_shift(run), self.pool_lean(run, layer, out_quant)
+            if lean is not None:
+                lean = lean * out_quant.scale
+                shift = lean if shift is None or len(shift) != len(lean) else shift + lean
+            if shift is not None:
                 self.shifts[run.output] = shift
             return
         # a pool after the activation would make the ReLU's share the reader's input's
@@ -438,6 +448,41 @@ class _FunctionQuant:
         if inherited is not None and len(inherited) == len(offset):
             offset = offset + np.asarray(g, np.float64) * inherited
         self.offsets[run.output] = (offset, s.act == "relu")
+
+    def pool_lean(self, run: Run, layer: Layer, quant: TensorQuant) -> Optional[np.ndarray]:
+        """Per channel, the mean error in codes of the layer's int8 average pool (None: none
+        known; a pool that pads, or rescales its passes' result, is not followed): the PDP
+        rounds half away from zero after each of its two reciprocals, so a 2x2 window leans
+        0.375 codes away from code 0 on average (int8.pool_rounding_bias), the same at every
+        position: a per-channel offset, which DenseNet's transitions passed to every later
+        layer and its global pool to the classifier. Which way it leans is the sign of the
+        window's sum of codes: above 0 where the pooled value is above -zero x scale, its
+        share per channel from the calibration's mean and deviation of the pool's output
+        (the input of a run reading it), taken as normal."""
+        if self.calibration is None or not self.calibration.bias_correction or \
+                not _average_pool(layer) or run.output is None:
+            return None
+        passes, rescale = layer.pool.passes()
+        if rescale != 1.0 or any(any(p.padding) for p in passes):
+            return None
+        # each pass averages the one before's lean and adds its own: their sum (the passes
+        # of a global pool lean the same way, the sign of the mean they reach)
+        lean = sum(int8.pool_rounding_bias(*p.kernel) for p in passes)
+        if lean == 0.0:
+            return None
+        for reader in self.function.runs:
+            if reader.data is None or not reader.data.same_as(run.output):
+                continue
+            mean = self.calibration.means.get(reader.key)
+            std = self.calibration.stds.get(reader.key)
+            if mean is None or std is None:
+                continue
+            threshold = -quant.zero * quant.scale  # where the codes cross 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where(std > 0, (mean - threshold) / std, np.sign(mean - threshold) * 40)
+            above = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+            return lean * (2.0 * above - 1.0)
+        return None
 
     def input_shift(self, run: Run) -> Optional[np.ndarray]:
         """The mean shift of each channel of the run's data that an SDP's rounded bias
