@@ -8,6 +8,9 @@ earlier features through a batch norm + ReLU (an SDP reading int8 from memory) a
   input step per channel, the same offset everywhere, which a global average pool keeps
   while it averages the rest away; the conv that reads the SDP's output (or its average
   pool) takes that mean shift back into its bias.
+- The int8 average pool rounds half away from zero twice (NVDLA's two reciprocals): a 2x2
+  window leans 0.375 codes away from code 0. The SDP before a transition's pool leans the
+  other way; a global pool's lean is taken back by the classifier.
 """
 import numpy as np
 import pytest
@@ -107,15 +110,34 @@ def test_channel_quant_round_trips_each_channel_as_its_tensor_quant():
     np.testing.assert_array_equal(quant.dequantize(q)[:, 2:], b.dequantize(q[:, 2:]))
 
 
-@pytest.mark.parametrize("seed", [0, 2])
-def test_small_densenet_int8_sqnr(seed):
-    """Two dense blocks of 4 layers (growth 12) and a transition, on 3x64x64: output SQNR
-    against PyTorch over 4 inputs, measured 27.4 / 27.9 dB on seeds 0 / 2 (2026-12-02);
-    before (one covering scale per concat, the batch norms' rounded shifts not taken back)
-    22.2 / 23.0 dB. ONNX Runtime's static int8 of the same networks, 16 calibration and 8
-    other inputs against our fp32 build: 31.0 / 27.9 dB (docs/onnxruntime.md)."""
+def test_pool_rounding_bias_is_the_pdps():
+    """int8.pool_rounding_bias is the mean error of the reference PDP's average over every
+    window sum of codes 1..127 per position: one window per sum."""
+    from accel_codegen.compiler.codegen.int8 import pool_rounding_bias
+
+    for k in (2, 3, 4):
+        n = k * k
+        sums = np.arange(1, 127 * n + 1)
+        # window i holds sums[i]: every code sums[i] // n, the remainder spread one by one
+        codes = np.repeat((sums // n)[:, None], n, axis=1)
+        codes += np.arange(n)[None, :] < (sums % n)[:, None]
+        x = codes.reshape(1, 1, -1, k, k).transpose(0, 1, 3, 2, 4).reshape(1, 1, k, -1)
+        pooled = reference.pool2d_int8(x.astype(np.int8), "avg", k, k).reshape(-1)
+        assert pool_rounding_bias(k, k) == pytest.approx(np.mean(pooled - sums / n)), k
+    assert pool_rounding_bias(2, 2) == pytest.approx(0.375)
+
+
+@pytest.mark.parametrize("blocks, growth, seed, bound", [
+    ((4, 4), 12, 0, 28.0), ((4, 4), 12, 2, 27.0), ((6,), 32, 1, 33.0)])
+def test_small_densenet_int8_sqnr(blocks, growth, seed, bound):
+    """Small DenseNets on 3x64x64 (two blocks of 4 layers of growth 12 with a transition,
+    or one block of 6 of growth 32): output SQNR against PyTorch over 4 inputs. Measured
+    (2026-12-02) 30.0 / 28.7 / 35.9 dB; before (one covering scale per concat, nothing
+    taken back) 22.2 / 23.0 / 26.8 dB. ONNX Runtime's static int8 of the same networks (16
+    calibration and 8 other inputs, against our fp32 build): 31.0 / 27.9 / 37.6 dB
+    (docs/onnxruntime.md)."""
     model, (x,) = models.build_realistic(
-        lambda: models.DenseNet(growth=12, blocks=(4, 4), init_features=16, bn_size=4,
+        lambda: models.DenseNet(growth=growth, blocks=blocks, init_features=16, bn_size=4,
                                 num_classes=10), (3, 64, 64), seed=seed)
     calibration = random_inputs((1, 3, 64, 64), 16, 1234)
     part = ac.partition_for_accel(*from_pytorch(model, (x,)), precision="int8",
@@ -124,4 +146,4 @@ def test_small_densenet_int8_sqnr(seed):
     vm = ac.virtual_machine(ac.build(part))
     actual = np.stack([run_main(vm, e) for e in evaluation])
     expected = np.stack([torch_forward(model, e) for e in evaluation])
-    assert sqnr(actual, expected) >= 26.5
+    assert sqnr(actual, expected) >= bound
