@@ -19,7 +19,6 @@ The code generator prints what this sets (``int8_ops.py``), and ``Program.to_dic
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -37,6 +36,7 @@ from ..relax_exprs import read_counts
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
+from .int8_means import MeanShifts
 from .run_ops import channels_of
 from .tensors import resolve_operand
 
@@ -77,15 +77,8 @@ class _FunctionQuant:
         # (concat_producers)
         self.concats: Dict[relax.Var, TensorQuant] = {}
         self.produced: Dict[str, TensorQuant] = {}
-        # the int8 concats whose channels keep their inputs' quantisations
-        # (concats_read_per_channel)
-        self.part_scaled: set = set()
-        # per tensor an SDP without conv wrote: the offset its rounded bias adds to each
-        # channel before its activation (real units), and whether that is a ReLU
-        # (input_shift)
-        self.offsets: Dict[relax.Var, tuple] = {}
-        # per tensor an average pool wrote: the mean shift of its channels (input_shift)
-        self.shifts: Dict[relax.Var, np.ndarray] = {}
+        self.part_scaled: set = set()  # concats keeping their inputs' quantisations
+        self.shifts = MeanShifts(function, calibration)  # what the rounding leans to
 
     def calibrated(self, key: Key) -> TensorQuant:
         if self.calibration is None:
@@ -112,7 +105,7 @@ class _FunctionQuant:
         runs: Dict[int, List[Run]] = {}
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
-        self.part_scaled = self.concats_read_per_channel(runs)
+        self.part_scaled = concats_read_per_channel(self.function, runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
@@ -149,34 +142,6 @@ class _FunctionQuant:
         else:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
-
-    def concats_read_per_channel(self, runs: Dict[int, List[Run]]) -> set:
-        """The int8 channel concats (one image, each input whole into its channel range)
-        whose every reader is an int8 SDP layer reading the concat as its data (a DenseNet's
-        batch norm + ReLU after each concat): such a concat keeps each input's scale and zero
-        point in its channels (a ChannelQuant), its copies move codes, and the reader takes
-        each channel's scale into its multiplier and its zero point into its bias, which are
-        per channel on the SDP (NVDLA's BS/BN operands). One scale covering every input
-        instead rescales each into it (a rounding per input, on the codes already rounded
-        once: a ratio near 1/2, an unsigned input beside signed ones of the same reach, then
-        biases the codes) and gives the inputs of small range, a 12-channel growth layer's
-        beside the block's input, few codes, which the reader's batch norm then amplifies."""
-        found: set = set()
-        readers = read_counts(self.function.function)
-        for at, call in enumerate(self.function.calls):
-            layer, var = call.layer, call.binding.var
-            if call.precision != "int8" or call.converted or len(layer.copies) < 2 or \
-                    not runs.get(at) or not layer.several_sources or layer.rescaled_rows or \
-                    layer.keeps_input_scales or layer.in_shape[0] != 1 or \
-                    not all(c.in_shape[1] == c.channels and c.src_offset == 0 and
-                            c.src_stride == 1 and c.dst_stride == 1 for c in layer.copies):
-                continue
-            reading = [r for r in self.function.runs if r.data is not None and
-                       r.data.same_as(var) and r.call != at]
-            if reading and len({r.call for r in reading}) == readers.get(var, 0) and \
-                    all(_absorbs_channels(r) for r in reading):
-                found.add(var)
-        return found
 
     def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
         """An int8 concat whose every input is a conv or SDP layer of this function read by
@@ -244,12 +209,7 @@ class _FunctionQuant:
             return
         if var in self.part_scaled:  # each copy moves its input's codes (identity
             # converters), the channels keeping that input's quantisation (ChannelQuant)
-            parts = []
-            for run in runs:
-                part = self.data(run.layer.data, run.scope, (run.key, INPUT))
-                self.run(run, concat=part)
-                parts.append((run.layer.copies[0].channels, part))
-            self.quant[var] = ChannelQuant.of_parts(parts)
+            self.quant[var] = ChannelQuant.of_parts(_moved_parts(self, runs))
             return
         if var in self.concats:  # its inputs were written in it: the copies move codes
             self.quant[var] = self.concats[var]
@@ -335,26 +295,10 @@ class _FunctionQuant:
         elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
             run.quant = RunQuant(in_quant, in_quant, tensors={INPUT: in_quant, 0: in_quant})
         elif layer.computed_scale:
-            run.quant = self.channel_mul(run, layer, in_quant)
+            run.quant = _channel_mul(self, run, layer, in_quant)
         else:
             run.quant = self.layer(run, layer, in_quant)
         return run.quant.output
-
-    def channel_mul(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
-        """x * s with s a computed [N, C] tensor (squeeze-excite): s in the codes and zero
-        point its layer wrote; x to the product's units, the output converter to the output
-        step (int8.elementwise)."""
-        s, key = layer.sdp, run.key
-        what, channels = f"layer {key}", channels_of(layer)
-        out_quant = self.calibrated((key, 0))
-        ew_quant = self.data(s.scale, run.scope, (key, operand_index(0)))
-        ew = int8.elementwise("mul", out_quant, ew_quant, what)
-        converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
-                                             np.full(channels, in_quant.scale), ew.target, what)
-        clip = int8.clip_codes(s.clip, out_quant) if s.act == "clip" else None
-        return RunQuant(in_quant, out_quant, ew_quant,
-                        {operand_index(0): ew_quant, INPUT: in_quant, 0: out_quant},
-                        int8.Converters(**converters, ew=ew, clip=clip))
 
     def layer(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
         """A conv, SDP and pool layer: the conv's weights folded and quantised once, then the
@@ -369,139 +313,30 @@ class _FunctionQuant:
                 if calibration and calibration.bias_correction else None
             h = h - int8.bias_correction(means, layer.conv.groups, weights.codes,
                                          weights.scales, weights.folded)
-            shift = self.input_shift(run) if means is not None else None
-            if shift is not None and layer.conv.groups == 1 and \
-                    len(shift) == weights.codes.shape[1]:
-                # the mean shift its input carries from an SDP's rounded bias goes back
-                # into the bias too, through the weights as quantised
-                quantised = weights.codes.astype(np.float64) * \
-                    weights.scales.reshape(-1, 1, 1, 1)
-                h = h - quantised.sum(axis=(2, 3)) @ shift
+            h = h - self.shifts.through_weights(run, weights, means is not None)
             unit = in_quant.scale * weights.scales
             g = np.ones(channels)
-        elif isinstance(in_quant, ChannelQuant):  # a concat's channels, each in its input's
-            # quantisation: the scales in the multipliers, the zero points in the bias
-            # (accumulator units, the codes: exact), so the SDP reads it with in_zero 0
-            g, h = affine(s, channels, scope)
-            unit = in_quant.scales
-            h = h - g * unit * in_quant.zeros
         else:
             g, h = affine(s, channels, scope)
-            unit = np.full(channels, in_quant.scale)
+            g, h, unit = _read_channels(g, h, in_quant)
         ops = 1 if layer.conv is not None else 0
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
             out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
-            lean = self.pool_lean(run, layer, out_quant)
-            if lean is not None:  # the pool's rounding leans: the SDP leans the other way
-                h = h - lean * out_quant.scale
+            h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
         if layer.pool is not None:
             passes, rescale = layer.pool.passes()
             ops += len(passes) + (rescale != 1.0)
-        self.note_offsets(run, layer, g, h, converters, out_quant)
-        if isinstance(in_quant, ChannelQuant):  # no one scale and zero point: the input
-            # is read with in_zero 0 (RunQuant.input None), its channels' in the converters
-            in_quant = None
-        else:
-            tensors[INPUT] = in_quant
+        self.shifts.note(run, layer, g, h, converters, out_quant)
+        # a ChannelQuant: in the converters, the input read with in_zero 0 (input None)
+        in_quant = None if isinstance(in_quant, ChannelQuant) else in_quant
+        tensors.update({INPUT: in_quant} if in_quant is not None else {})
         for i in range(1 if layer.conv is not None else 0, ops):
             tensors[i] = out_quant
         return RunQuant(in_quant, out_quant, operand, tensors, converters)
-
-    def note_offsets(self, run: Run, layer: Layer, g, h, converters,
-                     out_quant: TensorQuant) -> None:
-        """Records what an int8 SDP reading its data from memory (a standalone batch norm:
-        DenseNet's before every conv) adds to its output's channel means. Its bias is in
-        accumulator units, here the input's codes, so the batch norm's shift is rounded to
-        half an input step per channel: the same offset at every position and every input,
-        which a ReLU then passes where it passes the values and an average pool keeps
-        (NVDLA's BS adds the bias before any multiply; a conv's accumulator is fine enough,
-        an int8 input is not). The reading conv takes it back into its bias (input_shift),
-        as does an SDP reading it (its factor g carries the shift into its own offset). An
-        average pool alone reading such a tensor keeps the mean shift."""
-        s = layer.sdp
-        if layer.conv is None and s.empty():  # a pool alone: what its input carried, and
-            # where its own rounding leans
-            if not _average_pool(layer) or run.output is None:
-                return
-            shift, lean = self.input_shift(run), self.pool_lean(run, layer, out_quant)
-            if lean is not None:
-                lean = lean * out_quant.scale
-                shift = lean if shift is None or len(shift) != len(lean) else shift + lean
-            if shift is not None:
-                self.shifts[run.output] = shift
-            return
-        # a pool after the activation would make the ReLU's share the reader's input's
-        # no longer (a window passes when any of its values does): not followed
-        if layer.conv is not None or s.empty() or converters is None or \
-                s.ew_op is not None or converters.lut is not None or \
-                s.act not in (None, "relu") or run.output is None or layer.pool is not None:
-            return
-        factor = converters.mul.astype(np.float64) / \
-            np.exp2(converters.rshift.astype(np.float64))
-        ideal = np.asarray(h, np.float64) / out_quant.scale
-        offset = (converters.bias.astype(np.float64) * factor - ideal) * out_quant.scale
-        inherited = self.input_shift(run)  # what its own input carried, through g
-        if inherited is not None and len(inherited) == len(offset):
-            offset = offset + np.asarray(g, np.float64) * inherited
-        self.offsets[run.output] = (offset, s.act == "relu")
-
-    def pool_lean(self, run: Run, layer: Layer, quant: TensorQuant) -> Optional[np.ndarray]:
-        """Per channel, the mean error in codes of the layer's int8 average pool (None: none
-        known; a pool that pads, or rescales its passes' result, is not followed): the PDP
-        rounds half away from zero after each of its two reciprocals, so a 2x2 window leans
-        0.375 codes away from code 0 on average (int8.pool_rounding_bias), the same at every
-        position: a per-channel offset, which DenseNet's transitions passed to every later
-        layer and its global pool to the classifier. Which way it leans is the sign of the
-        window's sum of codes: above 0 where the pooled value is above -zero x scale, its
-        share per channel from the calibration's mean and deviation of the pool's output
-        (the input of a run reading it), taken as normal."""
-        if self.calibration is None or not self.calibration.bias_correction or \
-                not _average_pool(layer) or run.output is None:
-            return None
-        passes, rescale = layer.pool.passes()
-        if rescale != 1.0 or any(any(p.padding) for p in passes):
-            return None
-        # each pass averages the one before's lean and adds its own: their sum (the passes
-        # of a global pool lean the same way, the sign of the mean they reach)
-        lean = sum(int8.pool_rounding_bias(*p.kernel) for p in passes)
-        if lean == 0.0:
-            return None
-        for reader in self.function.runs:
-            if reader.data is None or not reader.data.same_as(run.output):
-                continue
-            mean = self.calibration.means.get(reader.key)
-            std = self.calibration.stds.get(reader.key)
-            if mean is None or std is None:
-                continue
-            threshold = -quant.zero * quant.scale  # where the codes cross 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z = np.where(std > 0, (mean - threshold) / std, np.sign(mean - threshold) * 40)
-            above = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
-            return lean * (2.0 * above - 1.0)
-        return None
-
-    def input_shift(self, run: Run) -> Optional[np.ndarray]:
-        """The mean shift of each channel of the run's data that an SDP's rounded bias
-        caused (note_offsets): its offset, times the share of the channel's values its ReLU
-        passed (the calibration's share above 0 of this run's input, which that ReLU wrote);
-        None: none known."""
-        if run.data is None:
-            return None
-        if run.data in self.shifts:
-            return self.shifts[run.data]
-        if run.data not in self.offsets or self.calibration is None:
-            return None
-        offset, relu = self.offsets[run.data]
-        if not relu:
-            return offset
-        passed = self.calibration.positives.get(run.key)
-        if passed is None or len(passed) != len(offset):
-            return None
-        return offset * passed
 
     def sdp(self, run: Run, layer: Layer, g, h, unit, out_quant: TensorQuant,
             tensors: Dict[int, TensorQuant]):
@@ -527,9 +362,69 @@ class _FunctionQuant:
         return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
 
 
-def _average_pool(layer: Layer) -> bool:
-    """Whether the layer's pool averages (and so keeps its input's channel means)."""
-    return layer.pool is not None and layer.pool.kind == "avg"
+def concats_read_per_channel(function: Function, runs: Dict[int, List[Run]]) -> set:
+    """The int8 channel concats (one image, each input whole into its channel range)
+    whose every reader is an int8 SDP layer reading the concat as its data (a DenseNet's
+    batch norm + ReLU after each concat): such a concat keeps each input's scale and zero
+    point in its channels (a ChannelQuant), its copies move codes, and the reader takes
+    each channel's scale into its multiplier and its zero point into its bias, which are
+    per channel on the SDP (NVDLA's BS/BN operands). One scale covering every input
+    instead rescales each into it (a rounding per input, on the codes already rounded
+    once: a ratio near 1/2, an unsigned input beside signed ones of the same reach, then
+    biases the codes) and gives the inputs of small range, a 12-channel growth layer's
+    beside the block's input, few codes, which the reader's batch norm then amplifies."""
+    found: set = set()
+    readers = read_counts(function.function)
+    for at, call in enumerate(function.calls):
+        layer, var = call.layer, call.binding.var
+        if call.precision != "int8" or call.converted or len(layer.copies) < 2 or \
+                not runs.get(at) or not layer.several_sources or layer.rescaled_rows or \
+                layer.keeps_input_scales or layer.in_shape[0] != 1 or \
+                not all(c.in_shape[1] == c.channels and c.src_offset == 0 and
+                        c.src_stride == 1 and c.dst_stride == 1 for c in layer.copies):
+            continue
+        reading = [r for r in function.runs if r.data is not None and
+                   r.data.same_as(var) and r.call != at]
+        if reading and len({r.call for r in reading}) == readers.get(var, 0) and \
+                all(_absorbs_channels(r) for r in reading):
+            found.add(var)
+    return found
+
+
+
+def _channel_mul(fq: _FunctionQuant, run: Run, layer: Layer,
+                 in_quant: TensorQuant) -> RunQuant:
+    """x * s with s a computed [N, C] tensor (squeeze-excite): s in the codes and zero
+    point its layer wrote; x to the product's units, the output converter to the output
+    step (int8.elementwise)."""
+    s, key = layer.sdp, run.key
+    what, channels = f"layer {key}", channels_of(layer)
+    out_quant = fq.calibrated((key, 0))
+    ew_quant = fq.data(s.scale, run.scope, (key, operand_index(0)))
+    ew = int8.elementwise("mul", out_quant, ew_quant, what)
+    converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
+                                         np.full(channels, in_quant.scale), ew.target, what)
+    clip = int8.clip_codes(s.clip, out_quant) if s.act == "clip" else None
+    return RunQuant(in_quant, out_quant, ew_quant,
+                    {operand_index(0): ew_quant, INPUT: in_quant, 0: out_quant},
+                    int8.Converters(**converters, ew=ew, clip=clip))
+
+
+def _moved_parts(fq: _FunctionQuant, runs: List[Run]):
+    """(channels, quantisation) of each copy of a concat that keeps its inputs'
+    quantisations, each copy's quantisation set to move its input's codes."""
+    for run in runs:
+        part = fq.data(run.layer.data, run.scope, (run.key, INPUT))
+        yield run.layer.copies[0].channels, fq.run(run, concat=part)
+
+
+def _read_channels(g: np.ndarray, h: np.ndarray, in_quant):
+    """(g, h, unit) of an SDP reading int8 data from memory: one scale for every channel, or
+    a concat's channels each in its input's quantisation (a ChannelQuant): the scales in the
+    multipliers, the zero points in the bias (accumulator units, the codes: exact)."""
+    if isinstance(in_quant, ChannelQuant):
+        return g, h - g * in_quant.scales * in_quant.zeros, in_quant.scales
+    return g, h, np.full(len(g), in_quant.scale)
 
 
 def _absorbs_channels(run: Run) -> bool:
