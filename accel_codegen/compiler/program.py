@@ -197,7 +197,9 @@ def _quant_dict(quant: Optional[TensorQuant]) -> Optional[dict]:
 class RunQuant:
     """The int8 quantisation of one run (``codegen/int8_plan.py``: ``quantize_int8``): the
     scale and zero point of its data (``input``; None: an int8 concat's rescale, whose
-    scratch holds each input's), its element-wise operand's and its output's; ``tensors``:
+    scratch holds each input's, or an SDP reading a concat whose channels keep their inputs'
+    (a ChannelQuant: its zero points in the bias, its scales in the multipliers)), its
+    element-wise operand's and its output's; ``tensors``:
     every tensor it reads or writes by the observer's op index (``sim.observer``: INPUT, an
     op's output, an operand), as the calibration keys them; ``converters``: its SDP's integer
     converters (``codegen/int8.py``: Converters; None: a run that moves codes)."""
@@ -328,7 +330,8 @@ class Function:
     #: per layer, the earlier layers whose outputs it reads
     sources: List[List[int]] = dataclasses.field(default_factory=list)
     #: int8 code: the quantisation of each tensor an int8 run reads or writes (function
-    #: inputs and layer outputs, a downsample branch's output; ``quantize_int8`` fills it)
+    #: inputs and layer outputs, a downsample branch's output; ``quantize_int8`` fills it; a
+    #: concat whose channels keep their inputs' quantisations has a ChannelQuant)
     quant: Dict[relax.Var, TensorQuant] = dataclasses.field(default_factory=dict, repr=False)
     #: the layers that run on token surfaces, index -> (B, C, T): the planning pass's one
     #: decision (``codegen.passes.plan_surface_adds``), which the estimate prices and the code

@@ -108,6 +108,40 @@ class TensorQuant:
                 ).astype(np.float32)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ChannelQuant:
+    """real = (code - zeros[c]) * scales[c] for an int8 tensor whose channels (axis 1) keep
+    the quantisations of the tensors they were copied from: a channel concat whose readers
+    take each channel's scale and zero point into their per-channel converters (an SDP's
+    multiplier and bias), so its copies move codes instead of rescaling every part into one
+    scale that covers them all (``codegen/int8_plan.py``: ``_FunctionQuant.part_scaled``)."""
+
+    scales: np.ndarray  # [C] float64, each a float32 value
+    zeros: np.ndarray   # [C] int64
+
+    @classmethod
+    def of_parts(cls, parts) -> "ChannelQuant":
+        """From (channels, TensorQuant) of each part, in channel order."""
+        parts = list(parts)
+        return cls(np.concatenate([np.full(n, np.float32(q.scale), np.float64)
+                                   for n, q in parts]),
+                   np.concatenate([np.full(n, q.zero, np.int64) for n, q in parts]))
+
+    def _view(self, x: np.ndarray):
+        shape = (1, -1) + (1,) * (np.ndim(x) - 2)
+        return self.scales.reshape(shape), self.zeros.reshape(shape)
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """Each channel as its own TensorQuant quantises it (``accel_convert``'s rounding)."""
+        scales, zeros = self._view(x)
+        v = round_half_away(np.asarray(x, np.float64) / scales)
+        return np.clip(np.where(np.isnan(v), 0.0, v) + zeros, -128, 127).astype(np.int8)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        scales, zeros = self._view(q)
+        return ((q.astype(np.float64) - zeros) * scales).astype(np.float32)
+
+
 @dataclasses.dataclass
 class _Stats:
     low: float = math.inf
@@ -116,6 +150,9 @@ class _Stats:
     negative: Optional[np.ndarray] = None   # of |x| of the negative values alone (same bins)
     top: float = 0.0                          # the histogram's range: amax up to a factor 2
     channel_sum: Optional[np.ndarray] = None  # per channel (axis 1), for bias correction
+    channel_positive: Optional[np.ndarray] = None  # values > 0 per channel (axis 1): the
+                                                   # share a ReLU before it passed
+    channel_square: Optional[np.ndarray] = None    # sum of squares per channel (axis 1)
     count: int = 0                            # values per channel summed
     zeros: float = 0                          # exact zeros (in the histogram's first bin;
                                               # their weight, when weighted)
@@ -207,6 +244,13 @@ class Observer:
                                                                  dtype=np.float64)
             stats.channel_sum = sums if stats.channel_sum is None else \
                 stats.channel_sum + sums
+            positive = np.count_nonzero(x > 0, axis=(0, 2, 3))
+            stats.channel_positive = positive if stats.channel_positive is None else \
+                stats.channel_positive + positive
+            squares = np.einsum("nchw,nchw->c", x, x, dtype=np.float64) if finite is x \
+                else (np.nan_to_num(x).astype(np.float64) ** 2).sum(axis=(0, 2, 3))
+            stats.channel_square = squares if stats.channel_square is None else \
+                stats.channel_square + squares
             stats.count += x.shape[0] * x.shape[2] * x.shape[3]
 
     def _add_weighted(self, key: Key, x: np.ndarray, weights: np.ndarray, amax: float) -> None:
@@ -531,20 +575,30 @@ class Calibration:
     # inputs (quantization/gptq.py; its Hessians are not kept, so a Calibration read back
     # from a module cannot round again)
     weight_rounding: str = "nearest"
+    # per channel, the share of every run's input values above 0 (run key -> [C]): where a
+    # ReLU wrote the input, the share of its channel's values an offset before it moved
+    # (codegen/int8_plan.py: _FunctionQuant.input_shift)
+    positives: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
+    # per-channel standard deviations of every run's input (run key -> [C]): with ``means``,
+    # where an int8 average pool's rounding leans (_FunctionQuant.pool_bias)
+    stds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
     def from_observer(cls, observer: Observer, method: str, samples: int) -> "Calibration":
-        tensors, means = {}, {}
+        tensors, means, positives, stds = {}, {}, {}, {}
         for key, stats in observer.stats.items():
             if stats.channel_sum is not None and stats.count:
                 means[key[0]] = stats.channel_sum / stats.count
+                positives[key[0]] = stats.channel_positive / stats.count
+                stds[key[0]] = np.sqrt(np.maximum(
+                    stats.channel_square / stats.count - means[key[0]] ** 2, 0.0))
             tensors[key] = tensor_quant(stats, method)
             # a channel its depthwise reader amplifies and the plain threshold erased: the
             # least error of the reader's output instead (compiler/sensitivity.py)
             if method in LEAST_ERROR and key in observer.weighted and loses_amplified_channel(
                     tensors[key], observer.channel_weights[key], observer.spans[key]):
                 tensors[key] = tensor_quant(observer.weighted[key], method)
-        return cls(method, samples, tensors, means)
+        return cls(method, samples, tensors, means, positives=positives, stds=stds)
 
     def get(self, key: str, op_index: int) -> TensorQuant:
         try:
@@ -559,6 +613,9 @@ class Calibration:
                            "tensors": [[k, i, q.scale, q.zero]
                                        for (k, i), q in sorted(self.tensors.items())],
                            "means": {k: [float(v) for v in m] for k, m in self.means.items()},
+                           "positives": {k: [float(v) for v in m]
+                                         for k, m in self.positives.items()},
+                           "stds": {k: [float(v) for v in m] for k, m in self.stds.items()},
                            "equalized": self.equalized,
                            "bias_correction": self.bias_correction,
                            "weight_rounding": self.weight_rounding})
@@ -570,7 +627,9 @@ class Calibration:
                    {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]},
                    {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()},
                    bool(data.get("equalized", False)), bool(data.get("bias_correction", True)),
-                   str(data.get("weight_rounding", "nearest")))
+                   str(data.get("weight_rounding", "nearest")),
+                   {k: np.asarray(m, np.float64) for k, m in data.get("positives", {}).items()},
+                   {k: np.asarray(m, np.float64) for k, m in data.get("stds", {}).items()})
 
 
 def examples_of(inputs, what: str) -> list:

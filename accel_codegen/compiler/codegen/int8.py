@@ -15,6 +15,7 @@ import numpy as np
 from ...errors import AccelInvalidError
 from ...quantization import (TensorQuant, covering_quant, encode_multiplier, encode_multipliers,
                              round_half_away)
+from ...sim import reference
 
 #: How far below the output's step an int8 SDP sums an element-wise operand (NVDLA aligns
 #: the two streams before the adder): 8 extra bits, one rounding at the output.
@@ -208,6 +209,19 @@ def prelu_converter(slope: np.ndarray, channels: int, what: str) -> Tuple[np.nda
     slope = np.broadcast_to(slope, (channels,)) if slope.size == 1 else slope
     _, shift = encode_multiplier(float(np.max(np.abs(slope))), f"{what} PReLU slope")
     return round_half_away(slope * 2.0 ** shift).astype(np.int16), shift
+
+
+def pool_rounding_bias(kernel_h: int, kernel_w: int) -> float:
+    """The mean error, in codes, of the int8 average pool's result over a window of positive
+    sum: the PDP divides by two 0.16 reciprocals, rounding half away from zero after each
+    (``reference.pool2d_int8``), so a 2x2 window's quarter of an odd sum is rounded up
+    twice (+0.375 codes on average over the sums' residues; a negative sum the mirror).
+    Averaged over every sum of codes 1..127 per position."""
+    n = kernel_h * kernel_w
+    sums = np.arange(1, 127 * n + 1, dtype=np.int64)
+    first = reference.rhaz(sums * reference.pdp_reciprocal(kernel_w), 16)
+    pooled = reference.rhaz(first * reference.pdp_reciprocal(kernel_h), 16)
+    return float(np.mean(pooled - sums / n))
 
 
 def concat_quant(inputs) -> TensorQuant:

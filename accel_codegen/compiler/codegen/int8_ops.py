@@ -75,8 +75,8 @@ def channel_mul(gen, layer: Layer, run: Run) -> str:
 def int8_sdp(gen, layer: Layer, run: Run) -> str:
     s, quant, converters = layer.sdp, run.quant, run.quant.converters
     fields = {"precision": "ACCEL_INT8", "out_zero": quant.output.zero}
-    if layer.conv is None:
-        fields["in_zero"] = quant.input.zero
+    if layer.conv is None:  # input None: a ChannelQuant's zero points are in the bias
+        fields["in_zero"] = quant.input.zero if quant.input is not None else 0
     comment = "x: scale/shift to the output step"
     if s.ew_op is not None:
         ew = converters.ew

@@ -25,7 +25,7 @@ import numpy as np
 from tvm import relax
 
 from ...errors import AccelInvalidError
-from ...quantization import Calibration, Key, TensorQuant
+from ...quantization import Calibration, ChannelQuant, Key, TensorQuant
 from ...quantization.lut import layer_lut
 from ...sim.labels import pass_part, run_key
 from ...sim.observer import INPUT, operand_index
@@ -36,6 +36,7 @@ from ..relax_exprs import read_counts
 from ..program import Call, Function, Program, Run, RunQuant
 from . import int8
 from .folding import affine
+from .int8_means import MeanShifts
 from .run_ops import channels_of
 from .tensors import resolve_operand
 
@@ -76,6 +77,8 @@ class _FunctionQuant:
         # (concat_producers)
         self.concats: Dict[relax.Var, TensorQuant] = {}
         self.produced: Dict[str, TensorQuant] = {}
+        self.part_scaled: set = set()  # concats keeping their inputs' quantisations
+        self.shifts = MeanShifts(function, calibration)  # what the rounding leans to
 
     def calibrated(self, key: Key) -> TensorQuant:
         if self.calibration is None:
@@ -102,6 +105,7 @@ class _FunctionQuant:
         runs: Dict[int, List[Run]] = {}
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
+        self.part_scaled = concats_read_per_channel(self.function, runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
@@ -154,7 +158,7 @@ class _FunctionQuant:
             layer = call.layer
             if call.precision != "int8" or len(layer.copies) < 2 or not runs.get(at) or \
                     not layer.several_sources or layer.rescaled_rows or \
-                    layer.keeps_input_scales:
+                    layer.keeps_input_scales or call.binding.var in self.part_scaled:
                 continue
             sources, keys = [], []
             for copy in layer.copies:
@@ -202,6 +206,10 @@ class _FunctionQuant:
             # ranges leave as fp32 each with its own); what read the tensor as one int8
             # tensor (nothing in this function) would need the scale that covers them all
             self.quant[var] = int8.concat_quant([self.run(run) for run in runs])
+            return
+        if var in self.part_scaled:  # each copy moves its input's codes (identity
+            # converters), the channels keeping that input's quantisation (ChannelQuant)
+            self.quant[var] = ChannelQuant.of_parts(_moved_parts(self, runs))
             return
         if var in self.concats:  # its inputs were written in it: the copies move codes
             self.quant[var] = self.concats[var]
@@ -287,26 +295,10 @@ class _FunctionQuant:
         elif layer.copies:  # a copy keeps the int8 codes, so their scale and zero point
             run.quant = RunQuant(in_quant, in_quant, tensors={INPUT: in_quant, 0: in_quant})
         elif layer.computed_scale:
-            run.quant = self.channel_mul(run, layer, in_quant)
+            run.quant = _channel_mul(self, run, layer, in_quant)
         else:
             run.quant = self.layer(run, layer, in_quant)
         return run.quant.output
-
-    def channel_mul(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
-        """x * s with s a computed [N, C] tensor (squeeze-excite): s in the codes and zero
-        point its layer wrote; x to the product's units, the output converter to the output
-        step (int8.elementwise)."""
-        s, key = layer.sdp, run.key
-        what, channels = f"layer {key}", channels_of(layer)
-        out_quant = self.calibrated((key, 0))
-        ew_quant = self.data(s.scale, run.scope, (key, operand_index(0)))
-        ew = int8.elementwise("mul", out_quant, ew_quant, what)
-        converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
-                                             np.full(channels, in_quant.scale), ew.target, what)
-        clip = int8.clip_codes(s.clip, out_quant) if s.act == "clip" else None
-        return RunQuant(in_quant, out_quant, ew_quant,
-                        {operand_index(0): ew_quant, INPUT: in_quant, 0: out_quant},
-                        int8.Converters(**converters, ew=ew, clip=clip))
 
     def layer(self, run: Run, layer: Layer, in_quant: TensorQuant) -> RunQuant:
         """A conv, SDP and pool layer: the conv's weights folded and quantised once, then the
@@ -321,22 +313,27 @@ class _FunctionQuant:
                 if calibration and calibration.bias_correction else None
             h = h - int8.bias_correction(means, layer.conv.groups, weights.codes,
                                          weights.scales, weights.folded)
+            h = h - self.shifts.through_weights(run, weights, means is not None)
             unit = in_quant.scale * weights.scales
             g = np.ones(channels)
         else:
             g, h = affine(s, channels, scope)
-            unit = np.full(channels, in_quant.scale)
+            g, h, unit = _read_channels(g, h, in_quant)
         ops = 1 if layer.conv is not None else 0
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
             out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
+            h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
         if layer.pool is not None:
             passes, rescale = layer.pool.passes()
             ops += len(passes) + (rescale != 1.0)
-        tensors[INPUT] = in_quant
+        self.shifts.note(run, layer, g, h, converters, out_quant)
+        # a ChannelQuant: in the converters, the input read with in_zero 0 (input None)
+        in_quant = None if isinstance(in_quant, ChannelQuant) else in_quant
+        tensors.update({INPUT: in_quant} if in_quant is not None else {})
         for i in range(1 if layer.conv is not None else 0, ops):
             tensors[i] = out_quant
         return RunQuant(in_quant, out_quant, operand, tensors, converters)
@@ -363,6 +360,81 @@ class _FunctionQuant:
             slope = constant_value(run.scope.get(s.prelu_slope, s.prelu_slope))
             prelu = int8.prelu_converter(slope, len(g), what)
         return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
+
+
+def concats_read_per_channel(function: Function, runs: Dict[int, List[Run]]) -> set:
+    """The int8 channel concats (one image, each input whole into its channel range)
+    whose every reader is an int8 SDP layer reading the concat as its data (a DenseNet's
+    batch norm + ReLU after each concat): such a concat keeps each input's scale and zero
+    point in its channels (a ChannelQuant), its copies move codes, and the reader takes
+    each channel's scale into its multiplier and its zero point into its bias, which are
+    per channel on the SDP (NVDLA's BS/BN operands). One scale covering every input
+    instead rescales each into it (a rounding per input, on the codes already rounded
+    once: a ratio near 1/2, an unsigned input beside signed ones of the same reach, then
+    biases the codes) and gives the inputs of small range, a 12-channel growth layer's
+    beside the block's input, few codes, which the reader's batch norm then amplifies."""
+    found: set = set()
+    readers = read_counts(function.function)
+    for at, call in enumerate(function.calls):
+        layer, var = call.layer, call.binding.var
+        if call.precision != "int8" or call.converted or len(layer.copies) < 2 or \
+                not runs.get(at) or not layer.several_sources or layer.rescaled_rows or \
+                layer.keeps_input_scales or layer.in_shape[0] != 1 or \
+                not all(c.in_shape[1] == c.channels and c.src_offset == 0 and
+                        c.src_stride == 1 and c.dst_stride == 1 for c in layer.copies):
+            continue
+        reading = [r for r in function.runs if r.data is not None and
+                   r.data.same_as(var) and r.call != at]
+        if reading and len({r.call for r in reading}) == readers.get(var, 0) and \
+                all(_absorbs_channels(r) for r in reading):
+            found.add(var)
+    return found
+
+
+
+def _channel_mul(fq: _FunctionQuant, run: Run, layer: Layer,
+                 in_quant: TensorQuant) -> RunQuant:
+    """x * s with s a computed [N, C] tensor (squeeze-excite): s in the codes and zero
+    point its layer wrote; x to the product's units, the output converter to the output
+    step (int8.elementwise)."""
+    s, key = layer.sdp, run.key
+    what, channels = f"layer {key}", channels_of(layer)
+    out_quant = fq.calibrated((key, 0))
+    ew_quant = fq.data(s.scale, run.scope, (key, operand_index(0)))
+    ew = int8.elementwise("mul", out_quant, ew_quant, what)
+    converters = int8.channel_converters(np.ones(channels), np.zeros(channels),
+                                         np.full(channels, in_quant.scale), ew.target, what)
+    clip = int8.clip_codes(s.clip, out_quant) if s.act == "clip" else None
+    return RunQuant(in_quant, out_quant, ew_quant,
+                    {operand_index(0): ew_quant, INPUT: in_quant, 0: out_quant},
+                    int8.Converters(**converters, ew=ew, clip=clip))
+
+
+def _moved_parts(fq: _FunctionQuant, runs: List[Run]):
+    """(channels, quantisation) of each copy of a concat that keeps its inputs'
+    quantisations, each copy's quantisation set to move its input's codes."""
+    for run in runs:
+        part = fq.data(run.layer.data, run.scope, (run.key, INPUT))
+        yield run.layer.copies[0].channels, fq.run(run, concat=part)
+
+
+def _read_channels(g: np.ndarray, h: np.ndarray, in_quant):
+    """(g, h, unit) of an SDP reading int8 data from memory: one scale for every channel, or
+    a concat's channels each in its input's quantisation (a ChannelQuant): the scales in the
+    multipliers, the zero points in the bias (accumulator units, the codes: exact)."""
+    if isinstance(in_quant, ChannelQuant):
+        return g, h - g * in_quant.scales * in_quant.zeros, in_quant.scales
+    return g, h, np.full(len(g), in_quant.scale)
+
+
+def _absorbs_channels(run: Run) -> bool:
+    """Whether an int8 run reads its data through an SDP of per-channel converters alone (no
+    conv, no element-wise operand, one tensor in and out): what can take a ChannelQuant
+    input (per-channel scales and zero points) into its multipliers and bias exactly."""
+    layer = run.layer
+    return run.precision == "int8" and not run.converts and layer.conv is None and \
+        not layer.sdp.empty() and layer.sdp.ew_op is None and layer.branch is None and \
+        _plain(layer) and layer.lrn is None and run.part == ""
 
 
 def _plain(layer: Layer) -> bool:
