@@ -2778,6 +2778,33 @@ def grouped_norms_as_layer_norms(mod: tvm.IRModule) -> tvm.IRModule:
                             _grouped_norm)
 
 
+def _norm_over_unit_axes(call: relax.Call, source) -> relax.Expr:
+    a = call.attrs
+    x, gamma, beta = call.args
+    shape = _static(x)
+    if shape is None or len(shape) != 4 or str(x.ty.dtype) not in ("float32", "float16"):
+        return call
+    axes = sorted(int(v) % 4 for v in a.axes)
+    if axes == [1] or axes[0] != 1 or any(shape[i] != 1 for i in axes[1:]) or \
+            not is_constant(gamma) or not is_constant(beta):
+        return call
+    c = shape[1]
+    params = [constant_value(p) for p in (gamma, beta)]
+    if any(p.size != c for p in params):
+        return call
+    gamma, beta = (relax.const(np.ascontiguousarray(p.reshape(c)), str(p.dtype)) for p in params)
+    return relax.op.nn.layer_norm(x, gamma, beta, axes=[1], epsilon=float(a.epsilon),
+                                  center=bool(a.center), scale=bool(a.scale))
+
+
+def norms_over_unit_axes(mod: tvm.IRModule) -> tvm.IRModule:
+    """layer_norm over [C, 1, 1] of [N, C, 1, 1] (GCNet's context transform normalises its
+    pooled vector so: nn.LayerNorm([C, 1, 1])) -> the same norm over axis 1, the channels of
+    NCHW data that the engine passes normalise (the unit axes add no values: the same
+    statistics), gamma and beta as [C]."""
+    return rewrite_bindings(mod, ("relax.nn.layer_norm",), _norm_over_unit_axes)
+
+
 # x * 1 and x + 0 of constants that do not broadcast x to more values: torch's ONNX export of
 # GroupNorm gives its InstanceNormalization a scale of ones and a bias of zeros (per group, in a
 # layout no engine reads), which then only copy x
@@ -2948,6 +2975,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
+                  norms_over_unit_axes,
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   global_max_pools,

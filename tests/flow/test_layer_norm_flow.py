@@ -224,3 +224,39 @@ def test_a_group_norm_over_a_whole_plane_builds_in_linear_memory(precision):
         assert ours >= sqnr(half, expected) - 1.0, ours
     else:  # 36.0 dB with these seeds
         assert ours >= 30.0, ours
+
+
+class ContextTransform(torch.nn.Module):
+    """GCNet's context transform: a pooled [N, C, 1, 1] vector through a 1x1 conv, a layer
+    norm over [C, 1, 1], ReLU and a 1x1 conv, added back to the map."""
+
+    def __init__(self):
+        super().__init__()
+        self.reduce = torch.nn.Conv2d(16, 8, 1)
+        self.norm = torch.nn.LayerNorm([8, 1, 1])
+        torch.nn.init.uniform_(self.norm.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(self.norm.bias, -0.5, 0.5)
+        self.expand = torch.nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        context = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+        return x + self.expand(torch.relu(self.norm(self.reduce(context))))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_layer_norm_over_channels_and_unit_axes_runs_over_the_channels(precision):
+    """LayerNorm([C, 1, 1]) of [N, C, 1, 1] was a host op ("over axes [-3, -2, -1]"): its
+    statistics are the channels' (rewrites.norms_over_unit_axes), so it runs in the function,
+    against PyTorch. (In fp16 the map plus the computed [N, C, 1, 1] vector stays on the host:
+    fp16 code takes a per-channel addend from constants only.)"""
+    torch.manual_seed(0)
+    model = ContextTransform().eval()
+    x = np.random.default_rng(0).standard_normal((1, 16, 6, 6)).astype(np.float32)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    partitioned = ac.partition_for_accel(mod, params, precision=precision)
+    report = ac.partition_report(partitioned)
+    assert "accel.layer_norm_relu" in [p for ps in report.functions.values() for p in ps]
+    assert len(report.functions) == 1, str(report)
+    assert [op.op for op in report.host] == ([] if precision == "fp32" else ["relax.add"])
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= \
+        (100 if precision == "fp32" else 45)
