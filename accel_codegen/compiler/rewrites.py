@@ -2797,6 +2797,62 @@ def _norm_over_unit_axes(call: relax.Call, source) -> relax.Expr:
                                   center=bool(a.center), scale=bool(a.scale))
 
 
+def _as_channels(x: relax.Expr, source) -> Optional[relax.Expr]:
+    """A 5-D [N, M, C, H, W] tensor as the 4-D [N, M C, H, W] of the same bytes: the tensor
+    it was reshaped from where that is it, else a reshape of it."""
+    shape = _static(x)
+    merged = [shape[0], shape[1] * shape[2], shape[3], shape[4]]
+    bound = source(x) if isinstance(x, relax.Var) else None
+    if bound is not None and op_name(bound) == "relax.reshape" and \
+            _static(bound.args[0]) == merged:
+        return bound.args[0]
+    return relax.op.reshape(x, merged)
+
+
+def _branch_stack_op(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    if shape is None or out is None or len(shape) != 5 or \
+            str(x.ty.dtype) not in ("float32", "float16"):
+        return call
+    n, m, c, h, w = shape
+    name = call.op.name
+    if name == "relax.sum":
+        axes = call.attrs.axis
+        if axes is None or [int(a) % 5 for a in axes] != [1] or m > 16:
+            return call
+        merged = _as_channels(x, source)
+        # the branches' sum in the reduction's order, ((b0 + b1) + b2) ...: the same bits
+        total = relax.op.strided_slice(merged, axes=[1], begin=[0], end=[c])
+        for i in range(1, m):
+            total = relax.op.add(total, relax.op.strided_slice(merged, axes=[1], begin=[i * c],
+                                                               end=[(i + 1) * c]))
+        return total if out == [n, c, h, w] else relax.op.reshape(named_as(total, call), out)
+    if name == "relax.nn.softmax":
+        if int(call.attrs.axis) % 5 != 1 or (h, w) != (1, 1):
+            return call
+        rows = relax.op.nn.softmax(relax.op.reshape(x, [n, m, c]), axis=1)
+        return relax.op.reshape(named_as(rows, call), shape)
+    # multiply / add of [N, M, C, H, W] by [N, M, C, H, W] or [N, M, C, 1, 1]
+    y = call.args[1]
+    other = _static(y)
+    if other is None or len(other) != 5 or other[:3] != shape[:3] or \
+            other[3:] not in (shape[3:], [1, 1]) or out != shape:
+        return call
+    merged = relax.Call(call.op, [_as_channels(x, source), _as_channels(y, source)])
+    return relax.op.reshape(named_as(merged, call), shape)
+
+
+def branch_stacks_as_channels(mod: tvm.IRModule) -> tvm.IRModule:
+    """The branches of a selective-kernel block (SKNet, ResNeSt written with a stack) as one
+    5-D [N, M, C, H, W] tensor: its sum over M the adds of the M channel ranges of
+    [N, M C, H, W], its softmax over M of [N, M, C, 1, 1] the softmax over axis 1 of [N, M, C],
+    its product (or sum) with the attention [N, M, C, 1, 1] the per-channel one of the 4-D
+    views: the same values, on the SDP and BDMA copies."""
+    return rewrite_bindings(mod, ("relax.sum", "relax.nn.softmax", "relax.multiply",
+                                  "relax.add"), _branch_stack_op)
+
+
 def norms_over_unit_axes(mod: tvm.IRModule) -> tvm.IRModule:
     """layer_norm over [C, 1, 1] of [N, C, 1, 1] (GCNet's context transform normalises its
     pooled vector so: nn.LayerNorm([C, 1, 1])) -> the same norm over axis 1, the channels of
@@ -2975,7 +3031,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
-                  norms_over_unit_axes,
+                  norms_over_unit_axes, branch_stacks_as_channels,
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   global_max_pools,
