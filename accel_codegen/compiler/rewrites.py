@@ -81,48 +81,35 @@ from .source_names import name_bindings, name_of, named
 
 
 _PAD = is_op("relax.nn.pad")(wildcard())
-_CONV_OF_PAD = is_op("relax.nn.conv2d")(_PAD, wildcard())
+_CONV_OF_PAD = is_op("relax.nn.conv2d")(_PAD, wildcard()) | \
+    is_op("relax.nn.conv1d")(_PAD, wildcard())
 
 
 def _fold_pad(expr: relax.Expr, matches) -> relax.Expr:
     conv, pad = matches[_CONV_OF_PAD], matches[_PAD]
     width = [int(v) for v in pad.attrs.pad_width]
+    spatial = 2 if conv.op.name == "relax.nn.conv2d" else 1
     if (str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0 or
-            len(width) != 8 or any(width[:4]) or min(width) < 0 or
-            str(conv.attrs.data_layout) != "NCHW" or len(conv.attrs.padding) != 4):
-        return expr  # not a zero padding of H and W only
-    top, left, bottom, right = (int(v) for v in conv.attrs.padding)
+            len(width) != 4 + 2 * spatial or any(width[:4]) or min(width) < 0 or
+            str(conv.attrs.data_layout) != ("NCHW" if spatial == 2 else "NCW") or
+            len(conv.attrs.padding) != 2 * spatial):
+        return expr  # not a zero padding of the spatial axes only
+    # the conv's padding: the begins of each spatial axis, then the ends; pad_width pairs
+    own = [int(v) for v in conv.attrs.padding]
+    padding = [own[i] + width[4 + 2 * i] for i in range(spatial)] + \
+        [own[spatial + i] + width[5 + 2 * i] for i in range(spatial)]
     a = conv.attrs
-    return relax.op.nn.conv2d(
-        pad.args[0], conv.args[1], strides=a.strides,
-        padding=(top + width[4], left + width[6], bottom + width[5], right + width[7]),
-        dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
-        kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=a.out_dtype)
-
-
-_CONV1D_OF_PAD = is_op("relax.nn.conv1d")(_PAD, wildcard())
-
-
-def _fold_pad_1d(expr: relax.Expr, matches) -> relax.Expr:
-    conv, pad = matches[_CONV1D_OF_PAD], matches[_PAD]
-    width = [int(v) for v in pad.attrs.pad_width]
-    if (str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0 or
-            len(width) != 6 or any(width[:4]) or min(width) < 0 or
-            str(conv.attrs.data_layout) != "NCW" or len(conv.attrs.padding) != 2):
-        return expr  # not a zero padding of L only
-    left, right = (int(v) for v in conv.attrs.padding)
-    a = conv.attrs
-    return relax.op.nn.conv1d(
-        pad.args[0], conv.args[1], strides=a.strides, padding=(left + width[4], right + width[5]),
-        dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
-        kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=a.out_dtype)
+    make = relax.op.nn.conv2d if spatial == 2 else relax.op.nn.conv1d
+    return make(pad.args[0], conv.args[1], strides=a.strides, padding=padding,
+                dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
+                kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=a.out_dtype)
 
 
 def fold_zero_padding(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d(pad(x, zeros on H and W)) -> conv2d(x) with the padding added to its own; the
     same for conv1d and a zero padding of L (a causal convolution's left padding: TCNs,
     WaveNet-style audio models)."""
-    return _rewrite(_rewrite(mod, _CONV_OF_PAD, _fold_pad), _CONV1D_OF_PAD, _fold_pad_1d)
+    return _rewrite(mod, _CONV_OF_PAD, _fold_pad)
 
 
 def _rewrite(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
