@@ -131,15 +131,20 @@ static const skr_fn skz_table[SP][SZ] = {SKZ_ROW(1), SKZ_ROW(2), SKZ_ROW(3), SKZ
                                          SKZ_ROW(5), SKZ_ROW(6), SKZ_ROW(7), SKZ_ROW(8)};
 #undef SKZ_ROW
 
-/* Whether the implicit GEMM's panels would compute over 3 % more lanes than there are outputs
- * (their lanes: 16 per started vector of each panel of NR grid columns). Measured, 1 thread:
- * 3x3 layers gain 2.6 % at 56x56 (3.6 % more lanes), 4 % at 28x28 (8 %), 9 % at 14x14
- * (14 %), 19 % at 7x7 (31 %); 1x1 layers at 14x14 (6 %) are even. */
+/* Whether the implicit GEMM's panels would compute enough more lanes than there are outputs
+ * (their lanes: 16 per started vector of each panel of NR grid columns): over 3 % more, or for
+ * 1x1 kernels over 15 % more. Measured, 1 thread: 3x3 layers gain 2.6 % at 56x56 (3.6 % more
+ * lanes), 4 % at 28x28 (8 %), 9 % at 14x14 (14 %), 19 % at 7x7 (31 %). A 1x1 kernel's depth
+ * is a ninth of a 3x3's over the same channels, so the per-output costs this kernel adds (the
+ * transposes to channel rows, the epilogue over them) weigh more: its 1x1 layers at 14x14 (6 %
+ * more lanes) ran 1-15 % slower than the implicit GEMM's, at 7x7 (31 %) 3-13 % faster
+ * (docs/kernels.md, conv/i8_small_vnni.c). */
 static int small_grid_pays(const plan* P, const imp_plan* Q) {
   if (P->ohw < SP) return 0;
   const int64_t full = Q->ncols / NR, rest = Q->ncols % NR;
   const int64_t lanes = full * NR + (rest + 15) / 16 * 16;
-  return 100 * lanes > 103 * P->ohw;
+  const int pointwise = P->g->kernel_h == 1 && P->g->kernel_w == 1;
+  return 100 * lanes > (pointwise ? 115 : 103) * P->ohw;
 }
 
 /* Unit u = (group, chunk of position tiles, set of channel blocks) of image b: its tiles,
