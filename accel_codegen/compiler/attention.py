@@ -33,9 +33,13 @@ factor per head on the scores (its logit scale, after compiler/constant_folding.
 its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. A padding
 mask's computed bias added last (one value per key, the same for every query and head:
 BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]; in a padded batch of sentences, batch-first,
-one row per sentence, [B, 1, 1, Tk], each sentence a window) becomes the bias too, its rows
-copied to the T queries by a 1x1 convolution of ones (one-hot per sentence); another add of
-a computed tensor leaves the region as it was. The result computes the same values up to
+one row per sentence, [B, 1, 1, Tk], each sentence a window; torch's boolean
+key_padding_mask, ``where(mask, -inf, 0)`` expanded over the heads, in a sequence-first
+batch one row per image's heads) becomes the bias too, traced through the layout ops that
+expand it, its rows copied to the T queries (of each window, or each head) by a 1x1
+convolution of one-hot weights, a boolean mask's ``where`` the mask times float32's lowest
+(_Rewriter._key_row_values); another add of a computed tensor leaves the region as it
+was. The result computes the same values up to
 rounding (the scale is applied once, to the scores, where torch applies its square root to
 q and to k).
 """
