@@ -33,9 +33,13 @@ factor per head on the scores (its logit scale, after compiler/constant_folding.
 its clamp and exp) a constant [1, 1, heads, 1] multiplying the query's heads. A padding
 mask's computed bias added last (one value per key, the same for every query and head:
 BERT's ``(1 - mask) * min`` as [1, 1, 1, Tk]; in a padded batch of sentences, batch-first,
-one row per sentence, [B, 1, 1, Tk], each sentence a window) becomes the bias too, its rows
-copied to the T queries by a 1x1 convolution of ones (one-hot per sentence); another add of
-a computed tensor leaves the region as it was. The result computes the same values up to
+one row per sentence, [B, 1, 1, Tk], each sentence a window; torch's boolean
+key_padding_mask, ``where(mask, -inf, 0)`` expanded over the heads, in a sequence-first
+batch one row per image's heads) becomes the bias too, traced through the layout ops that
+expand it, its rows copied to the T queries (of each window, or each head) by a 1x1
+convolution of one-hot weights, a boolean mask's ``where`` the mask times float32's lowest
+(_Rewriter._key_row_values); another add of a computed tensor leaves the region as it
+was. The result computes the same values up to
 rounding (the scale is applied once, to the scores, where torch applies its square root to
 q and to k).
 """
@@ -455,6 +459,12 @@ class _Core:
         # a padding mask's computed bias, one value per key for every query and head (None:
         # none): the row added to the scores before the softmax
         self.key_bias: Optional[relax.Expr] = None
+        # the row of ``key_bias`` (read as [R, Tk]) each head of each window adds, [windows x
+        # heads] (None: no key bias)
+        self.key_rows: Optional[np.ndarray] = None
+        # where key_bias is where(mask, fill, 0) of a computed boolean mask (torch's
+        # key_padding_mask): (mask, fill, whether the fill is where the mask is true)
+        self.key_mask: Optional[Tuple[relax.Expr, float, bool]] = None
         self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray],
                                        Optional[str]]] = None
 
@@ -596,23 +606,45 @@ def _scores_map(graph: _Graph, shape, steps: list):
     return scale, index, bias.reshape(shape)
 
 
-def _key_bias(add: relax.Call) -> Optional[Tuple[relax.Expr, relax.Expr]]:
-    """(the scores, the bias) of ``add`` where one operand is the whole output and the other a
-    computed row of one value per key, broadcast over every other axis (a padding mask's
-    ``(1 - mask) * min`` as [1, 1, 1, Tk]), or one such row per image of a batch on the
-    output's leading axis (a padded batch of sentences: [B, 1, 1, Tk] added to [B, heads, T,
-    Tk]; _core checks that those images are the attention's windows), else None."""
+def _key_bias(graph: "_Graph", add: relax.Call
+              ) -> Optional[Tuple[relax.Expr, relax.Expr, np.ndarray]]:
+    """(the scores, the bias's rows, which row each group of scores reads) of ``add`` where one
+    operand is the whole output [..., T, Tk] and the other, through layout ops (torch's
+    expand over the heads: a reshape and a ``broadcast_to``), a computed tensor of R rows of
+    one value per key, the same for every query of a group (a head of an image): a padding
+    mask's ``(1 - mask) * min`` as [1, 1, 1, Tk] (R = 1), a padded batch's [B, 1, 1, Tk], or
+    torch's ``where(key_padding_mask, -inf, 0)`` [B, Tk] expanded to [B, heads, 1, Tk]. The
+    map is an int array over the output's groups (its axes but the last two, flattened);
+    _core checks it against the core's windows and heads. None where the bias is no such
+    rows."""
     out = _static(add)
-    if out is None:
+    if out is None or len(out) < 2:
         return None
+    tk = out[-1]
+    groups = int(np.prod(out[:-2]))
     for scores, bias in (add.args, add.args[::-1]):
-        shape = _static(bias)
-        if _static(scores) != out or shape is None or len(shape) > len(out) or \
-                shape[-1] != out[-1] or str(getattr(bias.ty, "dtype", "")) != "float32":
+        if _static(scores) != out or str(getattr(bias.ty, "dtype", "")) != "float32":
             continue
-        rows = int(np.prod(shape)) // out[-1]
-        if rows == 1 or (len(shape) == len(out) and shape[0] == out[0] == rows):
-            return scores, bias
+        candidates, _ = graph.back(bias)
+        # the furthest tensor the bias is layout ops of (no factor on the way: a factor
+        # stays in the rows' own computation)
+        for base, chain, scale in candidates:
+            shape = _static(base)
+            if scale != 1.0 or shape is None or not shape or int(np.prod(shape)) % tk or \
+                    str(getattr(base.ty, "dtype", "")) != "float32":
+                continue
+            index = _indices_of(graph, shape, chain)
+            if index is None or len(index.shape) > len(out):
+                continue
+            try:
+                index = np.broadcast_to(index, out).reshape(groups, out[-2], tk)
+            except ValueError:
+                continue
+            first = index[:, :1, :1]
+            if not np.array_equal(index, np.broadcast_to(first + np.arange(tk), index.shape)) \
+                    or np.any(first % tk):
+                continue
+            return scores, base, (first.reshape(-1) // tk).astype(np.int64)
     return None
 
 
@@ -641,11 +673,11 @@ def _score_steps(graph: _Graph, scores: relax.Expr):
             if constant is None:
                 a, constant = b, _constant_of(graph, a)
             if constant is None:
-                key_bias = _key_bias(call) if not steps else None
+                key_bias = _key_bias(graph, call) if not steps else None
                 if key_bias is None:
                     return None
-                a, b = key_bias
-                steps.insert(0, ("key_bias", b))
+                a = key_bias[0]
+                steps.insert(0, ("key_bias", key_bias[1:]))
                 expr = a
                 continue
             steps.insert(0, ("bias", constant))
@@ -675,6 +707,35 @@ def _score_steps(graph: _Graph, scores: relax.Expr):
         steps.insert(0, ("scale", factor if call.op.name == "relax.multiply" else 1.0 / factor))
         expr = other
     return call, expr, steps
+
+
+def _mask_fill(graph: _Graph, expr: relax.Expr) -> Optional[Tuple[relax.Expr, float, bool]]:
+    """(mask, fill, on_true) where ``expr`` is ``where(mask, fill, 0)`` (on_true) or
+    ``where(mask, 0, fill)`` of a computed boolean mask of ``expr``'s shape and one float
+    fill (torch's key_padding_mask: ``where(mask, -inf, full_like(mask, 0))``; its ONNX
+    export's zeros a constant), else None."""
+    where = graph.call(expr, "relax.where")
+    if where is None or is_constant(where.args[0]) or \
+            str(getattr(where.args[0].ty, "dtype", "")) != "bool" or \
+            _static(where.args[0]) != _static(expr):
+        return None
+
+    def single(arg):
+        value = _constant_of(graph, arg)
+        if value is None:
+            zeros = graph.call(arg, "relax.full_like")
+            return None if zeros is None else _scalar(zeros.args[1])
+        flat = np.unique(np.asarray(value, np.float64).reshape(-1))
+        return float(flat[0]) if flat.size == 1 else None
+
+    on_true, on_false = single(where.args[1]), single(where.args[2])
+    if on_true is not None and np.isnan(on_true) or on_false is not None and np.isnan(on_false):
+        return None
+    if on_false == 0.0 and on_true is not None and on_true != 0.0:
+        return where.args[0], on_true, True
+    if on_true == 0.0 and on_false is not None and on_false != 0.0:
+        return where.args[0], on_false, False
+    return None
 
 
 def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
@@ -731,17 +792,18 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         windows = 1
     heads //= windows
     output = _merged(graph, reader, heads, tokens, d, windows, width)
-    # a computed bias: one row for every window, or one per window (a padded batch of
-    # sentences, batch-first: each image is a window), the scores' leading axis then the
-    # windows' (row i of [B, 1, 1, Tk] broadcast to the scores [B, ...] is window i's); not a
-    # sequence-first batch's images (whose rows alternate), no constant bias beside it
     if output is None:
         return None
+    # a computed bias (_key_bias): which of its rows each head of each window reads, one row
+    # for all, one per window (a padded batch of sentences, batch-first: each image a window)
+    # or one per head (a sequence-first batch's images, whose heads are heads of one image:
+    # image b's rows for its heads b heads_b ..); no constant bias beside it
+    key_rows = None
     if key_bias is not None:
-        rows = int(np.prod(_static(key_bias))) // kv_tokens
-        if q[4] or bias is not None or (rows != 1 and (
-                rows != windows or _static(scores)[0] != windows)):
+        base, key_rows = key_bias
+        if bias is not None or key_rows.size != windows * heads:
             return None
+        key_bias = base
     # the factors on the scores: one, or one per head (the same in every window)
     scale = np.asarray(scale, np.float64).reshape(windows, heads, tokens, kv_tokens)
     per_head = scale[0, :, 0, 0]
@@ -759,7 +821,8 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
                  _projected_input(graph, v[:2], rows * kv_tokens, width), heads, tokens,
                  kv_tokens, d, scale * q[2] * k[2], output, windows, bias, width)
     core.q_eps, core.k_eps = q_eps[0], k_eps[0]
-    core.key_bias = key_bias
+    core.key_bias, core.key_rows = key_bias, key_rows
+    core.key_mask = None if key_bias is None else _mask_fill(graph, key_bias)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
     return core
@@ -827,26 +890,52 @@ class _Rewriter(relax.PyExprMutator):
             x = self.builder_.emit(_l2_normalize(x, eps))
         return self.builder_.emit(named(relax.op.reshape(x, shape), name))
 
+    def _key_row_values(self, core: _Core, name: Optional[str]) -> relax.Expr:
+        """The key bias's rows as computed values: the tensor itself, or for a boolean mask's
+        ``where(mask, fill, 0)`` (torch's key_padding_mask: fill -inf) the mask as 0 / 1 times
+        the fill, one SDP pass (``where(mask, 0, fill)``: times -fill, plus fill). An infinite
+        fill becomes float32's largest finite magnitude: a score plus it is that value for any
+        score below 2^103 (it absorbs the score, as -inf does), so a row with a key left gives
+        its masked keys exp(lowest - max) = 0, torch's probabilities exactly; a row whose every
+        key is masked gives equal scores, the mean of V, where torch's softmax gives NaN (its
+        guard zeros: docs/transformer_ops.md). (0 x -inf would be NaN for every valid key.)"""
+        if core.key_mask is None:
+            return self.visit_expr(core.key_bias)
+        cond, fill, on_true = core.key_mask
+        if not np.isfinite(fill):
+            fill = float(np.copysign(np.finfo(np.float32).max, fill))
+        emit = self.builder_.emit
+        mask = emit(named(relax.op.astype(self.visit_expr(cond), "float32"), name))
+        if on_true:
+            return emit(named(relax.op.multiply(mask, relax.const(fill, "float32")), name))
+        scaled = emit(named(relax.op.multiply(mask, relax.const(-fill, "float32")), name))
+        return emit(named(relax.op.add(scaled, relax.const(fill, "float32")), name))
+
     def _key_rows(self, core: _Core, name: Optional[str]) -> relax.Expr:
-        """The computed key bias as nn.attention's [windows, 1, T, Tk]: its R rows (1, or
-        one per window: a padded batch's sentences) as [1, R, 1, Tk], copied to each window's
-        T queries by a 1x1 convolution of one-hot weights [windows T, R] (ones for one row;
-        exact: a sum of the row and zeros), the surface [1, windows T, 1, Tk] the scores' SDP
-        reads; made once for every core that adds the same rows."""
-        t, tk, windows = core.tokens, core.kv_tokens, core.windows
-        row = self.visit_expr(core.key_bias)
-        key = (row, t, windows)
+        """The computed key bias as nn.attention's [windows, 1, T, Tk] (one row for every
+        head of a window) or [windows, heads, T, Tk] (a row per head: a sequence-first batch,
+        each image's heads reading its row): its R rows as [1, R, 1, Tk], copied to the T
+        queries of each block by a 1x1 convolution of one-hot weights [blocks T, R] (exact: a
+        sum of the row and zeros), the surface [1, blocks T, 1, Tk] the scores' SDP reads;
+        made once for every core that adds the same rows the same way."""
+        t, tk, windows, heads = core.tokens, core.kv_tokens, core.windows, core.heads
+        rows_of = core.key_rows.reshape(windows, heads)
+        per_head = bool(np.any(rows_of != rows_of[:, :1]))
+        blocks = rows_of.reshape(-1) if per_head else rows_of[:, 0]
+        key = (core.key_bias, t, blocks.tobytes())
         if key not in self.made:
             emit = self.builder_.emit
+            row = self._key_row_values(core, name)
             count = int(np.prod(_static(core.key_bias))) // tk
-            weights = np.zeros((windows, t, count), np.float32)
-            weights[np.arange(windows), :, np.arange(windows) if count > 1 else 0] = 1.0
+            weights = np.zeros((blocks.size, t, count), np.float32)
+            weights[np.arange(blocks.size), :, blocks] = 1.0
             row = emit(named(relax.op.reshape(row, [1, count, 1, tk]), name))
             rows = emit(named(relax.op.nn.conv2d(
-                row, relax.const(weights.reshape(windows * t, count, 1, 1)),
+                row, relax.const(weights.reshape(blocks.size * t, count, 1, 1)),
                 data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
                 out_dtype="float32"), name))
-            self.made[key] = emit(named(relax.op.reshape(rows, [windows, 1, t, tk]), name))
+            self.made[key] = emit(named(relax.op.reshape(
+                rows, [windows, heads if per_head else 1, t, tk]), name))
         return self.made[key]
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:

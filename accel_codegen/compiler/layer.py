@@ -191,9 +191,14 @@ class AttentionSpec:
     windows: int = 1
     #: added to the scaled scores, [1 or windows, heads, tokens, kv_tokens] (None: nothing)
     bias: Optional[np.ndarray] = dataclasses.field(default=None, compare=False)
-    #: or a computed bias the same for every head (a padding mask's), [1, 1, tokens,
-    #: kv_tokens], whose bytes the scores' SDP reads as the surface [1, tokens, 1, kv_tokens]
+    #: or a computed bias (a padding mask's), [windows, 1, tokens, kv_tokens] the same for
+    #: every head of a window or [windows, heads, tokens, kv_tokens] one per head, whose bytes
+    #: the scores' SDP reads as the surface [1, blocks x tokens, 1, kv_tokens]
     key_bias: Optional[relax.Expr] = None
+
+    @property
+    def key_bias_per_head(self) -> bool:
+        return self.key_bias is not None and static_shape(self.key_bias)[1] > 1
 
 
 @dataclasses.dataclass
@@ -242,7 +247,8 @@ class NormSpec:
             a = self.attention
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
                                     a.kv_tokens, a.channels, windows=a.windows, bias=a.bias,
-                                    key_bias=a.key_bias is not None)
+                                    key_bias="head" if a.key_bias_per_head else
+                                    a.key_bias is not None)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),

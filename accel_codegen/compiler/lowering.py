@@ -1069,10 +1069,11 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         # a padding mask's bias, copied to the queries by compiler/attention.py: the scores'
         # SDP reads it as its element-wise operand
         key_bias = call.args[3]
-        if static_shape(key_bias) != (windows, 1, tokens, kv_tokens):
+        if static_shape(key_bias) not in ((windows, 1, tokens, kv_tokens),
+                                          (windows, heads, tokens, kv_tokens)):
             raise Unsupported(f"attention's computed bias {list(static_shape(key_bias))} is not "
-                              f"[{windows}, 1, {tokens}, {kv_tokens}]: one per window (a "
-                              f"batch's image), the same for every head")
+                              f"[{windows}, 1 or {heads}, {tokens}, {kv_tokens}]: one per "
+                              f"window (a batch's image), for every head or each its own")
         _require_float32(key_bias, "attention's computed bias")
     elif len(call.args) > 3 and call.args[3] is not None:
         bias = np.asarray(constant_value(call.args[3]), np.float32)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -683,7 +683,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      channels: Optional[Dict[str, Tuple[int, int]]] = None,
                      newton: Optional[int] = None, windows: int = 1,
                      bias: Optional[np.ndarray] = None,
-                     key_bias: bool = False) -> Decomposition:
+                     key_bias: Union[bool, str] = False) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
@@ -732,7 +732,10 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
     read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
     padding mask's row copied to the queries: with windows, a batch of sentences, each its
-    own row), window w's [1, T, 1, Tk] block every head's operand in that window."""
+    own row), window w's [1, T, 1, Tk] block every head's operand in that window; or
+    (``key_bias`` "head") [1, windows heads T, 1, Tk], a block per head, as a constant bias's
+    (a sequence-first batch's images are heads of one image, each image's heads reading its
+    own row of the padding mask)."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -752,7 +755,7 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
         at = "" if one else f"w{w}."
         x = "x" if one else b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
         rows = None
-        if key_bias:  # the window's rows of the computed bias
+        if key_bias and key_bias != "head":  # the window's rows of the computed bias
             rows = "bias" if one else b.view(f"{at}bias", "bias", w * t, t, (1, t, 1, tk))
         for h in range(heads):
             head, first = f"{at}h{h}", (w * heads + h) * t
@@ -760,6 +763,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
             sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
             operand = rows
+            if key_bias == "head":  # the head's own block of the computed bias
+                operand = b.view(f"{head}.bias", "bias", (w * heads + h) * t, t, (1, t, 1, tk))
             if bias is not None:
                 bias_first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
                 operand = b.view(f"{head}.bias", "bias", bias_first, t, (1, t, 1, tk))
@@ -793,7 +798,7 @@ def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int
 
 
 def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses",
-                    key_bias: bool) -> Dict[str, np.ndarray]:
+                    key_bias: Union[bool, str]) -> Dict[str, np.ndarray]:
     """attention_passes' constants: the bias, [1 or windows, heads, T, Tk] checked, in the
     precision's dtype as the one image [1, (windows) heads T, 1, Tk] its views cut; none for a
     computed key bias, an input [1, windows T, 1, Tk]."""
@@ -801,7 +806,9 @@ def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses",
         if bias is not None:
             raise AccelInvalidError("attention: a computed key bias is for attention without "
                                     "a constant bias")
-        b.shapes["bias"] = (1, windows * t, 1, tk)
+        if key_bias not in (True, "head"):
+            raise AccelInvalidError(f"attention: key_bias = {key_bias!r} is not True or 'head'")
+        b.shapes["bias"] = (1, windows * (heads if key_bias == "head" else 1) * t, 1, tk)
         return {}
     if bias is None:
         return {}

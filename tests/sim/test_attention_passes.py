@@ -299,3 +299,42 @@ def test_a_batch_of_sentences_reads_each_its_own_key_bias(precision, rng):
             assert np.abs(ours[block] - kept).max() <= 1e-5 * np.abs(kept).max(), w
         else:
             assert sqnr(ours[block], kept) >= 50, w
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_key_bias_per_head_reads_each_heads_own_block(precision, rng):
+    """A sequence-first batch's images are heads of one image (torch's key_padding_mask at
+    batch B: image b's heads b heads ..): the computed bias is one block per head, [1, heads
+    T, 1, Tk] (``key_bias="head"``), head h's scores SDP adding block h. Here 2 images of 2
+    heads, image 1's last keys masked by float32's lowest (fp16: half's largest): each
+    image's heads equal their attention over their real keys alone; device and reference
+    the same bits."""
+    images, per_image, t, d = 2, 2, 6, 4
+    heads, valid = images * per_image, (6, 3)
+    dtype = dc.dtype_for(precision)
+    q, k, v, _ = _tokens(rng, False, t, t, heads, d)
+    q, k, v = (m.astype(dtype) for m in (q, k, v))
+    lowest = -65504.0 if precision == "fp16" else float(np.finfo(np.float32).min)
+    rows = np.array([np.where(np.arange(t) < n, 0.0, lowest) for n in valid], np.float32)
+    decomposition = dc.attention_passes(t, heads, d, 1 / np.sqrt(d), precision,
+                                        key_bias="head")
+    assert decomposition.shapes["bias"] == (1, heads * t, 1, t)
+    blocks = np.repeat(rows, per_image, axis=0)  # head h reads image h // per_image's row
+    x = np.ascontiguousarray(q[:, :, None, None])
+    inputs = {"k": np.ascontiguousarray(k.T[None, :, None, :]),
+              "v": np.ascontiguousarray(v[:, :, None, None]),
+              "bias": np.repeat(blocks.astype(dtype)[:, None, :], t, axis=1).reshape(
+                  1, heads * t, 1, t)}
+    y, _ = dc.run_passes(DEVICE, decomposition, x, inputs=inputs)
+    assert_same(y, ref.run_decomposition(decomposition, x, inputs))
+    ours = y[:, :, 0, 0].astype(np.float64)
+    for b, n in enumerate(valid):
+        cols = slice(b * per_image * d, (b + 1) * per_image * d)
+        kept = _attention64(q[:, cols], k[:n, cols], v[:n, cols], per_image, d,
+                            1 / np.sqrt(d), {})
+        if precision == "fp32":
+            assert np.abs(ours[:, cols] - kept).max() <= 1e-5 * np.abs(kept).max(), b
+        else:
+            assert sqnr(ours[:, cols], kept) >= 50, b
+    with pytest.raises(AccelInvalidError, match="key_bias"):
+        dc.attention_passes(t, heads, d, precision=precision, key_bias="rows")
