@@ -58,7 +58,7 @@ __all__ = ["MODELS", "ModelAndInputs", "get_model", "lenet5", "resnet18", "resne
            "vgg11_bn", "mobilenet_v1", "mixed_block", "mobilenet_v2", "efficientnet_b0",
            "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2", "squeezenet1_1",
            "alexnet_lrn", "googlenet_lrn", "convnext_mini", "vit_ti16", "swin_mini", "encoder_stack",
-           "hybrid_recogniser", "CALIBRATION_BATCH", "calibration_input",
+           "hybrid_recogniser", "yolov8n", "CALIBRATION_BATCH", "calibration_input",
            "build_realistic"]
 
 #: What every zoo function returns: the model in eval mode and its example inputs.
@@ -103,6 +103,8 @@ def _init_weights(model: nn.Module, gen: np.random.Generator) -> None:
         for module in model.modules():
             if isinstance(module, (nn.modules.conv._ConvNd, nn.Linear)):
                 w = module.weight
+                if not w.requires_grad:  # fixed by the architecture (YOLOv8's DFL bins)
+                    continue
                 fan_in = w[0].numel()  # in_channels / groups * kh * kw (out_channels for a
                 # transposed conv, as torch counts it), or in_features
                 w.copy_(_normal(gen, w.shape, math.sqrt(2.0 / fan_in)))
@@ -1514,6 +1516,161 @@ def hybrid_recogniser(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
 
 
 # --------------------------------------------------------------------------------------
+# A YOLOv8-style detector
+# --------------------------------------------------------------------------------------
+class YoloConv(nn.Sequential):
+    """Conv (no bias, 'same' padding) + batch norm + SiLU: the detector's building block."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1):
+        super().__init__(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False),
+                         nn.BatchNorm2d(cout), nn.SiLU())
+
+
+class YoloBottleneck(nn.Module):
+    """Two 3x3 YoloConvs, with the residual add where asked (the backbone's) and possible."""
+
+    def __init__(self, channels: int, shortcut: bool):
+        super().__init__()
+        self.cv1 = YoloConv(channels, channels, 3)
+        self.cv2 = YoloConv(channels, channels, 3)
+        self.add = shortcut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C2f(nn.Module):
+    """CSP bottleneck with two convolutions: a 1x1 conv split in two halves, n bottlenecks on
+    the second half, every intermediate concatenated, a 1x1 conv."""
+
+    def __init__(self, cin: int, cout: int, n: int, shortcut: bool):
+        super().__init__()
+        self.c = cout // 2
+        self.cv1 = YoloConv(cin, 2 * self.c)
+        self.cv2 = YoloConv((2 + n) * self.c, cout)
+        self.m = nn.ModuleList(YoloBottleneck(self.c, shortcut) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = list(self.cv1(x).chunk(2, 1))
+        y.extend(m(y[-1]) for m in self.m)
+        return self.cv2(torch.cat(y, 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three 5x5 stride-1 max pools in a row, concatenated."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.cv1 = YoloConv(cin, cin // 2)
+        self.cv2 = YoloConv(cin // 2 * 4, cout)
+        self.m = nn.MaxPool2d(5, 1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+
+
+class DFL(nn.Module):
+    """Distribution focal loss's integral: each box side's softmax over its 16 bins, times
+    the bin indices (a 1x1 conv whose weights are fixed at 0..15, never trained)."""
+
+    def __init__(self, bins: int = 16):
+        super().__init__()
+        self.bins = bins
+        self.conv = nn.Conv2d(bins, 1, 1, bias=False).requires_grad_(False)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.arange(bins, dtype=torch.float32).view(1, bins, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, a = x.shape
+        return self.conv(x.view(b, 4, self.bins, a).transpose(2, 1).softmax(1)).view(b, 4, a)
+
+
+class YoloDetect(nn.Module):
+    """The decoupled head, as exported for inference: per level a box branch (4 x 16 bins)
+    and a class branch, concatenated over the levels' anchors; boxes decoded by DFL and
+    dist2bbox (centre and size in input pixels, anchors fixed by the input size); class
+    scores through a sigmoid. Output [batch, 4 + classes, anchors]."""
+
+    def __init__(self, classes: int, channels: tuple, size: int, strides=(8, 16, 32)):
+        super().__init__()
+        self.classes, self.bins = classes, 16
+        c2 = max(16, channels[0] // 4, 4 * self.bins)
+        c3 = max(channels[0], min(classes, 100))
+        self.cv2 = nn.ModuleList(nn.Sequential(YoloConv(c, c2, 3), YoloConv(c2, c2, 3),
+                                               nn.Conv2d(c2, 4 * self.bins, 1))
+                                 for c in channels)
+        self.cv3 = nn.ModuleList(nn.Sequential(YoloConv(c, c3, 3), YoloConv(c3, c3, 3),
+                                               nn.Conv2d(c3, classes, 1))
+                                 for c in channels)
+        self.dfl = DFL(self.bins)
+        points, steps = [], []
+        for stride in strides:
+            n = size // stride
+            centre = torch.arange(n, dtype=torch.float32) + 0.5
+            sy, sx = torch.meshgrid(centre, centre, indexing="ij")
+            points.append(torch.stack((sx, sy), -1).view(-1, 2))
+            steps.append(torch.full((n * n, 1), float(stride)))
+        self.register_buffer("anchors", torch.cat(points).transpose(0, 1).unsqueeze(0))
+        self.register_buffer("strides", torch.cat(steps).transpose(0, 1))
+
+    def forward(self, levels: list) -> torch.Tensor:
+        b = levels[0].shape[0]
+        outs = [torch.cat((box(x), cls(x)), 1).view(b, 4 * self.bins + self.classes, -1)
+                for x, box, cls in zip(levels, self.cv2, self.cv3)]
+        box, cls = torch.cat(outs, 2).split((4 * self.bins, self.classes), 1)
+        lt, rb = self.dfl(box).chunk(2, 1)
+        x1y1, x2y2 = self.anchors - lt, self.anchors + rb
+        xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
+        return torch.cat((xywh, cls.sigmoid()), 1)
+
+
+class YOLOv8(nn.Module):
+    """The YOLOv8 architecture (ultralytics' yolov8.yaml: CSP backbone of C2f blocks and
+    SPPF, a PAN neck with nearest upsampling and concats, the decoupled anchor-free head),
+    at width and depth multiples 0.25 and 0.33 ("n"), written in plain PyTorch (ultralytics'
+    module tree is model.0 .. model.22; here the blocks are named by role)."""
+
+    def __init__(self, classes: int = 80, size: int = 320):
+        super().__init__()
+        c = [16, 32, 64, 128, 256]
+        self.stem = YoloConv(3, c[0], 3, 2)
+        self.stage1 = nn.Sequential(YoloConv(c[0], c[1], 3, 2), C2f(c[1], c[1], 1, True))
+        self.stage2 = nn.Sequential(YoloConv(c[1], c[2], 3, 2), C2f(c[2], c[2], 2, True))
+        self.stage3 = nn.Sequential(YoloConv(c[2], c[3], 3, 2), C2f(c[3], c[3], 2, True))
+        self.stage4 = nn.Sequential(YoloConv(c[3], c[4], 3, 2), C2f(c[4], c[4], 1, True),
+                                    SPPF(c[4], c[4]))
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.top_down4 = C2f(c[4] + c[3], c[3], 1, False)
+        self.top_down3 = C2f(c[3] + c[2], c[2], 1, False)
+        self.down3 = YoloConv(c[2], c[2], 3, 2)
+        self.bottom_up4 = C2f(c[2] + c[3], c[3], 1, False)
+        self.down4 = YoloConv(c[3], c[3], 3, 2)
+        self.bottom_up5 = C2f(c[3] + c[4], c[4], 1, False)
+        self.detect = YoloDetect(classes, (c[2], c[3], c[4]), size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p3 = self.stage2(self.stage1(self.stem(x)))
+        p4 = self.stage3(p3)
+        p5 = self.stage4(p4)
+        t4 = self.top_down4(torch.cat((self.up(p5), p4), 1))
+        n3 = self.top_down3(torch.cat((self.up(t4), p3), 1))
+        n4 = self.bottom_up4(torch.cat((self.down3(n3), t4), 1))
+        n5 = self.bottom_up5(torch.cat((self.down4(n4), p5), 1))
+        return self.detect([n3, n4, n5])
+
+
+def yolov8n(*, batch: int = 1, seed: int = 0) -> ModelAndInputs:
+    """:class:`YOLOv8` "n" on a 3x320x320 image (80 classes, 2100 anchors: output
+    (batch, 84, 2100), boxes as centre and size in pixels, then class scores). Input (batch,
+    3, 320, 320); ``batch`` and ``seed`` as for :func:`get_model`."""
+    return _build(YOLOv8, (3, 320, 320), batch, seed)
+
+
+# --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., ModelAndInputs]] = {
@@ -1538,6 +1695,7 @@ MODELS: dict[str, Callable[..., ModelAndInputs]] = {
     "swin_mini": swin_mini,
     "encoder_stack": encoder_stack,
     "hybrid_recogniser": hybrid_recogniser,
+    "yolov8n": yolov8n,
 }
 
 

@@ -19,7 +19,7 @@ from conftest import (assert_close, build_and_run, ort_int8_sqnr, random_inputs,
 RTOL = 1e-4
 ZOO = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "mobilenet_v2",
        "efficientnet_b0", "mobilenet_v3_small", "densenet121", "googlenet", "shufflenet_v2",
-       "squeezenet1_1", "alexnet_lrn", "googlenet_lrn"]
+       "squeezenet1_1", "alexnet_lrn", "googlenet_lrn", "yolov8n"]
 # TVM's host build of the larger ones takes 10-35 s each: these cover every engine.
 HOST_BUILT = ["lenet5", "resnet18", "resnet50", "vgg11_bn", "mobilenet_v1", "shufflenet_v2",
               "squeezenet1_1", "alexnet_lrn"]

@@ -35,6 +35,7 @@ ZOO = {
     "swin_mini": ((1, 3, 224, 224), (1, 1000)),
     "encoder_stack": ((1, 64, 192), (1, 64, 192)),
     "hybrid_recogniser": ((1, 3, 32, 128), (1, 256, 40)),
+    "yolov8n": ((1, 3, 320, 320), (1, 84, 2100)),
 }
 # The first six models, built fresh here; the later ones (#11 and after) come from the
 # session's cache (tests/conftest.py), which their export test below imports anyway.
@@ -52,6 +53,8 @@ PUBLISHED_PARAMETERS = {
     "mobilenet_v2": 3_504_872, "efficientnet_b0": 5_288_548, "mobilenet_v3_small": 2_542_856,
     "densenet121": 7_978_856, "googlenet": 6_624_904, "shufflenet_v2": 2_278_604,
     "squeezenet1_1": 1_235_496, "alexnet_lrn": 60_965_224, "vit_ti16": 5_717_416,
+    # ultralytics' YOLOv8n summary at 80 classes (its DFL's 16 fixed weights included)
+    "yolov8n": 3_157_200,
 }
 # Modules of each kind in each model (counted by hand from the papers / torchvision).
 MODULES = {
@@ -89,6 +92,9 @@ MODULES = {
     # a 2-conv stem, 2 blocks, final norm, per-token head
     "hybrid_recogniser": {"BatchNorm2d": 2, "Conv2d": 2, "LayerNorm": 5, "Linear": 9,
                           "GELU": 2},
+    # conv + BN + SiLU: stem 1, stages 5, 7, 7 and 7 (SPPF's 2), neck 18, head 3 x 4; the
+    # head's 6 plain 1x1 convs and the DFL's
+    "yolov8n": {"BatchNorm2d": 57, "Conv2d": 64, "SiLU": 57, "MaxPool2d": 1, "Upsample": 1},
 }
 
 
@@ -157,9 +163,13 @@ def test_zoo_model_is_deterministic_and_sane(name, zoo):
     assert out.shape == out_shape and out.dtype == np.float32
     assert np.array_equal(out, torch_forward(again, *inputs_again))
     assert np.isfinite(out).all()
+    if name == "yolov8n":  # boxes (centre, size) in input pixels, then class scores
+        boxes, out = out[:, :4], out[:, 4:]
+        assert 0.0 < boxes[:, 2:].min() and boxes.max() < 4 * in_shape[-1], "boxes"
     # Non-degenerate: the logits spread out but stay O(1)-ish after a deep stack. Nothing
     # tames the models: MobileNet v3's two-layer hardswish head gives 0.27-0.41 on seeds 0-3,
-    # LeNet-5 (no batch norm) 2.2-3.9 on seeds 0-1 (the others 0.47-2.2).
+    # LeNet-5 (no batch norm) 2.2-3.9 on seeds 0-1 (the others 0.47-2.2), YOLOv8n's scores
+    # 0.19.
     assert 0.1 < float(out.std()) < 30.0, f"{name}: output std {out.std():.3g}"
 
     # Another seed, other weights and inputs (_build's discipline, the same for every model:
