@@ -42,8 +42,22 @@ from .tensors import resolve_operand
 
 
 def pre_pool(layer: Layer) -> int:
-    """The index of the layer's op whose output is quantised (its last before any pool)."""
+    """The index of the layer's last op before any pool (a conv's or its SDP's)."""
     return (1 if layer.conv is not None else 0) + (0 if layer.sdp.empty() else 1) - 1
+
+
+def max_pooled(layer: Layer) -> bool:
+    """Whether the layer ends in a max pool (fused after a conv or SDP, or alone)."""
+    return layer.pool is not None and layer.pool.kind == "max"
+
+
+def output_op(layer: Layer) -> int:
+    """The index of the op whose calibrated statistics set the layer's output quantisation:
+    a max pool's output where the layer ends in one (only the maxima leave it: see
+    _FunctionQuant.selected_outputs), else its last op before any pool."""
+    if max_pooled(layer):
+        return pre_pool(layer) + len(layer.pool.passes()[0])
+    return pre_pool(layer)
 
 
 def token_dense(layer: Layer, runs: List[Run]) -> Layer:
@@ -106,13 +120,14 @@ class _FunctionQuant:
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
         self.part_scaled = concats_read_per_channel(self.function, runs)
+        self.selected_outputs(runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
                 self.call(call, [r for r in runs[index] if not r.converts])
             for run in runs[index]:
                 if run.converts:
-                    quant = self.int8_output(index, call, runs[index])
+                    quant = self.later.get(index) or self.int8_output(index, call, runs[index])
                     self.quant[call.binding.var] = quant
                     run.quant = RunQuant(quant, quant, tensors={INPUT: quant, 0: quant})
 
@@ -142,6 +157,57 @@ class _FunctionQuant:
         else:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
+
+    def selected_outputs(self, runs: Dict[int, List[Run]]) -> None:
+        """A layer whose output only selecting layers read, in turn (copies that keep the
+        codes, max pools, a ReLU alone: PointNet's max over its points after the shared
+        MLP's last layer, the ReLU after an instance norm) writes its int8 output in the
+        quantisation of the last selection's statistics (``self.later``; an int8 conv or
+        SDP layer through ``self.produced``, as does a ReLU between), as a layer with its
+        max pool fused does (output_op). Max and ReLU commute with int8's rounding and
+        saturation (all monotone; the PDP's padding never wins a max; an unsigned code
+        saturates a negative value to 0, which is the ReLU), so the selected codes are the
+        rounding of the selected fp32 values in that quantisation and the selecting layers
+        move codes: the least-error range of the tensor before them, priced over every
+        value, clips the extremes that a max keeps (PointNet's channels) and spends half its
+        codes on values a ReLU zeroes, a second rounding (ONNX Runtime quantises a norm's
+        output with its ReLU's range likewise)."""
+        self.later: Dict[int, TensorQuant] = {}
+        if self.calibration is None or self.calibration.method == QDQ_METHOD:
+            return  # a quantised model's own scales are kept
+        calls = self.function.calls
+        readers = read_counts(self.function.function)
+        reading: Dict[int, List[int]] = {}
+        for at, sources in enumerate(self.function.sources):
+            for source in set(sources):
+                reading.setdefault(source, []).append(at)
+        for at, call in enumerate(calls):
+            made = [r for r in runs.get(at, []) if not r.converts]
+            if call.precision == "int8":
+                if call.converted or not made or not _plain(call.layer) or \
+                        call.layer.branch is not None:
+                    continue
+            elif not call.converted:  # another precision's layer, converted to int8 after
+                continue
+            last, index, between, selecting = None, at, [], []
+            while readers.get(calls[index].binding.var, 0) == 1 and \
+                    len(reading.get(index, [])) == 1:
+                index = reading[index][0]
+                after = calls[index]
+                steps = [r for r in runs.get(index, []) if not r.converts]
+                if after.precision != "int8" or after.converted or len(steps) != 1 or \
+                        not _selects(after.layer):
+                    break
+                between.append(steps[0].key)
+                if not after.layer.copies:
+                    last, selecting = (steps[0].key, output_op(after.layer)), list(between)
+            if last is None:
+                continue
+            quant = self.calibrated(last)
+            self.later[at] = quant
+            self.produced.update({key: quant for key in selecting})
+            if call.precision == "int8":
+                self.produced[made[-1].key] = quant
 
     def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
         """An int8 concat whose every input is a conv or SDP layer of this function read by
@@ -173,7 +239,7 @@ class _FunctionQuant:
                     break
                 if var not in sources:
                     sources.append(var)
-                    keys.append((made[-1].key, pre_pool(source.layer)))
+                    keys.append((made[-1].key, output_op(source.layer)))
             else:
                 quant = int8.concat_quant(self.calibrated(key) for key in keys)
                 self.concats[call.binding.var] = quant
@@ -323,7 +389,7 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
+            out_quant = self.produced.get(key) or self.calibrated((key, output_op(layer)))
             h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
@@ -435,6 +501,24 @@ def _absorbs_channels(run: Run) -> bool:
     return run.precision == "int8" and not run.converts and layer.conv is None and \
         not layer.sdp.empty() and layer.sdp.ew_op is None and layer.branch is None and \
         _plain(layer) and layer.lrn is None and run.part == ""
+
+
+def _selects(layer: Layer) -> bool:
+    """A layer whose int8 output is codes of its input, selected (its input's quantisation
+    kept, or a ReLU of it in codes where the input's is unsigned): copies of one tensor (a
+    reshape), a max pool alone, a ReLU alone (a max pool after it at most)."""
+    alone = layer.conv is None and not layer.tokens and layer.norm is None and \
+        layer.rubik is None and layer.lrn is None and not layer.requantize and \
+        not layer.computed_scale and layer.branch is None
+    s = layer.sdp
+    if not alone or not (layer.pool is None or max_pooled(layer)):
+        return False
+    if layer.copies:
+        return s.empty() and layer.pool is None and not layer.several_sources
+    if s.empty():
+        return layer.pool is not None
+    return s.act == "relu" and s.bias is None and s.batch_norm is None and \
+        s.scale is None and s.ew_op is None
 
 
 def _plain(layer: Layer) -> bool:
