@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 import numpy as np
 import tvm
 
-from .codegen.int8_plan import output_op
+from .codegen.int8_plan import pre_pool
 from .codegen.weights import EmittedWeights
 from .program import function_outputs, lower_module
 
@@ -65,5 +65,5 @@ def depthwise_weights(matched: tvm.IRModule, fuse: bool = True
             power = np.sum(weights.folded.reshape(weights.folded.shape[0], -1) ** 2, axis=1)
             if not np.all(np.isfinite(power)) or not power.mean() > 0:
                 continue
-            found[(source.key, output_op(layer))] = power / power.mean()
+            found[(source.key, pre_pool(layer))] = power / power.mean()
     return found

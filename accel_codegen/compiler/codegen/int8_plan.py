@@ -42,22 +42,8 @@ from .tensors import resolve_operand
 
 
 def pre_pool(layer: Layer) -> int:
-    """The index of the layer's last op before any pool (a conv's or its SDP's)."""
+    """The index of the layer's op whose output is quantised (its last before any pool)."""
     return (1 if layer.conv is not None else 0) + (0 if layer.sdp.empty() else 1) - 1
-
-
-def max_pooled(layer: Layer) -> bool:
-    """Whether the layer ends in a max pool (fused after a conv or SDP, or alone)."""
-    return layer.pool is not None and layer.pool.kind == "max"
-
-
-def output_op(layer: Layer) -> int:
-    """The index of the op whose calibrated statistics set the layer's output quantisation:
-    a max pool's output where the layer ends in one (only the maxima leave it: see
-    _FunctionQuant.selected_outputs), else its last op before any pool."""
-    if max_pooled(layer):
-        return pre_pool(layer) + len(layer.pool.passes()[0])
-    return pre_pool(layer)
 
 
 def token_dense(layer: Layer, runs: List[Run]) -> Layer:
@@ -159,19 +145,17 @@ class _FunctionQuant:
                 self.quant[run.output] = self.run(run)
 
     def selected_outputs(self, runs: Dict[int, List[Run]]) -> None:
-        """A layer whose output only selecting layers read, in turn (copies that keep the
-        codes, max pools, a ReLU alone: PointNet's max over its points after the shared
-        MLP's last layer, the ReLU after an instance norm) writes its int8 output in the
-        quantisation of the last selection's statistics (``self.later``; an int8 conv or
-        SDP layer through ``self.produced``, as does a ReLU between), as a layer with its
-        max pool fused does (output_op). Max and ReLU commute with int8's rounding and
-        saturation (all monotone; the PDP's padding never wins a max; an unsigned code
-        saturates a negative value to 0, which is the ReLU), so the selected codes are the
-        rounding of the selected fp32 values in that quantisation and the selecting layers
-        move codes: the least-error range of the tensor before them, priced over every
-        value, clips the extremes that a max keeps (PointNet's channels) and spends half its
-        codes on values a ReLU zeroes, a second rounding (ONNX Runtime quantises a norm's
-        output with its ReLU's range likewise)."""
+        """A layer whose output only a ReLU alone reads (through copies that keep the codes,
+        a reshape: the ReLU after an instance norm, which int8 code runs in fp16) writes its
+        int8 output in the ReLU's quantisation (``self.later``; an int8 conv or SDP layer
+        through ``self.produced``), and the ReLU then moves codes. A ReLU commutes with
+        int8's rounding, and an unsigned code saturates a negative value to 0, which is the
+        ReLU: so the ReLU's codes are the rounding of its fp32 values, once, where the
+        layer's own least-error range spent half its codes on the values the ReLU zeroes
+        and the ReLU rounded them again (1.2 dB on a CycleGAN generator; ONNX Runtime
+        quantises a norm's output with its ReLU's range likewise). A max pool does not
+        select so: the least-error range after the max gained on the tensor it writes
+        (ResNet's stem +0.25 dB) but not at the zoo's outputs (docs/ptq.md)."""
         self.later: Dict[int, TensorQuant] = {}
         if self.calibration is None or self.calibration.method == QDQ_METHOD:
             return  # a quantised model's own scales are kept
@@ -200,7 +184,7 @@ class _FunctionQuant:
                     break
                 between.append(steps[0].key)
                 if not after.layer.copies:
-                    last, selecting = (steps[0].key, output_op(after.layer)), list(between)
+                    last, selecting = (steps[0].key, pre_pool(after.layer)), list(between)
             if last is None:
                 continue
             quant = self.calibrated(last)
@@ -239,7 +223,7 @@ class _FunctionQuant:
                     break
                 if var not in sources:
                     sources.append(var)
-                    keys.append((made[-1].key, output_op(source.layer)))
+                    keys.append((made[-1].key, pre_pool(source.layer)))
             else:
                 quant = int8.concat_quant(self.calibrated(key) for key in keys)
                 self.concats[call.binding.var] = quant
@@ -389,7 +373,7 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.produced.get(key) or self.calibrated((key, output_op(layer)))
+            out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
             h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
@@ -504,19 +488,16 @@ def _absorbs_channels(run: Run) -> bool:
 
 
 def _selects(layer: Layer) -> bool:
-    """A layer whose int8 output is codes of its input, selected (its input's quantisation
-    kept, or a ReLU of it in codes where the input's is unsigned): copies of one tensor (a
-    reshape), a max pool alone, a ReLU alone (a max pool after it at most)."""
-    alone = layer.conv is None and not layer.tokens and layer.norm is None and \
-        layer.rubik is None and layer.lrn is None and not layer.requantize and \
-        not layer.computed_scale and layer.branch is None
+    """A layer whose int8 output is its input's codes, or a ReLU of them in codes where the
+    input's quantisation is unsigned (the ReLU's own): copies of one tensor (a reshape), a
+    ReLU alone."""
     s = layer.sdp
-    if not alone or not (layer.pool is None or max_pooled(layer)):
+    if layer.conv is not None or layer.pool is not None or layer.tokens or \
+            layer.norm is not None or layer.rubik is not None or layer.lrn is not None or \
+            layer.requantize or layer.computed_scale or layer.branch is not None:
         return False
     if layer.copies:
-        return s.empty() and layer.pool is None and not layer.several_sources
-    if s.empty():
-        return layer.pool is not None
+        return s.empty() and not layer.several_sources
     return s.act == "relu" and s.bias is None and s.batch_norm is None and \
         s.scale is None and s.ew_op is None
 
