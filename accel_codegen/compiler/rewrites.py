@@ -2446,7 +2446,14 @@ class _ByBinding(relax.PyExprMutator):
             return expr
         args = []
         for arg in expr.args:
-            if isinstance(arg, relax.Call):
+            if isinstance(arg, relax.TupleGetItem) and isinstance(arg.tuple_value, relax.Call):
+                # a tuple's item (batch_norm's output) a binding too: the builder would
+                # otherwise bind it itself and make this call anew, without its span
+                whole = arg.tuple_value
+                if whole not in emitted:
+                    emitted[whole] = self.builder_.emit(self._emit_args(whole, emitted))
+                arg = self.builder_.emit(relax.TupleGetItem(emitted[whole], arg.index))
+            elif isinstance(arg, relax.Call):
                 if arg not in emitted:
                     emitted[arg] = self.builder_.emit(self._emit_args(arg, emitted))
                 arg = emitted[arg]
@@ -2636,6 +2643,59 @@ def means_of_3d_tensors(mod: tvm.IRModule) -> tvm.IRModule:
     [N, C, 1, L] (of the tokens transposed to [N, C, T] first), times L for a sum, keepdims a
     reshape after it."""
     return rewrite_bindings(mod, ("relax.mean", "relax.sum", "relax.max"), _mean_of_3d)
+
+
+# A batch norm (and its activation) of [N, C, L] between the reshapes that read a conv1d's
+# output as [N, C, 1, L] and back (a 1-D network's conv + BN + ReLU: PointNet's shared MLP,
+# after conv1d_as_conv2d), or before the [N, C, 1, L] of a pool (means_of_3d_tensors): the
+# same per-channel ops of the 4-D tensor, so the conv's chain takes them (one int8 rounding
+# of the conv's output, after the batch norm, where the 3-D batch norm was a layer of its own
+# reading the conv's output rounded to int8 before its scale and shift: 1.8 dB on PointNet).
+_UNIT_ACTIVATIONS = ("relax.nn.relu", "relax.nn.silu", "relax.nn.gelu", "relax.sigmoid",
+                     "relax.tanh", "relax.nn.leakyrelu", "relax.clip")
+
+
+def _norm_between_reshapes(readers: dict):
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        def alone(var):  # bound to a value that this chain alone reads
+            value = source(var) if isinstance(var, relax.Var) else None
+            return value if value is not None and readers.get(var, 0) == 1 else None
+
+        act = alone(call.args[0])
+        item = act.args[0] if op_name(act) in _UNIT_ACTIVATIONS else act
+        item = alone(item) if item is not act else item
+        if act is None or item is None or not isinstance(item, relax.TupleGetItem) or \
+                int(item.index) != 0:
+            return call
+        norm = alone(item.tuple_value)
+        if op_name(norm) != "relax.nn.batch_norm" or bool(norm.attrs.training) or \
+                not all(is_constant(a) for a in norm.args[1:]):
+            return call
+        squeezed = alone(norm.args[0])
+        if op_name(squeezed) != "relax.reshape":
+            return call
+        y = squeezed.args[0]
+        shape, flat = _static(y), _static(squeezed)
+        if shape is None or flat is None or _static(call) != shape or len(shape) != 4 or \
+                len(flat) != 3 or shape[:2] != flat[:2] or shape[2] != 1 or \
+                int(norm.attrs.axis) % 3 != 1:
+            return call
+        out = relax.TupleGetItem(relax.Call(norm.op, [y, *norm.args[1:]], norm.attrs,
+                                            norm.ty_args, norm.span), 0)
+        if act is not item:
+            out = relax.Call(act.op, [out, *act.args[1:]], act.attrs, act.ty_args, act.span)
+        return out
+    return rewrite
+
+
+def norms_between_unit_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
+    """reshape(act(batch_norm(reshape(y, [N, C, L]))[0]), [N, C, 1, L]) with y of
+    [N, C, 1, L] -> act(batch_norm(y)[0]) over the channels of y (act: a unary activation,
+    or none; each intermediate read by the next op alone)."""
+    readers: Dict[relax.Var, int] = {}
+    for _, function in _graph_functions(mod):
+        readers.update(read_counts(function))
+    return rewrite_bindings(mod, ("relax.reshape",), _norm_between_reshapes(readers))
 
 
 def _channel_reduction(call: relax.Call, source) -> relax.Expr:
@@ -3015,6 +3075,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   ranked_constants, sliced_takes, gathers_as_slices, shared_constant_reshapes,
                   pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
+                  norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,

@@ -106,13 +106,14 @@ class _FunctionQuant:
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
         self.part_scaled = concats_read_per_channel(self.function, runs)
+        self.selected_outputs(runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
                 self.call(call, [r for r in runs[index] if not r.converts])
             for run in runs[index]:
                 if run.converts:
-                    quant = self.int8_output(index, call, runs[index])
+                    quant = self.later.get(index) or self.int8_output(index, call, runs[index])
                     self.quant[call.binding.var] = quant
                     run.quant = RunQuant(quant, quant, tensors={INPUT: quant, 0: quant})
 
@@ -142,6 +143,55 @@ class _FunctionQuant:
         else:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
+
+    def selected_outputs(self, runs: Dict[int, List[Run]]) -> None:
+        """A layer whose output only a ReLU alone reads (through copies that keep the codes,
+        a reshape: the ReLU after an instance norm, which int8 code runs in fp16) writes its
+        int8 output in the ReLU's quantisation (``self.later``; an int8 conv or SDP layer
+        through ``self.produced``), and the ReLU then moves codes. A ReLU commutes with
+        int8's rounding, and an unsigned code saturates a negative value to 0, which is the
+        ReLU: so the ReLU's codes are the rounding of its fp32 values, once, where the
+        layer's own least-error range spent half its codes on the values the ReLU zeroes
+        and the ReLU rounded them again (1.2 dB on a CycleGAN generator; ONNX Runtime
+        quantises a norm's output with its ReLU's range likewise). A max pool does not
+        select so: the least-error range after the max gained on the tensor it writes
+        (ResNet's stem +0.25 dB) but not at the zoo's outputs (docs/ptq.md)."""
+        self.later: Dict[int, TensorQuant] = {}
+        if self.calibration is None or self.calibration.method == QDQ_METHOD:
+            return  # a quantised model's own scales are kept
+        calls = self.function.calls
+        readers = read_counts(self.function.function)
+        reading: Dict[int, List[int]] = {}
+        for at, sources in enumerate(self.function.sources):
+            for source in set(sources):
+                reading.setdefault(source, []).append(at)
+        for at, call in enumerate(calls):
+            made = [r for r in runs.get(at, []) if not r.converts]
+            if call.precision == "int8":
+                if call.converted or not made or not _plain(call.layer) or \
+                        call.layer.branch is not None:
+                    continue
+            elif not call.converted:  # another precision's layer, converted to int8 after
+                continue
+            last, index, between, selecting = None, at, [], []
+            while readers.get(calls[index].binding.var, 0) == 1 and \
+                    len(reading.get(index, [])) == 1:
+                index = reading[index][0]
+                after = calls[index]
+                steps = [r for r in runs.get(index, []) if not r.converts]
+                if after.precision != "int8" or after.converted or len(steps) != 1 or \
+                        not _selects(after.layer):
+                    break
+                between.append(steps[0].key)
+                if not after.layer.copies:
+                    last, selecting = (steps[0].key, pre_pool(after.layer)), list(between)
+            if last is None:
+                continue
+            quant = self.calibrated(last)
+            self.later[at] = quant
+            self.produced.update({key: quant for key in selecting})
+            if call.precision == "int8":
+                self.produced[made[-1].key] = quant
 
     def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
         """An int8 concat whose every input is a conv or SDP layer of this function read by
@@ -435,6 +485,21 @@ def _absorbs_channels(run: Run) -> bool:
     return run.precision == "int8" and not run.converts and layer.conv is None and \
         not layer.sdp.empty() and layer.sdp.ew_op is None and layer.branch is None and \
         _plain(layer) and layer.lrn is None and run.part == ""
+
+
+def _selects(layer: Layer) -> bool:
+    """A layer whose int8 output is its input's codes, or a ReLU of them in codes where the
+    input's quantisation is unsigned (the ReLU's own): copies of one tensor (a reshape), a
+    ReLU alone."""
+    s = layer.sdp
+    if layer.conv is not None or layer.pool is not None or layer.tokens or \
+            layer.norm is not None or layer.rubik is not None or layer.lrn is not None or \
+            layer.requantize or layer.computed_scale or layer.branch is not None:
+        return False
+    if layer.copies:
+        return s.empty() and not layer.several_sources
+    return s.act == "relu" and s.bias is None and s.batch_norm is None and \
+        s.scale is None and s.ew_op is None
 
 
 def _plain(layer: Layer) -> bool:
