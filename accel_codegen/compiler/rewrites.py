@@ -2380,9 +2380,12 @@ def global_means_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
-# unflattened): it moves nothing, and alone it stayed on the host between two functions.
+# unflattened), or a broadcast to it (torch.matmul's operands of a batched product, each
+# expanded to the batch shape it already has): it moves nothing, and alone it stayed on the
+# host between two functions (before a matmul: the attention core's operands unread).
 _RESHAPED = wildcard()
-_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard())
+_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard()) | \
+    is_op("relax.broadcast_to")(_RESHAPED, wildcard())
 
 
 def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
@@ -2392,7 +2395,7 @@ def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """reshape(x, x's own shape) -> x."""
+    """reshape(x, x's own shape) or broadcast_to(x, x's own shape) -> x."""
     return _rewrite(mod, _RESHAPE, _unreshaped)
 
 
