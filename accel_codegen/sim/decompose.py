@@ -841,11 +841,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     to the scaled scores by the scores' own SDP, as its element-wise operand (S^T's channels
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
     read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
-    padding mask's row copied to the queries: with windows, a batch of sentences, each its
-    own row), window w's [1, T, 1, Tk] block every head's operand in that window; or
-    (``key_bias`` "head") [1, windows heads T, 1, Tk], a block per head, as a constant bias's
-    (a sequence-first batch's images are heads of one image, each image's heads reading its
-    own row of the padding mask)."""
+    padding mask's row copied to the queries: with windows, a batch of sentences), window w's
+    [1, T, 1, Tk] block every head's operand in that window; or "head" (_bias_block)."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d = head_dim
     merged = heads * d
@@ -872,12 +869,9 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
             sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
-            operand = rows
-            if key_bias == "head":  # the head's own block of the computed bias
-                operand = b.view(f"{head}.bias", "bias", (w * heads + h) * t, t, (1, t, 1, tk))
-            if bias is not None:
-                bias_first = ((w if bias.shape[0] > 1 else 0) * heads + h) * t
-                operand = b.view(f"{head}.bias", "bias", bias_first, t, (1, t, 1, tk))
+            block = _bias_block(key_bias, bias, w, h, heads)
+            operand = rows if block is None else \
+                b.view(f"{head}.bias", "bias", block * t, t, (1, t, 1, tk))
             if operand is not None:
                 sdp = dataclasses.replace(sdp, ew_op="add")
             s = b.view(f"{head}.s", "s", first, t, (1, t, 1, tk))
@@ -893,6 +887,20 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
                          ("k", "v", "bias") if key_bias else ("k", "v"), ("o",),
                          {**constants, **b.constants})
+
+
+def _bias_block(key_bias: Union[bool, str], bias: Optional[np.ndarray], w: int, h: int,
+                heads: int) -> Optional[int]:
+    """Which block of T rows of "bias" head h of window w adds to its scores: a constant
+    bias's [1 or windows, heads, T, Tk] block, or (``key_bias`` "head": a computed bias of
+    [1, windows heads T, 1, Tk], a sequence-first batch's images being heads of one image,
+    each image's heads reading its own row of the padding mask) the head's own; None where
+    the window's rows of a computed bias are every head's (or there is no bias)."""
+    if key_bias == "head":
+        return w * heads + h
+    if bias is not None:
+        return (w if bias.shape[0] > 1 else 0) * heads + h
+    return None
 
 
 def _attention_shapes(t, tk, cq, ck, cv, merged, windows) -> Dict[str, Tuple[int, ...]]:

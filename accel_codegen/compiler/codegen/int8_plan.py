@@ -78,6 +78,8 @@ class _FunctionQuant:
         self.concats: Dict[relax.Var, TensorQuant] = {}
         self.produced: Dict[str, TensorQuant] = {}
         self.part_scaled: set = set()  # concats keeping their inputs' quantisations
+        # layers converted to int8 that write their ReLU reader's quantisation (_select_outputs)
+        self.later: Dict[int, TensorQuant] = {}
         self.shifts = MeanShifts(function, calibration)  # what the rounding leans to
 
     def calibrated(self, key: Key) -> TensorQuant:
@@ -106,7 +108,7 @@ class _FunctionQuant:
         for run in self.function.runs:
             runs.setdefault(run.call, []).append(run)
         self.part_scaled = concats_read_per_channel(self.function, runs)
-        self.selected_outputs(runs)
+        _select_outputs(self, runs)
         self.concat_producers(runs)
         for index, call in enumerate(self.function.calls):
             if call.precision == "int8":
@@ -143,55 +145,6 @@ class _FunctionQuant:
         else:
             for run in runs:  # a downsample branch's output is its layer's operand
                 self.quant[run.output] = self.run(run)
-
-    def selected_outputs(self, runs: Dict[int, List[Run]]) -> None:
-        """A layer whose output only a ReLU alone reads (through copies that keep the codes,
-        a reshape: the ReLU after an instance norm, which int8 code runs in fp16) writes its
-        int8 output in the ReLU's quantisation (``self.later``; an int8 conv or SDP layer
-        through ``self.produced``), and the ReLU then moves codes. A ReLU commutes with
-        int8's rounding, and an unsigned code saturates a negative value to 0, which is the
-        ReLU: so the ReLU's codes are the rounding of its fp32 values, once, where the
-        layer's own least-error range spent half its codes on the values the ReLU zeroes
-        and the ReLU rounded them again (1.2 dB on a CycleGAN generator; ONNX Runtime
-        quantises a norm's output with its ReLU's range likewise). A max pool does not
-        select so: the least-error range after the max gained on the tensor it writes
-        (ResNet's stem +0.25 dB) but not at the zoo's outputs (docs/ptq.md)."""
-        self.later: Dict[int, TensorQuant] = {}
-        if self.calibration is None or self.calibration.method == QDQ_METHOD:
-            return  # a quantised model's own scales are kept
-        calls = self.function.calls
-        readers = read_counts(self.function.function)
-        reading: Dict[int, List[int]] = {}
-        for at, sources in enumerate(self.function.sources):
-            for source in set(sources):
-                reading.setdefault(source, []).append(at)
-        for at, call in enumerate(calls):
-            made = [r for r in runs.get(at, []) if not r.converts]
-            if call.precision == "int8":
-                if call.converted or not made or not _plain(call.layer) or \
-                        call.layer.branch is not None:
-                    continue
-            elif not call.converted:  # another precision's layer, converted to int8 after
-                continue
-            last, index, between, selecting = None, at, [], []
-            while readers.get(calls[index].binding.var, 0) == 1 and \
-                    len(reading.get(index, [])) == 1:
-                index = reading[index][0]
-                after = calls[index]
-                steps = [r for r in runs.get(index, []) if not r.converts]
-                if after.precision != "int8" or after.converted or len(steps) != 1 or \
-                        not _selects(after.layer):
-                    break
-                between.append(steps[0].key)
-                if not after.layer.copies:
-                    last, selecting = (steps[0].key, pre_pool(after.layer)), list(between)
-            if last is None:
-                continue
-            quant = self.calibrated(last)
-            self.later[at] = quant
-            self.produced.update({key: quant for key in selecting})
-            if call.precision == "int8":
-                self.produced[made[-1].key] = quant
 
     def concat_producers(self, runs: Dict[int, List[Run]]) -> None:
         """An int8 concat whose every input is a conv or SDP layer of this function read by
@@ -410,6 +363,56 @@ class _FunctionQuant:
             slope = constant_value(run.scope.get(s.prelu_slope, s.prelu_slope))
             prelu = int8.prelu_converter(slope, len(g), what)
         return ew_quant, int8.Converters(**converters, ew=ew, lut=lut, clip=clip, prelu=prelu)
+
+
+def _select_outputs(fq: _FunctionQuant, runs: Dict[int, List[Run]]) -> None:
+    """A layer whose output only a ReLU alone reads (through copies that keep the codes,
+    a reshape: the ReLU after an instance norm, which int8 code runs in fp16) writes its
+    int8 output in the ReLU's quantisation (``fq.later``; an int8 conv or SDP layer
+    through ``fq.produced``), and the ReLU then moves codes. A ReLU commutes with
+    int8's rounding, and an unsigned code saturates a negative value to 0, which is the
+    ReLU: so the ReLU's codes are the rounding of its fp32 values, once, where the
+    layer's own least-error range spent half its codes on the values the ReLU zeroes
+    and the ReLU rounded them again (1.2 dB on a CycleGAN generator; ONNX Runtime
+    quantises a norm's output with its ReLU's range likewise). A max pool does not
+    select so: the least-error range after the max gained on the tensor it writes
+    (ResNet's stem +0.25 dB) but not at the zoo's outputs (docs/ptq.md)."""
+    if fq.calibration is None or fq.calibration.method == QDQ_METHOD:
+        return  # a quantised model's own scales are kept
+    calls = fq.function.calls
+    readers = read_counts(fq.function.function)
+    reading: Dict[int, List[int]] = {}
+    for at, sources in enumerate(fq.function.sources):
+        for source in set(sources):
+            reading.setdefault(source, []).append(at)
+    for at, call in enumerate(calls):
+        made = [r for r in runs.get(at, []) if not r.converts]
+        if call.precision == "int8":
+            if call.converted or not made or not _plain(call.layer) or \
+                    call.layer.branch is not None:
+                continue
+        elif not call.converted:  # another precision's layer, converted to int8 after
+            continue
+        last, index, between, selecting = None, at, [], []
+        while readers.get(calls[index].binding.var, 0) == 1 and \
+                len(reading.get(index, [])) == 1:
+            index = reading[index][0]
+            after = calls[index]
+            steps = [r for r in runs.get(index, []) if not r.converts]
+            if after.precision != "int8" or after.converted or len(steps) != 1 or \
+                    not _selects(after.layer):
+                break
+            between.append(steps[0].key)
+            if not after.layer.copies:
+                last, selecting = (steps[0].key, pre_pool(after.layer)), list(between)
+        if last is None:
+            continue
+        quant = fq.calibrated(last)
+        fq.later[at] = quant
+        fq.produced.update({key: quant for key in selecting})
+        if call.precision == "int8":
+            fq.produced[made[-1].key] = quant
+
 
 
 def concats_read_per_channel(function: Function, runs: Dict[int, List[Run]]) -> set:
