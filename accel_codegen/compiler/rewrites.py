@@ -2385,9 +2385,11 @@ def global_means_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
 # C k k products (the same MACs, no PDP pass, weights k k times larger), and a bias per
 # channel is its own average. In int8 the pooled value is then rounded once, by the CONV's
 # converter, where the fused chain rounded the conv's output to codes and the PDP's average
-# twice more (half away from zero after each reciprocal: int8.pool_rounding_bias). Without
-# padding the pool's count_include_pad does not matter; floor mode drops the rows and
-# columns the strided conv drops.
+# twice more (half away from zero after each reciprocal: int8.pool_rounding_bias). So it is
+# for int8 alone: in fp32 and fp16 the two differ only by rounding, and the k k times larger
+# weights are more bytes to load. Non-overlapping windows only (an overlapping pool's conv
+# would repeat products). Without padding the pool's count_include_pad does not matter;
+# floor mode drops the rows and columns the strided conv drops.
 _CP_X, _CP_W, _CP_B = wildcard(), is_const(), wildcard()
 _CP_CONV = is_op("relax.nn.conv2d")(_CP_X, _CP_W)
 _CP_BIASED = is_op("relax.add")(_CP_CONV, _CP_B)
@@ -2448,7 +2450,8 @@ def pooled_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     """avg_pool2d(conv2d(x, W) [+ b]) of a 1x1 W and a k x k stride-k pool without padding,
     the conv's output read by the pool alone -> conv2d(x, W / (k k) over k x k, stride k)
     [+ b]: applied for int8 alone (the partitioner), where it spares two roundings; fp32 and
-    fp16 keep the fused pool (docs/ptq.md, "A transition's conv and pool as one conv")."""
+    fp16 keep the fused pool (docs/ptq.md, "A DenseNet transition's conv and pool as one
+    conv")."""
     return _rewrite_with_readers(mod, _CONV_POOL, _pooled_conv)
 
 
