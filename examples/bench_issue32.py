@@ -1,7 +1,7 @@
 """Issue 32's speed table: the simulator against ONNX Runtime, fp32 and int8, on ResNet-50,
-MobileNetV2, EfficientNet-B0 (SiLU, squeeze-excite), a YOLO-style SiLU detector (YOLOX,
+MobileNetV2, EfficientNet-B0 (SiLU, squeeze-excite), two YOLO-style SiLU detectors (YOLOX,
 ddddocr's trained ``common_det.onnx`` at its 416x416 input, from the trained set, converted
-to opset 13 as tools/trained_models.py does) and a
+to opset 13 as tools/trained_models.py does; and the zoo's YOLOv8n at 320x320) and a
 hardswish network (MobileNetV3-small), each through ``bench.run_bench`` (interleaved rounds,
 medians), with the slowdown against the modelled hardware.
 
@@ -33,7 +33,8 @@ from pathlib import Path
 
 from accel_codegen.tools import bench
 
-MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "ddddocr_det", "mobilenet_v3_small")
+MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "ddddocr_det", "yolov8n",
+          "mobilenet_v3_small")
 MODES = ["fused", "fused_int8", "ort_fp32", "ort_int8"]
 
 

@@ -407,6 +407,24 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
     return None
 
 
+#: a key source read transposed (_channel_major_keys): (_TRANSPOSED, [windows, d, Tk] tensor)
+_TRANSPOSED = "transposed"
+
+
+def _channel_major_keys(graph: _Graph, operand: relax.Expr, normalized: list
+                        ) -> Optional[Tuple[str, relax.Expr, float, int, bool]]:
+    """K^T as a tensor of its own, one head of d channel rows of Tk keys per window ([windows,
+    d, Tk]: a conv's NCHW output reshaped, the keys of a non-local block or of attention over
+    a feature map), in _heads' form with the base (_TRANSPOSED, operand): the core reads
+    its transpose, one BDMA pass. None where the operand is no such tensor (several heads
+    would interleave their channels in rows: not read)."""
+    shape = _static(operand)
+    if shape is None or len(shape) != 3 or str(getattr(operand.ty, "dtype", "")) != "float32":
+        return None
+    normalized.append(None)
+    return _TRANSPOSED, operand, 1.0, shape[0], False
+
+
 def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
             windows: int = 1, width: Optional[int] = None) -> Optional[relax.Var]:
     """The last tensor of the layout ops after ``result`` ([windows x heads, tokens, d]) that
@@ -416,7 +434,11 @@ def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
     index = np.arange(windows * heads * tokens * d, dtype=np.int64)
     expected = index.reshape(windows, heads, tokens, d).transpose(0, 2, 1, 3).reshape(-1)
     index = index.reshape(_static(result))
-    found, var = None, result
+    # the result itself where it already is (one head: a non-local block's [1, T, d], read
+    # channel-major after by a transpose that stays)
+    found = result if _static(result)[-1] == width and \
+        np.array_equal(index.reshape(-1), expected) else None
+    var = result
     while True:
         reader = graph.only_reader(var)
         call = graph.call(reader, *LAYOUT_OPS) if reader is not None else None
@@ -779,6 +801,8 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     q = _heads(graph, qk.args[0], tokens, True, q_eps)
     k = _heads(graph, qk.args[1], kv_tokens, False, k_eps)
     v = _heads(graph, pv.args[1], kv_tokens, True)
+    if k is None and q is not None and q[3] == int(np.prod(b_shape[:-2])) and not q[4]:
+        k = _channel_major_keys(graph, qk.args[1], k_eps)
     # a factor on V scales the output, not the scores: nn.attention's scale would put it
     # inside the softmax
     if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3] or \
@@ -817,6 +841,7 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         # the scale of the products applies to them alone: the bias was added after it
         bias = bias.astype(np.float32)
     core = _Core(_projected_input(graph, q[:2], rows * tokens, width),
+                 k[:2] if k[0] == _TRANSPOSED else
                  _projected_input(graph, k[:2], rows * kv_tokens, width),
                  _projected_input(graph, v[:2], rows * kv_tokens, width), heads, tokens,
                  kv_tokens, d, scale * q[2] * k[2], output, windows, bias, width)
@@ -876,6 +901,9 @@ class _Rewriter(relax.PyExprMutator):
         if source[0] == "linear":
             _, x, w, b, _ = source
             x = self._linear(self.visit_expr(x), w, b, projection)
+        elif source[0] == _TRANSPOSED:  # [windows, d, Tk] -> the keys' rows [windows, Tk, d]
+            x = self.builder_.emit(named(relax.op.permute_dims(
+                self.visit_expr(source[1]), [0, 2, 1]), name))
         else:
             base, first = source
             x = self.visit_expr(base)

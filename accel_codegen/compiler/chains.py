@@ -328,9 +328,11 @@ def _standalone_entries() -> List[Entry]:
     # norm of x; lowering._lower_l2_normalize, the passes of sim/decompose.py): one entry of
     # two kinds, matched before the standalone divide, abs, power and clip
     annotations = {"input": x}
+    # and ConvNeXt-V2's GRN over the channels of NCHW data (rewrites.channels_last_sandwiches
+    # gives its channels-last form so; lowering._lower_grn, sim/decompose.grn_passes)
     entries.append(Entry("accel.{norm}", _kinds("norm", [
-        ("lrn", is_op("relax.divide")(x, denominator)), ("l2_normalize", l2_normalize(x))],
-        annotations), annotations, 9))
+        ("lrn", is_op("relax.divide")(x, denominator)), ("l2_normalize", l2_normalize(x)),
+        ("grn", grn(x, annotations))], annotations), annotations, 9))
     for name, op in (("accel.global_avgpool", "relax.mean"),
                      ("accel.adaptive_avgpool", "relax.nn.adaptive_avg_pool2d")):
         annotations = {"input": wildcard()}
@@ -364,6 +366,40 @@ def l2_normalize(x: DFPattern) -> DFPattern:
     clamped = is_op("relax.clip")(norm, wildcard(), wildcard()) | is_op("relax.maximum")(
         norm, is_const())
     return is_op("relax.divide")(x, is_op("relax.broadcast_to")(clamped, wildcard()) | clamped)
+
+
+def grn(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """ConvNeXt-V2's global response normalisation, ``gamma * (x * nx) + beta + x`` with nx =
+    gx / (mean(gx) + eps), gx the L2 norm of x over two axes, as torch.export spells it
+    (``power(abs(x), 2)``, ``sum``, ``power(., 0.5)``) or ONNX (``x * x``, ``sum``, ``sqrt``),
+    each product and sum in either order; roles ``grn_squares``, ``grn_sum``, ``grn_root``,
+    ``grn_mean``, ``grn_eps``, ``grn_gamma``, ``grn_beta`` (:func:`grn_exponents` and
+    lowering.py check the axes, the exponents and the
+    constants' shapes). The same pattern over the channels-last tensor is what
+    rewrites.channels_last_sandwiches reads back as this form over NCHW data."""
+    squares = annotations["grn_squares"] = is_op("relax.power")(
+        is_op("relax.abs")(x), is_const()) | is_op("relax.power")(x, is_const()) | is_op(
+        "relax.multiply")(x, x)
+    total = annotations["grn_sum"] = is_op("relax.sum")(squares)
+    norm = annotations["grn_root"] = is_op("relax.power")(total, is_const()) | is_op(
+        "relax.sqrt")(total)
+    mean = annotations["grn_mean"] = is_op("relax.mean")(norm)
+    eps = annotations["grn_eps"] = is_const()
+    gamma = annotations["grn_gamma"] = is_const()
+    beta = annotations["grn_beta"] = is_const()
+    nx = is_op("relax.divide")(norm, _either_order("relax.add", mean, eps))
+    scaled = _either_order("relax.multiply", _either_order("relax.multiply", x, nx), gamma)
+    return _either_order("relax.add", _either_order("relax.add", scaled, beta), x)
+
+
+def grn_exponents(squares: relax.Call, root: relax.Call, value) -> bool:
+    """Whether a GRN's squares and root (:func:`grn`'s roles) are x^2 and ^0.5 (``value``
+    reads a constant's values): the L2 norm its passes compute."""
+    for call, exponent in ((squares, 2.0), (root, 0.5)):
+        if call.op.name == "relax.power" and [float(v) for v in value(
+                call.args[1]).reshape(-1)] != [exponent]:
+            return False
+    return True
 
 
 def token_dense(bias: bool, annotations: Annotations) -> DFPattern:

@@ -191,6 +191,7 @@ def fp16_in_int8(layer) -> Optional[str]:
     what = {"layer_norm": "its variance and 1/sqrt",
             "rms_norm": "its mean of squares and 1/sqrt",
             "l2_normalize": "its sum of squares and 1/sqrt",
+            "grn": "its means of squares, their 1/sqrt and the 1/mean of the norms",
             "log_softmax": "its sum of exponentials and its log"}.get(
         layer.norm.kind, "its sum of exponentials and 1/sum")
     return f"{what} have a dynamic range no per-tensor int8 scale covers"

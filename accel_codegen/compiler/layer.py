@@ -18,7 +18,7 @@ from tvm import relax
 
 from .._accel_ffi import lib
 from ..sim.config import AccelConfig
-from ..sim.decompose import (Pass, attention_passes, fp32_sums, l2_normalize_passes,
+from ..sim.decompose import (Pass, attention_passes, fp32_sums, grn_passes, l2_normalize_passes,
                              layer_norm_passes, log_softmax_passes, rms_norm_passes,
                              softmax_passes, softsign_passes)
 from . import engines
@@ -205,7 +205,8 @@ class AttentionSpec:
 class NormSpec:
     """A layer norm (``kind`` "layer_norm"), an RMS norm ("rms_norm": T5's, LLaMA's; no
     ``beta``), an L2 norm (torch's F.normalize:
-    "l2_normalize", ``epsilon`` its eps), softsign ("softsign", element-wise), a softmax
+    "l2_normalize", ``epsilon`` its eps), ConvNeXt-V2's GRN ("grn": ``gamma``, ``beta`` and
+    ``epsilon`` its own, over the H and W of NCHW data), softsign ("softsign", element-wise), a softmax
     ("softmax") or log_softmax ("log_softmax") over the channels of the
     layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
     ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
@@ -223,6 +224,8 @@ class NormSpec:
     def source(self) -> str:
         if self.kind == "l2_normalize":  # no Relax op: torch's F.normalize, its ops matched
             return "F.normalize (L2 norm, decomposed)"
+        if self.kind == "grn":  # no Relax op: ConvNeXt-V2's GRN, its ops matched
+            return "GRN (global response norm, decomposed)"
         return f"relax.nn.{self.kind}"
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
@@ -239,6 +242,10 @@ class NormSpec:
             return l2_normalize_passes(shape, self.epsilon, precision,
                                        reduce=fp32_sums(shape) if precision == "fp32"
                                        else "tree")
+        if self.kind == "grn":
+            return grn_passes(shape, *(np.asarray(constant_value(v), np.float32).reshape(-1)
+                                       for v in (self.gamma, self.beta)), self.epsilon,
+                              precision)
         if self.kind == "rms_norm":  # as a layer norm's: FP16's mean a CONV
             return rms_norm_passes(shape, None if self.gamma is None else np.asarray(
                 constant_value(self.gamma), np.float32).reshape(-1), self.epsilon, precision,

@@ -865,6 +865,8 @@ def _lower_tokens(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         return _lower_softsign(norm, lookup, root)
     if op_name(norm) == "relax.divide":
         return _lower_l2_normalize(norm, lookup, root)
+    if _kind(roles, "norm") == "grn":
+        return _lower_grn(roles, lookup, root)
     a = norm.attrs
     normed = norm.args[0]
     shape = static_shape(normed)
@@ -982,6 +984,47 @@ def _lower_l2_normalize(norm: relax.Call, lookup: Lookup, root: relax.Expr) -> L
     _require_float32(norm, "the F.normalize output")
     return Layer(data=x, in_shape=token_surface(shape), out_shape=static_shape(root),
                  tokens=True, norm=NormSpec(None, None, eps, kind="l2_normalize"))
+
+
+def _lower_grn(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+    """ConvNeXt-V2's GRN over NCHW data (chains.grn; rewrites.channels_last_sandwiches gives
+    its channels-last form so): one layer whose runs are sim/decompose.grn_passes over the
+    tensor itself, its surface."""
+    # the residual's operand: the input as the chain reads it (roles["input"] is the value
+    # the pattern matched through the variable)
+    value = root if isinstance(root, relax.Call) else _resolve(root, lookup)
+    outside = [arg for arg in value.args if _resolve(arg, lookup) is None]
+    if len(outside) != 1:
+        raise Unsupported("the chain's input is computed inside the matched region")
+    x = outside[0]
+    shape = static_shape(x)
+    if len(shape) != 4:
+        raise Unsupported(f"a GRN of a {len(shape)}-D tensor {list(shape)}: its passes take "
+                          "NCHW data (or channels-last data between permutes)")
+    total, mean = roles["grn_sum"], roles["grn_mean"]
+    axes = [sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None
+            else None for call in (total, mean)]
+    if axes != [[2, 3], [1]] or not (bool(total.attrs.keepdims) and
+                                     bool(mean.attrs.keepdims)):
+        raise Unsupported(f"a GRN whose norm is over axes {axes[0]} and whose mean is over "
+                          f"axes {axes[1]}: the passes take the norm over H and W (the PDP) "
+                          "and the mean over C, keepdims")
+    if not chains.grn_exponents(roles["grn_squares"], roles["grn_root"], constant_value):
+        raise Unsupported("a GRN whose norm is not the L2 norm (powers 2 and 0.5)")
+    eps = constant_value(roles["grn_eps"]).reshape(-1)
+    if eps.size != 1 or not (math.isfinite(float(eps[0])) and float(eps[0]) >= 0):
+        raise Unsupported(f"a GRN's eps {eps.tolist()} is not one finite value >= 0")
+    for what in ("gamma", "beta"):
+        value = constant_value(roles[f"grn_{what}"])
+        if value.size != shape[1] or (value.ndim == 4 and value.shape[1] != shape[1]) or \
+                (value.ndim == 3 and value.shape[0] != shape[1]):
+            raise Unsupported(f"a GRN's {what} of shape {list(value.shape)} is not one value "
+                              f"per channel of {list(shape)}")
+    _require_float32(x, "the input")
+    _require_float32(root, "the GRN output")
+    return Layer(data=x, in_shape=tuple(shape), out_shape=static_shape(root),
+                 norm=NormSpec(roles["grn_gamma"], roles["grn_beta"], float(eps[0]),
+                               kind="grn"))
 
 
 def _lower_token_dense(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:

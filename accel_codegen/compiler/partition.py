@@ -40,7 +40,7 @@ from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
                        end_at_first_item, global_means_as_convolutions, pooled_convolutions,
                        first_item_only, form_parts,
-                       flattened_global_pools, fold_zero_padding, gelu_from_erf,
+                       flattened_global_pools, fold_zero_padding, gelu_from_erf, identity_reshapes,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
                        rms_norm_from_formula,
                        shared_constant_reshapes, silu_from_sigmoid, split_into_slices,
@@ -278,7 +278,8 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     mod = frontend.bind_params(mod, params) if params else mod
     for rewrite in (constant_computations, static_shapes, causal_masks, fold_zero_padding,
                     silu_from_sigmoid, gelu_from_erf, layer_norm_from_formula,
-                    rms_norm_from_formula, split_into_slices, flattened_global_pools, broadcast_weight_matmuls, attention_cores,
+                    rms_norm_from_formula, split_into_slices, flattened_global_pools, broadcast_weight_matmuls,
+                    identity_reshapes, attention_cores,
                     recurrent_steps, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),

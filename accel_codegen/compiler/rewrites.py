@@ -75,6 +75,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call, wildcard
 
+from . import chains
 from .layer import constant_value, is_constant
 from .relax_exprs import op_name, read_counts, strided_sliced
 from .source_names import name_bindings, name_of, named
@@ -1911,6 +1912,10 @@ _LINEAR_BIASED = is_op("relax.add")(_LINEAR_MM, _LINEAR_B) | \
 _SANDWICH_LINEAR = is_op("relax.reshape")(_LINEAR_BIASED | _LINEAR_MM, wildcard()) | \
     _LINEAR_BIASED | _LINEAR_MM
 _BACK_TO_NCHW = is_op("relax.permute_dims")(_TO_NHWC)
+#: ConvNeXt-V2's GRN over the channels-last tensor (chains.grn: its norm over H and W, the
+#: mean of the norms over C, the affine and the residual): the same ops over NCHW data
+_GRN_ROLES: Dict[str, DFPattern] = {}
+_SANDWICH_GRN = chains.grn(_TO_NHWC, _GRN_ROLES)
 
 
 def _permute_axes(call: relax.Call, rank: int) -> Optional[list]:
@@ -1996,6 +2001,41 @@ def _sandwich_linear(expr: relax.Expr, matches) -> relax.Expr:
     return _nhwc(out)
 
 
+def _axes(call: relax.Call, rank: int) -> Optional[list]:
+    """A keepdims reduction's axes, sorted and non-negative (None: over every axis, or not
+    keepdims)."""
+    a = call.attrs
+    if a.axis is None or not bool(a.keepdims):
+        return None
+    return sorted(int(v) % rank for v in a.axis)
+
+
+def _sandwich_grn(expr: relax.Expr, matches) -> relax.Expr:
+    x = _nhwc_of(matches)
+    if x is None:
+        return expr
+    channels = _static(x)[1]
+    total, mean = matches[_GRN_ROLES["grn_sum"]], matches[_GRN_ROLES["grn_mean"]]
+    eps = np.asarray(constant_value(matches[_GRN_ROLES["grn_eps"]])).reshape(-1)
+    gamma, beta = (constant_value(matches[_GRN_ROLES[f"grn_{name}"]])
+                   for name in ("gamma", "beta"))
+    if not chains.grn_exponents(matches[_GRN_ROLES["grn_squares"]],
+                                matches[_GRN_ROLES["grn_root"]], constant_value) or \
+            _axes(total, 4) != [1, 2] or _axes(mean, 4) != [3] or eps.size != 1 or any(
+            not _one_per_channel(v, 4, 3, channels) for v in (gamma, beta)):
+        return expr  # not a GRN over H and W of channels-last data: lowering says why not
+    dtype = str(x.ty.dtype)
+    norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), axis=[2, 3], keepdims=True))
+    nx = relax.op.divide(norm, relax.op.add(relax.op.mean(norm, axis=[1], keepdims=True),
+                                            relax.const(eps.astype(dtype).reshape(()), dtype)))
+
+    def per_channel(value):
+        return relax.const(np.asarray(value).reshape(1, channels, 1, 1).astype(dtype), dtype)
+
+    scaled = relax.op.multiply(relax.op.multiply(x, nx), per_channel(gamma))
+    return _nhwc(relax.op.add(relax.op.add(scaled, per_channel(beta)), x))
+
+
 def _sandwich_cancel(expr: relax.Expr, matches) -> relax.Expr:
     x = _nhwc_of(matches)
     if x is None or _permute_axes(expr, 4) != _NCHW_AXES:
@@ -2007,6 +2047,7 @@ _SANDWICH_REWRITES = ((_SANDWICH_LN, _sandwich_layer_norm),
                       (_SANDWICH_ACT, _sandwich_activation),
                       (_SANDWICH_SCALE, _sandwich_scale),
                       (_SANDWICH_LINEAR, _sandwich_linear),
+                      (_SANDWICH_GRN, _sandwich_grn),
                       (_BACK_TO_NCHW, _sandwich_cancel))
 
 
@@ -2456,9 +2497,12 @@ def pooled_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
-# unflattened): it moves nothing, and alone it stayed on the host between two functions.
+# unflattened), or a broadcast to it (torch.matmul's operands of a batched product, each
+# expanded to the batch shape it already has): it moves nothing, and alone it stayed on the
+# host between two functions (before a matmul: the attention core's operands unread).
 _RESHAPED = wildcard()
-_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard())
+_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard()) | \
+    is_op("relax.broadcast_to")(_RESHAPED, wildcard())
 
 
 def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
@@ -2468,7 +2512,7 @@ def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """reshape(x, x's own shape) -> x."""
+    """reshape(x, x's own shape) or broadcast_to(x, x's own shape) -> x."""
     return _rewrite(mod, _RESHAPE, _unreshaped)
 
 
@@ -2784,6 +2828,12 @@ def _channel_reduction(call: relax.Call, source) -> relax.Expr:
         return call
     n, c, h, w = shape
     dtype = str(x.ty.dtype)
+    # a GRN's mean of its channels' norms over H and W stays: its pattern (chains.grn) reads it
+    value = source(x) if isinstance(x, relax.Var) else x
+    if call.op.name == "relax.mean" and op_name(value) in ("relax.sqrt", "relax.power") and \
+            op_name(source(value.args[0]) if isinstance(value.args[0], relax.Var)
+                    else value.args[0]) == "relax.sum":
+        return call
     if call.op.name == "relax.max":
         # halves of the channels (overlapping by one where C is odd: max takes a value twice
         # as readily as once), BDMA ranges, their element-wise max on the SDP, until one

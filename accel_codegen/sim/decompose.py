@@ -61,6 +61,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import AccelInvalidError
+from .._accel_ffi import lib
 from .device import Device, RunStats, estimate_chain
 from .labels import pass_kind
 from .ops import SHAPE_ONLY, Bdma, Conv, Op, Pool, Sdp, dtype_for
@@ -244,10 +245,12 @@ class _Builder:
     def values(self, v, channels: int) -> np.ndarray:
         return np.broadcast_to(np.asarray(v, np.float32), (channels,)).astype(self.dtype)
 
-    def add(self, role, ops, src, channels, operand=None, units=()) -> str:
+    def add(self, role, ops, src, channels, operand=None, units=(), spatial=None) -> str:
+        """A pass of ``ops`` on ``src`` to a new tensor of ``channels``, of ``src``'s H and W
+        (``spatial``: (H, W) of its own, a pooling's)."""
         self.count += 1
         name = f"t{self.count}"
-        self.shapes[name] = (self.n, channels, self.h, self.w)
+        self.shapes[name] = (self.n, channels) + tuple(spatial or self.shapes[src][2:])
         self.passes.append(Pass(f"{self.layer}.{role}", tuple(ops), src, name, operand,
                                 units=tuple(units)))
         return name
@@ -260,7 +263,7 @@ class _Builder:
         contiguous block, which the SDP's DMA reads at its address)."""
         self.count += 1
         name = f"t{self.count}"
-        shape = (self.n, count, self.h, self.w)
+        shape = (self.n, count) + tuple(self.shapes[src][2:])
         self.views[name] = (src, first, count, shape)
         self.shapes[name] = shape
         return name
@@ -352,17 +355,32 @@ class _Builder:
                                                  precision=p)], sy, k, y)
         return y
 
+    def lut_x(self, v: str, act: str, newton: Optional[int]) -> str:
+        """act(v) (rsqrt or reciprocal) on ``v``'s channels through the LUT, then each Newton
+        step one pass through the SDP's X units, in fp32 inside it, rounded once: rsqrt y (1.5
+        - 0.5 v y y) (v y y as (v y) y: y^2 overflows a half where v < 1 / 65504),
+        reciprocal y (2 - v y) (default steps: FP16's NEWTON_FP16, none in fp32)."""
+        p, k = self.precision, self.channels(v)
+        y = self.add(act, [Sdp(act=act, precision=p)], v, k)
+        for _ in range(newton_steps(self.layer, act, p, newton)):
+            if act == "rsqrt":
+                y = self.add("newton", [Sdp(scale=self.values(-0.5, k),
+                                            shift=self.values(1.5, k), ew_op="mul",
+                                            precision=p)], v, k, y,
+                             units=[("x1_mul", y), ("x2_mul", y)])
+            else:
+                y = self.add("newton", [Sdp(scale=self.values(-1.0, k), shift=self.values(2.0, k),
+                                            ew_op="mul", precision=p)], v, k, y,
+                             units=[("x1_mul", y)])
+        return y
+
     def rsqrt_halves(self, v: str, newton: Optional[int]) -> Tuple[str, str]:
         """FP16's 1 / sqrt of the one-channel ``v`` on every channel, as its half r (the LUT,
         then each Newton step y (1.5 - 0.5 v y y) one pass, v y y in fp32 inside it through
         the SDP's X units) and its remainder r_lo = r (1 - v r^2) / 2 (a first-order Newton
         correction), each broadcast to C: a last pass x r + x r_lo in fp32 rounds once."""
         p = self.precision
-        r = self.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
-        for _ in range(newton_steps(self.layer, "rsqrt", p, newton)):
-            r = self.add("newton", [Sdp(scale=self.values(-0.5, 1), shift=self.values(1.5, 1),
-                                        ew_op="mul", precision=p)], v, 1, r,
-                         units=[("x1_mul", r), ("x2_mul", r)])
+        r = self.lut_x(v, "rsqrt", newton)
         r_lo = self.add("rsqrt.low", [Sdp(scale=self.values(-0.5, 1), shift=self.values(0.5, 1),
                                           ew_op="mul", precision=p)], v, 1, r,
                         units=[("x1_mul", r), ("x2_mul", r)])
@@ -502,6 +520,98 @@ def rms_norm_passes(shape, gamma=None, eps: float = 1e-6, precision: str = "fp32
                 units=[("x2_mul", rlb)])
     return b.done(b.add("normalise", [Sdp(scale=scale, ew_op="add", act=act, precision=p)],
                         "x", c, low, units=[("x2_mul", rb)]))
+
+
+#: GRN's squares are clipped from below to this (each precision's): a channel of zeros then
+#: has a positive mean of squares, whose 1 / sqrt is finite, and its norm m / sqrt(m) is 0
+#: as ||0|| (FP16's rsqrt Newton steps overflow to inf from v = 0: 0 * inf is NaN). The
+#: bound is above the smallest of each format by at least the PDP's padding (the windows
+#: cover at most 4 times H W: the average of squares at the bound stays a normal fp32 and
+#: a positive half), and changes a square by at most itself: 2^-120 (|x| < 2^-60) in fp32,
+#: 2^-22 in FP16 (|x| < 2^-11, where x * x as a half is itself a subnormal or 0).
+GRN_SQUARE_FLOOR = {"fp32": 2.0 ** -120, "fp16": 2.0 ** -22}
+
+
+def grn_passes(shape, gamma=None, beta=None, eps: float = 1e-6, precision: str = "fp32",
+               newton: Optional[int] = None) -> Decomposition:
+    """ConvNeXt-V2's global response normalisation over an [N, C, H, W] surface (its
+    channels-last [N, H, W, C] read as NVDLA's feature surface: the same bytes),
+    ``gamma[c] (x nx) + beta[c] + x``, nx = ||x_c|| / (mean_c ||x_c|| + eps), ||x_c|| the L2
+    norm of channel c over H and W, as engine passes:
+
+    1. SDP x * x (clipped from below to GRN_SQUARE_FLOOR, the activation's clip);
+    2. PDP average over H and W: passes of windows of at most ACCEL_MAX_POOL_KERNEL per side
+       whose product P covers H W (padded with zeros where no exact factor fits, counted),
+       giving m = sum(x^2) / P;
+    3. SDP 1 / sqrt(m) through the LUT (FP16: then the Newton steps, one pass each through
+       the X units), then SDP m r: g = sqrt(m) = ||x_c|| / sqrt(P);
+    4. the mean over C, + eps / sqrt(P), then 1 / it through the LUT (fp32: a 1x1 CONV of
+       ones to one channel, its SDP scale 1/C, shift and LUT in the same run; FP16: a CONV of
+       weights w and an SDP scale s whose product is 1/C, ``mean_factors``, then the LUT and
+       Newton steps): ri = 1 / (mean g + eps / sqrt(P)), so that g ri = nx exactly in reals
+       (sqrt(P) cancels);
+    5. CONV of ones from one channel to C (the broadcast of ri) + SDP (X unit multiplier g,
+       scale gamma, shift 1): f = 1 + gamma nx, one value per image and channel;
+    6. SDP on x: x f + beta, f through the X unit's per-channel multiplier (one image; with
+       several, the element-wise multiplier's per-channel operand, then SDP shift beta).
+
+    The residual + x is the 1 in f: x f + beta = gamma (x nx) + beta + x. Steps 3 to 5 run on
+    [N, C, 1, 1] tensors: a few hundred values. Every pass is an engine op of the NumPy
+    reference, so it gives the same bits (``reference.run_decomposition``). FP16: x * x must be
+    a half (|x| < 256; beyond, the clip saturates it at 65504), as PyTorch's ``.half()`` GRN
+    sums its squares in fp32 but returns the norm as a half too."""
+    b = _Builder("grn", shape, precision, "conv1")
+    n, c, h, w = b.n, b.c, b.h, b.w
+    p = precision
+    if not np.isfinite(eps) or eps < 0:
+        raise AccelInvalidError(f"grn: eps = {eps!r} is not a finite value >= 0")
+    for name, v in (("gamma", gamma), ("beta", beta)):
+        if v is not None and np.shape(v) != (c,):
+            raise AccelInvalidError(f"grn: {name} has shape {np.shape(v)}, not ({c},)")
+    top = float(np.finfo(b.dtype).max)
+    q = b.add("square", [Sdp(ew_op="mul", act="clip", clip=(GRN_SQUARE_FLOOR[p], top),
+                             precision=p)], "x", c, "x")
+    rows, cols = _windows(h, lib.ACCEL_MAX_POOL_KERNEL), _windows(w, lib.ACCEL_MAX_POOL_KERNEL)
+    steps = max(len(rows), len(cols))
+    rows += [(1, 0)] * (steps - len(rows))
+    cols += [(1, 0)] * (steps - len(cols))
+    m, size = q, (h, w)
+    for (kh, ph), (kw, pw) in zip(rows, cols):
+        size = ((size[0] + ph) // kh, (size[1] + pw) // kw)
+        m = b.add("spatial_mean", [Pool("avg", (kh, kw), (kh, kw), (0, 0, ph, pw),
+                                count_include_pad=True, precision=p)], m, c, spatial=size)
+    covered = float(np.prod([k for k, _ in rows]) * np.prod([k for k, _ in cols]))
+    r = b.lut_x(m, "rsqrt", newton)
+    g = b.add("norm", [Sdp(ew_op="mul", precision=p)], m, c, r)
+    shift = b.values(eps / np.sqrt(covered), 1)
+    if p == "fp32":
+        inv_c = np.float32(1.0) / np.float32(c)
+        sums = fp32_sums((n, c, 1, 1))
+        if sums == "conv1" and (newton or 0) == 0:  # the LUT in the sum's own SDP
+            ri = b.add("channel_mean", [b.ones(c, 1), Sdp(scale=b.values(inv_c, 1), shift=shift,
+                                                   act="reciprocal", precision=p)], g, 1)
+        else:  # [N > 1, C, 1, 1] rows: the tree (fp32_sums), then the scale and the LUT
+            total = b.tree(g, "add", "channel_mean")
+            ri = b.lut_x(b.add("channel_mean.scale", [Sdp(scale=b.values(inv_c, 1), shift=shift,
+                                                  precision=p)], total, 1),
+                         "reciprocal", newton)
+    else:
+        wt, sc = mean_factors(c)
+        mean = b.add("channel_mean", [Conv(np.full((1, c, 1, 1), wt, np.float16), precision=p),
+                              Sdp(scale=b.values(sc, 1), shift=shift, precision=p)], g, 1)
+        ri = b.lut_x(mean, "reciprocal", newton)
+    scale = None if gamma is None else np.asarray(gamma, np.float32).astype(b.dtype)
+    f = b.add("factor", [b.ones(1), Sdp(scale=scale, precision=p)], ri, c,
+              units=[("x1_mul", g)])
+    shift_beta = None if beta is None else np.asarray(beta, np.float32).astype(b.dtype)
+    if n == 1:  # x f + beta + x in fp32 inside the pass, rounded once
+        return b.done(b.add("output", [Sdp(shift=shift_beta, ew_op="add",
+                                            x_per_channel=("x1_mul",), precision=p)],
+                            "x", c, "x", units=[("x1_mul", f)]))
+    # several images: the X units' per-channel operands are [C], one image's
+    y = b.add("scale", [Sdp(ew_op="mul", ew_per_channel=True, precision=p)], "x", c, f)
+    return b.done(b.add("output", [Sdp(shift=shift_beta, ew_op="add", precision=p)],
+                        y, c, "x"))
 
 
 def mean_factors(c: int) -> Tuple[np.float16, np.float16]:

@@ -132,6 +132,11 @@ def _init_weights(model: nn.Module, gen: np.random.Generator) -> None:
             # heads spread from about 3 to 50)
             if isinstance(getattr(module, "logit_scale", None), nn.Parameter):
                 module.logit_scale.copy_(_uniform(gen, module.logit_scale.shape, 3.0, 50.0, log=True))
+            # ConvNeXt-V2's GRN gamma and beta (zeros at the start of training, so that the GRN
+            # starts as the identity; O(0.1-1) after it)
+            if isinstance(module, GRN):
+                module.gamma.copy_(_normal(gen, module.gamma.shape, 0.5))
+                module.beta.copy_(_normal(gen, module.beta.shape, 0.2))
             for name in ("cls_token", "pos_embed", "relative_position_bias_table"):
                 table = getattr(module, name, None)
                 if isinstance(table, nn.Parameter):
@@ -1172,6 +1177,43 @@ class CNBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer_scale * self.block(x) + x
+
+
+class GRN(nn.Module):
+    """ConvNeXt-V2's global response normalisation over channels-last [N, H, W, C] data, as
+    its authors wrote it: the L2 norm of each channel over H and W, divided by the mean of
+    those norms over the channels, then ``gamma * (x * nx) + beta + x``."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.zeros(1, 1, 1, dim))
+        self.beta = nn.Parameter(torch.zeros(1, 1, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+        nx = gx / (gx.mean(dim=-1, keepdim=True) + self.eps)
+        return self.gamma * (x * nx) + self.beta + x
+
+
+class CNv2Block(nn.Module):
+    """ConvNeXt-V2's block: 7x7 depthwise conv, permute to channels-last, layer norm over C,
+    Linear 4C, GELU, GRN(4C), Linear C, permute back, residual add (no layer scale: GRN
+    replaced it; stochastic depth is the identity in eval mode and left out)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.grn = GRN(4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.pwconv2(self.grn(self.act(self.pwconv1(self.norm(y)))))
+        return x + y.permute(0, 3, 1, 2)
 
 
 class ConvNeXt(nn.Module):

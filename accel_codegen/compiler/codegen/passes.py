@@ -96,6 +96,8 @@ def _op(gen, op, tensor, operand, weights=None, units=()) -> str:
     if op.act:
         fields["act"] = emit.c_activation(op.act)
         what.append(op.act)
+    if op.act == "clip":  # its bounds (a GRN's squares: GRN_SQUARE_FLOOR)
+        fields.update(clip_min=emit.c_float(op.clip[0]), clip_max=emit.c_float(op.clip[1]))
     fields["precision"] = emit.c_precision(p)
     return emit.sdp_op(", ".join(what) or "identity", fields)
 
