@@ -38,7 +38,7 @@ from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
-                       end_at_first_item, global_means_as_convolutions,
+                       end_at_first_item, global_means_as_convolutions, pooled_convolutions,
                        first_item_only, form_parts,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf, identity_reshapes,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -374,7 +374,7 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     config = AccelConfig.resolve(config)
     mod = rewritten(mod, params)
     if precision == "int8":  # after the cache: the rewrites it keeps are for every precision
-        mod = global_means_as_convolutions(mod)
+        mod = pooled_convolutions(global_means_as_convolutions(mod))
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]),
                           form_parts(mod["main"]))
     before = mod["main"]  # its calls' own source names, for the layers fusion shares

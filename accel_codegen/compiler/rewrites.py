@@ -2420,6 +2420,82 @@ def global_means_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     return result
 
 
+# A 1x1 convolution whose output a non-overlapping k x k average pool alone reads (DenseNet's
+# transitions: conv 1x1, then a 2x2 stride-2 pool) is one k x k stride-k convolution of the
+# weights / (k k) repeated over the window: both are linear, each pooled output sums the same
+# C k k products (the same MACs, no PDP pass, weights k k times larger), and a bias per
+# channel is its own average. In int8 the pooled value is then rounded once, by the CONV's
+# converter, where the fused chain rounded the conv's output to codes and the PDP's average
+# twice more (half away from zero after each reciprocal: int8.pool_rounding_bias). So it is
+# for int8 alone: in fp32 and fp16 the two differ only by rounding, and the k k times larger
+# weights are more bytes to load. Non-overlapping windows only (an overlapping pool's conv
+# would repeat products). Without padding the pool's count_include_pad does not matter;
+# floor mode drops the rows and columns the strided conv drops.
+_CP_X, _CP_W, _CP_B = wildcard(), is_const(), wildcard()
+_CP_CONV = is_op("relax.nn.conv2d")(_CP_X, _CP_W)
+_CP_BIASED = is_op("relax.add")(_CP_CONV, _CP_B)
+_CONV_POOL = is_op("relax.nn.avg_pool2d")(_CP_CONV | _CP_BIASED)
+
+
+def _pooled_conv(readers: dict, bound: dict):
+    def rewriter(expr: relax.Expr, matches) -> relax.Expr:
+        from .._accel_ffi import lib
+
+        conv = matches[_CP_CONV]
+        biased = matches[_CP_BIASED] if _CP_BIASED in matches else None
+        a, p = conv.attrs, expr.attrs
+        weight = constant_value(matches[_CP_W])
+        kernel, strides = _int_list(p.pool_size), _int_list(p.strides)
+        dtype = str(conv.ty.dtype)
+        if weight.ndim != 4 or list(weight.shape[2:]) != [1, 1] or \
+                str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
+                str(a.out_layout) not in ("", "NCHW") or _int_list(a.strides) != [1, 1] or \
+                _int_list(a.dilation) != [1, 1] or any(_int_list(a.padding)) or \
+                str(p.layout) != "NCHW" or str(p.out_layout) not in ("", "NCHW") or \
+                any(_int_list(p.padding)) or _int_list(p.dilation) != [1, 1] or \
+                bool(p.ceil_mode) or strides != kernel or \
+                max(kernel) > int(lib.ACCEL_MAX_CONV_STRIDE) or \
+                dtype not in ("float32", "float16") or str(expr.ty.dtype) != dtype:
+            return expr
+        # the conv's output (and its bias add's) is the pool's alone
+        if readers.get(bound.get(conv), 0) != 1 or \
+                (biased is not None and readers.get(bound.get(biased), 0) != 1):
+            return expr
+        bias = None
+        if biased is not None:
+            bias = matches[_CP_B]
+            shape = _static(bias)
+            # a constant per channel (or one value): the same at every position of a window
+            if shape is None or len(shape) > 4 or shape[-2:] not in ([1, 1], [1]) or \
+                    not (is_constant(bias) or (op_name(bias) == "relax.reshape" and
+                                               is_constant(bias.args[0]))):
+                return expr
+        kh, kw = kernel
+        shape, out_shape = _static(matches[_CP_X]), _static(expr)
+        if shape is None or out_shape is None or len(shape) != 4 or \
+                out_shape[2:] != [shape[2] // kh, shape[3] // kw]:
+            return expr
+        folded = np.repeat(np.repeat(weight.astype(np.float64) / (kh * kw), kh, axis=2),
+                           kw, axis=3)
+        out = named_as(relax.op.nn.conv2d(
+            matches[_CP_X], relax.const(folded.astype(dtype), dtype), strides=(kh, kw),
+            padding=(0, 0, 0, 0), groups=int(a.groups), data_layout="NCHW",
+            kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype), conv)
+        if bias is not None:
+            out = relax.op.add(out, bias)
+        return out
+    return rewriter
+
+
+def pooled_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
+    """avg_pool2d(conv2d(x, W) [+ b]) of a 1x1 W and a k x k stride-k pool without padding,
+    the conv's output read by the pool alone -> conv2d(x, W / (k k) over k x k, stride k)
+    [+ b]: applied for int8 alone (the partitioner), where it spares two roundings; fp32 and
+    fp16 keep the fused pool (docs/ptq.md, "A DenseNet transition's conv and pool as one
+    conv")."""
+    return _rewrite_with_readers(mod, _CONV_POOL, _pooled_conv)
+
+
 # A reshape to the shape its input has (torch's flatten after a keepdims mean, then
 # unflattened), or a broadcast to it (torch.matmul's operands of a batched product, each
 # expanded to the batch shape it already has): it moves nothing, and alone it stayed on the

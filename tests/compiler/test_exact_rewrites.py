@@ -13,8 +13,8 @@ import accel_codegen as ac
 from accel_codegen._accel_ffi import lib
 from accel_codegen.compiler.frontend import export_onnx, from_onnx
 from accel_codegen.compiler.frontend import from_pytorch
-from conftest import (assert_close, assert_same, build_and_run, ort_int8_sqnr, sqnr,
-                      torch_forward)
+from conftest import (assert_close, assert_same, build_and_run, ort_int8_sqnr, run_main,
+                      sqnr, torch_forward)
 
 
 @pytest.fixture(autouse=True)
@@ -903,3 +903,101 @@ def test_squares_are_the_sdps_products(precision, min_db, tmp_path):
     x = _input((1, 3, 12, 12), 51)
     calibration = [(_input((1, 3, 12, 12), 52 + s),) for s in range(4)]
     _whole_and_close(Squares().eval(), x, calibration, precision, min_db, tmp_path)
+
+
+# --- a 1x1 conv and the average pool that alone reads it -----------------------------------------
+
+class Transition(torch.nn.Module):
+    """DenseNet's transition (batch norm, ReLU, 1x1 conv, 2x2 average pool) after a stem, on an
+    odd-sized image (the pool's floor mode drops a row and a column); the conv with a bias."""
+
+    def __init__(self, pool=None, groups=1, kernel=1):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1, bias=False),
+                                        torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+        self.norm = torch.nn.BatchNorm2d(16)
+        self.conv = torch.nn.Conv2d(16, 8, kernel, groups=groups)
+        self.pool = pool or torch.nn.AvgPool2d(2)
+
+    def forward(self, x):
+        return self.pool(self.conv(torch.relu(self.norm(self.stem(x)))))
+
+
+class SharedTransition(Transition):
+    """The conv's output read by the pool and by the output too."""
+
+    def forward(self, x):
+        y = self.conv(torch.relu(self.norm(self.stem(x))))
+        return self.pool(y), y
+
+
+def _ops_of(mod):
+    import tvm
+
+    ops = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: ops.append(e.op.name) if hasattr(
+        getattr(e, "op", None), "name") else None)
+    return ops
+
+
+@pytest.mark.parametrize("pool, groups", [(torch.nn.AvgPool2d(2), 1), (torch.nn.AvgPool2d(2), 2),
+                                          (torch.nn.AvgPool2d(3), 1)])
+def test_a_1x1_conv_and_the_pool_that_alone_reads_it_are_one_strided_conv(pool, groups):
+    import tvm
+
+    from accel_codegen.compiler import rewrites
+
+    model, x = Transition(pool, groups).eval(), _input((1, 3, 9, 11), 0)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    mod = rewrites.pooled_convolutions(tvm.relax.transform.BindParams("main", params)(mod))
+    ops = _ops_of(mod)
+    assert "relax.nn.avg_pool2d" not in ops and ops.count("relax.nn.conv2d") == 2, ops
+    assert_close(_relax_run(mod, x), torch_forward(model, x), 1e-5)
+
+
+@pytest.mark.parametrize("model", [
+    Transition(torch.nn.AvgPool2d(3, 2)),              # overlapping windows: more MACs
+    Transition(torch.nn.AvgPool2d(2, padding=1)),      # a padded tap is no conv tap
+    Transition(torch.nn.AvgPool2d(2, ceil_mode=True)),  # a partial window at the edge
+    Transition(kernel=3),                              # not 1x1
+    SharedTransition()], ids=["overlapping", "padded", "ceil", "3x3", "shared"])
+def test_a_pool_that_is_no_strided_conv_of_its_1x1_conv_stays(model):
+    import tvm
+
+    from accel_codegen.compiler import rewrites
+
+    x = _input((1, 3, 9, 11), 0)
+    mod, params = from_pytorch(model.eval(), (torch.from_numpy(x),))
+    mod = rewrites.pooled_convolutions(tvm.relax.transform.BindParams("main", params)(mod))
+    assert "relax.nn.avg_pool2d" in _ops_of(mod)
+
+
+def test_a_transition_in_int8_is_one_conv_run_bit_exact_with_the_reference(tmp_path):
+    """int8 alone takes the rewrite (fp32 keeps the conv + pool chain, whose weights are 4x
+    smaller: docs/ptq.md); each int8 run of the build is the NumPy reference's chain on the
+    run's own input, code for code."""
+    from accel_codegen.sim import reference
+    from accel_codegen.sim.ops import Pool
+    from accel_codegen.sim.recorder import OtherOp, recording
+    from accel_codegen.tools import models
+
+    model, (x,) = models.build_realistic(Transition, (3, 9, 11), seed=0)
+    x = x.numpy()
+    calibration = [(_input((1, 3, 9, 11), s),) for s in range(1, 9)]
+    _, fp32 = _partition(model, x)
+    assert "accel.conv2d_bias_avgpool" in {r.primitive for r in fp32.offloaded}, str(fp32)
+    int8, report = _partition(model, x, precision="int8", calibration=calibration)
+    _whole(report)
+    assert {r.primitive for r in report.offloaded} == {
+        "accel.conv2d_bn_relu", "accel.batch_norm_relu", "accel.conv2d_bias"}, str(report)
+    vm = ac.virtual_machine(ac.build(int8))
+    with recording() as runs:
+        y = run_main(vm, x)
+    int8_runs = [r for r in runs if r.input is not None and r.input.dtype == np.int8 and
+                 not any(isinstance(op, OtherOp) for op in r.ops)]
+    assert len(int8_runs) >= 2 and not any(isinstance(op, Pool) for r in int8_runs
+                                           for op in r.ops)
+    for run in int8_runs:
+        np.testing.assert_array_equal(run.output, reference.run_chain(run.ops, run.input),
+                                      err_msg=run.label)
+    _check_sqnr(model, x, y, "int8", None, calibration, tmp_path)

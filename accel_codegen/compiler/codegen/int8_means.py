@@ -6,7 +6,8 @@ data from memory adds its bias to the input's codes before any multiply, so a ba
 shift is rounded to half an input step per channel; the PDP's average rounds half away from
 zero after each of its two reciprocals, so a 2x2 window leans 0.375 codes away from code 0.
 An average pool then keeps such an offset while it averages the rest of the error away
-(DenseNet's transitions and global pool). The quantisation pass records each such mean shift
+(DenseNet's global pool; its transitions' pools are int8 convs now: rewrites.
+pooled_convolutions). The quantisation pass records each such mean shift
 (:class:`MeanShifts`) and takes it back where a conv reads the tensor (into its bias,
 through its quantised weights, as bias correction takes back the weights' rounding) or where
 the SDP before a pool can lean the other way. docs/precision-design.md, section 10.
@@ -95,8 +96,8 @@ class MeanShifts:
         known; a pool that pads, or rescales its passes' result, is not followed): the PDP
         rounds half away from zero after each of its two reciprocals, so a 2x2 window leans
         0.375 codes away from code 0 on average (int8.pool_rounding_bias), the same at every
-        position: a per-channel offset, which DenseNet's transitions passed to every later
-        layer and its global pool to the classifier. Which way it leans is the sign of the
+        position: a per-channel offset, which a conv + pool chain passes to every later
+        layer and a global pool to the classifier. Which way it leans is the sign of the
         window's sum of codes: above 0 where the pooled value is above -zero x scale, its
         share per channel from the calibration's mean and deviation of the pool's output
         (the input of a run reading it), taken as normal."""
