@@ -316,7 +316,7 @@ struct sdp_i8_lut_plan {
 
 /* LUT_PLAN_GUARD: the guard bins at most (the compiler's tables have w = 13: 6 of them, enough
  * for a t step of 2^15 per unit of v, the largest int16 multiplier's) */
-enum { LUT_PLAN_MIN_ELEMENTS = 1 << 16, LUT_PLAN_MULTI = 0xFFFF, LUT_PLAN_GUARD = 64 };
+enum { LUT_PLAN_MIN_ELEMENTS = 1 << 12, LUT_PLAN_MULTI = 0xFFFF, LUT_PLAN_GUARD = 64 };
 
 #if SDP_I8_VECTOR
 /* ---- AVX-512: 16 values per step, as two halves of 8 int64 lanes ------------------------- */

@@ -50,6 +50,9 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    ap.add_argument("--calibration", type=int, default=None, metavar="N",
+                    help="int8: N random calibration inputs (default: the bench's default; "
+                         "examples/bench_issue32.py calibrates on 8)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--clock", choices=["thread", "wall"], default=None)
@@ -96,7 +99,7 @@ def relaunch(args) -> None:
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
-def build_runner(model_name: str, precision: str):
+def build_runner(model_name: str, precision: str, calibration=None):
     import tvm
 
     from accel_codegen.compiler import toolchain
@@ -106,7 +109,7 @@ def build_runner(model_name: str, precision: str):
     model = load_model(model_name, None)
     if precision == "int8":
         exe = pipeline.build(model.mod, model.params, config="nv_full", precision="int8",
-                             calibration=calibration_inputs(model, None, 1234))
+                             calibration=calibration_inputs(model, calibration, 1234))
     else:
         exe = pipeline.build(model.mod, model.params, config="nv_full", fuse=True)
     vm = toolchain.virtual_machine(exe)
@@ -326,7 +329,7 @@ def main() -> None:
     args = parse_args()
     if not os.environ.get("RUN_TIMER_CHILD"):
         relaunch(args)
-    model, run = build_runner(args.model, args.precision)
+    model, run = build_runner(args.model, args.precision, args.calibration)
     timer = ctypes.CDLL(None)
     timer.run_timer_now.restype = ctypes.c_double
     if args.compare_threads or args.compare_env:

@@ -248,7 +248,7 @@ def test_the_scalar_path_gives_the_same_codes(tmp_path):
 
 # --- the per-layer plan: codes by input ranges (sdp_i8_lut.c, sdp_i8_lut_plan) -----------------
 #: Layer runs of at least this many elements get a plan (LUT_PLAN_MIN_ELEMENTS, sdp_i8_internal.h).
-PLAN_ELEMENTS = 1 << 16
+PLAN_ELEMENTS = 1 << 12
 
 
 def _compiler_case(act: str, seed: int):
@@ -295,7 +295,7 @@ def _jumping_case(seed: int):
 
 # A standalone run converts each channel's 256 codes once per chunk of 2048 values and looks the
 # chunk up in them (sdp_i8.c, run_table): 16 x 2 x 256 values a run of these cases. The plan is
-# kept between runs (sdp_i8_lut.c) and made once the runs of its table reach 2^16 values.
+# kept between runs (sdp_i8_lut.c) and made once the runs of its table reach 2^12 values.
 PLAN_RUNS = 6
 
 PLAN_CASES = ([("compiler", act, 70 + i) for i, act in enumerate(
@@ -308,7 +308,7 @@ def _plan_case(kind, act, seed):
 
 @pytest.mark.parametrize("kind,act,seed", PLAN_CASES, ids=[f"{k}-{a}" for k, a, _ in PLAN_CASES])
 def test_the_plan_gives_the_codes_of_the_table(kind, act, seed, monkeypatch):
-    """Codes by input ranges (a layer run of >= 2^16 values) equal the reference and the
+    """Codes by input ranges (a layer run of >= 2^12 values) equal the reference and the
     table arithmetic in lanes (ACCEL_SDP_I8_LUT=gather: no plan), with inputs below, inside
     and above LO."""
     op, x = _plan_case(kind, act, seed)
@@ -507,7 +507,7 @@ def test_a_channel_whose_bs_saturates_every_value():
     """Bias -2^31 on a channel whose BS power pre = shift_max - rshift is 31 or more: NVDLA's
     BS saturates every t = v + bias != 0, so no v has the int32 form of t (its range of v was
     empty, and cast to int32 it had read as all of int32: v + bias wrapped, sdp_i8_lut.c's
-    lut_front_plan, sdp_i8_avx2.c's lut_v8_plan). Through the plan (runs past 2^16 values) and
+    lut_front_plan, sdp_i8_avx2.c's lut_v8_plan). Through the plan (runs past 2^12 values) and
     without it, every code, against the reference."""
     op, x = _compiler_case("silu", 76)
     rshift = op.rshift.astype(np.int64)
