@@ -418,12 +418,11 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
  * reference count per run that holds one.
  * A key is planned once the runs that asked for it have converted LUT_PLAN_MIN_ELEMENTS values
  * in all (a layer's first inference, or a tiny layer's later one); until then its runs take
- * the lanes without a plan. The bound was 2^16: a network's LUT layers below it (YOLOv8n's at
- * 10x10 and 20x20) took the lanes without a plan for their first two to four inferences, which
- * ran 1.8x the steady time and made a 5-round bench read 0.81 of ONNX Runtime's int8 speed
- * where 15 rounds read 1.12 (docs/kernels.md, session 20); the first inference now builds
- * every plan. The slots hold a large network's layers (EfficientNet-B7's ~220 LUT layers:
- * with 128 slots each inference would evict and rebuild them). */
+ * the lanes without a plan. A higher bound left a network's small LUT layers (YOLOv8n's at
+ * 10x10 and 20x20) without plans for their first few inferences, each then far slower than the
+ * steady ones (docs/kernels.md, "Session 20"). The slots hold a large network's LUT layers
+ * (EfficientNet-B7 has about 220): with fewer slots than layers, every inference would evict
+ * and rebuild them. */
 typedef struct plan_key {
   accel_lut_int8 lut;
   int32_t out_mul, out_shift, out_zero, clip, clip_lo, clip_hi;
