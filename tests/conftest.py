@@ -152,19 +152,24 @@ def sqnr(actual, expected) -> float:
     return sqnr_db(float(np.sum(expected ** 2)), float(np.sum((actual - expected) ** 2)))
 
 
-def ort_int8_sqnr(model, x, calibration, tmp_path) -> float:
-    """The output SQNR against PyTorch of ONNX Runtime's static int8 quantisation of
-    ``model``'s ONNX export, calibrated on ``calibration`` (input tuples, ours): what a user
-    would otherwise get, the yardstick of an int8 figure that depends on the weights."""
+def ort_int8_outputs(model, xs, calibration, tmp_path) -> list:
+    """ONNX Runtime's static int8 quantisation of ``model``'s ONNX export (exported with
+    ``xs[0]``), calibrated on ``calibration`` (input tuples, ours), run on each of ``xs``: what a
+    user would otherwise get, the yardstick of an int8 figure that depends on the weights."""
     import torch
 
     from accel_codegen.compiler.frontend import export_onnx
     from accel_codegen.quantization import ort_baseline
 
-    path = export_onnx(model, (torch.from_numpy(x),), tmp_path / "int8_baseline.onnx")
+    path = export_onnx(model, (torch.from_numpy(xs[0]),), tmp_path / "int8_baseline.onnx")
     quantized, _ = ort_baseline.quantize_int8_as_ort_can(path, calibration, tmp_path)
-    y = ort_baseline.run(ort_baseline.session(quantized, threads=1), [x])
-    return sqnr(y, torch_forward(model, x))
+    session = ort_baseline.session(quantized, threads=1)
+    return [ort_baseline.run(session, [x]) for x in xs]
+
+
+def ort_int8_sqnr(model, x, calibration, tmp_path) -> float:
+    """The output SQNR against PyTorch of ort_int8_outputs on ``x``."""
+    return sqnr(ort_int8_outputs(model, [x], calibration, tmp_path)[0], torch_forward(model, x))
 
 
 # --- inputs -------------------------------------------------------------------------------------

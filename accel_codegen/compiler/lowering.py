@@ -28,7 +28,7 @@ from .chains import Roles
 from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, LrnSpec, NormSpec,
                     PoolSpec, RubikSpec, SdpSpec, token_surface)
 from .relax_exprs import (Lookup, Unsupported, constant_value, describe, dtype_of,
-                          feature_surface, is_constant, op_name, static_shape)
+                          feature_surface, is_constant, keepdims_axes, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
 # used: a test may extend the vocabulary).
@@ -1002,10 +1002,8 @@ def _lower_grn(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         raise Unsupported(f"a GRN of a {len(shape)}-D tensor {list(shape)}: its passes take "
                           "NCHW data (or channels-last data between permutes)")
     total, mean = roles["grn_sum"], roles["grn_mean"]
-    axes = [sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None
-            else None for call in (total, mean)]
-    if axes != [[2, 3], [1]] or not (bool(total.attrs.keepdims) and
-                                     bool(mean.attrs.keepdims)):
+    axes = [keepdims_axes(call, 4) for call in (total, mean)]
+    if axes != [[2, 3], [1]]:
         raise Unsupported(f"a GRN whose norm is over axes {axes[0]} and whose mean is over "
                           f"axes {axes[1]}: the passes take the norm over H and W (the PDP) "
                           "and the mean over C, keepdims")

@@ -109,6 +109,15 @@ def prim_int(value) -> Optional[int]:
     return int(value) if isinstance(value, (int, np.integer)) else None
 
 
+def keepdims_axes(call: relax.Call, rank: int) -> Optional[list]:
+    """A keepdims reduction's axes (sum, mean, max), sorted and non-negative; None where it
+    reduces every axis or drops them."""
+    a = call.attrs
+    if a.axis is None or not bool(a.keepdims):
+        return None
+    return sorted(int(v) % rank for v in a.axis)
+
+
 def read_counts(function: relax.Function) -> Dict[relax.Var, int]:
     """How many times each variable is read in ``function``: in its bindings' values (at any
     depth: a call's arguments, a tuple's fields) and in its result. A variable read by no one

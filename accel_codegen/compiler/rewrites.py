@@ -77,7 +77,7 @@ from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call,
 
 from . import chains
 from .layer import constant_value, is_constant
-from .relax_exprs import op_name, read_counts, strided_sliced
+from .relax_exprs import keepdims_axes, op_name, read_counts, strided_sliced
 from .source_names import name_bindings, name_of, named
 
 
@@ -2001,15 +2001,6 @@ def _sandwich_linear(expr: relax.Expr, matches) -> relax.Expr:
     return _nhwc(out)
 
 
-def _axes(call: relax.Call, rank: int) -> Optional[list]:
-    """A keepdims reduction's axes, sorted and non-negative (None: over every axis, or not
-    keepdims)."""
-    a = call.attrs
-    if a.axis is None or not bool(a.keepdims):
-        return None
-    return sorted(int(v) % rank for v in a.axis)
-
-
 def _sandwich_grn(expr: relax.Expr, matches) -> relax.Expr:
     x = _nhwc_of(matches)
     if x is None:
@@ -2021,8 +2012,9 @@ def _sandwich_grn(expr: relax.Expr, matches) -> relax.Expr:
                    for name in ("gamma", "beta"))
     if not chains.grn_exponents(matches[_GRN_ROLES["grn_squares"]],
                                 matches[_GRN_ROLES["grn_root"]], constant_value) or \
-            _axes(total, 4) != [1, 2] or _axes(mean, 4) != [3] or eps.size != 1 or any(
-            not _one_per_channel(v, 4, 3, channels) for v in (gamma, beta)):
+            keepdims_axes(total, 4) != [1, 2] or keepdims_axes(mean, 4) != [3] or \
+            eps.size != 1 or any(not _one_per_channel(v, 4, 3, channels)
+                                 for v in (gamma, beta)):
         return expr  # not a GRN over H and W of channels-last data: lowering says why not
     dtype = str(x.ty.dtype)
     norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), axis=[2, 3], keepdims=True))

@@ -241,7 +241,7 @@ class _Comparer:
             return
         if x.dtype == np.int8 and quant.zero == -128:
             # an unsigned tensor has no negative value to give: where the plan gives a
-            # tensor its ReLU reader's quantisation (int8_plan: selected_outputs), its
+            # tensor its ReLU reader's quantisation (int8_plan._select_outputs), its
             # saturation is that ReLU, so the tensor is the ReLU's zeros there, not an error
             ref = np.maximum(ref, 0.0)
         # an engine pass (``<primitive>:<pass>``) only against the same pass: the precisions'

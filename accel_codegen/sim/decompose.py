@@ -551,11 +551,12 @@ def grn_passes(shape, gamma=None, beta=None, eps: float = 1e-6, precision: str =
        Newton steps): ri = 1 / (mean g + eps / sqrt(P)), so that g ri = nx exactly in reals
        (sqrt(P) cancels);
     5. CONV of ones from one channel to C (the broadcast of ri) + SDP (X unit multiplier g,
-       scale gamma, shift 1): f = 1 + gamma nx, one value per image and channel;
-    6. SDP on x: x f + beta, f through the X unit's per-channel multiplier (one image; with
-       several, the element-wise multiplier's per-channel operand, then SDP shift beta).
-
-    The residual + x is the 1 in f: x f + beta = gamma (x nx) + beta + x. Steps 3 to 5 run on
+       scale gamma): f = gamma nx, one value per image and channel;
+    6. SDP on x: x f + beta + x, f through the X unit's per-channel multiplier and the
+       residual x the element-wise adder's operand (one image; with several, x f through the
+       element-wise multiplier's per-channel operand first, then a pass + beta + x). The
+       residual stays out of f: f = 1 + gamma nx rounded to a half lost 2.7 dB in FP16
+       (docs/transformer_ops.md). Steps 3 to 5 run on
     [N, C, 1, 1] tensors: a few hundred values. Every pass is an engine op of the NumPy
     reference, so it gives the same bits (``reference.run_decomposition``). FP16: x * x must be
     a half (|x| < 256; beyond, the clip saturates it at 65504), as PyTorch's ``.half()`` GRN
@@ -646,12 +647,7 @@ def _layer_norm_fp16(b: "_Builder", gamma, beta, eps: float, newton: Optional[in
     v = b.add("var", [Conv(weights, precision=p), Sdp(scale=b.values(s, 1),
                                                       shift=b.values(eps, 1), precision=p)],
               sq, 1)                                                    # var + eps, in half
-    steps = newton_steps(b.layer, "rsqrt", p, newton)
-    r = b.add("rsqrt", [Sdp(act="rsqrt", precision=p)], v, 1)
-    for _ in range(steps):  # y (1.5 - 0.5 v y y), v y y in fp32: one pass
-        r = b.add("newton", [Sdp(scale=b.values(-0.5, 1), shift=b.values(1.5, 1),
-                                 ew_op="mul", precision=p)], v, 1, r,
-                  units=[("x1_mul", r), ("x2_mul", r)])
+    r = b.lut_x(v, "rsqrt", newton)  # y (1.5 - 0.5 v y y), v y y in fp32: one pass a step
     # the rest of 1 / sqrt(var + eps) beyond the half r: r (1 - (var + eps) r^2) / 2 from the
     # sum's fp32 accumulator (s (S + eps / s) = var + eps), a first-order Newton correction
     r_lo = b.add("rsqrt.low", [Conv(weights, precision=p), Sdp(

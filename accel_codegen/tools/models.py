@@ -7,14 +7,16 @@ training (:func:`_init_weights`, then :func:`_measure_batch_norm_statistics`):
 
 * convolution and linear weights are drawn from N(0, 2 / fan_in) (He / Kaiming, fan-in
   mode), so activations keep a second moment of O(1) through deep ReLU stacks; biases
-  are drawn from N(0, 0.1);
+  are drawn from N(0, 0.1); a weight the architecture fixes (``requires_grad`` off:
+  YOLOv8's DFL bin indices) is kept;
 * batch-norm affine parameters are non-trivial (``weight ~ U(0.5, 1.5)``,
   ``bias ~ N(0, 0.1)``), so a frontend or backend that drops or mis-folds batch norm
   produces visibly wrong numbers; layer-norm affine parameters are randomised the same way;
   ConvNeXt's layer scales are drawn from U(0.1, 1) (a trained network's range, not the
   1e-6 its training starts from, which would make every block the identity); a
   transformer's class token, position embedding and relative position bias table from
-  N(0, 0.1), and ``nn.MultiheadAttention``'s fused in-projection as a linear layer's;
+  N(0, 0.1), ``nn.MultiheadAttention``'s fused in-projection as a linear layer's, and
+  ConvNeXt-V2's GRN gamma and beta from N(0, 0.5) and N(0, 0.2) (zeros when training starts);
 * batch-norm running statistics are those of the activations. They are measured in one
   forward pass in eval mode over :func:`calibration_input` (a batch of
   :data:`CALIBRATION_BATCH` N(0, 1) inputs of the example input's distribution, from a
@@ -1564,8 +1566,7 @@ class YoloConv(nn.Sequential):
     """Conv (no bias, 'same' padding) + batch norm + SiLU: the detector's building block."""
 
     def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1):
-        super().__init__(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False),
-                         nn.BatchNorm2d(cout), nn.SiLU())
+        super().__init__(*_conv_bn(cin, cout, kernel, stride), nn.SiLU())
 
 
 class YoloBottleneck(nn.Module):

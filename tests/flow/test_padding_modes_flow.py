@@ -80,8 +80,8 @@ def test_reflection_and_replication_paddings_stay_whole(make, shape, precision, 
     if precision == "int8":
         # the generator: 26.3 dB against ONNX Runtime's 26.6 on this input, 25.92 against
         # 25.91 on 16 held-back ones. It was 25.5 while each instance norm's output took a
-        # signed range of its own and its ReLU rounded it again (int8_plan's
-        # selected_outputs: the norm's output in the ReLU's range; docs/ptq.md)
+        # signed range of its own and its ReLU rounded it again (int8_plan._select_outputs:
+        # the norm's output in the ReLU's range; docs/ptq.md)
         gap = 0.5 if make is Generator else 0.0
         assert ours >= ort_int8_sqnr(model, x, calibration, tmp_path) - gap, ours
     else:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import accel_codegen as ac
-from conftest import assert_close, build_and_run, random_inputs, run_main, sqnr, torch_forward
+from conftest import (assert_close, build_and_run, ort_int8_outputs, random_inputs, run_main,
+                      sqnr, torch_forward)
 
 #: calibration inputs and held-back inputs (drawn as the CLI draws random inputs)
 CALIBRATION, HELD_BACK = 4, 2
@@ -40,26 +41,15 @@ def test_yolov8n_int8_is_whole_and_at_least_onnx_runtimes_on_held_back_inputs(de
     """One function in int8 too; ours and ONNX Runtime's static int8 (its QDQ export,
     MinMax), both calibrated on the same inputs, against PyTorch fp32 on other inputs: each
     output part (boxes, scores) at least ONNX Runtime's less 0.5 dB (measured: docs/
-    trained_models.md, "YOLOv8n")."""
-    import torch
-
-    from accel_codegen.compiler.frontend import export_onnx
-    from accel_codegen.quantization import ort_baseline
-
+    measurements.md, the zoo's table, "yolov8n")."""
     calibration = random_inputs((1, 3, 320, 320), CALIBRATION, 1234)
     held = random_inputs((1, 3, 320, 320), HELD_BACK, 1235)
     partitioned = ac.partition_for_accel(detector.mod, precision="int8", calibration=calibration)
     _whole(ac.partition_report(partitioned))
     vm = ac.virtual_machine(ac.build(partitioned))
-    path = export_onnx(detector.model, (torch.from_numpy(held[0]),), tmp_path / "y.onnx")
-    quantized, _ = ort_baseline.quantize_int8_as_ort_can(path, calibration, tmp_path)
-    session = ort_baseline.session(quantized, threads=1)
-    ours, theirs, truth = [], [], []
-    for x in held:
-        ours.append(run_main(vm, x))
-        theirs.append(ort_baseline.run(session, [x]))
-        truth.append(torch_forward(detector.model, x))
-    ours, theirs, truth = (np.concatenate(a) for a in (ours, theirs, truth))
+    ours = np.concatenate([run_main(vm, x) for x in held])
+    theirs = np.concatenate(ort_int8_outputs(detector.model, held, calibration, tmp_path))
+    truth = np.concatenate([torch_forward(detector.model, x) for x in held])
     for part, what in ((slice(0, 4), "boxes"), (slice(4, None), "scores")):
         mine, ort = sqnr(ours[:, part], truth[:, part]), sqnr(theirs[:, part], truth[:, part])
         print(f"{what}: ours {mine:.2f} dB, ONNX Runtime {ort:.2f} dB")
