@@ -6,9 +6,9 @@ the codes are constant (saturated at the ends of the output range, or the code o
 function's limit). So:
 
 - **Where.** The output scale and zero point give the codes of ``f`` on a fine grid; the
-  interval where they change, [x_lo, x_hi], is what the LO table (256 steps) covers; LE (64
-  steps of 8 LO steps) spans twice that width around it, and beyond LE the codes are constant,
-  so the slopes are 0.
+  interval where they change, [x_lo, x_hi], is what the LO table (256 steps) covers, with
+  ``LO_PAD_STEPS`` of its steps to spare on each side; LE (64 steps of 8 LO steps) spans twice
+  that width around it, and beyond LE the codes are constant, so the slopes are 0.
 - **Input units.** The LUT reads the int32 value t after the X converters; one LO step is
   2^sel units of t, so t's unit is ``lo_step / 2^sel`` with ``sel`` = 16 (a full 16-bit
   fraction), or less when the converter's multiplier would not fit int16 or the tables' ends
@@ -42,6 +42,14 @@ from .encoding import round_half_away
 FRACTION_BITS = 16
 #: LE's step in LO steps (64 LE intervals then span twice the 256 LO intervals).
 LE_PER_LO = 8
+#: LO steps kept beyond the interval where the codes change, on each side. Without them the
+#: outermost changes of the LUT's own codes could fall in LE, whose coarse interpolation moves
+#: them (SiLU's to 2^24 + 11,745 units of t apart: more than the 256 intervals of the host's
+#: byte tables hold, so every value paid a compare for the one change outside them,
+#: sdp_i8_lut.c's bytes_build); with them every change is LO's, and the byte tables keep the
+#: margin of a step of v (at most 2^15 units of t, half a step of LO at 16 fraction bits) from
+#: their ends. The cost: LO's steps 256 / 252 as wide.
+LO_PAD_STEPS = 2
 #: How far beyond the output range the entries go, in output steps.
 MARGIN_CODES = 64
 #: Points of the grid on which the output codes of the function are read.
@@ -115,8 +123,9 @@ def layer_lut(act: str, out: TensorQuant, factor_max: float, what: str) -> Layer
             f"{what}: no int8 tables for act = {act}: its pole at 0 needs more range than one "
             f"int8 scale and a linear table give; the pass stays in fp16 (sim/decompose.py)")
     x_lo, x_hi = changing_interval(act, out)
+    lo_step = (x_hi - x_lo) / (lib.ACCEL_LUT_LO_ENTRIES - 1 - 2 * LO_PAD_STEPS)
+    x_lo, x_hi = x_lo - LO_PAD_STEPS * lo_step, x_hi + LO_PAD_STEPS * lo_step
     width = x_hi - x_lo
-    lo_step = width / (lib.ACCEL_LUT_LO_ENTRIES - 1)
     le_start_real = x_lo - width / 2
     le_end_real = x_hi + width / 2
     # The most fraction bits that keep the multiplier in int16 and the table ends in int32.

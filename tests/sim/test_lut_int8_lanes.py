@@ -615,13 +615,20 @@ def _byte_form_case(act: str):
     return [Conv(w, precision="int8", in_zero=0), sdp], x, len(changes)
 
 
-@pytest.mark.parametrize("act", ["silu", "hardswish", "sigmoid"])
-def test_the_byte_form_through_the_compiler_tables(act, monkeypatch):
+@pytest.mark.parametrize("act, pad", [("silu", None), ("hardswish", None), ("sigmoid", None),
+                                      ("silu", 0)])
+def test_the_byte_form_through_the_compiler_tables(act, pad, monkeypatch):
     """The conv panel epilogue's byte form (sdp_i8_lanes.h's sdp_i8_lanes_lut_q, every channel
     lq: Q = clamp(v) mul 2^(8-s) + add holds u in bytes 1-3, the tables' outside thresholds
     compared on v) and its panels' rows four at a time (conv/i8.h's panel_step_lut_bytes: blocks
     of 8 rows and one of 3; 65536 outputs, so panels of 48 and a last one of 16): every code change of the table crossed at its exact v on some channel, both ends
-    of the tables passed, against the reference and the bins (ACCEL_SDP_I8_LUT=bins)."""
+    of the tables passed, against the reference and the bins (ACCEL_SDP_I8_LUT=bins). pad 0:
+    SiLU's tables without LO's spare steps (quantization/lut.py's LO_PAD_STEPS), whose outermost
+    change lies beyond the byte tables' 256 intervals (as a user's own tables may): a threshold
+    outside them, compared on v."""
+    if pad is not None:
+        from accel_codegen.quantization import lut as lut_module
+        monkeypatch.setattr(lut_module, "LO_PAD_STEPS", pad)
     chain, x, changes = _byte_form_case(act)
     expected = ref.run_chain(chain, x)
     assert len(np.unique(expected)) > (15 if act == "sigmoid" else 100)
