@@ -4,16 +4,18 @@ the residual add) whole on the accelerator: its keys arrive as phi's NCHW output
 ([B, d, HW], K^T itself, attention.py's channel-major keys, read through one transpose), its
 batched matmuls' operands as torch's broadcasts to the shapes they have (identity_reshapes
 before the attention cores). fp32 against PyTorch, fp16 near PyTorch's own .half(), int8
-against ONNX Runtime's static int8, the ONNX export alike."""
+at least ONNX Runtime's static int8 on inputs held back from calibration, the ONNX export alike."""
 import numpy as np
 import pytest
 import torch
+import tvm
 from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.tools.models import build_realistic
-from conftest import assert_close, build_and_run, ort_int8_sqnr, sqnr, torch_forward
+from conftest import (assert_close, build_and_run, ort_int8_outputs, random_inputs, run_main,
+                      sqnr, torch_forward)
 
 
 class NonLocal(nn.Module):
@@ -82,7 +84,12 @@ def test_a_non_local_block_in_int8(tmp_path):
     mod, params = from_pytorch(model, (x,))
     partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
     _whole(ac.partition_report(partitioned))
-    ours = sqnr(build_and_run(partitioned, x.numpy()), torch_forward(model, x))
-    theirs = ort_int8_sqnr(model, x.numpy(), calibration, tmp_path)
+    # held back from calibration: the net's own input and 16 more; one input's figure moves
+    # by up to 5 dB either way between the two quantisers (the sharp, unscaled softmax)
+    held = [x.numpy()] + random_inputs(tuple(x.shape), 16, 77)
+    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
+    expected = np.stack([torch_forward(model, h) for h in held])
+    ours = sqnr(np.stack([run_main(vm, h) for h in held]), expected)
+    theirs = sqnr(np.stack(ort_int8_outputs(model, held, calibration, tmp_path)), expected)
     print(f"int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
-    assert ours >= theirs - 0.5, (ours, theirs)
+    assert ours >= theirs, (ours, theirs)
