@@ -1679,6 +1679,33 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
 
 
+def _column_product(call: relax.Call, source) -> relax.Expr:
+    a, b = call.args
+    out, a_shape, b_shape = _static(call), _static(a), _static(b)
+    if out is None or a_shape is None or b_shape is None or len(a_shape) < 2 or \
+            len(b_shape) != len(a_shape) or b_shape[-1] != 1 or a_shape[-1] != b_shape[-2] or \
+            a_shape[:-2] != b_shape[:-2] or any(n != 1 for n in a_shape[:-2]) or \
+            is_constant(a) or is_constant(b) or \
+            {str(a.ty.dtype), str(b.ty.dtype), str(call.ty.dtype)} != {"float32"}:
+        return call
+    rows, length = a_shape[-2:]
+    weights = relax.op.permute_dims(named_as(relax.op.reshape(a, [rows, length]), call), [1, 0])
+    row = named_as(relax.op.reshape(b, [1, length]), call)
+    product = relax.op.matmul(row, named_as(weights, call))
+    return relax.op.reshape(named_as(product, call), out)
+
+
+def column_products(mod: tvm.IRModule) -> tvm.IRModule:
+    """A matmul of a computed map A [1, .., C, N] by a computed column b [1, .., N, 1] (GCNet's
+    context modelling: the feature map's positions summed with their softmaxed weights) ->
+    the dense layer of b's one row [1, N] (the same bytes) whose weights are A's C rows of N
+    ([C, N] is the CONV's C kernels of N channels as A's NCHW output lies), viewed back:
+    ``A b = (b^T A^T)^T`` with the same products, one CONV run that reads its weights from
+    the run that wrote A (``Layer.computed_dense_weight``: NVDLA's CONV fetches its weights
+    from memory). One image: a batch's images would each be a layer of their own weights."""
+    return rewrite_bindings(mod, ("relax.matmul",), _column_product)
+
+
 def _bindings_table(function: relax.Function) -> dict:
     return {b.var: b.value for block in function.body.blocks for b in block.bindings
             if isinstance(b, relax.VarBinding)}
@@ -3195,7 +3222,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts, per_row_products,
+                  same_values_broadcasts, per_row_products, column_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   norms_over_unit_axes, branch_stacks_as_channels,
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
