@@ -1558,6 +1558,60 @@ def _fill_bias(call: relax.Call, source) -> relax.Expr:
     return call
 
 
+def _row_extreme_of(expr: relax.Expr, scores: relax.Expr, axis: int, source) -> bool:
+    """Whether ``expr`` is max or min of ``scores`` over ``axis`` (keepdims), broadcast back
+    to its shape or left to the subtraction's own broadcasting: one finite value per row
+    wherever the scores are finite."""
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if isinstance(value, relax.Call) and op_name(value) == "relax.broadcast_to":
+        expr = value.args[0]
+        value = source(expr) if isinstance(expr, relax.Var) else expr
+    rank = len(_static(scores) or [])
+    if not isinstance(value, relax.Call) or op_name(value) not in ("relax.max", "relax.min") or \
+            not value.args[0].same_as(scores) or not bool(value.attrs.keepdims) or \
+            value.attrs.axis is None:
+        return False
+    return [int(a) % rank for a in value.attrs.axis] == [axis]
+
+
+def _softmax_of_shifted_rows(call: relax.Call, source) -> relax.Expr:
+    shape = _static(call)
+    x = call.args[0]
+    value = source(x) if isinstance(x, relax.Var) else x
+    if shape is None or not isinstance(value, relax.Call) or \
+            op_name(value) != "relax.subtract" or str(call.ty.dtype) != "float32":
+        return call
+    axis = int(call.attrs.axis) % len(shape)
+    a, b = value.args
+    if _static(b) == shape and _row_extreme_of(a, b, axis, source):  # softmax(c - s)
+        scores = relax.op.multiply(b, relax.const(-1.0, "float32"))
+    elif _static(a) == shape and _row_extreme_of(b, a, axis, source):  # softmax(s - c)
+        scores = a
+    else:
+        return call
+    return relax.op.nn.softmax(named_as(scores, value), axis=int(call.attrs.axis))
+
+
+def softmax_row_shifts(mod: tvm.IRModule) -> tvm.IRModule:
+    """softmax(c - s) or softmax(s - c) over an axis along which c is one value per row, the
+    max or min of s over that axis (DANet's channel attention: ``softmax(max(energy, -1) -
+    energy)``) -> softmax(-s) or softmax(s): a softmax subtracts its rows' max itself, and
+    exp(t + c) / sum exp(u + c) = exp(t) / sum exp(u) for a finite c (an extreme of finite
+    scores is finite), so only the rounding of c - s is left out. Before attention's rewrite
+    (the shifted scores are an attention core's, whose scores may be scaled, not shifted:
+    ``nn.attention``'s scale -1); the reductions it leaves unread go."""
+    changed = []
+
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        new = _softmax_of_shifted_rows(call, source)
+        if new is not call:
+            changed.append(call)
+        return new
+
+    rewritten = rewrite_bindings(mod, ("relax.nn.softmax",), rewrite)
+    return relax.transform.DeadCodeElimination()(rewritten) if changed else mod
+
+
 def causal_masks(mod: tvm.IRModule) -> tvm.IRModule:
     """A constant mask applied by ``where`` with an absorbing fill (GPT-2's and nanoGPT's
     ``masked_fill(causal, -inf)``, Hugging Face's ``where(causal, scores, finfo.min)``) -> the
