@@ -60,7 +60,7 @@ class SdpSpec:
     scale: Optional[relax.Expr] = None  # per-channel multiply by a constant or input
     ew_op: Optional[str] = None
     operand: Optional[relax.Expr] = None
-    # the element-wise operand holds one value per channel ([1, C, 1, 1], computed: GCNet's
+    # the element-wise operand holds one value per channel ([N, C, 1, 1], computed: GCNet's
     # context added to the map), read by the SDP for every position (accel.h's
     # ew_per_channel, NCHW only), not one value per element
     ew_per_channel: bool = False

@@ -758,10 +758,10 @@ def _expanded_operand(other: relax.Expr, feature: Sequence[int]) -> relax.Expr:
 
 
 def _computed_channel_addend(layer: Layer, other: relax.Expr, feature, lookup: Lookup) -> bool:
-    """Whether ``other`` is a computed [1, C, 1, 1] added to one image's NCHW tensor as the
+    """Whether ``other`` is a computed [N, C, 1, 1] added to an NCHW tensor [N, C, H, W] as the
     layer's first stage (no convolution, no SDP stage before it), an input of the chain."""
     return layer.conv is None and layer.sdp.empty() and len(feature) == 4 and \
-        feature[0] == 1 and static_shape(other) == (1, feature[1], 1, 1) and \
+        static_shape(other) == (feature[0], feature[1], 1, 1) and \
         feature[2:] != (1, 1) and not is_constant(_strip_reshape(other, lookup)) and \
         _resolve(other, lookup) is None
 
@@ -793,7 +793,7 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
         order.append(SdpUnit.SCALE_SHIFT)
         return
     if name == "relax.add" and _computed_channel_addend(layer, other, feature, lookup):
-        # x + t, t computed [1, C, 1, 1]: the element-wise adder's per-channel operand, read
+        # x + t, t computed [N, C, 1, 1]: the element-wise adder's per-channel operand, read
         # from memory in the precision (and int8 codes) its run wrote, where a bias is folded
         # into the converters at compile time (fp16 and int8 take constants only)
         sdp.ew_op, sdp.operand, sdp.ew_per_channel = "add", other, True

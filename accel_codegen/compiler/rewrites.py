@@ -1738,15 +1738,27 @@ def _column_product(call: relax.Call, source) -> relax.Expr:
     out, a_shape, b_shape = _static(call), _static(a), _static(b)
     if out is None or a_shape is None or b_shape is None or len(a_shape) < 2 or \
             len(b_shape) != len(a_shape) or b_shape[-1] != 1 or a_shape[-1] != b_shape[-2] or \
-            a_shape[:-2] != b_shape[:-2] or any(n != 1 for n in a_shape[:-2]) or \
-            is_constant(a) or is_constant(b) or \
+            a_shape[:-2] != b_shape[:-2] or is_constant(a) or is_constant(b) or \
             {str(a.ty.dtype), str(b.ty.dtype), str(call.ty.dtype)} != {"float32"}:
         return call
+    images = int(np.prod(a_shape[:-2]))
     rows, length = a_shape[-2:]
-    weights = relax.op.permute_dims(named_as(relax.op.reshape(a, [rows, length]), call), [1, 0])
-    row = named_as(relax.op.reshape(b, [1, length]), call)
-    product = relax.op.matmul(row, named_as(weights, call))
-    return relax.op.reshape(named_as(product, call), out)
+
+    def image(x, i, size):  # image i's [size] values (a slice of [1, images, size])
+        if images == 1:
+            return x
+        whole = named_as(relax.op.reshape(x, [1, images, size]), call)
+        return named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]), call)
+
+    products = []
+    for i in range(images):
+        weights = named_as(relax.op.reshape(image(a, i, rows * length), [rows, length]), call)
+        row = named_as(relax.op.reshape(image(b, i, length), [1, length]), call)
+        products.append(named_as(relax.op.matmul(row, named_as(
+            relax.op.permute_dims(weights, [1, 0]), call)), call))
+    # the images' [1, C] rows side by side are the [images, C] result's bytes
+    product = products[0] if images == 1 else named_as(relax.op.concat(products, axis=1), call)
+    return relax.op.reshape(product, out)
 
 
 def column_products(mod: tvm.IRModule) -> tvm.IRModule:
@@ -1756,7 +1768,8 @@ def column_products(mod: tvm.IRModule) -> tvm.IRModule:
     ([C, N] is the CONV's C kernels of N channels as A's NCHW output lies), viewed back:
     ``A b = (b^T A^T)^T`` with the same products, one CONV run that reads its weights from
     the run that wrote A (``Layer.computed_dense_weight``: NVDLA's CONV fetches its weights
-    from memory). One image: a batch's images would each be a layer of their own weights."""
+    from memory). A batch's images are a dense layer each (its own weights: a slice of A),
+    their [1, C] rows concatenated side by side."""
     return rewrite_bindings(mod, ("relax.matmul",), _column_product)
 
 
