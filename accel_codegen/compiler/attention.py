@@ -426,6 +426,17 @@ def _channel_major(operand: relax.Expr, normalized: Optional[list] = None
     return _TRANSPOSED, operand, 1.0, shape[0], False
 
 
+def _values_product(graph: _Graph, probabilities: relax.Var):
+    """(its var, the matmul, V's operand, whether the product is transposed) of the product of
+    the probabilities and V: P V (through layout ops that move nothing), or (SAGAN) V^T P^T,
+    the output transposed, V^T its first operand; None if neither."""
+    found = _identity(graph, probabilities, "relax.matmul")
+    if found is not None:
+        return found[0], found[1], found[1].args[1], False
+    found = _transposed_values(graph, probabilities)
+    return None if found is None else (found[0], found[1], found[1].args[0], True)
+
+
 def _transposed_values(graph: _Graph, probabilities: relax.Var
                        ) -> Optional[Tuple[relax.Var, relax.Call]]:
     """(its var, its call) where the probabilities P [windows, T, Tk] are read, through one
@@ -795,16 +806,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
             int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
         return None
     scores = softmax.args[0]
-    probabilities = _unguarded(graph, softmax_var, scores)
-    found = _identity(graph, probabilities, "relax.matmul")
-    # P V, or (SAGAN) V^T P^T, the output transposed: V^T is then the first operand
-    transposed = found is None
-    if transposed:
-        found = _transposed_values(graph, probabilities)
+    found = _values_product(graph, _unguarded(graph, softmax_var, scores))
     if found is None:
         return None
-    reader, pv = found
-    values = pv.args[0] if transposed else pv.args[1]
+    reader, pv, values, transposed = found
     walked = _score_steps(graph, scores)
     if walked is None:
         return None

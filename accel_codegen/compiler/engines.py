@@ -117,7 +117,8 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             scaled = (s.batch_norm is not None or s.scale is not None) and not (
                 precision == "fp16" and layer.conv is not None)
             ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
-                           ew_per_channel=s.ew_per_channel, act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
+                           ew_per_channel=s.ew_per_channel, act=s.act, clip=s.clip,
+                           prelu_slope=_placeholder(s.prelu_slope)))
     else:
         for stage in s.decomposed_order():
             if stage == "bias":

@@ -840,20 +840,14 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
     padding mask's row copied to the queries: with windows, a batch of sentences), window w's
     [1, T, 1, Tk] block every head's operand in that window; or "head" (_bias_block).
-
-    ``value_dim`` (default ``head_dim``): each head's V columns, dv, and so its output's (a
-    self-attention over a feature map, SAGAN's: q and k of C/8 channels, v of C). Only the
-    values runs see it: their CONV reads V_h as the surface [1, Tk, 1, dv] (the keys as
-    channels, dv along W) with the same E^T weights and writes O_h [1, T, 1, dv]."""
+    ``value_dim``: V's and the output's head size dv where not ``head_dim`` (SAGAN's)."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
-    d = head_dim
-    dv = head_dim if value_dim is None else value_dim
-    merged = heads * dv
+    d, dv = head_dim, head_dim if value_dim is None else value_dim
     channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels, dv)
     scales = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (heads,))
     t, tk = tokens, kv_tokens
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
-    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows), dv)
+    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, heads * dv, windows), dv)
     constants = _attention_bias(bias, windows, heads, t, tk, b, key_bias)
     # every head's (and window's) scores are one surface [1, W H T, 1, Tk], head h of window
     # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
