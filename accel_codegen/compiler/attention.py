@@ -407,22 +407,53 @@ def _heads(graph: _Graph, operand: relax.Expr, tokens: int, keys_first: bool,
     return None
 
 
-#: a key source read transposed (_channel_major_keys): (_TRANSPOSED, [windows, d, Tk] tensor)
+#: a key or value source read transposed (_channel_major): (_TRANSPOSED, [windows, d, Tk])
 _TRANSPOSED = "transposed"
 
 
-def _channel_major_keys(graph: _Graph, operand: relax.Expr, normalized: list
-                        ) -> Optional[Tuple[str, relax.Expr, float, int, bool]]:
-    """K^T as a tensor of its own, one head of d channel rows of Tk keys per window ([windows,
-    d, Tk]: a conv's NCHW output reshaped, the keys of a non-local block or of attention over
-    a feature map), in _heads' form with the base (_TRANSPOSED, operand): the core reads
-    its transpose, one BDMA pass. None where the operand is no such tensor (several heads
-    would interleave their channels in rows: not read)."""
+def _channel_major(operand: relax.Expr, normalized: Optional[list] = None
+                   ) -> Optional[Tuple[str, relax.Expr, float, int, bool]]:
+    """K^T or V^T as a tensor of its own, one head of d (or dv) channel rows of Tk keys per
+    window ([windows, d, Tk]: a conv's NCHW output reshaped, the keys of a non-local block,
+    SAGAN's keys and values), in _heads' form with the base (_TRANSPOSED, operand): the core
+    reads its transpose, one BDMA pass. None where the operand is no such tensor (several
+    heads would interleave their channels in rows: not read)."""
     shape = _static(operand)
     if shape is None or len(shape) != 3 or str(getattr(operand.ty, "dtype", "")) != "float32":
         return None
-    normalized.append(None)
+    if normalized is not None:
+        normalized.append(None)
     return _TRANSPOSED, operand, 1.0, shape[0], False
+
+
+def _values_product(graph: _Graph, probabilities: relax.Var):
+    """(its var, the matmul, V's operand, whether the product is transposed) of the product of
+    the probabilities and V: P V (through layout ops that move nothing), or (SAGAN) V^T P^T,
+    the output transposed, V^T its first operand; None if neither."""
+    found = _identity(graph, probabilities, "relax.matmul")
+    if found is not None:
+        return found[0], found[1], found[1].args[1], False
+    found = _transposed_values(graph, probabilities)
+    return None if found is None else (found[0], found[1], found[1].args[0], True)
+
+
+def _transposed_values(graph: _Graph, probabilities: relax.Var
+                       ) -> Optional[Tuple[relax.Var, relax.Call]]:
+    """(its var, its call) where the probabilities P [windows, T, Tk] are read, through one
+    transpose of their last two axes, as the second operand of a matmul ``V^T P^T`` (SAGAN's
+    ``bmm(v, attention.permute(0, 2, 1))``: V^T [windows, dv, Tk], the result the output
+    transposed, [windows, dv, T]); None otherwise."""
+    transpose = graph.only_reader(probabilities)
+    call = graph.call(transpose, "relax.permute_dims") if transpose is not None else None
+    shape = _static(probabilities)
+    if call is None or shape is None or len(shape) != 3 or call.attrs.axes is None or \
+            _ints(call.attrs.axes) != [0, 2, 1]:
+        return None
+    reader = graph.only_reader(transpose)
+    pv = graph.call(reader, "relax.matmul") if reader is not None else None
+    if pv is None or not pv.args[1].same_as(transpose) or pv.args[0].same_as(transpose):
+        return None
+    return reader, pv
 
 
 def _merged(graph: _Graph, result: relax.Var, heads: int, tokens: int, d: int,
@@ -489,6 +520,11 @@ class _Core:
         self.key_mask: Optional[Tuple[relax.Expr, float, bool]] = None
         self.projected: Optional[Tuple[relax.Var, np.ndarray, Optional[np.ndarray],
                                        Optional[str]]] = None
+        # V's head size and the channels of its rows (and the output's) the heads take,
+        # where they differ from the query's and key's (SAGAN: v of C channels, q and k of
+        # C/8); whether the output is the merged heads transposed (one head, [windows, dv,
+        # T]: SAGAN's bmm(v, attention^T)), which the core writes token-major and transposes
+        self.dv, self.v_width, self.transposed = d, self.width, False
 
 
 def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int, width: int):
@@ -770,10 +806,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
             int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
         return None
     scores = softmax.args[0]
-    found = _identity(graph, _unguarded(graph, softmax_var, scores), "relax.matmul")
+    found = _values_product(graph, _unguarded(graph, softmax_var, scores))
     if found is None:
         return None
-    reader, pv = found
+    reader, pv, values, transposed = found
     walked = _score_steps(graph, scores)
     if walked is None:
         return None
@@ -784,7 +820,9 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     scale, index, bias = _scores_map(graph, _static(expr), steps)
     if index is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
         return None
-    a_shape, b_shape, v_shape = (_static(e) for e in (qk.args[0], qk.args[1], pv.args[1]))
+    a_shape, b_shape, v_shape = (_static(e) for e in (qk.args[0], qk.args[1], values))
+    if v_shape is not None and transposed:
+        v_shape = v_shape[:-2] + v_shape[:-3:-1]  # V's [.., Tk, dv], as V^T [.., dv, Tk] holds it
     if None in (a_shape, b_shape, v_shape) or len(a_shape) < 3 or \
             a_shape[:-2] != b_shape[:-2] or a_shape[:-2] != v_shape[:-2] or \
             a_shape[-1] != b_shape[-2] or b_shape[-1] != v_shape[-2]:
@@ -793,16 +831,18 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     tokens, d = a_shape[-2:]
     kv_tokens, dv = v_shape[-2:]
     # the softmax's rows are the scores' rows (the layout ops between move nothing) only when
-    # its axis has the keys' length
-    if dv != d or shape[-1] != kv_tokens or any(str(getattr(e.ty, "dtype", "")) != "float32"
-                      for e in (qk.args[0], qk.args[1], pv.args[1], reader)):
+    # its axis has the keys' length; a transposed output is one head's (several heads'
+    # would interleave in its rows)
+    if shape[-1] != kv_tokens or any(str(getattr(e.ty, "dtype", "")) != "float32"
+                                     for e in (qk.args[0], qk.args[1], values, reader)) or \
+            (transposed and len(a_shape) != 3):
         return None
     q_eps, k_eps = [], []
     q = _heads(graph, qk.args[0], tokens, True, q_eps)
     k = _heads(graph, qk.args[1], kv_tokens, False, k_eps)
-    v = _heads(graph, pv.args[1], kv_tokens, True)
+    v = _channel_major(values) if transposed else _heads(graph, values, kv_tokens, True)
     if k is None and q is not None and q[3] == int(np.prod(b_shape[:-2])) and not q[4]:
-        k = _channel_major_keys(graph, qk.args[1], k_eps)
+        k = _channel_major(qk.args[1], k_eps)
     # a factor on V scales the output, not the scores: nn.attention's scale would put it
     # inside the softmax
     if q is None or k is None or v is None or v[2] != 1.0 or not q[3] == k[3] == v[3] or \
@@ -811,12 +851,14 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     windows = q[3]
     # a sequence-first batch: each image's heads are more heads of one image of T rows (the
     # rows of every image, [T, batch x C]: image b's head h is head b heads + h)
-    rows, width = windows, heads // windows * d
+    rows, width, v_width = windows, heads // windows * d, heads // windows * dv
     if q[4]:
         windows = 1
     heads //= windows
-    output = _merged(graph, reader, heads, tokens, d, windows, width)
-    if output is None:
+    # a transposed output (V^T P^T, one head) is the matmul's result itself, [windows, dv, T]
+    output = reader if transposed else _merged(graph, reader, heads, tokens, dv, windows,
+                                               v_width)
+    if output is None or transposed and heads != 1:
         return None
     # a computed bias (_key_bias): which of its rows each head of each window reads, one row
     # for all, one per window (a padded batch of sentences, batch-first: each image a window)
@@ -843,8 +885,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core = _Core(_projected_input(graph, q[:2], rows * tokens, width),
                  k[:2] if k[0] == _TRANSPOSED else
                  _projected_input(graph, k[:2], rows * kv_tokens, width),
-                 _projected_input(graph, v[:2], rows * kv_tokens, width), heads, tokens,
+                 v[:2] if v[0] == _TRANSPOSED else
+                 _projected_input(graph, v[:2], rows * kv_tokens, v_width), heads, tokens,
                  kv_tokens, d, scale * q[2] * k[2], output, windows, bias, width)
+    core.dv, core.v_width, core.transposed = dv, v_width, transposed
     core.q_eps, core.k_eps = q_eps[0], k_eps[0]
     core.key_bias, core.key_rows = key_bias, key_rows
     core.key_mask = None if key_bias is None else _mask_fill(graph, key_bias)
@@ -894,10 +938,11 @@ class _Rewriter(relax.PyExprMutator):
         return self.made[key]
 
     def _input(self, source, core: _Core, tokens: int, eps: Optional[float], name: Optional[str],
-               projection: Optional[str]) -> relax.Expr:
-        """The heads of q, k or v as [windows, tokens, heads, d]: ``projection`` names the
-        dense layer made of a projection's rows, ``name`` the layout ops (the core's)."""
-        width = core.width
+               projection: Optional[str], value: bool = False) -> relax.Expr:
+        """The heads of q, k or v (``value``) as [windows, tokens, heads, d or dv]:
+        ``projection`` names the dense layer made of a projection's rows, ``name`` the layout
+        ops (the core's)."""
+        width, d = (core.v_width, core.dv) if value else (core.width, core.d)
         if source[0] == "linear":
             _, x, w, b, _ = source
             x = self._linear(self.visit_expr(x), w, b, projection)
@@ -911,10 +956,10 @@ class _Rewriter(relax.PyExprMutator):
             if first != 0 or shape[-1] != width:
                 x = self.builder_.emit(named(relax.op.strided_slice(
                     x, axes=[len(shape) - 1], begin=[first], end=[first + width]), name))
-        shape = [core.windows, tokens, core.heads, core.d]
+        shape = [core.windows, tokens, core.heads, d]
         if eps is not None:  # each head L2-normalised over its d channels, as rows of d
             x = self.builder_.emit(named(relax.op.reshape(
-                x, [int(np.prod(shape[:3])), core.d]), name))
+                x, [int(np.prod(shape[:3])), d]), name))
             x = self.builder_.emit(_l2_normalize(x, eps))
         return self.builder_.emit(named(relax.op.reshape(x, shape), name))
 
@@ -988,7 +1033,7 @@ class _Rewriter(relax.PyExprMutator):
                        for part, found in projections.items()}
         q = self._input(core.q, core, core.tokens, core.q_eps, name, projections["q"])
         k = self._input(core.k, core, core.kv_tokens, core.k_eps, name, projections["k"])
-        v = self._input(core.v, core, core.kv_tokens, None, name, projections["v"])
+        v = self._input(core.v, core, core.kv_tokens, None, name, projections["v"], True)
         bias = None if core.bias is None else relax.const(core.bias, "float32")
         if core.key_bias is not None:
             bias = self._key_rows(core, name)
@@ -1000,10 +1045,16 @@ class _Rewriter(relax.PyExprMutator):
         attention = self.builder_.emit(named(relax.op.nn.attention(q, k, v, bias, scale=scale),
                                              name))
         if core.projected is not None:  # the output projection reads the query's rows
-            rows = list(_static(core.q[1])[:-1]) + [core.width]
+            rows = list(_static(core.q[1])[:-1]) + [core.v_width]
             result = self.builder_.emit(named(relax.op.reshape(attention, rows), name))
             var, w, b, projection = core.projected
             self.projections[var] = (result, w, b, projection)
+        if core.transposed:  # [windows, T, dv] written token-major, then transposed
+            rows = self.builder_.emit(named(relax.op.reshape(
+                attention, [core.windows, core.tokens, core.dv]), name))
+            self.set_var_remap(binding.var, self._emit(
+                binding.var, named(relax.op.permute_dims(rows, [0, 2, 1]), name)))
+            return
         self.set_var_remap(binding.var, self._emit(
             binding.var, named(relax.op.reshape(attention, list(_static(binding.var))), name)))
 

@@ -117,7 +117,8 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             scaled = (s.batch_norm is not None or s.scale is not None) and not (
                 precision == "fp16" and layer.conv is not None)
             ops.append(sdp(scaled, folded, ew_op=s.ew_op, operand=_placeholder(s.operand),
-                           act=s.act, clip=s.clip, prelu_slope=_placeholder(s.prelu_slope)))
+                           ew_per_channel=s.ew_per_channel, act=s.act, clip=s.clip,
+                           prelu_slope=_placeholder(s.prelu_slope)))
     else:
         for stage in s.decomposed_order():
             if stage == "bias":
@@ -125,7 +126,7 @@ def engine_ops(layer, fuse: bool, precision: str = "fp32", config: Optional[Acce
             else:  # batch norm: scale and shift; a multiply: scale only
                 ops.append(sdp(True, s.batch_norm is not None))
         if s.ew_op is not None:
-            ops.append(sdp(ew_op=s.ew_op, operand=SHAPE_ONLY))
+            ops.append(sdp(ew_op=s.ew_op, operand=SHAPE_ONLY, ew_per_channel=s.ew_per_channel))
         if s.act is not None:
             ops.append(sdp(act=s.act, clip=s.clip,
                            prelu_slope=_placeholder(s.prelu_slope)))
@@ -177,10 +178,16 @@ def fp16_in_int8(layer) -> Optional[str]:
     their passes run in fp16 on an engine that computes both and the SDP converts at their
     borders (docs/mixed-precision.md, "int8 builds"). So does an SDP pass whose LUT is the
     reciprocal (a mean pooling's 1 / max(count, eps)): the compiler builds no int8 table
-    for its pole (vocabulary: int8=False)."""
+    for its pole (vocabulary: int8=False). So does a dense layer whose weights another run
+    computes (GCNet's context: the map's rows weighted by a softmax, rewrites.column_products),
+    as attention's CONVs do: NVDLA's int8 CONV takes its per-kernel weight scales from the
+    compiler, and computed weights have none."""
     if layer.norm is None:
         if layer.conv is None and layer.pool is None and layer.sdp.act == "reciprocal":
             return "its reciprocal's pole at 0 has no int8 table"
+        if layer.computed_dense_weight:
+            return ("its CONV's weights are another run's output, with no int8 per-kernel "
+                    "scales at compile time")
         return None
     if layer.norm.kind == "attention":
         return ("its softmax's sum of exponentials and 1/sum have a dynamic range no "
@@ -231,7 +238,8 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
             check_hardware(run, config, fuse, precision)
         return
     if precision == "int8" and fp16_in_int8(layer) is not None:
-        _check_in_fp16(layer, config, fuse, "a reciprocal")
+        _check_in_fp16(layer, config, fuse, "a dense layer of computed weights"
+                       if layer.computed_dense_weight else "a reciprocal")
         return
     if layer.per_image_scale and not (fuse and layer.computed_scale):
         raise Unsupported("a multiply by one value per image and channel runs as the SDP's "

@@ -60,6 +60,10 @@ class SdpSpec:
     scale: Optional[relax.Expr] = None  # per-channel multiply by a constant or input
     ew_op: Optional[str] = None
     operand: Optional[relax.Expr] = None
+    # the element-wise operand holds one value per channel ([N, C, 1, 1], computed: GCNet's
+    # context added to the map), read by the SDP for every position (accel.h's
+    # ew_per_channel, NCHW only), not one value per element
+    ew_per_channel: bool = False
     act: Optional[str] = None
     clip: Tuple[float, float] = (0.0, 6.0)
     prelu_slope: Optional[relax.Expr] = None
@@ -195,6 +199,9 @@ class AttentionSpec:
     #: every head of a window or [windows, heads, tokens, kv_tokens] one per head, whose bytes
     #: the scores' SDP reads as the surface [1, blocks x tokens, 1, kv_tokens]
     key_bias: Optional[relax.Expr] = None
+    #: each head's V columns and output channels where they differ from ``head_dim`` (SAGAN's
+    #: self-attention over a feature map: q and k of C/8 channels, v of C); None: the same
+    value_dim: Optional[int] = None
 
     @property
     def key_bias_per_head(self) -> bool:
@@ -255,7 +262,7 @@ class NormSpec:
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
                                     a.kv_tokens, a.channels, windows=a.windows, bias=a.bias,
                                     key_bias="head" if a.key_bias_per_head else
-                                    a.key_bias is not None)
+                                    a.key_bias is not None, value_dim=a.value_dim)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),

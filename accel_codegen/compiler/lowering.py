@@ -757,6 +757,15 @@ def _expanded_operand(other: relax.Expr, feature: Sequence[int]) -> relax.Expr:
     return relax.const(np.ascontiguousarray(value), str(other.ty.dtype))
 
 
+def _computed_channel_addend(layer: Layer, other: relax.Expr, feature, lookup: Lookup) -> bool:
+    """Whether ``other`` is a computed [N, C, 1, 1] added to an NCHW tensor [N, C, H, W] as the
+    layer's first stage (no convolution, no SDP stage before it), an input of the chain."""
+    return layer.conv is None and layer.sdp.empty() and len(feature) == 4 and \
+        static_shape(other) == (feature[0], feature[1], 1, 1) and \
+        feature[2:] != (1, 1) and not is_constant(_strip_reshape(other, lookup)) and \
+        _resolve(other, lookup) is None
+
+
 def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int, order: List[SdpUnit],
                 lookup: Lookup) -> None:
     """A bias add or per-channel multiply (scale/shift), or an element-wise op with a second
@@ -782,6 +791,14 @@ def _add_binary(layer: Layer, call: relax.Call, other: relax.Expr, channels: int
         sdp.scale = other
         sdp.sources.append(name)
         order.append(SdpUnit.SCALE_SHIFT)
+        return
+    if name == "relax.add" and _computed_channel_addend(layer, other, feature, lookup):
+        # x + t, t computed [N, C, 1, 1]: the element-wise adder's per-channel operand, read
+        # from memory in the precision (and int8 codes) its run wrote, where a bias is folded
+        # into the converters at compile time (fp16 and int8 take constants only)
+        sdp.ew_op, sdp.operand, sdp.ew_per_channel = "add", other, True
+        sdp.sources.append(name)
+        order.append(SdpUnit.ELEMENTWISE)
         return
     if affine in ("relax.add", "relax.multiply") and not elementwise and \
             _per_channel_operand(other, feature):
@@ -1102,9 +1119,9 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     # the output (one image's windows, compiler/attention.py)
     windows, tokens, heads, d = static_shape(call.args[0])
     kv_tokens = static_shape(call.args[1])[1]
-    if static_shape(call.args[2])[-1] != d:
-        raise Unsupported("attention with a value head size other than the key's is not "
-                          "generated")
+    # the values CONV reads each head's dv columns of V whatever the key's d (its kernels are
+    # the exponentials of the keys, whose count is Tk, not d)
+    dv = static_shape(call.args[2])[-1]
     bias = key_bias = None
     if len(call.args) > 3 and call.args[3] is not None and not is_constant(call.args[3]):
         # a padding mask's bias, copied to the queries by compiler/attention.py: the scores'
@@ -1144,13 +1161,14 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
             data = sliced.args[0]
         else:
             sliced = None
+        width_of_heads = heads * (dv if name == "v" else d)
         first = 0
         shape = static_shape(data)
         if sliced is not None:
             axes, begin, end = (_tuple_ints(arg) for arg in sliced.args[1:4])
             strides = _tuple_ints(sliced.args[4]) if len(sliced.args) > 4 else (1,)
             if len(axes) != 1 or axes[0] % len(shape) != len(shape) - 1 or strides != (1,) or \
-                    end[0] - begin[0] != heads * d:
+                    end[0] - begin[0] != width_of_heads:
                 raise Unsupported("attention's input is a slice other than a channel range")
             first = begin[0]
         # the rows of the tensor: [tokens, channels] (a sequence-first batch's [T, B, C] is
@@ -1159,7 +1177,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
         # is [tokens, heads x d])
         rows = windows * (tokens if name == "x" else kv_tokens)
         width = int(np.prod(shape)) // rows
-        if width * rows != int(np.prod(shape)) or width < first + heads * d or \
+        if width * rows != int(np.prod(shape)) or width < first + width_of_heads or \
                 (sliced is not None and shape[-1] != width):
             raise Unsupported(f"attention's {role} {list(shape)} is not [tokens, channels]")
         _require_float32(data, f"attention's {role}")
@@ -1172,7 +1190,7 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if per_head is not None:
         scale = tuple(float(scale * f) for f in per_head)
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
-                         channels, windows, bias, key_bias)
+                         channels, windows, bias, key_bias, None if dv == d else dv)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
     return Layer(data=sources["x"], in_shape=(windows * tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)

@@ -38,6 +38,7 @@ from .source_names import layer_op_names, name_call_sites, name_of
 from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
+                       softmax_row_shifts,
                        end_at_first_item, global_means_as_convolutions, pooled_convolutions,
                        first_item_only, form_parts,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf, identity_reshapes,
@@ -279,7 +280,7 @@ def _rewrite_for_matching(mod: tvm.IRModule, params) -> tvm.IRModule:
     for rewrite in (constant_computations, static_shapes, causal_masks, fold_zero_padding,
                     silu_from_sigmoid, gelu_from_erf, layer_norm_from_formula,
                     rms_norm_from_formula, split_into_slices, flattened_global_pools, broadcast_weight_matmuls,
-                    identity_reshapes, attention_cores,
+                    identity_reshapes, softmax_row_shifts, attention_cores,
                     recurrent_steps, *EXACT_REWRITES):
         mod = rewrite(mod)
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),

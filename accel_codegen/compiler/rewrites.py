@@ -1558,6 +1558,60 @@ def _fill_bias(call: relax.Call, source) -> relax.Expr:
     return call
 
 
+def _row_extreme_of(expr: relax.Expr, scores: relax.Expr, axis: int, source) -> bool:
+    """Whether ``expr`` is max or min of ``scores`` over ``axis`` (keepdims), broadcast back
+    to its shape or left to the subtraction's own broadcasting: one finite value per row
+    wherever the scores are finite."""
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if isinstance(value, relax.Call) and op_name(value) == "relax.broadcast_to":
+        expr = value.args[0]
+        value = source(expr) if isinstance(expr, relax.Var) else expr
+    rank = len(_static(scores) or [])
+    if not isinstance(value, relax.Call) or op_name(value) not in ("relax.max", "relax.min") or \
+            not value.args[0].same_as(scores) or not bool(value.attrs.keepdims) or \
+            value.attrs.axis is None:
+        return False
+    return [int(a) % rank for a in value.attrs.axis] == [axis]
+
+
+def _softmax_of_shifted_rows(call: relax.Call, source) -> relax.Expr:
+    shape = _static(call)
+    x = call.args[0]
+    value = source(x) if isinstance(x, relax.Var) else x
+    if shape is None or not isinstance(value, relax.Call) or \
+            op_name(value) != "relax.subtract" or str(call.ty.dtype) != "float32":
+        return call
+    axis = int(call.attrs.axis) % len(shape)
+    a, b = value.args
+    if _static(b) == shape and _row_extreme_of(a, b, axis, source):  # softmax(c - s)
+        scores = relax.op.multiply(b, relax.const(-1.0, "float32"))
+    elif _static(a) == shape and _row_extreme_of(b, a, axis, source):  # softmax(s - c)
+        scores = a
+    else:
+        return call
+    return relax.op.nn.softmax(named_as(scores, value), axis=int(call.attrs.axis))
+
+
+def softmax_row_shifts(mod: tvm.IRModule) -> tvm.IRModule:
+    """softmax(c - s) or softmax(s - c) over an axis along which c is one value per row, the
+    max or min of s over that axis (DANet's channel attention: ``softmax(max(energy, -1) -
+    energy)``) -> softmax(-s) or softmax(s): a softmax subtracts its rows' max itself, and
+    exp(t + c) / sum exp(u + c) = exp(t) / sum exp(u) for a finite c (an extreme of finite
+    scores is finite), so only the rounding of c - s is left out. Before attention's rewrite
+    (the shifted scores are an attention core's, whose scores may be scaled, not shifted:
+    ``nn.attention``'s scale -1); the reductions it leaves unread go."""
+    changed = []
+
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        new = _softmax_of_shifted_rows(call, source)
+        if new is not call:
+            changed.append(call)
+        return new
+
+    rewritten = rewrite_bindings(mod, ("relax.nn.softmax",), rewrite)
+    return relax.transform.DeadCodeElimination()(rewritten) if changed else mod
+
+
 def causal_masks(mod: tvm.IRModule) -> tvm.IRModule:
     """A constant mask applied by ``where`` with an absorbing fill (GPT-2's and nanoGPT's
     ``masked_fill(causal, -inf)``, Hugging Face's ``where(causal, scores, finfo.min)``) -> the
@@ -1677,6 +1731,46 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     IEEE's 1 / t, so x / m within an ulp; fp16: the table's); not where m is computed from x
     (a norm of x: the L2 norm composite's)."""
     return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
+
+
+def _column_product(call: relax.Call, source) -> relax.Expr:
+    a, b = call.args
+    out, a_shape, b_shape = _static(call), _static(a), _static(b)
+    if out is None or a_shape is None or b_shape is None or len(a_shape) < 2 or \
+            len(b_shape) != len(a_shape) or b_shape[-1] != 1 or a_shape[-1] != b_shape[-2] or \
+            a_shape[:-2] != b_shape[:-2] or is_constant(a) or is_constant(b) or \
+            {str(a.ty.dtype), str(b.ty.dtype), str(call.ty.dtype)} != {"float32"}:
+        return call
+    images = int(np.prod(a_shape[:-2]))
+    rows, length = a_shape[-2:]
+
+    def image(x, i, size):  # image i's [size] values (a slice of [1, images, size])
+        if images == 1:
+            return x
+        whole = named_as(relax.op.reshape(x, [1, images, size]), call)
+        return named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]), call)
+
+    products = []
+    for i in range(images):
+        weights = named_as(relax.op.reshape(image(a, i, rows * length), [rows, length]), call)
+        row = named_as(relax.op.reshape(image(b, i, length), [1, length]), call)
+        products.append(named_as(relax.op.matmul(row, named_as(
+            relax.op.permute_dims(weights, [1, 0]), call)), call))
+    # the images' [1, C] rows side by side are the [images, C] result's bytes
+    product = products[0] if images == 1 else named_as(relax.op.concat(products, axis=1), call)
+    return relax.op.reshape(product, out)
+
+
+def column_products(mod: tvm.IRModule) -> tvm.IRModule:
+    """A matmul of a computed map A [1, .., C, N] by a computed column b [1, .., N, 1] (GCNet's
+    context modelling: the feature map's positions summed with their softmaxed weights) ->
+    the dense layer of b's one row [1, N] (the same bytes) whose weights are A's C rows of N
+    ([C, N] is the CONV's C kernels of N channels as A's NCHW output lies), viewed back:
+    ``A b = (b^T A^T)^T`` with the same products, one CONV run that reads its weights from
+    the run that wrote A (``Layer.computed_dense_weight``: NVDLA's CONV fetches its weights
+    from memory). A batch's images are a dense layer each (its own weights: a slice of A),
+    their [1, C] rows concatenated side by side."""
+    return rewrite_bindings(mod, ("relax.matmul",), _column_product)
 
 
 def _bindings_table(function: relax.Function) -> dict:
@@ -3195,7 +3289,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts, per_row_products,
+                  same_values_broadcasts, per_row_products, column_products,
                   bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
                   norms_over_unit_axes, branch_stacks_as_channels,
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,

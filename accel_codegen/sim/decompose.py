@@ -789,7 +789,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      channels: Optional[Dict[str, Tuple[int, int]]] = None,
                      newton: Optional[int] = None, windows: int = 1,
                      bias: Optional[np.ndarray] = None,
-                     key_bias: Union[bool, str] = False) -> Decomposition:
+                     key_bias: Union[bool, str] = False,
+                     value_dim: Optional[int] = None) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
@@ -838,15 +839,15 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     are the queries and its W the keys: the bias's [T, Tk] as it is): a constant the passes
     read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
     padding mask's row copied to the queries: with windows, a batch of sentences), window w's
-    [1, T, 1, Tk] block every head's operand in that window; or "head" (_bias_block)."""
+    [1, T, 1, Tk] block every head's operand in that window; or "head" (_bias_block).
+    ``value_dim``: V's and the output's head size dv where not ``head_dim`` (SAGAN's)."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
-    d = head_dim
-    merged = heads * d
-    channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels)
+    d, dv = head_dim, head_dim if value_dim is None else value_dim
+    channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels, dv)
     scales = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (heads,))
     t, tk = tokens, kv_tokens
     cq, ck, cv = channels["x"][0], channels["k"][0], channels["v"][0]
-    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, merged, windows))
+    b = _HeadPasses(precision, d, _attention_shapes(t, tk, cq, ck, cv, heads * dv, windows), dv)
     constants = _attention_bias(bias, windows, heads, t, tk, b, key_bias)
     # every head's (and window's) scores are one surface [1, W H T, 1, Tk], head h of window
     # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
@@ -935,18 +936,19 @@ def _attention_bias(bias, windows, heads, t, tk, b: "_HeadPasses",
     return {"bias": value}
 
 
-def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels
+def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels, dv
                         ) -> Dict[str, Tuple[int, int]]:
     """attention_passes' arguments checked; each input's (channels, first of the heads)."""
-    merged = heads * d
+    widths = {"x": heads * d, "k": heads * d, "v": heads * dv}
     channels = dict(channels or {})
     for name in ("x", "k", "v"):
-        channels.setdefault(name, (merged, 0))
+        channels.setdefault(name, (widths[name], 0))
     for name, value in [("tokens", tokens), ("kv_tokens", kv_tokens), ("heads", heads),
-                        ("head_dim", d)]:
+                        ("head_dim", d), ("value_dim", dv)]:
         if int(value) != value or value < 1:
             raise AccelInvalidError(f"attention: {name} = {value!r} is not a positive integer")
     for name, (total, first) in channels.items():
+        merged = widths[name]
         if first < 0 or first + merged > total:
             raise AccelInvalidError(f"attention: {name}'s heads take channels {first} to "
                                     f"{first + merged}, beyond its {total}")
@@ -962,8 +964,9 @@ def _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels
 class _HeadPasses:
     """The passes, shapes and views of attention_passes as it adds them."""
 
-    def __init__(self, precision: str, d: int, shapes: Dict[str, Tuple[int, int, int, int]]):
-        self.precision, self.d = precision, d
+    def __init__(self, precision: str, d: int, shapes: Dict[str, Tuple[int, int, int, int]],
+                 dv: int):
+        self.precision, self.d, self.dv = precision, d, dv
         self.dtype = dtype_for(precision)
         self.shapes = dict(shapes)
         self.views: Dict[str, Tuple] = {}
@@ -985,10 +988,10 @@ class _HeadPasses:
     def values(self, v, k) -> np.ndarray:
         return np.full(k, v, np.float32).astype(self.dtype)
 
-    def rows(self, src, first, name, role, count) -> str:
-        """A head's d columns of a row-per-token tensor, dense (a BDMA copy; none if the
-        tensor is that head)."""
-        d = self.d
+    def rows(self, src, first, name, role, count, d=None) -> str:
+        """A head's ``d`` columns (default the key's head size) of a row-per-token tensor,
+        dense (a BDMA copy; none if the tensor is that head)."""
+        d = self.d if d is None else d
         if self.shapes[src][1] == d and first == 0:
             return src
         return self.add(role, [Bdma(d, src_offset=first, dst_channels=d,
@@ -999,11 +1002,11 @@ class _HeadPasses:
         of the exponentials (channel ``first``) and of the reciprocals, [BDMA O_h into the
         output's channels of the head]."""
         t, tk, windows, heads = sizes
-        d, (cv, v_first), (e, r, r_lo) = self.d, v_channels, softmax
+        d, (cv, v_first), (e, r, r_lo) = self.dv, v_channels, softmax
         merged, one = heads * d, windows == 1
         at = "" if one else f"w{w}."
         v_rows = "v" if one else self.view(f"{at}v", "v", w * tk * cv, tk * cv, (tk, cv, 1, 1))
-        v = self.rows(v_rows, v_first + h * d, f"{head}.v", f"{head}.values.rows", tk)
+        v = self.rows(v_rows, v_first + h * d, f"{head}.v", f"{head}.values.rows", tk, d)
         v = self.view(f"{head}.vs", v, 0, self.shapes[v][1], (1, tk, 1, d))
         e_h = self.view(f"{head}.e", e, first, t, (1, t, 1, tk))
         r_h = self.view(f"{head}.r", r, first, t, (1, t, 1, 1))

@@ -338,3 +338,38 @@ def test_a_key_bias_per_head_reads_each_heads_own_block(precision, rng):
             assert sqnr(ours[:, cols], kept) >= 50, b
     with pytest.raises(AccelInvalidError, match="key_bias"):
         dc.attention_passes(t, heads, d, precision=precision, key_bias="rows")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_value_head_size_other_than_the_keys(heads, precision, rng):
+    """value_dim: V's heads (and the output's) dv columns where Q's and K's are d (SAGAN's
+    self-attention over a feature map: q and k of C/8 channels, v of C). The values CONV
+    reads V_h as [1, Tk, 1, dv] with the same E^T weights; each pass is the reference's bit
+    for bit, the whole the maths'."""
+    t, tk, d, dv = 10, 12, 4, 24
+    dtype = dc.dtype_for(precision)
+    q, k = (rng.standard_normal((n, heads * d)).astype(dtype) for n in (t, tk))
+    v = rng.standard_normal((tk, heads * dv)).astype(dtype)
+    decomposition = dc.attention_passes(t, heads, d, 1.0, precision, tk, value_dim=dv)
+    assert decomposition.shapes["o"] == (t, heads * dv, 1, 1)
+    x = np.ascontiguousarray(q[:, :, None, None])
+    inputs = {"k": np.ascontiguousarray(k.T[None, :, None, :]),
+              "v": np.ascontiguousarray(v[:, :, None, None])}
+    y, _ = dc.run_passes(DEVICE, decomposition, x, inputs=inputs)
+    assert_same(y, ref.run_decomposition(decomposition, x, inputs))
+    expected = []
+    for h in range(heads):
+        s = q[:, h * d:(h + 1) * d].astype(np.float64) @ k[:, h * d:(h + 1) * d].T
+        e = np.exp(s - s.max(1, keepdims=True))
+        expected.append(e / e.sum(1, keepdims=True) @ v[:, h * dv:(h + 1) * dv])
+    expected = np.concatenate(expected, 1)
+    ours = y[:, :, 0, 0].astype(np.float64)
+    if precision == "fp32":
+        assert np.abs(ours - expected).max() <= 1e-5 * np.abs(expected).max()
+    else:
+        assert sqnr(ours, expected) >= 50
+    with pytest.raises(AccelInvalidError, match="value_dim"):
+        dc.attention_passes(t, heads, d, value_dim=0)
+    with pytest.raises(AccelInvalidError, match="beyond"):
+        dc.attention_passes(t, heads, d, value_dim=dv, channels={"v": (heads * d, 0)})

@@ -85,6 +85,8 @@ def int8_sdp(gen, layer: Layer, run: Run) -> str:
         fields.update(ew_op=emit.c_elementwise(s.ew_op), ew_operand=operand,
                       ew_zero=quant.operand.zero, ew_mul=ew.ew_mul, ew_shift=ew.ew_shift,
                       out_mul=ew.out_mul, out_shift=ew.out_shift)
+        if s.ew_per_channel:  # one code per channel (a computed [1, C, 1, 1] addend)
+            fields["ew_per_channel"] = 1
         comment = f"x and the {s.ew_op} operand to 2^-{ew.extra_bits} of the output step"
     if converters.lut is not None:  # X converts to the table's input units
         comment = f"x to the {s.act} table's input units"

@@ -90,7 +90,8 @@ def _runs(function: ProgramFunction, config: AccelConfig, fuse: bool) -> List[_R
         # so does a multiply by a per-channel operand (Layer.computed_scale: accel.h's
         # ew_per_channel is NCHW only)
         return not layer.copies and layer.lrn is None and layer.rubik is None and \
-            not layer.tokens and not (fuse and layer.computed_scale) and data is not None and \
+            not layer.tokens and not (fuse and layer.computed_scale) and \
+            not layer.sdp.ew_per_channel and data is not None and \
             tuple(layer.in_shape) == static_shape(data) and \
             (not layer.sdp.ew_op or operand is not None)
 

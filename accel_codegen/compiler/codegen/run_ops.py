@@ -125,7 +125,8 @@ def sdp_ops(gen, layer: Layer, scope, lines: List[str],
             ("scale", s.scale is not None), (f"{s.ew_op} operand", s.ew_op is not None),
             (s.act, s.act is not None)) if present]
         note = " (folded into one scale/shift)" if s.batch_norm is not None else ""
-        return [sdp(" + ".join(stages) + note, scale, shift, s.ew_op, operand, s.act)]
+        return [sdp(" + ".join(stages) + note, scale, shift, s.ew_op, operand, s.act,
+                    per_channel=s.ew_per_channel)]
     ops = []
     for stage in s.decomposed_order():
         if stage == "bias":
@@ -133,7 +134,7 @@ def sdp_ops(gen, layer: Layer, scope, lines: List[str],
         else:
             ops.append(sdp(stage, *scale_shift(gen, s, None, channels, scope, lines)))
     if s.ew_op:
-        ops.append(sdp(s.ew_op, ew=s.ew_op, operand=operand))
+        ops.append(sdp(s.ew_op, ew=s.ew_op, operand=operand, per_channel=s.ew_per_channel))
     if s.act:
         ops.append(sdp(s.act, act=s.act))
     return ops
