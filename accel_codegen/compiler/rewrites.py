@@ -1703,11 +1703,25 @@ def _per_row_product(call: relax.Call, source) -> relax.Expr:
     elif shapes[0] != out:
         x, m = m, x
         shapes = shapes[::-1]
+    if shapes[0] != out or is_constant(m) or str(call.ty.dtype) not in ("float32", "float16") or \
+            str(m.ty.dtype) != str(call.ty.dtype):
+        return call
+    if call.op.name == "relax.multiply" and len(out) >= 3 and out[-2] >= 2 and out[-1] >= 2 and \
+            shapes[1] == out[:-2] + [1, out[-1]]:
+        # x [..., H, W] times a computed m [..., 1, W], one factor per column of each plane
+        # (coordinate attention's width weights): the per-row product of x's transpose
+        # [..., W, H] by m read as [..., W, 1] (the same bytes), transposed back
+        axes = list(range(len(out)))
+        axes[-2:] = axes[-1], axes[-2]
+        rows = int(np.prod(out[:-2])) * out[-1]
+        columns = named_as(relax.op.reshape(named_as(relax.op.permute_dims(x, axes), call),
+                                            [1, rows, 1, out[-2]]), call)
+        product = named_as(relax.op.multiply(columns, relax.op.reshape(m, [1, rows, 1, 1])), call)
+        return relax.op.permute_dims(named_as(relax.op.reshape(
+            product, out[:-2] + [out[-1], out[-2]]), call), axes)
     # x [..., C] times (or over) a computed m [..., 1] of the same leading axes: one factor
     # per row
-    if shapes[0] != out or len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2 or \
-            is_constant(m) or str(call.ty.dtype) not in ("float32", "float16") or \
-            str(m.ty.dtype) != str(call.ty.dtype):
+    if len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2:
         return call
     if call.op.name == "relax.divide":
         dtype = str(call.ty.dtype)
@@ -1725,7 +1739,10 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     batch's mean pooling, sentence-transformers': the tokens ``x * mask[..., None]``) ->
     the product of x read as [1, R, 1, C] (R rows as channels: the same bytes) and m as
     [1, R, 1, 1], viewed back: the SDP's multiply with a computed per-channel operand,
-    which squeeze-excite's ``x * s`` runs (``Layer.computed_scale``). x divided by such an m
+    which squeeze-excite's ``x * s`` runs (``Layer.computed_scale``); x [..., H, W] times a
+    computed m [..., 1, W] (coordinate attention's factor per column) the same product of x's
+    transpose [..., W, H], transposed back (two transposes of x where the host would split the
+    function). x divided by such an m
     held above a positive bound (the pooling's ``sum / clamp(count, min=1e-9)``) likewise, m
     then ``1 / maximum(count, 1e-9)``: the SDP's max then its LUT reciprocal, one pass (fp32:
     IEEE's 1 / t, so x / m within an ulp; fp16: the table's); not where m is computed from x

@@ -2,8 +2,9 @@
 hand: softmax(max(s) - s) as softmax(-s) (rewrites.softmax_row_shifts: DANet's channel
 attention), a matmul of a computed map by a computed column as the dense layer of the
 column's row with the map as computed weights (rewrites.column_products: GCNet's context),
-and SAGAN's ``V^T P^T`` read as one nn.attention whose value head size is not the key's
-(attention.attention_cores). Each gives the values of the graph it replaces (TVM's host
+SAGAN's ``V^T P^T`` read as one nn.attention whose value head size is not the key's
+(attention.attention_cores), and a map times a computed factor per column (coordinate
+attention's width weights) as the per-row product of its transpose (rewrites.per_row_products). Each gives the values of the graph it replaces (TVM's host
 build of both), and what it must not read stays as it was."""
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ import tvm
 from tvm import relax
 
 from accel_codegen.compiler.attention import attention_cores
-from accel_codegen.compiler.rewrites import column_products, softmax_row_shifts
+from accel_codegen.compiler.rewrites import (column_products, per_row_products,
+                                             softmax_row_shifts)
 
 
 def _function(params, body) -> tvm.IRModule:
@@ -133,3 +135,29 @@ def test_sagans_transposed_values_are_one_attention_of_another_value_size(rng):
     inputs = _inputs(rng, (1, d, t), (1, d, t), (1, dv, t))
     np.testing.assert_allclose(_host(rewritten, *inputs), _host(mod, *inputs), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("factor_first", [False, True])
+@pytest.mark.parametrize("shape", [(1, 4, 5, 6), (2, 3, 4, 7), (3, 5, 2)])
+def test_a_factor_per_column_is_the_row_product_of_the_transpose(shape, factor_first, rng):
+    """x [..., H, W] times sigmoid(m) [..., 1, W]: x's transpose times the factors as one per
+    row ([1, R, 1, H] by [1, R, 1, 1]: the SDP's per-channel multiply), transposed back."""
+    column = shape[:-2] + (1, shape[-1])
+
+    def body(bb, x, m):
+        factor = bb.emit(relax.op.sigmoid(m))
+        return relax.op.multiply(factor, x) if factor_first else relax.op.multiply(x, factor)
+    mod = _function([("x", shape), ("m", column)], body)
+    rewritten = per_row_products(mod)
+    ops = _ops(rewritten)
+    assert ops.count("relax.permute_dims") == 2 and ops.count("relax.multiply") == 1, ops
+    inputs = _inputs(rng, shape, column)
+    np.testing.assert_array_equal(_host(rewritten, *inputs), _host(mod, *inputs))
+
+
+def test_a_constant_factor_per_column_is_left_alone():
+    """A constant [1, C, 1, W] operand is the element-wise unit's as it stands (no transposes)."""
+    def body(bb, x):
+        return relax.op.multiply(x, relax.const(np.full((1, 4, 1, 6), 0.5, np.float32)))
+    mod = _function([("x", (1, 4, 5, 6))], body)
+    assert "relax.permute_dims" not in _ops(per_row_products(mod))

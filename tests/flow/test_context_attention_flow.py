@@ -5,19 +5,23 @@ written token-major and transposed back), DANet's channel attention (``softmax(m
 energy)``, softmax's shift invariance: one nn.attention of scale -1 whose tokens are the
 channels) and GCNet's global context block (the map's positions summed with their softmaxed
 weights: a dense layer whose weights are the map, rewrites.column_products; the context added
-to the map as the SDP's per-channel operand). fp32 against PyTorch, fp16 against PyTorch's
-own .half(), int8 against ONNX Runtime's static int8, the ONNX export alike."""
+to the map as the SDP's per-channel operand) and coordinate attention (the map times a factor per
+row and one per column: per-row products, the columns' on the map's transpose,
+rewrites.per_row_products). fp32 against PyTorch, fp16 against PyTorch's own .half(), int8
+against ONNX Runtime's static int8, the ONNX export alike."""
 import copy
 
 import numpy as np
 import pytest
 import torch
+import tvm
 from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.tools.models import build_realistic
-from conftest import assert_close, build_and_run, ort_int8_sqnr, sqnr, torch_forward
+from conftest import (assert_close, build_and_run, ort_int8_outputs, random_inputs, run_main,
+                      sqnr, torch_forward)
 
 CHANNELS = 64
 
@@ -82,6 +86,28 @@ class ContextBlock(nn.Module):
         return x + self.transform(context)
 
 
+class CoordinateAttention(nn.Module):
+    """Coordinate attention (Hou et al., CVPR 2021, as YOLO and MobileNet variants add it):
+    the map pooled along W and along H, the two strips through one 1x1 conv + BN + hardswish,
+    then a sigmoid factor per row and one per column multiply the map."""
+
+    def __init__(self, channels: int, reduction: int = 8):
+        super().__init__()
+        mid = max(8, channels // reduction)
+        self.reduce = nn.Sequential(nn.Conv2d(channels, mid, 1), nn.BatchNorm2d(mid),
+                                    nn.Hardswish())
+        self.rows = nn.Conv2d(mid, channels, 1)
+        self.columns = nn.Conv2d(mid, channels, 1)
+
+    def forward(self, x):
+        h, w = x.shape[2:]
+        strips = torch.cat([nn.functional.adaptive_avg_pool2d(x, (h, 1)),
+                            nn.functional.adaptive_avg_pool2d(x, (1, w)).permute(0, 1, 3, 2)], 2)
+        along_h, along_w = torch.split(self.reduce(strips), [h, w], 2)
+        return x * torch.sigmoid(self.rows(along_h)) * \
+            torch.sigmoid(self.columns(along_w.permute(0, 1, 3, 2)))
+
+
 class Net(nn.Module):
     def __init__(self, block: nn.Module):
         super().__init__()
@@ -95,9 +121,10 @@ class Net(nn.Module):
 
 BLOCKS = {"position": lambda: Net(PositionAttention(CHANNELS)),
           "channel": lambda: Net(ChannelAttention()),
-          "context": lambda: Net(ContextBlock(CHANNELS))}
+          "context": lambda: Net(ContextBlock(CHANNELS)),
+          "coordinate": lambda: Net(CoordinateAttention(CHANNELS))}
 #: the attention layers each block's one external function holds
-ATTENTION_LAYERS = {"position": 1, "channel": 1, "context": 0}
+ATTENTION_LAYERS = {"position": 1, "channel": 1, "context": 0, "coordinate": 0}
 
 
 def _net(block: str, batch: int = 1):
@@ -146,15 +173,20 @@ def test_an_attention_blocks_onnx_export_partitions_alike(block, tmp_path):
 @pytest.mark.parametrize("block", list(BLOCKS))
 def test_an_attention_block_in_int8(block, tmp_path):
     """Its attention core (or GCNet's dense layer of computed weights) in fp16 inside the
-    int8 function (engines.fp16_in_int8), against ONNX Runtime's static int8 of the export
-    calibrated on the same inputs."""
+    int8 function (engines.fp16_in_int8), at least ONNX Runtime's static int8 of the export
+    calibrated on the same inputs, on inputs held back from calibration: the net's own and 8
+    more (one input's figure moves by a dB either way between the two quantisers: coordinate
+    attention's 28.5 against 29.8 on the net's input, 28.7 against 28.3 on the nine)."""
     model, (x,) = _net(block)
     rng = np.random.default_rng(3)
     calibration = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
     mod, params = from_pytorch(model, (x,))
     partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
     _whole(ac.partition_report(partitioned), block)
-    ours = sqnr(build_and_run(partitioned, x.numpy()), torch_forward(model, x))
-    theirs = ort_int8_sqnr(model, x.numpy(), calibration, tmp_path)
+    held = [x.numpy()] + random_inputs(tuple(x.shape), 8, 77)
+    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
+    expected = np.stack([torch_forward(model, h) for h in held])
+    ours = sqnr(np.stack([run_main(vm, h) for h in held]), expected)
+    theirs = sqnr(np.stack(ort_int8_outputs(model, held, calibration, tmp_path)), expected)
     print(f"{block} int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
-    assert ours >= theirs - 0.5, (ours, theirs)
+    assert ours >= theirs, (ours, theirs)
