@@ -480,13 +480,24 @@ _LN_D = is_op("relax.subtract")(_LN_X, _LN_MEAN)
 # LayerNorm2d: "(x - u).pow(2).mean(1)" and "(x - u) / ..."), the same operands and values
 _LN_D_SQUARED = _LN_D | is_op("relax.subtract")(_LN_X, _LN_MEAN)
 _LN_EXPONENT = is_const()
-_LN_VAR = is_op("relax.mean")(is_op("relax.power")(_LN_D_SQUARED, _LN_EXPONENT) |
-                              is_op("relax.multiply")(_LN_D_SQUARED, _LN_D_SQUARED)) | \
-    is_op("relax.variance")(_LN_X)  # TVM's import of ONNX's InstanceNormalization
+_LN_VARIANCE = is_op("relax.variance")(_LN_X)  # TVM's import of ONNX's InstanceNormalization
+_LN_BIASED = is_op("relax.mean")(is_op("relax.power")(_LN_D_SQUARED, _LN_EXPONENT) |
+                                 is_op("relax.multiply")(_LN_D_SQUARED, _LN_D_SQUARED)) | \
+    _LN_VARIANCE
+# torch's x.var(), unbiased by default (AdaIN's and style transfer's statistics): the variance
+# times n / (n - 1) (torch.onnx: times n, then over n - 1)
+_LN_TIMES, _LN_OVER = is_const(), is_const()
+_LN_VAR = _LN_BIASED | is_op("relax.multiply")(_LN_BIASED, _LN_TIMES) | \
+    is_op("relax.divide")(is_op("relax.multiply")(_LN_BIASED, _LN_TIMES), _LN_OVER)
 _LN_EPS = is_const()
 _LN_VE = is_op("relax.add")(_LN_VAR, _LN_EPS) | is_op("relax.add")(_LN_EPS, _LN_VAR)
-_LN_NORMED = is_op("relax.divide")(_LN_D, is_op("relax.sqrt")(_LN_VE)) | \
-    is_op("relax.multiply")(_LN_D, is_op("relax.rsqrt")(_LN_VE))
+# the numerator's x - mean, or x less a mean of x computed again (torch.onnx's export of
+# (x - x.mean()) / x.var().sqrt()): the same values where the two means reduce alike
+# (tried first: the matcher does not come back to an alternative that matched alone)
+_LN_MEAN_AGAIN = is_op("relax.mean")(_LN_X)
+_LN_NUMERATOR = is_op("relax.subtract")(_LN_X, _LN_MEAN_AGAIN) | _LN_D
+_LN_NORMED = is_op("relax.divide")(_LN_NUMERATOR, is_op("relax.sqrt")(_LN_VE)) | \
+    is_op("relax.multiply")(_LN_NUMERATOR, is_op("relax.rsqrt")(_LN_VE))
 
 
 def _constant_view(constant: DFPattern, depth: int = 2) -> DFPattern:
@@ -547,8 +558,9 @@ def _to_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
     if shape is None or not shape or dtype not in ("float32", "float16"):
         return expr
     rank = len(shape)
-    var = matches[_LN_VAR]
-    axis = _norm_axis(rank, matches[_LN_MEAN], var) if var.op.name == "relax.mean" else None
+    var, mean = matches[_LN_VAR], _formula_mean(matches)
+    axis = _norm_axis(rank, mean, var) if var.op.name == "relax.mean" and mean is not None \
+        else None
     if axis is None:
         return expr
     channels = shape[axis]
@@ -577,6 +589,31 @@ def _trailing_axes(call: relax.Call, rank: int) -> Optional[int]:
     return axes[0] if axes == list(range(axes[0], rank)) and axes[0] > 0 else None
 
 
+def _variance_factor(matches) -> Optional[float]:
+    """c of a formula's c v + eps (Bessel's n / (n - 1), or 1): None unless positive."""
+    factor = 1.0
+    for pattern, power in ((_LN_TIMES, 1), (_LN_OVER, -1)):
+        value = _matched(matches, pattern)
+        if value is not None:
+            c = np.asarray(constant_value(value), np.float64).reshape(-1)
+            if c.size != 1 or not c[0] > 0:
+                return None
+            factor *= float(c[0]) ** power
+    return factor
+
+
+def _formula_mean(matches) -> Optional[relax.Call]:
+    """The formula's mean of x: the one both x - mean read, or None where the numerator's,
+    computed again (torch.onnx's export), reduces otherwise than the variance's (other axes
+    or keepdims: other values)."""
+    mean, again = _matched(matches, _LN_MEAN), _matched(matches, _LN_MEAN_AGAIN)
+    if mean is None or again is None:
+        return again if mean is None else mean
+    alike = bool(again.attrs.keepdims) == bool(mean.attrs.keepdims) and \
+        _int_list(again.attrs.axis) == _int_list(mean.attrs.axis)
+    return mean if alike else None
+
+
 def _to_plain_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
     x = matches[_LN_X]
     shape = _static(x)
@@ -585,18 +622,24 @@ def _to_plain_layer_norm(expr: relax.Expr, matches) -> relax.Expr:
             (_matched(matches, _LN_EXPONENT) is not None and
              constant_value(matches[_LN_EXPONENT]).tolist() not in (2, 2.0, [2.0], [2])):
         return expr
-    first = _trailing_axes(matches[_LN_MEAN], len(shape))
+    mean = _formula_mean(matches)
+    first = _trailing_axes(mean, len(shape)) if mean is not None else None
     eps = constant_value(matches[_LN_EPS])
-    if first is None or _trailing_axes(matches[_LN_VAR], len(shape)) != first or \
-            eps.size != 1 or float(eps.reshape(-1)[0]) < 0:
+    factor = _variance_factor(matches)
+    if first is None or _trailing_axes(matches[_LN_BIASED], len(shape)) != first or \
+            eps.size != 1 or float(eps.reshape(-1)[0]) < 0 or factor is None:
         return expr
+    # c v + eps with c > 0: (x - m) / sqrt(c v + eps) is the layer norm of eps / c times the
+    # constant 1 / sqrt(c), its gamma
+    scaled = factor != 1.0
     # the trailing axes as one (InstanceNormalization's H and W): the same values in order
     rows = shape[:first] + [int(np.prod(shape[first:]))]
     channels, dtype = rows[-1], str(dtype)
     normed = relax.op.nn.layer_norm(
         x if rows == shape else relax.op.reshape(x, rows),
-        relax.const(np.ones(channels, dtype)), relax.const(np.zeros(channels, dtype)),
-        axes=[-1], epsilon=float(eps.reshape(-1)[0]), center=False, scale=False)
+        relax.const(np.full(channels, 1.0 / np.sqrt(factor), dtype)),
+        relax.const(np.zeros(channels, dtype)), axes=[-1],
+        epsilon=float(eps.reshape(-1)[0]) / factor, center=False, scale=scaled)
     return normed if rows == shape else relax.op.reshape(named_as(normed, expr), shape)
 
 
@@ -606,7 +649,9 @@ def layer_norm_from_formula(mod: tvm.IRModule) -> tvm.IRModule:
     computes the same formula); the formula without gamma and beta, over the last axis or
     several trailing ones (the variance's form: TVM's import of ONNX's InstanceNormalization,
     whose affine torch's GroupNorm export moves after a reshape) the layer norm without them
-    (of the trailing axes as one)."""
+    (of the trailing axes as one); with torch's unbiased variance (``x.var()``: the variance
+    times c = n / (n - 1), AdaIN's statistics) the layer norm of eps / c whose gamma is
+    1 / sqrt(c)."""
     mod = _rewrite(mod, _LN_FORMULA, _to_layer_norm)
     return _rewrite(mod, _LN_NORMED, _to_plain_layer_norm)
 

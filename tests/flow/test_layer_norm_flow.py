@@ -260,3 +260,55 @@ def test_a_layer_norm_over_channels_and_unit_axes_runs_over_the_channels(precisi
     assert report.host == [], str(report)
     assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= \
         (100 if precision == "fp32" else 45)
+
+
+class InstanceStatistics(torch.nn.Module):
+    """A conv then (x - mean) / sqrt(var + eps) over each channel's plane with torch's
+    unbiased ``x.var`` (AdaIN's and style transfer's statistics; ``axes``: over which the
+    numerator's mean reduces, (2, 3) as the variance's, or otherwise)."""
+
+    def __init__(self, axes=(2, 3)):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.axes = axes
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        centred = x - x.mean(self.axes, keepdim=True)
+        return centred / x.var((2, 3), keepdim=True).add(1e-5).sqrt()
+
+
+@pytest.mark.parametrize("source", ["pytorch", "onnx"])
+def test_a_normalisation_with_the_unbiased_variance_is_one_layer_norm(source, tmp_path):
+    """torch's x.var() is the variance times n / (n - 1) (torch.onnx: times n, over n - 1, and
+    the mean of x computed again for the numerator): the layer norm of eps (n - 1) / n whose
+    gamma is sqrt((n - 1) / n) (rewrites.layer_norm_from_formula), where its ops were host ops
+    (a variance, a sqrt, a subtract and a divide by computed tensors) in 2 functions."""
+    torch.manual_seed(0)
+    model = InstanceStatistics().eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    if source == "onnx":
+        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "n.onnx"))
+    else:
+        mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    expected = torch_forward(model, x)
+    for precision in ("fp32", "fp16"):
+        partitioned = ac.partition_for_accel(mod, params, precision=precision)
+        report = ac.partition_report(partitioned)
+        assert report.host == [] and len(report.functions) == 1, str(report)
+        assert "accel.layer_norm" in [p for ps in report.functions.values() for p in ps]
+        got = build_and_run(partitioned, x)
+        if precision == "fp32":
+            assert_close(got, expected, 1e-4)
+        else:
+            assert sqnr(got, expected) >= 45
+
+
+def test_a_numerator_mean_over_other_axes_is_no_layer_norm():
+    """x less its mean over W alone, over the plane's unbiased deviation: not a layer norm's
+    formula (the two means differ), so its ops keep their own reasons."""
+    model = InstanceStatistics(axes=(3,)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    assert "relax.variance" in [record.op for record in report.host], str(report)
