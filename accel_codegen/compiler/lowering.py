@@ -1453,12 +1453,14 @@ def _lower_upsample(call: relax.Call, lookup: Lookup) -> Layer:
     cube without the CONV's MACs)."""
     a = call.attrs
     x = call.args[0]
-    if str(a.method) == "linear":  # what rewrites._bilinear_as_deconv did not take
+    if str(a.method) == "linear":  # what neither rewrite of a linear resize took
         sizes = f"{list(static_shape(x)[2:])} -> {list(static_shape(call)[2:])}"
         raise Unsupported(f"bilinear resize2d {sizes} with coordinate mode "
                           f"{a.coordinate_transformation_mode}: bilinear runs as a "
-                          "deconvolution of its tent kernel only at half-pixel centres "
-                          "(align_corners=False) by an even integer factor in H and W")
+                          "deconvolution of its tent kernel (half-pixel centres, an even "
+                          "integer factor in H and W) or as a dense layer per axis (modes "
+                          "align_corners, asymmetric, half_pixel, pytorch_half_pixel) of "
+                          "NCHW float data without a region of interest")
     if str(a.method) != "nearest_neighbor":
         raise Unsupported(f"resize2d with method = {a.method}: the RUBIK upsampling is "
                           "nearest-neighbour only")

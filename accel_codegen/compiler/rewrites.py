@@ -3054,6 +3054,73 @@ def bilinear_upsampling_as_deconvolution(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.image.resize2d",), _bilinear_as_deconv)
 
 
+def _linear_resize_matrix(in_size: int, out_size: int, mode: str) -> Optional[np.ndarray]:
+    """[out_size, in_size]: the weights TVM's linear resize2d gives each input index along one
+    axis (topi's get_inx in float32, the lower index floor(x) and the next one, both clamped to
+    the axis), or None for a coordinate mode it has no linear form of here."""
+    o = np.arange(out_size, dtype=np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)
+    if mode == "half_pixel":
+        x = (o + np.float32(0.5)) * scale - np.float32(0.5)
+    elif mode == "pytorch_half_pixel":
+        x = (o + np.float32(0.5)) * scale - np.float32(0.5) if out_size > 1 else o * 0
+    elif mode == "align_corners":
+        x = np.float32(in_size - 1) / np.float32(max(out_size - 1, 1)) * o
+    elif mode == "asymmetric":
+        x = scale * o
+    else:
+        return None
+    low = np.floor(x)
+    frac = (x - low).astype(np.float64)
+    low = low.astype(np.int64)
+    matrix = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    np.add.at(matrix, (rows, np.clip(low, 0, in_size - 1)), 1.0 - frac)
+    np.add.at(matrix, (rows, np.clip(low + 1, 0, in_size - 1)), frac)
+    return matrix
+
+
+def _resize_as_dense(call: relax.Call, source) -> relax.Expr:
+    a = call.attrs
+    x = call.args[0]
+    shape, out = _static(x), _static(call)
+    if str(a.method) != "linear" or str(a.layout) != "NCHW" or shape is None or \
+            out is None or len(shape) != 4 or \
+            any(float(getattr(v, "value", v)) != 0.0 for v in a.roi) or \
+            str(x.ty.dtype) not in ("float32", "float16") or str(call.ty.dtype) != str(x.ty.dtype):
+        return call
+    dtype, mode = str(x.ty.dtype), str(a.coordinate_transformation_mode)
+    matrices = [_linear_resize_matrix(i, o, mode) for i, o in zip(shape[2:], out[2:])]
+    if any(m is None for m in matrices):
+        return call
+
+    def along_last(y, matrix):  # y [..., n] -> y A^T [..., m]: a dense layer of A's rows
+        return named_as(relax.op.matmul(y, relax.op.permute_dims(
+            relax.const(matrix.astype(dtype)), [1, 0])), call)
+    swap = [0, 1, 3, 2]
+    y = x
+    if shape[2] != out[2] or not np.array_equal(matrices[0], np.eye(shape[2])):
+        y = named_as(relax.op.permute_dims(along_last(
+            named_as(relax.op.permute_dims(y, swap), call), matrices[0]), swap), call)
+    if shape[3] != out[3] or not np.array_equal(matrices[1], np.eye(shape[3])):
+        y = along_last(y, matrices[1])
+    return y
+
+
+def linear_resizes_as_dense_layers(mod: tvm.IRModule) -> tvm.IRModule:
+    """resize2d, linear, of a coordinate mode or factor the deconvolution does not take
+    (torch's bilinear with align_corners=True, ONNX's asymmetric, a factor of 3 or a
+    non-integer one: segmentation heads, resized feature maps) -> its two separable passes,
+    each a dense layer whose weights are the interpolation matrix of one axis (each output
+    index's two weights on the input indices it reads, TVM's own in float32): along H on the
+    transposed map, then along W. The same weighted sums (the products summed with the other
+    weights' zeros, in another order: fp32's rounding, not exact); the CONV spends the
+    interpolation matrix's every weight, zeros included (the input size along the axis per
+    output), where the host would split the function. After
+    :func:`bilinear_upsampling_as_deconvolution`, which takes what it can."""
+    return rewrite_bindings(mod, ("relax.image.resize2d",), _resize_as_dense)
+
+
 def _grouped_norm(call: relax.Call, source) -> relax.Expr:
     a = call.attrs
     x, gamma, beta = call.args
@@ -3352,7 +3419,8 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products, column_products,
-                  bilinear_upsampling_as_deconvolution, grouped_norms_as_layer_norms,
+                  bilinear_upsampling_as_deconvolution, linear_resizes_as_dense_layers,
+                  grouped_norms_as_layer_norms,
                   norms_over_unit_axes, branch_stacks_as_channels,
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,

@@ -143,7 +143,7 @@ class Refused(torch.nn.Module):
 
     def forward(self, x):
         return (self.dilated(x), self.odd(x),
-                F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+                F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),  # runs
                 F.interpolate(x, size=(7, 9), mode="nearest"),
                 F.interpolate(x, scale_factor=2, mode="nearest"))
 
@@ -157,12 +157,13 @@ def test_what_the_contract_cannot_compute_stays_on_the_host_with_its_reason():
     assert ("relax.nn.conv2d_transpose", "conv2d_transpose of 5x6 gives 11x13, not a multiple "
             "of its stride: the RUBIK contract would write 12x14 (a crop it does not do)") \
         in reasons, str(report)
-    assert any(op == "relax.image.resize2d" and "bilinear resize2d" in reason and
-               "align_corners" in reason for op, reason in reasons), str(report)
     assert any(op == "relax.image.resize2d" and "not an integer scale" in reason
                for op, reason in reasons), str(report)
-    # the integer nearest one runs
-    assert [op.op for op in report.offloaded] == ["relax.image.resize2d"], str(report)
+    # the integer nearest one runs, and the bilinear one with align_corners as a dense layer
+    # per axis (test_other_bilinear_resizes_are_a_dense_layer_per_axis)
+    assert [op.op for op in report.offloaded if op.op == "relax.image.resize2d"] == \
+        ["relax.image.resize2d"], str(report)
+    assert [op.op for op in report.offloaded].count("relax.matmul") == 2, str(report)
 
 
 def test_without_rubik_the_deconvolutions_stay_on_the_host():
@@ -291,13 +292,43 @@ def test_bilinear_upsampling_in_fp16_and_int8(precision, min_db):
     assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
 
 
-@pytest.mark.parametrize("scale, corners", [(3, False), (2, True)])
-def test_other_bilinear_upsamplings_stay_on_the_host_with_their_reason(scale, corners):
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Upsample(
-        scale_factor=scale, mode="bilinear", align_corners=corners)).eval()
-    x = _input((1, 3, 6, 6), 23)
-    partitioned, report = _partition(model, x)
-    [host] = report.host
-    assert host.op == "relax.image.resize2d" and \
-        "half-pixel centres (align_corners=False) by an even integer factor" in host.reason
+def _resized(**resize):
+    """conv + ReLU, a bilinear resize, conv: the resize between two layers of one function."""
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Upsample(mode="bilinear", **resize),
+                               torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+
+
+OTHER_RESIZES = [dict(scale_factor=2, align_corners=True), dict(scale_factor=3),
+                 dict(size=(13, 20)), dict(size=(4, 17), align_corners=True)]
+
+
+@pytest.mark.parametrize("resize", OTHER_RESIZES, ids=["x2_corners", "x3", "to_13x20",
+                                                       "to_4x17_corners"])
+@pytest.mark.parametrize("source", ["pytorch", "onnx"])
+def test_other_bilinear_resizes_are_a_dense_layer_per_axis(resize, source, tmp_path):
+    """align_corners=True, an odd or non-integer factor, a downsampling: the interpolation
+    matrix of each axis as a dense layer (rewrites.linear_resizes_as_dense_layers: H on the
+    transposed map, then W), where the resize stayed on the host and split the function."""
+    from accel_codegen.compiler.frontend import export_onnx, from_onnx
+
+    model, x = _resized(**resize), _input((1, 3, 9, 12), 23)
+    if source == "onnx":
+        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "r.onnx"))
+        partitioned = ac.partition_for_accel(mod, params)
+        report = ac.partition_report(partitioned)
+    else:
+        partitioned, report = _partition(model, x)
+    _whole(report)
+    assert "relax.image.resize2d" not in [op.op for op in report.ops], str(report)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)
+
+
+@pytest.mark.parametrize("precision, min_db", [("fp16", 55.0), ("int8", 30.0)])
+def test_a_dense_layer_resize_in_fp16_and_int8(precision, min_db):
+    model, x = _resized(scale_factor=2, align_corners=True), _input((1, 3, 9, 12), 24)
+    options = {"calibration": [(_input(x.shape, seed),) for seed in range(4)]} \
+        if precision == "int8" else {}
+    partitioned, report = _partition(model, x, precision=precision, **options)
+    _whole(report)
+    assert sqnr(build_and_run(partitioned, x), torch_forward(model, x)) >= min_db
