@@ -1,0 +1,190 @@
+"""Matmuls of two computed operands (issue 29, item 3): a (batched) matmul whose operands
+both come from runs is, per image (batch element, head), one CONV run whose weights another
+run wrote (NVDLA's CONV fetches its weights from memory), its second operand transposed onto
+the CONV's kernels by one BDMA transpose unless it is given as K^T (``rewrites.computed_matmuls``).
+The motivating case: ``nn.MultiheadAttention`` with its default ``need_weights=True``
+returning the head-averaged attention weights too, which the attention rewrite does not read
+as one core (its probabilities leave the core): its two batched matmuls, the selects of the
+packed projection and the head average all on the engines, one external function, in fp32,
+fp16 and int8, from PyTorch and from its ONNX export. Also a standalone batched product of
+two computed tensors, with and without the transpose."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import accel_codegen as ac
+from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.quantization import ort_baseline
+from conftest import assert_close, sqnr
+
+T, C, HEADS = 16, 64, 4
+
+
+class WeightsToo(torch.nn.Module):
+    """Self-attention returning the output and the head-averaged attention weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(C, HEADS, batch_first=True)
+
+    def forward(self, x):
+        y, w = self.attention(x, x, x)
+        return y, w
+
+
+class Products(torch.nn.Module):
+    """``relu(x W1) relu(x W2)^T`` (K^T given: no transpose) or ``relu(x W1)^T relu(x W2)``
+    (neither operand in the CONV's layout as it lies: the weights transposed first)."""
+
+    def __init__(self, channels: int, transposed_keys: bool):
+        super().__init__()
+        self.w1 = torch.nn.Linear(channels, channels)
+        self.w2 = torch.nn.Linear(channels, channels)
+        self.transposed_keys = transposed_keys
+
+    def forward(self, x):
+        a, b = torch.relu(self.w1(x)), torch.relu(self.w2(x))
+        if self.transposed_keys:
+            return torch.matmul(a, b.transpose(-1, -2))
+        return torch.matmul(a.transpose(-1, -2), b)
+
+
+def _weights_too():
+    torch.manual_seed(0)
+    model = WeightsToo().eval()
+    with torch.no_grad():  # torch starts the biases at 0; a trained model's are not
+        torch.nn.init.normal_(model.attention.in_proj_bias, std=0.1)
+        torch.nn.init.normal_(model.attention.out_proj.bias, std=0.1)
+    return model, torch.randn(1, T, C)
+
+
+def _outputs(model, x):
+    with torch.no_grad():
+        result = model(x)
+    return [t.float().numpy() for t in (result if isinstance(result, tuple) else (result,))]
+
+
+def _run(mod_or_partitioned, x, **options):
+    """Every output of the build run on x, as NumPy arrays."""
+    vm = ac.virtual_machine(ac.build(mod_or_partitioned, **options))
+    out = vm["main"](tvm.runtime.tensor(np.ascontiguousarray(x)))
+    return [out.numpy()] if hasattr(out, "numpy") else [out[i].numpy() for i in range(len(out))]
+
+
+def _whole(report):
+    assert report.host == [] and len(report.functions) == 1, str(report)
+
+
+def test_need_weights_is_one_function_fp32_and_fp16():
+    """Before: 35 of 40 operators in 6 functions (the packed projection's three selects and
+    both batched matmuls on the host). fp32 within 1e-4 of each output's scale; fp16 within
+    1.5 dB of PyTorch's .half() for the output, 3.5 dB for the averaged probabilities: they
+    are the token softmax's fp16 passes (its LUT reciprocal, without the attention core's
+    Newton steps), which alone are 3 to 4.6 dB below .half()'s softmax (rounded once from
+    fp32) on [1, 4, 16, 16] scores (docs/transformer_ops.md)."""
+    model, x = _weights_too()
+    mod, params = from_pytorch(model, (x,))
+    for precision in ("fp32", "fp16"):
+        report = ac.partition_report(mod, params, precision=precision)
+        _whole(report)
+        assert "accel.dense" in [p for ps in report.functions.values() for p in ps], report
+    expected = _outputs(model, x)
+    for ours, theirs, what in zip(_run(mod, x.numpy(), params=params), expected, ("y", "w")):
+        assert_close(ours, theirs, 1e-4, what)
+    half = _outputs(copy.deepcopy(model).half(), x.half())
+    for ours, theirs, halved, what, margin in zip(
+            _run(mod, x.numpy(), params=params, precision="fp16"), expected, half, ("y", "w"),
+            (1.5, 3.5)):
+        print(f"fp16 {what}: ours {sqnr(ours, theirs):.2f} dB, PyTorch .half() "
+              f"{sqnr(halved, theirs):.2f} dB")
+        assert sqnr(ours, theirs) >= sqnr(halved, theirs) - margin, what
+
+
+def test_need_weights_onnx_export_is_one_function(tmp_path):
+    model, x = _weights_too()
+    mod, params = from_onnx(export_onnx(model, (x,), tmp_path / "mha.onnx"))
+    _whole(ac.partition_report(mod, params))
+    for ours, theirs, what in zip(_run(mod, x.numpy(), params=params), _outputs(model, x),
+                                  ("y", "w")):
+        assert_close(ours, theirs, 1e-4, what)
+
+
+def test_need_weights_in_int8_against_onnx_runtime(tmp_path):
+    """The computed-weights layers and the softmax in fp16 inside the int8 function
+    (engines.fp16_in_int8), the projections and the head average in int8; against ONNX
+    Runtime's static int8 of the export calibrated on the same inputs (its uint8 activations
+    with MinMax ranges; ours clip by MSE, which costs the probabilities' largest values)."""
+    model, x = _weights_too()
+    rng = np.random.default_rng(3)
+    calibration = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
+    mod, params = from_pytorch(model, (x,))
+    partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
+    _whole(ac.partition_report(partitioned))
+    ours = _run(partitioned, x.numpy())
+    quantized, _ = ort_baseline.quantize_int8_as_ort_can(
+        export_onnx(model, (x,), tmp_path / "mha.onnx"), calibration, tmp_path)
+    session = ort_baseline.session(quantized, threads=1)
+    theirs = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    expected = _outputs(model, x)
+    figures = {what: (sqnr(o, e), sqnr(t, e))
+               for what, o, t, e in zip(("y", "w"), ours, theirs, expected)}
+    print("int8 (ours, ONNX Runtime) dB:", figures)
+    assert figures["y"][0] >= figures["y"][1] - 0.5, figures
+    assert figures["w"][0] >= 30 and figures["w"][0] >= figures["w"][1] - 4.0, figures
+
+
+@pytest.mark.parametrize("transposed_keys", [True, False])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_batched_product_of_two_computed_tensors(batch, transposed_keys):
+    torch.manual_seed(1)
+    channels = 32
+    model = Products(channels, transposed_keys).eval()
+    x = torch.randn(batch, T, channels)
+    mod, params = from_pytorch(model, (x,))
+    for precision in ("fp32", "fp16"):
+        report = ac.partition_report(mod, params, precision=precision)
+        _whole(report)
+        dense = [op for op in report.ops if op.op == "relax.matmul" and
+                 op.primitive == "accel.dense"]
+        assert len(dense) == batch, report  # one CONV of computed weights per image
+    expected = _outputs(model, x)[0]
+    assert_close(_run(mod, x.numpy(), params=params)[0], expected, 1e-5)
+    half = _outputs(copy.deepcopy(model).half(), x.half())[0]
+    ours = _run(mod, x.numpy(), params=params, precision="fp16")[0]
+    assert sqnr(ours, expected) >= sqnr(half, expected) - 1.0
+
+
+def test_the_transpose_is_one_bdma_run_per_image_and_the_weights_fetch_is_charged():
+    """B [K, N] as it lies is not the CONV's N kernels of K: each image's B is transposed
+    once (a BDMA run), and the CONV reads the transposed copy as dense weights: the same
+    bytes as constant weights of that shape (N K values), as attention's CONVs are charged."""
+    torch.manual_seed(1)
+    channels, batch = 32, 2
+    model = Products(channels, transposed_keys=False).eval()
+    x = torch.randn(batch, T, channels)
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    assert [op.primitive for op in report.ops if op.op == "relax.permute_dims" and
+            list(op.shape) == [1, channels, T]].count("accel.transpose") == batch, report
+    layers = [layer for layer in ac.estimate(mod, params, precision="fp32").layers
+              if layer.macs == channels * channels * T]
+    assert len(layers) == batch, layers
+    for layer in layers:  # data [M = C, K = T] and weights [N = C, K = T], fp32
+        assert layer.bytes_read >= 2 * channels * T * 4, layer
+
+
+def test_batch_axes_that_broadcast_stay_on_the_host_with_the_reason():
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((2, T, 8), "float32"))
+    b = relax.Var("b", relax.TensorType((1, 8, T), "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(relax.op.nn.relu(a), relax.op.nn.relu(b)))
+        bb.emit_func_output(out)
+    host = {op.op: op.reason for op in ac.partition_report(bb.get()).host}
+    assert "relax.matmul" in host and "broadcast" in host["relax.matmul"], host
