@@ -157,23 +157,53 @@ def test_a_batched_product_of_two_computed_tensors(batch, transposed_keys):
     assert sqnr(ours, expected) >= sqnr(half, expected) - 1.0
 
 
+def _relax_products(m: int, k: int, n: int, batch: int, weights=None):
+    """matmul(a [batch, m, k], b [batch, k, n]) of two function inputs, or (``weights`` [n,
+    k], a constant) each image's dense layer of those constant weights, written in Relax."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((batch, m, k), "float32"))
+    b = relax.Var("b", relax.TensorType((batch, k, n), "float32"))
+    with bb.function("main", [a] if weights is not None else [a, b]):
+        with bb.dataflow():
+            if weights is None:
+                out = bb.emit_output(relax.op.matmul(a, b))
+            else:
+                rows = [bb.emit(relax.op.matmul(
+                    bb.emit(relax.op.reshape(bb.emit(relax.op.strided_slice(
+                        a, [0], [i], [i + 1])), [m, k])),
+                    relax.op.permute_dims(relax.const(weights), [1, 0]))) for i in range(batch)]
+                out = bb.emit_output(relax.op.concat(rows, 0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def test_the_transpose_is_one_bdma_run_per_image_and_the_weights_fetch_is_charged():
     """B [K, N] as it lies is not the CONV's N kernels of K: each image's B is transposed
-    once (a BDMA run), and the CONV reads the transposed copy as dense weights: the same
-    bytes as constant weights of that shape (N K values), as attention's CONVs are charged."""
-    torch.manual_seed(1)
-    channels, batch = 32, 2
-    model = Products(channels, transposed_keys=False).eval()
-    x = torch.randn(batch, T, channels)
-    mod, params = from_pytorch(model, (x,))
-    report = ac.partition_report(mod, params)
+    once (a BDMA run), and the CONV reads the transposed copy as dense weights, charged as
+    constant weights of that shape are (attention's CONVs alike)."""
+    m, k, n, batch = 32, 16, 24, 2
+    mod = _relax_products(m, k, n, batch)
+    report = ac.partition_report(mod)
+    _whole(report)
     assert [op.primitive for op in report.ops if op.op == "relax.permute_dims" and
-            list(op.shape) == [1, channels, T]].count("accel.transpose") == batch, report
-    layers = [layer for layer in ac.estimate(mod, params, precision="fp32").layers
-              if layer.macs == channels * channels * T]
-    assert len(layers) == batch, layers
-    for layer in layers:  # data [M = C, K = T] and weights [N = C, K = T], fp32
-        assert layer.bytes_read >= 2 * channels * T * 4, layer
+            list(op.shape) == [1, n, k]].count("accel.transpose") == batch, report
+    computed = [layer for layer in ac.estimate(mod, precision="fp32").layers
+                if layer.primitive == "accel.dense"]
+    weights = np.random.default_rng(3).standard_normal((n, k)).astype(np.float32) + 1.0
+    constant = [layer for layer in ac.estimate(_relax_products(m, k, n, batch, weights),
+                                               precision="fp32").layers
+                if layer.primitive == "accel.dense"]
+    assert len(computed) == len(constant) == batch, (computed, constant)
+    for ours, theirs in zip(computed, constant):
+        assert ours.macs == theirs.macs == m * k * n
+        assert ours.bytes_read == theirs.bytes_read, (ours, theirs)
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((batch, m, k), (batch, k, n)))
+    vm = ac.virtual_machine(ac.build(mod))
+    ours = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b)).numpy()
+    assert_close(ours, (a.astype(np.float64) @ b).astype(np.float32), 1e-5)
 
 
 def test_batch_axes_that_broadcast_stay_on_the_host_with_the_reason():
