@@ -103,6 +103,26 @@ def test_need_weights_is_one_function_fp32_and_fp16():
         assert sqnr(ours, theirs) >= sqnr(halved, theirs) - margin, what
 
 
+@pytest.mark.parametrize("batch_first,batch", [(True, 2), (False, 1), (False, 2)])
+def test_need_weights_in_either_layout_and_a_batch_of_two(batch_first, batch):
+    """A batch's images and a sequence-first batch's too: each (image, head) pair is one
+    CONV of computed weights, the batch's heads of one batched matmul (fp32)."""
+    torch.manual_seed(0)
+    model = WeightsToo().eval()
+    model.attention.batch_first = batch_first
+    x = torch.randn(batch, T, C) if batch_first else torch.randn(T, batch, C)
+    mod, params = from_pytorch(model, (x,))
+    report = ac.partition_report(mod, params)
+    _whole(report)
+    # the scores [T, T] and the values [T, d] per image and head; not the projections
+    per_head = [op for op in report.ops if op.op == "relax.matmul" and
+                op.primitive == "accel.dense" and list(op.shape) in ([T, T], [T, C // HEADS])]
+    assert len(per_head) == 2 * batch * HEADS, report
+    for ours, theirs, what in zip(_run(mod, x.numpy(), params=params), _outputs(model, x),
+                                  ("y", "w")):
+        assert_close(ours, theirs, 1e-4, what)
+
+
 def test_need_weights_onnx_export_is_one_function(tmp_path):
     model, x = _weights_too()
     mod, params = from_onnx(export_onnx(model, (x,), tmp_path / "mha.onnx"))
