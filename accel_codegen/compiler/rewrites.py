@@ -1737,13 +1737,15 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
 
 
-def _image_of(x: relax.Expr, i: int, images: int, size: int, call: relax.Call) -> relax.Expr:
-    """Image i's ``size`` values of x, a batch of ``images`` (x itself for one): a slice of x
-    read as [1, images, size], one BDMA copy of its contiguous block."""
+def _images_of(x: relax.Expr, images: int, size: int, call: relax.Call):
+    """A function of i giving image i's ``size`` values of x, a batch of ``images`` (x itself
+    for one): a slice of x read as [1, images, size] (one view of x for every image), one BDMA
+    copy of its contiguous block."""
     if images == 1:
-        return x
+        return lambda i: x
     whole = named_as(relax.op.reshape(x, [1, images, size]), call)
-    return named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]), call)
+    return lambda i: named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]),
+                              call)
 
 
 def _side_by_side(products: list, out: list, call: relax.Call) -> relax.Expr:
@@ -1767,11 +1769,10 @@ def _column_product(call: relax.Call, source) -> relax.Expr:
     images = int(np.prod(a_shape[:-2]))
     rows, length = a_shape[-2:]
     products = []
+    maps, columns = _images_of(a, images, rows * length, call), _images_of(b, images, length, call)
     for i in range(images):
-        weights = named_as(relax.op.reshape(_image_of(a, i, images, rows * length, call),
-                                            [rows, length]), call)
-        row = named_as(relax.op.reshape(_image_of(b, i, images, length, call), [1, length]),
-                       call)
+        weights = named_as(relax.op.reshape(maps(i), [rows, length]), call)
+        row = named_as(relax.op.reshape(columns(i), [1, length]), call)
         products.append(named_as(relax.op.matmul(row, named_as(
             relax.op.permute_dims(weights, [1, 0]), call)), call))
     # the images' [1, C] rows side by side are the [images, C] result's bytes
@@ -1829,16 +1830,16 @@ def _computed_matmul(call: relax.Call, source) -> relax.Expr:
     m, k = a_shape[-2:]
     n = b_shape[-1]
     products = []
+    rows = _images_of(a, images, m * k, call)
+    columns = _images_of(b if keys is None else keys, images, k * n, call)
     for i in range(images):
-        data = named_as(relax.op.reshape(_image_of(a, i, images, m * k, call), [m, k]), call)
+        data = named_as(relax.op.reshape(rows(i), [m, k]), call)
         if keys is not None:
-            weights = named_as(relax.op.reshape(_image_of(keys, i, images, n * k, call),
-                                                [n, k]), call)
+            weights = named_as(relax.op.reshape(columns(i), [n, k]), call)
         else:
             # b's [K, N] as [1, K, N] transposed to its N rows of K: one BDMA transpose
             # (lowering's swap of two axes after the batch), the weights' layout the CONV reads
-            column_major = named_as(relax.op.reshape(
-                _image_of(b, i, images, k * n, call), [1, k, n]), call)
+            column_major = named_as(relax.op.reshape(columns(i), [1, k, n]), call)
             weights = named_as(relax.op.reshape(named_as(
                 relax.op.permute_dims(column_major, [0, 2, 1]), call), [n, k]), call)
         products.append(named_as(relax.op.matmul(data, named_as(
