@@ -179,7 +179,8 @@ def fp16_in_int8(layer) -> Optional[str]:
     borders (docs/mixed-precision.md, "int8 builds"). So does an SDP pass whose LUT is the
     reciprocal (a mean pooling's 1 / max(count, eps)): the compiler builds no int8 table
     for its pole (vocabulary: int8=False). So does a dense layer whose weights another run
-    computes (GCNet's context: the map's rows weighted by a softmax, rewrites.column_products),
+    computes (GCNet's context: the map's rows weighted by a softmax, rewrites.column_products;
+    each head of a matmul of two computed operands, rewrites.computed_matmuls),
     as attention's CONVs do: NVDLA's int8 CONV takes its per-kernel weight scales from the
     compiler, and computed weights have none."""
     if layer.norm is None:

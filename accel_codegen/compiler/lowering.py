@@ -553,9 +553,9 @@ def _dense_spec(call: relax.Call, lookup: Lookup) -> ConvSpec:
     elif is_constant(w):
         weight, transpose = w, True
     else:
-        raise Unsupported("dense weight is a runtime [C, K] input (attention x V: V as it "
-                          "was computed); the CONV engine reads [K, C], and the transpose "
-                          "onto that layout is not generated yet")
+        raise Unsupported("dense weight is a runtime [C, K] input that "
+                          "rewrites.computed_matmuls did not transpose onto the CONV's [K, C] "
+                          "(batch axes that broadcast, or not float32)")
     _require_float32(weight, "the dense weight")
     shape = static_shape(weight)
     if len(shape) != 2:
@@ -1071,9 +1071,9 @@ def _token_dense_part(roles: Roles, lookup: Lookup, normed: Optional[relax.Expr]
         elif weight is None:
             weight = dense.args[1]
         if not is_constant(_strip_reshape(weight, lookup)):
-            raise Unsupported("a matmul of two computed tensors (attention's Q K^T or "
-                              "attention x V) is not generated yet: its CONV would read its "
-                              "weights from the other operand's run")
+            raise Unsupported("a matmul of two computed tensors whose batch axes broadcast "
+                              "(or not in float32) is not generated: rewrites.computed_matmuls "
+                              "reads each image's pair of operands, equal batch axes only")
         conv = _dense_spec(dense, lookup)
         k, c = conv.weight_shape[:2]
         data = dense.args[0]

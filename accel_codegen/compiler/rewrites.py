@@ -1464,24 +1464,28 @@ _TAKE_AT = is_op("relax.take")(_TAKEN, is_const())
 def _sliced_take(expr: relax.Expr, matches) -> relax.Expr:
     x, index = matches[_TAKEN], constant_value(expr.args[1])
     shape, out = _static(x), _static(expr)
-    # axis 1 of 2-D to 4-D data only: the slices the BDMA copies (lowering._slice); a take
-    # elsewhere would only become two host ops instead of one
+    # axis 1 of 2-D to 4-D data, or axis 0 (torch's select of q, k or v from the packed
+    # projection [3, ..]: the data read as [1, 3, rest], its block i); the slices the BDMA
+    # copies (lowering._slice); a take elsewhere would only become two host ops instead of one
     if is_constant(x) or index.ndim != 0 or expr.attrs.axis is None or shape is None or \
-            out is None or len(shape) not in (2, 3, 4) or int(expr.attrs.axis) % len(shape) != 1:
+            out is None or len(shape) not in (2, 3, 4) or \
+            int(expr.attrs.axis) % len(shape) not in (0, 1):
         return expr
-    axis = 1
+    axis = int(expr.attrs.axis) % len(shape)
     size, i, mode = shape[axis], int(index), str(expr.attrs.mode)
     # "fast" reads in bounds only (out of them the host's take reads what lies there)
     if mode not in ("clip", "wrap") and not 0 <= i < size:
         return expr
     i = i % size if mode == "wrap" else min(max(i, 0), size - 1)
-    return relax.op.reshape(relax.op.strided_slice(x, axes=[axis], begin=[i], end=[i + 1]),
+    if axis == 0:
+        x = relax.op.reshape(x, [1, size, int(np.prod(shape[1:]))])
+    return relax.op.reshape(relax.op.strided_slice(x, axes=[1], begin=[i], end=[i + 1]),
                             out)
 
 
 def sliced_takes(mod: tvm.IRModule) -> tvm.IRModule:
     """take(x, constant scalar i, axis=1) of 2-D to 4-D x -> reshape(strided_slice(x, [1], i,
-    i + 1))."""
+    i + 1)); at axis 0 the same of x read as [1, x.shape[0], rest]."""
     return _rewrite_calls(mod, _TAKE_AT, _sliced_take)
 
 
@@ -1795,6 +1799,27 @@ def per_row_products(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.multiply", "relax.divide"), _per_row_product)
 
 
+def _images_of(x: relax.Expr, images: int, size: int, call: relax.Call):
+    """A function of i giving image i's ``size`` values of x, a batch of ``images`` (x itself
+    for one): a slice of x read as [1, images, size] (one view of x for every image), one BDMA
+    copy of its contiguous block."""
+    if images == 1:
+        return lambda i: x
+    whole = named_as(relax.op.reshape(x, [1, images, size]), call)
+    return lambda i: named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]),
+                              call)
+
+
+def _side_by_side(products: list, out: list, call: relax.Call) -> relax.Expr:
+    """The images' products, each flattened to one row, concatenated along axis 1 and viewed
+    as ``out``: the batch's results lie one after the other, as the batched matmul's do."""
+    if len(products) == 1:
+        return relax.op.reshape(products[0], out)
+    size = int(np.prod(out)) // len(products)
+    rows = [named_as(relax.op.reshape(p, [1, size]), call) for p in products]
+    return relax.op.reshape(named_as(relax.op.concat(rows, axis=1), call), out)
+
+
 def _column_product(call: relax.Call, source) -> relax.Expr:
     a, b = call.args
     out, a_shape, b_shape = _static(call), _static(a), _static(b)
@@ -1805,22 +1830,15 @@ def _column_product(call: relax.Call, source) -> relax.Expr:
         return call
     images = int(np.prod(a_shape[:-2]))
     rows, length = a_shape[-2:]
-
-    def image(x, i, size):  # image i's [size] values (a slice of [1, images, size])
-        if images == 1:
-            return x
-        whole = named_as(relax.op.reshape(x, [1, images, size]), call)
-        return named_as(relax.op.strided_slice(whole, axes=[1], begin=[i], end=[i + 1]), call)
-
     products = []
+    maps, columns = _images_of(a, images, rows * length, call), _images_of(b, images, length, call)
     for i in range(images):
-        weights = named_as(relax.op.reshape(image(a, i, rows * length), [rows, length]), call)
-        row = named_as(relax.op.reshape(image(b, i, length), [1, length]), call)
+        weights = named_as(relax.op.reshape(maps(i), [rows, length]), call)
+        row = named_as(relax.op.reshape(columns(i), [1, length]), call)
         products.append(named_as(relax.op.matmul(row, named_as(
             relax.op.permute_dims(weights, [1, 0]), call)), call))
     # the images' [1, C] rows side by side are the [images, C] result's bytes
-    product = products[0] if images == 1 else named_as(relax.op.concat(products, axis=1), call)
-    return relax.op.reshape(product, out)
+    return _side_by_side(products, out, call)
 
 
 def column_products(mod: tvm.IRModule) -> tvm.IRModule:
@@ -1833,6 +1851,76 @@ def column_products(mod: tvm.IRModule) -> tvm.IRModule:
     from memory). A batch's images are a dense layer each (its own weights: a slice of A),
     their [1, C] rows concatenated side by side."""
     return rewrite_bindings(mod, ("relax.matmul",), _column_product)
+
+
+def _of_constant(expr: relax.Expr, source) -> bool:
+    """Whether expr is a constant, or layout ops of one (a dense layer's transposed weight)."""
+    while isinstance(expr, relax.Var):
+        bound = source(expr)
+        if not isinstance(bound, relax.Call) or op_name(bound) not in _SHAPE_ONLY + (
+                "relax.permute_dims",):
+            return False
+        expr = bound.args[0]
+    return is_constant(expr)
+
+
+def _computed_matmul(call: relax.Call, source) -> relax.Expr:
+    a, b = call.args
+    out, a_shape, b_shape = _static(call), _static(a), _static(b)
+    if out is None or a_shape is None or b_shape is None or len(a_shape) < 2 or \
+            len(b_shape) != len(a_shape) or a_shape[:-2] != b_shape[:-2] or \
+            a_shape[-1] != b_shape[-2] or b_shape[-1] == 1 or _of_constant(a, source) or \
+            _of_constant(b, source) or {str(a.ty.dtype), str(b.ty.dtype), str(call.ty.dtype)} != \
+            {"float32"} or (call.attrs.out_dtype is not None and
+                            str(call.attrs.out_dtype) not in ("", "float32")):
+        return call
+    rank = len(b_shape)
+    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+    bound = source(b) if isinstance(b, relax.Var) else None
+    # b = K^T, a transpose of its last two axes (attention's scores): K [.., N, K] is already
+    # the CONV's N kernels of K as it lies, read as the weights with no copy
+    keys = bound.args[0] if isinstance(bound, relax.Call) and \
+        op_name(bound) == "relax.permute_dims" and (
+            bound.attrs.axes is None and rank == 2 or
+            bound.attrs.axes is not None and
+            [int(x) % rank for x in _int_list(bound.attrs.axes)] == swap) else None
+    if keys is not None and (is_constant(keys) or _static(keys) is None):
+        keys = None
+    if rank == 2 and keys is not None:
+        return call  # already the dense layer of computed weights (lowering._dense_spec)
+    images = int(np.prod(a_shape[:-2]))
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    products = []
+    rows = _images_of(a, images, m * k, call)
+    columns = _images_of(b if keys is None else keys, images, k * n, call)
+    for i in range(images):
+        data = named_as(relax.op.reshape(rows(i), [m, k]), call)
+        if keys is not None:
+            weights = named_as(relax.op.reshape(columns(i), [n, k]), call)
+        else:
+            # b's [K, N] as [1, K, N] transposed to its N rows of K: one BDMA transpose
+            # (lowering's swap of two axes after the batch), the weights' layout the CONV reads
+            column_major = named_as(relax.op.reshape(columns(i), [1, k, n]), call)
+            weights = named_as(relax.op.reshape(named_as(
+                relax.op.permute_dims(column_major, [0, 2, 1]), call), [n, k]), call)
+        products.append(named_as(relax.op.matmul(data, named_as(
+            relax.op.permute_dims(weights, [1, 0]), call)), call))
+    return _side_by_side(products, out, call)
+
+
+def computed_matmuls(mod: tvm.IRModule) -> tvm.IRModule:
+    """A (batched) matmul of two computed operands A [.., M, K] B [.., K, N] that no rewrite
+    before read as something else (attention's cores, GCNet's column products) -> per image
+    (head, batch element) the dense layer of A's M rows whose weights are B's N columns,
+    ``A_i B_i = A_i (B_i^T)^T``: one CONV run whose weights another run wrote (NVDLA's CONV
+    fetches its weights from memory: ``Layer.computed_dense_weight``), the images' [M, N]
+    results side by side. B given as K^T (a transpose of its last two axes: Q K^T) is read
+    through K's rows as they lie; any other B is transposed to its N rows of K first, one
+    BDMA transpose per image. Exact: each output sums the same K products in the CONV's
+    order. Batch axes that broadcast, and a column B (N = 1: column_products), are left as
+    they are."""
+    return rewrite_bindings(mod, ("relax.matmul",), _computed_matmul)
 
 
 def _bindings_table(function: relax.Function) -> dict:
@@ -3418,7 +3506,7 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts, per_row_products, column_products,
+                  same_values_broadcasts, per_row_products, column_products, computed_matmuls,
                   bilinear_upsampling_as_deconvolution, linear_resizes_as_dense_layers,
                   grouped_norms_as_layer_norms,
                   norms_over_unit_axes, branch_stacks_as_channels,
