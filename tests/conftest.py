@@ -167,6 +167,20 @@ def ort_int8_outputs(model, xs, calibration, tmp_path) -> list:
     return [ort_baseline.run(session, [x]) for x in xs]
 
 
+def int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path) -> tuple:
+    """(ours, ONNX Runtime's) int8 output SQNR against PyTorch over the inputs ``held`` back
+    from calibration, both stacked: ``partitioned`` built and run, and ort_int8_outputs."""
+    import tvm
+
+    import accel_codegen as ac
+
+    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
+    expected = np.stack([torch_forward(model, h) for h in held])
+    ours = sqnr(np.stack([run_main(vm, h) for h in held]), expected)
+    theirs = sqnr(np.stack(ort_int8_outputs(model, held, calibration, tmp_path)), expected)
+    return ours, theirs
+
+
 def ort_int8_sqnr(model, x, calibration, tmp_path) -> float:
     """The output SQNR against PyTorch of ort_int8_outputs on ``x``."""
     return sqnr(ort_int8_outputs(model, [x], calibration, tmp_path)[0], torch_forward(model, x))

@@ -28,6 +28,7 @@ from .chains import Roles
 from .layer import (AttentionSpec, BatchNormSpec, ConvSpec, CopySpec, Layer, LrnSpec, NormSpec,
                     PoolSpec, RubikSpec, SdpSpec, token_surface)
 from .relax_exprs import (Lookup, Unsupported, constant_value, describe, dtype_of,
+                          resize_coordinates,
                           feature_surface, is_constant, keepdims_axes, op_name, static_shape)
 
 # Relax op -> the engine's name for it, from the op vocabulary (activations are looked up when
@@ -1412,19 +1413,8 @@ UPSAMPLE = "relax.image.resize2d"
 def _nearest_indices(in_size: int, out_size: int, mode: str, rounding: str) -> np.ndarray:
     """The input index each output index reads in TVM's nearest resize2d (topi's get_inx and
     get_closest_index, in float32 as it computes them), clamped as it clamps them."""
-    x = np.arange(out_size, dtype=np.float32)
-    scale = np.float32(in_size) / np.float32(out_size)
-    if mode == "half_pixel":
-        in_x = (x + np.float32(0.5)) * scale - np.float32(0.5)
-    elif mode == "align_corners":
-        in_x = np.float32(in_size - 1) / np.float32(max(out_size - 1, 1)) * x
-    elif mode == "asymmetric":
-        in_x = scale * x
-    elif mode == "pytorch_half_pixel":
-        in_x = (x + np.float32(0.5)) * scale - np.float32(0.5) if out_size > 1 else x * 0
-    elif mode == "tf_half_pixel_for_nn":
-        in_x = (x + np.float32(0.5)) * scale
-    else:
+    in_x = resize_coordinates(in_size, out_size, mode)
+    if in_x is None:
         raise Unsupported(f"resize2d with coordinate_transformation_mode = {mode}")
     if rounding == "":
         rounding = "round" if mode == "align_corners" else "floor"

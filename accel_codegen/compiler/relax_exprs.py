@@ -149,3 +149,23 @@ def strided_sliced(call: relax.Call, value: np.ndarray) -> Optional[np.ndarray]:
     for axis, first, last, step in zip(axes, begin, end, strides):
         slices[axis % value.ndim] = slice(first, last, step)
     return value[tuple(slices)]
+
+
+def resize_coordinates(in_size: int, out_size: int, mode: str) -> Optional[np.ndarray]:
+    """The input coordinate of each output index along one axis of TVM's resize2d (topi's
+    get_inx, in float32 as it computes them), or None for a coordinate transformation mode
+    it has no such form of here: the one definition the nearest resize's lowering and the
+    linear resize's rewrite read."""
+    x = np.arange(out_size, dtype=np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)
+    if mode == "half_pixel":
+        return (x + np.float32(0.5)) * scale - np.float32(0.5)
+    if mode == "align_corners":
+        return np.float32(in_size - 1) / np.float32(max(out_size - 1, 1)) * x
+    if mode == "asymmetric":
+        return scale * x
+    if mode == "pytorch_half_pixel":
+        return (x + np.float32(0.5)) * scale - np.float32(0.5) if out_size > 1 else x * 0
+    if mode == "tf_half_pixel_for_nn":
+        return (x + np.float32(0.5)) * scale
+    return None

@@ -77,7 +77,8 @@ from tvm.relax.dpl import DFPattern, is_call_tir, is_const, is_op, rewrite_call,
 
 from . import chains
 from .layer import constant_value, is_constant
-from .relax_exprs import keepdims_axes, op_name, read_counts, strided_sliced
+from .relax_exprs import (keepdims_axes, op_name, read_counts, resize_coordinates,
+                          strided_sliced)
 from .source_names import name_bindings, name_of, named
 
 
@@ -3106,15 +3107,23 @@ def _edge_padded(x: relax.Expr, axis: int, size: int) -> relax.Expr:
                                                    end=[size])], axis=axis)
 
 
+def _float_linear_resize(call: relax.Call) -> bool:
+    """Whether ``call`` is a linear resize2d of 4-D NCHW float data to its own type without a
+    region of interest, with static shapes: what both rewrites of a linear resize read."""
+    a, x = call.attrs, call.args[0]
+    shape, out = _static(x), _static(call)
+    return str(a.method) == "linear" and str(a.layout) == "NCHW" and shape is not None and \
+        out is not None and len(shape) == 4 and \
+        all(float(getattr(v, "value", v)) == 0.0 for v in a.roi) and \
+        str(x.ty.dtype) in ("float32", "float16") and str(call.ty.dtype) == str(x.ty.dtype)
+
+
 def _bilinear_as_deconv(call: relax.Call, source) -> relax.Expr:
     a = call.attrs
     x = call.args[0]
     shape, out = _static(x), _static(call)
-    if str(a.method) != "linear" or str(a.layout) != "NCHW" or shape is None or \
-            out is None or len(shape) != 4 or \
-            str(a.coordinate_transformation_mode) not in ("half_pixel", "pytorch_half_pixel") or \
-            any(float(getattr(v, "value", v)) != 0.0 for v in a.roi) or \
-            str(x.ty.dtype) not in ("float32", "float16") or str(call.ty.dtype) != str(x.ty.dtype):
+    if not _float_linear_resize(call) or \
+            str(a.coordinate_transformation_mode) not in ("half_pixel", "pytorch_half_pixel"):
         return call
     factors = [o // i if o % i == 0 else 0 for o, i in zip(out[2:], shape[2:])]
     if any(f < 2 or f % 2 for f in factors) or min(shape[2:]) < 2:
@@ -3144,19 +3153,11 @@ def bilinear_upsampling_as_deconvolution(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _linear_resize_matrix(in_size: int, out_size: int, mode: str) -> Optional[np.ndarray]:
     """[out_size, in_size]: the weights TVM's linear resize2d gives each input index along one
-    axis (topi's get_inx in float32, the lower index floor(x) and the next one, both clamped to
-    the axis), or None for a coordinate mode it has no linear form of here."""
-    o = np.arange(out_size, dtype=np.float32)
-    scale = np.float32(in_size) / np.float32(out_size)
-    if mode == "half_pixel":
-        x = (o + np.float32(0.5)) * scale - np.float32(0.5)
-    elif mode == "pytorch_half_pixel":
-        x = (o + np.float32(0.5)) * scale - np.float32(0.5) if out_size > 1 else o * 0
-    elif mode == "align_corners":
-        x = np.float32(in_size - 1) / np.float32(max(out_size - 1, 1)) * o
-    elif mode == "asymmetric":
-        x = scale * o
-    else:
+    axis (at relax_exprs.resize_coordinates' x, the lower index floor(x) and the next one, both
+    clamped to the axis), or None for a coordinate mode it has no linear form of here."""
+    # tf_half_pixel_for_nn is a nearest resize's mode (ONNX's): not read as a linear one
+    x = None if mode == "tf_half_pixel_for_nn" else resize_coordinates(in_size, out_size, mode)
+    if x is None:
         return None
     low = np.floor(x)
     frac = (x - low).astype(np.float64)
@@ -3172,10 +3173,7 @@ def _resize_as_dense(call: relax.Call, source) -> relax.Expr:
     a = call.attrs
     x = call.args[0]
     shape, out = _static(x), _static(call)
-    if str(a.method) != "linear" or str(a.layout) != "NCHW" or shape is None or \
-            out is None or len(shape) != 4 or \
-            any(float(getattr(v, "value", v)) != 0.0 for v in a.roi) or \
-            str(x.ty.dtype) not in ("float32", "float16") or str(call.ty.dtype) != str(x.ty.dtype):
+    if not _float_linear_resize(call):
         return call
     dtype, mode = str(x.ty.dtype), str(a.coordinate_transformation_mode)
     matrices = [_linear_resize_matrix(i, o, mode) for i, o in zip(shape[2:], out[2:])]

@@ -44,9 +44,9 @@ FRACTION_BITS = 16
 LE_PER_LO = 8
 #: LO steps kept beyond the interval where the codes change, on each side. Without them the
 #: outermost changes of the LUT's own codes could fall in LE, whose coarse interpolation moves
-#: them (SiLU's to 2^24 + 11,745 units of t apart: more than the 256 intervals of the host's
-#: byte tables hold, so every value paid a compare for the one change outside them,
-#: sdp_i8_lut.c's bytes_build); with them every change is LO's, and the byte tables keep the
+#: them past what the 256 intervals of the host's byte tables hold (SiLU's: docs/kernels.md,
+#: "Session 21"), so every value paid a compare for a change outside them (sdp_i8_lut.c's
+#: bytes_build); with them every change is LO's, and the byte tables keep the
 #: margin of a step of v (at most 2^15 units of t, half a step of LO at 16 fraction bits) from
 #: their ends. The cost: LO's steps 256 / 252 as wide.
 LO_PAD_STEPS = 2

@@ -18,8 +18,16 @@ def _input(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _partition(model, x, **options):
-    mod, params = from_pytorch(model.eval(), (torch.from_numpy(x),))
+def _partition(model, x, source="pytorch", tmp_path=None, **options):
+    """The model partitioned from PyTorch, or from its ONNX export (written in ``tmp_path``),
+    and its report."""
+    if source == "onnx":
+        from accel_codegen.compiler.frontend import export_onnx, from_onnx
+
+        mod, params = from_onnx(export_onnx(model.eval(), (torch.from_numpy(x),),
+                                            tmp_path / "model.onnx"))
+    else:
+        mod, params = from_pytorch(model.eval(), (torch.from_numpy(x),))
     partitioned = ac.partition_for_accel(mod, params, **options)
     return partitioned, ac.partition_report(partitioned)
 
@@ -264,15 +272,8 @@ class BilinearHead(torch.nn.Module):
 
 @pytest.mark.parametrize("source", ["pytorch", "onnx"])
 def test_bilinear_upsampling_is_a_depthwise_deconvolution(source, tmp_path):
-    from accel_codegen.compiler.frontend import export_onnx, from_onnx
-
     model, x = BilinearHead().eval(), _input((1, 3, 10, 14), 21)
-    if source == "onnx":
-        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "b.onnx"))
-        partitioned = ac.partition_for_accel(mod, params)
-        report = ac.partition_report(partitioned)
-    else:
-        partitioned, report = _partition(model, x)
+    partitioned, report = _partition(model, x, source, tmp_path)
     _whole(report)
     assert [op.op for op in report.ops].count("relax.nn.conv2d_transpose") == 3, str(report)
     for y, expected in zip(_outputs(partitioned, x), _torch(model, x)):
@@ -310,15 +311,8 @@ def test_other_bilinear_resizes_are_a_dense_layer_per_axis(resize, source, tmp_p
     """align_corners=True, an odd or non-integer factor, a downsampling: the interpolation
     matrix of each axis as a dense layer (rewrites.linear_resizes_as_dense_layers: H on the
     transposed map, then W), where the resize stayed on the host and split the function."""
-    from accel_codegen.compiler.frontend import export_onnx, from_onnx
-
     model, x = _resized(**resize), _input((1, 3, 9, 12), 23)
-    if source == "onnx":
-        mod, params = from_onnx(export_onnx(model, (torch.from_numpy(x),), tmp_path / "r.onnx"))
-        partitioned = ac.partition_for_accel(mod, params)
-        report = ac.partition_report(partitioned)
-    else:
-        partitioned, report = _partition(model, x)
+    partitioned, report = _partition(model, x, source, tmp_path)
     _whole(report)
     assert "relax.image.resize2d" not in [op.op for op in report.ops], str(report)
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-5)

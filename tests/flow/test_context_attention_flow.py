@@ -14,14 +14,13 @@ import copy
 import numpy as np
 import pytest
 import torch
-import tvm
 from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.tools.models import build_realistic
-from conftest import (assert_close, build_and_run, ort_int8_outputs, random_inputs, run_main,
-                      sqnr, torch_forward)
+from conftest import (assert_close, build_and_run, int8_sqnrs_held_back, random_inputs, sqnr,
+                      torch_forward)
 
 CHANNELS = 64
 
@@ -184,9 +183,6 @@ def test_an_attention_block_in_int8(block, tmp_path):
     partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
     _whole(ac.partition_report(partitioned), block)
     held = [x.numpy()] + random_inputs(tuple(x.shape), 8, 77)
-    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
-    expected = np.stack([torch_forward(model, h) for h in held])
-    ours = sqnr(np.stack([run_main(vm, h) for h in held]), expected)
-    theirs = sqnr(np.stack(ort_int8_outputs(model, held, calibration, tmp_path)), expected)
+    ours, theirs = int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
     print(f"{block} int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
     assert ours >= theirs, (ours, theirs)

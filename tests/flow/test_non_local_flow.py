@@ -8,14 +8,13 @@ at least ONNX Runtime's static int8 on inputs held back from calibration, the ON
 import numpy as np
 import pytest
 import torch
-import tvm
 from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.tools.models import build_realistic
-from conftest import (assert_close, build_and_run, ort_int8_outputs, random_inputs, run_main,
-                      sqnr, torch_forward)
+from conftest import (assert_close, build_and_run, int8_sqnrs_held_back, random_inputs, sqnr,
+                      torch_forward)
 
 
 class NonLocal(nn.Module):
@@ -87,9 +86,6 @@ def test_a_non_local_block_in_int8(tmp_path):
     # held back from calibration: the net's own input and 16 more; one input's figure moves
     # by up to 5 dB either way between the two quantisers (the sharp, unscaled softmax)
     held = [x.numpy()] + random_inputs(tuple(x.shape), 16, 77)
-    vm = ac.virtual_machine(tvm.compile(partitioned, target="llvm"))
-    expected = np.stack([torch_forward(model, h) for h in held])
-    ours = sqnr(np.stack([run_main(vm, h) for h in held]), expected)
-    theirs = sqnr(np.stack(ort_int8_outputs(model, held, calibration, tmp_path)), expected)
+    ours, theirs = int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
     print(f"int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
     assert ours >= theirs, (ours, theirs)
