@@ -214,13 +214,24 @@ def residual(x: DFPattern, order: str, annotations: Annotations) -> DFPattern:
     return out
 
 
+def constant_factor(x: DFPattern, annotations: Annotations) -> DFPattern:
+    """x times a constant of x's shape (role "factor": the SDP's element-wise multiplier
+    reading its operand from memory; an average's border factors after its depthwise sum,
+    rewrites.varying_divisor_averages)."""
+    out = is_op("relax.multiply")(x, is_const())
+    annotations["factor"] = out
+    return out
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 def _epilogue(out: DFPattern, annotations: Annotations, name: str, length: int, *, bias=False,
-              bn=False, res=False, act=False, pool_=False) -> Entry:
+              bn=False, res=False, factor=False, act=False, pool_=False) -> Entry:
     """The optional SDP and PDP stages after ``out``, in the order one pass runs them."""
     if bias:
         out, name, length = bias_add(out, annotations), name + "_bias", length + 1
+    if factor:
+        out, name, length = constant_factor(out, annotations), name + "_mul", length + 1
     if bn:
         last = not (res or act or pool_)
         out, name, length = batch_norm(out, annotations, item=not last), name + "_bn", length + 1
@@ -248,6 +259,10 @@ def _conv_entries() -> List[Entry]:
         annotations = {}
         entries.append(_epilogue(conv2d(annotations), annotations, "accel.conv2d", 1,
                                  bias=bias, bn=True, res=branch, act=act))
+    for bias, act in itertools.product((True, False), (False, True)):
+        annotations = {}
+        entries.append(_epilogue(conv2d(annotations), annotations, "accel.conv2d", 1,
+                                 bias=bias, factor=True, act=act))
     return entries
 
 

@@ -269,6 +269,8 @@ def _stages_from_roles(roles: Roles, lookup: Lookup) -> Tuple[relax.Expr, List[S
         stages.append(Stage("batch_norm", roles["bn"]))
     if "residual" in roles:
         stages.append(_commutative_stage(roles["residual"], lookup)[0])
+    if "factor" in roles:
+        stages.append(_commutative_stage(roles["factor"], lookup)[0])
     if "act" in roles:
         act = _kind(roles, "act")
         call = roles["act"]

@@ -39,7 +39,8 @@ from .target import LayerPlan, Target
 from .windows import WINDOW_REWRITES
 from .rewrites import (EXACT_REWRITES, broadcast_weight_matmuls, causal_masks,
                        softmax_row_shifts,
-                       end_at_first_item, global_means_as_convolutions, pooled_convolutions,
+                       end_at_first_item, global_means_as_convolutions,
+                       pooled_convolutions, varying_divisor_averages,
                        first_item_only, form_parts,
                        flattened_global_pools, fold_zero_padding, gelu_from_erf, identity_reshapes,
                        hide_match_casts, layer_norm_from_formula, restore_match_casts,
@@ -373,8 +374,9 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
     if is_partitioned(mod):
         raise AccelInvalidError("the module is partitioned already")
     config = AccelConfig.resolve(config)
-    mod = rewritten(mod, params)
-    if precision == "int8":  # after the cache: the rewrites it keeps are for every precision
+    # after the cache: the rewrites it keeps are for every precision
+    mod = varying_divisor_averages(rewritten(mod, params), precision)
+    if precision == "int8":
         mod = pooled_convolutions(global_means_as_convolutions(mod))
     table = pattern_table(config, fuse, log, precision, first_item_only(mod["main"]),
                           form_parts(mod["main"]))

@@ -2724,6 +2724,83 @@ def _pooled_conv(readers: dict, bound: dict):
     return rewriter
 
 
+def _window_divisors(size: int, kernel: int, stride: int, before: int, after: int, out: int,
+                     include: bool) -> np.ndarray:
+    """What an average divides by at each of ``out`` positions along one axis (torch's and
+    TVM's rule): its window clipped to the padded extent [-before, size + after) when it
+    counts padding, to the image [0, size) when not; ceil_mode's last window reaches past
+    both and counts neither."""
+    starts = np.arange(out) * stride - before
+    low, high = (-before, size + after) if include else (0, size)
+    return np.minimum(starts + kernel, high) - np.maximum(starts, low)
+
+
+def _varying_divisor_average(int8: bool):
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        from .._accel_ffi import lib
+
+        a = call.attrs
+        shape, out = _static(call.args[0]), _static(call)
+        dtype = str(call.ty.dtype)
+        if shape is None or out is None or len(shape) != 4 or str(a.layout) != "NCHW" or \
+                str(a.out_layout) not in ("", "NCHW") or \
+                any(d != 1 for d in _int_list(a.dilation)) or \
+                dtype not in ("float32", "float16"):
+            return call
+        kernel, strides = _int_list(a.pool_size), _int_list(a.strides)
+        padding = _int_list(a.padding)
+        padding = padding * 2 if len(padding) == 2 else padding
+        include = bool(a.count_include_pad)
+        divisors = np.outer(*[_window_divisors(shape[2 + i], kernel[i], strides[i], padding[i],
+                                               padding[2 + i], out[2 + i], include)
+                              for i in range(2)])
+        window = kernel[0] * kernel[1]
+        # the PDP divides by the whole window, or (in fp32 and fp16) by its image elements
+        # when it does not count padding: those averages it runs
+        if not (int8 or include) or np.all(divisors == window) or np.any(divisors <= 0) or \
+                max(kernel) > int(lib.ACCEL_MAX_CONV_KERNEL) or \
+                max(strides) > int(lib.ACCEL_MAX_CONV_STRIDE):
+            return call
+        # the bottom and right padding that give the pool's output size with every window
+        # whole (ceil_mode's last one reads zeros past the padding; floor mode's unread rows
+        # need none)
+        ends = [max((out[2 + i] - 1) * strides[i] + kernel[i] - shape[2 + i] - padding[i], 0)
+                for i in range(2)]
+        if any((shape[2 + i] + padding[i] + ends[i] - kernel[i]) // strides[i] + 1 !=
+               out[2 + i] for i in range(2)):
+            return call
+        padded = [padding[0], padding[1], ends[0], ends[1]]
+        if int8:
+            channels = shape[1]
+            weight = np.full((channels, 1, *kernel), 1.0 / window, dtype)
+            whole = relax.op.nn.conv2d(call.args[0], relax.const(weight, dtype), strides,
+                                       padded, groups=channels, out_dtype=dtype)
+        else:
+            whole = relax.op.nn.avg_pool2d(call.args[0], kernel, strides, padded,
+                                           count_include_pad=True)
+        factor = (window / divisors).astype(dtype).reshape(1, 1, *out[2:])
+        return named_as(relax.op.multiply(named_as(whole, call), relax.const(factor, dtype)),
+                        call)
+    return rewrite
+
+
+def varying_divisor_averages(mod: tvm.IRModule, precision: str) -> tvm.IRModule:
+    """avg_pool2d whose divisor is not its whole window at some position, where the PDP
+    does not divide as it does -> the average over whole windows of x, padded as the pool
+    reads it (what the PDP computes: ceil_mode's last windows reach past the padding into
+    zeros), times the constant k k / divisor per position (1 inside: the SDP's element-wise
+    multiply). In fp32 and fp16, only a ceil_mode pool counting padding whose last windows
+    reach past it (torch divides those by their padded extent alone), as a PDP average
+    counting padding: the other averages the PDP runs. In int8 (a mixed build is matched
+    as int8's), whose PDP divides by the whole window (NVDLA's reciprocal registers), any
+    (count_include_pad False with padding: PoolFormer's token mixer, Inception's pool
+    branches), as a depthwise conv2d of weights 1 / (k k): its sums are exact and rounded
+    once with the factor at the CONV's own output scale, where the PDP's average keeps its
+    input's (and in fp16 1 / 9 is no half, where the PDP divides in fp32)."""
+    return rewrite_bindings(mod, ("relax.nn.avg_pool2d",),
+                            _varying_divisor_average(precision == "int8"))
+
+
 def pooled_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     """avg_pool2d(conv2d(x, W) [+ b]) of a 1x1 W and a k x k stride-k pool without padding,
     the conv's output read by the pool alone -> conv2d(x, W / (k k) over k x k, stride k)

@@ -48,8 +48,6 @@ def _reason(mod, op, config="nv_full"):
      "layout is NHWC"),
     (lambda bb, x: relax.op.nn.avg_pool2d(x, 2, 2, out_layout="NHWC"), "relax.nn.avg_pool2d",
      "out_layout is NHWC"),
-    (lambda bb, x: relax.op.nn.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True),
-     "relax.nn.avg_pool2d", "ceil_mode and count_include_pad"),
     (lambda bb, x: relax.op.nn.adaptive_avg_pool2d(x, 1, out_layout="NHWC"),
      "relax.nn.adaptive_avg_pool2d", "out_layout is NHWC"),
     (lambda bb, x: relax.op.mean(x, [1, 2], keepdims=True), "relax.mean",
@@ -105,7 +103,7 @@ def test_an_attribute_the_vocabulary_does_not_pin_keeps_the_op_on_the_host(monke
 
 def test_the_table_is_small_and_a_new_activation_adds_no_entry(monkeypatch):
     size = len(patterns.pattern_table())
-    assert size < 100
+    assert size < 110  # 103 since the conv's constant factor (chains.constant_factor)
     _with_softplus(monkeypatch, None)
     assert len(patterns.pattern_table()) == size
     # every entry but the copies, LRN and custom primitives names its roles

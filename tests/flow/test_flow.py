@@ -387,13 +387,6 @@ def test_ceil_mode_pooling_with_a_partial_window(pool):
     assert_close(build_and_run(partitioned, x), torch_forward(model, x), rtol=RTOL)
 
 
-def test_ceil_mode_average_counting_padding_stays_on_the_host():
-    model = torch.nn.AvgPool2d(3, 2, ceil_mode=True, count_include_pad=True).eval()
-    mod, _ = frontend.from_pytorch(model, (torch.randn(1, 3, 12, 12),))
-    (op,) = ac.partition_report(mod).host
-    assert "count_include_pad" in op.reason
-
-
 def test_squeeze_excite_stays_whole_in_fp16():
     """fp16 reads squeeze-excite's computed per-channel scale as the SDP's scale (batch 1)."""
     torch.manual_seed(14)
