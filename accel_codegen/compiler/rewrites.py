@@ -41,6 +41,7 @@ result computes the same values).
   sandwich of NCHW data (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a
   per-channel scale, permute back) the same ops over the NCHW tensor's channels (layer norm over
   axis 1, a 1x1 conv), without the permutes; a squeeze or expand_dims the reshape to its shape; a
+  tile (torch's repeat; ONNX's Tile, a call_tir of TOPI's kernel) x concatenated with itself; a
   softmax over the last axis of reshaped rows (ONNX's opset-12 Softmax) the softmax of the
   tensor's own rows; a permute that swaps the only two axes longer than 1 a transpose of [1, R, S]
   between reshapes; a constant scale and shift per channel after a convolution,
@@ -3486,6 +3487,47 @@ def channel_broadcasts_as_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
     return rewrite_bindings(mod, ("relax.multiply", "relax.add"), _channel_broadcast)
 
 
+def _concat_copies(x: relax.Expr, repeats: list, call: relax.Expr) -> relax.Expr:
+    out = x
+    for axis, count in enumerate(repeats):
+        if count > 1:
+            out = named_as(relax.op.concat([out] * count, axis=axis), call)
+    return out
+
+
+def _tile_as_concat(call: relax.Call, source) -> relax.Expr:
+    shape = _static(call.args[0])
+    if shape is None or _static(call) is None:
+        return call
+    repeats = _int_list(call.attrs.repeats)
+    repeats = [1] * (len(shape) - len(repeats)) + repeats  # numpy's rule for fewer repeats
+    if len(repeats) != len(shape):
+        return call  # more repeats than axes: the output gains axes
+    return _concat_copies(call.args[0], repeats, call)
+
+
+# TVM's ONNX importer writes Tile as a call_tir of TOPI's tile kernel, its repeats baked in:
+# each output axis is its input axis times the repeat.
+_TILE_X = wildcard()
+_TILE_KERNEL = is_call_tir("tile", [_TILE_X])
+
+
+def _tile_kernel_as_concat(expr: relax.Expr, matches) -> relax.Expr:
+    shape, out = _static(matches[_TILE_X]), _static(expr)
+    if shape is None or out is None or len(shape) != len(out) or \
+            any(n == 0 or m % n for n, m in zip(shape, out)):
+        return expr
+    return _concat_copies(matches[_TILE_X], [m // n for n, m in zip(shape, out)], expr)
+
+
+def tiles_as_concats(mod: tvm.IRModule) -> tvm.IRModule:
+    """tile(x, repeats) (torch's ``x.repeat``: a grey image made three channels for an RGB
+    backbone; ONNX's Tile) -> x concatenated with itself ``repeats[i]`` times along each axis
+    i: the same values in the same places, copies the BDMA makes."""
+    return _rewrite(rewrite_bindings(mod, ("relax.tile",), _tile_as_concat), _TILE_KERNEL,
+                    _tile_kernel_as_concat)
+
+
 def squeezes_as_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     """squeeze(x) and expand_dims(x) of static shapes -> reshape(x, their shape), binding by
     binding (:func:`rewrite_bindings`)."""
@@ -3578,7 +3620,7 @@ def two_axis_swaps(mod: tvm.IRModule) -> tvm.IRModule:
 EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_takes,
                   ranked_constants, sliced_takes, gathers_as_slices, shared_constant_reshapes,
                   pool_padding_as_pad,
-                  conv1d_as_conv2d, squeezes_as_reshapes, means_of_3d_tensors,
+                  conv1d_as_conv2d, squeezes_as_reshapes, tiles_as_concats, means_of_3d_tensors,
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
                   same_values_broadcasts, per_row_products, column_products, computed_matmuls,
