@@ -1866,9 +1866,63 @@ def _of_constant(expr: relax.Expr, source) -> bool:
     return is_constant(expr)
 
 
+def _transposed_2d(x: relax.Expr, rows: int, columns: int, call: relax.Call) -> relax.Expr:
+    """x's [rows, columns] values as the [columns, rows] transpose: one BDMA transpose of
+    [1, rows, columns] (lowering's swap of the two axes after the batch)."""
+    three = named_as(relax.op.reshape(x, [1, rows, columns]), call)
+    return named_as(relax.op.reshape(named_as(relax.op.permute_dims(three, [0, 2, 1]), call),
+                                     [columns, rows]), call)
+
+
+def _keys_of(b: relax.Expr, rank: int, source) -> Optional[relax.Expr]:
+    """K where b is K^T, a transpose of its last two axes of a computed K of static shape (the
+    CONV's kernels, or a dense layer's rows, as K lies), else None."""
+    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+    bound = source(b) if isinstance(b, relax.Var) else None
+    keys = bound.args[0] if isinstance(bound, relax.Call) and \
+        op_name(bound) == "relax.permute_dims" and (
+            bound.attrs.axes is None and rank == 2 or
+            bound.attrs.axes is not None and
+            [int(x) % rank for x in _int_list(bound.attrs.axes)] == swap) else None
+    return None if keys is None or is_constant(keys) or _static(keys) is None else keys
+
+
+def _constant_rows_matmul(call: relax.Call, source) -> relax.Expr:
+    """C [.., M, K] B [.., K, N] with C a constant (a Perceiver's learned queries, folded with
+    their projection by the ONNX import) and B computed: per image, (B_i^T C_i^T)^T, the dense
+    layer of B_i^T's N rows with C_i's M rows as its constant weights, then transposed."""
+    a, b = call.args
+    out, a_shape, b_shape = _static(call), _static(a), _static(b)
+    rank = len(b_shape)
+    images = int(np.prod(b_shape[:-2]))
+    batch = [1] * (rank - len(a_shape)) + a_shape[:-2]
+    if len(a_shape) > rank or any(x not in (1, y) for x, y in zip(batch, b_shape[:-2])) or \
+            int(np.prod(batch)) not in (1, images):
+        return call
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    rows = constant_value(a).reshape(-1, m, k)
+    keys = _keys_of(b, rank, source)
+    columns = _images_of(b if keys is None else keys, images, k * n, call)
+    products = []
+    for i in range(images):
+        data = named_as(relax.op.reshape(columns(i), [n, k]), call) if keys is not None \
+            else _transposed_2d(columns(i), k, n, call)
+        weight = np.ascontiguousarray(rows[i % len(rows)].T)  # [K, M]
+        product = named_as(relax.op.matmul(data, relax.const(weight, "float32")), call)
+        products.append(_transposed_2d(product, n, m, call))
+    return _side_by_side(products, out, call)
+
+
 def _computed_matmul(call: relax.Call, source) -> relax.Expr:
     a, b = call.args
     out, a_shape, b_shape = _static(call), _static(a), _static(b)
+    if out is not None and a_shape is not None and b_shape is not None and \
+            len(a_shape) >= 2 and len(b_shape) >= 2 and a_shape[-1] == b_shape[-2] and \
+            is_constant(a) and not _of_constant(b, source) and b_shape[-1] > 1 and \
+            {str(a.ty.dtype), str(b.ty.dtype), str(call.ty.dtype)} == {"float32"} and \
+            (call.attrs.out_dtype is None or str(call.attrs.out_dtype) in ("", "float32")):
+        return _constant_rows_matmul(call, source)
     if out is None or a_shape is None or b_shape is None or len(a_shape) < 2 or \
             len(b_shape) != len(a_shape) or a_shape[:-2] != b_shape[:-2] or \
             a_shape[-1] != b_shape[-2] or b_shape[-1] == 1 or _of_constant(a, source) or \
@@ -1877,17 +1931,9 @@ def _computed_matmul(call: relax.Call, source) -> relax.Expr:
                             str(call.attrs.out_dtype) not in ("", "float32")):
         return call
     rank = len(b_shape)
-    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
-    bound = source(b) if isinstance(b, relax.Var) else None
     # b = K^T, a transpose of its last two axes (attention's scores): K [.., N, K] is already
     # the CONV's N kernels of K as it lies, read as the weights with no copy
-    keys = bound.args[0] if isinstance(bound, relax.Call) and \
-        op_name(bound) == "relax.permute_dims" and (
-            bound.attrs.axes is None and rank == 2 or
-            bound.attrs.axes is not None and
-            [int(x) % rank for x in _int_list(bound.attrs.axes)] == swap) else None
-    if keys is not None and (is_constant(keys) or _static(keys) is None):
-        keys = None
+    keys = _keys_of(b, rank, source)
     if rank == 2 and keys is not None:
         return call  # already the dense layer of computed weights (lowering._dense_spec)
     images = int(np.prod(a_shape[:-2]))
@@ -1900,12 +1946,8 @@ def _computed_matmul(call: relax.Call, source) -> relax.Expr:
         data = named_as(relax.op.reshape(rows(i), [m, k]), call)
         if keys is not None:
             weights = named_as(relax.op.reshape(columns(i), [n, k]), call)
-        else:
-            # b's [K, N] as [1, K, N] transposed to its N rows of K: one BDMA transpose
-            # (lowering's swap of two axes after the batch), the weights' layout the CONV reads
-            column_major = named_as(relax.op.reshape(columns(i), [1, k, n]), call)
-            weights = named_as(relax.op.reshape(named_as(
-                relax.op.permute_dims(column_major, [0, 2, 1]), call), [n, k]), call)
+        else:  # b's [K, N] transposed to its N rows of K, the weights' layout the CONV reads
+            weights = _transposed_2d(columns(i), k, n, call)
         products.append(named_as(relax.op.matmul(data, named_as(
             relax.op.permute_dims(weights, [1, 0]), call)), call))
     return _side_by_side(products, out, call)
