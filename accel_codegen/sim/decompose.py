@@ -35,7 +35,9 @@ Layer norm (over C, eps the SDP's shift): sum tree of x; CONV broadcast + SDP (s
 add x) = d = x - mean; SDP d * d; sum tree of d^2; SDP (scale 1/C, shift eps, rsqrt) = r;
 [FP16: Newton]; CONV broadcast + SDP (scale gamma, mul d); SDP (shift beta).
 Softmax (over C): max tree of x; CONV broadcast + SDP (scale -1, add x, exp) = e = exp(x -
-max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e).
+max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e). FP16
+(_softmax_fp16): e through softmax_exp's table, the sum a CONV of ones (fp32 accumulator),
+1 / sum as its half r and the last Newton step's remainder r_lo, e r + e r_lo rounded once.
 log_softmax (over C): softmax's max and e; sum of e, SDP log = l; SDP l + max on one
 channel; CONV broadcast + SDP (scale -1, add x) = x - max - ln(sum).
 softsign (element-wise): SDP (scale -1, max x) = |x|; SDP (shift 1, reciprocal) = r [FP16:
