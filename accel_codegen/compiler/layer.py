@@ -237,9 +237,9 @@ class NormSpec:
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
         """The passes over a surface of ``shape`` in ``precision`` (sim/decompose.py)."""
-        if self.kind == "softmax":  # fp32: the sum a CONV (decompose.fp32_sums)
-            return softmax_passes(shape, precision,
-                                  fp32_sums(shape) if precision == "fp32" else "tree")
+        if self.kind == "softmax":  # the sum a CONV (decompose.fp32_sums; fp16: its fp32
+            # accumulator gives 1 / sum's remainder, decompose._softmax_fp16)
+            return softmax_passes(shape, precision, fp32_sums(shape))
         if self.kind == "softsign":  # element-wise: |x|, 1 / (1 + |x|), times x
             return softsign_passes(shape, precision)
         if self.kind == "log_softmax":  # softmax's passes, ln(sum) subtracted

@@ -35,7 +35,9 @@ Layer norm (over C, eps the SDP's shift): sum tree of x; CONV broadcast + SDP (s
 add x) = d = x - mean; SDP d * d; sum tree of d^2; SDP (scale 1/C, shift eps, rsqrt) = r;
 [FP16: Newton]; CONV broadcast + SDP (scale gamma, mul d); SDP (shift beta).
 Softmax (over C): max tree of x; CONV broadcast + SDP (scale -1, add x, exp) = e = exp(x -
-max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e).
+max); sum tree of e; SDP reciprocal = r; [FP16: Newton]; CONV broadcast + SDP (mul e). FP16
+(_softmax_fp16): e through softmax_exp's table, the sum a CONV of ones (fp32 accumulator),
+1 / sum as its half r and the last Newton step's remainder r_lo, e r + e r_lo rounded once.
 log_softmax (over C): softmax's max and e; sum of e, SDP log = l; SDP l + max on one
 channel; CONV broadcast + SDP (scale -1, add x) = x - max - ln(sum).
 softsign (element-wise): SDP (scale -1, max x) = |x|; SDP (shift 1, reciprocal) = r [FP16:
@@ -668,16 +670,58 @@ def _layer_norm_fp16(b: "_Builder", gamma, beta, eps: float, newton: Optional[in
 def softmax_passes(shape, precision: str = "fp32", reduce: str = "tree",
                    newton: Optional[int] = None) -> Decomposition:
     """Softmax over the channels of an [N, C, H, W] surface, ``exp(x - max) / sum``, as
-    engine passes (module docstring; the max is always the BDMA + SDP tree)."""
+    engine passes (module docstring; the max is always the BDMA + SDP tree). FP16:
+    :func:`_softmax_fp16`."""
     b = _Builder("softmax", shape, precision, reduce)
     c = b.c
     m = b.tree("x", "max", "max")
+    if precision == "fp16":
+        return _softmax_fp16(b, m, newton)
     e = b.broadcast(m, "exp", "x", scale=b.values(-1.0, c), ew_op="add", act="exp")
-    if precision == "fp32" and (newton or 0) == 0 and reduce == "conv":
+    if (newton or 0) == 0 and reduce == "conv":
         r = b.reduce_sum(e, "sum", broadcast=True, act="reciprocal")
     else:
         r = b.lut(b.reduce_sum(e, "sum"), "reciprocal", newton)
     return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
+
+
+def _softmax_fp16(b: "_Builder", m: str, newton: Optional[int]) -> Decomposition:
+    """The FP16 softmax after the max ``m``, as attention's core normalises (issue 29: the
+    probabilities of ``need_weights=True`` were 2.8 dB below ``.half()``'s):
+
+    - e = exp(x - max) through softmax_exp's table (LO [-8, 0) at 1/32, accel.h), where t - max
+      <= 0 lies: exp's own table (LO [-5, 11) at 1/16, its LE's 1/2 steps below -5) cost 5 to
+      15 dB of the softmax's SQNR against float64 (docs/transformer_ops.md, fp16 softmax);
+    - the sum S of e: ``reduce`` "conv" or "conv1", one CONV of ones to one channel, whose
+      fp32 accumulator is rounded once to the half v (the tree, "tree": ceil(log2 C) halves);
+    - r = 1 / v through the LUT, then all Newton steps but the last, each one pass through the
+      SDP's X units (s r in fp32 inside it, rounded once: ``_Builder.lut_x``);
+    - the last step as r's remainder r_lo = r (1 - S r), S read again from the CONV's fp32
+      accumulator in the same run (tree: v), so that r + r_lo is 1 / S within a few 2^-22;
+    - e r_lo broadcast (a CONV of ones from one channel) and rounded to half (2^-11 of it is
+      2^-22 of the output), then e r + that in fp32 inside the last run (r broadcast by its
+      CONV, e through the X1 multiplier), rounded once.
+
+    So the output rounds once after e: 1 / sum rounded to half, the sum's halves and the
+    Newton steps' products in half cost 2.8 dB before. What stays is e's table and its
+    rounding to half (the P V CONV of attention reads it as halves too; here the last run's
+    LUT would have to come after the product). ``newton`` 0: r from the LUT alone, times e."""
+    c, p = b.c, "fp16"
+    e = b.broadcast(m, "exp", "x", scale=b.values(-1.0, c), ew_op="add", act="softmax_exp")
+    steps = newton_steps("softmax", "reciprocal", p, newton)
+    conv = b.reduce != "tree"
+    v = b.add("sum", [b.ones(c, 1), Sdp(precision=p)], e, 1) if conv else \
+        b.tree(e, "add", "sum")
+    if steps == 0:
+        r = b.add("reciprocal", [Sdp(act="reciprocal", precision=p)], v, 1)
+        return b.done(b.broadcast(r, "normalise", e, ew_op="mul"))
+    r = b.lut_x(v, "reciprocal", steps - 1)
+    r_lo = b.add("reciprocal.low", ([b.ones(c, 1)] if conv else []) + [Sdp(
+        scale=b.values(-1.0, 1), shift=b.values(1.0, 1), ew_op="mul", precision=p)],
+        e if conv else v, 1, r, units=[("x1_mul", r)])
+    low = b.add("normalise.low", [b.ones(1), Sdp(ew_op="mul", precision=p)], r_lo, c, e)
+    return b.done(b.add("normalise", [b.ones(1), Sdp(ew_op="add", precision=p)], r, c, low,
+                        units=[("x1_mul", e)]))
 
 
 def log_softmax_passes(shape, precision: str = "fp32", reduce: str = "tree") -> Decomposition:

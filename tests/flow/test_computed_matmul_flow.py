@@ -81,10 +81,11 @@ def _whole(report):
 def test_need_weights_is_one_function_fp32_and_fp16():
     """Before: 35 of 40 operators in 6 functions (the packed projection's three selects and
     both batched matmuls on the host). fp32 within 1e-4 of each output's scale; fp16 within
-    1.5 dB of PyTorch's .half() for the output, 3.5 dB for the averaged probabilities: they
-    are the token softmax's fp16 passes (its exponentials rounded to half before the sum and
-    the product), which alone are 3 to 4.6 dB below .half()'s softmax (rounded once from
-    fp32) on [1, 4, 16, 16] scores (docs/transformer_ops.md)."""
+    issue 29's 1 dB of PyTorch's .half() for both outputs (measured: y 0.15 dB below, the
+    averaged probabilities 0.76 dB, 2.8 dB before the token softmax's fp16 passes took
+    softmax_exp's table, a CONV's fp32 sum and 1 / sum's remainder: decompose._softmax_fp16;
+    their exponentials, rounded to half before the product, are what is left:
+    docs/transformer_ops.md)."""
     model, x = _weights_too()
     mod, params = from_pytorch(model, (x,))
     for precision in ("fp32", "fp16"):
@@ -97,7 +98,7 @@ def test_need_weights_is_one_function_fp32_and_fp16():
     half = _outputs(copy.deepcopy(model).half(), x.half())
     for ours, theirs, halved, what, margin in zip(
             _run(mod, x.numpy(), params=params, precision="fp16"), expected, half, ("y", "w"),
-            (1.5, 3.5)):
+            (1.0, 1.0)):
         print(f"fp16 {what}: ours {sqnr(ours, theirs):.2f} dB, PyTorch .half() "
               f"{sqnr(halved, theirs):.2f} dB")
         assert sqnr(ours, theirs) >= sqnr(halved, theirs) - margin, what
@@ -149,7 +150,7 @@ def test_need_weights_onnx_export_is_one_function_in_every_precision(tmp_path):
     half = _outputs(copy.deepcopy(model).half(), x.half())
     for ours, theirs, halved, what, margin in zip(
             _run(mod, x.numpy(), params=params, precision="fp16"), expected, half, ("y", "w"),
-            (1.5, 3.5)):  # the margins: test_need_weights_is_one_function_fp32_and_fp16
+            (1.0, 1.0)):  # the margins: test_need_weights_is_one_function_fp32_and_fp16
         assert sqnr(ours, theirs) >= sqnr(halved, theirs) - margin, what
     calibration = _calibration(x)
     partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
@@ -165,7 +166,7 @@ def test_need_weights_in_int8_against_onnx_runtime(tmp_path):
     """The computed-weights layers and the softmax in fp16 inside the int8 function
     (engines.fp16_in_int8), the projections and the head average in int8; against ONNX
     Runtime's static int8 of the export calibrated on the same inputs: both outputs at
-    least its figures (34.3 / 42.7 dB against 31.9 / 38.4)."""
+    least its figures (34.5 / 43.0 dB against 31.9 / 38.4)."""
     model, x = _weights_too()
     calibration = _calibration(x)
     mod, params = from_pytorch(model, (x,))

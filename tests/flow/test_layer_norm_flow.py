@@ -123,8 +123,8 @@ def test_layer_norm_passes_run_bit_for_bit_as_the_reference(precision):
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_softmax_over_the_last_axis_runs_bit_for_bit_as_the_reference(precision):
     """softmax(x, axis=-1) of attention scores [B, heads, T, T]: one composite, the
-    decomposition's passes (max tree, exp through the LUT, sum (fp32: a CONV to one
-    channel), reciprocal) bit for bit."""
+    decomposition's passes (max tree, exp through the LUT, sum (a CONV to one channel, the
+    compiler's fp32_sums; fp16 since 2026-12-03), reciprocal) bit for bit."""
     rng = np.random.default_rng(4)
     shape = (1, 2, 8, 24)
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
@@ -139,7 +139,7 @@ def test_softmax_over_the_last_axis_runs_bit_for_bit_as_the_reference(precision)
     y = build_and_run(mod, x, precision=precision)
     surface = x.transpose(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
     passes = decompose.softmax_passes(surface.shape, precision,
-                                      "conv1" if precision == "fp32" else "tree")
+                                      decompose.fp32_sums(surface.shape))
     expected = reference.run_decomposition(passes, surface).transpose(0, 2, 3, 1)
     assert_same(y, np.ascontiguousarray(expected, np.float32))
     assert_close(y, torch.softmax(torch.from_numpy(x), -1).numpy(),
