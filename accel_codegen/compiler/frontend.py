@@ -29,13 +29,13 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import AccelInvalidError, AccelShapeError, AccelUnsupportedError
+from ..errors import AccelError, AccelInvalidError, AccelShapeError, AccelUnsupportedError
 from .onnx_folding import fold_shape_arithmetic
 from .qdq import QDQ_ATTR, has_qdq, strip_qdq
 from . import pt2e
@@ -195,8 +195,12 @@ def from_pytorch(
             converters = {**_MISSING_CONVERTERS, **custom.convert_map(),
                           **dict(custom_convert_map or {})}
             mod = _import_exported(exported, keep_params_as_input, converters)
-        except (AssertionError, NotImplementedError, KeyError) as error:
-            # TVM reports unconverted ops as "AssertionError: Unsupported function types".
+        except AccelError:
+            raise  # a converter's own typed refusal (a custom primitive's)
+        except Exception as error:  # converters raise AssertionError, ValueError, TVM errors
+            # TVM reports unconverted ops as "AssertionError: Unsupported function types";
+            # a converter that fails on its op's arguments raises what it raises
+            # (F.unfold's index_tensor: "ValueError: index_tensor: cannot broadcast ...").
             raise AccelUnsupportedError(
                 f"TVM's PyTorch frontend could not import {name}: "
                 f"{_first_line(error)}") from error
@@ -509,6 +513,74 @@ def _sums_as_adds(model):
             nodes.append(helper.make_node("Add", [total, term], [out],
                                           name=name if last else out))
             total = out
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def _einsum_as_matmul(node) -> Optional[list]:
+    """The Transpose / MatMul nodes of an Einsum of two operands whose equation is a batched
+    matmul (every label once per term, one free label each, one summed label, no ellipsis:
+    attention's ``bhid,bhjd->bhij`` and ``bhij,bhjd->bhid``, a linear layer's ``btc,dc->btd``
+    without its batch on the weight), else None."""
+    from onnx import helper
+
+    equation = next((a.s.decode() for a in node.attribute if a.name == "equation"), "")
+    equation = equation.replace(" ", "")
+    if len(node.input) != 2 or "->" not in equation or "." in equation:
+        return None
+    terms, out = equation.split("->")
+    if terms.count(",") != 1:
+        return None
+    a, b = terms.split(",")
+    if any(len(set(t)) != len(t) for t in (a, b, out)) or set(out) - set(a + b):
+        return None
+    batch = [c for c in out if c in a and c in b]
+    summed = [c for c in a if c in b and c not in out]
+    free_a, free_b = [c for c in a if c not in b], [c for c in b if c not in a]
+    # a label of both terms is a batch axis (kept) or the summed one; of one term, free (kept)
+    if len(summed) != 1 or len(free_a) != 1 or len(free_b) != 1 or \
+            len(batch) + 1 != len(set(a) & set(b)) or len(batch) + 2 != len(out):
+        return None
+    name = node.name or node.output[0]
+    nodes, operands = [], []
+    for term, order, which in ((a, batch + free_a + summed, "a"),
+                               (b, batch + summed + free_b, "b")):
+        perm = [term.index(c) for c in order]
+        if perm == list(range(len(perm))):
+            operands.append(node.input[0 if which == "a" else 1])
+            continue
+        moved = f"{name}/{which}_moved"
+        nodes.append(helper.make_node("Transpose", [node.input[0 if which == "a" else 1]],
+                                      [moved], name=moved, perm=perm))
+        operands.append(moved)
+    product_labels = batch + free_a + free_b
+    perm = [product_labels.index(c) for c in out]
+    if perm == list(range(len(perm))):
+        nodes.append(helper.make_node("MatMul", operands, list(node.output), name=name))
+    else:
+        product = f"{name}/product"
+        nodes.append(helper.make_node("MatMul", operands, [product], name=product))
+        nodes.append(helper.make_node("Transpose", [product], list(node.output), name=name,
+                                      perm=perm))
+    return nodes
+
+
+def _einsums_as_matmuls(model):
+    """``model`` with each Einsum whose equation is a batched matmul as Transposes and a
+    MatMul (the model itself where it has none): TVM's importer writes Einsum as a call_tir of
+    TOPI's einsum kernel, an op the partitioner cannot read, where the same products as a
+    MatMul are attention's, or a dense layer's."""
+    import onnx
+
+    if not any(n.op_type == "Einsum" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for node in model.graph.node:
+        replaced = _einsum_as_matmul(node) if node.op_type == "Einsum" and \
+            node.domain in ("", "ai.onnx") else None
+        nodes.extend(replaced if replaced is not None else [node])
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return model
@@ -856,7 +928,7 @@ def from_onnx(
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    model = _even_lrns(_sums_as_adds(_lp_normalizations(model)))
+    model = _einsums_as_matmuls(_even_lrns(_sums_as_adds(_lp_normalizations(model))))
     graph_name = model.graph.name
     missing = _unconvertible_nodes(model.graph, _get_convert_map())
     if missing:

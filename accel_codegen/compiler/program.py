@@ -10,7 +10,8 @@ layer with a downsample branch the branch's run then its own, a deconvolution it
 copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/fp16 code a
 converting run after a layer whose output a layer of the other precision reads: this is the
 one place that inserts converting runs; int8 code runs its norms, softmaxes and attention
-cores in fp16, ``engines.fp16_in_int8``, which makes it the mixed code of that assignment).
+cores in fp16, ``engines.fp16_in_int8``, and the copies of their results until an int8 layer
+reads them, which makes it the mixed code of that assignment).
 A :class:`Run` knows its key and label, primitive, layer, precision, the function-level
 tensors it reads and writes, whether the memory plan places it, and whether it converts.
 
@@ -453,13 +454,58 @@ def _call_runs(index: int, call: int, c: Call) -> List[Run]:
     return runs
 
 
+def _copies_only(call: Call, produced: Sequence[int]) -> bool:
+    """Whether a layer only moves values (BDMA copies: a reshape, slice, transpose or concat)
+    and reads layers' outputs alone (``produced``: the layers it reads), no function input."""
+    layer = call.layer
+    tensors = [a for a in call.binding.value.args if isinstance(a, relax.Var)]
+    return bool(layer.copies) and layer.conv is None and layer.pool is None and \
+        layer.norm is None and layer.rubik is None and layer.branch is None and \
+        layer.sdp.empty() and bool(tensors) and len(produced) == len(tensors)
+
+
+def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
+                 precisions: List[str]) -> List[str]:
+    """int8 code's copy layers of fp16 values in fp16: each group of copy layers that read
+    one another and whose other sources are all fp16 layers (a matmul of computed operands'
+    products per head, concatenated before the softmax or the output projection) copies fp16
+    values. In int8 each piece would be rounded to codes of its own scale, then to the
+    concat's; in fp16 they are converted once, where an int8 layer reads the group."""
+    readers: List[List[int]] = [[] for _ in calls]
+    for reader, read in enumerate(sources):
+        for source in read:
+            readers[source].append(reader)
+    movers = {i for i, c in enumerate(calls)
+              if precisions[i] == MIXED[0] and _copies_only(c, sources[i])}
+    seen: set = set()
+    for first in sorted(movers):
+        if first in seen:
+            continue
+        group, stack = set(), [first]
+        while stack:  # the copy layers connected to ``first`` through one another
+            i = stack.pop()
+            if i in group:
+                continue
+            group.add(i)
+            stack.extend(j for j in list(sources[i]) + readers[i] if j in movers)
+        seen |= group
+        upstream = {j for i in group for j in sources[i]} - group
+        if upstream and all(precisions[j] == MIXED[1] for j in upstream):
+            for i in group:
+                precisions[i] = MIXED[1]
+    return precisions
+
+
 def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call],
                      sources: Sequence[Sequence[int]], precision: Optional[str],
                      layer_precisions: Optional[Mapping[str, str]]) -> Function:
-    """The function with each layer's precision (mixed: ``layer_precisions``' by its key), a
-    converting run after each layer whose output a layer of the other precision reads."""
+    """The function with each layer's precision (mixed: ``layer_precisions``' by its key;
+    int8: fp16 for the layers int8 runs in fp16 and the copies between them), a converting
+    run after each layer whose output a layer of the other precision reads."""
     precisions = [_layer_precision(precision, layer_precisions, run_key(index, i), c.layer)
                   for i, c in enumerate(calls)]
+    if precision == MIXED[0]:
+        precisions = _fp16_copies(calls, sources, precisions)
     converted = _converted(sources, precisions)  # none where every layer has one precision
     calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
              for i, c in enumerate(calls)]

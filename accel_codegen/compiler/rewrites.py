@@ -1532,7 +1532,7 @@ def _leading_slice(call: relax.Call, source) -> relax.Expr:
     shape, out = _static(x), _static(call)
     axes = _int_list(call.args[1]) if len(call.args) > 1 else []
     strides = _int_list(call.args[4]) if len(call.args) > 4 else [1]
-    if shape is None or out is None or len(shape) not in (2, 3) or shape[0] < 2 or \
+    if shape is None or out is None or len(shape) in (0, 1, 4) or shape[0] < 2 or \
             [a % len(shape) for a in axes] != [0] or strides != [1] or out[1:] != shape[1:] or \
             is_constant(x):
         return call
@@ -1544,9 +1544,11 @@ def _leading_slice(call: relax.Call, source) -> relax.Expr:
 
 
 def leading_axis_slices(mod: tvm.IRModule) -> tvm.IRModule:
-    """A slice along axis 0 of 2-D or 3-D data (an LSTM's time steps of [T, N, 4H] gates, the
-    sequence-first layout torch's nn.LSTM computes them in) -> the same rows as a slice along
-    axis 1 of [1, A, B C] (one block of contiguous bytes either way), which the BDMA copies."""
+    """A slice along axis 0 of 2-D, 3-D or 5-D and wider data (an LSTM's time steps of [T, N,
+    4H] gates, the sequence-first layout torch's nn.LSTM computes them in; q, k and v of a
+    packed projection viewed as [3, B, H, T, d], RoPE's before its rotation) -> the same rows
+    as a slice along axis 1 of [1, A, rest] (one block of contiguous bytes either way), which
+    the BDMA copies."""
     return rewrite_bindings(mod, ("relax.strided_slice",), _leading_slice)
 
 
@@ -2144,6 +2146,72 @@ def _negated_plus(expr: relax.Expr, matches) -> relax.Expr:
 def constant_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
     """subtract(constant c, x) -> add(multiply(x, -1), c)."""
     return _rewrite(mod, _CONSTANT_MINUS, _negated_plus)
+
+
+# -x (RoPE's rotate_half, torch.cat([-x2, x1])) -> x * (-1): the SDP's scale. Exact.
+_NEGATED = wildcard()
+_NEGATIVE = is_op("relax.negative")(_NEGATED)
+
+
+def _scaled_by_minus_one(expr: relax.Expr, matches) -> relax.Expr:
+    x = matches[_NEGATED]
+    dtype = _negatable(x, x)
+    return expr if dtype is None else relax.op.multiply(x, relax.const(-1.0, dtype))
+
+
+def negatives_as_scales(mod: tvm.IRModule) -> tvm.IRModule:
+    """negative(x) of a computed float tensor -> multiply(x, -1)."""
+    return _rewrite(mod, _NEGATIVE, _scaled_by_minus_one)
+
+
+# torch's softmax in scaled_dot_product_attention's decomposition is guarded, where(every
+# score of the row is -inf, 0, P), for fully masked rows; attention.py reads the guard within
+# its core (_unguarded). Where the core is not read (q and k rotated first: RoPE), the guard
+# of scores that are products of finite tensors, scaled (no mask added), is P itself.
+_GUARD_OPS = ("relax.logical_not", "relax.astype", "relax.max", "relax.equal")
+_SCORE_VIEWS = ("relax.reshape", "relax.permute_dims", "relax.broadcast_to")
+
+
+def _product_scores(expr: relax.Expr, source) -> bool:
+    """Whether expr is a matmul seen through views and scalings by constants."""
+    while isinstance(expr, relax.Var):
+        bound = source(expr)
+        name = op_name(bound) if isinstance(bound, relax.Call) else None
+        if name == "relax.matmul":
+            return True
+        if name in ("relax.multiply", "relax.divide") and is_constant(bound.args[1]) or \
+                name in _SCORE_VIEWS:
+            expr = bound.args[0]
+        else:
+            return False
+    return False
+
+
+def _unguarded_softmax(call: relax.Call, source) -> relax.Expr:
+    condition, fill, probabilities = call.args
+    softmax = source(probabilities) if isinstance(probabilities, relax.Var) else None
+    zeros = source(fill) if isinstance(fill, relax.Var) else None
+    if op_name(softmax) != "relax.nn.softmax" or op_name(zeros) != "relax.full_like" or \
+            not zeros.args[0].same_as(probabilities) or not is_constant(zeros.args[1]) or \
+            np.any(constant_value(zeros.args[1]) != 0) or \
+            not _product_scores(softmax.args[0], source):
+        return call
+    scores, stack, seen = softmax.args[0], [condition], set()
+    while stack:  # the condition reads the scores alone, through the guard's ops
+        expr = stack.pop()
+        if expr.same_as(scores) or expr in seen:
+            continue
+        seen.add(expr)
+        bound = source(expr) if isinstance(expr, relax.Var) else None
+        if op_name(bound) not in _GUARD_OPS:
+            return call
+        stack.extend(a for a in bound.args if not is_constant(a))
+    return probabilities
+
+
+def unguarded_softmaxes(mod: tvm.IRModule) -> tvm.IRModule:
+    """where(row all -inf, 0, softmax(s)) of scores s that are a scaled matmul -> softmax(s)."""
+    return rewrite_bindings(mod, ("relax.where",), _unguarded_softmax)
 
 
 # a - b of two tensors of one shape (box decoding's x2y2 - x1y1) -> a + b * (-1): the SDP's
@@ -3665,7 +3733,8 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   conv1d_as_conv2d, squeezes_as_reshapes, tiles_as_concats, means_of_3d_tensors,
                   norms_between_unit_reshapes,
                   channel_reductions, flips_as_copies, leading_axis_slices,
-                  same_values_broadcasts, per_row_products, column_products, computed_matmuls,
+                  same_values_broadcasts, per_row_products, column_products, unguarded_softmaxes,
+                  computed_matmuls,
                   bilinear_upsampling_as_deconvolution, linear_resizes_as_dense_layers,
                   grouped_norms_as_layer_norms,
                   norms_over_unit_axes, branch_stacks_as_channels,
@@ -3674,5 +3743,6 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   global_max_pools,
                   space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
+                  negatives_as_scales,
                   layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs,
                   squares_as_products)

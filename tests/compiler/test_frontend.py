@@ -193,6 +193,17 @@ def test_from_pytorch_unsupported_op():
         from_pytorch(Erfcx(), (torch.randn(3),))
 
 
+def test_from_pytorch_a_converter_failing_is_a_typed_error():
+    """TVM's converter of F.unfold's index_tensor raises a bare ValueError on its arguments:
+    the user gets the project's error naming the model and TVM's words."""
+    class Unfold(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.unfold(x, 2, stride=2)
+
+    with pytest.raises(AccelUnsupportedError, match=r"could not import Unfold.*index_tensor"):
+        from_pytorch(Unfold(), (torch.randn(1, 8, 16, 16),))
+
+
 def test_from_pytorch_wrong_input_shape(lenet):
     with pytest.raises(AccelUnsupportedError, match="torch.export could not trace LeNet5"):
         from_pytorch(lenet[0], (torch.randn(1, 3, 32, 32),))
