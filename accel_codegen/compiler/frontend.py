@@ -520,9 +520,10 @@ def _sums_as_adds(model):
 
 def _einsum_as_matmul(node) -> Optional[list]:
     """The Transpose / MatMul nodes of an Einsum of two operands whose equation is a batched
-    matmul (every label once per term, one free label each, one summed label, no ellipsis:
-    attention's ``bhid,bhjd->bhij`` and ``bhij,bhjd->bhid``, a linear layer's ``btc,dc->btd``
-    without its batch on the weight), else None."""
+    matmul (every label once per term, one summed label, one free label of the second term
+    and one of the first, or several where the second has no batch labels; no ellipsis:
+    attention's ``bhid,bhjd->bhij`` and ``bhij,bhjd->bhid``, a linear layer's ``btc,dc->btd``,
+    whose MatMul broadcasts the 2-D weight over the first term's leading axes), else None."""
     from onnx import helper
 
     equation = next((a.s.decode() for a in node.attribute if a.name == "equation"), "")
@@ -539,8 +540,8 @@ def _einsum_as_matmul(node) -> Optional[list]:
     summed = [c for c in a if c in b and c not in out]
     free_a, free_b = [c for c in a if c not in b], [c for c in b if c not in a]
     # a label of both terms is a batch axis (kept) or the summed one; of one term, free (kept)
-    if len(summed) != 1 or len(free_a) != 1 or len(free_b) != 1 or \
-            len(batch) + 1 != len(set(a) & set(b)) or len(batch) + 2 != len(out):
+    if len(summed) != 1 or len(free_b) != 1 or not free_a or (len(free_a) > 1 and batch) or \
+            len(batch) + 1 != len(set(a) & set(b)) or len(batch) + len(free_a) + 1 != len(out):
         return None
     name = node.name or node.output[0]
     nodes, operands = [], []

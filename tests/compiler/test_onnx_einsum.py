@@ -26,6 +26,8 @@ def _einsum_model(equation, a_shape, b_shape, out_shape):
     ("ik,kj->ij", (5, 8), (8, 6)),                      # a plain matmul
     ("bik,bjk->bji", (2, 5, 8), (2, 6, 8)),             # the output transposed
     ("hbid, hbjd -> bhij", (2, 1, 5, 8), (2, 1, 6, 8)),  # batch labels reordered, spaces
+    ("btc,dc->btd", (2, 5, 8), (6, 8)),                 # a linear layer, its weight 2-D
+    ("btc,cd->tbd", (2, 5, 8), (8, 6)),
 ])
 def test_a_batched_matmul_einsum_is_a_matmul(equation, a_shape, b_shape):
     rng = np.random.default_rng(0)
