@@ -497,7 +497,9 @@ def _token_entries() -> List[Entry]:
     # its images put first where they are several heads of one (a sequence-first batch)
     annotations = {role: pattern for role, pattern in annotations.items()
                    if role not in ("attention", "value", "value_slice")}
-    annotations["probabilities"] = is_op("relax.nn.attention")(heads[0], heads[1], is_const())
+    annotations["probabilities"] = is_op("relax.nn.attention")(
+        heads[0], heads[1], is_const()) | is_op("relax.nn.attention_bias")(
+        heads[0], heads[1], is_const(), is_const() | wildcard())
     mean = annotations["heads_mean"] = is_op("relax.mean")(is_op("relax.reshape")(
         annotations["probabilities"], wildcard()))
     annotations["images_first"] = is_op("relax.permute_dims")(mean)
