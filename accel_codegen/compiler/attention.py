@@ -605,7 +605,8 @@ def _heads_means(graph: _Graph, probabilities: relax.Var) -> Dict[relax.Var, Tup
     """need_weights=True: the readers of the probabilities P ([blocks, T, Tk] in memory, the
     heads of each image consecutive) that begin layout ops and a ``mean`` averaging groups of
     consecutive blocks, [blocks / g, T, Tk] in memory (torch's ``attn.view(B, H, T, S)
-    .mean(dim=1)``): reader -> (the mean's var, g)."""
+    .mean(dim=1)``), or (``average_attn_weights=False``, g = 1) layout ops alone that
+    keep P's order: reader -> (the mean's var or the last such view's, g)."""
     shape = _static(probabilities)
     found = {}
     if shape is None or len(shape) < 2:
@@ -642,6 +643,18 @@ def _heads_means(graph: _Graph, probabilities: relax.Var) -> Dict[relax.Var, Tup
             if np.array_equal(np.sort(rows, axis=1), expected):
                 found[reader] = (var, g)
             break
+        # average_attn_weights=False: every head's probabilities, [blocks, T, Tk] in memory,
+        # read through layout ops alone (the last tensor of them that holds them so) beside
+        # P V, and by no matmul after them
+        if reader in found or not chain or len(graph.readers.get(probabilities, [])) < 2 or \
+                any(graph.call(r, "relax.matmul") is not None
+                    for r in graph.readers.get(chain[-1], []) if r is not None):
+            continue
+        for i in range(len(chain), 0, -1):
+            index = _indices_of(graph, shape, [graph.call(v) for v in chain[:i]])
+            if index is not None and np.array_equal(index.reshape(-1), np.arange(index.size)):
+                found[reader] = (chain[i - 1], 1)
+                break
     return found
 
 
@@ -955,7 +968,7 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     for start, (var, groups) in means.items():
         if blocks % groups or _static(probabilities)[-2:] != (tokens, kv_tokens) or \
                 int(np.prod(_static(probabilities))) != blocks * tokens * kv_tokens or \
-                (windows > 1 and groups != heads) or transposed:
+                heads % groups or transposed:
             return None
         core.means.append((var, groups))
     return core
@@ -1125,7 +1138,7 @@ class _Rewriter(relax.PyExprMutator):
                                              scale=scale), name))
         p = emit(named(relax.op.reshape(p, [w, t, h // groups, groups, tk]), name))
         p = emit(named(relax.op.mean(p, axis=[3], keepdims=False), name))
-        if h // groups > 1:  # [1, T, G, Tk] -> [1, G, T, Tk]
+        if h // groups > 1:  # [W, T, G, Tk] -> [W, G, T, Tk]
             p = emit(named(relax.op.permute_dims(p, [0, 2, 1, 3]), name))
         return self._emit(var, named(relax.op.reshape(p, list(_static(var))), name))
 

@@ -504,8 +504,9 @@ def _token_entries() -> List[Entry]:
         annotations["probabilities"], wildcard()))
     annotations["images_first"] = is_op("relax.permute_dims")(mean)
     mean = annotations["images_first"] | mean
-    entries.append(Entry("accel.attention_weights", is_op("relax.reshape")(mean, wildcard()),
-                         annotations, 8))
+    # (the reshape to the tensor's own shape gone: a batch of one image's heads, [1, H, T, Tk])
+    entries.append(Entry("accel.attention_weights",
+                         is_op("relax.reshape")(mean, wildcard()) | mean, annotations, 8))
     # softmax or log_softmax over the last axis, and softsign, x / (1 + |x|) (as the
     # frontends write it), kinds ("passes:<kind>") of one entry, each a "norm" of engine
     # passes (sim/decompose.py); the field is not {norm}, the decomposed LRN's entry's name

@@ -181,6 +181,11 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None,
             return _lower_attention(roles, lookup, root, probabilities=True)
         if roles and "unflatten" in roles:
             return _lower_tokens(_token_roles(roles), lookup, root)
+    if op_name(root_value) in ("relax.mean", "relax.permute_dims"):  # need_weights=True's
+        # head-averaged probabilities without the reshape to their own shape
+        found = roles or _match(root_value, lookup, name)
+        if found and "probabilities" in found:
+            return _lower_attention(found, lookup, root, probabilities=True)
     if op_name(root_value) in COPIES:
         return _lower_copies(root_value, lookup)
     if op_name(root_value) == UPSAMPLE:
@@ -1135,7 +1140,7 @@ def _heads_mean_groups(roles: Roles, call: relax.Call) -> int:
                           f"{list(grouped)} is not one over groups of heads")
     permute = roles.get("images_first")
     if permute is not None and (permute.attrs.axes is None or [
-            int(v) for v in permute.attrs.axes] != [0, 2, 1, 3] or windows != 1):
+            int(v) for v in permute.attrs.axes] != [0, 2, 1, 3]):
         raise Unsupported("the head-averaged probabilities are permuted other than their "
                           "images before their tokens")
     if permute is None and grouped[2] != 1:

@@ -1093,20 +1093,28 @@ class _HeadPasses:
         """attention_passes' ``groups``: P = e r / covered for every head's rows at once
         (FP16: with r_lo, 1 / average's remainder beyond its half r, as values_runs), then
         the mean of each ``groups`` consecutive heads' [T, Tk] blocks: a CONV of ones reading
-        P as [1, blocks, T, Tk], x 1 / groups, into "o" [1, blocks / groups, T, Tk]."""
+        P as [1, blocks, T, Tk], x 1 / groups, into "o" [1, blocks / groups, T, Tk]; one
+        head a group (torch's ``average_attn_weights=False``): P is "o", no CONV."""
         if blocks % groups:
             raise AccelInvalidError(f"attention: {blocks} heads are not groups of {groups}")
         p, rows = self.precision, blocks * t
         shape = (1, rows, 1, tk)
         ops = [Sdp(scale=self.values(1.0 / covered, rows), ew_op="mul", ew_per_channel=True,
                    precision=p)]
+        # one head a group (average_attn_weights=False): P itself is the output
+        out = "p"
+        if groups == 1:
+            self.shapes["o"] = (1, blocks, t, tk)
+            out = self.view("o.rows", "o", 0, blocks, shape)
         if r_lo is None:
-            probs = self.add("probabilities", ops, e, "p", shape, operand=r)
+            probs = self.add("probabilities", ops, e, out, shape, operand=r)
         else:
             low = self.add("probabilities.remainder", ops, e, "plow", shape, operand=r_lo)
             probs = self.add("probabilities", [Sdp(
                 x_per_channel=("x1_mul",), scale=self.values(1.0 / covered, rows),
-                ew_op="add", precision=p)], e, "p", shape, operand=low, units=(("x1_mul", r),))
+                ew_op="add", precision=p)], e, out, shape, operand=low, units=(("x1_mul", r),))
+        if groups == 1:
+            return
         images = blocks // groups
         ones = np.zeros((images, blocks, 1, 1), self.dtype)
         for i in range(images):

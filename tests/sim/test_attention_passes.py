@@ -392,11 +392,13 @@ def _probabilities64(q, k, heads, d, scale, groups, t):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("windows,heads,groups", [(1, 4, 4), (2, 4, 4), (1, 8, 4)])
+@pytest.mark.parametrize("windows,heads,groups", [(1, 4, 4), (2, 4, 4), (1, 8, 4),
+                                                   (2, 4, 1)])
 def test_the_head_averaged_probabilities(windows, heads, groups, precision, rng):
     """need_weights=True's probabilities: the scores and the softmax as the core's, then one
     SDP pass normalises every head's rows (FP16: two, 1 / sum's remainder first) and one CONV
-    of ones averages each group of heads (attention_passes' ``groups``): no V, no copies."""
+    of ones averages each group of heads (attention_passes' ``groups``): no V, no copies.
+    Within 1e-5 of float64 maths' scale in fp32, 60 dB in fp16."""
     t, d = 16, 16
     dtype = dc.dtype_for(precision)
     q = rng.standard_normal((windows * t, heads * d)).astype(np.float32)
@@ -421,4 +423,6 @@ def test_the_head_averaged_probabilities(windows, heads, groups, precision, rng)
     roles = [p.role for p in decomposition.passes]
     assert not any("values" in role or "merge" in role or "queries" in role and heads == 1
                    for role in roles)
-    assert roles[-1] == "attention.probabilities.mean"
+    # one head a group (average_attn_weights=False): P is the output, no mean
+    assert roles[-1] == ("attention.probabilities" if groups == 1 else
+                         "attention.probabilities.mean")
