@@ -42,6 +42,16 @@ convolution of one-hot weights, a boolean mask's ``where`` the mask times float3
 was. The result computes the same values up to
 rounding (the scale is applied once, to the scores, where torch applies its square root to
 q and to k).
+
+``nn.MultiheadAttention``'s default ``need_weights=True`` returns the probabilities too,
+averaged over each image's heads (or, ``average_attn_weights=False``, every head's): the
+softmax has a reader besides P V, layout ops and a mean of groups of consecutive heads
+(_heads_means). The core is read without it, and the mean becomes a second
+``nn.attention`` of the same query and key heads (and bias) whose V is the identity (P I =
+P), then the mean of each group of heads (_Rewriter._probabilities), which the pattern
+table takes as one ``accel.attention_weights`` layer: the scores' and softmax's passes, one
+SDP normalising every head's rows and one CONV averaging the heads, no V
+(sim/decompose.attention_passes' ``groups``; docs/transformer_ops.md).
 """
 from __future__ import annotations
 

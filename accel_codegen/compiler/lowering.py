@@ -1120,8 +1120,9 @@ def _token_dense_part(roles: Roles, lookup: Lookup, normed: Optional[relax.Expr]
 def _heads_mean_groups(roles: Roles, call: relax.Call) -> int:
     """How many consecutive heads each mean of need_weights=True's probabilities averages
     (the chain _lower_attention's ``probabilities`` reads), checked: V the identity of the
-    keys for every head, the mean over the groups' axis of [W, T, G, g, Tk], and a permute
-    after it only of a sequence-first batch's images before their tokens."""
+    keys for every head, the mean over the groups' axis of [W, T, G, g, Tk], and, where a
+    window has several groups (a sequence-first batch's images, or every head alone:
+    average_attn_weights=False), the permute that puts them before their tokens."""
     windows, tokens, heads, _ = static_shape(call.args[0])
     kv_tokens = static_shape(call.args[1])[1]
     eye = np.asarray(constant_value(call.args[2]))
