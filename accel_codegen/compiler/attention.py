@@ -42,6 +42,16 @@ convolution of one-hot weights, a boolean mask's ``where`` the mask times float3
 was. The result computes the same values up to
 rounding (the scale is applied once, to the scores, where torch applies its square root to
 q and to k).
+
+``nn.MultiheadAttention``'s default ``need_weights=True`` returns the probabilities too,
+averaged over each image's heads (or, ``average_attn_weights=False``, every head's): the
+softmax has a reader besides P V, layout ops and a mean of groups of consecutive heads
+(_heads_means). The core is read without it, and the mean becomes a second
+``nn.attention`` of the same query and key heads (and bias) whose V is the identity (P I =
+P), then the mean of each group of heads (_Rewriter._probabilities), which the pattern
+table takes as one ``accel.attention_weights`` layer: the scores' and softmax's passes, one
+SDP normalising every head's rows and one CONV averaging the heads, no V
+(sim/decompose.attention_passes' ``groups``; docs/transformer_ops.md).
 """
 from __future__ import annotations
 
@@ -525,6 +535,11 @@ class _Core:
         # C/8); whether the output is the merged heads transposed (one head, [windows, dv,
         # T]: SAGAN's bmm(v, attention^T)), which the core writes token-major and transposes
         self.dv, self.v_width, self.transposed = d, self.width, False
+        # need_weights=True (nn.MultiheadAttention's default): the tensors that hold the mean
+        # of each group of consecutive heads' probabilities (an image's), [images, T, Tk] in
+        # memory, and the group's size: each becomes an attention layer of its own reading
+        # the same Q and K (and bias), no V (_Rewriter._probabilities)
+        self.means: List[Tuple[relax.Var, int]] = []
 
 
 def _projected_input(graph: _Graph, source: Tuple[relax.Expr, int], tokens: int, width: int):
@@ -594,6 +609,63 @@ def _unguarded(graph: _Graph, softmax_var: relax.Var, scores: relax.Expr) -> rel
         if ok:
             return reader
     return softmax_var
+
+
+def _heads_means(graph: _Graph, probabilities: relax.Var) -> Dict[relax.Var, Tuple]:
+    """need_weights=True: the readers of the probabilities P ([blocks, T, Tk] in memory, the
+    heads of each image consecutive) that begin layout ops and a ``mean`` averaging groups of
+    consecutive blocks, [blocks / g, T, Tk] in memory (torch's ``attn.view(B, H, T, S)
+    .mean(dim=1)``), or (``average_attn_weights=False``, g = 1) layout ops alone that
+    keep P's order: reader -> (the mean's var or the last such view's, g)."""
+    shape = _static(probabilities)
+    found = {}
+    if shape is None or len(shape) < 2:
+        return found
+    t, tk = shape[-2:]
+    blocks = int(np.prod(shape[:-2]))
+    for reader in graph.readers.get(probabilities, []):
+        var, chain = reader, []
+        while True:
+            call = graph.call(var)
+            if call is None or not call.args[0].same_as(
+                    chain[-1] if chain else probabilities):
+                break
+            if call.op.name != "relax.mean":
+                if call.op.name not in LAYOUT_OPS:
+                    break
+                chain.append(var)
+                nxt = graph.only_reader(var)
+                if nxt is None:
+                    break
+                var = nxt
+                continue
+            index = _indices_of(graph, shape, [graph.call(v) for v in chain])
+            axes = [] if call.attrs.axis is None else [int(a) % index.ndim
+                                                        for a in call.attrs.axis]
+            if index is None or not axes:
+                break
+            g = int(np.prod([index.shape[a] for a in axes]))
+            rows = np.moveaxis(index, axes, range(-len(axes), 0)).reshape(-1, g)
+            if blocks % g:
+                break
+            expected = np.arange(blocks * t * tk).reshape(blocks // g, g, t, tk).transpose(
+                0, 2, 3, 1).reshape(-1, g)
+            if np.array_equal(np.sort(rows, axis=1), expected):
+                found[reader] = (var, g)
+            break
+        # average_attn_weights=False: every head's probabilities, [blocks, T, Tk] in memory,
+        # read through layout ops alone (the last tensor of them that holds them so) beside
+        # P V, and by no matmul after them
+        if reader in found or not chain or len(graph.readers.get(probabilities, [])) < 2 or \
+                any(graph.call(r, "relax.matmul") is not None
+                    for r in graph.readers.get(chain[-1], []) if r is not None):
+            continue
+        for i in range(len(chain), 0, -1):
+            index = _indices_of(graph, shape, [graph.call(v) for v in chain[:i]])
+            if index is not None and np.array_equal(index.reshape(-1), np.arange(index.size)):
+                found[reader] = (chain[i - 1], 1)
+                break
+    return found
 
 
 def _identity(graph: _Graph, var: relax.Var, until: str
@@ -806,7 +878,15 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
             int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
         return None
     scores = softmax.args[0]
-    found = _values_product(graph, _unguarded(graph, softmax_var, scores))
+    probabilities = _unguarded(graph, softmax_var, scores)
+    means = _heads_means(graph, probabilities)
+    readers = graph.readers.get(probabilities, [])
+    if means:  # need_weights=True: P V is then the probabilities' only other reader
+        graph.readers[probabilities] = [r for r in readers if r not in means]
+    try:
+        found = _values_product(graph, probabilities)
+    finally:
+        graph.readers[probabilities] = readers
     if found is None:
         return None
     reader, pv, values, transposed = found
@@ -894,6 +974,13 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core.key_mask = None if key_bias is None else _mask_fill(graph, key_bias)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
+    blocks = windows * heads
+    for start, (var, groups) in means.items():
+        if blocks % groups or _static(probabilities)[-2:] != (tokens, kv_tokens) or \
+                int(np.prod(_static(probabilities))) != blocks * tokens * kv_tokens or \
+                heads % groups or transposed:
+            return None
+        core.means.append((var, groups))
     return core
 
 
@@ -917,6 +1004,18 @@ def _dense(x: relax.Expr, w: np.ndarray, b: Optional[np.ndarray], name: Optional
     return out if b is None else named(relax.op.add(emit(out), relax.const(b, "float32")), name)
 
 
+def _projection_names(core: _Core) -> Dict[str, Optional[str]]:
+    """The source names of the dense layers made of q's, k's and v's projections: each
+    projection's own, or, where one projection packs q, k and v (torch's MultiheadAttention,
+    a ViT's qkv Linear), that name and the part: ``self_attn.q``."""
+    parts = {"q": core.q, "k": core.k, "v": core.v}
+    projections = {part: source[4] if source[0] == "linear" else None
+                   for part, source in parts.items()}
+    packed = len(set(projections.values())) == 1
+    return {part: f"{found}.{part}" if found and packed else found
+            for part, found in projections.items()}
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, cores: Dict[relax.Var, _Core]):
@@ -924,6 +1023,10 @@ class _Rewriter(relax.PyExprMutator):
         self.cores = cores
         self.projections = {}  # var of a projected output -> (core's result, W, b, name)
         self.made: Dict[tuple, relax.Expr] = {}  # the projections emitted, by what they are
+        # need_weights=True: the tensor of each core's heads' mean probabilities -> (core, the
+        # heads each mean averages)
+        self.means = {var: (core, groups) for core in cores.values()
+                      for var, groups in core.means}
 
     def _emit(self, binding_var: relax.Var, value: relax.Expr) -> relax.Expr:
         if isinstance(binding_var, relax.DataflowVar):
@@ -1011,7 +1114,50 @@ class _Rewriter(relax.PyExprMutator):
                 rows, [windows, heads if per_head else 1, t, tk]), name))
         return self.made[key]
 
+    def _queries_keys(self, core: _Core, name: Optional[str], projections: Dict[str, str]):
+        """The core's query and key heads, its bias and its scale, as nn.attention takes them
+        (a scale per head: a constant [1, 1, heads, 1] on the query's heads, the scale 1)."""
+        q = self._input(core.q, core, core.tokens, core.q_eps, name, projections["q"])
+        k = self._input(core.k, core, core.kv_tokens, core.k_eps, name, projections["k"])
+        bias = None if core.bias is None else relax.const(core.bias, "float32")
+        if core.key_bias is not None:
+            bias = self._key_rows(core, name)
+        scale = core.scale
+        if np.ndim(scale):  # one per head: a constant [1, 1, heads, 1] on the query's heads
+            q = self.builder_.emit(named(relax.op.multiply(q, relax.const(
+                np.asarray(scale, np.float32).reshape(1, 1, -1, 1), "float32")), name))
+            scale = 1.0
+        return q, k, bias, scale
+
+    def _probabilities(self, core: _Core, groups: int, var: relax.Var,
+                       name: Optional[str]) -> relax.Expr:
+        """need_weights=True's mean of each ``groups`` consecutive heads' probabilities as
+        ``reshape([permute_dims](mean(reshape(nn.attention(q, k, I), [W, T, G, g, Tk]),
+        axis 3)))``: I the identity [W, Tk, H, Tk] (each head's P I = P, so the expression
+        computes the probabilities wherever it runs), which the pattern table takes as one
+        layer of the scores' and softmax's passes and the heads' mean, no V
+        (``accel.attention_weights``: sim/decompose.attention_passes' ``groups``). A
+        sequence-first batch's images (several groups of one image's heads) are put before
+        their tokens, [G, T, Tk] as the mean's tensor lies."""
+        q, k, bias, scale = self._queries_keys(core, name, _projection_names(core))
+        w, t, h, tk = core.windows, core.tokens, core.heads, core.kv_tokens
+        eye = np.broadcast_to(np.eye(tk, dtype=np.float32)[None, :, None, :],
+                              (w, tk, h, tk)).copy()
+        emit = self.builder_.emit
+        p = emit(named(relax.op.nn.attention(q, k, relax.const(eye, "float32"), bias,
+                                             scale=scale), name))
+        p = emit(named(relax.op.reshape(p, [w, t, h // groups, groups, tk]), name))
+        p = emit(named(relax.op.mean(p, axis=[3], keepdims=False), name))
+        if h // groups > 1:  # [W, T, G, Tk] -> [W, G, T, Tk]
+            p = emit(named(relax.op.permute_dims(p, [0, 2, 1, 3]), name))
+        return self._emit(var, named(relax.op.reshape(p, list(_static(var))), name))
+
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.means:
+            core, groups = self.means.pop(binding.var)
+            self.set_var_remap(binding.var, self._probabilities(
+                core, groups, binding.var, name_of(binding.value)))
+            return
         if binding.var in self.projections:
             result, w, b, name = self.projections.pop(binding.var)
             self.set_var_remap(binding.var, self._emit(binding.var, _dense(
@@ -1021,27 +1167,10 @@ class _Rewriter(relax.PyExprMutator):
         if core is None:
             super().visit_var_binding_(binding)
             return
-        # the source names: the core's (the merged heads', the attention module's), and each
-        # projection's own, or, where one projection packs q, k and v (torch's
-        # MultiheadAttention, a ViT's qkv Linear), that name and the part: ``self_attn.q``
         name = name_of(binding.value)
-        parts = {"q": core.q, "k": core.k, "v": core.v}
-        projections = {part: source[4] if source[0] == "linear" else None
-                       for part, source in parts.items()}
-        packed = len(set(projections.values())) == 1
-        projections = {part: f"{found}.{part}" if found and packed else found
-                       for part, found in projections.items()}
-        q = self._input(core.q, core, core.tokens, core.q_eps, name, projections["q"])
-        k = self._input(core.k, core, core.kv_tokens, core.k_eps, name, projections["k"])
+        projections = _projection_names(core)
+        q, k, bias, scale = self._queries_keys(core, name, projections)
         v = self._input(core.v, core, core.kv_tokens, None, name, projections["v"], True)
-        bias = None if core.bias is None else relax.const(core.bias, "float32")
-        if core.key_bias is not None:
-            bias = self._key_rows(core, name)
-        scale = core.scale
-        if np.ndim(scale):  # one per head: a constant [1, 1, heads, 1] on the query's heads
-            q = self.builder_.emit(named(relax.op.multiply(q, relax.const(
-                np.asarray(scale, np.float32).reshape(1, 1, -1, 1), "float32")), name))
-            scale = 1.0
         attention = self.builder_.emit(named(relax.op.nn.attention(q, k, v, bias, scale=scale),
                                              name))
         if core.projected is not None:  # the output projection reads the query's rows

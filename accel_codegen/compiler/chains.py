@@ -491,6 +491,22 @@ def _token_entries() -> List[Entry]:
         "relax.nn.attention_bias")(*heads, is_const() | wildcard())
     entries.append(Entry("accel.attention", is_op("relax.reshape")(
         annotations["attention"], wildcard()), annotations, 8))
+    # need_weights=True's head-averaged probabilities (compiler/attention.py): nn.attention of
+    # the query's and key's heads with V a constant identity (each head's probabilities
+    # themselves), the mean of each group of heads (an image's), [windows, T, groups, Tk],
+    # its images put first where they are several heads of one (a sequence-first batch)
+    annotations = {role: pattern for role, pattern in annotations.items()
+                   if role not in ("attention", "value", "value_slice")}
+    annotations["probabilities"] = is_op("relax.nn.attention")(
+        heads[0], heads[1], is_const()) | is_op("relax.nn.attention_bias")(
+        heads[0], heads[1], is_const(), is_const() | wildcard())
+    mean = annotations["heads_mean"] = is_op("relax.mean")(is_op("relax.reshape")(
+        annotations["probabilities"], wildcard()))
+    annotations["images_first"] = is_op("relax.permute_dims")(mean)
+    mean = annotations["images_first"] | mean
+    # (the reshape to the tensor's own shape gone: a batch of one image's heads, [1, H, T, Tk])
+    entries.append(Entry("accel.attention_weights",
+                         is_op("relax.reshape")(mean, wildcard()) | mean, annotations, 8))
     # softmax or log_softmax over the last axis, and softsign, x / (1 + |x|) (as the
     # frontends write it), kinds ("passes:<kind>") of one entry, each a "norm" of engine
     # passes (sim/decompose.py); the field is not {norm}, the decomposed LRN's entry's name

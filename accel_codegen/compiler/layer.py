@@ -182,7 +182,7 @@ class AttentionSpec:
     channels from ``first[name]`` on ("x" for Q, "k", "v")."""
 
     key: relax.Expr
-    value: relax.Expr
+    value: Optional[relax.Expr]
     heads: int
     head_dim: int
     tokens: int
@@ -202,6 +202,10 @@ class AttentionSpec:
     #: each head's V columns and output channels where they differ from ``head_dim`` (SAGAN's
     #: self-attention over a feature map: q and k of C/8 channels, v of C); None: the same
     value_dim: Optional[int] = None
+    #: ``nn.MultiheadAttention``'s ``need_weights=True``: the layer computes the mean of each
+    #: ``groups`` consecutive heads' probabilities (of each image) instead of the output,
+    #: [images, tokens, kv_tokens], and reads no V (``value`` None); None: the output
+    groups: Optional[int] = None
 
     @property
     def key_bias_per_head(self) -> bool:
@@ -262,7 +266,8 @@ class NormSpec:
             return attention_passes(a.tokens, a.heads, a.head_dim, a.scale, precision,
                                     a.kv_tokens, a.channels, windows=a.windows, bias=a.bias,
                                     key_bias="head" if a.key_bias_per_head else
-                                    a.key_bias is not None, value_dim=a.value_dim)
+                                    a.key_bias is not None, value_dim=a.value_dim,
+                                    groups=a.groups)
 
         def value(expr):
             return None if expr is None else np.asarray(constant_value(expr),

@@ -177,8 +177,15 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None,
         roles = roles or _match(root_value, lookup, name)
         if roles and "attention" in roles:
             return _lower_attention(roles, lookup, root)
+        if roles and "probabilities" in roles:
+            return _lower_attention(roles, lookup, root, probabilities=True)
         if roles and "unflatten" in roles:
             return _lower_tokens(_token_roles(roles), lookup, root)
+    if op_name(root_value) in ("relax.mean", "relax.permute_dims"):  # need_weights=True's
+        # head-averaged probabilities without the reshape to their own shape
+        found = roles or _match(root_value, lookup, name)
+        if found and "probabilities" in found:
+            return _lower_attention(found, lookup, root, probabilities=True)
     if op_name(root_value) in COPIES:
         return _lower_copies(root_value, lookup)
     if op_name(root_value) == UPSAMPLE:
@@ -1110,12 +1117,52 @@ def _token_dense_part(roles: Roles, lookup: Lookup, normed: Optional[relax.Expr]
     return data, conv, sdp
 
 
-def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
+def _heads_mean_groups(roles: Roles, call: relax.Call) -> int:
+    """How many consecutive heads each mean of need_weights=True's probabilities averages
+    (the chain _lower_attention's ``probabilities`` reads), checked: V the identity of the
+    keys for every head, the mean over the groups' axis of [W, T, G, g, Tk], and, where a
+    window has several groups (a sequence-first batch's images, or every head alone:
+    average_attn_weights=False), the permute that puts them before their tokens."""
+    windows, tokens, heads, _ = static_shape(call.args[0])
+    kv_tokens = static_shape(call.args[1])[1]
+    eye = np.asarray(constant_value(call.args[2]))
+    expected = np.broadcast_to(np.eye(kv_tokens, dtype=np.float32)[None, :, None, :],
+                               (windows, kv_tokens, heads, kv_tokens))
+    if eye.shape != expected.shape or not np.array_equal(eye, expected):
+        raise Unsupported("attention with a constant V other than the identity is not "
+                          "generated")
+    mean = roles["heads_mean"]
+    grouped = static_shape(mean.args[0])
+    axes = [int(v) for v in mean.attrs.axis] if mean.attrs.axis is not None else []
+    if len(grouped) != 5 or grouped[:2] != (windows, tokens) or grouped[4] != kv_tokens or \
+            grouped[2] * grouped[3] != heads or axes not in ([3], [-2]) or \
+            bool(mean.attrs.keepdims):
+        raise Unsupported(f"a mean of attention's probabilities over {axes} of "
+                          f"{list(grouped)} is not one over groups of heads")
+    permute = roles.get("images_first")
+    if permute is not None and (permute.attrs.axes is None or [
+            int(v) for v in permute.attrs.axes] != [0, 2, 1, 3]):
+        raise Unsupported("the head-averaged probabilities are permuted other than their "
+                          "images before their tokens")
+    if permute is None and grouped[2] != 1:
+        raise Unsupported("the head-averaged probabilities of several images are not put "
+                          "before their tokens")
+    return grouped[3]
+
+
+def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr,
+                     probabilities: bool = False) -> Layer:
     """reshape(nn.attention(q, k, v)) of one image's token tensors (compiler/attention.py
     writes it so): one layer whose data is Q, read as the surface [1, C, 1, T], whose runs are
-    sim/decompose.attention_passes'."""
-    call = roles["attention"]
+    sim/decompose.attention_passes'. ``probabilities``: need_weights=True's head-averaged
+    probabilities, reshape([permute_dims](mean(reshape(nn.attention(q, k, I), [W, T, G, g,
+    Tk]), axis 3))) with I the identity (each head's probabilities): the passes' ``groups``
+    g, no V (compiler/attention.py)."""
+    call = roles["probabilities" if probabilities else "attention"]
     a = call.attrs
+    groups = None
+    if probabilities:
+        groups = _heads_mean_groups(roles, call)
     if a.causal_mask is not None or (a.window_size is not None and int(a.window_size) > 0):
         raise Unsupported(f"attention with a causal mask ({a.causal_mask}) is not generated")
     # a batch is Swin's windows: each its own attention, its rows consecutive in Q, K, V and
@@ -1145,6 +1192,9 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     channels, sources = {}, {}
     per_head = None
     for i, (role, name) in enumerate((("query", "x"), ("key", "k"), ("value", "v"))):
+        if probabilities and name == "v":
+            sources[name] = None
+            continue
         heads_of = call.args[i]  # reshape(data or a slice of it, [1, T, H, d])
         heads_of = heads_of if isinstance(heads_of, relax.Call) else _resolve(heads_of, lookup)
         if name == "x" and op_name(heads_of) == "relax.multiply":
@@ -1193,7 +1243,8 @@ def _lower_attention(roles: Roles, lookup: Lookup, root: relax.Expr) -> Layer:
     if per_head is not None:
         scale = tuple(float(scale * f) for f in per_head)
     spec = AttentionSpec(sources["k"], sources["v"], heads, d, tokens, kv_tokens, scale,
-                         channels, windows, bias, key_bias, None if dv == d else dv)
+                         channels, windows, bias, key_bias,
+                         None if dv == d or probabilities else dv, groups)
     norm = NormSpec(None, None, 0.0, kind="attention", attention=spec)
     return Layer(data=sources["x"], in_shape=(windows * tokens, channels["x"][0], 1, 1),
                  out_shape=static_shape(root), tokens=True, norm=norm)

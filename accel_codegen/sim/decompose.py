@@ -834,7 +834,8 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
                      newton: Optional[int] = None, windows: int = 1,
                      bias: Optional[np.ndarray] = None,
                      key_bias: Union[bool, str] = False,
-                     value_dim: Optional[int] = None) -> Decomposition:
+                     value_dim: Optional[int] = None,
+                     groups: Optional[int] = None) -> Decomposition:
     """Multi-head attention ``softmax(scale Q_h K_h^T) V_h`` of one image, each head's result
     in its channels of the output, as engine passes. ``channels``: per input ("x" for Q, "k",
     "v"), (channels of the tensor, first channel of head 0), default (heads x head_dim, 0): the
@@ -884,7 +885,18 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     read as tensor "bias". ``key_bias``: "bias" is an input instead, [1, windows T, 1, Tk] (a
     padding mask's row copied to the queries: with windows, a batch of sentences), window w's
     [1, T, 1, Tk] block every head's operand in that window; or "head" (_bias_block).
-    ``value_dim``: V's and the output's head size dv where not ``head_dim`` (SAGAN's)."""
+    ``value_dim``: V's and the output's head size dv where not ``head_dim`` (SAGAN's).
+
+    ``groups`` (``nn.MultiheadAttention``'s ``need_weights=True``): the passes compute the
+    head-averaged probabilities instead of the output, no V: the mean of each ``groups``
+    consecutive heads' softmax(scale Q_h K_h^T) (of the windows' heads in order: a batch's
+    image's, or a sequence-first batch's image's), "o" [1, windows heads / groups, T, Tk],
+    which is [images, T, Tk] in memory. After the scores and the softmax passes above, one
+    SDP pass normalises every head's exponentials at once, P = E^T (1 / average) / covered
+    with the reciprocals as the per-channel operand (FP16: E^T r_lo / covered first, rounded
+    to half, then E^T r in the X1 unit + that, rounded once, as the values runs do), and one
+    CONV reads P as [1, heads, T, Tk] (a head's block a channel, the same bytes) with
+    weights of ones per group, its SDP x 1 / groups: the mean summed in the accumulator."""
     kv_tokens = tokens if kv_tokens is None else kv_tokens
     d, dv = head_dim, head_dim if value_dim is None else value_dim
     channels = _attention_channels(tokens, kv_tokens, heads, d, scale, precision, channels, dv)
@@ -922,6 +934,12 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     e, r, covered, r_lo = b.softmax_along_w("", "s", newton,
                                             [(head, first, scores) for _, _, head, first, scores
                                              in heads_of])
+    if groups is not None:
+        b.probabilities(e, r, r_lo, covered, windows * heads, groups, t, tk)
+        del b.shapes["v"]
+        return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
+                             ("k", "bias") if key_bias else ("k",), ("o",),
+                             {**constants, **b.constants})
     for w, h, head, first, _ in heads_of:
         b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"], (e, r, r_lo),
                       covered)
@@ -1070,6 +1088,41 @@ class _HeadPasses:
         o = self.view(f"{head}.orows", o, 0, t, (t, d, 1, 1))
         self.add(f"{head}.merge", [Bdma(d, dst_offset=h * d, dst_channels=merged,
                                         precision=self.precision)], o, out, (t, merged, 1, 1))
+
+    def probabilities(self, e, r, r_lo, covered, blocks, groups, t, tk) -> None:
+        """attention_passes' ``groups``: P = e r / covered for every head's rows at once
+        (FP16: with r_lo, 1 / average's remainder beyond its half r, as values_runs), then
+        the mean of each ``groups`` consecutive heads' [T, Tk] blocks: a CONV of ones reading
+        P as [1, blocks, T, Tk], x 1 / groups, into "o" [1, blocks / groups, T, Tk]; one
+        head a group (torch's ``average_attn_weights=False``): P is "o", no CONV."""
+        if blocks % groups:
+            raise AccelInvalidError(f"attention: {blocks} heads are not groups of {groups}")
+        p, rows = self.precision, blocks * t
+        shape = (1, rows, 1, tk)
+        ops = [Sdp(scale=self.values(1.0 / covered, rows), ew_op="mul", ew_per_channel=True,
+                   precision=p)]
+        # one head a group (average_attn_weights=False): P itself is the output
+        out = "p"
+        if groups == 1:
+            self.shapes["o"] = (1, blocks, t, tk)
+            out = self.view("o.rows", "o", 0, blocks, shape)
+        if r_lo is None:
+            probs = self.add("probabilities", ops, e, out, shape, operand=r)
+        else:
+            low = self.add("probabilities.remainder", ops, e, "plow", shape, operand=r_lo)
+            probs = self.add("probabilities", [Sdp(
+                x_per_channel=("x1_mul",), scale=self.values(1.0 / covered, rows),
+                ew_op="add", precision=p)], e, out, shape, operand=low, units=(("x1_mul", r),))
+        if groups == 1:
+            return
+        images = blocks // groups
+        ones = np.zeros((images, blocks, 1, 1), self.dtype)
+        for i in range(images):
+            ones[i, i * groups:(i + 1) * groups] = 1
+        heads = self.view("p.heads", probs, 0, rows, (1, blocks, t, tk))
+        self.add("probabilities.mean", [Conv(ones, precision=p),
+                                        Sdp(scale=self.values(1.0 / groups, images),
+                                            precision=p)], heads, "o", (1, images, t, tk))
 
     def values_runs(self, head, v, e, r, r_lo, covered):
         """The P V run's chain, its element-wise operand and X unit operands: the

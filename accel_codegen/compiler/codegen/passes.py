@@ -246,8 +246,9 @@ def _attention_tensors(gen, index: int, var: relax.Var, attention, scope, decomp
     _, ck, _, tk = decomposition.shapes["k"]
     windows = attention.windows  # Swin's: each window's K onto a surface of its own
     ck //= windows
-    tensors = {"x": data, "v": gen._data(attention.value, scope, (first_key, INPUT))[0],
-               "o": gen.operands[var]}
+    tensors = {"x": data, "o": gen.operands[var]}
+    if attention.value is not None:  # none: need_weights=True's probabilities (groups)
+        tensors["v"] = gen._data(attention.value, scope, (first_key, INPUT))[0]
     tensors.update({name: gen._constant(value)
                     for name, value in decomposition.constants.items()})
     if attention.key_bias is not None:  # [W, 1, T, Tk]: the surface [1, W T, 1, Tk]'s bytes
@@ -463,10 +464,11 @@ def _takes_surface(gen, j: int, var: relax.Var, shape, precision: str) -> bool:
     attention = layer.norm.attention if layer.norm is not None else None
     if attention is not None:
         b, c, t = shape
-        reads = [resolve_operand(e, scope)[0] for e in (layer.data, attention.key,
-                                                         attention.value)]
+        reads = [resolve_operand(e, scope)[0] if e is not None else None
+                 for e in (layer.data, attention.key, attention.value)]
         return (attention.windows == 1 and b == 1 and var.same_as(reads[1]) and
-                not var.same_as(reads[0]) and not var.same_as(reads[2]) and
+                not var.same_as(reads[0]) and not (reads[2] is not None and
+                                                   var.same_as(reads[2])) and
                 attention.channels["k"][0] == c and attention.kv_tokens == t)
     if not var.same_as(resolve_operand(layer.data, scope)[0]):
         return False
