@@ -181,6 +181,18 @@ def int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path) -> tup
     return ours, theirs
 
 
+def fp16_and_half_sqnrs(mod, params, model, x) -> tuple:
+    """(ours, PyTorch's ``.half()``) fp16 output SQNR against PyTorch's fp32 on ``x``: the
+    fp16 build of ``mod`` and a half copy of ``model``."""
+    import copy
+
+    expected = torch_forward(model, x)
+    ours = sqnr(build_and_run(mod, np.asarray(x), params=params, precision="fp16"), expected)
+    half = sqnr(torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float32),
+                expected)
+    return ours, half
+
+
 def ort_int8_sqnr(model, x, calibration, tmp_path) -> float:
     """The output SQNR against PyTorch of ort_int8_outputs on ``x``."""
     return sqnr(ort_int8_outputs(model, [x], calibration, tmp_path)[0], torch_forward(model, x))

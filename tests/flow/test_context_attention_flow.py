@@ -9,7 +9,6 @@ to the map as the SDP's per-channel operand) and coordinate attention (the map t
 row and one per column: per-row products, the columns' on the map's transpose,
 rewrites.per_row_products). fp32 against PyTorch, fp16 against PyTorch's own .half(), int8
 against ONNX Runtime's static int8, the ONNX export alike."""
-import copy
 
 import numpy as np
 import pytest
@@ -19,8 +18,8 @@ from torch import nn
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
 from accel_codegen.tools.models import build_realistic
-from conftest import (assert_close, build_and_run, int8_sqnrs_held_back, random_inputs, sqnr,
-                      torch_forward)
+from conftest import (assert_close, build_and_run, fp16_and_half_sqnrs, int8_sqnrs_held_back,
+                      random_inputs, torch_forward)
 
 CHANNELS = 64
 
@@ -155,9 +154,7 @@ def test_an_attention_block_is_one_function_fp32_and_fp16(block, batch):
         _whole(ac.partition_report(mod, params, precision=precision), block)
     expected = torch_forward(model, x)
     assert_close(build_and_run(mod, x.numpy(), params=params), expected, 1e-4)
-    ours = sqnr(build_and_run(mod, x.numpy(), params=params, precision="fp16"), expected)
-    half = sqnr(torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float32),
-                expected)
+    ours, half = fp16_and_half_sqnrs(mod, params, model, x)
     assert ours >= half - 1.0, (ours, half)
 
 

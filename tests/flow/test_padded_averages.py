@@ -5,16 +5,14 @@ in int8 (NVDLA's reciprocal registers), and by nothing it has for a partial wind
 counts padding; both become a depthwise convolution of weights 1 / (k k) times a constant
 factor per position in int8, and a PDP average over whole windows times that factor in
 fp32 and fp16 (``rewrites.varying_divisor_averages``)."""
-import copy
 
-import numpy as np
 import pytest
 import torch
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
-from conftest import (assert_close, build_and_run, int8_sqnrs_held_back, random_inputs, sqnr,
-                      torch_forward)
+from conftest import (assert_close, build_and_run, fp16_and_half_sqnrs, int8_sqnrs_held_back,
+                      random_inputs, torch_forward)
 
 
 class PoolFormerBlock(torch.nn.Module):
@@ -51,6 +49,17 @@ def _primitives(report):
     return [p for ps in report.functions.values() for p in ps]
 
 
+def _int8_against_onnx_runtime(model, mod, params, x, calibration, tmp_path):
+    """The int8 build whole, its average the depthwise conv times its factor (not the PDP's),
+    and (ours, ONNX Runtime's) SQNR on 8 inputs held back from calibration."""
+    partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    assert any(p.startswith("accel.conv2d_mul") for p in _primitives(report)), str(report)
+    held = random_inputs(tuple(x.shape), 8, 77)
+    return int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
+
+
 def test_poolformer_block_is_one_function_in_every_precision():
     model, x = _poolformer()
     mod, params = from_pytorch(model, (x,))
@@ -60,9 +69,7 @@ def test_poolformer_block_is_one_function_in_every_precision():
                                    calibration=calibration if precision == "int8" else None))
     expected = torch_forward(model, x)
     assert_close(build_and_run(mod, x.numpy(), params=params), expected, 1e-4)
-    ours = sqnr(build_and_run(mod, x.numpy(), params=params, precision="fp16"), expected)
-    half = sqnr(torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float32),
-                expected)
+    ours, half = fp16_and_half_sqnrs(mod, params, model, x)
     assert ours >= half - 1.0, (ours, half)
 
 
@@ -73,13 +80,7 @@ def test_poolformer_block_in_int8_against_onnx_runtime(tmp_path):
     model, x = _poolformer()
     calibration = random_inputs(tuple(x.shape), 8, 5)
     mod, params = from_pytorch(model, (x,))
-    partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
-    report = ac.partition_report(partitioned)
-    _whole(report)
-    # the average is the depthwise conv times its factor, not the PDP's
-    assert any(p.startswith("accel.conv2d_mul") for p in _primitives(report)), str(report)
-    held = random_inputs(tuple(x.shape), 8, 77)
-    ours, theirs = int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
+    ours, theirs = _int8_against_onnx_runtime(model, mod, params, x, calibration, tmp_path)
     print(f"PoolFormer block int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
     assert ours >= theirs, (ours, theirs)
 
@@ -107,17 +108,9 @@ def test_an_average_whose_divisor_varies_runs_in_every_precision(pool, source, t
     expected = torch_forward(model, x)
     _whole(ac.partition_report(mod, params))
     assert_close(build_and_run(mod, x.numpy(), params=params), expected, 1e-5)
-    ours = sqnr(build_and_run(mod, x.numpy(), params=params, precision="fp16"), expected)
-    half = sqnr(torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float32),
-                expected)
+    ours, half = fp16_and_half_sqnrs(mod, params, model, x)
     assert ours >= half - 1.0, (ours, half)
     calibration = random_inputs(tuple(x.shape), 8, 6)
-    partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
-    report = ac.partition_report(partitioned)
-    _whole(report)
-    # the average is the depthwise conv times its factor, not the PDP's
-    assert any(p.startswith("accel.conv2d_mul") for p in _primitives(report)), str(report)
-    held = random_inputs(tuple(x.shape), 8, 77)
-    ours, theirs = int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
+    ours, theirs = _int8_against_onnx_runtime(model, mod, params, x, calibration, tmp_path)
     print(f"{pool} int8: ours {ours:.2f} dB, ONNX Runtime {theirs:.2f} dB")
     assert ours >= theirs, (ours, theirs)

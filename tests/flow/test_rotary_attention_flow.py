@@ -7,17 +7,15 @@ packed projection and the product, so the attention core is not read; what made 
 rows dropped where the scores are a scaled product with no mask (``unguarded_softmaxes``),
 and ONNX's Einsum read as a MatMul (``frontend._einsums_as_matmuls``). Before: 121 of 138
 operators in 4 functions (PyTorch), 104 of 113 in 3 (ONNX); the einsum export 10 of 19 in 3."""
-import copy
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
-from conftest import (assert_close, build_and_run, int8_sqnrs_held_back, random_inputs, sqnr,
-                      torch_forward)
+from conftest import (assert_close, build_and_run, fp16_and_half_sqnrs, int8_sqnrs_held_back,
+                      random_inputs, torch_forward)
 
 T, C, HEADS = 16, 64, 4
 
@@ -85,9 +83,7 @@ def test_one_function_fp32_and_fp16(name, source, tmp_path):
         _whole(ac.partition_report(mod, params, precision=precision))
     expected = torch_forward(model, x)
     assert_close(build_and_run(mod, x.numpy(), params=params), expected, 1e-4)
-    ours = sqnr(build_and_run(mod, x.numpy(), params=params, precision="fp16"), expected)
-    half = sqnr(torch_forward(copy.deepcopy(model).half(), x.half()).astype(np.float32),
-                expected)
+    ours, half = fp16_and_half_sqnrs(mod, params, model, x)
     assert ours >= half - 1.0, (ours, half)
 
 
