@@ -879,17 +879,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         return None
     scores = softmax.args[0]
     probabilities = _unguarded(graph, softmax_var, scores)
-    means = _heads_means(graph, probabilities)
-    readers = graph.readers.get(probabilities, [])
-    if means:  # need_weights=True: P V is then the probabilities' only other reader
-        graph.readers[probabilities] = [r for r in readers if r not in means]
-    try:
-        found = _values_product(graph, probabilities)
-    finally:
-        graph.readers[probabilities] = readers
+    found = _values_product_and_means(graph, probabilities)
     if found is None:
         return None
-    reader, pv, values, transposed = found
+    (reader, pv, values, transposed), means = found
     walked = _score_steps(graph, scores)
     if walked is None:
         return None
@@ -950,18 +943,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
         if bias is not None or key_rows.size != windows * heads:
             return None
         key_bias = base
-    # the factors on the scores: one, or one per head (the same in every window)
-    scale = np.asarray(scale, np.float64).reshape(windows, heads, tokens, kv_tokens)
-    per_head = scale[0, :, 0, 0]
-    if not np.all(scale == per_head[None, :, None, None]):
+    factors = _scores_factors(scale, bias, (windows, heads, tokens, kv_tokens))
+    if factors is None:
         return None
-    scale = float(per_head[0]) if np.all(per_head == per_head[0]) else per_head
-    if bias is not None:  # [windows x heads, T, Tk] -> [1 or windows, heads, T, Tk]
-        bias = bias.reshape(windows, heads, tokens, kv_tokens)
-        if np.all(bias == bias[:1]):
-            bias = bias[:1]
-        # the scale of the products applies to them alone: the bias was added after it
-        bias = bias.astype(np.float32)
+    scale, bias = factors
     core = _Core(_projected_input(graph, q[:2], rows * tokens, width),
                  k[:2] if k[0] == _TRANSPOSED else
                  _projected_input(graph, k[:2], rows * kv_tokens, width),
@@ -974,14 +959,47 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core.key_mask = None if key_bias is None else _mask_fill(graph, key_bias)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
-    blocks = windows * heads
-    for start, (var, groups) in means.items():
-        if blocks % groups or _static(probabilities)[-2:] != (tokens, kv_tokens) or \
-                int(np.prod(_static(probabilities))) != blocks * tokens * kv_tokens or \
-                heads % groups or transposed:
+    shape = _static(probabilities)
+    for var, groups in means.values():
+        if heads % groups or transposed or shape[-2:] != (tokens, kv_tokens) or \
+                int(np.prod(shape)) != windows * heads * tokens * kv_tokens:
             return None
         core.means.append((var, groups))
     return core
+
+
+def _values_product_and_means(graph: _Graph, probabilities: relax.Var):
+    """The probabilities' product with V (as _values_product finds it) and their head means
+    (need_weights=True's, _heads_means'), which are then the probabilities' only other
+    readers; None where there is no such product."""
+    means = _heads_means(graph, probabilities)
+    readers = graph.readers.get(probabilities, [])
+    if means:
+        graph.readers[probabilities] = [r for r in readers if r not in means]
+    try:
+        found = _values_product(graph, probabilities)
+    finally:
+        graph.readers[probabilities] = readers
+    return None if found is None else (found, means)
+
+
+def _scores_factors(scale, bias: Optional[np.ndarray], blocks: Tuple[int, int, int, int]):
+    """The core's factor on the scores, one or one per head (the same in every window), and
+    its constant bias as [1 or windows, heads, T, Tk] from the scores map's per-element
+    ``scale`` and ``bias`` over ``blocks`` (windows, heads, T, Tk); None where the factors
+    differ within a head."""
+    scale = np.asarray(scale, np.float64).reshape(blocks)
+    per_head = scale[0, :, 0, 0]
+    if not np.all(scale == per_head[None, :, None, None]):
+        return None
+    scale = float(per_head[0]) if np.all(per_head == per_head[0]) else per_head
+    if bias is not None:
+        bias = bias.reshape(blocks)
+        if np.all(bias == bias[:1]):
+            bias = bias[:1]
+        # the scale of the products applies to them alone: the bias was added after it
+        bias = bias.astype(np.float32)
+    return scale, bias
 
 
 def _l2_normalize(x: relax.Expr, eps: float) -> relax.Expr:

@@ -909,8 +909,34 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
     # w at channel (w H + h) T: the scores CONVs write their blocks of it, and the softmax's
     # PDP and SDP passes, which work channel by channel, run once over all of them
     b.shapes["s"] = (1, windows * heads * t, 1, tk)
+    heads_of = _scores_runs(b, (windows, heads, t, tk, d), channels, scales, bias, key_bias)
+    e, r, covered, r_lo = b.softmax_along_w("", "s", newton,
+                                            [(head, first, scores) for _, _, head, first, scores
+                                             in heads_of])
+    if groups is not None:
+        b.probabilities(e, r, r_lo, covered, windows * heads, groups, t, tk)
+        del b.shapes["v"]
+    else:
+        for w, h, head, first, _ in heads_of:
+            b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"],
+                          (e, r, r_lo), covered)
+    inputs = ("k",) if groups is not None else ("k", "v")
+    return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
+                         inputs + ("bias",) if key_bias else inputs, ("o",),
+                         {**constants, **b.constants})
+
+
+def _scores_runs(b: "_HeadPasses", blocks: Tuple[int, int, int, int, int],
+                 channels: Dict[str, Tuple[int, int]], scales: np.ndarray,
+                 bias: Optional[np.ndarray], key_bias: Union[bool, str]) -> list:
+    """attention_passes' scores CONV of each window's head into its block of "s", with the
+    head's scale and bias in the CONV's SDP; per head (window, head, its name, first channel
+    of "s", its scores CONV's (data, weights, scale, bias)), which the softmax's passes
+    recompute in FP16. ``blocks``: (windows, heads, T, Tk, head_dim)."""
+    windows, heads, t, tk, d = blocks
+    cq, ck = channels["x"][0], channels["k"][0]
     one = windows == 1
-    heads_of = []  # per head: its name, first channel, scores CONV (data, weights, scale, bias)
+    heads_of = []
     for w in range(windows):
         at = "" if one else f"w{w}."
         x = "x" if one else b.view(f"{at}x", "x", w * t * cq, t * cq, (t, cq, 1, 1))
@@ -921,31 +947,17 @@ def attention_passes(tokens: int, heads: int, head_dim: int, scale: float = 1.0,
             head, first = f"{at}h{h}", (w * heads + h) * t
             q = b.rows(x, channels["x"][1] + h * d, f"{head}.q", f"{head}.queries", t)
             k = b.view(f"{head}.k", "k", w * ck + channels["k"][1] + h * d, d, (1, d, 1, tk))
-            sdp = Sdp(scale=b.values(scales[h], t), precision=precision)
+            sdp = Sdp(scale=b.values(scales[h], t), precision=b.precision)
             block = _bias_block(key_bias, bias, w, h, heads)
             operand = rows if block is None else \
                 b.view(f"{head}.bias", "bias", block * t, t, (1, t, 1, tk))
             if operand is not None:
                 sdp = dataclasses.replace(sdp, ew_op="add")
             s = b.view(f"{head}.s", "s", first, t, (1, t, 1, tk))
-            b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=precision),
+            b.add(f"{head}.scores", [Conv(None, weight_shape=(t, d, 1, 1), precision=b.precision),
                                      sdp], k, s, (1, t, 1, tk), operand=operand, weights=q)
             heads_of.append((w, h, head, first, (k, q, scales[h], operand)))
-    e, r, covered, r_lo = b.softmax_along_w("", "s", newton,
-                                            [(head, first, scores) for _, _, head, first, scores
-                                             in heads_of])
-    if groups is not None:
-        b.probabilities(e, r, r_lo, covered, windows * heads, groups, t, tk)
-        del b.shapes["v"]
-        return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
-                             ("k", "bias") if key_bias else ("k",), ("o",),
-                             {**constants, **b.constants})
-    for w, h, head, first, _ in heads_of:
-        b.head_values(w, h, head, first, (t, tk, windows, heads), channels["v"], (e, r, r_lo),
-                      covered)
-    return Decomposition("attention", precision, tuple(b.passes), b.shapes, "o", b.views,
-                         ("k", "v", "bias") if key_bias else ("k", "v"), ("o",),
-                         {**constants, **b.constants})
+    return heads_of
 
 
 def _bias_block(key_bias: Union[bool, str], bias: Optional[np.ndarray], w: int, h: int,
