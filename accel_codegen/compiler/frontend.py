@@ -19,6 +19,7 @@ partitions. Inference batch norm survives the import as
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import io
 import math
@@ -1076,6 +1077,24 @@ def _ignore_attention_shape_checks(torch) -> None:
                                 module=r"torch\.nn\.functional\Z", lineno=line)
 
 
+def _given_arguments_only(model: Any, count: int) -> Any:
+    """``model`` as the exporter should trace it: called with its ``count`` example inputs and
+    nothing else. torch's TorchScript exporter appends the defaults of ``forward``'s further
+    parameters to the inputs it traces, so a Python default becomes a traced tensor
+    (``nn.TransformerEncoderLayer``'s ``is_causal=False`` then reaches
+    ``scaled_dot_product_attention`` as a tensor, which refuses it). A shallow copy whose
+    ``forward`` takes positional inputs only: the same parameters and module names, so the
+    ONNX graph's names are the model's."""
+    parameters = list(inspect.signature(model.forward).parameters.values())[count:]
+    if not any(p.default is not inspect.Parameter.empty and p.default is not None
+               for p in parameters):
+        return model
+    traced = copy.copy(model)
+    forward = model.forward
+    object.__setattr__(traced, "forward", lambda *inputs: forward(*inputs))
+    return traced
+
+
 def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> Path:
     """Export a PyTorch model to ONNX with batch norm kept as ``BatchNormalization``.
 
@@ -1122,8 +1141,8 @@ def export_onnx(model: Any, example_inputs: tuple, path: str | os.PathLike) -> P
                                     message=r"The feature will be removed",
                                     module=r"torch\.onnx\.")
             _ignore_attention_shape_checks(torch)
-            torch.onnx.export(model.eval(), args, str(path), dynamo=False,
-                              do_constant_folding=False, opset_version=ONNX_OPSET,
+            torch.onnx.export(_given_arguments_only(model.eval(), len(args)), args, str(path),
+                              dynamo=False, do_constant_folding=False, opset_version=ONNX_OPSET,
                               input_names=_input_names(model, len(args)))
     except Exception as error:  # the exporter raises many unrelated types
         raise AccelUnsupportedError(

@@ -229,6 +229,26 @@ def test_export_onnx_missing_directory(lenet, tmp_path):
         export_onnx(*lenet, tmp_path / "no" / "such" / "dir.onnx")
 
 
+def test_export_onnx_traces_the_given_inputs_only(tmp_path):
+    """torch's exporter appends forward's further defaults to the traced inputs: exported as
+    it is, nn.TransformerEncoderLayer's is_causal=False became a tensor that
+    scaled_dot_product_attention refused. The layer exports, its parameters keep their names
+    and the ONNX graph runs as the layer does; the caller's model is left as it was."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(1, 5, 16)
+    path = export_onnx(layer, (x,), tmp_path / "layer.onnx")
+    assert "forward" not in vars(layer)
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    assert [i.name for i in graph.input] == ["src"]
+    assert "linear1.weight" in {w.name for w in graph.initializer}
+    mod, params = from_onnx(path)
+    assert_close(run_main(ac.virtual_machine(ac.build(mod, params=params)), x.numpy()),
+                 torch_forward(layer, x))
+
+
 @pytest.fixture
 def lenet_with_params(zoo):
     """(mod, params) of LeNet-5 imported with keep_params_as_input=True."""

@@ -185,24 +185,12 @@ def test_transformer_encoder_is_one_function(layers, precision):
         _check_runs(model, mod, params, precision)
 
 
-class _NotCausal(torch.nn.Module):
-    """The layer called with is_causal=False: torch's TorchScript ONNX exporter traces the
-    default into a tensor, which scaled_dot_product_attention then refuses."""
-
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x):
-        return self.layer(x, is_causal=False)
-
-
 def test_onnx_partitions_like_pytorch(tmp_path):
     model = _encoder()
     x = torch.from_numpy(_x())
     torch_report = ac.partition_report(*from_pytorch(model, (x,)))
     path = tmp_path / "encoder.onnx"
-    export_onnx(_NotCausal(model).eval(), (x,), path)
+    export_onnx(model, (x,), path)
     mod, params = from_onnx(path)
     report = ac.partition_report(mod, params)
     assert len(report.functions) == len(torch_report.functions) == 1, report
