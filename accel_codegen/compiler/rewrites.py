@@ -2925,20 +2925,17 @@ def pooled_convolutions(mod: tvm.IRModule) -> tvm.IRModule:
 # unflattened), or a broadcast to it (torch.matmul's operands of a batched product, each
 # expanded to the batch shape it already has): it moves nothing, and alone it stayed on the
 # host between two functions (before a matmul: the attention core's operands unread).
-_RESHAPED = wildcard()
-_RESHAPE = is_op("relax.reshape")(_RESHAPED, wildcard()) | \
-    is_op("relax.broadcast_to")(_RESHAPED, wildcard())
-
-
-def _unreshaped(expr: relax.Expr, matches) -> relax.Expr:
-    x = matches[_RESHAPED]
+def _unreshaped(call: relax.Call, source) -> relax.Expr:
+    x = call.args[0]
     shape = _static(x)
-    return x if shape is not None and shape == _static(expr) else expr
+    return x if shape is not None and shape == _static(call) else call
 
 
 def identity_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
-    """reshape(x, x's own shape) or broadcast_to(x, x's own shape) -> x."""
-    return _rewrite(mod, _RESHAPE, _unreshaped)
+    """reshape(x, x's own shape) or broadcast_to(x, x's own shape) -> x, binding by binding
+    (:func:`rewrite_bindings`: through rewrite_call, the first of these rewrites that changed
+    ViT-B/16 hashed its 344 MB of constants, 0.8 s of the 4.9 s its matching took)."""
+    return rewrite_bindings(mod, ("relax.reshape", "relax.broadcast_to"), _unreshaped)
 
 
 # A cast to the type its input has (skl2onnx's Cast to float of a float input): no engine op,
@@ -3021,6 +3018,9 @@ class _ByBinding(relax.PyExprMutator):
         if is_constant(new) and isinstance(binding.var, relax.DataflowVar):
             self.constants[binding.var] = new
             return
+        if isinstance(new, relax.Var) and isinstance(binding.var, relax.DataflowVar):
+            self.set_var_remap(binding.var, new)  # its readers read that variable instead
+            return
         new = self._emit_args(new)
         # a function's output of a dataflow block; a binding block's variables are all Vars
         emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() and \
@@ -3036,7 +3036,7 @@ def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
     would also merge equal expressions elsewhere (two layers' equal constant weight
     transposes, which their dense layers then share) and, to find them, hash every
     constant's bytes once per rewrite that changes the graph (ViT-B's 344 MB): the squeezes
-    here, the folded constants, the sliced takes, the wide-stride convolutions and the window
+    here, the identity reshapes, the folded constants, the sliced takes, the wide-stride convolutions and the window
     layouts' swaps (``windows.py``) rewrite this way."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
