@@ -14,7 +14,9 @@
  * weights packs every block first and runs them inside passes of 16 channels: it reads each weight
  * once, each row front to back (4 KB pages, few TLB misses); whatever the L1d, so does a tile
  * whose outputs outgrow L2 while its panels over the whole depth do not (a wide dense layer over
- * a transformer's tokens). Without panels (<= 8 positions an image) the whole depth in one
+ * a transformer's tokens). With a 32 KB L1d, a depth of at most two blocks whose panels over
+ * the whole depth fit in 3/4 of L2 (ViT-B's 768-deep token GEMMs) is one block
+ * (whole_depth_block). Without panels (<= 8 positions an image) the whole depth in one
  * block.
  * An image's last < 16 positions are dot products along the depth instead of a mostly
  * empty vector.
