@@ -14,7 +14,9 @@
  * weights packs every block first and runs them inside passes of 16 channels: it reads each weight
  * once, each row front to back (4 KB pages, few TLB misses); whatever the L1d, so does a tile
  * whose outputs outgrow L2 while its panels over the whole depth do not (a wide dense layer over
- * a transformer's tokens). Without panels (<= 8 positions an image) the whole depth in one
+ * a transformer's tokens). With a 32 KB L1d, a depth of at most two blocks whose panels over
+ * the whole depth fit in 3/4 of L2 (ViT-B's 768-deep token GEMMs) is one block
+ * (whole_depth_block). Without panels (<= 8 positions an image) the whole depth in one
  * block.
  * An image's last < 16 positions are dot products along the depth instead of a mostly
  * empty vector.
@@ -624,16 +626,35 @@ static void packed_item(void* ctx, int64_t it, int participant) {
             tile == ntiles - 1 ? J->ntail : 0, &J->bufs[participant], J->pass_rows);
 }
 
-static accel_status conv_packed(const conv_plan* P, const float* in, const float* weights,
+/* 1 where the packed path takes the whole depth in one block, the image in one tile: on a host
+ * whose L1d does not keep a 48 x CONV_KC_L1 panel (P->panels_outer 0: a 32 KB L1d, AMD Zen 4),
+ * a depth above one CONV_KC_MAX block but at most two, whose panels over the whole depth fit in
+ * 3/4 of L2 (P->l2, detected): a transformer's 768-deep token GEMMs over 197 tokens. Two depth
+ * blocks wrote and read back every output between them, and a wide-output layer's passes (fc1)
+ * packed the same panels; one block writes each output once, its epilogue right after. Zen 4,
+ * ViT-B/16 in one process, interleaved (docs/transformer_ops.md, "Zen 4, session 23"): the 48
+ * 768 -> 768 runs x0.93-0.97, fc1 + GELU x0.95-0.98. The bits are the same (conv/f32_order.h:
+ * the 32-deep blocks start at the same depths). */
+static int whole_depth_block(const conv_plan* P) {
+  const int64_t panels = (P->ohw - f32_dot_tail(P->g) + NR - 1) / NR;
+  return !P->panels_outer && P->l2 > 0 && P->kd > P->kc && P->kd <= 2 * CONV_KC_MAX &&
+         panels * NR * P->kd * (int64_t)sizeof(float) * 4 <= P->l2 * 3;
+}
+
+static accel_status conv_packed(const conv_plan* P0, const float* in, const float* weights,
                                 float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
-  const conv_geometry* g = P->g;
+  const conv_geometry* g = P0->g;
+  const int one_block = whole_depth_block(P0);
+  conv_plan whole = *P0;
+  if (one_block) whole.kc = P0->kd;
+  const conv_plan* P = &whole;
   /* An image's columns: whole vectors in NR-wide panels, then up to TMAX dot-product columns.
    * Tiles split an image's panels (the last tile takes the tail) so that a depth block of them
    * stays in L2, in a multiple of the thread count when possible; output-channel chunks are
    * added when there are fewer tiles than threads. */
   const int64_t ntail = f32_dot_tail(P->g); /* conv/f32_order.h */
   const int64_t panels_img = (P->ohw - ntail + NR - 1) / NR;
-  int64_t max_panels = (512 * 1024) / (P->kc * NR * 4);
+  int64_t max_panels = one_block ? panels_img : (512 * 1024) / (P->kc * NR * 4);
   if (max_panels < 1) max_panels = 1;
   int64_t ntiles = panels_img == 0 ? 1 : (panels_img + max_panels - 1) / max_panels;
   const int64_t outer = (int64_t)g->n * g->groups;

@@ -214,14 +214,17 @@ sys.stdout.write(out[0].tobytes().hex() + " " + out[1].tobytes().hex())
 
 def test_a_wide_dense_layer_over_tokens_sums_alike_in_every_loop_order():
     """A dense layer too wide for its outputs to stay in L2 (2800 channels over 197 tokens,
-    544 deep: two depth blocks): the packed path runs it in passes of 16 channels over the
-    whole depth (conv/f32_packed_avx512.c's wide_outputs) with a 1 MB L2 and a 32 KB or 48 KB
-    (panels outermost) L1d, and block by block where the L2 holds the outputs (64 MB); forced
-    onto gemm_avx2, another loop order again. The bits are the same at 1 and 2 threads. (The
+    544 deep: two depth blocks): the packed path runs it in one block of the whole depth
+    with a 32 KB L1d and a 1 MB L2 (conv/f32_packed_avx512.c's whole_depth_block), in two
+    depth blocks outermost with a 32 KB L1d and a 256 KB L2, in passes of 16 channels over
+    the whole depth (wide_outputs) with a 48 KB (panels outermost) L1d and a 1 MB L2, and
+    block by block where the L2 holds the outputs (64 MB); forced onto gemm_avx2, another
+    loop order again. The bits are the same at 1 and 2 threads. (The
     NumPy reference takes minutes on 300 M MACs: the order itself is held to it on the small
     geometries above.)"""
     results = []
     for env in [{"ACCEL_L1D_BYTES": "32K", "ACCEL_L2_BYTES": "1M"},
+                {"ACCEL_L1D_BYTES": "32K", "ACCEL_L2_BYTES": "256K"},
                 {"ACCEL_L1D_BYTES": "48K", "ACCEL_L2_BYTES": "1M"},
                 {"ACCEL_L1D_BYTES": "48K", "ACCEL_L2_BYTES": "64M"},
                 {"ACCEL_CONV_IMPL": "gemm_avx2"}]:
