@@ -959,10 +959,10 @@ def _core(graph: _Graph, softmax_var: relax.Var) -> Optional[_Core]:
     core.key_mask = None if key_bias is None else _mask_fill(graph, key_bias)
     if core.q[0] == "linear":
         core.projected = _projected_output(graph, output, _static(core.q[1]))
-    shape = _static(probabilities)
+    weights_shape = _static(probabilities)
     for var, groups in means.values():
-        if heads % groups or transposed or shape[-2:] != (tokens, kv_tokens) or \
-                int(np.prod(shape)) != windows * heads * tokens * kv_tokens:
+        if heads % groups or transposed or weights_shape[-2:] != (tokens, kv_tokens) or \
+                int(np.prod(weights_shape)) != windows * heads * tokens * kv_tokens:
             return None
         core.means.append((var, groups))
     return core

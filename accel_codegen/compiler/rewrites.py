@@ -3036,8 +3036,8 @@ def rewrite_bindings(mod: tvm.IRModule, ops, rewrite) -> tvm.IRModule:
     would also merge equal expressions elsewhere (two layers' equal constant weight
     transposes, which their dense layers then share) and, to find them, hash every
     constant's bytes once per rewrite that changes the graph (ViT-B's 344 MB): the squeezes
-    here, the identity reshapes, the folded constants, the sliced takes, the wide-stride convolutions and the window
-    layouts' swaps (``windows.py``) rewrite this way."""
+    here, the identity reshapes, the folded constants, the sliced takes, the wide-stride
+    convolutions and the window layouts' swaps (``windows.py``) rewrite this way."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         result[gv] = _ByBinding(result, ops, rewrite).visit_expr(function)
