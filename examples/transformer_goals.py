@@ -38,6 +38,7 @@ from torch import nn
 
 import accel_codegen as ac
 from accel_codegen.compiler.frontend import export_onnx, from_onnx, from_pytorch
+from accel_codegen.quantization.metrics import sqnr_db
 from accel_codegen.tools.models import SwinTransformer, build_realistic, get_model
 
 
@@ -193,8 +194,7 @@ def measure(model: nn.Module, inputs: tuple, count: int) -> dict:
         energy["signal"] += float(np.sum(exact ** 2))
         energy["ours"] += float(np.sum((_run(builds["fp16"], x) - exact) ** 2))
         energy["half"] += float(np.sum((half - exact) ** 2))
-    ours, half = (10 * np.log10(energy["signal"] / max(energy[k], 1e-300))
-                  for k in ("ours", "half"))
+    ours, half = (sqnr_db(energy["signal"], energy[k]) for k in ("ours", "half"))
     return {"pytorch": _partition(ac.partition_report(mod, params)),
             "onnx": _partition(onnx_report), "fp32": errors["ours"],
             "fp32_pytorch": errors["pytorch"], "fp16": ours, "half": half}

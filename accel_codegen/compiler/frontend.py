@@ -1085,7 +1085,10 @@ def _given_arguments_only(model: Any, count: int) -> Any:
     ``scaled_dot_product_attention`` as a tensor, which refuses it). A shallow copy whose
     ``forward`` takes positional inputs only: the same parameters and module names, so the
     ONNX graph's names are the model's."""
-    parameters = list(inspect.signature(model.forward).parameters.values())[count:]
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())[count:]
+    except (TypeError, ValueError):  # no signature to read (a compiled forward): as it is
+        return model
     if not any(p.default is not inspect.Parameter.empty and p.default is not None
                for p in parameters):
         return model

@@ -49,8 +49,8 @@ LE_PER_LO = 8
 #: bytes_build); with them every change is LO's, and the byte tables keep the
 #: margin of a step of v (at most 2^15 units of t, half a step of LO at 16 fraction bits) from
 #: their ends. The cost: LO's steps 256 / 252 as wide, which cost the trained recogniser's
-#: int8 output 4.3 dB (ppocrv4_rec 20.2 -> 15.9 dB: docs/trained_models.md, "Session 22"), so
-#: none are kept: accuracy before the epilogue's compare (0.32 -> 0.35 ns per output).
+#: int8 output 4.3 dB (docs/trained_models.md, "Session 22"), so none are kept: accuracy
+#: before the speed of the epilogue's compare.
 LO_PAD_STEPS = 0
 #: How far beyond the output range the entries go, in output steps.
 MARGIN_CODES = 64

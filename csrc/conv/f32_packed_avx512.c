@@ -631,10 +631,9 @@ static void packed_item(void* ctx, int64_t it, int participant) {
  * a depth above one CONV_KC_MAX block but at most two, whose panels over the whole depth fit in
  * 3/4 of L2 (P->l2, detected): a transformer's 768-deep token GEMMs over 197 tokens. Two depth
  * blocks wrote and read back every output between them, and a wide-output layer's passes (fc1)
- * packed the same panels; one block writes each output once, its epilogue right after. Zen 4,
- * ViT-B/16 in one process, interleaved (docs/transformer_ops.md, "Zen 4, session 23"): the 48
- * 768 -> 768 runs x0.93-0.97, fc1 + GELU x0.95-0.98. The bits are the same (conv/f32_order.h:
- * the 32-deep blocks start at the same depths). */
+ * packed the same panels; one block writes each output once, its epilogue right after
+ * (measured: docs/transformer_ops.md, "Zen 4, session 23"). The bits are the same
+ * (conv/f32_order.h: the 32-deep blocks start at the same depths). */
 static int whole_depth_block(const conv_plan* P) {
   const int64_t panels = (P->ohw - f32_dot_tail(P->g) + NR - 1) / NR;
   return !P->panels_outer && P->l2 > 0 && P->kd > P->kc && P->kd <= 2 * CONV_KC_MAX &&

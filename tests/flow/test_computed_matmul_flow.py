@@ -195,14 +195,14 @@ def test_need_weights_costs_the_core_and_the_probabilities_alone():
         def forward(self, x):
             return self.attention(x, x, x, need_weights=False)[0]
 
+    def primitive(layer):
+        return layer.primitive.split(":", 1)[0]
+
     both, params = from_pytorch(model, (x,))
     alone, alone_params = from_pytorch(Output(model.attention).eval(), (x,))
     for precision in ("fp32", "fp16"):
         ours = ac.estimate(both, params, config="nv_full", precision=precision)
         core = ac.estimate(alone, alone_params, config="nv_full", precision=precision)
-        def primitive(layer):
-            return layer.primitive.split(":", 1)[0]
-
         extra = [layer for layer in ours.layers
                  if primitive(layer) == "accel.attention_weights"]
         assert {primitive(layer) for layer in ours.layers} == \
