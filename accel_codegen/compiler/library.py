@@ -66,12 +66,17 @@ CHECKSUM_MARKER = b"\x00accel-sha256\x00\x01\x00"  # 16 bytes
 _TRAILER = len(CHECKSUM_MARKER) + 32
 
 
-def append_checksum(path: Path) -> None:
-    digest = hashlib.sha256()
+def append_checksum(path: Path, digest: Optional[bytes] = None) -> None:
+    """Append the marker and the SHA-256 of the file (``digest``: already computed while the
+    file was written; None: read the file for it)."""
     with open(path, "r+b") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-        f.write(CHECKSUM_MARKER + digest.digest())
+        if digest is None:
+            sha256 = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha256.update(block)
+            digest = sha256.digest()
+        f.seek(0, os.SEEK_END)
+        f.write(CHECKSUM_MARKER + digest)
 
 
 def check_library(path: str | os.PathLike) -> Path:

@@ -17,6 +17,7 @@ from ..errors import AccelInvalidError, AccelLibraryError, register_with_tvm_ffi
 from .frontend import bind_params
 from .library import append_checksum, check_writable, compiler_message
 from .link import create_shared, link_options
+from .packed_imports import write_library
 
 # Loading and running a library live in .library and .vm; their names stay importable here.
 from .library import CHECKSUM_MARKER, check_library, load_library  # noqa: E402,F401,I001
@@ -48,13 +49,14 @@ def export_library(exe: "tvm.runtime.Executable", path: str | os.PathLike) -> Pa
                                 f"{type(exe).__name__}")
     check_writable(path)
     try:
-        exe.export_library(str(path), fcompile=create_shared,
-                           options=link_options())
+        digest = write_library(exe.mod, path)
+    except AccelLibraryError:
+        raise
     except Exception as error:  # TVM's RuntimeError with the whole compiler command line
         raise AccelLibraryError(f"cannot build library '{path}': "
                                 f"{compiler_message(error)}") from None
     try:
-        append_checksum(path)
+        append_checksum(path, digest)
     except OSError as error:
         raise AccelLibraryError(f"cannot write library '{path}': "
                                 f"{error.strerror or error}") from None

@@ -17,7 +17,7 @@ from tvm import relax
 from ..errors import (AccelError, AccelInvalidError, AccelLibraryError, AccelNotFoundError,
                       AccelShapeError, register_with_tvm_ffi)
 from .library import compiler_message, load_library
-from .link import create_shared, link_options
+from .packed_imports import write_library
 
 _ERROR_CONTEXT = re.compile(r"ErrorContext\(fn=(?P<fn>[^,]*), loc=param\[(?P<index>\d+)\]"
                             r"(?P<path>[^,]*), param=(?P<param>[^,]*), "
@@ -223,8 +223,9 @@ def jit_with_simulator(exe) -> "tvm.runtime.Module":
     with tempfile.TemporaryDirectory(prefix="accel-jit-") as directory:
         path = Path(directory) / "exported.so"
         try:
-            exe.export_library(str(path), fcompile=create_shared,
-                               options=link_options())
+            write_library(exe.mod, path)
+        except AccelLibraryError:
+            raise
         except Exception as error:  # TVM's RuntimeError with the whole command line
             raise AccelLibraryError(f"cannot build the executable's library: "
                                     f"{compiler_message(error)}") from None

@@ -17,7 +17,7 @@ from tvm.script import relax as R
 
 import accel_codegen as ac
 from accel_codegen import cli, frontend, toolchain
-from accel_codegen.compiler import link
+from accel_codegen.compiler import link, packed_imports
 from accel_codegen.errors import (AccelError, AccelInvalidError, AccelLibraryError,
                                   AccelShapeError)
 from conftest import random_inputs, run_cli, run_main
@@ -444,8 +444,8 @@ def test_export_library_refuses_a_bad_destination(small_mod, tmp_path):
 
 def test_export_library_compile_failure_is_short_and_typed(small_mod, tmp_path, monkeypatch):
     exe = ac.build(small_mod)
-    options = toolchain.link_options()
-    monkeypatch.setattr(toolchain, "link_options", lambda: [*options, "-fno-such-option"])
+    options = link.link_options()
+    monkeypatch.setattr(packed_imports, "link_options", lambda: [*options, "-fno-such-option"])
     with pytest.raises(AccelLibraryError, match="cannot build library") as info:
         ac.export_library(exe, tmp_path / "m.so")
     message = str(info.value)
