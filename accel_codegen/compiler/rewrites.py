@@ -123,13 +123,15 @@ def _rewrite(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
     for gv, function in mod.functions_items():
         if not isinstance(function, relax.Function):
             continue
-        bound = {b.value: b.var.name for block in function.body.blocks
-                 for b in block.bindings}
+        bound: Dict[relax.Expr, str] = {}  # value -> variable name, read at the first match
         names: Dict[str, str] = {}  # the rewritten bindings' variables -> their names
 
         def keeping_names(expr: relax.Expr, matches) -> relax.Expr:
             new = rewriter(expr, matches)
             name = (name_of(new) or name_of(expr)) if new is not expr else None
+            if name and not bound:
+                bound.update((b.value, b.var.name) for block in function.body.blocks
+                             for b in block.bindings)
             if name and expr in bound:
                 names[bound[expr]] = name
             return new
