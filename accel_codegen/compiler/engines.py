@@ -196,6 +196,8 @@ def fp16_in_int8(layer) -> Optional[str]:
                 "compute them, with no int8 per-kernel scales at compile time")
     if layer.norm.kind == "softsign":
         return "its 1 / (1 + |x|) is the reciprocal's LUT, which has no int8 tables"
+    if layer.norm.kind == "reciprocal":
+        return "its reciprocal's pole at 0 has no int8 table"
     what = {"layer_norm": "its variance and 1/sqrt",
             "rms_norm": "its mean of squares and 1/sqrt",
             "l2_normalize": "its sum of squares and 1/sqrt",

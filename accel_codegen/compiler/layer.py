@@ -20,7 +20,7 @@ from .._accel_ffi import lib
 from ..sim.config import AccelConfig
 from ..sim.decompose import (Pass, attention_passes, fp32_sums, grn_passes, l2_normalize_passes,
                              layer_norm_passes, log_softmax_passes, rms_norm_passes,
-                             softmax_passes, softsign_passes)
+                             reciprocal_passes, softmax_passes, softsign_passes)
 from . import engines
 from .relax_exprs import (Bindings, Lookup, Unsupported, bound_values,  # noqa: F401
                           chain_root, constant_value, feature_surface, is_constant, op_name,
@@ -217,7 +217,8 @@ class NormSpec:
     """A layer norm (``kind`` "layer_norm"), an RMS norm ("rms_norm": T5's, LLaMA's; no
     ``beta``), an L2 norm (torch's F.normalize:
     "l2_normalize", ``epsilon`` its eps), ConvNeXt-V2's GRN ("grn": ``gamma``, ``beta`` and
-    ``epsilon`` its own, over the H and W of NCHW data), softsign ("softsign", element-wise), a softmax
+    ``epsilon`` its own, over the H and W of NCHW data), softsign ("softsign", element-wise),
+    1 / max(x, ``epsilon``) ("reciprocal", element-wise), a softmax
     ("softmax") or log_softmax ("log_softmax") over the channels of the
     layer's surface (the last axis of its [B, T, C] tokens), or attention ("attention", with
     ``attention``), run as the engine passes of sim/decompose.py, then ``act``; a layer norm's
@@ -237,6 +238,8 @@ class NormSpec:
             return "F.normalize (L2 norm, decomposed)"
         if self.kind == "grn":  # no Relax op: ConvNeXt-V2's GRN, its ops matched
             return "GRN (global response norm, decomposed)"
+        if self.kind == "reciprocal":  # 1 / x, after the max in ``sources``
+            return "reciprocal (decomposed)"
         return f"relax.nn.{self.kind}"
 
     def decomposition(self, shape: Tuple[int, int, int, int], precision: str):
@@ -246,6 +249,8 @@ class NormSpec:
             return softmax_passes(shape, precision, fp32_sums(shape))
         if self.kind == "softsign":  # element-wise: |x|, 1 / (1 + |x|), times x
             return softsign_passes(shape, precision)
+        if self.kind == "reciprocal":  # element-wise: 1 / max(x, epsilon)
+            return reciprocal_passes(shape, self.epsilon, precision)
         if self.kind == "log_softmax":  # softmax's passes, ln(sum) subtracted
             return log_softmax_passes(shape, precision,
                                       fp32_sums(shape) if precision == "fp32" else "tree")

@@ -11,6 +11,7 @@ says no with its own message.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -214,7 +215,24 @@ def lower_chain(root: relax.Expr, lookup: Lookup, roles: Optional[Roles] = None,
     if _resolve(data, lookup) is not None and not is_constant(data):
         # e.g. a residual branch that reads an intermediate of the main chain
         raise Unsupported("the chain's input is computed inside the matched region")
-    return _build_layer(data, stages, root, lookup)
+    return _reciprocal_kind(_build_layer(data, stages, root, lookup))
+
+
+def _reciprocal_kind(layer: Layer) -> Layer:
+    """1 / max(x, floor) alone in its chain (``accel.max_reciprocal``) as the decomposed
+    "reciprocal" kind: the SDP's clip at the floor, then the LUT, and in FP16 its Newton steps
+    (the table alone is within 12.5 %: sim/decompose.reciprocal_passes); any other layer as
+    it is."""
+    s = layer.sdp
+    if layer.conv is not None or layer.pool is not None or layer.copies or layer.flattened or \
+            s.act != "reciprocal" or s.ew_op != "max" or not is_constant(s.operand) or \
+            s.ew_per_channel or s.decomposed_order() or s.prelu_slope is not None:
+        return layer
+    floors = np.unique(constant_value(s.operand))
+    if floors.size != 1 or not (np.isfinite(floors[0]) and floors[0] > 0):
+        return layer
+    return dataclasses.replace(layer, sdp=SdpSpec(), norm=NormSpec(
+        None, None, float(floors[0]), sources=["relax.maximum"], kind="reciprocal"))
 
 
 def _match(value: Optional[relax.Expr], lookup: Lookup, name: Optional[str] = None

@@ -1725,6 +1725,55 @@ def _positive_floor(expr: relax.Expr, source) -> Optional[Tuple[relax.Expr, floa
     return None
 
 
+# ops whose value is never negative, and views that keep their input's values
+_NON_NEGATIVE = ("relax.nn.relu", "relax.sigmoid", "relax.exp", "relax.abs", "relax.nn.softplus")
+_VALUE_VIEWS = ("relax.reshape", "relax.permute_dims", "relax.broadcast_to", "relax.squeeze",
+                "relax.expand_dims", "relax.strided_slice")
+
+
+def _lower_bound(expr: relax.Expr, source, depth: int = 16) -> Optional[float]:
+    """A lower bound of every value of ``expr`` that what computes it proves (squares, sums and
+    means of non-negative values, positive constants added, scalings by positive constants),
+    None where none is known. The bound holds for the values as computed in floating point too:
+    each step is monotonic in its operands, and so is rounding."""
+    if is_constant(expr):
+        value = constant_value(expr)
+        return float(np.min(value)) if value.size and np.all(np.isfinite(value)) else None
+    value = source(expr) if isinstance(expr, relax.Var) else expr
+    if depth == 0 or not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+        return None
+    name, args = value.op.name, value.args
+    if name in _NON_NEGATIVE:
+        return 0.0
+    if name in _VALUE_VIEWS or name == "relax.mean":
+        return _lower_bound(args[0], source, depth - 1)
+    squared = name == "relax.power" and is_constant(args[1]) and \
+        constant_value(args[1]).size == 1 and float(constant_value(args[1]).reshape(-1)[0]) == 2
+    if squared or name == "relax.multiply" and args[0].same_as(args[1]):
+        return 0.0
+    if name == "relax.sum":
+        low = _lower_bound(args[0], source, depth - 1)
+        return 0.0 if low is not None and low >= 0.0 else None  # a sum of one value or more
+    if name == "relax.maximum":
+        bounds = [b for b in (_lower_bound(a, source, depth - 1) for a in args) if b is not None]
+        return max(bounds) if bounds else None
+    if name not in ("relax.add", "relax.multiply", "relax.divide"):
+        return None
+    a, b = (_lower_bound(arg, source, depth - 1) for arg in args)
+    if a is None or b is None:
+        return None
+    if name == "relax.add":
+        return a + b
+    if a < 0.0 or b < 0.0:
+        return None
+    if name == "relax.multiply":
+        return a * b
+    # a / b: a bound only for a constant positive divisor (b's upper bound is unknown)
+    if not is_constant(args[1]) or b <= 0.0:
+        return None
+    return a / float(np.max(constant_value(args[1])))
+
+
 def _reads(expr: relax.Expr, target: relax.Expr, source, depth: int = 8) -> bool:
     """Whether ``expr`` is computed from ``target`` within ``depth`` ops."""
     if expr.same_as(target):
@@ -1753,8 +1802,15 @@ def _per_row_product(call: relax.Call, source) -> relax.Expr:
         floor = _positive_floor(m, source)
         # x over a norm of itself (ONNX's LpNormalization: x / max(sqrt(sum(x x)), eps)) is
         # the L2 norm composite's (chains.l2_normalize), not a division per row
-        if floor is None or _reads(m, x, source):
+        if floor is not None and _reads(m, x, source):
             return call
+        if floor is None:
+            # m >= lo > 0 by what computes it (SimAM's 4 (sum(d) / n + lambda), d a square):
+            # max(m, lo) is m; lo lowered a little so that no rounding of m falls below it
+            low = _lower_bound(m, source)
+            if low is None or low <= 0.0:
+                return call
+            floor = m, low * (1.0 - 2.0 ** -10)
     elif shapes[0] != out:
         x, m = m, x
         shapes = shapes[::-1]
@@ -1775,14 +1831,18 @@ def _per_row_product(call: relax.Call, source) -> relax.Expr:
         return relax.op.permute_dims(named_as(relax.op.reshape(
             product, out[:-2] + [out[-1], out[-2]]), call), axes)
     # x [..., C] times (or over) a computed m [..., 1] of the same leading axes: one factor
-    # per row
-    if len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2:
+    # per row; or x [N, C, H, W] over a computed m [N, C, 1, 1], one divisor per channel
+    per_channel = call.op.name == "relax.divide" and len(out) == 4 and \
+        shapes[1] == out[:2] + [1, 1] and out[2] * out[3] > 1
+    if not per_channel and (len(out) < 2 or shapes[1] != out[:-1] + [1] or out[-1] < 2):
         return call
     if call.op.name == "relax.divide":
         dtype = str(call.ty.dtype)
         y, low = floor
         m = named_as(relax.op.divide(relax.const(np.array(1.0, dtype)), named_as(
             relax.op.maximum(y, relax.const(np.array(low, dtype))), call)), call)
+    if per_channel:  # the SDP's multiply by a computed per-channel operand, as it lies
+        return relax.op.multiply(x, m)
     rows = int(np.prod(out[:-1]))
     product = relax.op.multiply(relax.op.reshape(x, [1, rows, 1, out[-1]]),
                                 relax.op.reshape(m, [1, rows, 1, 1]))
@@ -2227,13 +2287,20 @@ _TENSOR_MINUS = is_op("relax.subtract")(_MINUEND_T, _SUBTRAHEND_T)
 def _plus_negated(expr: relax.Expr, matches) -> relax.Expr:
     a, b = matches[_MINUEND_T], matches[_SUBTRAHEND_T]
     dtype = _negatable(b, a)
-    if dtype is None or is_constant(a) or _static(a) is None or _static(a) != _static(b):
+    shape, other = _static(a), _static(b)
+    if dtype is None or is_constant(a) or shape is None or other is None:
+        return expr
+    # b one value per image and channel of NCHW a (SimAM's x - mean(x)): the element-wise
+    # adder's per-channel operand (lowering's computed channel addend)
+    per_channel = len(shape) == 4 and other == shape[:2] + [1, 1] and shape[2] * shape[3] > 1
+    if other != shape and not per_channel:
         return expr
     return relax.op.add(a, relax.op.multiply(b, relax.const(-1.0, dtype)))
 
 
 def tensor_minus_tensor(mod: tvm.IRModule) -> tvm.IRModule:
-    """subtract(a, b) of two computed tensors of one shape -> add(a, multiply(b, -1))."""
+    """subtract(a, b) of two computed tensors of one shape, or of an NCHW tensor and one value
+    per image and channel, -> add(a, multiply(b, -1))."""
     return _rewrite(mod, _TENSOR_MINUS, _plus_negated)
 
 
@@ -3280,6 +3347,35 @@ def _channel_reduction(call: relax.Call, source) -> relax.Expr:
         relax.op.reshape(named_as(reduced, call), out)
 
 
+def _spatial_sum(roots: set):
+    def rewrite(call: relax.Call, source) -> relax.Expr:
+        x = call.args[0]
+        shape, axes = _static(x), call.attrs.axis
+        if shape is None or len(shape) != 4 or axes is None or \
+                sorted(int(a) % 4 for a in axes) != [2, 3] or x in roots or \
+                str(x.ty.dtype) not in ("float32", "float16") or shape[2] * shape[3] < 2:
+            return call
+        mean = named_as(relax.op.mean(x, axis=[2, 3], keepdims=bool(call.attrs.keepdims)), call)
+        return relax.op.multiply(mean, relax.const(float(shape[2] * shape[3]), str(x.ty.dtype)))
+    return rewrite
+
+
+def spatial_sums_as_means(mod: tvm.IRModule) -> tvm.IRModule:
+    """A sum over H and W of NCHW data (SimAM's energy) -> its mean (the PDP's global average)
+    times H W (the SDP's scale): within a rounding of the sum. Not a sum whose root is taken
+    (a GRN's L2 norm: its pattern, chains.grn, reads the sum)."""
+    result = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gv, function in _graph_functions(mod):
+        table = _bindings_table(function)
+        roots = {table[a].args[0] for v in table.values()
+                 if op_name(v) in ("relax.sqrt", "relax.power") for a in v.args
+                 if isinstance(a, relax.Var) and op_name(table.get(a)) == "relax.sum"}
+        part = rewrite_bindings(tvm.IRModule({gv: function}), ("relax.sum",),
+                                _spatial_sum(roots))
+        result[gv] = part[gv]
+    return result
+
+
 def channel_reductions(mod: tvm.IRModule) -> tvm.IRModule:
     """A sum, mean or max over the channels of NCHW data (CBAM's spatial attention reads the
     mean and the max; a one-channel map's sum) -> a 1x1 convolution to one channel of ones
@@ -3734,7 +3830,8 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   pool_padding_as_pad,
                   conv1d_as_conv2d, squeezes_as_reshapes, tiles_as_concats, means_of_3d_tensors,
                   norms_between_unit_reshapes,
-                  channel_reductions, flips_as_copies, leading_axis_slices,
+                  channel_reductions, spatial_sums_as_means, flips_as_copies,
+                  leading_axis_slices,
                   same_values_broadcasts, per_row_products, column_products, unguarded_softmaxes,
                   computed_matmuls,
                   bilinear_upsampling_as_deconvolution, linear_resizes_as_dense_layers,

@@ -42,6 +42,8 @@ log_softmax (over C): softmax's max and e; sum of e, SDP log = l; SDP l + max on
 channel; CONV broadcast + SDP (scale -1, add x) = x - max - ln(sum).
 softsign (element-wise): SDP (scale -1, max x) = |x|; SDP (shift 1, reciprocal) = r [FP16:
 1 + |x| its own pass, then Newton]; SDP (mul x).
+reciprocal of a floored value (element-wise): SDP (clip at the floor) = s; SDP
+(reciprocal) = r [FP16: Newton on s].
 The max is the true channel max (not a static bound): a static bound cannot keep exp(x - B)
 finite and non-zero for logits of any range, and in FP16 the exp LUT overflows from 11.09.
 
@@ -758,6 +760,21 @@ def softsign_passes(shape, precision: str = "fp32", newton: Optional[int] = None
         r = b.lut(b.add("plus_one", [Sdp(shift=b.values(1.0, c), precision=p)], magnitude, c),
                   "reciprocal", newton)
     return b.done(b.add("product", [Sdp(ew_op="mul", precision=p)], r, c, "x"))
+
+
+def reciprocal_passes(shape, floor: float, precision: str = "fp32",
+                      newton: Optional[int] = None) -> Decomposition:
+    """1 / max(x, floor), floor > 0, element-wise over an [N, C, H, W] surface (a mean
+    pooling's 1 / max(count, eps); a divisor proven above a bound, SimAM's): the SDP's clip
+    at the floor (the max: exact), then the reciprocal's LUT, IEEE's 1 / x in fp32; in FP16
+    the table (one LE entry an octave: within 12.5 %) and its Newton steps on the clipped
+    value, as softsign's."""
+    if not (np.isfinite(floor) and floor > 0):
+        raise AccelInvalidError(f"reciprocal: floor = {floor!r} is not a finite value > 0")
+    b = _Builder("reciprocal", shape, precision, "tree")
+    held = b.add("floor", [Sdp(act="clip", clip=(float(floor), float("inf")),
+                               precision=precision)], "x", b.c)
+    return b.done(b.lut(held, "reciprocal", newton))
 
 
 def run_passes(device: Device, decomposition: Decomposition, x: np.ndarray,

@@ -208,6 +208,33 @@ def test_softsign_is_the_reference_and_within_its_bound(precision, rng):
         assert np.all(error <= 5 * 2**-11 * np.abs(exact) + 2**-24)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_reciprocal_of_a_floored_value_is_the_reference_and_within_its_bound(precision):
+    """1 / max(x, floor) as the SDP's clip at the floor and the reciprocal's LUT (FP16: its
+    Newton steps): bit for bit the reference; fp32 IEEE's 1 / max(x, floor) exactly, fp16
+    over every finite half within 2^-10 |y| + 2^-24 (the table alone, one LE entry an octave, was off
+    by up to 12.5 %); a floor that is not positive refused."""
+    floor = 2.0 ** -10 if precision == "fp16" else 1e-9
+    if precision == "fp16":
+        halves = np.arange(-2**15, 2**15).astype(np.int16).view(np.float16)
+        halves = halves[np.isfinite(halves)]
+        x = halves[:(halves.size // 64) * 64].reshape(1, 64, 1, -1)
+    else:
+        x = np.random.default_rng(3).uniform(-2, 300, (2, 48, 1, 1)).astype(np.float32)
+    decomposition = dc.reciprocal_passes(x.shape, floor, precision)
+    y, _ = dc.run_passes(DEVICE, decomposition, x)
+    assert_same(y, ref.run_decomposition(decomposition, x), f"{precision} reciprocal")
+    held = np.maximum(x.astype(np.float64), np.float64(np.float32(floor)))
+    if precision == "fp32":
+        assert_same(y, (np.float32(1.0) / held.astype(np.float32)), "fp32 1 / max(x, floor)")
+    else:
+        exact = 1.0 / held
+        assert np.all(np.abs(y.astype(np.float64) - exact) <= 2.0 ** -10 * np.abs(exact) +
+                      2.0 ** -24)  # a half's subnormal step below 2^-14
+    with pytest.raises(AccelInvalidError, match="floor"):
+        dc.reciprocal_passes(x.shape, 0.0, precision)
+
+
 def fp16_layer_norm_bound(c: int) -> float:
     """In units of 2^-11 of the output scale max |y|: the halves' roundings of d, of the
     product and of the shift (1.5), the mean's and the variance's trees (ceil(log2 C) levels
