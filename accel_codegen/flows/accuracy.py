@@ -239,10 +239,10 @@ class _Comparer:
         ref = self.reference.get((key[0], fp32_index))
         if ref is None or ref.shape != x.shape:
             return
-        if x.dtype == np.int8 and quant.zero == -128:
-            # an unsigned tensor has no negative value to give: where the plan gives a
-            # tensor its ReLU reader's quantisation (int8_plan._select_outputs), its
-            # saturation is that ReLU, so the tensor is the ReLU's zeros there, not an error
+        if x.dtype == np.int8 and quant.reader_relu:
+            # the plan gave the tensor its ReLU reader's quantisation (int8_plan.
+            # _select_outputs): its saturation is that ReLU, so the tensor is the ReLU's
+            # zeros there, not an error (elsewhere a negative value it cannot give is one)
             ref = np.maximum(ref, 0.0)
         # an engine pass (``<primitive>:<pass>``) only against the same pass: the precisions'
         # passes of one layer differ (fp16's Newton steps), so their numbers do

@@ -92,10 +92,14 @@ Key = Tuple[str, int]  # (run label key, op index)
 
 @dataclasses.dataclass(frozen=True)
 class TensorQuant:
-    """real = (code - zero) * scale for an int8 tensor."""
+    """real = (code - zero) * scale for an int8 tensor. ``reader_relu``: the quantisation is
+    that of the ReLU which alone reads the tensor (codegen/int8_plan._select_outputs), so its
+    negative values saturate to that ReLU's zeros by design, not by a calibration that missed
+    them (the accuracy report compares such a tensor with its reference's ReLU)."""
 
     scale: float
     zero: int
+    reader_relu: bool = dataclasses.field(default=False, compare=False)
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """As ``accel_convert`` does (FP32 -> INT8), for references and tests."""
@@ -610,7 +614,7 @@ class Calibration:
 
     def to_json(self) -> str:
         return json.dumps({"method": self.method, "samples": self.samples,
-                           "tensors": [[k, i, q.scale, q.zero]
+                           "tensors": [[k, i, q.scale, q.zero] + ([True] if q.reader_relu else [])
                                        for (k, i), q in sorted(self.tensors.items())],
                            "means": {k: [float(v) for v in m] for k, m in self.means.items()},
                            "positives": {k: [float(v) for v in m]
@@ -624,7 +628,8 @@ class Calibration:
     def from_json(cls, text: str) -> "Calibration":
         data = json.loads(text)
         return cls(data["method"], int(data["samples"]),
-                   {(k, int(i)): TensorQuant(float(s), int(z)) for k, i, s, z in data["tensors"]},
+                   {(k, int(i)): TensorQuant(float(s), int(z), bool(relu and relu[0]))
+                    for k, i, s, z, *relu in data["tensors"]},
                    {k: np.asarray(m, np.float64) for k, m in data.get("means", {}).items()},
                    bool(data.get("equalized", False)), bool(data.get("bias_correction", True)),
                    str(data.get("weight_rounding", "nearest")),

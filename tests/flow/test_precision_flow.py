@@ -408,6 +408,41 @@ def test_accuracy_report_figures(lenet5, builds, outputs):
         3 + len(report.tensors)
 
 
+def test_accuracy_report_forgives_only_the_relu_readers_saturation():
+    """An int8 tensor with zero point -128 gives no negative value. Where the plan gave it the
+    quantisation of the ReLU that alone reads it (int8_plan._select_outputs: a convolution
+    whose output a reshape and a ReLU read), its reference is compared after that ReLU.
+    Elsewhere (a convolution calibrated on inputs that never made it negative) a negative
+    value it cannot give is an error the report shows, not a ReLU."""
+
+    class ReluAfterReshape(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = self.c1(x).reshape(1, 8, 1, 64)
+            return self.c2(torch.relu(y).reshape(1, 8, 8, 8))
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 8, 8)
+    examples = [(v,) for v in random_inputs((1, 4, 8, 8), 4, 1)]
+    mod, params = frontend.from_pytorch(ReluAfterReshape().eval(), (x,))
+    report = ac.accuracy_report(mod, params, examples, precision="int8", calibration=examples)
+    first = report.tensors[0]  # the first conv's output, half of it negative before the ReLU
+    assert first.zero == -128 and first.sqnr_db > 30.0, str(report)
+
+    positive = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 1)).eval()
+    with torch.no_grad():
+        positive[0].weight.abs_()
+        positive[0].bias.zero_()
+    mod, params = frontend.from_pytorch(positive, (x,))
+    calibration = [(np.abs(v),) for (v,) in examples]  # never a negative output
+    report = ac.accuracy_report(mod, params, examples, precision="int8", calibration=calibration)
+    (conv,) = [t for t in report.tensors if t.zero == -128]
+    assert conv.sqnr_db < 10.0, str(report)  # 0.06 dB: its negative half reads 0
+
+
 def test_fp16_accuracy_report(lenet5, outputs):
     _, mod, _, evaluation = lenet5
     report = ac.accuracy_report(mod, None, evaluation[:4], precision="fp16")

@@ -407,7 +407,7 @@ def _select_outputs(fq: _FunctionQuant, runs: Dict[int, List[Run]]) -> None:
                 last, selecting = (steps[0].key, pre_pool(after.layer)), list(between)
         if last is None:
             continue
-        quant = fq.calibrated(last)
+        quant = dataclasses.replace(fq.calibrated(last), reader_relu=True)
         fq.later[at] = quant
         fq.produced.update({key: quant for key in selecting})
         if call.precision == "int8":
