@@ -10,8 +10,9 @@ layer with a downsample branch the branch's run then its own, a deconvolution it
 copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/fp16 code a
 converting run after a layer whose output a layer of the other precision reads: this is the
 one place that inserts converting runs; int8 code runs its norms, softmaxes and attention
-cores in fp16, ``engines.fp16_in_int8``, and the copies of their results until an int8 layer
-reads them, which makes it the mixed code of that assignment).
+cores in fp16, ``engines.fp16_in_int8``, the copies of their results until an int8 layer
+reads them, and the layers around a reciprocal that compute its divisor or multiply by it
+(``_fp16_divisors``), which makes it the mixed code of that assignment).
 A :class:`Run` knows its key and label, primitive, layer, precision, the function-level
 tensors it reads and writes, whether the memory plan places it, and whether it converts.
 
@@ -496,6 +497,37 @@ def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     return precisions
 
 
+def _fp16_divisors(calls: Sequence[Call], sources: Sequence[Sequence[int]],
+                   precisions: List[str]) -> List[str]:
+    """int8 code's neighbours of a reciprocal (``1 / max(x, floor)``, which int8 runs in fp16)
+    in fp16 too: the layers that multiply by it as their computed per-channel operand, and,
+    back from those and from it, each layer without a CONV whose readers all run in fp16
+    (SimAM's energy: its variance, the squares and the differences they are of). One
+    per-tensor int8 scale keeps few digits of a divisor near 0 (a channel of small spread),
+    none of the reciprocals that span 1 / 0.002 to 1 / 2, and few of the small squares such
+    a divisor then amplifies; fp16 keeps them, and the int8 layer before converts once."""
+    readers: List[List[int]] = [[] for _ in calls]
+    for reader, read in enumerate(sources):
+        for source in read:
+            readers[source].append(reader)
+    int8, fp16 = MIXED
+    stack = [i for i, c in enumerate(calls) if precisions[i] == fp16 and
+             c.layer.norm is not None and c.layer.norm.kind == "reciprocal"]
+    for i in list(stack):
+        for r in readers[i]:
+            if precisions[r] == int8 and calls[r].layer.computed_scale:
+                precisions[r] = fp16
+                stack.append(r)
+    while stack:
+        for j in sources[stack.pop()]:
+            layer = calls[j].layer
+            if precisions[j] == int8 and layer.conv is None and layer.norm is None and \
+                    not layer.copies and all(precisions[r] == fp16 for r in readers[j]):
+                precisions[j] = fp16
+                stack.append(j)
+    return precisions
+
+
 def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call],
                      sources: Sequence[Sequence[int]], precision: Optional[str],
                      layer_precisions: Optional[Mapping[str, str]]) -> Function:
@@ -505,7 +537,7 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
     precisions = [_layer_precision(precision, layer_precisions, run_key(index, i), c.layer)
                   for i, c in enumerate(calls)]
     if precision == MIXED[0]:
-        precisions = _fp16_copies(calls, sources, precisions)
+        precisions = _fp16_divisors(calls, sources, _fp16_copies(calls, sources, precisions))
     converted = _converted(sources, precisions)  # none where every layer has one precision
     calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
              for i, c in enumerate(calls)]

@@ -82,21 +82,28 @@ def test_simam_in_fp16_is_within_1_db_of_half():
     assert ours >= half - 1.0, (ours, half)
 
 
-def test_simam_in_int8_whole(tmp_path):
-    """int8: whole, its reciprocal in fp16 between converting runs. Measured on 8 held-back
-    inputs 30.6 dB against ONNX Runtime's static int8 33.1, which keeps SimAM's division,
-    power and sums in float (ours rounds each of its ten runs to int8): below ONNX Runtime,
-    left (docs/trained_models.md, "SimAM"); this holds the figure."""
+def test_simam_in_int8_at_least_onnx_runtime(tmp_path):
+    """int8: whole; the reciprocal runs in fp16 between converting runs, and so do the layers
+    that multiply by it and, back from them, those without a CONV whose readers all run in
+    fp16 (program._fp16_divisors: SimAM's energy, from x - mean to d / c), where int8 lost
+    the small variances' digits (30.6 dB against ONNX Runtime's 33.1 while each ran in int8);
+    ONNX Runtime keeps the power, the sums and the division in float."""
     model, x = _block()
     mod, params = from_pytorch(model, (x,))
     calibration = random_inputs(tuple(x.shape), 8, 5)
     partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
-    _whole(ac.partition_report(partitioned))
-    assert [op.precision for op in ac.partition_report(partitioned).ops
-            if op.primitive == "accel.max_reciprocal"] == ["fp16", "fp16"]
+    report = ac.partition_report(partitioned)
+    _whole(report)
+    precisions = {p: [] for p in ("int8", "fp16")}
+    for op in report.ops:
+        precisions[op.precision].append(op.op)
+    # the convolutions, the last product x * sigmoid(...) and the sigmoid's add stay int8
+    assert precisions["int8"].count("relax.nn.conv2d") == 2 and \
+        "relax.sigmoid" in precisions["int8"], report
+    assert "relax.maximum" in precisions["fp16"] and "relax.mean" in precisions["fp16"], report
     held = random_inputs(tuple(x.shape), 8, 77)
     ours, theirs = int8_sqnrs_held_back(model, partitioned, held, calibration, tmp_path)
-    assert ours >= 29.5 and theirs > 0, (ours, theirs)
+    assert ours >= theirs, (ours, theirs)
 
 
 def test_a_division_by_a_tensor_not_proven_positive_stays_on_the_host():
