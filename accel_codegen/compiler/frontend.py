@@ -326,11 +326,72 @@ def _full(node, importer) -> relax.Expr:
 #: types"): torch.amax / amin, a CBAM block's channel max; adaptive max pooling; and torch.max
 #: / min along a dim, which it imports as a topk. And ones it gets wrong: elu's scale and
 #: input_scale (SELU); full of an infinite fill, which does not build (_full).
+def _patch_args(node, importer, name: str):
+    """(x, kernel, dilation, padding, stride, its static shape) of aten's im2col / col2im
+    (``name``), each pair of ints; col2im's output size comes first after x."""
+    args = importer.retrieve_args(node)
+    x, rest = args[0], args[1:]
+    try:
+        shape = [int(v) for v in x.ty.shape.values]
+    except (TypeError, AttributeError):
+        raise AccelShapeError(f"{node.name}: {name} of a tensor without a static shape "
+                              f"({x.ty})") from None
+    pairs = [[int(v), int(v)] if isinstance(v, int) else [int(e) for e in v] for v in rest]
+    return x, pairs, shape
+
+
+def _one_hot_patches(channels: int, kernel, dtype: str) -> relax.Expr:
+    """[C kh kw, 1, kh, kw]: output channel c kh kw + i kw + j of group c takes tap (i, j),
+    the channel order of torch's unfold."""
+    kh, kw = kernel
+    weights = np.zeros((channels * kh * kw, 1, kh, kw), dtype)
+    taps = np.arange(kh * kw)
+    weights[:, 0].reshape(channels, kh * kw, kh * kw)[:, taps, taps] = 1.0
+    return relax.const(weights)
+
+
+def _im2col(node, importer) -> relax.Expr:
+    """aten's im2col (``F.unfold``, ``nn.Unfold``), which TVM's converter cannot import once
+    torch decomposes it into gathers: a convolution of one-hot weights, k^2 outputs per input
+    channel (groups = C), its output viewed as [N, C kh kw, L]; exact (each output is one
+    input times 1)."""
+    x, (kernel, dilation, padding, stride), (n, c, h, w) = _patch_args(node, importer, "im2col")
+    dtype = str(x.ty.dtype)
+    emit = importer.block_builder.emit
+    patches = emit(relax.op.nn.conv2d(x, _one_hot_patches(c, kernel, dtype), strides=stride,
+                                      padding=padding, dilation=dilation, groups=c))
+    oh, ow = (int(v) for v in patches.ty.shape.values[2:])
+    return emit(relax.op.reshape(patches, [n, c * kernel[0] * kernel[1], oh * ow]))
+
+
+def _col2im(node, importer) -> relax.Expr:
+    """aten's col2im (``F.fold``, ``nn.Fold``): the patches summed into the image, a
+    transposed convolution of the same one-hot weights (groups = C) of the patches viewed as
+    [N, C kh kw, OH, OW]."""
+    x, (size, kernel, dilation, padding, stride), (n, ckk, length) = _patch_args(
+        node, importer, "col2im")
+    taps = kernel[0] * kernel[1]
+    blocks = [(size[a] + 2 * padding[a] - dilation[a] * (kernel[a] - 1) - 1) // stride[a] + 1
+              for a in (0, 1)]
+    if ckk % taps or blocks[0] * blocks[1] != length:
+        raise AccelShapeError(f"{node.name}: col2im of {[n, ckk, length]} is not {taps} taps "
+                              f"of {blocks[0]} x {blocks[1]} blocks")
+    emit = importer.block_builder.emit
+    grid = emit(relax.op.reshape(x, [n, ckk, *blocks]))
+    reach = [(blocks[a] - 1) * stride[a] - 2 * padding[a] + dilation[a] * (kernel[a] - 1) + 1
+             for a in (0, 1)]
+    return emit(relax.op.nn.conv2d_transpose(
+        grid, _one_hot_patches(ckk // taps, kernel, str(x.ty.dtype)), strides=stride,
+        padding=padding, output_padding=[size[a] - reach[a] for a in (0, 1)],
+        dilation=dilation, groups=ckk // taps))
+
+
 _MISSING_CONVERTERS = {"amax.default": _reduction(relax.op.max),
                        "amin.default": _reduction(relax.op.min),
                        "max.dim": _extreme_along(True), "min.dim": _extreme_along(False),
                        "adaptive_max_pool2d.default": _adaptive_max_pool2d,
-                       "elu.default": _elu, "full.default": _full}
+                       "elu.default": _elu, "full.default": _full,
+                       "im2col.default": _im2col, "col2im.default": _col2im}
 
 
 def _in_eval_mode(model):
@@ -372,8 +433,13 @@ def _import_exported(exported, keep_params_as_input: bool, converters: Mapping[s
     call of ``main`` carries its PyTorch module path (:mod:`.source_names`)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+    import torch
+
     recorder = source_names.Recorder()
-    decomposed = exported.run_decompositions()
+    table = torch.export.default_decompositions()
+    for kept in (torch.ops.aten.im2col.default, torch.ops.aten.col2im.default):
+        table.pop(kept, None)  # imported whole (_im2col, _col2im), not as gathers
+    decomposed = exported.run_decompositions(table)
     parameters = dict(decomposed.graph_signature.inputs_to_parameters)
     importer = ExportedProgramImporter()
     importer.convert_map = {name: _recording(convert, recorder, parameters)

@@ -193,15 +193,19 @@ def test_from_pytorch_unsupported_op():
         from_pytorch(Erfcx(), (torch.randn(3),))
 
 
-def test_from_pytorch_a_converter_failing_is_a_typed_error():
-    """TVM's converter of F.unfold's index_tensor raises a bare ValueError on its arguments:
-    the user gets the project's error naming the model and TVM's words."""
-    class Unfold(torch.nn.Module):
-        def forward(self, x):
-            return torch.nn.functional.unfold(x, 2, stride=2)
+def test_from_pytorch_a_converter_failing_is_a_typed_error(monkeypatch):
+    """A converter that fails on its op's arguments raises what it raises (TVM's converter of
+    the gathers torch made of F.unfold raised a bare ValueError, before unfold was imported
+    whole: tests/flow/test_unfold_flow.py): the user gets the project's error naming the
+    model and the converter's words."""
+    from accel_codegen.compiler import frontend
 
-    with pytest.raises(AccelUnsupportedError, match=r"could not import Unfold.*index_tensor"):
-        from_pytorch(Unfold(), (torch.randn(1, 8, 16, 16),))
+    def broken(node, importer):
+        raise ValueError("elu: cannot broadcast (3,) against (4,)")
+
+    monkeypatch.setitem(frontend._MISSING_CONVERTERS, "elu.default", broken)
+    with pytest.raises(AccelUnsupportedError, match=r"could not import ELU.*cannot broadcast"):
+        from_pytorch(torch.nn.ELU(), (torch.randn(1, 8, 16, 16),))
 
 
 def test_from_pytorch_wrong_input_shape(lenet):
