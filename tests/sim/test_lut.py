@@ -204,6 +204,36 @@ def test_fp32_is_exact(act, rng):
     np.testing.assert_allclose(y[finite], theirs[finite], rtol=1e-6, atol=1e-6)
 
 
+def _hard_inputs(rng):
+    """Inputs where a division by 6 done another way (a product and an FMA correction) can
+    lose the bits: ordinary values; products below 2^-124 (subnormal and tiny normal
+    quotients) alone and in vectors of ordinary ones; +-0, infinities, NaN, the largest
+    floats; planes of 17 x 59 = 1003 values, so that vector loops' tails run too."""
+    t = (rng.standard_normal((2, 3, 1003)) * 4).astype(np.float32)
+    exponents = rng.integers(-149, -118, size=200)
+    tiny = np.ldexp(rng.uniform(1, 2, 200), exponents).astype(np.float32)
+    t[0, 1, :200] = tiny * rng.choice([-1, 1], 200).astype(np.float32)
+    t[1, 2, 37] = np.float32(2.0 ** -130)  # one tiny value among ordinary ones
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, np.finfo(np.float32).max,
+               -np.finfo(np.float32).max, np.finfo(np.float32).tiny, -3.0, 3.0, -2.9999998]
+    t[1, 0, 100:100 + len(special)] = special
+    return t.reshape(2, 3, 17, 59)
+
+
+@pytest.mark.parametrize("affine", ["none", "scale_shift"])
+@pytest.mark.parametrize("act", ["hardswish", "hardsigmoid"])
+def test_fp32_hard_functions_are_the_references_bits(act, affine, rng):
+    """Hardswish and hardsigmoid in fp32 are the NumPy reference's float32 bits (t c / 6 and
+    c / 6, each step rounded alone), also on tiny, zero, infinite and NaN values, alone and
+    after a per-channel scale and shift (test_fp32_is_exact holds them to 3e-7 only)."""
+    x = _hard_inputs(rng)
+    sdp = Sdp(act=act)
+    if affine == "scale_shift":
+        sdp = Sdp(act=act, scale=np.array([0.75, 1.0, -1.5], np.float32),
+                  shift=np.array([0.0, 0.25, -0.5], np.float32))
+    assert_same(DEVICE.run([sdp], x)[0], ref.run_op(sdp, x), f"{act} {affine}")
+
+
 #: gelu_f32's bound in ulp of the result (accel.h)
 GELU_ULPS = 4.0
 
