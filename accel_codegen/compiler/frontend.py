@@ -355,7 +355,7 @@ def _im2col(node, importer) -> relax.Expr:
     torch decomposes it into gathers: a convolution of one-hot weights, k^2 outputs per input
     channel (groups = C), its output viewed as [N, C kh kw, L]; exact (each output is one
     input times 1)."""
-    x, (kernel, dilation, padding, stride), (n, c, h, w) = _patch_args(node, importer, "im2col")
+    x, (kernel, dilation, padding, stride), (n, c, _, _) = _patch_args(node, importer, "im2col")
     dtype = str(x.ty.dtype)
     emit = importer.block_builder.emit
     patches = emit(relax.op.nn.conv2d(x, _one_hot_patches(c, kernel, dtype), strides=stride,

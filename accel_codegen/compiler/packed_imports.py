@@ -2,9 +2,10 @@
 the generated C), written into the file once.
 
 TVM's ``export_library`` packs the blob into an object file through LLVM and hands it to the
-linker, which copies it into the library: for ViT-B/16's 355 MB of weights, about ten times the
-blob in fresh memory (LLVM's copies of the constant, the object file, the linker's output),
-most of the export's time on a host whose fresh pages are dear. Here the linker sees only a
+linker, which copies it into the library: several times the blob in fresh memory (LLVM's
+copies of the constant, the object file, the linker's output), most of the export's time for
+a large model (ViT-B/16's 355 MB: docs/transformer_ops.md, "Build time: the blob written
+once, in pieces"). Here the linker sees only a
 zero-filled array of the blob's size (``.bss``, which takes no room in the file), and the
 linked library is then rewritten once, with the blob's bytes where that array lies: its
 segment reads them from the file instead of zero-filling them, and the tables that followed
@@ -28,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import AccelLibraryError
-from .elf import ElfFile
+from .elf import _PT_LOAD, _SHF_ALLOC, _SHF_TLS, _SHT_DYNSYM, _SHT_NOBITS, ElfFile
 from .link import create_shared, link_options
 
 
@@ -39,15 +40,14 @@ def blob_symbol() -> str:
     return str(tvm.get_global_func("runtime.ModuleImportsBlobName")())
 
 
-_PT_LOAD, _SHT_PROGBITS, _SHT_NOBITS, _SHT_DYNSYM = 1, 1, 8, 11
-_SHF_ALLOC, _SHF_TLS = 0x2, 0x400
+_SHT_PROGBITS = 1
 _SECTION = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info,
 #                                          addralign, entsize
 _SEGMENT = struct.Struct("<IIQQQQQQ")   # type, flags, offset, vaddr, paddr, filesz, memsz, align
 _SYMBOL = struct.Struct("<IBBHQQ")      # name, info, other, shndx, value, size
 #: The file is written in pieces of this size: Linux 6 gives a write of 2 MB or more huge
-#: page-cache folios, which cost 20 to 30 times what small ones do where huge pages are dear
-#: (a VM: docs/transformer_ops.md, "Build time on a Zen 4 VM").
+#: page-cache folios, which cost many times what small ones do where huge pages are dear (a
+#: VM: docs/transformer_ops.md, "Build time: the blob written once, in pieces").
 _WRITE_PIECE = 1 << 20
 
 
