@@ -633,7 +633,9 @@ static void packed_item(void* ctx, int64_t it, int participant) {
  * blocks wrote and read back every output between them, and a wide-output layer's passes (fc1)
  * packed the same panels; one block writes each output once, its epilogue right after
  * (measured: docs/transformer_ops.md, "Zen 4, session 23"). The bits are the same
- * (conv/f32_order.h: the 32-deep blocks start at the same depths). */
+ * (conv/f32_order.h: the 32-deep blocks start at the same depths). One thread only: with one
+ * tile of the image, threads split the channels alone, and that was slower at 2 threads than
+ * the depth blocks' tiles (docs/measurements.md, "Session 24: 2 threads"). */
 static int whole_depth_block(const conv_plan* P) {
   const int64_t panels = (P->ohw - f32_dot_tail(P->g) + NR - 1) / NR;
   return !P->panels_outer && P->l2 > 0 && P->kd > P->kc && P->kd <= 2 * CONV_KC_MAX &&
@@ -643,7 +645,7 @@ static int whole_depth_block(const conv_plan* P) {
 static accel_status conv_packed(const conv_plan* P0, const float* in, const float* weights,
                                 float* out, const sdp_f32* ep, workspace* ws, int num_threads) {
   const conv_geometry* g = P0->g;
-  const int one_block = whole_depth_block(P0);
+  const int one_block = num_threads <= 1 && whole_depth_block(P0);
   conv_plan whole = *P0;
   if (one_block) whole.kc = P0->kd;
   const conv_plan* P = &whole;
