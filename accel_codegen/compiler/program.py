@@ -465,6 +465,15 @@ def _copies_only(call: Call, produced: Sequence[int]) -> bool:
         layer.sdp.empty() and bool(tensors) and len(produced) == len(tensors)
 
 
+def _readers(sources: Sequence[Sequence[int]]) -> List[List[int]]:
+    """Per layer, the layers that read its output (``sources``: per layer, those it reads)."""
+    readers: List[List[int]] = [[] for _ in sources]
+    for reader, read in enumerate(sources):
+        for source in read:
+            readers[source].append(reader)
+    return readers
+
+
 def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
                  precisions: List[str]) -> List[str]:
     """int8 code's copy layers of fp16 values in fp16: each group of copy layers that read
@@ -472,10 +481,7 @@ def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     products per head, concatenated before the softmax or the output projection) copies fp16
     values. In int8 each piece would be rounded to codes of its own scale, then to the
     concat's; in fp16 they are converted once, where an int8 layer reads the group."""
-    readers: List[List[int]] = [[] for _ in calls]
-    for reader, read in enumerate(sources):
-        for source in read:
-            readers[source].append(reader)
+    readers = _readers(sources)
     movers = {i for i, c in enumerate(calls)
               if precisions[i] == MIXED[0] and _copies_only(c, sources[i])}
     seen: set = set()
@@ -506,10 +512,7 @@ def _fp16_divisors(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     per-tensor int8 scale keeps few digits of a divisor near 0 (a channel of small spread),
     none of the reciprocals that span 1 / 0.002 to 1 / 2, and few of the small squares such
     a divisor then amplifies; fp16 keeps them, and the int8 layer before converts once."""
-    readers: List[List[int]] = [[] for _ in calls]
-    for reader, read in enumerate(sources):
-        for source in read:
-            readers[source].append(reader)
+    readers = _readers(sources)
     int8, fp16 = MIXED
     stack = [i for i, c in enumerate(calls) if precisions[i] == fp16 and
              c.layer.norm is not None and c.layer.norm.kind == "reciprocal"]
