@@ -7,7 +7,9 @@ which call here; the layer is the IR, this module what the hardware makes of it.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import functools
+import json
+from typing import Callable, Optional, Tuple
 
 from ..errors import AccelError
 from ..sim.config import AccelConfig
@@ -217,6 +219,46 @@ def _check_in_fp16(layer, config: AccelConfig, fuse: bool, what: str) -> None:
                           f"(its precisions: {', '.join(config.precisions)})")
     for each in ("fp16", "fp32"):
         check_hardware(layer, config, fuse, each)
+
+
+#: An external function's attribute: the configuration and fusion its partition checked its
+#: layers against (JSON), so that lowering can ask whether a layer that int8 code would rather
+#: run in fp16 runs so (:func:`partition_target_fp16`).
+PARTITION_TARGET_ATTR = "accel_partition_target"
+
+
+def with_partition_target(function, config: AccelConfig, fuse: bool):
+    """``function`` (an external relax.Function) marked with the target it was partitioned for."""
+    return function.with_attr(PARTITION_TARGET_ATTR,
+                              json.dumps({"config": config.to_dict(), "fuse": fuse}))
+
+
+@functools.lru_cache(maxsize=16)
+def _partition_target(text: str) -> Tuple[AccelConfig, bool]:
+    target = json.loads(text)
+    return AccelConfig.from_dict(target["config"]), bool(target["fuse"])
+
+
+def partition_target_fp16(function) -> Optional[Callable[[object], bool]]:
+    """Whether the configuration ``function`` was partitioned for runs a layer in fp16 (and
+    the fp32 code that calibrates an int8 build runs it too), as the partition checks a
+    layer int8 code runs in fp16; None where the function carries no target (composites
+    merged by hand, not by ``partition.match_composites``)."""
+    attrs = function.attrs
+    if attrs is None or PARTITION_TARGET_ATTR not in attrs:
+        return None
+    config, fuse = _partition_target(str(attrs[PARTITION_TARGET_ATTR]))
+
+    def runs_fp16(layer) -> bool:
+        if not config.supports("fp16"):
+            return False
+        try:
+            for precision in ("fp16", "fp32"):
+                check_hardware(layer, config, fuse, precision)
+        except Unsupported:
+            return False
+        return True
+    return runs_fp16
 
 
 def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:

@@ -29,6 +29,7 @@ from ..tables import Column, render_table
 from . import codegen, frontend
 from .attention import attention_cores, private_attention_inputs
 from .constant_folding import constant_computations
+from .engines import with_partition_target
 from .lowering import explain
 from .patterns import PartitionLog, name_composites, pattern_table
 from .reasons import coded_reason, reason_code
@@ -78,7 +79,8 @@ class OpRecord:
     source: Optional[str] = None     # the source model's name of it (compiler/source_names.py)
     code: Optional[str] = None       # the stable code of its reason (compiler/reasons.py)
     #: why its layer runs in fp16 in int8 or mixed code whatever the assignment (a norm,
-    #: softmax or attention core: engines.fp16_in_int8); None otherwise
+    #: softmax or attention core: engines.fp16_in_int8; in int8 code also its neighbours
+    #: that program.py moves to fp16: program.Call.fp16_reason); None otherwise
     fp16_reason: Optional[str] = None
 
     def __post_init__(self):
@@ -392,7 +394,17 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
             f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
             f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
         ) from error
-    return name_call_sites(restore_match_casts(merged), before)
+    return _with_targets(name_call_sites(restore_match_casts(merged), before), config, fuse)
+
+
+def _with_targets(mod: tvm.IRModule, config: AccelConfig, fuse: bool) -> tvm.IRModule:
+    """Each external function marked with the target its layers were checked against, which
+    lowering reads (``engines.partition_target_fp16``)."""
+    for gv, function in list(mod.functions_items()):
+        if isinstance(function, relax.Function) and function.attrs and \
+                "Codegen" in function.attrs:
+            mod[gv] = with_partition_target(function, config, fuse)
+    return mod
 
 
 def _symbolic_cause(main: relax.Function) -> str:

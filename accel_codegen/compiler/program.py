@@ -11,8 +11,10 @@ copies then its RUBIK contract, a layer norm one per engine pass, in mixed int8/
 converting run after a layer whose output a layer of the other precision reads: this is the
 one place that inserts converting runs; int8 code runs its norms, softmaxes and attention
 cores in fp16, ``engines.fp16_in_int8``, the copies of their results until an int8 layer
-reads them, and the layers around a reciprocal that compute its divisor or multiply by it
-(``_fp16_divisors``), which makes it the mixed code of that assignment).
+reads them, the layers around a reciprocal that compute its divisor or multiply by it
+(``_fp16_divisors``), and where the function's configuration computes fp16 the adds of a sum
+over ranges of one tensor (``_fp16_range_sums``), which makes it the mixed code of that
+assignment).
 A :class:`Run` knows its key and label, primitive, layer, precision, the function-level
 tensors it reads and writes, whether the memory plan places it, and whether it converts.
 
@@ -31,7 +33,7 @@ generator, which prints the runs, read those fields.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relax
@@ -41,7 +43,7 @@ from ..quantization import TensorQuant
 from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
                           copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
-from .engines import fp16_in_int8
+from .engines import fp16_in_int8, partition_target_fp16
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -315,6 +317,8 @@ class Call:
     layer: Layer
     precision: Optional[str] = None
     converted: bool = False
+    #: int8 or mixed code: why the layer runs in fp16 in every assignment (None otherwise)
+    fp16_reason: Optional[str] = None
 
     @property
     def primitive(self) -> str:
@@ -504,30 +508,77 @@ def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
 
 
 def _fp16_divisors(calls: Sequence[Call], sources: Sequence[Sequence[int]],
-                   precisions: List[str]) -> List[str]:
+                   precisions: List[str],
+                   runs_fp16: Optional[Callable[[Layer], bool]] = None) -> List[str]:
     """int8 code's neighbours of a reciprocal (``1 / max(x, floor)``, which int8 runs in fp16)
     in fp16 too: the layers that multiply by it as their computed per-channel operand, and,
     back from those and from it, each layer without a CONV whose readers all run in fp16
     (SimAM's energy: its variance, the squares and the differences they are of). One
     per-tensor int8 scale keeps few digits of a divisor near 0 (a channel of small spread),
     none of the reciprocals that span 1 / 0.002 to 1 / 2, and few of the small squares such
-    a divisor then amplifies; fp16 keeps them, and the int8 layer before converts once."""
+    a divisor then amplifies; fp16 keeps them, and the int8 layer before converts once.
+    A layer the function's configuration does not run in fp16 (``runs_fp16``) stays int8."""
     readers = _readers(sources)
+    movable = runs_fp16 or (lambda layer: True)
     int8, fp16 = MIXED
     stack = [i for i, c in enumerate(calls) if precisions[i] == fp16 and
              c.layer.norm is not None and c.layer.norm.kind == "reciprocal"]
     for i in list(stack):
         for r in readers[i]:
-            if precisions[r] == int8 and calls[r].layer.computed_scale:
+            if precisions[r] == int8 and calls[r].layer.computed_scale and \
+                    movable(calls[r].layer):
                 precisions[r] = fp16
                 stack.append(r)
     while stack:
         for j in sources[stack.pop()]:
             layer = calls[j].layer
             if precisions[j] == int8 and layer.conv is None and layer.norm is None and \
-                    not layer.copies and all(precisions[r] == fp16 for r in readers[j]):
+                    not layer.copies and all(precisions[r] == fp16 for r in readers[j]) and \
+                    movable(layer):
                 precisions[j] = fp16
                 stack.append(j)
+    return precisions
+
+
+def _range_sum_add(layer: Layer) -> bool:
+    """Whether a layer is the SDP's element-wise add of two computed tensors and nothing else."""
+    sdp = layer.sdp
+    return layer.conv is None and layer.pool is None and layer.norm is None and \
+        not layer.copies and layer.rubik is None and layer.branch is None and \
+        sdp.ew_op == "add" and isinstance(sdp.operand, relax.Var) and \
+        not sdp.ew_per_channel and sdp.act is None and sdp.scale is None and \
+        sdp.bias is None and sdp.batch_norm is None
+
+
+def _fp16_range_sums(calls: Sequence[Call], sources: Sequence[Sequence[int]],
+                     precisions: List[str], runs_fp16: Callable[[Layer], bool]) -> List[str]:
+    """int8 code's sums over ranges of one tensor in fp16 where the configuration computes
+    fp16 (``runs_fp16``): a tree of adds whose leaves are copies of one layer's output and
+    whose inner adds only the next add reads (SKNet's sum over its stacked branches, the
+    channel ranges of [N, M C, H, W]: rewrites.branch_stacks_as_channels). It is a reduction,
+    as ONNX Runtime's ReduceSum, which runs in float on the dequantised terms: in int8 each
+    partial sum is rounded to codes of its own scale, then the sum to the output's; in fp16
+    the sum is converted once, where an int8 layer reads it (docs/onnxruntime.md, SKNet)."""
+    readers = _readers(sources)
+    int8, fp16 = MIXED
+    origin: Dict[int, int] = {}  # add -> the layer whose ranges it sums
+    for i, c in enumerate(calls):
+        if precisions[i] != int8 or len(sources[i]) != 2 or not _range_sum_add(c.layer):
+            continue
+        roots = set()
+        for j in sources[i]:
+            if j in origin and readers[j] == [i]:
+                roots.add(origin[j])
+            elif precisions[j] == int8 and len(sources[j]) == 1 and \
+                    _copies_only(calls[j], sources[j]):
+                roots.add(sources[j][0])
+            else:
+                roots.add(None)
+        if len(roots) == 1 and None not in roots:
+            origin[i] = roots.pop()
+    for i in origin:
+        if runs_fp16(calls[i].layer):
+            precisions[i] = fp16
     return precisions
 
 
@@ -535,15 +586,31 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
                      sources: Sequence[Sequence[int]], precision: Optional[str],
                      layer_precisions: Optional[Mapping[str, str]]) -> Function:
     """The function with each layer's precision (mixed: ``layer_precisions``' by its key;
-    int8: fp16 for the layers int8 runs in fp16 and the copies between them), a converting
+    int8: fp16 for the layers int8 runs in fp16 and the copies between them, and where the
+    function's configuration computes fp16 its sums over ranges of one tensor), a converting
     run after each layer whose output a layer of the other precision reads."""
     precisions = [_layer_precision(precision, layer_precisions, run_key(index, i), c.layer)
                   for i, c in enumerate(calls)]
+    reasons = [fp16_in_int8(c.layer) if precision in (MIXED[0], "mixed") else None
+               for c in calls]
     if precision == MIXED[0]:
-        precisions = _fp16_divisors(calls, sources, _fp16_copies(calls, sources, precisions))
+        runs_fp16 = partition_target_fp16(function)
+        rules = [(lambda p: _fp16_copies(calls, sources, p), "it copies the values of layers "
+                  "that run in fp16 (converted once, where an int8 layer reads them)"),
+                 (lambda p: _fp16_divisors(calls, sources, p, runs_fp16),
+                  "it computes a reciprocal's divisor or multiplies by the reciprocal, whose "
+                  "range no per-tensor int8 scale keeps"),
+                 (lambda p: _fp16_range_sums(calls, sources, p, runs_fp16)
+                  if runs_fp16 is not None else p, "it sums ranges of one tensor (a reduction: "
+                  "in int8 each partial sum would be rounded)")]
+        for rule, why in rules:
+            before = list(precisions)
+            precisions = rule(precisions)
+            reasons = [why if new != old else reason
+                       for old, new, reason in zip(before, precisions, reasons)]
     converted = _converted(sources, precisions)  # none where every layer has one precision
-    calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i])
-             for i, c in enumerate(calls)]
+    calls = [dataclasses.replace(c, precision=precisions[i], converted=converted[i],
+                                 fp16_reason=reasons[i]) for i, c in enumerate(calls)]
     runs = [run for i, c in enumerate(calls) for run in _call_runs(index, i, c)]
     return Function(index, function, calls, runs, list(sources))
 

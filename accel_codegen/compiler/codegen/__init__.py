@@ -37,7 +37,6 @@ from .function import FunctionCodegen
 from .int8_plan import quantize_int8
 from .planning import plan_program
 from ...sim.labels import run_key
-from ..engines import fp16_in_int8
 from ..program import lower_functions
 from ..target import LayerPlan, Target
 
@@ -59,8 +58,8 @@ class Generated:
     # the planned Program the code was printed from, as JSON data (``Program.to_dict``; the
     # functions of every call, in order)
     program: Dict[str, object] = dataclasses.field(default_factory=dict)
-    # layer key -> why int8 code runs it in fp16 (``engines.fp16_in_int8``), for the layers of
-    # int8 and mixed code that run in fp16 in every assignment
+    # layer key -> why int8 code runs it in fp16 (``program.Call.fp16_reason``), for the layers
+    # of int8 and mixed code that run in fp16 in every assignment
     fp16_reasons: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -83,9 +82,9 @@ def generate(functions, options, into: Generated) -> List:
         # mixed code of that assignment, one definition of converting runs and borders
         target = target.replace(precision=LayerPlan.of(program.layer_precisions))
     if program.mixed:
-        into.fp16_reasons.update({key: why for key, why in (
-            (run_key(f.index, i), fp16_in_int8(c.layer)) for f in program.functions
-            for i, c in enumerate(f.calls)) if why is not None})
+        into.fp16_reasons.update({run_key(f.index, i): c.fp16_reason
+                                  for f in program.functions for i, c in enumerate(f.calls)
+                                  if c.fp16_reason is not None})
     into.conv_modes.update({run.key: run.memory.conv.mode for run in program.runs
                             if run.memory.conv is not None})
     described = program.to_dict()
