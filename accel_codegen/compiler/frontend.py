@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -340,14 +340,18 @@ def _patch_args(node, importer, name: str):
     return x, pairs, shape
 
 
-def _one_hot_patches(channels: int, kernel, dtype: str) -> relax.Expr:
+def _one_hot_kernels(channels: int, kernel, dtype) -> np.ndarray:
     """[C kh kw, 1, kh, kw]: output channel c kh kw + i kw + j of group c takes tap (i, j),
     the channel order of torch's unfold."""
     kh, kw = kernel
     weights = np.zeros((channels * kh * kw, 1, kh, kw), dtype)
     taps = np.arange(kh * kw)
     weights[:, 0].reshape(channels, kh * kw, kh * kw)[:, taps, taps] = 1.0
-    return relax.const(weights)
+    return weights
+
+
+def _one_hot_patches(channels: int, kernel, dtype: str) -> relax.Expr:
+    return relax.const(_one_hot_kernels(channels, kernel, dtype))
 
 
 def _im2col(node, importer) -> relax.Expr:
@@ -751,6 +755,131 @@ def _pads_into_convs(model):
     return model
 
 
+def _window_grid(indices) -> Optional[Tuple[int, int]]:
+    """(dilation, stride) where ``indices`` [k, o] is i * dilation + o * stride, the rows
+    that tap i of output o reads (an unfold's gather along one axis), else None."""
+    if indices.ndim != 2 or indices.shape[0] < 1 or indices.shape[1] < 1:
+        return None
+    k, o = indices.shape
+    dilation = int(indices[1, 0] - indices[0, 0]) if k > 1 else 1
+    stride = int(indices[0, 1] - indices[0, 0]) if o > 1 else 1
+    grid = np.arange(k)[:, None] * dilation + np.arange(o)[None, :] * stride
+    if dilation < 1 or stride < 1 or not np.array_equal(indices, grid):
+        return None
+    return dilation, stride
+
+
+def _reshape_target(shape, source) -> Optional[List[int]]:
+    """An ONNX Reshape's output shape for the static ``source`` shape: 0 copies an axis, -1
+    takes what is left (allowzero not set); None where that does not resolve."""
+    shape = [int(v) for v in shape]
+    shape = [source[i] if v == 0 and i < len(source) else v for i, v in enumerate(shape)]
+    if shape.count(-1) > 1:
+        return None
+    if -1 in shape:
+        known = int(np.prod([v for v in shape if v != -1]))
+        total = int(np.prod(source))
+        if known == 0 or total % known:
+            return None
+        shape[shape.index(-1)] = total // known
+    return shape
+
+
+def _unfolds_as_convs(model):
+    """``model`` with each unfold that torch.onnx writes (``F.unfold``: a Gather of rows
+    [kh, oh], a Gather of columns [kw, ow], a Transpose [0, 1, 2, 4, 3, 5] and a Reshape to
+    [N, C kh kw, oh ow], after a Pad where it pads) as the convolution of one-hot weights it
+    is (groups = C, k^2 outputs per channel; what ``_im2col`` imports from PyTorch), and the
+    same Reshape; the model itself where it has none. TVM imports the gathers as host
+    kernels; the Pad is then the convolution's padding (``_pads_into_convs``). Exact: each
+    output is one input times 1."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    if not any(n.op_type == "Gather" for n in graph.node):
+        return model
+    constants = _constant_arrays(graph)
+    producers = {out: node for node in graph.node for out in node.output}
+    readers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def only(name, reader) -> bool:
+        return name not in outputs and readers.get(name) == [reader]
+
+    def attr(node, name, default=None):
+        return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name),
+                    default)
+
+    inferred = None
+    found = {}  # Reshape output -> (data, the Conv's output, its weights, its attributes)
+    dropped: set = set()  # the outputs of the gathers and transposes the Convs replace
+    for reshape in graph.node:
+        transpose = producers.get(reshape.input[0]) if reshape.op_type == "Reshape" else None
+        if transpose is None or transpose.op_type != "Transpose" or \
+                list(attr(transpose, "perm", [])) != [0, 1, 2, 4, 3, 5] or \
+                not only(transpose.output[0], reshape) or len(reshape.input) < 2 or \
+                reshape.input[1] not in constants or attr(reshape, "allowzero", 0):
+            continue
+        columns = producers.get(transpose.input[0])
+        rows = producers.get(columns.input[0]) if columns is not None and \
+            columns.op_type == "Gather" else None
+        if rows is None or rows.op_type != "Gather" or \
+                not only(columns.output[0], transpose) or not only(rows.output[0], columns) or \
+                attr(rows, "axis", 0) not in (2, -2) or attr(columns, "axis", 0) not in (4, -1) \
+                or rows.input[1] not in constants or columns.input[1] not in constants:
+            continue
+        if inferred is None:
+            inferred = {info.name: info.type.tensor_type for info in [
+                *onnx.shape_inference.infer_shapes(model).graph.value_info, *graph.input]}
+        data = inferred.get(rows.input[0])
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in data.shape.dim] if data is not None and data.HasField("shape") else []
+        if len(dims) != 4 or None in dims or data.elem_type not in (
+                onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            continue
+        row_index, column_index = constants[rows.input[1]], constants[columns.input[1]]
+        grids = _window_grid(row_index), _window_grid(column_index)
+        if None in grids:
+            continue
+        (dh, sh), (dw, sw) = grids
+        (kh, oh), (kw, ow) = row_index.shape, column_index.shape
+        n, c, h, w = dims
+        reach = [(size - d * (k - 1) - 1) // s + 1
+                 for size, d, k, s in ((h, dh, kh, sh), (w, dw, kw, sw))]
+        if reach != [oh, ow] or _reshape_target(constants[reshape.input[1]], [
+                n, c, kh, kw, oh, ow]) != [n, c * kh * kw, oh * ow]:
+            continue  # windows that stop before the end, or another view of the patches
+        taps = _one_hot_kernels(c, (kh, kw), helper.tensor_dtype_to_np_dtype(data.elem_type))
+        found[reshape.output[0]] = (
+            rows.input[0], f"{transpose.output[0]}_unfold",
+            numpy_helper.from_array(taps, f"{transpose.output[0]}_unfold_taps"),
+            {"group": c, "kernel_shape": [kh, kw], "strides": [sh, sw],
+             "dilations": [dh, dw], "pads": [0, 0, 0, 0]})
+        dropped |= {rows.output[0], columns.output[0], transpose.output[0]}
+    if not found:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for node in model.graph.node:
+        if any(out in dropped for out in node.output):
+            continue
+        if node.op_type == "Reshape" and node.output[0] in found:
+            data, conv, weights, attrs = found[node.output[0]]
+            model.graph.initializer.append(weights)
+            nodes.append(helper.make_node("Conv", [data, weights.name], [conv],
+                                          name=f"{node.name or conv}_unfold", **attrs))
+            node = helper.make_node("Reshape", [conv, node.input[1]], list(node.output),
+                                    name=node.name)
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
 def _edge_paddings_as_slices(model):
     """``model`` with each reflect or edge Pad (known widths, the batch not padded) as the
     rows it repeats: per padded axis, a Concat of the input and of one-row Slices of it (a
@@ -1018,7 +1147,7 @@ def from_onnx(
     if fold_shapes:
         model = fold_shape_arithmetic(model)[0]
     # after the folding: a Pad's widths may be computed
-    model = _edge_paddings_as_slices(_pads_into_convs(model))
+    model = _edge_paddings_as_slices(_pads_into_convs(_unfolds_as_convs(model)))
     # TVM's importer prints the op and its Relax inputs before re-raising a converter's error;
     # the error raised here says it, with the node's name.
     printed = io.StringIO()
