@@ -2149,11 +2149,16 @@ _ELEMENT_WISE = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide"
 def _arithmetic_operands(function: relax.Function) -> set:
     """The variables some element-wise arithmetic binding of ``function`` reads directly, but
     for 4-D ones (torch's conv biases, [1, C, 1, 1], which the patterns read through their
-    reshape)."""
-    return {arg for value in _bindings_table(function).values()
+    reshape), and the slopes of its PReLUs (ONNX's PRelu slope is [C, 1, 1], which TVM's
+    importer reshapes to the [C] of ``relax.nn.prelu``: its pattern reads a constant)."""
+    values = list(_bindings_table(function).values())
+    return {arg for value in values
             if getattr(getattr(value, "op", None), "name", None) in _ELEMENT_WISE
             for arg in value.args if isinstance(arg, relax.Var) and
-            len(_static(arg) or [0] * 4) != 4}
+            len(_static(arg) or [0] * 4) != 4} | \
+        {value.args[1] for value in values
+         if getattr(getattr(value, "op", None), "name", None) == "relax.nn.prelu" and
+         isinstance(value.args[1], relax.Var)}
 
 
 def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
@@ -2162,7 +2167,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     weights of cloned layers, as nn.TransformerEncoder's are before training: each dense
     layer then reads its weights on its own); and one of another rank than 4 that element-wise
     arithmetic reads (a per-channel scale of [1, C, 1] of 1-D data: fp16 and int8 code read
-    constant operands)."""
+    constant operands), or that a PReLU reads as its slope (ONNX's)."""
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         readers = read_counts(function)
