@@ -99,9 +99,14 @@ class ONet(nn.Module):
 
 
 NETS = {"pnet": PNet, "rnet": RNet, "onet": ONet}
-# (left, top, right, bottom) on the 512x600 photograph: around the face, and elsewhere
-FACES = [(180, 120, 380, 320), (160, 100, 400, 340), (200, 140, 360, 300), (150, 90, 410, 350)]
-OTHERS = [(0, 0, 150, 150), (300, 300, 500, 500), (100, 250, 260, 410), (350, 50, 500, 200)]
+# (left, top, right, bottom) on the 512x600 photograph: squares around the face (O-Net calls
+# (180, 120, 380, 320) a face with 1.000) at several sizes and offsets, and squares elsewhere
+FACES = [(280 - h + dx, 220 - h + dy, 280 + h + dx, 220 + h + dy)
+         for h, dx, dy in ((100, 0, 0), (120, -20, 0), (80, 10, -10), (110, 20, 20),
+                           (90, -10, 10), (130, 0, -20), (100, 15, -15), (120, -15, 15))]
+OTHERS = [(x, y, x + size, y + size) for x, y, size in (
+    (0, 0, 150), (300, 300, 200), (100, 400, 160), (350, 20, 150), (0, 300, 180),
+    (320, 420, 180), (20, 150, 120), (400, 200, 110))]
 
 
 def trained(name: str) -> nn.Module:
@@ -120,7 +125,8 @@ def _normalised(image) -> np.ndarray:
 
 def inputs(name: str):
     """(compared, calibration): the whole photograph scaled (P-Net) or crops of its face and
-    of other places (R-Net 24x24, O-Net 48x48); calibration on other sizes and mirrored."""
+    of other places (R-Net 24x24, O-Net 48x48), every other one compared and the rest,
+    mirrored, for calibration."""
     photo = tm.photograph()
     if name == "pnet":
         compared = [_normalised(photo.resize((150, 128)))]
@@ -129,9 +135,7 @@ def inputs(name: str):
         return compared, calibration
     size = 24 if name == "rnet" else 48
     crops = [_normalised(photo.crop(box).resize((size, size))) for box in FACES + OTHERS]
-    compared = crops[:2] + crops[4:6]
-    calibration = [c[..., ::-1].copy() for c in crops[2:4] + crops[6:]]
-    return compared, calibration
+    return crops[0::2], [c[..., ::-1].copy() for c in crops[1::2]]
 
 
 def faces(outputs, name: str) -> np.ndarray:
