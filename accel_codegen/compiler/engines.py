@@ -11,12 +11,14 @@ import functools
 import json
 from typing import Callable, Optional, Tuple
 
+import numpy as np
+
 from ..errors import AccelError
 from ..sim.config import AccelConfig
 from ..sim.device import estimate_chain
 from ..sim.ops import SHAPE_ONLY, Bdma, Conv, Lrn, Pool, Rubik, Sdp
 from ..sim.reference import is_lut_activation
-from .relax_exprs import Unsupported, is_constant, static_shape
+from .relax_exprs import Unsupported, constant_value, is_constant, static_shape
 
 
 def conv_modes(layer, config: AccelConfig, fuse: bool, precision: str = "fp32",
@@ -221,16 +223,17 @@ def _check_in_fp16(layer, config: AccelConfig, fuse: bool, what: str) -> None:
         check_hardware(layer, config, fuse, each)
 
 
-#: An external function's attribute: the configuration and fusion its partition checked its
-#: layers against (JSON), so that lowering can ask whether a layer that int8 code would rather
-#: run in fp16 runs so (:func:`partition_target_fp16`).
+#: A matched module's attribute: the configuration and fusion its partition checked its
+#: layers against (JSON), so that every lowering of it (the calibration's, the costing's)
+#: asks the same configuration whether a layer runs in fp16 as the code generator does
+#: (:func:`fp16_runner`, :func:`partition_fp16_runner`).
 PARTITION_TARGET_ATTR = "accel_partition_target"
 
 
-def with_partition_target(function, config: AccelConfig, fuse: bool):
-    """``function`` (an external relax.Function) marked with the target it was partitioned for."""
-    return function.with_attr(PARTITION_TARGET_ATTR,
-                              json.dumps({"config": config.to_dict(), "fuse": fuse}))
+def with_partition_target(mod, config: AccelConfig, fuse: bool):
+    """``mod`` (a matched IRModule) marked with the target it was partitioned for."""
+    return mod.with_attr(PARTITION_TARGET_ATTR,
+                         json.dumps({"config": config.to_dict(), "fuse": fuse}))
 
 
 @functools.lru_cache(maxsize=16)
@@ -239,16 +242,18 @@ def _partition_target(text: str) -> Tuple[AccelConfig, bool]:
     return AccelConfig.from_dict(target["config"]), bool(target["fuse"])
 
 
-def partition_target_fp16(function) -> Optional[Callable[[object], bool]]:
-    """Whether the configuration ``function`` was partitioned for runs a layer in fp16 (and
-    the fp32 code that calibrates an int8 build runs it too), as the partition checks a
-    layer int8 code runs in fp16; None where the function carries no target (composites
-    merged by hand, not by ``partition.match_composites``)."""
-    attrs = function.attrs
+def partition_fp16_runner(mod) -> Optional[Callable[[object], bool]]:
+    """:func:`fp16_runner` of the target a matched module was partitioned for; None where it
+    carries none (composites merged by hand, not by ``partition.match_composites``)."""
+    attrs = mod.attrs
     if attrs is None or PARTITION_TARGET_ATTR not in attrs:
         return None
-    config, fuse = _partition_target(str(attrs[PARTITION_TARGET_ATTR]))
+    return fp16_runner(*_partition_target(str(attrs[PARTITION_TARGET_ATTR])))
 
+
+def fp16_runner(config: AccelConfig, fuse: bool) -> Callable[[object], bool]:
+    """Whether ``config`` runs a layer in fp16 (and the fp32 code that calibrates an int8
+    build runs it too), as the partition checks a layer int8 code runs in fp16."""
     def runs_fp16(layer) -> bool:
         if not config.supports("fp16"):
             return False
@@ -259,6 +264,32 @@ def partition_target_fp16(function) -> Optional[Callable[[object], bool]]:
             return False
         return True
     return runs_fp16
+
+
+#: The smallest magnitude half precision holds (its least subnormal, 2^-24); below half of
+#: it a value rounds to 0.
+HALF_TINY = float(np.finfo(np.float16).smallest_subnormal)
+
+
+def _check_half_constants(layer) -> None:
+    """fp16 code holds a layer's constants in half: a parameter that is not 0 but whose every
+    value rounds to 0 there would change what the layer computes (an epsilon added before a
+    log on the host, 1e-10 in Basic Pitch's spectrogram: the log of 0 is -inf, and the output
+    NaN). Such a layer stays in fp32, on the host. The weights are not read here (each check
+    would copy them; trained weights are never all below 6e-8, and a few tiny values among
+    others, a trained weight's leftovers, round to 0 harmlessly); values beyond half's range
+    saturate (``codegen.constants.fp16_saturated``)."""
+    s = layer.sdp
+    operand = [("element-wise operand", s.operand)] if s.operand is not None else []
+    for what, expr in layer.parameters() + operand:
+        if what.endswith(" weight") or not is_constant(expr):
+            continue
+        value = constant_value(expr)
+        largest = float(max(value.max(), -value.min())) if value.size else 0.0
+        if 0 < largest < HALF_TINY and not np.any(value.astype(np.float16) != 0):
+            raise Unsupported(f"the {what} (largest magnitude {largest:.1e}) is below half "
+                              f"precision's smallest value ({HALF_TINY:.1e}): fp16 would "
+                              "hold it as 0")
 
 
 def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp32") -> None:
@@ -309,6 +340,8 @@ def check_hardware(layer, config: AccelConfig, fuse: bool, precision: str = "fp3
                 raise Unsupported(f"the {what} is not a constant (a runtime input, or "
                                   f"computed by another operator); {precision} code needs "
                                   "constant weights and parameters (bind inputs as params)")
+    if precision == "fp16":
+        _check_half_constants(layer)
     if precision == "int8" and is_lut_activation(layer.sdp.act) and layer.sdp.ew_op:
         raise Unsupported(f"an int8 element-wise {layer.sdp.ew_op} before a "
                           f"{layer.sdp.act} is not generated (its operand would have to be "

@@ -394,17 +394,8 @@ def match_composites(mod: tvm.IRModule, params: Optional[Dict[str, np.ndarray]] 
             f"TVM's MergeCompositeFunctions failed on main{_symbolic_cause(mod['main'])}: "
             f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
         ) from error
-    return _with_targets(name_call_sites(restore_match_casts(merged), before), config, fuse)
-
-
-def _with_targets(mod: tvm.IRModule, config: AccelConfig, fuse: bool) -> tvm.IRModule:
-    """Each external function marked with the target its layers were checked against, which
-    lowering reads (``engines.partition_target_fp16``)."""
-    for gv, function in list(mod.functions_items()):
-        if isinstance(function, relax.Function) and function.attrs and \
-                "Codegen" in function.attrs:
-            mod[gv] = with_partition_target(function, config, fuse)
-    return mod
+    return with_partition_target(name_call_sites(restore_match_casts(merged), before),
+                                 config, fuse)
 
 
 def _symbolic_cause(main: relax.Function) -> str:

@@ -43,7 +43,7 @@ from ..quantization import TensorQuant
 from ..sim.labels import (CONTRACT_PART, CONVERT_PART, CONVERT_PRIMITIVE, RESCALE_PART,
                           copy_part, pass_part, pass_primitive, run_key, run_label)
 from ..sim.ops import Conv, Sdp
-from .engines import fp16_in_int8, partition_target_fp16
+from .engines import fp16_in_int8, partition_fp16_runner
 from .layer import Layer, bound_values, chain_root
 from .lowering import lower_chain
 
@@ -582,9 +582,16 @@ def _fp16_range_sums(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     return precisions
 
 
+#: Whether the build's configuration runs a layer in fp16 (``engines.fp16_runner``): int8 code
+#: then runs there the layers it would rather run in fp16 (``_fp16_range_sums``); None where
+#: the lowering does not know the configuration.
+Fp16Runner = Optional[Callable[[Layer], bool]]
+
+
 def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call],
                      sources: Sequence[Sequence[int]], precision: Optional[str],
-                     layer_precisions: Optional[Mapping[str, str]]) -> Function:
+                     layer_precisions: Optional[Mapping[str, str]],
+                     runs_fp16: Fp16Runner = None) -> Function:
     """The function with each layer's precision (mixed: ``layer_precisions``' by its key;
     int8: fp16 for the layers int8 runs in fp16 and the copies between them, and where the
     function's configuration computes fp16 its sums over ranges of one tensor), a converting
@@ -594,7 +601,6 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
     reasons = [fp16_in_int8(c.layer) if precision in (MIXED[0], "mixed") else None
                for c in calls]
     if precision == MIXED[0]:
-        runs_fp16 = partition_target_fp16(function)
         rules = [(lambda p: _fp16_copies(calls, sources, p), "it copies the values of layers "
                   "that run in fp16 (converted once, where an int8 layer reads them)"),
                  (lambda p: _fp16_divisors(calls, sources, p, runs_fp16),
@@ -616,14 +622,15 @@ def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call]
 
 
 def lower_function(function: relax.Function, index: int, precision: Optional[str] = None,
-                   layer_precisions: Optional[Mapping[str, str]] = None) -> Function:
+                   layer_precisions: Optional[Mapping[str, str]] = None,
+                   runs_fp16: Fp16Runner = None) -> Function:
     """One offloaded function's layers and runs (``index``: its number in the module)."""
     calls = [Call(binding, composite, layer_of(composite, binding.value.args, function))
              for binding, composite in composite_calls(function)]
     for call, leaves in zip(calls, leaves_only(function)):
         call.layer.leaves_function = leaves
     return _with_precisions(function, index, calls, layer_sources(function), precision,
-                            layer_precisions)
+                            layer_precisions, runs_fp16)
 
 
 def assign_precisions(program: Program, layer_precisions: Mapping[str, str]) -> Program:
@@ -636,16 +643,18 @@ def assign_precisions(program: Program, layer_precisions: Mapping[str, str]) -> 
 
 def lower_functions(functions: Sequence[relax.Function], first_index: int = 0,
                     precision: Optional[str] = None,
-                    layer_precisions: Optional[Mapping[str, str]] = None) -> Program:
+                    layer_precisions: Optional[Mapping[str, str]] = None,
+                    runs_fp16: Fp16Runner = None) -> Program:
     """The program of offloaded functions numbered from ``first_index`` (as RunCodegen hands
     them to the code generator)."""
-    return _program([lower_function(f, first_index + i, precision, layer_precisions)
-                     for i, f in enumerate(functions)], precision)
+    return _program([lower_function(f, first_index + i, precision, layer_precisions,
+                                    runs_fp16) for i, f in enumerate(functions)], precision)
 
 
 def lower_module(matched: tvm.IRModule, precision: Optional[str] = None,
                  layer_precisions: Optional[Mapping[str, str]] = None) -> Program:
     """The program of a partitioned (or pattern-matched) module: every run in execution order,
-    named as the generated code names it."""
+    named as the generated code names it; int8 code asks the configuration the partition
+    marked the module with whether a layer runs in fp16 (``engines.partition_fp16_runner``)."""
     return lower_functions([f for _, f in external_calls(matched)], 0, precision,
-                           layer_precisions)
+                           layer_precisions, partition_fp16_runner(matched))

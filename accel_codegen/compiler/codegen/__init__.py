@@ -37,6 +37,7 @@ from .function import FunctionCodegen
 from .int8_plan import quantize_int8
 from .planning import plan_program
 from ...sim.labels import run_key
+from ..engines import fp16_runner
 from ..program import lower_functions
 from ..target import LayerPlan, Target
 
@@ -75,8 +76,8 @@ def generate(functions, options, into: Generated) -> List:
     # the functions' runs, lowered once, planned by the passes (int8: quantised from the
     # calibration), then printed as C
     program = quantize_int8(plan_program(lower_functions(
-        functions, len(into.sources), target.code, target.layer_precisions), target),
-        calibration)
+        functions, len(into.sources), target.code, target.layer_precisions,
+        fp16_runner(target.config, target.fuse)), target), calibration)
     if program.mixed and not target.mixed:
         # int8 code whose norms, softmaxes and attention cores run in fp16 (program.py): the
         # mixed code of that assignment, one definition of converting runs and borders

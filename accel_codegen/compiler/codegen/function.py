@@ -23,6 +23,7 @@ from ...quantization import Calibration, Key, TensorQuant
 from ...sim.labels import run_key
 from ...sim.observer import INPUT
 from ..layer import Layer, feature_surface, static_shape
+from ..engines import fp16_runner
 from ..program import MIXED, Call, Run, lower_functions
 from ..program import Function as ProgramFunction
 from ..source_names import function_calls, layer_names
@@ -51,7 +52,8 @@ class FunctionCodegen(FunctionTensors):
                  calibration: Optional[Calibration] = None,
                  program: Optional[ProgramFunction] = None):
         if program is None:
-            lowered = lower_functions([function], index, target.code, target.layer_precisions)
+            lowered = lower_functions([function], index, target.code, target.layer_precisions,
+                                      fp16_runner(target.config, target.fuse))
             if lowered.mixed and not target.mixed:  # int8 code with fp16 layers (program.py)
                 target = target.replace(precision=LayerPlan.of(lowered.layer_precisions))
             program = quantize_int8(plan_program(lowered, target), calibration).functions[0]

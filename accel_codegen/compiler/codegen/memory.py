@@ -46,6 +46,7 @@ from ...errors import check
 from ...sim.config import AccelConfig, precision_code
 from ...sim.device import ChainBatch
 from ...sim.ops import Conv
+from ..engines import fp16_runner
 from ..layer import Layer, static_shape
 from ..program import ConvChoice, Program, Run, RunMemory, lower_functions  # noqa: F401
 from ..program import Function as ProgramFunction
@@ -141,7 +142,8 @@ def plan_module(functions: Sequence[relax.Function], config: AccelConfig, fuse: 
     generator emits them (:func:`plan_memory` on their Program). ``precision`` "mixed": each
     layer's from ``layer_precisions`` by its key."""
     if program is None:
-        program = lower_functions(functions, first_index, precision, layer_precisions)
+        program = lower_functions(functions, first_index, precision, layer_precisions,
+                                  fp16_runner(config, fuse))
     quantize(choose_conv_modes(program, config, fuse, winograd), fuse)
     plan_memory(program, config, fuse)
     return {run.key: run.memory for run in program.runs if run.planned}
