@@ -799,7 +799,7 @@ def _unfolds_as_convs(model):
     graph = model.graph
     if not any(n.op_type == "Gather" for n in graph.node):
         return model
-    constants = _constant_arrays(graph)
+    constants = None  # read at the first chain of the unfold's shape: every weight, copied
     producers = {out: node for node in graph.node for out in node.output}
     readers: dict = {}
     for node in graph.node:
@@ -822,15 +822,18 @@ def _unfolds_as_convs(model):
         if transpose is None or transpose.op_type != "Transpose" or \
                 list(attr(transpose, "perm", [])) != [0, 1, 2, 4, 3, 5] or \
                 not only(transpose.output[0], reshape) or len(reshape.input) < 2 or \
-                reshape.input[1] not in constants or attr(reshape, "allowzero", 0):
+                attr(reshape, "allowzero", 0):
             continue
         columns = producers.get(transpose.input[0])
         rows = producers.get(columns.input[0]) if columns is not None and \
             columns.op_type == "Gather" else None
         if rows is None or rows.op_type != "Gather" or \
                 not only(columns.output[0], transpose) or not only(rows.output[0], columns) or \
-                attr(rows, "axis", 0) not in (2, -2) or attr(columns, "axis", 0) not in (4, -1) \
-                or rows.input[1] not in constants or columns.input[1] not in constants:
+                attr(rows, "axis", 0) not in (2, -2) or attr(columns, "axis", 0) not in (4, -1):
+            continue
+        constants = _constant_arrays(graph) if constants is None else constants
+        if any(name not in constants for name in (reshape.input[1], rows.input[1],
+                                                   columns.input[1])):
             continue
         if inferred is None:
             inferred = {info.name: info.type.tensor_type for info in [

@@ -2146,7 +2146,7 @@ def _rewrite_with_readers(mod: tvm.IRModule, pattern, make_rewriter) -> tvm.IRMo
 _ELEMENT_WISE = ("relax.add", "relax.multiply", "relax.subtract", "relax.divide")
 
 
-def _arithmetic_operands(function: relax.Function) -> set:
+def _operands_read_as_constants(function: relax.Function) -> set:
     """The variables some element-wise arithmetic binding of ``function`` reads directly, but
     for 4-D ones (torch's conv biases, [1, C, 1, 1], which the patterns read through their
     reshape), and the slopes of its PReLUs (ONNX's PRelu slope is [C, 1, 1], which TVM's
@@ -2171,7 +2171,7 @@ def shared_constant_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     result = tvm.IRModule(mod.functions, attrs=mod.attrs)
     for gv, function in _graph_functions(mod):
         readers = read_counts(function)
-        arithmetic = _arithmetic_operands(function)
+        arithmetic = _operands_read_as_constants(function)
         constants = {}
         for var, value in _bindings_table(function).items():
             if isinstance(var, relax.DataflowVar) and \
