@@ -12,7 +12,7 @@ converting run after a layer whose output a layer of the other precision reads: 
 one place that inserts converting runs; int8 code runs its norms, softmaxes and attention
 cores in fp16, ``engines.fp16_in_int8``, the copies of their results until an int8 layer
 reads them, the layers around a reciprocal that compute its divisor or multiply by it
-(``_fp16_divisors``), and where the function's configuration computes fp16 the adds of a sum
+(``_fp16_divisors``), and where the build's configuration computes fp16 the adds of a sum
 over ranges of one tensor (``_fp16_range_sums``), which makes it the mixed code of that
 assignment).
 A :class:`Run` knows its key and label, primitive, layer, precision, the function-level
@@ -469,6 +469,12 @@ def _copies_only(call: Call, produced: Sequence[int]) -> bool:
         layer.sdp.empty() and bool(tensors) and len(produced) == len(tensors)
 
 
+#: Whether the build's configuration runs a layer in fp16 (``engines.fp16_runner``): int8 code
+#: then runs there the layers it would rather run in fp16 (``_fp16_range_sums``); None where
+#: the lowering does not know the configuration.
+Fp16Runner = Optional[Callable[[Layer], bool]]
+
+
 def _readers(sources: Sequence[Sequence[int]]) -> List[List[int]]:
     """Per layer, the layers that read its output (``sources``: per layer, those it reads)."""
     readers: List[List[int]] = [[] for _ in sources]
@@ -508,8 +514,7 @@ def _fp16_copies(calls: Sequence[Call], sources: Sequence[Sequence[int]],
 
 
 def _fp16_divisors(calls: Sequence[Call], sources: Sequence[Sequence[int]],
-                   precisions: List[str],
-                   runs_fp16: Optional[Callable[[Layer], bool]] = None) -> List[str]:
+                   precisions: List[str], runs_fp16: Fp16Runner = None) -> List[str]:
     """int8 code's neighbours of a reciprocal (``1 / max(x, floor)``, which int8 runs in fp16)
     in fp16 too: the layers that multiply by it as their computed per-channel operand, and,
     back from those and from it, each layer without a CONV whose readers all run in fp16
@@ -517,7 +522,7 @@ def _fp16_divisors(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     per-tensor int8 scale keeps few digits of a divisor near 0 (a channel of small spread),
     none of the reciprocals that span 1 / 0.002 to 1 / 2, and few of the small squares such
     a divisor then amplifies; fp16 keeps them, and the int8 layer before converts once.
-    A layer the function's configuration does not run in fp16 (``runs_fp16``) stays int8."""
+    A layer the build's configuration does not run in fp16 (``runs_fp16``) stays int8."""
     readers = _readers(sources)
     movable = runs_fp16 or (lambda layer: True)
     int8, fp16 = MIXED
@@ -582,19 +587,13 @@ def _fp16_range_sums(calls: Sequence[Call], sources: Sequence[Sequence[int]],
     return precisions
 
 
-#: Whether the build's configuration runs a layer in fp16 (``engines.fp16_runner``): int8 code
-#: then runs there the layers it would rather run in fp16 (``_fp16_range_sums``); None where
-#: the lowering does not know the configuration.
-Fp16Runner = Optional[Callable[[Layer], bool]]
-
-
 def _with_precisions(function: relax.Function, index: int, calls: Sequence[Call],
                      sources: Sequence[Sequence[int]], precision: Optional[str],
                      layer_precisions: Optional[Mapping[str, str]],
                      runs_fp16: Fp16Runner = None) -> Function:
     """The function with each layer's precision (mixed: ``layer_precisions``' by its key;
     int8: fp16 for the layers int8 runs in fp16 and the copies between them, and where the
-    function's configuration computes fp16 its sums over ranges of one tensor), a converting
+    build's configuration computes fp16 its sums over ranges of one tensor), a converting
     run after each layer whose output a layer of the other precision reads."""
     precisions = [_layer_precision(precision, layer_precisions, run_key(index, i), c.layer)
                   for i, c in enumerate(calls)]
