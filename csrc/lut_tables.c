@@ -4,6 +4,7 @@
  * function their entries are rounded from, the tables (built once per process) and their
  * evaluation. The FP32 forms are lut.c's; the INT8 table, which the compiler programs, is
  * sdp_i8_lut.c's. */
+#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -209,6 +210,66 @@ static float lut_eval(const lut_table* l, float t) {
   return l->overflow_slope == 0.0f ? last : last + (t - l->le_end) * l->overflow_slope;
 }
 
+#ifdef __AVX512F__
+/* interpolate and interpolate_octaves in 16 lanes: the same operations, each rounded as the
+ * scalar one's (the build has -ffp-contract=off); only the `valid` lanes read the entries. */
+static inline __m512 interpolate_at16(const float* entries, __m512i i, __m512 f,
+                                      __mmask16 valid) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 a = _mm512_mask_i32gather_ps(zero, valid, i, entries, 4);
+  const __m512 b = _mm512_mask_i32gather_ps(zero, valid, i, entries + 1, 4);
+  return _mm512_add_ps(a, _mm512_mul_ps(_mm512_sub_ps(b, a), f));
+}
+
+static inline __m512 interpolate16(const float* entries, int32_t intervals, float start,
+                                   float scale, __m512 t, __mmask16 valid) {
+  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_set1_ps(start)), _mm512_set1_ps(scale));
+  const __m512i i = _mm512_min_epi32(_mm512_cvttps_epi32(u), _mm512_set1_epi32(intervals - 1));
+  const __m512 f = _mm512_sub_ps(u, _mm512_cvtepi32_ps(i));
+  return interpolate_at16(entries, i, f, valid);
+}
+#endif
+
 void lut_apply(const lut_table* l, float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) x[i] = lut_eval(l, x[i]);
+  int64_t i = 0;
+#ifdef __AVX512F__
+  /* 16 values a step where each lies in LO or LE (the tables' domain: a softmax's exp, a layer
+   * norm's rsqrt); a step with a value beyond them, or NaN, takes lut_eval per value */
+  const __m512 lo_start = _mm512_set1_ps(l->lo_start), lo_end = _mm512_set1_ps(l->lo_end);
+  const __m512 le_start = _mm512_set1_ps(l->le_start), le_end = _mm512_set1_ps(l->le_end);
+  const int octaves = l->le_scale == 0.0f;
+  uint32_t start_bits;
+  memcpy(&start_bits, &l->le_start, sizeof start_bits);
+  const __m512i start_exponent = _mm512_set1_epi32((int32_t)((start_bits >> 23) & 0xffu));
+  for (; i + 16 <= count; i += 16) {
+    const __m512 t = _mm512_loadu_ps(x + i);
+    const __mmask16 lo = _mm512_cmp_ps_mask(t, lo_start, _CMP_GE_OQ) &
+                         _mm512_cmp_ps_mask(t, lo_end, _CMP_LT_OQ);
+    const __mmask16 le = (__mmask16)~lo & _mm512_cmp_ps_mask(t, le_start, _CMP_GE_OQ) &
+                         _mm512_cmp_ps_mask(t, le_end, _CMP_LT_OQ);
+    if ((__mmask16)(lo | le) != 0xffff) {
+      for (int64_t j = i; j < i + 16; ++j) x[j] = lut_eval(l, x[j]);
+      continue;
+    }
+    __m512 y = interpolate16(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t, lo);
+    if (le) {
+      __m512 z;
+      if (octaves) { /* interpolate_octaves in lanes */
+        const __m512i tb = _mm512_castps_si512(t);
+        const __m512i base_bits = _mm512_and_si512(tb, _mm512_set1_epi32(0x7f800000));
+        const __m512i k = _mm512_sub_epi32(_mm512_srli_epi32(base_bits, 23), start_exponent);
+        const __m512 inverse = _mm512_castsi512_ps(
+            _mm512_sub_epi32(_mm512_set1_epi32((int32_t)(254u << 23)), base_bits));
+        const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_castsi512_ps(base_bits)),
+                                       inverse);
+        z = interpolate_at16(l->le, k, f, le);
+      } else {
+        z = interpolate16(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t, le);
+      }
+      y = _mm512_mask_blend_ps(le, y, z);
+    }
+    _mm512_storeu_ps(x + i, y);
+  }
+#endif
+  for (; i < count; ++i) x[i] = lut_eval(l, x[i]);
 }

@@ -12,7 +12,9 @@
  * (x86-64-v3) depthwise 3x3 and 5x5 by output rows (dw_rows_avx2), other depthwise (dw_avx2)
  * and GEMM (gemm_avx2) kernels of 8-lane FMAs in the same order; and last OpenBLAS on im2col tiles (blas), for builds without AVX2 and FMA, in
  * OpenBLAS's order (its thread pool and ours would spin against each other on convolutions,
- * hence not used where a kernel of ours applies).
+ * hence not used where a kernel of ours applies). Before the list, a CONV whose filters are all
+ * the same (a sum over the channels broadcast to each: FP16's layer norms and softmaxes) runs
+ * its first filter and copies it (conv_replicated).
  * ACCEL_CONV_IMPL=name runs `name` where it supports the geometry; ACCEL_VERBOSE=1 prints the
  * one that ran (conv/impl.c). Every output is summed in the order conv/f32_order.h states, so
  * results do not depend on the thread count, and fused equals unfused bit for bit.
@@ -27,6 +29,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "conv/f32.h"
 
@@ -183,12 +186,52 @@ int conv_f32_dot_tail(const conv_geometry* g) {
   return impl->dot_tail != NULL ? impl->dot_tail(&P) : -1;
 }
 
+/* 1 when every filter holds the same bits as the first and both g and its one-filter form run
+ * in f32_order.h's order (not OpenBLAS's): FP16's layer norms and softmaxes broadcast a sum
+ * over C to every channel by a CONV of ones C -> C (sim/decompose.py's sum_broadcast), as the
+ * hardware would, and each of its outputs is then the first filter's sum. A geometry whose
+ * first two filters differ costs one comparison. */
+static int replicated_filters(const conv_geometry* g, const float* weights) {
+  if (g->k < 2 || g->groups != 1 || g->pixel_bytes != 0 || g->multi_batch) return 0;
+  const int64_t depth = (int64_t)g->c * g->kernel_h * g->kernel_w;
+  for (int32_t o = 1; o < g->k; ++o)
+    if (memcmp(weights + o * depth, weights, (size_t)depth * sizeof(float)) != 0) return 0;
+  conv_geometry one = *g;
+  one.k = 1;
+  return conv_f32_dot_tail(g) >= 0 && conv_f32_dot_tail(&one) >= 0;
+}
+
+/* The first filter's sums (conv/f32_order.h: an output's order is the geometry's, whatever
+ * its filter), copied to every channel, then the epilogue over them (fused equals unfused). */
+static accel_status conv_replicated(const conv_geometry* g, const float* in, const float* weights,
+                                    float* out, const sdp_f32* epilogue, workspace* ws,
+                                    int32_t num_threads) {
+  conv_geometry one = *g;
+  one.k = 1;
+  const accel_status st = conv_f32(&one, in, weights, out, NULL, ws, num_threads);
+  if (st != ACCEL_OK) return st;
+  const int64_t plane = (int64_t)g->out_h * g->out_w;
+  for (int64_t i = g->n - 1; i >= 0; --i) { /* image i's plane from i * plane to its place */
+    float* image = out + i * g->k * plane;
+    if (i > 0) memmove(image, out + i * plane, (size_t)plane * sizeof(float));
+    for (int32_t o = 1; o < g->k; ++o) {
+      memcpy(image + o * plane, image, (size_t)plane * sizeof(float));
+    }
+  }
+  if (epilogue != NULL) sdp_f32_run(epilogue, g->n, g->k, plane, out, out, num_threads);
+  return ACCEL_OK;
+}
+
 accel_status conv_f32(const conv_geometry* g, const float* in, const float* weights, float* out,
                       const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
-  conv_plan P;
-  f32_plan(g, &P);
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
+  if (replicated_filters(g, weights)) {
+    if (conv_verbose()) conv_verbose_line("fp32", g, "replicated");
+    return conv_replicated(g, in, weights, out, epilogue, ws, num_threads);
+  }
+  conv_plan P;
+  f32_plan(g, &P);
   const conv_f32_call c = {.P = &P, .in = in, .weights = weights, .out = out, .ep = epilogue,
                            .ws = ws, .nth = num_threads};
   const conv_f32_impl* impl = pick(&c);
