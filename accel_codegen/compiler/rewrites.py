@@ -1324,6 +1324,122 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
     return _rewrite_calls(mod, _WIDE_CONV, _wide_stride_conv)
 
 
+# A convolution whose kernel is wider than the CONV's weight window (audio front ends: a
+# pitch tracker's 512-tap first layer, a constant-Q spectrogram's 256- and 39-tap filters) ->
+# ONE convolution of a kernel B <= 32 over m = ceil(K / B) shifted copies of its input stacked
+# as channels: copy j is x (padded as the conv pads it) from column j B d on (d the dilation),
+# channel j C + c of the stack, and the weight W'[o, j C + c, u, b] = W[o, c, u, j B + b]
+# (0 where j B + b >= K). Output t sums W[o, c, u, jB + b] x[t S + (jB + b) d] over the same
+# taps as the original, in one accumulation (int8 keeps its int32 accumulator and one output
+# converter: no partial convolutions rounded apart); any stride works, since the shift is in
+# the input's coordinates. The copies are BDMA slices (along W or H) and a concat along the
+# channels, so the stack moves codes in int8. A zero padding cannot be left to the new conv
+# (copy j needs max(0, P - j B d) zeros in front, a different number each), so it comes first,
+# from a depthwise 1x1 convolution of ones that pads (several where it is wider than the
+# CONV's padding register: 'same' of a 512-tap kernel is 255), as does the tail the last copy
+# reads past x's end when m B > K. H is cut the same way, after W. B is the smallest width
+# that keeps m within the window too; a stride beyond the CONV's register also needs B to
+# share a factor with it (wide_stride_convs, after this, then cuts the stride).
+_WIDE_KERNEL_X, _WIDE_KERNEL_W = wildcard(), is_const()
+_WIDE_KERNEL_CONV = is_op("relax.nn.conv2d")(_WIDE_KERNEL_X, _WIDE_KERNEL_W)
+
+
+def _kernel_pieces(kernel: int, stride: int, kernel_limit: int,
+                   stride_limit: int) -> Optional[Tuple[int, int]]:
+    """(m, B): ``kernel`` cut in m pieces of B <= ``kernel_limit`` taps (m B >= kernel, the
+    fewest pieces, then the narrowest); with a stride beyond ``stride_limit``, a B that
+    :func:`_phase_factor` can cut it by. None when no B does."""
+    for pieces in range(-(-kernel // kernel_limit), kernel + 1):
+        for width in range(-(-kernel // pieces), kernel_limit + 1):
+            if _phase_factor(stride, width, stride_limit, kernel_limit) is not None:
+                return -(-kernel // width), width
+    return None
+
+
+def _zero_padded(x: relax.Expr, padding: list, limit: int, old: relax.Expr) -> relax.Expr:
+    """x [N, C, H, W] with ``padding`` (top, left, bottom, right) zeros around it, as
+    depthwise 1x1 convolutions of ones that pad (each at most ``limit`` per side): exact
+    copies (1 x, whose int8 weight is code 127 at scale 1 / 127)."""
+    channels, dtype = _static(x)[1], str(x.ty.dtype)
+    ones = relax.const(np.ones((channels, 1, 1, 1), dtype=dtype))
+    left = list(padding)
+    while any(left):
+        step = [min(v, limit) for v in left]
+        x = named_as(relax.op.nn.conv2d(x, ones, padding=step, groups=channels,
+                                        data_layout="NCHW", kernel_layout="OIHW",
+                                        out_layout="NCHW", out_dtype=dtype), old)
+        left = [v - s for v, s in zip(left, step)]
+    return x
+
+
+def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    a = expr.attrs
+    x, weight = matches[_WIDE_KERNEL_X], constant_value(matches[_WIDE_KERNEL_W])
+    shape, out_shape = _static(x), _static(expr)
+    kernel_limit = int(lib.ACCEL_MAX_CONV_KERNEL)
+    # groups: the stack's channels are j-major, which would cut across the groups
+    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
+            str(a.out_layout) != "NCHW" or int(a.groups) != 1 or shape is None or \
+            out_shape is None or len(shape) != 4 or weight.ndim != 4 or \
+            max(weight.shape[2:]) <= kernel_limit or \
+            str(x.ty.dtype) not in ("float32", "float16") or \
+            str(expr.ty.dtype) != str(x.ty.dtype):
+        return expr
+    strides, dilation = _int_list(a.strides), _int_list(a.dilation)
+    padding = _int_list(a.padding)
+    padding = padding * 2 if len(padding) == 2 else padding
+    cuts = {}  # axis (2: H, 3: W) -> (m, B)
+    for axis in (3, 2):
+        if weight.shape[axis] > kernel_limit:
+            pieces = _kernel_pieces(weight.shape[axis], strides[axis - 2], kernel_limit,
+                                    int(lib.ACCEL_MAX_CONV_STRIDE))
+            if pieces is None:
+                return expr
+            cuts[axis] = pieces
+    # the padding of a cut axis first, with the tail the last copy reads past the end
+    pad, own = [0, 0, 0, 0], list(padding)
+    spans = {}
+    for axis, (m, width) in cuts.items():
+        i, s, d = axis - 2, strides[axis - 2], dilation[axis - 2]
+        span = (out_shape[axis] - 1) * s + (width - 1) * d + 1  # each copy's extent
+        tail = max(0, (m - 1) * width * d + span -
+                   (shape[axis] + padding[i] + padding[i + 2]))
+        pad[i], pad[i + 2] = padding[i], padding[i + 2] + tail
+        own[i] = own[i + 2] = 0
+        spans[axis] = span
+    data = _zero_padded(x, pad, int(lib.ACCEL_MAX_CONV_PAD), expr)
+    dtype = str(x.ty.dtype)
+    for axis, (m, width) in cuts.items():
+        step = width * dilation[axis - 2]
+        data = named_as(relax.op.concat(
+            [named_as(relax.op.strided_slice(data, axes=[axis], begin=[j * step],
+                                             end=[j * step + spans[axis]]), expr)
+             for j in range(m)], axis=1), expr)
+        # W [O, C, .., K, ..] -> zero taps up to m B -> [O, C, .., m, B, ..] -> m before C
+        grown = [(0, 0)] * 4
+        grown[axis] = (0, m * width - weight.shape[axis])
+        cut = np.pad(weight, grown)
+        out_ch, channels = cut.shape[:2]
+        if axis == 3:
+            cut = cut.reshape(out_ch, channels, cut.shape[2], m, width).transpose(0, 3, 1, 2, 4)
+        else:
+            cut = cut.reshape(out_ch, channels, m, width, cut.shape[3]).transpose(0, 2, 1, 3, 4)
+        weight = np.ascontiguousarray(cut.reshape((out_ch, m * channels) + cut.shape[3:]))
+    return relax.op.nn.conv2d(data, relax.const(weight.astype(dtype)), strides=strides,
+                              padding=own, dilation=dilation, data_layout="NCHW",
+                              kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
+
+
+def wide_kernel_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d whose kernel is wider than the CONV's window (W, H or both) -> the conv2d of
+    B-wide pieces of the kernel over the input's shifted copies stacked as channels (slices
+    and a concat; a zero padding first, as depthwise 1x1 convolutions of ones): the same
+    products in one accumulation."""
+    return _rewrite_calls(mod, _WIDE_KERNEL_CONV, _wide_kernel_conv)
+
+
 # Constants computed at compile time: broadcast_to of a constant (ViT's class token expanded
 # to the batch) and a take of a constant at constant indices (Swin's relative position bias
 # gathered from its table) -> the constant they compute (NumPy copies its values exactly).
@@ -3845,7 +3961,8 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   global_max_pools,
-                  space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
+                  space_to_depth_convs, wide_kernel_convs, wide_stride_convs,
+                  channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
                   negatives_as_scales,
                   layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs,
