@@ -1333,7 +1333,9 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # taps as the original, in one accumulation (int8 keeps its int32 accumulator and one output
 # converter: no partial convolutions rounded apart); any stride works, since the shift is in
 # the input's coordinates. The copies are BDMA slices (along W or H) and a concat along the
-# channels, so the stack moves codes in int8. A zero padding cannot be left to the new conv
+# channels, so the stack moves codes in int8. A grouped convolution needs each group's
+# channels together: the stack is then shuffled to channel c m + j (a channel shuffle of m
+# groups, one BDMA copy each) and W'[o, c m + j, u, b] = W[o, c, u, j B + b] per group. A zero padding cannot be left to the new conv
 # (copy j needs max(0, P - j B d) zeros in front, a different number each), so it comes first,
 # from a depthwise 1x1 convolution of ones that pads (several where it is wider than the
 # CONV's padding register: 'same' of a 512-tap kernel is 255), as does the tail the last copy
@@ -1379,9 +1381,9 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
     x, weight = matches[_WIDE_KERNEL_X], constant_value(matches[_WIDE_KERNEL_W])
     shape, out_shape = _static(x), _static(expr)
     kernel_limit = int(lib.ACCEL_MAX_CONV_KERNEL)
-    # groups: the stack's channels are j-major, which would cut across the groups
+    groups = int(a.groups)
     if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
-            str(a.out_layout) != "NCHW" or int(a.groups) != 1 or shape is None or \
+            str(a.out_layout) != "NCHW" or shape is None or \
             out_shape is None or len(shape) != 4 or weight.ndim != 4 or \
             max(weight.shape[2:]) <= kernel_limit or \
             str(x.ty.dtype) not in ("float32", "float16") or \
@@ -1410,6 +1412,7 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
         own[i] = own[i + 2] = 0
         spans[axis] = span
     data = _zero_padded(x, pad, int(lib.ACCEL_MAX_CONV_PAD), expr)
+    dims = list(shape)  # data's shape
     dtype = str(x.ty.dtype)
     for axis, (m, width) in cuts.items():
         step = width * dilation[axis - 2]
@@ -1417,18 +1420,26 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
             [named_as(relax.op.strided_slice(data, axes=[axis], begin=[j * step],
                                              end=[j * step + spans[axis]]), expr)
              for j in range(m)], axis=1), expr)
-        # W [O, C, .., K, ..] -> zero taps up to m B -> [O, C, .., m, B, ..] -> m before C
+        dims[1], dims[axis] = dims[1] * m, spans[axis]
+        if groups > 1:  # channel j C + c -> c m + j: each group's copies together
+            split = relax.op.reshape(data, [dims[0], m, dims[1] // m] + dims[2:])
+            data = named_as(relax.op.reshape(relax.op.permute_dims(split, [0, 2, 1, 3, 4]),
+                                             dims), expr)
+        # W [O, C, .., K, ..] -> zero taps up to m B -> [O, C, .., m, B, ..] -> the stack's
+        # channel order (m before C, or after it for groups)
         grown = [(0, 0)] * 4
         grown[axis] = (0, m * width - weight.shape[axis])
         cut = np.pad(weight, grown)
         out_ch, channels = cut.shape[:2]
         if axis == 3:
-            cut = cut.reshape(out_ch, channels, cut.shape[2], m, width).transpose(0, 3, 1, 2, 4)
+            cut = cut.reshape(out_ch, channels, cut.shape[2], m, width)
+            cut = cut.transpose(0, 3, 1, 2, 4) if groups == 1 else cut.transpose(0, 1, 3, 2, 4)
         else:
-            cut = cut.reshape(out_ch, channels, m, width, cut.shape[3]).transpose(0, 2, 1, 3, 4)
+            cut = cut.reshape(out_ch, channels, m, width, cut.shape[3])
+            cut = cut.transpose(0, 2, 1, 3, 4) if groups == 1 else cut
         weight = np.ascontiguousarray(cut.reshape((out_ch, m * channels) + cut.shape[3:]))
     return relax.op.nn.conv2d(data, relax.const(weight.astype(dtype)), strides=strides,
-                              padding=own, dilation=dilation, data_layout="NCHW",
+                              padding=own, dilation=dilation, groups=groups, data_layout="NCHW",
                               kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
 
 
