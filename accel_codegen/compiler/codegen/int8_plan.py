@@ -326,7 +326,9 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
+            out_quant = self.produced.get(key) or (
+                in_quant if _copies_codes(layer, run, in_quant)
+                else self.calibrated((key, pre_pool(layer))))
             h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
@@ -503,6 +505,20 @@ def _selects(layer: Layer) -> bool:
         return s.empty() and not layer.several_sources
     return s.act == "relu" and s.bias is None and s.batch_norm is None and \
         s.scale is None and s.ew_op is None
+
+
+def _copies_codes(layer: Layer, run: Run, in_quant: TensorQuant) -> bool:
+    """A conv that only copies its input's values (each output channel one weight of 1,
+    nothing after it: the zero padding before rewrites.wide_kernel_convs' stacked copies, a
+    one-hot space-to-depth): its output keeps the input's quantisation, so the weight's code
+    127 at scale 1 / 127 gives each input code back and the values are rounded once."""
+    if layer.conv is None or not layer.sdp.empty() or layer.pool is not None or \
+            layer.branch is not None or isinstance(in_quant, ChannelQuant) or \
+            run.weights is None or not run.weights.constant:
+        return False
+    weights = run.weights.original.reshape(run.weights.original.shape[0], -1)
+    return bool(np.all(np.count_nonzero(weights, axis=1) == 1) and
+                np.all(weights.max(axis=1) == 1.0))
 
 
 def _plain(layer: Layer) -> bool:
