@@ -1342,6 +1342,14 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # reads past x's end when m B > K. H is cut the same way, after W. B is the smallest width
 # that keeps m within the window too; a stride beyond the CONV's register also needs B to
 # share a factor with it (wide_stride_convs, after this, then cuts the stride).
+# A 1-D convolution strided beyond the register with S >= K / 32 (a constant-Q transform's
+# hops of 64 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
+# alone: x [N, C, 1, L] (padded, cut to O' S samples, O' = O + q - 1, q = ceil(K / S)) read
+# as [N, C, O', S], its last two axes swapped (one BDMA transpose) and read as
+# [N, C S, 1, O'], then the stride-1 convolution of kernel q with W'[o, c S + p, 0, u] =
+# W[o, c, 0, u S + p]: output t sums W[o, c, 0, u S + p] x[(t + u) S + p], the same taps.
+# No copy of x is made m times and no one-hot convolution runs; nor does any stride limit
+# bind (a 400-tap filter bank's hop of 160).
 _WIDE_KERNEL_X, _WIDE_KERNEL_W = wildcard(), is_const()
 _WIDE_KERNEL_CONV = is_op("relax.nn.conv2d")(_WIDE_KERNEL_X, _WIDE_KERNEL_W)
 
@@ -1374,6 +1382,39 @@ def _zero_padded(x: relax.Expr, padding: list, limit: int, old: relax.Expr) -> r
     return x
 
 
+def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len: int,
+                       old: relax.Expr) -> relax.Expr:
+    """conv2d(x [N, C, 1, L], weight [O, C, 1, K], stride S = K / q..., padding) as the
+    stride-1 convolution of kernel q = ceil(K / S) over x's S phases as channels (above)."""
+    n, channels, _, length = _static(x)
+    stride = int(old.attrs.strides[1])
+    out_ch, _, _, kernel = weight.shape
+    taps = -(-kernel // stride)
+    frames = out_len + taps - 1
+    padded = length + padding[1] + padding[3]
+    data = _zero_padded(x, [0, padding[1], 0, padding[3] + max(0, frames * stride - padded)],
+                        _pad_limit(), old)
+    if padded > frames * stride:  # the samples no output reads
+        data = named_as(relax.op.strided_slice(data, axes=[3], begin=[0],
+                                               end=[frames * stride]), old)
+    phases = named_as(relax.op.permute_dims(
+        relax.op.reshape(data, [n, channels, frames, stride]), [0, 1, 3, 2]), old)
+    data = named_as(relax.op.reshape(phases, [n, channels * stride, 1, frames]), old)
+    grown = np.pad(weight, [(0, 0), (0, 0), (0, 0), (0, taps * stride - kernel)])
+    cut = grown.reshape(out_ch, channels, taps, stride).transpose(0, 1, 3, 2)
+    dtype = str(x.ty.dtype)
+    return relax.op.nn.conv2d(
+        data, relax.const(np.ascontiguousarray(cut.reshape(out_ch, channels * stride, 1, taps))
+                          .astype(dtype)),
+        data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
+
+
+def _pad_limit() -> int:
+    from .._accel_ffi import lib
+
+    return int(lib.ACCEL_MAX_CONV_PAD)
+
+
 def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
     from .._accel_ffi import lib
 
@@ -1392,6 +1433,10 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
     strides, dilation = _int_list(a.strides), _int_list(a.dilation)
     padding = _int_list(a.padding)
     padding = padding * 2 if len(padding) == 2 else padding
+    if shape[2] == 1 and weight.shape[2] == 1 and padding[0] == padding[2] == 0 and \
+            strides[1] > int(lib.ACCEL_MAX_CONV_STRIDE) and dilation == [1, 1] and \
+            groups == 1 and -(-weight.shape[3] // strides[1]) <= kernel_limit:
+        return _space_to_depth_1d(x, weight, padding, out_shape[3], expr)
     cuts = {}  # axis (2: H, 3: W) -> (m, B)
     for axis in (3, 2):
         if weight.shape[axis] > kernel_limit:
@@ -1411,7 +1456,7 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
         pad[i], pad[i + 2] = padding[i], padding[i + 2] + tail
         own[i] = own[i + 2] = 0
         spans[axis] = span
-    data = _zero_padded(x, pad, int(lib.ACCEL_MAX_CONV_PAD), expr)
+    data = _zero_padded(x, pad, _pad_limit(), expr)
     dims = list(shape)  # data's shape
     dtype = str(x.ty.dtype)
     for axis, (m, width) in cuts.items():

@@ -108,7 +108,7 @@ def test_the_rewrite_alone_gives_pytorchs_convolution(case):
     convs = _convs(result)
     limit = int(lib.ACCEL_MAX_CONV_KERNEL)
     assert all(max(w[2:]) <= limit for w, *_ in convs), convs
-    pieces = [c for c in convs if c[0][0] == case[2]]  # the one conv of the output channels
+    pieces = [c for c in convs if c[0][2:] != (1, 1)]  # not the 1x1 paddings
     assert len(pieces) == 1 and pieces[0][0][1] > case[1], convs
     assert_close(_host_run(result, x), torch_forward(model, x), 1e-5)
 
@@ -219,7 +219,8 @@ def test_a_grouped_wide_kernel_keeps_its_groups():
         model = _conv_relu(1, cin, cout, 64, 1, 32, groups=groups)
         x = _input((2, cin, 90), 2)
         mod, params = from_pytorch(model, (torch.from_numpy(x),))
-        assert [c[3] for c in _convs(rewritten(mod, params)) if c[0][0] == cout] == [groups]
+        convs = _convs(rewritten(mod, params))
+        assert [c[3] for c in convs if c[0][2:] != (1, 1)] == [groups], convs
         partitioned = ac.partition_for_accel(mod, params)
         _whole(ac.partition_report(partitioned))
         assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-4)
@@ -274,12 +275,36 @@ def test_a_pitch_trackers_front_runs_whole(precision, tmp_path):
         assert sqnr(y, expected) >= baseline - 1.0, (sqnr(y, expected), baseline)
 
 
-def test_a_stride_no_piece_width_can_cut_stays_on_the_host_with_its_reason():
-    """Stride 160 (a 400-tap front end's hop): beyond the stride register, and no phase factor
-    within it divides the stride, so the conv stays on the host, saying why."""
-    model = _conv_relu(1, 1, 4, 400, 160, 0)
-    x = _input((1, 1, 2000), 4)
+@pytest.mark.parametrize("kernel, stride, channels, padding, length", [
+    (400, 160, 1, 0, 2000),    # a 400-tap filter bank's hop of 160: beyond any phase factor
+    (256, 256, 1, 0, 4410),    # Basic Pitch's constant-Q hop: frames as channels
+    (256, 64, 3, 100, 3000),   # three channels, a padding
+])
+def test_a_1d_stride_beyond_the_register_is_space_to_depth_by_layout(kernel, stride, channels,
+                                                                     padding, length):
+    """S >= K / 32 beyond the stride register: x read as [N, C, O', S], transposed, one
+    stride-1 conv of ceil(K / S) taps over the C S phases; no slice stack, no one-hot conv."""
+    model = _conv_relu(1, channels, 4, kernel, stride, padding)
+    x = _input((2, channels, length), 4)
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    convs = _convs(rewritten(mod, params))
+    taps = -(-kernel // stride)
+    assert (4, channels * stride, 1, taps) in [c[0] for c in convs], convs
+    assert all(c[0][1:] == (1, 1, 1) for c in convs if c[0][0] != 4), convs  # paddings only
+    partitioned = ac.partition_for_accel(mod, params)
+    _whole(ac.partition_report(partitioned))
+    assert_close(build_and_run(partitioned, x), torch_forward(model, x), 1e-4)
+
+
+def test_a_wide_kernel_no_piece_width_can_cut_stays_on_the_host_with_its_reason():
+    """A 2-D map (H > 1) strided 160 along W: no phase factor within the stride register
+    divides 160 and space-to-depth by layout takes 1-D data only, so the conv stays on the
+    host, saying why."""
+    model = _conv_relu(2, 1, 4, (2, 400), (1, 160), 0)
+    x = _input((1, 1, 4, 2000), 4)
     mod, params = from_pytorch(model, (torch.from_numpy(x),))
     report = ac.partition_report(ac.partition_for_accel(mod, params))
-    assert [op.op for op in report.host] == ["relax.nn.conv2d"], str(report)
-    assert "is outside [1, 32]" in report.host[0].reason
+    convs = [op for op in report.host if op.op == "relax.nn.conv2d"]
+    assert len(convs) == 1 and "relax.nn.conv2d" not in [op.op for op in report.offloaded], \
+        str(report)
+    assert "kernel_w = 400 is outside [1, 32]" in convs[0].reason
