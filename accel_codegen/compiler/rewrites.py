@@ -37,7 +37,11 @@ result computes the same values).
   compute, a constant operand of lower rank (2 or more axes) the same with leading unit axes, a
   take at one constant index of a computed tensor a strided slice (ViT's class token for its
   head); a convolution strided wider than the CONV's register a one-hot space-to-depth convolution
-  then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a channels-last
+  then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a convolution
+  whose kernel is wider than the CONV's window one convolution of pieces of at most 32 taps over
+  the input's shifted copies stacked on channels (slices and a concat of the zero-padded input),
+  or a 1-D one strided beyond the register with S >= K / 32 the stride-1 convolution of its S
+  phases as channels (a reshape and a transpose: ``wide_kernel_convs``); a channels-last
   sandwich of NCHW data (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a
   per-channel scale, permute back) the same ops over the NCHW tensor's channels (layer norm over
   axis 1, a 1x1 conv), without the permutes; a squeeze or expand_dims the reshape to its shape; a

@@ -5,9 +5,10 @@ order, since a run reads what earlier runs wrote:
 - a function input: the calibrated quantisation of its first int8 reader's use of it (the
   key it enters the code under); a constant element-wise operand its own range's;
 - a layer's output: its SDP's calibrated output before any pool (a conv or SDP), its input's
-  (a pool, a copy, a CDP), an int8 concat's one that covers every input (each copy then
-  rescales into it; where every input is a conv or SDP layer of the function read by the
-  concat alone, those layers write their outputs in it and the copies move codes:
+  (a pool, a copy, a CDP, a conv that only copies its input: ``_copies_codes``), an int8
+  concat's one that covers every input (each copy then rescales into it; where every input
+  is a conv or SDP layer of the function read by the concat alone, those layers write
+  their outputs in it and the copies move codes:
   ``concat_producers``), a deconvolution's its phases'; in mixed code a converting run's the
   one an int8 layer would have given it;
 - each run's converters (``int8.py``'s real-value model): the conv's weights folded and
