@@ -212,6 +212,27 @@ def test_a_wide_kernel_in_int8_loses_nothing_to_the_pieces(case, tmp_path):
     assert ours >= theirs - 0.5 and ours >= baseline - 1.0, (ours, theirs, baseline)
 
 
+def test_in_int8_every_run_before_the_pieces_moves_the_inputs_codes(tmp_path):
+    """A 64-tap kernel strided 16 over a 2-D map: the slices, their concat and the one-hot
+    space-to-depth conv that wide_stride_convs puts before the pieces' conv all keep the
+    input's quantisation (a conv that only copies keeps it: int8_plan._copies_codes), so x
+    is rounded once, and the one converter is the last conv's. Its own calibrated range
+    drifts from the input's here: rounded again at it, the output lost 1 dB."""
+    model = _conv_relu(2, 2, 6, (3, 64), (1, 16), (1, 0))
+    x = _input((2, 2, 5, 400), 0)
+    calibration = [(_input(x.shape, seed),) for seed in range(4, 8)]
+    mod, params = from_pytorch(model, (torch.from_numpy(x),))
+    partitioned = ac.partition_for_accel(mod, params, precision="int8", calibration=calibration)
+    _whole(ac.partition_report(partitioned))
+    runs = ac.program_of(partitioned)["functions"][0]["runs"]
+    primitives = [run["primitive"] for run in runs]
+    assert "accel.conv2d" in primitives and "accel.slice" in primitives, primitives
+    first = runs[0]["quant"]["input"]
+    assert all(run["quant"]["output"] == first for run in runs[:-1]), runs
+    ours = sqnr(build_and_run(partitioned, x), torch_forward(model, x))
+    assert ours >= ort_int8_sqnr(model, x, calibration, tmp_path) - 1.0
+
+
 def test_a_grouped_wide_kernel_keeps_its_groups():
     """Depthwise and two groups: the stack is shuffled so each group's copies are together, and
     the one conv keeps the groups."""
