@@ -1339,13 +1339,14 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # the input's coordinates. The copies are BDMA slices (along W or H) and a concat along the
 # channels, so the stack moves codes in int8. A grouped convolution needs each group's
 # channels together: the stack is then shuffled to channel c m + j (a channel shuffle of m
-# groups, one BDMA copy each) and W'[o, c m + j, u, b] = W[o, c, u, j B + b] per group. A zero padding cannot be left to the new conv
-# (copy j needs max(0, P - j B d) zeros in front, a different number each), so it comes first,
-# from a depthwise 1x1 convolution of ones that pads (several where it is wider than the
-# CONV's padding register: 'same' of a 512-tap kernel is 255), as does the tail the last copy
-# reads past x's end when m B > K. H is cut the same way, after W. B is the smallest width
-# that keeps m within the window too; a stride beyond the CONV's register also needs B to
-# share a factor with it (wide_stride_convs, after this, then cuts the stride).
+# groups, one BDMA copy each) and W'[o, c m + j, u, b] = W[o, c, u, j B + b] per group. A
+# zero padding cannot be left to the new conv (copy j needs max(0, P - j B d) zeros in
+# front, a different number each), so it comes first, from a depthwise 1x1 convolution of
+# ones that pads (several where it is wider than the CONV's padding register: 'same' of a
+# 512-tap kernel is 255), as does the tail the last copy reads past x's end when m B > K.
+# H is cut the same way, after W. B is the smallest width that keeps m within the window
+# too; a stride beyond the CONV's register also needs B to share a factor with it
+# (wide_stride_convs, after this, then cuts the stride).
 # A 1-D convolution strided beyond the register with S >= K / 32 (a constant-Q transform's
 # hops of 64 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
 # alone: x [N, C, 1, L] (padded, cut to O' S samples, O' = O + q - 1, q = ceil(K / S)) read
@@ -1388,8 +1389,9 @@ def _zero_padded(x: relax.Expr, padding: list, limit: int, old: relax.Expr) -> r
 
 def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len: int,
                        old: relax.Expr) -> relax.Expr:
-    """conv2d(x [N, C, 1, L], weight [O, C, 1, K], stride S = K / q..., padding) as the
-    stride-1 convolution of kernel q = ceil(K / S) over x's S phases as channels (above)."""
+    """``old``, conv2d(x [N, C, 1, L], weight [O, C, 1, K]) of stride S along L and
+    ``padding``, as the stride-1 convolution of kernel q = ceil(K / S) over x's S phases as
+    channels (above); ``out_len``: its output's length O."""
     n, channels, _, length = _static(x)
     stride = int(old.attrs.strides[1])
     out_ch, _, _, kernel = weight.shape
