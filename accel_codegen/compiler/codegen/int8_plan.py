@@ -327,9 +327,7 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.produced.get(key) or (
-                in_quant if _copies_codes(layer, run, in_quant)
-                else self.calibrated((key, pre_pool(layer))))
+            out_quant = _output_quant(self, run, layer, in_quant)
             h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
@@ -506,6 +504,15 @@ def _selects(layer: Layer) -> bool:
         return s.empty() and not layer.several_sources
     return s.act == "relu" and s.bias is None and s.batch_norm is None and \
         s.scale is None and s.ew_op is None
+
+
+def _output_quant(fq: _FunctionQuant, run: Run, layer: Layer,
+                  in_quant: TensorQuant) -> TensorQuant:
+    """A conv or SDP layer's output quantisation, before any pool: the one a reader chose
+    for it (``fq.produced``), its input's where it only copies it, else its calibrated one."""
+    return fq.produced.get(run.key) or (
+        in_quant if _copies_codes(layer, run, in_quant)
+        else fq.calibrated((run.key, pre_pool(layer))))
 
 
 def _copies_codes(layer: Layer, run: Run, in_quant: TensorQuant) -> bool:
