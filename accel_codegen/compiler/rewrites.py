@@ -1332,20 +1332,22 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # pitch tracker's 512-tap first layer, a constant-Q spectrogram's 256- and 39-tap filters) ->
 # ONE convolution of a kernel B <= 32 over m = ceil(K / B) shifted copies of its input stacked
 # as channels: copy j is x (padded as the conv pads it) from column j B d on (d the dilation),
-# channel j C + c of the stack, and the weight W'[o, j C + c, u, b] = W[o, c, u, j B + b]
+# channel c m + j of the stack, and the weight W'[o, c m + j, u, b] = W[o, c, u, j B + b]
 # (0 where j B + b >= K). Output t sums W[o, c, u, jB + b] x[t S + (jB + b) d] over the same
 # taps as the original, in one accumulation (int8 keeps its int32 accumulator and one output
 # converter: no partial convolutions rounded apart); any stride works, since the shift is in
-# the input's coordinates. The copies are BDMA slices (along W or H) and a concat along the
-# channels, so the stack moves codes in int8. A grouped convolution needs each group's
-# channels together: the stack is then shuffled to channel c m + j (a channel shuffle of m
-# groups, one BDMA copy each) and W'[o, c m + j, u, b] = W[o, c, u, j B + b] per group. A
-# zero padding cannot be left to the new conv (copy j needs max(0, P - j B d) zeros in
-# front, a different number each), so it comes first, from a depthwise 1x1 convolution of
-# ones that pads (several where it is wider than the CONV's padding register: 'same' of a
-# 512-tap kernel is 255), as does the tail the last copy reads past x's end when m B > K.
-# H is cut the same way, after W. B is the smallest width that keeps m within the window
-# too; a stride beyond the CONV's register also needs B to share a factor with it
+# the input's coordinates, and groups keep each group's channels together (c-major). The
+# stack is one depthwise convolution of one-hot weights: m taps (per input channel, m
+# outputs, tap j of output j is 1) dilated B d, so tap j reads column j B d on, which
+# copies exactly (1 x; in int8 it keeps the input's codes: int8_plan._copies_codes). One
+# run, where m BDMA slices and a concat of them cost five times its cycles (a 512-tap conv
+# over 1,500 samples: 100 k against 21 k). The stack convolution also pads, as the conv
+# would (its padding register holds 31 per side: a wider padding, 'same' of a 512-tap
+# kernel is 255, comes first from depthwise 1x1 convolutions of ones that pad), and pads the
+# tail the last copy reads past x's end when m B > K. H is cut the same way, by the same
+# convolution (its taps m_H x m_W, output channel (c m_H + j_H) m_W + j_W). B is the
+# smallest width that keeps m and B d within the window and the dilation register; a
+# stride beyond the CONV's register also needs B to share a factor with it
 # (wide_stride_convs, after this, then cuts the stride).
 # A 1-D convolution strided beyond the register with S >= K / 32 (a constant-Q transform's
 # hops of 64 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
@@ -1353,38 +1355,48 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # as [N, C, O', S], its last two axes swapped (one BDMA transpose) and read as
 # [N, C S, 1, O'], then the stride-1 convolution of kernel q with W'[o, c S + p, 0, u] =
 # W[o, c, 0, u S + p]: output t sums W[o, c, 0, u S + p] x[(t + u) S + p], the same taps.
-# No copy of x is made m times and no one-hot convolution runs; nor does any stride limit
-# bind (a 400-tap filter bank's hop of 160).
+# No stack of m copies and no one-hot convolution runs; nor does any stride limit bind (a
+# 400-tap filter bank's hop of 160).
 _WIDE_KERNEL_X, _WIDE_KERNEL_W = wildcard(), is_const()
 _WIDE_KERNEL_CONV = is_op("relax.nn.conv2d")(_WIDE_KERNEL_X, _WIDE_KERNEL_W)
 
 
-def _kernel_pieces(kernel: int, stride: int, kernel_limit: int,
-                   stride_limit: int) -> Optional[Tuple[int, int]]:
-    """(m, B): ``kernel`` cut in m pieces of B <= ``kernel_limit`` taps (m B >= kernel, the
-    fewest pieces, then the narrowest); with a stride beyond ``stride_limit``, a B that
+def _kernel_pieces(kernel: int, stride: int, dilation: int) -> Optional[Tuple[int, int]]:
+    """(m, B): ``kernel`` cut in m <= 32 pieces of B <= 32 taps (m B >= kernel, the fewest
+    pieces, then the narrowest), B ``dilation`` within the dilation register (the stack's
+    taps are B d apart); with a stride beyond the stride register, a B that
     :func:`_phase_factor` can cut it by. None when no B does."""
-    for pieces in range(-(-kernel // kernel_limit), kernel + 1):
-        for width in range(-(-kernel // pieces), kernel_limit + 1):
-            if _phase_factor(stride, width, stride_limit, kernel_limit) is not None:
+    from .._accel_ffi import lib
+
+    window, stride_limit = int(lib.ACCEL_MAX_CONV_KERNEL), int(lib.ACCEL_MAX_CONV_STRIDE)
+    widest = min(window, int(lib.ACCEL_MAX_CONV_DILATION) // dilation)
+    for pieces in range(-(-kernel // max(widest, 1)), window + 1):
+        for width in range(-(-kernel // pieces), widest + 1):
+            if _phase_factor(stride, width, stride_limit, window) is not None:
                 return -(-kernel // width), width
     return None
 
 
-def _zero_padded(x: relax.Expr, padding: list, limit: int, old: relax.Expr) -> relax.Expr:
+def _zero_padded(x: relax.Expr, padding: list, old: relax.Expr) -> relax.Expr:
     """x [N, C, H, W] with ``padding`` (top, left, bottom, right) zeros around it, as
-    depthwise 1x1 convolutions of ones that pad (each at most ``limit`` per side): exact
-    copies (1 x, whose int8 weight is code 127 at scale 1 / 127)."""
+    depthwise 1x1 convolutions of ones that pad (each at most the padding register per
+    side): exact copies (1 x, whose int8 weight is code 127 at scale 1 / 127)."""
     channels, dtype = _static(x)[1], str(x.ty.dtype)
     ones = relax.const(np.ones((channels, 1, 1, 1), dtype=dtype))
     left = list(padding)
     while any(left):
-        step = [min(v, limit) for v in left]
+        step = [min(v, _pad_limit()) for v in left]
         x = named_as(relax.op.nn.conv2d(x, ones, padding=step, groups=channels,
                                         data_layout="NCHW", kernel_layout="OIHW",
                                         out_layout="NCHW", out_dtype=dtype), old)
         left = [v - s for v, s in zip(left, step)]
     return x
+
+
+def _pad_limit() -> int:
+    from .._accel_ffi import lib
+
+    return int(lib.ACCEL_MAX_CONV_PAD)
 
 
 def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len: int,
@@ -1399,7 +1411,7 @@ def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len
     frames = out_len + taps - 1
     padded = length + padding[1] + padding[3]
     data = _zero_padded(x, [0, padding[1], 0, padding[3] + max(0, frames * stride - padded)],
-                        _pad_limit(), old)
+                        old)
     if padded > frames * stride:  # the samples no output reads
         data = named_as(relax.op.strided_slice(data, axes=[3], begin=[0],
                                                end=[frames * stride]), old)
@@ -1415,10 +1427,26 @@ def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len
         data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
 
 
-def _pad_limit() -> int:
-    from .._accel_ffi import lib
-
-    return int(lib.ACCEL_MAX_CONV_PAD)
+def _stacked_copies(x: relax.Expr, pieces: list, dilation: list, padding: list,
+                    old: relax.Expr) -> relax.Expr:
+    """x's copies shifted by j B d along each cut axis (``pieces``: (m, B) of H and W, m = 1
+    for an axis not cut), stacked on channels c-major, padded by ``padding`` (top, left,
+    bottom, right) first: the one-hot depthwise convolution (above), after the 1x1 ones for
+    what exceeds its padding register."""
+    first = [max(0, p - _pad_limit()) for p in padding]
+    data = _zero_padded(x, first, old)
+    (mh, bh), (mw, bw) = pieces
+    channels, dtype = _static(x)[1], str(x.ty.dtype)
+    onehot = np.zeros((channels, mh, mw, 1, mh, mw), dtype=dtype)
+    for jh in range(mh):
+        for jw in range(mw):
+            onehot[:, jh, jw, 0, jh, jw] = 1
+    return named_as(relax.op.nn.conv2d(
+        data, relax.const(onehot.reshape(channels * mh * mw, 1, mh, mw)),
+        padding=[p - f for p, f in zip(padding, first)],
+        dilation=(bh * dilation[0] if mh > 1 else 1, bw * dilation[1] if mw > 1 else 1),
+        groups=channels, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+        out_dtype=dtype), old)
 
 
 def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
@@ -1443,62 +1471,42 @@ def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
             strides[1] > int(lib.ACCEL_MAX_CONV_STRIDE) and dilation == [1, 1] and \
             groups == 1 and -(-weight.shape[3] // strides[1]) <= kernel_limit:
         return _space_to_depth_1d(x, weight, padding, out_shape[3], expr)
-    cuts = {}  # axis (2: H, 3: W) -> (m, B)
-    for axis in (3, 2):
-        if weight.shape[axis] > kernel_limit:
-            pieces = _kernel_pieces(weight.shape[axis], strides[axis - 2], kernel_limit,
-                                    int(lib.ACCEL_MAX_CONV_STRIDE))
-            if pieces is None:
-                return expr
-            cuts[axis] = pieces
-    # the padding of a cut axis first, with the tail the last copy reads past the end
-    pad, own = [0, 0, 0, 0], list(padding)
-    spans = {}
-    for axis, (m, width) in cuts.items():
-        i, s, d = axis - 2, strides[axis - 2], dilation[axis - 2]
-        span = (out_shape[axis] - 1) * s + (width - 1) * d + 1  # each copy's extent
-        tail = max(0, (m - 1) * width * d + span -
-                   (shape[axis] + padding[i] + padding[i + 2]))
-        pad[i], pad[i + 2] = padding[i], padding[i + 2] + tail
-        own[i] = own[i + 2] = 0
-        spans[axis] = span
-    data = _zero_padded(x, pad, _pad_limit(), expr)
-    dims = list(shape)  # data's shape
+    pieces = []  # (m, B) of H and W; (1, K) where the kernel fits
+    for i, k in enumerate(weight.shape[2:]):
+        cut = (1, k) if k <= kernel_limit else _kernel_pieces(k, strides[i], dilation[i])
+        if cut is None:
+            return expr
+        pieces.append(cut)
+    # a cut axis's padding goes to the stack, with the tail its last copy reads past x's end
+    stack_pad, own = [0, 0, 0, 0], list(padding)
+    for i, (m, width) in enumerate(pieces):
+        if m > 1:
+            span = (out_shape[2 + i] - 1) * strides[i] + (width - 1) * dilation[i] + 1
+            tail = max(0, (m - 1) * width * dilation[i] + span -
+                       (shape[2 + i] + padding[i] + padding[i + 2]))
+            stack_pad[i], stack_pad[i + 2] = padding[i], padding[i + 2] + tail
+            own[i] = own[i + 2] = 0
+    (mh, bh), (mw, bw) = pieces
+    # W [O, Cg, KH, KW] -> zero taps up to m B -> [O, Cg, mh, bh, mw, bw] -> the stack's
+    # channel order (c, j_H, j_W)
+    out_ch, channels, kh, kw = weight.shape
+    cut = np.pad(weight, [(0, 0), (0, 0), (0, mh * bh - kh), (0, mw * bw - kw)])
+    cut = cut.reshape(out_ch, channels, mh, bh, mw, bw).transpose(0, 1, 2, 4, 3, 5)
     dtype = str(x.ty.dtype)
-    for axis, (m, width) in cuts.items():
-        step = width * dilation[axis - 2]
-        data = named_as(relax.op.concat(
-            [named_as(relax.op.strided_slice(data, axes=[axis], begin=[j * step],
-                                             end=[j * step + spans[axis]]), expr)
-             for j in range(m)], axis=1), expr)
-        dims[1], dims[axis] = dims[1] * m, spans[axis]
-        if groups > 1:  # channel j C + c -> c m + j: each group's copies together
-            split = relax.op.reshape(data, [dims[0], m, dims[1] // m] + dims[2:])
-            data = named_as(relax.op.reshape(relax.op.permute_dims(split, [0, 2, 1, 3, 4]),
-                                             dims), expr)
-        # W [O, C, .., K, ..] -> zero taps up to m B -> [O, C, .., m, B, ..] -> the stack's
-        # channel order (m before C, or after it for groups)
-        grown = [(0, 0)] * 4
-        grown[axis] = (0, m * width - weight.shape[axis])
-        cut = np.pad(weight, grown)
-        out_ch, channels = cut.shape[:2]
-        if axis == 3:
-            cut = cut.reshape(out_ch, channels, cut.shape[2], m, width)
-            cut = cut.transpose(0, 3, 1, 2, 4) if groups == 1 else cut.transpose(0, 1, 3, 2, 4)
-        else:
-            cut = cut.reshape(out_ch, channels, m, width, cut.shape[3])
-            cut = cut.transpose(0, 2, 1, 3, 4) if groups == 1 else cut
-        weight = np.ascontiguousarray(cut.reshape((out_ch, m * channels) + cut.shape[3:]))
-    return relax.op.nn.conv2d(data, relax.const(weight.astype(dtype)), strides=strides,
-                              padding=own, dilation=dilation, groups=groups, data_layout="NCHW",
-                              kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
+    return relax.op.nn.conv2d(
+        _stacked_copies(x, pieces, dilation, stack_pad, expr),
+        relax.const(np.ascontiguousarray(cut.reshape(out_ch, channels * mh * mw, bh, bw))
+                    .astype(dtype)),
+        strides=strides, padding=own, dilation=dilation, groups=groups, data_layout="NCHW",
+        kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
 
 
 def wide_kernel_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d whose kernel is wider than the CONV's window (W, H or both) -> the conv2d of
-    B-wide pieces of the kernel over the input's shifted copies stacked as channels (slices
-    and a concat; a zero padding first, as depthwise 1x1 convolutions of ones): the same
-    products in one accumulation."""
+    B-wide pieces of the kernel over the input's shifted copies stacked as channels (a
+    one-hot depthwise convolution, after 1x1 ones for a padding wider than its register);
+    a 1-D one strided beyond the register, S >= K / 32, the stride-1 conv2d of its S phases
+    (a reshape and a transpose): the same products in one accumulation."""
     return _rewrite_calls(mod, _WIDE_KERNEL_CONV, _wide_kernel_conv)
 
 
