@@ -39,9 +39,10 @@ result computes the same values).
   head); a convolution strided wider than the CONV's register a one-hot space-to-depth convolution
   then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a convolution
   whose kernel is wider than the CONV's window one convolution of pieces of at most 32 taps over
-  the input's shifted copies stacked on channels (slices and a concat of the zero-padded input),
-  or a 1-D one strided beyond the register with S >= K / 32 the stride-1 convolution of its S
-  phases as channels (a reshape and a transpose: ``wide_kernel_convs``); a channels-last
+  the input's shifted copies stacked on channels (a one-hot depthwise convolution of the
+  zero-padded input), or a 1-D one strided beyond the register with S >= K / 32 the stride-1
+  convolution of its S phases as channels (a reshape and a transpose: ``wide_kernel_convs``);
+  a channels-last
   sandwich of NCHW data (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a
   per-channel scale, permute back) the same ops over the NCHW tensor's channels (layer norm over
   axis 1, a 1x1 conv), without the permutes; a squeeze or expand_dims the reshape to its shape; a
@@ -1350,7 +1351,7 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # stride beyond the CONV's register also needs B to share a factor with it
 # (wide_stride_convs, after this, then cuts the stride).
 # A 1-D convolution strided beyond the register with S >= K / 32 (a constant-Q transform's
-# hops of 64 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
+# hops of 16 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
 # alone: x [N, C, 1, L] (padded, cut to O' S samples, O' = O + q - 1, q = ceil(K / S)) read
 # as [N, C, O', S], its last two axes swapped (one BDMA transpose) and read as
 # [N, C S, 1, O'], then the stride-1 convolution of kernel q with W'[o, c S + p, 0, u] =
