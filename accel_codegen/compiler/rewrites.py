@@ -1344,7 +1344,8 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # run, where m BDMA slices and a concat of them cost five times its cycles (a 512-tap conv
 # over 1,500 samples: 100 k against 21 k). The stack convolution also pads, as the conv
 # would (its padding register holds 31 per side: a wider padding, 'same' of a 512-tap
-# kernel is 255, comes first from depthwise 1x1 convolutions of ones that pad), and pads the
+# kernel is 255, comes first from depthwise 1x1 convolutions of ones that pad, one for a
+# row, read as rows of w samples: _zero_padded), and pads the
 # tail the last copy reads past x's end when m B > K. H is cut the same way, by the same
 # convolution (its taps m_H x m_W, output channel (c m_H + j_H) m_W + j_W). B is the
 # smallest width that keeps m and B d within the window and the dilation register; a
@@ -1381,16 +1382,37 @@ def _kernel_pieces(kernel: int, stride: int, dilation: int) -> Optional[Tuple[in
 def _zero_padded(x: relax.Expr, padding: list, old: relax.Expr) -> relax.Expr:
     """x [N, C, H, W] with ``padding`` (top, left, bottom, right) zeros around it, as
     depthwise 1x1 convolutions of ones that pad (each at most the padding register per
-    side): exact copies (1 x, whose int8 weight is code 127 at scale 1 / 127)."""
-    channels, dtype = _static(x)[1], str(x.ty.dtype)
+    side): exact copies (1 x, whose int8 weight is code 127 at scale 1 / 127). A row
+    (H = 1) padded wider than the register is read as rows of w samples (w dividing its
+    length) padded with whole rows: one convolution, not one per 31 samples (255 a side:
+    9), between two reshapes, then a slice drops the zeros beyond the padding."""
+    n, channels, height, length = _static(x)
+    dtype = str(x.ty.dtype)
     ones = relax.const(np.ones((channels, 1, 1, 1), dtype=dtype))
-    left = list(padding)
-    while any(left):
-        step = [min(v, _pad_limit()) for v in left]
-        x = named_as(relax.op.nn.conv2d(x, ones, padding=step, groups=channels,
-                                        data_layout="NCHW", kernel_layout="OIHW",
-                                        out_layout="NCHW", out_dtype=dtype), old)
-        left = [v - s for v, s in zip(left, step)]
+
+    def pad(data, widths):
+        return named_as(relax.op.nn.conv2d(data, ones, padding=widths, groups=channels,
+                                           data_layout="NCHW", kernel_layout="OIHW",
+                                           out_layout="NCHW", out_dtype=dtype), old)
+
+    limit, (_, left, _, right) = _pad_limit(), padding
+    rows = next((w for w in range(2, length + 1) if length % w == 0 and
+                 -(-left // w) <= limit and -(-right // w) <= limit), None) \
+        if height == 1 and max(left, right) > limit and not any(padding[::2]) else None
+    if rows is not None:
+        above, below = -(-left // rows), -(-right // rows)
+        data = pad(relax.op.reshape(x, [n, channels, length // rows, rows]),
+                   [above, 0, below, 0])
+        data = named_as(relax.op.reshape(
+            data, [n, channels, 1, (length // rows + above + below) * rows]), old)
+        start = above * rows - left
+        return named_as(relax.op.strided_slice(data, axes=[3], begin=[start],
+                                               end=[start + left + length + right]), old)
+    remaining = list(padding)
+    while any(remaining):
+        step = [min(v, limit) for v in remaining]
+        x = pad(x, step)
+        remaining = [v - s for v, s in zip(remaining, step)]
     return x
 
 
