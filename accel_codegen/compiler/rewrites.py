@@ -1345,9 +1345,9 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
 # over 1,500 samples: 100 k against 21 k). The stack convolution also pads, as the conv
 # would (its padding register holds 31 per side: a wider padding, 'same' of a 512-tap
 # kernel is 255, comes first from depthwise 1x1 convolutions of ones that pad, one for a
-# row, read as rows of w samples: _zero_padded), and pads the
-# tail the last copy reads past x's end when m B > K. H is cut the same way, by the same
-# convolution (its taps m_H x m_W, output channel (c m_H + j_H) m_W + j_W). B is the
+# row, read as rows of w samples: _zero_padded), and pads the tail the last copy reads past
+# x's end when m B > K. H is cut the same way, by the same convolution (its taps
+# m_H x m_W, output channel (c m_H + j_H) m_W + j_W). B is the
 # smallest width that keeps m and B d within the window and the dilation register; a
 # stride beyond the CONV's register also needs B to share a factor with it
 # (wide_stride_convs, after this, then cuts the stride).
