@@ -5,12 +5,16 @@ channels (compiler/rewrites.py, ``wide_kernel_convs``, issue 33).
 
 Each case is checked three ways: the rewritten Relax module alone on the host (LLVM) against
 PyTorch, so the rewrite is exact whatever runs it, with no convolution left wider than the
-window; the partition, one external function with nothing on the host (the padding, the
-slices, the concat and the convolution all offloaded); and the accelerator's output against
-PyTorch: fp32 within 1e-4 of the output's scale, fp16 at the suite's fp16 bound, int8 no worse
-than the same convolution with a 32-tap kernel gets (the pieces share one int32 accumulation
-and one output converter: no extra rounding) and than ONNX Runtime's static int8 of the same
-model."""
+window and every convolution before the pieces' one a copy; the partition, one external
+function with nothing on the host (the padding, the one-hot stack of copies and the
+convolution all offloaded); and the accelerator's output against PyTorch: fp32 within 1e-4
+of the output's scale, fp16 at the suite's fp16 bound, int8 no worse than the same
+convolution written by hand as 32-tap pieces over the stacked copies, a kernel the CONV
+takes (the pieces share one int32 accumulation and one output converter: no extra
+rounding), and than ONNX Runtime's static int8 of the same model. Beside them: groups,
+dilation, a 1-D stride beyond the stride register (space-to-depth by layout), int8's copies
+keeping the input's codes, a torchcrepe-like front end whole in each precision, and what
+stays on the host with its reason."""
 import numpy as np
 import pytest
 import torch

@@ -517,7 +517,7 @@ def _output_quant(fq: _FunctionQuant, run: Run, layer: Layer,
 
 def _copies_codes(layer: Layer, run: Run, in_quant: TensorQuant) -> bool:
     """A conv that only copies its input's values (each output channel one weight of 1,
-    nothing after it: the zero padding before rewrites.wide_kernel_convs' stacked copies, a
+    nothing after it: rewrites.wide_kernel_convs' stack of shifted copies and its padding, a
     one-hot space-to-depth): its output keeps the input's quantisation, so the weight's code
     127 at scale 1 / 127 gives each input code back and the values are rounded once."""
     if layer.conv is None or not layer.sdp.empty() or layer.pool is not None or \
